@@ -1,0 +1,81 @@
+/* ir/arena.c — bump allocator. */
+#include "arena.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+
+struct ArenaBlock {
+  ArenaBlock *next;
+  size_t used, size;
+  _Alignas(16) unsigned char data[];
+};
+
+void arena_init(Arena *a) {
+  a->head = NULL;
+  a->total = 0;
+}
+
+void arena_free(Arena *a) {
+  ArenaBlock *b = a->head;
+  while (b) {
+    ArenaBlock *next = b->next;
+    free(b);
+    b = next;
+  }
+  a->head = NULL;
+  a->total = 0;
+}
+
+void *arena_alloc(Arena *a, size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (!a->head || a->head->used + n > a->head->size) {
+    size_t size = n > (1u << 20) ? n : (1u << 20);
+    ArenaBlock *b = malloc(sizeof(ArenaBlock) + size);
+    if (!b) die("out of memory allocating %zu bytes", size);
+    b->next = a->head;
+    b->used = 0;
+    b->size = size;
+    a->head = b;
+  }
+  void *p = a->head->data + a->head->used;
+  a->head->used += n;
+  a->total += n;
+  memset(p, 0, n);
+  return p;
+}
+
+char *arena_strndup(Arena *a, const char *s, size_t n) {
+  char *p = arena_alloc(a, n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+char *arena_printf(Arena *a, const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *p = arena_alloc(a, (size_t)n + 1);
+  vsnprintf(p, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  return p;
+}
+
+void arena_grow(Arena *a, void **arr, int *cap, int need, size_t elem) {
+  if (need <= *cap) return;
+  int ncap = *cap ? *cap * 2 : 8;
+  while (ncap < need) ncap *= 2;
+  void *p = arena_alloc(a, elem * (size_t)ncap);
+  if (*arr) memcpy(p, *arr, elem * (size_t)*cap);
+  *arr = p;
+  *cap = ncap;
+}

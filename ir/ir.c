@@ -1,0 +1,185 @@
+/* ir/ir.c — op table, types, and the graph builder. */
+#include "ir.h"
+
+#include <string.h>
+
+#include "diag.h"
+
+const OpInfo ir_ops[OP_COUNT] = {
+#define OP(name, str, nin, nout, flags) [OP_##name] = {str, nin, nout, flags},
+#include "ops.def"
+#undef OP
+};
+
+const char *const ir_axis_names[AX_COUNT] = {"dp", "pp", "cp", "tp"};
+
+static const struct {
+  const char *name;
+  int size;
+} dtypes[DT_COUNT] = {
+    [DT_F32] = {"f32", 4}, [DT_BF16] = {"bf16", 2}, [DT_F16] = {"f16", 2},
+    [DT_F64] = {"f64", 8}, [DT_I32] = {"i32", 4},   [DT_I64] = {"i64", 8},
+};
+
+const char *ir_dtype_name(DType dt) { return dt < DT_COUNT ? dtypes[dt].name : "?"; }
+int ir_dtype_size(DType dt) { return dt < DT_COUNT ? dtypes[dt].size : 0; }
+bool ir_dtype_is_float(DType dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16 || dt == DT_F64; }
+
+int64_t ir_numel(const Shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dim[i];
+  return n;
+}
+
+bool ir_shape_eq(const Shape *a, const Shape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i] != b->dim[i]) return false;
+  return true;
+}
+
+Shape ir_shape(int rank, const int64_t *dims) {
+  Shape s;
+  memset(&s, 0, sizeof s);
+  if (rank < 0 || rank > IR_MAX_RANK) die("rank %d out of range", rank);
+  s.rank = rank;
+  for (int i = 0; i < IR_MAX_RANK; i++) {
+    s.dim[i] = i < rank ? dims[i] : 0;
+    s.sym[i] = -1;
+  }
+  return s;
+}
+
+Shape ir_scalar_shape(void) { return ir_shape(0, NULL); }
+
+Sharding ir_replicated(void) {
+  Sharding s;
+  memset(&s, 0, sizeof s);
+  for (int i = 0; i < IR_MAX_RANK; i++) s.split[i] = -1;
+  return s;
+}
+
+bool ir_sharding_is_replicated(const Sharding *s) {
+  if (s->partial) return false;
+  for (int i = 0; i < IR_MAX_RANK; i++)
+    if (s->split[i] >= 0) return false;
+  return true;
+}
+
+Graph *ir_graph_new(Arena *a, Graph *parent) {
+  Graph *g = ARENA_NEW(a, Graph);
+  g->arena = a;
+  g->parent = parent;
+  return g;
+}
+
+Node *ir_node_new(Graph *g, OpKind op, int nin, Value *const *in, int nout, SrcLoc loc) {
+  const OpInfo *oi = &ir_ops[op];
+  if (oi->nin >= 0 && oi->nin != nin) die("%s takes %d inputs, got %d", oi->name, oi->nin, nin);
+  if (oi->nout >= 0 && oi->nout != nout) die("%s makes %d outputs, got %d", oi->name, oi->nout, nout);
+  Node *n = ARENA_NEW(g->arena, Node);
+  n->op = op;
+  n->id = g->next_node_id++;
+  n->nin = nin;
+  n->nout = nout;
+  n->in = ARENA_ARRAY(g->arena, Value *, nin > 0 ? nin : 1);
+  for (int i = 0; i < nin; i++) {
+    if (!in[i]) die("%s: input %d is NULL", oi->name, i);
+    n->in[i] = in[i];
+  }
+  n->out = ARENA_ARRAY(g->arena, Value *, nout > 0 ? nout : 1);
+  for (int i = 0; i < nout; i++) {
+    Value *v = ARENA_NEW(g->arena, Value);
+    v->def = n;
+    v->idx = i;
+    v->id = g->next_value_id++;
+    v->dtype = DT_F32;
+    v->shape = ir_scalar_shape();
+    v->sharding = ir_replicated();
+    n->out[i] = v;
+  }
+  n->loc = loc;
+  n->graph = g;
+  arena_grow(g->arena, (void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof(Node *));
+  g->nodes[g->nnodes++] = n;
+  return n;
+}
+
+Value *ir_emit(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape shape,
+               const Attrs *attrs, SrcLoc loc) {
+  Node *n = ir_node_new(g, op, nin, in, 1, loc);
+  if (attrs) n->a = *attrs;
+  n->out[0]->dtype = dt;
+  n->out[0]->shape = shape;
+  return n->out[0];
+}
+
+Node *ir_add_arg(Graph *body, DType dt, Shape shape, const char *name) {
+  Node *n = ir_node_new(body, OP_ARG, 0, NULL, 1, (SrcLoc){0});
+  n->a.index = body->nargs;
+  n->out[0]->dtype = dt;
+  n->out[0]->shape = shape;
+  n->out[0]->name = name;
+  arena_grow(body->arena, (void **)&body->args, &body->capargs, body->nargs + 1, sizeof(Node *));
+  body->args[body->nargs++] = n;
+  return n;
+}
+
+void ir_add_result(Graph *g, Value *v, const char *name) {
+  int cap = g->capresults;
+  arena_grow(g->arena, (void **)&g->results, &g->capresults, g->nresults + 1, sizeof(Value *));
+  int cap2 = cap;
+  arena_grow(g->arena, (void **)&g->result_names, &cap2, g->nresults + 1, sizeof(char *));
+  g->results[g->nresults] = v;
+  g->result_names[g->nresults] = name;
+  g->nresults++;
+}
+
+void ir_replace_uses(Graph *g, Value *from, Value *to) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == from) n->in[j] = to;
+  }
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == from) g->results[i] = to;
+}
+
+int ir_count_uses(const Graph *g, const Value *v) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) c += n->in[j] == v;
+  }
+  return c;
+}
+
+static bool has_effect(const Node *n) {
+  return n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_COLL) ||
+         n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT;
+}
+
+void ir_remove_dead(Graph *g) {
+  /* Mark live values backwards from results and effectful nodes. Node ids are dense
+   * per graph only at creation, so mark through a per-call array indexed by position. */
+  Arena tmp;
+  arena_init(&tmp);
+  bool *live = ARENA_ARRAY(&tmp, bool, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) g->nodes[i]->id = i;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i]->def->graph == g) live[g->results[i]->def->id] = true;
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    Node *n = g->nodes[i];
+    if (has_effect(n)) live[i] = true;
+    if (!live[i]) continue;
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j]->def->graph == g) live[n->in[j]->def->id] = true;
+  }
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (live[i]) g->nodes[k++] = g->nodes[i];
+  g->nnodes = k;
+  for (int i = 0; i < g->nnodes; i++) g->nodes[i]->id = i;
+  g->next_node_id = g->nnodes;
+  arena_free(&tmp);
+}

@@ -1,0 +1,179 @@
+/* ir/ir.h — shardc's graph IR: one node type, values with shape, dtype and sharding.
+ *
+ * A Graph is a list of Nodes in topological order (the builder appends, so a
+ * node's inputs always precede it). A Node has an op from ir/ops.def, input
+ * Values, output Values (most ops have one) and Attrs. Region ops (REPEAT,
+ * CALL) own a body Graph whose ARG nodes are the region's arguments and whose
+ * `results` are what the region yields.
+ *
+ * All compiler memory comes from one Arena per compilation (ir/arena.h).
+ */
+#ifndef SHARDC_IR_H
+#define SHARDC_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+
+/* ---- ops -------------------------------------------------------------- */
+enum {
+  F_SOURCE = 1 << 0,
+  F_STATE = 1 << 1,
+  F_EW = 1 << 2,
+  F_COLL = 1 << 3,
+  F_GRAD = 1 << 4,
+  F_REGION = 1 << 5,
+};
+
+typedef enum {
+#define OP(name, str, nin, nout, flags) OP_##name,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} OpKind;
+
+typedef struct {
+  const char *name; /* lower-case, as printed */
+  int nin;          /* -1: variadic */
+  int nout;         /* -1: variadic */
+  unsigned flags;   /* F_* */
+} OpInfo;
+
+extern const OpInfo ir_ops[OP_COUNT];
+
+/* ---- types ------------------------------------------------------------ */
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_F64, DT_I32, DT_I64, DT_COUNT } DType;
+
+const char *ir_dtype_name(DType dt);
+int ir_dtype_size(DType dt); /* bytes per element */
+bool ir_dtype_is_float(DType dt);
+
+#define IR_MAX_RANK 6
+
+/* A dim may carry a symbol (batch, seq, ...) for printing; its value is always bound. */
+typedef struct {
+  int rank;
+  int64_t dim[IR_MAX_RANK];
+  int16_t sym[IR_MAX_RANK]; /* index into Module.syms, or -1 */
+} Shape;
+
+int64_t ir_numel(const Shape *s);
+bool ir_shape_eq(const Shape *a, const Shape *b); /* dims only, symbols ignored */
+Shape ir_shape(int rank, const int64_t *dims);    /* symbols cleared */
+Shape ir_scalar_shape(void);
+
+/* ---- sharding over the device mesh ------------------------------------- */
+typedef enum { AX_DP, AX_PP, AX_CP, AX_TP, AX_COUNT } MeshAxis;
+extern const char *const ir_axis_names[AX_COUNT]; /* "dp", "pp", "cp", "tp" */
+
+/* For each tensor dim, which mesh axis splits it (-1: not split); plus the
+ * mesh axes over which the value is a partial sum still owed (Partial).
+ * All-zero-initialised memory is NOT the replicated sharding: use ir_replicated(). */
+typedef struct {
+  int8_t split[IR_MAX_RANK]; /* mesh axis or -1 */
+  uint8_t partial;           /* bit (1 << MeshAxis) per axis */
+} Sharding;
+
+Sharding ir_replicated(void);
+bool ir_sharding_is_replicated(const Sharding *s);
+
+/* ---- source locations ----------------------------------------------------- */
+typedef struct {
+  const char *file; /* NULL: no location (compiler-made) */
+  int line, col;    /* 1-based */
+} SrcLoc;
+
+/* ---- graph -------------------------------------------------------------- */
+typedef struct Value Value;
+typedef struct Node Node;
+typedef struct Graph Graph;
+
+struct Value {
+  Node *def;   /* producing node */
+  int idx;     /* which output of def */
+  int id;      /* number for printing; unique within its graph */
+  DType dtype;
+  Shape shape;
+  Sharding sharding;
+  const char *name; /* optional, for printing / checkpoint names */
+};
+
+typedef enum { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_CONST } InitKind;
+typedef enum { RED_SUM, RED_AVG, RED_MAX } ReduceOp;
+
+/* Op attributes. Each op uses the fields its ops.def comment names; the rest stay zero. */
+typedef struct {
+  const char *name;       /* INPUT/PARAM/STATE name; REPEAT/CALL name */
+  int index;              /* ARG: argument index */
+  int axis;               /* SLICE/PAD/CONCAT/REDUCE_SCATTER/ALL_GATHER: tensor axis (>= 0) */
+  int64_t start, len;     /* SLICE/PAD/ROPE/IOTA/CROSS_ENTROPY/BROADCAST/SEND/RECV */
+  int heads, kv_heads;    /* SDPA/ROPE */
+  bool causal;            /* SDPA */
+  bool ta, tb;            /* MATMUL transposes */
+  bool inverse;           /* ROPE */
+  double eps;             /* norms, AdamW */
+  double scalar;          /* CONST/SCALE/ADD_SCALAR */
+  double theta;           /* ROPE base */
+  double beta1, beta2, weight_decay, momentum; /* optimizer updates */
+  InitKind init;          /* PARAM */
+  double init_a, init_b;  /* PARAM: normal(mean a, std b), uniform(a, b), const a */
+  int mesh_axis;          /* collectives, AXIS_INDEX: a MeshAxis */
+  ReduceOp reduce;        /* ALL_REDUCE */
+  int tag;                /* SEND/RECV */
+  int64_t count;          /* REPEAT: iterations */
+  int ncarry, nxs;        /* REPEAT: carried values, stacked inputs */
+  bool reverse;           /* REPEAT: iterate count-1 .. 0 */
+} Attrs;
+
+struct Node {
+  OpKind op;
+  int id;       /* position-independent number for printing */
+  int nin, nout;
+  Value **in;   /* [nin] */
+  Value **out;  /* [nout] */
+  Attrs a;
+  Graph *body;  /* REPEAT/CALL */
+  SrcLoc loc;
+  Graph *graph; /* owner */
+};
+
+struct Graph {
+  Arena *arena;
+  Node **nodes; /* topological order */
+  int nnodes, capnodes;
+  Node **args;  /* region bodies: ARG nodes by index */
+  int nargs, capargs;
+  Value **results; /* region bodies: yielded values; top graph: step outputs */
+  const char **result_names; /* top graph: "loss", "grad.<param>", ... (may be NULL per entry) */
+  int nresults, capresults;
+  Graph *parent; /* enclosing graph for region bodies, else NULL */
+  Node *owner;   /* the REPEAT/CALL node owning this body, else NULL */
+  int next_value_id, next_node_id;
+};
+
+/* ---- building ---------------------------------------------------------- */
+Graph *ir_graph_new(Arena *a, Graph *parent);
+/* Appends a node; creates nout output Values (dtype/shape left for the caller or
+ * the shape pass: ir_node_out(n, i)). in may be NULL when nin == 0. */
+Node *ir_node_new(Graph *g, OpKind op, int nin, Value *const *in, int nout, SrcLoc loc);
+/* Convenience: a single-output node with its type set. */
+Value *ir_emit(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape shape,
+               const Attrs *attrs, SrcLoc loc);
+Node *ir_add_arg(Graph *body, DType dt, Shape shape, const char *name);
+void ir_add_result(Graph *g, Value *v, const char *name);
+/* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
+void ir_replace_uses(Graph *g, Value *from, Value *to);
+/* Removes nodes whose outputs are unused and that have no side effects; keeps results. */
+void ir_remove_dead(Graph *g);
+/* Number of uses of v within g (not counting results). */
+int ir_count_uses(const Graph *g, const Value *v);
+
+/* ---- checking and printing ------------------------------------------- */
+/* Structural verifier: topological order, arity, dtypes/shape rank sanity, region
+ * signatures, shardings against the mesh. Returns false and prints what is wrong
+ * (naming `after_pass`) on failure. A failure is a compiler bug. */
+bool ir_verify(const Graph *g, const char *after_pass);
+
+#endif

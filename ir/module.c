@@ -1,0 +1,50 @@
+/* ir/module.c — plan and recipe defaults, the learning-rate schedule. */
+#include "module.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *const ir_link_names[LINK_COUNT] = {"none", "nvlink", "pcie", "efa", "infiniband", "ethernet", "shm"};
+
+void ir_plan_defaults(Plan *p) {
+  memset(p, 0, sizeof *p);
+  p->dp = 0; /* auto */
+  p->tp = p->pp = p->cp = 1;
+  p->microbatches = 1;
+  p->schedule = SCHED_1F1B;
+  p->interleave = 1;
+  p->bucket_bytes = 25 << 20;
+}
+
+void ir_recipe_defaults(Recipe *r) {
+  memset(r, 0, sizeof *r);
+  r->batch = 0; /* 0: micro_batch * dp */
+  r->micro_batch = 1;
+  r->optimizer = OPT_ADAMW;
+  r->lr = 3e-4;
+  r->beta1 = 0.9;
+  r->beta2 = 0.999;
+  r->eps = 1e-8;
+  r->weight_decay = 0.0;
+  r->lr_schedule = LR_CONSTANT;
+  r->precision = PREC_F32;
+  r->master_f32 = true;
+  r->steps = 100;
+  r->ckpt_keep = 1;
+  r->seed = 1337;
+}
+
+double ir_lr_at(const Recipe *r, int64_t step) {
+  double lr = r->lr;
+  if (r->warmup > 0 && step < r->warmup) return lr * (double)(step + 1) / (double)r->warmup;
+  int64_t decay = r->steps - r->warmup;
+  if (decay <= 0) return lr;
+  double t = (double)(step - r->warmup) / (double)decay;
+  if (t > 1) t = 1;
+  switch (r->lr_schedule) {
+  case LR_CONSTANT: return lr;
+  case LR_LINEAR: return r->min_lr + (lr - r->min_lr) * (1.0 - t);
+  case LR_COSINE: return r->min_lr + (lr - r->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
+  }
+  return lr;
+}

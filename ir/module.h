@@ -1,0 +1,103 @@
+/* ir/module.h — one compilation: the model graph plus the cluster, the plan and the recipe.
+ *
+ * The frontend fills a Module from .model files and -D overrides; passes read the
+ * plan and recipe from it and rewrite `graph`.
+ */
+#ifndef SHARDC_MODULE_H
+#define SHARDC_MODULE_H
+
+#include "ir.h"
+
+/* ---- topology ------------------------------------------------------------ */
+typedef enum { LINK_NONE, LINK_NVLINK, LINK_PCIE, LINK_EFA, LINK_IB, LINK_ETH, LINK_SHM, LINK_COUNT } LinkKind;
+extern const char *const ir_link_names[LINK_COUNT]; /* "none", "nvlink", "pcie", "efa", "infiniband", "ethernet", "shm" */
+
+typedef struct {
+  LinkKind kind;
+  int count;           /* parallel links (e.g. 4 x 100 Gbit/s EFA); 1 when not given */
+  double bytes_per_s;  /* per link, bytes/s */
+  double latency_s;    /* seconds */
+  SrcLoc loc;
+} Link;
+
+typedef struct {
+  const char *name;        /* topology name */
+  int nodes;               /* machines */
+  bool cpu_only;           /* ranks are processes on cores */
+  const char *device;      /* "a100_40g", "h100_80g", "cpu", ... */
+  int devices_per_node;    /* GPUs (or ranks, for cpu_only) per node */
+  double device_memory;    /* bytes per device */
+  double peak_flops_bf16;  /* FLOP/s per device */
+  double peak_flops_f32;   /* FLOP/s per device (0: unknown) */
+  double hbm_bytes_per_s;  /* device memory bandwidth, bytes/s */
+  Link intra;              /* device to device inside a node */
+  Link inter;              /* between nodes, per node */
+  double host_memory;      /* bytes per node */
+  double pcie_bytes_per_s; /* host <-> device, bytes/s */
+  SrcLoc loc;
+} Topology;
+
+/* ---- parallel plan --------------------------------------------------------- */
+typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } PipeSchedule;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE } RecomputeKind;
+
+typedef struct {
+  int dp, tp, pp, cp; /* degrees; dp == 0 means auto (world / (tp*pp*cp)) */
+  bool sp;            /* sequence parallel in tp regions */
+  int zero;           /* 0..3 */
+  bool offload;       /* ZeRO optimizer state on host */
+  int microbatches;
+  PipeSchedule schedule;
+  int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */
+  RecomputeKind recompute;
+  bool allow_cross_node_tp;
+  int64_t bucket_bytes; /* data-parallel gradient bucket size */
+  SrcLoc loc;
+} Plan;
+
+/* ---- training recipe --------------------------------------------------------- */
+typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
+typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE } LrScheduleKind;
+typedef enum { PREC_F32, PREC_BF16 } Precision;
+
+typedef struct {
+  int64_t batch;       /* sequences per optimizer step, global */
+  int64_t micro_batch; /* sequences per rank per micro-step */
+  int64_t seq;         /* tokens per sequence (binds `seq` when the model leaves it symbolic) */
+  OptimizerKind optimizer;
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+  LrScheduleKind lr_schedule;
+  int64_t warmup;      /* steps */
+  double min_lr;
+  double grad_clip;    /* 0: off */
+  Precision precision; /* compute dtype */
+  bool master_f32;
+  int64_t steps;
+  const char *data, *val; /* paths or globs */
+  int64_t ckpt_every;
+  const char *ckpt_dir;
+  int ckpt_keep;
+  uint64_t seed;
+  SrcLoc loc;
+} Recipe;
+
+/* ---- module --------------------------------------------------------------- */
+typedef struct {
+  Arena *arena;
+  const char *name;   /* model name */
+  Graph *graph;       /* the top graph */
+  const char **syms;  /* symbolic dim names: "batch", "seq", ... */
+  int nsyms;
+  bool has_topology, has_plan, has_recipe;
+  Topology topo;
+  Plan plan;
+  Recipe recipe;
+} Module;
+
+/* Defaults for a plan and a recipe (single rank, AdamW 3e-4, f32, ...). */
+void ir_plan_defaults(Plan *p);
+void ir_recipe_defaults(Recipe *r);
+/* Learning rate at a step (0-based) under the recipe's schedule. */
+double ir_lr_at(const Recipe *r, int64_t step);
+
+#endif
