@@ -92,6 +92,7 @@ typedef struct {
   Topology topo;
   Plan plan;
   Recipe recipe;
+  struct MeshMap *mesh; /* rank <-> mesh coordinates and groups, set by the mesh pass (ir/mesh.h) */
 } Module;
 
 /* Defaults for a plan and a recipe (single rank, AdamW 3e-4, f32, ...). */

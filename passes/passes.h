@@ -1,0 +1,13 @@
+/* passes/passes.h — every pass's entry point. The order lives in pipeline.c. */
+#ifndef SHARDC_PASSES_H
+#define SHARDC_PASSES_H
+
+#include "module.h"
+
+/* Each returns false when it reported user errors (diag_errors() > 0). */
+bool pass_inline(Module *m);    /* expands CALLs, hoists layer params in repeats to stacked params */
+bool pass_shape(Module *m);     /* re-infers and checks every shape and dtype */
+bool pass_autodiff(Module *m);  /* appends the backward graph: results "grad:<param>" */
+bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "next:<state>" */
+
+#endif
