@@ -1,0 +1,133 @@
+/* main.c — the shardc command line: .model → front end → passes → (codegen). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "diag.h"
+#include "frontend.h"
+#include "mesh.h"
+#include "pipeline.h"
+#include "print.h"
+
+#ifndef SHARDC_MODELS_DIR
+#define SHARDC_MODELS_DIR "models"
+#endif
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: shardc [plan] FILE.model [options]\n"
+          "\n"
+          "Compiles a .model file (model, topology, parallel plan, training recipe).\n"
+          "\n"
+          "options:\n"
+          "  -D KEY=VALUE          override a plan/recipe field or a model constant (-D tp=4 -D zero=1)\n"
+          "  --topology FILE       use this topology instead of the file's own\n"
+          "  --world N             ranks to plan for (default: the topology's devices)\n"
+          "  -I DIR                add an import directory (default: %s)\n"
+          "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
+          "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
+          SHARDC_MODELS_DIR);
+  for (const char *const *p = pipeline_pass_names(); *p; p++) fprintf(f, " %s", *p);
+  fprintf(f,
+          "\n"
+          "  --dump-ir=dot         print the final graph for Graphviz\n"
+          "  --dump-ir=mesh        print each rank's coordinates, node, device and groups\n"
+          "  --time-passes         print each pass's time\n"
+          "  --no-verify           skip the IR verifier between passes\n"
+          "  -h, --help            this text\n");
+}
+
+int main(int argc, char **argv) {
+  const char *input = NULL, *topology = NULL, *dump = NULL;
+  const char *import_dirs[16];
+  int nimport = 0;
+  FeDefine defines[128];
+  int ndefines = 0;
+  PipelineOptions po = {.dump = stdout, .verify = true};
+  Arena arena;
+  arena_init(&arena);
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(a, "plan") == 0 && !input) {
+      dump = dump ? dump : "final";
+    } else if (strncmp(a, "-D", 2) == 0) {
+      const char *kv = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!kv) {
+        error_plain("-D needs KEY=VALUE");
+        break;
+      }
+      if (ndefines == (int)(sizeof defines / sizeof defines[0])) {
+        error_plain("too many -D options");
+        break;
+      }
+      const char *eq = strchr(kv, '=');
+      defines[ndefines].key = eq ? arena_strndup(&arena, kv, (size_t)(eq - kv)) : kv;
+      defines[ndefines].value = eq ? eq + 1 : "1";
+      ndefines++;
+    } else if (strcmp(a, "--topology") == 0 && i + 1 < argc) {
+      topology = argv[++i];
+    } else if (strcmp(a, "--world") == 0 && i + 1 < argc) {
+      po.world = atoi(argv[++i]);
+      if (po.world <= 0) error_plain("--world needs a positive rank count, got '%s'", argv[i]);
+    } else if (strcmp(a, "-I") == 0 && i + 1 < argc) {
+      if (nimport < 15) import_dirs[nimport++] = argv[++i];
+    } else if (strcmp(a, "--dump-ir") == 0) {
+      dump = "final";
+    } else if (strncmp(a, "--dump-ir=", 10) == 0) {
+      dump = a + 10;
+    } else if (strcmp(a, "--time-passes") == 0) {
+      po.time = true;
+    } else if (strcmp(a, "--no-verify") == 0) {
+      po.verify = false;
+    } else if (a[0] == '-') {
+      error_plain("unknown option '%s' (see shardc --help)", a);
+    } else if (!input) {
+      input = a;
+    } else {
+      error_plain("more than one input file: '%s' and '%s'", input, a);
+    }
+  }
+  if (!input && diag_errors() == 0) {
+    usage(stderr);
+    return 1;
+  }
+  if (diag_errors()) return 1;
+  if (dump && strncmp(dump, "after:", 6) == 0) {
+    po.dump_after = dump + 6;
+    bool known = strcmp(po.dump_after, "all") == 0;
+    for (const char *const *p = pipeline_pass_names(); *p; p++) known |= strcmp(*p, po.dump_after) == 0;
+    if (!known) {
+      const char *hint = diag_nearest(po.dump_after, pipeline_pass_names(), 32);
+      error_plain("--dump-ir=after:%s: no such pass%s%s%s", po.dump_after, hint ? " (did you mean '" : "",
+                  hint ? hint : "", hint ? "'?)" : "");
+      return 1;
+    }
+  } else if (dump && strcmp(dump, "final") && strcmp(dump, "dot") && strcmp(dump, "mesh")) {
+    error_plain("--dump-ir=%s: expected after:PASS, dot or mesh", dump);
+    return 1;
+  }
+  import_dirs[nimport++] = SHARDC_MODELS_DIR;
+
+  FeOptions fo = {.import_dirs = import_dirs,
+                  .nimport_dirs = nimport,
+                  .defines = defines,
+                  .ndefines = ndefines,
+                  .topology_file = topology};
+  Module *m = fe_compile(&arena, input, &fo);
+  if (!m || diag_errors()) return 1;
+  if (!pipeline_run(m, &po)) return 1;
+
+  if (dump && strcmp(dump, "final") == 0)
+    ir_print_module(stdout, m);
+  else if (dump && strcmp(dump, "dot") == 0)
+    ir_print_dot(stdout, m);
+  else if (dump && strcmp(dump, "mesh") == 0)
+    ir_print_mesh(stdout, m);
+  arena_free(&arena);
+  return 0;
+}

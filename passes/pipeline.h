@@ -1,0 +1,22 @@
+/* passes/pipeline.h — the compiler's pass list, run in order with the verifier between. */
+#ifndef SHARDC_PIPELINE_H
+#define SHARDC_PIPELINE_H
+
+#include <stdio.h>
+
+#include "module.h"
+
+typedef struct {
+  const char *dump_after; /* pass name whose output to print, "all", or NULL */
+  FILE *dump;             /* where dumps go */
+  bool verify;            /* run ir_verify after every pass */
+  bool time;              /* print each pass's time to stderr */
+  int world;              /* ranks to plan for; 0: from the topology */
+} PipelineOptions;
+
+/* Runs every pass on m. Returns false when a pass reported user errors. */
+bool pipeline_run(Module *m, const PipelineOptions *o);
+/* The pass names in order, NULL-terminated (for --help and --dump-ir validation). */
+const char *const *pipeline_pass_names(void);
+
+#endif
