@@ -98,6 +98,13 @@ struct Value {
   Shape shape;
   Sharding sharding;
   const char *name; /* optional, for printing / checkpoint names */
+  /* Set by passes/memplan.c: where the value lives in its rank's one allocation.
+   * Values in a REPEAT body that are stacked ys live at offset + i * stride bytes in
+   * iteration i (stride 0: the same place every iteration). offset -1: not placed
+   * (an alias: ARGs, values that never need memory). */
+  int64_t offset; /* bytes from the rank's base */
+  int64_t stride; /* bytes per REPEAT iteration */
+  int mclass;     /* MemClass (passes/memplan.h) */
 };
 
 typedef enum { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_CONST } InitKind;

@@ -93,6 +93,7 @@ typedef struct {
   Plan plan;
   Recipe recipe;
   struct MeshMap *mesh; /* rank <-> mesh coordinates and groups, set by the mesh pass (ir/mesh.h) */
+  struct MemPlan *memplan; /* one rank's memory, set by passes/memplan.c */
 } Module;
 
 /* Defaults for a plan and a recipe (single rank, AdamW 3e-4, f32, ...). */

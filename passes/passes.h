@@ -9,5 +9,6 @@ bool pass_inline(Module *m);    /* expands CALLs, hoists layer params in repeats
 bool pass_shape(Module *m);     /* re-infers and checks every shape and dtype */
 bool pass_autodiff(Module *m);  /* appends the backward graph: results "grad:<param>" */
 bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "next:<state>" */
+bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank */
 
 #endif

@@ -1,6 +1,6 @@
 /* passes/pipeline.c — the whole middle of the compiler on one screen.
  *
- *   inline → shape → autodiff → optimizer
+ *   inline → shape → mesh → autodiff → optimizer → memplan
  *
  * with the verifier after each pass and an optional dump of the IR after any
  * of them (--dump-ir=after:PASS). Later passes (mesh, shard, context,
@@ -29,6 +29,7 @@ static const Pass passes[] = {
     {"mesh", run_mesh},            /* plan bound to the topology: ranks, groups */
     {"autodiff", pass_autodiff},   /* backward graph */
     {"optimizer", pass_optimizer}, /* clip, lr, update */
+    {"memplan", pass_memplan},     /* every value at a fixed offset per rank */
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };
 

@@ -1,0 +1,308 @@
+/* passes/memplan.c — liveness-based placement of every value in one allocation per rank.
+ *
+ * Layout: [persistent: params, optimizer state, inputs][transient arena]. Transient
+ * values get an interval [definition, last use] in node order and are packed by a
+ * greedy best-offset allocator (largest first), so values whose lifetimes do not
+ * overlap share memory. A REPEAT body is planned on its own (its values are reused
+ * every iteration) and appears in the outer plan as one block live at the REPEAT.
+ * Body values that are stacked ys are not placed in the body: they live in the
+ * outer stacked buffer at offset + i * stride. Results "next:X" of an update op
+ * that reads X alias X (the update runs in place).
+ */
+#include "memplan.h"
+
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+
+const char *const memplan_class_names[MEM_COUNT] = {"params", "optimizer", "inputs", "grads",
+                                                    "activations", "workspace", "comm"};
+
+typedef struct {
+  Value *v;      /* NULL for a region block */
+  int64_t bytes; /* aligned size */
+  int start, end; /* live interval, node positions (inclusive) */
+  int mclass;
+  int64_t offset; /* assigned, from the transient base */
+} Interval;
+
+typedef struct {
+  Arena *a;
+  Interval *iv;
+  int n, cap;
+} Plan;
+
+static int64_t align_up(int64_t x) { return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }
+
+static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+static Interval *add_interval(Plan *p, Value *v, int64_t bytes, int start, int mclass) {
+  arena_grow(p->a, (void **)&p->iv, &p->cap, p->n + 1, sizeof(Interval));
+  Interval *it = &p->iv[p->n++];
+  memset(it, 0, sizeof *it);
+  it->v = v;
+  it->bytes = align_up(bytes);
+  it->start = it->end = start;
+  it->mclass = mclass;
+  return it;
+}
+
+/* Marks every value of an enclosing graph that `body` (or its nested bodies) reads as
+ * used at position pos of the outer plan. */
+static void mark_captures(Graph *body, Graph *outer, int pos, Interval **slot) {
+  for (int i = 0; i < body->nnodes; i++) {
+    Node *n = body->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      Value *u = n->in[j];
+      if (u->def->graph == outer && slot[u->id] && slot[u->id]->end < pos) slot[u->id]->end = pos;
+    }
+    if (n->body) mark_captures(n->body, outer, pos, slot);
+  }
+}
+
+/* Greedy placement: largest first, lowest offset that does not overlap a placed
+ * interval whose lifetime intersects. Returns the arena size. */
+static int64_t pack(Interval *iv, int n, Arena *a) {
+  int *order = ARENA_ARRAY(a, int, n + 1);
+  for (int i = 0; i < n; i++) order[i] = i;
+  /* insertion sort by size desc, then start asc: deterministic */
+  for (int i = 1; i < n; i++) {
+    int k = order[i], j = i - 1;
+    while (j >= 0 && (iv[order[j]].bytes < iv[k].bytes ||
+                      (iv[order[j]].bytes == iv[k].bytes && iv[order[j]].start > iv[k].start))) {
+      order[j + 1] = order[j];
+      j--;
+    }
+    order[j + 1] = k;
+  }
+  int *placed = ARENA_ARRAY(a, int, n + 1);
+  int nplaced = 0;
+  int64_t size = 0;
+  int *conf = ARENA_ARRAY(a, int, n + 1);
+  for (int oi = 0; oi < n; oi++) {
+    Interval *x = &iv[order[oi]];
+    int nconf = 0;
+    for (int j = 0; j < nplaced; j++) {
+      Interval *y = &iv[placed[j]];
+      if (y->start <= x->end && x->start <= y->end) conf[nconf++] = placed[j];
+    }
+    /* sort conflicts by offset, then find the first gap that fits */
+    for (int i = 1; i < nconf; i++) {
+      int k = conf[i], j = i - 1;
+      while (j >= 0 && iv[conf[j]].offset > iv[k].offset) {
+        conf[j + 1] = conf[j];
+        j--;
+      }
+      conf[j + 1] = k;
+    }
+    int64_t off = 0;
+    for (int i = 0; i < nconf; i++) {
+      Interval *y = &iv[conf[i]];
+      if (off + x->bytes <= y->offset) break;
+      if (y->offset + y->bytes > off) off = y->offset + y->bytes;
+    }
+    x->offset = off;
+    if (off + x->bytes > size) size = off + x->bytes;
+    placed[nplaced++] = order[oi];
+  }
+  return size;
+}
+
+static int64_t peak_of(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a) {
+  int64_t *live = ARENA_ARRAY(a, int64_t, npos + 1);
+  for (int i = 0; i < n; i++)
+    for (int t = iv[i].start; t <= iv[i].end && t <= npos; t++) live[t] += iv[i].bytes;
+  int best = 0;
+  for (int t = 0; t <= npos; t++)
+    if (live[t] > live[best]) best = t;
+  for (int i = 0; i < n; i++)
+    if (iv[i].start <= best && best <= iv[i].end) by_class[iv[i].mclass] += iv[i].bytes;
+  return live[best];
+}
+
+static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
+
+/* Does any node after `n` in g read `v`? (Then n cannot overwrite v in place.) */
+static bool read_after(const Graph *g, const Node *n, const Value *v) {
+  int i = 0;
+  while (i < g->nnodes && g->nodes[i] != n) i++;
+  for (i++; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v) return true;
+  return false;
+}
+
+/* Adds shift to every placed value of a body and its nested bodies. */
+static void shift_body(Graph *body, int64_t shift) {
+  for (int j = 0; j < body->nnodes; j++) {
+    Node *n = body->nodes[j];
+    for (int o = 0; o < n->nout; o++)
+      if (n->out[o]->offset >= 0 && n->op != OP_ARG) n->out[o]->offset += shift;
+    if (n->body) shift_body(n->body, shift);
+  }
+}
+
+/* Plans one graph's transient values; returns its arena size, sets offsets relative to
+ * `base`. For a body, `stacked` marks results that are stacked ys (placed outside). */
+static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
+                          int64_t by_class[MEM_COUNT]);
+
+static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
+                       int64_t by_class[MEM_COUNT]) {
+  Graph *body = rep->body;
+  /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
+  int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
+  for (int r = ncarry; rep->op == OP_REPEAT && r < body->nresults; r++) {
+    Value *y = body->results[r];
+    if (y->def->graph != body || y->def->op == OP_ARG) continue; /* copied by codegen */
+    y->offset = -2;                                               /* placed once the outer value is */
+  }
+  *bytes = plan_graph(body, 0, mp, tmp, peak, by_class);
+}
+
+static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
+                          int64_t by_class[MEM_COUNT]) {
+  Plan p = {.a = tmp};
+  Interval **slot = ARENA_ARRAY(tmp, Interval *, g->next_value_id + 1);
+  int64_t *body_bytes = ARENA_ARRAY(tmp, int64_t, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      Value *u = n->in[j];
+      if (u->def->graph == g && slot[u->id] && slot[u->id]->end < i) slot[u->id]->end = i;
+    }
+    if (n->body) {
+      mark_captures(n->body, g, i, slot);
+      int64_t ipeak = 0, icls[MEM_COUNT] = {0};
+      place_body(n, tmp, mp, &body_bytes[i], &ipeak, icls);
+      if (body_bytes[i] > 0) add_interval(&p, NULL, body_bytes[i], i, MEM_ACT);
+    }
+    if (ir_ops[n->op].flags & F_SOURCE && (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT))
+      continue; /* persistent, placed by the caller */
+    for (int k = 0; k < n->nout; k++) {
+      Value *v = n->out[k];
+      if (n->op == OP_ARG || v->offset == -2) continue;
+      slot[v->id] = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
+    }
+  }
+  /* results live to the end; classify gradients; alias in-place updates */
+  for (int r = 0; r < g->nresults; r++) {
+    Value *v = g->results[r];
+    const char *name = g->result_names ? g->result_names[r] : NULL;
+    if (v->def->graph != g || !slot[v->id]) continue;
+    slot[v->id]->end = g->nnodes;
+    if (name && strncmp(name, "grad:", 5) == 0) slot[v->id]->mclass = MEM_GRAD;
+  }
+  for (int i = 0; i < p.n; i++) {
+    Value *v = p.iv[i].v;
+    if (!v || !is_update(v->def->op)) continue;
+    Value *target = v->def->in[v->idx == 0 ? 0 : v->idx + 1]; /* p' <- p, m' <- m, v' <- v */
+    if ((target->def->op == OP_PARAM || target->def->op == OP_STATE) && !read_after(g, v->def, target)) {
+      p.iv[i].bytes = 0; /* in place */
+      p.iv[i].v->offset = target->offset;
+      p.iv[i].v = NULL;
+    }
+  }
+  /* compact out aliased entries */
+  int k = 0;
+  for (int i = 0; i < p.n; i++)
+    if (p.iv[i].bytes > 0) p.iv[k++] = p.iv[i];
+  p.n = k;
+  int64_t size = pack(p.iv, p.n, tmp);
+  int64_t cls[MEM_COUNT] = {0};
+  int64_t pk = peak_of(p.iv, p.n, g->nnodes, cls, tmp);
+  for (int i = 0; i < MEM_COUNT; i++) by_class[i] = cls[i];
+  *peak_out = pk;
+  for (int i = 0; i < p.n; i++) {
+    if (p.iv[i].v) {
+      p.iv[i].v->offset = base + p.iv[i].offset;
+      p.iv[i].v->stride = 0;
+      p.iv[i].v->mclass = p.iv[i].mclass;
+      mp->nvalues++;
+      if (p.iv[i].bytes > mp->largest[p.iv[i].mclass]) mp->largest[p.iv[i].mclass] = p.iv[i].bytes;
+    }
+  }
+  /* region blocks: rebase the body's offsets to where its block landed */
+  for (int i = 0; i < p.n; i++) {
+    if (p.iv[i].v) continue;
+    shift_body(g->nodes[p.iv[i].start]->body, base + p.iv[i].offset);
+  }
+  return size;
+}
+
+/* After the outer plan, stacked ys in bodies get the outer buffer and a stride. */
+static void place_stacked(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (!n->body) continue;
+    if (n->op == OP_REPEAT)
+      for (int r = n->a.ncarry; r < n->body->nresults; r++) {
+        Value *y = n->body->results[r];
+        if (y->offset != -2) continue;
+        Value *outer = n->out[r];
+        y->offset = outer->offset;
+        y->stride = value_bytes(y);
+        y->mclass = MEM_ACT;
+      }
+    place_stacked(n->body);
+  }
+}
+
+static void reset_offsets(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int k = 0; k < n->nout; k++) {
+      n->out[k]->offset = -1;
+      n->out[k]->stride = 0;
+    }
+    if (n->body) reset_offsets(n->body);
+  }
+}
+
+bool pass_memplan(Module *m) {
+  MemPlan *mp = ARENA_NEW(m->arena, MemPlan);
+  Graph *g = m->graph;
+  reset_offsets(g);
+  /* persistent: params, then optimizer state, then inputs, in node order */
+  int64_t off = 0;
+  const OpKind order[3] = {OP_PARAM, OP_STATE, OP_INPUT};
+  const int cls[3] = {MEM_PARAM, MEM_OPTIM, MEM_INPUT};
+  for (int o = 0; o < 3; o++)
+    for (int i = 0; i < g->nnodes; i++) {
+      Node *n = g->nodes[i];
+      if (n->op != order[o]) continue;
+      Value *v = n->out[0];
+      v->offset = off;
+      v->mclass = cls[o];
+      int64_t b = align_up(value_bytes(v));
+      off += b;
+      mp->by_class[cls[o]] += b;
+      if (b > mp->largest[cls[o]]) mp->largest[cls[o]] = b;
+      mp->nvalues++;
+    }
+  mp->persistent = off;
+  Arena tmp;
+  arena_init(&tmp);
+  int64_t peak = 0, by_class[MEM_COUNT] = {0};
+  int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class);
+  arena_free(&tmp);
+  place_stacked(g);
+  for (int i = 0; i < MEM_COUNT; i++) mp->by_class[i] += by_class[i];
+  mp->peak = off + peak;
+  mp->total = off + transient;
+  m->memplan = mp;
+  return true;
+}
+
+static void row(FILE *f, const char *name, int64_t b) {
+  fprintf(f, "#   %-12s %14lld B  %10.2f MiB\n", name, (long long)b, (double)b / (1 << 20));
+}
+
+void memplan_print(FILE *f, const MemPlan *p) {
+  fprintf(f, "# memory per rank (at the peak of the step)\n");
+  for (int i = 0; i < MEM_COUNT; i++)
+    if (p->by_class[i]) row(f, memplan_class_names[i], p->by_class[i]);
+  row(f, "peak", p->peak);
+  row(f, "allocation", p->total);
+}

@@ -1,0 +1,36 @@
+/* passes/memplan.h — one rank's memory: every value at a fixed offset in one allocation. */
+#ifndef SHARDC_MEMPLAN_H
+#define SHARDC_MEMPLAN_H
+
+#include <stdio.h>
+
+#include "module.h"
+
+typedef enum {
+  MEM_PARAM,     /* parameters */
+  MEM_OPTIM,     /* optimizer state */
+  MEM_INPUT,     /* per-step inputs (tokens, targets, host scalars) */
+  MEM_GRAD,      /* gradients (live from their last contribution to the update) */
+  MEM_ACT,       /* activations and other temporaries */
+  MEM_WORKSPACE, /* kernel scratch */
+  MEM_COMM,      /* communication buffers */
+  MEM_COUNT
+} MemClass;
+
+extern const char *const memplan_class_names[MEM_COUNT];
+
+typedef struct MemPlan {
+  int64_t total;                    /* bytes of the rank's one allocation */
+  int64_t persistent;               /* bytes at the start that live for the whole run */
+  int64_t peak;                     /* max over the step of live bytes (<= total; the rest is fragmentation) */
+  int64_t by_class[MEM_COUNT];      /* bytes live at the peak, by class */
+  int64_t largest[MEM_COUNT];       /* largest single value, by class */
+  int nvalues;                      /* values placed */
+} MemPlan;
+
+enum { MEMPLAN_ALIGN = 64 };
+
+/* Prints the plan as a table (bytes and MiB by class, peak, total). */
+void memplan_print(FILE *f, const MemPlan *p);
+
+#endif
