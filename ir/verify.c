@@ -1,0 +1,265 @@
+/* ir/verify.c — the structural verifier run after every pass (ir_verify in ir/ir.h).
+ *
+ * Checks, for the graph and every nested region body:
+ *   - each node belongs to the graph that lists it; outputs point back at it (def, idx);
+ *   - arity against the op table (variadic ops: concat >= 1 input, regions by signature);
+ *   - topological order: every input is an output of a node earlier in this graph, or of a
+ *     node of an enclosing graph placed before the region that (transitively) contains the use;
+ *   - dtypes and ranks in range; shardings name valid mesh axes on dims < rank;
+ *   - region signatures: body present exactly for REPEAT/CALL, body->parent/owner links,
+ *     ARG nodes only in bodies and listed in order with matching index, as many args as
+ *     inputs, as many results as outputs, REPEAT counts consistent;
+ *   - results non-NULL and in scope; no duplicate PARAM/STATE/INPUT names at top level.
+ * A failure is a compiler bug: it prints every problem (up to a limit) naming the pass.
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ir.h"
+
+#define MAX_REPORTS 20
+
+typedef struct {
+  const void **keys; /* [cap] open addressing, NULL = empty */
+  int *vals;         /* [cap] node position within its graph */
+  int cap;           /* slots, a power of two */
+  int count;         /* keys stored */
+} PtrMap;
+
+typedef struct {
+  Arena *arena;      /* scratch, freed at the end */
+  PtrMap pos;        /* Node* -> position in its graph */
+  const char *pass;  /* for messages */
+  int errors;        /* problems found */
+} Verifier;
+
+static uint64_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static void map_put(Arena *a, PtrMap *m, const void *k, int v) {
+  if ((m->count + 1) * 2 > m->cap) {
+    PtrMap old = *m;
+    m->cap = old.cap ? old.cap * 2 : 256;
+    m->count = 0;
+    m->keys = ARENA_ARRAY(a, const void *, m->cap);
+    m->vals = ARENA_ARRAY(a, int, m->cap);
+    for (int i = 0; i < old.cap; i++)
+      if (old.keys[i]) map_put(a, m, old.keys[i], old.vals[i]);
+  }
+  uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
+  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (uint64_t)(m->cap - 1);
+  if (!m->keys[i]) m->count++;
+  m->keys[i] = k;
+  m->vals[i] = v;
+}
+
+static bool map_get(const PtrMap *m, const void *k, int *v) {
+  if (!m->cap) return false;
+  uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
+  while (m->keys[i]) {
+    if (m->keys[i] == k) {
+      *v = m->vals[i];
+      return true;
+    }
+    i = (i + 1) & (uint64_t)(m->cap - 1);
+  }
+  return false;
+}
+
+static void report(Verifier *vf, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void report(Verifier *vf, const Node *n, const char *fmt, ...) {
+  vf->errors++;
+  if (vf->errors > MAX_REPORTS) return;
+  fprintf(stderr, "shardc: IR verification failed after %s: ", vf->pass ? vf->pass : "?");
+  if (n)
+    fprintf(stderr, "node #%d (%s%s): ", n->id, ir_ops[n->op].name,
+            n->graph && n->graph->parent ? ", in a region body" : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+static void index_graph(Verifier *vf, const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n) {
+      report(vf, NULL, "graph slot %d is NULL", i);
+      continue;
+    }
+    int old;
+    if (map_get(&vf->pos, n, &old)) report(vf, n, "listed twice (positions %d and %d)", old, i);
+    map_put(vf->arena, &vf->pos, n, i);
+    if (n->body) index_graph(vf, n->body);
+  }
+}
+
+/* Is v visible to a use at position `at` of graph g? */
+static bool in_scope(Verifier *vf, const Value *v, const Graph *g, int at) {
+  if (!v || !v->def) return false;
+  int p;
+  if (!map_get(&vf->pos, v->def, &p)) return false;
+  for (const Graph *s = g; s; s = s->parent) {
+    if (v->def->graph == s) return p < at;
+    if (!s->owner) return false;
+    if (!map_get(&vf->pos, s->owner, &at)) return false;
+  }
+  return false;
+}
+
+static void check_value(Verifier *vf, const Node *n, const Value *v) {
+  if (v->dtype < 0 || v->dtype >= DT_COUNT) report(vf, n, "output %d has bad dtype %d", v->idx, (int)v->dtype);
+  if (v->shape.rank < 0 || v->shape.rank > IR_MAX_RANK) {
+    report(vf, n, "output %d has bad rank %d", v->idx, v->shape.rank);
+    return;
+  }
+  for (int d = 0; d < v->shape.rank; d++)
+    if (v->shape.dim[d] < 0) report(vf, n, "output %d has negative dim %d", v->idx, d);
+  for (int d = 0; d < IR_MAX_RANK; d++) {
+    int s = v->sharding.split[d];
+    if (s < -1 || s >= AX_COUNT) report(vf, n, "output %d: sharding of dim %d names mesh axis %d", v->idx, d, s);
+    else if (s >= 0 && d >= v->shape.rank)
+      report(vf, n, "output %d: sharding splits dim %d of a rank-%d value", v->idx, d, v->shape.rank);
+    for (int e = 0; e < d && s >= 0; e++)
+      if (v->sharding.split[e] == s) report(vf, n, "output %d: mesh axis %s splits two dims", v->idx, ir_axis_names[s]);
+  }
+  if (v->sharding.partial >> AX_COUNT) report(vf, n, "output %d: partial bits 0x%x name no mesh axis", v->idx, v->sharding.partial);
+}
+
+static void verify_graph(Verifier *vf, const Graph *g);
+
+static void check_region(Verifier *vf, const Graph *g, const Node *n) {
+  const Graph *b = n->body;
+  if (b->parent != g) report(vf, n, "body's parent is not the graph holding the node");
+  if (b->owner != n) report(vf, n, "body's owner is not this node");
+  if (b->nargs != n->nin) report(vf, n, "%d inputs but the body takes %d arguments", n->nin, b->nargs);
+  for (int i = 0; i < b->nargs; i++) {
+    const Node *a = b->args[i];
+    if (!a || a->op != OP_ARG || a->graph != b) {
+      report(vf, n, "body argument %d is not an ARG node of the body", i);
+      continue;
+    }
+    if (a->a.index != i) report(vf, a, "ARG index %d listed as argument %d", a->a.index, i);
+    if (i < n->nin && n->op == OP_CALL &&
+        (a->out[0]->dtype != n->in[i]->dtype || !ir_shape_eq(&a->out[0]->shape, &n->in[i]->shape)))
+      report(vf, n, "input %d does not match the body's argument type", i);
+  }
+  if (b->nresults != n->nout) report(vf, n, "%d outputs but the body yields %d results", n->nout, b->nresults);
+  if (n->op == OP_REPEAT) {
+    if (n->a.count < 1) report(vf, n, "repeat count %lld", (long long)n->a.count);
+    if (n->a.ncarry < 0 || n->a.nxs < 0 || n->a.ncarry + n->a.nxs > n->nin || n->a.ncarry > n->nout)
+      report(vf, n, "ncarry %d / nxs %d inconsistent with %d inputs, %d outputs", n->a.ncarry, n->a.nxs, n->nin,
+             n->nout);
+  }
+  verify_graph(vf, b);
+  for (int i = 0; i < b->nresults && i < n->nout; i++) {
+    const Value *r = b->results[i];
+    if (!r) continue;
+    const Value *o = n->out[i];
+    bool stacked = n->op == OP_REPEAT && i >= n->a.ncarry;
+    Shape want = r->shape;
+    if (stacked && want.rank < IR_MAX_RANK) {
+      for (int d = want.rank; d > 0; d--) want.dim[d] = want.dim[d - 1];
+      want.rank++;
+      want.dim[0] = n->a.count;
+    }
+    if (o->dtype != r->dtype || !ir_shape_eq(&o->shape, &want))
+      report(vf, n, "output %d does not match body result %d%s", i, i, stacked ? " stacked by count" : "");
+  }
+}
+
+static void verify_graph(Verifier *vf, const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n) continue;
+    if (n->op < 0 || n->op >= OP_COUNT) {
+      report(vf, NULL, "node at position %d has bad op %d", i, (int)n->op);
+      continue;
+    }
+    const OpInfo *oi = &ir_ops[n->op];
+    if (n->graph != g) report(vf, n, "owner graph link is wrong");
+    if (oi->nin >= 0 && n->nin != oi->nin) report(vf, n, "has %d inputs, the op takes %d", n->nin, oi->nin);
+    if (oi->nout >= 0 && n->nout != oi->nout) report(vf, n, "has %d outputs, the op makes %d", n->nout, oi->nout);
+    if (n->op == OP_CONCAT && n->nin < 1) report(vf, n, "concat of nothing");
+    for (int j = 0; j < n->nin; j++) {
+      const Value *v = n->in[j];
+      if (!v) {
+        report(vf, n, "input %d is NULL", j);
+        continue;
+      }
+      if (!v->def || v->idx < 0 || v->idx >= v->def->nout || v->def->out[v->idx] != v)
+        report(vf, n, "input %d (%%%d) is not an output of its defining node", j, v->id);
+      else if (!in_scope(vf, v, g, i))
+        report(vf, n, "input %d (%%%d, from %s #%d) is not defined before its use", j, v->id,
+               ir_ops[v->def->op].name, v->def->id);
+    }
+    for (int j = 0; j < n->nout; j++) {
+      const Value *v = n->out[j];
+      if (!v) {
+        report(vf, n, "output %d is NULL", j);
+        continue;
+      }
+      if (v->def != n || v->idx != j) report(vf, n, "output %d does not point back at its node", j);
+      check_value(vf, n, v);
+    }
+    if ((oi->flags & F_REGION) != 0) {
+      if (!n->body) report(vf, n, "region without a body");
+      else check_region(vf, g, n);
+    } else if (n->body) {
+      report(vf, n, "non-region op with a body");
+    }
+    if (n->op == OP_ARG) {
+      if (!g->parent) report(vf, n, "ARG in the top graph");
+      else if (n->a.index < 0 || n->a.index >= g->nargs || g->args[n->a.index] != n)
+        report(vf, n, "ARG index %d is not listed among the body's %d arguments", n->a.index, g->nargs);
+    }
+    if ((oi->flags & F_COLL) || n->op == OP_AXIS_INDEX)
+      if (n->a.mesh_axis < 0 || n->a.mesh_axis >= AX_COUNT) report(vf, n, "names mesh axis %d", n->a.mesh_axis);
+    if ((n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) && !n->a.name)
+      report(vf, n, "source without a name");
+  }
+  for (int i = 0; i < g->nresults; i++) {
+    const Value *r = g->results[i];
+    if (!r) report(vf, g->owner, "result %d is NULL", i);
+    else if (!in_scope(vf, r, g, g->nnodes))
+      report(vf, g->owner, "result %d (%%%d) is not defined in scope", i, r->id);
+  }
+}
+
+static void check_names(Verifier *vf, const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n || !(n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) || !n->a.name) continue;
+    for (int j = 0; j < i; j++) {
+      const Node *m = g->nodes[j];
+      if (m && (m->op == OP_PARAM || m->op == OP_STATE || m->op == OP_INPUT) && m->a.name &&
+          strcmp(m->a.name, n->a.name) == 0) {
+        report(vf, n, "name \"%s\" already used by %s #%d", n->a.name, ir_ops[m->op].name, m->id);
+        break;
+      }
+    }
+  }
+}
+
+bool ir_verify(const Graph *g, const char *after_pass) {
+  Arena tmp;
+  arena_init(&tmp);
+  Verifier vf = {.arena = &tmp, .pass = after_pass};
+  index_graph(&vf, g);
+  verify_graph(&vf, g);
+  if (!g->parent) check_names(&vf, g);
+  if (vf.errors > MAX_REPORTS)
+    fprintf(stderr, "shardc: IR verification after %s: %d more problems\n", after_pass ? after_pass : "?",
+            vf.errors - MAX_REPORTS);
+  arena_free(&tmp);
+  return vf.errors == 0;
+}
