@@ -1,0 +1,74 @@
+/* runtime/program.h — what a generated trainer hands the runtime.
+ *
+ * shardc's codegen emits C that defines one RtProgram (tables of tensors with
+ * their offsets in the rank's one allocation, and the step functions) and a
+ * main() that calls rt_train_main(). Everything else — flags, data, the
+ * training loop, logging, checkpoints, sampling — is the runtime's.
+ */
+#ifndef SHARDRT_PROGRAM_H
+#define SHARDRT_PROGRAM_H
+
+#include <stdint.h>
+
+enum { RT_F32, RT_BF16, RT_F16, RT_F64, RT_I32, RT_I64 }; /* = the IR's DType order */
+enum { RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_CONST }; /* = InitKind */
+enum { RT_T_PARAM, RT_T_STATE, RT_T_INPUT, RT_T_RESULT };
+enum { RT_OPT_SGD, RT_OPT_ADAMW };
+enum { RT_LR_CONSTANT, RT_LR_LINEAR, RT_LR_COSINE };
+
+#define RT_MAX_RANK 6
+
+typedef struct {
+  const char *name;         /* logical name: "wte", "blocks.attention.w_qkv", "adam_m:wte", "tokens", "loss", "grad:wte" */
+  int kind;                 /* RT_T_* */
+  int dtype;                /* RT_* dtype */
+  int rank;                 /* number of dims */
+  int64_t dims[RT_MAX_RANK];
+  int64_t offset;           /* bytes from the rank's base */
+  int stacked;              /* 1: dim 0 indexes layers of a repeat; checkpoints name slices "blocks.3.attention.w_qkv" */
+  int init;                 /* RT_INIT_* (params) */
+  double init_a, init_b;    /* normal(mean a, std b), uniform(a, b), const a */
+} RtTensor;
+
+typedef struct {
+  int optimizer;            /* RT_OPT_* */
+  double lr, min_lr;        /* peak and final learning rate */
+  int lr_schedule;          /* RT_LR_* */
+  int64_t warmup;           /* steps */
+  int64_t steps;            /* default --steps */
+  uint64_t seed;            /* default --seed */
+  double grad_clip;         /* 0: off */
+  const char *data, *val;   /* default --data / --val (may be NULL) */
+  int64_t ckpt_every;       /* steps; 0: only at the end when --save-to is given */
+  const char *ckpt_dir;
+  int ckpt_keep;
+} RtRecipe;
+
+typedef struct RtCtx RtCtx; /* the runtime's per-rank state: threads, rank, groups */
+
+typedef struct {
+  const char *model;        /* model name */
+  const char *source;       /* the .model path it was compiled from */
+  int64_t mem_bytes;        /* the planned allocation */
+  int64_t mem_peak;         /* the planned peak of live bytes */
+  int64_t batch, seq;       /* per-rank micro-batch B and sequence length T of the step */
+  int64_t vocab;            /* valid vocabulary size (tokens must be < vocab) */
+  int64_t vocab_padded;     /* logits' last dim */
+  int byte_level;           /* 1: the data is raw bytes and samples print as text */
+  int64_t nparams;          /* parameter count */
+  double flops_per_token;   /* training FLOPs (forward + backward) per token */
+  int ntensors;
+  const RtTensor *tensors;  /* params, states, inputs ("tokens", "targets", "lr", "step"), results ("loss", "grad_norm", "grad:*") */
+  int64_t logits_offset;    /* bytes: f32 [batch, seq, vocab_padded] after `logits` runs */
+  RtRecipe recipe;
+  void (*step)(char *mem, RtCtx *ctx);   /* forward, backward and update; reads the inputs, writes "loss" and updates state */
+  void (*eval)(char *mem, RtCtx *ctx);   /* forward to "loss" only; no update */
+  void (*logits)(char *mem, RtCtx *ctx); /* forward to the logits only (sampling) */
+} RtProgram;
+
+/* Runs the trainer: parses the flags (--data, --val, --steps, --seed, --batch, --init-from,
+ * --save-to, --resume, --log, --eval-every, --sample, --help, ...), allocates mem_bytes,
+ * initialises, trains, logs, checkpoints, samples. Returns the process exit status. */
+int rt_train_main(int argc, char **argv, const RtProgram *p);
+
+#endif
