@@ -1,0 +1,233 @@
+/* runtime/ops/ops.c — generic CPU kernels for the IR's shape and elementwise ops. */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* Row-major strides of `s` aligned to the rank of `out`: broadcast dims get stride 0. */
+static void bcast_strides(const RtShape *out, const RtShape *s, int64_t *st) {
+  int off = out->rank - s->rank;
+  int64_t acc = 1;
+  for (int i = out->rank - 1; i >= 0; i--) {
+    int j = i - off;
+    if (j < 0) {
+      st[i] = 0;
+    } else {
+      st[i] = s->dim[j] == 1 && out->dim[i] != 1 ? 0 : acc;
+      acc *= s->dim[j];
+    }
+  }
+}
+
+static int64_t numel(const RtShape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dim[i];
+  return n;
+}
+
+static inline float bin(int op, float a, float b) {
+  switch (op) {
+  case RT_ADD: return a + b;
+  case RT_SUB: return a - b;
+  case RT_MUL: return a * b;
+  case RT_DIV: return a / b;
+  case RT_MAXIMUM: return a > b ? a : b;
+  default: return a < b ? a : b;
+  }
+}
+
+void rt_binary_f32(int op, float *y, const RtShape *ys, const float *a, const RtShape *as, const float *b,
+                   const RtShape *bs) {
+  int64_t n = numel(ys), na = numel(as), nb = numel(bs);
+  if (n == 0) return;
+  int64_t inner = ys->rank ? ys->dim[ys->rank - 1] : 1;
+  if (na == n && nb == n) {
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = bin(op, a[i], b[i]);
+    return;
+  }
+  if (na == n && (nb == 1 || nb == inner)) { /* bias / scalar on the right */
+    int64_t rows = n / inner;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < inner; j++) y[r * inner + j] = bin(op, a[r * inner + j], b[nb == 1 ? 0 : j]);
+    return;
+  }
+  if (nb == n && (na == 1 || na == inner)) {
+    int64_t rows = n / inner;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < inner; j++) y[r * inner + j] = bin(op, a[na == 1 ? 0 : j], b[r * inner + j]);
+    return;
+  }
+  int64_t sa[RT_OPS_MAX_RANK], sb[RT_OPS_MAX_RANK];
+  bcast_strides(ys, as, sa);
+  bcast_strides(ys, bs, sb);
+#pragma omp parallel for if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    int64_t rem = i, ia = 0, ib = 0;
+    for (int d = ys->rank - 1; d >= 0; d--) {
+      int64_t c = rem % ys->dim[d];
+      rem /= ys->dim[d];
+      ia += c * sa[d];
+      ib += c * sb[d];
+    }
+    y[i] = bin(op, a[ia], b[ib]);
+  }
+}
+
+static inline float gelu(float x) {
+  const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+void rt_unary_f32(int op, float *y, const float *x, int64_t n, float s) {
+#pragma omp parallel for if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    switch (op) {
+    case RT_NEG: v = -v; break;
+    case RT_SCALE: v = s * v; break;
+    case RT_ADD_SCALAR: v = v + s; break;
+    case RT_EXP: v = expf(v); break;
+    case RT_LOG: v = logf(v); break;
+    case RT_SQRT: v = sqrtf(v); break;
+    case RT_RSQRT: v = 1.0f / sqrtf(v); break;
+    case RT_TANH: v = tanhf(v); break;
+    case RT_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
+    case RT_RELU: v = v > 0 ? v : 0; break;
+    case RT_GELU: v = gelu(v); break;
+    case RT_SILU: v = v / (1.0f + expf(-v)); break;
+    default: break;
+    }
+    y[i] = v;
+  }
+}
+
+void rt_gelu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) {
+  const float c = 0.7978845608028654f;
+#pragma omp parallel for if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i], u = c * (v + 0.044715f * v * v * v), t = tanhf(u);
+    float du = c * (1.0f + 3.0f * 0.044715f * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+void rt_silu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) {
+#pragma omp parallel for if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float s = 1.0f / (1.0f + expf(-x[i]));
+    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+  }
+}
+
+void rt_reduce_to_f32(float *y, const RtShape *ys, const float *x, const RtShape *xs) {
+  int64_t n = numel(xs), ny = numel(ys);
+  int64_t inner = ys->rank ? ys->dim[ys->rank - 1] : 1;
+  if (ny == n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+    return;
+  }
+  if (ys->rank >= 1 && ny == inner && xs->rank >= 1 && xs->dim[xs->rank - 1] == inner) { /* bias grads */
+    int64_t rows = n / inner;
+    for (int64_t j = 0; j < inner; j++) y[j] = 0;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t j = 0; j < inner; j++) {
+      double acc = 0;
+      for (int64_t r = 0; r < rows; r++) acc += x[r * inner + j];
+      y[j] = (float)acc;
+    }
+    return;
+  }
+  /* general: accumulate in double through the broadcast strides of y within x's shape */
+  int64_t sy[RT_OPS_MAX_RANK];
+  bcast_strides(xs, ys, sy);
+  for (int64_t j = 0; j < ny; j++) y[j] = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t rem = i, iy = 0;
+    for (int d = xs->rank - 1; d >= 0; d--) {
+      int64_t c = rem % xs->dim[d];
+      rem /= xs->dim[d];
+      iy += c * sy[d];
+    }
+    y[iy] += x[i];
+  }
+}
+
+void rt_broadcast_to_f32(float *y, const RtShape *ys, const float *x, const RtShape *xs) {
+  int64_t n = numel(ys);
+  int64_t sx[RT_OPS_MAX_RANK];
+  bcast_strides(ys, xs, sx);
+#pragma omp parallel for if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    int64_t rem = i, ix = 0;
+    for (int d = ys->rank - 1; d >= 0; d--) {
+      int64_t c = rem % ys->dim[d];
+      rem /= ys->dim[d];
+      ix += c * sx[d];
+    }
+    y[i] = x[ix];
+  }
+}
+
+void rt_copy_block(void *y, int64_t ydim, int64_t ystart, const void *x, int64_t xdim, int64_t xstart,
+                   int64_t outer, int64_t len, int64_t inner, int esize) {
+  size_t row = (size_t)(len * inner * esize);
+#pragma omp parallel for if (outer * len * inner > 65536) schedule(static)
+  for (int64_t o = 0; o < outer; o++)
+    memcpy((char *)y + ((o * ydim + ystart) * inner) * esize, (const char *)x + ((o * xdim + xstart) * inner) * esize,
+           row);
+}
+
+void rt_transpose_f32(float *y, const float *x, int64_t batch, int64_t m, int64_t n) {
+  for (int64_t b = 0; b < batch; b++) {
+    const float *xb = x + b * m * n;
+    float *yb = y + b * m * n;
+#pragma omp parallel for if (m * n > 65536) schedule(static)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) yb[j * m + i] = xb[i * n + j];
+  }
+}
+
+void rt_fill_f32(float *y, int64_t n, float v) {
+  for (int64_t i = 0; i < n; i++) y[i] = v;
+}
+
+void rt_iota_i32(int32_t *y, int64_t n, int64_t start) {
+  for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(start + i);
+}
+
+void rt_sum_f32(float *y, const float *x, int64_t n) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; i++) acc += x[i];
+  y[0] = (float)acc;
+}
+
+void rt_mean_f32(float *y, const float *x, int64_t n) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; i++) acc += x[i];
+  y[0] = (float)(n ? acc / (double)n : 0.0);
+}
+
+void rt_sumsq_f32(float *y, const float *x, int64_t n) {
+  double acc = 0;
+#pragma omp parallel for reduction(+ : acc) if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
+  y[0] = (float)acc;
+}
+
+void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                   int ta, int tb, int b_batched) {
+  if (!b_batched && !ta) { /* one GEMM over the stacked rows */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)(batch * m), (int)n, (int)k,
+                1.0f, a, (int)k, b, tb ? (int)k : (int)n, 0.0f, y, (int)n);
+    return;
+  }
+  for (int64_t i = 0; i < batch; i++) {
+    const float *ai = a + i * m * k, *bi = b + (b_batched ? i * k * n : 0);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, 1.0f, ai, ta ? (int)m : (int)k, bi, tb ? (int)k : (int)n, 0.0f, y + i * m * n, (int)n);
+  }
+}
