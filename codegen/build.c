@@ -1,0 +1,68 @@
+/* codegen/build.c — writes the generated C and runs the system C compiler on it. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cg_config.h"
+#include "codegen.h"
+#include "diag.h"
+
+static bool mkdir_p(const char *dir) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(buf, 0755) && errno != EEXIST) return false;
+      *p = '/';
+    }
+  return mkdir(buf, 0755) == 0 || errno == EEXIST;
+}
+
+bool cg_build(const Module *m, const char *out, const CgOptions *o) {
+  char tmpl[] = "/tmp/shardc-XXXXXX";
+  const char *dir = o->emit_dir;
+  if (dir) {
+    if (!mkdir_p(dir)) {
+      error_plain("cannot create --emit-c directory '%s': %s", dir, strerror(errno));
+      return false;
+    }
+  } else if (!(dir = mkdtemp(tmpl))) {
+    error_plain("cannot create a temporary directory: %s", strerror(errno));
+    return false;
+  }
+  char src[4096];
+  snprintf(src, sizeof src, "%s/%s.c", dir, m->name);
+  FILE *f = fopen(src, "w");
+  if (!f) {
+    error_plain("cannot write '%s': %s", src, strerror(errno));
+    return false;
+  }
+  bool ok = cg_emit_c(f, m, o);
+  if (fclose(f) != 0) ok = false;
+  if (!ok) return false;
+
+  const char *cc = o->cc ? o->cc : getenv("CC");
+  if (!cc || !*cc) cc = "cc";
+  const char *cflags = o->cflags ? o->cflags : "-O2";
+  size_t len = strlen(cc) + strlen(cflags) + strlen(src) + strlen(out) + strlen(CG_INCLUDES) +
+               strlen(CG_RUNTIME_LIB) + strlen(CG_LINK_DEPS) + 64;
+  char *cmd = malloc(len);
+  if (!cmd) die("out of memory");
+  snprintf(cmd, len, "%s %s -std=gnu11 %s%s -o %s %s %s", cc, cflags, src, CG_INCLUDES, out, CG_RUNTIME_LIB, CG_LINK_DEPS);
+  if (o->verbose) fprintf(stderr, "shardc: %s\n", cmd);
+  int st = system(cmd);
+  free(cmd);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    error_plain("the C compiler failed on the generated program '%s' (a shardc bug: please report it)", src);
+    return false;
+  }
+  if (!o->emit_dir) {
+    unlink(src);
+    rmdir(dir);
+  }
+  return true;
+}

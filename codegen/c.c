@@ -1,0 +1,495 @@
+/* codegen/c.c — the per-rank program as readable C that calls libshardrt.
+ *
+ * Every value lives at the byte offset the memory plan gave it in the rank's one
+ * allocation `M`; a node becomes one runtime call on pointers into M. A REPEAT
+ * becomes a C loop whose body reads its per-layer slices at offset + i * stride.
+ * Three entry points share the plan: step (everything), eval (what the loss needs)
+ * and logits (what the logits need), each a subsequence of the same node order, so
+ * the same placements stay valid.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "diag.h"
+#include "memplan.h"
+#include "print.h"
+
+typedef struct {
+  const Node *arg;  /* an ARG of a body being emitted */
+  const char *expr; /* the C pointer expression it stands for */
+} ArgBind;
+
+typedef struct {
+  FILE *f;
+  const Module *m;
+  Arena *a;
+  ArgBind *binds; /* innermost last */
+  int nargs, capargs;
+  int indent;
+  bool ok;
+} Cg;
+
+static void line(Cg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(Cg *c, const char *fmt, ...) {
+  for (int i = 0; i < c->indent; i++) fputs("  ", c->f);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(c->f, fmt, ap);
+  va_end(ap);
+  fputc('\n', c->f);
+}
+
+static int depth_of(const Graph *g) {
+  int d = 0;
+  for (; g->parent; g = g->parent) d++;
+  return d;
+}
+
+/* C expression (char *) for where v lives. */
+static const char *ptr(Cg *c, const Value *v) {
+  if (v->def->op == OP_ARG) {
+    for (int i = c->nargs - 1; i >= 0; i--)
+      if (c->binds[i].arg == v->def) return c->binds[i].expr;
+    die("ARG %%%d has no binding", v->id);
+  }
+  if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
+  if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, depth_of(v->def->graph), v->stride);
+  return arena_printf(c->a, "(M + %" PRId64 ")", v->offset);
+}
+
+static const char *fp(Cg *c, const Value *v) { return arena_printf(c->a, "(float *)%s", ptr(c, v)); }
+static const char *ip(Cg *c, const Value *v) { return arena_printf(c->a, "(int32_t *)%s", ptr(c, v)); }
+
+static const char *shape_lit(Cg *c, const Shape *s) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf, "&(RtShape){%d, {", s->rank);
+  for (int i = 0; i < s->rank; i++) n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%" PRId64, i ? ", " : "", s->dim[i]);
+  snprintf(buf + n, sizeof buf - (size_t)n, "}}");
+  return arena_strdup(c->a, buf);
+}
+
+static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+static void bind_arg(Cg *c, const Node *arg, const char *expr) {
+  arena_grow(c->a, (void **)&c->binds, &c->capargs, c->nargs + 1, sizeof(ArgBind));
+  c->binds[c->nargs++] = (ArgBind){arg, expr};
+}
+
+/* A C string literal for s (or NULL). */
+static const char *cstr(Cg *c, const char *s) {
+  if (!s) return "NULL";
+  size_t n = strlen(s);
+  char *q = arena_alloc(c->a, 4 * n + 3), *p = q;
+  *p++ = '"';
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      *p++ = '\\';
+      *p++ = (char)ch;
+    } else if (ch < 32 || ch >= 127) {
+      p += sprintf(p, "\\%03o", ch);
+    } else {
+      *p++ = (char)ch;
+    }
+  }
+  *p++ = '"';
+  *p = 0;
+  return q;
+}
+
+static void copy_if_moved(Cg *c, const Value *dst, const Value *src) {
+  const char *d = ptr(c, dst), *s = ptr(c, src);
+  if (strcmp(d, s) != 0) line(c, "memcpy(%s, %s, %" PRId64 ");", d, s, bytes_of(src));
+}
+
+static void emit_graph(Cg *c, Graph *g, const bool *need);
+
+static int64_t prod(const Shape *s, int from, int to) {
+  int64_t n = 1;
+  for (int i = from; i < to; i++) n *= s->dim[i];
+  return n;
+}
+
+static void unsupported(Cg *c, const Node *n, const char *why) {
+  error_at(n->loc, "the CPU target cannot run %s yet: %s", ir_ops[n->op].name, why);
+  c->ok = false;
+}
+
+static void emit_repeat(Cg *c, Node *n) {
+  Graph *b = n->body;
+  int d = depth_of(b);
+  int nc = n->a.ncarry, nx = n->a.nxs;
+  int mark = c->nargs;
+  line(c, "{ /* repeat %s x%" PRId64 " */", n->a.name ? n->a.name : "", n->a.count);
+  c->indent++;
+  for (int k = 0; k < nc; k++) line(c, "char *c%d_%d = %s;", d, k, ptr(c, n->in[k]));
+  for (int k = 0; k < b->nargs; k++) {
+    Node *arg = b->args[k];
+    const char *e;
+    if (k < nc)
+      e = arena_printf(c->a, "c%d_%d", d, k);
+    else if (k < nc + nx)
+      e = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", ptr(c, n->in[k]), d, bytes_of(arg->out[0]));
+    else
+      e = ptr(c, n->in[k]);
+    bind_arg(c, arg, e);
+  }
+  if (n->a.reverse)
+    line(c, "for (int64_t i%d = %" PRId64 "; i%d >= 0; i%d--) {", d, n->a.count - 1, d, d);
+  else
+    line(c, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", d, d, n->a.count, d);
+  c->indent++;
+  emit_graph(c, b, NULL);
+  for (int r = nc; r < b->nresults; r++) { /* ys not planned in place are copied into their slice */
+    Value *y = b->results[r];
+    const char *dst = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", ptr(c, n->out[r]), d, bytes_of(y));
+    if (strcmp(dst, ptr(c, y)) != 0) line(c, "memcpy(%s, %s, %" PRId64 ");", dst, ptr(c, y), bytes_of(y));
+  }
+  for (int k = 0; k < nc; k++) {
+    const char *dst = ptr(c, n->out[k]), *src = ptr(c, b->results[k]);
+    if (strcmp(dst, src) != 0) line(c, "memmove(%s, %s, %" PRId64 ");", dst, src, bytes_of(n->out[k]));
+    line(c, "c%d_%d = %s;", d, k, dst);
+  }
+  c->indent--;
+  line(c, "}");
+  if (n->a.count == 0)
+    for (int k = 0; k < nc; k++) copy_if_moved(c, n->out[k], n->in[k]);
+  c->indent--;
+  line(c, "}");
+  c->nargs = mark;
+}
+
+static void emit_node(Cg *c, Node *n) {
+  Value *y = n->nout ? n->out[0] : NULL;
+  Value *x = n->nin ? n->in[0] : NULL;
+  int64_t ny = y ? ir_numel(&y->shape) : 0;
+  const Attrs *a = &n->a;
+  unsigned fl = ir_ops[n->op].flags;
+  if ((fl & F_EW) && n->op != OP_CAST && n->op != OP_GELU_BWD && n->op != OP_SILU_BWD) {
+    for (int i = 0; i < n->nin; i++)
+      if (n->in[i]->dtype != DT_F32) return unsupported(c, n, "only f32 elementwise math on the CPU");
+  }
+  switch (n->op) {
+  case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_ARG: return;
+  case OP_CONST:
+    if (y->dtype != DT_F32) return unsupported(c, n, "non-f32 constants");
+    line(c, "rt_fill_f32(%s, %" PRId64 ", %.17gf);", fp(c, y), ny, a->scalar);
+    return;
+  case OP_IOTA: line(c, "rt_iota_i32(%s, %" PRId64 ", %" PRId64 ");", ip(c, y), ny, a->start); return;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAXIMUM: case OP_MINIMUM: {
+    static const char *ops[] = {[OP_ADD] = "RT_ADD", [OP_SUB] = "RT_SUB", [OP_MUL] = "RT_MUL",
+                                [OP_DIV] = "RT_DIV", [OP_MAXIMUM] = "RT_MAXIMUM", [OP_MINIMUM] = "RT_MINIMUM"};
+    line(c, "rt_binary_f32(%s, %s, %s, %s, %s, %s, %s);", ops[n->op], fp(c, y), shape_lit(c, &y->shape),
+         fp(c, n->in[0]), shape_lit(c, &n->in[0]->shape), fp(c, n->in[1]), shape_lit(c, &n->in[1]->shape));
+    return;
+  }
+  case OP_NEG: case OP_SCALE: case OP_ADD_SCALAR: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT:
+  case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: {
+    static const char *ops[] = {[OP_NEG] = "RT_NEG", [OP_SCALE] = "RT_SCALE", [OP_ADD_SCALAR] = "RT_ADD_SCALAR",
+                                [OP_EXP] = "RT_EXP", [OP_LOG] = "RT_LOG", [OP_SQRT] = "RT_SQRT",
+                                [OP_RSQRT] = "RT_RSQRT", [OP_TANH] = "RT_TANH", [OP_SIGMOID] = "RT_SIGMOID",
+                                [OP_RELU] = "RT_RELU", [OP_GELU] = "RT_GELU", [OP_SILU] = "RT_SILU"};
+    line(c, "rt_unary_f32(%s, %s, %s, %" PRId64 ", %.17gf);", ops[n->op], fp(c, y), fp(c, x), ny, a->scalar);
+    return;
+  }
+  case OP_GELU_BWD: line(c, "rt_gelu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
+  case OP_SILU_BWD: line(c, "rt_silu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
+  case OP_CAST:
+    if (x->dtype != y->dtype) return unsupported(c, n, "dtype conversion (mixed precision is the CUDA target's)");
+    copy_if_moved(c, y, x);
+    return;
+  case OP_RESHAPE: copy_if_moved(c, y, x); return;
+  case OP_TRANSPOSE: {
+    int r = x->shape.rank;
+    line(c, "rt_transpose_f32(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x),
+         prod(&x->shape, 0, r - 2), x->shape.dim[r - 2], x->shape.dim[r - 1]);
+    return;
+  }
+  case OP_SLICE: case OP_PAD: {
+    const Shape *xs = &x->shape;
+    int ax = a->axis;
+    int64_t outer = prod(xs, 0, ax), inner = prod(xs, ax + 1, xs->rank);
+    int es = ir_dtype_size(x->dtype);
+    if (n->op == OP_SLICE)
+      line(c, "rt_copy_block(%s, %" PRId64 ", 0, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           ptr(c, y), a->len, ptr(c, x), xs->dim[ax], a->start, outer, a->len, inner, es);
+    else {
+      line(c, "memset(%s, 0, %" PRId64 ");", ptr(c, y), bytes_of(y));
+      line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           ptr(c, y), a->len, a->start, ptr(c, x), xs->dim[ax], outer, xs->dim[ax], inner, es);
+    }
+    return;
+  }
+  case OP_CONCAT: {
+    int ax = a->axis;
+    int64_t outer = prod(&y->shape, 0, ax), inner = prod(&y->shape, ax + 1, y->shape.rank), at = 0;
+    for (int i = 0; i < n->nin; i++) {
+      int64_t len = n->in[i]->shape.dim[ax];
+      line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           ptr(c, y), y->shape.dim[ax], at, ptr(c, n->in[i]), len, outer, len, inner, ir_dtype_size(y->dtype));
+      at += len;
+    }
+    return;
+  }
+  case OP_REDUCE_SUM:
+    line(c, "rt_reduce_to_f32(%s, %s, %s, %s);", fp(c, y), shape_lit(c, &y->shape), fp(c, x), shape_lit(c, &x->shape));
+    return;
+  case OP_BROADCAST_TO:
+    line(c, "rt_broadcast_to_f32(%s, %s, %s, %s);", fp(c, y), shape_lit(c, &y->shape), fp(c, x), shape_lit(c, &x->shape));
+    return;
+  case OP_MATMUL: {
+    const Shape *as = &x->shape, *bs = &n->in[1]->shape;
+    int ra = as->rank, rb = bs->rank;
+    int64_t m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2], k = a->ta ? as->dim[ra - 2] : as->dim[ra - 1];
+    int64_t nn = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1];
+    int64_t batch = prod(as, 0, ra - 2), bbatch = prod(bs, 0, rb - 2);
+    if (bbatch != 1 && bbatch != batch) return unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
+    line(c, "rt_matmul_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);", fp(c, y),
+         fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
+    return;
+  }
+  case OP_EMBED: {
+    Value *t = n->in[0], *idx = n->in[1];
+    line(c, "rt_embed_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, t), ip(c, idx),
+         ir_numel(&idx->shape), t->shape.dim[1], t->shape.dim[0]);
+    return;
+  }
+  case OP_EMBED_BWD: {
+    Value *idx = n->in[0];
+    line(c, "rt_embed_bwd_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), ip(c, idx),
+         fp(c, n->in[1]), ir_numel(&idx->shape), y->shape.dim[1], y->shape.dim[0]);
+    return;
+  }
+  case OP_LAYERNORM: case OP_RMSNORM: {
+    int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
+    if (n->op == OP_LAYERNORM)
+      line(c, "rt_layernorm_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf);", fp(c, y), fp(c, x),
+           fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
+    else
+      line(c, "rt_rmsnorm_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf);", fp(c, y), fp(c, x), fp(c, n->in[1]),
+           rows, d, a->eps);
+    return;
+  }
+  case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: {
+    int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
+    if (n->op == OP_LAYERNORM_BWD)
+      line(c, "rt_layernorm_bwd_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf);", fp(c, n->out[0]),
+           fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
+    else
+      line(c, "rt_rmsnorm_bwd_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf);", fp(c, n->out[0]),
+           fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
+    return;
+  }
+  case OP_ROPE: {
+    const Shape *s = &x->shape;
+    int64_t hd = s->dim[2] / a->heads;
+    line(c, "rt_rope_f32(%s, %s, %" PRId64 ", %" PRId64 ", %d, %" PRId64 ", %.17g, %" PRId64 ", %d);", fp(c, y),
+         fp(c, x), s->dim[0], s->dim[1], a->heads, hd, a->theta, a->start, a->inverse);
+    return;
+  }
+  case OP_SDPA: case OP_SDPA_BWD: {
+    const Shape *s = &x->shape;
+    int64_t hd = s->dim[2] / a->heads;
+    if (n->op == OP_SDPA)
+      line(c, "rt_sdpa_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);", fp(c, n->out[0]),
+           fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), s->dim[0], s->dim[1], a->heads,
+           a->kv_heads, hd, a->causal);
+    else
+      line(c, "rt_sdpa_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);",
+           fp(c, n->out[0]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]),
+           fp(c, n->in[3]), fp(c, n->in[4]), fp(c, n->in[5]), s->dim[0], s->dim[1], a->heads, a->kv_heads, hd,
+           a->causal);
+    return;
+  }
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: {
+    int64_t V = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (V ? V : 1);
+    int64_t len = a->len > 0 ? a->len : V;
+    if (n->op == OP_CROSS_ENTROPY)
+      line(c, "rt_cross_entropy_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x),
+           ip(c, n->in[1]), rows, V, len);
+    else
+      line(c, "rt_cross_entropy_bwd_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x),
+           ip(c, n->in[1]), fp(c, n->in[2]), rows, V, len);
+    return;
+  }
+  case OP_SUM: line(c, "rt_sum_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_MEAN: line(c, "rt_mean_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_SUMSQ: line(c, "rt_sumsq_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_ADAMW_UPDATE:
+    for (int k = 0; k < 3; k++) copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : k + 1]);
+    line(c, "rt_adamw_f32(%s, %s, %s, %s, %s, %" PRId64 ", %.17gf, %.17gf, %.17gf, %.17gf);", fp(c, n->out[0]),
+         fp(c, n->in[1]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, n->in[4]), ir_numel(&x->shape), a->beta1,
+         a->beta2, a->eps, a->weight_decay);
+    return;
+  case OP_SGD_UPDATE:
+    for (int k = 0; k < 2; k++) copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : 2]);
+    line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", %.17gf, %.17gf);", fp(c, n->out[0]), fp(c, n->in[1]),
+         fp(c, n->out[1]), fp(c, n->in[3]), ir_numel(&x->shape), a->momentum, a->weight_decay);
+    return;
+  case OP_REPEAT: emit_repeat(c, n); return;
+  case OP_CALL: return unsupported(c, n, "layer calls must be inlined first");
+  default: return unsupported(c, n, "collectives and pipeline transfers arrive with multi-rank codegen");
+  }
+}
+
+static void emit_graph(Cg *c, Graph *g, const bool *need) {
+  for (int i = 0; i < g->nnodes; i++) {
+    if (need && !need[i]) continue;
+    Node *n = g->nodes[i];
+    if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) continue;
+    if (n->loc.file) line(c, "/* %s:%d */", n->loc.file, n->loc.line);
+    emit_node(c, n);
+  }
+}
+
+/* Marks the nodes of the top graph that `v` depends on. */
+static void need_closure(const Graph *g, const Value *v, bool *need) {
+  int i = g->nnodes - 1;
+  while (i >= 0 && g->nodes[i] != v->def) i--;
+  if (i < 0) return;
+  need[i] = true;
+  for (; i >= 0; i--) {
+    if (!need[i]) continue;
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      for (int k = i - 1; k >= 0; k--)
+        if (g->nodes[k] == n->in[j]->def) {
+          need[k] = true;
+          break;
+        }
+  }
+}
+
+static Value *result(const Graph *g, const char *name) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->result_names[i] && strcmp(g->result_names[i], name) == 0) return g->results[i];
+  return NULL;
+}
+
+static Value *find_source(const Graph *g, OpKind op, const char *name) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == op && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, name) == 0)
+      return g->nodes[i]->out[0];
+  return NULL;
+}
+
+static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
+  fprintf(c->f, "  {%s, %s, %d, %d, {", cstr(c, name), kind, (int)v->dtype, v->shape.rank);
+  for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
+  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g},\n", v->offset, stacked, src ? (int)src->a.init : 0,
+          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0);
+}
+
+/* A PARAM is stacked when it feeds a REPEAT as one of its xs. */
+static bool is_stacked(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_REPEAT) continue;
+    for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++)
+      if (n->in[k] == v) return true;
+  }
+  return false;
+}
+
+bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
+  Arena a;
+  arena_init(&a);
+  Cg c = {.f = f, .m = m, .a = &a, .ok = true};
+  Graph *g = m->graph;
+  Value *loss = result(g, "loss");
+  Value *tokens = find_source(g, OP_INPUT, "tokens");
+  if (!loss || !tokens || tokens->shape.rank != 2) {
+    error_plain("model '%s' needs an input `tokens : i32[batch, seq]` and a result `loss` to become a trainer", m->name);
+    arena_free(&a);
+    return false;
+  }
+  /* the logits: the first input of the cross_entropy that makes the loss */
+  Value *logits = NULL;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_CROSS_ENTROPY) {
+      logits = g->nodes[i]->in[0];
+      break;
+    }
+  int64_t V = logits ? logits->shape.dim[logits->shape.rank - 1] : 0, vocab = V;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_CROSS_ENTROPY && g->nodes[i]->a.len > 0) vocab = g->nodes[i]->a.len;
+
+  fprintf(f, "/* Generated by shardc from %s (model %s). Do not edit: recompile the .model instead. */\n",
+          o->source_path ? o->source_path : "?", m->name);
+  fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n");
+  fprintf(f, "/* memory plan: %" PRId64 " bytes (peak %" PRId64 " live) */\n\n", m->memplan->total, m->memplan->peak);
+
+  bool *need = ARENA_ARRAY(&a, bool, g->nnodes + 1);
+  fprintf(f, "static void step(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
+  c.indent = 1;
+  emit_graph(&c, g, NULL);
+  for (int r = 0; r < g->nresults; r++) { /* state updates not done in place */
+    const char *nm = g->result_names[r];
+    if (!nm || strncmp(nm, "next:", 5) != 0) continue;
+    Value *dst = find_source(g, OP_PARAM, nm + 5);
+    if (!dst) dst = find_source(g, OP_STATE, nm + 5);
+    if (!dst) die("result %s updates no PARAM/STATE", nm);
+    copy_if_moved(&c, dst, g->results[r]);
+  }
+  fprintf(f, "}\n\n");
+
+  need_closure(g, loss, need);
+  fprintf(f, "static void eval(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
+  emit_graph(&c, g, need);
+  fprintf(f, "}\n\n");
+
+  memset(need, 0, sizeof(bool) * (size_t)g->nnodes);
+  if (logits) need_closure(g, logits, need);
+  fprintf(f, "static void logits(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
+  if (logits) emit_graph(&c, g, need);
+  fprintf(f, "}\n\n");
+
+  fprintf(f, "static const RtTensor tensors[] = {\n");
+  int ntensors = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_PARAM) emit_tensor(&c, n->out[0], n->a.name, "RT_T_PARAM", n, is_stacked(g, n->out[0]));
+    else if (n->op == OP_STATE) emit_tensor(&c, n->out[0], n->a.name, "RT_T_STATE", NULL, false);
+    else if (n->op == OP_INPUT) emit_tensor(&c, n->out[0], n->a.name, "RT_T_INPUT", NULL, false);
+    else continue;
+    ntensors++;
+  }
+  for (int r = 0; r < g->nresults; r++) {
+    const char *nm = g->result_names[r];
+    if (!nm || strncmp(nm, "next:", 5) == 0) continue;
+    Value *v = g->results[r];
+    bool stacked = false;
+    if (strncmp(nm, "grad:", 5) == 0) {
+      Value *p = find_source(g, OP_PARAM, nm + 5);
+      stacked = p && is_stacked(g, p);
+    }
+    emit_tensor(&c, v, nm, "RT_T_RESULT", NULL, stacked);
+    ntensors++;
+  }
+  fprintf(f, "};\n\n");
+
+  const Recipe *rc = &m->recipe;
+  static const char *opt[] = {[OPT_SGD] = "RT_OPT_SGD", [OPT_ADAMW] = "RT_OPT_ADAMW"};
+  static const char *sch[] = {[LR_CONSTANT] = "RT_LR_CONSTANT", [LR_LINEAR] = "RT_LR_LINEAR", [LR_COSINE] = "RT_LR_COSINE"};
+  fprintf(f, "static const RtProgram program = {\n");
+  fprintf(f, "  .model = %s,\n  .source = %s,\n", cstr(&c, m->name), cstr(&c, o->source_path));
+  fprintf(f, "  .mem_bytes = %" PRId64 ",\n  .mem_peak = %" PRId64 ",\n", m->memplan->total, m->memplan->peak);
+  fprintf(f, "  .batch = %" PRId64 ",\n  .seq = %" PRId64 ",\n", tokens->shape.dim[0], tokens->shape.dim[1]);
+  fprintf(f, "  .vocab = %" PRId64 ",\n  .vocab_padded = %" PRId64 ",\n  .byte_level = %d,\n", vocab, V, vocab == 256);
+  fprintf(f, "  .nparams = %" PRId64 ",\n  .flops_per_token = %.17g,\n", ir_param_count(m), ir_flops_per_token(m, true));
+  fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);
+  fprintf(f, "  .logits_offset = %" PRId64 ",\n", logits ? logits->offset : (int64_t)-1);
+  fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64
+             ", .steps = %" PRId64 ", .seed = %" PRIu64 "u, .grad_clip = %.17g,\n",
+          opt[rc->optimizer], rc->lr, rc->min_lr, sch[rc->lr_schedule], rc->warmup, rc->steps, rc->seed, rc->grad_clip);
+  fprintf(f, "             .data = %s, .val = %s, .ckpt_every = %" PRId64 ", .ckpt_dir = %s, .ckpt_keep = %d},\n",
+          cstr(&c, rc->data), cstr(&c, rc->val), rc->ckpt_every, cstr(&c, rc->ckpt_dir), rc->ckpt_keep);
+  fprintf(f, "  .step = step,\n  .eval = eval,\n  .logits = logits,\n};\n\n");
+  fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &program); }\n");
+  bool ok = c.ok;
+  arena_free(&a);
+  return ok;
+}

@@ -1,0 +1,23 @@
+/* codegen/codegen.h — a planned Module to a trainer: C host source, then an executable. */
+#ifndef SHARDC_CODEGEN_H
+#define SHARDC_CODEGEN_H
+
+#include <stdio.h>
+
+#include "module.h"
+
+typedef struct {
+  const char *source_path; /* the .model path, recorded in the binary */
+  const char *emit_dir;    /* keep the generated C here (--emit-c DIR); NULL: a temporary folder */
+  const char *cc;          /* C compiler; NULL: $CC or "cc" */
+  const char *cflags;      /* extra flags; NULL: "-O2" */
+  bool verbose;            /* print the compiler command */
+} CgOptions;
+
+/* Writes the C host program for m (after pass_memplan) to f. Returns false on
+ * an op the CPU target cannot run yet (reported as an error). */
+bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o);
+/* Emits the C program and compiles and links it with libshardrt into `out`. */
+bool cg_build(const Module *m, const char *out, const CgOptions *o);
+
+#endif

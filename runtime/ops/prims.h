@@ -1,0 +1,41 @@
+/* runtime/ops/prims.h — the op-level entry points generated code calls for the IR's
+ * compute primitives (ir/ops.def). Each forwards to the tuned kernels of
+ * runtime/kernels/ with the IR's layout; fp32.
+ */
+#ifndef SHARDRT_PRIMS_H
+#define SHARDRT_PRIMS_H
+
+#include <stdint.h>
+
+/* y[i, :] = table[idx[i], :], i < n; ids outside [0, V) are an error (reported, exit). */
+void rt_embed_f32(float *y, const float *table, const int32_t *idx, int64_t n, int64_t d, int64_t V);
+/* dtable = 0; dtable[idx[i], :] += dy[i, :]. */
+void rt_embed_bwd_f32(float *dtable, const int32_t *idx, const float *dy, int64_t n, int64_t d, int64_t V);
+void rt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t d, float eps);
+void rt_layernorm_bwd_f32(float *dx, float *dw, float *db, const float *x, const float *w, const float *dy,
+                          int64_t rows, int64_t d, float eps);
+void rt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t rows, int64_t d, float eps);
+void rt_rmsnorm_bwd_f32(float *dx, float *dw, const float *x, const float *w, const float *dy, int64_t rows,
+                        int64_t d, float eps);
+/* x, y: [B, S, H*hd]. */
+void rt_rope_f32(float *y, const float *x, int64_t B, int64_t S, int64_t H, int64_t hd, double theta,
+                 int64_t start, int inverse);
+/* q: [B, S, H*hd], k, v: [B, S, KV*hd] -> o: [B, S, H*hd], lse: [B, H, S]. */
+void rt_sdpa_f32(float *o, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t S,
+                 int64_t H, int64_t KV, int64_t hd, int causal);
+void rt_sdpa_bwd_f32(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
+                     const float *o, const float *lse, const float *dout, int64_t B, int64_t S, int64_t H,
+                     int64_t KV, int64_t hd, int causal);
+/* loss[0] = mean over targets >= 0 of -log softmax(logits[i, :len])[t]; logits [n, V]. */
+void rt_cross_entropy_f32(float *loss, const float *logits, const int32_t *targets, int64_t n, int64_t V,
+                          int64_t len);
+void rt_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int32_t *targets, const float *dloss,
+                              int64_t n, int64_t V, int64_t len);
+/* In place; hyper = (lr, gscale, step). */
+void rt_adamw_f32(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,
+                  float beta2, float eps, float weight_decay);
+/* In place; hyper = (lr, gscale). */
+void rt_sgd_f32(float *p, const float *g, float *m, const float *hyper, int64_t n, float momentum,
+                float weight_decay);
+
+#endif
