@@ -50,6 +50,7 @@ typedef struct {
   const char *model;        /* model name */
   const char *source;       /* the .model path it was compiled from */
   int64_t mem_bytes;        /* the planned allocation */
+  int64_t (*workspace_bytes)(void); /* kernel scratch, placed right after mem_bytes: allocate mem_bytes + this */
   int64_t mem_peak;         /* the planned peak of live bytes */
   int64_t batch, seq;       /* per-rank micro-batch B and sequence length T of the step */
   int64_t vocab;            /* valid vocabulary size (tokens must be < vocab) */

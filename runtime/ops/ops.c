@@ -1,7 +1,8 @@
 /* runtime/ops/ops.c — generic CPU kernels for the IR's shape and elementwise ops. */
 #include "ops.h"
 
-#include <cblas.h>
+#include "kernels.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -105,23 +106,9 @@ void rt_unary_f32(int op, float *y, const float *x, int64_t n, float s) {
   }
 }
 
-void rt_gelu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) {
-  const float c = 0.7978845608028654f;
-#pragma omp parallel for if (n > 65536) schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i], u = c * (v + 0.044715f * v * v * v), t = tanhf(u);
-    float du = c * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-  }
-}
+void rt_gelu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) { rt_gelu_bwd(n, x, dy, dx); }
 
-void rt_silu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) {
-#pragma omp parallel for if (n > 65536) schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float s = 1.0f / (1.0f + expf(-x[i]));
-    dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-  }
-}
+void rt_silu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) { rt_silu_bwd(n, x, dy, dx); }
 
 void rt_reduce_to_f32(float *y, const RtShape *ys, const float *x, const RtShape *xs) {
   int64_t n = numel(xs), ny = numel(ys);
@@ -199,35 +186,13 @@ void rt_iota_i32(int32_t *y, int64_t n, int64_t start) {
   for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(start + i);
 }
 
-void rt_sum_f32(float *y, const float *x, int64_t n) {
-  double acc = 0;
-  for (int64_t i = 0; i < n; i++) acc += x[i];
-  y[0] = (float)acc;
-}
+void rt_sum_f32(float *y, const float *x, int64_t n) { y[0] = (float)rt_sum(n, x); }
 
-void rt_mean_f32(float *y, const float *x, int64_t n) {
-  double acc = 0;
-  for (int64_t i = 0; i < n; i++) acc += x[i];
-  y[0] = (float)(n ? acc / (double)n : 0.0);
-}
+void rt_mean_f32(float *y, const float *x, int64_t n) { y[0] = (float)(n ? rt_sum(n, x) / (double)n : 0.0); }
 
-void rt_sumsq_f32(float *y, const float *x, int64_t n) {
-  double acc = 0;
-#pragma omp parallel for reduction(+ : acc) if (n > 65536) schedule(static)
-  for (int64_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
-  y[0] = (float)acc;
-}
+void rt_sumsq_f32(float *y, const float *x, int64_t n) { y[0] = (float)rt_sumsq(n, x); }
 
 void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                    int ta, int tb, int b_batched) {
-  if (!b_batched && !ta) { /* one GEMM over the stacked rows */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)(batch * m), (int)n, (int)k,
-                1.0f, a, (int)k, b, tb ? (int)k : (int)n, 0.0f, y, (int)n);
-    return;
-  }
-  for (int64_t i = 0; i < batch; i++) {
-    const float *ai = a + i * m * k, *bi = b + (b_batched ? i * k * n : 0);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                (int)k, 1.0f, ai, ta ? (int)m : (int)k, bi, tb ? (int)k : (int)n, 0.0f, y + i * m * n, (int)n);
-  }
+  rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, a, b, 0.0f, y);
 }

@@ -5,7 +5,14 @@
 #ifndef SHARDRT_PRIMS_H
 #define SHARDRT_PRIMS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* Scratch the ops below need, given the shapes (the generated program takes the max over its
+ * nodes and the trainer allocates it after the planned memory). */
+size_t rt_norm_ws_bytes(int64_t rows, int64_t d);
+size_t rt_rope_ws_bytes(int64_t S, int64_t hd);
+size_t rt_cross_entropy_ws_bytes(int64_t n);
 
 /* y[i, :] = table[idx[i], :], i < n; ids outside [0, V) are an error (reported, exit). */
 void rt_embed_f32(float *y, const float *table, const int32_t *idx, int64_t n, int64_t d, int64_t V);
@@ -13,13 +20,13 @@ void rt_embed_f32(float *y, const float *table, const int32_t *idx, int64_t n, i
 void rt_embed_bwd_f32(float *dtable, const int32_t *idx, const float *dy, int64_t n, int64_t d, int64_t V);
 void rt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t d, float eps);
 void rt_layernorm_bwd_f32(float *dx, float *dw, float *db, const float *x, const float *w, const float *dy,
-                          int64_t rows, int64_t d, float eps);
+                          int64_t rows, int64_t d, float eps, void *ws);
 void rt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t rows, int64_t d, float eps);
 void rt_rmsnorm_bwd_f32(float *dx, float *dw, const float *x, const float *w, const float *dy, int64_t rows,
-                        int64_t d, float eps);
+                        int64_t d, float eps, void *ws);
 /* x, y: [B, S, H*hd]. */
 void rt_rope_f32(float *y, const float *x, int64_t B, int64_t S, int64_t H, int64_t hd, double theta,
-                 int64_t start, int inverse);
+                 int64_t start, int inverse, void *ws);
 /* q: [B, S, H*hd], k, v: [B, S, KV*hd] -> o: [B, S, H*hd], lse: [B, H, S]. */
 void rt_sdpa_f32(float *o, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t S,
                  int64_t H, int64_t KV, int64_t hd, int causal);
@@ -28,9 +35,9 @@ void rt_sdpa_bwd_f32(float *dq, float *dk, float *dv, const float *q, const floa
                      int64_t KV, int64_t hd, int causal);
 /* loss[0] = mean over targets >= 0 of -log softmax(logits[i, :len])[t]; logits [n, V]. */
 void rt_cross_entropy_f32(float *loss, const float *logits, const int32_t *targets, int64_t n, int64_t V,
-                          int64_t len);
+                          int64_t len, void *ws);
 void rt_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int32_t *targets, const float *dloss,
-                              int64_t n, int64_t V, int64_t len);
+                              int64_t n, int64_t V, int64_t len, void *ws);
 /* In place; hyper = (lr, gscale, step). */
 void rt_adamw_f32(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,
                   float beta2, float eps, float weight_decay);

@@ -1,0 +1,79 @@
+/* runtime/ops/prims.c — the IR's compute primitives on the tuned kernels (runtime/kernels). */
+#include "prims.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+
+size_t rt_norm_ws_bytes(int64_t rows, int64_t d) { return rt_norm_workspace_bytes(rows, d); }
+size_t rt_rope_ws_bytes(int64_t S, int64_t hd) { return rt_rope_workspace_bytes(S, hd); }
+size_t rt_cross_entropy_ws_bytes(int64_t n) { return rt_xent_workspace_bytes(n); }
+
+void rt_embed_f32(float *y, const float *table, const int32_t *idx, int64_t n, int64_t d, int64_t V) {
+  for (int64_t i = 0; i < n; i++)
+    if (idx[i] < 0 || idx[i] >= V) {
+      fprintf(stderr, "shardrt: embed: token id %d at position %lld is outside the table of %lld rows\n", idx[i],
+              (long long)i, (long long)V);
+      exit(1);
+    }
+  rt_embed_fwd(n, V, d, table, idx, y);
+}
+
+void rt_embed_bwd_f32(float *dtable, const int32_t *idx, const float *dy, int64_t n, int64_t d, int64_t V) {
+  rt_embed_bwd(n, V, d, idx, dy, 0, dtable);
+}
+
+void rt_layernorm_f32(float *y, const float *x, const float *w, const float *b, int64_t rows, int64_t d, float eps) {
+  rt_layernorm_fwd(rows, d, eps, x, w, b, y, NULL, NULL);
+}
+
+void rt_layernorm_bwd_f32(float *dx, float *dw, float *db, const float *x, const float *w, const float *dy,
+                          int64_t rows, int64_t d, float eps, void *ws) {
+  rt_layernorm_bwd(rows, d, eps, x, w, dy, dx, dw, db, 0.0f, ws);
+}
+
+void rt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t rows, int64_t d, float eps) {
+  rt_rmsnorm_fwd(rows, d, eps, x, w, y, NULL);
+}
+
+void rt_rmsnorm_bwd_f32(float *dx, float *dw, const float *x, const float *w, const float *dy, int64_t rows,
+                        int64_t d, float eps, void *ws) {
+  rt_rmsnorm_bwd(rows, d, eps, x, w, dy, dx, dw, 0.0f, ws);
+}
+
+void rt_rope_f32(float *y, const float *x, int64_t B, int64_t S, int64_t H, int64_t hd, double theta,
+                 int64_t start, int inverse, void *ws) {
+  rt_rope(B, S, H, hd, theta, start, inverse, x, y, ws);
+}
+
+void rt_sdpa_f32(float *o, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t S,
+                 int64_t H, int64_t KV, int64_t hd, int causal) {
+  rt_sdpa_fwd(B, S, S, H, KV, hd, causal, q, k, v, o, lse);
+}
+
+void rt_sdpa_bwd_f32(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
+                     const float *o, const float *lse, const float *dout, int64_t B, int64_t S, int64_t H,
+                     int64_t KV, int64_t hd, int causal) {
+  rt_sdpa_bwd(B, S, S, H, KV, hd, causal, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
+void rt_cross_entropy_f32(float *loss, const float *logits, const int32_t *targets, int64_t n, int64_t V,
+                          int64_t len, void *ws) {
+  loss[0] = rt_xent_fwd_bwd(n, V, len, logits, targets, 0.0f, NULL, ws);
+}
+
+void rt_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int32_t *targets, const float *dloss,
+                              int64_t n, int64_t V, int64_t len, void *ws) {
+  rt_xent_fwd_bwd(n, V, len, logits, targets, dloss[0], dlogits, ws);
+}
+
+void rt_adamw_f32(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,
+                  float beta2, float eps, float weight_decay) {
+  rt_adamw(n, p, g, m, v, hyper[0], hyper[1], (double)hyper[2], beta1, beta2, eps, weight_decay);
+}
+
+void rt_sgd_f32(float *p, const float *g, float *m, const float *hyper, int64_t n, float momentum,
+                float weight_decay) {
+  rt_sgd(n, p, g, m, hyper[0], hyper[1], momentum, weight_decay);
+}
