@@ -4,8 +4,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen.h"
 #include "diag.h"
 #include "frontend.h"
+#include "memplan.h"
 #include "mesh.h"
 #include "pipeline.h"
 #include "print.h"
@@ -16,11 +18,16 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: shardc [plan] FILE.model [options]\n"
+          "usage: shardc build FILE.model -o TRAINER [options]   compile a trainer executable\n"
+          "       shardc plan FILE.model [options]                print the plan (IR, memory, FLOPs)\n"
           "\n"
           "Compiles a .model file (model, topology, parallel plan, training recipe).\n"
           "\n"
           "options:\n"
+          "  -o FILE               the trainer to write (build)\n"
+          "  --emit-c DIR          keep the generated C source in DIR\n"
+          "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
+          "  -v                    print the C compiler command\n"
           "  -D KEY=VALUE          override a plan/recipe field or a model constant (-D tp=4 -D zero=1)\n"
           "  --topology FILE       use this topology instead of the file's own\n"
           "  --world N             ranks to plan for (default: the topology's devices)\n"
@@ -39,7 +46,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  const char *input = NULL, *topology = NULL, *dump = NULL;
+  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL;
+  bool build = false;
+  CgOptions cg = {0};
   const char *import_dirs[16];
   int nimport = 0;
   FeDefine defines[128];
@@ -55,6 +64,18 @@ int main(int argc, char **argv) {
       return 0;
     } else if (strcmp(a, "plan") == 0 && !input) {
       dump = dump ? dump : "final";
+    } else if (strcmp(a, "build") == 0 && !input) {
+      build = true;
+    } else if (strcmp(a, "-o") == 0 && i + 1 < argc) {
+      out = argv[++i];
+    } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
+      cg.emit_dir = argv[++i];
+    } else if (strcmp(a, "--cc") == 0 && i + 1 < argc) {
+      cg.cc = argv[++i];
+    } else if (strcmp(a, "--cflags") == 0 && i + 1 < argc) {
+      cg.cflags = argv[++i];
+    } else if (strcmp(a, "-v") == 0) {
+      cg.verbose = true;
     } else if (strncmp(a, "-D", 2) == 0) {
       const char *kv = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
       if (!kv) {
@@ -122,12 +143,20 @@ int main(int argc, char **argv) {
   if (!m || diag_errors()) return 1;
   if (!pipeline_run(m, &po)) return 1;
 
-  if (dump && strcmp(dump, "final") == 0)
+  if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
+    memplan_print(stdout, m->memplan);
+  }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
   else if (dump && strcmp(dump, "mesh") == 0)
     ir_print_mesh(stdout, m);
+  if (build || out || cg.emit_dir) {
+    cg.source_path = input;
+    char def[512];
+    if (!out) snprintf(def, sizeof def, "train_%s", m->name);
+    if (!cg_build(m, out ? out : def, &cg)) return 1;
+  }
   arena_free(&arena);
   return 0;
 }

@@ -1,7 +1,7 @@
 /* runtime/ops/ops.c — generic CPU kernels for the IR's shape and elementwise ops. */
 #include "ops.h"
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <string.h>

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 size_t rt_norm_ws_bytes(int64_t rows, int64_t d) { return rt_norm_workspace_bytes(rows, d); }
 size_t rt_rope_ws_bytes(int64_t S, int64_t hd) { return rt_rope_workspace_bytes(S, hd); }
