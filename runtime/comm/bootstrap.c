@@ -1,0 +1,132 @@
+/* runtime/comm/bootstrap.c — rank discovery and the MPI bootstrap exchanges. */
+#include "bootstrap.h"
+
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+int rt_log_rank = -1;
+
+_Noreturn void rt_fatal(int code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  /* One write, so lines from several ranks do not interleave. */
+  char line[1200];
+  int n = snprintf(line, sizeof line, "shardrt: rank %d: %s\n", rt_log_rank, msg);
+  if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+  ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+  (void)w;
+  _exit(code);
+}
+
+/* Integer from the environment, or -1 when unset or malformed. */
+static int env_int(const char *name) {
+  const char *s = getenv(name);
+  if (!s || !*s) return -1;
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*end || v < 0 || v > 1 << 30) return -1;
+  return (int)v;
+}
+
+const char *rt_launcher_name(RtLauncher l) {
+  switch (l) {
+  case RT_LAUNCH_SINGLE: return "single process";
+  case RT_LAUNCH_MPIRUN: return "mpirun";
+  case RT_LAUNCH_SRUN: return "srun";
+  }
+  return "?";
+}
+
+bool rt_boot_init(RtBoot *b, int *argc, char ***argv) {
+  memset(b, 0, sizeof *b);
+  b->pid = (int)getpid();
+  if (gethostname(b->host, sizeof b->host - 1) != 0) snprintf(b->host, sizeof b->host, "unknown");
+  b->world = 1;
+  b->local_world = 1;
+  if (env_int("OMPI_COMM_WORLD_SIZE") >= 1) {
+    b->launcher = RT_LAUNCH_MPIRUN;
+    b->rank = env_int("OMPI_COMM_WORLD_RANK");
+    b->world = env_int("OMPI_COMM_WORLD_SIZE");
+    b->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
+    b->local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  } else if (env_int("SLURM_NTASKS") >= 1 && env_int("SLURM_PROCID") >= 0) {
+    b->launcher = RT_LAUNCH_SRUN;
+    b->rank = env_int("SLURM_PROCID");
+    b->world = env_int("SLURM_NTASKS");
+    b->local_rank = env_int("SLURM_LOCALID");
+    b->local_world = -1;
+  }
+  if (b->rank < 0 || b->rank >= b->world) {
+    fprintf(stderr, "shardrt: %s gave rank %d of %d: not a valid rank\n", rt_launcher_name(b->launcher), b->rank,
+            b->world);
+    return false;
+  }
+  if (b->local_rank < 0) b->local_rank = 0;
+  rt_log_rank = b->rank;
+  if (b->launcher == RT_LAUNCH_SINGLE) return true;
+
+  int inited = 0;
+  MPI_CHECK(MPI_Initialized(&inited));
+  if (!inited) {
+    MPI_CHECK(MPI_Init(argc, argv));
+    b->mpi = true;
+  }
+  int rank = -1, world = -1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  if (rank != b->rank || world != b->world) {
+    fprintf(stderr, "shardrt: %s says rank %d of %d but MPI says rank %d of %d\n", rt_launcher_name(b->launcher),
+            b->rank, b->world, rank, world);
+    return false;
+  }
+  if (b->local_world < 1) {
+    /* srun does not say how many tasks share the node: count equal host names. */
+    char *hosts = malloc((size_t)world * sizeof b->host);
+    if (!hosts) rt_fatal(RT_EXIT_COMM, "out of memory");
+    rt_boot_allgather(b, b->host, hosts, sizeof b->host);
+    b->local_world = 0;
+    for (int i = 0; i < world; i++)
+      if (strncmp(hosts + (size_t)i * sizeof b->host, b->host, sizeof b->host) == 0) b->local_world++;
+    free(hosts);
+  }
+  return true;
+}
+
+void rt_boot_free(RtBoot *b) {
+  if (b->mpi) MPI_CHECK(MPI_Finalize());
+  b->mpi = false;
+}
+
+void rt_boot_allgather(const RtBoot *b, const void *mine, void *all, size_t bytes) {
+  if (b->launcher == RT_LAUNCH_SINGLE) {
+    memmove(all, mine, bytes);
+    return;
+  }
+  MPI_CHECK(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD));
+}
+
+void rt_boot_barrier(const RtBoot *b) {
+  if (b->launcher != RT_LAUNCH_SINGLE) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+bool rt_boot_check_mesh(const RtBoot *b, const MeshMap *m) {
+  if (m->world == b->world) return true;
+  if (b->rank == 0) {
+    fprintf(stderr,
+            "shardrt: the plan needs %d ranks (dp %d x pp %d x cp %d x tp %d) but %s started %d; "
+            "launch it with %s %d, or recompile for %d ranks\n",
+            m->world, m->dim[RT_AX_DP], m->dim[RT_AX_PP], m->dim[RT_AX_CP], m->dim[RT_AX_TP],
+            rt_launcher_name(b->launcher), b->world, b->launcher == RT_LAUNCH_SRUN ? "srun -n" : "mpirun -np",
+            m->world, b->world);
+  }
+  return false;
+}

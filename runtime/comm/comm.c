@@ -1,0 +1,308 @@
+/* runtime/comm/comm.c — the comm object, groups, requests and progress. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_internal.h"
+
+double rt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *rt_dtype_name(RtDType dt) { return dt == RT_F32 ? "f32" : dt == RT_BF16 ? "bf16" : "?"; }
+size_t rt_dtype_size(RtDType dt) { return dt == RT_F32 ? 4 : 2; }
+const char *rt_redop_name(RtRedOp op) {
+  static const char *const n[RT_REDOP_COUNT] = {"sum", "avg", "max"};
+  return op < RT_REDOP_COUNT ? n[op] : "?";
+}
+const char *rt_op_name(RtOpKind op) {
+  static const char *const n[RT_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                             "barrier",    "send",           "recv"};
+  return op < RT_OP_COUNT ? n[op] : "?";
+}
+
+void rt_block(size_t count, int n, int i, size_t *off, size_t *len) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n, ui = (size_t)i;
+  *len = base + (ui < rem ? 1 : 0);
+  *off = ui * base + (ui < rem ? ui : rem);
+}
+
+static double env_double(const char *name, double dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  char *end;
+  double v = strtod(s, &end);
+  return *end || v <= 0 ? dflt : v;
+}
+
+RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
+  RtComm *c = calloc(1, sizeof *c);
+  if (!c) rt_fatal(RT_EXIT_COMM, "out of memory");
+  c->boot = *boot;
+  c->rank = boot->rank;
+  c->world = boot->world;
+  RtCommOptions o = {0};
+  if (opt) o = *opt;
+  c->timeout_s = o.timeout_s > 0 ? o.timeout_s : env_double("SHARDRT_TIMEOUT", 60.0);
+  c->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : (size_t)env_double("SHARDRT_CHUNK_BYTES", 256 << 10);
+  c->chunk_bytes = (c->chunk_bytes + 63) & ~(size_t)63;
+  c->window = o.window > 0 ? o.window : (int)env_double("SHARDRT_WINDOW", 8);
+  if (pthread_mutex_init(&c->lock, NULL) != 0) rt_fatal(RT_EXIT_COMM, "pthread_mutex_init failed");
+
+  c->peers = calloc((size_t)c->world, sizeof *c->peers);
+  if (!c->peers) rt_fatal(RT_EXIT_COMM, "out of memory");
+  RtPeer me = {0};
+  me.pid = boot->pid;
+  memcpy(me.host, boot->host, sizeof me.host);
+  rt_boot_allgather(boot, &me, c->peers, sizeof me);
+  rt_fabric_open(c, o.provider);
+
+  int *all = malloc((size_t)c->world * sizeof *all);
+  if (!all) rt_fatal(RT_EXIT_COMM, "out of memory");
+  for (int i = 0; i < c->world; i++) all[i] = i;
+  c->world_group = rt_group_new(c, all, c->world, "world");
+  free(all);
+  rt_watchdog_start(c);
+  /* Every endpoint is up before anyone sends. */
+  rt_boot_barrier(boot);
+  return c;
+}
+
+void rt_comm_free(RtComm *c) {
+  if (!c) return;
+  rt_barrier(c->world_group);
+  rt_watchdog_stop(c);
+  rt_group_free(c->world_group);
+  rt_fabric_close(c);
+  pthread_mutex_destroy(&c->lock);
+  free(c->peers);
+  free(c);
+}
+
+int rt_comm_rank(const RtComm *c) { return c->rank; }
+int rt_comm_world(const RtComm *c) { return c->world; }
+const char *rt_comm_provider(const RtComm *c) { return c->provider; }
+
+RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
+  int me = -1;
+  for (int i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= c->world)
+      rt_fatal(RT_EXIT_COMM, "group %s: rank %d is outside the world of %d", name, ranks[i], c->world);
+    for (int j = 0; j < i; j++)
+      if (ranks[j] == ranks[i]) rt_fatal(RT_EXIT_COMM, "group %s: rank %d listed twice", name, ranks[i]);
+    if (ranks[i] == c->rank) me = i;
+  }
+  if (me < 0) return NULL;
+  RtGroup *g = calloc(1, sizeof *g);
+  if (!g) rt_fatal(RT_EXIT_COMM, "out of memory");
+  g->c = c;
+  g->n = n;
+  g->me = me;
+  g->ranks = malloc((size_t)n * sizeof *g->ranks);
+  g->p2p_send_seq = calloc((size_t)n, sizeof *g->p2p_send_seq);
+  g->p2p_recv_seq = calloc((size_t)n, sizeof *g->p2p_recv_seq);
+  if (!g->ranks || !g->p2p_send_seq || !g->p2p_recv_seq) rt_fatal(RT_EXIT_COMM, "out of memory");
+  memcpy(g->ranks, ranks, (size_t)n * sizeof *ranks);
+  snprintf(g->name, sizeof g->name, "%s", name ? name : "group");
+  uint32_t h = 2166136261u;
+  for (int i = 0; i < n; i++) {
+    h ^= (uint32_t)ranks[i];
+    h *= 16777619u;
+    h ^= h >> 15;
+  }
+  g->id = (uint16_t)(h & 0x7fff);
+  return g;
+}
+
+RtGroup *rt_group_world(RtComm *c) { return c->world_group; }
+
+void rt_group_free(RtGroup *g) {
+  if (!g) return;
+  if (g->backend && g->backend->group_free) g->backend->group_free(g->backend_state);
+  free(g->ranks);
+  free(g->p2p_send_seq);
+  free(g->p2p_recv_seq);
+  free(g);
+}
+
+int rt_group_size(const RtGroup *g) { return g->n; }
+int rt_group_rank(const RtGroup *g) { return g->me; }
+int rt_group_member(const RtGroup *g, int i) { return g->ranks[i]; }
+const char *rt_group_name(const RtGroup *g) { return g->name; }
+
+void rt_describe_req(const RtReq *q, char *buf, size_t len) {
+  const RtGroup *g = q->g;
+  char members[96];
+  int k = 0;
+  for (int i = 0; i < g->n && k < (int)sizeof members - 16; i++)
+    k += snprintf(members + k, sizeof members - (size_t)k, "%s%d", i ? "," : "", g->ranks[i]);
+  if (k >= (int)sizeof members - 16) snprintf(members + k, sizeof members - (size_t)k, ",...");
+  switch (q->op) {
+  case RT_OP_SEND:
+  case RT_OP_RECV:
+    snprintf(buf, len, "%s #%llu %s rank %d on group %s [%s], %zu bytes, tag %d", rt_op_name(q->op),
+             (unsigned long long)q->seq_full, q->op == RT_OP_SEND ? "to" : "from", g->ranks[q->peer], g->name,
+             members, q->count, q->utag);
+    break;
+  default:
+    snprintf(buf, len, "%s #%llu on group %s [%s] of %zu %s elements (%zu bytes)%s%s", rt_op_name(q->op),
+             (unsigned long long)q->seq_full, g->name, members, q->count, rt_dtype_name(q->dt), q->count * q->esize,
+             q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER ? ", " : "",
+             q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER ? rt_redop_name(q->redop) : "");
+  }
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+static RtReq *req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, size_t count, RtDType dt) {
+  if (dt >= RT_DTYPE_COUNT) rt_fatal(RT_EXIT_COMM, "%s on group %s: bad dtype %d", rt_op_name(op), g->name, (int)dt);
+  RtReq *q = calloc(1, sizeof *q);
+  if (!q) rt_fatal(RT_EXIT_COMM, "out of memory");
+  q->c = g->c;
+  q->g = g;
+  q->op = op;
+  q->dt = dt;
+  q->send = send;
+  q->recv = recv;
+  q->count = count;
+  q->esize = op == RT_OP_SEND || op == RT_OP_RECV ? 1 : rt_dtype_size(dt);
+  q->n = g->n;
+  q->me = g->me;
+  q->t_start = rt_now();
+  return q;
+}
+
+static RtReq *req_start(RtReq *q) {
+  RtGroup *g = q->g;
+  RtComm *c = q->c;
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) {
+    if (q->peer < 0 || q->peer >= g->n || q->peer == g->me)
+      rt_fatal(RT_EXIT_COMM, "%s on group %s: peer %d is not another member", rt_op_name(q->op), g->name, q->peer);
+    if (q->utag < 0 || q->utag > 0xffff) rt_fatal(RT_EXIT_COMM, "%s: tag %d outside 0..65535", rt_op_name(q->op), q->utag);
+    uint64_t *ctr = q->op == RT_OP_SEND ? &g->p2p_send_seq[q->peer] : &g->p2p_recv_seq[q->peer];
+    q->seq_full = (*ctr)++;
+  } else {
+    q->seq_full = g->seq++;
+  }
+  q->seq = (uint16_t)q->seq_full;
+  pthread_mutex_lock(&c->lock);
+  q->next = c->active;
+  q->prev = NULL;
+  if (c->active) c->active->prev = q;
+  c->active = q;
+  q->in_list = true;
+  pthread_mutex_unlock(&c->lock);
+  if (g->backend) {
+    q->sig = rt_signature(q);
+    if (!g->backend->start(q))
+      rt_fatal(RT_EXIT_COMM, "%s is not supported by the %s backend (group %s)", rt_op_name(q->op), g->backend->name,
+               g->name);
+    return q;
+  }
+  rt_req_begin(q);
+  return q;
+}
+
+void rt_req_finished(RtReq *q) {
+  RtComm *c = q->c;
+  pthread_mutex_lock(&c->lock);
+  if (q->in_list) {
+    if (q->prev) q->prev->next = q->next;
+    else c->active = q->next;
+    if (q->next) q->next->prev = q->prev;
+    q->in_list = false;
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+void rt_progress(RtComm *c) {
+  RtCqEvent ev[16];
+  int n = rt_poll(c, ev, 16);
+  for (int i = 0; i < n; i++) rt_req_complete_msg((RtMsg *)ev[i].e.op_context, &ev[i]);
+  if (n == 0) sched_yield();
+}
+
+bool rt_test(RtReq *q) {
+  if (q->g->backend) {
+    if (!q->done && q->g->backend->test(q)) {
+      q->done = true;
+      rt_req_finished(q);
+    }
+    return q->done;
+  }
+  if (!q->done) rt_progress(q->c);
+  return q->done;
+}
+
+void rt_wait(RtReq *q) {
+  if (q->g->backend) {
+    while (!rt_test(q)) sched_yield();
+    if (q->g->backend->finish) q->g->backend->finish(q);
+  } else {
+    while (!q->done) rt_progress(q->c);
+  }
+  free(q);
+}
+
+RtReq *rt_all_reduce_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
+  RtReq *q = req_new(g, RT_OP_ALL_REDUCE, send, recv, count, dt);
+  q->redop = op;
+  return req_start(q);
+}
+
+RtReq *rt_reduce_scatter_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
+  RtReq *q = req_new(g, RT_OP_REDUCE_SCATTER, send, recv, count, dt);
+  q->redop = op;
+  return req_start(q);
+}
+
+RtReq *rt_all_gather_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt) {
+  return req_start(req_new(g, RT_OP_ALL_GATHER, send, recv, count, dt));
+}
+
+RtReq *rt_broadcast_start(RtGroup *g, void *buf, size_t count, RtDType dt, int root) {
+  if (root < 0 || root >= g->n) rt_fatal(RT_EXIT_COMM, "broadcast on group %s: root %d out of range", g->name, root);
+  RtReq *q = req_new(g, RT_OP_BROADCAST, buf, buf, count, dt);
+  q->root = root;
+  return req_start(q);
+}
+
+RtReq *rt_barrier_start(RtGroup *g) { return req_start(req_new(g, RT_OP_BARRIER, NULL, NULL, 0, RT_F32)); }
+
+RtReq *rt_send_start(RtGroup *g, int peer, const void *buf, size_t bytes, int tag) {
+  RtReq *q = req_new(g, RT_OP_SEND, buf, NULL, bytes, RT_F32);
+  q->peer = peer;
+  q->utag = tag;
+  return req_start(q);
+}
+
+RtReq *rt_recv_start(RtGroup *g, int peer, void *buf, size_t bytes, int tag) {
+  RtReq *q = req_new(g, RT_OP_RECV, NULL, buf, bytes, RT_F32);
+  q->peer = peer;
+  q->utag = tag;
+  return req_start(q);
+}
+
+void rt_all_reduce(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
+  rt_wait(rt_all_reduce_start(g, send, recv, count, dt, op));
+}
+void rt_reduce_scatter(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
+  rt_wait(rt_reduce_scatter_start(g, send, recv, count, dt, op));
+}
+void rt_all_gather(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt) {
+  rt_wait(rt_all_gather_start(g, send, recv, count, dt));
+}
+void rt_broadcast(RtGroup *g, void *buf, size_t count, RtDType dt, int root) {
+  rt_wait(rt_broadcast_start(g, buf, count, dt, root));
+}
+void rt_barrier(RtGroup *g) { rt_wait(rt_barrier_start(g)); }
+void rt_send(RtGroup *g, int peer, const void *buf, size_t bytes, int tag) {
+  rt_wait(rt_send_start(g, peer, buf, bytes, tag));
+}
+void rt_recv(RtGroup *g, int peer, void *buf, size_t bytes, int tag) {
+  rt_wait(rt_recv_start(g, peer, buf, bytes, tag));
+}

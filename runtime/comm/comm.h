@@ -1,0 +1,130 @@
+/* runtime/comm/comm.h — one communication interface for every backend.
+ *
+ *   RtBoot  (bootstrap.h)  who am I: rank, world, local rank, from mpirun / srun / nothing
+ *   RtComm                 this process's endpoint, the world's addresses, a watchdog
+ *   RtGroup                an ordered list of world ranks; every collective names one
+ *   RtReq                  an operation in flight: *_start posts it, rt_wait / rt_test
+ *                          progress every operation of the comm and finish it
+ *
+ * Host memory goes through libfabric (ring algorithms, see ring.c); a group on which
+ * rt_group_use_nccl() (runtime/cuda/nccl.h) was called works on GPU memory through NCCL,
+ * with the same calls.
+ *
+ * Semantics shared by every backend:
+ *   - counts are in elements of the dtype; any count, including 0;
+ *   - rt_block(count, n, i) is group member i's block of a count-element buffer: the
+ *     first count % n blocks have one extra element. reduce_scatter leaves block i of
+ *     the reduction in member i's recv; all_gather concatenates every member's block i
+ *     (send holds this member's block) into recv, which holds count elements;
+ *   - bf16 is reduced in fp32 and rounded to bf16 once per hop (as NCCL does);
+ *   - avg = sum / group size; max is elementwise;
+ *   - send and recv may alias for all_reduce (in place); all_gather may pass
+ *     send == recv + block offset;
+ *   - every member of a group must issue the same collectives on it in the same order
+ *     (op, count, dtype, reduction, root); a mismatch is reported as an error naming
+ *     both sides, never a silent wrong answer;
+ *   - an operation not finished within the timeout (RtCommOptions.timeout_s, env
+ *     SHARDRT_TIMEOUT, default 60 s) or whose peer died ends the process with a message
+ *     naming rank, group, op, size and sequence number (exit status RT_EXIT_COMM).
+ */
+#ifndef SHARDRT_COMM_H
+#define SHARDRT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+
+#define RT_EXIT_COMM 3 /* exit status of a rank ended by a communication fault */
+
+typedef enum { RT_F32, RT_BF16, RT_DTYPE_COUNT } RtDType;
+typedef enum { RT_SUM, RT_AVG, RT_MAX, RT_REDOP_COUNT } RtRedOp;
+typedef enum {
+  RT_OP_ALL_REDUCE,
+  RT_OP_REDUCE_SCATTER,
+  RT_OP_ALL_GATHER,
+  RT_OP_BROADCAST,
+  RT_OP_BARRIER,
+  RT_OP_SEND,
+  RT_OP_RECV,
+  RT_OP_COUNT
+} RtOpKind;
+
+typedef struct RtComm RtComm;
+typedef struct RtGroup RtGroup;
+typedef struct RtReq RtReq;
+
+typedef struct {
+  const char *provider; /* libfabric provider ("shm", "tcp", "tcp;ofi_rxm", "verbs", "efa");
+                           NULL: env SHARDRT_FABRIC_PROVIDER, else shm on one node, else
+                           efa > verbs > tcp */
+  double timeout_s;     /* watchdog; 0: env SHARDRT_TIMEOUT (seconds), else 60 */
+  size_t chunk_bytes;   /* ring pipeline chunk; 0: env SHARDRT_CHUNK_BYTES, else 256 KiB */
+  int window;           /* chunks in flight per operation; 0: env SHARDRT_WINDOW, else 8 */
+} RtCommOptions;
+
+const char *rt_dtype_name(RtDType dt);
+size_t rt_dtype_size(RtDType dt); /* bytes per element */
+const char *rt_redop_name(RtRedOp op);
+const char *rt_op_name(RtOpKind op);
+
+/* Element offset and length of member i's block of a count-element buffer split n ways. */
+void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
+
+/* Opens the endpoint and exchanges addresses with every rank (collective over the
+ * world). opt may be NULL. Exits with a message on failure. */
+RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt);
+/* Waits for every rank (a barrier), stops the watchdog, closes the endpoint. */
+void rt_comm_free(RtComm *c);
+int rt_comm_rank(const RtComm *c);
+int rt_comm_world(const RtComm *c);
+const char *rt_comm_provider(const RtComm *c); /* the provider in use */
+
+/* A group of world ranks (members in the given order, no duplicates). Needs no
+ * communication; every member must create it. Returns NULL when this rank is not a
+ * member. name appears in error messages ("tp", "dp*cp", ...). */
+RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name);
+RtGroup *rt_group_world(RtComm *c); /* owned by the comm */
+void rt_group_free(RtGroup *g);
+int rt_group_size(const RtGroup *g);
+int rt_group_rank(const RtGroup *g); /* this process's index in the group */
+int rt_group_member(const RtGroup *g, int i); /* world rank of member i */
+const char *rt_group_name(const RtGroup *g);
+
+/* Asynchronous operations. Buffers must stay untouched until the request finishes. */
+RtReq *rt_all_reduce_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op);
+RtReq *rt_reduce_scatter_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt,
+                               RtRedOp op); /* count: the whole send buffer */
+RtReq *rt_all_gather_start(RtGroup *g, const void *send, void *recv, size_t count,
+                           RtDType dt); /* count: the whole recv buffer */
+RtReq *rt_broadcast_start(RtGroup *g, void *buf, size_t count, RtDType dt, int root); /* root: member index */
+RtReq *rt_barrier_start(RtGroup *g);
+/* Point to point with member `peer` of g; a send matches the recv with the same tag
+ * (0 .. 65535), messages between a pair matched in the order they were posted. */
+RtReq *rt_send_start(RtGroup *g, int peer, const void *buf, size_t bytes, int tag);
+RtReq *rt_recv_start(RtGroup *g, int peer, void *buf, size_t bytes, int tag);
+
+/* Progresses every operation of the comm; true when req has finished (req stays valid
+ * until rt_wait). */
+bool rt_test(RtReq *req);
+/* Progresses until req finishes, then frees it. */
+void rt_wait(RtReq *req);
+
+/* Blocking forms: start + wait. */
+void rt_all_reduce(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op);
+void rt_reduce_scatter(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op);
+void rt_all_gather(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt);
+void rt_broadcast(RtGroup *g, void *buf, size_t count, RtDType dt, int root);
+void rt_barrier(RtGroup *g);
+void rt_send(RtGroup *g, int peer, const void *buf, size_t bytes, int tag);
+void rt_recv(RtGroup *g, int peer, void *buf, size_t bytes, int tag);
+
+/* bf16 <-> f32 (round to nearest even; NaN stays NaN). */
+uint16_t rt_f32_to_bf16(float f);
+float rt_bf16_to_f32(uint16_t h);
+/* dst[i] = op(a[i], b[i]) * scale (scale applied only when != 1), computed in fp32;
+ * dst may alias a or b. The reduction every backend uses on the host. */
+void rt_reduce(void *dst, const void *a, const void *b, size_t count, RtDType dt, RtRedOp op, float scale);
+
+#endif

@@ -1,0 +1,185 @@
+/* runtime/comm/comm_internal.h — what comm.c, fabric.c, ring.c and watchdog.c share.
+ *
+ * Message tags (64 bits; the low 32 are ignored when matching and checked after):
+ *   63      p2p flag
+ *   62..48  group id (a hash of the member list, 15 bits)
+ *   47..32  sequence: the group's collective counter, or the pair's p2p counter
+ *   31..16  collectives: message index (channel << 8 | step); p2p: the user tag
+ *   15..0   signature: op (3 bits) and a hash of count, dtype, reduction, root
+ * Receives are directed (FI_DIRECTED_RECV) at the expected peer, so two messages can
+ * only be confused when they come from the same peer for the same group and sequence.
+ */
+#ifndef SHARDRT_COMM_INTERNAL_H
+#define SHARDRT_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <stdatomic.h>
+
+#include "check.h"
+#include "comm.h"
+
+#define RT_NAME_MAX 256   /* bytes of an endpoint name */
+#define RT_TAG_IGNORE 0xffffffffull
+
+typedef struct {
+  int pid;                 /* process id */
+  char host[64];           /* host name */
+  char name[RT_NAME_MAX];  /* fabric endpoint name */
+  size_t namelen;          /* bytes of name in use */
+} RtPeer;
+
+/* A posted message. ctx must come first: providers in FI_CONTEXT mode use it. */
+typedef struct RtMsg {
+  struct fi_context2 ctx;
+  RtReq *req;    /* owner */
+  int slot;      /* channel slot in req */
+  bool is_recv;
+  uint64_t tag;  /* full tag sent / expected */
+  int peer;      /* world rank */
+  size_t bytes;  /* message size */
+  struct fid_mr *mr; /* FI_MR_LOCAL registration of a user buffer, else NULL */
+} RtMsg;
+
+/* One pipeline channel slot: a column of chunks, one per block, walked through the
+ * ring's steps. */
+typedef struct {
+  int chan;        /* channel number, -1 when the slot is idle */
+  int step;        /* step in progress */
+  int pending;     /* messages of this step not yet completed */
+  bool posted;     /* the step's messages were posted */
+  void *stage[2];  /* staging slabs (chunk bytes) for reductions */
+  RtMsg send, recv;
+} RtSlot;
+
+struct RtReq {
+  RtComm *c;
+  RtGroup *g;
+  RtOpKind op;
+  RtDType dt;
+  RtRedOp redop;
+  const char *send;    /* input (collectives' own contribution, send payload) */
+  char *recv;          /* output */
+  size_t count;        /* elements (bytes for send/recv) */
+  size_t esize;        /* bytes per element */
+  int root;            /* broadcast: member index */
+  int peer;            /* p2p: member index */
+  int utag;            /* p2p: user tag */
+  uint16_t seq;        /* the group's (or pair's) sequence number */
+  uint64_t seq_full;   /* the same, unwrapped, for messages */
+  uint16_t sig;        /* signature of this call */
+  int n, me;           /* group size, our index */
+  int nsteps;          /* steps per channel */
+  size_t chunk;        /* elements per chunk */
+  int nchan;           /* channels in all */
+  int next_chan;       /* next channel to start */
+  int active;          /* slots busy */
+  int nslots;
+  RtSlot *slots;       /* [nslots] */
+  bool done;
+  bool in_list;        /* linked in the comm's active list */
+  double t_start;      /* seconds, monotonic */
+  RtReq *prev, *next;  /* the comm's active list */
+  void *gpu;           /* backend request (NCCL), else NULL */
+};
+
+/* A backend that runs a group's operations elsewhere (NCCL on GPU memory). */
+typedef struct {
+  const char *name;
+  bool (*start)(RtReq *q);  /* posts q; false: not supported */
+  bool (*test)(RtReq *q);   /* true when finished */
+  void (*finish)(RtReq *q); /* releases q->gpu */
+  void (*group_free)(void *state);
+} RtGroupBackend;
+
+struct RtGroup {
+  RtComm *c;
+  int n;                     /* members */
+  int me;                    /* our index */
+  int *ranks;                /* [n] world ranks */
+  char name[48];             /* for messages */
+  uint16_t id;               /* 15-bit hash of ranks */
+  uint64_t seq;              /* collectives issued */
+  uint64_t *p2p_send_seq;    /* [n] sends posted to each member */
+  uint64_t *p2p_recv_seq;    /* [n] recvs posted from each member */
+  const RtGroupBackend *backend; /* NULL: libfabric on host memory */
+  void *backend_state;
+};
+
+typedef struct {
+  struct fi_cq_tagged_entry e;
+  bool err;
+  int errcode; /* positive fi errno when err */
+} RtCqEvent;
+
+struct RtComm {
+  RtBoot boot;           /* copy of the bootstrap */
+  int rank, world;
+  RtPeer *peers;         /* [world] */
+  /* fabric */
+  struct fi_info *info;
+  struct fid_fabric *fabric;
+  struct fid_domain *domain;
+  struct fid_av *av;
+  struct fid_ep *ep;
+  struct fid_cq *cq;
+  fi_addr_t *addr;       /* [world] */
+  bool mr_local;         /* provider needs local buffers registered */
+  bool mr_endpoint;      /* registrations must be bound to the endpoint */
+  char provider[64];
+  /* options */
+  double timeout_s;
+  size_t chunk_bytes;
+  int window;
+  /* staging slabs */
+  void **free_slabs;     /* stack */
+  int nfree, capfree;
+  void **all_slabs;
+  struct fid_mr **slab_mrs; /* [nall] when mr_local */
+  int nall, capall;
+  /* completions read while posting (FI_EAGAIN) and not yet handled */
+  RtCqEvent *deferred;
+  int ndeferred, capdeferred;
+  /* active requests, shared with the watchdog */
+  pthread_mutex_t lock;
+  RtReq *active;
+  pthread_t watchdog;
+  atomic_bool stop;
+  bool watchdog_running;
+  RtGroup *world_group;
+};
+
+double rt_now(void); /* monotonic seconds */
+
+/* fabric.c */
+void rt_fabric_open(RtComm *c, const char *provider);
+void rt_fabric_close(RtComm *c);
+void *rt_slab_get(RtComm *c);
+void rt_slab_put(RtComm *c, void *slab);
+void *rt_slab_desc(RtComm *c, void *slab); /* MR descriptor or NULL */
+/* Posts a message; on FI_EAGAIN reads completions into c->deferred and retries. */
+void rt_post(RtComm *c, RtMsg *m, void *buf, void *desc);
+/* Reads up to max completions (deferred first); returns how many, 0 when none. */
+int rt_poll(RtComm *c, RtCqEvent *ev, int max);
+
+/* ring.c */
+void rt_req_begin(RtReq *q);            /* plans q and posts its first messages */
+void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev);
+uint16_t rt_signature(const RtReq *q);
+void rt_describe_sig(uint16_t sig, char *buf, size_t len);
+
+/* comm.c */
+void rt_req_finished(RtReq *q); /* unlinks a finished request from the active list */
+void rt_progress(RtComm *c);
+void rt_describe_req(const RtReq *q, char *buf, size_t len);
+
+/* watchdog.c */
+void rt_watchdog_start(RtComm *c);
+void rt_watchdog_stop(RtComm *c);
+
+#endif

@@ -1,0 +1,323 @@
+/* runtime/comm/ring.c — the algorithms on libfabric, as per-channel step machines.
+ *
+ * The buffer is cut into n blocks (rt_block), and every block into chunks of
+ * `chunk` elements; channel c is chunk c of every block. Channels are independent
+ * rings, so up to `window` of them run at once and the transfers of one overlap the
+ * reductions of another (the pipeline). Per channel, with right = me+1, left = me-1:
+ *
+ *   reduce-scatter, step s = 0 .. n-2: send block me-s-1, receive block me-s-2 into a
+ *     staging slab and add our own input; after the last step member i holds the
+ *     reduction of block i (sends at s > 0 come from the slab reduced at s-1)
+ *   all-gather, step t = 0 .. n-2: send block me-t, receive block me-t-1 in place
+ *   all-reduce = reduce-scatter then all-gather on the same channel
+ *   broadcast: chain from the root, per chunk: receive from left, then send right
+ *   barrier: dissemination, step k: empty message to me+2^k, from me-2^k
+ *   send / recv: one message
+ * A zero-length segment is skipped on both sides (both compute the same lengths).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static uint32_t mix(uint32_t h, uint64_t v) {
+  for (int i = 0; i < 8; i++) {
+    h ^= (uint32_t)(v & 0xff);
+    h *= 16777619u;
+    v >>= 8;
+  }
+  return h;
+}
+
+uint16_t rt_signature(const RtReq *q) {
+  uint32_t h = 2166136261u;
+  h = mix(h, q->count);
+  h = mix(h, (uint64_t)q->dt);
+  h = mix(h, q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER ? (uint64_t)q->redop : 0);
+  h = mix(h, q->op == RT_OP_BROADCAST ? (uint64_t)q->root : 0);
+  uint16_t kind = (uint16_t)(q->op == RT_OP_RECV ? RT_OP_SEND : q->op);
+  return (uint16_t)((kind << 13) | (h & 0x1fff));
+}
+
+void rt_describe_sig(uint16_t sig, char *buf, size_t len) {
+  int op = sig >> 13;
+  snprintf(buf, len, "%s", op < RT_OP_COUNT ? rt_op_name((RtOpKind)op) : "?");
+}
+
+static uint64_t make_tag(const RtReq *q, uint32_t low16) {
+  bool p2p = q->op == RT_OP_SEND || q->op == RT_OP_RECV;
+  uint64_t t = (uint64_t)(q->g->id & 0x7fff) << 48 | (uint64_t)q->seq << 32 | (uint64_t)(low16 & 0xffff) << 16;
+  if (p2p) t |= 1ull << 63;
+  return t | q->sig;
+}
+
+/* Segment of block b in channel c: element offset and length. */
+static void segment(const RtReq *q, int b, int c, size_t *off, size_t *len) {
+  size_t boff, blen;
+  rt_block(q->count, q->n, b, &boff, &blen);
+  size_t start = (size_t)c * q->chunk;
+  *off = boff + start;
+  *len = start >= blen ? 0 : (blen - start < q->chunk ? blen - start : q->chunk);
+}
+
+static bool is_rs_step(const RtReq *q, int step) {
+  return q->op == RT_OP_REDUCE_SCATTER || (q->op == RT_OP_ALL_REDUCE && step < q->n - 1);
+}
+
+/* Where reduce-scatter's last step leaves channel c's chunk of our block. */
+static char *rs_final(const RtReq *q, int c) {
+  size_t off, len;
+  segment(q, q->me, c, &off, &len);
+  if (q->op == RT_OP_REDUCE_SCATTER) return q->recv + (size_t)c * q->chunk * q->esize;
+  return q->recv + off * q->esize;
+}
+
+static void post_msg(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, void *buf, size_t bytes,
+                     void *desc) {
+  m->req = q;
+  m->slot = (int)(s - q->slots);
+  m->is_recv = is_recv;
+  m->peer = q->g->ranks[member];
+  m->bytes = bytes;
+  m->mr = NULL;
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV)
+    m->tag = make_tag(q, (uint32_t)q->utag);
+  else
+    m->tag = make_tag(q, (uint32_t)((s->chan & 0xff) << 8 | (s->step & 0xff)));
+  s->pending++;
+  rt_post(q->c, m, buf, desc);
+}
+
+static void post_step(RtReq *q, RtSlot *s) {
+  RtComm *c = q->c;
+  int n = q->n, me = q->me, st = s->step, ch = s->chan;
+  size_t es = q->esize;
+  int right = mod(me + 1, n), left = mod(me - 1, n);
+  size_t soff, slen, roff, rlen;
+  switch (q->op) {
+  case RT_OP_ALL_REDUCE:
+  case RT_OP_REDUCE_SCATTER:
+  case RT_OP_ALL_GATHER:
+    if (is_rs_step(q, st)) {
+      segment(q, mod(me - st - 2, n), ch, &roff, &rlen);
+      segment(q, mod(me - st - 1, n), ch, &soff, &slen);
+      void *rbuf = s->stage[st & 1];
+      if (rlen) post_msg(q, s, &s->recv, true, left, rbuf, rlen * es, rt_slab_desc(c, rbuf));
+      if (slen) {
+        if (st == 0)
+          post_msg(q, s, &s->send, false, right, (void *)(q->send + soff * es), slen * es, NULL);
+        else
+          post_msg(q, s, &s->send, false, right, s->stage[(st - 1) & 1], slen * es,
+                   rt_slab_desc(c, s->stage[(st - 1) & 1]));
+      }
+    } else {
+      int t = q->op == RT_OP_ALL_GATHER ? st : st - (n - 1);
+      segment(q, mod(me - t - 1, n), ch, &roff, &rlen);
+      segment(q, mod(me - t, n), ch, &soff, &slen);
+      if (rlen) post_msg(q, s, &s->recv, true, left, q->recv + roff * es, rlen * es, NULL);
+      if (slen) post_msg(q, s, &s->send, false, right, q->recv + soff * es, slen * es, NULL);
+    }
+    break;
+  case RT_OP_BROADCAST: {
+    int pos = mod(me - q->root, n);
+    size_t off = (size_t)ch * q->chunk;
+    size_t len = q->count - off < q->chunk ? q->count - off : q->chunk;
+    if (st == 0 && pos > 0) post_msg(q, s, &s->recv, true, left, q->recv + off * es, len * es, NULL);
+    if (st == 1 && pos < n - 1) post_msg(q, s, &s->send, false, right, q->recv + off * es, len * es, NULL);
+    break;
+  }
+  case RT_OP_BARRIER: {
+    int d = 1 << st;
+    post_msg(q, s, &s->recv, true, mod(me - d, n), NULL, 0, NULL);
+    post_msg(q, s, &s->send, false, mod(me + d, n), NULL, 0, NULL);
+    break;
+  }
+  case RT_OP_SEND: post_msg(q, s, &s->send, false, q->peer, (void *)q->send, q->count, NULL); break;
+  case RT_OP_RECV: post_msg(q, s, &s->recv, true, q->peer, q->recv, q->count, NULL); break;
+  case RT_OP_COUNT: break;
+  }
+}
+
+static void finish_step(RtReq *q, RtSlot *s) {
+  int st = s->step;
+  if (!(q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER) || !is_rs_step(q, st)) return;
+  int n = q->n;
+  size_t roff, rlen;
+  int rblk = mod(q->me - st - 2, n);
+  segment(q, rblk, s->chan, &roff, &rlen);
+  if (!rlen) return;
+  bool final = st == n - 2;
+  void *dst = final ? rs_final(q, s->chan) : s->stage[st & 1];
+  float scale = final && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
+  rt_reduce(dst, s->stage[st & 1], q->send + roff * q->esize, rlen, q->dt, q->redop, scale);
+}
+
+static void finish_req(RtReq *q) {
+  for (int i = 0; i < q->nslots; i++)
+    for (int k = 0; k < 2; k++)
+      if (q->slots[i].stage[k]) rt_slab_put(q->c, q->slots[i].stage[k]);
+  free(q->slots);
+  q->slots = NULL;
+  q->done = true;
+  rt_req_finished(q);
+}
+
+/* Runs a slot forward until it waits on messages or its channels are exhausted. */
+static void run_slot(RtReq *q, RtSlot *s) {
+  for (;;) {
+    if (s->pending > 0) return;
+    if (s->posted) {
+      finish_step(q, s);
+      s->posted = false;
+      s->step++;
+    }
+    if (s->step == q->nsteps) {
+      if (q->next_chan < q->nchan) {
+        s->chan = q->next_chan++;
+        s->step = 0;
+      } else {
+        s->chan = -1;
+        if (--q->active == 0) finish_req(q);
+        return;
+      }
+    }
+    s->posted = true;
+    post_step(q, s);
+  }
+}
+
+static int ceil_log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) k++;
+  return k;
+}
+
+/* Group of one, or nothing to move: finish at once. */
+static bool trivial(RtReq *q) {
+  size_t bytes = q->count * q->esize;
+  if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) return false;
+  if (q->n > 1 && (q->count > 0 || q->op == RT_OP_BARRIER)) return false;
+  if (bytes > 0) {
+    if (q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER || q->op == RT_OP_ALL_GATHER)
+      if (q->send != q->recv) memmove(q->recv, q->send, bytes);
+  }
+  return true;
+}
+
+void rt_req_begin(RtReq *q) {
+  RtComm *c = q->c;
+  q->sig = rt_signature(q);
+  if (trivial(q)) {
+    q->done = true;
+    rt_req_finished(q);
+    return;
+  }
+  int n = q->n;
+  q->chunk = c->chunk_bytes / q->esize;
+  switch (q->op) {
+  case RT_OP_ALL_REDUCE:
+  case RT_OP_REDUCE_SCATTER:
+  case RT_OP_ALL_GATHER: {
+    if (q->op == RT_OP_ALL_GATHER) {
+      size_t off, len;
+      rt_block(q->count, n, q->me, &off, &len);
+      if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
+    }
+    size_t off0, maxlen;
+    rt_block(q->count, n, 0, &off0, &maxlen);
+    q->nchan = (int)((maxlen + q->chunk - 1) / q->chunk);
+    q->nsteps = q->op == RT_OP_ALL_REDUCE ? 2 * (n - 1) : n - 1;
+    break;
+  }
+  case RT_OP_BROADCAST:
+    q->nchan = (int)((q->count + q->chunk - 1) / q->chunk);
+    q->nsteps = 2;
+    break;
+  case RT_OP_BARRIER:
+    q->nchan = 1;
+    q->nsteps = ceil_log2(n);
+    break;
+  case RT_OP_SEND:
+  case RT_OP_RECV:
+    q->nchan = 1;
+    q->nsteps = 1;
+    break;
+  case RT_OP_COUNT: break;
+  }
+  if (q->nchan == 0) {
+    q->done = true;
+    rt_req_finished(q);
+    return;
+  }
+  q->nslots = q->nchan < c->window ? q->nchan : c->window;
+  q->slots = calloc((size_t)q->nslots, sizeof *q->slots);
+  if (!q->slots) rt_fatal(RT_EXIT_COMM, "out of memory");
+  bool reduces = q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER;
+  for (int i = 0; i < q->nslots; i++) {
+    RtSlot *s = &q->slots[i];
+    if (reduces) {
+      s->stage[0] = rt_slab_get(c);
+      if (n > 2) s->stage[1] = rt_slab_get(c);
+    }
+    s->chan = q->next_chan++;
+    s->step = 0;
+  }
+  q->active = q->nslots;
+  /* Slots may finish the request while we start them: copy the count first. */
+  int nslots = q->nslots;
+  RtSlot *slots = q->slots;
+  for (int i = 0; i < nslots && !q->done; i++) run_slot(q, &slots[i]);
+}
+
+static void mismatch(RtReq *q, const RtMsg *m, const char *what) {
+  char mine[256];
+  rt_describe_req(q, mine, sizeof mine);
+  rt_fatal(RT_EXIT_COMM,
+           "collective mismatch: this rank called %s, but rank %d %s; every member of a group must issue the "
+           "same collectives (op, count, dtype, reduction, root) in the same order",
+           mine, m->peer, what);
+}
+
+void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {
+  RtReq *q = m->req;
+  if (ev->err) {
+    char mine[256];
+    rt_describe_req(q, mine, sizeof mine);
+    if (m->is_recv && ev->errcode == FI_ETRUNC)
+      mismatch(q, m, "sent a larger message than this call expects");
+    rt_fatal(RT_EXIT_COMM, "%s of %zu bytes %s rank %d failed in %s: %s; the peer may have died", m->is_recv ? "receive" : "send",
+             m->bytes, m->is_recv ? "from" : "to", m->peer, mine, fi_strerror(ev->errcode));
+  }
+  if (m->is_recv) {
+    uint16_t got = (uint16_t)(ev->e.tag & 0xffff);
+    if (got != (uint16_t)(m->tag & 0xffff)) {
+      char theirs[64], what[160];
+      rt_describe_sig(got, theirs, sizeof theirs);
+      if ((got >> 13) != (m->tag & 0xffff) >> 13)
+        snprintf(what, sizeof what, "called %s", theirs);
+      else
+        snprintf(what, sizeof what, "called %s with a different count, dtype, reduction or root", theirs);
+      mismatch(q, m, what);
+    }
+    if ((q->op == RT_OP_RECV) && ((ev->e.tag >> 16) & 0xffff) != (uint64_t)q->utag) {
+      char what[96];
+      snprintf(what, sizeof what, "sent tag %d (expected tag %d)", (int)((ev->e.tag >> 16) & 0xffff), q->utag);
+      mismatch(q, m, what);
+    }
+    if (ev->e.len != m->bytes) {
+      char what[96];
+      snprintf(what, sizeof what, "sent %zu bytes where %zu were expected", ev->e.len, m->bytes);
+      mismatch(q, m, what);
+    }
+  }
+  if (m->mr) {
+    FI_CHECK(fi_close(&m->mr->fid));
+    m->mr = NULL;
+  }
+  RtSlot *s = &q->slots[m->slot];
+  s->pending--;
+  run_slot(q, s);
+}

@@ -1,0 +1,87 @@
+/* runtime/comm/watchdog.c — turns a stuck operation or a dead peer into an error.
+ *
+ * A thread wakes every few hundred milliseconds and looks at the comm's active
+ * requests (under the comm's lock; it never touches the fabric):
+ *   - a request older than the timeout ends the process, naming rank, group, op,
+ *     size and sequence number;
+ *   - a member of an active request's group that runs on this host and whose process
+ *     is gone (no such pid, or a zombie) for more than a grace period ends the process
+ *     with a peer-loss message. Peers on other hosts are covered by the provider's
+ *     errors and by the timeout.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_internal.h"
+
+#define RT_PEER_GRACE_S 1.0
+
+static bool process_gone(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false; /* no /proc: rely on kill() */
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
+  return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
+static void *watchdog_main(void *arg) {
+  RtComm *c = arg;
+  double period = c->timeout_s / 4 < 0.2 ? c->timeout_s / 4 : 0.2;
+  struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(period * 1e9)};
+  double *gone_since = calloc((size_t)c->world, sizeof *gone_since);
+  if (!gone_since) rt_fatal(RT_EXIT_COMM, "out of memory");
+  while (!atomic_load(&c->stop)) {
+    nanosleep(&ts, NULL);
+    double now = rt_now();
+    pthread_mutex_lock(&c->lock);
+    for (RtReq *q = c->active; q; q = q->next) {
+      char what[256];
+      if (now - q->t_start > c->timeout_s) {
+        rt_describe_req(q, what, sizeof what);
+        rt_fatal(RT_EXIT_COMM,
+                 "watchdog: %s has not completed after %.1f s (timeout %.1f s, SHARDRT_TIMEOUT); a peer is stuck, "
+                 "dead, or issued a different sequence of collectives",
+                 what, now - q->t_start, c->timeout_s);
+      }
+      for (int i = 0; i < q->g->n; i++) {
+        int r = q->g->ranks[i];
+        if (r == c->rank || strcmp(c->peers[r].host, c->peers[c->rank].host) != 0) continue;
+        if (!process_gone(c->peers[r].pid)) {
+          gone_since[r] = 0;
+          continue;
+        }
+        if (gone_since[r] == 0) gone_since[r] = now;
+        if (now - gone_since[r] > RT_PEER_GRACE_S) {
+          rt_describe_req(q, what, sizeof what);
+          rt_fatal(RT_EXIT_COMM, "peer lost: rank %d (pid %d on %s) died (killed or crashed) while this rank waits in %s",
+                   r, c->peers[r].pid, c->peers[r].host, what);
+        }
+      }
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  free(gone_since);
+  return NULL;
+}
+
+void rt_watchdog_start(RtComm *c) {
+  atomic_store(&c->stop, false);
+  if (pthread_create(&c->watchdog, NULL, watchdog_main, c) != 0) rt_fatal(RT_EXIT_COMM, "pthread_create failed");
+  c->watchdog_running = true;
+}
+
+void rt_watchdog_stop(RtComm *c) {
+  if (!c->watchdog_running) return;
+  atomic_store(&c->stop, true);
+  if (pthread_join(c->watchdog, NULL) != 0) rt_fatal(RT_EXIT_COMM, "pthread_join failed");
+  c->watchdog_running = false;
+}

@@ -1,0 +1,105 @@
+/* runtime/mesh.c — mesh coordinates, nodes, devices and groups (see mesh.h). */
+#include "mesh.h"
+
+#include <stddef.h>
+
+/* Nesting order from outermost to innermost: pp, dp, cp, tp. */
+static const int nest[RT_AX_COUNT] = {RT_AX_PP, RT_AX_DP, RT_AX_CP, RT_AX_TP};
+
+bool rt_mesh_init(MeshMap *m, int dp, int pp, int cp, int tp, int devices_per_node) {
+  if (dp < 1 || pp < 1 || cp < 1 || tp < 1 || devices_per_node < 1) return false;
+  m->dim[RT_AX_DP] = dp;
+  m->dim[RT_AX_PP] = pp;
+  m->dim[RT_AX_CP] = cp;
+  m->dim[RT_AX_TP] = tp;
+  m->world = dp * pp * cp * tp;
+  m->devices_per_node = devices_per_node;
+  m->nodes = (m->world + devices_per_node - 1) / devices_per_node;
+  return true;
+}
+
+const char *rt_mesh_axis_name(int axis) {
+  static const char *const names[RT_AX_COUNT] = {"dp", "pp", "cp", "tp"};
+  return axis >= 0 && axis < RT_AX_COUNT ? names[axis] : "?";
+}
+
+const char *rt_mesh_mask_name(unsigned mask) {
+  static const char *const names[16] = {
+      "self",     "dp",       "pp",       "dp*pp",       "cp",    "dp*cp",    "pp*cp",    "dp*pp*cp",
+      "tp",       "dp*tp",    "pp*tp",    "dp*pp*tp",    "cp*tp", "dp*cp*tp", "pp*cp*tp", "world",
+  };
+  return names[mask & 0xf];
+}
+
+int rt_mesh_rank(const MeshMap *m, const int coord[RT_AX_COUNT]) {
+  int r = 0;
+  for (int i = 0; i < RT_AX_COUNT; i++) r = r * m->dim[nest[i]] + coord[nest[i]];
+  return r;
+}
+
+void rt_mesh_coords(const MeshMap *m, int rank, int coord[RT_AX_COUNT]) {
+  for (int i = RT_AX_COUNT - 1; i >= 0; i--) {
+    int ax = nest[i];
+    coord[ax] = rank % m->dim[ax];
+    rank /= m->dim[ax];
+  }
+}
+
+int rt_mesh_node(const MeshMap *m, int rank) { return rank / m->devices_per_node; }
+int rt_mesh_device(const MeshMap *m, int rank) { return rank % m->devices_per_node; }
+
+int rt_mesh_group_size(const MeshMap *m, unsigned mask) {
+  int n = 1;
+  for (int ax = 0; ax < RT_AX_COUNT; ax++)
+    if (mask & (1u << ax)) n *= m->dim[ax];
+  return n;
+}
+
+/* The k-th member (row-major over the group's axes in nesting order) of rank's group. */
+static int member(const MeshMap *m, const int base[RT_AX_COUNT], unsigned mask, int k) {
+  int c[RT_AX_COUNT];
+  for (int ax = 0; ax < RT_AX_COUNT; ax++) c[ax] = base[ax];
+  for (int i = RT_AX_COUNT - 1; i >= 0; i--) {
+    int ax = nest[i];
+    if (!(mask & (1u << ax))) continue;
+    c[ax] = k % m->dim[ax];
+    k /= m->dim[ax];
+  }
+  return rt_mesh_rank(m, c);
+}
+
+int rt_mesh_group(const MeshMap *m, int rank, unsigned mask, int *members) {
+  int base[RT_AX_COUNT];
+  rt_mesh_coords(m, rank, base);
+  int n = rt_mesh_group_size(m, mask);
+  for (int k = 0; k < n; k++) members[k] = member(m, base, mask, k);
+  return n;
+}
+
+int rt_mesh_group_index(const MeshMap *m, int rank, unsigned mask) {
+  int c[RT_AX_COUNT];
+  rt_mesh_coords(m, rank, c);
+  int k = 0;
+  for (int i = 0; i < RT_AX_COUNT; i++) {
+    int ax = nest[i];
+    if (mask & (1u << ax)) k = k * m->dim[ax] + c[ax];
+  }
+  return k;
+}
+
+int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask) {
+  return rt_mesh_group_index(m, rank, ~mask & RT_MESH_ALL);
+}
+
+bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask) {
+  /* Nodes are contiguous rank ranges, so a group lies in one node when its first
+   * and last members do. */
+  int n = rt_mesh_group_size(m, mask);
+  for (int r = 0; r < m->world; r++) {
+    if (rt_mesh_group_index(m, r, mask) != 0) continue;
+    int base[RT_AX_COUNT];
+    rt_mesh_coords(m, r, base);
+    if (rt_mesh_node(m, r) != rt_mesh_node(m, member(m, base, mask, n - 1))) return false;
+  }
+  return true;
+}

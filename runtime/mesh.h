@@ -1,0 +1,62 @@
+/* runtime/mesh.h — the logical device mesh (dp, pp, cp, tp) mapped onto physical ranks.
+ *
+ * Pure C, no MPI and no allocation: the compiler (passes/mesh.c) and the runtime both
+ * link it, so the plan the compiler prints is the one the trainer runs.
+ *
+ * Order (Megatron's, the reference interpreter's): tp innermost, then cp, dp, pp:
+ *   rank   = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+ *   node   = rank / devices_per_node
+ *   device = rank % devices_per_node
+ * A group over a set of axes (a bit mask, RT_MESH_DP | RT_MESH_CP, ...) holds the ranks
+ * that share every other coordinate; members are listed in increasing rank order, which
+ * is the row-major order of the group's own coordinates.
+ */
+#ifndef SHARDRT_MESH_H
+#define SHARDRT_MESH_H
+
+#include <stdbool.h>
+
+/* Axis indices: the same order as the IR's MeshAxis (AX_DP, AX_PP, AX_CP, AX_TP). */
+enum { RT_AX_DP, RT_AX_PP, RT_AX_CP, RT_AX_TP, RT_AX_COUNT };
+/* Axis masks for groups: bit (1 << axis), the same bits as Sharding.partial. */
+enum {
+  RT_MESH_DP = 1 << RT_AX_DP,
+  RT_MESH_PP = 1 << RT_AX_PP,
+  RT_MESH_CP = 1 << RT_AX_CP,
+  RT_MESH_TP = 1 << RT_AX_TP,
+  RT_MESH_ALL = 0xf,
+};
+
+typedef struct MeshMap {
+  int dim[RT_AX_COUNT]; /* degree per axis (>= 1), indexed by RT_AX_* */
+  int world;            /* ranks: the product of dim[] */
+  int devices_per_node; /* ranks per node (>= 1) */
+  int nodes;            /* ceil(world / devices_per_node) */
+} MeshMap;
+
+/* Fills m; returns false (m untouched) when a degree or devices_per_node is < 1. */
+bool rt_mesh_init(MeshMap *m, int dp, int pp, int cp, int tp, int devices_per_node);
+/* Name of an axis ("dp", ...), and of an axis mask ("tp", "dp*cp", "world", "self"). */
+const char *rt_mesh_axis_name(int axis);
+const char *rt_mesh_mask_name(unsigned mask); /* static storage for the 16 masks */
+
+int rt_mesh_rank(const MeshMap *m, const int coord[RT_AX_COUNT]);
+void rt_mesh_coords(const MeshMap *m, int rank, int coord[RT_AX_COUNT]);
+int rt_mesh_node(const MeshMap *m, int rank);
+int rt_mesh_device(const MeshMap *m, int rank);
+
+/* Size of every group over the axes in mask (product of their degrees). */
+int rt_mesh_group_size(const MeshMap *m, unsigned mask);
+/* Writes the members of rank's group over mask into members[] (room for
+ * rt_mesh_group_size entries), in increasing rank order; returns the count. */
+int rt_mesh_group(const MeshMap *m, int rank, unsigned mask, int *members);
+/* rank's position in its group over mask (0 .. size-1). */
+int rt_mesh_group_index(const MeshMap *m, int rank, unsigned mask);
+/* Which of the world / size groups over mask rank is in (0 .. count-1): ranks with the
+ * same colour share the group. */
+int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask);
+
+/* True when every group over mask lies inside one node. */
+bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask);
+
+#endif
