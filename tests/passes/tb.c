@@ -1,0 +1,232 @@
+/* tests/passes/tb.c — see tb.h. */
+#include "tb.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "infer.h"
+#include "passes.h"
+
+Module *tb_module(Arena *a, const char *name) {
+  Module *m = ARENA_NEW(a, Module);
+  m->arena = a;
+  m->name = name;
+  m->graph = ir_graph_new(a, NULL);
+  ir_plan_defaults(&m->plan);
+  m->plan.dp = 1;
+  ir_recipe_defaults(&m->recipe);
+  m->has_plan = m->has_recipe = true;
+  return m;
+}
+
+Shape tb_shape(int rank, ...) {
+  int64_t d[IR_MAX_RANK] = {0};
+  va_list ap;
+  va_start(ap, rank);
+  for (int i = 0; i < rank; i++) d[i] = va_arg(ap, int);
+  va_end(ap);
+  return ir_shape(rank, d);
+}
+
+static Value *source(Graph *g, OpKind op, const char *name, DType dt, Shape s) {
+  Attrs a = {.name = name};
+  return ir_emit(g, op, 0, NULL, dt, s, &a, (SrcLoc){0});
+}
+
+Value *tb_param(Graph *g, const char *name, DType dt, Shape s, InitKind init, double a, double b) {
+  Value *v = source(g, OP_PARAM, name, dt, s);
+  v->def->a.init = init;
+  v->def->a.init_a = a;
+  v->def->a.init_b = b;
+  v->name = name;
+  return v;
+}
+
+Value *tb_input(Graph *g, const char *name, DType dt, Shape s) { return source(g, OP_INPUT, name, dt, s); }
+
+Node *tb_node(Graph *g, OpKind op, int nin, Value *const *in, int nout, const Attrs *a) {
+  Node *n = ir_node_new(g, op, nin, in, nout, (SrcLoc){0});
+  if (a) n->a = *a;
+  if (!ir_infer(n)) die("tb: cannot infer %s", ir_ops[op].name);
+  return n;
+}
+
+Value *tb_op(Graph *g, OpKind op, int nin, Value *const *in, const Attrs *a) {
+  return tb_node(g, op, nin, in, 1, a)->out[0];
+}
+Value *tb_op1(Graph *g, OpKind op, Value *x, const Attrs *a) { return tb_op(g, op, 1, &x, a); }
+Value *tb_op2(Graph *g, OpKind op, Value *x, Value *y, const Attrs *a) {
+  Value *in[2] = {x, y};
+  return tb_op(g, op, 2, in, a);
+}
+
+Value *tb_shaped(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape s, const Attrs *a) {
+  Node *n = ir_node_new(g, op, nin, in, 1, (SrcLoc){0});
+  if (a) n->a = *a;
+  n->out[0]->dtype = dt;
+  n->out[0]->shape = s;
+  if (!ir_infer(n)) die("tb: cannot infer %s", ir_ops[op].name);
+  return n->out[0];
+}
+
+Node *tb_repeat(Graph *g, Graph *body, int nin, Value *const *in, int64_t count, int ncarry, int nxs,
+                const char *name) {
+  Node *n = ir_node_new(g, OP_REPEAT, nin, in, body->nresults, (SrcLoc){0});
+  n->body = body;
+  body->owner = n;
+  n->a.count = count;
+  n->a.ncarry = ncarry;
+  n->a.nxs = nxs;
+  n->a.name = name;
+  if (!ir_infer(n)) die("tb: cannot infer repeat");
+  return n;
+}
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static double unif(uint64_t seed, int64_t i) { return ((double)(mix(seed * 1000003u + (uint64_t)i) >> 11) + 0.5) / 9007199254740992.0; }
+
+Tensor tb_randn(DType dt, Shape s, uint64_t seed, double scale) {
+  Tensor t = tensor_new(dt, s);
+  for (int64_t i = 0; i < ir_numel(&s); i++) {
+    double u1 = unif(seed, 2 * i), u2 = unif(seed, 2 * i + 1);
+    t.data[i] = scale * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+  }
+  return t;
+}
+
+Tensor tb_randint(Shape s, uint64_t seed, int64_t lo, int64_t hi) {
+  Tensor t = tensor_new(DT_I32, s);
+  for (int64_t i = 0; i < ir_numel(&s); i++) t.data[i] = (double)(lo + (int64_t)(unif(seed, i) * (double)(hi - lo)));
+  return t;
+}
+
+/* ---- shape agreement ------------------------------------------------------- */
+
+typedef struct {
+  Value **v;
+  DType *dt;
+  Shape *s;
+  int n, cap;
+} Saved;
+
+static void save(Saved *sv, const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) save(sv, n->body);
+    for (int j = 0; j < n->nout; j++) {
+      if (sv->n == sv->cap) {
+        sv->cap = sv->cap ? 2 * sv->cap : 256;
+        sv->v = realloc(sv->v, sizeof(Value *) * (size_t)sv->cap);
+        sv->dt = realloc(sv->dt, sizeof(DType) * (size_t)sv->cap);
+        sv->s = realloc(sv->s, sizeof(Shape) * (size_t)sv->cap);
+        if (!sv->v || !sv->dt || !sv->s) die("out of memory");
+      }
+      sv->v[sv->n] = n->out[j];
+      sv->dt[sv->n] = n->out[j]->dtype;
+      sv->s[sv->n++] = n->out[j]->shape;
+    }
+  }
+}
+
+int tb_shapes_stable(Module *m) {
+  Saved sv = {0};
+  save(&sv, m->graph);
+  int bad = 0;
+  if (!pass_shape(m)) {
+    fprintf(stderr, "FAIL: pass_shape reported errors\n");
+    bad++;
+  }
+  for (int i = 0; i < sv.n; i++) {
+    Value *v = sv.v[i];
+    if (v->dtype != sv.dt[i] || !ir_shape_eq(&v->shape, &sv.s[i])) {
+      if (bad < 10)
+        fprintf(stderr, "FAIL: %s #%d output %d: built as %s rank %d, inferred %s rank %d\n",
+                ir_ops[v->def->op].name, v->def->id, v->idx, ir_dtype_name(sv.dt[i]), sv.s[i].rank,
+                ir_dtype_name(v->dtype), v->shape.rank);
+      bad++;
+    }
+  }
+  free(sv.v);
+  free(sv.dt);
+  free(sv.s);
+  return bad;
+}
+
+/* ---- finite differences ----------------------------------------------------- */
+
+static double loss_at(Interp *it) {
+  if (!interp_step(it)) die("interp_step failed");
+  const Tensor *l = interp_get(it, 0, "loss");
+  if (!l) die("no loss");
+  return l->data[0];
+}
+
+int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol,
+                const char *label) {
+  Graph *g = m->graph;
+  Interp *it = interp_new(g, (InterpMesh){{0}}, 1234);
+  for (int i = 0; i < nfeed; i++) interp_set_input(it, -1, feeds[i].name, &feeds[i].t);
+  loss_at(it);
+  int fails = 0, checked = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *pn = g->nodes[i];
+    if (pn->op != OP_PARAM) continue;
+    const char *name = pn->a.name;
+    char gname[256];
+    snprintf(gname, sizeof gname, "grad:%s", name);
+    loss_at(it); /* results of the unperturbed point */
+    const Tensor *gt = interp_get(it, 0, gname);
+    if (!gt) {
+      fprintf(stderr, "FAIL %s: no result %s\n", label, gname);
+      fails++;
+      continue;
+    }
+    Tensor grad = tensor_copy(gt);
+    Tensor p = tensor_copy(interp_get(it, 0, name));
+    int64_t n = ir_numel(&p.shape);
+    int k = n < per_param ? (int)n : per_param;
+    double worst = 0;
+    for (int s = 0; s < k; s++) {
+      int64_t idx = k == n ? s : (int64_t)((double)s * (double)n / k + (double)(s * 7 % 3));
+      if (idx >= n) idx = n - 1;
+      double x0 = p.data[idx], step = h * fmax(1.0, fabs(x0));
+      p.data[idx] = x0 + step;
+      interp_set_state(it, -1, name, &p);
+      double lp = loss_at(it);
+      p.data[idx] = x0 - step;
+      interp_set_state(it, -1, name, &p);
+      double lm = loss_at(it);
+      p.data[idx] = x0;
+      interp_set_state(it, -1, name, &p);
+      double fd = (lp - lm) / (2 * step), an = grad.data[idx];
+      double err = fabs(fd - an) / fmax(1.0, fabs(an));
+      if (err > worst) worst = err;
+      checked++;
+      if (!(err <= tol)) {
+        if (fails < 20)
+          fprintf(stderr, "FAIL %s: d loss / d %s[%lld]: autodiff %.12g, finite differences %.12g (err %.3g > %.1g)\n",
+                  label, name, (long long)idx, an, fd, err, tol);
+        fails++;
+      }
+    }
+    printf("  %-14s %-20s %3d entries, worst rel err %.2e\n", label, name, k, worst);
+    tensor_free(&grad);
+    tensor_free(&p);
+  }
+  interp_free(it);
+  if (checked == 0) {
+    fprintf(stderr, "FAIL %s: nothing checked\n", label);
+    fails++;
+  }
+  return fails;
+}

@@ -1,0 +1,46 @@
+/* tests/passes/tb.h — a tiny graph builder and the finite-difference checker shared by the pass tests. */
+#ifndef SHARDC_TESTS_TB_H
+#define SHARDC_TESTS_TB_H
+
+#include "interp.h"
+#include "module.h"
+
+/* A fresh module with an empty top graph, default plan and recipe. */
+Module *tb_module(Arena *a, const char *name);
+
+Value *tb_param(Graph *g, const char *name, DType dt, Shape s, InitKind init, double a, double b);
+Value *tb_input(Graph *g, const char *name, DType dt, Shape s);
+/* A node with one output typed by ir_infer (dies on an inference error). */
+Value *tb_op(Graph *g, OpKind op, int nin, Value *const *in, const Attrs *a);
+Value *tb_op1(Graph *g, OpKind op, Value *x, const Attrs *a);
+Value *tb_op2(Graph *g, OpKind op, Value *x, Value *y, const Attrs *a);
+/* Ops whose output shape the builder states (reshape, reduce_sum, broadcast_to, const, iota). */
+Value *tb_shaped(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape s, const Attrs *a);
+/* A multi-output node typed by ir_infer. */
+Node *tb_node(Graph *g, OpKind op, int nin, Value *const *in, int nout, const Attrs *a);
+/* REPEAT over `body` (built by the caller with ir_add_arg and ir_add_result). */
+Node *tb_repeat(Graph *g, Graph *body, int nin, Value *const *in, int64_t count, int ncarry, int nxs,
+                const char *name);
+
+Shape tb_shape(int rank, ...); /* dims as int */
+
+/* Deterministic pseudo-random tensors for inputs. */
+Tensor tb_randn(DType dt, Shape s, uint64_t seed, double scale);
+Tensor tb_randint(Shape s, uint64_t seed, int64_t lo, int64_t hi);
+
+typedef struct {
+  const char *name; /* INPUT name */
+  Tensor t;         /* its value */
+} TbFeed;
+
+/* Records every value's dtype and shape, runs pass_shape, and counts differences:
+ * checks that the shapes a pass set by hand agree with ir_infer. */
+int tb_shapes_stable(Module *m);
+
+/* Runs the graph once (after pass_autodiff) and compares each PARAM's "grad:<name>" with
+ * central differences of "loss" at up to `per_param` entries; |fd - grad| must be
+ * <= tol * max(1, |grad|). Prints a line per param; returns the number of failures. */
+int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol,
+                const char *label);
+
+#endif
