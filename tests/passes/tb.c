@@ -195,7 +195,12 @@ int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double
     Tensor p = tensor_copy(interp_get(it, 0, name));
     int64_t n = ir_numel(&p.shape);
     int k = n < per_param ? (int)n : per_param;
-    double worst = 0;
+    double worst = 0, gmax = 0;
+    for (int64_t e = 0; e < n; e++) gmax = fmax(gmax, fabs(grad.data[e]));
+    if (!(gmax > 1e-8)) { /* every test model's params reach its loss */
+      fprintf(stderr, "FAIL %s: grad:%s is (near) zero everywhere\n", label, name);
+      fails++;
+    }
     for (int s = 0; s < k; s++) {
       int64_t idx = k == n ? s : (int64_t)((double)s * (double)n / k + (double)(s * 7 % 3));
       if (idx >= n) idx = n - 1;
@@ -219,7 +224,7 @@ int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double
         fails++;
       }
     }
-    printf("  %-14s %-20s %3d entries, worst rel err %.2e\n", label, name, k, worst);
+    printf("  %-14s %-20s %3d entries, max |grad| %.2e, worst rel err %.2e\n", label, name, k, gmax, worst);
     tensor_free(&grad);
     tensor_free(&p);
   }

@@ -39,7 +39,7 @@ int tb_shapes_stable(Module *m);
 
 /* Runs the graph once (after pass_autodiff) and compares each PARAM's "grad:<name>" with
  * central differences of "loss" at up to `per_param` entries; |fd - grad| must be
- * <= tol * max(1, |grad|). Prints a line per param; returns the number of failures. */
+ * <= tol * max(1, |grad|), and must not be zero everywhere. Prints a line per param; returns the number of failures. */
 int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol,
                 const char *label);
 
