@@ -1207,7 +1207,7 @@ static bool eval_source(Interp *it, const Node *n, Tensor *out) {
   Source *s = find_source(it, NULL, n);
   if (!s) die("interp: source %s not registered", n->a.name ? n->a.name : "?");
   for (int r = 0; r < it->nranks; r++) {
-    if (!s->val[r].data) return rt_error(n, "input '%s' was not set on rank %d", n->a.name ? n->a.name : "?", r);
+    if (!s->val[r].data) return rt_error(n, "'%s' was not set on rank %d", n->a.name ? n->a.name : "?", r);
     out[r] = tensor_copy(&s->val[r]);
   }
   return true;

@@ -12,6 +12,7 @@
 #include "interp.h"
 #include "ir.h"
 
+#define T_UNUSED __attribute__((unused))
 static int t_failures;
 
 #define CHECK(cond)                                                                \
@@ -33,7 +34,7 @@ static int t_failures;
     }                                                                                             \
   } while (0)
 
-static int t_done(const char *name) {
+static T_UNUSED int t_done(const char *name) {
   if (t_failures) {
     fprintf(stderr, "%s: %d check(s) failed\n", name, t_failures);
     return 1;
@@ -42,7 +43,7 @@ static int t_done(const char *name) {
   return 0;
 }
 
-static Shape S(int rank, ...) {
+static T_UNUSED Shape S(int rank, ...) {
   int64_t d[IR_MAX_RANK] = {0};
   va_list ap;
   va_start(ap, rank);
@@ -53,14 +54,14 @@ static Shape S(int rank, ...) {
 
 static const SrcLoc NOLOC = {0};
 
-static Value *t_input(Graph *g, const char *name, DType dt, Shape s) {
+static T_UNUSED Value *t_input(Graph *g, const char *name, DType dt, Shape s) {
   Attrs a = {0};
   a.name = name;
   return ir_emit(g, OP_INPUT, 0, NULL, dt, s, &a, NOLOC);
 }
 
 /* A node with inputs and attrs, shapes inferred; aborts the test if inference fails. */
-static Node *t_node(Graph *g, OpKind op, int nin, Value *const *in, int nout, const Attrs *a) {
+static T_UNUSED Node *t_node(Graph *g, OpKind op, int nin, Value *const *in, int nout, const Attrs *a) {
   Node *n = ir_node_new(g, op, nin, in, nout, NOLOC);
   if (a) n->a = *a;
   if (!ir_infer(n)) {
@@ -70,20 +71,20 @@ static Node *t_node(Graph *g, OpKind op, int nin, Value *const *in, int nout, co
   return n;
 }
 
-static Value *t_op1(Graph *g, OpKind op, Value *x, const Attrs *a) { return t_node(g, op, 1, &x, 1, a)->out[0]; }
-static Value *t_op2(Graph *g, OpKind op, Value *x, Value *y, const Attrs *a) {
+static T_UNUSED Value *t_op1(Graph *g, OpKind op, Value *x, const Attrs *a) { return t_node(g, op, 1, &x, 1, a)->out[0]; }
+static T_UNUSED Value *t_op2(Graph *g, OpKind op, Value *x, Value *y, const Attrs *a) {
   Value *in[2] = {x, y};
   return t_node(g, op, 2, in, 1, a)->out[0];
 }
 
-static Tensor t_tensor(DType dt, Shape s, const double *v) {
+static T_UNUSED Tensor t_tensor(DType dt, Shape s, const double *v) {
   Tensor t = tensor_new(dt, s);
   if (v) memcpy(t.data, v, sizeof(double) * (size_t)ir_numel(&s));
   return t;
 }
 
 /* Deterministic pseudo-random fill in [-1, 1). */
-static void t_fill(Tensor *t, unsigned seed) {
+static T_UNUSED void t_fill(Tensor *t, unsigned seed) {
   uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
   for (int64_t i = 0; i < ir_numel(&t->shape); i++) {
     x ^= x << 13;
