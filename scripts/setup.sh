@@ -7,7 +7,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config
   flex bison
   llvm-19-dev libzstd-dev
-  libopenblas-dev
+  libopenblas-dev libopenblas-openmp-dev libblis-dev
   openmpi-bin libopenmpi-dev
   libfabric-dev libfabric-bin
   clang libclang-rt-14-dev
