@@ -41,9 +41,13 @@ static Value *as_vec1(Graph *g, Value *s, SrcLoc loc) {
 static Value *vec_of(Graph *g, int n, Value **scalars, SrcLoc loc) {
   Value *parts[8];
   if (n > 8) die("vec_of: too many scalars");
-  for (int i = 0; i < n; i++) parts[i] = as_vec1(g, scalars[i], loc);
+  DType dt = DT_F32;
+  for (int i = 0; i < n; i++) {
+    parts[i] = as_vec1(g, scalars[i], loc);
+    if (scalars[i]->dtype == DT_F64) dt = DT_F64; /* concat promotes */
+  }
   Attrs a = {.axis = 0};
-  return emit(g, OP_CONCAT, n, parts, DT_F32, ir_shape(1, (int64_t[]){n}), &a, loc);
+  return emit(g, OP_CONCAT, n, parts, dt, ir_shape(1, (int64_t[]){n}), &a, loc);
 }
 
 static Value *add_input(Graph *g, const char *name, SrcLoc loc) {
