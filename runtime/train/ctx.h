@@ -1,0 +1,28 @@
+/* runtime/train/ctx.h — RtCtx: the runtime's per-rank state handed to the generated step
+ * functions (program.h declares it opaque; generated code that needs a field includes this).
+ *
+ * Filled by rt_train_main before the first call. A single process is rank 0 of 1 with every
+ * parallel coordinate 0 of 1. Multi-rank launch (runtime/comm/) fills the same fields; the
+ * trainer only ever reads dp_rank/dp_size (which slice of each global batch this rank reads)
+ * and rank (rank 0 prints, logs and writes checkpoints).
+ */
+#ifndef SHARDRT_TRAIN_CTX_H
+#define SHARDRT_TRAIN_CTX_H
+
+#include <stdint.h>
+
+struct RtCtx {
+  int rank, world;          /* this process in the job: 0..world-1, processes */
+  int local_rank;           /* index among the processes on this host */
+  int dp_rank, dp_size;     /* data-parallel coordinate: slice of the global batch, replicas */
+  int tp_rank, tp_size;     /* tensor-parallel coordinate (1 group of 1 today) */
+  int pp_rank, pp_size;     /* pipeline stage, stages */
+  int cp_rank, cp_size;     /* context-parallel coordinate */
+  int threads;              /* compute threads the kernels may use (--threads) */
+  int64_t step;             /* 1-based step being run; 0 outside training (eval at start, sampling) */
+  void *comm;               /* RtComm * when multi-rank; NULL in a single process */
+  void *kernels;            /* kernel library state (thread pool, workspace); owner sets and frees it */
+  void *user;               /* free for the program (hand-written test programs) */
+};
+
+#endif

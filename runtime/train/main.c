@@ -1,0 +1,577 @@
+/* runtime/train/main.c — rt_train_main: the trainer a generated program runs.
+ *
+ * Flags → data → one allocation → init (or --resume / --init-from) → the step loop (inputs,
+ * p->step, progress line, JSON-lines log, validation, checkpoints) → summary → sampling.
+ * Rank 0 prints, logs and writes checkpoints; every rank reads its own data-parallel slice.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../kernels/kernels.h"
+#include "../rng.h"
+#include "train.h"
+
+#define DEFAULT_VAL_FRACTION 0.1
+
+typedef struct {
+  const char *data, *val;    /* --data / --val specs (NULL: none) */
+  const char *init_from;     /* --init-from path */
+  const char *save_to;       /* --save-to directory */
+  const char *resume;        /* --resume directory */
+  const char *log;           /* --log file */
+  const char *prompt;        /* --prompt text (byte-level sampling) */
+  int64_t steps;             /* schedule length */
+  int64_t stop_at;           /* last step this run executes (0: steps) */
+  int64_t batch;             /* global batch, sequences (0: compiled) */
+  int64_t eval_every;        /* steps (0: only at the end) */
+  int64_t val_batches;       /* batches per validation */
+  int64_t sample;            /* tokens to generate */
+  int64_t ckpt_every;        /* steps (0: only at the end) */
+  int64_t keep;              /* checkpoints kept (0: all) */
+  int64_t threads;           /* compute threads */
+  uint64_t seed;             /* run seed */
+  double temperature;        /* sampling temperature (0: greedy) */
+  int steps_set, seed_set;   /* given on the command line */
+} Opts;
+
+typedef struct {
+  const char *name;          /* flag without "--" */
+  int kind;                  /* 0 string, 1 int64 >= 0, 2 uint64, 3 double >= 0, 4 int64 >= 1 */
+  void *dst;                 /* where the value goes */
+  int *set;                  /* set to 1 when given (may be NULL) */
+  const char *arg, *help;    /* usage text */
+} Flag;
+
+static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
+  fprintf(f, "usage: %s [flags]\n", prog);
+  fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n\n",
+          p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams, (long long)p->batch,
+          (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
+  for (int i = 0; i < nflags; i++) {
+    char left[48];
+    snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
+    fprintf(f, "  %-24s %s\n", left, flags[i].help);
+  }
+  fprintf(f, "  %-24s %s\n", "--help", "this text");
+  fprintf(f, "\nEnvironment: SHARDRT_PEAK_FLOPS=<FLOP/s> sets the peak MFU is measured against (default: measured).\n");
+}
+
+static void parse_value(const Flag *fl, const char *v) {
+  char *end;
+  errno = 0;
+  switch (fl->kind) {
+  case 0: *(const char **)fl->dst = v; break;
+  case 1:
+  case 4: {
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < (fl->kind == 4 ? 1 : 0))
+      rt_user_error("--%s: '%s' is not %s integer", fl->name, v, fl->kind == 4 ? "a positive" : "a non-negative");
+    *(int64_t *)fl->dst = x;
+    break;
+  }
+  case 2: {
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || *v == '-') rt_user_error("--%s: '%s' is not a non-negative integer", fl->name, v);
+    *(uint64_t *)fl->dst = x;
+    break;
+  }
+  case 3: {
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= 0) || isinf(x)) rt_user_error("--%s: '%s' is not a non-negative number", fl->name, v);
+    *(double *)fl->dst = x;
+    break;
+  }
+  }
+  if (fl->set) *fl->set = 1;
+}
+
+/* Returns 1 when --help was given. */
+static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
+  const RtRecipe *r = &p->recipe;
+  memset(o, 0, sizeof *o);
+  o->data = r->data;
+  o->val = r->val;
+  o->steps = r->steps > 0 ? r->steps : 1;
+  o->seed = r->seed;
+  o->ckpt_every = r->ckpt_every;
+  o->save_to = r->ckpt_dir;
+  o->keep = r->ckpt_keep > 0 ? r->ckpt_keep : 0;
+  o->val_batches = 20;
+  o->temperature = 0.8;
+  long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+  o->threads = nproc > 0 ? nproc : 1;
+  int seen_help = 0;
+  const Flag flags[] = {
+      {"data", 0, &o->data, NULL, "PATH|GLOB", "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
+      {"val", 0, &o->val, NULL, "PATH|GLOB", "validation data (default: the last 10% of the last training file)"},
+      {"steps", 4, &o->steps, &o->steps_set, "N", "steps of the schedule (the lr decays to min_lr at N)"},
+      {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
+      {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
+      {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks"},
+      {"init-from", 0, &o->init_from, NULL, "FILE", "initialise the weights from a .safetensors file or checkpoint dir"},
+      {"save-to", 0, &o->save_to, NULL, "DIR", "write checkpoints DIR/step_N at the end (and every --ckpt-every)"},
+      {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
+      {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
+      {"resume", 0, &o->resume, NULL, "DIR", "continue from the newest checkpoint in DIR (weights, optimizer, step, data)"},
+      {"log", 0, &o->log, NULL, "FILE.jsonl", "one JSON object per step (and per validation)"},
+      {"eval-every", 1, &o->eval_every, NULL, "N", "validation loss every N steps (0: only at the end)"},
+      {"val-batches", 4, &o->val_batches, NULL, "N", "batches per validation (default 20)"},
+      {"sample", 1, &o->sample, NULL, "N", "generate N tokens after training"},
+      {"temperature", 3, &o->temperature, NULL, "X", "sampling temperature; 0: greedy (default 0.8)"},
+      {"prompt", 0, &o->prompt, NULL, "TEXT", "sampling prompt (byte-level models; default: the data's start)"},
+      {"threads", 4, &o->threads, NULL, "N", "compute threads (default: the online CPUs)"},
+  };
+  int nflags = (int)(sizeof flags / sizeof flags[0]);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { seen_help = 1; continue; }
+    if (strncmp(a, "--", 2) != 0) rt_user_error("unexpected argument '%s' (see --help)", a);
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const Flag *fl = NULL;
+    for (int k = 0; k < nflags; k++)
+      if (strlen(flags[k].name) == len && !strncmp(flags[k].name, name, len)) fl = &flags[k];
+    if (!fl) rt_user_error("unknown flag '%.*s' (see --help)", (int)(len + 2), a);
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v) {
+      if (i + 1 >= argc) rt_user_error("--%s needs a value (%s)", fl->name, fl->arg);
+      v = argv[++i];
+    }
+    parse_value(fl, v);
+  }
+  if (seen_help) {
+    usage(stdout, argv[0] ? argv[0] : "trainer", p, flags, nflags);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- tensors in the allocation ---- */
+
+static const RtTensor *need_tensor(const RtProgram *p, const char *name, int dtype, int rank, const int64_t *dims) {
+  const RtTensor *t = rt_find_tensor(p, name);
+  if (!t) rt_bug("the program has no \"%s\" tensor", name);
+  int ok = t->dtype == dtype && t->rank == rank;
+  for (int i = 0; ok && i < rank; i++) ok = t->dims[i] == dims[i];
+  if (!ok) rt_bug("the program's \"%s\" tensor has an unexpected dtype or shape", name);
+  return t;
+}
+
+static void put_scalar(char *mem, const RtTensor *t, double v) {
+  if (!t) return;
+  if (t->dtype == RT_F32) { float f = (float)v; memcpy(mem + t->offset, &f, 4); }
+  else if (t->dtype == RT_F64) memcpy(mem + t->offset, &v, 8);
+  else rt_bug("scalar input \"%s\" is neither f32 nor f64", t->name);
+}
+
+static double get_scalar(const char *mem, const RtTensor *t) {
+  if (!t) return NAN;
+  if (t->dtype == RT_F32) { float f; memcpy(&f, mem + t->offset, 4); return f; }
+  if (t->dtype == RT_F64) { double d; memcpy(&d, mem + t->offset, 8); return d; }
+  rt_bug("scalar result \"%s\" is neither f32 nor f64", t->name);
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  u += 0x7fff + ((u >> 16) & 1);                                        /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+/* Parameters by their init rule (element i of the whole logical tensor, key of its name), state zero. */
+static void init_tensors(const RtProgram *p, char *mem, uint64_t seed) {
+  for (int k = 0; k < p->ntensors; k++) {
+    const RtTensor *t = &p->tensors[k];
+    int64_t n = rt_tensor_numel(t);
+    if (t->kind == RT_T_STATE) memset(mem + t->offset, 0, (size_t)n * rt_dtype_size(t->dtype));
+    if (t->kind != RT_T_PARAM) continue;
+    uint64_t key = rt_rng_key(seed, t->name);
+    char *dst = mem + t->offset;
+    for (int64_t i = 0; i < n; i++) {
+      double x = 0;
+      switch (t->init) {
+      case RT_INIT_ZEROS: x = 0; break;
+      case RT_INIT_ONES: x = 1; break;
+      case RT_INIT_CONST: x = t->init_a; break;
+      case RT_INIT_NORMAL: x = rt_rng_normal(key, i, t->init_a, t->init_b); break;
+      case RT_INIT_UNIFORM: x = t->init_a + (t->init_b - t->init_a) * rt_rng_uniform(key, i); break;
+      default: rt_bug("parameter %s: unknown init %d", t->name, t->init);
+      }
+      switch (t->dtype) {
+      case RT_F32: ((float *)dst)[i] = (float)x; break;
+      case RT_F64: ((double *)dst)[i] = x; break;
+      case RT_BF16: ((uint16_t *)dst)[i] = f32_to_bf16((float)x); break;
+      default: rt_bug("parameter %s: dtype %s cannot be initialised", t->name, rt_dtype_st_name(t->dtype));
+      }
+    }
+  }
+}
+
+/* The learning rate of 0-based step s: linear warmup to lr, then constant / linear / cosine decay
+ * to min_lr at `steps` (the same formula as ir_lr_at). */
+static double lr_at(const RtRecipe *r, int64_t steps, int64_t s) {
+  double lr = r->lr;
+  if (r->warmup > 0 && s < r->warmup) return lr * (double)(s + 1) / (double)r->warmup;
+  int64_t decay = steps - r->warmup;
+  if (decay <= 0) return lr;
+  double t = (double)(s - r->warmup) / (double)decay;
+  if (t > 1) t = 1;
+  switch (r->lr_schedule) {
+  case RT_LR_CONSTANT: return lr;
+  case RT_LR_LINEAR: return r->min_lr + (lr - r->min_lr) * (1.0 - t);
+  case RT_LR_COSINE: return r->min_lr + (lr - r->min_lr) * 0.5 * (1.0 + cos(3.14159265358979323846 * t));
+  }
+  return lr;
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+  const RtProgram *p;        /* the program */
+  Opts o;                    /* flags */
+  RtCtx ctx;                 /* rank coordinates and threads */
+  char *mem;                 /* the one allocation, mem_bytes */
+  const RtTensor *tokens, *targets, *lr, *stepno, *loss, *gnorm; /* inputs and results (lr, step, grad_norm may be NULL) */
+  RtData train, val;         /* data; val.nwin == 0: no validation */
+  int has_val;               /* 1: val holds windows */
+  char val_desc[512];        /* what validation reads */
+  FILE *log;                 /* --log, rank 0 only */
+  RtTrainState st;           /* step, data position, RNG */
+  double peak;               /* FLOP/s the MFU is measured against */
+} Run;
+
+static void json_num(FILE *f, const char *key, double v, const char *fmt) {
+  fprintf(f, ",\"%s\":", key);
+  if (isfinite(v)) fprintf(f, fmt, v);
+  else fputs("null", f);
+}
+
+static double evaluate(Run *r) {
+  const RtProgram *p = r->p;
+  int64_t B = p->batch, per = B * r->ctx.dp_size;
+  int64_t nb = (r->val.nwin + per - 1) / per;
+  if (nb > r->o.val_batches) nb = r->o.val_batches;
+  if (nb < 1) nb = 1;
+  double sum = 0;
+  int64_t saved = r->ctx.step;
+  r->ctx.step = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    rt_data_batch(&r->val, i * per, B, r->ctx.dp_rank, (int32_t *)(r->mem + r->tokens->offset),
+                  (int32_t *)(r->mem + r->targets->offset));
+    p->eval(r->mem, &r->ctx);
+    sum += get_scalar(r->mem, r->loss);
+  }
+  r->ctx.step = saved;
+  /* multi-rank: the mean over dp ranks goes through the dp group here */
+  return sum / (double)nb;
+}
+
+static void log_eval(Run *r, int64_t step, double vloss) {
+  if (r->ctx.rank != 0) return;
+  printf("step %*lld/%lld | val loss %.4f\n", (int)snprintf(NULL, 0, "%lld", (long long)r->o.steps),
+         (long long)step, (long long)r->o.steps, vloss);
+  fflush(stdout);
+  if (r->log) {
+    fprintf(r->log, "{\"step\":%lld", (long long)step);
+    json_num(r->log, "val_loss", vloss, "%.9g");
+    fputs("}\n", r->log);
+    fflush(r->log);
+  }
+}
+
+static void fmt_eta(char *out, size_t n, double s) {
+  if (!isfinite(s) || s < 0) { snprintf(out, n, "?"); return; }
+  long long t = (long long)(s + 0.5);
+  if (t >= 3600) snprintf(out, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(out, n, "%lld:%02lld", t / 60, t % 60);
+}
+
+static void save(Run *r) {
+  if (r->ctx.rank != 0 || !r->o.save_to) return;
+  double t0 = rt_now();
+  rt_ckpt_save(r->p, r->mem, r->o.save_to, &r->st, (int)r->o.keep);
+  printf("checkpoint: %s/step_%08lld (%.2f s)\n", r->o.save_to, (long long)r->st.step, rt_now() - t0);
+  fflush(stdout);
+}
+
+static void print_memory(const char *when, const RtProgram *p) {
+  char a[32], b[32], c[32];
+  rt_fmt_bytes(a, sizeof a, (double)p->mem_bytes);
+  rt_fmt_bytes(b, sizeof b, (double)p->mem_peak);
+  int64_t hwm = rt_vm_hwm();
+  rt_fmt_bytes(c, sizeof c, (double)hwm);
+  printf("memory %s: planned %s (live peak %s), measured peak resident %s (VmHWM)", when, a, b, c);
+  if (hwm > 0 && p->mem_bytes > 0) printf(" = %.2fx the plan", (double)hwm / (double)p->mem_bytes);
+  printf("\n");
+}
+
+/* Samples from the logits at row 0, position len-1 of a window of the last T tokens. */
+static void sample(Run *r) {
+  const RtProgram *p = r->p;
+  int64_t T = p->seq, N = r->o.sample, V = p->vocab, VP = p->vocab_padded > 0 ? p->vocab_padded : p->vocab;
+  if (!p->logits) rt_user_error("--sample: this program has no logits function");
+  int64_t cap = N + T + 64, len = 0;
+  int32_t *toks = rt_xmalloc((size_t)cap * sizeof *toks);
+  if (r->o.prompt && p->byte_level) {
+    size_t n = strlen(r->o.prompt);
+    if ((int64_t)n > T) n = (size_t)T; /* only the last T matter; keep the start for printing */
+    for (size_t i = 0; i < n; i++) toks[len++] = (unsigned char)r->o.prompt[i];
+  } else {
+    RtData *d = r->has_val ? &r->val : &r->train;
+    int shuffle = d->shuffle;
+    d->shuffle = 0;
+    int32_t *seq = rt_xmalloc((size_t)(T + 1) * sizeof *seq);
+    rt_data_sequence(d, 0, seq);
+    d->shuffle = shuffle;
+    int64_t n = T / 2 < 16 ? T / 2 : 16;
+    if (n < 1) n = 1;
+    for (int64_t i = 0; i < n; i++) toks[len++] = seq[i];
+    free(seq);
+  }
+  int64_t prompt_len = len;
+  int32_t *in = (int32_t *)(r->mem + r->tokens->offset);
+  float *logits = (float *)(r->mem + p->logits_offset);
+  double *prob = rt_xmalloc((size_t)V * sizeof *prob);
+  r->ctx.step = 0;
+  for (int64_t k = 0; k < N; k++) {
+    int64_t L = len < T ? len : T;
+    memset(in, 0, (size_t)(p->batch * T) * sizeof *in);
+    memcpy(in, toks + len - L, (size_t)L * sizeof *in);
+    for (int64_t b = 1; b < p->batch; b++) memcpy(in + b * T, in, (size_t)T * sizeof *in);
+    p->logits(r->mem, &r->ctx);
+    const float *row = logits + (L - 1) * VP;
+    int64_t next = 0;
+    if (r->o.temperature <= 0) {
+      for (int64_t v = 1; v < V; v++)
+        if (row[v] > row[next]) next = v;
+    } else {
+      double mx = row[0], sum = 0;
+      for (int64_t v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+      for (int64_t v = 0; v < V; v++) sum += prob[v] = exp(((double)row[v] - mx) / r->o.temperature);
+      double u = (double)(rt_splitmix64(r->st.rng++) >> 11) * 0x1.0p-53 * sum, acc = 0;
+      next = V - 1;
+      for (int64_t v = 0; v < V; v++)
+        if ((acc += prob[v]) > u) { next = v; break; }
+    }
+    toks[len++] = (int32_t)next;
+  }
+  if (r->ctx.rank == 0) {
+    char how[48] = "greedy";
+    if (r->o.temperature > 0) snprintf(how, sizeof how, "temperature %g", r->o.temperature);
+    printf("sample (%lld tokens, %s):\n", (long long)N, how);
+    if (p->byte_level) {
+      for (int64_t i = 0; i < len; i++) {
+        int c = toks[i];
+        putchar(c == '\n' || c == '\t' || (c >= 32 && c < 127) ? c : '?');
+      }
+      putchar('\n');
+    } else {
+      for (int64_t i = 0; i < len; i++) printf("%s%d", i == 0 ? "" : i == prompt_len ? " | " : " ", toks[i]);
+      putchar('\n');
+    }
+    fflush(stdout);
+  }
+  free(prob);
+  free(toks);
+}
+
+int rt_train_main(int argc, char **argv, const RtProgram *p) {
+  Run run, *r = &run;
+  memset(r, 0, sizeof *r);
+  r->p = p;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (parse_flags(argc, argv, p, &r->o)) return 0;
+  Opts *o = &r->o;
+
+  r->ctx = (RtCtx){.rank = 0, .world = 1, .dp_rank = 0, .dp_size = 1, .tp_size = 1, .pp_size = 1, .cp_size = 1,
+                   .threads = (int)o->threads};
+  rt_set_threads(r->ctx.threads);
+  int64_t B = p->batch, T = p->seq;
+  int64_t gbatch = B * r->ctx.dp_size;
+  if (o->batch && o->batch != gbatch)
+    rt_user_error("--batch %lld: this program was compiled for a micro-batch of %lld sequences x %d data-parallel "
+                  "rank(s) = %lld; recompile with another batch to change it",
+                  (long long)o->batch, (long long)B, r->ctx.dp_size, (long long)gbatch);
+  if (o->init_from && o->resume) rt_user_error("--init-from and --resume exclude each other");
+
+  int64_t bt[2] = {B, T};
+  r->tokens = need_tensor(p, "tokens", RT_I32, 2, bt);
+  r->targets = need_tensor(p, "targets", RT_I32, 2, bt);
+  r->loss = rt_find_tensor(p, "loss");
+  if (!r->loss) rt_bug("the program has no \"loss\" tensor");
+  r->lr = rt_find_tensor(p, "lr");
+  r->stepno = rt_find_tensor(p, "step");
+  r->gnorm = rt_find_tensor(p, "grad_norm");
+
+  /* The trainer state: fresh, or from the checkpoint (read before the data: the seed orders it). */
+  r->st = (RtTrainState){.steps = o->steps, .seed = o->seed, .batch = gbatch, .seq = T, .loss = NAN};
+  r->st.rng = rt_rng_key(o->seed, "sample");
+
+  /* One allocation (the plan, then the kernels' workspace), 64-byte aligned, touched. */
+  int64_t ws = p->workspace_bytes ? p->workspace_bytes() : 0;
+  size_t bytes = ((size_t)(p->mem_bytes + ws > 0 ? p->mem_bytes + ws : 64) + 63) / 64 * 64;
+  r->mem = aligned_alloc(64, bytes);
+  if (!r->mem)
+    rt_user_error("cannot allocate the planned %lld bytes (+ %lld bytes of kernel workspace)", (long long)p->mem_bytes,
+                  (long long)ws);
+  memset(r->mem, 0, bytes);
+
+  if (o->resume) {
+    char *dir = rt_ckpt_find(o->resume);
+    if (!dir) rt_user_error("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", o->resume);
+    RtTrainState cs;
+    rt_ckpt_load(p, r->mem, dir, 1, &cs);
+    if (o->seed_set && o->seed != cs.seed)
+      rt_user_error("--seed %llu differs from the checkpoint's seed %llu ('%s'); a resumed run keeps its seed",
+                    (unsigned long long)o->seed, (unsigned long long)cs.seed, dir);
+    if (cs.batch != gbatch || cs.seq != T)
+      rt_user_error("'%s' was written with batch %lld x %lld tokens, this run has %lld x %lld", dir,
+                    (long long)cs.batch, (long long)cs.seq, (long long)gbatch, (long long)T);
+    o->seed = cs.seed;
+    if (!o->steps_set) o->steps = cs.steps;
+    cs.steps = o->steps;
+    r->st = cs;
+    if (r->ctx.rank == 0) printf("resumed from %s: step %lld, data position %lld\n", dir, (long long)cs.step, (long long)cs.data_pos);
+    free(dir);
+  } else {
+    init_tensors(p, r->mem, o->seed);
+    if (o->init_from) {
+      rt_ckpt_load(p, r->mem, o->init_from, 0, NULL);
+      if (r->ctx.rank == 0) printf("weights from %s\n", o->init_from);
+    }
+  }
+  int64_t stop = o->stop_at && o->stop_at < o->steps ? o->stop_at : o->steps;
+
+  /* Data. */
+  RtDataOpts dopt = {.T = T, .vocab = p->vocab, .byte_level = p->byte_level};
+  int training = r->st.step < stop;
+  if (!o->data && (training || o->sample)) rt_user_error("no training data: pass --data PATH|GLOB");
+  if (o->data) {
+    rt_data_open(&r->train, "--data", o->data, &dopt);
+    r->train.shuffle = 1;
+    r->train.seed = o->seed;
+  }
+  if (o->val) {
+    rt_data_open(&r->val, "--val", o->val, &dopt);
+    r->has_val = 1;
+    snprintf(r->val_desc, sizeof r->val_desc, "'%s': %d file(s), %lld tokens, %lld sequences", o->val,
+             r->val.nfiles, (long long)r->val.ntok, (long long)r->val.nwin);
+  } else if (o->data) {
+    r->has_val = rt_data_hold_out(&r->train, &r->val, DEFAULT_VAL_FRACTION, &dopt);
+    if (r->has_val)
+      snprintf(r->val_desc, sizeof r->val_desc, "the last 10%% of '%s': %lld tokens, %lld sequences",
+               r->val.files[0].path, (long long)r->val.ntok, (long long)r->val.nwin);
+  }
+  if (!p->eval) r->has_val = 0;
+
+  if (o->log && r->ctx.rank == 0) {
+    r->log = fopen(o->log, o->resume ? "a" : "w");
+    if (!r->log) rt_user_error("--log: cannot open '%s': %s", o->log, strerror(errno));
+  }
+  const char *how = "measured: FMA loop";
+  const char *peak_env = getenv("SHARDRT_PEAK_FLOPS");
+  if (peak_env && *peak_env) {
+    char *end;
+    r->peak = strtod(peak_env, &end);
+    if (end == peak_env || *end || !(r->peak > 0))
+      rt_user_error("SHARDRT_PEAK_FLOPS='%s' is not a positive number of FLOP/s", peak_env);
+    how = "from SHARDRT_PEAK_FLOPS";
+  } else if (training) {
+    r->peak = rt_measure_peak_flops(r->ctx.threads, 0.1);
+  }
+
+  if (r->ctx.rank == 0) {
+    printf("model %s (%s): %.2fM parameters, vocabulary %lld%s, batch %lld x %lld tokens", p->model ? p->model : "?",
+           p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab,
+           p->byte_level ? " (bytes)" : "", (long long)gbatch, (long long)T);
+    if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
+    printf(", seed %llu\n", (unsigned long long)o->seed);
+    if (o->data)
+      printf("data: '%s': %d file(s), %lld tokens, %lld sequences of %lld+1\n", o->data, r->train.nfiles,
+             (long long)r->train.ntok, (long long)r->train.nwin, (long long)T);
+    printf("validation: %s\n", r->has_val ? r->val_desc : p->eval ? "none (no held-out data)" : "none (no eval function)");
+    if (training)
+      printf("steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); fp32 peak %.1f GFLOP/s (%s)\n",
+             (long long)r->st.step + 1, (long long)stop, (long long)o->steps, p->recipe.lr, p->recipe.min_lr,
+             p->recipe.lr_schedule == RT_LR_COSINE ? "cosine" : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear" : "constant",
+             (long long)p->recipe.warmup, r->ctx.threads, r->peak / 1e9, how);
+    print_memory("at start", p);
+  }
+
+  /* The loop. */
+  double t_start = rt_now(), t_steady = 0, last_val = NAN;
+  int64_t steady_steps = 0, first = r->st.step + 1, saved_at = -1;
+  int width = snprintf(NULL, 0, "%lld", (long long)o->steps);
+  for (int64_t s = first; s <= stop; s++) {
+    r->ctx.step = s;
+    rt_data_batch(&r->train, r->st.data_pos, B, r->ctx.dp_rank, (int32_t *)(r->mem + r->tokens->offset),
+                  (int32_t *)(r->mem + r->targets->offset));
+    double lr = lr_at(&p->recipe, o->steps, s - 1);
+    put_scalar(r->mem, r->lr, lr);
+    put_scalar(r->mem, r->stepno, (double)s);
+    double t0 = rt_now();
+    p->step(r->mem, &r->ctx);
+    double dt = rt_now() - t0;
+    r->st.data_pos += gbatch;
+    r->st.step = s;
+    double loss = get_scalar(r->mem, r->loss), gn = get_scalar(r->mem, r->gnorm);
+    r->st.loss = loss;
+    if (s > first || stop == first) t_steady += dt, steady_steps++;
+    double tps = (double)(gbatch * T) / dt, mfu = r->peak > 0 ? p->flops_per_token * tps / r->peak : 0;
+    double eta = steady_steps ? t_steady / (double)steady_steps * (double)(stop - s) : NAN;
+    int64_t rss = rt_vm_rss();
+    if (r->ctx.rank == 0) {
+      char mem_s[32], eta_s[32];
+      rt_fmt_bytes(mem_s, sizeof mem_s, (double)rss);
+      fmt_eta(eta_s, sizeof eta_s, eta);
+      printf("step %*lld/%lld | loss %.4f | lr %.2e", width, (long long)s, (long long)o->steps, loss, lr);
+      if (r->gnorm) printf(" | norm %.3f", gn);
+      printf(" | %.1f ms | %.0f tok/s | MFU %.1f%% | mem %s | ETA %s\n", dt * 1e3, tps, 100 * mfu, mem_s, eta_s);
+      if (r->log) {
+        fprintf(r->log, "{\"step\":%lld,\"steps\":%lld", (long long)s, (long long)o->steps);
+        json_num(r->log, "loss", loss, "%.9g");
+        json_num(r->log, "lr", lr, "%.9g");
+        if (r->gnorm) json_num(r->log, "grad_norm", gn, "%.9g");
+        json_num(r->log, "ms", dt * 1e3, "%.3f");
+        json_num(r->log, "tokens_per_s", tps, "%.1f");
+        json_num(r->log, "mfu", mfu, "%.6f");
+        fprintf(r->log, ",\"mem_bytes\":%lld", (long long)rss);
+        json_num(r->log, "eta_s", eta, "%.1f");
+        fputs("}\n", r->log);
+        fflush(r->log);
+      }
+    }
+    if (r->has_val && o->eval_every && s % o->eval_every == 0) log_eval(r, s, last_val = evaluate(r));
+    if (o->ckpt_every && s % o->ckpt_every == 0 && s != stop) save(r), saved_at = s;
+  }
+  double t_total = rt_now() - t_start;
+  r->ctx.step = 0;
+  if (r->has_val && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= first))
+    log_eval(r, r->st.step, last_val = evaluate(r));
+  if (o->save_to && saved_at != r->st.step && r->st.step >= first) save(r);
+
+  if (r->ctx.rank == 0) {
+    int64_t ran = stop >= first ? stop - first + 1 : 0;
+    if (ran > 0) {
+      double tps = steady_steps ? (double)(gbatch * T) * (double)steady_steps / t_steady : 0;
+      printf("done: %lld step(s) in %.2f s, %.0f tok/s, MFU %.1f%%; loss %.4f", (long long)ran, t_total, tps,
+             r->peak > 0 ? 100 * p->flops_per_token * tps / r->peak : 0.0, r->st.loss);
+      if (isfinite(last_val)) printf(", val loss %.4f", last_val);
+      printf("\n");
+    } else {
+      printf("nothing to train: at step %lld of %lld\n", (long long)r->st.step, (long long)stop);
+    }
+    print_memory("at end", p);
+  }
+  if (o->sample) sample(r);
+
+  if (r->log && fclose(r->log) != 0) rt_user_error("--log: cannot write '%s'", o->log);
+  rt_data_free(&r->train);
+  rt_data_free(&r->val);
+  free(r->mem);
+  return 0;
+}

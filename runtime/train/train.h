@@ -1,0 +1,142 @@
+/* runtime/train/train.h — the trainer's parts (internal to runtime/train/).
+ *
+ *   util.c   user errors (message, exit 1), checked allocation, clocks, resident memory
+ *   json.c   a small JSON reader (safetensors headers, index files)
+ *   data.c   token shards (llm.c .bin, uint16 / uint32) and raw bytes, globs, batches
+ *   ckpt.c   safetensors checkpoints: atomic directories, per-layer names, resume
+ *   main.c   rt_train_main: flags, init, the loop, progress, eval, sampling
+ */
+#ifndef SHARDRT_TRAIN_H
+#define SHARDRT_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../program.h"
+#include "ctx.h"
+
+/* ---- util.c ---- */
+
+/* A user mistake (bad flag, missing or malformed file): prints "error: ..." on stderr and
+ * ends the process with status 1. Never returns. */
+_Noreturn void rt_user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A bug in the runtime or in the program it was handed: prints and aborts. */
+_Noreturn void rt_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void *rt_xmalloc(size_t bytes);
+void *rt_xcalloc(size_t n, size_t size);
+char *rt_xstrdup(const char *s);
+char *rt_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+double rt_now(void);              /* seconds, monotonic */
+int64_t rt_vm_hwm(void);          /* peak resident bytes of this process (VmHWM), -1 if unknown */
+int64_t rt_vm_rss(void);          /* resident bytes now (VmRSS), -1 if unknown */
+void rt_fmt_bytes(char *out, size_t n, double bytes); /* "123.4 MiB" */
+size_t rt_dtype_size(int dtype);
+const char *rt_dtype_st_name(int dtype); /* safetensors dtype string: "F32", "BF16", ... */
+int64_t rt_tensor_numel(const RtTensor *t);
+const RtTensor *rt_find_tensor(const RtProgram *p, const char *name);
+
+/* ---- json.c ---- */
+
+enum { RT_JSON_NULL, RT_JSON_BOOL, RT_JSON_NUM, RT_JSON_STR, RT_JSON_ARR, RT_JSON_OBJ };
+
+typedef struct RtJson RtJson;
+struct RtJson {
+  int kind;            /* RT_JSON_* */
+  double num;          /* NUM: value; BOOL: 0 / 1 */
+  int64_t inum;        /* NUM: value when it is an integer that fits (is_int) */
+  int is_int;          /* NUM: the text was an integer in int64 range */
+  char *str;           /* STR: the decoded string (NUL-terminated) */
+  int n;               /* ARR, OBJ: elements */
+  char **keys;         /* OBJ: [n] member names */
+  RtJson **items;      /* ARR, OBJ: [n] elements / member values */
+};
+
+/* Parses text[0..len). Returns NULL and writes a message ("at byte 12: expected ':'") to err
+ * when the text is not one JSON value. */
+RtJson *rt_json_parse(const char *text, size_t len, char *err, size_t errn);
+const RtJson *rt_json_get(const RtJson *obj, const char *key); /* NULL if absent or not an object */
+void rt_json_free(RtJson *j);
+/* Writes s as a JSON string literal (quotes and escapes). */
+void rt_json_write_str(FILE *f, const char *s);
+
+/* ---- data.c ---- */
+
+typedef struct {
+  char *path;                /* file name as given / globbed */
+  unsigned char *map;        /* the mapped file, map_bytes long */
+  size_t map_bytes;          /* bytes */
+  int64_t data_off;          /* bytes: 1024 for shards, 0 for raw bytes */
+  int elem;                  /* bytes per token: 1 raw byte, 2 uint16, 4 uint32 */
+  int64_t ntok;              /* tokens in the file */
+} RtDataFile;
+
+typedef struct {
+  int file;                  /* index into files */
+  int64_t begin, end;        /* tokens [begin, end) of that file */
+  int64_t first_win;         /* windows before this segment (prefix sum) */
+  int64_t nwin;              /* windows of T+1 tokens at stride T in it */
+} RtSegment;
+
+typedef struct {
+  const char *what;          /* "--data" or "--val", for messages */
+  RtDataFile *files;         /* [nfiles], sorted by name */
+  int nfiles;
+  RtSegment *segs;           /* [nsegs] */
+  int nsegs;
+  int64_t T;                 /* tokens per sequence (targets need T+1) */
+  int64_t ntok;              /* tokens in all segments */
+  int64_t nwin;              /* windows in all segments */
+  int shuffle;               /* 1: order windows by a per-epoch permutation of the seed */
+  uint64_t seed;             /* data order seed */
+  int64_t perm_epoch;        /* epoch perm holds, -1 none */
+  int64_t *perm;             /* [nwin] window order of perm_epoch */
+} RtData;
+
+typedef struct {
+  int64_t T;                 /* tokens per sequence */
+  int64_t vocab;             /* token ids must be < vocab */
+  int byte_level;            /* files without a shard magic are raw bytes */
+} RtDataOpts;
+
+/* Opens every file the path or glob names (sorted), validates headers and token ids. Errors
+ * (no match, unreadable, bad header, token >= vocab, too few tokens) are user errors naming the
+ * flag and the file. */
+void rt_data_open(RtData *d, const char *what, const char *spec, const RtDataOpts *o);
+/* Moves the last frac of the last file of train into val (opened anew on the same file).
+ * Returns 0 (val left empty) when the tail would hold no whole window. */
+int rt_data_hold_out(RtData *train, RtData *val, double frac, const RtDataOpts *o);
+/* Sequence g of the data's global order (epoch g / nwin): tokens[0..T] (T+1 values). */
+void rt_data_sequence(RtData *d, int64_t g, int32_t *tokens);
+/* The B sequences of this dp rank for the batch that starts at global sequence pos (the global
+ * batch is B * dp_size sequences; rank r reads pos + r*B ...): inputs [B, T], targets [B, T]. */
+void rt_data_batch(RtData *d, int64_t pos, int64_t B, int dp_rank, int32_t *inputs, int32_t *targets);
+void rt_data_free(RtData *d);
+
+/* ---- ckpt.c ---- */
+
+typedef struct {
+  int64_t step;              /* steps completed */
+  int64_t steps;             /* the schedule's total steps */
+  uint64_t seed;             /* run seed (init and data order) */
+  int64_t data_pos;          /* sequences of the training order consumed (global) */
+  uint64_t rng;              /* sampling RNG state */
+  int64_t batch;             /* global batch, sequences */
+  int64_t seq;               /* sequence length */
+  double loss;               /* last training loss (NaN: none) */
+} RtTrainState;
+
+/* Name of layer `layer` of a stacked tensor: "adam_m:blocks.attention.w" -> "adam_m:blocks.3.attention.w". */
+void rt_layer_name(char *out, size_t n, const char *name, int64_t layer);
+/* Writes DIR/step_NNNNNNNN/{model,optimizer}.safetensors and model.safetensors.index.json,
+ * atomically (a temp directory, fsync, rename), then removes all but the newest `keep` (0: all). */
+void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep);
+/* The newest complete checkpoint directory in dir (a step_* child, or dir itself when it holds a
+ * model.safetensors). Returns NULL when there is none. Caller frees. */
+char *rt_ckpt_find(const char *dir);
+/* Loads the parameters (and with full=1 the optimizer state and the trainer state st) from the
+ * checkpoint directory or .safetensors file path. Every parameter must be present with its
+ * dtype and shape; errors name the file and the tensor. */
+void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtTrainState *st);
+
+#endif

@@ -1,0 +1,133 @@
+/* runtime/train/util.c — errors, checked allocation, clocks, resident memory, dtypes. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "train.h"
+
+void rt_user_error(const char *fmt, ...) {
+  va_list ap;
+  fflush(stdout);
+  fputs("error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  fflush(stderr);
+  exit(1);
+}
+
+void rt_bug(const char *fmt, ...) {
+  va_list ap;
+  fflush(stdout);
+  fputs("shardrt: internal error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  fflush(stderr);
+  abort();
+}
+
+void *rt_xmalloc(size_t bytes) {
+  void *q = malloc(bytes ? bytes : 1);
+  if (!q) rt_user_error("out of memory allocating %zu bytes", bytes);
+  return q;
+}
+
+void *rt_xcalloc(size_t n, size_t size) {
+  void *q = calloc(n ? n : 1, size ? size : 1);
+  if (!q) rt_user_error("out of memory allocating %zu x %zu bytes", n, size);
+  return q;
+}
+
+char *rt_xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *q = rt_xmalloc(n);
+  memcpy(q, s, n);
+  return q;
+}
+
+char *rt_xprintf(const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) rt_bug("vsnprintf failed on \"%s\"", fmt);
+  char *q = rt_xmalloc((size_t)n + 1);
+  vsnprintf(q, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  return q;
+}
+
+double rt_now(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) rt_bug("clock_gettime: %s", strerror(errno));
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t proc_status_kb(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  size_t n = strlen(field);
+  int64_t kb = -1;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, field, n) == 0 && line[n] == ':') {
+      kb = strtoll(line + n + 1, NULL, 10);
+      break;
+    }
+  }
+  fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+int64_t rt_vm_hwm(void) { return proc_status_kb("VmHWM"); }
+int64_t rt_vm_rss(void) { return proc_status_kb("VmRSS"); }
+
+void rt_fmt_bytes(char *out, size_t n, double b) {
+  if (b < 0) snprintf(out, n, "?");
+  else if (b < 1024.0 * 1024) snprintf(out, n, "%.1f KiB", b / 1024);
+  else if (b < 1024.0 * 1024 * 1024) snprintf(out, n, "%.1f MiB", b / (1024.0 * 1024));
+  else snprintf(out, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+}
+
+size_t rt_dtype_size(int dtype) {
+  switch (dtype) {
+  case RT_F32: return 4;
+  case RT_BF16: return 2;
+  case RT_F16: return 2;
+  case RT_F64: return 8;
+  case RT_I32: return 4;
+  case RT_I64: return 8;
+  }
+  rt_bug("unknown dtype %d", dtype);
+}
+
+const char *rt_dtype_st_name(int dtype) {
+  switch (dtype) {
+  case RT_F32: return "F32";
+  case RT_BF16: return "BF16";
+  case RT_F16: return "F16";
+  case RT_F64: return "F64";
+  case RT_I32: return "I32";
+  case RT_I64: return "I64";
+  }
+  rt_bug("unknown dtype %d", dtype);
+}
+
+int64_t rt_tensor_numel(const RtTensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+  return n;
+}
+
+const RtTensor *rt_find_tensor(const RtProgram *p, const char *name) {
+  for (int i = 0; i < p->ntensors; i++)
+    if (strcmp(p->tensors[i].name, name) == 0) return &p->tensors[i];
+  return NULL;
+}
