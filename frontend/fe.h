@@ -1,0 +1,35 @@
+/* frontend/fe.h — state shared by the front end's files (not part of the contract). */
+#ifndef SHARDC_FE_H
+#define SHARDC_FE_H
+
+#include "ast.h"
+#include "frontend.h"
+
+typedef struct {
+  Arena *a;
+  const FeOptions *opt;
+  Module *m;
+  bool *define_used; /* [opt->ndefines] */
+  /* Declarations gathered from the main file and its imports, in import order. */
+  PtrVec layers;     /* LayerDecl* */
+  PtrVec consts;     /* top-level S_CONST Stmt* */
+  Decl *model, *topology, *parallel, *train;
+  PtrVec const_names; /* const char*: model constants, for -D hints */
+} Fe;
+
+/* settings.c */
+void fe_topology(Fe *fe, const Decl *d);
+void fe_plan(Fe *fe, const Decl *d);
+void fe_recipe(Fe *fe, const Decl *d);
+/* Applies -D overrides of plan and recipe fields; marks the ones it used. */
+void fe_apply_defines(Fe *fe);
+/* Every plan and recipe key -D accepts (NULL-terminated). */
+const char *const *fe_setting_keys(void);
+
+/* lower.c: the model block to m->graph (CALL nodes for layer calls). */
+void fe_lower(Fe *fe);
+
+/* A -D value as a number: true when it parses completely. */
+bool fe_parse_number(const char *s, double *out);
+
+#endif

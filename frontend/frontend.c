@@ -1,0 +1,262 @@
+/* frontend/frontend.c — reads a .model file and its imports, fills the Module, lowers the model.
+ *
+ * Imports resolve relative to the importing file's folder, then through the
+ * import dirs in order. A file imported twice is read once; a file that imports
+ * itself (directly or not) is an error naming the cycle.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "fe.h"
+
+#define MAX_FILE_BYTES (64 << 20)
+#define MAX_IMPORT_DEPTH 64
+
+typedef struct {
+  PtrVec loaded; /* canonical paths read so far */
+  PtrVec stack;  /* canonical paths being read (for cycles) */
+  PtrVec shown;  /* the display names matching stack */
+} Loader;
+
+/* Reads a whole file into the arena; NULL (errno set) on failure. */
+static char *read_file(Arena *a, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) die("out of memory");
+  for (;;) {
+    if (n + 1 >= cap) {
+      if (cap >= MAX_FILE_BYTES) {
+        free(buf);
+        fclose(f);
+        errno = EFBIG;
+        return NULL;
+      }
+      cap *= 2;
+      char *nb = realloc(buf, cap);
+      if (!nb) die("out of memory");
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) break;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    errno = EIO;
+    return NULL;
+  }
+  buf[n] = 0;
+  char *out = arena_strndup(a, buf, n);
+  free(buf);
+  return out;
+}
+
+static const char *dir_of(Arena *a, const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return ".";
+  if (slash == path) return "/";
+  return arena_strndup(a, path, (size_t)(slash - path));
+}
+
+static const char *canonical(Arena *a, const char *path) {
+  char buf[PATH_MAX];
+  if (!realpath(path, buf)) return arena_strdup(a, path);
+  return arena_strdup(a, buf);
+}
+
+static bool in_vec(const PtrVec *v, const char *s) {
+  for (int i = 0; i < v->n; i++)
+    if (strcmp(v->v[i], s) == 0) return true;
+  return false;
+}
+
+static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, const char *text);
+
+static void do_import(Fe *fe, Loader *ld, const char *from, const Decl *d) {
+  const char *name = d->name;
+  if (!*name) {
+    error_at(d->loc, "empty import path");
+    return;
+  }
+  PtrVec tried = {0};
+  const char *found = NULL;
+  if (name[0] == '/') {
+    vec_push(fe->a, &tried, (void *)name);
+    FILE *f = fopen(name, "rb");
+    if (f) {
+      fclose(f);
+      found = name;
+    }
+  } else {
+    const char *dirs[66];
+    int nd = 0;
+    dirs[nd++] = dir_of(fe->a, from);
+    for (int i = 0; i < fe->opt->nimport_dirs && nd < 66; i++) dirs[nd++] = fe->opt->import_dirs[i];
+    for (int i = 0; i < nd && !found; i++) {
+      const char *p = strcmp(dirs[i], ".") == 0 ? name : arena_printf(fe->a, "%s/%s", dirs[i], name);
+      vec_push(fe->a, &tried, (void *)p);
+      FILE *f = fopen(p, "rb");
+      if (f) {
+        fclose(f);
+        found = p;
+      }
+    }
+  }
+  if (!found) {
+    error_at(d->loc, "cannot find import \"%s\"", name);
+    const char *list = "";
+    for (int i = 0; i < tried.n; i++) list = arena_printf(fe->a, "%s%s%s", list, i ? ", " : "", (char *)tried.v[i]);
+    note("looked for %s", list);
+    return;
+  }
+  const char *canon = canonical(fe->a, found);
+  if (in_vec(&ld->stack, canon)) {
+    error_at(d->loc, "import cycle: \"%s\" is already being imported", name);
+    const char *chain = "";
+    int start = 0;
+    for (int i = 0; i < ld->stack.n; i++)
+      if (strcmp(ld->stack.v[i], canon) == 0) start = i;
+    for (int i = start; i < ld->shown.n; i++) chain = arena_printf(fe->a, "%s%s imports ", chain, (char *)ld->shown.v[i]);
+    note("%s%s", chain, found);
+    return;
+  }
+  if (in_vec(&ld->loaded, canon)) return;
+  if (ld->stack.n >= MAX_IMPORT_DEPTH) {
+    error_at(d->loc, "imports nested more than %d deep", MAX_IMPORT_DEPTH);
+    return;
+  }
+  char *text = read_file(fe->a, found);
+  if (!text) {
+    error_at(d->loc, "cannot read \"%s\": %s", found, strerror(errno));
+    return;
+  }
+  load_text(fe, ld, arena_strdup(fe->a, found), canon, text);
+}
+
+static void add_unique(Fe *fe, Decl **slot, Decl *d, const char *what) {
+  if (*slot) {
+    error_at(d->loc, "a second %s block", what);
+    note("the first is at %s:%d:%d", (*slot)->loc.file, (*slot)->loc.line, (*slot)->loc.col);
+    return;
+  }
+  *slot = d;
+}
+
+static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, const char *text) {
+  vec_push(fe->a, &ld->loaded, (void *)canon);
+  vec_push(fe->a, &ld->stack, (void *)canon);
+  vec_push(fe->a, &ld->shown, (void *)shown);
+  diag_add_source(shown, text);
+  ParseCtx ctx = {fe->a, shown, {0}};
+  fe_parse(&ctx, text);
+  for (int i = 0; i < ctx.decls.n; i++) {
+    Decl *d = ctx.decls.v[i];
+    switch (d->kind) {
+    case D_IMPORT: do_import(fe, ld, shown, d); break;
+    case D_MODEL: add_unique(fe, &fe->model, d, "model"); break;
+    case D_LAYER: vec_push(fe->a, &fe->layers, d->layer); break;
+    case D_TOPOLOGY: add_unique(fe, &fe->topology, d, "topology"); break;
+    case D_PARALLEL: add_unique(fe, &fe->parallel, d, "parallel"); break;
+    case D_TRAIN: add_unique(fe, &fe->train, d, "train"); break;
+    case D_CONST:
+      if (d->stmt) vec_push(fe->a, &fe->consts, d->stmt);
+      break;
+    }
+  }
+  ld->stack.n--;
+  ld->shown.n--;
+}
+
+/* --topology FILE: its topology block replaces the model's. */
+static const Decl *load_topology_file(Fe *fe, const char *path) {
+  char *text = read_file(fe->a, path);
+  if (!text) {
+    error_plain("cannot read topology file \"%s\": %s", path, strerror(errno));
+    return NULL;
+  }
+  const char *shown = arena_strdup(fe->a, path);
+  diag_add_source(shown, text);
+  ParseCtx ctx = {fe->a, shown, {0}};
+  fe_parse(&ctx, text);
+  const Decl *found = NULL;
+  for (int i = 0; i < ctx.decls.n; i++) {
+    const Decl *d = ctx.decls.v[i];
+    if (d->kind == D_TOPOLOGY && !found) found = d;
+    else if (d->kind == D_TOPOLOGY) error_at(d->loc, "a second topology block");
+    else error_at(d->loc, "a --topology file holds only a topology block");
+  }
+  if (!found && diag_errors() == 0) error_plain("no topology block in \"%s\"", path);
+  return found;
+}
+
+static Module *compile(Arena *a, const char *shown, const char *canon, const char *text, const FeOptions *o) {
+  static const FeOptions none = {0};
+  if (!o) o = &none;
+  int errors0 = diag_errors();
+  Fe fe;
+  memset(&fe, 0, sizeof fe);
+  fe.a = a;
+  fe.opt = o;
+  fe.define_used = ARENA_ARRAY(a, bool, o->ndefines + 1);
+  Module *m = ARENA_NEW(a, Module);
+  m->arena = a;
+  ir_plan_defaults(&m->plan);
+  ir_recipe_defaults(&m->recipe);
+  static const char *syms[] = {"batch", "seq"};
+  m->syms = syms;
+  m->nsyms = 2;
+  fe.m = m;
+
+  Loader ld;
+  memset(&ld, 0, sizeof ld);
+  load_text(&fe, &ld, shown, canon, text);
+
+  const Decl *topo = fe.topology;
+  if (o->topology_file) topo = load_topology_file(&fe, o->topology_file);
+  if (topo) fe_topology(&fe, topo);
+  if (fe.parallel) fe_plan(&fe, fe.parallel);
+  if (fe.train) fe_recipe(&fe, fe.train);
+  fe_apply_defines(&fe);
+  if (m->recipe.batch && m->recipe.micro_batch > m->recipe.batch)
+    error_at(m->recipe.loc, "micro_batch (%lld) is larger than batch (%lld)", (long long)m->recipe.micro_batch,
+             (long long)m->recipe.batch);
+
+  if (!fe.model) {
+    if (diag_errors() == errors0) error_plain("no model block in \"%s\"", shown);
+  } else {
+    fe_lower(&fe);
+  }
+
+  for (int i = 0; i < o->ndefines; i++) {
+    if (fe.define_used[i]) continue;
+    error_plain("-D %s: no plan or train field or model constant has this name", o->defines[i].key);
+    PtrVec cands = {0};
+    for (const char *const *k = fe_setting_keys(); *k; k++) vec_push(a, &cands, (void *)*k);
+    for (int j = 0; j < fe.const_names.n; j++) vec_push(a, &cands, fe.const_names.v[j]);
+    const char *hint = diag_nearest(o->defines[i].key, (const char *const *)cands.v, cands.n);
+    if (hint) note("did you mean `%s`?", hint);
+  }
+  return diag_errors() == errors0 ? m : NULL;
+}
+
+Module *fe_compile(Arena *a, const char *path, const FeOptions *o) {
+  char *text = read_file(a, path);
+  if (!text) {
+    error_plain("cannot read \"%s\": %s", path, strerror(errno));
+    return NULL;
+  }
+  return compile(a, arena_strdup(a, path), canonical(a, path), text, o);
+}
+
+Module *fe_compile_source(Arena *a, const char *name, const char *text, const FeOptions *o) {
+  const char *shown = arena_strdup(a, name);
+  return compile(a, shown, shown, arena_strdup(a, text), o);
+}

@@ -1,0 +1,653 @@
+/* frontend/settings.c — topology, parallel and train blocks, and -D overrides of their fields.
+ *
+ * A settings line is a flat list of words; each block kind walks it key by key
+ * (`memory 40 GiB  bf16 312 TFLOPS` is two settings on one line). Quantities
+ * take units and are stored in bytes, bytes/s, FLOP/s and seconds.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "fe.h"
+
+/* ---- words ------------------------------------------------------------------ */
+typedef struct {
+  Fe *fe;
+  const PtrVec *w;
+  int i;
+  SrcLoc end;        /* where to point when a value is missing */
+  const Setting *st; /* the line (for its block); NULL for -D */
+  bool block_used;
+} Cur;
+
+static Word *peek(Cur *c) { return c->i < c->w->n ? (Word *)c->w->v[c->i] : NULL; }
+static Word *peek2(Cur *c) { return c->i + 1 < c->w->n ? (Word *)c->w->v[c->i + 1] : NULL; }
+static SrcLoc here(Cur *c) {
+  Word *w = peek(c);
+  return w ? w->loc : c->end;
+}
+
+static bool is_ident(const Word *w, const char *s) { return w && w->kind == W_IDENT && strcmp(w->s, s) == 0; }
+
+static const char *describe(Fe *fe, const Word *w) {
+  if (!w) return "end of line";
+  switch (w->kind) {
+  case W_NUM: return arena_printf(fe->a, "`%g`", w->num);
+  case W_IDENT: return arena_printf(fe->a, "`%s`", w->s);
+  case W_STR: return arena_printf(fe->a, "\"%s\"", w->s);
+  case W_CALL: return arena_printf(fe->a, "`%s(...)`", w->s);
+  case W_SLASH: return "`/`";
+  }
+  return "?";
+}
+
+static void expected(Cur *c, const char *key, const char *what) {
+  error_at(here(c), "`%s` needs %s, got %s", key, what, describe(c->fe, peek(c)));
+}
+
+static bool get_num(Cur *c, const char *key, double *out) {
+  Word *w = peek(c);
+  if (!w || w->kind != W_NUM || !isfinite(w->num)) {
+    expected(c, key, "a number");
+    return false;
+  }
+  c->i++;
+  *out = w->num;
+  return true;
+}
+
+static bool get_int(Cur *c, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+  Word *w = peek(c);
+  if (!w || w->kind != W_NUM || w->num != floor(w->num)) {
+    expected(c, key, "an integer");
+    return false;
+  }
+  if (!(w->num >= (double)lo && w->num <= (double)hi)) {
+    error_at(w->loc, "`%s` must be between %lld and %lld, got %g", key, (long long)lo, (long long)hi, w->num);
+    c->i++;
+    return false;
+  }
+  c->i++;
+  *out = (int64_t)w->num;
+  return true;
+}
+
+static bool get_int32(Cur *c, const char *key, int lo, int hi, int *out) {
+  int64_t v;
+  if (!get_int(c, key, lo, hi, &v)) return false;
+  *out = (int)v;
+  return true;
+}
+
+static bool get_string(Cur *c, const char *key, const char **out) {
+  Word *w = peek(c);
+  if (!w || (w->kind != W_STR && w->kind != W_IDENT)) {
+    expected(c, key, "a string");
+    return false;
+  }
+  c->i++;
+  *out = w->s;
+  return true;
+}
+
+static bool get_bool(Cur *c, const char *key, bool *out) {
+  Word *w = peek(c);
+  if (w && w->kind == W_NUM && (w->num == 0 || w->num == 1)) {
+    c->i++;
+    *out = w->num == 1;
+    return true;
+  }
+  static const char *const yes[] = {"on", "true", "yes"}, *const no[] = {"off", "false", "no"};
+  for (int i = 0; w && w->kind == W_IDENT && i < 3; i++) {
+    if (strcmp(w->s, yes[i]) == 0 || strcmp(w->s, no[i]) == 0) {
+      c->i++;
+      *out = strcmp(w->s, yes[i]) == 0;
+      return true;
+    }
+  }
+  expected(c, key, "on or off");
+  return false;
+}
+
+/* One of names[] (an identifier or a call of that name); returns its index or -1. */
+static int get_choice(Cur *c, const char *key, const char *const *names, int n) {
+  Word *w = peek(c);
+  if (w && (w->kind == W_IDENT || w->kind == W_CALL)) {
+    for (int i = 0; i < n; i++)
+      if (strcmp(w->s, names[i]) == 0) {
+        c->i++;
+        return i;
+      }
+    const char *what = "one of";
+    for (int i = 0; i < n; i++) what = arena_printf(c->fe->a, "%s%s %s", what, i ? (i == n - 1 ? " or" : ",") : "", names[i]);
+    expected(c, key, what);
+    const char *hint = diag_nearest(w->s, names, n);
+    if (hint) note("did you mean `%s`?", hint);
+    return -1;
+  }
+  const char *what = "one of";
+  for (int i = 0; i < n; i++) what = arena_printf(c->fe->a, "%s%s %s", what, i ? (i == n - 1 ? " or" : ",") : "", names[i]);
+  expected(c, key, what);
+  return -1;
+}
+
+/* ---- quantities ---------------------------------------------------------------- */
+typedef enum { Q_BYTES, Q_RATE, Q_FLOPS, Q_TIME } QCat;
+
+static const struct {
+  const char *name;
+  QCat cat; /* Q_BYTES units also make rates with "/s"; bit units only make rates */
+  double f;
+  bool bits;
+} units[] = {
+    {"B", Q_BYTES, 1, false},         {"KB", Q_BYTES, 1e3, false},     {"MB", Q_BYTES, 1e6, false},
+    {"GB", Q_BYTES, 1e9, false},      {"TB", Q_BYTES, 1e12, false},    {"KiB", Q_BYTES, 1024.0, false},
+    {"MiB", Q_BYTES, 1048576.0, false}, {"GiB", Q_BYTES, 1073741824.0, false},
+    {"TiB", Q_BYTES, 1099511627776.0, false}, {"bit", Q_BYTES, 0.125, true}, {"Kbit", Q_BYTES, 125.0, true},
+    {"Mbit", Q_BYTES, 125e3, true},   {"Gbit", Q_BYTES, 125e6, true},  {"Tbit", Q_BYTES, 125e9, true},
+    {"FLOPS", Q_FLOPS, 1, false},     {"GFLOPS", Q_FLOPS, 1e9, false}, {"TFLOPS", Q_FLOPS, 1e12, false},
+    {"PFLOPS", Q_FLOPS, 1e15, false}, {"s", Q_TIME, 1, false},         {"ms", Q_TIME, 1e-3, false},
+    {"us", Q_TIME, 1e-6, false},      {"ns", Q_TIME, 1e-9, false},
+};
+#define NUNITS ((int)(sizeof units / sizeof units[0]))
+
+static const char *const qexample[] = {"a size (e.g. `40 GiB`)", "a bandwidth (e.g. `600 GB/s`)",
+                                       "a compute rate (e.g. `312 TFLOPS`)", "a time (e.g. `2 us`)"};
+
+static int find_unit(const char *s) {
+  for (int i = 0; i < NUNITS; i++)
+    if (strcmp(units[i].name, s) == 0) return i;
+  return -1;
+}
+
+static bool get_quantity(Cur *c, const char *key, QCat cat, double *out) {
+  Word *w = peek(c);
+  double v;
+  const char *unit = NULL;
+  SrcLoc uloc = here(c);
+  if (w && w->kind == W_IDENT && w->s[0] >= '0' && w->s[0] <= '9') { /* 40GiB written without a blank */
+    char *end;
+    v = strtod(w->s, &end);
+    unit = end;
+    c->i++;
+  } else if (w && w->kind == W_NUM && isfinite(w->num)) {
+    v = w->num;
+    c->i++;
+    Word *u = peek(c);
+    if (u && u->kind == W_IDENT && find_unit(u->s) >= 0) {
+      unit = u->s;
+      uloc = u->loc;
+      c->i++;
+    }
+  } else {
+    expected(c, key, qexample[cat]);
+    return false;
+  }
+  bool rate = false;
+  if (unit && peek(c) && peek(c)->kind == W_SLASH) {
+    c->i++;
+    if (!is_ident(peek(c), "s")) {
+      error_at(here(c), "`%s`: expected `s` after `%s/`", key, unit);
+      return false;
+    }
+    c->i++;
+    rate = true;
+  }
+  if (!unit) {
+    if (cat == Q_BYTES) { /* a plain number of bytes */
+      *out = v;
+      return true;
+    }
+    error_at(uloc, "`%s` needs a unit: %s", key, qexample[cat]);
+    return false;
+  }
+  int u = find_unit(unit);
+  if (u < 0) {
+    const char *names[NUNITS];
+    for (int i = 0; i < NUNITS; i++) names[i] = units[i].name;
+    error_at(uloc, "unknown unit `%s`", unit);
+    const char *hint = diag_nearest(unit, names, NUNITS);
+    if (hint) note("did you mean `%s`?", hint);
+    return false;
+  }
+  QCat got = rate ? Q_RATE : units[u].cat;
+  if (rate && units[u].cat != Q_BYTES) got = Q_TIME; /* nonsense like TFLOPS/s: reported below */
+  if (!rate && units[u].bits) got = Q_RATE; /* Gbit alone: reported below */
+  if (got != cat || (rate && units[u].cat != Q_BYTES) || (!rate && units[u].bits)) {
+    error_at(uloc, "`%s` needs %s, got `%s%s`", key, qexample[cat], unit, rate ? "/s" : "");
+    return false;
+  }
+  *out = v * units[u].f;
+  return true;
+}
+
+/* Reports an unknown key with a hint from keys[]. */
+static void unknown_key(Cur *c, const Word *w, const char *block, const char *const *keys) {
+  if (w->kind != W_IDENT && w->kind != W_CALL) {
+    error_at(w->loc, "expected a %s setting, got %s", block, describe(c->fe, w));
+    return;
+  }
+  int n = 0;
+  while (keys[n]) n++;
+  error_at(w->loc, "unknown %s setting `%s`", block, w->s);
+  const char *hint = diag_nearest(w->s, keys, n);
+  if (hint) note("did you mean `%s`?", hint);
+}
+
+/* The block that ends the line, for keys that take one. */
+static const PtrVec *take_block(Cur *c, const char *key) {
+  if (!c->st || !c->st->has_block) {
+    error_at(c->end, "`%s` needs a { ... } block", key);
+    return NULL;
+  }
+  if (c->i != c->w->n) {
+    error_at(here(c), "unexpected %s before the block of `%s`", describe(c->fe, peek(c)), key);
+    c->i = c->w->n;
+  }
+  c->block_used = true;
+  return &c->st->block;
+}
+
+static void finish_line(Cur *c) {
+  if (c->st && c->st->has_block && !c->block_used) error_at(c->st->block_loc, "unexpected block");
+}
+
+/* Walks every line of a block, calling fn on each key in turn. */
+typedef void (*KeyFn)(Cur *c, Word *key, void *ctx);
+
+static void walk(Fe *fe, const PtrVec *lines, KeyFn fn, void *ctx) {
+  for (int l = 0; l < lines->n; l++) {
+    const Setting *st = lines->v[l];
+    Cur c = {fe, &st->words, 0, st->loc, st, false};
+    while (c.i < c.w->n) {
+      Word *k = peek(&c);
+      c.end = k->loc;
+      c.i++;
+      int before = diag_errors();
+      fn(&c, k, ctx);
+      if (diag_errors() != before) break; /* the rest of the line is unreliable */
+    }
+    finish_line(&c);
+  }
+}
+
+/* ---- topology ------------------------------------------------------------------ */
+static const char *const topo_keys[] = {"nodes", "node", "network", NULL};
+static const char *const node_keys[] = {"gpu", "cpu", "link", "host", "pcie", NULL};
+static const char *const dev_keys[] = {"memory", "bf16", "f32", "hbm", NULL};
+
+static void get_link(Cur *c, const char *key, Link *l) {
+  static const char *const kinds[] = {"nvlink", "pcie", "efa", "infiniband", "ethernet", "shm", "ib", "eth"};
+  static const LinkKind kk[] = {LINK_NVLINK, LINK_PCIE, LINK_EFA, LINK_IB, LINK_ETH, LINK_SHM, LINK_IB, LINK_ETH};
+  l->loc = c->end;
+  int k = get_choice(c, key, kinds, 8);
+  if (k < 0) return;
+  l->kind = kk[k];
+  l->count = 1;
+  Word *n = peek(c), *x = peek2(c);
+  if (n && n->kind == W_NUM && is_ident(x, "x")) {
+    if (!get_int32(c, key, 1, 1 << 20, &l->count)) return;
+    c->i++;
+  }
+  if (!get_quantity(c, key, Q_RATE, &l->bytes_per_s)) return;
+  if (is_ident(peek(c), "latency")) {
+    c->i++;
+    get_quantity(c, "latency", Q_TIME, &l->latency_s);
+  }
+}
+
+static void dev_key(Cur *c, Word *k, void *ctx) {
+  Topology *t = ctx;
+  if (is_ident(k, "memory")) get_quantity(c, "memory", Q_BYTES, &t->device_memory);
+  else if (is_ident(k, "bf16")) get_quantity(c, "bf16", Q_FLOPS, &t->peak_flops_bf16);
+  else if (is_ident(k, "f32")) get_quantity(c, "f32", Q_FLOPS, &t->peak_flops_f32);
+  else if (is_ident(k, "hbm")) get_quantity(c, "hbm", Q_RATE, &t->hbm_bytes_per_s);
+  else unknown_key(c, k, "device", dev_keys);
+}
+
+static void node_key(Cur *c, Word *k, void *ctx) {
+  Topology *t = ctx;
+  if (is_ident(k, "gpu") || is_ident(k, "cpu")) {
+    if (t->devices_per_node) {
+      error_at(k->loc, "a node has one kind of device; `%s` given twice", k->s);
+      return;
+    }
+    t->cpu_only = is_ident(k, "cpu");
+    t->device = t->cpu_only ? "cpu" : NULL;
+    Word *n = peek(c);
+    if (n && n->kind == W_IDENT && !is_ident(n, "x")) {
+      t->device = n->s;
+      c->i++;
+    } else if (!t->cpu_only) {
+      expected(c, "gpu", "a device name (e.g. `a100_40g`)");
+      return;
+    }
+    int64_t count = 1;
+    if (is_ident(peek(c), "x")) {
+      c->i++;
+      if (!get_int(c, k->s, 1, 1 << 20, &count)) return;
+    }
+    t->devices_per_node = (int)count;
+    const PtrVec *b = take_block(c, k->s);
+    if (b) walk(c->fe, b, dev_key, t);
+  } else if (is_ident(k, "link")) {
+    get_link(c, "link", &t->intra);
+  } else if (is_ident(k, "host")) {
+    if (!is_ident(peek(c), "memory")) {
+      expected(c, "host", "`memory`");
+      return;
+    }
+    c->i++;
+    get_quantity(c, "host memory", Q_BYTES, &t->host_memory);
+  } else if (is_ident(k, "pcie")) {
+    get_quantity(c, "pcie", Q_RATE, &t->pcie_bytes_per_s);
+  } else {
+    unknown_key(c, k, "node", node_keys);
+  }
+}
+
+static void topo_key(Cur *c, Word *k, void *ctx) {
+  Topology *t = ctx;
+  if (is_ident(k, "nodes")) {
+    get_int32(c, "nodes", 1, 1 << 20, &t->nodes);
+  } else if (is_ident(k, "node")) {
+    const PtrVec *b = take_block(c, "node");
+    if (b) walk(c->fe, b, node_key, t);
+  } else if (is_ident(k, "network")) {
+    get_link(c, "network", &t->inter);
+  } else {
+    unknown_key(c, k, "topology", topo_keys);
+  }
+}
+
+void fe_topology(Fe *fe, const Decl *d) {
+  Topology *t = &fe->m->topo;
+  memset(t, 0, sizeof *t);
+  t->name = d->name ? d->name : "topology";
+  t->nodes = 1;
+  t->loc = d->loc;
+  int before = diag_errors();
+  walk(fe, &d->body, topo_key, t);
+  if (diag_errors() != before) return;
+  if (t->devices_per_node == 0) {
+    error_at(d->loc, "topology `%s` names no devices: add `gpu NAME x N { ... }` or `cpu x N { ... }` to its `node` block",
+             t->name);
+    return;
+  }
+  if (t->device_memory <= 0) error_at(d->loc, "topology `%s` gives no device memory (`memory 80 GiB`)", t->name);
+  fe->m->has_topology = true;
+}
+
+/* ---- parallel plan ------------------------------------------------------------------ */
+static const char *const plan_keys[] = {"tp", "pp", "cp", "dp", "sp", "zero", "offload", "microbatches", "schedule",
+                                        "interleave", "recompute", "bucket", "cross_node_tp", NULL};
+
+/* Named numeric arguments of a settings call, e.g. adamw(lr: 6e-4, betas: (0.9, 0.95)). */
+static bool expr_num(const Expr *e, double *out) {
+  if (e->kind == E_NUM) {
+    *out = e->num;
+    return isfinite(e->num);
+  }
+  if (e->kind == E_NEG && expr_num(e->a, out)) {
+    *out = -*out;
+    return true;
+  }
+  return false;
+}
+
+typedef struct {
+  const char *name;
+  double *out;   /* NULL: a pair, written to out2[0..1] */
+  double *out2[2];
+} CallArg;
+
+static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
+  const char *names[16];
+  for (int i = 0; i < n; i++) names[i] = cas[i].name;
+  for (int a = 0; a < w->args.n; a++) {
+    const Arg *arg = w->args.v[a];
+    if (!arg->name) {
+      error_at(arg->loc, "arguments of `%s` are named, e.g. `%s(%s: ...)`", w->s, w->s, n ? cas[0].name : "x");
+      continue;
+    }
+    int k = -1;
+    for (int i = 0; i < n; i++)
+      if (strcmp(arg->name, cas[i].name) == 0) k = i;
+    if (k < 0) {
+      error_at(arg->loc, "`%s` has no argument `%s`", w->s, arg->name);
+      const char *hint = diag_nearest(arg->name, names, n);
+      if (hint) note("did you mean `%s`?", hint);
+      continue;
+    }
+    const Expr *e = arg->value;
+    if (cas[k].out) {
+      if (!expr_num(e, cas[k].out)) error_at(e->loc, "`%s:` needs a number", arg->name);
+    } else if (e->kind != E_TUPLE || e->items.n != 2 || !expr_num(e->items.v[0], cas[k].out2[0]) ||
+               !expr_num(e->items.v[1], cas[k].out2[1])) {
+      error_at(e->loc, "`%s:` needs a pair of numbers, e.g. (0.9, 0.95)", arg->name);
+    }
+  }
+}
+
+static void plan_key(Cur *c, Word *k, void *ctx) {
+  Plan *p = ctx;
+  const char *key = k->kind == W_IDENT ? k->s : "";
+  if (strcmp(key, "tp") == 0) get_int32(c, key, 1, 1 << 16, &p->tp);
+  else if (strcmp(key, "pp") == 0) get_int32(c, key, 1, 1 << 16, &p->pp);
+  else if (strcmp(key, "cp") == 0) get_int32(c, key, 1, 1 << 16, &p->cp);
+  else if (strcmp(key, "dp") == 0) {
+    if (is_ident(peek(c), "auto")) {
+      c->i++;
+      p->dp = 0;
+    } else {
+      get_int32(c, key, 1, 1 << 20, &p->dp);
+    }
+  } else if (strcmp(key, "sp") == 0) get_bool(c, key, &p->sp);
+  else if (strcmp(key, "zero") == 0) {
+    if (get_int32(c, key, 0, 3, &p->zero) && is_ident(peek(c), "offload")) {
+      c->i++;
+      p->offload = true;
+    }
+  } else if (strcmp(key, "offload") == 0) get_bool(c, key, &p->offload);
+  else if (strcmp(key, "microbatches") == 0) get_int32(c, key, 1, 1 << 20, &p->microbatches);
+  else if (strcmp(key, "interleave") == 0) get_int32(c, key, 1, 1 << 10, &p->interleave);
+  else if (strcmp(key, "schedule") == 0) {
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
+    static const PipeSchedule ss[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB};
+    Word *w = peek(c);
+    int i = get_choice(c, key, names, 4);
+    if (i < 0) return;
+    p->schedule = ss[i];
+    if (w->kind == W_CALL) {
+      double v = p->interleave > 1 ? p->interleave : 2;
+      CallArg ca[] = {{"v", &v, {0}}};
+      if (ss[i] != SCHED_INTERLEAVED && w->args.n) error_at(w->loc, "`%s` takes no arguments", w->s);
+      call_args(c, w, ca, 1);
+      if (v < 1 || v > 1024 || v != floor(v)) error_at(w->loc, "`v:` must be an integer between 1 and 1024");
+      else p->interleave = (int)v;
+    } else if (ss[i] == SCHED_INTERLEAVED && p->interleave < 2) {
+      p->interleave = 2;
+    }
+  } else if (strcmp(key, "recompute") == 0) {
+    static const char *const names[] = {"none", "block", "selective"};
+    int i = get_choice(c, key, names, 3);
+    if (i >= 0) p->recompute = (RecomputeKind)i;
+  } else if (strcmp(key, "bucket") == 0) {
+    double b;
+    if (get_quantity(c, key, Q_BYTES, &b)) {
+      if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1 PB");
+      else p->bucket_bytes = (int64_t)b;
+    }
+  } else if (strcmp(key, "cross_node_tp") == 0) get_bool(c, key, &p->allow_cross_node_tp);
+  else unknown_key(c, k, "parallel", plan_keys);
+}
+
+void fe_plan(Fe *fe, const Decl *d) {
+  fe->m->plan.loc = d->loc;
+  fe->m->has_plan = true;
+  walk(fe, &d->body, plan_key, &fe->m->plan);
+}
+
+/* ---- training recipe ------------------------------------------------------------------ */
+static const char *const recipe_keys[] = {
+    "batch",  "micro_batch", "seq",     "optimizer", "lr",         "beta1",      "beta2",     "eps",  "weight_decay",
+    "momentum", "lr_schedule", "warmup", "min_lr",   "grad_clip", "precision",   "master",    "steps", "data",
+    "val",    "checkpoint",  "ckpt_every", "ckpt_dir", "ckpt_keep", "seed",     NULL};
+
+static void recipe_key(Cur *c, Word *k, void *ctx) {
+  Recipe *r = ctx;
+  const char *key = k->kind == W_IDENT ? k->s : "";
+  if (strcmp(key, "batch") == 0) get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
+  else if (strcmp(key, "micro_batch") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
+  else if (strcmp(key, "seq") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->seq);
+  else if (strcmp(key, "steps") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->steps);
+  else if (strcmp(key, "warmup") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->warmup);
+  else if (strcmp(key, "ckpt_every") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->ckpt_every);
+  else if (strcmp(key, "ckpt_keep") == 0) get_int32(c, key, 1, 1 << 20, &r->ckpt_keep);
+  else if (strcmp(key, "ckpt_dir") == 0) get_string(c, key, &r->ckpt_dir);
+  else if (strcmp(key, "seed") == 0) {
+    int64_t s;
+    if (get_int(c, key, 0, (int64_t)1 << 53, &s)) r->seed = (uint64_t)s;
+  } else if (strcmp(key, "lr") == 0) get_num(c, key, &r->lr);
+  else if (strcmp(key, "beta1") == 0) get_num(c, key, &r->beta1);
+  else if (strcmp(key, "beta2") == 0) get_num(c, key, &r->beta2);
+  else if (strcmp(key, "eps") == 0) get_num(c, key, &r->eps);
+  else if (strcmp(key, "weight_decay") == 0) get_num(c, key, &r->weight_decay);
+  else if (strcmp(key, "momentum") == 0) get_num(c, key, &r->momentum);
+  else if (strcmp(key, "min_lr") == 0) get_num(c, key, &r->min_lr);
+  else if (strcmp(key, "grad_clip") == 0) get_num(c, key, &r->grad_clip);
+  else if (strcmp(key, "optimizer") == 0) {
+    static const char *const names[] = {"adamw", "sgd"};
+    Word *w = peek(c);
+    int i = get_choice(c, key, names, 2);
+    if (i < 0) return;
+    r->optimizer = i == 0 ? OPT_ADAMW : OPT_SGD;
+    if (w->kind != W_CALL) return;
+    if (i == 0) {
+      CallArg ca[] = {{"lr", &r->lr, {0}},
+                      {"betas", NULL, {&r->beta1, &r->beta2}},
+                      {"eps", &r->eps, {0}},
+                      {"weight_decay", &r->weight_decay, {0}}};
+      call_args(c, w, ca, 4);
+    } else {
+      CallArg ca[] = {{"lr", &r->lr, {0}}, {"momentum", &r->momentum, {0}}, {"weight_decay", &r->weight_decay, {0}}};
+      call_args(c, w, ca, 3);
+    }
+  } else if (strcmp(key, "lr_schedule") == 0) {
+    static const char *const names[] = {"constant", "linear", "cosine"};
+    Word *w = peek(c);
+    int i = get_choice(c, key, names, 3);
+    if (i < 0) return;
+    r->lr_schedule = (LrScheduleKind)i;
+    if (w->kind != W_CALL) return;
+    double warm = (double)r->warmup;
+    CallArg ca[] = {{"warmup", &warm, {0}}, {"min", &r->min_lr, {0}}};
+    call_args(c, w, ca, 2);
+    if (warm < 0 || warm != floor(warm) || warm > 1e15) error_at(w->loc, "`warmup:` must be a whole number of steps");
+    else r->warmup = (int64_t)warm;
+  } else if (strcmp(key, "precision") == 0 || strcmp(key, "master") == 0) {
+    static const char *const names[] = {"bf16", "f32"};
+    int i = get_choice(c, key, names, 2);
+    if (i < 0) return;
+    if (strcmp(key, "master") == 0) {
+      r->master_f32 = i == 1;
+      return;
+    }
+    r->precision = i == 0 ? PREC_BF16 : PREC_F32;
+    r->master_f32 = true;
+    if (is_ident(peek(c), "master")) {
+      c->i++;
+      int j = get_choice(c, "master", names, 2);
+      if (j >= 0) r->master_f32 = j == 1;
+    }
+  } else if (strcmp(key, "data") == 0) {
+    if (get_string(c, key, &r->data) && is_ident(peek(c), "val")) {
+      c->i++;
+      get_string(c, "val", &r->val);
+    }
+  } else if (strcmp(key, "val") == 0) get_string(c, key, &r->val);
+  else if (strcmp(key, "checkpoint") == 0) {
+    bool any = false;
+    for (;;) {
+      if (is_ident(peek(c), "every")) {
+        c->i++;
+        if (!get_int(c, "checkpoint every", 1, (int64_t)1 << 50, &r->ckpt_every)) return;
+      } else if (is_ident(peek(c), "to")) {
+        c->i++;
+        if (!get_string(c, "checkpoint to", &r->ckpt_dir)) return;
+      } else if (is_ident(peek(c), "keep")) {
+        c->i++;
+        if (!get_int32(c, "checkpoint keep", 1, 1 << 20, &r->ckpt_keep)) return;
+      } else {
+        break;
+      }
+      any = true;
+    }
+    if (!any) expected(c, "checkpoint", "`every N`, `to \"dir\"` or `keep K`");
+  } else unknown_key(c, k, "train", recipe_keys);
+}
+
+void fe_recipe(Fe *fe, const Decl *d) {
+  fe->m->recipe.loc = d->loc;
+  fe->m->has_recipe = true;
+  walk(fe, &d->body, recipe_key, &fe->m->recipe);
+}
+
+/* ---- -D overrides ------------------------------------------------------------------------ */
+bool fe_parse_number(const char *s, double *out) {
+  if (!*s) return false;
+  char *end;
+  double v = strtod(s, &end);
+  if (*end || !isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+static bool in_keys(const char *k, const char *const *keys) {
+  for (int i = 0; keys[i]; i++)
+    if (strcmp(keys[i], k) == 0) return true;
+  return false;
+}
+
+void fe_apply_defines(Fe *fe) {
+  for (int i = 0; i < fe->opt->ndefines; i++) {
+    const FeDefine *d = &fe->opt->defines[i];
+    bool plan = in_keys(d->key, plan_keys), recipe = in_keys(d->key, recipe_keys);
+    if (!plan && !recipe) continue;
+    fe->define_used[i] = true;
+    SrcLoc none = {0};
+    Word key = {W_IDENT, none, 0, false, d->key, {0}};
+    Word val = {W_IDENT, none, 0, false, d->value, {0}};
+    double v;
+    if (fe_parse_number(d->value, &v)) {
+      val.kind = W_NUM;
+      val.num = v;
+      val.is_int = v == floor(v);
+    }
+    PtrVec words = {0};
+    vec_push(fe->a, &words, &key);
+    vec_push(fe->a, &words, &val);
+    Cur c = {fe, &words, 1, none, NULL, false};
+    if (plan) {
+      plan_key(&c, &key, &fe->m->plan);
+      fe->m->has_plan = true;
+    } else {
+      recipe_key(&c, &key, &fe->m->recipe);
+      fe->m->has_recipe = true;
+    }
+    if (c.i == 1) continue; /* error already reported */
+    if (c.i < words.n) error_plain("-D %s=%s: unexpected value", d->key, d->value);
+  }
+}
+
+const char *const *fe_setting_keys(void) {
+  static const char *all[64];
+  if (!all[0]) {
+    int n = 0;
+    for (int i = 0; plan_keys[i]; i++) all[n++] = plan_keys[i];
+    for (int i = 0; recipe_keys[i]; i++) all[n++] = recipe_keys[i];
+    all[n] = NULL;
+  }
+  return all;
+}
