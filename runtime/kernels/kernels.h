@@ -174,10 +174,9 @@ void rt_sgd(int64_t n, float *p, const float *g, float *m, float lr, float gscal
 
 /* ---- bf16 ---------------------------------------------------------------------------------- */
 
-/* fp32 -> bf16 with round-to-nearest-even (NaN stays a quiet NaN); bf16 -> fp32 is exact. */
-uint16_t rt_f32_to_bf16_1(float x);
-float rt_bf16_to_f32_1(uint16_t x);
-void rt_f32_to_bf16(int64_t n, const float *x, uint16_t *y);
-void rt_bf16_to_f32(int64_t n, const uint16_t *x, float *y);
+/* fp32 -> bf16 with round-to-nearest-even (NaN stays a quiet NaN); bf16 -> fp32 is exact.
+ * Arrays; the scalar forms rt_f32_to_bf16 / rt_bf16_to_f32 live in comm/comm.h. */
+void rt_cvt_f32_bf16(int64_t n, const float *x, uint16_t *y);
+void rt_cvt_bf16_f32(int64_t n, const uint16_t *x, float *y);
 
 #endif

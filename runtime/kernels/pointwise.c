@@ -342,7 +342,7 @@ void rt_sgd(int64_t n, float *p, const float *g, float *m, float lr, float gscal
 
 /* ---- bf16 ------------------------------------------------------------------------------------ */
 
-uint16_t rt_f32_to_bf16_1(float x) {
+static inline uint16_t bf16_of(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
@@ -350,19 +350,19 @@ uint16_t rt_f32_to_bf16_1(float x) {
   return (uint16_t)(u >> 16);
 }
 
-float rt_bf16_to_f32_1(uint16_t x) {
+static inline float f32_of_bf16(uint16_t x) {
   uint32_t u = (uint32_t)x << 16;
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
 }
 
-void rt_f32_to_bf16(int64_t n, const float *x, uint16_t *y) {
+void rt_cvt_f32_bf16(int64_t n, const float *x, uint16_t *y) {
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (int64_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16_1(x[i]);
+  for (int64_t i = 0; i < n; i++) y[i] = bf16_of(x[i]);
 }
 
-void rt_bf16_to_f32(int64_t n, const uint16_t *x, float *y) {
+void rt_cvt_bf16_f32(int64_t n, const uint16_t *x, float *y) {
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (int64_t i = 0; i < n; i++) y[i] = rt_bf16_to_f32_1(x[i]);
+  for (int64_t i = 0; i < n; i++) y[i] = f32_of_bf16(x[i]);
 }
