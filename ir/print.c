@@ -1,0 +1,580 @@
+/* ir/print.c — text and Graphviz printers, parameter counts and FLOPs (see ir/print.h). */
+#include "print.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+
+#define COMMENT_COL 88 /* column where `# file:line:col` starts */
+
+/* ---- a growing line buffer ------------------------------------------------ */
+
+typedef struct {
+  char *s;    /* NUL-terminated text */
+  size_t len; /* bytes used */
+  size_t cap; /* bytes allocated */
+} Buf;
+
+static void bprintf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(Buf *b, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = b->cap - b->len;
+    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? room : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) die("print: formatting failed");
+    if (b->s && (size_t)n < room) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + (size_t)n + 1) cap *= 2;
+    char *s = realloc(b->s, cap);
+    if (!s) die("print: out of memory");
+    b->s = s;
+    b->cap = cap;
+    b->s[b->len] = 0;
+  }
+}
+
+static void bclear(Buf *b) {
+  b->len = 0;
+  if (b->s) b->s[0] = 0;
+}
+
+/* ---- value numbering ------------------------------------------------------- */
+
+typedef struct {
+  const void **keys; /* [cap], NULL = empty */
+  int *vals;         /* [cap] print number */
+  int cap;           /* slots, a power of two */
+  int count;         /* keys stored */
+} NumMap;
+
+static uint64_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static void num_put(NumMap *m, const void *k, int v) {
+  if ((m->count + 1) * 2 > m->cap) {
+    NumMap old = *m;
+    m->cap = old.cap ? old.cap * 2 : 256;
+    m->count = 0;
+    m->keys = calloc((size_t)m->cap, sizeof(void *));
+    m->vals = calloc((size_t)m->cap, sizeof(int));
+    if (!m->keys || !m->vals) die("print: out of memory");
+    for (int i = 0; i < old.cap; i++)
+      if (old.keys[i]) num_put(m, old.keys[i], old.vals[i]);
+    free(old.keys);
+    free(old.vals);
+  }
+  uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
+  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (uint64_t)(m->cap - 1);
+  if (!m->keys[i]) m->count++;
+  m->keys[i] = k;
+  m->vals[i] = v;
+}
+
+static int num_get(const NumMap *m, const void *k) {
+  if (m->cap) {
+    uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
+    while (m->keys[i]) {
+      if (m->keys[i] == k) return m->vals[i];
+      i = (i + 1) & (uint64_t)(m->cap - 1);
+    }
+  }
+  return -1;
+}
+
+typedef struct {
+  FILE *f;          /* output */
+  const Module *m;  /* for symbols; may be NULL */
+  NumMap num;       /* Value* -> print number */
+  int next;         /* next print number */
+  Buf line;         /* line being built */
+} Printer;
+
+static int vnum(Printer *p, const void *v) { /* a Value, or a Node in DOT output */
+  int n = num_get(&p->num, v);
+  if (n < 0) {
+    n = p->next++;
+    num_put(&p->num, v, n);
+  }
+  return n;
+}
+
+/* ---- pieces ------------------------------------------------------------------ */
+
+static const char *loc_file(const char *file) {
+  const char *m = strstr(file, "/models/");
+  if (m) return m + 8;
+  if (strncmp(file, "models/", 7) == 0) return file + 7;
+  const char *s = strrchr(file, '/');
+  return s ? s + 1 : file;
+}
+
+static void put_type(Buf *b, const Module *m, const Value *v) {
+  bprintf(b, "%s[", ir_dtype_name(v->dtype));
+  for (int d = 0; d < v->shape.rank; d++) {
+    int s = v->shape.sym[d];
+    if (d) bprintf(b, ", ");
+    if (m && s >= 0 && s < m->nsyms && m->syms[s]) bprintf(b, "%s=", m->syms[s]);
+    bprintf(b, "%lld", (long long)v->shape.dim[d]);
+  }
+  bprintf(b, "]");
+  if (ir_sharding_is_replicated(&v->sharding)) return;
+  bprintf(b, "{");
+  bool first = true;
+  for (int d = 0; d < IR_MAX_RANK; d++) {
+    int a = v->sharding.split[d];
+    if (a < 0 || a >= AX_COUNT) continue;
+    bprintf(b, "%sS(%s)@%d", first ? "" : ", ", ir_axis_names[a], d);
+    first = false;
+  }
+  for (int a = 0; a < AX_COUNT; a++)
+    if (v->sharding.partial & (1u << a)) {
+      bprintf(b, "%sP(%s)", first ? "" : ", ", ir_axis_names[a]);
+      first = false;
+    }
+  bprintf(b, "}");
+}
+
+static const char *axis_name(int a) { return a >= 0 && a < AX_COUNT ? ir_axis_names[a] : "?"; }
+
+static void put_attrs(Buf *b, const Node *n) {
+  const Attrs *a = &n->a;
+  static const char *const inits[] = {"zeros", "ones", "normal", "uniform", "const"};
+  static const char *const reds[] = {"sum", "avg", "max"};
+  switch (n->op) {
+  case OP_INPUT: case OP_STATE: bprintf(b, "  \"%s\"", a->name ? a->name : "?"); break;
+  case OP_PARAM:
+    bprintf(b, "  \"%s\" init=%s", a->name ? a->name : "?", inits[a->init]);
+    if (a->init == INIT_NORMAL || a->init == INIT_UNIFORM) bprintf(b, "(%g, %g)", a->init_a, a->init_b);
+    else if (a->init == INIT_CONST) bprintf(b, "(%g)", a->init_a);
+    break;
+  case OP_CONST: case OP_SCALE: case OP_ADD_SCALAR: bprintf(b, "  %g", a->scalar); break;
+  case OP_IOTA: bprintf(b, "  start=%lld", (long long)a->start); break;
+  case OP_AXIS_INDEX: bprintf(b, "  axis=%s", axis_name(a->mesh_axis)); break;
+  case OP_SLICE: case OP_PAD:
+    bprintf(b, "  axis=%d start=%lld len=%lld", a->axis, (long long)a->start, (long long)a->len);
+    break;
+  case OP_CONCAT: bprintf(b, "  axis=%d", a->axis); break;
+  case OP_MATMUL: bprintf(b, "  ta=%d tb=%d", a->ta, a->tb); break;
+  case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD: bprintf(b, "  eps=%g", a->eps); break;
+  case OP_ROPE:
+    bprintf(b, "  heads=%d theta=%g start=%lld%s", a->heads, a->theta, (long long)a->start, a->inverse ? " inverse" : "");
+    break;
+  case OP_SDPA: case OP_SDPA_BWD: bprintf(b, "  heads=%d kv_heads=%d causal=%d", a->heads, a->kv_heads, a->causal); break;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: bprintf(b, "  len=%lld", (long long)a->len); break;
+  case OP_SGD_UPDATE: bprintf(b, "  momentum=%g weight_decay=%g", a->momentum, a->weight_decay); break;
+  case OP_ADAMW_UPDATE:
+    bprintf(b, "  beta1=%g beta2=%g eps=%g weight_decay=%g", a->beta1, a->beta2, a->eps, a->weight_decay);
+    break;
+  case OP_ALL_REDUCE: bprintf(b, "  over=%s reduce=%s", axis_name(a->mesh_axis), reds[a->reduce]); break;
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis); break;
+  case OP_BROADCAST: bprintf(b, "  over=%s root=%lld", axis_name(a->mesh_axis), (long long)a->start); break;
+  case OP_SEND: case OP_RECV:
+    bprintf(b, "  over=%s offset=%+lld tag=%d", axis_name(a->mesh_axis), (long long)a->start, a->tag);
+    break;
+  default: break;
+  }
+}
+
+static void emit_line(Printer *p, const SrcLoc *loc) {
+  if (loc && loc->file) {
+    size_t col = p->line.len;
+    bprintf(&p->line, "%*s# %s:%d:%d", col < COMMENT_COL ? (int)(COMMENT_COL - col) : 2, "", loc_file(loc->file),
+            loc->line, loc->col);
+  }
+  fprintf(p->f, "%s\n", p->line.s ? p->line.s : "");
+  bclear(&p->line);
+}
+
+static void print_graph(Printer *p, const Graph *g, int depth);
+
+static void print_node(Printer *p, const Node *n, int depth) {
+  Buf *b = &p->line;
+  bprintf(b, "%*s", 2 * depth, "");
+  for (int i = 0; i < n->nout; i++) {
+    bprintf(b, "%s%%%d : ", i ? ", " : "", vnum(p, n->out[i]));
+    put_type(b, p->m, n->out[i]);
+  }
+  if (n->nout) bprintf(b, " = ");
+  if (n->op == OP_ARG) {
+    bprintf(b, "arg %d", n->a.index);
+    if (n->out[0]->name) bprintf(b, "  \"%s\"", n->out[0]->name);
+    emit_line(p, NULL);
+    return;
+  }
+  bool rep = n->op == OP_REPEAT;
+  if (rep)
+    bprintf(b, "repeat %s x%lld%s", n->a.name ? n->a.name : "?", (long long)n->a.count, n->a.reverse ? " reverse" : "");
+  else if (n->op == OP_CALL)
+    bprintf(b, "call %s", n->a.name ? n->a.name : "?");
+  else
+    bprintf(b, "%s", ir_ops[n->op].name);
+  if (n->nin || (ir_ops[n->op].flags & F_REGION)) {
+    bprintf(b, rep || n->op == OP_CALL ? " (" : "(");
+    for (int i = 0; i < n->nin; i++) {
+      const char *sep = i == 0 ? "" : (rep && (i == n->a.ncarry || i == n->a.ncarry + n->a.nxs)) ? " | " : ", ";
+      bprintf(b, "%s%%%d", sep, vnum(p, n->in[i]));
+    }
+    bprintf(b, ")");
+  }
+  if (n->op == OP_CAST) bprintf(b, "  to=%s", ir_dtype_name(n->out[0]->dtype));
+  put_attrs(b, n);
+  if (n->body) {
+    bprintf(b, " {");
+    emit_line(p, &n->loc);
+    print_graph(p, n->body, depth + 1);
+    bprintf(b, "%*s}", 2 * depth, "");
+    emit_line(p, NULL);
+    return;
+  }
+  emit_line(p, &n->loc);
+}
+
+static void print_graph(Printer *p, const Graph *g, int depth) {
+  for (int i = 0; i < g->nnodes; i++) print_node(p, g->nodes[i], depth);
+  if (g->parent) {
+    bprintf(&p->line, "%*syield", 2 * depth, "");
+    for (int i = 0; i < g->nresults; i++)
+      bprintf(&p->line, "%s%%%d", i ? ", " : " ", g->results[i] ? vnum(p, g->results[i]) : -1);
+    emit_line(p, NULL);
+  }
+}
+
+static void printer_free(Printer *p) {
+  free(p->num.keys);
+  free(p->num.vals);
+  free(p->line.s);
+}
+
+static void print_top(FILE *f, const Graph *g, const Module *m) {
+  Printer p = {.f = f, .m = m};
+  fprintf(f, "graph {\n");
+  print_graph(&p, g, 1);
+  fprintf(f, "}\n");
+  if (g->nresults) {
+    fprintf(f, "results:\n");
+    for (int i = 0; i < g->nresults; i++) {
+      const char *nm = g->result_names && g->result_names[i] ? g->result_names[i] : "_";
+      fprintf(f, "  %s = %%%d\n", nm, g->results[i] ? vnum(&p, g->results[i]) : -1);
+    }
+  }
+  printer_free(&p);
+}
+
+void ir_print_graph(FILE *f, const Graph *g) { print_top(f, g, NULL); }
+void ir_print_graph_syms(FILE *f, const Graph *g, const Module *m) { print_top(f, g, m); }
+
+/* ---- parameters ------------------------------------------------------------------ */
+
+/* Mesh degree of an axis under the module's plan (1 when unknown). */
+static int degree(const Module *m, int ax) {
+  if (!m->has_plan) return 1;
+  const Plan *pl = &m->plan;
+  switch (ax) {
+  case AX_TP: return pl->tp > 0 ? pl->tp : 1;
+  case AX_PP: return pl->pp > 0 ? pl->pp : 1;
+  case AX_CP: return pl->cp > 0 ? pl->cp : 1;
+  case AX_DP:
+    if (pl->dp > 0) return pl->dp;
+    if (m->has_topology && m->topo.nodes > 0 && m->topo.devices_per_node > 0) {
+      int inner = (pl->tp > 0 ? pl->tp : 1) * (pl->pp > 0 ? pl->pp : 1) * (pl->cp > 0 ? pl->cp : 1);
+      int w = m->topo.nodes * m->topo.devices_per_node / inner;
+      return w > 0 ? w : 1;
+    }
+    return 1;
+  default: return 1;
+  }
+}
+
+/* Logical shape of a value (local dims times the degree of the axis splitting them). */
+static Shape logical_shape(const Module *m, const Value *v) {
+  Shape s = v->shape;
+  for (int d = 0; d < s.rank; d++)
+    if (v->sharding.split[d] >= 0) s.dim[d] *= degree(m, v->sharding.split[d]);
+  return s;
+}
+
+typedef struct {
+  const Node *node; /* the PARAM */
+  int64_t mult;     /* product of enclosing repeat counts */
+} ParamRef;
+
+static void collect_params(const Graph *g, int64_t mult, ParamRef **out, int *n, int *cap) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *nd = g->nodes[i];
+    if (nd->op == OP_PARAM) {
+      if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        ParamRef *r = realloc(*out, sizeof(ParamRef) * (size_t)*cap);
+        if (!r) die("print: out of memory");
+        *out = r;
+      }
+      (*out)[(*n)++] = (ParamRef){nd, mult};
+    }
+    if (nd->body) collect_params(nd->body, nd->op == OP_REPEAT ? mult * nd->a.count : mult, out, n, cap);
+  }
+}
+
+int64_t ir_param_count(const Module *m) {
+  ParamRef *ps = NULL;
+  int n = 0, cap = 0;
+  collect_params(m->graph, 1, &ps, &n, &cap);
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    Shape s = logical_shape(m, ps[i].node->out[0]);
+    total += ir_numel(&s) * ps[i].mult;
+  }
+  free(ps);
+  return total;
+}
+
+static const char *commas(char *buf, int64_t x) {
+  char tmp[32];
+  int len = snprintf(tmp, sizeof tmp, "%lld", (long long)(x < 0 ? -x : x));
+  int o = 0;
+  if (x < 0) buf[o++] = '-';
+  for (int i = 0; i < len; i++) {
+    buf[o++] = tmp[i];
+    if ((len - 1 - i) % 3 == 0 && i != len - 1) buf[o++] = ',';
+  }
+  buf[o] = 0;
+  return buf;
+}
+
+static size_t group_len(const char *name) {
+  const char *dot = strrchr(name, '.');
+  return dot ? (size_t)(dot - name) : 0;
+}
+
+static void print_params(FILE *f, const Module *m) {
+  ParamRef *ps = NULL;
+  int n = 0, cap = 0;
+  collect_params(m->graph, 1, &ps, &n, &cap);
+  fprintf(f, "parameters:\n");
+  bool *done = calloc((size_t)(n ? n : 1), sizeof(bool));
+  if (!done) die("print: out of memory");
+  int64_t total = 0;
+  char b1[40], b2[40];
+  for (int i = 0; i < n; i++) { /* groups in order of first appearance */
+    if (done[i]) continue;
+    const char *gi = ps[i].node->a.name ? ps[i].node->a.name : "?";
+    size_t gl = group_len(gi);
+    int64_t gsum = 0;
+    for (int j = i; j < n; j++) {
+      const char *nj = ps[j].node->a.name ? ps[j].node->a.name : "?";
+      if (done[j] || group_len(nj) != gl || strncmp(nj, gi, gl) != 0) continue;
+      Shape s = logical_shape(m, ps[j].node->out[0]);
+      gsum += ir_numel(&s) * ps[j].mult;
+    }
+    fprintf(f, "  %-40.*s %16s\n", gl ? (int)gl : 7, gl ? gi : "(model)", commas(b1, gsum));
+    for (int j = i; j < n; j++) {
+      const char *nj = ps[j].node->a.name ? ps[j].node->a.name : "?";
+      if (done[j] || group_len(nj) != gl || strncmp(nj, gi, gl) != 0) continue;
+      done[j] = true;
+      Value lv = *ps[j].node->out[0];
+      lv.shape = logical_shape(m, &lv);
+      lv.sharding = ir_replicated();
+      Buf t = {0};
+      put_type(&t, m, &lv);
+      if (ps[j].mult > 1) bprintf(&t, " x%lld", (long long)ps[j].mult);
+      int64_t cnt = ir_numel(&lv.shape) * ps[j].mult;
+      fprintf(f, "    %-20s %-30s %16s\n", nj + (gl ? gl + 1 : 0), t.s, commas(b2, cnt));
+      free(t.s);
+      total += cnt;
+    }
+  }
+  fprintf(f, "  total %52s\n", commas(b1, total));
+  free(done);
+  free(ps);
+}
+
+/* ---- FLOPs ------------------------------------------------------------------------- */
+
+typedef struct {
+  NumMap live; /* Node* -> 1 when the loss depends on it */
+} Liveness;
+
+static bool is_live(const Liveness *lv, const Node *n) { return num_get(&lv->live, n) == 1; }
+static void set_live(Liveness *lv, const Node *n) { num_put(&lv->live, n, 1); }
+
+/* Graphs are topologically ordered: walking backwards, a live node makes its inputs' nodes
+ * (here or in an enclosing graph, all earlier) live; a live region makes its body's results live. */
+static void mark_graph(Liveness *lv, const Graph *g) {
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    const Node *n = g->nodes[i];
+    if (!is_live(lv, n)) continue;
+    for (int j = 0; j < n->nin; j++) set_live(lv, n->in[j]->def);
+    if (n->body) {
+      for (int j = 0; j < n->body->nresults; j++)
+        if (n->body->results[j]) set_live(lv, n->body->results[j]->def);
+      mark_graph(lv, n->body);
+    }
+  }
+}
+
+/* On logical (unsharded) shapes, so a partitioned graph reports the model's FLOPs. */
+static double node_flops(const Module *m, const Node *n) {
+  if (n->op == OP_MATMUL) {
+    Shape a = logical_shape(m, n->in[0]), y = logical_shape(m, n->out[0]);
+    int64_t k = n->a.ta ? a.dim[a.rank - 2] : a.dim[a.rank - 1];
+    return 2.0 * (double)ir_numel(&y) * (double)k;
+  }
+  if (n->op == OP_SDPA) {
+    Shape q = logical_shape(m, n->in[0]), k = logical_shape(m, n->in[1]);
+    /* QK^T and AV: 2 * 2 * B * S * T * (H * hd) */
+    return 4.0 * (double)q.dim[0] * (double)q.dim[1] * (double)k.dim[1] * (double)q.dim[2];
+  }
+  return 0;
+}
+
+static double graph_flops(const Module *m, const Graph *g, const Liveness *lv) {
+  double total = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (lv && !is_live(lv, n)) continue;
+    if (n->body) total += (n->op == OP_REPEAT ? (double)n->a.count : 1.0) * graph_flops(m, n->body, NULL);
+    else total += node_flops(m, n);
+  }
+  return total;
+}
+
+/* Tokens per step: the targets of the first cross_entropy, else the indices of the first embed. */
+static int64_t tokens_of(const Module *m, const Graph *g) {
+  int64_t emb = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    Shape s = n->nin > 1 ? logical_shape(m, n->in[1]) : ir_scalar_shape();
+    if (n->op == OP_CROSS_ENTROPY) return ir_numel(&s);
+    if (n->op == OP_EMBED && !emb) emb = ir_numel(&s);
+    if (n->body) {
+      int64_t t = tokens_of(m, n->body);
+      if (t && !emb) emb = t;
+    }
+  }
+  return emb;
+}
+
+double ir_flops_per_token(const Module *m, bool training) {
+  const Graph *g = m->graph;
+  Liveness lv = {{0}};
+  bool have_loss = false;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->result_names && g->result_names[i] && strcmp(g->result_names[i], "loss") == 0 && g->results[i]) {
+      set_live(&lv, g->results[i]->def);
+      have_loss = true;
+    }
+  if (have_loss) mark_graph(&lv, g);
+  double fwd = graph_flops(m, g, have_loss ? &lv : NULL);
+  free(lv.live.keys);
+  free(lv.live.vals);
+  int64_t tok = tokens_of(m, g);
+  double per = tok > 0 ? fwd / (double)tok : fwd;
+  return training ? 3.0 * per : per;
+}
+
+/* ---- module --------------------------------------------------------------------------- */
+
+static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb"};
+static const char *const recompute_names[] = {"none", "block", "selective"};
+
+static void print_link(FILE *f, const char *what, const Link *l) {
+  if (l->kind == LINK_NONE) return;
+  fprintf(f, ", %s %s", what, ir_link_names[l->kind]);
+  if (l->count > 1) fprintf(f, " %dx", l->count);
+  fprintf(f, " %g GB/s", l->bytes_per_s / 1e9);
+}
+
+void ir_print_module(FILE *f, const Module *m) {
+  fprintf(f, "module %s\n", m->name ? m->name : "?");
+  if (m->has_topology) {
+    const Topology *t = &m->topo;
+    fprintf(f, "  topology %s: %d node%s x %d %s", t->name ? t->name : "?", t->nodes, t->nodes == 1 ? "" : "s",
+            t->devices_per_node, t->cpu_only ? "cpu ranks" : (t->device ? t->device : "?"));
+    if (t->device_memory > 0) fprintf(f, " (%g GiB)", t->device_memory / (1024.0 * 1024 * 1024));
+    print_link(f, "intra", &t->intra);
+    print_link(f, "inter", &t->inter);
+    fprintf(f, "\n");
+  }
+  if (m->has_plan) {
+    const Plan *p = &m->plan;
+    fprintf(f, "  plan: dp ");
+    if (p->dp > 0) fprintf(f, "%d", p->dp);
+    else fprintf(f, "auto");
+    fprintf(f, " tp %d pp %d cp %d sp %s zero %d%s microbatches %d schedule %s", p->tp, p->pp, p->cp,
+            p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "", p->microbatches,
+            p->schedule <= SCHED_ZB ? sched_names[p->schedule] : "?");
+    if (p->schedule == SCHED_INTERLEAVED) fprintf(f, "(v: %d)", p->interleave);
+    fprintf(f, " recompute %s\n", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");
+  }
+  if (m->has_recipe) {
+    const Recipe *r = &m->recipe;
+    static const char *const lrs[] = {"constant", "linear", "cosine"};
+    fprintf(f, "  recipe: batch %lld micro_batch %lld seq %lld %s lr %g", (long long)r->batch,
+            (long long)r->micro_batch, (long long)r->seq, r->optimizer == OPT_SGD ? "sgd" : "adamw", r->lr);
+    if (r->optimizer == OPT_ADAMW) fprintf(f, " betas (%g, %g) eps %g", r->beta1, r->beta2, r->eps);
+    else fprintf(f, " momentum %g", r->momentum);
+    fprintf(f, " weight_decay %g schedule %s warmup %lld", r->weight_decay,
+            r->lr_schedule <= LR_COSINE ? lrs[r->lr_schedule] : "?", (long long)r->warmup);
+    if (r->grad_clip > 0) fprintf(f, " grad_clip %g", r->grad_clip);
+    fprintf(f, " precision %s steps %lld seed %llu\n", r->precision == PREC_BF16 ? "bf16" : "f32", (long long)r->steps,
+            (unsigned long long)r->seed);
+  }
+  fprintf(f, "\n");
+  print_top(f, m->graph, m);
+  fprintf(f, "\n");
+  print_params(f, m);
+  double fw = ir_flops_per_token(m, false), tr = ir_flops_per_token(m, true);
+  fprintf(f, "flops per token: forward %.4g (%.4f GFLOP), training %.4g (3x forward)\n", fw, fw / 1e9, tr);
+}
+
+/* ---- Graphviz ----------------------------------------------------------------------------- */
+
+static void dot_graph(Printer *p, const Graph *g, int depth);
+
+static void dot_node(Printer *p, const Node *n, int depth) {
+  FILE *f = p->f;
+  int id = vnum(p, n); /* nodes numbered in the same map as values; keys differ */
+  if (n->body) {
+    fprintf(f, "%*ssubgraph cluster_%d {\n%*s  label=\"%s %s", 2 * depth, "", id, 2 * depth, "",
+            ir_ops[n->op].name, n->a.name ? n->a.name : "");
+    if (n->op == OP_REPEAT) fprintf(f, " x%lld%s", (long long)n->a.count, n->a.reverse ? " reverse" : "");
+    fprintf(f, "\";\n");
+    dot_graph(p, n->body, depth + 1);
+    fprintf(f, "%*s}\n", 2 * depth, "");
+  }
+  Buf t = {0};
+  if (n->nout) put_type(&t, p->m, n->out[0]);
+  const char *label = n->op == OP_PARAM || n->op == OP_INPUT || n->op == OP_STATE ? n->a.name : NULL;
+  fprintf(f, "%*sn%d [label=\"%s%s%s\\n%s\"%s];\n", 2 * depth, "", id, ir_ops[n->op].name, label ? " " : "",
+          label ? label : "", t.s ? t.s : "", n->body ? " shape=box3d" : n->op == OP_PARAM ? " shape=box" : "");
+  free(t.s);
+  for (int i = 0; i < n->nin; i++) fprintf(f, "%*sn%d -> n%d;\n", 2 * depth, "", vnum(p, n->in[i]->def), id);
+  if (n->body)
+    for (int i = 0; i < n->body->nresults; i++)
+      if (n->body->results[i])
+        fprintf(f, "%*sn%d -> n%d [style=dashed];\n", 2 * depth, "", vnum(p, n->body->results[i]->def), id);
+}
+
+static void dot_graph(Printer *p, const Graph *g, int depth) {
+  for (int i = 0; i < g->nnodes; i++) dot_node(p, g->nodes[i], depth);
+}
+
+void ir_print_dot(FILE *f, const Module *m) {
+  Printer p = {.f = f, .m = m};
+  fprintf(f, "digraph \"%s\" {\n  node [fontname=\"monospace\" fontsize=10];\n", m->name ? m->name : "model");
+  dot_graph(&p, m->graph, 1);
+  fprintf(f, "}\n");
+  printer_free(&p);
+}

@@ -1,0 +1,33 @@
+/* ir/print.h — the text printer behind `--dump-ir`, and Graphviz output.
+ *
+ * Format (deterministic; golden files are made from it):
+ *   %N : f32[batch=4, seq=64, 768]{S(tp)@2, P(dp)} = op(%a, %b)  attr=value ...   # file:line:col
+ * Values are numbered in print order (unique across nested bodies). A dim bound to a symbol
+ * prints as sym=value. Shardings print only when not replicated: S(axis)@dim for a dim split
+ * over a mesh axis, P(axis) for a partial sum still owed over an axis. Region ops print
+ * their body indented between braces, inputs grouped `carry | xs | captured` for repeat,
+ * and end with `yield`. The module printer adds a header (model, topology, plan, recipe), the
+ * graph's results, a parameter table grouped by layer path, and FLOPs per token.
+ */
+#ifndef SHARDC_PRINT_H
+#define SHARDC_PRINT_H
+
+#include <stdio.h>
+
+#include "module.h"
+
+void ir_print_module(FILE *f, const Module *m);
+/* The graph alone (dumps after single passes); symbols print as plain numbers. */
+void ir_print_graph(FILE *f, const Graph *g);
+/* The same, with the module's dim symbols. */
+void ir_print_graph_syms(FILE *f, const Graph *g, const Module *m);
+/* Graphviz: one node per op, REPEAT/CALL bodies as clusters. */
+void ir_print_dot(FILE *f, const Module *m);
+
+/* Trainable parameters, logical (unsharded) count: every PARAM, times the counts of enclosing repeats. */
+int64_t ir_param_count(const Module *m);
+/* Model FLOPs per token: matmuls 2*m*n*k, attention QK^T and AV (4*S*T*hd per head, unmasked count)
+ * in the forward graph (the nodes the loss depends on); training = 3 x forward. */
+double ir_flops_per_token(const Module *m, bool training);
+
+#endif
