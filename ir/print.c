@@ -378,7 +378,7 @@ static void print_params(FILE *f, const Module *m) {
       Shape s = logical_shape(m, ps[j].node->out[0]);
       gsum += ir_numel(&s) * ps[j].mult;
     }
-    fprintf(f, "  %-40.*s %16s\n", gl ? (int)gl : 7, gl ? gi : "(model)", commas(b1, gsum));
+    fprintf(f, "  %-53.*s %16s\n", gl ? (int)gl : 7, gl ? gi : "(model)", commas(b1, gsum));
     for (int j = i; j < n; j++) {
       const char *nj = ps[j].node->a.name ? ps[j].node->a.name : "?";
       if (done[j] || group_len(nj) != gl || strncmp(nj, gi, gl) != 0) continue;
@@ -395,7 +395,7 @@ static void print_params(FILE *f, const Module *m) {
       total += cnt;
     }
   }
-  fprintf(f, "  total %52s\n", commas(b1, total));
+  fprintf(f, "  total %64s\n", commas(b1, total));
   free(done);
   free(ps);
 }
@@ -496,6 +496,17 @@ static void print_link(FILE *f, const char *what, const Link *l) {
   fprintf(f, " %g GB/s", l->bytes_per_s / 1e9);
 }
 
+static const char *human(char *buf, double x) {
+  static const char *const units[] = {"", "K", "M", "G", "T", "P"};
+  int u = 0;
+  while (x >= 1000 && u < 5) {
+    x /= 1000;
+    u++;
+  }
+  snprintf(buf, 32, "%.4g %sFLOP", x, units[u]);
+  return buf;
+}
+
 void ir_print_module(FILE *f, const Module *m) {
   fprintf(f, "module %s\n", m->name ? m->name : "?");
   if (m->has_topology) {
@@ -536,7 +547,8 @@ void ir_print_module(FILE *f, const Module *m) {
   fprintf(f, "\n");
   print_params(f, m);
   double fw = ir_flops_per_token(m, false), tr = ir_flops_per_token(m, true);
-  fprintf(f, "flops per token: forward %.4g (%.4f GFLOP), training %.4g (3x forward)\n", fw, fw / 1e9, tr);
+  char h1[32], h2[32];
+  fprintf(f, "flops per token: forward %s, training %s (3 x forward)\n", human(h1, fw), human(h2, tr));
 }
 
 /* ---- Graphviz ----------------------------------------------------------------------------- */

@@ -99,13 +99,13 @@ static const char *EXPECTED =
     "  loss = %15\n"
     "\n"
     "parameters:\n"
-    "  (model)                                               128\n"
+    "  (model)                                                            128\n"
     "    wte                  f32[16, 8]                                  128\n"
-    "  blocks.mlp                                            216\n"
+    "  blocks.mlp                                                         216\n"
     "    w                    f32[3, 8, 8]                                192\n"
     "    b                    f32[3, 8]                                    24\n"
-    "  total                                                  344\n"
-    "flops per token: forward 512 (0.0000 GFLOP), training 1536 (3x forward)\n";
+    "  total                                                              344\n"
+    "flops per token: forward 512 FLOP, training 1.536 KFLOP (3 x forward)\n";
 
 int main(void) {
   Arena A;
