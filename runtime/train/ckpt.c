@@ -263,6 +263,9 @@ static void free_ckpts(CkptDir *v, int n) {
 
 void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep) {
   mkdir_p(dir);
+  int count;
+  CkptDir *stale = list_ckpts(dir, &count, 1); /* removes temp directories a crash left behind */
+  free_ckpts(stale, count);
   char *final = rt_xprintf("%s/step_%08lld", dir, (long long)st->step);
   char *tmp = rt_xprintf("%s/.tmp-step_%08lld-%d", dir, (long long)st->step, (int)getpid());
   remove_tree(tmp);
@@ -304,7 +307,6 @@ void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const Rt
   if (old) remove_tree(old);
 
   if (keep > 0) {
-    int count;
     CkptDir *v = list_ckpts(dir, &count, 1);
     for (int i = 0; i + keep < count; i++) {
       char *path = rt_xprintf("%s/%s", dir, v[i].name);

@@ -107,7 +107,7 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
   const Flag flags[] = {
       {"data", 0, &o->data, NULL, "PATH|GLOB", "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
       {"val", 0, &o->val, NULL, "PATH|GLOB", "validation data (default: the last 10% of the last training file)"},
-      {"steps", 4, &o->steps, &o->steps_set, "N", "steps of the schedule (the lr decays to min_lr at N)"},
+      {"steps", 1, &o->steps, &o->steps_set, "N", "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
       {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
       {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
       {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks"},
