@@ -902,12 +902,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_train data|json|lr|errors|log|resume|init|python|trainer [args]\n");
     return 2;
   }
-  setenv("SHARDRT_PEAK_FLOPS", "1e11", 1); /* MFU against a fixed peak: no measurement per run */
   if (!strcmp(argv[1], "trainer")) {
     make_program(256, RT_LR_COSINE, 10, 200);
     argv[1] = argv[0];
     return rt_train_main(argc - 1, argv + 1, &prog);
   }
+  setenv("SHARDRT_PEAK_FLOPS", "1e11", 1); /* MFU against a fixed peak: no measurement per run */
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_train_%s_XXXXXX", argv[1]);
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
