@@ -14,7 +14,8 @@
 static inline float rt_fexp(float x) {
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.0f ? 88.0f : x;
-  float kf = floorf(x * 1.44269504088896341f + 0.5f);
+  /* k = round(x / ln2) by the 1.5 * 2^23 trick (floorf does not vectorise without -fno-trapping-math) */
+  float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - kf * 0.693145751953125f; /* ln2 split in two for an exact product */
   r = r - kf * 1.42860682030941723212e-6f;
   float p = 1.0f / 720.0f;

@@ -1,0 +1,24 @@
+# CPU kernel benchmarks (runtime/kernels). Run by hand; numbers in docs/performance.md.
+#   bench_kernels [threads] [reps]   every kernel on GPT-2 124M shapes, the measured peak, MFU bound
+#   bench_gemm_<blas> [reps]         sgemm GFLOP/s on the same shapes, one binary per BLAS build
+add_executable(bench_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels_bench.c)
+target_link_libraries(bench_kernels PRIVATE shardrt)
+shardc_warnings(bench_kernels)
+
+# The same GEMM source against each BLAS build that is installed (Debian: libopenblas-pthread-dev,
+# libopenblas-openmp-dev, libblis-openmp-dev), to choose by measurement.
+find_package(OpenMP REQUIRED COMPONENTS C)
+set(_arch /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE})
+foreach(variant "openblas;openblas-pthread;openblas" "openblas_omp;openblas-openmp;openblas" "blis;blis-openmp;blis")
+  list(GET variant 0 _name)
+  list(GET variant 1 _dir)
+  list(GET variant 2 _lib)
+  find_library(BENCH_BLAS_${_name} NAMES ${_lib} PATHS ${_arch}/${_dir} NO_DEFAULT_PATH)
+  find_path(BENCH_CBLAS_${_name} cblas.h PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/${_dir} NO_DEFAULT_PATH)
+  if(BENCH_BLAS_${_name} AND BENCH_CBLAS_${_name})
+    add_executable(bench_gemm_${_name} ${CMAKE_CURRENT_SOURCE_DIR}/kernels_gemm.c)
+    target_include_directories(bench_gemm_${_name} SYSTEM PRIVATE ${BENCH_CBLAS_${_name}})
+    target_link_libraries(bench_gemm_${_name} PRIVATE ${BENCH_BLAS_${_name}} OpenMP::OpenMP_C)
+    shardc_warnings(bench_gemm_${_name})
+  endif()
+endforeach()
