@@ -29,3 +29,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq >/dev/null
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Python's safetensors and numpy: only for a reference check in the tests (train_python reads the
+# trainer's checkpoints with them; it is skipped without them). Never needed by shardc itself.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import safetensors, numpy' >/dev/null 2>&1; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null 2>&1 || true
+  fi
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  python3 -m pip install -q safetensors numpy >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages safetensors numpy >/dev/null 2>&1 ||
+    echo "setup: could not install Python's safetensors (the train_python test will be skipped)"
+fi
