@@ -1,6 +1,7 @@
 /* runtime/comm/comm_internal.h — what comm.c, fabric.c, ring.c and watchdog.c share.
  *
- * Message tags (64 bits; the low 32 are ignored when matching and checked after):
+ * Message tags (64 bits; the signature, and for p2p the user tag, are ignored when
+ * matching and checked after):
  *   63      p2p flag
  *   62..48  group id (a hash of the member list, 15 bits)
  *   47..32  sequence: the group's collective counter, or the pair's p2p counter
@@ -25,7 +26,8 @@
 #include "comm.h"
 
 #define RT_NAME_MAX 256   /* bytes of an endpoint name */
-#define RT_TAG_IGNORE 0xffffffffull
+#define RT_TAG_IGNORE 0xffffull         /* collectives: the signature is checked, not matched */
+#define RT_TAG_IGNORE_P2P 0xffffffffull /* p2p: the user tag is checked too */
 
 typedef struct {
   int pid;                 /* process id */
@@ -181,5 +183,7 @@ void rt_describe_req(const RtReq *q, char *buf, size_t len);
 /* watchdog.c */
 void rt_watchdog_start(RtComm *c);
 void rt_watchdog_stop(RtComm *c);
+/* True when rank runs on this host and its process is gone (or a zombie). */
+bool rt_peer_gone(const RtComm *c, int rank);
 
 #endif

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_internal.h"
 
@@ -85,8 +86,8 @@ static void post_msg(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, vo
   m->mr = NULL;
   if (q->op == RT_OP_SEND || q->op == RT_OP_RECV)
     m->tag = make_tag(q, (uint32_t)q->utag);
-  else
-    m->tag = make_tag(q, (uint32_t)((s->chan & 0xff) << 8 | (s->step & 0xff)));
+  else /* a broadcast chunk is sent at step 1 and received at step 0: index by channel only */
+    m->tag = make_tag(q, (uint32_t)((s->chan & 0xff) << 8 | (q->op == RT_OP_BROADCAST ? 0 : s->step & 0xff)));
   s->pending++;
   rt_post(q->c, m, buf, desc);
 }
@@ -288,6 +289,11 @@ void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {
     rt_describe_req(q, mine, sizeof mine);
     if (m->is_recv && ev->errcode == FI_ETRUNC)
       mismatch(q, m, "sent a larger message than this call expects");
+    /* A provider error right after a peer died: say so plainly. */
+    for (int i = 0; i < 20 && !rt_peer_gone(q->c, m->peer); i++) usleep(50000);
+    if (rt_peer_gone(q->c, m->peer))
+      rt_fatal(RT_EXIT_COMM, "peer lost: rank %d (pid %d on %s) died (killed or crashed) while this rank waits in %s",
+               m->peer, q->c->peers[m->peer].pid, q->c->peers[m->peer].host, mine);
     rt_fatal(RT_EXIT_COMM, "%s of %zu bytes %s rank %d failed in %s: %s; the peer may have died", m->is_recv ? "receive" : "send",
              m->bytes, m->is_recv ? "from" : "to", m->peer, mine, fi_strerror(ev->errcode));
   }

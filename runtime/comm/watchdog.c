@@ -21,6 +21,7 @@
 #define RT_PEER_GRACE_S 1.0
 
 static bool process_gone(int pid) {
+  if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
   char path[64], buf[256];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -31,6 +32,11 @@ static bool process_gone(int pid) {
   buf[n] = 0;
   const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
   return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
+bool rt_peer_gone(const RtComm *c, int rank) {
+  if (rank == c->rank || strcmp(c->peers[rank].host, c->peers[c->rank].host) != 0) return false;
+  return process_gone(c->peers[rank].pid);
 }
 
 static void *watchdog_main(void *arg) {
@@ -54,8 +60,7 @@ static void *watchdog_main(void *arg) {
       }
       for (int i = 0; i < q->g->n; i++) {
         int r = q->g->ranks[i];
-        if (r == c->rank || strcmp(c->peers[r].host, c->peers[c->rank].host) != 0) continue;
-        if (!process_gone(c->peers[r].pid)) {
+        if (!rt_peer_gone(c, r)) {
           gone_since[r] = 0;
           continue;
         }

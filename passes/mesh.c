@@ -1,0 +1,180 @@
+/* passes/mesh.c — maps the logical mesh (dp, pp, cp, tp) onto physical ranks.
+ *
+ * Megatron's order, the reference interpreter's: tp innermost (inside a node, on
+ * NVLink), then cp, dp, pp; rank = ((pp_i*dp + dp_i)*cp + cp_i)*tp + tp_i; node =
+ * rank / devices_per_node. The pass resolves `dp auto`, checks that the degrees
+ * multiply to the world, refuses a tp group that straddles nodes (unless the plan
+ * sets allow_cross_node_tp) and stores the map in m->mesh. ir_print_mesh prints it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/mesh.h"
+#include "diag.h"
+#include "passes.h"
+
+static int gcd(int a, int b) {
+  while (b) {
+    int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+static const char *link_name(const Link *l) { return ir_link_names[l->kind < LINK_COUNT ? l->kind : 0]; }
+
+bool pass_mesh(Module *m, int world) {
+  Plan *p = &m->plan;
+  SrcLoc loc = p->loc;
+  int dpn = 1, nodes = 1;
+  if (m->has_topology) {
+    dpn = m->topo.devices_per_node > 0 ? m->topo.devices_per_node : 1;
+    nodes = m->topo.nodes > 0 ? m->topo.nodes : 1;
+  }
+  int tp = p->tp > 0 ? p->tp : 1, pp = p->pp > 0 ? p->pp : 1, cp = p->cp > 0 ? p->cp : 1;
+  int model = tp * pp * cp; /* ranks holding one replica */
+  bool explicit_world = world > 0;
+  if (!explicit_world) {
+    if (m->has_topology) world = nodes * dpn;
+    else world = p->dp > 0 ? p->dp * model : model;
+    if (!m->has_topology) dpn = world;
+  }
+  const char *wsrc = explicit_world ? "the launched world" : "the topology";
+  int dp = p->dp;
+  if (dp <= 0) {
+    if (world % model != 0) {
+      error_at(loc, "tp %d x pp %d x cp %d = %d ranks per replica does not divide %s of %d ranks", tp, pp, cp, model,
+               wsrc, world);
+      note("dp auto needs world / (tp * pp * cp) to be a whole number; pick degrees whose product divides %d", world);
+      return false;
+    }
+    dp = world / model;
+  } else if (dp * model != world) {
+    error_at(loc, "the plan uses dp %d x tp %d x pp %d x cp %d = %d ranks but %s has %d", dp, tp, pp, cp, dp * model,
+             wsrc, world);
+    if (world % model == 0) note("use `dp auto` (dp %d) or -D dp=%d", world / model, world / model);
+    return false;
+  }
+  MeshMap *mm = ARENA_NEW(m->arena, MeshMap);
+  if (!rt_mesh_init(mm, dp, pp, cp, tp, dpn)) die("mesh: bad degrees");
+  if (!rt_mesh_group_in_node(mm, RT_MESH_TP) && !p->allow_cross_node_tp) {
+    int alt = gcd(tp, dpn);
+    error_at(loc, "tp %d does not fit in a node of %d devices: its groups would straddle nodes", tp, dpn);
+    if (m->has_topology)
+      note("tensor parallelism all-reduces activations in every layer, forward and backward; it needs the "
+           "intra-node link (%s, %.0f GB/s), not the network between nodes (%s, %d x %.0f GB/s)",
+           link_name(&m->topo.intra), m->topo.intra.bytes_per_s / 1e9, link_name(&m->topo.inter),
+           m->topo.inter.count > 0 ? m->topo.inter.count : 1, m->topo.inter.bytes_per_s / 1e9);
+    else
+      note("tensor parallelism all-reduces activations in every layer; it needs the fast link inside a node");
+    note("use tp %d with pp %d (or dp auto), which keeps every tp group inside one node; or accept the cost "
+         "with -D allow_cross_node_tp=true",
+         alt, pp * (tp / alt));
+    return false;
+  }
+  p->dp = dp;
+  m->mesh = mm;
+  return true;
+}
+
+/* ---- printing --------------------------------------------------------------- */
+
+/* Members of a group, compact: "[0,1,2,3]" or "[0,8,..,120] (16, stride 8)". */
+static void print_members(FILE *f, const int *mem, int n, int width) {
+  char buf[160];
+  int k = 0;
+  bool arith = n > 2;
+  for (int i = 2; i < n && arith; i++) arith = mem[i] - mem[i - 1] == mem[1] - mem[0];
+  if (n > 6 && arith) {
+    k = snprintf(buf, sizeof buf, "[%d,%d,..,%d]/%d", mem[0], mem[1], mem[n - 1], n);
+  } else {
+    k = snprintf(buf, sizeof buf, "[");
+    for (int i = 0; i < n && k < (int)sizeof buf - 24; i++) k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%d", i ? "," : "", mem[i]);
+    if (n > 0 && k >= (int)sizeof buf - 24) k += snprintf(buf + k, sizeof buf - (size_t)k, ",..");
+    snprintf(buf + k, sizeof buf - (size_t)k, "]");
+  }
+  if (width > 0) fprintf(f, " %-*s", width, buf);
+  else fprintf(f, " %s", buf);
+}
+
+/* Group masks worth printing: every axis of degree > 1, and dp*cp when both are
+ * (gradients are reduced and ZeRO shards over dp x cp). */
+static int group_masks(const MeshMap *mm, unsigned *masks) {
+  static const unsigned order[] = {RT_MESH_TP, RT_MESH_CP, RT_MESH_DP, RT_MESH_PP, RT_MESH_DP | RT_MESH_CP};
+  int n = 0;
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    unsigned mk = order[i];
+    bool all_big = true;
+    for (int ax = 0; ax < RT_AX_COUNT; ax++)
+      if ((mk & (1u << ax)) && mm->dim[ax] <= 1) all_big = false;
+    if (all_big) masks[n++] = mk;
+  }
+  return n;
+}
+
+static void print_rank(FILE *f, const MeshMap *mm, int r, const unsigned *masks, int nmasks, int *mem, int width) {
+  int c[RT_AX_COUNT];
+  rt_mesh_coords(mm, r, c);
+  fprintf(f, "  %5d %5d %4d %4d %4d %4d %4d", r, rt_mesh_node(mm, r), rt_mesh_device(mm, r), c[RT_AX_DP],
+          c[RT_AX_PP], c[RT_AX_CP], c[RT_AX_TP]);
+  for (int i = 0; i < nmasks; i++) {
+    int n = rt_mesh_group(mm, r, masks[i], mem);
+    print_members(f, mem, n, i + 1 < nmasks ? width : 0); /* no trailing blanks */
+  }
+  fprintf(f, "\n");
+}
+
+void ir_print_mesh(FILE *f, const Module *m) {
+  const MeshMap *mm = m->mesh;
+  if (!mm) {
+    fprintf(f, "# mesh: not mapped (the mesh pass has not run)\n");
+    return;
+  }
+  fprintf(f, "# mesh: dp %d x pp %d x cp %d x tp %d = %d ranks on %d node%s x %d %s\n", mm->dim[RT_AX_DP],
+          mm->dim[RT_AX_PP], mm->dim[RT_AX_CP], mm->dim[RT_AX_TP], mm->world, mm->nodes, mm->nodes == 1 ? "" : "s",
+          mm->devices_per_node, m->has_topology && m->topo.device ? m->topo.device : "devices");
+  fprintf(f, "# rank = ((pp*%d + dp)*%d + cp)*%d + tp; node = rank / %d; device = rank %% %d\n", mm->dim[RT_AX_DP],
+          mm->dim[RT_AX_CP], mm->dim[RT_AX_TP], mm->devices_per_node, mm->devices_per_node);
+  unsigned masks[8];
+  int nmasks = group_masks(mm, masks);
+  int *mem = malloc((size_t)mm->world * sizeof *mem);
+  if (!mem) die("out of memory");
+  for (int i = 0; i < nmasks; i++) {
+    int size = rt_mesh_group_size(mm, masks[i]);
+    rt_mesh_group(mm, 0, masks[i], mem);
+    int span = rt_mesh_node(mm, mem[size - 1]) - rt_mesh_node(mm, mem[0]) + 1;
+    fprintf(f, "# %-6s %d groups of %d ranks, %s\n", rt_mesh_mask_name(masks[i]), mm->world / size, size,
+            span == 1 ? "each inside one node" : "each across nodes");
+  }
+  int width = 10;
+  for (int i = 0; i < nmasks; i++) {
+    int n = rt_mesh_group(mm, mm->world - 1, masks[i], mem);
+    int w = n > 6 ? 22 : 2 + n * 5;
+    if (w > width) width = w;
+  }
+  if (width > 40) width = 40;
+  fprintf(f, "  %5s %5s %4s %4s %4s %4s %4s", "rank", "node", "dev", "dp", "pp", "cp", "tp");
+  for (int i = 0; i < nmasks; i++) {
+    char h[32];
+    snprintf(h, sizeof h, "%s group", rt_mesh_mask_name(masks[i]));
+    if (i + 1 < nmasks) fprintf(f, " %-*s", width, h);
+    else fprintf(f, " %s", h);
+  }
+  fprintf(f, "\n");
+  if (mm->world <= 64) {
+    for (int r = 0; r < mm->world; r++) print_rank(f, mm, r, masks, nmasks, mem, width);
+  } else {
+    /* The first node, the first rank of every following pipeline stage, the last rank. */
+    int shown = mm->devices_per_node < 16 ? mm->devices_per_node : 16;
+    for (int r = 0; r < shown; r++) print_rank(f, mm, r, masks, nmasks, mem, width);
+    fprintf(f, "  ...\n");
+    int stage = mm->world / mm->dim[RT_AX_PP];
+    for (int s = 1; s < mm->dim[RT_AX_PP] && s <= 8; s++) print_rank(f, mm, s * stage, masks, nmasks, mem, width);
+    if (mm->dim[RT_AX_PP] > 1) fprintf(f, "  ...\n");
+    print_rank(f, mm, mm->world - 1, masks, nmasks, mem, width);
+    fprintf(f, "# %d ranks: %d shown; every rank's row follows from the formula above\n", mm->world,
+            shown + (mm->dim[RT_AX_PP] - 1 < 8 ? mm->dim[RT_AX_PP] - 1 : 8) + 1);
+  }
+  free(mem);
+}

@@ -1,0 +1,300 @@
+/* tests/comm/test_comm.c — collectives against a naive reference, and fault scenarios.
+ *
+ *   test_comm coll      every collective on sub-groups of a 2x2 mesh (dp 2 x tp 2), a
+ *                       3-member group in scrambled order, self and world; sizes 0, 1,
+ *                       odd, > one chunk, 64 MiB (a few cases); f32 and bf16
+ *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
+ *                       (the driver script kill -9s it)
+ *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
+ *   test_comm count     rank 1 all-reduces one element fewer
+ *   test_comm stall     rank 1 sleeps instead of joining an all-reduce (watchdog)
+ *   test_comm mesh      checks a 2x2 mesh against the launched world (launch-time check)
+ *
+ * Inputs are multiples of 0.25 in [-2, 2], so sums over 4 members are exact in fp32 and
+ * bf16 and the results must equal the reference exactly (tolerance 0); avg is the exact
+ * sum times fp32(1/n), rounded once, exactly as the reference computes it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+
+static int failures;
+static int me_rank;
+
+#define EXPECT(cond, ...)                                                                        \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, "rank %d: FAIL %s:%d: ", me_rank, __FILE__, __LINE__);                     \
+      fprintf(stderr, __VA_ARGS__);                                                              \
+      fprintf(stderr, "\n");                                                                     \
+      if (++failures > 20) exit(1);                                                              \
+    }                                                                                            \
+  } while (0)
+
+static float val(int rank, size_t i, int salt) {
+  return (float)((int)((rank * 7919u + i * 31u + (unsigned)salt * 131u) % 17u) - 8) * 0.25f;
+}
+
+static void fill(void *buf, RtDType dt, size_t n, int rank, int salt) {
+  for (size_t i = 0; i < n; i++) {
+    float v = val(rank, i, salt);
+    if (dt == RT_F32)
+      ((float *)buf)[i] = v;
+    else
+      ((uint16_t *)buf)[i] = rt_f32_to_bf16(v);
+  }
+}
+
+static float get(const void *buf, RtDType dt, size_t i) {
+  return dt == RT_F32 ? ((const float *)buf)[i] : rt_bf16_to_f32(((const uint16_t *)buf)[i]);
+}
+
+/* The naive reference: element i of the reduction over the group's members. */
+static float ref_reduce(const RtGroup *g, RtDType dt, RtRedOp op, size_t i, int salt) {
+  int n = rt_group_size(g);
+  float acc = val(rt_group_member(g, 0), i, salt);
+  for (int k = 1; k < n; k++) {
+    float v = val(rt_group_member(g, k), i, salt);
+    acc = op == RT_MAX ? (v > acc ? v : acc) : acc + v;
+  }
+  if (op == RT_AVG) acc *= 1.0f / (float)n;
+  return dt == RT_F32 ? acc : rt_bf16_to_f32(rt_f32_to_bf16(acc));
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static void check_all_reduce(RtGroup *g, size_t n, RtDType dt, RtRedOp op, bool in_place, int salt) {
+  size_t es = rt_dtype_size(dt);
+  char *in = xmalloc(n * es), *out = in_place ? in : xmalloc(n * es);
+  fill(in, dt, n, me_rank, salt);
+  rt_all_reduce(g, in, out, n, dt, op);
+  for (size_t i = 0; i < n; i++) {
+    float want = ref_reduce(g, dt, op, i, salt), got = get(out, dt, i);
+    EXPECT(got == want, "all_reduce %s %s n=%zu on %s: [%zu] = %g, want %g", rt_dtype_name(dt), rt_redop_name(op), n,
+           rt_group_name(g), i, got, want);
+    if (got != want) break;
+  }
+  if (!in_place) free(out);
+  free(in);
+}
+
+static void check_reduce_scatter(RtGroup *g, size_t n, RtDType dt, RtRedOp op, int salt) {
+  size_t es = rt_dtype_size(dt), off, len;
+  rt_block(n, rt_group_size(g), rt_group_rank(g), &off, &len);
+  char *in = xmalloc(n * es), *out = xmalloc(len * es);
+  fill(in, dt, n, me_rank, salt);
+  rt_reduce_scatter(g, in, out, n, dt, op);
+  for (size_t i = 0; i < len; i++) {
+    float want = ref_reduce(g, dt, op, off + i, salt), got = get(out, dt, i);
+    EXPECT(got == want, "reduce_scatter %s %s n=%zu on %s: [%zu] = %g, want %g", rt_dtype_name(dt), rt_redop_name(op),
+           n, rt_group_name(g), off + i, got, want);
+    if (got != want) break;
+  }
+  free(out);
+  free(in);
+}
+
+static void check_all_gather(RtGroup *g, size_t n, RtDType dt, int salt) {
+  size_t es = rt_dtype_size(dt), off, len;
+  int gn = rt_group_size(g);
+  rt_block(n, gn, rt_group_rank(g), &off, &len);
+  char *full = xmalloc(n * es), *mine = xmalloc(len * es);
+  /* Member k contributes block k of its own fill. */
+  char *tmp = xmalloc(n * es);
+  fill(tmp, dt, n, me_rank, salt);
+  memcpy(mine, tmp + off * es, len * es);
+  rt_all_gather(g, mine, full, n, dt);
+  for (int k = 0; k < gn; k++) {
+    size_t ko, kl;
+    rt_block(n, gn, k, &ko, &kl);
+    for (size_t i = ko; i < ko + kl; i++) {
+      float want = val(rt_group_member(g, k), i, salt);
+      float got = get(full, dt, i);
+      EXPECT(got == want, "all_gather %s n=%zu on %s: [%zu] = %g, want %g", rt_dtype_name(dt), n, rt_group_name(g), i,
+             got, want);
+      if (got != want) break;
+    }
+  }
+  free(tmp);
+  free(mine);
+  free(full);
+}
+
+static void check_broadcast(RtGroup *g, size_t n, RtDType dt, int root, int salt) {
+  size_t es = rt_dtype_size(dt);
+  char *buf = xmalloc(n * es);
+  fill(buf, dt, n, me_rank, salt);
+  rt_broadcast(g, buf, n, dt, root);
+  for (size_t i = 0; i < n; i++) {
+    float want = val(rt_group_member(g, root), i, salt), got = get(buf, dt, i);
+    EXPECT(got == want, "broadcast %s n=%zu root %d on %s: [%zu] = %g, want %g", rt_dtype_name(dt), n, root,
+           rt_group_name(g), i, got, want);
+    if (got != want) break;
+  }
+  free(buf);
+}
+
+/* Every member sends to the next and receives from the previous, both in flight. */
+static void check_sendrecv(RtGroup *g, size_t bytes, int tag) {
+  int n = rt_group_size(g), me = rt_group_rank(g);
+  if (n < 2) return;
+  unsigned char *s = xmalloc(bytes), *r = xmalloc(bytes);
+  for (size_t i = 0; i < bytes; i++) s[i] = (unsigned char)(me_rank * 37 + i);
+  RtReq *rq = rt_recv_start(g, (me + n - 1) % n, r, bytes, tag);
+  RtReq *sq = rt_send_start(g, (me + 1) % n, s, bytes, tag);
+  rt_wait(sq);
+  rt_wait(rq);
+  int from = rt_group_member(g, (me + n - 1) % n);
+  for (size_t i = 0; i < bytes; i++) {
+    EXPECT(r[i] == (unsigned char)(from * 37 + i), "recv %zu bytes from %d on %s: [%zu] wrong", bytes, from,
+           rt_group_name(g), i);
+    if (r[i] != (unsigned char)(from * 37 + i)) break;
+  }
+  free(s);
+  free(r);
+}
+
+/* Two collectives on different groups in flight at once, waited in reverse order. */
+static void check_overlap(RtGroup *a, RtGroup *b, size_t n) {
+  float *x = xmalloc(n * 4), *y = xmalloc(n * 4);
+  fill(x, RT_F32, n, me_rank, 7);
+  fill(y, RT_F32, n, me_rank, 8);
+  RtReq *qa = rt_all_reduce_start(a, x, x, n, RT_F32, RT_SUM);
+  RtReq *qb = rt_all_reduce_start(b, y, y, n, RT_F32, RT_MAX);
+  while (!rt_test(qb)) {
+  }
+  rt_wait(qb);
+  rt_wait(qa);
+  for (size_t i = 0; i < n; i++) {
+    EXPECT(x[i] == ref_reduce(a, RT_F32, RT_SUM, i, 7), "overlapped all_reduce on %s: [%zu]", rt_group_name(a), i);
+    EXPECT(y[i] == ref_reduce(b, RT_F32, RT_MAX, i, 8), "overlapped all_reduce on %s: [%zu]", rt_group_name(b), i);
+    if (failures) break;
+  }
+  free(x);
+  free(y);
+}
+
+static void run_group(RtGroup *g) {
+  if (!g) return;
+  static const size_t sizes[] = {0, 1, 7, 1001, 300007};
+  int salt = 0;
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    size_t n = sizes[si];
+    for (int dt = 0; dt < RT_DTYPE_COUNT; dt++) {
+      for (int op = 0; op < RT_REDOP_COUNT; op++) {
+        check_all_reduce(g, n, (RtDType)dt, (RtRedOp)op, op == RT_SUM, ++salt);
+        check_reduce_scatter(g, n, (RtDType)dt, (RtRedOp)op, ++salt);
+      }
+      check_all_gather(g, n, (RtDType)dt, ++salt);
+      check_broadcast(g, n, (RtDType)dt, rt_group_size(g) - 1, ++salt);
+    }
+    check_sendrecv(g, n * 3, (int)si);
+    rt_barrier(g);
+  }
+}
+
+static int mode_coll(RtComm *c, int world) {
+  int r = me_rank;
+  RtGroup *self = rt_group_new(c, &r, 1, "self");
+  run_group(self);
+  run_group(rt_group_world(c));
+  if (world == 4) {
+    MeshMap m;
+    rt_mesh_init(&m, 2, 1, 1, 2, 2);
+    int tp[4], dp[4];
+    rt_mesh_group(&m, r, RT_MESH_TP, tp);
+    rt_mesh_group(&m, r, RT_MESH_DP, dp);
+    RtGroup *gtp = rt_group_new(c, tp, 2, "tp");
+    RtGroup *gdp = rt_group_new(c, dp, 2, "dp");
+    static const int three[3] = {2, 0, 1};
+    RtGroup *g3 = rt_group_new(c, three, 3, "three");
+    run_group(gtp);
+    run_group(gdp);
+    run_group(g3);
+    check_overlap(gtp, gdp, 100003);
+    /* 64 MiB: a few cases only (time). */
+    size_t big = (64u << 20) / 4;
+    check_all_reduce(rt_group_world(c), big, RT_F32, RT_SUM, true, 99);
+    check_reduce_scatter(gtp, big * 2, RT_BF16, RT_AVG, 98);
+    check_all_gather(gdp, big, RT_F32, 97);
+    rt_group_free(g3);
+    rt_group_free(gdp);
+    rt_group_free(gtp);
+  }
+  rt_group_free(self);
+  return failures;
+}
+
+static _Noreturn void mode_kill(RtComm *c) {
+  size_t n = 1u << 20;
+  float *x = xmalloc(n * 4);
+  fill(x, RT_F32, n, me_rank, 1);
+  for (long it = 0;; it++) {
+    rt_all_reduce(rt_group_world(c), x, x, n, RT_F32, RT_MAX);
+    if (it == 20 && me_rank == 1) {
+      const char *pf = getenv("SHARDRT_TEST_PIDFILE");
+      FILE *f = pf ? fopen(pf, "w") : NULL;
+      if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        fclose(f);
+      }
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "coll";
+  RtBoot boot;
+  if (!rt_boot_init(&boot, &argc, &argv)) return 1;
+  me_rank = boot.rank;
+  if (strcmp(mode, "mesh") == 0) {
+    MeshMap m;
+    rt_mesh_init(&m, 2, 1, 1, 2, 2);
+    bool ok = rt_boot_check_mesh(&boot, &m);
+    rt_boot_free(&boot);
+    return ok ? 0 : 1;
+  }
+  RtComm *c = rt_comm_init(&boot, NULL);
+  if (me_rank == 0)
+    printf("test_comm %s: %d ranks, provider %s, launcher %s\n", mode, boot.world, rt_comm_provider(c),
+           rt_launcher_name(boot.launcher));
+  RtGroup *w = rt_group_world(c);
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  if (strcmp(mode, "coll") == 0) {
+    mode_coll(c, boot.world);
+  } else if (strcmp(mode, "kill") == 0) {
+    mode_kill(c);
+  } else if (strcmp(mode, "mismatch") == 0) {
+    if (me_rank == 0) {
+      rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
+      rt_all_gather(w, x, x, 8, RT_F32);
+    } else {
+      rt_all_gather(w, x, x, 8, RT_F32);
+      rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
+    }
+  } else if (strcmp(mode, "count") == 0) {
+    rt_all_reduce(w, x, x, me_rank == 1 ? 7 : 8, RT_F32, RT_SUM);
+  } else if (strcmp(mode, "stall") == 0) {
+    if (me_rank == 1) sleep(60);
+    rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
+  } else {
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 2;
+  }
+  int bad = failures;
+  rt_comm_free(c);
+  rt_boot_free(&boot);
+  if (bad) fprintf(stderr, "rank %d: %d failures\n", me_rank, bad);
+  else if (me_rank == 0) printf("test_comm %s: ok\n", mode);
+  return bad ? 1 : 0;
+}
