@@ -10,6 +10,7 @@ typedef struct {
   const FeOptions *opt;
   Module *m;
   bool *define_used; /* [opt->ndefines] */
+  int errors0;       /* diag_errors() when the compilation began */
   /* Declarations gathered from the main file and its imports, in import order. */
   PtrVec layers;     /* LayerDecl* */
   PtrVec consts;     /* top-level S_CONST Stmt* */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "diag.h"
 #include "fe.h"
@@ -24,6 +25,12 @@ typedef struct {
 
 /* Reads a whole file into the arena; NULL (errno set) on failure. */
 static char *read_file(Arena *a, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return NULL;
+  if (!S_ISREG(st.st_mode)) { /* a folder, /dev/stdin, a fifo: never block or read forever */
+    errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    return NULL;
+  }
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   size_t cap = 4096, n = 0;
@@ -59,6 +66,34 @@ static char *read_file(Arena *a, const char *path) {
   return out;
 }
 
+/* Registers a source with the diagnostics. diag keeps the pointers, and a
+ * compilation's arena dies before the process does, so the names and texts it
+ * quotes live in this table (one slot per file name, replaced on reuse). */
+#define MAX_SOURCES 256
+static struct {
+  char *name, *text;
+} sources[MAX_SOURCES];
+
+static void add_source(const char *name, const char *text) {
+  int i = 0;
+  while (i < MAX_SOURCES && sources[i].name && strcmp(sources[i].name, name) != 0) i++;
+  if (i == MAX_SOURCES) return; /* quoting lines is a courtesy */
+  char *t = strdup(text);
+  if (!t) die("out of memory");
+  if (!sources[i].name) {
+    sources[i].name = strdup(name);
+    if (!sources[i].name) die("out of memory");
+  }
+  diag_add_source(sources[i].name, t);
+  free(sources[i].text);
+  sources[i].text = t;
+}
+
+static bool is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static const char *dir_of(Arena *a, const char *path) {
   const char *slash = strrchr(path, '/');
   if (!slash) return ".";
@@ -90,11 +125,7 @@ static void do_import(Fe *fe, Loader *ld, const char *from, const Decl *d) {
   const char *found = NULL;
   if (name[0] == '/') {
     vec_push(fe->a, &tried, (void *)name);
-    FILE *f = fopen(name, "rb");
-    if (f) {
-      fclose(f);
-      found = name;
-    }
+    if (is_file(name)) found = name;
   } else {
     const char *dirs[66];
     int nd = 0;
@@ -103,11 +134,7 @@ static void do_import(Fe *fe, Loader *ld, const char *from, const Decl *d) {
     for (int i = 0; i < nd && !found; i++) {
       const char *p = strcmp(dirs[i], ".") == 0 ? name : arena_printf(fe->a, "%s/%s", dirs[i], name);
       vec_push(fe->a, &tried, (void *)p);
-      FILE *f = fopen(p, "rb");
-      if (f) {
-        fclose(f);
-        found = p;
-      }
+      if (is_file(p)) found = p;
     }
   }
   if (!found) {
@@ -154,7 +181,7 @@ static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, 
   vec_push(fe->a, &ld->loaded, (void *)canon);
   vec_push(fe->a, &ld->stack, (void *)canon);
   vec_push(fe->a, &ld->shown, (void *)shown);
-  diag_add_source(shown, text);
+  add_source(shown, text);
   ParseCtx ctx = {fe->a, shown, {0}};
   fe_parse(&ctx, text);
   for (int i = 0; i < ctx.decls.n; i++) {
@@ -183,7 +210,7 @@ static const Decl *load_topology_file(Fe *fe, const char *path) {
     return NULL;
   }
   const char *shown = arena_strdup(fe->a, path);
-  diag_add_source(shown, text);
+  add_source(shown, text);
   ParseCtx ctx = {fe->a, shown, {0}};
   fe_parse(&ctx, text);
   const Decl *found = NULL;
@@ -205,6 +232,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   memset(&fe, 0, sizeof fe);
   fe.a = a;
   fe.opt = o;
+  fe.errors0 = errors0;
   fe.define_used = ARENA_ARRAY(a, bool, o->ndefines + 1);
   Module *m = ARENA_NEW(a, Module);
   m->arena = a;

@@ -352,8 +352,8 @@ static bool need_int(Lower *L, const Val *v, const char *what, SrcLoc loc, int64
     return false;
   }
   if (x < (double)lo || x > (double)hi) {
-    if (hi == MAX_DIM && lo == 1) error_at(loc, "%s must be a positive integer below 2^40, got %.17g", what, x);
-    else error_at(loc, "%s must be between %lld and %lld, got %.17g", what, (long long)lo, (long long)hi, x);
+    if (hi == MAX_DIM && lo == 1) error_at(loc, "%s must be a positive integer below 2^40, got %g", what, x);
+    else error_at(loc, "%s must be between %lld and %lld, got %g", what, (long long)lo, (long long)hi, x);
     return false;
   }
   *out = (int64_t)x;
@@ -1511,12 +1511,11 @@ void fe_lower(Fe *fe) {
   L.global = new_scope(&L, SC_GLOBAL, NULL, m->graph, "");
   for (int i = 0; i < fe->consts.n; i++) lower_stmt(&L, L.global, fe->consts.v[i]);
   L.model = new_scope(&L, SC_MODEL, L.global, m->graph, "");
-  int errors = diag_errors();
   lower_block(&L, L.model, &fe->model->body);
 
   Binding *loss = find_local(L.model, "loss");
   if (!loss) {
-    if (diag_errors() == errors)
+    if (diag_errors() == fe->errors0)
       error_at(fe->model->loc, "model `%s` defines no `loss` (e.g. `loss = cross_entropy(logits, targets)`)", m->name);
     return;
   }

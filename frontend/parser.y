@@ -32,6 +32,7 @@ int yylex(YYSTYPE *lval, YYLTYPE *lloc, yyscan_t scanner);
 static void yyerror(YYLTYPE *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg) {
   (void)scanner;
   if (strcmp(msg, "memory exhausted") == 0) msg = "nesting too deep";
+  if (strstr(msg, "unexpected invalid character")) return; /* the scanner reported it */
   error_at(LOC(*loc), "%s", msg);
 }
 
@@ -100,6 +101,7 @@ static SrcLoc *locp(ParseCtx *ctx, YYLTYPE l) {
 %token IMPORT "import" CONST "const" INPUT "input" PARAM "param" INIT "init" REPEAT "repeat"
 %token AS "as" RETURN "return" IF "if" ELSE "else" PAD "pad" TRUE "true" FALSE "false" NOT "not"
 %token ELLIPSIS "..." EQ "==" NE "!=" LE "<=" GE ">="
+%token BADCHAR "invalid character"
 
 %left PAD
 %precedence NOT

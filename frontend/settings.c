@@ -175,7 +175,15 @@ static bool get_quantity(Cur *c, const char *key, QCat cat, double *out) {
     v = w->num;
     c->i++;
     Word *u = peek(c);
-    if (u && u->kind == W_IDENT && find_unit(u->s) >= 0) {
+    if (u && u->kind == W_IDENT && find_unit(u->s) < 0) { /* a misspelt unit, or the next key */
+      const char *names[NUNITS];
+      for (int i = 0; i < NUNITS; i++) names[i] = units[i].name;
+      if (diag_nearest(u->s, names, NUNITS) && (cat != Q_BYTES || strlen(u->s) > 1)) {
+        unit = u->s;
+        uloc = u->loc;
+        c->i++;
+      }
+    } else if (u && u->kind == W_IDENT) {
       unit = u->s;
       uloc = u->loc;
       c->i++;
@@ -629,6 +637,7 @@ void fe_apply_defines(Fe *fe) {
     vec_push(fe->a, &words, &key);
     vec_push(fe->a, &words, &val);
     Cur c = {fe, &words, 1, none, NULL, false};
+    int before = diag_errors();
     if (plan) {
       plan_key(&c, &key, &fe->m->plan);
       fe->m->has_plan = true;
@@ -636,8 +645,8 @@ void fe_apply_defines(Fe *fe) {
       recipe_key(&c, &key, &fe->m->recipe);
       fe->m->has_recipe = true;
     }
-    if (c.i == 1) continue; /* error already reported */
-    if (c.i < words.n) error_plain("-D %s=%s: unexpected value", d->key, d->value);
+    if (diag_errors() != before) note("in -D %s=%s", d->key, d->value);
+    else if (c.i < words.n) error_plain("-D %s=%s: unexpected value", d->key, d->value);
   }
 }
 
