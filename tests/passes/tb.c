@@ -171,10 +171,22 @@ static double loss_at(Interp *it) {
   return l->data[0];
 }
 
-int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol,
+int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol, double jitter,
                 const char *label) {
   Graph *g = m->graph;
   Interp *it = interp_new(g, (InterpMesh){{0}}, 1234);
+  for (int i = 0; jitter > 0 && i < g->nnodes; i++) {
+    Node *pn = g->nodes[i];
+    if (pn->op != OP_PARAM) continue;
+    const Tensor *cur = interp_get(it, 0, pn->a.name);
+    if (!cur) die("no initial value for %s", pn->a.name);
+    Tensor p = tensor_copy(cur);
+    Tensor noise = tb_randn(DT_F64, p.shape, 1000 + (uint64_t)i, jitter);
+    for (int64_t e = 0; e < ir_numel(&p.shape); e++) p.data[e] += noise.data[e];
+    interp_set_state(it, -1, pn->a.name, &p);
+    tensor_free(&p);
+    tensor_free(&noise);
+  }
   for (int i = 0; i < nfeed; i++) interp_set_input(it, -1, feeds[i].name, &feeds[i].t);
   loss_at(it);
   int fails = 0, checked = 0;

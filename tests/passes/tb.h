@@ -37,10 +37,12 @@ typedef struct {
  * checks that the shapes a pass set by hand agree with ir_infer. */
 int tb_shapes_stable(Module *m);
 
-/* Runs the graph once (after pass_autodiff) and compares each PARAM's "grad:<name>" with
+/* With jitter > 0, every param first gets normal(0, jitter) noise added to its initial value
+ * (so small-init models have gradients of a useful size).
+ * Runs the graph once (after pass_autodiff) and compares each PARAM's "grad:<name>" with
  * central differences of "loss" at up to `per_param` entries; |fd - grad| must be
  * <= tol * max(1, |grad|), and must not be zero everywhere. Prints a line per param; returns the number of failures. */
-int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol,
+int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol, double jitter,
                 const char *label);
 
 #endif

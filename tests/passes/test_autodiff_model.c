@@ -156,7 +156,15 @@ static int run(const char *name, void (*build)(Module *), int V) {
     return 1;
   }
   int nrep = 0;
-  for (int i = 0; i < m->graph->nnodes; i++) nrep += m->graph->nodes[i]->op == OP_REPEAT;
+  for (int i = 0; i < m->graph->nnodes; i++) {
+    Node *n = m->graph->nodes[i];
+    if (n->op != OP_REPEAT) continue;
+    nrep++;
+    int64_t per_layer = 0;
+    for (int j = n->a.ncarry; j < n->nout; j++) per_layer += ir_numel(&n->out[j]->shape) / n->a.count;
+    printf("  %s: repeat %s: %d inputs, %d outputs, %lld stacked elements per layer%s\n", name, n->a.name, n->nin,
+           n->nout, (long long)per_layer, n->a.reverse ? " (reverse)" : "");
+  }
   if (nrep != 2) {
     fprintf(stderr, "FAIL %s: %d REPEATs after autodiff, want 2 (forward, backward)\n", name, nrep);
     fails++;
@@ -164,7 +172,7 @@ static int run(const char *name, void (*build)(Module *), int V) {
   fails += tb_shapes_stable(m);
   TbFeed f[2];
   feed_tokens(f, V);
-  fails += tb_fd_check(m, 2, f, 24, 1e-5, TOL, name);
+  fails += tb_fd_check(m, 2, f, 24, 1e-5, TOL, 0, name);
   tensor_free(&f[0].t);
   tensor_free(&f[1].t);
   arena_free(&arena);

@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
       fails++;
     } else {
       fails += tb_shapes_stable(m);
-      if (fails == f0) fails += tb_fd_check(m, f.nfeed, f.feeds, 64, H, TOL, cases[i].name);
+      if (fails == f0) fails += tb_fd_check(m, f.nfeed, f.feeds, 64, H, TOL, 0, cases[i].name);
     }
     for (int k = 0; k < f.nfeed; k++) tensor_free(&f.feeds[k].t);
     arena_free(&arena);
