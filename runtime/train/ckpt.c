@@ -35,11 +35,11 @@ void rt_layer_name(char *out, size_t n, const char *name, int64_t layer) {
 /* ---- writing ---- */
 
 typedef struct {
-  const RtTensor *t;         /* the table entry */
-  int64_t layer;             /* slice of a stacked tensor, -1 whole */
-  char name[256];            /* checkpoint name */
-  int64_t bytes;             /* data bytes */
-  int64_t src;               /* bytes: offset in mem */
+  const RtTensor *t; /* the table entry */
+  int64_t layer;     /* slice of a stacked tensor, -1 whole */
+  char name[256];    /* checkpoint name */
+  int64_t bytes;     /* data bytes */
+  int64_t src;       /* bytes: offset in mem */
 } StEntry;
 
 /* The checkpoint entries for tensors of kind `kind`, in table order, stacked ones per layer. */
@@ -143,21 +143,26 @@ static int64_t write_st(const char *path, const RtProgram *p, const char *mem, i
     off += e[i].bytes;
   }
   fputc('}', h);
-  while ((ftell(h) + 8) % 8 != 0) fputc(' ', h); /* pad so the data starts 8-byte aligned */
+  while ((ftell(h) + 8) % 8 != 0)
+    fputc(' ', h); /* pad so the data starts 8-byte aligned */
   if (fclose(h) != 0) rt_user_error("checkpoint: building the header failed");
 
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) rt_user_error("checkpoint: cannot create '%s': %s", path, strerror(errno));
   unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr_len >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    len8[i] = (unsigned char)((uint64_t)hdr_len >> (8 * i));
   write_all(fd, path, len8, 8);
   write_all(fd, path, hdr, hdr_len);
-  for (int i = 0; i < n; i++) write_all(fd, path, mem + e[i].src, (size_t)e[i].bytes);
+  for (int i = 0; i < n; i++)
+    write_all(fd, path, mem + e[i].src, (size_t)e[i].bytes);
   if (fsync(fd) != 0) rt_user_error("checkpoint: cannot fsync '%s': %s", path, strerror(errno));
   if (close(fd) != 0) rt_user_error("checkpoint: cannot close '%s': %s", path, strerror(errno));
   free(hdr);
-  if (entries_out) *entries_out = e, *n_out = n;
-  else free(e);
+  if (entries_out)
+    *entries_out = e, *n_out = n;
+  else
+    free(e);
   return off;
 }
 
@@ -169,8 +174,10 @@ static void remove_tree(const char *path) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
     char *child = rt_xprintf("%s/%s", path, de->d_name);
     struct stat st;
-    if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(child);
-    else unlink(child);
+    if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode))
+      remove_tree(child);
+    else
+      unlink(child);
     free(child);
   }
   closedir(d);
@@ -210,8 +217,8 @@ static int is_file(const char *path) {
 }
 
 typedef struct {
-  int64_t step;              /* checkpoint step */
-  char *name;                /* directory name */
+  int64_t step; /* checkpoint step */
+  char *name;   /* directory name */
 } CkptDir;
 
 static int cmp_ckpt(const void *a, const void *b) {
@@ -257,7 +264,8 @@ static CkptDir *list_ckpts(const char *dir, int *count, int clean) {
 }
 
 static void free_ckpts(CkptDir *v, int n) {
-  for (int i = 0; i < n; i++) free(v[i].name);
+  for (int i = 0; i < n; i++)
+    free(v[i].name);
   free(v);
 }
 
@@ -339,11 +347,11 @@ char *rt_ckpt_find(const char *dir) {
 /* ---- reading ---- */
 
 typedef struct {
-  const char *path;          /* file */
+  const char *path; /* file */
   int fd;
-  int64_t data_start;        /* bytes: 8 + header length */
-  int64_t data_bytes;        /* bytes after the header */
-  RtJson *hdr;               /* the parsed header */
+  int64_t data_start; /* bytes: 8 + header length */
+  int64_t data_bytes; /* bytes after the header */
+  RtJson *hdr;        /* the parsed header */
 } StFile;
 
 static void st_open(StFile *s, const char *path) {
@@ -357,7 +365,8 @@ static void st_open(StFile *s, const char *path) {
   if (st.st_size < 8 || pread(s->fd, len8, 8, 0) != 8)
     rt_user_error("'%s' is not a safetensors file: shorter than its 8-byte header length", path);
   uint64_t hl = 0;
-  for (int i = 0; i < 8; i++) hl |= (uint64_t)len8[i] << (8 * i);
+  for (int i = 0; i < 8; i++)
+    hl |= (uint64_t)len8[i] << (8 * i);
   if (hl < 2 || hl > (uint64_t)ST_MAX_HEADER || (int64_t)hl > st.st_size - 8)
     rt_user_error("'%s' is not a safetensors file: header length %llu does not fit the file (%lld bytes)", path,
                   (unsigned long long)hl, (long long)st.st_size);
@@ -379,7 +388,10 @@ static void st_close(StFile *s) {
 }
 
 static int64_t json_int(const RtJson *j, int *ok) {
-  if (!j || j->kind != RT_JSON_NUM || !j->is_int) { *ok = 0; return 0; }
+  if (!j || j->kind != RT_JSON_NUM || !j->is_int) {
+    *ok = 0;
+    return 0;
+  }
   return j->inum;
 }
 
@@ -395,7 +407,8 @@ static void st_read(StFile *s, const char *name, int dtype, const int64_t *dims,
     rt_user_error("'%s': tensor '%s' has dtype %s, the model needs %s", s->path, name, dt->str,
                   rt_dtype_st_name(dtype));
   int ok = 1, same = sh->n == rank;
-  for (int d = 0; same && d < rank; d++) same = json_int(sh->items[d], &ok) == dims[d] && ok;
+  for (int d = 0; same && d < rank; d++)
+    same = json_int(sh->items[d], &ok) == dims[d] && ok;
   if (!same) {
     char want[160] = "", got[160] = "";
     for (int d = 0; d < rank; d++)
@@ -407,16 +420,18 @@ static void st_read(StFile *s, const char *name, int dtype, const int64_t *dims,
   }
   int64_t a = json_int(off->items[0], &ok), b = json_int(off->items[1], &ok);
   int64_t bytes = (int64_t)rt_dtype_size(dtype);
-  for (int d = 0; d < rank; d++) bytes *= dims[d];
+  for (int d = 0; d < rank; d++)
+    bytes *= dims[d];
   if (!ok || a < 0 || b - a != bytes || b > s->data_bytes)
-    rt_user_error("'%s': tensor '%s': data_offsets [%lld, %lld] do not hold %lld bytes within the file's %lld",
-                  s->path, name, (long long)a, (long long)b, (long long)bytes, (long long)s->data_bytes);
+    rt_user_error("'%s': tensor '%s': data_offsets [%lld, %lld] do not hold %lld bytes within the file's %lld", s->path,
+                  name, (long long)a, (long long)b, (long long)bytes, (long long)s->data_bytes);
   char *out = dst;
   int64_t done = 0;
   while (done < bytes) {
     ssize_t r = pread(s->fd, out + done, (size_t)(bytes - done), s->data_start + a + done);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) rt_user_error("'%s': cannot read tensor '%s': %s", s->path, name, r ? strerror(errno) : "file truncated");
+    if (r <= 0)
+      rt_user_error("'%s': cannot read tensor '%s': %s", s->path, name, r ? strerror(errno) : "file truncated");
     done += r;
   }
 }

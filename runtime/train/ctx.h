@@ -12,17 +12,17 @@
 #include <stdint.h>
 
 struct RtCtx {
-  int rank, world;          /* this process in the job: 0..world-1, processes */
-  int local_rank;           /* index among the processes on this host */
-  int dp_rank, dp_size;     /* data-parallel coordinate: slice of the global batch, replicas */
-  int tp_rank, tp_size;     /* tensor-parallel coordinate (1 group of 1 today) */
-  int pp_rank, pp_size;     /* pipeline stage, stages */
-  int cp_rank, cp_size;     /* context-parallel coordinate */
-  int threads;              /* compute threads the kernels may use (--threads) */
-  int64_t step;             /* 1-based step being run; 0 outside training (eval at start, sampling) */
-  void *comm;               /* RtComm * when multi-rank; NULL in a single process */
-  void *kernels;            /* kernel library state (thread pool, workspace); owner sets and frees it */
-  void *user;               /* free for the program (hand-written test programs) */
+  int rank, world;      /* this process in the job: 0..world-1, processes */
+  int local_rank;       /* index among the processes on this host */
+  int dp_rank, dp_size; /* data-parallel coordinate: slice of the global batch, replicas */
+  int tp_rank, tp_size; /* tensor-parallel coordinate (1 group of 1 today) */
+  int pp_rank, pp_size; /* pipeline stage, stages */
+  int cp_rank, cp_size; /* context-parallel coordinate */
+  int threads;          /* compute threads the kernels may use (--threads) */
+  int64_t step;         /* 1-based step being run; 0 outside training (eval at start, sampling) */
+  void *comm;           /* RtComm * when multi-rank; NULL in a single process */
+  void *kernels;        /* kernel library state (thread pool, workspace); owner sets and frees it */
+  void *user;           /* free for the program (hand-written test programs) */
 };
 
 #endif

@@ -61,28 +61,27 @@ static void open_file(RtDataFile *f, const char *what, const char *path, const R
   int32_t magic = f->map_bytes >= 4 ? le32(f->map) : 0;
   if (magic == MAGIC_U16 || magic == MAGIC_U32) {
     if (f->map_bytes < SHARD_HEADER_BYTES)
-      rt_user_error("%s: '%s': token shard is %zu bytes, shorter than its 1024-byte header", what, path,
-                    f->map_bytes);
+      rt_user_error("%s: '%s': token shard is %zu bytes, shorter than its 1024-byte header", what, path, f->map_bytes);
     int32_t version = le32(f->map + 4), count = le32(f->map + 8);
     int32_t want = magic == MAGIC_U16 ? 1 : 7;
     if (version != want)
-      rt_user_error("%s: '%s': unsupported shard version %d for magic %d (expected %d)", what, path, version,
-                    magic, want);
+      rt_user_error("%s: '%s': unsupported shard version %d for magic %d (expected %d)", what, path, version, magic,
+                    want);
     if (count < 0) rt_user_error("%s: '%s': negative token count %d in the header", what, path, count);
     f->elem = magic == MAGIC_U16 ? 2 : 4;
     f->data_off = SHARD_HEADER_BYTES;
     f->ntok = count;
     size_t want_bytes = SHARD_HEADER_BYTES + (size_t)count * (size_t)f->elem;
     if (f->map_bytes != want_bytes)
-      rt_user_error("%s: '%s': header says %d tokens (%zu bytes with the header) but the file has %zu bytes",
-                    what, path, count, want_bytes, f->map_bytes);
+      rt_user_error("%s: '%s': header says %d tokens (%zu bytes with the header) but the file has %zu bytes", what,
+                    path, count, want_bytes, f->map_bytes);
   } else if (o->byte_level) {
     f->elem = 1;
     f->data_off = 0;
     f->ntok = (int64_t)f->map_bytes;
   } else {
-    rt_user_error("%s: '%s' is not a token shard: magic %d (expected %d for uint16 or %d for uint32 tokens)",
-                  what, path, magic, MAGIC_U16, MAGIC_U32);
+    rt_user_error("%s: '%s' is not a token shard: magic %d (expected %d for uint16 or %d for uint32 tokens)", what,
+                  path, magic, MAGIC_U16, MAGIC_U32);
   }
   if (f->elem > 1 || o->vocab < 256) {
     /* Every token id is checked once, up front. The scanned pages are dropped from the resident set
@@ -94,8 +93,8 @@ static void open_file(RtDataFile *f, const char *what, const char *path, const R
       for (int64_t i = i0; i < i1; i++) {
         uint32_t t = token_at(f, i);
         if ((int64_t)t >= o->vocab)
-          rt_user_error("%s: '%s': token %u at position %lld is not below the model's vocabulary size %lld", what,
-                        path, t, (long long)i, (long long)o->vocab);
+          rt_user_error("%s: '%s': token %u at position %lld is not below the model's vocabulary size %lld", what, path,
+                        t, (long long)i, (long long)o->vocab);
       }
       size_t page = (size_t)sysconf(_SC_PAGESIZE);
       size_t lo = (size_t)(f->data_off + i0 * f->elem) / page * page, hi = (size_t)(f->data_off + i1 * f->elem);
@@ -184,7 +183,8 @@ int rt_data_hold_out(RtData *train, RtData *val, double frac, const RtDataOpts *
 /* Fisher-Yates over the windows with a counter-based stream of (seed, epoch). */
 static void make_perm(RtData *d, int64_t epoch) {
   if (!d->perm) d->perm = rt_xmalloc((size_t)d->nwin * sizeof *d->perm);
-  for (int64_t i = 0; i < d->nwin; i++) d->perm[i] = i;
+  for (int64_t i = 0; i < d->nwin; i++)
+    d->perm[i] = i;
   uint64_t key = rt_rng_key(d->seed, "data.order") ^ rt_splitmix64((uint64_t)epoch);
   for (int64_t i = d->nwin - 1; i > 0; i--) {
     uint64_t r = rt_splitmix64(key + (uint64_t)i);
@@ -205,14 +205,18 @@ void rt_data_sequence(RtData *d, int64_t g, int32_t *tokens) {
   int lo = 0, hi = d->nsegs - 1; /* the segment holding window w */
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (d->segs[mid].first_win <= w) lo = mid;
-    else hi = mid - 1;
+    if (d->segs[mid].first_win <= w)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const RtSegment *s = &d->segs[lo];
-  while (s->nwin == 0 || w >= s->first_win + s->nwin) s++; /* skip empty segments */
+  while (s->nwin == 0 || w >= s->first_win + s->nwin)
+    s++; /* skip empty segments */
   const RtDataFile *f = &d->files[s->file];
   int64_t start = s->begin + (w - s->first_win) * d->T;
-  for (int64_t i = 0; i <= d->T; i++) tokens[i] = (int32_t)token_at(f, start + i);
+  for (int64_t i = 0; i <= d->T; i++)
+    tokens[i] = (int32_t)token_at(f, start + i);
 }
 
 void rt_data_batch(RtData *d, int64_t pos, int64_t B, int dp_rank, int32_t *inputs, int32_t *targets) {
@@ -226,7 +230,8 @@ void rt_data_batch(RtData *d, int64_t pos, int64_t B, int dp_rank, int32_t *inpu
 }
 
 void rt_data_free(RtData *d) {
-  for (int i = 0; i < d->nfiles; i++) close_file(&d->files[i]);
+  for (int i = 0; i < d->nfiles; i++)
+    close_file(&d->files[i]);
   free(d->files);
   free(d->segs);
   free(d->perm);

@@ -17,32 +17,32 @@
 #define DEFAULT_VAL_FRACTION 0.1
 
 typedef struct {
-  const char *data, *val;    /* --data / --val specs (NULL: none) */
-  const char *init_from;     /* --init-from path */
-  const char *save_to;       /* --save-to directory */
-  const char *resume;        /* --resume directory */
-  const char *log;           /* --log file */
-  const char *prompt;        /* --prompt text (byte-level sampling) */
-  int64_t steps;             /* schedule length */
-  int64_t stop_at;           /* last step this run executes (0: steps) */
-  int64_t batch;             /* global batch, sequences (0: compiled) */
-  int64_t eval_every;        /* steps (0: only at the end) */
-  int64_t val_batches;       /* batches per validation */
-  int64_t sample;            /* tokens to generate */
-  int64_t ckpt_every;        /* steps (0: only at the end) */
-  int64_t keep;              /* checkpoints kept (0: all) */
-  int64_t threads;           /* compute threads */
-  uint64_t seed;             /* run seed */
-  double temperature;        /* sampling temperature (0: greedy) */
-  int steps_set, seed_set;   /* given on the command line */
+  const char *data, *val;  /* --data / --val specs (NULL: none) */
+  const char *init_from;   /* --init-from path */
+  const char *save_to;     /* --save-to directory */
+  const char *resume;      /* --resume directory */
+  const char *log;         /* --log file */
+  const char *prompt;      /* --prompt text (byte-level sampling) */
+  int64_t steps;           /* schedule length */
+  int64_t stop_at;         /* last step this run executes (0: steps) */
+  int64_t batch;           /* global batch, sequences (0: compiled) */
+  int64_t eval_every;      /* steps (0: only at the end) */
+  int64_t val_batches;     /* batches per validation */
+  int64_t sample;          /* tokens to generate */
+  int64_t ckpt_every;      /* steps (0: only at the end) */
+  int64_t keep;            /* checkpoints kept (0: all) */
+  int64_t threads;         /* compute threads */
+  uint64_t seed;           /* run seed */
+  double temperature;      /* sampling temperature (0: greedy) */
+  int steps_set, seed_set; /* given on the command line */
 } Opts;
 
 typedef struct {
-  const char *name;          /* flag without "--" */
-  int kind;                  /* 0 string, 1 int64 >= 0, 2 uint64, 3 double >= 0, 4 int64 >= 1 */
-  void *dst;                 /* where the value goes */
-  int *set;                  /* set to 1 when given (may be NULL) */
-  const char *arg, *help;    /* usage text */
+  const char *name;       /* flag without "--" */
+  int kind;               /* 0 string, 1 int64 >= 0, 2 uint64, 3 double >= 0, 4 int64 >= 1 */
+  void *dst;              /* where the value goes */
+  int *set;               /* set to 1 when given (may be NULL) */
+  const char *arg, *help; /* usage text */
 } Flag;
 
 static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
@@ -80,7 +80,8 @@ static void parse_value(const Flag *fl, const char *v) {
   }
   case 3: {
     double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= 0) || isinf(x)) rt_user_error("--%s: '%s' is not a non-negative number", fl->name, v);
+    if (errno || end == v || *end || !(x >= 0) || isinf(x))
+      rt_user_error("--%s: '%s' is not a non-negative number", fl->name, v);
     *(double *)fl->dst = x;
     break;
   }
@@ -105,17 +106,21 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
   o->threads = nproc > 0 ? nproc : 1;
   int seen_help = 0;
   const Flag flags[] = {
-      {"data", 0, &o->data, NULL, "PATH|GLOB", "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
+      {"data", 0, &o->data, NULL, "PATH|GLOB",
+       "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
       {"val", 0, &o->val, NULL, "PATH|GLOB", "validation data (default: the last 10% of the last training file)"},
-      {"steps", 1, &o->steps, &o->steps_set, "N", "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
+      {"steps", 1, &o->steps, &o->steps_set, "N",
+       "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
       {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
       {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
       {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks"},
-      {"init-from", 0, &o->init_from, NULL, "FILE", "initialise the weights from a .safetensors file or checkpoint dir"},
+      {"init-from", 0, &o->init_from, NULL, "FILE",
+       "initialise the weights from a .safetensors file or checkpoint dir"},
       {"save-to", 0, &o->save_to, NULL, "DIR", "write checkpoints DIR/step_N at the end (and every --ckpt-every)"},
       {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
       {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
-      {"resume", 0, &o->resume, NULL, "DIR", "continue from the newest checkpoint in DIR (weights, optimizer, step, data)"},
+      {"resume", 0, &o->resume, NULL, "DIR",
+       "continue from the newest checkpoint in DIR (weights, optimizer, step, data)"},
       {"log", 0, &o->log, NULL, "FILE.jsonl", "one JSON object per step (and per validation)"},
       {"eval-every", 1, &o->eval_every, NULL, "N", "validation loss every N steps (0: only at the end)"},
       {"val-batches", 4, &o->val_batches, NULL, "N", "batches per validation (default 20)"},
@@ -127,7 +132,10 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
   int nflags = (int)(sizeof flags / sizeof flags[0]);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { seen_help = 1; continue; }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      seen_help = 1;
+      continue;
+    }
     if (strncmp(a, "--", 2) != 0) rt_user_error("unexpected argument '%s' (see --help)", a);
     const char *name = a + 2, *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
@@ -155,22 +163,35 @@ static const RtTensor *need_tensor(const RtProgram *p, const char *name, int dty
   const RtTensor *t = rt_find_tensor(p, name);
   if (!t) rt_bug("the program has no \"%s\" tensor", name);
   int ok = t->dtype == dtype && t->rank == rank;
-  for (int i = 0; ok && i < rank; i++) ok = t->dims[i] == dims[i];
+  for (int i = 0; ok && i < rank; i++)
+    ok = t->dims[i] == dims[i];
   if (!ok) rt_bug("the program's \"%s\" tensor has an unexpected dtype or shape", name);
   return t;
 }
 
 static void put_scalar(char *mem, const RtTensor *t, double v) {
   if (!t) return;
-  if (t->dtype == RT_F32) { float f = (float)v; memcpy(mem + t->offset, &f, 4); }
-  else if (t->dtype == RT_F64) memcpy(mem + t->offset, &v, 8);
-  else rt_bug("scalar input \"%s\" is neither f32 nor f64", t->name);
+  if (t->dtype == RT_F32) {
+    float f = (float)v;
+    memcpy(mem + t->offset, &f, 4);
+  } else if (t->dtype == RT_F64)
+    memcpy(mem + t->offset, &v, 8);
+  else
+    rt_bug("scalar input \"%s\" is neither f32 nor f64", t->name);
 }
 
 static double get_scalar(const char *mem, const RtTensor *t) {
   if (!t) return NAN;
-  if (t->dtype == RT_F32) { float f; memcpy(&f, mem + t->offset, 4); return f; }
-  if (t->dtype == RT_F64) { double d; memcpy(&d, mem + t->offset, 8); return d; }
+  if (t->dtype == RT_F32) {
+    float f;
+    memcpy(&f, mem + t->offset, 4);
+    return f;
+  }
+  if (t->dtype == RT_F64) {
+    double d;
+    memcpy(&d, mem + t->offset, 8);
+    return d;
+  }
   rt_bug("scalar result \"%s\" is neither f32 nor f64", t->name);
 }
 
@@ -178,7 +199,7 @@ static uint16_t f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-  u += 0x7fff + ((u >> 16) & 1);                                        /* round to nearest even */
+  u += 0x7fff + ((u >> 16) & 1);                                          /* round to nearest even */
   return (uint16_t)(u >> 16);
 }
 
@@ -231,23 +252,26 @@ static double lr_at(const RtRecipe *r, int64_t steps, int64_t s) {
 /* ---- the run ---- */
 
 typedef struct {
-  const RtProgram *p;        /* the program */
-  Opts o;                    /* flags */
-  RtCtx ctx;                 /* rank coordinates and threads */
-  char *mem;                 /* the one allocation, mem_bytes */
-  const RtTensor *tokens, *targets, *lr, *stepno, *loss, *gnorm; /* inputs and results (lr, step, grad_norm may be NULL) */
-  RtData train, val;         /* data; val.nwin == 0: no validation */
-  int has_val;               /* 1: val holds windows */
-  char val_desc[512];        /* what validation reads */
-  FILE *log;                 /* --log, rank 0 only */
-  RtTrainState st;           /* step, data position, RNG */
-  double peak;               /* FLOP/s the MFU is measured against */
+  const RtProgram *p; /* the program */
+  Opts o;             /* flags */
+  RtCtx ctx;          /* rank coordinates and threads */
+  char *mem;          /* the one allocation, mem_bytes */
+  const RtTensor *tokens, *targets, *lr, *stepno, *loss,
+      *gnorm;         /* inputs and results (lr, step, grad_norm may be NULL) */
+  RtData train, val;  /* data; val.nwin == 0: no validation */
+  int has_val;        /* 1: val holds windows */
+  char val_desc[512]; /* what validation reads */
+  FILE *log;          /* --log, rank 0 only */
+  RtTrainState st;    /* step, data position, RNG */
+  double peak;        /* FLOP/s the MFU is measured against */
 } Run;
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
   fprintf(f, ",\"%s\":", key);
-  if (isfinite(v)) fprintf(f, fmt, v);
-  else fputs("null", f);
+  if (isfinite(v))
+    fprintf(f, fmt, v);
+  else
+    fputs("null", f);
 }
 
 static double evaluate(Run *r) {
@@ -272,8 +296,8 @@ static double evaluate(Run *r) {
 
 static void log_eval(Run *r, int64_t step, double vloss) {
   if (r->ctx.rank != 0) return;
-  printf("step %*lld/%lld | val loss %.4f\n", (int)snprintf(NULL, 0, "%lld", (long long)r->o.steps),
-         (long long)step, (long long)r->o.steps, vloss);
+  printf("step %*lld/%lld | val loss %.4f\n", (int)snprintf(NULL, 0, "%lld", (long long)r->o.steps), (long long)step,
+         (long long)r->o.steps, vloss);
   fflush(stdout);
   if (r->log) {
     fprintf(r->log, "{\"step\":%lld", (long long)step);
@@ -284,10 +308,15 @@ static void log_eval(Run *r, int64_t step, double vloss) {
 }
 
 static void fmt_eta(char *out, size_t n, double s) {
-  if (!isfinite(s) || s < 0) { snprintf(out, n, "?"); return; }
+  if (!isfinite(s) || s < 0) {
+    snprintf(out, n, "?");
+    return;
+  }
   long long t = (long long)(s + 0.5);
-  if (t >= 3600) snprintf(out, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
-  else snprintf(out, n, "%lld:%02lld", t / 60, t % 60);
+  if (t >= 3600)
+    snprintf(out, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  else
+    snprintf(out, n, "%lld:%02lld", t / 60, t % 60);
 }
 
 static void save(Run *r) {
@@ -319,7 +348,8 @@ static void sample(Run *r) {
   if (r->o.prompt && p->byte_level) {
     size_t n = strlen(r->o.prompt);
     if ((int64_t)n > T) n = (size_t)T; /* only the last T matter; keep the start for printing */
-    for (size_t i = 0; i < n; i++) toks[len++] = (unsigned char)r->o.prompt[i];
+    for (size_t i = 0; i < n; i++)
+      toks[len++] = (unsigned char)r->o.prompt[i];
   } else {
     RtData *d = r->has_val ? &r->val : &r->train;
     int shuffle = d->shuffle;
@@ -329,7 +359,8 @@ static void sample(Run *r) {
     d->shuffle = shuffle;
     int64_t n = T / 2 < 16 ? T / 2 : 16;
     if (n < 1) n = 1;
-    for (int64_t i = 0; i < n; i++) toks[len++] = seq[i];
+    for (int64_t i = 0; i < n; i++)
+      toks[len++] = seq[i];
     free(seq);
   }
   int64_t prompt_len = len;
@@ -341,7 +372,8 @@ static void sample(Run *r) {
     int64_t L = len < T ? len : T;
     memset(in, 0, (size_t)(p->batch * T) * sizeof *in);
     memcpy(in, toks + len - L, (size_t)L * sizeof *in);
-    for (int64_t b = 1; b < p->batch; b++) memcpy(in + b * T, in, (size_t)T * sizeof *in);
+    for (int64_t b = 1; b < p->batch; b++)
+      memcpy(in + b * T, in, (size_t)T * sizeof *in);
     p->logits(r->mem, &r->ctx);
     const float *row = logits + (L - 1) * VP;
     int64_t next = 0;
@@ -350,12 +382,17 @@ static void sample(Run *r) {
         if (row[v] > row[next]) next = v;
     } else {
       double mx = row[0], sum = 0;
-      for (int64_t v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-      for (int64_t v = 0; v < V; v++) sum += prob[v] = exp(((double)row[v] - mx) / r->o.temperature);
+      for (int64_t v = 1; v < V; v++)
+        mx = row[v] > mx ? row[v] : mx;
+      for (int64_t v = 0; v < V; v++)
+        sum += prob[v] = exp(((double)row[v] - mx) / r->o.temperature);
       double u = (double)(rt_splitmix64(r->st.rng++) >> 11) * 0x1.0p-53 * sum, acc = 0;
       next = V - 1;
       for (int64_t v = 0; v < V; v++)
-        if ((acc += prob[v]) > u) { next = v; break; }
+        if ((acc += prob[v]) > u) {
+          next = v;
+          break;
+        }
     }
     toks[len++] = (int32_t)next;
   }
@@ -370,7 +407,8 @@ static void sample(Run *r) {
       }
       putchar('\n');
     } else {
-      for (int64_t i = 0; i < len; i++) printf("%s%d", i == 0 ? "" : i == prompt_len ? " | " : " ", toks[i]);
+      for (int64_t i = 0; i < len; i++)
+        printf("%s%d", i == 0 ? "" : i == prompt_len ? " | " : " ", toks[i]);
       putchar('\n');
     }
     fflush(stdout);
@@ -387,7 +425,13 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   if (parse_flags(argc, argv, p, &r->o)) return 0;
   Opts *o = &r->o;
 
-  r->ctx = (RtCtx){.rank = 0, .world = 1, .dp_rank = 0, .dp_size = 1, .tp_size = 1, .pp_size = 1, .cp_size = 1,
+  r->ctx = (RtCtx){.rank = 0,
+                   .world = 1,
+                   .dp_rank = 0,
+                   .dp_size = 1,
+                   .tp_size = 1,
+                   .pp_size = 1,
+                   .cp_size = 1,
                    .threads = (int)o->threads};
   rt_set_threads(r->ctx.threads);
   int64_t B = p->batch, T = p->seq;
@@ -422,7 +466,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
 
   if (o->resume) {
     char *dir = rt_ckpt_find(o->resume);
-    if (!dir) rt_user_error("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", o->resume);
+    if (!dir)
+      rt_user_error("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", o->resume);
     RtTrainState cs;
     rt_ckpt_load(p, r->mem, dir, 1, &cs);
     if (o->seed_set && o->seed != cs.seed)
@@ -435,7 +480,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     if (!o->steps_set) o->steps = cs.steps;
     cs.steps = o->steps;
     r->st = cs;
-    if (r->ctx.rank == 0) printf("resumed from %s: step %lld, data position %lld\n", dir, (long long)cs.step, (long long)cs.data_pos);
+    if (r->ctx.rank == 0)
+      printf("resumed from %s: step %lld, data position %lld\n", dir, (long long)cs.step, (long long)cs.data_pos);
     free(dir);
   } else {
     init_tensors(p, r->mem, o->seed);
@@ -458,8 +504,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   if (o->val) {
     rt_data_open(&r->val, "--val", o->val, &dopt);
     r->has_val = 1;
-    snprintf(r->val_desc, sizeof r->val_desc, "'%s': %d file(s), %lld tokens, %lld sequences", o->val,
-             r->val.nfiles, (long long)r->val.ntok, (long long)r->val.nwin);
+    snprintf(r->val_desc, sizeof r->val_desc, "'%s': %d file(s), %lld tokens, %lld sequences", o->val, r->val.nfiles,
+             (long long)r->val.ntok, (long long)r->val.nwin);
   } else if (o->data) {
     r->has_val = rt_data_hold_out(&r->train, &r->val, DEFAULT_VAL_FRACTION, &dopt);
     if (r->has_val)
@@ -486,18 +532,22 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
 
   if (r->ctx.rank == 0) {
     printf("model %s (%s): %.2fM parameters, vocabulary %lld%s, batch %lld x %lld tokens", p->model ? p->model : "?",
-           p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab,
-           p->byte_level ? " (bytes)" : "", (long long)gbatch, (long long)T);
+           p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab, p->byte_level ? " (bytes)" : "",
+           (long long)gbatch, (long long)T);
     if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
     printf(", seed %llu\n", (unsigned long long)o->seed);
     if (o->data)
       printf("data: '%s': %d file(s), %lld tokens, %lld sequences of %lld+1\n", o->data, r->train.nfiles,
              (long long)r->train.ntok, (long long)r->train.nwin, (long long)T);
-    printf("validation: %s\n", r->has_val ? r->val_desc : p->eval ? "none (no held-out data)" : "none (no eval function)");
+    printf("validation: %s\n", r->has_val ? r->val_desc
+                               : p->eval  ? "none (no held-out data)"
+                                          : "none (no eval function)");
     if (training)
       printf("steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); fp32 peak %.1f GFLOP/s (%s)\n",
              (long long)r->st.step + 1, (long long)stop, (long long)o->steps, p->recipe.lr, p->recipe.min_lr,
-             p->recipe.lr_schedule == RT_LR_COSINE ? "cosine" : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear" : "constant",
+             p->recipe.lr_schedule == RT_LR_COSINE   ? "cosine"
+             : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear"
+                                                     : "constant",
              (long long)p->recipe.warmup, r->ctx.threads, r->peak / 1e9, how);
     print_memory("at start", p);
   }

@@ -27,9 +27,9 @@ void *rt_xmalloc(size_t bytes);
 void *rt_xcalloc(size_t n, size_t size);
 char *rt_xstrdup(const char *s);
 char *rt_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-double rt_now(void);              /* seconds, monotonic */
-int64_t rt_vm_hwm(void);          /* peak resident bytes of this process (VmHWM), -1 if unknown */
-int64_t rt_vm_rss(void);          /* resident bytes now (VmRSS), -1 if unknown */
+double rt_now(void);                                  /* seconds, monotonic */
+int64_t rt_vm_hwm(void);                              /* peak resident bytes of this process (VmHWM), -1 if unknown */
+int64_t rt_vm_rss(void);                              /* resident bytes now (VmRSS), -1 if unknown */
 void rt_fmt_bytes(char *out, size_t n, double bytes); /* "123.4 MiB" */
 size_t rt_dtype_size(int dtype);
 const char *rt_dtype_st_name(int dtype); /* safetensors dtype string: "F32", "BF16", ... */
@@ -42,14 +42,14 @@ enum { RT_JSON_NULL, RT_JSON_BOOL, RT_JSON_NUM, RT_JSON_STR, RT_JSON_ARR, RT_JSO
 
 typedef struct RtJson RtJson;
 struct RtJson {
-  int kind;            /* RT_JSON_* */
-  double num;          /* NUM: value; BOOL: 0 / 1 */
-  int64_t inum;        /* NUM: value when it is an integer that fits (is_int) */
-  int is_int;          /* NUM: the text was an integer in int64 range */
-  char *str;           /* STR: the decoded string (NUL-terminated) */
-  int n;               /* ARR, OBJ: elements */
-  char **keys;         /* OBJ: [n] member names */
-  RtJson **items;      /* ARR, OBJ: [n] elements / member values */
+  int kind;       /* RT_JSON_* */
+  double num;     /* NUM: value; BOOL: 0 / 1 */
+  int64_t inum;   /* NUM: value when it is an integer that fits (is_int) */
+  int is_int;     /* NUM: the text was an integer in int64 range */
+  char *str;      /* STR: the decoded string (NUL-terminated) */
+  int n;          /* ARR, OBJ: elements */
+  char **keys;    /* OBJ: [n] member names */
+  RtJson **items; /* ARR, OBJ: [n] elements / member values */
 };
 
 /* Parses text[0..len). Returns NULL and writes a message ("at byte 12: expected ':'") to err
@@ -63,40 +63,40 @@ void rt_json_write_str(FILE *f, const char *s);
 /* ---- data.c ---- */
 
 typedef struct {
-  char *path;                /* file name as given / globbed */
-  unsigned char *map;        /* the mapped file, map_bytes long */
-  size_t map_bytes;          /* bytes */
-  int64_t data_off;          /* bytes: 1024 for shards, 0 for raw bytes */
-  int elem;                  /* bytes per token: 1 raw byte, 2 uint16, 4 uint32 */
-  int64_t ntok;              /* tokens in the file */
+  char *path;         /* file name as given / globbed */
+  unsigned char *map; /* the mapped file, map_bytes long */
+  size_t map_bytes;   /* bytes */
+  int64_t data_off;   /* bytes: 1024 for shards, 0 for raw bytes */
+  int elem;           /* bytes per token: 1 raw byte, 2 uint16, 4 uint32 */
+  int64_t ntok;       /* tokens in the file */
 } RtDataFile;
 
 typedef struct {
-  int file;                  /* index into files */
-  int64_t begin, end;        /* tokens [begin, end) of that file */
-  int64_t first_win;         /* windows before this segment (prefix sum) */
-  int64_t nwin;              /* windows of T+1 tokens at stride T in it */
+  int file;           /* index into files */
+  int64_t begin, end; /* tokens [begin, end) of that file */
+  int64_t first_win;  /* windows before this segment (prefix sum) */
+  int64_t nwin;       /* windows of T+1 tokens at stride T in it */
 } RtSegment;
 
 typedef struct {
-  const char *what;          /* "--data" or "--val", for messages */
-  RtDataFile *files;         /* [nfiles], sorted by name */
+  const char *what;  /* "--data" or "--val", for messages */
+  RtDataFile *files; /* [nfiles], sorted by name */
   int nfiles;
-  RtSegment *segs;           /* [nsegs] */
+  RtSegment *segs; /* [nsegs] */
   int nsegs;
-  int64_t T;                 /* tokens per sequence (targets need T+1) */
-  int64_t ntok;              /* tokens in all segments */
-  int64_t nwin;              /* windows in all segments */
-  int shuffle;               /* 1: order windows by a per-epoch permutation of the seed */
-  uint64_t seed;             /* data order seed */
-  int64_t perm_epoch;        /* epoch perm holds, -1 none */
-  int64_t *perm;             /* [nwin] window order of perm_epoch */
+  int64_t T;          /* tokens per sequence (targets need T+1) */
+  int64_t ntok;       /* tokens in all segments */
+  int64_t nwin;       /* windows in all segments */
+  int shuffle;        /* 1: order windows by a per-epoch permutation of the seed */
+  uint64_t seed;      /* data order seed */
+  int64_t perm_epoch; /* epoch perm holds, -1 none */
+  int64_t *perm;      /* [nwin] window order of perm_epoch */
 } RtData;
 
 typedef struct {
-  int64_t T;                 /* tokens per sequence */
-  int64_t vocab;             /* token ids must be < vocab */
-  int byte_level;            /* files without a shard magic are raw bytes */
+  int64_t T;      /* tokens per sequence */
+  int64_t vocab;  /* token ids must be < vocab */
+  int byte_level; /* files without a shard magic are raw bytes */
 } RtDataOpts;
 
 /* Opens every file the path or glob names (sorted), validates headers and token ids. Errors
@@ -116,14 +116,14 @@ void rt_data_free(RtData *d);
 /* ---- ckpt.c ---- */
 
 typedef struct {
-  int64_t step;              /* steps completed */
-  int64_t steps;             /* the schedule's total steps */
-  uint64_t seed;             /* run seed (init and data order) */
-  int64_t data_pos;          /* sequences of the training order consumed (global) */
-  uint64_t rng;              /* sampling RNG state */
-  int64_t batch;             /* global batch, sequences */
-  int64_t seq;               /* sequence length */
-  double loss;               /* last training loss (NaN: none) */
+  int64_t step;     /* steps completed */
+  int64_t steps;    /* the schedule's total steps */
+  uint64_t seed;    /* run seed (init and data order) */
+  int64_t data_pos; /* sequences of the training order consumed (global) */
+  uint64_t rng;     /* sampling RNG state */
+  int64_t batch;    /* global batch, sequences */
+  int64_t seq;      /* sequence length */
+  double loss;      /* last training loss (NaN: none) */
 } RtTrainState;
 
 /* Name of layer `layer` of a stacked tensor: "adam_m:blocks.attention.w" -> "adam_m:blocks.3.attention.w". */

@@ -90,10 +90,14 @@ int64_t rt_vm_hwm(void) { return proc_status_kb("VmHWM"); }
 int64_t rt_vm_rss(void) { return proc_status_kb("VmRSS"); }
 
 void rt_fmt_bytes(char *out, size_t n, double b) {
-  if (b < 0) snprintf(out, n, "?");
-  else if (b < 1024.0 * 1024) snprintf(out, n, "%.1f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024) snprintf(out, n, "%.1f MiB", b / (1024.0 * 1024));
-  else snprintf(out, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  if (b < 0)
+    snprintf(out, n, "?");
+  else if (b < 1024.0 * 1024)
+    snprintf(out, n, "%.1f KiB", b / 1024);
+  else if (b < 1024.0 * 1024 * 1024)
+    snprintf(out, n, "%.1f MiB", b / (1024.0 * 1024));
+  else
+    snprintf(out, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
 }
 
 size_t rt_dtype_size(int dtype) {
@@ -122,7 +126,8 @@ const char *rt_dtype_st_name(int dtype) {
 
 int64_t rt_tensor_numel(const RtTensor *t) {
   int64_t n = 1;
-  for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+  for (int i = 0; i < t->rank; i++)
+    n *= t->dims[i];
   return n;
 }
 

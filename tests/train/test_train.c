@@ -39,14 +39,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                       \
-  do {                                                                                                         \
-    if (!(cond)) {                                                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                 \
-      fprintf(stderr, __VA_ARGS__);                                                                            \
-      fputc('\n', stderr);                                                                                     \
-      failures++;                                                                                              \
-    }                                                                                                          \
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                                    \
+      fputc('\n', stderr);                                                                                             \
+      failures++;                                                                                                      \
+    }                                                                                                                  \
   } while (0)
 
 static char tmpdir[256];
@@ -83,8 +83,11 @@ static void write_shard(const char *path, int magic, int version, int elem, cons
   int32_t h[3] = {magic, version, (int32_t)(count_override >= 0 ? count_override : n)};
   memcpy(b, h, sizeof h);
   for (int64_t i = 0; i < n; i++) {
-    if (elem == 2) { uint16_t v = (uint16_t)tok[i]; memcpy(b + 1024 + 2 * i, &v, 2); }
-    else memcpy(b + 1024 + 4 * i, &tok[i], 4);
+    if (elem == 2) {
+      uint16_t v = (uint16_t)tok[i];
+      memcpy(b + 1024 + 2 * i, &v, 2);
+    } else
+      memcpy(b + 1024 + 4 * i, &tok[i], 4);
   }
   write_bytes(path, b, bytes);
   free(b);
@@ -95,8 +98,9 @@ static void write_shard(const char *path, int magic, int version, int elem, cons
 enum { NLAYER = 2, MB = 4, SEQ = 8 };
 
 typedef struct {
-  int64_t V, VP;             /* vocabulary, padded logits width */
-  int64_t o_wte, o_bias, o_mw, o_vw, o_mb, o_vb, o_tok, o_tgt, o_lr, o_step, o_loss, o_gn, o_logits, o_gw, o_gb; /* bytes */
+  int64_t V, VP; /* vocabulary, padded logits width */
+  int64_t o_wte, o_bias, o_mw, o_vw, o_mb, o_vb, o_tok, o_tgt, o_lr, o_step, o_loss, o_gn, o_logits, o_gw,
+      o_gb; /* bytes */
 } Layout;
 
 static Layout lay;
@@ -112,8 +116,10 @@ static void forward(char *M) {
   float *lg = F32(lay.o_logits);
   for (int64_t i = 0; i < MB * SEQ; i++) {
     float *row = lg + i * lay.VP;
-    for (int64_t v = 0; v < lay.V; v++) row[v] = wte[tok[i] * lay.V + v] + bias[v] + bias[lay.V + v];
-    for (int64_t v = lay.V; v < lay.VP; v++) row[v] = 0;
+    for (int64_t v = 0; v < lay.V; v++)
+      row[v] = wte[tok[i] * lay.V + v] + bias[v] + bias[lay.V + v];
+    for (int64_t v = lay.V; v < lay.VP; v++)
+      row[v] = 0;
   }
 }
 
@@ -123,11 +129,14 @@ static float xent(char *M, int grad) {
   float *lg = F32(lay.o_logits), loss = 0;
   for (int64_t i = 0; i < MB * SEQ; i++) {
     float *row = lg + i * lay.VP, mx = row[0], sum = 0;
-    for (int64_t v = 1; v < lay.V; v++) mx = row[v] > mx ? row[v] : mx;
-    for (int64_t v = 0; v < lay.V; v++) sum += expf(row[v] - mx);
+    for (int64_t v = 1; v < lay.V; v++)
+      mx = row[v] > mx ? row[v] : mx;
+    for (int64_t v = 0; v < lay.V; v++)
+      sum += expf(row[v] - mx);
     loss += logf(sum) + mx - row[tgt[i]];
     if (grad) {
-      for (int64_t v = 0; v < lay.V; v++) row[v] = expf(row[v] - mx) / sum / (MB * SEQ);
+      for (int64_t v = 0; v < lay.V; v++)
+        row[v] = expf(row[v] - mx) / sum / (MB * SEQ);
       row[tgt[i]] -= 1.0f / (MB * SEQ);
     }
   }
@@ -160,8 +169,10 @@ static void step_fn(char *M, RtCtx *ctx) {
       gb[lay.V + v] += d;
     }
   double ss = 0;
-  for (int64_t i = 0; i < lay.V * lay.V; i++) ss += (double)gw[i] * gw[i];
-  for (int64_t i = 0; i < NLAYER * lay.V; i++) ss += (double)gb[i] * gb[i];
+  for (int64_t i = 0; i < lay.V * lay.V; i++)
+    ss += (double)gw[i] * gw[i];
+  for (int64_t i = 0; i < NLAYER * lay.V; i++)
+    ss += (double)gb[i] * gb[i];
   *F32(lay.o_gn) = (float)sqrt(ss);
   float lr = *F32(lay.o_lr), t = *F32(lay.o_step);
   adamw(F32(lay.o_wte), gw, F32(lay.o_mw), F32(lay.o_vw), lay.V * lay.V, lr, t);
@@ -187,8 +198,15 @@ static int64_t place(int64_t *top, int64_t bytes) {
 
 static RtTensor tensor(const char *name, int kind, int dtype, int rank, int64_t d0, int64_t d1, int64_t off,
                        int stacked, int init, double a, double b) {
-  RtTensor t = {.name = name, .kind = kind, .dtype = dtype, .rank = rank, .offset = off, .stacked = stacked,
-                .init = init, .init_a = a, .init_b = b};
+  RtTensor t = {.name = name,
+                .kind = kind,
+                .dtype = dtype,
+                .rank = rank,
+                .offset = off,
+                .stacked = stacked,
+                .init = init,
+                .init_a = a,
+                .init_b = b};
   t.dims[0] = d0;
   t.dims[1] = d1;
   return t;
@@ -244,8 +262,13 @@ static void make_program(int64_t V, int schedule, int64_t warmup, int64_t steps)
       .ntensors = n,
       .tensors = tens,
       .logits_offset = lay.o_logits,
-      .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 1e-2, .min_lr = 1e-3, .lr_schedule = schedule, .warmup = warmup,
-                 .steps = steps, .seed = 1337},
+      .recipe = {.optimizer = RT_OPT_ADAMW,
+                 .lr = 1e-2,
+                 .min_lr = 1e-3,
+                 .lr_schedule = schedule,
+                 .warmup = warmup,
+                 .steps = steps,
+                 .seed = 1337},
       .step = step_fn,
       .eval = eval_fn,
       .logits = logits_fn,
@@ -255,8 +278,8 @@ static void make_program(int64_t V, int schedule, int64_t warmup, int64_t steps)
 /* ---- running the trainer in a child ---- */
 
 typedef struct {
-  int status;                /* exit status, or 128 + signal */
-  char *out, *err;           /* captured stdout, stderr */
+  int status;      /* exit status, or 128 + signal */
+  char *out, *err; /* captured stdout, stderr */
 } Result;
 
 static void free_result(Result *r) {
@@ -271,14 +294,18 @@ static Result run_trainer(const char *first, ...) {
   argv[argc++] = "test_train";
   va_list ap;
   va_start(ap, first);
-  for (const char *a = first; a; a = va_arg(ap, const char *)) argv[argc++] = a;
+  for (const char *a = first; a; a = va_arg(ap, const char *))
+    argv[argc++] = a;
   va_end(ap);
   argv[argc] = NULL;
   char *out = path_of("stdout.txt"), *err = path_of("stderr.txt");
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
-  if (pid < 0) { perror("fork"); exit(2); }
+  if (pid < 0) {
+    perror("fork");
+    exit(2);
+  }
   if (pid == 0) {
     int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0) _exit(99);
@@ -288,7 +315,10 @@ static Result run_trainer(const char *first, ...) {
     _exit(rc);
   }
   int ws;
-  if (waitpid(pid, &ws, 0) != pid) { perror("waitpid"); exit(2); }
+  if (waitpid(pid, &ws, 0) != pid) {
+    perror("waitpid");
+    exit(2);
+  }
   Result r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws), read_text(out), read_text(err)};
   free(out);
   free(err);
@@ -307,6 +337,14 @@ static void expect_error(Result r, const char *msg) {
   free(want);
   free_result(&r);
 }
+
+/* Runs the trainer with the arguments and expects the error message msg (computed before the fork). */
+#define EXPECT_ERROR(msg, ...)                                                                                         \
+  do {                                                                                                                 \
+    char *volatile msg_ = (msg);                                                                                       \
+    expect_error(run_trainer(__VA_ARGS__), msg_);                                                                      \
+    free(msg_);                                                                                                        \
+  } while (0)
 
 /* The text after `key` up to the end of its line ("" when absent). */
 static char *line_after(const char *text, const char *key) {
@@ -332,13 +370,14 @@ static uint32_t *token_stream(int64_t n, int64_t V, uint32_t start) {
 
 /* An English-like byte corpus. */
 static char *text_corpus(int64_t n) {
-  static const char *words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat", ". ", "dog ", "ran ", "to ", "the ", "park", ". ",
-                                "\n"};
+  static const char *words[] = {"the ", "cat ", "sat ", "on ",  "a ",   "mat", ". ",
+                                "dog ", "ran ", "to ",  "the ", "park", ". ",  "\n"};
   char *s = rt_xmalloc((size_t)n + 1);
   int64_t k = 0;
   for (uint64_t i = 0; k < n; i++) {
     const char *w = words[rt_splitmix64(i) % 14 < 12 ? i % 13 : 13];
-    for (const char *c = w; *c && k < n; c++) s[k++] = *c;
+    for (const char *c = w; *c && k < n; c++)
+      s[k++] = *c;
   }
   s[n] = 0;
   return s;
@@ -358,7 +397,8 @@ static void test_data(void) {
         (long long)d.nwin);
   int32_t seq[SEQ + 1];
   rt_data_sequence(&d, 3, seq);
-  for (int i = 0; i <= SEQ; i++) CHECK(seq[i] == (int32_t)t[3 * SEQ + i], "u16 window 3 token %d", i);
+  for (int i = 0; i <= SEQ; i++)
+    CHECK(seq[i] == (int32_t)t[3 * SEQ + i], "u16 window 3 token %d", i);
   rt_data_free(&d);
 
   /* a glob over both (sorted: a_u16 then b_u32) */
@@ -368,7 +408,8 @@ static void test_data(void) {
   int64_t w0 = (400 - 1) / SEQ;
   CHECK(d.nwin == w0 + (600 - 1) / SEQ, "glob windows %lld", (long long)d.nwin);
   rt_data_sequence(&d, w0 + 2, seq); /* third window of the uint32 file */
-  for (int i = 0; i <= SEQ; i++) CHECK(seq[i] == (int32_t)t[400 + 2 * SEQ + i], "u32 window 2 token %d", i);
+  for (int i = 0; i <= SEQ; i++)
+    CHECK(seq[i] == (int32_t)t[400 + 2 * SEQ + i], "u32 window 2 token %d", i);
 
   /* shuffled: each epoch is a permutation of all windows; deterministic per seed, other per epoch */
   d.shuffle = 1;
@@ -386,11 +427,14 @@ static void test_data(void) {
     first_e1[g] = seq[0];
   }
   int differ = 0;
-  for (int64_t g = 0; g < W; g++) differ += first_e0[g] != first_e1[g];
+  for (int64_t g = 0; g < W; g++)
+    differ += first_e0[g] != first_e1[g];
   CHECK(differ > 0, "epoch 1 has the order of epoch 0");
   /* permutation: d.perm holds epoch 1's order; check it is one */
-  for (int64_t g = 0; g < W; g++) seen[d.perm[g]]++;
-  for (int64_t g = 0; g < W; g++) CHECK(seen[g] == 1, "window %lld appears %d times in an epoch", (long long)g, seen[g]);
+  for (int64_t g = 0; g < W; g++)
+    seen[d.perm[g]]++;
+  for (int64_t g = 0; g < W; g++)
+    CHECK(seen[g] == 1, "window %lld appears %d times in an epoch", (long long)g, seen[g]);
   /* same seed, same order; dp rank 1 of a batch reads the sequences after rank 0's */
   RtData d2;
   rt_data_open(&d2, "--data", glob, &o);
@@ -420,9 +464,11 @@ static void test_data(void) {
   /* hold-out: the last 10% of the last file becomes validation */
   RtData val;
   CHECK(rt_data_hold_out(&d, &val, 0.1, &o) == 1, "no hold-out");
-  CHECK(val.ntok == 60 && d.ntok == 940, "hold-out: val %lld train %lld tokens", (long long)val.ntok, (long long)d.ntok);
+  CHECK(val.ntok == 60 && d.ntok == 940, "hold-out: val %lld train %lld tokens", (long long)val.ntok,
+        (long long)d.ntok);
   rt_data_sequence(&val, 0, seq);
-  for (int i = 0; i <= SEQ; i++) CHECK(seq[i] == (int32_t)t[940 + i], "val token %d", i);
+  for (int i = 0; i <= SEQ; i++)
+    CHECK(seq[i] == (int32_t)t[940 + i], "val token %d", i);
   rt_data_free(&val);
   rt_data_free(&d);
 
@@ -435,7 +481,8 @@ static void test_data(void) {
   CHECK(d.files[0].elem == 1 && d.ntok == (int64_t)strlen(hello), "raw bytes: elem %d, %lld tokens", d.files[0].elem,
         (long long)d.ntok);
   rt_data_sequence(&d, 1, seq);
-  for (int i = 0; i <= SEQ; i++) CHECK(seq[i] == (unsigned char)hello[SEQ + i], "byte %d", i);
+  for (int i = 0; i <= SEQ; i++)
+    CHECK(seq[i] == (unsigned char)hello[SEQ + i], "byte %d", i);
   rt_data_free(&d);
   free(t);
   free(u16);
@@ -448,7 +495,8 @@ static void test_data(void) {
 
 static void test_json(void) {
   char err[128];
-  const char *text = "{\"a\": [1, -2.5e1, true, null], \"b\\u00e9\\n\": {\"c\": \"x\\\"y\"}, \"big\": 9007199254740993}";
+  const char *text =
+      "{\"a\": [1, -2.5e1, true, null], \"b\\u00e9\\n\": {\"c\": \"x\\\"y\"}, \"big\": 9007199254740993}";
   RtJson *j = rt_json_parse(text, strlen(text), err, sizeof err);
   CHECK(j && j->kind == RT_JSON_OBJ && j->n == 3, "parse: %s", j ? "" : err);
   if (j) {
@@ -490,7 +538,8 @@ static int read_log(const char *path, double *lr, double *loss, int n, int *val_
       ++*val_lines;
       CHECK(rt_json_get(j, "val_loss")->kind == RT_JSON_NUM, "val_loss not a number: %s", line);
     } else if (st) {
-      static const char *keys[] = {"steps", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "mfu", "mem_bytes", "eta_s"};
+      static const char *keys[] = {"steps",        "loss", "lr",        "grad_norm", "ms",
+                                   "tokens_per_s", "mfu",  "mem_bytes", "eta_s"};
       for (int k = 0; k < 9; k++) {
         const RtJson *v = rt_json_get(j, keys[k]);
         CHECK(v && (v->kind == RT_JSON_NUM || (k == 8 && v->kind == RT_JSON_NULL)), "log field %s missing: %s", keys[k],
@@ -557,91 +606,92 @@ static void test_errors(void) {
   char *p;
 
   p = path_of("missing.bin");
-  expect_error(run_trainer("--data", p, NULL), rt_xprintf("--data: cannot open '%s': No such file or directory", p));
+  EXPECT_ERROR(rt_xprintf("--data: cannot open '%s': No such file or directory", p), "--data", p, NULL);
   free(p);
 
   p = path_of("nomatch*.bin");
-  expect_error(run_trainer("--data", p, NULL), rt_xprintf("--data: no file matches '%s'", p));
+  EXPECT_ERROR(rt_xprintf("--data: no file matches '%s'", p), "--data", p, NULL);
   free(p);
 
   p = path_of("magic.bin");
   write_shard(p, 12345, 1, 2, t, 300, -1);
-  expect_error(run_trainer("--data", p, NULL),
-               rt_xprintf("--data: '%s' is not a token shard: magic 12345 (expected 20240520 for uint16 or 20240801 "
+  EXPECT_ERROR(rt_xprintf("--data: '%s' is not a token shard: magic 12345 (expected 20240520 for uint16 or 20240801 "
                           "for uint32 tokens)",
-                          p));
+                          p),
+               "--data", p, NULL);
   free(p);
 
   p = path_of("short.bin");
   int32_t h[3] = {20240520, 1, 10};
   write_bytes(p, h, sizeof h);
-  expect_error(run_trainer("--data", p, NULL),
-               rt_xprintf("--data: '%s': token shard is 12 bytes, shorter than its 1024-byte header", p));
+  EXPECT_ERROR(rt_xprintf("--data: '%s': token shard is 12 bytes, shorter than its 1024-byte header", p), "--data", p,
+               NULL);
   free(p);
 
   p = path_of("version.bin");
   write_shard(p, 20240520, 3, 2, t, 300, -1);
-  expect_error(run_trainer("--data", p, NULL),
-               rt_xprintf("--data: '%s': unsupported shard version 3 for magic 20240520 (expected 1)", p));
+  EXPECT_ERROR(rt_xprintf("--data: '%s': unsupported shard version 3 for magic 20240520 (expected 1)", p), "--data", p,
+               NULL);
   free(p);
 
   p = path_of("count.bin");
   write_shard(p, 20240801, 7, 4, t, 300, 301);
-  expect_error(run_trainer("--data", p, NULL),
-               rt_xprintf("--data: '%s': header says 301 tokens (2228 bytes with the header) but the file has 2224 bytes",
-                          p));
+  EXPECT_ERROR(
+      rt_xprintf("--data: '%s': header says 301 tokens (2228 bytes with the header) but the file has 2224 bytes", p),
+      "--data", p, NULL);
   free(p);
 
   p = path_of("vocab.bin");
   t[123] = 64;
   write_shard(p, 20240520, 1, 2, t, 300, -1);
-  expect_error(run_trainer("--data", good, "--val", p, NULL),
-               rt_xprintf("--val: '%s': token 64 at position 123 is not below the model's vocabulary size 64", p));
+  EXPECT_ERROR(rt_xprintf("--val: '%s': token 64 at position 123 is not below the model's vocabulary size 64", p),
+               "--data", good, "--val", p, NULL);
   t[123] = 1;
   free(p);
 
   p = path_of("tiny.bin");
   write_shard(p, 20240520, 1, 2, t, 5, -1);
-  expect_error(run_trainer("--data", p, NULL),
-               rt_xprintf("--data: '%s' holds 5 tokens in 1 file(s); each sequence needs 9 consecutive tokens "
+  EXPECT_ERROR(rt_xprintf("--data: '%s' holds 5 tokens in 1 file(s); each sequence needs 9 consecutive tokens "
                           "(sequence length + 1) within one file",
-                          p));
+                          p),
+               "--data", p, NULL);
   free(p);
 
-  expect_error(run_trainer("--data", good, "--batch", "8", NULL),
-               "--batch 8: this program was compiled for a micro-batch of 4 sequences x 1 data-parallel rank(s) = 4; "
-               "recompile with another batch to change it");
-  expect_error(run_trainer("--data", good, "--steps", "ten", NULL), "--steps: 'ten' is not a non-negative integer");
-  expect_error(run_trainer("--data", good, "--stesp", "10", NULL), "unknown flag '--stesp' (see --help)");
-  expect_error(run_trainer("--data", NULL), "--data needs a value (PATH|GLOB)");
-  expect_error(run_trainer(NULL), "no training data: pass --data PATH|GLOB");
+  EXPECT_ERROR(
+      rt_xstrdup("--batch 8: this program was compiled for a micro-batch of 4 sequences x 1 data-parallel rank(s) = 4; "
+                 "recompile with another batch to change it"),
+      "--data", good, "--batch", "8", NULL);
+  EXPECT_ERROR(rt_xstrdup("--steps: 'ten' is not a non-negative integer"), "--data", good, "--steps", "ten", NULL);
+  EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp' (see --help)"), "--data", good, "--stesp", "10", NULL);
+  EXPECT_ERROR(rt_xstrdup("--data needs a value (PATH|GLOB)"), "--data", NULL);
+  EXPECT_ERROR(rt_xstrdup("no training data: pass --data PATH|GLOB"), NULL);
 
   p = path_of("nockpt");
   mkdir(p, 0755);
-  expect_error(run_trainer("--data", good, "--resume", p, NULL),
-               rt_xprintf("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", p));
+  EXPECT_ERROR(rt_xprintf("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", p),
+               "--data", good, "--resume", p, NULL);
   free(p);
 
   /* malformed safetensors for --init-from */
   p = path_of("bad.safetensors");
   write_bytes(p, "\x10\x00\x00\x00\x00\x00\x00\x00{}", 10);
-  expect_error(run_trainer("--data", good, "--init-from", p, NULL),
-               rt_xprintf("'%s' is not a safetensors file: header length 16 does not fit the file (10 bytes)", p));
+  EXPECT_ERROR(rt_xprintf("'%s' is not a safetensors file: header length 16 does not fit the file (10 bytes)", p),
+               "--data", good, "--init-from", p, NULL);
   const char hdr[] = "{\"wte\": {\"dtype\": \"F32\", \"shape\": [64, 64], \"data_offsets\": [0, 16384]}}";
   unsigned char *b = rt_xcalloc(8 + sizeof hdr - 1 + 16384, 1);
   uint64_t hl = sizeof hdr - 1;
   memcpy(b, &hl, 8);
   memcpy(b + 8, hdr, hl);
   write_bytes(p, b, 8 + hl + 16384);
-  expect_error(run_trainer("--data", good, "--init-from", p, NULL), rt_xprintf("'%s': missing tensor 'blocks.0.bias'", p));
+  EXPECT_ERROR(rt_xprintf("'%s': missing tensor 'blocks.0.bias'", p), "--data", good, "--init-from", p, NULL);
   memcpy(b + 8, "{\"wte\": {\"dtype\": \"F32\", \"shape\": [64, 63], \"data_offsets\": [0, 16384]}}", hl);
   write_bytes(p, b, 8 + hl + 16384);
-  expect_error(run_trainer("--data", good, "--init-from", p, NULL),
-               rt_xprintf("'%s': tensor 'wte' has shape [64, 63], the model needs [64, 64]", p));
+  EXPECT_ERROR(rt_xprintf("'%s': tensor 'wte' has shape [64, 63], the model needs [64, 64]", p), "--data", good,
+               "--init-from", p, NULL);
   memcpy(b + 8, "{\"wte\": {\"dtype\": \"F32\", \"shape\": [64, 64], \"data_offsets\": [0, 16384]]}", hl);
   write_bytes(p, b, 8 + hl + 16384);
-  expect_error(run_trainer("--data", good, "--init-from", p, NULL),
-               rt_xprintf("'%s': malformed safetensors header: at byte 70: expected ',' or '}'", p));
+  EXPECT_ERROR(rt_xprintf("'%s': malformed safetensors header: at byte 70: expected ',' or '}'", p), "--data", good,
+               "--init-from", p, NULL);
   free(b);
   free(p);
 
@@ -746,11 +796,13 @@ static void test_resume(void) {
   }
   /* identical loss trajectory over steps 11..20 */
   double lrA[20], lossA[20], lrC[20], lossC[20];
-  for (int i = 0; i < 20; i++) lossA[i] = lossC[i] = NAN;
+  for (int i = 0; i < 20; i++)
+    lossA[i] = lossC[i] = NAN;
   int vl;
   read_log(logA, lrA, lossA, 20, &vl);
   read_log(logC, lrC, lossC, 20, &vl);
-  for (int i = 10; i < 20; i++) CHECK(lossA[i] == lossC[i] && lrA[i] == lrC[i], "step %d: loss %.9g vs %.9g", i + 1, lossA[i], lossC[i]);
+  for (int i = 10; i < 20; i++)
+    CHECK(lossA[i] == lossC[i] && lrA[i] == lrC[i], "step %d: loss %.9g vs %.9g", i + 1, lossA[i], lossC[i]);
   /* "done: N step(s) in ...; loss L, val loss V": compare from "loss" on */
   const char *la = strstr(vA, "; loss"), *lc = strstr(vC, "; loss");
   CHECK(la && lc && strcmp(la, lc) == 0, "final loss / val loss: '%s' vs '%s'", vA, vC);
@@ -791,7 +843,8 @@ static void test_init(void) {
 
   /* weights only, no training: the same greedy sample and validation loss */
   char *w = rt_xprintf("%s/step_00000030/model.safetensors", A);
-  Result b = run_trainer("--data", data, "--init-from", w, "--steps", "0", "--sample", "40", "--temperature", "0", NULL);
+  Result b =
+      run_trainer("--data", data, "--init-from", w, "--steps", "0", "--sample", "40", "--temperature", "0", NULL);
   expect_ok(&b, "init-from");
   char *sampleB = line_after(b.out, "sample (40 tokens, greedy):\n"), *valB = line_after(b.out, "val loss ");
   CHECK(strcmp(sampleA, sampleB) == 0, "greedy samples differ:\n  '%s'\n  '%s'", sampleA, sampleB);
@@ -814,7 +867,8 @@ static void test_init(void) {
   char *t1 = line_after(s1.out, key), *t2 = line_after(s2.out, key), *t3 = line_after(s3.out, key);
   CHECK(strlen(t1) > 0 && strcmp(t1, t2) == 0, "sampling not deterministic:\n  '%s'\n  '%s'", t1, t2);
   CHECK(strcmp(t1, t3) != 0, "another seed gave the same sample '%s'", t1);
-  Result s4 = run_trainer("--data", data, "--init-from", w, "--steps", "0", "--sample", "20", "--prompt", "the cat", NULL);
+  Result s4 =
+      run_trainer("--data", data, "--init-from", w, "--steps", "0", "--sample", "20", "--prompt", "the cat", NULL);
   expect_ok(&s4, "prompt");
   CHECK(strstr(s4.out, "temperature 0.8):\nthe cat") != NULL, "prompt not printed first:\n%s", s4.out);
   free_result(&s1), free_result(&s2), free_result(&s3), free_result(&s4);
@@ -883,8 +937,10 @@ static void test_python(void) {
   memset(M, 0, (size_t)prog.mem_bytes);
   rt_ckpt_load(&prog, M, py_written, 0, NULL);
   int ok = 1;
-  for (int64_t i = 0; i < 256 * 256; i++) ok &= F32(lay.o_wte)[i] == (float)i / 1000;
-  for (int64_t i = 0; i < 256; i++) ok &= F32(lay.o_bias)[i] == 0.5f && F32(lay.o_bias)[256 + i] == -0.25f;
+  for (int64_t i = 0; i < 256 * 256; i++)
+    ok &= F32(lay.o_wte)[i] == (float)i / 1000;
+  for (int64_t i = 0; i < 256; i++)
+    ok &= F32(lay.o_bias)[i] == 0.5f && F32(lay.o_bias)[256 + i] == -0.25f;
   CHECK(ok, "python-written weights read wrongly");
   free(M), free(dir), free(vals), free(cmd), free(py_written), free(script), free(pyout), free(A), free(data);
 }
@@ -913,14 +969,22 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     return 2;
   }
-  if (!strcmp(argv[1], "data")) test_data();
-  else if (!strcmp(argv[1], "json")) test_json();
-  else if (!strcmp(argv[1], "lr")) test_lr();
-  else if (!strcmp(argv[1], "errors")) test_errors();
-  else if (!strcmp(argv[1], "log")) test_log();
-  else if (!strcmp(argv[1], "resume")) test_resume();
-  else if (!strcmp(argv[1], "init")) test_init();
-  else if (!strcmp(argv[1], "python")) test_python();
+  if (!strcmp(argv[1], "data"))
+    test_data();
+  else if (!strcmp(argv[1], "json"))
+    test_json();
+  else if (!strcmp(argv[1], "lr"))
+    test_lr();
+  else if (!strcmp(argv[1], "errors"))
+    test_errors();
+  else if (!strcmp(argv[1], "log"))
+    test_log();
+  else if (!strcmp(argv[1], "resume"))
+    test_resume();
+  else if (!strcmp(argv[1], "init"))
+    test_init();
+  else if (!strcmp(argv[1], "python"))
+    test_python();
   else {
     fprintf(stderr, "unknown test '%s'\n", argv[1]);
     return 2;
