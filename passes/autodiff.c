@@ -36,6 +36,9 @@
  * all_gather's adjoint is this rank's chunk of the replicated cotangent, taken
  * as reduce_scatter(dy) / n (there is no dynamic slice op).
  *
+ * Slices that tile a value along one axis (q, k, v = split(qkv, 3)) get their adjoints
+ * joined by one CONCAT once every slice has been differentiated.
+ *
  * RELU has no backward op; its mask is relu(x) / max(x, FLT_MIN), exactly 1 for
  * x >= FLT_MIN and 0 for x <= 0.
  */
@@ -350,6 +353,55 @@ static int axis_degree(Ctx *c, int ax, SrcLoc loc) {
 
 static void backward_repeat(Ctx *c, Node *n);
 
+/* The SLICE uses of x in fg when they tile x exactly along one axis (a split such as
+ * q, k, v = split(qkv, 3)); sorted by start into parts[], their number returned; else 0. */
+static int slice_tiling(Ctx *c, const Value *x, Node ***parts) {
+  if (x->def->graph != c->fg) return 0;
+  int k = 0, axis = -1;
+  Node **p = NULL;
+  int cap = 0;
+  for (int i = 0; i < c->fg->nnodes; i++) {
+    Node *n = c->fg->nodes[i];
+    if (n->op != OP_SLICE || n->in[0] != x) continue;
+    if (axis >= 0 && n->a.axis != axis) return 0;
+    axis = n->a.axis;
+    arena_grow(c->fg->arena, (void **)&p, &cap, k + 1, sizeof(Node *));
+    int j = k++;
+    while (j > 0 && p[j - 1]->a.start > n->a.start) {
+      p[j] = p[j - 1];
+      j--;
+    }
+    p[j] = n;
+  }
+  if (k < 2) return 0;
+  int64_t at = 0;
+  for (int i = 0; i < k; i++) {
+    if (p[i]->a.start != at) return 0;
+    at += p[i]->a.len;
+  }
+  if (at != x->shape.dim[axis]) return 0;
+  *parts = p;
+  return k;
+}
+
+/* Once every use of v has been differentiated: the adjoints of a tiling set of slices of v
+ * join as one CONCAT rather than a PAD and an ADD per slice. */
+static void flush_slices(Ctx *c, Value *v) {
+  Node **parts;
+  int k;
+  if (!is_float(v) || !need_of(c, v) || !(k = slice_tiling(c, v, &parts))) return;
+  Value **in = ARENA_ARRAY(c->fg->arena, Value *, k);
+  bool any = false;
+  for (int i = 0; i < k; i++) {
+    Value *d = adj_get(c, parts[i]->out[0]);
+    any |= d != NULL;
+    in[i] = d ? d : e_const(c->eg, v->dtype, parts[i]->out[0]->shape, 0.0, parts[i]->loc);
+  }
+  if (!any) return;
+  Attrs a = {.axis = parts[0]->a.axis};
+  acc(c, v, emit(c, OP_CONCAT, k, in, v->dtype, v->shape, &a, parts[0]->loc), parts[0]->loc);
+}
+
 static void backward_matmul(Ctx *c, Node *n, Value *dy) {
   Value *A = n->in[0], *B = n->in[1];
   bool ta = n->a.ta, tb = n->a.tb;
@@ -447,6 +499,10 @@ static void backward(Ctx *c, Node *n) {
   case OP_TRANSPOSE: acc(c, x, e_transpose(c, dy, L), L); return;
   case OP_SLICE:
   case OP_PAD:
+    if (n->op == OP_SLICE) {
+      Node **parts;
+      if (slice_tiling(c, x, &parts)) return; /* joined by flush_slices */
+    }
     at.axis = n->a.axis;
     at.start = n->a.start;
     at.len = x->shape.dim[n->a.axis];
@@ -550,6 +606,7 @@ static void sweep(Ctx *c) {
   int n0 = c->fg->nnodes; /* at top level the backward nodes are appended after these */
   for (int i = n0 - 1; i >= 0; i--) {
     Node *n = c->fg->nodes[i];
+    for (int j = 0; j < n->nout; j++) flush_slices(c, n->out[j]);
     bool any = false;
     for (int j = 0; j < n->nout && !any; j++) any = adj_get(c, n->out[j]) != NULL;
     if (any) backward(c, n);

@@ -64,6 +64,16 @@ CASE(c_slice) {
   Attrs a = {.axis = 1, .start = 1, .len = 2};
   return tb_op1(g, OP_SLICE, normal(g, "x", tb_shape(3, 2, 4, 3)), &a);
 }
+CASE(c_split) { /* slices tiling x (one unused) plus another use of x: joined by a concat */
+  Value *x = normal(g, "x", tb_shape(3, 2, 2, 6));
+  Attrs a0 = {.axis = 2, .start = 0, .len = 1}, a1 = {.axis = 2, .start = 1, .len = 3}, a2 = {.axis = 2, .start = 4, .len = 2};
+  Value *s0 = tb_op1(g, OP_SLICE, x, &a0), *s1 = tb_op1(g, OP_SLICE, x, &a1);
+  (void)tb_op1(g, OP_SLICE, x, &a2);
+  Value *t = tb_op2(g, OP_MUL, tb_op1(g, OP_EXP, s1, NULL), s0, NULL);
+  Value *u = tb_op1(g, OP_TANH, x, NULL);
+  Attrs r = {.axis = 2, .start = 2, .len = 3};
+  return tb_op2(g, OP_ADD, t, tb_op1(g, OP_SLICE, u, &r), NULL);
+}
 CASE(c_pad) {
   Attrs a = {.axis = 1, .start = 1, .len = 5};
   return tb_op1(g, OP_PAD, normal(g, "x", tb_shape(2, 2, 3)), &a);
@@ -208,7 +218,7 @@ static const struct {
     {"neg", c_neg}, {"scale", c_scale}, {"add_scalar", c_add_scalar}, {"exp", c_exp}, {"log", c_log},
     {"sqrt", c_sqrt}, {"rsqrt", c_rsqrt}, {"tanh", c_tanh}, {"sigmoid", c_sigmoid}, {"relu", c_relu},
     {"gelu", c_gelu}, {"silu", c_silu}, {"cast", c_cast}, {"reshape", c_reshape}, {"transpose", c_transpose},
-    {"slice", c_slice}, {"pad", c_pad}, {"concat", c_concat}, {"reduce_sum", c_reduce_sum},
+    {"slice", c_slice}, {"split", c_split}, {"pad", c_pad}, {"concat", c_concat}, {"reduce_sum", c_reduce_sum},
     {"broadcast_to", c_broadcast_to}, {"matmul", c_mm}, {"matmul_ta", c_mm_ta}, {"matmul_tb", c_mm_tb},
     {"matmul_tatb", c_mm_tatb}, {"matmul_fold", c_mm_fold}, {"matmul_fold_tb", c_mm_fold_tb},
     {"matmul_bcast_ta", c_mm_bcast_ta}, {"matmul_batched", c_mm_batched},
