@@ -12,5 +12,7 @@ cmake -S "$root" -B "$build" -G Ninja >/dev/null
 ninja -C "$build" fuzz_frontend_build
 mkdir -p "$build/corpus"
 cd "$build"
+par=()
+[ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
 exec "$build/tests/fuzz/fuzz_frontend_bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-  -jobs="$jobs" -workers="$jobs" -dict="$root/tests/fuzz/model.dict" "$build/corpus" "$root/models"
+  "${par[@]}" -dict="$root/tests/fuzz/model.dict" "$build/corpus" "$root/models"
