@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Writes a deterministic English-like text corpus for byte-level demo models.
-#   scripts/gen_corpus.sh OUT [BYTES]     (default 400000 bytes)
+#   scripts/gen_corpus.sh OUT [BYTES] [SEED]     (default 400000 bytes, seed 20240520)
+# (another SEED gives different text of the same style: e.g. a validation file)
 # Sentences come from a small grammar (subjects, verbs, objects, places, dialogue) driven by
 # a Park-Miller generator with a fixed seed, computed exactly in awk's doubles, so every awk
 # (mawk, gawk, busybox) writes the same bytes on every machine.
 set -euo pipefail
 out=${1:?usage: gen_corpus.sh OUT [BYTES]}
 bytes=${2:-400000}
+seed=${3:-20240520}
 case $bytes in ''|*[!0-9]*) echo "gen_corpus.sh: BYTES must be a number, not '$bytes'" >&2; exit 1;; esac
+case $seed in ''|*[!0-9]*) echo "gen_corpus.sh: SEED must be a number, not '$seed'" >&2; exit 1;; esac
+[ "$seed" -ge 1 ] && [ "$seed" -lt 2147483647 ] || { echo "gen_corpus.sh: SEED must be in 1..2147483646" >&2; exit 1; }
 
-awk -v limit="$bytes" 'BEGIN {
-  seed = 20240520
+mkdir -p "$(dirname "$out")"
+awk -v limit="$bytes" -v seed0="$seed" 'BEGIN {
+  seed = seed0 + 0
   n = split("cat dog bird fox child farmer baker sailor teacher king queen miller horse goat river", noun, " ")
   split("little old young quiet brave tired happy small grey clever kind red", adj, " ")
   split("sees finds likes follows helps calls watches carries", verb, " ")

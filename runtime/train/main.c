@@ -35,6 +35,7 @@ typedef struct {
   uint64_t seed;           /* run seed */
   double temperature;      /* sampling temperature (0: greedy) */
   int steps_set, seed_set; /* given on the command line */
+  int data_set, val_set;   /* given on the command line */
 } Opts;
 
 typedef struct {
@@ -106,9 +107,9 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
   o->threads = nproc > 0 ? nproc : 1;
   int seen_help = 0;
   const Flag flags[] = {
-      {"data", 0, &o->data, NULL, "PATH|GLOB",
+      {"data", 0, &o->data, &o->data_set, "PATH|GLOB",
        "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
-      {"val", 0, &o->val, NULL, "PATH|GLOB", "validation data (default: the last 10% of the last training file)"},
+      {"val", 0, &o->val, &o->val_set, "PATH|GLOB", "validation data (default: the last 10% of the last training file)"},
       {"steps", 1, &o->steps, &o->steps_set, "N",
        "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
       {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
@@ -150,6 +151,7 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
     }
     parse_value(fl, v);
   }
+  if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
   if (seen_help) {
     usage(stdout, argv[0] ? argv[0] : "trainer", p, flags, nflags);
     return 1;

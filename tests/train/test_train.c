@@ -713,6 +713,7 @@ static void test_errors(void) {
 
 static void test_log(void) {
   make_program(64, RT_LR_COSINE, 2, 10);
+  prog.recipe.val = "/nonexistent/val.bin"; /* the recipe's val goes with the recipe's data: --data drops it */
   char *data = make_token_data("log.bin", 3000), *log = path_of("log.jsonl");
   Result r = run_trainer("--data", data, "--log", log, "--eval-every", "4", NULL);
   expect_ok(&r, "log run");
