@@ -1,0 +1,93 @@
+/* bench/comm_bench.c — bus bandwidth of shardrt's collectives next to OpenMPI's, same run.
+ *
+ *   mpirun --allow-run-as-root --oversubscribe --mca pml ob1 -np N comm_bench [max_bytes]
+ *
+ * For each size (1 KiB .. max, x4) and op it times shardrt (libfabric ring) and the
+ * matching MPI call (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather) on the
+ * same buffers, fp32 sum. Time = the slowest rank's mean over the iterations.
+ * Bus bandwidth (NCCL's convention): all-reduce 2(n-1)/n * S / t, reduce-scatter and
+ * all-gather (n-1)/n * S / t, S = the full buffer in bytes.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+
+enum { OP_AR, OP_RS, OP_AG, NOPS };
+static const char *const op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather"};
+
+static void run_once(int op, bool mpi, RtGroup *g, float *a, float *b, size_t count, int n) {
+  size_t per = count / (size_t)n;
+  if (mpi) {
+    if (op == OP_AR) MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (op == OP_RS) MPI_Reduce_scatter_block(a, b, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (op == OP_AG) MPI_Allgather(a, (int)per, MPI_FLOAT, b, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
+  } else {
+    if (op == OP_AR) rt_all_reduce(g, a, a, count, RT_F32, RT_SUM);
+    if (op == OP_RS) rt_reduce_scatter(g, a, b, count, RT_F32, RT_SUM);
+    if (op == OP_AG) rt_all_gather(g, a, b, count, RT_F32);
+  }
+}
+
+/* Seconds per call, slowest rank. */
+static double time_op(int op, bool mpi, RtGroup *g, float *a, float *b, size_t count, int n) {
+  run_once(op, mpi, g, a, b, count, n); /* warm-up */
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  run_once(op, mpi, g, a, b, count, n);
+  double one = MPI_Wtime() - t0;
+  MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  int iters = one > 0 ? (int)(0.3 / one) : 1000;
+  if (iters < 3) iters = 3;
+  if (iters > 2000) iters = 2000;
+  MPI_Barrier(MPI_COMM_WORLD);
+  t0 = MPI_Wtime();
+  for (int i = 0; i < iters; i++) run_once(op, mpi, g, a, b, count, n);
+  double t = (MPI_Wtime() - t0) / iters;
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return t;
+}
+
+int main(int argc, char **argv) {
+  RtBoot boot;
+  if (!rt_boot_init(&boot, &argc, &argv)) return 1;
+  if (boot.launcher == RT_LAUNCH_SINGLE) {
+    fprintf(stderr, "comm_bench: run it under mpirun -np 2 (or 4)\n");
+    return 1;
+  }
+  size_t max_bytes = argc > 1 ? (size_t)strtoull(argv[1], NULL, 0) : (size_t)256 << 20;
+  RtComm *c = rt_comm_init(&boot, NULL);
+  RtGroup *g = rt_group_world(c);
+  int n = boot.world;
+  float *a = malloc(max_bytes), *b = malloc(max_bytes);
+  if (!a || !b) {
+    fprintf(stderr, "out of memory\n");
+    return 1;
+  }
+  for (size_t i = 0; i < max_bytes / 4; i++) a[i] = b[i] = (float)(i % 7) * 1e-3f;
+  if (boot.rank == 0) {
+    printf("# comm_bench: %d ranks, shardrt provider %s, fp32 sum; busbw in GB/s, time in us (slowest rank)\n", n,
+           rt_comm_provider(c));
+    printf("%-15s %10s %12s %10s %12s %10s %7s\n", "op", "bytes", "shardrt_us", "shardrt_bw", "mpi_us", "mpi_bw",
+           "ratio");
+  }
+  for (int op = 0; op < NOPS; op++) {
+    for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
+      size_t count = bytes / 4;
+      double factor = op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+      double ts = time_op(op, false, g, a, b, count, n);
+      double tm = time_op(op, true, g, a, b, count, n);
+      if (boot.rank == 0)
+        printf("%-15s %10zu %12.1f %10.3f %12.1f %10.3f %7.2f\n", op_names[op], bytes, ts * 1e6,
+               factor * (double)bytes / ts / 1e9, tm * 1e6, factor * (double)bytes / tm / 1e9, tm / ts);
+      fflush(stdout);
+    }
+  }
+  free(a);
+  free(b);
+  rt_comm_free(c);
+  rt_boot_free(&boot);
+  return 0;
+}

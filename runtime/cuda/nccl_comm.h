@@ -1,0 +1,33 @@
+/* runtime/cuda/nccl_comm.h — the NCCL backend behind runtime/comm/comm.h.
+ *
+ * After rt_group_use_nccl(), a group's collectives (rt_all_reduce_start, ...) take GPU
+ * buffers and run on NCCL: one communicator per group, the unique id sent from the
+ * group's first member to the others through the bootstrap (MPI). Each operation is
+ * enqueued on the group's own communication stream after the work already queued on
+ * the compute stream (an event), and records a `done` event that rt_test polls and
+ * rt_wait waits for; rt_nccl_then() makes another stream wait for it without blocking
+ * the host. The comm's watchdog covers NCCL operations like host ones.
+ *
+ * Semantics are those of comm.h (blocks for reduce-scatter / all-gather, uneven counts,
+ * avg, max, bf16), except that send / recv pairs match in posting order only (NCCL
+ * has no tags).
+ */
+#ifndef SHARDRT_NCCL_COMM_H
+#define SHARDRT_NCCL_COMM_H
+
+#include <stdbool.h>
+
+#include "comm/comm.h"
+
+/* Collective over the WORLD: every rank calls it, with its group (NULL on ranks outside
+ * any group being set up), so that the leaders' unique ids can be exchanged. Uses the
+ * current CUDA device. Returns false (with a message) when CUDA or NCCL is unusable,
+ * e.g. no GPU or no driver. */
+bool rt_group_use_nccl(RtComm *c, RtGroup *g);
+/* The stream whose queued work the group's operations wait for (default: the legacy
+ * default stream). A cudaStream_t. */
+void rt_nccl_set_compute_stream(RtGroup *g, void *stream);
+/* Makes stream (a cudaStream_t) wait on device for q to finish; q stays valid. */
+void rt_nccl_then(RtReq *q, void *stream);
+
+#endif
