@@ -8,7 +8,6 @@
 #include "diag.h"
 #include "frontend.h"
 #include "memplan.h"
-#include "mesh.h"
 #include "pipeline.h"
 #include "print.h"
 
@@ -149,8 +148,6 @@ int main(int argc, char **argv) {
   }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
-  else if (dump && strcmp(dump, "mesh") == 0)
-    ir_print_mesh(stdout, m);
   if (build || out || cg.emit_dir) {
     cg.source_path = input;
     char def[512];

@@ -155,8 +155,9 @@ static void emit_repeat(Cg *c, Node *n) {
   emit_graph(c, b, NULL);
   for (int r = nc; r < b->nresults; r++) { /* ys not planned in place are copied into their slice */
     Value *y = b->results[r];
+    if (y->def->op != OP_ARG && y->offset == n->out[r]->offset && y->stride == bytes_of(y)) continue; /* in place */
     const char *dst = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", ptr(c, n->out[r]), d, bytes_of(y));
-    if (strcmp(dst, ptr(c, y)) != 0) line(c, "memcpy(%s, %s, %" PRId64 ");", dst, ptr(c, y), bytes_of(y));
+    line(c, "memcpy(%s, %s, %" PRId64 ");", dst, ptr(c, y), bytes_of(y));
   }
   for (int k = 0; k < nc; k++) {
     const char *dst = ptr(c, n->out[k]), *src = ptr(c, b->results[k]);
@@ -186,7 +187,7 @@ static void emit_node(Cg *c, Node *n) {
   case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_ARG: return;
   case OP_CONST:
     if (y->dtype != DT_F32) return unsupported(c, n, "non-f32 constants");
-    line(c, "rt_fill_f32(%s, %" PRId64 ", %.17gf);", fp(c, y), ny, a->scalar);
+    line(c, "rt_fill_f32(%s, %" PRId64 ", (float)%.17g);", fp(c, y), ny, a->scalar);
     return;
   case OP_IOTA: line(c, "rt_iota_i32(%s, %" PRId64 ", %" PRId64 ");", ip(c, y), ny, a->start); return;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAXIMUM: case OP_MINIMUM: {
@@ -202,7 +203,7 @@ static void emit_node(Cg *c, Node *n) {
                                 [OP_EXP] = "RT_EXP", [OP_LOG] = "RT_LOG", [OP_SQRT] = "RT_SQRT",
                                 [OP_RSQRT] = "RT_RSQRT", [OP_TANH] = "RT_TANH", [OP_SIGMOID] = "RT_SIGMOID",
                                 [OP_RELU] = "RT_RELU", [OP_GELU] = "RT_GELU", [OP_SILU] = "RT_SILU"};
-    line(c, "rt_unary_f32(%s, %s, %s, %" PRId64 ", %.17gf);", ops[n->op], fp(c, y), fp(c, x), ny, a->scalar);
+    line(c, "rt_unary_f32(%s, %s, %s, %" PRId64 ", (float)%.17g);", ops[n->op], fp(c, y), fp(c, x), ny, a->scalar);
     return;
   }
   case OP_GELU_BWD: line(c, "rt_gelu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
@@ -276,20 +277,20 @@ static void emit_node(Cg *c, Node *n) {
   case OP_LAYERNORM: case OP_RMSNORM: {
     int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
     if (n->op == OP_LAYERNORM)
-      line(c, "rt_layernorm_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf);", fp(c, y), fp(c, x),
+      line(c, "rt_layernorm_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x),
            fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
     else
-      line(c, "rt_rmsnorm_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf);", fp(c, y), fp(c, x), fp(c, n->in[1]),
+      line(c, "rt_rmsnorm_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x), fp(c, n->in[1]),
            rows, d, a->eps);
     return;
   }
   case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: {
     int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
     if (n->op == OP_LAYERNORM_BWD)
-      line(c, "rt_layernorm_bwd_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf, WS);", fp(c, n->out[0]),
+      line(c, "rt_layernorm_bwd_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
            fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
     else
-      line(c, "rt_rmsnorm_bwd_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %.17gf, WS);", fp(c, n->out[0]),
+      line(c, "rt_rmsnorm_bwd_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
            fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
     ws_need(c, arena_printf(c->a, "rt_norm_ws_bytes(%" PRId64 ", %" PRId64 ")", rows, d));
     return;
@@ -333,13 +334,13 @@ static void emit_node(Cg *c, Node *n) {
   case OP_SUMSQ: line(c, "rt_sumsq_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
   case OP_ADAMW_UPDATE:
     for (int k = 0; k < 3; k++) copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : k + 1]);
-    line(c, "rt_adamw_f32(%s, %s, %s, %s, %s, %" PRId64 ", %.17gf, %.17gf, %.17gf, %.17gf);", fp(c, n->out[0]),
+    line(c, "rt_adamw_f32(%s, %s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g, (float)%.17g, (float)%.17g);", fp(c, n->out[0]),
          fp(c, n->in[1]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, n->in[4]), ir_numel(&x->shape), a->beta1,
          a->beta2, a->eps, a->weight_decay);
     return;
   case OP_SGD_UPDATE:
     for (int k = 0; k < 2; k++) copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : 2]);
-    line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", %.17gf, %.17gf);", fp(c, n->out[0]), fp(c, n->in[1]),
+    line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g);", fp(c, n->out[0]), fp(c, n->in[1]),
          fp(c, n->out[1]), fp(c, n->in[3]), ir_numel(&x->shape), a->momentum, a->weight_decay);
     return;
   case OP_REPEAT: emit_repeat(c, n); return;

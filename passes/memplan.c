@@ -31,13 +31,13 @@ typedef struct {
   Arena *a;
   Interval *iv;
   int n, cap;
-} Plan;
+} Intervals;
 
 static int64_t align_up(int64_t x) { return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }
 
 static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
-static Interval *add_interval(Plan *p, Value *v, int64_t bytes, int start, int mclass) {
+static Interval *add_interval(Intervals *p, Value *v, int64_t bytes, int start, int mclass) {
   arena_grow(p->a, (void **)&p->iv, &p->cap, p->n + 1, sizeof(Interval));
   Interval *it = &p->iv[p->n++];
   memset(it, 0, sizeof *it);
@@ -50,14 +50,14 @@ static Interval *add_interval(Plan *p, Value *v, int64_t bytes, int start, int m
 
 /* Marks every value of an enclosing graph that `body` (or its nested bodies) reads as
  * used at position pos of the outer plan. */
-static void mark_captures(Graph *body, Graph *outer, int pos, Interval **slot) {
+static void mark_captures(Graph *body, Graph *outer, int pos, const int *slot, Interval *iv) {
   for (int i = 0; i < body->nnodes; i++) {
     Node *n = body->nodes[i];
     for (int j = 0; j < n->nin; j++) {
       Value *u = n->in[j];
-      if (u->def->graph == outer && slot[u->id] && slot[u->id]->end < pos) slot[u->id]->end = pos;
+      if (u->def->graph == outer && slot[u->id] && iv[slot[u->id] - 1].end < pos) iv[slot[u->id] - 1].end = pos;
     }
-    if (n->body) mark_captures(n->body, outer, pos, slot);
+    if (n->body) mark_captures(n->body, outer, pos, slot, iv);
   }
 }
 
@@ -161,29 +161,52 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
   *bytes = plan_graph(body, 0, mp, tmp, peak, by_class);
 }
 
+/* A view that can share its input's memory: same bytes, no copy. */
+static bool is_view(const Node *n) {
+  return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype));
+}
+
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
                           int64_t by_class[MEM_COUNT]) {
-  Plan p = {.a = tmp};
-  Interval **slot = ARENA_ARRAY(tmp, Interval *, g->next_value_id + 1);
-  int64_t *body_bytes = ARENA_ARRAY(tmp, int64_t, g->nnodes + 1);
+  Intervals p = {.a = tmp};
+  /* fresh dense value numbers for this graph: slot[id] = 1 + interval index, 0 = none */
+  int nv = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nout; k++) g->nodes[i]->out[k]->id = nv++;
+  g->next_value_id = nv;
+  int *slot = ARENA_ARRAY(tmp, int, nv + 1);
+  bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++) {
       Value *u = n->in[j];
-      if (u->def->graph == g && slot[u->id] && slot[u->id]->end < i) slot[u->id]->end = i;
+      if (u->def->graph == g && slot[u->id] && p.iv[slot[u->id] - 1].end < i) p.iv[slot[u->id] - 1].end = i;
     }
     if (n->body) {
-      mark_captures(n->body, g, i, slot);
-      int64_t ipeak = 0, icls[MEM_COUNT] = {0};
-      place_body(n, tmp, mp, &body_bytes[i], &ipeak, icls);
-      if (body_bytes[i] > 0) add_interval(&p, NULL, body_bytes[i], i, MEM_ACT);
+      mark_captures(n->body, g, i, slot, p.iv);
+      int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0;
+      place_body(n, tmp, mp, &bytes, &ipeak, icls);
+      if (bytes > 0) add_interval(&p, NULL, bytes, i, MEM_ACT);
     }
-    if (ir_ops[n->op].flags & F_SOURCE && (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT))
-      continue; /* persistent, placed by the caller */
+    if (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) continue; /* persistent, placed by the caller */
+    if (is_view(n) && n->out[0]->offset != -2) {
+      Value *in = n->in[0];
+      Node *d = in->def;
+      if (d->graph == g && slot[in->id]) { /* share the input's interval */
+        slot[n->out[0]->id] = slot[in->id];
+        view[i] = true;
+        continue;
+      }
+      if (d->graph == g && (d->op == OP_PARAM || d->op == OP_STATE || d->op == OP_INPUT)) {
+        view[i] = true; /* persistent memory: always there */
+        continue;
+      }
+    }
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
       if (n->op == OP_ARG || v->offset == -2) continue;
-      slot[v->id] = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
+      add_interval(&p, v, value_bytes(v), i, MEM_ACT);
+      slot[v->id] = p.n;
     }
   }
   /* results live to the end; classify gradients; alias in-place updates */
@@ -191,8 +214,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     Value *v = g->results[r];
     const char *name = g->result_names ? g->result_names[r] : NULL;
     if (v->def->graph != g || !slot[v->id]) continue;
-    slot[v->id]->end = g->nnodes;
-    if (name && strncmp(name, "grad:", 5) == 0) slot[v->id]->mclass = MEM_GRAD;
+    p.iv[slot[v->id] - 1].end = g->nnodes;
+    if (name && strncmp(name, "grad:", 5) == 0) p.iv[slot[v->id] - 1].mclass = MEM_GRAD;
   }
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
@@ -228,6 +251,14 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (p.iv[i].v) continue;
     shift_body(g->nodes[p.iv[i].start]->body, base + p.iv[i].offset);
   }
+  /* views share their input's place (in node order, so chains resolve) */
+  for (int i = 0; i < g->nnodes; i++)
+    if (view[i]) {
+      Value *in = g->nodes[i]->in[0], *out = g->nodes[i]->out[0];
+      out->offset = in->offset;
+      out->stride = 0;
+      out->mclass = in->mclass;
+    }
   return size;
 }
 
