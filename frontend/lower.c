@@ -1061,9 +1061,12 @@ static void lower_const(Lower *L, Scope *s, const Stmt *st) {
     }
     if (v.kind == V_NUM && (strcmp(name, "batch") == 0 || strcmp(name, "seq") == 0))
       v.sym = name[0] == 'b' ? 0 : 1;
-    if (v.kind == V_NUM && strcmp(name, "seq") == 0 && s->kind == SC_MODEL && v.is_int && v.num >= 1 && v.num < 1e12 &&
-        L->m->recipe.seq == 0)
-      L->m->recipe.seq = (int64_t)v.num;
+    if (v.kind == V_NUM && strcmp(name, "seq") == 0 && s->kind == SC_MODEL && v.is_int && v.num >= 1 && v.num < 1e12) {
+      if (L->m->recipe.seq == 0) L->m->recipe.seq = (int64_t)v.num;
+      else if (L->m->recipe.seq != (int64_t)v.num)
+        error_at(loc, "the model's `seq` is %g but the train block's is %lld (use one, or -D seq=N for both)", v.num,
+                 (long long)L->m->recipe.seq);
+    }
     define(L, s, name, v, true, loc);
   }
 }
