@@ -42,18 +42,28 @@ typedef struct {
   int64_t src;       /* bytes: offset in mem */
 } StEntry;
 
+/* Whether t is written per layer: stacked itself, or optimizer state "prefix:NAME" of a stacked
+ * parameter NAME with the same layer dimension (the state of a stacked parameter is stacked too). */
+static int per_layer(const RtProgram *p, const RtTensor *t) {
+  if (t->stacked) return 1;
+  const char *colon = strrchr(t->name, ':');
+  if (t->kind != RT_T_STATE || !colon || t->rank < 1) return 0;
+  const RtTensor *param = rt_find_tensor(p, colon + 1);
+  return param && param->kind == RT_T_PARAM && param->stacked && param->rank == t->rank && param->dims[0] == t->dims[0];
+}
+
 /* The checkpoint entries for tensors of kind `kind`, in table order, stacked ones per layer. */
 static StEntry *st_entries(const RtProgram *p, int kind, int *count) {
   int n = 0;
   for (int i = 0; i < p->ntensors; i++)
-    if (p->tensors[i].kind == kind) n += p->tensors[i].stacked ? (int)p->tensors[i].dims[0] : 1;
+    if (p->tensors[i].kind == kind) n += per_layer(p, &p->tensors[i]) ? (int)p->tensors[i].dims[0] : 1;
   StEntry *e = rt_xcalloc((size_t)n, sizeof *e);
   int k = 0;
   for (int i = 0; i < p->ntensors; i++) {
     const RtTensor *t = &p->tensors[i];
     if (t->kind != kind) continue;
     int64_t bytes = rt_tensor_numel(t) * (int64_t)rt_dtype_size(t->dtype);
-    if (!t->stacked) {
+    if (!per_layer(p, t)) {
       e[k] = (StEntry){.t = t, .layer = -1, .bytes = bytes, .src = t->offset};
       snprintf(e[k].name, sizeof e[k].name, "%s", t->name);
       k++;

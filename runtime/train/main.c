@@ -36,6 +36,7 @@ typedef struct {
   double temperature;      /* sampling temperature (0: greedy) */
   int steps_set, seed_set; /* given on the command line */
   int data_set, val_set;   /* given on the command line */
+  int save_set;            /* --save-to given on the command line */
 } Opts;
 
 typedef struct {
@@ -109,7 +110,8 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
   const Flag flags[] = {
       {"data", 0, &o->data, &o->data_set, "PATH|GLOB",
        "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
-      {"val", 0, &o->val, &o->val_set, "PATH|GLOB", "validation data (default: the last 10% of the last training file)"},
+      {"val", 0, &o->val, &o->val_set, "PATH|GLOB",
+       "validation data (default: the last 10% of the last training file)"},
       {"steps", 1, &o->steps, &o->steps_set, "N",
        "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
       {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
@@ -117,7 +119,8 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
       {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks"},
       {"init-from", 0, &o->init_from, NULL, "FILE",
        "initialise the weights from a .safetensors file or checkpoint dir"},
-      {"save-to", 0, &o->save_to, NULL, "DIR", "write checkpoints DIR/step_N at the end (and every --ckpt-every)"},
+      {"save-to", 0, &o->save_to, &o->save_set, "DIR",
+       "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights"},
       {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
       {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
       {"resume", 0, &o->resume, NULL, "DIR",
@@ -214,6 +217,11 @@ static void init_tensors(const RtProgram *p, char *mem, uint64_t seed) {
     if (t->kind != RT_T_PARAM) continue;
     uint64_t key = rt_rng_key(seed, t->name);
     char *dst = mem + t->offset;
+    if (t->init < RT_INIT_ZEROS || t->init > RT_INIT_CONST) rt_bug("parameter %s: unknown init %d", t->name, t->init);
+    if (t->dtype != RT_F32 && t->dtype != RT_F64 && t->dtype != RT_BF16)
+      rt_bug("parameter %s: dtype %s cannot be initialised", t->name, rt_dtype_st_name(t->dtype));
+      /* element i is a pure function of (key, i): the threads' split changes nothing */
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
       double x = 0;
       switch (t->init) {
@@ -222,13 +230,11 @@ static void init_tensors(const RtProgram *p, char *mem, uint64_t seed) {
       case RT_INIT_CONST: x = t->init_a; break;
       case RT_INIT_NORMAL: x = rt_rng_normal(key, i, t->init_a, t->init_b); break;
       case RT_INIT_UNIFORM: x = t->init_a + (t->init_b - t->init_a) * rt_rng_uniform(key, i); break;
-      default: rt_bug("parameter %s: unknown init %d", t->name, t->init);
       }
       switch (t->dtype) {
       case RT_F32: ((float *)dst)[i] = (float)x; break;
       case RT_F64: ((double *)dst)[i] = x; break;
       case RT_BF16: ((uint16_t *)dst)[i] = f32_to_bf16((float)x); break;
-      default: rt_bug("parameter %s: dtype %s cannot be initialised", t->name, rt_dtype_st_name(t->dtype));
       }
     }
   }
@@ -604,7 +610,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   r->ctx.step = 0;
   if (r->has_val && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= first))
     log_eval(r, r->st.step, last_val = evaluate(r));
-  if (o->save_to && saved_at != r->st.step && r->st.step >= first) save(r);
+  /* at the end; a fresh run with --steps 0 and --save-to saves its initial (or --init-from) weights as step 0 */
+  if (o->save_to && saved_at != r->st.step && (r->st.step >= first || (o->save_set && !o->resume && r->st.step == 0)))
+    save(r);
 
   if (r->ctx.rank == 0) {
     int64_t ran = stop >= first ? stop - first + 1 : 0;
