@@ -21,47 +21,98 @@ static inline float dot(const float *a, const float *b, int64_t n) {
   return s;
 }
 
+/* xt[d * RT_ATTN_BLOCK + j] = x[(t0 + j) * ld + d]: a key block transposed, so that the scores of
+ * one query against the block are a loop over j that vectorises (no horizontal sums). */
+static void transpose_block(const float *x, int64_t ld, int64_t t0, int64_t nt, int64_t hd, float *xt) {
+  for (int64_t j = 0; j < nt; j++)
+    for (int64_t d = 0; d < hd; d++) xt[d * RT_ATTN_BLOCK + j] = x[(t0 + j) * ld + d];
+  int64_t nt16 = (nt + 15) / 16 * 16; /* scores() reads whole 16-column groups: zero the tail */
+  for (int64_t d = 0; d < hd; d++)
+    for (int64_t j = nt; j < nt16; j++) xt[d * RT_ATTN_BLOCK + j] = 0.0f;
+}
+
+/* 16 floats in one AVX-512 register (two AVX2 ones), unaligned loads allowed. Spelled out with
+ * GCC vector types: left to itself the vectoriser picked the strided loop and used gathers. */
+typedef float v16 __attribute__((vector_size(64), aligned(4), may_alias));
+
+/* s[j] = scale * q . k_j for j < nt (rounded up to 16; kt has RT_ATTN_BLOCK columns), from the
+ * transposed block. */
+static inline void scores(const float *qr, const float *kt, int64_t nt, int64_t hd, float scale, float *s) {
+  for (int64_t j0 = 0; j0 < nt; j0 += 16) {
+    v16 a = {0};
+    for (int64_t d = 0; d < hd; d++) a += qr[d] * *(const v16 *)(kt + d * RT_ATTN_BLOCK + j0);
+    *(v16 *)(s + j0) = a * scale;
+  }
+}
+
+/* acc[d] = acc[d] * corr + sum_j p[j] x[j * ld + d] for j < nt: d in 16-wide register chunks. */
+static inline void accum_rows(float *acc, float corr, const float *p, const float *x, int64_t ld, int64_t nt,
+                              int64_t hd) {
+  int64_t d0 = 0;
+  for (; d0 + 16 <= hd; d0 += 16) {
+    v16 a = *(v16 *)(acc + d0) * corr;
+    for (int64_t j = 0; j < nt; j++) a += p[j] * *(const v16 *)(x + j * ld + d0);
+    *(v16 *)(acc + d0) = a;
+  }
+  for (; d0 < hd; d0++) {
+    float a = acc[d0] * corr;
+    for (int64_t j = 0; j < nt; j++) a += p[j] * x[j * ld + d0];
+    acc[d0] = a;
+  }
+}
+
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, float *o, float *lse) {
   const int64_t grp = H / KV, qC = H * hd, kC = KV * hd;
   const float scale = 1.0f / sqrtf((float)hd);
   const int64_t nqb = (S + RT_ATTN_BLOCK - 1) / RT_ATTN_BLOCK;
+  float *ms = lse; /* running max per row, kept in lse until the end; l in a local array */
 #pragma omp parallel for collapse(3) schedule(dynamic, 1)
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t qb = 0; qb < nqb; qb++) {
-        const int64_t kh = h / grp;
+        const int64_t kh = h / grp, s0 = qb * RT_ATTN_BLOCK;
+        const int64_t s1 = s0 + RT_ATTN_BLOCK < S ? s0 + RT_ATTN_BLOCK : S;
         const float *kbase = k + b * T * kC + kh * hd, *vbase = v + b * T * kC + kh * hd;
-        float sc[RT_ATTN_BLOCK], acc[RT_ATTN_MAX_HD];
-        int64_t s1 = (qb + 1) * RT_ATTN_BLOCK < S ? (qb + 1) * RT_ATTN_BLOCK : S;
-        for (int64_t s = qb * RT_ATTN_BLOCK; s < s1; s++) {
-          const float *qr = q + (b * S + s) * qC + h * hd;
-          float *orow = o + (b * S + s) * qC + h * hd;
-          int64_t tend = causal ? (s + 1 < T ? s + 1 : T) : T;
-          float m = -INFINITY, l = 0.0f;
-          for (int64_t d = 0; d < hd; d++) acc[d] = 0.0f;
-          for (int64_t t0 = 0; t0 < tend; t0 += RT_ATTN_BLOCK) {
-            int64_t nt = tend - t0 < RT_ATTN_BLOCK ? tend - t0 : RT_ATTN_BLOCK;
+        float kt[RT_ATTN_MAX_HD * RT_ATTN_BLOCK] __attribute__((aligned(64)));
+        float sc[RT_ATTN_BLOCK], ls[RT_ATTN_BLOCK];
+        float *mrow = ms + (b * H + h) * S;
+        for (int64_t s = s0; s < s1; s++) {
+          mrow[s] = -INFINITY;
+          ls[s - s0] = 0.0f;
+          memset(o + (b * S + s) * qC + h * hd, 0, (size_t)hd * sizeof(float));
+        }
+        int64_t tmax = causal ? (s1 < T ? s1 : T) : T; /* keys any row of the block sees */
+        for (int64_t t0 = 0; t0 < tmax; t0 += RT_ATTN_BLOCK) {
+          int64_t ntb = tmax - t0 < RT_ATTN_BLOCK ? tmax - t0 : RT_ATTN_BLOCK;
+          transpose_block(kbase, kC, t0, ntb, hd, kt);
+          for (int64_t s = s0; s < s1; s++) {
+            int64_t tend = causal ? (s + 1 < T ? s + 1 : T) : T;
+            int64_t nt = tend - t0 < ntb ? tend - t0 : ntb;
+            if (nt <= 0) continue;
+            const float *qr = q + (b * S + s) * qC + h * hd;
+            float *acc = o + (b * S + s) * qC + h * hd; /* o accumulates unnormalised */
+            scores(qr, kt, nt, hd, scale, sc);
             float bm = -INFINITY;
+            for (int64_t j = 0; j < nt; j++) bm = sc[j] > bm ? sc[j] : bm;
+            float m = mrow[s], mn = bm > m ? bm : m;
+            float corr = rt_fexp(m - mn); /* m = -inf on the first block: corr ~ 0 times zeros */
+            float l = ls[s - s0] * corr;
+#pragma omp simd reduction(+ : l)
             for (int64_t j = 0; j < nt; j++) {
-              sc[j] = scale * dot(qr, kbase + (t0 + j) * kC, hd);
-              bm = sc[j] > bm ? sc[j] : bm;
+              sc[j] = rt_fexp(sc[j] - mn);
+              l += sc[j];
             }
-            float mn = bm > m ? bm : m;
-            float corr = rt_fexp(m - mn); /* m = -inf on the first block: corr ~ 0, acc and l are 0 */
-            l *= corr;
-            for (int64_t d = 0; d < hd; d++) acc[d] *= corr;
-            for (int64_t j = 0; j < nt; j++) {
-              float p = rt_fexp(sc[j] - mn);
-              l += p;
-              const float *vr = vbase + (t0 + j) * kC;
-              for (int64_t d = 0; d < hd; d++) acc[d] += p * vr[d];
-            }
-            m = mn;
+            accum_rows(acc, corr, sc, vbase + t0 * kC, kC, nt, hd);
+            ls[s - s0] = l;
+            mrow[s] = mn;
           }
-          float inv = l > 0.0f ? 1.0f / l : 0.0f;
-          for (int64_t d = 0; d < hd; d++) orow[d] = acc[d] * inv;
-          lse[(b * H + h) * S + s] = l > 0.0f ? m + logf(l) : -INFINITY;
+        }
+        for (int64_t s = s0; s < s1; s++) {
+          float l = ls[s - s0], inv = l > 0.0f ? 1.0f / l : 0.0f;
+          float *orow = o + (b * S + s) * qC + h * hd;
+          for (int64_t d = 0; d < hd; d++) orow[d] *= inv;
+          mrow[s] = l > 0.0f ? mrow[s] + logf(l) : -INFINITY;
         }
       }
 }
@@ -76,33 +127,48 @@ void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
     for (int64_t kh = 0; kh < KV; kh++) {
       const float *kbase = k + b * T * kC + kh * hd, *vbase = v + b * T * kC + kh * hd;
       float *dkbase = dk + b * T * kC + kh * hd, *dvbase = dv + b * T * kC + kh * hd;
+      float kt[RT_ATTN_MAX_HD * RT_ATTN_BLOCK] __attribute__((aligned(64)));
+      float vt[RT_ATTN_MAX_HD * RT_ATTN_BLOCK] __attribute__((aligned(64)));
+      float P[RT_ATTN_BLOCK], dP[RT_ATTN_BLOCK];
       for (int64_t t = 0; t < T; t++) {
         memset(dkbase + t * kC, 0, (size_t)hd * sizeof(float));
         memset(dvbase + t * kC, 0, (size_t)hd * sizeof(float));
       }
-      float dqa[RT_ATTN_MAX_HD];
       for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
-        for (int64_t s = 0; s < S; s++) {
-          const float *qr = q + (b * S + s) * qC + h * hd, *orow = o + (b * S + s) * qC + h * hd,
-                      *dor = dout + (b * S + s) * qC + h * hd;
-          float *dqr = dq + (b * S + s) * qC + h * hd;
-          float L = lse[(b * H + h) * S + s];
-          int64_t tend = causal ? (s + 1 < T ? s + 1 : T) : T;
-          float Di = dot(dor, orow, hd);
-          for (int64_t d = 0; d < hd; d++) dqa[d] = 0.0f;
-          for (int64_t t = 0; t < tend; t++) {
-            const float *kr = kbase + t * kC, *vr = vbase + t * kC;
-            float P = rt_fexp(scale * dot(qr, kr, hd) - L);
-            float dP = dot(dor, vr, hd);
-            float dS = P * (dP - Di) * scale;
-            float *dkr = dkbase + t * kC, *dvr = dvbase + t * kC;
-            for (int64_t d = 0; d < hd; d++) {
-              dvr[d] += P * dor[d];
-              dqa[d] += dS * kr[d];
-              dkr[d] += dS * qr[d];
+        for (int64_t s = 0; s < S; s++) memset(dq + (b * S + s) * qC + h * hd, 0, (size_t)hd * sizeof(float));
+      for (int64_t t0 = 0; t0 < T; t0 += RT_ATTN_BLOCK) {
+        int64_t ntb = T - t0 < RT_ATTN_BLOCK ? T - t0 : RT_ATTN_BLOCK;
+        transpose_block(kbase, kC, t0, ntb, hd, kt);
+        transpose_block(vbase, kC, t0, ntb, hd, vt);
+        for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
+          for (int64_t s = causal ? (t0 < S ? t0 : S) : 0; s < S; s++) { /* causal: rows s >= t0 see the block */
+            int64_t tend = causal ? (s + 1 < T ? s + 1 : T) : T;
+            int64_t nt = tend - t0 < ntb ? tend - t0 : ntb;
+            if (nt <= 0) continue;
+            const float *qr = q + (b * S + s) * qC + h * hd, *orow = o + (b * S + s) * qC + h * hd,
+                        *dor = dout + (b * S + s) * qC + h * hd;
+            float *dqr = dq + (b * S + s) * qC + h * hd;
+            float L = lse[(b * H + h) * S + s];
+            float Di = dot(dor, orow, hd);
+            scores(qr, kt, nt, hd, scale, P);
+            scores(dor, vt, nt, hd, 1.0f, dP);
+#pragma omp simd
+            for (int64_t j = 0; j < nt; j++) {
+              float p = rt_fexp(P[j] - L);
+              P[j] = p;
+              dP[j] = p * (dP[j] - Di) * scale; /* dS */
+            }
+            accum_rows(dqr, 1.0f, dP, kbase + t0 * kC, kC, nt, hd); /* dq += dS K */
+            for (int64_t j = 0; j < nt; j++) {
+              float *dkr = dkbase + (t0 + j) * kC, *dvr = dvbase + (t0 + j) * kC;
+              const float p = P[j], ds = dP[j];
+#pragma omp simd
+              for (int64_t d = 0; d < hd; d++) {
+                dvr[d] += p * dor[d];
+                dkr[d] += ds * qr[d];
+              }
             }
           }
-          for (int64_t d = 0; d < hd; d++) dqr[d] = dqa[d];
-        }
+      }
     }
 }

@@ -141,7 +141,7 @@ void rt_rope(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t 
  * blocks of RT_ATTN_BLOCK with an online softmax, so a thread holds one block of scores of one
  * query row, never the T x T matrix; no workspace. hd <= RT_ATTN_MAX_HD. */
 #define RT_ATTN_BLOCK 64
-#define RT_ATTN_MAX_HD 512
+#define RT_ATTN_MAX_HD 256
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, float *o, float *lse);
 /* Backward from (q, k, v, o, lse, do) -> dq [B, S, H*hd], dk, dv [B, T, KV*hd] (written, not
