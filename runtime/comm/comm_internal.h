@@ -138,6 +138,8 @@ struct RtComm {
   double timeout_s;
   size_t chunk_bytes;
   int window;
+  int spin;              /* empty completion polls before yielding the core */
+  int idle_polls;        /* empty polls in a row */
   /* staging slabs */
   void **free_slabs;     /* stack */
   int nfree, capfree;
