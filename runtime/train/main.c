@@ -272,6 +272,7 @@ typedef struct {
   FILE *log;          /* --log, rank 0 only */
   RtTrainState st;    /* step, data position, RNG */
   double peak;        /* FLOP/s the MFU is measured against */
+  int64_t base_rss;   /* bytes resident before the allocation */
 } Run;
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -335,14 +336,20 @@ static void save(Run *r) {
   fflush(stdout);
 }
 
-static void print_memory(const char *when, const RtProgram *p) {
-  char a[32], b[32], c[32];
+/* The plan against the measured peak resident size; `base` is the resident size before the
+ * allocation (code, libraries, data pages), so the run's own share is visible too. */
+static void print_memory(const char *when, const RtProgram *p, int64_t base) {
+  char a[32], b[32], c[32], d[32];
   rt_fmt_bytes(a, sizeof a, (double)p->mem_bytes);
   rt_fmt_bytes(b, sizeof b, (double)p->mem_peak);
   int64_t hwm = rt_vm_hwm();
   rt_fmt_bytes(c, sizeof c, (double)hwm);
   printf("memory %s: planned %s (live peak %s), measured peak resident %s (VmHWM)", when, a, b, c);
   if (hwm > 0 && p->mem_bytes > 0) printf(" = %.2fx the plan", (double)hwm / (double)p->mem_bytes);
+  if (base > 0 && hwm > 0) {
+    rt_fmt_bytes(d, sizeof d, (double)base);
+    printf("; %s resident before the allocation", d);
+  }
   printf("\n");
 }
 
@@ -463,6 +470,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   r->st = (RtTrainState){.steps = o->steps, .seed = o->seed, .batch = gbatch, .seq = T, .loss = NAN};
   r->st.rng = rt_rng_key(o->seed, "sample");
 
+  r->base_rss = rt_vm_rss();
   /* One allocation (the plan, then the kernels' workspace), 64-byte aligned, touched. */
   int64_t ws = p->workspace_bytes ? p->workspace_bytes() : 0;
   size_t bytes = ((size_t)(p->mem_bytes + ws > 0 ? p->mem_bytes + ws : 64) + 63) / 64 * 64;
@@ -557,7 +565,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
              : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear"
                                                      : "constant",
              (long long)p->recipe.warmup, r->ctx.threads, r->peak / 1e9, how);
-    print_memory("at start", p);
+    print_memory("at start", p, r->base_rss);
   }
 
   /* The loop. */
@@ -625,7 +633,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     } else {
       printf("nothing to train: at step %lld of %lld\n", (long long)r->st.step, (long long)stop);
     }
-    print_memory("at end", p);
+    print_memory("at end", p, r->base_rss);
   }
   if (o->sample) sample(r);
 
