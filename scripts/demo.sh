@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The demo: sets up, builds, and runs shardc on the bundled models.
-# Today it compiles the bundled models and prints their plans (the trainer lands with codegen).
+# The demo: sets up, builds shardc, compiles the bundled byte-level model (models/tiny.model)
+# into a trainer, and trains it on a generated English-like corpus, printing one line per step
+# and a text sample at the end. Extra arguments go to the trainer (e.g. --steps 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
-for m in models/tiny.model models/gpt2-124m.model; do
-  echo "== shardc plan $m"
-  ./build/shardc plan "$m" | sed -n '/^# parameters/,$p' | head -40
-done
+mkdir -p data/tiny
+[ -f data/tiny/train.txt ] || bash scripts/gen_corpus.sh data/tiny/train.txt
+[ -f data/tiny/val.txt ] || bash scripts/gen_corpus.sh data/tiny/val.txt 40000 7
+echo "== shardc build models/tiny.model -o build/train_tiny"
+./build/shardc build models/tiny.model -o build/train_tiny
+echo "== build/train_tiny --sample 300"
+./build/train_tiny --eval-every 100 --sample 300 "$@"
