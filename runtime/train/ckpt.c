@@ -130,11 +130,35 @@ static void write_meta(FILE *f, const RtProgram *p, const RtTrainState *st, cons
   fputc('}', f);
 }
 
+static int64_t write_entries(const char *path, const RtProgram *p, const char *mem, StEntry *e, int n,
+                             const RtTrainState *st, const char *part);
+
 /* Writes one safetensors file of the tensors of `kind`; returns the data bytes. */
 static int64_t write_st(const char *path, const RtProgram *p, const char *mem, int kind, const RtTrainState *st,
                         const char *part, StEntry **entries_out, int *n_out) {
   int n;
   StEntry *e = st_entries(p, kind, &n);
+  int64_t off = write_entries(path, p, mem, e, n, st, part);
+  if (entries_out)
+    *entries_out = e, *n_out = n;
+  else
+    free(e);
+  return off;
+}
+
+void rt_dump_tensors(const RtProgram *p, const char *mem, const char *path, const RtTrainState *st) {
+  StEntry *e = rt_xcalloc((size_t)p->ntensors + 1, sizeof *e);
+  for (int i = 0; i < p->ntensors; i++) {
+    const RtTensor *t = &p->tensors[i];
+    e[i] = (StEntry){.t = t, .layer = -1, .bytes = rt_tensor_numel(t) * (int64_t)rt_dtype_size(t->dtype), .src = t->offset};
+    snprintf(e[i].name, sizeof e[i].name, "%s", t->name);
+  }
+  write_entries(path, p, mem, e, p->ntensors, st, "dump");
+  free(e);
+}
+
+static int64_t write_entries(const char *path, const RtProgram *p, const char *mem, StEntry *e, int n,
+                             const RtTrainState *st, const char *part) {
   char *hdr = NULL;
   size_t hdr_len = 0;
   FILE *h = open_memstream(&hdr, &hdr_len);
@@ -169,10 +193,6 @@ static int64_t write_st(const char *path, const RtProgram *p, const char *mem, i
   if (fsync(fd) != 0) rt_user_error("checkpoint: cannot fsync '%s': %s", path, strerror(errno));
   if (close(fd) != 0) rt_user_error("checkpoint: cannot close '%s': %s", path, strerror(errno));
   free(hdr);
-  if (entries_out)
-    *entries_out = e, *n_out = n;
-  else
-    free(e);
   return off;
 }
 

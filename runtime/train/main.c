@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../kernels/kernels.h"
@@ -23,6 +24,8 @@ typedef struct {
   const char *resume;      /* --resume directory */
   const char *log;         /* --log file */
   const char *prompt;      /* --prompt text (byte-level sampling) */
+  const char *dump_to;     /* --dump-to directory for --dump-steps */
+  int64_t dump_steps;      /* write every tensor after each of the first N steps */
   int64_t steps;           /* schedule length */
   int64_t stop_at;         /* last step this run executes (0: steps) */
   int64_t batch;           /* global batch, sequences (0: compiled) */
@@ -132,6 +135,9 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
       {"temperature", 3, &o->temperature, NULL, "X", "sampling temperature; 0: greedy (default 0.8)"},
       {"prompt", 0, &o->prompt, NULL, "TEXT", "sampling prompt (byte-level models; default: the data's start)"},
       {"threads", 4, &o->threads, NULL, "N", "compute threads (default: the online CPUs)"},
+      {"dump-steps", 1, &o->dump_steps, NULL, "N",
+       "write every tensor (params, state, inputs, results) after each of the first N steps"},
+      {"dump-to", 0, &o->dump_to, NULL, "DIR", "where --dump-steps writes DIR/step_N.safetensors (default: dump)"},
   };
   int nflags = (int)(sizeof flags / sizeof flags[0]);
   for (int i = 1; i < argc; i++) {
@@ -584,6 +590,13 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     double dt = rt_now() - t0;
     r->st.data_pos += gbatch;
     r->st.step = s;
+    if (s <= o->dump_steps && r->ctx.rank == 0) {
+      const char *dir = o->dump_to ? o->dump_to : "dump";
+      if (mkdir(dir, 0755) != 0 && errno != EEXIST) rt_user_error("--dump-to: cannot create '%s': %s", dir, strerror(errno));
+      char *path = rt_xprintf("%s/step_%lld.safetensors", dir, (long long)s);
+      rt_dump_tensors(p, r->mem, path, &r->st);
+      free(path);
+    }
     double loss = get_scalar(r->mem, r->loss), gn = get_scalar(r->mem, r->gnorm);
     r->st.loss = loss;
     if (s > first || stop == first) t_steady += dt, steady_steps++;

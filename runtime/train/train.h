@@ -131,6 +131,9 @@ void rt_layer_name(char *out, size_t n, const char *name, int64_t layer);
 /* Writes DIR/step_NNNNNNNN/{model,optimizer}.safetensors and model.safetensors.index.json,
  * atomically (a temp directory, fsync, rename), then removes all but the newest `keep` (0: all). */
 void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep);
+/* Writes every tensor of the program (params, state, inputs, results), whole, to one
+ * safetensors file at path (not atomic: for tests and debugging, --dump-steps). */
+void rt_dump_tensors(const RtProgram *p, const char *mem, const char *path, const RtTrainState *st);
 /* The newest complete checkpoint directory in dir (a step_* child, or dir itself when it holds a
  * model.safetensors). Returns NULL when there is none. Caller frees. */
 char *rt_ckpt_find(const char *dir);
