@@ -141,6 +141,13 @@ int main(int argc, char **argv) {
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   if (!pipeline_run(m, &po)) return 1;
+  const Plan *pl = &m->plan;
+  if (pl->tp > 1 || pl->pp > 1 || pl->cp > 1 || pl->zero > 0 || pl->sp || (pl->dp > 1))
+    fprintf(stderr,
+            "shardc: warning: %s: the parallel plan (tp %d, pp %d, cp %d, dp %s, zero %d, sp %s) is not applied yet: "
+            "the partitioning passes are still to come, so this is the single-rank program "
+            "(try -D tp=1 -D pp=1 -D zero=0 -D sp=off)\n",
+            input, pl->tp, pl->pp, pl->cp, pl->dp ? "fixed" : "auto", pl->zero, pl->sp ? "on" : "off");
 
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Golden files of the compiler's output. `golden.sh SHARDC check` compares, `golden.sh SHARDC update`
+# rewrites (scripts/update-golden.sh). Runs from the repository root so paths print the same.
+set -euo pipefail
+shardc=$(realpath "$1")
+mode=${2:-check}
+cd "$(dirname "$0")/../.."
+dir=tests/golden
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cases=(
+  "tiny|models/tiny.model"
+  "gpt2-124m|models/gpt2-124m.model"
+  "llama3-8b|models/llama3-8b.model"
+  "gpt3-175b|models/gpt3-175b.model"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name model flags <<<"$c"
+  # shellcheck disable=SC2086
+  "$shardc" plan "$model" $flags >"$tmp/$name.ir" 2>/dev/null
+done
+"$shardc" build models/tiny.model --emit-c "$tmp/c" -o "$tmp/train_tiny" >/dev/null 2>&1
+cp "$tmp/c/tiny.c" "$tmp/tiny.c"
+
+status=0
+for f in "$tmp"/*.ir "$tmp"/tiny.c; do
+  base=$(basename "$f")
+  if [ "$mode" = update ]; then
+    cp "$f" "$dir/$base"
+  elif ! diff -u "$dir/$base" "$f" >"$tmp/diff" 2>&1; then
+    echo "golden mismatch: $dir/$base (refresh with scripts/update-golden.sh after checking the change)"
+    head -40 "$tmp/diff"
+    status=1
+  fi
+done
+[ "$mode" = update ] && echo "updated $(ls "$tmp"/*.ir "$tmp"/tiny.c | wc -l) golden files in $dir"
+exit $status
