@@ -8,6 +8,7 @@
 #include "diag.h"
 #include "frontend.h"
 #include "memplan.h"
+#include "mesh.h"
 #include "pipeline.h"
 #include "print.h"
 
@@ -142,12 +143,12 @@ int main(int argc, char **argv) {
   if (!m || diag_errors()) return 1;
   if (!pipeline_run(m, &po)) return 1;
   const Plan *pl = &m->plan;
-  if (pl->tp > 1 || pl->pp > 1 || pl->cp > 1 || pl->zero > 0 || pl->sp || (pl->dp > 1))
+  if (pl->tp > 1 || pl->pp > 1 || pl->cp > 1 || pl->zero > 0 || pl->sp)
     fprintf(stderr,
-            "shardc: warning: %s: the parallel plan (tp %d, pp %d, cp %d, dp %s, zero %d, sp %s) is not applied yet: "
+            "shardc: warning: %s: the parallel plan (tp %d, pp %d, cp %d, zero %d, sp %s) is not applied yet: "
             "the partitioning passes are still to come, so this is the single-rank program "
-            "(try -D tp=1 -D pp=1 -D zero=0 -D sp=off)\n",
-            input, pl->tp, pl->pp, pl->cp, pl->dp ? "fixed" : "auto", pl->zero, pl->sp ? "on" : "off");
+            "(-D tp=1 -D pp=1 -D zero=0 -D sp=off says so)\n",
+            input, pl->tp, pl->pp, pl->cp, pl->zero, pl->sp ? "on" : "off");
 
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
@@ -155,6 +156,8 @@ int main(int argc, char **argv) {
   }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
+  else if (dump && strcmp(dump, "mesh") == 0)
+    ir_print_mesh(stdout, m);
   if (build || out || cg.emit_dir) {
     cg.source_path = input;
     char def[512];

@@ -1,6 +1,6 @@
 /* passes/pipeline.c — the whole middle of the compiler on one screen.
  *
- *   inline → shape → autodiff → optimizer → memplan
+ *   inline → shape → mesh → autodiff → optimizer → memplan
  *
  * with the verifier after each pass and an optional dump of the IR after any
  * of them (--dump-ir=after:PASS). Later passes (mesh, shard, context,
@@ -16,6 +16,9 @@
 #include "print.h"
 
 
+static int world_for_mesh; /* PipelineOptions.world for the mesh pass */
+static bool run_mesh(Module *m) { return pass_mesh(m, world_for_mesh); }
+
 typedef struct {
   const char *name;
   bool (*run)(Module *m);
@@ -24,6 +27,7 @@ typedef struct {
 static const Pass passes[] = {
     {"inline", pass_inline},       /* layers expanded; repeat stays a region */
     {"shape", pass_shape},         /* shapes and dtypes checked against the source */
+    {"mesh", run_mesh},            /* plan bound to the topology: ranks, groups, dp auto */
     {"autodiff", pass_autodiff},   /* backward graph */
     {"optimizer", pass_optimizer}, /* clip, lr, update */
     {"memplan", pass_memplan},     /* every value at a fixed offset per rank */
@@ -44,6 +48,7 @@ static double now(void) {
 }
 
 bool pipeline_run(Module *m, const PipelineOptions *o) {
+  world_for_mesh = o->world;
   for (int i = 0; i < NPASSES; i++) {
     double t0 = now();
     bool ok = passes[i].run(m) && diag_errors() == 0;
