@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-enum { RT_F32, RT_BF16, RT_F16, RT_F64, RT_I32, RT_I64 }; /* = the IR's DType order */
+#include "dtype.h" /* RT_F32, RT_BF16, ... (the IR's DType order) */
 enum { RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_CONST }; /* = InitKind */
 enum { RT_T_PARAM, RT_T_STATE, RT_T_INPUT, RT_T_RESULT };
 enum { RT_OPT_SGD, RT_OPT_ADAMW };

@@ -38,7 +38,7 @@
 
 #define RT_EXIT_COMM 3 /* exit status of a rank ended by a communication fault */
 
-typedef enum { RT_F32, RT_BF16, RT_DTYPE_COUNT } RtDType;
+#include "../dtype.h" /* RtDType: collectives take RT_F32 and RT_BF16 */
 typedef enum { RT_SUM, RT_AVG, RT_MAX, RT_REDOP_COUNT } RtRedOp;
 typedef enum {
   RT_OP_ALL_REDUCE,
@@ -64,8 +64,6 @@ typedef struct {
   int window;           /* chunks in flight per operation; 0: env SHARDRT_WINDOW, else 8 */
 } RtCommOptions;
 
-const char *rt_dtype_name(RtDType dt);
-size_t rt_dtype_size(RtDType dt); /* bytes per element */
 const char *rt_redop_name(RtRedOp op);
 const char *rt_op_name(RtOpKind op);
 

@@ -31,7 +31,6 @@ double rt_now(void);                                  /* seconds, monotonic */
 int64_t rt_vm_hwm(void);                              /* peak resident bytes of this process (VmHWM), -1 if unknown */
 int64_t rt_vm_rss(void);                              /* resident bytes now (VmRSS), -1 if unknown */
 void rt_fmt_bytes(char *out, size_t n, double bytes); /* "123.4 MiB" */
-size_t rt_dtype_size(int dtype);
 const char *rt_dtype_st_name(int dtype); /* safetensors dtype string: "F32", "BF16", ... */
 int64_t rt_tensor_numel(const RtTensor *t);
 const RtTensor *rt_find_tensor(const RtProgram *p, const char *name);

@@ -100,17 +100,6 @@ void rt_fmt_bytes(char *out, size_t n, double b) {
     snprintf(out, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
 }
 
-size_t rt_dtype_size(int dtype) {
-  switch (dtype) {
-  case RT_F32: return 4;
-  case RT_BF16: return 2;
-  case RT_F16: return 2;
-  case RT_F64: return 8;
-  case RT_I32: return 4;
-  case RT_I64: return 8;
-  }
-  rt_bug("unknown dtype %d", dtype);
-}
 
 const char *rt_dtype_st_name(int dtype) {
   switch (dtype) {

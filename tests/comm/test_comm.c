@@ -190,7 +190,7 @@ static void run_group(RtGroup *g) {
   int salt = 0;
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
     size_t n = sizes[si];
-    for (int dt = 0; dt < RT_DTYPE_COUNT; dt++) {
+    for (int dt = RT_F32; dt <= RT_BF16; dt++) { /* the dtypes collectives take */
       for (int op = 0; op < RT_REDOP_COUNT; op++) {
         check_all_reduce(g, n, (RtDType)dt, (RtRedOp)op, op == RT_SUM, ++salt);
         check_reduce_scatter(g, n, (RtDType)dt, (RtRedOp)op, ++salt);
