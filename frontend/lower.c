@@ -1425,7 +1425,7 @@ static Val call_layer(Lower *L, Scope *s, const LayerDecl *ld, const Expr *call,
         break;
       }
     }
-    if (v.kind == V_TENSOR) {
+    if (v.kind == V_TENSOR && v.t->def->graph != body) { /* a default computed in the body stays there */
       Value *outer = use(L, s, v.t);
       Node *arg = ir_add_arg(body, outer->dtype, outer->shape, lp->name);
       arg->loc = lp->loc;
