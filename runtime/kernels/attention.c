@@ -9,6 +9,8 @@
  *   dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
  * Parallel over (batch, kv head) so each dk/dv/dq row has one owner. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fastmath.h"
@@ -61,8 +63,16 @@ static inline void accum_rows(float *acc, float corr, const float *p, const floa
   }
 }
 
+static void check_hd(int64_t hd) {
+  if (hd > RT_ATTN_MAX_HD) { /* guards the stack buffers; larger heads need a larger RT_ATTN_MAX_HD */
+    fprintf(stderr, "shardrt: attention head dim %lld > RT_ATTN_MAX_HD (%d)\n", (long long)hd, RT_ATTN_MAX_HD);
+    abort();
+  }
+}
+
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, float *o, float *lse) {
+  check_hd(hd);
   const int64_t grp = H / KV, qC = H * hd, kC = KV * hd;
   const float scale = 1.0f / sqrtf((float)hd);
   const int64_t nqb = (S + RT_ATTN_BLOCK - 1) / RT_ATTN_BLOCK;
@@ -120,6 +130,7 @@ void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
 void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, const float *o, const float *lse, const float *dout, float *dq,
                  float *dk, float *dv) {
+  check_hd(hd);
   const int64_t grp = H / KV, qC = H * hd, kC = KV * hd;
   const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)

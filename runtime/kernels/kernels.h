@@ -9,9 +9,10 @@
  *     memory plan sizes it;
  *   - the semantics are exactly the op comments in ir/ops.def (ir/interp.c evaluates the same
  *     definitions in fp64); ref.h holds naive double-accumulating references of every kernel;
- *   - results do not depend on the thread count (reductions use fixed partitions combined in a
- *     fixed order; gradients that scatter — embedding, attention dk/dv — are owned by one thread),
- *     so a run is bit-reproducible on a given machine and BLAS;
+ *   - results of the non-BLAS kernels do not depend on the thread count (reductions use fixed
+ *     partitions combined in a fixed order; gradients that scatter — embedding, attention dk/dv —
+ *     are owned by one thread); the GEMMs are deterministic for a fixed thread count; so a run is
+ *     bit-reproducible on a given machine, BLAS and thread count;
  *   - an output may alias an input only where a kernel says so.
  *
  * Threads: the kernels use OpenMP; GEMMs go to the OpenMP build of OpenBLAS (shares the same
@@ -139,7 +140,9 @@ void rt_rope(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t 
  * o [B, S, H*hd] = softmax(q k^T * scale + mask) v per head; lse [B, H, S] = log-sum-exp of each
  * scaled score row (-inf for a row that sees no key; its o row is 0). Flash-style: keys in
  * blocks of RT_ATTN_BLOCK with an online softmax, so a thread holds one block of scores of one
- * query row, never the T x T matrix; no workspace. hd <= RT_ATTN_MAX_HD. */
+ * query row, never the T x T matrix; no workspace (a thread keeps a transposed key block, and in
+ * the backward a value block, of RT_ATTN_MAX_HD x RT_ATTN_BLOCK floats = 64 KiB on its stack).
+ * o must not alias q, k, v. hd <= RT_ATTN_MAX_HD (larger aborts with a message). */
 #define RT_ATTN_BLOCK 64
 #define RT_ATTN_MAX_HD 256
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
