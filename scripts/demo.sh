@@ -10,5 +10,5 @@ mkdir -p data/tiny
 [ -f data/tiny/val.txt ] || bash scripts/gen_corpus.sh data/tiny/val.txt 40000 7
 echo "== shardc build models/tiny.model -o build/train_tiny"
 ./build/shardc build models/tiny.model -o build/train_tiny
-echo "== build/train_tiny --sample 300"
-./build/train_tiny --eval-every 100 --sample 300 "$@"
+echo "== build/train_tiny --steps 2000 --eval-every 250 --sample 300"
+./build/train_tiny --steps 2000 --eval-every 250 --sample 300 "$@"
