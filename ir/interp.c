@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "ptrmap.h"
 #include "rng.h"
 
 /* ---- tensors ------------------------------------------------------------ */
@@ -54,55 +55,13 @@ Tensor tensor_copy(const Tensor *t) {
 
 /* ---- node positions ------------------------------------------------------- */
 
-typedef struct {
-  const void **keys; /* [cap], NULL = empty slot */
-  int *vals;         /* [cap] position of the node in its graph */
-  int cap;           /* slots, a power of two */
-  int count;         /* keys stored */
-} PosMap;
+/* Node* -> its position in its graph (ir/ptrmap.h). */
+static void pos_put(PtrMap *m, const void *k, int v) { ptrmap_put(m, k, v); }
 
-static uint64_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return x;
-}
-
-static void pos_put(PosMap *m, const void *k, int v) {
-  if ((m->count + 1) * 2 > m->cap) {
-    PosMap old = *m;
-    m->cap = old.cap ? old.cap * 2 : 64;
-    m->count = 0;
-    m->keys = xcalloc((size_t)m->cap, sizeof(void *));
-    m->vals = xcalloc((size_t)m->cap, sizeof(int));
-    for (int i = 0; i < old.cap; i++)
-      if (old.keys[i]) pos_put(m, old.keys[i], old.vals[i]);
-    free(old.keys);
-    free(old.vals);
-  }
-  uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
-  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (uint64_t)(m->cap - 1);
-  if (!m->keys[i]) m->count++;
-  m->keys[i] = k;
-  m->vals[i] = v;
-}
-
-static int pos_get(const PosMap *m, const void *k) {
-  if (m->cap) {
-    uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
-    while (m->keys[i]) {
-      if (m->keys[i] == k) return m->vals[i];
-      i = (i + 1) & (uint64_t)(m->cap - 1);
-    }
-  }
-  die("interp: node not found in any graph");
-}
-
-static void pos_free(PosMap *m) {
-  free(m->keys);
-  free(m->vals);
-  memset(m, 0, sizeof *m);
+static int pos_get(const PtrMap *m, const void *k) {
+  intptr_t v;
+  if (!ptrmap_get(m, k, &v)) die("interp: node not found in any graph");
+  return (int)v;
 }
 
 /* ---- interpreter state ---------------------------------------------------- */
@@ -127,7 +86,7 @@ struct Interp {
   int dim[AX_COUNT];  /* mesh degrees, >= 1 */
   int nranks;         /* product of the degrees */
   uint64_t seed;      /* PARAM init seed */
-  PosMap pos;         /* Node* -> position, all graphs */
+  PtrMap pos;         /* Node* -> position, all graphs */
   Source *src;        /* [nsrc] */
   int nsrc;
   Result *res;        /* [nres] results of the last step */
@@ -187,7 +146,7 @@ static bool rt_error(const Node *n, const char *fmt, ...) {
   return false;
 }
 
-static void index_graph(PosMap *m, const Graph *g) {
+static void index_graph(PtrMap *m, const Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     pos_put(m, g->nodes[i], i);
     if (g->nodes[i]->body) index_graph(m, g->nodes[i]->body);
@@ -339,7 +298,7 @@ void interp_free(Interp *it) {
   free(it->src);
   free_results(it);
   free_mail(it);
-  pos_free(&it->pos);
+  ptrmap_free(&it->pos);
   free(it);
 }
 

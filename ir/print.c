@@ -1,5 +1,6 @@
 /* ir/print.c — text and Graphviz printers, parameter counts and FLOPs (see ir/print.h). */
 #include "print.h"
+#include "ptrmap.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -48,56 +49,18 @@ static void bclear(Buf *b) {
 
 /* ---- value numbering ------------------------------------------------------- */
 
-typedef struct {
-  const void **keys; /* [cap], NULL = empty */
-  int *vals;         /* [cap] print number */
-  int cap;           /* slots, a power of two */
-  int count;         /* keys stored */
-} NumMap;
+/* Pointer -> number (ir/ptrmap.h); -1 when absent. */
+static void num_put(PtrMap *m, const void *k, int v) { ptrmap_put(m, k, v); }
 
-static uint64_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return x;
-}
-
-static void num_put(NumMap *m, const void *k, int v) {
-  if ((m->count + 1) * 2 > m->cap) {
-    NumMap old = *m;
-    m->cap = old.cap ? old.cap * 2 : 256;
-    m->count = 0;
-    m->keys = calloc((size_t)m->cap, sizeof(void *));
-    m->vals = calloc((size_t)m->cap, sizeof(int));
-    if (!m->keys || !m->vals) die("print: out of memory");
-    for (int i = 0; i < old.cap; i++)
-      if (old.keys[i]) num_put(m, old.keys[i], old.vals[i]);
-    free(old.keys);
-    free(old.vals);
-  }
-  uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
-  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (uint64_t)(m->cap - 1);
-  if (!m->keys[i]) m->count++;
-  m->keys[i] = k;
-  m->vals[i] = v;
-}
-
-static int num_get(const NumMap *m, const void *k) {
-  if (m->cap) {
-    uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
-    while (m->keys[i]) {
-      if (m->keys[i] == k) return m->vals[i];
-      i = (i + 1) & (uint64_t)(m->cap - 1);
-    }
-  }
-  return -1;
+static int num_get(const PtrMap *m, const void *k) {
+  intptr_t v;
+  return ptrmap_get(m, k, &v) ? (int)v : -1;
 }
 
 typedef struct {
   FILE *f;          /* output */
   const Module *m;  /* for symbols; may be NULL */
-  NumMap num;       /* Value* -> print number */
+  PtrMap num;       /* Value* -> print number */
   int next;         /* next print number */
   Buf line;         /* line being built */
 } Printer;
@@ -253,8 +216,7 @@ static void print_graph(Printer *p, const Graph *g, int depth) {
 }
 
 static void printer_free(Printer *p) {
-  free(p->num.keys);
-  free(p->num.vals);
+  ptrmap_free(&p->num);
   free(p->line.s);
 }
 
@@ -403,7 +365,7 @@ static void print_params(FILE *f, const Module *m) {
 /* ---- FLOPs ------------------------------------------------------------------------- */
 
 typedef struct {
-  NumMap live; /* Node* -> 1 when the loss depends on it */
+  PtrMap live; /* Node* -> 1 when the loss depends on it */
 } Liveness;
 
 static bool is_live(const Liveness *lv, const Node *n) { return num_get(&lv->live, n) == 1; }
@@ -477,8 +439,7 @@ double ir_flops_per_token(const Module *m, bool training) {
     }
   if (have_loss) mark_graph(&lv, g);
   double fwd = graph_flops(m, g, have_loss ? &lv : NULL);
-  free(lv.live.keys);
-  free(lv.live.vals);
+  ptrmap_free(&lv.live);
   int64_t tok = tokens_of(m, g);
   double per = tok > 0 ? fwd / (double)tok : fwd;
   return training ? 3.0 * per : per;

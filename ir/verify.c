@@ -18,59 +18,24 @@
 #include <string.h>
 
 #include "ir.h"
+#include "ptrmap.h"
 
 #define MAX_REPORTS 20
 
 typedef struct {
-  const void **keys; /* [cap] open addressing, NULL = empty */
-  int *vals;         /* [cap] node position within its graph */
-  int cap;           /* slots, a power of two */
-  int count;         /* keys stored */
-} PtrMap;
-
-typedef struct {
-  Arena *arena;      /* scratch, freed at the end */
   PtrMap pos;        /* Node* -> position in its graph */
   const char *pass;  /* for messages */
   int errors;        /* problems found */
 } Verifier;
 
-static uint64_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return x;
-}
-
-static void map_put(Arena *a, PtrMap *m, const void *k, int v) {
-  if ((m->count + 1) * 2 > m->cap) {
-    PtrMap old = *m;
-    m->cap = old.cap ? old.cap * 2 : 256;
-    m->count = 0;
-    m->keys = ARENA_ARRAY(a, const void *, m->cap);
-    m->vals = ARENA_ARRAY(a, int, m->cap);
-    for (int i = 0; i < old.cap; i++)
-      if (old.keys[i]) map_put(a, m, old.keys[i], old.vals[i]);
-  }
-  uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
-  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (uint64_t)(m->cap - 1);
-  if (!m->keys[i]) m->count++;
-  m->keys[i] = k;
-  m->vals[i] = v;
-}
+/* Node* -> position in its graph (ir/ptrmap.h). */
+static void map_put(PtrMap *m, const void *k, int v) { ptrmap_put(m, k, v); }
 
 static bool map_get(const PtrMap *m, const void *k, int *v) {
-  if (!m->cap) return false;
-  uint64_t i = hash_ptr(k) & (uint64_t)(m->cap - 1);
-  while (m->keys[i]) {
-    if (m->keys[i] == k) {
-      *v = m->vals[i];
-      return true;
-    }
-    i = (i + 1) & (uint64_t)(m->cap - 1);
-  }
-  return false;
+  intptr_t x;
+  if (!ptrmap_get(m, k, &x)) return false;
+  *v = (int)x;
+  return true;
 }
 
 static void report(Verifier *vf, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -98,7 +63,7 @@ static void index_graph(Verifier *vf, const Graph *g) {
     }
     int old;
     if (map_get(&vf->pos, n, &old)) report(vf, n, "listed twice (positions %d and %d)", old, i);
-    map_put(vf->arena, &vf->pos, n, i);
+    map_put(&vf->pos, n, i);
     if (n->body) index_graph(vf, n->body);
   }
 }
@@ -251,15 +216,13 @@ static void check_names(Verifier *vf, const Graph *g) {
 }
 
 bool ir_verify(const Graph *g, const char *after_pass) {
-  Arena tmp;
-  arena_init(&tmp);
-  Verifier vf = {.arena = &tmp, .pass = after_pass};
+  Verifier vf = {.pass = after_pass};
   index_graph(&vf, g);
   verify_graph(&vf, g);
   if (!g->parent) check_names(&vf, g);
   if (vf.errors > MAX_REPORTS)
     fprintf(stderr, "shardc: IR verification after %s: %d more problems\n", after_pass ? after_pass : "?",
             vf.errors - MAX_REPORTS);
-  arena_free(&tmp);
+  ptrmap_free(&vf.pos);
   return vf.errors == 0;
 }

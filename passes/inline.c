@@ -16,54 +16,15 @@
 #include "diag.h"
 #include "infer.h"
 #include "passes.h"
+#include "ptrmap.h"
 
-/* ---- Value* -> Value* map (open addressing) ------------------------------------ */
-typedef struct {
-  Arena *a;
-  const Value **keys; /* [cap] */
-  Value **vals;       /* [cap] */
-  int n, cap;
-} VMap;
-
-static uint64_t hash_ptr(const void *p) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return x;
-}
-
-static void vmap_put(VMap *m, const Value *k, Value *v);
-
-static void vmap_grow(VMap *m) {
-  const Value **ok = m->keys;
-  Value **ov = m->vals;
-  int ocap = m->cap;
-  m->cap = ocap ? ocap * 2 : 64;
-  m->keys = ARENA_ARRAY(m->a, const Value *, m->cap);
-  m->vals = ARENA_ARRAY(m->a, Value *, m->cap);
-  m->n = 0;
-  for (int i = 0; i < ocap; i++)
-    if (ok[i]) vmap_put(m, ok[i], ov[i]);
-}
-
-static void vmap_put(VMap *m, const Value *k, Value *v) {
-  if (2 * (m->n + 1) > m->cap) vmap_grow(m);
-  size_t i = (size_t)(hash_ptr(k) & (uint64_t)(m->cap - 1));
-  while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (size_t)(m->cap - 1);
-  if (!m->keys[i]) m->n++;
-  m->keys[i] = k;
-  m->vals[i] = v;
-}
+/* ---- Value* -> Value* (ir/ptrmap.h) ------------------------------------------------ */
+static void vmap_put(PtrMap *m, const Value *k, Value *v) { ptrmap_put(m, k, (intptr_t)v); }
 
 /* The value v stands for, following chains (an ARG mapped to a call output mapped to ...). */
-static Value *vmap_get(const VMap *m, Value *v) {
-  for (int hops = 0; m->cap && hops < 1000000; hops++) {
-    size_t i = (size_t)(hash_ptr(v) & (uint64_t)(m->cap - 1));
-    while (m->keys[i] && m->keys[i] != v) i = (i + 1) & (size_t)(m->cap - 1);
-    if (!m->keys[i]) return v;
-    v = m->vals[i];
-  }
+static Value *vmap_get(const PtrMap *m, Value *v) {
+  intptr_t next;
+  for (int hops = 0; hops < 1000000 && ptrmap_get(m, v, &next); hops++) v = (Value *)next;
   return v;
 }
 
@@ -80,7 +41,7 @@ static void adopt(Graph *g, Node *n) {
   if (n->body) n->body->parent = g;
 }
 
-static void expand_calls(Graph *g, VMap *map) {
+static void expand_calls(Graph *g, PtrMap *map) {
   Node **list = NULL;
   int n = 0, cap = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -127,7 +88,7 @@ static bool hoist_repeat(Graph *g, Node *rep, Node ***list, int *n, int *cap) {
   if (np == 0) return true;
 
   Arena *a = g->arena;
-  VMap map = {a, NULL, NULL, 0, 0};
+  PtrMap map = {0};
   Node **params = ARENA_ARRAY(a, Node *, np);
   Node **args = ARENA_ARRAY(a, Node *, np);
   int norig = b->nnodes, k = 0;
@@ -138,6 +99,7 @@ static bool hoist_repeat(Graph *g, Node *rep, Node ***list, int *n, int *cap) {
     if (v->shape.rank + 1 > IR_MAX_RANK) {
       error_at(p->loc, "parameter `%s` has %d dims; inside `repeat` it gains one more, and tensors have at most %d",
                p->a.name ? p->a.name : "?", v->shape.rank, IR_MAX_RANK);
+      ptrmap_free(&map);
       return false;
     }
     Node *arg = ir_node_new(b, OP_ARG, 0, NULL, 1, p->loc); /* appended; placed below */
@@ -158,6 +120,7 @@ static bool hoist_repeat(Graph *g, Node *rep, Node ***list, int *n, int *cap) {
   }
   b->nnodes = norig;
   for (int r = 0; r < b->nresults; r++) b->results[r] = vmap_get(&map, b->results[r]);
+  ptrmap_free(&map);
 
   /* Body args: (carry.., xs.., new xs.., captured..). */
   int at = rep->a.ncarry + rep->a.nxs, nargs = b->nargs + np;
@@ -215,8 +178,9 @@ static bool hoist(Graph *g) {
 }
 
 bool pass_inline(Module *m) {
-  VMap map = {m->arena, NULL, NULL, 0, 0};
+  PtrMap map = {0};
   expand_calls(m->graph, &map);
+  ptrmap_free(&map);
   if (!hoist(m->graph)) return false;
   return diag_errors() == 0;
 }

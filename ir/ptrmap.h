@@ -1,0 +1,20 @@
+/* ir/ptrmap.h — a hash map from pointers (nodes, values) to integers or pointers.
+ * A zeroed PtrMap is empty; ptrmap_free releases it. Open addressing, linear probing. */
+#ifndef SHARDC_PTRMAP_H
+#define SHARDC_PTRMAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+  const void **keys; /* [cap], NULL = empty slot */
+  intptr_t *vals;    /* [cap] */
+  int cap;           /* slots, a power of two */
+  int count;         /* keys stored */
+} PtrMap;
+
+void ptrmap_put(PtrMap *m, const void *key, intptr_t val); /* inserts or replaces */
+bool ptrmap_get(const PtrMap *m, const void *key, intptr_t *val);
+void ptrmap_free(PtrMap *m);
+
+#endif
