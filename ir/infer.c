@@ -79,10 +79,10 @@ static int dtype_rank(DType d) {
   }
 }
 
-static DType promote(DType a, DType b) { return dtype_rank(b) > dtype_rank(a) ? b : a; }
+DType ir_promote(DType a, DType b) { return dtype_rank(b) > dtype_rank(a) ? b : a; }
 
 /* numpy broadcasting of a and b into *r; on failure returns the offending right-aligned dims. */
-static bool broadcast(const Shape *a, const Shape *b, Shape *r, int64_t *da, int64_t *db) {
+bool ir_broadcast(const Shape *a, const Shape *b, Shape *r, int64_t *da, int64_t *db) {
   int rank = a->rank > b->rank ? a->rank : b->rank;
   int64_t zeros[IR_MAX_RANK] = {0};
   Shape s = ir_shape(rank, zeros);
@@ -132,14 +132,14 @@ static bool infer_ew(Node *n) {
   }
   Shape r;
   int64_t da = 0, db = 0;
-  if (!broadcast(&in(n, 0)->shape, &in(n, 1)->shape, &r, &da, &db)) {
+  if (!ir_broadcast(&in(n, 0)->shape, &in(n, 1)->shape, &r, &da, &db)) {
     error_at(n->loc, "%s: shapes cannot be broadcast: %s and %s (%lld vs %lld)", opname(n),
              shp(&in(n, 0)->shape), shp(&in(n, 1)->shape), (long long)da, (long long)db);
     return false;
   }
   if ((n->op == OP_GELU_BWD || n->op == OP_SILU_BWD) && (!need_float(n, 0, "x") || !need_float(n, 1, "dy")))
     return false;
-  set_out(n, 0, promote(in(n, 0)->dtype, in(n, 1)->dtype), r);
+  set_out(n, 0, ir_promote(in(n, 0)->dtype, in(n, 1)->dtype), r);
   return true;
 }
 
@@ -163,7 +163,7 @@ static bool infer_matmul(Node *n) {
   la.rank = ra - 2;
   lb.rank = rb - 2;
   int64_t da = 0, db = 0;
-  if (!broadcast(&la, &lb, &lead, &da, &db)) {
+  if (!ir_broadcast(&la, &lb, &lead, &da, &db)) {
     error_at(n->loc, "matmul: leading dimensions cannot be broadcast: %s @ %s (%lld vs %lld)", shp(a),
              shp(b), (long long)da, (long long)db);
     return false;
@@ -175,7 +175,7 @@ static bool infer_matmul(Node *n) {
   r.sym[lead.rank] = a->sym[am];
   r.dim[lead.rank + 1] = b->dim[bn];
   r.sym[lead.rank + 1] = b->sym[bn];
-  set_out(n, 0, promote(in(n, 0)->dtype, in(n, 1)->dtype), r);
+  set_out(n, 0, ir_promote(in(n, 0)->dtype, in(n, 1)->dtype), r);
   return true;
 }
 
@@ -392,7 +392,7 @@ static bool infer_concat(Node *n) {
       return false;
     }
     r.dim[ax] += y->dim[ax];
-    dt = promote(dt, in(n, i)->dtype);
+    dt = ir_promote(dt, in(n, i)->dtype);
   }
   if (n->nin > 1) r.sym[ax] = -1;
   set_out(n, 0, dt, r);
@@ -410,8 +410,7 @@ static bool infer_reshape(Node *n) {
   return true;
 }
 
-/* True when `small` broadcasts to `big` (numpy rules, one direction). */
-static bool broadcasts_to(const Shape *small, const Shape *big) {
+bool ir_broadcasts_to(const Shape *small, const Shape *big) {
   if (small->rank > big->rank) return false;
   for (int i = 0; i < small->rank; i++) {
     int64_t s = small->dim[small->rank - 1 - i], b = big->dim[big->rank - 1 - i];
@@ -422,7 +421,7 @@ static bool broadcasts_to(const Shape *small, const Shape *big) {
 
 static bool infer_reduce_bcast(Node *n) {
   const Shape *x = &in(n, 0)->shape, *y = &out(n, 0)->shape;
-  bool ok = n->op == OP_REDUCE_SUM ? broadcasts_to(y, x) : broadcasts_to(x, y);
+  bool ok = n->op == OP_REDUCE_SUM ? ir_broadcasts_to(y, x) : ir_broadcasts_to(x, y);
   if (!ok) {
     error_at(n->loc, "%s: %s is not compatible with %s", opname(n), shp(x), shp(y));
     return false;

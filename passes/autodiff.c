@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "infer.h"
 #include "passes.h"
 
 /* Kinds of argument of a backward body, in the order the REPEAT lists them. */
@@ -145,36 +146,15 @@ static Value *e_const(Graph *g, DType dt, Shape s, double x, SrcLoc loc) {
 }
 
 static Shape bcast_shape(const Shape *a, const Shape *b) {
-  int rank = a->rank > b->rank ? a->rank : b->rank;
-  Shape s = ir_shape(rank, (int64_t[IR_MAX_RANK]){0});
-  for (int i = 0; i < rank; i++) {
-    int ia = a->rank - rank + i, ib = b->rank - rank + i;
-    int64_t x = ia >= 0 ? a->dim[ia] : 1, y = ib >= 0 ? b->dim[ib] : 1;
-    if (x != y && x != 1 && y != 1) die("autodiff: shapes do not broadcast");
-    bool froma = x != 1 || y == 1;
-    s.dim[i] = froma ? x : y;
-    s.sym[i] = froma ? (ia >= 0 ? a->sym[ia] : -1) : (ib >= 0 ? b->sym[ib] : -1);
-  }
+  Shape s;
+  int64_t da, db;
+  if (!ir_broadcast(a, b, &s, &da, &db)) die("autodiff: shapes do not broadcast (%lld vs %lld)", (long long)da, (long long)db);
   return s;
-}
-
-static bool broadcasts_to(const Shape *small, const Shape *big) {
-  if (small->rank > big->rank) return false;
-  for (int i = 0; i < small->rank; i++) {
-    int64_t s = small->dim[small->rank - 1 - i], b = big->dim[big->rank - 1 - i];
-    if (s != b && s != 1) return false;
-  }
-  return true;
-}
-
-/* Elementwise dtype promotion, as ir_infer does it: floats over integers, wider floats first. */
-static int dtype_order(DType d) {
-  return d == DT_F64 ? 5 : d == DT_F32 ? 4 : d == DT_BF16 || d == DT_F16 ? 3 : d == DT_I64 ? 2 : 1;
 }
 
 static Value *e_bin(Ctx *c, OpKind op, Value *a, Value *b, SrcLoc loc) {
   Value *in[2] = {a, b};
-  DType dt = dtype_order(b->dtype) > dtype_order(a->dtype) ? b->dtype : a->dtype;
+  DType dt = ir_promote(a->dtype, b->dtype);
   return emit(c, op, 2, in, dt, bcast_shape(&a->shape, &b->shape), NULL, loc);
 }
 
@@ -311,8 +291,8 @@ static Value *imp(Ctx *c, Value *v) {
 static void acc(Ctx *c, Value *v, Value *g, SrcLoc loc) {
   if (!is_float(v) || !need_of(c, v)) return;
   if (!ir_shape_eq(&g->shape, &v->shape)) {
-    if (broadcasts_to(&v->shape, &g->shape)) g = e_shaped(c, OP_REDUCE_SUM, g, v->shape, NULL, loc);
-    else if (broadcasts_to(&g->shape, &v->shape)) g = e_shaped(c, OP_BROADCAST_TO, g, v->shape, NULL, loc);
+    if (ir_broadcasts_to(&v->shape, &g->shape)) g = e_shaped(c, OP_REDUCE_SUM, g, v->shape, NULL, loc);
+    else if (ir_broadcasts_to(&g->shape, &v->shape)) g = e_shaped(c, OP_BROADCAST_TO, g, v->shape, NULL, loc);
     else die("autodiff: adjoint shape does not match its value");
   }
   if (g->dtype != v->dtype) g = emit(c, OP_CAST, 1, &g, v->dtype, g->shape, NULL, loc);
