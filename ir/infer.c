@@ -348,6 +348,67 @@ static bool infer_ce(Node *n) {
   return true;
 }
 
+/* Cross-entropy in parts (inserted by the shard pass; shapes follow the logits' rows). */
+static bool infer_ce_part(Node *n) {
+  const Shape *l = &in(n, 0)->shape;
+  Shape rows = *l;
+  if (n->op != OP_CE_LOSS) {
+    if (!need_float(n, 0, "logits") || !need_rank_min(n, 0, 1, "logits")) return false;
+    rows.rank = l->rank - 1;
+  } else {
+    rows.rank = l->rank - 1; /* st[.., 2] */
+  }
+  const Value *tg = n->op == OP_CE_MAX ? NULL : in(n, n->op == OP_CE_LOSS ? 2 : 1);
+  if (tg && (!need_int(n, n->op == OP_CE_LOSS ? 2 : 1, "targets") || !ir_shape_eq(&tg->shape, &rows))) {
+    error_at(n->loc, "%s: targets %s do not match rows %s", opname(n), shp(tg ? &tg->shape : &rows), shp(&rows));
+    return false;
+  }
+  Shape st = rows;
+  st.dim[st.rank] = 2;
+  st.sym[st.rank] = -1;
+  st.rank++;
+  switch (n->op) {
+  case OP_CE_MAX: set_out(n, 0, DT_F32, rows); return true;
+  case OP_CE_SUMS: set_out(n, 0, DT_F32, st); return true;
+  case OP_CE_LOSS: {
+    int64_t two = 2;
+    set_out(n, 0, DT_F32, ir_shape(1, &two));
+    return true;
+  }
+  case OP_CE_GRAD:
+    if (in(n, 4)->shape.rank != 0) {
+      error_at(n->loc, "ce_grad: scale must be a scalar, got %s", shp(&in(n, 4)->shape));
+      return false;
+    }
+    set_out(n, 0, in(n, 0)->dtype, in(n, 0)->shape);
+    return true;
+  default: unreachable();
+  }
+}
+
+/* shard_slice: y's axis is x's divided by a whole degree. */
+static bool infer_shard_slice(Node *n) {
+  const Shape *x = &in(n, 0)->shape;
+  Shape *y = &out(n, 0)->shape;
+  int ax = n->a.axis;
+  out(n, 0)->dtype = in(n, 0)->dtype;
+  if (ax < 0 || ax >= x->rank) {
+    error_at(n->loc, "shard_slice: axis %d out of range for %s", ax, shp(x));
+    return false;
+  }
+  if (y->rank != x->rank) {
+    *y = *x;
+    return true;
+  }
+  bool ok = y->dim[ax] > 0 && x->dim[ax] % y->dim[ax] == 0;
+  for (int d = 0; ok && d < x->rank; d++) ok = d == ax || y->dim[d] == x->dim[d];
+  if (!ok) {
+    error_at(n->loc, "shard_slice: %s -> %s along axis %d is not a split by a whole mesh degree", shp(x), shp(y), ax);
+    return false;
+  }
+  return true;
+}
+
 static bool infer_slice_pad(Node *n) {
   const Shape *x = &in(n, 0)->shape;
   int ax = n->a.axis;
@@ -615,6 +676,8 @@ bool ir_infer(Node *n) {
   case OP_SDPA: return infer_sdpa(n);
   case OP_SDPA_BWD: return infer_sdpa_bwd(n);
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: return infer_ce(n);
+  case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: return infer_ce_part(n);
+  case OP_SHARD_SLICE: return infer_shard_slice(n);
   case OP_SUM: case OP_MEAN: case OP_SUMSQ: return infer_full_reduce(n);
   case OP_SGD_UPDATE: case OP_ADAMW_UPDATE: return infer_optimizer(n);
   case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST: case OP_SEND:

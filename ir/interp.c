@@ -155,16 +155,26 @@ static void index_graph(PtrMap *m, const Graph *g) {
 
 /* ---- sharded blocks of logical tensors ------------------------------------ */
 
-/* Logical shape of a source value and rank r's block offsets; returns false when replicated. */
-static bool block_of(const Interp *it, const Value *v, int r, Shape *logical, int64_t *off) {
+/* Where rank r's block of a sharded value sits in the logical tensor: per dim, the
+ * split's degree (1: whole), r's coordinate and the blocks (ir_block_index). */
+typedef struct {
+  Shape logical;
+  int deg[IR_MAX_RANK], coord[IR_MAX_RANK], blocks[IR_MAX_RANK];
+} BlockMap;
+
+/* Returns false when v is replicated (the logical tensor is the local one). */
+static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
   bool split = false;
-  *logical = v->shape;
+  bm->logical = v->shape;
   for (int d = 0; d < v->shape.rank; d++) {
-    off[d] = 0;
     int a = v->sharding.split[d];
+    bm->deg[d] = 1;
+    bm->coord[d] = 0;
+    bm->blocks[d] = v->sharding.blocks[d];
     if (a >= 0 && a < AX_COUNT && it->dim[a] > 1) {
-      logical->dim[d] = v->shape.dim[d] * it->dim[a];
-      off[d] = v->shape.dim[d] * interp_coord(it, r, (MeshAxis)a);
+      bm->deg[d] = it->dim[a];
+      bm->coord[d] = interp_coord(it, r, (MeshAxis)a);
+      bm->logical.dim[d] = v->shape.dim[d] * it->dim[a];
       split = true;
     }
   }
@@ -172,43 +182,42 @@ static bool block_of(const Interp *it, const Value *v, int r, Shape *logical, in
 }
 
 /* Logical flat index of local element i of rank r's block. */
-static int64_t logical_index(const Shape *local, const Shape *logical, const int64_t *off, int64_t i) {
+static int64_t logical_index(const Shape *local, const BlockMap *bm, int64_t i) {
   int64_t li = 0, rem = i, mul = 1;
   for (int d = local->rank - 1; d >= 0; d--) {
     int64_t c = rem % local->dim[d];
     rem /= local->dim[d];
-    li += (c + off[d]) * mul;
-    mul *= logical->dim[d];
+    if (bm->deg[d] > 1) c = ir_block_index(local->dim[d], bm->blocks[d], bm->deg[d], bm->coord[d], c);
+    li += c * mul;
+    mul *= bm->logical.dim[d];
   }
   return li;
 }
 
 /* Stores t (local or logical) as rank r's value of source value v. */
 static bool store_block(const Interp *it, const Value *v, int r, const Tensor *t, Tensor *dst) {
-  Shape logical;
-  int64_t off[IR_MAX_RANK];
-  bool split = block_of(it, v, r, &logical, off);
+  BlockMap bm;
+  bool split = block_of(it, v, r, &bm);
   tensor_free(dst);
-  if (!split || ir_shape_eq(&t->shape, &v->shape) || !ir_shape_eq(&t->shape, &logical)) {
+  if (!split || ir_shape_eq(&t->shape, &v->shape) || !ir_shape_eq(&t->shape, &bm.logical)) {
     *dst = tensor_copy(t);
     return true;
   }
   *dst = tensor_new(v->dtype, v->shape);
   int64_t n = ir_numel(&v->shape);
-  for (int64_t i = 0; i < n; i++) dst->data[i] = t->data[logical_index(&v->shape, &logical, off, i)];
+  for (int64_t i = 0; i < n; i++) dst->data[i] = t->data[logical_index(&v->shape, &bm, i)];
   return true;
 }
 
 static void init_param(const Interp *it, const Node *n, int r, Tensor *dst) {
   const Value *v = n->out[0];
   *dst = tensor_new(v->dtype, v->shape);
-  Shape logical;
-  int64_t off[IR_MAX_RANK];
-  block_of(it, v, r, &logical, off);
+  BlockMap bm;
+  block_of(it, v, r, &bm);
   uint64_t key = rt_rng_key(it->seed, n->a.name ? n->a.name : "");
   int64_t cnt = ir_numel(&v->shape);
   for (int64_t i = 0; i < cnt; i++) {
-    int64_t li = logical_index(&v->shape, &logical, off, i);
+    int64_t li = logical_index(&v->shape, &bm, i);
     double x = 0;
     switch (n->a.init) {
     case INIT_ZEROS: x = 0; break;
@@ -629,38 +638,140 @@ static bool ev_matmul(const Node *n, Tensor *const *x, Tensor *y) {
   return true;
 }
 
-static bool ev_embed(const Node *n, Tensor *const *x, Tensor *y, int rank) {
+/* A sharded table holds logical rows [lo, lo + V) of a table of V * deg rows. */
+static void vocab_range(const Interp *it, const Node *n, int rank, int64_t V, int64_t *lo, int64_t *total) {
+  *lo = 0;
+  *total = V;
+  if (n->a.sharded) {
+    int ax = n->a.mesh_axis;
+    *lo = V * interp_coord(it, rank, (MeshAxis)ax);
+    *total = V * it->dim[ax];
+  }
+}
+
+static bool ev_embed(const Interp *it, const Node *n, Tensor *const *x, Tensor *y, int rank) {
   const Tensor *t = x[0], *ix = x[1];
-  int64_t V = t->shape.dim[0], D = t->shape.dim[1], cnt = ir_numel(&ix->shape);
+  int64_t V = t->shape.dim[0], D = t->shape.dim[1], cnt = ir_numel(&ix->shape), lo, total;
+  vocab_range(it, n, rank, V, &lo, &total);
   Shape s = ix->shape;
   s.dim[s.rank++] = D;
   *y = tensor_new(t->dtype, s);
   for (int64_t i = 0; i < cnt; i++) {
     double id = ix->data[i];
-    if (!(id >= 0 && id < (double)V) || id != floor(id)) {
+    if (!(id >= 0 && id < (double)total) || id != floor(id)) {
       tensor_free(y);
-      return rt_error(n, "token id %.0f out of range [0, %lld) at position %lld on rank %d", id, (long long)V,
+      return rt_error(n, "token id %.0f out of range [0, %lld) at position %lld on rank %d", id, (long long)total,
                       (long long)i, rank);
     }
-    memcpy(y->data + i * D, t->data + (int64_t)id * D, sizeof(double) * (size_t)D);
+    int64_t row = (int64_t)id - lo;
+    if (row >= 0 && row < V) memcpy(y->data + i * D, t->data + row * D, sizeof(double) * (size_t)D);
   }
   return true;
 }
 
-static bool ev_embed_bwd(const Node *n, Tensor *const *x, Tensor *y, int rank) {
+static bool ev_embed_bwd(const Interp *it, const Node *n, Tensor *const *x, Tensor *y, int rank) {
   const Tensor *ix = x[0], *dy = x[1];
-  int64_t V = n->out[0]->shape.dim[0], D = dy->shape.dim[dy->shape.rank - 1], cnt = ir_numel(&ix->shape);
+  int64_t V = n->out[0]->shape.dim[0], D = dy->shape.dim[dy->shape.rank - 1], cnt = ir_numel(&ix->shape), lo, total;
+  vocab_range(it, n, rank, V, &lo, &total);
   *y = tensor_new(n->out[0]->dtype, ir_shape(2, (int64_t[]){V, D}));
   for (int64_t i = 0; i < cnt; i++) {
     double id = ix->data[i];
-    if (!(id >= 0 && id < (double)V)) {
+    if (!(id >= 0 && id < (double)total)) {
       tensor_free(y);
-      return rt_error(n, "token id %.0f out of range [0, %lld) at position %lld on rank %d", id, (long long)V,
+      return rt_error(n, "token id %.0f out of range [0, %lld) at position %lld on rank %d", id, (long long)total,
                       (long long)i, rank);
     }
-    for (int64_t d = 0; d < D; d++) y->data[(int64_t)id * D + d] += dy->data[i * D + d];
+    int64_t row = (int64_t)id - lo;
+    if (row < 0 || row >= V) continue;
+    for (int64_t d = 0; d < D; d++) y->data[row * D + d] += dy->data[i * D + d];
   }
   return true;
+}
+
+/* Cross-entropy in parts (ops.def): local column j is logical column lo + j; valid below len. */
+static bool ev_ce_part(const Interp *it, const Node *n, Tensor *const *x, Tensor *y, int rank) {
+  if (n->op == OP_CE_LOSS) {
+    const Tensor *st = x[0], *m = x[1], *tg = x[2];
+    int64_t rows = ir_numel(&tg->shape);
+    *y = tensor_new(DT_F32, n->out[0]->shape);
+    for (int64_t r = 0; r < rows; r++) {
+      double t = tg->data[r];
+      if (t < 0) continue;
+      if ((n->a.len > 0 && t >= (double)n->a.len) || t != floor(t))
+        return rt_error(n, "target id %.0f out of range [0, %lld) at position %lld on rank %d", t, (long long)n->a.len,
+                        (long long)r, rank);
+      y->data[0] += log(st->data[2 * r]) + m->data[r] - st->data[2 * r + 1];
+      y->data[1] += 1;
+    }
+    return true;
+  }
+  const Tensor *lg = x[0];
+  int64_t V = lg->shape.dim[lg->shape.rank - 1], rows = V ? ir_numel(&lg->shape) / V : 0, lo, total;
+  vocab_range(it, n, rank, V, &lo, &total);
+  int64_t L = n->a.len > 0 ? n->a.len : total, nv = L - lo; /* valid local columns */
+  nv = nv < 0 ? 0 : nv > V ? V : nv;
+  switch (n->op) {
+  case OP_CE_MAX:
+    *y = tensor_new(DT_F32, n->out[0]->shape);
+    for (int64_t r = 0; r < rows; r++) {
+      double mx = -INFINITY;
+      for (int64_t v = 0; v < nv; v++) mx = lg->data[r * V + v] > mx ? lg->data[r * V + v] : mx;
+      y->data[r] = mx;
+    }
+    return true;
+  case OP_CE_SUMS:
+    *y = tensor_new(DT_F32, n->out[0]->shape);
+    for (int64_t r = 0; r < rows; r++) {
+      const double *l = lg->data + r * V, m = x[2]->data[r];
+      double s = 0;
+      for (int64_t v = 0; v < nv; v++) s += exp(l[v] - m);
+      int64_t t = (int64_t)x[1]->data[r] - lo;
+      y->data[2 * r] = s;
+      y->data[2 * r + 1] = t >= 0 && t < nv ? l[t] : 0;
+    }
+    return true;
+  case OP_CE_GRAD: {
+    *y = tensor_new(lg->dtype, lg->shape);
+    double sc = x[4]->data[0];
+    for (int64_t r = 0; r < rows; r++) {
+      if (x[1]->data[r] < 0) continue;
+      const double *l = lg->data + r * V, m = x[2]->data[r], s = x[3]->data[2 * r];
+      int64_t t = (int64_t)x[1]->data[r] - lo;
+      for (int64_t v = 0; v < nv; v++) y->data[r * V + v] = sc * (exp(l[v] - m) / s - (v == t ? 1.0 : 0.0));
+    }
+    return true;
+  }
+  default: unreachable();
+  }
+}
+
+/* This rank's chunk (blocks per ir_block_index) of x along axis. */
+static Tensor chunk_of(const Tensor *x, int axis, int deg, int c, int blocks, DType dt) {
+  Shape s = x->shape;
+  int64_t n = s.dim[axis], nl = n / deg, outer, inner;
+  s.dim[axis] = nl;
+  Tensor y = tensor_new(dt, s);
+  split_axis(&x->shape, axis, &outer, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t l = 0; l < nl; l++)
+      memcpy(y.data + (o * nl + l) * inner, x->data + (o * n + ir_block_index(nl, blocks, deg, c, l)) * inner,
+             sizeof(double) * (size_t)inner);
+  return y;
+}
+
+/* Inverse of chunk_of over the whole group: grp[c] is member c's chunk. */
+static Tensor unchunk_of(const Tensor *const *grp, int deg, int axis, int blocks, DType dt) {
+  Shape s = grp[0]->shape;
+  int64_t nl = s.dim[axis], n = nl * deg, outer, inner;
+  split_axis(&s, axis, &outer, &inner);
+  s.dim[axis] = n;
+  Tensor y = tensor_new(dt, s);
+  for (int c = 0; c < deg; c++)
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t l = 0; l < nl; l++)
+        memcpy(y.data + (o * n + ir_block_index(nl, blocks, deg, c, l)) * inner, grp[c]->data + (o * nl + l) * inner,
+               sizeof(double) * (size_t)inner);
+  return y;
 }
 
 static void ev_layernorm(const Node *n, Tensor *const *x, Tensor *y) {
@@ -946,8 +1057,16 @@ static bool eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
   case OP_BROADCAST_TO:
     return ev_shape(n, x, y);
   case OP_MATMUL: return ev_matmul(n, x, y);
-  case OP_EMBED: return ev_embed(n, x, y, rank);
-  case OP_EMBED_BWD: return ev_embed_bwd(n, x, y, rank);
+  case OP_EMBED: return ev_embed(it, n, x, y, rank);
+  case OP_EMBED_BWD: return ev_embed_bwd(it, n, x, y, rank);
+  case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: return ev_ce_part(it, n, x, y, rank);
+  case OP_SHARD_SLICE: {
+    int ax = n->a.mesh_axis, deg = it->dim[ax];
+    if (x[0]->shape.dim[n->a.axis] % deg != 0)
+      return rt_error(n, "axis %d of size %lld does not split %d ways", n->a.axis, (long long)x[0]->shape.dim[n->a.axis], deg);
+    *y = chunk_of(x[0], n->a.axis, deg, interp_coord(it, rank, (MeshAxis)ax), n->a.blocks, o->dtype);
+    return true;
+  }
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: ev_layernorm(n, x, y); return true;
   case OP_RMSNORM: case OP_RMSNORM_BWD: ev_rmsnorm(n, x, y); return true;
   case OP_ROPE: ev_rope(n, x, y); return true;
@@ -1004,11 +1123,11 @@ static bool eval_coll(Interp *it, const Node *n, const Tensor *in, Tensor *out) 
         ok = rt_error(n, "axis %d of size %lld does not split %d ways", n->a.axis, (long long)len, deg);
         break;
       }
-      out[r] = slice_of(&sum, n->a.axis, me * (len / deg), len / deg);
+      out[r] = chunk_of(&sum, n->a.axis, deg, me, n->a.blocks, n->out[0]->dtype);
       tensor_free(&sum);
       break;
     }
-    case OP_ALL_GATHER: out[r] = concat_of(grp, deg, n->a.axis, n->out[0]->dtype); break;
+    case OP_ALL_GATHER: out[r] = unchunk_of(grp, deg, n->a.axis, n->a.blocks, n->out[0]->dtype); break;
     case OP_BROADCAST:
       if (n->a.start < 0 || n->a.start >= deg) {
         ok = rt_error(n, "root %lld outside the %s group of %d", (long long)n->a.start, ir_axis_names[ax], deg);

@@ -59,6 +59,12 @@ Sharding ir_replicated(void) {
   return s;
 }
 
+int64_t ir_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
+  if (blocks <= 1) return (int64_t)c * n_local + l;
+  int64_t per = n_local / blocks; /* local elements per block */
+  return (l / per) * per * degree + (int64_t)c * per + l % per;
+}
+
 bool ir_sharding_is_replicated(const Sharding *s) {
   if (s->partial) return false;
   for (int i = 0; i < IR_MAX_RANK; i++)

@@ -72,9 +72,15 @@ extern const char *const ir_axis_names[AX_COUNT]; /* "dp", "pp", "cp", "tp" */
  * mesh axes over which the value is a partial sum still owed (Partial).
  * All-zero-initialised memory is NOT the replicated sharding: use ir_replicated(). */
 typedef struct {
-  int8_t split[IR_MAX_RANK]; /* mesh axis or -1 */
-  uint8_t partial;           /* bit (1 << MeshAxis) per axis */
+  int8_t split[IR_MAX_RANK];  /* mesh axis or -1 */
+  uint8_t blocks[IR_MAX_RANK]; /* split dims: the dim is this many equal blocks, each split over the axis
+                                  (a fused QKV's columns); 0 or 1: one block (a contiguous split) */
+  uint8_t partial;            /* bit (1 << MeshAxis) per axis */
 } Sharding;
+
+/* Logical index along a dim of size n_local * degree split in `blocks` blocks (0: 1), of
+ * local index l on the rank with coordinate c: the layout every sharded tensor uses. */
+int64_t ir_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l);
 
 Sharding ir_replicated(void);
 bool ir_sharding_is_replicated(const Sharding *s);
@@ -132,6 +138,8 @@ typedef struct {
   int64_t count;          /* REPEAT: iterations */
   int ncarry, nxs;        /* REPEAT: carried values, stacked inputs */
   bool reverse;           /* REPEAT: iterate count-1 .. 0 */
+  bool sharded;           /* EMBED/EMBED_BWD/CE_*: the vocab dim is split over mesh_axis (this rank holds block coord) */
+  int blocks;             /* ALL_GATHER/REDUCE_SCATTER/SHARD_SLICE: the axis is this many blocks, each split (0: 1) */
 } Attrs;
 
 struct Node {

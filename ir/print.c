@@ -99,7 +99,8 @@ static void put_type(Buf *b, const Module *m, const Value *v) {
   for (int d = 0; d < IR_MAX_RANK; d++) {
     int a = v->sharding.split[d];
     if (a < 0 || a >= AX_COUNT) continue;
-    bprintf(b, "%sS(%s)@%d", first ? "" : ", ", ir_axis_names[a], d);
+    if (v->sharding.blocks[d] > 1) bprintf(b, "%sS(%s)@%d/%d", first ? "" : ", ", ir_axis_names[a], d, v->sharding.blocks[d]);
+    else bprintf(b, "%sS(%s)@%d", first ? "" : ", ", ir_axis_names[a], d);
     first = false;
   }
   for (int a = 0; a < AX_COUNT; a++)
@@ -136,13 +137,27 @@ static void put_attrs(Buf *b, const Node *n) {
     bprintf(b, "  heads=%d theta=%g start=%lld%s", a->heads, a->theta, (long long)a->start, a->inverse ? " inverse" : "");
     break;
   case OP_SDPA: case OP_SDPA_BWD: bprintf(b, "  heads=%d kv_heads=%d causal=%d", a->heads, a->kv_heads, a->causal); break;
-  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: bprintf(b, "  len=%lld", (long long)a->len); break;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS: bprintf(b, "  len=%lld", (long long)a->len); break;
+  case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD:
+    bprintf(b, "  len=%lld", (long long)a->len);
+    if (a->sharded) bprintf(b, " vocab over=%s", axis_name(a->mesh_axis));
+    break;
+  case OP_EMBED: case OP_EMBED_BWD:
+    if (a->sharded) bprintf(b, "  vocab over=%s", axis_name(a->mesh_axis));
+    break;
+  case OP_SHARD_SLICE:
+    bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
+    if (a->blocks > 1) bprintf(b, " blocks=%d", a->blocks);
+    break;
   case OP_SGD_UPDATE: bprintf(b, "  momentum=%g weight_decay=%g", a->momentum, a->weight_decay); break;
   case OP_ADAMW_UPDATE:
     bprintf(b, "  beta1=%g beta2=%g eps=%g weight_decay=%g", a->beta1, a->beta2, a->eps, a->weight_decay);
     break;
   case OP_ALL_REDUCE: bprintf(b, "  over=%s reduce=%s", axis_name(a->mesh_axis), reds[a->reduce]); break;
-  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis); break;
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
+    bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
+    if (a->blocks > 1) bprintf(b, " blocks=%d", a->blocks);
+    break;
   case OP_BROADCAST: bprintf(b, "  over=%s root=%lld", axis_name(a->mesh_axis), (long long)a->start); break;
   case OP_SEND: case OP_RECV:
     bprintf(b, "  over=%s offset=%+lld tag=%d", axis_name(a->mesh_axis), (long long)a->start, a->tag);

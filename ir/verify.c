@@ -94,6 +94,10 @@ static void check_value(Verifier *vf, const Node *n, const Value *v) {
     if (s < -1 || s >= AX_COUNT) report(vf, n, "output %d: sharding of dim %d names mesh axis %d", v->idx, d, s);
     else if (s >= 0 && d >= v->shape.rank)
       report(vf, n, "output %d: sharding splits dim %d of a rank-%d value", v->idx, d, v->shape.rank);
+    int bl = v->sharding.blocks[d];
+    if (bl > 1 && (s < 0 || d >= v->shape.rank || v->shape.dim[d] % bl != 0))
+      report(vf, n, "output %d: %d blocks on dim %d that is %s", v->idx, bl, d,
+             s < 0 ? "not split" : "not a whole number of blocks");
     for (int e = 0; e < d && s >= 0; e++)
       if (v->sharding.split[e] == s) report(vf, n, "output %d: mesh axis %s splits two dims", v->idx, ir_axis_names[s]);
   }
