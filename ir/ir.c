@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "../runtime/mesh.h" /* rt_block_index */
 
 const OpInfo ir_ops[OP_COUNT] = {
 #define OP(name, str, nin, nout, flags) [OP_##name] = {str, nin, nout, flags},
@@ -59,10 +60,9 @@ Sharding ir_replicated(void) {
   return s;
 }
 
+/* One definition of the layout, shared with the runtime (runtime/mesh.c). */
 int64_t ir_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
-  if (blocks <= 1) return (int64_t)c * n_local + l;
-  int64_t per = n_local / blocks; /* local elements per block */
-  return (l / per) * per * degree + (int64_t)c * per + l % per;
+  return rt_block_index(n_local, blocks, degree, c, l);
 }
 
 bool ir_sharding_is_replicated(const Sharding *s) {

@@ -91,6 +91,12 @@ int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask) {
   return rt_mesh_group_index(m, rank, ~mask & RT_MESH_ALL);
 }
 
+int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
+  if (blocks <= 1) return (int64_t)c * n_local + l;
+  int64_t per = n_local / blocks; /* local elements per block */
+  return (l / per) * per * degree + (int64_t)c * per + l % per;
+}
+
 bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask) {
   /* Nodes are contiguous rank ranges, so a group lies in one node when its first
    * and last members do. */

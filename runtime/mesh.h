@@ -15,6 +15,7 @@
 #define SHARDRT_MESH_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Axis indices: the same order as the IR's MeshAxis (AX_DP, AX_PP, AX_CP, AX_TP). */
 enum { RT_AX_DP, RT_AX_PP, RT_AX_CP, RT_AX_TP, RT_AX_COUNT };
@@ -55,6 +56,13 @@ int rt_mesh_group_index(const MeshMap *m, int rank, unsigned mask);
 /* Which of the world / size groups over mask rank is in (0 .. count-1): ranks with the
  * same colour share the group. */
 int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask);
+
+/* The layout of every sharded tensor (the IR's ir_block_index is this function): along a dim
+ * of n_local * degree elements split over an axis of `degree` ranks, made of `blocks` equal
+ * blocks each split over the axis (a fused QKV's columns; 0 or 1: one block, a contiguous
+ * split), local index l on the rank with coordinate c is logical index
+ *   (l / per) * per * degree + c * per + l % per,   per = n_local / blocks. */
+int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l);
 
 /* True when every group over mask lies inside one node. */
 bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask);

@@ -18,6 +18,17 @@ enum { RT_LR_CONSTANT, RT_LR_LINEAR, RT_LR_COSINE };
 
 #define RT_MAX_RANK 6
 
+/* How a tensor of a multi-rank program is split over the device mesh (the IR's Sharding):
+ * the tensor's dims are the LOCAL (per-rank) ones; dim d of the logical tensor is
+ * dims[d] * degree(split[d]) long, and local index l on the rank with coordinate c along
+ * that axis is logical index rt_block_index(dims[d], blocks[d], degree, c, l) (runtime/mesh.h).
+ * All zeros (sharded == 0) is the replicated tensor: every rank holds the whole of it. */
+typedef struct {
+  int sharded;             /* 1: split[] and blocks[] apply; 0: replicated */
+  int split[RT_MAX_RANK];  /* per dim: the mesh axis (RT_AX_*) that splits it, -1 none */
+  int blocks[RT_MAX_RANK]; /* per split dim: equal blocks, each split over the axis (0 or 1: one) */
+} RtSharding;
+
 typedef struct {
   const char *name;         /* logical name: "wte", "blocks.attention.w_qkv", "adam_m:wte", "tokens", "loss", "grad:wte" */
   int kind;                 /* RT_T_* */
@@ -28,6 +39,7 @@ typedef struct {
   int stacked;              /* 1: dim 0 indexes layers of a repeat; checkpoints name slices "blocks.3.attention.w_qkv" */
   int init;                 /* RT_INIT_* (params) */
   double init_a, init_b;    /* normal(mean a, std b), uniform(a, b), const a */
+  RtSharding shard;         /* split over the mesh (multi-rank programs); zeros: replicated */
 } RtTensor;
 
 typedef struct {
@@ -52,7 +64,8 @@ typedef struct {
   int64_t mem_bytes;        /* the planned allocation */
   int64_t (*workspace_bytes)(void); /* kernel scratch, placed right after mem_bytes: allocate mem_bytes + this */
   int64_t mem_peak;         /* the planned peak of live bytes */
-  int64_t batch, seq;       /* per-rank micro-batch B and sequence length T of the step */
+  int mesh[4];              /* degrees the program was compiled for, by RT_AX_* (dp, pp, cp, tp); 0 counts as 1 */
+  int64_t batch, seq;       /* per-rank micro-batch B and sequence length T of the step ("tokens" dims) */
   int64_t vocab;            /* valid vocabulary size (tokens must be < vocab) */
   int64_t vocab_padded;     /* logits' last dim */
   int byte_level;           /* 1: the data is raw bytes and samples print as text */
@@ -61,6 +74,7 @@ typedef struct {
   int ntensors;
   const RtTensor *tensors;  /* params, states, inputs ("tokens", "targets", "lr", "step"), results ("loss", "grad_norm", "grad:*") */
   int64_t logits_offset;    /* bytes: f32 [batch, seq, vocab_padded] after `logits` runs */
+  const RtTensor *logits_tensor; /* multi-rank: the logits' local dims and sharding (NULL: as above) */
   RtRecipe recipe;
   void (*step)(char *mem, RtCtx *ctx);   /* forward, backward and update; reads the inputs, writes "loss" and updates state */
   void (*eval)(char *mem, RtCtx *ctx);   /* forward to "loss" only; no update */
