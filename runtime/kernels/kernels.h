@@ -165,6 +165,22 @@ size_t rt_xent_workspace_bytes(int64_t N);
 float rt_xent_fwd_bwd(int64_t N, int64_t V, int64_t len, const float *logits, const int32_t *targets,
                       float dloss, float *dlogits, void *ws);
 
+/* ---- cross-entropy in parts (vocab-parallel; ops.def CE_*) ---------------------------------- */
+
+/* logits [N, V] are columns [lo, lo + V) of the logical vocabulary; the first nv (0 <= nv <= V)
+ * are valid (below the unpadded vocabulary), the rest ignored. targets [N] are logical ids
+ * (< 0: row ignored). m [N], st [N, 2] as in ops.def. dlogits may alias logits (in place). */
+void rt_ce_max(int64_t N, int64_t V, int64_t nv, const float *logits, float *m); /* -inf when nv == 0 */
+void rt_ce_sums(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logits, const int32_t *targets,
+                const float *m, float *st);
+/* out[2] = (sum over rows with target >= 0 of log st[r, 0] + m[r] - st[r, 1], their count), summed in
+ * row order in double. Returns -1, or the first row whose target is >= len (len > 0) — nothing written. */
+int64_t rt_ce_loss(int64_t N, int64_t len, const float *st, const float *m, const int32_t *targets, float *out);
+/* dlogits = scale * (exp(l - m) / st[r, 0] - onehot(target - lo)) on valid columns of rows with
+ * target >= 0, else 0. */
+void rt_ce_grad(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logits, const int32_t *targets,
+                const float *m, const float *st, float scale, float *dlogits);
+
 /* ---- optimizers (in place) ----------------------------------------------------------------- */
 
 /* AdamW (ops.def ADAMW_UPDATE): g' = gscale*g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;

@@ -331,6 +331,52 @@ float rt_xent_fwd_bwd_ref(int64_t N, int64_t V, int64_t len, const float *logits
   return count > 0 ? (float)(total / (double)count) : 0.0f;
 }
 
+/* ---- cross-entropy in parts ------------------------------------------------------------------- */
+
+void rt_ce_max_ref(int64_t N, int64_t V, int64_t nv, const float *logits, float *m) {
+  for (int64_t r = 0; r < N; r++) {
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < nv; j++) mx = logits[r * V + j] > mx ? logits[r * V + j] : mx;
+    m[r] = (float)mx;
+  }
+}
+
+void rt_ce_sums_ref(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logits, const int32_t *targets,
+                    const float *m, float *st) {
+  for (int64_t r = 0; r < N; r++) {
+    double s = 0.0;
+    for (int64_t j = 0; j < nv; j++) s += exp((double)logits[r * V + j] - (double)m[r]);
+    int64_t t = (int64_t)targets[r] - lo;
+    st[2 * r] = (float)s;
+    st[2 * r + 1] = t >= 0 && t < nv ? logits[r * V + t] : 0.0f;
+  }
+}
+
+int64_t rt_ce_loss_ref(int64_t N, int64_t len, const float *st, const float *m, const int32_t *targets, float *out) {
+  double loss = 0.0, count = 0.0;
+  for (int64_t r = 0; r < N; r++) {
+    if (targets[r] < 0) continue;
+    if (len > 0 && targets[r] >= len) return r;
+    loss += log((double)st[2 * r]) + (double)m[r] - (double)st[2 * r + 1];
+    count += 1.0;
+  }
+  out[0] = (float)loss;
+  out[1] = (float)count;
+  return -1;
+}
+
+void rt_ce_grad_ref(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logits, const int32_t *targets,
+                    const float *m, const float *st, float scale, float *dlogits) {
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t j = 0; j < V; j++) {
+      double d = 0.0;
+      if (targets[r] >= 0 && j < nv)
+        d = (double)scale * (exp((double)logits[r * V + j] - (double)m[r]) / (double)st[2 * r] -
+                             (j == (int64_t)targets[r] - lo ? 1.0 : 0.0));
+      dlogits[r * V + j] = (float)d;
+    }
+}
+
 /* ---- optimizers ------------------------------------------------------------------------------ */
 
 void rt_adamw_ref(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,

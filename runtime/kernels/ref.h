@@ -53,6 +53,13 @@ void rt_sdpa_bwd_ref(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
 float rt_xent_fwd_bwd_ref(int64_t N, int64_t V, int64_t len, const float *logits, const int32_t *targets,
                           float dloss, float *dlogits);
 
+void rt_ce_max_ref(int64_t N, int64_t V, int64_t nv, const float *logits, float *m);
+void rt_ce_sums_ref(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logits, const int32_t *targets,
+                    const float *m, float *st);
+int64_t rt_ce_loss_ref(int64_t N, int64_t len, const float *st, const float *m, const int32_t *targets, float *out);
+void rt_ce_grad_ref(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logits, const int32_t *targets,
+                    const float *m, const float *st, float scale, float *dlogits);
+
 void rt_adamw_ref(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
                   float beta1, float beta2, float eps, float weight_decay);
 void rt_sgd_ref(int64_t n, float *p, const float *g, float *m, float lr, float gscale, float momentum,
