@@ -138,17 +138,17 @@ int main(int argc, char **argv) {
                   .nimport_dirs = nimport,
                   .defines = defines,
                   .ndefines = ndefines,
-                  .topology_file = topology};
+                  .topology_file = topology,
+                  .world = po.world};
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   if (!pipeline_run(m, &po)) return 1;
   const Plan *pl = &m->plan;
-  if (pl->tp > 1 || pl->pp > 1 || pl->cp > 1 || pl->zero > 0 || pl->sp)
+  if (pl->pp > 1 || pl->cp > 1 || pl->zero > 0)
     fprintf(stderr,
-            "shardc: warning: %s: the parallel plan (tp %d, pp %d, cp %d, zero %d, sp %s) is not applied yet: "
-            "the partitioning passes are still to come, so this is the single-rank program "
-            "(-D tp=1 -D pp=1 -D zero=0 -D sp=off says so)\n",
-            input, pl->tp, pl->pp, pl->cp, pl->zero, pl->sp ? "on" : "off");
+            "shardc: warning: %s: pipeline (pp %d), context (cp %d) parallelism and ZeRO (zero %d) are not applied "
+            "yet: this program runs dp x tp%s only (-D pp=1 -D cp=1 -D zero=0 says so)\n",
+            input, pl->pp, pl->cp, pl->zero, pl->sp ? " with sp" : "");
 
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);

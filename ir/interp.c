@@ -334,6 +334,46 @@ const Tensor *interp_get(const Interp *it, int rank, const char *name) {
   return NULL;
 }
 
+bool interp_get_logical(const Interp *it, const char *name, Tensor *out, double *spread) {
+  const Value *v = NULL;
+  const Tensor *vals = NULL;
+  for (int i = 0; i < it->nres && !v; i++)
+    if (it->res[i].name && strcmp(it->res[i].name, name) == 0) {
+      v = it->g->results[i];
+      vals = it->res[i].val;
+    }
+  if (!v) {
+    Source *s = find_source(it, name, NULL);
+    if (!s || s->node->op == OP_INPUT || !s->val[0].data) return false;
+    v = s->node->out[0];
+    vals = s->val;
+  }
+  if (v->sharding.partial) die("interp_get_logical: '%s' is a partial sum", name);
+  BlockMap bm;
+  block_of(it, v, 0, &bm);
+  *out = tensor_new(v->dtype, bm.logical);
+  bool *seen = xcalloc((size_t)(ir_numel(&bm.logical) + 1), sizeof(bool));
+  double sp = 0;
+  for (int r = 0; r < it->nranks; r++) {
+    block_of(it, v, r, &bm);
+    int64_t n = ir_numel(&vals[r].shape);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t li = logical_index(&vals[r].shape, &bm, i);
+      double x = vals[r].data[i];
+      if (seen[li]) {
+        double d = fabs(out->data[li] - x);
+        if (d > sp || d != d) sp = d != d ? INFINITY : d;
+      } else {
+        out->data[li] = x;
+        seen[li] = true;
+      }
+    }
+  }
+  free(seen);
+  if (spread) *spread = sp;
+  return true;
+}
+
 /* ---- environments ---------------------------------------------------------- */
 
 static Env env_new(const Graph *g, Env *parent, Tensor *const *args) {

@@ -44,6 +44,10 @@ void interp_set_input(Interp *it, int rank, const char *name, const Tensor *t);
 bool interp_step(Interp *it);
 /* A result of the last step by name, or a PARAM/STATE's current value by name; NULL if none. */
 const Tensor *interp_get(const Interp *it, int rank, const char *name);
+/* The logical tensor of a result or PARAM/STATE, assembled from every rank's block
+ * (out: heap, tensor_free it). *spread: the largest difference between ranks holding
+ * the same logical element (0 when the replicas agree). False if there is no such name. */
+bool interp_get_logical(const Interp *it, const char *name, Tensor *out, double *spread);
 /* Overwrites a PARAM/STATE's current value (e.g. to perturb for finite differences). */
 void interp_set_state(Interp *it, int rank, const char *name, const Tensor *t);
 

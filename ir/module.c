@@ -34,6 +34,17 @@ void ir_recipe_defaults(Recipe *r) {
   r->seed = 1337;
 }
 
+int ir_plan_dp(const Module *m, int world) {
+  const Plan *p = &m->plan;
+  if (p->dp > 0) return p->dp;
+  int model = (p->tp > 0 ? p->tp : 1) * (p->pp > 0 ? p->pp : 1) * (p->cp > 0 ? p->cp : 1);
+  if (world <= 0) {
+    if (!m->has_topology) return 1;
+    world = (m->topo.nodes > 0 ? m->topo.nodes : 1) * (m->topo.devices_per_node > 0 ? m->topo.devices_per_node : 1);
+  }
+  return world % model == 0 && world >= model ? world / model : 1;
+}
+
 double ir_lr_at(const Recipe *r, int64_t step) {
   double lr = r->lr;
   if (r->warmup > 0 && step < r->warmup) return lr * (double)(step + 1) / (double)r->warmup;

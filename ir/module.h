@@ -99,6 +99,11 @@ typedef struct {
 /* Defaults for a plan and a recipe (single rank, AdamW 3e-4, f32, ...). */
 void ir_plan_defaults(Plan *p);
 void ir_recipe_defaults(Recipe *r);
+/* The data-parallel degree the plan resolves to on `world` ranks (world <= 0: the
+ * topology's nodes * devices_per_node, or one replica without a topology): plan.dp
+ * when set, else world / (tp * pp * cp); 1 when that does not divide (the mesh pass
+ * reports it). The logical graph's `batch` is micro_batch times this. */
+int ir_plan_dp(const Module *m, int world);
 /* Learning rate at a step (0-based) under the recipe's schedule. */
 double ir_lr_at(const Recipe *r, int64_t step);
 

@@ -38,8 +38,8 @@ bool pass_mesh(Module *m, int world) {
   if (!explicit_world) {
     if (m->has_topology) world = nodes * dpn;
     else world = p->dp > 0 ? p->dp * model : model;
-    if (!m->has_topology) dpn = world;
   }
+  if (!m->has_topology) dpn = world; /* no cluster described: one machine */
   const char *wsrc = explicit_world ? "the launched world" : "the topology";
   int dp = p->dp;
   if (dp <= 0) {
