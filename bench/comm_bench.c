@@ -1,6 +1,8 @@
 /* bench/comm_bench.c — bus bandwidth of shardrt's collectives next to OpenMPI's, same run.
  *
- *   mpirun --allow-run-as-root --oversubscribe --mca pml ob1 -np N comm_bench [max_bytes]
+ *   mpirun --allow-run-as-root --oversubscribe --mca pml ob1 -np N comm_bench [max_bytes [min_bytes [ops]]]
+ *
+ * ops: a comma list of all_reduce, reduce_scatter, all_gather (default all three).
  *
  * For each size (1 KiB .. max, x4) and op it times shardrt (libfabric ring) and the
  * matching MPI call (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather) on the
@@ -58,6 +60,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   size_t max_bytes = argc > 1 ? (size_t)strtoull(argv[1], NULL, 0) : (size_t)256 << 20;
+  size_t min_bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : 1024;
+  const char *ops = argc > 3 ? argv[3] : "all_reduce,reduce_scatter,all_gather";
+  if (min_bytes < 1024) min_bytes = 1024;
   RtComm *c = rt_comm_init(&boot, NULL);
   RtGroup *g = rt_group_world(c);
   int n = boot.world;
@@ -74,7 +79,8 @@ int main(int argc, char **argv) {
            "ratio");
   }
   for (int op = 0; op < NOPS; op++) {
-    for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
+    if (!strstr(ops, op_names[op])) continue;
+    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       size_t count = bytes / 4;
       double factor = op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
       double ts = time_op(op, false, g, a, b, count, n);
