@@ -15,6 +15,7 @@
 #include "codegen.h"
 #include "diag.h"
 #include "memplan.h"
+#include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
 #include "print.h"
 
 typedef struct {
@@ -173,6 +174,110 @@ static void emit_repeat(Cg *c, Node *n) {
   c->nargs = mark;
 }
 
+/* ---- multi-rank ops: collectives on the ctx's mesh-axis groups (runtime/ops/coll.h) ---- */
+
+static const char *axis_lit(int axis) {
+  static const char *const names[AX_COUNT] = {[AX_DP] = "RT_AX_DP", [AX_PP] = "RT_AX_PP", [AX_CP] = "RT_AX_CP",
+                                              [AX_TP] = "RT_AX_TP"};
+  if (axis < 0 || axis >= AX_COUNT) die("collective on mesh axis %d", axis);
+  return names[axis];
+}
+
+static const char *dtype_lit(DType dt) {
+  static const char *const names[DT_COUNT] = {[DT_F32] = "RT_F32", [DT_BF16] = "RT_BF16", [DT_F16] = "RT_F16",
+                                              [DT_F64] = "RT_F64", [DT_I32] = "RT_I32", [DT_I64] = "RT_I64"};
+  return names[dt];
+}
+
+/* (outer, len, inner) of a tensor axis: the elements before it, its length, after it. */
+static void axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
+  *outer = prod(s, 0, axis);
+  *len = s->dim[axis];
+  *inner = prod(s, axis + 1, s->rank);
+}
+
+static bool is_multi_rank_op(const Node *n) {
+  switch (n->op) {
+  case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
+  case OP_SHARD_SLICE: case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD:
+    return true;
+  case OP_EMBED: case OP_EMBED_BWD: return n->a.sharded;
+  default: return false;
+  }
+}
+
+static void emit_multi_rank(Cg *c, Node *n) {
+  Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
+  const Attrs *a = &n->a;
+  int64_t outer, nl, inner;
+  switch (n->op) {
+  case OP_AXIS_INDEX: line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), axis_lit(a->mesh_axis)); return;
+  case OP_ALL_REDUCE: {
+    static const char *const red[] = {[RED_SUM] = "0 /* sum */", [RED_AVG] = "1 /* avg */", [RED_MAX] = "2 /* max */"};
+    line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x),
+         ir_numel(&y->shape), dtype_lit(y->dtype), red[a->reduce]);
+    return;
+  }
+  case OP_ALL_GATHER:
+    axis_split(&x->shape, a->axis, &outer, &nl, &inner);
+    line(c, "rt_coll_all_gather(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
+         axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x), outer, nl, inner, a->blocks, dtype_lit(y->dtype), a->axis);
+    ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, bytes_of(y)));
+    return;
+  case OP_REDUCE_SCATTER:
+    axis_split(&y->shape, a->axis, &outer, &nl, &inner);
+    line(c, "rt_coll_reduce_scatter(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
+         axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x), outer, nl, inner, a->blocks, dtype_lit(y->dtype), a->axis);
+    ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, bytes_of(x)));
+    return;
+  case OP_BROADCAST:
+    line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", axis_lit(a->mesh_axis), ptr(c, y),
+         ptr(c, x), ir_numel(&y->shape), dtype_lit(y->dtype), a->start);
+    return;
+  case OP_SHARD_SLICE:
+    axis_split(&y->shape, a->axis, &outer, &nl, &inner);
+    line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
+         axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype), a->axis);
+    return;
+  case OP_EMBED: {
+    Value *t = n->in[0], *idx = n->in[1];
+    int64_t cnt = ir_numel(&idx->shape);
+    line(c, "rt_embed_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", axis_lit(a->mesh_axis),
+         fp(c, y), fp(c, t), ip(c, idx), cnt, t->shape.dim[1], t->shape.dim[0]);
+    ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
+    return;
+  }
+  case OP_EMBED_BWD: {
+    Value *idx = n->in[0];
+    int64_t cnt = ir_numel(&idx->shape);
+    line(c, "rt_embed_bwd_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);",
+         axis_lit(a->mesh_axis), fp(c, y), ip(c, idx), fp(c, n->in[1]), cnt, y->shape.dim[1], y->shape.dim[0]);
+    ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
+    return;
+  }
+  case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD: {
+    int64_t V = x->shape.dim[x->shape.rank - 1], rows = V ? ir_numel(&x->shape) / V : 0;
+    const char *ax = a->sharded ? axis_lit(a->mesh_axis) : "-1";
+    if (x->dtype != DT_F32) return unsupported(c, n, "only f32 logits on the CPU");
+    if (n->op == OP_CE_MAX)
+      line(c, "rt_ce_max_f32(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x), rows, V,
+           a->len);
+    else if (n->op == OP_CE_SUMS)
+      line(c, "rt_ce_sums_f32(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x),
+           ip(c, n->in[1]), fp(c, n->in[2]), rows, V, a->len);
+    else
+      line(c, "rt_ce_grad_f32(ctx, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y),
+           fp(c, x), ip(c, n->in[1]), fp(c, n->in[2]), fp(c, n->in[3]), fp(c, n->in[4]), rows, V, a->len);
+    return;
+  }
+  case OP_CE_LOSS:
+    line(c, "rt_ce_loss_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]),
+         ip(c, n->in[2]), ir_numel(&n->in[2]->shape), a->len);
+    return;
+  default: return unsupported(c, n, "no CPU code for this op");
+  }
+}
+
 static void emit_node(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL;
   Value *x = n->nin ? n->in[0] : NULL;
@@ -264,12 +369,14 @@ static void emit_node(Cg *c, Node *n) {
   }
   case OP_EMBED: {
     Value *t = n->in[0], *idx = n->in[1];
+    if (a->sharded) return emit_multi_rank(c, n);
     line(c, "rt_embed_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, t), ip(c, idx),
          ir_numel(&idx->shape), t->shape.dim[1], t->shape.dim[0]);
     return;
   }
   case OP_EMBED_BWD: {
     Value *idx = n->in[0];
+    if (a->sharded) return emit_multi_rank(c, n);
     line(c, "rt_embed_bwd_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), ip(c, idx),
          fp(c, n->in[1]), ir_numel(&idx->shape), y->shape.dim[1], y->shape.dim[0]);
     return;
@@ -345,7 +452,8 @@ static void emit_node(Cg *c, Node *n) {
     return;
   case OP_REPEAT: emit_repeat(c, n); return;
   case OP_CALL: return unsupported(c, n, "layer calls must be inlined first");
-  default: return unsupported(c, n, "collectives and pipeline transfers arrive with multi-rank codegen");
+  case OP_SEND: case OP_RECV: return unsupported(c, n, "pipeline transfers arrive with the pipeline pass");
+  default: return emit_multi_rank(c, n);
   }
 }
 
@@ -390,11 +498,42 @@ static Value *find_source(const Graph *g, OpKind op, const char *name) {
   return NULL;
 }
 
-static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
+static bool is_split(const Value *v) {
+  for (int d = 0; d < v->shape.rank; d++)
+    if (v->sharding.split[d] >= 0) return true;
+  return false;
+}
+
+/* ", .shard = {1, {split per dim}, {blocks per dim}}" for a split value; "" when replicated. */
+static const char *shard_init(Cg *c, const Value *v) {
+  if (!is_split(v)) return "";
+  char sp[128] = "", bl[128] = "";
+  for (int d = 0, ns = 0, nb = 0; d < v->shape.rank; d++) {
+    ns += snprintf(sp + ns, sizeof sp - (size_t)ns, "%s%s", d ? ", " : "",
+                   v->sharding.split[d] >= 0 ? axis_lit(v->sharding.split[d]) : "-1");
+    nb += snprintf(bl + nb, sizeof bl - (size_t)nb, "%s%d", d ? ", " : "", v->sharding.blocks[d]);
+  }
+  return arena_printf(c->a, ", .shard = {1, {%s}, {%s}}", sp, bl);
+}
+
+/* One RtTensor initializer, then `end` (",\n" in the table). */
+static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked,
+                            const char *end) {
   fprintf(c->f, "  {%s, %s, %d, %d, {", cstr(c, name), kind, (int)v->dtype, v->shape.rank);
   for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
-  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g},\n", v->offset, stacked, src ? (int)src->a.init : 0,
-          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0);
+  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
+          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), end);
+}
+
+static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
+  emit_tensor_end(c, v, name, kind, src, stacked, ",\n");
+}
+
+/* Whether the graph (or a region body) has an op of the multi-rank runtime (coll.h). */
+static bool uses_multi_rank(const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (is_multi_rank_op(g->nodes[i]) || (g->nodes[i]->body && uses_multi_rank(g->nodes[i]->body))) return true;
+  return false;
 }
 
 /* A PARAM is stacked when it feeds a REPEAT as one of its xs. */
@@ -420,20 +559,24 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     arena_free(&a);
     return false;
   }
-  /* the logits: the first input of the cross_entropy that makes the loss */
+  /* the logits: the first input of the cross_entropy (or, vocab-parallel, of the ce_max) that makes the loss */
   Value *logits = NULL;
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->op == OP_CROSS_ENTROPY) {
-      logits = g->nodes[i]->in[0];
-      break;
-    }
-  int64_t V = logits ? logits->shape.dim[logits->shape.rank - 1] : 0, vocab = V;
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->op == OP_CROSS_ENTROPY && g->nodes[i]->a.len > 0) vocab = g->nodes[i]->a.len;
+  int64_t V = 0, vocab = 0;
+  for (int i = 0; i < g->nnodes && !logits; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_CROSS_ENTROPY && n->op != OP_CE_MAX) continue;
+    logits = n->in[0];
+    V = logits->shape.dim[logits->shape.rank - 1];
+    if (n->op == OP_CE_MAX && n->a.sharded && m->mesh) V *= m->mesh->dim[n->a.mesh_axis];
+    vocab = n->a.len > 0 ? n->a.len : V;
+  }
+  const MeshMap *mesh = m->mesh;
+  bool multi = uses_multi_rank(g) || (mesh && mesh->world > 1);
 
   fprintf(f, "/* Generated by shardc from %s (model %s). Do not edit: recompile the .model instead. */\n",
           o->source_path ? o->source_path : "?", m->name);
-  fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n");
+  fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n",
+          multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
   fprintf(f, "/* memory plan: %" PRId64 " bytes (peak %" PRId64 " live); kernel scratch follows it */\n", m->memplan->total, m->memplan->peak);
   fprintf(f, "#define WS (M + %" PRId64 ")\n\n", m->memplan->total);
 
@@ -489,6 +632,11 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     ntensors++;
   }
   fprintf(f, "};\n\n");
+  if (multi && logits) {
+    fprintf(f, "/* the logits the logits() entry leaves, with their sharding (sampling gathers them) */\n");
+    fprintf(f, "static const RtTensor logits_tensor =\n");
+    emit_tensor_end(&c, logits, "logits", "RT_T_RESULT", NULL, false, ";\n\n");
+  }
 
   const Recipe *rc = &m->recipe;
   static const char *opt[] = {[OPT_SGD] = "RT_OPT_SGD", [OPT_ADAMW] = "RT_OPT_ADAMW"};
@@ -496,11 +644,15 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "static const RtProgram program = {\n");
   fprintf(f, "  .model = %s,\n  .source = %s,\n", cstr(&c, m->name), cstr(&c, o->source_path));
   fprintf(f, "  .mem_bytes = %" PRId64 ",\n  .workspace_bytes = workspace_bytes,\n  .mem_peak = %" PRId64 ",\n", m->memplan->total, m->memplan->peak);
+  if (multi && mesh)
+    fprintf(f, "  .mesh = {[RT_AX_DP] = %d, [RT_AX_PP] = %d, [RT_AX_CP] = %d, [RT_AX_TP] = %d},\n", mesh->dim[RT_AX_DP],
+            mesh->dim[RT_AX_PP], mesh->dim[RT_AX_CP], mesh->dim[RT_AX_TP]);
   fprintf(f, "  .batch = %" PRId64 ",\n  .seq = %" PRId64 ",\n", tokens->shape.dim[0], tokens->shape.dim[1]);
   fprintf(f, "  .vocab = %" PRId64 ",\n  .vocab_padded = %" PRId64 ",\n  .byte_level = %d,\n", vocab, V, vocab == 256);
   fprintf(f, "  .nparams = %" PRId64 ",\n  .flops_per_token = %.17g,\n", ir_param_count(m), ir_flops_per_token(m, true));
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);
   fprintf(f, "  .logits_offset = %" PRId64 ",\n", logits ? logits->offset : (int64_t)-1);
+  if (multi && logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
   fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64
              ", .steps = %" PRId64 ", .seed = %" PRIu64 "u, .grad_clip = %.17g,\n",
           opt[rc->optimizer], rc->lr, rc->min_lr, sch[rc->lr_schedule], rc->warmup, rc->steps, rc->seed, rc->grad_clip);

@@ -1,8 +1,10 @@
 /* runtime/train/main.c — rt_train_main: the trainer a generated program runs.
  *
- * Flags → data → one allocation → init (or --resume / --init-from) → the step loop (inputs,
- * p->step, progress line, JSON-lines log, validation, checkpoints) → summary → sampling.
- * Rank 0 prints, logs and writes checkpoints; every rank reads its own data-parallel slice.
+ * Flags → ranks (dist.c) → data → one allocation → init (or --resume / --init-from) → the step
+ * loop (inputs, p->step, progress line, JSON-lines log, validation, checkpoints) → summary →
+ * sampling. Every rank runs the same loop (the step's collectives keep them in lockstep); rank 0
+ * prints, logs and writes checkpoints; every rank reads its own block of each batch. Weights,
+ * batches, checkpoints and dumps are logical tensors; each rank holds its block (dist.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -11,7 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../comm/comm.h"
 #include "../kernels/kernels.h"
+#include "../ops/coll.h"
 #include "../rng.h"
 #include "train.h"
 
@@ -40,6 +44,7 @@ typedef struct {
   int steps_set, seed_set; /* given on the command line */
   int data_set, val_set;   /* given on the command line */
   int save_set;            /* --save-to given on the command line */
+  int threads_set;         /* --threads given */
 } Opts;
 
 typedef struct {
@@ -134,7 +139,8 @@ static int parse_flags(int argc, char **argv, const RtProgram *p, Opts *o) {
       {"sample", 1, &o->sample, NULL, "N", "generate N tokens after training"},
       {"temperature", 3, &o->temperature, NULL, "X", "sampling temperature; 0: greedy (default 0.8)"},
       {"prompt", 0, &o->prompt, NULL, "TEXT", "sampling prompt (byte-level models; default: the data's start)"},
-      {"threads", 4, &o->threads, NULL, "N", "compute threads (default: the online CPUs)"},
+      {"threads", 4, &o->threads, &o->threads_set, "N",
+       "compute threads per rank (default: the online CPUs / the ranks on this host)"},
       {"dump-steps", 1, &o->dump_steps, NULL, "N",
        "write every tensor (params, state, inputs, results) after each of the first N steps"},
       {"dump-to", 0, &o->dump_to, NULL, "DIR", "where --dump-steps writes DIR/step_N.safetensors (default: dump)"},
@@ -214,8 +220,12 @@ static uint16_t f32_to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-/* Parameters by their init rule (element i of the whole logical tensor, key of its name), state zero. */
-static void init_tensors(const RtProgram *p, char *mem, uint64_t seed) {
+/* Parameters by their init rule (element i of the whole logical tensor, key of its name), state zero.
+ * A sharded parameter's local element i is logical element rt_tensor_logical_index(i) of the
+ * tensor on this rank: every layout starts from the same logical weights. */
+static void init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx) {
+  int coord[RT_AX_COUNT];
+  rt_ctx_coords(ctx, coord);
   for (int k = 0; k < p->ntensors; k++) {
     const RtTensor *t = &p->tensors[k];
     int64_t n = rt_tensor_numel(t);
@@ -226,16 +236,18 @@ static void init_tensors(const RtProgram *p, char *mem, uint64_t seed) {
     if (t->init < RT_INIT_ZEROS || t->init > RT_INIT_CONST) rt_bug("parameter %s: unknown init %d", t->name, t->init);
     if (t->dtype != RT_F32 && t->dtype != RT_F64 && t->dtype != RT_BF16)
       rt_bug("parameter %s: dtype %s cannot be initialised", t->name, rt_dtype_st_name(t->dtype));
+    int split = rt_tensor_split_mask(p, t) != 0;
       /* element i is a pure function of (key, i): the threads' split changes nothing */
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
       double x = 0;
+      int64_t li = split ? rt_tensor_logical_index(p, t, coord, i) : i;
       switch (t->init) {
       case RT_INIT_ZEROS: x = 0; break;
       case RT_INIT_ONES: x = 1; break;
       case RT_INIT_CONST: x = t->init_a; break;
-      case RT_INIT_NORMAL: x = rt_rng_normal(key, i, t->init_a, t->init_b); break;
-      case RT_INIT_UNIFORM: x = t->init_a + (t->init_b - t->init_a) * rt_rng_uniform(key, i); break;
+      case RT_INIT_NORMAL: x = rt_rng_normal(key, li, t->init_a, t->init_b); break;
+      case RT_INIT_UNIFORM: x = t->init_a + (t->init_b - t->init_a) * rt_rng_uniform(key, li); break;
       }
       switch (t->dtype) {
       case RT_F32: ((float *)dst)[i] = (float)x; break;
@@ -279,7 +291,45 @@ typedef struct {
   RtTrainState st;    /* step, data position, RNG */
   double peak;        /* FLOP/s the MFU is measured against */
   int64_t base_rss;   /* bytes resident before the allocation */
+  RtDist dist;        /* ranks, mesh, comm (dist.c); untouched in a single process */
+  int multi;          /* 1: the program spans several ranks (tensors are blocks of logical ones) */
+  int64_t gbatch, gseq; /* the logical batch: sequences per step (all dp ranks), tokens per sequence */
+  RtProgram *lp;      /* multi: the logical program (checkpoints, dumps) */
+  int64_t lbytes;     /* multi: bytes of the logical tensors */
 } Run;
+
+/* ---- batches: each rank's block of the logical [gbatch, gseq] tokens and targets ---- */
+
+/* The plain layout: sequences split over dp along dim 0, whole sequences: rt_data_batch reads
+ * this rank's slice directly. */
+static int dp_rows_only(const RtProgram *p, const RtTensor *t) {
+  if (!t->shard.sharded) return 1;
+  unsigned mask = rt_tensor_split_mask(p, t);
+  return (mask == 0 || (mask == RT_MESH_DP && t->shard.split[0] == RT_AX_DP && t->shard.blocks[0] <= 1));
+}
+
+static void load_batch(Run *r, RtData *d, int64_t pos) {
+  const RtProgram *p = r->p;
+  int32_t *tok = (int32_t *)(r->mem + r->tokens->offset), *tgt = (int32_t *)(r->mem + r->targets->offset);
+  if (!r->multi) {
+    rt_data_batch(d, pos, p->batch, r->ctx.dp_rank, tok, tgt);
+    return;
+  }
+  int dp = rt_tensor_split_mask(p, r->tokens) & RT_MESH_DP ? r->ctx.dp_rank : 0;
+  if (dp_rows_only(p, r->tokens) && dp_rows_only(p, r->targets) &&
+      rt_tensor_split_mask(p, r->tokens) == rt_tensor_split_mask(p, r->targets)) {
+    rt_data_batch(d, pos, r->tokens->dims[0], dp, tok, tgt);
+    return;
+  }
+  /* any other layout (sequence-parallel tokens, ...): the whole batch, then this rank's block */
+  size_t n = (size_t)(r->gbatch * r->gseq);
+  int32_t *lt = rt_xmalloc(n * sizeof *lt), *lg = rt_xmalloc(n * sizeof *lg);
+  rt_data_batch(d, pos, r->gbatch, 0, lt, lg);
+  rt_tensor_scatter(&r->ctx, p, r->tokens, lt, tok);
+  rt_tensor_scatter(&r->ctx, p, r->targets, lg, tgt);
+  free(lt);
+  free(lg);
+}
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
   fprintf(f, ",\"%s\":", key);
@@ -291,7 +341,7 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
 
 static double evaluate(Run *r) {
   const RtProgram *p = r->p;
-  int64_t B = p->batch, per = B * r->ctx.dp_size;
+  int64_t per = r->gbatch;
   int64_t nb = (r->val.nwin + per - 1) / per;
   if (nb > r->o.val_batches) nb = r->o.val_batches;
   if (nb < 1) nb = 1;
@@ -299,13 +349,12 @@ static double evaluate(Run *r) {
   int64_t saved = r->ctx.step;
   r->ctx.step = 0;
   for (int64_t i = 0; i < nb; i++) {
-    rt_data_batch(&r->val, i * per, B, r->ctx.dp_rank, (int32_t *)(r->mem + r->tokens->offset),
-                  (int32_t *)(r->mem + r->targets->offset));
+    load_batch(r, &r->val, i * per);
     p->eval(r->mem, &r->ctx);
     sum += get_scalar(r->mem, r->loss);
   }
   r->ctx.step = saved;
-  /* multi-rank: the mean over dp ranks goes through the dp group here */
+  /* the loss is replicated: the program's own all-reduces made it the mean over every rank's rows */
   return sum / (double)nb;
 }
 
@@ -334,12 +383,46 @@ static void fmt_eta(char *out, size_t n, double s) {
     snprintf(out, n, "%lld:%02lld", t / 60, t % 60);
 }
 
+/* Checkpoints hold logical tensors: a multi-rank run gathers every parameter and optimizer
+ * state over the groups that split it (every rank takes part), and rank 0 writes them. */
 static void save(Run *r) {
-  if (r->ctx.rank != 0 || !r->o.save_to) return;
+  if (!r->o.save_to) return;
   double t0 = rt_now();
-  rt_ckpt_save(r->p, r->mem, r->o.save_to, &r->st, (int)r->o.keep);
+  if (r->multi) {
+    char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
+    rt_gather_tensors(&r->ctx, r->p, r->lp, r->mem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+    if (r->ctx.rank == 0) rt_ckpt_save(r->lp, lmem, r->o.save_to, &r->st, (int)r->o.keep);
+    free(lmem);
+  } else {
+    rt_ckpt_save(r->p, r->mem, r->o.save_to, &r->st, (int)r->o.keep);
+  }
+  if (r->ctx.rank != 0) return;
   printf("checkpoint: %s/step_%08lld (%.2f s)\n", r->o.save_to, (long long)r->st.step, rt_now() - t0);
   fflush(stdout);
+}
+
+/* Loads a checkpoint (full: with optimizer and trainer state) into every rank's blocks. */
+static void load(Run *r, const char *path, int full, RtTrainState *st) {
+  if (!r->multi) {
+    rt_ckpt_load(r->p, r->mem, path, full, st);
+    return;
+  }
+  char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
+  rt_ckpt_load(r->lp, lmem, path, full, st);
+  rt_scatter_tensors(&r->ctx, r->p, r->lp, lmem, r->mem, 1 << RT_T_PARAM | (full ? 1 << RT_T_STATE : 0));
+  free(lmem);
+}
+
+/* --dump-steps: every tensor, logical (gathered), written by rank 0. */
+static void dump(Run *r, const char *path) {
+  if (!r->multi) {
+    if (r->ctx.rank == 0) rt_dump_tensors(r->p, r->mem, path, &r->st);
+    return;
+  }
+  char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
+  rt_gather_tensors(&r->ctx, r->p, r->lp, r->mem, lmem, 0xf);
+  if (r->ctx.rank == 0) rt_dump_tensors(r->lp, lmem, path, &r->st);
+  free(lmem);
 }
 
 /* The plan against the measured peak resident size; `base` is the resident size before the
@@ -359,10 +442,13 @@ static void print_memory(const char *when, const RtProgram *p, int64_t base) {
   printf("\n");
 }
 
-/* Samples from the logits at row 0, position len-1 of a window of the last T tokens. */
+/* Samples from the logits at row 0, position len-1 of a window of the last T tokens. Every rank
+ * runs the logits function (its collectives need them all); a multi-rank program's logits are
+ * gathered to the logical [batch, seq, vocab] (vocab-parallel logits are split over tp), and rank
+ * 0's choice is broadcast so every rank feeds the same next window. */
 static void sample(Run *r) {
   const RtProgram *p = r->p;
-  int64_t T = p->seq, N = r->o.sample, V = p->vocab, VP = p->vocab_padded > 0 ? p->vocab_padded : p->vocab;
+  int64_t T = r->gseq, N = r->o.sample, V = p->vocab, VP = p->vocab_padded > 0 ? p->vocab_padded : p->vocab;
   if (!p->logits) rt_user_error("--sample: this program has no logits function");
   int64_t cap = N + T + 64, len = 0;
   int32_t *toks = rt_xmalloc((size_t)cap * sizeof *toks);
@@ -386,16 +472,24 @@ static void sample(Run *r) {
   }
   int64_t prompt_len = len;
   int32_t *in = (int32_t *)(r->mem + r->tokens->offset);
-  float *logits = (float *)(r->mem + p->logits_offset);
+  const RtTensor *lt = r->multi ? p->logits_tensor : NULL;
+  if (r->multi && !lt) rt_user_error("--sample: this program does not describe its logits' layout; recompile it");
+  int32_t *win = r->multi ? rt_xmalloc((size_t)(r->gbatch * T) * sizeof *win) : in; /* the logical tokens */
+  int64_t ldims[RT_MAX_RANK];
+  float *all = lt ? rt_xmalloc((size_t)rt_tensor_logical_dims(p, lt, ldims) * sizeof *all) : NULL;
+  if (lt) VP = ldims[lt->rank - 1];
+  float *logits = lt ? all : (float *)(r->mem + p->logits_offset);
   double *prob = rt_xmalloc((size_t)V * sizeof *prob);
   r->ctx.step = 0;
   for (int64_t k = 0; k < N; k++) {
     int64_t L = len < T ? len : T;
-    memset(in, 0, (size_t)(p->batch * T) * sizeof *in);
-    memcpy(in, toks + len - L, (size_t)L * sizeof *in);
-    for (int64_t b = 1; b < p->batch; b++)
-      memcpy(in + b * T, in, (size_t)T * sizeof *in);
+    memset(win, 0, (size_t)(r->gbatch * T) * sizeof *win);
+    memcpy(win, toks + len - L, (size_t)L * sizeof *win);
+    for (int64_t b = 1; b < r->gbatch; b++)
+      memcpy(win + b * T, win, (size_t)T * sizeof *win);
+    if (r->multi) rt_tensor_scatter(&r->ctx, p, r->tokens, win, in);
     p->logits(r->mem, &r->ctx);
+    if (lt) rt_tensor_gather(&r->ctx, p, lt, r->mem + lt->offset, all);
     const float *row = logits + (L - 1) * VP;
     int64_t next = 0;
     if (r->o.temperature <= 0) {
@@ -414,6 +508,11 @@ static void sample(Run *r) {
           next = v;
           break;
         }
+    }
+    if (r->ctx.groups[RT_MESH_ALL]) { /* rank 0 decides (ids < 2^24 are exact in f32) */
+      float f = (float)next;
+      rt_broadcast(r->ctx.groups[RT_MESH_ALL], &f, 1, RT_F32, 0);
+      next = (int64_t)f;
     }
     toks[len++] = (int32_t)next;
   }
@@ -434,6 +533,8 @@ static void sample(Run *r) {
     }
     fflush(stdout);
   }
+  if (win != in) free(win);
+  free(all);
   free(prob);
   free(toks);
 }
@@ -454,18 +555,32 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
                    .pp_size = 1,
                    .cp_size = 1,
                    .threads = (int)o->threads};
+  /* Ranks: under mpirun / srun (or for a multi-rank program) bootstrap, check the launched world
+   * against the program's mesh before anything else, open the groups. */
+  rt_dist_init(&r->dist, &argc, &argv, p, &r->ctx);
+  r->multi = rt_program_world(p) > 1;
+  if (r->multi && !o->threads_set && r->dist.boot.local_world > 1) { /* share the host's cores */
+    r->ctx.threads = (int)(o->threads / r->dist.boot.local_world);
+    if (r->ctx.threads < 1) r->ctx.threads = 1;
+  }
   rt_set_threads(r->ctx.threads);
   int64_t B = p->batch, T = p->seq;
-  int64_t gbatch = B * r->ctx.dp_size;
-  if (o->batch && o->batch != gbatch)
-    rt_user_error("--batch %lld: this program was compiled for a micro-batch of %lld sequences x %d data-parallel "
-                  "rank(s) = %lld; recompile with another batch to change it",
-                  (long long)o->batch, (long long)B, r->ctx.dp_size, (long long)gbatch);
-  if (o->init_from && o->resume) rt_user_error("--init-from and --resume exclude each other");
-
   int64_t bt[2] = {B, T};
   r->tokens = need_tensor(p, "tokens", RT_I32, 2, bt);
   r->targets = need_tensor(p, "targets", RT_I32, 2, bt);
+  int64_t lbt[RT_MAX_RANK];
+  rt_tensor_logical_dims(p, r->tokens, lbt);
+  r->gbatch = lbt[0];
+  r->gseq = lbt[1];
+  int64_t gbatch = r->gbatch;
+  T = r->gseq; /* from here on: the logical sequence length */
+  if (r->multi) r->lp = rt_logical_program(p, &r->lbytes);
+  if (o->batch && o->batch != gbatch)
+    rt_user_error("--batch %lld: this program was compiled for a micro-batch of %lld sequences x %d data-parallel "
+                  "rank(s) = %lld; recompile with another batch to change it",
+                  (long long)o->batch, (long long)B, (int)(gbatch / (B ? B : 1)), (long long)gbatch);
+  if (o->init_from && o->resume) rt_user_error("--init-from and --resume exclude each other");
+
   r->loss = rt_find_tensor(p, "loss");
   if (!r->loss) rt_bug("the program has no \"loss\" tensor");
   r->lr = rt_find_tensor(p, "lr");
@@ -491,7 +606,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     if (!dir)
       rt_user_error("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", o->resume);
     RtTrainState cs;
-    rt_ckpt_load(p, r->mem, dir, 1, &cs);
+    load(r, dir, 1, &cs);
     if (o->seed_set && o->seed != cs.seed)
       rt_user_error("--seed %llu differs from the checkpoint's seed %llu ('%s'); a resumed run keeps its seed",
                     (unsigned long long)o->seed, (unsigned long long)cs.seed, dir);
@@ -506,9 +621,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       printf("resumed from %s: step %lld, data position %lld\n", dir, (long long)cs.step, (long long)cs.data_pos);
     free(dir);
   } else {
-    init_tensors(p, r->mem, o->seed);
+    init_tensors(p, r->mem, o->seed, &r->ctx);
     if (o->init_from) {
-      rt_ckpt_load(p, r->mem, o->init_from, 0, NULL);
+      load(r, o->init_from, 0, NULL);
       if (r->ctx.rank == 0) printf("weights from %s\n", o->init_from);
     }
   }
@@ -558,6 +673,10 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
            (long long)gbatch, (long long)T);
     if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
     printf(", seed %llu\n", (unsigned long long)o->seed);
+    if (r->ctx.world > 1)
+      printf("ranks: %d (dp %d x pp %d x cp %d x tp %d) via %s, %s; %d thread(s) per rank\n", r->ctx.world,
+             r->ctx.dp_size, r->ctx.pp_size, r->ctx.cp_size, r->ctx.tp_size, rt_launcher_name(r->dist.boot.launcher),
+             rt_comm_provider(r->dist.comm), r->ctx.threads);
     if (o->data)
       printf("data: '%s': %d file(s), %lld tokens, %lld sequences of %lld+1\n", o->data, r->train.nfiles,
              (long long)r->train.ntok, (long long)r->train.nwin, (long long)T);
@@ -575,26 +694,27 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   }
 
   /* The loop. */
-  double t_start = rt_now(), t_steady = 0, last_val = NAN;
+  double t_start = rt_now(), t_steady = 0, last_val = NAN, comm_steady = 0;
   int64_t steady_steps = 0, first = r->st.step + 1, saved_at = -1;
   int width = snprintf(NULL, 0, "%lld", (long long)o->steps);
   for (int64_t s = first; s <= stop; s++) {
     r->ctx.step = s;
-    rt_data_batch(&r->train, r->st.data_pos, B, r->ctx.dp_rank, (int32_t *)(r->mem + r->tokens->offset),
-                  (int32_t *)(r->mem + r->targets->offset));
+    load_batch(r, &r->train, r->st.data_pos);
     double lr = lr_at(&p->recipe, o->steps, s - 1);
     put_scalar(r->mem, r->lr, lr);
     put_scalar(r->mem, r->stepno, (double)s);
-    double t0 = rt_now();
+    double t0 = rt_now(), c0 = r->ctx.comm_s;
     p->step(r->mem, &r->ctx);
-    double dt = rt_now() - t0;
+    double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
+    if (s > first || stop == first) comm_steady += dcomm;
     r->st.data_pos += gbatch;
     r->st.step = s;
-    if (s <= o->dump_steps && r->ctx.rank == 0) {
+    if (s <= o->dump_steps) {
       const char *dir = o->dump_to ? o->dump_to : "dump";
-      if (mkdir(dir, 0755) != 0 && errno != EEXIST) rt_user_error("--dump-to: cannot create '%s': %s", dir, strerror(errno));
+      if (r->ctx.rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        rt_user_error("--dump-to: cannot create '%s': %s", dir, strerror(errno));
       char *path = rt_xprintf("%s/step_%lld.safetensors", dir, (long long)s);
-      rt_dump_tensors(p, r->mem, path, &r->st);
+      dump(r, path);
       free(path);
     }
     double loss = get_scalar(r->mem, r->loss), gn = get_scalar(r->mem, r->gnorm);
@@ -609,13 +729,16 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       fmt_eta(eta_s, sizeof eta_s, eta);
       printf("step %*lld/%lld | loss %.4f | lr %.2e", width, (long long)s, (long long)o->steps, loss, lr);
       if (r->gnorm) printf(" | norm %.3f", gn);
-      printf(" | %.1f ms | %.0f tok/s | MFU %.1f%% | mem %s | ETA %s\n", dt * 1e3, tps, 100 * mfu, mem_s, eta_s);
+      printf(" | %.1f ms", dt * 1e3);
+      if (r->ctx.world > 1) printf(" (comm %.0f%%)", dt > 0 ? 100 * dcomm / dt : 0.0);
+      printf(" | %.0f tok/s | MFU %.1f%% | mem %s | ETA %s\n", tps, 100 * mfu, mem_s, eta_s);
       if (r->log) {
         fprintf(r->log, "{\"step\":%lld,\"steps\":%lld", (long long)s, (long long)o->steps);
         json_num(r->log, "loss", loss, "%.9g");
         json_num(r->log, "lr", lr, "%.9g");
         if (r->gnorm) json_num(r->log, "grad_norm", gn, "%.9g");
         json_num(r->log, "ms", dt * 1e3, "%.3f");
+        if (r->ctx.world > 1) json_num(r->log, "comm_ms", dcomm * 1e3, "%.3f");
         json_num(r->log, "tokens_per_s", tps, "%.1f");
         json_num(r->log, "mfu", mfu, "%.6f");
         fprintf(r->log, ",\"mem_bytes\":%lld", (long long)rss);
@@ -641,6 +764,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       double tps = steady_steps ? (double)(gbatch * T) * (double)steady_steps / t_steady : 0;
       printf("done: %lld step(s) in %.2f s, %.0f tok/s, MFU %.1f%%; loss %.4f", (long long)ran, t_total, tps,
              r->peak > 0 ? 100 * p->flops_per_token * tps / r->peak : 0.0, r->st.loss);
+      if (r->ctx.world > 1 && steady_steps)
+        printf("; %.1f ms/step, of which communication %.1f ms (%.0f%%, rank 0)", 1e3 * t_steady / (double)steady_steps,
+               1e3 * comm_steady / (double)steady_steps, t_steady > 0 ? 100 * comm_steady / t_steady : 0.0);
       if (isfinite(last_val)) printf(", val loss %.4f", last_val);
       printf("\n");
     } else {
@@ -654,5 +780,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   rt_data_free(&r->train);
   rt_data_free(&r->val);
   free(r->mem);
+  rt_logical_program_free(r->lp);
+  rt_dist_free(&r->dist, &r->ctx);
   return 0;
 }

@@ -4,6 +4,7 @@
  *   json.c   a small JSON reader (safetensors headers, index files)
  *   data.c   token shards (llm.c .bin, uint16 / uint32) and raw bytes, globs, batches
  *   ckpt.c   safetensors checkpoints: atomic directories, per-layer names, resume
+ *   dist.c   across ranks: bootstrap, mesh, groups; local (sharded) <-> logical tensors
  *   main.c   rt_train_main: flags, init, the loop, progress, eval, sampling
  */
 #ifndef SHARDRT_TRAIN_H
@@ -13,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../comm/bootstrap.h"
+#include "../mesh.h"
 #include "../program.h"
 #include "ctx.h"
 
@@ -140,5 +143,42 @@ char *rt_ckpt_find(const char *dir);
  * checkpoint directory or .safetensors file path. Every parameter must be present with its
  * dtype and shape; errors name the file and the tensor. */
 void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtTrainState *st);
+
+/* ---- dist.c ---- */
+
+typedef struct RtComm RtComm;
+typedef struct {
+  int booted;   /* rt_boot_init ran (launched, or the program needs several ranks) */
+  RtBoot boot;  /* rank, world, launcher */
+  MeshMap mesh; /* the program's mesh on the launched ranks */
+  RtComm *comm; /* NULL in a single process */
+} RtDist;
+
+int rt_program_degree(const RtProgram *p, int axis); /* RT_AX_* degree (>= 1) */
+int rt_program_world(const RtProgram *p);            /* ranks the program was compiled for */
+/* Under a launcher or for a multi-rank program: bootstraps, checks the launched world against the
+ * program's mesh (a user error naming both, before anything else), opens the comm and every group,
+ * fills ctx's rank, coordinates and groups. A plain single process is left untouched. */
+void rt_dist_init(RtDist *d, int *argc, char ***argv, const RtProgram *p, RtCtx *ctx);
+void rt_dist_free(RtDist *d, RtCtx *ctx); /* a barrier, then closes everything */
+void rt_dist_barrier(RtCtx *ctx);
+/* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;
+ * the logical flat index of local element i on the rank with coordinates coord. */
+int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims);
+unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t);
+int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i);
+void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]);
+/* local = this rank's block of logical; logical = the whole tensor from every rank's local
+ * (collective over the group splitting t: every member calls it). */
+void rt_tensor_scatter(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *logical, void *local);
+void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *local, void *logical);
+/* A copy of p whose tensors are the logical ones, packed from offset 0 (bytes: the buffer they
+ * need); checkpoints and dumps write it. Tensors of the kinds in `kinds` (bits 1 << RT_T_*) move
+ * between the two layouts with rt_gather_tensors (collective) / rt_scatter_tensors. */
+RtProgram *rt_logical_program(const RtProgram *p, int64_t *bytes);
+void rt_logical_program_free(RtProgram *lp);
+void rt_gather_tensors(RtCtx *ctx, const RtProgram *p, const RtProgram *lp, const char *mem, char *lmem, int kinds);
+void rt_scatter_tensors(const RtCtx *ctx, const RtProgram *p, const RtProgram *lp, const char *lmem, char *mem,
+                        int kinds);
 
 #endif

@@ -64,11 +64,7 @@ char *rt_xprintf(const char *fmt, ...) {
   return q;
 }
 
-double rt_now(void) {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) rt_bug("clock_gettime: %s", strerror(errno));
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+/* rt_now (declared in train.h) is runtime/comm/comm.c's: one monotonic clock for the library. */
 
 static int64_t proc_status_kb(const char *field) {
   FILE *f = fopen("/proc/self/status", "r");

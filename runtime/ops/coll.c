@@ -1,0 +1,239 @@
+/* runtime/ops/coll.c — collectives on the mesh axes, local shards, and the vocab-parallel ops
+ * (see coll.h). The runtime's collectives (comm/comm.h) work on contiguous member blocks; a
+ * gather or scatter along an inner tensor axis, or of a blocked (fused) layout, packs or
+ * unpacks through the scratch so member c's chunk is contiguous. */
+#include "coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "mesh.h"
+#include "train/ctx.h"
+
+int rt_ctx_coord(const RtCtx *ctx, int axis) {
+  switch (axis) {
+  case RT_AX_DP: return ctx->dp_rank;
+  case RT_AX_PP: return ctx->pp_rank;
+  case RT_AX_CP: return ctx->cp_rank;
+  case RT_AX_TP: return ctx->tp_rank;
+  }
+  return 0;
+}
+
+int rt_ctx_degree(const RtCtx *ctx, int axis) {
+  int d = 1;
+  switch (axis) {
+  case RT_AX_DP: d = ctx->dp_size; break;
+  case RT_AX_PP: d = ctx->pp_size; break;
+  case RT_AX_CP: d = ctx->cp_size; break;
+  case RT_AX_TP: d = ctx->tp_size; break;
+  }
+  return d > 0 ? d : 1;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A collective that only moves data carries any dtype as 4-byte (or 2-byte) words. */
+static RtDType move_dtype(int dtype, size_t *count) {
+  size_t es = rt_dtype_size((RtDType)dtype);
+  if (es == 2) return RT_BF16;
+  *count *= es / 4;
+  return RT_F32;
+}
+
+static RtGroup *group_of(RtCtx *ctx, int axis) {
+  if (axis < 0 || axis >= RT_AX_COUNT) {
+    fprintf(stderr, "shardrt: a collective names mesh axis %d (a bug in the generated program)\n", axis);
+    abort();
+  }
+  RtGroup *g = ctx->groups[1u << axis];
+  if (!g && rt_ctx_degree(ctx, axis) > 1) {
+    fprintf(stderr, "shardrt: no %s group although the axis has degree %d (launch under mpirun)\n",
+            rt_mesh_axis_name(axis), rt_ctx_degree(ctx, axis));
+    exit(1);
+  }
+  return g;
+}
+
+void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int red) {
+  RtGroup *g = group_of(ctx, axis);
+  if (!g) {
+    if (y != x) memmove(y, x, (size_t)n * rt_dtype_size((RtDType)dtype));
+    return;
+  }
+  if (dtype != RT_F32 && dtype != RT_BF16) {
+    fprintf(stderr, "shardrt: all_reduce of %s is not supported (f32 and bf16 are)\n", rt_dtype_name((RtDType)dtype));
+    exit(1);
+  }
+  double t0 = now();
+  rt_all_reduce(g, x, y, (size_t)n, (RtDType)dtype, (RtRedOp)red);
+  ctx->comm_s += now() - t0;
+}
+
+/* The chunks of member c are contiguous in the logical buffer: no packing. */
+static int contiguous(int64_t outer, int blocks) { return outer == 1 && blocks <= 1; }
+
+size_t rt_coll_ws_bytes(int64_t outer, int blocks, int64_t bytes) {
+  return contiguous(outer, blocks) ? 0 : (size_t)bytes;
+}
+
+/* dst[c][o, l, :] <-> logical[o, rt_block_index(nl, blocks, deg, c, l), :] for every member c:
+ * pack (to_members) or unpack (from the members' concatenation). */
+static void permute(char *members, char *logical, int64_t outer, int64_t nl, int64_t inner, int blocks, int deg,
+                    size_t esize, int to_members) {
+  size_t row = (size_t)inner * esize;
+  int64_t n = nl * deg;
+#pragma omp parallel for collapse(2) schedule(static) if (outer * n * inner > 65536)
+  for (int c = 0; c < deg; c++)
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t l = 0; l < nl; l++) {
+        char *m = members + (((size_t)c * (size_t)outer + (size_t)o) * (size_t)nl + (size_t)l) * row;
+        char *g = logical + ((size_t)o * (size_t)n + (size_t)rt_block_index(nl, blocks, deg, c, l)) * row;
+        if (to_members)
+          memcpy(m, g, row);
+        else
+          memcpy(g, m, row);
+      }
+}
+
+void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
+                        int blocks, int dtype, void *ws) {
+  RtGroup *g = group_of(ctx, axis);
+  size_t esize = rt_dtype_size((RtDType)dtype), count = (size_t)(outer * nl * inner);
+  if (!g) {
+    if (y != x) memmove(y, x, count * esize);
+    return;
+  }
+  int deg = rt_group_size(g);
+  size_t words = count * (size_t)deg;
+  RtDType mt = move_dtype(dtype, &words);
+  double t0 = now();
+  if (contiguous(outer, blocks)) {
+    rt_all_gather(g, x, y, words, mt);
+  } else {
+    rt_all_gather(g, x, ws, words, mt);
+    permute(ws, y, outer, nl, inner, blocks, deg, esize, 0);
+  }
+  ctx->comm_s += now() - t0;
+}
+
+void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
+                            int blocks, int dtype, void *ws) {
+  RtGroup *g = group_of(ctx, axis);
+  size_t esize = rt_dtype_size((RtDType)dtype), count = (size_t)(outer * nl * inner);
+  if (!g) {
+    if (y != x) memmove(y, x, count * esize);
+    return;
+  }
+  if (dtype != RT_F32 && dtype != RT_BF16) {
+    fprintf(stderr, "shardrt: reduce_scatter of %s is not supported (f32 and bf16 are)\n", rt_dtype_name((RtDType)dtype));
+    exit(1);
+  }
+  int deg = rt_group_size(g);
+  const void *src = x;
+  double t0 = now();
+  if (!contiguous(outer, blocks)) {
+    permute(ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
+    src = ws;
+  }
+  rt_reduce_scatter(g, src, y, count * (size_t)deg, (RtDType)dtype, RT_SUM);
+  ctx->comm_s += now() - t0;
+}
+
+void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root) {
+  RtGroup *g = group_of(ctx, axis);
+  size_t bytes = (size_t)n * rt_dtype_size((RtDType)dtype);
+  if (y != x) memmove(y, x, bytes);
+  if (!g) return;
+  size_t words = (size_t)n;
+  RtDType mt = move_dtype(dtype, &words);
+  double t0 = now();
+  rt_broadcast(g, y, words, mt, root);
+  ctx->comm_s += now() - t0;
+}
+
+void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
+                         int blocks, int esize) {
+  int deg = rt_ctx_degree(ctx, axis), c = rt_ctx_coord(ctx, axis);
+  size_t row = (size_t)inner * (size_t)esize;
+  int64_t n = nl * deg;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t l = 0; l < nl; l++)
+      memmove((char *)y + ((size_t)o * (size_t)nl + (size_t)l) * row,
+              (const char *)x + ((size_t)o * (size_t)n + (size_t)rt_block_index(nl, blocks, deg, c, l)) * row, row);
+}
+
+/* ---- vocab-parallel embedding and cross-entropy ---- */
+
+size_t rt_embed_shard_ws_bytes(int64_t n) { return (size_t)n * sizeof(int32_t); }
+
+/* ids - c V into ws (after checking every id against the logical table). */
+static const int32_t *local_ids(RtCtx *ctx, int axis, const int32_t *idx, int64_t n, int64_t V, void *ws) {
+  int deg = axis >= 0 ? rt_ctx_degree(ctx, axis) : 1;
+  int64_t lo = axis >= 0 ? (int64_t)rt_ctx_coord(ctx, axis) * V : 0, total = V * deg;
+  for (int64_t i = 0; i < n; i++)
+    if (idx[i] < 0 || idx[i] >= total) {
+      fprintf(stderr, "shardrt: embed: token id %d at position %lld is outside the table of %lld rows\n", idx[i],
+              (long long)i, (long long)total);
+      exit(1);
+    }
+  if (lo == 0) return idx;
+  int32_t *ids = ws;
+  for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(idx[i] - lo); /* outside [0, V): a zero row / skipped */
+  return ids;
+}
+
+void rt_embed_shard_f32(RtCtx *ctx, int axis, float *y, const float *table, const int32_t *idx, int64_t n, int64_t d,
+                        int64_t V, void *ws) {
+  rt_embed_fwd(n, V, d, table, local_ids(ctx, axis, idx, n, V, ws), y);
+}
+
+void rt_embed_bwd_shard_f32(RtCtx *ctx, int axis, float *dtable, const int32_t *idx, const float *dy, int64_t n,
+                            int64_t d, int64_t V, void *ws) {
+  rt_embed_bwd(n, V, d, local_ids(ctx, axis, idx, n, V, ws), dy, 0, dtable);
+}
+
+/* This rank's first logical column and its count of valid columns. */
+static void vocab_cols(RtCtx *ctx, int axis, int64_t V, int64_t len, int64_t *lo, int64_t *nv) {
+  int deg = axis >= 0 ? rt_ctx_degree(ctx, axis) : 1;
+  *lo = axis >= 0 ? (int64_t)rt_ctx_coord(ctx, axis) * V : 0;
+  int64_t L = len > 0 ? len : V * deg;
+  *nv = L - *lo < 0 ? 0 : L - *lo > V ? V : L - *lo;
+}
+
+void rt_ce_max_f32(RtCtx *ctx, int axis, float *m, const float *logits, int64_t rows, int64_t V, int64_t len) {
+  int64_t lo, nv;
+  vocab_cols(ctx, axis, V, len, &lo, &nv);
+  rt_ce_max(rows, V, nv, logits, m);
+}
+
+void rt_ce_sums_f32(RtCtx *ctx, int axis, float *st, const float *logits, const int32_t *targets, const float *m,
+                    int64_t rows, int64_t V, int64_t len) {
+  int64_t lo, nv;
+  vocab_cols(ctx, axis, V, len, &lo, &nv);
+  rt_ce_sums(rows, V, nv, lo, logits, targets, m, st);
+}
+
+void rt_ce_loss_f32(float *out, const float *st, const float *m, const int32_t *targets, int64_t rows, int64_t len) {
+  int64_t bad = rt_ce_loss(rows, len, st, m, targets, out);
+  if (bad >= 0) {
+    fprintf(stderr, "shardrt: cross-entropy: target %d at position %lld is outside the vocabulary of %lld\n",
+            targets[bad], (long long)bad, (long long)len);
+    exit(1);
+  }
+}
+
+void rt_ce_grad_f32(RtCtx *ctx, int axis, float *dlogits, const float *logits, const int32_t *targets, const float *m,
+                    const float *st, const float *scale, int64_t rows, int64_t V, int64_t len) {
+  int64_t lo, nv;
+  vocab_cols(ctx, axis, V, len, &lo, &nv);
+  rt_ce_grad(rows, V, nv, lo, logits, targets, m, st, scale[0], dlogits);
+}

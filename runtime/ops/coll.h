@@ -1,0 +1,63 @@
+/* runtime/ops/coll.h — the multi-rank ops generated code calls (ir/ops.def "communication",
+ * AXIS_INDEX, SHARD_SLICE, and the vocab-parallel EMBED / EMBED_BWD / CE_* ops).
+ *
+ * Every op names a mesh axis (RT_AX_*); it runs on the RtCtx's group over that axis
+ * (ctx->groups[1 << axis]), members in coordinate order. Where that group has one member
+ * (a single process, or a degree-1 axis) a collective is a copy. Collectives here are
+ * blocking (start + wait): an op's output is ready when it returns.
+ *
+ * A tensor axis that is split is described by (outer, nl, inner): the elements before the
+ * axis, its local length and the elements after it; `blocks` is ops.def's blocks attribute
+ * (the layout is rt_block_index, runtime/mesh.h). Scratch `ws` must hold
+ * rt_coll_ws_bytes(...) of the op (the generated program's workspace).
+ */
+#ifndef SHARDRT_COLL_H
+#define SHARDRT_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct RtCtx RtCtx;
+
+/* This rank's coordinate along axis, and the axis's degree. */
+int rt_ctx_coord(const RtCtx *ctx, int axis);
+int rt_ctx_degree(const RtCtx *ctx, int axis);
+
+/* y = reduce over the axis of x (red: 0 sum, 1 avg, 2 max, the IR's ReduceOp); n elements of
+ * dtype (RT_F32 or RT_BF16); y may equal x. */
+void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int red);
+/* x [outer, nl, inner] -> y [outer, nl * degree, inner]: member c's x lands at logical indices
+ * rt_block_index(nl, blocks, degree, c, l). ws: rt_coll_ws_bytes(x bytes * degree). */
+void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
+                        int blocks, int dtype, void *ws);
+/* x [outer, nl * degree, inner] summed over the group -> y [outer, nl, inner], this rank's chunk
+ * (rt_block_index). ws: rt_coll_ws_bytes(x bytes). */
+void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
+                            int blocks, int dtype, void *ws);
+/* y = x of the member with coordinate root. */
+void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root);
+/* y [outer, nl, inner] = this rank's chunk of x [outer, nl * degree, inner] (no communication). */
+void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
+                         int blocks, int esize);
+/* The scratch a gather / scatter of `bytes` needs (0 when the chunks are contiguous). */
+size_t rt_coll_ws_bytes(int64_t outer, int blocks, int64_t bytes);
+
+/* Vocab-parallel embedding (axis < 0: not sharded): the table holds rows [c V, c V + V) of a
+ * table of V * degree rows; other ids give zero rows / are skipped. ids must lie in
+ * [0, V * degree) (else a user error naming the position). ws: n int32s. */
+void rt_embed_shard_f32(RtCtx *ctx, int axis, float *y, const float *table, const int32_t *idx, int64_t n, int64_t d,
+                        int64_t V, void *ws);
+void rt_embed_bwd_shard_f32(RtCtx *ctx, int axis, float *dtable, const int32_t *idx, const float *dy, int64_t n,
+                            int64_t d, int64_t V, void *ws);
+size_t rt_embed_shard_ws_bytes(int64_t n);
+
+/* Cross-entropy in parts (ops.def CE_*): logits [rows, V] local; len the logical valid vocabulary
+ * (0: all); axis the vocab split (< 0: none). */
+void rt_ce_max_f32(RtCtx *ctx, int axis, float *m, const float *logits, int64_t rows, int64_t V, int64_t len);
+void rt_ce_sums_f32(RtCtx *ctx, int axis, float *st, const float *logits, const int32_t *targets, const float *m,
+                    int64_t rows, int64_t V, int64_t len);
+void rt_ce_loss_f32(float *out, const float *st, const float *m, const int32_t *targets, int64_t rows, int64_t len);
+void rt_ce_grad_f32(RtCtx *ctx, int axis, float *dlogits, const float *logits, const int32_t *targets, const float *m,
+                    const float *st, const float *scale, int64_t rows, int64_t V, int64_t len);
+
+#endif

@@ -1,0 +1,210 @@
+/* runtime/train/dist.c — the trainer across ranks: bootstrap, the program's mesh and groups,
+ * and the map between a rank's local (sharded) tensors and the logical ones.
+ *
+ * A tensor of a multi-rank program holds, on each rank, its block of the logical tensor
+ * (RtTensor.shard, the layout of runtime/mesh.h's rt_block_index). Initialisation, data,
+ * checkpoints, dumps and sampling all speak logical tensors: a sharded parameter's local
+ * element is generated from its logical index, checkpoints hold whole logical tensors
+ * (gathered over the groups that split them, written by rank 0) and every rank takes its own
+ * block back on resume, so a run resumes under another parallel layout.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../comm/comm.h"
+#include "../ops/coll.h"
+#include "train.h"
+
+int rt_program_degree(const RtProgram *p, int axis) { return p->mesh[axis] > 0 ? p->mesh[axis] : 1; }
+
+int rt_program_world(const RtProgram *p) {
+  int w = 1;
+  for (int a = 0; a < RT_AX_COUNT; a++) w *= rt_program_degree(p, a);
+  return w;
+}
+
+/* Launched under mpirun / srun: the launcher's environment says so. */
+static int launched(void) {
+  const char *o = getenv("OMPI_COMM_WORLD_SIZE"), *s = getenv("SLURM_NTASKS");
+  return (o && *o) || (s && *s && getenv("SLURM_PROCID"));
+}
+
+void rt_dist_init(RtDist *d, int *argc, char ***argv, const RtProgram *p, RtCtx *ctx) {
+  memset(d, 0, sizeof *d);
+  int pw = rt_program_world(p);
+  if (!launched() && pw == 1) return; /* a plain single process: no MPI, no comm */
+  if (!rt_boot_init(&d->boot, argc, argv)) rt_user_error("cannot start: the launcher's rank information is invalid");
+  d->booted = 1;
+  if (!rt_mesh_init(&d->mesh, rt_program_degree(p, RT_AX_DP), rt_program_degree(p, RT_AX_PP),
+                    rt_program_degree(p, RT_AX_CP), rt_program_degree(p, RT_AX_TP),
+                    d->boot.local_world > 0 ? d->boot.local_world : 1))
+    rt_bug("the program's mesh degrees are invalid");
+  if (!rt_boot_check_mesh(&d->boot, &d->mesh)) {
+    /* every rank ends here; rank 0 said why (the plan's world and the launched one) */
+    fflush(stdout);
+    exit(1);
+  }
+  ctx->rank = d->boot.rank;
+  ctx->world = d->boot.world;
+  ctx->local_rank = d->boot.local_rank;
+  if (d->boot.world == 1) return;
+  int c[RT_AX_COUNT];
+  rt_mesh_coords(&d->mesh, d->boot.rank, c);
+  ctx->dp_rank = c[RT_AX_DP], ctx->dp_size = d->mesh.dim[RT_AX_DP];
+  ctx->tp_rank = c[RT_AX_TP], ctx->tp_size = d->mesh.dim[RT_AX_TP];
+  ctx->pp_rank = c[RT_AX_PP], ctx->pp_size = d->mesh.dim[RT_AX_PP];
+  ctx->cp_rank = c[RT_AX_CP], ctx->cp_size = d->mesh.dim[RT_AX_CP];
+  d->comm = rt_comm_init(&d->boot, NULL);
+  ctx->comm = d->comm;
+  ctx->mesh = &d->mesh;
+  /* a group over every combination of axes with more than one member (no communication) */
+  int *members = rt_xmalloc((size_t)d->mesh.world * sizeof *members);
+  for (unsigned mask = 1; mask <= RT_MESH_ALL; mask++) {
+    int n = rt_mesh_group(&d->mesh, d->boot.rank, mask, members);
+    if (n > 1) ctx->groups[mask] = rt_group_new(d->comm, members, n, rt_mesh_mask_name(mask));
+  }
+  free(members);
+}
+
+void rt_dist_free(RtDist *d, RtCtx *ctx) {
+  for (int mask = 0; mask < 16; mask++)
+    if (ctx->groups[mask]) rt_group_free(ctx->groups[mask]), ctx->groups[mask] = NULL;
+  if (d->comm) rt_comm_free(d->comm); /* a barrier: no rank leaves while another still needs it */
+  d->comm = NULL;
+  ctx->comm = NULL;
+  if (d->booted) rt_boot_free(&d->boot);
+  d->booted = 0;
+}
+
+void rt_dist_barrier(RtCtx *ctx) {
+  if (ctx->groups[RT_MESH_ALL]) rt_barrier(ctx->groups[RT_MESH_ALL]);
+}
+
+/* ---- local <-> logical ---- */
+
+/* The axis splitting dim d of t (with degree > 1), else -1. */
+static int split_axis(const RtProgram *p, const RtTensor *t, int d) {
+  if (!t->shard.sharded) return -1;
+  int a = t->shard.split[d];
+  return a >= 0 && a < RT_AX_COUNT && rt_program_degree(p, a) > 1 ? a : -1;
+}
+
+int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) {
+    int a = split_axis(p, t, d);
+    dims[d] = t->dims[d] * (a >= 0 ? rt_program_degree(p, a) : 1);
+    n *= dims[d];
+  }
+  return n;
+}
+
+unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t) {
+  unsigned mask = 0;
+  for (int d = 0; d < t->rank; d++) {
+    int a = split_axis(p, t, d);
+    if (a >= 0) mask |= 1u << a;
+  }
+  return mask;
+}
+
+int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i) {
+  int64_t li = 0, mul = 1;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    int64_t l = i % t->dims[d];
+    i /= t->dims[d];
+    int a = split_axis(p, t, d), deg = a >= 0 ? rt_program_degree(p, a) : 1;
+    if (a >= 0) l = rt_block_index(t->dims[d], t->shard.blocks[d], deg, coord[a], l);
+    li += l * mul;
+    mul *= t->dims[d] * deg;
+  }
+  return li;
+}
+
+void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]) {
+  for (int a = 0; a < RT_AX_COUNT; a++) coord[a] = rt_ctx_coord(ctx, a);
+}
+
+void rt_tensor_scatter(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *logical, void *local) {
+  size_t es = rt_dtype_size((RtDType)t->dtype);
+  int64_t n = rt_tensor_numel(t);
+  if (!rt_tensor_split_mask(p, t)) {
+    memmove(local, logical, (size_t)n * es);
+    return;
+  }
+  int coord[RT_AX_COUNT];
+  rt_ctx_coords(ctx, coord);
+  for (int64_t i = 0; i < n; i++)
+    memcpy((char *)local + (size_t)i * es, (const char *)logical + (size_t)rt_tensor_logical_index(p, t, coord, i) * es,
+           es);
+}
+
+void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *local, void *logical) {
+  size_t es = rt_dtype_size((RtDType)t->dtype);
+  int64_t n = rt_tensor_numel(t);
+  unsigned mask = rt_tensor_split_mask(p, t);
+  if (!mask) {
+    memmove(logical, local, (size_t)n * es);
+    return;
+  }
+  RtGroup *g = ctx->groups[mask];
+  if (!g) rt_bug("tensor %s is split over %s but there is no such group", t->name, rt_mesh_mask_name(mask));
+  int size = rt_group_size(g);
+  size_t bytes = (size_t)n * es;
+  char *all = rt_xmalloc(bytes * (size_t)size);
+  /* every dtype moves as 4-byte words (an all-gather only copies; elements are 2, 4 or 8 bytes) */
+  if (bytes % 2) rt_bug("tensor %s: odd byte count", t->name);
+  if (bytes % 4 == 0)
+    rt_all_gather(g, local, all, bytes / 4 * (size_t)size, RT_F32);
+  else
+    rt_all_gather(g, local, all, bytes / 2 * (size_t)size, RT_BF16);
+  const MeshMap *mesh = ctx->mesh;
+  for (int k = 0; k < size; k++) {
+    int coord[RT_AX_COUNT];
+    rt_mesh_coords(mesh, rt_group_member(g, k), coord);
+    const char *src = all + (size_t)k * bytes;
+    for (int64_t i = 0; i < n; i++)
+      memcpy((char *)logical + (size_t)rt_tensor_logical_index(p, t, coord, i) * es, src + (size_t)i * es, es);
+  }
+  free(all);
+}
+
+/* ---- the logical program (checkpoints, dumps) ---- */
+
+RtProgram *rt_logical_program(const RtProgram *p, int64_t *bytes) {
+  RtProgram *lp = rt_xmalloc(sizeof *lp);
+  *lp = *p;
+  RtTensor *ts = rt_xcalloc((size_t)p->ntensors + 1, sizeof *ts);
+  int64_t off = 0;
+  for (int i = 0; i < p->ntensors; i++) {
+    ts[i] = p->tensors[i];
+    int64_t n = rt_tensor_logical_dims(p, &p->tensors[i], ts[i].dims);
+    memset(&ts[i].shard, 0, sizeof ts[i].shard);
+    ts[i].offset = off;
+    off += (n * (int64_t)rt_dtype_size((RtDType)ts[i].dtype) + 63) / 64 * 64;
+  }
+  lp->tensors = ts;
+  lp->mesh[0] = lp->mesh[1] = lp->mesh[2] = lp->mesh[3] = 0;
+  *bytes = off;
+  return lp;
+}
+
+void rt_logical_program_free(RtProgram *lp) {
+  if (!lp) return;
+  free((void *)lp->tensors);
+  free(lp);
+}
+
+void rt_gather_tensors(RtCtx *ctx, const RtProgram *p, const RtProgram *lp, const char *mem, char *lmem, int kinds) {
+  for (int i = 0; i < p->ntensors; i++)
+    if (kinds & (1 << p->tensors[i].kind))
+      rt_tensor_gather(ctx, p, &p->tensors[i], mem + p->tensors[i].offset, lmem + lp->tensors[i].offset);
+}
+
+void rt_scatter_tensors(const RtCtx *ctx, const RtProgram *p, const RtProgram *lp, const char *lmem, char *mem,
+                        int kinds) {
+  for (int i = 0; i < p->ntensors; i++)
+    if (kinds & (1 << p->tensors[i].kind))
+      rt_tensor_scatter(ctx, p, &p->tensors[i], lmem + lp->tensors[i].offset, mem + p->tensors[i].offset);
+}
