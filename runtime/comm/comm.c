@@ -102,9 +102,7 @@ RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
   g->n = n;
   g->me = me;
   g->ranks = malloc((size_t)n * sizeof *g->ranks);
-  g->p2p_send_seq = calloc((size_t)n, sizeof *g->p2p_send_seq);
-  g->p2p_recv_seq = calloc((size_t)n, sizeof *g->p2p_recv_seq);
-  if (!g->ranks || !g->p2p_send_seq || !g->p2p_recv_seq) rt_fatal(RT_EXIT_COMM, "out of memory");
+  if (!g->ranks) rt_fatal(RT_EXIT_COMM, "out of memory");
   memcpy(g->ranks, ranks, (size_t)n * sizeof *ranks);
   snprintf(g->name, sizeof g->name, "%s", name ? name : "group");
   uint32_t h = 2166136261u;
@@ -123,8 +121,7 @@ void rt_group_free(RtGroup *g) {
   if (!g) return;
   if (g->backend && g->backend->group_free) g->backend->group_free(g->backend_state);
   free(g->ranks);
-  free(g->p2p_send_seq);
-  free(g->p2p_recv_seq);
+  free(g->p2p);
   free(g);
 }
 
@@ -175,6 +172,32 @@ static RtReq *req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, siz
   return q;
 }
 
+/* The counters of (member, tag): a hash table that grows at half load. */
+static RtP2pSeq *p2p_seq(RtGroup *g, int member, int tag) {
+  uint32_t key = ((uint32_t)member << 16 | (uint32_t)tag) + 1;
+  if (2 * (g->p2p_used + 1) > g->p2p_cap) {
+    int cap = g->p2p_cap ? 2 * g->p2p_cap : 64;
+    RtP2pSeq *t = calloc((size_t)cap, sizeof *t);
+    if (!t) rt_fatal(RT_EXIT_COMM, "out of memory");
+    for (int i = 0; i < g->p2p_cap; i++) {
+      if (!g->p2p[i].key) continue;
+      uint32_t h = (g->p2p[i].key * 2654435761u) & (uint32_t)(cap - 1);
+      while (t[h].key) h = (h + 1) & (uint32_t)(cap - 1);
+      t[h] = g->p2p[i];
+    }
+    free(g->p2p);
+    g->p2p = t;
+    g->p2p_cap = cap;
+  }
+  uint32_t h = (key * 2654435761u) & (uint32_t)(g->p2p_cap - 1);
+  while (g->p2p[h].key && g->p2p[h].key != key) h = (h + 1) & (uint32_t)(g->p2p_cap - 1);
+  if (!g->p2p[h].key) {
+    g->p2p[h].key = key;
+    g->p2p_used++;
+  }
+  return &g->p2p[h];
+}
+
 static RtReq *req_start(RtReq *q) {
   RtGroup *g = q->g;
   RtComm *c = q->c;
@@ -182,8 +205,8 @@ static RtReq *req_start(RtReq *q) {
     if (q->peer < 0 || q->peer >= g->n || q->peer == g->me)
       rt_fatal(RT_EXIT_COMM, "%s on group %s: peer %d is not another member", rt_op_name(q->op), g->name, q->peer);
     if (q->utag < 0 || q->utag > 0xffff) rt_fatal(RT_EXIT_COMM, "%s: tag %d outside 0..65535", rt_op_name(q->op), q->utag);
-    uint64_t *ctr = q->op == RT_OP_SEND ? &g->p2p_send_seq[q->peer] : &g->p2p_recv_seq[q->peer];
-    q->seq_full = (*ctr)++;
+    RtP2pSeq *ps = p2p_seq(g, q->peer, q->utag);
+    q->seq_full = q->op == RT_OP_SEND ? ps->sent++ : ps->recvd++;
   } else {
     q->seq_full = g->seq++;
   }

@@ -98,8 +98,9 @@ RtReq *rt_all_gather_start(RtGroup *g, const void *send, void *recv, size_t coun
                            RtDType dt); /* count: the whole recv buffer */
 RtReq *rt_broadcast_start(RtGroup *g, void *buf, size_t count, RtDType dt, int root); /* root: member index */
 RtReq *rt_barrier_start(RtGroup *g);
-/* Point to point with member `peer` of g; a send matches the recv with the same tag
- * (0 .. 65535), messages between a pair matched in the order they were posted. */
+/* Point to point with member `peer` of g; a send matches the recv from the same peer
+ * with the same tag (0 .. 65535), whatever the order of different tags; messages with
+ * equal tags between a pair match in the order they were posted. */
 RtReq *rt_send_start(RtGroup *g, int peer, const void *buf, size_t bytes, int tag);
 RtReq *rt_recv_start(RtGroup *g, int peer, void *buf, size_t bytes, int tag);
 

@@ -4,7 +4,9 @@
  * matching and checked after):
  *   63      p2p flag
  *   62..48  group id (a hash of the member list, 15 bits)
- *   47..32  sequence: the group's collective counter, or the pair's p2p counter
+ *   47..32  sequence: the group's collective counter, or for p2p the counter of messages
+ *           with this tag between the pair (so sends match receives by (peer, tag), in
+ *           posting order among equal tags, whatever the order of different tags)
  *   31..16  collectives: message index (channel << 8 | step); p2p: the user tag
  *   15..0   signature: op (3 bits) and a hash of count, dtype, reduction, root
  * Receives are directed (FI_DIRECTED_RECV) at the expected peer, so two messages can
@@ -26,8 +28,7 @@
 #include "comm.h"
 
 #define RT_NAME_MAX 256   /* bytes of an endpoint name */
-#define RT_TAG_IGNORE 0xffffull         /* collectives: the signature is checked, not matched */
-#define RT_TAG_IGNORE_P2P 0xffffffffull /* p2p: the user tag is checked too */
+#define RT_TAG_IGNORE 0xffffull /* the signature is checked, not matched */
 
 typedef struct {
   int pid;                 /* process id */
@@ -99,6 +100,13 @@ typedef struct {
   void (*group_free)(void *state);
 } RtGroupBackend;
 
+/* Messages posted between this rank and one member with one tag. */
+typedef struct {
+  uint32_t key;  /* (member << 16 | tag) + 1; 0: empty slot */
+  uint64_t sent; /* sends posted */
+  uint64_t recvd; /* receives posted */
+} RtP2pSeq;
+
 struct RtGroup {
   RtComm *c;
   int n;                     /* members */
@@ -107,8 +115,8 @@ struct RtGroup {
   char name[48];             /* for messages */
   uint16_t id;               /* 15-bit hash of ranks */
   uint64_t seq;              /* collectives issued */
-  uint64_t *p2p_send_seq;    /* [n] sends posted to each member */
-  uint64_t *p2p_recv_seq;    /* [n] recvs posted from each member */
+  RtP2pSeq *p2p;             /* [p2p_cap] open addressing on (member, tag): messages posted */
+  int p2p_cap, p2p_used;     /* slots, slots in use */
   const RtGroupBackend *backend; /* NULL: libfabric on host memory */
   void *backend_state;
 };

@@ -181,7 +181,7 @@ void rt_post(RtComm *c, RtMsg *m, void *buf, void *desc) {
   }
   for (;;) {
     ssize_t rc = m->is_recv
-                     ? fi_trecv(c->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, (m->tag >> 63) ? RT_TAG_IGNORE_P2P : RT_TAG_IGNORE, &m->ctx)
+                     ? fi_trecv(c->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, RT_TAG_IGNORE, &m->ctx)
                      : fi_tsend(c->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, &m->ctx);
     if (rc != -FI_EAGAIN) {
       FI_CHECK(rc);

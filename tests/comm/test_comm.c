@@ -2,7 +2,8 @@
  *
  *   test_comm coll      every collective on sub-groups of a 2x2 mesh (dp 2 x tp 2), a
  *                       3-member group in scrambled order, self and world; sizes 0, 1,
- *                       odd, > one chunk, 64 MiB (a few cases); f32 and bf16
+ *                       odd, > one chunk, 64 MiB (a few cases); f32 and bf16; tagged
+ *                       send/recv received in another order than sent
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
@@ -164,6 +165,48 @@ static void check_sendrecv(RtGroup *g, size_t bytes, int tag) {
   free(r);
 }
 
+/* Tags match by (peer, tag), not posting order: every member sends five messages to the
+ * next (tags 10, 11, 12, 20, 20, sizes differ) and receives them from the previous in the
+ * order 12, 20, 11, 20, 10 — once with the receives posted first, once with the sends
+ * posted first and blocking receives. The two tag-20 messages keep their order. */
+static void check_p2p_tags(RtGroup *g, size_t base) {
+  int n = rt_group_size(g), me = rt_group_rank(g);
+  if (n < 2) return;
+  static const int stags[5] = {10, 11, 12, 20, 20};
+  static const int rorder[5] = {2, 3, 1, 4, 0}; /* indices into stags: 12, 20(1st), 11, 20(2nd), 10 */
+  int next = (me + 1) % n, prev = (me + n - 1) % n, from = rt_group_member(g, prev);
+  for (int round = 0; round < 2; round++) {
+    unsigned char *s[5], *r[5];
+    size_t len[5];
+    for (int k = 0; k < 5; k++) {
+      len[k] = base + (size_t)k * 13;
+      s[k] = xmalloc(len[k]);
+      r[k] = xmalloc(len[k]);
+      for (size_t i = 0; i < len[k]; i++) s[k][i] = (unsigned char)(me_rank * 41 + k * 7 + i);
+    }
+    RtReq *sq[5], *rq[5];
+    if (round == 0) {
+      for (int j = 0; j < 5; j++) rq[j] = rt_recv_start(g, prev, r[rorder[j]], len[rorder[j]], stags[rorder[j]]);
+      for (int k = 0; k < 5; k++) sq[k] = rt_send_start(g, next, s[k], len[k], stags[k]);
+      for (int j = 4; j >= 0; j--) rt_wait(rq[j]);
+    } else {
+      for (int k = 0; k < 5; k++) sq[k] = rt_send_start(g, next, s[k], len[k], stags[k]);
+      for (int j = 0; j < 5; j++) rt_recv(g, prev, r[rorder[j]], len[rorder[j]], stags[rorder[j]]);
+    }
+    for (int k = 0; k < 5; k++) rt_wait(sq[k]);
+    for (int k = 0; k < 5; k++) {
+      for (size_t i = 0; i < len[k]; i++) {
+        bool ok = r[k][i] == (unsigned char)(from * 41 + k * 7 + i);
+        EXPECT(ok, "p2p tags round %d on %s: message %d (tag %d, %zu bytes) from %d: [%zu] wrong", round,
+               rt_group_name(g), k, stags[k], len[k], from, i);
+        if (!ok) break;
+      }
+      free(s[k]);
+      free(r[k]);
+    }
+  }
+}
+
 /* Two collectives on different groups in flight at once, waited in reverse order. */
 static void check_overlap(RtGroup *a, RtGroup *b, size_t n) {
   float *x = xmalloc(n * 4), *y = xmalloc(n * 4);
@@ -199,6 +242,7 @@ static void run_group(RtGroup *g) {
       check_broadcast(g, n, (RtDType)dt, rt_group_size(g) - 1, ++salt);
     }
     check_sendrecv(g, n * 3, (int)si);
+    check_p2p_tags(g, n);
     rt_barrier(g);
   }
 }
