@@ -152,11 +152,11 @@ static void run_case(const char *label, const char *model, const FeDefine *defs,
   Arena a;
   arena_init(&a);
   const char *imports[] = {SHARDC_MODELS_DIR};
-  FeOptions fo = {.import_dirs = imports, .nimport_dirs = 1, .defines = defs, .ndefines = ndefs};
+  FeOptions fo = {.import_dirs = imports, .nimport_dirs = 1, .defines = defs, .ndefines = ndefs, .world = 1};
   Module *m = fe_compile(&a, model, &fo);
   CHECK(m && diag_errors() == 0, "%s: front end failed", label);
   if (!m) return;
-  PipelineOptions po = {.dump = stderr, .verify = true};
+  PipelineOptions po = {.dump = stderr, .verify = true, .world = 1}; /* the single-rank program */
   CHECK(pipeline_run(m, &po), "%s: passes failed", label);
   char exe[512], data[512], cmd[2048];
   snprintf(exe, sizeof exe, "%s/train", dir);

@@ -108,8 +108,11 @@ static void test_models(void) {
     const Value *tok = NULL;
     for (int i = 0; i < m->graph->nnodes; i++)
       if (m->graph->nodes[i]->op == OP_INPUT) tok = tok ? tok : m->graph->nodes[i]->out[0];
-    CHECK(tok && tok->dtype == DT_I32 && tok->shape.dim[0] == 64 && tok->shape.sym[0] == 0 && tok->shape.sym[1] == 1,
-          "GPT-2: tokens is i32[batch=64, seq=1024]");
+    /* the logical graph holds every data-parallel replica's micro-batch: 64 x dp 8 on a p4d node */
+    CHECK(ir_plan_dp(m, 0) == 8, "GPT-2: dp auto on one p4d node is 8, got %d", ir_plan_dp(m, 0));
+    CHECK(tok && tok->dtype == DT_I32 && tok->shape.dim[0] == 64 * 8 && tok->shape.sym[0] == 0 &&
+              tok->shape.sym[1] == 1,
+          "GPT-2: tokens is i32[batch=64 x dp 8, seq=1024]");
   }
   m = full(&a, "llama3-8b.model", NULL, 0, NULL);
   if (m) {
@@ -183,7 +186,7 @@ static void test_defines(void) {
     const Value *tok = NULL;
     for (int i = 0; i < m->graph->nnodes && !tok; i++)
       if (m->graph->nodes[i]->op == OP_INPUT) tok = m->graph->nodes[i]->out[0];
-    CHECK(tok && tok->shape.dim[0] == 2, "-D micro_batch binds batch");
+    CHECK(tok && tok->shape.dim[0] == 2 * 4, "-D micro_batch binds batch (x dp 4 = 8 / tp 2)");
   }
   arena_free(&a);
 }
