@@ -10,7 +10,7 @@ threads=${2:-2}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 shardc=${SHARDC:-build/shardc}
-"$shardc" build models/gpt2-124m.model -D micro_batch=4 -D batch=4 -D seq=64 -D zero=0 -o "$t/train_gpt2" 2>/dev/null
+"$shardc" build models/gpt2-124m.model -D micro_batch=4 -D batch=4 -D seq=64 -D zero=0 --world 1 -o "$t/train_gpt2" 2>/dev/null
 # random GPT-2 token ids in llm.c's uint16 shard format (the numbers do not depend on the text)
 python3 - "$t/tok.bin" <<'PY' 2>/dev/null || { echo "python3 is needed to write the token shard"; exit 1; }
 import random, struct, sys

@@ -6,7 +6,7 @@ shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
-"$shardc" build models/tiny.model -D micro_batch=4 -D seq=32 -o "$t/train" 2>/dev/null
+"$shardc" build models/tiny.model -D micro_batch=4 -D seq=32 --world 1 -o "$t/train" 2>/dev/null
 bash scripts/gen_corpus.sh "$t/data.txt" 60000 3
 common=(--data "$t/data.txt" --val "$t/data.txt" --val-batches 1 --eval-every 0 --steps 20 --threads 2)
 "$t/train" "${common[@]}" --save-to "$t/a" --log "$t/a.jsonl" >/dev/null

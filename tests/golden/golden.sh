@@ -12,6 +12,8 @@ trap 'rm -rf "$tmp"' EXIT
 cases=(
   "tiny|models/tiny.model"
   "gpt2-124m|models/gpt2-124m.model"
+  "gpt2-124m-tp8|models/gpt2-124m.model|-D tp=8"
+  "gpt2-124m-dp4-tp8|models/gpt2-124m.model|-D tp=8 --topology models/topo/p4d-x4.topo"
   "llama3-8b|models/llama3-8b.model"
   "gpt3-175b|models/gpt3-175b.model"
 )
@@ -20,7 +22,7 @@ for c in "${cases[@]}"; do
   # shellcheck disable=SC2086
   "$shardc" plan "$model" $flags >"$tmp/$name.ir" 2>/dev/null
 done
-"$shardc" build models/tiny.model --emit-c "$tmp/c" -o "$tmp/train_tiny" >/dev/null 2>&1
+"$shardc" build models/tiny.model --world 1 --emit-c "$tmp/c" -o "$tmp/train_tiny" >/dev/null 2>&1
 cp "$tmp/c/tiny.c" "$tmp/tiny.c"
 
 status=0
