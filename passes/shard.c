@@ -82,6 +82,7 @@ typedef struct {
   PtrMap subst; /* Value* -> Value*: a node's output replaced by another value */
   PtrMap ce;    /* logits Value* (original) -> CeParts* */
   PtrMap embed; /* index Value* -> the table Value* of the EMBED that reads it */
+  PtrMap attn_repl; /* SDPA/ROPE Node* whose heads tp does not divide: attention stays replicated */
   Graph *g;     /* the graph being rebuilt: new nodes append here */
   Node **old;   /* its node list before the rebuild (for look-ahead) */
   int nold;
@@ -345,14 +346,6 @@ static int slice_blocks(const Sh *s, const Value *v, int axis, int depth) {
   return 1;
 }
 
-/* ---- rules ---------------------------------------------------------------------------- */
-
-static void error_tp(Sh *s, const char *what, int64_t n, const char *fix) {
-  error_at(s->loc, "%s (%lld) is not divisible by tp %d", what, (long long)n, s->deg[AX_TP]);
-  if (fix) note("%s", fix);
-  s->ok = false;
-}
-
 /* The tp degrees that divide n, for notes. */
 static const char *tp_choices(int64_t n, int64_t n2) {
   static char buf[96];
@@ -361,6 +354,67 @@ static const char *tp_choices(int64_t n, int64_t n2) {
   for (int t = 1; t <= 64 && k < 80; t *= 2)
     if (n % t == 0 && n2 % t == 0) k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%d", k ? ", " : "", t);
   return buf;
+}
+
+/* ---- attention whose heads tp does not divide ------------------------------------------ */
+
+static bool heads_split(const Sh *s, const Node *n) {
+  int t = s->deg[AX_TP];
+  return n->a.heads % t == 0 && (n->op == OP_ROPE || n->a.kv_heads % t == 0);
+}
+
+/* Finds attention tp cannot split by heads; it runs replicated on every tp rank (the
+ * MLP, embedding and head stay split), with a warning naming the tp that would split it. */
+static void scan_attention(Sh *s, Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) scan_attention(s, n->body);
+    if ((n->op != OP_SDPA && n->op != OP_ROPE) || heads_split(s, n)) continue;
+    ptrmap_put(&s->attn_repl, n, 1);
+    if (n->op != OP_SDPA) continue;
+    warning_at(n->loc, "attention has %d heads and %d kv heads: tp %d does not divide them, so attention runs "
+                       "replicated on every tp rank (the MLP, the embedding and the head are split)",
+               n->a.heads, n->a.kv_heads, s->deg[AX_TP]);
+    note("tp that splits the heads too: %s", tp_choices(n->a.heads, n->a.kv_heads));
+  }
+}
+
+static bool in_repl_attn(const Sh *s, const Node *n) {
+  intptr_t p;
+  return ptrmap_get(&s->attn_repl, n, &p);
+}
+
+/* Does v flow (through elementwise ops, slices and reshapes) into replicated attention? */
+static bool feeds_repl_attn(const Sh *s, const Value *v, int depth) {
+  if (depth > 4) return false;
+  for (int i = 0; i < s->nold; i++) {
+    const Node *u = s->old[i];
+    bool uses = false;
+    for (int j = 0; j < u->nin; j++) uses |= u->in[j] == v;
+    if (!uses) continue;
+    if (in_repl_attn(s, u)) return true;
+    if (((ir_ops[u->op].flags & F_EW) || u->op == OP_SLICE || u->op == OP_RESHAPE) && feeds_repl_attn(s, u->out[0], depth + 1))
+      return true;
+  }
+  return false;
+}
+
+/* Does v come (through the same kinds of op) from replicated attention? */
+static bool from_repl_attn(const Sh *s, const Value *v, int depth) {
+  const Node *d = v->def;
+  if (in_repl_attn(s, d)) return true;
+  if (depth > 4 || !((ir_ops[d->op].flags & F_EW) || d->op == OP_RESHAPE || d->op == OP_TRANSPOSE)) return false;
+  for (int j = 0; j < d->nin; j++)
+    if (from_repl_attn(s, d->in[j], depth + 1)) return true;
+  return false;
+}
+
+/* ---- rules ---------------------------------------------------------------------------- */
+
+static void error_tp(Sh *s, const char *what, int64_t n, const char *fix) {
+  error_at(s->loc, "%s (%lld) is not divisible by tp %d", what, (long long)n, s->deg[AX_TP]);
+  if (fix) note("%s", fix);
+  s->ok = false;
 }
 
 static bool linear_ok(OpKind op, int i) {
@@ -462,7 +516,7 @@ static void rule_matmul(Sh *s, Node *n) {
         h.split[bk] = (int8_t)tp;
         h.blocks[bk] = (uint8_t)bl;
       }
-    } else if (s->deg[tp] > 1 && B->shape.rank == 2) {
+    } else if (s->deg[tp] > 1 && B->shape.rank == 2 && !feeds_repl_attn(s, o, 0) && !from_repl_attn(s, A, 0)) {
       int bl = slice_blocks(s, o, o->shape.rank - 1, 0);
       if (!divides(s, N, tp, bl)) {
         char fix[160];
@@ -1242,6 +1296,7 @@ bool pass_shard(Module *m) {
   for (int a = 0; a < AX_COUNT; a++) any |= s.deg[a] > 1;
   if (!any) return true; /* one rank: the program is the graph */
   Graph *g = m->graph;
+  if (s.deg[AX_TP] > 1) scan_attention(&s, g);
   rewrite_graph(&s, g);
   s.g = g;
   s.loc = (SrcLoc){0};
@@ -1255,5 +1310,6 @@ bool pass_shard(Module *m) {
   ptrmap_free(&s.subst);
   ptrmap_free(&s.ce);
   ptrmap_free(&s.embed);
+  ptrmap_free(&s.attn_repl);
   return s.ok && diag_errors() == 0;
 }

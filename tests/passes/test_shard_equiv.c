@@ -1,7 +1,8 @@
 /* tests/passes/test_shard_equiv.c — the shard pass against the unpartitioned graph.
  *
  * For the tiny GPT, a GPT-2-shaped model (padded vocab, tied head) and a Llama-shaped
- * one (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head), and every plan
+ * one (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head), a GPT-2-shaped model
+ * with 6 heads (tp 4 runs its attention replicated), and every plan
  * dp, tp in {1, 2, 4} with dp * tp <= 8, sp off and on: the whole pipeline runs on the
  * single-rank program (world 1, micro_batch B) and on the partitioned one (micro_batch
  * B / dp), both are interpreted in fp64 (the partitioned one on dp * tp simulated
@@ -187,6 +188,10 @@ int main(void) {
   run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 4);
   const FeDefine gpt2[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
   run_model("GPT-2 shaped (vocab 200 padded to 256, tied head)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 5, 4,
+            8, 200, 4);
+  /* 6 heads: tp 4 cannot split them, so attention runs replicated (a warning says so) */
+  const FeDefine gpt2h6[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "48"}, {"heads", "6"}, {"layers", "2"}};
+  run_model("GPT-2 shaped, 6 heads (tp 4 replicates attention)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2h6, 5, 4,
             8, 200, 4);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
