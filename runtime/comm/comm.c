@@ -57,8 +57,10 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   RtPeer me = {0};
   me.pid = boot->pid;
   memcpy(me.host, boot->host, sizeof me.host);
+  const char *node = getenv("SHARDRT_NODE");
+  snprintf(me.node, sizeof me.node, "%s", node && *node ? node : boot->host);
   rt_boot_allgather(boot, &me, c->peers, sizeof me);
-  rt_fabric_open(c, o.provider);
+  rt_fabric_open(c, &o);
 
   int *all = malloc((size_t)c->world * sizeof *all);
   if (!all) rt_fatal(RT_EXIT_COMM, "out of memory");
@@ -85,6 +87,13 @@ void rt_comm_free(RtComm *c) {
 int rt_comm_rank(const RtComm *c) { return c->rank; }
 int rt_comm_world(const RtComm *c) { return c->world; }
 const char *rt_comm_provider(const RtComm *c) { return c->provider; }
+const char *rt_comm_peer_provider(const RtComm *c, int rank) {
+  if (rank < 0 || rank >= c->world) return "?";
+  return c->fab[c->peer_fab[rank]].provider;
+}
+const char *rt_comm_node(const RtComm *c, int rank) {
+  return rank >= 0 && rank < c->world ? c->peers[rank].node : "?";
+}
 
 RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
   int me = -1;

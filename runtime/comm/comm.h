@@ -55,13 +55,19 @@ typedef struct RtComm RtComm;
 typedef struct RtGroup RtGroup;
 typedef struct RtReq RtReq;
 
+/* Providers are chosen per peer, by the node it runs on (env SHARDRT_NODE, else the host
+ * name): peers on this node through the intra-node provider (default shm), peers on
+ * other nodes through the inter-node one (default the first of efa, verbs, tcp that
+ * offers tagged RDM endpoints; every rank must find the same). `provider` forces one
+ * provider for every peer. */
 typedef struct {
-  const char *provider; /* libfabric provider ("shm", "tcp", "tcp;ofi_rxm", "verbs", "efa");
-                           NULL: env SHARDRT_FABRIC_PROVIDER, else shm on one node, else
-                           efa > verbs > tcp */
+  const char *provider; /* libfabric provider for every peer ("shm", "tcp", "tcp;ofi_rxm",
+                           "verbs", "efa"); NULL: env SHARDRT_FABRIC_PROVIDER, else per node */
   double timeout_s;     /* watchdog; 0: env SHARDRT_TIMEOUT (seconds), else 60 */
-  size_t chunk_bytes;   /* ring pipeline chunk; 0: env SHARDRT_CHUNK_BYTES, else 256 KiB */
-  int window;           /* chunks in flight per operation; 0: env SHARDRT_WINDOW, else 8 */
+  size_t chunk_bytes;   /* ring pipeline chunk; 0: env SHARDRT_CHUNK_BYTES, else the default */
+  int window;           /* chunks in flight per operation; 0: env SHARDRT_WINDOW, else the default */
+  const char *provider_intra; /* peers on this node; NULL: env SHARDRT_FABRIC_INTRA, else shm */
+  const char *provider_inter; /* peers on other nodes; NULL: env SHARDRT_FABRIC_INTER, else auto */
 } RtCommOptions;
 
 const char *rt_redop_name(RtRedOp op);
@@ -77,7 +83,10 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt);
 void rt_comm_free(RtComm *c);
 int rt_comm_rank(const RtComm *c);
 int rt_comm_world(const RtComm *c);
-const char *rt_comm_provider(const RtComm *c); /* the provider in use */
+const char *rt_comm_provider(const RtComm *c); /* the provider(s) in use, for messages */
+/* The provider that carries messages to world rank `rank` ("shm", "tcp;ofi_rxm", ...). */
+const char *rt_comm_peer_provider(const RtComm *c, int rank);
+const char *rt_comm_node(const RtComm *c, int rank); /* the node id rank runs on */
 
 /* A group of world ranks (members in the given order, no duplicates). Needs no
  * communication; every member must create it. Returns NULL when this rank is not a

@@ -32,10 +32,27 @@
 
 typedef struct {
   int pid;                 /* process id */
-  char host[64];           /* host name */
-  char name[RT_NAME_MAX];  /* fabric endpoint name */
-  size_t namelen;          /* bytes of name in use */
+  char host[64];           /* host name (where the pid is valid) */
+  char node[64];           /* node id: env SHARDRT_NODE, else the host name */
 } RtPeer;
+
+/* The fabrics: RT_FAB_INTRA for peers on this node, RT_FAB_INTER for peers on other
+ * nodes. With one provider for every peer (forced, or both choices equal) only
+ * RT_FAB_INTRA is opened and carries everything. */
+enum { RT_FAB_INTRA, RT_FAB_INTER, RT_NFAB };
+
+typedef struct {
+  bool open;
+  char provider[64];     /* the provider's name as fi_info reports it */
+  struct fi_info *info;
+  struct fid_fabric *fabric;
+  struct fid_domain *domain;
+  struct fid_av *av;
+  struct fid_ep *ep;
+  struct fid_cq *cq;
+  bool mr_local;         /* provider needs local buffers registered */
+  bool mr_endpoint;      /* registrations must be bound to the endpoint */
+} RtFabric;
 
 /* A posted message. ctx must come first: providers in FI_CONTEXT mode use it. */
 typedef struct RtMsg {
@@ -45,6 +62,7 @@ typedef struct RtMsg {
   bool is_recv;
   uint64_t tag;  /* full tag sent / expected */
   int peer;      /* world rank */
+  int fab;       /* RT_FAB_*: the fabric that reaches peer */
   size_t bytes;  /* message size */
   struct fid_mr *mr; /* FI_MR_LOCAL registration of a user buffer, else NULL */
 } RtMsg;
@@ -131,17 +149,12 @@ struct RtComm {
   RtBoot boot;           /* copy of the bootstrap */
   int rank, world;
   RtPeer *peers;         /* [world] */
-  /* fabric */
-  struct fi_info *info;
-  struct fid_fabric *fabric;
-  struct fid_domain *domain;
-  struct fid_av *av;
-  struct fid_ep *ep;
-  struct fid_cq *cq;
-  fi_addr_t *addr;       /* [world] */
-  bool mr_local;         /* provider needs local buffers registered */
-  bool mr_endpoint;      /* registrations must be bound to the endpoint */
-  char provider[64];
+  /* fabrics */
+  RtFabric fab[RT_NFAB];
+  int *peer_fab;         /* [world] RT_FAB_* that reaches each rank */
+  fi_addr_t *addr;       /* [world] address in that fabric's AV */
+  bool mr_local;         /* some open fabric needs local registration */
+  char provider[160];    /* "shm", or "shm within a node, tcp;ofi_rxm across nodes" */
   /* options */
   double timeout_s;
   size_t chunk_bytes;
@@ -152,7 +165,7 @@ struct RtComm {
   void **free_slabs;     /* stack */
   int nfree, capfree;
   void **all_slabs;
-  struct fid_mr **slab_mrs; /* [nall] when mr_local */
+  struct fid_mr **slab_mrs; /* [nall * RT_NFAB] when mr_local: slab i in fabric f at i * RT_NFAB + f */
   int nall, capall;
   /* completions read while posting (FI_EAGAIN) and not yet handled */
   RtCqEvent *deferred;
@@ -169,11 +182,11 @@ struct RtComm {
 double rt_now(void); /* monotonic seconds */
 
 /* fabric.c */
-void rt_fabric_open(RtComm *c, const char *provider);
+void rt_fabric_open(RtComm *c, const RtCommOptions *opt);
 void rt_fabric_close(RtComm *c);
 void *rt_slab_get(RtComm *c);
 void rt_slab_put(RtComm *c, void *slab);
-void *rt_slab_desc(RtComm *c, void *slab); /* MR descriptor or NULL */
+void *rt_slab_desc(RtComm *c, void *slab, int peer); /* MR descriptor for a message to peer, or NULL */
 /* Posts a message; on FI_EAGAIN reads completions into c->deferred and retries. */
 void rt_post(RtComm *c, RtMsg *m, void *buf, void *desc);
 /* Reads up to max completions (deferred first); returns how many, 0 when none. */

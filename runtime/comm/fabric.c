@@ -1,4 +1,5 @@
-/* runtime/comm/fabric.c — the libfabric endpoint: provider choice, address exchange,
+/* runtime/comm/fabric.c — the libfabric endpoints: provider choice per peer (one
+ * endpoint for peers on this node, one for peers on other nodes), address exchange,
  * registered staging slabs, posting and completion polling. */
 #include <sched.h>
 #include <stdio.h>
@@ -32,87 +33,179 @@ static struct fi_info *try_provider(const char *prov) {
   return info;
 }
 
-void rt_fabric_open(RtComm *c, const char *provider) {
-  const char *want = provider;
-  if (!want || !*want) want = getenv("SHARDRT_FABRIC_PROVIDER");
+/* An environment override, or NULL when unset or empty. */
+static const char *env_str(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+/* The provider for peers on other nodes when nothing names one. */
+static struct fi_info *auto_inter(void) {
+  static const char *const across[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
   struct fi_info *info = NULL;
-  if (want && *want) {
-    want = canonical_provider(want);
-    info = try_provider(want);
-    if (!info)
-      rt_fatal(RT_EXIT_COMM,
-               "libfabric provider '%s' (SHARDRT_FABRIC_PROVIDER) is not available for tagged RDM endpoints; "
-               "`fi_info -l` lists the providers here",
-               want);
-  } else {
-    bool one_host = true;
-    for (int i = 1; i < c->world; i++)
-      if (strcmp(c->peers[i].host, c->peers[0].host) != 0) one_host = false;
-    static const char *const across[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
-    if (one_host) info = try_provider("shm");
-    for (size_t i = 0; !info && i < sizeof across / sizeof across[0]; i++) info = try_provider(across[i]);
-    if (!info) rt_fatal(RT_EXIT_COMM, "no libfabric provider (shm, efa, verbs, tcp) offers tagged RDM endpoints");
-  }
-  c->info = info;
-  snprintf(c->provider, sizeof c->provider, "%s", info->fabric_attr->prov_name);
-  c->mr_local = (info->domain_attr->mr_mode & FI_MR_LOCAL) || (info->mode & FI_LOCAL_MR);
-  c->mr_endpoint = (info->domain_attr->mr_mode & FI_MR_ENDPOINT) != 0;
+  for (size_t i = 0; !info && i < sizeof across / sizeof across[0]; i++) info = try_provider(across[i]);
+  if (!info) rt_fatal(RT_EXIT_COMM, "no libfabric provider (efa, verbs, tcp) offers tagged RDM endpoints across nodes");
+  return info;
+}
 
-  FI_CHECK(fi_fabric(info->fabric_attr, &c->fabric, NULL));
-  FI_CHECK(fi_domain(c->fabric, info, &c->domain, NULL));
+static struct fi_info *named_provider(const char *want, const char *source) {
+  want = canonical_provider(want);
+  struct fi_info *info = try_provider(want);
+  if (!info)
+    rt_fatal(RT_EXIT_COMM,
+             "libfabric provider '%s' (%s) is not available for tagged RDM endpoints; `fi_info -l` lists the "
+             "providers here",
+             want, source);
+  return info;
+}
+
+static void open_fabric(RtComm *c, RtFabric *f, struct fi_info *info) {
+  f->open = true;
+  f->info = info;
+  snprintf(f->provider, sizeof f->provider, "%s", info->fabric_attr->prov_name);
+  f->mr_local = (info->domain_attr->mr_mode & FI_MR_LOCAL) || (info->mode & FI_LOCAL_MR);
+  f->mr_endpoint = (info->domain_attr->mr_mode & FI_MR_ENDPOINT) != 0;
+  if (f->mr_local) c->mr_local = true;
+  FI_CHECK(fi_fabric(info->fabric_attr, &f->fabric, NULL));
+  FI_CHECK(fi_domain(f->fabric, info, &f->domain, NULL));
   struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .size = 0, .wait_obj = FI_WAIT_NONE};
-  FI_CHECK(fi_cq_open(c->domain, &cq_attr, &c->cq, NULL));
+  FI_CHECK(fi_cq_open(f->domain, &cq_attr, &f->cq, NULL));
   struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = (size_t)c->world};
-  FI_CHECK(fi_av_open(c->domain, &av_attr, &c->av, NULL));
-  FI_CHECK(fi_endpoint(c->domain, info, &c->ep, NULL));
-  FI_CHECK(fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV));
-  FI_CHECK(fi_ep_bind(c->ep, &c->av->fid, 0));
-  FI_CHECK(fi_enable(c->ep));
+  FI_CHECK(fi_av_open(f->domain, &av_attr, &f->av, NULL));
+  FI_CHECK(fi_endpoint(f->domain, info, &f->ep, NULL));
+  FI_CHECK(fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV));
+  FI_CHECK(fi_ep_bind(f->ep, &f->av->fid, 0));
+  FI_CHECK(fi_enable(f->ep));
+}
 
-  /* Exchange endpoint names through the bootstrap. */
-  RtPeer *me = &c->peers[c->rank];
-  me->namelen = sizeof me->name;
-  FI_CHECK(fi_getname(&c->ep->fid, me->name, &me->namelen));
+/* Each rank names its provider for a fabric slot (or "" when it has none there); the
+ * ranks that talk through the slot (the intra one: ranks on one node; the inter one:
+ * everyone) must have chosen the same one. */
+static void check_same_provider(RtComm *c, int slot) {
+  char mine[64] = {0};
+  if (c->fab[slot].open) snprintf(mine, sizeof mine, "%s", c->fab[slot].provider);
+  char *all = calloc((size_t)c->world, sizeof mine);
+  if (!all) rt_fatal(RT_EXIT_COMM, "out of memory");
+  rt_boot_allgather(&c->boot, mine, all, sizeof mine);
+  for (int i = 0; i < c->world; i++) {
+    const char *theirs = all + (size_t)i * sizeof mine;
+    bool talk = slot == RT_FAB_INTER || strcmp(c->peers[i].node, c->peers[c->rank].node) == 0;
+    if (talk && *mine && *theirs && strcmp(mine, theirs) != 0)
+      rt_fatal(RT_EXIT_COMM,
+               "rank %d chose libfabric provider '%s' for peers %s, this rank '%s'; set SHARDRT_FABRIC_%s (or "
+               "SHARDRT_FABRIC_PROVIDER) to one provider every node has",
+               i, theirs, slot == RT_FAB_INTRA ? "on its node" : "on other nodes", mine,
+               slot == RT_FAB_INTRA ? "INTRA" : "INTER");
+  }
+  free(all);
+}
+
+void rt_fabric_open(RtComm *c, const RtCommOptions *opt) {
+  RtCommOptions o = {0};
+  if (opt) o = *opt;
+  bool any_local = false, any_remote = false;
+  for (int i = 0; i < c->world; i++) {
+    if (i == c->rank) continue;
+    if (strcmp(c->peers[i].node, c->peers[c->rank].node) == 0) any_local = true;
+    else any_remote = true;
+  }
+  c->peer_fab = malloc((size_t)c->world * sizeof *c->peer_fab);
+  c->addr = calloc((size_t)c->world, sizeof *c->addr);
+  if (!c->peer_fab || !c->addr) rt_fatal(RT_EXIT_COMM, "out of memory");
+
+  const char *all = o.provider && *o.provider ? o.provider : env_str("SHARDRT_FABRIC_PROVIDER");
+  const char *all_src = o.provider && *o.provider ? "RtCommOptions.provider" : "SHARDRT_FABRIC_PROVIDER";
+  bool split = false;
+  if (all) {
+    open_fabric(c, &c->fab[RT_FAB_INTRA], named_provider(all, all_src));
+  } else {
+    const char *intra = o.provider_intra && *o.provider_intra ? o.provider_intra : env_str("SHARDRT_FABRIC_INTRA");
+    const char *inter = o.provider_inter && *o.provider_inter ? o.provider_inter : env_str("SHARDRT_FABRIC_INTER");
+    /* Slots by role, decided from the node table every rank shares: the intra endpoint
+     * when this node has another rank (or the world is this rank alone), the inter one
+     * when another node has ranks. Even the same provider in both gets two endpoints,
+     * so that every rank reaches a peer through the slot that peer opened. */
+    if (any_local || !any_remote) {
+      struct fi_info *fi = intra ? named_provider(intra, "SHARDRT_FABRIC_INTRA") : try_provider("shm");
+      if (!fi) fi = auto_inter(); /* no shm here: the network provider inside the node too */
+      open_fabric(c, &c->fab[RT_FAB_INTRA], fi);
+    }
+    if (any_remote) {
+      open_fabric(c, &c->fab[RT_FAB_INTER], inter ? named_provider(inter, "SHARDRT_FABRIC_INTER") : auto_inter());
+      split = true;
+    }
+  }
+  for (int i = 0; i < c->world; i++) {
+    bool local = strcmp(c->peers[i].node, c->peers[c->rank].node) == 0;
+    c->peer_fab[i] = split && !local ? RT_FAB_INTER : RT_FAB_INTRA;
+  }
+
+  /* Exchange endpoint names through the bootstrap, one round per fabric slot (every rank
+   * takes part; a rank without the slot sends an empty name). */
   char *names = malloc((size_t)c->world * RT_NAME_MAX);
   size_t *lens = malloc((size_t)c->world * sizeof *lens);
-  c->addr = malloc((size_t)c->world * sizeof *c->addr);
-  if (!names || !lens || !c->addr) rt_fatal(RT_EXIT_COMM, "out of memory");
-  rt_boot_allgather(&c->boot, me->name, names, RT_NAME_MAX);
-  rt_boot_allgather(&c->boot, &me->namelen, lens, sizeof *lens);
-  for (int i = 0; i < c->world; i++) {
-    memcpy(c->peers[i].name, names + (size_t)i * RT_NAME_MAX, RT_NAME_MAX);
-    c->peers[i].namelen = lens[i];
-    int n = fi_av_insert(c->av, c->peers[i].name, 1, &c->addr[i], 0, NULL);
-    if (n != 1) rt_fatal(RT_EXIT_COMM, "fi_av_insert of rank %d's address failed (%d)", i, n);
+  if (!names || !lens) rt_fatal(RT_EXIT_COMM, "out of memory");
+  for (int slot = 0; slot < RT_NFAB; slot++) {
+    RtFabric *f = &c->fab[slot];
+    char mine[RT_NAME_MAX] = {0};
+    size_t len = 0;
+    if (f->open) {
+      len = sizeof mine;
+      FI_CHECK(fi_getname(&f->ep->fid, mine, &len));
+    }
+    rt_boot_allgather(&c->boot, mine, names, RT_NAME_MAX);
+    rt_boot_allgather(&c->boot, &len, lens, sizeof len);
+    for (int i = 0; i < c->world; i++) {
+      if (c->peer_fab[i] != slot || !f->open) continue;
+      if (lens[i] == 0)
+        rt_fatal(RT_EXIT_COMM, "rank %d (node %s) has no %s endpoint, which this rank (node %s) needs to reach it", i,
+                 c->peers[i].node, f->provider, c->peers[c->rank].node);
+      int n = fi_av_insert(f->av, names + (size_t)i * RT_NAME_MAX, 1, &c->addr[i], 0, NULL);
+      if (n != 1) rt_fatal(RT_EXIT_COMM, "fi_av_insert of rank %d's %s address failed (%d)", i, f->provider, n);
+    }
   }
   free(names);
   free(lens);
+  check_same_provider(c, RT_FAB_INTRA);
+  check_same_provider(c, RT_FAB_INTER);
+  if (c->fab[RT_FAB_INTRA].open && c->fab[RT_FAB_INTER].open)
+    snprintf(c->provider, sizeof c->provider, "%s within a node, %s across nodes", c->fab[RT_FAB_INTRA].provider,
+             c->fab[RT_FAB_INTER].provider);
+  else
+    snprintf(c->provider, sizeof c->provider, "%s",
+             c->fab[c->fab[RT_FAB_INTRA].open ? RT_FAB_INTRA : RT_FAB_INTER].provider);
 }
 
 void rt_fabric_close(RtComm *c) {
   for (int i = 0; i < c->nall; i++) {
-    if (c->slab_mrs && c->slab_mrs[i]) FI_CHECK(fi_close(&c->slab_mrs[i]->fid));
+    for (int f = 0; c->slab_mrs && f < RT_NFAB; f++)
+      if (c->slab_mrs[i * RT_NFAB + f]) FI_CHECK(fi_close(&c->slab_mrs[i * RT_NFAB + f]->fid));
     free(c->all_slabs[i]);
   }
   free(c->all_slabs);
   free(c->slab_mrs);
   free(c->free_slabs);
   free(c->deferred);
-  if (c->ep) FI_CHECK(fi_close(&c->ep->fid));
-  if (c->av) FI_CHECK(fi_close(&c->av->fid));
-  if (c->cq) FI_CHECK(fi_close(&c->cq->fid));
-  if (c->domain) FI_CHECK(fi_close(&c->domain->fid));
-  if (c->fabric) FI_CHECK(fi_close(&c->fabric->fid));
-  if (c->info) fi_freeinfo(c->info);
+  for (int slot = 0; slot < RT_NFAB; slot++) {
+    RtFabric *f = &c->fab[slot];
+    if (!f->open) continue;
+    if (f->ep) FI_CHECK(fi_close(&f->ep->fid));
+    if (f->av) FI_CHECK(fi_close(&f->av->fid));
+    if (f->cq) FI_CHECK(fi_close(&f->cq->fid));
+    if (f->domain) FI_CHECK(fi_close(&f->domain->fid));
+    if (f->fabric) FI_CHECK(fi_close(&f->fabric->fid));
+    if (f->info) fi_freeinfo(f->info);
+  }
   free(c->addr);
+  free(c->peer_fab);
 }
 
 /* Registers buf for local send/recv when the provider asks for it. */
-static struct fid_mr *register_buffer(RtComm *c, void *buf, size_t len) {
+static struct fid_mr *register_buffer(RtFabric *f, void *buf, size_t len) {
   struct fid_mr *mr = NULL;
-  FI_CHECK(fi_mr_reg(c->domain, buf, len ? len : 1, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
-  if (c->mr_endpoint) {
-    FI_CHECK(fi_mr_bind(mr, &c->ep->fid, 0));
+  FI_CHECK(fi_mr_reg(f->domain, buf, len ? len : 1, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
+  if (f->mr_endpoint) {
+    FI_CHECK(fi_mr_bind(mr, &f->ep->fid, 0));
     FI_CHECK(fi_mr_enable(mr));
   }
   return mr;
@@ -125,64 +218,78 @@ void *rt_slab_get(RtComm *c) {
   if (c->nall == c->capall) {
     c->capall = c->capall ? 2 * c->capall : 16;
     c->all_slabs = realloc(c->all_slabs, (size_t)c->capall * sizeof *c->all_slabs);
-    c->slab_mrs = realloc(c->slab_mrs, (size_t)c->capall * sizeof *c->slab_mrs);
+    c->slab_mrs = realloc(c->slab_mrs, (size_t)c->capall * RT_NFAB * sizeof *c->slab_mrs);
     c->free_slabs = realloc(c->free_slabs, (size_t)c->capall * sizeof *c->free_slabs);
     if (!c->all_slabs || !c->slab_mrs || !c->free_slabs) rt_fatal(RT_EXIT_COMM, "out of memory");
   }
   c->all_slabs[c->nall] = p;
-  c->slab_mrs[c->nall] = c->mr_local ? register_buffer(c, p, c->chunk_bytes) : NULL;
+  for (int f = 0; f < RT_NFAB; f++)
+    c->slab_mrs[c->nall * RT_NFAB + f] =
+        c->fab[f].open && c->fab[f].mr_local ? register_buffer(&c->fab[f], p, c->chunk_bytes) : NULL;
   c->nall++;
   return p;
 }
 
 void rt_slab_put(RtComm *c, void *slab) { c->free_slabs[c->nfree++] = slab; }
 
-void *rt_slab_desc(RtComm *c, void *slab) {
-  if (!c->mr_local) return NULL;
+void *rt_slab_desc(RtComm *c, void *slab, int peer) {
+  int f = c->peer_fab[peer];
+  if (!c->fab[f].mr_local) return NULL;
   for (int i = c->nall - 1; i >= 0; i--)
-    if (c->all_slabs[i] == slab) return fi_mr_desc(c->slab_mrs[i]);
+    if (c->all_slabs[i] == slab) return fi_mr_desc(c->slab_mrs[i * RT_NFAB + f]);
   return NULL;
 }
 
+/* Reads one completion queue into ev (at most max); -FI_EAGAIN when empty. */
+static ssize_t read_cq(struct fid_cq *cq, RtCqEvent *ev, int max) {
+  struct fi_cq_tagged_entry e[16];
+  if (max > 16) max = 16;
+  ssize_t n = fi_cq_read(cq, e, (size_t)max);
+  if (n == -FI_EAGAIN) return n;
+  if (n == -FI_EAVAIL) {
+    struct fi_cq_err_entry err = {0};
+    FI_CHECK(fi_cq_readerr(cq, &err, 0));
+    memset(ev, 0, sizeof *ev);
+    ev->e.op_context = err.op_context;
+    ev->e.tag = err.tag;
+    ev->err = true;
+    ev->errcode = err.err < 0 ? -err.err : err.err;
+    return 1;
+  }
+  FI_CHECK(n);
+  for (ssize_t i = 0; i < n; i++) {
+    memset(&ev[i], 0, sizeof ev[i]);
+    ev[i].e = e[i];
+  }
+  return n;
+}
+
 static void defer_completions(RtComm *c) {
-  for (;;) {
-    if (c->ndeferred + 16 > c->capdeferred) {
-      c->capdeferred = c->capdeferred ? 2 * c->capdeferred : 64;
-      c->deferred = realloc(c->deferred, (size_t)c->capdeferred * sizeof *c->deferred);
-      if (!c->deferred) rt_fatal(RT_EXIT_COMM, "out of memory");
-    }
-    struct fi_cq_tagged_entry e[16];
-    ssize_t n = fi_cq_read(c->cq, e, 16);
-    if (n == -FI_EAGAIN) return;
-    if (n == -FI_EAVAIL) {
-      struct fi_cq_err_entry err = {0};
-      FI_CHECK(fi_cq_readerr(c->cq, &err, 0));
-      RtCqEvent *ev = &c->deferred[c->ndeferred++];
-      memset(ev, 0, sizeof *ev);
-      ev->e.op_context = err.op_context;
-      ev->e.tag = err.tag;
-      ev->err = true;
-      ev->errcode = err.err < 0 ? -err.err : err.err;
-      continue;
-    }
-    FI_CHECK(n);
-    for (ssize_t i = 0; i < n; i++) {
-      RtCqEvent *ev = &c->deferred[c->ndeferred++];
-      memset(ev, 0, sizeof *ev);
-      ev->e = e[i];
+  for (int f = 0; f < RT_NFAB; f++) {
+    if (!c->fab[f].open) continue;
+    for (;;) {
+      if (c->ndeferred + 16 > c->capdeferred) {
+        c->capdeferred = c->capdeferred ? 2 * c->capdeferred : 64;
+        c->deferred = realloc(c->deferred, (size_t)c->capdeferred * sizeof *c->deferred);
+        if (!c->deferred) rt_fatal(RT_EXIT_COMM, "out of memory");
+      }
+      ssize_t n = read_cq(c->fab[f].cq, c->deferred + c->ndeferred, 16);
+      if (n == -FI_EAGAIN) break;
+      c->ndeferred += (int)n;
     }
   }
 }
 
 void rt_post(RtComm *c, RtMsg *m, void *buf, void *desc) {
-  if (c->mr_local && !desc && m->bytes > 0) {
-    m->mr = register_buffer(c, buf, m->bytes);
+  m->fab = c->peer_fab[m->peer];
+  RtFabric *f = &c->fab[m->fab];
+  if (f->mr_local && !desc && m->bytes > 0) {
+    m->mr = register_buffer(f, buf, m->bytes);
     desc = fi_mr_desc(m->mr);
   }
   for (;;) {
-    ssize_t rc = m->is_recv
-                     ? fi_trecv(c->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, RT_TAG_IGNORE, &m->ctx)
-                     : fi_tsend(c->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, &m->ctx);
+    ssize_t rc = m->is_recv ? fi_trecv(f->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, RT_TAG_IGNORE, &m->ctx)
+                            : fi_tsend(f->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, &m->ctx);
     if (rc != -FI_EAGAIN) {
       FI_CHECK(rc);
       return;
@@ -200,24 +307,11 @@ int rt_poll(RtComm *c, RtCqEvent *ev, int max) {
     c->ndeferred -= n;
     return n;
   }
-  struct fi_cq_tagged_entry e[16];
-  if (max > 16) max = 16;
-  ssize_t n = fi_cq_read(c->cq, e, (size_t)max);
-  if (n == -FI_EAGAIN) return 0;
-  if (n == -FI_EAVAIL) {
-    struct fi_cq_err_entry err = {0};
-    FI_CHECK(fi_cq_readerr(c->cq, &err, 0));
-    memset(ev, 0, sizeof *ev);
-    ev->e.op_context = err.op_context;
-    ev->e.tag = err.tag;
-    ev->err = true;
-    ev->errcode = err.err < 0 ? -err.err : err.err;
-    return 1;
+  int got = 0;
+  for (int f = 0; f < RT_NFAB && got < max; f++) {
+    if (!c->fab[f].open) continue;
+    ssize_t n = read_cq(c->fab[f].cq, ev + got, max - got);
+    if (n > 0) got += (int)n;
   }
-  FI_CHECK(n);
-  for (ssize_t i = 0; i < n; i++) {
-    memset(&ev[i], 0, sizeof ev[i]);
-    ev[i].e = e[i];
-  }
-  return (int)n;
+  return got;
 }

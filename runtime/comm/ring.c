@@ -106,13 +106,13 @@ static void post_step(RtReq *q, RtSlot *s) {
       segment(q, mod(me - st - 2, n), ch, &roff, &rlen);
       segment(q, mod(me - st - 1, n), ch, &soff, &slen);
       void *rbuf = s->stage[st & 1];
-      if (rlen) post_msg(q, s, &s->recv, true, left, rbuf, rlen * es, rt_slab_desc(c, rbuf));
+      if (rlen) post_msg(q, s, &s->recv, true, left, rbuf, rlen * es, rt_slab_desc(c, rbuf, q->g->ranks[left]));
       if (slen) {
         if (st == 0)
           post_msg(q, s, &s->send, false, right, (void *)(q->send + soff * es), slen * es, NULL);
         else
           post_msg(q, s, &s->send, false, right, s->stage[(st - 1) & 1], slen * es,
-                   rt_slab_desc(c, s->stage[(st - 1) & 1]));
+                   rt_slab_desc(c, s->stage[(st - 1) & 1], q->g->ranks[right]));
       }
     } else {
       int t = q->op == RT_OP_ALL_GATHER ? st : st - (n - 1);

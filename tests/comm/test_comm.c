@@ -247,8 +247,28 @@ static void run_group(RtGroup *g) {
   }
 }
 
+/* With SHARDRT_TEST_EXPECT="INTRA,INTER", every peer on this rank's node must be reached
+ * through a provider whose name starts with INTRA, every other one through INTER. */
+static void check_providers(RtComm *c, int world) {
+  const char *exp = getenv("SHARDRT_TEST_EXPECT");
+  if (!exp || !*exp) return;
+  char intra[64] = {0}, inter[64] = {0};
+  const char *comma = strchr(exp, ',');
+  size_t li = comma ? (size_t)(comma - exp) : strlen(exp);
+  memcpy(intra, exp, li < 63 ? li : 63);
+  snprintf(inter, sizeof inter, "%s", comma ? comma + 1 : intra);
+  for (int r = 0; r < world; r++) {
+    if (r == me_rank) continue;
+    bool local = strcmp(rt_comm_node(c, r), rt_comm_node(c, me_rank)) == 0;
+    const char *want = local ? intra : inter, *got = rt_comm_peer_provider(c, r);
+    EXPECT(strncmp(got, want, strlen(want)) == 0, "rank %d (node %s, this rank on %s) is reached through %s, want %s", r,
+           rt_comm_node(c, r), rt_comm_node(c, me_rank), got, want);
+  }
+}
+
 static int mode_coll(RtComm *c, int world) {
   int r = me_rank;
+  check_providers(c, world);
   RtGroup *self = rt_group_new(c, &r, 1, "self");
   run_group(self);
   run_group(rt_group_world(c));
