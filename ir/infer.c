@@ -536,6 +536,9 @@ static bool infer_coll(Node *n) {
   if (n->a.mesh_axis < 0 || n->a.mesh_axis >= AX_COUNT) die("%s: bad mesh axis %d", opname(n), n->a.mesh_axis);
   switch (n->op) {
   case OP_ALL_REDUCE:
+    if (n->nin != n->nout || n->nin < 1) die("all_reduce: %d inputs, %d outputs", n->nin, n->nout);
+    for (int i = 0; i < n->nin; i++) set_out(n, i, in(n, i)->dtype, in(n, i)->shape);
+    return true;
   case OP_BROADCAST: set_out(n, 0, in(n, 0)->dtype, in(n, 0)->shape); return true;
   case OP_SEND: return true;
   case OP_RECV: return true;

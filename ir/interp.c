@@ -1122,8 +1122,8 @@ static bool eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
 
 /* ---- collectives --------------------------------------------------------------- */
 
-/* in: Tensor[nranks] of the input; out: Tensor[nranks]. */
-static bool eval_coll(Interp *it, const Node *n, const Tensor *in, Tensor *out) {
+/* in: Tensor[nranks] of input k; out: Tensor[nranks] of output k. */
+static bool eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor *out) {
   int ax = n->a.mesh_axis, deg = it->dim[ax], R = it->nranks;
   const Tensor **grp = xcalloc((size_t)deg, sizeof(Tensor *));
   bool ok = true;
@@ -1142,7 +1142,7 @@ static bool eval_coll(Interp *it, const Node *n, const Tensor *in, Tensor *out) 
     switch (n->op) {
     case OP_ALL_REDUCE:
     case OP_REDUCE_SCATTER: {
-      Tensor sum = tensor_new(n->out[0]->dtype, x->shape);
+      Tensor sum = tensor_new(n->out[k]->dtype, x->shape);
       for (int64_t i = 0; i < cnt; i++) {
         double acc = grp[0]->data[i];
         for (int c = 1; c < deg; c++) {
@@ -1163,11 +1163,11 @@ static bool eval_coll(Interp *it, const Node *n, const Tensor *in, Tensor *out) 
         ok = rt_error(n, "axis %d of size %lld does not split %d ways", n->a.axis, (long long)len, deg);
         break;
       }
-      out[r] = chunk_of(&sum, n->a.axis, deg, me, n->a.blocks, n->out[0]->dtype);
+      out[r] = chunk_of(&sum, n->a.axis, deg, me, n->a.blocks, n->out[k]->dtype);
       tensor_free(&sum);
       break;
     }
-    case OP_ALL_GATHER: out[r] = unchunk_of(grp, deg, n->a.axis, n->a.blocks, n->out[0]->dtype); break;
+    case OP_ALL_GATHER: out[r] = unchunk_of(grp, deg, n->a.axis, n->a.blocks, n->out[k]->dtype); break;
     case OP_BROADCAST:
       if (n->a.start < 0 || n->a.start >= deg) {
         ok = rt_error(n, "root %lld outside the %s group of %d", (long long)n->a.start, ir_axis_names[ax], deg);
@@ -1341,7 +1341,8 @@ static bool eval_node(Interp *it, Env *e, const Node *n, Tensor *out) {
   else if (ir_ops[n->op].flags & F_REGION) ok = eval_region(it, n, e, ins, out);
   else if (n->op == OP_SEND) eval_send(it, n, ins[0]);
   else if (n->op == OP_RECV) ok = eval_recv(it, n, out);
-  else if (ir_ops[n->op].flags & F_COLL) ok = eval_coll(it, n, ins[0], out);
+  else if (ir_ops[n->op].flags & F_COLL)
+    for (int k = 0; ok && k < n->nin; k++) ok = eval_coll(it, n, k, ins[k], out + (size_t)k * (size_t)it->nranks);
   else {
     Tensor *x[8] = {0};
     Tensor *y = xcalloc((size_t)n->nout, sizeof(Tensor));
