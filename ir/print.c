@@ -1,5 +1,6 @@
 /* ir/print.c — text and Graphviz printers, parameter counts and FLOPs (see ir/print.h). */
 #include "print.h"
+#include "commreport.h"
 #include "ptrmap.h"
 
 #include <stdarg.h>
@@ -166,15 +167,20 @@ static void put_attrs(Buf *b, const Node *n) {
   }
 }
 
-static void emit_line(Printer *p, const SrcLoc *loc) {
-  if (loc && loc->file) {
+/* Ends the line with `# note; file:line:col` (either part may be absent). */
+static void emit_line_note(Printer *p, const SrcLoc *loc, const char *note) {
+  bool has_loc = loc && loc->file, has_note = note && note[0];
+  if (has_loc || has_note) {
     size_t col = p->line.len;
-    bprintf(&p->line, "%*s# %s:%d:%d", col < COMMENT_COL ? (int)(COMMENT_COL - col) : 2, "", loc_file(loc->file),
-            loc->line, loc->col);
+    bprintf(&p->line, "%*s# %s%s", col < COMMENT_COL ? (int)(COMMENT_COL - col) : 2, "", has_note ? note : "",
+            has_note && has_loc ? "; " : "");
+    if (has_loc) bprintf(&p->line, "%s:%d:%d", loc_file(loc->file), loc->line, loc->col);
   }
   fprintf(p->f, "%s\n", p->line.s ? p->line.s : "");
   bclear(&p->line);
 }
+
+static void emit_line(Printer *p, const SrcLoc *loc) { emit_line_note(p, loc, NULL); }
 
 static void print_graph(Printer *p, const Graph *g, int depth);
 
@@ -217,7 +223,9 @@ static void print_node(Printer *p, const Node *n, int depth) {
     emit_line(p, NULL);
     return;
   }
-  emit_line(p, &n->loc);
+  char note[64] = ""; /* collectives: group and bytes per rank */
+  if (ir_ops[n->op].flags & F_COLL) ir_comm_note(note, sizeof note, p->m, n);
+  emit_line_note(p, &n->loc, note);
 }
 
 static void print_graph(Printer *p, const Graph *g, int depth) {
@@ -519,12 +527,14 @@ void ir_print_module(FILE *f, const Module *m) {
             (unsigned long long)r->seed);
   }
   fprintf(f, "\n");
+  ir_print_rank_classes(f, m);
   print_top(f, m->graph, m);
   fprintf(f, "\n");
   print_params(f, m);
   double fw = ir_flops_per_token(m, false), tr = ir_flops_per_token(m, true);
   char h1[32], h2[32];
   fprintf(f, "flops per token: forward %s, training %s (3 x forward)\n", human(h1, fw), human(h2, tr));
+  if (m->mesh) ir_print_comm(f, m);
 }
 
 /* ---- Graphviz ----------------------------------------------------------------------------- */

@@ -1,0 +1,326 @@
+/* ir/commreport.c — per-collective notes, per-step communication volumes and their report
+ * (see ir/commreport.h for the conventions). */
+#include "commreport.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "mesh.h"
+#include "ptrmap.h"
+
+const char *const ir_comm_region_names[CR_COUNT] = {"forward", "backward", "optimizer"};
+const char *const ir_comm_kind_names[CK_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                                  "send/recv"};
+
+static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+int64_t ir_comm_node_bytes(const Node *n) {
+  switch (n->op) {
+  case OP_ALL_REDUCE: {
+    int64_t b = 0;
+    for (int i = 0; i < n->nin; i++) b += value_bytes(n->in[i]);
+    return b;
+  }
+  case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SEND: return n->nin ? value_bytes(n->in[0]) : 0;
+  case OP_ALL_GATHER: case OP_RECV: return n->nout ? value_bytes(n->out[0]) : 0;
+  default: return 0;
+  }
+}
+
+static int comm_kind(OpKind op) {
+  switch (op) {
+  case OP_ALL_REDUCE: return CK_ALL_REDUCE;
+  case OP_REDUCE_SCATTER: return CK_REDUCE_SCATTER;
+  case OP_ALL_GATHER: return CK_ALL_GATHER;
+  case OP_BROADCAST: return CK_BROADCAST;
+  case OP_SEND: case OP_RECV: return CK_SEND_RECV;
+  default: return -1;
+  }
+}
+
+double ir_comm_bus_factor(OpKind op, int n) {
+  if (n <= 1) return 0;
+  switch (op) {
+  case OP_ALL_REDUCE: return 2.0 * (n - 1) / n;
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: return (double)(n - 1) / n;
+  case OP_BROADCAST: case OP_SEND: return 1.0;
+  default: return 0; /* recv: counted at the sender */
+  }
+}
+
+/* Latency-bound steps of the ring algorithm for one collective. */
+static int ring_steps(OpKind op, int n) {
+  if (n <= 1) return 0;
+  switch (op) {
+  case OP_ALL_REDUCE: return 2 * (n - 1);
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST: return n - 1;
+  case OP_SEND: return 1;
+  default: return 0;
+  }
+}
+
+int ir_comm_group_size(const Module *m, int axis) {
+  if (!m || axis < 0 || axis >= AX_COUNT) return 1;
+  if (m->mesh) return m->mesh->dim[axis];
+  if (!m->has_plan) return 1;
+  int d = axis == AX_TP ? m->plan.tp : axis == AX_PP ? m->plan.pp : axis == AX_CP ? m->plan.cp : m->plan.dp;
+  return d > 0 ? d : 1;
+}
+
+const char *ir_human_bytes(char *buf, size_t size, double b) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (b < 1024) {
+    snprintf(buf, size, "%.0f B", b);
+    return buf;
+  }
+  int u = 0;
+  b /= 1024;
+  while (b >= 1024 && u < 3) {
+    b /= 1024;
+    u++;
+  }
+  snprintf(buf, size, "%.1f %s", b, units[u]);
+  return buf;
+}
+
+void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n) {
+  if (size) buf[0] = 0;
+  if (!(ir_ops[n->op].flags & F_COLL)) return;
+  int ax = n->a.mesh_axis;
+  const char *name = ax >= 0 && ax < AX_COUNT ? ir_axis_names[ax] : "?";
+  char hb[32];
+  ir_human_bytes(hb, sizeof hb, (double)ir_comm_node_bytes(n));
+  if (m) snprintf(buf, size, "%s x%d, %s", name, ir_comm_group_size(m, ax), hb);
+  else snprintf(buf, size, "%s, %s", name, hb);
+}
+
+/* ---- regions ------------------------------------------------------------------- */
+
+/* Every node, at any depth, -> the index of its top-level ancestor in g. */
+static void index_tops(PtrMap *top, const Graph *g, int idx) {
+  for (int i = 0; i < g->nnodes; i++) {
+    ptrmap_put(top, g->nodes[i], idx);
+    if (g->nodes[i]->body) index_tops(top, g->nodes[i]->body, idx);
+  }
+}
+
+static int top_of(const PtrMap *top, const Value *v) {
+  intptr_t t;
+  return v && v->def && ptrmap_get(top, v->def, &t) ? (int)t : -1;
+}
+
+/* Marks, within the subtree of one top node, the top nodes its inputs come from. */
+static void mark_inputs(const PtrMap *top, const Node *n, int self, bool *mark) {
+  for (int j = 0; j < n->nin; j++) {
+    int t = top_of(top, n->in[j]);
+    if (t >= 0 && t != self) mark[t] = true;
+  }
+  if (n->body) {
+    for (int i = 0; i < n->body->nnodes; i++) mark_inputs(top, n->body->nodes[i], self, mark);
+    for (int i = 0; i < n->body->nresults; i++) {
+      int t = top_of(top, n->body->results[i]);
+      if (t >= 0 && t != self) mark[t] = true;
+    }
+  }
+}
+
+/* Graphs are topological: one backward sweep closes the marks over inputs. */
+static void close_marks(const PtrMap *top, const Graph *g, bool *mark) {
+  for (int i = g->nnodes - 1; i >= 0; i--)
+    if (mark[i]) mark_inputs(top, g->nodes[i], i, mark);
+}
+
+static bool seed_updates(const PtrMap *top, const Graph *g, bool *mark) {
+  bool any = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if ((n->op == OP_ADAMW_UPDATE || n->op == OP_SGD_UPDATE) && n->nin > 1) {
+      int t = top_of(top, n->in[1]);
+      if (t >= 0) mark[t] = true;
+      any = true;
+    }
+    if (n->body) any |= seed_updates(top, n->body, mark);
+  }
+  return any;
+}
+
+/* region[i] for every top-level node of g. */
+static void classify(const Graph *g, int *region) {
+  int n = g->nnodes;
+  PtrMap top = {0};
+  for (int i = 0; i < n; i++) {
+    ptrmap_put(&top, g->nodes[i], i);
+    if (g->nodes[i]->body) index_tops(&top, g->nodes[i]->body, i);
+  }
+  bool *fwd = calloc((size_t)n + 1, sizeof *fwd), *bwd = calloc((size_t)n + 1, sizeof *bwd);
+  if (!fwd || !bwd) die("commreport: out of memory");
+  bool have_loss = false;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->result_names && g->result_names[i] && strcmp(g->result_names[i], "loss") == 0) {
+      int t = top_of(&top, g->results[i]);
+      if (t >= 0) fwd[t] = have_loss = true;
+    }
+  close_marks(&top, g, fwd);
+  bool have_updates = seed_updates(&top, g, bwd);
+  close_marks(&top, g, bwd);
+  for (int i = 0; i < n; i++)
+    region[i] = !have_loss || fwd[i] ? CR_FORWARD : bwd[i] || !have_updates ? CR_BACKWARD : CR_OPTIMIZER;
+  free(fwd);
+  free(bwd);
+  ptrmap_free(&top);
+}
+
+/* ---- volumes -------------------------------------------------------------------- */
+
+static void add_cell(CommCell *c, int64_t mult, int64_t bytes, double factor) {
+  c->count += mult;
+  c->bytes += mult * bytes;
+  c->bus_bytes += (double)mult * (double)bytes * factor;
+}
+
+static void count_node(const Module *m, const Node *n, int64_t mult, bool in_repeat, int region, CommVolumes *v) {
+  if (n->body) {
+    bool rep = n->op == OP_REPEAT;
+    for (int i = 0; i < n->body->nnodes; i++)
+      count_node(m, n->body->nodes[i], rep ? mult * n->a.count : mult, in_repeat || rep, region, v);
+    return;
+  }
+  int k = comm_kind(n->op);
+  if (k < 0) return;
+  int ax = n->a.mesh_axis;
+  if (ax < 0 || ax >= AX_COUNT) die("commreport: collective %s over mesh axis %d", ir_ops[n->op].name, ax);
+  int64_t bytes = ir_comm_node_bytes(n);
+  double f = ir_comm_bus_factor(n->op, v->group_size[ax]);
+  add_cell(&v->cell[ax][region][k], mult, bytes, f);
+  if (in_repeat) add_cell(&v->in_repeat[ax][region][k], mult, bytes, f);
+  v->total_count += mult;
+  v->total_bus_bytes += (double)mult * (double)bytes * f;
+  /* time: the bandwidth term, plus one latency per ring step */
+  int side = v->across_nodes[ax];
+  v->side_bus_bytes[side] += (double)mult * (double)bytes * f;
+  if (v->link[ax] == LINK_NONE || !m->has_topology) return;
+  const Link *l = v->across_nodes[ax] ? &m->topo.inter : &m->topo.intra;
+  double bw = (l->count > 1 ? l->count : 1) * l->bytes_per_s;
+  double share = 1;
+  if (v->across_nodes[ax] && m->mesh && v->members_per_node[ax] > 0) /* the node's rings share its network */
+    share = (double)m->mesh->devices_per_node / v->members_per_node[ax];
+  double t = (double)mult * (double)ring_steps(n->op, v->group_size[ax]) * l->latency_s;
+  if (bw > 0) t += (double)mult * (double)bytes * f * share / bw;
+  v->side_time_s[side] += t;
+}
+
+void ir_comm_volumes(const Module *m, CommVolumes *v) {
+  memset(v, 0, sizeof *v);
+  const MeshMap *mm = m->mesh;
+  int *mem = mm ? malloc((size_t)mm->world * sizeof *mem) : NULL;
+  if (mm && !mem) die("commreport: out of memory");
+  for (int a = 0; a < AX_COUNT; a++) {
+    v->group_size[a] = ir_comm_group_size(m, a);
+    v->members_per_node[a] = v->group_size[a];
+    if (mm) {
+      v->across_nodes[a] = !rt_mesh_group_in_node(mm, 1u << a);
+      int k = rt_mesh_group(mm, 0, 1u << a, mem), on_first = 0;
+      for (int i = 0; i < k; i++) on_first += rt_mesh_node(mm, mem[i]) == rt_mesh_node(mm, mem[0]);
+      v->members_per_node[a] = on_first;
+    }
+    v->link[a] = !m->has_topology ? LINK_NONE : v->across_nodes[a] ? m->topo.inter.kind : m->topo.intra.kind;
+  }
+  free(mem);
+  const Graph *g = m->graph;
+  int *region = malloc(((size_t)g->nnodes + 1) * sizeof *region);
+  if (!region) die("commreport: out of memory");
+  classify(g, region);
+  v->side_link[0] = m->has_topology ? m->topo.intra.kind : LINK_NONE;
+  v->side_link[1] = m->has_topology ? m->topo.inter.kind : LINK_NONE;
+  for (int i = 0; i < g->nnodes; i++) count_node(m, g->nodes[i], 1, false, region[i], v);
+  free(region);
+}
+
+/* ---- printing -------------------------------------------------------------------- */
+
+static const int axis_order[] = {AX_TP, AX_CP, AX_DP, AX_PP}; /* innermost first, as the mesh prints */
+
+void ir_print_rank_classes(FILE *f, const Module *m) {
+  const MeshMap *mm = m->mesh;
+  if (!mm) return;
+  if (mm->world == 1) {
+    fprintf(f, "# rank class 1 of 1: rank 0 (a single rank, no communication)\n");
+    return;
+  }
+  char coords[128] = "";
+  size_t k = 0;
+  for (int i = 3; i >= 0; i--) { /* dp before tp: the order of the rank formula's outer axes */
+    int a = axis_order[i];
+    if (mm->dim[a] > 1 && k < sizeof coords)
+      k += (size_t)snprintf(coords + k, sizeof coords - k, "%s%s 0..%d", k ? " x " : "", ir_axis_names[a],
+                            mm->dim[a] - 1);
+  }
+  fprintf(f, "# rank class 1 of 1: ranks 0..%d (%s): one SPMD program, each rank reads its coordinates at start-up\n",
+          mm->world - 1, coords);
+}
+
+static const char *link_label(char *buf, size_t size, const Module *m, const CommVolumes *v, int a) {
+  if (v->link[a] == LINK_NONE) snprintf(buf, size, "%s", v->across_nodes[a] ? "across nodes" : "in node");
+  else snprintf(buf, size, "%s, %s", ir_link_names[v->link[a]], v->across_nodes[a] ? "across nodes" : "in node");
+  return buf;
+}
+
+void ir_print_comm(FILE *f, const Module *m) {
+  CommVolumes v;
+  ir_comm_volumes(m, &v);
+  fprintf(f, "# communication per rank, per step (one step = one micro-batch through the graph)\n");
+  if (v.total_count == 0) {
+    fprintf(f, "#   none\n");
+    return;
+  }
+  fprintf(f, "#   bytes: all_reduce its buffers; reduce_scatter / all_gather the full buffer; bus traffic: ring "
+             "all_reduce 2(N-1)/N x bytes,\n#   reduce_scatter / all_gather (N-1)/N x bytes, broadcast and send 1 x "
+             "bytes\n");
+  fprintf(f, "#   %-5s %5s  %-22s %-9s  %-14s %7s %12s %12s\n", "group", "ranks", "link", "region", "collective",
+          "count", "bytes", "bus traffic");
+  char b1[32], b2[32], lb[48];
+  for (int i = 0; i < AX_COUNT; i++) {
+    int a = axis_order[i];
+    bool first = true;
+    for (int r = 0; r < CR_COUNT; r++)
+      for (int k = 0; k < CK_COUNT; k++) {
+        const CommCell *c = &v.cell[a][r][k];
+        if (!c->count) continue;
+        if (first) {
+          char sz[16];
+          snprintf(sz, sizeof sz, "x%d", v.group_size[a]);
+          fprintf(f, "#   %-5s %5s  %-22s ", ir_axis_names[a], sz, link_label(lb, sizeof lb, m, &v, a));
+        } else {
+          fprintf(f, "#   %-5s %5s  %-22s ", "", "", "");
+        }
+        first = false;
+        fprintf(f, "%-9s  %-14s %7lld %12s %12s\n", ir_comm_region_names[r], ir_comm_kind_names[k],
+                (long long)c->count, ir_human_bytes(b1, sizeof b1, (double)c->bytes),
+                ir_human_bytes(b2, sizeof b2, c->bus_bytes));
+      }
+  }
+  fprintf(f, "#   %-5s %5s  %-22s %-9s  %-14s %7lld %12s %12s\n", "total", "", "", "", "", (long long)v.total_count, "",
+          ir_human_bytes(b2, sizeof b2, v.total_bus_bytes));
+  fprintf(f, "# per link class, per rank, per step (time: bus traffic at the link's bandwidth, plus its latency per "
+             "ring step)\n");
+  for (int side = 0; side < 2; side++) {
+    if (v.side_bus_bytes[side] <= 0) continue;
+    const char *where = side ? "across nodes" : "in node";
+    if (v.side_link[side] == LINK_NONE) {
+      fprintf(f, "#   %-12s %-44s %12s   (no topology: time unknown)\n", where, "",
+              ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]));
+      continue;
+    }
+    const Link *lk = side ? &m->topo.inter : &m->topo.intra;
+    char bw[80];
+    if (side && m->mesh)
+      snprintf(bw, sizeof bw, "%s %d x %g GB/s per node, shared by %d ranks", ir_link_names[lk->kind],
+               lk->count > 1 ? lk->count : 1, lk->bytes_per_s / 1e9, m->mesh->devices_per_node);
+    else
+      snprintf(bw, sizeof bw, "%s %g GB/s per %s", ir_link_names[lk->kind],
+               (lk->count > 1 ? lk->count : 1) * lk->bytes_per_s / 1e9, m->topo.cpu_only ? "rank" : "device");
+    fprintf(f, "#   %-12s %-44s %12s   ~%.3g ms\n", where, bw, ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]),
+            1e3 * v.side_time_s[side]);
+  }
+}

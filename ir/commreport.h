@@ -1,0 +1,69 @@
+/* ir/commreport.h — what a partitioned program communicates, per rank and per step.
+ *
+ * The numbers behind the communication part of `--dump-ir`: every collective node's group
+ * and bytes, and a per-step summary per group axis, region and collective kind, plus the
+ * traffic and an estimated time per link class of the topology. Tests read the numbers
+ * through ir_comm_volumes instead of parsing the text.
+ *
+ * Conventions (per rank, per step; one step runs the graph once: one micro-batch):
+ *   bytes of a collective: all_reduce the local buffer (variadic: the sum of its inputs);
+ *     reduce_scatter its input and all_gather its output (the full, unscattered buffer);
+ *     broadcast the buffer; send / recv the message.
+ *   bus traffic per rank (textbook ring factors over a group of N ranks):
+ *     all_reduce 2(N-1)/N x bytes; reduce_scatter and all_gather (N-1)/N x the full buffer;
+ *     broadcast 1 x bytes (pipelined chain); send 1 x bytes (recv 0: counted at the sender).
+ *   regions: forward (what the loss depends on), backward (what the optimizer's gradients
+ *     depend on, the rest), optimizer (everything after: gradient-norm sums, the update);
+ *     a repeat region belongs to one region as a whole, and its collectives count `count`
+ *     times.
+ */
+#ifndef SHARDC_COMMREPORT_H
+#define SHARDC_COMMREPORT_H
+
+#include <stdio.h>
+
+#include "module.h"
+
+typedef enum { CR_FORWARD, CR_BACKWARD, CR_OPTIMIZER, CR_COUNT } CommRegion;
+typedef enum { CK_ALL_REDUCE, CK_REDUCE_SCATTER, CK_ALL_GATHER, CK_BROADCAST, CK_SEND_RECV, CK_COUNT } CommKind;
+extern const char *const ir_comm_region_names[CR_COUNT]; /* "forward", "backward", "optimizer" */
+extern const char *const ir_comm_kind_names[CK_COUNT];   /* "all_reduce", ... */
+
+typedef struct {
+  int64_t count;    /* collectives per step */
+  int64_t bytes;    /* per rank per step, bytes as defined above */
+  double bus_bytes; /* per rank per step, ring traffic in bytes */
+} CommCell;
+
+typedef struct {
+  int group_size[AX_COUNT];                     /* ranks per group of each mesh axis */
+  bool across_nodes[AX_COUNT];                  /* some group of the axis spans nodes */
+  int members_per_node[AX_COUNT];               /* a group's ranks on one node (<= group size) */
+  LinkKind link[AX_COUNT];                      /* intra or inter link of the topology (NONE: unknown) */
+  CommCell cell[AX_COUNT][CR_COUNT][CK_COUNT];  /* everything, per axis, region and kind */
+  CommCell in_repeat[AX_COUNT][CR_COUNT][CK_COUNT]; /* the part inside repeat bodies (already x count) */
+  LinkKind side_link[2];                        /* [0] the intra-node link, [1] the inter-node one (NONE: unknown) */
+  double side_bus_bytes[2];                     /* per rank per step, bus traffic inside nodes [0], across [1] */
+  double side_time_s[2];                        /* estimated seconds per step on each (0: unknown) */
+  int64_t total_count;                          /* every collective per step */
+  double total_bus_bytes;                       /* per rank per step */
+} CommVolumes;
+
+/* Bytes of one collective node (see above); 0 for a non-collective. */
+int64_t ir_comm_node_bytes(const Node *n);
+/* Ring traffic factor of a collective over a group of n ranks (0 when n <= 1). */
+double ir_comm_bus_factor(OpKind op, int n);
+/* Ranks in a group over mesh axis `axis`: the mesh's degree, else the plan's (1 unknown). */
+int ir_comm_group_size(const Module *m, int axis);
+/* "tp x8, 96.0 MiB" for a collective node (m may be NULL: no group size); "" otherwise. */
+void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n);
+/* The per-step volumes of m's graph. */
+void ir_comm_volumes(const Module *m, CommVolumes *out);
+/* "# rank class ..." header: which ranks the one SPMD program serves. */
+void ir_print_rank_classes(FILE *f, const Module *m);
+/* The per-step communication summary and the per-link-class table. */
+void ir_print_comm(FILE *f, const Module *m);
+/* 1536 -> "1.5 KiB"; exact bytes under 1 KiB. */
+const char *ir_human_bytes(char *buf, size_t size, double bytes);
+
+#endif
