@@ -214,8 +214,9 @@ static void emit_multi_rank(Cg *c, Node *n) {
   case OP_AXIS_INDEX: line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), axis_lit(a->mesh_axis)); return;
   case OP_ALL_REDUCE: {
     static const char *const red[] = {[RED_SUM] = "0 /* sum */", [RED_AVG] = "1 /* avg */", [RED_MAX] = "2 /* max */"};
-    line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x),
-         ir_numel(&y->shape), dtype_lit(y->dtype), red[a->reduce]);
+    for (int i = 0; i < n->nin; i++) /* a bucket: one call per member for now */
+      line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", axis_lit(a->mesh_axis), ptr(c, n->out[i]),
+           ptr(c, n->in[i]), ir_numel(&n->out[i]->shape), dtype_lit(n->out[i]->dtype), red[a->reduce]);
     return;
   }
   case OP_ALL_GATHER:

@@ -10,6 +10,7 @@ bool pass_shape(Module *m);     /* re-infers and checks every shape and dtype */
 bool pass_autodiff(Module *m);  /* appends the backward graph: results "grad:<param>" */
 bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "next:<state>" */
 bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the per-rank SPMD program */
+bool pass_zero(Module *m);      /* data-parallel gradient all-reduces: into the backward loop, bucketed */
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank */
 /* Maps the mesh onto ranks: resolves dp auto, checks the world and tp-in-node, sets m->mesh.
  * world <= 0: the topology's nodes * devices_per_node (ir/mesh.h prints the map). */

@@ -1,6 +1,6 @@
 /* passes/pipeline.c — the whole middle of the compiler on one screen.
  *
- *   inline → shape → mesh → autodiff → optimizer → shard → memplan
+ *   inline → shape → mesh → autodiff → optimizer → shard → zero → memplan
  *
  * with the verifier after each pass and an optional dump of the IR after any
  * of them (--dump-ir=after:PASS). Later passes (mesh, shard, context,
@@ -31,6 +31,7 @@ static const Pass passes[] = {
     {"autodiff", pass_autodiff},   /* backward graph */
     {"optimizer", pass_optimizer}, /* clip, lr, update */
     {"shard", pass_shard},         /* dp/tp/sp: per-rank shapes, collectives */
+    {"zero", pass_zero},           /* dp gradient all-reduces overlapped with backward, bucketed */
     {"memplan", pass_memplan},     /* every value at a fixed offset per rank */
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };

@@ -125,6 +125,47 @@ static int count_colls(const Graph *g) {
   return c;
 }
 
+/* Data-parallel all-reduces (sum over dp) in g: count of nodes and of reduced tensors;
+ * in_body: only those inside repeat bodies. */
+static void count_dp(const Graph *g, bool in_body, int *nodes, int *tensors) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) count_dp(n->body, true, nodes, tensors);
+    if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == AX_DP && in_body == (g->parent != NULL)) {
+      (*nodes)++;
+      *tensors += n->nin;
+    }
+  }
+}
+
+/* The zero pass: a layer's gradients are reduced inside the backward loop, in buckets. */
+static void check_buckets(const char *path, const FeDefine *defs, int ndefs, int64_t B, const char *bucket,
+                          bool want_one) {
+  FeDefine d[MAXDEF];
+  int n = 0;
+  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
+  d[n++] = (FeDefine){"bucket", bucket};
+  Arena a;
+  arena_init(&a);
+  Module *m = compile(&a, path, d, n, 2, 1, false, B);
+  if (!m) {
+    fprintf(stderr, "FAIL bucket %s: does not compile\n", bucket);
+    failures++;
+    return;
+  }
+  int bn = 0, bt = 0;
+  count_dp(m->graph, true, &bn, &bt);
+  /* tiny has 12 gradient tensors per layer (qkv, o, fc, proj weights and biases, two norms) */
+  bool ok = bt == 12 && (want_one ? bn == 1 : bn == 12);
+  fprintf(stderr, "  bucket %-6s: %d dp all-reduce(s) for %d layer gradients inside the backward loop\n", bucket, bn,
+          bt);
+  if (!ok) {
+    fprintf(stderr, "FAIL bucket %s: want %s\n", bucket, want_one ? "1 bucket of 12" : "12 of 1");
+    failures++;
+  }
+  arena_free(&a);
+}
+
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
                       int64_t V, int maxtp) {
   fprintf(stderr, "%s\n", label);
@@ -189,6 +230,8 @@ int main(void) {
   const FeDefine gpt2[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
   run_model("GPT-2 shaped (vocab 200 padded to 256, tied head)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 5, 4,
             8, 200, 4);
+  check_buckets(SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, "25MiB", true);
+  check_buckets(SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, "16", false);
   /* 6 heads: tp 4 cannot split them, so attention runs replicated (a warning says so) */
   const FeDefine gpt2h6[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "48"}, {"heads", "6"}, {"layers", "2"}};
   run_model("GPT-2 shaped, 6 heads (tp 4 replicates attention)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2h6, 5, 4,

@@ -1,0 +1,220 @@
+/* passes/zero.c — data-parallel gradient reduction: overlapped with backward, bucketed.
+ *
+ * The shard pass settles a gradient's Partial(dp) where it is first read, after the
+ * whole backward (the clip's sumsq, the update). This pass moves and groups those
+ * all-reduces the way DDP does, so communication overlaps the rest of backward:
+ *
+ *   1. hoist: an all-reduce whose input is a stacked output of a repeat (a layer's
+ *      gradient, yielded by the backward loop) and that nothing else reads moves into
+ *      the loop body, right after the gradient is computed — layer l's gradients are
+ *      reduced while layer l-1's backward runs;
+ *   2. bucket: in every graph, all-reduces over the same group and reduction are
+ *      merged, in the order their inputs become ready, into variadic all-reduces of at
+ *      most plan.bucket_bytes (`bucket` in the plan, 25 MiB by default), each placed
+ *      right after its last input is computed and before its first output is read.
+ *
+ * ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) will join this file.
+ */
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+#include "../ir/mesh.h"
+
+static bool is_dp_reduce(const Node *n) {
+  return n->op == OP_ALL_REDUCE && n->a.reduce == RED_SUM;
+}
+
+static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* Uses of v in g (inputs of nodes; results counted separately). */
+static int uses_in(const Graph *g, const Value *v, bool *is_result) {
+  int c = ir_count_uses(g, v);
+  *is_result = false;
+  for (int i = 0; i < g->nresults; i++) *is_result |= g->results[i] == v;
+  return c;
+}
+
+/* Position right after which a node computing from `in` may be placed in body b. */
+static int after_def(const Graph *b, const Value *in) {
+  for (int i = b->nnodes - 1; i >= 0; i--)
+    if (b->nodes[i] == in->def) return i;
+  return -1;
+}
+
+static void insert_at(Graph *g, Node *n, int pos) {
+  /* ir_node_new appended n; move it to pos (after nodes[pos - 1]) */
+  int last = g->nnodes - 1;
+  if (g->nodes[last] != n) die("zero: node to insert is not the last");
+  memmove(&g->nodes[pos + 1], &g->nodes[pos], sizeof(Node *) * (size_t)(last - pos));
+  g->nodes[pos] = n;
+}
+
+static void remove_node(Graph *g, const Node *n) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] != n) g->nodes[k++] = g->nodes[i];
+  g->nnodes = k;
+}
+
+/* 1. Moves all-reduces of a repeat's stacked outputs into its body. */
+static bool hoist_one(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (!is_dp_reduce(n) || n->nin != 1) continue;
+    Value *x = n->in[0];
+    Node *r = x->def;
+    if (r->op != OP_REPEAT || x->idx < r->a.ncarry) continue;
+    bool res;
+    if (uses_in(g, x, &res) != 1 || res) continue;
+    Graph *b = r->body;
+    Value *y = b->results[x->idx];
+    if (y->def->graph != b || y->def->op == OP_ARG) continue; /* not computed in the body */
+    bool yres;
+    int yuses = uses_in(b, y, &yres);
+    int nyield = 0;
+    for (int k = 0; k < b->nresults; k++) nyield += b->results[k] == y;
+    if (yuses != 0 || nyield != 1) continue; /* the body reads it too: leave it */
+    Node *ar = ir_node_new(b, OP_ALL_REDUCE, 1, &y, 1, n->loc);
+    ar->a = n->a;
+    ar->out[0]->dtype = y->dtype;
+    ar->out[0]->shape = y->shape;
+    ar->out[0]->sharding = y->sharding;
+    ar->out[0]->sharding.partial &= (uint8_t) ~(1u << n->a.mesh_axis);
+    insert_at(b, ar, after_def(b, y) + 1);
+    b->results[x->idx] = ar->out[0];
+    x->sharding.partial &= (uint8_t) ~(1u << n->a.mesh_axis);
+    ir_replace_uses(g, n->out[0], x);
+    remove_node(g, n);
+    return true;
+  }
+  return false;
+}
+
+typedef struct {
+  Node *n;
+  int ready; /* position of the last input's producer (-1: before the graph) */
+  int need;  /* position of the first reader of an output (nnodes: only results) */
+  int64_t bytes;
+} Cand;
+
+static int pos_of(const PtrMap *pos, const Node *n) {
+  intptr_t p;
+  return ptrmap_get(pos, n, &p) ? (int)p : -1;
+}
+
+/* Restores topological order after merges (stable: a node moves only behind what it reads). */
+static void visit(Graph *g, Node *n, PtrMap *state, Node **out, int *k) {
+  intptr_t st;
+  if (ptrmap_get(state, n, &st) && st != 0) {
+    if (st == 1) die("zero: a bucket made a cycle");
+    return;
+  }
+  ptrmap_put(state, n, 1);
+  for (int j = 0; j < n->nin; j++)
+    if (n->in[j]->def->graph == g) visit(g, n->in[j]->def, state, out, k);
+  ptrmap_put(state, n, 2);
+  out[(*k)++] = n;
+}
+
+static void topo_sort(Graph *g) {
+  PtrMap state = {0};
+  for (int i = 0; i < g->nnodes; i++) ptrmap_put(&state, g->nodes[i], 0);
+  Node **out = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) visit(g, g->nodes[i], &state, out, &k);
+  memcpy(g->nodes, out, sizeof(Node *) * (size_t)k);
+  ptrmap_free(&state);
+}
+
+/* 2. Merges all-reduces of one graph into buckets. */
+static void bucket_graph(Graph *g, int64_t bucket_bytes) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) bucket_graph(g->nodes[i]->body, bucket_bytes);
+  PtrMap pos = {0};
+  for (int i = 0; i < g->nnodes; i++) ptrmap_put(&pos, g->nodes[i], i);
+  int ncand = 0;
+  Cand *c = ARENA_ARRAY(g->arena, Cand, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (!is_dp_reduce(n)) continue;
+    Cand k = {n, -1, g->nnodes, 0};
+    for (int j = 0; j < n->nin; j++) {
+      int p = pos_of(&pos, n->in[j]->def);
+      k.ready = p > k.ready ? p : k.ready;
+      k.bytes += value_bytes(n->in[j]);
+    }
+    for (int u = i + 1; u < g->nnodes && k.need == g->nnodes; u++)
+      for (int j = 0; j < g->nodes[u]->nin; j++)
+        for (int o = 0; o < n->nout; o++)
+          if (g->nodes[u]->in[j] == n->out[o] && u < k.need) k.need = u;
+    c[ncand++] = k;
+  }
+  ptrmap_free(&pos);
+  if (ncand < 2) return;
+  /* in order of readiness (stable) */
+  for (int i = 1; i < ncand; i++)
+    for (int j = i; j > 0 && c[j].ready < c[j - 1].ready; j--) {
+      Cand t = c[j];
+      c[j] = c[j - 1];
+      c[j - 1] = t;
+    }
+  int i = 0;
+  while (i < ncand) {
+    int j = i + 1, ready = c[i].ready, need = c[i].need;
+    int64_t bytes = c[i].bytes;
+    while (j < ncand) {
+      const Node *a = c[i].n, *b = c[j].n;
+      int r2 = c[j].ready > ready ? c[j].ready : ready, n2 = c[j].need < need ? c[j].need : need;
+      if (b->a.mesh_axis != a->a.mesh_axis || bytes + c[j].bytes > bucket_bytes || r2 >= n2) break;
+      ready = r2;
+      need = n2;
+      bytes += c[j].bytes;
+      j++;
+    }
+    if (j - i > 1) {
+      int nin = 0;
+      for (int k = i; k < j; k++) nin += c[k].n->nin;
+      Value **ins = ARENA_ARRAY(g->arena, Value *, nin);
+      int at = 0;
+      for (int k = i; k < j; k++)
+        for (int q = 0; q < c[k].n->nin; q++) ins[at++] = c[k].n->in[q];
+      Node *m = ir_node_new(g, OP_ALL_REDUCE, nin, ins, nin, c[i].n->loc);
+      m->a = c[i].n->a;
+      at = 0;
+      for (int k = i; k < j; k++)
+        for (int q = 0; q < c[k].n->nout; q++) {
+          Value *o = c[k].n->out[q];
+          m->out[at]->dtype = o->dtype;
+          m->out[at]->shape = o->shape;
+          m->out[at]->sharding = o->sharding;
+          m->out[at]->name = o->name;
+          ir_replace_uses(g, o, m->out[at]);
+          at++;
+        }
+      for (int k = i; k < j; k++) remove_node(g, c[k].n);
+      /* right after the last input's producer (never before the body's arguments) */
+      int p = 0;
+      for (int q = 0; q < g->nnodes - 1; q++) {
+        const Node *nd = g->nodes[q];
+        bool feeds = nd->op == OP_ARG;
+        for (int r = 0; r < m->nin && !feeds; r++) feeds = m->in[r]->def == nd;
+        if (feeds) p = q + 1;
+      }
+      insert_at(g, m, p);
+    }
+    i = j;
+  }
+  topo_sort(g);
+}
+
+bool pass_zero(Module *m) {
+  if (!m->mesh || m->mesh->dim[AX_DP] <= 1) return true;
+  Graph *g = m->graph;
+  while (hoist_one(g)) {
+  }
+  int64_t bucket = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
+  bucket_graph(g, bucket);
+  return true;
+}
