@@ -269,6 +269,11 @@ static bool progress(RtComm *c) {
 void rt_progress(RtComm *c) { progress(c); }
 
 bool rt_test(RtReq *q) {
+  if (q->subs) {
+    bool all = true;
+    for (int i = 0; i < q->nsubs; i++) all = rt_test(q->subs[i]) && all;
+    return all;
+  }
   if (q->g->backend) {
     if (!q->done && q->g->backend->test(q)) {
       q->done = true;
@@ -280,14 +285,23 @@ bool rt_test(RtReq *q) {
   return q->done;
 }
 
+static void req_free(RtReq *q) {
+  free(q->bufs);
+  free(q->bufstart);
+  free(q->subs);
+  free(q);
+}
+
 void rt_wait(RtReq *q) {
-  if (q->g->backend) {
+  if (q->subs) {
+    for (int i = 0; i < q->nsubs; i++) rt_wait(q->subs[i]);
+  } else if (q->g->backend) {
     while (!rt_test(q)) sched_yield();
     if (q->g->backend->finish) q->g->backend->finish(q);
   } else {
     while (!q->done) rt_progress(q->c);
   }
-  free(q);
+  req_free(q);
 }
 
 RtReq *rt_all_reduce_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
@@ -310,6 +324,42 @@ RtReq *rt_broadcast_start(RtGroup *g, void *buf, size_t count, RtDType dt, int r
   if (root < 0 || root >= g->n) rt_fatal(RT_EXIT_COMM, "broadcast on group %s: root %d out of range", g->name, root);
   RtReq *q = req_new(g, RT_OP_BROADCAST, buf, buf, count, dt);
   q->root = root;
+  return req_start(q);
+}
+
+RtReq *rt_all_reduce_v_start(RtGroup *g, void *const *bufs, const size_t *counts, int n, RtDType dt, RtRedOp op) {
+  if (n < 0) rt_fatal(RT_EXIT_COMM, "all_reduce_v on group %s: %d buffers", g->name, n);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    if (counts[i] && !bufs[i])
+      rt_fatal(RT_EXIT_COMM, "all_reduce_v on group %s: buffer %d is NULL with %zu elements", g->name, i, counts[i]);
+    total += counts[i];
+  }
+  if (g->backend) {
+    /* A backend (NCCL) gets one all-reduce per non-empty member, on one stream. */
+    RtReq *q = calloc(1, sizeof *q);
+    int k = 0;
+    if (!q || !(q->subs = malloc((size_t)(n > 0 ? n : 1) * sizeof *q->subs))) rt_fatal(RT_EXIT_COMM, "out of memory");
+    q->c = g->c;
+    q->g = g;
+    q->op = RT_OP_ALL_REDUCE;
+    for (int i = 0; i < n; i++)
+      if (counts[i]) q->subs[k++] = rt_all_reduce_start(g, bufs[i], bufs[i], counts[i], dt, op);
+    q->nsubs = k;
+    if (k == 0) q->subs[q->nsubs++] = rt_barrier_start(g); /* keep every member's sequence in step */
+    return q;
+  }
+  RtReq *q = req_new(g, RT_OP_ALL_REDUCE, NULL, NULL, total, dt);
+  q->redop = op;
+  q->nbufs = n;
+  q->bufs = malloc((size_t)(n > 0 ? n : 1) * sizeof *q->bufs);
+  q->bufstart = malloc((size_t)(n + 1) * sizeof *q->bufstart);
+  if (!q->bufs || !q->bufstart) rt_fatal(RT_EXIT_COMM, "out of memory");
+  q->bufstart[0] = 0;
+  for (int i = 0; i < n; i++) {
+    q->bufs[i] = bufs[i];
+    q->bufstart[i + 1] = q->bufstart[i] + counts[i];
+  }
   return req_start(q);
 }
 
@@ -340,6 +390,9 @@ void rt_all_gather(RtGroup *g, const void *send, void *recv, size_t count, RtDTy
 }
 void rt_broadcast(RtGroup *g, void *buf, size_t count, RtDType dt, int root) {
   rt_wait(rt_broadcast_start(g, buf, count, dt, root));
+}
+void rt_all_reduce_v(RtGroup *g, void *const *bufs, const size_t *counts, int n, RtDType dt, RtRedOp op) {
+  rt_wait(rt_all_reduce_v_start(g, bufs, counts, n, dt, op));
 }
 void rt_barrier(RtGroup *g) { rt_wait(rt_barrier_start(g)); }
 void rt_send(RtGroup *g, int peer, const void *buf, size_t bytes, int tag) {

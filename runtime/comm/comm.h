@@ -106,6 +106,12 @@ RtReq *rt_reduce_scatter_start(RtGroup *g, const void *send, void *recv, size_t 
 RtReq *rt_all_gather_start(RtGroup *g, const void *send, void *recv, size_t count,
                            RtDType dt); /* count: the whole recv buffer */
 RtReq *rt_broadcast_start(RtGroup *g, void *buf, size_t count, RtDType dt, int root); /* root: member index */
+/* In-place all-reduce of several buffers as one collective (gradient buckets): the
+ * all-reduce of the concatenation bufs[0][0 .. counts[0]) ++ bufs[1][..] ++ ..., each
+ * result written back into its buffer. Every member passes the same total count (the
+ * split may differ); zero counts (and NULL buffers of zero count) are allowed; the
+ * arrays are copied, the buffers must stay untouched until the request finishes. */
+RtReq *rt_all_reduce_v_start(RtGroup *g, void *const *bufs, const size_t *counts, int n, RtDType dt, RtRedOp op);
 RtReq *rt_barrier_start(RtGroup *g);
 /* Point to point with member `peer` of g; a send matches the recv from the same peer
  * with the same tag (0 .. 65535), whatever the order of different tags; messages with
@@ -124,6 +130,7 @@ void rt_all_reduce(RtGroup *g, const void *send, void *recv, size_t count, RtDTy
 void rt_reduce_scatter(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op);
 void rt_all_gather(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt);
 void rt_broadcast(RtGroup *g, void *buf, size_t count, RtDType dt, int root);
+void rt_all_reduce_v(RtGroup *g, void *const *bufs, const size_t *counts, int n, RtDType dt, RtRedOp op);
 void rt_barrier(RtGroup *g);
 void rt_send(RtGroup *g, int peer, const void *buf, size_t bytes, int tag);
 void rt_recv(RtGroup *g, int peer, void *buf, size_t bytes, int tag);

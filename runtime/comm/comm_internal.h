@@ -75,6 +75,7 @@ typedef struct {
   int pending;     /* messages of this step not yet completed */
   bool posted;     /* the step's messages were posted */
   void *stage[2];  /* staging slabs (chunk bytes) for reductions */
+  void *pack[2];   /* all_reduce_v: slabs for a send [0] / receive [1] that spans members */
   RtMsg send, recv;
 } RtSlot;
 
@@ -107,6 +108,14 @@ struct RtReq {
   double t_start;      /* seconds, monotonic */
   RtReq *prev, *next;  /* the comm's active list */
   void *gpu;           /* backend request (NCCL), else NULL */
+  /* all_reduce_v on libfabric: the buffer is the concatenation of members (in place;
+   * send and recv are NULL) */
+  int nbufs;           /* members, 0 for every other request */
+  char **bufs;         /* [nbufs] */
+  size_t *bufstart;    /* [nbufs + 1] element offset of each member in the concatenation */
+  /* all_reduce_v on a backend group: one request per member */
+  RtReq **subs;        /* [nsubs], else NULL */
+  int nsubs;
 };
 
 /* A backend that runs a group's operations elsewhere (NCCL on GPU memory). */

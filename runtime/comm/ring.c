@@ -64,6 +64,64 @@ static void segment(const RtReq *q, int b, int c, size_t *off, size_t *len) {
   *len = start >= blen ? 0 : (blen - start < q->chunk ? blen - start : q->chunk);
 }
 
+/* ---- all_reduce_v: the concatenation of the members, seen through these ---------- */
+
+/* The member holding element off (the last non-empty one starting at or before it). */
+static int vmember(const RtReq *q, size_t off) {
+  int lo = 0, hi = q->nbufs - 1;
+  while (lo < hi) { /* largest i with bufstart[i] <= off */
+    int mid = (lo + hi + 1) / 2;
+    if (q->bufstart[mid] <= off) lo = mid;
+    else hi = mid - 1;
+  }
+  while (lo < q->nbufs - 1 && q->bufstart[lo + 1] <= off) lo++; /* skip empty members */
+  return lo;
+}
+
+/* Pointer to elements [off, off+len) of the concatenation when they lie in one member
+ * (or len is 0), else NULL. */
+static char *vdirect(const RtReq *q, size_t off, size_t len) {
+  if (len == 0) return NULL;
+  int i = vmember(q, off);
+  if (off + len > q->bufstart[i + 1]) return NULL;
+  return q->bufs[i] + (off - q->bufstart[i]) * q->esize;
+}
+
+/* Walks the pieces of [off, off+len): fn(piece in the member, offset in the range, elements). */
+#define VFOR(q, off, len, ptr, at, n, body)                                                     \
+  do {                                                                                          \
+    size_t at = 0;                                                                              \
+    for (int vi_ = vmember(q, off); at < (len); vi_++) {                                        \
+      size_t pos_ = (off) + at, end_ = (q)->bufstart[vi_ + 1];                                  \
+      if (end_ <= pos_) continue;                                                               \
+      size_t n = end_ - pos_ < (len) - at ? end_ - pos_ : (len) - at;                           \
+      char *ptr = (q)->bufs[vi_] + (pos_ - (q)->bufstart[vi_]) * (q)->esize;                     \
+      body;                                                                                     \
+      at += n;                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+static void vpack(const RtReq *q, size_t off, size_t len, char *dst) {
+  VFOR(q, off, len, p, at, n, memcpy(dst + at * q->esize, p, n * q->esize));
+}
+
+static void vunpack(const RtReq *q, size_t off, size_t len, const char *src) {
+  VFOR(q, off, len, p, at, n, memcpy(p, src + at * q->esize, n * q->esize));
+}
+
+/* Where a message of elements [off, off+len) of the user's data goes out from: the
+ * buffer itself, or (all_reduce_v across members) a slab packed from it. */
+static char *user_send(RtReq *q, RtSlot *s, const char *base, size_t off, size_t len, void **desc, int peer) {
+  *desc = NULL;
+  if (!q->nbufs) return (char *)base + off * q->esize;
+  char *p = vdirect(q, off, len);
+  if (p) return p;
+  if (!s->pack[0]) s->pack[0] = rt_slab_get(q->c);
+  vpack(q, off, len, s->pack[0]);
+  *desc = rt_slab_desc(q->c, s->pack[0], peer);
+  return s->pack[0];
+}
+
 static bool is_rs_step(const RtReq *q, int step) {
   return q->op == RT_OP_REDUCE_SCATTER || (q->op == RT_OP_ALL_REDUCE && step < q->n - 1);
 }
@@ -108,9 +166,11 @@ static void post_step(RtReq *q, RtSlot *s) {
       void *rbuf = s->stage[st & 1];
       if (rlen) post_msg(q, s, &s->recv, true, left, rbuf, rlen * es, rt_slab_desc(c, rbuf, q->g->ranks[left]));
       if (slen) {
-        if (st == 0)
-          post_msg(q, s, &s->send, false, right, (void *)(q->send + soff * es), slen * es, NULL);
-        else
+        if (st == 0) {
+          void *desc;
+          char *src = user_send(q, s, q->send, soff, slen, &desc, q->g->ranks[right]);
+          post_msg(q, s, &s->send, false, right, src, slen * es, desc);
+        } else
           post_msg(q, s, &s->send, false, right, s->stage[(st - 1) & 1], slen * es,
                    rt_slab_desc(c, s->stage[(st - 1) & 1], q->g->ranks[right]));
       }
@@ -118,13 +178,26 @@ static void post_step(RtReq *q, RtSlot *s) {
       int t = q->op == RT_OP_ALL_GATHER ? st : st - (n - 1);
       segment(q, mod(me - t - 1, n), ch, &roff, &rlen);
       segment(q, mod(me - t, n), ch, &soff, &slen);
-      if (rlen) post_msg(q, s, &s->recv, true, left, q->recv + roff * es, rlen * es, NULL);
+      if (rlen) {
+        char *dst = q->nbufs ? vdirect(q, roff, rlen) : q->recv + roff * es;
+        void *desc = NULL;
+        if (!dst) { /* all_reduce_v across members: receive into a slab, unpacked in finish_step */
+          if (!s->pack[1]) s->pack[1] = rt_slab_get(c);
+          dst = s->pack[1];
+          desc = rt_slab_desc(c, dst, q->g->ranks[left]);
+        }
+        post_msg(q, s, &s->recv, true, left, dst, rlen * es, desc);
+      }
       /* Our own block goes out from the caller's send buffer, not from the copy in recv:
        * a peer reading (CMA) lines that this rank has just written, or writes next, pulls
        * them across cores; all-gather at 2 ranks ran 2-3x slower that way. */
-      const char *src = q->recv + soff * es;
-      if (t == 0 && q->op == RT_OP_ALL_GATHER) src = q->send + (size_t)ch * q->chunk * es;
-      if (slen) post_msg(q, s, &s->send, false, right, (void *)src, slen * es, NULL);
+      if (slen) {
+        void *desc = NULL;
+        char *src = t == 0 && q->op == RT_OP_ALL_GATHER
+                        ? (char *)q->send + (size_t)ch * q->chunk * es
+                        : user_send(q, s, q->recv, soff, slen, &desc, q->g->ranks[right]);
+        post_msg(q, s, &s->send, false, right, src, slen * es, desc);
+      }
     }
     break;
   case RT_OP_BROADCAST: {
@@ -148,23 +221,38 @@ static void post_step(RtReq *q, RtSlot *s) {
 }
 
 static void finish_step(RtReq *q, RtSlot *s) {
-  int st = s->step;
-  if (!(q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER) || !is_rs_step(q, st)) return;
-  int n = q->n;
+  int st = s->step, n = q->n;
   size_t roff, rlen;
+  if (q->op == RT_OP_ALL_REDUCE && !is_rs_step(q, st)) {
+    /* all_reduce_v: a received chunk that spans members comes out of the slab */
+    if (!q->nbufs) return;
+    segment(q, mod(q->me - (st - (n - 1)) - 1, n), s->chan, &roff, &rlen);
+    if (rlen && !vdirect(q, roff, rlen)) vunpack(q, roff, rlen, s->pack[1]);
+    return;
+  }
+  if (!(q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER) || !is_rs_step(q, st)) return;
   int rblk = mod(q->me - st - 2, n);
   segment(q, rblk, s->chan, &roff, &rlen);
   if (!rlen) return;
   bool final = st == n - 2;
-  void *dst = final ? rs_final(q, s->chan) : s->stage[st & 1];
   float scale = final && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
-  rt_reduce(dst, s->stage[st & 1], q->send + roff * q->esize, rlen, q->dt, q->redop, scale);
+  char *stage = s->stage[st & 1];
+  if (q->nbufs) { /* in place over the members: final results go straight back */
+    size_t es = q->esize;
+    VFOR(q, roff, rlen, p, at, k,
+         rt_reduce(final ? (void *)p : stage + at * es, stage + at * es, p, k, q->dt, q->redop, scale));
+    return;
+  }
+  void *dst = final ? rs_final(q, s->chan) : stage;
+  rt_reduce(dst, stage, q->send + roff * q->esize, rlen, q->dt, q->redop, scale);
 }
 
 static void finish_req(RtReq *q) {
   for (int i = 0; i < q->nslots; i++)
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
       if (q->slots[i].stage[k]) rt_slab_put(q->c, q->slots[i].stage[k]);
+      if (q->slots[i].pack[k]) rt_slab_put(q->c, q->slots[i].pack[k]);
+    }
   free(q->slots);
   q->slots = NULL;
   q->done = true;

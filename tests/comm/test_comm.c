@@ -3,7 +3,8 @@
  *   test_comm coll      every collective on sub-groups of a 2x2 mesh (dp 2 x tp 2), a
  *                       3-member group in scrambled order, self and world; sizes 0, 1,
  *                       odd, > one chunk, 64 MiB (a few cases); f32 and bf16; tagged
- *                       send/recv received in another order than sent
+ *                       send/recv received in another order than sent; all_reduce_v
+ *                       over several member layouts (empty members, chunk-crossing ones)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
@@ -165,6 +166,68 @@ static void check_sendrecv(RtGroup *g, size_t bytes, int tag) {
   free(r);
 }
 
+/* all_reduce_v: the members' concatenation, element i filled as val(rank, i), must come
+ * back reduced into each member exactly as the naive reference. The layouts: empty, only
+ * empty members, one member, many small members crossing chunk boundaries (the tests run
+ * with 64 KiB chunks), large members with empty ones between. Two requests are in flight
+ * at once (the second on a split that differs between ranks, same total). */
+static void check_all_reduce_v(RtGroup *g, RtDType dt, RtRedOp op, int salt) {
+  static const size_t l_none[1] = {0}, l_empty[3] = {0, 0, 0}, l_one[1] = {1001};
+  static size_t l_small[60], l_big[7] = {0, 40000, 0, 1, 70001, 0, 13};
+  for (int i = 0; i < 60; i++) l_small[i] = (size_t)(997 + 31 * (i % 5)) * (i % 7 != 3);
+  const size_t *layouts[5] = {l_none, l_empty, l_one, l_small, l_big};
+  const int nmem[5] = {0, 3, 1, 60, 7};
+  size_t es = rt_dtype_size(dt);
+  for (int li = 0; li < 5; li++) {
+    int nb = nmem[li];
+    size_t total = 0;
+    for (int k = 0; k < nb; k++) total += layouts[li][k];
+    /* A second request with the same total split differently on each rank. */
+    size_t split[3] = {total / 3 + (size_t)me_rank % 2, 0, 0};
+    if (split[0] > total) split[0] = total;
+    split[2] = total - split[0];
+    char *flat = xmalloc(total * es), *flat2 = xmalloc(total * es);
+    fill(flat, dt, total, me_rank, salt);
+    fill(flat2, dt, total, me_rank, salt + 1);
+    void *bufs[60], *bufs2[3];
+    size_t at = 0;
+    for (int k = 0; k < nb; k++) {
+      bufs[k] = layouts[li][k] ? xmalloc(layouts[li][k] * es) : NULL;
+      if (layouts[li][k]) memcpy(bufs[k], flat + at * es, layouts[li][k] * es);
+      at += layouts[li][k];
+    }
+    at = 0;
+    for (int k = 0; k < 3; k++) {
+      bufs2[k] = xmalloc(split[k] * es);
+      memcpy(bufs2[k], flat2 + at * es, split[k] * es);
+      at += split[k];
+    }
+    RtReq *q1 = rt_all_reduce_v_start(g, bufs, layouts[li], nb, dt, op);
+    RtReq *q2 = rt_all_reduce_v_start(g, bufs2, split, 3, dt, op);
+    rt_wait(q2);
+    rt_wait(q1);
+    for (int pass = 0; pass < 2; pass++) {
+      int m = pass ? 3 : nb;
+      const size_t *cnt = pass ? split : layouts[li];
+      void **b = pass ? bufs2 : bufs;
+      size_t i0 = 0;
+      for (int k = 0; k < m; k++) {
+        for (size_t i = 0; i < cnt[k]; i++) {
+          float want = ref_reduce(g, dt, op, i0 + i, salt + pass), got = get(b[k], dt, i);
+          EXPECT(got == want, "all_reduce_v %s %s layout %d.%d on %s: member %d [%zu] = %g, want %g", rt_dtype_name(dt),
+                 rt_redop_name(op), li, pass, rt_group_name(g), k, i, got, want);
+          if (got != want) break;
+        }
+        i0 += cnt[k];
+      }
+    }
+    for (int k = 0; k < nb; k++) free(bufs[k]);
+    for (int k = 0; k < 3; k++) free(bufs2[k]);
+    free(flat);
+    free(flat2);
+  }
+}
+
 /* Tags match by (peer, tag), not posting order: every member sends five messages to the
  * next (tags 10, 11, 12, 20, 20, sizes differ) and receives them from the previous in the
  * order 12, 20, 11, 20, 10 — once with the receives posted first, once with the sends
@@ -241,6 +304,9 @@ static void run_group(RtGroup *g) {
       check_all_gather(g, n, (RtDType)dt, ++salt);
       check_broadcast(g, n, (RtDType)dt, rt_group_size(g) - 1, ++salt);
     }
+    if (si == 0) /* all_reduce_v runs its own sizes: once per group */
+      for (int dt = RT_F32; dt <= RT_BF16; dt++)
+        for (int op = 0; op < RT_REDOP_COUNT; op++) check_all_reduce_v(g, (RtDType)dt, (RtRedOp)op, 500 + 2 * op);
     check_sendrecv(g, n * 3, (int)si);
     check_p2p_tags(g, n);
     rt_barrier(g);
