@@ -69,7 +69,7 @@ bool pass_mesh(Module *m, int world) {
     else
       note("tensor parallelism all-reduces activations in every layer; it needs the fast link inside a node");
     note("use tp %d with pp %d (or dp auto), which keeps every tp group inside one node; or accept the cost "
-         "with -D allow_cross_node_tp=true",
+         "with -D cross_node_tp=on",
          alt, pp * (tp / alt));
     return false;
   }

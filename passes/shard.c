@@ -346,12 +346,14 @@ static int slice_blocks(const Sh *s, const Value *v, int axis, int depth) {
   return 1;
 }
 
-/* The tp degrees that divide n, for notes. */
+static int max_tp_choice = 64; /* devices per node: a tp group stays inside one */
+
+/* The tp degrees (powers of two up to a node) that divide n and n2, for notes. */
 static const char *tp_choices(int64_t n, int64_t n2) {
   static char buf[96];
   int k = 0;
   buf[0] = 0;
-  for (int t = 1; t <= 64 && k < 80; t *= 2)
+  for (int t = 1; t <= max_tp_choice && k < 80; t *= 2)
     if (n % t == 0 && n2 % t == 0) k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%d", k ? ", " : "", t);
   return buf;
 }
@@ -1296,6 +1298,7 @@ bool pass_shard(Module *m) {
   for (int a = 0; a < AX_COUNT; a++) any |= s.deg[a] > 1;
   if (!any) return true; /* one rank: the program is the graph */
   Graph *g = m->graph;
+  max_tp_choice = m->mesh->devices_per_node > 1 ? m->mesh->devices_per_node : 64;
   if (s.deg[AX_TP] > 1) scan_attention(&s, g);
   rewrite_graph(&s, g);
   s.g = g;
