@@ -1,0 +1,300 @@
+/* passes/verify_comm.c — the "verify" pass: every rank's sequence of collectives matches its
+ * group peers' (op, group, element count, dtype, order), so no plan the compiler emits can
+ * hang or mix up buffers at run time. See verify_comm.h.
+ *
+ * Ranks are grouped into rank classes, one program per class (today one SPMD program serves
+ * every rank; pipeline stages will make one class per stage). Each class's program is expanded
+ * once into its ordered list of collectives, repeat bodies `count` times. Then, for every mesh
+ * axis and every group over it, the members' classes are compared on the collectives over that
+ * axis; a class pair is compared once per axis, so 1024 ranks cost a walk over the groups.
+ * Sends and receives are matched per (sender, receiver) pair in order.
+ */
+#include "verify_comm.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+
+/* ---- expansion ------------------------------------------------------------------------ */
+
+static void push(VerifyCollSeq *s, const VerifyColl *c) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 64;
+    VerifyColl *e = realloc(s->e, sizeof *e * (size_t)cap);
+    if (!e) die("verify: out of memory");
+    s->e = e;
+    s->cap = cap;
+  }
+  s->e[s->n++] = *c;
+}
+
+static VerifyColl entry(const Node *n, int64_t iter) {
+  VerifyColl c = {.op = n->op, .mesh_axis = n->a.mesh_axis, .ntensors = 1, .node = n, .iter = iter};
+  const Value *v = n->op == OP_ALL_GATHER || n->op == OP_RECV ? n->out[0] : n->in[0];
+  c.dtype = v->dtype;
+  c.numel = ir_numel(&v->shape);
+  switch (n->op) {
+  case OP_ALL_REDUCE:
+    c.ntensors = n->nin;
+    c.reduce = n->a.reduce;
+    for (int i = 1; i < n->nin; i++) c.numel += ir_numel(&n->in[i]->shape);
+    break;
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
+    c.axis = n->a.axis;
+    c.blocks = n->a.blocks > 1 ? n->a.blocks : 1;
+    break;
+  case OP_BROADCAST: c.start = n->a.start; break;
+  case OP_SEND: case OP_RECV:
+    c.start = n->a.start;
+    c.tag = n->a.tag;
+    break;
+  default: break;
+  }
+  return c;
+}
+
+static void expand(const Graph *g, int64_t iter, VerifyCollSeq *s) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body && n->op == OP_REPEAT) {
+      VerifyCollSeq body = {0};
+      expand(n->body, -1, &body);
+      for (int64_t k = 0; k < n->a.count && body.n; k++)
+        for (int j = 0; j < body.n; j++) {
+          VerifyColl c = body.e[j];
+          if (c.node->graph == n->body) c.iter = n->a.reverse ? n->a.count - 1 - k : k;
+          push(s, &c);
+        }
+      verify_seq_free(&body);
+    } else if (n->body) {
+      expand(n->body, iter, s);
+    } else if (ir_ops[n->op].flags & F_COLL) {
+      if (n->a.mesh_axis < 0 || n->a.mesh_axis >= AX_COUNT)
+        die("verify: %s (node %d) names mesh axis %d", ir_ops[n->op].name, n->id, n->a.mesh_axis);
+      if (n->nin + n->nout == 0 || (n->op == OP_ALL_REDUCE && n->nin != n->nout))
+        die("verify: %s (node %d) has %d inputs and %d outputs", ir_ops[n->op].name, n->id, n->nin, n->nout);
+      VerifyColl c = entry(n, iter);
+      push(s, &c);
+    }
+  }
+}
+
+void verify_expand(const Graph *program, VerifyCollSeq *seq) {
+  seq->n = 0;
+  expand(program, -1, seq);
+}
+
+void verify_seq_free(VerifyCollSeq *seq) {
+  free(seq->e);
+  *seq = (VerifyCollSeq){0};
+}
+
+/* ---- messages ----------------------------------------------------------------------- */
+
+typedef struct {
+  char *s;
+  size_t size, len;
+} Msg;
+
+static void mprintf(Msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mprintf(Msg *m, const char *fmt, ...) {
+  if (!m->size || m->len >= m->size - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(m->s + m->len, m->size - m->len, fmt, ap);
+  va_end(ap);
+  if (k > 0) m->len += (size_t)k < m->size - m->len ? (size_t)k : m->size - m->len - 1;
+}
+
+static void put_entry(Msg *m, const VerifyColl *c) {
+  static const char *const reds[] = {"sum", "avg", "max"};
+  if (!c) {
+    mprintf(m, "nothing (its sequence ends here)");
+    return;
+  }
+  mprintf(m, "%s over %s", ir_ops[c->op].name, ir_axis_names[c->mesh_axis]);
+  if (c->op == OP_ALL_REDUCE) mprintf(m, " %s, %d tensor%s", c->reduce >= 0 && c->reduce <= 2 ? reds[c->reduce] : "?",
+                                      c->ntensors, c->ntensors == 1 ? "" : "s");
+  mprintf(m, ", %lld x %s", (long long)c->numel, ir_dtype_name(c->dtype));
+  if (c->op == OP_REDUCE_SCATTER || c->op == OP_ALL_GATHER) mprintf(m, ", axis %d blocks %d", c->axis, c->blocks);
+  if (c->op == OP_BROADCAST) mprintf(m, ", root %lld", (long long)c->start);
+  if (c->op == OP_SEND || c->op == OP_RECV) mprintf(m, ", offset %+lld tag %d", (long long)c->start, c->tag);
+  mprintf(m, " (node %d", c->node->id);
+  if (c->node->graph && c->node->graph->owner && c->node->graph->owner->a.name)
+    mprintf(m, " in %s", c->node->graph->owner->a.name);
+  if (c->iter >= 0) mprintf(m, ", iteration %lld", (long long)c->iter);
+  if (c->node->loc.file) mprintf(m, ", %s:%d", c->node->loc.file, c->node->loc.line);
+  mprintf(m, ")");
+}
+
+static void put_rank(Msg *m, const MeshMap *mm, int r) {
+  int c[RT_AX_COUNT];
+  rt_mesh_coords(mm, r, c);
+  mprintf(m, "rank %d (dp %d, pp %d, cp %d, tp %d)", r, c[RT_AX_DP], c[RT_AX_PP], c[RT_AX_CP], c[RT_AX_TP]);
+}
+
+static void put_group(Msg *m, const int *mem, int n, int axis) {
+  mprintf(m, "%s group [", ir_axis_names[axis]);
+  for (int i = 0; i < n && i < 8; i++) mprintf(m, "%s%d", i ? "," : "", mem[i]);
+  mprintf(m, "%s]", n > 8 ? ",.." : "");
+}
+
+/* ---- comparison ------------------------------------------------------------------------ */
+
+static bool same(const VerifyColl *a, const VerifyColl *b) {
+  return a->op == b->op && a->mesh_axis == b->mesh_axis && a->dtype == b->dtype && a->ntensors == b->ntensors &&
+         a->numel == b->numel && a->reduce == b->reduce && a->axis == b->axis && a->blocks == b->blocks &&
+         a->start == b->start && a->tag == b->tag;
+}
+
+static bool on_axis(const VerifyColl *c, int axis) { return c->mesh_axis == axis && c->op != OP_SEND && c->op != OP_RECV; }
+
+/* Compares the collectives over `axis` of two sequences; on a mismatch sets *ia / *ib to the
+ * positions (n when a sequence ended), *k to the index among that axis's collectives. */
+static bool compare_axis(const VerifyCollSeq *a, const VerifyCollSeq *b, int axis, int *ia, int *ib, int *k) {
+  int i = 0, j = 0;
+  for (*k = 0;; (*k)++, i++, j++) {
+    while (i < a->n && !on_axis(&a->e[i], axis)) i++;
+    while (j < b->n && !on_axis(&b->e[j], axis)) j++;
+    if (i == a->n && j == b->n) return true;
+    if (i == a->n || j == b->n || !same(&a->e[i], &b->e[j])) {
+      *ia = i;
+      *ib = j;
+      return false;
+    }
+  }
+}
+
+static bool check_groups(const MeshMap *mm, const VerifyCollSeq *seqs, int nclasses, const int *cls, Msg *m) {
+  int *mem = malloc(sizeof *mem * (size_t)mm->world);
+  unsigned char *done = calloc((size_t)nclasses * (size_t)nclasses, 1); /* bit per axis: pair compared */
+  if (!mem || !done) die("verify: out of memory");
+  bool ok = true;
+  for (int axis = 0; axis < AX_COUNT && ok; axis++) {
+    unsigned mask = 1u << axis;
+    for (int r = 0; r < mm->world && ok; r++) {
+      if (rt_mesh_group_index(mm, r, mask) != 0) continue; /* each group once, from its first member */
+      int n = rt_mesh_group(mm, r, mask, mem);
+      int ca = cls[mem[0]];
+      for (int i = 1; i < n && ok; i++) {
+        int cb = cls[mem[i]];
+        unsigned char *d = &done[(size_t)ca * (size_t)nclasses + (size_t)cb];
+        if (cb == ca || (*d & mask)) continue;
+        *d |= (unsigned char)mask;
+        int ia, ib, k;
+        if (compare_axis(&seqs[ca], &seqs[cb], axis, &ia, &ib, &k)) continue;
+        ok = false;
+        mprintf(m, "collective sequences differ in ");
+        put_group(m, mem, n, axis);
+        mprintf(m, " at its collective #%d over %s: ", k, ir_axis_names[axis]);
+        put_rank(m, mm, mem[0]);
+        mprintf(m, " issues ");
+        put_entry(m, ia < seqs[ca].n ? &seqs[ca].e[ia] : NULL);
+        mprintf(m, ", ");
+        put_rank(m, mm, mem[i]);
+        mprintf(m, " issues ");
+        put_entry(m, ib < seqs[cb].n ? &seqs[cb].e[ib] : NULL);
+      }
+    }
+  }
+  free(mem);
+  free(done);
+  return ok;
+}
+
+/* The peer of rank r at `offset` along axis, or -1 outside the mesh. */
+static int peer_of(const MeshMap *mm, int r, int axis, int64_t offset) {
+  int c[RT_AX_COUNT];
+  rt_mesh_coords(mm, r, c);
+  int64_t x = c[axis] + offset;
+  if (x < 0 || x >= mm->dim[axis]) return -1;
+  c[axis] = (int)x;
+  return rt_mesh_rank(mm, c);
+}
+
+/* The k-th entry of s with op, axis and start (peer offset), or NULL. */
+static const VerifyColl *nth_p2p(const VerifyCollSeq *s, OpKind op, int axis, int64_t start, int k) {
+  for (int i = 0; i < s->n; i++) {
+    const VerifyColl *c = &s->e[i];
+    if (c->op == op && c->mesh_axis == axis && c->start == start && k-- == 0) return c;
+  }
+  return NULL;
+}
+
+/* Every send of rank r meets, in order, a receive at its peer from r of the same size, dtype
+ * and tag; and every receive meets a send. Per rank: p2p is rare, and stage-specific. */
+static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, const int *cls, Msg *m) {
+  for (int r = 0; r < mm->world; r++) {
+    const VerifyCollSeq *s = &seqs[cls[r]];
+    for (int i = 0; i < s->n; i++) {
+      const VerifyColl *c = &s->e[i];
+      if (c->op != OP_SEND && c->op != OP_RECV) continue;
+      int k = 0; /* this entry's index among r's same-direction transfers with that peer */
+      for (int j = 0; j < i; j++)
+        k += s->e[j].op == c->op && s->e[j].mesh_axis == c->mesh_axis && s->e[j].start == c->start;
+      int p = peer_of(mm, r, c->mesh_axis, c->start);
+      const VerifyColl *d = NULL;
+      if (p >= 0) d = nth_p2p(&seqs[cls[p]], c->op == OP_SEND ? OP_RECV : OP_SEND, c->mesh_axis, -c->start, k);
+      if (p >= 0 && d && d->numel == c->numel && d->dtype == c->dtype && d->tag == c->tag) continue;
+      mprintf(m, "point-to-point transfers do not match: ");
+      put_rank(m, mm, r);
+      mprintf(m, " issues ");
+      put_entry(m, c);
+      mprintf(m, " (its #%d to that peer)", k);
+      if (p < 0) {
+        mprintf(m, ", but no rank lies at that offset along %s", ir_axis_names[c->mesh_axis]);
+      } else {
+        mprintf(m, ", ");
+        put_rank(m, mm, p);
+        mprintf(m, " issues ");
+        put_entry(m, d);
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+bool verify_collectives(const MeshMap *mm, const Graph *const *programs, int nclasses, const int *rank_class,
+                        char *msg, size_t size) {
+  Msg m = {msg, size, 0};
+  if (size) msg[0] = 0;
+  for (int r = 0; r < mm->world; r++)
+    if (rank_class[r] < 0 || rank_class[r] >= nclasses) die("verify: rank %d has class %d of %d", r, rank_class[r], nclasses);
+  VerifyCollSeq *seqs = calloc((size_t)nclasses, sizeof *seqs);
+  if (!seqs) die("verify: out of memory");
+  bool any_p2p = false;
+  for (int c = 0; c < nclasses; c++) {
+    verify_expand(programs[c], &seqs[c]);
+    for (int i = 0; i < seqs[c].n; i++) any_p2p |= seqs[c].e[i].op == OP_SEND || seqs[c].e[i].op == OP_RECV;
+  }
+  bool ok = check_groups(mm, seqs, nclasses, rank_class, &m);
+  if (ok && any_p2p) ok = check_p2p(mm, seqs, rank_class, &m);
+  for (int c = 0; c < nclasses; c++) verify_seq_free(&seqs[c]);
+  free(seqs);
+  return ok;
+}
+
+/* ---- the pass ------------------------------------------------------------------------------ */
+
+bool pass_verify(Module *m) {
+  MeshMap one;
+  const MeshMap *mm = m->mesh;
+  if (!mm) {
+    if (!rt_mesh_init(&one, 1, 1, 1, 1, 1)) die("verify: mesh init");
+    mm = &one;
+  }
+  /* Rank classes: one SPMD program serves every rank today (dp x tp). Pipeline stages will
+   * give each stage its own program: class = the rank's pp coordinate. */
+  int *cls = calloc((size_t)mm->world, sizeof *cls);
+  if (!cls) die("verify: out of memory");
+  const Graph *programs[1] = {m->graph};
+  char msg[2048];
+  bool ok = verify_collectives(mm, programs, 1, cls, msg, sizeof msg);
+  free(cls);
+  if (!ok) die("verify: %s", msg);
+  return true;
+}
