@@ -243,7 +243,7 @@ static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, const int *c
       put_rank(m, mm, r);
       mprintf(m, " issues ");
       put_entry(m, c);
-      mprintf(m, " (its #%d to that peer)", k);
+      mprintf(m, " (its #%d with that peer)", k);
       if (p < 0) {
         mprintf(m, ", but no rank lies at that offset along %s", ir_axis_names[c->mesh_axis]);
       } else {
