@@ -320,7 +320,10 @@ void ir_print_comm(FILE *f, const Module *m) {
     else
       snprintf(bw, sizeof bw, "%s %g GB/s per %s", ir_link_names[lk->kind],
                (lk->count > 1 ? lk->count : 1) * lk->bytes_per_s / 1e9, m->topo.cpu_only ? "rank" : "device");
-    fprintf(f, "#   %-12s %-44s %12s   ~%.3g ms\n", where, bw, ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]),
-            1e3 * v.side_time_s[side]);
+    double t = v.side_time_s[side];
+    char ts[32];
+    if (t < 1) snprintf(ts, sizeof ts, "~%.3g ms", 1e3 * t);
+    else snprintf(ts, sizeof ts, "~%.2f s", t);
+    fprintf(f, "#   %-12s %-44s %12s   %s\n", where, bw, ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]), ts);
   }
 }
