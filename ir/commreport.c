@@ -277,7 +277,7 @@ void ir_print_comm(FILE *f, const Module *m) {
   fprintf(f, "#   bytes: all_reduce its buffers; reduce_scatter / all_gather the full buffer; bus traffic: ring "
              "all_reduce 2(N-1)/N x bytes,\n#   reduce_scatter / all_gather (N-1)/N x bytes, broadcast and send 1 x "
              "bytes\n");
-  fprintf(f, "#   %-5s %5s  %-22s %-9s  %-14s %7s %12s %12s\n", "group", "ranks", "link", "region", "collective",
+  fprintf(f, "#   %-5s %5s  %-24s %-9s  %-14s %7s %12s %12s\n", "group", "ranks", "link", "region", "collective",
           "count", "bytes", "bus traffic");
   char b1[32], b2[32], lb[48];
   for (int i = 0; i < AX_COUNT; i++) {
@@ -290,9 +290,9 @@ void ir_print_comm(FILE *f, const Module *m) {
         if (first) {
           char sz[16];
           snprintf(sz, sizeof sz, "x%d", v.group_size[a]);
-          fprintf(f, "#   %-5s %5s  %-22s ", ir_axis_names[a], sz, link_label(lb, sizeof lb, m, &v, a));
+          fprintf(f, "#   %-5s %5s  %-24s ", ir_axis_names[a], sz, link_label(lb, sizeof lb, m, &v, a));
         } else {
-          fprintf(f, "#   %-5s %5s  %-22s ", "", "", "");
+          fprintf(f, "#   %-5s %5s  %-24s ", "", "", "");
         }
         first = false;
         fprintf(f, "%-9s  %-14s %7lld %12s %12s\n", ir_comm_region_names[r], ir_comm_kind_names[k],
@@ -300,16 +300,17 @@ void ir_print_comm(FILE *f, const Module *m) {
                 ir_human_bytes(b2, sizeof b2, c->bus_bytes));
       }
   }
-  fprintf(f, "#   %-5s %5s  %-22s %-9s  %-14s %7lld %12s %12s\n", "total", "", "", "", "", (long long)v.total_count, "",
+  fprintf(f, "#   %-5s %5s  %-24s %-9s  %-14s %7lld %12s %12s\n", "total", "", "", "", "", (long long)v.total_count, "",
           ir_human_bytes(b2, sizeof b2, v.total_bus_bytes));
   fprintf(f, "# per link class, per rank, per step (time: bus traffic at the link's bandwidth, plus its latency per "
              "ring step)\n");
+  fprintf(f, "#   %-12s %12s %11s   %s\n", "link", "bus traffic", "time", "bandwidth");
   for (int side = 0; side < 2; side++) {
     if (v.side_bus_bytes[side] <= 0) continue;
     const char *where = side ? "across nodes" : "in node";
     if (v.side_link[side] == LINK_NONE) {
-      fprintf(f, "#   %-12s %-44s %12s   (no topology: time unknown)\n", where, "",
-              ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]));
+      fprintf(f, "#   %-12s %12s %11s   (no topology: link and time unknown)\n", where,
+              ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]), "");
       continue;
     }
     const Link *lk = side ? &m->topo.inter : &m->topo.intra;
@@ -324,6 +325,6 @@ void ir_print_comm(FILE *f, const Module *m) {
     char ts[32];
     if (t < 1) snprintf(ts, sizeof ts, "~%.3g ms", 1e3 * t);
     else snprintf(ts, sizeof ts, "~%.2f s", t);
-    fprintf(f, "#   %-12s %-44s %12s   %s\n", where, bw, ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]), ts);
+    fprintf(f, "#   %-12s %12s %11s   %s\n", where, ir_human_bytes(b2, sizeof b2, v.side_bus_bytes[side]), ts, bw);
   }
 }
