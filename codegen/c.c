@@ -23,6 +23,14 @@ typedef struct {
   const char *expr; /* the C pointer expression it stands for */
 } ArgBind;
 
+/* An asynchronous (data-parallel) all-reduce in flight: rt_coll_wait(ctx, tag) goes before
+ * node `pos` of graph g (pos == g->nnodes: at the end of g, i.e. of the loop iteration). */
+typedef struct {
+  int tag;
+  const Graph *g;
+  int pos;
+} Wait;
+
 typedef struct {
   FILE *f;
   const Module *m;
@@ -31,6 +39,10 @@ typedef struct {
   int nargs, capargs;
   const char **ws;  /* C expressions for each kernel's scratch need (bytes) */
   int nws, capws;
+  Wait *waits;      /* asynchronous all-reduces started and not yet waited, in emission order */
+  int nwaits, capwaits;
+  int next_tag;     /* id of the next asynchronous all-reduce */
+  int pos;          /* position in its graph of the node being emitted */
   int indent;
   bool ok;
 } Cg;
@@ -196,6 +208,140 @@ static void axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, i
   *inner = prod(s, axis + 1, s->rank);
 }
 
+/* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
+
+static bool is_async(const Node *n) { return n->op == OP_ALL_REDUCE && n->a.mesh_axis == AX_DP; }
+
+static bool has_async(const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (is_async(g->nodes[i]) || (g->nodes[i]->body && has_async(g->nodes[i]->body))) return true;
+  return false;
+}
+
+/* Whether n, or a body it owns (a capture), reads one of vals. */
+static bool reads_any(const Node *n, Value *const *vals, int nv) {
+  for (int j = 0; j < n->nin; j++)
+    for (int k = 0; k < nv; k++)
+      if (n->in[j] == vals[k]) return true;
+  if (n->body)
+    for (int i = 0; i < n->body->nnodes; i++)
+      if (reads_any(n->body->nodes[i], vals, nv)) return true;
+  return false;
+}
+
+/* The first position after `from` in g whose node reads one of vals (g->nnodes: none). */
+static int first_reader(const Graph *g, int from, Value *const *vals, int nv) {
+  for (int i = from + 1; i < g->nnodes; i++)
+    if (reads_any(g->nodes[i], vals, nv)) return i;
+  return g->nnodes;
+}
+
+static int position_of(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  die("node not in its graph");
+}
+
+/* Body result y of repeat r at index k is written in place into its stacked slice. */
+static bool stacked_in_place(const Node *r, int k, const Value *y) {
+  return k >= r->a.ncarry && y->def->op != OP_ARG && y->offset == r->out[k]->offset && y->stride == bytes_of(y);
+}
+
+/* Where the all-reduce n (node `at` of its graph g) is waited: before the first node of g that
+ * reads one of its outputs; with no reader in g, at the end of g — except in a repeat body whose
+ * outputs are only yielded as stacked ys in place: each iteration reduces into its own slice of
+ * the outer buffer (memplan keeps it live from the repeat on), so the wait moves after the loop,
+ * before the first outer reader of those stacked values. */
+static void add_wait(Cg *c, const Node *n, int at, int tag) {
+  const Graph *g = n->graph;
+  Wait w = {tag, g, first_reader(g, at, n->out, n->nout)};
+  const Node *r = g->owner;
+  if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT) {
+    Value **outer = ARENA_ARRAY(c->a, Value *, g->nresults + 1);
+    int nouter = 0;
+    bool defer = true;
+    for (int k = 0; k < g->nresults; k++) {
+      bool mine = false;
+      for (int o = 0; o < n->nout; o++) mine |= g->results[k] == n->out[o];
+      if (!mine) continue;
+      if (!stacked_in_place(r, k, g->results[k])) defer = false;
+      outer[nouter++] = r->out[k];
+    }
+    if (defer) {
+      const Graph *G = g->parent;
+      w.g = G;
+      w.pos = first_reader(G, position_of(G, r), outer, nouter);
+    }
+  }
+  arena_grow(c->a, (void **)&c->waits, &c->capwaits, c->nwaits + 1, sizeof(Wait));
+  c->waits[c->nwaits++] = w;
+}
+
+/* Emits the waits due before node pos of g (pos == g->nnodes: at its end). */
+static void emit_waits(Cg *c, const Graph *g, int pos) {
+  int k = 0;
+  for (int i = 0; i < c->nwaits; i++) {
+    Wait w = c->waits[i];
+    if (w.g == g && w.pos == pos)
+      line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
+    else
+      c->waits[k++] = w;
+  }
+  c->nwaits = k;
+}
+
+/* ys = reduce(xs) over the axis: one collective per dtype of the bucket's members. dp: started
+ * here and waited where add_wait says (coll.h rt_coll_all_reduce_start); other axes (tp, on the
+ * critical path): blocking. */
+static void emit_all_reduce(Cg *c, Node *n) {
+  static const char *const red[] = {[RED_SUM] = "0 /* sum */", [RED_AVG] = "1 /* avg */", [RED_MAX] = "2 /* max */"};
+  const Attrs *a = &n->a;
+  if (n->nin == 1 && !is_async(n)) {
+    line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", axis_lit(a->mesh_axis), ptr(c, n->out[0]),
+         ptr(c, n->in[0]), ir_numel(&n->out[0]->shape), dtype_lit(n->out[0]->dtype), red[a->reduce]);
+    return;
+  }
+  int tag = is_async(n) ? c->next_tag++ : -1;
+  bool *done = ARENA_ARRAY(c->a, bool, n->nin + 1);
+  for (int first = 0; first < n->nin; first++) {
+    if (done[first]) continue;
+    DType dt = n->in[first]->dtype;
+    int cnt = 0;
+    int64_t bytes = 0;
+    for (int i = first; i < n->nin; i++)
+      if (n->in[i]->dtype == dt) cnt++, bytes += bytes_of(n->in[i]);
+    line(c, "{ /* all-reduce%s of %d %s tensor%s, %" PRId64 " bytes, one collective */",
+         tag >= 0 ? arena_printf(c->a, " #%d", tag) : "", cnt, ir_dtype_name(dt), cnt > 1 ? "s" : "", bytes);
+    c->indent++;
+    line(c, "void *const ys[] = {");
+    for (int i = first; i < n->nin; i++)
+      if (n->in[i]->dtype == dt) line(c, "  %s,", ptr(c, n->out[i]));
+    line(c, "};");
+    line(c, "const void *const xs[] = {");
+    for (int i = first; i < n->nin; i++)
+      if (n->in[i]->dtype == dt) line(c, "  %s,", ptr(c, n->in[i]));
+    line(c, "};");
+    char buf[64];
+    fprintf(c->f, "%*sstatic const int64_t ns[] = {", 2 * c->indent, "");
+    for (int i = first, k = 0; i < n->nin; i++)
+      if (n->in[i]->dtype == dt) {
+        snprintf(buf, sizeof buf, "%s%" PRId64, k++ ? ", " : "", ir_numel(&n->in[i]->shape));
+        fputs(buf, c->f);
+        done[i] = true;
+      }
+    fputs("};\n", c->f);
+    if (tag >= 0)
+      line(c, "rt_coll_all_reduce_start(ctx, %s, %d, ys, xs, ns, %d, %s, %s);", axis_lit(a->mesh_axis), tag, cnt,
+           dtype_lit(dt), red[a->reduce]);
+    else
+      line(c, "rt_coll_all_reduce_v(ctx, %s, ys, xs, ns, %d, %s, %s);", axis_lit(a->mesh_axis), cnt, dtype_lit(dt),
+           red[a->reduce]);
+    c->indent--;
+    line(c, "}");
+  }
+  if (tag >= 0) add_wait(c, n, c->pos, tag);
+}
+
 static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
@@ -212,13 +358,7 @@ static void emit_multi_rank(Cg *c, Node *n) {
   int64_t outer, nl, inner;
   switch (n->op) {
   case OP_AXIS_INDEX: line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), axis_lit(a->mesh_axis)); return;
-  case OP_ALL_REDUCE: {
-    static const char *const red[] = {[RED_SUM] = "0 /* sum */", [RED_AVG] = "1 /* avg */", [RED_MAX] = "2 /* max */"};
-    for (int i = 0; i < n->nin; i++) /* a bucket: one call per member for now */
-      line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", axis_lit(a->mesh_axis), ptr(c, n->out[i]),
-           ptr(c, n->in[i]), ir_numel(&n->out[i]->shape), dtype_lit(n->out[i]->dtype), red[a->reduce]);
-    return;
-  }
+  case OP_ALL_REDUCE: return emit_all_reduce(c, n);
   case OP_ALL_GATHER:
     axis_split(&x->shape, a->axis, &outer, &nl, &inner);
     line(c, "rt_coll_all_gather(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
@@ -458,14 +598,34 @@ static void emit_node(Cg *c, Node *n) {
   }
 }
 
+/* Asynchronous all-reduces in flight are progressed between kernels (rt_coll_progress):
+ * the comm layer moves data only when called. */
+static bool polls_after(const Node *n) {
+  if (n->op == OP_REPEAT) return false; /* its body polls */
+  return !(ir_ops[n->op].flags & F_COLL);
+}
+
 static void emit_graph(Cg *c, Graph *g, const bool *need) {
+  bool body_async = g->parent && has_async(g); /* earlier iterations' requests may be in flight */
   for (int i = 0; i < g->nnodes; i++) {
+    emit_waits(c, g, i);
     if (need && !need[i]) continue;
     Node *n = g->nodes[i];
     if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) continue;
     if (n->loc.file) line(c, "/* %s:%d */", n->loc.file, n->loc.line);
+    c->pos = i;
+    long before = ftell(c->f);
     emit_node(c, n);
+    bool emitted = before < 0 || ftell(c->f) != before; /* views and elided copies emit nothing */
+    if ((c->nwaits > 0 || body_async) && emitted && polls_after(n)) line(c, "rt_coll_progress(ctx);");
   }
+  emit_waits(c, g, g->nnodes);
+}
+
+/* Every asynchronous all-reduce is finished before an entry point returns. */
+static void end_entry(Cg *c, bool async) {
+  if (c->nwaits) die("an asynchronous all-reduce has no wait");
+  if (async) line(c, "rt_coll_wait_all(ctx);");
 }
 
 /* Marks the nodes of the top graph that `v` depends on. */
@@ -582,9 +742,11 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "#define WS (M + %" PRId64 ")\n\n", m->memplan->total);
 
   bool *need = ARENA_ARRAY(&a, bool, g->nnodes + 1);
+  bool async = has_async(g);
   fprintf(f, "static void step(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
   c.indent = 1;
   emit_graph(&c, g, NULL);
+  end_entry(&c, async);
   for (int r = 0; r < g->nresults; r++) { /* state updates not done in place */
     const char *nm = g->result_names[r];
     if (!nm || strncmp(nm, "next:", 5) != 0) continue;
@@ -598,12 +760,14 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   need_closure(g, loss, need);
   fprintf(f, "static void eval(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
   emit_graph(&c, g, need);
+  end_entry(&c, async);
   fprintf(f, "}\n\n");
 
   memset(need, 0, sizeof(bool) * (size_t)g->nnodes);
   if (logits) need_closure(g, logits, need);
   fprintf(f, "static void logits(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
   if (logits) emit_graph(&c, g, need);
+  end_entry(&c, async);
   fprintf(f, "}\n\n");
 
   fprintf(f, "static int64_t workspace_bytes(void) {\n  int64_t n = 0, k;\n");

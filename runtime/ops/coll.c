@@ -4,6 +4,7 @@
  * unpacks through the scratch so member c's chunk is contiguous. */
 #include "coll.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,152 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
   rt_all_reduce(g, x, y, (size_t)n, (RtDType)dtype, (RtRedOp)red);
   ctx->comm_s += now() - t0;
 }
+
+/* ---- gradient buckets: one collective per bucket, in flight while backward runs ---- */
+
+typedef struct {
+  RtReq *req; /* the collective in flight */
+  int tag;    /* the generated code's id of the ALL_REDUCE node that started it */
+  double t0;  /* when it was started (s) */
+} Pending;
+
+enum { MODE_ASYNC, MODE_BLOCKING, MODE_MEMBER };
+
+/* The requests in flight, in start order. One table per process: a process runs one
+ * generated program, and every request is waited before its entry point returns. */
+static struct {
+  Pending *p;          /* [n] */
+  int n, cap;          /* in flight, capacity */
+  int mode;            /* MODE_*, from SHARDRT_DP_COMM; -1 until read */
+  int64_t started;     /* asynchronous collectives started */
+  double inflight_s;   /* sum over them of start -> completion seen (s) */
+  double exposed_s;    /* time the caller spent in start / progress / wait (s) */
+} pend = {.mode = -1};
+
+static void print_stats(void) {
+  fprintf(stderr, "shardrt: async all-reduces %lld, in flight %.3f s, exposed %.3f s\n", (long long)pend.started,
+          pend.inflight_s, pend.exposed_s);
+}
+
+static int dp_mode(void) {
+  if (pend.mode >= 0) return pend.mode;
+  const char *s = getenv("SHARDRT_DP_COMM");
+  pend.mode = MODE_ASYNC;
+  if (s && strcmp(s, "blocking") == 0) pend.mode = MODE_BLOCKING;
+  else if (s && strcmp(s, "member") == 0) pend.mode = MODE_MEMBER;
+  else if (s && *s && strcmp(s, "async") != 0) {
+    fprintf(stderr, "shardrt: SHARDRT_DP_COMM=%s: want async, blocking or member\n", s);
+    exit(1);
+  }
+  const char *st = getenv("SHARDRT_COLL_STATS");
+  if (st && strcmp(st, "1") == 0 && atexit(print_stats) != 0) {
+    fprintf(stderr, "shardrt: atexit failed\n");
+    exit(1);
+  }
+  return pend.mode;
+}
+
+void rt_coll_async_stats(int64_t *started, double *inflight_s, double *exposed_s) {
+  *started = pend.started;
+  *inflight_s = pend.inflight_s;
+  *exposed_s = pend.exposed_s;
+}
+
+/* Copies the inputs into the outputs; NULL group (one member): that is the whole reduction. */
+static RtGroup *bucket_prepare(RtCtx *ctx, int axis, void *const *ys, const void *const *xs, const int64_t *ns,
+                               int count, int dtype, size_t *counts) {
+  RtGroup *g = group_of(ctx, axis);
+  size_t es = rt_dtype_size((RtDType)dtype);
+  for (int i = 0; i < count; i++) {
+    if (ys[i] != xs[i]) memmove(ys[i], xs[i], (size_t)ns[i] * es);
+    counts[i] = (size_t)ns[i];
+  }
+  if (g && dtype != RT_F32 && dtype != RT_BF16) {
+    fprintf(stderr, "shardrt: all_reduce of %s is not supported (f32 and bf16 are)\n", rt_dtype_name((RtDType)dtype));
+    exit(1);
+  }
+  return g;
+}
+
+enum { BUCKET_STACK = 64 }; /* members counted on the stack; larger buckets allocate */
+
+static size_t *counts_for(int count, size_t *stack) {
+  if (count <= BUCKET_STACK) return stack;
+  size_t *c = malloc((size_t)count * sizeof *c);
+  if (!c) {
+    fprintf(stderr, "shardrt: out of memory\n");
+    exit(1);
+  }
+  return c;
+}
+
+void rt_coll_all_reduce_v(RtCtx *ctx, int axis, void *const *ys, const void *const *xs, const int64_t *ns, int count,
+                          int dtype, int red) {
+  size_t stack[BUCKET_STACK], *counts = counts_for(count, stack);
+  double t0 = now();
+  RtGroup *g = bucket_prepare(ctx, axis, ys, xs, ns, count, dtype, counts);
+  if (g) {
+    rt_all_reduce_v(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red);
+    ctx->comm_s += now() - t0;
+  }
+  if (counts != stack) free(counts);
+}
+
+void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, const void *const *xs,
+                              const int64_t *ns, int count, int dtype, int red) {
+  int mode = dp_mode();
+  if (mode == MODE_BLOCKING) return rt_coll_all_reduce_v(ctx, axis, ys, xs, ns, count, dtype, red);
+  if (mode == MODE_MEMBER) {
+    for (int i = 0; i < count; i++) rt_coll_all_reduce(ctx, axis, ys[i], xs[i], ns[i], dtype, red);
+    return;
+  }
+  size_t stack[BUCKET_STACK], *counts = counts_for(count, stack);
+  double t0 = now();
+  RtGroup *g = bucket_prepare(ctx, axis, ys, xs, ns, count, dtype, counts);
+  if (g) {
+    if (pend.n == pend.cap) {
+      int cap = pend.cap ? 2 * pend.cap : 64;
+      Pending *p = realloc(pend.p, (size_t)cap * sizeof *p);
+      if (!p) {
+        fprintf(stderr, "shardrt: out of memory\n");
+        exit(1);
+      }
+      pend.p = p;
+      pend.cap = cap;
+    }
+    pend.p[pend.n++] = (Pending){rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red), tag, t0};
+    pend.started++;
+    double dt = now() - t0;
+    ctx->comm_s += dt;
+    pend.exposed_s += dt;
+  }
+  if (counts != stack) free(counts);
+}
+
+/* Finishes the requests for which keep() is false (in start order) and compacts the table. */
+static void finish_where(RtCtx *ctx, int tag, int which) {
+  if (!pend.n) return;
+  double t0 = now();
+  int k = 0;
+  for (int i = 0; i < pend.n; i++) {
+    Pending *p = &pend.p[i];
+    bool finish = which == 0 ? p->tag == tag : which == 1 ? true : rt_test(p->req);
+    if (!finish) {
+      pend.p[k++] = *p;
+      continue;
+    }
+    rt_wait(p->req); /* returns at once for a request rt_test saw finished */
+    pend.inflight_s += now() - p->t0;
+  }
+  pend.n = k;
+  double dt = now() - t0;
+  ctx->comm_s += dt;
+  pend.exposed_s += dt;
+}
+
+void rt_coll_wait(RtCtx *ctx, int tag) { finish_where(ctx, tag, 0); }
+void rt_coll_wait_all(RtCtx *ctx) { finish_where(ctx, 0, 1); }
+void rt_coll_progress(RtCtx *ctx) { finish_where(ctx, 0, 2); }
 
 /* The chunks of member c are contiguous in the logical buffer: no packing. */
 static int contiguous(int64_t outer, int blocks) { return outer == 1 && blocks <= 1; }

@@ -4,7 +4,9 @@
  * Every op names a mesh axis (RT_AX_*); it runs on the RtCtx's group over that axis
  * (ctx->groups[1 << axis]), members in coordinate order. Where that group has one member
  * (a single process, or a degree-1 axis) a collective is a copy. Collectives here are
- * blocking (start + wait): an op's output is ready when it returns.
+ * blocking (start + wait): an op's output is ready when it returns — except the
+ * asynchronous bucket all-reduce (rt_coll_all_reduce_start), which data parallelism uses
+ * to overlap gradient reduction with the rest of backward.
  *
  * A tensor axis that is split is described by (outer, nl, inner): the elements before the
  * axis, its local length and the elements after it; `blocks` is ops.def's blocks attribute
@@ -26,6 +28,28 @@ int rt_ctx_degree(const RtCtx *ctx, int axis);
 /* y = reduce over the axis of x (red: 0 sum, 1 avg, 2 max, the IR's ReduceOp); n elements of
  * dtype (RT_F32 or RT_BF16); y may equal x. */
 void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int red);
+/* A bucket (a variadic ALL_REDUCE): ys[i] = reduce over the axis of xs[i] (ns[i] elements each,
+ * one dtype), as ONE collective over the members' concatenation. xs[i] is copied into ys[i]
+ * first (where they differ) and reduced in place there, so an x may be reused as soon as the
+ * call returns. rt_coll_all_reduce_v blocks; rt_coll_all_reduce_start returns with the
+ * collective in flight: ys stay untouched (not read, not written) until rt_coll_wait(tag)
+ * (every request started with that tag) or rt_coll_wait_all; rt_coll_progress, called
+ * between kernels, advances what is in flight (the comm layer progresses only when called).
+ * Env SHARDRT_DP_COMM picks how a start runs: "async" (default), "blocking" (one blocking
+ * collective per bucket) or "member" (one blocking all-reduce per member: the pre-bucket
+ * behaviour), for measurements; results are identical in every mode. */
+void rt_coll_all_reduce_v(RtCtx *ctx, int axis, void *const *ys, const void *const *xs, const int64_t *ns, int count,
+                          int dtype, int red);
+void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, const void *const *xs,
+                              const int64_t *ns, int count, int dtype, int red);
+void rt_coll_wait(RtCtx *ctx, int tag);
+void rt_coll_wait_all(RtCtx *ctx);
+void rt_coll_progress(RtCtx *ctx);
+/* Totals since the start (rank-local): collectives started asynchronously, the seconds they were
+ * in flight (start to completion seen) and the seconds the caller spent in start / progress /
+ * wait (the exposed part, also added to ctx->comm_s). Env SHARDRT_COLL_STATS=1 prints them at exit. */
+void rt_coll_async_stats(int64_t *started, double *inflight_s, double *exposed_s);
+
 /* x [outer, nl, inner] -> y [outer, nl * degree, inner]: member c's x lands at logical indices
  * rt_block_index(nl, blocks, degree, c, l). ws: rt_coll_ws_bytes(x bytes * degree). */
 void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
