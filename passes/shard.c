@@ -66,6 +66,7 @@ typedef struct Redist {
 
 typedef struct {
   Value *m, *st, *ls; /* global row max, global (sum-exp, target logit), settled (loss sum, count) */
+  Value *count;       /* scalar: rows with a target, over every rank */
   Value *logits;      /* the local logits the parts were computed from */
   bool vocab;         /* logits split on the vocab dim */
   int vaxis;          /* that mesh axis */
@@ -1058,9 +1059,10 @@ static void rule_ce(Sh *s, Node *n) {
   for (int d = 0; d < r - 1; d++)
     if (tr.split[d] >= 0) ls->sharding.partial |= (uint8_t)(1u << tr.split[d]);
   ls = settle(s, ls);
-  Value *loss = binop(s, OP_DIV, elem(s, ls, 0), elem(s, ls, 1));
+  Value *count = elem(s, ls, 1);
+  Value *loss = binop(s, OP_DIV, elem(s, ls, 0), count);
   CeParts *cp = ARENA_NEW(s->a, CeParts);
-  *cp = (CeParts){m, st, ls, lg, va >= 0, va};
+  *cp = (CeParts){m, st, ls, count, lg, va >= 0, va};
   ptrmap_put(&s->ce, orig, (intptr_t)cp);
   /* the node itself is dropped: its output becomes `loss` */
   ptrmap_put(&s->subst, n->out[0], (intptr_t)loss);
@@ -1080,7 +1082,7 @@ static void rule_ce_bwd(Sh *s, Node *n) {
     return;
   }
   Value *dl = redist(s, settle(s, n->in[2]), repl());
-  Value *scale = binop(s, OP_DIV, dl, elem(s, cp->ls, 1));
+  Value *scale = binop(s, OP_DIV, dl, cp->count);
   Value *lg = cp->logits;
   int r = lg->shape.rank;
   Sharding tr = repl();

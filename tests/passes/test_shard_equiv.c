@@ -195,6 +195,20 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
           arena_free(&pa);
           continue;
         }
+        if (sp && !strstr(label, "replicates attention")) { /* sp: every activation the forward loop saves is split over tp */
+          for (int i = 0; i < pm->graph->nnodes; i++) {
+            const Node *r = pm->graph->nodes[i];
+            if (r->op != OP_REPEAT || r->a.reverse) continue;
+            for (int o = r->a.ncarry; o < r->nout; o++) {
+              bool split = false;
+              for (int d = 0; d < r->out[o]->shape.rank; d++) split |= r->out[o]->sharding.split[d] == AX_TP;
+              if (!split) {
+                fprintf(stderr, "FAIL %s %s: saved activation %%%d is not split over tp\n", label, what, r->out[o]->id);
+                failures++;
+              }
+            }
+          }
+        }
         int ncoll = count_colls(pm->graph);
         if (ncoll == 0) {
           fprintf(stderr, "FAIL %s %s: no collectives\n", label, what);
