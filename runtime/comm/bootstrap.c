@@ -11,6 +11,7 @@
 #include "check.h"
 
 int rt_log_rank = -1;
+void (*rt_fatal_hook)(void);
 
 _Noreturn void rt_fatal(int code, const char *fmt, ...) {
   char msg[1024];
@@ -24,6 +25,9 @@ _Noreturn void rt_fatal(int code, const char *fmt, ...) {
   if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
   ssize_t w = write(STDERR_FILENO, line, (size_t)n);
   (void)w;
+  void (*hook)(void) = rt_fatal_hook;
+  rt_fatal_hook = NULL; /* once, even if the hook itself fails */
+  if (hook) hook();
   _exit(code);
 }
 

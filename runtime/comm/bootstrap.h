@@ -47,5 +47,7 @@ bool rt_boot_check_mesh(const RtBoot *b, const MeshMap *m);
 /* Prints "shardrt: rank R: <message>" on stderr and ends the process with status code
  * (without MPI_Finalize: the launcher then ends the other ranks). */
 _Noreturn void rt_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Called by rt_fatal before the process ends (the comm removes its shared-memory regions). */
+extern void (*rt_fatal_hook)(void);
 
 #endif

@@ -34,6 +34,7 @@ typedef struct {
   int pid;                 /* process id */
   char host[64];           /* host name (where the pid is valid) */
   char node[64];           /* node id: env SHARDRT_NODE, else the host name */
+  char shm_name[64];       /* its shm region (/dev/shm), "" when not reached through shm */
 } RtPeer;
 
 /* The fabrics: RT_FAB_INTRA for peers on this node, RT_FAB_INTER for peers on other
@@ -217,5 +218,7 @@ void rt_watchdog_start(RtComm *c);
 void rt_watchdog_stop(RtComm *c);
 /* True when rank runs on this host and its process is gone (or a zombie). */
 bool rt_peer_gone(const RtComm *c, int rank);
+/* Removes a dead peer's shm region (kill -9 leaves it in /dev/shm). */
+void rt_fabric_forget_peer(RtComm *c, int rank);
 
 #endif

@@ -2,9 +2,12 @@
  * endpoint for peers on this node, one for peers on other nodes), address exchange,
  * registered staging slabs, posting and completion polling. */
 #include <sched.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "comm_internal.h"
 
@@ -59,6 +62,31 @@ static struct fi_info *named_provider(const char *want, const char *source) {
   return info;
 }
 
+/* shm names its region in /dev/shm after the pid unless told otherwise; a region left by
+ * a killed process (kill -9 leaves it behind) then makes fi_enable of a later process
+ * with the same pid fail with EBUSY. A name unique in time avoids that. */
+static char own_shm[RT_NFAB][64]; /* this process's shm regions, for rt_fatal */
+
+static void unlink_own_shm(void) {
+  for (int i = 0; i < RT_NFAB; i++)
+    if (own_shm[i][0]) shm_unlink(own_shm[i]);
+}
+
+void rt_fabric_forget_peer(RtComm *c, int rank) {
+  if (c->peers[rank].shm_name[0]) shm_unlink(c->peers[rank].shm_name);
+}
+
+static void name_shm_endpoint(RtFabric *f, int slot) {
+  char name[64];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(name, sizeof name, "shardrt-%d-%llx-%d", (int)getpid(),
+           (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, slot);
+  FI_CHECK(fi_setname(&f->ep->fid, name, strlen(name) + 1));
+  memcpy(own_shm[slot], name, sizeof name);
+  rt_fatal_hook = unlink_own_shm;
+}
+
 static void open_fabric(RtComm *c, RtFabric *f, struct fi_info *info) {
   f->open = true;
   f->info = info;
@@ -73,6 +101,7 @@ static void open_fabric(RtComm *c, RtFabric *f, struct fi_info *info) {
   struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = (size_t)c->world};
   FI_CHECK(fi_av_open(f->domain, &av_attr, &f->av, NULL));
   FI_CHECK(fi_endpoint(f->domain, info, &f->ep, NULL));
+  if (strcmp(f->provider, "shm") == 0) name_shm_endpoint(f, (int)(f - c->fab));
   FI_CHECK(fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV));
   FI_CHECK(fi_ep_bind(f->ep, &f->av->fid, 0));
   FI_CHECK(fi_enable(f->ep));
@@ -160,6 +189,8 @@ void rt_fabric_open(RtComm *c, const RtCommOptions *opt) {
       if (lens[i] == 0)
         rt_fatal(RT_EXIT_COMM, "rank %d (node %s) has no %s endpoint, which this rank (node %s) needs to reach it", i,
                  c->peers[i].node, f->provider, c->peers[c->rank].node);
+      if (strcmp(f->provider, "shm") == 0 && i != c->rank)
+        snprintf(c->peers[i].shm_name, sizeof c->peers[i].shm_name, "%.63s", names + (size_t)i * RT_NAME_MAX);
       int n = fi_av_insert(f->av, names + (size_t)i * RT_NAME_MAX, 1, &c->addr[i], 0, NULL);
       if (n != 1) rt_fatal(RT_EXIT_COMM, "fi_av_insert of rank %d's %s address failed (%d)", i, f->provider, n);
     }

@@ -384,9 +384,11 @@ void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {
       mismatch(q, m, "sent a larger message than this call expects");
     /* A provider error right after a peer died: say so plainly. */
     for (int i = 0; i < 20 && !rt_peer_gone(q->c, m->peer); i++) usleep(50000);
-    if (rt_peer_gone(q->c, m->peer))
+    if (rt_peer_gone(q->c, m->peer)) {
+      rt_fabric_forget_peer(q->c, m->peer);
       rt_fatal(RT_EXIT_COMM, "peer lost: rank %d (pid %d on %s) died (killed or crashed) while this rank waits in %s",
                m->peer, q->c->peers[m->peer].pid, q->c->peers[m->peer].host, mine);
+    }
     rt_fatal(RT_EXIT_COMM, "%s of %zu bytes %s rank %d failed in %s: %s; the peer may have died", m->is_recv ? "receive" : "send",
              m->bytes, m->is_recv ? "from" : "to", m->peer, mine, fi_strerror(ev->errcode));
   }

@@ -67,6 +67,7 @@ static void *watchdog_main(void *arg) {
         if (gone_since[r] == 0) gone_since[r] = now;
         if (now - gone_since[r] > RT_PEER_GRACE_S) {
           rt_describe_req(q, what, sizeof what);
+          rt_fabric_forget_peer(c, r);
           rt_fatal(RT_EXIT_COMM, "peer lost: rank %d (pid %d on %s) died (killed or crashed) while this rank waits in %s",
                    r, c->peers[r].pid, c->peers[r].host, what);
         }
