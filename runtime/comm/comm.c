@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm_internal.h"
 
@@ -46,10 +47,15 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   RtCommOptions o = {0};
   if (opt) o = *opt;
   c->timeout_s = o.timeout_s > 0 ? o.timeout_s : env_double("SHARDRT_TIMEOUT", 60.0);
-  c->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : (size_t)env_double("SHARDRT_CHUNK_BYTES", 256 << 10);
+  c->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : (size_t)env_double("SHARDRT_CHUNK_BYTES", 1 << 20);
   c->chunk_bytes = (c->chunk_bytes + 63) & ~(size_t)63;
-  c->window = o.window > 0 ? o.window : (int)env_double("SHARDRT_WINDOW", 8);
-  c->spin = (int)env_double("SHARDRT_SPIN", 100);
+  c->window = o.window > 0 ? o.window : (int)env_double("SHARDRT_WINDOW", 4);
+  /* Empty polls before yielding: with a core per local rank, spin long (a yield hands the
+   * core to unrelated load for a time slice, which cost 2-5x on a busy machine); with more
+   * local ranks than cores, yield soon (a peer that is not scheduled cannot send). */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int local = boot->local_world > 0 ? boot->local_world : 1;
+  c->spin = (int)env_double("SHARDRT_SPIN", ncpu > 0 && local <= ncpu ? 20000 : 100);
   if (pthread_mutex_init(&c->lock, NULL) != 0) rt_fatal(RT_EXIT_COMM, "pthread_mutex_init failed");
 
   c->peers = calloc((size_t)c->world, sizeof *c->peers);

@@ -64,8 +64,8 @@ typedef struct {
   const char *provider; /* libfabric provider for every peer ("shm", "tcp", "tcp;ofi_rxm",
                            "verbs", "efa"); NULL: env SHARDRT_FABRIC_PROVIDER, else per node */
   double timeout_s;     /* watchdog; 0: env SHARDRT_TIMEOUT (seconds), else 60 */
-  size_t chunk_bytes;   /* ring pipeline chunk; 0: env SHARDRT_CHUNK_BYTES, else the default */
-  int window;           /* chunks in flight per operation; 0: env SHARDRT_WINDOW, else the default */
+  size_t chunk_bytes;   /* ring pipeline chunk; 0: env SHARDRT_CHUNK_BYTES, else 1 MiB */
+  int window;           /* chunks in flight per operation; 0: env SHARDRT_WINDOW, else 4 */
   const char *provider_intra; /* peers on this node; NULL: env SHARDRT_FABRIC_INTRA, else shm */
   const char *provider_inter; /* peers on other nodes; NULL: env SHARDRT_FABRIC_INTER, else auto */
 } RtCommOptions;
