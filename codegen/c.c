@@ -256,7 +256,14 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
   Wait w = {tag, g, first_reader(g, at, n->out, n->nout)};
   const Node *r = g->owner;
-  if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT) {
+  bool dead = false; /* an output nothing reads: memplan frees it at once, so wait at once */
+  for (int o = 0; o < n->nout; o++) {
+    bool used = first_reader(g, at, &n->out[o], 1) < g->nnodes;
+    for (int k = 0; k < g->nresults; k++) used |= g->results[k] == n->out[o];
+    dead |= !used;
+  }
+  if (dead) w.pos = at + 1;
+  else if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT) {
     Value **outer = ARENA_ARRAY(c->a, Value *, g->nresults + 1);
     int nouter = 0;
     bool defer = true;

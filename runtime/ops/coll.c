@@ -87,7 +87,7 @@ typedef struct {
   double t0;  /* when it was started (s) */
 } Pending;
 
-enum { MODE_ASYNC, MODE_BLOCKING, MODE_MEMBER };
+enum { MODE_ASYNC, MODE_BLOCKING, MODE_MEMBER, MODE_LAZY };
 
 /* The requests in flight, in start order. One table per process: a process runs one
  * generated program, and every request is waited before its entry point returns. */
@@ -96,13 +96,17 @@ static struct {
   int n, cap;          /* in flight, capacity */
   int mode;            /* MODE_*, from SHARDRT_DP_COMM; -1 until read */
   int64_t started;     /* asynchronous collectives started */
+  int64_t early;       /* of them, finished by rt_coll_progress (before their wait was reached) */
   double inflight_s;   /* sum over them of start -> completion seen (s) */
   double exposed_s;    /* time the caller spent in start / progress / wait (s) */
+  double progress_s;   /* of it, in rt_coll_progress (s) */
 } pend = {.mode = -1};
 
 static void print_stats(void) {
-  fprintf(stderr, "shardrt: async all-reduces %lld, in flight %.3f s, exposed %.3f s\n", (long long)pend.started,
-          pend.inflight_s, pend.exposed_s);
+  fprintf(stderr,
+          "shardrt: async all-reduces %lld (%lld done before their wait), in flight %.3f s, exposed %.3f s "
+          "(progress calls %.3f s)\n",
+          (long long)pend.started, (long long)pend.early, pend.inflight_s, pend.exposed_s, pend.progress_s);
 }
 
 static int dp_mode(void) {
@@ -111,8 +115,9 @@ static int dp_mode(void) {
   pend.mode = MODE_ASYNC;
   if (s && strcmp(s, "blocking") == 0) pend.mode = MODE_BLOCKING;
   else if (s && strcmp(s, "member") == 0) pend.mode = MODE_MEMBER;
+  else if (s && strcmp(s, "lazy") == 0) pend.mode = MODE_LAZY;
   else if (s && *s && strcmp(s, "async") != 0) {
-    fprintf(stderr, "shardrt: SHARDRT_DP_COMM=%s: want async, blocking or member\n", s);
+    fprintf(stderr, "shardrt: SHARDRT_DP_COMM=%s: want async, blocking, member or lazy\n", s);
     exit(1);
   }
   const char *st = getenv("SHARDRT_COLL_STATS");
@@ -123,8 +128,9 @@ static int dp_mode(void) {
   return pend.mode;
 }
 
-void rt_coll_async_stats(int64_t *started, double *inflight_s, double *exposed_s) {
+void rt_coll_async_stats(int64_t *started, int64_t *early, double *inflight_s, double *exposed_s) {
   *started = pend.started;
+  *early = pend.early;
   *inflight_s = pend.inflight_s;
   *exposed_s = pend.exposed_s;
 }
@@ -200,30 +206,41 @@ void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, co
   if (counts != stack) free(counts);
 }
 
-/* Finishes the requests for which keep() is false (in start order) and compacts the table. */
+enum { FINISH_TAG, FINISH_ALL, FINISH_DONE };
+
+/* Finishes, in start order, the requests with the tag (FINISH_TAG), all of them (FINISH_ALL),
+ * or those rt_test finds done (FINISH_DONE: one progress call per request tested, stopping at
+ * the first unfinished one — requests finish about in start order, and a poll between kernels
+ * must stay cheap with many in flight); compacts the table. */
 static void finish_where(RtCtx *ctx, int tag, int which) {
   if (!pend.n) return;
   double t0 = now();
   int k = 0;
+  bool stop = false;
   for (int i = 0; i < pend.n; i++) {
     Pending *p = &pend.p[i];
-    bool finish = which == 0 ? p->tag == tag : which == 1 ? true : rt_test(p->req);
+    bool finish = which == FINISH_TAG ? p->tag == tag : which == FINISH_ALL ? true : !stop && rt_test(p->req);
+    stop |= which == FINISH_DONE && !finish;
     if (!finish) {
       pend.p[k++] = *p;
       continue;
     }
     rt_wait(p->req); /* returns at once for a request rt_test saw finished */
     pend.inflight_s += now() - p->t0;
+    pend.early += which == FINISH_DONE;
   }
   pend.n = k;
   double dt = now() - t0;
   ctx->comm_s += dt;
   pend.exposed_s += dt;
+  if (which == FINISH_DONE) pend.progress_s += dt;
 }
 
-void rt_coll_wait(RtCtx *ctx, int tag) { finish_where(ctx, tag, 0); }
-void rt_coll_wait_all(RtCtx *ctx) { finish_where(ctx, 0, 1); }
-void rt_coll_progress(RtCtx *ctx) { finish_where(ctx, 0, 2); }
+void rt_coll_wait(RtCtx *ctx, int tag) { finish_where(ctx, tag, FINISH_TAG); }
+void rt_coll_wait_all(RtCtx *ctx) { finish_where(ctx, 0, FINISH_ALL); }
+void rt_coll_progress(RtCtx *ctx) {
+  if (pend.mode != MODE_LAZY) finish_where(ctx, 0, FINISH_DONE);
+}
 
 /* The chunks of member c are contiguous in the logical buffer: no packing. */
 static int contiguous(int64_t outer, int blocks) { return outer == 1 && blocks <= 1; }

@@ -36,8 +36,9 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
  * (every request started with that tag) or rt_coll_wait_all; rt_coll_progress, called
  * between kernels, advances what is in flight (the comm layer progresses only when called).
  * Env SHARDRT_DP_COMM picks how a start runs: "async" (default), "blocking" (one blocking
- * collective per bucket) or "member" (one blocking all-reduce per member: the pre-bucket
- * behaviour), for measurements; results are identical in every mode. */
+ * collective per bucket), "member" (one blocking all-reduce per member: the pre-bucket
+ * behaviour) or "lazy" (async, but rt_coll_progress does nothing: only waits progress), for
+ * measurements; results are identical in every mode. */
 void rt_coll_all_reduce_v(RtCtx *ctx, int axis, void *const *ys, const void *const *xs, const int64_t *ns, int count,
                           int dtype, int red);
 void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, const void *const *xs,
@@ -45,10 +46,12 @@ void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, co
 void rt_coll_wait(RtCtx *ctx, int tag);
 void rt_coll_wait_all(RtCtx *ctx);
 void rt_coll_progress(RtCtx *ctx);
-/* Totals since the start (rank-local): collectives started asynchronously, the seconds they were
- * in flight (start to completion seen) and the seconds the caller spent in start / progress /
- * wait (the exposed part, also added to ctx->comm_s). Env SHARDRT_COLL_STATS=1 prints them at exit. */
-void rt_coll_async_stats(int64_t *started, double *inflight_s, double *exposed_s);
+/* Totals since the start (rank-local): collectives started asynchronously, how many of them
+ * rt_coll_progress finished (before their wait was reached: overlapped), the seconds they were in
+ * flight (start to completion seen, summed over requests) and the seconds the caller spent in
+ * start / progress / wait (the exposed part, also added to ctx->comm_s). Env SHARDRT_COLL_STATS=1
+ * prints them at exit. */
+void rt_coll_async_stats(int64_t *started, int64_t *early, double *inflight_s, double *exposed_s);
 
 /* x [outer, nl, inner] -> y [outer, nl * degree, inner]: member c's x lands at logical indices
  * rt_block_index(nl, blocks, degree, c, l). ws: rt_coll_ws_bytes(x bytes * degree). */
