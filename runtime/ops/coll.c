@@ -100,13 +100,14 @@ static struct {
   double inflight_s;   /* sum over them of start -> completion seen (s) */
   double exposed_s;    /* time the caller spent in start / progress / wait (s) */
   double progress_s;   /* of it, in rt_coll_progress (s) */
+  double copy_s;       /* of it, copying inputs into outputs before the in-place reduction (s) */
 } pend = {.mode = -1};
 
 static void print_stats(void) {
   fprintf(stderr,
           "shardrt: async all-reduces %lld (%lld done before their wait), in flight %.3f s, exposed %.3f s "
-          "(progress calls %.3f s)\n",
-          (long long)pend.started, (long long)pend.early, pend.inflight_s, pend.exposed_s, pend.progress_s);
+          "(progress calls %.3f s, input copies %.3f s)\n",
+          (long long)pend.started, (long long)pend.early, pend.inflight_s, pend.exposed_s, pend.progress_s, pend.copy_s);
 }
 
 static int dp_mode(void) {
@@ -140,10 +141,12 @@ static RtGroup *bucket_prepare(RtCtx *ctx, int axis, void *const *ys, const void
                                int count, int dtype, size_t *counts) {
   RtGroup *g = group_of(ctx, axis);
   size_t es = rt_dtype_size((RtDType)dtype);
+  double t0 = now();
   for (int i = 0; i < count; i++) {
     if (ys[i] != xs[i]) memmove(ys[i], xs[i], (size_t)ns[i] * es);
     counts[i] = (size_t)ns[i];
   }
+  pend.copy_s += now() - t0;
   if (g && dtype != RT_F32 && dtype != RT_BF16) {
     fprintf(stderr, "shardrt: all_reduce of %s is not supported (f32 and bf16 are)\n", rt_dtype_name((RtDType)dtype));
     exit(1);
