@@ -425,6 +425,12 @@ static void dump(Run *r, const char *path) {
   free(lmem);
 }
 
+/* Model FLOP/s of the whole job (tokens/s over every rank) against the peak of every rank. */
+static double job_mfu(const Run *r, const RtProgram *p, double tps) {
+  int world = r->ctx.world > 0 ? r->ctx.world : 1;
+  return r->peak > 0 ? p->flops_per_token * tps / (r->peak * world) : 0;
+}
+
 /* The plan against the measured peak resident size; `base` is the resident size before the
  * allocation (code, libraries, data pages), so the run's own share is visible too. */
 static void print_memory(const char *when, const RtProgram *p, int64_t base) {
@@ -720,7 +726,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     double loss = get_scalar(r->mem, r->loss), gn = get_scalar(r->mem, r->gnorm);
     r->st.loss = loss;
     if (s > first || stop == first) t_steady += dt, steady_steps++;
-    double tps = (double)(gbatch * T) / dt, mfu = r->peak > 0 ? p->flops_per_token * tps / r->peak : 0;
+    double tps = (double)(gbatch * T) / dt, mfu = job_mfu(r, p, tps);
     double eta = steady_steps ? t_steady / (double)steady_steps * (double)(stop - s) : NAN;
     int64_t rss = rt_vm_rss();
     if (r->ctx.rank == 0) {
@@ -763,7 +769,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     if (ran > 0) {
       double tps = steady_steps ? (double)(gbatch * T) * (double)steady_steps / t_steady : 0;
       printf("done: %lld step(s) in %.2f s, %.0f tok/s, MFU %.1f%%; loss %.4f", (long long)ran, t_total, tps,
-             r->peak > 0 ? 100 * p->flops_per_token * tps / r->peak : 0.0, r->st.loss);
+             100 * job_mfu(r, p, tps), r->st.loss);
       if (r->ctx.world > 1 && steady_steps)
         printf("; %.1f ms/step, of which communication %.1f ms (%.0f%%, rank 0)", 1e3 * t_steady / (double)steady_steps,
                1e3 * comm_steady / (double)steady_steps, t_steady > 0 ? 100 * comm_steady / t_steady : 0.0);
