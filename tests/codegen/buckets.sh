@@ -15,22 +15,9 @@
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-mpi=(mpirun --mca pml ob1)
-bash scripts/gen_corpus.sh "$t/data.txt" 60000 3 >/dev/null
-run=(--data "$t/data.txt" --steps 20 --eval-every 0 --val-batches 1)
+# shellcheck source=tests/codegen/lib.sh
+source tests/codegen/lib.sh
 m=(models/tiny.model -D seq=32)
-
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-compare() {
-  paste <(losses "$3") <(losses "$2") | awk -v name="$1" '
-    { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > 1e-5) bad++ }
-    END { if (n != 20) { printf "FAIL %s: %d steps logged, want 20\n", name, n; exit 1 }
-          printf "%-24s worst |rel| loss difference vs 1 rank over 20 steps: %.2e\n", name, w
-          if (bad) { printf "FAIL %s: %d step(s) beyond 1e-5\n", name, bad; exit 1 } }'
-}
 same() { # same NAME A B: bit-identical losses and checkpoints of runs A and B
   [ "$(losses "$t/$2.jsonl")" = "$(losses "$t/$3.jsonl")" ] || { echo "FAIL: $1: losses differ"; exit 1; }
   for f in model.safetensors optimizer.safetensors; do
