@@ -58,6 +58,16 @@ typedef struct {
 
 typedef struct RtCtx RtCtx; /* the runtime's per-rank state: threads, rank, groups */
 
+/* A GPU backend: where a device program's memory lives and how the host reaches it (defined
+ * by runtime/device.h; implemented by runtime/cuda/: CUDA, or its CPU emulation). */
+typedef struct RtDevice RtDevice;
+
+/* The kernels of a device program (emitted by codegen/cuda_kernels.c, shapes baked in). */
+typedef struct {
+  const char *source;       /* CUDA C: includes "shardk.cuh", defines extern "C" kernels k0 .. k{nkernels-1} */
+  int nkernels;             /* kernels in source */
+} RtCudaCode;
+
 typedef struct {
   const char *model;        /* model name */
   const char *source;       /* the .model path it was compiled from */
@@ -79,6 +89,8 @@ typedef struct {
   void (*step)(char *mem, RtCtx *ctx);   /* forward, backward and update; reads the inputs, writes "loss" and updates state */
   void (*eval)(char *mem, RtCtx *ctx);   /* forward to "loss" only; no update */
   void (*logits)(char *mem, RtCtx *ctx); /* forward to the logits only (sampling) */
+  const RtDevice *device;   /* NULL: a CPU program, mem is host memory; else mem lives on this device (--target cuda) */
+  const RtCudaCode *cuda;   /* a device program's kernels; NULL for a CPU program */
 } RtProgram;
 
 /* Runs the trainer: parses the flags (--data, --val, --steps, --seed, --batch, --init-from,

@@ -1,0 +1,128 @@
+/* codegen/cuda_kernels.h — the CUDA kernels of a program: one emitter per kernel family.
+ *
+ * Each emitter appends one kernel to the program's CUDA source — `extern "C" __global__ kN`,
+ * N its index (0, 1, ...), a thin wrapper over a template of runtime/cuda/kernels/shardk.cuh
+ * with every shape baked in as a compile-time constant — and returns the host C statement
+ * (one line, ending in ';') that launches it on the rank's compute stream: a call of
+ * rt_cu_launch (runtime/cuda/cuda_ops.h) with the grid and block its template expects.
+ * Pointer arguments are host C expressions for device addresses (their C type is char *),
+ * e.g. "(M + 4096 + i0 * 1024)"; the returned statement may use `ctx` and `WS` (the start of
+ * the kernel scratch, see cuk_workspace). DTypes: DT_F32 or DT_BF16 for float tensors (the
+ * math is fp32 inside every kernel; bf16 is only storage), DT_I32 for ids/targets.
+ *
+ * Semantics are the IR's (ir/ops.def); shapes as the CPU prims (runtime/ops/prims.h).
+ * Kernels that reduce over rows (norm weight gradients, sums) are deterministic: no
+ * floating-point atomics, the same bits run to run.
+ */
+#ifndef SHARDC_CUDA_KERNELS_H
+#define SHARDC_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#include "arena.h"
+#include "ir.h"
+
+typedef struct CuK CuK;
+
+CuK *cuk_new(Arena *a);
+/* The CUDA source so far: `#include "shardk.cuh"` and the kernels k0 .. k{count-1}. */
+const char *cuk_source(const CuK *k);
+int cuk_count(const CuK *k);
+/* Bytes of scratch (at WS) the emitted launches need: the max over them. */
+int64_t cuk_workspace(const CuK *k);
+
+/* ---- fused elementwise chains ----
+ * One kernel computes a chain of elementwise ops at every index of `shape` (numpy
+ * broadcasting of smaller inputs) and stores the ops named in out[]; intermediates stay
+ * in registers. Ops: the F_EW ops of ir/ops.def (ADD .. SILU_BWD, CAST) and OP_CONST (no
+ * operands, value `scalar`). Each op's result has dtype `dt` (rounded to it when bf16). */
+#define CUK_MAX_EW 32
+typedef struct {
+  OpKind op;
+  int in[2];     /* operands: >= 0 an earlier op of the chain, < 0 the chain input -1 - in[i] */
+  double scalar; /* SCALE, ADD_SCALAR, CONST */
+  DType dt;      /* its result's dtype */
+} CuEwOp;
+typedef struct {
+  const char *ptr; /* device address */
+  DType dt;
+  Shape shape;     /* broadcasts to the chain's shape */
+} CuEwIn;
+typedef struct {
+  Shape shape;                      /* the index space: every output has this shape */
+  int nin, nops, nout;
+  CuEwIn in[CUK_MAX_EW];
+  CuEwOp ops[CUK_MAX_EW];
+  int out_op[CUK_MAX_EW];           /* the op each output stores */
+  const char *out_ptr[CUK_MAX_EW];  /* where (device address); dtype: that op's dt */
+} CuEwChain;
+const char *cuk_elementwise(CuK *k, const CuEwChain *c);
+
+/* ---- data movement ---- */
+const char *cuk_iota(CuK *k, const char *y, int64_t n, int64_t start);                     /* i32 */
+/* y[b, c, r] = x[b, r, c] for b < batch, x [batch, rows, cols]. */
+const char *cuk_transpose(CuK *k, const char *y, const char *x, DType dt, int64_t batch, int64_t rows, int64_t cols);
+/* REDUCE_SUM: y (shape ys) = x (shape xs) summed over its broadcast dims (fp32 accumulation). */
+const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, const char *x, DType xdt, const Shape *xs);
+
+/* ---- embeddings: table [V, d] holds logical rows [row0, row0 + V) (row0: a host C int64
+ * expression, "0" unless vocab-parallel); ids outside give zero rows (sharded) — with
+ * row0 "0" and sharded 0, ids outside [0, V) are a device-side error flag in WS ---- */
+const char *cuk_embed(CuK *k, const char *y, DType ydt, const char *table, DType tdt, const char *idx, int64_t n,
+                      int64_t d, int64_t V, const char *row0);
+/* dtable = 0, then dtable[id - row0] += dy[i] for ids in range (deterministic). */
+const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
+                          int64_t n, int64_t d, int64_t V, const char *row0);
+
+/* ---- norms over the last dim d of [rows, d]; w, b: [d] ---- */
+const char *cuk_layernorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, const char *b, DType wdt,
+                          int64_t rows, int64_t d, double eps);
+const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
+                              const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps);
+const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, DType wdt, int64_t rows,
+                        int64_t d, double eps);
+const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *x, DType xdt, const char *w, DType wdt,
+                            const char *dy, int64_t rows, int64_t d, double eps);
+/* dx, dw, db take the dtypes of x, w, w; dy that of x. */
+
+/* ---- rotary embedding, x/y [B, S, H*hd] ---- */
+const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd,
+                     double theta, int64_t start, int inverse);
+
+/* ---- attention (flash-style: online softmax, never the [S, S] scores in memory) ----
+ * q/o [B, S, H*hd], k/v [B, S, KV*hd], lse f32 [B, H, S]; dq/dk/dv like q/k/v. */
+const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
+                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal);
+const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                         const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal);
+
+/* ---- cross-entropy over logits [n, V] (len: valid columns, 0 = all); loss, dloss: f32 scalars ---- */
+const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DType ldt, const char *targets, int64_t n,
+                              int64_t V, int64_t len);
+const char *cuk_cross_entropy_bwd(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets,
+                                  const char *dloss, int64_t n, int64_t V, int64_t len);
+/* The vocab-parallel parts (ops.def CE_MAX .. CE_GRAD); col0: host C int64 expression, the
+ * logical column of local column 0 ("0" when not sharded). m, st, out: f32. */
+const char *cuk_ce_max(CuK *k, const char *m, const char *logits, DType ldt, int64_t n, int64_t V, int64_t len,
+                       const char *col0);
+const char *cuk_ce_sums(CuK *k, const char *st, const char *logits, DType ldt, const char *targets, const char *m,
+                        int64_t n, int64_t V, int64_t len, const char *col0);
+const char *cuk_ce_loss(CuK *k, const char *out, const char *st, const char *m, const char *targets, int64_t n,
+                        int64_t len);
+const char *cuk_ce_grad(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets, const char *m,
+                        const char *st, const char *scale, int64_t n, int64_t V, int64_t len, const char *col0);
+
+/* ---- reductions to an f32 scalar (deterministic) ---- */
+const char *cuk_sum(CuK *k, const char *y, const char *x, DType xdt, int64_t n);
+const char *cuk_mean(CuK *k, const char *y, const char *x, DType xdt, int64_t n);
+const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n);
+
+/* ---- optimizer updates, in place (p, m, v updated where they are; hyper: f32 device
+ * array as in ops.def); p f32 master weights, g of gdt, moments f32 ---- */
+const char *cuk_adamw(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *v,
+                      const char *hyper, int64_t n, double beta1, double beta2, double eps, double wd);
+const char *cuk_sgd(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *hyper, int64_t n,
+                    double momentum, double wd);
+
+#endif

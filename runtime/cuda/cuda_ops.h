@@ -1,0 +1,45 @@
+/* runtime/cuda/cuda_ops.h — what a trainer generated for `--target cuda` calls.
+ *
+ * The rank's one allocation `M` (mem_bytes + workspace) lives in GPU memory; every pointer
+ * below is a device address inside it. Everything is enqueued, in program order, on the
+ * rank's compute stream; nothing here synchronises the host (the trainer does, when it
+ * reads a result back). Kernels are the program's own (RtCudaCode: extern "C" k0 .. kN-1,
+ * emitted by codegen/cuda_kernels.c with shapes baked in, compiled by NVRTC at start for the
+ * GPU found, cubins cached on disk); GEMMs go to cuBLASLt.
+ *
+ * The same API has a second implementation, the emulated device (SHARDRT_DEVICE=emu): host
+ * memory, the program's kernels compiled by the host C++ compiler and run by the CPU
+ * emulator of runtime/cuda/kernels/sk_emu.h, GEMMs by the CPU BLAS — so the whole CUDA
+ * path runs and is tested on machines without a GPU.
+ */
+#ifndef SHARDRT_CUDA_OPS_H
+#define SHARDRT_CUDA_OPS_H
+
+#include <stdint.h>
+
+#include "program.h"
+
+/* Launches kernel k of the program (extern "C" name "k<k>") on the compute stream with the
+ * given grid, block and dynamic shared memory (bytes); args[i] points at the i-th argument.
+ * A launch error is fatal and names the kernel. */
+void rt_cu_launch(RtCtx *ctx, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                  unsigned smem, void **args);
+
+/* y[batch][m, n] = alpha * op(A)[m, k] op(B)[k, n] + beta * y, all row-major (the IR's MATMUL):
+ * A is [batch, m, k] ([batch, k, m] when ta), B is [batch?, k, n] ([.., n, k] when tb), with
+ * B shared by every batch entry unless b_batched. ab_dt: RT_F32 or RT_BF16 (A and B);
+ * y_dt: RT_F32 or RT_BF16; accumulation is fp32 (exact fp32 for f32 inputs, no TF32). */
+void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                  int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
+
+/* Device-to-device copies and fills on the compute stream. */
+void rt_cu_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes);
+void rt_cu_zero(RtCtx *ctx, void *dst, int64_t bytes);
+/* rt_copy_block on the device: for o < outer, copies len * inner elements of es bytes from
+ * src + (o * src_dim + src_at) * inner * es to dst + (o * dst_dim + dst_at) * inner * es. */
+void rt_cu_copy_block(RtCtx *ctx, void *dst, int64_t dst_dim, int64_t dst_at, const void *src, int64_t src_dim,
+                      int64_t src_at, int64_t outer, int64_t len, int64_t inner, int es);
+/* Writes a host value to the device (AXIS_INDEX, small constants); enqueued like the rest. */
+void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes);
+
+#endif
