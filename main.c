@@ -25,6 +25,8 @@ static void usage(FILE *f) {
           "\n"
           "options:\n"
           "  -o FILE               the trainer to write (build)\n"
+          "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
+          "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
           "  --emit-c DIR          keep the generated C source in DIR\n"
           "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
           "  -v                    print the C compiler command\n"
@@ -48,6 +50,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL;
   bool build = false;
+  Target target = TARGET_CPU;
   CgOptions cg = {0};
   const char *import_dirs[16];
   int nimport = 0;
@@ -68,6 +71,11 @@ int main(int argc, char **argv) {
       build = true;
     } else if (strcmp(a, "-o") == 0 && i + 1 < argc) {
       out = argv[++i];
+    } else if (strcmp(a, "--target") == 0 && i + 1 < argc) {
+      const char *t = argv[++i];
+      if (strcmp(t, "cpu") == 0) target = TARGET_CPU;
+      else if (strcmp(t, "cuda") == 0) target = TARGET_CUDA;
+      else error_plain("--target %s: expected cpu or cuda", t);
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
       cg.emit_dir = argv[++i];
     } else if (strcmp(a, "--cc") == 0 && i + 1 < argc) {
@@ -142,6 +150,7 @@ int main(int argc, char **argv) {
                   .world = po.world};
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
+  m->target = target;
   if (!pipeline_run(m, &po)) return 1;
   const Plan *pl = &m->plan;
   if (pl->pp > 1 || pl->cp > 1 || pl->zero > 0)

@@ -165,6 +165,14 @@ static bool has_effect(const Node *n) {
          n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT;
 }
 
+void ir_move_last(Graph *g, int pos) {
+  int last = g->nnodes - 1;
+  if (pos < 0 || pos > last) die("ir_move_last: position %d outside 0..%d", pos, last);
+  Node *n = g->nodes[last];
+  memmove(&g->nodes[pos + 1], &g->nodes[pos], sizeof(Node *) * (size_t)(last - pos));
+  g->nodes[pos] = n;
+}
+
 void ir_remove_dead(Graph *g) {
   /* Mark live values backwards from results and effectful nodes. Node ids are dense
    * per graph only at creation, so mark through a per-call array indexed by position. */

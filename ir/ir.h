@@ -180,6 +180,8 @@ Node *ir_add_arg(Graph *body, DType dt, Shape shape, const char *name);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
 void ir_replace_uses(Graph *g, Value *from, Value *to);
+/* Moves g's last node (just appended) to position pos, after nodes[pos - 1]. */
+void ir_move_last(Graph *g, int pos);
 /* Removes nodes whose outputs are unused and that have no side effects; keeps results. */
 void ir_remove_dead(Graph *g);
 /* Number of uses of v within g (not counting results). */

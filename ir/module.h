@@ -82,9 +82,12 @@ typedef struct {
 } Recipe;
 
 /* ---- module --------------------------------------------------------------- */
+typedef enum { TARGET_CPU, TARGET_CUDA } Target;
+
 typedef struct {
   Arena *arena;
   const char *name;   /* model name */
+  Target target;      /* what the trainer runs on (shardc --target); passes may depend on it (precision) */
   Graph *graph;       /* the top graph */
   const char **syms;  /* symbolic dim names: "batch", "seq", ... */
   int nsyms;

@@ -7,6 +7,7 @@
 /* Each returns false when it reported user errors (diag_errors() > 0). */
 bool pass_inline(Module *m);    /* expands CALLs, hoists layer params in repeats to stacked params */
 bool pass_shape(Module *m);     /* re-infers and checks every shape and dtype */
+bool pass_precision(Module *m); /* bf16 mixed precision on the CUDA target: bf16 compute, f32 master weights */
 bool pass_autodiff(Module *m);  /* appends the backward graph: results "grad:<param>" */
 bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "next:<state>" */
 bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the per-rank SPMD program */

@@ -1,6 +1,6 @@
 /* passes/pipeline.c — the whole middle of the compiler on one screen.
  *
- *   inline → shape → mesh → autodiff → optimizer → shard → zero → memplan
+ *   inline → shape → precision → mesh → autodiff → optimizer → shard → zero → memplan
  *
  * with the verifier after each pass and an optional dump of the IR after any
  * of them (--dump-ir=after:PASS). Later passes (mesh, shard, context,
@@ -27,6 +27,7 @@ typedef struct {
 static const Pass passes[] = {
     {"inline", pass_inline},       /* layers expanded; repeat stays a region */
     {"shape", pass_shape},         /* shapes and dtypes checked against the source */
+    {"precision", pass_precision}, /* bf16 compute, f32 master weights (CUDA target) */
     {"mesh", run_mesh},            /* plan bound to the topology: ranks, groups, dp auto */
     {"autodiff", pass_autodiff},   /* backward graph */
     {"optimizer", pass_optimizer}, /* clip, lr, update */

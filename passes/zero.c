@@ -45,10 +45,8 @@ static int after_def(const Graph *b, const Value *in) {
 
 static void insert_at(Graph *g, Node *n, int pos) {
   /* ir_node_new appended n; move it to pos (after nodes[pos - 1]) */
-  int last = g->nnodes - 1;
-  if (g->nodes[last] != n) die("zero: node to insert is not the last");
-  memmove(&g->nodes[pos + 1], &g->nodes[pos], sizeof(Node *) * (size_t)(last - pos));
-  g->nodes[pos] = n;
+  if (g->nodes[g->nnodes - 1] != n) die("zero: node to insert is not the last");
+  ir_move_last(g, pos);
 }
 
 static void remove_node(Graph *g, const Node *n) {
