@@ -1,0 +1,48 @@
+/* runtime/cuda/cu_cuda.h — the CUDA backend's state (internal to runtime/cuda/: device.c, ops.c). */
+#ifndef SHARDRT_CU_CUDA_H
+#define SHARDRT_CU_CUDA_H
+
+#include <cuda_runtime.h>
+
+#include "cu_internal.h"
+
+/* Every CUDA runtime call is checked; a failure after open ends the process naming the call. */
+#define CU_CHECK(call)                                                                                   \
+  do {                                                                                                   \
+    cudaError_t cu_check_rc_ = (call);                                                                   \
+    if (cu_check_rc_ != cudaSuccess) rt_cu_cuda_fail(#call, cu_check_rc_, __FILE__, __LINE__);           \
+  } while (0)
+
+_Noreturn void rt_cu_cuda_fail(const char *what, cudaError_t rc, const char *file, int line);
+
+typedef struct {
+  int device, ndev;          /* the device used, devices visible */
+  char name[256];            /* its name */
+  int major, minor;          /* compute capability */
+  size_t total_mem;          /* bytes */
+  int sm_count;              /* multiprocessors */
+  cudaStream_t stream;       /* the compute stream */
+  cudaLibrary_t lib;         /* the program's kernels */
+  cudaKernel_t *kern;        /* [nk]: k0 .. k{nk-1} */
+  unsigned *smem_max;        /* [nk]: dynamic shared memory bytes the kernel was allowed (48 KiB default) */
+  int nk;                    /* kernels */
+  char *base;                /* the allocation */
+  int64_t bytes;             /* its size */
+  RtCuGemm *gemm;            /* cuBLASLt state */
+  double peak;               /* measured bf16 FLOP/s (0: not yet) */
+  char arch[32];             /* "sm_90": what the kernels were built for */
+  int from_cache;            /* 1: the kernels came from the cubin cache */
+  double compile_s;          /* seconds NVRTC took (0 from the cache) */
+} CudaBe;
+
+/* ops.c: the CUDA operations of the backend table. */
+void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args);
+void rt_cu_cuda_copy(void *be, void *dst, const void *src, int64_t bytes, int kind);
+void rt_cu_cuda_zero(void *be, void *dst, int64_t bytes);
+void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height);
+void rt_cu_cuda_sync(void *be);
+void rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
+
+#endif

@@ -1,0 +1,80 @@
+/* runtime/cuda/cu_internal.h — the device backends behind rt_cuda_device and cuda_ops.h
+ * (internal to runtime/cuda/).
+ *
+ *   device.c  rt_cuda_device (picks the backend), the CUDA backend: device, NVRTC, cubin cache, memory
+ *   ops.c     rt_cu_* (dispatch to the backend) and the CUDA launches, copies and fills
+ *   gemm.c    rt_cu_matmul on cuBLASLt; the bf16 peak measurement
+ *   emu.c     the emulated backend: host memory, kernels compiled by the host C++ compiler
+ *   common.c  what both share: hashing, the on-disk cache, the embedded kernel headers
+ *
+ * ctx->kernels points at an RtCuDev: the backend's operations and its state.
+ */
+#ifndef SHARDRT_CU_INTERNAL_H
+#define SHARDRT_CU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "program.h"
+#include "train/ctx.h"
+
+enum { RT_CU_D2D, RT_CU_H2D_ASYNC, RT_CU_H2D, RT_CU_D2H }; /* copy kinds */
+
+typedef struct {
+  const char *name; /* "cuda", "emu" */
+  void (*launch)(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args);
+  void (*matmul)(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
+  void (*copy)(void *be, void *dst, const void *src, int64_t bytes, int kind); /* RT_CU_* */
+  void (*zero)(void *be, void *dst, int64_t bytes);
+  /* height rows of width bytes, rows dpitch / spitch bytes apart */
+  void (*copy2d)(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
+  void (*sync)(void *be);
+  void (*describe)(void *be, char *out, size_t n);
+  double (*peak)(void *be);
+  void (*close)(void *be);
+} RtCuOps;
+
+typedef struct {
+  const RtCuOps *ops; /* the backend */
+  void *be;           /* its state */
+} RtCuDev;
+
+/* Backends: return 0 and fill dev (and *mem: the zeroed allocation of `bytes`), or print
+ * "error: ..." and return -1. */
+int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev);
+int rt_cu_open_emu(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev);
+
+/* The device of ctx (fatal when the program did not open one). */
+RtCuDev *rt_cu_dev(RtCtx *ctx);
+
+/* ---- common.c ---- */
+
+/* 128-bit content hash as 32 hex digits (two FNV-1a 64 lanes over every part, with lengths). */
+void rt_cu_hash(char out[33], const char *const *parts, const size_t *lens, int nparts);
+/* The cache directory ($SHARDRT_CUBIN_CACHE, default ~/.cache/shardc/cubin), created; NULL when
+ * it cannot be created (caching is then off). Caller frees. */
+char *rt_cu_cache_dir(void);
+/* Reads a whole file; NULL when absent. */
+char *rt_cu_read_file(const char *path, size_t *len);
+/* Writes data to path atomically (a temp file in the same directory, then rename); 0 on success. */
+int rt_cu_write_atomic(const char *path, const void *data, size_t len);
+/* The kernel headers (runtime/cuda/kernels: the .cuh files and sk_emu.h), embedded at build time. */
+int rt_cu_header_count(void);
+const char *rt_cu_header_name(int i);
+const char *rt_cu_header_source(int i);
+/* printf-style message to stderr prefixed "error: ". */
+void rt_cu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- gemm.c (CUDA backend) ---- */
+typedef struct RtCuGemm RtCuGemm;
+RtCuGemm *rt_cu_gemm_new(void *stream); /* cudaStream_t */
+void rt_cu_gemm_free(RtCuGemm *g);
+void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                    int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
+/* Dense bf16 FLOP/s of an n^3 GEMM (bf16 in, fp32 accumulation, bf16 out), best of reps after
+ * a warm-up; 0 when the buffers cannot be allocated. */
+double rt_cu_gemm_peak(RtCuGemm *g, int64_t n, int reps);
+
+#endif

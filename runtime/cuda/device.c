@@ -1,0 +1,411 @@
+/* runtime/cuda/device.c — rt_cuda_device and the CUDA backend: the GPU, the program's kernels
+ * (NVRTC, cubin cache, runtime-API library management: no libcuda link, so the binary starts
+ * on machines without a driver), the allocation.
+ */
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/bootstrap.h"
+#include "cu_cuda.h"
+
+#ifndef SHARDRT_CUDA_INCLUDE
+#define SHARDRT_CUDA_INCLUDE "/usr/local/cuda/include"
+#endif
+
+_Noreturn void rt_cu_cuda_fail(const char *what, cudaError_t rc, const char *file, int line) {
+  rt_fatal(1, "CUDA: %s failed: %s (%s) at %s:%d", what, cudaGetErrorName(rc), cudaGetErrorString(rc), file, line);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fmt_gib(char *out, size_t n, double bytes) { snprintf(out, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024)); }
+
+/* ---- the device ---- */
+
+static int find_device(CudaBe *c, const RtCtx *ctx) {
+  int n = 0;
+  cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess || n == 0) {
+    const char *why;
+    char whybuf[160];
+    if (rc == cudaErrorInsufficientDriver) {
+      snprintf(whybuf, sizeof whybuf, "the driver is missing or older than CUDA %d.%d", CUDART_VERSION / 1000,
+               CUDART_VERSION % 1000 / 10);
+      why = whybuf;
+    } else if (rc == cudaErrorNoDevice || (rc == cudaSuccess && n == 0)) {
+      const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+      snprintf(whybuf, sizeof whybuf, "no CUDA-capable device is visible%s%s%s", vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+               vis ? vis : "", vis ? ")" : "");
+      why = whybuf;
+    } else {
+      why = cudaGetErrorString(rc);
+    }
+    rt_cu_error("no CUDA GPU: cudaGetDeviceCount returned %d (%s): %s; SHARDRT_DEVICE=emu runs this program on the "
+                "CPU emulation instead",
+                (int)rc, rc == cudaSuccess ? "0 devices" : cudaGetErrorName(rc), why);
+    return -1;
+  }
+  c->ndev = n;
+  c->device = ctx->local_rank % n;
+  rc = cudaSetDevice(c->device);
+  if (rc != cudaSuccess) {
+    rt_cu_error("CUDA: cannot use device %d of %d: %s", c->device, n, cudaGetErrorString(rc));
+    return -1;
+  }
+  struct cudaDeviceProp prop;
+  CU_CHECK(cudaGetDeviceProperties(&prop, c->device));
+  snprintf(c->name, sizeof c->name, "%s", prop.name);
+  c->major = prop.major;
+  c->minor = prop.minor;
+  c->total_mem = prop.totalGlobalMem;
+  c->sm_count = prop.multiProcessorCount;
+  return 0;
+}
+
+/* ---- the program's kernels: NVRTC, cached on disk ---- */
+
+#define NVRTC_OK(call, what)                                                                                       \
+  do {                                                                                                             \
+    nvrtcResult nvrtc_rc_ = (call);                                                                                \
+    if (nvrtc_rc_ != NVRTC_SUCCESS) {                                                                              \
+      rt_cu_error("NVRTC: %s failed: %s", what, nvrtcGetErrorString(nvrtc_rc_));                                   \
+      goto fail;                                                                                                   \
+    }                                                                                                              \
+  } while (0)
+
+/* The architecture to build for: sm_XY when NVRTC supports it (a cubin), else PTX for the newest
+ * one it supports below (the driver compiles it). SHARDRT_CUDA_ARCH=sm_90a overrides. */
+static int pick_arch(CudaBe *c, int *ptx) {
+  const char *env = getenv("SHARDRT_CUDA_ARCH");
+  *ptx = 0;
+  if (env && *env) {
+    snprintf(c->arch, sizeof c->arch, "%s", env);
+    *ptx = !strncmp(env, "compute_", 8);
+    return 0;
+  }
+  int want = c->major * 10 + c->minor, n = 0, best = 0;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) {
+    rt_cu_error("NVRTC: cannot list the supported architectures");
+    return -1;
+  }
+  int *archs = malloc((size_t)n * sizeof *archs);
+  if (!archs || nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS) {
+    free(archs);
+    rt_cu_error("NVRTC: cannot list the supported architectures");
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    if (archs[i] == want) best = want;
+    if (archs[i] <= want && archs[i] > best && best != want) best = archs[i];
+  }
+  free(archs);
+  if (best == 0) {
+    rt_cu_error("NVRTC cannot build kernels for %s (sm_%d): no supported architecture at or below it", c->name, want);
+    return -1;
+  }
+  *ptx = best != want;
+  snprintf(c->arch, sizeof c->arch, "%s_%d", *ptx ? "compute" : "sm", best);
+  return 0;
+}
+
+/* Compiles p's kernels for c->arch (or takes them from the cache). Returns the image (cubin or
+ * PTX, NUL-terminated) or NULL after printing why. */
+static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx) {
+  int nh = rt_cu_header_count(), major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) {
+    rt_cu_error("NVRTC: nvrtcVersion failed");
+    return NULL;
+  }
+  char archopt[64], incopt[4200], ver[32];
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", c->arch);
+  const char *inc = getenv("SHARDRT_CUDA_INCLUDE");
+  snprintf(incopt, sizeof incopt, "-I%s", inc && *inc ? inc : SHARDRT_CUDA_INCLUDE);
+  snprintf(ver, sizeof ver, "nvrtc %d.%d", major, minor);
+  const char *opts[] = {archopt, "-std=c++17", "-default-device", incopt};
+  int nopts = (int)(sizeof opts / sizeof opts[0]);
+
+  /* the key: source, headers, options, NVRTC version */
+  int nparts = 0;
+  const char **parts = malloc(sizeof *parts * (size_t)(2 * nh + nopts + 2));
+  size_t *lens = malloc(sizeof *lens * (size_t)(2 * nh + nopts + 2));
+  if (!parts || !lens) {
+    free(parts), free(lens);
+    rt_cu_error("out of memory");
+    return NULL;
+  }
+  parts[nparts++] = code->source;
+  parts[nparts++] = ver;
+  for (int i = 0; i < nh; i++) parts[nparts++] = rt_cu_header_name(i), parts[nparts++] = rt_cu_header_source(i);
+  for (int i = 0; i < nopts; i++) parts[nparts++] = opts[i];
+  for (int i = 0; i < nparts; i++) lens[i] = strlen(parts[i]);
+  char key[33];
+  rt_cu_hash(key, parts, lens, nparts);
+  free(parts);
+  free(lens);
+
+  char *dir = rt_cu_cache_dir(), *path = NULL;
+  if (dir) {
+    size_t pl = strlen(dir) + 64;
+    path = malloc(pl);
+    if (path) snprintf(path, pl, "%s/%s-%s.%s", dir, key, c->arch, ptx ? "ptx" : "cubin");
+    free(dir);
+  }
+  size_t len = 0;
+  char *img = path ? rt_cu_read_file(path, &len) : NULL;
+  if (img && len > 0) {
+    c->from_cache = 1;
+    free(path);
+    return img;
+  }
+  free(img);
+  img = NULL;
+
+  double t0 = now_s();
+  nvrtcProgram prog = NULL;
+  const char **hsrc = malloc(sizeof *hsrc * (size_t)(nh + 1)), **hname = malloc(sizeof *hname * (size_t)(nh + 1));
+  if (!hsrc || !hname) {
+    rt_cu_error("out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < nh; i++) hsrc[i] = rt_cu_header_source(i), hname[i] = rt_cu_header_name(i);
+  NVRTC_OK(nvrtcCreateProgram(&prog, code->source, "shardc_program.cu", nh, hsrc, hname), "nvrtcCreateProgram");
+  nvrtcResult rc = nvrtcCompileProgram(prog, nopts, opts);
+  if (rc != NVRTC_SUCCESS) {
+    size_t ll = 0;
+    char *log = NULL;
+    if (nvrtcGetProgramLogSize(prog, &ll) == NVRTC_SUCCESS && (log = malloc(ll + 1)) &&
+        nvrtcGetProgramLog(prog, log) == NVRTC_SUCCESS)
+      log[ll] = 0;
+    rt_cu_error("NVRTC could not compile the program's kernels for %s (%s):\n%s", c->arch, nvrtcGetErrorString(rc),
+                log ? log : "(no log)");
+    free(log);
+    goto fail;
+  }
+  if (ptx) {
+    NVRTC_OK(nvrtcGetPTXSize(prog, &len), "nvrtcGetPTXSize");
+    if (!(img = malloc(len + 1))) goto fail;
+    NVRTC_OK(nvrtcGetPTX(prog, img), "nvrtcGetPTX");
+  } else {
+    NVRTC_OK(nvrtcGetCUBINSize(prog, &len), "nvrtcGetCUBINSize");
+    if (!(img = malloc(len + 1))) goto fail;
+    NVRTC_OK(nvrtcGetCUBIN(prog, img), "nvrtcGetCUBIN");
+  }
+  img[len] = 0;
+  nvrtcDestroyProgram(&prog);
+  free(hsrc);
+  free(hname);
+  c->compile_s = now_s() - t0;
+  if (path && rt_cu_write_atomic(path, img, len) != 0)
+    fprintf(stderr, "warning: cannot write the kernel cache file %s\n", path);
+  free(path);
+  return img;
+fail:
+  if (prog) nvrtcDestroyProgram(&prog);
+  free(hsrc);
+  free(hname);
+  free(img);
+  free(path);
+  return NULL;
+}
+
+static int load_kernels(CudaBe *c, const RtCudaCode *code) {
+  c->nk = code ? code->nkernels : 0;
+  if (!code || c->nk == 0) return 0;
+  int ptx;
+  if (pick_arch(c, &ptx) != 0) return -1;
+  char *img = build_kernels(c, code, ptx);
+  if (!img) return -1;
+  cudaError_t rc = cudaLibraryLoadData(&c->lib, img, NULL, NULL, 0, NULL, NULL, 0);
+  free(img);
+  if (rc != cudaSuccess) {
+    rt_cu_error("CUDA: cannot load the program's kernels (%s) on %s: %s", c->arch, c->name, cudaGetErrorString(rc));
+    return -1;
+  }
+  c->kern = calloc((size_t)c->nk, sizeof *c->kern);
+  c->smem_max = calloc((size_t)c->nk, sizeof *c->smem_max);
+  if (!c->kern || !c->smem_max) {
+    rt_cu_error("out of memory");
+    return -1;
+  }
+  for (int k = 0; k < c->nk; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "k%d", k);
+    rc = cudaLibraryGetKernel(&c->kern[k], c->lib, name);
+    if (rc != cudaSuccess) {
+      rt_cu_error("CUDA: the program's kernels have no \"%s\": %s", name, cudaGetErrorString(rc));
+      return -1;
+    }
+    c->smem_max[k] = 48 * 1024;
+  }
+  return 0;
+}
+
+/* ---- the backend table ---- */
+
+static void cuda_describe(void *be, char *out, size_t n) {
+  CudaBe *c = be;
+  char mem[32];
+  fmt_gib(mem, sizeof mem, (double)c->total_mem);
+  snprintf(out, n, "%s, sm_%d%d, %s (device %d of %d); %d kernels for %s%s", c->name, c->major, c->minor, mem,
+           c->device, c->ndev, c->nk, c->arch[0] ? c->arch : "-", c->from_cache ? " from the cache" : "");
+}
+
+static double cuda_peak(void *be) {
+  CudaBe *c = be;
+  if (c->peak <= 0) c->peak = rt_cu_gemm_peak(c->gemm, 4096, 10);
+  return c->peak;
+}
+
+static void cuda_close(void *be) {
+  CudaBe *c = be;
+  if (!c) return;
+  CU_CHECK(cudaStreamSynchronize(c->stream));
+  rt_cu_gemm_free(c->gemm);
+  if (c->base) CU_CHECK(cudaFree(c->base));
+  if (c->lib) CU_CHECK(cudaLibraryUnload(c->lib));
+  CU_CHECK(cudaStreamDestroy(c->stream));
+  free(c->kern);
+  free(c->smem_max);
+  free(c);
+}
+
+static const RtCuOps cuda_ops = {.name = "cuda",
+                                 .launch = rt_cu_cuda_launch,
+                                 .matmul = rt_cu_cuda_matmul,
+                                 .copy = rt_cu_cuda_copy,
+                                 .zero = rt_cu_cuda_zero,
+                                 .copy2d = rt_cu_cuda_copy2d,
+                                 .sync = rt_cu_cuda_sync,
+                                 .describe = cuda_describe,
+                                 .peak = cuda_peak,
+                                 .close = cuda_close};
+
+int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev) {
+  CudaBe *c = calloc(1, sizeof *c);
+  if (!c) {
+    rt_cu_error("out of memory");
+    return -1;
+  }
+  if (find_device(c, ctx) != 0) goto fail;
+  if (ctx->world > 1) {
+    rt_cu_error("this CUDA program spans %d ranks: the NCCL hookup of device programs is not built yet (run it on "
+                "one rank, or with SHARDRT_DEVICE=emu)",
+                ctx->world);
+    goto fail;
+  }
+  CU_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  if (load_kernels(c, p->cuda) != 0) goto fail;
+  cudaError_t rc = cudaMalloc((void **)&c->base, (size_t)(bytes > 0 ? bytes : 256));
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError(); /* clear the sticky allocation error */
+    size_t fr = 0, tot = 0;
+    char pl[32], ws[32], fs[32], ts[32];
+    fmt_gib(pl, sizeof pl, (double)p->mem_bytes);
+    fmt_gib(ws, sizeof ws, (double)(bytes - p->mem_bytes));
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) fr = 0, tot = c->total_mem;
+    fmt_gib(fs, sizeof fs, (double)fr);
+    fmt_gib(ts, sizeof ts, (double)tot);
+    rt_cu_error("out of GPU memory: the program plans %s (%lld bytes) + %s of kernel workspace = %lld bytes; %s "
+                "(device %d) has %s free of %s (%s)",
+                pl, (long long)p->mem_bytes, ws, (long long)bytes, c->name, c->device, fs, ts, cudaGetErrorString(rc));
+    c->base = NULL;
+    goto fail;
+  }
+  c->bytes = bytes;
+  CU_CHECK(cudaMemsetAsync(c->base, 0, (size_t)(bytes > 0 ? bytes : 256), c->stream));
+  CU_CHECK(cudaStreamSynchronize(c->stream));
+  c->gemm = rt_cu_gemm_new(c->stream);
+  *mem = c->base;
+  dev->ops = &cuda_ops;
+  dev->be = c;
+  return 0;
+fail:
+  if (c->base) cudaFree(c->base);
+  if (c->lib) cudaLibraryUnload(c->lib);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  free(c->kern);
+  free(c->smem_max);
+  free(c);
+  return -1;
+}
+
+/* ---- rt_cuda_device: the RtDevice every CUDA trainer references ---- */
+
+RtCuDev *rt_cu_dev(RtCtx *ctx) {
+  RtCuDev *d = ctx ? ctx->kernels : NULL;
+  if (!d || !d->ops) rt_fatal(1, "CUDA: a device operation ran before the device was opened");
+  return d;
+}
+
+static int dev_open(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem) {
+  const char *sel = getenv("SHARDRT_DEVICE");
+  RtCuDev *d = calloc(1, sizeof *d);
+  if (!d) {
+    rt_cu_error("out of memory");
+    return -1;
+  }
+  int rc;
+  if (!sel || !*sel || !strcmp(sel, "cuda"))
+    rc = rt_cu_open_cuda(p, ctx, bytes, mem, d);
+  else if (!strcmp(sel, "emu"))
+    rc = rt_cu_open_emu(p, ctx, bytes, mem, d);
+  else {
+    rt_cu_error("SHARDRT_DEVICE='%s': expected cuda (a GPU) or emu (the CPU emulation)", sel);
+    rc = -1;
+  }
+  if (rc != 0) {
+    free(d);
+    return -1;
+  }
+  ctx->kernels = d;
+  return 0;
+}
+
+static void dev_upload(RtCtx *ctx, void *dst, const void *src, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0) d->ops->copy(d->be, dst, src, bytes, RT_CU_H2D);
+}
+static void dev_download(RtCtx *ctx, void *dst, const void *src, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0) d->ops->copy(d->be, dst, src, bytes, RT_CU_D2H);
+}
+static void dev_zero(RtCtx *ctx, void *dst, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0) d->ops->zero(d->be, dst, bytes);
+}
+static void dev_sync(RtCtx *ctx) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  d->ops->sync(d->be);
+}
+static void dev_describe(RtCtx *ctx, char *out, size_t n) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  d->ops->describe(d->be, out, n);
+}
+static double dev_peak(RtCtx *ctx) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  return d->ops->peak(d->be);
+}
+static void dev_close(RtCtx *ctx) {
+  RtCuDev *d = ctx ? ctx->kernels : NULL;
+  if (!d) return;
+  d->ops->close(d->be);
+  free(d);
+  ctx->kernels = NULL;
+}
+
+const RtDevice rt_cuda_device = {.name = "cuda",
+                                 .open = dev_open,
+                                 .upload = dev_upload,
+                                 .download = dev_download,
+                                 .zero = dev_zero,
+                                 .sync = dev_sync,
+                                 .describe = dev_describe,
+                                 .peak_flops = dev_peak,
+                                 .close = dev_close};

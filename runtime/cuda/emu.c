@@ -1,0 +1,324 @@
+/* runtime/cuda/emu.c — the emulated device (SHARDRT_DEVICE=emu): the CUDA path without a GPU.
+ *
+ * "Device" memory is host memory. The program's kernel source (RtCudaCode) and the embedded
+ * kernel headers are written to a temporary directory and compiled by the host C++ compiler with
+ * -DSK_EMU, under which every kernel kN also has `extern "C" void kN_emu(gx, gy, gz, bx, by, bz,
+ * smem, args)` running it on the CPU emulator of runtime/cuda/kernels/sk_emu.h; the shared object
+ * is cached like the cubins (same directory, key over source, headers and command) and dlopened.
+ * GEMMs run on the CPU BLAS in fp32 (bf16 operands widened exactly, bf16 results rounded to
+ * nearest even). Everything is synchronous, so sync is a no-op.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/bootstrap.h"
+#include "cu_internal.h"
+#include "dtype.h"
+#include "kernels/kernels.h"
+
+#ifndef SHARDRT_CUDA_INCLUDE
+#define SHARDRT_CUDA_INCLUDE "/usr/local/cuda/include"
+#endif
+
+typedef void (*EmuKernel)(unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void **);
+
+typedef struct {
+  void *so;          /* the compiled kernels (NULL when the program has none) */
+  EmuKernel *fn;     /* [nk] */
+  int nk;            /* kernels */
+  char *base;        /* the allocation */
+  int64_t bytes;     /* its size */
+  int from_cache;    /* 1: the shared object came from the cache */
+  double peak;       /* measured FLOP/s (0: not yet) */
+  int threads;       /* host threads for the peak measurement */
+} EmuBe;
+
+/* ---- bf16 ---- */
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  u += 0x7fff + ((u >> 16) & 1);                                          /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+/* ---- kernels: host C++ ---- */
+
+static int write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  size_t n = strlen(text);
+  int ok = f && fwrite(text, 1, n, f) == n;
+  if (f) ok = fclose(f) == 0 && ok;
+  return ok ? 0 : -1;
+}
+
+static void remove_tree(const char *dir, int nh) {
+  char path[4096];
+  for (int i = 0; i < nh; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, rt_cu_header_name(i));
+    unlink(path);
+  }
+  const char *files[] = {"program.cpp", "program.so", "compile.log"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+}
+
+/* Compiles (or finds in the cache) and dlopens the program's kernels. */
+static int load_kernels(EmuBe *e, const RtCudaCode *code) {
+  e->nk = code ? code->nkernels : 0;
+  if (!code || e->nk == 0) return 0;
+  const char *cxx = getenv("SHARDRT_EMU_CXX");
+  if (!cxx || !*cxx) cxx = "c++";
+  const char *inc = getenv("SHARDRT_CUDA_INCLUDE");
+  if (!inc || !*inc) inc = SHARDRT_CUDA_INCLUDE;
+  char flags[4400];
+  snprintf(flags, sizeof flags, "-std=c++17 -O1 -shared -fPIC -DSK_EMU -I'%s'", inc);
+
+  int nh = rt_cu_header_count(), nparts = 0;
+  const char **parts = malloc(sizeof *parts * (size_t)(2 * nh + 4));
+  size_t *lens = malloc(sizeof *lens * (size_t)(2 * nh + 4));
+  if (!parts || !lens) rt_fatal(1, "out of memory");
+  parts[nparts++] = "emu";
+  parts[nparts++] = code->source;
+  parts[nparts++] = cxx;
+  parts[nparts++] = flags;
+  for (int i = 0; i < nh; i++) parts[nparts++] = rt_cu_header_name(i), parts[nparts++] = rt_cu_header_source(i);
+  for (int i = 0; i < nparts; i++) lens[i] = strlen(parts[i]);
+  char key[33];
+  rt_cu_hash(key, parts, lens, nparts);
+  free(parts);
+  free(lens);
+
+  char *cache = rt_cu_cache_dir(), cpath[4200] = "", tmpl[] = "/tmp/shardc-emu-XXXXXX", path[4300];
+  if (cache) snprintf(cpath, sizeof cpath, "%s/%s-emu.so", cache, key);
+  free(cache);
+  const char *so_path = NULL;
+  struct stat sb;
+  if (cpath[0] && stat(cpath, &sb) == 0 && sb.st_size > 0) {
+    so_path = cpath;
+    e->from_cache = 1;
+  }
+  int made_tmp = 0;
+  if (!so_path) {
+    if (!mkdtemp(tmpl)) {
+      rt_cu_error("emulated device: cannot create a temporary directory in /tmp");
+      return -1;
+    }
+    made_tmp = 1;
+    for (int i = 0; i < nh; i++) {
+      if (strchr(rt_cu_header_name(i), '/')) continue; /* flat: every header sits next to the program */
+      snprintf(path, sizeof path, "%s/%s", tmpl, rt_cu_header_name(i));
+      if (write_file(path, rt_cu_header_source(i)) != 0) {
+        rt_cu_error("emulated device: cannot write %s", path);
+        remove_tree(tmpl, nh);
+        return -1;
+      }
+    }
+    snprintf(path, sizeof path, "%s/program.cpp", tmpl);
+    if (write_file(path, code->source) != 0) {
+      rt_cu_error("emulated device: cannot write %s", path);
+      remove_tree(tmpl, nh);
+      return -1;
+    }
+    size_t cl = strlen(cxx) + strlen(flags) + 3 * strlen(tmpl) + 128;
+    char *cmd = malloc(cl);
+    if (!cmd) rt_fatal(1, "out of memory");
+    snprintf(cmd, cl, "%s %s -I%s -o %s/program.so %s/program.cpp > %s/compile.log 2>&1", cxx, flags, tmpl, tmpl, tmpl,
+             tmpl);
+    int rc = system(cmd);
+    if (rc != 0) {
+      snprintf(path, sizeof path, "%s/compile.log", tmpl);
+      size_t ll = 0;
+      char *log = rt_cu_read_file(path, &ll);
+      rt_cu_error("emulated device: the host C++ compiler could not compile the program's kernels (%s, status "
+                  "%d):\n%s",
+                  cmd, rc, log ? log : "(no log)");
+      free(log);
+      free(cmd);
+      remove_tree(tmpl, nh);
+      return -1;
+    }
+    free(cmd);
+    snprintf(path, sizeof path, "%s/program.so", tmpl);
+    so_path = path;
+    if (cpath[0]) { /* into the cache, atomically */
+      size_t sl = 0;
+      char *so = rt_cu_read_file(path, &sl);
+      if (so && rt_cu_write_atomic(cpath, so, sl) == 0) so_path = cpath;
+      free(so);
+    }
+  }
+  e->so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+  if (!e->so) {
+    rt_cu_error("emulated device: cannot load the compiled kernels %s: %s", so_path, dlerror());
+    if (made_tmp) remove_tree(tmpl, nh);
+    return -1;
+  }
+  if (made_tmp) remove_tree(tmpl, nh); /* a loaded object stays mapped */
+  e->fn = calloc((size_t)e->nk, sizeof *e->fn);
+  if (!e->fn) rt_fatal(1, "out of memory");
+  for (int k = 0; k < e->nk; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "k%d_emu", k);
+    void *sym = dlsym(e->so, name);
+    if (!sym) {
+      rt_cu_error("emulated device: the program's kernels have no \"%s\" (compiled with -DSK_EMU)", name);
+      return -1;
+    }
+    memcpy(&e->fn[k], &sym, sizeof sym);
+  }
+  return 0;
+}
+
+/* ---- the backend table ---- */
+
+static void emu_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args) {
+  EmuBe *e = be;
+  if (k < 0 || k >= e->nk) rt_fatal(1, "emulated device: launch of kernel k%d: the program has %d kernels", k, e->nk);
+  if ((uint64_t)block[0] * block[1] * block[2] > 1024)
+    rt_fatal(1, "emulated device: launch of kernel k%d: block %u x %u x %u has more than 1024 threads", k, block[0],
+             block[1], block[2]);
+  e->fn[k](grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, args);
+}
+
+/* Checks that [p, p + bytes) lies in the allocation (the emulation's stand-in for a fault). */
+static void in_mem(const EmuBe *e, const void *p, int64_t bytes, const char *what) {
+  const char *c = p;
+  if (c < e->base || c + bytes > e->base + e->bytes)
+    rt_fatal(1, "emulated device: %s of %lld bytes at %p is outside the device allocation [%p, +%lld)", what,
+             (long long)bytes, p, (void *)e->base, (long long)e->bytes);
+}
+
+static const float *as_f32(const void *x, int dt, int64_t n, float **tmp) {
+  if (dt == RT_F32) return x;
+  float *t = malloc((size_t)n * sizeof *t);
+  if (!t) rt_fatal(1, "out of memory");
+  const uint16_t *h = x;
+  for (int64_t i = 0; i < n; i++) t[i] = bf16_to_f32(h[i]);
+  *tmp = t;
+  return t;
+}
+
+static void emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta) {
+  EmuBe *e = be;
+  size_t es = ab_dt == RT_BF16 ? 2 : 4, ys = y_dt == RT_BF16 ? 2 : 4;
+  in_mem(e, a, batch * m * k * (int64_t)es, "matmul A");
+  in_mem(e, b, (b_batched ? batch : 1) * k * n * (int64_t)es, "matmul B");
+  in_mem(e, y, batch * m * n * (int64_t)ys, "matmul y");
+  int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  float *yt = y_dt == RT_BF16 ? malloc((size_t)(m * n) * sizeof *yt) : NULL;
+  if (y_dt == RT_BF16 && !yt) rt_fatal(1, "out of memory");
+  float *bt = NULL;
+  const float *bf = b_batched ? NULL : as_f32(b, ab_dt, k * n, &bt);
+  for (int64_t i = 0; i < batch; i++) {
+    float *at = NULL, *bi = NULL;
+    const float *af = as_f32((const char *)a + (size_t)(i * m * k) * es, ab_dt, m * k, &at);
+    const float *bb = b_batched ? as_f32((const char *)b + (size_t)(i * k * n) * es, ab_dt, k * n, &bi) : bf;
+    if (y_dt == RT_F32) {
+      rt_gemm(ta, tb, m, n, k, alpha, af, lda, bb, ldb, beta, (float *)y + i * m * n, n);
+    } else {
+      uint16_t *yh = (uint16_t *)y + i * m * n;
+      for (int64_t j = 0; j < m * n; j++) yt[j] = beta != 0 ? bf16_to_f32(yh[j]) : 0;
+      rt_gemm(ta, tb, m, n, k, alpha, af, lda, bb, ldb, beta, yt, n);
+      for (int64_t j = 0; j < m * n; j++) yh[j] = f32_to_bf16(yt[j]);
+    }
+    free(at);
+    free(bi);
+  }
+  free(bt);
+  free(yt);
+}
+
+static void emu_copy(void *be, void *dst, const void *src, int64_t bytes, int kind) {
+  EmuBe *e = be;
+  if (kind != RT_CU_D2H) in_mem(e, dst, bytes, "copy destination");
+  if (kind == RT_CU_D2D || kind == RT_CU_D2H) in_mem(e, src, bytes, "copy source");
+  memmove(dst, src, (size_t)bytes);
+}
+
+static void emu_zero(void *be, void *dst, int64_t bytes) {
+  in_mem(be, dst, bytes, "fill");
+  memset(dst, 0, (size_t)bytes);
+}
+
+static void emu_copy2d(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+  EmuBe *e = be;
+  in_mem(e, dst, (int64_t)(dpitch * (height - 1) + width), "2D copy destination");
+  in_mem(e, src, (int64_t)(spitch * (height - 1) + width), "2D copy source");
+  for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
+static void emu_sync(void *be) { (void)be; }
+
+static void emu_describe(void *be, char *out, size_t n) {
+  EmuBe *e = be;
+  snprintf(out, n, "emulated CUDA device (SHARDRT_DEVICE=emu): host memory, %d kernels compiled by the host C++ "
+           "compiler%s",
+           e->nk, e->from_cache ? " (from the cache)" : "");
+}
+
+static double emu_peak(void *be) {
+  EmuBe *e = be;
+  if (e->peak <= 0) e->peak = rt_measure_peak_flops(e->threads, 0.1);
+  return e->peak;
+}
+
+static void emu_close(void *be) {
+  EmuBe *e = be;
+  if (!e) return;
+  free(e->base);
+  if (e->so) dlclose(e->so);
+  free(e->fn);
+  free(e);
+}
+
+static const RtCuOps emu_ops = {.name = "emu",
+                                .launch = emu_launch,
+                                .matmul = emu_matmul,
+                                .copy = emu_copy,
+                                .zero = emu_zero,
+                                .copy2d = emu_copy2d,
+                                .sync = emu_sync,
+                                .describe = emu_describe,
+                                .peak = emu_peak,
+                                .close = emu_close};
+
+int rt_cu_open_emu(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev) {
+  EmuBe *e = calloc(1, sizeof *e);
+  if (!e) rt_fatal(1, "out of memory");
+  e->threads = ctx->threads > 0 ? ctx->threads : 1;
+  if (load_kernels(e, p->cuda) != 0) {
+    emu_close(e);
+    return -1;
+  }
+  size_t sz = ((size_t)(bytes > 0 ? bytes : 256) + 255) / 256 * 256;
+  e->base = aligned_alloc(256, sz);
+  if (!e->base) {
+    rt_cu_error("emulated device: cannot allocate the planned %lld bytes", (long long)bytes);
+    emu_close(e);
+    return -1;
+  }
+  memset(e->base, 0, sz);
+  e->bytes = (int64_t)sz;
+  *mem = e->base;
+  dev->ops = &emu_ops;
+  dev->be = e;
+  return 0;
+}

@@ -1,0 +1,124 @@
+/* runtime/cuda/ops.c — rt_cu_* (cuda_ops.h): dispatch to the rank's device backend, and the CUDA
+ * backend's launches, copies and fills on its compute stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/bootstrap.h"
+#include "cu_cuda.h"
+#include "cuda/cuda_ops.h"
+#include "dtype.h"
+
+/* ---- the API the generated code calls ---- */
+
+void rt_cu_launch(RtCtx *ctx, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                  unsigned smem, void **args) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  if ((uint64_t)gx * gy * gz == 0 || (uint64_t)bx * by * bz == 0) return; /* nothing to run */
+  d->ops->launch(d->be, k, grid, block, smem, args);
+}
+
+void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                  int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if ((ab_dt != RT_F32 && ab_dt != RT_BF16) || (y_dt != RT_F32 && y_dt != RT_BF16))
+    rt_fatal(1, "rt_cu_matmul: dtypes %d x %d -> %d: only f32 and bf16 are supported", ab_dt, ab_dt, y_dt);
+  if (batch <= 0 || m <= 0 || n <= 0) return;
+  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta);
+}
+
+void rt_cu_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0 && dst != src) d->ops->copy(d->be, dst, src, bytes, RT_CU_D2D);
+}
+
+void rt_cu_zero(RtCtx *ctx, void *dst, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0) d->ops->zero(d->be, dst, bytes);
+}
+
+void rt_cu_copy_block(RtCtx *ctx, void *dst, int64_t dst_dim, int64_t dst_at, const void *src, int64_t src_dim,
+                      int64_t src_at, int64_t outer, int64_t len, int64_t inner, int es) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  size_t row = (size_t)(inner * es), width = (size_t)len * row;
+  if (outer <= 0 || width == 0) return;
+  char *dp = (char *)dst + (size_t)dst_at * row;
+  const char *sp = (const char *)src + (size_t)src_at * row;
+  size_t dpitch = (size_t)dst_dim * row, spitch = (size_t)src_dim * row;
+  if (outer == 1 || (dpitch == width && spitch == width))
+    d->ops->copy(d->be, dp, sp, (int64_t)(width * (size_t)outer), RT_CU_D2D);
+  else
+    d->ops->copy2d(d->be, dp, dpitch, sp, spitch, width, (size_t)outer);
+}
+
+void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D_ASYNC);
+}
+
+/* ---- the CUDA backend ---- */
+
+void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args) {
+  CudaBe *c = be;
+  if (k < 0 || k >= c->nk) rt_fatal(1, "CUDA: launch of kernel k%d: the program has %d kernels", k, c->nk);
+  if (smem > c->smem_max[k]) { /* above 48 KiB a kernel must opt in */
+    cudaError_t rc = cudaKernelSetAttributeForDevice(c->kern[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)smem, c->device);
+    if (rc != cudaSuccess)
+      rt_fatal(1, "CUDA: kernel k%d: cannot allow %u bytes of dynamic shared memory: %s", k, smem,
+               cudaGetErrorString(rc));
+    c->smem_max[k] = smem;
+  }
+  dim3 g = {grid[0], grid[1], grid[2]}, b = {block[0], block[1], block[2]};
+  cudaError_t rc = cudaLaunchKernel((const void *)c->kern[k], g, b, args, smem, c->stream);
+  if (rc != cudaSuccess)
+    rt_fatal(1, "CUDA: launch of kernel k%d (grid %u x %u x %u, block %u x %u x %u, %u bytes of shared memory) "
+                "failed: %s (%s)",
+             k, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, cudaGetErrorName(rc),
+             cudaGetErrorString(rc));
+  if (getenv("SHARDRT_CUDA_SYNC")) { /* debugging: find the kernel that faults */
+    rc = cudaStreamSynchronize(c->stream);
+    if (rc != cudaSuccess) rt_fatal(1, "CUDA: kernel k%d failed: %s (%s)", k, cudaGetErrorName(rc), cudaGetErrorString(rc));
+  }
+}
+
+void rt_cu_cuda_copy(void *be, void *dst, const void *src, int64_t bytes, int kind) {
+  CudaBe *c = be;
+  switch (kind) {
+  case RT_CU_D2D: CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, c->stream)); break;
+  case RT_CU_H2D_ASYNC: /* pageable source: staged before the call returns */
+    CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
+    break;
+  case RT_CU_H2D:
+    CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
+    CU_CHECK(cudaStreamSynchronize(c->stream));
+    break;
+  case RT_CU_D2H:
+    CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, c->stream));
+    CU_CHECK(cudaStreamSynchronize(c->stream));
+    break;
+  }
+}
+
+void rt_cu_cuda_zero(void *be, void *dst, int64_t bytes) {
+  CudaBe *c = be;
+  CU_CHECK(cudaMemsetAsync(dst, 0, (size_t)bytes, c->stream));
+}
+
+void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+  CudaBe *c = be;
+  CU_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, c->stream));
+}
+
+void rt_cu_cuda_sync(void *be) {
+  CudaBe *c = be;
+  CU_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+void rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta) {
+  CudaBe *c = be;
+  rt_cu_gemm_run(c->gemm, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta);
+}
