@@ -30,6 +30,13 @@ const char *cuk_source(const CuK *k);
 int cuk_count(const CuK *k);
 /* Bytes of scratch (at WS) the emitted launches need: the max over them. */
 int64_t cuk_workspace(const CuK *k);
+/* The first CUK_WS_FLAGS bytes of WS are the device error flag: an int at WS + 0, 0 while all
+ * is well, else CUK_ERR_* (set by the kernels; the runtime reads it back, reports, and clears
+ * it; it must be 0 at start). Kernels' own scratch starts at WS + CUK_WS_FLAGS. A launch
+ * statement may hold several rt_cu_launch calls on its one line (two-pass reductions). */
+#define CUK_WS_FLAGS 256
+#define CUK_ERR_EMBED_ID 1 /* an embedding id outside [0, V) (unsharded embed) */
+#define CUK_ERR_TARGET 2   /* a cross-entropy target >= len */
 
 /* ---- fused elementwise chains ----
  * One kernel computes a chain of elementwise ops at every index of `shape` (numpy

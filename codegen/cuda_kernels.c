@@ -1,0 +1,605 @@
+/* codegen/cuda_kernels.c — the CUDA kernels of a program: one emitter per kernel family
+ * (codegen/cuda_kernels.h). Each kernel kN is an `extern "C" __global__` wrapper over a template
+ * of runtime/cuda/kernels/shardk.cuh with its shapes baked in, followed by SK_EMU_ENTRY (its
+ * emulator entry kN_emu under -DSK_EMU, nothing otherwise). Kernel parameters are `char *`
+ * device addresses and `long long` host values, in that order of the call; the launch
+ * statement passes each through a compound literal: (void *[]){&(char *){e}, ...}.
+ * A family that needs two passes (deterministic reductions) emits two kernels and returns
+ * both launches on one line. */
+#include "cuda_kernels.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "diag.h"
+
+struct CuK {
+  Arena *a;
+  char *src;    /* the source so far */
+  size_t len;   /* bytes in src */
+  size_t cap;   /* bytes allocated for src */
+  int n;        /* kernels emitted */
+  int64_t ws;   /* bytes of scratch needed at WS (flags included) */
+};
+
+CuK *cuk_new(Arena *a) {
+  CuK *k = ARENA_NEW(a, CuK);
+  k->a = a;
+  k->cap = 4096;
+  k->src = arena_alloc(a, k->cap);
+  k->ws = CUK_WS_FLAGS;
+  const char *head = "#include \"shardk.cuh\"\n";
+  k->len = strlen(head);
+  memcpy(k->src, head, k->len + 1);
+  return k;
+}
+
+const char *cuk_source(const CuK *k) { return k->src; }
+int cuk_count(const CuK *k) { return k->n; }
+int64_t cuk_workspace(const CuK *k) { return k->ws; }
+
+__attribute__((format(printf, 2, 3))) static void out(CuK *k, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) die("cuda_kernels: bad format");
+  if (k->len + (size_t)n + 1 > k->cap) {
+    size_t cap = k->cap * 2;
+    while (cap < k->len + (size_t)n + 1) cap *= 2;
+    char *s = arena_alloc(k->a, cap);
+    memcpy(s, k->src, k->len + 1);
+    k->src = s;
+    k->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(k->src + k->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  k->len += (size_t)n;
+}
+
+static void need_ws(CuK *k, int64_t bytes) {
+  if (CUK_WS_FLAGS + bytes > k->ws) k->ws = CUK_WS_FLAGS + bytes;
+}
+
+/* the kernel library's storage type of a dtype */
+static const char *ctype(DType dt) {
+  switch (dt) {
+  case DT_F32: return "float";
+  case DT_BF16: return "sk::bf16";
+  case DT_I32: return "int";
+  default: die("cuda_kernels: dtype %s has no CUDA storage type", ir_dtype_name(dt));
+  }
+}
+
+static const char *fl(CuK *k, double v) { return arena_printf(k->a, "%.9ef", v); }
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Kernel arguments: the pointers first (char *), then the int64 host values (long long). */
+typedef struct {
+  int np, nl;
+  const char *p[16]; /* host C expressions of device addresses */
+  const char *l[4];  /* host C int64 expressions */
+} Args;
+
+/* Starts kernel N: its signature; the body follows (ending with end_kernel). Parameters are
+ * named p0.. and l0... Returns N. */
+static int begin_kernel(CuK *k, const Args *g, int nt) {
+  int id = k->n++;
+  out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d(", nt, id);
+  for (int i = 0; i < g->np; i++) out(k, "%schar *p%d", i ? ", " : "", i);
+  for (int i = 0; i < g->nl; i++) out(k, "%slong long l%d", g->np + i ? ", " : "", i);
+  out(k, ") {\n");
+  return id;
+}
+
+/* Ends kernel id: its emulator entry; returns its launch statement. */
+static const char *end_kernel(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
+                              int bz) {
+  if (gx < 1 || gx > 0x7fffffffLL || gy < 1 || gy > 65535 || gz < 1 || gz > 65535)
+    die("cuda_kernels: grid (%lld, %lld, %lld) of k%d out of range", (long long)gx, (long long)gy, (long long)gz,
+        id);
+  out(k, "}\nSK_EMU_ENTRY(k%d, (", id);
+  for (int i = 0; i < g->np; i++) out(k, "%sSK_ARG(%d, char *)", i ? ", " : "", i);
+  for (int i = 0; i < g->nl; i++) out(k, "%sSK_ARG(%d, long long)", g->np + i ? ", " : "", g->np + i);
+  out(k, "))\n");
+  char *s = arena_printf(k->a, "rt_cu_launch(ctx, %d, %lld, %lld, %lld, %d, %d, %d, 0, (void *[]){", id,
+                         (long long)gx, (long long)gy, (long long)gz, bx, by, bz);
+  for (int i = 0; i < g->np; i++) s = arena_printf(k->a, "%s%s&(char *){%s}", s, i ? ", " : "", g->p[i]);
+  for (int i = 0; i < g->nl; i++)
+    s = arena_printf(k->a, "%s%s&(long long){%s}", s, g->np + i ? ", " : "", g->l[i]);
+  return arena_printf(k->a, "%s});", s);
+}
+
+/* A one-statement kernel: body is the statement (uses p0.., l0..). */
+static const char *simple(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, const char *body) {
+  int id = begin_kernel(k, g, bx * by);
+  out(k, "  %s\n", body);
+  return end_kernel(k, id, g, gx, gy, gz, bx, by, 1);
+}
+
+static const char *cat(CuK *k, const char *a, const char *b) { return arena_printf(k->a, "%s %s", a, b); }
+
+static const char *ws_at(CuK *k, int64_t off) {
+  return arena_printf(k->a, "(WS + %lld)", (long long)(CUK_WS_FLAGS + off));
+}
+
+/* grid of a grid-stride loop over n elements with 256 threads */
+static int64_t stride_grid(int64_t n) { return imax(1, imin(cdiv(n, 256), 8192)); }
+
+/* Threads of a row kernel over d columns: a multiple of 32 with about 4 columns each. */
+static int row_threads(int64_t d) { return (int)imin(1024, imax(32, cdiv(cdiv(d, 4), 32) * 32)); }
+
+/* ---- fused elementwise chains --------------------------------------------------------------- */
+
+static const char *op_expr(CuK *k, const CuEwOp *o, const char *a, const char *b) {
+  switch (o->op) {
+  case OP_ADD: return arena_printf(k->a, "%s + %s", a, b);
+  case OP_SUB: return arena_printf(k->a, "%s - %s", a, b);
+  case OP_MUL: return arena_printf(k->a, "%s * %s", a, b);
+  case OP_DIV: return arena_printf(k->a, "%s / %s", a, b);
+  case OP_MAXIMUM: return arena_printf(k->a, "sk::fmaxv(%s, %s)", a, b);
+  case OP_MINIMUM: return arena_printf(k->a, "sk::fminv(%s, %s)", a, b);
+  case OP_NEG: return arena_printf(k->a, "-%s", a);
+  case OP_SCALE: return arena_printf(k->a, "%s * %s", fl(k, o->scalar), a);
+  case OP_ADD_SCALAR: return arena_printf(k->a, "%s + %s", a, fl(k, o->scalar));
+  case OP_EXP: return arena_printf(k->a, "expf(%s)", a);
+  case OP_LOG: return arena_printf(k->a, "logf(%s)", a);
+  case OP_SQRT: return arena_printf(k->a, "sqrtf(%s)", a);
+  case OP_RSQRT: return arena_printf(k->a, "1.0f / sqrtf(%s)", a);
+  case OP_TANH: return arena_printf(k->a, "tanhf(%s)", a);
+  case OP_SIGMOID: return arena_printf(k->a, "sk::sigmoid(%s)", a);
+  case OP_RELU: return arena_printf(k->a, "sk::relu(%s)", a);
+  case OP_GELU: return arena_printf(k->a, "sk::gelu(%s)", a);
+  case OP_SILU: return arena_printf(k->a, "sk::silu(%s)", a);
+  case OP_GELU_BWD: return arena_printf(k->a, "sk::gelu_bwd(%s, %s)", a, b);
+  case OP_SILU_BWD: return arena_printf(k->a, "sk::silu_bwd(%s, %s)", a, b);
+  case OP_CAST: return arena_printf(k->a, "%s", a);
+  case OP_CONST: return fl(k, o->scalar);
+  default: die("cuda_kernels: %s is not an elementwise op", ir_ops[o->op].name);
+  }
+}
+
+const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
+  const Shape *s = &c->shape;
+  int64_t n = ir_numel(s);
+  if (c->nin + c->nout > 16) die("cuda_kernels: elementwise chain with %d inputs and outputs", c->nin + c->nout);
+  Args g = {0};
+  for (int i = 0; i < c->nin; i++) g.p[g.np++] = c->in[i].ptr;
+  for (int i = 0; i < c->nout; i++) g.p[g.np++] = c->out_ptr[i];
+  int id = begin_kernel(k, &g, 256);
+  out(k, "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < %lldLL; i += (long long)gridDim.x * 256) {\n",
+      (long long)n);
+  /* coordinates, when an input broadcasts */
+  int coords = 0;
+  for (int i = 0; i < c->nin; i++) coords |= ir_numel(&c->in[i].shape) != n;
+  if (coords) {
+    out(k, "    long long r = i;\n");
+    for (int d = s->rank - 1; d >= 0; d--) out(k, "    long long c%d = r %% %lldLL; r /= %lldLL;\n", d, (long long)s->dim[d], (long long)s->dim[d]);
+    out(k, "    (void)r;\n");
+  }
+  for (int i = 0; i < c->nin; i++) {
+    const Shape *is = &c->in[i].shape;
+    const char *idx = "i";
+    if (ir_numel(is) != n) {
+      if (is->rank > s->rank) die("cuda_kernels: input %d of rank %d in a chain of rank %d", i, is->rank, s->rank);
+      idx = "0";
+      int64_t stride = 1;
+      for (int d = is->rank - 1; d >= 0; d--) {
+        int sd = s->rank - is->rank + d;
+        if (is->dim[d] != 1) {
+          if (is->dim[d] != s->dim[sd]) die("cuda_kernels: input %d does not broadcast", i);
+          idx = arena_printf(k->a, "%s + c%d * %lldLL", idx, sd, (long long)stride);
+        }
+        stride *= is->dim[d];
+      }
+    }
+    out(k, "    float x%d = sk::ld((const %s *)p%d + (%s));\n", i, ctype(c->in[i].dt), i, idx);
+  }
+  for (int j = 0; j < c->nops; j++) {
+    const CuEwOp *o = &c->ops[j];
+    const char *a[2] = {"0.0f", "0.0f"};
+    for (int q = 0; q < 2; q++) {
+      int r = o->in[q];
+      if (o->op == OP_CONST) break;
+      if (q == 1 && !(o->op == OP_ADD || o->op == OP_SUB || o->op == OP_MUL || o->op == OP_DIV || o->op == OP_MAXIMUM ||
+                      o->op == OP_MINIMUM || o->op == OP_GELU_BWD || o->op == OP_SILU_BWD))
+        break;
+      if (r >= j) die("cuda_kernels: chain op %d reads op %d", j, r);
+      a[q] = r >= 0 ? arena_printf(k->a, "t%d", r) : arena_printf(k->a, "x%d", -1 - r);
+      if (r < 0 && -1 - r >= c->nin) die("cuda_kernels: chain op %d reads input %d", j, -1 - r);
+    }
+    const char *e = op_expr(k, o, a[0], a[1]);
+    if (o->dt == DT_BF16) e = arena_printf(k->a, "sk::rbf(%s)", e);
+    else if (o->dt == DT_I32) e = arena_printf(k->a, "rintf(%s)", e);
+    else if (o->dt != DT_F32) die("cuda_kernels: chain op of dtype %s", ir_dtype_name(o->dt));
+    out(k, "    float t%d = %s;\n", j, e);
+  }
+  for (int i = 0; i < c->nout; i++) {
+    int j = c->out_op[i];
+    if (j < 0 || j >= c->nops) die("cuda_kernels: output %d stores op %d", i, j);
+    out(k, "    sk::st((%s *)p%d + i, t%d);\n", ctype(c->ops[j].dt), c->nin + i, j);
+  }
+  out(k, "  }\n");
+  return end_kernel(k, id, &g, stride_grid(n), 1, 1, 256, 1, 1);
+}
+
+/* ---- data movement ------------------------------------------------------------------------ */
+
+const char *cuk_iota(CuK *k, const char *y, int64_t n, int64_t start) {
+  Args g = {.np = 1, .p = {y}};
+  return simple(k, &g, stride_grid(n), 1, 1, 256, 1,
+                arena_printf(k->a, "sk::iota<%lldLL>((int *)p0, %lldLL);", (long long)n, (long long)start));
+}
+
+const char *cuk_transpose(CuK *k, const char *y, const char *x, DType dt, int64_t batch, int64_t rows, int64_t cols) {
+  Args g = {.np = 2, .p = {y, x}};
+  const char *t = ctype(dt);
+  return simple(k, &g, cdiv(cols, 32), cdiv(rows, 32), batch, 32, 8,
+                arena_printf(k->a, "sk::transpose<%s, %lldLL, %lldLL>((%s *)p0, (const %s *)p1);", t, (long long)rows,
+                             (long long)cols, t, t));
+}
+
+const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, const char *x, DType xdt, const Shape *xs) {
+  /* align ys to xs on the right; kept dims (equal) and summed dims (1 or missing in ys) */
+  int r = xs->rank;
+  int64_t xstr[IR_MAX_RANK], ny = 1, nr = 1;
+  int kept[IR_MAX_RANK], nk = 0, summed[IR_MAX_RANK], ns = 0;
+  int64_t st = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    xstr[d] = st;
+    st *= xs->dim[d];
+  }
+  if (ys->rank > r) die("cuda_kernels: reduce_to of rank %d to rank %d", r, ys->rank);
+  for (int d = 0; d < r; d++) {
+    int yd = d - (r - ys->rank);
+    int64_t yv = yd >= 0 ? ys->dim[yd] : 1;
+    if (yv == xs->dim[d]) {
+      kept[nk++] = d;
+      ny *= yv;
+    } else if (yv == 1) {
+      summed[ns++] = d;
+      nr *= xs->dim[d];
+    } else {
+      die("cuda_kernels: reduce_to: dim %d of %lld does not reduce to %lld", d, (long long)xs->dim[d], (long long)yv);
+    }
+  }
+  /* P chunks of the summed index: enough threads, at least 32 terms a chunk */
+  int64_t P = imax(1, imin(cdiv(65536, ny), cdiv(nr, 32)));
+  int64_t chunk = cdiv(nr, P);
+  P = cdiv(nr, chunk);
+  Args g = {.np = 2, .p = {P > 1 ? ws_at(k, 0) : y, x}};
+  const char *yt = P > 1 ? "float" : ctype(ydt);
+  int id = begin_kernel(k, &g, 256);
+  out(k, "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\n");
+  out(k, "  if (o >= %lldLL) return;\n  long long base = 0, r = o;\n", (long long)ny);
+  for (int i = nk - 1; i >= 0; i--) {
+    int d = kept[i];
+    out(k, "  base += (r %% %lldLL) * %lldLL; r /= %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d],
+        (long long)xs->dim[d]);
+  }
+  out(k, "  float acc = 0.0f;\n");
+  out(k, "  for (long long j = p * %lldLL; j < (p + 1) * %lldLL && j < %lldLL; j++) {\n", (long long)chunk,
+      (long long)chunk, (long long)nr);
+  out(k, "    long long off = base, q = j;\n");
+  for (int i = ns - 1; i >= 0; i--) {
+    int d = summed[i];
+    out(k, "    off += (q %% %lldLL) * %lldLL; q /= %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d],
+        (long long)xs->dim[d]);
+  }
+  out(k, "    acc += sk::ld((const %s *)p1 + off);\n  }\n", ctype(xdt));
+  out(k, "  sk::st((%s *)p0 + p * %lldLL + o, acc);\n", yt, (long long)ny);
+  const char *l1 = end_kernel(k, id, &g, cdiv(ny, 256), P, 1, 256, 1, 1);
+  if (P == 1) return l1;
+  need_ws(k, P * ny * 4);
+  Args g2 = {.np = 2, .p = {y, ws_at(k, 0)}};
+  return cat(k, l1,
+             simple(k, &g2, cdiv(ny, 256), 1, 1, 256, 1,
+                    arena_printf(k->a, "sk::sum_parts<%s, %lldLL, %lldLL>((%s *)p0, (const float *)p1, 1.0f);",
+                                 ctype(ydt), (long long)ny, (long long)P, ctype(ydt))));
+}
+
+/* ---- embeddings ------------------------------------------------------------------------------ */
+
+const char *cuk_embed(CuK *k, const char *y, DType ydt, const char *table, DType tdt, const char *idx, int64_t n,
+                      int64_t d, int64_t V, const char *row0) {
+  int check = strcmp(row0, "0") == 0;
+  Args g = {.np = 4, .nl = 1, .p = {y, table, idx, "WS"}, .l = {row0}};
+  int nt = (int)imin(256, imax(32, cdiv(d, 32) * 32));
+  return simple(k, &g, n, 1, 1, nt, 1,
+                arena_printf(k->a,
+                             "sk::embed<%s, %s, %lldLL, %lldLL, %d, %s>((%s *)p0, (const %s *)p1, (const int *)p2, l0, "
+                             "(int *)p3);",
+                             ctype(ydt), ctype(tdt), (long long)d, (long long)V, nt, check ? "true" : "false",
+                             ctype(ydt), ctype(tdt)));
+}
+
+const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
+                          int64_t n, int64_t d, int64_t V, const char *row0) {
+  int64_t dc = imin(d, 8192), R = imax(1, imin(32, 8192 / dc));
+  Args g = {.np = 3, .nl = 1, .p = {dtable, idx, dy}, .l = {row0}};
+  return simple(k, &g, cdiv(V, R), cdiv(d, dc), 1, 256, 1,
+                arena_printf(k->a,
+                             "sk::embed_bwd<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, 256>((%s *)p0, (const int *)p1, "
+                             "(const %s *)p2, l0);",
+                             ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)R, (int)dc,
+                             ctype(tdt), ctype(dydt)));
+}
+
+/* ---- norms ------------------------------------------------------------------------------------ */
+
+static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x, DType xdt, const char *w,
+                            const char *b, DType wdt, int64_t rows, int64_t d, double eps) {
+  int nt = row_threads(d);
+  int nper = (int)cdiv(d, nt);
+  Args g = {.np = b ? 4 : 3, .p = {y, x, w, b}};
+  const char *xt = ctype(xdt), *wt = ctype(wdt);
+  const char *call =
+      b ? arena_printf(k->a,
+                       "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, (const %s *)p3, %s);",
+                       fn, xt, wt, (long long)d, nt, nper, xt, xt, wt, wt, fl(k, eps))
+        : arena_printf(k->a, "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, %s);", fn,
+                       xt, wt, (long long)d, nt, nper, xt, xt, wt, fl(k, eps));
+  return simple(k, &g, rows, 1, 1, nt, 1, call);
+}
+
+const char *cuk_layernorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, const char *b, DType wdt,
+                          int64_t rows, int64_t d, double eps) {
+  return norm_fwd(k, "layernorm", y, x, xdt, w, b, wdt, rows, d, eps);
+}
+
+const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, DType wdt, int64_t rows,
+                        int64_t d, double eps) {
+  return norm_fwd(k, "rmsnorm", y, x, xdt, w, NULL, wdt, rows, d, eps);
+}
+
+static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
+                            const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
+  int nt = row_threads(d);
+  int nper = (int)cdiv(d, nt);
+  int64_t P = imax(1, imin(rows, 256));
+  int64_t m = ln ? 2 * d : d;
+  need_ws(k, P * m * 4);
+  const char *xt = ctype(xdt), *wt = ctype(wdt);
+  Args g = {.np = 5, .p = {dx, ws_at(k, 0), x, w, dy}};
+  const char *l1 = simple(
+      k, &g, P, 1, 1, nt, 1,
+      arena_printf(k->a,
+                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (float *)p1, (const %s *)p2, (const %s *)p3, "
+                   "(const %s *)p4, %s);",
+                   ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P, xt,
+                   xt, wt, xt, fl(k, eps)));
+  /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
+  Args g2 = {.np = 2, .p = {dw, ws_at(k, 0)}};
+  const char *l2 = NULL;
+  if (ln) {
+    /* one kernel over 2d columns would need dw and db adjacent: sum each half separately */
+    int id = begin_kernel(k, &(Args){.np = 3, .p = {dw, db, ws_at(k, 0)}}, 256);
+    out(k, "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\n");
+    out(k, "  if (j >= %lldLL) return;\n", (long long)(2 * d));
+    out(k, "  float acc = 0.0f;\n  for (long long p = 0; p < %lldLL; p++) acc += ((const float *)p2)[p * %lldLL + j];\n",
+        (long long)P, (long long)(2 * d));
+    out(k, "  if (j < %lldLL) sk::st((%s *)p0 + j, acc); else sk::st((%s *)p1 + (j - %lldLL), acc);\n", (long long)d,
+        wt, wt, (long long)d);
+    l2 = end_kernel(k, id, &(Args){.np = 3, .p = {dw, db, ws_at(k, 0)}}, cdiv(2 * d, 256), 1, 1, 256, 1, 1);
+  } else {
+    l2 = simple(k, &g2, cdiv(d, 256), 1, 1, 256, 1,
+                arena_printf(k->a, "sk::sum_parts<%s, %lldLL, %lldLL>((%s *)p0, (const float *)p1, 1.0f);", wt,
+                             (long long)d, (long long)P, wt));
+  }
+  return cat(k, l1, l2);
+}
+
+const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
+                              const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
+  return norm_bwd(k, 1, dx, dw, db, x, xdt, w, wdt, dy, rows, d, eps);
+}
+
+const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *x, DType xdt, const char *w, DType wdt,
+                            const char *dy, int64_t rows, int64_t d, double eps) {
+  return norm_bwd(k, 0, dx, dw, NULL, x, xdt, w, wdt, dy, rows, d, eps);
+}
+
+/* ---- rotary embedding ---------------------------------------------------------------------------- */
+
+const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd,
+                     double theta, int64_t start, int inverse) {
+  Args g = {.np = 2, .p = {y, x}};
+  const char *t = ctype(dt);
+  return simple(k, &g, stride_grid(B * S * H * (hd / 2)), 1, 1, 256, 1,
+                arena_printf(k->a, "sk::rope<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s>((%s *)p0, (const %s *)p1, %.17g, %lldLL);",
+                             t, (long long)B, (long long)S, (long long)H, (long long)hd, inverse ? "true" : "false", t,
+                             t, theta, (long long)start));
+}
+
+/* ---- attention ----------------------------------------------------------------------------------- */
+
+/* threads per row: a power of two <= hd/16 dividing hd (each thread holds hd/TPR dims) */
+static int attn_tpr(int64_t hd) {
+  int t = 1;
+  while (t * 2 <= 8 && t * 2 * 16 <= hd && hd % (t * 2) == 0) t *= 2;
+  return t;
+}
+
+static void attn_check(int64_t H, int64_t KV, int64_t hd) {
+  if (KV < 1 || H % KV != 0) die("cuda_kernels: sdpa with %lld heads and %lld kv heads", (long long)H, (long long)KV);
+  if (hd > 256) die("cuda_kernels: sdpa head dim %lld > 256", (long long)hd);
+}
+
+const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
+                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+  attn_check(H, KV, hd);
+  int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
+  const char *t = ctype(dt);
+  Args g = {.np = 5, .p = {o, lse, q, kk, v}};
+  return simple(k, &g, cdiv(S, bq), H, B, bq * tpr, 1,
+                arena_printf(k->a,
+                             "sk::sdpa_fwd<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((%s *)p0, (float *)p1, "
+                             "(const %s *)p2, (const %s *)p3, (const %s *)p4);",
+                             t, (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", bq,
+                             bk, tpr, t, t, t, t));
+}
+
+const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                         const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+  attn_check(H, KV, hd);
+  int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
+  const char *t = ctype(dt), *cz = causal ? "true" : "false";
+  need_ws(k, B * H * S * 4);
+  const char *D = ws_at(k, 0);
+  Args g1 = {.np = 3, .p = {D, o, dout}};
+  const char *l1 = simple(k, &g1, cdiv(S, bq), H, B, bq * tpr, 1,
+                          arena_printf(k->a,
+                                       "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
+                                       "(const %s *)p2);",
+                                       t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
+  Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+  const char *l2 = simple(
+      k, &g2, cdiv(S, bq), KV, B, bq * tpr, 1,
+      arena_printf(k->a,
+                   "sk::sdpa_bwd_kv<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((%s *)p0, (%s *)p1, (const %s *)p2, "
+                   "(const %s *)p3, (const %s *)p4, (const float *)p5, (const float *)p6, (const %s *)p7);",
+                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, t, t, t, t, t, t));
+  Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
+  const char *l3 = simple(
+      k, &g3, cdiv(S, bq), H, B, bq * tpr, 1,
+      arena_printf(k->a,
+                   "sk::sdpa_bwd_q<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, "
+                   "(const %s *)p3, (const float *)p4, (const float *)p5, (const %s *)p6);",
+                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, t, t, t, t, t));
+  return cat(k, cat(k, l1, l2), l3);
+}
+
+/* ---- cross-entropy ---------------------------------------------------------------------------------- */
+
+#define CE_NT 256
+
+const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DType ldt, const char *targets, int64_t n,
+                              int64_t V, int64_t len) {
+  need_ws(k, n * 4);
+  const char *t = ctype(ldt);
+  Args g1 = {.np = 4, .p = {ws_at(k, 0), logits, targets, "WS"}};
+  const char *l1 = simple(k, &g1, n, 1, 1, CE_NT, 1,
+                          arena_printf(k->a,
+                                       "sk::ce_rows<%s, %lldLL, %lldLL, %d>((float *)p0, (const %s *)p1, (const int *)p2, "
+                                       "(int *)p3);",
+                                       t, (long long)V, (long long)len, CE_NT, t));
+  Args g2 = {.np = 3, .p = {loss, ws_at(k, 0), targets}};
+  const char *l2 = simple(k, &g2, 1, 1, 1, CE_NT, 1,
+                          arena_printf(k->a,
+                                       "sk::ce_mean<%lldLL, %d>((float *)p0, (const float *)p1, (const int *)p2, "
+                                       "(const float *)0, (float *)0);",
+                                       (long long)n, CE_NT));
+  return cat(k, l1, l2);
+}
+
+const char *cuk_cross_entropy_bwd(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets,
+                                  const char *dloss, int64_t n, int64_t V, int64_t len) {
+  need_ws(k, 4);
+  const char *t = ctype(ldt);
+  Args g1 = {.np = 3, .p = {targets, dloss, ws_at(k, 0)}};
+  const char *l1 = simple(k, &g1, 1, 1, 1, CE_NT, 1,
+                          arena_printf(k->a,
+                                       "sk::ce_mean<%lldLL, %d>((float *)0, (const float *)0, (const int *)p0, "
+                                       "(const float *)p1, (float *)p2);",
+                                       (long long)n, CE_NT));
+  Args g2 = {.np = 4, .p = {dlogits, logits, targets, ws_at(k, 0)}};
+  const char *l2 = simple(k, &g2, n, 1, 1, CE_NT, 1,
+                          arena_printf(k->a,
+                                       "sk::ce_bwd_rows<%s, %lldLL, %lldLL, %d>((%s *)p0, (const %s *)p1, "
+                                       "(const int *)p2, (const float *)p3);",
+                                       t, (long long)V, (long long)len, CE_NT, t, t));
+  return cat(k, l1, l2);
+}
+
+const char *cuk_ce_max(CuK *k, const char *m, const char *logits, DType ldt, int64_t n, int64_t V, int64_t len,
+                       const char *col0) {
+  const char *t = ctype(ldt);
+  Args g = {.np = 2, .nl = 1, .p = {m, logits}, .l = {col0}};
+  return simple(k, &g, n, 1, 1, CE_NT, 1,
+                arena_printf(k->a, "sk::ce_max<%s, %lldLL, %lldLL, %d>((float *)p0, (const %s *)p1, l0);", t,
+                             (long long)V, (long long)len, CE_NT, t));
+}
+
+const char *cuk_ce_sums(CuK *k, const char *st, const char *logits, DType ldt, const char *targets, const char *m,
+                        int64_t n, int64_t V, int64_t len, const char *col0) {
+  const char *t = ctype(ldt);
+  Args g = {.np = 4, .nl = 1, .p = {st, logits, targets, m}, .l = {col0}};
+  return simple(k, &g, n, 1, 1, CE_NT, 1,
+                arena_printf(k->a,
+                             "sk::ce_sums<%s, %lldLL, %lldLL, %d>((float *)p0, (const %s *)p1, (const int *)p2, "
+                             "(const float *)p3, l0);",
+                             t, (long long)V, (long long)len, CE_NT, t));
+}
+
+const char *cuk_ce_loss(CuK *k, const char *outp, const char *st, const char *m, const char *targets, int64_t n,
+                        int64_t len) {
+  Args g = {.np = 5, .p = {outp, st, m, targets, "WS"}};
+  return simple(k, &g, 1, 1, 1, CE_NT, 1,
+                arena_printf(k->a,
+                             "sk::ce_loss<%lldLL, %lldLL, %d>((float *)p0, (const float *)p1, (const float *)p2, "
+                             "(const int *)p3, (int *)p4);",
+                             (long long)n, (long long)len, CE_NT));
+}
+
+const char *cuk_ce_grad(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets, const char *m,
+                        const char *st, const char *scale, int64_t n, int64_t V, int64_t len, const char *col0) {
+  const char *t = ctype(ldt);
+  Args g = {.np = 6, .nl = 1, .p = {dlogits, logits, targets, m, st, scale}, .l = {col0}};
+  return simple(k, &g, n, 1, 1, CE_NT, 1,
+                arena_printf(k->a,
+                             "sk::ce_grad<%s, %lldLL, %lldLL, %d>((%s *)p0, (const %s *)p1, (const int *)p2, "
+                             "(const float *)p3, (const float *)p4, (const float *)p5, l0);",
+                             t, (long long)V, (long long)len, CE_NT, t, t));
+}
+
+/* ---- reductions -------------------------------------------------------------------------------------- */
+
+static const char *reduce(CuK *k, const char *y, const char *x, DType xdt, int64_t n, int sq, double scale) {
+  int64_t P = imax(1, imin(1024, cdiv(n, 4096)));
+  need_ws(k, P * 4);
+  const char *t = ctype(xdt);
+  Args g1 = {.np = 2, .p = {ws_at(k, 0), x}};
+  const char *l1 = simple(k, &g1, P, 1, 1, 256, 1,
+                          arena_printf(k->a, "sk::reduce_parts<%s, %lldLL, %d, 256, %s>((float *)p0, (const %s *)p1);",
+                                       t, (long long)n, (int)P, sq ? "true" : "false", t));
+  Args g2 = {.np = 2, .p = {y, ws_at(k, 0)}};
+  const char *l2 = simple(k, &g2, 1, 1, 1, 256, 1,
+                          arena_printf(k->a, "sk::reduce_final<%d, 256>((float *)p0, (const float *)p1, %s);", (int)P,
+                                       fl(k, scale)));
+  return cat(k, l1, l2);
+}
+
+const char *cuk_sum(CuK *k, const char *y, const char *x, DType xdt, int64_t n) { return reduce(k, y, x, xdt, n, 0, 1.0); }
+const char *cuk_mean(CuK *k, const char *y, const char *x, DType xdt, int64_t n) {
+  return reduce(k, y, x, xdt, n, 0, n > 0 ? 1.0 / (double)n : 0.0);
+}
+const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n) {
+  return reduce(k, y, x, xdt, n, 1, 1.0);
+}
+
+/* ---- optimizers ---------------------------------------------------------------------------------------- */
+
+const char *cuk_adamw(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *v, const char *hyper,
+                      int64_t n, double beta1, double beta2, double eps, double wd) {
+  Args a = {.np = 5, .p = {p, g, m, v, hyper}};
+  return simple(k, &a, stride_grid(n), 1, 1, 256, 1,
+                arena_printf(k->a,
+                             "sk::adamw<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (float *)p3, "
+                             "(const float *)p4, %s, %s, %s, %s);",
+                             ctype(gdt), (long long)n, ctype(gdt), fl(k, beta1), fl(k, beta2), fl(k, eps), fl(k, wd)));
+}
+
+const char *cuk_sgd(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *hyper, int64_t n,
+                    double momentum, double wd) {
+  Args a = {.np = 4, .p = {p, g, m, hyper}};
+  return simple(k, &a, stride_grid(n), 1, 1, 256, 1,
+                arena_printf(k->a,
+                             "sk::sgd<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (const float *)p3, %s, %s);",
+                             ctype(gdt), (long long)n, ctype(gdt), fl(k, momentum), fl(k, wd)));
+}

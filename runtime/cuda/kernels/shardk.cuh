@@ -1,0 +1,580 @@
+/* runtime/cuda/kernels/shardk.cuh — shardc's device kernel library.
+ *
+ * __device__ templates with every shape a template parameter; the program's kernels
+ * (codegen/cuda_kernels.c) are thin `extern "C" __global__ kN` wrappers over them. Storage
+ * types T: float or sk::bf16 (__nv_bfloat16); all math is fp32 inside (fp64 only where a
+ * reference needs it: RoPE angles, Adam's bias corrections). Nothing here uses floating-point
+ * atomics: every reduction has a fixed order, so results are the same bits run to run.
+ * Semantics are those of ir/ops.def.
+ *
+ * Under -DSK_EMU the same source compiles with the host C++ compiler and runs on the CPU
+ * emulator of sk_emu.h (a test tool). Rules that keep both right: block sizes are multiples
+ * of 32; warp collectives are reached by every lane of the warp (loops uniform per warp).
+ *
+ * Workspace (WS, the kernel scratch after the planned memory): its first SK_WS_FLAGS bytes
+ * hold the device error flag (int at WS + 0, see SK_ERR_*); kernels' scratch starts after.
+ */
+#ifndef SHARDK_CUH
+#define SHARDK_CUH
+
+#ifdef SK_EMU
+#include "sk_emu.h"
+#else
+#include <cuda_bf16.h>
+#define SK_EMU_ENTRY(name, callargs)
+extern __shared__ __align__(16) unsigned char sk_dyn_smem_[];
+#define SK_DYN_SMEM() ((void *)sk_dyn_smem_)
+#endif
+
+/* Error flag codes (int at WS + 0; 0: no error). */
+#define SK_ERR_EMBED_ID 1  /* an embedding id outside [0, V) */
+#define SK_ERR_TARGET 2    /* a cross-entropy target at or past len (the valid vocabulary) */
+
+namespace sk {
+
+typedef __nv_bfloat16 bf16;
+typedef long long i64;
+
+/* ---- loads, stores, rounding ---------------------------------------------------------- */
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float ld(const int *p) { return (float)*p; }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16_rn(v); } /* nearest, ties to even */
+__device__ __forceinline__ void st(int *p, float v) { *p = (int)rintf(v); }
+/* x rounded to the nearest bf16 (ties to even), as a float */
+__device__ __forceinline__ float rbf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float ninf() { return __int_as_float((int)0xff800000u); }
+
+/* ---- elementwise math (ops.def) -------------------------------------------------------- */
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu(float x) {
+  const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float gelu_bwd(float x, float dy) {
+  const float c = 0.7978845608028654f;
+  float t = tanhf(c * (x + 0.044715f * x * x * x));
+  float du = c * (1.0f + 3.0f * 0.044715f * x * x);
+  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
+__device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
+__device__ __forceinline__ float silu_bwd(float x, float dy) {
+  float s = sigmoid(x);
+  return dy * (s + x * s * (1.0f - s));
+}
+__device__ __forceinline__ float relu(float x) { return x > 0.0f ? x : 0.0f; }
+__device__ __forceinline__ float fmaxv(float a, float b) { return a > b ? a : b; }
+__device__ __forceinline__ float fminv(float a, float b) { return a < b ? a : b; }
+
+/* ---- reductions inside a block (fixed order: the same bits in every thread) ----------------- */
+/* Butterfly sum: every lane ends with the same value (a + b == b + a). */
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int m = 16; m > 0; m >>= 1) v = fmaxv(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+/* Sum over the NT threads of the block (NT a multiple of 32); every thread gets the result.
+ * red: __shared__ float[64]. */
+template <int NT>
+__device__ __forceinline__ float block_sum(float v, float *red) {
+  v = warp_sum(v);
+  int w = (int)threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) red[w] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int i = 0; i < NT / 32; i++) r += red[i];
+  __syncthreads();
+  return r;
+}
+/* Two sums at once (one pair of barriers). */
+template <int NT>
+__device__ __forceinline__ void block_sum2(float &a, float &b, float *red) {
+  a = warp_sum(a);
+  b = warp_sum(b);
+  int w = (int)threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    red[w] = a;
+    red[32 + w] = b;
+  }
+  __syncthreads();
+  a = 0.0f;
+  b = 0.0f;
+  for (int i = 0; i < NT / 32; i++) {
+    a += red[i];
+    b += red[32 + i];
+  }
+  __syncthreads();
+}
+/* Online softmax state (max m, sum s of exp(x - m)); merging is commutative. */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
+  float mm = fmaxv(m, m2);
+  if (mm == ninf()) return; /* both empty */
+  s = s * expf(m - mm) + s2 * expf(m2 - mm);
+  m = mm;
+}
+template <int NT>
+__device__ __forceinline__ void block_lse(float &m, float &s, float *red) {
+  for (int k = 16; k > 0; k >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, k), s2 = __shfl_xor_sync(0xffffffffu, s, k);
+    lse_merge(m, s, m2, s2);
+  }
+  int w = (int)threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    red[w] = m;
+    red[32 + w] = s;
+  }
+  __syncthreads();
+  m = ninf();
+  s = 0.0f;
+  for (int i = 0; i < NT / 32; i++) lse_merge(m, s, red[i], red[32 + i]);
+  __syncthreads();
+}
+
+/* ---- iota, transpose, the second stage of column sums ----------------------------------- */
+template <i64 N>
+__device__ void iota(int *y, i64 start) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x)
+    y[i] = (int)(start + i);
+}
+
+/* y[b, c, r] = x[b, r, c]; block (32, 8), grid (ceil(C/32), ceil(R/32), batch). */
+template <class T, i64 R, i64 C>
+__device__ void transpose(T *y, const T *x) {
+  __shared__ float tile[32][33];
+  i64 b = blockIdx.z, r0 = (i64)blockIdx.y * 32, c0 = (i64)blockIdx.x * 32;
+  const T *xb = x + b * R * C;
+  T *yb = y + b * R * C;
+  int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+  for (int j = 0; j < 32; j += 8) {
+    i64 r = r0 + ty + j, c = c0 + tx;
+    if (r < R && c < C) tile[ty + j][tx] = ld(xb + r * C + c);
+  }
+  __syncthreads();
+  for (int j = 0; j < 32; j += 8) {
+    i64 c = c0 + ty + j, r = r0 + tx;
+    if (r < R && c < C) st(yb + c * R + r, tile[tx][ty + j]);
+  }
+}
+
+/* y[j] = sum over p < P of part[p * M + j], in order (the second stage of deterministic
+ * column sums); grid ceil(M / 256), block 256; scale multiplies the result. */
+template <class TY, i64 M, i64 P>
+__device__ void sum_parts(TY *y, const float *part, float scale) {
+  i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= M) return;
+  float acc = 0.0f;
+  for (i64 p = 0; p < P; p++) acc += part[p * M + j];
+  st(y + j, acc * scale);
+}
+
+/* ---- embeddings ------------------------------------------------------------------------ */
+/* y[i, :] = table[idx[i] - row0, :]; one block per row i (grid N), NT threads.
+ * CHECK: ids outside [0, V) raise SK_ERR_EMBED_ID; else ids outside the table give zeros. */
+template <class TY, class TT, i64 D, i64 V, int NT, bool CHECK>
+__device__ void embed(TY *y, const TT *table, const int *idx, i64 row0, int *err) {
+  i64 i = blockIdx.x;
+  i64 r = (i64)idx[i] - row0;
+  bool in = r >= 0 && r < V;
+  if (CHECK && !in && threadIdx.x == 0) *err = SK_ERR_EMBED_ID;
+  for (i64 c = threadIdx.x; c < D; c += NT) st(y + i * D + c, in ? ld(table + r * D + c) : 0.0f);
+}
+
+/* dtable[r, :] = sum of dy[i, :] over i with idx[i] - row0 == r, in increasing i (deterministic,
+ * no atomics). Block (blockIdx.x, blockIdx.y) owns table rows [R*bx, R*bx + R) and columns
+ * [DC*by, DC*by + DC): it scans all N ids in tiles of NT, keeps the matches in order (ballots)
+ * and sums their rows into shared memory. grid (ceil(V/R), ceil(D/DC)), block NT. */
+template <class TT, class TD, i64 N, i64 D, i64 V, int R, int DC, int NT>
+__device__ void embed_bwd(TT *dtable, const int *idx, const TD *dy, i64 row0) {
+  __shared__ float acc[R * DC];
+  __shared__ int list[NT];
+  __shared__ int wcnt[NT / 32];
+  i64 lo = (i64)blockIdx.x * R, c0 = (i64)blockIdx.y * DC;
+  int nr = (int)(V - lo < R ? V - lo : R);
+  int nc = (int)(D - c0 < DC ? D - c0 : DC);
+  int t = (int)threadIdx.x, w = t >> 5, l = t & 31;
+  for (int e = t; e < R * DC; e += NT) acc[e] = 0.0f;
+  for (i64 base = 0; base < N; base += NT) {
+    i64 i = base + t;
+    i64 r = i < N ? (i64)idx[i] - row0 - lo : -1;
+    int hit = r >= 0 && r < nr;
+    unsigned mask = __ballot_sync(0xffffffffu, hit);
+    if (l == 0) wcnt[w] = __popc(mask);
+    __syncthreads();
+    int off = 0, total = 0;
+    for (int k = 0; k < NT / 32; k++) {
+      off += k < w ? wcnt[k] : 0;
+      total += wcnt[k];
+    }
+    if (hit) list[off + __popc(mask & ((1u << l) - 1u))] = (int)i;
+    __syncthreads();
+    for (int e = 0; e < total; e++) { /* in increasing i; each thread owns its columns */
+      i64 ii = list[e];
+      int rr = (int)((i64)idx[ii] - row0 - lo);
+      for (int c = t; c < nc; c += NT) acc[rr * DC + c] += ld(dy + ii * D + c0 + c);
+    }
+    __syncthreads();
+  }
+  for (int rr = 0; rr < nr; rr++)
+    for (int c = t; c < nc; c += NT) st(dtable + (lo + rr) * D + c0 + c, acc[rr * DC + c]);
+}
+
+/* ---- norms: one block per row (forward), NT threads, thread t owns columns t + NT*k ---------- */
+template <class TX, class TW, i64 D, int NT, int NPER>
+__device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float eps) {
+  __shared__ float red[64];
+  i64 row = blockIdx.x;
+  const TX *xr = x + row * D;
+  float xv[NPER], s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    xv[k] = c < D ? ld(xr + c) : 0.0f;
+    s += xv[k];
+  }
+  float mean = block_sum<NT>(s, red) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    float dv = xv[k] - mean;
+    q += c < D ? dv * dv : 0.0f;
+  }
+  float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) st(y + row * D + c, (xv[k] - mean) * rstd * ld(w + c) + ld(b + c));
+  }
+}
+
+template <class TX, class TW, i64 D, int NT, int NPER>
+__device__ void rmsnorm(TX *y, const TX *x, const TW *w, float eps) {
+  __shared__ float red[64];
+  i64 row = blockIdx.x;
+  float xv[NPER], q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
+    q += xv[k] * xv[k];
+  }
+  float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) st(y + row * D + c, xv[k] * rstd * ld(w + c));
+  }
+}
+
+/* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx, and its partial
+ * weight gradients part[p, 0:D] (dw) and part[p, D:2D] (db) — summed by sum_parts. */
+template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
+__device__ void layernorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+  __shared__ float red[64];
+  float wv[NPER], dwa[NPER], dba[NPER];
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    wv[k] = c < D ? ld(w + c) : 0.0f;
+    dwa[k] = 0.0f;
+    dba[k] = 0.0f;
+  }
+  for (i64 row = blockIdx.x; row < ROWS; row += P) {
+    float xv[NPER], gv[NPER], s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
+      gv[k] = c < D ? ld(dy + row * D + c) : 0.0f;
+      s += xv[k];
+    }
+    float mean = block_sum<NT>(s, red) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      float dv = xv[k] - mean;
+      q += c < D ? dv * dv : 0.0f;
+    }
+    float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      float xh = (xv[k] - mean) * rstd, g = gv[k] * wv[k];
+      s1 += g;
+      s2 += g * xh;
+      dwa[k] += gv[k] * xh;
+      dba[k] += gv[k];
+      xv[k] = xh;
+    }
+    block_sum2<NT>(s1, s2, red);
+    s1 *= 1.0f / (float)D;
+    s2 *= 1.0f / (float)D;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      if (c < D) st(dx + row * D + c, rstd * (gv[k] * wv[k] - s1 - xv[k] * s2));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) {
+      part[(i64)blockIdx.x * 2 * D + c] = dwa[k];
+      part[(i64)blockIdx.x * 2 * D + D + c] = dba[k];
+    }
+  }
+}
+
+template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
+__device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+  __shared__ float red[64];
+  float wv[NPER], dwa[NPER];
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    wv[k] = c < D ? ld(w + c) : 0.0f;
+    dwa[k] = 0.0f;
+  }
+  for (i64 row = blockIdx.x; row < ROWS; row += P) {
+    float xv[NPER], gv[NPER], q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
+      gv[k] = c < D ? ld(dy + row * D + c) : 0.0f;
+      q += xv[k] * xv[k];
+    }
+    float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps), s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      float xh = xv[k] * rstd;
+      s2 += gv[k] * wv[k] * xh;
+      dwa[k] += gv[k] * xh;
+      xv[k] = xh;
+    }
+    s2 = block_sum<NT>(s2, red) * (1.0f / (float)D);
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      if (c < D) st(dx + row * D + c, rstd * (gv[k] * wv[k] - xv[k] * s2));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) part[(i64)blockIdx.x * D + c] = dwa[k];
+  }
+}
+
+/* ---- rotary embedding: one thread per (b, s, h, i < hd/2) pair; in place allowed ------------ */
+template <class T, i64 B, i64 S, i64 H, i64 HD, bool INV>
+__device__ void rope(T *y, const T *x, double theta, i64 start) {
+  const i64 half = HD / 2, total = B * S * H * half;
+  for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
+    i64 i = e % half, h = (e / half) % H, s = (e / (half * H)) % S, b = e / (half * H * S);
+    double ang = (double)(s + start) * pow(theta, -2.0 * (double)i / (double)HD);
+    if (INV) ang = -ang;
+    float cs = (float)cos(ang), sn = (float)sin(ang);
+    i64 o = (b * S + s) * H * HD + h * HD + i;
+    float a = ld(x + o), c = ld(x + o + half);
+    st(y + o, a * cs - c * sn);
+    st(y + o + half, c * cs + a * sn);
+  }
+}
+
+/* ---- cross-entropy: one block per row, NT threads; LEN: valid columns (0: all) -------------- */
+/* Valid local columns given the logical column of local column 0. */
+template <i64 V, i64 LEN>
+__device__ __forceinline__ i64 ce_nvalid(i64 col0) {
+  if (LEN <= 0) return V;
+  i64 n = LEN - col0;
+  return n < 0 ? 0 : n > V ? V : n;
+}
+template <class T, i64 NV, int NT>
+__device__ __forceinline__ void row_lse(const T *xr, i64 nv, float &m, float &s, float *red) {
+  m = ninf();
+  s = 0.0f;
+  for (i64 j = threadIdx.x; j < nv; j += NT) {
+    float v = ld(xr + j);
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  }
+  block_lse<NT>(m, s, red);
+}
+
+/* rowloss[r] = logsumexp(logits[r, :LEN]) - logits[r, t] for t = targets[r] >= 0, else 0. */
+template <class T, i64 V, i64 LEN, int NT>
+__device__ void ce_rows(float *rowloss, const T *logits, const int *targets, int *err) {
+  __shared__ float red[64];
+  i64 r = blockIdx.x;
+  const T *xr = logits + r * V;
+  int t = targets[r];
+  const i64 nv = LEN > 0 ? LEN : V;
+  float m, s;
+  row_lse<T, V, NT>(xr, nv, m, s, red);
+  if (threadIdx.x == 0) {
+    if (t >= nv) *err = SK_ERR_TARGET;
+    rowloss[r] = t >= 0 && t < nv ? m + logf(s) - ld(xr + t) : 0.0f;
+  }
+}
+/* One block: loss = sum of rowloss / count of targets >= 0 (0 when none); cnt_out (if not
+ * NULL) = dloss[0] / count — the scale of the gradient. */
+template <i64 N, int NT>
+__device__ void ce_mean(float *loss, const float *rowloss, const int *targets, const float *dloss, float *scale_out) {
+  __shared__ float red[64];
+  float s = 0.0f, c = 0.0f;
+  for (i64 i = threadIdx.x; i < N; i += NT) {
+    if (rowloss) s += rowloss[i];
+    c += targets[i] >= 0 ? 1.0f : 0.0f;
+  }
+  block_sum2<NT>(s, c, red);
+  if (threadIdx.x == 0) {
+    if (loss) loss[0] = c > 0.0f ? s / c : 0.0f;
+    if (scale_out) scale_out[0] = c > 0.0f ? dloss[0] / c : 0.0f;
+  }
+}
+/* CE_MAX: m[r] = max over valid local columns (-inf if none). */
+template <class T, i64 V, i64 LEN, int NT>
+__device__ void ce_max(float *m, const T *logits, i64 col0) {
+  __shared__ float red[64];
+  i64 r = blockIdx.x, nv = ce_nvalid<V, LEN>(col0);
+  float mx = ninf();
+  for (i64 j = threadIdx.x; j < nv; j += NT) mx = fmaxv(mx, ld(logits + r * V + j));
+  mx = warp_max(mx);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float a = ninf();
+    for (int i = 0; i < NT / 32; i++) a = fmaxv(a, red[i]);
+    m[r] = a;
+  }
+}
+/* CE_SUMS: st[r] = (sum of exp(l - m[r]) over valid local columns, the target's logit if held here). */
+template <class T, i64 V, i64 LEN, int NT>
+__device__ void ce_sums(float *st2, const T *logits, const int *targets, const float *m, i64 col0) {
+  __shared__ float red[64];
+  i64 r = blockIdx.x, nv = ce_nvalid<V, LEN>(col0);
+  float mr = m[r], s = 0.0f;
+  for (i64 j = threadIdx.x; j < nv; j += NT) s += expf(ld(logits + r * V + j) - mr);
+  s = block_sum<NT>(s, red);
+  if (threadIdx.x == 0) {
+    i64 t = (i64)targets[r] - col0;
+    st2[2 * r] = s;
+    st2[2 * r + 1] = t >= 0 && t < nv ? ld(logits + r * V + t) : 0.0f;
+  }
+}
+/* CE_LOSS (one block): out = (sum over rows with target >= 0 of log st0 + m - st1, their count). */
+template <i64 N, i64 LEN, int NT>
+__device__ void ce_loss(float *out, const float *st2, const float *m, const int *targets, int *err) {
+  __shared__ float red[64];
+  float s = 0.0f, c = 0.0f;
+  for (i64 r = threadIdx.x; r < N; r += NT) {
+    int t = targets[r];
+    if (t < 0) continue;
+    if (LEN > 0 && t >= LEN) *err = SK_ERR_TARGET;
+    s += logf(st2[2 * r]) + m[r] - st2[2 * r + 1];
+    c += 1.0f;
+  }
+  block_sum2<NT>(s, c, red);
+  if (threadIdx.x == 0) {
+    out[0] = s;
+    out[1] = c;
+  }
+}
+/* CE_GRAD: dl = scale * (exp(l - m) / st0 - onehot) on valid columns of rows with target >= 0, else 0. */
+template <class T, i64 V, i64 LEN, int NT>
+__device__ void ce_grad(T *dl, const T *logits, const int *targets, const float *m, const float *st2,
+                        const float *scale, i64 col0) {
+  i64 r = blockIdx.x, nv = ce_nvalid<V, LEN>(col0), t = (i64)targets[r] - col0;
+  bool on = targets[r] >= 0;
+  float mr = m[r], inv = 1.0f / st2[2 * r], sc = scale[0];
+  for (i64 j = threadIdx.x; j < V; j += NT) {
+    float d = 0.0f;
+    if (on && j < nv) d = sc * (expf(ld(logits + r * V + j) - mr) * inv - (j == t ? 1.0f : 0.0f));
+    st(dl + r * V + j, d);
+  }
+}
+/* CROSS_ENTROPY_BWD per row: dl = scale[0] * (softmax - onehot) on columns < LEN, 0 elsewhere
+ * and on rows with target < 0 (scale = dloss / count, from ce_mean). */
+template <class T, i64 V, i64 LEN, int NT>
+__device__ void ce_bwd_rows(T *dl, const T *logits, const int *targets, const float *scale) {
+  __shared__ float red[64];
+  i64 r = blockIdx.x;
+  const T *xr = logits + r * V;
+  int t = targets[r];
+  const i64 nv = LEN > 0 ? LEN : V;
+  float m, s;
+  row_lse<T, V, NT>(xr, nv, m, s, red);
+  float inv = 1.0f / s, sc = scale[0];
+  for (i64 j = threadIdx.x; j < V; j += NT) {
+    float d = 0.0f;
+    if (t >= 0 && j < nv) d = sc * (expf(ld(xr + j) - m) * inv - (j == t ? 1.0f : 0.0f));
+    st(dl + r * V + j, d);
+  }
+}
+
+/* ---- reductions to an f32 scalar: stage 1, grid P, block NT: part[p] = the sum of chunk p;
+ * stage 2 (one block): y = scale * the sum of the parts ------------------------------------- */
+template <class T, i64 N, int P, int NT, bool SQ>
+__device__ void reduce_parts(float *part, const T *x) {
+  __shared__ float red[64];
+  const i64 chunk = (N + P - 1) / P;
+  i64 lo = (i64)blockIdx.x * chunk, hi = lo + chunk < N ? lo + chunk : N;
+  float s = 0.0f;
+  for (i64 i = lo + threadIdx.x; i < hi; i += NT) {
+    float v = ld(x + i);
+    s += SQ ? v * v : v;
+  }
+  s = block_sum<NT>(s, red);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+template <int P, int NT>
+__device__ void reduce_final(float *y, const float *part, float scale) {
+  __shared__ float red[64];
+  float s = 0.0f;
+  for (int i = (int)threadIdx.x; i < P; i += NT) s += part[i];
+  s = block_sum<NT>(s, red);
+  if (threadIdx.x == 0) y[0] = s * scale;
+}
+
+/* ---- optimizers (ops.def), in place; hyper = (lr, gscale, step) ---------------------------- */
+template <class TG, i64 N>
+__device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hyper, float b1, float b2, float eps,
+                      float wd) {
+  float lr = hyper[0], gs = hyper[1];
+  double step = (double)hyper[2];
+  float bc1 = (float)(1.0 - pow((double)b1, step)), bc2 = (float)(1.0 - pow((double)b2, step));
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
+    float gi = gs * ld(g + i);
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    float pi = p[i];
+    p[i] = pi - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * pi);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+template <class TG, i64 N>
+__device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float mom, float wd) {
+  float lr = hyper[0], gs = hyper[1];
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
+    float pi = p[i];
+    float gi = gs * ld(g + i) + wd * pi;
+    float mi = mom * m[i] + gi;
+    m[i] = mi;
+    p[i] = pi - lr * mi;
+  }
+}
+
+} // namespace sk
+
+#include "shardk_attn.cuh"
+
+#endif

@@ -1,0 +1,320 @@
+/* runtime/cuda/kernels/sk_emu.h — a CPU emulator of the CUDA execution model, so the kernel
+ * library (shardk.cuh) and the emitted kernels compile with the host C++ compiler
+ * (c++ -std=c++17 -DSK_EMU) and run on the CPU. A test tool, not product code.
+ *
+ * Model: blocks run one after another; inside a block every thread is a cooperative fiber
+ * (ucontext), run in thread order until it finishes or reaches a barrier. __syncthreads waits
+ * for every live thread of the block, __syncwarp and the warp collectives (shuffles, ballot)
+ * for every live thread of the warp. `__shared__` variables are `static thread_local` (one copy,
+ * and blocks never overlap); dynamic shared memory is a buffer of the launch. Atomics are plain
+ * read-modify-writes: fibers never run at the same time. Emulator state is thread_local, so
+ * several host threads may each run launches.
+ */
+#ifndef SK_EMU_H
+#define SK_EMU_H
+
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include <cuda_bf16.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define __align__(n) alignas(n)
+#define __constant__ static
+
+struct sk_emu_dim3 {
+  unsigned x, y, z;
+};
+
+namespace sk_emu {
+
+enum { ST_RUN, ST_BLOCK_BAR, ST_WARP_BAR, ST_DONE };
+
+struct Fiber {
+  ucontext_t ctx;  /* the fiber's saved registers */
+  int state;       /* ST_* */
+  sk_emu_dim3 tid; /* threadIdx */
+  int linear;      /* thread index in the block */
+};
+
+struct Block {
+  std::vector<Fiber> fibers;      /* one per thread of the block */
+  std::vector<char *> stacks;     /* fiber stacks, reused across blocks and launches */
+  ucontext_t sched;               /* the scheduler's context */
+  int cur = -1;                   /* the running fiber */
+  uint64_t shfl[1024];            /* per-thread exchange slot of the warp collectives */
+  const std::function<void()> *body = nullptr;
+  unsigned char *dyn_smem = nullptr; /* dynamic shared memory of the launch */
+  sk_emu_dim3 block_idx, block_dim, grid_dim;
+};
+
+enum { STACK_BYTES = 256 * 1024 };
+
+inline Block &blk() {
+  static thread_local Block b;
+  return b;
+}
+inline Fiber &me() { return blk().fibers[(size_t)blk().cur]; }
+
+inline void fiber_main() {
+  Block &b = blk();
+  (*b.body)();
+  b.fibers[(size_t)b.cur].state = ST_DONE;
+  /* returning continues at uc_link: the scheduler */
+}
+
+inline void yield(int state) {
+  Block &b = blk();
+  Fiber &f = b.fibers[(size_t)b.cur];
+  f.state = state;
+  if (swapcontext(&f.ctx, &b.sched) != 0) {
+    perror("sk_emu: swapcontext");
+    abort();
+  }
+}
+
+inline void syncthreads() { yield(ST_BLOCK_BAR); }
+inline void syncwarp() { yield(ST_WARP_BAR); }
+
+/* Runs one block to completion: every fiber until it blocks, then releases whole warps /
+ * the whole block at their barriers, until all are done. */
+inline void run_block(int nthreads) {
+  Block &b = blk();
+  for (int t = 0; t < nthreads; t++) {
+    Fiber &f = b.fibers[(size_t)t];
+    f.state = ST_RUN;
+    f.linear = t;
+    f.tid.x = (unsigned)t % b.block_dim.x;
+    f.tid.y = ((unsigned)t / b.block_dim.x) % b.block_dim.y;
+    f.tid.z = (unsigned)t / (b.block_dim.x * b.block_dim.y);
+    if (getcontext(&f.ctx) != 0) {
+      perror("sk_emu: getcontext");
+      abort();
+    }
+    f.ctx.uc_stack.ss_sp = b.stacks[(size_t)t];
+    f.ctx.uc_stack.ss_size = STACK_BYTES;
+    f.ctx.uc_link = &b.sched;
+    makecontext(&f.ctx, fiber_main, 0);
+  }
+  int nwarps = (nthreads + 31) / 32;
+  for (;;) {
+    for (int t = 0; t < nthreads; t++) {
+      if (b.fibers[(size_t)t].state != ST_RUN) continue;
+      b.cur = t;
+      if (swapcontext(&b.sched, &b.fibers[(size_t)t].ctx) != 0) {
+        perror("sk_emu: swapcontext");
+        abort();
+      }
+    }
+    b.cur = -1;
+    int done = 0, at_block = 0, released = 0;
+    for (int t = 0; t < nthreads; t++) {
+      done += b.fibers[(size_t)t].state == ST_DONE;
+      at_block += b.fibers[(size_t)t].state == ST_BLOCK_BAR;
+    }
+    if (done == nthreads) return;
+    if (at_block + done == nthreads) {
+      for (int t = 0; t < nthreads; t++)
+        if (b.fibers[(size_t)t].state == ST_BLOCK_BAR) b.fibers[(size_t)t].state = ST_RUN;
+      continue;
+    }
+    for (int w = 0; w < nwarps; w++) {
+      int lo = w * 32, hi = lo + 32 < nthreads ? lo + 32 : nthreads, ok = 1, any = 0;
+      for (int t = lo; t < hi; t++) {
+        int s = b.fibers[(size_t)t].state;
+        ok &= s == ST_WARP_BAR || s == ST_DONE;
+        any |= s == ST_WARP_BAR;
+      }
+      if (ok && any) {
+        for (int t = lo; t < hi; t++)
+          if (b.fibers[(size_t)t].state == ST_WARP_BAR) b.fibers[(size_t)t].state = ST_RUN;
+        released = 1;
+      }
+    }
+    if (!released) {
+      fprintf(stderr, "sk_emu: deadlock (threads wait at different barriers) in block (%u,%u,%u)\n",
+              b.block_idx.x, b.block_idx.y, b.block_idx.z);
+      abort();
+    }
+  }
+}
+
+/* Runs body as a kernel over the grid; body calls the __global__ function. */
+inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                   const std::function<void()> &body) {
+  Block &b = blk();
+  int nthreads = (int)(bx * by * bz);
+  if (nthreads <= 0 || nthreads > 1024 || gx == 0 || gy == 0 || gz == 0) {
+    fprintf(stderr, "sk_emu: bad launch grid (%u,%u,%u) block (%u,%u,%u)\n", gx, gy, gz, bx, by, bz);
+    abort();
+  }
+  if (b.fibers.size() < (size_t)nthreads) b.fibers.resize((size_t)nthreads);
+  while (b.stacks.size() < (size_t)nthreads) {
+    char *s = (char *)malloc(STACK_BYTES);
+    if (!s) {
+      fprintf(stderr, "sk_emu: out of memory for fiber stacks\n");
+      abort();
+    }
+    b.stacks.push_back(s);
+  }
+  std::vector<unsigned char> dyn((size_t)smem + 16);
+  b.dyn_smem = dyn.data();
+  b.body = &body;
+  b.block_dim = {bx, by, bz};
+  b.grid_dim = {gx, gy, gz};
+  for (unsigned z = 0; z < gz; z++)
+    for (unsigned y = 0; y < gy; y++)
+      for (unsigned x = 0; x < gx; x++) {
+        b.block_idx = {x, y, z};
+        run_block(nthreads);
+      }
+  b.body = nullptr;
+  b.dyn_smem = nullptr;
+}
+
+inline int lane() { return me().linear & 31; }
+inline int warp_base() { return me().linear & ~31; }
+inline int warp_size_live() {
+  int n = (int)(blk().block_dim.x * blk().block_dim.y * blk().block_dim.z) - warp_base();
+  return n < 32 ? n : 32;
+}
+
+/* Every live lane of the warp publishes v; returns the value of lane src (v itself when src
+ * is outside the warp's live lanes). */
+template <class T>
+inline T exchange(T v, int src) {
+  static_assert(sizeof(T) <= 8, "sk_emu: shuffle of a type wider than 8 bytes");
+  Block &b = blk();
+  uint64_t bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  b.shfl[me().linear] = bits;
+  syncwarp();
+  T r = v;
+  if (src >= 0 && src < warp_size_live()) memcpy(&r, &b.shfl[warp_base() + src], sizeof(T));
+  syncwarp();
+  return r;
+}
+
+} // namespace sk_emu
+
+#define threadIdx (sk_emu::me().tid)
+#define blockIdx (sk_emu::blk().block_idx)
+#define blockDim (sk_emu::blk().block_dim)
+#define gridDim (sk_emu::blk().grid_dim)
+#define warpSize 32
+
+inline void __syncthreads() { sk_emu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  (void)mask;
+  sk_emu::syncwarp();
+}
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+
+template <class T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  (void)mask;
+  int l = sk_emu::lane();
+  return sk_emu::exchange(v, (l / width) * width + (src % width));
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32) {
+  (void)mask;
+  int l = sk_emu::lane(), s = l ^ m;
+  return sk_emu::exchange(v, (s / width == l / width) ? s : l);
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+  (void)mask;
+  int l = sk_emu::lane(), s = l + (int)d;
+  return sk_emu::exchange(v, (s / width == l / width) ? s : l);
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
+  (void)mask;
+  int l = sk_emu::lane(), s = l - (int)d;
+  return sk_emu::exchange(v, (s >= 0 && s / width == l / width) ? s : l);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  (void)mask;
+  sk_emu::Block &b = sk_emu::blk();
+  b.shfl[sk_emu::me().linear] = pred != 0;
+  __syncwarp();
+  unsigned r = 0;
+  int n = sk_emu::warp_size_live(), base = sk_emu::warp_base();
+  for (int i = 0; i < n; i++) r |= (unsigned)(b.shfl[base + i] != 0) << i;
+  __syncwarp();
+  return r;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) {
+  int n = sk_emu::warp_size_live();
+  unsigned full = n == 32 ? 0xffffffffu : ((1u << n) - 1u);
+  return __ballot_sync(mask, pred) == full;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+
+template <class T>
+inline T atomicAdd(T *p, T v) {
+  T old = *p;
+  *p = old + v;
+  return old;
+}
+inline int atomicMax(int *p, int v) {
+  int old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+inline int atomicExch(int *p, int v) {
+  int old = *p;
+  *p = v;
+  return old;
+}
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __int_as_float(int x) {
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+inline int __float_as_int(float f) {
+  int x;
+  memcpy(&x, &f, 4);
+  return x;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned x;
+  memcpy(&x, &f, 4);
+  return x;
+}
+
+/* Dynamic shared memory of the running launch. */
+#define SK_DYN_SMEM() ((void *)sk_emu::blk().dyn_smem)
+
+/* kN_emu: the launcher entry of kernel name; callargs is the parenthesised argument list of
+ * the call, written with SK_ARG(i, type). */
+#define SK_ARG(i, T) (*(T *)args[i])
+#define SK_EMU_ENTRY(name, callargs)                                                                 \
+  extern "C" void name##_emu(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+                             unsigned smem, void **args) {                                           \
+    sk_emu::launch(gx, gy, gz, bx, by, bz, smem, [&]() { name callargs; });                          \
+  }
+
+#endif
