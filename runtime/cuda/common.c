@@ -28,14 +28,16 @@ void rt_cu_error(const char *fmt, ...) {
 }
 
 void rt_cu_hash(char out[33], const char *const *parts, const size_t *lens, int nparts) {
+  /* lane 0: FNV-1a 64; lane 1: the same walk with another basis and another odd multiplier */
+  const uint64_t mul[2] = {0x100000001b3ull, 0x9e3779b97f4a7c15ull};
   uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
   for (int l = 0; l < 2; l++)
     for (int i = 0; i < nparts; i++) {
       uint64_t n = lens[i];
       for (int b = 0; b < 8; b++) /* the length first: parts cannot run into each other */
-        h[l] = (h[l] ^ ((n >> (8 * b)) & 0xff)) * (l ? 0x100000001b3ull : 0x100000001b3ull ^ 0x5bd1e995ull);
-      for (size_t j = 0; j < lens[i]; j++)
-        h[l] = (h[l] ^ (unsigned char)parts[i][j]) * (l ? 0x100000001b3ull : 0x100000001b3ull ^ 0x5bd1e995ull);
+        h[l] = (h[l] ^ ((n >> (8 * b)) & 0xff)) * mul[l];
+      for (size_t j = 0; j < lens[i]; j++) h[l] = (h[l] ^ (unsigned char)parts[i][j]) * mul[l];
+      h[l] ^= h[l] >> 29;
     }
   snprintf(out, 33, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
 }

@@ -46,6 +46,10 @@ typedef struct {
 int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev);
 int rt_cu_open_emu(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev);
 
+/* NVRTC: the program's kernels built for arch ("sm_90": a cubin; "compute_90": PTX), through the
+ * on-disk cache; NULL after printing the error (with NVRTC's log). Caller frees. No GPU needed. */
+char *rt_cu_nvrtc_build(const RtCudaCode *code, const char *arch, size_t *len, int *from_cache);
+
 /* The device of ctx (fatal when the program did not open one). */
 RtCuDev *rt_cu_dev(RtCtx *ctx);
 

@@ -117,7 +117,7 @@ static int pick_arch(CudaBe *c, int *ptx) {
 
 /* Compiles p's kernels for c->arch (or takes them from the cache). Returns the image (cubin or
  * PTX, NUL-terminated) or NULL after printing why. */
-static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx) {
+static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx, size_t *out_len) {
   int nh = rt_cu_header_count(), major = 0, minor = 0;
   if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) {
     rt_cu_error("NVRTC: nvrtcVersion failed");
@@ -162,6 +162,7 @@ static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx) {
   if (img && len > 0) {
     c->from_cache = 1;
     free(path);
+    *out_len = len;
     return img;
   }
   free(img);
@@ -205,6 +206,7 @@ static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx) {
   if (path && rt_cu_write_atomic(path, img, len) != 0)
     fprintf(stderr, "warning: cannot write the kernel cache file %s\n", path);
   free(path);
+  *out_len = len;
   return img;
 fail:
   if (prog) nvrtcDestroyProgram(&prog);
@@ -220,7 +222,8 @@ static int load_kernels(CudaBe *c, const RtCudaCode *code) {
   if (!code || c->nk == 0) return 0;
   int ptx;
   if (pick_arch(c, &ptx) != 0) return -1;
-  char *img = build_kernels(c, code, ptx);
+  size_t len = 0;
+  char *img = build_kernels(c, code, ptx, &len);
   if (!img) return -1;
   cudaError_t rc = cudaLibraryLoadData(&c->lib, img, NULL, NULL, 0, NULL, NULL, 0);
   free(img);
@@ -245,6 +248,16 @@ static int load_kernels(CudaBe *c, const RtCudaCode *code) {
     c->smem_max[k] = 48 * 1024;
   }
   return 0;
+}
+
+char *rt_cu_nvrtc_build(const RtCudaCode *code, const char *arch, size_t *len, int *from_cache) {
+  CudaBe c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.arch, sizeof c.arch, "%s", arch);
+  snprintf(c.name, sizeof c.name, "%s", arch);
+  char *img = build_kernels(&c, code, !strncmp(arch, "compute_", 8), len);
+  *from_cache = c.from_cache;
+  return img;
 }
 
 /* ---- the backend table ---- */

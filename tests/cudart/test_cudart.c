@@ -1,0 +1,373 @@
+/* tests/cudart/test_cudart.c — the CUDA runtime (runtime/cuda/) without a GPU.
+ *
+ *   emu     a hand-made program with two inline kernels on the emulated device (SHARDRT_DEVICE=emu):
+ *           rt_cu_launch (plain and with dynamic shared memory + __syncthreads), rt_cu_copy, zero,
+ *           put, copy_block and rt_cu_matmul (f32 and bf16 in, f32 and bf16 out, ta/tb, batched,
+ *           shared B, alpha/beta) against naive references; the kernel .so comes from the cache the
+ *           second time
+ *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
+ *           from the on-disk cache; a broken source prints NVRTC's log and fails
+ *   nogpu   opening the real CUDA device on a machine without a driver fails with the clear message
+ *           (skipped, exit 77, where a GPU opens); SHARDRT_DEVICE=bogus is refused
+ *
+ * Tolerances: f32 GEMMs 1e-5 relative to sum |a||b|; bf16 outputs add half a bf16 ulp (2^-8 relative).
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cu_internal.h"
+#include "cuda_ops.h"
+#include "device.h"
+#include "dtype.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                                               \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                                    \
+      fputc('\n', stderr);                                                                                             \
+      failures++;                                                                                                      \
+    }                                                                                                                  \
+  } while (0)
+
+static const char *kSource =
+    "#include \"shardk.cuh\"\n"
+    "extern \"C\" __global__ void k0(float *y, const float *x, float s, int n) {\n"
+    "  int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);\n"
+    "  if (i < n) y[i] = s * x[i];\n"
+    "}\n"
+    "SK_EMU_ENTRY(k0, (SK_ARG(0, float *), SK_ARG(1, const float *), SK_ARG(2, float), SK_ARG(3, int)))\n"
+    "/* per-block sums through dynamic shared memory and barriers */\n"
+    "extern \"C\" __global__ void k1(float *y, const float *x, int n) {\n"
+    "  float *sh = (float *)SK_DYN_SMEM();\n"
+    "  int t = (int)threadIdx.x, i = (int)(blockIdx.x * blockDim.x) + t;\n"
+    "  sh[t] = i < n ? x[i] : 0.0f;\n"
+    "  __syncthreads();\n"
+    "  for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {\n"
+    "    if (t < s) sh[t] += sh[t + s];\n"
+    "    __syncthreads();\n"
+    "  }\n"
+    "  if (t == 0) y[blockIdx.x] = sh[0];\n"
+    "}\n"
+    "SK_EMU_ENTRY(k1, (SK_ARG(0, float *), SK_ARG(1, const float *), SK_ARG(2, int)))\n";
+
+/* ---- helpers ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((double)(rng >> 11) * 0x1.0p-53 * 2 - 1);
+}
+
+static float bf2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f2bf(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+
+/* stderr into a file while fn runs; returns what was written (caller frees) */
+static char *capture_stderr(int (*fn)(void *), void *arg, int *rc) {
+  char path[] = "/tmp/cudart-stderr-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    perror("mkstemp");
+    exit(2);
+  }
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fd, 2);
+  *rc = fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  size_t n = 0;
+  char *text = rt_cu_read_file(path, &n);
+  unlink(path);
+  return text ? text : strdup("");
+}
+
+/* ---- emu ---- */
+
+static const RtCudaCode code = {.source = NULL, .nkernels = 2};
+
+static RtProgram make_program(const RtCudaCode *c, int64_t bytes) {
+  RtProgram p;
+  memset(&p, 0, sizeof p);
+  p.model = "cudart-test";
+  p.mem_bytes = bytes;
+  p.device = &rt_cuda_device;
+  p.cuda = c;
+  return p;
+}
+
+static void matmul_case(RtCtx *ctx, char *M, int ab_dt, int y_dt, int64_t batch, int64_t m, int64_t n, int64_t k,
+                        int ta, int tb, int bb, float alpha, float beta) {
+  size_t es = ab_dt == RT_BF16 ? 2 : 4, ys = y_dt == RT_BF16 ? 2 : 4;
+  int64_t na = batch * m * k, nb = (bb ? batch : 1) * k * n, ny = batch * m * n;
+  float *a = malloc((size_t)na * 4), *b = malloc((size_t)nb * 4), *y0 = malloc((size_t)ny * 4);
+  char *ha = malloc((size_t)na * es), *hb = malloc((size_t)nb * es), *hy = malloc((size_t)ny * ys);
+  for (int64_t i = 0; i < na; i++) {
+    a[i] = frand();
+    if (es == 2) a[i] = bf2f(((uint16_t *)ha)[i] = f2bf(a[i])); else ((float *)ha)[i] = a[i];
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    b[i] = frand();
+    if (es == 2) b[i] = bf2f(((uint16_t *)hb)[i] = f2bf(b[i])); else ((float *)hb)[i] = b[i];
+  }
+  for (int64_t i = 0; i < ny; i++) {
+    y0[i] = frand();
+    if (ys == 2) y0[i] = bf2f(((uint16_t *)hy)[i] = f2bf(y0[i])); else ((float *)hy)[i] = y0[i];
+  }
+  /* device layout: A, B, y one after another at odd (but element-aligned) offsets */
+  char *da = M + 4096 + es, *db = da + na * (int64_t)es + 4 * es, *dy = db + nb * (int64_t)es + 8;
+  rt_cuda_device.upload(ctx, da, ha, na * (int64_t)es);
+  rt_cuda_device.upload(ctx, db, hb, nb * (int64_t)es);
+  rt_cuda_device.upload(ctx, dy, hy, ny * (int64_t)ys);
+  rt_cu_matmul(ctx, dy, y_dt, da, db, ab_dt, batch, m, n, k, ta, tb, bb, alpha, beta);
+  rt_cuda_device.download(ctx, hy, dy, ny * (int64_t)ys);
+  double worst = 0;
+  for (int64_t bi = 0; bi < batch; bi++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0, mag = 0;
+        for (int64_t l = 0; l < k; l++) {
+          double av = a[bi * m * k + (ta ? l * m + i : i * k + l)];
+          double bv = b[(bb ? bi : 0) * k * n + (tb ? j * k + l : l * n + j)];
+          s += av * bv;
+          mag += fabs(av * bv);
+        }
+        int64_t yi = bi * m * n + i * n + j;
+        double ref = alpha * s + beta * y0[yi];
+        double got = ys == 2 ? bf2f(((uint16_t *)hy)[yi]) : ((float *)hy)[yi];
+        double tol = 1e-5 * (fabs(alpha) * mag + fabs(beta * y0[yi])) + 1e-30 + (ys == 2 ? fabs(ref) / 256 : 0);
+        double err = fabs(got - ref);
+        if (err / (tol > 0 ? tol : 1) > worst) worst = err / tol;
+        if (err > tol && failures < 20)
+          CHECK(0, "matmul %s->%s batch %lld m %lld n %lld k %lld ta %d tb %d bb %d: y[%lld] = %.9g, want %.9g",
+                ab_dt == RT_BF16 ? "bf16" : "f32", y_dt == RT_BF16 ? "bf16" : "f32", (long long)batch, (long long)m,
+                (long long)n, (long long)k, ta, tb, bb, (long long)yi, got, ref);
+      }
+  printf("matmul %-4s -> %-4s batch %lld %3lld x %3lld x %3lld ta %d tb %d b_batched %d: worst error %.3f of the "
+         "tolerance\n",
+         ab_dt == RT_BF16 ? "bf16" : "f32", y_dt == RT_BF16 ? "bf16" : "f32", (long long)batch, (long long)m,
+         (long long)n, (long long)k, ta, tb, bb, worst);
+  free(a), free(b), free(y0), free(ha), free(hb), free(hy);
+}
+
+static int test_emu(void) {
+  setenv("SHARDRT_DEVICE", "emu", 1);
+  RtCudaCode c = code;
+  c.source = kSource;
+  int64_t bytes = 8 << 20;
+  RtProgram p = make_program(&c, bytes);
+  for (int round = 0; round < 2; round++) {
+    RtCtx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.world = 1, ctx.threads = 1;
+    char *M = NULL;
+    int rc = rt_cuda_device.open(&p, &ctx, bytes, &M);
+    CHECK(rc == 0 && M, "open of the emulated device failed");
+    if (rc != 0) return 1;
+    char desc[256];
+    rt_cuda_device.describe(&ctx, desc, sizeof desc);
+    printf("device: %s\n", desc);
+    if (round == 1) CHECK(strstr(desc, "from the cache") != NULL, "the second open did not use the cache: %s", desc);
+
+    /* k0: y = 3 x over 1000 elements with 256-thread blocks */
+    enum { N = 1000 };
+    float hx[N], hy[N];
+    for (int i = 0; i < N; i++) hx[i] = frand();
+    char *dx = M, *dy = M + 4 * N;
+    rt_cuda_device.upload(&ctx, dx, hx, sizeof hx);
+    float s = 3.0f;
+    int n = N;
+    void *args0[] = {&dy, &dx, &s, &n};
+    rt_cu_launch(&ctx, 0, (N + 255) / 256, 1, 1, 256, 1, 1, 0, args0);
+    rt_cuda_device.download(&ctx, hy, dy, sizeof hy);
+    for (int i = 0; i < N; i++) CHECK(hy[i] == 3.0f * hx[i], "k0: y[%d] = %g, want %g", i, hy[i], 3.0f * hx[i]);
+
+    /* k1: block sums with dynamic shared memory (128 threads, 512 bytes) */
+    char *ds = M + 8 * N;
+    void *args1[] = {&ds, &dx, &n};
+    int nb = (N + 127) / 128;
+    rt_cu_launch(&ctx, 1, (unsigned)nb, 1, 1, 128, 1, 1, 128 * 4, args1);
+    float sums[8];
+    rt_cuda_device.download(&ctx, sums, ds, 4 * nb);
+    for (int b = 0; b < nb; b++) {
+      double ref = 0;
+      for (int i = b * 128; i < N && i < (b + 1) * 128; i++) ref += hx[i];
+      CHECK(fabs(sums[b] - ref) <= 1e-5 * 128, "k1: block %d sum %g, want %g", b, sums[b], ref);
+    }
+
+    /* copy, put, zero */
+    rt_cu_copy(&ctx, M + 16 * N, dx, 4 * N);
+    float v = 42.5f;
+    rt_cu_put(&ctx, M + 16 * N + 4 * 7, &v, 4);
+    rt_cu_zero(&ctx, M + 16 * N + 4 * 10, 4 * 5);
+    rt_cuda_device.sync(&ctx);
+    rt_cuda_device.download(&ctx, hy, M + 16 * N, sizeof hy);
+    for (int i = 0; i < N; i++) {
+      float want = i == 7 ? 42.5f : (i >= 10 && i < 15) ? 0.0f : hx[i];
+      CHECK(hy[i] == want, "copy/put/zero: [%d] = %g, want %g", i, hy[i], want);
+    }
+
+    /* copy_block: dst [outer, 9, inner] at 2 <- src [outer, 7, inner] at 3, len 4 (2 bytes per element) */
+    int64_t outer = 5, inner = 6, sd = 7, dd = 9, sa = 3, da = 2, len = 4;
+    uint16_t src[5 * 7 * 6], dst[5 * 9 * 6], got[5 * 9 * 6];
+    for (int i = 0; i < 5 * 7 * 6; i++) src[i] = (uint16_t)(1000 + i);
+    for (int i = 0; i < 5 * 9 * 6; i++) dst[i] = (uint16_t)i;
+    char *dsrc = M + 65536, *ddst = M + 131072;
+    rt_cuda_device.upload(&ctx, dsrc, src, sizeof src);
+    rt_cuda_device.upload(&ctx, ddst, dst, sizeof dst);
+    rt_cu_copy_block(&ctx, ddst, dd, da, dsrc, sd, sa, outer, len, inner, 2);
+    rt_cuda_device.download(&ctx, got, ddst, sizeof got);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t l = 0; l < len; l++)
+        for (int64_t i = 0; i < inner; i++) dst[(o * dd + da + l) * inner + i] = src[(o * sd + sa + l) * inner + i];
+    CHECK(!memcmp(got, dst, sizeof dst), "copy_block differs from the reference");
+    /* the contiguous case: whole rows */
+    rt_cu_copy_block(&ctx, ddst, 7, 0, dsrc, 7, 0, outer, 7, inner, 2);
+    rt_cuda_device.download(&ctx, got, ddst, sizeof src);
+    CHECK(!memcmp(got, src, sizeof src), "contiguous copy_block differs");
+
+    if (round == 0) {
+      /* GEMMs */
+      for (int dt = 0; dt < 2; dt++) {
+        int ab = dt ? RT_BF16 : RT_F32;
+        for (int ta = 0; ta < 2; ta++)
+          for (int tb = 0; tb < 2; tb++) matmul_case(&ctx, M, ab, RT_F32, 1, 17, 13, 29, ta, tb, 1, 1.0f, 0.0f);
+        matmul_case(&ctx, M, ab, ab, 3, 8, 12, 16, 0, 0, 1, 1.0f, 0.0f);    /* batched */
+        matmul_case(&ctx, M, ab, ab, 3, 8, 12, 16, 0, 1, 0, 1.0f, 0.0f);    /* shared B */
+        matmul_case(&ctx, M, ab, RT_F32, 2, 9, 7, 5, 1, 0, 0, 0.5f, 1.0f); /* ta, shared B, alpha/beta */
+        matmul_case(&ctx, M, ab, ab, 2, 9, 7, 5, 1, 1, 1, 2.0f, -1.0f);     /* bf16/f32 y with beta */
+      }
+    }
+    rt_cuda_device.close(&ctx);
+    CHECK(ctx.kernels == NULL, "close left ctx->kernels set");
+  }
+  return 0;
+}
+
+/* ---- nvrtc ---- */
+
+typedef struct {
+  const RtCudaCode *c;
+  const char *arch;
+  size_t len;
+  int from_cache;
+  char *img;
+} Build;
+
+static int do_build(void *arg) {
+  Build *b = arg;
+  b->img = rt_cu_nvrtc_build(b->c, b->arch, &b->len, &b->from_cache);
+  return b->img ? 0 : 1;
+}
+
+static int test_nvrtc(void) {
+  RtCudaCode c = code;
+  c.source = kSource;
+  const char *archs[] = {"sm_80", "sm_90"};
+  for (int a = 0; a < 2; a++)
+    for (int round = 0; round < 2; round++) {
+      Build b = {.c = &c, .arch = archs[a]};
+      int rc;
+      char *err = capture_stderr(do_build, &b, &rc);
+      CHECK(rc == 0 && b.img, "NVRTC build for %s failed: %s", archs[a], err);
+      if (b.img) {
+        CHECK(b.len > 4 && !memcmp(b.img, "\177ELF", 4), "the %s cubin is not ELF", archs[a]);
+        printf("%s: %zu bytes of cubin%s\n", archs[a], b.len, b.from_cache ? " (from the cache)" : "");
+      }
+      if (round == 1) CHECK(b.from_cache, "the second %s build did not come from the cache", archs[a]);
+      free(b.img);
+      free(err);
+    }
+  RtCudaCode bad = {.source = "#include \"shardk.cuh\"\nextern \"C\" __global__ void k0(float *y) { y[0] = "
+                              "undefined_thing; }\n",
+                    .nkernels = 1};
+  Build b = {.c = &bad, .arch = "sm_90"};
+  int rc;
+  char *err = capture_stderr(do_build, &b, &rc);
+  CHECK(rc != 0 && !b.img, "a broken source compiled");
+  CHECK(strstr(err, "error: NVRTC could not compile the program's kernels for sm_90") != NULL,
+        "no NVRTC error line: %s", err);
+  CHECK(strstr(err, "undefined_thing") != NULL, "the NVRTC log is not printed: %s", err);
+  printf("broken source: %s", err);
+  free(err);
+  return 0;
+}
+
+/* ---- nogpu ---- */
+
+static int open_real(void *arg) {
+  RtCtx *ctx = arg;
+  RtProgram p = make_program(NULL, 1 << 20);
+  char *M = NULL;
+  return rt_cuda_device.open(&p, ctx, 1 << 20, &M);
+}
+
+static int test_nogpu(void) {
+  RtCtx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.world = 1;
+  unsetenv("SHARDRT_DEVICE");
+  int rc;
+  char *err = capture_stderr(open_real, &ctx, &rc);
+  if (rc == 0) {
+    printf("a CUDA device opened (this machine has a GPU): skipped\n");
+    rt_cuda_device.close(&ctx);
+    free(err);
+    return 77;
+  }
+  printf("%s", err);
+  const char *want = "error: no CUDA GPU: cudaGetDeviceCount returned 35 (cudaErrorInsufficientDriver): the driver is "
+                     "missing or older than CUDA 13.0; SHARDRT_DEVICE=emu runs this program on the CPU emulation "
+                     "instead\n";
+  CHECK(!strcmp(err, want), "the message is\n%s\nwant\n%s", err, want);
+  CHECK(ctx.kernels == NULL, "a failed open left ctx->kernels set");
+  free(err);
+  setenv("SHARDRT_DEVICE", "bogus", 1);
+  err = capture_stderr(open_real, &ctx, &rc);
+  CHECK(rc != 0 && strstr(err, "SHARDRT_DEVICE='bogus': expected cuda (a GPU) or emu (the CPU emulation)"),
+        "SHARDRT_DEVICE=bogus: %s", err);
+  free(err);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s emu|nvrtc|nogpu\n", argv[0]);
+    return 2;
+  }
+  int rc;
+  if (!strcmp(argv[1], "emu"))
+    rc = test_emu();
+  else if (!strcmp(argv[1], "nvrtc"))
+    rc = test_nvrtc();
+  else if (!strcmp(argv[1], "nogpu"))
+    rc = test_nogpu();
+  else {
+    fprintf(stderr, "unknown test %s\n", argv[1]);
+    return 2;
+  }
+  if (rc == 77) return 77;
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  return rc;
+}
