@@ -41,6 +41,13 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
     error_plain("cannot write '%s': %s", src, strerror(errno));
     return false;
   }
+  bool cuda = m->target == TARGET_CUDA;
+  if (cuda && !*CG_CUDA_LINK_DEPS) {
+    fclose(f);
+    error_plain("--target cuda: this shardc was built without the CUDA toolkit (libshardrt_cuda is missing); "
+                "install CUDA and rebuild shardc, or build with --target cpu");
+    return false;
+  }
   bool ok = cg_emit_c(f, m, o);
   if (fclose(f) != 0) ok = false;
   if (!ok) return false;
@@ -48,11 +55,13 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   const char *cc = o->cc ? o->cc : getenv("CC");
   if (!cc || !*cc) cc = "cc";
   const char *cflags = o->cflags ? o->cflags : "-O2";
+  const char *xinc = cuda ? CG_CUDA_INCLUDES : "", *xlink = cuda ? CG_CUDA_LINK_DEPS : "";
   size_t len = strlen(cc) + strlen(cflags) + strlen(src) + strlen(out) + strlen(CG_INCLUDES) +
-               strlen(CG_RUNTIME_LIB) + strlen(CG_LINK_DEPS) + 64;
+               strlen(CG_RUNTIME_LIB) + strlen(CG_LINK_DEPS) + strlen(xinc) + strlen(xlink) + 64;
   char *cmd = malloc(len);
   if (!cmd) die("out of memory");
-  snprintf(cmd, len, "%s %s -std=gnu11 %s%s -o %s %s %s", cc, cflags, src, CG_INCLUDES, out, CG_RUNTIME_LIB, CG_LINK_DEPS);
+  snprintf(cmd, len, "%s %s -std=gnu11 %s%s%s -o %s %s %s %s", cc, cflags, src, CG_INCLUDES, xinc, out, CG_RUNTIME_LIB,
+           CG_LINK_DEPS, xlink);
   if (o->verbose) fprintf(stderr, "shardc: %s\n", cmd);
   int st = system(cmd);
   free(cmd);

@@ -12,43 +12,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cg.h"
+#include "cuda_kernels.h"
 #include "codegen.h"
 #include "diag.h"
 #include "memplan.h"
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
 #include "print.h"
 
-typedef struct {
-  const Node *arg;  /* an ARG of a body being emitted */
-  const char *expr; /* the C pointer expression it stands for */
-} ArgBind;
-
-/* An asynchronous (data-parallel) all-reduce in flight: rt_coll_wait(ctx, tag) goes before
- * node `pos` of graph g (pos == g->nnodes: at the end of g, i.e. of the loop iteration). */
-typedef struct {
-  int tag;
-  const Graph *g;
-  int pos;
-} Wait;
-
-typedef struct {
-  FILE *f;
-  const Module *m;
-  Arena *a;
-  ArgBind *binds; /* innermost last */
-  int nargs, capargs;
-  const char **ws;  /* C expressions for each kernel's scratch need (bytes) */
-  int nws, capws;
-  Wait *waits;      /* asynchronous all-reduces started and not yet waited, in emission order */
-  int nwaits, capwaits;
-  int next_tag;     /* id of the next asynchronous all-reduce */
-  int pos;          /* position in its graph of the node being emitted */
-  int indent;
-  bool ok;
-} Cg;
-
-static void line(Cg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void line(Cg *c, const char *fmt, ...) {
+void cg_line(Cg *c, const char *fmt, ...) {
   for (int i = 0; i < c->indent; i++) fputs("  ", c->f);
   va_list ap;
   va_start(ap, fmt);
@@ -57,28 +29,28 @@ static void line(Cg *c, const char *fmt, ...) {
   fputc('\n', c->f);
 }
 
-static int depth_of(const Graph *g) {
+int cg_depth_of(const Graph *g) {
   int d = 0;
   for (; g->parent; g = g->parent) d++;
   return d;
 }
 
 /* C expression (char *) for where v lives. */
-static const char *ptr(Cg *c, const Value *v) {
+const char *cg_ptr(Cg *c, const Value *v) {
   if (v->def->op == OP_ARG) {
     for (int i = c->nargs - 1; i >= 0; i--)
       if (c->binds[i].arg == v->def) return c->binds[i].expr;
     die("ARG %%%d has no binding", v->id);
   }
   if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
-  if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, depth_of(v->def->graph), v->stride);
+  if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, cg_depth_of(v->def->graph), v->stride);
   return arena_printf(c->a, "(M + %" PRId64 ")", v->offset);
 }
 
-static const char *fp(Cg *c, const Value *v) { return arena_printf(c->a, "(float *)%s", ptr(c, v)); }
-static const char *ip(Cg *c, const Value *v) { return arena_printf(c->a, "(int32_t *)%s", ptr(c, v)); }
+static const char *fp(Cg *c, const Value *v) { return arena_printf(c->a, "(float *)%s", cg_ptr(c, v)); }
+static const char *ip(Cg *c, const Value *v) { return arena_printf(c->a, "(int32_t *)%s", cg_ptr(c, v)); }
 
-static const char *shape_lit(Cg *c, const Shape *s) {
+const char *cg_shape_lit(Cg *c, const Shape *s) {
   char buf[256];
   int n = snprintf(buf, sizeof buf, "&(RtShape){%d, {", s->rank);
   for (int i = 0; i < s->rank; i++) n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%" PRId64, i ? ", " : "", s->dim[i]);
@@ -86,7 +58,7 @@ static const char *shape_lit(Cg *c, const Shape *s) {
   return arena_strdup(c->a, buf);
 }
 
-static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+int64_t cg_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
 static void bind_arg(Cg *c, const Node *arg, const char *expr) {
   arena_grow(c->a, (void **)&c->binds, &c->capargs, c->nargs + 1, sizeof(ArgBind));
@@ -94,7 +66,7 @@ static void bind_arg(Cg *c, const Node *arg, const char *expr) {
 }
 
 /* A C string literal for s (or NULL). */
-static const char *cstr(Cg *c, const char *s) {
+const char *cg_cstr(Cg *c, const char *s) {
   if (!s) return "NULL";
   size_t n = strlen(s);
   char *q = arena_alloc(c->a, 4 * n + 3), *p = q;
@@ -116,96 +88,104 @@ static const char *cstr(Cg *c, const char *s) {
 }
 
 /* Records a kernel's workspace need (a C expression); the program's workspace is their max. */
-static void ws_need(Cg *c, const char *expr) {
+void cg_ws_need(Cg *c, const char *expr) {
   for (int i = 0; i < c->nws; i++)
     if (strcmp(c->ws[i], expr) == 0) return;
   arena_grow(c->a, (void **)&c->ws, &c->capws, c->nws + 1, sizeof(char *));
   c->ws[c->nws++] = expr;
 }
 
-static void copy_if_moved(Cg *c, const Value *dst, const Value *src) {
-  const char *d = ptr(c, dst), *s = ptr(c, src);
-  if (strcmp(d, s) != 0) line(c, "memcpy(%s, %s, %" PRId64 ");", d, s, bytes_of(src));
+/* dst = src, bytes long, as a statement of the target (host memcpy / memmove, or a device copy). */
+static void copy_bytes(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
+  if (c->cuda)
+    cg_line(c, "rt_cu_copy(ctx, %s, %s, %" PRId64 ");", dst, src, bytes);
+  else
+    cg_line(c, "%s(%s, %s, %" PRId64 ");", overlap ? "memmove" : "memcpy", dst, src, bytes);
+}
+
+void cg_copy_if_moved(Cg *c, const Value *dst, const Value *src) {
+  const char *d = cg_ptr(c, dst), *s = cg_ptr(c, src);
+  if (strcmp(d, s) != 0) copy_bytes(c, d, s, cg_bytes(src), false);
 }
 
 static void emit_graph(Cg *c, Graph *g, const bool *need);
 
-static int64_t prod(const Shape *s, int from, int to) {
+int64_t cg_prod(const Shape *s, int from, int to) {
   int64_t n = 1;
   for (int i = from; i < to; i++) n *= s->dim[i];
   return n;
 }
 
-static void unsupported(Cg *c, const Node *n, const char *why) {
-  error_at(n->loc, "the CPU target cannot run %s yet: %s", ir_ops[n->op].name, why);
+void cg_unsupported(Cg *c, const Node *n, const char *why) {
+  error_at(n->loc, "the %s target cannot run %s yet: %s", c->cuda ? "CUDA" : "CPU", ir_ops[n->op].name, why);
   c->ok = false;
 }
 
 static void emit_repeat(Cg *c, Node *n) {
   Graph *b = n->body;
-  int d = depth_of(b);
+  int d = cg_depth_of(b);
   int nc = n->a.ncarry, nx = n->a.nxs;
   int mark = c->nargs;
-  line(c, "{ /* repeat %s x%" PRId64 " */", n->a.name ? n->a.name : "", n->a.count);
+  cg_line(c, "{ /* repeat %s x%" PRId64 " */", n->a.name ? n->a.name : "", n->a.count);
   c->indent++;
-  for (int k = 0; k < nc; k++) line(c, "char *c%d_%d = %s;", d, k, ptr(c, n->in[k]));
+  for (int k = 0; k < nc; k++) cg_line(c, "char *c%d_%d = %s;", d, k, cg_ptr(c, n->in[k]));
   for (int k = 0; k < b->nargs; k++) {
     Node *arg = b->args[k];
     const char *e;
     if (k < nc)
       e = arena_printf(c->a, "c%d_%d", d, k);
     else if (k < nc + nx)
-      e = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", ptr(c, n->in[k]), d, bytes_of(arg->out[0]));
+      e = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", cg_ptr(c, n->in[k]), d, cg_bytes(arg->out[0]));
     else
-      e = ptr(c, n->in[k]);
+      e = cg_ptr(c, n->in[k]);
     bind_arg(c, arg, e);
   }
   if (n->a.reverse)
-    line(c, "for (int64_t i%d = %" PRId64 "; i%d >= 0; i%d--) {", d, n->a.count - 1, d, d);
+    cg_line(c, "for (int64_t i%d = %" PRId64 "; i%d >= 0; i%d--) {", d, n->a.count - 1, d, d);
   else
-    line(c, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", d, d, n->a.count, d);
+    cg_line(c, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", d, d, n->a.count, d);
   c->indent++;
   emit_graph(c, b, NULL);
   for (int r = nc; r < b->nresults; r++) { /* ys not planned in place are copied into their slice */
     Value *y = b->results[r];
-    if (y->def->op != OP_ARG && y->offset == n->out[r]->offset && y->stride == bytes_of(y)) continue; /* in place */
-    const char *dst = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", ptr(c, n->out[r]), d, bytes_of(y));
-    line(c, "memcpy(%s, %s, %" PRId64 ");", dst, ptr(c, y), bytes_of(y));
+    if (y->def->op != OP_ARG && y->offset == n->out[r]->offset && y->stride == cg_bytes(y)) continue; /* in place */
+    const char *dst = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", cg_ptr(c, n->out[r]), d, cg_bytes(y));
+    copy_bytes(c, dst, cg_ptr(c, y), cg_bytes(y), false);
   }
   for (int k = 0; k < nc; k++) {
-    const char *dst = ptr(c, n->out[k]), *src = ptr(c, b->results[k]);
-    if (strcmp(dst, src) != 0) line(c, "memmove(%s, %s, %" PRId64 ");", dst, src, bytes_of(n->out[k]));
-    line(c, "c%d_%d = %s;", d, k, dst);
+    const char *dst = cg_ptr(c, n->out[k]), *src = cg_ptr(c, b->results[k]);
+    if (strcmp(dst, src) != 0) copy_bytes(c, dst, src, cg_bytes(n->out[k]), true);
+    cg_line(c, "c%d_%d = %s;", d, k, dst);
   }
   c->indent--;
-  line(c, "}");
+  cg_line(c, "}");
   if (n->a.count == 0)
-    for (int k = 0; k < nc; k++) copy_if_moved(c, n->out[k], n->in[k]);
+    for (int k = 0; k < nc; k++) cg_copy_if_moved(c, n->out[k], n->in[k]);
   c->indent--;
-  line(c, "}");
+  cg_line(c, "}");
   c->nargs = mark;
 }
 
 /* ---- multi-rank ops: collectives on the ctx's mesh-axis groups (runtime/ops/coll.h) ---- */
 
-static const char *axis_lit(int axis) {
+const char *cg_axis_lit(int axis) {
   static const char *const names[AX_COUNT] = {[AX_DP] = "RT_AX_DP", [AX_PP] = "RT_AX_PP", [AX_CP] = "RT_AX_CP",
                                               [AX_TP] = "RT_AX_TP"};
   if (axis < 0 || axis >= AX_COUNT) die("collective on mesh axis %d", axis);
   return names[axis];
 }
 
-static const char *dtype_lit(DType dt) {
+const char *cg_dtype_lit(DType dt) {
   static const char *const names[DT_COUNT] = {[DT_F32] = "RT_F32", [DT_BF16] = "RT_BF16", [DT_F16] = "RT_F16",
                                               [DT_F64] = "RT_F64", [DT_I32] = "RT_I32", [DT_I64] = "RT_I64"};
   return names[dt];
 }
 
 /* (outer, len, inner) of a tensor axis: the elements before it, its length, after it. */
-static void axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
-  *outer = prod(s, 0, axis);
+void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
+  *outer = cg_prod(s, 0, axis);
   *len = s->dim[axis];
-  *inner = prod(s, axis + 1, s->rank);
+  *inner = cg_prod(s, axis + 1, s->rank);
 }
 
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
@@ -244,7 +224,7 @@ static int position_of(const Graph *g, const Node *n) {
 
 /* Body result y of repeat r at index k is written in place into its stacked slice. */
 static bool stacked_in_place(const Node *r, int k, const Value *y) {
-  return k >= r->a.ncarry && y->def->op != OP_ARG && y->offset == r->out[k]->offset && y->stride == bytes_of(y);
+  return k >= r->a.ncarry && y->def->op != OP_ARG && y->offset == r->out[k]->offset && y->stride == cg_bytes(y);
 }
 
 /* Where the all-reduce n (node `at` of its graph g) is waited: before the first node of g that
@@ -290,7 +270,7 @@ static void emit_waits(Cg *c, const Graph *g, int pos) {
   for (int i = 0; i < c->nwaits; i++) {
     Wait w = c->waits[i];
     if (w.g == g && w.pos == pos)
-      line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
+      cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
     else
       c->waits[k++] = w;
   }
@@ -304,8 +284,8 @@ static void emit_all_reduce(Cg *c, Node *n) {
   static const char *const red[] = {[RED_SUM] = "0 /* sum */", [RED_AVG] = "1 /* avg */", [RED_MAX] = "2 /* max */"};
   const Attrs *a = &n->a;
   if (n->nin == 1 && !is_async(n)) {
-    line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", axis_lit(a->mesh_axis), ptr(c, n->out[0]),
-         ptr(c, n->in[0]), ir_numel(&n->out[0]->shape), dtype_lit(n->out[0]->dtype), red[a->reduce]);
+    cg_line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", cg_axis_lit(a->mesh_axis), cg_ptr(c, n->out[0]),
+         cg_ptr(c, n->in[0]), ir_numel(&n->out[0]->shape), cg_dtype_lit(n->out[0]->dtype), red[a->reduce]);
     return;
   }
   int tag = is_async(n) ? c->next_tag++ : -1;
@@ -316,18 +296,18 @@ static void emit_all_reduce(Cg *c, Node *n) {
     int cnt = 0;
     int64_t bytes = 0;
     for (int i = first; i < n->nin; i++)
-      if (n->in[i]->dtype == dt) cnt++, bytes += bytes_of(n->in[i]);
-    line(c, "{ /* all-reduce%s of %d %s tensor%s, %" PRId64 " bytes, one collective */",
+      if (n->in[i]->dtype == dt) cnt++, bytes += cg_bytes(n->in[i]);
+    cg_line(c, "{ /* all-reduce%s of %d %s tensor%s, %" PRId64 " bytes, one collective */",
          tag >= 0 ? arena_printf(c->a, " #%d", tag) : "", cnt, ir_dtype_name(dt), cnt > 1 ? "s" : "", bytes);
     c->indent++;
-    line(c, "void *const ys[] = {");
+    cg_line(c, "void *const ys[] = {");
     for (int i = first; i < n->nin; i++)
-      if (n->in[i]->dtype == dt) line(c, "  %s,", ptr(c, n->out[i]));
-    line(c, "};");
-    line(c, "const void *const xs[] = {");
+      if (n->in[i]->dtype == dt) cg_line(c, "  %s,", cg_ptr(c, n->out[i]));
+    cg_line(c, "};");
+    cg_line(c, "const void *const xs[] = {");
     for (int i = first; i < n->nin; i++)
-      if (n->in[i]->dtype == dt) line(c, "  %s,", ptr(c, n->in[i]));
-    line(c, "};");
+      if (n->in[i]->dtype == dt) cg_line(c, "  %s,", cg_ptr(c, n->in[i]));
+    cg_line(c, "};");
     char buf[64];
     fprintf(c->f, "%*sstatic const int64_t ns[] = {", 2 * c->indent, "");
     for (int i = first, k = 0; i < n->nin; i++)
@@ -338,13 +318,13 @@ static void emit_all_reduce(Cg *c, Node *n) {
       }
     fputs("};\n", c->f);
     if (tag >= 0)
-      line(c, "rt_coll_all_reduce_start(ctx, %s, %d, ys, xs, ns, %d, %s, %s);", axis_lit(a->mesh_axis), tag, cnt,
-           dtype_lit(dt), red[a->reduce]);
+      cg_line(c, "rt_coll_all_reduce_start(ctx, %s, %d, ys, xs, ns, %d, %s, %s);", cg_axis_lit(a->mesh_axis), tag, cnt,
+           cg_dtype_lit(dt), red[a->reduce]);
     else
-      line(c, "rt_coll_all_reduce_v(ctx, %s, ys, xs, ns, %d, %s, %s);", axis_lit(a->mesh_axis), cnt, dtype_lit(dt),
+      cg_line(c, "rt_coll_all_reduce_v(ctx, %s, ys, xs, ns, %d, %s, %s);", cg_axis_lit(a->mesh_axis), cnt, cg_dtype_lit(dt),
            red[a->reduce]);
     c->indent--;
-    line(c, "}");
+    cg_line(c, "}");
   }
   if (tag >= 0) add_wait(c, n, c->pos, tag);
 }
@@ -364,69 +344,70 @@ static void emit_multi_rank(Cg *c, Node *n) {
   const Attrs *a = &n->a;
   int64_t outer, nl, inner;
   switch (n->op) {
-  case OP_AXIS_INDEX: line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), axis_lit(a->mesh_axis)); return;
+  case OP_AXIS_INDEX: cg_line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), cg_axis_lit(a->mesh_axis)); return;
   case OP_ALL_REDUCE: return emit_all_reduce(c, n);
   case OP_ALL_GATHER:
-    axis_split(&x->shape, a->axis, &outer, &nl, &inner);
-    line(c, "rt_coll_all_gather(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
-         axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x), outer, nl, inner, a->blocks, dtype_lit(y->dtype), a->axis);
-    ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, bytes_of(y)));
+    cg_axis_split(&x->shape, a->axis, &outer, &nl, &inner);
+    cg_line(c, "rt_coll_all_gather(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
+         cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), a->axis);
+    cg_ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, cg_bytes(y)));
     return;
   case OP_REDUCE_SCATTER:
-    axis_split(&y->shape, a->axis, &outer, &nl, &inner);
-    line(c, "rt_coll_reduce_scatter(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
-         axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x), outer, nl, inner, a->blocks, dtype_lit(y->dtype), a->axis);
-    ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, bytes_of(x)));
+    cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
+    cg_line(c, "rt_coll_reduce_scatter(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
+         cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), a->axis);
+    cg_ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, cg_bytes(x)));
     return;
   case OP_BROADCAST:
-    line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", axis_lit(a->mesh_axis), ptr(c, y),
-         ptr(c, x), ir_numel(&y->shape), dtype_lit(y->dtype), a->start);
+    cg_line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", cg_axis_lit(a->mesh_axis), cg_ptr(c, y),
+         cg_ptr(c, x), ir_numel(&y->shape), cg_dtype_lit(y->dtype), a->start);
     return;
   case OP_SHARD_SLICE:
-    axis_split(&y->shape, a->axis, &outer, &nl, &inner);
-    line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
-         axis_lit(a->mesh_axis), ptr(c, y), ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype), a->axis);
+    cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
+    cg_line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
+         cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype), a->axis);
     return;
   case OP_EMBED: {
     Value *t = n->in[0], *idx = n->in[1];
     int64_t cnt = ir_numel(&idx->shape);
-    line(c, "rt_embed_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", axis_lit(a->mesh_axis),
+    cg_line(c, "rt_embed_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", cg_axis_lit(a->mesh_axis),
          fp(c, y), fp(c, t), ip(c, idx), cnt, t->shape.dim[1], t->shape.dim[0]);
-    ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
+    cg_ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
     return;
   }
   case OP_EMBED_BWD: {
     Value *idx = n->in[0];
     int64_t cnt = ir_numel(&idx->shape);
-    line(c, "rt_embed_bwd_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);",
-         axis_lit(a->mesh_axis), fp(c, y), ip(c, idx), fp(c, n->in[1]), cnt, y->shape.dim[1], y->shape.dim[0]);
-    ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
+    cg_line(c, "rt_embed_bwd_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);",
+         cg_axis_lit(a->mesh_axis), fp(c, y), ip(c, idx), fp(c, n->in[1]), cnt, y->shape.dim[1], y->shape.dim[0]);
+    cg_ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
     return;
   }
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD: {
     int64_t V = x->shape.dim[x->shape.rank - 1], rows = V ? ir_numel(&x->shape) / V : 0;
-    const char *ax = a->sharded ? axis_lit(a->mesh_axis) : "-1";
-    if (x->dtype != DT_F32) return unsupported(c, n, "only f32 logits on the CPU");
+    const char *ax = a->sharded ? cg_axis_lit(a->mesh_axis) : "-1";
+    if (x->dtype != DT_F32) return cg_unsupported(c, n, "only f32 logits on the CPU");
     if (n->op == OP_CE_MAX)
-      line(c, "rt_ce_max_f32(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x), rows, V,
+      cg_line(c, "rt_ce_max_f32(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x), rows, V,
            a->len);
     else if (n->op == OP_CE_SUMS)
-      line(c, "rt_ce_sums_f32(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x),
+      cg_line(c, "rt_ce_sums_f32(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x),
            ip(c, n->in[1]), fp(c, n->in[2]), rows, V, a->len);
     else
-      line(c, "rt_ce_grad_f32(ctx, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y),
+      cg_line(c, "rt_ce_grad_f32(ctx, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y),
            fp(c, x), ip(c, n->in[1]), fp(c, n->in[2]), fp(c, n->in[3]), fp(c, n->in[4]), rows, V, a->len);
     return;
   }
   case OP_CE_LOSS:
-    line(c, "rt_ce_loss_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]),
+    cg_line(c, "rt_ce_loss_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]),
          ip(c, n->in[2]), ir_numel(&n->in[2]->shape), a->len);
     return;
-  default: return unsupported(c, n, "no CPU code for this op");
+  default: return cg_unsupported(c, n, "no CPU code for this op");
   }
 }
 
 static void emit_node(Cg *c, Node *n) {
+  if (c->cuda && n->op != OP_REPEAT) return cg_cuda_node(c, n);
   Value *y = n->nout ? n->out[0] : NULL;
   Value *x = n->nin ? n->in[0] : NULL;
   int64_t ny = y ? ir_numel(&y->shape) : 0;
@@ -434,20 +415,20 @@ static void emit_node(Cg *c, Node *n) {
   unsigned fl = ir_ops[n->op].flags;
   if ((fl & F_EW) && n->op != OP_CAST && n->op != OP_GELU_BWD && n->op != OP_SILU_BWD) {
     for (int i = 0; i < n->nin; i++)
-      if (n->in[i]->dtype != DT_F32) return unsupported(c, n, "only f32 elementwise math on the CPU");
+      if (n->in[i]->dtype != DT_F32) return cg_unsupported(c, n, "only f32 elementwise math on the CPU");
   }
   switch (n->op) {
   case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_ARG: return;
   case OP_CONST:
-    if (y->dtype != DT_F32) return unsupported(c, n, "non-f32 constants");
-    line(c, "rt_fill_f32(%s, %" PRId64 ", (float)%.17g);", fp(c, y), ny, a->scalar);
+    if (y->dtype != DT_F32) return cg_unsupported(c, n, "non-f32 constants");
+    cg_line(c, "rt_fill_f32(%s, %" PRId64 ", (float)%.17g);", fp(c, y), ny, a->scalar);
     return;
-  case OP_IOTA: line(c, "rt_iota_i32(%s, %" PRId64 ", %" PRId64 ");", ip(c, y), ny, a->start); return;
+  case OP_IOTA: cg_line(c, "rt_iota_i32(%s, %" PRId64 ", %" PRId64 ");", ip(c, y), ny, a->start); return;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAXIMUM: case OP_MINIMUM: {
     static const char *ops[] = {[OP_ADD] = "RT_ADD", [OP_SUB] = "RT_SUB", [OP_MUL] = "RT_MUL",
                                 [OP_DIV] = "RT_DIV", [OP_MAXIMUM] = "RT_MAXIMUM", [OP_MINIMUM] = "RT_MINIMUM"};
-    line(c, "rt_binary_f32(%s, %s, %s, %s, %s, %s, %s);", ops[n->op], fp(c, y), shape_lit(c, &y->shape),
-         fp(c, n->in[0]), shape_lit(c, &n->in[0]->shape), fp(c, n->in[1]), shape_lit(c, &n->in[1]->shape));
+    cg_line(c, "rt_binary_f32(%s, %s, %s, %s, %s, %s, %s);", ops[n->op], fp(c, y), cg_shape_lit(c, &y->shape),
+         fp(c, n->in[0]), cg_shape_lit(c, &n->in[0]->shape), fp(c, n->in[1]), cg_shape_lit(c, &n->in[1]->shape));
     return;
   }
   case OP_NEG: case OP_SCALE: case OP_ADD_SCALAR: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT:
@@ -456,117 +437,117 @@ static void emit_node(Cg *c, Node *n) {
                                 [OP_EXP] = "RT_EXP", [OP_LOG] = "RT_LOG", [OP_SQRT] = "RT_SQRT",
                                 [OP_RSQRT] = "RT_RSQRT", [OP_TANH] = "RT_TANH", [OP_SIGMOID] = "RT_SIGMOID",
                                 [OP_RELU] = "RT_RELU", [OP_GELU] = "RT_GELU", [OP_SILU] = "RT_SILU"};
-    line(c, "rt_unary_f32(%s, %s, %s, %" PRId64 ", (float)%.17g);", ops[n->op], fp(c, y), fp(c, x), ny, a->scalar);
+    cg_line(c, "rt_unary_f32(%s, %s, %s, %" PRId64 ", (float)%.17g);", ops[n->op], fp(c, y), fp(c, x), ny, a->scalar);
     return;
   }
-  case OP_GELU_BWD: line(c, "rt_gelu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
-  case OP_SILU_BWD: line(c, "rt_silu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
+  case OP_GELU_BWD: cg_line(c, "rt_gelu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
+  case OP_SILU_BWD: cg_line(c, "rt_silu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
   case OP_CAST:
-    if (x->dtype != y->dtype) return unsupported(c, n, "dtype conversion (mixed precision is the CUDA target's)");
-    copy_if_moved(c, y, x);
+    if (x->dtype != y->dtype) return cg_unsupported(c, n, "dtype conversion (mixed precision is the CUDA target's)");
+    cg_copy_if_moved(c, y, x);
     return;
-  case OP_RESHAPE: copy_if_moved(c, y, x); return;
+  case OP_RESHAPE: cg_copy_if_moved(c, y, x); return;
   case OP_TRANSPOSE: {
     int r = x->shape.rank;
-    line(c, "rt_transpose_f32(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x),
-         prod(&x->shape, 0, r - 2), x->shape.dim[r - 2], x->shape.dim[r - 1]);
+    cg_line(c, "rt_transpose_f32(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x),
+         cg_prod(&x->shape, 0, r - 2), x->shape.dim[r - 2], x->shape.dim[r - 1]);
     return;
   }
   case OP_SLICE: case OP_PAD: {
     const Shape *xs = &x->shape;
     int ax = a->axis;
-    int64_t outer = prod(xs, 0, ax), inner = prod(xs, ax + 1, xs->rank);
+    int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank);
     int es = ir_dtype_size(x->dtype);
     if (n->op == OP_SLICE)
-      line(c, "rt_copy_block(%s, %" PRId64 ", 0, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-           ptr(c, y), a->len, ptr(c, x), xs->dim[ax], a->start, outer, a->len, inner, es);
+      cg_line(c, "rt_copy_block(%s, %" PRId64 ", 0, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           cg_ptr(c, y), a->len, cg_ptr(c, x), xs->dim[ax], a->start, outer, a->len, inner, es);
     else {
-      line(c, "memset(%s, 0, %" PRId64 ");", ptr(c, y), bytes_of(y));
-      line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-           ptr(c, y), a->len, a->start, ptr(c, x), xs->dim[ax], outer, xs->dim[ax], inner, es);
+      cg_line(c, "memset(%s, 0, %" PRId64 ");", cg_ptr(c, y), cg_bytes(y));
+      cg_line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           cg_ptr(c, y), a->len, a->start, cg_ptr(c, x), xs->dim[ax], outer, xs->dim[ax], inner, es);
     }
     return;
   }
   case OP_CONCAT: {
     int ax = a->axis;
-    int64_t outer = prod(&y->shape, 0, ax), inner = prod(&y->shape, ax + 1, y->shape.rank), at = 0;
+    int64_t outer = cg_prod(&y->shape, 0, ax), inner = cg_prod(&y->shape, ax + 1, y->shape.rank), at = 0;
     for (int i = 0; i < n->nin; i++) {
       int64_t len = n->in[i]->shape.dim[ax];
-      line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-           ptr(c, y), y->shape.dim[ax], at, ptr(c, n->in[i]), len, outer, len, inner, ir_dtype_size(y->dtype));
+      cg_line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           cg_ptr(c, y), y->shape.dim[ax], at, cg_ptr(c, n->in[i]), len, outer, len, inner, ir_dtype_size(y->dtype));
       at += len;
     }
     return;
   }
   case OP_REDUCE_SUM:
-    line(c, "rt_reduce_to_f32(%s, %s, %s, %s);", fp(c, y), shape_lit(c, &y->shape), fp(c, x), shape_lit(c, &x->shape));
+    cg_line(c, "rt_reduce_to_f32(%s, %s, %s, %s);", fp(c, y), cg_shape_lit(c, &y->shape), fp(c, x), cg_shape_lit(c, &x->shape));
     return;
   case OP_BROADCAST_TO:
-    line(c, "rt_broadcast_to_f32(%s, %s, %s, %s);", fp(c, y), shape_lit(c, &y->shape), fp(c, x), shape_lit(c, &x->shape));
+    cg_line(c, "rt_broadcast_to_f32(%s, %s, %s, %s);", fp(c, y), cg_shape_lit(c, &y->shape), fp(c, x), cg_shape_lit(c, &x->shape));
     return;
   case OP_MATMUL: {
     const Shape *as = &x->shape, *bs = &n->in[1]->shape;
     int ra = as->rank, rb = bs->rank;
     int64_t m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2], k = a->ta ? as->dim[ra - 2] : as->dim[ra - 1];
     int64_t nn = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1];
-    int64_t batch = prod(as, 0, ra - 2), bbatch = prod(bs, 0, rb - 2);
-    if (bbatch != 1 && bbatch != batch) return unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
-    line(c, "rt_matmul_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);", fp(c, y),
+    int64_t batch = cg_prod(as, 0, ra - 2), bbatch = cg_prod(bs, 0, rb - 2);
+    if (bbatch != 1 && bbatch != batch) return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
+    cg_line(c, "rt_matmul_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);", fp(c, y),
          fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
     return;
   }
   case OP_EMBED: {
     Value *t = n->in[0], *idx = n->in[1];
     if (a->sharded) return emit_multi_rank(c, n);
-    line(c, "rt_embed_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, t), ip(c, idx),
+    cg_line(c, "rt_embed_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, t), ip(c, idx),
          ir_numel(&idx->shape), t->shape.dim[1], t->shape.dim[0]);
     return;
   }
   case OP_EMBED_BWD: {
     Value *idx = n->in[0];
     if (a->sharded) return emit_multi_rank(c, n);
-    line(c, "rt_embed_bwd_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), ip(c, idx),
+    cg_line(c, "rt_embed_bwd_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), ip(c, idx),
          fp(c, n->in[1]), ir_numel(&idx->shape), y->shape.dim[1], y->shape.dim[0]);
     return;
   }
   case OP_LAYERNORM: case OP_RMSNORM: {
     int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
     if (n->op == OP_LAYERNORM)
-      line(c, "rt_layernorm_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x),
+      cg_line(c, "rt_layernorm_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x),
            fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
     else
-      line(c, "rt_rmsnorm_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x), fp(c, n->in[1]),
+      cg_line(c, "rt_rmsnorm_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x), fp(c, n->in[1]),
            rows, d, a->eps);
     return;
   }
   case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: {
     int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
     if (n->op == OP_LAYERNORM_BWD)
-      line(c, "rt_layernorm_bwd_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
+      cg_line(c, "rt_layernorm_bwd_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
            fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
     else
-      line(c, "rt_rmsnorm_bwd_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
+      cg_line(c, "rt_rmsnorm_bwd_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
            fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
-    ws_need(c, arena_printf(c->a, "rt_norm_ws_bytes(%" PRId64 ", %" PRId64 ")", rows, d));
+    cg_ws_need(c, arena_printf(c->a, "rt_norm_ws_bytes(%" PRId64 ", %" PRId64 ")", rows, d));
     return;
   }
   case OP_ROPE: {
     const Shape *s = &x->shape;
     int64_t hd = s->dim[2] / a->heads;
-    line(c, "rt_rope_f32(%s, %s, %" PRId64 ", %" PRId64 ", %d, %" PRId64 ", %.17g, %" PRId64 ", %d, WS);", fp(c, y),
+    cg_line(c, "rt_rope_f32(%s, %s, %" PRId64 ", %" PRId64 ", %d, %" PRId64 ", %.17g, %" PRId64 ", %d, WS);", fp(c, y),
          fp(c, x), s->dim[0], s->dim[1], a->heads, hd, a->theta, a->start, a->inverse);
-    ws_need(c, arena_printf(c->a, "rt_rope_ws_bytes(%" PRId64 ", %" PRId64 ")", s->dim[1], hd));
+    cg_ws_need(c, arena_printf(c->a, "rt_rope_ws_bytes(%" PRId64 ", %" PRId64 ")", s->dim[1], hd));
     return;
   }
   case OP_SDPA: case OP_SDPA_BWD: {
     const Shape *s = &x->shape;
     int64_t hd = s->dim[2] / a->heads;
     if (n->op == OP_SDPA)
-      line(c, "rt_sdpa_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);", fp(c, n->out[0]),
+      cg_line(c, "rt_sdpa_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);", fp(c, n->out[0]),
            fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), s->dim[0], s->dim[1], a->heads,
            a->kv_heads, hd, a->causal);
     else
-      line(c, "rt_sdpa_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);",
+      cg_line(c, "rt_sdpa_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);",
            fp(c, n->out[0]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]),
            fp(c, n->in[3]), fp(c, n->in[4]), fp(c, n->in[5]), s->dim[0], s->dim[1], a->heads, a->kv_heads, hd,
            a->causal);
@@ -576,31 +557,31 @@ static void emit_node(Cg *c, Node *n) {
     int64_t V = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (V ? V : 1);
     int64_t len = a->len > 0 ? a->len : V;
     if (n->op == OP_CROSS_ENTROPY)
-      line(c, "rt_cross_entropy_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
+      cg_line(c, "rt_cross_entropy_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
            ip(c, n->in[1]), rows, V, len);
     else
-      line(c, "rt_cross_entropy_bwd_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
+      cg_line(c, "rt_cross_entropy_bwd_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
            ip(c, n->in[1]), fp(c, n->in[2]), rows, V, len);
-    ws_need(c, arena_printf(c->a, "rt_cross_entropy_ws_bytes(%" PRId64 ")", rows));
+    cg_ws_need(c, arena_printf(c->a, "rt_cross_entropy_ws_bytes(%" PRId64 ")", rows));
     return;
   }
-  case OP_SUM: line(c, "rt_sum_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
-  case OP_MEAN: line(c, "rt_mean_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
-  case OP_SUMSQ: line(c, "rt_sumsq_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_SUM: cg_line(c, "rt_sum_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_MEAN: cg_line(c, "rt_mean_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_SUMSQ: cg_line(c, "rt_sumsq_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
   case OP_ADAMW_UPDATE:
-    for (int k = 0; k < 3; k++) copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : k + 1]);
-    line(c, "rt_adamw_f32(%s, %s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g, (float)%.17g, (float)%.17g);", fp(c, n->out[0]),
+    for (int k = 0; k < 3; k++) cg_copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : k + 1]);
+    cg_line(c, "rt_adamw_f32(%s, %s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g, (float)%.17g, (float)%.17g);", fp(c, n->out[0]),
          fp(c, n->in[1]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, n->in[4]), ir_numel(&x->shape), a->beta1,
          a->beta2, a->eps, a->weight_decay);
     return;
   case OP_SGD_UPDATE:
-    for (int k = 0; k < 2; k++) copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : 2]);
-    line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g);", fp(c, n->out[0]), fp(c, n->in[1]),
+    for (int k = 0; k < 2; k++) cg_copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : 2]);
+    cg_line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g);", fp(c, n->out[0]), fp(c, n->in[1]),
          fp(c, n->out[1]), fp(c, n->in[3]), ir_numel(&x->shape), a->momentum, a->weight_decay);
     return;
   case OP_REPEAT: emit_repeat(c, n); return;
-  case OP_CALL: return unsupported(c, n, "layer calls must be inlined first");
-  case OP_SEND: case OP_RECV: return unsupported(c, n, "pipeline transfers arrive with the pipeline pass");
+  case OP_CALL: return cg_unsupported(c, n, "layer calls must be inlined first");
+  case OP_SEND: case OP_RECV: return cg_unsupported(c, n, "pipeline transfers arrive with the pipeline pass");
   default: return emit_multi_rank(c, n);
   }
 }
@@ -613,18 +594,22 @@ static bool polls_after(const Node *n) {
 }
 
 static void emit_graph(Cg *c, Graph *g, const bool *need) {
+  if (!g->parent) {
+    c->need = need;
+    c->ndone = 0;
+  }
   bool body_async = g->parent && has_async(g); /* earlier iterations' requests may be in flight */
   for (int i = 0; i < g->nnodes; i++) {
     emit_waits(c, g, i);
     if (need && !need[i]) continue;
     Node *n = g->nodes[i];
     if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) continue;
-    if (n->loc.file) line(c, "/* %s:%d */", n->loc.file, n->loc.line);
+    if (n->loc.file) cg_line(c, "/* %s:%d */", n->loc.file, n->loc.line);
     c->pos = i;
     long before = ftell(c->f);
     emit_node(c, n);
     bool emitted = before < 0 || ftell(c->f) != before; /* views and elided copies emit nothing */
-    if ((c->nwaits > 0 || body_async) && emitted && polls_after(n)) line(c, "rt_coll_progress(ctx);");
+    if ((c->nwaits > 0 || body_async) && emitted && polls_after(n)) cg_line(c, "rt_coll_progress(ctx);");
   }
   emit_waits(c, g, g->nnodes);
 }
@@ -632,7 +617,7 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
 /* Every asynchronous all-reduce is finished before an entry point returns. */
 static void end_entry(Cg *c, bool async) {
   if (c->nwaits) die("an asynchronous all-reduce has no wait");
-  if (async) line(c, "rt_coll_wait_all(ctx);");
+  if (async) cg_line(c, "rt_coll_wait_all(ctx);");
 }
 
 /* Marks the nodes of the top graph that `v` depends on. */
@@ -678,7 +663,7 @@ static const char *shard_init(Cg *c, const Value *v) {
   char sp[128] = "", bl[128] = "";
   for (int d = 0, ns = 0, nb = 0; d < v->shape.rank; d++) {
     ns += snprintf(sp + ns, sizeof sp - (size_t)ns, "%s%s", d ? ", " : "",
-                   v->sharding.split[d] >= 0 ? axis_lit(v->sharding.split[d]) : "-1");
+                   v->sharding.split[d] >= 0 ? cg_axis_lit(v->sharding.split[d]) : "-1");
     nb += snprintf(bl + nb, sizeof bl - (size_t)nb, "%s%d", d ? ", " : "", v->sharding.blocks[d]);
   }
   return arena_printf(c->a, ", .shard = {1, {%s}, {%s}}", sp, bl);
@@ -687,7 +672,7 @@ static const char *shard_init(Cg *c, const Value *v) {
 /* One RtTensor initializer, then `end` (",\n" in the table). */
 static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked,
                             const char *end) {
-  fprintf(c->f, "  {%s, %s, %d, %d, {", cstr(c, name), kind, (int)v->dtype, v->shape.rank);
+  fprintf(c->f, "  {%s, %s, %d, %d, {", cg_cstr(c, name), kind, (int)v->dtype, v->shape.rank);
   for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
   fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
           src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), end);
@@ -718,7 +703,8 @@ static bool is_stacked(const Graph *g, const Value *v) {
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
-  Cg c = {.f = f, .m = m, .a = &a, .ok = true};
+  Cg c = {.f = f, .m = m, .a = &a, .ok = true, .cuda = m->target == TARGET_CUDA};
+  if (c.cuda) c.k = cuk_new(&a);
   Graph *g = m->graph;
   Value *loss = result(g, "loss");
   Value *tokens = find_source(g, OP_INPUT, "tokens");
@@ -743,8 +729,13 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
 
   fprintf(f, "/* Generated by shardc from %s (model %s). Do not edit: recompile the .model instead. */\n",
           o->source_path ? o->source_path : "?", m->name);
-  fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n",
-          multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
+  if (c.cuda)
+    fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s#include \"cuda_ops.h\"\n#include \"program.h\"\n\n"
+               "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n",
+            multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
+  else
+    fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n",
+            multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
   fprintf(f, "/* memory plan: %" PRId64 " bytes (peak %" PRId64 " live); kernel scratch follows it */\n", m->memplan->total, m->memplan->peak);
   fprintf(f, "#define WS (M + %" PRId64 ")\n\n", m->memplan->total);
 
@@ -760,7 +751,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     Value *dst = find_source(g, OP_PARAM, nm + 5);
     if (!dst) dst = find_source(g, OP_STATE, nm + 5);
     if (!dst) die("result %s updates no PARAM/STATE", nm);
-    copy_if_moved(&c, dst, g->results[r]);
+    cg_copy_if_moved(&c, dst, g->results[r]);
   }
   fprintf(f, "}\n\n");
 
@@ -777,6 +768,18 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   end_entry(&c, async);
   fprintf(f, "}\n\n");
 
+  if (c.cuda) {
+    cg_ws_need(&c, arena_printf(&a, "%" PRId64, cuk_workspace(c.k)));
+    fprintf(f, "/* the program's kernels: compiled by NVRTC at start for the GPU found, cubins cached */\n");
+    fprintf(f, "static const char cuda_source[] =\n");
+    for (const char *p = cuk_source(c.k); *p;) { /* one string piece per source line, for readability */
+      const char *nl = strchr(p, '\n');
+      size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
+      fprintf(f, "  %s\n", cg_cstr(&c, arena_strndup(&a, p, len)));
+      p += len;
+    }
+    fprintf(f, "  ;\nstatic const RtCudaCode cuda_code = {cuda_source, %d};\n\n", cuk_count(c.k));
+  }
   fprintf(f, "static int64_t workspace_bytes(void) {\n  int64_t n = 0, k;\n");
   for (int i = 0; i < c.nws; i++) fprintf(f, "  k = (int64_t)%s;\n  if (k > n) n = k;\n", c.ws[i]);
   fprintf(f, "  return n;\n}\n\n");
@@ -804,7 +807,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     ntensors++;
   }
   fprintf(f, "};\n\n");
-  if (multi && logits) {
+  if ((multi || c.cuda) && logits) {
     fprintf(f, "/* the logits the logits() entry leaves, with their sharding (sampling gathers them) */\n");
     fprintf(f, "static const RtTensor logits_tensor =\n");
     emit_tensor_end(&c, logits, "logits", "RT_T_RESULT", NULL, false, ";\n\n");
@@ -814,7 +817,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   static const char *opt[] = {[OPT_SGD] = "RT_OPT_SGD", [OPT_ADAMW] = "RT_OPT_ADAMW"};
   static const char *sch[] = {[LR_CONSTANT] = "RT_LR_CONSTANT", [LR_LINEAR] = "RT_LR_LINEAR", [LR_COSINE] = "RT_LR_COSINE"};
   fprintf(f, "static const RtProgram program = {\n");
-  fprintf(f, "  .model = %s,\n  .source = %s,\n", cstr(&c, m->name), cstr(&c, o->source_path));
+  fprintf(f, "  .model = %s,\n  .source = %s,\n", cg_cstr(&c, m->name), cg_cstr(&c, o->source_path));
   fprintf(f, "  .mem_bytes = %" PRId64 ",\n  .workspace_bytes = workspace_bytes,\n  .mem_peak = %" PRId64 ",\n", m->memplan->total, m->memplan->peak);
   if (multi && mesh)
     fprintf(f, "  .mesh = {[RT_AX_DP] = %d, [RT_AX_PP] = %d, [RT_AX_CP] = %d, [RT_AX_TP] = %d},\n", mesh->dim[RT_AX_DP],
@@ -824,13 +827,15 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "  .nparams = %" PRId64 ",\n  .flops_per_token = %.17g,\n", ir_param_count(m), ir_flops_per_token(m, true));
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);
   fprintf(f, "  .logits_offset = %" PRId64 ",\n", logits ? logits->offset : (int64_t)-1);
-  if (multi && logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
+  if ((multi || c.cuda) && logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
   fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64
              ", .steps = %" PRId64 ", .seed = %" PRIu64 "u, .grad_clip = %.17g,\n",
           opt[rc->optimizer], rc->lr, rc->min_lr, sch[rc->lr_schedule], rc->warmup, rc->steps, rc->seed, rc->grad_clip);
   fprintf(f, "             .data = %s, .val = %s, .ckpt_every = %" PRId64 ", .ckpt_dir = %s, .ckpt_keep = %d},\n",
-          cstr(&c, rc->data), cstr(&c, rc->val), rc->ckpt_every, cstr(&c, rc->ckpt_dir), rc->ckpt_keep);
-  fprintf(f, "  .step = step,\n  .eval = eval,\n  .logits = logits,\n};\n\n");
+          cg_cstr(&c, rc->data), cg_cstr(&c, rc->val), rc->ckpt_every, cg_cstr(&c, rc->ckpt_dir), rc->ckpt_keep);
+  fprintf(f, "  .step = step,\n  .eval = eval,\n  .logits = logits,\n");
+  if (c.cuda) fprintf(f, "  .device = &rt_cuda_device,\n  .cuda = &cuda_code,\n");
+  fprintf(f, "};\n\n");
   fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &program); }\n");
   bool ok = c.ok;
   arena_free(&a);
