@@ -27,7 +27,7 @@ static void usage(FILE *f) {
           "  -o FILE               the trainer to write (build)\n"
           "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
-          "  --emit-c DIR          keep the generated C source in DIR\n"
+          "  --emit-c DIR          keep the generated C source in DIR (with plan: write it, compile nothing)\n"
           "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
           "  -v                    print the C compiler command\n"
           "  -D KEY=VALUE          override a plan/recipe field or a model constant (-D tp=4 -D zero=1)\n"
@@ -167,7 +167,10 @@ int main(int argc, char **argv) {
     ir_print_dot(stdout, m);
   else if (dump && strcmp(dump, "mesh") == 0)
     ir_print_mesh(stdout, m);
-  if (build || out || cg.emit_dir) {
+  if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */
+    cg.source_path = input;
+    if (!cg_emit_file(m, cg.emit_dir, &cg)) return 1;
+  } else if (build || out || cg.emit_dir) {
     cg.source_path = input;
     char def[512];
     if (!out) snprintf(def, sizeof def, "train_%s", m->name);

@@ -22,35 +22,44 @@ static bool mkdir_p(const char *dir) {
   return mkdir(buf, 0755) == 0 || errno == EEXIST;
 }
 
-bool cg_build(const Module *m, const char *out, const CgOptions *o) {
-  char tmpl[] = "/tmp/shardc-XXXXXX";
-  const char *dir = o->emit_dir;
-  if (dir) {
-    if (!mkdir_p(dir)) {
-      error_plain("cannot create --emit-c directory '%s': %s", dir, strerror(errno));
-      return false;
-    }
-  } else if (!(dir = mkdtemp(tmpl))) {
-    error_plain("cannot create a temporary directory: %s", strerror(errno));
+/* Writes dir/<model>.c; its path into src. */
+static bool write_source(const Module *m, const char *dir, const CgOptions *o, char *src, size_t n) {
+  if (!mkdir_p(dir)) {
+    error_plain("cannot create --emit-c directory '%s': %s", dir, strerror(errno));
     return false;
   }
-  char src[4096];
-  snprintf(src, sizeof src, "%s/%s.c", dir, m->name);
+  snprintf(src, n, "%s/%s.c", dir, m->name);
   FILE *f = fopen(src, "w");
   if (!f) {
     error_plain("cannot write '%s': %s", src, strerror(errno));
     return false;
   }
-  bool cuda = m->target == TARGET_CUDA;
-  if (cuda && !*CG_CUDA_LINK_DEPS) {
-    fclose(f);
-    error_plain("--target cuda: this shardc was built without the CUDA toolkit (libshardrt_cuda is missing); "
-                "install CUDA and rebuild shardc, or build with --target cpu");
-    return false;
-  }
   bool ok = cg_emit_c(f, m, o);
   if (fclose(f) != 0) ok = false;
-  if (!ok) return false;
+  return ok;
+}
+
+bool cg_emit_file(const Module *m, const char *dir, const CgOptions *o) {
+  char src[4096];
+  return write_source(m, dir, o, src, sizeof src);
+}
+
+bool cg_build(const Module *m, const char *out, const CgOptions *o) {
+  char tmpl[] = "/tmp/shardc-XXXXXX";
+  bool cuda = m->target == TARGET_CUDA;
+  if (cuda && !*CG_CUDA_LINK_DEPS) {
+    error_plain("--target cuda: this shardc was built without the CUDA toolkit (libshardrt_cuda is missing); "
+                "install CUDA and rebuild shardc, or build with --target cpu (`shardc plan --emit-c DIR` still "
+                "writes the source)");
+    return false;
+  }
+  const char *dir = o->emit_dir;
+  if (!dir && !(dir = mkdtemp(tmpl))) {
+    error_plain("cannot create a temporary directory: %s", strerror(errno));
+    return false;
+  }
+  char src[4096];
+  if (!write_source(m, dir, o, src, sizeof src)) return false;
 
   const char *cc = o->cc ? o->cc : getenv("CC");
   if (!cc || !*cc) cc = "cc";

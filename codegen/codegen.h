@@ -17,6 +17,8 @@ typedef struct {
 /* Writes the C host program for m (after pass_memplan) to f. Returns false on
  * an op the CPU target cannot run yet (reported as an error). */
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o);
+/* Writes the C program to dir/<model>.c without compiling it (shardc plan --emit-c DIR). */
+bool cg_emit_file(const Module *m, const char *dir, const CgOptions *o);
 /* Emits the C program and compiles and links it with libshardrt into `out`. */
 bool cg_build(const Module *m, const char *out, const CgOptions *o);
 
