@@ -5,6 +5,12 @@
  * sampling. Every rank runs the same loop (the step's collectives keep them in lockstep); rank 0
  * prints, logs and writes checkpoints; every rank reads its own block of each batch. Weights,
  * batches, checkpoints and dumps are logical tensors; each rank holds its block (dist.c).
+ *
+ * A device program (p->device, --target cuda) keeps its allocation on the device: `mem` is a
+ * device address the trainer never dereferences. Parameters are initialised (the same values as
+ * the CPU trainer), inputs written and results, checkpoints, dumps and logits read in a compact
+ * host copy of the tensor table (hp / hmem: every tensor once, no activations) and moved with
+ * the device's upload / download. For a CPU program hp is p and hmem is mem: nothing moves.
  */
 #include <errno.h>
 #include <math.h>
@@ -14,6 +20,7 @@
 #include <unistd.h>
 
 #include "../comm/comm.h"
+#include "../device.h"
 #include "../kernels/kernels.h"
 #include "../ops/coll.h"
 #include "../rng.h"
@@ -296,7 +303,53 @@ typedef struct {
   int64_t gbatch, gseq; /* the logical batch: sequences per step (all dp ranks), tokens per sequence */
   RtProgram *lp;      /* multi: the logical program (checkpoints, dumps) */
   int64_t lbytes;     /* multi: bytes of the logical tensors */
+  const RtDevice *dev; /* the program's device (NULL: a CPU program) */
+  RtProgram *hp;      /* where tensors live on the host: p itself, or a device program's compact copy */
+  char *hmem;         /* host tensors at hp's offsets: mem itself, or the compact copy's buffer */
 } Run;
+
+/* ---- a device program's host tensors ---- */
+
+/* The tensor of hp that is p's tensor t (t points into p->tensors). */
+static const RtTensor *htensor(const Run *r, const RtTensor *t) { return &r->hp->tensors[t - r->p->tensors]; }
+static char *hptr(const Run *r, const RtTensor *t) { return r->hmem + htensor(r, t)->offset; }
+
+static int64_t tensor_bytes(const RtTensor *t) { return rt_tensor_numel(t) * (int64_t)rt_dtype_size(t->dtype); }
+
+/* Host copy -> device (a CPU program: nothing to do). */
+static void to_dev(Run *r, const RtTensor *t) {
+  if (r->dev && t) r->dev->upload(&r->ctx, r->mem + t->offset, hptr(r, t), tensor_bytes(t));
+}
+static void from_dev(Run *r, const RtTensor *t) {
+  if (r->dev && t) r->dev->download(&r->ctx, hptr(r, t), r->mem + t->offset, tensor_bytes(t));
+}
+/* Every tensor of the kinds (bits 1 << RT_T_*). */
+static void kinds_to_dev(Run *r, int kinds) {
+  for (int k = 0; r->dev && k < r->p->ntensors; k++)
+    if (kinds >> r->p->tensors[k].kind & 1) to_dev(r, &r->p->tensors[k]);
+}
+static void kinds_from_dev(Run *r, int kinds) {
+  for (int k = 0; r->dev && k < r->p->ntensors; k++)
+    if (kinds >> r->p->tensors[k].kind & 1) from_dev(r, &r->p->tensors[k]);
+}
+
+/* A copy of p whose tensors are packed from offset 0, 64-byte aligned (bytes: their buffer). */
+static RtProgram *host_program(const RtProgram *p, int64_t *bytes) {
+  RtProgram *hp = rt_xmalloc(sizeof *hp);
+  *hp = *p;
+  RtTensor *ts = rt_xmalloc((size_t)(p->ntensors > 0 ? p->ntensors : 1) * sizeof *ts);
+  int64_t off = 0;
+  for (int k = 0; k < p->ntensors; k++) {
+    ts[k] = p->tensors[k];
+    ts[k].offset = off;
+    off += (tensor_bytes(&ts[k]) + 63) / 64 * 64;
+  }
+  hp->tensors = ts;
+  if (p->logits_tensor && p->logits_tensor >= p->tensors && p->logits_tensor < p->tensors + p->ntensors)
+    hp->logits_tensor = &ts[p->logits_tensor - p->tensors];
+  *bytes = off;
+  return hp;
+}
 
 /* ---- batches: each rank's block of the logical [gbatch, gseq] tokens and targets ---- */
 
@@ -310,15 +363,19 @@ static int dp_rows_only(const RtProgram *p, const RtTensor *t) {
 
 static void load_batch(Run *r, RtData *d, int64_t pos) {
   const RtProgram *p = r->p;
-  int32_t *tok = (int32_t *)(r->mem + r->tokens->offset), *tgt = (int32_t *)(r->mem + r->targets->offset);
+  int32_t *tok = (int32_t *)hptr(r, r->tokens), *tgt = (int32_t *)hptr(r, r->targets);
   if (!r->multi) {
     rt_data_batch(d, pos, p->batch, r->ctx.dp_rank, tok, tgt);
+    to_dev(r, r->tokens);
+    to_dev(r, r->targets);
     return;
   }
   int dp = rt_tensor_split_mask(p, r->tokens) & RT_MESH_DP ? r->ctx.dp_rank : 0;
   if (dp_rows_only(p, r->tokens) && dp_rows_only(p, r->targets) &&
       rt_tensor_split_mask(p, r->tokens) == rt_tensor_split_mask(p, r->targets)) {
     rt_data_batch(d, pos, r->tokens->dims[0], dp, tok, tgt);
+    to_dev(r, r->tokens);
+    to_dev(r, r->targets);
     return;
   }
   /* any other layout (sequence-parallel tokens, ...): the whole batch, then this rank's block */
@@ -327,8 +384,22 @@ static void load_batch(Run *r, RtData *d, int64_t pos) {
   rt_data_batch(d, pos, r->gbatch, 0, lt, lg);
   rt_tensor_scatter(&r->ctx, p, r->tokens, lt, tok);
   rt_tensor_scatter(&r->ctx, p, r->targets, lg, tgt);
+  to_dev(r, r->tokens);
+  to_dev(r, r->targets);
   free(lt);
   free(lg);
+}
+
+/* A scalar input written / a scalar result read (t may be NULL: no such tensor). */
+static void put_input(Run *r, const RtTensor *t, double v) {
+  if (!t) return;
+  put_scalar(r->hmem, htensor(r, t), v);
+  to_dev(r, t);
+}
+static double get_result(Run *r, const RtTensor *t) {
+  if (!t) return NAN;
+  from_dev(r, t);
+  return get_scalar(r->hmem, htensor(r, t));
 }
 
 static void json_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -351,7 +422,7 @@ static double evaluate(Run *r) {
   for (int64_t i = 0; i < nb; i++) {
     load_batch(r, &r->val, i * per);
     p->eval(r->mem, &r->ctx);
-    sum += get_scalar(r->mem, r->loss);
+    sum += get_result(r, r->loss);
   }
   r->ctx.step = saved;
   /* the loss is replicated: the program's own all-reduces made it the mean over every rank's rows */
@@ -388,13 +459,14 @@ static void fmt_eta(char *out, size_t n, double s) {
 static void save(Run *r) {
   if (!r->o.save_to) return;
   double t0 = rt_now();
+  kinds_from_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
   if (r->multi) {
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
-    rt_gather_tensors(&r->ctx, r->p, r->lp, r->mem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+    rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
     if (r->ctx.rank == 0) rt_ckpt_save(r->lp, lmem, r->o.save_to, &r->st, (int)r->o.keep);
     free(lmem);
   } else {
-    rt_ckpt_save(r->p, r->mem, r->o.save_to, &r->st, (int)r->o.keep);
+    rt_ckpt_save(r->hp, r->hmem, r->o.save_to, &r->st, (int)r->o.keep);
   }
   if (r->ctx.rank != 0) return;
   printf("checkpoint: %s/step_%08lld (%.2f s)\n", r->o.save_to, (long long)r->st.step, rt_now() - t0);
@@ -403,24 +475,28 @@ static void save(Run *r) {
 
 /* Loads a checkpoint (full: with optimizer and trainer state) into every rank's blocks. */
 static void load(Run *r, const char *path, int full, RtTrainState *st) {
+  int kinds = 1 << RT_T_PARAM | (full ? 1 << RT_T_STATE : 0);
   if (!r->multi) {
-    rt_ckpt_load(r->p, r->mem, path, full, st);
+    rt_ckpt_load(r->hp, r->hmem, path, full, st);
+    kinds_to_dev(r, kinds);
     return;
   }
   char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
   rt_ckpt_load(r->lp, lmem, path, full, st);
-  rt_scatter_tensors(&r->ctx, r->p, r->lp, lmem, r->mem, 1 << RT_T_PARAM | (full ? 1 << RT_T_STATE : 0));
+  rt_scatter_tensors(&r->ctx, r->hp, r->lp, lmem, r->hmem, kinds);
+  kinds_to_dev(r, kinds);
   free(lmem);
 }
 
 /* --dump-steps: every tensor, logical (gathered), written by rank 0. */
 static void dump(Run *r, const char *path) {
+  kinds_from_dev(r, 0xf);
   if (!r->multi) {
-    if (r->ctx.rank == 0) rt_dump_tensors(r->p, r->mem, path, &r->st);
+    if (r->ctx.rank == 0) rt_dump_tensors(r->hp, r->hmem, path, &r->st);
     return;
   }
   char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
-  rt_gather_tensors(&r->ctx, r->p, r->lp, r->mem, lmem, 0xf);
+  rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 0xf);
   if (r->ctx.rank == 0) rt_dump_tensors(r->lp, lmem, path, &r->st);
   free(lmem);
 }
@@ -477,14 +553,20 @@ static void sample(Run *r) {
     free(seq);
   }
   int64_t prompt_len = len;
-  int32_t *in = (int32_t *)(r->mem + r->tokens->offset);
+  int32_t *in = (int32_t *)hptr(r, r->tokens);
   const RtTensor *lt = r->multi ? p->logits_tensor : NULL;
   if (r->multi && !lt) rt_user_error("--sample: this program does not describe its logits' layout; recompile it");
   int32_t *win = r->multi ? rt_xmalloc((size_t)(r->gbatch * T) * sizeof *win) : in; /* the logical tokens */
   int64_t ldims[RT_MAX_RANK];
-  float *all = lt ? rt_xmalloc((size_t)rt_tensor_logical_dims(p, lt, ldims) * sizeof *all) : NULL;
+  /* a device program's logits may be bf16; a CPU program's are f32 */
+  int ldt = lt ? lt->dtype : r->dev && p->logits_tensor ? p->logits_tensor->dtype : RT_F32;
+  size_t les = rt_dtype_size(ldt);
+  if (ldt != RT_F32 && ldt != RT_BF16) rt_bug("logits of dtype %s cannot be sampled", rt_dtype_st_name(ldt));
+  float *all = lt ? rt_xmalloc((size_t)rt_tensor_logical_dims(p, lt, ldims) * les) : NULL;
   if (lt) VP = ldims[lt->rank - 1];
   float *logits = lt ? all : (float *)(r->mem + p->logits_offset);
+  char *lloc = lt && r->dev ? rt_xmalloc((size_t)tensor_bytes(lt)) : NULL; /* the local logits, downloaded */
+  float *rowbuf = rt_xmalloc((size_t)VP * sizeof *rowbuf);
   double *prob = rt_xmalloc((size_t)V * sizeof *prob);
   r->ctx.step = 0;
   for (int64_t k = 0; k < N; k++) {
@@ -494,9 +576,33 @@ static void sample(Run *r) {
     for (int64_t b = 1; b < r->gbatch; b++)
       memcpy(win + b * T, win, (size_t)T * sizeof *win);
     if (r->multi) rt_tensor_scatter(&r->ctx, p, r->tokens, win, in);
+    to_dev(r, r->tokens);
     p->logits(r->mem, &r->ctx);
-    if (lt) rt_tensor_gather(&r->ctx, p, lt, r->mem + lt->offset, all);
-    const float *row = logits + (L - 1) * VP;
+    const float *row;
+    if (!r->dev && ldt == RT_F32) { /* a CPU program: as it is */
+      if (lt) rt_tensor_gather(&r->ctx, p, lt, r->mem + lt->offset, all);
+      row = logits + (L - 1) * VP;
+    } else {
+      const char *src;
+      if (lt) {
+        if (r->dev) r->dev->download(&r->ctx, lloc, r->mem + lt->offset, tensor_bytes(lt));
+        rt_tensor_gather(&r->ctx, p, lt, r->dev ? lloc : r->mem + lt->offset, all);
+        src = (const char *)all + (size_t)((L - 1) * VP) * les;
+      } else { /* only the row that is sampled */
+        r->dev->download(&r->ctx, rowbuf, r->mem + p->logits_offset + (L - 1) * VP * (int64_t)les, VP * (int64_t)les);
+        src = (const char *)rowbuf;
+      }
+      if (ldt == RT_BF16) /* widen in place, from the end: element v's 2 bytes lie below its 4 */
+        for (int64_t v = VP - 1; v >= 0; v--) {
+          uint16_t h;
+          memcpy(&h, src + 2 * v, 2);
+          uint32_t u = (uint32_t)h << 16;
+          memcpy(&rowbuf[v], &u, 4);
+        }
+      else if (src != (const char *)rowbuf)
+        memcpy(rowbuf, src, (size_t)VP * sizeof *rowbuf);
+      row = rowbuf;
+    }
     int64_t next = 0;
     if (r->o.temperature <= 0) {
       for (int64_t v = 1; v < V; v++)
@@ -541,6 +647,8 @@ static void sample(Run *r) {
   }
   if (win != in) free(win);
   free(all);
+  free(lloc);
+  free(rowbuf);
   free(prob);
   free(toks);
 }
@@ -601,11 +709,25 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   /* One allocation (the plan, then the kernels' workspace), 64-byte aligned, touched. */
   int64_t ws = p->workspace_bytes ? p->workspace_bytes() : 0;
   size_t bytes = ((size_t)(p->mem_bytes + ws > 0 ? p->mem_bytes + ws : 64) + 63) / 64 * 64;
-  r->mem = aligned_alloc(64, bytes);
-  if (!r->mem)
-    rt_user_error("cannot allocate the planned %lld bytes (+ %lld bytes of kernel workspace)", (long long)p->mem_bytes,
-                  (long long)ws);
-  memset(r->mem, 0, bytes);
+  r->hp = (RtProgram *)p;
+  if (p->device) { /* on the device: find it, build its kernels, allocate; host tensors in a compact copy */
+    r->dev = p->device;
+    if (r->dev->open(p, &r->ctx, (int64_t)bytes, &r->mem) != 0) {
+      rt_logical_program_free(r->lp);
+      rt_dist_free(&r->dist, &r->ctx);
+      return 1;
+    }
+    int64_t hbytes;
+    r->hp = host_program(p, &hbytes);
+    r->hmem = rt_xcalloc((size_t)hbytes + 64, 1);
+  } else {
+    r->mem = aligned_alloc(64, bytes);
+    if (!r->mem)
+      rt_user_error("cannot allocate the planned %lld bytes (+ %lld bytes of kernel workspace)",
+                    (long long)p->mem_bytes, (long long)ws);
+    memset(r->mem, 0, bytes);
+    r->hmem = r->mem;
+  }
 
   if (o->resume) {
     char *dir = rt_ckpt_find(o->resume);
@@ -627,7 +749,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       printf("resumed from %s: step %lld, data position %lld\n", dir, (long long)cs.step, (long long)cs.data_pos);
     free(dir);
   } else {
-    init_tensors(p, r->mem, o->seed, &r->ctx);
+    init_tensors(r->hp, r->hmem, o->seed, &r->ctx);
+    kinds_to_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
     if (o->init_from) {
       load(r, o->init_from, 0, NULL);
       if (r->ctx.rank == 0) printf("weights from %s\n", o->init_from);
@@ -669,6 +792,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     if (end == peak_env || *end || !(r->peak > 0))
       rt_user_error("SHARDRT_PEAK_FLOPS='%s' is not a positive number of FLOP/s", peak_env);
     how = "from SHARDRT_PEAK_FLOPS";
+  } else if (training && r->dev) {
+    r->peak = r->dev->peak_flops(&r->ctx);
+    how = "measured by the device: a large bf16 GEMM";
   } else if (training) {
     r->peak = rt_measure_peak_flops(r->ctx.threads, 0.1);
   }
@@ -686,11 +812,19 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     if (o->data)
       printf("data: '%s': %d file(s), %lld tokens, %lld sequences of %lld+1\n", o->data, r->train.nfiles,
              (long long)r->train.ntok, (long long)r->train.nwin, (long long)T);
+    if (r->dev) {
+      char desc[512];
+      r->dev->describe(&r->ctx, desc, sizeof desc);
+      printf("device: %s\n", desc);
+    }
     printf("validation: %s\n", r->has_val ? r->val_desc
                                : p->eval  ? "none (no held-out data)"
                                           : "none (no eval function)");
     if (training)
-      printf("steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); fp32 peak %.1f GFLOP/s (%s)\n",
+      printf(r->dev ? "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); device peak %.1f GFLOP/s "
+                      "(%s)\n"
+                    : "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); fp32 peak %.1f GFLOP/s "
+                      "(%s)\n",
              (long long)r->st.step + 1, (long long)stop, (long long)o->steps, p->recipe.lr, p->recipe.min_lr,
              p->recipe.lr_schedule == RT_LR_COSINE   ? "cosine"
              : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear"
@@ -707,10 +841,11 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     r->ctx.step = s;
     load_batch(r, &r->train, r->st.data_pos);
     double lr = lr_at(&p->recipe, o->steps, s - 1);
-    put_scalar(r->mem, r->lr, lr);
-    put_scalar(r->mem, r->stepno, (double)s);
+    put_input(r, r->lr, lr);
+    put_input(r, r->stepno, (double)s);
     double t0 = rt_now(), c0 = r->ctx.comm_s;
     p->step(r->mem, &r->ctx);
+    if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
     if (s > first || stop == first) comm_steady += dcomm;
     r->st.data_pos += gbatch;
@@ -723,7 +858,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       dump(r, path);
       free(path);
     }
-    double loss = get_scalar(r->mem, r->loss), gn = get_scalar(r->mem, r->gnorm);
+    double loss = get_result(r, r->loss), gn = get_result(r, r->gnorm);
     r->st.loss = loss;
     if (s > first || stop == first) t_steady += dt, steady_steps++;
     double tps = (double)(gbatch * T) / dt, mfu = job_mfu(r, p, tps);
@@ -785,7 +920,14 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   if (r->log && fclose(r->log) != 0) rt_user_error("--log: cannot write '%s'", o->log);
   rt_data_free(&r->train);
   rt_data_free(&r->val);
-  free(r->mem);
+  if (r->dev) {
+    r->dev->close(&r->ctx);
+    free(r->hmem);
+    free((void *)r->hp->tensors);
+    free(r->hp);
+  } else {
+    free(r->mem);
+  }
   rt_logical_program_free(r->lp);
   rt_dist_free(&r->dist, &r->ctx);
   return 0;
