@@ -2,67 +2,112 @@
  *
  *   mpirun --allow-run-as-root --oversubscribe --mca pml ob1 -np N comm_bench [max_bytes [min_bytes [ops]]]
  *
- * ops: a comma list of all_reduce, reduce_scatter, all_gather (default all three).
+ * ops: a comma list of all_reduce, reduce_scatter, all_gather, all_reduce_v (default all).
  *
- * For each size (1 KiB .. max, x4) and op it times shardrt (libfabric ring) and the
- * matching MPI call (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather) on the
- * same buffers, fp32 sum. The two alternate over COMM_BENCH_ROUNDS (default 5) rounds of
- * ~40 ms; time = the slowest rank's mean over a round, best round of each.
+ * For each size (min .. max, x4) and op it times shardrt and the matching MPI call
+ * (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather) on the same buffers, fp32 sum.
+ * all_reduce_v is rt_all_reduce_v over a gradient-bucket-like set of separately allocated
+ * members (big ones with small ones between) against MPI_Allreduce of one contiguous
+ * buffer of the same size; its "member" column is shardrt with one rt_all_reduce per member.
+ * With COMM_BENCH_RING=1 a "ring" column times shardrt with direct reads turned off
+ * (rt_comm_set_direct_min(SIZE_MAX)), so the two algorithms are compared in the same run.
+ * The implementations alternate over COMM_BENCH_ROUNDS (default 5) rounds of ~40 ms;
+ * time = the slowest rank's mean over a round, best round of each.
  * Bus bandwidth (NCCL's convention): all-reduce 2(n-1)/n * S / t, reduce-scatter and
- * all-gather (n-1)/n * S / t, S = the full buffer in bytes.
+ * all-gather (n-1)/n * S / t, S = the full buffer in bytes. ratio = MPI time / shardrt time.
  */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
 
-enum { OP_AR, OP_RS, OP_AG, NOPS };
-static const char *const op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather"};
+enum { OP_AR, OP_RS, OP_AG, OP_ARV, NOPS };
+static const char *const op_names[NOPS] = {"all_reduce", "reduce_scatter", "all_gather", "all_reduce_v"};
+enum { IMPL_OURS, IMPL_MPI, IMPL_RING, IMPL_MEMBER, NIMPL };
 
-static void run_once(int op, bool mpi, RtGroup *g, float *a, float *b, size_t count, int n) {
+/* all_reduce_v members: sizes in elements and buffers. */
+#define MAXMEM 64
+static int nmem;
+static size_t mcount[MAXMEM];
+static void *mbuf[MAXMEM];
+static size_t default_direct_min;
+
+/* Splits count elements like a gradient bucket: a big member (count/5), a small one (1000),
+ * a middling one (count/11), repeated; the last takes the rest. */
+static void plan_members(size_t count) {
+  static const size_t div[3] = {5, 0, 11};
+  size_t left = count;
+  nmem = 0;
+  for (int k = 0; left > 0 && nmem < MAXMEM - 1; k++) {
+    size_t want = div[k % 3] ? count / div[k % 3] : 1000;
+    if (want == 0) want = 1;
+    if (want > left) want = left;
+    mcount[nmem++] = want;
+    left -= want;
+  }
+  if (left) mcount[nmem++] = left;
+}
+
+static void run_once(int op, int impl, RtGroup *g, float *a, float *b, size_t count, int n) {
   size_t per = count / (size_t)n;
-  if (mpi) {
-    if (op == OP_AR) MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  if (impl == IMPL_MPI) {
+    if (op == OP_AR || op == OP_ARV) MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (op == OP_RS) MPI_Reduce_scatter_block(a, b, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (op == OP_AG) MPI_Allgather(a, (int)per, MPI_FLOAT, b, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
-  } else {
-    if (op == OP_AR) rt_all_reduce(g, a, a, count, RT_F32, RT_SUM);
-    if (op == OP_RS) rt_reduce_scatter(g, a, b, count, RT_F32, RT_SUM);
-    if (op == OP_AG) rt_all_gather(g, a, b, count, RT_F32);
+    return;
+  }
+  if (op == OP_AR) rt_all_reduce(g, a, a, count, RT_F32, RT_SUM);
+  if (op == OP_RS) rt_reduce_scatter(g, a, b, count, RT_F32, RT_SUM);
+  if (op == OP_AG) rt_all_gather(g, a, b, count, RT_F32);
+  if (op == OP_ARV) {
+    if (impl == IMPL_MEMBER)
+      for (int i = 0; i < nmem; i++) rt_all_reduce(g, mbuf[i], mbuf[i], mcount[i], RT_F32, RT_SUM);
+    else
+      rt_all_reduce_v(g, mbuf, mcount, nmem, RT_F32, RT_SUM);
   }
 }
 
 /* Seconds per call of `iters` back-to-back calls, slowest rank. */
-static double time_iters(int op, bool mpi, RtGroup *g, float *a, float *b, size_t count, int n, int iters) {
+static double time_iters(int op, int impl, RtGroup *g, float *a, float *b, size_t count, int n, int iters) {
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; i++) run_once(op, mpi, g, a, b, count, n);
+  for (int i = 0; i < iters; i++) run_once(op, impl, g, a, b, count, n);
   double t = (MPI_Wtime() - t0) / iters;
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return t;
 }
 
 /* Iterations for about `secs` seconds of one implementation (at least 2, at most 2000). */
-static int calibrate(int op, bool mpi, RtGroup *g, float *a, float *b, size_t count, int n, double secs) {
-  run_once(op, mpi, g, a, b, count, n); /* warm-up */
-  double one = time_iters(op, mpi, g, a, b, count, n, 1);
+static int calibrate(int op, int impl, RtGroup *g, float *a, float *b, size_t count, int n, double secs) {
+  run_once(op, impl, g, a, b, count, n); /* warm-up */
+  double one = time_iters(op, impl, g, a, b, count, n, 1);
   int iters = one > 0 ? (int)(secs / one) : 2000;
   return iters < 2 ? 2 : iters > 2000 ? 2000 : iters;
 }
 
-/* The machine is shared: shardrt and MPI alternate over `rounds` rounds of ~40 ms each
- * and each keeps its best round (the round least disturbed by other load). */
-static void time_pair(int op, RtGroup *g, float *a, float *b, size_t count, int n, int rounds, double *ts, double *tm) {
-  int is = calibrate(op, false, g, a, b, count, n, 0.04), im = calibrate(op, true, g, a, b, count, n, 0.04);
-  *ts = *tm = 1e30;
-  for (int r = 0; r < rounds; r++) {
-    double x = time_iters(op, false, g, a, b, count, n, is);
-    double y = time_iters(op, true, g, a, b, count, n, im);
-    if (x < *ts) *ts = x;
-    if (y < *tm) *tm = y;
+/* The machine is shared: the implementations alternate over `rounds` rounds of ~40 ms
+ * each and each keeps its best round (the round least disturbed by other load). */
+static void time_all(int op, const bool *use, RtComm *c, RtGroup *g, float *a, float *b, size_t count, int n,
+                     int rounds, double *t) {
+  int iters[NIMPL] = {0};
+  for (int k = 0; k < NIMPL; k++) {
+    t[k] = 0;
+    if (!use[k]) continue;
+    rt_comm_set_direct_min(c, k == IMPL_RING ? SIZE_MAX : default_direct_min);
+    iters[k] = calibrate(op, k, g, a, b, count, n, 0.04);
+    t[k] = 1e30;
   }
+  for (int r = 0; r < rounds; r++)
+    for (int k = 0; k < NIMPL; k++) {
+      if (!use[k]) continue;
+      rt_comm_set_direct_min(c, k == IMPL_RING ? SIZE_MAX : default_direct_min);
+      double x = time_iters(op, k, g, a, b, count, n, iters[k]);
+      if (x < t[k]) t[k] = x;
+    }
+  rt_comm_set_direct_min(c, default_direct_min);
 }
 
 int main(int argc, char **argv) {
@@ -74,10 +119,14 @@ int main(int argc, char **argv) {
   }
   size_t max_bytes = argc > 1 ? (size_t)strtoull(argv[1], NULL, 0) : (size_t)256 << 20;
   size_t min_bytes = argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : 1024;
-  const char *ops = argc > 3 ? argv[3] : "all_reduce,reduce_scatter,all_gather";
+  const char *ops = argc > 3 ? argv[3] : "all_reduce,reduce_scatter,all_gather,all_reduce_v";
   if (min_bytes < 1024) min_bytes = 1024;
   const char *re = getenv("COMM_BENCH_ROUNDS");
   int rounds = re && atoi(re) > 0 ? atoi(re) : 5;
+  const char *ring = getenv("COMM_BENCH_RING");
+  bool with_ring = ring && strcmp(ring, "1") == 0;
+  const char *dm = getenv("SHARDRT_DIRECT_MIN");
+  default_direct_min = dm && *dm ? (size_t)strtoull(dm, NULL, 0) : (size_t)64 << 10;
   RtComm *c = rt_comm_init(&boot, NULL);
   RtGroup *g = rt_group_world(c);
   int n = boot.world;
@@ -91,19 +140,42 @@ int main(int argc, char **argv) {
     printf("# comm_bench: %d ranks, shardrt provider %s, fp32 sum; busbw in GB/s, time in us (slowest rank, best "
            "of %d alternating rounds)\n",
            n, rt_comm_provider(c), rounds);
-    printf("%-15s %10s %12s %10s %12s %10s %7s\n", "op", "bytes", "shardrt_us", "shardrt_bw", "mpi_us", "mpi_bw",
-           "ratio");
+    printf("%-14s %10s %11s %10s %11s %10s %6s %11s\n", "op", "bytes", "shardrt_us", "shardrt_bw", "mpi_us", "mpi_bw",
+           "ratio", with_ring ? "ring/member" : "member_us");
   }
   for (int op = 0; op < NOPS; op++) {
-    if (!strstr(ops, op_names[op])) continue;
+    char want[40];
+    snprintf(want, sizeof want, ",%s,", op_names[op]);
+    char list[256];
+    snprintf(list, sizeof list, ",%s,", ops);
+    if (!strstr(list, want)) continue;
     for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       size_t count = bytes / 4;
-      double factor = op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
-      double ts, tm;
-      time_pair(op, g, a, b, count, n, rounds, &ts, &tm);
-      if (boot.rank == 0)
-        printf("%-15s %10zu %12.1f %10.3f %12.1f %10.3f %7.2f\n", op_names[op], bytes, ts * 1e6,
-               factor * (double)bytes / ts / 1e9, tm * 1e6, factor * (double)bytes / tm / 1e9, tm / ts);
+      double factor = op == OP_AR || op == OP_ARV ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+      bool use[NIMPL] = {true, true, with_ring && op != OP_ARV, op == OP_ARV};
+      if (op == OP_ARV) {
+        plan_members(count);
+        for (int i = 0; i < nmem; i++) {
+          mbuf[i] = malloc(mcount[i] * 4);
+          if (!mbuf[i]) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+          }
+          for (size_t j = 0; j < mcount[i]; j++) ((float *)mbuf[i])[j] = (float)(j % 5) * 1e-3f;
+        }
+      }
+      double t[NIMPL];
+      time_all(op, use, c, g, a, b, count, n, rounds, t);
+      if (op == OP_ARV)
+        for (int i = 0; i < nmem; i++) free(mbuf[i]);
+      if (boot.rank == 0) {
+        printf("%-14s %10zu %11.1f %10.3f %11.1f %10.3f %6.2f", op_names[op], bytes, t[IMPL_OURS] * 1e6,
+               factor * (double)bytes / t[IMPL_OURS] / 1e9, t[IMPL_MPI] * 1e6,
+               factor * (double)bytes / t[IMPL_MPI] / 1e9, t[IMPL_MPI] / t[IMPL_OURS]);
+        if (use[IMPL_RING]) printf(" %11.1f", t[IMPL_RING] * 1e6);
+        if (use[IMPL_MEMBER]) printf(" %11.1f", t[IMPL_MEMBER] * 1e6);
+        printf("\n");
+      }
       fflush(stdout);
     }
   }

@@ -65,8 +65,10 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   memcpy(me.host, boot->host, sizeof me.host);
   const char *node = getenv("SHARDRT_NODE");
   snprintf(me.node, sizeof me.node, "%s", node && *node ? node : boot->host);
+  me.probe = rt_direct_probe_addr();
   rt_boot_allgather(boot, &me, c->peers, sizeof me);
   rt_fabric_open(c, &o);
+  rt_direct_init(c);
 
   int *all = malloc((size_t)c->world * sizeof *all);
   if (!all) rt_fatal(RT_EXIT_COMM, "out of memory");
@@ -85,6 +87,7 @@ void rt_comm_free(RtComm *c) {
   rt_watchdog_stop(c);
   rt_group_free(c->world_group);
   rt_fabric_close(c);
+  rt_direct_close(c);
   pthread_mutex_destroy(&c->lock);
   free(c->peers);
   free(c);

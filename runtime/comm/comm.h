@@ -76,6 +76,13 @@ const char *rt_op_name(RtOpKind op);
 /* Element offset and length of member i's block of a count-element buffer split n ways. */
 void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
 
+/* Collectives of at least this many bytes whose members all run on this host (shm) read
+ * the peers' buffers directly (direct.c) instead of running the ring; default
+ * SHARDRT_DIRECT_MIN or 64 KiB. Every member must set the same value. */
+void rt_comm_set_direct_min(RtComm *c, size_t bytes);
+/* How many collectives this comm has run by direct reads (for tests and reports). */
+uint64_t rt_comm_direct_count(const RtComm *c);
+
 /* Opens the endpoint and exchanges addresses with every rank (collective over the
  * world). opt may be NULL. Exits with a message on failure. */
 RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt);

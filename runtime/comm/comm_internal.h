@@ -35,6 +35,7 @@ typedef struct {
   char host[64];           /* host name (where the pid is valid) */
   char node[64];           /* node id: env SHARDRT_NODE, else the host name */
   char shm_name[64];       /* its shm region (/dev/shm), "" when not reached through shm */
+  uint64_t probe;          /* address of its CMA probe word (direct.c) */
 } RtPeer;
 
 /* The fabrics: RT_FAB_INTRA for peers on this node, RT_FAB_INTER for peers on other
@@ -114,6 +115,9 @@ struct RtReq {
   int nbufs;           /* members, 0 for every other request */
   char **bufs;         /* [nbufs] */
   size_t *bufstart;    /* [nbufs + 1] element offset of each member in the concatenation */
+  /* one host, direct reads of the peers' buffers (direct.c) instead of the ring */
+  bool direct;
+  struct RtDirect *dx; /* its state, NULL for the ring */
   /* all_reduce_v on a backend group: one request per member */
   RtReq **subs;        /* [nsubs], else NULL */
   int nsubs;
@@ -187,6 +191,12 @@ struct RtComm {
   atomic_bool stop;
   bool watchdog_running;
   RtGroup *world_group;
+  /* direct reads between local ranks (direct.c) */
+  bool direct_ok;        /* every rank can read its local peers' memory (and SHARDRT_DIRECT != 0) */
+  size_t direct_min;     /* bytes: smaller collectives take the ring */
+  size_t direct_chunk;   /* bytes of the reduction staging slab */
+  void *dstage;          /* [direct_chunk bytes] */
+  uint64_t direct_count; /* collectives run by direct reads */
 };
 
 double rt_now(void); /* monotonic seconds */
@@ -207,6 +217,17 @@ void rt_req_begin(RtReq *q);            /* plans q and posts its first messages 
 void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev);
 uint16_t rt_signature(const RtReq *q);
 void rt_describe_sig(uint16_t sig, char *buf, size_t len);
+
+/* direct.c */
+uint64_t rt_direct_probe_addr(void);
+void rt_direct_init(RtComm *c);  /* after the fabric is open: probe CMA, read the settings */
+void rt_direct_close(RtComm *c);
+bool rt_direct_usable(const RtReq *q); /* the same answer on every member */
+int rt_direct_begin(RtReq *q);   /* sets up q->dx; returns the number of steps */
+void rt_direct_post(RtReq *q, RtSlot *s,
+                    void (*post)(RtReq *, RtSlot *, RtMsg *, bool is_recv, int member, void *buf, size_t bytes, void *desc));
+void rt_direct_finish_step(RtReq *q, int step);
+void rt_direct_free(RtReq *q);
 
 /* comm.c */
 void rt_req_finished(RtReq *q); /* unlinks a finished request from the active list */

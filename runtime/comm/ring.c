@@ -151,6 +151,10 @@ static void post_msg(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, vo
 }
 
 static void post_step(RtReq *q, RtSlot *s) {
+  if (q->direct) {
+    rt_direct_post(q, s, post_msg);
+    return;
+  }
   RtComm *c = q->c;
   int n = q->n, me = q->me, st = s->step, ch = s->chan;
   size_t es = q->esize;
@@ -222,6 +226,10 @@ static void post_step(RtReq *q, RtSlot *s) {
 
 static void finish_step(RtReq *q, RtSlot *s) {
   int st = s->step, n = q->n;
+  if (q->direct) {
+    rt_direct_finish_step(q, st);
+    return;
+  }
   size_t roff, rlen;
   if (q->op == RT_OP_ALL_REDUCE && !is_rs_step(q, st)) {
     /* all_reduce_v: a received chunk that spans members comes out of the slab */
@@ -255,6 +263,7 @@ static void finish_req(RtReq *q) {
     }
   free(q->slots);
   q->slots = NULL;
+  rt_direct_free(q);
   q->done = true;
   rt_req_finished(q);
 }
@@ -320,6 +329,12 @@ void rt_req_begin(RtReq *q) {
       rt_block(q->count, n, q->me, &off, &len);
       if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
     }
+    if (rt_direct_usable(q)) {
+      q->direct = true;
+      q->nchan = 1;
+      q->nsteps = rt_direct_begin(q);
+      break;
+    }
     size_t off0, maxlen;
     rt_block(q->count, n, 0, &off0, &maxlen);
     q->nchan = (int)((maxlen + q->chunk - 1) / q->chunk);
@@ -349,7 +364,7 @@ void rt_req_begin(RtReq *q) {
   q->nslots = q->nchan < c->window ? q->nchan : c->window;
   q->slots = calloc((size_t)q->nslots, sizeof *q->slots);
   if (!q->slots) rt_fatal(RT_EXIT_COMM, "out of memory");
-  bool reduces = q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER;
+  bool reduces = !q->direct && (q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER);
   for (int i = 0; i < q->nslots; i++) {
     RtSlot *s = &q->slots[i];
     if (reduces) {

@@ -4,7 +4,9 @@
  *                       3-member group in scrambled order, self and world; sizes 0, 1,
  *                       odd, > one chunk, 64 MiB (a few cases); f32 and bf16; tagged
  *                       send/recv received in another order than sent; all_reduce_v
- *                       over several member layouts (empty members, chunk-crossing ones)
+ *                       over several member layouts (empty members, chunk-crossing ones);
+ *                       with SHARDRT_TEST_DIRECT=1 (0) some (no) collective must have run
+ *                       by direct reads (runtime/comm/direct.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
@@ -360,6 +362,19 @@ static int mode_coll(RtComm *c, int world) {
     rt_group_free(g3);
     rt_group_free(gdp);
     rt_group_free(gtp);
+  }
+  if (world == 2) { /* 64 MiB at 2 ranks: the other dtype and reductions, out of place */
+    size_t big = (64u << 20) / 4;
+    check_all_reduce(rt_group_world(c), big * 2 + 1, RT_BF16, RT_AVG, false, 96);
+    check_reduce_scatter(rt_group_world(c), big + 3, RT_F32, RT_MAX, 95);
+    check_all_gather(rt_group_world(c), big * 2 + 1, RT_BF16, 94);
+  }
+  /* SHARDRT_TEST_DIRECT=1: some collective must have run by direct reads; 0: none. */
+  const char *want_direct = getenv("SHARDRT_TEST_DIRECT");
+  if (want_direct && *want_direct) {
+    uint64_t nd = rt_comm_direct_count(c);
+    EXPECT((nd > 0) == (strcmp(want_direct, "1") == 0), "%llu collectives ran by direct reads, SHARDRT_TEST_DIRECT=%s",
+           (unsigned long long)nd, want_direct);
   }
   rt_group_free(self);
   return failures;

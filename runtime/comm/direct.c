@@ -1,0 +1,372 @@
+/* runtime/comm/direct.c — all-reduce, reduce-scatter and all-gather between processes of
+ * one host by reading the peers' buffers directly (cross-memory attach, process_vm_readv),
+ * with a few zero-byte messages through the shm endpoint as the only synchronisation.
+ *
+ * Why: the ring moves every chunk as a message; the shm provider turns each into a
+ * command, a CMA copy by the receiver and a response the sender must progress to see,
+ * so every chunk costs a round trip through both ranks' progress loops, and with more
+ * ranks than cores a step waits for a peer that is not scheduled. Here each rank copies
+ * what it needs straight from where the peer keeps it, whether the peer runs or not:
+ *
+ *   step 0  every member sends every other one a descriptor of its buffers (RtDirectDesc:
+ *           addresses, and for all_reduce_v the address of its member table);
+ *   then    reduce-scatter: for each chunk of our block, read each peer's chunk of it into
+ *           a staging slab (L2-sized) and reduce into our output;
+ *           all-gather: read each peer's block into our output (one call per block);
+ *   step 1  all-reduce only: a zero-byte "block reduced" to every peer; then read each
+ *           peer's reduced block out of its output;
+ *   last    a zero-byte "done reading you" to every peer: a member returns (and may touch
+ *           its buffers again) only when every peer has finished reading them.
+ * The bytes moved per rank equal the ring's ((n-1)/n of the buffer per phase), each block
+ * is reduced by one member only (so every member gets identical bits), and all_reduce_v
+ * reads and writes its members in place through scatter/gather lists (no packing).
+ *
+ * Used when every member is on this host, reached through shm, CMA works between every
+ * pair of local ranks (probed once at start-up) and the buffer is at least
+ * SHARDRT_DIRECT_MIN bytes (SHARDRT_DIRECT=0 turns it off). Every member takes the same
+ * decision from the same facts.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "comm_internal.h"
+
+/* A buffer as the concatenation of members: member i holds elements [start[i], start[i+1])
+ * at address addr[i] (in this process or a peer's). A plain buffer is one member whose
+ * start may be above 0 (a block of a larger whole). */
+typedef struct {
+  int n;            /* members */
+  uint64_t *addr;   /* [n] addresses */
+  size_t *start;    /* [n + 1] element offsets */
+  uint64_t one_addr;     /* storage for n == 1 */
+  size_t one_start[2];   /* storage for n == 1 */
+} RtView;
+
+/* What a member publishes (fixed size: it travels as one message). */
+typedef struct {
+  uint64_t send;    /* address of the send buffer (nbufs == 0) */
+  uint64_t send_lo; /* element offset that send[0] holds */
+  uint64_t recv;    /* address of the output (nbufs == 0) */
+  uint64_t recv_lo; /* element offset that recv[0] holds */
+  uint64_t bufs;    /* all_reduce_v: address of its char *[nbufs] */
+  uint64_t starts;  /* all_reduce_v: address of its size_t [nbufs + 1] */
+  int64_t nbufs;    /* all_reduce_v members, 0 for a plain buffer */
+} RtDirectDesc;
+
+struct RtDirect {
+  RtDirectDesc *desc;  /* [n] received descriptors, ours at [me] */
+  RtMsg *msgs;         /* [2n] messages of the current step: recv from p at 2p, send to p at 2p+1 */
+  RtView lsend, lrecv; /* our buffers: what is reduced / read by peers, and the output */
+  RtView *rsend, *rrecv; /* [n] the peers' views */
+  uint64_t *laddr;     /* [nbufs] all_reduce_v: our members' addresses (published) */
+  uint64_t **heap;     /* [n] member address tables read from all_reduce_v peers, else NULL */
+  size_t **heap_start; /* [n] their offsets */
+};
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static void view_one(RtView *v, uint64_t addr, size_t lo, size_t hi) {
+  v->n = 1;
+  v->one_addr = addr;
+  v->one_start[0] = lo;
+  v->one_start[1] = hi;
+  v->addr = &v->one_addr;
+  v->start = v->one_start;
+}
+
+/* The member holding element off (skipping empty members). */
+static int view_find(const RtView *v, size_t off) {
+  int lo = 0, hi = v->n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (v->start[mid] <= off) lo = mid;
+    else hi = mid - 1;
+  }
+  while (lo < v->n - 1 && v->start[lo + 1] <= off) lo++;
+  return lo;
+}
+
+/* Address of element off in the view, and how many elements follow it contiguously. */
+static uint64_t view_at(const RtView *v, size_t off, size_t es, size_t *avail) {
+  int i = view_find(v, off);
+  if (off < v->start[i] || off >= v->start[i + 1])
+    rt_fatal(RT_EXIT_COMM, "direct: element %zu outside the buffer [%zu, %zu) (internal error)", off, v->start[0],
+             v->start[v->n]);
+  *avail = v->start[i + 1] - off;
+  return v->addr[i] + (off - v->start[i]) * es;
+}
+
+static _Noreturn void cma_failed(RtReq *q, int peer, int err) {
+  RtComm *c = q->c;
+  char mine[256];
+  rt_describe_req(q, mine, sizeof mine);
+  if (err == ESRCH || rt_peer_gone(c, peer)) {
+    rt_fabric_forget_peer(c, peer);
+    rt_fatal(RT_EXIT_COMM, "peer lost: rank %d (pid %d on %s) died (killed or crashed) while this rank reads it in %s",
+             peer, c->peers[peer].pid, c->peers[peer].host, mine);
+  }
+  rt_fatal(RT_EXIT_COMM, "reading rank %d's memory (process_vm_readv) failed in %s: %s", peer, mine, strerror(err));
+}
+
+/* Reads every byte the iovecs describe (the kernel may stop early; go on from there). */
+static void readv_all(RtReq *q, int peer, struct iovec *li, int nl, struct iovec *ri, int nr) {
+  pid_t pid = (pid_t)q->c->peers[peer].pid;
+  while (nl > 0 && nr > 0) {
+    ssize_t got = process_vm_readv(pid, li, (unsigned long)nl, ri, (unsigned long)nr, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      cma_failed(q, peer, errno);
+    }
+    if (got == 0) cma_failed(q, peer, EFAULT);
+    for (size_t left = (size_t)got; left > 0;) { /* drop what was copied */
+      size_t k = left < li->iov_len ? left : li->iov_len;
+      li->iov_base = (char *)li->iov_base + k;
+      li->iov_len -= k;
+      left -= k;
+      if (li->iov_len == 0) li++, nl--;
+    }
+    for (size_t left = (size_t)got; left > 0;) {
+      size_t k = left < ri->iov_len ? left : ri->iov_len;
+      ri->iov_base = (char *)ri->iov_base + k;
+      ri->iov_len -= k;
+      left -= k;
+      if (ri->iov_len == 0) ri++, nr--;
+    }
+    while (nl > 0 && li->iov_len == 0) li++, nl--;
+    while (nr > 0 && ri->iov_len == 0) ri++, nr--;
+  }
+}
+
+/* Copies elements [ro, ro + k) of world rank peer's view rv into [lo, lo + k) of our view
+ * lv, in pieces contiguous on both sides, up to 64 pieces a call. */
+static void cma_read(RtReq *q, int peer, const RtView *lv, size_t lo, const RtView *rv, size_t ro, size_t k) {
+  enum { MAXP = 64 };
+  struct iovec li[MAXP], ri[MAXP];
+  size_t es = q->esize, done = 0;
+  int np = 0;
+  while (done < k) {
+    size_t la, ra;
+    uint64_t lp = view_at(lv, lo + done, es, &la), rp = view_at(rv, ro + done, es, &ra);
+    size_t m = k - done;
+    if (la < m) m = la;
+    if (ra < m) m = ra;
+    li[np].iov_base = (void *)(uintptr_t)lp;
+    li[np].iov_len = m * es;
+    ri[np].iov_base = (void *)(uintptr_t)rp;
+    ri[np].iov_len = m * es;
+    np++;
+    done += m;
+    if (np == MAXP || done == k) {
+      readv_all(q, peer, li, np, ri, np);
+      np = 0;
+    }
+  }
+}
+
+/* Builds the peer's views from its descriptor (reading its member table when it has one). */
+static void peer_views(RtReq *q, int p) {
+  struct RtDirect *d = q->dx;
+  const RtDirectDesc *pd = &d->desc[p];
+  int rank = q->g->ranks[p];
+  if (pd->nbufs <= 0) {
+    view_one(&d->rsend[p], pd->send, (size_t)pd->send_lo, q->count);
+    view_one(&d->rrecv[p], pd->recv, (size_t)pd->recv_lo, q->count);
+    return;
+  }
+  size_t nb = (size_t)pd->nbufs;
+  d->heap[p] = malloc(nb * sizeof *d->heap[p]);
+  d->heap_start[p] = malloc((nb + 1) * sizeof *d->heap_start[p]);
+  if (!d->heap[p] || !d->heap_start[p]) rt_fatal(RT_EXIT_COMM, "out of memory");
+  struct iovec li[2] = {{d->heap[p], nb * sizeof(uint64_t)}, {d->heap_start[p], (nb + 1) * sizeof(size_t)}};
+  struct iovec ri[2] = {{(void *)(uintptr_t)pd->bufs, nb * sizeof(uint64_t)},
+                        {(void *)(uintptr_t)pd->starts, (nb + 1) * sizeof(size_t)}};
+  readv_all(q, rank, li, 2, ri, 2);
+  if (d->heap_start[p][nb] != q->count)
+    rt_fatal(RT_EXIT_COMM, "all_reduce_v on group %s: rank %d's members hold %zu elements, this rank's %zu",
+             q->g->name, rank, d->heap_start[p][nb], q->count);
+  RtView v = {.n = (int)nb, .addr = d->heap[p], .start = d->heap_start[p]};
+  d->rsend[p] = v;
+  d->rrecv[p] = v;
+}
+
+bool rt_direct_usable(const RtReq *q) {
+  const RtComm *c = q->c;
+  if (!c->direct_ok || q->g->backend || q->n < 2 || q->count == 0) return false;
+  if (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER && q->op != RT_OP_ALL_GATHER) return false;
+  if (q->count * q->esize < c->direct_min) return false;
+  if (strcmp(c->fab[RT_FAB_INTRA].provider, "shm") != 0) return false;
+  for (int i = 0; i < q->n; i++) {
+    int r = q->g->ranks[i];
+    if (c->peer_fab[r] != RT_FAB_INTRA || strcmp(c->peers[r].host, c->peers[c->rank].host) != 0) return false;
+  }
+  return true;
+}
+
+int rt_direct_begin(RtReq *q) {
+  int n = q->n;
+  struct RtDirect *d = calloc(1, sizeof *d);
+  if (!d || !(d->desc = calloc((size_t)n, sizeof *d->desc)) || !(d->msgs = calloc(2 * (size_t)n, sizeof *d->msgs)) ||
+      !(d->rsend = calloc((size_t)n, sizeof *d->rsend)) || !(d->rrecv = calloc((size_t)n, sizeof *d->rrecv)) ||
+      !(d->heap = calloc((size_t)n, sizeof *d->heap)) || !(d->heap_start = calloc((size_t)n, sizeof *d->heap_start)))
+    rt_fatal(RT_EXIT_COMM, "out of memory");
+  q->dx = d;
+  q->c->direct_count++;
+  size_t off, len;
+  rt_block(q->count, n, q->me, &off, &len);
+  RtDirectDesc *my = &d->desc[q->me];
+  if (q->nbufs) {
+    if (!(d->laddr = malloc((size_t)q->nbufs * sizeof *d->laddr))) rt_fatal(RT_EXIT_COMM, "out of memory");
+    for (int i = 0; i < q->nbufs; i++) d->laddr[i] = (uint64_t)(uintptr_t)q->bufs[i];
+    RtView v = {.n = q->nbufs, .addr = d->laddr, .start = q->bufstart};
+    d->lsend = v;
+    d->lrecv = v;
+    my->nbufs = q->nbufs;
+    my->bufs = (uint64_t)(uintptr_t)d->laddr;
+    my->starts = (uint64_t)(uintptr_t)q->bufstart;
+  } else {
+    /* all-gather: peers read our block from the caller's send buffer (never written here) */
+    size_t send_lo = q->op == RT_OP_ALL_GATHER ? off : 0, recv_lo = q->op == RT_OP_REDUCE_SCATTER ? off : 0;
+    view_one(&d->lsend, (uint64_t)(uintptr_t)q->send, send_lo, q->count);
+    view_one(&d->lrecv, (uint64_t)(uintptr_t)q->recv, recv_lo, q->count);
+    my->send = (uint64_t)(uintptr_t)q->send;
+    my->send_lo = send_lo;
+    my->recv = (uint64_t)(uintptr_t)q->recv;
+    my->recv_lo = recv_lo;
+  }
+  return q->op == RT_OP_ALL_REDUCE ? 3 : 2;
+}
+
+void rt_direct_post(RtReq *q, RtSlot *s, void (*post)(RtReq *, RtSlot *, RtMsg *, bool, int, void *, size_t, void *)) {
+  struct RtDirect *d = q->dx;
+  for (int j = 1; j < q->n; j++) {
+    int p = mod(q->me + j, q->n);
+    bool desc = s->step == 0;
+    post(q, s, &d->msgs[2 * p], true, p, desc ? &d->desc[p] : NULL, desc ? sizeof *d->desc : 0, NULL);
+  }
+  for (int j = 1; j < q->n; j++) {
+    int p = mod(q->me + j, q->n);
+    bool desc = s->step == 0;
+    post(q, s, &d->msgs[2 * p + 1], false, p, desc ? &d->desc[q->me] : NULL, desc ? sizeof *d->desc : 0, NULL);
+  }
+}
+
+/* Reduce-scatter into our block: per chunk, each peer's part is read into the slab and
+ * folded into the output (the first fold reads our own input, the last one scales). */
+static void direct_reduce(RtReq *q) {
+  struct RtDirect *d = q->dx;
+  RtComm *c = q->c;
+  int n = q->n;
+  size_t es = q->esize, off, len;
+  rt_block(q->count, n, q->me, &off, &len);
+  size_t chunk = c->direct_chunk / es;
+  RtView stage;
+  view_one(&stage, (uint64_t)(uintptr_t)c->dstage, 0, chunk);
+  for (size_t o = off; o < off + len; o += chunk) {
+    size_t k = off + len - o < chunk ? off + len - o : chunk;
+    for (int j = 1; j < n; j++) {
+      int p = mod(q->me + j, n);
+      cma_read(q, q->g->ranks[p], &stage, 0, &d->rsend[p], o, k);
+      float scale = j == n - 1 && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
+      const RtView *a = j == 1 ? &d->lsend : &d->lrecv;
+      for (size_t at = 0; at < k;) { /* pieces contiguous in both our input and our output */
+        size_t ka, kd;
+        uint64_t pa = view_at(a, o + at, es, &ka), pd = view_at(&d->lrecv, o + at, es, &kd);
+        size_t m = k - at;
+        if (ka < m) m = ka;
+        if (kd < m) m = kd;
+        rt_reduce((void *)(uintptr_t)pd, (const void *)(uintptr_t)pa, (char *)c->dstage + at * es, m, q->dt,
+                  q->redop, scale);
+        at += m;
+      }
+    }
+  }
+}
+
+/* All-gather: every peer's block, out of its send buffer (all-gather) or its output
+ * (all-reduce, after it reduced it). */
+static void direct_gather(RtReq *q, bool from_output) {
+  struct RtDirect *d = q->dx;
+  for (int j = 1; j < q->n; j++) {
+    int p = mod(q->me + j, q->n);
+    size_t off, len;
+    rt_block(q->count, q->n, p, &off, &len);
+    if (len) cma_read(q, q->g->ranks[p], &d->lrecv, off, from_output ? &d->rrecv[p] : &d->rsend[p], off, len);
+  }
+}
+
+void rt_direct_finish_step(RtReq *q, int step) {
+  if (step == 0) {
+    for (int p = 0; p < q->n; p++)
+      if (p != q->me) peer_views(q, p);
+    if (q->op == RT_OP_ALL_GATHER) direct_gather(q, false);
+    else direct_reduce(q);
+  } else if (step == 1 && q->op == RT_OP_ALL_REDUCE) {
+    direct_gather(q, true);
+  }
+}
+
+void rt_direct_free(RtReq *q) {
+  struct RtDirect *d = q->dx;
+  if (!d) return;
+  for (int p = 0; p < q->n; p++) {
+    free(d->heap[p]);
+    free(d->heap_start[p]);
+  }
+  free(d->heap);
+  free(d->heap_start);
+  free(d->laddr);
+  free(d->rsend);
+  free(d->rrecv);
+  free(d->msgs);
+  free(d->desc);
+  free(d);
+  q->dx = NULL;
+}
+
+/* ---- start-up: can this process read its local peers' memory? -------------------- */
+
+static volatile uint64_t probe_word = 0x5348415244525421ull; /* "SHARDRT!" */
+
+uint64_t rt_direct_probe_addr(void) { return (uint64_t)(uintptr_t)&probe_word; }
+
+void rt_direct_init(RtComm *c) {
+  const char *e = getenv("SHARDRT_DIRECT");
+  bool want = !(e && strcmp(e, "0") == 0);
+  const char *m = getenv("SHARDRT_DIRECT_MIN");
+  c->direct_min = m && *m ? (size_t)strtoull(m, NULL, 0) : (size_t)64 << 10;
+  const char *ch = getenv("SHARDRT_DIRECT_CHUNK");
+  c->direct_chunk = ch && *ch ? (size_t)strtoull(ch, NULL, 0) : (size_t)256 << 10;
+  c->direct_chunk = (c->direct_chunk + 63) & ~(size_t)63;
+  if (c->direct_chunk < 64) c->direct_chunk = 64;
+  /* Every local peer's probe word must read back; every rank must agree. */
+  int ok = want;
+  for (int r = 0; ok && r < c->world; r++) {
+    if (r == c->rank || strcmp(c->peers[r].host, c->peers[c->rank].host) != 0) continue;
+    uint64_t got = 0;
+    struct iovec li = {&got, sizeof got}, ri = {(void *)(uintptr_t)c->peers[r].probe, sizeof got};
+    if (process_vm_readv((pid_t)c->peers[r].pid, &li, 1, &ri, 1, 0) != (ssize_t)sizeof got || got != probe_word) ok = 0;
+  }
+  int *all = malloc((size_t)c->world * sizeof *all);
+  if (!all) rt_fatal(RT_EXIT_COMM, "out of memory");
+  rt_boot_allgather(&c->boot, &ok, all, sizeof ok);
+  c->direct_ok = true;
+  for (int r = 0; r < c->world; r++) c->direct_ok = c->direct_ok && all[r];
+  free(all);
+  if (c->direct_ok && posix_memalign(&c->dstage, 64, c->direct_chunk) != 0)
+    rt_fatal(RT_EXIT_COMM, "out of memory for staging");
+}
+
+void rt_direct_close(RtComm *c) {
+  free(c->dstage);
+  c->dstage = NULL;
+}
+
+void rt_comm_set_direct_min(RtComm *c, size_t bytes) { c->direct_min = bytes; }
+uint64_t rt_comm_direct_count(const RtComm *c) { return c->direct_count; }
