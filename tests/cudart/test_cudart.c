@@ -5,6 +5,7 @@
  *           put, copy_block and rt_cu_matmul (f32 and bf16 in, f32 and bf16 out, ta/tb, batched,
  *           shared B, alpha/beta) against naive references; the kernel .so comes from the cache the
  *           second time
+ *   gpu     the same on the real GPU (SHARDRT_DEVICE=cuda; tests/gpu/run_gpu.sh runs it)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
  *           from the on-disk cache; a broken source prints NVRTC's log and fails
  *   nogpu   opening the real CUDA device on a machine without a driver fails with the clear message
@@ -178,8 +179,9 @@ static void matmul_case(RtCtx *ctx, char *M, int ab_dt, int y_dt, int64_t batch,
   free(a), free(b), free(y0), free(ha), free(hb), free(hy);
 }
 
-static int test_emu(void) {
-  setenv("SHARDRT_DEVICE", "emu", 1);
+/* The launch / copy / GEMM checks on the device `which` ("emu", or "cuda" on a GPU machine). */
+static int test_device(const char *which) {
+  setenv("SHARDRT_DEVICE", which, 1);
   RtCudaCode c = code;
   c.source = kSource;
   int64_t bytes = 8 << 20;
@@ -190,12 +192,13 @@ static int test_emu(void) {
     ctx.world = 1, ctx.threads = 1;
     char *M = NULL;
     int rc = rt_cuda_device.open(&p, &ctx, bytes, &M);
-    CHECK(rc == 0 && M, "open of the emulated device failed");
+    CHECK(rc == 0 && M, "open of the %s device failed", which);
     if (rc != 0) return 1;
     char desc[256];
     rt_cuda_device.describe(&ctx, desc, sizeof desc);
     printf("device: %s\n", desc);
     if (round == 1) CHECK(strstr(desc, "from the cache") != NULL, "the second open did not use the cache: %s", desc);
+    if (round == 0 && !strcmp(which, "cuda")) printf("bf16 peak: %.1f TFLOP/s\n", rt_cuda_device.peak_flops(&ctx) / 1e12);
 
     /* k0: y = 3 x over 1000 elements with 256-thread blocks */
     enum { N = 1000 };
@@ -628,12 +631,14 @@ static int trainer_nogpu(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s emu|nvrtc|nogpu|train\n", argv[0]);
+    fprintf(stderr, "usage: %s emu|gpu|nvrtc|nogpu|train\n", argv[0]);
     return 2;
   }
   int rc;
   if (!strcmp(argv[1], "emu"))
-    rc = test_emu();
+    rc = test_device("emu");
+  else if (!strcmp(argv[1], "gpu")) /* on a GPU machine (tests/gpu/run_gpu.sh) */
+    rc = test_device("cuda");
   else if (!strcmp(argv[1], "nvrtc"))
     rc = test_nvrtc();
   else if (!strcmp(argv[1], "nogpu")) {
