@@ -21,6 +21,9 @@ struct CuK {
   size_t cap;   /* bytes allocated for src */
   int n;        /* kernels emitted */
   int64_t ws;   /* bytes of scratch needed at WS (flags included) */
+  const char **bodies; /* [n] each kernel's text after its name: a repeat reuses the kernel */
+  int capbodies;
+  size_t kstart, bstart; /* the kernel being written: where it starts, where its name ends */
 };
 
 CuK *cuk_new(Arena *a) {
@@ -90,7 +93,10 @@ typedef struct {
  * named p0.. and l0... Returns N. */
 static int begin_kernel(CuK *k, const Args *g, int nt) {
   int id = k->n++;
-  out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d(", nt, id);
+  k->kstart = k->len;
+  out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
+  k->bstart = k->len;
+  out(k, "(");
   for (int i = 0; i < g->np; i++) out(k, "%schar *p%d", i ? ", " : "", i);
   for (int i = 0; i < g->nl; i++) out(k, "%slong long l%d", g->np + i ? ", " : "", i);
   out(k, ") {\n");
@@ -103,10 +109,25 @@ static const char *end_kernel(CuK *k, int id, const Args *g, int64_t gx, int64_t
   if (gx < 1 || gx > 0x7fffffffLL || gy < 1 || gy > 65535 || gz < 1 || gz > 65535)
     die("cuda_kernels: grid (%lld, %lld, %lld) of k%d out of range", (long long)gx, (long long)gy, (long long)gz,
         id);
-  out(k, "}\nSK_EMU_ENTRY(k%d, (", id);
-  for (int i = 0; i < g->np; i++) out(k, "%sSK_ARG(%d, char *)", i ? ", " : "", i);
-  for (int i = 0; i < g->nl; i++) out(k, "%sSK_ARG(%d, long long)", g->np + i ? ", " : "", g->np + i);
-  out(k, "))\n");
+  out(k, "}\n");
+  /* the same kernel as an earlier one (same template, shapes and signature): launch that one */
+  const char *body = k->src + k->bstart;
+  int dup = -1;
+  for (int i = 0; i < id && dup < 0; i++)
+    if (strcmp(k->bodies[i], body) == 0) dup = i;
+  if (dup >= 0) {
+    k->len = k->kstart;
+    k->src[k->len] = 0;
+    k->n--;
+    id = dup;
+  } else {
+    arena_grow(k->a, (void **)&k->bodies, &k->capbodies, id + 1, sizeof(char *));
+    k->bodies[id] = arena_strdup(k->a, body);
+    out(k, "SK_EMU_ENTRY(k%d, (", id);
+    for (int i = 0; i < g->np; i++) out(k, "%sSK_ARG(%d, char *)", i ? ", " : "", i);
+    for (int i = 0; i < g->nl; i++) out(k, "%sSK_ARG(%d, long long)", g->np + i ? ", " : "", g->np + i);
+    out(k, "))\n");
+  }
   char *s = arena_printf(k->a, "rt_cu_launch(ctx, %d, %lld, %lld, %lld, %d, %d, %d, 0, (void *[]){", id,
                          (long long)gx, (long long)gy, (long long)gz, bx, by, bz);
   for (int i = 0; i < g->np; i++) s = arena_printf(k->a, "%s%s&(char *){%s}", s, i ? ", " : "", g->p[i]);
@@ -178,9 +199,20 @@ const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
   int coords = 0;
   for (int i = 0; i < c->nin; i++) coords |= ir_numel(&c->in[i].shape) != n;
   if (coords) {
-    out(k, "    long long r = i;\n");
-    for (int d = s->rank - 1; d >= 0; d--) out(k, "    long long c%d = r %% %lldLL; r /= %lldLL;\n", d, (long long)s->dim[d], (long long)s->dim[d]);
-    out(k, "    (void)r;\n");
+    int used[IR_MAX_RANK] = {0}, lo = s->rank;
+    for (int i = 0; i < c->nin; i++) {
+      const Shape *is = &c->in[i].shape;
+      if (ir_numel(is) == n) continue;
+      for (int d = 0; d < is->rank; d++)
+        if (is->dim[d] != 1) used[s->rank - is->rank + d] = 1;
+    }
+    for (int d = 0; d < s->rank; d++)
+      if (used[d] && d < lo) lo = d;
+    if (lo < s->rank) out(k, "    long long r = i;\n");
+    for (int d = s->rank - 1; d >= lo; d--) {
+      if (used[d]) out(k, "    long long c%d = r %% %lldLL;\n", d, (long long)s->dim[d]);
+      if (d > lo) out(k, "    r /= %lldLL;\n", (long long)s->dim[d]);
+    }
   }
   for (int i = 0; i < c->nin; i++) {
     const Shape *is = &c->in[i].shape;
@@ -276,20 +308,22 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
   const char *yt = P > 1 ? "float" : ctype(ydt);
   int id = begin_kernel(k, &g, 256);
   out(k, "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\n");
-  out(k, "  if (o >= %lldLL) return;\n  long long base = 0, r = o;\n", (long long)ny);
+  out(k, "  if (o >= %lldLL) return;\n  long long base = 0;\n", (long long)ny);
+  if (nk) out(k, "  long long r = o;\n");
   for (int i = nk - 1; i >= 0; i--) {
     int d = kept[i];
-    out(k, "  base += (r %% %lldLL) * %lldLL; r /= %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d],
-        (long long)xs->dim[d]);
+    out(k, "  base += (r %% %lldLL) * %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d]);
+    if (i) out(k, "  r /= %lldLL;\n", (long long)xs->dim[d]);
   }
   out(k, "  float acc = 0.0f;\n");
   out(k, "  for (long long j = p * %lldLL; j < (p + 1) * %lldLL && j < %lldLL; j++) {\n", (long long)chunk,
       (long long)chunk, (long long)nr);
-  out(k, "    long long off = base, q = j;\n");
+  out(k, "    long long off = base;\n");
+  if (ns) out(k, "    long long q = j;\n");
   for (int i = ns - 1; i >= 0; i--) {
     int d = summed[i];
-    out(k, "    off += (q %% %lldLL) * %lldLL; q /= %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d],
-        (long long)xs->dim[d]);
+    out(k, "    off += (q %% %lldLL) * %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d]);
+    if (i) out(k, "    q /= %lldLL;\n", (long long)xs->dim[d]);
   }
   out(k, "    acc += sk::ld((const %s *)p1 + off);\n  }\n", ctype(xdt));
   out(k, "  sk::st((%s *)p0 + p * %lldLL + o, acc);\n", yt, (long long)ny);

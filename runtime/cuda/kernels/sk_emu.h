@@ -25,6 +25,16 @@
 
 #include <cuda_bf16.h>
 
+/* cuda_bf16.h's host definitions of these are replaced */
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __noinline__
+#undef __launch_bounds__
+#undef __shared__
+#undef __align__
+#undef __constant__
 #define __global__
 #define __device__
 #define __host__

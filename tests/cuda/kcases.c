@@ -1,0 +1,774 @@
+/* tests/cuda/kcases.c — see kcases.h. Tolerances: f32 outputs |got - ref| <= 1e-5 |ref| + atol
+ * (atol 1e-5 scaled to the data, stated per case); bf16 outputs 1e-2 relative (bf16 keeps 8
+ * significant bits: one rounding is <= 2^-9 = 0.2 %, a few roundings of inputs and outputs stay
+ * under 1 %) with an absolute floor per case. */
+#include "kcases.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuk_launch.h"
+#include "ref.h"
+
+#define KC_MAX_BUFS 1024
+
+struct KC {
+  const KBackend *be; /* NULL in pass 0 */
+  CuK *k;
+  Arena *a;
+  void *buf[KC_MAX_BUFS];  /* device buffers b0.. */
+  size_t bytes[KC_MAX_BUFS];
+  int nbuf;
+  char *ws;                /* device workspace (pass 1) */
+  int64_t ws_bytes;
+  int fails, checks;
+  uint64_t rng;
+};
+
+typedef struct {
+  int id;
+  DType dt;
+  int64_t n;
+} KT;
+
+/* ---- host helpers ------------------------------------------------------------------------- */
+
+static float frand(KC *c) {
+  c->rng = c->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((double)(c->rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float bf(float x) {
+  uint32_t u = (uint32_t)rt_f32_to_bf16_ref(x) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static float *fvec(KC *c, int64_t n, float scale) {
+  float *v = arena_alloc(c->a, (size_t)n * 4 + 4);
+  for (int64_t i = 0; i < n; i++) v[i] = scale * frand(c);
+  return v;
+}
+/* values representable in dt */
+static void round_to(DType dt, float *v, int64_t n) {
+  if (dt == DT_BF16)
+    for (int64_t i = 0; i < n; i++) v[i] = bf(v[i]);
+}
+
+static KT kt_new(KC *c, DType dt, int64_t n) {
+  if (c->nbuf >= KC_MAX_BUFS) {
+    fprintf(stderr, "kcases: too many buffers\n");
+    exit(1);
+  }
+  KT t = {c->nbuf++, dt, n};
+  size_t bytes = (size_t)(n > 0 ? n : 1) * (size_t)ir_dtype_size(dt);
+  c->bytes[t.id] = bytes;
+  c->buf[t.id] = c->be ? c->be->alloc(bytes) : NULL;
+  return t;
+}
+static const char *P(KC *c, KT t) { return arena_printf(c->a, "b%d", t.id); }
+
+static void kt_put(KC *c, KT t, const float *v) {
+  if (!c->be) return;
+  size_t es = (size_t)ir_dtype_size(t.dt);
+  unsigned char *h = malloc((size_t)t.n * es + 1);
+  for (int64_t i = 0; i < t.n; i++) {
+    if (t.dt == DT_F32) memcpy(h + i * 4, &v[i], 4);
+    else if (t.dt == DT_BF16) {
+      uint16_t b = rt_f32_to_bf16_ref(v[i]);
+      memcpy(h + i * 2, &b, 2);
+    } else {
+      int32_t x = (int32_t)v[i];
+      memcpy(h + i * 4, &x, 4);
+    }
+  }
+  c->be->h2d(c->buf[t.id], h, (size_t)t.n * es);
+  free(h);
+}
+static void kt_put_i32(KC *c, KT t, const int32_t *v) {
+  if (c->be) c->be->h2d(c->buf[t.id], v, (size_t)t.n * 4);
+}
+static float *kt_get(KC *c, KT t) {
+  float *v = arena_alloc(c->a, (size_t)t.n * 4 + 4);
+  if (!c->be) return v;
+  size_t es = (size_t)ir_dtype_size(t.dt);
+  unsigned char *h = malloc((size_t)t.n * es + 1);
+  c->be->d2h(h, c->buf[t.id], (size_t)t.n * es);
+  for (int64_t i = 0; i < t.n; i++) {
+    if (t.dt == DT_F32) memcpy(&v[i], h + i * 4, 4);
+    else if (t.dt == DT_BF16) {
+      uint16_t b;
+      memcpy(&b, h + i * 2, 2);
+      uint32_t u = (uint32_t)b << 16;
+      memcpy(&v[i], &u, 4);
+    } else {
+      int32_t x;
+      memcpy(&x, h + i * 4, 4);
+      v[i] = (float)x;
+    }
+  }
+  free(h);
+  return v;
+}
+
+static void *resolve(KC *c, const char *e) {
+  int id;
+  long long off;
+  if (sscanf(e, "b%d", &id) == 1 && id >= 0 && id < c->nbuf) return c->buf[id];
+  if (strcmp(e, "WS") == 0) return c->ws;
+  if (sscanf(e, "(WS + %lld)", &off) == 1) return c->ws + off;
+  fprintf(stderr, "kcases: cannot resolve argument '%s'\n", e);
+  exit(1);
+}
+
+/* Runs the launches of one emitted statement. */
+static void run(KC *c, const char *stmt) {
+  if (!c->be) return;
+  CukLaunch L[8];
+  int n = cukl_parse(stmt, L, 8);
+  if (n <= 0) {
+    fprintf(stderr, "kcases: cannot parse launch: %s\n", stmt);
+    exit(1);
+  }
+  if (cuk_workspace(c->k) > c->ws_bytes) {
+    fprintf(stderr, "kcases: workspace %lld > %lld of pass 0\n", (long long)cuk_workspace(c->k),
+            (long long)c->ws_bytes);
+    exit(1);
+  }
+  for (int i = 0; i < n; i++) {
+    void *ptrs[CUKL_MAX_ARGS];
+    long long ints[CUKL_MAX_ARGS];
+    void *args[CUKL_MAX_ARGS];
+    for (int j = 0; j < L[i].nargs; j++) {
+      if (L[i].is_int[j]) {
+        ints[j] = strtoll(L[i].expr[j], NULL, 10);
+        args[j] = &ints[j];
+      } else {
+        ptrs[j] = resolve(c, L[i].expr[j]);
+        args[j] = &ptrs[j];
+      }
+    }
+    c->be->launch(L[i].kernel, L[i].grid, L[i].block, L[i].smem, args);
+  }
+}
+
+static int dev_flag(KC *c) {
+  if (!c->be) return 0;
+  int f;
+  c->be->d2h(&f, c->ws, 4);
+  int z = 0;
+  c->be->h2d(c->ws, &z, 4);
+  return f;
+}
+
+/* |got - ref| <= rtol |ref| + atol everywhere. */
+static void cmp(KC *c, const char *what, const float *got, const float *ref, int64_t n, double rtol, double atol) {
+  if (!c->be) return;
+  c->checks++;
+  int64_t bad = 0, first = -1;
+  double worst = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)got[i] - (double)ref[i]), lim = rtol * fabs((double)ref[i]) + atol;
+    if (!(e <= lim)) {
+      if (first < 0) first = i;
+      bad++;
+    }
+    double r = e == 0.0 ? 0.0 : e / (fabs((double)ref[i]) + atol);
+    if (r > worst || r != r) worst = r;
+  }
+  if (bad) {
+    c->fails++;
+    printf("FAIL %s: %lld of %lld differ (first [%lld]: got %.9g ref %.9g; rtol %g atol %g)\n", what, (long long)bad,
+           (long long)n, (long long)first, got[first], ref[first], rtol, atol);
+  } else {
+    printf("ok   %s (n %lld, max err/(|ref|+atol) %.3g)\n", what, (long long)n, worst);
+  }
+}
+static void expect(KC *c, const char *what, int cond) {
+  if (!c->be) return;
+  c->checks++;
+  if (!cond) c->fails++;
+  printf("%s %s\n", cond ? "ok  " : "FAIL", what);
+}
+
+static double tol(DType dt) { return dt == DT_BF16 ? 1e-2 : 1e-5; }
+static const char *dn(DType dt) { return dt == DT_BF16 ? "bf16" : "f32"; }
+
+/* ---- elementwise chains: a host evaluator of the same chain ----------------------------------- */
+
+static double ew_host(const CuEwOp *o, double a, double b) {
+  const double cg = 0.7978845608028654;
+  switch (o->op) {
+  case OP_ADD: return a + b;
+  case OP_SUB: return a - b;
+  case OP_MUL: return a * b;
+  case OP_DIV: return a / b;
+  case OP_MAXIMUM: return a > b ? a : b;
+  case OP_MINIMUM: return a < b ? a : b;
+  case OP_NEG: return -a;
+  case OP_SCALE: return o->scalar * a;
+  case OP_ADD_SCALAR: return a + o->scalar;
+  case OP_EXP: return exp(a);
+  case OP_LOG: return log(a);
+  case OP_SQRT: return sqrt(a);
+  case OP_RSQRT: return 1.0 / sqrt(a);
+  case OP_TANH: return tanh(a);
+  case OP_SIGMOID: return 1.0 / (1.0 + exp(-a));
+  case OP_RELU: return a > 0 ? a : 0;
+  case OP_GELU: return 0.5 * a * (1.0 + tanh(cg * (a + 0.044715 * a * a * a)));
+  case OP_SILU: return a / (1.0 + exp(-a));
+  case OP_GELU_BWD: {
+    double t = tanh(cg * (a + 0.044715 * a * a * a));
+    return b * (0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * cg * (1.0 + 3.0 * 0.044715 * a * a));
+  }
+  case OP_SILU_BWD: {
+    double s = 1.0 / (1.0 + exp(-a));
+    return b * (s + a * s * (1.0 - s));
+  }
+  case OP_CAST: return a;
+  case OP_CONST: return o->scalar;
+  default: abort();
+  }
+}
+
+static void case_chain(KC *c, const char *name, CuEwChain *ch, float **hin, KT *tin, double rtol, double atol) {
+  int64_t n = ir_numel(&ch->shape);
+  KT tout[CUK_MAX_EW];
+  for (int i = 0; i < ch->nout; i++) {
+    tout[i] = kt_new(c, ch->ops[ch->out_op[i]].dt, n);
+    ch->out_ptr[i] = P(c, tout[i]);
+  }
+  for (int i = 0; i < ch->nin; i++) ch->in[i].ptr = P(c, tin[i]);
+  run(c, cuk_elementwise(c->k, ch));
+  if (!c->be) return;
+  int r = ch->shape.rank;
+  for (int o = 0; o < ch->nout; o++) {
+    float *got = kt_get(c, tout[o]), *ref = arena_alloc(c->a, (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+      double v[CUK_MAX_EW], xin[CUK_MAX_EW];
+      int64_t coord[IR_MAX_RANK], rem = i;
+      for (int d = r - 1; d >= 0; d--) {
+        coord[d] = rem % ch->shape.dim[d];
+        rem /= ch->shape.dim[d];
+      }
+      for (int j = 0; j < ch->nin; j++) {
+        const Shape *s = &ch->in[j].shape;
+        int64_t off = 0;
+        for (int d = 0; d < s->rank; d++) off = off * s->dim[d] + (s->dim[d] == 1 ? 0 : coord[r - s->rank + d]);
+        xin[j] = hin[j][off];
+      }
+      for (int j = 0; j < ch->nops; j++) {
+        const CuEwOp *op = &ch->ops[j];
+        double a = op->in[0] >= 0 ? v[op->in[0]] : xin[-1 - op->in[0]];
+        double b = op->in[1] >= 0 ? v[op->in[1]] : xin[-1 - op->in[1]];
+        double y = ew_host(op, a, b);
+        v[j] = op->dt == DT_BF16 ? (double)bf((float)y) : (double)(float)y;
+      }
+      ref[i] = (float)v[ch->out_op[o]];
+    }
+    cmp(c, arena_printf(c->a, "%s out%d", name, o), got, ref, n, rtol, atol);
+  }
+}
+
+static void cases_elementwise(KC *c) {
+  for (int bfv = 0; bfv < 2; bfv++) {
+    DType dt = bfv ? DT_BF16 : DT_F32;
+    int64_t R = 7, C = 45;
+    float *x = fvec(c, R * C, 2.0f), *y = fvec(c, C, 1.5f), *z = fvec(c, R, 1.0f);
+    round_to(dt, x, R * C);
+    round_to(dt, y, C);
+    round_to(dt, z, R);
+    for (int i = 0; i < C; i++) y[i] += y[i] >= 0 ? 0.25f : -0.25f; /* away from 0: DIV */
+    round_to(dt, y, C);
+    KT tx = kt_new(c, dt, R * C), ty = kt_new(c, dt, C), tz = kt_new(c, dt, R);
+    kt_put(c, tx, x);
+    kt_put(c, ty, y);
+    kt_put(c, tz, z);
+    float *hin[3] = {x, y, z};
+    KT tin[3] = {tx, ty, tz};
+    /* binary ops with a broadcast row [C] and a broadcast column [R, 1] */
+    CuEwChain a = {.nin = 3, .nops = 6, .nout = 3};
+    a.shape = ir_shape(2, (int64_t[]){R, C});
+    a.in[0] = (CuEwIn){.dt = dt, .shape = ir_shape(2, (int64_t[]){R, C})};
+    a.in[1] = (CuEwIn){.dt = dt, .shape = ir_shape(1, (int64_t[]){C})};
+    a.in[2] = (CuEwIn){.dt = dt, .shape = ir_shape(2, (int64_t[]){R, 1})};
+    a.ops[0] = (CuEwOp){OP_ADD, {-1, -2}, 0, dt};
+    a.ops[1] = (CuEwOp){OP_SUB, {0, -3}, 0, dt};
+    a.ops[2] = (CuEwOp){OP_MUL, {1, -2}, 0, DT_F32};
+    a.ops[3] = (CuEwOp){OP_DIV, {2, -2}, 0, dt};
+    a.ops[4] = (CuEwOp){OP_MAXIMUM, {3, -3}, 0, dt};
+    a.ops[5] = (CuEwOp){OP_MINIMUM, {4, -1}, 0, dt};
+    a.out_op[0] = 5;
+    a.out_op[1] = 2;
+    a.out_op[2] = 0;
+    double rt = tol(dt), at = bfv ? 1e-2 : 1e-5;
+    case_chain(c, arena_printf(c->a, "ew binary %s", dn(dt)), &a, hin, tin, rt, at);
+    /* unary ops */
+    CuEwChain u = {.nin = 2, .nops = 19, .nout = 4};
+    u.shape = ir_shape(2, (int64_t[]){R, C});
+    u.in[0] = a.in[0];
+    u.in[1] = a.in[1];
+    int j = 0;
+    u.ops[j++] = (CuEwOp){OP_NEG, {-1, 0}, 0, dt};                /* 0 */
+    u.ops[j++] = (CuEwOp){OP_SCALE, {0, 0}, 0.75, dt};            /* 1 */
+    u.ops[j++] = (CuEwOp){OP_ADD_SCALAR, {1, 0}, 0.5, DT_F32};    /* 2 */
+    u.ops[j++] = (CuEwOp){OP_EXP, {2, 0}, 0, dt};                 /* 3 */
+    u.ops[j++] = (CuEwOp){OP_LOG, {3, 0}, 0, DT_F32};             /* 4 */
+    u.ops[j++] = (CuEwOp){OP_SQRT, {3, 0}, 0, dt};                /* 5 */
+    u.ops[j++] = (CuEwOp){OP_RSQRT, {3, 0}, 0, dt};               /* 6 */
+    u.ops[j++] = (CuEwOp){OP_TANH, {-1, 0}, 0, dt};               /* 7 */
+    u.ops[j++] = (CuEwOp){OP_SIGMOID, {-1, 0}, 0, dt};            /* 8 */
+    u.ops[j++] = (CuEwOp){OP_RELU, {-1, 0}, 0, dt};               /* 9 */
+    u.ops[j++] = (CuEwOp){OP_GELU, {-1, 0}, 0, dt};               /* 10 */
+    u.ops[j++] = (CuEwOp){OP_SILU, {-1, 0}, 0, dt};               /* 11 */
+    u.ops[j++] = (CuEwOp){OP_GELU_BWD, {-1, -2}, 0, dt};          /* 12 */
+    u.ops[j++] = (CuEwOp){OP_SILU_BWD, {-1, -2}, 0, dt};          /* 13 */
+    u.ops[j++] = (CuEwOp){OP_CAST, {4, 0}, 0, DT_BF16};           /* 14 */
+    u.ops[j++] = (CuEwOp){OP_CONST, {0, 0}, 0.125, dt};           /* 15 */
+    u.ops[j++] = (CuEwOp){OP_ADD, {5, 6}, 0, DT_F32};             /* 16 */
+    u.ops[j++] = (CuEwOp){OP_ADD, {7, 8}, 0, DT_F32};             /* 17 */
+    u.ops[j++] = (CuEwOp){OP_ADD, {9, 10}, 0, DT_F32};            /* 18 */
+    (void)j;
+    CuEwChain u2 = u;
+    u2.nops = 22;
+    u2.ops[19] = (CuEwOp){OP_ADD, {11, 12}, 0, DT_F32};
+    u2.ops[20] = (CuEwOp){OP_ADD, {13, 14}, 0, DT_F32};
+    u2.ops[21] = (CuEwOp){OP_ADD, {15, 16}, 0, DT_F32};
+    u2.nout = 5;
+    u2.out_op[0] = 17;
+    u2.out_op[1] = 18;
+    u2.out_op[2] = 19;
+    u2.out_op[3] = 20;
+    u2.out_op[4] = 21;
+    case_chain(c, arena_printf(c->a, "ew unary %s", dn(dt)), &u2, hin, tin, bfv ? 2e-2 : 1e-5, bfv ? 2e-2 : 1e-5);
+  }
+}
+
+/* ---- data movement ------------------------------------------------------------------------------ */
+
+static void cases_movement(KC *c) {
+  { /* iota */
+    int64_t n = 1000;
+    KT y = kt_new(c, DT_I32, n);
+    run(c, cuk_iota(c->k, P(c, y), n, 5));
+    float *got = kt_get(c, y), *ref = arena_alloc(c->a, (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) ref[i] = (float)(5 + i);
+    cmp(c, "iota", got, ref, n, 0, 0);
+  }
+  for (int bfv = 0; bfv < 2; bfv++) { /* transpose */
+    DType dt = bfv ? DT_BF16 : DT_F32;
+    int64_t B = 3, R = 37, C = 70;
+    float *x = fvec(c, B * R * C, 1.0f);
+    round_to(dt, x, B * R * C);
+    KT tx = kt_new(c, dt, B * R * C), ty = kt_new(c, dt, B * R * C);
+    kt_put(c, tx, x);
+    run(c, cuk_transpose(c->k, P(c, ty), P(c, tx), dt, B, R, C));
+    float *got = kt_get(c, ty), *ref = arena_alloc(c->a, (size_t)(B * R * C) * 4);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t r = 0; r < R; r++)
+        for (int64_t q = 0; q < C; q++) ref[(b * C + q) * R + r] = x[(b * R + r) * C + q];
+    cmp(c, arena_printf(c->a, "transpose %s", dn(dt)), got, ref, B * R * C, 0, 0);
+  }
+  /* reduce_to: x [a, b, d] down to several shapes */
+  struct {
+    int rx, ry;
+    int64_t xd[3], yd[3];
+  } rc[] = {{3, 1, {6, 33, 40}, {40}},       {3, 3, {6, 33, 40}, {6, 1, 40}}, {3, 2, {6, 33, 40}, {33, 1}},
+            {2, 1, {3000, 20}, {20}},        {2, 0, {50, 21}, {0}},           {3, 3, {5, 7, 9}, {5, 7, 9}}};
+  for (size_t t = 0; t < sizeof rc / sizeof rc[0]; t++)
+    for (int bfv = 0; bfv < 2; bfv++) {
+      DType dt = bfv ? DT_BF16 : DT_F32;
+      Shape xs = ir_shape(rc[t].rx, rc[t].xd), ys = ir_shape(rc[t].ry, rc[t].yd);
+      int64_t nx = ir_numel(&xs), ny = ir_numel(&ys);
+      float *x = fvec(c, nx, 1.0f);
+      round_to(dt, x, nx);
+      KT tx = kt_new(c, dt, nx), ty = kt_new(c, DT_F32, ny);
+      kt_put(c, tx, x);
+      run(c, cuk_reduce_to(c->k, P(c, ty), DT_F32, &ys, P(c, tx), dt, &xs));
+      if (!c->be) continue;
+      float *got = kt_get(c, ty);
+      double *acc = calloc((size_t)ny, sizeof(double));
+      float *ref = arena_alloc(c->a, (size_t)ny * 4);
+      for (int64_t i = 0; i < nx; i++) {
+        int64_t coord[3], rem = i, o = 0;
+        for (int d = xs.rank - 1; d >= 0; d--) {
+          coord[d] = rem % xs.dim[d];
+          rem /= xs.dim[d];
+        }
+        for (int d = 0; d < ys.rank; d++) {
+          int xd = xs.rank - ys.rank + d;
+          o = o * ys.dim[d] + (ys.dim[d] == 1 ? 0 : coord[xd]);
+        }
+        acc[o] += x[i];
+      }
+      for (int64_t i = 0; i < ny; i++) ref[i] = (float)acc[i];
+      free(acc);
+      cmp(c, arena_printf(c->a, "reduce_to case %d %s", (int)t, dn(dt)), got, ref, ny, 1e-5, 1e-5 * (double)(nx / ny));
+    }
+}
+
+/* ---- embeddings ---------------------------------------------------------------------------------------- */
+
+static void cases_embed(KC *c) {
+  for (int bfv = 0; bfv < 2; bfv++) {
+    DType dt = bfv ? DT_BF16 : DT_F32;
+    for (int sharded = 0; sharded < 2; sharded++) {
+      int64_t n = 300, d = 100, V = 97, row0 = sharded ? 40 : 0, Vall = sharded ? 200 : V;
+      float *table = fvec(c, V * d, 1.0f), *dy = fvec(c, n * d, 1.0f);
+      round_to(dt, table, V * d);
+      round_to(dt, dy, n * d);
+      int32_t *idx = arena_alloc(c->a, (size_t)n * 4);
+      for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 7919 + i / 3) % Vall);
+      idx[5] = idx[6] = idx[200] = (int32_t)(row0 + 3); /* a repeated row */
+      KT tt = kt_new(c, dt, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, dt, n * d), tdy = kt_new(c, dt, n * d),
+         tdt = kt_new(c, dt, V * d);
+      kt_put(c, tt, table);
+      kt_put_i32(c, ti, idx);
+      kt_put(c, tdy, dy);
+      const char *r0 = sharded ? "40" : "0";
+      run(c, cuk_embed(c->k, P(c, ty), dt, P(c, tt), dt, P(c, ti), n, d, V, r0));
+      run(c, cuk_embed_bwd(c->k, P(c, tdt), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
+      if (!c->be) continue;
+      float *y = kt_get(c, ty), *dtab = kt_get(c, tdt);
+      float *ry = arena_alloc(c->a, (size_t)(n * d) * 4), *rdt = arena_alloc(c->a, (size_t)(V * d) * 4);
+      double *acc = calloc((size_t)(V * d), sizeof(double));
+      for (int64_t i = 0; i < n; i++) {
+        int64_t r = idx[i] - row0;
+        for (int64_t j = 0; j < d; j++) {
+          ry[i * d + j] = r >= 0 && r < V ? table[r * d + j] : 0.0f;
+          if (r >= 0 && r < V) acc[r * d + j] += dy[i * d + j];
+        }
+      }
+      for (int64_t i = 0; i < V * d; i++) rdt[i] = (float)acc[i];
+      free(acc);
+      cmp(c, arena_printf(c->a, "embed %s%s", dn(dt), sharded ? " sharded" : ""), y, ry, n * d, 0, 0);
+      cmp(c, arena_printf(c->a, "embed_bwd %s%s", dn(dt), sharded ? " sharded" : ""), dtab, rdt, V * d, tol(dt),
+          bfv ? 1e-2 : 1e-5);
+      expect(c, arena_printf(c->a, "embed %s%s: no error flag", dn(dt), sharded ? " sharded" : ""), dev_flag(c) == 0);
+    }
+  }
+  { /* an id out of range raises the flag */
+    int64_t n = 4, d = 8, V = 10;
+    KT tt = kt_new(c, DT_F32, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, DT_F32, n * d);
+    int32_t idx[4] = {1, 2, 10, 3};
+    kt_put_i32(c, ti, idx);
+    run(c, cuk_embed(c->k, P(c, ty), DT_F32, P(c, tt), DT_F32, P(c, ti), n, d, V, "0"));
+    expect(c, "embed: an id >= V sets the error flag", dev_flag(c) == CUK_ERR_EMBED_ID);
+  }
+}
+
+/* ---- norms ----------------------------------------------------------------------------------------------- */
+
+static void cases_norms(KC *c) {
+  struct {
+    int64_t rows, d;
+    DType xdt, wdt;
+  } nc[] = {{37, 100, DT_F32, DT_F32}, {300, 33, DT_F32, DT_F32}, {5, 768, DT_F32, DT_F32},
+            {37, 100, DT_BF16, DT_F32}, {300, 70, DT_BF16, DT_BF16}, {3, 1500, DT_F32, DT_F32}};
+  for (size_t t = 0; t < sizeof nc / sizeof nc[0]; t++) {
+    int64_t rows = nc[t].rows, d = nc[t].d, n = rows * d;
+    DType xdt = nc[t].xdt, wdt = nc[t].wdt;
+    float eps = 1e-5f;
+    float *x = fvec(c, n, 2.0f), *w = fvec(c, d, 1.0f), *b = fvec(c, d, 0.5f), *dy = fvec(c, n, 1.0f);
+    for (int64_t i = 0; i < n; i++) x[i] += 0.3f; /* a mean to remove */
+    round_to(xdt, x, n);
+    round_to(xdt, dy, n);
+    round_to(wdt, w, d);
+    round_to(wdt, b, d);
+    KT tx = kt_new(c, xdt, n), tw = kt_new(c, wdt, d), tb = kt_new(c, wdt, d), tdy = kt_new(c, xdt, n);
+    KT ty = kt_new(c, xdt, n), tdx = kt_new(c, xdt, n), tdw = kt_new(c, wdt, d), tdb = kt_new(c, wdt, d);
+    KT ty2 = kt_new(c, xdt, n), tdx2 = kt_new(c, xdt, n), tdw2 = kt_new(c, wdt, d), tdx3 = kt_new(c, xdt, n),
+       tdw3 = kt_new(c, wdt, d), tdb3 = kt_new(c, wdt, d);
+    kt_put(c, tx, x);
+    kt_put(c, tw, w);
+    kt_put(c, tb, b);
+    kt_put(c, tdy, dy);
+    run(c, cuk_layernorm(c->k, P(c, ty), P(c, tx), xdt, P(c, tw), P(c, tb), wdt, rows, d, eps));
+    const char *lb = cuk_layernorm_bwd(c->k, P(c, tdx), P(c, tdw), P(c, tdb), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy),
+                                       rows, d, eps);
+    run(c, lb);
+    run(c, cuk_rmsnorm(c->k, P(c, ty2), P(c, tx), xdt, P(c, tw), wdt, rows, d, eps));
+    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx2), P(c, tdw2), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d, eps));
+    /* determinism: the layernorm backward again into other buffers */
+    run(c, cuk_layernorm_bwd(c->k, P(c, tdx3), P(c, tdw3), P(c, tdb3), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows,
+                             d, eps));
+    if (!c->be) continue;
+    float *ry = arena_alloc(c->a, (size_t)n * 4), *rdx = arena_alloc(c->a, (size_t)n * 4),
+          *rdw = arena_alloc(c->a, (size_t)d * 4), *rdb = arena_alloc(c->a, (size_t)d * 4);
+    const char *tag = arena_printf(c->a, "rows %lld d %lld x %s w %s", (long long)rows, (long long)d, dn(xdt), dn(wdt));
+    double rt = xdt == DT_BF16 || wdt == DT_BF16 ? 1e-2 : 1e-5;
+    double at = xdt == DT_BF16 || wdt == DT_BF16 ? 2e-2 : 1e-5;
+    rt_layernorm_fwd_ref(rows, d, eps, x, w, b, ry, NULL, NULL);
+    cmp(c, arena_printf(c->a, "layernorm %s", tag), kt_get(c, ty), ry, n, rt, at);
+    rt_layernorm_bwd_ref(rows, d, eps, x, w, dy, rdx, rdw, rdb, 0.0f);
+    cmp(c, arena_printf(c->a, "layernorm_bwd dx %s", tag), kt_get(c, tdx), rdx, n, rt, at * 2);
+    cmp(c, arena_printf(c->a, "layernorm_bwd dw %s", tag), kt_get(c, tdw), rdw, d, rt, at * sqrt((double)rows));
+    cmp(c, arena_printf(c->a, "layernorm_bwd db %s", tag), kt_get(c, tdb), rdb, d, rt, at * sqrt((double)rows));
+    expect(c, arena_printf(c->a, "layernorm_bwd deterministic %s", tag),
+           memcmp(kt_get(c, tdw), kt_get(c, tdw3), (size_t)d * 4) == 0 &&
+               memcmp(kt_get(c, tdb), kt_get(c, tdb3), (size_t)d * 4) == 0 &&
+               memcmp(kt_get(c, tdx), kt_get(c, tdx3), (size_t)n * 4) == 0);
+    rt_rmsnorm_fwd_ref(rows, d, eps, x, w, ry, NULL);
+    cmp(c, arena_printf(c->a, "rmsnorm %s", tag), kt_get(c, ty2), ry, n, rt, at);
+    rt_rmsnorm_bwd_ref(rows, d, eps, x, w, dy, rdx, rdw, 0.0f);
+    cmp(c, arena_printf(c->a, "rmsnorm_bwd dx %s", tag), kt_get(c, tdx2), rdx, n, rt, at * 2);
+    cmp(c, arena_printf(c->a, "rmsnorm_bwd dw %s", tag), kt_get(c, tdw2), rdw, d, rt, at * sqrt((double)rows));
+  }
+}
+
+/* ---- rope ------------------------------------------------------------------------------------------------- */
+
+static void cases_rope(KC *c) {
+  for (int bfv = 0; bfv < 2; bfv++)
+    for (int inv = 0; inv < 2; inv++) {
+      DType dt = bfv ? DT_BF16 : DT_F32;
+      int64_t B = 2, S = 5, H = 3, hd = 16, n = B * S * H * hd, start = inv ? 1000 : 3;
+      float *x = fvec(c, n, 1.0f);
+      round_to(dt, x, n);
+      KT tx = kt_new(c, dt, n), ty = kt_new(c, dt, n);
+      kt_put(c, tx, x);
+      run(c, cuk_rope(c->k, P(c, ty), P(c, tx), dt, B, S, H, hd, 10000.0, start, inv));
+      run(c, cuk_rope(c->k, P(c, tx), P(c, tx), dt, B, S, H, hd, 10000.0, start, inv)); /* in place */
+      if (!c->be) continue;
+      float *ref = arena_alloc(c->a, (size_t)n * 4);
+      rt_rope_ref(B, S, H, hd, 10000.0, start, inv, x, ref);
+      cmp(c, arena_printf(c->a, "rope %s%s start %lld", dn(dt), inv ? " inverse" : "", (long long)start), kt_get(c, ty),
+          ref, n, tol(dt), bfv ? 1e-2 : 1e-5);
+      cmp(c, arena_printf(c->a, "rope in place %s%s", dn(dt), inv ? " inverse" : ""), kt_get(c, tx), ref, n, tol(dt),
+          bfv ? 1e-2 : 1e-5);
+    }
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------------------------ */
+
+static void cases_ce(KC *c) {
+  struct {
+    int64_t n, V, len;
+    DType dt;
+  } cc[] = {{37, 100, 0, DT_F32}, {5, 50304, 50257, DT_F32}, {9, 333, 300, DT_BF16}};
+  for (size_t t = 0; t < sizeof cc / sizeof cc[0]; t++) {
+    int64_t n = cc[t].n, V = cc[t].V, len = cc[t].len, nv = len ? len : V;
+    DType dt = cc[t].dt;
+    float *lg = fvec(c, n * V, 4.0f);
+    round_to(dt, lg, n * V);
+    int32_t *tg = arena_alloc(c->a, (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) tg[i] = (int32_t)((i * 7717 + 13) % nv);
+    tg[1] = -1;
+    tg[n - 1] = (int32_t)(nv - 1);
+    float dloss = 0.75f;
+    KT tl = kt_new(c, dt, n * V), tt = kt_new(c, DT_I32, n), tloss = kt_new(c, DT_F32, 1), tdl = kt_new(c, DT_F32, 1),
+       tgr = kt_new(c, dt, n * V);
+    kt_put(c, tl, lg);
+    kt_put_i32(c, tt, tg);
+    kt_put(c, tdl, &dloss);
+    run(c, cuk_cross_entropy(c->k, P(c, tloss), P(c, tl), dt, P(c, tt), n, V, len));
+    run(c, cuk_cross_entropy_bwd(c->k, P(c, tgr), P(c, tl), dt, P(c, tt), P(c, tdl), n, V, len));
+    if (!c->be) continue;
+    float *rg = arena_alloc(c->a, (size_t)(n * V) * 4);
+    float rl = rt_xent_fwd_bwd_ref(n, V, nv, lg, tg, dloss, rg);
+    const char *tag = arena_printf(c->a, "n %lld V %lld len %lld %s", (long long)n, (long long)V, (long long)len, dn(dt));
+    cmp(c, arena_printf(c->a, "cross_entropy %s", tag), kt_get(c, tloss), &rl, 1, 1e-5, 1e-6);
+    cmp(c, arena_printf(c->a, "cross_entropy_bwd %s", tag), kt_get(c, tgr), rg, n * V, tol(dt),
+        dt == DT_BF16 ? 1e-4 : 1e-7);
+    expect(c, arena_printf(c->a, "cross_entropy %s: no error flag", tag), dev_flag(c) == 0);
+  }
+  /* vocab-parallel parts: the second of two shards (logical columns 64..127), len 100 */
+  for (int bfv = 0; bfv < 2; bfv++) {
+    DType dt = bfv ? DT_BF16 : DT_F32;
+    int64_t n = 7, V = 64, len = 100, lo = 64, nv = 36;
+    float *lg = fvec(c, n * V, 3.0f), scale = 0.5f;
+    round_to(dt, lg, n * V);
+    int32_t tg[7] = {64, 99, -1, 3, 70, 0, 98};
+    KT tl = kt_new(c, dt, n * V), tt = kt_new(c, DT_I32, n), tm = kt_new(c, DT_F32, n), tst = kt_new(c, DT_F32, 2 * n),
+       tout = kt_new(c, DT_F32, 2), tsc = kt_new(c, DT_F32, 1), tg2 = kt_new(c, dt, n * V);
+    kt_put(c, tl, lg);
+    kt_put_i32(c, tt, tg);
+    kt_put(c, tsc, &scale);
+    run(c, cuk_ce_max(c->k, P(c, tm), P(c, tl), dt, n, V, len, "64"));
+    run(c, cuk_ce_sums(c->k, P(c, tst), P(c, tl), dt, P(c, tt), P(c, tm), n, V, len, "64"));
+    run(c, cuk_ce_loss(c->k, P(c, tout), P(c, tst), P(c, tm), P(c, tt), n, len));
+    run(c, cuk_ce_grad(c->k, P(c, tg2), P(c, tl), dt, P(c, tt), P(c, tm), P(c, tst), P(c, tsc), n, V, len, "64"));
+    if (!c->be) continue;
+    float rm[7], rst[14], rout[2], *rg = arena_alloc(c->a, (size_t)(n * V) * 4);
+    rt_ce_max_ref(n, V, nv, lg, rm);
+    cmp(c, arena_printf(c->a, "ce_max %s", dn(dt)), kt_get(c, tm), rm, n, 0, 0);
+    rt_ce_sums_ref(n, V, nv, lo, lg, tg, rm, rst);
+    cmp(c, arena_printf(c->a, "ce_sums %s", dn(dt)), kt_get(c, tst), rst, 2 * n, 1e-5, 1e-6);
+    rt_ce_loss_ref(n, len, rst, rm, tg, rout);
+    cmp(c, arena_printf(c->a, "ce_loss %s", dn(dt)), kt_get(c, tout), rout, 2, 1e-5, 1e-5);
+    rt_ce_grad_ref(n, V, nv, lo, lg, tg, rm, rst, scale, rg);
+    cmp(c, arena_printf(c->a, "ce_grad %s", dn(dt)), kt_get(c, tg2), rg, n * V, tol(dt), bfv ? 1e-4 : 1e-7);
+    expect(c, arena_printf(c->a, "ce parts %s: no error flag", dn(dt)), dev_flag(c) == 0);
+  }
+  { /* a target past len raises the flag */
+    int32_t tg[2] = {5, 12};
+    float st[4] = {1, 0, 1, 0}, m[2] = {0, 0};
+    KT tt = kt_new(c, DT_I32, 2), tst = kt_new(c, DT_F32, 4), tm = kt_new(c, DT_F32, 2), to = kt_new(c, DT_F32, 2);
+    kt_put_i32(c, tt, tg);
+    kt_put(c, tst, st);
+    kt_put(c, tm, m);
+    run(c, cuk_ce_loss(c->k, P(c, to), P(c, tst), P(c, tm), P(c, tt), 2, 10));
+    expect(c, "ce_loss: a target >= len sets the error flag", dev_flag(c) == CUK_ERR_TARGET);
+  }
+}
+
+/* ---- reductions and optimizers ------------------------------------------------------------------------------ */
+
+static void cases_reduce_opt(KC *c) {
+  int64_t sizes[] = {10, 4097, 100003};
+  for (int s = 0; s < 3; s++)
+    for (int bfv = 0; bfv < 2; bfv++) {
+      DType dt = bfv ? DT_BF16 : DT_F32;
+      int64_t n = sizes[s];
+      float *x = fvec(c, n, 1.0f);
+      round_to(dt, x, n);
+      KT tx = kt_new(c, dt, n), ts = kt_new(c, DT_F32, 1), tm = kt_new(c, DT_F32, 1), tq = kt_new(c, DT_F32, 1),
+         ts2 = kt_new(c, DT_F32, 1);
+      kt_put(c, tx, x);
+      run(c, cuk_sum(c->k, P(c, ts), P(c, tx), dt, n));
+      run(c, cuk_mean(c->k, P(c, tm), P(c, tx), dt, n));
+      run(c, cuk_sumsq(c->k, P(c, tq), P(c, tx), dt, n));
+      run(c, cuk_sum(c->k, P(c, ts2), P(c, tx), dt, n));
+      if (!c->be) continue;
+      float rs = (float)rt_sum_ref(n, x), rm = (float)(rt_sum_ref(n, x) / (double)n), rq = (float)rt_sumsq_ref(n, x);
+      double at = 1e-6 * sqrt((double)n);
+      const char *tag = arena_printf(c->a, "n %lld %s", (long long)n, dn(dt));
+      cmp(c, arena_printf(c->a, "sum %s", tag), kt_get(c, ts), &rs, 1, 1e-5, at);
+      cmp(c, arena_printf(c->a, "mean %s", tag), kt_get(c, tm), &rm, 1, 1e-5, at / (double)n);
+      cmp(c, arena_printf(c->a, "sumsq %s", tag), kt_get(c, tq), &rq, 1, 1e-5, at);
+      expect(c, arena_printf(c->a, "sum deterministic %s", tag), memcmp(kt_get(c, ts), kt_get(c, ts2), 4) == 0);
+    }
+  for (int bfv = 0; bfv < 2; bfv++) {
+    DType gdt = bfv ? DT_BF16 : DT_F32;
+    int64_t n = 1001;
+    float *p = fvec(c, n, 0.1f), *g = fvec(c, n, 1.0f), *m = fvec(c, n, 0.01f), *v = fvec(c, n, 0.001f);
+    for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    round_to(gdt, g, n);
+    float hyper[3] = {1e-3f, 0.5f, 3.0f};
+    KT tp = kt_new(c, DT_F32, n), tg = kt_new(c, gdt, n), tm = kt_new(c, DT_F32, n), tv = kt_new(c, DT_F32, n),
+       th = kt_new(c, DT_F32, 3);
+    KT sp = kt_new(c, DT_F32, n), sm = kt_new(c, DT_F32, n);
+    kt_put(c, tp, p);
+    kt_put(c, tg, g);
+    kt_put(c, tm, m);
+    kt_put(c, tv, v);
+    kt_put(c, th, hyper);
+    kt_put(c, sp, p);
+    kt_put(c, sm, m);
+    run(c, cuk_adamw(c->k, P(c, tp), P(c, tg), gdt, P(c, tm), P(c, tv), P(c, th), n, 0.9, 0.95, 1e-8, 0.1));
+    run(c, cuk_sgd(c->k, P(c, sp), P(c, tg), gdt, P(c, sm), P(c, th), n, 0.9, 0.01));
+    if (!c->be) continue;
+    float *rp = arena_alloc(c->a, (size_t)n * 4), *rm = arena_alloc(c->a, (size_t)n * 4),
+          *rv = arena_alloc(c->a, (size_t)n * 4);
+    memcpy(rp, p, (size_t)n * 4);
+    memcpy(rm, m, (size_t)n * 4);
+    memcpy(rv, v, (size_t)n * 4);
+    rt_adamw_ref(n, rp, g, rm, rv, hyper[0], hyper[1], hyper[2], 0.9f, 0.95f, 1e-8f, 0.1f);
+    cmp(c, arena_printf(c->a, "adamw p (g %s)", dn(gdt)), kt_get(c, tp), rp, n, 1e-5, 1e-7);
+    cmp(c, arena_printf(c->a, "adamw m (g %s)", dn(gdt)), kt_get(c, tm), rm, n, 1e-5, 1e-8);
+    cmp(c, arena_printf(c->a, "adamw v (g %s)", dn(gdt)), kt_get(c, tv), rv, n, 1e-5, 1e-9);
+    memcpy(rp, p, (size_t)n * 4);
+    memcpy(rm, m, (size_t)n * 4);
+    rt_sgd_ref(n, rp, g, rm, hyper[0], hyper[1], 0.9f, 0.01f);
+    cmp(c, arena_printf(c->a, "sgd p (g %s)", dn(gdt)), kt_get(c, sp), rp, n, 1e-5, 1e-8);
+    cmp(c, arena_printf(c->a, "sgd m (g %s)", dn(gdt)), kt_get(c, sm), rm, n, 1e-5, 1e-7);
+  }
+}
+
+/* ---- attention ------------------------------------------------------------------------------------------------ */
+
+static void cases_attention(KC *c) {
+  struct {
+    int64_t B, S, H, KV, hd;
+    int causal;
+    DType dt;
+  } ac[] = {{2, 37, 4, 2, 16, 1, DT_F32}, {1, 40, 2, 1, 64, 0, DT_F32}, {1, 33, 2, 2, 32, 1, DT_BF16},
+            {1, 45, 4, 1, 16, 1, DT_F32}};
+  for (size_t t = 0; t < sizeof ac / sizeof ac[0]; t++) {
+    int64_t B = ac[t].B, S = ac[t].S, H = ac[t].H, KV = ac[t].KV, hd = ac[t].hd;
+    int causal = ac[t].causal;
+    DType dt = ac[t].dt;
+    int64_t nq = B * S * H * hd, nk = B * S * KV * hd, nl = B * H * S;
+    float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
+    round_to(dt, q, nq);
+    round_to(dt, k, nk);
+    round_to(dt, v, nk);
+    round_to(dt, dout, nq);
+    KT tq = kt_new(c, dt, nq), tk = kt_new(c, dt, nk), tv = kt_new(c, dt, nk), to = kt_new(c, dt, nq),
+       tl = kt_new(c, DT_F32, nl), tdo = kt_new(c, dt, nq), tdq = kt_new(c, dt, nq), tdk = kt_new(c, dt, nk),
+       tdv = kt_new(c, dt, nk), tdq2 = kt_new(c, dt, nq), tdk2 = kt_new(c, dt, nk), tdv2 = kt_new(c, dt, nk);
+    kt_put(c, tq, q);
+    kt_put(c, tk, k);
+    kt_put(c, tv, v);
+    kt_put(c, tdo, dout);
+    run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, H, KV, hd, causal));
+    run(c, cuk_sdpa_bwd(c->k, P(c, tdq), P(c, tdk), P(c, tdv), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                        P(c, tdo), dt, B, S, H, KV, hd, causal));
+    run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                        P(c, tdo), dt, B, S, H, KV, hd, causal));
+    if (!c->be) continue;
+    const char *tag = arena_printf(c->a, "B %lld S %lld H %lld KV %lld hd %lld%s %s", (long long)B, (long long)S,
+                                   (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt));
+    float *ro = arena_alloc(c->a, (size_t)nq * 4), *rl = arena_alloc(c->a, (size_t)nl * 4),
+          *rdq = arena_alloc(c->a, (size_t)nq * 4), *rdk = arena_alloc(c->a, (size_t)nk * 4),
+          *rdv = arena_alloc(c->a, (size_t)nk * 4);
+    rt_sdpa_fwd_ref(B, S, S, H, KV, hd, causal, q, k, v, ro, rl);
+    float *go = kt_get(c, to);
+    double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
+    cmp(c, arena_printf(c->a, "sdpa o %s", tag), go, ro, nq, rt, at);
+    cmp(c, arena_printf(c->a, "sdpa lse %s", tag), kt_get(c, tl), rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+    /* the backward from the device's own o (as the trainer runs it), in the reference's precision */
+    float *gl = kt_get(c, tl);
+    rt_sdpa_bwd_ref(B, S, S, H, KV, hd, causal, q, k, v, go, gl, dout, rdq, rdk, rdv);
+    cmp(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), kt_get(c, tdq), rdq, nq, rt, at * 4);
+    cmp(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), kt_get(c, tdk), rdk, nk, rt, at * 4);
+    cmp(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), kt_get(c, tdv), rdv, nk, rt, at * 4);
+    expect(c, arena_printf(c->a, "sdpa_bwd deterministic %s", tag),
+           memcmp(kt_get(c, tdq), kt_get(c, tdq2), (size_t)nq * 4) == 0 &&
+               memcmp(kt_get(c, tdk), kt_get(c, tdk2), (size_t)nk * 4) == 0 &&
+               memcmp(kt_get(c, tdv), kt_get(c, tdv2), (size_t)nk * 4) == 0);
+  }
+}
+
+/* ---- driver ------------------------------------------------------------------------------------------------------ */
+
+static void all_cases(KC *c) {
+  cases_elementwise(c);
+  cases_movement(c);
+  cases_embed(c);
+  cases_norms(c);
+  cases_rope(c);
+  cases_ce(c);
+  cases_reduce_opt(c);
+  cases_attention(c);
+}
+
+const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels) {
+  KC c = {0};
+  c.a = a;
+  c.k = cuk_new(a);
+  c.rng = 12345;
+  all_cases(&c);
+  *workspace = cuk_workspace(c.k);
+  *nkernels = cuk_count(c.k);
+  return cuk_source(c.k);
+}
+
+int kc_run_all(const KBackend *be, int64_t workspace) {
+  Arena a;
+  arena_init(&a);
+  KC c = {0};
+  c.be = be;
+  c.a = &a;
+  c.k = cuk_new(&a);
+  c.rng = 12345;
+  c.ws_bytes = workspace;
+  c.ws = be->alloc((size_t)workspace);
+  all_cases(&c);
+  for (int i = 0; i < c.nbuf; i++) be->free(c.buf[i]);
+  be->free(c.ws);
+  printf("%d of %d checks failed\n", c.fails, c.checks);
+  arena_free(&a);
+  return c.fails;
+}
