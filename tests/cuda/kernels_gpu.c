@@ -1,1 +1,249 @@
-int main(void) { return 0; }
+/* tests/cuda/kernels_gpu.c — the kernel cases of kcases.c on a real GPU (NVRTC for the device's
+ * arch, the CUDA driver API), then each kernel family at GPT-2 124M training shapes (B 8, T 1024,
+ * bf16 activations) timed against its floor: bytes moved / the device's measured copy bandwidth
+ * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/kernels_gpu.sh; exits non-zero when a
+ * check fails. Usage: cuda_kernels_gpu [--no-perf] */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuk_launch.h"
+#include "kcases.h"
+#include "nvrtc_util.h"
+
+#define CU_CHECK(call)                                                                 \
+  do {                                                                                 \
+    CUresult r_ = (call);                                                              \
+    if (r_ != CUDA_SUCCESS) {                                                          \
+      const char *s_ = "?";                                                            \
+      cuGetErrorString(r_, &s_);                                                       \
+      fprintf(stderr, "%s:%d: %s: %s (%d)\n", __FILE__, __LINE__, #call, s_, (int)r_); \
+      exit(2);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+static CUmodule mod;
+static char arch[32];
+
+static void *g_alloc(size_t n) {
+  CUdeviceptr p;
+  CU_CHECK(cuMemAlloc(&p, n + 64));
+  CU_CHECK(cuMemsetD8(p, 0, n + 64));
+  return (void *)(uintptr_t)p;
+}
+static void g_free(void *p) { CU_CHECK(cuMemFree((CUdeviceptr)(uintptr_t)p)); }
+static void g_h2d(void *d, const void *s, size_t n) { CU_CHECK(cuMemcpyHtoD((CUdeviceptr)(uintptr_t)d, s, n)); }
+static void g_d2h(void *d, const void *s, size_t n) { CU_CHECK(cuMemcpyDtoH(d, (CUdeviceptr)(uintptr_t)s, n)); }
+static CUfunction fn(int kernel) {
+  char name[32];
+  CUfunction f;
+  snprintf(name, sizeof name, "k%d", kernel);
+  CU_CHECK(cuModuleGetFunction(&f, mod, name));
+  return f;
+}
+static void g_launch(int kernel, const unsigned g[3], const unsigned b[3], unsigned smem, void **args) {
+  CU_CHECK(cuLaunchKernel(fn(kernel), g[0], g[1], g[2], b[0], b[1], b[2], smem, NULL, args, NULL));
+  CU_CHECK(cuCtxSynchronize());
+}
+
+static void load(const char *src) {
+  char *img, *log;
+  size_t bytes;
+  if (cudak_nvrtc(src, arch, &img, &bytes, &log) != 0) {
+    fprintf(stderr, "NVRTC failed for %s:\n%s\n", arch, log ? log : "");
+    exit(1);
+  }
+  if (mod) CU_CHECK(cuModuleUnload(mod));
+  CU_CHECK(cuModuleLoadData(&mod, img));
+  free(img);
+  free(log);
+}
+
+/* ---- timing at training shapes ------------------------------------------------------------------ */
+
+typedef struct {
+  const char *name;
+  const char *stmt;  /* its launches */
+  double bytes;      /* moved at least once (the floor), 0: FLOP-bound */
+  double flops;      /* for attention */
+} Perf;
+
+static void *pbuf[64];
+static int npbuf;
+static const char *pb(Arena *a, size_t bytes) {
+  pbuf[npbuf] = g_alloc(bytes);
+  return arena_printf(a, "b%d", npbuf++);
+}
+
+static void run_stmt(const char *stmt, char *ws) {
+  CukLaunch L[8];
+  int n = cukl_parse(stmt, L, 8);
+  if (n <= 0) {
+    fprintf(stderr, "cannot parse %s\n", stmt);
+    exit(1);
+  }
+  for (int i = 0; i < n; i++) {
+    void *ptrs[CUKL_MAX_ARGS], *args[CUKL_MAX_ARGS];
+    long long ints[CUKL_MAX_ARGS];
+    for (int j = 0; j < L[i].nargs; j++) {
+      int id;
+      long long off;
+      const char *e = L[i].expr[j];
+      if (L[i].is_int[j]) {
+        ints[j] = strtoll(e, NULL, 10);
+        args[j] = &ints[j];
+        continue;
+      }
+      if (sscanf(e, "b%d", &id) == 1) ptrs[j] = pbuf[id];
+      else if (strcmp(e, "WS") == 0) ptrs[j] = ws;
+      else if (sscanf(e, "(WS + %lld)", &off) == 1) ptrs[j] = ws + off;
+      else {
+        fprintf(stderr, "cannot resolve %s\n", e);
+        exit(1);
+      }
+      args[j] = &ptrs[j];
+    }
+    CU_CHECK(cuLaunchKernel(fn(L[i].kernel), L[i].grid[0], L[i].grid[1], L[i].grid[2], L[i].block[0], L[i].block[1],
+                            L[i].block[2], L[i].smem, NULL, args, NULL));
+  }
+}
+
+static void perf(void) {
+  Arena a;
+  arena_init(&a);
+  CuK *k = cuk_new(&a);
+  const int64_t B = 8, T = 1024, C = 768, V = 50304, Vr = 50257, H = 12, hd = 64, N = B * T, NP = 124475904;
+  Perf p[32];
+  int np = 0;
+  /* buffers (bf16 activations, f32 master weights and moments) */
+  const char *x = pb(&a, (size_t)N * 4 * C * 2), *y = pb(&a, (size_t)N * 4 * C * 2), *z = pb(&a, (size_t)N * 4 * C * 2);
+  const char *w = pb(&a, (size_t)C * 4), *bb = pb(&a, (size_t)C * 4), *dw = pb(&a, (size_t)C * 4),
+             *db = pb(&a, (size_t)C * 4);
+  const char *ids = pb(&a, (size_t)N * 4), *tab = pb(&a, (size_t)V * C * 2), *dtab = pb(&a, (size_t)V * C * 2);
+  const char *lg = pb(&a, (size_t)N * V * 2), *dlg = pb(&a, (size_t)N * V * 2), *sc = pb(&a, 16), *loss = pb(&a, 16);
+  const char *pp = pb(&a, (size_t)NP * 4), *pg = pb(&a, (size_t)NP * 2), *pm = pb(&a, (size_t)NP * 4),
+             *pv = pb(&a, (size_t)NP * 4), *hyper = pb(&a, 16);
+  const char *lse = pb(&a, (size_t)B * H * T * 4), *q = pb(&a, (size_t)N * C * 2), *kk = pb(&a, (size_t)N * C * 2),
+             *v = pb(&a, (size_t)N * C * 2), *o = pb(&a, (size_t)N * C * 2), *dq = pb(&a, (size_t)N * C * 2),
+             *dk = pb(&a, (size_t)N * C * 2), *dv = pb(&a, (size_t)N * C * 2);
+  {
+    int32_t *h = malloc((size_t)N * 4);
+    for (int64_t i = 0; i < N; i++) h[i] = (int32_t)((i * 7919) % Vr);
+    g_h2d(pbuf[atoi(ids + 1)], h, (size_t)N * 4);
+    free(h);
+    float hy[4] = {1e-4f, 1.0f, 10.0f, 0}, one = 1.0f;
+    g_h2d(pbuf[atoi(hyper + 1)], hy, 16);
+    g_h2d(pbuf[atoi(sc + 1)], &one, 4);
+  }
+  double nC = (double)N * C, nV = (double)N * V;
+  CuEwChain ch = {.nin = 1, .nops = 1, .nout = 1};
+  ch.shape = ir_shape(2, (int64_t[]){N, 4 * C});
+  ch.in[0] = (CuEwIn){.ptr = x, .dt = DT_BF16, .shape = ch.shape};
+  ch.ops[0] = (CuEwOp){OP_GELU, {-1, 0}, 0, DT_BF16};
+  ch.out_op[0] = 0;
+  ch.out_ptr[0] = y;
+  p[np++] = (Perf){"gelu bf16 [8192, 3072]", cuk_elementwise(k, &ch), 2 * nC * 4 * 2, 0};
+  ch.nin = 2;
+  ch.in[1] = (CuEwIn){.ptr = z, .dt = DT_BF16, .shape = ch.shape};
+  ch.ops[0] = (CuEwOp){OP_GELU_BWD, {-1, -2}, 0, DT_BF16};
+  p[np++] = (Perf){"gelu_bwd bf16 [8192, 3072]", cuk_elementwise(k, &ch), 3 * nC * 4 * 2, 0};
+  p[np++] = (Perf){"layernorm bf16 [8192, 768]",
+                   cuk_layernorm(k, y, x, DT_BF16, w, bb, DT_F32, N, C, 1e-5), 2 * nC * 2, 0};
+  p[np++] = (Perf){"layernorm_bwd bf16 [8192, 768]",
+                   cuk_layernorm_bwd(k, z, dw, db, x, DT_BF16, w, DT_F32, y, N, C, 1e-5), 3 * nC * 2, 0};
+  p[np++] = (Perf){"rmsnorm bf16 [8192, 768]", cuk_rmsnorm(k, y, x, DT_BF16, w, DT_F32, N, C, 1e-5), 2 * nC * 2, 0};
+  p[np++] = (Perf){"rope bf16 [8, 1024, 12*64]", cuk_rope(k, y, x, DT_BF16, B, T, H, hd, 10000.0, 0, 0), 2 * nC * 2, 0};
+  p[np++] = (Perf){"transpose bf16 [8192, 768]", cuk_transpose(k, y, x, DT_BF16, 1, N, C), 2 * nC * 2, 0};
+  Shape xs = ir_shape(2, (int64_t[]){N, C}), ys = ir_shape(1, (int64_t[]){C});
+  p[np++] = (Perf){"reduce_to bf16 [8192, 768] -> [768]", cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &xs), nC * 2, 0};
+  p[np++] = (Perf){"embed bf16 8192 x 768", cuk_embed(k, y, DT_BF16, tab, DT_BF16, ids, N, C, V, "0"), 2 * nC * 2, 0};
+  p[np++] = (Perf){"embed_bwd bf16 V 50304", cuk_embed_bwd(k, dtab, DT_BF16, ids, x, DT_BF16, N, C, V, "0"),
+                   nC * 2 + (double)V * C * 2, 0};
+  p[np++] = (Perf){"cross_entropy bf16 [8192, 50304]", cuk_cross_entropy(k, loss, lg, DT_BF16, ids, N, V, Vr), nV * 2, 0};
+  p[np++] = (Perf){"cross_entropy_bwd bf16 [8192, 50304]",
+                   cuk_cross_entropy_bwd(k, dlg, lg, DT_BF16, ids, sc, N, V, Vr), 2 * nV * 2, 0};
+  p[np++] = (Perf){"sumsq f32 124M", cuk_sumsq(k, sc, pp, DT_F32, NP), (double)NP * 4, 0};
+  p[np++] = (Perf){"adamw 124M (g bf16)", cuk_adamw(k, pp, pg, DT_BF16, pm, pv, hyper, NP, 0.9, 0.95, 1e-8, 0.1),
+                   (double)NP * 26, 0};
+  double fa = 4.0 * (double)B * H * T * T * hd / 2; /* causal: half the score matrix, 2 matmuls */
+  p[np++] = (Perf){"sdpa fwd bf16 B8 T1024 H12 hd64 causal",
+                   cuk_sdpa(k, o, lse, q, kk, v, DT_BF16, B, T, H, H, hd, 1), 0, fa};
+  p[np++] = (Perf){"sdpa bwd bf16 B8 T1024 H12 hd64 causal",
+                   cuk_sdpa_bwd(k, dq, dk, dv, q, kk, v, o, lse, x, DT_BF16, B, T, H, H, hd, 1), 0, 2.5 * fa};
+  char *ws = g_alloc((size_t)cuk_workspace(k));
+  load(cuk_source(k));
+  /* the copy floor: a 1 GiB device-to-device copy (read + write) */
+  CUevent e0, e1;
+  CU_CHECK(cuEventCreate(&e0, 0));
+  CU_CHECK(cuEventCreate(&e1, 0));
+  size_t cb = (size_t)1 << 30;
+  CUdeviceptr c0, c1;
+  CU_CHECK(cuMemAlloc(&c0, cb));
+  CU_CHECK(cuMemAlloc(&c1, cb));
+  CU_CHECK(cuMemcpyDtoD(c1, c0, cb));
+  CU_CHECK(cuEventRecord(e0, NULL));
+  for (int r = 0; r < 5; r++) CU_CHECK(cuMemcpyDtoD(c1, c0, cb));
+  CU_CHECK(cuEventRecord(e1, NULL));
+  CU_CHECK(cuEventSynchronize(e1));
+  float ms;
+  CU_CHECK(cuEventElapsedTime(&ms, e0, e1));
+  double bw = 5.0 * 2.0 * (double)cb / (ms * 1e-3);
+  printf("\ncopy bandwidth %.0f GB/s (1 GiB cuMemcpyDtoD)\n", bw / 1e9);
+  CU_CHECK(cuMemFree(c0));
+  CU_CHECK(cuMemFree(c1));
+  printf("%-42s %10s %10s %8s\n", "kernel", "us", "floor us", "of floor");
+  for (int i = 0; i < np; i++) {
+    run_stmt(p[i].stmt, ws); /* warm-up */
+    CU_CHECK(cuCtxSynchronize());
+    int reps = 10;
+    CU_CHECK(cuEventRecord(e0, NULL));
+    for (int r = 0; r < reps; r++) run_stmt(p[i].stmt, ws);
+    CU_CHECK(cuEventRecord(e1, NULL));
+    CU_CHECK(cuEventSynchronize(e1));
+    CU_CHECK(cuEventElapsedTime(&ms, e0, e1));
+    double us = ms * 1e3 / reps;
+    if (p[i].bytes > 0) {
+      double floor_us = p[i].bytes / bw * 1e6;
+      printf("%-42s %10.1f %10.1f %7.0f%%\n", p[i].name, us, floor_us, 100.0 * floor_us / us);
+    } else {
+      printf("%-42s %10.1f %10s %6.1f TFLOP/s\n", p[i].name, us, "-", p[i].flops / (us * 1e-6) / 1e12);
+    }
+  }
+  int flag = 0;
+  g_d2h(&flag, ws, 4);
+  if (flag) printf("(device error flag %d)\n", flag);
+  g_free(ws);
+  for (int i = 0; i < npbuf; i++) g_free(pbuf[i]);
+  arena_free(&a);
+}
+
+int main(int argc, char **argv) {
+  int do_perf = !(argc > 1 && strcmp(argv[1], "--no-perf") == 0);
+  CU_CHECK(cuInit(0));
+  CUdevice dev;
+  CU_CHECK(cuDeviceGet(&dev, 0));
+  int maj, min;
+  CU_CHECK(cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  CU_CHECK(cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  char name[256];
+  CU_CHECK(cuDeviceGetName(name, sizeof name, dev));
+  snprintf(arch, sizeof arch, "sm_%d%d", maj, min);
+  printf("device: %s (%s)\n", name, arch);
+  CUcontext ctx;
+  CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU_CHECK(cuCtxSetCurrent(ctx));
+  Arena a;
+  arena_init(&a);
+  int64_t ws;
+  int nk;
+  const char *src = kc_emit_all(&a, &ws, &nk);
+  load(src);
+  KBackend be = {g_alloc, g_free, g_h2d, g_d2h, g_launch};
+  int fails = kc_run_all(&be, ws);
+  arena_free(&a);
+  if (do_perf) perf();
+  CU_CHECK(cuModuleUnload(mod));
+  CU_CHECK(cuDevicePrimaryCtxRelease(dev));
+  return fails ? 1 : 0;
+}
