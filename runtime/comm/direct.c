@@ -305,8 +305,16 @@ void rt_direct_finish_step(RtReq *q, int step) {
   if (step == 0) {
     for (int p = 0; p < q->n; p++)
       if (p != q->me) peer_views(q, p);
-    if (q->op == RT_OP_ALL_GATHER) direct_gather(q, false);
-    else direct_reduce(q);
+    if (q->op == RT_OP_ALL_GATHER) {
+      /* peers read our block from the send buffer, so our own copy can come last: the
+       * descriptors went out first and the peers started without waiting for it */
+      direct_gather(q, false);
+      size_t off, len;
+      rt_block(q->count, q->n, q->me, &off, &len);
+      if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
+    } else {
+      direct_reduce(q);
+    }
   } else if (step == 1 && q->op == RT_OP_ALL_REDUCE) {
     direct_gather(q, true);
   }

@@ -324,16 +324,16 @@ void rt_req_begin(RtReq *q) {
   case RT_OP_ALL_REDUCE:
   case RT_OP_REDUCE_SCATTER:
   case RT_OP_ALL_GATHER: {
-    if (q->op == RT_OP_ALL_GATHER) {
-      size_t off, len;
-      rt_block(q->count, n, q->me, &off, &len);
-      if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
-    }
-    if (rt_direct_usable(q)) {
+    if (rt_direct_usable(q)) { /* (all-gather copies our own block after posting the descriptors) */
       q->direct = true;
       q->nchan = 1;
       q->nsteps = rt_direct_begin(q);
       break;
+    }
+    if (q->op == RT_OP_ALL_GATHER) {
+      size_t off, len;
+      rt_block(q->count, n, q->me, &off, &len);
+      if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
     }
     size_t off0, maxlen;
     rt_block(q->count, n, 0, &off0, &maxlen);
