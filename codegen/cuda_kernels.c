@@ -271,9 +271,10 @@ const char *cuk_iota(CuK *k, const char *y, int64_t n, int64_t start) {
 const char *cuk_transpose(CuK *k, const char *y, const char *x, DType dt, int64_t batch, int64_t rows, int64_t cols) {
   Args g = {.np = 2, .p = {y, x}};
   const char *t = ctype(dt);
-  return simple(k, &g, cdiv(cols, 32), cdiv(rows, 32), batch, 32, 8,
-                arena_printf(k->a, "sk::transpose<%s, %lldLL, %lldLL>((%s *)p0, (const %s *)p1);", t, (long long)rows,
-                             (long long)cols, t, t));
+  if (cdiv(rows, 32) > 65535) die("cuda_kernels: transpose of %lld rows", (long long)rows);
+  return simple(k, &g, cdiv(cols, 32), cdiv(rows, 32), imin(batch, 65535), 32, 8,
+                arena_printf(k->a, "sk::transpose<%s, %lldLL, %lldLL, %lldLL>((%s *)p0, (const %s *)p1);", t,
+                             (long long)batch, (long long)rows, (long long)cols, t, t));
 }
 
 const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, const char *x, DType xdt, const Shape *xs) {
@@ -301,7 +302,7 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
     }
   }
   /* P chunks of the summed index: enough threads, at least 32 terms a chunk */
-  int64_t P = imax(1, imin(cdiv(65536, ny), cdiv(nr, 32)));
+  int64_t P = imax(1, imin(4096, imin(cdiv(65536, ny), cdiv(nr, 32))));
   int64_t chunk = cdiv(nr, P);
   P = cdiv(nr, chunk);
   Args g = {.np = 2, .p = {P > 1 ? ws_at(k, 0) : y, x}};

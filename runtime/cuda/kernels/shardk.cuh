@@ -141,22 +141,25 @@ __device__ void iota(int *y, i64 start) {
     y[i] = (int)(start + i);
 }
 
-/* y[b, c, r] = x[b, r, c]; block (32, 8), grid (ceil(C/32), ceil(R/32), batch). */
-template <class T, i64 R, i64 C>
+/* y[b, c, r] = x[b, r, c] for b < BATCH; block (32, 8), grid (ceil(C/32), ceil(R/32), min(BATCH, 65535)). */
+template <class T, i64 BATCH, i64 R, i64 C>
 __device__ void transpose(T *y, const T *x) {
   __shared__ float tile[32][33];
-  i64 b = blockIdx.z, r0 = (i64)blockIdx.y * 32, c0 = (i64)blockIdx.x * 32;
-  const T *xb = x + b * R * C;
-  T *yb = y + b * R * C;
+  i64 r0 = (i64)blockIdx.y * 32, c0 = (i64)blockIdx.x * 32;
   int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
-  for (int j = 0; j < 32; j += 8) {
-    i64 r = r0 + ty + j, c = c0 + tx;
-    if (r < R && c < C) tile[ty + j][tx] = ld(xb + r * C + c);
-  }
-  __syncthreads();
-  for (int j = 0; j < 32; j += 8) {
-    i64 c = c0 + ty + j, r = r0 + tx;
-    if (r < R && c < C) st(yb + c * R + r, tile[tx][ty + j]);
+  for (i64 b = blockIdx.z; b < BATCH; b += gridDim.z) {
+    const T *xb = x + b * R * C;
+    T *yb = y + b * R * C;
+    for (int j = 0; j < 32; j += 8) {
+      i64 r = r0 + ty + j, c = c0 + tx;
+      if (r < R && c < C) tile[ty + j][tx] = ld(xb + r * C + c);
+    }
+    __syncthreads();
+    for (int j = 0; j < 32; j += 8) {
+      i64 c = c0 + ty + j, r = r0 + tx;
+      if (r < R && c < C) st(yb + c * R + r, tile[tx][ty + j]);
+    }
+    __syncthreads();
   }
 }
 
