@@ -25,6 +25,13 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
   if ((ab_dt != RT_F32 && ab_dt != RT_BF16) || (y_dt != RT_F32 && y_dt != RT_BF16))
     rt_fatal(1, "rt_cu_matmul: dtypes %d x %d -> %d: only f32 and bf16 are supported", ab_dt, ab_dt, y_dt);
   if (batch <= 0 || m <= 0 || n <= 0) return;
+  if (k <= 0) { /* an empty sum: y = beta * y (cuBLASLt takes no k = 0) */
+    if (beta == 0.0f)
+      d->ops->zero(d->be, y, batch * m * n * (y_dt == RT_BF16 ? 2 : 4));
+    else if (beta != 1.0f)
+      rt_fatal(1, "rt_cu_matmul: k = 0 with beta %g is not supported", (double)beta);
+    return;
+  }
   d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta);
 }
 

@@ -74,6 +74,9 @@ static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *fla
   }
   fprintf(f, "  %-24s %s\n", "--help", "this text");
   fprintf(f, "\nEnvironment: SHARDRT_PEAK_FLOPS=<FLOP/s> sets the peak MFU is measured against (default: measured).\n");
+  if (p->device)
+    fprintf(f, "SHARDRT_DEVICE=cuda|emu: the GPU (default) or its CPU emulation; SHARDRT_CUBIN_CACHE=DIR: where compiled "
+               "kernels are cached (default ~/.cache/shardc/cubin).\n");
 }
 
 static void parse_value(const Flag *fl, const char *v) {
