@@ -9,9 +9,11 @@
  * all_reduce_v is rt_all_reduce_v over a gradient-bucket-like set of separately allocated
  * members (big ones with small ones between) against MPI_Allreduce of one contiguous
  * buffer of the same size; its "member" column is shardrt with one rt_all_reduce per member.
- * With COMM_BENCH_RING=1 a "ring" column times shardrt with direct reads turned off
- * (rt_comm_set_direct_min(SIZE_MAX)), so the two algorithms are compared in the same run.
- * The implementations alternate over COMM_BENCH_ROUNDS (default 5) rounds of ~40 ms;
+ * COMM_BENCH_ALT adds an "alt" column: shardrt with another setting, timed in the same
+ * rounds: "ring" (direct reads off: rt_comm_set_direct_min(SIZE_MAX)), "min=BYTES"
+ * (rt_comm_set_direct_min) or "full=BYTES" (rt_comm_set_direct_full).
+ * The implementations alternate over COMM_BENCH_ROUNDS (default 5) rounds of
+ * COMM_BENCH_ROUND_MS (default 40 ms; every round runs at least 2 calls);
  * time = the slowest rank's mean over a round, best round of each.
  * Bus bandwidth (NCCL's convention): all-reduce 2(n-1)/n * S / t, reduce-scatter and
  * all-gather (n-1)/n * S / t, S = the full buffer in bytes. ratio = MPI time / shardrt time.
@@ -33,7 +35,9 @@ enum { IMPL_OURS, IMPL_MPI, IMPL_RING, IMPL_MEMBER, NIMPL };
 static int nmem;
 static size_t mcount[MAXMEM];
 static void *mbuf[MAXMEM];
-static size_t default_direct_min;
+static size_t default_direct_min, default_direct_full;
+static size_t alt_min, alt_full; /* the alt column's settings */
+static double round_s = 0.04;    /* seconds per round (COMM_BENCH_ROUND_MS) */
 
 /* Splits count elements like a gradient bucket: a big member (count/5), a small one (1000),
  * a middling one (count/11), repeated; the last takes the rest. */
@@ -96,18 +100,21 @@ static void time_all(int op, const bool *use, RtComm *c, RtGroup *g, float *a, f
   for (int k = 0; k < NIMPL; k++) {
     t[k] = 0;
     if (!use[k]) continue;
-    rt_comm_set_direct_min(c, k == IMPL_RING ? SIZE_MAX : default_direct_min);
-    iters[k] = calibrate(op, k, g, a, b, count, n, 0.04);
+    rt_comm_set_direct_min(c, k == IMPL_RING ? alt_min : default_direct_min);
+    rt_comm_set_direct_full(c, k == IMPL_RING ? alt_full : default_direct_full);
+    iters[k] = calibrate(op, k, g, a, b, count, n, round_s);
     t[k] = 1e30;
   }
   for (int r = 0; r < rounds; r++)
     for (int k = 0; k < NIMPL; k++) {
       if (!use[k]) continue;
-      rt_comm_set_direct_min(c, k == IMPL_RING ? SIZE_MAX : default_direct_min);
+      rt_comm_set_direct_min(c, k == IMPL_RING ? alt_min : default_direct_min);
+      rt_comm_set_direct_full(c, k == IMPL_RING ? alt_full : default_direct_full);
       double x = time_iters(op, k, g, a, b, count, n, iters[k]);
       if (x < t[k]) t[k] = x;
     }
   rt_comm_set_direct_min(c, default_direct_min);
+  rt_comm_set_direct_full(c, default_direct_full);
 }
 
 int main(int argc, char **argv) {
@@ -123,10 +130,24 @@ int main(int argc, char **argv) {
   if (min_bytes < 1024) min_bytes = 1024;
   const char *re = getenv("COMM_BENCH_ROUNDS");
   int rounds = re && atoi(re) > 0 ? atoi(re) : 5;
-  const char *ring = getenv("COMM_BENCH_RING");
-  bool with_ring = ring && strcmp(ring, "1") == 0;
-  const char *dm = getenv("SHARDRT_DIRECT_MIN");
+  const char *rm = getenv("COMM_BENCH_ROUND_MS");
+  if (rm && atof(rm) > 0) round_s = atof(rm) / 1000.0;
+  const char *dm = getenv("SHARDRT_DIRECT_MIN"), *df = getenv("SHARDRT_DIRECT_FULL");
   default_direct_min = dm && *dm ? (size_t)strtoull(dm, NULL, 0) : (size_t)64 << 10;
+  default_direct_full = df && *df ? (size_t)strtoull(df, NULL, 0) : (size_t)1 << 20;
+  alt_min = default_direct_min;
+  alt_full = default_direct_full;
+  const char *alt = getenv("COMM_BENCH_ALT");
+  bool with_ring = alt && *alt;
+  if (with_ring) {
+    if (strcmp(alt, "ring") == 0) alt_min = SIZE_MAX;
+    else if (strncmp(alt, "min=", 4) == 0) alt_min = (size_t)strtoull(alt + 4, NULL, 0);
+    else if (strncmp(alt, "full=", 5) == 0) alt_full = (size_t)strtoull(alt + 5, NULL, 0);
+    else {
+      fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring, min=BYTES or full=BYTES\n");
+      return 1;
+    }
+  }
   RtComm *c = rt_comm_init(&boot, NULL);
   RtGroup *g = rt_group_world(c);
   int n = boot.world;
@@ -138,10 +159,11 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < max_bytes / 4; i++) a[i] = b[i] = (float)(i % 7) * 1e-3f;
   if (boot.rank == 0) {
     printf("# comm_bench: %d ranks, shardrt provider %s, fp32 sum; busbw in GB/s, time in us (slowest rank, best "
-           "of %d alternating rounds)\n",
-           n, rt_comm_provider(c), rounds);
+           "of %d alternating rounds of %.0f ms)\n",
+           n, rt_comm_provider(c), rounds, round_s * 1e3);
+    if (with_ring) printf("# alt column: %s\n", alt);
     printf("%-14s %10s %11s %10s %11s %10s %6s %11s\n", "op", "bytes", "shardrt_us", "shardrt_bw", "mpi_us", "mpi_bw",
-           "ratio", with_ring ? "ring/member" : "member_us");
+           "ratio", with_ring ? "alt/member" : "member_us");
   }
   for (int op = 0; op < NOPS; op++) {
     char want[40];

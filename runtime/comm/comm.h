@@ -80,6 +80,10 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  * the peers' buffers directly (direct.c) instead of running the ring; default
  * SHARDRT_DIRECT_MIN or 64 KiB. Every member must set the same value. */
 void rt_comm_set_direct_min(RtComm *c, size_t bytes);
+/* All-reduces of at most this many bytes x (group size - 1) that take direct reads reduce
+ * the whole buffer on every member (one synchronisation round fewer); default
+ * SHARDRT_DIRECT_FULL or 1 MiB, 0 turns it off. Every member must set the same value. */
+void rt_comm_set_direct_full(RtComm *c, size_t bytes);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
 

@@ -68,9 +68,37 @@ struct RtDirect {
   uint64_t *laddr;     /* [nbufs] all_reduce_v: our members' addresses (published) */
   uint64_t **heap;     /* [n] member address tables read from all_reduce_v peers, else NULL */
   size_t **heap_start; /* [n] their offsets */
+  bool full;           /* all-reduce as one read-and-reduce of the whole buffer (no gather round) */
+  void *scratch;       /* [scratch_bytes] in-place full all-reduce: the result until done */
+  size_t scratch_bytes; /* bytes */
 };
 
+/* Scratch buffers for in-place full all-reduces (one per request in flight). */
+static void *scratch_get(RtComm *c) {
+  if (c->nscratch > 0) return c->scratch[--c->nscratch];
+  void *p = NULL;
+  if (posix_memalign(&p, 64, c->direct_full_max) != 0) rt_fatal(RT_EXIT_COMM, "out of memory for staging");
+  return p;
+}
+
+static void scratch_put(RtComm *c, void *p, size_t bytes) {
+  if (bytes != c->direct_full_max) { /* the size changed since (rt_comm_set_direct_full) */
+    free(p);
+    return;
+  }
+  if (c->nscratch == c->capscratch) {
+    c->capscratch = c->capscratch ? 2 * c->capscratch : 4;
+    c->scratch = realloc(c->scratch, (size_t)c->capscratch * sizeof *c->scratch);
+    if (!c->scratch) rt_fatal(RT_EXIT_COMM, "out of memory");
+  }
+  c->scratch[c->nscratch++] = p;
+}
+
 static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Whether the full all-reduce must go through a scratch buffer: peers read our input
+ * while we reduce, so it must not be our output. */
+static bool full_in_place(const RtReq *q) { return q->nbufs > 0 || q->send == q->recv; }
 
 static void view_one(RtView *v, uint64_t addr, size_t lo, size_t hi) {
   v->n = 1;
@@ -240,7 +268,15 @@ int rt_direct_begin(RtReq *q) {
     my->recv = (uint64_t)(uintptr_t)q->recv;
     my->recv_lo = recv_lo;
   }
-  return q->op == RT_OP_ALL_REDUCE ? 3 : 2;
+  /* Small all-reduces: every member reduces the whole buffer itself, folding the members in
+   * index order so that every member computes the same bits; one round fewer, (n-1)x the
+   * reduction work. */
+  d->full = q->op == RT_OP_ALL_REDUCE && q->count * q->esize * (size_t)(n - 1) <= q->c->direct_full_max;
+  if (d->full && full_in_place(q)) {
+    d->scratch = scratch_get(q->c);
+    d->scratch_bytes = q->c->direct_full_max;
+  }
+  return q->op == RT_OP_ALL_REDUCE && !d->full ? 3 : 2;
 }
 
 void rt_direct_post(RtReq *q, RtSlot *s, void (*post)(RtReq *, RtSlot *, RtMsg *, bool, int, void *, size_t, void *)) {
@@ -289,6 +325,75 @@ static void direct_reduce(RtReq *q) {
   }
 }
 
+/* reduce(dst[o .. o+k) <- a op b) where a and b are each a view or, when NULL, the slab
+ * at the same position; pieces contiguous in every operand. */
+static void fold(RtReq *q, const RtView *dst, const RtView *a, const char *sa, const RtView *b, const char *sb,
+                 size_t o, size_t k, float scale) {
+  size_t es = q->esize;
+  for (size_t at = 0; at < k;) {
+    size_t m = k - at, kk;
+    uint64_t pd = view_at(dst, o + at, es, &kk);
+    if (kk < m) m = kk;
+    const char *pa = sa ? sa + at * es : (const char *)(uintptr_t)view_at(a, o + at, es, &kk);
+    if (!sa && kk < m) m = kk;
+    const char *pb = sb ? sb + at * es : (const char *)(uintptr_t)view_at(b, o + at, es, &kk);
+    if (!sb && kk < m) m = kk;
+    rt_reduce((void *)(uintptr_t)pd, pa, pb, m, q->dt, q->redop, scale);
+    at += m;
+  }
+}
+
+/* The whole buffer, members folded in index order 0, 1, .., n-1 (ours from our input).
+ * Peers read our input until they say done, so an in-place call reduces into the comm's
+ * scratch buffer and copies the result out after the done round (rt_direct_finish_step). */
+static void direct_reduce_full(RtReq *q) {
+  struct RtDirect *d = q->dx;
+  RtComm *c = q->c;
+  int n = q->n;
+  size_t es = q->esize, chunk = c->direct_chunk / 2 / es;
+  char *sa = c->dstage, *sb = (char *)c->dstage + chunk * es;
+  RtView tmp;
+  const RtView *out = &d->lrecv;
+  if (full_in_place(q)) {
+    view_one(&tmp, (uint64_t)(uintptr_t)d->scratch, 0, q->count);
+    out = &tmp;
+  }
+  RtView va, vb;
+  view_one(&va, (uint64_t)(uintptr_t)sa, 0, chunk);
+  view_one(&vb, (uint64_t)(uintptr_t)sb, 0, chunk);
+  for (size_t o = 0; o < q->count; o += chunk) {
+    size_t k = q->count - o < chunk ? q->count - o : chunk;
+    /* first operand: member 0's chunk (our input, or read into slab a) */
+    const char *first = NULL;
+    if (q->me != 0) {
+      cma_read(q, q->g->ranks[0], &va, 0, &d->rsend[0], o, k);
+      first = sa;
+    }
+    for (int m = 1; m < n; m++) {
+      float scale = m == n - 1 && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
+      const char *second = NULL;
+      if (m != q->me) {
+        cma_read(q, q->g->ranks[m], &vb, 0, &d->rsend[m], o, k);
+        second = sb;
+      }
+      if (m == 1) fold(q, out, &d->lsend, first, &d->lsend, second, o, k, scale);
+      else fold(q, out, out, NULL, &d->lsend, second, o, k, scale);
+    }
+  }
+}
+
+/* After the done round: the in-place full all-reduce's result goes to the caller's buffers. */
+static void full_copy_out(RtReq *q) {
+  struct RtDirect *d = q->dx;
+  size_t es = q->esize;
+  for (size_t at = 0; at < q->count;) {
+    size_t k;
+    uint64_t p = view_at(&d->lrecv, at, es, &k);
+    memcpy((void *)(uintptr_t)p, (char *)d->scratch + at * es, k * es);
+    at += k;
+  }
+}
+
 /* All-gather: every peer's block, out of its send buffer (all-gather) or its output
  * (all-reduce, after it reduced it). */
 static void direct_gather(RtReq *q, bool from_output) {
@@ -312,11 +417,15 @@ void rt_direct_finish_step(RtReq *q, int step) {
       size_t off, len;
       rt_block(q->count, q->n, q->me, &off, &len);
       if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
+    } else if (q->dx->full) {
+      direct_reduce_full(q);
     } else {
       direct_reduce(q);
     }
-  } else if (step == 1 && q->op == RT_OP_ALL_REDUCE) {
+  } else if (step == 1 && q->op == RT_OP_ALL_REDUCE && !q->dx->full) {
     direct_gather(q, true);
+  } else if (step == 1 && q->dx->full && full_in_place(q)) {
+    full_copy_out(q);
   }
 }
 
@@ -330,6 +439,7 @@ void rt_direct_free(RtReq *q) {
   free(d->heap);
   free(d->heap_start);
   free(d->laddr);
+  if (d->scratch) scratch_put(q->c, d->scratch, d->scratch_bytes);
   free(d->rsend);
   free(d->rrecv);
   free(d->msgs);
@@ -351,8 +461,10 @@ void rt_direct_init(RtComm *c) {
   c->direct_min = m && *m ? (size_t)strtoull(m, NULL, 0) : (size_t)64 << 10;
   const char *ch = getenv("SHARDRT_DIRECT_CHUNK");
   c->direct_chunk = ch && *ch ? (size_t)strtoull(ch, NULL, 0) : (size_t)256 << 10;
-  c->direct_chunk = (c->direct_chunk + 63) & ~(size_t)63;
-  if (c->direct_chunk < 64) c->direct_chunk = 64;
+  c->direct_chunk = (c->direct_chunk + 127) & ~(size_t)127;
+  if (c->direct_chunk < 128) c->direct_chunk = 128;
+  const char *fm = getenv("SHARDRT_DIRECT_FULL");
+  c->direct_full_max = fm && *fm ? (size_t)strtoull(fm, NULL, 0) : (size_t)1 << 20;
   /* Every local peer's probe word must read back; every rank must agree. */
   int ok = want;
   for (int r = 0; ok && r < c->world; r++) {
@@ -373,8 +485,19 @@ void rt_direct_init(RtComm *c) {
 
 void rt_direct_close(RtComm *c) {
   free(c->dstage);
+  for (int i = 0; i < c->nscratch; i++) free(c->scratch[i]);
+  free(c->scratch);
   c->dstage = NULL;
+  c->scratch = NULL;
+  c->nscratch = c->capscratch = 0;
 }
 
 void rt_comm_set_direct_min(RtComm *c, size_t bytes) { c->direct_min = bytes; }
+void rt_comm_set_direct_full(RtComm *c, size_t bytes) {
+  if (bytes != c->direct_full_max) { /* pooled scratch buffers have the old size */
+    for (int i = 0; i < c->nscratch; i++) free(c->scratch[i]);
+    c->nscratch = 0;
+  }
+  c->direct_full_max = bytes;
+}
 uint64_t rt_comm_direct_count(const RtComm *c) { return c->direct_count; }
