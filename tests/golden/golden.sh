@@ -24,9 +24,12 @@ for c in "${cases[@]}"; do
 done
 "$shardc" build models/tiny.model --world 1 --emit-c "$tmp/c" -o "$tmp/train_tiny" >/dev/null 2>&1
 cp "$tmp/c/tiny.c" "$tmp/tiny.c"
+# the CUDA target's host program and kernels (bf16 mixed precision), written without compiling
+"$shardc" plan models/tiny.model --world 1 --target cuda -D precision=bf16 --emit-c "$tmp/cu" >/dev/null 2>&1
+cp "$tmp/cu/tiny.c" "$tmp/tiny-cuda.c"
 
 status=0
-for f in "$tmp"/*.ir "$tmp"/tiny.c; do
+for f in "$tmp"/*.ir "$tmp"/tiny.c "$tmp"/tiny-cuda.c; do
   base=$(basename "$f")
   if [ "$mode" = update ]; then
     cp "$f" "$dir/$base"
@@ -36,5 +39,5 @@ for f in "$tmp"/*.ir "$tmp"/tiny.c; do
     status=1
   fi
 done
-[ "$mode" = update ] && echo "updated $(ls "$tmp"/*.ir "$tmp"/tiny.c | wc -l) golden files in $dir"
+[ "$mode" = update ] && echo "updated $(ls "$tmp"/*.ir "$tmp"/tiny.c "$tmp"/tiny-cuda.c | wc -l) golden files in $dir"
 exit $status
