@@ -604,6 +604,7 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
     if (need && !need[i]) continue;
     Node *n = g->nodes[i];
     if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) continue;
+    if (c->cuda && cg_cuda_done(c, n)) continue; /* inside a fused kernel already emitted */
     if (n->loc.file) cg_line(c, "/* %s:%d */", n->loc.file, n->loc.line);
     c->pos = i;
     long before = ftell(c->f);

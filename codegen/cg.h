@@ -69,5 +69,7 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
 
 /* codegen/cuda.c: one node of the CUDA target's host program. */
 void cg_cuda_node(Cg *c, Node *n);
+/* Whether n was already emitted inside a fused kernel of the entry point being written. */
+bool cg_cuda_done(const Cg *c, const Node *n);
 
 #endif

@@ -24,7 +24,7 @@
 
 static void stmt(Cg *c, const char *s) { cg_line(c, "%s", s); }
 
-static bool is_done(const Cg *c, const Node *n) {
+bool cg_cuda_done(const Cg *c, const Node *n) {
   for (int i = 0; i < c->ndone; i++)
     if (c->done[i] == n) return true;
   return false;
@@ -171,7 +171,7 @@ static bool float_ok(Cg *c, const Node *n, const Value *v) {
 }
 
 void cg_cuda_node(Cg *c, Node *n) {
-  if (is_done(c, n)) return;
+  if (cg_cuda_done(c, n)) return;
   CuK *k = c->k;
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
   const Attrs *a = &n->a;

@@ -27,7 +27,6 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4713600)}, &(char *){(M + 1911680)}});
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:26 */
   rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4531328)}});
   /* models/std/transformer.model:29 */
@@ -37,8 +36,6 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:57 */
   /* 3 elementwise ops in one kernel */
   rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1911936)}, &(char *){(M + 4713856)}, &(char *){(M + 1912192)}});
-  /* models/std/transformer.model:9 */
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:65 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4138112)}});
   /* models/std/transformer.model:68 */
@@ -70,7 +67,6 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:58 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1911936) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
-      /* models/tiny.model:16 */
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){((M + 1912192) + i1 * 128)}});
       /* models/std/transformer.model:66 */
@@ -78,13 +74,11 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:69 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1909888) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
-      /* models/std/transformer.model:71 */
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2040960 + i1 * 262144), ((M + 4203648) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:76 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1912448) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1451136)}});
-      /* models/tiny.model:17 */
       rt_cu_copy(ctx, ((M + 4007040) + i1 * 65536), c1_0, 65536);
       rt_cu_copy(ctx, (M + 1975424), (M + 1451136), 65536);
       c1_0 = (M + 1975424);
@@ -93,7 +87,6 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}});
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:11 */
   rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4269184)}, &(char *){(M + 1975424)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
@@ -115,7 +108,6 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4714112)}, &(char *){(M + 4714368)}});
-  /* models/std/transformer.model:9 */
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
     char *c1_0 = (M + 4269184);
@@ -188,8 +180,6 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:10 */
   /* 3 elementwise ops in one kernel */
   rt_cu_launch(ctx, 42, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715648)}, &(char *){(M + 4715392)}, &(char *){(M + 4715136)}, &(char *){(M + 1963136)}, &(char *){(M + 1963648)}, &(char *){(M + 1964160)}});
-  /* models/std/transformer.model:9 */
-  /* models/std/transformer.model:57 */
   /* models/std/transformer.model:54 */
   rt_cu_launch(ctx, 43, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4695168)}, &(char *){(M + 1877120)}});
   /* models/std/transformer.model:29 */
@@ -199,7 +189,6 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 46, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4714880)}, &(char *){(M + 4714624)}, &(char *){(M + 1964672)}, &(char *){(M + 1965184)}});
-  /* models/std/transformer.model:9 */
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 47, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4334720)}});
   /* models/tiny.model:14 */
@@ -286,11 +275,6 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
   rt_cu_copy_block(ctx, (M + 1909888), 3, 0, (M + 1451008), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1909888), 3, 1, (M + 1910016), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1909888), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
@@ -345,7 +329,6 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4713600)}, &(char *){(M + 1911680)}});
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:26 */
   rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4531328)}});
   /* models/std/transformer.model:29 */
@@ -355,8 +338,6 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:57 */
   /* 3 elementwise ops in one kernel */
   rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1911936)}, &(char *){(M + 4713856)}, &(char *){(M + 1912192)}});
-  /* models/std/transformer.model:9 */
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:65 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4138112)}});
   /* models/std/transformer.model:68 */
@@ -388,7 +369,6 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:58 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1911936) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
-      /* models/tiny.model:16 */
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){((M + 1912192) + i1 * 128)}});
       /* models/std/transformer.model:66 */
@@ -396,13 +376,11 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:69 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1909888) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
-      /* models/std/transformer.model:71 */
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2040960 + i1 * 262144), ((M + 4203648) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:76 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1912448) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1451136)}});
-      /* models/tiny.model:17 */
       rt_cu_copy(ctx, ((M + 4007040) + i1 * 65536), c1_0, 65536);
       rt_cu_copy(ctx, (M + 1975424), (M + 1451136), 65536);
       c1_0 = (M + 1975424);
@@ -411,7 +389,6 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}});
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:11 */
   rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4269184)}, &(char *){(M + 1975424)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
@@ -437,7 +414,6 @@ static void logits(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4713600)}, &(char *){(M + 1911680)}});
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:26 */
   rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4531328)}});
   /* models/std/transformer.model:29 */
@@ -447,8 +423,6 @@ static void logits(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:57 */
   /* 3 elementwise ops in one kernel */
   rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1911936)}, &(char *){(M + 4713856)}, &(char *){(M + 1912192)}});
-  /* models/std/transformer.model:9 */
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:65 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4138112)}});
   /* models/std/transformer.model:68 */
@@ -480,7 +454,6 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:58 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1911936) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
-      /* models/tiny.model:16 */
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){((M + 1912192) + i1 * 128)}});
       /* models/std/transformer.model:66 */
@@ -488,13 +461,11 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:69 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1909888) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
-      /* models/std/transformer.model:71 */
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2040960 + i1 * 262144), ((M + 4203648) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:76 */
       /* 2 elementwise ops in one kernel */
       rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1912448) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1451136)}});
-      /* models/tiny.model:17 */
       rt_cu_copy(ctx, ((M + 4007040) + i1 * 65536), c1_0, 65536);
       rt_cu_copy(ctx, (M + 1975424), (M + 1451136), 65536);
       c1_0 = (M + 1975424);
@@ -503,7 +474,6 @@ static void logits(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}});
-  /* models/std/transformer.model:10 */
   /* models/std/transformer.model:11 */
   rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4269184)}, &(char *){(M + 1975424)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
