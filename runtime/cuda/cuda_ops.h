@@ -19,6 +19,11 @@
 
 #include "program.h"
 
+/* The int at the start of the kernel scratch (M + mem_bytes) collects errors the kernels find
+ * (codegen/cuda_kernels.h CUK_WS_FLAGS, CUK_ERR_*): the trainer reads it after every step. */
+#define RT_CU_ERR_EMBED_ID 1 /* an embedding id outside its table */
+#define RT_CU_ERR_TARGET 2   /* a cross-entropy target outside the vocabulary */
+
 /* Launches kernel k of the program (extern "C" name "k<k>") on the compute stream with the
  * given grid, block and dynamic shared memory (bytes); args[i] points at the i-th argument.
  * A launch error is fatal and names the kernel. */

@@ -326,6 +326,18 @@ static void to_dev(Run *r, const RtTensor *t) {
 static void from_dev(Run *r, const RtTensor *t) {
   if (r->dev && t) r->dev->download(&r->ctx, hptr(r, t), r->mem + t->offset, tensor_bytes(t));
 }
+/* The kernels' error flags (an int at the start of the kernel scratch, runtime/cuda/cuda_ops.h):
+ * bit 1, an embedding id outside its table; bit 2, a target outside the vocabulary. */
+static void check_device_flags(Run *r, const char *what) {
+  if (!r->dev || !r->p->workspace_bytes || r->p->workspace_bytes() < 4) return; /* a program without them */
+  int32_t flags = 0;
+  r->dev->download(&r->ctx, &flags, r->mem + r->p->mem_bytes, 4);
+  if (!flags) return;
+  rt_user_error("rank %d, %s at step %lld: the GPU kernels found %s%s%s (flags 0x%x)", r->ctx.rank, what,
+                (long long)r->ctx.step, flags & 1 ? "a token id outside the embedding table" : "",
+                (flags & 3) == 3 ? " and " : "", flags & 2 ? "a target outside the vocabulary" : "", (unsigned)flags);
+}
+
 /* Every tensor of the kinds (bits 1 << RT_T_*). */
 static void kinds_to_dev(Run *r, int kinds) {
   for (int k = 0; r->dev && k < r->p->ntensors; k++)
@@ -425,6 +437,7 @@ static double evaluate(Run *r) {
   for (int64_t i = 0; i < nb; i++) {
     load_batch(r, &r->val, i * per);
     p->eval(r->mem, &r->ctx);
+    check_device_flags(r, "validation");
     sum += get_result(r, r->loss);
   }
   r->ctx.step = saved;
@@ -849,6 +862,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     double t0 = rt_now(), c0 = r->ctx.comm_s;
     p->step(r->mem, &r->ctx);
     if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
+    check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
     if (s > first || stop == first) comm_steady += dcomm;
     r->st.data_pos += gbatch;
