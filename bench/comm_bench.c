@@ -9,9 +9,9 @@
  * all_reduce_v is rt_all_reduce_v over a gradient-bucket-like set of separately allocated
  * members (big ones with small ones between) against MPI_Allreduce of one contiguous
  * buffer of the same size; its "member" column is shardrt with one rt_all_reduce per member.
- * COMM_BENCH_ALT adds an "alt" column: shardrt with another setting, timed in the same
- * rounds: "ring" (direct reads off: rt_comm_set_direct_min(SIZE_MAX)), "min=BYTES"
- * (rt_comm_set_direct_min) or "full=BYTES" (rt_comm_set_direct_full).
+ * COMM_BENCH_ALT adds an "alt" column: shardrt with other settings, timed in the same
+ * rounds: "ring" (direct reads off) or "NAME=VALUE[,NAME=VALUE]" for rt_comm_tune
+ * (direct_min, direct_push).
  * The implementations alternate over COMM_BENCH_ROUNDS (default 5) rounds of
  * COMM_BENCH_ROUND_MS (default 40 ms; every round runs at least 2 calls);
  * time = the slowest rank's mean over a round, best round of each.
@@ -35,8 +35,13 @@ enum { IMPL_OURS, IMPL_MPI, IMPL_RING, IMPL_MEMBER, NIMPL };
 static int nmem;
 static size_t mcount[MAXMEM];
 static void *mbuf[MAXMEM];
-static size_t default_direct_min, default_direct_full;
-static size_t alt_min, alt_full; /* the alt column's settings */
+#define MAXTUNE 4
+static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push"};
+static size_t tune_default[MAXTUNE], tune_alt[MAXTUNE]; /* the defaults and the alt column's settings */
+
+static void apply(RtComm *c, const size_t *v) {
+  for (int i = 0; i < MAXTUNE && tune_names[i]; i++) rt_comm_tune(c, tune_names[i], v[i]);
+}
 static double round_s = 0.04;    /* seconds per round (COMM_BENCH_ROUND_MS) */
 
 /* Splits count elements like a gradient bucket: a big member (count/5), a small one (1000),
@@ -100,21 +105,18 @@ static void time_all(int op, const bool *use, RtComm *c, RtGroup *g, float *a, f
   for (int k = 0; k < NIMPL; k++) {
     t[k] = 0;
     if (!use[k]) continue;
-    rt_comm_set_direct_min(c, k == IMPL_RING ? alt_min : default_direct_min);
-    rt_comm_set_direct_full(c, k == IMPL_RING ? alt_full : default_direct_full);
+    apply(c, k == IMPL_RING ? tune_alt : tune_default);
     iters[k] = calibrate(op, k, g, a, b, count, n, round_s);
     t[k] = 1e30;
   }
   for (int r = 0; r < rounds; r++)
     for (int k = 0; k < NIMPL; k++) {
       if (!use[k]) continue;
-      rt_comm_set_direct_min(c, k == IMPL_RING ? alt_min : default_direct_min);
-      rt_comm_set_direct_full(c, k == IMPL_RING ? alt_full : default_direct_full);
+      apply(c, k == IMPL_RING ? tune_alt : tune_default);
       double x = time_iters(op, k, g, a, b, count, n, iters[k]);
       if (x < t[k]) t[k] = x;
     }
-  rt_comm_set_direct_min(c, default_direct_min);
-  rt_comm_set_direct_full(c, default_direct_full);
+  apply(c, tune_default);
 }
 
 int main(int argc, char **argv) {
@@ -132,20 +134,29 @@ int main(int argc, char **argv) {
   int rounds = re && atoi(re) > 0 ? atoi(re) : 5;
   const char *rm = getenv("COMM_BENCH_ROUND_MS");
   if (rm && atof(rm) > 0) round_s = atof(rm) / 1000.0;
-  const char *dm = getenv("SHARDRT_DIRECT_MIN"), *df = getenv("SHARDRT_DIRECT_FULL");
-  default_direct_min = dm && *dm ? (size_t)strtoull(dm, NULL, 0) : (size_t)64 << 10;
-  default_direct_full = df && *df ? (size_t)strtoull(df, NULL, 0) : (size_t)1 << 20;
-  alt_min = default_direct_min;
-  alt_full = default_direct_full;
+  /* the defaults, as the runtime reads them */
+  static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH"};
+  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1};
+  for (int i = 0; i < MAXTUNE && tune_names[i]; i++) {
+    const char *e = getenv(tune_env[i]);
+    tune_default[i] = tune_alt[i] = e && *e ? (size_t)strtoull(e, NULL, 0) : tune_dflt[i];
+  }
   const char *alt = getenv("COMM_BENCH_ALT");
   bool with_ring = alt && *alt;
-  if (with_ring) {
-    if (strcmp(alt, "ring") == 0) alt_min = SIZE_MAX;
-    else if (strncmp(alt, "min=", 4) == 0) alt_min = (size_t)strtoull(alt + 4, NULL, 0);
-    else if (strncmp(alt, "full=", 5) == 0) alt_full = (size_t)strtoull(alt + 5, NULL, 0);
-    else {
-      fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring, min=BYTES or full=BYTES\n");
-      return 1;
+  if (with_ring && strcmp(alt, "ring") == 0) tune_alt[0] = SIZE_MAX;
+  else if (with_ring) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", alt);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+      char *eq = strchr(tok, '=');
+      int i = 0;
+      if (eq) *eq = 0;
+      while (i < MAXTUNE && tune_names[i] && strcmp(tune_names[i], tok) != 0) i++;
+      if (!eq || i == MAXTUNE || !tune_names[i]) {
+        fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push)\n");
+        return 1;
+      }
+      tune_alt[i] = (size_t)strtoull(eq + 1, NULL, 0);
     }
   }
   RtComm *c = rt_comm_init(&boot, NULL);

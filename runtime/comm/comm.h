@@ -76,14 +76,15 @@ const char *rt_op_name(RtOpKind op);
 /* Element offset and length of member i's block of a count-element buffer split n ways. */
 void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
 
-/* Collectives of at least this many bytes whose members all run on this host (shm) read
- * the peers' buffers directly (direct.c) instead of running the ring; default
- * SHARDRT_DIRECT_MIN or 64 KiB. Every member must set the same value. */
-void rt_comm_set_direct_min(RtComm *c, size_t bytes);
-/* All-reduces of at most this many bytes x (group size - 1) that take direct reads reduce
- * the whole buffer on every member (one synchronisation round fewer); default
- * SHARDRT_DIRECT_FULL or 1 MiB, 0 turns it off. Every member must set the same value. */
-void rt_comm_set_direct_full(RtComm *c, size_t bytes);
+/* Tuning of the direct-read algorithms (direct.c), for benchmarks; every member must set
+ * the same values, between collectives. Names (defaults from the environment):
+ *   direct_min   bytes: collectives at least this large whose members all run on this
+ *                host (shm) read/write the peers' buffers directly instead of running
+ *                the ring (SHARDRT_DIRECT_MIN, 64 KiB; SIZE_MAX: never)
+ *   direct_push  1: all-gather phases write into the peers, 0: read from them
+ *                (SHARDRT_DIRECT_PUSH, 1)
+ * Returns false for an unknown name. */
+bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
 

@@ -195,10 +195,8 @@ struct RtComm {
   bool direct_ok;        /* every rank can read its local peers' memory (and SHARDRT_DIRECT != 0) */
   size_t direct_min;     /* bytes: smaller collectives take the ring */
   size_t direct_chunk;   /* bytes of the reduction staging slab */
-  size_t direct_full_max; /* bytes x (n-1): all-reduces up to this reduce the whole buffer on every member */
+  bool direct_push;      /* all-gather phases write into the peers instead of reading them */
   void *dstage;          /* [direct_chunk bytes] */
-  void **scratch;        /* [nscratch] free scratch buffers of direct_full_max bytes (direct.c) */
-  int nscratch, capscratch;
   uint64_t direct_count; /* collectives run by direct reads */
 };
 

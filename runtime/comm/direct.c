@@ -1,22 +1,28 @@
 /* runtime/comm/direct.c — all-reduce, reduce-scatter and all-gather between processes of
- * one host by reading the peers' buffers directly (cross-memory attach, process_vm_readv),
- * with a few zero-byte messages through the shm endpoint as the only synchronisation.
+ * one host by reading and writing the peers' buffers directly (cross-memory attach:
+ * process_vm_readv / process_vm_writev), with a few small messages through the shm
+ * endpoint as the only synchronisation.
  *
  * Why: the ring moves every chunk as a message; the shm provider turns each into a
  * command, a CMA copy by the receiver and a response the sender must progress to see,
  * so every chunk costs a round trip through both ranks' progress loops, and with more
  * ranks than cores a step waits for a peer that is not scheduled. Here each rank copies
- * what it needs straight from where the peer keeps it, whether the peer runs or not:
+ * what it needs straight from (or to) where the peer keeps it, whether the peer runs or not:
  *
  *   step 0  every member sends every other one a descriptor of its buffers (RtDirectDesc:
  *           addresses, and for all_reduce_v the address of its member table);
  *   then    reduce-scatter: for each chunk of our block, read each peer's chunk of it into
  *           a staging slab (L2-sized) and reduce into our output;
- *           all-gather: read each peer's block into our output (one call per block);
- *   step 1  all-reduce only: a zero-byte "block reduced" to every peer; then read each
- *           peer's reduced block out of its output;
- *   last    a zero-byte "done reading you" to every peer: a member returns (and may touch
- *           its buffers again) only when every peer has finished reading them.
+ *           all-gather (and all-reduce after its reduce-scatter): write our block into
+ *           every peer's output (push, the default). No one else reads or writes that part
+ *           of a peer's output (in place, its input) any more: only we read it, in our
+ *           reduce-scatter, already done. The source is in our cache, and the lines we
+ *           write are mostly ones we read last, so little crosses between cores.
+ *           With SHARDRT_DIRECT_PUSH=0 all-gather reads each peer's block instead, and
+ *           all-reduce needs a round more: a zero-byte "block reduced" to every peer, then
+ *           each peer's reduced block is read out of its output;
+ *   last    a zero-byte "done" to every peer: we no longer read it and our writes into it
+ *           are complete. A member returns only when every peer has said done.
  * The bytes moved per rank equal the ring's ((n-1)/n of the buffer per phase), each block
  * is reduced by one member only (so every member gets identical bits), and all_reduce_v
  * reads and writes its members in place through scatter/gather lists (no packing).
@@ -68,37 +74,11 @@ struct RtDirect {
   uint64_t *laddr;     /* [nbufs] all_reduce_v: our members' addresses (published) */
   uint64_t **heap;     /* [n] member address tables read from all_reduce_v peers, else NULL */
   size_t **heap_start; /* [n] their offsets */
-  bool full;           /* all-reduce as one read-and-reduce of the whole buffer (no gather round) */
-  void *scratch;       /* [scratch_bytes] in-place full all-reduce: the result until done */
-  size_t scratch_bytes; /* bytes */
+  bool push;           /* all-gather (phase): write our block into the peers (no "reduced" round) */
 };
-
-/* Scratch buffers for in-place full all-reduces (one per request in flight). */
-static void *scratch_get(RtComm *c) {
-  if (c->nscratch > 0) return c->scratch[--c->nscratch];
-  void *p = NULL;
-  if (posix_memalign(&p, 64, c->direct_full_max) != 0) rt_fatal(RT_EXIT_COMM, "out of memory for staging");
-  return p;
-}
-
-static void scratch_put(RtComm *c, void *p, size_t bytes) {
-  if (bytes != c->direct_full_max) { /* the size changed since (rt_comm_set_direct_full) */
-    free(p);
-    return;
-  }
-  if (c->nscratch == c->capscratch) {
-    c->capscratch = c->capscratch ? 2 * c->capscratch : 4;
-    c->scratch = realloc(c->scratch, (size_t)c->capscratch * sizeof *c->scratch);
-    if (!c->scratch) rt_fatal(RT_EXIT_COMM, "out of memory");
-  }
-  c->scratch[c->nscratch++] = p;
-}
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* Whether the full all-reduce must go through a scratch buffer: peers read our input
- * while we reduce, so it must not be our output. */
-static bool full_in_place(const RtReq *q) { return q->nbufs > 0 || q->send == q->recv; }
 
 static void view_one(RtView *v, uint64_t addr, size_t lo, size_t hi) {
   v->n = 1;
@@ -131,7 +111,7 @@ static uint64_t view_at(const RtView *v, size_t off, size_t es, size_t *avail) {
   return v->addr[i] + (off - v->start[i]) * es;
 }
 
-static _Noreturn void cma_failed(RtReq *q, int peer, int err) {
+static _Noreturn void cma_failed(RtReq *q, int peer, int err, bool write) {
   RtComm *c = q->c;
   char mine[256];
   rt_describe_req(q, mine, sizeof mine);
@@ -140,19 +120,22 @@ static _Noreturn void cma_failed(RtReq *q, int peer, int err) {
     rt_fatal(RT_EXIT_COMM, "peer lost: rank %d (pid %d on %s) died (killed or crashed) while this rank reads it in %s",
              peer, c->peers[peer].pid, c->peers[peer].host, mine);
   }
-  rt_fatal(RT_EXIT_COMM, "reading rank %d's memory (process_vm_readv) failed in %s: %s", peer, mine, strerror(err));
+  rt_fatal(RT_EXIT_COMM, "%s rank %d's memory (process_vm_%sv) failed in %s: %s", write ? "writing" : "reading", peer,
+           write ? "write" : "read", mine, strerror(err));
 }
 
-/* Reads every byte the iovecs describe (the kernel may stop early; go on from there). */
-static void readv_all(RtReq *q, int peer, struct iovec *li, int nl, struct iovec *ri, int nr) {
+/* Moves every byte the iovecs describe, from the peer (read) or to it (write); the kernel
+ * may stop early: go on from there. */
+static void xfer_all(RtReq *q, int peer, struct iovec *li, int nl, struct iovec *ri, int nr, bool write) {
   pid_t pid = (pid_t)q->c->peers[peer].pid;
   while (nl > 0 && nr > 0) {
-    ssize_t got = process_vm_readv(pid, li, (unsigned long)nl, ri, (unsigned long)nr, 0);
+    ssize_t got = write ? process_vm_writev(pid, li, (unsigned long)nl, ri, (unsigned long)nr, 0)
+                        : process_vm_readv(pid, li, (unsigned long)nl, ri, (unsigned long)nr, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
-      cma_failed(q, peer, errno);
+      cma_failed(q, peer, errno, write);
     }
-    if (got == 0) cma_failed(q, peer, EFAULT);
+    if (got == 0) cma_failed(q, peer, EFAULT, write);
     for (size_t left = (size_t)got; left > 0;) { /* drop what was copied */
       size_t k = left < li->iov_len ? left : li->iov_len;
       li->iov_base = (char *)li->iov_base + k;
@@ -173,8 +156,8 @@ static void readv_all(RtReq *q, int peer, struct iovec *li, int nl, struct iovec
 }
 
 /* Copies elements [ro, ro + k) of world rank peer's view rv into [lo, lo + k) of our view
- * lv, in pieces contiguous on both sides, up to 64 pieces a call. */
-static void cma_read(RtReq *q, int peer, const RtView *lv, size_t lo, const RtView *rv, size_t ro, size_t k) {
+ * lv (write: the other way), in pieces contiguous on both sides, up to 64 pieces a call. */
+static void cma_xfer(RtReq *q, int peer, const RtView *lv, size_t lo, const RtView *rv, size_t ro, size_t k, bool write) {
   enum { MAXP = 64 };
   struct iovec li[MAXP], ri[MAXP];
   size_t es = q->esize, done = 0;
@@ -192,7 +175,7 @@ static void cma_read(RtReq *q, int peer, const RtView *lv, size_t lo, const RtVi
     np++;
     done += m;
     if (np == MAXP || done == k) {
-      readv_all(q, peer, li, np, ri, np);
+      xfer_all(q, peer, li, np, ri, np, write);
       np = 0;
     }
   }
@@ -215,7 +198,7 @@ static void peer_views(RtReq *q, int p) {
   struct iovec li[2] = {{d->heap[p], nb * sizeof(uint64_t)}, {d->heap_start[p], (nb + 1) * sizeof(size_t)}};
   struct iovec ri[2] = {{(void *)(uintptr_t)pd->bufs, nb * sizeof(uint64_t)},
                         {(void *)(uintptr_t)pd->starts, (nb + 1) * sizeof(size_t)}};
-  readv_all(q, rank, li, 2, ri, 2);
+  xfer_all(q, rank, li, 2, ri, 2, false);
   if (d->heap_start[p][nb] != q->count)
     rt_fatal(RT_EXIT_COMM, "all_reduce_v on group %s: rank %d's members hold %zu elements, this rank's %zu",
              q->g->name, rank, d->heap_start[p][nb], q->count);
@@ -268,15 +251,8 @@ int rt_direct_begin(RtReq *q) {
     my->recv = (uint64_t)(uintptr_t)q->recv;
     my->recv_lo = recv_lo;
   }
-  /* Small all-reduces: every member reduces the whole buffer itself, folding the members in
-   * index order so that every member computes the same bits; one round fewer, (n-1)x the
-   * reduction work. */
-  d->full = q->op == RT_OP_ALL_REDUCE && q->count * q->esize * (size_t)(n - 1) <= q->c->direct_full_max;
-  if (d->full && full_in_place(q)) {
-    d->scratch = scratch_get(q->c);
-    d->scratch_bytes = q->c->direct_full_max;
-  }
-  return q->op == RT_OP_ALL_REDUCE && !d->full ? 3 : 2;
+  d->push = q->op != RT_OP_REDUCE_SCATTER && q->c->direct_push;
+  return q->op == RT_OP_ALL_REDUCE && !d->push ? 3 : 2;
 }
 
 void rt_direct_post(RtReq *q, RtSlot *s, void (*post)(RtReq *, RtSlot *, RtMsg *, bool, int, void *, size_t, void *)) {
@@ -308,7 +284,7 @@ static void direct_reduce(RtReq *q) {
     size_t k = off + len - o < chunk ? off + len - o : chunk;
     for (int j = 1; j < n; j++) {
       int p = mod(q->me + j, n);
-      cma_read(q, q->g->ranks[p], &stage, 0, &d->rsend[p], o, k);
+      cma_xfer(q, q->g->ranks[p], &stage, 0, &d->rsend[p], o, k, false);
       float scale = j == n - 1 && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
       const RtView *a = j == 1 ? &d->lsend : &d->lrecv;
       for (size_t at = 0; at < k;) { /* pieces contiguous in both our input and our output */
@@ -325,72 +301,18 @@ static void direct_reduce(RtReq *q) {
   }
 }
 
-/* reduce(dst[o .. o+k) <- a op b) where a and b are each a view or, when NULL, the slab
- * at the same position; pieces contiguous in every operand. */
-static void fold(RtReq *q, const RtView *dst, const RtView *a, const char *sa, const RtView *b, const char *sb,
-                 size_t o, size_t k, float scale) {
-  size_t es = q->esize;
-  for (size_t at = 0; at < k;) {
-    size_t m = k - at, kk;
-    uint64_t pd = view_at(dst, o + at, es, &kk);
-    if (kk < m) m = kk;
-    const char *pa = sa ? sa + at * es : (const char *)(uintptr_t)view_at(a, o + at, es, &kk);
-    if (!sa && kk < m) m = kk;
-    const char *pb = sb ? sb + at * es : (const char *)(uintptr_t)view_at(b, o + at, es, &kk);
-    if (!sb && kk < m) m = kk;
-    rt_reduce((void *)(uintptr_t)pd, pa, pb, m, q->dt, q->redop, scale);
-    at += m;
-  }
-}
-
-/* The whole buffer, members folded in index order 0, 1, .., n-1 (ours from our input).
- * Peers read our input until they say done, so an in-place call reduces into the comm's
- * scratch buffer and copies the result out after the done round (rt_direct_finish_step). */
-static void direct_reduce_full(RtReq *q) {
+/* Push: our block (from the send buffer for all-gather, from the output once reduced for
+ * all-reduce) written into every peer's output. Nobody reads that part of a peer's
+ * output (in place, its input) any more: only we read it, in our reduce-scatter, done
+ * by now; so the pushes need no round of their own, and the done round covers them. */
+static void direct_push(RtReq *q, bool from_output) {
   struct RtDirect *d = q->dx;
-  RtComm *c = q->c;
-  int n = q->n;
-  size_t es = q->esize, chunk = c->direct_chunk / 2 / es;
-  char *sa = c->dstage, *sb = (char *)c->dstage + chunk * es;
-  RtView tmp;
-  const RtView *out = &d->lrecv;
-  if (full_in_place(q)) {
-    view_one(&tmp, (uint64_t)(uintptr_t)d->scratch, 0, q->count);
-    out = &tmp;
-  }
-  RtView va, vb;
-  view_one(&va, (uint64_t)(uintptr_t)sa, 0, chunk);
-  view_one(&vb, (uint64_t)(uintptr_t)sb, 0, chunk);
-  for (size_t o = 0; o < q->count; o += chunk) {
-    size_t k = q->count - o < chunk ? q->count - o : chunk;
-    /* first operand: member 0's chunk (our input, or read into slab a) */
-    const char *first = NULL;
-    if (q->me != 0) {
-      cma_read(q, q->g->ranks[0], &va, 0, &d->rsend[0], o, k);
-      first = sa;
-    }
-    for (int m = 1; m < n; m++) {
-      float scale = m == n - 1 && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
-      const char *second = NULL;
-      if (m != q->me) {
-        cma_read(q, q->g->ranks[m], &vb, 0, &d->rsend[m], o, k);
-        second = sb;
-      }
-      if (m == 1) fold(q, out, &d->lsend, first, &d->lsend, second, o, k, scale);
-      else fold(q, out, out, NULL, &d->lsend, second, o, k, scale);
-    }
-  }
-}
-
-/* After the done round: the in-place full all-reduce's result goes to the caller's buffers. */
-static void full_copy_out(RtReq *q) {
-  struct RtDirect *d = q->dx;
-  size_t es = q->esize;
-  for (size_t at = 0; at < q->count;) {
-    size_t k;
-    uint64_t p = view_at(&d->lrecv, at, es, &k);
-    memcpy((void *)(uintptr_t)p, (char *)d->scratch + at * es, k * es);
-    at += k;
+  size_t off, len;
+  rt_block(q->count, q->n, q->me, &off, &len);
+  if (!len) return;
+  for (int j = 1; j < q->n; j++) {
+    int p = mod(q->me + j, q->n);
+    cma_xfer(q, q->g->ranks[p], from_output ? &d->lrecv : &d->lsend, off, &d->rrecv[p], off, len, true);
   }
 }
 
@@ -402,7 +324,7 @@ static void direct_gather(RtReq *q, bool from_output) {
     int p = mod(q->me + j, q->n);
     size_t off, len;
     rt_block(q->count, q->n, p, &off, &len);
-    if (len) cma_read(q, q->g->ranks[p], &d->lrecv, off, from_output ? &d->rrecv[p] : &d->rsend[p], off, len);
+    if (len) cma_xfer(q, q->g->ranks[p], &d->lrecv, off, from_output ? &d->rrecv[p] : &d->rsend[p], off, len, false);
   }
 }
 
@@ -413,19 +335,17 @@ void rt_direct_finish_step(RtReq *q, int step) {
     if (q->op == RT_OP_ALL_GATHER) {
       /* peers read our block from the send buffer, so our own copy can come last: the
        * descriptors went out first and the peers started without waiting for it */
-      direct_gather(q, false);
+      if (q->dx->push) direct_push(q, false);
+      else direct_gather(q, false);
       size_t off, len;
       rt_block(q->count, q->n, q->me, &off, &len);
       if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
-    } else if (q->dx->full) {
-      direct_reduce_full(q);
     } else {
       direct_reduce(q);
+      if (q->dx->push) direct_push(q, true);
     }
-  } else if (step == 1 && q->op == RT_OP_ALL_REDUCE && !q->dx->full) {
+  } else if (step == 1 && q->op == RT_OP_ALL_REDUCE && !q->dx->push) {
     direct_gather(q, true);
-  } else if (step == 1 && q->dx->full && full_in_place(q)) {
-    full_copy_out(q);
   }
 }
 
@@ -439,7 +359,6 @@ void rt_direct_free(RtReq *q) {
   free(d->heap);
   free(d->heap_start);
   free(d->laddr);
-  if (d->scratch) scratch_put(q->c, d->scratch, d->scratch_bytes);
   free(d->rsend);
   free(d->rrecv);
   free(d->msgs);
@@ -461,10 +380,10 @@ void rt_direct_init(RtComm *c) {
   c->direct_min = m && *m ? (size_t)strtoull(m, NULL, 0) : (size_t)64 << 10;
   const char *ch = getenv("SHARDRT_DIRECT_CHUNK");
   c->direct_chunk = ch && *ch ? (size_t)strtoull(ch, NULL, 0) : (size_t)256 << 10;
-  c->direct_chunk = (c->direct_chunk + 127) & ~(size_t)127;
-  if (c->direct_chunk < 128) c->direct_chunk = 128;
-  const char *fm = getenv("SHARDRT_DIRECT_FULL");
-  c->direct_full_max = fm && *fm ? (size_t)strtoull(fm, NULL, 0) : (size_t)1 << 20;
+  c->direct_chunk = (c->direct_chunk + 63) & ~(size_t)63;
+  if (c->direct_chunk < 64) c->direct_chunk = 64;
+  const char *pu = getenv("SHARDRT_DIRECT_PUSH");
+  c->direct_push = !(pu && strcmp(pu, "0") == 0);
   /* Every local peer's probe word must read back; every rank must agree. */
   int ok = want;
   for (int r = 0; ok && r < c->world; r++) {
@@ -485,19 +404,14 @@ void rt_direct_init(RtComm *c) {
 
 void rt_direct_close(RtComm *c) {
   free(c->dstage);
-  for (int i = 0; i < c->nscratch; i++) free(c->scratch[i]);
-  free(c->scratch);
   c->dstage = NULL;
-  c->scratch = NULL;
-  c->nscratch = c->capscratch = 0;
 }
 
-void rt_comm_set_direct_min(RtComm *c, size_t bytes) { c->direct_min = bytes; }
-void rt_comm_set_direct_full(RtComm *c, size_t bytes) {
-  if (bytes != c->direct_full_max) { /* pooled scratch buffers have the old size */
-    for (int i = 0; i < c->nscratch; i++) free(c->scratch[i]);
-    c->nscratch = 0;
-  }
-  c->direct_full_max = bytes;
+bool rt_comm_tune(RtComm *c, const char *name, size_t value) {
+  if (strcmp(name, "direct_min") == 0) c->direct_min = value;
+  else if (strcmp(name, "direct_push") == 0) c->direct_push = value != 0;
+  else return false;
+  return true;
 }
+
 uint64_t rt_comm_direct_count(const RtComm *c) { return c->direct_count; }
