@@ -11,7 +11,7 @@
  * buffer of the same size; its "member" column is shardrt with one rt_all_reduce per member.
  * COMM_BENCH_ALT adds an "alt" column: shardrt with other settings, timed in the same
  * rounds: "ring" (direct reads off) or "NAME=VALUE[,NAME=VALUE]" for rt_comm_tune
- * (direct_min, direct_push).
+ * (direct_min, direct_push, direct_chunk).
  * The implementations alternate over COMM_BENCH_ROUNDS (default 5) rounds of
  * COMM_BENCH_ROUND_MS (default 40 ms; every round runs at least 2 calls);
  * time = the slowest rank's mean over a round, best round of each.
@@ -36,7 +36,7 @@ static int nmem;
 static size_t mcount[MAXMEM];
 static void *mbuf[MAXMEM];
 #define MAXTUNE 4
-static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push"};
+static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk"};
 static size_t tune_default[MAXTUNE], tune_alt[MAXTUNE]; /* the defaults and the alt column's settings */
 
 static void apply(RtComm *c, const size_t *v) {
@@ -135,8 +135,8 @@ int main(int argc, char **argv) {
   const char *rm = getenv("COMM_BENCH_ROUND_MS");
   if (rm && atof(rm) > 0) round_s = atof(rm) / 1000.0;
   /* the defaults, as the runtime reads them */
-  static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH"};
-  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1};
+  static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH", "SHARDRT_DIRECT_CHUNK"};
+  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10};
   for (int i = 0; i < MAXTUNE && tune_names[i]; i++) {
     const char *e = getenv(tune_env[i]);
     tune_default[i] = tune_alt[i] = e && *e ? (size_t)strtoull(e, NULL, 0) : tune_dflt[i];
@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
       if (eq) *eq = 0;
       while (i < MAXTUNE && tune_names[i] && strcmp(tune_names[i], tok) != 0) i++;
       if (!eq || i == MAXTUNE || !tune_names[i]) {
-        fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push)\n");
+        fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push, direct_chunk)\n");
         return 1;
       }
       tune_alt[i] = (size_t)strtoull(eq + 1, NULL, 0);

@@ -83,6 +83,7 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                the ring (SHARDRT_DIRECT_MIN, 64 KiB; SIZE_MAX: never)
  *   direct_push  1: all-gather phases write into the peers, 0: read from them
  *                (SHARDRT_DIRECT_PUSH, 1)
+ *   direct_chunk bytes of the reduction staging slab (SHARDRT_DIRECT_CHUNK, 256 KiB)
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 /* How many collectives this comm has run by direct reads (for tests and reports). */

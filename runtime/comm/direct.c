@@ -298,21 +298,26 @@ static void direct_reduce(RtReq *q) {
         at += m;
       }
     }
+    /* all-reduce with push: the chunk goes out to the peers while it is still in our cache
+     * (every peer's part of it was read above, so no one reads it there any more) */
+    if (q->op == RT_OP_ALL_REDUCE && d->push)
+      for (int j = 1; j < n; j++) {
+        int p = mod(q->me + j, n);
+        cma_xfer(q, q->g->ranks[p], &d->lrecv, o, &d->rrecv[p], o, k, true);
+      }
   }
 }
 
-/* Push: our block (from the send buffer for all-gather, from the output once reduced for
- * all-reduce) written into every peer's output. Nobody reads that part of a peer's
- * output (in place, its input) any more: only we read it, in our reduce-scatter, done
- * by now; so the pushes need no round of their own, and the done round covers them. */
-static void direct_push(RtReq *q, bool from_output) {
+/* All-gather by push: our block, from the send buffer, written into every peer's output
+ * (the done round covers the writes). */
+static void direct_push(RtReq *q) {
   struct RtDirect *d = q->dx;
   size_t off, len;
   rt_block(q->count, q->n, q->me, &off, &len);
   if (!len) return;
   for (int j = 1; j < q->n; j++) {
     int p = mod(q->me + j, q->n);
-    cma_xfer(q, q->g->ranks[p], from_output ? &d->lrecv : &d->lsend, off, &d->rrecv[p], off, len, true);
+    cma_xfer(q, q->g->ranks[p], &d->lsend, off, &d->rrecv[p], off, len, true);
   }
 }
 
@@ -335,14 +340,13 @@ void rt_direct_finish_step(RtReq *q, int step) {
     if (q->op == RT_OP_ALL_GATHER) {
       /* peers read our block from the send buffer, so our own copy can come last: the
        * descriptors went out first and the peers started without waiting for it */
-      if (q->dx->push) direct_push(q, false);
+      if (q->dx->push) direct_push(q);
       else direct_gather(q, false);
       size_t off, len;
       rt_block(q->count, q->n, q->me, &off, &len);
       if (q->send != q->recv + off * q->esize) memmove(q->recv + off * q->esize, q->send, len * q->esize);
     } else {
-      direct_reduce(q);
-      if (q->dx->push) direct_push(q, true);
+      direct_reduce(q); /* (all-reduce with push writes each chunk to the peers as it is reduced) */
     }
   } else if (step == 1 && q->op == RT_OP_ALL_REDUCE && !q->dx->push) {
     direct_gather(q, true);
@@ -410,6 +414,14 @@ void rt_direct_close(RtComm *c) {
 bool rt_comm_tune(RtComm *c, const char *name, size_t value) {
   if (strcmp(name, "direct_min") == 0) c->direct_min = value;
   else if (strcmp(name, "direct_push") == 0) c->direct_push = value != 0;
+  else if (strcmp(name, "direct_chunk") == 0) {
+    size_t b = value < 64 ? 64 : (value + 63) & ~(size_t)63;
+    if (b != c->direct_chunk && c->dstage) {
+      free(c->dstage);
+      if (posix_memalign(&c->dstage, 64, b) != 0) rt_fatal(RT_EXIT_COMM, "out of memory for staging");
+    }
+    c->direct_chunk = b;
+  }
   else return false;
   return true;
 }
