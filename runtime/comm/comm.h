@@ -6,7 +6,9 @@
  *   RtReq                  an operation in flight: *_start posts it, rt_wait / rt_test
  *                          progress every operation of the comm and finish it
  *
- * Host memory goes through libfabric (ring algorithms, see ring.c); a group on which
+ * Host memory goes through libfabric (ring algorithms, see ring.c); all-reduce,
+ * reduce-scatter and all-gather of >= 64 KiB among ranks of one host (shm) read and write
+ * the peers' buffers directly instead (cross-memory attach, see direct.c); a group on which
  * rt_group_use_nccl() (runtime/cuda/nccl.h) was called works on GPU memory through NCCL,
  * with the same calls.
  *
