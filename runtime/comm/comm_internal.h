@@ -23,12 +23,14 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 #include <stdatomic.h>
+#include <sys/uio.h>
 
 #include "check.h"
 #include "comm.h"
 
 #define RT_NAME_MAX 256   /* bytes of an endpoint name */
 #define RT_TAG_IGNORE 0xffffull /* the signature is checked, not matched */
+#define RT_IOV_MAX 4      /* pieces of one scattered message (all_reduce_v across members) */
 
 typedef struct {
   int pid;                 /* process id */
@@ -54,6 +56,7 @@ typedef struct {
   struct fid_cq *cq;
   bool mr_local;         /* provider needs local buffers registered */
   bool mr_endpoint;      /* registrations must be bound to the endpoint */
+  int iov_limit;         /* pieces a message may be scattered over (1..RT_IOV_MAX; 1 with mr_local) */
 } RtFabric;
 
 /* A posted message. ctx must come first: providers in FI_CONTEXT mode use it. */
@@ -67,6 +70,8 @@ typedef struct RtMsg {
   int fab;       /* RT_FAB_*: the fabric that reaches peer */
   size_t bytes;  /* message size */
   struct fid_mr *mr; /* FI_MR_LOCAL registration of a user buffer, else NULL */
+  int niov;      /* > 1: the message is scattered over iov (never with mr_local) */
+  struct iovec iov[RT_IOV_MAX];
 } RtMsg;
 
 /* One pipeline channel slot: a column of chunks, one per block, walked through the
@@ -77,7 +82,8 @@ typedef struct {
   int pending;     /* messages of this step not yet completed */
   bool posted;     /* the step's messages were posted */
   void *stage[2];  /* staging slabs (chunk bytes) for reductions */
-  void *pack[2];   /* all_reduce_v: slabs for a send [0] / receive [1] that spans members */
+  void *pack[2];   /* all_reduce_v: slabs for a send [0] / receive [1] that spans more members than a message may be scattered over */
+  bool unpack;     /* the step's receive landed in pack[1] */
   RtMsg send, recv;
 } RtSlot;
 

@@ -93,6 +93,10 @@ static void open_fabric(RtComm *c, RtFabric *f, struct fi_info *info) {
   snprintf(f->provider, sizeof f->provider, "%s", info->fabric_attr->prov_name);
   f->mr_local = (info->domain_attr->mr_mode & FI_MR_LOCAL) || (info->mode & FI_LOCAL_MR);
   f->mr_endpoint = (info->domain_attr->mr_mode & FI_MR_ENDPOINT) != 0;
+  size_t lim = info->tx_attr->iov_limit < info->rx_attr->iov_limit ? info->tx_attr->iov_limit : info->rx_attr->iov_limit;
+  f->iov_limit = f->mr_local || lim < 1 ? 1 : lim > RT_IOV_MAX ? RT_IOV_MAX : (int)lim;
+  const char *il = getenv("SHARDRT_IOV_LIMIT");
+  if (il && atoi(il) >= 1 && atoi(il) < f->iov_limit) f->iov_limit = atoi(il);
   if (f->mr_local) c->mr_local = true;
   FI_CHECK(fi_fabric(info->fabric_attr, &f->fabric, NULL));
   FI_CHECK(fi_domain(f->fabric, info, &f->domain, NULL));
@@ -314,13 +318,18 @@ static void defer_completions(RtComm *c) {
 void rt_post(RtComm *c, RtMsg *m, void *buf, void *desc) {
   m->fab = c->peer_fab[m->peer];
   RtFabric *f = &c->fab[m->fab];
-  if (f->mr_local && !desc && m->bytes > 0) {
+  if (f->mr_local && !desc && m->bytes > 0 && m->niov <= 1) {
     m->mr = register_buffer(f, buf, m->bytes);
     desc = fi_mr_desc(m->mr);
   }
   for (;;) {
-    ssize_t rc = m->is_recv ? fi_trecv(f->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, RT_TAG_IGNORE, &m->ctx)
-                            : fi_tsend(f->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, &m->ctx);
+    ssize_t rc;
+    if (m->niov > 1) /* scattered over user buffers (all_reduce_v): no registration (iov_limit is 1 with mr_local) */
+      rc = m->is_recv ? fi_trecvv(f->ep, m->iov, NULL, (size_t)m->niov, c->addr[m->peer], m->tag, RT_TAG_IGNORE, &m->ctx)
+                      : fi_tsendv(f->ep, m->iov, NULL, (size_t)m->niov, c->addr[m->peer], m->tag, &m->ctx);
+    else
+      rc = m->is_recv ? fi_trecv(f->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, RT_TAG_IGNORE, &m->ctx)
+                      : fi_tsend(f->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, &m->ctx);
     if (rc != -FI_EAGAIN) {
       FI_CHECK(rc);
       return;

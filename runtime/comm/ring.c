@@ -109,17 +109,20 @@ static void vunpack(const RtReq *q, size_t off, size_t len, const char *src) {
   VFOR(q, off, len, p, at, n, memcpy(p, src + at * q->esize, n * q->esize));
 }
 
-/* Where a message of elements [off, off+len) of the user's data goes out from: the
- * buffer itself, or (all_reduce_v across members) a slab packed from it. */
-static char *user_send(RtReq *q, RtSlot *s, const char *base, size_t off, size_t len, void **desc, int peer) {
-  *desc = NULL;
-  if (!q->nbufs) return (char *)base + off * q->esize;
-  char *p = vdirect(q, off, len);
-  if (p) return p;
-  if (!s->pack[0]) s->pack[0] = rt_slab_get(q->c);
-  vpack(q, off, len, s->pack[0]);
-  *desc = rt_slab_desc(q->c, s->pack[0], peer);
-  return s->pack[0];
+/* The pieces of elements [off, off+len) of the concatenation, as at most max iovecs;
+ * -1 when there are more. */
+static int viov(const RtReq *q, size_t off, size_t len, struct iovec *iov, int max) {
+  int k = 0;
+  bool over = false;
+  VFOR(q, off, len, p, at, n, {
+    if (k == max) {
+      over = true;
+    } else {
+      iov[k].iov_base = p;
+      iov[k++].iov_len = n * q->esize;
+    }
+  });
+  return over ? -1 : k;
 }
 
 static bool is_rs_step(const RtReq *q, int step) {
@@ -134,9 +137,11 @@ static char *rs_final(const RtReq *q, int c) {
   return q->recv + off * q->esize;
 }
 
-static void post_msg(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, void *buf, size_t bytes,
-                     void *desc) {
+static void post_msgv(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, void *buf, size_t bytes, void *desc,
+                      const struct iovec *iov, int niov) {
   m->req = q;
+  m->niov = niov;
+  for (int i = 0; i < niov; i++) m->iov[i] = iov[i];
   m->slot = (int)(s - q->slots);
   m->is_recv = is_recv;
   m->peer = q->g->ranks[member];
@@ -148,6 +153,41 @@ static void post_msg(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, vo
     m->tag = make_tag(q, (uint32_t)((s->chan & 0xff) << 8 | (q->op == RT_OP_BROADCAST ? 0 : s->step & 0xff)));
   s->pending++;
   rt_post(q->c, m, buf, desc);
+}
+
+static void post_msg(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, void *buf, size_t bytes,
+                     void *desc) {
+  post_msgv(q, s, m, is_recv, member, buf, bytes, desc, NULL, 0);
+}
+
+/* A message of elements [off, off+len) of the user's data: straight from / into the
+ * buffer (base), or for all_reduce_v from / into the members — one piece, scattered over
+ * up to the provider's iov limit, else through a slab (packed here for a send; for a
+ * receive unpacked in finish_step). */
+static void post_user(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, char *base, size_t off, size_t len) {
+  size_t es = q->esize;
+  if (!q->nbufs) {
+    post_msg(q, s, m, is_recv, member, base + off * es, len * es, NULL);
+    return;
+  }
+  char *p = vdirect(q, off, len);
+  if (p) {
+    post_msg(q, s, m, is_recv, member, p, len * es, NULL);
+    return;
+  }
+  RtComm *c = q->c;
+  int rank = q->g->ranks[member];
+  struct iovec iov[RT_IOV_MAX];
+  int k = viov(q, off, len, iov, c->fab[c->peer_fab[rank]].iov_limit);
+  if (k > 1) {
+    post_msgv(q, s, m, is_recv, member, NULL, len * es, NULL, iov, k);
+    return;
+  }
+  int w = is_recv ? 1 : 0;
+  if (!s->pack[w]) s->pack[w] = rt_slab_get(c);
+  if (is_recv) s->unpack = true;
+  else vpack(q, off, len, s->pack[w]);
+  post_msg(q, s, m, is_recv, member, s->pack[w], len * es, rt_slab_desc(c, s->pack[w], rank));
 }
 
 static void post_step(RtReq *q, RtSlot *s) {
@@ -170,11 +210,9 @@ static void post_step(RtReq *q, RtSlot *s) {
       void *rbuf = s->stage[st & 1];
       if (rlen) post_msg(q, s, &s->recv, true, left, rbuf, rlen * es, rt_slab_desc(c, rbuf, q->g->ranks[left]));
       if (slen) {
-        if (st == 0) {
-          void *desc;
-          char *src = user_send(q, s, q->send, soff, slen, &desc, q->g->ranks[right]);
-          post_msg(q, s, &s->send, false, right, src, slen * es, desc);
-        } else
+        if (st == 0)
+          post_user(q, s, &s->send, false, right, (char *)q->send, soff, slen);
+        else
           post_msg(q, s, &s->send, false, right, s->stage[(st - 1) & 1], slen * es,
                    rt_slab_desc(c, s->stage[(st - 1) & 1], q->g->ranks[right]));
       }
@@ -182,25 +220,15 @@ static void post_step(RtReq *q, RtSlot *s) {
       int t = q->op == RT_OP_ALL_GATHER ? st : st - (n - 1);
       segment(q, mod(me - t - 1, n), ch, &roff, &rlen);
       segment(q, mod(me - t, n), ch, &soff, &slen);
-      if (rlen) {
-        char *dst = q->nbufs ? vdirect(q, roff, rlen) : q->recv + roff * es;
-        void *desc = NULL;
-        if (!dst) { /* all_reduce_v across members: receive into a slab, unpacked in finish_step */
-          if (!s->pack[1]) s->pack[1] = rt_slab_get(c);
-          dst = s->pack[1];
-          desc = rt_slab_desc(c, dst, q->g->ranks[left]);
-        }
-        post_msg(q, s, &s->recv, true, left, dst, rlen * es, desc);
-      }
+      if (rlen) post_user(q, s, &s->recv, true, left, q->recv, roff, rlen);
       /* Our own block goes out from the caller's send buffer, not from the copy in recv:
        * a peer reading (CMA) lines that this rank has just written, or writes next, pulls
        * them across cores; all-gather at 2 ranks ran 2-3x slower that way. */
       if (slen) {
-        void *desc = NULL;
-        char *src = t == 0 && q->op == RT_OP_ALL_GATHER
-                        ? (char *)q->send + (size_t)ch * q->chunk * es
-                        : user_send(q, s, q->recv, soff, slen, &desc, q->g->ranks[right]);
-        post_msg(q, s, &s->send, false, right, src, slen * es, desc);
+        if (t == 0 && q->op == RT_OP_ALL_GATHER)
+          post_msg(q, s, &s->send, false, right, (char *)q->send + (size_t)ch * q->chunk * es, slen * es, NULL);
+        else
+          post_user(q, s, &s->send, false, right, q->recv, soff, slen);
       }
     }
     break;
@@ -235,7 +263,8 @@ static void finish_step(RtReq *q, RtSlot *s) {
     /* all_reduce_v: a received chunk that spans members comes out of the slab */
     if (!q->nbufs) return;
     segment(q, mod(q->me - (st - (n - 1)) - 1, n), s->chan, &roff, &rlen);
-    if (rlen && !vdirect(q, roff, rlen)) vunpack(q, roff, rlen, s->pack[1]);
+    if (s->unpack) vunpack(q, roff, rlen, s->pack[1]);
+    s->unpack = false;
     return;
   }
   if (!(q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER) || !is_rs_step(q, st)) return;
