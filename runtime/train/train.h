@@ -11,6 +11,7 @@
 #define SHARDRT_TRAIN_H
 
 #include <stddef.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -23,6 +24,8 @@
 
 /* A user mistake (bad flag, missing or malformed file): prints "error: ..." on stderr and
  * ends the process with status 1. Never returns. */
+/* Prints "error: <message>" on stderr (stdout flushed first); rt_user_error then exits 1. */
+void rt_error_v(const char *fmt, va_list ap);
 _Noreturn void rt_user_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A bug in the runtime or in the program it was handed: prints and aborts. */
 _Noreturn void rt_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -8,15 +8,19 @@
 
 #include "train.h"
 
-void rt_user_error(const char *fmt, ...) {
-  va_list ap;
+void rt_error_v(const char *fmt, va_list ap) {
   fflush(stdout);
   fputs("error: ", stderr);
-  va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
-  va_end(ap);
   fputc('\n', stderr);
   fflush(stderr);
+}
+
+void rt_user_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rt_error_v(fmt, ap);
+  va_end(ap);
   exit(1);
 }
 
