@@ -17,6 +17,9 @@
  * time = the slowest rank's mean over a round, best round of each.
  * Bus bandwidth (NCCL's convention): all-reduce 2(n-1)/n * S / t, reduce-scatter and
  * all-gather (n-1)/n * S / t, S = the full buffer in bytes. ratio = MPI time / shardrt time.
+ * COMM_BENCH_MEM=shm allocates every buffer (both implementations use the same ones) with
+ * rt_comm_mem_alloc, memory the local peers map, as the compiled trainer does; the default,
+ * "malloc", is plain memory.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -43,6 +46,13 @@ static void apply(RtComm *c, const size_t *v) {
   for (int i = 0; i < MAXTUNE && tune_names[i]; i++) rt_comm_tune(c, tune_names[i], v[i]);
 }
 static double round_s = 0.04;    /* seconds per round (COMM_BENCH_ROUND_MS) */
+static RtComm *mem_comm;         /* non-NULL: buffers from rt_comm_mem_alloc (COMM_BENCH_MEM=shm) */
+
+static void *buf_alloc(size_t bytes) { return mem_comm ? rt_comm_mem_alloc(mem_comm, bytes) : malloc(bytes); }
+static void buf_free(void *p) {
+  if (mem_comm) rt_comm_mem_free(mem_comm, p);
+  else free(p);
+}
 
 /* Splits count elements like a gradient bucket: a big member (count/5), a small one (1000),
  * a middling one (count/11), repeated; the last takes the rest. */
@@ -162,13 +172,20 @@ int main(int argc, char **argv) {
   RtComm *c = rt_comm_init(&boot, NULL);
   RtGroup *g = rt_group_world(c);
   int n = boot.world;
-  float *a = malloc(max_bytes), *b = malloc(max_bytes);
+  const char *mem = getenv("COMM_BENCH_MEM");
+  if (mem && *mem && strcmp(mem, "shm") != 0 && strcmp(mem, "malloc") != 0) {
+    fprintf(stderr, "comm_bench: COMM_BENCH_MEM is shm or malloc\n");
+    return 1;
+  }
+  if (mem && strcmp(mem, "shm") == 0) mem_comm = c;
+  float *a = buf_alloc(max_bytes), *b = buf_alloc(max_bytes);
   if (!a || !b) {
     fprintf(stderr, "out of memory\n");
     return 1;
   }
   for (size_t i = 0; i < max_bytes / 4; i++) a[i] = b[i] = (float)(i % 7) * 1e-3f;
   if (boot.rank == 0) {
+    printf("# buffers: %s\n", mem_comm ? "rt_comm_mem_alloc (shm, mapped by the peers)" : "malloc");
     printf("# comm_bench: %d ranks, shardrt provider %s, fp32 sum; busbw in GB/s, time in us (slowest rank, best "
            "of %d alternating rounds of %.0f ms)\n",
            n, rt_comm_provider(c), rounds, round_s * 1e3);
@@ -189,7 +206,7 @@ int main(int argc, char **argv) {
       if (op == OP_ARV) {
         plan_members(count);
         for (int i = 0; i < nmem; i++) {
-          mbuf[i] = malloc(mcount[i] * 4);
+          mbuf[i] = buf_alloc(mcount[i] * 4);
           if (!mbuf[i]) {
             fprintf(stderr, "out of memory\n");
             return 1;
@@ -200,7 +217,7 @@ int main(int argc, char **argv) {
       double t[NIMPL];
       time_all(op, use, c, g, a, b, count, n, rounds, t);
       if (op == OP_ARV)
-        for (int i = 0; i < nmem; i++) free(mbuf[i]);
+        for (int i = 0; i < nmem; i++) buf_free(mbuf[i]);
       if (boot.rank == 0) {
         printf("%-14s %10zu %11.1f %10.3f %11.1f %10.3f %6.2f", op_names[op], bytes, t[IMPL_OURS] * 1e6,
                factor * (double)bytes / t[IMPL_OURS] / 1e9, t[IMPL_MPI] * 1e6,
@@ -212,8 +229,11 @@ int main(int argc, char **argv) {
       fflush(stdout);
     }
   }
-  free(a);
-  free(b);
+  buf_free(a);
+  buf_free(b);
+  if (boot.rank == 0)
+    printf("# rank 0: %.1f MB of direct collectives went through mappings of the peers' memory\n",
+           (double)rt_comm_mapped_bytes(c) / 1e6);
   rt_comm_free(c);
   rt_boot_free(&boot);
   return 0;

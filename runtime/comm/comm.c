@@ -68,6 +68,7 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   me.probe = rt_direct_probe_addr();
   rt_boot_allgather(boot, &me, c->peers, sizeof me);
   rt_fabric_open(c, &o);
+  rt_shmem_init(c);
   rt_direct_init(c);
 
   int *all = malloc((size_t)c->world * sizeof *all);
@@ -88,6 +89,7 @@ void rt_comm_free(RtComm *c) {
   rt_group_free(c->world_group);
   rt_fabric_close(c);
   rt_direct_close(c);
+  rt_shmem_close(c);
   pthread_mutex_destroy(&c->lock);
   free(c->peers);
   free(c);

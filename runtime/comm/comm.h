@@ -91,6 +91,20 @@ bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
 
+/* Memory the local peers can map (a memfd each; shmem.c): the analogue of registering a
+ * buffer with the communication library. A direct collective (above) whose peer's buffer
+ * lies in such memory copies and reduces through a mapping of it (plain loads and stores,
+ * the reduction reading the peer's data in place) instead of process_vm_readv/writev,
+ * which copies through the kernel a page at a time. Either side may use it alone; results
+ * are the same bits. The trainer allocates its whole memory plan here. Returns zeroed,
+ * page-aligned memory, or plain memory when shared memory is unavailable (SHARDRT_SHMEM=0
+ * asks for that); NULL when out of memory. Free with rt_comm_mem_free only. */
+void *rt_comm_mem_alloc(RtComm *c, size_t bytes);
+void rt_comm_mem_free(RtComm *c, void *p);
+/* How many bytes of direct collectives went through mappings of peers' memory (the
+ * rest went through process_vm_readv/writev): for tests and reports. */
+uint64_t rt_comm_mapped_bytes(const RtComm *c);
+
 /* Opens the endpoint and exchanges addresses with every rank (collective over the
  * world). opt may be NULL. Exits with a message on failure. */
 RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt);

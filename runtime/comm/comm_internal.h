@@ -40,6 +40,21 @@ typedef struct {
   uint64_t probe;          /* address of its CMA probe word (direct.c) */
 } RtPeer;
 
+/* A region of rt_comm_mem_alloc memory, as its owner publishes it (shmem.c). */
+typedef struct {
+  uint64_t base;   /* address in the owner */
+  uint64_t size;   /* bytes; 0: no region */
+  int32_t fd;      /* the owner's memfd, opened by peers through /proc/<pid>/fd; -1: plain memory */
+  uint32_t id;     /* unique in the owner, never reused */
+} RtRegion;
+
+/* A peer's region mapped here. */
+typedef struct {
+  int rank;        /* world rank of the owner */
+  RtRegion r;      /* as published */
+  char *map;       /* its bytes here; NULL: could not be mapped (process_vm_* is used) */
+} RtPeerMap;
+
 /* The fabrics: RT_FAB_INTRA for peers on this node, RT_FAB_INTER for peers on other
  * nodes. With one provider for every peer (forced, or both choices equal) only
  * RT_FAB_INTRA is opened and carries everything. */
@@ -204,6 +219,14 @@ struct RtComm {
   bool direct_push;      /* all-gather phases write into the peers instead of reading them */
   void *dstage;          /* [direct_chunk bytes] */
   uint64_t direct_count; /* collectives run by direct reads */
+  /* memory the peers can map (shmem.c) */
+  bool shmem_ok;         /* memfd regions are made (SHARDRT_SHMEM != 0) */
+  RtRegion *regions;     /* [nregions] ours, live */
+  int nregions, capregions;
+  uint32_t next_region;  /* id of the next one */
+  RtPeerMap *pmaps;      /* [npmaps] peers' regions mapped here */
+  int npmaps, cappmaps;
+  uint64_t mapped_bytes; /* bytes of direct collectives moved through mappings */
 };
 
 double rt_now(void); /* monotonic seconds */
@@ -235,6 +258,15 @@ void rt_direct_post(RtReq *q, RtSlot *s,
                     void (*post)(RtReq *, RtSlot *, RtMsg *, bool is_recv, int member, void *buf, size_t bytes, void *desc));
 void rt_direct_finish_step(RtReq *q, int step);
 void rt_direct_free(RtReq *q);
+
+/* shmem.c */
+void rt_shmem_init(RtComm *c);
+void rt_shmem_close(RtComm *c); /* unmaps the peers' regions */
+/* Our region holding address p (fd -1 and size 0 when none). */
+RtRegion rt_shmem_find(const RtComm *c, const void *p);
+/* Peer rank's region r mapped here (mapped on first use); NULL when r is no region or
+ * cannot be mapped. */
+char *rt_shmem_peer(RtComm *c, int rank, const RtRegion *r);
 
 /* comm.c */
 void rt_req_finished(RtReq *q); /* unlinks a finished request from the active list */

@@ -53,6 +53,8 @@ typedef struct {
   size_t *start;    /* [n + 1] element offsets */
   uint64_t one_addr;     /* storage for n == 1 */
   size_t one_start[2];   /* storage for n == 1 */
+  const RtRegion *reg;   /* a peer's view: the region holding its buffers, mapped here at map */
+  char *map;             /* NULL: not mapped (local views, plain memory, mapping failed) */
 } RtView;
 
 /* What a member publishes (fixed size: it travels as one message). */
@@ -64,6 +66,8 @@ typedef struct {
   uint64_t bufs;    /* all_reduce_v: address of its char *[nbufs] */
   uint64_t starts;  /* all_reduce_v: address of its size_t [nbufs + 1] */
   int64_t nbufs;    /* all_reduce_v members, 0 for a plain buffer */
+  RtRegion send_reg; /* the rt_comm_mem_alloc region holding send (all_reduce_v: the first member) */
+  RtRegion recv_reg; /* the one holding recv (all_reduce_v: the same) */
 } RtDirectDesc;
 
 struct RtDirect {
@@ -87,6 +91,15 @@ static void view_one(RtView *v, uint64_t addr, size_t lo, size_t hi) {
   v->one_start[1] = hi;
   v->addr = &v->one_addr;
   v->start = v->one_start;
+  v->reg = NULL;
+  v->map = NULL;
+}
+
+/* Where bytes [addr, addr + bytes) of a peer's view lie in our mapping of its region,
+ * or NULL (not mapped, or outside the region: then process_vm_* moves them). */
+static char *view_map(const RtView *v, uint64_t addr, size_t bytes) {
+  if (!v->map || addr < v->reg->base || addr + bytes > v->reg->base + v->reg->size) return NULL;
+  return v->map + (addr - v->reg->base);
 }
 
 /* The member holding element off (skipping empty members). */
@@ -156,7 +169,9 @@ static void xfer_all(RtReq *q, int peer, struct iovec *li, int nl, struct iovec 
 }
 
 /* Copies elements [ro, ro + k) of world rank peer's view rv into [lo, lo + k) of our view
- * lv (write: the other way), in pieces contiguous on both sides, up to 64 pieces a call. */
+ * lv (write: the other way), in pieces contiguous on both sides: memcpy through our
+ * mapping of the peer's memory where there is one, else process_vm_*, up to 64 pieces a
+ * call. */
 static void cma_xfer(RtReq *q, int peer, const RtView *lv, size_t lo, const RtView *rv, size_t ro, size_t k, bool write) {
   enum { MAXP = 64 };
   struct iovec li[MAXP], ri[MAXP];
@@ -168,6 +183,15 @@ static void cma_xfer(RtReq *q, int peer, const RtView *lv, size_t lo, const RtVi
     size_t m = k - done;
     if (la < m) m = la;
     if (ra < m) m = ra;
+    char *mp = view_map(rv, rp, m * es);
+    if (mp) {
+      if (write) memcpy(mp, (const void *)(uintptr_t)lp, m * es);
+      else memcpy((void *)(uintptr_t)lp, mp, m * es);
+      q->c->mapped_bytes += m * es;
+      done += m;
+      if (np > 0 && done == k) xfer_all(q, peer, li, np, ri, np, write);
+      continue;
+    }
     li[np].iov_base = (void *)(uintptr_t)lp;
     li[np].iov_len = m * es;
     ri[np].iov_base = (void *)(uintptr_t)rp;
@@ -181,6 +205,19 @@ static void cma_xfer(RtReq *q, int peer, const RtView *lv, size_t lo, const RtVi
   }
 }
 
+/* True when elements [o, o + k) of a peer's view all lie in our mapping of its memory. */
+static bool view_mapped(const RtView *v, size_t o, size_t k, size_t es) {
+  if (!v->map) return false;
+  for (size_t at = 0; at < k;) {
+    size_t avail;
+    uint64_t a = view_at(v, o + at, es, &avail);
+    size_t m = k - at < avail ? k - at : avail;
+    if (!view_map(v, a, m * es)) return false;
+    at += m;
+  }
+  return true;
+}
+
 /* Builds the peer's views from its descriptor (reading its member table when it has one). */
 static void peer_views(RtReq *q, int p) {
   struct RtDirect *d = q->dx;
@@ -189,6 +226,10 @@ static void peer_views(RtReq *q, int p) {
   if (pd->nbufs <= 0) {
     view_one(&d->rsend[p], pd->send, (size_t)pd->send_lo, q->count);
     view_one(&d->rrecv[p], pd->recv, (size_t)pd->recv_lo, q->count);
+    d->rsend[p].reg = &pd->send_reg;
+    d->rsend[p].map = rt_shmem_peer(q->c, rank, &pd->send_reg);
+    d->rrecv[p].reg = &pd->recv_reg;
+    d->rrecv[p].map = rt_shmem_peer(q->c, rank, &pd->recv_reg);
     return;
   }
   size_t nb = (size_t)pd->nbufs;
@@ -202,7 +243,8 @@ static void peer_views(RtReq *q, int p) {
   if (d->heap_start[p][nb] != q->count)
     rt_fatal(RT_EXIT_COMM, "all_reduce_v on group %s: rank %d's members hold %zu elements, this rank's %zu",
              q->g->name, rank, d->heap_start[p][nb], q->count);
-  RtView v = {.n = (int)nb, .addr = d->heap[p], .start = d->heap_start[p]};
+  RtView v = {.n = (int)nb, .addr = d->heap[p], .start = d->heap_start[p], .reg = &pd->recv_reg};
+  v.map = rt_shmem_peer(q->c, rank, &pd->recv_reg);
   d->rsend[p] = v;
   d->rrecv[p] = v;
 }
@@ -241,6 +283,9 @@ int rt_direct_begin(RtReq *q) {
     my->nbufs = q->nbufs;
     my->bufs = (uint64_t)(uintptr_t)d->laddr;
     my->starts = (uint64_t)(uintptr_t)q->bufstart;
+    int first = 0;
+    while (first < q->nbufs - 1 && q->bufstart[first + 1] == q->bufstart[first]) first++; /* skip empty members */
+    my->send_reg = my->recv_reg = rt_shmem_find(q->c, q->bufs[first]);
   } else {
     /* all-gather: peers read our block from the caller's send buffer (never written here) */
     size_t send_lo = q->op == RT_OP_ALL_GATHER ? off : 0, recv_lo = q->op == RT_OP_REDUCE_SCATTER ? off : 0;
@@ -250,6 +295,8 @@ int rt_direct_begin(RtReq *q) {
     my->send_lo = send_lo;
     my->recv = (uint64_t)(uintptr_t)q->recv;
     my->recv_lo = recv_lo;
+    my->send_reg = rt_shmem_find(q->c, q->send);
+    my->recv_reg = rt_shmem_find(q->c, q->recv);
   }
   d->push = q->op != RT_OP_REDUCE_SCATTER && q->c->direct_push;
   return q->op == RT_OP_ALL_REDUCE && !d->push ? 3 : 2;
@@ -284,17 +331,25 @@ static void direct_reduce(RtReq *q) {
     size_t k = off + len - o < chunk ? off + len - o : chunk;
     for (int j = 1; j < n; j++) {
       int p = mod(q->me + j, n);
-      cma_xfer(q, q->g->ranks[p], &stage, 0, &d->rsend[p], o, k, false);
+      /* the peer's part is read where it lies when we map it, else staged through the slab */
+      bool mapped = view_mapped(&d->rsend[p], o, k, es);
+      if (!mapped) cma_xfer(q, q->g->ranks[p], &stage, 0, &d->rsend[p], o, k, false);
+      else c->mapped_bytes += k * es;
       float scale = j == n - 1 && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
       const RtView *a = j == 1 ? &d->lsend : &d->lrecv;
-      for (size_t at = 0; at < k;) { /* pieces contiguous in both our input and our output */
-        size_t ka, kd;
+      for (size_t at = 0; at < k;) { /* pieces contiguous in our input, our output (and the peer's input) */
+        size_t ka, kd, kr = k - at;
         uint64_t pa = view_at(a, o + at, es, &ka), pd = view_at(&d->lrecv, o + at, es, &kd);
+        const char *b = (const char *)c->dstage + at * es;
+        if (mapped) {
+          uint64_t pr = view_at(&d->rsend[p], o + at, es, &kr);
+          b = view_map(&d->rsend[p], pr, (kr < k - at ? kr : k - at) * es);
+        }
         size_t m = k - at;
         if (ka < m) m = ka;
         if (kd < m) m = kd;
-        rt_reduce((void *)(uintptr_t)pd, (const void *)(uintptr_t)pa, (char *)c->dstage + at * es, m, q->dt,
-                  q->redop, scale);
+        if (kr < m) m = kr;
+        rt_reduce((void *)(uintptr_t)pd, (const void *)(uintptr_t)pa, b, m, q->dt, q->redop, scale);
         at += m;
       }
     }

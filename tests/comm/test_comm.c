@@ -68,13 +68,22 @@ static float ref_reduce(const RtGroup *g, RtDType dt, RtRedOp op, size_t i, int 
   return dt == RT_F32 ? acc : rt_bf16_to_f32(rt_f32_to_bf16(acc));
 }
 
+/* SHARDRT_TEST_MEM: where test buffers live. "shm": rt_comm_mem_alloc (the peers map
+ * them); "mixed": shm on even world ranks, malloc on odd ones; else malloc. */
+static RtComm *mem_comm; /* non-NULL: this rank allocates through rt_comm_mem_alloc */
+
 static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
+  void *p = mem_comm ? rt_comm_mem_alloc(mem_comm, n ? n : 1) : malloc(n ? n : 1);
   if (!p) {
     fprintf(stderr, "out of memory\n");
     exit(1);
   }
   return p;
+}
+
+static void xfree(void *p) {
+  if (mem_comm) rt_comm_mem_free(mem_comm, p);
+  else free(p);
 }
 
 static void check_all_reduce(RtGroup *g, size_t n, RtDType dt, RtRedOp op, bool in_place, int salt) {
@@ -88,8 +97,8 @@ static void check_all_reduce(RtGroup *g, size_t n, RtDType dt, RtRedOp op, bool 
            rt_group_name(g), i, got, want);
     if (got != want) break;
   }
-  if (!in_place) free(out);
-  free(in);
+  if (!in_place) xfree(out);
+  xfree(in);
 }
 
 static void check_reduce_scatter(RtGroup *g, size_t n, RtDType dt, RtRedOp op, int salt) {
@@ -104,8 +113,8 @@ static void check_reduce_scatter(RtGroup *g, size_t n, RtDType dt, RtRedOp op, i
            n, rt_group_name(g), off + i, got, want);
     if (got != want) break;
   }
-  free(out);
-  free(in);
+  xfree(out);
+  xfree(in);
 }
 
 static void check_all_gather(RtGroup *g, size_t n, RtDType dt, int salt) {
@@ -129,9 +138,9 @@ static void check_all_gather(RtGroup *g, size_t n, RtDType dt, int salt) {
       if (got != want) break;
     }
   }
-  free(tmp);
-  free(mine);
-  free(full);
+  xfree(tmp);
+  xfree(mine);
+  xfree(full);
 }
 
 static void check_broadcast(RtGroup *g, size_t n, RtDType dt, int root, int salt) {
@@ -145,7 +154,7 @@ static void check_broadcast(RtGroup *g, size_t n, RtDType dt, int root, int salt
            rt_group_name(g), i, got, want);
     if (got != want) break;
   }
-  free(buf);
+  xfree(buf);
 }
 
 /* Every member sends to the next and receives from the previous, both in flight. */
@@ -164,8 +173,8 @@ static void check_sendrecv(RtGroup *g, size_t bytes, int tag) {
            rt_group_name(g), i);
     if (r[i] != (unsigned char)(from * 37 + i)) break;
   }
-  free(s);
-  free(r);
+  xfree(s);
+  xfree(r);
 }
 
 /* all_reduce_v: the members' concatenation, element i filled as val(rank, i), must come
@@ -223,10 +232,10 @@ static void check_all_reduce_v(RtGroup *g, RtDType dt, RtRedOp op, int salt) {
         i0 += cnt[k];
       }
     }
-    for (int k = 0; k < nb; k++) free(bufs[k]);
-    for (int k = 0; k < 3; k++) free(bufs2[k]);
-    free(flat);
-    free(flat2);
+    for (int k = 0; k < nb; k++) xfree(bufs[k]);
+    for (int k = 0; k < 3; k++) xfree(bufs2[k]);
+    xfree(flat);
+    xfree(flat2);
   }
 }
 
@@ -266,8 +275,8 @@ static void check_p2p_tags(RtGroup *g, size_t base) {
                rt_group_name(g), k, stags[k], len[k], from, i);
         if (!ok) break;
       }
-      free(s[k]);
-      free(r[k]);
+      xfree(s[k]);
+      xfree(r[k]);
     }
   }
 }
@@ -288,8 +297,8 @@ static void check_overlap(RtGroup *a, RtGroup *b, size_t n) {
     EXPECT(y[i] == ref_reduce(b, RT_F32, RT_MAX, i, 8), "overlapped all_reduce on %s: [%zu]", rt_group_name(b), i);
     if (failures) break;
   }
-  free(x);
-  free(y);
+  xfree(x);
+  xfree(y);
 }
 
 static void run_group(RtGroup *g) {
@@ -376,6 +385,14 @@ static int mode_coll(RtComm *c, int world) {
     EXPECT((nd > 0) == (strcmp(want_direct, "1") == 0), "%llu collectives ran by direct reads, SHARDRT_TEST_DIRECT=%s",
            (unsigned long long)nd, want_direct);
   }
+  /* SHARDRT_TEST_MAPPED=1: some direct collective must have gone through a mapping of a
+   * peer's rt_comm_mem_alloc memory; 0: none did. */
+  const char *want_mapped = getenv("SHARDRT_TEST_MAPPED");
+  if (want_mapped && *want_mapped) {
+    uint64_t mb = rt_comm_mapped_bytes(c);
+    EXPECT((mb > 0) == (strcmp(want_mapped, "1") == 0), "%llu bytes went through mappings, SHARDRT_TEST_MAPPED=%s",
+           (unsigned long long)mb, want_mapped);
+  }
   rt_group_free(self);
   return failures;
 }
@@ -410,6 +427,8 @@ int main(int argc, char **argv) {
     return ok ? 0 : 1;
   }
   RtComm *c = rt_comm_init(&boot, NULL);
+  const char *mem = getenv("SHARDRT_TEST_MEM");
+  if (mem && (strcmp(mem, "shm") == 0 || (strcmp(mem, "mixed") == 0 && me_rank % 2 == 0))) mem_comm = c;
   if (me_rank == 0)
     printf("test_comm %s: %d ranks, provider %s, launcher %s\n", mode, boot.world, rt_comm_provider(c),
            rt_launcher_name(boot.launcher));
