@@ -329,6 +329,8 @@ static void emit_all_reduce(Cg *c, Node *n) {
   if (tag >= 0) add_wait(c, n, c->pos, tag);
 }
 
+void cg_all_reduce(Cg *c, Node *n) { emit_all_reduce(c, n); }
+
 static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:

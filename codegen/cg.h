@@ -67,6 +67,10 @@ const char *cg_dtype_lit(DType dt);
 /* (outer, len, inner) of a tensor axis: the elements before it, its length, after it. */
 void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner);
 
+/* An ALL_REDUCE as coll.h calls (data-parallel buckets started asynchronously, their waits
+ * placed before the first reader); both targets. */
+void cg_all_reduce(Cg *c, Node *n);
+
 /* codegen/cuda.c: one node of the CUDA target's host program. */
 void cg_cuda_node(Cg *c, Node *n);
 /* Whether n was already emitted inside a fused kernel of the entry point being written. */

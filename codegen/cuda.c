@@ -22,6 +22,9 @@
 #include "diag.h"
 #include "infer.h"
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 static void stmt(Cg *c, const char *s) { cg_line(c, "%s", s); }
 
 bool cg_cuda_done(const Cg *c, const Node *n) {
@@ -170,6 +173,47 @@ static bool float_ok(Cg *c, const Node *n, const Value *v) {
   return false;
 }
 
+/* ---- multi-rank ops: runtime/ops/coll.h on device memory ----
+ * The calls are the CPU target's; the device's runtime makes them work on device memory
+ * (runtime/cuda/coll_dev.c: NCCL on a GPU, the host groups on the emulated device, packing by
+ * device block copies). The packing scratch lies past the kernels' error flags. */
+
+static void emit_collective(Cg *c, const Node *n) {
+  const Value *y = n->out[0], *x = n->in[0];
+  const Attrs *a = &n->a;
+  const char *ws = "(WS + " STR(CUK_WS_FLAGS) ")";
+  int64_t outer, nl, inner;
+  switch (n->op) {
+  case OP_ALL_GATHER:
+    cg_axis_split(&x->shape, a->axis, &outer, &nl, &inner);
+    cg_line(c, "rt_coll_all_gather(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
+            cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), ws,
+            a->axis);
+    cg_ws_need(c, arena_printf(c->a, "%d + rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", CUK_WS_FLAGS, outer, a->blocks,
+                               cg_bytes(y)));
+    return;
+  case OP_REDUCE_SCATTER:
+    cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
+    cg_line(c, "rt_coll_reduce_scatter(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
+            cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), ws,
+            a->axis);
+    cg_ws_need(c, arena_printf(c->a, "%d + rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", CUK_WS_FLAGS, outer, a->blocks,
+                               cg_bytes(x)));
+    return;
+  case OP_BROADCAST:
+    cg_line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", cg_axis_lit(a->mesh_axis), cg_ptr(c, y),
+            cg_ptr(c, x), ir_numel(&y->shape), cg_dtype_lit(y->dtype), a->start);
+    return;
+  case OP_SHARD_SLICE:
+    cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
+    cg_line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
+            cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype),
+            a->axis);
+    return;
+  default: die("cuda: %s is not a collective", ir_ops[n->op].name);
+  }
+}
+
 void cg_cuda_node(Cg *c, Node *n) {
   if (cg_cuda_done(c, n)) return;
   CuK *k = c->k;
@@ -311,10 +355,11 @@ void cg_cuda_node(Cg *c, Node *n) {
     cg_line(c, "{ int32_t coord = rt_ctx_coord(ctx, %s); rt_cu_put(ctx, %s, &coord, 4); }", cg_axis_lit(a->mesh_axis),
             cg_ptr(c, y));
     return;
-  case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST: case OP_SHARD_SLICE:
+  case OP_ALL_REDUCE: return cg_all_reduce(c, n);
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: return emit_collective(c, n);
   case OP_SEND: case OP_RECV:
-    return cg_unsupported(c, n, "collectives on GPU memory (the NCCL wiring of the generated program comes next: "
-                                "build multi-rank plans with --target cpu for now)");
+    return cg_unsupported(c, n, "point-to-point transfers (pipeline parallelism) on GPU memory: build plans with "
+                                "pp > 1 for --target cpu for now");
   case OP_CALL: return cg_unsupported(c, n, "layer calls must be inlined first");
   default: return cg_unsupported(c, n, "no CUDA code for this op");
   }

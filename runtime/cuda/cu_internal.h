@@ -6,6 +6,7 @@
  *   gemm.c    rt_cu_matmul on cuBLASLt; the bf16 peak measurement
  *   emu.c     the emulated backend: host memory, kernels compiled by the host C++ compiler
  *   common.c  what both share: hashing, the on-disk cache, the embedded kernel headers
+ *   coll_dev.c the program's collectives on device memory (coll.h RtCollDevice): NCCL groups
  *
  * ctx->kernels points at an RtCuDev: the backend's operations and its state.
  */
@@ -16,6 +17,8 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "mesh.h"
+#include "ops/coll.h"
 #include "program.h"
 #include "train/ctx.h"
 
@@ -36,9 +39,14 @@ typedef struct {
   void (*close)(void *be);
 } RtCuOps;
 
+typedef struct RtGroup RtGroup;
+
 typedef struct {
   const RtCuOps *ops; /* the backend */
   void *be;           /* its state */
+  void *stream;       /* the compute stream (cudaStream_t) of the CUDA backend; NULL: emulated */
+  RtGroup *groups[RT_AX_COUNT]; /* NCCL groups of the program's collectives per mesh axis (coll_dev.c);
+                                   NULL: one member, or the emulated device (ctx->groups: host memory) */
 } RtCuDev;
 
 /* Backends: return 0 and fill dev (and *mem: the zeroed allocation of `bytes`), or print
@@ -52,6 +60,16 @@ char *rt_cu_nvrtc_build(const RtCudaCode *code, const char *arch, size_t *len, i
 
 /* The device of ctx (fatal when the program did not open one). */
 RtCuDev *rt_cu_dev(RtCtx *ctx);
+
+/* ---- coll_dev.c ---- */
+
+/* What runtime/ops/coll.c calls for a device program (registered by rt_cuda_device's open). */
+extern const RtCollDevice rt_cu_coll_device;
+/* CUDA backend, several ranks: one NCCL group per mesh axis of degree > 1 (the members of
+ * ctx->groups[1 << axis]), ordered after dev->stream; collective over the world. 0, or -1 after
+ * printing why. */
+int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev);
+void rt_cu_nccl_close(RtCuDev *dev);
 
 /* ---- common.c ---- */
 

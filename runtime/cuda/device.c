@@ -307,13 +307,11 @@ int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, R
     return -1;
   }
   if (find_device(c, ctx) != 0) goto fail;
-  if (ctx->world > 1) {
-    rt_cu_error("this CUDA program spans %d ranks: the NCCL hookup of device programs is not built yet (run it on "
-                "one rank, or with SHARDRT_DEVICE=emu)",
-                ctx->world);
-    goto fail;
-  }
   CU_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  dev->stream = c->stream;
+  /* several ranks: NCCL groups for the program's collectives (before anything that could fail on
+   * one rank only, as it is collective over the world) */
+  if (ctx->world > 1 && rt_cu_nccl_open(ctx, dev) != 0) goto fail;
   if (load_kernels(c, p->cuda) != 0) goto fail;
   cudaError_t rc = cudaMalloc((void **)&c->base, (size_t)(bytes > 0 ? bytes : 256));
   if (rc != cudaSuccess) {
@@ -340,6 +338,8 @@ int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, R
   dev->be = c;
   return 0;
 fail:
+  rt_cu_nccl_close(dev);
+  dev->stream = NULL;
   if (c->base) cudaFree(c->base);
   if (c->lib) cudaLibraryUnload(c->lib);
   if (c->stream) cudaStreamDestroy(c->stream);
@@ -378,6 +378,7 @@ static int dev_open(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem) {
     return -1;
   }
   ctx->kernels = d;
+  rt_coll_set_device(&rt_cu_coll_device); /* the program's collectives work on device memory */
   return 0;
 }
 
@@ -396,6 +397,7 @@ static void dev_zero(RtCtx *ctx, void *dst, int64_t bytes) {
 static void dev_sync(RtCtx *ctx) {
   RtCuDev *d = rt_cu_dev(ctx);
   d->ops->sync(d->be);
+  rt_coll_reap(1); /* the collectives the compute stream waited for are finished */
 }
 static void dev_describe(RtCtx *ctx, char *out, size_t n) {
   RtCuDev *d = rt_cu_dev(ctx);
@@ -408,6 +410,10 @@ static double dev_peak(RtCtx *ctx) {
 static void dev_close(RtCtx *ctx) {
   RtCuDev *d = ctx ? ctx->kernels : NULL;
   if (!d) return;
+  d->ops->sync(d->be);
+  rt_coll_reap(1);
+  rt_coll_set_device(NULL);
+  rt_cu_nccl_close(d);
   d->ops->close(d->be);
   free(d);
   ctx->kernels = NULL;

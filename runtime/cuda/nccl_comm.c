@@ -193,7 +193,14 @@ void rt_nccl_set_compute_stream(RtGroup *g, void *stream) {
   if (g && g->backend == &nccl_backend) ((NcclGroup *)g->backend_state)->compute = (cudaStream_t)stream;
 }
 
-void rt_nccl_then(RtReq *q, void *stream) {
+bool rt_nccl_then(RtReq *q, void *stream) {
+  if (q->subs) { /* a bucket (rt_all_reduce_v_start): one request per member */
+    bool all = q->nsubs > 0;
+    for (int i = 0; i < q->nsubs; i++) all = rt_nccl_then(q->subs[i], stream) && all;
+    return all;
+  }
+  if (!q->g || q->g->backend != &nccl_backend) return false;
   NcclReq *r = q->gpu;
   if (r) CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, r->done, 0));
+  return true;
 }

@@ -27,7 +27,8 @@ bool rt_group_use_nccl(RtComm *c, RtGroup *g);
 /* The stream whose queued work the group's operations wait for (default: the legacy
  * default stream). A cudaStream_t. */
 void rt_nccl_set_compute_stream(RtGroup *g, void *stream);
-/* Makes stream (a cudaStream_t) wait on device for q to finish; q stays valid. */
-void rt_nccl_then(RtReq *q, void *stream);
+/* Makes stream (a cudaStream_t) wait on device for q to finish (every part of a bucket
+ * all-reduce); q stays valid. Returns false, doing nothing, when q is not an NCCL operation. */
+bool rt_nccl_then(RtReq *q, void *stream);
 
 #endif

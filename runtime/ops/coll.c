@@ -1,7 +1,11 @@
 /* runtime/ops/coll.c — collectives on the mesh axes, local shards, and the vocab-parallel ops
  * (see coll.h). The runtime's collectives (comm/comm.h) work on contiguous member blocks; a
  * gather or scatter along an inner tensor axis, or of a blocked (fused) layout, packs or
- * unpacks through the scratch so member c's chunk is contiguous. */
+ * unpacks through the scratch so member c's chunk is contiguous.
+ *
+ * A device program (coll.h RtCollDevice) goes through the same functions: its copies and its
+ * packing are the device's (enqueued block copies), its groups may be the device's (NCCL), and
+ * a collective the device orders is not waited for on the host but kept until rt_coll_reap. */
 #include "coll.h"
 
 #include <stdbool.h>
@@ -50,12 +54,66 @@ static RtDType move_dtype(int dtype, size_t *count) {
   return RT_F32;
 }
 
+/* ---- device programs ---- */
+
+static const RtCollDevice *dev; /* NULL: host memory */
+
+void rt_coll_set_device(const RtCollDevice *d) { dev = d; }
+
+/* dst = src: on the host, or enqueued on the device. */
+static void move(RtCtx *ctx, void *dst, const void *src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  if (dev)
+    dev->copy(ctx, dst, src, (int64_t)bytes);
+  else
+    memmove(dst, src, bytes);
+}
+
+/* Requests the device ordered (coll.h `then`), freed once finished, in start order. */
+static struct {
+  RtReq **q; /* [n] */
+  int n, cap;
+} ordered;
+
+void rt_coll_reap(int all) {
+  int k = 0;
+  for (int i = 0; i < ordered.n; i++) {
+    if (all || rt_test(ordered.q[i]))
+      rt_wait(ordered.q[i]); /* returns at once: finished */
+    else
+      ordered.q[k++] = ordered.q[i];
+  }
+  ordered.n = k;
+}
+
+/* Ends a collective whose results the program reads next: a device orders its later work
+ * after it (the host goes on), host memory waits here. */
+static void complete(RtCtx *ctx, RtReq *q) {
+  if (!dev || !dev->then(ctx, q)) {
+    rt_wait(q);
+    return;
+  }
+  rt_coll_reap(0);
+  if (ordered.n == ordered.cap) {
+    int cap = ordered.cap ? 2 * ordered.cap : 64;
+    RtReq **p = realloc(ordered.q, (size_t)cap * sizeof *p);
+    if (!p) {
+      fprintf(stderr, "shardrt: out of memory\n");
+      exit(1);
+    }
+    ordered.q = p;
+    ordered.cap = cap;
+  }
+  ordered.q[ordered.n++] = q;
+}
+
 static RtGroup *group_of(RtCtx *ctx, int axis) {
   if (axis < 0 || axis >= RT_AX_COUNT) {
     fprintf(stderr, "shardrt: a collective names mesh axis %d (a bug in the generated program)\n", axis);
     abort();
   }
-  RtGroup *g = ctx->groups[1u << axis];
+  RtGroup *g = dev && dev->group ? dev->group(ctx, axis) : NULL;
+  if (!g) g = ctx->groups[1u << axis];
   if (!g && rt_ctx_degree(ctx, axis) > 1) {
     fprintf(stderr, "shardrt: no %s group although the axis has degree %d (launch under mpirun)\n",
             rt_mesh_axis_name(axis), rt_ctx_degree(ctx, axis));
@@ -67,7 +125,7 @@ static RtGroup *group_of(RtCtx *ctx, int axis) {
 void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int red) {
   RtGroup *g = group_of(ctx, axis);
   if (!g) {
-    if (y != x) memmove(y, x, (size_t)n * rt_dtype_size((RtDType)dtype));
+    move(ctx, y, x, (size_t)n * rt_dtype_size((RtDType)dtype));
     return;
   }
   if (dtype != RT_F32 && dtype != RT_BF16) {
@@ -75,7 +133,7 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
     exit(1);
   }
   double t0 = now();
-  rt_all_reduce(g, x, y, (size_t)n, (RtDType)dtype, (RtRedOp)red);
+  complete(ctx, rt_all_reduce_start(g, x, y, (size_t)n, (RtDType)dtype, (RtRedOp)red));
   ctx->comm_s += now() - t0;
 }
 
@@ -143,7 +201,7 @@ static RtGroup *bucket_prepare(RtCtx *ctx, int axis, void *const *ys, const void
   size_t es = rt_dtype_size((RtDType)dtype);
   double t0 = now();
   for (int i = 0; i < count; i++) {
-    if (ys[i] != xs[i]) memmove(ys[i], xs[i], (size_t)ns[i] * es);
+    move(ctx, ys[i], (const void *)xs[i], (size_t)ns[i] * es);
     counts[i] = (size_t)ns[i];
   }
   pend.copy_s += now() - t0;
@@ -172,7 +230,7 @@ void rt_coll_all_reduce_v(RtCtx *ctx, int axis, void *const *ys, const void *con
   double t0 = now();
   RtGroup *g = bucket_prepare(ctx, axis, ys, xs, ns, count, dtype, counts);
   if (g) {
-    rt_all_reduce_v(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red);
+    complete(ctx, rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red));
     ctx->comm_s += now() - t0;
   }
   if (counts != stack) free(counts);
@@ -228,7 +286,10 @@ static void finish_where(RtCtx *ctx, int tag, int which) {
       pend.p[k++] = *p;
       continue;
     }
-    rt_wait(p->req); /* returns at once for a request rt_test saw finished */
+    if (which == FINISH_DONE)
+      rt_wait(p->req); /* returns at once: rt_test saw it finished */
+    else
+      complete(ctx, p->req);
     pend.inflight_s += now() - p->t0;
     pend.early += which == FINISH_DONE;
   }
@@ -271,12 +332,52 @@ static void permute(char *members, char *logical, int64_t outer, int64_t nl, int
       }
 }
 
+/* Member c's chunk as runs of consecutive logical indices: for each run, fn(c, l, at, len) with
+ * local indices [l, l + len) at logical [at, at + len). One run per member without blocks, one
+ * per block with them. */
+static void member_runs(int64_t nl, int blocks, int deg, int c,
+                        void (*fn)(void *arg, int c, int64_t l, int64_t at, int64_t len), void *arg) {
+  for (int64_t l = 0; l < nl;) {
+    int64_t at = rt_block_index(nl, blocks, deg, c, l), len = 1;
+    while (l + len < nl && rt_block_index(nl, blocks, deg, c, l + len) == at + len) len++;
+    fn(arg, c, l, at, len);
+    l += len;
+  }
+}
+
+typedef struct {
+  RtCtx *ctx;
+  char *members;      /* [deg][outer, nl, inner]; or y of a shard slice ([outer, nl, inner]) */
+  char *logical;      /* [outer, nl * deg, inner] */
+  int64_t outer, nl, inner;
+  int deg, esize;
+  int to_members;     /* 1: logical -> members (pack), 0: members -> logical (unpack) */
+  int one;            /* 1: members holds one member's chunk (shard slice) */
+} DevPermute;
+
+static void dev_run(void *arg, int c, int64_t l, int64_t at, int64_t len) {
+  DevPermute *d = arg;
+  char *m = d->members + (d->one ? 0 : (size_t)c * (size_t)(d->outer * d->nl * d->inner) * (size_t)d->esize);
+  int64_t n = d->nl * d->deg;
+  if (d->to_members)
+    dev->copy_block(d->ctx, m, d->nl, l, d->logical, n, at, d->outer, len, d->inner, d->esize);
+  else
+    dev->copy_block(d->ctx, d->logical, n, at, m, d->nl, l, d->outer, len, d->inner, d->esize);
+}
+
+/* permute() on the device: one block copy per run of every member's chunk. */
+static void permute_dev(RtCtx *ctx, char *members, char *logical, int64_t outer, int64_t nl, int64_t inner, int blocks,
+                        int deg, size_t esize, int to_members) {
+  DevPermute d = {ctx, members, logical, outer, nl, inner, deg, (int)esize, to_members, 0};
+  for (int c = 0; c < deg; c++) member_runs(nl, blocks, deg, c, dev_run, &d);
+}
+
 void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                         int blocks, int dtype, void *ws) {
   RtGroup *g = group_of(ctx, axis);
   size_t esize = rt_dtype_size((RtDType)dtype), count = (size_t)(outer * nl * inner);
   if (!g) {
-    if (y != x) memmove(y, x, count * esize);
+    move(ctx, y, x, count * esize);
     return;
   }
   int deg = rt_group_size(g);
@@ -284,10 +385,13 @@ void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t ou
   RtDType mt = move_dtype(dtype, &words);
   double t0 = now();
   if (contiguous(outer, blocks)) {
-    rt_all_gather(g, x, y, words, mt);
+    complete(ctx, rt_all_gather_start(g, x, y, words, mt));
   } else {
-    rt_all_gather(g, x, ws, words, mt);
-    permute(ws, y, outer, nl, inner, blocks, deg, esize, 0);
+    complete(ctx, rt_all_gather_start(g, x, ws, words, mt));
+    if (dev)
+      permute_dev(ctx, ws, y, outer, nl, inner, blocks, deg, esize, 0);
+    else
+      permute(ws, y, outer, nl, inner, blocks, deg, esize, 0);
   }
   ctx->comm_s += now() - t0;
 }
@@ -297,7 +401,7 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
   RtGroup *g = group_of(ctx, axis);
   size_t esize = rt_dtype_size((RtDType)dtype), count = (size_t)(outer * nl * inner);
   if (!g) {
-    if (y != x) memmove(y, x, count * esize);
+    move(ctx, y, x, count * esize);
     return;
   }
   if (dtype != RT_F32 && dtype != RT_BF16) {
@@ -308,28 +412,36 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
   const void *src = x;
   double t0 = now();
   if (!contiguous(outer, blocks)) {
-    permute(ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
+    if (dev)
+      permute_dev(ctx, ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
+    else
+      permute(ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
     src = ws;
   }
-  rt_reduce_scatter(g, src, y, count * (size_t)deg, (RtDType)dtype, RT_SUM);
+  complete(ctx, rt_reduce_scatter_start(g, src, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
   ctx->comm_s += now() - t0;
 }
 
 void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root) {
   RtGroup *g = group_of(ctx, axis);
   size_t bytes = (size_t)n * rt_dtype_size((RtDType)dtype);
-  if (y != x) memmove(y, x, bytes);
+  move(ctx, y, x, bytes);
   if (!g) return;
   size_t words = (size_t)n;
   RtDType mt = move_dtype(dtype, &words);
   double t0 = now();
-  rt_broadcast(g, y, words, mt, root);
+  complete(ctx, rt_broadcast_start(g, y, words, mt, root));
   ctx->comm_s += now() - t0;
 }
 
 void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                          int blocks, int esize) {
   int deg = rt_ctx_degree(ctx, axis), c = rt_ctx_coord(ctx, axis);
+  if (dev) {
+    DevPermute d = {ctx, y, (char *)x, outer, nl, inner, deg, esize, 1, 1};
+    member_runs(nl, blocks, deg, c, dev_run, &d);
+    return;
+  }
   size_t row = (size_t)inner * (size_t)esize;
   int64_t n = nl * deg;
   for (int64_t o = 0; o < outer; o++)

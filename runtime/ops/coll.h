@@ -69,6 +69,36 @@ void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t o
 /* The scratch a gather / scatter of `bytes` needs (0 when the chunks are contiguous). */
 size_t rt_coll_ws_bytes(int64_t outer, int blocks, int64_t bytes);
 
+/* ---- device programs (--target cuda) ----
+ * Their tensors are device addresses: the device's runtime (runtime/cuda/coll_dev.c) registers
+ * how that memory moves and how a collective is ordered with its compute stream, and every op
+ * above then works on device memory: copies and the packing of non-contiguous chunks are
+ * enqueued on the device (never staged through the host), collectives run on the groups the
+ * device gives (NCCL on a GPU) or on ctx->groups (the emulated device, whose memory is host
+ * memory). A collective the device orders (`then` returns true) does not block the host: the
+ * device's later work waits for it, and its request is freed by rt_coll_reap once finished.
+ * NULL (the default): host memory, every op as described above. */
+typedef struct RtReq RtReq;
+typedef struct RtGroup RtGroup;
+typedef struct {
+  /* dst = src, bytes long, enqueued in program order */
+  void (*copy)(RtCtx *ctx, void *dst, const void *src, int64_t bytes);
+  /* for o < outer: len * inner elements of es bytes from src + (o * src_dim + src_at) * inner * es to
+   * dst + (o * dst_dim + dst_at) * inner * es (cuda_ops.h rt_cu_copy_block), enqueued */
+  void (*copy_block)(RtCtx *ctx, void *dst, int64_t dst_dim, int64_t dst_at, const void *src, int64_t src_dim,
+                     int64_t src_at, int64_t outer, int64_t len, int64_t inner, int es);
+  /* The group for the program's collectives over axis (NULL: ctx->groups[1 << axis]). */
+  RtGroup *(*group)(RtCtx *ctx, int axis);
+  /* Makes the device's later work wait for q (just started) without blocking the host; false when
+   * it cannot (a host-memory group: the caller waits on the host). */
+  int (*then)(RtCtx *ctx, RtReq *q);
+} RtCollDevice;
+/* One per process (a process runs one program): set when the device opens, NULL when it closes. */
+void rt_coll_set_device(const RtCollDevice *dev);
+/* Frees the requests the device ordered: those finished, or (all != 0, after the device was
+ * synchronised: they are all finished then) every one. */
+void rt_coll_reap(int all);
+
 /* Vocab-parallel embedding (axis < 0: not sharded): the table holds rows [c V, c V + V) of a
  * table of V * degree rows; other ids give zero rows / are skipped. ids must lie in
  * [0, V * degree) (else a user error naming the position). ws: n int32s. */
