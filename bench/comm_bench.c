@@ -17,9 +17,10 @@
  * time = the slowest rank's mean over a round, best round of each.
  * Bus bandwidth (NCCL's convention): all-reduce 2(n-1)/n * S / t, reduce-scatter and
  * all-gather (n-1)/n * S / t, S = the full buffer in bytes. ratio = MPI time / shardrt time.
- * COMM_BENCH_MEM=shm allocates every buffer (both implementations use the same ones) with
- * rt_comm_mem_alloc, memory the local peers map, as the compiled trainer does; the default,
- * "malloc", is plain memory.
+ * COMM_BENCH_MEM=shm allocates shardrt's buffers with rt_comm_mem_alloc, memory the local
+ * peers map, as the compiled trainer does; MPI keeps buffers from malloc (on memfd memory
+ * its single-copy path measured slower). The default, "malloc", gives both the same
+ * malloc'd buffers.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -46,7 +47,8 @@ static void apply(RtComm *c, const size_t *v) {
   for (int i = 0; i < MAXTUNE && tune_names[i]; i++) rt_comm_tune(c, tune_names[i], v[i]);
 }
 static double round_s = 0.04;    /* seconds per round (COMM_BENCH_ROUND_MS) */
-static RtComm *mem_comm;         /* non-NULL: buffers from rt_comm_mem_alloc (COMM_BENCH_MEM=shm) */
+static RtComm *mem_comm;         /* non-NULL: shardrt's buffers from rt_comm_mem_alloc (COMM_BENCH_MEM=shm) */
+static float *mpi_a, *mpi_b;     /* MPI's buffers (malloc) */
 
 static void *buf_alloc(size_t bytes) { return mem_comm ? rt_comm_mem_alloc(mem_comm, bytes) : malloc(bytes); }
 static void buf_free(void *p) {
@@ -73,6 +75,8 @@ static void plan_members(size_t count) {
 static void run_once(int op, int impl, RtGroup *g, float *a, float *b, size_t count, int n) {
   size_t per = count / (size_t)n;
   if (impl == IMPL_MPI) {
+    a = mpi_a;
+    b = mpi_b;
     if (op == OP_AR || op == OP_ARV) MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (op == OP_RS) MPI_Reduce_scatter_block(a, b, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (op == OP_AG) MPI_Allgather(a, (int)per, MPI_FLOAT, b, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
@@ -183,9 +187,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "out of memory\n");
     return 1;
   }
-  for (size_t i = 0; i < max_bytes / 4; i++) a[i] = b[i] = (float)(i % 7) * 1e-3f;
+  mpi_a = mem_comm ? malloc(max_bytes) : a;
+  mpi_b = mem_comm ? malloc(max_bytes) : b;
+  if (!mpi_a || !mpi_b) {
+    fprintf(stderr, "out of memory\n");
+    return 1;
+  }
+  for (size_t i = 0; i < max_bytes / 4; i++) a[i] = b[i] = mpi_a[i] = mpi_b[i] = (float)(i % 7) * 1e-3f;
   if (boot.rank == 0) {
-    printf("# buffers: %s\n", mem_comm ? "rt_comm_mem_alloc (shm, mapped by the peers)" : "malloc");
+    printf("# buffers: shardrt %s, MPI malloc\n", mem_comm ? "rt_comm_mem_alloc (shm, mapped by the peers)" : "malloc");
     printf("# comm_bench: %d ranks, shardrt provider %s, fp32 sum; busbw in GB/s, time in us (slowest rank, best "
            "of %d alternating rounds of %.0f ms)\n",
            n, rt_comm_provider(c), rounds, round_s * 1e3);
@@ -203,10 +213,19 @@ int main(int argc, char **argv) {
       size_t count = bytes / 4;
       double factor = op == OP_AR || op == OP_ARV ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
       bool use[NIMPL] = {true, true, with_ring && op != OP_ARV, op == OP_ARV};
+      void *pool = NULL; /* shm: the members are carved from one region, like the trainer's arena */
       if (op == OP_ARV) {
         plan_members(count);
+        size_t pool_at = 0, pool_bytes = count * 4 + (size_t)nmem * 256;
+        if (mem_comm && !(pool = buf_alloc(pool_bytes))) {
+          fprintf(stderr, "out of memory\n");
+          return 1;
+        }
         for (int i = 0; i < nmem; i++) {
-          mbuf[i] = buf_alloc(mcount[i] * 4);
+          if (pool) { /* 64-byte aligned, a gap of 64 bytes after each (as between planned tensors) */
+            mbuf[i] = (char *)pool + pool_at;
+            pool_at += (mcount[i] * 4 + 127) / 64 * 64;
+          } else mbuf[i] = buf_alloc(mcount[i] * 4);
           if (!mbuf[i]) {
             fprintf(stderr, "out of memory\n");
             return 1;
@@ -216,7 +235,8 @@ int main(int argc, char **argv) {
       }
       double t[NIMPL];
       time_all(op, use, c, g, a, b, count, n, rounds, t);
-      if (op == OP_ARV)
+      if (op == OP_ARV && pool) buf_free(pool);
+      else if (op == OP_ARV)
         for (int i = 0; i < nmem; i++) buf_free(mbuf[i]);
       if (boot.rank == 0) {
         printf("%-14s %10zu %11.1f %10.3f %11.1f %10.3f %6.2f", op_names[op], bytes, t[IMPL_OURS] * 1e6,
@@ -228,6 +248,10 @@ int main(int argc, char **argv) {
       }
       fflush(stdout);
     }
+  }
+  if (mem_comm) {
+    free(mpi_a);
+    free(mpi_b);
   }
   buf_free(a);
   buf_free(b);

@@ -737,7 +737,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     r->hp = host_program(p, &hbytes);
     r->hmem = rt_xcalloc((size_t)hbytes + 64, 1);
   } else {
-    r->mem = aligned_alloc(64, bytes);
+    /* multi-rank: memory the local peers map (runtime/comm/shmem.c), so the collectives on
+     * gradients and activations copy and reduce through mappings, not process_vm_readv */
+    r->mem = r->ctx.comm ? rt_comm_mem_alloc(r->ctx.comm, bytes) : aligned_alloc(64, bytes);
     if (!r->mem)
       rt_user_error("cannot allocate the planned %lld bytes (+ %lld bytes of kernel workspace)",
                     (long long)p->mem_bytes, (long long)ws);
@@ -942,6 +944,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     free(r->hmem);
     free((void *)r->hp->tensors);
     free(r->hp);
+  } else if (r->ctx.comm) {
+    rt_comm_mem_free(r->ctx.comm, r->mem); /* (every collective on it has finished on every member) */
   } else {
     free(r->mem);
   }
