@@ -290,7 +290,7 @@ static Value *use(Lower *L, Scope *s, Value *v) { return use_in(L, s->g, s->regi
 
 /* Appends a node to s's graph and infers its type; NULL when the op rejected its inputs. */
 static Node *make(Lower *L, Scope *s, OpKind op, int nin, Value **ins, int nout, const Attrs *at, SrcLoc loc) {
-  Value *in2[16];
+  Value *in2[16] = {0};
   Value **pin = nin <= 16 ? in2 : ARENA_ARRAY(L->a, Value *, nin);
   for (int i = 0; i < nin; i++) pin[i] = use(L, s, ins[i]);
   Node *n = ir_node_new(s->g, op, nin, pin, nout, loc);

@@ -304,7 +304,7 @@ static Value *settle(Sh *s, Value *v) {
 static Sharding without(const Value *v, const bool *gather) {
   Sharding h = v->sharding;
   h.partial = 0;
-  for (int d = 0; d < v->shape.rank; d++)
+  for (int d = 0; d < v->shape.rank && d < IR_MAX_RANK; d++)
     if (gather[d]) {
       h.split[d] = -1;
       h.blocks[d] = 0;

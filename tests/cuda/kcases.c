@@ -246,7 +246,7 @@ static void case_chain(KC *c, const char *name, CuEwChain *ch, float **hin, KT *
   for (int o = 0; o < ch->nout; o++) {
     float *got = kt_get(c, tout[o]), *ref = arena_alloc(c->a, (size_t)n * 4);
     for (int64_t i = 0; i < n; i++) {
-      double v[CUK_MAX_EW], xin[CUK_MAX_EW];
+      double v[CUK_MAX_EW] = {0}, xin[CUK_MAX_EW] = {0};
       int64_t coord[IR_MAX_RANK], rem = i;
       for (int d = r - 1; d >= 0; d--) {
         coord[d] = rem % ch->shape.dim[d];
