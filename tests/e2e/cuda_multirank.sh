@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A multi-rank CUDA program equals the CPU target's trainer of the same plan (labels cuda, mpi).
+#
+#   cuda_multirank.sh SHARDC ST_CLOSE dp2|tp2|tp2sp|bf16
+#
+# The tiny GPT (seq 32) is compiled for 2 ranks twice, --target cpu and --target cuda, with the
+# same plan: dp2 (dp=2), tp2 (tp=2), tp2sp (tp=2 + sequence parallelism: reduce-scatter and
+# all-gather along an inner axis, packed on the device), bf16 (tp2sp with `precision bf16`: the
+# CUDA program computes in bf16 with f32 master weights; the CPU target runs it in f32). Both run
+# 2 AdamW steps under mpirun -np 2, the CUDA one on the emulated device (SHARDRT_DEVICE=emu: its
+# generated kernels on the CPU emulator, its collectives on the host groups). Checked: the loss of
+# every step, and every parameter and optimizer state after step 2 (the checkpoints; logical
+# tensors gathered over the ranks).
+#
+# Tolerances. f32: the two targets differ only in the order of fp32 sums inside kernels (GEMMs,
+# norms, softmax), a few ulps (u = 6e-8) per value:
+#   loss           |rel| <= 1e-6         (measured: 8.7e-8)
+#   parameters     |diff| <= 2.5e-7      (AdamW moves a weight by about lr per step, lr <= 1e-4 here,
+#                                         and a gradient's rounding changes that step by a small
+#                                         fraction of lr, except where |g| ~ eps: 1e-3 lr + 1e-7 per
+#                                         step as in test_compiled_vs_interp; measured: 7.5e-8)
+#   optimizer      |diff| <= 2.5e-7      (the moments: measured 3.7e-9)
+# bf16 against the f32 CPU run: activations and GEMM inputs are rounded to bf16 (u = 2^-8 = 3.9e-3):
+#   loss           |rel| <= u / 4        (the loss is a mean over B*T positions: the roundings
+#                                         average out; measured: 3.0e-5)
+#   optimizer      relative L2 <= 4u per tensor (Adam's first moment is a sum of the steps'
+#                                         gradients, the second of their squares: the gradients'
+#                                         bf16 error, as test_compiled_vs_interp bounds it; measured 1.5u)
+#   parameters     |diff| <= 2 (lr_1 + lr_2) = 3e-4 (AdamW's first steps are about lr * sign(g), and
+#                                         a gradient within bf16 noise of zero flips its weight's step:
+#                                         many weights do here, e.g. the zero-initialised biases; so
+#                                         this only bounds each update; measured 1.5e-4)
+set -euo pipefail
+shardc=$(realpath "$1")
+st_close=$(realpath "$2")
+what=$3
+cd "$(dirname "$0")/../.."
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpi=(mpirun --mca pml ob1)
+bash scripts/gen_corpus.sh "$t/data.txt" 20000 3 >/dev/null
+run=(--data "$t/data.txt" --steps 2 --eval-every 0 --val-batches 1)
+
+m=(models/tiny.model -D seq=32)
+tol_loss=1e-6 tol_model=2.5e-7 tol_opt=2.5e-7
+case $what in
+  dp2) plan=(-D micro_batch=4 -D dp=2 -D tp=1) ;;
+  tp2) plan=(-D micro_batch=8 -D dp=1 -D tp=2) ;;
+  tp2sp) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true) ;;
+  bf16) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|tp2|tp2sp|bf16" >&2; exit 2 ;;
+esac
+"$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
+"$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"
+"${mpi[@]}" -np 2 "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" >/dev/null
+SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np 2 "$t/cuda" "${run[@]}" \
+  --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" >"$t/cuda.out" || { cat "$t/cuda.out"; echo "FAIL: $what: the CUDA trainer"; exit 1; }
+
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+paste <(losses "$t/cpu.jsonl") <(losses "$t/cuda.jsonl") | awk -v name="$what" -v tol="$tol_loss" '
+  { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > tol) bad++ }
+  END { if (n != 2) { printf "FAIL %s: %d steps logged, want 2\n", name, n; exit 1 }
+        printf "%-6s loss: worst |rel| CUDA (emulated, 2 ranks) vs CPU (2 ranks) over 2 steps %.2e (tolerance %g)\n", name, w, tol
+        if (bad) { printf "FAIL %s: %d step(s) beyond the tolerance\n", name, bad; exit 1 } }'
+for f in model:$tol_model optimizer:$tol_opt; do
+  printf "%-6s %-9s " "$what" "${f%%:*}:"
+  "$st_close" "$t/ck_cpu/step_00000002/${f%%:*}.safetensors" "$t/ck_cuda/step_00000002/${f%%:*}.safetensors" "${f#*:}" ||
+    { echo "FAIL: $what: ${f%%:*} state differs"; exit 1; }
+done
+echo "cuda multi-rank ($what): ok"
