@@ -2,6 +2,10 @@
 # A multi-rank CUDA program equals the CPU target's trainer of the same plan (labels cuda, mpi).
 #
 #   cuda_multirank.sh SHARDC ST_CLOSE dp2|tp2|tp2sp|bf16
+#   cuda_multirank.sh SHARDC ST_CLOSE nogpu    on a machine without a GPU, the tp2 program launched
+#                                              on 2 ranks without SHARDRT_DEVICE=emu stops with the
+#                                              no-GPU message (mpirun ends the other rank when the
+#                                              first exits), no hang (exit 77: a GPU is here)
 #
 # The tiny GPT (seq 32) is compiled for 2 ranks twice, --target cpu and --target cuda, with the
 # same plan: dp2 (dp=2), tp2 (tp=2), tp2sp (tp=2 + sequence parallelism: reduce-scatter and
@@ -44,13 +48,24 @@ bash scripts/gen_corpus.sh "$t/data.txt" 20000 3 >/dev/null
 run=(--data "$t/data.txt" --steps 2 --eval-every 0 --val-batches 1)
 
 m=(models/tiny.model -D seq=32)
+if [ "$what" = nogpu ]; then
+  if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; then echo "a GPU is here: skipped"; exit 77; fi
+  "$shardc" build "${m[@]}" -D micro_batch=8 -D dp=1 -D tp=2 --world 2 --target cuda -o "$t/cuda"
+  if timeout 120 "${mpi[@]}" -np 2 "$t/cuda" "${run[@]}" --save-to "$t/ck" >"$t/out" 2>&1; then
+    cat "$t/out"; echo "FAIL: the CUDA trainer ran without a GPU"; exit 1
+  fi
+  n=$(grep -c "error: no CUDA GPU: cudaGetDeviceCount returned" "$t/out" || true)
+  [ "$n" -ge 1 ] || { cat "$t/out"; echo "FAIL: no rank printed the no-GPU message"; exit 1; }
+  echo "no GPU: the job stops with the no-GPU message ($n rank(s) printed it before mpirun ended the job)"
+  exit 0
+fi
 tol_loss=1e-6 tol_model=2.5e-7 tol_opt=2.5e-7
 case $what in
   dp2) plan=(-D micro_batch=4 -D dp=2 -D tp=1) ;;
   tp2) plan=(-D micro_batch=8 -D dp=1 -D tp=2) ;;
   tp2sp) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true) ;;
   bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|tp2|tp2sp|bf16" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|tp2|tp2sp|bf16|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"
