@@ -4,7 +4,8 @@
  * tensor table), with `M` in GPU memory; each node becomes a launch of a kernel emitted
  * for it by codegen/cuda_kernels.c (shapes baked in), a cuBLASLt GEMM (rt_cu_matmul) or a
  * device copy (runtime/cuda/cuda_ops.h). Everything runs in program order on the rank's
- * compute stream.
+ * compute stream. Collectives are the CPU target's runtime/ops/coll.h calls, which the device's
+ * runtime makes work on device memory (runtime/cuda/coll_dev.c: NCCL on GPUs).
  *
  * Elementwise fusion: a run of consecutive elementwise nodes (F_EW ops, constants,
  * broadcasts) over one shape becomes one kernel that keeps the intermediates in
