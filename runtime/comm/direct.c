@@ -27,6 +27,10 @@
  * is reduced by one member only (so every member gets identical bits), and all_reduce_v
  * reads and writes its members in place through scatter/gather lists (no packing).
  *
+ * A peer's buffer in rt_comm_mem_alloc memory is reached through our mapping of it
+ * (shmem.c): memcpy instead of process_vm_*, and the reduction reads the peer's part in
+ * place instead of staging it through the slab. Per piece, whichever side it is on.
+ *
  * Used when every member is on this host, reached through shm, CMA works between every
  * pair of local ranks (probed once at start-up) and the buffer is at least
  * SHARDRT_DIRECT_MIN bytes (SHARDRT_DIRECT=0 turns it off). Every member takes the same
