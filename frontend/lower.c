@@ -628,9 +628,12 @@ typedef struct {
   bool given[8];
 } Bound;
 
-/* Binds a call's arguments to parameter names. Returns false after reporting errors. */
-static bool bind_args(Lower *L, Scope *s, const char *fname, const char *const *pnames, int np, int nreq,
-                      const Expr *call, Bound *out, Val *argv) {
+/* Matches a call's arguments (positional, then by name) to the np parameters pnames:
+ * v[k], loc[k], given[k] for each parameter given. `what` names the callee in messages
+ * ("`gelu`", "layer `mlp`"). Returns false after reporting an unknown, duplicate or
+ * surplus argument; missing ones are the caller's to check (its rule for defaults). */
+static bool match_args(const char *what, const char *fname, const char *const *pnames, int np, const Expr *call,
+                       const Val *argv, Val *v, SrcLoc *loc, bool *given) {
   bool ok = true;
   int pos = 0;
   for (int i = 0; i < call->args.n; i++) {
@@ -646,23 +649,32 @@ static bool bind_args(Lower *L, Scope *s, const char *fname, const char *const *
       for (k = 0; k < np; k++)
         if (strcmp(pnames[k], a->name) == 0) break;
       if (k == np) {
-        error_at(a->loc, "`%s` has no argument `%s`", fname, a->name);
+        error_at(a->loc, "%s has no argument `%s`", what, a->name);
         const char *h = diag_nearest(a->name, pnames, np);
         if (h) note("did you mean `%s`?", h);
         ok = false;
         continue;
       }
     }
-    if (out->given[k]) {
+    if (given[k]) {
       error_at(a->loc, "argument `%s` of `%s` is given twice", pnames[k], fname);
       ok = false;
       continue;
     }
-    out->given[k] = true;
-    out->v[k] = argv[i];
-    out->loc[k] = a->value->loc;
-    if (argv[i].kind == V_NONE) ok = false;
+    given[k] = true;
+    v[k] = argv[i];
+    loc[k] = a->value->loc;
   }
+  return ok;
+}
+
+/* Binds a builtin's arguments: the first nreq are required; a failed argument (V_NONE)
+ * fails the call. Returns false after reporting errors. */
+static bool bind_args(Lower *L, Scope *s, const char *fname, const char *const *pnames, int np, int nreq,
+                      const Expr *call, Bound *out, Val *argv) {
+  bool ok = match_args(arena_printf(L->a, "`%s`", fname), fname, pnames, np, call, argv, out->v, out->loc, out->given);
+  for (int k = 0; k < np && ok; k++)
+    if (out->given[k] && out->v[k].kind == V_NONE) ok = false;
   for (int k = 0; k < nreq && ok; k++)
     if (!out->given[k]) {
       error_at(call->loc, "`%s` is missing its argument `%s`", fname, pnames[k]);
@@ -1354,46 +1366,13 @@ static Val call_layer(Lower *L, Scope *s, const LayerDecl *ld, const Expr *call,
     return none_val;
   }
   int np = ld->params.n;
-  if (np > 8) {
-    /* Bound holds 8; larger layers bind through a heap copy. */
-  }
   const char **pnames = ARENA_ARRAY(L->a, const char *, np + 1);
   for (int i = 0; i < np; i++) pnames[i] = ((LayerParam *)ld->params.v[i])->name;
-  /* Bind arguments (Bound holds 8; use arrays for the general case). */
+  /* Bind arguments (any number of parameters: arrays, not a Bound) */
   Val *bv = ARENA_ARRAY(L->a, Val, np + 1);
   SrcLoc *bl = ARENA_ARRAY(L->a, SrcLoc, np + 1);
   bool *given = ARENA_ARRAY(L->a, bool, np + 1);
-  bool ok = true;
-  int pos = 0;
-  for (int i = 0; i < call->args.n; i++) {
-    const Arg *a = call->args.v[i];
-    int k;
-    if (!a->name) {
-      k = pos++;
-      if (k >= np) {
-        error_at(a->loc, "`%s` takes %d argument%s, got %d", ld->name, np, np == 1 ? "" : "s", call->args.n);
-        return none_val;
-      }
-    } else {
-      for (k = 0; k < np; k++)
-        if (strcmp(pnames[k], a->name) == 0) break;
-      if (k == np) {
-        error_at(a->loc, "layer `%s` has no argument `%s`", ld->name, a->name);
-        const char *h = diag_nearest(a->name, pnames, np);
-        if (h) note("did you mean `%s`?", h);
-        ok = false;
-        continue;
-      }
-    }
-    if (given[k]) {
-      error_at(a->loc, "argument `%s` of `%s` is given twice", pnames[k], ld->name);
-      ok = false;
-      continue;
-    }
-    given[k] = true;
-    bv[k] = argv[i];
-    bl[k] = a->value->loc;
-  }
+  bool ok = match_args(arena_printf(L->a, "layer `%s`", ld->name), ld->name, pnames, np, call, argv, bv, bl, given);
   for (int k = 0; k < np && ok; k++) {
     const LayerParam *lp = ld->params.v[k];
     if (!given[k] && !lp->def) {
