@@ -7,7 +7,9 @@
  * every iteration) and appears in the outer plan as one block live at the REPEAT.
  * Body values that are stacked ys are not placed in the body: they live in the
  * outer stacked buffer at offset + i * stride. Results "next:X" of an update op
- * that reads X alias X (the update runs in place).
+ * that reads X alias X (the update runs in place). An all-reduce output takes its
+ * input's place when the input is not used after it (the collective runs in place:
+ * a data-parallel gradient and its reduced sum are one buffer, not two).
  */
 #include "memplan.h"
 
@@ -227,6 +229,41 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       p.iv[i].v = NULL;
     }
   }
+  /* all-reduce in place: output k joins input k's interval when that interval ends at the
+   * all-reduce (nothing, views included, reads the input later) */
+  int *root = ARENA_ARRAY(tmp, int, p.n + 1); /* interval -> the interval it was merged into, or itself */
+  for (int i = 0; i < p.n; i++) root[i] = i;
+  Value **alias_y = ARENA_ARRAY(tmp, Value *, p.n + 1); /* merged outputs and where they go */
+  int *alias_to = ARENA_ARRAY(tmp, int, p.n + 1), nalias = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_ALL_REDUCE) continue;
+    for (int k = 0; k < n->nin && k < n->nout; k++) {
+      Value *x = n->in[k], *y = n->out[k];
+      if (x->def->graph != g || !slot[x->id] || !slot[y->id] || view[i]) continue;
+      int sx = slot[x->id] - 1, sy = slot[y->id] - 1;
+      while (root[sx] != sx) sx = root[sx];
+      if (sx == sy || p.iv[sx].end != i || !p.iv[sx].v || !p.iv[sy].v || p.iv[sy].v != y ||
+          value_bytes(x) != value_bytes(y))
+        continue;
+      bool twice = false; /* the same buffer as another input of this node: no */
+      for (int j = 0; j < n->nin; j++)
+        if (j != k && n->in[j]->def->graph == g && slot[n->in[j]->id]) {
+          int sj = slot[n->in[j]->id] - 1;
+          while (root[sj] != sj) sj = root[sj];
+          twice = twice || sj == sx;
+        }
+      if (twice) continue;
+      p.iv[sx].end = p.iv[sy].end;
+      p.iv[sx].mclass = p.iv[sy].mclass;
+      p.iv[sy].bytes = 0;
+      root[sy] = sx;
+      alias_y[nalias] = y;
+      alias_to[nalias++] = sx;
+    }
+  }
+  Value **alias_x = ARENA_ARRAY(tmp, Value *, nalias + 1); /* the value heading each target interval */
+  for (int a = 0; a < nalias; a++) alias_x[a] = p.iv[alias_to[a]].v;
   /* compact out aliased entries */
   int k = 0;
   for (int i = 0; i < p.n; i++)
@@ -245,6 +282,12 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       mp->nvalues++;
       if (p.iv[i].bytes > mp->largest[p.iv[i].mclass]) mp->largest[p.iv[i].mclass] = p.iv[i].bytes;
     }
+  }
+  for (int a = 0; a < nalias; a++) { /* in node order: an output merged into an earlier output resolves */
+    alias_y[a]->offset = alias_x[a]->offset;
+    alias_y[a]->stride = 0;
+    alias_y[a]->mclass = alias_x[a]->mclass;
+    mp->nvalues++;
   }
   /* region blocks: rebase the body's offsets to where its block landed */
   for (int i = 0; i < p.n; i++) {

@@ -1,0 +1,118 @@
+/* tests/passes/test_memplan.c — the memory plan: no two values that are live at the same
+ * time share bytes, except where the plan means them to (views, in-place updates, an
+ * all-reduce taking its dead input's place); and those in-place cases happen exactly
+ * where they are allowed.
+ *
+ * The graph (top level, no bodies):
+ *   a = tanh(x) ; y = all_reduce(a)           a dies at the all-reduce: y takes a's place
+ *   c = tanh(y) ; d = all_reduce(c) ; e = c + d   c is read after: d gets its own bytes
+ *   f = tanh(e) ; g1, g2 = all_reduce(f, f)   the same input twice: at most one takes it
+ *   loss = sum(g1 + g2 + w)
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "memplan.h"
+#include "passes.h"
+#include "tb.h"
+
+static int failures;
+#define EXPECT(cond, ...)                                                                                          \
+  do {                                                                                                             \
+    if (!(cond)) {                                                                                                 \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                                \
+      fprintf(stderr, "\n");                                                                                       \
+      failures++;                                                                                                  \
+    }                                                                                                              \
+  } while (0)
+
+static int pos_of(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+/* Last position reading v (nnodes when v is a result). */
+static int last_use(const Graph *g, const Value *v) {
+  for (int r = 0; r < g->nresults; r++)
+    if (g->results[r] == v) return g->nnodes;
+  int last = pos_of(g, v->def);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v) last = i;
+  return last;
+}
+
+static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* u's bytes may be v's while both live only when v is an all-reduce output whose input
+ * u (or the reverse) dies at that all-reduce. */
+static bool planned_alias(const Graph *g, const Value *u, const Value *v) {
+  for (int pass = 0; pass < 2; pass++) {
+    const Value *x = pass ? v : u, *y = pass ? u : v;
+    const Node *n = y->def;
+    if (n->op == OP_ALL_REDUCE && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n)) return true;
+  }
+  return false;
+}
+
+static void check_no_overlap(const Graph *g) {
+  int checked = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nout; k++) {
+      const Value *u = g->nodes[i]->out[k];
+      if (u->offset < 0) continue;
+      for (int j = i; j < g->nnodes; j++)
+        for (int l = 0; l < g->nodes[j]->nout; l++) {
+          const Value *v = g->nodes[j]->out[l];
+          if (v == u || v->offset < 0 || (j == i && l <= k)) continue;
+          bool live = pos_of(g, v->def) <= last_use(g, u) && pos_of(g, u->def) <= last_use(g, v);
+          bool shared = u->offset < v->offset + bytes_of(v) && v->offset < u->offset + bytes_of(u);
+          checked++;
+          EXPECT(!(live && shared) || planned_alias(g, u, v),
+                 "values %%%d [%lld, +%lld) and %%%d [%lld, +%lld) are live together and share bytes", u->id,
+                 (long long)u->offset, (long long)bytes_of(u), v->id, (long long)v->offset, (long long)bytes_of(v));
+        }
+    }
+  EXPECT(checked > 10, "only %d pairs checked", checked);
+}
+
+int main(void) {
+  Arena a;
+  arena_init(&a);
+  Module *m = tb_module(&a, "memplan");
+  Graph *g = m->graph;
+  Shape s = tb_shape(2, 16, 32);
+  Value *x = tb_input(g, "x", DT_F32, s);
+  Value *w = tb_param(g, "w", DT_F32, s, INIT_ZEROS, 0, 0);
+  Attrs ar = {0};
+  ar.mesh_axis = AX_DP;
+  ar.reduce = RED_SUM;
+  Value *av = tb_op1(g, OP_TANH, x, NULL);
+  Value *y = tb_op1(g, OP_ALL_REDUCE, av, &ar);
+  Value *c = tb_op1(g, OP_TANH, y, NULL);
+  Value *d = tb_op1(g, OP_ALL_REDUCE, c, &ar);
+  Value *e = tb_op2(g, OP_ADD, c, d, NULL);
+  Value *f = tb_op1(g, OP_TANH, e, NULL);
+  Value *ff[2] = {f, f};
+  Node *two = tb_node(g, OP_ALL_REDUCE, 2, ff, 2, &ar);
+  Value *h = tb_op2(g, OP_ADD, two->out[0], two->out[1], NULL);
+  Value *h2 = tb_op2(g, OP_ADD, h, w, NULL);
+  Value *loss = tb_op1(g, OP_SUM, h2, NULL);
+  ir_add_result(g, loss, "loss");
+  if (!pass_memplan(m)) {
+    fprintf(stderr, "pass_memplan failed\n");
+    return 1;
+  }
+  EXPECT(y->offset == av->offset, "y = all_reduce(a), a dead after: y at %lld, a at %lld", (long long)y->offset,
+         (long long)av->offset);
+  EXPECT(d->offset != c->offset, "d = all_reduce(c), c read after: both at %lld", (long long)d->offset);
+  EXPECT(two->out[0]->offset != two->out[1]->offset, "all_reduce(f, f): both outputs at %lld",
+         (long long)two->out[0]->offset);
+  check_no_overlap(g);
+  arena_free(&a);
+  if (failures) fprintf(stderr, "test_memplan: %d failures\n", failures);
+  else printf("test_memplan: ok\n");
+  return failures ? 1 : 0;
+}
