@@ -150,6 +150,25 @@ static void shift_body(Graph *body, int64_t shift) {
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
                           int64_t by_class[MEM_COUNT]);
 
+/* How many inputs of nodes of g (nested bodies included) are v. */
+static int readers(const Graph *g, const Value *v) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    for (int j = 0; j < g->nodes[i]->nin; j++) k += g->nodes[i]->in[j] == v;
+    if (g->nodes[i]->body) k += readers(g->nodes[i]->body, v);
+  }
+  return k;
+}
+
+static bool is_result(const Graph *g, const Value *v) {
+  for (int r = 0; r < g->nresults; r++)
+    if (g->results[r] == v) return true;
+  return false;
+}
+
+/* A view that can share its input's memory: same bytes, no copy. */
+static bool is_view(const Node *n);
+
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
                        int64_t by_class[MEM_COUNT]) {
   Graph *body = rep->body;
@@ -159,6 +178,12 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
     Value *y = body->results[r];
     if (y->def->graph != body || y->def->op == OP_ARG) continue; /* copied by codegen */
     y->offset = -2;                                               /* placed once the outer value is */
+    /* a stacked all-reduce output: its input, read by nothing else, lives there too */
+    Node *d = y->def;
+    Value *x = d->op == OP_ALL_REDUCE && y->idx < d->nin ? d->in[y->idx] : NULL;
+    if (x && x->def->graph == body && x->def->op != OP_ARG && !is_view(x->def) && x->offset != -2 &&
+        value_bytes(x) == value_bytes(y) && readers(body, x) == 1 && !is_result(body, x))
+      x->offset = -2;
   }
   *bytes = plan_graph(body, 0, mp, tmp, peak, by_class);
 }
@@ -318,6 +343,13 @@ static void place_stacked(Graph *g) {
         y->offset = outer->offset;
         y->stride = value_bytes(y);
         y->mclass = MEM_ACT;
+        Node *d = y->def; /* its all-reduce's input, when place_body put it there too */
+        Value *x = d->op == OP_ALL_REDUCE && y->idx < d->nin ? d->in[y->idx] : NULL;
+        if (x && x->def->graph == n->body && x->offset == -2) {
+          x->offset = y->offset;
+          x->stride = y->stride;
+          x->mclass = y->mclass;
+        }
       }
     place_stacked(n->body);
   }
