@@ -5,6 +5,9 @@
 #   blocking  one blocking all-reduce per bucket
 #   lazy      buckets started asynchronously, progressed only when waited (no progress during compute)
 #   async     buckets started asynchronously and progressed between kernels (the default)
+# A mode NAME-plain runs NAME with the trainer's memory in plain memory (SHARDRT_SHMEM=0: the
+# peers reach it by process_vm_readv/writev, not through mappings); MODES picks the modes
+# (default "member blocking lazy async"; e.g. MODES="async-plain async").
 # Rounds are interleaved so machine noise hits every mode alike. Model: the tiny GPT widened
 # (d=256, 6 layers, seq 128: 4.8 M parameters, 18.3 MiB of gradients per step), micro-batch 2 per
 # rank (a small per-rank batch: the regime where gradient communication matters).
@@ -30,13 +33,15 @@ field() { grep -o "\"$2\":[^,}]*" "$1" | cut -d: -f2 | tail -n +2; } # steps aft
 echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), bucket $bucket, $steps steps (first excluded)"
 printf '%-6s %-9s %9s %9s %6s %18s\n' round mode ms/step comm_ms comm% "done during compute"
 for r in $(seq 1 "$rounds"); do
-  for mode in member blocking lazy async; do
-    SHARDRT_DP_COMM=$mode SHARDRT_COLL_STATS=1 mpirun --mca pml ob1 -np 2 "$t/dp2" "${run[@]}" --log "$t/log.jsonl" \
+  for mode in ${MODES:-member blocking lazy async}; do
+    shm=1
+    case $mode in *-plain) shm=0 ;; esac
+    SHARDRT_DP_COMM=${mode%-plain} SHARDRT_SHMEM=$shm SHARDRT_COLL_STATS=1 mpirun -x SHARDRT_DP_COMM -x SHARDRT_SHMEM -x SHARDRT_COLL_STATS --mca pml ob1 -np 2 "$t/dp2" "${run[@]}" --log "$t/log.jsonl" \
       >/dev/null 2>"$t/err"
     ms=$(field "$t/log.jsonl" ms | median)
     cm=$(field "$t/log.jsonl" comm_ms | median)
     early=$(grep -m1 -o 'async all-reduces [0-9]* ([0-9]* done' "$t/err" | awk '{ print substr($4, 2) "/" $3 }')
-    case $mode in async | lazy) ;; *) early=- ;; esac
+    case $mode in async* | lazy*) ;; *) early=- ;; esac
     printf '%-6s %-9s %9.1f %9.1f %5.0f%% %18s\n' "$r" "$mode" "$ms" "$cm" "$(awk -v a="$cm" -v b="$ms" 'BEGIN { print 100 * a / b }')" "$early"
   done
 done
