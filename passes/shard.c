@@ -54,6 +54,8 @@ typedef struct {
   bool undecided;          /* a PARAM/STATE (or a body's view of one) whose sharding is not chosen yet */
   Value *param;            /* the top-level source this value views (itself for the source) */
   int lead;                /* stacked dims the source has in front of this value's dims */
+  Value *via;              /* undecided: the value this one views or casts (a REPEAT's input, a
+                              CAST's input), decided with it; NULL for the source */
   uint8_t role[IR_MAX_RANK]; /* ROLE_* per dim: batch and sequence dims of activations */
 } VInfo;
 
@@ -187,17 +189,17 @@ static void decide(Sh *s, Value *v, Sharding h) {
   v->sharding = h;
   v->shape = local_of(s, L, &h);
   vi->undecided = false;
-  Value *p = vi->param;
-  if (p && p != v && info(s, p)->undecided) {
-    Sharding ph = repl();
-    for (int d = 0; d + vi->lead < IR_MAX_RANK && d < v->shape.rank; d++) {
-      ph.split[d + vi->lead] = h.split[d];
-      ph.blocks[d + vi->lead] = h.blocks[d];
+  /* what v views or casts, up to the source: the same sharding on the same dims (their
+   * stacked dims in front stay whole) */
+  Value *u = vi->via;
+  if (u && info(s, u)->undecided) {
+    int shift = vi->lead - info(s, u)->lead;
+    Sharding uh = repl();
+    for (int d = 0; d + shift < IR_MAX_RANK && d < v->shape.rank; d++) {
+      uh.split[d + shift] = h.split[d];
+      uh.blocks[d + shift] = h.blocks[d];
     }
-    VInfo *pi = info(s, p);
-    p->sharding = ph;
-    p->shape = local_of(s, p->shape, &ph);
-    pi->undecided = false;
+    decide(s, u, uh);
   }
 }
 
@@ -432,6 +434,15 @@ static bool linear_ok(OpKind op, int i) {
 static void rule_ew(Sh *s, Node *n) {
   Value *o = n->out[0];
   int r = o->shape.rank;
+  if (n->op == OP_CAST && info(s, n->in[0])->undecided) {
+    /* a parameter's compute copy (bf16): decided with it, where the copy is first used */
+    VInfo *xi = info(s, n->in[0]), *oi = info(s, o);
+    oi->undecided = true;
+    oi->param = xi->param;
+    oi->lead = xi->lead;
+    oi->via = n->in[0];
+    return;
+  }
   /* partial sums: kept through linear ops, settled otherwise */
   uint8_t pmask = 0;
   int npart = 0;
@@ -1162,6 +1173,7 @@ static void rule_repeat(Sh *s, Node *n) {
     if (xi->undecided) { /* a parameter: decided where the body first uses it */
       ai->undecided = true;
       ai->param = xi->param;
+      ai->via = x;
       ai->lead = xi->lead + (i >= nc && i < nc + nx ? 1 : 0);
       continue;
     }
@@ -1306,9 +1318,10 @@ bool pass_shard(Module *m) {
   s.g = g;
   s.loc = (SrcLoc){0};
   for (int i = 0; i < g->nresults; i++) g->results[i] = settle(&s, sub(&s, g->results[i]));
-  /* parameters nobody read: replicated */
+  /* parameters nobody read (and their casts nobody decided): replicated */
   for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->op == OP_PARAM || g->nodes[i]->op == OP_STATE) decide_repl(&s, g->nodes[i]->out[0]);
+    if (g->nodes[i]->op == OP_PARAM || g->nodes[i]->op == OP_STATE || g->nodes[i]->op == OP_CAST)
+      decide_repl(&s, g->nodes[i]->out[0]);
   check_shapes(g);
   ptrmap_free(&s.info);
   ptrmap_free(&s.memo);
