@@ -341,25 +341,27 @@ static bool is_multi_rank_op(const Node *n) {
   }
 }
 
-static void emit_multi_rank(Cg *c, Node *n) {
-  Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
+/* ALL_GATHER, REDUCE_SCATTER, BROADCAST and SHARD_SLICE as their coll.h calls; ws is the
+ * expression of the packing scratch, which lies ws_off bytes into the workspace (both
+ * targets: the CUDA one keeps its error flags in front). */
+void cg_collective(Cg *c, const Node *n, const char *ws, int ws_off) {
+  const Value *y = n->out[0], *x = n->in[0];
   const Attrs *a = &n->a;
+  const char *at = ws_off ? arena_printf(c->a, "%d + ", ws_off) : "";
   int64_t outer, nl, inner;
   switch (n->op) {
-  case OP_AXIS_INDEX: cg_line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), cg_axis_lit(a->mesh_axis)); return;
-  case OP_ALL_REDUCE: return emit_all_reduce(c, n);
   case OP_ALL_GATHER:
-    cg_axis_split(&x->shape, a->axis, &outer, &nl, &inner);
-    cg_line(c, "rt_coll_all_gather(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
-         cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), a->axis);
-    cg_ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, cg_bytes(y)));
+  case OP_REDUCE_SCATTER: {
+    bool gather = n->op == OP_ALL_GATHER;
+    const Value *split = gather ? x : y, *whole = gather ? y : x;
+    cg_axis_split(&split->shape, a->axis, &outer, &nl, &inner);
+    cg_line(c, "rt_coll_%s(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
+         gather ? "all_gather" : "reduce_scatter", cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl,
+         inner, a->blocks, cg_dtype_lit(y->dtype), ws, a->axis);
+    cg_ws_need(c, arena_printf(c->a, "%srt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", at, outer, a->blocks,
+                               cg_bytes(whole)));
     return;
-  case OP_REDUCE_SCATTER:
-    cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
-    cg_line(c, "rt_coll_reduce_scatter(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, WS); /* along dim %d */",
-         cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), a->axis);
-    cg_ws_need(c, arena_printf(c->a, "rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", outer, a->blocks, cg_bytes(x)));
-    return;
+  }
   case OP_BROADCAST:
     cg_line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", cg_axis_lit(a->mesh_axis), cg_ptr(c, y),
          cg_ptr(c, x), ir_numel(&y->shape), cg_dtype_lit(y->dtype), a->start);
@@ -369,6 +371,17 @@ static void emit_multi_rank(Cg *c, Node *n) {
     cg_line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
          cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype), a->axis);
     return;
+  default: die("codegen: %s is not a gather / scatter / broadcast / slice", ir_ops[n->op].name);
+  }
+}
+
+static void emit_multi_rank(Cg *c, Node *n) {
+  Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
+  const Attrs *a = &n->a;
+  switch (n->op) {
+  case OP_AXIS_INDEX: cg_line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), cg_axis_lit(a->mesh_axis)); return;
+  case OP_ALL_REDUCE: return emit_all_reduce(c, n);
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: return cg_collective(c, n, "WS", 0);
   case OP_EMBED: {
     Value *t = n->in[0], *idx = n->in[1];
     int64_t cnt = ir_numel(&idx->shape);

@@ -70,6 +70,9 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
 /* An ALL_REDUCE as coll.h calls (data-parallel buckets started asynchronously, their waits
  * placed before the first reader); both targets. */
 void cg_all_reduce(Cg *c, Node *n);
+/* ALL_GATHER, REDUCE_SCATTER, BROADCAST, SHARD_SLICE: the coll.h call with packing scratch ws
+ * (an expression) lying ws_off bytes into the workspace. */
+void cg_collective(Cg *c, const Node *n, const char *ws, int ws_off);
 
 /* codegen/cuda.c: one node of the CUDA target's host program. */
 void cg_cuda_node(Cg *c, Node *n);

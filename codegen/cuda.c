@@ -180,39 +180,7 @@ static bool float_ok(Cg *c, const Node *n, const Value *v) {
  * device block copies). The packing scratch lies past the kernels' error flags. */
 
 static void emit_collective(Cg *c, const Node *n) {
-  const Value *y = n->out[0], *x = n->in[0];
-  const Attrs *a = &n->a;
-  const char *ws = "(WS + " STR(CUK_WS_FLAGS) ")";
-  int64_t outer, nl, inner;
-  switch (n->op) {
-  case OP_ALL_GATHER:
-    cg_axis_split(&x->shape, a->axis, &outer, &nl, &inner);
-    cg_line(c, "rt_coll_all_gather(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
-            cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), ws,
-            a->axis);
-    cg_ws_need(c, arena_printf(c->a, "%d + rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", CUK_WS_FLAGS, outer, a->blocks,
-                               cg_bytes(y)));
-    return;
-  case OP_REDUCE_SCATTER:
-    cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
-    cg_line(c, "rt_coll_reduce_scatter(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
-            cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, cg_dtype_lit(y->dtype), ws,
-            a->axis);
-    cg_ws_need(c, arena_printf(c->a, "%d + rt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", CUK_WS_FLAGS, outer, a->blocks,
-                               cg_bytes(x)));
-    return;
-  case OP_BROADCAST:
-    cg_line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", cg_axis_lit(a->mesh_axis), cg_ptr(c, y),
-            cg_ptr(c, x), ir_numel(&y->shape), cg_dtype_lit(y->dtype), a->start);
-    return;
-  case OP_SHARD_SLICE:
-    cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
-    cg_line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
-            cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype),
-            a->axis);
-    return;
-  default: die("cuda: %s is not a collective", ir_ops[n->op].name);
-  }
+  cg_collective(c, n, "(WS + " STR(CUK_WS_FLAGS) ")", CUK_WS_FLAGS);
 }
 
 void cg_cuda_node(Cg *c, Node *n) {
