@@ -167,7 +167,9 @@ static bool is_result(const Graph *g, const Value *v) {
 }
 
 /* A view that can share its input's memory: same bytes, no copy. */
-static bool is_view(const Node *n);
+static bool is_view(const Node *n) {
+  return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype));
+}
 
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
                        int64_t by_class[MEM_COUNT]) {
@@ -186,11 +188,6 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
       x->offset = -2;
   }
   *bytes = plan_graph(body, 0, mp, tmp, peak, by_class);
-}
-
-/* A view that can share its input's memory: same bytes, no copy. */
-static bool is_view(const Node *n) {
-  return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype));
 }
 
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
@@ -265,7 +262,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (n->op != OP_ALL_REDUCE) continue;
     for (int k = 0; k < n->nin && k < n->nout; k++) {
       Value *x = n->in[k], *y = n->out[k];
-      if (x->def->graph != g || !slot[x->id] || !slot[y->id] || view[i]) continue;
+      if (x->def->graph != g || !slot[x->id] || !slot[y->id]) continue;
       int sx = slot[x->id] - 1, sy = slot[y->id] - 1;
       while (root[sx] != sx) sx = root[sx];
       if (sx == sy || p.iv[sx].end != i || !p.iv[sx].v || !p.iv[sy].v || p.iv[sy].v != y ||
