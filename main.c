@@ -47,6 +47,21 @@ static void usage(FILE *f) {
           "  -h, --help            this text\n");
 }
 
+/* After a build: how many ranks the trainer needs and the command that starts it. */
+static void print_launch_hint(const Module *m, const char *trainer) {
+  const MeshMap *mm = m->mesh;
+  const char *dir = strchr(trainer, '/') ? "" : "./";
+  if (mm->world == 1) {
+    fprintf(stderr, "shardc: wrote %s, a single-process trainer: run %s%s\n", trainer, dir, trainer);
+    return;
+  }
+  fprintf(stderr,
+          "shardc: wrote %s, a trainer for %d ranks (dp %d x pp %d x cp %d x tp %d): run mpirun -np %d %s%s "
+          "(--world 1 builds a single-process one)\n",
+          trainer, mm->world, mm->dim[RT_AX_DP], mm->dim[RT_AX_PP], mm->dim[RT_AX_CP], mm->dim[RT_AX_TP], mm->world,
+          dir, trainer);
+}
+
 int main(int argc, char **argv) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL;
   bool build = false;
@@ -175,6 +190,7 @@ int main(int argc, char **argv) {
     char def[512];
     if (!out) snprintf(def, sizeof def, "train_%s", m->name);
     if (!cg_build(m, out ? out : def, &cg)) return 1;
+    print_launch_hint(m, out ? out : def);
   }
   arena_free(&arena);
   return 0;

@@ -1,6 +1,8 @@
 /* ir/module.c — plan and recipe defaults, the learning-rate schedule. */
 #include "module.h"
 
+#include "schedule.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -45,17 +47,9 @@ int ir_plan_dp(const Module *m, int world) {
   return world % model == 0 && world >= model ? world / model : 1;
 }
 
+_Static_assert((int)LR_CONSTANT == RT_LR_CONSTANT && (int)LR_LINEAR == RT_LR_LINEAR && (int)LR_COSINE == RT_LR_COSINE,
+               "LrScheduleKind and runtime/schedule.h agree");
+
 double ir_lr_at(const Recipe *r, int64_t step) {
-  double lr = r->lr;
-  if (r->warmup > 0 && step < r->warmup) return lr * (double)(step + 1) / (double)r->warmup;
-  int64_t decay = r->steps - r->warmup;
-  if (decay <= 0) return lr;
-  double t = (double)(step - r->warmup) / (double)decay;
-  if (t > 1) t = 1;
-  switch (r->lr_schedule) {
-  case LR_CONSTANT: return lr;
-  case LR_LINEAR: return r->min_lr + (lr - r->min_lr) * (1.0 - t);
-  case LR_COSINE: return r->min_lr + (lr - r->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
-  }
-  return lr;
+  return rt_lr_at((int)r->lr_schedule, r->lr, r->min_lr, r->warmup, r->steps, step);
 }

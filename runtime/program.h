@@ -10,11 +10,11 @@
 
 #include <stdint.h>
 
-#include "dtype.h" /* RT_F32, RT_BF16, ... (the IR's DType order) */
+#include "dtype.h"    /* RT_F32, RT_BF16, ... (the IR's DType order) */
+#include "schedule.h" /* RT_LR_* */
 enum { RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_CONST }; /* = InitKind */
 enum { RT_T_PARAM, RT_T_STATE, RT_T_INPUT, RT_T_RESULT };
 enum { RT_OPT_SGD, RT_OPT_ADAMW };
-enum { RT_LR_CONSTANT, RT_LR_LINEAR, RT_LR_COSINE };
 
 #define RT_MAX_RANK 6
 

@@ -127,10 +127,10 @@ bool rt_boot_check_mesh(const RtBoot *b, const MeshMap *m) {
   if (b->rank == 0) {
     fprintf(stderr,
             "shardrt: the plan needs %d ranks (dp %d x pp %d x cp %d x tp %d) but %s started %d; "
-            "launch it with %s %d, or recompile for %d ranks\n",
+            "launch it with %s %d, or rebuild it for %d rank%s (shardc build ... --world %d)\n",
             m->world, m->dim[RT_AX_DP], m->dim[RT_AX_PP], m->dim[RT_AX_CP], m->dim[RT_AX_TP],
             rt_launcher_name(b->launcher), b->world, b->launcher == RT_LAUNCH_SRUN ? "srun -n" : "mpirun -np",
-            m->world, b->world);
+            m->world, b->world, b->world == 1 ? "" : "s", b->world);
   }
   return false;
 }

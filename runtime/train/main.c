@@ -268,22 +268,6 @@ static void init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtC
   }
 }
 
-/* The learning rate of 0-based step s: linear warmup to lr, then constant / linear / cosine decay
- * to min_lr at `steps` (the same formula as ir_lr_at). */
-static double lr_at(const RtRecipe *r, int64_t steps, int64_t s) {
-  double lr = r->lr;
-  if (r->warmup > 0 && s < r->warmup) return lr * (double)(s + 1) / (double)r->warmup;
-  int64_t decay = steps - r->warmup;
-  if (decay <= 0) return lr;
-  double t = (double)(s - r->warmup) / (double)decay;
-  if (t > 1) t = 1;
-  switch (r->lr_schedule) {
-  case RT_LR_CONSTANT: return lr;
-  case RT_LR_LINEAR: return r->min_lr + (lr - r->min_lr) * (1.0 - t);
-  case RT_LR_COSINE: return r->min_lr + (lr - r->min_lr) * 0.5 * (1.0 + cos(3.14159265358979323846 * t));
-  }
-  return lr;
-}
 
 /* ---- the run ---- */
 
@@ -863,7 +847,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   for (int64_t s = first; s <= stop; s++) {
     r->ctx.step = s;
     load_batch(r, &r->train, r->st.data_pos);
-    double lr = lr_at(&p->recipe, o->steps, s - 1);
+    double lr = rt_lr_at(p->recipe.lr_schedule, p->recipe.lr, p->recipe.min_lr, p->recipe.warmup, o->steps, s - 1);
     put_input(r, r->lr, lr);
     put_input(r, r->stepno, (double)s);
     double t0 = rt_now(), c0 = r->ctx.comm_s;
@@ -874,6 +858,8 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     if (s > first || stop == first) comm_steady += dcomm;
     r->st.data_pos += gbatch;
     r->st.step = s;
+    double loss = get_result(r, r->loss), gn = get_result(r, r->gnorm);
+    r->st.loss = loss; /* before the dump: its metadata holds this step's loss */
     if (s <= o->dump_steps) {
       const char *dir = o->dump_to ? o->dump_to : "dump";
       if (r->ctx.rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -882,8 +868,6 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
       dump(r, path);
       free(path);
     }
-    double loss = get_result(r, r->loss), gn = get_result(r, r->gnorm);
-    r->st.loss = loss;
     if (s > first || stop == first) t_steady += dt, steady_steps++;
     double tps = (double)(gbatch * T) / dt, mfu = job_mfu(r, p, tps);
     double eta = steady_steps ? t_steady / (double)steady_steps * (double)(stop - s) : NAN;

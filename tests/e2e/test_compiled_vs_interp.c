@@ -230,6 +230,11 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
     fprintf(stderr, "  step %2d: loss %.7f (interpreter %.7f, rel %.1e)\n", s, loss.data[0], ref, rel);
     CHECK(rel <= (s == 1 ? tol_loss1 : tol_loss), "%s: step %d loss %.9g vs interpreter %.9g (rel %.2e)", label, s,
           loss.data[0], ref, rel);
+    /* the dump's metadata carries this step's loss (as "%.9g"), not the previous one's */
+    const RtJson *meta = rt_json_get(st.hdr, "__metadata__"), *ml = meta ? rt_json_get(meta, "loss") : NULL;
+    double mloss = ml && ml->str ? strtod(ml->str, NULL) : NAN;
+    CHECK(fabs(mloss - loss.data[0]) <= 1e-8 * fabs(loss.data[0]), "%s: step %d dump metadata loss %s, tensor %.9g",
+          label, s, ml && ml->str ? ml->str : "(none)", loss.data[0]);
     tensor_free(&loss);
     if (s == 1) {
       double worst_g = 0, worst_p = 0;

@@ -184,7 +184,7 @@ static void schedules(void) {
   r.lr = 1.0;
   r.min_lr = 0.1;
   r.warmup = 10;
-  r.steps = 110;
+  r.steps = 111; /* 0-based steps 10..110 decay: t = (s - 10) / 100 */
   static const struct {
     LrScheduleKind k;
     int64_t step;
@@ -192,9 +192,10 @@ static void schedules(void) {
   } t[] = {
       {LR_COSINE, 0, 0.1},   {LR_COSINE, 4, 0.5},    {LR_COSINE, 9, 1.0},         {LR_COSINE, 10, 1.0},
       {LR_COSINE, 35, 0.1 + 0.45 * (1 + 0.70710678118654752)}, {LR_COSINE, 60, 0.55},
-      {LR_COSINE, 110, 0.1}, {LR_COSINE, 500, 0.1},  {LR_LINEAR, 0, 0.1},         {LR_LINEAR, 10, 1.0},
-      {LR_LINEAR, 35, 0.775}, {LR_LINEAR, 60, 0.55}, {LR_LINEAR, 110, 0.1},       {LR_CONSTANT, 3, 0.4},
-      {LR_CONSTANT, 10, 1.0}, {LR_CONSTANT, 109, 1.0},
+      {LR_COSINE, 109, 0.1 + 0.45 * (1 + cos(M_PI * 0.99))},  {LR_COSINE, 110, 0.1}, /* the last step: min */
+      {LR_COSINE, 500, 0.1}, {LR_LINEAR, 0, 0.1},    {LR_LINEAR, 10, 1.0},        {LR_LINEAR, 35, 0.775},
+      {LR_LINEAR, 60, 0.55}, {LR_LINEAR, 110, 0.1},  {LR_CONSTANT, 3, 0.4},       {LR_CONSTANT, 10, 1.0},
+      {LR_CONSTANT, 110, 1.0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     r.lr_schedule = t[i].k;
@@ -207,6 +208,11 @@ static void schedules(void) {
   r.lr_schedule = LR_COSINE;
   check(close(ir_lr_at(&r, 0), 1.0), "%s", "cosine without warmup at 0", ir_lr_at(&r, 0), 1.0);
   check(close(ir_lr_at(&r, 55), 0.55), "%s", "cosine without warmup at 55", ir_lr_at(&r, 55), 0.55);
+  /* the case: 10 steps from 1e-3 to 1e-4, no warmup: step 10 of 10 runs at 1e-4 */
+  r.lr = 1e-3, r.min_lr = 1e-4, r.steps = 10;
+  check(close(ir_lr_at(&r, 9), 1e-4), "%s", "cosine at the last of 10 steps", ir_lr_at(&r, 9), 1e-4);
+  r.steps = 1; /* one step, no warmup: it is the last one */
+  check(close(ir_lr_at(&r, 0), 1e-4), "%s", "cosine with one step", ir_lr_at(&r, 0), 1e-4);
   printf("  schedules match\n");
 }
 
