@@ -24,8 +24,8 @@ void fe_plan(Fe *fe, const Decl *d);
 void fe_recipe(Fe *fe, const Decl *d);
 /* Applies -D overrides of plan and recipe fields; marks the ones it used. */
 void fe_apply_defines(Fe *fe);
-/* Every plan and recipe key -D accepts (NULL-terminated). */
-const char *const *fe_setting_keys(void);
+/* Appends (const char*) every plan and recipe key -D accepts. */
+void fe_push_setting_keys(Fe *fe, PtrVec *out);
 
 /* lower.c: the model block to m->graph (CALL nodes for layer calls). */
 void fe_lower(Fe *fe);

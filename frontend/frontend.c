@@ -238,9 +238,10 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   m->arena = a;
   ir_plan_defaults(&m->plan);
   ir_recipe_defaults(&m->recipe);
-  static const char *syms[] = {"batch", "seq"};
-  m->syms = syms;
   m->nsyms = 2;
+  m->syms = ARENA_ARRAY(a, const char *, m->nsyms);
+  m->syms[0] = "batch";
+  m->syms[1] = "seq";
   fe.m = m;
 
   Loader ld;
@@ -267,7 +268,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
     if (fe.define_used[i]) continue;
     error_plain("-D %s: no plan or train field or model constant has this name", o->defines[i].key);
     PtrVec cands = {0};
-    for (const char *const *k = fe_setting_keys(); *k; k++) vec_push(a, &cands, (void *)*k);
+    fe_push_setting_keys(&fe, &cands);
     for (int j = 0; j < fe.const_names.n; j++) vec_push(a, &cands, fe.const_names.v[j]);
     const char *hint = diag_nearest(o->defines[i].key, (const char *const *)cands.v, cands.n);
     if (hint) note("did you mean `%s`?", hint);

@@ -650,13 +650,7 @@ void fe_apply_defines(Fe *fe) {
   }
 }
 
-const char *const *fe_setting_keys(void) {
-  static const char *all[64];
-  if (!all[0]) {
-    int n = 0;
-    for (int i = 0; plan_keys[i]; i++) all[n++] = plan_keys[i];
-    for (int i = 0; recipe_keys[i]; i++) all[n++] = recipe_keys[i];
-    all[n] = NULL;
-  }
-  return all;
+void fe_push_setting_keys(Fe *fe, PtrVec *out) {
+  for (int i = 0; plan_keys[i]; i++) vec_push(fe->a, out, (void *)plan_keys[i]);
+  for (int i = 0; recipe_keys[i]; i++) vec_push(fe->a, out, (void *)recipe_keys[i]);
 }

@@ -5,7 +5,7 @@
  *   data.c   token shards (llm.c .bin, uint16 / uint32) and raw bytes, globs, batches
  *   ckpt.c   safetensors checkpoints: atomic directories, per-layer names, resume
  *   dist.c   across ranks: bootstrap, mesh, groups; local (sharded) <-> logical tensors
- *   main.c   rt_train_main: flags, init, the loop, progress, eval, sampling
+ *   main.c   rt_train_main (with flags.c, tensors.c, eval.c, log.c: run.h)
  */
 #ifndef SHARDRT_TRAIN_H
 #define SHARDRT_TRAIN_H

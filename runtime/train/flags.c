@@ -1,0 +1,138 @@
+/* runtime/train/flags.c — the trainer's command line: every flag with its default (the
+ * program's recipe), parsing and --help. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run.h"
+
+typedef struct {
+  const char *name;       /* flag without "--" */
+  int kind;               /* 0 string, 1 int64 >= 0, 2 uint64, 3 double >= 0, 4 int64 >= 1 */
+  void *dst;              /* where the value goes */
+  int *set;               /* set to 1 when given (may be NULL) */
+  const char *arg, *help; /* usage text */
+} Flag;
+
+static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
+  fprintf(f, "usage: %s [flags]\n", prog);
+  fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n\n",
+          p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams, (long long)p->batch,
+          (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
+  for (int i = 0; i < nflags; i++) {
+    char left[48];
+    snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
+    fprintf(f, "  %-24s %s\n", left, flags[i].help);
+  }
+  fprintf(f, "  %-24s %s\n", "--help", "this text");
+  fprintf(f, "\nEnvironment: SHARDRT_PEAK_FLOPS=<FLOP/s> sets the peak MFU is measured against (default: measured).\n");
+  if (p->device)
+    fprintf(f, "SHARDRT_DEVICE=cuda|emu: the GPU (default) or its CPU emulation; SHARDRT_CUBIN_CACHE=DIR: where compiled "
+               "kernels are cached (default ~/.cache/shardc/cubin).\n");
+}
+
+static void parse_value(const Flag *fl, const char *v) {
+  char *end;
+  errno = 0;
+  switch (fl->kind) {
+  case 0: *(const char **)fl->dst = v; break;
+  case 1:
+  case 4: {
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < (fl->kind == 4 ? 1 : 0))
+      rt_user_error("--%s: '%s' is not %s integer", fl->name, v, fl->kind == 4 ? "a positive" : "a non-negative");
+    *(int64_t *)fl->dst = x;
+    break;
+  }
+  case 2: {
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || *v == '-') rt_user_error("--%s: '%s' is not a non-negative integer", fl->name, v);
+    *(uint64_t *)fl->dst = x;
+    break;
+  }
+  case 3: {
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= 0) || isinf(x))
+      rt_user_error("--%s: '%s' is not a non-negative number", fl->name, v);
+    *(double *)fl->dst = x;
+    break;
+  }
+  }
+  if (fl->set) *fl->set = 1;
+}
+
+int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
+  const RtRecipe *r = &p->recipe;
+  memset(o, 0, sizeof *o);
+  o->data = r->data;
+  o->val = r->val;
+  o->steps = r->steps > 0 ? r->steps : 1;
+  o->seed = r->seed;
+  o->ckpt_every = r->ckpt_every;
+  o->save_to = r->ckpt_dir;
+  o->keep = r->ckpt_keep > 0 ? r->ckpt_keep : 0;
+  o->val_batches = 20;
+  o->temperature = 0.8;
+  long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+  o->threads = nproc > 0 ? nproc : 1;
+  int seen_help = 0;
+  const Flag flags[] = {
+      {"data", 0, &o->data, &o->data_set, "PATH|GLOB",
+       "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
+      {"val", 0, &o->val, &o->val_set, "PATH|GLOB",
+       "validation data (default: the last 10% of the last training file)"},
+      {"steps", 1, &o->steps, &o->steps_set, "N",
+       "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
+      {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
+      {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
+      {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks"},
+      {"init-from", 0, &o->init_from, NULL, "FILE",
+       "initialise the weights from a .safetensors file or checkpoint dir"},
+      {"save-to", 0, &o->save_to, &o->save_set, "DIR",
+       "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights"},
+      {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
+      {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
+      {"resume", 0, &o->resume, NULL, "DIR",
+       "continue from the newest checkpoint in DIR (weights, optimizer, step, data)"},
+      {"log", 0, &o->log, NULL, "FILE.jsonl", "one JSON object per step (and per validation)"},
+      {"eval-every", 1, &o->eval_every, NULL, "N", "validation loss every N steps (0: only at the end)"},
+      {"val-batches", 4, &o->val_batches, NULL, "N", "batches per validation (default 20)"},
+      {"sample", 1, &o->sample, NULL, "N", "generate N tokens after training"},
+      {"temperature", 3, &o->temperature, NULL, "X", "sampling temperature; 0: greedy (default 0.8)"},
+      {"prompt", 0, &o->prompt, NULL, "TEXT", "sampling prompt (byte-level models; default: the data's start)"},
+      {"threads", 4, &o->threads, &o->threads_set, "N",
+       "compute threads per rank (default: the online CPUs / the ranks on this host)"},
+      {"dump-steps", 1, &o->dump_steps, NULL, "N",
+       "write every tensor (params, state, inputs, results) after each of the first N steps"},
+      {"dump-to", 0, &o->dump_to, NULL, "DIR", "where --dump-steps writes DIR/step_N.safetensors (default: dump)"},
+  };
+  int nflags = (int)(sizeof flags / sizeof flags[0]);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      seen_help = 1;
+      continue;
+    }
+    if (strncmp(a, "--", 2) != 0) rt_user_error("unexpected argument '%s' (see --help)", a);
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const Flag *fl = NULL;
+    for (int k = 0; k < nflags; k++)
+      if (strlen(flags[k].name) == len && !strncmp(flags[k].name, name, len)) fl = &flags[k];
+    if (!fl) rt_user_error("unknown flag '%.*s' (see --help)", (int)(len + 2), a);
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v) {
+      if (i + 1 >= argc) rt_user_error("--%s needs a value (%s)", fl->name, fl->arg);
+      v = argv[++i];
+    }
+    parse_value(fl, v);
+  }
+  if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
+  if (seen_help) {
+    usage(stdout, argv[0] ? argv[0] : "trainer", p, flags, nflags);
+    return 1;
+  }
+  return 0;
+}

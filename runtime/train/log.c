@@ -1,0 +1,182 @@
+/* runtime/train/log.c — what rank 0 prints (and writes to --log as JSON lines): the start (the
+ * model, ranks, data, device, validation, schedule, peak FLOP/s, memory), a line per step and per
+ * validation, and the summary. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../comm/comm.h"
+#include "../kernels/kernels.h"
+#include "run.h"
+
+static void json_num(FILE *f, const char *key, double v, const char *fmt) {
+  fprintf(f, ",\"%s\":", key);
+  if (isfinite(v))
+    fprintf(f, fmt, v);
+  else
+    fputs("null", f);
+}
+
+static void fmt_eta(char *out, size_t n, double s) {
+  if (!isfinite(s) || s < 0) {
+    snprintf(out, n, "?");
+    return;
+  }
+  long long t = (long long)(s + 0.5);
+  if (t >= 3600)
+    snprintf(out, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  else
+    snprintf(out, n, "%lld:%02lld", t / 60, t % 60);
+}
+
+double rt_run_mfu(const RtRun *r, double tps) {
+  const RtProgram *p = r->p;
+  int world = r->ctx.world > 0 ? r->ctx.world : 1;
+  return r->peak > 0 ? p->flops_per_token * tps / (r->peak * world) : 0;
+}
+
+/* The plan against the measured peak resident size; `base` is the resident size before the
+ * allocation (code, libraries, data pages), so the run's own share is visible too. */
+static void print_memory(const char *when, const RtProgram *p, int64_t base) {
+  char a[32], b[32], c[32], d[32];
+  rt_fmt_bytes(a, sizeof a, (double)p->mem_bytes);
+  rt_fmt_bytes(b, sizeof b, (double)p->mem_peak);
+  int64_t hwm = rt_vm_hwm();
+  rt_fmt_bytes(c, sizeof c, (double)hwm);
+  printf("memory %s: planned %s (live peak %s), measured peak resident %s (VmHWM)", when, a, b, c);
+  if (hwm > 0 && p->mem_bytes > 0) printf(" = %.2fx the plan", (double)hwm / (double)p->mem_bytes);
+  if (base > 0 && hwm > 0) {
+    rt_fmt_bytes(d, sizeof d, (double)base);
+    printf("; %s resident before the allocation", d);
+  }
+  printf("\n");
+}
+
+void rt_log_init(RtRun *r, const RtLoop *loop) {
+  const RtProgram *p = r->p;
+  const RtOpts *o = &r->o;
+  int training = r->st.step < loop->stop;
+  int64_t B = p->batch, T = r->gseq, gbatch = r->gbatch, stop = loop->stop;
+  if (o->log && r->ctx.rank == 0) {
+    r->log = fopen(o->log, o->resume ? "a" : "w");
+    if (!r->log) rt_user_error("--log: cannot open '%s': %s", o->log, strerror(errno));
+  }
+  const char *how = "measured: FMA loop";
+  const char *peak_env = getenv("SHARDRT_PEAK_FLOPS");
+  if (peak_env && *peak_env) {
+    char *end;
+    r->peak = strtod(peak_env, &end);
+    if (end == peak_env || *end || !(r->peak > 0))
+      rt_user_error("SHARDRT_PEAK_FLOPS='%s' is not a positive number of FLOP/s", peak_env);
+    how = "from SHARDRT_PEAK_FLOPS";
+  } else if (training && r->dev) {
+    r->peak = r->dev->peak_flops(&r->ctx);
+    how = "measured by the device: a large bf16 GEMM";
+  } else if (training) {
+    r->peak = rt_measure_peak_flops(r->ctx.threads, 0.1);
+  }
+
+  if (r->ctx.rank == 0) {
+    printf("model %s (%s): %.2fM parameters, vocabulary %lld%s, batch %lld x %lld tokens", p->model ? p->model : "?",
+           p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab, p->byte_level ? " (bytes)" : "",
+           (long long)gbatch, (long long)T);
+    if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
+    printf(", seed %llu\n", (unsigned long long)o->seed);
+    if (r->ctx.world > 1)
+      printf("ranks: %d (dp %d x pp %d x cp %d x tp %d) via %s, %s; %d thread(s) per rank\n", r->ctx.world,
+             r->ctx.dp_size, r->ctx.pp_size, r->ctx.cp_size, r->ctx.tp_size, rt_launcher_name(r->dist.boot.launcher),
+             rt_comm_provider(r->dist.comm), r->ctx.threads);
+    if (o->data)
+      printf("data: '%s': %d file(s), %lld tokens, %lld sequences of %lld+1\n", o->data, r->train.nfiles,
+             (long long)r->train.ntok, (long long)r->train.nwin, (long long)T);
+    if (r->dev) {
+      char desc[512];
+      r->dev->describe(&r->ctx, desc, sizeof desc);
+      printf("device: %s\n", desc);
+    }
+    printf("validation: %s\n", r->has_val ? r->val_desc
+                               : p->eval  ? "none (no held-out data)"
+                                          : "none (no eval function)");
+    if (training)
+      printf(r->dev ? "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); device peak %.1f GFLOP/s "
+                      "(%s)\n"
+                    : "steps %lld..%lld of %lld, lr %g -> %g (%s, warmup %lld); %d thread(s); fp32 peak %.1f GFLOP/s "
+                      "(%s)\n",
+             (long long)r->st.step + 1, (long long)stop, (long long)o->steps, p->recipe.lr, p->recipe.min_lr,
+             p->recipe.lr_schedule == RT_LR_COSINE   ? "cosine"
+             : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear"
+                                                     : "constant",
+             (long long)p->recipe.warmup, r->ctx.threads, r->peak / 1e9, how);
+    print_memory("at start", p, r->base_rss);
+  }
+}
+
+void rt_log_free(RtRun *r) {
+  if (r->log && fclose(r->log) != 0) rt_user_error("--log: cannot write '%s'", r->o.log);
+  r->log = NULL;
+}
+
+void rt_log_step(RtRun *r, const RtStepStats *st) {
+  if (r->ctx.rank != 0) return;
+  const RtOpts *o = &r->o;
+  int width = snprintf(NULL, 0, "%lld", (long long)o->steps);
+  double dt = st->seconds, dcomm = st->comm_seconds;
+  char mem_s[32], eta_s[32];
+  rt_fmt_bytes(mem_s, sizeof mem_s, (double)st->rss);
+  fmt_eta(eta_s, sizeof eta_s, st->eta_s);
+  printf("step %*lld/%lld | loss %.4f | lr %.2e", width, (long long)st->step, (long long)o->steps, st->loss, st->lr);
+  if (r->gnorm) printf(" | norm %.3f", st->gnorm);
+  printf(" | %.1f ms", dt * 1e3);
+  if (r->ctx.world > 1) printf(" (comm %.0f%%)", dt > 0 ? 100 * dcomm / dt : 0.0);
+  printf(" | %.0f tok/s | MFU %.1f%% | mem %s | ETA %s\n", st->tokens_per_s, 100 * st->mfu, mem_s, eta_s);
+  if (r->log) {
+    fprintf(r->log, "{\"step\":%lld,\"steps\":%lld", (long long)st->step, (long long)o->steps);
+    json_num(r->log, "loss", st->loss, "%.9g");
+    json_num(r->log, "lr", st->lr, "%.9g");
+    if (r->gnorm) json_num(r->log, "grad_norm", st->gnorm, "%.9g");
+    json_num(r->log, "ms", dt * 1e3, "%.3f");
+    if (r->ctx.world > 1) json_num(r->log, "comm_ms", dcomm * 1e3, "%.3f");
+    json_num(r->log, "tokens_per_s", st->tokens_per_s, "%.1f");
+    json_num(r->log, "mfu", st->mfu, "%.6f");
+    fprintf(r->log, ",\"mem_bytes\":%lld", (long long)st->rss);
+    json_num(r->log, "eta_s", st->eta_s, "%.1f");
+    fputs("}\n", r->log);
+    fflush(r->log);
+  }
+}
+
+void rt_log_eval(RtRun *r, int64_t step, double vloss) {
+  if (r->ctx.rank != 0) return;
+  printf("step %*lld/%lld | val loss %.4f\n", (int)snprintf(NULL, 0, "%lld", (long long)r->o.steps), (long long)step,
+         (long long)r->o.steps, vloss);
+  fflush(stdout);
+  if (r->log) {
+    fprintf(r->log, "{\"step\":%lld", (long long)step);
+    json_num(r->log, "val_loss", vloss, "%.9g");
+    fputs("}\n", r->log);
+    fflush(r->log);
+  }
+}
+
+void rt_log_done(RtRun *r, const RtLoop *loop) {
+  if (r->ctx.rank != 0) return;
+  const RtProgram *p = r->p;
+  int64_t T = r->gseq, gbatch = r->gbatch, first = loop->first, stop = loop->stop;
+  int64_t steady_steps = loop->steady_steps;
+  double t_total = loop->t_total, t_steady = loop->t_steady, comm_steady = loop->comm_steady, last_val = loop->last_val;
+  int64_t ran = stop >= first ? stop - first + 1 : 0;
+  if (ran > 0) {
+    double tps = steady_steps ? (double)(gbatch * T) * (double)steady_steps / t_steady : 0;
+    printf("done: %lld step(s) in %.2f s, %.0f tok/s, MFU %.1f%%; loss %.4f", (long long)ran, t_total, tps,
+           100 * rt_run_mfu(r, tps), r->st.loss);
+    if (r->ctx.world > 1 && steady_steps)
+      printf("; %.1f ms/step, of which communication %.1f ms (%.0f%%, rank 0)", 1e3 * t_steady / (double)steady_steps,
+             1e3 * comm_steady / (double)steady_steps, t_steady > 0 ? 100 * comm_steady / t_steady : 0.0);
+    if (isfinite(last_val)) printf(", val loss %.4f", last_val);
+    printf("\n");
+  } else {
+    printf("nothing to train: at step %lld of %lld\n", (long long)r->st.step, (long long)stop);
+  }
+  print_memory("at end", p, r->base_rss);
+}

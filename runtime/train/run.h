@@ -1,0 +1,153 @@
+/* runtime/train/run.h — one training run: what rt_train_main's files share (internal to
+ * runtime/train/; train.h lists the trainer's other parts).
+ *
+ *   main.c     rt_train_main: the run's init / free pairs and the step loop
+ *   flags.c    the command line: flags, their defaults from the recipe, --help
+ *   tensors.c  the run's tensors: initialisation, scalar inputs and results, batches, a device
+ *              program's host copy, checkpoints and dumps of logical tensors
+ *   eval.c     validation loss and sampling
+ *   log.c      what rank 0 prints and logs: the start, a line per step and validation, the end
+ *
+ * A device program (p->device, --target cuda) keeps its allocation on the device: `mem` is a
+ * device address the trainer never dereferences. Parameters are initialised (the same values as
+ * the CPU trainer), inputs written and results, checkpoints, dumps and logits read in a compact
+ * host copy of the tensor table (hp / hmem: every tensor once, no activations) and moved with
+ * the device's upload / download. For a CPU program hp is p and hmem is mem: nothing moves.
+ */
+#ifndef SHARDRT_TRAIN_RUN_H
+#define SHARDRT_TRAIN_RUN_H
+
+#include "../device.h"
+#include "train.h"
+
+#define DEFAULT_VAL_FRACTION 0.1 /* of the last training file, held out when there is no --val */
+
+/* The command line (flags.c), defaults from the program's recipe. */
+typedef struct {
+  const char *data, *val;  /* --data / --val specs (NULL: none) */
+  const char *init_from;   /* --init-from path */
+  const char *save_to;     /* --save-to directory */
+  const char *resume;      /* --resume directory */
+  const char *log;         /* --log file */
+  const char *prompt;      /* --prompt text (byte-level sampling) */
+  const char *dump_to;     /* --dump-to directory for --dump-steps */
+  int64_t dump_steps;      /* write every tensor after each of the first N steps */
+  int64_t steps;           /* schedule length */
+  int64_t stop_at;         /* last step this run executes (0: steps) */
+  int64_t batch;           /* global batch, sequences (0: compiled) */
+  int64_t eval_every;      /* steps (0: only at the end) */
+  int64_t val_batches;     /* batches per validation */
+  int64_t sample;          /* tokens to generate */
+  int64_t ckpt_every;      /* steps (0: only at the end) */
+  int64_t keep;            /* checkpoints kept (0: all) */
+  int64_t threads;         /* compute threads */
+  uint64_t seed;           /* run seed */
+  double temperature;      /* sampling temperature (0: greedy) */
+  int steps_set, seed_set; /* given on the command line */
+  int data_set, val_set;   /* given on the command line */
+  int save_set;            /* --save-to given on the command line */
+  int threads_set;         /* --threads given */
+} RtOpts;
+
+typedef struct {
+  const RtProgram *p; /* the program */
+  RtOpts o;           /* flags */
+  RtCtx ctx;          /* rank coordinates and threads */
+  char *mem;          /* the one allocation, mem_bytes */
+  const RtTensor *tokens, *targets, *lr, *stepno, *loss,
+      *gnorm;         /* inputs and results (lr, step, grad_norm may be NULL) */
+  RtData train, val;  /* data; val.nwin == 0: no validation */
+  int has_val;        /* 1: val holds windows */
+  char val_desc[512]; /* what validation reads */
+  FILE *log;          /* --log, rank 0 only */
+  RtTrainState st;    /* step, data position, RNG */
+  double peak;        /* FLOP/s the MFU is measured against */
+  int64_t base_rss;   /* bytes resident before the allocation */
+  RtDist dist;        /* ranks, mesh, comm (dist.c); untouched in a single process */
+  int multi;          /* 1: the program spans several ranks (tensors are blocks of logical ones) */
+  int64_t gbatch, gseq; /* the logical batch: sequences per step (all dp ranks), tokens per sequence */
+  RtProgram *lp;      /* multi: the logical program (checkpoints, dumps) */
+  int64_t lbytes;     /* multi: bytes of the logical tensors */
+  const RtDevice *dev; /* the program's device (NULL: a CPU program) */
+  RtProgram *hp;      /* where tensors live on the host: p itself, or a device program's compact copy */
+  char *hmem;         /* host tensors at hp's offsets: mem itself, or the compact copy's buffer */
+} RtRun;
+
+/* The steps this run executes and what the loop measured, for the summary. */
+typedef struct {
+  int64_t first, stop;  /* steps first..stop (none when stop < first) */
+  double t_total;       /* seconds of the whole loop, validations and checkpoints included */
+  double t_steady;      /* seconds in the steady steps (all but the first, unless it is the only one) */
+  double comm_steady;   /* of which in the generated code's collectives */
+  int64_t steady_steps; /* steps in t_steady */
+  double last_val;      /* the last validation loss (NaN: none) */
+  int64_t saved_at;     /* step of the last checkpoint written in the loop (-1: none) */
+} RtLoop;
+
+/* What one step printed and logged. */
+typedef struct {
+  int64_t step;        /* 1-based */
+  double loss, lr;     /* the step's loss, the learning rate it used */
+  double gnorm;        /* gradient norm (when the program computes it) */
+  double seconds;      /* the step's time */
+  double comm_seconds; /* of which in collectives */
+  double tokens_per_s; /* global tokens / seconds */
+  double mfu;          /* model FLOP utilisation, 0..1 */
+  double eta_s;        /* seconds to `stop` (NaN: not known yet) */
+  int64_t rss;         /* resident bytes after the step */
+} RtStepStats;
+
+/* ---- flags.c ---- */
+/* Parses the command line into o (defaults from p's recipe); prints usage on stdout and returns 1
+ * for --help. Bad flags are user errors. */
+int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o);
+
+/* ---- tensors.c ---- */
+int64_t rt_tensor_bytes(const RtTensor *t); /* numel x dtype size */
+/* Parameters by their init rule (element i of the whole logical tensor, key of its name), state zero.
+ * A sharded parameter's local element i is logical element rt_tensor_logical_index(i) of the
+ * tensor on this rank: every layout starts from the same logical weights. */
+void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx);
+/* A copy of p whose tensors are packed from offset 0, 64-byte aligned (bytes: their buffer). */
+RtProgram *rt_host_program(const RtProgram *p, int64_t *bytes);
+void rt_host_program_free(RtProgram *hp);
+/* The host copy of p's tensor t (t points into p->tensors). */
+char *rt_run_hptr(const RtRun *r, const RtTensor *t);
+/* Host copy -> device (a CPU program: nothing to do). */
+void rt_run_to_dev(RtRun *r, const RtTensor *t);
+/* Every tensor of the kinds (bits 1 << RT_T_*). */
+void rt_run_kinds_to_dev(RtRun *r, int kinds);
+/* The kernels' error flags (an int at the start of the kernel scratch, runtime/cuda/cuda_ops.h):
+ * bit 1, an embedding id outside its table; bit 2, a target outside the vocabulary. */
+void rt_run_check_device_flags(RtRun *r, const char *what);
+/* This rank's block of the logical [gbatch, gseq] tokens and targets of the batch at pos. */
+void rt_run_load_batch(RtRun *r, RtData *d, int64_t pos);
+/* A scalar input written / a scalar result read (t may be NULL: no such tensor). */
+void rt_run_put_input(RtRun *r, const RtTensor *t, double v);
+double rt_run_get_result(RtRun *r, const RtTensor *t);
+/* Checkpoints hold logical tensors: a multi-rank run gathers every parameter and optimizer
+ * state over the groups that split it (every rank takes part), and rank 0 writes them. */
+void rt_run_save(RtRun *r);
+/* Loads a checkpoint (full: with optimizer and trainer state) into every rank's blocks. */
+void rt_run_load(RtRun *r, const char *path, int full, RtTrainState *st);
+/* --dump-steps: every tensor, logical (gathered), written by rank 0. */
+void rt_run_dump(RtRun *r, const char *path);
+
+/* ---- eval.c ---- */
+/* The mean validation loss over --val-batches batches (every rank takes part). */
+double rt_run_evaluate(RtRun *r);
+/* --sample: generates o.sample tokens; rank 0 prints them. */
+void rt_run_sample(RtRun *r);
+
+/* ---- log.c ---- */
+/* Opens --log (rank 0), decides the peak FLOP/s (when training), prints the start. */
+void rt_log_init(RtRun *r, const RtLoop *loop);
+/* Closes --log (a failed write is a user error). */
+void rt_log_free(RtRun *r);
+void rt_log_step(RtRun *r, const RtStepStats *s);
+void rt_log_eval(RtRun *r, int64_t step, double vloss);
+void rt_log_done(RtRun *r, const RtLoop *loop);
+/* Model FLOP/s of the whole job (tokens/s over every rank) against the peak of every rank. */
+double rt_run_mfu(const RtRun *r, double tps);
+
+#endif

@@ -1,0 +1,229 @@
+/* runtime/train/tensors.c — the run's tensors: parameters initialised, scalar inputs written
+ * and results read, each rank's block of a batch, a device program's host copy moved to and from
+ * the device, and checkpoints and dumps of the logical tensors (gathered / scattered over ranks).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../rng.h"
+#include "run.h"
+
+static void put_scalar(char *mem, const RtTensor *t, double v) {
+  if (!t) return;
+  if (t->dtype == RT_F32) {
+    float f = (float)v;
+    memcpy(mem + t->offset, &f, 4);
+  } else if (t->dtype == RT_F64)
+    memcpy(mem + t->offset, &v, 8);
+  else
+    rt_bug("scalar input \"%s\" is neither f32 nor f64", t->name);
+}
+
+static double get_scalar(const char *mem, const RtTensor *t) {
+  if (!t) return NAN;
+  if (t->dtype == RT_F32) {
+    float f;
+    memcpy(&f, mem + t->offset, 4);
+    return f;
+  }
+  if (t->dtype == RT_F64) {
+    double d;
+    memcpy(&d, mem + t->offset, 8);
+    return d;
+  }
+  rt_bug("scalar result \"%s\" is neither f32 nor f64", t->name);
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  u += 0x7fff + ((u >> 16) & 1);                                          /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx) {
+  int coord[RT_AX_COUNT];
+  rt_ctx_coords(ctx, coord);
+  for (int k = 0; k < p->ntensors; k++) {
+    const RtTensor *t = &p->tensors[k];
+    int64_t n = rt_tensor_numel(t);
+    if (t->kind == RT_T_STATE) memset(mem + t->offset, 0, (size_t)n * rt_dtype_size(t->dtype));
+    if (t->kind != RT_T_PARAM) continue;
+    uint64_t key = rt_rng_key(seed, t->name);
+    char *dst = mem + t->offset;
+    if (t->init < RT_INIT_ZEROS || t->init > RT_INIT_CONST) rt_bug("parameter %s: unknown init %d", t->name, t->init);
+    if (t->dtype != RT_F32 && t->dtype != RT_F64 && t->dtype != RT_BF16)
+      rt_bug("parameter %s: dtype %s cannot be initialised", t->name, rt_dtype_st_name(t->dtype));
+    int split = rt_tensor_split_mask(p, t) != 0;
+      /* element i is a pure function of (key, i): the threads' split changes nothing */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+      double x = 0;
+      int64_t li = split ? rt_tensor_logical_index(p, t, coord, i) : i;
+      switch (t->init) {
+      case RT_INIT_ZEROS: x = 0; break;
+      case RT_INIT_ONES: x = 1; break;
+      case RT_INIT_CONST: x = t->init_a; break;
+      case RT_INIT_NORMAL: x = rt_rng_normal(key, li, t->init_a, t->init_b); break;
+      case RT_INIT_UNIFORM: x = t->init_a + (t->init_b - t->init_a) * rt_rng_uniform(key, li); break;
+      }
+      switch (t->dtype) {
+      case RT_F32: ((float *)dst)[i] = (float)x; break;
+      case RT_F64: ((double *)dst)[i] = x; break;
+      case RT_BF16: ((uint16_t *)dst)[i] = f32_to_bf16((float)x); break;
+      }
+    }
+  }
+}
+
+/* ---- a device program's host tensors ---- */
+
+/* The tensor of hp that is p's tensor t (t points into p->tensors). */
+static const RtTensor *htensor(const RtRun *r, const RtTensor *t) { return &r->hp->tensors[t - r->p->tensors]; }
+char *rt_run_hptr(const RtRun *r, const RtTensor *t) { return r->hmem + htensor(r, t)->offset; }
+
+int64_t rt_tensor_bytes(const RtTensor *t) { return rt_tensor_numel(t) * (int64_t)rt_dtype_size(t->dtype); }
+
+void rt_run_to_dev(RtRun *r, const RtTensor *t) {
+  if (r->dev && t) r->dev->upload(&r->ctx, r->mem + t->offset, rt_run_hptr(r, t), rt_tensor_bytes(t));
+}
+static void from_dev(RtRun *r, const RtTensor *t) {
+  if (r->dev && t) r->dev->download(&r->ctx, rt_run_hptr(r, t), r->mem + t->offset, rt_tensor_bytes(t));
+}
+void rt_run_check_device_flags(RtRun *r, const char *what) {
+  if (!r->dev || !r->p->workspace_bytes || r->p->workspace_bytes() < 4) return; /* a program without them */
+  int32_t flags = 0;
+  r->dev->download(&r->ctx, &flags, r->mem + r->p->mem_bytes, 4);
+  if (!flags) return;
+  rt_user_error("rank %d, %s at step %lld: the GPU kernels found %s%s%s (flags 0x%x)", r->ctx.rank, what,
+                (long long)r->ctx.step, flags & 1 ? "a token id outside the embedding table" : "",
+                (flags & 3) == 3 ? " and " : "", flags & 2 ? "a target outside the vocabulary" : "", (unsigned)flags);
+}
+
+void rt_run_kinds_to_dev(RtRun *r, int kinds) {
+  for (int k = 0; r->dev && k < r->p->ntensors; k++)
+    if (kinds >> r->p->tensors[k].kind & 1) rt_run_to_dev(r, &r->p->tensors[k]);
+}
+static void kinds_from_dev(RtRun *r, int kinds) {
+  for (int k = 0; r->dev && k < r->p->ntensors; k++)
+    if (kinds >> r->p->tensors[k].kind & 1) from_dev(r, &r->p->tensors[k]);
+}
+
+RtProgram *rt_host_program(const RtProgram *p, int64_t *bytes) {
+  RtProgram *hp = rt_xmalloc(sizeof *hp);
+  *hp = *p;
+  RtTensor *ts = rt_xmalloc((size_t)(p->ntensors > 0 ? p->ntensors : 1) * sizeof *ts);
+  int64_t off = 0;
+  for (int k = 0; k < p->ntensors; k++) {
+    ts[k] = p->tensors[k];
+    ts[k].offset = off;
+    off += (rt_tensor_bytes(&ts[k]) + 63) / 64 * 64;
+  }
+  hp->tensors = ts;
+  if (p->logits_tensor && p->logits_tensor >= p->tensors && p->logits_tensor < p->tensors + p->ntensors)
+    hp->logits_tensor = &ts[p->logits_tensor - p->tensors];
+  *bytes = off;
+  return hp;
+}
+
+void rt_host_program_free(RtProgram *hp) {
+  if (!hp) return;
+  free((void *)hp->tensors);
+  free(hp);
+}
+
+/* ---- batches: each rank's block of the logical [gbatch, gseq] tokens and targets ---- */
+
+/* The plain layout: sequences split over dp along dim 0, whole sequences: rt_data_batch reads
+ * this rank's slice directly. */
+static int dp_rows_only(const RtProgram *p, const RtTensor *t) {
+  if (!t->shard.sharded) return 1;
+  unsigned mask = rt_tensor_split_mask(p, t);
+  return (mask == 0 || (mask == RT_MESH_DP && t->shard.split[0] == RT_AX_DP && t->shard.blocks[0] <= 1));
+}
+
+void rt_run_load_batch(RtRun *r, RtData *d, int64_t pos) {
+  const RtProgram *p = r->p;
+  int32_t *tok = (int32_t *)rt_run_hptr(r, r->tokens), *tgt = (int32_t *)rt_run_hptr(r, r->targets);
+  if (!r->multi) {
+    rt_data_batch(d, pos, p->batch, r->ctx.dp_rank, tok, tgt);
+    rt_run_to_dev(r, r->tokens);
+    rt_run_to_dev(r, r->targets);
+    return;
+  }
+  int dp = rt_tensor_split_mask(p, r->tokens) & RT_MESH_DP ? r->ctx.dp_rank : 0;
+  if (dp_rows_only(p, r->tokens) && dp_rows_only(p, r->targets) &&
+      rt_tensor_split_mask(p, r->tokens) == rt_tensor_split_mask(p, r->targets)) {
+    rt_data_batch(d, pos, r->tokens->dims[0], dp, tok, tgt);
+    rt_run_to_dev(r, r->tokens);
+    rt_run_to_dev(r, r->targets);
+    return;
+  }
+  /* any other layout (sequence-parallel tokens, ...): the whole batch, then this rank's block */
+  size_t n = (size_t)(r->gbatch * r->gseq);
+  int32_t *lt = rt_xmalloc(n * sizeof *lt), *lg = rt_xmalloc(n * sizeof *lg);
+  rt_data_batch(d, pos, r->gbatch, 0, lt, lg);
+  rt_tensor_scatter(&r->ctx, p, r->tokens, lt, tok);
+  rt_tensor_scatter(&r->ctx, p, r->targets, lg, tgt);
+  rt_run_to_dev(r, r->tokens);
+  rt_run_to_dev(r, r->targets);
+  free(lt);
+  free(lg);
+}
+
+void rt_run_put_input(RtRun *r, const RtTensor *t, double v) {
+  if (!t) return;
+  put_scalar(r->hmem, htensor(r, t), v);
+  rt_run_to_dev(r, t);
+}
+double rt_run_get_result(RtRun *r, const RtTensor *t) {
+  if (!t) return NAN;
+  from_dev(r, t);
+  return get_scalar(r->hmem, htensor(r, t));
+}
+
+void rt_run_save(RtRun *r) {
+  if (!r->o.save_to) return;
+  double t0 = rt_now();
+  kinds_from_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+  if (r->multi) {
+    char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
+    rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+    if (r->ctx.rank == 0) rt_ckpt_save(r->lp, lmem, r->o.save_to, &r->st, (int)r->o.keep);
+    free(lmem);
+  } else {
+    rt_ckpt_save(r->hp, r->hmem, r->o.save_to, &r->st, (int)r->o.keep);
+  }
+  if (r->ctx.rank != 0) return;
+  printf("checkpoint: %s/step_%08lld (%.2f s)\n", r->o.save_to, (long long)r->st.step, rt_now() - t0);
+  fflush(stdout);
+}
+
+void rt_run_load(RtRun *r, const char *path, int full, RtTrainState *st) {
+  int kinds = 1 << RT_T_PARAM | (full ? 1 << RT_T_STATE : 0);
+  if (!r->multi) {
+    rt_ckpt_load(r->hp, r->hmem, path, full, st);
+    rt_run_kinds_to_dev(r, kinds);
+    return;
+  }
+  char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
+  rt_ckpt_load(r->lp, lmem, path, full, st);
+  rt_scatter_tensors(&r->ctx, r->hp, r->lp, lmem, r->hmem, kinds);
+  rt_run_kinds_to_dev(r, kinds);
+  free(lmem);
+}
+
+void rt_run_dump(RtRun *r, const char *path) {
+  kinds_from_dev(r, 0xf);
+  if (!r->multi) {
+    if (r->ctx.rank == 0) rt_dump_tensors(r->hp, r->hmem, path, &r->st);
+    return;
+  }
+  char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
+  rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 0xf);
+  if (r->ctx.rank == 0) rt_dump_tensors(r->lp, lmem, path, &r->st);
+  free(lmem);
+}
+
