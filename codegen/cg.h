@@ -109,9 +109,10 @@ const char *cg_dtype_lit(DType dt);
 /* (outer, len, inner) of a tensor axis: the elements before it, its length, after it. */
 void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner);
 /* How many nodes from n (at c->pos) the entry point being emitted runs as one fused kernel:
- * n's group members from n on, up to the first one the entry point does not run. 1 when n is
- * in no group, or when that run reads a value of an earlier member the entry point ran apart
- * (the memory plan made a group safe as one kernel, and so each start of it, not its pieces). */
+ * n's group members from n on, up to the first one the entry point does not run. The memory
+ * plan made each whole group safe as one kernel, and so each first part of one; members after
+ * a gap (eval and logits skip what they do not need) run together only if they read nothing an
+ * earlier member of the group wrote, else one by one. 1 when n is in no group. */
 int cg_group_run(const Cg *c, const Node *n);
 
 #endif
