@@ -6,8 +6,9 @@
  * sizing and the RtProgram. What a compute node becomes is its target's: one backend per
  * target (codegen/target_cpu.c: libshardrt's CPU kernels; codegen/target_cuda.c: kernels
  * emitted by codegen/cuda_kernels.c, cuBLASLt GEMMs), reached only through a CgTarget.
- * A backend calls the helpers below and never another backend; codegen/targets.c maps the
- * module's Target to its backend.
+ * A backend calls the helpers below (codegen/cg.c) and never another backend; codegen/targets.c
+ * maps the module's Target to its backend. So calls go one way: emit.c -> targets.c -> a
+ * backend -> cg.c (emit.c reaches a backend's functions only through its CgTarget).
  */
 #ifndef SHARDC_CG_H
 #define SHARDC_CG_H
