@@ -62,7 +62,8 @@ typedef struct Cg {
  * of a group has its bytes either way: a fused kernel stores what is read outside it.
  *
  * A new target (the LLVM CPU kernels) is a new file defining a CgTarget and one line in
- * codegen/targets.c. */
+ * codegen/targets.c; nodes it does not generate itself (GEMMs, ...) it may hand to another
+ * target through that one's CgTarget (cg_target_cpu.node), never by calling its functions. */
 struct CgTarget {
   const char *name;    /* "CPU", "CUDA": in "the %s target cannot run OP yet" */
   int coll_ws_offset;  /* bytes into the workspace (WS) where collectives' packing scratch starts */
