@@ -13,6 +13,8 @@
 static const char *fp(Cg *c, const Value *v) { return arena_printf(c->a, "(float *)%s", cg_ptr(c, v)); }
 static const char *ip(Cg *c, const Value *v) { return arena_printf(c->a, "(int32_t *)%s", cg_ptr(c, v)); }
 
+/* The ops that need the rank's coordinates or its groups (ctx): AXIS_INDEX, the vocab-parallel
+ * embedding and cross-entropy parts. */
 static void emit_multi_rank(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
   const Attrs *a = &n->a;
@@ -57,6 +59,7 @@ static void emit_multi_rank(Cg *c, Node *n) {
   }
 }
 
+/* A compute node as one runtime call (emit.c emits REPEATs and collectives). */
 static void emit_node(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL;
   Value *x = n->nin ? n->in[0] : NULL;
