@@ -1,9 +1,14 @@
-/* codegen/cg.h — the host-program emitter's state and helpers, shared by the targets.
+/* codegen/cg.h — the emitter's state, the target interface, and the helpers targets share.
  *
- * codegen/c.c walks the planned graph and writes the per-rank host program (entry points,
- * loops for REPEATs, the tensor table, the RtProgram); each node becomes runtime calls.
- * On the CPU target those are the kernels of libshardrt; on the CUDA target (codegen/cuda.c)
- * they are launches of kernels emitted by codegen/cuda_kernels.c and cuBLASLt GEMMs.
+ * codegen/emit.c walks the planned graph and writes the per-rank program, whatever the target:
+ * the three entry points (step, eval, logits), a C loop per REPEAT, the collectives (calls of
+ * runtime/ops/coll.h) and the waits of the asynchronous ones, the tensor table, the workspace
+ * sizing and the RtProgram. What a compute node becomes is its target's: one backend per
+ * target (codegen/target_cpu.c: libshardrt's CPU kernels; codegen/target_cuda.c: kernels
+ * emitted by codegen/cuda_kernels.c, cuBLASLt GEMMs), reached only through a CgTarget.
+ * A backend calls the helpers below (codegen/cg.c) and never another backend; codegen/targets.c
+ * maps the module's Target to its backend. So calls go one way: emit.c -> targets.c -> a
+ * backend -> cg.c (emit.c reaches a backend's functions only through its CgTarget).
  */
 #ifndef SHARDC_CG_H
 #define SHARDC_CG_H
@@ -20,33 +25,72 @@ typedef struct {
 /* An asynchronous (data-parallel) all-reduce in flight: rt_coll_wait(ctx, tag) goes before
  * node `pos` of graph g (pos == g->nnodes: at the end of g, i.e. of the loop iteration). */
 typedef struct {
-  int tag;
-  const Graph *g;
-  int pos;
+  int tag;        /* the all-reduce's id (Cg.next_tag when it started) */
+  const Graph *g; /* the graph the wait goes in */
+  int pos;        /* before this node of g */
 } Wait;
 
-struct CuK;
+typedef struct CgTarget CgTarget;
 
 typedef struct Cg {
-  FILE *f;
-  const Module *m;
-  Arena *a;
-  ArgBind *binds; /* innermost last */
-  int nargs, capargs;
-  const char **ws;  /* C expressions for each kernel's scratch need (bytes) */
-  int nws, capws;
-  Wait *waits;      /* asynchronous all-reduces started and not yet waited, in emission order */
-  int nwaits, capwaits;
-  int next_tag;     /* id of the next asynchronous all-reduce */
-  int pos;          /* position in its graph of the node being emitted */
-  const bool *need; /* the top graph's nodes the entry point being emitted runs (NULL: all) */
-  int indent;
-  bool ok;
-  bool cuda;        /* the CUDA target: M is device memory, nodes go to codegen/cuda.c */
-  struct CuK *k;    /* CUDA: the program's kernels so far */
-  const Node **done; /* CUDA: nodes already emitted as part of a fused kernel (this entry point) */
-  int ndone, capdone;
+  FILE *f;              /* the program being written */
+  const Module *m;      /* the planned module */
+  Arena *a;             /* this emission's memory (strings, tables) */
+  const CgTarget *t;    /* the backend */
+  void *ts;             /* the backend's own state (its begin() sets it; CUDA: the kernels so far) */
+  ArgBind *binds;       /* ARGs bound in the bodies being emitted, innermost last */
+  int nargs, capargs;   /* used, allocated */
+  const char **ws;      /* C expressions for each kernel's scratch need (bytes) */
+  int nws, capws;       /* used, allocated */
+  Wait *waits;          /* asynchronous all-reduces started and not yet waited, in emission order */
+  int nwaits, capwaits; /* used, allocated */
+  int next_tag;         /* id of the next asynchronous all-reduce */
+  int pos;              /* position in its graph of the node being emitted */
+  const bool *need;     /* the top graph's nodes the entry point being emitted runs (NULL: all) */
+  int indent;           /* of the lines cg_line writes, in steps of two spaces */
+  bool ok;              /* false once a node was refused (cg_unsupported) */
 } Cg;
+
+/* A target: how compute nodes become code. emit.c calls only these; `node` is called for every
+ * node that is not a source, a REPEAT, a collective (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER,
+ * BROADCAST, SHARD_SLICE) or a CALL, which emit.c emits itself.
+ *
+ * Fusion groups (Node.group: passes/fuse.c, cut by passes/memplan.c where the placement needs)
+ * are the target's to honour or not. A target that fuses runs, when `node` gets a group's member,
+ * the members cg_group_run() names as one kernel and returns their number; emit.c then skips
+ * them. A target that does not (the CPU target) emits node by node and returns 1. Every value
+ * of a group has its bytes either way: a fused kernel stores what is read outside it.
+ *
+ * A new target (the LLVM CPU kernels) is a new file defining a CgTarget and one line in
+ * codegen/targets.c; nodes it does not generate itself (GEMMs, ...) it may hand to another
+ * target through that one's CgTarget (cg_target_cpu.node), never by calling its functions. */
+struct CgTarget {
+  const char *name;    /* "CPU", "CUDA": in "the %s target cannot run OP yet" */
+  int coll_ws_offset;  /* bytes into the workspace (WS) where collectives' packing scratch starts */
+  bool logits_tensor;  /* the program describes its logits (RtProgram.logits_tensor) even on one
+                          rank (CUDA: sampling copies them off the device) */
+  /* Before anything is written: sets up c->ts. */
+  void (*begin)(Cg *c);
+  /* The program's runtime headers and declarations; <stdint.h>, <string.h> and, multi-rank,
+   * coll.h and mesh.h are already included. Ends with a blank line. */
+  void (*prologue)(Cg *c);
+  /* Emits node n (position c->pos of its graph): one or more statements, or nothing (a view
+   * whose copy is elided). Returns how many nodes from n it emitted: 1, or a fused run's length. */
+  int (*node)(Cg *c, Node *n);
+  /* A statement copying `bytes` bytes from src to dst (C pointer expressions into M); overlap:
+   * the two may overlap. */
+  void (*copy)(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap);
+  /* After the three entry points, before workspace_bytes(): the target's definitions (CUDA: the
+   * kernels' source) and its remaining workspace needs (cg_ws_need). */
+  void (*finish)(Cg *c);
+  /* The target's fields of the RtProgram initializer, one "  .field = value,\n" each (or none). */
+  void (*program)(Cg *c);
+};
+
+extern const CgTarget cg_target_cpu;  /* codegen/target_cpu.c */
+extern const CgTarget cg_target_cuda; /* codegen/target_cuda.c */
+/* The backend of a module's target (codegen/targets.c). */
+const CgTarget *cg_target_of(Target t);
 
 void cg_line(Cg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cg_depth_of(const Graph *g);
@@ -58,7 +102,7 @@ int64_t cg_prod(const Shape *s, int from, int to);
 const char *cg_cstr(Cg *c, const char *s);
 /* Records a kernel's workspace need (a C expression); the program's workspace is their max. */
 void cg_ws_need(Cg *c, const char *expr);
-/* dst = src when they live in different places (memcpy, or a device copy on CUDA). */
+/* dst = src when they live in different places (the target's copy). */
 void cg_copy_if_moved(Cg *c, const Value *dst, const Value *src);
 /* Reports that the target cannot run n (an error at n's location); emission goes on. */
 void cg_unsupported(Cg *c, const Node *n, const char *why);
@@ -66,17 +110,11 @@ const char *cg_axis_lit(int axis);
 const char *cg_dtype_lit(DType dt);
 /* (outer, len, inner) of a tensor axis: the elements before it, its length, after it. */
 void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner);
-
-/* An ALL_REDUCE as coll.h calls (data-parallel buckets started asynchronously, their waits
- * placed before the first reader); both targets. */
-void cg_all_reduce(Cg *c, Node *n);
-/* ALL_GATHER, REDUCE_SCATTER, BROADCAST, SHARD_SLICE: the coll.h call with packing scratch ws
- * (an expression) lying ws_off bytes into the workspace. */
-void cg_collective(Cg *c, const Node *n, const char *ws, int ws_off);
-
-/* codegen/cuda.c: one node of the CUDA target's host program. */
-void cg_cuda_node(Cg *c, Node *n);
-/* Whether n was already emitted inside a fused kernel of the entry point being written. */
-bool cg_cuda_done(const Cg *c, const Node *n);
+/* How many nodes from n (at c->pos) the entry point being emitted runs as one fused kernel:
+ * n's group members from n on, up to the first one the entry point does not run. The memory
+ * plan made each whole group safe as one kernel, and so each first part of one; members after
+ * a gap (eval and logits skip what they do not need) run together only if they read nothing an
+ * earlier member of the group wrote, else one by one. 1 when n is in no group. */
+int cg_group_run(const Cg *c, const Node *n);
 
 #endif

@@ -152,6 +152,9 @@ struct Node {
   Graph *body;  /* REPEAT/CALL */
   SrcLoc loc;
   Graph *graph; /* owner */
+  int group;    /* fusion group (passes/fuse.c; memplan cuts it where placement needs): the nodes of
+                   one group > 0 are consecutive in their graph, elementwise over one shape, and a
+                   target may run them as one kernel; 0: in no group */
 };
 
 struct Graph {

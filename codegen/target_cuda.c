@@ -1,19 +1,16 @@
-/* codegen/cuda.c — a node of the CUDA target's host program.
+/* codegen/target_cuda.c — the CUDA target: each node a kernel launch, a GEMM or a device copy.
  *
- * The host program is the CPU target's (codegen/c.c: entry points, REPEAT loops, the
- * tensor table), with `M` in GPU memory; each node becomes a launch of a kernel emitted
- * for it by codegen/cuda_kernels.c (shapes baked in), a cuBLASLt GEMM (rt_cu_matmul) or a
- * device copy (runtime/cuda/cuda_ops.h). Everything runs in program order on the rank's
- * compute stream. Collectives are the CPU target's runtime/ops/coll.h calls, which the device's
- * runtime makes work on device memory (runtime/cuda/coll_dev.c: NCCL on GPUs).
+ * The host program is emit.c's (entry points, REPEAT loops, collectives, the tensor table),
+ * with `M` in GPU memory; each node becomes a launch of a kernel emitted for it by
+ * codegen/cuda_kernels.c (shapes baked in), a cuBLASLt GEMM (rt_cu_matmul) or a device copy
+ * (runtime/cuda/cuda_ops.h). Everything runs in program order on the rank's compute stream.
+ * Collectives are emit.c's runtime/ops/coll.h calls, which the device's runtime makes work on
+ * device memory (runtime/cuda/coll_dev.c: NCCL on GPUs); their packing scratch lies past the
+ * kernels' error flags (CUK_WS_FLAGS).
  *
- * Elementwise fusion: a run of consecutive elementwise nodes (F_EW ops, constants,
- * broadcasts) over one shape becomes one kernel that keeps the intermediates in
- * registers and stores only the values something outside the run reads. The memory plan
- * lets a value reuse the bytes of one that died earlier, which is harmless op by op but
- * not inside one kernel where every index runs at once: a run stops before a member whose
- * output would overlap a value the run still reads (unless it is the same tensor updated
- * in place, index for index).
+ * Fusion: the members of a fusion group (passes/fuse.c, cut by passes/memplan.c where the
+ * placement needs) become one elementwise kernel that keeps the intermediates in registers and
+ * stores only the values something outside the run reads (cg_group_run: which members).
  */
 #include <inttypes.h>
 #include <string.h>
@@ -21,59 +18,24 @@
 #include "cg.h"
 #include "cuda_kernels.h"
 #include "diag.h"
-#include "infer.h"
-
-#define STR_(x) #x
-#define STR(x) STR_(x)
+#include "passes.h" /* FUSE_MAX_* */
 
 static void stmt(Cg *c, const char *s) { cg_line(c, "%s", s); }
 
-bool cg_cuda_done(const Cg *c, const Node *n) {
-  for (int i = 0; i < c->ndone; i++)
-    if (c->done[i] == n) return true;
-  return false;
-}
+/* ---- elementwise runs: a fusion group's members, or one elementwise node ---- */
 
-static void mark_done(Cg *c, const Node *n) {
-  arena_grow(c->a, (void **)&c->done, &c->capdone, c->ndone + 1, sizeof(Node *));
-  c->done[c->ndone++] = n;
-}
+_Static_assert(CUK_MAX_EW >= FUSE_MAX_NODES && CUK_MAX_EW >= FUSE_MAX_INPUTS, "a fusion group fits one kernel");
 
-/* ---- elementwise runs ---- */
-
-static bool fusable(const Node *n) {
+static bool elementwise(const Node *n) {
   if (n->op == OP_CONST || n->op == OP_BROADCAST_TO) return true;
   return (ir_ops[n->op].flags & F_EW) != 0;
 }
 
-/* The bytes v occupies over its graph's iterations: [lo, hi). ARGs (bound to memory of
- * the enclosing graph, live through the whole loop) and unplaced values: none. */
-static bool span(const Value *v, int64_t *lo, int64_t *hi) {
-  if (v->def->op == OP_ARG || v->offset < 0) return false;
-  int64_t iters = 1;
-  const Node *r = v->def->graph->owner;
-  if (v->stride && r && r->op == OP_REPEAT) iters = r->a.count;
-  *lo = v->offset;
-  *hi = v->offset + (iters - 1) * v->stride + cg_bytes(v);
-  return true;
-}
-
-/* Whether a kernel writing w at every index while reading x at every index can race. */
-static bool clobbers(const Value *w, const Value *x) {
-  if (w == x) return false;
-  if (w->offset == x->offset && w->stride == x->stride && w->def->op != OP_ARG && x->def->op != OP_ARG &&
-      ir_shape_eq(&w->shape, &x->shape) && ir_dtype_size(w->dtype) == ir_dtype_size(x->dtype))
-    return false; /* in place, index for index */
-  int64_t wl, wh, xl, xh;
-  if (!span(w, &wl, &wh) || !span(x, &xl, &xh)) return false;
-  return wl < xh && xl < wh;
-}
-
 typedef struct {
   const Node *mem[CUK_MAX_EW]; /* the run's nodes, in order */
-  int n;
-  Value *ext[CUK_MAX_EW];      /* values it reads from outside */
-  int next;
+  int n;                       /* how many */
+  Value *ext[CUK_MAX_EW];      /* values it reads from outside, in first-read order */
+  int next;                    /* how many */
 } Run;
 
 static int member_of(const Run *r, const Value *v) {
@@ -88,28 +50,17 @@ static int ext_of(const Run *r, const Value *v) {
   return -1;
 }
 
-/* Adds n to the run if it fits; false leaves the run as it was. */
-static bool try_add(Run *r, const Node *n, const Shape *S) {
-  if (!fusable(n) || !ir_shape_eq(&n->out[0]->shape, S) || r->n == CUK_MAX_EW) return false;
+/* Appends n and the values it reads from outside the run (as passes/fuse.c counts them). */
+static void add(Run *r, const Node *n) {
   Value *fresh[2];
   int nfresh = 0;
   for (int k = 0; k < n->nin; k++) {
     Value *v = n->in[k];
-    if (member_of(r, v) >= 0 || ext_of(r, v) >= 0) continue;
-    if (!ir_broadcasts_to(&v->shape, S)) return false;
-    for (int i = 0; i < r->n; i++)
-      if (clobbers(r->mem[i]->out[0], v)) return false;
-    fresh[nfresh++] = v;
+    if (member_of(r, v) < 0 && ext_of(r, v) < 0) fresh[nfresh++] = v;
   }
-  if (r->next + nfresh > CUK_MAX_EW) return false;
-  const Value *y = n->out[0];
-  for (int i = 0; i < r->next; i++)
-    if (clobbers(y, r->ext[i])) return false;
-  for (int i = 0; i < nfresh; i++)
-    if (clobbers(y, fresh[i])) return false;
+  if (r->n == CUK_MAX_EW || r->next + nfresh > CUK_MAX_EW) die("cuda: a fusion group over the kernel's limits");
   for (int i = 0; i < nfresh; i++) r->ext[r->next++] = fresh[i];
   r->mem[r->n++] = n;
-  return true;
 }
 
 static bool is_result(const Graph *g, const Value *v) {
@@ -118,15 +69,13 @@ static bool is_result(const Graph *g, const Value *v) {
   return false;
 }
 
-static void emit_run(Cg *c, Node *first) {
+/* The run of cg_group_run(c, first) nodes from first as one kernel; returns its length. */
+static int emit_run(Cg *c, Node *first) {
   const Graph *g = first->graph;
   const Shape *S = &first->out[0]->shape;
   Run r = {0};
-  if (!try_add(&r, first, S)) die("cuda: elementwise %s does not start a run", ir_ops[first->op].name);
-  for (int j = c->pos + 1; j < g->nnodes; j++) {
-    if (!g->parent && c->need && !c->need[j]) break;
-    if (!try_add(&r, g->nodes[j], S)) break;
-  }
+  int len = cg_group_run(c, first);
+  for (int j = c->pos; j < c->pos + len; j++) add(&r, g->nodes[j]);
   CuEwChain ch = {.shape = *S, .nin = r.next, .nops = r.n};
   for (int i = 0; i < r.next; i++) ch.in[i] = (CuEwIn){cg_ptr(c, r.ext[i]), r.ext[i]->dtype, r.ext[i]->shape};
   for (int i = 0; i < r.n; i++) {
@@ -150,8 +99,8 @@ static void emit_run(Cg *c, Node *first) {
   }
   if (ch.nout == 0) die("cuda: an elementwise run stores nothing");
   if (r.n > 1) cg_line(c, "/* %d elementwise ops in one kernel */", r.n);
-  stmt(c, cuk_elementwise(c->k, &ch));
-  for (int i = 0; i < r.n; i++) mark_done(c, r.mem[i]);
+  stmt(c, cuk_elementwise(c->ts, &ch));
+  return len;
 }
 
 /* ---- everything else ---- */
@@ -174,24 +123,11 @@ static bool float_ok(Cg *c, const Node *n, const Value *v) {
   return false;
 }
 
-/* ---- multi-rank ops: runtime/ops/coll.h on device memory ----
- * The calls are the CPU target's; the device's runtime makes them work on device memory
- * (runtime/cuda/coll_dev.c: NCCL on a GPU, the host groups on the emulated device, packing by
- * device block copies). The packing scratch lies past the kernels' error flags. */
-
-static void emit_collective(Cg *c, const Node *n) {
-  cg_collective(c, n, "(WS + " STR(CUK_WS_FLAGS) ")", CUK_WS_FLAGS);
-}
-
-void cg_cuda_node(Cg *c, Node *n) {
-  if (cg_cuda_done(c, n)) return;
-  CuK *k = c->k;
+/* A node that is not elementwise. */
+static void emit_node(Cg *c, Node *n) {
+  CuK *k = c->ts;
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
   const Attrs *a = &n->a;
-  for (int i = 0; i < n->nin; i++)
-    if (ir_dtype_is_float(n->in[i]->dtype) && !float_ok(c, n, n->in[i])) return;
-  if (n->op == OP_CAST && x->dtype == y->dtype) return cg_copy_if_moved(c, y, x);
-  if (fusable(n)) return emit_run(c, n);
   switch (n->op) {
   case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_ARG: return;
   case OP_IOTA: return stmt(c, cuk_iota(k, cg_ptr(c, y), ir_numel(&y->shape), a->start));
@@ -324,12 +260,64 @@ void cg_cuda_node(Cg *c, Node *n) {
     cg_line(c, "{ int32_t coord = rt_ctx_coord(ctx, %s); rt_cu_put(ctx, %s, &coord, 4); }", cg_axis_lit(a->mesh_axis),
             cg_ptr(c, y));
     return;
-  case OP_ALL_REDUCE: return cg_all_reduce(c, n);
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: return emit_collective(c, n);
   case OP_SEND: case OP_RECV:
     return cg_unsupported(c, n, "point-to-point transfers (pipeline parallelism) on GPU memory: build plans with "
                                 "pp > 1 for --target cpu for now");
-  case OP_CALL: return cg_unsupported(c, n, "layer calls must be inlined first");
   default: return cg_unsupported(c, n, "no CUDA code for this op");
   }
 }
+
+static int cuda_node(Cg *c, Node *n) {
+  Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
+  for (int i = 0; i < n->nin; i++)
+    if (ir_dtype_is_float(n->in[i]->dtype) && !float_ok(c, n, n->in[i])) return 1;
+  if (n->op == OP_CAST && x->dtype == y->dtype) { /* a view: a copy only if it was not planned in place */
+    cg_copy_if_moved(c, y, x);
+    return 1;
+  }
+  if (elementwise(n)) return emit_run(c, n);
+  emit_node(c, n);
+  return 1;
+}
+
+static void cuda_begin(Cg *c) { c->ts = cuk_new(c->a); }
+
+static void cuda_prologue(Cg *c) {
+  fprintf(c->f, "#include \"cuda_ops.h\"\n#include \"program.h\"\n\n"
+                "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n");
+}
+
+static void cuda_copy(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
+  (void)overlap; /* a device copy may overlap */
+  cg_line(c, "rt_cu_copy(ctx, %s, %s, %" PRId64 ");", dst, src, bytes);
+}
+
+/* The kernels' source as a C string, and their workspace. */
+static void cuda_finish(Cg *c) {
+  const CuK *k = c->ts;
+  FILE *f = c->f;
+  cg_ws_need(c, arena_printf(c->a, "%" PRId64, cuk_workspace(k)));
+  fprintf(f, "/* the program's kernels: compiled by NVRTC at start for the GPU found, cubins cached */\n");
+  fprintf(f, "static const char cuda_source[] =\n");
+  for (const char *p = cuk_source(k); *p;) { /* one string piece per source line, for readability */
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
+    fprintf(f, "  %s\n", cg_cstr(c, arena_strndup(c->a, p, len)));
+    p += len;
+  }
+  fprintf(f, "  ;\nstatic const RtCudaCode cuda_code = {cuda_source, %d};\n\n", cuk_count(k));
+}
+
+static void cuda_program(Cg *c) { fprintf(c->f, "  .device = &rt_cuda_device,\n  .cuda = &cuda_code,\n"); }
+
+const CgTarget cg_target_cuda = {
+    .name = "CUDA",
+    .coll_ws_offset = CUK_WS_FLAGS,
+    .logits_tensor = true,
+    .begin = cuda_begin,
+    .prologue = cuda_prologue,
+    .node = cuda_node,
+    .copy = cuda_copy,
+    .finish = cuda_finish,
+    .program = cuda_program,
+};

@@ -1,125 +1,35 @@
-/* codegen/c.c — the per-rank program as readable C that calls libshardrt.
+/* codegen/emit.c — the per-rank program as readable C that calls libshardrt, for any target.
  *
  * Every value lives at the byte offset the memory plan gave it in the rank's one
- * allocation `M`; a node becomes one runtime call on pointers into M. A REPEAT
- * becomes a C loop whose body reads its per-layer slices at offset + i * stride.
- * Three entry points share the plan: step (everything), eval (what the loss needs)
- * and logits (what the logits need), each a subsequence of the same node order, so
- * the same placements stay valid.
+ * allocation `M` (host memory on the CPU target, device memory on CUDA); a compute node
+ * becomes what its target (cg.h CgTarget) emits on pointers into M. A REPEAT becomes a C
+ * loop whose body reads its per-layer slices at offset + i * stride. Collectives are calls
+ * of runtime/ops/coll.h, the same on every target. Three entry points share the plan: step
+ * (everything), eval (what the loss needs) and logits (what the logits need), each a
+ * subsequence of the same node order, so the same placements stay valid.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cg.h"
-#include "cuda_kernels.h"
 #include "codegen.h"
 #include "diag.h"
 #include "memplan.h"
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
 #include "print.h"
 
-void cg_line(Cg *c, const char *fmt, ...) {
-  for (int i = 0; i < c->indent; i++) fputs("  ", c->f);
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(c->f, fmt, ap);
-  va_end(ap);
-  fputc('\n', c->f);
-}
-
-int cg_depth_of(const Graph *g) {
-  int d = 0;
-  for (; g->parent; g = g->parent) d++;
-  return d;
-}
-
-/* C expression (char *) for where v lives. */
-const char *cg_ptr(Cg *c, const Value *v) {
-  if (v->def->op == OP_ARG) {
-    for (int i = c->nargs - 1; i >= 0; i--)
-      if (c->binds[i].arg == v->def) return c->binds[i].expr;
-    die("ARG %%%d has no binding", v->id);
-  }
-  if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
-  if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, cg_depth_of(v->def->graph), v->stride);
-  return arena_printf(c->a, "(M + %" PRId64 ")", v->offset);
-}
-
-static const char *fp(Cg *c, const Value *v) { return arena_printf(c->a, "(float *)%s", cg_ptr(c, v)); }
-static const char *ip(Cg *c, const Value *v) { return arena_printf(c->a, "(int32_t *)%s", cg_ptr(c, v)); }
-
-const char *cg_shape_lit(Cg *c, const Shape *s) {
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "&(RtShape){%d, {", s->rank);
-  for (int i = 0; i < s->rank; i++) n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%" PRId64, i ? ", " : "", s->dim[i]);
-  snprintf(buf + n, sizeof buf - (size_t)n, "}}");
-  return arena_strdup(c->a, buf);
-}
-
-int64_t cg_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
-
 static void bind_arg(Cg *c, const Node *arg, const char *expr) {
   arena_grow(c->a, (void **)&c->binds, &c->capargs, c->nargs + 1, sizeof(ArgBind));
   c->binds[c->nargs++] = (ArgBind){arg, expr};
 }
 
-/* A C string literal for s (or NULL). */
-const char *cg_cstr(Cg *c, const char *s) {
-  if (!s) return "NULL";
-  size_t n = strlen(s);
-  char *q = arena_alloc(c->a, 4 * n + 3), *p = q;
-  *p++ = '"';
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') {
-      *p++ = '\\';
-      *p++ = (char)ch;
-    } else if (ch < 32 || ch >= 127) {
-      p += sprintf(p, "\\%03o", ch);
-    } else {
-      *p++ = (char)ch;
-    }
-  }
-  *p++ = '"';
-  *p = 0;
-  return q;
-}
-
-/* Records a kernel's workspace need (a C expression); the program's workspace is their max. */
-void cg_ws_need(Cg *c, const char *expr) {
-  for (int i = 0; i < c->nws; i++)
-    if (strcmp(c->ws[i], expr) == 0) return;
-  arena_grow(c->a, (void **)&c->ws, &c->capws, c->nws + 1, sizeof(char *));
-  c->ws[c->nws++] = expr;
-}
-
 /* dst = src, bytes long, as a statement of the target (host memcpy / memmove, or a device copy). */
 static void copy_bytes(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
-  if (c->cuda)
-    cg_line(c, "rt_cu_copy(ctx, %s, %s, %" PRId64 ");", dst, src, bytes);
-  else
-    cg_line(c, "%s(%s, %s, %" PRId64 ");", overlap ? "memmove" : "memcpy", dst, src, bytes);
-}
-
-void cg_copy_if_moved(Cg *c, const Value *dst, const Value *src) {
-  const char *d = cg_ptr(c, dst), *s = cg_ptr(c, src);
-  if (strcmp(d, s) != 0) copy_bytes(c, d, s, cg_bytes(src), false);
+  c->t->copy(c, dst, src, bytes, overlap);
 }
 
 static void emit_graph(Cg *c, Graph *g, const bool *need);
-
-int64_t cg_prod(const Shape *s, int from, int to) {
-  int64_t n = 1;
-  for (int i = from; i < to; i++) n *= s->dim[i];
-  return n;
-}
-
-void cg_unsupported(Cg *c, const Node *n, const char *why) {
-  error_at(n->loc, "the %s target cannot run %s yet: %s", c->cuda ? "CUDA" : "CPU", ir_ops[n->op].name, why);
-  c->ok = false;
-}
 
 static void emit_repeat(Cg *c, Node *n) {
   Graph *b = n->body;
@@ -167,26 +77,6 @@ static void emit_repeat(Cg *c, Node *n) {
 }
 
 /* ---- multi-rank ops: collectives on the ctx's mesh-axis groups (runtime/ops/coll.h) ---- */
-
-const char *cg_axis_lit(int axis) {
-  static const char *const names[AX_COUNT] = {[AX_DP] = "RT_AX_DP", [AX_PP] = "RT_AX_PP", [AX_CP] = "RT_AX_CP",
-                                              [AX_TP] = "RT_AX_TP"};
-  if (axis < 0 || axis >= AX_COUNT) die("collective on mesh axis %d", axis);
-  return names[axis];
-}
-
-const char *cg_dtype_lit(DType dt) {
-  static const char *const names[DT_COUNT] = {[DT_F32] = "RT_F32", [DT_BF16] = "RT_BF16", [DT_F16] = "RT_F16",
-                                              [DT_F64] = "RT_F64", [DT_I32] = "RT_I32", [DT_I64] = "RT_I64"};
-  return names[dt];
-}
-
-/* (outer, len, inner) of a tensor axis: the elements before it, its length, after it. */
-void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
-  *outer = cg_prod(s, 0, axis);
-  *len = s->dim[axis];
-  *inner = cg_prod(s, axis + 1, s->rank);
-}
 
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
 
@@ -329,8 +219,6 @@ static void emit_all_reduce(Cg *c, Node *n) {
   if (tag >= 0) add_wait(c, n, c->pos, tag);
 }
 
-void cg_all_reduce(Cg *c, Node *n) { emit_all_reduce(c, n); }
-
 static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
@@ -341,12 +229,14 @@ static bool is_multi_rank_op(const Node *n) {
   }
 }
 
-/* ALL_GATHER, REDUCE_SCATTER, BROADCAST and SHARD_SLICE as their coll.h calls; ws is the
- * expression of the packing scratch, which lies ws_off bytes into the workspace (both
- * targets: the CUDA one keeps its error flags in front). */
-void cg_collective(Cg *c, const Node *n, const char *ws, int ws_off) {
+/* ALL_GATHER, REDUCE_SCATTER, BROADCAST and SHARD_SLICE as their coll.h calls; their packing
+ * scratch lies the target's coll_ws_offset bytes into the workspace (CUDA keeps its kernels'
+ * error flags in front). */
+static void emit_collective(Cg *c, const Node *n) {
   const Value *y = n->out[0], *x = n->in[0];
   const Attrs *a = &n->a;
+  int ws_off = c->t->coll_ws_offset;
+  const char *ws = ws_off ? arena_printf(c->a, "(WS + %d)", ws_off) : "WS";
   const char *at = ws_off ? arena_printf(c->a, "%d + ", ws_off) : "";
   int64_t outer, nl, inner;
   switch (n->op) {
@@ -375,229 +265,15 @@ void cg_collective(Cg *c, const Node *n, const char *ws, int ws_off) {
   }
 }
 
-static void emit_multi_rank(Cg *c, Node *n) {
-  Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
-  const Attrs *a = &n->a;
+/* One node: REPEATs and collectives here, compute nodes by the target. Returns how many
+ * nodes from n were emitted (a fused run's length). */
+static int emit_node(Cg *c, Node *n) {
   switch (n->op) {
-  case OP_AXIS_INDEX: cg_line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), cg_axis_lit(a->mesh_axis)); return;
-  case OP_ALL_REDUCE: return emit_all_reduce(c, n);
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: return cg_collective(c, n, "WS", 0);
-  case OP_EMBED: {
-    Value *t = n->in[0], *idx = n->in[1];
-    int64_t cnt = ir_numel(&idx->shape);
-    cg_line(c, "rt_embed_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", cg_axis_lit(a->mesh_axis),
-         fp(c, y), fp(c, t), ip(c, idx), cnt, t->shape.dim[1], t->shape.dim[0]);
-    cg_ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
-    return;
-  }
-  case OP_EMBED_BWD: {
-    Value *idx = n->in[0];
-    int64_t cnt = ir_numel(&idx->shape);
-    cg_line(c, "rt_embed_bwd_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);",
-         cg_axis_lit(a->mesh_axis), fp(c, y), ip(c, idx), fp(c, n->in[1]), cnt, y->shape.dim[1], y->shape.dim[0]);
-    cg_ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
-    return;
-  }
-  case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD: {
-    int64_t V = x->shape.dim[x->shape.rank - 1], rows = V ? ir_numel(&x->shape) / V : 0;
-    const char *ax = a->sharded ? cg_axis_lit(a->mesh_axis) : "-1";
-    if (x->dtype != DT_F32) return cg_unsupported(c, n, "only f32 logits on the CPU");
-    if (n->op == OP_CE_MAX)
-      cg_line(c, "rt_ce_max_f32(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x), rows, V,
-           a->len);
-    else if (n->op == OP_CE_SUMS)
-      cg_line(c, "rt_ce_sums_f32(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x),
-           ip(c, n->in[1]), fp(c, n->in[2]), rows, V, a->len);
-    else
-      cg_line(c, "rt_ce_grad_f32(ctx, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y),
-           fp(c, x), ip(c, n->in[1]), fp(c, n->in[2]), fp(c, n->in[3]), fp(c, n->in[4]), rows, V, a->len);
-    return;
-  }
-  case OP_CE_LOSS:
-    cg_line(c, "rt_ce_loss_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]),
-         ip(c, n->in[2]), ir_numel(&n->in[2]->shape), a->len);
-    return;
-  default: return cg_unsupported(c, n, "no CPU code for this op");
-  }
-}
-
-static void emit_node(Cg *c, Node *n) {
-  if (c->cuda && n->op != OP_REPEAT) return cg_cuda_node(c, n);
-  Value *y = n->nout ? n->out[0] : NULL;
-  Value *x = n->nin ? n->in[0] : NULL;
-  int64_t ny = y ? ir_numel(&y->shape) : 0;
-  const Attrs *a = &n->a;
-  unsigned fl = ir_ops[n->op].flags;
-  if ((fl & F_EW) && n->op != OP_CAST && n->op != OP_GELU_BWD && n->op != OP_SILU_BWD) {
-    for (int i = 0; i < n->nin; i++)
-      if (n->in[i]->dtype != DT_F32) return cg_unsupported(c, n, "only f32 elementwise math on the CPU");
-  }
-  switch (n->op) {
-  case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_ARG: return;
-  case OP_CONST:
-    if (y->dtype != DT_F32) return cg_unsupported(c, n, "non-f32 constants");
-    cg_line(c, "rt_fill_f32(%s, %" PRId64 ", (float)%.17g);", fp(c, y), ny, a->scalar);
-    return;
-  case OP_IOTA: cg_line(c, "rt_iota_i32(%s, %" PRId64 ", %" PRId64 ");", ip(c, y), ny, a->start); return;
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAXIMUM: case OP_MINIMUM: {
-    static const char *ops[] = {[OP_ADD] = "RT_ADD", [OP_SUB] = "RT_SUB", [OP_MUL] = "RT_MUL",
-                                [OP_DIV] = "RT_DIV", [OP_MAXIMUM] = "RT_MAXIMUM", [OP_MINIMUM] = "RT_MINIMUM"};
-    cg_line(c, "rt_binary_f32(%s, %s, %s, %s, %s, %s, %s);", ops[n->op], fp(c, y), cg_shape_lit(c, &y->shape),
-         fp(c, n->in[0]), cg_shape_lit(c, &n->in[0]->shape), fp(c, n->in[1]), cg_shape_lit(c, &n->in[1]->shape));
-    return;
-  }
-  case OP_NEG: case OP_SCALE: case OP_ADD_SCALAR: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT:
-  case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: {
-    static const char *ops[] = {[OP_NEG] = "RT_NEG", [OP_SCALE] = "RT_SCALE", [OP_ADD_SCALAR] = "RT_ADD_SCALAR",
-                                [OP_EXP] = "RT_EXP", [OP_LOG] = "RT_LOG", [OP_SQRT] = "RT_SQRT",
-                                [OP_RSQRT] = "RT_RSQRT", [OP_TANH] = "RT_TANH", [OP_SIGMOID] = "RT_SIGMOID",
-                                [OP_RELU] = "RT_RELU", [OP_GELU] = "RT_GELU", [OP_SILU] = "RT_SILU"};
-    cg_line(c, "rt_unary_f32(%s, %s, %s, %" PRId64 ", (float)%.17g);", ops[n->op], fp(c, y), fp(c, x), ny, a->scalar);
-    return;
-  }
-  case OP_GELU_BWD: cg_line(c, "rt_gelu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
-  case OP_SILU_BWD: cg_line(c, "rt_silu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
-  case OP_CAST:
-    if (x->dtype != y->dtype) return cg_unsupported(c, n, "dtype conversion (mixed precision is the CUDA target's)");
-    cg_copy_if_moved(c, y, x);
-    return;
-  case OP_RESHAPE: cg_copy_if_moved(c, y, x); return;
-  case OP_TRANSPOSE: {
-    int r = x->shape.rank;
-    cg_line(c, "rt_transpose_f32(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x),
-         cg_prod(&x->shape, 0, r - 2), x->shape.dim[r - 2], x->shape.dim[r - 1]);
-    return;
-  }
-  case OP_SLICE: case OP_PAD: {
-    const Shape *xs = &x->shape;
-    int ax = a->axis;
-    int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank);
-    int es = ir_dtype_size(x->dtype);
-    if (n->op == OP_SLICE)
-      cg_line(c, "rt_copy_block(%s, %" PRId64 ", 0, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-           cg_ptr(c, y), a->len, cg_ptr(c, x), xs->dim[ax], a->start, outer, a->len, inner, es);
-    else {
-      cg_line(c, "memset(%s, 0, %" PRId64 ");", cg_ptr(c, y), cg_bytes(y));
-      cg_line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-           cg_ptr(c, y), a->len, a->start, cg_ptr(c, x), xs->dim[ax], outer, xs->dim[ax], inner, es);
-    }
-    return;
-  }
-  case OP_CONCAT: {
-    int ax = a->axis;
-    int64_t outer = cg_prod(&y->shape, 0, ax), inner = cg_prod(&y->shape, ax + 1, y->shape.rank), at = 0;
-    for (int i = 0; i < n->nin; i++) {
-      int64_t len = n->in[i]->shape.dim[ax];
-      cg_line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-           cg_ptr(c, y), y->shape.dim[ax], at, cg_ptr(c, n->in[i]), len, outer, len, inner, ir_dtype_size(y->dtype));
-      at += len;
-    }
-    return;
-  }
-  case OP_REDUCE_SUM:
-    cg_line(c, "rt_reduce_to_f32(%s, %s, %s, %s);", fp(c, y), cg_shape_lit(c, &y->shape), fp(c, x), cg_shape_lit(c, &x->shape));
-    return;
-  case OP_BROADCAST_TO:
-    cg_line(c, "rt_broadcast_to_f32(%s, %s, %s, %s);", fp(c, y), cg_shape_lit(c, &y->shape), fp(c, x), cg_shape_lit(c, &x->shape));
-    return;
-  case OP_MATMUL: {
-    const Shape *as = &x->shape, *bs = &n->in[1]->shape;
-    int ra = as->rank, rb = bs->rank;
-    int64_t m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2], k = a->ta ? as->dim[ra - 2] : as->dim[ra - 1];
-    int64_t nn = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1];
-    int64_t batch = cg_prod(as, 0, ra - 2), bbatch = cg_prod(bs, 0, rb - 2);
-    if (bbatch != 1 && bbatch != batch) return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
-    cg_line(c, "rt_matmul_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);", fp(c, y),
-         fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
-    return;
-  }
-  case OP_EMBED: {
-    Value *t = n->in[0], *idx = n->in[1];
-    if (a->sharded) return emit_multi_rank(c, n);
-    cg_line(c, "rt_embed_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, t), ip(c, idx),
-         ir_numel(&idx->shape), t->shape.dim[1], t->shape.dim[0]);
-    return;
-  }
-  case OP_EMBED_BWD: {
-    Value *idx = n->in[0];
-    if (a->sharded) return emit_multi_rank(c, n);
-    cg_line(c, "rt_embed_bwd_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), ip(c, idx),
-         fp(c, n->in[1]), ir_numel(&idx->shape), y->shape.dim[1], y->shape.dim[0]);
-    return;
-  }
-  case OP_LAYERNORM: case OP_RMSNORM: {
-    int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
-    if (n->op == OP_LAYERNORM)
-      cg_line(c, "rt_layernorm_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x),
-           fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
-    else
-      cg_line(c, "rt_rmsnorm_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x), fp(c, n->in[1]),
-           rows, d, a->eps);
-    return;
-  }
-  case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: {
-    int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
-    if (n->op == OP_LAYERNORM_BWD)
-      cg_line(c, "rt_layernorm_bwd_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
-           fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
-    else
-      cg_line(c, "rt_rmsnorm_bwd_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
-           fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
-    cg_ws_need(c, arena_printf(c->a, "rt_norm_ws_bytes(%" PRId64 ", %" PRId64 ")", rows, d));
-    return;
-  }
-  case OP_ROPE: {
-    const Shape *s = &x->shape;
-    int64_t hd = s->dim[2] / a->heads;
-    cg_line(c, "rt_rope_f32(%s, %s, %" PRId64 ", %" PRId64 ", %d, %" PRId64 ", %.17g, %" PRId64 ", %d, WS);", fp(c, y),
-         fp(c, x), s->dim[0], s->dim[1], a->heads, hd, a->theta, a->start, a->inverse);
-    cg_ws_need(c, arena_printf(c->a, "rt_rope_ws_bytes(%" PRId64 ", %" PRId64 ")", s->dim[1], hd));
-    return;
-  }
-  case OP_SDPA: case OP_SDPA_BWD: {
-    const Shape *s = &x->shape;
-    int64_t hd = s->dim[2] / a->heads;
-    if (n->op == OP_SDPA)
-      cg_line(c, "rt_sdpa_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);", fp(c, n->out[0]),
-           fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), s->dim[0], s->dim[1], a->heads,
-           a->kv_heads, hd, a->causal);
-    else
-      cg_line(c, "rt_sdpa_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);",
-           fp(c, n->out[0]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]),
-           fp(c, n->in[3]), fp(c, n->in[4]), fp(c, n->in[5]), s->dim[0], s->dim[1], a->heads, a->kv_heads, hd,
-           a->causal);
-    return;
-  }
-  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: {
-    int64_t V = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (V ? V : 1);
-    int64_t len = a->len > 0 ? a->len : V;
-    if (n->op == OP_CROSS_ENTROPY)
-      cg_line(c, "rt_cross_entropy_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
-           ip(c, n->in[1]), rows, V, len);
-    else
-      cg_line(c, "rt_cross_entropy_bwd_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
-           ip(c, n->in[1]), fp(c, n->in[2]), rows, V, len);
-    cg_ws_need(c, arena_printf(c->a, "rt_cross_entropy_ws_bytes(%" PRId64 ")", rows));
-    return;
-  }
-  case OP_SUM: cg_line(c, "rt_sum_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
-  case OP_MEAN: cg_line(c, "rt_mean_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
-  case OP_SUMSQ: cg_line(c, "rt_sumsq_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
-  case OP_ADAMW_UPDATE:
-    for (int k = 0; k < 3; k++) cg_copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : k + 1]);
-    cg_line(c, "rt_adamw_f32(%s, %s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g, (float)%.17g, (float)%.17g);", fp(c, n->out[0]),
-         fp(c, n->in[1]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, n->in[4]), ir_numel(&x->shape), a->beta1,
-         a->beta2, a->eps, a->weight_decay);
-    return;
-  case OP_SGD_UPDATE:
-    for (int k = 0; k < 2; k++) cg_copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : 2]);
-    cg_line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g);", fp(c, n->out[0]), fp(c, n->in[1]),
-         fp(c, n->out[1]), fp(c, n->in[3]), ir_numel(&x->shape), a->momentum, a->weight_decay);
-    return;
-  case OP_REPEAT: emit_repeat(c, n); return;
-  case OP_CALL: return cg_unsupported(c, n, "layer calls must be inlined first");
-  case OP_SEND: case OP_RECV: return cg_unsupported(c, n, "pipeline transfers arrive with the pipeline pass");
-  default: return emit_multi_rank(c, n);
+  case OP_REPEAT: emit_repeat(c, n); return 1;
+  case OP_ALL_REDUCE: emit_all_reduce(c, n); return 1;
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: emit_collective(c, n); return 1;
+  case OP_CALL: cg_unsupported(c, n, "layer calls must be inlined first"); return 1;
+  default: return c->t->node(c, n);
   }
 }
 
@@ -609,21 +285,19 @@ static bool polls_after(const Node *n) {
 }
 
 static void emit_graph(Cg *c, Graph *g, const bool *need) {
-  if (!g->parent) {
-    c->need = need;
-    c->ndone = 0;
-  }
+  if (!g->parent) c->need = need;
   bool body_async = g->parent && has_async(g); /* earlier iterations' requests may be in flight */
+  int next = 0; /* the first node not emitted yet (after a fused run: past it) */
   for (int i = 0; i < g->nnodes; i++) {
     emit_waits(c, g, i);
     if (need && !need[i]) continue;
+    if (i < next) continue; /* inside a fused run already emitted */
     Node *n = g->nodes[i];
     if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) continue;
-    if (c->cuda && cg_cuda_done(c, n)) continue; /* inside a fused kernel already emitted */
     if (n->loc.file) cg_line(c, "/* %s:%d */", n->loc.file, n->loc.line);
     c->pos = i;
     long before = ftell(c->f);
-    emit_node(c, n);
+    next = i + emit_node(c, n);
     bool emitted = before < 0 || ftell(c->f) != before; /* views and elided copies emit nothing */
     if ((c->nwaits > 0 || body_async) && emitted && polls_after(n)) cg_line(c, "rt_coll_progress(ctx);");
   }
@@ -721,8 +395,8 @@ static bool is_stacked(const Graph *g, const Value *v) {
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
-  Cg c = {.f = f, .m = m, .a = &a, .ok = true, .cuda = m->target == TARGET_CUDA};
-  if (c.cuda) c.k = cuk_new(&a);
+  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target), .ok = true};
+  c.t->begin(&c);
   Graph *g = m->graph;
   Value *loss = result(g, "loss");
   Value *tokens = find_source(g, OP_INPUT, "tokens");
@@ -747,13 +421,8 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
 
   fprintf(f, "/* Generated by shardc from %s (model %s). Do not edit: recompile the .model instead. */\n",
           o->source_path ? o->source_path : "?", m->name);
-  if (c.cuda)
-    fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s#include \"cuda_ops.h\"\n#include \"program.h\"\n\n"
-               "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n",
-            multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
-  else
-    fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n",
-            multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
+  fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s", multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
+  c.t->prologue(&c);
   fprintf(f, "/* memory plan: %" PRId64 " bytes (peak %" PRId64 " live); kernel scratch follows it */\n", m->memplan->total, m->memplan->peak);
   fprintf(f, "#define WS (M + %" PRId64 ")\n\n", m->memplan->total);
 
@@ -786,18 +455,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   end_entry(&c, async);
   fprintf(f, "}\n\n");
 
-  if (c.cuda) {
-    cg_ws_need(&c, arena_printf(&a, "%" PRId64, cuk_workspace(c.k)));
-    fprintf(f, "/* the program's kernels: compiled by NVRTC at start for the GPU found, cubins cached */\n");
-    fprintf(f, "static const char cuda_source[] =\n");
-    for (const char *p = cuk_source(c.k); *p;) { /* one string piece per source line, for readability */
-      const char *nl = strchr(p, '\n');
-      size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
-      fprintf(f, "  %s\n", cg_cstr(&c, arena_strndup(&a, p, len)));
-      p += len;
-    }
-    fprintf(f, "  ;\nstatic const RtCudaCode cuda_code = {cuda_source, %d};\n\n", cuk_count(c.k));
-  }
+  c.t->finish(&c);
   fprintf(f, "static int64_t workspace_bytes(void) {\n  int64_t n = 0, k;\n");
   for (int i = 0; i < c.nws; i++) fprintf(f, "  k = (int64_t)%s;\n  if (k > n) n = k;\n", c.ws[i]);
   fprintf(f, "  return n;\n}\n\n");
@@ -825,7 +483,8 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     ntensors++;
   }
   fprintf(f, "};\n\n");
-  if ((multi || c.cuda) && logits) {
+  bool describe_logits = (multi || c.t->logits_tensor) && logits;
+  if (describe_logits) {
     fprintf(f, "/* the logits the logits() entry leaves, with their sharding (sampling gathers them) */\n");
     fprintf(f, "static const RtTensor logits_tensor =\n");
     emit_tensor_end(&c, logits, "logits", "RT_T_RESULT", NULL, false, ";\n\n");
@@ -845,14 +504,14 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "  .nparams = %" PRId64 ",\n  .flops_per_token = %.17g,\n", ir_param_count(m), ir_flops_per_token(m, true));
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);
   fprintf(f, "  .logits_offset = %" PRId64 ",\n", logits ? logits->offset : (int64_t)-1);
-  if ((multi || c.cuda) && logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
+  if (describe_logits) fprintf(f, "  .logits_tensor = &logits_tensor,\n");
   fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64
              ", .steps = %" PRId64 ", .seed = %" PRIu64 "u, .grad_clip = %.17g,\n",
           opt[rc->optimizer], rc->lr, rc->min_lr, sch[rc->lr_schedule], rc->warmup, rc->steps, rc->seed, rc->grad_clip);
   fprintf(f, "             .data = %s, .val = %s, .ckpt_every = %" PRId64 ", .ckpt_dir = %s, .ckpt_keep = %d},\n",
           cg_cstr(&c, rc->data), cg_cstr(&c, rc->val), rc->ckpt_every, cg_cstr(&c, rc->ckpt_dir), rc->ckpt_keep);
   fprintf(f, "  .step = step,\n  .eval = eval,\n  .logits = logits,\n");
-  if (c.cuda) fprintf(f, "  .device = &rt_cuda_device,\n  .cuda = &cuda_code,\n");
+  c.t->program(&c);
   fprintf(f, "};\n\n");
   fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &program); }\n");
   bool ok = c.ok;

@@ -1,0 +1,134 @@
+/* codegen/cg.c — the helpers the emitter (emit.c) and the backends (target_*.c) share: lines of
+ * the program, where a value lives in M, C literals, workspace needs, copies, errors, and which
+ * members of a fusion group an entry point runs as one kernel. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cg.h"
+#include "diag.h"
+
+void cg_line(Cg *c, const char *fmt, ...) {
+  for (int i = 0; i < c->indent; i++) fputs("  ", c->f);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(c->f, fmt, ap);
+  va_end(ap);
+  fputc('\n', c->f);
+}
+
+int cg_depth_of(const Graph *g) {
+  int d = 0;
+  for (; g->parent; g = g->parent) d++;
+  return d;
+}
+
+/* C expression (char *) for where v lives. */
+const char *cg_ptr(Cg *c, const Value *v) {
+  if (v->def->op == OP_ARG) {
+    for (int i = c->nargs - 1; i >= 0; i--)
+      if (c->binds[i].arg == v->def) return c->binds[i].expr;
+    die("ARG %%%d has no binding", v->id);
+  }
+  if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
+  if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, cg_depth_of(v->def->graph), v->stride);
+  return arena_printf(c->a, "(M + %" PRId64 ")", v->offset);
+}
+
+const char *cg_shape_lit(Cg *c, const Shape *s) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf, "&(RtShape){%d, {", s->rank);
+  for (int i = 0; i < s->rank; i++) n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%" PRId64, i ? ", " : "", s->dim[i]);
+  snprintf(buf + n, sizeof buf - (size_t)n, "}}");
+  return arena_strdup(c->a, buf);
+}
+
+int64_t cg_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* A C string literal for s (or NULL). */
+const char *cg_cstr(Cg *c, const char *s) {
+  if (!s) return "NULL";
+  size_t n = strlen(s);
+  char *q = arena_alloc(c->a, 4 * n + 3), *p = q;
+  *p++ = '"';
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      *p++ = '\\';
+      *p++ = (char)ch;
+    } else if (ch < 32 || ch >= 127) {
+      p += sprintf(p, "\\%03o", ch);
+    } else {
+      *p++ = (char)ch;
+    }
+  }
+  *p++ = '"';
+  *p = 0;
+  return q;
+}
+
+/* Records a kernel's workspace need (a C expression); the program's workspace is their max. */
+void cg_ws_need(Cg *c, const char *expr) {
+  for (int i = 0; i < c->nws; i++)
+    if (strcmp(c->ws[i], expr) == 0) return;
+  arena_grow(c->a, (void **)&c->ws, &c->capws, c->nws + 1, sizeof(char *));
+  c->ws[c->nws++] = expr;
+}
+
+void cg_copy_if_moved(Cg *c, const Value *dst, const Value *src) {
+  const char *d = cg_ptr(c, dst), *s = cg_ptr(c, src);
+  if (strcmp(d, s) != 0) c->t->copy(c, d, s, cg_bytes(src), false);
+}
+
+int64_t cg_prod(const Shape *s, int from, int to) {
+  int64_t n = 1;
+  for (int i = from; i < to; i++) n *= s->dim[i];
+  return n;
+}
+
+void cg_unsupported(Cg *c, const Node *n, const char *why) {
+  error_at(n->loc, "the %s target cannot run %s yet: %s", c->t->name, ir_ops[n->op].name, why);
+  c->ok = false;
+}
+
+const char *cg_axis_lit(int axis) {
+  static const char *const names[AX_COUNT] = {[AX_DP] = "RT_AX_DP", [AX_PP] = "RT_AX_PP", [AX_CP] = "RT_AX_CP",
+                                              [AX_TP] = "RT_AX_TP"};
+  if (axis < 0 || axis >= AX_COUNT) die("collective on mesh axis %d", axis);
+  return names[axis];
+}
+
+const char *cg_dtype_lit(DType dt) {
+  static const char *const names[DT_COUNT] = {[DT_F32] = "RT_F32", [DT_BF16] = "RT_BF16", [DT_F16] = "RT_F16",
+                                              [DT_F64] = "RT_F64", [DT_I32] = "RT_I32", [DT_I64] = "RT_I64"};
+  return names[dt];
+}
+
+/* (outer, len, inner) of a tensor axis: the elements before it, its length, after it. */
+void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
+  *outer = cg_prod(s, 0, axis);
+  *len = s->dim[axis];
+  *inner = cg_prod(s, axis + 1, s->rank);
+}
+
+/* Whether the entry point being emitted runs node i of g (a body: all of them). */
+static bool runs(const Cg *c, const Graph *g, int i) { return g->parent || !c->need || c->need[i]; }
+
+int cg_group_run(const Cg *c, const Node *n) {
+  const Graph *g = n->graph;
+  int p = c->pos, id = n->group;
+  if (!id) return 1;
+  bool after_gap = p > 0 && g->nodes[p - 1]->group == id;
+  if (after_gap && runs(c, g, p - 1)) return 1; /* in a piece emitted node by node */
+  int e = p + 1;
+  while (e < g->nnodes && g->nodes[e]->group == id && runs(c, g, e)) e++;
+  if (after_gap) /* members before p were run apart (or not at all): read one, run node by node */
+    for (int k = p; k < e; k++)
+      for (int j = 0; j < g->nodes[k]->nin; j++) {
+        const Node *d = g->nodes[k]->in[j]->def;
+        for (int s = p - 1; s >= 0 && g->nodes[s]->group == id; s--)
+          if (g->nodes[s] == d) return 1;
+      }
+  return e - p;
+}

@@ -1,0 +1,263 @@
+/* codegen/target_cpu.c — the CPU target: each node a call of libshardrt's CPU kernels.
+ *
+ * A node becomes one runtime call (runtime/ops/ops.h, prims.h) on pointers into the rank's
+ * allocation `M`: f32 math, BLAS GEMMs, the reference norms, attention and cross-entropy;
+ * vocab-parallel embeddings and cross-entropy parts call the multi-rank ops (coll.h). Nodes
+ * run one by one: this target ignores fusion groups.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "cg.h"
+
+static const char *fp(Cg *c, const Value *v) { return arena_printf(c->a, "(float *)%s", cg_ptr(c, v)); }
+static const char *ip(Cg *c, const Value *v) { return arena_printf(c->a, "(int32_t *)%s", cg_ptr(c, v)); }
+
+/* The ops that need the rank's coordinates or its groups (ctx): AXIS_INDEX, the vocab-parallel
+ * embedding and cross-entropy parts. */
+static void emit_multi_rank(Cg *c, Node *n) {
+  Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
+  const Attrs *a = &n->a;
+  switch (n->op) {
+  case OP_AXIS_INDEX: cg_line(c, "*%s = rt_ctx_coord(ctx, %s);", ip(c, y), cg_axis_lit(a->mesh_axis)); return;
+  case OP_EMBED: {
+    Value *t = n->in[0], *idx = n->in[1];
+    int64_t cnt = ir_numel(&idx->shape);
+    cg_line(c, "rt_embed_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", cg_axis_lit(a->mesh_axis),
+         fp(c, y), fp(c, t), ip(c, idx), cnt, t->shape.dim[1], t->shape.dim[0]);
+    cg_ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
+    return;
+  }
+  case OP_EMBED_BWD: {
+    Value *idx = n->in[0];
+    int64_t cnt = ir_numel(&idx->shape);
+    cg_line(c, "rt_embed_bwd_shard_f32(ctx, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);",
+         cg_axis_lit(a->mesh_axis), fp(c, y), ip(c, idx), fp(c, n->in[1]), cnt, y->shape.dim[1], y->shape.dim[0]);
+    cg_ws_need(c, arena_printf(c->a, "rt_embed_shard_ws_bytes(%" PRId64 ")", cnt));
+    return;
+  }
+  case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD: {
+    int64_t V = x->shape.dim[x->shape.rank - 1], rows = V ? ir_numel(&x->shape) / V : 0;
+    const char *ax = a->sharded ? cg_axis_lit(a->mesh_axis) : "-1";
+    if (x->dtype != DT_F32) return cg_unsupported(c, n, "only f32 logits on the CPU");
+    if (n->op == OP_CE_MAX)
+      cg_line(c, "rt_ce_max_f32(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x), rows, V,
+           a->len);
+    else if (n->op == OP_CE_SUMS)
+      cg_line(c, "rt_ce_sums_f32(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y), fp(c, x),
+           ip(c, n->in[1]), fp(c, n->in[2]), rows, V, a->len);
+    else
+      cg_line(c, "rt_ce_grad_f32(ctx, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", ax, fp(c, y),
+           fp(c, x), ip(c, n->in[1]), fp(c, n->in[2]), fp(c, n->in[3]), fp(c, n->in[4]), rows, V, a->len);
+    return;
+  }
+  case OP_CE_LOSS:
+    cg_line(c, "rt_ce_loss_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]),
+         ip(c, n->in[2]), ir_numel(&n->in[2]->shape), a->len);
+    return;
+  default: return cg_unsupported(c, n, "no CPU code for this op");
+  }
+}
+
+/* A compute node as one runtime call (emit.c emits REPEATs and collectives). */
+static void emit_node(Cg *c, Node *n) {
+  Value *y = n->nout ? n->out[0] : NULL;
+  Value *x = n->nin ? n->in[0] : NULL;
+  int64_t ny = y ? ir_numel(&y->shape) : 0;
+  const Attrs *a = &n->a;
+  unsigned fl = ir_ops[n->op].flags;
+  if ((fl & F_EW) && n->op != OP_CAST && n->op != OP_GELU_BWD && n->op != OP_SILU_BWD) {
+    for (int i = 0; i < n->nin; i++)
+      if (n->in[i]->dtype != DT_F32) return cg_unsupported(c, n, "only f32 elementwise math on the CPU");
+  }
+  switch (n->op) {
+  case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_ARG: return;
+  case OP_CONST:
+    if (y->dtype != DT_F32) return cg_unsupported(c, n, "non-f32 constants");
+    cg_line(c, "rt_fill_f32(%s, %" PRId64 ", (float)%.17g);", fp(c, y), ny, a->scalar);
+    return;
+  case OP_IOTA: cg_line(c, "rt_iota_i32(%s, %" PRId64 ", %" PRId64 ");", ip(c, y), ny, a->start); return;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAXIMUM: case OP_MINIMUM: {
+    static const char *ops[] = {[OP_ADD] = "RT_ADD", [OP_SUB] = "RT_SUB", [OP_MUL] = "RT_MUL",
+                                [OP_DIV] = "RT_DIV", [OP_MAXIMUM] = "RT_MAXIMUM", [OP_MINIMUM] = "RT_MINIMUM"};
+    cg_line(c, "rt_binary_f32(%s, %s, %s, %s, %s, %s, %s);", ops[n->op], fp(c, y), cg_shape_lit(c, &y->shape),
+         fp(c, n->in[0]), cg_shape_lit(c, &n->in[0]->shape), fp(c, n->in[1]), cg_shape_lit(c, &n->in[1]->shape));
+    return;
+  }
+  case OP_NEG: case OP_SCALE: case OP_ADD_SCALAR: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT:
+  case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: {
+    static const char *ops[] = {[OP_NEG] = "RT_NEG", [OP_SCALE] = "RT_SCALE", [OP_ADD_SCALAR] = "RT_ADD_SCALAR",
+                                [OP_EXP] = "RT_EXP", [OP_LOG] = "RT_LOG", [OP_SQRT] = "RT_SQRT",
+                                [OP_RSQRT] = "RT_RSQRT", [OP_TANH] = "RT_TANH", [OP_SIGMOID] = "RT_SIGMOID",
+                                [OP_RELU] = "RT_RELU", [OP_GELU] = "RT_GELU", [OP_SILU] = "RT_SILU"};
+    cg_line(c, "rt_unary_f32(%s, %s, %s, %" PRId64 ", (float)%.17g);", ops[n->op], fp(c, y), fp(c, x), ny, a->scalar);
+    return;
+  }
+  case OP_GELU_BWD: cg_line(c, "rt_gelu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
+  case OP_SILU_BWD: cg_line(c, "rt_silu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
+  case OP_CAST:
+    if (x->dtype != y->dtype) return cg_unsupported(c, n, "dtype conversion (mixed precision is the CUDA target's)");
+    cg_copy_if_moved(c, y, x);
+    return;
+  case OP_RESHAPE: cg_copy_if_moved(c, y, x); return;
+  case OP_TRANSPOSE: {
+    int r = x->shape.rank;
+    cg_line(c, "rt_transpose_f32(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, x),
+         cg_prod(&x->shape, 0, r - 2), x->shape.dim[r - 2], x->shape.dim[r - 1]);
+    return;
+  }
+  case OP_SLICE: case OP_PAD: {
+    const Shape *xs = &x->shape;
+    int ax = a->axis;
+    int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank);
+    int es = ir_dtype_size(x->dtype);
+    if (n->op == OP_SLICE)
+      cg_line(c, "rt_copy_block(%s, %" PRId64 ", 0, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           cg_ptr(c, y), a->len, cg_ptr(c, x), xs->dim[ax], a->start, outer, a->len, inner, es);
+    else {
+      cg_line(c, "memset(%s, 0, %" PRId64 ");", cg_ptr(c, y), cg_bytes(y));
+      cg_line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           cg_ptr(c, y), a->len, a->start, cg_ptr(c, x), xs->dim[ax], outer, xs->dim[ax], inner, es);
+    }
+    return;
+  }
+  case OP_CONCAT: {
+    int ax = a->axis;
+    int64_t outer = cg_prod(&y->shape, 0, ax), inner = cg_prod(&y->shape, ax + 1, y->shape.rank), at = 0;
+    for (int i = 0; i < n->nin; i++) {
+      int64_t len = n->in[i]->shape.dim[ax];
+      cg_line(c, "rt_copy_block(%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+           cg_ptr(c, y), y->shape.dim[ax], at, cg_ptr(c, n->in[i]), len, outer, len, inner, ir_dtype_size(y->dtype));
+      at += len;
+    }
+    return;
+  }
+  case OP_REDUCE_SUM:
+    cg_line(c, "rt_reduce_to_f32(%s, %s, %s, %s);", fp(c, y), cg_shape_lit(c, &y->shape), fp(c, x), cg_shape_lit(c, &x->shape));
+    return;
+  case OP_BROADCAST_TO:
+    cg_line(c, "rt_broadcast_to_f32(%s, %s, %s, %s);", fp(c, y), cg_shape_lit(c, &y->shape), fp(c, x), cg_shape_lit(c, &x->shape));
+    return;
+  case OP_MATMUL: {
+    const Shape *as = &x->shape, *bs = &n->in[1]->shape;
+    int ra = as->rank, rb = bs->rank;
+    int64_t m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2], k = a->ta ? as->dim[ra - 2] : as->dim[ra - 1];
+    int64_t nn = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1];
+    int64_t batch = cg_prod(as, 0, ra - 2), bbatch = cg_prod(bs, 0, rb - 2);
+    if (bbatch != 1 && bbatch != batch) return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
+    cg_line(c, "rt_matmul_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);", fp(c, y),
+         fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
+    return;
+  }
+  case OP_EMBED: {
+    Value *t = n->in[0], *idx = n->in[1];
+    if (a->sharded) return emit_multi_rank(c, n);
+    cg_line(c, "rt_embed_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), fp(c, t), ip(c, idx),
+         ir_numel(&idx->shape), t->shape.dim[1], t->shape.dim[0]);
+    return;
+  }
+  case OP_EMBED_BWD: {
+    Value *idx = n->in[0];
+    if (a->sharded) return emit_multi_rank(c, n);
+    cg_line(c, "rt_embed_bwd_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ");", fp(c, y), ip(c, idx),
+         fp(c, n->in[1]), ir_numel(&idx->shape), y->shape.dim[1], y->shape.dim[0]);
+    return;
+  }
+  case OP_LAYERNORM: case OP_RMSNORM: {
+    int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
+    if (n->op == OP_LAYERNORM)
+      cg_line(c, "rt_layernorm_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x),
+           fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
+    else
+      cg_line(c, "rt_rmsnorm_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g);", fp(c, y), fp(c, x), fp(c, n->in[1]),
+           rows, d, a->eps);
+    return;
+  }
+  case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: {
+    int64_t d = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (d ? d : 1);
+    if (n->op == OP_LAYERNORM_BWD)
+      cg_line(c, "rt_layernorm_bwd_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
+           fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
+    else
+      cg_line(c, "rt_rmsnorm_bwd_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", (float)%.17g, WS);", fp(c, n->out[0]),
+           fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), rows, d, a->eps);
+    cg_ws_need(c, arena_printf(c->a, "rt_norm_ws_bytes(%" PRId64 ", %" PRId64 ")", rows, d));
+    return;
+  }
+  case OP_ROPE: {
+    const Shape *s = &x->shape;
+    int64_t hd = s->dim[2] / a->heads;
+    cg_line(c, "rt_rope_f32(%s, %s, %" PRId64 ", %" PRId64 ", %d, %" PRId64 ", %.17g, %" PRId64 ", %d, WS);", fp(c, y),
+         fp(c, x), s->dim[0], s->dim[1], a->heads, hd, a->theta, a->start, a->inverse);
+    cg_ws_need(c, arena_printf(c->a, "rt_rope_ws_bytes(%" PRId64 ", %" PRId64 ")", s->dim[1], hd));
+    return;
+  }
+  case OP_SDPA: case OP_SDPA_BWD: {
+    const Shape *s = &x->shape;
+    int64_t hd = s->dim[2] / a->heads;
+    if (n->op == OP_SDPA)
+      cg_line(c, "rt_sdpa_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);", fp(c, n->out[0]),
+           fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), s->dim[0], s->dim[1], a->heads,
+           a->kv_heads, hd, a->causal);
+    else
+      cg_line(c, "rt_sdpa_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);",
+           fp(c, n->out[0]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]),
+           fp(c, n->in[3]), fp(c, n->in[4]), fp(c, n->in[5]), s->dim[0], s->dim[1], a->heads, a->kv_heads, hd,
+           a->causal);
+    return;
+  }
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: {
+    int64_t V = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (V ? V : 1);
+    int64_t len = a->len > 0 ? a->len : V;
+    if (n->op == OP_CROSS_ENTROPY)
+      cg_line(c, "rt_cross_entropy_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
+           ip(c, n->in[1]), rows, V, len);
+    else
+      cg_line(c, "rt_cross_entropy_bwd_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
+           ip(c, n->in[1]), fp(c, n->in[2]), rows, V, len);
+    cg_ws_need(c, arena_printf(c->a, "rt_cross_entropy_ws_bytes(%" PRId64 ")", rows));
+    return;
+  }
+  case OP_SUM: cg_line(c, "rt_sum_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_MEAN: cg_line(c, "rt_mean_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_SUMSQ: cg_line(c, "rt_sumsq_f32(%s, %s, %" PRId64 ");", fp(c, y), fp(c, x), ir_numel(&x->shape)); return;
+  case OP_ADAMW_UPDATE:
+    for (int k = 0; k < 3; k++) cg_copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : k + 1]);
+    cg_line(c, "rt_adamw_f32(%s, %s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g, (float)%.17g, (float)%.17g);", fp(c, n->out[0]),
+         fp(c, n->in[1]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, n->in[4]), ir_numel(&x->shape), a->beta1,
+         a->beta2, a->eps, a->weight_decay);
+    return;
+  case OP_SGD_UPDATE:
+    for (int k = 0; k < 2; k++) cg_copy_if_moved(c, n->out[k], n->in[k == 0 ? 0 : 2]);
+    cg_line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g);", fp(c, n->out[0]), fp(c, n->in[1]),
+         fp(c, n->out[1]), fp(c, n->in[3]), ir_numel(&x->shape), a->momentum, a->weight_decay);
+    return;
+  case OP_SEND: case OP_RECV: return cg_unsupported(c, n, "pipeline transfers arrive with the pipeline pass");
+  default: return emit_multi_rank(c, n);
+  }
+}
+
+static int cpu_node(Cg *c, Node *n) {
+  emit_node(c, n);
+  return 1;
+}
+
+static void cpu_prologue(Cg *c) { fprintf(c->f, "#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n"); }
+
+static void cpu_copy(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
+  cg_line(c, "%s(%s, %s, %" PRId64 ");", overlap ? "memmove" : "memcpy", dst, src, bytes);
+}
+
+static void nothing(Cg *c) { (void)c; }
+
+const CgTarget cg_target_cpu = {
+    .name = "CPU",
+    .coll_ws_offset = 0,
+    .logits_tensor = false,
+    .begin = nothing,
+    .prologue = cpu_prologue,
+    .node = cpu_node,
+    .copy = cpu_copy,
+    .finish = nothing,
+    .program = nothing,
+};

@@ -1,0 +1,11 @@
+/* codegen/targets.c — which backend emits a module's target (codegen/cg.h CgTarget). */
+#include "cg.h"
+#include "diag.h"
+
+const CgTarget *cg_target_of(Target t) {
+  switch (t) {
+  case TARGET_CPU: return &cg_target_cpu;
+  case TARGET_CUDA: return &cg_target_cuda;
+  }
+  die("codegen: no backend for target %d", (int)t);
+}

@@ -1,0 +1,99 @@
+/* passes/fuse.c — fusion groups: consecutive elementwise nodes over one shape, for every target.
+ *
+ * Walking each graph (region bodies too) in node order, a group starts at an elementwise node
+ * (an F_EW op, a CONST or a BROADCAST_TO; not a same-dtype CAST, which is a view and computes
+ * nothing) and takes the nodes that follow while each one
+ *   - is elementwise too, with the group's output shape,
+ *   - reads only members of the group or values that broadcast to that shape,
+ *   - keeps the group within FUSE_MAX_NODES nodes and FUSE_MAX_INPUTS values read from outside
+ *     (an input counted once per node that first reads it, twice when a node reads it twice).
+ * The first node that does not fit starts the next group (when it can start one). Members get
+ * one Node.group id (unique in the module); a node alone stays in no group (0).
+ *
+ * The groups say what may run as one kernel, index by index, its intermediates in registers.
+ * Whether that is safe also depends on where values live, which this pass does not know:
+ * passes/memplan.c cuts a group where the placement would let a member overwrite bytes the
+ * group still reads. A target may honour the groups (CUDA: one kernel per group) or ignore
+ * them (the CPU target runs node by node).
+ */
+#include <string.h>
+
+#include "diag.h"
+#include "infer.h"
+#include "passes.h"
+
+static bool elementwise(const Node *n) {
+  return n->op == OP_CONST || n->op == OP_BROADCAST_TO || (ir_ops[n->op].flags & F_EW) != 0;
+}
+
+/* A same-dtype CAST is a view (memplan gives it its input's bytes): it starts no group. */
+static bool starts_group(const Node *n) {
+  return elementwise(n) && !(n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype);
+}
+
+typedef struct {
+  const Node *mem[FUSE_MAX_NODES]; /* the group's nodes, in order */
+  int n;                           /* how many */
+  const Value *ext[FUSE_MAX_INPUTS]; /* values it reads from outside, in first-read order */
+  int next;                          /* how many */
+} Group;
+
+static bool is_member(const Group *r, const Value *v) {
+  for (int i = 0; i < r->n; i++)
+    if (r->mem[i]->out[0] == v) return true;
+  return false;
+}
+
+static bool is_ext(const Group *r, const Value *v) {
+  for (int i = 0; i < r->next; i++)
+    if (r->ext[i] == v) return true;
+  return false;
+}
+
+/* Adds n to the group if it fits; false leaves the group as it was. */
+static bool try_add(Group *r, const Node *n, const Shape *S) {
+  if (!elementwise(n) || !ir_shape_eq(&n->out[0]->shape, S) || r->n == FUSE_MAX_NODES) return false;
+  const Value *fresh[2];
+  int nfresh = 0;
+  for (int k = 0; k < n->nin; k++) {
+    const Value *v = n->in[k];
+    if (is_member(r, v) || is_ext(r, v)) continue;
+    if (!ir_broadcasts_to(&v->shape, S)) return false;
+    fresh[nfresh++] = v;
+  }
+  if (r->next + nfresh > FUSE_MAX_INPUTS) return false;
+  for (int i = 0; i < nfresh; i++) r->ext[r->next++] = fresh[i];
+  r->mem[r->n++] = n;
+  return true;
+}
+
+static void fuse_graph(Graph *g, int *next_id) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) fuse_graph(g->nodes[i]->body, next_id);
+  for (int i = 0; i < g->nnodes;) {
+    Node *first = g->nodes[i];
+    first->group = 0;
+    if (!starts_group(first)) {
+      i++;
+      continue;
+    }
+    const Shape *S = &first->out[0]->shape;
+    Group r = {0};
+    if (!try_add(&r, first, S)) die("fuse: %s does not start a group", ir_ops[first->op].name);
+    int j = i + 1;
+    while (j < g->nnodes && try_add(&r, g->nodes[j], S)) j++;
+    if (r.n > 1) {
+      int id = ++*next_id;
+      for (int k = i; k < j; k++) g->nodes[k]->group = id;
+    } else {
+      for (int k = i; k < j; k++) g->nodes[k]->group = 0;
+    }
+    i = j;
+  }
+}
+
+bool pass_fuse(Module *m) {
+  int next_id = 0;
+  fuse_graph(m->graph, &next_id);
+  return true;
+}

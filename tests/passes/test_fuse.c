@@ -1,0 +1,199 @@
+/* tests/passes/test_fuse.c — fusion groups (passes/fuse.c) and how the memory plan cuts them.
+ *
+ * Built graphs:
+ *   - a chain over one shape is one group; a reduction and a shape change end it; a same-dtype
+ *     cast (a view) starts none; a chain of 40 ops is a group of FUSE_MAX_NODES, then the rest;
+ *   - t = reduce_sum(x) to a row; a = x2 + t; b = tanh(a); c = tanh(b): one group after
+ *     pass_fuse, but the plan puts b over t's dead bytes, so one kernel would write what other
+ *     indices still read: pass_memplan cuts the group before b; chains that read only
+ *     persistent memory stay whole.
+ * Real models (tiny f32 and bf16, tiny tp=2 + sp, Llama-3-8B with 2 layers) through the whole pipeline
+ * for the CUDA target: every group is consecutive elementwise nodes over one shape within the
+ * limits, and no member's output overlaps a value its group reads from outside (except the
+ * same tensor updated index for index) — the condition for running it as one kernel.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend.h"
+#include "memplan.h"
+#include "passes.h"
+#include "pipeline.h"
+#include "tb.h"
+
+static int failures;
+#define EXPECT(cond, ...)                                                                                          \
+  do {                                                                                                             \
+    if (!(cond)) {                                                                                                 \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                                \
+      fprintf(stderr, "\n");                                                                                       \
+      failures++;                                                                                                  \
+    }                                                                                                              \
+  } while (0)
+
+static bool elementwise(const Node *n) {
+  return n->op == OP_CONST || n->op == OP_BROADCAST_TO || (ir_ops[n->op].flags & F_EW);
+}
+
+static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* The bytes v occupies over all iterations of its graph: [lo, hi); false for ARGs. */
+static bool span(const Value *v, int64_t *lo, int64_t *hi) {
+  if (v->def->op == OP_ARG || v->offset < 0) return false;
+  const Node *r = v->def->graph->owner;
+  int64_t iters = v->stride && r && r->op == OP_REPEAT ? r->a.count : 1;
+  *lo = v->offset;
+  *hi = v->offset + (iters - 1) * v->stride + bytes_of(v);
+  return true;
+}
+
+static bool overlaps(const Value *w, const Value *x) {
+  if (w == x) return false;
+  if (w->offset == x->offset && w->stride == x->stride && w->def->op != OP_ARG && x->def->op != OP_ARG &&
+      ir_shape_eq(&w->shape, &x->shape) && ir_dtype_size(w->dtype) == ir_dtype_size(x->dtype))
+    return false; /* the same tensor, index for index */
+  int64_t wl, wh, xl, xh;
+  if (!span(w, &wl, &wh) || !span(x, &xl, &xh)) return false;
+  return wl < xh && xl < wh;
+}
+
+/* Checks every group of g (and its bodies); returns the number of groups of 2 or more nodes. */
+static int check_groups(const Graph *g, const char *label, bool placed) {
+  int groups = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) groups += check_groups(g->nodes[i]->body, label, placed);
+  for (int i = 0; i < g->nnodes;) {
+    int id = g->nodes[i]->group, end = i + 1;
+    if (!id) {
+      i++;
+      continue;
+    }
+    while (end < g->nnodes && g->nodes[end]->group == id) end++;
+    EXPECT(end - i >= 2 && end - i <= FUSE_MAX_NODES, "%s: group %d has %d nodes", label, id, end - i);
+    for (int k = end; k < g->nnodes; k++) EXPECT(g->nodes[k]->group != id, "%s: group %d is not consecutive", label, id);
+    const Value *ext[2 * FUSE_MAX_NODES];
+    int next = 0;
+    for (int k = i; k < end; k++) {
+      const Node *n = g->nodes[k];
+      EXPECT(elementwise(n), "%s: group %d holds %s", label, id, ir_ops[n->op].name);
+      EXPECT(ir_shape_eq(&n->out[0]->shape, &g->nodes[i]->out[0]->shape), "%s: group %d mixes shapes", label, id);
+      for (int j = 0; j < n->nin; j++) {
+        const Node *d = n->in[j]->def;
+        bool inside = false;
+        for (int q = i; q < k; q++) inside |= g->nodes[q] == d;
+        for (int e = 0; e < next; e++) inside |= ext[e] == n->in[j];
+        if (!inside) ext[next++] = n->in[j];
+      }
+    }
+    EXPECT(next <= FUSE_MAX_INPUTS, "%s: group %d reads %d values from outside", label, id, next);
+    for (int k = i; k < end && placed; k++)
+      for (int e = 0; e < next; e++)
+        EXPECT(!overlaps(g->nodes[k]->out[0], ext[e]),
+               "%s: group %d: %s %%%d [%lld, +%lld) overwrites %%%d [%lld, +%lld), which the group reads", label, id,
+               ir_ops[g->nodes[k]->op].name, g->nodes[k]->out[0]->id, (long long)g->nodes[k]->out[0]->offset,
+               (long long)bytes_of(g->nodes[k]->out[0]), ext[e]->id, (long long)ext[e]->offset,
+               (long long)bytes_of(ext[e]));
+    groups++;
+    i = end;
+  }
+  return groups;
+}
+
+static void built_graphs(void) {
+  Arena a;
+  arena_init(&a);
+  Module *m = tb_module(&a, "fuse");
+  Graph *g = m->graph;
+  Shape s = tb_shape(2, 8, 8);
+  Value *x = tb_input(g, "x", DT_F32, s), *x2 = tb_input(g, "x2", DT_F32, s);
+  Value *w = tb_param(g, "w", DT_F32, tb_shape(1, 8), INIT_ZEROS, 0, 0);
+  /* a chain over one shape, then a reduction */
+  Value *p = tb_op2(g, OP_ADD, x2, w, NULL);
+  Value *q = tb_op1(g, OP_GELU, p, NULL);
+  Value *r = tb_op2(g, OP_MUL, q, x2, NULL);
+  Value *sr = tb_op1(g, OP_SUM, r, NULL);
+  /* a view starts no group; the chain after it is one */
+  Value *v = tb_shaped(g, OP_CAST, 1, &x2, DT_F32, s, NULL);
+  Value *v1 = tb_op1(g, OP_TANH, v, NULL);
+  Value *v2 = tb_op1(g, OP_EXP, v1, NULL);
+  Value *sv = tb_op1(g, OP_SUM, v2, NULL);
+  /* 40 ops in a row */
+  Value *z = x2;
+  Node *chain[40];
+  for (int i = 0; i < 40; i++) {
+    z = tb_op1(g, OP_TANH, z, NULL);
+    chain[i] = z->def;
+  }
+  Value *sz = tb_op1(g, OP_SUM, z, NULL);
+  /* the chain whose placement forces cuts */
+  Value *t = tb_shaped(g, OP_REDUCE_SUM, 1, &x, DT_F32, tb_shape(1, 8), NULL);
+  Value *ea = tb_op2(g, OP_ADD, x2, t, NULL);
+  Value *tb = tb_op1(g, OP_TANH, ea, NULL);
+  Value *tc = tb_op1(g, OP_TANH, tb, NULL);
+  Value *st = tb_op1(g, OP_SUM, tc, NULL);
+  Value *l1 = tb_op2(g, OP_ADD, sr, sv, NULL), *l2 = tb_op2(g, OP_ADD, sz, st, NULL);
+  ir_add_result(g, tb_op2(g, OP_ADD, l1, l2, NULL), "loss");
+
+  EXPECT(pass_fuse(m), "pass_fuse failed");
+  EXPECT(p->def->group && p->def->group == q->def->group && q->def->group == r->def->group,
+         "add, gelu, mul: groups %d %d %d", p->def->group, q->def->group, r->def->group);
+  EXPECT(sr->def->group == 0, "a sum in group %d", sr->def->group);
+  EXPECT(v->def->group == 0 && v1->def->group && v1->def->group == v2->def->group,
+         "cast, tanh, exp: groups %d %d %d (a view starts no group)", v->def->group, v1->def->group, v2->def->group);
+  EXPECT(v1->def->group != r->def->group, "a reduction between two chains ends a group");
+  for (int i = 1; i < 40; i++)
+    EXPECT((chain[i]->group == chain[0]->group) == (i < FUSE_MAX_NODES), "40 tanh: op %d in group %d (first %d)", i,
+           chain[i]->group, chain[0]->group);
+  EXPECT(chain[FUSE_MAX_NODES]->group && chain[FUSE_MAX_NODES]->group == chain[39]->group,
+         "40 tanh: the rest is one group");
+  EXPECT(ea->def->group && ea->def->group == tb->def->group && tb->def->group == tc->def->group,
+         "add, tanh, tanh: groups %d %d %d", ea->def->group, tb->def->group, tc->def->group);
+  int before = check_groups(g, "after fuse", false);
+  EXPECT(before == 6, "%d groups after fuse, want 6 (the last: the scalar adds of the loss)", before);
+
+  EXPECT(pass_memplan(m), "pass_memplan failed");
+  EXPECT(overlaps(tb->def->out[0], t), "the plan was meant to put b over t's dead bytes: t at %lld, a %lld, b %lld",
+         (long long)t->offset, (long long)ea->offset, (long long)tb->offset);
+  EXPECT(ea->def->group != tb->def->group, "b would overwrite t, which a reads: groups %d %d %d", ea->def->group,
+         tb->def->group, tc->def->group);
+  EXPECT(p->def->group && p->def->group == r->def->group, "a chain over persistent inputs is cut");
+  EXPECT(chain[0]->group && chain[0]->group == chain[FUSE_MAX_NODES - 1]->group, "the 32-op group is cut");
+  int after = check_groups(g, "after memplan", true);
+  EXPECT(after >= 3, "%d groups after memplan", after);
+  arena_free(&a);
+}
+
+static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world) {
+  Arena a;
+  arena_init(&a);
+  FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
+  Module *m = fe_compile(&a, file, &o);
+  EXPECT(m, "%s: does not compile", label);
+  if (!m) return;
+  m->target = TARGET_CUDA;
+  m->has_topology = false;
+  PipelineOptions po = {.verify = true, .world = world};
+  EXPECT(pipeline_run(m, &po), "%s: the pipeline failed", label);
+  int groups = check_groups(m->graph, label, true);
+  EXPECT(groups >= 3, "%s: only %d fusion groups", label, groups);
+  printf("%s: %d fusion groups\n", label, groups);
+  arena_free(&a);
+}
+
+int main(void) {
+  built_graphs();
+  const char *tiny = SHARDC_MODELS_DIR "/tiny.model";
+  FeDefine one[] = {{"dp", "1"}}, bf16[] = {{"dp", "1"}, {"precision", "bf16"}};
+  FeDefine tp[] = {{"dp", "1"}, {"tp", "2"}, {"sp", "on"}, {"precision", "bf16"}};
+  FeDefine llama[] = {{"tp", "1"}, {"dp", "1"}, {"sp", "off"}, {"layers", "2"}, {"seq", "64"}, {"micro_batch", "1"},
+                      {"batch", "1"}};
+  model("tiny f32", tiny, one, 1, 1);
+  model("tiny bf16", tiny, bf16, 2, 1);
+  model("tiny tp=2 sp bf16", tiny, tp, 4, 2);
+  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1);
+  if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
+  else printf("test_fuse: ok\n");
+  return failures ? 1 : 0;
+}
