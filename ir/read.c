@@ -21,8 +21,14 @@
 
 /* ---- characters and tokens ------------------------------------------------- */
 
+/* The line and column of `at` (anywhere in the text: errors may point back at a region's header). */
 SrcLoc rd_loc(const Reader *r, const char *at) {
-  return (SrcLoc){r->file, r->line, (int)(at - r->line_start) + 1};
+  if (at >= r->line_start) return (SrcLoc){r->file, r->line, (int)(at - r->line_start) + 1};
+  int line = 1;
+  const char *start = r->text;
+  for (const char *q = r->text; q < at; q++)
+    if (*q == '\n') line++, start = q + 1;
+  return (SrcLoc){r->file, line, (int)(at - start) + 1};
 }
 
 bool rd_fail(Reader *r, const char *at, const char *fmt, ...) {
@@ -784,15 +790,10 @@ static bool parse_node(Reader *r, Graph *g) {
 
 /* Node lines up to the `}` closing the graph (a body's last line before it is `yield`). */
 static bool parse_graph(Reader *r, Graph *g, const char *open_at) {
-  int open_line = r->line;
-  const char *open_start = r->line_start;
   bool yielded = false;
   for (;;) {
     rd_ws(r);
-    if (*r->p == 0) {
-      r->line = open_line, r->line_start = open_start;
-      return rd_fail(r, open_at, "this '{' is never closed");
-    }
+    if (*r->p == 0) return rd_fail(r, open_at, "this '{' is never closed");
     if (*r->p == '\n' || *r->p == '#') {
       rd_skip_line(r);
       continue;
