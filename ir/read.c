@@ -17,7 +17,7 @@
 #include "read_impl.h"
 
 #define MAX_ATTRS 16    /* attributes on one node */
-#define MAX_NUMEL (1LL << 48) /* elements in one value: keeps byte counts far from overflow */
+#define MAX_NUMEL (1LL << 40) /* elements in one value: keeps byte counts (x inputs) far from overflow */
 
 /* ---- characters and tokens ------------------------------------------------- */
 
@@ -262,7 +262,7 @@ static bool parse_type(Reader *r, Value *v) {
         s.sym[s.rank] = (int16_t)sym_index(r, sym);
       }
       if (!rd_i64(r, &s.dim[s.rank], 1, MAX_NUMEL, "a dim size")) return false;
-      if (numel > MAX_NUMEL / s.dim[s.rank]) return rd_fail(r, at, "more than 2^48 elements");
+      if (numel > MAX_NUMEL / s.dim[s.rank]) return rd_fail(r, at, "more than 2^40 elements");
       numel *= s.dim[s.rank++];
     } while (rd_eat(r, ','));
     if (!rd_expect(r, ']')) return false;
@@ -844,7 +844,7 @@ static bool parse_results(Reader *r) {
 /* ---- the module ------------------------------------------------------------------- */
 
 Module *ir_read_module(Arena *a, const char *file, const char *text) {
-  Reader r = {.arena = a, .file = arena_strdup(a, file)};
+  Reader r = {.arena = a, .file = file};
   r.text = arena_strdup(a, text);
   r.p = r.line_start = r.text;
   r.line = 1;

@@ -25,7 +25,9 @@
 
 #include "module.h"
 
-/* Parses text (named file in diagnostics; it is copied) into a new Module allocated from a.
+/* Parses text (named file in diagnostics; the text is copied into a, and both the name and the
+ * copy are registered with diag_add_source, so `file` must outlive the diagnostics and `a`
+ * must not be freed while errors can still quote it) into a new Module allocated from a.
  * Returns NULL after reporting the first error as `file:line:col: error: ...` with the line
  * and a caret (ir/diag.h): bad input never aborts. The graph read passes ir_verify.
  * Module.name is NULL when the text has no `module` header. */
