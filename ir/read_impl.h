@@ -1,4 +1,4 @@
-/* ir/read_impl.h — the IR reader's state and token helpers, shared by ir/read.c (the graph)
+/* ir/read_impl.h — the IR reader's state and token helpers (ir/read_lex.c), shared by ir/read.c (the graph)
  * and ir/read_header.c (the module header). Private to the reader: include ir/read.h. */
 #ifndef SHARDC_READ_IMPL_H
 #define SHARDC_READ_IMPL_H
