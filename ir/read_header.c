@@ -3,6 +3,8 @@
  * Fields the printer leaves out keep their defaults; the plan line also takes
  * `bucket_bytes N` and `cross_node_tp on|off`, which the printer does not print.
  */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -54,13 +56,13 @@ static bool parse_topology(Reader *r) {
   if (!rd_keyword(r, "nodes") && !rd_keyword(r, "node")) return rd_fail(r, r->p, "expected 'nodes', found %s", rd_found(r));
   if (!rd_keyword(r, "x")) return rd_fail(r, r->p, "expected 'x', found %s", rd_found(r));
   if (!rd_int(r, &t->devices_per_node, 1, 1 << 20, "devices per node")) return false;
-  if (rd_keyword(r, "cpu")) {
-    if (!rd_keyword(r, "ranks")) return rd_fail(r, r->p, "expected 'cpu ranks', found %s", rd_found(r));
+  rd_ws(r);
+  at = r->p;
+  if (rd_keyword(r, "cpu") && rd_keyword(r, "ranks")) {
     t->cpu_only = true;
     t->device = "cpu";
   } else {
-    rd_ws(r);
-    at = r->p;
+    r->p = at;
     t->device = rd_token(r, ",(");
     if (!t->device) return rd_fail(r, at, "expected a device name or 'cpu ranks', found %s", rd_found(r));
   }
@@ -142,7 +144,6 @@ static bool parse_recipe(Reader *r) {
   if (!rd_expect(r, ':')) return false;
   while (!rd_eol(r)) {
     int k, v;
-    int64_t seed;
     if (!rd_choice(r, &k, keys, 16, "a recipe field")) return false;
     bool ok = true;
     switch (k) {
@@ -170,10 +171,17 @@ static bool parse_recipe(Reader *r) {
       c->precision = (Precision)v;
       break;
     case 14: ok = rd_i64(r, &c->steps, 0, BIG, "steps"); break;
-    case 15:
-      ok = rd_i64(r, &seed, 0, INT64_MAX, "seed");
-      c->seed = (uint64_t)seed;
+    case 15: { /* printed as an unsigned 64-bit number */
+      rd_ws(r);
+      const char *at = r->p;
+      char *e;
+      errno = 0;
+      unsigned long long u = *at >= '0' && *at <= '9' ? strtoull(at, &e, 10) : 0;
+      if (*at < '0' || *at > '9' || errno == ERANGE) return rd_fail(r, at, "expected a seed (0..2^64-1), found %s", rd_found(r));
+      r->p = e;
+      c->seed = (uint64_t)u;
       break;
+    }
     }
     if (!ok) return false;
   }
