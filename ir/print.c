@@ -491,7 +491,7 @@ static const char *human(char *buf, double x) {
   return buf;
 }
 
-void ir_print_module(FILE *f, const Module *m) {
+void ir_print_module_header(FILE *f, const Module *m) {
   fprintf(f, "module %s\n", m->name ? m->name : "?");
   if (m->has_topology) {
     const Topology *t = &m->topo;
@@ -526,6 +526,10 @@ void ir_print_module(FILE *f, const Module *m) {
     fprintf(f, " precision %s steps %lld seed %llu\n", r->precision == PREC_BF16 ? "bf16" : "f32", (long long)r->steps,
             (unsigned long long)r->seed);
   }
+}
+
+void ir_print_module(FILE *f, const Module *m) {
+  ir_print_module_header(f, m);
   fprintf(f, "\n");
   ir_print_rank_classes(f, m);
   print_top(f, m->graph, m);

@@ -17,6 +17,8 @@
 #include "module.h"
 
 void ir_print_module(FILE *f, const Module *m);
+/* Its first lines: `module NAME` and the topology, plan and recipe (what ir/read.c reads back). */
+void ir_print_module_header(FILE *f, const Module *m);
 /* The graph alone (dumps after single passes); symbols print as plain numbers. */
 void ir_print_graph(FILE *f, const Graph *g);
 /* The same, with the module's dim symbols. */

@@ -16,6 +16,9 @@ typedef struct {
 
 /* Runs every pass on m. Returns false when a pass reported user errors. */
 bool pipeline_run(Module *m, const PipelineOptions *o);
+/* Runs the pass named `name` alone (after the mesh pass when it needs the mesh and m has none).
+ * False when there is no such pass (reported) or it reported errors. */
+bool pipeline_run_pass(Module *m, const char *name, const PipelineOptions *o);
 /* The pass names in order, NULL-terminated (for --help and --dump-ir validation). */
 const char *const *pipeline_pass_names(void);
 
