@@ -121,7 +121,8 @@ static bool stacked_in_place(const Node *r, int k, const Value *y) {
  * reads one of its outputs; with no reader in g, at the end of g — except in a repeat body whose
  * outputs are only yielded as stacked ys in place: each iteration reduces into its own slice of
  * the outer buffer (memplan keeps it live from the repeat on), so the wait moves after the loop,
- * before the first outer reader of those stacked values. */
+ * before the first outer reader of those stacked values. A reader inside a fusion group moves the
+ * wait before the group. */
 static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
   Wait w = {tag, g, first_reader(g, at, n->out, n->nout)};
@@ -150,6 +151,11 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
       w.pos = first_reader(G, position_of(G, r), outer, nouter);
     }
   }
+  /* a reader inside a fusion group may run in a kernel that starts at the group's first node:
+   * wait before the group (a target that runs node by node waits a few nodes early) */
+  while (w.pos > 0 && w.pos < w.g->nnodes && w.g->nodes[w.pos]->group &&
+         w.g->nodes[w.pos - 1]->group == w.g->nodes[w.pos]->group)
+    w.pos--;
   arena_grow(c->a, (void **)&c->waits, &c->capwaits, c->nwaits + 1, sizeof(Wait));
   c->waits[c->nwaits++] = w;
 }
