@@ -169,15 +169,18 @@ static void emit_repeat(Cg *c, Node *n) {
 /* ---- multi-rank ops: collectives on the ctx's mesh-axis groups (runtime/ops/coll.h) ---- */
 
 const char *cg_axis_lit(int axis) {
-  static const char *const names[AX_COUNT] = {[AX_DP] = "RT_AX_DP", [AX_PP] = "RT_AX_PP", [AX_CP] = "RT_AX_CP",
-                                              [AX_TP] = "RT_AX_TP"};
-  if (axis < 0 || axis >= AX_COUNT) die("collective on mesh axis %d", axis);
+  static const char *const names[RT_AX_COUNT] = {[RT_AX_DP] = "RT_AX_DP", [RT_AX_PP] = "RT_AX_PP",
+                                                 [RT_AX_CP] = "RT_AX_CP", [RT_AX_TP] = "RT_AX_TP"};
+  if (axis < 0 || axis >= RT_AX_COUNT) die("collective on mesh axis %d", axis);
   return names[axis];
 }
 
 const char *cg_dtype_lit(DType dt) {
-  static const char *const names[DT_COUNT] = {[DT_F32] = "RT_F32", [DT_BF16] = "RT_BF16", [DT_F16] = "RT_F16",
-                                              [DT_F64] = "RT_F64", [DT_I32] = "RT_I32", [DT_I64] = "RT_I64"};
+  static const char *const names[DT_COUNT] = {
+#define RT_DTYPE(id, name, size, is_float) [DT_##id] = "RT_" #id,
+      RT_DTYPES(RT_DTYPE)
+#undef RT_DTYPE
+  };
   return names[dt];
 }
 
@@ -190,7 +193,7 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
 
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
 
-static bool is_async(const Node *n) { return n->op == OP_ALL_REDUCE && n->a.mesh_axis == AX_DP; }
+static bool is_async(const Node *n) { return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP; }
 
 static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)

@@ -83,7 +83,7 @@ typedef struct {
 
 struct Interp {
   const Graph *g;     /* top graph */
-  int dim[AX_COUNT];  /* mesh degrees, >= 1 */
+  int dim[RT_AX_COUNT];  /* mesh degrees, >= 1 */
   int nranks;         /* product of the degrees */
   uint64_t seed;      /* PARAM init seed */
   PtrMap pos;         /* Node* -> position, all graphs */
@@ -109,27 +109,27 @@ int interp_nranks(const Interp *it) { return it->nranks; }
 int interp_coord(const Interp *it, int rank, MeshAxis ax) {
   /* r = ((pp * dp + dp_i) * cp + cp_i) * tp + tp_i */
   int r = rank;
-  int tp = r % it->dim[AX_TP];
-  r /= it->dim[AX_TP];
-  int cp = r % it->dim[AX_CP];
-  r /= it->dim[AX_CP];
-  int dp = r % it->dim[AX_DP];
-  r /= it->dim[AX_DP];
+  int tp = r % it->dim[RT_AX_TP];
+  r /= it->dim[RT_AX_TP];
+  int cp = r % it->dim[RT_AX_CP];
+  r /= it->dim[RT_AX_CP];
+  int dp = r % it->dim[RT_AX_DP];
+  r /= it->dim[RT_AX_DP];
   switch (ax) {
-  case AX_TP: return tp;
-  case AX_CP: return cp;
-  case AX_DP: return dp;
-  case AX_PP: return r;
+  case RT_AX_TP: return tp;
+  case RT_AX_CP: return cp;
+  case RT_AX_DP: return dp;
+  case RT_AX_PP: return r;
   default: die("interp: bad mesh axis %d", (int)ax);
   }
 }
 
 /* Rank with rank r's coordinates except coordinate c along ax. */
 static int rank_with(const Interp *it, int r, int ax, int c) {
-  int co[AX_COUNT];
-  for (int a = 0; a < AX_COUNT; a++) co[a] = interp_coord(it, r, (MeshAxis)a);
+  int co[RT_AX_COUNT];
+  for (int a = 0; a < RT_AX_COUNT; a++) co[a] = interp_coord(it, r, (MeshAxis)a);
   co[ax] = c;
-  return ((co[AX_PP] * it->dim[AX_DP] + co[AX_DP]) * it->dim[AX_CP] + co[AX_CP]) * it->dim[AX_TP] + co[AX_TP];
+  return ((co[RT_AX_PP] * it->dim[RT_AX_DP] + co[RT_AX_DP]) * it->dim[RT_AX_CP] + co[RT_AX_CP]) * it->dim[RT_AX_TP] + co[RT_AX_TP];
 }
 
 static bool rt_error(const Node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -171,7 +171,7 @@ static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
     bm->deg[d] = 1;
     bm->coord[d] = 0;
     bm->blocks[d] = v->sharding.blocks[d];
-    if (a >= 0 && a < AX_COUNT && it->dim[a] > 1) {
+    if (a >= 0 && a < RT_AX_COUNT && it->dim[a] > 1) {
       bm->deg[d] = it->dim[a];
       bm->coord[d] = interp_coord(it, r, (MeshAxis)a);
       bm->logical.dim[d] = v->shape.dim[d] * it->dim[a];
@@ -265,7 +265,7 @@ static Interp *interp_make(const Graph *g, InterpMesh mesh, uint64_t seed) {
   it->g = g;
   it->seed = seed;
   it->nranks = 1;
-  for (int a = 0; a < AX_COUNT; a++) {
+  for (int a = 0; a < RT_AX_COUNT; a++) {
     it->dim[a] = mesh.dim[a] > 0 ? mesh.dim[a] : 1;
     it->nranks *= it->dim[a];
   }
@@ -1132,7 +1132,7 @@ static bool eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor
     for (int c = 0; c < deg; c++) {
       grp[c] = &in[rank_with(it, r, ax, c)];
       if (!ir_shape_eq(&grp[c]->shape, &grp[0]->shape)) {
-        ok = rt_error(n, "group members' shapes differ along %s", ir_axis_names[ax]);
+        ok = rt_error(n, "group members' shapes differ along %s", rt_mesh_axis_name(ax));
         break;
       }
     }
@@ -1170,7 +1170,7 @@ static bool eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor
     case OP_ALL_GATHER: out[r] = unchunk_of(grp, deg, n->a.axis, n->a.blocks, n->out[k]->dtype); break;
     case OP_BROADCAST:
       if (n->a.start < 0 || n->a.start >= deg) {
-        ok = rt_error(n, "root %lld outside the %s group of %d", (long long)n->a.start, ir_axis_names[ax], deg);
+        ok = rt_error(n, "root %lld outside the %s group of %d", (long long)n->a.start, rt_mesh_axis_name(ax), deg);
         break;
       }
       out[r] = tensor_copy(grp[n->a.start]);

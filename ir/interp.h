@@ -27,7 +27,7 @@ typedef struct {
 } Tensor;
 
 typedef struct {
-  int dim[AX_COUNT]; /* mesh degrees; 0 is taken as 1 */
+  int dim[RT_AX_COUNT]; /* mesh degrees; 0 is taken as 1 */
 } InterpMesh;
 
 typedef struct Interp Interp;

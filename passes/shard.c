@@ -77,7 +77,7 @@ typedef struct {
 typedef struct {
   Module *m;
   Arena *a;
-  int deg[AX_COUNT];
+  int deg[RT_AX_COUNT];
   bool sp;
   bool ok;
   PtrMap info;  /* Value* -> VInfo* */
@@ -108,7 +108,7 @@ static Value *sub(Sh *s, Value *v) {
   return v;
 }
 
-static int degree(const Sh *s, int ax) { return ax >= 0 && ax < AX_COUNT ? s->deg[ax] : 1; }
+static int degree(const Sh *s, int ax) { return ax >= 0 && ax < RT_AX_COUNT ? s->deg[ax] : 1; }
 
 /* Mesh axes of degree 1 never split anything: drop them. */
 static Sharding norm_sh(const Sh *s, Sharding h) {
@@ -116,7 +116,7 @@ static Sharding norm_sh(const Sh *s, Sharding h) {
     if (h.split[d] >= 0 && degree(s, h.split[d]) <= 1) h.split[d] = -1;
     if (h.split[d] < 0 || h.blocks[d] <= 1) h.blocks[d] = 0;
   }
-  for (int a = 0; a < AX_COUNT; a++)
+  for (int a = 0; a < RT_AX_COUNT; a++)
     if (degree(s, a) <= 1) h.partial &= (uint8_t)~(1u << a);
   return h;
 }
@@ -243,7 +243,7 @@ static Value *redist(Sh *s, Value *v, Sharding to) {
   Value *x = v;
   Sharding cur = v->sharding;
   /* 1. settle partial sums */
-  for (int a = 0; a < AX_COUNT; a++) {
+  for (int a = 0; a < RT_AX_COUNT; a++) {
     if (!(cur.partial & (1u << a)) || (to.partial & (1u << a))) continue;
     cur.partial &= (uint8_t)~(1u << a);
     int d = -1;
@@ -290,11 +290,11 @@ static Value *settle(Sh *s, Value *v) {
   if (info(s, v)->undecided) return v;
   Sharding to = v->sharding;
   if (!to.partial) return v;
-  if (s->sp && (to.partial & (1u << AX_TP)) && !axis_used(&to, AX_TP, -1)) {
+  if (s->sp && (to.partial & (1u << RT_AX_TP)) && !axis_used(&to, RT_AX_TP, -1)) {
     VInfo *vi = info(s, v);
     for (int d = 0; d < v->shape.rank; d++)
-      if (vi->role[d] == ROLE_SEQ && to.split[d] < 0 && divides(s, ldim(s, v, d), AX_TP, 1)) {
-        to.split[d] = AX_TP;
+      if (vi->role[d] == ROLE_SEQ && to.split[d] < 0 && divides(s, ldim(s, v, d), RT_AX_TP, 1)) {
+        to.split[d] = RT_AX_TP;
         break;
       }
   }
@@ -364,7 +364,7 @@ static const char *tp_choices(int64_t n, int64_t n2) {
 /* ---- attention whose heads tp does not divide ------------------------------------------ */
 
 static bool heads_split(const Sh *s, const Node *n) {
-  int t = s->deg[AX_TP];
+  int t = s->deg[RT_AX_TP];
   return n->a.heads % t == 0 && (n->op == OP_ROPE || n->a.kv_heads % t == 0);
 }
 
@@ -379,7 +379,7 @@ static void scan_attention(Sh *s, Graph *g) {
     if (n->op != OP_SDPA) continue;
     warning_at(n->loc, "attention has %d heads and %d kv heads: tp %d does not divide them, so attention runs "
                        "replicated on every tp rank (the MLP, the embedding and the head are split)",
-               n->a.heads, n->a.kv_heads, s->deg[AX_TP]);
+               n->a.heads, n->a.kv_heads, s->deg[RT_AX_TP]);
     note("tp that splits the heads too: %s", tp_choices(n->a.heads, n->a.kv_heads));
   }
 }
@@ -417,7 +417,7 @@ static bool from_repl_attn(const Sh *s, const Value *v, int depth) {
 /* ---- rules ---------------------------------------------------------------------------- */
 
 static void error_tp(Sh *s, const char *what, int64_t n, const char *fix) {
-  error_at(s->loc, "%s (%lld) is not divisible by tp %d", what, (long long)n, s->deg[AX_TP]);
+  error_at(s->loc, "%s (%lld) is not divisible by tp %d", what, (long long)n, s->deg[RT_AX_TP]);
   if (fix) note("%s", fix);
   s->ok = false;
 }
@@ -522,7 +522,7 @@ static void rule_matmul(Sh *s, Node *n) {
   if (A->sharding.partial && !info(s, B)->undecided && B->sharding.partial) B = settle(s, B);
   if (info(s, B)->undecided) {
     Sharding h = repl();
-    int tp = AX_TP;
+    int tp = RT_AX_TP;
     int64_t K = B->shape.dim[bk], N = B->shape.dim[bn];
     if (A->sharding.split[ak] == tp) {
       int bl = A->sharding.blocks[ak];
@@ -919,13 +919,13 @@ static void rule_embed(Sh *s, Node *n) {
     Sharding h = repl();
     int64_t V = tab->shape.dim[0];
     bool positions = idx->def->op == OP_IOTA;
-    if (s->deg[AX_TP] > 1 && !positions) {
-      if (divides(s, V, AX_TP, 1)) h.split[0] = AX_TP;
+    if (s->deg[RT_AX_TP] > 1 && !positions) {
+      if (divides(s, V, RT_AX_TP, 1)) h.split[0] = RT_AX_TP;
       else {
         char fix[160];
         snprintf(fix, sizeof fix, "the vocab-parallel embedding splits its rows over tp; pad the vocabulary to a "
-                                  "multiple of %d (e.g. %lld)", 64 * s->deg[AX_TP],
-                 (long long)((V + 64 * s->deg[AX_TP] - 1) / (64 * s->deg[AX_TP]) * (64 * s->deg[AX_TP])));
+                                  "multiple of %d (e.g. %lld)", 64 * s->deg[RT_AX_TP],
+                 (long long)((V + 64 * s->deg[RT_AX_TP] - 1) / (64 * s->deg[RT_AX_TP]) * (64 * s->deg[RT_AX_TP])));
         error_tp(s, "the vocabulary", V, fix);
       }
     }
@@ -1136,14 +1136,14 @@ static void rule_source(Sh *s, Node *n) {
       vi->role[0] = ROLE_BATCH;
       if (v->shape.rank >= 2) vi->role[1] = ROLE_SEQ;
       Sharding h = repl();
-      if (s->deg[AX_DP] > 1) {
-        if (v->shape.dim[0] % s->deg[AX_DP] != 0) {
+      if (s->deg[RT_AX_DP] > 1) {
+        if (v->shape.dim[0] % s->deg[RT_AX_DP] != 0) {
           error_at(n->loc, "the batch (%lld sequences of input `%s`) does not split over dp %d",
-                   (long long)v->shape.dim[0], n->a.name ? n->a.name : "?", s->deg[AX_DP]);
+                   (long long)v->shape.dim[0], n->a.name ? n->a.name : "?", s->deg[RT_AX_DP]);
           note("each data-parallel rank takes batch / dp sequences");
           s->ok = false;
         } else {
-          h.split[0] = AX_DP;
+          h.split[0] = RT_AX_DP;
         }
       }
       set_out(s, n, 0, h);
@@ -1306,14 +1306,14 @@ bool pass_shard(Module *m) {
   s.m = m;
   s.a = m->arena;
   s.ok = true;
-  for (int a = 0; a < AX_COUNT; a++) s.deg[a] = m->mesh->dim[a] > 0 ? m->mesh->dim[a] : 1;
-  s.sp = m->plan.sp && s.deg[AX_TP] > 1;
+  for (int a = 0; a < RT_AX_COUNT; a++) s.deg[a] = m->mesh->dim[a] > 0 ? m->mesh->dim[a] : 1;
+  s.sp = m->plan.sp && s.deg[RT_AX_TP] > 1;
   bool any = false;
-  for (int a = 0; a < AX_COUNT; a++) any |= s.deg[a] > 1;
+  for (int a = 0; a < RT_AX_COUNT; a++) any |= s.deg[a] > 1;
   if (!any) return true; /* one rank: the program is the graph */
   Graph *g = m->graph;
   max_tp_choice = m->mesh->devices_per_node > 1 ? m->mesh->devices_per_node : 64;
-  if (s.deg[AX_TP] > 1) scan_attention(&s, g);
+  if (s.deg[RT_AX_TP] > 1) scan_attention(&s, g);
   rewrite_graph(&s, g);
   s.g = g;
   s.loc = (SrcLoc){0};

@@ -208,7 +208,7 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
 }
 
 bool pass_zero(Module *m) {
-  if (!m->mesh || m->mesh->dim[AX_DP] <= 1) return true;
+  if (!m->mesh || m->mesh->dim[RT_AX_DP] <= 1) return true;
   Graph *g = m->graph;
   while (hoist_one(g)) {
   }

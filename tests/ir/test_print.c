@@ -30,7 +30,7 @@ static Module *build(Arena *A) {
   pa.init = INIT_NORMAL;
   pa.init_b = 0.02;
   Value *wte = ir_emit(g, OP_PARAM, 0, NULL, DT_F32, S(2, 8, 8), &pa, at(3, 3)); /* local half of [16, 8] */
-  wte->sharding.split[0] = AX_TP;
+  wte->sharding.split[0] = RT_AX_TP;
   pa.name = "blocks.mlp.w";
   Value *w = ir_emit(g, OP_PARAM, 0, NULL, DT_F32, S(3, 3, 8, 8), &pa, at(4, 3));
   pa.name = "blocks.mlp.b";
@@ -38,7 +38,7 @@ static Module *build(Arena *A) {
   Value *b = ir_emit(g, OP_PARAM, 0, NULL, DT_F32, S(2, 3, 8), &pa, at(5, 3));
   Node *e = ir_node_new(g, OP_EMBED, 2, (Value *[]){wte, tok}, 1, at(7, 7));
   CHECK(ir_infer(e));
-  e->out[0]->sharding.partial = 1u << AX_TP;
+  e->out[0]->sharding.partial = 1u << RT_AX_TP;
   Node *rep = ir_node_new(g, OP_REPEAT, 3, (Value *[]){e->out[0], w, b}, 1, at(8, 3));
   rep->a.count = 3;
   rep->a.ncarry = 1;

@@ -131,7 +131,7 @@ static void count_dp(const Graph *g, bool in_body, int *nodes, int *tensors) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->body) count_dp(n->body, true, nodes, tensors);
-    if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == AX_DP && in_body == (g->parent != NULL)) {
+    if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && in_body == (g->parent != NULL)) {
       (*nodes)++;
       *tensors += n->nin;
     }
@@ -201,7 +201,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
             if (r->op != OP_REPEAT || r->a.reverse) continue;
             for (int o = r->a.ncarry; o < r->nout; o++) {
               bool split = false;
-              for (int d = 0; d < r->out[o]->shape.rank; d++) split |= r->out[o]->sharding.split[d] == AX_TP;
+              for (int d = 0; d < r->out[o]->shape.rank; d++) split |= r->out[o]->sharding.split[d] == RT_AX_TP;
               if (!split) {
                 fprintf(stderr, "FAIL %s %s: saved activation %%%d is not split over tp\n", label, what, r->out[o]->id);
                 failures++;
@@ -216,8 +216,8 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
         }
         Interp *ri = interp_new(ref->graph, (InterpMesh){{0}}, 7);
         InterpMesh mesh = {{0}};
-        mesh.dim[AX_DP] = dp;
-        mesh.dim[AX_TP] = tp;
+        mesh.dim[RT_AX_DP] = dp;
+        mesh.dim[RT_AX_TP] = tp;
         Interp *pi = interp_new(pm->graph, mesh, 7);
         for (int step = 1; step <= 2; step++) {
           feed(ri, &tok, &tgt, step);
