@@ -57,6 +57,7 @@ int main(int argc, char **argv) {
   FeDefine defines[128];
   int ndefines = 0;
   PipelineOptions po = {.dump = stdout, .verify = true};
+  int world = 0; /* --world: ranks to plan for (0: the topology's) */
   Arena arena;
   arena_init(&arena);
 
@@ -101,8 +102,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--topology") == 0 && i + 1 < argc) {
       topology = argv[++i];
     } else if (strcmp(a, "--world") == 0 && i + 1 < argc) {
-      po.world = atoi(argv[++i]);
-      if (po.world <= 0) error_plain("--world needs a positive rank count, got '%s'", argv[i]);
+      world = atoi(argv[++i]);
+      if (world <= 0) error_plain("--world needs a positive rank count, got '%s'", argv[i]);
     } else if (strcmp(a, "-I") == 0 && i + 1 < argc) {
       if (nimport < 15) import_dirs[nimport++] = argv[++i];
     } else if (strcmp(a, "--dump-ir") == 0) {
@@ -147,7 +148,7 @@ int main(int argc, char **argv) {
                   .defines = defines,
                   .ndefines = ndefines,
                   .topology_file = topology,
-                  .world = po.world};
+                  .world = world};
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   m->target = target;

@@ -62,10 +62,7 @@ static int ring_steps(OpKind op, int n) {
 
 int ir_comm_group_size(const Module *m, int axis) {
   if (!m || axis < 0 || axis >= RT_AX_COUNT) return 1;
-  if (m->mesh) return m->mesh->dim[axis];
-  if (!m->has_plan) return 1;
-  int d = axis == RT_AX_TP ? m->plan.tp : axis == RT_AX_PP ? m->plan.pp : axis == RT_AX_CP ? m->plan.cp : m->plan.dp;
-  return d > 0 ? d : 1;
+  return m->mesh ? m->mesh->dim[axis] : 1;
 }
 
 const char *ir_human_bytes(char *buf, size_t size, double b) {

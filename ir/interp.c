@@ -83,8 +83,8 @@ typedef struct {
 
 struct Interp {
   const Graph *g;     /* top graph */
-  int dim[RT_AX_COUNT];  /* mesh degrees, >= 1 */
-  int nranks;         /* product of the degrees */
+  MeshMap mesh;       /* the simulated ranks' mesh (runtime/mesh.h: the trainer's rank order) */
+  int nranks;         /* mesh.world */
   uint64_t seed;      /* PARAM init seed */
   PtrMap pos;         /* Node* -> position, all graphs */
   Source *src;        /* [nsrc] */
@@ -107,29 +107,18 @@ struct Env {
 int interp_nranks(const Interp *it) { return it->nranks; }
 
 int interp_coord(const Interp *it, int rank, MeshAxis ax) {
-  /* r = ((pp * dp + dp_i) * cp + cp_i) * tp + tp_i */
-  int r = rank;
-  int tp = r % it->dim[RT_AX_TP];
-  r /= it->dim[RT_AX_TP];
-  int cp = r % it->dim[RT_AX_CP];
-  r /= it->dim[RT_AX_CP];
-  int dp = r % it->dim[RT_AX_DP];
-  r /= it->dim[RT_AX_DP];
-  switch (ax) {
-  case RT_AX_TP: return tp;
-  case RT_AX_CP: return cp;
-  case RT_AX_DP: return dp;
-  case RT_AX_PP: return r;
-  default: die("interp: bad mesh axis %d", (int)ax);
-  }
+  if ((unsigned)ax >= RT_AX_COUNT) die("interp: bad mesh axis %d", (int)ax);
+  int c[RT_AX_COUNT];
+  rt_mesh_coords(&it->mesh, rank, c);
+  return c[ax];
 }
 
 /* Rank with rank r's coordinates except coordinate c along ax. */
 static int rank_with(const Interp *it, int r, int ax, int c) {
   int co[RT_AX_COUNT];
-  for (int a = 0; a < RT_AX_COUNT; a++) co[a] = interp_coord(it, r, (MeshAxis)a);
+  rt_mesh_coords(&it->mesh, r, co);
   co[ax] = c;
-  return ((co[RT_AX_PP] * it->dim[RT_AX_DP] + co[RT_AX_DP]) * it->dim[RT_AX_CP] + co[RT_AX_CP]) * it->dim[RT_AX_TP] + co[RT_AX_TP];
+  return rt_mesh_rank(&it->mesh, co);
 }
 
 static bool rt_error(const Node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -171,10 +160,10 @@ static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
     bm->deg[d] = 1;
     bm->coord[d] = 0;
     bm->blocks[d] = v->sharding.blocks[d];
-    if (a >= 0 && a < RT_AX_COUNT && it->dim[a] > 1) {
-      bm->deg[d] = it->dim[a];
+    if (a >= 0 && a < RT_AX_COUNT && it->mesh.dim[a] > 1) {
+      bm->deg[d] = it->mesh.dim[a];
       bm->coord[d] = interp_coord(it, r, (MeshAxis)a);
-      bm->logical.dim[d] = v->shape.dim[d] * it->dim[a];
+      bm->logical.dim[d] = v->shape.dim[d] * it->mesh.dim[a];
       split = true;
     }
   }
@@ -260,20 +249,18 @@ static Source *find_source(const Interp *it, const char *name, const Node *node)
   return NULL;
 }
 
-static Interp *interp_make(const Graph *g, InterpMesh mesh, uint64_t seed) {
+static Interp *interp_make(const Graph *g, const MeshMap *mesh, uint64_t seed) {
   Interp *it = xcalloc(1, sizeof *it);
   it->g = g;
   it->seed = seed;
-  it->nranks = 1;
-  for (int a = 0; a < RT_AX_COUNT; a++) {
-    it->dim[a] = mesh.dim[a] > 0 ? mesh.dim[a] : 1;
-    it->nranks *= it->dim[a];
-  }
+  if (mesh) it->mesh = *mesh;
+  else if (!rt_mesh_init(&it->mesh, 1, 1, 1, 1, 1)) die("interp: one-rank mesh");
+  it->nranks = it->mesh.world;
   index_graph(&it->pos, g);
   return it;
 }
 
-Interp *interp_new(const Graph *g, InterpMesh mesh, uint64_t seed) {
+Interp *interp_new(const Graph *g, const MeshMap *mesh, uint64_t seed) {
   Interp *it = interp_make(g, mesh, seed);
   int cap = 0;
   collect_sources(it, g, &cap);
@@ -685,7 +672,7 @@ static void vocab_range(const Interp *it, const Node *n, int rank, int64_t V, in
   if (n->a.sharded) {
     int ax = n->a.mesh_axis;
     *lo = V * interp_coord(it, rank, (MeshAxis)ax);
-    *total = V * it->dim[ax];
+    *total = V * it->mesh.dim[ax];
   }
 }
 
@@ -1101,7 +1088,7 @@ static bool eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
   case OP_EMBED_BWD: return ev_embed_bwd(it, n, x, y, rank);
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: return ev_ce_part(it, n, x, y, rank);
   case OP_SHARD_SLICE: {
-    int ax = n->a.mesh_axis, deg = it->dim[ax];
+    int ax = n->a.mesh_axis, deg = it->mesh.dim[ax];
     if (x[0]->shape.dim[n->a.axis] % deg != 0)
       return rt_error(n, "axis %d of size %lld does not split %d ways", n->a.axis, (long long)x[0]->shape.dim[n->a.axis], deg);
     *y = chunk_of(x[0], n->a.axis, deg, interp_coord(it, rank, (MeshAxis)ax), n->a.blocks, o->dtype);
@@ -1124,7 +1111,7 @@ static bool eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
 
 /* in: Tensor[nranks] of input k; out: Tensor[nranks] of output k. */
 static bool eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor *out) {
-  int ax = n->a.mesh_axis, deg = it->dim[ax], R = it->nranks;
+  int ax = n->a.mesh_axis, deg = it->mesh.dim[ax], R = it->nranks;
   const Tensor **grp = xcalloc((size_t)deg, sizeof(Tensor *));
   bool ok = true;
   for (int r = 0; r < R && ok; r++) {
@@ -1183,7 +1170,7 @@ static bool eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor
 }
 
 static int peer(const Interp *it, int r, int ax, int64_t off) {
-  int deg = it->dim[ax];
+  int deg = it->mesh.dim[ax];
   int c = (int)(((interp_coord(it, r, (MeshAxis)ax) + off) % deg + deg) % deg);
   return rank_with(it, r, ax, c);
 }
@@ -1407,8 +1394,7 @@ bool interp_step(Interp *it) {
 }
 
 bool interp_eval(const Graph *g, int nnamed, const char *const *names, const Tensor *const *vals, Tensor *outs) {
-  InterpMesh one = {{0}};
-  Interp *it = interp_new(g, one, 0);
+  Interp *it = interp_new(g, NULL, 0);
   for (int i = 0; i < nnamed; i++) {
     Source *s = find_source(it, names[i], NULL);
     if (!s) die("interp_eval: no source named '%s'", names[i]);

@@ -14,8 +14,5 @@ bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the pe
 bool pass_zero(Module *m);      /* data-parallel gradient all-reduces: into the backward loop, bucketed */
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank */
 bool pass_verify(Module *m);    /* every rank's collectives match its group peers' (dies on a mismatch: a compiler bug) */
-/* Maps the mesh onto ranks: resolves dp auto, checks the world and tp-in-node, sets m->mesh.
- * world <= 0: the topology's nodes * devices_per_node (ir/mesh.h prints the map). */
-bool pass_mesh(Module *m, int world);
 
 #endif

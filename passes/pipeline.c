@@ -1,10 +1,7 @@
-/* passes/pipeline.c — the whole middle of the compiler on one screen.
- *
- *   inline → shape → precision → mesh → autodiff → optimizer → shard → zero → memplan
- *
- * with the verifier after each pass and an optional dump of the IR after any
- * of them (--dump-ir=after:PASS). Later passes (mesh, shard, context,
- * pipeline, zero, recompute, fuse, memplan, schedule, verify) join this list.
+/* passes/pipeline.c — the whole middle of the compiler on one screen: the passes below, in
+ * order, with the verifier after each and an optional dump of the IR after any of them
+ * (--dump-ir=after:PASS). The mesh and the batch are decided before lowering (ir/mesh.h); the
+ * passes read them from the Module.
  */
 #include "pipeline.h"
 
@@ -15,10 +12,6 @@
 #include "passes.h"
 #include "print.h"
 
-
-static int world_for_mesh; /* PipelineOptions.world for the mesh pass */
-static bool run_mesh(Module *m) { return pass_mesh(m, world_for_mesh); }
-
 typedef struct {
   const char *name;
   bool (*run)(Module *m);
@@ -28,7 +21,6 @@ static const Pass passes[] = {
     {"inline", pass_inline},       /* layers expanded; repeat stays a region */
     {"shape", pass_shape},         /* shapes and dtypes checked against the source */
     {"precision", pass_precision}, /* bf16 compute, f32 master weights (CUDA target) */
-    {"mesh", run_mesh},            /* plan bound to the topology: ranks, groups, dp auto */
     {"autodiff", pass_autodiff},   /* backward graph */
     {"optimizer", pass_optimizer}, /* clip, lr, update */
     {"shard", pass_shard},         /* dp/tp/sp: per-rank shapes, collectives */
@@ -52,7 +44,7 @@ static double now(void) {
 }
 
 bool pipeline_run(Module *m, const PipelineOptions *o) {
-  world_for_mesh = o->world;
+  if (!m->mesh) die("pipeline: the mesh is not resolved (ir_mesh_resolve runs before lowering)");
   for (int i = 0; i < NPASSES; i++) {
     double t0 = now();
     bool ok = passes[i].run(m) && diag_errors() == 0;

@@ -11,7 +11,6 @@ typedef struct {
   FILE *dump;             /* where dumps go */
   bool verify;            /* run ir_verify after every pass */
   bool time;              /* print each pass's time to stderr */
-  int world;              /* ranks to plan for; 0: from the topology */
 } PipelineOptions;
 
 /* Runs every pass on m. Returns false when a pass reported user errors. */

@@ -1301,12 +1301,12 @@ static void check_shapes(Graph *g) {
 }
 
 bool pass_shard(Module *m) {
-  if (!m->mesh) die("shard: the mesh pass has not run");
+  if (!m->mesh) die("shard: the mesh is not resolved");
   Sh s = {0};
   s.m = m;
   s.a = m->arena;
   s.ok = true;
-  for (int a = 0; a < RT_AX_COUNT; a++) s.deg[a] = m->mesh->dim[a] > 0 ? m->mesh->dim[a] : 1;
+  for (int a = 0; a < RT_AX_COUNT; a++) s.deg[a] = m->mesh->dim[a];
   s.sp = m->plan.sp && s.deg[RT_AX_TP] > 1;
   bool any = false;
   for (int a = 0; a < RT_AX_COUNT; a++) any |= s.deg[a] > 1;

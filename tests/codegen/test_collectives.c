@@ -209,9 +209,7 @@ static void run_mesh(int dp, int tp) {
     return;
   }
   /* the interpreter on simulated ranks, fed the batch the trainer read */
-  InterpMesh im = {{0}};
-  im.dim[RT_AX_DP] = dp, im.dim[RT_AX_TP] = tp;
-  Interp *it = interp_new(m->graph, im, m->recipe.seed);
+  Interp *it = interp_new(m->graph, m->mesh, m->recipe.seed);
   const char *ins[] = {"tokens", "targets"};
   for (int k = 0; k < 2; k++) {
     Tensor t = tensor_new(DT_I32, ir_shape(2, (int64_t[]){2, 4}));

@@ -93,7 +93,7 @@ static void test_steps(Arena *A) {
   Attrs one = {0};
   one.scalar = 1;
   ir_add_result(g, t_op1(g, OP_ADD_SCALAR, p, &one), "next:p");
-  Interp *it = interp_new(g, (InterpMesh){{0}}, 1);
+  Interp *it = interp_new(g, NULL, 1);
   fprintf(stderr, "(expected runtime error follows)\n");
   CHECK(!interp_step(it)); /* x not set */
   Tensor tx = t_tensor(DT_F32, S(1, 2), (double[]){1, 2});
@@ -122,7 +122,9 @@ static void test_sharded_init(Arena *A) {
   Value *x2 = t_input(g2, "x", DT_F32, S(2, 2, 6));
   x2->sharding.split[0] = RT_AX_TP;
   ir_add_result(g2, x2, "xr");
-  Interp *a = interp_new(g1, (InterpMesh){{0}}, 42), *b = interp_new(g2, (InterpMesh){{[RT_AX_DP] = 2, [RT_AX_TP] = 2}}, 42);
+  MeshMap dp2tp2;
+  CHECK(rt_mesh_init(&dp2tp2, 2, 1, 1, 2, 4));
+  Interp *a = interp_new(g1, NULL, 42), *b = interp_new(g2, &dp2tp2, 42);
   CHECK(interp_nranks(b) == 4);
   const Tensor *full = interp_get(a, 0, "w");
   CHECK(full && fabs(full->data[0]) > 0 && fabs(full->data[0]) < 0.2);
@@ -168,7 +170,9 @@ static void test_collectives_2x2(Arena *A) {
   CHECK(ir_infer(ai) && ai->out[0]->dtype == DT_I32);
   ir_add_result(g, ai->out[0], "dp_index");
   CHECK(ir_verify(g, "test"));
-  Interp *it = interp_new(g, (InterpMesh){{[RT_AX_DP] = 2, [RT_AX_TP] = 2}}, 0);
+  MeshMap dp2tp2;
+  CHECK(rt_mesh_init(&dp2tp2, 2, 1, 1, 2, 4));
+  Interp *it = interp_new(g, &dp2tp2, 0);
   for (int r = 0; r < 4; r++) {
     Tensor t = t_tensor(DT_F32, S(1, 2), (double[]){r + 1, 10 * (r + 1)});
     interp_set_input(it, r, "x", &t);
@@ -212,7 +216,9 @@ static void test_ring_4(Arena *A) {
   CHECK(ir_infer(s) && ir_infer(rv));
   ir_add_result(g, rv->out[0], "from_left");
   CHECK(ir_verify(g, "test"));
-  Interp *it = interp_new(g, (InterpMesh){{[RT_AX_TP] = 4}}, 0);
+  MeshMap tp4;
+  CHECK(rt_mesh_init(&tp4, 1, 1, 1, 4, 4));
+  Interp *it = interp_new(g, &tp4, 0);
   for (int r = 0; r < 4; r++) {
     Tensor t = t_tensor(DT_F32, S(1, 1), (double[]){r + 1});
     interp_set_input(it, r, "x", &t);

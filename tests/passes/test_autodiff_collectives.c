@@ -8,6 +8,7 @@
  * the same loss.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,7 +72,9 @@ static void check(const char *label, Module *m, Tensor rt) {
     return;
   }
   Graph *g = m->graph;
-  Interp *it = interp_new(g, (InterpMesh){.dim = {[RT_AX_TP] = TP}}, 7);
+  MeshMap tp;
+  if (!rt_mesh_init(&tp, 1, 1, 1, TP, TP)) abort();
+  Interp *it = interp_new(g, &tp, 7);
   interp_set_input(it, -1, "r", &rt);
   for (int i = 0; i < g->nnodes; i++) {
     Node *pn = g->nodes[i];

@@ -43,11 +43,11 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
   d[n++] = (FeDefine){"micro_batch", smb};
   d[n++] = (FeDefine){"batch", smb};
+  d[n++] = (FeDefine){"cross_node_tp", "on"}; /* plan the world we ask for, whatever the model's nodes */
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
-  m->has_topology = false; /* plan the world we ask for, on one node */
-  PipelineOptions po = {.verify = true, .world = dp * tp};
+  PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) return NULL;
   return m;
 }
@@ -214,11 +214,8 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
           fprintf(stderr, "FAIL %s %s: no collectives\n", label, what);
           failures++;
         }
-        Interp *ri = interp_new(ref->graph, (InterpMesh){{0}}, 7);
-        InterpMesh mesh = {{0}};
-        mesh.dim[RT_AX_DP] = dp;
-        mesh.dim[RT_AX_TP] = tp;
-        Interp *pi = interp_new(pm->graph, mesh, 7);
+        Interp *ri = interp_new(ref->graph, NULL, 7);
+        Interp *pi = interp_new(pm->graph, pm->mesh, 7);
         for (int step = 1; step <= 2; step++) {
           feed(ri, &tok, &tgt, step);
           feed(pi, &tok, &tgt, step);

@@ -57,7 +57,7 @@ static Module *compile(Arena *a, const FeDefine *defs, int ndefs, int dp, int tp
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp, .topology_file = topology_file};
   Module *m = fe_compile(a, SHARDC_MODELS_DIR "/gpt2-124m.model", &o);
   if (!m) die("the model does not compile");
-  PipelineOptions po = {.verify = true, .world = dp * tp};
+  PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) die("the pipeline failed");
   return m;
 }
