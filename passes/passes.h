@@ -11,7 +11,7 @@ bool pass_precision(Module *m); /* bf16 mixed precision on the CUDA target: bf16
 bool pass_autodiff(Module *m);  /* appends the backward graph: results "grad:<param>" */
 bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "next:<state>" */
 bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the per-rank SPMD program */
-bool pass_zero(Module *m);      /* data-parallel gradient all-reduces: into the backward loop, bucketed */
+bool pass_grad_buckets(Module *m); /* data-parallel gradient all-reduces: into the backward loop, bucketed */
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank */
 bool pass_verify(Module *m);    /* every rank's collectives match its group peers' (dies on a mismatch: a compiler bug) */
 

@@ -24,7 +24,7 @@ static const Pass passes[] = {
     {"autodiff", pass_autodiff},   /* backward graph */
     {"optimizer", pass_optimizer}, /* clip, lr, update */
     {"shard", pass_shard},         /* dp/tp/sp: per-rank shapes, collectives */
-    {"zero", pass_zero},           /* dp gradient all-reduces overlapped with backward, bucketed */
+    {"buckets", pass_grad_buckets}, /* dp gradient all-reduces overlapped with backward, bucketed */
     {"memplan", pass_memplan},     /* every value at a fixed offset per rank */
     {"verify", pass_verify},       /* every rank's collectives match its group peers' */
 };

@@ -138,7 +138,7 @@ static void count_dp(const Graph *g, bool in_body, int *nodes, int *tensors) {
   }
 }
 
-/* The zero pass: a layer's gradients are reduced inside the backward loop, in buckets. */
+/* The buckets pass (passes/grad_buckets.c): a layer's gradients are reduced inside the backward loop, in buckets. */
 static void check_buckets(const char *path, const FeDefine *defs, int ndefs, int64_t B, const char *bucket,
                           bool want_one) {
   FeDefine d[MAXDEF];
