@@ -37,7 +37,9 @@ static void usage(FILE *f) {
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
           SHARDC_MODELS_DIR);
-  for (const char *const *p = pipeline_pass_names(); *p; p++) fprintf(f, " %s", *p);
+  const char *names[32];
+  pipeline_pass_names(names, 32);
+  for (const char *const *p = names; *p; p++) fprintf(f, " %s", *p);
   fprintf(f,
           "\n"
           "  --dump-ir=dot         print the final graph for Graphviz\n"
@@ -130,9 +132,11 @@ int main(int argc, char **argv) {
   if (dump && strncmp(dump, "after:", 6) == 0) {
     po.dump_after = dump + 6;
     bool known = strcmp(po.dump_after, "all") == 0;
-    for (const char *const *p = pipeline_pass_names(); *p; p++) known |= strcmp(*p, po.dump_after) == 0;
+    const char *names[32] = {0}; /* diag_nearest reads all 32 */
+    pipeline_pass_names(names, 32);
+    for (const char *const *p = names; *p; p++) known |= strcmp(*p, po.dump_after) == 0;
     if (!known) {
-      const char *hint = diag_nearest(po.dump_after, pipeline_pass_names(), 32);
+      const char *hint = diag_nearest(po.dump_after, names, 32);
       error_plain("--dump-ir=after:%s: no such pass%s%s%s", po.dump_after, hint ? " (did you mean '" : "",
                   hint ? hint : "", hint ? "'?)" : "");
       return 1;

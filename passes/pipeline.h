@@ -15,7 +15,8 @@ typedef struct {
 
 /* Runs every pass on m. Returns false when a pass reported user errors. */
 bool pipeline_run(Module *m, const PipelineOptions *o);
-/* The pass names in order, NULL-terminated (for --help and --dump-ir validation). */
-const char *const *pipeline_pass_names(void);
+/* Writes the pass names in order into names[], NULL-terminated (for --help and --dump-ir
+ * validation); cap: room in names[], one more than the passes at least. */
+void pipeline_pass_names(const char **names, int cap);
 
 #endif

@@ -75,11 +75,16 @@ typedef struct {
 } CeParts;
 
 typedef struct {
+  char text[96]; /* "1, 2, 4" */
+} TpChoices;
+
+typedef struct {
   Module *m;
   Arena *a;
-  int deg[RT_AX_COUNT];
-  bool sp;
-  bool ok;
+  int deg[RT_AX_COUNT]; /* mesh degrees (Module.mesh) */
+  int max_tp;           /* the largest tp offered in notes: devices per node (a tp group stays inside one) */
+  bool sp;              /* sequence parallelism in tp regions (plan sp, tp > 1) */
+  bool ok;              /* no user error reported */
   PtrMap info;  /* Value* -> VInfo* */
   PtrMap memo;  /* Value* -> Redist* */
   PtrMap subst; /* Value* -> Value*: a node's output replaced by another value */
@@ -349,16 +354,14 @@ static int slice_blocks(const Sh *s, const Value *v, int axis, int depth) {
   return 1;
 }
 
-static int max_tp_choice = 64; /* devices per node: a tp group stays inside one */
-
-/* The tp degrees (powers of two up to a node) that divide n and n2, for notes. */
-static const char *tp_choices(int64_t n, int64_t n2) {
-  static char buf[96];
+/* The tp degrees (powers of two up to s->max_tp) that divide n and n2, for notes; written to buf. */
+static const char *tp_choices(const Sh *s, int64_t n, int64_t n2, TpChoices *buf) {
   int k = 0;
-  buf[0] = 0;
-  for (int t = 1; t <= max_tp_choice && k < 80; t *= 2)
-    if (n % t == 0 && n2 % t == 0) k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%d", k ? ", " : "", t);
-  return buf;
+  buf->text[0] = 0;
+  for (int t = 1; t <= s->max_tp && k < 80; t *= 2)
+    if (n % t == 0 && n2 % t == 0)
+      k += snprintf(buf->text + k, sizeof buf->text - (size_t)k, "%s%d", k ? ", " : "", t);
+  return buf->text;
 }
 
 /* ---- attention whose heads tp does not divide ------------------------------------------ */
@@ -380,7 +383,8 @@ static void scan_attention(Sh *s, Graph *g) {
     warning_at(n->loc, "attention has %d heads and %d kv heads: tp %d does not divide them, so attention runs "
                        "replicated on every tp rank (the MLP, the embedding and the head are split)",
                n->a.heads, n->a.kv_heads, s->deg[RT_AX_TP]);
-    note("tp that splits the heads too: %s", tp_choices(n->a.heads, n->a.kv_heads));
+    TpChoices ch;
+    note("tp that splits the heads too: %s", tp_choices(s, n->a.heads, n->a.kv_heads, &ch));
   }
 }
 
@@ -534,9 +538,10 @@ static void rule_matmul(Sh *s, Node *n) {
       int bl = slice_blocks(s, o, o->shape.rank - 1, 0);
       if (!divides(s, N, tp, bl)) {
         char fix[160];
+        TpChoices ch;
         snprintf(fix, sizeof fix, "a column-parallel weight needs its %s%lld columns split %d ways; use tp %s",
                  bl > 1 ? "blocks of " : "", (long long)(bl > 1 ? N / bl : N), s->deg[tp],
-                 tp_choices(bl > 1 ? N / bl : N, bl > 1 ? N / bl : N));
+                 tp_choices(s, bl > 1 ? N / bl : N, bl > 1 ? N / bl : N, &ch));
         error_tp(s, "the weight's output dim", N, fix);
         decide_repl(s, B);
       } else {
@@ -854,7 +859,8 @@ static bool check_heads(Sh *s, Node *n, int ax) {
   if (H % t == 0 && KV % t == 0) return true;
   if (n->op == OP_ROPE) error_at(s->loc, "rope over %d heads: tp %d does not divide the heads", H, t);
   else error_at(s->loc, "attention has %d heads and %d kv heads: tp %d must divide both", H, KV, t);
-  note("tensor parallelism gives each rank whole heads; tp that divides both here: %s", tp_choices(H, KV));
+  TpChoices ch;
+  note("tensor parallelism gives each rank whole heads; tp that divides both here: %s", tp_choices(s, H, KV, &ch));
   s->ok = false;
   return false;
 }
@@ -1312,7 +1318,7 @@ bool pass_shard(Module *m) {
   for (int a = 0; a < RT_AX_COUNT; a++) any |= s.deg[a] > 1;
   if (!any) return true; /* one rank: the program is the graph */
   Graph *g = m->graph;
-  max_tp_choice = m->mesh->devices_per_node > 1 ? m->mesh->devices_per_node : 64;
+  s.max_tp = m->mesh->devices_per_node > 1 ? m->mesh->devices_per_node : 64;
   if (s.deg[RT_AX_TP] > 1) scan_attention(&s, g);
   rewrite_graph(&s, g);
   s.g = g;
