@@ -37,7 +37,9 @@ static void usage(FILE *f) {
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
           SHARDC_MODELS_DIR);
-  for (const char *const *p = pipeline_pass_names(); *p; p++) fprintf(f, " %s", *p);
+  const char *names[32];
+  pipeline_pass_names(names, 32);
+  for (const char *const *p = names; *p; p++) fprintf(f, " %s", *p);
   fprintf(f,
           "\n"
           "  --dump-ir=dot         print the final graph for Graphviz\n"
@@ -72,6 +74,7 @@ int main(int argc, char **argv) {
   FeDefine defines[128];
   int ndefines = 0;
   PipelineOptions po = {.dump = stdout, .verify = true};
+  int world = 0; /* --world: ranks to plan for (0: the topology's) */
   Arena arena;
   arena_init(&arena);
 
@@ -116,8 +119,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--topology") == 0 && i + 1 < argc) {
       topology = argv[++i];
     } else if (strcmp(a, "--world") == 0 && i + 1 < argc) {
-      po.world = atoi(argv[++i]);
-      if (po.world <= 0) error_plain("--world needs a positive rank count, got '%s'", argv[i]);
+      world = atoi(argv[++i]);
+      if (world <= 0) error_plain("--world needs a positive rank count, got '%s'", argv[i]);
     } else if (strcmp(a, "-I") == 0 && i + 1 < argc) {
       if (nimport < 15) import_dirs[nimport++] = argv[++i];
     } else if (strcmp(a, "--dump-ir") == 0) {
@@ -144,9 +147,11 @@ int main(int argc, char **argv) {
   if (dump && strncmp(dump, "after:", 6) == 0) {
     po.dump_after = dump + 6;
     bool known = strcmp(po.dump_after, "all") == 0;
-    for (const char *const *p = pipeline_pass_names(); *p; p++) known |= strcmp(*p, po.dump_after) == 0;
+    const char *names[32] = {0}; /* diag_nearest reads all 32 */
+    pipeline_pass_names(names, 32);
+    for (const char *const *p = names; *p; p++) known |= strcmp(*p, po.dump_after) == 0;
     if (!known) {
-      const char *hint = diag_nearest(po.dump_after, pipeline_pass_names(), 32);
+      const char *hint = diag_nearest(po.dump_after, names, 32);
       error_plain("--dump-ir=after:%s: no such pass%s%s%s", po.dump_after, hint ? " (did you mean '" : "",
                   hint ? hint : "", hint ? "'?)" : "");
       return 1;
@@ -162,17 +167,18 @@ int main(int argc, char **argv) {
                   .defines = defines,
                   .ndefines = ndefines,
                   .topology_file = topology,
-                  .world = po.world};
+                  .world = world};
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   m->target = target;
   if (!pipeline_run(m, &po)) return 1;
   const Plan *pl = &m->plan;
-  if (pl->pp > 1 || pl->cp > 1 || pl->zero > 0)
+  int pp = m->mesh->dim[RT_AX_PP], cp = m->mesh->dim[RT_AX_CP];
+  if (pp > 1 || cp > 1 || pl->zero > 0)
     fprintf(stderr,
             "shardc: warning: %s: pipeline (pp %d), context (cp %d) parallelism and ZeRO (zero %d) are not applied "
             "yet: this program runs dp x tp%s only (-D pp=1 -D cp=1 -D zero=0 says so)\n",
-            input, pl->pp, pl->cp, pl->zero, pl->sp ? " with sp" : "");
+            input, pp, cp, pl->zero, pl->sp ? " with sp" : "");
 
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);

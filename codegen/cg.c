@@ -93,15 +93,18 @@ void cg_unsupported(Cg *c, const Node *n, const char *why) {
 }
 
 const char *cg_axis_lit(int axis) {
-  static const char *const names[AX_COUNT] = {[AX_DP] = "RT_AX_DP", [AX_PP] = "RT_AX_PP", [AX_CP] = "RT_AX_CP",
-                                              [AX_TP] = "RT_AX_TP"};
-  if (axis < 0 || axis >= AX_COUNT) die("collective on mesh axis %d", axis);
+  static const char *const names[RT_AX_COUNT] = {[RT_AX_DP] = "RT_AX_DP", [RT_AX_PP] = "RT_AX_PP",
+                                                 [RT_AX_CP] = "RT_AX_CP", [RT_AX_TP] = "RT_AX_TP"};
+  if (axis < 0 || axis >= RT_AX_COUNT) die("collective on mesh axis %d", axis);
   return names[axis];
 }
 
 const char *cg_dtype_lit(DType dt) {
-  static const char *const names[DT_COUNT] = {[DT_F32] = "RT_F32", [DT_BF16] = "RT_BF16", [DT_F16] = "RT_F16",
-                                              [DT_F64] = "RT_F64", [DT_I32] = "RT_I32", [DT_I64] = "RT_I64"};
+  static const char *const names[DT_COUNT] = {
+#define RT_DTYPE(id, name, size, is_float) [DT_##id] = "RT_" #id,
+      RT_DTYPES(RT_DTYPE)
+#undef RT_DTYPE
+  };
   return names[dt];
 }
 

@@ -80,7 +80,7 @@ static void emit_repeat(Cg *c, Node *n) {
 
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
 
-static bool is_async(const Node *n) { return n->op == OP_ALL_REDUCE && n->a.mesh_axis == AX_DP; }
+static bool is_async(const Node *n) { return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP; }
 
 static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../ir/mesh.h"
 #include "diag.h"
 #include "fe.h"
 
@@ -260,8 +261,10 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
 
   if (!fe.model) {
     if (diag_errors() == errors0) error_plain("no model block in \"%s\"", shown);
+  } else if (ir_mesh_resolve(m, o->world)) {
+    fe_lower(&fe); /* the mesh and the batch are decided: `batch` is m->batch.global */
   } else {
-    fe_lower(&fe);
+    return NULL; /* the plan does not fit the world: nothing lowered (and no -D model constant used) */
   }
 
   for (int i = 0; i < o->ndefines; i++) {

@@ -14,7 +14,7 @@ typedef struct {
   const FeDefine *defines; /* plan/recipe/const overrides, applied after parsing */
   int ndefines;
   const char *topology_file; /* --topology FILE: replaces any topology block */
-  int world; /* --world N: ranks the plan is for (0: the topology's); `batch` is micro_batch * dp */
+  int world; /* --world N: ranks the plan is for (0: the topology's); the mesh is resolved on it (ir/mesh.h) */
 } FeOptions;
 
 /* Parses `path` and its imports, applies overrides, and lowers the model to IR

@@ -175,7 +175,7 @@ static Val eval_ident(Lower *L, Scope *s, const Expr *e) {
   }
   if (strcmp(e->name, "batch") == 0) {
     /* the logical graph holds every data-parallel replica's micro-batch; the shard pass splits it */
-    Val v = fe_num_val((double)L->m->recipe.micro_batch * ir_plan_dp(L->m, L->fe->opt->world), true);
+    Val v = fe_num_val((double)L->m->batch.global, true);
     v.sym = 0;
     return v;
   }

@@ -61,11 +61,8 @@ static int ring_steps(OpKind op, int n) {
 }
 
 int ir_comm_group_size(const Module *m, int axis) {
-  if (!m || axis < 0 || axis >= AX_COUNT) return 1;
-  if (m->mesh) return m->mesh->dim[axis];
-  if (!m->has_plan) return 1;
-  int d = axis == AX_TP ? m->plan.tp : axis == AX_PP ? m->plan.pp : axis == AX_CP ? m->plan.cp : m->plan.dp;
-  return d > 0 ? d : 1;
+  if (!m || axis < 0 || axis >= RT_AX_COUNT) return 1;
+  return m->mesh ? m->mesh->dim[axis] : 1;
 }
 
 const char *ir_human_bytes(char *buf, size_t size, double b) {
@@ -88,7 +85,7 @@ void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n) {
   if (size) buf[0] = 0;
   if (!(ir_ops[n->op].flags & F_COLL)) return;
   int ax = n->a.mesh_axis;
-  const char *name = ax >= 0 && ax < AX_COUNT ? ir_axis_names[ax] : "?";
+  const char *name = ax >= 0 && ax < RT_AX_COUNT ? rt_mesh_axis_name(ax) : "?";
   char hb[32];
   ir_human_bytes(hb, sizeof hb, (double)ir_comm_node_bytes(n));
   if (m) snprintf(buf, size, "%s x%d, %s", name, ir_comm_group_size(m, ax), hb);
@@ -189,7 +186,7 @@ static void count_node(const Module *m, const Node *n, int64_t mult, bool in_rep
   int k = comm_kind(n->op);
   if (k < 0) return;
   int ax = n->a.mesh_axis;
-  if (ax < 0 || ax >= AX_COUNT) die("commreport: collective %s over mesh axis %d", ir_ops[n->op].name, ax);
+  if (ax < 0 || ax >= RT_AX_COUNT) die("commreport: collective %s over mesh axis %d", ir_ops[n->op].name, ax);
   int64_t bytes = ir_comm_node_bytes(n);
   double f = ir_comm_bus_factor(n->op, v->group_size[ax]);
   add_cell(&v->cell[ax][region][k], mult, bytes, f);
@@ -215,7 +212,7 @@ void ir_comm_volumes(const Module *m, CommVolumes *v) {
   const MeshMap *mm = m->mesh;
   int *mem = mm ? malloc((size_t)mm->world * sizeof *mem) : NULL;
   if (mm && !mem) die("commreport: out of memory");
-  for (int a = 0; a < AX_COUNT; a++) {
+  for (int a = 0; a < RT_AX_COUNT; a++) {
     v->group_size[a] = ir_comm_group_size(m, a);
     v->members_per_node[a] = v->group_size[a];
     if (mm) {
@@ -239,7 +236,7 @@ void ir_comm_volumes(const Module *m, CommVolumes *v) {
 
 /* ---- printing -------------------------------------------------------------------- */
 
-static const int axis_order[] = {AX_TP, AX_CP, AX_DP, AX_PP}; /* innermost first, as the mesh prints */
+static const int axis_order[] = {RT_AX_TP, RT_AX_CP, RT_AX_DP, RT_AX_PP}; /* innermost first, as the mesh prints */
 
 void ir_print_rank_classes(FILE *f, const Module *m) {
   const MeshMap *mm = m->mesh;
@@ -253,7 +250,7 @@ void ir_print_rank_classes(FILE *f, const Module *m) {
   for (int i = 3; i >= 0; i--) { /* dp before tp: the order of the rank formula's outer axes */
     int a = axis_order[i];
     if (mm->dim[a] > 1 && k < sizeof coords)
-      k += (size_t)snprintf(coords + k, sizeof coords - k, "%s%s 0..%d", k ? " x " : "", ir_axis_names[a],
+      k += (size_t)snprintf(coords + k, sizeof coords - k, "%s%s 0..%d", k ? " x " : "", rt_mesh_axis_name(a),
                             mm->dim[a] - 1);
   }
   fprintf(f, "# rank class 1 of 1: ranks 0..%d (%s): one SPMD program, each rank reads its coordinates at start-up\n",
@@ -280,7 +277,7 @@ void ir_print_comm(FILE *f, const Module *m) {
   fprintf(f, "#   %-5s %5s  %-24s %-9s  %-14s %7s %12s %12s\n", "group", "ranks", "link", "region", "collective",
           "count", "bytes", "bus traffic");
   char b1[32], b2[32], lb[48];
-  for (int i = 0; i < AX_COUNT; i++) {
+  for (int i = 0; i < RT_AX_COUNT; i++) {
     int a = axis_order[i];
     bool first = true;
     for (int r = 0; r < CR_COUNT; r++)
@@ -290,7 +287,7 @@ void ir_print_comm(FILE *f, const Module *m) {
         if (first) {
           char sz[16];
           snprintf(sz, sizeof sz, "x%d", v.group_size[a]);
-          fprintf(f, "#   %-5s %5s  %-24s ", ir_axis_names[a], sz, link_label(lb, sizeof lb, m, &v, a));
+          fprintf(f, "#   %-5s %5s  %-24s ", rt_mesh_axis_name(a), sz, link_label(lb, sizeof lb, m, &v, a));
         } else {
           fprintf(f, "#   %-5s %5s  %-24s ", "", "", "");
         }

@@ -36,12 +36,12 @@ typedef struct {
 } CommCell;
 
 typedef struct {
-  int group_size[AX_COUNT];                     /* ranks per group of each mesh axis */
-  bool across_nodes[AX_COUNT];                  /* some group of the axis spans nodes */
-  int members_per_node[AX_COUNT];               /* a group's ranks on one node (<= group size) */
-  LinkKind link[AX_COUNT];                      /* intra or inter link of the topology (NONE: unknown) */
-  CommCell cell[AX_COUNT][CR_COUNT][CK_COUNT];  /* everything, per axis, region and kind */
-  CommCell in_repeat[AX_COUNT][CR_COUNT][CK_COUNT]; /* the part inside repeat bodies (already x count) */
+  int group_size[RT_AX_COUNT];                     /* ranks per group of each mesh axis */
+  bool across_nodes[RT_AX_COUNT];                  /* some group of the axis spans nodes */
+  int members_per_node[RT_AX_COUNT];               /* a group's ranks on one node (<= group size) */
+  LinkKind link[RT_AX_COUNT];                      /* intra or inter link of the topology (NONE: unknown) */
+  CommCell cell[RT_AX_COUNT][CR_COUNT][CK_COUNT];  /* everything, per axis, region and kind */
+  CommCell in_repeat[RT_AX_COUNT][CR_COUNT][CK_COUNT]; /* the part inside repeat bodies (already x count) */
   LinkKind side_link[2];                        /* [0] the intra-node link, [1] the inter-node one (NONE: unknown) */
   double side_bus_bytes[2];                     /* per rank per step, bus traffic inside nodes [0], across [1] */
   double side_time_s[2];                        /* estimated seconds per step on each (0: unknown) */

@@ -533,7 +533,7 @@ static bool infer_optimizer(Node *n) {
 }
 
 static bool infer_coll(Node *n) {
-  if (n->a.mesh_axis < 0 || n->a.mesh_axis >= AX_COUNT) die("%s: bad mesh axis %d", opname(n), n->a.mesh_axis);
+  if (n->a.mesh_axis < 0 || n->a.mesh_axis >= RT_AX_COUNT) die("%s: bad mesh axis %d", opname(n), n->a.mesh_axis);
   switch (n->op) {
   case OP_ALL_REDUCE:
     if (n->nin != n->nout || n->nin < 1) die("all_reduce: %d inputs, %d outputs", n->nin, n->nout);

@@ -3,8 +3,8 @@
  * Runs any graph naively on the CPU in fp64 (every dtype is held as double;
  * integers exactly). It runs SPMD graphs on N simulated ranks in lockstep: each
  * node is evaluated on every rank, and collectives combine the ranks of each
- * group of the mesh axis they name. Rank r's mesh coordinates follow Megatron's
- * order, tp innermost: r = ((pp * dp + dp_i) * cp + cp_i) * tp + tp_i.
+ * group of the mesh axis they name. Rank r's mesh coordinates are the trainer's
+ * (rt_mesh_coords, runtime/mesh.h: Megatron's order, tp innermost).
  *
  * Step semantics: sources (PARAM/STATE) persist across interp_step calls; INPUT
  * values are set per step; after a step, every top-graph result named
@@ -26,13 +26,10 @@ typedef struct {
   double *data; /* ir_numel(&shape) elements, row-major */
 } Tensor;
 
-typedef struct {
-  int dim[AX_COUNT]; /* mesh degrees; 0 is taken as 1 */
-} InterpMesh;
-
 typedef struct Interp Interp;
 
-Interp *interp_new(const Graph *g, InterpMesh mesh, uint64_t seed);
+/* mesh: the simulated ranks (copied; a Module's m->mesh for its per-rank graph); NULL: one rank. */
+Interp *interp_new(const Graph *g, const MeshMap *mesh, uint64_t seed);
 void interp_free(Interp *it);
 int interp_nranks(const Interp *it);
 int interp_coord(const Interp *it, int rank, MeshAxis ax);

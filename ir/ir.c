@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "diag.h"
-#include "../runtime/mesh.h" /* rt_block_index */
 
 const OpInfo ir_ops[OP_COUNT] = {
 #define OP(name, str, nin, nout, flags) [OP_##name] = {str, nin, nout, flags},
@@ -12,19 +11,15 @@ const OpInfo ir_ops[OP_COUNT] = {
 #undef OP
 };
 
-const char *const ir_axis_names[AX_COUNT] = {"dp", "pp", "cp", "tp"};
+/* The compiler's DType is the runtime's RtDType, value for value (both come from RT_DTYPES). */
+#define RT_DTYPE(id, name, size, is_float) _Static_assert((int)DT_##id == (int)RT_##id, "DT_" #id " != RT_" #id);
+RT_DTYPES(RT_DTYPE)
+#undef RT_DTYPE
+_Static_assert((int)DT_COUNT == (int)RT_DTYPE_COUNT, "DType and RtDType differ in length");
 
-static const struct {
-  const char *name;
-  int size;
-} dtypes[DT_COUNT] = {
-    [DT_F32] = {"f32", 4}, [DT_BF16] = {"bf16", 2}, [DT_F16] = {"f16", 2},
-    [DT_F64] = {"f64", 8}, [DT_I32] = {"i32", 4},   [DT_I64] = {"i64", 8},
-};
-
-const char *ir_dtype_name(DType dt) { return dt < DT_COUNT ? dtypes[dt].name : "?"; }
-int ir_dtype_size(DType dt) { return dt < DT_COUNT ? dtypes[dt].size : 0; }
-bool ir_dtype_is_float(DType dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16 || dt == DT_F64; }
+const char *ir_dtype_name(DType dt) { return rt_dtype_name((RtDType)dt); }
+int ir_dtype_size(DType dt) { return (int)rt_dtype_size((RtDType)dt); }
+bool ir_dtype_is_float(DType dt) { return rt_dtype_is_float((RtDType)dt); }
 
 int64_t ir_numel(const Shape *s) {
   int64_t n = 1;

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../runtime/dtype.h"
+#include "../runtime/mesh.h"
 #include "arena.h"
 
 /* ---- ops -------------------------------------------------------------- */
@@ -44,10 +46,17 @@ typedef struct {
 extern const OpInfo ir_ops[OP_COUNT];
 
 /* ---- types ------------------------------------------------------------ */
-typedef enum { DT_F32, DT_BF16, DT_F16, DT_F64, DT_I32, DT_I64, DT_COUNT } DType;
+/* The element types: runtime/dtype.h's one table (RT_DTYPES), as DT_* in the compiler; DT_x ==
+ * RT_x, checked at compile time in ir/ir.c, so a DType is passed to the runtime as it is. */
+typedef enum {
+#define RT_DTYPE(id, name, size, is_float) DT_##id,
+  RT_DTYPES(RT_DTYPE)
+#undef RT_DTYPE
+  DT_COUNT
+} DType;
 
-const char *ir_dtype_name(DType dt);
-int ir_dtype_size(DType dt); /* bytes per element */
+const char *ir_dtype_name(DType dt); /* "f32", "bf16", ... */
+int ir_dtype_size(DType dt);         /* bytes per element */
 bool ir_dtype_is_float(DType dt);
 
 #define IR_MAX_RANK 6
@@ -65,8 +74,8 @@ Shape ir_shape(int rank, const int64_t *dims);    /* symbols cleared */
 Shape ir_scalar_shape(void);
 
 /* ---- sharding over the device mesh ------------------------------------- */
-typedef enum { AX_DP, AX_PP, AX_CP, AX_TP, AX_COUNT } MeshAxis;
-extern const char *const ir_axis_names[AX_COUNT]; /* "dp", "pp", "cp", "tp" */
+/* The mesh axes are runtime/mesh.h's MeshAxis (RT_AX_DP, RT_AX_PP, RT_AX_CP, RT_AX_TP): one enum
+ * for the compiler, the runtime and the programs codegen writes; rt_mesh_axis_name names them. */
 
 /* For each tensor dim, which mesh axis splits it (-1: not split); plus the
  * mesh axes over which the value is a partial sum still owed (Partial).

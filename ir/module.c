@@ -20,7 +20,7 @@ void ir_plan_defaults(Plan *p) {
 
 void ir_recipe_defaults(Recipe *r) {
   memset(r, 0, sizeof *r);
-  r->batch = 0; /* 0: micro_batch * dp */
+  r->batch = 0; /* not given */
   r->micro_batch = 1;
   r->optimizer = OPT_ADAMW;
   r->lr = 3e-4;
@@ -34,17 +34,6 @@ void ir_recipe_defaults(Recipe *r) {
   r->steps = 100;
   r->ckpt_keep = 1;
   r->seed = 1337;
-}
-
-int ir_plan_dp(const Module *m, int world) {
-  const Plan *p = &m->plan;
-  if (p->dp > 0) return p->dp;
-  int model = (p->tp > 0 ? p->tp : 1) * (p->pp > 0 ? p->pp : 1) * (p->cp > 0 ? p->cp : 1);
-  if (world <= 0) {
-    if (!m->has_topology) return 1;
-    world = (m->topo.nodes > 0 ? m->topo.nodes : 1) * (m->topo.devices_per_node > 0 ? m->topo.devices_per_node : 1);
-  }
-  return world % model == 0 && world >= model ? world / model : 1;
 }
 
 _Static_assert((int)LR_CONSTANT == RT_LR_CONSTANT && (int)LR_LINEAR == RT_LR_LINEAR && (int)LR_COSINE == RT_LR_COSINE,

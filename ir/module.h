@@ -42,7 +42,7 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } PipeSchedu
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE } RecomputeKind;
 
 typedef struct {
-  int dp, tp, pp, cp; /* degrees; dp == 0 means auto (world / (tp*pp*cp)) */
+  int dp, tp, pp, cp; /* degrees as written; dp 0: auto. Resolved once into Module.mesh (ir/mesh.h) */
   bool sp;            /* sequence parallel in tp regions */
   int zero;           /* 0..3 */
   bool offload;       /* ZeRO optimizer state on host */
@@ -61,8 +61,8 @@ typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE } LrScheduleKind;
 typedef enum { PREC_F32, PREC_BF16 } Precision;
 
 typedef struct {
-  int64_t batch;       /* sequences per optimizer step, global */
-  int64_t micro_batch; /* sequences per rank per micro-step */
+  int64_t batch;       /* sequences per optimizer step, global, as written (0: not given); see Module.batch */
+  int64_t micro_batch; /* sequences per rank per micro-step, as written; see Module.batch */
   int64_t seq;         /* tokens per sequence (binds `seq` when the model leaves it symbolic) */
   OptimizerKind optimizer;
   double lr, beta1, beta2, eps, weight_decay, momentum;
@@ -84,6 +84,12 @@ typedef struct {
 /* ---- module --------------------------------------------------------------- */
 typedef enum { TARGET_CPU, TARGET_CUDA } Target;
 
+/* The batch, decided once with the mesh (ir_mesh_resolve) and read everywhere after. */
+typedef struct {
+  int64_t micro;  /* sequences per rank per step: the recipe's micro_batch (the tokens' dim 0 on each rank) */
+  int64_t global; /* sequences per step over every data-parallel replica: micro * dp (the logical graph's `batch`) */
+} BatchSizes;
+
 typedef struct {
   Arena *arena;
   const char *name;   /* model name */
@@ -95,18 +101,14 @@ typedef struct {
   Topology topo;
   Plan plan;
   Recipe recipe;
-  struct MeshMap *mesh; /* rank <-> mesh coordinates and groups, set by the mesh pass (ir/mesh.h) */
+  struct MeshMap *mesh; /* degrees, ranks, nodes: resolved once before lowering (ir/mesh.h); NULL until then */
+  BatchSizes batch;     /* sequences per rank and per step, decided with the mesh */
   struct MemPlan *memplan; /* one rank's memory, set by passes/memplan.c */
 } Module;
 
 /* Defaults for a plan and a recipe (single rank, AdamW 3e-4, f32, ...). */
 void ir_plan_defaults(Plan *p);
 void ir_recipe_defaults(Recipe *r);
-/* The data-parallel degree the plan resolves to on `world` ranks (world <= 0: the
- * topology's nodes * devices_per_node, or one replica without a topology): plan.dp
- * when set, else world / (tp * pp * cp); 1 when that does not divide (the mesh pass
- * reports it). The logical graph's `batch` is micro_batch times this. */
-int ir_plan_dp(const Module *m, int world);
 /* Learning rate at a step (0-based) under the recipe's schedule. */
 double ir_lr_at(const Recipe *r, int64_t step);
 

@@ -99,20 +99,20 @@ static void put_type(Buf *b, const Module *m, const Value *v) {
   bool first = true;
   for (int d = 0; d < IR_MAX_RANK; d++) {
     int a = v->sharding.split[d];
-    if (a < 0 || a >= AX_COUNT) continue;
-    if (v->sharding.blocks[d] > 1) bprintf(b, "%sS(%s)@%d/%d", first ? "" : ", ", ir_axis_names[a], d, v->sharding.blocks[d]);
-    else bprintf(b, "%sS(%s)@%d", first ? "" : ", ", ir_axis_names[a], d);
+    if (a < 0 || a >= RT_AX_COUNT) continue;
+    if (v->sharding.blocks[d] > 1) bprintf(b, "%sS(%s)@%d/%d", first ? "" : ", ", rt_mesh_axis_name(a), d, v->sharding.blocks[d]);
+    else bprintf(b, "%sS(%s)@%d", first ? "" : ", ", rt_mesh_axis_name(a), d);
     first = false;
   }
-  for (int a = 0; a < AX_COUNT; a++)
+  for (int a = 0; a < RT_AX_COUNT; a++)
     if (v->sharding.partial & (1u << a)) {
-      bprintf(b, "%sP(%s)", first ? "" : ", ", ir_axis_names[a]);
+      bprintf(b, "%sP(%s)", first ? "" : ", ", rt_mesh_axis_name(a));
       first = false;
     }
   bprintf(b, "}");
 }
 
-static const char *axis_name(int a) { return a >= 0 && a < AX_COUNT ? ir_axis_names[a] : "?"; }
+static const char *axis_name(int a) { return a >= 0 && a < RT_AX_COUNT ? rt_mesh_axis_name(a) : "?"; }
 
 static void put_attrs(Buf *b, const Node *n) {
   const Attrs *a = &n->a;
@@ -263,25 +263,8 @@ void ir_print_graph_syms(FILE *f, const Graph *g, const Module *m) { print_top(f
 
 /* ---- parameters ------------------------------------------------------------------ */
 
-/* Mesh degree of an axis under the module's plan (1 when unknown). */
-static int degree(const Module *m, int ax) {
-  if (!m->has_plan) return 1;
-  const Plan *pl = &m->plan;
-  switch (ax) {
-  case AX_TP: return pl->tp > 0 ? pl->tp : 1;
-  case AX_PP: return pl->pp > 0 ? pl->pp : 1;
-  case AX_CP: return pl->cp > 0 ? pl->cp : 1;
-  case AX_DP:
-    if (pl->dp > 0) return pl->dp;
-    if (m->has_topology && m->topo.nodes > 0 && m->topo.devices_per_node > 0) {
-      int inner = (pl->tp > 0 ? pl->tp : 1) * (pl->pp > 0 ? pl->pp : 1) * (pl->cp > 0 ? pl->cp : 1);
-      int w = m->topo.nodes * m->topo.devices_per_node / inner;
-      return w > 0 ? w : 1;
-    }
-    return 1;
-  default: return 1;
-  }
-}
+/* Mesh degree of an axis (1 before the mesh is resolved). */
+static int degree(const Module *m, int ax) { return m->mesh ? m->mesh->dim[ax] : 1; }
 
 /* Logical shape of a value (local dims times the degree of the axis splitting them). */
 static Shape logical_shape(const Module *m, const Value *v) {
@@ -505,7 +488,8 @@ void ir_print_module_header(FILE *f, const Module *m) {
   if (m->has_plan) {
     const Plan *p = &m->plan;
     fprintf(f, "  plan: dp ");
-    if (p->dp > 0) fprintf(f, "%d", p->dp);
+    if (m->mesh) fprintf(f, "%d", m->mesh->dim[RT_AX_DP]);
+    else if (p->dp > 0) fprintf(f, "%d", p->dp);
     else fprintf(f, "auto");
     fprintf(f, " tp %d pp %d cp %d sp %s zero %d%s microbatches %d schedule %s", p->tp, p->pp, p->cp,
             p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "", p->microbatches,

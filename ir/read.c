@@ -46,7 +46,7 @@ static bool parse_shard(Reader *r, Sharding *s, int rank) {
   if (!split && !partial) return rd_fail(r, at, "expected S(axis)@dim or P(axis), found %s", rd_found(r));
   r->p++;
   int ax;
-  if (!rd_expect(r, '(') || !rd_choice(r, &ax, ir_axis_names, AX_COUNT, "a mesh axis (dp, pp, cp, tp)") ||
+  if (!rd_expect(r, '(') || !rd_axis(r, &ax) ||
       !rd_expect(r, ')'))
     return false;
   if (partial) {
@@ -257,7 +257,7 @@ static bool attr_axis(Reader *r, AttrList *al, const char *key, int *out) {
   ValScope vs;
   if (!a) return true;
   if (!val_begin(r, a, &vs)) return false;
-  return val_end(&vs, rd_choice(r, out, ir_axis_names, AX_COUNT, "a mesh axis (dp, pp, cp, tp)"));
+  return val_end(&vs, rd_axis(r, out));
 }
 
 static bool attr_flag(AttrList *al, const char *key, bool *out) {

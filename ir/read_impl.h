@@ -40,6 +40,8 @@ bool rd_int(Reader *r, int *out, int lo, int hi, const char *what);
 bool rd_f64(Reader *r, double *out, const char *what);
 int rd_lookup(const char *w, const char *const *names, int n); /* index of w in names, or -1 */
 bool rd_choice(Reader *r, int *out, const char *const *names, int n, const char *what);
+/* A mesh axis name (dp, pp, cp, tp) into *out (RT_AX_*). */
+bool rd_axis(Reader *r, int *out);
 bool rd_end_line(Reader *r, SrcLoc *loc); /* optional `# ...; file:line:col`, then the newline */
 void rd_skip_line(Reader *r);
 

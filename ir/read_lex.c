@@ -151,6 +151,12 @@ bool rd_choice(Reader *r, int *out, const char *const *names, int n, const char 
   return false;
 }
 
+bool rd_axis(Reader *r, int *out) {
+  const char *names[RT_AX_COUNT];
+  for (int i = 0; i < RT_AX_COUNT; i++) names[i] = rt_mesh_axis_name(i);
+  return rd_choice(r, out, names, RT_AX_COUNT, "a mesh axis (dp, pp, cp, tp)");
+}
+
 /* The rest of the line: an optional `# note; file:line:col` comment (its location is kept in
  * *loc when loc is not NULL), then the newline. */
 bool rd_end_line(Reader *r, SrcLoc *loc) {

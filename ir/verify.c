@@ -91,7 +91,7 @@ static void check_value(Verifier *vf, const Node *n, const Value *v) {
     if (v->shape.dim[d] < 0) report(vf, n, "output %d has negative dim %d", v->idx, d);
   for (int d = 0; d < IR_MAX_RANK; d++) {
     int s = v->sharding.split[d];
-    if (s < -1 || s >= AX_COUNT) report(vf, n, "output %d: sharding of dim %d names mesh axis %d", v->idx, d, s);
+    if (s < -1 || s >= RT_AX_COUNT) report(vf, n, "output %d: sharding of dim %d names mesh axis %d", v->idx, d, s);
     else if (s >= 0 && d >= v->shape.rank)
       report(vf, n, "output %d: sharding splits dim %d of a rank-%d value", v->idx, d, v->shape.rank);
     int bl = v->sharding.blocks[d];
@@ -99,9 +99,9 @@ static void check_value(Verifier *vf, const Node *n, const Value *v) {
       report(vf, n, "output %d: %d blocks on dim %d that is %s", v->idx, bl, d,
              s < 0 ? "not split" : "not a whole number of blocks");
     for (int e = 0; e < d && s >= 0; e++)
-      if (v->sharding.split[e] == s) report(vf, n, "output %d: mesh axis %s splits two dims", v->idx, ir_axis_names[s]);
+      if (v->sharding.split[e] == s) report(vf, n, "output %d: mesh axis %s splits two dims", v->idx, rt_mesh_axis_name(s));
   }
-  if (v->sharding.partial >> AX_COUNT) report(vf, n, "output %d: partial bits 0x%x name no mesh axis", v->idx, v->sharding.partial);
+  if (v->sharding.partial >> RT_AX_COUNT) report(vf, n, "output %d: partial bits 0x%x name no mesh axis", v->idx, v->sharding.partial);
 }
 
 static void verify_graph(Verifier *vf, const Graph *g);
@@ -192,7 +192,7 @@ static void verify_graph(Verifier *vf, const Graph *g) {
         report(vf, n, "ARG index %d is not listed among the body's %d arguments", n->a.index, g->nargs);
     }
     if ((oi->flags & F_COLL) || n->op == OP_AXIS_INDEX)
-      if (n->a.mesh_axis < 0 || n->a.mesh_axis >= AX_COUNT) report(vf, n, "names mesh axis %d", n->a.mesh_axis);
+      if (n->a.mesh_axis < 0 || n->a.mesh_axis >= RT_AX_COUNT) report(vf, n, "names mesh axis %d", n->a.mesh_axis);
     if ((n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) && !n->a.name)
       report(vf, n, "source without a name");
   }

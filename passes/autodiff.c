@@ -321,14 +321,12 @@ static void compute_need(Ctx *c) {
 }
 
 static int axis_degree(Ctx *c, int ax, SrcLoc loc) {
-  const Plan *p = &c->m->plan;
-  int d = ax == AX_DP ? p->dp : ax == AX_PP ? p->pp : ax == AX_CP ? p->cp : p->tp;
-  if (d <= 0) {
-    error_at(loc, "autodiff: the degree of mesh axis %s is not known", ir_axis_names[ax]);
+  if (!c->m->mesh) {
+    error_at(loc, "autodiff: the degree of mesh axis %s is not known", rt_mesh_axis_name(ax));
     c->failed = true;
     return 1;
   }
-  return d;
+  return c->m->mesh->dim[ax];
 }
 
 static void backward_repeat(Ctx *c, Node *n);

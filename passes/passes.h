@@ -11,16 +11,12 @@ bool pass_precision(Module *m); /* bf16 mixed precision on the CUDA target: bf16
 bool pass_autodiff(Module *m);  /* appends the backward graph: results "grad:<param>" */
 bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "next:<state>" */
 bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the per-rank SPMD program */
-bool pass_zero(Module *m);      /* data-parallel gradient all-reduces: into the backward loop, bucketed */
+bool pass_grad_buckets(Module *m); /* data-parallel gradient all-reduces: into the backward loop, bucketed */
 bool pass_fuse(Module *m);      /* groups consecutive elementwise nodes over one shape (Node.group) */
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank; cuts fusion
                                    groups where a member would overwrite bytes its group still reads */
 bool pass_verify(Module *m);    /* every rank's collectives match its group peers' (dies on a mismatch: a compiler bug) */
 /* A fusion group's limits: at most this many nodes, and values read from outside the group. */
 enum { FUSE_MAX_NODES = 32, FUSE_MAX_INPUTS = 32 };
-
-/* Maps the mesh onto ranks: resolves dp auto, checks the world and tp-in-node, sets m->mesh.
- * world <= 0: the topology's nodes * devices_per_node (ir/mesh.h prints the map). */
-bool pass_mesh(Module *m, int world);
 
 #endif

@@ -11,15 +11,15 @@ typedef struct {
   FILE *dump;             /* where dumps go */
   bool verify;            /* run ir_verify after every pass */
   bool time;              /* print each pass's time to stderr */
-  int world;              /* ranks to plan for; 0: from the topology */
 } PipelineOptions;
 
 /* Runs every pass on m. Returns false when a pass reported user errors. */
 bool pipeline_run(Module *m, const PipelineOptions *o);
-/* Runs the pass named `name` alone (after the mesh pass when it needs the mesh and m has none).
+/* Runs the pass named `name` alone (the module's mesh must be resolved: ir_mesh_resolve).
  * False when there is no such pass (reported) or it reported errors. */
 bool pipeline_run_pass(Module *m, const char *name, const PipelineOptions *o);
-/* The pass names in order, NULL-terminated (for --help and --dump-ir validation). */
-const char *const *pipeline_pass_names(void);
+/* Writes the pass names in order into names[], NULL-terminated (for --help and --dump-ir
+ * validation); cap: room in names[], one more than the passes at least. */
+void pipeline_pass_names(const char **names, int cap);
 
 #endif

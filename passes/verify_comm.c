@@ -72,7 +72,7 @@ static void expand(const Graph *g, int64_t iter, VerifyCollSeq *s) {
     } else if (n->body) {
       expand(n->body, iter, s);
     } else if (ir_ops[n->op].flags & F_COLL) {
-      if (n->a.mesh_axis < 0 || n->a.mesh_axis >= AX_COUNT)
+      if (n->a.mesh_axis < 0 || n->a.mesh_axis >= RT_AX_COUNT)
         die("verify: %s (node %d) names mesh axis %d", ir_ops[n->op].name, n->id, n->a.mesh_axis);
       if (n->nin + n->nout == 0 || (n->op == OP_ALL_REDUCE && n->nin != n->nout))
         die("verify: %s (node %d) has %d inputs and %d outputs", ir_ops[n->op].name, n->id, n->nin, n->nout);
@@ -115,7 +115,7 @@ static void put_entry(Msg *m, const VerifyColl *c) {
     mprintf(m, "nothing (its sequence ends here)");
     return;
   }
-  mprintf(m, "%s over %s", ir_ops[c->op].name, ir_axis_names[c->mesh_axis]);
+  mprintf(m, "%s over %s", ir_ops[c->op].name, rt_mesh_axis_name(c->mesh_axis));
   if (c->op == OP_ALL_REDUCE) mprintf(m, " %s, %d tensor%s", c->reduce >= 0 && c->reduce <= 2 ? reds[c->reduce] : "?",
                                       c->ntensors, c->ntensors == 1 ? "" : "s");
   mprintf(m, ", %lld x %s", (long long)c->numel, ir_dtype_name(c->dtype));
@@ -137,7 +137,7 @@ static void put_rank(Msg *m, const MeshMap *mm, int r) {
 }
 
 static void put_group(Msg *m, const int *mem, int n, int axis) {
-  mprintf(m, "%s group [", ir_axis_names[axis]);
+  mprintf(m, "%s group [", rt_mesh_axis_name(axis));
   for (int i = 0; i < n && i < 8; i++) mprintf(m, "%s%d", i ? "," : "", mem[i]);
   mprintf(m, "%s]", n > 8 ? ",.." : "");
 }
@@ -173,7 +173,7 @@ static bool check_groups(const MeshMap *mm, const VerifyCollSeq *seqs, int nclas
   unsigned char *done = calloc((size_t)nclasses * (size_t)nclasses, 1); /* bit per axis: pair compared */
   if (!mem || !done) die("verify: out of memory");
   bool ok = true;
-  for (int axis = 0; axis < AX_COUNT && ok; axis++) {
+  for (int axis = 0; axis < RT_AX_COUNT && ok; axis++) {
     unsigned mask = 1u << axis;
     for (int r = 0; r < mm->world && ok; r++) {
       if (rt_mesh_group_index(mm, r, mask) != 0) continue; /* each group once, from its first member */
@@ -189,7 +189,7 @@ static bool check_groups(const MeshMap *mm, const VerifyCollSeq *seqs, int nclas
         ok = false;
         mprintf(m, "collective sequences differ in ");
         put_group(m, mem, n, axis);
-        mprintf(m, " at its collective #%d over %s: ", k, ir_axis_names[axis]);
+        mprintf(m, " at its collective #%d over %s: ", k, rt_mesh_axis_name(axis));
         put_rank(m, mm, mem[0]);
         mprintf(m, " issues ");
         put_entry(m, ia < seqs[ca].n ? &seqs[ca].e[ia] : NULL);
@@ -245,7 +245,7 @@ static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, const int *c
       put_entry(m, c);
       mprintf(m, " (its #%d with that peer)", k);
       if (p < 0) {
-        mprintf(m, ", but no rank lies at that offset along %s", ir_axis_names[c->mesh_axis]);
+        mprintf(m, ", but no rank lies at that offset along %s", rt_mesh_axis_name(c->mesh_axis));
       } else {
         mprintf(m, ", ");
         put_rank(m, mm, p);

@@ -1,13 +1,16 @@
-/* runtime/dtype.c — element types. */
+/* runtime/dtype.c — element types (the table is RT_DTYPES in dtype.h). */
 #include "dtype.h"
 
 static const struct {
   const char *name;
-  size_t size;
+  size_t size;  /* bytes per element */
+  int is_float; /* 1: floating point */
 } dtypes[RT_DTYPE_COUNT] = {
-    [RT_F32] = {"f32", 4}, [RT_BF16] = {"bf16", 2}, [RT_F16] = {"f16", 2},
-    [RT_F64] = {"f64", 8}, [RT_I32] = {"i32", 4},   [RT_I64] = {"i64", 8},
+#define RT_DTYPE(id, name, size, is_float) [RT_##id] = {name, size, is_float},
+    RT_DTYPES(RT_DTYPE)
+#undef RT_DTYPE
 };
 
 size_t rt_dtype_size(RtDType dt) { return (unsigned)dt < RT_DTYPE_COUNT ? dtypes[dt].size : 0; }
 const char *rt_dtype_name(RtDType dt) { return (unsigned)dt < RT_DTYPE_COUNT ? dtypes[dt].name : "?"; }
+int rt_dtype_is_float(RtDType dt) { return (unsigned)dt < RT_DTYPE_COUNT && dtypes[dt].is_float; }

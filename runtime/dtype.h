@@ -1,12 +1,28 @@
-/* runtime/dtype.h — element types, shared by every part of libshardrt (same order as the IR's DType). */
+/* runtime/dtype.h — element types: the one table shared by libshardrt, the compiler (ir/ir.h's
+ * DType is made from the same list, DT_x == RT_x) and the programs codegen writes (RT_x). */
 #ifndef SHARDRT_DTYPE_H
 #define SHARDRT_DTYPE_H
 
 #include <stddef.h>
 
-typedef enum { RT_F32, RT_BF16, RT_F16, RT_F64, RT_I32, RT_I64, RT_DTYPE_COUNT } RtDType;
+/* X(id, name, bytes per element, is a float type), in enum order. */
+#define RT_DTYPES(X)           \
+  X(F32, "f32", 4, 1)          \
+  X(BF16, "bf16", 2, 1)        \
+  X(F16, "f16", 2, 1)          \
+  X(F64, "f64", 8, 1)          \
+  X(I32, "i32", 4, 0)          \
+  X(I64, "i64", 8, 0)
+
+typedef enum {
+#define RT_DTYPE(id, name, size, is_float) RT_##id,
+  RT_DTYPES(RT_DTYPE)
+#undef RT_DTYPE
+  RT_DTYPE_COUNT
+} RtDType;
 
 size_t rt_dtype_size(RtDType dt);      /* bytes per element (0: not a dtype) */
 const char *rt_dtype_name(RtDType dt); /* "f32", "bf16", ... ("?" otherwise) */
+int rt_dtype_is_float(RtDType dt);     /* 1: a floating-point type */
 
 #endif

@@ -17,8 +17,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Axis indices: the same order as the IR's MeshAxis (AX_DP, AX_PP, AX_CP, AX_TP). */
-enum { RT_AX_DP, RT_AX_PP, RT_AX_CP, RT_AX_TP, RT_AX_COUNT };
+/* The mesh axes: the one enum of the compiler (Sharding.split, Attrs.mesh_axis), the runtime
+ * and the programs codegen writes. */
+typedef enum { RT_AX_DP, RT_AX_PP, RT_AX_CP, RT_AX_TP, RT_AX_COUNT } MeshAxis;
 /* Axis masks for groups: bit (1 << axis), the same bits as Sharding.partial. */
 enum {
   RT_MESH_DP = 1 << RT_AX_DP,

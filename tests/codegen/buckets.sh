@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel gradient buckets (label mpi): each bucket is one asynchronous all-reduce, started
-# where zero.c put it and waited before its first reader, progressed between kernels.
+# where grad_buckets.c put it and waited before its first reader, progressed between kernels.
 #
 #   buckets.sh SHARDC
 #

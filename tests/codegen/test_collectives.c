@@ -61,20 +61,20 @@ static Module *build_graph(Arena *ar, MeshMap *mesh) {
                    (Attrs){.name = "logits", .init = INIT_NORMAL, .init_b = 1.0}, -1, 0, 0);
   /* p: [2, 6, 4] local of a logical [2, 12, 4] made of 3 blocks along dim 1, split over tp */
   Value *p = emit(g, OP_PARAM, 0, NULL, DT_F32, shp(3, 2, 6, 4), (Attrs){.name = "p", .init = INIT_NORMAL, .init_b = 1.0},
-                  1, AX_TP, 3);
-  Value *gv = emit(g, OP_ALL_GATHER, 1, &p, DT_F32, shp(3, 2, 12, 4), (Attrs){.mesh_axis = AX_TP, .axis = 1, .blocks = 3},
+                  1, RT_AX_TP, 3);
+  Value *gv = emit(g, OP_ALL_GATHER, 1, &p, DT_F32, shp(3, 2, 12, 4), (Attrs){.mesh_axis = RT_AX_TP, .axis = 1, .blocks = 3},
                    -1, 0, 0);
   Value *x2 = emit(g, OP_SCALE, 1, &gv, DT_F32, shp(3, 2, 12, 4), (Attrs){.scalar = 0.5}, -1, 0, 0);
   Value *s = emit(g, OP_REDUCE_SCATTER, 1, &x2, DT_F32, shp(3, 2, 6, 4),
-                  (Attrs){.mesh_axis = AX_TP, .axis = 1, .blocks = 3}, 1, AX_TP, 3);
-  Value *b = emit(g, OP_BROADCAST, 1, &s, DT_F32, shp(3, 2, 6, 4), (Attrs){.mesh_axis = AX_TP, .start = 1}, -1, 0, 0);
-  Value *sl = emit(g, OP_SHARD_SLICE, 1, &gv, DT_F32, shp(3, 2, 12, 2), (Attrs){.mesh_axis = AX_TP, .axis = 2}, 2,
-                   AX_TP, 0);
-  Value *arv = emit(g, OP_ALL_REDUCE, 1, &sl, DT_F32, shp(3, 2, 12, 2), (Attrs){.mesh_axis = AX_TP, .reduce = RED_MAX},
+                  (Attrs){.mesh_axis = RT_AX_TP, .axis = 1, .blocks = 3}, 1, RT_AX_TP, 3);
+  Value *b = emit(g, OP_BROADCAST, 1, &s, DT_F32, shp(3, 2, 6, 4), (Attrs){.mesh_axis = RT_AX_TP, .start = 1}, -1, 0, 0);
+  Value *sl = emit(g, OP_SHARD_SLICE, 1, &gv, DT_F32, shp(3, 2, 12, 2), (Attrs){.mesh_axis = RT_AX_TP, .axis = 2}, 2,
+                   RT_AX_TP, 0);
+  Value *arv = emit(g, OP_ALL_REDUCE, 1, &sl, DT_F32, shp(3, 2, 12, 2), (Attrs){.mesh_axis = RT_AX_TP, .reduce = RED_MAX},
                     -1, 0, 0);
-  Value *avg = emit(g, OP_ALL_REDUCE, 1, &s, DT_F32, shp(3, 2, 6, 4), (Attrs){.mesh_axis = AX_DP, .reduce = RED_AVG}, 1,
-                    AX_TP, 3);
-  Value *ai = emit(g, OP_AXIS_INDEX, 0, NULL, DT_I32, ir_scalar_shape(), (Attrs){.mesh_axis = AX_TP}, -1, 0, 0);
+  Value *avg = emit(g, OP_ALL_REDUCE, 1, &s, DT_F32, shp(3, 2, 6, 4), (Attrs){.mesh_axis = RT_AX_DP, .reduce = RED_AVG}, 1,
+                    RT_AX_TP, 3);
+  Value *ai = emit(g, OP_AXIS_INDEX, 0, NULL, DT_I32, ir_scalar_shape(), (Attrs){.mesh_axis = RT_AX_TP}, -1, 0, 0);
   Value *ce_in[2] = {lg, tgt};
   Value *ce = emit(g, OP_CROSS_ENTROPY, 2, ce_in, DT_F32, ir_scalar_shape(), (Attrs){.len = 256}, -1, 0, 0);
   Value *sb = emit(g, OP_SUM, 1, &b, DT_F32, ir_scalar_shape(), (Attrs){0}, -1, 0, 0);
@@ -209,9 +209,7 @@ static void run_mesh(int dp, int tp) {
     return;
   }
   /* the interpreter on simulated ranks, fed the batch the trainer read */
-  InterpMesh im = {{0}};
-  im.dim[AX_DP] = dp, im.dim[AX_TP] = tp;
-  Interp *it = interp_new(m->graph, im, m->recipe.seed);
+  Interp *it = interp_new(m->graph, m->mesh, m->recipe.seed);
   const char *ins[] = {"tokens", "targets"};
   for (int k = 0; k < 2; k++) {
     Tensor t = tensor_new(DT_I32, ir_shape(2, (int64_t[]){2, 4}));

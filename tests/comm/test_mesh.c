@@ -1,4 +1,4 @@
-/* tests/comm/test_mesh.c — the rank mapping (runtime/mesh.c) and the mesh pass.
+/* tests/comm/test_mesh.c — the rank mapping (runtime/mesh.c) and the mesh resolved once (ir/mesh.c).
  *
  * The mapping is checked exhaustively against the formula the interpreter uses,
  * rank = ((pp*dp + dp_i)*cp + cp_i)*tp + tp_i, for every combination of degrees in
@@ -10,7 +10,6 @@
 
 #include "../../ir/mesh.h"
 #include "diag.h"
-#include "passes.h"
 
 static int failures;
 #define CHECK(cond, ...)                                          \
@@ -75,6 +74,7 @@ static Module *module(Arena *a, int nodes, int dpn, int dp, int pp, int cp, int 
   m->topo.intra = (Link){.kind = LINK_NVLINK, .count = 1, .bytes_per_s = 900e9};
   m->topo.inter = (Link){.kind = LINK_EFA, .count = 32, .bytes_per_s = 12.5e9};
   ir_plan_defaults(&m->plan);
+  ir_recipe_defaults(&m->recipe);
   m->plan.dp = dp;
   m->plan.pp = pp;
   m->plan.cp = cp;
@@ -88,7 +88,7 @@ static bool run_pass(Module *m, int world, char *out, size_t cap) {
   FILE *f = fmemopen(out, cap, "w");
   diag_reset();
   diag_set_stream(f);
-  bool ok = pass_mesh(m, world);
+  bool ok = ir_mesh_resolve(m, world);
   fclose(f);
   diag_set_stream(stderr);
   return ok;
@@ -103,8 +103,11 @@ static void check_pass(void) {
   /* 4 nodes x 8: tp 8, pp 2, dp auto -> dp 2. */
   Module *m = module(&a, 4, 8, 0, 2, 1, 8);
   CHECK(run_pass(m, 0, out, sizeof out), "tp8 pp2 dp auto: %s", out);
-  CHECK(m->plan.dp == 2 && m->mesh && m->mesh->world == 32 && m->mesh->nodes == 4, "dp auto resolved to %d",
-        m->plan.dp);
+  CHECK(m->mesh && m->mesh->dim[RT_AX_DP] == 2 && m->mesh->world == 32 && m->mesh->nodes == 4, "dp auto resolved to %d",
+        m->mesh ? m->mesh->dim[RT_AX_DP] : 0);
+  CHECK(m->plan.dp == 0, "the plan stays as written (dp auto)");
+  CHECK(m->batch.micro == 1 && m->batch.global == 2, "batch: micro %lld, global %lld", (long long)m->batch.micro,
+        (long long)m->batch.global);
 
   /* tp 16 on nodes of 8: refused at the plan's location, with the reason and an alternative. */
   m = module(&a, 4, 8, 0, 1, 1, 16);
@@ -119,7 +122,7 @@ static void check_pass(void) {
   m = module(&a, 4, 8, 0, 1, 1, 16);
   m->plan.allow_cross_node_tp = true;
   CHECK(run_pass(m, 0, out, sizeof out), "allow_cross_node_tp: %s", out);
-  CHECK(m->plan.dp == 2, "dp with cross-node tp");
+  CHECK(m->mesh && m->mesh->dim[RT_AX_DP] == 2, "dp with cross-node tp");
 
   /* tp 4 on nodes of 6 straddles too (ranks 4..7). */
   m = module(&a, 2, 6, 0, 1, 1, 4);
@@ -134,7 +137,7 @@ static void check_pass(void) {
         "dp 2: %s", out);
   /* An explicit world (e.g. the launched one) overrides the topology's. */
   m = module(&a, 1, 8, 0, 1, 1, 2);
-  CHECK(run_pass(m, 4, out, sizeof out) && m->plan.dp == 2, "world 4: %s", out);
+  CHECK(run_pass(m, 4, out, sizeof out) && m->mesh->dim[RT_AX_DP] == 2, "world 4: %s", out);
 
   /* The printout: small world in full. */
   m = module(&a, 1, 4, 0, 1, 1, 2);

@@ -183,7 +183,7 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
   CHECK(m && diag_errors() == 0, "%s: front end failed", label);
   if (!m) return;
   m->target = var.target;
-  PipelineOptions po = {.dump = stderr, .verify = true, .world = 1}; /* the single-rank program */
+  PipelineOptions po = {.dump = stderr, .verify = true}; /* the single-rank program */
   CHECK(pipeline_run(m, &po), "%s: passes failed", label);
   char exe[512], data[512], cmd[2048];
   snprintf(exe, sizeof exe, "%s/train", dir);
@@ -203,7 +203,7 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
   CHECK(rc == 0, "%s: trainer failed (see %s/log)", label, dir);
   if (rc != 0) return;
 
-  Interp *it = interp_new(m->graph, (InterpMesh){{1, 1, 1, 1}}, m->recipe.seed);
+  Interp *it = interp_new(m->graph, NULL, m->recipe.seed);
   double lr1 = 0;
   for (int s = 1; s <= 10; s++) {
     char path[600];

@@ -109,7 +109,8 @@ static void test_models(void) {
     for (int i = 0; i < m->graph->nnodes; i++)
       if (m->graph->nodes[i]->op == OP_INPUT) tok = tok ? tok : m->graph->nodes[i]->out[0];
     /* the logical graph holds every data-parallel replica's micro-batch: 64 x dp 8 on a p4d node */
-    CHECK(ir_plan_dp(m, 0) == 8, "GPT-2: dp auto on one p4d node is 8, got %d", ir_plan_dp(m, 0));
+    CHECK(m->mesh && m->mesh->dim[RT_AX_DP] == 8 && m->batch.micro == 64 && m->batch.global == 512,
+          "GPT-2: dp auto on one p4d node is 8, got %d", m->mesh ? m->mesh->dim[RT_AX_DP] : 0);
     CHECK(tok && tok->dtype == DT_I32 && tok->shape.dim[0] == 64 * 8 && tok->shape.sym[0] == 0 &&
               tok->shape.sym[1] == 1,
           "GPT-2: tokens is i32[batch=64 x dp 8, seq=1024]");

@@ -132,7 +132,7 @@ static void test_verify(Arena *A) {
   CHECK(!ir_verify(g, "arity"));
 
   g = valid_graph(A, &mid); /* sharding on a dim past the rank, and an unknown axis */
-  mid->out[0]->sharding.split[3] = AX_TP;
+  mid->out[0]->sharding.split[3] = RT_AX_TP;
   CHECK(!ir_verify(g, "sharding"));
   g = valid_graph(A, &mid);
   mid->out[0]->sharding.split[0] = 9;

@@ -93,7 +93,7 @@ static void test_steps(Arena *A) {
   Attrs one = {0};
   one.scalar = 1;
   ir_add_result(g, t_op1(g, OP_ADD_SCALAR, p, &one), "next:p");
-  Interp *it = interp_new(g, (InterpMesh){{0}}, 1);
+  Interp *it = interp_new(g, NULL, 1);
   fprintf(stderr, "(expected runtime error follows)\n");
   CHECK(!interp_step(it)); /* x not set */
   Tensor tx = t_tensor(DT_F32, S(1, 2), (double[]){1, 2});
@@ -118,17 +118,19 @@ static void test_sharded_init(Arena *A) {
   Graph *g1 = ir_graph_new(A, NULL), *g2 = ir_graph_new(A, NULL);
   t_state(g1, OP_PARAM, "w", S(2, 4, 6), INIT_NORMAL, 0, 0.02);
   Value *w2 = t_state(g2, OP_PARAM, "w", S(2, 2, 6), INIT_NORMAL, 0, 0.02); /* rows split by tp */
-  w2->sharding.split[0] = AX_TP;
+  w2->sharding.split[0] = RT_AX_TP;
   Value *x2 = t_input(g2, "x", DT_F32, S(2, 2, 6));
-  x2->sharding.split[0] = AX_TP;
+  x2->sharding.split[0] = RT_AX_TP;
   ir_add_result(g2, x2, "xr");
-  Interp *a = interp_new(g1, (InterpMesh){{0}}, 42), *b = interp_new(g2, (InterpMesh){{[AX_DP] = 2, [AX_TP] = 2}}, 42);
+  MeshMap dp2tp2;
+  CHECK(rt_mesh_init(&dp2tp2, 2, 1, 1, 2, 4));
+  Interp *a = interp_new(g1, NULL, 42), *b = interp_new(g2, &dp2tp2, 42);
   CHECK(interp_nranks(b) == 4);
   const Tensor *full = interp_get(a, 0, "w");
   CHECK(full && fabs(full->data[0]) > 0 && fabs(full->data[0]) < 0.2);
   for (int r = 0; r < 4; r++) {
     const Tensor *blk = interp_get(b, r, "w");
-    int tp = interp_coord(b, r, AX_TP);
+    int tp = interp_coord(b, r, RT_AX_TP);
     CHECK(blk->shape.dim[0] == 2);
     for (int i = 0; i < 12; i++) CHECK(blk->data[i] == full->data[tp * 12 + i]);
   }
@@ -136,7 +138,7 @@ static void test_sharded_init(Arena *A) {
   for (int i = 0; i < 24; i++) logical.data[i] = i;
   interp_set_input(b, -1, "x", &logical); /* the logical tensor: each rank takes its block */
   CHECK(interp_step(b));
-  for (int r = 0; r < 4; r++) CHECK(interp_get(b, r, "xr")->data[0] == 12 * interp_coord(b, r, AX_TP));
+  for (int r = 0; r < 4; r++) CHECK(interp_get(b, r, "xr")->data[0] == 12 * interp_coord(b, r, RT_AX_TP));
   tensor_free(&logical);
   interp_free(a);
   interp_free(b);
@@ -156,19 +158,21 @@ static Value *coll(Graph *g, OpKind op, Value *x, int axis, ReduceOp red, int te
 static void test_collectives_2x2(Arena *A) {
   Graph *g = ir_graph_new(A, NULL);
   Value *x = t_input(g, "x", DT_F32, S(1, 2));
-  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, AX_TP, RED_SUM, 0, S(0), 0), "ar_tp");
-  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, AX_DP, RED_SUM, 0, S(0), 0), "ar_dp");
-  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, AX_TP, RED_AVG, 0, S(0), 0), "avg_tp");
-  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, AX_DP, RED_MAX, 0, S(0), 0), "max_dp");
-  ir_add_result(g, coll(g, OP_ALL_GATHER, x, AX_TP, 0, 0, S(1, 4), 0), "ag_tp");
-  ir_add_result(g, coll(g, OP_REDUCE_SCATTER, x, AX_TP, 0, 0, S(1, 1), 0), "rs_tp");
-  ir_add_result(g, coll(g, OP_BROADCAST, x, AX_DP, 0, 0, S(0), 1), "bc_dp");
+  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, RT_AX_TP, RED_SUM, 0, S(0), 0), "ar_tp");
+  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, RT_AX_DP, RED_SUM, 0, S(0), 0), "ar_dp");
+  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, RT_AX_TP, RED_AVG, 0, S(0), 0), "avg_tp");
+  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, RT_AX_DP, RED_MAX, 0, S(0), 0), "max_dp");
+  ir_add_result(g, coll(g, OP_ALL_GATHER, x, RT_AX_TP, 0, 0, S(1, 4), 0), "ag_tp");
+  ir_add_result(g, coll(g, OP_REDUCE_SCATTER, x, RT_AX_TP, 0, 0, S(1, 1), 0), "rs_tp");
+  ir_add_result(g, coll(g, OP_BROADCAST, x, RT_AX_DP, 0, 0, S(0), 1), "bc_dp");
   Node *ai = ir_node_new(g, OP_AXIS_INDEX, 0, NULL, 1, NOLOC);
-  ai->a.mesh_axis = AX_DP;
+  ai->a.mesh_axis = RT_AX_DP;
   CHECK(ir_infer(ai) && ai->out[0]->dtype == DT_I32);
   ir_add_result(g, ai->out[0], "dp_index");
   CHECK(ir_verify(g, "test"));
-  Interp *it = interp_new(g, (InterpMesh){{[AX_DP] = 2, [AX_TP] = 2}}, 0);
+  MeshMap dp2tp2;
+  CHECK(rt_mesh_init(&dp2tp2, 2, 1, 1, 2, 4));
+  Interp *it = interp_new(g, &dp2tp2, 0);
   for (int r = 0; r < 4; r++) {
     Tensor t = t_tensor(DT_F32, S(1, 2), (double[]){r + 1, 10 * (r + 1)});
     interp_set_input(it, r, "x", &t);
@@ -176,7 +180,7 @@ static void test_collectives_2x2(Arena *A) {
   }
   CHECK(interp_step(it));
   for (int r = 0; r < 4; r++) {
-    int tp = interp_coord(it, r, AX_TP), dp = interp_coord(it, r, AX_DP);
+    int tp = interp_coord(it, r, RT_AX_TP), dp = interp_coord(it, r, RT_AX_DP);
     CHECK(tp == r % 2 && dp == r / 2); /* tp innermost */
     double tsum = dp == 0 ? 3 : 7, dsum = tp == 0 ? 4 : 6;
     const Tensor *t = interp_get(it, r, "ar_tp");
@@ -199,20 +203,22 @@ static void test_collectives_2x2(Arena *A) {
 static void test_ring_4(Arena *A) {
   Graph *g = ir_graph_new(A, NULL);
   Value *x = t_input(g, "x", DT_F32, S(1, 1));
-  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, AX_TP, RED_SUM, 0, S(0), 0), "sum");
+  ir_add_result(g, coll(g, OP_ALL_REDUCE, x, RT_AX_TP, RED_SUM, 0, S(0), 0), "sum");
   Node *s = ir_node_new(g, OP_SEND, 1, &x, 0, NOLOC);
-  s->a.mesh_axis = AX_TP;
+  s->a.mesh_axis = RT_AX_TP;
   s->a.start = 1;
   s->a.tag = 7;
   Node *rv = ir_node_new(g, OP_RECV, 0, NULL, 1, NOLOC);
-  rv->a.mesh_axis = AX_TP;
+  rv->a.mesh_axis = RT_AX_TP;
   rv->a.start = -1;
   rv->a.tag = 7;
   rv->out[0]->shape = S(1, 1);
   CHECK(ir_infer(s) && ir_infer(rv));
   ir_add_result(g, rv->out[0], "from_left");
   CHECK(ir_verify(g, "test"));
-  Interp *it = interp_new(g, (InterpMesh){{[AX_TP] = 4}}, 0);
+  MeshMap tp4;
+  CHECK(rt_mesh_init(&tp4, 1, 1, 1, 4, 4));
+  Interp *it = interp_new(g, &tp4, 0);
   for (int r = 0; r < 4; r++) {
     Tensor t = t_tensor(DT_F32, S(1, 1), (double[]){r + 1});
     interp_set_input(it, r, "x", &t);

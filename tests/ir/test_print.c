@@ -1,5 +1,6 @@
 /* tests/ir/test_print.c — the --dump-ir printer on a small hand-built module against an expected
  * text; parameter count and FLOPs per token against hand counts; the DOT output's shape. */
+#include "../../ir/mesh.h"
 #include "module.h"
 #include "print.h"
 #include "testutil.h"
@@ -19,6 +20,7 @@ static Module *build(Arena *A) {
   ir_plan_defaults(&m->plan);
   m->plan.dp = 1;
   m->plan.tp = 2;
+  CHECK(ir_mesh_resolve(m, 0)); /* dp 1 x tp 2 */
   Graph *g = ir_graph_new(A, NULL);
   m->graph = g;
   Shape bs = S(2, 2, 4);
@@ -30,7 +32,7 @@ static Module *build(Arena *A) {
   pa.init = INIT_NORMAL;
   pa.init_b = 0.02;
   Value *wte = ir_emit(g, OP_PARAM, 0, NULL, DT_F32, S(2, 8, 8), &pa, at(3, 3)); /* local half of [16, 8] */
-  wte->sharding.split[0] = AX_TP;
+  wte->sharding.split[0] = RT_AX_TP;
   pa.name = "blocks.mlp.w";
   Value *w = ir_emit(g, OP_PARAM, 0, NULL, DT_F32, S(3, 3, 8, 8), &pa, at(4, 3));
   pa.name = "blocks.mlp.b";
@@ -38,7 +40,7 @@ static Module *build(Arena *A) {
   Value *b = ir_emit(g, OP_PARAM, 0, NULL, DT_F32, S(2, 3, 8), &pa, at(5, 3));
   Node *e = ir_node_new(g, OP_EMBED, 2, (Value *[]){wte, tok}, 1, at(7, 7));
   CHECK(ir_infer(e));
-  e->out[0]->sharding.partial = 1u << AX_TP;
+  e->out[0]->sharding.partial = 1u << RT_AX_TP;
   Node *rep = ir_node_new(g, OP_REPEAT, 3, (Value *[]){e->out[0], w, b}, 1, at(8, 3));
   rep->a.count = 3;
   rep->a.ncarry = 1;
@@ -75,6 +77,7 @@ static const char *EXPECTED =
     "module tiny\n"
     "  plan: dp 1 tp 2 pp 1 cp 1 sp off zero 0 microbatches 1 schedule 1f1b recompute none\n"
     "\n"
+    "# rank class 1 of 1: ranks 0..1 (tp 0..1): one SPMD program, each rank reads its coordinates at start-up\n"
     "graph {\n"
     "  %0 : i32[batch=2, seq=4] = input  \"tokens\"\n"
     "  %1 : i32[batch=2, seq=4] = input  \"targets\"\n"
@@ -105,7 +108,9 @@ static const char *EXPECTED =
     "    w                    f32[3, 8, 8]                                192\n"
     "    b                    f32[3, 8]                                    24\n"
     "  total                                                              344\n"
-    "flops per token: forward 512 FLOP, training 1.536 KFLOP (3 x forward)\n";
+    "flops per token: forward 512 FLOP, training 1.536 KFLOP (3 x forward)\n"
+    "# communication per rank, per step (one step = one micro-batch through the graph)\n"
+    "#   none\n";
 
 int main(void) {
   Arena A;

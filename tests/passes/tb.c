@@ -174,7 +174,7 @@ static double loss_at(Interp *it) {
 int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol, double jitter,
                 const char *label) {
   Graph *g = m->graph;
-  Interp *it = interp_new(g, (InterpMesh){{0}}, 1234);
+  Interp *it = interp_new(g, NULL, 1234);
   for (int i = 0; jitter > 0 && i < g->nnodes; i++) {
     Node *pn = g->nodes[i];
     if (pn->op != OP_PARAM) continue;

@@ -8,6 +8,7 @@
  * the same loss.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,14 +24,14 @@ static int fails;
 
 static Value *sharded_param(Graph *g, const char *name, Shape local, int dim) {
   Value *p = tb_param(g, name, D, local, INIT_NORMAL, 0, 1);
-  p->sharding.split[dim] = AX_TP;
+  p->sharding.split[dim] = RT_AX_TP;
   return p;
 }
 
 static Shape logical_of(const Value *v) {
   Shape s = v->shape;
   for (int d = 0; d < s.rank; d++)
-    if (v->sharding.split[d] == AX_TP) s.dim[d] *= TP;
+    if (v->sharding.split[d] == RT_AX_TP) s.dim[d] *= TP;
   return s;
 }
 
@@ -42,7 +43,7 @@ static void block(const Value *v, int r, Tensor *logical, double *local, bool to
     for (int d = v->shape.rank - 1; d >= 0; d--) {
       int64_t c = rem % v->shape.dim[d];
       rem /= v->shape.dim[d];
-      if (v->sharding.split[d] == AX_TP) c += r * v->shape.dim[d];
+      if (v->sharding.split[d] == RT_AX_TP) c += r * v->shape.dim[d];
       li += c * mul;
       mul *= logical->shape.dim[d];
     }
@@ -71,7 +72,9 @@ static void check(const char *label, Module *m, Tensor rt) {
     return;
   }
   Graph *g = m->graph;
-  Interp *it = interp_new(g, (InterpMesh){.dim = {[AX_TP] = TP}}, 7);
+  MeshMap tp;
+  if (!rt_mesh_init(&tp, 1, 1, 1, TP, TP)) abort();
+  Interp *it = interp_new(g, &tp, 7);
   interp_set_input(it, -1, "r", &rt);
   for (int i = 0; i < g->nnodes; i++) {
     Node *pn = g->nodes[i];
@@ -120,7 +123,7 @@ int main(void) {
     Module *m = tb_module(&a, "all_reduce");
     Graph *g = m->graph;
     Value *yp = tb_op2(g, OP_MATMUL, sharded_param(g, "A", tb_shape(2, 3, 2), 1), sharded_param(g, "x", tb_shape(2, 2, 1), 0), NULL);
-    Attrs ar = {.mesh_axis = AX_TP, .reduce = RED_SUM};
+    Attrs ar = {.mesh_axis = RT_AX_TP, .reduce = RED_SUM};
     Value *y = tb_op1(g, OP_TANH, tb_op1(g, OP_ALL_REDUCE, yp, &ar), NULL);
     Value *r = tb_input(g, "r", D, y->shape);
     ir_add_result(g, tb_op1(g, OP_SUM, tb_op2(g, OP_MUL, y, r, NULL), NULL), "loss");
@@ -135,13 +138,13 @@ int main(void) {
     Module *m = tb_module(&a, "reduce_scatter");
     Graph *g = m->graph;
     Value *yp = tb_op2(g, OP_MATMUL, sharded_param(g, "A", tb_shape(2, 4, 2), 1), sharded_param(g, "x", tb_shape(2, 2, 1), 0), NULL);
-    Attrs rs = {.mesh_axis = AX_TP, .axis = 0};
+    Attrs rs = {.mesh_axis = RT_AX_TP, .axis = 0};
     Value *y = tb_shaped(g, OP_REDUCE_SCATTER, 1, &yp, D, tb_shape(2, 4 / TP, 1), &rs);
     y = tb_op1(g, OP_TANH, y, NULL);
     Value *r = tb_input(g, "r", D, y->shape);
-    r->sharding.split[0] = AX_TP;
+    r->sharding.split[0] = RT_AX_TP;
     Value *l = tb_op1(g, OP_SUM, tb_op2(g, OP_MUL, y, r, NULL), NULL);
-    Attrs ar = {.mesh_axis = AX_TP, .reduce = RED_SUM};
+    Attrs ar = {.mesh_axis = RT_AX_TP, .reduce = RED_SUM};
     ir_add_result(g, tb_op1(g, OP_ALL_REDUCE, l, &ar), "loss");
     Tensor rt = tb_randn(D, tb_shape(2, 4, 1), 4, 1); /* logical */
     check("reduce_scatter", m, rt);
@@ -154,7 +157,7 @@ int main(void) {
     Module *m = tb_module(&a, "all_gather");
     Graph *g = m->graph;
     Value *x = sharded_param(g, "x", tb_shape(2, 2, 3), 0);
-    Attrs ag = {.mesh_axis = AX_TP, .axis = 0};
+    Attrs ag = {.mesh_axis = RT_AX_TP, .axis = 0};
     Value *y = tb_op1(g, OP_TANH, tb_shaped(g, OP_ALL_GATHER, 1, &x, D, tb_shape(2, 4, 3), &ag), NULL);
     Value *r = tb_input(g, "r", D, y->shape);
     ir_add_result(g, tb_op1(g, OP_SUM, tb_op2(g, OP_MUL, y, r, NULL), NULL), "loss");

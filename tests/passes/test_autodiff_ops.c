@@ -149,17 +149,17 @@ CASE(c_cross_entropy) {
 CASE(c_sum) { return tb_op1(g, OP_SUM, normal(g, "x", tb_shape(2, 3, 4)), NULL); }
 CASE(c_mean) { return tb_op1(g, OP_MEAN, normal(g, "x", tb_shape(2, 3, 4)), NULL); }
 CASE(c_all_reduce) {
-  Attrs a = {.mesh_axis = AX_TP, .reduce = RED_SUM};
+  Attrs a = {.mesh_axis = RT_AX_TP, .reduce = RED_SUM};
   return tb_op1(g, OP_ALL_REDUCE, normal(g, "x", tb_shape(2, 3, 4)), &a);
 }
 CASE(c_reduce_scatter) {
   Value *x = normal(g, "x", tb_shape(2, 3, 4));
-  Attrs a = {.mesh_axis = AX_TP, .axis = 1};
+  Attrs a = {.mesh_axis = RT_AX_TP, .axis = 1};
   return tb_shaped(g, OP_REDUCE_SCATTER, 1, &x, D, x->shape, &a);
 }
 CASE(c_all_gather) {
   Value *x = normal(g, "x", tb_shape(2, 3, 4));
-  Attrs a = {.mesh_axis = AX_DP, .axis = 0};
+  Attrs a = {.mesh_axis = RT_AX_DP, .axis = 0};
   return tb_shaped(g, OP_ALL_GATHER, 1, &x, D, x->shape, &a);
 }
 

@@ -20,7 +20,7 @@ int main(void) {
   Arena arena;
   arena_init(&arena);
   static const FeDefine defs[] = {{"d", "16"}, {"seq", "8"}, {"heads", "2"}, {"batch", "2"}, {"micro_batch", "2"}, {"dp", "1"}};
-  FeOptions o = {.defines = defs, .ndefines = 6};
+  FeOptions o = {.defines = defs, .ndefines = 6, .world = 1};
   Module *m = fe_compile(&arena, SHARDC_MODELS_DIR "/tiny.model", &o);
   if (!m) {
     fprintf(stderr, "FAIL: fe_compile\n");

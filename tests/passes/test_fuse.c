@@ -173,8 +173,7 @@ static void model(const char *label, const char *file, const FeDefine *defs, int
   EXPECT(m, "%s: does not compile", label);
   if (!m) return;
   m->target = TARGET_CUDA;
-  m->has_topology = false;
-  PipelineOptions po = {.verify = true, .world = world};
+  PipelineOptions po = {.verify = true};
   EXPECT(pipeline_run(m, &po), "%s: the pipeline failed", label);
   int groups = check_groups(m->graph, label, true);
   EXPECT(groups >= 3, "%s: only %d fusion groups", label, groups);

@@ -87,7 +87,7 @@ int main(void) {
   Value *x = tb_input(g, "x", DT_F32, s);
   Value *w = tb_param(g, "w", DT_F32, s, INIT_ZEROS, 0, 0);
   Attrs ar = {0};
-  ar.mesh_axis = AX_DP;
+  ar.mesh_axis = RT_AX_DP;
   ar.reduce = RED_SUM;
   Value *av = tb_op1(g, OP_TANH, x, NULL);
   Value *y = tb_op1(g, OP_ALL_REDUCE, av, &ar);

@@ -43,7 +43,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   if (!m) return NULL;
   m->target = target;
   m->has_topology = false;
-  PipelineOptions po = {.verify = true, .world = 1};
+  PipelineOptions po = {.verify = true};
   return pipeline_run(m, &po) ? m : NULL;
 }
 
@@ -120,7 +120,7 @@ static void run(const char *label, const char *path, const FeDefine *defs, int n
   check_types(mb->graph, label, &reads);
   CHECK(reads >= 10, "%s: only %d bf16 reads by matmul/attention/norms", label, reads);
   Tensor tok = tb_randint(tb_shape(2, 2, (int)S), 11, 0, V), tgt = tb_randint(tb_shape(2, 2, (int)S), 12, 0, V);
-  Interp *ib = interp_new(mb->graph, (InterpMesh){{0}}, 7), *iff = interp_new(mf->graph, (InterpMesh){{0}}, 7);
+  Interp *ib = interp_new(mb->graph, NULL, 7), *iff = interp_new(mf->graph, NULL, 7);
   feed(ib, &tok, &tgt);
   feed(iff, &tok, &tgt);
   CHECK(interp_step(ib) && interp_step(iff), "%s: interpreter step failed", label);

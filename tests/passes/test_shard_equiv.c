@@ -43,11 +43,11 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
   d[n++] = (FeDefine){"micro_batch", smb};
   d[n++] = (FeDefine){"batch", smb};
+  d[n++] = (FeDefine){"cross_node_tp", "on"}; /* plan the world we ask for, whatever the model's nodes */
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
-  m->has_topology = false; /* plan the world we ask for, on one node */
-  PipelineOptions po = {.verify = true, .world = dp * tp};
+  PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) return NULL;
   return m;
 }
@@ -131,14 +131,14 @@ static void count_dp(const Graph *g, bool in_body, int *nodes, int *tensors) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->body) count_dp(n->body, true, nodes, tensors);
-    if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == AX_DP && in_body == (g->parent != NULL)) {
+    if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && in_body == (g->parent != NULL)) {
       (*nodes)++;
       *tensors += n->nin;
     }
   }
 }
 
-/* The zero pass: a layer's gradients are reduced inside the backward loop, in buckets. */
+/* The buckets pass (passes/grad_buckets.c): a layer's gradients are reduced inside the backward loop, in buckets. */
 static void check_buckets(const char *path, const FeDefine *defs, int ndefs, int64_t B, const char *bucket,
                           bool want_one) {
   FeDefine d[MAXDEF];
@@ -201,7 +201,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
             if (r->op != OP_REPEAT || r->a.reverse) continue;
             for (int o = r->a.ncarry; o < r->nout; o++) {
               bool split = false;
-              for (int d = 0; d < r->out[o]->shape.rank; d++) split |= r->out[o]->sharding.split[d] == AX_TP;
+              for (int d = 0; d < r->out[o]->shape.rank; d++) split |= r->out[o]->sharding.split[d] == RT_AX_TP;
               if (!split) {
                 fprintf(stderr, "FAIL %s %s: saved activation %%%d is not split over tp\n", label, what, r->out[o]->id);
                 failures++;
@@ -214,11 +214,8 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
           fprintf(stderr, "FAIL %s %s: no collectives\n", label, what);
           failures++;
         }
-        Interp *ri = interp_new(ref->graph, (InterpMesh){{0}}, 7);
-        InterpMesh mesh = {{0}};
-        mesh.dim[AX_DP] = dp;
-        mesh.dim[AX_TP] = tp;
-        Interp *pi = interp_new(pm->graph, mesh, 7);
+        Interp *ri = interp_new(ref->graph, NULL, 7);
+        Interp *pi = interp_new(pm->graph, pm->mesh, 7);
         for (int step = 1; step <= 2; step++) {
           feed(ri, &tok, &tgt, step);
           feed(pi, &tok, &tgt, step);

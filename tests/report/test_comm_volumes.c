@@ -57,7 +57,7 @@ static Module *compile(Arena *a, const FeDefine *defs, int ndefs, int dp, int tp
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp, .topology_file = topology_file};
   Module *m = fe_compile(a, SHARDC_MODELS_DIR "/gpt2-124m.model", &o);
   if (!m) die("the model does not compile");
-  PipelineOptions po = {.verify = true, .world = dp * tp};
+  PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) die("the pipeline failed");
   return m;
 }
@@ -73,7 +73,7 @@ static void only(const char *what, const CommVolumes *v, int ax, const int (*all
       for (int i = 0; i < nallowed; i++) ok |= allowed[i][0] == r && allowed[i][1] == k;
       if (!ok && v->cell[ax][r][k].count) {
         fprintf(stderr, "FAIL %s: unexpected %lld %s %s over %s\n", what, (long long)v->cell[ax][r][k].count,
-                ir_comm_region_names[r], ir_comm_kind_names[k], ir_axis_names[ax]);
+                ir_comm_region_names[r], ir_comm_kind_names[k], rt_mesh_axis_name(ax));
         failures++;
       }
     }
@@ -88,21 +88,21 @@ static void dp_only(const char *label, const FeDefine *defs, int ndefs, int dp, 
   double grad = (double)ir_param_count(m) * 4, n = dp;
   char w[160];
   snprintf(w, sizeof w, "%s dp %d: backward dp all_reduce bytes = parameters x 4", label, dp);
-  eq(w, (double)cell(&v, AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bytes, grad);
+  eq(w, (double)cell(&v, RT_AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bytes, grad);
   snprintf(w, sizeof w, "%s dp %d: backward dp bus traffic = 2(N-1)/N x gradient bytes", label, dp);
-  eq(w, cell(&v, AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bus_bytes, 2 * (n - 1) / n * grad);
+  eq(w, cell(&v, RT_AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bus_bytes, 2 * (n - 1) / n * grad);
   snprintf(w, sizeof w, "%s dp %d: forward dp all_reduce = the loss (sum, count)", label, dp);
-  eq(w, (double)cell(&v, AX_DP, CR_FORWARD, CK_ALL_REDUCE)->bytes, 8);
-  eq(w, (double)cell(&v, AX_DP, CR_FORWARD, CK_ALL_REDUCE)->count, 1);
+  eq(w, (double)cell(&v, RT_AX_DP, CR_FORWARD, CK_ALL_REDUCE)->bytes, 8);
+  eq(w, (double)cell(&v, RT_AX_DP, CR_FORWARD, CK_ALL_REDUCE)->count, 1);
   static const int allowed[][2] = {{CR_FORWARD, CK_ALL_REDUCE}, {CR_BACKWARD, CK_ALL_REDUCE}};
-  only(label, &v, AX_DP, allowed, 2);
-  only(label, &v, AX_TP, NULL, 0);
+  only(label, &v, RT_AX_DP, allowed, 2);
+  only(label, &v, RT_AX_TP, NULL, 0);
   snprintf(w, sizeof w, "%s dp %d: every byte on the in-node link", label, dp);
   eq(w, v.side_bus_bytes[0], v.total_bus_bytes);
   fprintf(stderr, "  %-28s dp %d: %lld parameters, dp all-reduce %lld B in %lld bucket(s), bus %.0f B per rank\n",
-          label, dp, (long long)ir_param_count(m), (long long)cell(&v, AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bytes,
-          (long long)cell(&v, AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->count,
-          cell(&v, AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bus_bytes);
+          label, dp, (long long)ir_param_count(m), (long long)cell(&v, RT_AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bytes,
+          (long long)cell(&v, RT_AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->count,
+          cell(&v, RT_AX_DP, CR_BACKWARD, CK_ALL_REDUCE)->bus_bytes);
   arena_free(&a);
 }
 
@@ -121,33 +121,33 @@ static void tp_only(const char *label, const FeDefine *defs, int ndefs, int tp, 
   for (int r = CR_FORWARD; r <= CR_BACKWARD; r++) {
     const char *rn = ir_comm_region_names[r];
     snprintf(w, sizeof w, "%s tp %d: %s all_reduces in the layer loop = 2 per layer", label, tp, rn);
-    eq(w, (double)rep(&v, AX_TP, r, CK_ALL_REDUCE)->count, 2.0 * L);
+    eq(w, (double)rep(&v, RT_AX_TP, r, CK_ALL_REDUCE)->count, 2.0 * L);
     snprintf(w, sizeof w, "%s tp %d: %s layer-loop all_reduce bytes = 2 L b s h x 4", label, tp, rn);
-    eq(w, (double)rep(&v, AX_TP, r, CK_ALL_REDUCE)->bytes, 2.0 * L * bsh);
-    eq(w, rep(&v, AX_TP, r, CK_ALL_REDUCE)->bus_bytes, ar * 2.0 * L * bsh);
+    eq(w, (double)rep(&v, RT_AX_TP, r, CK_ALL_REDUCE)->bytes, 2.0 * L * bsh);
+    eq(w, rep(&v, RT_AX_TP, r, CK_ALL_REDUCE)->bus_bytes, ar * 2.0 * L * bsh);
     for (int k = 0; k < CK_COUNT; k++)
-      if (k != CK_ALL_REDUCE && rep(&v, AX_TP, r, k)->count) {
+      if (k != CK_ALL_REDUCE && rep(&v, RT_AX_TP, r, k)->count) {
         fprintf(stderr, "FAIL %s tp %d: %s %s in the layer loop\n", label, tp, rn, ir_comm_kind_names[k]);
         failures++;
       }
   }
   snprintf(w, sizeof w, "%s tp %d: forward outside the loop = embedding b s h + cross-entropy max b s + sums 2 b s",
            label, tp);
-  eq(w, (double)(cell(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bytes - rep(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bytes),
+  eq(w, (double)(cell(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bytes - rep(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bytes),
      bsh + bs + 2 * bs);
-  eq(w, (double)(cell(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count - rep(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count),
+  eq(w, (double)(cell(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count - rep(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count),
      3);
   snprintf(w, sizeof w, "%s tp %d: backward outside the loop = the head's input gradient b s h", label, tp);
   eq(w,
-     (double)(cell(&v, AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->bytes - rep(&v, AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->bytes),
+     (double)(cell(&v, RT_AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->bytes - rep(&v, RT_AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->bytes),
      bsh);
   static const int allowed[][2] = {{CR_FORWARD, CK_ALL_REDUCE}, {CR_BACKWARD, CK_ALL_REDUCE}, {CR_OPTIMIZER, CK_ALL_REDUCE}};
-  only(label, &v, AX_TP, allowed, 3);
-  double fwd_loop_bus = rep(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bus_bytes;
+  only(label, &v, RT_AX_TP, allowed, 3);
+  double fwd_loop_bus = rep(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bus_bytes;
   fprintf(stderr, "  %-28s tp %d: per layer 2 + 2 all-reduces of %.0f B; forward %lld, backward %lld, optimizer %lld\n",
-          label, tp, bsh, (long long)cell(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count,
-          (long long)cell(&v, AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->count,
-          (long long)cell(&v, AX_TP, CR_OPTIMIZER, CK_ALL_REDUCE)->count);
+          label, tp, bsh, (long long)cell(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count,
+          (long long)cell(&v, RT_AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->count,
+          (long long)cell(&v, RT_AX_TP, CR_OPTIMIZER, CK_ALL_REDUCE)->count);
   arena_free(&a);
 
   /* sp on */
@@ -157,41 +157,41 @@ static void tp_only(const char *label, const FeDefine *defs, int ndefs, int tp, 
   for (int k = CK_REDUCE_SCATTER; k <= CK_ALL_GATHER; k++) {
     const char *kn = ir_comm_kind_names[k];
     snprintf(w, sizeof w, "%s tp %d sp: forward %s in the layer loop = 2 per layer of b s h", label, tp, kn);
-    eq(w, (double)rep(&v, AX_TP, CR_FORWARD, k)->count, 2.0 * L);
-    eq(w, (double)rep(&v, AX_TP, CR_FORWARD, k)->bytes, 2.0 * L * bsh);
-    eq(w, rep(&v, AX_TP, CR_FORWARD, k)->bus_bytes, half * 2.0 * L * bsh);
+    eq(w, (double)rep(&v, RT_AX_TP, CR_FORWARD, k)->count, 2.0 * L);
+    eq(w, (double)rep(&v, RT_AX_TP, CR_FORWARD, k)->bytes, 2.0 * L * bsh);
+    eq(w, rep(&v, RT_AX_TP, CR_FORWARD, k)->bus_bytes, half * 2.0 * L * bsh);
   }
   snprintf(w, sizeof w, "%s tp %d sp: forward layer-loop reduce-scatter + all-gather traffic = the all-reduces'", label,
            tp);
-  eq(w, rep(&v, AX_TP, CR_FORWARD, CK_REDUCE_SCATTER)->bus_bytes + rep(&v, AX_TP, CR_FORWARD, CK_ALL_GATHER)->bus_bytes,
+  eq(w, rep(&v, RT_AX_TP, CR_FORWARD, CK_REDUCE_SCATTER)->bus_bytes + rep(&v, RT_AX_TP, CR_FORWARD, CK_ALL_GATHER)->bus_bytes,
      fwd_loop_bus);
   snprintf(w, sizeof w, "%s tp %d sp: no forward all-reduce in the layer loop", label, tp);
-  eq(w, (double)rep(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count, 0);
+  eq(w, (double)rep(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->count, 0);
   snprintf(w, sizeof w, "%s tp %d sp: backward layer-loop reduce-scatters = 2 per layer of b s h", label, tp);
-  eq(w, (double)rep(&v, AX_TP, CR_BACKWARD, CK_REDUCE_SCATTER)->count, 2.0 * L);
-  eq(w, (double)rep(&v, AX_TP, CR_BACKWARD, CK_REDUCE_SCATTER)->bytes, 2.0 * L * bsh);
+  eq(w, (double)rep(&v, RT_AX_TP, CR_BACKWARD, CK_REDUCE_SCATTER)->count, 2.0 * L);
+  eq(w, (double)rep(&v, RT_AX_TP, CR_BACKWARD, CK_REDUCE_SCATTER)->bytes, 2.0 * L * bsh);
   snprintf(w, sizeof w, "%s tp %d sp: backward layer-loop all-gathers = 2 per layer + 2 re-gathers for weight grads",
            label, tp);
-  eq(w, (double)rep(&v, AX_TP, CR_BACKWARD, CK_ALL_GATHER)->count, 4.0 * L);
-  eq(w, (double)rep(&v, AX_TP, CR_BACKWARD, CK_ALL_GATHER)->bytes, 4.0 * L * bsh);
+  eq(w, (double)rep(&v, RT_AX_TP, CR_BACKWARD, CK_ALL_GATHER)->count, 4.0 * L);
+  eq(w, (double)rep(&v, RT_AX_TP, CR_BACKWARD, CK_ALL_GATHER)->bytes, 4.0 * L * bsh);
   snprintf(w, sizeof w,
            "%s tp %d sp: backward all-reduce bytes = gradients partial over the sequence split: 6 h per layer "
            "(norms, biases), 2 h (final norm), s h (position table)",
            label, tp);
-  eq(w, (double)cell(&v, AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->bytes, (6.0 * (double)L + 2 + (double)s) * (double)h * 4);
+  eq(w, (double)cell(&v, RT_AX_TP, CR_BACKWARD, CK_ALL_REDUCE)->bytes, (6.0 * (double)L + 2 + (double)s) * (double)h * 4);
   snprintf(w, sizeof w, "%s tp %d sp: outside the loop: embedding reduce-scatter, head all-gather (forward)", label, tp);
   for (int k = CK_REDUCE_SCATTER; k <= CK_ALL_GATHER; k++) {
-    eq(w, (double)(cell(&v, AX_TP, CR_FORWARD, k)->count - rep(&v, AX_TP, CR_FORWARD, k)->count), 1);
-    eq(w, (double)(cell(&v, AX_TP, CR_FORWARD, k)->bytes - rep(&v, AX_TP, CR_FORWARD, k)->bytes), bsh);
+    eq(w, (double)(cell(&v, RT_AX_TP, CR_FORWARD, k)->count - rep(&v, RT_AX_TP, CR_FORWARD, k)->count), 1);
+    eq(w, (double)(cell(&v, RT_AX_TP, CR_FORWARD, k)->bytes - rep(&v, RT_AX_TP, CR_FORWARD, k)->bytes), bsh);
   }
   snprintf(w, sizeof w, "%s tp %d sp: outside the loop: head reduce-scatter, embedding all-gather (backward)", label,
            tp);
   for (int k = CK_REDUCE_SCATTER; k <= CK_ALL_GATHER; k++) {
-    eq(w, (double)(cell(&v, AX_TP, CR_BACKWARD, k)->count - rep(&v, AX_TP, CR_BACKWARD, k)->count), 1);
-    eq(w, (double)(cell(&v, AX_TP, CR_BACKWARD, k)->bytes - rep(&v, AX_TP, CR_BACKWARD, k)->bytes), bsh);
+    eq(w, (double)(cell(&v, RT_AX_TP, CR_BACKWARD, k)->count - rep(&v, RT_AX_TP, CR_BACKWARD, k)->count), 1);
+    eq(w, (double)(cell(&v, RT_AX_TP, CR_BACKWARD, k)->bytes - rep(&v, RT_AX_TP, CR_BACKWARD, k)->bytes), bsh);
   }
   snprintf(w, sizeof w, "%s tp %d sp: forward all-reduces = the cross-entropy's max and sums", label, tp);
-  eq(w, (double)cell(&v, AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bytes, 3 * bs);
+  eq(w, (double)cell(&v, RT_AX_TP, CR_FORWARD, CK_ALL_REDUCE)->bytes, 3 * bs);
   fprintf(stderr, "  %-28s tp %d sp: per layer forward 2 reduce-scatter + 2 all-gather, backward 2 + 4, of %.0f B\n",
           label, tp, bsh);
   arena_free(&a);
@@ -206,17 +206,17 @@ static void link_classes(void) {
   Module *m = compile(&a, NULL, 0, 4, 8, false, 4);
   CommVolumes v;
   ir_comm_volumes(m, &v);
-  eq("p4d x4: tp link is nvlink", v.link[AX_TP], LINK_NVLINK);
-  eq("p4d x4: tp groups inside a node", v.across_nodes[AX_TP], 0);
-  eq("p4d x4: dp link is efa", v.link[AX_DP], LINK_EFA);
-  eq("p4d x4: dp groups across nodes", v.across_nodes[AX_DP], 1);
-  eq("p4d x4: one dp member per node", v.members_per_node[AX_DP], 1);
+  eq("p4d x4: tp link is nvlink", v.link[RT_AX_TP], LINK_NVLINK);
+  eq("p4d x4: tp groups inside a node", v.across_nodes[RT_AX_TP], 0);
+  eq("p4d x4: dp link is efa", v.link[RT_AX_DP], LINK_EFA);
+  eq("p4d x4: dp groups across nodes", v.across_nodes[RT_AX_DP], 1);
+  eq("p4d x4: one dp member per node", v.members_per_node[RT_AX_DP], 1);
   double dp_bus = 0, tp_bus = 0, dp_n = 0;
   for (int r = 0; r < CR_COUNT; r++)
     for (int k = 0; k < CK_COUNT; k++) {
-      dp_bus += v.cell[AX_DP][r][k].bus_bytes;
-      tp_bus += v.cell[AX_TP][r][k].bus_bytes;
-      dp_n += (double)v.cell[AX_DP][r][k].count;
+      dp_bus += v.cell[RT_AX_DP][r][k].bus_bytes;
+      tp_bus += v.cell[RT_AX_TP][r][k].bus_bytes;
+      dp_n += (double)v.cell[RT_AX_DP][r][k].count;
     }
   eq("p4d x4: across-node traffic = the dp traffic", v.side_bus_bytes[1], dp_bus);
   eq("p4d x4: in-node traffic = the tp traffic", v.side_bus_bytes[0], tp_bus);

@@ -58,8 +58,8 @@ static Value *all_gather(Graph *g, Value *x, int axis, int degree) {
 static Graph *prog_ar_ag(Arena *ar, int rows, ReduceOp red, DType dt) {
   Graph *g = ir_graph_new(ar, NULL);
   Value *x = tb_input(g, "x", dt, tb_shape(2, rows, 8));
-  Value *y = all_reduce(g, x, AX_TP, red);
-  ir_add_result(g, all_gather(g, y, AX_DP, 2), "y");
+  Value *y = all_reduce(g, x, RT_AX_TP, red);
+  ir_add_result(g, all_gather(g, y, RT_AX_DP, 2), "y");
   return g;
 }
 
@@ -67,8 +67,8 @@ static Graph *prog_ar_ag(Arena *ar, int rows, ReduceOp red, DType dt) {
 static Graph *prog_ag_ar(Arena *ar) {
   Graph *g = ir_graph_new(ar, NULL);
   Value *x = tb_input(g, "x", DT_F32, tb_shape(2, 4, 8));
-  Value *z = all_gather(g, x, AX_TP, 2);
-  Value *y = all_reduce(g, x, AX_TP, RED_SUM);
+  Value *z = all_gather(g, x, RT_AX_TP, 2);
+  Value *y = all_reduce(g, x, RT_AX_TP, RED_SUM);
   ir_add_result(g, z, "z");
   ir_add_result(g, y, "y");
   return g;
@@ -77,8 +77,8 @@ static Graph *prog_ag_ar(Arena *ar) {
 static Graph *prog_ar_then_ag_tp(Arena *ar) {
   Graph *g = ir_graph_new(ar, NULL);
   Value *x = tb_input(g, "x", DT_F32, tb_shape(2, 4, 8));
-  Value *y = all_reduce(g, x, AX_TP, RED_SUM);
-  Value *z = all_gather(g, x, AX_TP, 2);
+  Value *y = all_reduce(g, x, RT_AX_TP, RED_SUM);
+  Value *z = all_gather(g, x, RT_AX_TP, 2);
   ir_add_result(g, z, "z");
   ir_add_result(g, y, "y");
   return g;
@@ -90,24 +90,24 @@ static Graph *prog_repeat(Arena *ar, int64_t count, bool reverse) {
   Value *x = tb_input(g, "x", DT_F32, tb_shape(2, 4, 8));
   Graph *body = ir_graph_new(ar, g);
   Node *arg = ir_add_arg(body, DT_F32, tb_shape(2, 4, 8), "h");
-  ir_add_result(body, all_reduce(body, arg->out[0], AX_TP, RED_SUM), NULL);
+  ir_add_result(body, all_reduce(body, arg->out[0], RT_AX_TP, RED_SUM), NULL);
   Node *rep = tb_repeat(g, body, 1, &x, count, 1, 0, "layers");
   rep->a.reverse = reverse;
-  ir_add_result(g, all_gather(g, rep->out[0], AX_TP, 2), "y");
+  ir_add_result(g, all_gather(g, rep->out[0], RT_AX_TP, 2), "y");
   return g;
 }
 
 static Graph *prog_send(Arena *ar, int tag, int rows) {
   Graph *g = ir_graph_new(ar, NULL);
   Value *x = tb_input(g, "x", DT_F32, tb_shape(2, rows, 8));
-  Attrs a = {.mesh_axis = AX_PP, .start = 1, .tag = tag};
+  Attrs a = {.mesh_axis = RT_AX_PP, .start = 1, .tag = tag};
   tb_node(g, OP_SEND, 1, &x, 0, &a);
   return g;
 }
 
 static Graph *prog_recv(Arena *ar, int tag, int rows) {
   Graph *g = ir_graph_new(ar, NULL);
-  Attrs a = {.mesh_axis = AX_PP, .start = -1, .tag = tag};
+  Attrs a = {.mesh_axis = RT_AX_PP, .start = -1, .tag = tag};
   ir_add_result(g, tb_shaped(g, OP_RECV, 0, NULL, DT_F32, tb_shape(2, rows, 8), &a), "x");
   return g;
 }

@@ -1,4 +1,5 @@
-/* passes/zero.c — data-parallel gradient reduction: overlapped with backward, bucketed.
+/* passes/grad_buckets.c — the `buckets` pass: data-parallel gradient all-reduces, overlapped
+ * with backward and bucketed (what DDP does).
  *
  * The shard pass settles a gradient's Partial(dp) where it is first read, after the
  * whole backward (the clip's sumsq, the update). This pass moves and groups those
@@ -13,14 +14,14 @@
  *      most plan.bucket_bytes (`bucket` in the plan, 25 MiB by default), each placed
  *      right after its last input is computed and before its first output is read.
  *
- * ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) will join this file.
+ * ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) are not this pass: they
+ * are still to come (a plan asking for them compiles without them, with a warning).
  */
 #include <string.h>
 
 #include "diag.h"
 #include "passes.h"
 #include "ptrmap.h"
-#include "../ir/mesh.h"
 
 static bool is_dp_reduce(const Node *n) {
   return n->op == OP_ALL_REDUCE && n->a.reduce == RED_SUM;
@@ -207,8 +208,8 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
   topo_sort(g);
 }
 
-bool pass_zero(Module *m) {
-  if (!m->mesh || m->mesh->dim[AX_DP] <= 1) return true;
+bool pass_grad_buckets(Module *m) {
+  if (!m->mesh || m->mesh->dim[RT_AX_DP] <= 1) return true;
   Graph *g = m->graph;
   while (hoist_one(g)) {
   }

@@ -1,17 +1,19 @@
-/* passes/mesh.c — maps the logical mesh (dp, pp, cp, tp) onto physical ranks.
+/* ir/mesh.c — the mesh and the batch, decided once (see mesh.h), and the mesh printout.
  *
- * Megatron's order, the reference interpreter's: tp innermost (inside a node, on
- * NVLink), then cp, dp, pp; rank = ((pp_i*dp + dp_i)*cp + cp_i)*tp + tp_i; node =
- * rank / devices_per_node. The pass resolves `dp auto`, checks that the degrees
- * multiply to the world, refuses a tp group that straddles nodes (unless the plan
- * sets allow_cross_node_tp) and stores the map in m->mesh. ir_print_mesh prints it.
+ * Megatron's order (runtime/mesh.h, which the interpreter and the trainer use too): tp
+ * innermost (inside a node, on NVLink), then cp, dp, pp. ir_mesh_resolve resolves `dp auto`,
+ * checks that the degrees multiply to the world, refuses a tp group that straddles nodes
+ * (unless the plan sets allow_cross_node_tp), and stores the map and the batch sizes in the
+ * Module. ir_print_mesh prints the map.
  */
+#include "mesh.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ir/mesh.h"
 #include "diag.h"
-#include "passes.h"
+
+enum { RANKS_MAX = 1 << 24 }; /* a world this large is a typo, and its rank arithmetic would overflow */
 
 static int gcd(int a, int b) {
   while (b) {
@@ -24,15 +26,24 @@ static int gcd(int a, int b) {
 
 static const char *link_name(const Link *l) { return ir_link_names[l->kind < LINK_COUNT ? l->kind : 0]; }
 
-bool pass_mesh(Module *m, int world) {
-  Plan *p = &m->plan;
+bool ir_mesh_resolve(Module *m, int world) {
+  if (m->mesh) die("mesh: resolved twice");
+  const Plan *p = &m->plan;
   SrcLoc loc = p->loc;
+  /* the frontend checks every degree (tp, pp, cp >= 1; dp >= 1 or 0 for auto) and the topology's sizes */
+  if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->dp < 0) die("mesh: plan degrees unchecked");
   int dpn = 1, nodes = 1;
   if (m->has_topology) {
-    dpn = m->topo.devices_per_node > 0 ? m->topo.devices_per_node : 1;
-    nodes = m->topo.nodes > 0 ? m->topo.nodes : 1;
+    if (m->topo.devices_per_node < 1 || m->topo.nodes < 1) die("mesh: topology sizes unchecked");
+    dpn = m->topo.devices_per_node;
+    nodes = m->topo.nodes;
   }
-  int tp = p->tp > 0 ? p->tp : 1, pp = p->pp > 0 ? p->pp : 1, cp = p->cp > 0 ? p->cp : 1;
+  int tp = p->tp, pp = p->pp, cp = p->cp;
+  if ((double)tp * pp * cp * (p->dp > 0 ? p->dp : 1) > RANKS_MAX || (double)nodes * dpn > RANKS_MAX) {
+    error_at(loc, "the plan (dp %d x tp %d x pp %d x cp %d) or its topology (%d nodes x %d devices) is over %d ranks",
+             p->dp, tp, pp, cp, nodes, dpn, RANKS_MAX);
+    return false;
+  }
   int model = tp * pp * cp; /* ranks holding one replica */
   bool explicit_world = world > 0;
   if (!explicit_world) {
@@ -73,8 +84,9 @@ bool pass_mesh(Module *m, int world) {
          alt, pp * (tp / alt));
     return false;
   }
-  p->dp = dp;
   m->mesh = mm;
+  m->batch.micro = m->recipe.micro_batch;
+  m->batch.global = m->recipe.micro_batch * dp;
   return true;
 }
 
@@ -128,7 +140,7 @@ static void print_rank(FILE *f, const MeshMap *mm, int r, const unsigned *masks,
 void ir_print_mesh(FILE *f, const Module *m) {
   const MeshMap *mm = m->mesh;
   if (!mm) {
-    fprintf(f, "# mesh: not mapped (the mesh pass has not run)\n");
+    fprintf(f, "# mesh: not mapped (ir_mesh_resolve has not run)\n");
     return;
   }
   fprintf(f, "# mesh: dp %d x pp %d x cp %d x tp %d = %d ranks on %d node%s x %d %s\n", mm->dim[RT_AX_DP],

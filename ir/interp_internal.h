@@ -1,0 +1,60 @@
+/* ir/interp_internal.h — what the reference interpreter's files share (not an API: ir/interp.h is).
+ *
+ *   interp.c       state, sources, sharded blocks, the graph walk (regions, steps)
+ *   interp_ops.c   the op kernels: one rank's evaluation of every local op
+ *   interp_coll.c  the simulated collectives and point-to-point messages
+ */
+#ifndef SHARDC_INTERP_INTERNAL_H
+#define SHARDC_INTERP_INTERNAL_H
+
+#include "interp.h"
+#include "ptrmap.h"
+
+typedef struct {
+  const Node *node; /* PARAM / STATE / INPUT */
+  Tensor *val;      /* [nranks]; data NULL while unset (INPUT) */
+} Source;
+
+typedef struct {
+  int src, dst, tag; /* ranks, SEND/RECV tag */
+  Tensor t;          /* payload */
+} Message;
+
+typedef struct {
+  const char *name; /* result name (may be NULL) */
+  Tensor *val;      /* [nranks] */
+} Result;
+
+struct Interp {
+  const Graph *g;     /* top graph */
+  MeshMap mesh;       /* the simulated ranks' mesh (runtime/mesh.h: the trainer's rank order) */
+  int nranks;         /* mesh.world */
+  uint64_t seed;      /* PARAM init seed */
+  PtrMap pos;         /* Node* -> position, all graphs */
+  Source *src;        /* [nsrc] */
+  int nsrc;
+  Result *res;        /* [nres] results of the last step */
+  int nres;
+  bool have_results;  /* a step has completed */
+  Message *mail;      /* [nmail] in-flight point-to-point messages */
+  int nmail, capmail;
+};
+
+void *interp_xcalloc(size_t n, size_t sz); /* calloc that dies when out of memory */
+/* Prints "file:line:col: runtime error: op: ..." (the node's source) and returns false. */
+bool interp_error(const Node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* interp_ops.c */
+/* One rank's value of a non-collective, non-region node: y from inputs x. */
+bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Tensor *y);
+Tensor interp_slice_of(const Tensor *x, int axis, int64_t start, int64_t len);
+/* This rank's chunk (blocks per ir_block_index) of x along axis; and the inverse over a group. */
+Tensor interp_chunk_of(const Tensor *x, int axis, int deg, int c, int blocks, DType dt);
+Tensor interp_unchunk_of(const Tensor *const *grp, int deg, int axis, int blocks, DType dt);
+
+/* interp_coll.c: in[r] / out[r] per rank r */
+bool interp_eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor *out);
+void interp_eval_send(Interp *it, const Node *n, const Tensor *in);
+bool interp_eval_recv(Interp *it, const Node *n, Tensor *out);
+
+#endif
