@@ -1,5 +1,6 @@
 /* ir/interp.c — the reference interpreter (contract: ir/interp.h): its state, sources and the
- * graph walk. The op kernels are interp_ops.c, the simulated collectives interp_coll.c.
+ * graph walk. The op kernels are interp_ops.c, the simulated collectives interp_coll.c, tensors
+ * and errors interp_util.c.
  *
  * Every value is held per simulated rank as an fp64 Tensor. Nodes run in graph
  * order; each node is evaluated for every rank before the next node (lockstep), so
@@ -26,32 +27,6 @@
 #include "interp_internal.h"
 #include "rng.h"
 
-/* ---- tensors ------------------------------------------------------------ */
-
-void *interp_xcalloc(size_t n, size_t sz) {
-  void *p = calloc(n ? n : 1, sz);
-  if (!p) die("interp: out of memory (%zu x %zu bytes)", n, sz);
-  return p;
-}
-
-Tensor tensor_new(DType dt, Shape s) {
-  Tensor t = {dt, s, NULL};
-  t.data = interp_xcalloc((size_t)ir_numel(&s), sizeof(double));
-  return t;
-}
-
-void tensor_free(Tensor *t) {
-  if (!t) return;
-  free(t->data);
-  t->data = NULL;
-}
-
-Tensor tensor_copy(const Tensor *t) {
-  Tensor c = tensor_new(t->dtype, t->shape);
-  memcpy(c.data, t->data, sizeof(double) * (size_t)ir_numel(&t->shape));
-  return c;
-}
-
 /* ---- node positions ------------------------------------------------------- */
 
 /* Node* -> its position in its graph (ir/ptrmap.h). */
@@ -74,26 +49,6 @@ struct Env {
 };
 
 int interp_nranks(const Interp *it) { return it->nranks; }
-
-int interp_coord(const Interp *it, int rank, MeshAxis ax) {
-  if ((unsigned)ax >= RT_AX_COUNT) die("interp: bad mesh axis %d", (int)ax);
-  int c[RT_AX_COUNT];
-  rt_mesh_coords(&it->mesh, rank, c);
-  return c[ax];
-}
-
-bool interp_error(const Node *n, const char *fmt, ...) {
-  if (n && n->loc.file)
-    fprintf(stderr, "%s:%d:%d: runtime error: %s: ", n->loc.file, n->loc.line, n->loc.col, ir_ops[n->op].name);
-  else
-    fprintf(stderr, "interp: runtime error: %s: ", n ? ir_ops[n->op].name : "?");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  return false;
-}
 
 static void index_graph(PtrMap *m, const Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {

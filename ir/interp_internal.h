@@ -3,6 +3,8 @@
  *   interp.c       state, sources, sharded blocks, the graph walk (regions, steps)
  *   interp_ops.c   the op kernels: one rank's evaluation of every local op
  *   interp_coll.c  the simulated collectives and point-to-point messages
+ *   interp_util.c  tensors, coordinates, errors (the leaf: calls none of the others)
+ * Calls go one way: interp.c -> interp_coll.c -> interp_ops.c -> interp_util.c.
  */
 #ifndef SHARDC_INTERP_INTERNAL_H
 #define SHARDC_INTERP_INTERNAL_H
@@ -40,6 +42,7 @@ struct Interp {
   int nmail, capmail;
 };
 
+/* interp_util.c */
 void *interp_xcalloc(size_t n, size_t sz); /* calloc that dies when out of memory */
 /* Prints "file:line:col: runtime error: op: ..." (the node's source) and returns false. */
 bool interp_error(const Node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,5 +1,5 @@
 /* passes/shard.c — data, tensor and sequence parallelism by sharding propagation (the pass;
- * its rules are shard_rules.c and shard_tp.c, see shard_internal.h).
+ * its rules are shard_rules.c and shard_tp.c, its machinery shard_core.c, see shard_internal.h).
  *
  * Input: the whole step graph (forward, backward, optimizer) on logical shapes.
  * Output: one SPMD per-rank program: every Value.shape is the rank's local shape,
@@ -44,237 +44,6 @@
 
 #include "shard_internal.h"
 
-/* ---- small helpers -------------------------------------------------------------------- */
-
-VInfo *shard_info(Sh *s, const Value *v) {
-  intptr_t p;
-  if (ptrmap_get(&s->info, v, &p)) return (VInfo *)p;
-  VInfo *vi = ARENA_NEW(s->a, VInfo);
-  ptrmap_put(&s->info, v, (intptr_t)vi);
-  return vi;
-}
-
-static Value *sub(Sh *s, Value *v) {
-  intptr_t p;
-  while (ptrmap_get(&s->subst, v, &p)) v = (Value *)p;
-  return v;
-}
-
-int shard_degree(const Sh *s, int ax) { return ax >= 0 && ax < RT_AX_COUNT ? s->deg[ax] : 1; }
-
-/* Mesh axes of degree 1 never split anything: drop them. */
-static Sharding norm_sh(const Sh *s, Sharding h) {
-  for (int d = 0; d < IR_MAX_RANK; d++) {
-    if (h.split[d] >= 0 && shard_degree(s, h.split[d]) <= 1) h.split[d] = -1;
-    if (h.split[d] < 0 || h.blocks[d] <= 1) h.blocks[d] = 0;
-  }
-  for (int a = 0; a < RT_AX_COUNT; a++)
-    if (shard_degree(s, a) <= 1) h.partial &= (uint8_t)~(1u << a);
-  return h;
-}
-
-static bool sh_eq(const Sharding *a, const Sharding *b) {
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    if (a->split[d] != b->split[d] || (a->split[d] >= 0 && (a->blocks[d] > 1 ? a->blocks[d] : 1) !=
-                                                               (b->blocks[d] > 1 ? b->blocks[d] : 1)))
-      return false;
-  return a->partial == b->partial;
-}
-
-/* Is mesh axis ax used to split any dim of h other than dim `except`? */
-bool shard_axis_used(const Sharding *h, int ax, int except) {
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    if (d != except && h->split[d] == ax) return true;
-  return false;
-}
-
-/* Logical dim d of v (local dims times the splitting degree). */
-int64_t shard_ldim(const Sh *s, const Value *v, int d) {
-  int a = v->sharding.split[d];
-  return v->shape.dim[d] * (a >= 0 ? shard_degree(s, a) : 1);
-}
-
-Shape shard_logical_shape(const Sh *s, const Value *v) {
-  Shape r = v->shape;
-  for (int d = 0; d < r.rank; d++) r.dim[d] = shard_ldim(s, v, d);
-  return r;
-}
-
-/* Local shape of logical shape L under h. */
-static Shape local_of(const Sh *s, Shape L, const Sharding *h) {
-  for (int d = 0; d < L.rank; d++)
-    if (h->split[d] >= 0) L.dim[d] /= shard_degree(s, h->split[d]);
-  return L;
-}
-
-/* Can logical dim n be split over ax in `blocks` blocks? */
-bool shard_divides(const Sh *s, int64_t n, int ax, int blocks) {
-  int64_t q = (int64_t)shard_degree(s, ax) * (blocks > 1 ? blocks : 1);
-  return n > 0 && n % q == 0;
-}
-
-/* Sets output i of n: sharding h, local shape from its (still logical) shape. */
-void shard_set_out(Sh *s, Node *n, int i, Sharding h) {
-  Value *v = n->out[i];
-  h = norm_sh(s, h);
-  v->sharding = h;
-  v->shape = local_of(s, v->shape, &h);
-}
-
-Sharding shard_repl(void) { return ir_replicated(); }
-
-void shard_copy_roles(Sh *s, Value *to, int tod, const Value *from, int fromd) {
-  if (tod < 0 || fromd < 0 || tod >= to->shape.rank || fromd >= from->shape.rank) return;
-  VInfo *fi = shard_info(s, from);
-  if (fi->role[fromd]) shard_info(s, to)->role[tod] = fi->role[fromd];
-}
-
-/* ---- deciding a parameter's sharding ---------------------------------------------------- */
-
-/* Chooses the sharding of an undecided value (and of the source it views). */
-void shard_decide(Sh *s, Value *v, Sharding h) {
-  VInfo *vi = shard_info(s, v);
-  if (!vi->undecided) return;
-  h = norm_sh(s, h);
-  h.partial = 0;
-  Shape L = v->shape; /* undecided values still have their logical shape */
-  v->sharding = h;
-  v->shape = local_of(s, L, &h);
-  vi->undecided = false;
-  /* what v views or casts, up to the source: the same sharding on the same dims (their
-   * stacked dims in front stay whole) */
-  Value *u = vi->via;
-  if (u && shard_info(s, u)->undecided) {
-    int shift = vi->lead - shard_info(s, u)->lead;
-    Sharding uh = shard_repl();
-    for (int d = 0; d + shift < IR_MAX_RANK && d < v->shape.rank; d++) {
-      uh.split[d + shift] = h.split[d];
-      uh.blocks[d + shift] = h.blocks[d];
-    }
-    shard_decide(s, u, uh);
-  }
-}
-
-void shard_decide_repl(Sh *s, Value *v) {
-  if (shard_info(s, v)->undecided) shard_decide(s, v, shard_repl());
-}
-
-/* ---- redistribution: the only source of collectives --------------------------------------- */
-
-static Value *emit1(Sh *s, OpKind op, Value *x, DType dt, Shape local, Sharding h, const Attrs *a) {
-  Value *y = ir_emit(s->g, op, x ? 1 : 0, x ? &x : NULL, dt, local, a, s->loc);
-  y->sharding = h;
-  VInfo *xi = x ? shard_info(s, x) : NULL;
-  if (xi) memcpy(shard_info(s, y)->role, xi->role, sizeof xi->role);
-  return y;
-}
-
-static Value *coll(Sh *s, OpKind op, Value *x, int ax, int axis, int blocks, ReduceOp red, Sharding to) {
-  Attrs a = {0};
-  a.mesh_axis = ax;
-  a.axis = axis;
-  a.blocks = blocks > 1 ? blocks : 0;
-  a.reduce = red;
-  Shape L = shard_logical_shape(s, x);
-  to = norm_sh(s, to);
-  return emit1(s, op, x, x->dtype, local_of(s, L, &to), to, &a);
-}
-
-/* v redistributed to sharding `to` (memoized per graph). */
-Value *shard_redist(Sh *s, Value *v, Sharding to) {
-  to = norm_sh(s, to);
-  if (shard_info(s, v)->undecided) {
-    shard_decide(s, v, to);
-    return v;
-  }
-  if (sh_eq(&v->sharding, &to)) return v;
-  intptr_t p;
-  Redist *head = ptrmap_get(&s->memo, v, &p) ? (Redist *)p : NULL;
-  for (Redist *r = head; r; r = r->next)
-    if (r->g == s->g && sh_eq(&r->to, &to)) return r->v;
-  Value *x = v;
-  Sharding cur = v->sharding;
-  /* 1. settle partial sums */
-  for (int a = 0; a < RT_AX_COUNT; a++) {
-    if (!(cur.partial & (1u << a)) || (to.partial & (1u << a))) continue;
-    cur.partial &= (uint8_t)~(1u << a);
-    int d = -1;
-    for (int e = 0; e < x->shape.rank; e++)
-      if (to.split[e] == a && cur.split[e] < 0 && !shard_axis_used(&cur, a, -1)) d = e;
-    if (d >= 0) {
-      cur.split[d] = (int8_t)a;
-      cur.blocks[d] = to.blocks[d];
-      x = coll(s, OP_REDUCE_SCATTER, x, a, d, to.blocks[d], RED_SUM, cur);
-    } else {
-      x = coll(s, OP_ALL_REDUCE, x, a, 0, 0, RED_SUM, cur);
-    }
-  }
-  if (cur.partial & ~to.partial) die("shard: cannot settle partial 0x%x", cur.partial);
-  if (to.partial & ~cur.partial) die("shard: cannot make a value partial");
-  /* 2. gather dims split differently from the target */
-  for (int d = 0; d < x->shape.rank; d++) {
-    int a = cur.split[d];
-    if (a < 0) continue;
-    int bt = to.blocks[d] > 1 ? to.blocks[d] : 1, bc = cur.blocks[d] > 1 ? cur.blocks[d] : 1;
-    if (to.split[d] == a && bt == bc) continue;
-    int blocks = cur.blocks[d];
-    cur.split[d] = -1;
-    cur.blocks[d] = 0;
-    x = coll(s, OP_ALL_GATHER, x, a, d, blocks, RED_SUM, cur);
-  }
-  /* 3. slice dims the target splits (no communication) */
-  for (int d = 0; d < x->shape.rank; d++) {
-    int a = to.split[d];
-    if (a < 0 || cur.split[d] == a) continue;
-    cur.split[d] = (int8_t)a;
-    cur.blocks[d] = to.blocks[d];
-    x = coll(s, OP_SHARD_SLICE, x, a, d, to.blocks[d], RED_SUM, cur);
-  }
-  Redist *r = ARENA_NEW(s->a, Redist);
-  *r = (Redist){to, s->g, x, head};
-  ptrmap_put(&s->memo, v, (intptr_t)r);
-  return x;
-}
-
-/* v without partial sums. Under sp a tp-Partial activation with a sequence dim is
- * reduce-scattered along it rather than all-reduced. */
-Value *shard_settle(Sh *s, Value *v) {
-  if (shard_info(s, v)->undecided) return v;
-  Sharding to = v->sharding;
-  if (!to.partial) return v;
-  if (s->sp && (to.partial & (1u << RT_AX_TP)) && !shard_axis_used(&to, RT_AX_TP, -1)) {
-    VInfo *vi = shard_info(s, v);
-    for (int d = 0; d < v->shape.rank; d++)
-      if (vi->role[d] == ROLE_SEQ && to.split[d] < 0 && shard_divides(s, shard_ldim(s, v, d), RT_AX_TP, 1)) {
-        to.split[d] = RT_AX_TP;
-        break;
-      }
-  }
-  to.partial = 0;
-  return shard_redist(s, v, to);
-}
-
-/* The sharding of v with the dims in mask[d] == true gathered (no partial). */
-static Sharding without(const Value *v, const bool *gather) {
-  Sharding h = v->sharding;
-  h.partial = 0;
-  for (int d = 0; d < v->shape.rank && d < IR_MAX_RANK; d++)
-    if (gather[d]) {
-      h.split[d] = -1;
-      h.blocks[d] = 0;
-    }
-  return h;
-}
-
-Value *shard_gather_dim(Sh *s, Value *v, int d) {
-  if (d < 0 || d >= v->shape.rank || v->sharding.split[d] < 0) return v;
-  bool g[IR_MAX_RANK] = {0};
-  g[d] = true;
-  Sharding h = without(v, g);
-  h.partial = v->sharding.partial;
-  return shard_redist(s, v, h);
-}
-
 static void rewrite_graph(Sh *s, Graph *g);
 
 /* REPEAT: carries keep their input's sharding (results are redistributed to it),
@@ -312,14 +81,14 @@ static void rule_repeat(Sh *s, Node *n) {
       memcpy(ai->role, xi->role, sizeof ai->role);
     }
     av->sharding = h;
-    av->shape = local_of(s, av->shape, &h);
+    av->shape = shard_local_of(s, av->shape, &h);
   }
   rewrite_graph(s, b);
   /* carries: back to the argument's sharding; ys: anything, stacked */
   Graph *saved = s->g;
   s->g = b;
   for (int i = 0; i < b->nresults; i++) {
-    Value *y = sub(s, b->results[i]);
+    Value *y = shard_sub(s, b->results[i]);
     if (i < nc) {
       Value *av = b->args[i]->out[0];
       y = shard_redist(s, y, av->sharding);
@@ -347,7 +116,7 @@ static void rule_repeat(Sh *s, Node *n) {
 
 static void rewrite_node(Sh *s, Node *n) {
   s->loc = n->loc;
-  for (int i = 0; i < n->nin; i++) n->in[i] = sub(s, n->in[i]);
+  for (int i = 0; i < n->nin; i++) n->in[i] = shard_sub(s, n->in[i]);
   unsigned fl = ir_ops[n->op].flags;
   if (fl & F_SOURCE) {
     if (n->op == OP_ARG) return; /* set by the enclosing REPEAT */
@@ -437,7 +206,7 @@ bool pass_shard(Module *m) {
   rewrite_graph(&s, g);
   s.g = g;
   s.loc = (SrcLoc){0};
-  for (int i = 0; i < g->nresults; i++) g->results[i] = shard_settle(&s, sub(&s, g->results[i]));
+  for (int i = 0; i < g->nresults; i++) g->results[i] = shard_settle(&s, shard_sub(&s, g->results[i]));
   /* parameters nobody read (and their casts nobody decided): replicated */
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_PARAM || g->nodes[i]->op == OP_STATE || g->nodes[i]->op == OP_CAST)

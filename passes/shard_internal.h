@@ -1,13 +1,14 @@
 /* passes/shard_internal.h — what the files of the shard pass share (the pass's contract is
  * passes.h's pass_shard; how it works is in shard.c's header).
  *
- *   shard.c        the pass: context, helpers, deciding parameters, redistribution (the only
- *                  source of collectives), the rewrite of graphs and REPEAT regions
+ *   shard.c        the pass: the rewrite of graphs and REPEAT regions, dispatching to the rules
+ *   shard_core.c   helpers, deciding parameters, redistribution (the only source of collectives)
  *   shard_rules.c  propagation rules of the generic ops (elementwise, matmul, shape ops,
  *                  reductions, norms, optimizer updates) and the seeds (sources)
  *   shard_tp.c     what only tensor/sequence parallelism needs: look-ahead for fused QKV
  *                  blocks, attention by heads (or replicated when tp does not divide them),
  *                  vocab-parallel embedding and cross-entropy
+ * Calls go one way: shard.c -> shard_rules.c -> shard_tp.c -> shard_core.c.
  */
 #ifndef SHARDC_SHARD_INTERNAL_H
 #define SHARDC_SHARD_INTERNAL_H
@@ -67,8 +68,12 @@ typedef struct {
   SrcLoc loc;   /* of the node being rewritten: given to the nodes made for it */
 } Sh;
 
-/* ---- shard.c ---- */
+/* ---- shard_core.c (calls none of the others) ---- */
 VInfo *shard_info(Sh *s, const Value *v);
+/* What n's input v became in the rebuilt graph (its substitute, or v). */
+Value *shard_sub(Sh *s, Value *v);
+/* The local shape of logical shape L under sharding h. */
+Shape shard_local_of(const Sh *s, Shape L, const Sharding *h);
 int shard_degree(const Sh *s, int ax);
 /* Is mesh axis ax used to split any dim of h other than dim `except`? */
 bool shard_axis_used(const Sharding *h, int ax, int except);
@@ -90,9 +95,10 @@ Value *shard_redist(Sh *s, Value *v, Sharding to);
  * reduce-scattered along it rather than all-reduced. */
 Value *shard_settle(Sh *s, Value *v);
 Value *shard_gather_dim(Sh *s, Value *v, int d);
+/* Reports that tp does not divide `what` (n), with a note `fix` when given. */
+void shard_error_tp(Sh *s, const char *what, int64_t n, const char *fix);
 
 /* ---- shard_rules.c ---- */
-void shard_error_tp(Sh *s, const char *what, int64_t n, const char *fix);
 void shard_rule_ew(Sh *s, Node *n);
 void shard_rule_matmul(Sh *s, Node *n);
 /* Reshape: dims grouped by equal products; a group keeps a split of its first

@@ -7,11 +7,6 @@
 
 /* ---- rules ---------------------------------------------------------------------------- */
 
-void shard_error_tp(Sh *s, const char *what, int64_t n, const char *fix) {
-  error_at(s->loc, "%s (%lld) is not divisible by tp %d", what, (long long)n, s->deg[RT_AX_TP]);
-  if (fix) note("%s", fix);
-  s->ok = false;
-}
 
 static bool linear_ok(OpKind op, int i) {
   switch (op) {
