@@ -218,6 +218,7 @@ bool pass_shard(Module *m) {
   ptrmap_free(&s.ce);
   ptrmap_free(&s.embed);
   ptrmap_free(&s.attn_repl);
+  ptrmap_free(&s.cp_pos);
   return s.ok && diag_errors() == 0;
 }
 

@@ -51,15 +51,19 @@ Sharding shard_cp_seq(const Sh *s, Sharding t) {
   return t;
 }
 
-/* This rank's global positions of a sequence of S tokens: i32[S / cp]. */
+/* This rank's global positions of a sequence of S tokens: i32[S / cp] (one per graph and length). */
 static Value *positions(Sh *s, int64_t S) {
+  intptr_t p0;
+  if (ptrmap_get(&s->cp_pos, s->g, &p0) && ((Value *)p0)->shape.dim[0] * s->deg[RT_AX_CP] == S) return (Value *)p0;
   Attrs a = {0};
   Value *p = ir_emit(s->g, OP_IOTA, 0, NULL, DT_I32, ir_shape(1, &S), &a, s->loc);
   p->sharding = shard_repl();
   Sharding z = shard_repl();
   z.split[0] = RT_AX_CP;
   z.blocks[0] = RT_BLOCKS_ZIGZAG;
-  return shard_redist(s, p, z);
+  Value *pos = shard_redist(s, p, z);
+  ptrmap_put(&s->cp_pos, s->g, (intptr_t)pos);
+  return pos;
 }
 
 /* x passed one step around the cp ring: sent to the next rank, the previous rank's received. */

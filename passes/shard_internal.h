@@ -64,6 +64,7 @@ typedef struct {
   PtrMap ce;    /* logits Value* (original) -> CeParts* */
   PtrMap embed; /* index Value* -> the table Value* of the EMBED that reads it */
   PtrMap attn_repl; /* SDPA/ROPE Node* whose heads tp does not divide: attention stays replicated */
+  PtrMap cp_pos;    /* Graph* -> this rank's positions of the sequence in it (shard_cp.c), made once per graph */
   Graph *g;     /* the graph being rebuilt: new nodes append here */
   Node **old;   /* its node list before the rebuild (for look-ahead) */
   int nold;
