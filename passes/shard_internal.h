@@ -142,6 +142,8 @@ void shard_rule_ce_bwd(Sh *s, Node *n);
 
 /* ---- shard_cp.c ---- */
 bool shard_cp_on(const Sh *s);
+/* Reports plan options cp does not combine with yet (sp). */
+void shard_cp_check_plan(Sh *s);
 /* A token input's sharding h gains its sequence dim (1) over cp in zigzag order (error when 2 cp does not divide it). */
 void shard_cp_seed(Sh *s, Node *n, Sharding *h);
 /* A q/k/v-like target t with its sequence dim (1) over cp, when cp is on. */
