@@ -3,7 +3,8 @@
 # compiled and run under mpirun against the single-rank binary (label mpi).
 #
 #   a Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA, untied head) at 256 tokens with small dims:
-#   cp=2 and cp=2 x tp=2 give the single-rank loss curve over 20 AdamW steps; a checkpoint written
+#   cp=2, cp=2 x tp=2 and cp=2 x dp=2 give the single-rank loss curve over 20 AdamW steps, and so
+#   does cp=2 of the tiny GPT (learned position embeddings, fused QKV); a checkpoint written
 #   under cp=2 at step 10 resumes on one rank with the uninterrupted run's step-11 loss (the data
 #   loader reads each rank's zigzag chunks, checkpoints hold logical tensors).
 #
@@ -22,12 +23,18 @@ m=(models/llama3-8b.model -D vocab=256 -D seq=256 -D d=64 -D heads=4 -D kv_heads
 "$shardc" build "${m[@]}" -D tp=1 -D cp=1 --world 1 -o "$t/one" 2>/dev/null
 "$shardc" build "${m[@]}" -D tp=1 -D cp=2 --world 2 -o "$t/cp2" 2>/dev/null
 "$shardc" build "${m[@]}" -D tp=2 -D cp=2 --world 4 -o "$t/cp2tp2" 2>/dev/null
+"$shardc" build "${m[@]/micro_batch=2/micro_batch=1}" -D tp=1 -D dp=2 -D cp=2 --world 4 -o "$t/cp2dp2" 2>/dev/null
 "$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
-for c in cp2:2 cp2tp2:4; do
+for c in cp2:2 cp2tp2:4 cp2dp2:4; do
   n=${c%%:*}
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "llama seq 256 $n" "$t/$n.jsonl" "$t/one.jsonl"
 done
+"$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 --world 1 -o "$t/tiny1" 2>/dev/null
+"$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 -D dp=1 -D cp=2 --world 2 -o "$t/tinycp2" 2>/dev/null
+"$t/tiny1" "${run[@]}" --threads 2 --log "$t/tiny1.jsonl" >/dev/null
+"${mpi[@]}" -np 2 "$t/tinycp2" "${run[@]}" --log "$t/tinycp2.jsonl" >/dev/null
+compare "tiny seq 64 cp2" "$t/tinycp2.jsonl" "$t/tiny1.jsonl"
 # a cp=2 checkpoint resumes on one rank
 "${mpi[@]}" -np 2 "$t/cp2" "${run[@]}" --stop-at 10 --save-to "$t/ck10" >/dev/null
 want=$(losses "$t/cp2.jsonl" | sed -n 11p)
