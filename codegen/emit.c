@@ -228,7 +228,7 @@ static void emit_all_reduce(Cg *c, Node *n) {
 static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
-  case OP_SHARD_SLICE: case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD:
+  case OP_SHARD_SLICE: case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: case OP_SEND: case OP_RECV:
     return true;
   case OP_EMBED: case OP_EMBED_BWD: return n->a.sharded;
   default: return false;
@@ -271,6 +271,34 @@ static void emit_collective(Cg *c, const Node *n) {
   }
 }
 
+/* The SEND that pairs with the RECV at position i of g (a ring shift: the node before it, over the
+ * same axis and tag, the opposite offset), or NULL. */
+static const Node *send_of(const Graph *g, int i) {
+  const Node *r = g->nodes[i], *s = i > 0 ? g->nodes[i - 1] : NULL;
+  if (!s || s->op != OP_SEND || s->a.mesh_axis != r->a.mesh_axis || s->a.tag != r->a.tag || s->a.start != -r->a.start)
+    return NULL;
+  return s;
+}
+
+/* SEND + RECV (passes/shard_cp.c's ring hop) as one deadlock-free ring shift at the RECV; the SEND
+ * emits nothing (memplan keeps its input live through the RECV). */
+static void emit_p2p(Cg *c, Node *n) {
+  if (n->op == OP_SEND) {
+    Graph *g = n->graph;
+    if (c->pos + 1 < g->nnodes && send_of(g, c->pos + 1) == n) return;
+    cg_unsupported(c, n, "a send must be followed by its receive (a ring shift); pipeline transfers arrive with the pipeline pass");
+    return;
+  }
+  const Node *s = send_of(n->graph, c->pos);
+  if (!s) {
+    cg_unsupported(c, n, "a receive must follow its send (a ring shift); pipeline transfers arrive with the pipeline pass");
+    return;
+  }
+  Value *x = s->in[0], *y = n->out[0];
+  cg_line(c, "rt_coll_shift(ctx, %s, %lld, %s, %s, %" PRId64 ", %d);", cg_axis_lit(n->a.mesh_axis),
+          (long long)s->a.start, cg_ptr(c, y), cg_ptr(c, x), ir_numel(&x->shape) * ir_dtype_size(x->dtype), n->a.tag);
+}
+
 /* One node: REPEATs and collectives here, compute nodes by the target. Returns how many
  * nodes from n were emitted (a fused run's length). */
 static int emit_node(Cg *c, Node *n) {
@@ -278,6 +306,7 @@ static int emit_node(Cg *c, Node *n) {
   case OP_REPEAT: emit_repeat(c, n); return 1;
   case OP_ALL_REDUCE: emit_all_reduce(c, n); return 1;
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: emit_collective(c, n); return 1;
+  case OP_SEND: case OP_RECV: emit_p2p(c, n); return 1;
   case OP_CALL: cg_unsupported(c, n, "layer calls must be inlined first"); return 1;
   default: return c->t->node(c, n);
   }
@@ -325,6 +354,7 @@ static void need_closure(const Graph *g, const Value *v, bool *need) {
   for (; i >= 0; i--) {
     if (!need[i]) continue;
     Node *n = g->nodes[i];
+    if (n->op == OP_RECV && send_of(g, i)) need[i - 1] = true; /* a ring shift needs its send's input */
     for (int j = 0; j < n->nin; j++)
       for (int k = i - 1; k >= 0; k--)
         if (g->nodes[k] == n->in[j]->def) {
@@ -402,6 +432,13 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
   Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target), .ok = true};
+  if (m->mesh && m->mesh->dim[RT_AX_CP] > 1 && m->target != TARGET_CPU) {
+    error_at(m->plan.loc, "the %s target cannot run context parallelism (cp %d) yet: ring attention's send / recv "
+             "and attention blocks run on the CPU target only", c.t->name, m->mesh->dim[RT_AX_CP]);
+    note("build with --target cpu, or -D cp=1 for the GPU");
+    arena_free(&a);
+    return false;
+  }
   c.t->begin(&c);
   Graph *g = m->graph;
   Value *loss = result(g, "loss");

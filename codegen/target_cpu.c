@@ -206,6 +206,36 @@ static void emit_node(Cg *c, Node *n) {
            a->causal);
     return;
   }
+  case OP_ROPE_AT: {
+    const Shape *s = &x->shape;
+    int64_t hd = s->dim[2] / a->heads;
+    cg_line(c, "rt_rope_at_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %" PRId64 ", %.17g, %" PRId64 ", %d, WS);",
+         fp(c, y), fp(c, x), ip(c, n->in[1]), s->dim[0], s->dim[1], a->heads, hd, a->theta, a->start, a->inverse);
+    cg_ws_need(c, arena_printf(c->a, "rt_rope_ws_bytes(%" PRId64 ", %" PRId64 ")", s->dim[1], hd));
+    return;
+  }
+  case OP_ATTN_BLOCK: case OP_ATTN_BLOCK_BWD: {
+    const Shape *s = &x->shape;
+    int64_t hd = s->dim[2] / a->heads, T = n->in[1]->shape.dim[1];
+    if (n->op == OP_ATTN_BLOCK)
+      cg_line(c, "rt_attn_block_f32(%s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);",
+           fp(c, n->out[0]), fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), ip(c, n->in[3]),
+           ip(c, n->in[4]), s->dim[0], s->dim[1], T, a->heads, a->kv_heads, hd, a->causal);
+    else
+      cg_line(c, "rt_attn_block_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+           ", %d, %d, %" PRId64 ", %d);",
+           fp(c, n->out[0]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]),
+           fp(c, n->in[3]), fp(c, n->in[4]), fp(c, n->in[5]), ip(c, n->in[6]), ip(c, n->in[7]), s->dim[0], s->dim[1], T,
+           a->heads, a->kv_heads, hd, a->causal);
+    return;
+  }
+  case OP_ATTN_COMBINE: {
+    const Shape *s = &x->shape;
+    cg_line(c, "rt_attn_combine_f32(%s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %" PRId64 ");", fp(c, n->out[0]),
+         fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), fp(c, n->in[3]), s->dim[0], s->dim[1], a->heads,
+         s->dim[2] / a->heads);
+    return;
+  }
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: {
     int64_t V = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (V ? V : 1);
     int64_t len = a->len > 0 ? a->len : V;
@@ -232,7 +262,6 @@ static void emit_node(Cg *c, Node *n) {
     cg_line(c, "rt_sgd_f32(%s, %s, %s, %s, %" PRId64 ", (float)%.17g, (float)%.17g);", fp(c, n->out[0]), fp(c, n->in[1]),
          fp(c, n->out[1]), fp(c, n->in[3]), ir_numel(&x->shape), a->momentum, a->weight_decay);
     return;
-  case OP_SEND: case OP_RECV: return cg_unsupported(c, n, "pipeline transfers arrive with the pipeline pass");
   default: return emit_multi_rank(c, n);
   }
 }

@@ -260,9 +260,6 @@ static void emit_node(Cg *c, Node *n) {
     cg_line(c, "{ int32_t coord = rt_ctx_coord(ctx, %s); rt_cu_put(ctx, %s, &coord, 4); }", cg_axis_lit(a->mesh_axis),
             cg_ptr(c, y));
     return;
-  case OP_SEND: case OP_RECV:
-    return cg_unsupported(c, n, "point-to-point transfers (pipeline parallelism) on GPU memory: build plans with "
-                                "pp > 1 for --target cpu for now");
   default: return cg_unsupported(c, n, "no CUDA code for this op");
   }
 }

@@ -313,6 +313,87 @@ static bool infer_sdpa_bwd(Node *n) {
   return true;
 }
 
+/* ---- attention in key blocks (ring attention) ---- */
+
+/* pos (input i) must be int[n]: the global positions of n rows. */
+static bool need_pos(const Node *n, int i, int64_t len, const char *what) {
+  if (!need_int(n, i, what)) return false;
+  const Shape *p = &in(n, i)->shape;
+  if (p->rank != 1 || p->dim[0] != len) {
+    error_at(n->loc, "%s: %s must be [%lld], got %s", opname(n), what, (long long)len, shp(p));
+    return false;
+  }
+  return true;
+}
+
+static bool infer_rope_at(Node *n) {
+  if (!infer_rope(n)) return false;
+  return need_pos(n, 1, in(n, 0)->shape.dim[1], "pos");
+}
+
+/* q[B, S, H*hd], k and v [B, T, KV*hd], qpos int[S], kpos int[T] (inputs 0, 1, 2, qp, kp). */
+static bool check_block(const Node *n, int qp, int kp) {
+  for (int i = 0; i < 3; i++) {
+    static const char *names[3] = {"q", "k", "v"};
+    if (!need_float(n, i, names[i])) return false;
+    if (in(n, i)->shape.rank != 3) {
+      error_at(n->loc, "%s: %s must be [batch, seq, heads * head_dim], got %s", opname(n), names[i],
+               shp(&in(n, i)->shape));
+      return false;
+    }
+  }
+  const Shape *q = &in(n, 0)->shape, *k = &in(n, 1)->shape;
+  int H = n->a.heads, KV = n->a.kv_heads;
+  if (H <= 0 || KV <= 0 || H % KV != 0 || q->dim[2] % H != 0) {
+    error_at(n->loc, "%s: %s with heads %d and kv_heads %d", opname(n), shp(q), H, KV);
+    return false;
+  }
+  int64_t hd = q->dim[2] / H;
+  if (k->dim[0] != q->dim[0] || k->dim[2] != KV * hd || !ir_shape_eq(k, &in(n, 2)->shape)) {
+    error_at(n->loc, "%s: k %s and v %s do not match q %s with %d kv heads", opname(n), shp(k),
+             shp(&in(n, 2)->shape), shp(q), KV);
+    return false;
+  }
+  return need_pos(n, qp, q->dim[1], "qpos") && need_pos(n, kp, k->dim[1], "kpos");
+}
+
+static bool infer_attn_block(Node *n) {
+  if (!check_block(n, 3, 4)) return false;
+  set_out(n, 0, in(n, 0)->dtype, in(n, 0)->shape);
+  set_out(n, 1, DT_F32, lse_shape(&in(n, 0)->shape, n->a.heads));
+  return true;
+}
+
+static bool infer_attn_block_bwd(Node *n) {
+  if (!check_block(n, 6, 7)) return false;
+  if (!need_same(n, 0, 3, "q", "o") || !need_same(n, 0, 5, "q", "do")) return false;
+  Shape l = lse_shape(&in(n, 0)->shape, n->a.heads);
+  if (!ir_shape_eq(&l, &in(n, 4)->shape)) {
+    error_at(n->loc, "%s: lse must be %s, got %s", opname(n), shp(&l), shp(&in(n, 4)->shape));
+    return false;
+  }
+  for (int i = 0; i < 3; i++) set_out(n, i, in(n, i)->dtype, in(n, i)->shape);
+  return true;
+}
+
+static bool infer_attn_combine(Node *n) {
+  if (!need_float(n, 0, "o1") || !need_same(n, 0, 2, "o1", "o2")) return false;
+  const Shape *o = &in(n, 0)->shape;
+  if (o->rank != 3 || n->a.heads <= 0 || o->dim[2] % n->a.heads != 0) {
+    error_at(n->loc, "%s: o %s is not [batch, seq, heads * head_dim] with %d heads", opname(n), shp(o), n->a.heads);
+    return false;
+  }
+  Shape l = lse_shape(o, n->a.heads);
+  for (int i = 1; i <= 3; i += 2)
+    if (!ir_shape_eq(&l, &in(n, i)->shape)) {
+      error_at(n->loc, "%s: lse must be %s, got %s", opname(n), shp(&l), shp(&in(n, i)->shape));
+      return false;
+    }
+  set_out(n, 0, in(n, 0)->dtype, *o);
+  set_out(n, 1, DT_F32, l);
+  return true;
+}
+
 /* logits[.., V] against targets[..]; len in (0, V] (0 means V). */
 static bool check_ce(const Node *n) {
   if (!need_float(n, 0, "logits") || !need_rank_min(n, 0, 1, "logits") || !need_int(n, 1, "targets"))
@@ -678,6 +759,10 @@ bool ir_infer(Node *n) {
   case OP_ROPE: return infer_rope(n);
   case OP_SDPA: return infer_sdpa(n);
   case OP_SDPA_BWD: return infer_sdpa_bwd(n);
+  case OP_ROPE_AT: return infer_rope_at(n);
+  case OP_ATTN_BLOCK: return infer_attn_block(n);
+  case OP_ATTN_BLOCK_BWD: return infer_attn_block_bwd(n);
+  case OP_ATTN_COMBINE: return infer_attn_combine(n);
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: return infer_ce(n);
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: return infer_ce_part(n);
   case OP_SHARD_SLICE: return infer_shard_slice(n);

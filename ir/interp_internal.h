@@ -2,9 +2,10 @@
  *
  *   interp.c       state, sources, sharded blocks, the graph walk (regions, steps)
  *   interp_ops.c   the op kernels: one rank's evaluation of every local op
+ *   interp_attn.c  its attention kernels: rope, sdpa, and ring attention's blocks
  *   interp_coll.c  the simulated collectives and point-to-point messages
  *   interp_util.c  tensors, coordinates, errors (the leaf: calls none of the others)
- * Calls go one way: interp.c -> interp_coll.c -> interp_ops.c -> interp_util.c.
+ * Calls go one way: interp.c -> interp_coll.c -> interp_ops.c -> interp_attn.c -> interp_util.c.
  */
 #ifndef SHARDC_INTERP_INTERNAL_H
 #define SHARDC_INTERP_INTERNAL_H
@@ -51,6 +52,10 @@ bool interp_error(const Node *n, const char *fmt, ...) __attribute__((format(pri
 /* One rank's value of a non-collective, non-region node: y from inputs x. */
 bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Tensor *y);
 Tensor interp_slice_of(const Tensor *x, int axis, int64_t start, int64_t len);
+/* ---- interp_attn.c ---- */
+/* One rank's value of rope, rope_at, sdpa(_bwd), attn_block(_bwd), attn_combine. */
+void interp_eval_attn(const Node *n, Tensor *const *x, Tensor *y);
+
 /* This rank's chunk (blocks per ir_block_index) of x along axis; and the inverse over a group. */
 Tensor interp_chunk_of(const Tensor *x, int axis, int deg, int c, int blocks, DType dt);
 Tensor interp_unchunk_of(const Tensor *const *grp, int deg, int axis, int blocks, DType dt);

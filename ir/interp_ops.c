@@ -1,6 +1,6 @@
 /* ir/interp_ops.c — the reference interpreter's op kernels: one rank's value of every local op
- * (elementwise, shape, matmul, embedding, norms, rope, attention, cross-entropy, optimizer
- * updates), in fp64 with each dtype's rounding. The walk and the collectives are interp.c and
+ * (elementwise, shape, matmul, embedding, norms, cross-entropy, optimizer updates; rope and
+ * attention are interp_attn.c's), in fp64 with each dtype's rounding. The walk and the collectives are interp.c and
  * interp_coll.c. */
 #include <math.h>
 #include <stdio.h>
@@ -488,118 +488,6 @@ static void ev_rmsnorm(const Node *n, Tensor *const *x, Tensor *y) {
   }
 }
 
-static void ev_rope(const Node *n, Tensor *const *x, Tensor *y) {
-  const Tensor *a = x[0];
-  int64_t B = a->shape.dim[0], S = a->shape.dim[1], C = a->shape.dim[2];
-  int H = n->a.heads;
-  int64_t hd = C / H, half = hd / 2;
-  double sign = n->a.inverse ? -1.0 : 1.0;
-  *y = tensor_new(a->dtype, a->shape);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t s = 0; s < S; s++)
-      for (int h = 0; h < H; h++) {
-        const double *xp = a->data + (b * S + s) * C + h * hd;
-        double *yp = y->data + (b * S + s) * C + h * hd;
-        for (int64_t i = 0; i < half; i++) {
-          double ang = sign * (double)(s + n->a.start) * pow(n->a.theta, -2.0 * (double)i / (double)hd);
-          double c = cos(ang), sn = sin(ang);
-          yp[i] = xp[i] * c - xp[i + half] * sn;
-          yp[i + half] = xp[i + half] * c + xp[i] * sn;
-        }
-      }
-}
-
-/* SDPA geometry from q and k. */
-typedef struct {
-  int64_t B, S, T, H, KV, hd; /* batch, query len, key len, heads, kv heads, head dim */
-  double scale;               /* 1 / sqrt(hd) */
-} Attn;
-
-static Attn attn_of(const Node *n, const Tensor *q, const Tensor *k) {
-  Attn g;
-  g.B = q->shape.dim[0];
-  g.S = q->shape.dim[1];
-  g.T = k->shape.dim[1];
-  g.H = n->a.heads;
-  g.KV = n->a.kv_heads;
-  g.hd = q->shape.dim[2] / g.H;
-  g.scale = 1.0 / sqrt((double)g.hd);
-  return g;
-}
-
-static const double *row(const Tensor *t, int64_t b, int64_t s, int64_t h, int64_t hd) {
-  return t->data + (b * t->shape.dim[1] + s) * t->shape.dim[2] + h * hd;
-}
-
-static double score(const Attn *g, const double *qr, const double *kr) {
-  double acc = 0;
-  for (int64_t d = 0; d < g->hd; d++) acc += qr[d] * kr[d];
-  return acc * g->scale;
-}
-
-static void ev_sdpa(const Node *n, Tensor *const *x, Tensor *y) {
-  Attn g = attn_of(n, x[0], x[1]);
-  y[0] = tensor_new(x[0]->dtype, x[0]->shape);
-  y[1] = tensor_new(DT_F32, ir_shape(3, (int64_t[]){g.B, g.H, g.S}));
-  double *p = interp_xcalloc((size_t)(g.T ? g.T : 1), sizeof(double));
-  for (int64_t b = 0; b < g.B; b++)
-    for (int64_t h = 0; h < g.H; h++) {
-      int64_t kh = h / (g.H / g.KV);
-      for (int64_t s = 0; s < g.S; s++) {
-        const double *qr = row(x[0], b, s, h, g.hd);
-        int64_t tend = n->a.causal ? (s + 1 < g.T ? s + 1 : g.T) : g.T;
-        double mx = -INFINITY;
-        for (int64_t t = 0; t < tend; t++) {
-          p[t] = score(&g, qr, row(x[1], b, t, kh, g.hd));
-          if (p[t] > mx) mx = p[t];
-        }
-        double sum = 0;
-        for (int64_t t = 0; t < tend; t++) sum += exp(p[t] - mx);
-        double lse = mx + log(sum);
-        y[1].data[(b * g.H + h) * g.S + s] = lse;
-        double *orow = y[0].data + (b * g.S + s) * x[0]->shape.dim[2] + h * g.hd;
-        for (int64_t t = 0; t < tend; t++) {
-          double w = exp(p[t] - lse);
-          const double *vr = row(x[2], b, t, kh, g.hd);
-          for (int64_t d = 0; d < g.hd; d++) orow[d] += w * vr[d];
-        }
-      }
-    }
-  free(p);
-}
-
-/* inputs (q, k, v, o, lse, do) -> (dq, dk, dv) */
-static void ev_sdpa_bwd(const Node *n, Tensor *const *x, Tensor *y) {
-  Attn g = attn_of(n, x[0], x[1]);
-  for (int i = 0; i < 3; i++) y[i] = tensor_new(x[i]->dtype, x[i]->shape);
-  for (int64_t b = 0; b < g.B; b++)
-    for (int64_t h = 0; h < g.H; h++) {
-      int64_t kh = h / (g.H / g.KV);
-      for (int64_t s = 0; s < g.S; s++) {
-        const double *qr = row(x[0], b, s, h, g.hd), *orow = row(x[3], b, s, h, g.hd),
-                     *dor = row(x[5], b, s, h, g.hd);
-        double lse = x[4]->data[(b * g.H + h) * g.S + s];
-        double Dsum = 0;
-        for (int64_t d = 0; d < g.hd; d++) Dsum += dor[d] * orow[d];
-        double *dq = (double *)row(&y[0], b, s, h, g.hd);
-        int64_t tend = n->a.causal ? (s + 1 < g.T ? s + 1 : g.T) : g.T;
-        for (int64_t t = 0; t < tend; t++) {
-          const double *kr = row(x[1], b, t, kh, g.hd), *vr = row(x[2], b, t, kh, g.hd);
-          double P = exp(score(&g, qr, kr) - lse);
-          double dP = 0;
-          for (int64_t d = 0; d < g.hd; d++) dP += dor[d] * vr[d];
-          double dS = P * (dP - Dsum) * g.scale;
-          double *dk = (double *)row(&y[1], b, t, kh, g.hd), *dv = (double *)row(&y[2], b, t, kh, g.hd);
-          for (int64_t d = 0; d < g.hd; d++) {
-            dv[d] += P * dor[d];
-            dq[d] += dS * kr[d];
-            dk[d] += dS * qr[d];
-          }
-        }
-      }
-    }
-}
-
 /* cross_entropy and its backward. */
 static bool ev_ce(const Node *n, Tensor *const *x, Tensor *y, int rank) {
   const Tensor *lg = x[0], *tg = x[1];
@@ -708,16 +596,17 @@ bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: return ev_ce_part(it, n, x, y, rank);
   case OP_SHARD_SLICE: {
     int ax = n->a.mesh_axis, deg = it->mesh.dim[ax];
-    if (x[0]->shape.dim[n->a.axis] % deg != 0)
+    if (x[0]->shape.dim[n->a.axis] % ((int64_t)deg * rt_blocks_count(n->a.blocks)) != 0)
       return interp_error(n, "axis %d of size %lld does not split %d ways", n->a.axis, (long long)x[0]->shape.dim[n->a.axis], deg);
     *y = interp_chunk_of(x[0], n->a.axis, deg, interp_coord(it, rank, (MeshAxis)ax), n->a.blocks, o->dtype);
     return true;
   }
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: ev_layernorm(n, x, y); return true;
   case OP_RMSNORM: case OP_RMSNORM_BWD: ev_rmsnorm(n, x, y); return true;
-  case OP_ROPE: ev_rope(n, x, y); return true;
-  case OP_SDPA: ev_sdpa(n, x, y); return true;
-  case OP_SDPA_BWD: ev_sdpa_bwd(n, x, y); return true;
+  case OP_ROPE: case OP_ROPE_AT: case OP_SDPA: case OP_SDPA_BWD: case OP_ATTN_BLOCK: case OP_ATTN_BLOCK_BWD:
+  case OP_ATTN_COMBINE:
+    interp_eval_attn(n, x, y);
+    return true;
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: return ev_ce(n, x, y, rank);
   case OP_SUM: case OP_MEAN: case OP_SUMSQ: ev_reduce_all(n, x[0], y); return true;
   case OP_SGD_UPDATE: ev_sgd(n, x, y); return true;

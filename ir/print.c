@@ -100,7 +100,8 @@ static void put_type(Buf *b, const Module *m, const Value *v) {
   for (int d = 0; d < IR_MAX_RANK; d++) {
     int a = v->sharding.split[d];
     if (a < 0 || a >= RT_AX_COUNT) continue;
-    if (v->sharding.blocks[d] > 1) bprintf(b, "%sS(%s)@%d/%d", first ? "" : ", ", rt_mesh_axis_name(a), d, v->sharding.blocks[d]);
+    if (v->sharding.blocks[d] == RT_BLOCKS_ZIGZAG) bprintf(b, "%sS(%s)@%d/zigzag", first ? "" : ", ", rt_mesh_axis_name(a), d);
+    else if (v->sharding.blocks[d] > 1) bprintf(b, "%sS(%s)@%d/%d", first ? "" : ", ", rt_mesh_axis_name(a), d, v->sharding.blocks[d]);
     else bprintf(b, "%sS(%s)@%d", first ? "" : ", ", rt_mesh_axis_name(a), d);
     first = false;
   }
@@ -113,6 +114,12 @@ static void put_type(Buf *b, const Module *m, const Value *v) {
 }
 
 static const char *axis_name(int a) { return a >= 0 && a < RT_AX_COUNT ? rt_mesh_axis_name(a) : "?"; }
+
+/* " blocks=N" (zigzag: " blocks=zigzag"); nothing for one block. */
+static void print_blocks(Buf *b, int blocks) {
+  if (blocks == RT_BLOCKS_ZIGZAG) bprintf(b, " blocks=zigzag");
+  else if (blocks > 1) bprintf(b, " blocks=%d", blocks);
+}
 
 static void put_attrs(Buf *b, const Node *n) {
   const Attrs *a = &n->a;
@@ -134,10 +141,12 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_CONCAT: bprintf(b, "  axis=%d", a->axis); break;
   case OP_MATMUL: bprintf(b, "  ta=%d tb=%d", a->ta, a->tb); break;
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD: bprintf(b, "  eps=%g", a->eps); break;
-  case OP_ROPE:
+  case OP_ROPE: case OP_ROPE_AT:
     bprintf(b, "  heads=%d theta=%g start=%lld%s", a->heads, a->theta, (long long)a->start, a->inverse ? " inverse" : "");
     break;
-  case OP_SDPA: case OP_SDPA_BWD: bprintf(b, "  heads=%d kv_heads=%d causal=%d", a->heads, a->kv_heads, a->causal); break;
+  case OP_SDPA: case OP_SDPA_BWD: case OP_ATTN_BLOCK: case OP_ATTN_BLOCK_BWD:
+    bprintf(b, "  heads=%d kv_heads=%d causal=%d", a->heads, a->kv_heads, a->causal); break;
+  case OP_ATTN_COMBINE: bprintf(b, "  heads=%d", a->heads); break;
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS: bprintf(b, "  len=%lld", (long long)a->len); break;
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD:
     bprintf(b, "  len=%lld", (long long)a->len);
@@ -148,7 +157,7 @@ static void put_attrs(Buf *b, const Node *n) {
     break;
   case OP_SHARD_SLICE:
     bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
-    if (a->blocks > 1) bprintf(b, " blocks=%d", a->blocks);
+    print_blocks(b, a->blocks);
     break;
   case OP_SGD_UPDATE: bprintf(b, "  momentum=%g weight_decay=%g", a->momentum, a->weight_decay); break;
   case OP_ADAMW_UPDATE:
@@ -157,7 +166,7 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_ALL_REDUCE: bprintf(b, "  over=%s reduce=%s", axis_name(a->mesh_axis), reds[a->reduce]); break;
   case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
     bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
-    if (a->blocks > 1) bprintf(b, " blocks=%d", a->blocks);
+    print_blocks(b, a->blocks);
     break;
   case OP_BROADCAST: bprintf(b, "  over=%s root=%lld", axis_name(a->mesh_axis), (long long)a->start); break;
   case OP_SEND: case OP_RECV:
@@ -403,6 +412,10 @@ static double node_flops(const Module *m, const Node *n) {
     Shape q = logical_shape(m, n->in[0]), k = logical_shape(m, n->in[1]);
     /* QK^T and AV: 2 * 2 * B * S * T * (H * hd) */
     return 4.0 * (double)q.dim[0] * (double)q.dim[1] * (double)k.dim[1] * (double)q.dim[2];
+  }
+  if (n->op == OP_ATTN_BLOCK) { /* one of cp key blocks (ring attention): a cp-th of the keys */
+    Shape q = logical_shape(m, n->in[0]);
+    return 4.0 * (double)q.dim[0] * (double)q.dim[1] * (double)n->in[1]->shape.dim[1] * (double)q.dim[2];
   }
   return 0;
 }

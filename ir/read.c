@@ -38,6 +38,18 @@ static bool parse_dtype(Reader *r, DType *dt) {
   return true;
 }
 
+/* A block count (2..254) or `zigzag` (RT_BLOCKS_ZIGZAG, context parallelism's split). */
+static bool rd_blocks(Reader *r, int *out) {
+  const char *at = r->p;
+  const char *w = *r->p >= 'a' && *r->p <= 'z' ? rd_word(r) : NULL;
+  if (w) {
+    if (strcmp(w, "zigzag") != 0) return rd_fail(r, at, "expected a block count or zigzag, found '%s'", w);
+    *out = RT_BLOCKS_ZIGZAG;
+    return true;
+  }
+  return rd_int(r, out, 2, RT_BLOCKS_ZIGZAG - 1, "a block count");
+}
+
 /* S(axis)@dim[/blocks] or P(axis), into s; the shape's rank bounds dim. */
 static bool parse_shard(Reader *r, Sharding *s, int rank) {
   rd_ws(r);
@@ -59,7 +71,7 @@ static bool parse_shard(Reader *r, Sharding *s, int rank) {
   if (!rd_int(r, &d, 0, IR_MAX_RANK - 1, "a dim")) return false;
   if (d >= rank) return rd_fail(r, dat, "sharded dim %d of a rank-%d value", d, rank);
   if (s->split[d] >= 0) return rd_fail(r, dat, "dim %d is split twice", d);
-  if (rd_eat(r, '/') && !rd_int(r, &blocks, 2, 255, "a block count")) return false;
+  if (rd_eat(r, '/') && !rd_blocks(r, &blocks)) return false;
   s->split[d] = (int8_t)ax;
   s->blocks[d] = (uint8_t)(blocks > 1 ? blocks : 0);
   return true;
@@ -237,6 +249,14 @@ static bool attr_int(Reader *r, AttrList *al, const char *key, int *out, int lo,
   return true;
 }
 
+static bool attr_blocks(Reader *r, AttrList *al, int *out) {
+  RdAttr *a = take(al, "blocks");
+  ValScope vs;
+  if (!a) return true;
+  if (!val_begin(r, a, &vs)) return false;
+  return val_end(&vs, rd_blocks(r, out));
+}
+
 static bool attr_bool(Reader *r, AttrList *al, const char *key, bool *out) {
   int v = *out;
   if (!attr_int(r, al, key, &v, 0, 1)) return false;
@@ -316,11 +336,12 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD:
     ok = attr_f64(r, al, "eps", &a->eps);
     break;
-  case OP_ROPE:
+  case OP_ROPE: case OP_ROPE_AT:
     ok = attr_int(r, al, "heads", &a->heads, 1, 1 << 20) && attr_f64(r, al, "theta", &a->theta) &&
          attr_i64(r, al, "start", &a->start, 0, BIG) && attr_flag(al, "inverse", &a->inverse);
     break;
-  case OP_SDPA: case OP_SDPA_BWD:
+  case OP_ATTN_COMBINE: ok = attr_int(r, al, "heads", &a->heads, 1, 1 << 20); break;
+  case OP_SDPA: case OP_SDPA_BWD: case OP_ATTN_BLOCK: case OP_ATTN_BLOCK_BWD:
     ok = attr_int(r, al, "heads", &a->heads, 1, 1 << 20) && attr_int(r, al, "kv_heads", &a->kv_heads, 1, 1 << 20) &&
          attr_bool(r, al, "causal", &a->causal);
     break;
@@ -341,7 +362,7 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
   }
   case OP_SHARD_SLICE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
     ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) &&
-         attr_int(r, al, "blocks", &a->blocks, 2, 255);
+         attr_blocks(r, al, &a->blocks);
     break;
   case OP_SGD_UPDATE:
     ok = attr_f64(r, al, "momentum", &a->momentum) && attr_f64(r, al, "weight_decay", &a->weight_decay);

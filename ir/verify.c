@@ -95,7 +95,7 @@ static void check_value(Verifier *vf, const Node *n, const Value *v) {
     else if (s >= 0 && d >= v->shape.rank)
       report(vf, n, "output %d: sharding splits dim %d of a rank-%d value", v->idx, d, v->shape.rank);
     int bl = v->sharding.blocks[d];
-    if (bl > 1 && (s < 0 || d >= v->shape.rank || v->shape.dim[d] % bl != 0))
+    if (bl > 1 && (s < 0 || d >= v->shape.rank || v->shape.dim[d] % rt_blocks_count(bl) != 0))
       report(vf, n, "output %d: %d blocks on dim %d that is %s", v->idx, bl, d,
              s < 0 ? "not split" : "not a whole number of blocks");
     for (int e = 0; e < d && s >= 0; e++)

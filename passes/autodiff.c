@@ -394,7 +394,11 @@ static void backward_matmul(Ctx *c, Node *n, Value *dy) {
   }
   if (need_of(c, B)) {
     Value *dB, *a = imp(c, A);
-    if (rb == 2 && ra > 2 && !ta) {
+    /* Under context parallelism the sequence dim is split over cp (zigzag): folding it into the
+     * batch would gather it; the per-batch products keep it split (the gradient is a partial sum
+     * over cp) at the cost of a [batch, k, n] temporary (micro-batches of long sequences are small). */
+    bool cp = c->m->mesh && c->m->mesh->dim[RT_AX_CP] > 1;
+    if (rb == 2 && ra > 2 && !ta && !cp) {
       /* B is shared by every batch: fold the batch dims, one [P*m, k]^T [P*m, n] product. */
       int64_t P = ir_numel(&A->shape) / A->shape.dim[ra - 1];
       Shape s2 = ir_shape(2, (int64_t[]){P, A->shape.dim[ra - 1]});

@@ -204,9 +204,10 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
+    int last = n->op == OP_SEND ? i + 1 : i; /* a send's data lives through its receive (one ring shift) */
     for (int j = 0; j < n->nin; j++) {
       Value *u = n->in[j];
-      if (u->def->graph == g && slot[u->id] && p.iv[slot[u->id] - 1].end < i) p.iv[slot[u->id] - 1].end = i;
+      if (u->def->graph == g && slot[u->id] && p.iv[slot[u->id] - 1].end < last) p.iv[slot[u->id] - 1].end = last;
     }
     if (n->body) {
       mark_captures(n->body, g, i, slot, p.iv);

@@ -202,6 +202,8 @@ bool pass_shard(Module *m) {
   if (!any) return true; /* one rank: the program is the graph */
   Graph *g = m->graph;
   s.max_tp = m->mesh->devices_per_node > 1 ? m->mesh->devices_per_node : 64;
+  shard_cp_check_plan(&s);
+  if (!s.ok) return false;
   if (s.deg[RT_AX_TP] > 1) shard_scan_attention(&s, g);
   rewrite_graph(&s, g);
   s.g = g;
@@ -218,6 +220,7 @@ bool pass_shard(Module *m) {
   ptrmap_free(&s.ce);
   ptrmap_free(&s.embed);
   ptrmap_free(&s.attn_repl);
+  ptrmap_free(&s.cp_pos);
   return s.ok && diag_errors() == 0;
 }
 

@@ -72,7 +72,7 @@ Shape shard_local_of(const Sh *s, Shape L, const Sharding *h) {
 
 /* Can logical dim n be split over ax in `blocks` blocks? */
 bool shard_divides(const Sh *s, int64_t n, int ax, int blocks) {
-  int64_t q = (int64_t)shard_degree(s, ax) * (blocks > 1 ? blocks : 1);
+  int64_t q = (int64_t)shard_degree(s, ax) * rt_blocks_count(blocks);
   return n > 0 && n % q == 0;
 }
 

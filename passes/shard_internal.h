@@ -8,7 +8,9 @@
  *   shard_tp.c     what only tensor/sequence parallelism needs: look-ahead for fused QKV
  *                  blocks, attention by heads (or replicated when tp does not divide them),
  *                  vocab-parallel embedding and cross-entropy
- * Calls go one way: shard.c -> shard_rules.c -> shard_tp.c -> shard_core.c.
+ *   shard_cp.c     what only context parallelism needs: the zigzag sequence seed, positions,
+ *                  rope at positions, ring attention
+ * Calls go one way: shard.c -> shard_rules.c -> shard_tp.c -> shard_cp.c -> shard_core.c.
  */
 #ifndef SHARDC_SHARD_INTERNAL_H
 #define SHARDC_SHARD_INTERNAL_H
@@ -62,6 +64,7 @@ typedef struct {
   PtrMap ce;    /* logits Value* (original) -> CeParts* */
   PtrMap embed; /* index Value* -> the table Value* of the EMBED that reads it */
   PtrMap attn_repl; /* SDPA/ROPE Node* whose heads tp does not divide: attention stays replicated */
+  PtrMap cp_pos;    /* Graph* -> this rank's positions of the sequence in it (shard_cp.c), made once per graph */
   Graph *g;     /* the graph being rebuilt: new nodes append here */
   Node **old;   /* its node list before the rebuild (for look-ahead) */
   int nold;
@@ -136,5 +139,18 @@ void shard_rule_embed_bwd(Sh *s, Node *n);
 /* cross-entropy over logits split on rows and/or vocab: in parts, never gathered. */
 void shard_rule_ce(Sh *s, Node *n);
 void shard_rule_ce_bwd(Sh *s, Node *n);
+
+/* ---- shard_cp.c ---- */
+bool shard_cp_on(const Sh *s);
+/* Reports plan options cp does not combine with yet (sp). */
+void shard_cp_check_plan(Sh *s);
+/* A token input's sharding h gains its sequence dim (1) over cp in zigzag order (error when 2 cp does not divide it). */
+void shard_cp_seed(Sh *s, Node *n, Sharding *h);
+/* A q/k/v-like target t with its sequence dim (1) over cp, when cp is on. */
+Sharding shard_cp_seq(const Sh *s, Sharding t);
+/* rope (input redistributed) on a cp-split sequence: replaced by rope_at this rank's positions. */
+void shard_cp_rope(Sh *s, Node *n);
+/* sdpa / sdpa_bwd (inputs redistributed, heads local) replaced by ring attention; lsh: the lse's sharding. */
+void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh);
 
 #endif

@@ -278,11 +278,11 @@ void shard_rule_slice_pad(Sh *s, Node *n) {
   for (int d = 0; d < x->shape.rank; d++) shard_copy_roles(s, n->out[0], d, x, d);
   Sharding h = x->sharding;
   if (a >= 0) {
-    int64_t N = shard_ldim(s, x, ax), nb = N / (x->sharding.blocks[ax] > 1 ? x->sharding.blocks[ax] : 1);
+    int64_t N = shard_ldim(s, x, ax), nb = N / rt_blocks_count(x->sharding.blocks[ax]);
     int t = shard_degree(s, a);
-    bool ok;
-    if (n->op == OP_SLICE) ok = n->a.start % nb == 0 && n->a.len % nb == 0 && n->a.len > 0;
-    else ok = n->a.start % nb == 0 && n->a.len % nb == 0;
+    bool ok = x->sharding.blocks[ax] != RT_BLOCKS_ZIGZAG; /* a zigzag split is gathered first */
+    if (n->op == OP_SLICE) ok = ok && n->a.start % nb == 0 && n->a.len % nb == 0 && n->a.len > 0;
+    else ok = ok && n->a.start % nb == 0 && n->a.len % nb == 0;
     if (ok) {
       int64_t outn = n->op == OP_SLICE ? n->a.len : n->a.len;
       h.blocks[ax] = (uint8_t)(outn / nb > 1 ? outn / nb : 0);
@@ -313,9 +313,9 @@ void shard_rule_concat(Sh *s, Node *n) {
   bool split_ok = a >= 0;
   for (int i = 0; i < n->nin && split_ok; i++) {
     Value *x = n->in[i];
-    int bl = x->sharding.blocks[ax] > 1 ? x->sharding.blocks[ax] : 1;
+    int bl = rt_blocks_count(x->sharding.blocks[ax]);
     int64_t b = shard_ldim(s, x, ax) / bl;
-    if (x->sharding.split[ax] != a || (nb && b != nb)) split_ok = false;
+    if (x->sharding.split[ax] != a || (nb && b != nb) || x->sharding.blocks[ax] == RT_BLOCKS_ZIGZAG) split_ok = false;
     nb = b;
     blocks += bl;
   }
@@ -449,6 +449,7 @@ void shard_rule_source(Sh *s, Node *n) {
           h.split[0] = RT_AX_DP;
         }
       }
+      shard_cp_seed(s, n, &h);
       shard_set_out(s, n, 0, h);
       return;
     }

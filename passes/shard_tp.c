@@ -137,9 +137,13 @@ void shard_rule_rope(Sh *s, Node *n) {
   shard_decide_repl(s, x);
   int ax = head_axis_of(s, n, 1);
   if (!check_heads(s, n, ax)) ax = -1;
-  n->in[0] = shard_redist(s, x, heads_target(s, x, ax));
+  n->in[0] = shard_redist(s, x, shard_cp_seq(s, heads_target(s, x, ax)));
   for (int d = 0; d < x->shape.rank; d++) shard_copy_roles(s, n->out[0], d, x, d);
   if (ax >= 0) n->a.heads /= shard_degree(s, ax);
+  if (shard_cp_on(s)) {
+    shard_cp_rope(s, n);
+    return;
+  }
   shard_set_out(s, n, 0, n->in[0]->sharding);
 }
 
@@ -149,28 +153,25 @@ void shard_rule_sdpa(Sh *s, Node *n) {
   int ax = head_axis_of(s, n, nq);
   if (!check_heads(s, n, ax)) ax = -1;
   Value *q = n->in[0];
-  Sharding t = heads_target(s, q, ax);
-  for (int i = 0; i < n->nin; i++) {
-    Value *x = n->in[i];
-    if (n->op == OP_SDPA_BWD && i == 4) { /* lse [B, H, S] */
-      Sharding l = shard_repl();
-      l.split[0] = t.split[0];
-      l.split[1] = (int8_t)ax;
-      n->in[i] = shard_redist(s, x, l);
-    } else {
-      n->in[i] = shard_redist(s, x, t);
-    }
-  }
+  Sharding t = shard_cp_seq(s, heads_target(s, q, ax));
+  Sharding l = shard_repl(); /* lse [B, H, S] */
+  l.split[0] = t.split[0];
+  l.split[1] = (int8_t)ax;
+  l.split[2] = t.split[1];
+  l.blocks[2] = t.blocks[1];
+  for (int i = 0; i < n->nin; i++) n->in[i] = shard_redist(s, n->in[i], n->op == OP_SDPA_BWD && i == 4 ? l : t);
   if (ax >= 0) {
     n->a.heads /= shard_degree(s, ax);
     n->a.kv_heads /= shard_degree(s, ax);
   }
+  if (shard_cp_on(s)) {
+    for (int d = 0; d < q->shape.rank; d++) shard_copy_roles(s, n->out[0], d, q, d);
+    shard_cp_sdpa(s, n, l);
+    return;
+  }
   if (n->op == OP_SDPA) {
     for (int d = 0; d < q->shape.rank; d++) shard_copy_roles(s, n->out[0], d, q, d);
     shard_set_out(s, n, 0, t);
-    Sharding l = shard_repl();
-    l.split[0] = t.split[0];
-    l.split[1] = (int8_t)ax;
     shard_set_out(s, n, 1, l);
   } else {
     for (int i = 0; i < 3; i++) {
@@ -216,6 +217,7 @@ void shard_rule_embed(Sh *s, Node *n) {
   Sharding h = shard_repl();
   for (int d = 0; d < idx->shape.rank; d++) {
     h.split[d] = idx->sharding.split[d];
+    h.blocks[d] = idx->sharding.blocks[d];
     shard_copy_roles(s, n->out[0], d, idx, d);
   }
   h.split[idx->shape.rank] = tab->sharding.split[1];
@@ -240,7 +242,10 @@ void shard_rule_embed_bwd(Sh *s, Node *n) {
     if (va >= 0 && t.split[d] == va) t.split[d] = -1;
   dy = n->in[1] = shard_redist(s, dy, t);
   Sharding ti = shard_repl();
-  for (int d = 0; d < r - 1; d++) ti.split[d] = t.split[d];
+  for (int d = 0; d < r - 1; d++) {
+    ti.split[d] = t.split[d];
+    ti.blocks[d] = t.blocks[d];
+  }
   n->in[0] = shard_redist(s, idx, ti);
   Sharding h = shard_repl();
   h.partial = dy->sharding.partial;
@@ -291,7 +296,10 @@ void shard_rule_ce(Sh *s, Node *n) {
   bool rows = false;
   for (int d = 0; d < r - 1; d++) rows |= lg->sharding.split[d] >= 0;
   Sharding tr = shard_repl();
-  for (int d = 0; d < r - 1; d++) tr.split[d] = lg->sharding.split[d];
+  for (int d = 0; d < r - 1; d++) {
+    tr.split[d] = lg->sharding.split[d];
+    tr.blocks[d] = lg->sharding.blocks[d];
+  }
   Value *tg = shard_redist(s, n->in[1], tr);
   if (va < 0 && !rows) { /* replicated: the op as it is */
     n->in[0] = lg;
@@ -370,7 +378,10 @@ void shard_rule_ce_bwd(Sh *s, Node *n) {
   Value *lg = cp->logits;
   int r = lg->shape.rank;
   Sharding tr = shard_repl();
-  for (int d = 0; d < r - 1; d++) tr.split[d] = lg->sharding.split[d];
+  for (int d = 0; d < r - 1; d++) {
+    tr.split[d] = lg->sharding.split[d];
+    tr.blocks[d] = lg->sharding.blocks[d];
+  }
   Value *tg = shard_redist(s, n->in[1], tr);
   Attrs a = {0};
   a.len = n->a.len > 0 ? n->a.len : shard_ldim(s, lg, r - 1);

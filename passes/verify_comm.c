@@ -205,12 +205,15 @@ static bool check_groups(const MeshMap *mm, const VerifyCollSeq *seqs, int nclas
   return ok;
 }
 
-/* The peer of rank r at `offset` along axis, or -1 outside the mesh. */
+/* The peer of rank r at `offset` along axis, or -1 outside the mesh. Along cp the members form a
+ * ring (context parallelism's K/V passing): the offset is taken modulo the degree there; along
+ * other axes (a pipeline) a peer before the first or past the last member is a plan bug. */
 static int peer_of(const MeshMap *mm, int r, int axis, int64_t offset) {
   int c[RT_AX_COUNT];
   rt_mesh_coords(mm, r, c);
-  int64_t x = c[axis] + offset;
-  if (x < 0 || x >= mm->dim[axis]) return -1;
+  int64_t d = mm->dim[axis], x = c[axis] + offset;
+  if (axis == RT_AX_CP && offset > -d && offset < d) x = (x % d + d) % d;
+  if (x < 0 || x >= d) return -1;
   c[axis] = (int)x;
   return rt_mesh_rank(mm, c);
 }

@@ -91,8 +91,14 @@ int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask) {
   return rt_mesh_group_index(m, rank, ~mask & RT_MESH_ALL);
 }
 
+int rt_blocks_count(int blocks) { return blocks == RT_BLOCKS_ZIGZAG ? 2 : blocks > 1 ? blocks : 1; }
+
 int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
   if (blocks <= 1) return (int64_t)c * n_local + l;
+  if (blocks == RT_BLOCKS_ZIGZAG) {
+    int64_t per = n_local / 2;
+    return l < per ? (int64_t)c * per + l : (int64_t)(2 * degree - 1 - c) * per + l - per;
+  }
   int64_t per = n_local / blocks; /* local elements per block */
   return (l / per) * per * degree + (int64_t)c * per + l % per;
 }

@@ -64,6 +64,13 @@ int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask);
  * split), local index l on the rank with coordinate c is logical index
  *   (l / per) * per * degree + c * per + l % per,   per = n_local / blocks. */
 int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l);
+/* blocks == RT_BLOCKS_ZIGZAG: context parallelism's load-balanced split of a sequence dim, the
+ * logical dim cut in 2 x degree equal chunks and the rank with coordinate c holding chunks c and
+ * 2 degree - 1 - c (in that order), so causal attention costs every rank the same:
+ *   l < per: c * per + l;  else (2 degree - 1 - c) * per + l - per,   per = n_local / 2. */
+#define RT_BLOCKS_ZIGZAG 255
+/* How many equal local blocks a `blocks` value cuts a dim in (zigzag: 2; 0 or 1: 1). */
+int rt_blocks_count(int blocks);
 
 /* True when every group over mask lies inside one node. */
 bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask);

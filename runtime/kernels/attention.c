@@ -9,6 +9,7 @@
  *   dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
  * Parallel over (batch, kv head) so each dk/dv/dq row has one owner. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +71,27 @@ static void check_hd(int64_t hd) {
   }
 }
 
+/* The keys query row s sees: t < key_end (positions increasing; NULL: row indices). */
+static inline int64_t key_end(int causal, int64_t T, const int32_t *qpos, const int32_t *kpos, int64_t s) {
+  if (!causal) return T;
+  if (!qpos) return s + 1 < T ? s + 1 : T;
+  int64_t lo = 0, hi = T;
+  while (lo < hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (kpos[mid] <= qpos[s]) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, float *o, float *lse) {
+  rt_attn_block_fwd(B, S, T, H, KV, hd, causal, q, k, v, NULL, NULL, o, lse);
+}
+
+void rt_attn_block_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
+                       const float *q, const float *k, const float *v, const int32_t *qpos, const int32_t *kpos,
+                       float *o, float *lse) {
   check_hd(hd);
   const int64_t grp = H / KV, qC = H * hd, kC = KV * hd;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -92,12 +112,12 @@ void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
           ls[s - s0] = 0.0f;
           memset(o + (b * S + s) * qC + h * hd, 0, (size_t)hd * sizeof(float));
         }
-        int64_t tmax = causal ? (s1 < T ? s1 : T) : T; /* keys any row of the block sees */
+        int64_t tmax = key_end(causal, T, qpos, kpos, s1 - 1); /* keys any row of the block sees */
         for (int64_t t0 = 0; t0 < tmax; t0 += RT_ATTN_BLOCK) {
           int64_t ntb = tmax - t0 < RT_ATTN_BLOCK ? tmax - t0 : RT_ATTN_BLOCK;
           transpose_block(kbase, kC, t0, ntb, hd, kt);
           for (int64_t s = s0; s < s1; s++) {
-            int64_t tend = causal ? (s + 1 < T ? s + 1 : T) : T;
+            int64_t tend = key_end(causal, T, qpos, kpos, s);
             int64_t nt = tend - t0 < ntb ? tend - t0 : ntb;
             if (nt <= 0) continue;
             const float *qr = q + (b * S + s) * qC + h * hd;
@@ -130,6 +150,12 @@ void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
 void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, const float *o, const float *lse, const float *dout, float *dq,
                  float *dk, float *dv) {
+  rt_attn_block_bwd(B, S, T, H, KV, hd, causal, q, k, v, o, lse, dout, NULL, NULL, dq, dk, dv);
+}
+
+void rt_attn_block_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
+                       const float *q, const float *k, const float *v, const float *o, const float *lse,
+                       const float *dout, const int32_t *qpos, const int32_t *kpos, float *dq, float *dk, float *dv) {
   check_hd(hd);
   const int64_t grp = H / KV, qC = H * hd, kC = KV * hd;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -152,8 +178,8 @@ void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
         transpose_block(kbase, kC, t0, ntb, hd, kt);
         transpose_block(vbase, kC, t0, ntb, hd, vt);
         for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
-          for (int64_t s = causal ? (t0 < S ? t0 : S) : 0; s < S; s++) { /* causal: rows s >= t0 see the block */
-            int64_t tend = causal ? (s + 1 < T ? s + 1 : T) : T;
+          for (int64_t s = causal && !qpos ? (t0 < S ? t0 : S) : 0; s < S; s++) { /* causal: rows s >= t0 see the block */
+            int64_t tend = key_end(causal, T, qpos, kpos, s);
             int64_t nt = tend - t0 < ntb ? tend - t0 : ntb;
             if (nt <= 0) continue;
             const float *qr = q + (b * S + s) * qC + h * hd, *orow = o + (b * S + s) * qC + h * hd,
@@ -182,4 +208,23 @@ void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
           }
       }
     }
+}
+
+void rt_attn_combine(int64_t B, int64_t S, int64_t H, int64_t hd, const float *o1, const float *lse1,
+                     const float *o2, const float *lse2, float *o, float *lse) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t s = 0; s < S; s++) {
+        int64_t li = (b * H + h) * S + s, at = (b * S + s) * H * hd + h * hd;
+        float a = lse1[li], c = lse2[li], m = a > c ? a : c;
+        if (m == -INFINITY) {
+          lse[li] = -INFINITY;
+          for (int64_t d = 0; d < hd; d++) o[at + d] = 0.0f;
+          continue;
+        }
+        float ea = expf(a - m), ec = expf(c - m), l = m + logf(ea + ec), w1 = ea / (ea + ec), w2 = ec / (ea + ec);
+        for (int64_t d = 0; d < hd; d++) o[at + d] = w1 * o1[at + d] + w2 * o2[at + d];
+        lse[li] = l;
+      }
 }

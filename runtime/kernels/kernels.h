@@ -132,6 +132,9 @@ void rt_rmsnorm_bwd(int64_t rows, int64_t D, float eps, const float *x, const fl
 size_t rt_rope_workspace_bytes(int64_t S, int64_t hd);
 void rt_rope(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t start, int inverse,
              const float *x, float *y, void *ws);
+/* The same with row s at position pos[s] + start (rope_at: a zigzag chunk pair's rows). */
+void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t start, int inverse,
+                const int32_t *pos, const float *x, float *y, void *ws);
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
@@ -153,6 +156,23 @@ void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
 void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, const float *o, const float *lse, const float *dout, float *dq,
                  float *dk, float *dv);
+
+/* Ring attention's pieces (context parallelism): attention of q over one block of keys whose
+ * global positions are kpos [T], the queries' qpos [S], both strictly increasing (a zigzag chunk
+ * pair is); causal: key t is visible to query s when kpos[t] <= qpos[s]. NULL positions are the
+ * row indices (rt_sdpa_fwd / bwd). A row that sees no key: o 0, lse -inf. The backward takes o
+ * and lse of the whole attention (every block combined) and writes this block's dq, dk, dv. */
+void rt_attn_block_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
+                       const float *q, const float *k, const float *v, const int32_t *qpos, const int32_t *kpos,
+                       float *o, float *lse);
+void rt_attn_block_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
+                       const float *q, const float *k, const float *v, const float *o, const float *lse,
+                       const float *dout, const int32_t *qpos, const int32_t *kpos, float *dq, float *dk, float *dv);
+/* Two attentions of the same queries over disjoint keys merged by log-sum-exp: lse = log(e^lse1 +
+ * e^lse2), o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2 per head ([B, S, H*hd], lse [B, H, S]); o may
+ * alias o1 or o2, lse lse1 or lse2. */
+void rt_attn_combine(int64_t B, int64_t S, int64_t H, int64_t hd, const float *o1, const float *lse1,
+                     const float *o2, const float *lse2, float *o, float *lse);
 
 /* ---- softmax cross-entropy (fused with its backward) --------------------------------------- */
 

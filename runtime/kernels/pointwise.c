@@ -289,11 +289,16 @@ size_t rt_rope_workspace_bytes(int64_t S, int64_t hd) { return (size_t)(S * hd) 
 
 void rt_rope(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t start, int inverse,
              const float *x, float *y, void *ws) {
+  rt_rope_at(B, S, H, hd, theta, start, inverse, NULL, x, y, ws);
+}
+
+void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t start, int inverse,
+                const int32_t *pos, const float *x, float *y, void *ws) {
   int64_t half = hd / 2, C = H * hd;
   float *cs = (float *)ws, *sn = cs + S * half; /* [S, half] each, from double angles */
   for (int64_t s = 0; s < S; s++)
     for (int64_t i = 0; i < half; i++) {
-      double ang = (double)(s + start) * pow(theta, -2.0 * (double)i / (double)hd);
+      double ang = (double)((pos ? pos[s] : s) + start) * pow(theta, -2.0 * (double)i / (double)hd);
       cs[s * half + i] = (float)cos(ang);
       sn[s * half + i] = (float)(inverse ? -sin(ang) : sin(ang));
     }

@@ -434,6 +434,26 @@ void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, 
   ctx->comm_s += now() - t0;
 }
 
+void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag) {
+  RtGroup *g = group_of(ctx, axis);
+  if (!g) {
+    move(ctx, y, x, (size_t)bytes);
+    return;
+  }
+  if (dev) {
+    fprintf(stderr, "shardrt: send / recv of device memory is not implemented (context parallelism runs on the CPU)\n");
+    exit(1);
+  }
+  int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
+  int to = (int)(((me + offset) % deg + deg) % deg), from = (int)(((me - offset) % deg + deg) % deg);
+  double t0 = now();
+  RtReq *r = rt_recv_start(g, from, y, (size_t)bytes, tag); /* posted first: every member sends before it waits */
+  RtReq *q = rt_send_start(g, to, x, (size_t)bytes, tag);
+  rt_wait(q);
+  rt_wait(r);
+  ctx->comm_s += now() - t0;
+}
+
 void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                          int blocks, int esize) {
   int deg = rt_ctx_degree(ctx, axis), c = rt_ctx_coord(ctx, axis);

@@ -53,6 +53,12 @@ void rt_coll_progress(RtCtx *ctx);
  * prints them at exit. */
 void rt_coll_async_stats(int64_t *started, int64_t *early, double *inflight_s, double *exposed_s);
 
+/* A ring shift along axis (send / recv, ops.def): x (bytes) goes to the member at coordinate
+ * + offset and y receives what the member at coordinate - offset sent, both modulo the degree,
+ * with tag; blocking, deadlock-free (the receive is posted before the send). x and y must not
+ * overlap. Host memory only. */
+void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag);
+
 /* x [outer, nl, inner] -> y [outer, nl * degree, inner]: member c's x lands at logical indices
  * rt_block_index(nl, blocks, degree, c, l). ws: rt_coll_ws_bytes(x bytes * degree). */
 void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,

@@ -58,6 +58,29 @@ void rt_sdpa_bwd_f32(float *dq, float *dk, float *dv, const float *q, const floa
   rt_sdpa_bwd(B, S, S, H, KV, hd, causal, q, k, v, o, lse, dout, dq, dk, dv);
 }
 
+void rt_rope_at_f32(float *y, const float *x, const int32_t *pos, int64_t B, int64_t S, int64_t H, int64_t hd,
+                    double theta, int64_t start, int inverse, void *ws) {
+  rt_rope_at(B, S, H, hd, theta, start, inverse, pos, x, y, ws);
+}
+
+void rt_attn_block_f32(float *o, float *lse, const float *q, const float *k, const float *v, const int32_t *qpos,
+                       const int32_t *kpos, int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                       int causal) {
+  rt_attn_block_fwd(B, S, T, H, KV, hd, causal, q, k, v, qpos, kpos, o, lse);
+}
+
+void rt_attn_block_bwd_f32(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
+                           const float *o, const float *lse, const float *dout, const int32_t *qpos,
+                           const int32_t *kpos, int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                           int causal) {
+  rt_attn_block_bwd(B, S, T, H, KV, hd, causal, q, k, v, o, lse, dout, qpos, kpos, dq, dk, dv);
+}
+
+void rt_attn_combine_f32(float *o, float *lse, const float *o1, const float *lse1, const float *o2,
+                         const float *lse2, int64_t B, int64_t S, int64_t H, int64_t hd) {
+  rt_attn_combine(B, S, H, hd, o1, lse1, o2, lse2, o, lse);
+}
+
 void rt_cross_entropy_f32(float *loss, const float *logits, const int32_t *targets, int64_t n, int64_t V,
                           int64_t len, void *ws) {
   loss[0] = rt_xent_fwd_bwd(n, V, len, logits, targets, 0.0f, NULL, ws);

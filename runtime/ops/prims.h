@@ -33,6 +33,19 @@ void rt_sdpa_f32(float *o, float *lse, const float *q, const float *k, const flo
 void rt_sdpa_bwd_f32(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, int64_t B, int64_t S, int64_t H,
                      int64_t KV, int64_t hd, int causal);
+/* Ring attention's pieces (ops.def rope_at, attn_block, attn_block_bwd, attn_combine): positions
+ * pos / qpos [S], kpos [T] strictly increasing; k, v [B, T, KV*hd]. */
+void rt_rope_at_f32(float *y, const float *x, const int32_t *pos, int64_t B, int64_t S, int64_t H, int64_t hd,
+                    double theta, int64_t start, int inverse, void *ws);
+void rt_attn_block_f32(float *o, float *lse, const float *q, const float *k, const float *v, const int32_t *qpos,
+                       const int32_t *kpos, int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                       int causal);
+void rt_attn_block_bwd_f32(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
+                           const float *o, const float *lse, const float *dout, const int32_t *qpos,
+                           const int32_t *kpos, int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                           int causal);
+void rt_attn_combine_f32(float *o, float *lse, const float *o1, const float *lse1, const float *o2,
+                         const float *lse2, int64_t B, int64_t S, int64_t H, int64_t hd);
 /* loss[0] = mean over targets >= 0 of -log softmax(logits[i, :len])[t]; logits [n, V]. */
 void rt_cross_entropy_f32(float *loss, const float *logits, const int32_t *targets, int64_t n, int64_t V,
                           int64_t len, void *ws);

@@ -1,0 +1,174 @@
+/* passes/shard_cp.c — context parallelism in the shard pass: the sequence split over `cp`.
+ *
+ * Why here and not a pass of its own: a cp split is a sharding of activations like dp's batch
+ * split, and the generic rules (shard_rules.c) carry it through every position-wise op — matmuls,
+ * norms, elementwise, the cross-entropy parts (the loss becomes partial sums over cp), and the
+ * gradients of replicated weights (partial over cp, settled by an all-reduce). What only cp needs
+ * is here: the seed, the positions, rope, and attention as a ring.
+ *
+ *   - Seed: token inputs split their sequence dim over cp in zigzag order (RT_BLOCKS_ZIGZAG: 2 cp
+ *     chunks, the rank with coordinate c holding chunks c and 2 cp - 1 - c), so causal attention
+ *     costs every rank the same. The sequence must divide by 2 cp.
+ *   - Positions: iota over the logical sequence, sliced in the same zigzag order (no traffic).
+ *     rope becomes rope_at(x, positions); learned position embeddings index with the iota and
+ *     are sliced by the generic rules.
+ *   - Ring attention: sdpa becomes attn_block of the local queries over the local keys, then cp - 1
+ *     hops, each passing K, V and their positions to the next rank of the cp ring (send +1, recv
+ *     -1) and combining the block's (o, lse) by log-sum-exp (attn_combine); causal masking compares
+ *     global positions. sdpa_bwd becomes the backward ring: the blocks travel again, with dK and
+ *     dV accumulators that collect every rank's share and make one last hop home.
+ */
+#include <string.h>
+
+#include "shard_internal.h"
+
+enum { TAG_K = 160, TAG_V, TAG_POS, TAG_DK, TAG_DV }; /* SEND/RECV tags of the ring's streams */
+
+bool shard_cp_on(const Sh *s) { return s->deg[RT_AX_CP] > 1; }
+
+/* Plan options cp does not combine with yet: refused, never ignored. */
+void shard_cp_check_plan(Sh *s) {
+  if (!shard_cp_on(s) || !s->sp) return;
+  error_at(s->m->plan.loc, "sequence parallelism (sp) with context parallelism (cp %d) is not supported yet",
+           s->deg[RT_AX_CP]);
+  note("cp already splits the sequence; use sp off with cp > 1 (tp still splits heads and the MLP)");
+  s->ok = false;
+}
+
+/* A token input [batch, seq, ..]: its sequence dim split over cp in zigzag order. */
+void shard_cp_seed(Sh *s, Node *n, Sharding *h) {
+  Value *v = n->out[0];
+  if (!shard_cp_on(s) || v->shape.rank < 2) return;
+  int cp = s->deg[RT_AX_CP];
+  if (v->shape.dim[1] % (2 * cp) != 0) {
+    error_at(n->loc, "the sequence (%lld tokens of input `%s`) does not split into 2 x cp = %d chunks",
+             (long long)v->shape.dim[1], n->a.name ? n->a.name : "?", 2 * cp);
+    note("context parallelism gives each cp rank two of 2 x cp equal chunks (zigzag order, for causal balance)");
+    s->ok = false;
+    return;
+  }
+  h->split[1] = RT_AX_CP;
+  h->blocks[1] = RT_BLOCKS_ZIGZAG;
+}
+
+/* q/k/v-like target (heads per shard_tp.c) with the sequence dim over cp. */
+Sharding shard_cp_seq(const Sh *s, Sharding t) {
+  if (shard_cp_on(s)) {
+    t.split[1] = RT_AX_CP;
+    t.blocks[1] = RT_BLOCKS_ZIGZAG;
+  }
+  return t;
+}
+
+/* This rank's global positions of a sequence of S tokens: i32[S / cp] (one per graph and length). */
+static Value *positions(Sh *s, int64_t S) {
+  intptr_t p0;
+  if (ptrmap_get(&s->cp_pos, s->g, &p0) && ((Value *)p0)->shape.dim[0] * s->deg[RT_AX_CP] == S) return (Value *)p0;
+  Attrs a = {0};
+  Value *p = ir_emit(s->g, OP_IOTA, 0, NULL, DT_I32, ir_shape(1, &S), &a, s->loc);
+  p->sharding = shard_repl();
+  Sharding z = shard_repl();
+  z.split[0] = RT_AX_CP;
+  z.blocks[0] = RT_BLOCKS_ZIGZAG;
+  Value *pos = shard_redist(s, p, z);
+  ptrmap_put(&s->cp_pos, s->g, (intptr_t)pos);
+  return pos;
+}
+
+/* x passed one step around the cp ring: sent to the next rank, the previous rank's received. */
+static Value *hop(Sh *s, Value *x, int tag) {
+  Attrs a = {0};
+  a.mesh_axis = RT_AX_CP;
+  a.start = 1;
+  a.tag = tag;
+  ir_node_new(s->g, OP_SEND, 1, &x, 0, s->loc)->a = a;
+  a.start = -1;
+  Value *y = ir_emit(s->g, OP_RECV, 0, NULL, x->dtype, x->shape, &a, s->loc);
+  y->sharding = x->sharding; /* the previous rank's block: the same local layout */
+  memcpy(shard_info(s, y)->role, shard_info(s, x)->role, sizeof shard_info(s, x)->role);
+  return y;
+}
+
+/* A node of op with the attrs of n, its outputs shaped like `like` (local shapes) and sharded. */
+static Node *emit_like(Sh *s, OpKind op, const Node *n, int nin, Value *const *in, int nout, Value *const *like,
+                       const Sharding *h) {
+  Node *d = ir_node_new(s->g, op, nin, in, nout, s->loc);
+  d->a = n->a;
+  for (int i = 0; i < nout; i++) {
+    d->out[i]->dtype = like[i]->dtype;
+    d->out[i]->shape = like[i]->shape;
+    d->out[i]->sharding = h[i];
+    memcpy(shard_info(s, d->out[i])->role, shard_info(s, like[i])->role, sizeof shard_info(s, like[i])->role);
+  }
+  return d;
+}
+
+static Value *add(Sh *s, Value *a, Value *b) {
+  Value *in[2] = {a, b};
+  Value *y = ir_emit(s->g, OP_ADD, 2, in, a->dtype, a->shape, NULL, s->loc);
+  y->sharding = a->sharding;
+  memcpy(shard_info(s, y)->role, shard_info(s, a)->role, sizeof shard_info(s, a)->role);
+  return y;
+}
+
+/* Node n (its inputs redistributed, its attrs local) is replaced by outs. */
+static void replace(Sh *s, Node *n, Value *const *outs) {
+  for (int i = 0; i < n->nout; i++) ptrmap_put(&s->subst, n->out[i], (intptr_t)outs[i]);
+  n->op = OP_COUNT; /* marks the node for removal by the caller */
+}
+
+/* rope on a cp-split sequence: rope_at this rank's positions. */
+void shard_cp_rope(Sh *s, Node *n) {
+  Value *x = n->in[0];
+  Value *in[2] = {x, positions(s, shard_ldim(s, x, 1))};
+  Node *d = emit_like(s, OP_ROPE_AT, n, 2, in, 1, &x, &x->sharding);
+  replace(s, n, d->out);
+}
+
+/* sdpa (inputs redistributed to the heads x cp target, heads local) as ring attention;
+ * lsh: the lse's sharding. */
+void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
+  Value *q = n->in[0], *k = n->in[1], *v = n->in[2];
+  Value *pos = positions(s, shard_ldim(s, q, 1));
+  int cp = s->deg[RT_AX_CP];
+  Value *kc = k, *vc = v, *pc = pos;
+  Sharding h2[2] = {q->sharding, lsh};
+  if (n->op == OP_SDPA) {
+    Value *lse_like = n->out[1];
+    lse_like->shape = shard_local_of(s, lse_like->shape, &lsh);
+    Value *like[2] = {q, lse_like};
+    Node *b = emit_like(s, OP_ATTN_BLOCK, n, 5, (Value *[]){q, k, v, pos, pos}, 2, like, h2);
+    Value *o = b->out[0], *lse = b->out[1];
+    for (int j = 1; j < cp; j++) {
+      kc = hop(s, kc, TAG_K);
+      vc = hop(s, vc, TAG_V);
+      pc = hop(s, pc, TAG_POS);
+      Node *bj = emit_like(s, OP_ATTN_BLOCK, n, 5, (Value *[]){q, kc, vc, pos, pc}, 2, like, h2);
+      Node *c = emit_like(s, OP_ATTN_COMBINE, n, 4, (Value *[]){o, lse, bj->out[0], bj->out[1]}, 2, like, h2);
+      o = c->out[0];
+      lse = c->out[1];
+    }
+    replace(s, n, (Value *[]){o, lse});
+    return;
+  }
+  /* sdpa_bwd: inputs (q, k, v, o, lse, do) */
+  Value *o = n->in[3], *lse = n->in[4], *dout = n->in[5];
+  Value *like[3] = {q, k, v};
+  Sharding h3[3] = {q->sharding, k->sharding, v->sharding};
+  Node *b = emit_like(s, OP_ATTN_BLOCK_BWD, n, 8, (Value *[]){q, k, v, o, lse, dout, pos, pos}, 3, like, h3);
+  Value *dq = b->out[0], *dk = b->out[1], *dv = b->out[2];
+  for (int j = 1; j < cp; j++) {
+    kc = hop(s, kc, TAG_K);
+    vc = hop(s, vc, TAG_V);
+    pc = hop(s, pc, TAG_POS);
+    dk = hop(s, dk, TAG_DK); /* the accumulator of the block now held: every rank before has added its share */
+    dv = hop(s, dv, TAG_DV);
+    Node *bj = emit_like(s, OP_ATTN_BLOCK_BWD, n, 8, (Value *[]){q, kc, vc, o, lse, dout, pos, pc}, 3, like, h3);
+    dq = add(s, dq, bj->out[0]);
+    dk = add(s, dk, bj->out[1]);
+    dv = add(s, dv, bj->out[2]);
+  }
+  dk = hop(s, dk, TAG_DK); /* home: the accumulators hold every rank's share of the next rank's block */
+  dv = hop(s, dv, TAG_DV);
+  replace(s, n, (Value *[]){dq, dk, dv});
+}
