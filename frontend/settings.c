@@ -478,7 +478,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
       p->interleave = 2;
     }
   } else if (strcmp(key, "recompute") == 0) {
-    static const char *const names[] = {"none", "block", "selective"};
+    static const char *const names[] = {"none", "full", "selective"};
     int i = get_choice(c, key, names, 3);
     if (i >= 0) p->recompute = (RecomputeKind)i;
   } else if (strcmp(key, "bucket") == 0) {
