@@ -100,7 +100,10 @@ static bool parse_plan(Reader *r) {
     case 3: ok = rd_int(r, &p->cp, 1, 1 << 20, "cp"); break;
     case 4: ok = on_off_value(r, &p->sp); break;
     case 5: ok = rd_int(r, &p->zero, 0, 3, "zero"); break;
-    case 6: p->offload = true; break;
+    case 6:
+      p->offload = true;
+      p->offload_loc = p->loc;
+      break;
     case 7: ok = rd_int(r, &p->microbatches, 1, 1 << 20, "microbatches"); break;
     case 8: {
       rd_ws(r);
