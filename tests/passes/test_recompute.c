@@ -1,7 +1,7 @@
 /* tests/passes/test_recompute.c — activation recompute (passes/recompute.c).
  *
  * For the tiny GPT and a Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA), each with 2 layers,
- * and the plans dp 1, dp 2, tp 2 and tp 2 + sp (simulated ranks): the whole pipeline runs with
+ * and the plans dp 1, dp 2, dp 4, tp 2, tp 2 + sp and dp 2 x tp 2 + sp (simulated ranks): the whole pipeline runs with
  * `recompute none`, `selective` and `full`, the three programs are interpreted in fp64 for two
  * AdamW steps on the same tokens, and after each step the loss, every gradient and every updated
  * parameter and optimizer state must be EXACTLY equal on every rank (the recomputed values are
@@ -116,7 +116,7 @@ static void equal_programs(const char *label, const char *path, const FeDefine *
   static const struct {
     int dp, tp;
     bool sp;
-  } plans[] = {{1, 1, false}, {2, 1, false}, {1, 2, false}, {1, 2, true}};
+  } plans[] = {{1, 1, false}, {2, 1, false}, {4, 1, false}, {1, 2, false}, {1, 2, true}, {2, 2, true}};
   Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 201, 0, V);
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 202, 0, V);
   for (size_t p = 0; p < sizeof plans / sizeof plans[0]; p++) {
