@@ -95,7 +95,8 @@ static bool check_offload(const Module *m) {
                              "for the GPU (--target cuda): leave it out (`-D offload=off`)");
     return false;
   }
-  note_at(p->offload_loc, "offload: on the CPU target the optimizer state already lives in host memory (nothing to move)");
+  note_at(p->offload_loc,
+          "offload: on the CPU target the optimizer state already lives in host memory (nothing to move)");
   return true;
 }
 
