@@ -2,10 +2,10 @@
  *
  * For the tiny GPT and a Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA), each with 2 layers,
  * and the plans dp 1, dp 2, dp 4, tp 2, tp 2 + sp and dp 2 x tp 2 + sp (simulated ranks): the
- * whole pipeline runs with `recompute none`, `selective` and `full`, the three programs are interpreted in fp64 for two
- * AdamW steps on the same tokens, and after each step the loss, every gradient and every updated
- * parameter and optimizer state must be EXACTLY equal on every rank (the recomputed values are
- * the same ops on the same values in the same order). The pass must also have done something:
+ * whole pipeline runs with `recompute none`, `selective` and `full`, the three programs are
+ * interpreted in fp64 for two AdamW steps on the same tokens, and after each step the loss, every
+ * gradient and every updated parameter and optimizer state must be EXACTLY equal on every rank
+ * (the recomputed values are the same ops on the same values in the same order). The pass must also have done something:
  * the forward loop saves fewer activations (full: only the block's input) and the memory plan's
  * activations at the peak drop, full < selective < none, for both models at their real sizes.
  */
