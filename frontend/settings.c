@@ -454,10 +454,14 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "sp") == 0) get_bool(c, key, &p->sp);
   else if (strcmp(key, "zero") == 0) {
     if (get_int32(c, key, 0, 3, &p->zero) && is_ident(peek(c), "offload")) {
+      p->offload_loc = peek(c)->loc;
       c->i++;
       p->offload = true;
     }
-  } else if (strcmp(key, "offload") == 0) get_bool(c, key, &p->offload);
+  } else if (strcmp(key, "offload") == 0) {
+    p->offload_loc = k->loc;
+    get_bool(c, key, &p->offload);
+  }
   else if (strcmp(key, "microbatches") == 0) get_int32(c, key, 1, 1 << 20, &p->microbatches);
   else if (strcmp(key, "interleave") == 0) get_int32(c, key, 1, 1 << 10, &p->interleave);
   else if (strcmp(key, "schedule") == 0) {
@@ -478,7 +482,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
       p->interleave = 2;
     }
   } else if (strcmp(key, "recompute") == 0) {
-    static const char *const names[] = {"none", "block", "selective"};
+    static const char *const names[] = {"none", "full", "selective"};
     int i = get_choice(c, key, names, 3);
     if (i >= 0) p->recompute = (RecomputeKind)i;
   } else if (strcmp(key, "bucket") == 0) {

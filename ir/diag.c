@@ -78,6 +78,17 @@ void warning_at(SrcLoc loc, const char *fmt, ...) {
   va_end(ap);
 }
 
+void note_at(SrcLoc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  FILE *f = stream();
+  if (loc.file) fprintf(f, "%s:%d:%d: note: ", loc.file, loc.line, loc.col);
+  else fprintf(f, "shardc: note: ");
+  vfprintf(f, fmt, ap);
+  fputc('\n', f);
+  va_end(ap);
+}
+
 void note(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

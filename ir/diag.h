@@ -15,6 +15,8 @@ void diag_add_source(const char *file, const char *text);
 void diag_set_stream(FILE *f); /* default stderr */
 void error_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void warning_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A one-line note at a location (`file:line:col: note: ...`, no source line): information, not a problem. */
+void note_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A note or hint attached to the previous diagnostic ("did you mean `heads`?"); no location line. */
 void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A plain error with no source location (command line, files). */

@@ -39,13 +39,17 @@ typedef struct {
 
 /* ---- parallel plan --------------------------------------------------------- */
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } PipeSchedule;
-typedef enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE } RecomputeKind;
+/* Activation recompute (passes/recompute.c): none keeps every activation the backward reads; full keeps
+ * each repeat block's carried input and recomputes the block's forward in backward; selective keeps the
+ * GEMM, norm and communication outputs and recomputes attention (sdpa) and cheap elementwise/shape ops. */
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE } RecomputeKind;
 
 typedef struct {
   int dp, tp, pp, cp; /* degrees as written; dp 0: auto. Resolved once into Module.mesh (ir/mesh.h) */
   bool sp;            /* sequence parallel in tp regions */
   int zero;           /* 0..3 */
-  bool offload;       /* ZeRO optimizer state on host */
+  bool offload;       /* ZeRO optimizer state on host (passes/optimizer.c: a no-op on the CPU target, refused on CUDA) */
+  SrcLoc offload_loc; /* where `offload` was written (its diagnostics) */
   int microbatches;
   PipeSchedule schedule;
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */

@@ -467,7 +467,7 @@ double ir_flops_per_token(const Module *m, bool training) {
 /* ---- module --------------------------------------------------------------------------- */
 
 static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb"};
-static const char *const recompute_names[] = {"none", "block", "selective"};
+static const char *const recompute_names[] = {"none", "full", "selective"};
 
 static void print_link(FILE *f, const char *what, const Link *l) {
   if (l->kind == LINK_NONE) return;

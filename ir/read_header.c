@@ -83,7 +83,7 @@ static bool parse_plan(Reader *r) {
   static const char *const keys[] = {"dp", "tp", "pp", "cp", "sp", "zero", "offload", "microbatches",
                                      "schedule", "recompute", "bucket_bytes", "cross_node_tp"};
   static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
-  static const char *const recs[] = {"none", "block", "selective"};
+  static const char *const recs[] = {"none", "full", "selective"};
   Plan *p = &r->m->plan;
   if (!rd_expect(r, ':')) return false;
   while (!rd_eol(r)) {
@@ -100,7 +100,10 @@ static bool parse_plan(Reader *r) {
     case 3: ok = rd_int(r, &p->cp, 1, 1 << 20, "cp"); break;
     case 4: ok = on_off_value(r, &p->sp); break;
     case 5: ok = rd_int(r, &p->zero, 0, 3, "zero"); break;
-    case 6: p->offload = true; break;
+    case 6:
+      p->offload = true;
+      p->offload_loc = p->loc;
+      break;
     case 7: ok = rd_int(r, &p->microbatches, 1, 1 << 20, "microbatches"); break;
     case 8: {
       rd_ws(r);
@@ -121,7 +124,7 @@ static bool parse_plan(Reader *r) {
       break;
     }
     case 9:
-      ok = rd_choice(r, &v, recs, 3, "none, block or selective");
+      ok = rd_choice(r, &v, recs, 3, "none, full or selective");
       p->recompute = (RecomputeKind)v;
       break;
     case 10: ok = rd_i64(r, &p->bucket_bytes, 1, (int64_t)1 << 50, "bucket_bytes"); break;

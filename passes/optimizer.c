@@ -18,6 +18,10 @@
  * (the rank without the leading layer dim for params stacked into a repeat).
  * Biases, norm gains and other vectors get weight_decay = 0 (GPT-2/llm.c's rule).
  * Optimizer moments are f32 (f64 when the param is f64), whatever the compute dtype.
+ *
+ * Plan `offload` (ZeRO-Offload: optimizer state in host memory) moves the state a ZeRO stage
+ * shards, so it needs `zero` >= 1. On the CPU target the state already lives in host memory: a
+ * note says so and nothing changes. The CUDA target does not implement it yet: an error.
  */
 #include <string.h>
 
@@ -78,7 +82,26 @@ static Value *find_result(const Graph *g, const char *name) {
   return NULL;
 }
 
+static bool check_offload(const Module *m) {
+  const Plan *p = &m->plan;
+  if (!p->offload) return true;
+  if (p->zero == 0) {
+    error_at(p->offload_loc, "`offload` moves ZeRO's optimizer state to host memory: it needs `zero 1`, `zero 2` or "
+                             "`zero 3` (or `offload off`)");
+    return false;
+  }
+  if (m->target == TARGET_CUDA) {
+    error_at(p->offload_loc, "`offload` (optimizer state and the AdamW step in host memory) is not implemented yet "
+                             "for the GPU (--target cuda): leave it out (`-D offload=off`)");
+    return false;
+  }
+  note_at(p->offload_loc,
+          "offload: on the CPU target the optimizer state already lives in host memory (nothing to move)");
+  return true;
+}
+
 bool pass_optimizer(Module *m) {
+  if (!check_offload(m)) return false;
   Graph *g = m->graph;
   Recipe r;
   if (m->has_recipe) r = m->recipe;

@@ -25,6 +25,7 @@ static const Pass passes[] = {
     {"optimizer", pass_optimizer},  /* clip, lr, update */
     {"shard", pass_shard},          /* dp/tp/sp: per-rank shapes, collectives */
     {"buckets", pass_grad_buckets}, /* dp gradient all-reduces overlapped with backward, bucketed */
+    {"recompute", pass_recompute},  /* activations of repeat blocks recomputed in backward (plan recompute) */
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */
     {"verify", pass_verify},        /* every rank's collectives match its group peers' */

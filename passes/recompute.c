@@ -1,0 +1,339 @@
+/* passes/recompute.c — pass_recompute: activation recompute (checkpointing) of repeat blocks.
+ *
+ * After autodiff a forward REPEAT F yields, besides its own outputs, the *residuals* its
+ * backward REPEAT B reads: per-iteration values of F's body stacked over the layers and read
+ * by B as stacked inputs (xs). They live from the forward to the backward of their layer,
+ * which is most of a step's activation memory. This pass keeps fewer of them and recomputes
+ * the rest inside B's body, from what it keeps, with clones of F's own nodes:
+ *
+ *   full       keeps only each iteration's carried input (the block's input): B's body
+ *              re-runs the block's forward (its collectives too, as Megatron's full
+ *              recompute does) before the block's backward;
+ *   selective  keeps the outputs of GEMMs, norms, embeddings and collectives and recomputes
+ *              the attention core (sdpa) and the cheap ops between them: elementwise ops,
+ *              rope, and copies (slice, concat, reshape, transpose, pad, broadcast_to) —
+ *              Megatron's selective recompute, with our flash-style sdpa as the core;
+ *   none       the pass does nothing.
+ *
+ * A value the recomputation needs that F does not yield yet (a GEMM output under selective,
+ * the carried input if the backward did not need it) becomes a new residual; a stacked or
+ * captured input of F that B does not read yet becomes a new argument of B. Each clone is
+ * placed in B's body right before the first node that reads it, so memplan's liveness keeps
+ * a recomputed value only from there to its last use; the residuals no longer read are
+ * dropped from F (and what computed only them from F's body). The clones are the same ops
+ * with the same attributes, shapes, dtypes and shardings, on the same values, so the loss
+ * and the gradients are bit-identical to no recompute.
+ *
+ * Where: after `shard` and `buckets`, before `fuse` and `memplan`. It must see the backward
+ * graph (autodiff made the residuals), and it works on the per-rank program, so a clone is
+ * the very node the forward ran (a tp collective included) and the shard pass needs no rule
+ * for recomputed nodes; fuse then groups the recomputed chains and memplan plans them.
+ * Limits: a region node inside F's body (a nested repeat) is kept, not recomputed; a
+ * REPEAT outside every F/B pair (no backward) is left alone.
+ */
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+
+typedef struct {
+  RecomputeKind kind;
+  Node *F, *B;  /* the forward REPEAT and its backward */
+  Graph *fb;    /* F's body */
+  Graph *bb;    /* B's body */
+  PtrMap memo;  /* F-body value -> its value in B's body (a clone, an argument, a direct read) */
+  PtrMap recomp; /* B-body ARG value -> the F-body value it will be recomputed as */
+} Rc;
+
+/* ---- repeat signature edits --------------------------------------------------------- */
+
+/* Inserts an argument at position pos of REPEAT rep (input x), shifting later ones. */
+static Node *insert_arg(Node *rep, int pos, Value *x, const Value *like) {
+  Graph *b = rep->body;
+  Node *a = ir_add_arg(b, like->dtype, like->shape, like->name); /* appended as the last arg */
+  a->out[0]->sharding = like->sharding;
+  for (int i = b->nargs - 1; i > pos; i--) {
+    b->args[i] = b->args[i - 1];
+    b->args[i]->a.index = i;
+  }
+  b->args[pos] = a;
+  a->a.index = pos;
+  Value **in = ARENA_ARRAY(b->arena, Value *, rep->nin + 1);
+  memcpy(in, rep->in, sizeof(Value *) * (size_t)pos);
+  in[pos] = x;
+  memcpy(in + pos + 1, rep->in + pos, sizeof(Value *) * (size_t)(rep->nin - pos));
+  rep->in = in;
+  rep->nin++;
+  return a;
+}
+
+/* Removes argument pos of REPEAT rep (unused in its body). */
+static void remove_arg(Node *rep, int pos) {
+  Graph *b = rep->body;
+  Node *a = b->args[pos];
+  int k = 0;
+  for (int i = 0; i < b->nnodes; i++)
+    if (b->nodes[i] != a) b->nodes[k++] = b->nodes[i];
+  b->nnodes = k;
+  for (int i = pos; i + 1 < b->nargs; i++) {
+    b->args[i] = b->args[i + 1];
+    b->args[i]->a.index = i;
+  }
+  b->nargs--;
+  for (int i = pos; i + 1 < rep->nin; i++) rep->in[i] = rep->in[i + 1];
+  rep->nin--;
+}
+
+/* Adds a stacked output to F yielding its body value v every iteration. */
+static Value *add_stacked(Node *F, Value *v) {
+  Graph *g = F->graph;
+  if (v->shape.rank + 1 > IR_MAX_RANK) die("recompute: residual rank too large");
+  Value **out = ARENA_ARRAY(g->arena, Value *, F->nout + 1);
+  memcpy(out, F->out, sizeof(Value *) * (size_t)F->nout);
+  Value *o = ARENA_NEW(g->arena, Value);
+  o->def = F;
+  o->idx = F->nout;
+  o->id = g->next_value_id++;
+  o->dtype = v->dtype;
+  o->shape.rank = v->shape.rank + 1;
+  o->shape.dim[0] = F->a.count;
+  o->shape.sym[0] = -1;
+  o->sharding = ir_replicated();
+  o->sharding.partial = v->sharding.partial;
+  for (int d = 0; d < v->shape.rank; d++) {
+    o->shape.dim[d + 1] = v->shape.dim[d];
+    o->shape.sym[d + 1] = v->shape.sym[d];
+    o->sharding.split[d + 1] = v->sharding.split[d];
+    o->sharding.blocks[d + 1] = v->sharding.blocks[d];
+  }
+  o->offset = -1;
+  out[F->nout] = o;
+  F->out = out;
+  F->nout++;
+  ir_add_result(F->body, v, NULL);
+  return o;
+}
+
+/* Removes stacked output k of F (read by nothing) and its body result. */
+static void remove_output(Node *F, int k) {
+  Graph *b = F->body;
+  for (int i = k; i + 1 < F->nout; i++) {
+    F->out[i] = F->out[i + 1];
+    F->out[i]->idx = i;
+    b->results[i] = b->results[i + 1];
+    if (b->result_names) b->result_names[i] = b->result_names[i + 1];
+  }
+  F->nout--;
+  b->nresults--;
+}
+
+/* Reads of v by nodes of g and its nested bodies, plus g's results. */
+static int uses(const Graph *g, const Value *v) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) c += n->in[j] == v;
+    if (n->body) c += uses(n->body, v);
+  }
+  for (int i = 0; i < g->nresults; i++) c += g->results[i] == v;
+  return c;
+}
+
+static void replace_deep(Graph *g, const Value *from, Value *to) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == from) n->in[j] = to;
+    if (n->body) replace_deep(n->body, from, to);
+  }
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == from) g->results[i] = to;
+}
+
+/* ---- what to keep ------------------------------------------------------------------------ */
+
+/* Whether the output of n is recomputed in the backward (else kept as a residual). */
+static bool recomputed(const Rc *r, const Node *n) {
+  if (n->body || n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_SOURCE)) return false;
+  if (r->kind == RECOMPUTE_FULL) return true;
+  if (ir_ops[n->op].flags & F_EW) return true;
+  switch (n->op) {
+  case OP_SDPA:
+  case OP_ROPE:
+  case OP_RESHAPE:
+  case OP_TRANSPOSE:
+  case OP_SLICE:
+  case OP_PAD:
+  case OP_CONCAT:
+  case OP_BROADCAST_TO: return true;
+  default: return false;
+  }
+}
+
+/* ---- building B's recomputation ------------------------------------------------------------ */
+
+/* B's argument reading outer value x at an index in [lo, hi), or NULL. */
+static Value *b_arg_of(const Rc *r, const Value *x, int lo, int hi) {
+  for (int i = lo; i < hi; i++)
+    if (r->B->in[i] == x) return r->bb->args[i]->out[0];
+  return NULL;
+}
+
+/* F-body value v kept: B reads it as a residual (stacked by F), made one if it is not yet. */
+static Value *residual(Rc *r, Value *v) {
+  Node *F = r->F, *B = r->B;
+  int nc = B->a.ncarry, nx = B->a.nxs;
+  for (int k = F->a.ncarry; k < F->body->nresults; k++)
+    if (F->body->results[k] == v) {
+      Value *a = b_arg_of(r, F->out[k], nc, nc + nx);
+      intptr_t rv;
+      if (a && !ptrmap_get(&r->recomp, a, &rv)) return a;
+    }
+  Value *o = add_stacked(F, v);
+  Node *a = insert_arg(B, nc + nx, o, v);
+  B->a.nxs++;
+  return a->out[0];
+}
+
+static Value *materialize(Rc *r, Value *v);
+
+static Value *clone(Rc *r, Value *v) {
+  Node *d = v->def;
+  Value **in = ARENA_ARRAY(r->bb->arena, Value *, d->nin + 1);
+  for (int j = 0; j < d->nin; j++) in[j] = materialize(r, d->in[j]);
+  Node *c = ir_node_new(r->bb, d->op, d->nin, in, d->nout, d->loc);
+  c->a = d->a;
+  for (int k = 0; k < d->nout; k++) {
+    Value *o = c->out[k], *f = d->out[k];
+    o->dtype = f->dtype;
+    o->shape = f->shape;
+    o->sharding = f->sharding;
+    o->name = f->name;
+    o->offset = -1;
+    ptrmap_put(&r->memo, f, (intptr_t)o);
+  }
+  return c->out[v->idx];
+}
+
+/* The value of F-body value v in B's body: cloned nodes are appended to B's body here. */
+static Value *materialize(Rc *r, Value *v) {
+  intptr_t got;
+  if (ptrmap_get(&r->memo, v, &got)) return (Value *)got;
+  Node *d = v->def, *F = r->F, *B = r->B;
+  Value *res;
+  if (d->graph != r->fb) {
+    res = v; /* an enclosing value read directly: B's body can read it too */
+  } else if (d->op == OP_ARG) {
+    int i = d->a.index, fc = F->a.ncarry, fx = F->a.nxs;
+    int bc = B->a.ncarry, bx = B->a.nxs;
+    if (i < fc) {
+      res = residual(r, v);
+    } else if (i < fc + fx) {
+      res = b_arg_of(r, F->in[i], bc, bc + bx);
+      if (!res) {
+        res = insert_arg(B, bc + bx, F->in[i], v)->out[0];
+        B->a.nxs++;
+      }
+    } else {
+      res = b_arg_of(r, F->in[i], bc + bx, B->nin);
+      if (!res) res = insert_arg(B, B->nin, F->in[i], v)->out[0];
+    }
+  } else if (d->op == OP_CONST || d->op == OP_IOTA || d->op == OP_AXIS_INDEX || recomputed(r, d)) {
+    res = clone(r, v);
+  } else {
+    res = residual(r, v);
+  }
+  ptrmap_put(&r->memo, v, (intptr_t)res);
+  return res;
+}
+
+/* Recomputes in B's body what B reads of F that the mode does not keep; drops the rest. */
+static void recompute_pair(RecomputeKind kind, Node *F, Node *B) {
+  Rc r = {.kind = kind, .F = F, .B = B, .fb = F->body, .bb = B->body};
+  Graph *bb = B->body;
+  int nc = B->a.ncarry, nx0 = B->a.nxs;
+  /* the residual arguments to replace: stacked outputs of F whose body value is not kept */
+  Value **old = ARENA_ARRAY(bb->arena, Value *, nx0 + 1); /* B args replaced */
+  int nold = 0;
+  for (int i = nc; i < nc + nx0; i++) {
+    Value *x = B->in[i];
+    if (x->def != F || x->idx < F->a.ncarry) continue;
+    Value *v = F->body->results[x->idx];
+    Node *d = v->def; /* an argument (the block's input) or a value the mode keeps: stays */
+    if (d->graph != F->body || d->op == OP_ARG || !recomputed(&r, d)) continue;
+    ptrmap_put(&r.recomp, bb->args[i]->out[0], (intptr_t)v);
+    old[nold++] = bb->args[i]->out[0];
+  }
+  if (!nold) {
+    ptrmap_free(&r.recomp);
+    return;
+  }
+  /* rebuild B's body: its arguments first (a clone may read any), then its nodes, each
+   * recomputed value right before its first reader */
+  int n0 = bb->nnodes;
+  Node **nodes = ARENA_ARRAY(bb->arena, Node *, n0 + 1);
+  memcpy(nodes, bb->nodes, sizeof(Node *) * (size_t)n0);
+  bb->nnodes = 0;
+  for (int i = 0; i < n0; i++)
+    if (nodes[i]->op == OP_ARG) bb->nodes[bb->nnodes++] = nodes[i];
+  for (int i = 0; i < n0; i++) {
+    Node *n = nodes[i];
+    if (n->op == OP_ARG) continue;
+    for (int j = 0; j < n->nin; j++) {
+      intptr_t fv;
+      if (ptrmap_get(&r.recomp, n->in[j], &fv)) n->in[j] = materialize(&r, (Value *)fv);
+    }
+    for (int k = 0; n->body && k < nold; k++)
+      if (uses(n->body, old[k])) {
+        intptr_t fv;
+        ptrmap_get(&r.recomp, old[k], &fv);
+        replace_deep(n->body, old[k], materialize(&r, (Value *)fv));
+      }
+    arena_grow(bb->arena, (void **)&bb->nodes, &bb->capnodes, bb->nnodes + 1, sizeof(Node *));
+    bb->nodes[bb->nnodes++] = n;
+  }
+  for (int k = 0; k < bb->nresults; k++) {
+    intptr_t fv;
+    if (ptrmap_get(&r.recomp, bb->results[k], &fv)) bb->results[k] = materialize(&r, (Value *)fv);
+  }
+  /* drop B's replaced arguments, then F's outputs nobody reads any more */
+  for (int i = B->a.ncarry + B->a.nxs - 1; i >= B->a.ncarry; i--) {
+    Value *a = bb->args[i]->out[0];
+    intptr_t fv;
+    if (!ptrmap_get(&r.recomp, a, &fv) || uses(bb, a)) continue;
+    Value *x = B->in[i];
+    remove_arg(B, i);
+    B->a.nxs--;
+    if (x->def == F && x->idx >= F->a.ncarry && uses(F->graph, x) == 0) remove_output(F, x->idx);
+  }
+  ir_remove_dead(F->body);
+  ptrmap_free(&r.memo);
+  ptrmap_free(&r.recomp);
+}
+
+/* The forward REPEAT whose stacked outputs B reads as stacked inputs, or NULL. */
+static Node *forward_of(const Node *B) {
+  for (int i = B->a.ncarry; i < B->a.ncarry + B->a.nxs; i++) {
+    Node *d = B->in[i]->def;
+    if (d->op == OP_REPEAT && d != B && d->graph == B->graph && B->in[i]->idx >= d->a.ncarry &&
+        d->a.count == B->a.count && d->a.reverse != B->a.reverse)
+      return d;
+  }
+  return NULL;
+}
+
+static void recompute_graph(RecomputeKind kind, Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *B = g->nodes[i];
+    if (B->op != OP_REPEAT) continue;
+    Node *F = forward_of(B);
+    if (F) recompute_pair(kind, F, B);
+  }
+}
+
+bool pass_recompute(Module *m) {
+  if (m->plan.recompute == RECOMPUTE_NONE) return true;
+  recompute_graph(m->plan.recompute, m->graph);
+  return true;
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The plan's `recompute` and `offload` (label passes): recompute is applied (no warning names it),
+# its kinds are none, selective and full (anything else is an error with a hint); `offload` is a
+# no-op with a note on the CPU target, an error (file:line:col, caret) on the CUDA target, and an
+# error without a ZeRO stage. Usage: plan_options.sh SHARDC
+set -uo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+fail=0
+m=tests/passes/plan/offload.model
+expect() { # expect WANT_EXIT "needle" ... -- shardc plan args
+  local want=$1; shift
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  local out rc
+  out=$("$shardc" plan "$@" 2>&1 >/dev/null); rc=$?
+  if [ "$rc" != "$want" ]; then echo "FAIL: shardc plan $* exited $rc, want $want"; echo "$out"; fail=1; return; fi
+  for n in "${needles[@]}"; do
+    if ! grep -qF -- "$n" <<<"$out"; then echo "FAIL: shardc plan $*: no '$n' in:"; echo "$out"; fail=1; fi
+  done
+  if grep -qi "warning.*recompute" <<<"$out"; then echo "FAIL: shardc plan $*: a warning names recompute:"; echo "$out"; fail=1; fi
+}
+expect 0 "$m:25:10: note: offload: on the CPU target the optimizer state already lives in host memory" -- $m --world 1
+expect 1 "$m:25:10: error: \`offload\` (optimizer state and the AdamW step in host memory) is not implemented yet for the GPU (--target cuda)" \
+  "   25 |   zero 2 offload" "      |          ^" -- $m --world 1 --target cuda
+expect 1 "error: \`offload\` moves ZeRO's optimizer state to host memory: it needs \`zero 1\`, \`zero 2\` or \`zero 3\`" \
+  -- models/tiny.model --world 1 -D offload=on
+expect 1 "error: \`recompute\` needs one of none, full or selective, got \`block\`" -- $m --world 1 -D recompute=block
+expect 1 "got \`ful\`" "note: did you mean \`full\`?" -- $m --world 1 -D recompute=ful
+for r in none selective full; do expect 0 -- models/tiny.model --world 1 -D recompute=$r; done
+[ $fail = 0 ] && echo "plan options: recompute applied, offload noted on CPU and refused on CUDA, bad kinds refused"
+exit $fail
