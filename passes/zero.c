@@ -1,36 +1,44 @@
-/* passes/zero.c — the `zero` pass: ZeRO stage 1 (plan `zero 1`), optimizer state sharded over dp.
+/* passes/zero.c — the `zero` pass: ZeRO stages 1 and 2 (plan `zero N`) over the dp axis.
  *
- * Runs after `buckets`: the gradients reaching the update are already whole (all-reduced over
- * dp, in buckets, overlapped with backward), so the gradient norm for clipping is the global one
- * and stays untouched. For every parameter update (adamw_update / sgd_update of the top graph)
- * this pass picks the shard dim d: the first dim of the parameter's (per-tp-rank) shape that
- * tp does not split and that dp divides. Then
+ * Runs after `buckets`: the gradients reaching the update have been all-reduced over dp in
+ * buckets, overlapped with backward (inside the backward loop for a layer's gradients); this pass
+ * rewrites those all-reduces and the updates that read them. For every parameter update
+ * (adamw_update / sgd_update of the top graph) it picks the shard dim d: the first dim of the
+ * parameter's (per-tp-rank) shape that tp does not split and that dp divides (for ZeRO-2, of a
+ * layer's stacked parameter [L, ..]: a dim after the layer dim, so that each layer's gradient is
+ * scattered inside the backward loop).
  *
- *     ps  = shard_slice(p)  over dp along d      (this rank's 1/dp of the parameter)
- *     gs  = shard_slice(g)  over dp along d      (and of its gradient: no communication)
- *     ps', m', v' = adamw_update(ps, gs, m, v)   m, v: STATE values of 1/dp the size, S(dp)@d
+ * ZeRO-1 (zero >= 1):
+ *     ps  = shard_slice(p)  over dp along d      (this rank's 1/dp of the parameter, no traffic)
+ *     gs  = shard_slice(g)  over dp along d      (zero 1: of the all-reduced gradient)
+ *     ps', m', v' = adamw_update(ps, gs, m, v)   m, v: STATE values 1/dp the size, S(dp)@d
  *     p'  = all_gather(ps') over dp along d      (every rank's parameter rebuilt)
+ * ZeRO-2 (zero >= 2): the gradient's all-reduce becomes a reduce_scatter over dp along d, where
+ * the all-reduce was (the member leaves its bucket), so only 1/dp of each gradient is kept (a
+ * layer's gradients: the backward loop's stacked outputs are 1/dp) and gs is that shard. The
+ * clip's sum of squares over a gradient shard is a partial sum over dp: one all_reduce of those
+ * scalars (one bucket) makes the norm the global one again.
  *
- * so each rank keeps and updates 1/dp of the Adam moments (SGD's momentum), the update costs
- * 1/dp of the flops, and one all-gather of the parameter replaces nothing (plain dp sends no
- * parameters): per step, ZeRO-1 adds the parameter bytes x (dp - 1) / dp of traffic per rank.
- * The states are ordinary sharded tensors (S(dp)@d), so checkpoints stay logical: the runtime
- * gathers them whole (runtime/train/dist.c), and a zero-1 checkpoint resumes under zero 0 and
- * back. A parameter with no such dim (every dim tp-split or not a multiple of dp: e.g. [2, 34]
- * under dp 4) keeps its state whole and updates replicated, as under zero 0 (listed by
- * --dump-ir's note); this is exact, it only forgoes the saving on that tensor.
+ * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
+ * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
+ * all-reduce, so it moves what plain dp moves. Memory per rank (memplan): optimizer state
+ * (AdamW: 2 P f32) / dp; ZeRO-2 also gradients / dp.
  *
- * Memory per rank (memplan): optimizer state 2 P / dp (AdamW, f32 P parameters' bytes) instead
- * of 2 P; parameters and gradients unchanged.
+ * The states (and ZeRO-2's gradients) are ordinary sharded tensors (S(dp)@d), so checkpoints
+ * stay logical: the runtime gathers them whole (runtime/train/dist.c), and a checkpoint of any
+ * stage resumes under any other. A parameter with no such dim (every dim tp-split or not a
+ * multiple of dp: e.g. [2, 34] under dp 4) keeps its state and gradient whole and updates
+ * replicated, as under zero 0: exact, only without the saving on that tensor.
  */
 #include <string.h>
 
 #include "diag.h"
 #include "passes.h"
+#include "ptrmap.h"
 
 /* The first dim of v's shape that no mesh axis splits and that dp divides, else -1. */
-static int shard_dim(const Value *v, int dp) {
-  for (int d = 0; d < v->shape.rank; d++)
+static int shard_dim(const Value *v, int dp, int from) {
+  for (int d = from; d < v->shape.rank; d++)
     if (v->sharding.split[d] < 0 && v->shape.dim[d] >= dp && v->shape.dim[d] % dp == 0) return d;
   return -1;
 }
@@ -72,18 +80,85 @@ static bool only_reader(const Graph *g, const Value *v, const Node *u) {
   return true;
 }
 
+/* Removes member k (input and output) from a variadic all-reduce; the node goes when none is left. */
+static void drop_member(Graph *g, Node *ar, int k) {
+  for (int j = k; j + 1 < ar->nin; j++) {
+    ar->in[j] = ar->in[j + 1];
+    ar->out[j] = ar->out[j + 1];
+    ar->out[j]->idx = j;
+  }
+  ar->nin--, ar->nout--;
+  if (ar->nin > 0) return;
+  int k2 = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] != ar) g->nodes[k2++] = g->nodes[i];
+  g->nnodes = k2;
+}
+
+/* rs = reduce_scatter(x) over dp along d, typed as `like` split at d, placed where ar is. */
+static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d, int dp) {
+  Node *rs = ir_node_new(g, OP_REDUCE_SCATTER, 1, &x, 1, ar->loc);
+  rs->a.mesh_axis = RT_AX_DP;
+  rs->a.axis = d;
+  split_type(rs->out[0], like, d, dp);
+  rs->out[0]->name = like->name;
+  ir_move_last(g, position(g, ar));
+  return rs->out[0];
+}
+
+static bool is_dp_sum(const Node *n) {
+  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && n->a.reduce == RED_SUM;
+}
+
+/* Readers of gr in g: only the update u and sums of squares (the clip); and results. */
+static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == gr && g->nodes[i] != u && g->nodes[i]->op != OP_SUMSQ) return false;
+  return true;
+}
+
+/* ZeRO-2: gr (read by u) arrives reduce-scattered over dp along d instead of all-reduced. Returns
+ * the shard (gr itself, retyped, for a backward loop's stacked output), or NULL when gr does not
+ * come from a dp all-reduce this can rewrite. */
+static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
+  if (!grad_readers_ok(g, gr, u)) return NULL;
+  Node *src = gr->def;
+  if (is_dp_sum(src)) {
+    Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, dp);
+    drop_member(g, src, gr->idx);
+    ir_replace_uses(g, gr, sh);
+    return sh;
+  }
+  if (src->op != OP_REPEAT || gr->idx < src->a.ncarry || d < 1) return NULL;
+  Graph *b = src->body;
+  Value *y = b->results[gr->idx];
+  if (y->def->graph != b || !is_dp_sum(y->def) || ir_count_uses(b, y) != 0) return NULL;
+  for (int k = 0; k < b->nresults; k++)
+    if (k != gr->idx && b->results[k] == y) return NULL;
+  Node *ar = y->def;
+  b->results[gr->idx] = scatter_at(b, ar->in[y->idx], y, ar, d - 1, dp);
+  drop_member(b, ar, y->idx);
+  Value old = *gr;
+  split_type(gr, &old, d, dp); /* the stacked gradient: each layer's shard */
+  return gr;
+}
+
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
-static bool shard_update(Graph *g, Node *u, int dp) {
-  Value *p = u->in[0];
+static bool shard_update(Graph *g, Node *u, int dp, int stage) {
+  Value *p = u->in[0], *gr = u->in[1];
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1;
-  int d = shard_dim(p, dp);
+  bool looped = gr->def->op == OP_REPEAT; /* a layer's gradient, from the backward loop */
+  int d = shard_dim(p, dp, stage >= 2 && looped ? 1 : 0);
+  if (d < 0 && stage >= 2 && looped) d = shard_dim(p, dp, 0); /* then as ZeRO-1 */
   if (d < 0 || p->def->op != OP_PARAM) return false;
-  if (!ir_shape_eq(&u->in[1]->shape, &p->shape) || u->in[1]->sharding.split[d] >= 0) return false;
+  if (!ir_shape_eq(&gr->shape, &p->shape) || gr->sharding.split[d] >= 0) return false;
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
+  Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, dp) : NULL;
   int pos = position(g, u);
   u->in[0] = slice_at(g, p, d, dp, pos++, u->loc);
-  u->in[1] = slice_at(g, u->in[1], d, dp, pos++, u->loc);
+  u->in[1] = gs ? gs : slice_at(g, gr, d, dp, pos++, u->loc);
   for (int k = 0; k < nstate; k++) {
     Value *s = u->in[2 + k];
     Value old = *s;
@@ -110,13 +185,68 @@ static bool shard_update(Graph *g, Node *u, int dp) {
   return true;
 }
 
+/* Restores topological order (stable: a node moves only behind what it reads). */
+static void visit(Graph *g, Node *n, PtrMap *state, Node **out, int *k) {
+  intptr_t st;
+  if (ptrmap_get(state, n, &st) && st != 0) {
+    if (st == 1) die("zero: a cycle");
+    return;
+  }
+  ptrmap_put(state, n, 1);
+  for (int j = 0; j < n->nin; j++)
+    if (n->in[j]->def->graph == g) visit(g, n->in[j]->def, state, out, k);
+  ptrmap_put(state, n, 2);
+  out[(*k)++] = n;
+}
+
+static void topo_sort(Graph *g) {
+  PtrMap state = {0};
+  for (int i = 0; i < g->nnodes; i++) ptrmap_put(&state, g->nodes[i], 0);
+  Node **out = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) visit(g, g->nodes[i], &state, out, &k);
+  memcpy(g->nodes, out, sizeof(Node *) * (size_t)k);
+  ptrmap_free(&state);
+}
+
+/* ZeRO-2's clip: a sum of squares over a gradient split over dp is partial over dp; one
+ * all-reduce over all of them (placed before the first reader) completes them. */
+static void complete_sumsq(Graph *g) {
+  int n = 0;
+  Value **ins = ARENA_ARRAY(g->arena, Value *, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *s = g->nodes[i];
+    if (s->op != OP_SUMSQ) continue;
+    bool split = false;
+    for (int d = 0; d < s->in[0]->shape.rank; d++) split |= s->in[0]->sharding.split[d] == RT_AX_DP;
+    if (!split) continue;
+    s->out[0]->sharding.partial |= (uint8_t)(1u << RT_AX_DP);
+    ins[n++] = s->out[0];
+  }
+  if (n == 0) return;
+  Node *ar = ir_node_new(g, OP_ALL_REDUCE, n, ins, n, ins[0]->def->loc);
+  ar->a.mesh_axis = RT_AX_DP;
+  ar->a.reduce = RED_SUM;
+  for (int k = 0; k < n; k++) {
+    ar->out[k]->dtype = ins[k]->dtype;
+    ar->out[k]->shape = ins[k]->shape;
+    ar->out[k]->sharding = ir_replicated();
+    for (int i = 0; i < g->nnodes; i++)
+      for (int j = 0; j < g->nodes[i]->nin; j++)
+        if (g->nodes[i]->in[j] == ins[k] && g->nodes[i] != ar) g->nodes[i]->in[j] = ar->out[k];
+    for (int i = 0; i < g->nresults; i++)
+      if (g->results[i] == ins[k]) g->results[i] = ar->out[k];
+  }
+  topo_sort(g);
+}
+
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
   if (stage <= 0 || dp <= 1) return true;
-  if (stage > 1) {
-    error_at(m->plan.loc, "zero %d: ZeRO stage %d is not implemented yet (zero 1 shards the optimizer state; use zero 0 or 1)",
-             stage, stage);
+  if (stage > 2) {
+    error_at(m->plan.loc, "zero %d: ZeRO stage %d is not implemented yet (zero 1 shards the optimizer state, zero 2 "
+             "also the gradients; use zero 0, 1 or 2)", stage, stage);
     return false;
   }
   Graph *g = m->graph;
@@ -125,6 +255,7 @@ bool pass_zero(Module *m) {
   int nu = 0;
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
-  for (int i = 0; i < nu; i++) shard_update(g, updates[i], dp);
+  for (int i = 0; i < nu; i++) shard_update(g, updates[i], dp, stage);
+  if (stage >= 2) complete_sumsq(g);
   return true;
 }

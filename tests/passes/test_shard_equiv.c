@@ -169,6 +169,15 @@ static void check_buckets(const char *path, const FeDefine *defs, int ndefs, int
 }
 
 /* ZeRO (passes/zero.c): optimizer states split over dp; whole: how many updates kept their state whole. */
+static int count_dp_scatters(const Graph *g) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    c += g->nodes[i]->op == OP_REDUCE_SCATTER && g->nodes[i]->a.mesh_axis == RT_AX_DP;
+    if (g->nodes[i]->body) c += count_dp_scatters(g->nodes[i]->body);
+  }
+  return c;
+}
+
 static void count_zero(const Graph *g, int *split_states, int *whole, int *gathers) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
@@ -184,7 +193,8 @@ static void count_zero(const Graph *g, int *split_states, int *whole, int *gathe
 
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
                       int64_t V, int maxtp, int zero) {
-  fprintf(stderr, "%s%s\n", label, zero ? " [zero]" : "");
+  if (zero) fprintf(stderr, "%s, zero %d\n", label, zero);
+  else fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
   Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B, 0);
@@ -235,6 +245,15 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
             fprintf(stderr, "FAIL %s %s: zero %d split no optimizer state\n", label, what, zero);
             failures++;
           }
+          /* ZeRO-2: gradients reduce-scattered over dp (the uneven model under dp 4 x tp 2 sp has
+             none to scatter: its two split states' gradients are reduced over dp and then tp) */
+          int scatters = count_dp_scatters(pm->graph);
+          bool want = zero >= 2 && !(strstr(label, "uneven") && dp == 4 && sp);
+          if (want != (scatters > 0)) {
+            fprintf(stderr, "FAIL %s %s: zero %d has %d gradient reduce-scatters over dp\n", label, what, zero,
+                    scatters);
+            failures++;
+          }
         }
         int ncoll = count_colls(pm->graph);
         if (ncoll == 0) {
@@ -278,13 +297,16 @@ int main(void) {
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8,
             128, 2, 0);
-  /* ZeRO-1: the same plans with the optimizer state split over dp (dp 2 and 4, tp 1 and 2) */
-  run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, 1);
-  run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, 1);
+  /* ZeRO 1 and 2: the same plans with the optimizer state (and gradients) split over dp (dp 2 and 4,
+     tp 1 and 2, sp) */
   /* d 34, 2 heads: under dp 4 the [2, 34] and [2, 34, 102] tensors have no dim dp divides and keep
      their state whole next to split ones ([256, 34], [2, 34, 136]) */
   const FeDefine odd[] = {{"seq", "8"}, {"d", "34"}, {"heads", "2"}, {"layers", "2"}};
-  run_model("tiny, d 34 (uneven: some states whole)", SHARDC_MODELS_DIR "/tiny.model", odd, 4, 4, 8, 256, 2, 1);
+  for (int zero = 1; zero <= 2; zero++) {
+    run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, zero);
+    run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, zero);
+    run_model("tiny, d 34 (uneven: some states whole)", SHARDC_MODELS_DIR "/tiny.model", odd, 4, 4, 8, 256, 2, zero);
+  }
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
