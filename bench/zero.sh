@@ -20,7 +20,7 @@ bash scripts/gen_corpus.sh "$t/data.txt" 400000 3 >/dev/null
 m=(models/tiny.model -D d=256 -D layers=6 -D seq=128 -D micro_batch=2 -D dp=2 -D tp=1)
 run=(--data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --save-to "$t/ck")
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
-plan_field() { grep -E "^# +$2 " "$1" | awk '{ print $3 }'; }
+plan_field() { grep -E "^# +$2 +[0-9]+ B" "$1" | awk '{ print $3 }'; }
 echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), $steps steps (first excluded), dp=2"
 printf '%-6s %10s %10s %10s %10s %10s\n' zero params_MiB grads_MiB optim_MiB act_MiB peak_MiB
 stages=()

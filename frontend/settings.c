@@ -454,10 +454,14 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "sp") == 0) get_bool(c, key, &p->sp);
   else if (strcmp(key, "zero") == 0) {
     if (get_int32(c, key, 0, 3, &p->zero) && is_ident(peek(c), "offload")) {
+      p->offload_loc = peek(c)->loc;
       c->i++;
       p->offload = true;
     }
-  } else if (strcmp(key, "offload") == 0) get_bool(c, key, &p->offload);
+  } else if (strcmp(key, "offload") == 0) {
+    p->offload_loc = k->loc;
+    get_bool(c, key, &p->offload);
+  }
   else if (strcmp(key, "microbatches") == 0) get_int32(c, key, 1, 1 << 20, &p->microbatches);
   else if (strcmp(key, "interleave") == 0) get_int32(c, key, 1, 1 << 10, &p->interleave);
   else if (strcmp(key, "schedule") == 0) {
@@ -495,6 +499,15 @@ void fe_plan(Fe *fe, const Decl *d) {
   fe->m->plan.loc = d->loc;
   fe->m->has_plan = true;
   walk(fe, &d->body, plan_key, &fe->m->plan);
+}
+
+/* ZeRO's settings, checked once the plan and the -D overrides are in (passes/zero.c applies them). */
+void fe_check_plan(Fe *fe) {
+  const Plan *p = &fe->m->plan;
+  if (p->offload && p->zero == 0)
+    error_at(p->offload_loc.file ? p->offload_loc : p->loc,
+             "`offload` moves ZeRO's sharded optimizer state to the host: it needs zero 1, 2 or 3 (the plan has "
+             "zero 0)");
 }
 
 /* ---- training recipe ------------------------------------------------------------------ */

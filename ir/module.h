@@ -46,6 +46,7 @@ typedef struct {
   bool sp;            /* sequence parallel in tp regions */
   int zero;           /* 0..3 */
   bool offload;       /* ZeRO optimizer state on host */
+  SrcLoc offload_loc; /* where `offload` (or `zero N offload`) was written */
   int microbatches;
   PipeSchedule schedule;
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */

@@ -1,4 +1,4 @@
-/* passes/zero.c — the `zero` pass: ZeRO stages 1 and 2 (plan `zero N`) over the dp axis.
+/* passes/zero.c — the `zero` pass: ZeRO stages 1, 2 and 3 (plan `zero N`) over the dp axis.
  *
  * Runs after `buckets`: the gradients reaching the update have been all-reduced over dp in
  * buckets, overlapped with backward (inside the backward loop for a layer's gradients); this pass
@@ -19,14 +19,23 @@
  * clip's sum of squares over a gradient shard is a partial sum over dp: one all_reduce of those
  * scalars (one bucket) makes the norm the global one again.
  *
+ * ZeRO-3 (zero 3): as ZeRO-2, and the parameter itself is stored split (PARAM S(dp)@d, 1/dp of
+ * the memory): every reader gathers it right before it reads it — in a layer loop (forward, and
+ * again backward) per iteration before the layer's first use of its slice, at top level one
+ * all_gather per reading node (a tied embedding: the embedding, the head, the head's backward) —
+ * and memplan frees each gathered copy after its use. The update writes the shard and no final
+ * all-gather follows. Parameters under ZERO3_PERSIST_NUMEL elements per layer stay whole (as
+ * ZeRO-2), as does one a repeat carries. No prefetch yet: the gathers are blocking.
+ *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
- * all-reduce, so it moves what plain dp moves. Memory per rank (memplan): optimizer state
- * (AdamW: 2 P f32) / dp; ZeRO-2 also gradients / dp.
+ * all-reduce, so it moves what plain dp moves; ZeRO-3 gathers 2 P (dp-1)/dp (forward and
+ * backward) instead of ZeRO-2's one. Memory per rank (memplan): optimizer state (AdamW: 2 P f32)
+ * / dp; ZeRO-2 also gradients / dp; ZeRO-3 also parameters / dp.
  *
- * The states (and ZeRO-2's gradients) are ordinary sharded tensors (S(dp)@d), so checkpoints
- * stay logical: the runtime gathers them whole (runtime/train/dist.c), and a checkpoint of any
- * stage resumes under any other. A parameter with no such dim (every dim tp-split or not a
+ * The states (ZeRO-2: and gradients, ZeRO-3: and parameters) are ordinary sharded tensors
+ * (S(dp)@d), so checkpoints stay logical: the runtime gathers them whole (runtime/train/dist.c),
+ * and a checkpoint of any stage resumes under any other. A parameter with no such dim (every dim tp-split or not a
  * multiple of dp: e.g. [2, 34] under dp 4) keeps its state and gradient whole and updates
  * replicated, as under zero 0: exact, only without the saving on that tensor.
  */
@@ -35,6 +44,11 @@
 #include "diag.h"
 #include "passes.h"
 #include "ptrmap.h"
+
+/* ZeRO-3's persistence threshold: a parameter with fewer elements than this (per layer, when
+ * stacked) stays whole on every rank (norm gains, biases): gathering it would cost more in
+ * latency than it saves in memory (DeepSpeed's stage3_param_persistence_threshold, smaller). */
+enum { ZERO3_PERSIST_NUMEL = 1024 };
 
 /* The first dim of v's shape that no mesh axis splits and that dp divides, else -1. */
 static int shard_dim(const Value *v, int dp, int from) {
@@ -144,6 +158,83 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
   return gr;
 }
 
+/* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
+ * a result names it, or it is under the persistence threshold (per layer when stacked). */
+static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked) {
+  int64_t per = ir_numel(&p->shape) / (stacked ? p->shape.dim[0] : 1);
+  if (per < ZERO3_PERSIST_NUMEL) return false;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == p) return false;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      if (n->in[j] != p || n == u || n->op != OP_REPEAT) continue;
+      const Graph *b = n->body;
+      bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
+      if (j < n->a.ncarry || (xs && d < 1)) return false;
+      for (int k = 0; k < b->nresults; k++)
+        if (b->results[k] == b->args[j]->out[0]) return false;
+    }
+  }
+  return true;
+}
+
+/* y = all_gather(x) over dp along d (typed `whole`), placed right before the first reader of x
+ * in body g after position `from`; every reader of x in g but the gather reads y. */
+static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, int from) {
+  int first = -1;
+  for (int i = from + 1; i < g->nnodes && first < 0; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == x) first = i;
+  if (first < 0) return;
+  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, g->nodes[first]->loc);
+  ag->a.mesh_axis = RT_AX_DP;
+  ag->a.axis = d;
+  ag->out[0]->dtype = whole->dtype;
+  ag->out[0]->shape = whole->shape;
+  ag->out[0]->sharding = whole->sharding;
+  ag->out[0]->name = whole->name;
+  ir_move_last(g, first);
+  for (int i = first + 1; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
+}
+
+/* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it: a node of
+ * the top graph (one gather per reader: the forward's and the backward's are separate, each freed
+ * after its use), a repeat body (per iteration, before the layer's first use of its slice). */
+static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
+  Value whole = *p;
+  split_type(p, &whole, d, dp);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n == u) continue;
+    for (int j = 0; j < n->nin; j++) {
+      if (n->in[j] != p) continue;
+      if (n->op == OP_REPEAT) {
+        Graph *b = n->body;
+        Node *an = b->args[j];
+        Value *arg = an->out[0], old = *arg;
+        bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
+        split_type(arg, &old, xs ? d - 1 : d, dp);
+        gather_for_readers(b, arg, &old, xs ? d - 1 : d, position(b, an));
+      } else { /* this reader's own gather, right before it */
+        Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &p, 1, n->loc);
+        ag->a.mesh_axis = RT_AX_DP;
+        ag->a.axis = d;
+        ag->out[0]->dtype = whole.dtype;
+        ag->out[0]->shape = whole.shape;
+        ag->out[0]->sharding = whole.sharding;
+        ag->out[0]->name = whole.name;
+        ir_move_last(g, i++);
+        for (int k = 0; k < n->nin; k++)
+          if (n->in[k] == p) n->in[k] = ag->out[0];
+        break;
+      }
+    }
+  }
+}
+
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
 static bool shard_update(Graph *g, Node *u, int dp, int stage) {
   Value *p = u->in[0], *gr = u->in[1];
@@ -156,6 +247,21 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
   Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, dp) : NULL;
+  bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, looped);
+  if (split_p) {
+    split_param(g, p, u, d, dp);
+    u->in[1] = gs;
+    for (int k = 0; k < nstate; k++) {
+      Value *s = u->in[2 + k];
+      Value old = *s;
+      split_type(s, &old, d, dp);
+    }
+    for (int k = 0; k < u->nout; k++) {
+      Value old = *u->out[k];
+      split_type(u->out[k], &old, d, dp);
+    }
+    return true; /* next:<param> is the updated shard: the parameter stays split */
+  }
   int pos = position(g, u);
   u->in[0] = slice_at(g, p, d, dp, pos++, u->loc);
   u->in[1] = gs ? gs : slice_at(g, gr, d, dp, pos++, u->loc);
@@ -244,11 +350,7 @@ bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
   if (stage <= 0 || dp <= 1) return true;
-  if (stage > 2) {
-    error_at(m->plan.loc, "zero %d: ZeRO stage %d is not implemented yet (zero 1 shards the optimizer state, zero 2 "
-             "also the gradients; use zero 0, 1 or 2)", stage, stage);
-    return false;
-  }
+
   Graph *g = m->graph;
   int n = g->nnodes;
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);

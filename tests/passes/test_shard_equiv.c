@@ -178,9 +178,11 @@ static int count_dp_scatters(const Graph *g) {
   return c;
 }
 
-static void count_zero(const Graph *g, int *split_states, int *whole, int *gathers) {
+static void count_zero(const Graph *g, int *split_states, int *whole, int *gathers, int *split_params) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
+    if (n->op == OP_PARAM)
+      for (int d = 0; d < n->out[0]->shape.rank; d++) *split_params += n->out[0]->sharding.split[d] == RT_AX_DP;
     if (n->op == OP_STATE) {
       bool split = false;
       for (int d = 0; d < n->out[0]->shape.rank; d++) split |= n->out[0]->sharding.split[d] == RT_AX_DP;
@@ -188,6 +190,10 @@ static void count_zero(const Graph *g, int *split_states, int *whole, int *gathe
       *whole += !split;
     }
     *gathers += n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) {
+      int s2 = 0, w2 = 0, p2 = 0;
+      count_zero(n->body, &s2, &w2, gathers, &p2);
+    }
   }
 }
 
@@ -237,10 +243,17 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
           }
         }
         if (zero) {
-          int split = 0, whole = 0, gathers = 0;
-          count_zero(pm->graph, &split, &whole, &gathers);
-          fprintf(stderr, "  %-34s %d optimizer states split over dp, %d whole, %d parameter all-gathers\n", what,
-                  split, whole, gathers);
+          int split = 0, whole = 0, gathers = 0, params = 0;
+          count_zero(pm->graph, &split, &whole, &gathers, &params);
+          fprintf(stderr, "  %-34s %d optimizer states split over dp, %d whole, %d parameters split, %d all-gathers\n",
+                  what, split, whole, params, gathers);
+          /* ZeRO-3: parameters stored split over dp (the uneven model under dp 4 x tp 2 has none it
+             can split: its two split states' gradients are not reduced by a plain dp all-reduce) */
+          bool want_params = zero >= 3 && !(strstr(label, "uneven") && dp == 4 && tp == 2);
+          if (want_params != (params > 0)) {
+            fprintf(stderr, "FAIL %s %s: zero %d stores %d parameters split over dp\n", label, what, zero, params);
+            failures++;
+          }
           if (split == 0 || gathers == 0) {
             fprintf(stderr, "FAIL %s %s: zero %d split no optimizer state\n", label, what, zero);
             failures++;
@@ -297,12 +310,12 @@ int main(void) {
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8,
             128, 2, 0);
-  /* ZeRO 1 and 2: the same plans with the optimizer state (and gradients) split over dp (dp 2 and 4,
-     tp 1 and 2, sp) */
+  /* ZeRO 1, 2 and 3: the same plans with the optimizer state (1), the gradients (2) and the
+     parameters (3) split over dp (dp 2 and 4, tp 1 and 2, sp) */
   /* d 34, 2 heads: under dp 4 the [2, 34] and [2, 34, 102] tensors have no dim dp divides and keep
      their state whole next to split ones ([256, 34], [2, 34, 136]) */
   const FeDefine odd[] = {{"seq", "8"}, {"d", "34"}, {"heads", "2"}, {"layers", "2"}};
-  for (int zero = 1; zero <= 2; zero++) {
+  for (int zero = 1; zero <= 3; zero++) {
     run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, zero);
     run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, zero);
     run_model("tiny, d 34 (uneven: some states whole)", SHARDC_MODELS_DIR "/tiny.model", odd, 4, 4, 8, 256, 2, zero);
