@@ -136,7 +136,9 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
     dead |= !used;
   }
   if (dead) w.pos = at + 1;
-  else if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT) {
+  /* (a reduce-scatter stages its input until it is waited: it is waited at the end of its
+   * iteration, so one layer's staged gradients are in flight, not every layer's) */
+  else if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT && n->op == OP_ALL_REDUCE) {
     Value **outer = ARENA_ARRAY(c->a, Value *, g->nresults + 1);
     int nouter = 0;
     bool defer = true;
