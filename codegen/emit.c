@@ -136,8 +136,8 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
     dead |= !used;
   }
   if (dead) w.pos = at + 1;
-  /* (a reduce-scatter stages its input until it is waited: it is waited at the end of its
-   * iteration, so one layer's staged gradients are in flight, not every layer's) */
+  /* (a reduce-scatter reads its input until it is waited: it is waited at the end of its
+   * iteration, where memplan ends its input's life, not after the loop) */
   else if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT && n->op == OP_ALL_REDUCE) {
     Value **outer = ARENA_ARRAY(c->a, Value *, g->nresults + 1);
     int nouter = 0;

@@ -140,10 +140,9 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
 /* ---- gradient buckets: one collective per bucket, in flight while backward runs ---- */
 
 typedef struct {
-  RtReq *req;    /* the collective in flight */
-  int tag;       /* the generated code's id of the ALL_REDUCE / REDUCE_SCATTER node that started it */
-  double t0;     /* when it was started (s) */
-  void *staging; /* a reduce-scatter's copy of its input, freed when it finishes (NULL: none) */
+  RtReq *req; /* the collective in flight */
+  int tag;    /* the generated code's id of the ALL_REDUCE / REDUCE_SCATTER node that started it */
+  double t0;  /* when it was started (s) */
 } Pending;
 
 enum { MODE_ASYNC, MODE_BLOCKING, MODE_MEMBER, MODE_LAZY };
@@ -262,8 +261,7 @@ void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, co
   RtGroup *g = bucket_prepare(ctx, axis, ys, xs, ns, count, dtype, counts);
   if (g) {
     pend_reserve();
-    pend.p[pend.n++] = (Pending){rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red), tag, t0,
-                                 NULL};
+    pend.p[pend.n++] = (Pending){rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red), tag, t0};
     pend.started++;
     double dt = now() - t0;
     ctx->comm_s += dt;
@@ -295,7 +293,6 @@ static void finish_where(RtCtx *ctx, int tag, int which) {
       rt_wait(p->req); /* returns at once: rt_test saw it finished */
     else
       complete(ctx, p->req);
-    free(p->staging);
     pend.inflight_s += now() - p->t0;
     pend.early += which == FINISH_DONE;
   }
@@ -435,17 +432,10 @@ void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const 
   if (dev || !g || !contiguous(outer, blocks) || mode == MODE_BLOCKING || mode == MODE_MEMBER ||
       (dtype != RT_F32 && dtype != RT_BF16))
     return rt_coll_reduce_scatter(ctx, axis, y, x, outer, nl, inner, blocks, dtype, ws);
-  size_t esize = rt_dtype_size((RtDType)dtype), count = (size_t)(nl * inner) * (size_t)rt_group_size(g);
+  size_t count = (size_t)(nl * inner) * (size_t)rt_group_size(g);
   double t0 = now();
-  void *staging = malloc(count * esize);
-  if (!staging) {
-    fprintf(stderr, "shardrt: out of memory\n");
-    exit(1);
-  }
-  memcpy(staging, x, count * esize);
-  pend.copy_s += now() - t0;
   pend_reserve();
-  pend.p[pend.n++] = (Pending){rt_reduce_scatter_start(g, staging, y, count, (RtDType)dtype, RT_SUM), tag, t0, staging};
+  pend.p[pend.n++] = (Pending){rt_reduce_scatter_start(g, x, y, count, (RtDType)dtype, RT_SUM), tag, t0};
   pend.started++;
   double dt = now() - t0;
   ctx->comm_s += dt;
