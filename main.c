@@ -174,11 +174,11 @@ int main(int argc, char **argv) {
   if (!pipeline_run(m, &po)) return 1;
   const Plan *pl = &m->plan;
   int pp = m->mesh->dim[RT_AX_PP];
-  if (pp > 1 || pl->zero > 0)
+  if (pp > 1)
     fprintf(stderr,
-            "shardc: warning: %s: pipeline (pp %d) parallelism and ZeRO (zero %d) are not applied "
-            "yet: this program runs dp x cp x tp%s only (-D pp=1 -D zero=0 says so)\n",
-            input, pp, pl->zero, pl->sp ? " with sp" : "");
+            "shardc: warning: %s: pipeline (pp %d) parallelism is not applied yet: this program runs dp x cp x tp%s "
+            "only (-D pp=1 says so)\n",
+            input, pp, pl->sp ? " with sp" : "");
 
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);

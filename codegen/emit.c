@@ -80,7 +80,9 @@ static void emit_repeat(Cg *c, Node *n) {
 
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
 
-static bool is_async(const Node *n) { return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP; }
+static bool is_async(const Node *n) {
+  return (n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER) && n->a.mesh_axis == RT_AX_DP;
+}
 
 static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)
@@ -134,7 +136,9 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
     dead |= !used;
   }
   if (dead) w.pos = at + 1;
-  else if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT) {
+  /* (a reduce-scatter reads its input until it is waited: it is waited at the end of its
+   * iteration, where memplan ends its input's life, not after the loop) */
+  else if (w.pos == g->nnodes && g->parent && r && r->op == OP_REPEAT && n->op == OP_ALL_REDUCE) {
     Value **outer = ARENA_ARRAY(c->a, Value *, g->nresults + 1);
     int nouter = 0;
     bool defer = true;
@@ -251,9 +255,14 @@ static void emit_collective(Cg *c, const Node *n) {
     bool gather = n->op == OP_ALL_GATHER;
     const Value *split = gather ? x : y, *whole = gather ? y : x;
     cg_axis_split(&split->shape, a->axis, &outer, &nl, &inner);
-    cg_line(c, "rt_coll_%s(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
-         gather ? "all_gather" : "reduce_scatter", cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl,
-         inner, a->blocks, cg_dtype_lit(y->dtype), ws, a->axis);
+    /* a dp reduce-scatter (ZeRO-2's gradient shards) runs asynchronously like a dp all-reduce */
+    int tag = is_async(n) ? c->next_tag++ : -1;
+    const char *call = gather ? "all_gather" : tag >= 0 ? "reduce_scatter_start" : "reduce_scatter";
+    const char *tagarg = tag >= 0 ? arena_printf(c->a, "%d, ", tag) : "";
+    cg_line(c, "rt_coll_%s(ctx, %s, %s%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
+         call, cg_axis_lit(a->mesh_axis), tagarg, cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks,
+         cg_dtype_lit(y->dtype), ws, a->axis);
+    if (tag >= 0) add_wait(c, n, c->pos, tag);
     cg_ws_need(c, arena_printf(c->a, "%srt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", at, outer, a->blocks,
                                cg_bytes(whole)));
     return;

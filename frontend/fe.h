@@ -24,6 +24,7 @@ void fe_plan(Fe *fe, const Decl *d);
 void fe_recipe(Fe *fe, const Decl *d);
 /* Applies -D overrides of plan and recipe fields; marks the ones it used. */
 void fe_apply_defines(Fe *fe);
+void fe_check_plan(Fe *fe); /* ZeRO's settings: offload needs zero >= 1 */
 /* Appends (const char*) every plan and recipe key -D accepts. */
 void fe_push_setting_keys(Fe *fe, PtrVec *out);
 

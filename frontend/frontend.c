@@ -255,6 +255,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   if (fe.parallel) fe_plan(&fe, fe.parallel);
   if (fe.train) fe_recipe(&fe, fe.train);
   fe_apply_defines(&fe);
+  fe_check_plan(&fe);
   if (m->recipe.batch && m->recipe.micro_batch > m->recipe.batch)
     error_at(m->recipe.loc, "micro_batch (%lld) is larger than batch (%lld)", (long long)m->recipe.micro_batch,
              (long long)m->recipe.batch);

@@ -501,6 +501,15 @@ void fe_plan(Fe *fe, const Decl *d) {
   walk(fe, &d->body, plan_key, &fe->m->plan);
 }
 
+/* ZeRO's settings, checked once the plan and the -D overrides are in (passes/zero.c applies them). */
+void fe_check_plan(Fe *fe) {
+  const Plan *p = &fe->m->plan;
+  if (p->offload && p->zero == 0)
+    error_at(p->offload_loc.file ? p->offload_loc : p->loc,
+             "`offload` moves ZeRO's sharded optimizer state to the host: it needs zero 1, 2 or 3 (the plan has "
+             "zero 0)");
+}
+
 /* ---- training recipe ------------------------------------------------------------------ */
 static const char *const recipe_keys[] = {
     "batch",  "micro_batch", "seq",     "optimizer", "lr",         "beta1",      "beta2",     "eps",  "weight_decay",

@@ -49,7 +49,7 @@ typedef struct {
   bool sp;            /* sequence parallel in tp regions */
   int zero;           /* 0..3 */
   bool offload;       /* ZeRO optimizer state on host (passes/optimizer.c: a no-op on the CPU target, refused on CUDA) */
-  SrcLoc offload_loc; /* where `offload` was written (its diagnostics) */
+  SrcLoc offload_loc; /* where `offload` (or `zero N offload`) was written (its diagnostics) */
   int microbatches;
   PipeSchedule schedule;
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */

@@ -244,6 +244,20 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     p.iv[slot[v->id] - 1].end = g->nnodes;
     if (name && strncmp(name, "grad:", 5) == 0) p.iv[slot[v->id] - 1].mclass = MEM_GRAD;
   }
+  /* an asynchronous reduce-scatter (dp: ZeRO-2's gradient shards) reads its input until it is
+   * waited — codegen/emit.c's add_wait: before the first reader of its output in this graph, else
+   * at the graph's end — so the input stays live until then */
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue;
+    Value *x = n->in[0];
+    if (x->def->graph != g || !slot[x->id]) continue;
+    int w = g->nnodes;
+    for (int j = i + 1; j < g->nnodes && w == g->nnodes; j++)
+      for (int q = 0; q < g->nodes[j]->nin; q++)
+        if (g->nodes[j]->in[q] == n->out[0]) w = j;
+    if (p.iv[slot[x->id] - 1].end < w) p.iv[slot[x->id] - 1].end = w;
+  }
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
     if (!v || !is_update(v->def->op)) continue;

@@ -13,6 +13,7 @@ bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "ne
 bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the per-rank SPMD program */
 bool pass_grad_buckets(Module *m); /* data-parallel gradient all-reduces: into the backward loop, bucketed */
 bool pass_recompute(Module *m); /* plan recompute full|selective: backward loops recompute their block's activations */
+bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradients, parameters sharded over dp */
 bool pass_fuse(Module *m);      /* groups consecutive elementwise nodes over one shape (Node.group) */
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank; cuts fusion
                                    groups where a member would overwrite bytes its group still reads */

@@ -26,6 +26,7 @@ static const Pass passes[] = {
     {"shard", pass_shard},          /* dp/tp/sp: per-rank shapes, collectives */
     {"buckets", pass_grad_buckets}, /* dp gradient all-reduces overlapped with backward, bucketed */
     {"recompute", pass_recompute},  /* activations of repeat blocks recomputed in backward (plan recompute) */
+    {"zero", pass_zero},            /* ZeRO 1/2/3: optimizer state, gradients, parameters sharded over dp */
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */
     {"verify", pass_verify},        /* every rank's collectives match its group peers' */

@@ -141,7 +141,7 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
 
 typedef struct {
   RtReq *req; /* the collective in flight */
-  int tag;    /* the generated code's id of the ALL_REDUCE node that started it */
+  int tag;    /* the generated code's id of the ALL_REDUCE / REDUCE_SCATTER node that started it */
   double t0;  /* when it was started (s) */
 } Pending;
 
@@ -236,6 +236,18 @@ void rt_coll_all_reduce_v(RtCtx *ctx, int axis, void *const *ys, const void *con
   if (counts != stack) free(counts);
 }
 
+static void pend_reserve(void) {
+  if (pend.n < pend.cap) return;
+  int cap = pend.cap ? 2 * pend.cap : 64;
+  Pending *p = realloc(pend.p, (size_t)cap * sizeof *p);
+  if (!p) {
+    fprintf(stderr, "shardrt: out of memory\n");
+    exit(1);
+  }
+  pend.p = p;
+  pend.cap = cap;
+}
+
 void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, const void *const *xs,
                               const int64_t *ns, int count, int dtype, int red) {
   int mode = dp_mode();
@@ -248,16 +260,7 @@ void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, co
   double t0 = now();
   RtGroup *g = bucket_prepare(ctx, axis, ys, xs, ns, count, dtype, counts);
   if (g) {
-    if (pend.n == pend.cap) {
-      int cap = pend.cap ? 2 * pend.cap : 64;
-      Pending *p = realloc(pend.p, (size_t)cap * sizeof *p);
-      if (!p) {
-        fprintf(stderr, "shardrt: out of memory\n");
-        exit(1);
-      }
-      pend.p = p;
-      pend.cap = cap;
-    }
+    pend_reserve();
     pend.p[pend.n++] = (Pending){rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red), tag, t0};
     pend.started++;
     double dt = now() - t0;
@@ -420,6 +423,23 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
   }
   complete(ctx, rt_reduce_scatter_start(g, src, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
   ctx->comm_s += now() - t0;
+}
+
+void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const void *x, int64_t outer, int64_t nl,
+                                  int64_t inner, int blocks, int dtype, void *ws) {
+  int mode = dp_mode();
+  RtGroup *g = group_of(ctx, axis);
+  if (dev || !g || !contiguous(outer, blocks) || mode == MODE_BLOCKING || mode == MODE_MEMBER ||
+      (dtype != RT_F32 && dtype != RT_BF16))
+    return rt_coll_reduce_scatter(ctx, axis, y, x, outer, nl, inner, blocks, dtype, ws);
+  size_t count = (size_t)(nl * inner) * (size_t)rt_group_size(g);
+  double t0 = now();
+  pend_reserve();
+  pend.p[pend.n++] = (Pending){rt_reduce_scatter_start(g, x, y, count, (RtDType)dtype, RT_SUM), tag, t0};
+  pend.started++;
+  double dt = now() - t0;
+  ctx->comm_s += dt;
+  pend.exposed_s += dt;
 }
 
 void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root) {

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # A multi-rank CUDA program equals the CPU target's trainer of the same plan (labels cuda, mpi).
 #
-#   cuda_multirank.sh SHARDC ST_CLOSE dp2|tp2|tp2sp|bf16
+#   cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16
 #   cuda_multirank.sh SHARDC ST_CLOSE nogpu    on a machine without a GPU, the tp2 program launched
 #                                              on 2 ranks without SHARDRT_DEVICE=emu stops with the
 #                                              no-GPU message (mpirun ends the other rank when the
 #                                              first exits), no hang (exit 77: a GPU is here)
 #
 # The tiny GPT (seq 32) is compiled for 2 ranks twice, --target cpu and --target cuda, with the
-# same plan: dp2 (dp=2), tp2 (tp=2), tp2sp (tp=2 + sequence parallelism: reduce-scatter and
-# all-gather along an inner axis, packed on the device), bf16 (tp2sp with `precision bf16`: the
+# same plan: dp2 (dp=2), zero1 (dp=2 with zero 1: the Adam moments split over dp, each rank
+# updating its half of every parameter, an all-gather rebuilding it), zero2 (zero 2: the gradients
+# reduce-scattered into those halves instead of all-reduced), zero3 (zero 3: the parameters stored
+# split, gathered on the device before each use inside the layer loops), tp2 (tp=2), tp2sp (tp=2 +
+# sequence parallelism: reduce-scatter and all-gather along an inner axis, packed on the device), bf16 (tp2sp with `precision bf16`: the
 # CUDA program computes in bf16 with f32 master weights and gradients, its tp collectives carry
 # bf16 activations; the CPU target runs it in f32). Both run
 # 2 AdamW steps under mpirun -np 2, the CUDA one on the emulated device (SHARDRT_DEVICE=emu: its
@@ -62,10 +65,13 @@ fi
 tol_loss=1e-6 tol_model=2.5e-7 tol_opt=2.5e-7
 case $what in
   dp2) plan=(-D micro_batch=4 -D dp=2 -D tp=1) ;;
+  zero1) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1) ;;
+  zero2) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2) ;;
+  zero3) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3) ;;
   tp2) plan=(-D micro_batch=8 -D dp=1 -D tp=2) ;;
   tp2sp) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true) ;;
   bf16) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|tp2|tp2sp|bf16|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"

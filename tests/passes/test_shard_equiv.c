@@ -30,10 +30,10 @@
 static int failures;
 
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
-                       int64_t batch) {
+                       int64_t batch, int zero) {
   FeDefine d[MAXDEF];
   int n = 0;
-  char sdp[16], stp[16], smb[16];
+  char sdp[16], stp[16], smb[16], szero[16];
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
   snprintf(sdp, sizeof sdp, "%d", dp);
   snprintf(stp, sizeof stp, "%d", tp);
@@ -41,6 +41,8 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"dp", sdp};
   d[n++] = (FeDefine){"tp", stp};
   d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
+  snprintf(szero, sizeof szero, "%d", zero);
+  d[n++] = (FeDefine){"zero", szero};
   d[n++] = (FeDefine){"micro_batch", smb};
   d[n++] = (FeDefine){"batch", smb};
   d[n++] = (FeDefine){"cross_node_tp", "on"}; /* plan the world we ask for, whatever the model's nodes */
@@ -147,7 +149,7 @@ static void check_buckets(const char *path, const FeDefine *defs, int ndefs, int
   d[n++] = (FeDefine){"bucket", bucket};
   Arena a;
   arena_init(&a);
-  Module *m = compile(&a, path, d, n, 2, 1, false, B);
+  Module *m = compile(&a, path, d, n, 2, 1, false, B, 0);
   if (!m) {
     fprintf(stderr, "FAIL bucket %s: does not compile\n", bucket);
     failures++;
@@ -166,12 +168,42 @@ static void check_buckets(const char *path, const FeDefine *defs, int ndefs, int
   arena_free(&a);
 }
 
+/* ZeRO (passes/zero.c): optimizer states split over dp; whole: how many updates kept their state whole. */
+static int count_dp_scatters(const Graph *g) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    c += g->nodes[i]->op == OP_REDUCE_SCATTER && g->nodes[i]->a.mesh_axis == RT_AX_DP;
+    if (g->nodes[i]->body) c += count_dp_scatters(g->nodes[i]->body);
+  }
+  return c;
+}
+
+static void count_zero(const Graph *g, int *split_states, int *whole, int *gathers, int *split_params) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_PARAM)
+      for (int d = 0; d < n->out[0]->shape.rank; d++) *split_params += n->out[0]->sharding.split[d] == RT_AX_DP;
+    if (n->op == OP_STATE) {
+      bool split = false;
+      for (int d = 0; d < n->out[0]->shape.rank; d++) split |= n->out[0]->sharding.split[d] == RT_AX_DP;
+      *split_states += split;
+      *whole += !split;
+    }
+    *gathers += n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) {
+      int s2 = 0, w2 = 0, p2 = 0;
+      count_zero(n->body, &s2, &w2, gathers, &p2);
+    }
+  }
+}
+
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
-                      int64_t V, int maxtp) {
-  fprintf(stderr, "%s\n", label);
+                      int64_t V, int maxtp, int zero) {
+  if (zero) fprintf(stderr, "%s, zero %d\n", label, zero);
+  else fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B);
+  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B, 0);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
     failures++;
@@ -185,10 +217,11 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       for (int sp = 0; sp <= (tp > 1); sp++) {
         if (dp * tp == 1 || dp * tp > 8) continue;
         char what[64];
-        snprintf(what, sizeof what, "dp %d x tp %d%s", dp, tp, sp ? " sp" : "");
+        if (zero && dp == 1) continue;
+        snprintf(what, sizeof what, "dp %d x tp %d%s zero %d", dp, tp, sp ? " sp" : "", zero);
         Arena pa;
         arena_init(&pa);
-        Module *pm = compile(&pa, path, defs, ndefs, dp, tp, sp, B);
+        Module *pm = compile(&pa, path, defs, ndefs, dp, tp, sp, B, zero);
         if (!pm) {
           fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
           failures++;
@@ -207,6 +240,32 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
                 failures++;
               }
             }
+          }
+        }
+        if (zero) {
+          int split = 0, whole = 0, gathers = 0, params = 0;
+          count_zero(pm->graph, &split, &whole, &gathers, &params);
+          fprintf(stderr, "  %-34s %d optimizer states split over dp, %d whole, %d parameters split, %d all-gathers\n",
+                  what, split, whole, params, gathers);
+          /* ZeRO-3: parameters stored split over dp (the uneven model under dp 4 x tp 2 has none it
+             can split: its two split states' gradients are not reduced by a plain dp all-reduce) */
+          bool want_params = zero >= 3 && !(strstr(label, "uneven") && dp == 4 && tp == 2);
+          if (want_params != (params > 0)) {
+            fprintf(stderr, "FAIL %s %s: zero %d stores %d parameters split over dp\n", label, what, zero, params);
+            failures++;
+          }
+          if (split == 0 || gathers == 0) {
+            fprintf(stderr, "FAIL %s %s: zero %d split no optimizer state\n", label, what, zero);
+            failures++;
+          }
+          /* ZeRO-2: gradients reduce-scattered over dp (the uneven model under dp 4 x tp 2 sp has
+             none to scatter: its two split states' gradients are reduced over dp and then tp) */
+          int scatters = count_dp_scatters(pm->graph);
+          bool want = zero >= 2 && !(strstr(label, "uneven") && dp == 4 && sp);
+          if (want != (scatters > 0)) {
+            fprintf(stderr, "FAIL %s %s: zero %d has %d gradient reduce-scatters over dp\n", label, what, zero,
+                    scatters);
+            failures++;
           }
         }
         int ncoll = count_colls(pm->graph);
@@ -237,20 +296,30 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
 
 int main(void) {
   const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
-  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 4);
+  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 4, 0);
   const FeDefine gpt2[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
   run_model("GPT-2 shaped (vocab 200 padded to 256, tied head)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 5, 4,
-            8, 200, 4);
+            8, 200, 4, 0);
   check_buckets(SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, "25MiB", true);
   check_buckets(SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, "16", false);
   /* 6 heads: tp 4 cannot split them, so attention runs replicated (a warning says so) */
   const FeDefine gpt2h6[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "48"}, {"heads", "6"}, {"layers", "2"}};
   run_model("GPT-2 shaped, 6 heads (tp 4 replicates attention)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2h6, 5, 4,
-            8, 200, 4);
+            8, 200, 4, 0);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8,
-            128, 2);
+            128, 2, 0);
+  /* ZeRO 1, 2 and 3: the same plans with the optimizer state (1), the gradients (2) and the
+     parameters (3) split over dp (dp 2 and 4, tp 1 and 2, sp) */
+  /* d 34, 2 heads: under dp 4 the [2, 34] and [2, 34, 102] tensors have no dim dp divides and keep
+     their state whole next to split ones ([256, 34], [2, 34, 136]) */
+  const FeDefine odd[] = {{"seq", "8"}, {"d", "34"}, {"heads", "2"}, {"layers", "2"}};
+  for (int zero = 1; zero <= 3; zero++) {
+    run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, zero);
+    run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, zero);
+    run_model("tiny, d 34 (uneven: some states whole)", SHARDC_MODELS_DIR "/tiny.model", odd, 4, 4, 8, 256, 2, zero);
+  }
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

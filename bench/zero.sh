@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# ZeRO stages on 2 CPU ranks (dp=2): memory per rank and step time of zero 0, 1 and 2 on the same
+# model and work (passes/zero.c; zero 3 is refused by the compiler and reported as such).
+#   bench/zero.sh [SHARDC] [STEPS] [ROUNDS]
+# Model: the tiny GPT widened (d=256, 6 layers, seq 128: 4.8 M parameters, 18.3 MiB of f32
+# gradients, 36.6 MiB of Adam moments), micro-batch 2 per rank, AdamW, as bench/dp_overlap.sh.
+# Per stage: the memory plan per rank (`shardc plan`: parameters, gradients, optimizer state,
+# planned peak), then per round (stages interleaved so machine noise hits each alike) rank 0's
+# median step time and exposed communication (the first step excluded) and the trainer's measured
+# peak resident memory (VmHWM, which includes the runtime's own buffers and the libraries).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shardc=$(realpath "${1:-build/shardc}")
+steps=${2:-20}
+rounds=${3:-3}
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+bash scripts/gen_corpus.sh "$t/data.txt" 400000 3 >/dev/null
+m=(models/tiny.model -D d=256 -D layers=6 -D seq=128 -D micro_batch=2 -D dp=2 -D tp=1)
+run=(--data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --save-to "$t/ck")
+mib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
+plan_field() { grep -E "^# +$2 +[0-9]+ B" "$1" | awk '{ print $3 }'; }
+echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), $steps steps (first excluded), dp=2"
+printf '%-6s %10s %10s %10s %10s %10s\n' zero params_MiB grads_MiB optim_MiB act_MiB peak_MiB
+stages=()
+for z in 0 1 2 3; do
+  if ! "$shardc" plan "${m[@]}" -D zero=$z --world 2 >"$t/plan$z" 2>&1; then
+    printf '%-6s refused: %s\n' "$z" "$(grep -m1 error "$t/plan$z" | sed 's/.*error: //')"
+    continue
+  fi
+  printf '%-6s %10s %10s %10s %10s %10s\n' "$z" "$(mib "$(plan_field "$t/plan$z" params)")" \
+    "$(mib "$(plan_field "$t/plan$z" grads)")" "$(mib "$(plan_field "$t/plan$z" optimizer)")" \
+    "$(mib "$(plan_field "$t/plan$z" activations)")" "$(mib "$(plan_field "$t/plan$z" peak)")"
+  "$shardc" build "${m[@]}" -D zero=$z --world 2 -o "$t/z$z" >/dev/null 2>&1
+  stages+=("$z")
+done
+median() { sort -g | awk '{ a[n++] = $1 } END { print n % 2 ? a[(n - 1) / 2] : (a[n / 2 - 1] + a[n / 2]) / 2 }'; }
+field() { grep -o "\"$2\":[^,}]*" "$1" | cut -d: -f2 | tail -n +2; } # steps after the first
+printf '%-6s %-5s %9s %9s %6s %14s\n' round zero ms/step comm_ms comm% "VmHWM_MiB"
+for r in $(seq 1 "$rounds"); do
+  for z in "${stages[@]}"; do
+    (cd "$t" && mpirun --mca pml ob1 -np 2 "$t/z$z" "${run[@]}" --log "$t/log.jsonl" >"$t/out" 2>&1)
+    ms=$(field "$t/log.jsonl" ms | median)
+    cm=$(field "$t/log.jsonl" comm_ms | median)
+    hwm=$(grep -o 'measured peak resident [0-9.]* MiB' "$t/out" | head -1 | awk '{ print $4 }')
+    printf '%-6s %-5s %9.1f %9.1f %5.0f%% %14s\n' "$r" "$z" "$ms" "$cm" "$(awk -v a="$cm" -v b="$ms" 'BEGIN { print 100 * a / b }')" "$hwm"
+  done
+done

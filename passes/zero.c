@@ -1,0 +1,363 @@
+/* passes/zero.c — the `zero` pass: ZeRO stages 1, 2 and 3 (plan `zero N`) over the dp axis.
+ *
+ * Runs after `buckets`: the gradients reaching the update have been all-reduced over dp in
+ * buckets, overlapped with backward (inside the backward loop for a layer's gradients); this pass
+ * rewrites those all-reduces and the updates that read them. For every parameter update
+ * (adamw_update / sgd_update of the top graph) it picks the shard dim d: the first dim of the
+ * parameter's (per-tp-rank) shape that tp does not split and that dp divides (for ZeRO-2, of a
+ * layer's stacked parameter [L, ..]: a dim after the layer dim, so that each layer's gradient is
+ * scattered inside the backward loop).
+ *
+ * ZeRO-1 (zero >= 1):
+ *     ps  = shard_slice(p)  over dp along d      (this rank's 1/dp of the parameter, no traffic)
+ *     gs  = shard_slice(g)  over dp along d      (zero 1: of the all-reduced gradient)
+ *     ps', m', v' = adamw_update(ps, gs, m, v)   m, v: STATE values 1/dp the size, S(dp)@d
+ *     p'  = all_gather(ps') over dp along d      (every rank's parameter rebuilt)
+ * ZeRO-2 (zero >= 2): the gradient's all-reduce becomes a reduce_scatter over dp along d, where
+ * the all-reduce was (the member leaves its bucket), so only 1/dp of each gradient is kept (a
+ * layer's gradients: the backward loop's stacked outputs are 1/dp) and gs is that shard. The
+ * clip's sum of squares over a gradient shard is a partial sum over dp: one all_reduce of those
+ * scalars (one bucket) makes the norm the global one again.
+ *
+ * ZeRO-3 (zero 3): as ZeRO-2, and the parameter itself is stored split (PARAM S(dp)@d, 1/dp of
+ * the memory): every reader gathers it right before it reads it — in a layer loop (forward, and
+ * again backward) per iteration before the layer's first use of its slice, at top level one
+ * all_gather per reading node (a tied embedding: the embedding, the head, the head's backward) —
+ * and memplan frees each gathered copy after its use. The update writes the shard and no final
+ * all-gather follows. Parameters under ZERO3_PERSIST_NUMEL elements per layer stay whole (as
+ * ZeRO-2), as does one a repeat carries. No prefetch yet: the gathers are blocking.
+ *
+ * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
+ * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
+ * all-reduce, so it moves what plain dp moves; ZeRO-3 gathers 2 P (dp-1)/dp (forward and
+ * backward) instead of ZeRO-2's one. Memory per rank (memplan): optimizer state (AdamW: 2 P f32)
+ * / dp; ZeRO-2 also gradients / dp; ZeRO-3 also parameters / dp.
+ *
+ * The states (ZeRO-2: and gradients, ZeRO-3: and parameters) are ordinary sharded tensors
+ * (S(dp)@d), so checkpoints stay logical: the runtime gathers them whole (runtime/train/dist.c),
+ * and a checkpoint of any stage resumes under any other. A parameter with no such dim (every dim tp-split or not a
+ * multiple of dp: e.g. [2, 34] under dp 4) keeps its state and gradient whole and updates
+ * replicated, as under zero 0: exact, only without the saving on that tensor.
+ */
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+
+/* ZeRO-3's persistence threshold: a parameter with fewer elements than this (per layer, when
+ * stacked) stays whole on every rank (norm gains, biases): gathering it would cost more in
+ * latency than it saves in memory (DeepSpeed's stage3_param_persistence_threshold, smaller). */
+enum { ZERO3_PERSIST_NUMEL = 1024 };
+
+/* The first dim of v's shape that no mesh axis splits and that dp divides, else -1. */
+static int shard_dim(const Value *v, int dp, int from) {
+  for (int d = from; d < v->shape.rank; d++)
+    if (v->sharding.split[d] < 0 && v->shape.dim[d] >= dp && v->shape.dim[d] % dp == 0) return d;
+  return -1;
+}
+
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  die("zero: node not in its graph");
+}
+
+/* v's type with dim d split dp ways over dp. */
+static void split_type(Value *to, const Value *from, int d, int dp) {
+  to->dtype = from->dtype;
+  to->shape = from->shape;
+  to->shape.dim[d] = from->shape.dim[d] / dp;
+  to->sharding = from->sharding;
+  to->sharding.split[d] = RT_AX_DP;
+  to->sharding.blocks[d] = 0;
+}
+
+/* y = shard_slice(x) over dp along d, placed at pos. */
+static Value *slice_at(Graph *g, Value *x, int d, int dp, int pos, SrcLoc loc) {
+  Node *s = ir_node_new(g, OP_SHARD_SLICE, 1, &x, 1, loc);
+  s->a.mesh_axis = RT_AX_DP;
+  s->a.axis = d;
+  split_type(s->out[0], x, d, dp);
+  ir_move_last(g, pos);
+  return s->out[0];
+}
+
+/* True when v (a STATE or CONST source) is read by `u` only: its type may change in place. */
+static bool only_reader(const Graph *g, const Value *v, const Node *u) {
+  if (v->def->op != OP_STATE && v->def->op != OP_CONST) return false;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v && g->nodes[i] != u) return false;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return false;
+  return true;
+}
+
+/* Removes member k (input and output) from a variadic all-reduce; the node goes when none is left. */
+static void drop_member(Graph *g, Node *ar, int k) {
+  for (int j = k; j + 1 < ar->nin; j++) {
+    ar->in[j] = ar->in[j + 1];
+    ar->out[j] = ar->out[j + 1];
+    ar->out[j]->idx = j;
+  }
+  ar->nin--, ar->nout--;
+  if (ar->nin > 0) return;
+  int k2 = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] != ar) g->nodes[k2++] = g->nodes[i];
+  g->nnodes = k2;
+}
+
+/* rs = reduce_scatter(x) over dp along d, typed as `like` split at d, placed where ar is. */
+static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d, int dp) {
+  Node *rs = ir_node_new(g, OP_REDUCE_SCATTER, 1, &x, 1, ar->loc);
+  rs->a.mesh_axis = RT_AX_DP;
+  rs->a.axis = d;
+  split_type(rs->out[0], like, d, dp);
+  rs->out[0]->name = like->name;
+  ir_move_last(g, position(g, ar));
+  return rs->out[0];
+}
+
+static bool is_dp_sum(const Node *n) {
+  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && n->a.reduce == RED_SUM;
+}
+
+/* Readers of gr in g: only the update u and sums of squares (the clip); and results. */
+static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == gr && g->nodes[i] != u && g->nodes[i]->op != OP_SUMSQ) return false;
+  return true;
+}
+
+/* ZeRO-2: gr (read by u) arrives reduce-scattered over dp along d instead of all-reduced. Returns
+ * the shard (gr itself, retyped, for a backward loop's stacked output), or NULL when gr does not
+ * come from a dp all-reduce this can rewrite. */
+static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
+  if (!grad_readers_ok(g, gr, u)) return NULL;
+  Node *src = gr->def;
+  if (is_dp_sum(src)) {
+    Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, dp);
+    drop_member(g, src, gr->idx);
+    ir_replace_uses(g, gr, sh);
+    return sh;
+  }
+  if (src->op != OP_REPEAT || gr->idx < src->a.ncarry || d < 1) return NULL;
+  Graph *b = src->body;
+  Value *y = b->results[gr->idx];
+  if (y->def->graph != b || !is_dp_sum(y->def) || ir_count_uses(b, y) != 0) return NULL;
+  for (int k = 0; k < b->nresults; k++)
+    if (k != gr->idx && b->results[k] == y) return NULL;
+  Node *ar = y->def;
+  b->results[gr->idx] = scatter_at(b, ar->in[y->idx], y, ar, d - 1, dp);
+  drop_member(b, ar, y->idx);
+  Value old = *gr;
+  split_type(gr, &old, d, dp); /* the stacked gradient: each layer's shard */
+  return gr;
+}
+
+/* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
+ * a result names it, or it is under the persistence threshold (per layer when stacked). */
+static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked) {
+  int64_t per = ir_numel(&p->shape) / (stacked ? p->shape.dim[0] : 1);
+  if (per < ZERO3_PERSIST_NUMEL) return false;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == p) return false;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      if (n->in[j] != p || n == u || n->op != OP_REPEAT) continue;
+      const Graph *b = n->body;
+      bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
+      if (j < n->a.ncarry || (xs && d < 1)) return false;
+      for (int k = 0; k < b->nresults; k++)
+        if (b->results[k] == b->args[j]->out[0]) return false;
+    }
+  }
+  return true;
+}
+
+/* y = all_gather(x) over dp along d (typed `whole`), placed right before the first reader of x
+ * in body g after position `from`; every reader of x in g but the gather reads y. */
+static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, int from) {
+  int first = -1;
+  for (int i = from + 1; i < g->nnodes && first < 0; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == x) first = i;
+  if (first < 0) return;
+  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, g->nodes[first]->loc);
+  ag->a.mesh_axis = RT_AX_DP;
+  ag->a.axis = d;
+  ag->out[0]->dtype = whole->dtype;
+  ag->out[0]->shape = whole->shape;
+  ag->out[0]->sharding = whole->sharding;
+  ag->out[0]->name = whole->name;
+  ir_move_last(g, first);
+  for (int i = first + 1; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
+}
+
+/* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it: a node of
+ * the top graph (one gather per reader: the forward's and the backward's are separate, each freed
+ * after its use), a repeat body (per iteration, before the layer's first use of its slice). */
+static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
+  Value whole = *p;
+  split_type(p, &whole, d, dp);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n == u) continue;
+    for (int j = 0; j < n->nin; j++) {
+      if (n->in[j] != p) continue;
+      if (n->op == OP_REPEAT) {
+        Graph *b = n->body;
+        Node *an = b->args[j];
+        Value *arg = an->out[0], old = *arg;
+        bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
+        split_type(arg, &old, xs ? d - 1 : d, dp);
+        gather_for_readers(b, arg, &old, xs ? d - 1 : d, position(b, an));
+      } else { /* this reader's own gather, right before it */
+        Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &p, 1, n->loc);
+        ag->a.mesh_axis = RT_AX_DP;
+        ag->a.axis = d;
+        ag->out[0]->dtype = whole.dtype;
+        ag->out[0]->shape = whole.shape;
+        ag->out[0]->sharding = whole.sharding;
+        ag->out[0]->name = whole.name;
+        ir_move_last(g, i++);
+        for (int k = 0; k < n->nin; k++)
+          if (n->in[k] == p) n->in[k] = ag->out[0];
+        break;
+      }
+    }
+  }
+}
+
+/* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
+static bool shard_update(Graph *g, Node *u, int dp, int stage) {
+  Value *p = u->in[0], *gr = u->in[1];
+  int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1;
+  bool looped = gr->def->op == OP_REPEAT; /* a layer's gradient, from the backward loop */
+  int d = shard_dim(p, dp, stage >= 2 && looped ? 1 : 0);
+  if (d < 0 && stage >= 2 && looped) d = shard_dim(p, dp, 0); /* then as ZeRO-1 */
+  if (d < 0 || p->def->op != OP_PARAM) return false;
+  if (!ir_shape_eq(&gr->shape, &p->shape) || gr->sharding.split[d] >= 0) return false;
+  for (int k = 0; k < nstate; k++)
+    if (!only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
+  Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, dp) : NULL;
+  bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, looped);
+  if (split_p) {
+    split_param(g, p, u, d, dp);
+    u->in[1] = gs;
+    for (int k = 0; k < nstate; k++) {
+      Value *s = u->in[2 + k];
+      Value old = *s;
+      split_type(s, &old, d, dp);
+    }
+    for (int k = 0; k < u->nout; k++) {
+      Value old = *u->out[k];
+      split_type(u->out[k], &old, d, dp);
+    }
+    return true; /* next:<param> is the updated shard: the parameter stays split */
+  }
+  int pos = position(g, u);
+  u->in[0] = slice_at(g, p, d, dp, pos++, u->loc);
+  u->in[1] = gs ? gs : slice_at(g, gr, d, dp, pos++, u->loc);
+  for (int k = 0; k < nstate; k++) {
+    Value *s = u->in[2 + k];
+    Value old = *s;
+    split_type(s, &old, d, dp); /* the STATE itself is 1/dp: memplan allots 1/dp */
+  }
+  for (int k = 0; k < u->nout; k++) {
+    Value old = *u->out[k];
+    split_type(u->out[k], &old, d, dp);
+  }
+  Value *ps = u->out[0];
+  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &ps, 1, u->loc);
+  ag->a.mesh_axis = RT_AX_DP;
+  ag->a.axis = d;
+  ag->out[0]->dtype = p->dtype;
+  ag->out[0]->shape = p->shape;
+  ag->out[0]->sharding = p->sharding;
+  ir_move_last(g, pos + 1);
+  /* next:<param> (and any other reader of the updated parameter) takes the gathered one */
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == ps && g->nodes[i] != ag) g->nodes[i]->in[j] = ag->out[0];
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == ps) g->results[i] = ag->out[0];
+  return true;
+}
+
+/* Restores topological order (stable: a node moves only behind what it reads). */
+static void visit(Graph *g, Node *n, PtrMap *state, Node **out, int *k) {
+  intptr_t st;
+  if (ptrmap_get(state, n, &st) && st != 0) {
+    if (st == 1) die("zero: a cycle");
+    return;
+  }
+  ptrmap_put(state, n, 1);
+  for (int j = 0; j < n->nin; j++)
+    if (n->in[j]->def->graph == g) visit(g, n->in[j]->def, state, out, k);
+  ptrmap_put(state, n, 2);
+  out[(*k)++] = n;
+}
+
+static void topo_sort(Graph *g) {
+  PtrMap state = {0};
+  for (int i = 0; i < g->nnodes; i++) ptrmap_put(&state, g->nodes[i], 0);
+  Node **out = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) visit(g, g->nodes[i], &state, out, &k);
+  memcpy(g->nodes, out, sizeof(Node *) * (size_t)k);
+  ptrmap_free(&state);
+}
+
+/* ZeRO-2's clip: a sum of squares over a gradient split over dp is partial over dp; one
+ * all-reduce over all of them (placed before the first reader) completes them. */
+static void complete_sumsq(Graph *g) {
+  int n = 0;
+  Value **ins = ARENA_ARRAY(g->arena, Value *, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *s = g->nodes[i];
+    if (s->op != OP_SUMSQ) continue;
+    bool split = false;
+    for (int d = 0; d < s->in[0]->shape.rank; d++) split |= s->in[0]->sharding.split[d] == RT_AX_DP;
+    if (!split) continue;
+    s->out[0]->sharding.partial |= (uint8_t)(1u << RT_AX_DP);
+    ins[n++] = s->out[0];
+  }
+  if (n == 0) return;
+  Node *ar = ir_node_new(g, OP_ALL_REDUCE, n, ins, n, ins[0]->def->loc);
+  ar->a.mesh_axis = RT_AX_DP;
+  ar->a.reduce = RED_SUM;
+  for (int k = 0; k < n; k++) {
+    ar->out[k]->dtype = ins[k]->dtype;
+    ar->out[k]->shape = ins[k]->shape;
+    ar->out[k]->sharding = ir_replicated();
+    for (int i = 0; i < g->nnodes; i++)
+      for (int j = 0; j < g->nodes[i]->nin; j++)
+        if (g->nodes[i]->in[j] == ins[k] && g->nodes[i] != ar) g->nodes[i]->in[j] = ar->out[k];
+    for (int i = 0; i < g->nresults; i++)
+      if (g->results[i] == ins[k]) g->results[i] = ar->out[k];
+  }
+  topo_sort(g);
+}
+
+bool pass_zero(Module *m) {
+  int stage = m->plan.zero;
+  int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
+  if (stage <= 0 || dp <= 1) return true;
+
+  Graph *g = m->graph;
+  int n = g->nnodes;
+  Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
+  int nu = 0;
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
+  for (int i = 0; i < nu; i++) shard_update(g, updates[i], dp, stage);
+  if (stage >= 2) complete_sumsq(g);
+  return true;
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# ZeRO (passes/zero.c) under mpirun: the compiled multi-rank trainer equals the single-rank one
+# (labels mpi, e2e).
+#
+#   zero.sh SHARDC   the tiny GPT (seq 32) under zero 1 with dp=2 and dp=2 x tp=2: 20 AdamW steps
+#                    give the single-rank loss curve (1e-5 relative per step, the tolerance of
+#                    layouts.sh, which justifies it); checkpoints stay logical: a zero-1 dp=2
+#                    checkpoint at step 10 resumes under zero 0 (dp=2) and on one rank, and a
+#                    zero-0 dp=2 checkpoint resumes under zero 1, each with the uninterrupted
+#                    run's step-11 loss (1e-5 relative)
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/codegen/lib.sh
+source tests/codegen/lib.sh
+
+m=(models/tiny.model -D seq=32)
+"$shardc" build "${m[@]}" -D micro_batch=8 --world 1 -o "$t/one"
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 --world 2 -o "$t/dp2"
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 --world 2 -o "$t/z1dp2"
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=2 -D zero=1 --world 4 -o "$t/z1dp2tp2"
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 --world 2 -o "$t/z2dp2"
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=2 -D zero=2 --world 4 -o "$t/z2dp2tp2"
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 --world 2 -o "$t/z3dp2"
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=2 -D zero=3 --world 4 -o "$t/z3dp2tp2"
+# the program is a ZeRO one: the optimizer state is split over dp and the parameters gathered
+"$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 --world 2 --dump-ir >"$t/z1.ir" 2>&1
+grep -q 'state  "adam_m:wte"' "$t/z1.ir" && grep 'state  "adam_m:wte"' "$t/z1.ir" | grep -q 'S(dp)' ||
+  { echo "FAIL: zero 1 left adam_m:wte whole"; exit 1; }
+ng=$(grep -c "all_gather(.*over=dp" "$t/z1.ir" || true)
+[ "$ng" -gt 0 ] || { echo "FAIL: zero 1 gathers no parameter"; exit 1; }
+echo "zero 1 dp2: $ng parameter all-gathers over dp"
+"$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 --world 2 --dump-ir >"$t/z2.ir" 2>&1
+ns=$(grep -c "reduce_scatter(.*over=dp" "$t/z2.ir" || true)
+nr=$(grep -c "all_reduce(.*over=dp" "$t/z2.ir" || true)
+[ "$ns" -gt 0 ] || { echo "FAIL: zero 2 reduce-scatters no gradient"; exit 1; }
+echo "zero 2 dp2: $ns gradient reduce-scatters over dp, $nr all-reduces over dp (the loss's, the clip's)"
+"$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 --world 2 --dump-ir >"$t/z3.ir" 2>&1
+np=$(grep -c 'S(dp)[^=]*= param' "$t/z3.ir" || true)
+nl=$(grep -c '^    .*all_gather(.*over=dp' "$t/z3.ir" || true)
+[ "$np" -gt 0 ] && [ "$nl" -gt 0 ] || { echo "FAIL: zero 3 splits no parameter or gathers none in the loops"; exit 1; }
+echo "zero 3 dp2: $np parameters stored split over dp, $nl all-gathers inside the layer loops"
+"$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
+for c in z1dp2:2 z1dp2tp2:4 z2dp2:2 z2dp2tp2:4 z3dp2:2 z3dp2tp2:4; do
+  n=${c%%:*}
+  "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
+  compare "$n" "$t/$n.jsonl" "$t/one.jsonl"
+done
+# checkpoints across stages: zero 1 and zero 2 -> zero 0 (and zero 2 -> one rank); zero 0 -> zero 1 and 2
+"${mpi[@]}" -np 2 "$t/z1dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z1" >/dev/null
+"${mpi[@]}" -np 2 "$t/z2dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z2" >/dev/null
+"${mpi[@]}" -np 2 "$t/z3dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z3" >/dev/null
+"${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z0" >/dev/null
+want=$(losses "$t/one.jsonl" | sed -n 11p)
+resume() { # resume NAME CKPT -np N BINARY
+  local name=$1 ck=$2
+  shift 2
+  if [ "$1" = one ]; then
+    "$t/one" "${run[@]}" --threads 2 --resume "$t/$ck" --stop-at 11 --log "$t/$name.jsonl" --save-to "$t/ck_$name" >/dev/null
+  else
+    "${mpi[@]}" -np 2 "$t/$1" "${run[@]}" --resume "$t/$ck" --stop-at 11 --log "$t/$name.jsonl" --save-to "$t/ck_$name" >/dev/null
+  fi
+  got=$(losses "$t/$name.jsonl" | head -1)
+  awk -v a="$got" -v b="$want" -v n="$name" 'BEGIN { d = a - b; if (d < 0) d = -d;
+    printf "resume step 10 %-14s step 11 loss %s vs %s uninterrupted 1 rank (|rel| %.1e)\n", n, a, b, d / b;
+    exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: resumed $name"; exit 1; }
+}
+resume "z1->z0" ck_z1 dp2
+resume "z2->z0" ck_z2 dp2
+resume "z2->one" ck_z2 one
+resume "z0->z1" ck_z0 z1dp2
+resume "z0->z2" ck_z0 z2dp2
+resume "z3->z0" ck_z3 dp2
+resume "z3->one" ck_z3 one
+resume "z0->z3" ck_z0 z3dp2
+echo "zero: ok"
