@@ -85,11 +85,7 @@ static Value *find_result(const Graph *g, const char *name) {
 static bool check_offload(const Module *m) {
   const Plan *p = &m->plan;
   if (!p->offload) return true;
-  if (p->zero == 0) {
-    error_at(p->offload_loc, "`offload` moves ZeRO's optimizer state to host memory: it needs `zero 1`, `zero 2` or "
-                             "`zero 3` (or `offload off`)");
-    return false;
-  }
+  /* offload without a ZeRO stage is refused by the front end (fe_check_plan) */
   if (m->target == TARGET_CUDA) {
     error_at(p->offload_loc, "`offload` (optimizer state and the AdamW step in host memory) is not implemented yet "
                              "for the GPU (--target cuda): leave it out (`-D offload=off`)");

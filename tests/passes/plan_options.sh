@@ -24,7 +24,7 @@ expect() { # expect WANT_EXIT "needle" ... -- shardc plan args
 expect 0 "$m:25:10: note: offload: on the CPU target the optimizer state already lives in host memory" -- $m --world 1
 expect 1 "$m:25:10: error: \`offload\` (optimizer state and the AdamW step in host memory) is not implemented yet for the GPU (--target cuda)" \
   "   25 |   zero 2 offload" "      |          ^" -- $m --world 1 --target cuda
-expect 1 "error: \`offload\` moves ZeRO's optimizer state to host memory: it needs \`zero 1\`, \`zero 2\` or \`zero 3\`" \
+expect 1 "error: \`offload\` moves ZeRO's sharded optimizer state to the host: it needs zero 1, 2 or 3 (the plan has zero 0)" \
   -- models/tiny.model --world 1 -D offload=on
 expect 1 "error: \`recompute\` needs one of none, full or selective, got \`block\`" -- $m --world 1 -D recompute=block
 expect 1 "got \`ful\`" "note: did you mean \`full\`?" -- $m --world 1 -D recompute=ful
