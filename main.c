@@ -172,14 +172,6 @@ int main(int argc, char **argv) {
   if (!m || diag_errors()) return 1;
   m->target = target;
   if (!pipeline_run(m, &po)) return 1;
-  const Plan *pl = &m->plan;
-  int pp = m->mesh->dim[RT_AX_PP], cp = m->mesh->dim[RT_AX_CP];
-  if (pp > 1 || cp > 1 || pl->zero > 0)
-    fprintf(stderr,
-            "shardc: warning: %s: pipeline (pp %d), context (cp %d) parallelism and ZeRO (zero %d) are not applied "
-            "yet: this program runs dp x tp%s only (-D pp=1 -D cp=1 -D zero=0 says so)\n",
-            input, pp, cp, pl->zero, pl->sp ? " with sp" : "");
-
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
     memplan_print(stdout, m->memplan);

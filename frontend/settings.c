@@ -10,6 +10,7 @@
 
 #include "diag.h"
 #include "fe.h"
+#include "plan_options.h"
 
 /* ---- words ------------------------------------------------------------------ */
 typedef struct {
@@ -441,6 +442,8 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
 static void plan_key(Cur *c, Word *k, void *ctx) {
   Plan *p = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
+  PlanOpt opt = ir_plan_opt_of_key(key);
+  if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = k->loc; /* ir/plan_options.c refuses what is not applied, here */
   if (strcmp(key, "tp") == 0) get_int32(c, key, 1, 1 << 16, &p->tp);
   else if (strcmp(key, "pp") == 0) get_int32(c, key, 1, 1 << 16, &p->pp);
   else if (strcmp(key, "cp") == 0) get_int32(c, key, 1, 1 << 16, &p->cp);
@@ -454,6 +457,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "sp") == 0) get_bool(c, key, &p->sp);
   else if (strcmp(key, "zero") == 0) {
     if (get_int32(c, key, 0, 3, &p->zero) && is_ident(peek(c), "offload")) {
+      p->opt_loc[PLAN_OPT_OFFLOAD] = peek(c)->loc;
       c->i++;
       p->offload = true;
     }
@@ -506,7 +510,10 @@ static const char *const recipe_keys[] = {
 static void recipe_key(Cur *c, Word *k, void *ctx) {
   Recipe *r = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
-  if (strcmp(key, "batch") == 0) get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
+  if (strcmp(key, "batch") == 0) {
+    r->batch_loc = k->loc; /* ir/mesh.c: batch = micro_batch x dp x accumulation, checked there */
+    get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
+  }
   else if (strcmp(key, "micro_batch") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
   else if (strcmp(key, "seq") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->seq);
   else if (strcmp(key, "steps") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->steps);
