@@ -514,14 +514,39 @@ bool pass_memplan(Module *m) {
   return true;
 }
 
-static void row(FILE *f, const char *name, int64_t b) {
-  fprintf(f, "#   %-12s %14lld B  %10.2f MiB\n", name, (long long)b, (double)b / (1 << 20));
+const char *const memplan_class_labels[MEM_COUNT] = {"parameters", "optimizer state", "inputs", "gradients",
+                                                     "activations", "workspace", "communication"};
+
+static void row(FILE *f, const char *name, int64_t b, const char *what) {
+  fprintf(f, "#   %-16s %16lld B %12.2f MiB%s%s\n", name, (long long)b, (double)b / (1 << 20), what ? "  " : "",
+          what ? what : "");
 }
 
-void memplan_print(FILE *f, const MemPlan *p) {
-  fprintf(f, "# memory per rank (at the peak of the step)\n");
-  for (int i = 0; i < MEM_COUNT; i++)
-    if (p->by_class[i]) row(f, memplan_class_names[i], p->by_class[i]);
-  row(f, "peak", p->peak);
-  row(f, "allocation", p->total);
+void memplan_print(FILE *f, const Module *m) {
+  const MemPlan *p = m->memplan;
+  /* the report's order: what the model holds, then what the step makes */
+  static const MemClass order[] = {MEM_PARAM, MEM_GRAD, MEM_OPTIM, MEM_ACT, MEM_INPUT, MEM_WORKSPACE, MEM_COMM};
+  fprintf(f, "# memory per rank (bytes live at the peak of the step, by class)\n");
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    MemClass c = order[i];
+    const char *what = NULL;
+    if (c == MEM_WORKSPACE && !p->by_class[c]) what = "kernel scratch is not planned: the trainer adds it at start";
+    if (c == MEM_COMM && !p->by_class[c]) what = "collectives run in place on planned buffers";
+    row(f, memplan_class_labels[c], p->by_class[c], what);
+  }
+  row(f, "peak", p->peak, NULL);
+  row(f, "total", p->total, "the rank's one allocation (peak + fragmentation)");
+  if (m->has_topology && m->topo.device_memory > 0) {
+    double dev = m->topo.device_memory;
+    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "device", dev, dev / (1 << 20),
+            m->topo.device ? m->topo.device : "device", (double)p->total <= dev ? "fits" : "does not fit",
+            100.0 * (double)p->total / dev);
+  }
+}
+
+MemClass memplan_largest_class(const MemPlan *p) {
+  int best = 0;
+  for (int i = 1; i < MEM_COUNT; i++)
+    if (p->by_class[i] > p->by_class[best]) best = i;
+  return (MemClass)best;
 }
