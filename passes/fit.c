@@ -127,8 +127,9 @@ static void mib(char *buf, size_t cap, double bytes) {
 
 bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   const MemPlan *p = m->memplan;
-  if (!p || !m->has_topology || m->topo.device_memory <= 0 || !m->mesh) return true;
-  double dev = m->topo.device_memory;
+  char capname[96];
+  double dev = memplan_capacity(m, capname, sizeof capname);
+  if (!p || dev <= 0 || !m->mesh) return true;
   if ((double)p->total <= dev) return true;
   if (diag_errors()) die("fit_check: called on a module with errors");
   /* plan the knobs first (re-planning reports nothing and needs a clean error count) */
@@ -168,11 +169,10 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   mib(tot, sizeof tot, (double)p->total);
   mib(dv, sizeof dv, dev);
   mib(big, sizeof big, (double)p->by_class[lc]);
-  const char *devname = m->topo.device ? m->topo.device : "device";
   if (m->plan.loc.file)
-    error_at(m->plan.loc, "the plan does not fit: %s per rank, a %s has %s", tot, devname, dv);
+    error_at(m->plan.loc, "the plan does not fit: %s per rank, over the %s of %s", tot, capname, dv);
   else
-    error_plain("the plan does not fit: %s per rank, a %s has %s", tot, devname, dv);
+    error_plain("the plan does not fit: %s per rank, over the %s of %s", tot, capname, dv);
   note("the largest class is %s: %s (shardc plan prints every class)", memplan_class_labels[lc], big);
   if (nnotes) note("knobs that bring it down, each planned again with that change:");
   for (int i = 0; i < nnotes; i++) note("  %s", notes[i]);

@@ -536,12 +536,25 @@ void memplan_print(FILE *f, const Module *m) {
   }
   row(f, "peak", p->peak, NULL);
   row(f, "total", p->total, "the rank's one allocation (peak + fragmentation)");
-  if (m->has_topology && m->topo.device_memory > 0) {
-    double dev = m->topo.device_memory;
-    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "device", dev, dev / (1 << 20),
-            m->topo.device ? m->topo.device : "device", (double)p->total <= dev ? "fits" : "does not fit",
-            100.0 * (double)p->total / dev);
+  char what[96];
+  double cap = memplan_capacity(m, what, sizeof what);
+  if (cap > 0)
+    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "capacity", cap, cap / (1 << 20), what,
+            (double)p->total <= cap ? "fits" : "does not fit", 100.0 * (double)p->total / cap);
+}
+
+double memplan_capacity(const Module *m, char *what, size_t cap) {
+  const Topology *t = &m->topo;
+  if (!m->has_topology || t->device_memory <= 0) return 0;
+  const char *dev = t->device ? t->device : "device";
+  if (m->target == TARGET_CPU && !t->cpu_only && t->host_memory > 0 && t->devices_per_node > 0) {
+    /* the CPU target's ranks are host processes: the node's host memory, shared by its ranks */
+    snprintf(what, cap, "host memory per rank (%s node / %d; the CPU target runs on the host)", t->name ? t->name : "",
+             t->devices_per_node);
+    return t->host_memory / t->devices_per_node;
   }
+  snprintf(what, cap, "%s memory", dev);
+  return t->device_memory;
 }
 
 MemClass memplan_largest_class(const MemPlan *p) {

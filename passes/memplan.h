@@ -35,6 +35,11 @@ enum { MEMPLAN_ALIGN = 64 };
  * against the topology's device memory when the module has a topology. */
 void memplan_print(FILE *f, const Module *m);
 
+/* The memory one rank's plan must fit, in bytes (0: unknown, no topology), and what it is in
+ * words (into what): the device's memory; for the CPU target on a GPU topology, the node's host
+ * memory divided by its ranks. */
+double memplan_capacity(const Module *m, char *what, size_t cap);
+
 /* The class with the most bytes at the peak. */
 MemClass memplan_largest_class(const MemPlan *p);
 

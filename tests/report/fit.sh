@@ -25,22 +25,24 @@ check() { # name, expected status, shardc arguments...
     elif ! diff -u "$dir/$name.err" "$tmp/$name.err"; then echo "FAIL $name: stderr differs"; fail=1; fi
   fi
 }
-# GPT-3 175B at tp 8 x dp 32 on 80 GiB H100s: 352,072 MiB per rank
+# GPT-3 175B at tp 8 x dp 32 on 80 GiB H100s (CUDA target): 343,590 MiB per rank
+check gpt3-175b-cuda 1 plan models/gpt3-175b.model --target cuda
+grep -q '^#   capacity .*h100_80g memory: does not fit' "$tmp/gpt3-175b-cuda.out" || { echo "FAIL gpt3-175b-cuda: no plan or capacity line on stdout"; fail=1; }
+grep -q '^#   optimizer state' "$tmp/gpt3-175b-cuda.out" || { echo "FAIL gpt3-175b-cuda: no memory by class"; fail=1; }
+# ... and on the CPU target, whose ranks share the node's host memory (2048 GiB / 8)
 check gpt3-175b 1 plan models/gpt3-175b.model
-grep -q '^#   device .*h100_80g: does not fit' "$tmp/gpt3-175b.out" || { echo "FAIL gpt3-175b: no plan or device line on stdout"; fail=1; }
-grep -q '^#   optimizer state' "$tmp/gpt3-175b.out" || { echo "FAIL gpt3-175b: no memory by class"; fail=1; }
 # tiny on 6 MiB devices: the tp 2 knob fits
 check tiny-small 1 plan models/tiny.model --topology tests/report/fit/small.topo
 check tiny-small-build 1 build models/tiny.model --topology tests/report/fit/small.topo -o "$tmp/never"
 [ ! -e "$tmp/never" ] || { echo "FAIL tiny-small-build: wrote a trainer for a plan that does not fit"; fail=1; }
 # ... and the knob it names fits indeed
 check tiny-small-tp2 0 plan models/tiny.model --topology tests/report/fit/small.topo -D tp=2
-grep -q '^#   device .*cpu: fits' "$tmp/tiny-small-tp2.out" || { echo "FAIL tiny-small-tp2: not fitting"; fail=1; }
+grep -q '^#   capacity .*cpu memory: fits' "$tmp/tiny-small-tp2.out" || { echo "FAIL tiny-small-tp2: not fitting"; fail=1; }
 # plans that fit: no error
 check tiny 0 plan models/tiny.model
-grep -q '^#   device .*cpu: fits' "$tmp/tiny.out" || { echo "FAIL tiny: no device line"; fail=1; }
-check llama3-8b 0 plan models/llama3-8b.model
-grep -q '^#   device .*h100_80g: fits' "$tmp/llama3-8b.out" || { echo "FAIL llama3-8b: no device line"; fail=1; }
+grep -q '^#   capacity .*cpu memory: fits' "$tmp/tiny.out" || { echo "FAIL tiny: no device line"; fail=1; }
+check llama3-8b 0 plan models/llama3-8b.model --target cuda
+grep -q '^#   capacity .*h100_80g memory: fits' "$tmp/llama3-8b.out" || { echo "FAIL llama3-8b: no device line"; fail=1; }
 # the trainer checks the plan against the host's available memory before allocating it
 check huge-build 0 build models/tiny.model --world 1 --topology tests/report/fit/huge.topo -D micro_batch=10000000 \
   -o "$tmp/t_huge"
