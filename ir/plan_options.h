@@ -2,7 +2,7 @@
  *
  * An option the language accepts is applied by a pass or refused with an error at the plan
  * field, never ignored. The table in plan_options.c says, per option, whether a pass applies
- * it today; a pass that lands flips its row. The fit check (passes/fitcheck.c) offers only
+ * it today; a pass that lands flips its row. The fit check (passes/fit.c) offers only
  * knobs whose option is applied.
  */
 #ifndef SHARDC_IR_PLAN_OPTIONS_H
