@@ -47,18 +47,6 @@ static bool resolve_batch(Module *m, int dp) {
     }
     accum = r->batch / per_step;
   }
-  if (accum > 1 && !IR_GRAD_ACCUM_APPLIED) {
-    if (r->batch_loc.file)
-      error_at(r->batch_loc, "batch %lld = micro_batch %lld x dp %d x %lld accumulation steps: gradient accumulation "
-               "is not applied by shardc yet", (long long)r->batch, (long long)r->micro_batch, dp, (long long)accum);
-    else
-      error_plain("-D batch=%lld = micro_batch %lld x dp %d x %lld accumulation steps: gradient accumulation is not "
-                  "applied by shardc yet", (long long)r->batch, (long long)r->micro_batch, dp, (long long)accum);
-    note("write batch %lld (or -D batch=%lld), one micro-batch per replica per step, or micro_batch %lld "
-         "(-D micro_batch=%lld) if it fits",
-         (long long)per_step, (long long)per_step, (long long)(r->batch / dp), (long long)(r->batch / dp));
-    return false;
-  }
   m->batch.micro = r->micro_batch;
   m->batch.accum = accum;
   m->batch.global = r->micro_batch * dp * accum;

@@ -106,8 +106,6 @@ typedef struct {
   int64_t global; /* sequences per optimizer step over every replica: micro * dp * accum (the recipe's batch) */
 } BatchSizes;
 
-/* Whether the passes apply gradient accumulation (accum > 1); until they do, ir/mesh.c refuses it. */
-enum { IR_GRAD_ACCUM_APPLIED = 0 };
 
 typedef struct {
   Arena *arena;

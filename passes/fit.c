@@ -18,17 +18,18 @@ typedef struct {
   KnobMake make;
   int arg;      /* the knob's parameter: a factor, a stage, a mode */
   PlanOpt opt;  /* the plan option it needs applied (PLAN_OPT_COUNT: none) */
-  bool accum;   /* it needs gradient accumulation applied */
 } Knob;
 
-/* A knob that changes dp keeps the global batch with more accumulation once accumulation is
- * applied; until then the batch follows dp (one micro-batch per replica), and the label says so. */
+/* What a knob that changes dp does to the batch: with a recipe `batch`, the global batch stays and
+ * the accumulation steps change (passes/accum.c); without one, the global batch follows dp. */
 static void keep_batch(const Module *m, int dp, char kv[KNOB_KV][KV_LEN], int *n, char *note, size_t cap) {
+  (void)kv, (void)n;
   note[0] = 0;
-  if (IR_GRAD_ACCUM_APPLIED) return;
-  long long b = (long long)(m->batch.micro * dp);
-  if (m->recipe.batch > 0) snprintf(kv[(*n)++], KV_LEN, "batch=%lld", b);
-  if (dp != m->mesh->dim[RT_AX_DP]) snprintf(note, cap, ", global batch %lld", b);
+  if (dp == m->mesh->dim[RT_AX_DP]) return;
+  if (m->recipe.batch > 0)
+    snprintf(note, cap, ", %lld accumulation steps", (long long)(m->batch.global / (m->batch.micro * dp)));
+  else
+    snprintf(note, cap, ", global batch %lld", (long long)(m->batch.micro * dp));
 }
 
 static bool knob_tp(const Module *m, int f, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
@@ -55,7 +56,7 @@ static bool knob_sp(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *n, 
 }
 
 static bool knob_micro(const Module *m, int f, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
-  if (m->batch.micro % f != 0) return false;
+  if (m->batch.micro % f != 0 || m->recipe.batch <= 0) return false; /* no `batch`: it would shrink */
   snprintf(kv[(*n)++], KV_LEN, "micro_batch=%lld", (long long)(m->batch.micro / f));
   snprintf(label, cap, "-D micro_batch=%lld (%lld accumulation steps)", (long long)(m->batch.micro / f),
            (long long)(m->batch.accum * f));
@@ -98,14 +99,14 @@ static bool knob_offload(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int
 
 /* The knobs, in the order they are offered: add a row when a pass gives the plan a new way down. */
 static const Knob knobs[] = {
-    {knob_zero, 1, PLAN_OPT_ZERO, false},          {knob_zero, 2, PLAN_OPT_ZERO, false},
-    {knob_zero, 3, PLAN_OPT_ZERO, false},          {knob_recompute, RECOMPUTE_SELECTIVE, PLAN_OPT_RECOMPUTE, false},
-    {knob_recompute, RECOMPUTE_BLOCK, PLAN_OPT_RECOMPUTE, false},
-    {knob_offload, 0, PLAN_OPT_OFFLOAD, false},    {knob_sp, 0, PLAN_OPT_COUNT, false},
-    {knob_tp, 2, PLAN_OPT_COUNT, false},           {knob_tp, 4, PLAN_OPT_COUNT, false},
-    {knob_tp, 8, PLAN_OPT_COUNT, false},           {knob_pp, 2, PLAN_OPT_PP, false},
-    {knob_pp, 4, PLAN_OPT_PP, false},              {knob_micro, 2, PLAN_OPT_COUNT, true},
-    {knob_micro, 4, PLAN_OPT_COUNT, true},
+    {knob_zero, 1, PLAN_OPT_ZERO},          {knob_zero, 2, PLAN_OPT_ZERO},
+    {knob_zero, 3, PLAN_OPT_ZERO},          {knob_recompute, RECOMPUTE_SELECTIVE, PLAN_OPT_RECOMPUTE},
+    {knob_recompute, RECOMPUTE_BLOCK, PLAN_OPT_RECOMPUTE},
+    {knob_offload, 0, PLAN_OPT_OFFLOAD},    {knob_sp, 0, PLAN_OPT_COUNT},
+    {knob_tp, 2, PLAN_OPT_COUNT},           {knob_tp, 4, PLAN_OPT_COUNT},
+    {knob_tp, 8, PLAN_OPT_COUNT},           {knob_pp, 2, PLAN_OPT_PP},
+    {knob_pp, 4, PLAN_OPT_PP},              {knob_micro, 2, PLAN_OPT_COUNT},
+    {knob_micro, 4, PLAN_OPT_COUNT},
 };
 
 static void mib(char *buf, size_t cap, double bytes) {
@@ -145,9 +146,9 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
     int n = 0;
     if (k->make == knob_tp && tp_fits) continue;
     if (!k->make(m, k->arg, kv, &n, label, sizeof label)) continue;
-    if ((k->opt < PLAN_OPT_COUNT && !ir_plan_opt_applied(k->opt)) || (k->accum && !IR_GRAD_ACCUM_APPLIED)) {
+    if ((k->opt < PLAN_OPT_COUNT && !ir_plan_opt_applied(k->opt))) {
       /* named once per kind, not planned: no pass applies it yet */
-      const char *name = k->accum ? "gradient accumulation (a smaller micro_batch)" : label + 3;
+      const char *name = label + 3;
       char word[64];
       snprintf(word, sizeof word, "%.*s", (int)strcspn(name, "="), name);
       if (!strstr(later, word) && lk + strlen(word) + 3 < sizeof later)

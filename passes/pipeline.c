@@ -24,6 +24,7 @@ static const Pass passes[] = {
     {"autodiff", pass_autodiff},    /* backward graph */
     {"optimizer", pass_optimizer},  /* clip, lr, update */
     {"shard", pass_shard},          /* dp/tp/sp: per-rank shapes, collectives */
+    {"accum", pass_accum},          /* gradient accumulation: accum micro-steps in a region, one update */
     {"buckets", pass_grad_buckets}, /* dp gradient all-reduces overlapped with backward, bucketed */
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */

@@ -128,7 +128,7 @@ static void test_models(void) {
   if (m) {
     CHECK(count_op(m->graph, OP_REPEAT, false) == 1 && m->graph->nnodes < 40,
           "GPT-3: the 96 layers stay one region (%d top nodes)", m->graph->nnodes);
-    CHECK(m->plan.schedule == SCHED_1F1B && m->plan.pp == 1 && m->plan.tp == 8 && m->batch.global == 32, "GPT-3 plan");
+    CHECK(m->plan.schedule == SCHED_1F1B && m->plan.pp == 1 && m->plan.tp == 8 && m->batch.global == 1536 && m->batch.accum == 48, "GPT-3 plan");
     CHECK(m->topo.inter.kind == LINK_IB && m->topo.inter.count == 8 && close_to(m->topo.inter.bytes_per_s, 50e9),
           "GPT-3 topology: 8 x 400 Gbit/s InfiniBand");
   }

@@ -12,8 +12,8 @@ trap 'rm -rf "$tmp"' EXIT
 cases=(
   "tiny|models/tiny.model"
   "gpt2-124m|models/gpt2-124m.model"
-  "gpt2-124m-tp8|models/gpt2-124m.model|-D tp=8 -D batch=64"
-  "gpt2-124m-dp4-tp8|models/gpt2-124m.model|-D tp=8 -D batch=256 --topology models/topo/p4d-x4.topo"
+  "gpt2-124m-tp8|models/gpt2-124m.model|-D tp=8"
+  "gpt2-124m-dp4-tp8|models/gpt2-124m.model|-D tp=8 --topology models/topo/p4d-x4.topo"
   "llama3-8b|models/llama3-8b.model"
   "gpt3-175b|models/gpt3-175b.model"
 )

@@ -21,8 +21,8 @@ fail=0
 cases=(
   "tiny|models/tiny.model"
   "gpt2-124m|models/gpt2-124m.model"
-  "gpt2-124m-tp8|models/gpt2-124m.model|-D tp=8 -D batch=64"
-  "gpt2-124m-dp4-tp8|models/gpt2-124m.model|-D tp=8 -D batch=256 --topology models/topo/p4d-x4.topo"
+  "gpt2-124m-tp8|models/gpt2-124m.model|-D tp=8"
+  "gpt2-124m-dp4-tp8|models/gpt2-124m.model|-D tp=8 --topology models/topo/p4d-x4.topo"
   "llama3-8b|models/llama3-8b.model"
   "gpt3-175b|models/gpt3-175b.model"
   "tiny-cuda-bf16|models/tiny.model|--world 1 --target cuda -D precision=bf16"
