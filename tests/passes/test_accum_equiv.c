@@ -2,7 +2,7 @@
  *
  * For the tiny GPT and a Llama-shaped model: the whole pipeline runs on the single-rank
  * program with micro-batch B (batch B, accum 1) and on programs with accum k in {2, 4}
- * micro-steps of B / (k dp) sequences per rank, for dp x tp in {1 x 1, 2 x 1, 1 x 2, 2 x 2}
+ * micro-steps of B / (k dp) sequences per rank, for dp x tp in {1 x 1, 2 x 1, 1 x 2, 1 x 2 sp, 2 x 2}
  * (batch B in each). Both are interpreted in fp64 (the accumulating one on dp * tp simulated
  * ranks) for two AdamW steps on the same tokens (the big batch's rows, micro-step i holding
  * rows i B/k .. (i+1) B/k - 1); after each step the loss, the grad norm, every gradient and
@@ -27,8 +27,8 @@
 
 static int failures;
 
-static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, int64_t micro,
-                       int64_t batch) {
+static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
+                       int64_t micro, int64_t batch) {
   FeDefine d[24];
   int n = 0;
   char sdp[16], stp[16], smb[24], sb[24];
@@ -39,6 +39,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   snprintf(sb, sizeof sb, "%lld", (long long)batch);
   d[n++] = (FeDefine){"dp", sdp};
   d[n++] = (FeDefine){"tp", stp};
+  d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
   d[n++] = (FeDefine){"micro_batch", smb};
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"cross_node_tp", "on"};
@@ -131,7 +132,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, B, B);
+  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B, B);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the big-batch program does not compile\n", label);
     failures++;
@@ -139,15 +140,16 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   }
   Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-  static const int plans[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};
-  for (int p = 0; p < 4; p++)
+  static const int plans[][3] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {1, 2, 1}, {2, 2, 0}};
+  for (int p = 0; p < 5; p++)
     for (int64_t k = 2; k <= 4; k *= 2) {
       int dp = plans[p][0], tp = plans[p][1];
+      bool sp = plans[p][2];
       char what[64];
-      snprintf(what, sizeof what, "accum %lld x dp %d x tp %d", (long long)k, dp, tp);
+      snprintf(what, sizeof what, "accum %lld x dp %d x tp %d%s", (long long)k, dp, tp, sp ? " sp" : "");
       Arena pa;
       arena_init(&pa);
-      Module *pm = compile(&pa, path, defs, ndefs, dp, tp, B / (k * dp), B);
+      Module *pm = compile(&pa, path, defs, ndefs, dp, tp, sp, B / (k * dp), B);
       if (!pm) {
         fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
         failures++;
