@@ -398,8 +398,6 @@ static bool is_stacked(const Graph *g, const Value *v) {
   return false;
 }
 
-static int mesh_dp(const Module *m) { return m->mesh ? m->mesh->dim[RT_AX_DP] : 1; }
-
 /* How the trainer sees an input. Under gradient accumulation (passes/accum.c) the micro-step's
  * inputs are [accum, B, ...], the xs of the top-level `accum` region; the trainer reads them as
  * [accum * B, ...] rows (the buffer is the same), this rank's rows of the global batch, so dim 0
@@ -464,15 +462,6 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     vocab = n->a.len > 0 ? n->a.len : V;
   }
   if (lg != g) logits = NULL;
-  if (lg != g && m->target == TARGET_CUDA) {
-    /* the emulated device computes zero gradients out of the micro-step loop (grad_norm 0): until
-     * that is found, refused */
-    error_plain("the CUDA target cannot run gradient accumulation yet (batch %lld = micro_batch %lld x dp %d x "
-                "%lld micro-steps): build it for --target cpu, or write batch = micro_batch x dp",
-                (long long)m->batch.global, (long long)m->batch.micro, mesh_dp(m), (long long)m->batch.accum);
-    arena_free(&a);
-    return false;
-  }
   const MeshMap *mesh = m->mesh;
   bool multi = uses_multi_rank(g) || (mesh && mesh->world > 1);
 
