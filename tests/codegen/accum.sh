@@ -4,7 +4,8 @@
 # 2 micro-steps of 2, and dp 2 x tp 2 x 2 micro-steps of 2: 20 AdamW steps give the reference's
 # loss curve within lib.sh's 1e-5 (the micro-steps change only the order of fp32 sums, as the
 # layouts do: layouts.sh). The trainer reads each rank's rows of the global batch and logs the
-# global batch; --batch is the global batch; sampling is refused with a clear error. The CUDA target
+# global batch; --batch is the global batch; a checkpoint resumes bit-identically; sampling is refused
+# with a clear error. The CUDA target
 # runs it on the emulated device too.
 set -euo pipefail
 shardc=$(realpath "$1")
@@ -22,6 +23,11 @@ grep -q 'repeat accum x2' "$t/src/tiny.c" || { echo "FAIL: no accumulation loop 
 "$t/acc2" "${run[@]}" --threads 2 --batch 8 --log "$t/acc2.jsonl" --save-to "$t/ck_acc2" >"$t/acc2.out"
 compare "1 rank, accum 2" "$t/acc2.jsonl" "$t/one.jsonl"
 grep -q 'batch 8 x 32 tokens' "$t/acc2.out" || { echo "FAIL: the trainer does not log the global batch"; cat "$t/acc2.out"; exit 1; }
+# a checkpoint of the accumulating trainer resumes bit-identically (its data position counts the global batch)
+"$t/acc2" "${run[@]}" --threads 2 --stop-at 10 --save-to "$t/ck_res" >/dev/null
+"$t/acc2" "${run[@]}" --threads 2 --resume "$t/ck_res" --log "$t/res.jsonl" --save-to "$t/ck_res" >"$t/res.out"
+grep -q 'step 10, data position 80' "$t/res.out" || { echo "FAIL: resume position"; cat "$t/res.out"; exit 1; }
+cmp <(losses "$t/acc2.jsonl" | tail -10) <(losses "$t/res.jsonl") || { echo "FAIL: resumed losses differ"; exit 1; }
 "${mpi[@]}" -np 2 "$t/dp2acc2" "${run[@]}" --log "$t/dp2acc2.jsonl" >/dev/null
 compare "dp 2, accum 2" "$t/dp2acc2.jsonl" "$t/one.jsonl"
 "${mpi[@]}" -np 4 "$t/dp2tp2acc2" "${run[@]}" --log "$t/dp2tp2acc2.jsonl" >/dev/null
