@@ -6,7 +6,7 @@
  *   - its xs are the per-step inputs it reads (tokens, targets), now [accum, ...] (iteration i
  *     reads micro-batch i; the dims after the first keep their shardings);
  *   - its carries are the values the rest of the step reads from it (the loss, each gradient
- *     before its dp all-reduce), summed over the micro-steps from zeros;
+ *     before its all-reduces), summed over the micro-steps from zeros;
  *   - outside, each sum is scaled by 1/accum: the mean over micro-steps, which is the big
  *     batch's mean when every micro-step holds as many counted targets.
  * Parameters and other sources stay outside (the body reads them directly). The dp all-reduces
@@ -22,10 +22,11 @@
 
 static bool is_source(const Node *n) { return (ir_ops[n->op].flags & F_SOURCE) != 0; }
 
-/* The value the micro-step makes for a result: a gradient's input to its dp all-reduce. */
+/* The value the micro-step makes for a result: a gradient before its all-reduces (over dp, and
+ * over tp after it for a gradient sequence parallelism leaves partial): sums over ranks commute
+ * with the sum over micro-steps, so they run once, after the loop. */
 static Value *micro_value(Value *v) {
-  Node *d = v->def;
-  if (d->op == OP_ALL_REDUCE && d->a.mesh_axis == RT_AX_DP) return d->in[v->idx];
+  while (v->def->op == OP_ALL_REDUCE && v->def->a.reduce == RED_SUM) v = v->def->in[v->idx];
   return v;
 }
 
