@@ -6,6 +6,7 @@
 
 #include "codegen.h"
 #include "diag.h"
+#include "fit.h"
 #include "frontend.h"
 #include "memplan.h"
 #include "mesh.h"
@@ -47,6 +48,48 @@ static void usage(FILE *f) {
           "  --time-passes         print each pass's time\n"
           "  --no-verify           skip the IR verifier between passes\n"
           "  -h, --help            this text\n");
+}
+
+/* The fit check's re-planning (passes/fit.h): the same source and options plus a few -D
+ * overrides, compiled and planned on a fresh Module, silently. Its Modules stay in the
+ * driver's arena (the diagnostics keep pointers to their source texts). */
+typedef struct {
+  Arena *arena;
+  const char *input;    /* the .model path */
+  const FeOptions *fo;  /* the command line's front-end options */
+  Target target;
+} Replan;
+
+static int64_t replan(void *ctx, const char *const *kv, int n) {
+  Replan *r = ctx;
+  enum { MAXD = 160 };
+  FeDefine d[MAXD];
+  int nd = r->fo->ndefines;
+  if (nd + n > MAXD) return -1;
+  for (int i = 0; i < nd; i++) d[i] = r->fo->defines[i];
+  for (int i = 0; i < n; i++) {
+    const char *eq = strchr(kv[i], '=');
+    if (!eq) die("replan: '%s' is not key=value", kv[i]);
+    d[nd + i].key = arena_strndup(r->arena, kv[i], (size_t)(eq - kv[i]));
+    d[nd + i].value = eq + 1;
+  }
+  FeOptions o = *r->fo;
+  o.defines = d;
+  o.ndefines = nd + n;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return -1;
+  diag_set_stream(null);
+  int64_t total = -1;
+  Module *m = fe_compile(r->arena, r->input, &o);
+  if (m && diag_errors() == 0) {
+    m->target = r->target;
+    PipelineOptions po = {.dump = null, .verify = false};
+    if (pipeline_run(m, &po) && m->memplan) total = m->memplan->total;
+  }
+  diag_set_stream(NULL);
+  diag_reset(); /* the driver only re-plans a module that compiled without errors */
+  fclose(null);
+  return total;
 }
 
 /* After a build: how many ranks the trainer needs and the command that starts it. */
@@ -172,22 +215,17 @@ int main(int argc, char **argv) {
   if (!m || diag_errors()) return 1;
   m->target = target;
   if (!pipeline_run(m, &po)) return 1;
-  const Plan *pl = &m->plan;
-  int pp = m->mesh->dim[RT_AX_PP];
-  if (pp > 1)
-    fprintf(stderr,
-            "shardc: warning: %s: pipeline (pp %d) parallelism is not applied yet: this program runs dp x cp x tp%s "
-            "only (-D pp=1 says so)\n",
-            input, pp, pl->sp ? " with sp" : "");
-
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
-    memplan_print(stdout, m->memplan);
+    memplan_print(stdout, m);
   }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
   else if (dump && strcmp(dump, "mesh") == 0)
     ir_print_mesh(stdout, m);
+  fflush(stdout); /* the plan first: a user wants to read it, fit or not */
+  Replan rp = {&arena, input, &fo, target};
+  if (!fit_check(m, replan, &rp)) return 1;
   if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */
     cg.source_path = input;
     if (!cg_emit_file(m, cg.emit_dir, &cg)) return 1;

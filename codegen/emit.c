@@ -437,6 +437,37 @@ static bool is_stacked(const Graph *g, const Value *v) {
   return false;
 }
 
+/* How the trainer sees an input. Under gradient accumulation (passes/accum.c) the micro-step's
+ * inputs are [accum, B, ...], the xs of the top-level `accum` region; the trainer reads them as
+ * [accum * B, ...] rows (the buffer is the same), this rank's rows of the global batch, so dim 0
+ * keeps the sharding of the micro-batch dim. Every row is used once per optimizer step whatever
+ * micro-step it falls in, so the step's mean gradient is the big batch's. */
+static Value trainer_view(const Graph *g, const Value *v) {
+  Value w = *v;
+  bool xs = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_REPEAT || !n->a.name || strcmp(n->a.name, "accum") != 0) continue;
+    for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++) xs |= n->in[k] == v;
+  }
+  if (!xs || v->shape.rank < 2) return w;
+  w.shape.dim[0] = v->shape.dim[0] * v->shape.dim[1];
+  w.shape.sym[0] = v->shape.sym[1];
+  for (int d = 1; d + 1 < v->shape.rank; d++) {
+    w.shape.dim[d] = v->shape.dim[d + 1];
+    w.shape.sym[d] = v->shape.sym[d + 1];
+  }
+  w.shape.rank--;
+  if (v->sharding.split[0] >= 0) die("emit: an accumulated input split along its micro-step dim");
+  for (int d = 0; d + 1 < IR_MAX_RANK; d++) {
+    w.sharding.split[d] = v->sharding.split[d + 1];
+    w.sharding.blocks[d] = v->sharding.blocks[d + 1];
+  }
+  w.sharding.split[IR_MAX_RANK - 1] = -1;
+  w.sharding.blocks[IR_MAX_RANK - 1] = 0;
+  return w;
+}
+
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
@@ -451,23 +482,32 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   c.t->begin(&c);
   Graph *g = m->graph;
   Value *loss = result(g, "loss");
-  Value *tokens = find_source(g, OP_INPUT, "tokens");
+  Value *tokens_v = find_source(g, OP_INPUT, "tokens");
+  Value tokens_view = tokens_v ? trainer_view(g, tokens_v) : (Value){0};
+  Value *tokens = tokens_v ? &tokens_view : NULL;
   if (!loss || !tokens || tokens->shape.rank != 2) {
     error_plain("model '%s' needs an input `tokens : i32[batch, seq]` and a result `loss` to become a trainer", m->name);
     arena_free(&a);
     return false;
   }
   /* the logits: the first input of the cross_entropy (or, vocab-parallel, of the ce_max) that makes the loss */
+  /* (under gradient accumulation it lies in the micro-step loop: the vocabulary is read there, and
+   * the program has no logits entry, so no sampling) */
   Value *logits = NULL;
   int64_t V = 0, vocab = 0;
-  for (int i = 0; i < g->nnodes && !logits; i++) {
-    Node *n = g->nodes[i];
+  const Graph *lg = g;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, "accum") == 0)
+      lg = g->nodes[i]->body;
+  for (int i = 0; i < lg->nnodes && !logits; i++) {
+    Node *n = lg->nodes[i];
     if (n->op != OP_CROSS_ENTROPY && n->op != OP_CE_MAX) continue;
     logits = n->in[0];
     V = logits->shape.dim[logits->shape.rank - 1];
     if (n->op == OP_CE_MAX && n->a.sharded && m->mesh) V *= m->mesh->dim[n->a.mesh_axis];
     vocab = n->a.len > 0 ? n->a.len : V;
   }
+  if (lg != g) logits = NULL;
   const MeshMap *mesh = m->mesh;
   bool multi = uses_multi_rank(g) || (mesh && mesh->world > 1);
 
@@ -518,7 +558,10 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     Node *n = g->nodes[i];
     if (n->op == OP_PARAM) emit_tensor(&c, n->out[0], n->a.name, "RT_T_PARAM", n, is_stacked(g, n->out[0]));
     else if (n->op == OP_STATE) emit_tensor(&c, n->out[0], n->a.name, "RT_T_STATE", NULL, false);
-    else if (n->op == OP_INPUT) emit_tensor(&c, n->out[0], n->a.name, "RT_T_INPUT", NULL, false);
+    else if (n->op == OP_INPUT) {
+      Value w = trainer_view(g, n->out[0]);
+      emit_tensor(&c, &w, n->a.name, "RT_T_INPUT", NULL, false);
+    }
     else continue;
     ntensors++;
   }

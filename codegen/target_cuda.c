@@ -69,6 +69,15 @@ static bool is_result(const Graph *g, const Value *v) {
   return false;
 }
 
+/* Uses of v in g and in the region bodies g's nodes own (a body reads enclosing values directly:
+ * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
+static int uses_deep(const Graph *g, const Value *v) {
+  int c = ir_count_uses(g, v);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) c += uses_deep(g->nodes[i]->body, v);
+  return c;
+}
+
 /* The run of cg_group_run(c, first) nodes from first as one kernel; returns its length. */
 static int emit_run(Cg *c, Node *first) {
   const Graph *g = first->graph;
@@ -92,7 +101,7 @@ static int emit_run(Cg *c, Node *first) {
     int inside = 0;
     for (int j = i + 1; j < r.n; j++)
       for (int k = 0; k < r.mem[j]->nin; k++) inside += r.mem[j]->in[k] == y;
-    if (is_result(g, y) || ir_count_uses(g, y) > inside) {
+    if (is_result(g, y) || uses_deep(g, y) > inside) {
       ch.out_op[ch.nout] = i;
       ch.out_ptr[ch.nout++] = cg_ptr(c, y);
     }

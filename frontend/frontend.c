@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "../ir/mesh.h"
+#include "../ir/plan_options.h"
 #include "diag.h"
 #include "fe.h"
 
@@ -255,6 +256,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   if (fe.parallel) fe_plan(&fe, fe.parallel);
   if (fe.train) fe_recipe(&fe, fe.train);
   fe_apply_defines(&fe);
+  ir_plan_check_applied(&m->plan); /* an option no pass applies is refused, at its field */
   fe_check_plan(&fe);
   if (m->recipe.batch && m->recipe.micro_batch > m->recipe.batch)
     error_at(m->recipe.loc, "micro_batch (%lld) is larger than batch (%lld)", (long long)m->recipe.micro_batch,
@@ -263,7 +265,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   if (!fe.model) {
     if (diag_errors() == errors0) error_plain("no model block in \"%s\"", shown);
   } else if (ir_mesh_resolve(m, o->world)) {
-    fe_lower(&fe); /* the mesh and the batch are decided: `batch` is m->batch.global */
+    fe_lower(&fe); /* the mesh and the batch are decided: `batch` is m->batch.micro x dp */
   } else {
     return NULL; /* the plan does not fit the world: nothing lowered (and no -D model constant used) */
   }

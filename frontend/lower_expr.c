@@ -174,8 +174,9 @@ static Val eval_ident(Lower *L, Scope *s, const Expr *e) {
     return b->v;
   }
   if (strcmp(e->name, "batch") == 0) {
-    /* the logical graph holds every data-parallel replica's micro-batch; the shard pass splits it */
-    Val v = fe_num_val((double)L->m->batch.global, true);
+    /* the logical graph holds one micro-step of every data-parallel replica (micro x dp); the shard
+     * pass splits it */
+    Val v = fe_num_val((double)(L->m->batch.global / L->m->batch.accum), true);
     v.sym = 0;
     return v;
   }

@@ -10,6 +10,7 @@
 
 #include "diag.h"
 #include "fe.h"
+#include "plan_options.h"
 
 /* ---- words ------------------------------------------------------------------ */
 typedef struct {
@@ -441,6 +442,8 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
 static void plan_key(Cur *c, Word *k, void *ctx) {
   Plan *p = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
+  PlanOpt opt = ir_plan_opt_of_key(key);
+  if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = k->loc; /* ir/plan_options.c refuses what is not applied, here */
   if (strcmp(key, "tp") == 0) get_int32(c, key, 1, 1 << 16, &p->tp);
   else if (strcmp(key, "pp") == 0) get_int32(c, key, 1, 1 << 16, &p->pp);
   else if (strcmp(key, "cp") == 0) get_int32(c, key, 1, 1 << 16, &p->cp);
@@ -454,12 +457,12 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "sp") == 0) get_bool(c, key, &p->sp);
   else if (strcmp(key, "zero") == 0) {
     if (get_int32(c, key, 0, 3, &p->zero) && is_ident(peek(c), "offload")) {
-      p->offload_loc = peek(c)->loc;
+      p->opt_loc[PLAN_OPT_OFFLOAD] = peek(c)->loc;
       c->i++;
       p->offload = true;
     }
   } else if (strcmp(key, "offload") == 0) {
-    p->offload_loc = k->loc;
+    p->opt_loc[PLAN_OPT_OFFLOAD] = k->loc;
     get_bool(c, key, &p->offload);
   }
   else if (strcmp(key, "microbatches") == 0) get_int32(c, key, 1, 1 << 20, &p->microbatches);
@@ -505,7 +508,7 @@ void fe_plan(Fe *fe, const Decl *d) {
 void fe_check_plan(Fe *fe) {
   const Plan *p = &fe->m->plan;
   if (p->offload && p->zero == 0)
-    error_at(p->offload_loc.file ? p->offload_loc : p->loc,
+    error_at(p->opt_loc[PLAN_OPT_OFFLOAD].file ? p->opt_loc[PLAN_OPT_OFFLOAD] : p->loc,
              "`offload` moves ZeRO's sharded optimizer state to the host: it needs zero 1, 2 or 3 (the plan has "
              "zero 0)");
 }
@@ -519,7 +522,10 @@ static const char *const recipe_keys[] = {
 static void recipe_key(Cur *c, Word *k, void *ctx) {
   Recipe *r = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
-  if (strcmp(key, "batch") == 0) get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
+  if (strcmp(key, "batch") == 0) {
+    r->batch_loc = k->loc; /* ir/mesh.c: batch = micro_batch x dp x accumulation, checked there */
+    get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
+  }
   else if (strcmp(key, "micro_batch") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
   else if (strcmp(key, "seq") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->seq);
   else if (strcmp(key, "steps") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->steps);

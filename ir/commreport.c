@@ -168,6 +168,35 @@ static void classify(const Graph *g, int *region) {
   ptrmap_free(&top);
 }
 
+/* Under gradient accumulation (passes/accum.c) the micro-step is one top-level `repeat accum`:
+ * its body's nodes are forward when its loss sum needs them, backward otherwise. Returns the
+ * body's regions (malloc'd), or NULL when n is no such region. */
+static int *classify_accum(const Graph *g, const Node *n) {
+  if (n->op != OP_REPEAT || !n->a.name || strcmp(n->a.name, "accum") != 0) return NULL;
+  int c = -1;
+  for (int i = 0; i < g->nresults; i++) {
+    const Value *v = g->results[i];
+    if (!g->result_names || !g->result_names[i] || strcmp(g->result_names[i], "loss") != 0) continue;
+    if (v->def->op == OP_SCALE && v->def->in[0]->def == n) c = v->def->in[0]->idx;
+  }
+  const Graph *b = n->body;
+  int *region = malloc(((size_t)b->nnodes + 1) * sizeof *region);
+  bool *fwd = calloc((size_t)b->nnodes + 1, sizeof *fwd);
+  if (!region || !fwd) die("commreport: out of memory");
+  PtrMap top = {0};
+  for (int i = 0; i < b->nnodes; i++) {
+    ptrmap_put(&top, b->nodes[i], i);
+    if (b->nodes[i]->body) index_tops(&top, b->nodes[i]->body, i);
+  }
+  int t = c >= 0 && c < b->nresults ? top_of(&top, b->results[c]) : -1;
+  if (t >= 0) fwd[t] = true;
+  close_marks(&top, b, fwd);
+  for (int i = 0; i < b->nnodes; i++) region[i] = fwd[i] ? CR_FORWARD : CR_BACKWARD;
+  free(fwd);
+  ptrmap_free(&top);
+  return region;
+}
+
 /* ---- volumes -------------------------------------------------------------------- */
 
 static void add_cell(CommCell *c, int64_t mult, int64_t bytes, double factor) {
@@ -230,7 +259,16 @@ void ir_comm_volumes(const Module *m, CommVolumes *v) {
   classify(g, region);
   v->side_link[0] = m->has_topology ? m->topo.intra.kind : LINK_NONE;
   v->side_link[1] = m->has_topology ? m->topo.inter.kind : LINK_NONE;
-  for (int i = 0; i < g->nnodes; i++) count_node(m, g->nodes[i], 1, false, region[i], v);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    int *inner = classify_accum(g, n);
+    if (!inner) {
+      count_node(m, n, 1, false, region[i], v);
+      continue;
+    }
+    for (int j = 0; j < n->body->nnodes; j++) count_node(m, n->body->nodes[j], n->a.count, false, inner[j], v);
+    free(inner);
+  }
   free(region);
 }
 
@@ -266,7 +304,11 @@ static const char *link_label(char *buf, size_t size, const Module *m, const Com
 void ir_print_comm(FILE *f, const Module *m) {
   CommVolumes v;
   ir_comm_volumes(m, &v);
-  fprintf(f, "# communication per rank, per step (one step = one micro-batch through the graph)\n");
+  if (m->batch.accum > 1)
+    fprintf(f, "# communication per rank, per step (one step = %lld micro-batches through the graph, one update)\n",
+            (long long)m->batch.accum);
+  else
+    fprintf(f, "# communication per rank, per step (one step = one micro-batch through the graph)\n");
   if (v.total_count == 0) {
     fprintf(f, "#   none\n");
     return;

@@ -26,6 +26,33 @@ static int gcd(int a, int b) {
 
 static const char *link_name(const Link *l) { return ir_link_names[l->kind < LINK_COUNT ? l->kind : 0]; }
 
+/* The recipe's `batch` is the global batch: micro_batch x dp x accumulation steps. Not given:
+ * one micro-batch per replica (accum 1). */
+static bool resolve_batch(Module *m, int dp) {
+  const Recipe *r = &m->recipe;
+  int64_t per_step = r->micro_batch * dp; /* sequences per micro-step over every replica */
+  int64_t accum = 1;
+  if (r->batch > 0) {
+    if (r->batch % per_step != 0) {
+      if (r->batch_loc.file)
+        error_at(r->batch_loc, "batch %lld is not a multiple of micro_batch %lld x dp %d = %lld", (long long)r->batch,
+                 (long long)r->micro_batch, dp, (long long)per_step);
+      else
+        error_plain("-D batch=%lld is not a multiple of micro_batch %lld x dp %d = %lld", (long long)r->batch,
+                    (long long)r->micro_batch, dp, (long long)per_step);
+      note("batch is the global batch, micro_batch x dp x gradient accumulation steps: write batch %lld or %lld",
+           (long long)(r->batch / per_step > 0 ? r->batch / per_step * per_step : per_step),
+           (long long)((r->batch / per_step + 1) * per_step));
+      return false;
+    }
+    accum = r->batch / per_step;
+  }
+  m->batch.micro = r->micro_batch;
+  m->batch.accum = accum;
+  m->batch.global = r->micro_batch * dp * accum;
+  return true;
+}
+
 bool ir_mesh_resolve(Module *m, int world) {
   if (m->mesh) die("mesh: resolved twice");
   const Plan *p = &m->plan;
@@ -84,9 +111,8 @@ bool ir_mesh_resolve(Module *m, int world) {
          alt, pp * (tp / alt));
     return false;
   }
+  if (!resolve_batch(m, dp)) return false;
   m->mesh = mm;
-  m->batch.micro = m->recipe.micro_batch;
-  m->batch.global = m->recipe.micro_batch * dp;
   return true;
 }
 

@@ -44,12 +44,24 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } PipeSchedu
  * GEMM, norm and communication outputs and recomputes attention (sdpa) and cheap elementwise/shape ops. */
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE } RecomputeKind;
 
+/* The plan options a pass may or may not apply yet (ir/plan_options.c: which ones the
+ * compiler applies, and the error for the others). */
+typedef enum {
+  PLAN_OPT_PP,           /* `pp N`: pipeline stages */
+  PLAN_OPT_CP,           /* `cp N`: context parallelism */
+  PLAN_OPT_ZERO,         /* `zero 1..3`: optimizer state / gradient / parameter sharding over dp */
+  PLAN_OPT_OFFLOAD,      /* `offload on` (`zero N offload`): optimizer state on the host */
+  PLAN_OPT_RECOMPUTE,    /* `recompute selective | full`: activation checkpointing */
+  PLAN_OPT_MICROBATCHES, /* `microbatches N`: pipeline micro-batches in flight */
+  PLAN_OPT_SCHEDULE,     /* `schedule gpipe | 1f1b | interleaved | zb`: the pipeline schedule */
+  PLAN_OPT_COUNT
+} PlanOpt;
+
 typedef struct {
   int dp, tp, pp, cp; /* degrees as written; dp 0: auto. Resolved once into Module.mesh (ir/mesh.h) */
   bool sp;            /* sequence parallel in tp regions */
   int zero;           /* 0..3 */
   bool offload;       /* ZeRO optimizer state on host (passes/optimizer.c: a no-op on the CPU target, refused on CUDA) */
-  SrcLoc offload_loc; /* where `offload` (or `zero N offload`) was written (its diagnostics) */
   int microbatches;
   PipeSchedule schedule;
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */
@@ -57,6 +69,7 @@ typedef struct {
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   SrcLoc loc;
+  SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */
 } Plan;
 
 /* ---- training recipe --------------------------------------------------------- */
@@ -83,6 +96,7 @@ typedef struct {
   int ckpt_keep;
   uint64_t seed;
   SrcLoc loc;
+  SrcLoc batch_loc;    /* where `batch` was written (file NULL: not written, or -D) */
 } Recipe;
 
 /* ---- module --------------------------------------------------------------- */
@@ -90,9 +104,11 @@ typedef enum { TARGET_CPU, TARGET_CUDA } Target;
 
 /* The batch, decided once with the mesh (ir_mesh_resolve) and read everywhere after. */
 typedef struct {
-  int64_t micro;  /* sequences per rank per step: the recipe's micro_batch (the tokens' dim 0 on each rank) */
-  int64_t global; /* sequences per step over every data-parallel replica: micro * dp (the logical graph's `batch`) */
+  int64_t micro;  /* sequences per rank per micro-step: the recipe's micro_batch (the tokens' dim 0 on each rank) */
+  int64_t accum;  /* micro-steps per optimizer step (gradient accumulation): batch / (micro * dp); 1 without */
+  int64_t global; /* sequences per optimizer step over every replica: micro * dp * accum (the recipe's batch) */
 } BatchSizes;
+
 
 typedef struct {
   Arena *arena;

@@ -513,7 +513,8 @@ void ir_print_module_header(FILE *f, const Module *m) {
   if (m->has_recipe) {
     const Recipe *r = &m->recipe;
     static const char *const lrs[] = {"constant", "linear", "cosine"};
-    fprintf(f, "  recipe: batch %lld micro_batch %lld seq %lld %s lr %g", (long long)r->batch,
+    int64_t batch = m->mesh ? m->batch.global : r->batch; /* as decided with the mesh (ir/mesh.c) */
+    fprintf(f, "  recipe: batch %lld micro_batch %lld seq %lld %s lr %g", (long long)batch,
             (long long)r->micro_batch, (long long)r->seq, r->optimizer == OPT_SGD ? "sgd" : "adamw", r->lr);
     if (r->optimizer == OPT_ADAMW) fprintf(f, " betas (%g, %g) eps %g", r->beta1, r->beta2, r->eps);
     else fprintf(f, " momentum %g", r->momentum);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "plan_options.h"
 #include "read_impl.h"
 
 static const char *const on_off[] = {"off", "on"};
@@ -88,7 +89,11 @@ static bool parse_plan(Reader *r) {
   if (!rd_expect(r, ':')) return false;
   while (!rd_eol(r)) {
     int k, v;
+    rd_ws(r);
+    const char *at = r->p;
     if (!rd_choice(r, &k, keys, 12, "a plan field")) return false;
+    PlanOpt opt = ir_plan_opt_of_key(keys[k]);
+    if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = rd_loc(r, at); /* refused below unless applied */
     bool ok = true;
     switch (k) {
     case 0:
@@ -102,7 +107,7 @@ static bool parse_plan(Reader *r) {
     case 5: ok = rd_int(r, &p->zero, 0, 3, "zero"); break;
     case 6:
       p->offload = true;
-      p->offload_loc = p->loc;
+      p->opt_loc[PLAN_OPT_OFFLOAD] = p->loc;
       break;
     case 7: ok = rd_int(r, &p->microbatches, 1, 1 << 20, "microbatches"); break;
     case 8: {
@@ -133,7 +138,7 @@ static bool parse_plan(Reader *r) {
     if (!ok) return false;
   }
   r->m->has_plan = true;
-  return true;
+  return ir_plan_check_applied(p); /* as the front end: an option no pass applies is refused */
 }
 
 static bool parse_recipe(Reader *r) {

@@ -17,7 +17,8 @@ typedef enum {
   MEM_COUNT
 } MemClass;
 
-extern const char *const memplan_class_names[MEM_COUNT];
+extern const char *const memplan_class_names[MEM_COUNT];  /* short: "params", "grads", ... */
+extern const char *const memplan_class_labels[MEM_COUNT]; /* for people: "parameters", "gradients", ... */
 
 typedef struct MemPlan {
   int64_t total;                    /* bytes of the rank's one allocation */
@@ -30,7 +31,16 @@ typedef struct MemPlan {
 
 enum { MEMPLAN_ALIGN = 64 };
 
-/* Prints the plan as a table (bytes and MiB by class, peak, total). */
-void memplan_print(FILE *f, const MemPlan *p);
+/* Prints m's plan (m->memplan) as a table: bytes and MiB by class, peak, total, and the total
+ * against the topology's device memory when the module has a topology. */
+void memplan_print(FILE *f, const Module *m);
+
+/* The memory one rank's plan must fit, in bytes (0: unknown, no topology), and what it is in
+ * words (into what): the device's memory; for the CPU target on a GPU topology, the node's host
+ * memory divided by its ranks. */
+double memplan_capacity(const Module *m, char *what, size_t cap);
+
+/* The class with the most bytes at the peak. */
+MemClass memplan_largest_class(const MemPlan *p);
 
 #endif

@@ -87,11 +87,11 @@ static bool check_offload(const Module *m) {
   if (!p->offload) return true;
   /* offload without a ZeRO stage is refused by the front end (fe_check_plan) */
   if (m->target == TARGET_CUDA) {
-    error_at(p->offload_loc, "`offload` (optimizer state and the AdamW step in host memory) is not implemented yet "
+    error_at(p->opt_loc[PLAN_OPT_OFFLOAD], "`offload` (optimizer state and the AdamW step in host memory) is not implemented yet "
                              "for the GPU (--target cuda): leave it out (`-D offload=off`)");
     return false;
   }
-  note_at(p->offload_loc,
+  note_at(p->opt_loc[PLAN_OPT_OFFLOAD],
           "offload: on the CPU target the optimizer state already lives in host memory (nothing to move)");
   return true;
 }

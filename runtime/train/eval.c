@@ -57,6 +57,9 @@ void rt_run_sample(RtRun *r) {
     free(seq);
   }
   int64_t prompt_len = len;
+  if (p->logits_offset < 0)
+    rt_user_error("--sample: this program has no logits to sample from (under gradient accumulation the forward "
+                  "runs inside the micro-step loop); build it with batch = micro_batch x dp to sample");
   int32_t *in = (int32_t *)rt_run_hptr(r, r->tokens);
   const RtTensor *lt = r->multi ? p->logits_tensor : NULL;
   if (r->multi && !lt) rt_user_error("--sample: this program does not describe its logits' layout; recompile it");

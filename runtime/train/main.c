@@ -84,6 +84,41 @@ static void run_free(RtRun *r) {
   rt_dist_free(&r->dist, &r->ctx);
 }
 
+/* Bytes of host memory available now (/proc/meminfo MemAvailable), or -1 when unknown. */
+static int64_t host_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+/* Processes of this job on this host, as the launcher says (1 when it does not). */
+static int local_procs(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 0) return atoi(v);
+  }
+  return 1;
+}
+
+/* The plan against the host's free memory before allocating it (CPU programs; a device
+ * program's allocation is checked against the device's free memory where it is made). */
+static void check_host_memory(const RtProgram *p, size_t bytes) {
+  int64_t avail = host_available();
+  int n = local_procs();
+  if (avail < 0 || (double)bytes * n <= (double)avail) return;
+  rt_user_error("the plan does not fit this host: %.1f MiB per rank (%lld planned + %lld kernel workspace) x %d "
+                "rank%s here = %.1f MiB, but %.1f MiB is available (MemAvailable); `shardc plan` shows the memory by "
+                "class and the knobs that bring it down",
+                (double)bytes / (1 << 20), (long long)p->mem_bytes, (long long)(bytes - (size_t)p->mem_bytes), n,
+                n == 1 ? "" : "s", (double)bytes * n / (1 << 20), (double)avail / (1 << 20));
+}
+
 /* One allocation (the plan, then the kernels' workspace), 64-byte aligned, touched. Returns 1
  * when the program's device cannot be opened (it said why). */
 static int mem_init(RtRun *r) {
@@ -99,6 +134,7 @@ static int mem_init(RtRun *r) {
     r->hp = rt_host_program(p, &hbytes);
     r->hmem = rt_xcalloc((size_t)hbytes + 64, 1);
   } else {
+    check_host_memory(p, bytes);
     /* multi-rank: memory the local peers map (runtime/comm/shmem.c), so the collectives on
      * gradients and activations copy and reduce through mappings, not process_vm_readv */
     r->mem = r->ctx.comm ? rt_comm_mem_alloc(r->ctx.comm, bytes) : aligned_alloc(64, bytes);

@@ -20,7 +20,9 @@ cases=(
 for c in "${cases[@]}"; do
   IFS='|' read -r name model flags <<<"$c"
   # shellcheck disable=SC2086
-  "$shardc" plan "$model" $flags >"$tmp/$name.ir" 2>/dev/null
+  # a plan that does not fit its devices (gpt3-175b today) prints itself, then exits 1: its
+  # status and error are tests/report/fit.sh's
+  "$shardc" plan "$model" $flags >"$tmp/$name.ir" 2>/dev/null || true
 done
 "$shardc" build models/tiny.model --world 1 --emit-c "$tmp/c" -o "$tmp/train_tiny" >/dev/null 2>&1
 cp "$tmp/c/tiny.c" "$tmp/tiny.c"

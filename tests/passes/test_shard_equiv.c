@@ -33,18 +33,19 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
                        int64_t batch, int zero) {
   FeDefine d[MAXDEF];
   int n = 0;
-  char sdp[16], stp[16], smb[16], szero[16];
+  char sdp[16], stp[16], smb[16], szero[16], sb[16];
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
   snprintf(sdp, sizeof sdp, "%d", dp);
   snprintf(stp, sizeof stp, "%d", tp);
   snprintf(smb, sizeof smb, "%lld", (long long)(batch / dp));
+  snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp, no accumulation */
   d[n++] = (FeDefine){"dp", sdp};
   d[n++] = (FeDefine){"tp", stp};
   d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
   snprintf(szero, sizeof szero, "%d", zero);
   d[n++] = (FeDefine){"zero", szero};
   d[n++] = (FeDefine){"micro_batch", smb};
-  d[n++] = (FeDefine){"batch", smb};
+  d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"cross_node_tp", "on"}; /* plan the world we ask for, whatever the model's nodes */
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
   Module *m = fe_compile(a, path, &o);

@@ -1,0 +1,183 @@
+/* passes/fit.c — the fit check and its knobs (see fit.h). */
+#include "fit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "diag.h"
+#include "memplan.h"
+#include "plan_options.h"
+
+enum { KNOB_KV = 6, KV_LEN = 48 };
+
+/* The -D overrides of one knob applied to m, and its label; returns false when the knob does not
+ * apply to this plan (tp already the world, micro_batch 1, ...). */
+typedef bool (*KnobMake)(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap);
+
+typedef struct {
+  KnobMake make;
+  int arg;      /* the knob's parameter: a factor, a stage, a mode */
+  PlanOpt opt;  /* the plan option it needs applied (PLAN_OPT_COUNT: none) */
+} Knob;
+
+/* What a knob that changes dp does to the batch: with a recipe `batch`, the global batch stays and
+ * the accumulation steps change (passes/accum.c); without one, the global batch follows dp. */
+static void keep_batch(const Module *m, int dp, char kv[KNOB_KV][KV_LEN], int *n, char *note, size_t cap) {
+  (void)kv, (void)n;
+  note[0] = 0;
+  if (dp == m->mesh->dim[RT_AX_DP]) return;
+  if (m->recipe.batch > 0)
+    snprintf(note, cap, ", %lld accumulation steps", (long long)(m->batch.global / (m->batch.micro * dp)));
+  else
+    snprintf(note, cap, ", global batch %lld", (long long)(m->batch.micro * dp));
+}
+
+static bool knob_tp(const Module *m, int f, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  int tp = m->mesh->dim[RT_AX_TP] * f, world = m->mesh->world, rest = m->mesh->dim[RT_AX_PP] * m->mesh->dim[RT_AX_CP];
+  if (tp * rest > world || world % (tp * rest) != 0) return false;
+  int dp = world / (tp * rest);
+  bool cross = tp > m->mesh->devices_per_node;
+  char bn[48];
+  snprintf(kv[(*n)++], KV_LEN, "tp=%d", tp);
+  snprintf(kv[(*n)++], KV_LEN, "dp=auto");
+  if (cross) snprintf(kv[(*n)++], KV_LEN, "cross_node_tp=on");
+  keep_batch(m, dp, kv, n, bn, sizeof bn);
+  snprintf(label, cap, "-D tp=%d%s (dp %d%s%s)", tp, cross ? " -D cross_node_tp=on" : "", dp,
+           cross ? ", tp groups across nodes" : "", bn);
+  return true;
+}
+
+static bool knob_sp(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  (void)arg;
+  if (m->plan.sp || m->mesh->dim[RT_AX_TP] < 2) return false;
+  snprintf(kv[(*n)++], KV_LEN, "sp=on");
+  snprintf(label, cap, "-D sp=on (sequence parallel norms and activations)");
+  return true;
+}
+
+static bool knob_micro(const Module *m, int f, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  if (m->batch.micro % f != 0 || m->recipe.batch <= 0) return false; /* no `batch`: it would shrink */
+  snprintf(kv[(*n)++], KV_LEN, "micro_batch=%lld", (long long)(m->batch.micro / f));
+  snprintf(label, cap, "-D micro_batch=%lld (%lld accumulation steps)", (long long)(m->batch.micro / f),
+           (long long)(m->batch.accum * f));
+  return true;
+}
+
+static bool knob_zero(const Module *m, int stage, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  if (m->plan.zero >= stage || m->mesh->dim[RT_AX_DP] < 2) return false;
+  snprintf(kv[(*n)++], KV_LEN, "zero=%d", stage);
+  snprintf(label, cap, "-D zero=%d", stage);
+  return true;
+}
+
+static bool knob_recompute(const Module *m, int mode, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  static const char *const names[] = {"none", "full", "selective"}; /* RecomputeKind order */
+  if ((int)m->plan.recompute == mode) return false;
+  snprintf(kv[(*n)++], KV_LEN, "recompute=%s", names[mode]);
+  snprintf(label, cap, "-D recompute=%s", names[mode]);
+  return true;
+}
+
+static bool knob_pp(const Module *m, int f, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  int pp = m->mesh->dim[RT_AX_PP] * f, world = m->mesh->world, rest = m->mesh->dim[RT_AX_TP] * m->mesh->dim[RT_AX_CP];
+  if (pp * rest > world || world % (pp * rest) != 0) return false;
+  char bn[48];
+  snprintf(kv[(*n)++], KV_LEN, "pp=%d", pp);
+  snprintf(kv[(*n)++], KV_LEN, "dp=auto");
+  keep_batch(m, world / (pp * rest), kv, n, bn, sizeof bn);
+  snprintf(label, cap, "-D pp=%d (dp %d%s)", pp, world / (pp * rest), bn);
+  return true;
+}
+
+static bool knob_offload(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  (void)arg;
+  if (m->plan.offload) return false;
+  snprintf(kv[(*n)++], KV_LEN, "offload=on");
+  snprintf(label, cap, "-D offload=on");
+  return true;
+}
+
+/* The knobs, in the order they are offered: add a row when a pass gives the plan a new way down. */
+static const Knob knobs[] = {
+    {knob_zero, 1, PLAN_OPT_ZERO},          {knob_zero, 2, PLAN_OPT_ZERO},
+    {knob_zero, 3, PLAN_OPT_ZERO},          {knob_recompute, RECOMPUTE_SELECTIVE, PLAN_OPT_RECOMPUTE},
+    {knob_recompute, RECOMPUTE_FULL, PLAN_OPT_RECOMPUTE},
+    {knob_offload, 0, PLAN_OPT_OFFLOAD},    {knob_sp, 0, PLAN_OPT_COUNT},
+    {knob_tp, 2, PLAN_OPT_COUNT},           {knob_tp, 4, PLAN_OPT_COUNT},
+    {knob_tp, 8, PLAN_OPT_COUNT},           {knob_pp, 2, PLAN_OPT_PP},
+    {knob_pp, 4, PLAN_OPT_PP},              {knob_micro, 2, PLAN_OPT_COUNT},
+    {knob_micro, 4, PLAN_OPT_COUNT},
+};
+
+static void mib(char *buf, size_t cap, double bytes) {
+  /* thousands separators: 352,072 MiB */
+  char raw[32];
+  double mb = bytes / (1 << 20);
+  if (mb < 1024) { /* small plans: one decimal */
+    snprintf(buf, cap, "%.1f MiB", mb);
+    return;
+  }
+  snprintf(raw, sizeof raw, "%.0f", mb);
+  size_t len = strlen(raw), k = 0;
+  for (size_t i = 0; i < len && k + 2 < cap; i++) {
+    if (i > 0 && (len - i) % 3 == 0) buf[k++] = ',';
+    buf[k++] = raw[i];
+  }
+  snprintf(buf + k, cap - k, " MiB");
+}
+
+bool fit_check(const Module *m, FitReplan replan, void *ctx) {
+  const MemPlan *p = m->memplan;
+  char capname[96];
+  double dev = memplan_capacity(m, capname, sizeof capname);
+  if (!p || dev <= 0 || !m->mesh) return true;
+  if ((double)p->total <= dev) return true;
+  if (diag_errors()) die("fit_check: called on a module with errors");
+  /* plan the knobs first (re-planning reports nothing and needs a clean error count) */
+  enum { MAXNOTES = 24 };
+  char notes[MAXNOTES][224];
+  int nnotes = 0;
+  char later[256] = "";
+  size_t lk = 0;
+  bool tp_fits = false; /* the tp rows stop at the first that fits */
+  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+    const Knob *k = &knobs[i];
+    char kv[KNOB_KV][KV_LEN], label[160];
+    int n = 0;
+    if (k->make == knob_tp && tp_fits) continue;
+    if (!k->make(m, k->arg, kv, &n, label, sizeof label)) continue;
+    if ((k->opt < PLAN_OPT_COUNT && !ir_plan_opt_applied(k->opt))) {
+      /* named once per kind, not planned: no pass applies it yet */
+      const char *name = label + 3;
+      char word[64];
+      snprintf(word, sizeof word, "%.*s", (int)strcspn(name, "="), name);
+      if (!strstr(later, word) && lk + strlen(word) + 3 < sizeof later)
+        lk += (size_t)snprintf(later + lk, sizeof later - lk, "%s%s", lk ? ", " : "", word);
+      continue;
+    }
+    const char *kvp[KNOB_KV];
+    for (int j = 0; j < n; j++) kvp[j] = kv[j];
+    int64_t t = replan(ctx, kvp, n);
+    if (t < 0 || t >= p->total || nnotes == MAXNOTES) continue; /* not valid, or no better */
+    char tb[32];
+    mib(tb, sizeof tb, (double)t);
+    snprintf(notes[nnotes++], sizeof notes[0], "%s: %s per rank, %s", label, tb, (double)t <= dev ? "fits" : "does not fit");
+    if (k->make == knob_tp && (double)t <= dev) tp_fits = true;
+  }
+
+  char tot[32], dv[32], big[32];
+  MemClass lc = memplan_largest_class(p);
+  mib(tot, sizeof tot, (double)p->total);
+  mib(dv, sizeof dv, dev);
+  mib(big, sizeof big, (double)p->by_class[lc]);
+  if (m->plan.loc.file)
+    error_at(m->plan.loc, "the plan does not fit: %s per rank, over the %s of %s", tot, capname, dv);
+  else
+    error_plain("the plan does not fit: %s per rank, over the %s of %s", tot, capname, dv);
+  note("the largest class is %s: %s (shardc plan prints every class)", memplan_class_labels[lc], big);
+  if (nnotes) note("knobs that bring it down, each planned again with that change:");
+  for (int i = 0; i < nnotes; i++) note("  %s", notes[i]);
+  if (!nnotes) note("no knob the compiler applies today brings this plan's memory down");
+  if (lk) note("not applied yet, so not planned: %s (ir/plan_options.c)", later);
+  return false;
+}

@@ -1,0 +1,23 @@
+/* passes/fit.h — does the plan fit the device? The check `shardc plan` and `shardc build` run
+ * after the pipeline, and the knobs that would bring a plan that does not fit under.
+ *
+ * Each knob's number comes from planning the module again with that knob changed (the driver's
+ * `replan`: the same source and options plus a few -D overrides, on a fresh Module), never from a
+ * formula. Knobs are a table in fit.c; a knob whose plan option the compiler does not apply yet
+ * (ir/plan_options.c) is named but not planned.
+ */
+#ifndef SHARDC_FIT_H
+#define SHARDC_FIT_H
+
+#include "module.h"
+
+/* Plans the module again with n extra overrides ("key=value"); returns the rank's planned total
+ * bytes (MemPlan.total), or -1 when that plan is not valid. Reports nothing. */
+typedef int64_t (*FitReplan)(void *ctx, const char *const *kv, int n);
+
+/* When m has a topology and its plan's total exceeds the device's memory: an error at the plan
+ * naming the total, the device's memory and the largest class, then one note per knob with the
+ * total it plans to. Returns false when it reported that error. */
+bool fit_check(const Module *m, FitReplan replan, void *ctx);
+
+#endif

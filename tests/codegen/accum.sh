@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Gradient accumulation in the compiled trainer (label mpi): the tiny GPT with a global batch of 8
+# sequences as 1 rank x micro-batch 8 (the reference), 1 rank x 2 micro-steps of 4, 2 dp ranks x
+# 2 micro-steps of 2, and dp 2 x tp 2 x 2 micro-steps of 2: 20 AdamW steps give the reference's
+# loss curve within lib.sh's 1e-5 (the micro-steps change only the order of fp32 sums, as the
+# layouts do: layouts.sh). The trainer reads each rank's rows of the global batch and logs the
+# global batch; --batch is the global batch; a checkpoint resumes bit-identically; sampling is refused
+# with a clear error. The CUDA target
+# runs it on the emulated device too.
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/codegen/lib.sh
+source tests/codegen/lib.sh
+
+m=(models/tiny.model -D seq=32 -D batch=8)
+"$shardc" build "${m[@]}" -D micro_batch=8 --world 1 -o "$t/one"
+"$shardc" build "${m[@]}" -D micro_batch=4 --world 1 -o "$t/acc2" --emit-c "$t/src"
+grep -q 'repeat accum x2' "$t/src/tiny.c" || { echo "FAIL: no accumulation loop in the generated C"; exit 1; }
+"$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 --world 2 -o "$t/dp2acc2"
+"$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=2 --world 4 -o "$t/dp2tp2acc2"
+"$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" --save-to "$t/ck_one" >/dev/null
+"$t/acc2" "${run[@]}" --threads 2 --batch 8 --log "$t/acc2.jsonl" --save-to "$t/ck_acc2" >"$t/acc2.out"
+compare "1 rank, accum 2" "$t/acc2.jsonl" "$t/one.jsonl"
+grep -q 'batch 8 x 32 tokens' "$t/acc2.out" || { echo "FAIL: the trainer does not log the global batch"; cat "$t/acc2.out"; exit 1; }
+# a checkpoint of the accumulating trainer resumes bit-identically (its data position counts the global batch)
+"$t/acc2" "${run[@]}" --threads 2 --stop-at 10 --save-to "$t/ck_res" >/dev/null
+"$t/acc2" "${run[@]}" --threads 2 --resume "$t/ck_res" --log "$t/res.jsonl" --save-to "$t/ck_res" >"$t/res.out"
+grep -q 'step 10, data position 80' "$t/res.out" || { echo "FAIL: resume position"; cat "$t/res.out"; exit 1; }
+cmp <(losses "$t/acc2.jsonl" | tail -10) <(losses "$t/res.jsonl") || { echo "FAIL: resumed losses differ"; exit 1; }
+"${mpi[@]}" -np 2 "$t/dp2acc2" "${run[@]}" --log "$t/dp2acc2.jsonl" >/dev/null
+compare "dp 2, accum 2" "$t/dp2acc2.jsonl" "$t/one.jsonl"
+"${mpi[@]}" -np 4 "$t/dp2tp2acc2" "${run[@]}" --log "$t/dp2tp2acc2.jsonl" >/dev/null
+compare "dp 2 x tp 2, accum 2" "$t/dp2tp2acc2.jsonl" "$t/one.jsonl"
+if "$t/acc2" "${run[@]}" --batch 4 >"$t/bad.out" 2>&1; then echo "FAIL: --batch 4 accepted"; exit 1; fi
+grep -q -- '--batch 4: this program was compiled for' "$t/bad.out" || { echo "FAIL: --batch error"; cat "$t/bad.out"; exit 1; }
+if "$t/acc2" "${run[@]}" --steps 1 --sample 4 >"$t/sample.out" 2>&1; then echo "FAIL: --sample accepted"; exit 1; fi
+grep -q 'no logits to sample from' "$t/sample.out" || { echo "FAIL: --sample error"; cat "$t/sample.out"; exit 1; }
+# the CUDA target on the emulated device: 2 micro-steps against its own big batch, 3 steps (the
+# emulation is slow), within the same 1e-5
+cm=(models/tiny.model -D seq=32 -D batch=8 -D d=32 -D layers=1 --world 1 --target cuda)
+"$shardc" build "${cm[@]}" -D micro_batch=8 -o "$t/cu1" 2>/dev/null
+"$shardc" build "${cm[@]}" -D micro_batch=4 -o "$t/cu2" 2>/dev/null
+for n in cu1 cu2; do
+  SHARDRT_DEVICE=emu "$t/$n" --data "$t/data.txt" --steps 3 --eval-every 0 --val-batches 1 --log "$t/$n.jsonl" \
+    --save-to "$t/ck_$n" >/dev/null
+done
+paste <(losses "$t/cu1.jsonl") <(losses "$t/cu2.jsonl") | awk '
+  { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > 1e-5) bad++ }
+  END { printf "%-28s worst |rel| loss difference vs its big batch over %d steps: %.2e\n", "cuda emu, accum 2", n, w
+        if (n != 3 || bad) { print "FAIL cuda emu accumulation"; exit 1 } }'
+echo "accumulation: ok"

@@ -1,0 +1,202 @@
+/* tests/passes/test_accum_equiv.c — gradient accumulation (passes/accum.c) against the big batch.
+ *
+ * For the tiny GPT and a Llama-shaped model: the whole pipeline runs on the single-rank
+ * program with micro-batch B (batch B, accum 1) and on programs with accum k in {2, 4}
+ * micro-steps of B / (k dp) sequences per rank, for dp x tp in {1 x 1, 2 x 1, 1 x 2, 1 x 2 sp, 2 x 2}
+ * (batch B in each). Both are interpreted in fp64 (the accumulating one on dp * tp simulated
+ * ranks) for two AdamW steps on the same tokens (the big batch's rows, micro-step i holding
+ * rows i B/k .. (i+1) B/k - 1); after each step the loss, the grad norm, every gradient and
+ * every updated parameter and optimizer state must agree within a relative error of 1e-10.
+ * Every target is counted (none is -1): the loss is the mean of the micro-steps' means, which
+ * is the big batch's mean when every micro-step counts as many targets. The checks also
+ * assert the shape of the program: one `repeat accum xk` region at the top, the tokens input
+ * [k, B / (k dp) x dp, S], and the data-parallel gradient all-reduce after the region, once.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend.h"
+#include "interp.h"
+#include "pipeline.h"
+#include "tb.h"
+
+#define TOL 1e-10
+
+static int failures;
+
+static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
+                       int64_t micro, int64_t batch) {
+  FeDefine d[24];
+  int n = 0;
+  char sdp[16], stp[16], smb[24], sb[24];
+  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
+  snprintf(sdp, sizeof sdp, "%d", dp);
+  snprintf(stp, sizeof stp, "%d", tp);
+  snprintf(smb, sizeof smb, "%lld", (long long)micro);
+  snprintf(sb, sizeof sb, "%lld", (long long)batch);
+  d[n++] = (FeDefine){"dp", sdp};
+  d[n++] = (FeDefine){"tp", stp};
+  d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
+  d[n++] = (FeDefine){"micro_batch", smb};
+  d[n++] = (FeDefine){"batch", sb};
+  d[n++] = (FeDefine){"cross_node_tp", "on"};
+  FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
+  Module *m = fe_compile(a, path, &o);
+  if (!m) return NULL;
+  PipelineOptions po = {.verify = true};
+  if (!pipeline_run(m, &po)) return NULL;
+  return m;
+}
+
+static double rel_err(const Tensor *ref, const Tensor *t) {
+  if (!ir_shape_eq(&ref->shape, &t->shape)) return INFINITY;
+  int64_t n = ir_numel(&ref->shape);
+  double mx = 0, d = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = fabs(ref->data[i]), e = fabs(ref->data[i] - t->data[i]);
+    mx = a > mx ? a : mx;
+    d = e > d || e != e ? e : d;
+  }
+  return mx > 0 ? d / mx : d;
+}
+
+static void compare(const Graph *ref, const Interp *ri, const Interp *pi, const char *what, int step) {
+  double worst = 0;
+  const char *wname = "";
+  int checked = 0;
+  for (int i = 0; i < ref->nresults; i++) {
+    const char *name = ref->result_names ? ref->result_names[i] : NULL;
+    if (!name) continue;
+    Tensor a, b;
+    if (!interp_get_logical(ri, name, &a, NULL)) continue;
+    if (!interp_get_logical(pi, name, &b, NULL)) {
+      fprintf(stderr, "FAIL %s step %d: the accumulating program has no result '%s'\n", what, step, name);
+      failures++;
+      tensor_free(&a);
+      continue;
+    }
+    double e = rel_err(&a, &b);
+    if (e > worst || e != e) worst = e, wname = name;
+    if (!(e <= TOL)) {
+      fprintf(stderr, "FAIL %s step %d: '%s' relative error %.3g (tolerance %g)\n", what, step, name, e, TOL);
+      failures++;
+    }
+    checked++;
+    tensor_free(&a);
+    tensor_free(&b);
+  }
+  if (checked < 5) {
+    fprintf(stderr, "FAIL %s: only %d results compared\n", what, checked);
+    failures++;
+  }
+  fprintf(stderr, "  %-28s step %d: %3d tensors, worst rel err %.2g (%s)\n", what, step, checked, worst, wname);
+}
+
+static void feed(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
+  interp_set_input(it, -1, "tokens", tok);
+  interp_set_input(it, -1, "targets", tgt);
+  Tensor lr = tensor_new(DT_F32, ir_scalar_shape()), st = tensor_new(DT_F32, ir_scalar_shape());
+  lr.data[0] = 1e-2;
+  st.data[0] = step;
+  interp_set_input(it, -1, "lr", &lr);
+  interp_set_input(it, -1, "step", &st);
+  tensor_free(&lr);
+  tensor_free(&st);
+}
+
+/* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it. */
+static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
+  const Graph *g = m->graph;
+  int nacc = 0, pos = -1, dp_before = 0, dp_after = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == k) nacc++, pos = i;
+    if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP) *(pos < 0 ? &dp_before : &dp_after) += 1;
+    if (n->op == OP_INPUT && strcmp(n->a.name, "tokens") == 0 && (n->out[0]->shape.rank != 3 || n->out[0]->shape.dim[0] != k)) {
+      fprintf(stderr, "FAIL %s: tokens is not [%lld, ..]\n", what, (long long)k);
+      failures++;
+    }
+  }
+  if (nacc != 1 || dp_before || (dp > 1 && dp_after < 1)) {
+    fprintf(stderr, "FAIL %s: %d accum regions, %d dp all-reduces before it and %d after\n", what, nacc, dp_before,
+            dp_after);
+    failures++;
+  }
+}
+
+static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
+                      int64_t V) {
+  fprintf(stderr, "%s\n", label);
+  Arena ra;
+  arena_init(&ra);
+  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B, B);
+  if (!ref) {
+    fprintf(stderr, "FAIL %s: the big-batch program does not compile\n", label);
+    failures++;
+    return;
+  }
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  static const int plans[][3] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {1, 2, 1}, {2, 2, 0}};
+  for (int p = 0; p < 5; p++)
+    for (int64_t k = 2; k <= 4; k *= 2) {
+      int dp = plans[p][0], tp = plans[p][1];
+      bool sp = plans[p][2];
+      char what[64];
+      snprintf(what, sizeof what, "accum %lld x dp %d x tp %d%s", (long long)k, dp, tp, sp ? " sp" : "");
+      Arena pa;
+      arena_init(&pa);
+      Module *pm = compile(&pa, path, defs, ndefs, dp, tp, sp, B / (k * dp), B);
+      if (!pm) {
+        fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
+        failures++;
+        arena_free(&pa);
+        continue;
+      }
+      if (pm->batch.accum != k || pm->batch.global != B) {
+        fprintf(stderr, "FAIL %s %s: batch decided as accum %lld, global %lld\n", label, what,
+                (long long)pm->batch.accum, (long long)pm->batch.global);
+        failures++;
+      }
+      check_shape(pm, k, dp, what);
+      /* the same rows: micro-step i holds rows i B/k .. (i+1) B/k - 1 */
+      Tensor ktok = tok, ktgt = tgt;
+      ktok.shape = ktgt.shape = tb_shape(3, (int)k, (int)(B / k), (int)S);
+      Interp *ri = interp_new(ref->graph, NULL, 7);
+      Interp *pi = interp_new(pm->graph, pm->mesh, 7);
+      for (int step = 1; step <= 2; step++) {
+        feed(ri, &tok, &tgt, step);
+        feed(pi, &ktok, &ktgt, step);
+        if (!interp_step(ri) || !interp_step(pi)) {
+          fprintf(stderr, "FAIL %s %s: interpreter error at step %d\n", label, what, step);
+          failures++;
+          break;
+        }
+        compare(ref->graph, ri, pi, what, step);
+      }
+      interp_free(ri);
+      interp_free(pi);
+      arena_free(&pa);
+    }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
+int main(void) {
+  const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
+  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
+  const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                            {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
+  run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
+            128);
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  fprintf(stderr, "accumulation equals the big batch\n");
+  return 0;
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The fit check (passes/fit.c): `shardc plan` prints the plan, then refuses one that does not fit
+# the topology's device memory (exit 1) with an error naming the rank's total, the device's memory,
+# the largest class and the knobs that bring it down, each planned again; `shardc build` refuses it
+# too. Exact stderr against tests/report/fit/*.err (refresh: fit.sh SHARDC update, after reading).
+#   usage: fit.sh SHARDC [update]
+set -uo pipefail
+shardc=$(realpath "$1")
+mode=${2:-check}
+cd "$(dirname "$0")/../.."
+dir=tests/report/fit
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { # name, expected status, shardc arguments...
+  local name=$1 want=$2
+  shift 2
+  "$shardc" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  local rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "FAIL $name: exit $rc, want $want"; cat "$tmp/$name.err"; fail=1
+  fi
+  if [ "$want" = 1 ]; then
+    if [ "$mode" = update ]; then cp "$tmp/$name.err" "$dir/$name.err"
+    elif ! diff -u "$dir/$name.err" "$tmp/$name.err"; then echo "FAIL $name: stderr differs"; fail=1; fi
+  fi
+}
+# GPT-3 175B at tp 8 x dp 32 on 80 GiB H100s (CUDA target): 343,590 MiB per rank
+check gpt3-175b-cuda 1 plan models/gpt3-175b.model --target cuda
+grep -q '^#   capacity .*h100_80g memory: does not fit' "$tmp/gpt3-175b-cuda.out" || { echo "FAIL gpt3-175b-cuda: no plan or capacity line on stdout"; fail=1; }
+grep -q '^#   optimizer state' "$tmp/gpt3-175b-cuda.out" || { echo "FAIL gpt3-175b-cuda: no memory by class"; fail=1; }
+# ... and on the CPU target, whose ranks share the node's host memory (2048 GiB / 8)
+check gpt3-175b 1 plan models/gpt3-175b.model
+# tiny on 6 MiB devices: the tp 2 knob fits
+check tiny-small 1 plan models/tiny.model --topology tests/report/fit/small.topo
+check tiny-small-build 1 build models/tiny.model --topology tests/report/fit/small.topo -o "$tmp/never"
+[ ! -e "$tmp/never" ] || { echo "FAIL tiny-small-build: wrote a trainer for a plan that does not fit"; fail=1; }
+# ... and the knob it names fits indeed
+check tiny-small-tp2 0 plan models/tiny.model --topology tests/report/fit/small.topo -D tp=2
+grep -q '^#   capacity .*cpu memory: fits' "$tmp/tiny-small-tp2.out" || { echo "FAIL tiny-small-tp2: not fitting"; fail=1; }
+# plans that fit: no error
+check tiny 0 plan models/tiny.model
+grep -q '^#   capacity .*cpu memory: fits' "$tmp/tiny.out" || { echo "FAIL tiny: no device line"; fail=1; }
+check llama3-8b 0 plan models/llama3-8b.model --target cuda
+grep -q '^#   capacity .*h100_80g memory: fits' "$tmp/llama3-8b.out" || { echo "FAIL llama3-8b: no device line"; fail=1; }
+# the trainer checks the plan against the host's available memory before allocating it
+check huge-build 0 build models/tiny.model --world 1 --topology tests/report/fit/huge.topo -D micro_batch=10000000 \
+  -o "$tmp/t_huge"
+"$tmp/t_huge" --steps 1 --data /dev/null >"$tmp/huge.out" 2>&1
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q '^error: the plan does not fit this host: .* MiB per rank ([0-9]* planned' "$tmp/huge.out"; then
+  echo "FAIL trainer memory check: exit $rc"; cat "$tmp/huge.out"; fail=1
+fi
+[ "$fail" = 0 ] && echo "fit check: ok"
+exit $fail
