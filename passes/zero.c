@@ -350,6 +350,14 @@ bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
   if (stage <= 0 || dp <= 1) return true;
+  if (stage >= 3 && m->batch.accum > 1) { /* the micro-step region reads parameters it captures: not gathered yet */
+    const SrcLoc *at = &m->plan.opt_loc[PLAN_OPT_ZERO];
+    error_at(at->file ? *at : m->plan.loc,
+             "zero 3 with gradient accumulation (%lld micro-steps) is not supported yet: use zero 1 or 2, or a "
+             "batch of micro_batch x dp (%lld)",
+             (long long)m->batch.accum, (long long)(m->batch.micro * dp));
+    return false;
+  }
 
   Graph *g = m->graph;
   int n = g->nnodes;

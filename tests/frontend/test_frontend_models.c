@@ -104,7 +104,7 @@ static void test_models(void) {
     CHECK(m->recipe.ckpt_every == 1000 && m->recipe.ckpt_keep == 3 && strcmp(m->recipe.ckpt_dir, "ckpt/gpt2-124m") == 0,
           "GPT-2 checkpoint");
     CHECK(m->recipe.data && strstr(m->recipe.data, "fineweb_train") && m->recipe.val, "GPT-2 data");
-    CHECK(m->plan.dp == 0 && m->plan.zero == 0, "GPT-2 plan (zero 1 once ZeRO is applied)");
+    CHECK(m->plan.dp == 0 && m->plan.zero == 1, "GPT-2 plan (dp auto, zero 1)");
     const Value *tok = NULL;
     for (int i = 0; i < m->graph->nnodes; i++)
       if (m->graph->nodes[i]->op == OP_INPUT) tok = tok ? tok : m->graph->nodes[i]->out[0];
@@ -120,7 +120,7 @@ static void test_models(void) {
     CHECK(ir_param_count(m) == 8030261248LL, "Llama-3-8B: %lld parameters, want 8,030,261,248",
           (long long)ir_param_count(m));
     CHECK(count_op(m->graph, OP_ROPE, true) == 2 && count_op(m->graph, OP_RMSNORM, true) == 3, "Llama ops");
-    CHECK(m->plan.tp == 8 && m->plan.sp && m->plan.recompute == RECOMPUTE_NONE, "Llama plan");
+    CHECK(m->plan.tp == 8 && m->plan.sp && m->plan.zero == 1 && m->plan.recompute == RECOMPUTE_SELECTIVE, "Llama plan");
   }
   m = full(&a, "tiny.model", NULL, 0, NULL);
   if (m) CHECK(m->topo.cpu_only && m->topo.devices_per_node == 2, "tiny: cpu topology");

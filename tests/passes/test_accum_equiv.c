@@ -193,6 +193,10 @@ int main(void) {
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
             128);
+  /* with ZeRO: the llama model's own plan is zero 1 and recompute selective (above); stage 2 */
+  const FeDefine tiny_z2[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "2"}};
+  run_model("tiny, zero 2", SHARDC_MODELS_DIR "/tiny.model", tiny_z2, 5, 8, 8, 256);
+  /* zero 3 with accumulation is refused (tests/passes/plan_options.sh) */
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

@@ -33,7 +33,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
                        int64_t batch) {
   FeDefine d[MAXDEF];
   int n = 0;
-  char sdp[16], stp[16], scp[16], smb[16];
+  char sdp[16], stp[16], scp[16], smb[16], sb[16];
   bool has_sp = false;
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i], has_sp |= strcmp(defs[i].key, "sp") == 0;
   snprintf(sdp, sizeof sdp, "%d", dp);
@@ -45,7 +45,8 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"cp", scp};
   if (cp > 1 && !has_sp) d[n++] = (FeDefine){"sp", "off"}; /* sp with cp is refused (check_refused) */
   d[n++] = (FeDefine){"micro_batch", smb};
-  d[n++] = (FeDefine){"batch", smb};
+  snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp, no accumulation */
+  d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"cross_node_tp", "on"};
   const char *dirs[1] = {SHARDC_MODELS_DIR};
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp * cp, .import_dirs = dirs, .nimport_dirs = 1};

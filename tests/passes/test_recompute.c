@@ -40,7 +40,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
                        const char *mode, int64_t batch) {
   FeDefine d[MAXDEF];
   int n = 0;
-  char sdp[16], stp[16], smb[16];
+  char sdp[16], stp[16], smb[16], sb[16];
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
   snprintf(sdp, sizeof sdp, "%d", dp);
   snprintf(stp, sizeof stp, "%d", tp);
@@ -49,9 +49,10 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
   d[n++] = (FeDefine){"recompute", mode};
   snprintf(smb, sizeof smb, "%lld", (long long)(batch / dp));
+  snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp, no accumulation */
   if (batch) {
     d[n++] = (FeDefine){"micro_batch", smb};
-    d[n++] = (FeDefine){"batch", smb};
+    d[n++] = (FeDefine){"batch", sb};
   }
   d[n++] = (FeDefine){"cross_node_tp", "on"};
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
