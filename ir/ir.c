@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "ptrmap.h"
 
 const OpInfo ir_ops[OP_COUNT] = {
 #define OP(name, str, nin, nout, flags) [OP_##name] = {str, nin, nout, flags},
@@ -158,6 +159,30 @@ int ir_count_uses(const Graph *g, const Value *v) {
 static bool has_effect(const Node *n) {
   return n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_COLL) ||
          n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT;
+}
+
+/* Depth-first: n after everything of g it reads (state: 0 unseen, 1 on the path, 2 placed). */
+static void topo_visit(Graph *g, Node *n, PtrMap *state, Node **out, int *k) {
+  intptr_t st;
+  if (ptrmap_get(state, n, &st) && st != 0) {
+    if (st == 1) die("ir_topo_sort: a cycle in the graph");
+    return;
+  }
+  ptrmap_put(state, n, 1);
+  for (int j = 0; j < n->nin; j++)
+    if (n->in[j]->def->graph == g) topo_visit(g, n->in[j]->def, state, out, k);
+  ptrmap_put(state, n, 2);
+  out[(*k)++] = n;
+}
+
+void ir_topo_sort(Graph *g) {
+  PtrMap state = {0};
+  for (int i = 0; i < g->nnodes; i++) ptrmap_put(&state, g->nodes[i], 0);
+  Node **out = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) topo_visit(g, g->nodes[i], &state, out, &k);
+  memcpy(g->nodes, out, sizeof(Node *) * (size_t)k);
+  ptrmap_free(&state);
 }
 
 void ir_move_last(Graph *g, int pos) {

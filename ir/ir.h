@@ -194,6 +194,9 @@ void ir_add_result(Graph *g, Value *v, const char *name);
 void ir_replace_uses(Graph *g, Value *from, Value *to);
 /* Moves g's last node (just appended) to position pos, after nodes[pos - 1]. */
 void ir_move_last(Graph *g, int pos);
+/* Restores topological order after nodes were moved or merged: stable, a node moves only behind
+ * what it reads in g (dies on a cycle: a compiler bug). */
+void ir_topo_sort(Graph *g);
 /* Removes nodes whose outputs are unused and that have no side effects; keeps results. */
 void ir_remove_dead(Graph *g);
 /* Number of uses of v within g (not counting results). */

@@ -103,29 +103,6 @@ static int pos_of(const PtrMap *pos, const Node *n) {
   return ptrmap_get(pos, n, &p) ? (int)p : -1;
 }
 
-/* Restores topological order after merges (stable: a node moves only behind what it reads). */
-static void visit(Graph *g, Node *n, PtrMap *state, Node **out, int *k) {
-  intptr_t st;
-  if (ptrmap_get(state, n, &st) && st != 0) {
-    if (st == 1) die("zero: a bucket made a cycle");
-    return;
-  }
-  ptrmap_put(state, n, 1);
-  for (int j = 0; j < n->nin; j++)
-    if (n->in[j]->def->graph == g) visit(g, n->in[j]->def, state, out, k);
-  ptrmap_put(state, n, 2);
-  out[(*k)++] = n;
-}
-
-static void topo_sort(Graph *g) {
-  PtrMap state = {0};
-  for (int i = 0; i < g->nnodes; i++) ptrmap_put(&state, g->nodes[i], 0);
-  Node **out = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
-  int k = 0;
-  for (int i = 0; i < g->nnodes; i++) visit(g, g->nodes[i], &state, out, &k);
-  memcpy(g->nodes, out, sizeof(Node *) * (size_t)k);
-  ptrmap_free(&state);
-}
 
 /* 2. Merges all-reduces of one graph into buckets. */
 static void bucket_graph(Graph *g, int64_t bucket_bytes) {
@@ -205,7 +182,7 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
     }
     i = j;
   }
-  topo_sort(g);
+  ir_topo_sort(g);
 }
 
 bool pass_grad_buckets(Module *m) {

@@ -291,29 +291,6 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
   return true;
 }
 
-/* Restores topological order (stable: a node moves only behind what it reads). */
-static void visit(Graph *g, Node *n, PtrMap *state, Node **out, int *k) {
-  intptr_t st;
-  if (ptrmap_get(state, n, &st) && st != 0) {
-    if (st == 1) die("zero: a cycle");
-    return;
-  }
-  ptrmap_put(state, n, 1);
-  for (int j = 0; j < n->nin; j++)
-    if (n->in[j]->def->graph == g) visit(g, n->in[j]->def, state, out, k);
-  ptrmap_put(state, n, 2);
-  out[(*k)++] = n;
-}
-
-static void topo_sort(Graph *g) {
-  PtrMap state = {0};
-  for (int i = 0; i < g->nnodes; i++) ptrmap_put(&state, g->nodes[i], 0);
-  Node **out = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
-  int k = 0;
-  for (int i = 0; i < g->nnodes; i++) visit(g, g->nodes[i], &state, out, &k);
-  memcpy(g->nodes, out, sizeof(Node *) * (size_t)k);
-  ptrmap_free(&state);
-}
 
 /* ZeRO-2's clip: a sum of squares over a gradient split over dp is partial over dp; one
  * all-reduce over all of them (placed before the first reader) completes them. */
@@ -343,7 +320,7 @@ static void complete_sumsq(Graph *g) {
     for (int i = 0; i < g->nresults; i++)
       if (g->results[i] == ins[k]) g->results[i] = ar->out[k];
   }
-  topo_sort(g);
+  ir_topo_sort(g);
 }
 
 bool pass_zero(Module *m) {
