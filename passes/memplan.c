@@ -10,7 +10,8 @@
  * that reads X alias X (the update runs in place), as does ZeRO's "next:X" = all_gather over dp
  * of X's updated shard once nothing reads X any more (the gather writes X's storage). An all-reduce output takes its
  * input's place when the input is not used after it (the collective runs in place:
- * a data-parallel gradient and its reduced sum are one buffer, not two).
+ * a data-parallel gradient and its reduced sum are one buffer, not two); so does an update's
+ * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter).
  * Fusion groups (passes/fuse.c) do not change the placement: a group is cut where the
  * placement would make its one kernel race (cut_groups, at the end).
  */
@@ -311,16 +312,18 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     p.iv[i].v = NULL;
   }
   /* all-reduce in place: output k joins input k's interval when that interval ends at the
-   * all-reduce (nothing, views included, reads the input later) */
+   * all-reduce (nothing, views included, reads the input later); likewise an update's result
+   * and the transient it updates (ZeRO's shard of a parameter, updated where it was sliced) */
   int *root = ARENA_ARRAY(tmp, int, p.n + 1); /* interval -> the interval it was merged into, or itself */
   for (int i = 0; i < p.n; i++) root[i] = i;
   Value **alias_y = ARENA_ARRAY(tmp, Value *, p.n + 1); /* merged outputs and where they go */
   int *alias_to = ARENA_ARRAY(tmp, int, p.n + 1), nalias = 0;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->op != OP_ALL_REDUCE) continue;
-    for (int k = 0; k < n->nin && k < n->nout; k++) {
-      Value *x = n->in[k], *y = n->out[k];
+    bool upd = is_update(n->op); /* an update of a transient (ZeRO's shard_slice(p)): in place too */
+    if (n->op != OP_ALL_REDUCE && !upd) continue;
+    for (int k = 0; k < n->nout && (upd || k < n->nin); k++) {
+      Value *x = n->in[upd && k ? k + 1 : k], *y = n->out[k]; /* update: p' <- p, m' <- m, v' <- v */
       if (x->def->graph != g || !slot[x->id] || !slot[y->id]) continue;
       int sx = slot[x->id] - 1, sy = slot[y->id] - 1;
       while (root[sx] != sx) sx = root[sx];
