@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # ZeRO stages on 2 CPU ranks (dp=2): memory per rank and step time of zero 0, 1 and 2 on the same
 # model and work (passes/zero.c; zero 3 is refused by the compiler and reported as such).
-#   bench/zero.sh [SHARDC] [STEPS] [ROUNDS]
+#   bench/zero.sh [SHARDC] [STEPS] [ROUNDS] [DEFINES]
+# DEFINES: more -D settings appended to the model's (e.g. "-D seq=32 -D micro_batch=1": activations
+# small next to the parameters, so the step's peak is the optimizer's, where ZeRO-1/2's parameter
+# all-gather lands in the parameter's own storage).
 # Model: the tiny GPT widened (d=256, 6 layers, seq 128: 4.8 M parameters, 18.3 MiB of f32
 # gradients, 36.6 MiB of Adam moments), micro-batch 2 per rank, AdamW, as bench/dp_overlap.sh.
 # Per stage: the memory plan per rank (`shardc plan`: parameters, gradients, optimizer state,
@@ -13,11 +16,12 @@ cd "$(dirname "$0")/.."
 shardc=$(realpath "${1:-build/shardc}")
 steps=${2:-20}
 rounds=${3:-3}
+read -r -a extra <<<"${4:-}"
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bash scripts/gen_corpus.sh "$t/data.txt" 400000 3 >/dev/null
-m=(models/tiny.model -D d=256 -D layers=6 -D seq=128 -D micro_batch=2 -D dp=2 -D tp=1)
+m=(models/tiny.model -D d=256 -D layers=6 -D seq=128 -D micro_batch=2 -D dp=2 -D tp=1 "${extra[@]}")
 run=(--data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --save-to "$t/ck")
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
 plan_field() { grep -E "^# +$2 +[0-9]+ B" "$1" | awk '{ print $3 }'; }

@@ -7,9 +7,11 @@
  * every iteration) and appears in the outer plan as one block live at the REPEAT.
  * Body values that are stacked ys are not placed in the body: they live in the
  * outer stacked buffer at offset + i * stride. Results "next:X" of an update op
- * that reads X alias X (the update runs in place). An all-reduce output takes its
+ * that reads X alias X (the update runs in place), as does ZeRO's "next:X" = all_gather over dp
+ * of X's updated shard once nothing reads X any more (the gather writes X's storage). An all-reduce output takes its
  * input's place when the input is not used after it (the collective runs in place:
- * a data-parallel gradient and its reduced sum are one buffer, not two).
+ * a data-parallel gradient and its reduced sum are one buffer, not two); so does an update's
+ * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter).
  * Fusion groups (passes/fuse.c) do not change the placement: a group is cut where the
  * placement would make its one kernel race (cut_groups, at the end).
  */
@@ -135,6 +137,37 @@ static bool read_after(const Graph *g, const Node *n, const Value *v) {
     for (int j = 0; j < g->nodes[i]->nin; j++)
       if (g->nodes[i]->in[j] == v) return true;
   return false;
+}
+
+/* Does a node of g from position `from` on (its nested bodies included) read `v`? */
+static bool read_from(const Graph *g, int from, const Value *v) {
+  for (int i = from; i < g->nnodes; i++) {
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v) return true;
+    if (g->nodes[i]->body && read_from(g->nodes[i]->body, 0, v)) return true;
+  }
+  return false;
+}
+
+/* ZeRO-1/2's rebuilt parameter: y = all_gather over dp, the graph's result "next:X" for a PARAM X
+ * of g of y's size that no node reads from the gather on (the gather reads only the updated
+ * shard, a separate buffer). Returns X (y is gathered straight into X's storage), else NULL. */
+static Value *gathered_param(const Graph *g, const Value *y, int pos) {
+  const Node *n = y->def;
+  if (n->op != OP_ALL_GATHER || n->a.mesh_axis != RT_AX_DP || !g->result_names) return NULL;
+  const char *nm = NULL;
+  for (int r = 0; r < g->nresults && !nm; r++)
+    if (g->results[r] == y && g->result_names[r] && strncmp(g->result_names[r], "next:", 5) == 0)
+      nm = g->result_names[r] + 5;
+  if (!nm) return NULL;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *d = g->nodes[i];
+    if (d->op != OP_PARAM || strcmp(d->a.name, nm) != 0) continue;
+    Value *x = d->out[0];
+    if (value_bytes(x) != value_bytes(y) || x->offset < 0 || read_from(g, pos, x)) return NULL;
+    return x;
+  }
+  return NULL;
 }
 
 /* Adds shift to every placed value of a body and its nested bodies. */
@@ -268,17 +301,29 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       p.iv[i].v = NULL;
     }
   }
+  /* ZeRO's parameter all-gather writes the parameter's own storage (no second full copy) */
+  for (int i = 0; i < p.n; i++) {
+    Value *v = p.iv[i].v;
+    Value *target = v ? gathered_param(g, v, p.iv[i].start) : NULL;
+    if (!target) continue;
+    p.iv[i].bytes = 0;
+    v->offset = target->offset;
+    v->mclass = target->mclass;
+    p.iv[i].v = NULL;
+  }
   /* all-reduce in place: output k joins input k's interval when that interval ends at the
-   * all-reduce (nothing, views included, reads the input later) */
+   * all-reduce (nothing, views included, reads the input later); likewise an update's result
+   * and the transient it updates (ZeRO's shard of a parameter, updated where it was sliced) */
   int *root = ARENA_ARRAY(tmp, int, p.n + 1); /* interval -> the interval it was merged into, or itself */
   for (int i = 0; i < p.n; i++) root[i] = i;
   Value **alias_y = ARENA_ARRAY(tmp, Value *, p.n + 1); /* merged outputs and where they go */
   int *alias_to = ARENA_ARRAY(tmp, int, p.n + 1), nalias = 0;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->op != OP_ALL_REDUCE) continue;
-    for (int k = 0; k < n->nin && k < n->nout; k++) {
-      Value *x = n->in[k], *y = n->out[k];
+    bool upd = is_update(n->op); /* an update of a transient (ZeRO's shard_slice(p)): in place too */
+    if (n->op != OP_ALL_REDUCE && !upd) continue;
+    for (int k = 0; k < n->nout && (upd || k < n->nin); k++) {
+      Value *x = n->in[upd && k ? k + 1 : k], *y = n->out[k]; /* update: p' <- p, m' <- m, v' <- v */
       if (x->def->graph != g || !slot[x->id] || !slot[y->id]) continue;
       int sx = slot[x->id] - 1, sy = slot[y->id] - 1;
       while (root[sx] != sx) sx = root[sx];

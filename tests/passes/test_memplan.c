@@ -46,13 +46,15 @@ static int last_use(const Graph *g, const Value *v) {
 
 static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
-/* u's bytes may be v's while both live only when v is an all-reduce output whose input
- * u (or the reverse) dies at that all-reduce. */
+/* u's bytes may be v's while both live only when v is an all-reduce output (or an update's
+ * result) whose input u (or the reverse) dies at that all-reduce (update). */
 static bool planned_alias(const Graph *g, const Value *u, const Value *v) {
   for (int pass = 0; pass < 2; pass++) {
     const Value *x = pass ? v : u, *y = pass ? u : v;
     const Node *n = y->def;
     if (n->op == OP_ALL_REDUCE && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n)) return true;
+    bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAMW_UPDATE;
+    if (upd && x == n->in[y->idx ? y->idx + 1 : 0] && last_use(g, x) == pos_of(g, n)) return true;
   }
   return false;
 }
@@ -76,6 +78,51 @@ static void check_no_overlap(const Graph *g) {
         }
     }
   EXPECT(checked > 10, "only %d pairs checked", checked);
+}
+
+/* ZeRO-1's update: p' = all_gather over dp of sgd_update(shard_slice(p), ..) is the result next:p.
+ * The gather writes p's own storage when nothing reads p from the gather on (w), not when
+ * something still does (u: read after its gather). */
+static void zero_gather_case(Arena *a) {
+  Module *m = tb_module(a, "memplan_zero");
+  Graph *g = m->graph;
+  Shape full = tb_shape(2, 4, 8), half = tb_shape(2, 2, 8);
+  Value *x = tb_input(g, "x", DT_F32, full);
+  Value *hyper = tb_input(g, "hyper", DT_F32, tb_shape(1, 2));
+  Value *w = tb_param(g, "w", DT_F32, full, INIT_ZEROS, 0, 0);
+  Value *u = tb_param(g, "u", DT_F32, full, INIT_ZEROS, 0, 0);
+  Value *loss = tb_op1(g, OP_SUM, tb_op2(g, OP_MUL, tb_op2(g, OP_MUL, x, w, NULL), u, NULL), NULL);
+  ir_add_result(g, loss, "loss");
+  Attrs sl = {0};
+  sl.mesh_axis = RT_AX_DP;
+  sl.axis = 0;
+  Value *params[2] = {w, u}, *next[2], *shard[2], *updated[2];
+  for (int k = 0; k < 2; k++) {
+    Value *ps = tb_shaped(g, OP_SHARD_SLICE, 1, &params[k], DT_F32, half, &sl);
+    Value *gs = tb_shaped(g, OP_SHARD_SLICE, 1, &x, DT_F32, half, &sl);
+    Value *ms = tb_op1(g, OP_TANH, gs, NULL);
+    Value *in[4] = {ps, gs, ms, hyper};
+    Node *up = tb_node(g, OP_SGD_UPDATE, 4, in, 2, NULL);
+    shard[k] = ps;
+    updated[k] = up->out[0];
+    next[k] = tb_shaped(g, OP_ALL_GATHER, 1, &up->out[0], DT_F32, full, &sl);
+    ir_add_result(g, next[k], k ? "next:u" : "next:w");
+  }
+  Value *late = tb_op1(g, OP_SUM, u, NULL); /* u read after its gather */
+  ir_add_result(g, late, "late");
+  if (!pass_memplan(m)) {
+    fprintf(stderr, "pass_memplan failed\n");
+    failures++;
+    return;
+  }
+  EXPECT(next[0]->offset == w->offset, "next:w gathered into w: at %lld, w at %lld", (long long)next[0]->offset,
+         (long long)w->offset);
+  EXPECT(next[1]->offset != u->offset, "next:u: u is read after the gather, yet both at %lld",
+         (long long)u->offset);
+  for (int k = 0; k < 2; k++)
+    EXPECT(updated[k]->offset == shard[k]->offset, "the shard's update in place: at %lld, the shard at %lld",
+           (long long)updated[k]->offset, (long long)shard[k]->offset);
+  check_no_overlap(g);
 }
 
 int main(void) {
@@ -111,6 +158,7 @@ int main(void) {
   EXPECT(two->out[0]->offset != two->out[1]->offset, "all_reduce(f, f): both outputs at %lld",
          (long long)two->out[0]->offset);
   check_no_overlap(g);
+  zero_gather_case(&a);
   arena_free(&a);
   if (failures) fprintf(stderr, "test_memplan: %d failures\n", failures);
   else printf("test_memplan: ok\n");
