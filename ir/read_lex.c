@@ -170,7 +170,8 @@ bool rd_end_line(Reader *r, SrcLoc *loc) {
     const char *c2 = NULL, *c1 = NULL; /* the last two ':' */
     for (const char *q = t; q < e; q++)
       if (*q == ':') c1 = c2, c2 = q;
-    if (loc && c1 && c1 > t && strspn(c1 + 1, "0123456789") == (size_t)(c2 - c1 - 1) && c2 > c1 + 1 &&
+    /* file:line:col, the file a name (not ending in '/': the printer shows a path's last part) */
+    if (loc && c1 && c1 > t && c1[-1] != '/' && strspn(c1 + 1, "0123456789") == (size_t)(c2 - c1 - 1) && c2 > c1 + 1 &&
         strspn(c2 + 1, "0123456789") == (size_t)(e - c2 - 1) && e > c2 + 1 && e - c1 < 24) {
       loc->file = arena_printf(r->arena, "models/%.*s", (int)(c1 - t), t);
       loc->line = atoi(c1 + 1);
