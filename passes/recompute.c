@@ -323,12 +323,15 @@ static Node *forward_of(const Node *B) {
   return NULL;
 }
 
+/* Pairs in g, and in the bodies of g's other regions (the accumulation region's micro-step holds
+ * the layers' forward and backward loops). */
 static void recompute_graph(RecomputeKind kind, Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *B = g->nodes[i];
     if (B->op != OP_REPEAT) continue;
     Node *F = forward_of(B);
     if (F) recompute_pair(kind, F, B);
+    else recompute_graph(kind, B->body);
   }
 }
 

@@ -197,6 +197,9 @@ int main(void) {
   const FeDefine tiny_z2[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "2"}};
   run_model("tiny, zero 2", SHARDC_MODELS_DIR "/tiny.model", tiny_z2, 5, 8, 8, 256);
   /* zero 3 with accumulation is refused (tests/passes/plan_options.sh) */
+  /* recompute inside the micro-step region */
+  const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"recompute", "full"}};
+  run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

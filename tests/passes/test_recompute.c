@@ -198,6 +198,8 @@ int main(void) {
   const FeDefine tiny_real[] = {{"layers", "2"}};
   memory_drops("tiny (2 layers)", tiny, tiny_real, 1, 1);
   memory_drops("tiny (2 layers) tp 2 sp", tiny, tiny_real, 1, 2);
+  const FeDefine tiny_accum[] = {{"layers", "2"}, {"batch", "16"}}; /* 2 micro-steps of 8: the layers' loops in a region */
+  memory_drops("tiny (2 layers) accum 2", tiny, tiny_accum, 2, 1);
   /* Llama-3-8B's real parameters make the optimizer update the step's peak; a narrower model
    * (d 256, vocab 1024) at seq 256 x 4 sequences puts the peak in the backward, as at scale */
   const FeDefine llama_mid[] = {{"vocab", "1024"}, {"d", "256"},         {"heads", "8"},      {"kv_heads", "4"},
