@@ -77,7 +77,7 @@ static int vnum(Printer *p, const void *v) { /* a Value, or a Node in DOT output
 
 /* ---- pieces ------------------------------------------------------------------ */
 
-static const char *loc_file(const char *file) {
+const char *ir_loc_file_name(const char *file) {
   const char *m = strstr(file, "/models/");
   if (m) return m + 8;
   if (strncmp(file, "models/", 7) == 0) return file + 7;
@@ -183,7 +183,7 @@ static void emit_line_note(Printer *p, const SrcLoc *loc, const char *note) {
     size_t col = p->line.len;
     bprintf(&p->line, "%*s# %s%s", col < COMMENT_COL ? (int)(COMMENT_COL - col) : 2, "", has_note ? note : "",
             has_note && has_loc ? "; " : "");
-    if (has_loc) bprintf(&p->line, "%s:%d:%d", loc_file(loc->file), loc->line, loc->col);
+    if (has_loc) bprintf(&p->line, "%s:%d:%d", ir_loc_file_name(loc->file), loc->line, loc->col);
   }
   fprintf(p->f, "%s\n", p->line.s ? p->line.s : "");
   bclear(&p->line);

@@ -19,6 +19,8 @@
 void ir_print_module(FILE *f, const Module *m);
 /* Its first lines: `module NAME` and the topology, plan and recipe (what ir/read.c reads back). */
 void ir_print_module_header(FILE *f, const Module *m);
+/* How a location's file is shown: the path after models/ (or its last part). */
+const char *ir_loc_file_name(const char *file);
 /* The graph alone (dumps after single passes); symbols print as plain numbers. */
 void ir_print_graph(FILE *f, const Graph *g);
 /* The same, with the module's dim symbols. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "print.h"
 #include "read_impl.h"
 
 /* ---- characters and tokens ------------------------------------------------- */
@@ -170,10 +171,14 @@ bool rd_end_line(Reader *r, SrcLoc *loc) {
     const char *c2 = NULL, *c1 = NULL; /* the last two ':' */
     for (const char *q = t; q < e; q++)
       if (*q == ':') c1 = c2, c2 = q;
-    /* file:line:col, the file a name (not ending in '/': the printer shows a path's last part) */
-    if (loc && c1 && c1 > t && c1[-1] != '/' && strspn(c1 + 1, "0123456789") == (size_t)(c2 - c1 - 1) && c2 > c1 + 1 &&
+    /* file:line:col: the file as the printer will show it must read back as itself */
+    const char *file = c1 && c1 > t ? arena_printf(r->arena, "models/%.*s", (int)(c1 - t), t) : NULL;
+    const char *shown = file ? ir_loc_file_name(file) : "";
+    bool stable = shown[0] && shown[0] != ' ' && shown[strlen(shown) - 1] != '/' &&
+                  strcmp(ir_loc_file_name(arena_printf(r->arena, "models/%s", shown)), shown) == 0;
+    if (loc && stable && strspn(c1 + 1, "0123456789") == (size_t)(c2 - c1 - 1) && c2 > c1 + 1 &&
         strspn(c2 + 1, "0123456789") == (size_t)(e - c2 - 1) && e > c2 + 1 && e - c1 < 24) {
-      loc->file = arena_printf(r->arena, "models/%.*s", (int)(c1 - t), t);
+      loc->file = file;
       loc->line = atoi(c1 + 1);
       loc->col = atoi(c2 + 1);
     }
