@@ -443,7 +443,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   Plan *p = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
   PlanOpt opt = ir_plan_opt_of_key(key);
-  if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = k->loc; /* ir/plan_options.c refuses what is not applied, here */
+  if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = k->loc; /* ir/plan_options.c refuses what no pass implements, here */
   if (strcmp(key, "tp") == 0) get_int32(c, key, 1, 1 << 16, &p->tp);
   else if (strcmp(key, "pp") == 0) get_int32(c, key, 1, 1 << 16, &p->pp);
   else if (strcmp(key, "cp") == 0) get_int32(c, key, 1, 1 << 16, &p->cp);

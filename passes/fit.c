@@ -178,6 +178,6 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   if (nnotes) note("knobs that bring it down, each planned again with that change:");
   for (int i = 0; i < nnotes; i++) note("  %s", notes[i]);
   if (!nnotes) note("no knob the compiler applies today brings this plan's memory down");
-  if (lk) note("not applied yet, so not planned: %s (ir/plan_options.c)", later);
+  if (lk) note("not implemented yet, so not planned: %s (ir/plan_options.c)", later);
   return false;
 }
