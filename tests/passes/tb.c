@@ -247,3 +247,74 @@ int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double
   }
   return fails;
 }
+
+/* ---- equivalence of partitioned programs ---- */
+
+double tb_rel_err(const Tensor *ref, const Tensor *t) {
+  if (!ir_shape_eq(&ref->shape, &t->shape)) return INFINITY;
+  int64_t n = ir_numel(&ref->shape);
+  double mx = 0, d = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = fabs(ref->data[i]), e = fabs(ref->data[i] - t->data[i]);
+    mx = a > mx ? a : mx;
+    d = e > d || e != e ? e : d;
+  }
+  return mx > 0 ? d / mx : d;
+}
+
+int tb_compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const char *what, int step, double tol,
+                    bool spread) {
+  int failures = 0;
+  double worst = 0, worst_spread = 0;
+  const char *wname = "", *sname = "";
+  int checked = 0;
+  for (int i = 0; i < ref->nresults; i++) {
+    const char *name = ref->result_names ? ref->result_names[i] : NULL;
+    if (!name) continue;
+    Tensor a, b;
+    double sp = 0;
+    if (!interp_get_logical(ri, name, &a, NULL)) continue;
+    if (!interp_get_logical(pi, name, &b, spread ? &sp : NULL)) {
+      fprintf(stderr, "FAIL %s step %d: partitioned program has no result '%s'\n", what, step, name);
+      failures++;
+      tensor_free(&a);
+      continue;
+    }
+    double e = tb_rel_err(&a, &b);
+    double scale = 0;
+    for (int64_t k = 0; k < ir_numel(&a.shape); k++) scale = fabs(a.data[k]) > scale ? fabs(a.data[k]) : scale;
+    double sr = scale > 0 ? sp / scale : sp;
+    if (e > worst || e != e) worst = e, wname = name;
+    if (sr > worst_spread) worst_spread = sr, sname = name;
+    if (!(e <= tol) || !(sr <= tol)) {
+      fprintf(stderr, "FAIL %s step %d: '%s' relative error %.3g, replica spread %.3g (tolerance %g)\n", what, step,
+              name, e, sr, tol);
+      failures++;
+    }
+    checked++;
+    tensor_free(&a);
+    tensor_free(&b);
+  }
+  if (checked < 5) {
+    fprintf(stderr, "FAIL %s: only %d results compared\n", what, checked);
+    failures++;
+  }
+  if (spread)
+    fprintf(stderr, "  %-34s step %d: %3d tensors, worst rel err %.2g (%s), worst replica spread %.2g (%s)\n", what,
+            step, checked, worst, wname, worst_spread, sname);
+  else
+    fprintf(stderr, "  %-34s step %d: %3d tensors, worst rel err %.2g (%s)\n", what, step, checked, worst, wname);
+  return failures;
+}
+
+void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
+  interp_set_input(it, -1, "tokens", tok);
+  interp_set_input(it, -1, "targets", tgt);
+  Tensor lr = tensor_new(DT_F32, ir_scalar_shape()), st = tensor_new(DT_F32, ir_scalar_shape());
+  lr.data[0] = 1e-2;
+  st.data[0] = step;
+  interp_set_input(it, -1, "lr", &lr);
+  interp_set_input(it, -1, "step", &st);
+  tensor_free(&lr);
+  tensor_free(&st);
+}

@@ -28,6 +28,18 @@ Shape tb_shape(int rank, ...); /* dims as int */
 Tensor tb_randn(DType dt, Shape s, uint64_t seed, double scale);
 Tensor tb_randint(Shape s, uint64_t seed, int64_t lo, int64_t hi);
 
+/* ---- equivalence of a partitioned program with the single-rank one (the *_equiv tests) ---- */
+
+/* Sets a training step's inputs on every rank: tokens, targets, lr = 1e-2, step. */
+void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step);
+/* max |ref - t| / max |ref| (the absolute difference when ref is 0); infinity when shapes differ. */
+double tb_rel_err(const Tensor *ref, const Tensor *t);
+/* Compares every named result of ref's graph (run by ri) with the partitioned run pi, logically:
+ * relative error <= tol and, with spread, the spread between replicas <= tol (relative to the
+ * tensor's scale); prints one summary line. Returns the number of failures. */
+int tb_compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const char *what, int step, double tol,
+                    bool spread);
+
 typedef struct {
   const char *name; /* INPUT name */
   Tensor t;         /* its value */

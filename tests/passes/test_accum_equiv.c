@@ -51,61 +51,6 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   return m;
 }
 
-static double rel_err(const Tensor *ref, const Tensor *t) {
-  if (!ir_shape_eq(&ref->shape, &t->shape)) return INFINITY;
-  int64_t n = ir_numel(&ref->shape);
-  double mx = 0, d = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double a = fabs(ref->data[i]), e = fabs(ref->data[i] - t->data[i]);
-    mx = a > mx ? a : mx;
-    d = e > d || e != e ? e : d;
-  }
-  return mx > 0 ? d / mx : d;
-}
-
-static void compare(const Graph *ref, const Interp *ri, const Interp *pi, const char *what, int step) {
-  double worst = 0;
-  const char *wname = "";
-  int checked = 0;
-  for (int i = 0; i < ref->nresults; i++) {
-    const char *name = ref->result_names ? ref->result_names[i] : NULL;
-    if (!name) continue;
-    Tensor a, b;
-    if (!interp_get_logical(ri, name, &a, NULL)) continue;
-    if (!interp_get_logical(pi, name, &b, NULL)) {
-      fprintf(stderr, "FAIL %s step %d: the accumulating program has no result '%s'\n", what, step, name);
-      failures++;
-      tensor_free(&a);
-      continue;
-    }
-    double e = rel_err(&a, &b);
-    if (e > worst || e != e) worst = e, wname = name;
-    if (!(e <= TOL)) {
-      fprintf(stderr, "FAIL %s step %d: '%s' relative error %.3g (tolerance %g)\n", what, step, name, e, TOL);
-      failures++;
-    }
-    checked++;
-    tensor_free(&a);
-    tensor_free(&b);
-  }
-  if (checked < 5) {
-    fprintf(stderr, "FAIL %s: only %d results compared\n", what, checked);
-    failures++;
-  }
-  fprintf(stderr, "  %-28s step %d: %3d tensors, worst rel err %.2g (%s)\n", what, step, checked, worst, wname);
-}
-
-static void feed(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
-  interp_set_input(it, -1, "tokens", tok);
-  interp_set_input(it, -1, "targets", tgt);
-  Tensor lr = tensor_new(DT_F32, ir_scalar_shape()), st = tensor_new(DT_F32, ir_scalar_shape());
-  lr.data[0] = 1e-2;
-  st.data[0] = step;
-  interp_set_input(it, -1, "lr", &lr);
-  interp_set_input(it, -1, "step", &st);
-  tensor_free(&lr);
-  tensor_free(&st);
-}
 
 /* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it. */
 static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
@@ -168,14 +113,14 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       Interp *ri = interp_new(ref->graph, NULL, 7);
       Interp *pi = interp_new(pm->graph, pm->mesh, 7);
       for (int step = 1; step <= 2; step++) {
-        feed(ri, &tok, &tgt, step);
-        feed(pi, &ktok, &ktgt, step);
+        tb_feed_step(ri, &tok, &tgt, step);
+        tb_feed_step(pi, &ktok, &ktgt, step);
         if (!interp_step(ri) || !interp_step(pi)) {
           fprintf(stderr, "FAIL %s %s: interpreter error at step %d\n", label, what, step);
           failures++;
           break;
         }
-        compare(ref->graph, ri, pi, what, step);
+        failures += tb_compare_runs(ref->graph, ri, pi, what, step, TOL, false);
       }
       interp_free(ri);
       interp_free(pi);

@@ -80,17 +80,6 @@ static int saved(const Module *m, int64_t *largest) {
   return k;
 }
 
-static void feed(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
-  interp_set_input(it, -1, "tokens", tok);
-  interp_set_input(it, -1, "targets", tgt);
-  Tensor lr = tensor_new(DT_F32, ir_scalar_shape()), st = tensor_new(DT_F32, ir_scalar_shape());
-  lr.data[0] = 1e-2;
-  st.data[0] = step;
-  interp_set_input(it, -1, "lr", &lr);
-  interp_set_input(it, -1, "step", &st);
-  tensor_free(&lr);
-  tensor_free(&st);
-}
 
 /* Every named result and state of ref, on every rank, bit for bit in p. Returns tensors compared. */
 static int compare_exact(const Graph *ref, const Interp *ri, const Interp *pi, const char *what) {
@@ -148,7 +137,7 @@ static void equal_programs(const char *label, const char *path, const FeDefine *
       int checked = 0;
       for (int step = 1; step <= 2; step++) {
         for (int k = 0; k < 3; k++) {
-          feed(it[k], &tok, &tgt, step);
+          tb_feed_step(it[k], &tok, &tgt, step);
           EXPECT(interp_step(it[k]), "%s recompute %s: interpreter error at step %d", what, modes[k], step);
         }
         for (int k = 1; k < 3; k++) {
