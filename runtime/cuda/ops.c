@@ -24,6 +24,10 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
   RtCuDev *d = rt_cu_dev(ctx);
   if ((ab_dt != RT_F32 && ab_dt != RT_BF16) || (y_dt != RT_F32 && y_dt != RT_BF16))
     rt_fatal(1, "rt_cu_matmul: dtypes %d x %d -> %d: only f32 and bf16 are supported", ab_dt, ab_dt, y_dt);
+  size_t ys = y_dt == RT_BF16 ? 2 : 4, es = ab_dt == RT_BF16 ? 2 : 4;
+  if ((uintptr_t)y % ys || (uintptr_t)a % es || (uintptr_t)b % es) /* a GPU faults on these; say which */
+    rt_fatal(1, "rt_cu_matmul: a pointer is not aligned to its element (y %p of %zu bytes, a %p and b %p of %zu)", y, ys,
+             a, b, es);
   if (batch <= 0 || m <= 0 || n <= 0) return;
   if (k <= 0) { /* an empty sum: y = beta * y (cuBLASLt takes no k = 0) */
     if (beta == 0.0f)

@@ -14,8 +14,9 @@
  *   train   rt_train_main on a device program (bigram.h as one serial kernel per step function) on
  *           the device of SHARDRT_DEVICE (default here: emu) against the same model as a CPU program:
  *           losses, grad norms, validation, the --dump-steps file, the checkpoints (byte for byte)
- *           and the greedy sample are identical; a run stopped at step 5 and resumed equals the
- *           straight run
+ *           and the greedy sample are identical on the emulated device; on a GPU (SHARDRT_DEVICE=cuda)
+ *           the numbers agree within 1e-5 (logs relative, tensors absolute); a run stopped at step 5
+ *           and resumed equals the straight run byte for byte on either
  *
  * Tolerances: f32 GEMMs 1e-5 relative to sum |a||b|; bf16 outputs add half a bf16 ulp (2^-8 relative).
  */
@@ -34,6 +35,7 @@
 #include "device.h"
 #include "dtype.h"
 #include "train/train.h"
+#include "st_compare.h"
 
 static int failures;
 
@@ -143,8 +145,11 @@ static void matmul_case(RtCtx *ctx, char *M, int ab_dt, int y_dt, int64_t batch,
     y0[i] = frand();
     if (ys == 2) y0[i] = bf2f(((uint16_t *)hy)[i] = f2bf(y0[i])); else ((float *)hy)[i] = y0[i];
   }
-  /* device layout: A, B, y one after another at odd (but element-aligned) offsets */
+  /* device layout: A, B, y one after another at odd offsets, each aligned to its own element only (an f32 y
+   * after bf16 inputs is rounded up to 4 bytes: a misaligned f32 pointer faults on a GPU) */
   char *da = M + 4096 + es, *db = da + na * (int64_t)es + 4 * es, *dy = db + nb * (int64_t)es + 8;
+  dy += (ys - (uintptr_t)dy % ys) % ys;
+  if ((uintptr_t)dy % 16 == 0) dy += ys;
   rt_cuda_device.upload(ctx, da, ha, na * (int64_t)es);
   rt_cuda_device.upload(ctx, db, hb, nb * (int64_t)es);
   rt_cuda_device.upload(ctx, dy, hy, ny * (int64_t)ys);
@@ -539,6 +544,30 @@ static int same_file(const char *a, const char *b) {
   return same;
 }
 
+/* Two logs of log_values: the same keys on the same lines, every number within rel relative (of the larger
+ * magnitude, floor 1e-30). Prints the worst relative difference; 0 when they differ beyond it. */
+static int logs_close(const char *a, const char *b, double rel) {
+  double worst = 0;
+  while (*a && *b) {
+    size_t ka = strcspn(a, ":\n"), kb = strcspn(b, ":\n");
+    if (ka != kb || memcmp(a, b, ka) != 0) return printf("logs: keys differ at '%.20s' / '%.20s'\n", a, b), 0;
+    a += ka, b += kb;
+    if (*a != ':') {
+      if (*a) a++, b++; /* end of line */
+      continue;
+    }
+    char *ea, *eb;
+    double x = strtod(a + 1, &ea), y = strtod(b + 1, &eb);
+    double m = fabs(x) > fabs(y) ? fabs(x) : fabs(y), r = fabs(x - y) / (m > 1e-30 ? m : 1e-30);
+    if (r > worst || r != r) worst = r;
+    a = ea, b = eb;
+    while (*a == ' ') a++;
+    while (*b == ' ') b++;
+  }
+  printf("logs: worst relative difference %.3g (tolerance %g)\n", worst, rel);
+  return !*a && !*b && worst <= rel;
+}
+
 static const char *sample_line(const char *out) {
   const char *s = strstr(out, "sample (");
   return s ? s : "(no sample)";
@@ -547,6 +576,7 @@ static const char *sample_line(const char *out) {
 static int test_train(void) {
   if (!mkdtemp(tmpdir)) return 2;
   if (!getenv("SHARDRT_DEVICE")) setenv("SHARDRT_DEVICE", "emu", 1);
+  int gpu = !strcmp(getenv("SHARDRT_DEVICE"), "cuda");
   /* the kernels: the model's source pasted after shardk.cuh */
   size_t n;
   char *body = rt_cu_read_file(CUDART_TEST_DIR "/bigram.h", &n);
@@ -578,9 +608,20 @@ static int test_train(void) {
     samples[d] = strdup(sample_line(r.out));
     free(r.out), free(r.err), free(log), free(ck), free(dump);
   }
-  CHECK(!strcmp(logs[0], logs[1]), "the device run's log differs:\ncpu:\n%s\ndevice:\n%s", logs[0], logs[1]);
+  /* The emulated device runs the same C as the CPU: byte for byte. A GPU's expf / logf (2 ulp) and its
+   * fused multiply-adds differ in the last bits: every logged number within 1e-5 relative, every
+   * parameter, optimizer moment and dumped gradient within 1e-5 absolute (they are <= 0.1 in size, so
+   * this is ~100 fp32 roundings of the largest; a wrong kernel is off by far more). */
   CHECK(strlen(logs[0]) > 100, "short log: %s", logs[0]);
-  CHECK(!strcmp(samples[0], samples[1]), "samples differ:\ncpu: %s\ndevice: %s", samples[0], samples[1]);
+  if (!gpu) {
+    CHECK(!strcmp(logs[0], logs[1]), "the device run's log differs:\ncpu:\n%s\ndevice:\n%s", logs[0], logs[1]);
+    CHECK(!strcmp(samples[0], samples[1]), "samples differ:\ncpu: %s\ndevice: %s", samples[0], samples[1]);
+  } else {
+    CHECK(logs_close(logs[0], logs[1], 1e-5), "the device run's log differs:\ncpu:\n%s\ndevice:\n%s", logs[0],
+          logs[1]);
+    CHECK(strstr(samples[1], "sample (") != NULL, "the device run printed no sample");
+    printf("samples (greedy; may part where two bytes tie within rounding):\ncpu: %sdevice: %s", samples[0], samples[1]);
+  }
   const char *files[] = {"ck_%s/step_00000010/model.safetensors", "ck_%s/step_00000010/optimizer.safetensors",
                          "dump_%s/step_1.safetensors"};
   for (int i = 0; i < 3; i++) {
@@ -588,7 +629,10 @@ static int test_train(void) {
     snprintf(a, sizeof a, files[i], "cpu");
     snprintf(b, sizeof b, files[i], "dev");
     char *pa = path_of(a), *pb = path_of(b);
-    CHECK(same_file(pa, pb), "%s and %s differ (or are missing)", pa, pb);
+    if (!gpu)
+      CHECK(same_file(pa, pb), "%s and %s differ (or are missing)", pa, pb);
+    else
+      CHECK(st_compare(pa, pb, 1e-5, 0, 0) == 0, "%s and %s differ by more than 1e-5 (or are missing)", pa, pb);
     free(pa), free(pb);
   }
   /* stop at 5, resume to 10: the same checkpoint as the straight run */
@@ -603,7 +647,8 @@ static int test_train(void) {
   char *a = path_of("ck_res/step_00000010/model.safetensors"), *b = path_of("ck_dev/step_00000010/model.safetensors");
   CHECK(same_file(a, b), "the resumed run's checkpoint differs from the straight run's");
   free(a), free(b), free(ck);
-  printf("cpu and device runs: identical losses, grad norms, validation, dump, checkpoints and sample\n%s", samples[1]);
+  printf("cpu and device runs: %s losses, grad norms, validation, dump and checkpoints\n%s", gpu ? "close" : "identical",
+         samples[1]);
   for (int d = 0; d < 2; d++) free(logs[d]), free(samples[d]);
   char *rm = rt_xprintf("rm -rf '%s'", tmpdir);
   if (system(rm) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);

@@ -10,65 +10,11 @@
  * be <= TOL; prints the largest. Used by cuda_multirank.sh to compare the parameters a CUDA trainer (emulated
  * device) and the CPU trainer of the same plan hold after the same steps.
  */
-#include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/train.h"
-
-typedef struct {
-  char *buf;   /* whole file */
-  size_t len;  /* bytes */
-  RtJson *hdr; /* parsed header */
-  size_t data; /* offset of the data section */
-} St;
-
-static int st_load(St *s, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return 0;
-  if (fseek(f, 0, SEEK_END) != 0) return fclose(f), 0;
-  long l = ftell(f);
-  if (l < 8 || fseek(f, 0, SEEK_SET) != 0) return fclose(f), 0;
-  s->len = (size_t)l;
-  s->buf = malloc(s->len);
-  if (!s->buf || fread(s->buf, 1, s->len, f) != s->len) return fclose(f), 0;
-  fclose(f);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; i++) n |= (uint64_t)(unsigned char)s->buf[i] << (8 * i);
-  if (8 + n > s->len) return 0;
-  char err[128];
-  s->hdr = rt_json_parse(s->buf + 8, (size_t)n, err, sizeof err);
-  s->data = 8 + (size_t)n;
-  return s->hdr != NULL;
-}
-
-/* Element i of tensor e as a double; *n its element count. 0 when e is not F32 / BF16. */
-static int st_view(const St *s, const RtJson *e, const char **p, int *bf16, int64_t *n) {
-  const RtJson *dt = rt_json_get(e, "dtype"), *sh = rt_json_get(e, "shape"), *off = rt_json_get(e, "data_offsets");
-  if (!dt || !sh || !off || dt->kind != RT_JSON_STR || off->n != 2) return 0;
-  if (strcmp(dt->str, "F32") != 0 && strcmp(dt->str, "BF16") != 0) return 0;
-  *bf16 = dt->str[0] == 'B';
-  *n = 1;
-  for (int i = 0; i < sh->n; i++) *n *= sh->items[i]->inum;
-  *p = s->buf + s->data + off->items[0]->inum;
-  return s->data + (size_t)off->items[1]->inum <= s->len;
-}
-
-static double at(const char *p, int bf16, int64_t i) {
-  if (bf16) {
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-  }
-  float f;
-  memcpy(&f, p + 4 * i, 4);
-  return f;
-}
+#include "st_compare.h"
 
 int main(int argc, char **argv) {
   if (argc < 4) {
@@ -76,68 +22,5 @@ int main(int argc, char **argv) {
     return 2;
   }
   int l2 = strncmp(argv[3], "l2:", 3) == 0;
-  double tol = atof(argv[3] + (l2 ? 3 : 0)), frac = argc > 4 ? atof(argv[4]) : 0, worst_l2 = 0;
-  const char *worst_l2_name = "-";
-  St ref = {0}, got = {0};
-  if (!st_load(&ref, argv[1]) || !st_load(&got, argv[2])) {
-    fprintf(stderr, "st_close: cannot read %s or %s\n", argv[1], argv[2]);
-    return 1;
-  }
-  int bad = 0, tensors = 0;
-  double worst = 0, worst_frac = 0;
-  const char *worst_name = "-";
-  for (int k = 0; k < ref.hdr->n; k++) {
-    const char *name = ref.hdr->keys[k];
-    const char *pr, *pg;
-    int br, bg;
-    int64_t nr, ng;
-    if (!st_view(&ref, ref.hdr->items[k], &pr, &br, &nr)) continue;
-    const RtJson *e = rt_json_get(got.hdr, name);
-    if (!e || !st_view(&got, e, &pg, &bg, &ng) || ng != nr) {
-      fprintf(stderr, "FAIL: %s: tensor %s missing or of another size\n", argv[2], name);
-      bad++;
-      continue;
-    }
-    tensors++;
-    int64_t off = 0;
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < nr; i++) {
-      double a = at(pr, br, i), b = at(pg, bg, i), d = fabs(a - b);
-      if (!(d <= tol)) off++; /* NaN counts as off */
-      if (d > worst || d != d) worst = d, worst_name = name;
-      num += d * d;
-      den += a * a;
-    }
-    if (l2) {
-      double r = den > 0 ? sqrt(num / den) : sqrt(num);
-      if (r > worst_l2 || r != r) worst_l2 = r, worst_l2_name = name;
-      if (!(r <= tol)) {
-        fprintf(stderr, "FAIL: %s: relative L2 difference %.3g > %g\n", name, r, tol);
-        bad++;
-      }
-      continue;
-    }
-    double f = nr ? (double)off / (double)nr : 0;
-    if (f > worst_frac) worst_frac = f;
-    if (f > frac) {
-      fprintf(stderr, "FAIL: %s: %lld of %lld elements differ by more than %g\n", name, (long long)off, (long long)nr,
-              tol);
-      bad++;
-    }
-  }
-  if (tensors == 0) {
-    fprintf(stderr, "FAIL: %s holds no float tensors\n", argv[1]);
-    bad++;
-  }
-  if (l2)
-    printf("%d tensors: worst relative L2 difference %.3g (%s; tolerance %g), max |diff| %.3g (%s)\n", tensors, worst_l2,
-           worst_l2_name, tol, worst, worst_name);
-  else
-    printf("%d tensors: max |diff| %.3g (%s), at most %.2f%% of a tensor beyond %g\n", tensors, worst, worst_name,
-           100 * worst_frac, tol);
-  rt_json_free(ref.hdr);
-  rt_json_free(got.hdr);
-  free(ref.buf);
-  free(got.buf);
-  return bad ? 1 : 0;
+  return st_compare(argv[1], argv[2], atof(argv[3] + (l2 ? 3 : 0)), l2, argc > 4 ? atof(argv[4]) : 0) ? 1 : 0;
 }
