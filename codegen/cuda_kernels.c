@@ -465,9 +465,22 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
   if (hd > 256) die("cuda_kernels: sdpa head dim %lld > 256", (long long)hd);
 }
 
+/* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128; 4 warps of
+ * 16 rows per block. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
+static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
+enum { FLASH_ROWS = 64, FLASH_THREADS = 128 };
+
 const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
                      int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
   attn_check(H, KV, hd);
+  if (attn_flash(dt, hd)) {
+    Args g = {.np = 5, .p = {o, lse, q, kk, v}};
+    return simple(k, &g, cdiv(S, FLASH_ROWS), H, B, FLASH_THREADS, 1,
+                  arena_printf(k->a,
+                               "sk::flash_fwd<%lldLL, %lld, %lld, %lld, %s, 64>((sk::bf16 *)p0, (float *)p1, "
+                               "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
+                               (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false"));
+  }
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ctype(dt);
   Args g = {.np = 5, .p = {o, lse, q, kk, v}};
@@ -493,6 +506,24 @@ const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv,
                                        "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
                                        "(const %s *)p2);",
                                        t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
+  if (attn_flash(dt, hd)) {
+    int bt = hd <= 64 ? 64 : 32; /* the query (or key) tile of the dK/dV and dQ kernels: registers and shared memory */
+    Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+    const char *l2 = simple(k, &g2, cdiv(S, FLASH_ROWS), KV, B, FLASH_THREADS, 1,
+                            arena_printf(k->a,
+                                         "sk::flash_bwd_kv<%lldLL, %lld, %lld, %lld, %s, %d>((sk::bf16 *)p0, (sk::bf16 *)p1, "
+                                         "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, "
+                                         "(const float *)p6, (const sk::bf16 *)p7);",
+                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bt));
+    Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
+    const char *l3 = simple(k, &g3, cdiv(S, FLASH_ROWS), H, B, FLASH_THREADS, 1,
+                            arena_printf(k->a,
+                                         "sk::flash_bwd_q<%lldLL, %lld, %lld, %lld, %s, %d>((sk::bf16 *)p0, "
+                                         "(const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, "
+                                         "(const float *)p5, (const sk::bf16 *)p6);",
+                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bt));
+    return cat(k, cat(k, l1, l2), l3);
+  }
   Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
   const char *l2 = simple(
       k, &g2, cdiv(S, bq), KV, B, bq * tpr, 1,

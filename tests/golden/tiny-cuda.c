@@ -61,7 +61,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1647744), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 16, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
+      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4662400) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:58 */
@@ -147,7 +147,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 4695168 + i1 * 8192), RT_BF16, (M + 1516672), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 34, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){((M + 3351680) + i1 * 65536)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 35, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4678784) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 36, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4678784) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 34, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){((M + 3351680) + i1 * 65536)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 35, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4678784) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 36, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4678784) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 1451136), 192, 0, (M + 1713280), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 64, (M + 1778816), 64, 0, 512, 64, 1, 2);
@@ -363,7 +363,7 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1647744), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 16, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
+      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4662400) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:58 */
@@ -448,7 +448,7 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1647744), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 16, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
+      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4662400) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:58 */
@@ -629,8 +629,8 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k15, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k16(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::sdpa_fwd<sk::bf16, 64LL, 4, 4, 16, true, 64, 32, 1>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k16(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k16, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
@@ -801,13 +801,13 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k35(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::sdpa_bwd_kv<sk::bf16, 64LL, 4, 4, 16, true, 64, 32, 1>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k35(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6) {\012"
-  "  sk::sdpa_bwd_q<sk::bf16, 64LL, 4, 4, 16, true, 64, 32, 1>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, (const float *)p5, (const sk::bf16 *)p6);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, (const float *)p5, (const sk::bf16 *)p6);\012"
   "}\012"
   "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *)))\012"
   "\012"

@@ -579,5 +579,6 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
 } // namespace sk
 
 #include "shardk_attn.cuh"
+#include "shardk_flash.cuh"
 
 #endif

@@ -66,6 +66,7 @@ struct Block {
   ucontext_t sched;               /* the scheduler's context */
   int cur = -1;                   /* the running fiber */
   uint64_t shfl[1024];            /* per-thread exchange slot of the warp collectives */
+  uint32_t frag[1024][6];         /* per-thread A and B fragments of a warp's mma */
   const std::function<void()> *body = nullptr;
   unsigned char *dyn_smem = nullptr; /* dynamic shared memory of the launch */
   sk_emu_dim3 block_idx, block_dim, grid_dim;
@@ -216,6 +217,39 @@ inline T exchange(T v, int src) {
   if (src >= 0 && src < warp_size_live()) memcpy(&r, &b.shfl[warp_base() + src], sizeof(T));
   syncwarp();
   return r;
+}
+
+/* mma.sync.m16n8k16.row.col, bf16 inputs, fp32 accumulation, as one warp: d[4] += A b. Each lane
+ * holds its fragments of PTX's layout (lane = 4 g + t): a[0..3] = A rows g, g+8 at columns 2t, 2t+1
+ * (a[0], a[1]) and 2t+8, 2t+9 (a[2], a[3]); b[0], b[1] = B rows 2t, 2t+1 and 2t+8, 2t+9 of column g;
+ * d = rows g, g+8 at columns 2t, 2t+1. Low 16 bits hold the lower index. Every lane publishes its
+ * fragments, then computes its own four sums in k order (the tensor core's order is unspecified). */
+inline float bf16_lo(uint32_t w, int hi) {
+  uint32_t u = (hi ? w >> 16 : w & 0xffffu) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  Block &bk = blk();
+  uint32_t *mine = bk.frag[me().linear];
+  for (int i = 0; i < 4; i++) mine[i] = a[i];
+  mine[4] = b[0], mine[5] = b[1];
+  syncwarp();
+  const int base = warp_base(), l = lane(), g = l >> 2, t = l & 3;
+  float out[4];
+  for (int o = 0; o < 4; o++) {
+    int r = g + (o >= 2 ? 8 : 0), c = 2 * t + (o & 1);
+    float acc = d[o];
+    for (int kk = 0; kk < 16; kk++) {
+      const uint32_t *fa = bk.frag[base + (r % 8) * 4 + (kk % 8) / 2], *fb = bk.frag[base + c * 4 + (kk % 8) / 2];
+      float av = bf16_lo(fa[(r >= 8) + 2 * (kk >= 8)], kk & 1), bv = bf16_lo(fb[4 + (kk >= 8)], kk & 1);
+      acc = fmaf(av, bv, acc);
+    }
+    out[o] = acc;
+  }
+  syncwarp();
+  for (int o = 0; o < 4; o++) d[o] = out[o];
 }
 
 } // namespace sk_emu
