@@ -43,3 +43,14 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import safetensors, numpy
     python3 -m pip install -q --break-system-packages safetensors numpy >/dev/null 2>&1 ||
     echo "setup: could not install Python's safetensors (the train_python test will be skipped)"
 fi
+
+# NVIDIA's nvdisasm (from PyPI: the Debian machines have the CUDA compiler but not its binary tools):
+# the cuda_nvrtc test disassembles the sm_90 cubin and asserts that the attention kernels run on
+# tensor cores (HMMA). Only where a CUDA toolkit is; never needed by shardc itself.
+if command -v nvcc >/dev/null 2>&1 && ! command -v nvdisasm >/dev/null 2>&1 &&
+  ! python3 -c 'import importlib.util as u, os, sys; s = u.find_spec("nvidia"); sys.exit(not s or not any(os.path.exists(os.path.join(p, "cu13/bin/nvdisasm")) for p in s.submodule_search_locations))' >/dev/null 2>&1; then
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  python3 -m pip install -q "nvidia-cuda-nvdisasm==13.2.51" >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages "nvidia-cuda-nvdisasm==13.2.51" >/dev/null 2>&1 ||
+    echo "setup: could not install nvidia-cuda-nvdisasm (the cuda_nvrtc test's tensor-core check will fail)"
+fi

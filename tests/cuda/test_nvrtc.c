@@ -1,12 +1,14 @@
 /* tests/cuda/test_nvrtc.c — every kernel family (the cases of kcases.c: several shapes, f32 and
  * bf16) compiles with NVRTC to PTX for compute_80 / compute_90 and to cubin for sm_80 / sm_90,
  * with the kernel headers given in memory. Any error fails; so does any warning in the log.
- * The four compilations run on two threads. */
+ * The four compilations run on two threads. Given nvdisasm, the sm_90 cubin's attention kernels
+ * must hold tensor-core (HMMA) instructions: a CUDA-core fallback cannot pass for the fast path. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kcases.h"
 #include "nvrtc_util.h"
@@ -18,6 +20,9 @@ typedef struct {
   int ok;           /* result */
   char msg[256];    /* one line of result */
   char *log;        /* NVRTC's log */
+  int keep;         /* keep the image (img, bytes) */
+  char *img;
+  size_t bytes;
 } Job;
 
 static void *compile(void *arg) {
@@ -44,11 +49,61 @@ static void *compile(void *arg) {
       j->ok = 1;
     }
   }
-  free(img);
+  if (j->keep && j->ok) j->img = img, j->bytes = bytes;
+  else free(img);
   return NULL;
 }
 
-int main(void) {
+/* The kernels whose source calls a tensor-core template (sk::flash_*) must hold HMMA instructions in
+ * the sm_90 cubin: nvdisasm's listing, section .text.kN per kernel. Returns the number of failures. */
+static int sass_check(const char *nvdisasm, const char *src, const char *img, size_t bytes) {
+  char path[] = "/tmp/shardc-sass-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0 || write(fd, img, bytes) != (ssize_t)bytes) {
+    printf("FAIL sass: cannot write the cubin to %s\n", path);
+    return 1;
+  }
+  close(fd);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", nvdisasm, path);
+  FILE *p = popen(cmd, "r");
+  size_t cap = 1 << 20, len = 0;
+  char *text = malloc(cap), line[4096];
+  int cur = -1, hmma[4096] = {0};
+  while (p && text && fgets(line, sizeof line, p)) {
+    int k;
+    if (sscanf(line, ".text.k%d:", &k) == 1 && k >= 0 && k < 4096) cur = k;
+    else if (cur >= 0 && strstr(line, "HMMA")) hmma[cur]++;
+    if (len < 200) len += (size_t)snprintf(text + len, cap - len, "%s", line); /* the start, for errors */
+  }
+  int rc = p ? pclose(p) : -1;
+  unlink(path);
+  if (rc != 0) {
+    printf("FAIL sass: %s failed (status %d; scripts/setup.sh installs nvdisasm): %s\n", nvdisasm, rc, text ? text : "");
+    free(text);
+    return 1;
+  }
+  free(text);
+  int fails = 0, tc = 0;
+  for (const char *at = strstr(src, "sk::flash_"); at; at = strstr(at + 1, "sk::flash_")) {
+    const char *h = NULL;
+    for (const char *q = strstr(src, "__global__ void"); q && q < at; q = strstr(q + 1, "__global__ void")) h = q;
+    int k = -1;
+    const char *name = h ? strstr(h, ") k") : NULL;
+    if (!name || sscanf(name, ") k%d(", &k) != 1 || k < 0 || k >= 4096) continue;
+    tc++;
+    if (hmma[k] == 0) {
+      printf("FAIL sass: k%d (%.40s...) has no HMMA instruction in the sm_90 cubin\n", k, at);
+      fails++;
+    }
+  }
+  if (tc == 0) printf("FAIL sass: no tensor-core attention kernel among the cases\n"), fails++;
+  if (!fails) printf("ok   sass: the %d tensor-core attention kernels hold HMMA instructions (sm_90, nvdisasm)\n", tc);
+  return fails;
+}
+
+/* test_cuda_nvrtc [NVDISASM]: with nvdisasm, the tensor-core check of the sm_90 cubin too */
+int main(int argc, char **argv) {
   Arena a;
   arena_init(&a);
   int64_t ws;
@@ -60,6 +115,7 @@ int main(void) {
     jobs[i].src = src;
     jobs[i].nk = nk;
   }
+  jobs[1].keep = argc > 1;
   int fails = 0;
   for (int i = 0; i < 4; i += 2) {
     pthread_t t;
@@ -79,6 +135,10 @@ int main(void) {
       printf("%s\n", jobs[i].log ? jobs[i].log : "");
     }
     free(jobs[i].log);
+  }
+  if (argc > 1) {
+    if (jobs[1].img) fails += sass_check(argv[1], src, jobs[1].img, jobs[1].bytes);
+    free(jobs[1].img);
   }
   arena_free(&a);
   return fails ? 1 : 0;
