@@ -466,7 +466,7 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
 }
 
 /* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128; 4 warps of
- * 16 rows per block. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
+ * 16 (or 32) rows per block. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
 static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
 enum { FLASH_ROWS = 64, FLASH_THREADS = 128 };
 
@@ -475,11 +475,13 @@ const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, cons
   attn_check(H, KV, hd);
   if (attn_flash(dt, hd)) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
-    return simple(k, &g, cdiv(S, FLASH_ROWS), H, B, FLASH_THREADS, 1,
+    int mt = hd <= 64 ? 2 : 1, bk = hd <= 64 ? 64 : 32; /* registers and shared memory (48 KiB) */
+    return simple(k, &g, cdiv(S, FLASH_ROWS * mt), H, B, FLASH_THREADS, 1,
                   arena_printf(k->a,
-                               "sk::flash_fwd<%lldLL, %lld, %lld, %lld, %s, 64>((sk::bf16 *)p0, (float *)p1, "
+                               "sk::flash_fwd<%lldLL, %lld, %lld, %lld, %s, %d, %d>((sk::bf16 *)p0, (float *)p1, "
                                "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
-                               (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false"));
+                               (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", bk,
+                               mt));
   }
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ctype(dt);
@@ -507,7 +509,9 @@ const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv,
                                        "(const %s *)p2);",
                                        t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
   if (attn_flash(dt, hd)) {
-    int bt = hd <= 64 ? 64 : 32; /* the query (or key) tile of the dK/dV and dQ kernels: registers and shared memory */
+    /* tiles of the dK/dV kernel (queries) and of the dQ kernel (keys, 16 mt queries per warp): registers and
+     * shared memory */
+    int bt = hd <= 64 ? 64 : 32, mt = hd <= 64 ? 2 : 1;
     Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
     const char *l2 = simple(k, &g2, cdiv(S, FLASH_ROWS), KV, B, FLASH_THREADS, 1,
                             arena_printf(k->a,
@@ -516,12 +520,12 @@ const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv,
                                          "(const float *)p6, (const sk::bf16 *)p7);",
                                          (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bt));
     Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
-    const char *l3 = simple(k, &g3, cdiv(S, FLASH_ROWS), H, B, FLASH_THREADS, 1,
+    const char *l3 = simple(k, &g3, cdiv(S, FLASH_ROWS * mt), H, B, FLASH_THREADS, 1,
                             arena_printf(k->a,
-                                         "sk::flash_bwd_q<%lldLL, %lld, %lld, %lld, %s, %d>((sk::bf16 *)p0, "
+                                         "sk::flash_bwd_q<%lldLL, %lld, %lld, %lld, %s, 32, %d>((sk::bf16 *)p0, "
                                          "(const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, "
                                          "(const float *)p5, (const sk::bf16 *)p6);",
-                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bt));
+                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, mt));
     return cat(k, cat(k, l1, l2), l3);
   }
   Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};

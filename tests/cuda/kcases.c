@@ -686,7 +686,7 @@ static void cases_attention(KC *c) {
   } ac[] = {{2, 37, 4, 2, 16, 1, DT_F32},  {1, 40, 2, 1, 64, 0, DT_F32},  {1, 45, 4, 1, 16, 1, DT_F32},
             /* bf16, head dim a multiple of 16: tensor cores (partial tiles, GQA, both tile sizes) */
             {1, 33, 2, 2, 32, 1, DT_BF16}, {2, 70, 4, 2, 64, 1, DT_BF16}, {1, 50, 2, 1, 128, 0, DT_BF16},
-            {1, 77, 4, 2, 128, 1, DT_BF16},
+            {1, 77, 4, 2, 128, 1, DT_BF16}, {1, 200, 2, 1, 64, 1, DT_BF16},
             /* bf16, head dim 24: the CUDA-core kernels */
             {1, 33, 2, 1, 24, 1, DT_BF16}};
   for (size_t t = 0; t < sizeof ac / sizeof ac[0]; t++) {

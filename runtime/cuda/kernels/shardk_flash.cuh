@@ -49,6 +49,49 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
 }
 __device__ __forceinline__ u32 ld2(const bf16 *p) { return *(const u32 *)p; }
 
+/* ldmatrix.x4 from shared memory: lanes 8i..8i+7 give the rows of 8 x 8 matrix i, r[i] its fragment
+ * (row g, columns 2t, 2t+1; with T, transposed: rows 2t, 2t+1 of column g). */
+template <bool T>
+__device__ __forceinline__ void ldsm4(u32 (&r)[4], const bf16 *p) {
+#ifdef SK_EMU
+  sk_emu::ldmatrix_x4(r, p, T);
+#else
+  unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  if (T)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+
+/* 16 bytes global -> shared without passing through registers (cp.async; zeros when !valid) */
+__device__ __forceinline__ void cp16(bf16 *dst, const bf16 *src, bool valid) {
+#ifdef SK_EMU
+  u32x4 w = {0u, 0u, 0u, 0u};
+  if (valid) w = *(const u32x4 *)src;
+  *(u32x4 *)dst = w;
+#else
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#ifndef SK_EMU
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+/* waits until at most N committed groups of this thread are in flight */
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+#ifndef SK_EMU
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 /* A fragments of 16 rows x HD (row r at src + r * rs; rows at or past n read as zeros), lane 4g + t:
  * frag[c] = rows g, g+8 at columns 16c + 2t (+1) and 16c + 8 + 2t (+1). */
 template <int HD>
@@ -66,45 +109,39 @@ __device__ __forceinline__ void frag_rows(u32 (&f)[HD / 16][4], const bf16 *src,
   }
 }
 
-/* Rows [r0, r0 + R) x HD of a bf16 matrix (row r at src + r * rs; rows at or past n as zeros) into
- * shared memory: row-major into rows[R][HD + 8] and/or transposed into cols[HD][R + 8] (either may
- * be null). 16-byte loads; NT threads. */
+/* Starts copying rows [r0, r0 + R) x HD of a bf16 matrix (row r at src + r * rs; rows at or past n
+ * as zeros) into dst[R][HD + 8] with cp.async (the caller commits and waits). */
 template <int R, int HD, int NT>
-__device__ __forceinline__ void tile_load(bf16 *rows, bf16 *cols, const bf16 *src, i64 rs, i64 r0, i64 n) {
+__device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *src, i64 rs, i64 r0, i64 n) {
   constexpr int C8 = HD / 8;
   for (int i = (int)threadIdx.x; i < R * C8; i += NT) {
     int r = i / C8, c = (i % C8) * 8;
-    u32x4 w = {0u, 0u, 0u, 0u};
-    if (r0 + r < n) w = *(const u32x4 *)(src + (r0 + r) * rs + c);
-    if (rows) *(u32x4 *)(rows + r * (HD + 8) + c) = w;
-    if (cols) {
-      const bf16 *e = (const bf16 *)&w;
-#pragma unroll
-      for (int j = 0; j < 8; j++) cols[(c + j) * (R + 8) + r] = e[j];
-    }
+    bool ok = r0 + r < n;
+    cp16(dst + r * (HD + 8) + c, src + (ok ? r0 + r : n - 1) * rs + c, ok);
   }
 }
 
-/* The B fragment of columns [n0, n0 + 8) and k rows [16 kc, 16 kc + 16) of a product whose B^T is
- * stored row-major with leading dimension LD (row = B's column): lane 4g + t reads row n0 + g. */
-template <int LD>
-__device__ __forceinline__ void frag_b(u32 (&b)[2], const bf16 *m, int n0, int kc) {
-  int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const bf16 *p = m + (n0 + g) * LD + 16 * kc + 2 * t;
-  b[0] = ld2(p);
-  b[1] = ld2(p + 8);
-}
-
-/* acc[N/8][4] += A (16 x 16 KC) times the B whose B^T is m (rows = N columns, LD), k chunks [0, KC) */
-template <int N, int KC, int LD>
-__device__ __forceinline__ void mma_rows(float (&acc)[N / 8][4], const u32 (&a)[KC][4], const bf16 *m) {
+/* acc[mt][N/8][4] += A[mt] (16 x 16 KC each) times B (16 KC x N) read from shared memory m with
+ * leading dimension LD: B^T row-major (m[n][k], TR false) or B row-major (m[k][n], TR true). One
+ * ldmatrix.x4 gives the B fragments of two column tiles, used by every m-tile. */
+template <int MT, int N, int KC, int LD, bool TR>
+__device__ __forceinline__ void mma_smem(float (&acc)[MT][N / 8][4], const u32 (&a)[MT][KC][4], const bf16 *m) {
+  int lane = (int)threadIdx.x & 31, r8 = lane & 7, hi = (lane >> 3) & 1, q = lane >> 4;
 #pragma unroll
   for (int kc = 0; kc < KC; kc++)
 #pragma unroll
-    for (int nt = 0; nt < N / 8; nt++) {
-      u32 b[2];
-      frag_b<LD>(b, m, nt * 8, kc);
-      mma16816(acc[nt], a[kc], b);
+    for (int np = 0; np < N / 16; np++) {
+      u32 r[4];
+      if (TR)
+        ldsm4<true>(r, m + (16 * kc + r8 + 8 * hi) * LD + 16 * np + 8 * q);
+      else
+        ldsm4<false>(r, m + (16 * np + r8 + 8 * q) * LD + 16 * kc + 8 * hi);
+      u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma16816(acc[mt][2 * np], a[mt][kc], b0);
+        mma16816(acc[mt][2 * np + 1], a[mt][kc], b1);
+      }
     }
 }
 
@@ -120,13 +157,15 @@ __device__ __forceinline__ void c_to_a(u32 (&a)[N / 16][4], const float (&c)[N /
   }
 }
 
-template <int N>
-__device__ __forceinline__ void zero_acc(float (&c)[N / 8][4]) {
+template <int MT, int N>
+__device__ __forceinline__ void zero_acc(float (&c)[MT][N / 8][4]) {
 #pragma unroll
-  for (int i = 0; i < N / 8; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int i = 0; i < N / 8; i++) c[mt][i][0] = c[mt][i][1] = c[mt][i][2] = c[mt][i][3] = 0.0f;
 }
 
-/* Stores a 16 x HD C fragment (rows r0 + g, r0 + g + 8 below n) times s as bf16 at dst + r * rs. */
+/* Stores a 16 x HD C fragment (rows r0 + g, r0 + g + 8 below n) times s0 / s1 as bf16 at dst + r * rs. */
 template <int HD>
 __device__ __forceinline__ void store_rows(bf16 *dst, i64 rs, i64 r0, i64 n, const float (&c)[HD / 8][4], float s0,
                                            float s1) {
@@ -148,80 +187,104 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/* Forward: grid (ceil(S/64), H, B), block 128. BK keys per tile. */
-template <i64 S, int H, int KV, int HD, bool CAUSAL, int BK>
+/* Forward: grid (ceil(S / (64 MT)), H, B), block 128; each warp 16 MT query rows; K and V tiles of
+ * BK keys double-buffered (the next tile's copy runs under this tile's products). */
+template <i64 S, int H, int KV, int HD, bool CAUSAL, int BK, int MT>
 __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v) {
-  constexpr int BQ = 64, NT = 128, KC = HD / 16;
-  __align__(16) __shared__ bf16 ks[BK * (HD + 8)];
-  __align__(16) __shared__ bf16 vt[HD * (BK + 8)];
+  constexpr int BQ = 64 * MT, NT = 128, KC = HD / 16, LD = HD + 8;
+  __align__(16) __shared__ bf16 ks[2][BK * LD];
+  __align__(16) __shared__ bf16 vs[2][BK * LD];
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)); /* scale * log2 e */
   int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   i64 b = blockIdx.z;
   int h = (int)blockIdx.y, kvh = h / (H / KV);
-  i64 qb = CAUSAL ? (i64)gridDim.x - 1 - blockIdx.x : (i64)blockIdx.x, q0 = qb * BQ, r0 = q0 + 16 * w;
+  i64 qb = CAUSAL ? (i64)gridDim.x - 1 - blockIdx.x : (i64)blockIdx.x, q0 = qb * BQ, r0 = q0 + 16 * MT * w;
   const i64 qs = (i64)H * HD, kvs = (i64)KV * HD;
-  u32 qa[KC][4];
-  frag_rows<HD>(qa, q + b * S * qs + (i64)h * HD, qs, r0, S);
-  float acc[HD / 8][4];
-  zero_acc<HD>(acc);
-  float m0 = ninf(), m1 = ninf(), l0 = 0.0f, l1 = 0.0f;
+  u32 qa[MT][KC][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) frag_rows<HD>(qa[mt], q + b * S * qs + (i64)h * HD, qs, r0 + 16 * mt, S);
+  float acc[MT][HD / 8][4], m[MT][2], l[MT][2];
+  zero_acc<MT, HD>(acc);
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = ninf(), l[mt][0] = l[mt][1] = 0.0f;
   const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
   const i64 kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
-  for (i64 k0 = 0; k0 < kend; k0 += BK) {
-    tile_load<BK, HD, NT>(ks, nullptr, kb, kvs, k0, S);
-    tile_load<BK, HD, NT>(nullptr, vt, vb, kvs, k0, S);
+  const int ntiles = (int)((kend + BK - 1) / BK);
+  tile_async<BK, HD, NT>(ks[0], kb, kvs, 0, S);
+  tile_async<BK, HD, NT>(vs[0], vb, kvs, 0, S);
+  cp_commit();
+  for (int it = 0; it < ntiles; it++) {
+    const i64 k0 = (i64)it * BK;
+    if (it + 1 < ntiles) {
+      tile_async<BK, HD, NT>(ks[(it + 1) & 1], kb, kvs, k0 + BK, S);
+      tile_async<BK, HD, NT>(vs[(it + 1) & 1], vb, kvs, k0 + BK, S);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
     __syncthreads();
-    float s[BK / 8][4];
-    zero_acc<BK>(s);
-    mma_rows<BK, KC, HD + 8>(s, qa, ks);
-    bool edge = k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0);
+    if (!CAUSAL || k0 <= r0 + 16 * MT - 1) { /* else every key of the tile is past this warp's rows */
+      float s[MT][BK / 8][4];
+      zero_acc<MT, BK>(s);
+      mma_smem<MT, BK, KC, LD, false>(s, qa, ks[it & 1]);
+      bool edge = k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0);
+      u32 pa[MT][BK / 16][4];
 #pragma unroll
-    for (int nt = 0; nt < BK / 8; nt++)
+      for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = s[nt][e] * c2;
-        if (edge) {
-          i64 key = k0 + nt * 8 + 2 * t + (e & 1), row = r0 + g + (e >= 2 ? 8 : 0);
-          if (key >= S || (CAUSAL && key > row)) x = ninf();
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            float x = s[mt][nt][e] * c2;
+            if (edge) {
+              i64 key = k0 + nt * 8 + 2 * t + (e & 1), row = r0 + 16 * mt + g + (e >= 2 ? 8 : 0);
+              if (key >= S || (CAUSAL && key > row)) x = ninf();
+            }
+            s[mt][nt][e] = x;
+          }
+        float x0 = ninf(), x1 = ninf();
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++) {
+          x0 = fmaxv(x0, fmaxv(s[mt][nt][0], s[mt][nt][1]));
+          x1 = fmaxv(x1, fmaxv(s[mt][nt][2], s[mt][nt][3]));
         }
-        s[nt][e] = x;
+        float n0 = fmaxv(m[mt][0], quad_max(x0)), n1 = fmaxv(m[mt][1], quad_max(x1));
+        float u0 = n0 == ninf() ? 0.0f : n0, u1 = n1 == ninf() ? 0.0f : n1; /* a row masked so far */
+        float f0 = exp2f(m[mt][0] - u0), f1 = exp2f(m[mt][1] - u1);
+        m[mt][0] = n0, m[mt][1] = n1;
+        l[mt][0] *= f0, l[mt][1] *= f1;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++)
+          acc[mt][nt][0] *= f0, acc[mt][nt][1] *= f0, acc[mt][nt][2] *= f1, acc[mt][nt][3] *= f1;
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++) {
+          s[mt][nt][0] = exp2f(s[mt][nt][0] - u0), s[mt][nt][1] = exp2f(s[mt][nt][1] - u0);
+          s[mt][nt][2] = exp2f(s[mt][nt][2] - u1), s[mt][nt][3] = exp2f(s[mt][nt][3] - u1);
+          l[mt][0] += s[mt][nt][0] + s[mt][nt][1], l[mt][1] += s[mt][nt][2] + s[mt][nt][3];
+        }
+        c_to_a<BK>(pa[mt], s[mt]);
       }
-    float x0 = ninf(), x1 = ninf();
-#pragma unroll
-    for (int nt = 0; nt < BK / 8; nt++) {
-      x0 = fmaxv(x0, fmaxv(s[nt][0], s[nt][1]));
-      x1 = fmaxv(x1, fmaxv(s[nt][2], s[nt][3]));
+      mma_smem<MT, HD, BK / 16, LD, true>(acc, pa, vs[it & 1]);
     }
-    float n0 = fmaxv(m0, quad_max(x0)), n1 = fmaxv(m1, quad_max(x1));
-    float u0 = n0 == ninf() ? 0.0f : n0, u1 = n1 == ninf() ? 0.0f : n1; /* a row masked so far */
-    float f0 = exp2f(m0 - u0), f1 = exp2f(m1 - u1);
-    m0 = n0, m1 = n1;
-    l0 *= f0, l1 *= f1;
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; nt++) acc[nt][0] *= f0, acc[nt][1] *= f0, acc[nt][2] *= f1, acc[nt][3] *= f1;
-#pragma unroll
-    for (int nt = 0; nt < BK / 8; nt++) {
-      s[nt][0] = exp2f(s[nt][0] - u0), s[nt][1] = exp2f(s[nt][1] - u0);
-      s[nt][2] = exp2f(s[nt][2] - u1), s[nt][3] = exp2f(s[nt][3] - u1);
-      l0 += s[nt][0] + s[nt][1], l1 += s[nt][2] + s[nt][3];
-    }
-    u32 pa[BK / 16][4];
-    c_to_a<BK>(pa, s);
-    mma_rows<HD, BK / 16, BK + 8>(acc, pa, vt);
     __syncthreads();
   }
-  l0 = quad_sum(l0), l1 = quad_sum(l1);
-  store_rows<HD>(o + b * S * qs + (i64)h * HD, qs, r0, S, acc, 1.0f / l0, 1.0f / l1);
-  if (t == 0) {
-    const float ln2 = 0.6931471805599453f;
-    float *lb = lse + ((i64)b * H + h) * S;
-    if (r0 + g < S) lb[r0 + g] = m0 * ln2 + logf(l0);
-    if (r0 + g + 8 < S) lb[r0 + g + 8] = m1 * ln2 + logf(l1);
+  const float ln2 = 0.6931471805599453f;
+  float *lb = lse + ((i64)b * H + h) * S;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    float l0 = quad_sum(l[mt][0]), l1 = quad_sum(l[mt][1]);
+    i64 rm = r0 + 16 * mt;
+    store_rows<HD>(o + b * S * qs + (i64)h * HD, qs, rm, S, acc[mt], 1.0f / l0, 1.0f / l1);
+    if (t == 0) {
+      if (rm + g < S) lb[rm + g] = m[mt][0] * ln2 + logf(l0);
+      if (rm + g + 8 < S) lb[rm + g + 8] = m[mt][1] * ln2 + logf(l1);
+    }
   }
 }
 
 /* The probabilities and dS of a 16 x N block of scores s (fp32 C fragments, raw dot products) for
- * dot products dp: p = exp2(s c2 - lse2) (0 where masked), ds = p (dp - D). row(e) / col(nt, e)
+ * dot products dp: p = exp2(s c2 - lse2) (0 where masked), ds = p (dp - D). query(nt, e) / key(nt, e)
  * give the query and key of element e of column tile nt; lse2 and D by query. */
 template <int N, bool CAUSAL, class QOF, class KOF, class LSE, class DD>
 __device__ __forceinline__ void p_and_ds(float (&s)[N / 8][4], float (&dp)[N / 8][4], float c2, bool edge, i64 S,
@@ -230,117 +293,157 @@ __device__ __forceinline__ void p_and_ds(float (&s)[N / 8][4], float (&dp)[N / 8
   for (int nt = 0; nt < N / 8; nt++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      i64 qi = query(nt, e), kj = key(nt, e);
       float p = exp2f(s[nt][e] * c2 - lse2(nt, e));
-      if (edge && (qi >= S || kj >= S || (CAUSAL && kj > qi))) p = 0.0f;
+      if (edge) {
+        i64 qi = query(nt, e), kj = key(nt, e);
+        if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
+      }
       s[nt][e] = p;
       dp[nt][e] = p * (dp[nt][e] - dd(nt, e));
     }
 }
 
-/* dK and dV: grid (ceil(S/64), KV, B), block 128; BQT queries per tile. */
+/* dK and dV: grid (ceil(S/64), KV, B), block 128, each warp 16 keys; Q and dO tiles of BQT queries of
+ * every head of the group, double-buffered. */
 template <i64 S, int H, int KV, int HD, bool CAUSAL, int BQT>
 __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
                              const float *Dd, const bf16 *dout) {
-  constexpr int BKV = 64, NT = 128, KC = HD / 16, G = H / KV;
-  __align__(16) __shared__ bf16 qs[BQT * (HD + 8)];
-  __align__(16) __shared__ bf16 dos[BQT * (HD + 8)];
-  __align__(16) __shared__ bf16 qt[HD * (BQT + 8)];
-  __align__(16) __shared__ bf16 dot[HD * (BQT + 8)];
-  __shared__ float ls[BQT], ds[BQT];
+  constexpr int BKV = 64, NT = 128, KC = HD / 16, G = H / KV, LD = HD + 8;
+  __align__(16) __shared__ bf16 qs[2][BQT * LD];
+  __align__(16) __shared__ bf16 dos[2][BQT * LD];
+  __shared__ float ls[2][BQT], ds[2][BQT];
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)), log2e = 1.4426950408889634f;
   int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   i64 b = blockIdx.z;
   int kvh = (int)blockIdx.y;
   i64 kb0 = (CAUSAL ? (i64)gridDim.x - 1 - blockIdx.x : (i64)blockIdx.x) * BKV, r0 = kb0 + 16 * w;
   const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
-  u32 ka[KC][4], va[KC][4];
-  frag_rows<HD>(ka, k + b * S * kvs + (i64)kvh * HD, kvs, r0, S);
-  frag_rows<HD>(va, v + b * S * kvs + (i64)kvh * HD, kvs, r0, S);
-  float dka[HD / 8][4], dva[HD / 8][4];
-  zero_acc<HD>(dka);
-  zero_acc<HD>(dva);
-  for (int gi = 0; gi < G; gi++) {
-    int h = kvh * G + gi;
-    const bf16 *qb = q + b * S * qstr + (i64)h * HD, *ob = dout + b * S * qstr + (i64)h * HD;
+  u32 ka[1][KC][4], va[1][KC][4];
+  frag_rows<HD>(ka[0], k + b * S * kvs + (i64)kvh * HD, kvs, r0, S);
+  frag_rows<HD>(va[0], v + b * S * kvs + (i64)kvh * HD, kvs, r0, S);
+  float dka[1][HD / 8][4], dva[1][HD / 8][4];
+  zero_acc<1, HD>(dka);
+  zero_acc<1, HD>(dva);
+  const i64 qstart = CAUSAL ? kb0 / BQT * BQT : 0;
+  const int nqt = (int)((S - qstart + BQT - 1) / BQT), ntiles = G * nqt;
+  /* tile i: head kvh * G + i / nqt, queries from qstart + (i % nqt) * BQT */
+  auto issue = [&](int i) {
+    int h = kvh * G + i / nqt, buf = i & 1;
+    i64 qt0 = qstart + (i64)(i % nqt) * BQT;
+    tile_async<BQT, HD, NT>(qs[buf], q + b * S * qstr + (i64)h * HD, qstr, qt0, S);
+    tile_async<BQT, HD, NT>(dos[buf], dout + b * S * qstr + (i64)h * HD, qstr, qt0, S);
+    cp_commit();
     const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
-    for (i64 qt0 = CAUSAL ? kb0 / BQT * BQT : 0; qt0 < S; qt0 += BQT) {
-      tile_load<BQT, HD, NT>(qs, qt, qb, qstr, qt0, S);
-      tile_load<BQT, HD, NT>(dos, dot, ob, qstr, qt0, S);
-      for (int i = (int)threadIdx.x; i < BQT; i += NT) {
-        ls[i] = qt0 + i < S ? lb[qt0 + i] * log2e : 0.0f;
-        ds[i] = qt0 + i < S ? db[qt0 + i] : 0.0f;
-      }
-      __syncthreads();
-      float s[BQT / 8][4], dp[BQT / 8][4]; /* S^T and dP^T: rows are keys, columns queries */
-      zero_acc<BQT>(s);
-      zero_acc<BQT>(dp);
-      mma_rows<BQT, KC, HD + 8>(s, ka, qs);
-      mma_rows<BQT, KC, HD + 8>(dp, va, dos);
+    for (int j = (int)threadIdx.x; j < BQT; j += NT) {
+      ls[buf][j] = qt0 + j < S ? lb[qt0 + j] * log2e : 0.0f;
+      ds[buf][j] = qt0 + j < S ? db[qt0 + j] : 0.0f;
+    }
+  };
+  issue(0);
+  for (int it = 0; it < ntiles; it++) {
+    const int buf = it & 1;
+    const i64 qt0 = qstart + (i64)(it % nqt) * BQT;
+    if (it + 1 < ntiles) {
+      issue(it + 1);
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    if (!CAUSAL || qt0 + BQT - 1 >= r0) { /* else every query of the tile is before this warp's keys */
+      float s[1][BQT / 8][4], dp[1][BQT / 8][4]; /* S^T and dP^T: rows are keys, columns queries */
+      zero_acc<1, BQT>(s);
+      zero_acc<1, BQT>(dp);
+      mma_smem<1, BQT, KC, LD, false>(s, ka, qs[buf]);
+      mma_smem<1, BQT, KC, LD, false>(dp, va, dos[buf]);
       bool edge = qt0 + BQT > S || r0 + 16 > S || (CAUSAL && qt0 < r0 + 15);
       p_and_ds<BQT, CAUSAL>(
-          s, dp, c2, edge, S, [&](int nt, int e) { return qt0 + nt * 8 + 2 * t + (e & 1); },
+          s[0], dp[0], c2, edge, S, [&](int nt, int e) { return qt0 + nt * 8 + 2 * t + (e & 1); },
           [&](int, int e) { return r0 + g + (e >= 2 ? 8 : 0); },
-          [&](int nt, int e) { return ls[nt * 8 + 2 * t + (e & 1)]; },
-          [&](int nt, int e) { return ds[nt * 8 + 2 * t + (e & 1)]; });
-      u32 pa[BQT / 16][4], sa[BQT / 16][4];
-      c_to_a<BQT>(pa, s);
-      c_to_a<BQT>(sa, dp);
-      mma_rows<HD, BQT / 16, BQT + 8>(dva, pa, dot);
-      mma_rows<HD, BQT / 16, BQT + 8>(dka, sa, qt);
-      __syncthreads();
+          [&](int nt, int e) { return ls[buf][nt * 8 + 2 * t + (e & 1)]; },
+          [&](int nt, int e) { return ds[buf][nt * 8 + 2 * t + (e & 1)]; });
+      u32 pa[1][BQT / 16][4], sa[1][BQT / 16][4];
+      c_to_a<BQT>(pa[0], s[0]);
+      c_to_a<BQT>(sa[0], dp[0]);
+      mma_smem<1, HD, BQT / 16, LD, true>(dva, pa, dos[buf]);
+      mma_smem<1, HD, BQT / 16, LD, true>(dka, sa, qs[buf]);
     }
+    __syncthreads();
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
-  store_rows<HD>(dk + b * S * kvs + (i64)kvh * HD, kvs, r0, S, dka, scale, scale);
-  store_rows<HD>(dv + b * S * kvs + (i64)kvh * HD, kvs, r0, S, dva, 1.0f, 1.0f);
+  store_rows<HD>(dk + b * S * kvs + (i64)kvh * HD, kvs, r0, S, dka[0], scale, scale);
+  store_rows<HD>(dv + b * S * kvs + (i64)kvh * HD, kvs, r0, S, dva[0], 1.0f, 1.0f);
 }
 
-/* dQ: grid (ceil(S/64), H, B), block 128; BK keys per tile. */
-template <i64 S, int H, int KV, int HD, bool CAUSAL, int BK>
+/* dQ: grid (ceil(S / (64 MT)), H, B), block 128, each warp 16 MT queries; K and V tiles of BK keys,
+ * double-buffered. */
+template <i64 S, int H, int KV, int HD, bool CAUSAL, int BK, int MT>
 __device__ void flash_bwd_q(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse, const float *Dd,
                             const bf16 *dout) {
-  constexpr int BQ = 64, NT = 128, KC = HD / 16;
-  __align__(16) __shared__ bf16 ks[BK * (HD + 8)];
-  __align__(16) __shared__ bf16 vs[BK * (HD + 8)];
-  __align__(16) __shared__ bf16 kt[HD * (BK + 8)];
+  constexpr int BQ = 64 * MT, NT = 128, KC = HD / 16, LD = HD + 8;
+  __align__(16) __shared__ bf16 ks[2][BK * LD];
+  __align__(16) __shared__ bf16 vs[2][BK * LD];
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)), log2e = 1.4426950408889634f;
   int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   i64 b = blockIdx.z;
   int h = (int)blockIdx.y, kvh = h / (H / KV);
-  i64 q0 = (CAUSAL ? (i64)gridDim.x - 1 - blockIdx.x : (i64)blockIdx.x) * BQ, r0 = q0 + 16 * w;
+  i64 q0 = (CAUSAL ? (i64)gridDim.x - 1 - blockIdx.x : (i64)blockIdx.x) * BQ, r0 = q0 + 16 * MT * w;
   const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
-  u32 qa[KC][4], oa[KC][4];
-  frag_rows<HD>(qa, q + b * S * qstr + (i64)h * HD, qstr, r0, S);
-  frag_rows<HD>(oa, dout + b * S * qstr + (i64)h * HD, qstr, r0, S);
+  u32 qa[MT][KC][4], oa[MT][KC][4];
   const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
-  float la = r0 + g < S ? lb[r0 + g] * log2e : 0.0f, lc = r0 + g + 8 < S ? lb[r0 + g + 8] * log2e : 0.0f;
-  float da = r0 + g < S ? db[r0 + g] : 0.0f, dc = r0 + g + 8 < S ? db[r0 + g + 8] : 0.0f;
-  float acc[HD / 8][4];
-  zero_acc<HD>(acc);
+  float la[MT][2], da[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    i64 rm = r0 + 16 * mt;
+    frag_rows<HD>(qa[mt], q + b * S * qstr + (i64)h * HD, qstr, rm, S);
+    frag_rows<HD>(oa[mt], dout + b * S * qstr + (i64)h * HD, qstr, rm, S);
+    la[mt][0] = rm + g < S ? lb[rm + g] * log2e : 0.0f, la[mt][1] = rm + g + 8 < S ? lb[rm + g + 8] * log2e : 0.0f;
+    da[mt][0] = rm + g < S ? db[rm + g] : 0.0f, da[mt][1] = rm + g + 8 < S ? db[rm + g + 8] : 0.0f;
+  }
+  float acc[MT][HD / 8][4];
+  zero_acc<MT, HD>(acc);
   const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
   const i64 kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
-  for (i64 k0 = 0; k0 < kend; k0 += BK) {
-    tile_load<BK, HD, NT>(ks, kt, kb, kvs, k0, S);
-    tile_load<BK, HD, NT>(vs, nullptr, vb, kvs, k0, S);
+  const int ntiles = (int)((kend + BK - 1) / BK);
+  tile_async<BK, HD, NT>(ks[0], kb, kvs, 0, S);
+  tile_async<BK, HD, NT>(vs[0], vb, kvs, 0, S);
+  cp_commit();
+  for (int it = 0; it < ntiles; it++) {
+    const i64 k0 = (i64)it * BK;
+    if (it + 1 < ntiles) {
+      tile_async<BK, HD, NT>(ks[(it + 1) & 1], kb, kvs, k0 + BK, S);
+      tile_async<BK, HD, NT>(vs[(it + 1) & 1], vb, kvs, k0 + BK, S);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
     __syncthreads();
-    float s[BK / 8][4], dp[BK / 8][4];
-    zero_acc<BK>(s);
-    zero_acc<BK>(dp);
-    mma_rows<BK, KC, HD + 8>(s, qa, ks);
-    mma_rows<BK, KC, HD + 8>(dp, oa, vs);
-    bool edge = k0 + BK > S || r0 + 16 > S || (CAUSAL && k0 + BK - 1 > r0);
-    p_and_ds<BK, CAUSAL>(
-        s, dp, c2, edge, S, [&](int, int e) { return r0 + g + (e >= 2 ? 8 : 0); },
-        [&](int nt, int e) { return k0 + nt * 8 + 2 * t + (e & 1); }, [&](int, int e) { return e >= 2 ? lc : la; },
-        [&](int, int e) { return e >= 2 ? dc : da; });
-    u32 sa[BK / 16][4];
-    c_to_a<BK>(sa, dp);
-    mma_rows<HD, BK / 16, BK + 8>(acc, sa, kt);
+    if (!CAUSAL || k0 <= r0 + 16 * MT - 1) {
+      float s[MT][BK / 8][4], dp[MT][BK / 8][4];
+      zero_acc<MT, BK>(s);
+      zero_acc<MT, BK>(dp);
+      mma_smem<MT, BK, KC, LD, false>(s, qa, ks[it & 1]);
+      mma_smem<MT, BK, KC, LD, false>(dp, oa, vs[it & 1]);
+      bool edge = k0 + BK > S || r0 + 16 * MT > S || (CAUSAL && k0 + BK - 1 > r0);
+      u32 sa[MT][BK / 16][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        i64 rm = r0 + 16 * mt;
+        p_and_ds<BK, CAUSAL>(
+            s[mt], dp[mt], c2, edge, S, [&](int, int e) { return rm + g + (e >= 2 ? 8 : 0); },
+            [&](int nt, int e) { return k0 + nt * 8 + 2 * t + (e & 1); },
+            [&](int, int e) { return la[mt][e >= 2]; }, [&](int, int e) { return da[mt][e >= 2]; });
+        c_to_a<BK>(sa[mt], dp[mt]);
+      }
+      mma_smem<MT, HD, BK / 16, LD, true>(acc, sa, ks[it & 1]);
+    }
     __syncthreads();
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
-  store_rows<HD>(dq + b * S * qstr + (i64)h * HD, qstr, r0, S, acc, scale, scale);
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+    store_rows<HD>(dq + b * S * qstr + (i64)h * HD, qstr, r0 + 16 * mt, S, acc[mt], scale, scale);
 }
 
 } // namespace sk

@@ -252,6 +252,29 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
   for (int o = 0; o < 4; o++) d[o] = out[o];
 }
 
+/* ldmatrix.sync.m8n8.x4(.trans).b16 as one warp: lanes 8i..8i+7 give the row addresses of 8 x 8
+ * matrix i; lane 4g + t receives r[i] = row g, columns 2t, 2t+1 of matrix i (with trans: rows 2t,
+ * 2t+1 of column g). */
+inline void ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
+  Block &bk = blk();
+  bk.shfl[me().linear] = (uint64_t)(uintptr_t)row;
+  syncwarp();
+  const int base = warp_base(), l = lane(), g = l >> 2, t = l & 3;
+  uint32_t out[4];
+  for (int i = 0; i < 4; i++) {
+    if (!trans) {
+      memcpy(&out[i], (const uint16_t *)(uintptr_t)bk.shfl[base + 8 * i + g] + 2 * t, 4);
+    } else {
+      uint16_t lo, hi;
+      memcpy(&lo, (const uint16_t *)(uintptr_t)bk.shfl[base + 8 * i + 2 * t] + g, 2);
+      memcpy(&hi, (const uint16_t *)(uintptr_t)bk.shfl[base + 8 * i + 2 * t + 1] + g, 2);
+      out[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+  }
+  syncwarp();
+  for (int i = 0; i < 4; i++) r[i] = out[i];
+}
+
 } // namespace sk_emu
 
 #define threadIdx (sk_emu::me().tid)

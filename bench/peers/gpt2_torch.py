@@ -1,0 +1,98 @@
+"""bench/peers/gpt2_torch.py — the PyTorch peer of the GPT-2 124M GPU benchmark (bench/gpu_gpt2.sh).
+
+GPT-2 124M (12 layers, d 768, 12 heads, vocab 50257 padded to 50304 as llm.c does, tied
+embedding), micro-batch B x T tokens of a repeated random sequence, bf16 autocast with fp32
+master weights, scaled_dot_product_attention (causal, flash), fused AdamW (lr 6e-4, betas
+0.9/0.95, weight decay 0.1), grad-norm clip 1.0. Prints the median ms/step after warm-up and
+tokens/s, for eager and/or torch.compile. A measurement tool, not part of shardc.
+
+    python3 bench/peers/gpt2_torch.py [--mode eager|compile|both] [--steps 30] [-B 16] [-T 1024]
+"""
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, vocab=50304, seq=1024, d=768, layers=12, heads=12):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.lnf = nn.LayerNorm(d)
+        for n, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * layers) if n.endswith(("proj.weight", "out.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def run(mode, steps, B, T):
+    torch.manual_seed(1)
+    dev = "cuda"
+    model = GPT2(seq=T).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    base = torch.randint(0, 50257, (4096,), device=dev)
+    toks = base.repeat((B * T + 1) // 4096 + 2)
+    step_fn = model
+    if mode == "compile":
+        step_fn = torch.compile(model)
+    times, losses = [], []
+    for s in range(steps):
+        off = (s * B * T) % 4096
+        x = toks[off:off + B * T].view(B, T)
+        y = toks[off + 1:off + 1 + B * T].view(B, T)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_fn(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    steady = times[5:] if len(times) > 10 else times[1:]
+    ms = 1e3 * statistics.median(steady)
+    print(f"pytorch {torch.__version__} {mode}: GPT-2 124M B={B} T={T} bf16: median {ms:.1f} ms/step, "
+          f"{B * T / (ms / 1e3):.0f} tokens/s, loss {losses[0]:.3f} -> {losses[-1]:.3f} ({len(steady)} steps timed)")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", default="both", choices=["eager", "compile", "both"])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("-B", type=int, default=16)
+    ap.add_argument("-T", type=int, default=1024)
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for m in (["eager", "compile"] if a.mode == "both" else [a.mode]):
+        run(m, a.steps, a.B, a.T)
