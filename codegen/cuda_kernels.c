@@ -277,11 +277,32 @@ const char *cuk_transpose(CuK *k, const char *y, const char *x, DType dt, int64_
                              (long long)batch, (long long)rows, (long long)cols, t, t));
 }
 
+/* A run of adjacent dims of x seen as one: its combined size and the innermost dim's stride (x is
+ * row-major, so the combined index times that stride is the run's offset). */
+typedef struct {
+  int64_t size, stride;
+} Axis;
+
+/* ds[0..n) ascending -> runs of adjacent dims in out; returns their count */
+static int merge_axes(const Shape *xs, const int64_t *xstr, const int *ds, int n, Axis *out) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    int d = ds[i];
+    if (m > 0 && ds[i - 1] == d - 1) {
+      out[m - 1].size *= xs->dim[d];
+      out[m - 1].stride = xstr[d];
+    } else {
+      out[m++] = (Axis){xs->dim[d], xstr[d]};
+    }
+  }
+  return m;
+}
+
 const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, const char *x, DType xdt, const Shape *xs) {
   /* align ys to xs on the right; kept dims (equal) and summed dims (1 or missing in ys) */
   int r = xs->rank;
-  int64_t xstr[IR_MAX_RANK], ny = 1, nr = 1;
-  int kept[IR_MAX_RANK], nk = 0, summed[IR_MAX_RANK], ns = 0;
+  int64_t xstr[IR_MAX_RANK] = {0}, ny = 1, nr = 1;
+  int kept[IR_MAX_RANK] = {0}, nk = 0, summed[IR_MAX_RANK] = {0}, ns = 0;
   int64_t st = 1;
   for (int d = r - 1; d >= 0; d--) {
     xstr[d] = st;
@@ -301,6 +322,11 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
       die("cuda_kernels: reduce_to: dim %d of %lld does not reduce to %lld", d, (long long)xs->dim[d], (long long)yv);
     }
   }
+  /* adjacent dims of one kind merge into one (row-major: their combined index times the inner stride), so the
+   * usual bias gradient (rows summed, columns kept) reads x at base + j * cols, without a division per term */
+  Axis ka[IR_MAX_RANK], sa[IR_MAX_RANK];
+  nk = merge_axes(xs, xstr, kept, nk, ka);
+  ns = merge_axes(xs, xstr, summed, ns, sa);
   /* P chunks of the summed index: enough threads, at least 32 terms a chunk */
   int64_t P = imax(1, imin(4096, imin(cdiv(65536, ny), cdiv(nr, 32))));
   int64_t chunk = cdiv(nr, P);
@@ -312,19 +338,18 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
   out(k, "  if (o >= %lldLL) return;\n  long long base = 0;\n", (long long)ny);
   if (nk) out(k, "  long long r = o;\n");
   for (int i = nk - 1; i >= 0; i--) {
-    int d = kept[i];
-    out(k, "  base += (r %% %lldLL) * %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d]);
-    if (i) out(k, "  r /= %lldLL;\n", (long long)xs->dim[d]);
+    out(k, "  base += (r %% %lldLL) * %lldLL;\n", (long long)ka[i].size, (long long)ka[i].stride);
+    if (i) out(k, "  r /= %lldLL;\n", (long long)ka[i].size);
   }
   out(k, "  float acc = 0.0f;\n");
-  out(k, "  for (long long j = p * %lldLL; j < (p + 1) * %lldLL && j < %lldLL; j++) {\n", (long long)chunk,
-      (long long)chunk, (long long)nr);
+  out(k, "#pragma unroll 8\n  for (long long j = p * %lldLL; j < (p + 1) * %lldLL && j < %lldLL; j++) {\n",
+      (long long)chunk, (long long)chunk, (long long)nr);
   out(k, "    long long off = base;\n");
-  if (ns) out(k, "    long long q = j;\n");
-  for (int i = ns - 1; i >= 0; i--) {
-    int d = summed[i];
-    out(k, "    off += (q %% %lldLL) * %lldLL;\n", (long long)xs->dim[d], (long long)xstr[d]);
-    if (i) out(k, "    q /= %lldLL;\n", (long long)xs->dim[d]);
+  if (ns == 1) out(k, "    off += j * %lldLL;\n", (long long)sa[0].stride);
+  if (ns > 1) out(k, "    long long q = j;\n");
+  for (int i = ns - 1; i >= 0 && ns > 1; i--) {
+    out(k, "    off += (q %% %lldLL) * %lldLL;\n", (long long)sa[i].size, (long long)sa[i].stride);
+    if (i) out(k, "    q /= %lldLL;\n", (long long)sa[i].size);
   }
   out(k, "    acc += sk::ld((const %s *)p1 + off);\n  }\n", ctype(xdt));
   out(k, "  sk::st((%s *)p0 + p * %lldLL + o, acc);\n", yt, (long long)ny);

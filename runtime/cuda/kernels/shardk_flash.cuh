@@ -43,20 +43,47 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], const
 #endif
 }
 
+/* 2^x on the special-function unit (ex2.approx: relative error ~2^-22, flushes denormal results; -inf
+ * gives 0), one instruction where exp2f handles denormals in several */
+__device__ __forceinline__ float ex2(float x) {
+#ifdef SK_EMU
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
 /* two floats rounded to bf16 (nearest, ties to even), lo in the low half */
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
   return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 __device__ __forceinline__ u32 ld2(const bf16 *p) { return *(const u32 *)p; }
 
+/* A place in shared memory: a 32-bit shared-window address on the GPU (what ldmatrix takes; offsets
+ * fold into the instruction), a pointer on the emulator. */
+struct SmemRef {
+#ifdef SK_EMU
+  const bf16 *p;
+  __device__ __forceinline__ SmemRef(const bf16 *q) : p(q) {}
+  __device__ __forceinline__ SmemRef at(int elems) const { return SmemRef(p + elems); }
+#else
+  unsigned a;
+  __device__ __forceinline__ SmemRef(const bf16 *q) : a((unsigned)__cvta_generic_to_shared(q)) {}
+  __device__ __forceinline__ SmemRef(unsigned x, int) : a(x) {}
+  __device__ __forceinline__ SmemRef at(int elems) const { return SmemRef(a + 2u * (unsigned)elems, 0); }
+#endif
+};
+
 /* ldmatrix.x4 from shared memory: lanes 8i..8i+7 give the rows of 8 x 8 matrix i, r[i] its fragment
  * (row g, columns 2t, 2t+1; with T, transposed: rows 2t, 2t+1 of column g). */
 template <bool T>
-__device__ __forceinline__ void ldsm4(u32 (&r)[4], const bf16 *p) {
+__device__ __forceinline__ void ldsm4(u32 (&r)[4], SmemRef m) {
 #ifdef SK_EMU
-  sk_emu::ldmatrix_x4(r, p, T);
+  sk_emu::ldmatrix_x4(r, m.p, T);
 #else
-  unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  unsigned a = m.a;
   if (T)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -127,15 +154,16 @@ __device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *src, i64 rs, i
 template <int MT, int N, int KC, int LD, bool TR>
 __device__ __forceinline__ void mma_smem(float (&acc)[MT][N / 8][4], const u32 (&a)[MT][KC][4], const bf16 *m) {
   int lane = (int)threadIdx.x & 31, r8 = lane & 7, hi = (lane >> 3) & 1, q = lane >> 4;
+  const SmemRef base(m + (TR ? (r8 + 8 * hi) * LD + 8 * q : (r8 + 8 * q) * LD + 8 * hi)); /* this lane's row */
 #pragma unroll
   for (int kc = 0; kc < KC; kc++)
 #pragma unroll
     for (int np = 0; np < N / 16; np++) {
       u32 r[4];
       if (TR)
-        ldsm4<true>(r, m + (16 * kc + r8 + 8 * hi) * LD + 16 * np + 8 * q);
+        ldsm4<true>(r, base.at(16 * kc * LD + 16 * np));
       else
-        ldsm4<false>(r, m + (16 * np + r8 + 8 * q) * LD + 16 * kc + 8 * hi);
+        ldsm4<false>(r, base.at(16 * np * LD + 16 * kc));
       u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
@@ -236,12 +264,10 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
         for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            float x = s[mt][nt][e] * c2;
-            if (edge) {
+            if (edge) { /* raw scores: the scale (> 0) is applied inside the exponent */
               i64 key = k0 + nt * 8 + 2 * t + (e & 1), row = r0 + 16 * mt + g + (e >= 2 ? 8 : 0);
-              if (key >= S || (CAUSAL && key > row)) x = ninf();
+              if (key >= S || (CAUSAL && key > row)) s[mt][nt][e] = ninf();
             }
-            s[mt][nt][e] = x;
           }
         float x0 = ninf(), x1 = ninf();
 #pragma unroll
@@ -249,9 +275,9 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
           x0 = fmaxv(x0, fmaxv(s[mt][nt][0], s[mt][nt][1]));
           x1 = fmaxv(x1, fmaxv(s[mt][nt][2], s[mt][nt][3]));
         }
-        float n0 = fmaxv(m[mt][0], quad_max(x0)), n1 = fmaxv(m[mt][1], quad_max(x1));
+        float n0 = fmaxv(m[mt][0], quad_max(x0) * c2), n1 = fmaxv(m[mt][1], quad_max(x1) * c2);
         float u0 = n0 == ninf() ? 0.0f : n0, u1 = n1 == ninf() ? 0.0f : n1; /* a row masked so far */
-        float f0 = exp2f(m[mt][0] - u0), f1 = exp2f(m[mt][1] - u1);
+        float f0 = ex2(m[mt][0] - u0), f1 = ex2(m[mt][1] - u1);
         m[mt][0] = n0, m[mt][1] = n1;
         l[mt][0] *= f0, l[mt][1] *= f1;
 #pragma unroll
@@ -259,8 +285,8 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
           acc[mt][nt][0] *= f0, acc[mt][nt][1] *= f0, acc[mt][nt][2] *= f1, acc[mt][nt][3] *= f1;
 #pragma unroll
         for (int nt = 0; nt < BK / 8; nt++) {
-          s[mt][nt][0] = exp2f(s[mt][nt][0] - u0), s[mt][nt][1] = exp2f(s[mt][nt][1] - u0);
-          s[mt][nt][2] = exp2f(s[mt][nt][2] - u1), s[mt][nt][3] = exp2f(s[mt][nt][3] - u1);
+          s[mt][nt][0] = ex2(fmaf(s[mt][nt][0], c2, -u0)), s[mt][nt][1] = ex2(fmaf(s[mt][nt][1], c2, -u0));
+          s[mt][nt][2] = ex2(fmaf(s[mt][nt][2], c2, -u1)), s[mt][nt][3] = ex2(fmaf(s[mt][nt][3], c2, -u1));
           l[mt][0] += s[mt][nt][0] + s[mt][nt][1], l[mt][1] += s[mt][nt][2] + s[mt][nt][3];
         }
         c_to_a<BK>(pa[mt], s[mt]);
@@ -293,7 +319,7 @@ __device__ __forceinline__ void p_and_ds(float (&s)[N / 8][4], float (&dp)[N / 8
   for (int nt = 0; nt < N / 8; nt++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      float p = exp2f(s[nt][e] * c2 - lse2(nt, e));
+      float p = ex2(fmaf(s[nt][e], c2, -lse2(nt, e)));
       if (edge) {
         i64 qi = query(nt, e), kj = key(nt, e);
         if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
