@@ -426,7 +426,13 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, cons
   need_ws(k, P * m * 4);
   const char *xt = ctype(xdt), *wt = ctype(wdt);
   Args g = {.np = 5, .p = {dx, ws_at(k, 0), x, w, dy}};
-  const char *l1 = simple(
+  const char *l1 = ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
+                       ? simple(k, &g, P, 1, 1, 256, 1,
+                                arena_printf(k->a,
+                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, "
+                                             "(const %s *)p2, (const %s *)p3, (const %s *)p4, %s);",
+                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, xt, wt, xt, fl(k, eps)))
+                       : simple(
       k, &g, P, 1, 1, nt, 1,
       arena_printf(k->a,
                    "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (float *)p1, (const %s *)p2, (const %s *)p3, "

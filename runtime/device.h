@@ -32,6 +32,9 @@ struct RtDevice {
   void (*download)(RtCtx *ctx, void *host_dst, const void *dev_src, int64_t bytes);
   void (*zero)(RtCtx *ctx, void *dev_dst, int64_t bytes); /* enqueued */
   void (*sync)(RtCtx *ctx);                               /* waits for everything enqueued */
+  /* Runs the training step fn(M, ctx) on the device; the CUDA device may record it once and replay the
+   * recording (the step launches the same work on the same addresses every time). NULL: call fn. */
+  void (*run)(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M);
   /* One line for the banner: "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB (device 0 of 1)". */
   void (*describe)(RtCtx *ctx, char *out, size_t n);
   /* FLOP/s the MFU is measured against: the dense bf16 peak, measured (a large GEMM). */

@@ -33,6 +33,9 @@ typedef struct {
   char arch[32];             /* "sm_90": what the kernels were built for */
   int from_cache;            /* 1: the kernels came from the cubin cache */
   double compile_s;          /* seconds NVRTC took (0 from the cache) */
+  int graphs;                /* 1: the training step is recorded as a CUDA graph and replayed */
+  int replays;               /* calls of replay */
+  cudaGraphExec_t graph;     /* the recorded step (NULL: not yet) */
 } CudaBe;
 
 /* ops.c: the CUDA operations of the backend table. */
@@ -42,6 +45,7 @@ void rt_cu_cuda_zero(void *be, void *dst, int64_t bytes);
 void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t height);
 void rt_cu_cuda_sync(void *be);
+void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
 void rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
 

@@ -34,6 +34,8 @@ typedef struct {
   /* height rows of width bytes, rows dpitch / spitch bytes apart */
   void (*copy2d)(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
   void (*sync)(void *be);
+  /* runs fn(M, ctx)'s device work; may record it once and replay the recording (NULL: call fn) */
+  void (*replay)(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
   void (*describe)(void *be, char *out, size_t n);
   double (*peak)(void *be);
   void (*close)(void *be);

@@ -280,6 +280,7 @@ static void cuda_close(void *be) {
   CudaBe *c = be;
   if (!c) return;
   CU_CHECK(cudaStreamSynchronize(c->stream));
+  if (c->graph) CU_CHECK(cudaGraphExecDestroy(c->graph));
   rt_cu_gemm_free(c->gemm);
   if (c->base) CU_CHECK(cudaFree(c->base));
   if (c->lib) CU_CHECK(cudaLibraryUnload(c->lib));
@@ -296,6 +297,7 @@ static const RtCuOps cuda_ops = {.name = "cuda",
                                  .zero = rt_cu_cuda_zero,
                                  .copy2d = rt_cu_cuda_copy2d,
                                  .sync = rt_cu_cuda_sync,
+                                 .replay = rt_cu_cuda_replay,
                                  .describe = cuda_describe,
                                  .peak = cuda_peak,
                                  .close = cuda_close};
@@ -333,6 +335,10 @@ int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, R
   CU_CHECK(cudaMemsetAsync(c->base, 0, (size_t)(bytes > 0 ? bytes : 256), c->stream));
   CU_CHECK(cudaStreamSynchronize(c->stream));
   c->gemm = rt_cu_gemm_new(c->stream);
+  /* one rank: the step as a CUDA graph (SHARDRT_CUDA_GRAPHS=0 turns it off; several ranks interleave
+   * the step with host collectives and checks, which a graph cannot hold) */
+  const char *gr = getenv("SHARDRT_CUDA_GRAPHS");
+  c->graphs = ctx->world == 1 && !(gr && !strcmp(gr, "0"));
   *mem = c->base;
   dev->ops = &cuda_ops;
   dev->be = c;
@@ -399,6 +405,13 @@ static void dev_sync(RtCtx *ctx) {
   d->ops->sync(d->be);
   rt_coll_reap(1); /* the collectives the compute stream waited for are finished */
 }
+static void dev_run(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (d->ops->replay)
+    d->ops->replay(d->be, fn, M, ctx);
+  else
+    fn(M, ctx);
+}
 static void dev_describe(RtCtx *ctx, char *out, size_t n) {
   RtCuDev *d = rt_cu_dev(ctx);
   d->ops->describe(d->be, out, n);
@@ -425,6 +438,7 @@ const RtDevice rt_cuda_device = {.name = "cuda",
                                  .download = dev_download,
                                  .zero = dev_zero,
                                  .sync = dev_sync,
+                                 .run = dev_run,
                                  .describe = dev_describe,
                                  .peak_flops = dev_peak,
                                  .close = dev_close};

@@ -128,6 +128,36 @@ void rt_cu_cuda_sync(void *be) {
   CU_CHECK(cudaStreamSynchronize(c->stream));
 }
 
+/* The training step as a CUDA graph: the compiled step launches the same kernels, GEMMs and copies on
+ * the same addresses every time, so after one plain run (which creates the GEMM plans) the second run
+ * is recorded from the compute stream and every later one replays it: one launch instead of hundreds,
+ * no host launch gaps. A step that cannot be recorded runs kernel by kernel, with a note. */
+void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx) {
+  CudaBe *c = be;
+  if (!c->graphs || ++c->replays == 1) {
+    fn(M, ctx);
+    return;
+  }
+  if (!c->graph) {
+    cudaGraph_t g = NULL;
+    CU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    fn(M, ctx);
+    cudaError_t rc = cudaStreamEndCapture(c->stream, &g);
+    if (rc == cudaSuccess) rc = cudaGraphInstantiate(&c->graph, g, 0);
+    if (g) (void)cudaGraphDestroy(g);
+    if (rc != cudaSuccess) {
+      (void)cudaGetLastError();
+      c->graph = NULL;
+      c->graphs = 0;
+      fprintf(stderr, "note: the training step could not be recorded as a CUDA graph (%s); it runs kernel by kernel\n",
+              cudaGetErrorString(rc));
+      fn(M, ctx);
+      return;
+    }
+  }
+  CU_CHECK(cudaGraphLaunch(c->graph, c->stream));
+}
+
 void rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta) {
   CudaBe *c = be;

@@ -241,7 +241,10 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     rt_run_put_input(r, r->lr, lr);
     rt_run_put_input(r, r->stepno, (double)s);
     double t0 = rt_now(), c0 = r->ctx.comm_s;
-    p->step(r->mem, &r->ctx);
+    if (r->dev && r->dev->run)
+      r->dev->run(&r->ctx, p->step, r->mem);
+    else
+      p->step(r->mem, &r->ctx);
     if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
     rt_run_check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;

@@ -465,7 +465,9 @@ static void cases_norms(KC *c) {
     int64_t rows, d;
     DType xdt, wdt;
   } nc[] = {{37, 100, DT_F32, DT_F32}, {300, 33, DT_F32, DT_F32}, {5, 768, DT_F32, DT_F32},
-            {37, 100, DT_BF16, DT_F32}, {300, 70, DT_BF16, DT_BF16}, {3, 1500, DT_F32, DT_F32}};
+            {37, 100, DT_BF16, DT_F32}, {300, 70, DT_BF16, DT_BF16}, {3, 1500, DT_F32, DT_F32},
+            /* d a multiple of 32 up to 1024: LayerNorm's backward by warps (rows not a multiple of 8) */
+            {301, 256, DT_BF16, DT_BF16}, {37, 1024, DT_BF16, DT_F32}};
   for (size_t t = 0; t < sizeof nc / sizeof nc[0]; t++) {
     int64_t rows = nc[t].rows, d = nc[t].d, n = rows * d;
     DType xdt = nc[t].xdt, wdt = nc[t].wdt;
@@ -546,7 +548,9 @@ static void cases_ce(KC *c) {
   struct {
     int64_t n, V, len;
     DType dt;
-  } cc[] = {{37, 100, 0, DT_F32}, {5, 50304, 50257, DT_F32}, {9, 333, 300, DT_BF16}};
+  } cc[] = {{37, 100, 0, DT_F32}, {5, 50304, 50257, DT_F32}, {9, 333, 300, DT_BF16},
+            /* bf16 rows of a multiple of 8: the 16-byte path, with a padded tail (len < V) and without */
+            {6, 50304, 50257, DT_BF16}, {4, 264, 0, DT_BF16}};
   for (size_t t = 0; t < sizeof cc / sizeof cc[0]; t++) {
     int64_t n = cc[t].n, V = cc[t].V, len = cc[t].len, nv = len ? len : V;
     DType dt = cc[t].dt;

@@ -104,7 +104,7 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 4629632), RT_BF16, (M + 1713280), (M + 4269184), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 25, 256, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4269184)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4269184)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4714112)}, &(char *){(M + 4714368)}});
@@ -134,7 +134,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 4400256 + i1 * 32768), RT_BF16, (M + 1516672), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 25, 256, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220608) + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715392 + i1 * 128)}, &(char *){(M + 4715648 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220608) + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715392 + i1 * 128)}, &(char *){(M + 4715648 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 33, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:58 */
@@ -162,7 +162,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 4580480 + i1 * 24576), RT_BF16, (M + 1778816), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 25, 256, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007040) + i1 * 65536)}, &(char *){((M + 4713600) + i1 * 128)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4714624 + i1 * 128)}, &(char *){(M + 4714880 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007040) + i1 * 65536)}, &(char *){((M + 4713600) + i1 * 128)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4714624 + i1 * 128)}, &(char *){(M + 4714880 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 33, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
       rt_cu_copy(ctx, (M + 4334720), (M + 1516672), 65536);
@@ -702,8 +702,8 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k24, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k25(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::layernorm_bwd<sk::bf16, sk::bf16, 512LL, 64LL, 32, 2, 256>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::layernorm_bwd_warp<sk::bf16, sk::bf16, 512LL, 64LL, 256>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
   "}\012"
   "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"

@@ -46,6 +46,23 @@ __device__ __forceinline__ void st(int *p, float v) { *p = (int)rintf(v); }
 __device__ __forceinline__ float rbf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ float ninf() { return __int_as_float((int)0xff800000u); }
 
+/* 16 bytes: eight bf16 (element 2i in the low half of w[i]), for vector loads and stores */
+typedef unsigned u32;
+struct __align__(16) u32x4 {
+  u32 x, y, z, w;
+};
+__device__ __forceinline__ void unpack8(float (&v)[8], const u32x4 &q) {
+  const u32 w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    v[2 * i] = __int_as_float((int)(w[i] << 16));
+    v[2 * i + 1] = __int_as_float((int)(w[i] & 0xffff0000u));
+  }
+}
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+  return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+
 /* ---- elementwise math (ops.def) -------------------------------------------------------- */
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gelu(float x) {
@@ -331,6 +348,52 @@ __device__ void layernorm_bwd(TX *dx, float *part, const TX *x, const TW *w, con
   }
 }
 
+/* LayerNorm backward for rows of D <= 1024 (a multiple of 32): one warp per row, lane holding columns
+ * lane + 32 k, so a row's three sums are warp shuffles without block barriers; 8 warps per block, grid P.
+ * Each block's dw / db partials (summed over its rows in row order, then over its warps in warp order)
+ * go to part[blockIdx.x] as with layernorm_bwd. */
+template <class TX, class TW, i64 ROWS, i64 D, int P>
+__device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+  constexpr int E = (int)(D / 32), W = 8;
+  __shared__ float red[2 * D];
+  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
+  float wv[E], dwa[E], dba[E];
+#pragma unroll
+  for (int k = 0; k < E; k++) wv[k] = ld(w + lane + 32 * k), dwa[k] = 0.0f, dba[k] = 0.0f;
+  for (i64 row = (i64)blockIdx.x * W + wp; row < ROWS; row += (i64)P * W) {
+    const TX *xr = x + row * D, *gr = dy + row * D;
+    float xv[E], gv[E], s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++) xv[k] = ld(xr + lane + 32 * k), gv[k] = ld(gr + lane + 32 * k), s += xv[k];
+    float mean = warp_sum(s) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++) q += (xv[k] - mean) * (xv[k] - mean);
+    float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps), s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+      float xh = (xv[k] - mean) * rstd, g = gv[k] * wv[k];
+      s1 += g;
+      s2 += g * xh;
+      dwa[k] += gv[k] * xh;
+      dba[k] += gv[k];
+      xv[k] = xh;
+    }
+    s1 = warp_sum(s1) * (1.0f / (float)D);
+    s2 = warp_sum(s2) * (1.0f / (float)D);
+#pragma unroll
+    for (int k = 0; k < E; k++) st(dx + row * D + lane + 32 * k, rstd * (gv[k] * wv[k] - s1 - xv[k] * s2));
+  }
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
+  for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
+    __syncthreads();
+    if (wp == v)
+#pragma unroll
+      for (int k = 0; k < E; k++) red[lane + 32 * k] += dwa[k], red[D + lane + 32 * k] += dba[k];
+  }
+  __syncthreads();
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
+}
+
 template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
 __device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   __shared__ float red[64];
@@ -400,6 +463,25 @@ template <class T, i64 NV, int NT>
 __device__ __forceinline__ void row_lse(const T *xr, i64 nv, float &m, float &s, float *red) {
   m = ninf();
   s = 0.0f;
+  if constexpr (sizeof(T) == 2 && NV % 8 == 0) { /* bf16 rows: 16-byte loads, one rescale per 8 values */
+    for (i64 c = threadIdx.x; c < (nv + 7) / 8; c += NT) {
+      float v[8], cm = ninf();
+      unpack8(v, *(const u32x4 *)(xr + 8 * c));
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        if (8 * c + i >= nv) v[i] = ninf();
+        cm = fmaxv(cm, v[i]);
+      }
+      if (cm > m) {
+        s *= expf(m - cm);
+        m = cm;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += expf(v[i] - m);
+    }
+    block_lse<NT>(m, s, red);
+    return;
+  }
   for (i64 j = threadIdx.x; j < nv; j += NT) {
     float v = ld(xr + j);
     if (v > m) {
@@ -516,6 +598,20 @@ __device__ void ce_bwd_rows(T *dl, const T *logits, const int *targets, const fl
   float m, s;
   row_lse<T, V, NT>(xr, nv, m, s, red);
   float inv = 1.0f / s, sc = scale[0];
+  if constexpr (sizeof(T) == 2 && V % 8 == 0) {
+    for (i64 c = threadIdx.x; c < V / 8; c += NT) {
+      float v[8];
+      unpack8(v, *(const u32x4 *)(xr + 8 * c));
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        i64 j = 8 * c + i;
+        v[i] = t >= 0 && j < nv ? sc * (expf(v[i] - m) * inv - (j == t ? 1.0f : 0.0f)) : 0.0f;
+      }
+      u32x4 o = {pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
+      *(u32x4 *)(dl + r * V + 8 * c) = o;
+    }
+    return;
+  }
   for (i64 j = threadIdx.x; j < V; j += NT) {
     float d = 0.0f;
     if (t >= 0 && j < nv) d = sc * (expf(ld(xr + j) - m) * inv - (j == t ? 1.0f : 0.0f));

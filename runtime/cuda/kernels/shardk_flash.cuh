@@ -26,10 +26,6 @@
 
 namespace sk {
 
-typedef unsigned u32;
-struct __align__(16) u32x4 {
-  u32 x, y, z, w;
-};
 
 /* d += A b on the tensor cores (one warp; PTX's fragment layout, see sk_emu.h) */
 __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
@@ -55,10 +51,6 @@ __device__ __forceinline__ float ex2(float x) {
 #endif
 }
 
-/* two floats rounded to bf16 (nearest, ties to even), lo in the low half */
-__device__ __forceinline__ u32 pack2(float lo, float hi) {
-  return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
-}
 __device__ __forceinline__ u32 ld2(const bf16 *p) { return *(const u32 *)p; }
 
 /* A place in shared memory: a 32-bit shared-window address on the GPU (what ldmatrix takes; offsets
