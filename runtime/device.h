@@ -35,6 +35,9 @@ struct RtDevice {
   /* Runs the training step fn(M, ctx) on the device; the CUDA device may record it once and replay the
    * recording (the step launches the same work on the same addresses every time). NULL: call fn. */
   void (*run)(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M);
+  /* Bytes of device memory in use (everything on the device: the allocation, libraries' workspaces, the
+   * context) and *total; -1 where the device is host memory (the emulation). NULL: host memory. */
+  int64_t (*mem_in_use)(RtCtx *ctx, int64_t *total);
   /* One line for the banner: "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB (device 0 of 1)". */
   void (*describe)(RtCtx *ctx, char *out, size_t n);
   /* FLOP/s the MFU is measured against: the dense bf16 peak, measured (a large GEMM). */

@@ -270,6 +270,17 @@ static void cuda_describe(void *be, char *out, size_t n) {
            c->device, c->ndev, c->nk, c->arch[0] ? c->arch : "-", c->from_cache ? " from the cache" : "");
 }
 
+static int64_t cuda_mem_in_use(void *be, int64_t *total) {
+  (void)be;
+  size_t fr = 0, tot = 0;
+  if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  *total = (int64_t)tot;
+  return (int64_t)(tot - fr);
+}
+
 static double cuda_peak(void *be) {
   CudaBe *c = be;
   if (c->peak <= 0) c->peak = rt_cu_gemm_peak(c->gemm, 4096, 10);
@@ -298,6 +309,7 @@ static const RtCuOps cuda_ops = {.name = "cuda",
                                  .copy2d = rt_cu_cuda_copy2d,
                                  .sync = rt_cu_cuda_sync,
                                  .replay = rt_cu_cuda_replay,
+                                 .mem_in_use = cuda_mem_in_use,
                                  .describe = cuda_describe,
                                  .peak = cuda_peak,
                                  .close = cuda_close};
@@ -412,6 +424,10 @@ static void dev_run(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M) {
   else
     fn(M, ctx);
 }
+static int64_t dev_mem_in_use(RtCtx *ctx, int64_t *total) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  return d->ops->mem_in_use ? d->ops->mem_in_use(d->be, total) : -1;
+}
 static void dev_describe(RtCtx *ctx, char *out, size_t n) {
   RtCuDev *d = rt_cu_dev(ctx);
   d->ops->describe(d->be, out, n);
@@ -439,6 +455,7 @@ const RtDevice rt_cuda_device = {.name = "cuda",
                                  .zero = dev_zero,
                                  .sync = dev_sync,
                                  .run = dev_run,
+                                 .mem_in_use = dev_mem_in_use,
                                  .describe = dev_describe,
                                  .peak_flops = dev_peak,
                                  .close = dev_close};

@@ -37,11 +37,22 @@ double rt_run_mfu(const RtRun *r, double tps) {
 }
 
 /* The plan against the measured peak resident size; `base` is the resident size before the
- * allocation (code, libraries, data pages), so the run's own share is visible too. */
-static void print_memory(const char *when, const RtProgram *p, int64_t base) {
+ * allocation (code, libraries, data pages), so the run's own share is visible too. On a GPU the
+ * plan is device memory: compared with what the device says is in use. */
+static void print_memory(const char *when, RtRun *r, int64_t base) {
+  const RtProgram *p = r->p;
   char a[32], b[32], c[32], d[32];
   rt_fmt_bytes(a, sizeof a, (double)p->mem_bytes);
   rt_fmt_bytes(b, sizeof b, (double)p->mem_peak);
+  int64_t total = 0, used = r->dev && r->dev->mem_in_use ? r->dev->mem_in_use(&r->ctx, &total) : -1;
+  if (used >= 0) {
+    rt_fmt_bytes(c, sizeof c, (double)used);
+    rt_fmt_bytes(d, sizeof d, (double)total);
+    printf("memory %s: planned %s (live peak %s) of device memory; in use on the device %s of %s (cudaMemGetInfo: "
+           "the plan, the kernels' workspace, cuBLASLt and the CUDA context) = %.2fx the plan\n",
+           when, a, b, c, d, p->mem_bytes > 0 ? (double)used / (double)p->mem_bytes : 0.0);
+    return;
+  }
   int64_t hwm = rt_vm_hwm();
   rt_fmt_bytes(c, sizeof c, (double)hwm);
   printf("memory %s: planned %s (live peak %s), measured peak resident %s (VmHWM)", when, a, b, c);
@@ -108,7 +119,7 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
              : p->recipe.lr_schedule == RT_LR_LINEAR ? "linear"
                                                      : "constant",
              (long long)p->recipe.warmup, r->ctx.threads, r->peak / 1e9, how);
-    print_memory("at start", p, r->base_rss);
+    print_memory("at start", r, r->base_rss);
   }
 }
 
@@ -161,7 +172,6 @@ void rt_log_eval(RtRun *r, int64_t step, double vloss) {
 
 void rt_log_done(RtRun *r, const RtLoop *loop) {
   if (r->ctx.rank != 0) return;
-  const RtProgram *p = r->p;
   int64_t T = r->gseq, gbatch = r->gbatch, first = loop->first, stop = loop->stop;
   int64_t steady_steps = loop->steady_steps;
   double t_total = loop->t_total, t_steady = loop->t_steady, comm_steady = loop->comm_steady, last_val = loop->last_val;
@@ -178,5 +188,5 @@ void rt_log_done(RtRun *r, const RtLoop *loop) {
   } else {
     printf("nothing to train: at step %lld of %lld\n", (long long)r->st.step, (long long)stop);
   }
-  print_memory("at end", p, r->base_rss);
+  print_memory("at end", r, r->base_rss);
 }
