@@ -2,7 +2,7 @@
 # bench/gpu_compare.sh — on a machine with an NVIDIA GPU: GPT-2 124M (B=16, T=1024, bf16, one GPU)
 # trained by shardc's CUDA trainer, llm.c's train_gpt2cu and PyTorch (eager and torch.compile),
 # side by side on the same GPU, and the 509M Llama-shaped model (8 layers, d 2048, GQA 16/8,
-# SwiGLU, vocab 32000, B=8, T=1024) by shardc. Prints one line per trainer: median ms/step after
+# SwiGLU, vocab 32000, B=8, T=1024) by shardc and PyTorch. Prints one line per trainer: median ms/step after
 # warm-up and tokens/s. Results go to docs/performance.md with the GPU's name.
 #
 # The trainers are built on any machine with the toolkit (the GPU machine has no flex/bison/MPI):
@@ -13,12 +13,12 @@
 #     -D recompute=none -D tp=1 -D sp=off -o BIN/llama509_cuda
 #   llm.c (github.com/karpathy/llm.c): make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 NO_USE_MPI=1
 # then ../shared/tools/gpu-pack.sh packs them (bin/) with their libraries for the GPU machine.
-#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,llama,llmc,torch]
+#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,llama,llmc,torch,torchllama]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${1:?usage: bench/gpu_compare.sh BIN [steps] [parts]}" && pwd)
 steps=${2:-30}
-parts=${3:-shardc,llama,llmc,torch}
+parts=${3:-shardc,llama,llmc,torch,torchllama}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -70,3 +70,4 @@ else:
 PY
 fi ;; esac
 case ",$parts," in *,torch,*) python3 bench/peers/gpt2_torch.py --steps "$steps" ;; esac
+case ",$parts," in *,torchllama,*) python3 bench/peers/gpt2_torch.py --model llama509 -B 8 --steps "$steps" ;; esac

@@ -66,7 +66,9 @@ struct Block {
   ucontext_t sched;               /* the scheduler's context */
   int cur = -1;                   /* the running fiber */
   uint64_t shfl[1024];            /* per-thread exchange slot of the warp collectives */
-  uint32_t frag[1024][6];         /* per-thread A and B fragments of a warp's mma */
+  uint32_t frag[2][1024][6];      /* per-thread A and B fragments of a warp's mma, by call parity */
+  const void *rows[2][1024];      /* per-thread row addresses of a warp's ldmatrix, by call parity */
+  unsigned parity[1024];          /* per-thread count of those calls (selects the buffer) */
   const std::function<void()> *body = nullptr;
   unsigned char *dyn_smem = nullptr; /* dynamic shared memory of the launch */
   sk_emu_dim3 block_idx, block_dim, grid_dim;
@@ -108,6 +110,7 @@ inline void run_block(int nthreads) {
     Fiber &f = b.fibers[(size_t)t];
     f.state = ST_RUN;
     f.linear = t;
+    b.parity[t] = 0;
     f.tid.x = (unsigned)t % b.block_dim.x;
     f.tid.y = ((unsigned)t / b.block_dim.x) % b.block_dim.y;
     f.tid.z = (unsigned)t / (b.block_dim.x * b.block_dim.y);
@@ -230,26 +233,30 @@ inline float bf16_lo(uint32_t w, int hi) {
   memcpy(&f, &u, 4);
   return f;
 }
+/* One warp barrier per call: a lane publishes into the buffer of its call's parity, so the next
+ * call's writes go to the other buffer while slower lanes still read this one (and no lane passes
+ * the next call's barrier before every lane has finished reading). */
+inline unsigned next_parity() { return blk().parity[me().linear]++ & 1u; }
+
 inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   Block &bk = blk();
-  uint32_t *mine = bk.frag[me().linear];
+  const unsigned par = next_parity();
+  uint32_t(*fr)[6] = bk.frag[par];
+  uint32_t *mine = fr[me().linear];
   for (int i = 0; i < 4; i++) mine[i] = a[i];
   mine[4] = b[0], mine[5] = b[1];
   syncwarp();
   const int base = warp_base(), l = lane(), g = l >> 2, t = l & 3;
-  float out[4];
   for (int o = 0; o < 4; o++) {
     int r = g + (o >= 2 ? 8 : 0), c = 2 * t + (o & 1);
     float acc = d[o];
     for (int kk = 0; kk < 16; kk++) {
-      const uint32_t *fa = bk.frag[base + (r % 8) * 4 + (kk % 8) / 2], *fb = bk.frag[base + c * 4 + (kk % 8) / 2];
+      const uint32_t *fa = fr[base + (r % 8) * 4 + (kk % 8) / 2], *fb = fr[base + c * 4 + (kk % 8) / 2];
       float av = bf16_lo(fa[(r >= 8) + 2 * (kk >= 8)], kk & 1), bv = bf16_lo(fb[4 + (kk >= 8)], kk & 1);
       acc = fmaf(av, bv, acc);
     }
-    out[o] = acc;
+    d[o] = acc;
   }
-  syncwarp();
-  for (int o = 0; o < 4; o++) d[o] = out[o];
 }
 
 /* ldmatrix.sync.m8n8.x4(.trans).b16 as one warp: lanes 8i..8i+7 give the row addresses of 8 x 8
@@ -257,22 +264,20 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
  * 2t+1 of column g). */
 inline void ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
   Block &bk = blk();
-  bk.shfl[me().linear] = (uint64_t)(uintptr_t)row;
+  const void **rows = bk.rows[next_parity()];
+  rows[me().linear] = row;
   syncwarp();
   const int base = warp_base(), l = lane(), g = l >> 2, t = l & 3;
-  uint32_t out[4];
   for (int i = 0; i < 4; i++) {
     if (!trans) {
-      memcpy(&out[i], (const uint16_t *)(uintptr_t)bk.shfl[base + 8 * i + g] + 2 * t, 4);
+      memcpy(&r[i], (const uint16_t *)rows[base + 8 * i + g] + 2 * t, 4);
     } else {
       uint16_t lo, hi;
-      memcpy(&lo, (const uint16_t *)(uintptr_t)bk.shfl[base + 8 * i + 2 * t] + g, 2);
-      memcpy(&hi, (const uint16_t *)(uintptr_t)bk.shfl[base + 8 * i + 2 * t + 1] + g, 2);
-      out[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+      memcpy(&lo, (const uint16_t *)rows[base + 8 * i + 2 * t] + g, 2);
+      memcpy(&hi, (const uint16_t *)rows[base + 8 * i + 2 * t + 1] + g, 2);
+      r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
     }
   }
-  syncwarp();
-  for (int i = 0; i < 4; i++) r[i] = out[i];
 }
 
 } // namespace sk_emu
