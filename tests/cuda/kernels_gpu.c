@@ -1,7 +1,7 @@
 /* tests/cuda/kernels_gpu.c — the kernel cases of kcases.c on a real GPU (NVRTC for the device's
  * arch, the CUDA driver API), then each kernel family at GPT-2 124M training shapes (B 8, T 1024,
  * bf16 activations) timed against its floor: bytes moved / the device's measured copy bandwidth
- * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/kernels_gpu.sh; exits non-zero when a
+ * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/run_gpu.sh; exits non-zero when a
  * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only] */
 #include <cuda.h>
 #include <stdio.h>

@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
-# tests/gpu/run_gpu.sh — the GPU half of issue #6, run by hand on a machine with an NVIDIA GPU
-# (CI has none; everything here also builds there). Builds shardc with the CUDA target, then:
-#   1. the runtime on the real device: launches, shared memory, copies, cuBLASLt GEMMs (f32 exact,
-#      bf16 with fp32 accumulation, ta/tb, batched, shared B) against naive references
-#      (test_cudart gpu), and a device program trained through rt_train_main equal to the CPU one
-#      (test_cudart train with SHARDRT_DEVICE=cuda)
-#   2. the CTest label cuda (NVRTC builds, emulated device; the no-GPU test skips itself)
-#   3. every kernel against its CPU reference: tests/gpu/kernels_gpu.sh (the kernels' own script), when present
-#   4. the tiny model: the CUDA binary's first losses against the CPU binary's
-#   5. GPT-2 124M, B=16, T=1024: 50 steps, the loss falls; tokens/s and MFU (median after step 1)
-#   6. bench/cuda_peak_bench: the dense bf16 peak (cuBLASLt 8192^3) and copy bandwidth
-# Usage: tests/gpu/run_gpu.sh [build-dir=build-gpu] [gpt2-steps=50]
+# tests/gpu/run_gpu.sh — on a machine with an NVIDIA GPU, from binaries built elsewhere
+# (tests/gpu/pack.sh packs them into .gpu/: the GPU machine has no flex, bison, MPI or BLAS to build
+# shardc). Runs:
+#   1. the runtime on the device: launches, shared memory, copies, cuBLASLt GEMMs (f32 exact, bf16
+#      with fp32 accumulation, ta/tb, batched, shared B, odd element-aligned pointers) against naive
+#      references (test_cudart gpu), and a device program trained through rt_train_main against the
+#      CPU one within 1e-5 (test_cudart train with SHARDRT_DEVICE=cuda)
+#   2. every kernel family against its CPU reference on the device, then the kernel timings
+#      (cuda_kernels_gpu: the cases of tests/cuda/kcases.c)
+#   3. the tiny model: the CUDA binary's first losses against the CPU binary's (within 2%: bf16)
+#   4. GPT-2 124M, B=16, T=1024: the loss falls; ms/step, tokens/s and MFU (median after step 1)
+# The emulated-device and NVRTC tests (ctest -L cuda) run in CI on every machine.
+# Usage (GPU machine, from the tree): source .gpu/env.sh && tests/gpu/run_gpu.sh [bin=.gpu/bin] [gpt2-steps=30]
 # Prints each part's result and the failure count; exit 1 when anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-build=${1:-build-gpu}
-steps=${2:-50}
+bin=$(cd "${1:-.gpu/bin}" && pwd) || exit 1
+steps=${2:-30}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-cmake -S . -B "$build" -G Ninja -DSHARDC_WITH_CUDA=ON >/dev/null || exit 1
-ninja -C "$build" || exit 1
-export SHARDRT_CUBIN_CACHE="$PWD/$build/kernel-cache"
+export SHARDRT_CUBIN_CACHE=${SHARDRT_CUBIN_CACHE:-/tmp/shardc-cubin}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 fails=0
@@ -28,19 +27,16 @@ run() {
   if "$@"; then echo "-- ok"; else echo "-- FAILED (exit $?)"; fails=$((fails + 1)); fi
 }
 
-run "$build/tests/cudart/test_cudart" gpu
-run env SHARDRT_DEVICE=cuda "$build/tests/cudart/test_cudart" train
-run ctest --test-dir "$build" -L cuda --output-on-failure
-if [ -x tests/gpu/kernels_gpu.sh ]; then run tests/gpu/kernels_gpu.sh "$build"; fi
+run "$bin/test_cudart" gpu
+run env SHARDRT_DEVICE=cuda "$bin/test_cudart" train
+run "$bin/cuda_kernels_gpu"
 
 # The first 5 losses of tiny (byte-level) on both targets: bf16 compute moves them by well under 2%.
 tiny_losses() { grep -o '"loss":[0-9.e+-]*' "$1" | head -5 | cut -d: -f2 | tr '\n' ' '; }
 tiny() {
   head -c 200000 README.md docs/*.md > "$t/bytes.txt" 2>/dev/null
-  "$build/shardc" build models/tiny.model --world 1 -o "$t/tiny_cpu" &&
-    "$build/shardc" build models/tiny.model --world 1 --target cuda -o "$t/tiny_cuda" || return 1
-  "$t/tiny_cpu" --data "$t/bytes.txt" --steps 5 --log "$t/cpu.jsonl" >/dev/null || return 1
-  "$t/tiny_cuda" --data "$t/bytes.txt" --steps 5 --log "$t/cuda.jsonl" || return 1
+  "$bin/tiny_cpu" --data "$t/bytes.txt" --steps 5 --log "$t/cpu.jsonl" >/dev/null || return 1
+  "$bin/tiny_cuda" --data "$t/bytes.txt" --steps 5 --log "$t/cuda.jsonl" || return 1
   local a b
   a=$(tiny_losses "$t/cpu.jsonl")
   b=$(tiny_losses "$t/cuda.jsonl")
@@ -53,8 +49,6 @@ run tiny
 
 # GPT-2 124M on one GPU: a repeated random token sequence (the loss must fall well below ln(50257) = 10.8).
 gpt2() {
-  "$build/shardc" build models/gpt2-124m.model --world 1 --target cuda -D micro_batch=16 -D batch=16 -D seq=1024 \
-    -D zero=0 -o "$t/gpt2_cuda" || return 1
   python3 - "$t/tok.bin" <<'PY' || return 1
 import random, struct, sys
 random.seed(1)
@@ -66,7 +60,7 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", *hdr))
     f.write(struct.pack("<%dH" % len(toks), *toks))
 PY
-  "$t/gpt2_cuda" --data "$t/tok.bin" --steps "$steps" --eval-every 0 --val-batches 1 --log "$t/gpt2.jsonl" |
+  "$bin/gpt2_cuda" --data "$t/tok.bin" --steps "$steps" --eval-every 0 --val-batches 1 --log "$t/gpt2.jsonl" |
     grep -E "^(model|device|steps|step +[0-9]+/|done|memory)" || return 1
   python3 - "$t/gpt2.jsonl" <<'PY'
 import json, statistics, sys
@@ -80,6 +74,5 @@ PY
 }
 run gpt2
 
-run "$build/bench/cuda_peak_bench" 4096 8192
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
