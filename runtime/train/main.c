@@ -303,6 +303,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   if (o->save_to && loop.saved_at != r->st.step &&
       (r->st.step >= loop.first || (o->save_set && !o->resume && r->st.step == 0)))
     rt_run_save(r);
+  rt_run_writer_free(r); /* the last checkpoint is complete before the run ends */
   rt_log_done(r, &loop);
   if (o->sample) rt_run_sample(r);
 

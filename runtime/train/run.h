@@ -49,6 +49,8 @@ typedef struct {
   int threads_set;         /* --threads given */
 } RtOpts;
 
+typedef struct RtCkptWriter RtCkptWriter;
+
 typedef struct {
   const RtProgram *p; /* the program */
   RtOpts o;           /* flags */
@@ -71,6 +73,7 @@ typedef struct {
   const RtDevice *dev; /* the program's device (NULL: a CPU program) */
   RtProgram *hp;      /* where tensors live on the host: p itself, or a device program's compact copy */
   char *hmem;         /* host tensors at hp's offsets: mem itself, or the compact copy's buffer */
+  RtCkptWriter *writer; /* the background checkpoint writer (ckpt_async.c; NULL: none yet) */
 } RtRun;
 
 /* The steps this run executes and what the loop measured, for the summary. */
@@ -128,6 +131,14 @@ double rt_run_get_result(RtRun *r, const RtTensor *t);
 /* Checkpoints hold logical tensors: a multi-rank run gathers every parameter and optimizer
  * state over the groups that split it (every rank takes part), and rank 0 writes them. */
 void rt_run_save(RtRun *r);
+
+/* ---- ckpt_async.c ---- */
+/* Writes the snapshot (tensors at p's offsets; owned, freed when written) as the checkpoint of
+ * r->st under --save-to on a writer thread, after waiting for the previous one. */
+void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot);
+/* Waits until the checkpoint being written is complete (prints its line); nothing when none is. */
+void rt_run_save_wait(RtRun *r);
+void rt_run_writer_free(RtRun *r); /* waits, then frees the writer */
 /* Loads a checkpoint (full: with optimizer and trainer state) into every rank's blocks. */
 void rt_run_load(RtRun *r, const char *path, int full, RtTrainState *st);
 /* --dump-steps: every tensor, logical (gathered), written by rank 0. */

@@ -184,6 +184,23 @@ double rt_run_get_result(RtRun *r, const RtTensor *t) {
   return get_scalar(r->hmem, htensor(r, t));
 }
 
+/* A copy of the parameters and optimizer state of hp's layout in hmem (the rest of the buffer
+ * untouched zero pages): what the background writer writes while training changes hmem. */
+static char *snapshot(const RtProgram *hp, const char *hmem) {
+  int64_t end = 0;
+  for (int k = 0; k < hp->ntensors; k++) {
+    const RtTensor *t = &hp->tensors[k];
+    if ((t->kind == RT_T_PARAM || t->kind == RT_T_STATE) && t->offset + rt_tensor_bytes(t) > end)
+      end = t->offset + rt_tensor_bytes(t);
+  }
+  char *s = rt_xcalloc((size_t)end + 64, 1);
+  for (int k = 0; k < hp->ntensors; k++) {
+    const RtTensor *t = &hp->tensors[k];
+    if (t->kind == RT_T_PARAM || t->kind == RT_T_STATE) memcpy(s + t->offset, hmem + t->offset, (size_t)rt_tensor_bytes(t));
+  }
+  return s;
+}
+
 void rt_run_save(RtRun *r) {
   if (!r->o.save_to) return;
   double t0 = rt_now();
@@ -191,13 +208,16 @@ void rt_run_save(RtRun *r) {
   if (r->multi) {
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
     rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
-    if (r->ctx.rank == 0) rt_ckpt_save(r->lp, lmem, r->o.save_to, &r->st, (int)r->o.keep);
-    free(lmem);
+    if (r->ctx.rank != 0) {
+      free(lmem);
+      return;
+    }
+    rt_run_save_async(r, r->lp, lmem);
   } else {
-    rt_ckpt_save(r->hp, r->hmem, r->o.save_to, &r->st, (int)r->o.keep);
+    rt_run_save_async(r, r->hp, snapshot(r->hp, r->hmem));
   }
-  if (r->ctx.rank != 0) return;
-  printf("checkpoint: %s/step_%08lld (%.2f s)\n", r->o.save_to, (long long)r->st.step, rt_now() - t0);
+  printf("checkpoint: %s/step_%08lld: snapshot in %.2f s, writing in the background\n", r->o.save_to,
+         (long long)r->st.step, rt_now() - t0);
   fflush(stdout);
 }
 

@@ -93,6 +93,15 @@ void test_resume(void) {
   char *d5 = rt_xprintf("%s/step_00000005", D), *d10 = rt_xprintf("%s/step_00000010", D),
        *d15 = rt_xprintf("%s/step_00000015", D);
   CHECK(!exists(d5) && exists(d10) && exists(d15), "--keep 2 left the wrong checkpoints");
+  /* D's step 10 was written in the background while steps 11..15 ran: the same bytes as B's, which
+   * ended at step 10 */
+  for (int i = 0; i < 2; i++) {
+    const char *f = i ? "optimizer.safetensors" : "model.safetensors";
+    char *a = rt_xprintf("%s/%s", d10, f), *b = rt_xprintf("%s/step_00000010/%s", B, f);
+    CHECK(exists(a) && same_file(a, b), "%s: the checkpoint written during training differs from the final one", a);
+    free(a);
+    free(b);
+  }
   r = run_trainer("--data", data, "--resume", B, "--save-to", B, "--stop-at", "12", NULL);
   expect_ok(&r, "run into B");
   free_result(&r);

@@ -1,0 +1,73 @@
+/* runtime/train/ckpt_async.c — checkpoints written in the background.
+ *
+ * A save takes a snapshot of the parameters and optimizer state in host memory (a device run
+ * downloads them first; a multi-rank run gathers the logical tensors, which are already a copy),
+ * then one writer thread writes it through rt_ckpt_save (temporary directory, fsync, atomic
+ * rename: a crash mid-write leaves the last complete checkpoint) while training goes on. One save
+ * at a time: the next save, and the end of the run, wait for the writer first.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run.h"
+
+struct RtCkptWriter {
+  pthread_t thread;
+  int running;
+  const RtProgram *p; /* the layout of mem (not owned) */
+  char *mem;          /* the snapshot (owned) */
+  char *dir;
+  RtTrainState st;
+  int keep;
+  double seconds; /* the write's own time */
+};
+
+static void *write_snapshot(void *arg) {
+  RtCkptWriter *w = arg;
+  double t0 = rt_now();
+  rt_ckpt_save(w->p, w->mem, w->dir, &w->st, w->keep);
+  w->seconds = rt_now() - t0;
+  return NULL;
+}
+
+static void finish(RtCkptWriter *w, const char *how) {
+  printf("checkpoint: %s/step_%08lld written (%.2f s%s)\n", w->dir, (long long)w->st.step, w->seconds, how);
+  fflush(stdout);
+  free(w->mem);
+  free(w->dir);
+  w->mem = NULL, w->dir = NULL;
+}
+
+void rt_run_save_wait(RtRun *r) {
+  RtCkptWriter *w = r->writer;
+  if (!w || !w->running) return;
+  int rc = pthread_join(w->thread, NULL);
+  if (rc != 0) rt_fatal(1, "checkpoint: cannot join the writer thread: %s", strerror(rc));
+  w->running = 0;
+  finish(w, " in the background");
+}
+
+void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) {
+  rt_run_save_wait(r);
+  if (!r->writer) r->writer = rt_xcalloc(1, sizeof *r->writer);
+  RtCkptWriter *w = r->writer;
+  w->p = p;
+  w->mem = snapshot;
+  w->dir = rt_xprintf("%s", r->o.save_to);
+  w->st = r->st;
+  w->keep = (int)r->o.keep;
+  if (pthread_create(&w->thread, NULL, write_snapshot, w) == 0) {
+    w->running = 1;
+    return;
+  }
+  write_snapshot(w); /* no thread to be had: write it now */
+  finish(w, "");
+}
+
+void rt_run_writer_free(RtRun *r) {
+  rt_run_save_wait(r);
+  free(r->writer);
+  r->writer = NULL;
+}
