@@ -17,7 +17,9 @@ struct RtCkptWriter {
   pthread_t thread;
   int running;
   const RtProgram *p; /* the layout of mem (not owned) */
-  char *mem;          /* the snapshot (owned) */
+  char *mem;          /* the snapshot being written: buf, or a buffer owned until written */
+  char *buf;          /* the reusable snapshot buffer (its pages stay mapped from save to save) */
+  size_t cap;         /* its bytes */
   char *dir;
   RtTrainState st;
   int keep;
@@ -35,7 +37,7 @@ static void *write_snapshot(void *arg) {
 static void finish(RtCkptWriter *w, const char *how) {
   printf("checkpoint: %s/step_%08lld written (%.2f s%s)\n", w->dir, (long long)w->st.step, w->seconds, how);
   fflush(stdout);
-  free(w->mem);
+  if (w->mem != w->buf) free(w->mem);
   free(w->dir);
   w->mem = NULL, w->dir = NULL;
 }
@@ -47,6 +49,18 @@ void rt_run_save_wait(RtRun *r) {
   if (rc != 0) rt_fatal(1, "checkpoint: cannot join the writer thread: %s", strerror(rc));
   w->running = 0;
   finish(w, " in the background");
+}
+
+char *rt_run_snapshot_buffer(RtRun *r, size_t bytes) {
+  rt_run_save_wait(r);
+  if (!r->writer) r->writer = rt_xcalloc(1, sizeof *r->writer);
+  RtCkptWriter *w = r->writer;
+  if (w->cap < bytes) {
+    free(w->buf);
+    w->buf = rt_xcalloc(bytes, 1);
+    w->cap = bytes;
+  }
+  return w->buf;
 }
 
 void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) {
@@ -68,6 +82,7 @@ void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) {
 
 void rt_run_writer_free(RtRun *r) {
   rt_run_save_wait(r);
+  if (r->writer) free(r->writer->buf);
   free(r->writer);
   r->writer = NULL;
 }

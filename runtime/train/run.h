@@ -133,9 +133,13 @@ double rt_run_get_result(RtRun *r, const RtTensor *t);
 void rt_run_save(RtRun *r);
 
 /* ---- ckpt_async.c ---- */
-/* Writes the snapshot (tensors at p's offsets; owned, freed when written) as the checkpoint of
- * r->st under --save-to on a writer thread, after waiting for the previous one. */
+/* Writes the snapshot (tensors at p's offsets: the writer's own buffer, or a buffer it frees when
+ * written) as the checkpoint of r->st under --save-to on a writer thread, after waiting for the
+ * previous one. */
 void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot);
+/* The writer's reusable snapshot buffer of at least `bytes` (zeroed when new), once the previous
+ * checkpoint is written. */
+char *rt_run_snapshot_buffer(RtRun *r, size_t bytes);
 /* Waits until the checkpoint being written is complete (prints its line); nothing when none is. */
 void rt_run_save_wait(RtRun *r);
 void rt_run_writer_free(RtRun *r); /* waits, then frees the writer */

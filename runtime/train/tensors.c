@@ -184,19 +184,25 @@ double rt_run_get_result(RtRun *r, const RtTensor *t) {
   return get_scalar(r->hmem, htensor(r, t));
 }
 
-/* A copy of the parameters and optimizer state of hp's layout in hmem (the rest of the buffer
- * untouched zero pages): what the background writer writes while training changes hmem. */
-static char *snapshot(const RtProgram *hp, const char *hmem) {
+/* The parameters and optimizer state at hp's offsets in the writer's snapshot buffer (the rest of
+ * it untouched): downloaded straight into it from a device, copied from a CPU program's memory.
+ * The background writer writes it while training changes the tensors. */
+static char *snapshot(RtRun *r) {
+  const RtProgram *hp = r->hp;
   int64_t end = 0;
   for (int k = 0; k < hp->ntensors; k++) {
     const RtTensor *t = &hp->tensors[k];
     if ((t->kind == RT_T_PARAM || t->kind == RT_T_STATE) && t->offset + rt_tensor_bytes(t) > end)
       end = t->offset + rt_tensor_bytes(t);
   }
-  char *s = rt_xcalloc((size_t)end + 64, 1);
-  for (int k = 0; k < hp->ntensors; k++) {
-    const RtTensor *t = &hp->tensors[k];
-    if (t->kind == RT_T_PARAM || t->kind == RT_T_STATE) memcpy(s + t->offset, hmem + t->offset, (size_t)rt_tensor_bytes(t));
+  char *s = rt_run_snapshot_buffer(r, (size_t)end + 64);
+  for (int k = 0; k < r->p->ntensors; k++) {
+    const RtTensor *t = &r->p->tensors[k], *h = htensor(r, t);
+    if (t->kind != RT_T_PARAM && t->kind != RT_T_STATE) continue;
+    if (r->dev)
+      r->dev->download(&r->ctx, s + h->offset, r->mem + t->offset, rt_tensor_bytes(t));
+    else
+      memcpy(s + h->offset, r->hmem + h->offset, (size_t)rt_tensor_bytes(t));
   }
   return s;
 }
@@ -204,8 +210,8 @@ static char *snapshot(const RtProgram *hp, const char *hmem) {
 void rt_run_save(RtRun *r) {
   if (!r->o.save_to) return;
   double t0 = rt_now();
-  kinds_from_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
   if (r->multi) {
+    kinds_from_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
     rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
     if (r->ctx.rank != 0) {
@@ -214,7 +220,7 @@ void rt_run_save(RtRun *r) {
     }
     rt_run_save_async(r, r->lp, lmem);
   } else {
-    rt_run_save_async(r, r->hp, snapshot(r->hp, r->hmem));
+    rt_run_save_async(r, r->hp, snapshot(r));
   }
   printf("checkpoint: %s/step_%08lld: snapshot in %.2f s, writing in the background\n", r->o.save_to,
          (long long)r->st.step, rt_now() - t0);

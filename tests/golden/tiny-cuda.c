@@ -803,7 +803,7 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 2>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, (const float *)p5, (const sk::bf16 *)p6);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, (const float *)p5, (const sk::bf16 *)p6);\012"
   "}\012"
   "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *)))\012"
   "\012"
