@@ -35,6 +35,10 @@ struct RtDevice {
   /* Runs the training step fn(M, ctx) on the device; the CUDA device may record it once and replay the
    * recording (the step launches the same work on the same addresses every time). NULL: call fn. */
   void (*run)(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M);
+  /* Pins / unpins a host buffer the trainer downloads into again and again (the checkpoint snapshot):
+   * copies to pinned memory run at the bus's speed. NULL: nothing to do. */
+  void (*pin)(RtCtx *ctx, void *host, int64_t bytes);
+  void (*unpin)(RtCtx *ctx, void *host);
   /* Bytes of device memory in use (everything on the device: the allocation, libraries' workspaces, the
    * context) and *total; -1 where the device is host memory (the emulation). NULL: host memory. */
   int64_t (*mem_in_use)(RtCtx *ctx, int64_t *total);

@@ -36,7 +36,8 @@ typedef struct {
   void (*sync)(void *be);
   /* runs fn(M, ctx)'s device work; may record it once and replay the recording (NULL: call fn) */
   void (*replay)(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
-  int64_t (*mem_in_use)(void *be, int64_t *total); /* device bytes in use (cudaMemGetInfo); NULL: host memory */
+  int64_t (*mem_in_use)(void *be, int64_t *total);
+  void (*pin)(void *be, void *host, int64_t bytes, int on); /* cudaHostRegister / Unregister; NULL: none */ /* device bytes in use (cudaMemGetInfo); NULL: host memory */
   void (*describe)(void *be, char *out, size_t n);
   double (*peak)(void *be);
   void (*close)(void *be);

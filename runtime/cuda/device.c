@@ -281,6 +281,12 @@ static int64_t cuda_mem_in_use(void *be, int64_t *total) {
   return (int64_t)(tot - fr);
 }
 
+static void cuda_pin(void *be, void *host, int64_t bytes, int on) {
+  (void)be;
+  cudaError_t rc = on ? cudaHostRegister(host, (size_t)bytes, cudaHostRegisterDefault) : cudaHostUnregister(host);
+  if (rc != cudaSuccess) (void)cudaGetLastError(); /* unpinned copies still work, slower */
+}
+
 static double cuda_peak(void *be) {
   CudaBe *c = be;
   if (c->peak <= 0) c->peak = rt_cu_gemm_peak(c->gemm, 4096, 10);
@@ -310,6 +316,7 @@ static const RtCuOps cuda_ops = {.name = "cuda",
                                  .sync = rt_cu_cuda_sync,
                                  .replay = rt_cu_cuda_replay,
                                  .mem_in_use = cuda_mem_in_use,
+                                 .pin = cuda_pin,
                                  .describe = cuda_describe,
                                  .peak = cuda_peak,
                                  .close = cuda_close};
@@ -424,6 +431,14 @@ static void dev_run(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M) {
   else
     fn(M, ctx);
 }
+static void dev_pin(RtCtx *ctx, void *host, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (d->ops->pin) d->ops->pin(d->be, host, bytes, 1);
+}
+static void dev_unpin(RtCtx *ctx, void *host) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (d->ops->pin) d->ops->pin(d->be, host, 0, 0);
+}
 static int64_t dev_mem_in_use(RtCtx *ctx, int64_t *total) {
   RtCuDev *d = rt_cu_dev(ctx);
   return d->ops->mem_in_use ? d->ops->mem_in_use(d->be, total) : -1;
@@ -456,6 +471,8 @@ const RtDevice rt_cuda_device = {.name = "cuda",
                                  .sync = dev_sync,
                                  .run = dev_run,
                                  .mem_in_use = dev_mem_in_use,
+                                 .pin = dev_pin,
+                                 .unpin = dev_unpin,
                                  .describe = dev_describe,
                                  .peak_flops = dev_peak,
                                  .close = dev_close};

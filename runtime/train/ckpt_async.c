@@ -56,9 +56,11 @@ char *rt_run_snapshot_buffer(RtRun *r, size_t bytes) {
   if (!r->writer) r->writer = rt_xcalloc(1, sizeof *r->writer);
   RtCkptWriter *w = r->writer;
   if (w->cap < bytes) {
+    if (w->buf && r->dev && r->dev->unpin) r->dev->unpin(&r->ctx, w->buf);
     free(w->buf);
     w->buf = rt_xcalloc(bytes, 1);
     w->cap = bytes;
+    if (r->dev && r->dev->pin) r->dev->pin(&r->ctx, w->buf, (int64_t)bytes); /* downloads at the bus's speed */
   }
   return w->buf;
 }
@@ -82,6 +84,7 @@ void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) {
 
 void rt_run_writer_free(RtRun *r) {
   rt_run_save_wait(r);
+  if (r->writer && r->writer->buf && r->dev && r->dev->unpin) r->dev->unpin(&r->ctx, r->writer->buf);
   if (r->writer) free(r->writer->buf);
   free(r->writer);
   r->writer = NULL;

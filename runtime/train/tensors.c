@@ -209,6 +209,8 @@ static char *snapshot(RtRun *r) {
 
 void rt_run_save(RtRun *r) {
   if (!r->o.save_to) return;
+  double tw = rt_now();
+  rt_run_save_wait(r); /* the previous checkpoint is complete first */
   double t0 = rt_now();
   if (r->multi) {
     kinds_from_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
@@ -222,8 +224,10 @@ void rt_run_save(RtRun *r) {
   } else {
     rt_run_save_async(r, r->hp, snapshot(r));
   }
-  printf("checkpoint: %s/step_%08lld: snapshot in %.2f s, writing in the background\n", r->o.save_to,
-         (long long)r->st.step, rt_now() - t0);
+  char waited[64] = "";
+  if (t0 - tw > 0.01) snprintf(waited, sizeof waited, " (after %.2f s waiting for the previous one)", t0 - tw);
+  printf("checkpoint: %s/step_%08lld: snapshot in %.2f s%s, writing in the background\n", r->o.save_to,
+         (long long)r->st.step, rt_now() - t0, waited);
   fflush(stdout);
 }
 
