@@ -160,25 +160,47 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
   return gr;
 }
 
-/* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
- * a result names it, or it is under the persistence threshold (per layer when stacked). */
-static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked) {
-  int64_t per = ir_numel(&p->shape) / (stacked ? p->shape.dim[0] : 1);
-  if (per < ZERO3_PERSIST_NUMEL) return false;
+/* True when a repeat in g or in a body nested in it (the accumulation region's layer loops)
+ * reads p as one of its xs: p is a stacked layer parameter [L, ..]. */
+static bool read_as_xs(const Graph *g, const Value *p) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n->body) continue;
+    for (int j = n->a.ncarry; j < n->a.ncarry + n->a.nxs; j++)
+      if (n->in[j] == p) return true;
+    if (read_as_xs(n->body, p)) return true;
+  }
+  return false;
+}
+
+/* Whether every reader of p in g (and in the bodies nested in it, which capture p: the micro-step
+ * region) can read it gathered: no repeat carries it or yields it unchanged, no xs split at the
+ * layer dim (d < 1), no result names it. */
+static bool readers_can_gather(const Graph *g, const Value *p, const Node *u, int d) {
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == p) return false;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
+    if (n == u || n->op != OP_REPEAT) continue;
     for (int j = 0; j < n->nin; j++) {
-      if (n->in[j] != p || n == u || n->op != OP_REPEAT) continue;
+      if (n->in[j] != p) continue;
       const Graph *b = n->body;
       bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
       if (j < n->a.ncarry || (xs && d < 1)) return false;
       for (int k = 0; k < b->nresults; k++)
         if (b->results[k] == b->args[j]->out[0]) return false;
     }
+    if (!readers_can_gather(n->body, p, u, d)) return false;
   }
   return true;
+}
+
+/* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
+ * a result names it, or it is under the persistence threshold (per layer when stacked). */
+static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked) {
+  int64_t per = ir_numel(&p->shape) / (stacked ? p->shape.dim[0] : 1);
+  if (per < ZERO3_PERSIST_NUMEL) return false;
+  return readers_can_gather(g, p, u, d);
 }
 
 /* y = all_gather(x) over dp along d (typed `whole`), placed right before the first reader of x
@@ -202,12 +224,23 @@ static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, in
       if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
 }
 
-/* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it: a node of
- * the top graph (one gather per reader: the forward's and the backward's are separate, each freed
- * after its use), a repeat body (per iteration, before the layer's first use of its slice). */
-static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
-  Value whole = *p;
-  split_type(p, &whole, d, dp);
+/* True when a node of g (or of a body nested in it) reads p. */
+static bool reads_deep(const Graph *g, const Value *p) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == p) return true;
+    if (n->body && reads_deep(n->body, p)) return true;
+  }
+  return false;
+}
+
+/* ZeRO-3: every reader of p (stored split along d, `whole` its gathered type) in g gathers it
+ * right before it reads it: a plain node its own gather (the forward's and the backward's are
+ * separate, each freed after its use); a repeat that takes p as an input, per iteration in its
+ * body, before the layer's first use of its slice; a body that captures p (the accumulation
+ * region reads the parameters directly), the same rules inside it, so per micro-step. */
+static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, int dp) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n == u) continue;
@@ -224,17 +257,25 @@ static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
         Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &p, 1, n->loc);
         ag->a.mesh_axis = RT_AX_DP;
         ag->a.axis = d;
-        ag->out[0]->dtype = whole.dtype;
-        ag->out[0]->shape = whole.shape;
-        ag->out[0]->sharding = whole.sharding;
-        ag->out[0]->name = whole.name;
+        ag->out[0]->dtype = whole->dtype;
+        ag->out[0]->shape = whole->shape;
+        ag->out[0]->sharding = whole->sharding;
+        ag->out[0]->name = whole->name;
         ir_move_last(g, i++);
         for (int k = 0; k < n->nin; k++)
           if (n->in[k] == p) n->in[k] = ag->out[0];
         break;
       }
     }
+    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, dp);
   }
+}
+
+/* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it. */
+static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
+  Value whole = *p;
+  split_type(p, &whole, d, dp);
+  gather_uses(g, p, &whole, u, d, dp);
 }
 
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
@@ -242,14 +283,18 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
   Value *p = u->in[0], *gr = u->in[1];
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1;
   bool looped = gr->def->op == OP_REPEAT; /* a layer's gradient, from the backward loop */
-  int d = shard_dim(p, dp, stage >= 2 && looped ? 1 : 0);
-  if (d < 0 && stage >= 2 && looped) d = shard_dim(p, dp, 0); /* then as ZeRO-1 */
+  /* a layer's stacked parameter that ZeRO-3 gathers per layer: under accumulation its gradient
+   * comes from the micro-step region's sum, not the backward loop, but the layer loops inside
+   * the region still read it per layer */
+  bool stacked = looped || (stage >= 3 && read_as_xs(g, p));
+  int d = shard_dim(p, dp, stage >= 2 && stacked ? 1 : 0);
+  if (d < 0 && stage >= 2 && stacked) d = shard_dim(p, dp, 0); /* then as ZeRO-1 */
   if (d < 0 || p->def->op != OP_PARAM) return false;
   if (!ir_shape_eq(&gr->shape, &p->shape) || gr->sharding.split[d] >= 0) return false;
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
   Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, dp) : NULL;
-  bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, looped);
+  bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, stacked);
   if (split_p) {
     split_param(g, p, u, d, dp);
     u->in[1] = gs;
@@ -329,15 +374,6 @@ bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
   if (stage <= 0 || dp <= 1) return true;
-  if (stage >= 3 && m->batch.accum > 1) { /* the micro-step region reads parameters it captures: not gathered yet */
-    const SrcLoc *at = &m->plan.opt_loc[PLAN_OPT_ZERO];
-    error_at(at->file ? *at : m->plan.loc,
-             "zero 3 with gradient accumulation (%lld micro-steps) is not supported yet: use zero 1 or 2, or a "
-             "batch of micro_batch x dp (%lld)",
-             (long long)m->batch.accum, (long long)(m->batch.micro * dp));
-    return false;
-  }
-
   Graph *g = m->graph;
   int n = g->nnodes;
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);

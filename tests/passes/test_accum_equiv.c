@@ -52,13 +52,28 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
 }
 
 
-/* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it. */
-static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
-  const Graph *g = m->graph;
-  int nacc = 0, pos = -1, dp_before = 0, dp_after = 0;
+/* dp all-gathers in g and the bodies nested in it. */
+static int dp_gathers(const Graph *g) {
+  int c = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == k) nacc++, pos = i;
+    c += n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) c += dp_gathers(n->body);
+  }
+  return c;
+}
+
+/* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it;
+ * under zero 3, parameters stored split over dp and gathered inside the region. */
+static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
+  const Graph *g = m->graph;
+  int nacc = 0, pos = -1, dp_before = 0, dp_after = 0, split = 0, gathers = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == k)
+      nacc++, pos = i, gathers = dp_gathers(n->body);
+    if (n->op == OP_PARAM)
+      for (int d = 0; d < n->out[0]->shape.rank; d++) split += n->out[0]->sharding.split[d] == RT_AX_DP;
     if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP) *(pos < 0 ? &dp_before : &dp_after) += 1;
     if (n->op == OP_INPUT && strcmp(n->a.name, "tokens") == 0 && (n->out[0]->shape.rank != 3 || n->out[0]->shape.dim[0] != k)) {
       fprintf(stderr, "FAIL %s: tokens is not [%lld, ..]\n", what, (long long)k);
@@ -68,6 +83,11 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
   if (nacc != 1 || dp_before || (dp > 1 && dp_after < 1)) {
     fprintf(stderr, "FAIL %s: %d accum regions, %d dp all-reduces before it and %d after\n", what, nacc, dp_before,
             dp_after);
+    failures++;
+  }
+  if (m->plan.zero >= 3 && dp > 1 && (split < 1 || gathers < split)) {
+    fprintf(stderr, "FAIL %s: zero 3 stores %d parameters split over dp and gathers %d in the region\n", what, split,
+            gathers);
     failures++;
   }
 }
@@ -141,7 +161,12 @@ int main(void) {
   /* with ZeRO: the llama model's own plan is zero 1 and recompute selective (above); stage 2 */
   const FeDefine tiny_z2[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "2"}};
   run_model("tiny, zero 2", SHARDC_MODELS_DIR "/tiny.model", tiny_z2, 5, 8, 8, 256);
-  /* zero 3 with accumulation is refused (tests/passes/plan_options.sh) */
+  /* zero 3: the micro-step region gathers the parameters it reads (per use, per layer) */
+  const FeDefine tiny_z3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "3"}};
+  run_model("tiny, zero 3", SHARDC_MODELS_DIR "/tiny.model", tiny_z3, 5, 8, 8, 256);
+  const FeDefine llama_z3[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                               {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"zero", "3"}};
+  run_model("Llama shaped, zero 3", SHARDC_MODELS_DIR "/llama3-8b.model", llama_z3, 9, 8, 8, 128);
   /* recompute inside the micro-step region */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"recompute", "full"}};
   run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
