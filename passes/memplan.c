@@ -11,7 +11,9 @@
  * of X's updated shard once nothing reads X any more (the gather writes X's storage). An all-reduce output takes its
  * input's place when the input is not used after it (the collective runs in place:
  * a data-parallel gradient and its reduced sum are one buffer, not two); so does an update's
- * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter).
+ * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter). A
+ * repeat's carry is one buffer when it can be: its output takes its initial value's place, and a
+ * body result add(arg, x) is written into the output (gradient accumulation's running sums).
  * Fusion groups (passes/fuse.c) do not change the placement: a group is cut where the
  * placement would make its one kernel race (cut_groups, at the end).
  */
@@ -206,11 +208,42 @@ static bool is_view(const Node *n) {
   return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype));
 }
 
+/* Carry k of repeat rep updated in place: the body's result k is add(arg k, x) and nothing else
+ * in the body reads arg k (nor yields it), so the sum can be written straight into the region's
+ * output k, which is what arg k points at from the second iteration on (codegen's emit_repeat:
+ * the carry pointer moves to the output after the first). Gradient accumulation's running sums:
+ * sum += this micro-step's gradient, one buffer instead of the output and a sum per iteration. */
+static bool carry_in_place(const Node *rep, int k) {
+  const Graph *body = rep->body;
+  Value *y = body->results[k], *a = body->args[k]->out[0];
+  if (y->def->graph != body || y->def->op != OP_ADD || (y->def->in[0] != a && y->def->in[1] != a)) return false;
+  if (y->def->in[0] == y->def->in[1] || readers(body, a) != 1 || is_result(body, a)) return false;
+  for (int r = 0; r < body->nresults; r++)
+    if (r != k && body->results[r] == y) return false;
+  return rep->out[k]->offset != -2 && value_bytes(y) == value_bytes(rep->out[k]);
+}
+
+/* Whether the region's output k may take the place of its initial value (rep's input k) when that
+ * dies at the region: only if the body neither reads the initial value directly (a capture) nor
+ * yields arg k as another carry (the output's copy at the end of the first iteration would
+ * overwrite what that carry still copies from). */
+static bool carry_init_shared(const Node *rep, int k) {
+  const Graph *body = rep->body;
+  if (readers(body, rep->in[k]) != 0) return false;
+  for (int j = 0; j < rep->nin; j++)
+    if (j != k && rep->in[j] == rep->in[k]) return false;
+  for (int r = 0; r < rep->a.ncarry; r++) /* (stacked ys are copied before the carries: fine) */
+    if (r != k && body->results[r] == body->args[k]->out[0]) return false;
+  return true;
+}
+
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
                        int64_t by_class[MEM_COUNT]) {
   Graph *body = rep->body;
   /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
   int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
+  for (int r = 0; rep->op == OP_REPEAT && r < ncarry; r++)
+    if (carry_in_place(rep, r)) body->results[r]->offset = -2; /* in the output: place_stacked */
   for (int r = ncarry; rep->op == OP_REPEAT && r < body->nresults; r++) {
     Value *y = body->results[r];
     if (y->def->graph != body || y->def->op == OP_ARG) continue; /* copied by codegen */
@@ -321,10 +354,13 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     bool upd = is_update(n->op); /* an update of a transient (ZeRO's shard_slice(p)): in place too */
-    if (n->op != OP_ALL_REDUCE && !upd) continue;
-    for (int k = 0; k < n->nout && (upd || k < n->nin); k++) {
+    bool rep = n->op == OP_REPEAT; /* a carry's output where its initial value was (carry_init_shared) */
+    /* a scale of a value that dies there (accumulation's mean of a running sum): index for index */
+    if (n->op != OP_ALL_REDUCE && n->op != OP_SCALE && !upd && !rep) continue;
+    for (int k = 0; k < n->nout && (upd || k < n->nin) && (!rep || k < n->a.ncarry); k++) {
       Value *x = n->in[upd && k ? k + 1 : k], *y = n->out[k]; /* update: p' <- p, m' <- m, v' <- v */
       if (x->def->graph != g || !slot[x->id] || !slot[y->id]) continue;
+      if (rep && !carry_init_shared(n, k)) continue;
       int sx = slot[x->id] - 1, sy = slot[y->id] - 1;
       while (root[sx] != sx) sx = root[sx];
       if (sx == sy || p.iv[sx].end != i || !p.iv[sx].v || !p.iv[sy].v || p.iv[sy].v != y ||
@@ -394,6 +430,14 @@ static void place_stacked(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (!n->body) continue;
+    if (n->op == OP_REPEAT)
+      for (int r = 0; r < n->a.ncarry; r++) { /* a carry updated in place (carry_in_place) */
+        Value *y = n->body->results[r];
+        if (y->offset != -2 || y->def->graph != n->body) continue;
+        y->offset = n->out[r]->offset;
+        y->stride = 0;
+        y->mclass = n->out[r]->mclass;
+      }
     if (n->op == OP_REPEAT)
       for (int r = n->a.ncarry; r < n->body->nresults; r++) {
         Value *y = n->body->results[r];

@@ -10,7 +10,8 @@
  * Every target is counted (none is -1): the loss is the mean of the micro-steps' means, which
  * is the big batch's mean when every micro-step counts as many targets. The checks also
  * assert the shape of the program: one `repeat accum xk` region at the top, the tokens input
- * [k, B / (k dp) x dp, S], and the data-parallel gradient all-reduce after the region, once.
+ * [k, B / (k dp) x dp, S], and the data-parallel gradient all-reduce after the region, once;
+ * and of its memory plan: each running sum is one buffer (zeros, sums and output in place).
  */
 #include <math.h>
 #include <stdio.h>
@@ -70,8 +71,16 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
   int nacc = 0, pos = -1, dp_before = 0, dp_after = 0, split = 0, gathers = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == k)
+    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == k) {
       nacc++, pos = i, gathers = dp_gathers(n->body);
+      /* memplan: each running sum is one buffer (its zeros, the sum of every micro-step, the output) */
+      for (int c = 0; c < n->a.ncarry; c++)
+        if (n->body->results[c]->offset != n->out[c]->offset || n->out[c]->offset != n->in[c]->offset) {
+          fprintf(stderr, "FAIL %s: carry %d at %lld, sum at %lld, output at %lld: not one buffer\n", what, c,
+                  (long long)n->in[c]->offset, (long long)n->body->results[c]->offset, (long long)n->out[c]->offset);
+          failures++;
+        }
+    }
     if (n->op == OP_PARAM)
       for (int d = 0; d < n->out[0]->shape.rank; d++) split += n->out[0]->sharding.split[d] == RT_AX_DP;
     if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP) *(pos < 0 ? &dp_before : &dp_after) += 1;
