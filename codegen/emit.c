@@ -448,7 +448,10 @@ static Value trainer_view(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op != OP_REPEAT || !n->a.name || strcmp(n->a.name, "accum") != 0) continue;
-    for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++) xs |= n->in[k] == v;
+    for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++) { /* (passes/peel.c: its rows 0 .. k-2) */
+      const Node *d = n->in[k]->def;
+      xs |= n->in[k] == v || (d->op == OP_SLICE && d->a.axis == 0 && d->in[0] == v);
+    }
   }
   if (!xs || v->shape.rank < 2) return w;
   w.shape.dim[0] = v->shape.dim[0] * v->shape.dim[1];

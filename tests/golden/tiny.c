@@ -12,13 +12,13 @@
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
-  rt_embed_f32((float *)(M + 1451136), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
+  rt_embed_f32((float *)(M + 2499712), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
   /* models/tiny.model:14 */
   rt_iota_i32((int32_t *)(M + 7437952), 64, 0);
   /* models/tiny.model:14 */
-  rt_embed_f32((float *)(M + 1582208), (float *)(M + 65536), (int32_t *)(M + 7437952), 64, 64, 64);
+  rt_embed_f32((float *)(M + 1451136), (float *)(M + 65536), (int32_t *)(M + 7437952), 64, 64, 64);
   /* models/tiny.model:14 */
-  rt_binary_f32(RT_ADD, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){2, {64, 64}});
+  rt_binary_f32(RT_ADD, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){2, {64, 64}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 2499712);
@@ -28,37 +28,37 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 6300800 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1844352), &(RtShape){3, {8, 64, 192}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5514368 + i1 * 131072), 64, 0, (M + 1844352), 192, 0, 512, 64, 1, 4);
+      rt_copy_block((M + 5514368 + i1 * 131072), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5776512 + i1 * 131072), 64, 0, (M + 1844352), 192, 64, 512, 64, 1, 4);
+      rt_copy_block((M + 5776512 + i1 * 131072), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 6038656 + i1 * 131072), 64, 0, (M + 1844352), 192, 128, 512, 64, 1, 4);
+      rt_copy_block((M + 6038656 + i1 * 131072), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
       rt_sdpa_f32((float *)(M + 5252224 + i1 * 131072), (float *)(M + 7414912 + i1 * 8192), (float *)(M + 5514368 + i1 * 131072), (float *)(M + 5776512 + i1 * 131072), (float *)(M + 6038656 + i1 * 131072), 8, 64, 4, 4, 16, 1);
       /* models/std/transformer.model:55 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 5252224 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
-      rt_binary_f32(RT_ADD, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
       rt_layernorm_f32((float *)(M + 4727936 + i1 * 131072), (float *)(M + 4990080 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
-      rt_matmul_f32((float *)(M + 1451136), (float *)(M + 4727936 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 3679360 + i1 * 524288), (float *)(M + 4727936 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
+      rt_binary_f32(RT_ADD, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
       rt_unary_f32(RT_GELU, (float *)(M + 2630784 + i1 * 524288), (float *)(M + 3679360 + i1 * 524288), 131072, (float)0);
       /* models/std/transformer.model:73 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 2630784 + i1 * 524288), (float *)((M + 350208) + i1 * 65536), 8, 64, 64, 256, 0, 0, 0);
       /* models/std/transformer.model:76 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
       memcpy(((M + 6562944) + i1 * 131072), c1_0, 131072);
-      memmove((M + 2499712), (M + 1451136), 131072);
+      memmove((M + 2499712), (M + 1582208), 131072);
       c1_0 = (M + 2499712);
     }
   }
@@ -136,24 +136,24 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_layernorm_bwd_f32((float *)(M + 1451136), (float *)(M + 7434880 + i1 * 256), (float *)(M + 7435392 + i1 * 256), (float *)((M + 6562944) + i1 * 131072), (float *)((M + 81920) + i1 * 256), (float *)(M + 1975424), 512, 64, (float)1.0000000000000001e-05, WS);
       /* models/std/transformer.model:11 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1844352), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
-      memmove((M + 6825088), (M + 1582208), 131072);
+      rt_binary_f32(RT_ADD, (float *)(M + 1844352), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1844352), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
+      memmove((M + 6825088), (M + 1844352), 131072);
       c1_0 = (M + 6825088);
     }
   }
   /* models/tiny.model:14 */
   rt_reduce_to_f32((float *)(M + 1451136), &(RtShape){2, {64, 64}}, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}});
   /* models/tiny.model:14 */
-  rt_embed_bwd_f32((float *)(M + 1582208), (int32_t *)(M + 7437952), (float *)(M + 1451136), 64, 64, 64);
+  rt_embed_bwd_f32((float *)(M + 1516672), (int32_t *)(M + 7437952), (float *)(M + 1451136), 64, 64, 64);
   /* models/tiny.model:14 */
   rt_embed_bwd_f32((float *)(M + 1451136), (int32_t *)(M + 1446912), (float *)(M + 6825088), 512, 64, 256);
   /* models/tiny.model:14 */
-  rt_binary_f32(RT_ADD, (float *)(M + 1516672), &(RtShape){2, {256, 64}}, (float *)(M + 7316608), &(RtShape){2, {256, 64}}, (float *)(M + 1451136), &(RtShape){2, {256, 64}});
+  rt_binary_f32(RT_ADD, (float *)(M + 7316608), &(RtShape){2, {256, 64}}, (float *)(M + 7316608), &(RtShape){2, {256, 64}}, (float *)(M + 1451136), &(RtShape){2, {256, 64}});
   /* models/tiny.model:26 */
-  rt_sumsq_f32((float *)(M + 1451136), (float *)(M + 1516672), 16384);
+  rt_sumsq_f32((float *)(M + 1451136), (float *)(M + 7316608), 16384);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_sumsq_f32((float *)(M + 1451200), (float *)(M + 1582208), 4096);
+  rt_sumsq_f32((float *)(M + 1451200), (float *)(M + 1516672), 4096);
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   rt_sumsq_f32((float *)(M + 1451264), (float *)(M + 7434880), 128);
@@ -236,9 +236,9 @@ static void step(char *M, RtCtx *ctx) {
   rt_copy_block((M + 1451136), 3, 1, (M + 1451264), 1, 0, 1, 1, 1, 4);
   rt_copy_block((M + 1451136), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_adamw_f32((float *)(M + 0), (float *)(M + 1516672), (float *)(M + 482304), (float *)(M + 547840), (float *)(M + 1451136), 16384, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
+  rt_adamw_f32((float *)(M + 0), (float *)(M + 7316608), (float *)(M + 482304), (float *)(M + 547840), (float *)(M + 1451136), 16384, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/tiny.model:12 */
-  rt_adamw_f32((float *)(M + 65536), (float *)(M + 1582208), (float *)(M + 613376), (float *)(M + 629760), (float *)(M + 1451136), 4096, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
+  rt_adamw_f32((float *)(M + 65536), (float *)(M + 1516672), (float *)(M + 613376), (float *)(M + 629760), (float *)(M + 1451136), 4096, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0.10000000000000001);
   /* models/std/transformer.model:9 */
   rt_adamw_f32((float *)(M + 81920), (float *)(M + 7434880), (float *)(M + 646144), (float *)(M + 646656), (float *)(M + 1451136), 128, (float)0.90000000000000002, (float)0.94999999999999996, (float)1e-08, (float)0);
   /* models/std/transformer.model:10 */
@@ -272,13 +272,13 @@ static void step(char *M, RtCtx *ctx) {
 static void eval(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
-  rt_embed_f32((float *)(M + 1451136), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
+  rt_embed_f32((float *)(M + 2499712), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
   /* models/tiny.model:14 */
   rt_iota_i32((int32_t *)(M + 7437952), 64, 0);
   /* models/tiny.model:14 */
-  rt_embed_f32((float *)(M + 1582208), (float *)(M + 65536), (int32_t *)(M + 7437952), 64, 64, 64);
+  rt_embed_f32((float *)(M + 1451136), (float *)(M + 65536), (int32_t *)(M + 7437952), 64, 64, 64);
   /* models/tiny.model:14 */
-  rt_binary_f32(RT_ADD, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){2, {64, 64}});
+  rt_binary_f32(RT_ADD, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){2, {64, 64}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 2499712);
@@ -288,37 +288,37 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 6300800 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1844352), &(RtShape){3, {8, 64, 192}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5514368 + i1 * 131072), 64, 0, (M + 1844352), 192, 0, 512, 64, 1, 4);
+      rt_copy_block((M + 5514368 + i1 * 131072), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5776512 + i1 * 131072), 64, 0, (M + 1844352), 192, 64, 512, 64, 1, 4);
+      rt_copy_block((M + 5776512 + i1 * 131072), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 6038656 + i1 * 131072), 64, 0, (M + 1844352), 192, 128, 512, 64, 1, 4);
+      rt_copy_block((M + 6038656 + i1 * 131072), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
       rt_sdpa_f32((float *)(M + 5252224 + i1 * 131072), (float *)(M + 7414912 + i1 * 8192), (float *)(M + 5514368 + i1 * 131072), (float *)(M + 5776512 + i1 * 131072), (float *)(M + 6038656 + i1 * 131072), 8, 64, 4, 4, 16, 1);
       /* models/std/transformer.model:55 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 5252224 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
-      rt_binary_f32(RT_ADD, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
       rt_layernorm_f32((float *)(M + 4727936 + i1 * 131072), (float *)(M + 4990080 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
-      rt_matmul_f32((float *)(M + 1451136), (float *)(M + 4727936 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 3679360 + i1 * 524288), (float *)(M + 4727936 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
+      rt_binary_f32(RT_ADD, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
       rt_unary_f32(RT_GELU, (float *)(M + 2630784 + i1 * 524288), (float *)(M + 3679360 + i1 * 524288), 131072, (float)0);
       /* models/std/transformer.model:73 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 2630784 + i1 * 524288), (float *)((M + 350208) + i1 * 65536), 8, 64, 64, 256, 0, 0, 0);
       /* models/std/transformer.model:76 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
       memcpy(((M + 6562944) + i1 * 131072), c1_0, 131072);
-      memmove((M + 2499712), (M + 1451136), 131072);
+      memmove((M + 2499712), (M + 1582208), 131072);
       c1_0 = (M + 2499712);
     }
   }
@@ -333,13 +333,13 @@ static void eval(char *M, RtCtx *ctx) {
 static void logits(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:14 */
-  rt_embed_f32((float *)(M + 1451136), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
+  rt_embed_f32((float *)(M + 2499712), (float *)(M + 0), (int32_t *)(M + 1446912), 512, 64, 256);
   /* models/tiny.model:14 */
   rt_iota_i32((int32_t *)(M + 7437952), 64, 0);
   /* models/tiny.model:14 */
-  rt_embed_f32((float *)(M + 1582208), (float *)(M + 65536), (int32_t *)(M + 7437952), 64, 64, 64);
+  rt_embed_f32((float *)(M + 1451136), (float *)(M + 65536), (int32_t *)(M + 7437952), 64, 64, 64);
   /* models/tiny.model:14 */
-  rt_binary_f32(RT_ADD, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){2, {64, 64}});
+  rt_binary_f32(RT_ADD, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 2499712), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){2, {64, 64}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
     char *c1_0 = (M + 2499712);
@@ -349,37 +349,37 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 6300800 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1844352), &(RtShape){3, {8, 64, 192}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5514368 + i1 * 131072), 64, 0, (M + 1844352), 192, 0, 512, 64, 1, 4);
+      rt_copy_block((M + 5514368 + i1 * 131072), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5776512 + i1 * 131072), 64, 0, (M + 1844352), 192, 64, 512, 64, 1, 4);
+      rt_copy_block((M + 5776512 + i1 * 131072), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 6038656 + i1 * 131072), 64, 0, (M + 1844352), 192, 128, 512, 64, 1, 4);
+      rt_copy_block((M + 6038656 + i1 * 131072), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
       rt_sdpa_f32((float *)(M + 5252224 + i1 * 131072), (float *)(M + 7414912 + i1 * 8192), (float *)(M + 5514368 + i1 * 131072), (float *)(M + 5776512 + i1 * 131072), (float *)(M + 6038656 + i1 * 131072), 8, 64, 4, 4, 16, 1);
       /* models/std/transformer.model:55 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 5252224 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
-      rt_binary_f32(RT_ADD, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
       rt_layernorm_f32((float *)(M + 4727936 + i1 * 131072), (float *)(M + 4990080 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
-      rt_matmul_f32((float *)(M + 1451136), (float *)(M + 4727936 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 3679360 + i1 * 524288), (float *)(M + 4727936 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
+      rt_binary_f32(RT_ADD, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 3679360 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
       rt_unary_f32(RT_GELU, (float *)(M + 2630784 + i1 * 524288), (float *)(M + 3679360 + i1 * 524288), 131072, (float)0);
       /* models/std/transformer.model:73 */
       rt_matmul_f32((float *)(M + 1451136), (float *)(M + 2630784 + i1 * 524288), (float *)((M + 350208) + i1 * 65536), 8, 64, 64, 256, 0, 0, 0);
       /* models/std/transformer.model:76 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 1582208), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4990080 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 1451136), &(RtShape){3, {8, 64, 64}});
       memcpy(((M + 6562944) + i1 * 131072), c1_0, 131072);
-      memmove((M + 2499712), (M + 1451136), 131072);
+      memmove((M + 2499712), (M + 1582208), 131072);
       c1_0 = (M + 2499712);
     }
   }
@@ -452,8 +452,8 @@ static const RtTensor tensors[] = {
   {"adam_m:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446400, 0, 0, 0, 0},
   {"adam_v:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446656, 0, 0, 0, 0},
   {"loss", RT_T_RESULT, 0, 0, {}, 7438720, 0, 0, 0, 0},
-  {"grad:wte", RT_T_RESULT, 0, 2, {256, 64}, 1516672, 0, 0, 0, 0},
-  {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 1582208, 0, 0, 0, 0},
+  {"grad:wte", RT_T_RESULT, 0, 2, {256, 64}, 7316608, 0, 0, 0, 0},
+  {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 1516672, 0, 0, 0, 0},
   {"grad:blocks.layernorm.w", RT_T_RESULT, 0, 2, {2, 64}, 7434880, 1, 0, 0, 0},
   {"grad:blocks.layernorm.b", RT_T_RESULT, 0, 2, {2, 64}, 7435392, 1, 0, 0, 0},
   {"grad:blocks.attention.w_qkv", RT_T_RESULT, 0, 3, {2, 64, 192}, 7218304, 1, 0, 0, 0},

@@ -9,8 +9,10 @@
  * every updated parameter and optimizer state must agree within a relative error of 1e-10.
  * Every target is counted (none is -1): the loss is the mean of the micro-steps' means, which
  * is the big batch's mean when every micro-step counts as many targets. The checks also
- * assert the shape of the program: one `repeat accum xk` region at the top, the tokens input
- * [k, B / (k dp) x dp, S], and the data-parallel gradient all-reduce after the region, once;
+ * assert the shape of the program: one `repeat accum` region at the top (k iterations; k-1 with
+ * dp, whose last micro-step runs after it, passes/peel.c), the tokens input [k, B / (k dp) x dp, S],
+ * and the data-parallel gradient reduction after the region, once, inside the last micro-step's
+ * backward loop for the layers' gradients;
  * and of its memory plan: each running sum is one buffer (zeros, sums and output in place).
  */
 #include <math.h>
@@ -64,14 +66,26 @@ static int dp_gathers(const Graph *g) {
   return c;
 }
 
+/* dp all-reduces and reduce-scatters inside g's bodies (not g's own). */
+static int dp_reductions_in_loops(const Graph *g, bool top) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    c += !top && (n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER) && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) c += dp_reductions_in_loops(n->body, false);
+  }
+  return c;
+}
+
 /* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it;
  * under zero 3, parameters stored split over dp and gathered inside the region. */
 static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
   const Graph *g = m->graph;
-  int nacc = 0, pos = -1, dp_before = 0, dp_after = 0, split = 0, gathers = 0;
+  int nacc = 0, pos = -1, dp_before = 0, dp_after = 0, split = 0, gathers = 0, in_loop = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == k) {
+    /* with dp, the last micro-step runs after the region (passes/peel.c) */
+    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == (dp > 1 ? k - 1 : k)) {
       nacc++, pos = i, gathers = dp_gathers(n->body);
       /* memplan: each running sum is one buffer (its zeros, the sum of every micro-step, the output) */
       for (int c = 0; c < n->a.ncarry; c++)
@@ -84,6 +98,7 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
     if (n->op == OP_PARAM)
       for (int d = 0; d < n->out[0]->shape.rank; d++) split += n->out[0]->sharding.split[d] == RT_AX_DP;
     if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP) *(pos < 0 ? &dp_before : &dp_after) += 1;
+    if (pos >= 0 && i > pos && n->op == OP_REPEAT) in_loop += dp_reductions_in_loops(n->body, false);
     if (n->op == OP_INPUT && strcmp(n->a.name, "tokens") == 0 && (n->out[0]->shape.rank != 3 || n->out[0]->shape.dim[0] != k)) {
       fprintf(stderr, "FAIL %s: tokens is not [%lld, ..]\n", what, (long long)k);
       failures++;
@@ -92,6 +107,11 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
   if (nacc != 1 || dp_before || (dp > 1 && dp_after < 1)) {
     fprintf(stderr, "FAIL %s: %d accum regions, %d dp all-reduces before it and %d after\n", what, nacc, dp_before,
             dp_after);
+    failures++;
+  }
+  /* the last micro-step's backward loop reduces each layer's gradients (overlapped) */
+  if (dp > 1 && in_loop < 1) {
+    fprintf(stderr, "FAIL %s: no dp gradient reduction inside the last micro-step's backward loop\n", what);
     failures++;
   }
   if (m->plan.zero >= 3 && dp > 1 && (split < 1 || gathers < split)) {

@@ -5,7 +5,7 @@
  *
  * The graph (top level, no bodies):
  *   a = tanh(x) ; y = all_reduce(a)           a dies at the all-reduce: y takes a's place
- *   c = tanh(y) ; d = all_reduce(c) ; e = c + d   c is read after: d gets its own bytes
+ *   c = tanh(y) ; d = all_reduce(c) ; e = c + d   c is read after: d gets its own bytes; e takes c's
  *   f = tanh(e) ; g1, g2 = all_reduce(f, f)   the same input twice: at most one takes it
  *   loss = sum(g1 + g2 + w)
  */
@@ -47,13 +47,16 @@ static int last_use(const Graph *g, const Value *v) {
 static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
 /* u's bytes may be v's while both live only when v is an all-reduce output (or an update's
- * result, a scale's, a repeat's carry) whose input u (or the reverse) dies at that node. */
+ * result, a scale's, an add's into its first operand, a repeat's carry) whose input u (or the
+ * reverse) dies at that node. */
 static bool planned_alias(const Graph *g, const Value *u, const Value *v) {
   for (int pass = 0; pass < 2; pass++) {
     const Value *x = pass ? v : u, *y = pass ? u : v;
     const Node *n = y->def;
     if (n->op == OP_ALL_REDUCE && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n)) return true;
     if (n->op == OP_SCALE && x == n->in[0] && last_use(g, x) == pos_of(g, n)) return true;
+    if (n->op == OP_ADD && x == n->in[0] && ir_shape_eq(&x->shape, &y->shape) && last_use(g, x) == pos_of(g, n))
+      return true;
     if (n->op == OP_REPEAT && y->idx < n->a.ncarry && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n))
       return true;
     bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAMW_UPDATE;
@@ -210,6 +213,8 @@ int main(void) {
   EXPECT(y->offset == av->offset, "y = all_reduce(a), a dead after: y at %lld, a at %lld", (long long)y->offset,
          (long long)av->offset);
   EXPECT(d->offset != c->offset, "d = all_reduce(c), c read after: both at %lld", (long long)d->offset);
+  EXPECT(e->offset == c->offset, "e = c + d, c dead after: e at %lld, c at %lld", (long long)e->offset,
+         (long long)c->offset);
   EXPECT(two->out[0]->offset != two->out[1]->offset, "all_reduce(f, f): both outputs at %lld",
          (long long)two->out[0]->offset);
   check_no_overlap(g);
