@@ -370,6 +370,122 @@ static void complete_sumsq(Graph *g) {
   ir_topo_sort(g);
 }
 
+/* ZeRO-2's gradient reduce-scatters in buckets. The pass put each scatter where its gradient's
+ * all-reduce bucket was, so one bucket's scatters are consecutive nodes, all ready there. A run of
+ * them (over dp along dim 0, one dtype, up to `cap` bytes) becomes one collective: each gradient
+ * [D0, ..] viewed as [dp, D0/dp x ..] (rank c's chunk is row c), the rows concatenated into one
+ * [dp, N] buffer, one reduce_scatter of it over dp (asynchronous like a bucket all-reduce:
+ * codegen starts it and waits before the first reader), and each gradient's shard a slice of this
+ * rank's [1, N] row, taken right before its first reader (in a layer's backward body: at the end
+ * of the iteration). The concatenation is the packing DeepSpeed's flat buffers avoid: one copy of
+ * the bucket's bytes. */
+static bool packable(const Node *n) {
+  return n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && n->a.axis == 0 && n->a.blocks <= 1 &&
+         ir_dtype_is_float(n->in[0]->dtype);
+}
+
+static Value *typed(Graph *g, OpKind op, int nin, Value **in, DType dt, Shape sh, const Attrs *a, SrcLoc loc,
+                    Sharding h) {
+  Value *v = ir_emit(g, op, nin, in, dt, sh, a, loc);
+  v->sharding = h;
+  return v;
+}
+
+static void pack_scatters(Graph *g, int i, int j, int dp) {
+  int n = j - i;
+  Node **rs = ARENA_ARRAY(g->arena, Node *, n);
+  for (int k = 0; k < n; k++) rs[k] = g->nodes[i + k];
+  SrcLoc loc = rs[0]->loc;
+  DType dt = rs[0]->in[0]->dtype;
+  Sharding flat = ir_replicated();
+  flat.partial = rs[0]->in[0]->sharding.partial;
+  Value **rows = ARENA_ARRAY(g->arena, Value *, n);
+  int64_t *len = ARENA_ARRAY(g->arena, int64_t, n), total = 0;
+  int at = i;
+  for (int k = 0; k < n; k++) {
+    Value *x = rs[k]->in[0];
+    len[k] = ir_numel(&x->shape) / dp;
+    int64_t d2[2] = {dp, len[k]};
+    rows[k] = typed(g, OP_RESHAPE, 1, &x, dt, ir_shape(2, d2), NULL, loc, flat);
+    ir_move_last(g, at++);
+    total += len[k];
+  }
+  Attrs ca = {0};
+  ca.axis = 1;
+  int64_t dn[2] = {dp, total};
+  Value *cat = typed(g, OP_CONCAT, n, rows, dt, ir_shape(2, dn), &ca, loc, flat);
+  ir_move_last(g, at++);
+  Attrs ra = {0};
+  ra.mesh_axis = RT_AX_DP;
+  ra.axis = 0;
+  Sharding mine = flat;
+  mine.split[0] = RT_AX_DP;
+  mine.partial &= (uint8_t) ~(1u << RT_AX_DP);
+  int64_t d1[2] = {1, total};
+  Value *red = typed(g, OP_REDUCE_SCATTER, 1, &cat, dt, ir_shape(2, d1), &ra, loc, mine);
+  ir_move_last(g, at++);
+  for (int k = 0, off = 0; k < n; off += (int)len[k], k++) {
+    Value *y = rs[k]->out[0];
+    Attrs sa = {0};
+    sa.axis = 1;
+    sa.start = off;
+    sa.len = len[k];
+    int64_t d3[2] = {1, len[k]};
+    Value *sl = typed(g, OP_SLICE, 1, &red, dt, ir_shape(2, d3), &sa, loc, mine);
+    Value *v = typed(g, OP_RESHAPE, 1, &sl, dt, y->shape, NULL, loc, y->sharding);
+    v->name = y->name;
+    ir_replace_uses(g, y, v);
+    for (int r = 0; r < g->nresults; r++)
+      if (g->results[r] == y) g->results[r] = v;
+    int first = -1; /* the shard right before its first reader: the collective is waited there */
+    for (int q = 0; q < g->nnodes - 2 && first < 0; q++)
+      for (int u = 0; u < g->nodes[q]->nin; u++)
+        if (g->nodes[q]->in[u] == v) first = q;
+    if (first >= 0) {
+      ir_move_last(g, first); /* v, then the slice before it */
+      int pv = first, ps = g->nnodes - 1;
+      Node *sn = g->nodes[ps];
+      memmove(&g->nodes[pv + 1], &g->nodes[pv], sizeof(Node *) * (size_t)(ps - pv));
+      g->nodes[pv] = sn;
+    }
+  }
+  int w = 0; /* the single scatters go */
+  for (int q = 0; q < g->nnodes; q++) {
+    bool gone = false;
+    for (int k = 0; k < n; k++) gone |= g->nodes[q] == rs[k];
+    if (!gone) g->nodes[w++] = g->nodes[q];
+  }
+  g->nnodes = w;
+}
+
+static void bucket_scatters(Graph *g, int dp, int64_t cap) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) bucket_scatters(g->nodes[i]->body, dp, cap);
+  for (int i = 0; i < g->nnodes;) {
+    if (!packable(g->nodes[i])) {
+      i++;
+      continue;
+    }
+    int j = i;
+    int64_t bytes = 0;
+    DType dt = g->nodes[i]->in[0]->dtype;
+    while (j < g->nnodes && packable(g->nodes[j]) && g->nodes[j]->in[0]->dtype == dt) {
+      int64_t b = ir_numel(&g->nodes[j]->in[0]->shape) * ir_dtype_size(dt);
+      if (j > i && bytes + b > cap) break;
+      bytes += b;
+      j++;
+    }
+    if (j - i < 2) {
+      i = j;
+      continue;
+    }
+    int before = g->nnodes;
+    pack_scatters(g, i, j, dp);
+    i = j + (g->nnodes - before) - 2 * (j - i); /* past the run's reshapes, concat and scatter */
+    if (i < 0) i = 0;
+  }
+}
+
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
@@ -381,6 +497,9 @@ bool pass_zero(Module *m) {
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
   for (int i = 0; i < nu; i++) shard_update(g, updates[i], dp, stage);
-  if (stage >= 2) complete_sumsq(g);
+  if (stage >= 2) {
+    complete_sumsq(g);
+    bucket_scatters(g, dp, m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20);
+  }
   return true;
 }
