@@ -353,7 +353,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
    * at the graph's end — so the input stays live until then */
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue;
+    if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue; /* (async gathers read parameters) */
     Value *x = n->in[0];
     if (x->def->graph != g || !slot[x->id]) continue;
     int w = g->nnodes;

@@ -27,7 +27,8 @@
  * all_gather per reading node (a tied embedding: the embedding, the head, the head's backward) —
  * and memplan frees each gathered copy after its use. The update writes the shard and no final
  * all-gather follows. Parameters under ZERO3_PERSIST_NUMEL elements per layer stay whole (as
- * ZeRO-2), as does one a repeat carries. No prefetch yet: the gathers are blocking.
+ * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen), a layer's started at
+ * the front of its iteration; the next layer's are not prefetched yet.
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
@@ -203,25 +204,34 @@ static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d
   return readers_can_gather(g, p, u, d);
 }
 
-/* y = all_gather(x) over dp along d (typed `whole`), placed right before the first reader of x
- * in body g after position `from`; every reader of x in g but the gather reads y. */
-static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, int from) {
-  int first = -1;
-  for (int i = from + 1; i < g->nnodes && first < 0; i++)
+/* y = all_gather(x) over dp along d (typed `whole`) in body g, x the argument node `an` binds (a
+ * layer's slice of the stored shard): every reader of x in g but the gather reads y. The gather
+ * goes to the front of the body, after its arguments (`an` moves there too): codegen starts it
+ * asynchronously and waits before its first reader, so a layer's gathers are all in flight while
+ * its first operations run (within the iteration: no prefetch of the next layer). */
+static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, Node *an) {
+  const Node *first = NULL; /* its location names the gather */
+  for (int i = 0; i < g->nnodes && !first; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == x) first = i;
-  if (first < 0) return;
-  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, g->nodes[first]->loc);
+      if (g->nodes[i]->in[j] == x) first = g->nodes[i];
+  if (!first) return;
+  int pa = position(g, an);
+  memmove(&g->nodes[1], &g->nodes[0], sizeof(Node *) * (size_t)pa);
+  g->nodes[0] = an;
+  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, first->loc);
   ag->a.mesh_axis = RT_AX_DP;
   ag->a.axis = d;
   ag->out[0]->dtype = whole->dtype;
   ag->out[0]->shape = whole->shape;
   ag->out[0]->sharding = whole->sharding;
   ag->out[0]->name = whole->name;
-  ir_move_last(g, first);
-  for (int i = first + 1; i < g->nnodes; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
+  int at = 0;
+  while (at < g->nnodes - 1 && g->nodes[at]->op == OP_ARG) at++;
+  ir_move_last(g, at);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] != ag)
+      for (int j = 0; j < g->nodes[i]->nin; j++)
+        if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
 }
 
 /* True when a node of g (or of a body nested in it) reads p. */
@@ -252,7 +262,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         Value *arg = an->out[0], old = *arg;
         bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
         split_type(arg, &old, xs ? d - 1 : d, dp);
-        gather_for_readers(b, arg, &old, xs ? d - 1 : d, position(b, an));
+        gather_for_readers(b, arg, &old, xs ? d - 1 : d, an);
       } else { /* this reader's own gather, right before it */
         Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &p, 1, n->loc);
         ag->a.mesh_axis = RT_AX_DP;
