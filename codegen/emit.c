@@ -80,8 +80,12 @@ static void emit_repeat(Cg *c, Node *n) {
 
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
 
+/* dp all-reduces and reduce-scatters; dp all-gathers of a parameter (ZeRO-3's, reading the
+ * stored shard or a layer loop's slice of it: memory that outlives the wait) */
 static bool is_async(const Node *n) {
-  return (n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER) && n->a.mesh_axis == RT_AX_DP;
+  if (n->a.mesh_axis != RT_AX_DP) return false;
+  if (n->op == OP_ALL_GATHER) return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG;
+  return n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER;
 }
 
 static bool has_async(const Graph *g) {
@@ -255,9 +259,11 @@ static void emit_collective(Cg *c, const Node *n) {
     bool gather = n->op == OP_ALL_GATHER;
     const Value *split = gather ? x : y, *whole = gather ? y : x;
     cg_axis_split(&split->shape, a->axis, &outer, &nl, &inner);
-    /* a dp reduce-scatter (ZeRO-2's gradient shards) runs asynchronously like a dp all-reduce */
+    /* a dp reduce-scatter (ZeRO-2's gradient shards) or all-gather (ZeRO's parameters) runs
+     * asynchronously like a dp all-reduce: waited before its first reader */
     int tag = is_async(n) ? c->next_tag++ : -1;
-    const char *call = gather ? "all_gather" : tag >= 0 ? "reduce_scatter_start" : "reduce_scatter";
+    const char *call = gather ? (tag >= 0 ? "all_gather_start" : "all_gather")
+                              : tag >= 0 ? "reduce_scatter_start" : "reduce_scatter";
     const char *tagarg = tag >= 0 ? arena_printf(c->a, "%d, ", tag) : "";
     cg_line(c, "rt_coll_%s(ctx, %s, %s%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
          call, cg_axis_lit(a->mesh_axis), tagarg, cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks,
@@ -448,7 +454,10 @@ static Value trainer_view(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op != OP_REPEAT || !n->a.name || strcmp(n->a.name, "accum") != 0) continue;
-    for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++) xs |= n->in[k] == v;
+    for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++) { /* (passes/peel.c: its rows 0 .. k-2) */
+      const Node *d = n->in[k]->def;
+      xs |= n->in[k] == v || (d->op == OP_SLICE && d->a.axis == 0 && d->in[0] == v);
+    }
   }
   if (!xs || v->shape.rank < 2) return w;
   w.shape.dim[0] = v->shape.dim[0] * v->shape.dim[1];

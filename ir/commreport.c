@@ -177,7 +177,10 @@ static int *classify_accum(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nresults; i++) {
     const Value *v = g->results[i];
     if (!g->result_names || !g->result_names[i] || strcmp(g->result_names[i], "loss") != 0) continue;
-    if (v->def->op == OP_SCALE && v->def->in[0]->def == n) c = v->def->in[0]->idx;
+    if (v->def->op != OP_SCALE) continue;
+    const Value *s = v->def->in[0]; /* the sum, or (passes/peel.c) the sum plus the last micro-step's */
+    if (s->def->op == OP_ADD && s->def->in[0]->def == n) s = s->def->in[0];
+    if (s->def == n) c = s->idx;
   }
   const Graph *b = n->body;
   int *region = malloc(((size_t)b->nnodes + 1) * sizeof *region);

@@ -158,7 +158,8 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
     const char *kvp[KNOB_KV];
     for (int j = 0; j < n; j++) kvp[j] = kv[j];
     int64_t t = replan(ctx, kvp, n);
-    if (t < 0 || t >= p->total || nnotes == MAXNOTES) continue; /* not valid, or no better */
+    /* not valid, or no better: under 1% less is no knob (the peak is where that knob does not reach) */
+    if (t < 0 || t > p->total - p->total / 100 || nnotes == MAXNOTES) continue;
     char tb[32];
     mib(tb, sizeof tb, (double)t);
     snprintf(notes[nnotes++], sizeof notes[0], "%s: %s per rank, %s", label, tb, (double)t <= dev ? "fits" : "does not fit");

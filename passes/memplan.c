@@ -11,7 +11,9 @@
  * of X's updated shard once nothing reads X any more (the gather writes X's storage). An all-reduce output takes its
  * input's place when the input is not used after it (the collective runs in place:
  * a data-parallel gradient and its reduced sum are one buffer, not two); so does an update's
- * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter).
+ * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter). A
+ * repeat's carry is one buffer when it can be: its output takes its initial value's place, and a
+ * body result add(arg, x) is written into the output (gradient accumulation's running sums).
  * Fusion groups (passes/fuse.c) do not change the placement: a group is cut where the
  * placement would make its one kernel race (cut_groups, at the end).
  */
@@ -206,21 +208,90 @@ static bool is_view(const Node *n) {
   return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype));
 }
 
+/* Carry k of repeat rep updated in place: the body's result k is add(arg k, x) and nothing else
+ * in the body reads arg k (nor yields it), so the sum can be written straight into the region's
+ * output k, which is what arg k points at from the second iteration on (codegen's emit_repeat:
+ * the carry pointer moves to the output after the first). Gradient accumulation's running sums:
+ * sum += this micro-step's gradient, one buffer instead of the output and a sum per iteration. */
+static bool carry_in_place(const Node *rep, int k) {
+  const Graph *body = rep->body;
+  Value *y = body->results[k], *a = body->args[k]->out[0];
+  if (y->def->graph != body || y->def->op != OP_ADD || (y->def->in[0] != a && y->def->in[1] != a)) return false;
+  if (y->def->in[0] == y->def->in[1] || readers(body, a) != 1 || is_result(body, a)) return false;
+  for (int r = 0; r < body->nresults; r++)
+    if (r != k && body->results[r] == y) return false;
+  return rep->out[k]->offset != -2 && value_bytes(y) == value_bytes(rep->out[k]);
+}
+
+/* Whether the region's output k may take the place of its initial value (rep's input k) when that
+ * dies at the region: only if the body neither reads the initial value directly (a capture) nor
+ * yields arg k as another carry (the output's copy at the end of the first iteration would
+ * overwrite what that carry still copies from). */
+static bool carry_init_shared(const Node *rep, int k) {
+  const Graph *body = rep->body;
+  if (readers(body, rep->in[k]) != 0) return false;
+  for (int j = 0; j < rep->nin; j++)
+    if (j != k && rep->in[j] == rep->in[k]) return false;
+  for (int r = 0; r < rep->a.ncarry; r++) /* (stacked ys are copied before the carries: fine) */
+    if (r != k && body->results[r] == body->args[k]->out[0]) return false;
+  return true;
+}
+
+/* The input a stacked body result's memory may be shared with, as an in-place operand: an
+ * all-reduce's, a scale's, an add's first (same shape); else NULL. */
+static Value *chain_in(const Value *y) {
+  const Node *d = y->def;
+  if (d->op == OP_ALL_REDUCE && y->idx < d->nin) return d->in[y->idx];
+  if (d->op == OP_SCALE || (d->op == OP_ADD && ir_shape_eq(&d->in[0]->shape, &y->shape))) return d->in[0];
+  return NULL;
+}
+
+/* The stacked input of repeat rep whose slices its stacked output k may take (in place): the
+ * body's result k is made by a chain of in-place ops (chain_in: all-reduce, scale) from
+ * add(arg q, t), arg q a stacked input's argument that nothing else in the body reads. Each
+ * iteration then reads slice i of input q once, in that add, and writes slice i of output k from
+ * it, index for index (passes/peel.c: the last micro-step's sum_l + g_l into the sum's buffer).
+ * Returns q, or -1. */
+static int xs_in_place(const Node *rep, int k) {
+  const Graph *body = rep->body;
+  if (k < rep->a.ncarry || k >= body->nresults) return -1;
+  const Value *v = body->results[k];
+  while (v->def->graph == body && v->def->op != OP_ADD) {
+    const Value *x = chain_in(v);
+    if (!x) return -1;
+    v = x;
+  }
+  if (v->def->graph != body || v->def->op != OP_ADD) return -1;
+  const Value *a = v->def->in[0];
+  if (a->def->op != OP_ARG || a->def->graph != body || !ir_shape_eq(&a->shape, &v->shape)) return -1;
+  int q = a->def->a.index;
+  if (q < rep->a.ncarry || q >= rep->a.ncarry + rep->a.nxs) return -1;
+  if (readers(body, a) != 1 || is_result(body, a) || readers(body, rep->in[q]) != 0) return -1;
+  for (int j = 0; j < rep->nin; j++)
+    if (j != q && rep->in[j] == rep->in[q]) return -1;
+  return value_bytes(a) == value_bytes(body->results[k]) ? q : -1;
+}
+
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
                        int64_t by_class[MEM_COUNT]) {
   Graph *body = rep->body;
   /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
   int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
+  for (int r = 0; rep->op == OP_REPEAT && r < ncarry; r++)
+    if (carry_in_place(rep, r)) body->results[r]->offset = -2; /* in the output: place_stacked */
   for (int r = ncarry; rep->op == OP_REPEAT && r < body->nresults; r++) {
     Value *y = body->results[r];
     if (y->def->graph != body || y->def->op == OP_ARG) continue; /* copied by codegen */
     y->offset = -2;                                               /* placed once the outer value is */
-    /* a stacked all-reduce output: its input, read by nothing else, lives there too */
-    Node *d = y->def;
-    Value *x = d->op == OP_ALL_REDUCE && y->idx < d->nin ? d->in[y->idx] : NULL;
-    if (x && x->def->graph == body && x->def->op != OP_ARG && !is_view(x->def) && x->offset != -2 &&
-        value_bytes(x) == value_bytes(y) && readers(body, x) == 1 && !is_result(body, x))
+    /* a stacked all-reduce output: its input, read by nothing else, lives there too; and so,
+     * back along the chain, the first operand of an in-place scale or add that makes it
+     * (passes/peel.c's (g_l + sum_l) / k: the layer's gradient written into its slice) */
+    for (Value *v = y, *x; (x = chain_in(v)) != NULL; v = x) {
+      if (x->def->graph != body || x->def->op == OP_ARG || is_view(x->def) || x->offset == -2 ||
+          value_bytes(x) != value_bytes(y) || readers(body, x) != 1 || is_result(body, x))
+        break;
       x->offset = -2;
+    }
   }
   *bytes = plan_graph(body, 0, mp, tmp, peak, by_class);
 }
@@ -282,7 +353,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
    * at the graph's end — so the input stays live until then */
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue;
+    if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue; /* (async gathers read parameters) */
     Value *x = n->in[0];
     if (x->def->graph != g || !slot[x->id]) continue;
     int w = g->nnodes;
@@ -321,10 +392,18 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     bool upd = is_update(n->op); /* an update of a transient (ZeRO's shard_slice(p)): in place too */
-    if (n->op != OP_ALL_REDUCE && !upd) continue;
-    for (int k = 0; k < n->nout && (upd || k < n->nin); k++) {
-      Value *x = n->in[upd && k ? k + 1 : k], *y = n->out[k]; /* update: p' <- p, m' <- m, v' <- v */
+    bool rep = n->op == OP_REPEAT; /* a carry's output where its initial value was (carry_init_shared) */
+    /* a scale of a value that dies there (accumulation's mean of a running sum), an add into its
+     * first operand when that dies there (passes/peel.c's last sum + g): index for index */
+    bool ew = n->op == OP_SCALE || (n->op == OP_ADD && ir_shape_eq(&n->in[0]->shape, &n->out[0]->shape));
+    if (n->op != OP_ALL_REDUCE && !ew && !upd && !rep) continue;
+    for (int k = 0; k < n->nout && (upd || rep || k < n->nin) && (!ew || k < 1); k++) {
+      int q = rep && k >= n->a.ncarry ? xs_in_place(n, k) : k; /* a stacked output: on its input's slices */
+      if (q < 0) continue;
+      int xi = upd && k ? k + 1 : q;
+      Value *x = n->in[xi], *y = n->out[k]; /* update: p' <- p, m' <- m, v' <- v */
       if (x->def->graph != g || !slot[x->id] || !slot[y->id]) continue;
+      if (rep && k < n->a.ncarry && !carry_init_shared(n, k)) continue;
       int sx = slot[x->id] - 1, sy = slot[y->id] - 1;
       while (root[sx] != sx) sx = root[sx];
       if (sx == sy || p.iv[sx].end != i || !p.iv[sx].v || !p.iv[sy].v || p.iv[sy].v != y ||
@@ -332,7 +411,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
         continue;
       bool twice = false; /* the same buffer as another input of this node: no */
       for (int j = 0; j < n->nin; j++)
-        if (j != k && n->in[j]->def->graph == g && slot[n->in[j]->id]) {
+        if (j != xi && n->in[j]->def->graph == g && slot[n->in[j]->id]) {
           int sj = slot[n->in[j]->id] - 1;
           while (root[sj] != sj) sj = root[sj];
           twice = twice || sj == sx;
@@ -395,6 +474,14 @@ static void place_stacked(Graph *g) {
     Node *n = g->nodes[i];
     if (!n->body) continue;
     if (n->op == OP_REPEAT)
+      for (int r = 0; r < n->a.ncarry; r++) { /* a carry updated in place (carry_in_place) */
+        Value *y = n->body->results[r];
+        if (y->offset != -2 || y->def->graph != n->body) continue;
+        y->offset = n->out[r]->offset;
+        y->stride = 0;
+        y->mclass = n->out[r]->mclass;
+      }
+    if (n->op == OP_REPEAT)
       for (int r = n->a.ncarry; r < n->body->nresults; r++) {
         Value *y = n->body->results[r];
         if (y->offset != -2) continue;
@@ -402,9 +489,8 @@ static void place_stacked(Graph *g) {
         y->offset = outer->offset;
         y->stride = value_bytes(y);
         y->mclass = MEM_ACT;
-        Node *d = y->def; /* its all-reduce's input, when place_body put it there too */
-        Value *x = d->op == OP_ALL_REDUCE && y->idx < d->nin ? d->in[y->idx] : NULL;
-        if (x && x->def->graph == n->body && x->offset == -2) {
+        /* the chain place_body put there too (chain_in) */
+        for (Value *x = chain_in(y); x && x->def->graph == n->body && x->offset == -2; x = chain_in(x)) {
           x->offset = y->offset;
           x->stride = y->stride;
           x->mclass = y->mclass;

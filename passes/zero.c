@@ -27,7 +27,8 @@
  * all_gather per reading node (a tied embedding: the embedding, the head, the head's backward) —
  * and memplan frees each gathered copy after its use. The update writes the shard and no final
  * all-gather follows. Parameters under ZERO3_PERSIST_NUMEL elements per layer stay whole (as
- * ZeRO-2), as does one a repeat carries. No prefetch yet: the gathers are blocking.
+ * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen), a layer's started at
+ * the front of its iteration; the next layer's are not prefetched yet.
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
@@ -160,54 +161,96 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
   return gr;
 }
 
-/* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
- * a result names it, or it is under the persistence threshold (per layer when stacked). */
-static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked) {
-  int64_t per = ir_numel(&p->shape) / (stacked ? p->shape.dim[0] : 1);
-  if (per < ZERO3_PERSIST_NUMEL) return false;
+/* True when a repeat in g or in a body nested in it (the accumulation region's layer loops)
+ * reads p as one of its xs: p is a stacked layer parameter [L, ..]. */
+static bool read_as_xs(const Graph *g, const Value *p) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n->body) continue;
+    for (int j = n->a.ncarry; j < n->a.ncarry + n->a.nxs; j++)
+      if (n->in[j] == p) return true;
+    if (read_as_xs(n->body, p)) return true;
+  }
+  return false;
+}
+
+/* Whether every reader of p in g (and in the bodies nested in it, which capture p: the micro-step
+ * region) can read it gathered: no repeat carries it or yields it unchanged, no xs split at the
+ * layer dim (d < 1), no result names it. */
+static bool readers_can_gather(const Graph *g, const Value *p, const Node *u, int d) {
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == p) return false;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
+    if (n == u || n->op != OP_REPEAT) continue;
     for (int j = 0; j < n->nin; j++) {
-      if (n->in[j] != p || n == u || n->op != OP_REPEAT) continue;
+      if (n->in[j] != p) continue;
       const Graph *b = n->body;
       bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
       if (j < n->a.ncarry || (xs && d < 1)) return false;
       for (int k = 0; k < b->nresults; k++)
         if (b->results[k] == b->args[j]->out[0]) return false;
     }
+    if (!readers_can_gather(n->body, p, u, d)) return false;
   }
   return true;
 }
 
-/* y = all_gather(x) over dp along d (typed `whole`), placed right before the first reader of x
- * in body g after position `from`; every reader of x in g but the gather reads y. */
-static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, int from) {
-  int first = -1;
-  for (int i = from + 1; i < g->nnodes && first < 0; i++)
+/* ZeRO-3: can parameter p (updated by u) be stored split along d? Not when a repeat carries it,
+ * a result names it, or it is under the persistence threshold (per layer when stacked). */
+static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d, bool stacked) {
+  int64_t per = ir_numel(&p->shape) / (stacked ? p->shape.dim[0] : 1);
+  if (per < ZERO3_PERSIST_NUMEL) return false;
+  return readers_can_gather(g, p, u, d);
+}
+
+/* y = all_gather(x) over dp along d (typed `whole`) in body g, x the argument node `an` binds (a
+ * layer's slice of the stored shard): every reader of x in g but the gather reads y. The gather
+ * goes to the front of the body, after its arguments (`an` moves there too): codegen starts it
+ * asynchronously and waits before its first reader, so a layer's gathers are all in flight while
+ * its first operations run (within the iteration: no prefetch of the next layer). */
+static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, Node *an) {
+  const Node *first = NULL; /* its location names the gather */
+  for (int i = 0; i < g->nnodes && !first; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == x) first = i;
-  if (first < 0) return;
-  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, g->nodes[first]->loc);
+      if (g->nodes[i]->in[j] == x) first = g->nodes[i];
+  if (!first) return;
+  int pa = position(g, an);
+  memmove(&g->nodes[1], &g->nodes[0], sizeof(Node *) * (size_t)pa);
+  g->nodes[0] = an;
+  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, first->loc);
   ag->a.mesh_axis = RT_AX_DP;
   ag->a.axis = d;
   ag->out[0]->dtype = whole->dtype;
   ag->out[0]->shape = whole->shape;
   ag->out[0]->sharding = whole->sharding;
   ag->out[0]->name = whole->name;
-  ir_move_last(g, first);
-  for (int i = first + 1; i < g->nnodes; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
+  int at = 0;
+  while (at < g->nnodes - 1 && g->nodes[at]->op == OP_ARG) at++;
+  ir_move_last(g, at);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] != ag)
+      for (int j = 0; j < g->nodes[i]->nin; j++)
+        if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
 }
 
-/* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it: a node of
- * the top graph (one gather per reader: the forward's and the backward's are separate, each freed
- * after its use), a repeat body (per iteration, before the layer's first use of its slice). */
-static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
-  Value whole = *p;
-  split_type(p, &whole, d, dp);
+/* True when a node of g (or of a body nested in it) reads p. */
+static bool reads_deep(const Graph *g, const Value *p) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == p) return true;
+    if (n->body && reads_deep(n->body, p)) return true;
+  }
+  return false;
+}
+
+/* ZeRO-3: every reader of p (stored split along d, `whole` its gathered type) in g gathers it
+ * right before it reads it: a plain node its own gather (the forward's and the backward's are
+ * separate, each freed after its use); a repeat that takes p as an input, per iteration in its
+ * body, before the layer's first use of its slice; a body that captures p (the accumulation
+ * region reads the parameters directly), the same rules inside it, so per micro-step. */
+static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, int dp) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n == u) continue;
@@ -219,22 +262,30 @@ static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
         Value *arg = an->out[0], old = *arg;
         bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
         split_type(arg, &old, xs ? d - 1 : d, dp);
-        gather_for_readers(b, arg, &old, xs ? d - 1 : d, position(b, an));
+        gather_for_readers(b, arg, &old, xs ? d - 1 : d, an);
       } else { /* this reader's own gather, right before it */
         Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &p, 1, n->loc);
         ag->a.mesh_axis = RT_AX_DP;
         ag->a.axis = d;
-        ag->out[0]->dtype = whole.dtype;
-        ag->out[0]->shape = whole.shape;
-        ag->out[0]->sharding = whole.sharding;
-        ag->out[0]->name = whole.name;
+        ag->out[0]->dtype = whole->dtype;
+        ag->out[0]->shape = whole->shape;
+        ag->out[0]->sharding = whole->sharding;
+        ag->out[0]->name = whole->name;
         ir_move_last(g, i++);
         for (int k = 0; k < n->nin; k++)
           if (n->in[k] == p) n->in[k] = ag->out[0];
         break;
       }
     }
+    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, dp);
   }
+}
+
+/* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it. */
+static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
+  Value whole = *p;
+  split_type(p, &whole, d, dp);
+  gather_uses(g, p, &whole, u, d, dp);
 }
 
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
@@ -242,14 +293,18 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
   Value *p = u->in[0], *gr = u->in[1];
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1;
   bool looped = gr->def->op == OP_REPEAT; /* a layer's gradient, from the backward loop */
-  int d = shard_dim(p, dp, stage >= 2 && looped ? 1 : 0);
-  if (d < 0 && stage >= 2 && looped) d = shard_dim(p, dp, 0); /* then as ZeRO-1 */
+  /* a layer's stacked parameter that ZeRO-3 gathers per layer: under accumulation its gradient
+   * comes from the micro-step region's sum, not the backward loop, but the layer loops inside
+   * the region still read it per layer */
+  bool stacked = looped || (stage >= 3 && read_as_xs(g, p));
+  int d = shard_dim(p, dp, stage >= 2 && stacked ? 1 : 0);
+  if (d < 0 && stage >= 2 && stacked) d = shard_dim(p, dp, 0); /* then as ZeRO-1 */
   if (d < 0 || p->def->op != OP_PARAM) return false;
   if (!ir_shape_eq(&gr->shape, &p->shape) || gr->sharding.split[d] >= 0) return false;
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
   Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, dp) : NULL;
-  bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, looped);
+  bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, stacked);
   if (split_p) {
     split_param(g, p, u, d, dp);
     u->in[1] = gs;
@@ -325,19 +380,126 @@ static void complete_sumsq(Graph *g) {
   ir_topo_sort(g);
 }
 
+/* ZeRO-2's gradient reduce-scatters in buckets. The pass put each scatter where its gradient's
+ * all-reduce bucket was, so one bucket's scatters are consecutive nodes, all ready there. A run of
+ * them (over dp along dim 0, one dtype, up to `cap` bytes) becomes one collective: each gradient
+ * [D0, ..] viewed as [dp, D0/dp x ..] (rank c's chunk is row c), the rows concatenated into one
+ * [dp, N] buffer, one reduce_scatter of it over dp (asynchronous like a bucket all-reduce:
+ * codegen starts it and waits before the first reader), and each gradient's shard a slice of this
+ * rank's [1, N] row, taken right before its first reader (in a layer's backward body: at the end
+ * of the iteration). The concatenation is the packing DeepSpeed's flat buffers avoid: one copy of
+ * the bucket's bytes. */
+static bool packable(const Node *n) {
+  return n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && n->a.axis == 0 && n->a.blocks <= 1 &&
+         ir_dtype_is_float(n->in[0]->dtype);
+}
+
+static Value *typed(Graph *g, OpKind op, int nin, Value **in, DType dt, Shape sh, const Attrs *a, SrcLoc loc,
+                    Sharding h) {
+  Value *v = ir_emit(g, op, nin, in, dt, sh, a, loc);
+  v->sharding = h;
+  return v;
+}
+
+static void pack_scatters(Graph *g, int i, int j, int dp) {
+  int n = j - i;
+  Node **rs = ARENA_ARRAY(g->arena, Node *, n);
+  for (int k = 0; k < n; k++) rs[k] = g->nodes[i + k];
+  SrcLoc loc = rs[0]->loc;
+  DType dt = rs[0]->in[0]->dtype;
+  Sharding flat = ir_replicated();
+  flat.partial = rs[0]->in[0]->sharding.partial;
+  Value **rows = ARENA_ARRAY(g->arena, Value *, n);
+  int64_t *len = ARENA_ARRAY(g->arena, int64_t, n), total = 0;
+  int at = i;
+  for (int k = 0; k < n; k++) {
+    Value *x = rs[k]->in[0];
+    len[k] = ir_numel(&x->shape) / dp;
+    int64_t d2[2] = {dp, len[k]};
+    rows[k] = typed(g, OP_RESHAPE, 1, &x, dt, ir_shape(2, d2), NULL, loc, flat);
+    ir_move_last(g, at++);
+    total += len[k];
+  }
+  Attrs ca = {0};
+  ca.axis = 1;
+  int64_t dn[2] = {dp, total};
+  Value *cat = typed(g, OP_CONCAT, n, rows, dt, ir_shape(2, dn), &ca, loc, flat);
+  ir_move_last(g, at++);
+  Attrs ra = {0};
+  ra.mesh_axis = RT_AX_DP;
+  ra.axis = 0;
+  Sharding mine = flat;
+  mine.split[0] = RT_AX_DP;
+  mine.partial &= (uint8_t) ~(1u << RT_AX_DP);
+  int64_t d1[2] = {1, total};
+  Value *red = typed(g, OP_REDUCE_SCATTER, 1, &cat, dt, ir_shape(2, d1), &ra, loc, mine);
+  ir_move_last(g, at++);
+  for (int k = 0, off = 0; k < n; off += (int)len[k], k++) {
+    Value *y = rs[k]->out[0];
+    Attrs sa = {0};
+    sa.axis = 1;
+    sa.start = off;
+    sa.len = len[k];
+    int64_t d3[2] = {1, len[k]};
+    Value *sl = typed(g, OP_SLICE, 1, &red, dt, ir_shape(2, d3), &sa, loc, mine);
+    Value *v = typed(g, OP_RESHAPE, 1, &sl, dt, y->shape, NULL, loc, y->sharding);
+    v->name = y->name;
+    ir_replace_uses(g, y, v);
+    for (int r = 0; r < g->nresults; r++)
+      if (g->results[r] == y) g->results[r] = v;
+    int first = -1; /* the shard right before its first reader: the collective is waited there */
+    for (int q = 0; q < g->nnodes - 2 && first < 0; q++)
+      for (int u = 0; u < g->nodes[q]->nin; u++)
+        if (g->nodes[q]->in[u] == v) first = q;
+    if (first >= 0) {
+      ir_move_last(g, first); /* v, then the slice before it */
+      int pv = first, ps = g->nnodes - 1;
+      Node *sn = g->nodes[ps];
+      memmove(&g->nodes[pv + 1], &g->nodes[pv], sizeof(Node *) * (size_t)(ps - pv));
+      g->nodes[pv] = sn;
+    }
+  }
+  int w = 0; /* the single scatters go */
+  for (int q = 0; q < g->nnodes; q++) {
+    bool gone = false;
+    for (int k = 0; k < n; k++) gone |= g->nodes[q] == rs[k];
+    if (!gone) g->nodes[w++] = g->nodes[q];
+  }
+  g->nnodes = w;
+}
+
+static void bucket_scatters(Graph *g, int dp, int64_t cap) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) bucket_scatters(g->nodes[i]->body, dp, cap);
+  for (int i = 0; i < g->nnodes;) {
+    if (!packable(g->nodes[i])) {
+      i++;
+      continue;
+    }
+    int j = i;
+    int64_t bytes = 0;
+    DType dt = g->nodes[i]->in[0]->dtype;
+    while (j < g->nnodes && packable(g->nodes[j]) && g->nodes[j]->in[0]->dtype == dt) {
+      int64_t b = ir_numel(&g->nodes[j]->in[0]->shape) * ir_dtype_size(dt);
+      if (j > i && bytes + b > cap) break;
+      bytes += b;
+      j++;
+    }
+    if (j - i < 2) {
+      i = j;
+      continue;
+    }
+    int before = g->nnodes;
+    pack_scatters(g, i, j, dp);
+    i = j + (g->nnodes - before) - 2 * (j - i); /* past the run's reshapes, concat and scatter */
+    if (i < 0) i = 0;
+  }
+}
+
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
   if (stage <= 0 || dp <= 1) return true;
-  if (stage >= 3 && m->batch.accum > 1) { /* the micro-step region reads parameters it captures: not gathered yet */
-    const SrcLoc *at = &m->plan.opt_loc[PLAN_OPT_ZERO];
-    error_at(at->file ? *at : m->plan.loc,
-             "zero 3 with gradient accumulation (%lld micro-steps) is not supported yet: use zero 1 or 2, or a "
-             "batch of micro_batch x dp (%lld)",
-             (long long)m->batch.accum, (long long)(m->batch.micro * dp));
-    return false;
-  }
-
   Graph *g = m->graph;
   int n = g->nnodes;
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
@@ -345,6 +507,9 @@ bool pass_zero(Module *m) {
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
   for (int i = 0; i < nu; i++) shard_update(g, updates[i], dp, stage);
-  if (stage >= 2) complete_sumsq(g);
+  if (stage >= 2) {
+    complete_sumsq(g);
+    bucket_scatters(g, dp, m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20);
+  }
   return true;
 }

@@ -442,6 +442,23 @@ void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const 
   pend.exposed_s += dt;
 }
 
+void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void *x, int64_t outer, int64_t nl,
+                              int64_t inner, int blocks, int dtype, void *ws) {
+  int mode = dp_mode();
+  RtGroup *g = group_of(ctx, axis);
+  if (dev || !g || !contiguous(outer, blocks) || mode == MODE_BLOCKING || mode == MODE_MEMBER)
+    return rt_coll_all_gather(ctx, axis, y, x, outer, nl, inner, blocks, dtype, ws);
+  size_t words = (size_t)(nl * inner) * (size_t)rt_group_size(g);
+  RtDType mt = move_dtype(dtype, &words);
+  double t0 = now();
+  pend_reserve();
+  pend.p[pend.n++] = (Pending){rt_all_gather_start(g, x, y, words, mt), tag, t0};
+  pend.started++;
+  double dt = now() - t0;
+  ctx->comm_s += dt;
+  pend.exposed_s += dt;
+}
+
 void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root) {
   RtGroup *g = group_of(ctx, axis);
   size_t bytes = (size_t)n * rt_dtype_size((RtDType)dtype);

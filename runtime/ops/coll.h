@@ -74,6 +74,12 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
  * rt_coll_reduce_scatter, done on return. */
 void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const void *x, int64_t outer, int64_t nl,
                                   int64_t inner, int blocks, int dtype, void *ws);
+/* rt_coll_all_gather started asynchronously under `tag` (ZeRO's parameter gathers over dp): x
+ * must stay untouched and y unread until rt_coll_wait(tag) (the memory plan keeps x live until the
+ * wait). Host memory with contiguous chunks (outer 1, one block) and SHARDRT_DP_COMM async or lazy;
+ * otherwise (a device program, packing, blocking modes) it is rt_coll_all_gather, done on return. */
+void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void *x, int64_t outer, int64_t nl,
+                              int64_t inner, int blocks, int dtype, void *ws);
 /* y = x of the member with coordinate root. */
 void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root);
 /* y [outer, nl, inner] = this rank's chunk of x [outer, nl * degree, inner] (no communication). */

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Gradient accumulation in the compiled trainer (label mpi): the tiny GPT with a global batch of 8
 # sequences as 1 rank x micro-batch 8 (the reference), 1 rank x 2 micro-steps of 4, 2 dp ranks x
-# 2 micro-steps of 2, and dp 2 x tp 2 x 2 micro-steps of 2: 20 AdamW steps give the reference's
+# 2 micro-steps of 2, and dp 2 x tp 2 x 2 micro-steps of 2, the last two also under zero 3 (the
+# parameters gathered inside the micro-step loop); with dp the last micro-step runs after the loop so
+# its backward overlaps the gradient all-reduce (passes/peel.c): 20 AdamW steps give the reference's
 # loss curve within lib.sh's 1e-5 (the micro-steps change only the order of fp32 sums, as the
 # layouts do: layouts.sh). The trainer reads each rank's rows of the global batch and logs the
 # global batch; --batch is the global batch; a checkpoint resumes bit-identically; sampling is refused
@@ -19,6 +21,21 @@ m=(models/tiny.model -D seq=32 -D batch=8)
 grep -q 'repeat accum x2' "$t/src/tiny.c" || { echo "FAIL: no accumulation loop in the generated C"; exit 1; }
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 --world 2 -o "$t/dp2acc2"
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=2 --world 4 -o "$t/dp2tp2acc2"
+"$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 -D zero=3 --world 2 -o "$t/z3dp2acc2"
+"$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=2 -D zero=3 --world 4 -o "$t/z3dp2tp2acc2"
+# dp 2: the last micro-step runs after the loop (passes/peel.c) and its backward loop all-reduces the
+# layers' gradients (overlapped), nothing over dp is left in the loop's body
+"$shardc" plan "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 --world 2 --dump-ir >"$t/dp2.ir" 2>&1
+grep -q 'repeat accum x1 ' "$t/dp2.ir" || { echo "FAIL: dp 2 x 2 micro-steps: no 1-iteration accumulation loop"; exit 1; }
+nl=$(awk '/repeat accum x1 / { inacc = 1; next } inacc && /^  }/ { inacc = 0; after = 1; next }
+  after && /^    .*= all_reduce\(.*over=dp/ { n++ } END { print n + 0 }' "$t/dp2.ir")
+[ "$nl" -gt 0 ] || { echo "FAIL: dp 2 x 2 micro-steps: no gradient all-reduce inside the last backward loop"; exit 1; }
+echo "dp 2 accum 2: last micro-step peeled, $nl dp all-reduce(s) inside its backward loop"
+# zero 3: the parameters are gathered inside the micro-step loop (its own body: 4 spaces deep in the IR)
+"$shardc" plan "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 -D zero=3 --world 2 --dump-ir >"$t/z3.ir" 2>&1
+ng=$(grep -c '^    %[0-9]* : .*= all_gather(.*over=dp' "$t/z3.ir" || true)
+[ "$ng" -gt 0 ] || { echo "FAIL: zero 3 gathers no parameter in the accumulation loop's body"; exit 1; }
+echo "zero 3 dp2 accum 2: $ng parameter all-gathers in the micro-step loop's body"
 "$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" --save-to "$t/ck_one" >/dev/null
 "$t/acc2" "${run[@]}" --threads 2 --batch 8 --log "$t/acc2.jsonl" --save-to "$t/ck_acc2" >"$t/acc2.out"
 compare "1 rank, accum 2" "$t/acc2.jsonl" "$t/one.jsonl"
@@ -32,6 +49,10 @@ cmp <(losses "$t/acc2.jsonl" | tail -10) <(losses "$t/res.jsonl") || { echo "FAI
 compare "dp 2, accum 2" "$t/dp2acc2.jsonl" "$t/one.jsonl"
 "${mpi[@]}" -np 4 "$t/dp2tp2acc2" "${run[@]}" --log "$t/dp2tp2acc2.jsonl" >/dev/null
 compare "dp 2 x tp 2, accum 2" "$t/dp2tp2acc2.jsonl" "$t/one.jsonl"
+"${mpi[@]}" -np 2 "$t/z3dp2acc2" "${run[@]}" --log "$t/z3dp2acc2.jsonl" >/dev/null
+compare "zero 3 dp 2, accum 2" "$t/z3dp2acc2.jsonl" "$t/one.jsonl"
+"${mpi[@]}" -np 4 "$t/z3dp2tp2acc2" "${run[@]}" --log "$t/z3dp2tp2acc2.jsonl" >/dev/null
+compare "zero 3 dp 2 x tp 2, accum 2" "$t/z3dp2tp2acc2.jsonl" "$t/one.jsonl"
 if "$t/acc2" "${run[@]}" --batch 4 >"$t/bad.out" 2>&1; then echo "FAIL: --batch 4 accepted"; exit 1; fi
 grep -q -- '--batch 4: this program was compiled for' "$t/bad.out" || { echo "FAIL: --batch error"; cat "$t/bad.out"; exit 1; }
 if "$t/acc2" "${run[@]}" --steps 1 --sample 4 >"$t/sample.out" 2>&1; then echo "FAIL: --sample accepted"; exit 1; fi

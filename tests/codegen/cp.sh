@@ -4,7 +4,8 @@
 #
 #   a Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA, untied head) at 256 tokens with small dims:
 #   cp=2, cp=2 x tp=2 and cp=2 x dp=2 give the single-rank loss curve over 20 AdamW steps, and so
-#   does cp=2 of the tiny GPT (learned position embeddings, fused QKV); a checkpoint written
+#   does cp=2 of the tiny GPT (learned position embeddings, fused QKV), and cp=2 x dp=2 of it with
+#   2 gradient-accumulation micro-steps; a checkpoint written
 #   under cp=2 at step 10 resumes on one rank with the uninterrupted run's step-11 loss (the data
 #   loader reads each rank's zigzag chunks, checkpoints hold logical tensors).
 #
@@ -35,6 +36,11 @@ done
 "$t/tiny1" "${run[@]}" --threads 2 --log "$t/tiny1.jsonl" >/dev/null
 "${mpi[@]}" -np 2 "$t/tinycp2" "${run[@]}" --log "$t/tinycp2.jsonl" >/dev/null
 compare "tiny seq 64 cp2" "$t/tinycp2.jsonl" "$t/tiny1.jsonl"
+# cp=2 x dp=2 with 2 accumulation micro-steps (the last one after the loop, passes/peel.c: its
+# ring attention's sends and receives at the top level)
+"$shardc" build models/tiny.model -D seq=64 -D batch=4 -D micro_batch=1 -D dp=2 -D cp=2 --world 4 -o "$t/tinyacc" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/tinyacc" "${run[@]}" --log "$t/tinyacc.jsonl" >/dev/null
+compare "tiny cp2 x dp2, accum 2" "$t/tinyacc.jsonl" "$t/tiny1.jsonl"
 # a cp=2 checkpoint resumes on one rank
 "${mpi[@]}" -np 2 "$t/cp2" "${run[@]}" --stop-at 10 --save-to "$t/ck10" >/dev/null
 want=$(losses "$t/cp2.jsonl" | sed -n 11p)

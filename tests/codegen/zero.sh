@@ -34,12 +34,20 @@ echo "zero 1 dp2: $ng parameter all-gathers over dp"
 ns=$(grep -c "reduce_scatter(.*over=dp" "$t/z2.ir" || true)
 nr=$(grep -c "all_reduce(.*over=dp" "$t/z2.ir" || true)
 [ "$ns" -gt 0 ] || { echo "FAIL: zero 2 reduce-scatters no gradient"; exit 1; }
-echo "zero 2 dp2: $ns gradient reduce-scatters over dp, $nr all-reduces over dp (the loss's, the clip's)"
+# in buckets (passes/zero.c, bucket_scatters): fewer collectives than gradients
+ngr=$(grep -c 'state  "adam_m:' "$t/z2.ir" || true)
+[ "$ns" -lt "$ngr" ] || { echo "FAIL: zero 2: $ns reduce-scatters for $ngr gradients, not bucketed"; exit 1; }
+echo "zero 2 dp2: $ns gradient reduce-scatters over dp for $ngr gradients (bucketed), $nr all-reduces over dp (the loss's, the clip's)"
 "$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 --world 2 --dump-ir >"$t/z3.ir" 2>&1
 np=$(grep -c 'S(dp)[^=]*= param' "$t/z3.ir" || true)
 nl=$(grep -c '^    .*all_gather(.*over=dp' "$t/z3.ir" || true)
 [ "$np" -gt 0 ] && [ "$nl" -gt 0 ] || { echo "FAIL: zero 3 splits no parameter or gathers none in the loops"; exit 1; }
 echo "zero 3 dp2: $np parameters stored split over dp, $nl all-gathers inside the layer loops"
+# ... started asynchronously at the front of each iteration, waited before their first reader
+"$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 --world 2 --emit-c "$t/z3src" >/dev/null 2>&1
+na=$(grep -c "rt_coll_all_gather_start(" "$t/z3src/tiny.c" || true)
+[ "$na" -ge "$nl" ] || { echo "FAIL: zero 3: $na asynchronous all-gathers, want at least the $nl in the loops"; exit 1; }
+echo "zero 3 dp2: $na asynchronous parameter all-gathers"
 "$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
 for c in z1dp2:2 z1dp2tp2:4 z2dp2:2 z2dp2tp2:4 z3dp2:2 z3dp2tp2:4; do
   n=${c%%:*}

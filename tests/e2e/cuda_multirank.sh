@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A multi-rank CUDA program equals the CPU target's trainer of the same plan (labels cuda, mpi).
 #
-#   cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16
+#   cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|accum|accumbf16
 #   cuda_multirank.sh SHARDC ST_CLOSE nogpu    on a machine without a GPU, the tp2 program launched
 #                                              on 2 ranks without SHARDRT_DEVICE=emu stops with the
 #                                              no-GPU message (mpirun ends the other rank when the
@@ -28,6 +28,9 @@
 #                                         fraction of lr, except where |g| ~ eps: 1e-3 lr + 1e-7 per
 #                                         step as in test_compiled_vs_interp; measured: 7.5e-8)
 #   optimizer      |diff| <= 2.5e-7      (the moments: measured 3.7e-9)
+# accum, accumbf16: dp=2 with 2 micro-steps per step, the last one after the accumulation loop
+# (passes/peel.c: its backward loop adds each layer's gradient to the running sum and all-reduces
+# it; in bf16 the cast to the f32 sum moves into that loop too), in f32 and in bf16.
 # bf16 against the f32 CPU run: activations and GEMM inputs are rounded to bf16 (u = 2^-8 = 3.9e-3):
 #   loss           |rel| <= u / 4        (the loss is a mean over B*T positions: the roundings
 #                                         average out; measured: 3.0e-5)
@@ -71,7 +74,9 @@ case $what in
   tp2) plan=(-D micro_batch=8 -D dp=1 -D tp=2) ;;
   tp2sp) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true) ;;
   bf16) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|nogpu" >&2; exit 2 ;;
+  accum) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8) ;;
+  accumbf16) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|accum|accumbf16|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"

@@ -7,80 +7,80 @@
 
 extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */
 
-/* memory plan: 4716224 bytes (peak 4716224 live); kernel scratch follows it */
-#define WS (M + 4716224)
+/* memory plan: 4650688 bytes (peak 4650688 live); kernel scratch follows it */
+#define WS (M + 4650688)
 
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:11 */
   rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4334720)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 4334720)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4334720)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4713344)}});
+  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4647808)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1516672)}});
+  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1524864)}, &(char *){(M + 1516672)}, &(char *){(M + 4713344)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4647808)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1524864)}, &(char *){(M + 1844352)}});
+  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 1459328)}, &(char *){(M + 1975424)}});
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4713600)}, &(char *){(M + 1911680)}});
+  rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4648064)}, &(char *){(M + 1649536)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4531328)}});
+  rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4465792)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 8, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1910912)}});
+  rt_cu_launch(ctx, 8, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1648768)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 9, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4662400)}});
+  rt_cu_launch(ctx, 9, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4596864)}});
   /* models/std/transformer.model:57 */
   /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1911936)}, &(char *){(M + 4713856)}, &(char *){(M + 1912192)}});
+  rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1649792)}, &(char *){(M + 4648320)}, &(char *){(M + 1650048)}});
   /* models/std/transformer.model:65 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4138112)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 12, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 12, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1647744)}});
   /* models/std/transformer.model:72 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4203648)}});
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 13, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1912448)}});
+  rt_cu_launch(ctx, 13, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1650304)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 1844352);
+    char *c1_0 = (M + 1975424);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3875968 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 4713600) + i1 * 128)}, &(char *){((M + 1911680) + i1 * 128)}});
+      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3875968 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 4648064) + i1 * 128)}, &(char *){((M + 1649536) + i1 * 128)}});
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3875968 + i1 * 65536), ((M + 4531328) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3875968 + i1 * 65536), ((M + 4465792) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 15, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1910912) + i1 * 384)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 15, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1648768) + i1 * 384)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3482752 + i1 * 65536), 64, 0, (M + 1647744), 192, 0, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3482752 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3613824 + i1 * 65536), 64, 0, (M + 1647744), 192, 64, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3613824 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1647744), 192, 128, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
+      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4613248 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4662400) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4596864) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:58 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1911936) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
+      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1649792) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){((M + 1912192) + i1 * 128)}});
+      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4648320) + i1 * 128)}, &(char *){((M + 1650048) + i1 * 128)}});
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3089536 + i1 * 65536), ((M + 4138112) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 2565248 + i1 * 262144), RT_BF16, (M + 3089536 + i1 * 65536), ((M + 4138112) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:69 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1909888) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
+      rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565248 + i1 * 262144)}, &(char *){((M + 1647744) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2040960 + i1 * 262144), ((M + 4203648) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:76 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1912448) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1650304) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1516672)}});
       rt_cu_copy(ctx, ((M + 4007040) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1451136), 65536);
+      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
       c1_0 = (M + 1975424);
     }
   }
@@ -92,7 +92,7 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4269184), (M + 4334720), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 20, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4716160)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 20, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4650624)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
   /* models/tiny.model:19 */
   rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4367616)}});
   /* models/tiny.model:19 */
@@ -102,18 +102,18 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 4629632), RT_BF16, (M + 1713280), (M + 4269184), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 4564096), RT_BF16, (M + 1713280), (M + 4269184), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
   rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4269184)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 4367488)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4714112)}, &(char *){(M + 4714368)}});
+  rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4648576)}, &(char *){(M + 4648832)}});
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
     char *c1_0 = (M + 4269184);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
       /* models/std/transformer.model:76 */
-      rt_cu_launch(ctx, 28, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){c1_0}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715904 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 28, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){c1_0}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4650368 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, ((M + 4203648) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:73 */
@@ -121,195 +121,195 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:73 */
       rt_cu_copy(ctx, (M + 1975424), c1_0, 65536);
       /* models/std/transformer.model:73 */
-      rt_cu_matmul(ctx, (M + 4465792 + i1 * 32768), RT_BF16, (M + 1713280), (M + 1975424), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4400256 + i1 * 32768), RT_BF16, (M + 1713280), (M + 1975424), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:71 */
       rt_cu_launch(ctx, 30, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2565248) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
       /* models/std/transformer.model:69 */
-      rt_cu_launch(ctx, 31, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 32, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4711552 + i1 * 512)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 31, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 32, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4646016 + i1 * 512)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1713280), ((M + 4138112) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
       rt_cu_copy(ctx, (M + 1516672), ((M + 3089536) + i1 * 65536), 65536);
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 4400256 + i1 * 32768), RT_BF16, (M + 1516672), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4334720 + i1 * 32768), RT_BF16, (M + 1516672), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220608) + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715392 + i1 * 128)}, &(char *){(M + 4715648 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220608) + i1 * 65536)}, &(char *){((M + 4648320) + i1 * 128)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4649856 + i1 * 128)}, &(char *){(M + 4650112 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 33, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 28, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1647744)}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715136 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 28, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1647744)}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4649600 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1647744), ((M + 4662400) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1647744), ((M + 4596864) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
       rt_cu_copy(ctx, (M + 1516672), ((M + 3351680) + i1 * 65536), 65536);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 4695168 + i1 * 8192), RT_BF16, (M + 1516672), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4629632 + i1 * 8192), RT_BF16, (M + 1516672), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 34, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){((M + 3351680) + i1 * 65536)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 35, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4678784) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 36, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4678784) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 34, 1, 4, 8, 64, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){((M + 3351680) + i1 * 65536)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 35, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4613248) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 36, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){((M + 3482752) + i1 * 65536)}, &(char *){((M + 3613824) + i1 * 65536)}, &(char *){((M + 3744896) + i1 * 65536)}, &(char *){((M + 4613248) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 1451136), 192, 0, (M + 1713280), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 64, (M + 1778816), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 128, (M + 1844352), 64, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 37, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 38, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4712576 + i1 * 384)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 37, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 38, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4647040 + i1 * 384)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 1713280), RT_BF16, (M + 1451136), ((M + 4531328) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1713280), RT_BF16, (M + 1451136), ((M + 4465792) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
       rt_cu_copy(ctx, (M + 1778816), ((M + 3875968) + i1 * 65536), 65536);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 4580480 + i1 * 24576), RT_BF16, (M + 1778816), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4514944 + i1 * 24576), RT_BF16, (M + 1778816), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007040) + i1 * 65536)}, &(char *){((M + 4713600) + i1 * 128)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4714624 + i1 * 128)}, &(char *){(M + 4714880 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 25, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007040) + i1 * 65536)}, &(char *){((M + 4648064) + i1 * 128)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4649088 + i1 * 128)}, &(char *){(M + 4649344 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 33, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
-      rt_cu_copy(ctx, (M + 4334720), (M + 1516672), 65536);
-      c1_0 = (M + 4334720);
+      rt_cu_launch(ctx, 33, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
+      rt_cu_copy(ctx, (M + 4269184), (M + 1647744), 65536);
+      c1_0 = (M + 4269184);
     }
   }
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 39, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715904)}, &(char *){(M + 1962624)}});
+  rt_cu_launch(ctx, 39, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4650368)}, &(char *){(M + 1929856)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 40, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4465792)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 40, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4400256)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 41, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4711552)}, &(char *){(M + 1959040)}});
+  rt_cu_launch(ctx, 41, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4646016)}, &(char *){(M + 1926272)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 40, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4400256)}, &(char *){(M + 1582208)}});
+  rt_cu_launch(ctx, 40, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4334720)}, &(char *){(M + 1582208)}});
   /* models/std/transformer.model:10 */
   /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 42, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4715648)}, &(char *){(M + 4715392)}, &(char *){(M + 4715136)}, &(char *){(M + 1963136)}, &(char *){(M + 1963648)}, &(char *){(M + 1964160)}});
+  rt_cu_launch(ctx, 42, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4650112)}, &(char *){(M + 4649856)}, &(char *){(M + 4649600)}, &(char *){(M + 1930368)}, &(char *){(M + 1930880)}, &(char *){(M + 1931392)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 43, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4695168)}, &(char *){(M + 1877120)}});
+  rt_cu_launch(ctx, 43, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4629632)}, &(char *){(M + 1877120)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 44, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4712576)}, &(char *){(M + 1961088)}});
+  rt_cu_launch(ctx, 44, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4647040)}, &(char *){(M + 1928320)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 45, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4580480)}, &(char *){(M + 1713280)}});
+  rt_cu_launch(ctx, 45, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4514944)}, &(char *){(M + 1713280)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 46, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4714880)}, &(char *){(M + 4714624)}, &(char *){(M + 1964672)}, &(char *){(M + 1965184)}});
+  rt_cu_launch(ctx, 46, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4649344)}, &(char *){(M + 4649088)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 47, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4334720)}});
+  rt_cu_launch(ctx, 47, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4269184)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 48, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 4713344)}, &(char *){(M + 1811584)}, &(long long){0}});
+  rt_cu_launch(ctx, 48, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 4647808)}, &(char *){(M + 1811584)}, &(long long){0}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 49, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1942656)}});
+  rt_cu_launch(ctx, 49, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 50, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 1446912)}, &(char *){(M + 4334720)}, &(long long){0}});
+  rt_cu_launch(ctx, 50, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 1446912)}, &(char *){(M + 4269184)}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 51, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4629632)}, &(char *){(M + 1811584)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 51, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4564096)}, &(char *){(M + 1811584)}, &(char *){(M + 4564096)}});
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 52, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1909888)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 52, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4564096)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 53, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1909888)}, &(char *){(WS + 256)}});
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 55, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1942656)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1909952)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 53, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1965184)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910016)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 55, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1909888)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932992)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1964672)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910080)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1932416)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933056)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910144)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931904)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933120)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1961088)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910208)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933184)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 61, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1877120)}}); rt_cu_launch(ctx, 62, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910272)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1928320)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933248)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1964160)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910336)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 61, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1877120)}}); rt_cu_launch(ctx, 62, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933312)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1963648)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910400)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931392)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933376)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1963136)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910464)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930880)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933440)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 63, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1582208)}}); rt_cu_launch(ctx, 64, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910528)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930368)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933504)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 65, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1959040)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910592)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 63, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1582208)}}); rt_cu_launch(ctx, 64, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933568)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 63, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 64, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910656)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 65, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1926272)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933632)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1962624)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910720)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 63, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 64, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933696)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4714368)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910784)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1929856)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933760)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4714112)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1910848)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4648832)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 0, (M + 1909888), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 1, (M + 1909952), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 2, (M + 1910016), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 3, (M + 1910080), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 4, (M + 1910144), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 5, (M + 1910208), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 6, (M + 1910272), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 7, (M + 1910336), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 8, (M + 1910400), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 9, (M + 1910464), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 10, (M + 1910528), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 11, (M + 1910592), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 12, (M + 1910656), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 13, (M + 1910720), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 14, (M + 1910784), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1910912), 16, 15, (M + 1910848), 1, 0, 1, 1, 1, 4);
+  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4648576)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1910912)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1909888)}, &(char *){(WS + 256)}});
+  /* models/tiny.model:26 */
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 0, (M + 1932928), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 1, (M + 1932992), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 2, (M + 1933056), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 3, (M + 1933120), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 4, (M + 1933184), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 5, (M + 1933248), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 6, (M + 1933312), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 7, (M + 1933376), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 8, (M + 1933440), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 9, (M + 1933504), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 10, (M + 1933568), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 11, (M + 1933632), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 12, (M + 1933696), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 13, (M + 1933760), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 14, (M + 1933824), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1933952), 16, 15, (M + 1933888), 1, 0, 1, 1, 1, 4);
+  /* models/tiny.model:26 */
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1933952)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1909888)}, &(char *){(M + 1909952)}, &(char *){(M + 1910016)}});
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(M + 1932992)}, &(char *){(M + 1933056)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_copy_block(ctx, (M + 1909888), 3, 0, (M + 1451008), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1909888), 3, 1, (M + 1910016), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1909888), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1932928), 3, 0, (M + 1451008), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1932928), 3, 1, (M + 1933056), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1932928), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 69, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1811584)}, &(char *){(M + 482304)}, &(char *){(M + 547840)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 69, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1811584)}, &(char *){(M + 482304)}, &(char *){(M + 547840)}, &(char *){(M + 1932928)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 70, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1942656)}, &(char *){(M + 613376)}, &(char *){(M + 629760)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 70, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1909888)}, &(char *){(M + 613376)}, &(char *){(M + 629760)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 1965184)}, &(char *){(M + 646144)}, &(char *){(M + 646656)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 1932416)}, &(char *){(M + 646144)}, &(char *){(M + 646656)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 1964672)}, &(char *){(M + 647168)}, &(char *){(M + 647680)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 1931904)}, &(char *){(M + 647168)}, &(char *){(M + 647680)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 72, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1713280)}, &(char *){(M + 648192)}, &(char *){(M + 746496)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 72, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1713280)}, &(char *){(M + 648192)}, &(char *){(M + 746496)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 73, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1961088)}, &(char *){(M + 844800)}, &(char *){(M + 846336)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 73, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1928320)}, &(char *){(M + 844800)}, &(char *){(M + 846336)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 74, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 1877120)}, &(char *){(M + 847872)}, &(char *){(M + 880640)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 74, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 1877120)}, &(char *){(M + 847872)}, &(char *){(M + 880640)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:57 */
-  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 1964160)}, &(char *){(M + 913408)}, &(char *){(M + 913920)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 1931392)}, &(char *){(M + 913408)}, &(char *){(M + 913920)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 1963648)}, &(char *){(M + 914432)}, &(char *){(M + 914944)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 1930880)}, &(char *){(M + 914432)}, &(char *){(M + 914944)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 1963136)}, &(char *){(M + 915456)}, &(char *){(M + 915968)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 1930368)}, &(char *){(M + 915456)}, &(char *){(M + 915968)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 75, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1582208)}, &(char *){(M + 916480)}, &(char *){(M + 1047552)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 75, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1582208)}, &(char *){(M + 916480)}, &(char *){(M + 1047552)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 76, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1959040)}, &(char *){(M + 1178624)}, &(char *){(M + 1180672)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 76, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1926272)}, &(char *){(M + 1178624)}, &(char *){(M + 1180672)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 75, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1451136)}, &(char *){(M + 1182720)}, &(char *){(M + 1313792)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 75, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1451136)}, &(char *){(M + 1182720)}, &(char *){(M + 1313792)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1962624)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1929856)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 77, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4714368)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 77, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4648832)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 77, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4714112)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 77, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4648576)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
 }
 
 static void eval(char *M, RtCtx *ctx) {
@@ -317,72 +317,72 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/tiny.model:11 */
   rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4334720)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 4334720)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4334720)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4713344)}});
+  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4647808)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1516672)}});
+  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1524864)}, &(char *){(M + 1516672)}, &(char *){(M + 4713344)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4647808)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1524864)}, &(char *){(M + 1844352)}});
+  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 1459328)}, &(char *){(M + 1975424)}});
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4713600)}, &(char *){(M + 1911680)}});
+  rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4648064)}, &(char *){(M + 1649536)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4531328)}});
+  rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4465792)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 8, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1910912)}});
+  rt_cu_launch(ctx, 8, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1648768)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 9, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4662400)}});
+  rt_cu_launch(ctx, 9, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4596864)}});
   /* models/std/transformer.model:57 */
   /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1911936)}, &(char *){(M + 4713856)}, &(char *){(M + 1912192)}});
+  rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1649792)}, &(char *){(M + 4648320)}, &(char *){(M + 1650048)}});
   /* models/std/transformer.model:65 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4138112)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 12, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 12, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1647744)}});
   /* models/std/transformer.model:72 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4203648)}});
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 13, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1912448)}});
+  rt_cu_launch(ctx, 13, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1650304)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 1844352);
+    char *c1_0 = (M + 1975424);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3875968 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 4713600) + i1 * 128)}, &(char *){((M + 1911680) + i1 * 128)}});
+      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3875968 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 4648064) + i1 * 128)}, &(char *){((M + 1649536) + i1 * 128)}});
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3875968 + i1 * 65536), ((M + 4531328) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3875968 + i1 * 65536), ((M + 4465792) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 15, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1910912) + i1 * 384)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 15, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1648768) + i1 * 384)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3482752 + i1 * 65536), 64, 0, (M + 1647744), 192, 0, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3482752 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3613824 + i1 * 65536), 64, 0, (M + 1647744), 192, 64, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3613824 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1647744), 192, 128, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
+      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4613248 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4662400) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4596864) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:58 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1911936) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
+      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1649792) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){((M + 1912192) + i1 * 128)}});
+      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4648320) + i1 * 128)}, &(char *){((M + 1650048) + i1 * 128)}});
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3089536 + i1 * 65536), ((M + 4138112) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 2565248 + i1 * 262144), RT_BF16, (M + 3089536 + i1 * 65536), ((M + 4138112) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:69 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1909888) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
+      rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565248 + i1 * 262144)}, &(char *){((M + 1647744) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2040960 + i1 * 262144), ((M + 4203648) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:76 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1912448) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1650304) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1516672)}});
       rt_cu_copy(ctx, ((M + 4007040) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1451136), 65536);
+      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
       c1_0 = (M + 1975424);
     }
   }
@@ -394,7 +394,7 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4269184), (M + 4334720), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 20, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4716160)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 20, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4650624)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
@@ -402,72 +402,72 @@ static void logits(char *M, RtCtx *ctx) {
   /* models/tiny.model:11 */
   rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4334720)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 4334720)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4334720)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4713344)}});
+  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4647808)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1516672)}});
+  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1524864)}, &(char *){(M + 1516672)}, &(char *){(M + 4713344)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4647808)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1524864)}, &(char *){(M + 1844352)}});
+  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 1459328)}, &(char *){(M + 1975424)}});
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4713600)}, &(char *){(M + 1911680)}});
+  rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 82432)}, &(char *){(M + 4648064)}, &(char *){(M + 1649536)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4531328)}});
+  rt_cu_launch(ctx, 7, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4465792)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 8, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1910912)}});
+  rt_cu_launch(ctx, 8, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1648768)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 9, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4662400)}});
+  rt_cu_launch(ctx, 9, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4596864)}});
   /* models/std/transformer.model:57 */
   /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1911936)}, &(char *){(M + 4713856)}, &(char *){(M + 1912192)}});
+  rt_cu_launch(ctx, 10, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 216064)}, &(char *){(M + 216576)}, &(char *){(M + 1649792)}, &(char *){(M + 4648320)}, &(char *){(M + 1650048)}});
   /* models/std/transformer.model:65 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4138112)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 12, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 12, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1647744)}});
   /* models/std/transformer.model:72 */
   rt_cu_launch(ctx, 11, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4203648)}});
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 13, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1912448)}});
+  rt_cu_launch(ctx, 13, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1650304)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 1844352);
+    char *c1_0 = (M + 1975424);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3875968 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 4713600) + i1 * 128)}, &(char *){((M + 1911680) + i1 * 128)}});
+      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3875968 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 4648064) + i1 * 128)}, &(char *){((M + 1649536) + i1 * 128)}});
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3875968 + i1 * 65536), ((M + 4531328) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3875968 + i1 * 65536), ((M + 4465792) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 15, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1910912) + i1 * 384)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 15, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1648768) + i1 * 384)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3482752 + i1 * 65536), 64, 0, (M + 1647744), 192, 0, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3482752 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3613824 + i1 * 65536), 64, 0, (M + 1647744), 192, 64, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3613824 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1647744), 192, 128, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3744896 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4678784 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
+      rt_cu_launch(ctx, 16, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351680 + i1 * 65536)}, &(char *){(M + 4613248 + i1 * 8192)}, &(char *){(M + 3482752 + i1 * 65536)}, &(char *){(M + 3613824 + i1 * 65536)}, &(char *){(M + 3744896 + i1 * 65536)}});
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4662400) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351680 + i1 * 65536), ((M + 4596864) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:58 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1911936) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
+      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1649792) + i1 * 128)}, &(char *){c1_0}, &(char *){(M + 3220608 + i1 * 65536)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4713856) + i1 * 128)}, &(char *){((M + 1912192) + i1 * 128)}});
+      rt_cu_launch(ctx, 14, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089536 + i1 * 65536)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){((M + 4648320) + i1 * 128)}, &(char *){((M + 1650048) + i1 * 128)}});
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3089536 + i1 * 65536), ((M + 4138112) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 2565248 + i1 * 262144), RT_BF16, (M + 3089536 + i1 * 65536), ((M + 4138112) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:69 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1909888) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
+      rt_cu_launch(ctx, 18, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565248 + i1 * 262144)}, &(char *){((M + 1647744) + i1 * 512)}, &(char *){(M + 2565248 + i1 * 262144)}, &(char *){(M + 2040960 + i1 * 262144)}});
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2040960 + i1 * 262144), ((M + 4203648) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:76 */
       /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1912448) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 17, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){((M + 1650304) + i1 * 128)}, &(char *){(M + 3220608 + i1 * 65536)}, &(char *){(M + 1516672)}});
       rt_cu_copy(ctx, ((M + 4007040) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1451136), 65536);
+      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
       c1_0 = (M + 1975424);
     }
   }
@@ -1162,24 +1162,24 @@ static const RtTensor tensors[] = {
   {"adam_v:layernorm.w", RT_T_STATE, 0, 1, {64}, 1446144, 0, 0, 0, 0},
   {"adam_m:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446400, 0, 0, 0, 0},
   {"adam_v:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446656, 0, 0, 0, 0},
-  {"loss", RT_T_RESULT, 0, 0, {}, 4716160, 0, 0, 0, 0},
+  {"loss", RT_T_RESULT, 0, 0, {}, 4650624, 0, 0, 0, 0},
   {"grad:wte", RT_T_RESULT, 0, 2, {256, 64}, 1811584, 0, 0, 0, 0},
-  {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 1942656, 0, 0, 0, 0},
-  {"grad:blocks.layernorm.w", RT_T_RESULT, 0, 2, {2, 64}, 1965184, 1, 0, 0, 0},
-  {"grad:blocks.layernorm.b", RT_T_RESULT, 0, 2, {2, 64}, 1964672, 1, 0, 0, 0},
+  {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 1909888, 0, 0, 0, 0},
+  {"grad:blocks.layernorm.w", RT_T_RESULT, 0, 2, {2, 64}, 1932416, 1, 0, 0, 0},
+  {"grad:blocks.layernorm.b", RT_T_RESULT, 0, 2, {2, 64}, 1931904, 1, 0, 0, 0},
   {"grad:blocks.attention.w_qkv", RT_T_RESULT, 0, 3, {2, 64, 192}, 1713280, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 0, 2, {2, 192}, 1961088, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 0, 2, {2, 192}, 1928320, 1, 0, 0, 0},
   {"grad:blocks.attention.w_o", RT_T_RESULT, 0, 3, {2, 64, 64}, 1877120, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_o", RT_T_RESULT, 0, 2, {2, 64}, 1964160, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 0, 2, {2, 64}, 1963648, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 0, 2, {2, 64}, 1963136, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_o", RT_T_RESULT, 0, 2, {2, 64}, 1931392, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 0, 2, {2, 64}, 1930880, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 0, 2, {2, 64}, 1930368, 1, 0, 0, 0},
   {"grad:blocks.mlp.w_fc", RT_T_RESULT, 0, 3, {2, 64, 256}, 1582208, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 0, 2, {2, 256}, 1959040, 1, 0, 0, 0},
+  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 0, 2, {2, 256}, 1926272, 1, 0, 0, 0},
   {"grad:blocks.mlp.w_proj", RT_T_RESULT, 0, 3, {2, 256, 64}, 1451136, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 0, 2, {2, 64}, 1962624, 1, 0, 0, 0},
-  {"grad:layernorm.w", RT_T_RESULT, 0, 1, {64}, 4714368, 0, 0, 0, 0},
-  {"grad:layernorm.b", RT_T_RESULT, 0, 1, {64}, 4714112, 0, 0, 0, 0},
-  {"grad_norm", RT_T_RESULT, 0, 0, {}, 1909952, 0, 0, 0, 0},
+  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 0, 2, {2, 64}, 1929856, 1, 0, 0, 0},
+  {"grad:layernorm.w", RT_T_RESULT, 0, 1, {64}, 4648832, 0, 0, 0, 0},
+  {"grad:layernorm.b", RT_T_RESULT, 0, 1, {64}, 4648576, 0, 0, 0, 0},
+  {"grad_norm", RT_T_RESULT, 0, 0, {}, 1932992, 0, 0, 0, 0},
 };
 
 /* the logits the logits() entry leaves, with their sharding (sampling gathers them) */
@@ -1189,9 +1189,9 @@ static const RtTensor logits_tensor =
 static const RtProgram program = {
   .model = "tiny",
   .source = "models/tiny.model",
-  .mem_bytes = 4716224,
+  .mem_bytes = 4650688,
   .workspace_bytes = workspace_bytes,
-  .mem_peak = 4716224,
+  .mem_peak = 4650688,
   .batch = 8,
   .seq = 64,
   .vocab = 256,

@@ -9,8 +9,11 @@
  * every updated parameter and optimizer state must agree within a relative error of 1e-10.
  * Every target is counted (none is -1): the loss is the mean of the micro-steps' means, which
  * is the big batch's mean when every micro-step counts as many targets. The checks also
- * assert the shape of the program: one `repeat accum xk` region at the top, the tokens input
- * [k, B / (k dp) x dp, S], and the data-parallel gradient all-reduce after the region, once.
+ * assert the shape of the program: one `repeat accum` region at the top (k iterations; k-1 with
+ * dp, whose last micro-step runs after it, passes/peel.c), the tokens input [k, B / (k dp) x dp, S],
+ * and the data-parallel gradient reduction after the region, once, inside the last micro-step's
+ * backward loop for the layers' gradients;
+ * and of its memory plan: each running sum is one buffer (zeros, sums and output in place).
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,14 +55,50 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
 }
 
 
-/* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it. */
-static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
-  const Graph *g = m->graph;
-  int nacc = 0, pos = -1, dp_before = 0, dp_after = 0;
+/* dp all-gathers in g and the bodies nested in it. */
+static int dp_gathers(const Graph *g) {
+  int c = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == k) nacc++, pos = i;
+    c += n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) c += dp_gathers(n->body);
+  }
+  return c;
+}
+
+/* dp all-reduces and reduce-scatters inside g's bodies (not g's own). */
+static int dp_reductions_in_loops(const Graph *g, bool top) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    c += !top && (n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER) && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) c += dp_reductions_in_loops(n->body, false);
+  }
+  return c;
+}
+
+/* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it;
+ * under zero 3, parameters stored split over dp and gathered inside the region. */
+static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
+  const Graph *g = m->graph;
+  int nacc = 0, pos = -1, dp_before = 0, dp_after = 0, split = 0, gathers = 0, in_loop = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    /* with dp, the last micro-step runs after the region (passes/peel.c) */
+    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == (dp > 1 ? k - 1 : k)) {
+      nacc++, pos = i, gathers = dp_gathers(n->body);
+      /* memplan: each running sum is one buffer (its zeros, the sum of every micro-step, the output) */
+      for (int c = 0; c < n->a.ncarry; c++)
+        if (n->body->results[c]->offset != n->out[c]->offset || n->out[c]->offset != n->in[c]->offset) {
+          fprintf(stderr, "FAIL %s: carry %d at %lld, sum at %lld, output at %lld: not one buffer\n", what, c,
+                  (long long)n->in[c]->offset, (long long)n->body->results[c]->offset, (long long)n->out[c]->offset);
+          failures++;
+        }
+    }
+    if (n->op == OP_PARAM)
+      for (int d = 0; d < n->out[0]->shape.rank; d++) split += n->out[0]->sharding.split[d] == RT_AX_DP;
     if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP) *(pos < 0 ? &dp_before : &dp_after) += 1;
+    if (pos >= 0 && i > pos && n->op == OP_REPEAT) in_loop += dp_reductions_in_loops(n->body, false);
     if (n->op == OP_INPUT && strcmp(n->a.name, "tokens") == 0 && (n->out[0]->shape.rank != 3 || n->out[0]->shape.dim[0] != k)) {
       fprintf(stderr, "FAIL %s: tokens is not [%lld, ..]\n", what, (long long)k);
       failures++;
@@ -68,6 +107,16 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
   if (nacc != 1 || dp_before || (dp > 1 && dp_after < 1)) {
     fprintf(stderr, "FAIL %s: %d accum regions, %d dp all-reduces before it and %d after\n", what, nacc, dp_before,
             dp_after);
+    failures++;
+  }
+  /* the last micro-step's backward loop reduces each layer's gradients (overlapped) */
+  if (dp > 1 && in_loop < 1) {
+    fprintf(stderr, "FAIL %s: no dp gradient reduction inside the last micro-step's backward loop\n", what);
+    failures++;
+  }
+  if (m->plan.zero >= 3 && dp > 1 && (split < 1 || gathers < split)) {
+    fprintf(stderr, "FAIL %s: zero 3 stores %d parameters split over dp and gathers %d in the region\n", what, split,
+            gathers);
     failures++;
   }
 }
@@ -141,7 +190,12 @@ int main(void) {
   /* with ZeRO: the llama model's own plan is zero 1 and recompute selective (above); stage 2 */
   const FeDefine tiny_z2[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "2"}};
   run_model("tiny, zero 2", SHARDC_MODELS_DIR "/tiny.model", tiny_z2, 5, 8, 8, 256);
-  /* zero 3 with accumulation is refused (tests/passes/plan_options.sh) */
+  /* zero 3: the micro-step region gathers the parameters it reads (per use, per layer) */
+  const FeDefine tiny_z3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "3"}};
+  run_model("tiny, zero 3", SHARDC_MODELS_DIR "/tiny.model", tiny_z3, 5, 8, 8, 256);
+  const FeDefine llama_z3[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                               {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"zero", "3"}};
+  run_model("Llama shaped, zero 3", SHARDC_MODELS_DIR "/llama3-8b.model", llama_z3, 9, 8, 8, 128);
   /* recompute inside the micro-step region */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"recompute", "full"}};
   run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);

@@ -5,7 +5,7 @@
  *
  * The graph (top level, no bodies):
  *   a = tanh(x) ; y = all_reduce(a)           a dies at the all-reduce: y takes a's place
- *   c = tanh(y) ; d = all_reduce(c) ; e = c + d   c is read after: d gets its own bytes
+ *   c = tanh(y) ; d = all_reduce(c) ; e = c + d   c is read after: d gets its own bytes; e takes c's
  *   f = tanh(e) ; g1, g2 = all_reduce(f, f)   the same input twice: at most one takes it
  *   loss = sum(g1 + g2 + w)
  */
@@ -47,12 +47,18 @@ static int last_use(const Graph *g, const Value *v) {
 static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
 /* u's bytes may be v's while both live only when v is an all-reduce output (or an update's
- * result) whose input u (or the reverse) dies at that all-reduce (update). */
+ * result, a scale's, an add's into its first operand, a repeat's carry) whose input u (or the
+ * reverse) dies at that node. */
 static bool planned_alias(const Graph *g, const Value *u, const Value *v) {
   for (int pass = 0; pass < 2; pass++) {
     const Value *x = pass ? v : u, *y = pass ? u : v;
     const Node *n = y->def;
     if (n->op == OP_ALL_REDUCE && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n)) return true;
+    if (n->op == OP_SCALE && x == n->in[0] && last_use(g, x) == pos_of(g, n)) return true;
+    if (n->op == OP_ADD && x == n->in[0] && ir_shape_eq(&x->shape, &y->shape) && last_use(g, x) == pos_of(g, n))
+      return true;
+    if (n->op == OP_REPEAT && y->idx < n->a.ncarry && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n))
+      return true;
     bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAMW_UPDATE;
     if (upd && x == n->in[y->idx ? y->idx + 1 : 0] && last_use(g, x) == pos_of(g, n)) return true;
   }
@@ -125,6 +131,58 @@ static void zero_gather_case(Arena *a) {
   check_no_overlap(g);
 }
 
+/* A repeat's carries (memplan's carry_in_place, carry_init_shared): three carries from zeros over
+ * xs x [3, 4, 8]:
+ *   s' = s + x          (arg s read by the add only: the sum is written into the output, which
+ *                        takes the zeros' place: one buffer)
+ *   a' = a + tanh(a)    (arg a read twice: the sum gets its own bytes)
+ *   b' = a              (arg a yielded as another carry: a's output keeps its own bytes, since the
+ *                        copy into it would overwrite what b still copies from)
+ * and mean = scale(s_out), s_out dead after it: in place. */
+static void carry_case(Arena *a) {
+  Module *m = tb_module(a, "memplan_carry");
+  Graph *g = m->graph;
+  Shape s = tb_shape(2, 4, 8);
+  Value *xs = tb_input(g, "xs", DT_F32, tb_shape(3, 3, 4, 8));
+  Attrs za = {0};
+  Value *init[3];
+  for (int k = 0; k < 3; k++) init[k] = tb_shaped(g, OP_CONST, 0, NULL, DT_F32, s, &za);
+  Graph *body = ir_graph_new(a, g);
+  Value *sa = ir_add_arg(body, DT_F32, s, "s")->out[0];
+  Value *aa = ir_add_arg(body, DT_F32, s, "a")->out[0];
+  ir_add_arg(body, DT_F32, s, "b");
+  Value *xa = ir_add_arg(body, DT_F32, s, "x")->out[0];
+  Value *s1 = tb_op2(body, OP_ADD, sa, xa, NULL);
+  Value *a1 = tb_op2(body, OP_ADD, aa, tb_op1(body, OP_TANH, aa, NULL), NULL);
+  ir_add_result(body, s1, NULL);
+  ir_add_result(body, a1, NULL);
+  ir_add_result(body, aa, NULL);
+  Value *in[4] = {init[0], init[1], init[2], xs};
+  Node *r = tb_repeat(g, body, 4, in, 3, 3, 1, "acc");
+  Attrs sc = {0};
+  sc.scalar = 1.0 / 3;
+  Value *mean = tb_op1(g, OP_SCALE, r->out[0], &sc);
+  ir_add_result(g, mean, "mean");
+  ir_add_result(g, r->out[1], "a");
+  ir_add_result(g, r->out[2], "b");
+  if (!pass_memplan(m)) {
+    fprintf(stderr, "pass_memplan failed\n");
+    failures++;
+    return;
+  }
+  EXPECT(s1->offset == r->out[0]->offset && s1->stride == 0, "s + x written into the output: at %lld, output at %lld",
+         (long long)s1->offset, (long long)r->out[0]->offset);
+  EXPECT(r->out[0]->offset == init[0]->offset, "the output takes its zeros' place: at %lld, zeros at %lld",
+         (long long)r->out[0]->offset, (long long)init[0]->offset);
+  EXPECT(mean->offset == r->out[0]->offset, "the mean in place: at %lld, the sum at %lld", (long long)mean->offset,
+         (long long)r->out[0]->offset);
+  EXPECT(a1->offset != r->out[1]->offset, "a + tanh(a) (a read twice) written into the output at %lld",
+         (long long)a1->offset);
+  EXPECT(r->out[1]->offset != init[1]->offset, "a's output on its zeros although b copies from a: at %lld",
+         (long long)init[1]->offset);
+  check_no_overlap(g);
+}
+
 int main(void) {
   Arena a;
   arena_init(&a);
@@ -155,10 +213,13 @@ int main(void) {
   EXPECT(y->offset == av->offset, "y = all_reduce(a), a dead after: y at %lld, a at %lld", (long long)y->offset,
          (long long)av->offset);
   EXPECT(d->offset != c->offset, "d = all_reduce(c), c read after: both at %lld", (long long)d->offset);
+  EXPECT(e->offset == c->offset, "e = c + d, c dead after: e at %lld, c at %lld", (long long)e->offset,
+         (long long)c->offset);
   EXPECT(two->out[0]->offset != two->out[1]->offset, "all_reduce(f, f): both outputs at %lld",
          (long long)two->out[0]->offset);
   check_no_overlap(g);
   zero_gather_case(&a);
+  carry_case(&a);
   arena_free(&a);
   if (failures) fprintf(stderr, "test_memplan: %d failures\n", failures);
   else printf("test_memplan: ok\n");

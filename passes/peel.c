@@ -1,0 +1,224 @@
+/* passes/peel.c — the `peel` pass: the last micro-step of gradient accumulation runs outside its
+ * region, so the data-parallel gradient reduction overlaps its backward.
+ *
+ * After `accum`, the gradients' dp all-reduces read the mean of each running sum after the
+ * `repeat accum xk` region: every byte of communication waits for the last micro-step's whole
+ * backward. With dp > 1 this pass runs the region k-1 times and the k-th micro-step after it, a
+ * copy of the body at the top level (the layer loops copied too), whose inputs are the region's
+ * outputs (the sums so far) and row k-1 of the per-step inputs. Its sums `sum + g` feed the means
+ * in place of the region's outputs. A layer's gradient comes out of the copied backward loop
+ * stacked; that loop now also reads the sum so far as a stacked input and yields, per layer,
+ * `(sum_l + g_l) / k` — so the all-reduce reads the loop's stacked output, and `buckets` moves it
+ * into the loop right after the layer's gradient, as without accumulation: layer l's gradients are
+ * reduced while layer l-1's backward runs. The other gradients' sums (embedding, final norm, the
+ * head) are ready where the last micro-step computes them, and `buckets` starts their all-reduce
+ * there. The arithmetic is the region's: the same adds in the same order, the same scale.
+ */
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+
+typedef struct {
+  Graph *g;    /* the top graph */
+  PtrMap map;  /* body value -> its copy (or the value standing for it) */
+} Peel;
+
+static Value *mapped(const Peel *p, Value *v) {
+  intptr_t c;
+  return ptrmap_get(&p->map, v, &c) ? (Value *)c : v; /* unmapped: read from an enclosing graph */
+}
+
+static void copy_type(Value *to, const Value *from) {
+  to->dtype = from->dtype;
+  to->shape = from->shape;
+  to->sharding = from->sharding;
+  to->name = from->name;
+}
+
+static Graph *copy_body(Peel *p, const Graph *src, Graph *parent);
+
+/* A copy of n appended to g, reading the copies of its inputs. */
+static Node *copy_node(Peel *p, Graph *g, const Node *n) {
+  Value **in = ARENA_ARRAY(g->arena, Value *, n->nin + 1);
+  for (int j = 0; j < n->nin; j++) in[j] = mapped(p, n->in[j]);
+  Node *c = ir_node_new(g, n->op, n->nin, in, n->nout, n->loc);
+  c->a = n->a;
+  for (int k = 0; k < n->nout; k++) {
+    copy_type(c->out[k], n->out[k]);
+    ptrmap_put(&p->map, n->out[k], (intptr_t)c->out[k]);
+  }
+  if (n->body) {
+    c->body = copy_body(p, n->body, g);
+    c->body->owner = c;
+  }
+  return c;
+}
+
+static Graph *copy_body(Peel *p, const Graph *src, Graph *parent) {
+  Graph *b = ir_graph_new(parent->arena, parent);
+  for (int k = 0; k < src->nargs; k++) {
+    const Value *a = src->args[k]->out[0];
+    Node *an = ir_add_arg(b, a->dtype, a->shape, a->name);
+    an->out[0]->sharding = a->sharding;
+    ptrmap_put(&p->map, a, (intptr_t)an->out[0]);
+  }
+  for (int i = 0; i < src->nnodes; i++)
+    if (src->nodes[i]->op != OP_ARG) copy_node(p, b, src->nodes[i]);
+  for (int r = 0; r < src->nresults; r++)
+    ir_add_result(b, mapped(p, src->results[r]), src->result_names ? src->result_names[r] : NULL);
+  return b;
+}
+
+/* Row `row` of x [k, ...]: slice then reshape to `like` (the body argument it stands for). */
+static Value *row_of(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc) {
+  Attrs sa = {0};
+  sa.axis = 0;
+  sa.start = row;
+  sa.len = 1;
+  Shape one = x->shape;
+  one.dim[0] = 1;
+  Value *s = ir_emit(g, OP_SLICE, 1, &x, x->dtype, one, &sa, loc);
+  s->sharding = x->sharding;
+  Value *r = ir_emit(g, OP_RESHAPE, 1, &s, like->dtype, like->shape, NULL, loc);
+  r->sharding = like->sharding;
+  return r;
+}
+
+static void drop(Graph *g, const Node *n) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] != n) g->nodes[k++] = g->nodes[i];
+  g->nnodes = k;
+}
+
+static bool read_once(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return false;
+  return ir_count_uses(g, v) == 1;
+}
+
+/* The copied backward loop R yields layer gradient j, and `sum` (the region's output, stacked like
+ * it) is added to it at the top level only to be scaled: R reads sum as one more stacked input and
+ * yields (sum_l + g_l) * scale per layer. Returns R's output (the mean), or NULL when it does not
+ * apply (then the add and the scale stay at the top level). */
+static Value *into_loop(Graph *g, Value *sum, Value *grad, const Node *add, const Node *mean) {
+  /* bf16 compute (passes/precision.c): the loop yields the bf16 gradient, cast to f32 here; the
+   * cast moves into the loop with the add, and the loop yields f32 */
+  Node *cast = grad->def->op == OP_CAST && read_once(g, grad) ? grad->def : NULL;
+  Value *top = grad;
+  if (cast) grad = cast->in[0];
+  Node *R = grad->def;
+  if (R->op != OP_REPEAT || grad->idx < R->a.ncarry || !ir_shape_eq(&sum->shape, &grad->shape)) return NULL;
+  if (!read_once(g, grad) || sum->dtype != top->dtype) return NULL;
+  Graph *b = R->body;
+  Value *y = b->results[grad->idx];
+  if (y->def->graph != b || y->def->op == OP_ARG) return NULL;
+  for (int k = 0; k < b->nresults; k++)
+    if (k != grad->idx && b->results[k] == y) return NULL;
+  /* a new stacked input at ncarry + nxs: later inputs and arguments move up one */
+  int at = R->a.ncarry + R->a.nxs;
+  Value **in = ARENA_ARRAY(g->arena, Value *, R->nin + 1);
+  for (int j = 0, k = 0; j <= R->nin; j++) in[j] = j == at ? sum : R->in[k++];
+  R->in = in;
+  R->nin++;
+  R->a.nxs++;
+  Node *an = ir_add_arg(b, y->dtype, y->shape, "sum"); /* appended as args[nargs - 1]: move it to `at` */
+  for (int k = b->nargs - 1; k > at; k--) {
+    b->args[k] = b->args[k - 1];
+    b->args[k]->a.index = k;
+  }
+  b->args[at] = an;
+  an->a.index = at;
+  an->out[0]->sharding = y->sharding;
+  an->out[0]->dtype = sum->dtype;
+  if (cast) {
+    Value *yc = ir_emit(b, OP_CAST, 1, &y, top->dtype, y->shape, &cast->a, cast->loc);
+    yc->sharding = y->sharding;
+    y = yc;
+    grad->dtype = top->dtype; /* the loop's stacked output: f32 now */
+    drop(g, cast);
+  }
+  /* sum_l + g_l, as in the region; memplan gives the loop's output the sum's own stacked buffer
+   * when nothing reads the sum after the loop (passes/memplan.c, xs_in_place): slice l is read
+   * and written by this add only, index for index */
+  Value *ab[2] = {an->out[0], y};
+  Value *s = ir_emit(b, OP_ADD, 2, ab, y->dtype, y->shape, NULL, add->loc);
+  s->sharding = y->sharding;
+  Value *sc = ir_emit(b, OP_SCALE, 1, &s, y->dtype, y->shape, &mean->a, mean->loc);
+  sc->sharding = y->sharding;
+  b->results[grad->idx] = sc;
+  return grad;
+}
+
+bool pass_peel(Module *m) {
+  Graph *g = m->graph;
+  if (m->batch.accum <= 1 || !m->mesh || m->mesh->dim[RT_AX_DP] <= 1) return true;
+  int at = -1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, "accum") == 0) at = i;
+  if (at < 0) die("peel: no accumulation region");
+  Node *r = g->nodes[at];
+  Graph *body = r->body;
+  int64_t k = r->a.count;
+  int nc = r->a.ncarry, nx = r->a.nxs;
+  Peel p = {g, {0}};
+  /* the copy's inputs: the sums so far, row k-1 of the per-step inputs */
+  int n0 = g->nnodes;
+  for (int c = 0; c < nc; c++) ptrmap_put(&p.map, body->args[c]->out[0], (intptr_t)r->out[c]);
+  for (int q = 0; q < nx; q++) {
+    Value *a = body->args[nc + q]->out[0];
+    ptrmap_put(&p.map, a, (intptr_t)row_of(g, r->in[nc + q], k - 1, a, r->loc));
+  }
+  for (int i = 0; i < body->nnodes; i++)
+    if (body->nodes[i]->op != OP_ARG) copy_node(&p, g, body->nodes[i]);
+  r->a.count = k - 1;
+  /* the region reads rows 0 .. k-2 (a stacked input's leading dim is the iteration count) */
+  Value **lead = ARENA_ARRAY(g->arena, Value *, nx + 1);
+  int n1 = g->nnodes;
+  for (int q = 0; q < nx; q++) {
+    Value *x = r->in[nc + q];
+    Attrs sa = {0};
+    sa.axis = 0;
+    sa.len = k - 1;
+    Shape sh = x->shape;
+    sh.dim[0] = k - 1;
+    lead[q] = ir_emit(g, OP_SLICE, 1, &x, x->dtype, sh, &sa, r->loc);
+    lead[q]->sharding = x->sharding;
+  }
+  /* the copy runs right after the region, the region's row slices right before it */
+  int nnew = n1 - n0;
+  Node **fresh = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  memcpy(fresh, g->nodes, (size_t)g->nnodes * sizeof(Node *));
+  int w = 0;
+  for (int i = 0; i < at; i++) g->nodes[w++] = fresh[i];
+  for (int i = n1; i < n1 + nx; i++) g->nodes[w++] = fresh[i];
+  g->nodes[w++] = r;
+  for (int i = n0; i < n1; i++) g->nodes[w++] = fresh[i];
+  for (int i = at + 1; i < n0; i++) g->nodes[w++] = fresh[i];
+  if (w != g->nnodes || nnew < 0) die("peel: lost nodes");
+  for (int q = 0; q < nx; q++) r->in[nc + q] = lead[q];
+  /* each mean reads the last micro-step's sum; a layer's, from inside the copied backward loop */
+  for (int c = 0; c < nc; c++) {
+    Value *out = r->out[c], *fin = mapped(&p, body->results[c]);
+    Node *mean = NULL;
+    for (int i = 0; i < g->nnodes && !mean; i++)
+      if (g->nodes[i]->op == OP_SCALE && g->nodes[i]->in[0] == out) mean = g->nodes[i];
+    if (!mean) die("peel: carry %d has no mean", c);
+    Node *add = fin->def;
+    Value *grad = add->op == OP_ADD && add->graph == g ? (add->in[0] == out ? add->in[1] : add->in[0]) : NULL;
+    Value *looped = grad && ir_count_uses(g, fin) == 0 ? into_loop(g, out, grad, add, mean) : NULL;
+    if (looped) {
+      ir_replace_uses(g, mean->out[0], looped);
+      for (int i = 0; i < g->nresults; i++)
+        if (g->results[i] == mean->out[0]) g->results[i] = looped;
+      drop(g, mean); /* the top-level add and scale are dead now */
+      drop(g, add);
+      continue;
+    }
+    mean->in[0] = fin;
+  }
+  ptrmap_free(&p.map);
+  return true; /* (the order is topological by construction: the copy follows the region) */
+}
