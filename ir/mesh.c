@@ -47,6 +47,30 @@ static bool resolve_batch(Module *m, int dp) {
     }
     accum = r->batch / per_step;
   }
+  /* pipeline micro-batches are the accumulation's micro-steps: `microbatches N` sets them when no
+   * batch is written, and must agree with it otherwise */
+  const Plan *p = &m->plan;
+  if (p->microbatches > 1 && r->batch <= 0) accum = p->microbatches;
+  else if (p->microbatches > 1 && p->microbatches != accum) {
+    SrcLoc at = p->opt_loc[PLAN_OPT_MICROBATCHES].file ? p->opt_loc[PLAN_OPT_MICROBATCHES] : p->loc;
+    error_at(at, "microbatches %d but batch %lld is %lld micro-batches of micro_batch %lld x dp %d", p->microbatches,
+             (long long)r->batch, (long long)accum, (long long)r->micro_batch, dp);
+    note("write microbatches %lld, or leave out batch (it is then micro_batch x dp x microbatches)", (long long)accum);
+    return false;
+  }
+  if (p->pp > 1 && p->schedule == SCHED_1F1B && accum < p->pp) {
+    SrcLoc at = p->opt_loc[PLAN_OPT_MICROBATCHES].file ? p->opt_loc[PLAN_OPT_MICROBATCHES] : p->loc;
+    error_at(at, "the 1f1b schedule needs at least pp = %d micro-batches per step, this plan has %lld", p->pp,
+             (long long)accum);
+    note("write microbatches %d (or a batch of micro_batch x dp x %d), or schedule gpipe", p->pp, p->pp);
+    return false;
+  }
+  if (p->pp > 1 && (p->schedule == SCHED_INTERLEAVED || p->schedule == SCHED_ZB)) {
+    SrcLoc at = p->opt_loc[PLAN_OPT_SCHEDULE].file ? p->opt_loc[PLAN_OPT_SCHEDULE] : p->loc;
+    error_at(at, "`schedule %s` is not implemented in shardc yet", p->schedule == SCHED_ZB ? "zb" : "interleaved");
+    note("write schedule 1f1b or schedule gpipe");
+    return false;
+  }
   m->batch.micro = r->micro_batch;
   m->batch.accum = accum;
   m->batch.global = r->micro_batch * dp * accum;

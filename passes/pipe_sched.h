@@ -1,0 +1,59 @@
+/* passes/pipe_sched.h — pipeline schedules as per-stage instruction lists, made at compile time,
+ * and their check: a simulation of every stage running its list with the sends and receives
+ * between neighbouring stages (passes/pipe.c turns a checked schedule into the program).
+ *
+ * An instruction is F(i) (the stage's forward of micro-batch i: receive its activation from the
+ * stage before unless first, run the stage's layers, send the result to the stage after unless
+ * last, where the loss and its gradient are made) or B(i) (receive the gradient from the stage
+ * after unless last, the backward of the stage's layers, send the input gradient to the stage
+ * before unless first). Every rank of a stage (its dp x cp x tp ranks) runs the same list.
+ */
+#ifndef SHARDC_PIPE_SCHED_H
+#define SHARDC_PIPE_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "module.h"
+
+typedef struct {
+  char op; /* 'F' or 'B' */
+  int mb;  /* micro-batch */
+} PipeInstr;
+
+typedef struct {
+  int pp, nmb;       /* stages, micro-batches per optimizer step */
+  PipeSchedule kind;
+  int *len;          /* [pp] instructions per stage (2 nmb when well formed) */
+  PipeInstr **list;  /* [pp][len[s]] */
+} PipeSched;
+
+/* GPipe (every forward, then every backward) or 1F1B (pp - s - 1 forwards of warm-up on stage s,
+ * then one forward and one backward in turn, then the remaining backwards). Heap; pipe_sched_free. */
+PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb);
+void pipe_sched_free(PipeSched *s);
+
+/* One instruction of the whole schedule, in an order every stage could run it in. */
+typedef struct {
+  int stage, step; /* the stage and the instruction's index in its list */
+} PipeStep;
+
+/* Simulates the schedule: each stage runs its list in order; a forward on stage s > 0 waits for
+ * the activation of its micro-batch from stage s - 1, a backward on stage s < pp - 1 for the
+ * gradient from stage s + 1, and a backward follows its own forward. Sends are asynchronous
+ * (each stage keeps what it sent until its peer receives it). Returns false with a message
+ * naming the stage, its first rank (ranks_per_stage x stage: pp is the outermost mesh axis),
+ * the step and the instruction when a list is malformed (a micro-batch run twice, missing or
+ * out of range, a backward before its forward) or when every unfinished stage waits (a cycle
+ * of waits: the schedule would hang). On success order[] (room for the sum of len[]) holds
+ * an execution order consistent with every wait. */
+bool pipe_sched_check(const PipeSched *s, int ranks_per_stage, PipeStep *order, char *msg, size_t cap);
+
+/* Predicted timeline with forward time tf[s] and backward time tb[s] per stage (transfers free):
+ * returns the makespan; *bubble: the idle fraction, 1 - sum of busy time / (pp x makespan);
+ * inflight[s] (may be NULL): the most micro-batches stage s holds activations for at once. */
+double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight);
+
+const char *pipe_sched_name(PipeSchedule k); /* "gpipe", "1f1b", ... */
+
+#endif
