@@ -66,8 +66,11 @@ static bool resolve_batch(Module *m, int dp) {
     return false;
   }
   if (p->pp > 1 && (p->schedule == SCHED_INTERLEAVED || p->schedule == SCHED_ZB)) {
-    SrcLoc at = p->opt_loc[PLAN_OPT_SCHEDULE].file ? p->opt_loc[PLAN_OPT_SCHEDULE] : p->loc;
-    error_at(at, "`schedule %s` is not implemented in shardc yet", p->schedule == SCHED_ZB ? "zb" : "interleaved");
+    const char *k = p->schedule == SCHED_ZB ? "zb" : "interleaved";
+    if (p->opt_loc[PLAN_OPT_SCHEDULE].file)
+      error_at(p->opt_loc[PLAN_OPT_SCHEDULE], "`schedule %s` is not implemented in shardc yet", k);
+    else
+      error_plain("-D schedule=%s: the %s pipeline schedule is not implemented in shardc yet", k, k);
     note("write schedule 1f1b or schedule gpipe");
     return false;
   }

@@ -383,22 +383,29 @@ bool pass_pipe(Module *m) {
     left[in.mb]--;
     while (done < p.M && left[done] == 0) run_merges(&p, done++);
   }
-  /* the sums not split over pp: each stage holds its part (zeros elsewhere) */
-  Value **part = ARENA_ARRAY(m->arena, Value *, nc + 1);
-  int npart = 0;
-  for (int c = 0; c < nc; c++)
-    if (!(p.A->out[c]->sharding.split[0] == RT_AX_PP && p.A->out[c]->shape.rank > 0)) part[npart++] = p.sum[c];
-  if (npart) {
+  /* the sums not split over pp: each stage holds its part (zeros elsewhere); the loss (a scalar)
+   * apart from the gradients, so that the forward alone (the eval entry) reaches it */
+  for (int pass = 0; pass < 2; pass++) {
+    Value **part = ARENA_ARRAY(m->arena, Value *, nc + 1);
+    int *which = ARENA_ARRAY(m->arena, int, nc + 1);
+    int npart = 0;
+    for (int c = 0; c < nc; c++) {
+      bool split = p.A->out[c]->sharding.split[0] == RT_AX_PP && p.A->out[c]->shape.rank > 0;
+      if (!split && (p.sum[c]->shape.rank == 0) == (pass == 0)) {
+        which[npart] = c;
+        part[npart++] = p.sum[c];
+      }
+    }
+    if (!npart) continue;
     Node *ar = ir_node_new(g, OP_ALL_REDUCE, npart, part, npart, p.A->loc);
     ar->a.mesh_axis = RT_AX_PP;
     ar->a.reduce = RED_SUM;
-    int q = 0;
-    for (int c = 0; c < nc; c++) {
-      if (p.A->out[c]->sharding.split[0] == RT_AX_PP && p.A->out[c]->shape.rank > 0) continue;
+    for (int q = 0; q < npart; q++) {
+      int c = which[q];
       ar->out[q]->dtype = p.sum[c]->dtype;
       ar->out[q]->shape = p.sum[c]->shape;
       ar->out[q]->sharding = p.sum[c]->sharding;
-      p.sum[c] = ar->out[q++];
+      p.sum[c] = ar->out[q];
     }
   }
   for (int i = 0; i < nafter; i++) {
