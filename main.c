@@ -11,6 +11,7 @@
 #include "memplan.h"
 #include "mesh.h"
 #include "pipeline.h"
+#include "pipe_sched.h"
 #include "print.h"
 
 #ifndef SHARDC_MODELS_DIR
@@ -217,6 +218,7 @@ int main(int argc, char **argv) {
   if (!pipeline_run(m, &po)) return 1;
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
+    pipe_print(stdout, m);
     memplan_print(stdout, m);
   }
   else if (dump && strcmp(dump, "dot") == 0)

@@ -334,6 +334,93 @@ static void run_merges(Pp *p, int mb) {
   for (int c = 0; c < p->A->a.ncarry; c++) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
 }
 
+/* ---- the plan's per-stage figures (pipe_print) ---------------------------------------------- */
+
+/* One rank's FLOPs of a node (local shapes): GEMMs and attention, regions times their count. */
+static double local_flops(const Node *n) {
+  if (n->body) {
+    double t = 0;
+    for (int i = 0; i < n->body->nnodes; i++) t += local_flops(n->body->nodes[i]);
+    return (n->op == OP_REPEAT ? (double)n->a.count : 1.0) * t;
+  }
+  if (n->op == OP_MATMUL) {
+    const Shape *a = &n->in[0]->shape;
+    int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
+    return 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
+  }
+  if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) { /* QK^T and AV; the backward about twice that */
+    const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
+    double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1] * (double)q->dim[2];
+    return n->op == OP_SDPA ? f : 2.0 * f;
+  }
+  return 0;
+}
+
+static double class_flops(const Pp *p, char c) {
+  double t = 0;
+  for (int i = 0; i < p->body->nnodes; i++)
+    if (p->cls[i] == c) t += local_flops(p->body->nodes[i]);
+  return t;
+}
+
+/* Bytes of the values nodes of class c (or the node only) make that the backward or the merges read. */
+static int64_t kept_bytes(const Pp *p, char c, const Node *only) {
+  int64_t b = 0;
+  const Graph *g = p->body;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *d = g->nodes[i];
+    if (only ? d != only : p->cls[i] != c) continue;
+    for (int k = 0; k < d->nout; k++) {
+      bool kept = false;
+      for (int j = 0; j < g->nnodes && !kept; j++) {
+        const Node *x = g->nodes[j];
+        if (x == p->B || p->cls[j] == C_FIRSTB || p->cls[j] == C_MERGE) kept = reads_value(x, d->out[k]);
+      }
+      if (kept) b += ir_numel(&d->out[k]->shape) * ir_dtype_size(d->out[k]->dtype);
+    }
+  }
+  return b;
+}
+
+static void plan_report(Pp *p, const PipeSched *s) {
+  Module *m = p->m;
+  PipePlan *pl = ARENA_NEW(m->arena, PipePlan);
+  pl->kind = s->kind;
+  pl->pp = p->pp;
+  pl->nmb = p->M;
+  pl->loop = p->F->a.name;
+  pl->layers = p->F->a.count * p->pp;
+  pl->stage = ARENA_ARRAY(m->arena, PipeStage, p->pp);
+  double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
+  int *infl = calloc((size_t)p->pp, sizeof(int));
+  if (!tf || !tb || !infl) die("out of memory");
+  int64_t params = 0;
+  for (int i = 0; i < p->g->nnodes; i++)
+    if (p->g->nodes[i]->op == OP_PARAM)
+      params += ir_numel(&p->g->nodes[i]->out[0]->shape) * ir_dtype_size(p->g->nodes[i]->out[0]->dtype);
+  double all = class_flops(p, C_ALL);
+  for (int st = 0; st < p->pp; st++) {
+    PipeStage *x = &pl->stage[st];
+    bool first = st == 0, last = st == p->pp - 1;
+    x->first_layer = st * p->F->a.count;
+    x->nlayers = p->F->a.count;
+    x->embedding = first;
+    x->head = last;
+    x->fwd_flops = all + local_flops(p->F) + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
+    x->bwd_flops = local_flops(p->B) + (first ? class_flops(p, C_FIRSTB) : 0);
+    x->act_bytes = kept_bytes(p, 0, p->F) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) + (last ? kept_bytes(p, C_LAST, NULL) : 0);
+    x->param_bytes = params;
+    tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
+    tb[st] = x->bwd_flops > 0 ? x->bwd_flops : 1;
+  }
+  pipe_sched_time(s, tf, tb, &pl->bubble, infl);
+  for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];
+  m->pipe = pl;
+  free(tf);
+  free(tb);
+  free(infl);
+}
+
 bool pass_pipe(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
   if (pp <= 1) return true;
@@ -360,6 +447,7 @@ bool pass_pipe(Module *m) {
     pipe_sched_free(&s);
     return false;
   }
+  plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.M), sizeof(PtrMap));
   p.shared = calloc((size_t)p.M, sizeof(PtrMap));
   int nc = p.A->a.ncarry;

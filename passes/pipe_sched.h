@@ -13,6 +13,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "module.h"
 
@@ -55,5 +57,29 @@ bool pipe_sched_check(const PipeSched *s, int ranks_per_stage, PipeStep *order, 
 double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight);
 
 const char *pipe_sched_name(PipeSchedule k); /* "gpipe", "1f1b", ... */
+
+/* What passes/pipe.c planned, per stage, for `shardc plan` (pipe_print). FLOPs are one rank's
+ * (its tp share), per micro-batch; bytes are one rank's. */
+typedef struct {
+  int64_t first_layer, nlayers; /* the layers [first_layer, first_layer + nlayers) of the model's loop */
+  bool embedding, head;         /* holds the embedding (first stage) / the head and loss (last) */
+  double fwd_flops, bwd_flops;  /* its F and B instructions */
+  int64_t act_bytes;            /* activations an F keeps for its B (the stashed layer values, and the
+                                   first / last stage's own), per micro-batch */
+  int inflight;                 /* most micro-batches whose activations it holds at once */
+  int64_t param_bytes;          /* its parameters (layers split over pp, the rest replicated) */
+} PipeStage;
+
+typedef struct PipePlan {
+  PipeSchedule kind;
+  int pp, nmb;
+  const char *loop;   /* the layer loop's name */
+  int64_t layers;     /* in the model */
+  PipeStage *stage;   /* [pp] */
+  double bubble;      /* predicted idle fraction (pipe_sched_time, times in proportion to FLOPs) */
+} PipePlan;
+
+/* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. */
+void pipe_print(FILE *f, const Module *m);
 
 #endif

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Pipeline parallelism's plan (label passes): `shardc plan` prints each stage's layers, what it
+# holds (embedding first, head and loss last), FLOPs, kept activations times the micro-batches in
+# flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble;
+# bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
+# fewer micro-batches than stages, microbatches disagreeing with batch, interleaved / zb
+# schedules, pp with cp, zero or recompute, and the CUDA target (at build).
+# Usage: pp_plan.sh SHARDC
+set -uo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+fail=0
+expect() { # expect WANT_EXIT "needle" ... -- shardc args (stdout and stderr)
+  local want=$1; shift
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  local out rc
+  out=$("$shardc" "$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ]; then echo "FAIL: shardc $* exited $rc, want $want"; echo "$out" | tail -20; fail=1; return; fi
+  for n in "${needles[@]}"; do
+    if ! grep -qF -- "$n" <<<"$out"; then echo "FAIL: shardc $*: no '$n' in:"; echo "$out" | grep -A12 "# pipeline" | head -20; fail=1; fi
+  done
+}
+t=(models/tiny.model -D layers=4 -D micro_batch=2 -D batch=8 -D dp=1)
+expect 0 "# pipeline: 4 stages over the 4 layers of \`repeat blocks\`, schedule 1f1b, 4 micro-batches per step" \
+  "#   0     0-0          embedding" "         4 " "#   3     3-3          head, loss" \
+  "#   bubble: " "(pp-1)/(M+pp-1) = 42.9% for equal stages" -- plan "${t[@]}" -D pp=4 --world 4
+expect 0 "schedule gpipe, 4 micro-batches" "#   1     2-3          head, loss" -- plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2
+# in flight: 1F1B stage 0 of 4 holds 4, stage 3 one; GPipe every micro-batch on every stage
+inflight() { "$shardc" plan "${t[@]}" -D pp=4 "$@" --world 4 2>/dev/null | grep -E "^#   [0-3] " |
+  sed -E 's/^#   ([0-9]) .* MiB +([0-9]+) +[0-9.]+ MiB .*/\1:\2/' | tr '\n' ' '; }
+got=$(inflight); [ "$got" = "0:4 1:3 2:2 3:1 " ] || { echo "FAIL: 1f1b in flight per stage: $got, want pp - s"; fail=1; }
+got=$(inflight -D schedule=gpipe); [ "$got" = "0:4 1:4 2:4 3:4 " ] || { echo "FAIL: gpipe in flight: $got, want M"; fail=1; }
+expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: pick pp dividing 4" \
+  -- plan "${t[@]/batch=8/batch=6}" -D pp=3 --world 3
+expect 1 "error: the 1f1b schedule needs at least pp = 4 micro-batches per step, this plan has 2" \
+  -- plan "${t[@]/micro_batch=2/micro_batch=4}" -D pp=4 --world 4
+expect 1 "error: microbatches 2 but batch 8 is 4 micro-batches" -- plan "${t[@]}" -D pp=2 -D microbatches=2 --world 2
+expect 1 "error: -D schedule=interleaved: the interleaved pipeline schedule is not implemented in shardc yet" \
+  -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
+for o in cp=2:4 zero=1:2 recompute=full:2; do
+  expect 1 "error: pipeline parallelism (pp 2) does not combine with \`${o%%=*}\` yet" \
+    -- plan "${t[@]}" -D pp=2 -D "${o%%:*}" --world "${o#*:}"
+done
+expect 1 "error: the CUDA target cannot run pipeline parallelism (pp 2) yet" \
+  -- build "${t[@]}" -D pp=2 --world 2 --target cuda -o /dev/null
+[ $fail = 0 ] && echo "pipeline plan: stages, in-flight micro-batches and bubble printed; bad plans refused"
+exit $fail
