@@ -320,12 +320,22 @@ static void emit_p2p(Cg *c, Node *n) {
 static int emit_node_any(Cg *c, Node *n);
 
 /* Whether a node of another pipeline stage (or of every stage) reads output k of n. */
+static bool read_in(const Graph *b, const Value *v) {
+  for (int i = 0; i < b->nnodes; i++) {
+    for (int j = 0; j < b->nodes[i]->nin; j++)
+      if (b->nodes[i]->in[j] == v) return true;
+    if (b->nodes[i]->body && read_in(b->nodes[i]->body, v)) return true;
+  }
+  return false;
+}
+
 static bool read_elsewhere(const Graph *g, const Node *n, int k) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *x = g->nodes[i];
     if (x->stage == n->stage) continue;
     for (int j = 0; j < x->nin; j++)
       if (x->in[j] == n->out[k]) return true;
+    if (x->body && read_in(x->body, n->out[k])) return true;
   }
   for (int r = 0; r < g->nresults; r++)
     if (g->results[r] == n->out[k]) return true;

@@ -58,14 +58,7 @@ static bool resolve_batch(Module *m, int dp) {
     note("write microbatches %lld, or leave out batch (it is then micro_batch x dp x microbatches)", (long long)accum);
     return false;
   }
-  if (p->pp > 1 && p->schedule == SCHED_1F1B && accum < p->pp) {
-    SrcLoc at = p->opt_loc[PLAN_OPT_MICROBATCHES].file ? p->opt_loc[PLAN_OPT_MICROBATCHES] : p->loc;
-    error_at(at, "the 1f1b schedule needs at least pp = %d micro-batches per step, this plan has %lld", p->pp,
-             (long long)accum);
-    note("write microbatches %d (or a batch of micro_batch x dp x %d), or schedule gpipe", p->pp, p->pp);
-    return false;
-  }
-  if (p->pp > 1 && (p->schedule == SCHED_INTERLEAVED || p->schedule == SCHED_ZB)) {
+  if (p->schedule == SCHED_INTERLEAVED || p->schedule == SCHED_ZB || p->interleave > 1) {
     const char *k = p->schedule == SCHED_ZB ? "zb" : "interleaved";
     if (p->opt_loc[PLAN_OPT_SCHEDULE].file)
       error_at(p->opt_loc[PLAN_OPT_SCHEDULE], "`schedule %s` is not implemented in shardc yet", k);

@@ -28,6 +28,6 @@ void pipe_print(FILE *f, const Module *m) {
   fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: each stage's forward and backward in proportion to its FLOPs, "
              "transfers free; GPipe and 1F1B: (pp-1)/(M+pp-1) = %.1f%% for equal stages)\n",
           100.0 * p->bubble, 100.0 * (p->pp - 1) / (double)(p->nmb + p->pp - 1));
-  fprintf(f, "#   the memory plan below reserves every stage's buffers on every rank (one SPMD program): its activations "
-             "are the sum over stages, an upper bound of each stage's\n");
+  fprintf(f, "#   the memory plan below is the worst stage's (values of different stages share bytes); it also holds "
+             "what every stage zero-fills for the gradient sums\n");
 }

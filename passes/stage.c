@@ -14,8 +14,9 @@
  *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
  *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
  *     summed over pp once per step.
- * Errors: pp not dividing the layers, a micro-step without exactly one layer loop pair, and
- * the plan options pipelining does not combine with yet (cp, zero, recompute).
+ * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
+ * without exactly one layer loop pair, and the plan options pipelining does not combine with yet
+ * (cp, zero, recompute).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,13 @@ bool pass_stage(Module *m) {
     PlanOpt o = m->plan.cp > 1 ? PLAN_OPT_CP : m->plan.zero > 0 ? PLAN_OPT_ZERO : PLAN_OPT_RECOMPUTE;
     error_at(at_opt(m, o), "pipeline parallelism (pp %d) does not combine with `%s` yet", pp, no);
     note("pp combines with dp, tp and sp today; leave out %s or use pp 1", no);
+    return false;
+  }
+  if (m->plan.schedule == SCHED_1F1B && m->batch.accum < pp) { /* its warm-up needs pp micro-batches in flight */
+    error_at(at_opt(m, PLAN_OPT_MICROBATCHES),
+             "the 1f1b schedule needs at least pp = %d micro-batches per step, this plan has %lld", pp,
+             (long long)m->batch.accum);
+    note("write microbatches %d (or a batch of micro_batch x dp x %d), or schedule gpipe", pp, pp);
     return false;
   }
   Graph *g = m->graph;
