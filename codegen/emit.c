@@ -233,6 +233,7 @@ static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
   case OP_SHARD_SLICE: case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: case OP_SEND: case OP_RECV:
+  case OP_STAGE_SELECT:
     return true;
   case OP_EMBED: case OP_EMBED_BWD: return n->a.sharded;
   default: return false;
@@ -333,8 +334,8 @@ static bool read_elsewhere(const Graph *g, const Node *n, int k) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *x = g->nodes[i];
     if (x->stage == n->stage) continue;
-    for (int j = 0; j < x->nin; j++)
-      if (x->in[j] == n->out[k]) return true;
+    for (int j = 0; j < x->nin; j++) /* a stage_select reads its input j on stage j only */
+      if (x->in[j] == n->out[k] && !(x->op == OP_STAGE_SELECT && j == n->stage - 1)) return true;
     if (x->body && read_in(x->body, n->out[k])) return true;
   }
   for (int r = 0; r < g->nresults; r++)
@@ -377,6 +378,19 @@ static int emit_node_any(Cg *c, Node *n) {
   case OP_ALL_REDUCE: emit_all_reduce(c, n); return 1;
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: emit_collective(c, n); return 1;
   case OP_SEND: case OP_RECV: emit_p2p(c, n); return 1;
+  case OP_STAGE_SELECT: { /* this stage's input */
+    int64_t bytes = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);
+    cg_line(c, "switch (rt_ctx_coord(ctx, RT_AX_PP)) {");
+    for (int s = 0; s < n->nin; s++) {
+      cg_line(c, "case %d:", s);
+      c->indent++;
+      c->t->copy(c, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[s]), bytes, false);
+      cg_line(c, "break;");
+      c->indent--;
+    }
+    cg_line(c, "}");
+    return 1;
+  }
   case OP_CALL: cg_unsupported(c, n, "layer calls must be inlined first"); return 1;
   default: return c->t->node(c, n);
   }

@@ -150,6 +150,7 @@ static void reader_stages(const Graph *g, const Graph *in, int stage, int *rstag
     for (int j = 0; j < x->nin; j++) {
       const Value *u = x->in[j];
       if (u->def->graph != g) continue;
+      if (x->op == OP_STAGE_SELECT && in == g) st = j + 1; /* input j is read on stage j only */
       int *r = &rstage[u->id];
       *r = *r == -2 ? st : *r == st ? st : -1;
     }

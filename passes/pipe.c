@@ -312,19 +312,14 @@ static void run_merges(Pp *p, int mb) {
       char c = k >= 0 ? p->cls[k] : C_NONE;
       if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, &p->map[0 * p->M + mb], mb, u);
       else if (c == C_LAST) in[j] = lookup(p, &p->map[(p->pp - 1) * p->M + mb], mb, u);
-      else if (c == C_LOOP) {
-        Value *acc = NULL;
+      else if (c == C_LOOP) { /* each stage's own (its layers' gradients): no zeros to add */
+        Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
         for (int st = 0; st < p->pp; st++) {
           if (!ptrmap_get(&p->map[st * p->M + mb], u, &got)) die("pipe: a loop's value of stage %d missing", st);
-          if (!acc) {
-            acc = (Value *)got;
-            continue;
-          }
-          Value *two[2] = {acc, (Value *)got};
-          acc = ir_emit(p->g, OP_ADD, 2, two, u->dtype, u->shape, NULL, d->loc);
-          acc->sharding = u->sharding;
+          each[st] = (Value *)got;
         }
-        in[j] = acc;
+        in[j] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, u->dtype, u->shape, NULL, d->loc);
+        in[j]->sharding = u->sharding;
       } else {
         in[j] = lookup(p, NULL, mb, u);
       }

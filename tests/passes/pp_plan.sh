@@ -2,6 +2,7 @@
 # Pipeline parallelism's plan (label passes): `shardc plan` prints each stage's layers, what it
 # holds (embedding first, head and loss last), FLOPs, kept activations times the micro-batches in
 # flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble;
+# the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
 # fewer micro-batches than stages, microbatches disagreeing with batch, interleaved / zb
 # schedules, pp with cp, zero or recompute, and the CUDA target (at build).
@@ -32,6 +33,14 @@ inflight() { "$shardc" plan "${t[@]}" -D pp=4 "$@" --world 4 2>/dev/null | grep 
   sed -E 's/^#   ([0-9]) .* MiB +([0-9]+) +[0-9.]+ MiB .*/\1:\2/' | tr '\n' ' '; }
 got=$(inflight); [ "$got" = "0:4 1:3 2:2 3:1 " ] || { echo "FAIL: 1f1b in flight per stage: $got, want pp - s"; fail=1; }
 got=$(inflight -D schedule=gpipe); [ "$got" = "0:4 1:4 2:4 3:4 " ] || { echo "FAIL: gpipe in flight: $got, want M"; fail=1; }
+# memory: a rank holds its stage's layers and activations (the memory plan lets stages' values share
+# bytes), so the peak falls with pp; 1F1B keeps fewer micro-batches in flight than GPipe
+peak() { "$shardc" plan "${t[@]}" "$@" 2>/dev/null | awk '/^#   peak/ { print $3 }'; }
+p1=$(peak -D pp=1 --world 1); p2=$(peak -D pp=2 --world 2); p4=$(peak -D pp=4 --world 4)
+g2=$(peak -D pp=2 -D schedule=gpipe --world 2)
+echo "peak bytes per rank: pp 1 $p1, pp 2 $p2 (gpipe $g2), pp 4 $p4"
+[ "$p4" -lt "$p2" ] && [ "$p2" -lt "$p1" ] && [ "$p2" -lt "$g2" ] ||
+  { echo "FAIL: the peak does not fall with pp (1 $p1, 2 $p2, 4 $p4) or 1f1b ($p2) is not below gpipe ($g2)"; fail=1; }
 expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: pick pp dividing 4" \
   -- plan "${t[@]/batch=8/batch=6}" -D pp=3 --world 3
 expect 1 "error: the 1f1b schedule needs at least pp = 4 micro-batches per step, this plan has 2" \
