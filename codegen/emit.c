@@ -510,11 +510,14 @@ static bool uses_multi_rank(const Graph *g) {
 }
 
 /* A PARAM is stacked when it feeds a REPEAT as one of its xs. */
-/* Also through a CAST (mixed precision: the repeat reads the parameter's bf16 copy). */
+/* Also through a CAST (mixed precision: the repeat reads the parameter's bf16 copy) or a SLICE of
+ * its rows (an interleaved pipeline's chunk). */
 static bool is_stacked(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op == OP_CAST && n->in[0] == v && is_stacked(g, n->out[0])) return true;
+    /* an interleaved pipeline's layer loops read chunks of the stacked rows (passes/pipe.c) */
+    if (n->op == OP_SLICE && n->a.axis == 0 && n->in[0] == v && is_stacked(g, n->out[0])) return true;
     if (n->op != OP_REPEAT) continue;
     for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++)
       if (n->in[k] == v) return true;

@@ -1,7 +1,7 @@
 /* passes/pipe.c — the pipeline schedule as the per-rank program.
  *
  * After stage (passes/stage.c: the layers split over pp), the micro-step region `repeat accum`
- * is replaced by the schedule's instructions (passes/pipe_sched.h, GPipe or 1F1B, checked by
+ * is replaced by the schedule's instructions (passes/pipe_sched.h, GPipe, 1F1B or interleaved 1F1B, checked by
  * simulation), unrolled in an order every stage can run them in. Each instruction's nodes are
  * clones of the micro-step's, predicated on their stage (Node.stage: the other stages skip them
  * and hold zeros), so one SPMD program serves every stage and the interpreter runs it in
@@ -17,7 +17,11 @@
  * two contributions) runs on every rank once the micro-batch is done: a stage holds zeros in
  * the others' values, so each rank sums its own part. After the last micro-batch, the sums of
  * what is not split over pp (the loss, the gradients of parameters outside the layers) are
- * all-reduced over pp. Transfers are tagged PIPE_TAG + 2 i (+1 for gradients).
+ * all-reduced over pp. Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
+ * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
+ * layout): virtual stage k = c pp + s runs chunk c of stage s's layers (its rows sliced once per
+ * step), the wrap from the last stage's chunk c to the first stage's chunk c + 1 is a transfer at
+ * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +43,11 @@ typedef struct {
   Node *A, *F, *B;
   int pp, M;
   char *cls;      /* by body node position */
-  PtrMap *map;    /* [pp * M]: body value -> its clone in stage s's instructions for micro-batch i */
+  PtrMap *map;    /* [pp v * M]: body value -> its clone in virtual stage k's instructions for micro-batch i */
   PtrMap *shared; /* [M]: body value -> its clone read by every stage (inputs, ALL, merges) */
+  PtrMap *chunks; /* [v]: stacked layer value from outside -> its chunk's rows */
+  int v;          /* chunks per stage (interleaved), else 1 */
+  int64_t per;    /* layers per chunk: L / (pp v) */
   Value **sum;    /* [ncarry]: the running sums */
 } Pp;
 
@@ -227,13 +234,50 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
   die("pipe: value %%%d (%s) is read before its instruction ran", v->id, ir_ops[d->op].name);
 }
 
-/* Clones body node d for stage st's instruction on micro-batch mb, predicated on st. */
-static Value *run_node(Pp *p, int st, int mb, Node *d) {
-  PtrMap *sm = &p->map[st * p->M + mb];
+/* The stage map of virtual stage vs (chunk vs / pp of stage vs % pp) for micro-batch mb. */
+static PtrMap *smap(Pp *p, int vs, int mb) { return &p->map[vs * p->M + mb]; }
+
+/* Chunk c of a stacked layer value read from outside the micro-step (a parameter, [L/pp, ..]
+ * locally): rows [c L/(pp v), (c+1) L/(pp v)), the layers of virtual stage c pp + s. Made once
+ * per step, on every rank. */
+static Value *chunk_of(Pp *p, int c, Value *x) {
+  intptr_t got;
+  if (ptrmap_get(&p->chunks[c], x, &got)) return (Value *)got;
+  Attrs sa = {0};
+  sa.axis = 0;
+  sa.start = c * p->per;
+  sa.len = p->per;
+  Shape sh = x->shape;
+  sh.dim[0] = p->per;
+  Value *y = ir_emit(p->g, OP_SLICE, 1, &x, x->dtype, sh, &sa, x->def->loc);
+  y->sharding = x->sharding;
+  y->sharding.blocks[0] = 0; /* a chunk holds one contiguous block of the local rows */
+  ptrmap_put(&p->chunks[c], x, (intptr_t)y);
+  return y;
+}
+
+/* Clones body node d for virtual stage vs's instruction on micro-batch mb, predicated on its stage.
+ * A layer loop of an interleaved schedule runs its chunk: L/(pp v) iterations over the chunk's rows. */
+static Value *run_node(Pp *p, int vs, int mb, Node *d) {
+  PtrMap *sm = smap(p, vs, mb);
+  bool loop = d == p->F || d == p->B;
   Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
-  for (int j = 0; j < d->nin; j++) in[j] = lookup(p, sm, mb, d->in[j]);
+  for (int j = 0; j < d->nin; j++) {
+    in[j] = lookup(p, sm, mb, d->in[j]);
+    bool xs = j >= d->a.ncarry && j < d->a.ncarry + d->a.nxs;
+    if (loop && xs && p->v > 1 && d->in[j]->def->graph != p->body) in[j] = chunk_of(p, vs / p->pp, in[j]);
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
+      die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
+  }
   Node *c = clone_into(p->g, d, in, sm);
-  c->stage = st + 1;
+  c->stage = vs % p->pp + 1;
+  if (loop && p->v > 1) {
+    c->a.count = p->per;
+    for (int k = c->a.ncarry; k < c->nout; k++) {
+      c->out[k]->shape.dim[0] = p->per;
+      c->out[k]->sharding.blocks[0] = 0;
+    }
+  }
   /* a region's body may read outer body values: lookups made them, now point its reads there */
   if (c->body)
     for (int x = 0; x < c->body->nnodes; x++)
@@ -244,11 +288,16 @@ static Value *run_node(Pp *p, int st, int mb, Node *d) {
   return c->out[0];
 }
 
-static void p2p(Pp *p, int st, int mb, Value *v, bool send, int off, bool grad, Value *body_v) {
+/* A transfer of virtual stage vs for micro-batch mb to / from virtual stage peer_vs (its stage's
+ * offset along pp: +1 / -1, or across the wrap from the last stage to the first and back).
+ * Tagged by the sending virtual stage, so each (micro-batch, chunk, direction) is its own message. */
+static void p2p(Pp *p, int vs, int mb, Value *v, int peer_vs, bool grad, Value *body_v) {
+  bool send = v != NULL;
+  int st = vs % p->pp, from = send ? vs : peer_vs;
   Attrs a = {0};
   a.mesh_axis = RT_AX_PP;
-  a.start = off;
-  a.tag = PIPE_TAG + 2 * mb + (grad ? 1 : 0);
+  a.start = peer_vs % p->pp - st;
+  a.tag = PIPE_TAG + 2 * (mb * p->pp * p->v + from) + (grad ? 1 : 0);
   if (send) {
     Node *s = ir_node_new(p->g, OP_SEND, 1, &v, 0, v->def->loc);
     s->a = a;
@@ -261,39 +310,38 @@ static void p2p(Pp *p, int st, int mb, Value *v, bool send, int off, bool grad, 
   r->out[0]->dtype = body_v->dtype;
   r->out[0]->shape = body_v->shape;
   r->out[0]->sharding = body_v->sharding;
-  ptrmap_put(&p->map[st * p->M + mb], body_v, (intptr_t)r->out[0]);
+  ptrmap_put(smap(p, vs, mb), body_v, (intptr_t)r->out[0]);
 }
 
-static void run_class(Pp *p, int st, int mb, char cls) {
+static void run_class(Pp *p, int vs, int mb, char cls) {
   for (int i = 0; i < p->body->nnodes; i++)
-    if (p->cls[i] == cls) run_node(p, st, mb, p->body->nodes[i]);
+    if (p->cls[i] == cls) run_node(p, vs, mb, p->body->nodes[i]);
 }
 
 static void run_instr(Pp *p, int st, PipeInstr in) {
-  int mb = in.mb, last = p->pp - 1;
-  PtrMap *sm = &p->map[st * p->M + mb];
+  int mb = in.mb, vs = in.chunk * p->pp + st, last = p->pp * p->v - 1;
+  PtrMap *sm = smap(p, vs, mb);
   intptr_t got;
   if (in.op == 'F') {
-    Value *x0 = p->F->in[0];
-    if (st == 0) run_class(p, st, mb, C_FIRST);
-    else p2p(p, st, mb, NULL, false, -1, false, x0);
-    run_node(p, st, mb, p->F);
-    if (st < last) {
+    if (vs == 0) run_class(p, vs, mb, C_FIRST);
+    else p2p(p, vs, mb, NULL, vs - 1, false, p->F->in[0]);
+    run_node(p, vs, mb, p->F);
+    if (vs < last) {
       ptrmap_get(sm, p->F->out[0], &got);
-      p2p(p, st, mb, (Value *)got, true, +1, false, NULL);
+      p2p(p, vs, mb, (Value *)got, vs + 1, false, NULL);
     } else {
-      run_class(p, st, mb, C_LAST);
+      run_class(p, vs, mb, C_LAST);
     }
     return;
   }
-  if (st < last) p2p(p, st, mb, NULL, false, +1, true, p->B->in[0]);
+  if (vs < last) p2p(p, vs, mb, NULL, vs + 1, true, p->B->in[0]);
   else if (!ptrmap_get(sm, p->B->in[0], &got)) die("pipe: the last stage made no gradient for the layers");
-  run_node(p, st, mb, p->B);
-  if (st > 0) {
+  run_node(p, vs, mb, p->B);
+  if (vs > 0) {
     ptrmap_get(sm, p->B->out[0], &got);
-    p2p(p, st, mb, (Value *)got, true, -1, true, NULL);
+    p2p(p, vs, mb, (Value *)got, vs - 1, true, NULL);
   } else {
-    run_class(p, st, mb, C_FIRSTB);
+    run_class(p, vs, mb, C_FIRSTB);
   }
 }
 
@@ -310,16 +358,26 @@ static void run_merges(Pp *p, int mb) {
       intptr_t got;
       int k = u->def->graph == b && u->def->op != OP_ARG ? pos_in(b, u->def) : -1;
       char c = k >= 0 ? p->cls[k] : C_NONE;
-      if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, &p->map[0 * p->M + mb], mb, u);
-      else if (c == C_LAST) in[j] = lookup(p, &p->map[(p->pp - 1) * p->M + mb], mb, u);
+      if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, smap(p, 0, mb), mb, u);
+      else if (c == C_LAST) in[j] = lookup(p, smap(p, p->pp * p->v - 1, mb), mb, u);
       else if (c == C_LOOP) { /* each stage's own (its layers' gradients): no zeros to add */
-        Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
-        for (int st = 0; st < p->pp; st++) {
-          if (!ptrmap_get(&p->map[st * p->M + mb], u, &got)) die("pipe: a loop's value of stage %d missing", st);
-          each[st] = (Value *)got;
+        Value **chunk = ARENA_ARRAY(p->g->arena, Value *, p->v);
+        for (int ch = 0; ch < p->v; ch++) {
+          Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
+          for (int st = 0; st < p->pp; st++) {
+            if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
+            each[st] = (Value *)got;
+          }
+          chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, d->loc);
+          chunk[ch]->sharding = each[0]->sharding;
         }
-        in[j] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, u->dtype, u->shape, NULL, d->loc);
-        in[j]->sharding = u->sharding;
+        in[j] = chunk[0];
+        if (p->v > 1) { /* the stage's chunks, in its local row order */
+          Attrs ca = {0};
+          ca.axis = 0;
+          in[j] = ir_emit(p->g, OP_CONCAT, p->v, chunk, u->dtype, u->shape, &ca, d->loc);
+          in[j]->sharding = u->sharding;
+        }
       } else {
         in[j] = lookup(p, NULL, mb, u);
       }
@@ -385,6 +443,7 @@ static void plan_report(Pp *p, const PipeSched *s) {
   pl->nmb = p->M;
   pl->loop = p->F->a.name;
   pl->layers = p->F->a.count * p->pp;
+  pl->v = p->v;
   pl->stage = ARENA_ARRAY(m->arena, PipeStage, p->pp);
   double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
   int *infl = calloc((size_t)p->pp, sizeof(int));
@@ -397,14 +456,19 @@ static void plan_report(Pp *p, const PipeSched *s) {
   for (int st = 0; st < p->pp; st++) {
     PipeStage *x = &pl->stage[st];
     bool first = st == 0, last = st == p->pp - 1;
-    x->first_layer = st * p->F->a.count;
-    x->nlayers = p->F->a.count;
+    x->first_layer = st * p->per;
+    x->nlayers = p->per;
+    x->nchunks = p->v;
     x->embedding = first;
     x->head = last;
     x->fwd_flops = all + local_flops(p->F) + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
     x->bwd_flops = local_flops(p->B) + (first ? class_flops(p, C_FIRSTB) : 0);
     x->act_bytes = kept_bytes(p, 0, p->F) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) + (last ? kept_bytes(p, C_LAST, NULL) : 0);
     x->param_bytes = params;
+    /* interleaved: an instruction is one of v chunks (the embedding and head spread over them) */
+    x->fwd_flops /= p->v;
+    x->bwd_flops /= p->v;
+    x->act_bytes /= p->v;
     tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
     tb[st] = x->bwd_flops > 0 ? x->bwd_flops : 1;
   }
@@ -430,7 +494,9 @@ bool pass_pipe(Module *m) {
     return false;
   }
   PipeSchedule kind = m->plan.schedule;
-  PipeSched s = pipe_sched_make(kind, pp, p.M);
+  p.v = kind == SCHED_INTERLEAVED ? m->plan.interleave : 1;
+  p.per = p.F->a.count / p.v;
+  PipeSched s = pipe_sched_make(kind, pp, p.M, p.v);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
@@ -443,14 +509,15 @@ bool pass_pipe(Module *m) {
     return false;
   }
   plan_report(&p, &s);
-  p.map = calloc((size_t)(pp * p.M), sizeof(PtrMap));
+  p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
+  p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
   p.shared = calloc((size_t)p.M, sizeof(PtrMap));
   int nc = p.A->a.ncarry;
   p.sum = ARENA_ARRAY(m->arena, Value *, nc + 1);
   int *left = calloc((size_t)p.M, sizeof(int));
-  if (!p.map || !p.shared || !left) die("out of memory");
+  if (!p.map || !p.shared || !p.chunks || !left) die("out of memory");
   for (int c = 0; c < nc; c++) p.sum[c] = p.A->in[c];
-  for (int i = 0; i < p.M; i++) left[i] = 2 * pp;
+  for (int i = 0; i < p.M; i++) left[i] = 2 * pp * p.v;
 
   /* the graph: what came before the region, the instructions, the sums over pp, the rest */
   Graph *g = p.g;
@@ -500,7 +567,9 @@ bool pass_pipe(Module *m) {
     for (int r = 0; r < g->nresults; r++)
       if (g->results[r] == p.A->out[c]) g->results[r] = p.sum[c];
   }
-  for (int i = 0; i < pp * p.M; i++) ptrmap_free(&p.map[i]);
+  for (int i = 0; i < pp * p.v * p.M; i++) ptrmap_free(&p.map[i]);
+  for (int i = 0; i < p.v; i++) ptrmap_free(&p.chunks[i]);
+  free(p.chunks);
   for (int i = 0; i < p.M; i++) ptrmap_free(&p.shared[i]);
   free(p.map);
   free(p.shared);

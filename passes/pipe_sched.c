@@ -14,25 +14,38 @@ const char *pipe_sched_name(PipeSchedule k) {
   return k >= SCHED_GPIPE && k <= SCHED_ZB ? names[k] : "?";
 }
 
-PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb) {
-  if (kind != SCHED_GPIPE && kind != SCHED_1F1B) die("pipe_sched_make: schedule %s", pipe_sched_name(kind));
-  PipeSched s = {pp, nmb, kind, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
+PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v) {
+  if (kind != SCHED_GPIPE && kind != SCHED_1F1B && kind != SCHED_INTERLEAVED)
+    die("pipe_sched_make: schedule %s", pipe_sched_name(kind));
+  if (kind != SCHED_INTERLEAVED) v = 1;
+  if (v < 1 || (kind == SCHED_INTERLEAVED && nmb % pp != 0)) die("pipe_sched_make: %d micro-batches, v %d", nmb, v);
+  PipeSched s = {pp, nmb, v, kind, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
   if (!s.len || !s.list) die("out of memory");
+  int units = nmb * v; /* (micro-batch, chunk) pairs per stage */
   for (int st = 0; st < pp; st++) {
-    PipeInstr *l = calloc((size_t)(2 * nmb + 1), sizeof *l);
+    PipeInstr *l = calloc((size_t)(2 * units + 1), sizeof *l);
     if (!l) die("out of memory");
     int n = 0;
     if (kind == SCHED_GPIPE) {
-      for (int i = 0; i < nmb; i++) l[n++] = (PipeInstr){'F', i};
-      for (int i = 0; i < nmb; i++) l[n++] = (PipeInstr){'B', i};
+      for (int i = 0; i < nmb; i++) l[n++] = (PipeInstr){'F', i, 0};
+      for (int i = 0; i < nmb; i++) l[n++] = (PipeInstr){'B', i, 0};
     } else {
-      int warm = pp - st - 1 < nmb ? pp - st - 1 : nmb, f = 0, b = 0;
-      while (f < warm) l[n++] = (PipeInstr){'F', f++};
-      while (f < nmb) {
-        l[n++] = (PipeInstr){'F', f++};
-        l[n++] = (PipeInstr){'B', b++};
+      /* the k-th forward (backward) unit: micro-batch groups of pp, chunks in order (reversed) */
+      int warm = kind == SCHED_1F1B ? pp - st - 1 : (pp - st - 1) * 2 + (v - 1) * pp;
+      if (warm > units) warm = units;
+      int f = 0, b = 0;
+#define UNIT(k, back)                                                                                   \
+  (PipeInstr) {                                                                                         \
+    (back) ? 'B' : 'F', (k) / (pp * v) * pp + (k) % pp,                                               \
+        (back) ? v - 1 - (k) % (pp * v) / pp : (k) % (pp * v) / pp                                      \
+  }
+      while (f < warm) l[n++] = UNIT(f, 0), f++;
+      while (f < units) {
+        l[n++] = UNIT(f, 0), f++;
+        l[n++] = UNIT(b, 1), b++;
       }
-      while (b < nmb) l[n++] = (PipeInstr){'B', b++};
+      while (b < units) l[n++] = UNIT(b, 1), b++;
+#undef UNIT
     }
     s.len[st] = n;
     s.list[st] = l;
@@ -56,34 +69,46 @@ static int fail(char *msg, size_t cap, const char *fmt, ...) {
   return 0;
 }
 
+/* "F3", or "F3/c1" (micro-batch 3, chunk 1) when interleaved */
+static const char *iname(const PipeSched *s, PipeInstr in, char *buf, size_t cap) {
+  if (s->v > 1) snprintf(buf, cap, "%c%d/c%d", in.op, in.mb, in.chunk);
+  else snprintf(buf, cap, "%c%d", in.op, in.mb);
+  return buf;
+}
+
 bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, size_t cap) {
-  int pp = s->pp, M = s->nmb;
+  int pp = s->pp, M = s->nmb, v = s->v, nvs = pp * v;
+  char nb[32];
   if (cap) msg[0] = 0;
-  /* well formed: each micro-batch's F then B exactly once per stage */
+  /* well formed: each (micro-batch, chunk)'s F then B exactly once per stage */
   for (int st = 0; st < pp; st++) {
-    int *seen = calloc((size_t)(2 * M + 1), sizeof(int));
+    int *seen = calloc((size_t)(2 * M * v + 1), sizeof(int));
     if (!seen) die("out of memory");
     for (int k = 0; k < s->len[st]; k++) {
       PipeInstr in = s->list[st][k];
       const char *why = NULL;
-      if ((in.op != 'F' && in.op != 'B') || in.mb < 0 || in.mb >= M) why = "is not F(i) or B(i) of a micro-batch of the step";
-      else if (seen[2 * in.mb + (in.op == 'B')]) why = "runs its micro-batch a second time";
-      else if (in.op == 'B' && !seen[2 * in.mb]) why = "comes before the forward of its micro-batch";
+      int u = 2 * (in.mb * v + in.chunk) + (in.op == 'B');
+      if ((in.op != 'F' && in.op != 'B') || in.mb < 0 || in.mb >= M || in.chunk < 0 || in.chunk >= v)
+        why = "is not F(i) or B(i) of a micro-batch and chunk of the step";
+      else if (seen[u]) why = "runs its micro-batch a second time";
+      else if (in.op == 'B' && !seen[u - 1]) why = "comes before the forward of its micro-batch";
       if (why) {
         free(seen);
-        return fail(msg, cap, "pipeline schedule: stage %d (rank %d) step %d: %c%d %s", st, st * rps, k, in.op, in.mb, why);
+        return fail(msg, cap, "pipeline schedule: stage %d (rank %d) step %d: %s %s", st, st * rps, k,
+                    iname(s, in, nb, sizeof nb), why);
       }
-      seen[2 * in.mb + (in.op == 'B')] = 1;
+      seen[u] = 1;
     }
-    for (int i = 0; i < 2 * M; i++)
+    for (int i = 0; i < 2 * M * v; i++)
       if (!seen[i]) {
+        PipeInstr in = {i % 2 ? 'B' : 'F', i / 2 / v, i / 2 % v};
         free(seen);
-        return fail(msg, cap, "pipeline schedule: stage %d (rank %d) never runs %c%d", st, st * rps, i % 2 ? 'B' : 'F', i / 2);
+        return fail(msg, cap, "pipeline schedule: stage %d (rank %d) never runs %s", st, st * rps, iname(s, in, nb, sizeof nb));
       }
     free(seen);
   }
-  /* run: done[st][2 mb + (B)] once executed; a stage moves when its next instruction's input arrived */
-  char *done = calloc((size_t)(pp * 2 * M + 1), 1);
+  /* run: done[(virtual stage * M + mb) * 2 + (B)]; a stage moves when its next instruction's input arrived */
+  char *done = calloc((size_t)(nvs * 2 * M + 1), 1);
   int *pc = calloc((size_t)pp + 1, sizeof(int));
   if (!done || !pc) die("out of memory");
   int total = 0, norder = 0;
@@ -93,22 +118,22 @@ bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, s
     for (int st = 0; st < pp; st++) {
       if (pc[st] == s->len[st]) continue;
       PipeInstr in = s->list[st][pc[st]];
-      int from = in.op == 'F' ? st - 1 : st + 1;
-      if (from >= 0 && from < pp && !done[(from * M + in.mb) * 2 + (in.op == 'B')]) continue;
-      done[(st * M + in.mb) * 2 + (in.op == 'B')] = 1;
+      int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : vs + 1;
+      if (from >= 0 && from < nvs && !done[(from * M + in.mb) * 2 + (in.op == 'B')]) continue;
+      done[(vs * M + in.mb) * 2 + (in.op == 'B')] = 1;
       order[norder++] = (PipeStep){st, pc[st]++};
       moved = true;
     }
     if (moved) continue;
-    int k = fail(msg, cap, "pipeline schedule: a cycle of waits, it would hang:");
-    (void)k;
+    fail(msg, cap, "pipeline schedule: a cycle of waits, it would hang:");
     size_t len = strlen(msg);
     for (int st = 0; st < pp && len < cap; st++) {
       if (pc[st] == s->len[st]) continue;
       PipeInstr in = s->list[st][pc[st]];
-      snprintf(msg + len, cap - len, " stage %d (rank %d) step %d: %c%d waits for the %s of micro-batch %d from stage %d;",
-               st, st * rps, pc[st], in.op, in.mb, in.op == 'F' ? "activation" : "gradient", in.mb,
-               in.op == 'F' ? st - 1 : st + 1);
+      int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : vs + 1;
+      snprintf(msg + len, cap - len, " stage %d (rank %d) step %d: %s waits for the %s of micro-batch %d from stage %d;",
+               st, st * rps, pc[st], iname(s, in, nb, sizeof nb), in.op == 'F' ? "activation" : "gradient", in.mb,
+               from % pp);
       len = strlen(msg);
     }
     free(done);
@@ -121,10 +146,10 @@ bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, s
 }
 
 double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight) {
-  int pp = s->pp, M = s->nmb, total = 0;
+  int pp = s->pp, M = s->nmb, nvs = pp * s->v, total = 0;
   for (int st = 0; st < pp; st++) total += s->len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
-  double *end = calloc((size_t)(pp * 2 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
+  double *end = calloc((size_t)(nvs * 2 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
   if (!order || !end || !free_at) die("out of memory");
   char msg[256];
   if (!pipe_sched_check(s, 1, order, msg, sizeof msg)) die("pipe_sched_time: %s", msg);
@@ -132,11 +157,11 @@ double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, d
   for (int k = 0; k < total; k++) {
     int st = order[k].stage;
     PipeInstr in = s->list[st][order[k].step];
-    int from = in.op == 'F' ? st - 1 : st + 1, b = in.op == 'B';
+    int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : vs + 1, b = in.op == 'B';
     double t0 = free_at[st];
-    if (from >= 0 && from < pp && end[(from * M + in.mb) * 2 + b] > t0) t0 = end[(from * M + in.mb) * 2 + b];
+    if (from >= 0 && from < nvs && end[(from * M + in.mb) * 2 + b] > t0) t0 = end[(from * M + in.mb) * 2 + b];
     double d = b ? tb[st] : tf[st];
-    end[(st * M + in.mb) * 2 + b] = free_at[st] = t0 + d;
+    end[(vs * M + in.mb) * 2 + b] = free_at[st] = t0 + d;
     busy += d;
     if (t0 + d > span) span = t0 + d;
   }

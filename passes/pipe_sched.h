@@ -7,6 +7,9 @@
  * last, where the loss and its gradient are made) or B(i) (receive the gradient from the stage
  * after unless last, the backward of the stage's layers, send the input gradient to the stage
  * before unless first). Every rank of a stage (its dp x cp x tp ranks) runs the same list.
+ * Interleaved (v chunks per stage): stage s holds the virtual stages c pp + s, c < v, each a
+ * chunk of L / (pp v) layers; F(i, c) and B(i, c) run chunk c, and virtual stage k's neighbours
+ * are k - 1 and k + 1 (from the last stage's chunk c to the first stage's chunk c + 1).
  */
 #ifndef SHARDC_PIPE_SCHED_H
 #define SHARDC_PIPE_SCHED_H
@@ -19,20 +22,25 @@
 #include "module.h"
 
 typedef struct {
-  char op; /* 'F' or 'B' */
-  int mb;  /* micro-batch */
+  char op;   /* 'F' or 'B' */
+  int mb;    /* micro-batch */
+  int chunk; /* which of the stage's v chunks (0 unless interleaved) */
 } PipeInstr;
 
 typedef struct {
   int pp, nmb;       /* stages, micro-batches per optimizer step */
+  int v;             /* chunks per stage (interleaved; else 1) */
   PipeSchedule kind;
   int *len;          /* [pp] instructions per stage (2 nmb when well formed) */
   PipeInstr **list;  /* [pp][len[s]] */
 } PipeSched;
 
-/* GPipe (every forward, then every backward) or 1F1B (pp - s - 1 forwards of warm-up on stage s,
- * then one forward and one backward in turn, then the remaining backwards). Heap; pipe_sched_free. */
-PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb);
+/* GPipe (every forward, then every backward), 1F1B (pp - s - 1 forwards of warm-up on stage s,
+ * then one forward and one backward in turn, then the remaining backwards) or interleaved 1F1B
+ * (v chunks; micro-batches in groups of pp, each group through chunk 0, 1, .. forward and the
+ * reverse backward; (pp - s - 1) 2 + (v - 1) pp forwards of warm-up; nmb a multiple of pp).
+ * Heap; pipe_sched_free. */
+PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v);
 void pipe_sched_free(PipeSched *s);
 
 /* One instruction of the whole schedule, in an order every stage could run it in. */
@@ -40,9 +48,9 @@ typedef struct {
   int stage, step; /* the stage and the instruction's index in its list */
 } PipeStep;
 
-/* Simulates the schedule: each stage runs its list in order; a forward on stage s > 0 waits for
- * the activation of its micro-batch from stage s - 1, a backward on stage s < pp - 1 for the
- * gradient from stage s + 1, and a backward follows its own forward. Sends are asynchronous
+/* Simulates the schedule: each stage runs its list in order; a forward on virtual stage k > 0
+ * waits for the activation of its micro-batch from k - 1, a backward on k < pp v - 1 for the
+ * gradient from k + 1, and a backward follows its own forward. Sends are asynchronous
  * (each stage keeps what it sent until its peer receives it). Returns false with a message
  * naming the stage, its first rank (ranks_per_stage x stage: pp is the outermost mesh axis),
  * the step and the instruction when a list is malformed (a micro-batch run twice, missing or
@@ -61,18 +69,20 @@ const char *pipe_sched_name(PipeSchedule k); /* "gpipe", "1f1b", ... */
 /* What passes/pipe.c planned, per stage, for `shardc plan` (pipe_print). FLOPs are one rank's
  * (its tp share), per micro-batch; bytes are one rank's. */
 typedef struct {
-  int64_t first_layer, nlayers; /* the layers [first_layer, first_layer + nlayers) of the model's loop */
+  int64_t first_layer, nlayers; /* the layers [first_layer, first_layer + nlayers) of the model's loop, and
+                                   with nchunks > 1 (interleaved) also those + c pp nlayers, c < nchunks */
+  int nchunks;
   bool embedding, head;         /* holds the embedding (first stage) / the head and loss (last) */
-  double fwd_flops, bwd_flops;  /* its F and B instructions */
+  double fwd_flops, bwd_flops;  /* its F and B instructions (interleaved: of one chunk) */
   int64_t act_bytes;            /* activations an F keeps for its B (the stashed layer values, and the
                                    first / last stage's own), per micro-batch */
-  int inflight;                 /* most micro-batches whose activations it holds at once */
+  int inflight;                 /* most forwards (micro-batch, chunk) whose activations it holds at once */
   int64_t param_bytes;          /* its parameters (layers split over pp, the rest replicated) */
 } PipeStage;
 
 typedef struct PipePlan {
   PipeSchedule kind;
-  int pp, nmb;
+  int pp, nmb, v;
   const char *loop;   /* the layer loop's name */
   int64_t layers;     /* in the model */
   PipeStage *stage;   /* [pp] */

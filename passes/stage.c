@@ -7,7 +7,9 @@
  *     layers become L / pp iterations on each stage: the stacked layer parameters, their
  *     gradients, optimizer states and updates, and the stacked activations between the two
  *     loops are split over pp on their leading dim (`S(pp)@0`), so stage s holds layers
- *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers;
+ *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers
+ *     (interleaved, v chunks: `S(pp)@0/vB`, the v blocks of L/(pp v) layers ir_block_index gives
+ *     stage s: chunks c pp + s, c < v);
  *   - the clip's sums of squares over a split gradient are partial over pp: one all-reduce
  *     completes them (as for ZeRO-2 over dp);
  *   - the embedding (what the forward loop's carried input is made of) is the first stage's,
@@ -52,6 +54,7 @@ bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd) {
 typedef struct {
   PtrMap split; /* values split over pp on dim 0 */
   int64_t L, per;
+  int blocks;   /* interleaved: v blocks (stage s holds layers of chunks c pp + s), else 0 */
   bool changed;
 } St;
 
@@ -66,7 +69,7 @@ static void split(St *s, Value *v) {
   v->shape.dim[0] = s->per;
   v->shape.sym[0] = -1;
   v->sharding.split[0] = RT_AX_PP;
-  v->sharding.blocks[0] = 0;
+  v->sharding.blocks[0] = s->blocks;
   ptrmap_put(&s->split, v, 1);
   s->changed = true;
 }
@@ -131,13 +134,28 @@ bool pass_stage(Module *m) {
     return false;
   }
   int64_t L = F->a.count;
+  int v = m->plan.schedule == SCHED_INTERLEAVED ? m->plan.interleave : 1;
+  if (v > 1 && L % ((int64_t)pp * v) != 0) {
+    error_at(at_opt(m, PLAN_OPT_SCHEDULE),
+             "the interleaved schedule cuts the %lld layers of `repeat %s` in pp x v = %d chunks: it does not divide them",
+             (long long)L, F->a.name ? F->a.name : "?", pp * v);
+    note("pick pp x v dividing %lld, or schedule 1f1b", (long long)L);
+    return false;
+  }
+  if (v > 1 && m->batch.accum % pp != 0) {
+    error_at(at_opt(m, PLAN_OPT_MICROBATCHES),
+             "the interleaved schedule runs micro-batches in groups of pp = %d: this plan has %lld micro-batches", pp,
+             (long long)m->batch.accum);
+    note("write a multiple of %d micro-batches, or schedule 1f1b", pp);
+    return false;
+  }
   if (L % pp != 0) {
     error_at(at_opt(m, PLAN_OPT_PP), "pp %d does not divide the %lld layers of `repeat %s` (%s:%d)", pp, (long long)L,
              F->a.name ? F->a.name : "?", F->loc.file ? F->loc.file : "?", F->loc.line);
     note("pick pp dividing %lld; stages of unequal layer counts (an explicit split) are not supported yet", (long long)L);
     return false;
   }
-  St s = {.L = L, .per = L / pp};
+  St s = {.L = L, .per = L / pp, .blocks = v > 1 ? v : 0};
   F->a.count = B->a.count = s.per;
   Node *loops[2] = {F, B};
   for (int l = 0; l < 2; l++) {

@@ -4,8 +4,9 @@
 # flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble;
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
-# fewer micro-batches than stages, microbatches disagreeing with batch, interleaved / zb
-# schedules, pp with cp, zero or recompute, and the CUDA target (at build).
+# fewer micro-batches than stages, microbatches disagreeing with batch, the zb schedule, interleave
+# without the interleaved schedule, interleaved chunks not dividing the layers or micro-batches not
+# in groups of pp, pp with cp, zero or recompute, and the CUDA target (at build).
 # Usage: pp_plan.sh SHARDC
 set -uo pipefail
 shardc=$(realpath "$1")
@@ -26,8 +27,10 @@ expect() { # expect WANT_EXIT "needle" ... -- shardc args (stdout and stderr)
 t=(models/tiny.model -D layers=4 -D micro_batch=2 -D batch=8 -D dp=1)
 expect 0 "# pipeline: 4 stages over the 4 layers of \`repeat blocks\`, schedule 1f1b, 4 micro-batches per step" \
   "#   0     0-0          embedding" "         4 " "#   3     3-3          head, loss" \
-  "#   bubble: " "(pp-1)/(M+pp-1) = 42.9% for equal stages" -- plan "${t[@]}" -D pp=4 --world 4
+  "#   bubble: " "for equal stages (pp-1)/(vM+pp-1) = 42.9%" -- plan "${t[@]}" -D pp=4 --world 4
 expect 0 "schedule gpipe, 4 micro-batches" "#   1     2-3          head, loss" -- plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2
+expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0     0-0,2-2      embedding" \
+  "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
 # in flight: 1F1B stage 0 of 4 holds 4, stage 3 one; GPipe every micro-batch on every stage
 inflight() { "$shardc" plan "${t[@]}" -D pp=4 "$@" --world 4 2>/dev/null | grep -E "^#   [0-3] " |
   sed -E 's/^#   ([0-9]) .* MiB +([0-9]+) +[0-9.]+ MiB .*/\1:\2/' | tr '\n' ' '; }
@@ -46,8 +49,13 @@ expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: 
 expect 1 "error: the 1f1b schedule needs at least pp = 4 micro-batches per step, this plan has 2" \
   -- plan "${t[@]/micro_batch=2/micro_batch=4}" -D pp=4 --world 4
 expect 1 "error: microbatches 2 but batch 8 is 4 micro-batches" -- plan "${t[@]}" -D pp=2 -D microbatches=2 --world 2
-expect 1 "error: -D schedule=interleaved: the interleaved pipeline schedule is not implemented in shardc yet" \
-  -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
+expect 1 "error: -D schedule=zb: the zb pipeline schedule is not implemented in shardc yet" \
+  -- plan "${t[@]}" -D pp=2 -D schedule=zb --world 2
+expect 1 "error: -D interleave=2 needs -D schedule=interleaved" -- plan "${t[@]}" -D pp=2 -D interleave=2 --world 2
+expect 1 "error: the interleaved schedule cuts the 4 layers of \`repeat blocks\` in pp x v = 8 chunks: it does not divide them" \
+  -- plan "${t[@]}" -D pp=4 -D schedule=interleaved --world 4
+expect 1 "error: the interleaved schedule runs micro-batches in groups of pp = 2: this plan has 3 micro-batches" \
+  -- plan "${t[@]/batch=8/batch=6}" -D pp=2 -D schedule=interleaved --world 2
 for o in cp=2:4 zero=1:2 recompute=full:2; do
   expect 1 "error: pipeline parallelism (pp 2) does not combine with \`${o%%=*}\` yet" \
     -- plan "${t[@]}" -D pp=2 -D "${o%%:*}" --world "${o#*:}"

@@ -11,9 +11,10 @@
  * state must agree within a relative error of 1e-10, and replicas agree (spread). The checks also
  * assert the program's shape: each stage sends and receives 2 (pp - 1 neighbours) transfers per
  * micro-batch, no micro-step region is left, the layer parameters are split over pp.
- * Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe (pp-1)/(M+pp-1)), 1F1B's
- * in-flight bound (pp - s on stage s), and hand-written bad schedules rejected naming the stage,
- * rank, step and instruction.
+ * Interleaved 1F1B (2 chunks per stage) runs at pp 2 for every plan with an even number of
+ * micro-batches. Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
+ * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's smaller bubble, and
+ * hand-written bad schedules rejected naming the stage, rank, step and instruction.
  */
 #include <math.h>
 #include <stdio.h>
@@ -59,8 +60,8 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   return m;
 }
 
-/* The program: no micro-step region, per stage 2 M (pp > 1 neighbours) transfers, layer params split over pp. */
-static void check_shape(const Module *m, int pp, int64_t M, const char *what) {
+/* The program: no micro-step region, per stage M transfers per neighbour of each of its v virtual stages, layer params split over pp. */
+static void check_shape(const Module *m, int pp, int v, int64_t M, const char *what) {
   const Graph *g = m->graph;
   int *sends = calloc((size_t)pp, sizeof(int)), *recvs = calloc((size_t)pp, sizeof(int)), split = 0, region = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -71,7 +72,7 @@ static void check_shape(const Module *m, int pp, int64_t M, const char *what) {
     if (n->op == OP_PARAM && n->out[0]->sharding.split[0] == RT_AX_PP) split++;
   }
   for (int s = 0; s < pp; s++) {
-    int want = (int)M * ((s > 0) + (s < pp - 1));
+    int want = (int)M * ((v - (s == pp - 1)) + (v - (s == 0))); /* its virtual stages' neighbours */
     if (sends[s] != want || recvs[s] != want) {
       fprintf(stderr, "FAIL %s: stage %d sends %d and receives %d, not %d each\n", what, s, sends[s], recvs[s], want);
       failures++;
@@ -100,11 +101,12 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
   /* pp, dp, tp, micro-batches */
   static const int plans[][4] = {{2, 1, 1, 2}, {2, 1, 1, 4}, {4, 1, 1, 4}, {2, 2, 1, 2}, {2, 1, 2, 4}, {4, 1, 2, 4}, {2, 2, 2, 2}};
-  static const char *const scheds[] = {"gpipe", "1f1b"};
+  static const char *const scheds[] = {"gpipe", "1f1b", "interleaved"};
   for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++)
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < 3; q++) {
       int pp = plans[p][0], dp = plans[p][1], tp = plans[p][2];
       int64_t M = plans[p][3];
+      if (q == 2 && (pp != 2 || M % pp != 0)) continue; /* interleaved v 2: pp x 2 chunks of the 4 layers */
       char what[96];
       snprintf(what, sizeof what, "pp %d x dp %d x tp %d, %s, %lld micro-batches", pp, dp, tp, scheds[q], (long long)M);
       Arena pa;
@@ -116,7 +118,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
         arena_free(&pa);
         continue;
       }
-      check_shape(pm, pp, M, what);
+      check_shape(pm, pp, q == 2 ? 2 : 1, M, what);
       Tensor ktok = tok, ktgt = tgt;
       ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
       Interp *ri = interp_new(ref->graph, NULL, 7);
@@ -154,7 +156,7 @@ static void check_schedules(void) {
     for (int M = pp; M <= 8; M *= 2) {
       double tf[4] = {1, 1, 1, 1}, tb[4] = {2, 2, 2, 2}, bub;
       int infl[4];
-      PipeSched g = pipe_sched_make(SCHED_GPIPE, pp, M), o = pipe_sched_make(SCHED_1F1B, pp, M);
+      PipeSched g = pipe_sched_make(SCHED_GPIPE, pp, M, 1), o = pipe_sched_make(SCHED_1F1B, pp, M, 1);
       PipeStep order[64];
       expect(pipe_sched_check(&g, 1, order, msg, sizeof msg) && pipe_sched_check(&o, 1, order, msg, sizeof msg),
              "gpipe and 1f1b pass the check");
@@ -169,31 +171,45 @@ static void check_schedules(void) {
       pipe_sched_free(&g);
       pipe_sched_free(&o);
     }
+  for (int pp = 2; pp <= 4; pp += 2)
+    for (int M = pp; M <= 8; M *= 2) { /* interleaved, 2 chunks: a smaller bubble than 1F1B's */
+      double tf[4] = {1, 1, 1, 1}, tb[4] = {2, 2, 2, 2}, bi, b1;
+      PipeSched o = pipe_sched_make(SCHED_1F1B, pp, M, 1), iv = pipe_sched_make(SCHED_INTERLEAVED, pp, M, 2);
+      PipeStep order[128];
+      expect(pipe_sched_check(&iv, 1, order, msg, sizeof msg), "interleaved passes the check");
+      pipe_sched_time(&o, tf, tb, &b1, NULL);
+      pipe_sched_time(&iv, tf, tb, &bi, NULL); /* chunk times: half a stage's */
+      expect(bi < b1 && fabs(bi - (double)(pp - 1) / (2 * M + pp - 1)) < 1e-12,
+             "interleaved: the bubble (pp-1)/(vM+pp-1), smaller than 1f1b's");
+      fprintf(stderr, "  interleaved pp %d, %d micro-batches, 2 chunks: bubble %.4f (1f1b %.4f)\n", pp, M, bi, b1);
+      pipe_sched_free(&o);
+      pipe_sched_free(&iv);
+    }
   /* a cycle: stage 1 runs B0 first, but its forward F0 must come first; swap stage 0's order so
    * both wait: stage 0 starts with B0 (needs stage 1's B0), stage 1 with F1 (needs stage 0's F1) */
-  PipeSched bad = pipe_sched_make(SCHED_GPIPE, 2, 2);
-  bad.list[0][0] = (PipeInstr){'F', 1};
-  bad.list[0][1] = (PipeInstr){'F', 0};
-  bad.list[1][0] = (PipeInstr){'F', 0};
-  bad.list[1][1] = (PipeInstr){'F', 1};
+  PipeSched bad = pipe_sched_make(SCHED_GPIPE, 2, 2, 1);
+  bad.list[0][0] = (PipeInstr){'F', 1, 0};
+  bad.list[0][1] = (PipeInstr){'F', 0, 0};
+  bad.list[1][0] = (PipeInstr){'F', 0, 0};
+  bad.list[1][1] = (PipeInstr){'F', 1, 0};
   PipeStep order[16];
   bool ok = pipe_sched_check(&bad, 4, order, msg, sizeof msg);
   fprintf(stderr, "  reordered (valid): %s\n", ok ? "accepted" : msg);
   expect(ok, "a reordered but deadlock-free schedule is accepted");
   /* stage 0: F0 B0 F1 B1 — B0 waits for stage 1's B0; stage 1: F1 F0 ... — F1 waits for stage 0's F1: a cycle */
-  bad.list[0][0] = (PipeInstr){'F', 0};
-  bad.list[0][1] = (PipeInstr){'B', 0};
-  bad.list[0][2] = (PipeInstr){'F', 1};
-  bad.list[0][3] = (PipeInstr){'B', 1};
-  bad.list[1][0] = (PipeInstr){'F', 1};
-  bad.list[1][1] = (PipeInstr){'F', 0};
+  bad.list[0][0] = (PipeInstr){'F', 0, 0};
+  bad.list[0][1] = (PipeInstr){'B', 0, 0};
+  bad.list[0][2] = (PipeInstr){'F', 1, 0};
+  bad.list[0][3] = (PipeInstr){'B', 1, 0};
+  bad.list[1][0] = (PipeInstr){'F', 1, 0};
+  bad.list[1][1] = (PipeInstr){'F', 0, 0};
   ok = pipe_sched_check(&bad, 4, order, msg, sizeof msg);
   fprintf(stderr, "  cycle: %s\n", msg);
   expect(!ok && strstr(msg, "cycle") && strstr(msg, "stage 0 (rank 0) step 1: B0") &&
              strstr(msg, "stage 1 (rank 4) step 0: F1"),
          "a cycle of waits is rejected naming stage, rank, step and instruction");
-  bad.list[1][1] = (PipeInstr){'B', 0};
-  bad.list[1][0] = (PipeInstr){'B', 0};
+  bad.list[1][1] = (PipeInstr){'B', 0, 0};
+  bad.list[1][0] = (PipeInstr){'B', 0, 0};
   ok = pipe_sched_check(&bad, 4, order, msg, sizeof msg);
   fprintf(stderr, "  malformed: %s\n", msg);
   expect(!ok && strstr(msg, "stage 1 (rank 4) step 0: B0 comes before the forward"), "a backward before its forward is rejected");
