@@ -58,16 +58,12 @@ static bool resolve_batch(Module *m, int dp) {
     note("write microbatches %lld, or leave out batch (it is then micro_batch x dp x microbatches)", (long long)accum);
     return false;
   }
-  if (p->schedule == SCHED_ZB || (p->interleave > 1 && p->schedule != SCHED_INTERLEAVED)) {
+  if (p->interleave > 1 && p->schedule != SCHED_INTERLEAVED) {
     if (p->opt_loc[PLAN_OPT_SCHEDULE].file)
-      error_at(p->opt_loc[PLAN_OPT_SCHEDULE], p->schedule == SCHED_ZB ? "`schedule zb` is not implemented in shardc yet"
-                                                                       : "`interleave %d` needs `schedule interleaved`",
-               p->interleave);
-    else if (p->schedule == SCHED_ZB)
-      error_plain("-D schedule=zb: the zb pipeline schedule is not implemented in shardc yet");
+      error_at(p->opt_loc[PLAN_OPT_SCHEDULE], "`interleave %d` needs `schedule interleaved`", p->interleave);
     else
       error_plain("-D interleave=%d needs -D schedule=interleaved", p->interleave);
-    note("write schedule 1f1b, schedule gpipe or schedule interleaved(v: N)");
+    note("write schedule interleaved(v: N), or leave out interleave");
     return false;
   }
   m->batch.micro = r->micro_batch;

@@ -33,6 +33,16 @@
 
 Node *stage_accum_region(Graph *g);
 bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd);
+bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw);
+
+Shape pipe_stacked_shape(Shape s, int64_t k) {
+  if (s.rank + 1 > IR_MAX_RANK) die("pipe: rank too large");
+  for (int d = s.rank; d > 0; d--) s.dim[d] = s.dim[d - 1], s.sym[d] = s.sym[d - 1];
+  s.dim[0] = k;
+  s.sym[0] = -1;
+  s.rank++;
+  return s;
+}
 
 enum { PIPE_TAG = 1000 };
 enum { C_NONE, C_FIRST, C_LAST, C_FIRSTB, C_ALL, C_MERGE, C_LOOP };
@@ -41,6 +51,7 @@ typedef struct {
   Module *m;
   Graph *g, *body;
   Node *A, *F, *B;
+  Node *W;        /* zb: the weight-gradient loop split from B (passes/pipe_split.c), else NULL */
   int pp, M;
   char *cls;      /* by body node position */
   PtrMap *map;    /* [pp v * M]: body value -> its clone in virtual stage k's instructions for micro-batch i */
@@ -78,7 +89,7 @@ static void mark_anc(Pp *p, Value *v, char c, char *on) {
   Node *d = v->def;
   if (d->graph != p->body || d->op == OP_ARG) return;
   int i = pos_in(p->body, d);
-  if (on[i] == c || d == p->F || d == p->B) return;
+  if (on[i] == c || d == p->F || d == p->B || d == p->W) return;
   on[i] = c;
   for (int j = 0; j < d->nin; j++) mark_anc(p, d->in[j], c, on);
 }
@@ -90,8 +101,9 @@ static bool classify(Pp *p) {
   p->cls = calloc((size_t)n + 1, 1);
   if (!anc || !dep || !p->cls) die("out of memory");
   /* what the loops read besides their carries: computed on every stage */
-  for (int l = 0; l < 2; l++) {
-    Node *r = l ? p->B : p->F;
+  for (int l = 0; l < 3; l++) {
+    Node *r = l == 0 ? p->F : l == 1 ? p->B : p->W;
+    if (!r) continue;
     for (int j = r->a.ncarry; j < r->nin; j++) mark_anc(p, r->in[j], C_ALL, anc);
     for (int x = 0; x < r->body->nnodes; x++)
       for (int j = 0; j < r->body->nodes[x]->nin; j++) mark_anc(p, r->body->nodes[x]->in[j], C_ALL, anc);
@@ -100,7 +112,7 @@ static bool classify(Pp *p) {
   for (int i = 0; i < n; i++) {
     Node *x = b->nodes[i];
     if (x->op == OP_ARG) continue;
-    if (x == p->F || x == p->B) {
+    if (x == p->F || x == p->B || (p->W && x == p->W)) {
       p->cls[i] = C_LOOP;
       dep[i] = x == p->F ? 1 : 2;
       continue;
@@ -260,7 +272,7 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
  * A layer loop of an interleaved schedule runs its chunk: L/(pp v) iterations over the chunk's rows. */
 static Value *run_node(Pp *p, int vs, int mb, Node *d) {
   PtrMap *sm = smap(p, vs, mb);
-  bool loop = d == p->F || d == p->B;
+  bool loop = d == p->F || d == p->B || (p->W && d == p->W);
   Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
   for (int j = 0; j < d->nin; j++) {
     in[j] = lookup(p, sm, mb, d->in[j]);
@@ -322,6 +334,10 @@ static void run_instr(Pp *p, int st, PipeInstr in) {
   int mb = in.mb, vs = in.chunk * p->pp + st, last = p->pp * p->v - 1;
   PtrMap *sm = smap(p, vs, mb);
   intptr_t got;
+  if (in.op == 'W') { /* zb: the weight gradients of the stage's layers, after its B */
+    run_node(p, vs, mb, p->W);
+    return;
+  }
   if (in.op == 'F') {
     if (vs == 0) run_class(p, vs, mb, C_FIRST);
     else p2p(p, vs, mb, NULL, vs - 1, false, p->F->in[0]);
@@ -427,7 +443,8 @@ static int64_t kept_bytes(const Pp *p, char c, const Node *only) {
       bool kept = false;
       for (int j = 0; j < g->nnodes && !kept; j++) {
         const Node *x = g->nodes[j];
-        if (x == p->B || p->cls[j] == C_FIRSTB || p->cls[j] == C_MERGE) kept = reads_value(x, d->out[k]);
+        if (x == p->B || (p->W && x == p->W) || p->cls[j] == C_FIRSTB || p->cls[j] == C_MERGE)
+          kept = reads_value(x, d->out[k]);
       }
       if (kept) b += ir_numel(&d->out[k]->shape) * ir_dtype_size(d->out[k]->dtype);
     }
@@ -446,8 +463,9 @@ static void plan_report(Pp *p, const PipeSched *s) {
   pl->v = p->v;
   pl->stage = ARENA_ARRAY(m->arena, PipeStage, p->pp);
   double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
+  double *tw = calloc((size_t)p->pp, sizeof(double));
   int *infl = calloc((size_t)p->pp, sizeof(int));
-  if (!tf || !tb || !infl) die("out of memory");
+  if (!tf || !tb || !tw || !infl) die("out of memory");
   int64_t params = 0;
   for (int i = 0; i < p->g->nnodes; i++)
     if (p->g->nodes[i]->op == OP_PARAM)
@@ -462,21 +480,25 @@ static void plan_report(Pp *p, const PipeSched *s) {
     x->embedding = first;
     x->head = last;
     x->fwd_flops = all + local_flops(p->F) + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
-    x->bwd_flops = local_flops(p->B) + (first ? class_flops(p, C_FIRSTB) : 0);
+    x->wgt_flops = p->W ? local_flops(p->W) : 0;
+    x->bwd_flops = local_flops(p->B) + x->wgt_flops + (first ? class_flops(p, C_FIRSTB) : 0);
     x->act_bytes = kept_bytes(p, 0, p->F) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) + (last ? kept_bytes(p, C_LAST, NULL) : 0);
     x->param_bytes = params;
     /* interleaved: an instruction is one of v chunks (the embedding and head spread over them) */
     x->fwd_flops /= p->v;
     x->bwd_flops /= p->v;
+    x->wgt_flops /= p->v;
     x->act_bytes /= p->v;
     tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
-    tb[st] = x->bwd_flops > 0 ? x->bwd_flops : 1;
+    tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
+    tw[st] = x->wgt_flops;
   }
-  pipe_sched_time(s, tf, tb, &pl->bubble, infl);
+  pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
   for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];
   m->pipe = pl;
   free(tf);
   free(tb);
+  free(tw);
   free(infl);
 }
 
@@ -503,6 +525,7 @@ bool pass_pipe(Module *m) {
   char msg[1024];
   if (!order) die("out of memory");
   if (!pipe_sched_check(&s, m->mesh->world / pp, order, msg, sizeof msg)) die("pipe: %s", msg);
+  if (kind == SCHED_ZB && !pipe_split_backward(p.body, p.B, &p.B, &p.W)) return false;
   if (!classify(&p)) {
     free(order);
     pipe_sched_free(&s);
@@ -517,7 +540,7 @@ bool pass_pipe(Module *m) {
   int *left = calloc((size_t)p.M, sizeof(int));
   if (!p.map || !p.shared || !p.chunks || !left) die("out of memory");
   for (int c = 0; c < nc; c++) p.sum[c] = p.A->in[c];
-  for (int i = 0; i < p.M; i++) left[i] = 2 * pp * p.v;
+  for (int i = 0; i < p.M; i++) left[i] = (p.W ? 3 : 2) * pp * p.v;
 
   /* the graph: what came before the region, the instructions, the sums over pp, the rest */
   Graph *g = p.g;

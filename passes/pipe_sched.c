@@ -14,7 +14,58 @@ const char *pipe_sched_name(PipeSchedule k) {
   return k >= SCHED_GPIPE && k <= SCHED_ZB ? names[k] : "?";
 }
 
+/* Zero bubble in the manner of ZB-H1 (within 1F1B's peak memory): the backward split into B (input
+ * gradients, which the stage before waits for) and W (weight gradients, which nothing waits for).
+ * Made by playing the stages with unit times: a free stage runs a B whose gradient arrived, else
+ * the next F if its activation arrived and it holds fewer than pp micro-batches (forwards whose W
+ * has not run: 1F1B's peak, stage 0's), else a pending W, else waits. The W's fill what 1F1B leaves
+ * idle: bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), 0.172 at pp 4 with 8 micro-batches (1F1B 0.273). */
+static PipeSched make_zb(int pp, int nmb) {
+  PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
+  int *f = calloc((size_t)pp, sizeof(int)), *w = calloc((size_t)pp, sizeof(int));
+  int *act = calloc((size_t)(pp * nmb), sizeof(int)), *grad = calloc((size_t)(pp * nmb), sizeof(int)); /* arrival time + 1 */
+  char *bdone = calloc((size_t)(pp * nmb), 1);
+  if (!s.len || !s.list || !f || !w || !act || !grad || !bdone) die("out of memory");
+  for (int st = 0; st < pp; st++) {
+    s.list[st] = calloc((size_t)(3 * nmb + 1), sizeof(PipeInstr));
+    if (!s.list[st]) die("out of memory");
+  }
+  int left = 3 * nmb * pp;
+  for (int t = 0; left > 0; t++) {
+    if (t > 8 * nmb * pp + 8 * pp) die("pipe_sched_make: the zb schedule does not finish");
+    for (int st = 0; st < pp; st++) {
+      PipeInstr in = {0, -1, 0};
+      for (int i = 0; i < nmb && in.mb < 0; i++) /* a B whose gradient arrived (last stage: its forward ran) */
+        if (!bdone[st * nmb + i] && i < f[st] && (st == pp - 1 || (grad[st * nmb + i] && grad[st * nmb + i] - 1 <= t)))
+          in = (PipeInstr){'B', i, 0};
+      if (in.mb < 0 && f[st] < nmb && f[st] - w[st] < pp &&
+          (st == 0 || (act[st * nmb + f[st]] && act[st * nmb + f[st]] - 1 <= t)))
+        in = (PipeInstr){'F', f[st], 0};
+      if (in.mb < 0 && w[st] < nmb && bdone[st * nmb + w[st]]) in = (PipeInstr){'W', w[st], 0};
+      if (in.mb < 0) continue;
+      s.list[st][s.len[st]++] = in;
+      left--;
+      if (in.op == 'F') {
+        if (st + 1 < pp) act[(st + 1) * nmb + in.mb] = t + 2; /* arrives at t + 1 */
+        f[st]++;
+      } else if (in.op == 'B') {
+        bdone[st * nmb + in.mb] = 1;
+        if (st > 0) grad[(st - 1) * nmb + in.mb] = t + 2;
+      } else {
+        w[st]++;
+      }
+    }
+  }
+  free(f);
+  free(w);
+  free(act);
+  free(grad);
+  free(bdone);
+  return s;
+}
+
 PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v) {
+  if (kind == SCHED_ZB) return make_zb(pp, nmb);
   if (kind != SCHED_GPIPE && kind != SCHED_1F1B && kind != SCHED_INTERLEAVED)
     die("pipe_sched_make: schedule %s", pipe_sched_name(kind));
   if (kind != SCHED_INTERLEAVED) v = 1;
@@ -76,22 +127,29 @@ static const char *iname(const PipeSched *s, PipeInstr in, char *buf, size_t cap
   return buf;
 }
 
+/* The unit index of an instruction: 3 per (micro-batch, chunk): F, B, W. */
+static int kind_of(char op) { return op == 'F' ? 0 : op == 'B' ? 1 : 2; }
+
 bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, size_t cap) {
   int pp = s->pp, M = s->nmb, v = s->v, nvs = pp * v;
+  bool zb = s->kind == SCHED_ZB;
   char nb[32];
   if (cap) msg[0] = 0;
-  /* well formed: each (micro-batch, chunk)'s F then B exactly once per stage */
+  /* well formed: each (micro-batch, chunk)'s F, then B, then (zb) W, exactly once per stage */
   for (int st = 0; st < pp; st++) {
-    int *seen = calloc((size_t)(2 * M * v + 1), sizeof(int));
+    int *seen = calloc((size_t)(3 * M * v + 1), sizeof(int));
     if (!seen) die("out of memory");
     for (int k = 0; k < s->len[st]; k++) {
       PipeInstr in = s->list[st][k];
       const char *why = NULL;
-      int u = 2 * (in.mb * v + in.chunk) + (in.op == 'B');
-      if ((in.op != 'F' && in.op != 'B') || in.mb < 0 || in.mb >= M || in.chunk < 0 || in.chunk >= v)
-        why = "is not F(i) or B(i) of a micro-batch and chunk of the step";
+      int u = 3 * (in.mb * v + in.chunk) + kind_of(in.op);
+      if ((in.op != 'F' && in.op != 'B' && !(zb && in.op == 'W')) || in.mb < 0 || in.mb >= M || in.chunk < 0 ||
+          in.chunk >= v)
+        why = zb ? "is not F(i), B(i) or W(i) of a micro-batch of the step"
+                 : "is not F(i) or B(i) of a micro-batch and chunk of the step";
       else if (seen[u]) why = "runs its micro-batch a second time";
       else if (in.op == 'B' && !seen[u - 1]) why = "comes before the forward of its micro-batch";
+      else if (in.op == 'W' && !seen[u - 1]) why = "comes before the input-gradient backward (B) of its micro-batch";
       if (why) {
         free(seen);
         return fail(msg, cap, "pipeline schedule: stage %d (rank %d) step %d: %s %s", st, st * rps, k,
@@ -99,16 +157,17 @@ bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, s
       }
       seen[u] = 1;
     }
-    for (int i = 0; i < 2 * M * v; i++)
-      if (!seen[i]) {
-        PipeInstr in = {i % 2 ? 'B' : 'F', i / 2 / v, i / 2 % v};
+    for (int i = 0; i < 3 * M * v; i++)
+      if (!seen[i] && (i % 3 < 2 || zb)) {
+        PipeInstr in = {"FBW"[i % 3], i / 3 / v, i / 3 % v};
         free(seen);
         return fail(msg, cap, "pipeline schedule: stage %d (rank %d) never runs %s", st, st * rps, iname(s, in, nb, sizeof nb));
       }
     free(seen);
   }
-  /* run: done[(virtual stage * M + mb) * 2 + (B)]; a stage moves when its next instruction's input arrived */
-  char *done = calloc((size_t)(nvs * 2 * M + 1), 1);
+  /* run: done[(virtual stage * M + mb) * 3 + kind]; a stage moves when its next instruction's input
+   * arrived (a W needs nothing from another stage) */
+  char *done = calloc((size_t)(nvs * 3 * M + 1), 1);
   int *pc = calloc((size_t)pp + 1, sizeof(int));
   if (!done || !pc) die("out of memory");
   int total = 0, norder = 0;
@@ -118,9 +177,9 @@ bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, s
     for (int st = 0; st < pp; st++) {
       if (pc[st] == s->len[st]) continue;
       PipeInstr in = s->list[st][pc[st]];
-      int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : vs + 1;
-      if (from >= 0 && from < nvs && !done[(from * M + in.mb) * 2 + (in.op == 'B')]) continue;
-      done[(vs * M + in.mb) * 2 + (in.op == 'B')] = 1;
+      int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : in.op == 'B' ? vs + 1 : -1;
+      if (from >= 0 && from < nvs && !done[(from * M + in.mb) * 3 + kind_of(in.op)]) continue;
+      done[(vs * M + in.mb) * 3 + kind_of(in.op)] = 1;
       order[norder++] = (PipeStep){st, pc[st]++};
       moved = true;
     }
@@ -146,10 +205,15 @@ bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, s
 }
 
 double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight) {
+  return pipe_sched_timeline(s, tf, tb, NULL, bubble, inflight, NULL);
+}
+
+double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
+                           int *inflight, double *const *start) {
   int pp = s->pp, M = s->nmb, nvs = pp * s->v, total = 0;
   for (int st = 0; st < pp; st++) total += s->len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
-  double *end = calloc((size_t)(nvs * 2 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
+  double *end = calloc((size_t)(nvs * 3 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
   if (!order || !end || !free_at) die("out of memory");
   char msg[256];
   if (!pipe_sched_check(s, 1, order, msg, sizeof msg)) die("pipe_sched_time: %s", msg);
@@ -157,19 +221,21 @@ double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, d
   for (int k = 0; k < total; k++) {
     int st = order[k].stage;
     PipeInstr in = s->list[st][order[k].step];
-    int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : vs + 1, b = in.op == 'B';
+    int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : in.op == 'B' ? vs + 1 : -1, b = kind_of(in.op);
     double t0 = free_at[st];
-    if (from >= 0 && from < nvs && end[(from * M + in.mb) * 2 + b] > t0) t0 = end[(from * M + in.mb) * 2 + b];
-    double d = b ? tb[st] : tf[st];
-    end[(vs * M + in.mb) * 2 + b] = free_at[st] = t0 + d;
+    if (from >= 0 && from < nvs && end[(from * M + in.mb) * 3 + b] > t0) t0 = end[(from * M + in.mb) * 3 + b];
+    double d = b == 0 ? tf[st] : b == 1 ? tb[st] : tw ? tw[st] : 0;
+    if (start) start[st][order[k].step] = t0;
+    end[(vs * M + in.mb) * 3 + b] = free_at[st] = t0 + d;
     busy += d;
     if (t0 + d > span) span = t0 + d;
   }
   if (inflight)
     for (int st = 0; st < pp; st++) {
       int cur = 0, most = 0;
-      for (int k = 0; k < s->len[st]; k++) {
-        cur += s->list[st][k].op == 'F' ? 1 : -1;
+      for (int k = 0; k < s->len[st]; k++) { /* held from F to B (zb: to W, which reads them too) */
+        char op = s->list[st][k].op;
+        cur += op == 'F' ? 1 : op == (s->kind == SCHED_ZB ? 'W' : 'B') ? -1 : 0;
         if (cur > most) most = cur;
       }
       inflight[st] = most;

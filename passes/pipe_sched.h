@@ -22,7 +22,7 @@
 #include "module.h"
 
 typedef struct {
-  char op;   /* 'F' or 'B' */
+  char op;   /* 'F', 'B' or (zb) 'W' */
   int mb;    /* micro-batch */
   int chunk; /* which of the stage's v chunks (0 unless interleaved) */
 } PipeInstr;
@@ -63,6 +63,10 @@ bool pipe_sched_check(const PipeSched *s, int ranks_per_stage, PipeStep *order, 
  * returns the makespan; *bubble: the idle fraction, 1 - sum of busy time / (pp x makespan);
  * inflight[s] (may be NULL): the most micro-batches stage s holds activations for at once. */
 double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight);
+/* The same timeline, with W times tw (zb; NULL otherwise) and each instruction's start
+ * (start[st][k], room for len[st]; may be NULL). */
+double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
+                           int *inflight, double *const *start);
 
 const char *pipe_sched_name(PipeSchedule k); /* "gpipe", "1f1b", ... */
 
@@ -73,7 +77,8 @@ typedef struct {
                                    with nchunks > 1 (interleaved) also those + c pp nlayers, c < nchunks */
   int nchunks;
   bool embedding, head;         /* holds the embedding (first stage) / the head and loss (last) */
-  double fwd_flops, bwd_flops;  /* its F and B instructions (interleaved: of one chunk) */
+  double fwd_flops, bwd_flops;  /* its F and B instructions (interleaved: of one chunk; zb: B and W) */
+  double wgt_flops;             /* zb: the W part of bwd_flops */
   int64_t act_bytes;            /* activations an F keeps for its B (the stashed layer values, and the
                                    first / last stage's own), per micro-batch */
   int inflight;                 /* most forwards (micro-batch, chunk) whose activations it holds at once */
@@ -91,5 +96,8 @@ typedef struct PipePlan {
 
 /* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. */
 void pipe_print(FILE *f, const Module *m);
+/* The schedule as an SVG picture: one lane per stage, F and B blocks to scale by predicted time
+ * (each stage's FLOPs), labelled with their micro-batch (and chunk). False without pp. */
+bool pipe_svg(FILE *f, const Module *m);
 
 #endif

@@ -4,8 +4,8 @@
 # flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble;
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
-# fewer micro-batches than stages, microbatches disagreeing with batch, the zb schedule, interleave
-# without the interleaved schedule, interleaved chunks not dividing the layers or micro-batches not
+# fewer micro-batches than stages, microbatches disagreeing with batch, interleave without the
+# interleaved schedule, interleaved chunks not dividing the layers or micro-batches not
 # in groups of pp, pp with cp, zero or recompute, and the CUDA target (at build).
 # Usage: pp_plan.sh SHARDC
 set -uo pipefail
@@ -49,8 +49,7 @@ expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: 
 expect 1 "error: the 1f1b schedule needs at least pp = 4 micro-batches per step, this plan has 2" \
   -- plan "${t[@]/micro_batch=2/micro_batch=4}" -D pp=4 --world 4
 expect 1 "error: microbatches 2 but batch 8 is 4 micro-batches" -- plan "${t[@]}" -D pp=2 -D microbatches=2 --world 2
-expect 1 "error: -D schedule=zb: the zb pipeline schedule is not implemented in shardc yet" \
-  -- plan "${t[@]}" -D pp=2 -D schedule=zb --world 2
+expect 0 "schedule zb, 4 micro-batches" -- plan "${t[@]}" -D pp=4 -D schedule=zb --world 4
 expect 1 "error: -D interleave=2 needs -D schedule=interleaved" -- plan "${t[@]}" -D pp=2 -D interleave=2 --world 2
 expect 1 "error: the interleaved schedule cuts the 4 layers of \`repeat blocks\` in pp x v = 8 chunks: it does not divide them" \
   -- plan "${t[@]}" -D pp=4 -D schedule=interleaved --world 4

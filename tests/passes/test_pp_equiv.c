@@ -12,8 +12,10 @@
  * assert the program's shape: each stage sends and receives 2 (pp - 1 neighbours) transfers per
  * micro-batch, no micro-step region is left, the layer parameters are split over pp.
  * Interleaved 1F1B (2 chunks per stage) runs at pp 2 for every plan with an even number of
- * micro-batches. Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
- * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's smaller bubble, and
+ * micro-batches; ZB-H1 (the backward loop split into input- and weight-gradient loops) for every
+ * plan. Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
+ * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
+ * bubbles (zb within 1F1B's memory), and
  * hand-written bad schedules rejected naming the stage, rank, step and instruction.
  */
 #include <math.h>
@@ -61,7 +63,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
 }
 
 /* The program: no micro-step region, per stage M transfers per neighbour of each of its v virtual stages, layer params split over pp. */
-static void check_shape(const Module *m, int pp, int v, int64_t M, const char *what) {
+static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, const char *what) {
   const Graph *g = m->graph;
   int *sends = calloc((size_t)pp, sizeof(int)), *recvs = calloc((size_t)pp, sizeof(int)), split = 0, region = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -80,6 +82,12 @@ static void check_shape(const Module *m, int pp, int v, int64_t M, const char *w
   }
   if (region || split == 0) {
     fprintf(stderr, "FAIL %s: %d micro-step regions left, %d params split over pp\n", what, region, split);
+    failures++;
+  }
+  int wloops = 0; /* zb: one weight-gradient loop (no carry) per stage and micro-batch */
+  for (int i = 0; i < g->nnodes; i++) wloops += g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.ncarry == 0;
+  if (wloops != (zb ? pp * (int)M : 0)) {
+    fprintf(stderr, "FAIL %s: %d weight-gradient loops, want %d\n", what, wloops, zb ? pp * (int)M : 0);
     failures++;
   }
   free(sends);
@@ -101,9 +109,9 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
   /* pp, dp, tp, micro-batches */
   static const int plans[][4] = {{2, 1, 1, 2}, {2, 1, 1, 4}, {4, 1, 1, 4}, {2, 2, 1, 2}, {2, 1, 2, 4}, {4, 1, 2, 4}, {2, 2, 2, 2}};
-  static const char *const scheds[] = {"gpipe", "1f1b", "interleaved"};
+  static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
   for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++)
-    for (int q = 0; q < 3; q++) {
+    for (int q = 0; q < 4; q++) {
       int pp = plans[p][0], dp = plans[p][1], tp = plans[p][2];
       int64_t M = plans[p][3];
       if (q == 2 && (pp != 2 || M % pp != 0)) continue; /* interleaved v 2: pp x 2 chunks of the 4 layers */
@@ -118,7 +126,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
         arena_free(&pa);
         continue;
       }
-      check_shape(pm, pp, q == 2 ? 2 : 1, M, what);
+      check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
       Tensor ktok = tok, ktgt = tgt;
       ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
       Interp *ri = interp_new(ref->graph, NULL, 7);
@@ -184,6 +192,21 @@ static void check_schedules(void) {
       fprintf(stderr, "  interleaved pp %d, %d micro-batches, 2 chunks: bubble %.4f (1f1b %.4f)\n", pp, M, bi, b1);
       pipe_sched_free(&o);
       pipe_sched_free(&iv);
+    }
+  for (int pp = 2; pp <= 4; pp += 2)
+    for (int M = pp; M <= 8; M *= 2) { /* zb: B and W apart, W filling what 1F1B leaves idle */
+      double tf[4] = {1, 1, 1, 1}, tb[4] = {1, 1, 1, 1}, tw[4] = {1, 1, 1, 1}, t2[4] = {2, 2, 2, 2}, bz, b1;
+      int iz[4], i1[4];
+      PipeSched o = pipe_sched_make(SCHED_1F1B, pp, M, 1), z = pipe_sched_make(SCHED_ZB, pp, M, 1);
+      PipeStep order[128];
+      expect(pipe_sched_check(&z, 1, order, msg, sizeof msg), "zb passes the check");
+      pipe_sched_time(&o, tf, t2, &b1, i1);
+      pipe_sched_timeline(&z, tf, tb, tw, &bz, iz, NULL);
+      expect(bz < b1, "zb: a smaller bubble than 1f1b");
+      for (int s = 0; s < pp; s++) expect(iz[s] <= i1[0], "zb holds no more micro-batches than 1f1b's peak (stage 0's)");
+      fprintf(stderr, "  zb pp %d, %d micro-batches: bubble %.4f (1f1b %.4f), stage 0 holds %d\n", pp, M, bz, b1, iz[0]);
+      pipe_sched_free(&o);
+      pipe_sched_free(&z);
     }
   /* a cycle: stage 1 runs B0 first, but its forward F0 must come first; swap stage 0's order so
    * both wait: stage 0 starts with B0 (needs stage 1's B0), stage 1 with F1 (needs stage 0's F1) */
