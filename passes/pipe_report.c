@@ -34,9 +34,13 @@ void pipe_print(FILE *f, const Module *m) {
     fprintf(f, "#   %-5d %-12s %-15s %12.4g %12.4g %9.2f MiB %9d %11.2f MiB %7.2f MiB\n", s, layers, holds, x->fwd_flops,
             x->bwd_flops, mib(x->act_bytes), x->inflight, mib(x->act_bytes * x->inflight), mib(x->param_bytes));
   }
+  /* the textbook figure for equal stages (and, zb, F = B = W), to compare with */
+  const char *ideal = p->kind == SCHED_INTERLEAVED ? "(pp-1)/(vM+pp-1)" : p->kind == SCHED_ZB ? "ZB-H1's (pp-1)/(3M+pp-1)"
+                                                                                               : "(pp-1)/(M+pp-1)";
+  int units = p->kind == SCHED_INTERLEAVED ? p->v * p->nmb : p->kind == SCHED_ZB ? 3 * p->nmb : p->nmb;
   fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: each stage's forward and backward in proportion to its FLOPs, "
-             "transfers free; for equal stages (pp-1)/(vM+pp-1) = %.1f%%)\n",
-          100.0 * p->bubble, 100.0 * (p->pp - 1) / (double)(p->v * p->nmb + p->pp - 1));
+             "transfers free; for equal stages %s = %.1f%%)\n",
+          100.0 * p->bubble, ideal, 100.0 * (p->pp - 1) / (double)(units + p->pp - 1));
   fprintf(f, "#   the memory plan below is the worst stage's (values of different stages share bytes); it also holds "
              "what every stage zero-fills for the gradient sums\n");
 }

@@ -27,7 +27,7 @@ expect() { # expect WANT_EXIT "needle" ... -- shardc args (stdout and stderr)
 t=(models/tiny.model -D layers=4 -D micro_batch=2 -D batch=8 -D dp=1)
 expect 0 "# pipeline: 4 stages over the 4 layers of \`repeat blocks\`, schedule 1f1b, 4 micro-batches per step" \
   "#   0     0-0          embedding" "         4 " "#   3     3-3          head, loss" \
-  "#   bubble: " "for equal stages (pp-1)/(vM+pp-1) = 42.9%" -- plan "${t[@]}" -D pp=4 --world 4
+  "#   bubble: " "for equal stages (pp-1)/(M+pp-1) = 42.9%" -- plan "${t[@]}" -D pp=4 --world 4
 expect 0 "schedule gpipe, 4 micro-batches" "#   1     2-3          head, loss" -- plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2
 expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0     0-0,2-2      embedding" \
   "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
@@ -49,7 +49,20 @@ expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: 
 expect 1 "error: the 1f1b schedule needs at least pp = 4 micro-batches per step, this plan has 2" \
   -- plan "${t[@]/micro_batch=2/micro_batch=4}" -D pp=4 --world 4
 expect 1 "error: microbatches 2 but batch 8 is 4 micro-batches" -- plan "${t[@]}" -D pp=2 -D microbatches=2 --world 2
-expect 0 "schedule zb, 4 micro-batches" -- plan "${t[@]}" -D pp=4 -D schedule=zb --world 4
+expect 0 "schedule zb, 4 micro-batches" "ZB-H1's (pp-1)/(3M+pp-1) = 20.0%" -- plan "${t[@]}" -D pp=4 -D schedule=zb --world 4
+# the schedule as a picture: one block per instruction (F, B and, zb, W), a lane per stage
+svg=$(mktemp)
+for sc in gpipe:2 1f1b:2 interleaved:4 zb:3; do
+  "$shardc" plan "${t[@]}" -D pp=2 -D schedule=${sc%%:*} --world 2 --schedule-svg "$svg" >/dev/null 2>&1 ||
+    { echo "FAIL: --schedule-svg with schedule ${sc%%:*}"; fail=1; continue; }
+  want=$((2 * 4 * ${sc#*:} + 2 + 1)) # 2 stages x 4 micro-batches x instructions each, 2 lanes, the page
+  got=$(grep -c '<rect' "$svg"); w=$(grep -c '>W[0-9]' "$svg")
+  [ "$got" = "$want" ] || { echo "FAIL: schedule ${sc%%:*}: $got blocks in the SVG, want $want"; fail=1; }
+  [ "${sc%%:*}" = zb ] && [ "$w" != 8 ] && { echo "FAIL: zb SVG has $w W blocks, want 8"; fail=1; }
+done
+rm -f "$svg"
+expect 1 "error: --schedule-svg /dev/null: the plan has no pipeline (pp 1): nothing to draw" \
+  -- plan "${t[@]}" --world 1 --schedule-svg /dev/null
 expect 1 "error: -D interleave=2 needs -D schedule=interleaved" -- plan "${t[@]}" -D pp=2 -D interleave=2 --world 2
 expect 1 "error: the interleaved schedule cuts the 4 layers of \`repeat blocks\` in pp x v = 8 chunks: it does not divide them" \
   -- plan "${t[@]}" -D pp=4 -D schedule=interleaved --world 4
