@@ -18,7 +18,7 @@
  *     summed over pp once per step.
  * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
  * without exactly one layer loop pair, and the plan options pipelining does not combine with yet
- * (cp, zero, recompute).
+ * (cp, zero 3).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -112,11 +112,13 @@ static void propagate(St *s, Node *n, Value ***partial, int *np, int *capp, Aren
 bool pass_stage(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
   if (pp <= 1) return true;
-  const char *no = m->plan.cp > 1 ? "cp" : m->plan.zero > 0 ? "zero" : m->plan.recompute != RECOMPUTE_NONE ? "recompute" : NULL;
+  /* cp's ring sends would run on every stage's ranks inside a stage's layers; ZeRO-3 gathers
+   * parameters the pipelined micro-steps capture (as under accumulation, passes/zero.c) */
+  const char *no = m->plan.cp > 1 ? "cp" : m->plan.zero >= 3 ? "zero 3" : NULL;
   if (no) {
-    PlanOpt o = m->plan.cp > 1 ? PLAN_OPT_CP : m->plan.zero > 0 ? PLAN_OPT_ZERO : PLAN_OPT_RECOMPUTE;
+    PlanOpt o = m->plan.cp > 1 ? PLAN_OPT_CP : PLAN_OPT_ZERO;
     error_at(at_opt(m, o), "pipeline parallelism (pp %d) does not combine with `%s` yet", pp, no);
-    note("pp combines with dp, tp and sp today; leave out %s or use pp 1", no);
+    note("pp combines with dp, tp, sp, zero 1 and 2 and recompute today; leave out %s or use pp 1", no);
     return false;
   }
   if (m->plan.schedule == SCHED_1F1B && m->batch.accum < pp) { /* its warm-up needs pp micro-batches in flight */

@@ -12,8 +12,9 @@
  * assert the program's shape: each stage sends and receives 2 (pp - 1 neighbours) transfers per
  * micro-batch, no micro-step region is left, the layer parameters are split over pp.
  * Interleaved 1F1B (2 chunks per stage) runs at pp 2 for every plan with an even number of
- * micro-batches; ZB-H1 (the backward loop split into input- and weight-gradient loops) for every
- * plan. Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
+ * micro-batches; zero bubble (the backward loop split into input- and weight-gradient loops) for
+ * every plan. Then again with activation recompute (tiny full, Llama selective) and with ZeRO 1
+ * (tiny) and 2 (Llama) on the plans with dp 2. Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
  * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
  * bubbles (zb within 1F1B's memory), and
  * hand-written bad schedules rejected naming the stage, rank, step and instruction.
@@ -39,6 +40,8 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   FeDefine d[24];
   int n = 0;
   char spp[16], sdp[16], stp[16], smb[24], sb[24];
+  d[n++] = (FeDefine){"zero", "0"}; /* the models' own plans: overridden by defs */
+  d[n++] = (FeDefine){"recompute", "none"};
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
   snprintf(spp, sizeof spp, "%d", pp);
   snprintf(sdp, sizeof sdp, "%d", dp);
@@ -52,8 +55,6 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"schedule", sched};
   d[n++] = (FeDefine){"cross_node_tp", "on"};
-  d[n++] = (FeDefine){"zero", "0"};
-  d[n++] = (FeDefine){"recompute", "none"};
   FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
@@ -110,9 +111,12 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   /* pp, dp, tp, micro-batches */
   static const int plans[][4] = {{2, 1, 1, 2}, {2, 1, 1, 4}, {4, 1, 1, 4}, {2, 2, 1, 2}, {2, 1, 2, 4}, {4, 1, 2, 4}, {2, 2, 2, 2}};
   static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
+  bool zero = false; /* ZeRO runs: only the plans with dp > 1 apply it */
+  for (int i = 0; i < ndefs; i++) zero |= strcmp(defs[i].key, "zero") == 0;
   for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++)
     for (int q = 0; q < 4; q++) {
       int pp = plans[p][0], dp = plans[p][1], tp = plans[p][2];
+      if (zero && dp < 2) continue;
       int64_t M = plans[p][3];
       if (q == 2 && (pp != 2 || M % pp != 0)) continue; /* interleaved v 2: pp x 2 chunks of the 4 layers */
       char what[96];
@@ -247,6 +251,19 @@ int main(void) {
                             {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
             128);
+  /* with activation recompute: the backward loops recompute what the forward ones no longer keep */
+  const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"recompute", "full"}};
+  run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
+  const FeDefine llama_rc[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                               {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}, {"recompute", "selective"}};
+  run_model("Llama shaped, recompute selective", SHARDC_MODELS_DIR "/llama3-8b.model", llama_rc, 9, 8, 8, 128);
+  /* with ZeRO 1 and 2 over dp (the plans with dp 2): the layer parameters' optimizer states and
+   * gradients sharded over dp within each stage */
+  const FeDefine tz1[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "1"}};
+  run_model("tiny, zero 1", SHARDC_MODELS_DIR "/tiny.model", tz1, 5, 8, 8, 256);
+  const FeDefine lz2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                          {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}, {"zero", "2"}};
+  run_model("Llama shaped, zero 2", SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
