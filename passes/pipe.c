@@ -518,6 +518,13 @@ bool pass_pipe(Module *m) {
   PipeSchedule kind = m->plan.schedule;
   p.v = kind == SCHED_INTERLEAVED ? m->plan.interleave : 1;
   p.per = p.F->a.count / p.v;
+  if ((int64_t)PIPE_TAG + 2 * (int64_t)p.M * pp * p.v > 0xffff) { /* the runtime's tags are 16 bits */
+    error_at(m->plan.opt_loc[PLAN_OPT_MICROBATCHES].file ? m->plan.opt_loc[PLAN_OPT_MICROBATCHES] : m->plan.loc,
+             "%d micro-batches x %d virtual stages need more pipeline transfer tags than the runtime has (%d)", p.M,
+             pp * p.v, (0xffff - PIPE_TAG) / 2);
+    note("use fewer micro-batches per step (a smaller batch or a larger micro_batch)");
+    return false;
+  }
   PipeSched s = pipe_sched_make(kind, pp, p.M, p.v);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
