@@ -11,6 +11,7 @@
 #include "memplan.h"
 #include "mesh.h"
 #include "pipeline.h"
+#include "pipe_sched.h"
 #include "print.h"
 
 #ifndef SHARDC_MODELS_DIR
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
           "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
           "  --emit-c DIR          keep the generated C source in DIR (with plan: write it, compile nothing)\n"
+          "  --schedule-svg FILE   draw the pipeline schedule (one lane per stage, blocks to scale) as SVG\n"
           "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
           "  -v                    print the C compiler command\n"
           "  -D KEY=VALUE          override a plan/recipe field or a model constant (-D tp=4 -D zero=1)\n"
@@ -108,7 +110,7 @@ static void print_launch_hint(const Module *m, const char *trainer) {
 }
 
 int main(int argc, char **argv) {
-  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL;
+  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL;
   bool build = false;
   Target target = TARGET_CPU;
   CgOptions cg = {0};
@@ -137,6 +139,8 @@ int main(int argc, char **argv) {
       if (strcmp(t, "cpu") == 0) target = TARGET_CPU;
       else if (strcmp(t, "cuda") == 0) target = TARGET_CUDA;
       else error_plain("--target %s: expected cpu or cuda", t);
+    } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
+      svg = argv[++i];
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
       cg.emit_dir = argv[++i];
     } else if (strcmp(a, "--cc") == 0 && i + 1 < argc) {
@@ -217,12 +221,24 @@ int main(int argc, char **argv) {
   if (!pipeline_run(m, &po)) return 1;
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
+    pipe_print(stdout, m);
     memplan_print(stdout, m);
   }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
   else if (dump && strcmp(dump, "mesh") == 0)
     ir_print_mesh(stdout, m);
+  if (svg) { /* the pipeline schedule as a picture (passes/pipe_report.c) */
+    FILE *sf = m->pipe ? fopen(svg, "w") : NULL;
+    if (!m->pipe) {
+      error_plain("--schedule-svg %s: the plan has no pipeline (pp 1): nothing to draw", svg);
+      return 1;
+    }
+    if (!sf || !pipe_svg(sf, m) || fclose(sf) != 0) {
+      error_plain("--schedule-svg: cannot write '%s'", svg);
+      return 1;
+    }
+  }
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
   Replan rp = {&arena, input, &fo, target};
   if (!fit_check(m, replan, &rp)) return 1;

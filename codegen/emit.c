@@ -237,6 +237,7 @@ static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
   case OP_SHARD_SLICE: case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: case OP_SEND: case OP_RECV:
+  case OP_STAGE_SELECT:
     return true;
   case OP_EMBED: case OP_EMBED_BWD: return n->a.sharded;
   default: return false;
@@ -298,6 +299,13 @@ static const Node *send_of(const Graph *g, int i) {
 /* SEND + RECV (passes/shard_cp.c's ring hop) as one deadlock-free ring shift at the RECV; the SEND
  * emits nothing (memplan keeps its input live through the RECV). */
 static void emit_p2p(Cg *c, Node *n) {
+  if (n->stage) { /* a pipeline transfer (passes/pipe.c): asynchronous send, blocking receive */
+    const Value *v = n->op == OP_SEND ? n->in[0] : n->out[0];
+    cg_line(c, "rt_coll_%s(ctx, %s, %lld, %s, %" PRId64 ", %d);", n->op == OP_SEND ? "send" : "recv",
+            cg_axis_lit(n->a.mesh_axis), (long long)n->a.start, cg_ptr(c, v), ir_numel(&v->shape) * ir_dtype_size(v->dtype),
+            n->a.tag);
+    return;
+  }
   if (n->op == OP_SEND) {
     Graph *g = n->graph;
     if (c->pos + 1 < g->nnodes && send_of(g, c->pos + 1) == n) return;
@@ -316,12 +324,79 @@ static void emit_p2p(Cg *c, Node *n) {
 
 /* One node: REPEATs and collectives here, compute nodes by the target. Returns how many
  * nodes from n were emitted (a fused run's length). */
+static int emit_node_any(Cg *c, Node *n);
+
+/* Whether a node of another pipeline stage (or of every stage) reads output k of n. */
+static bool read_in(const Graph *b, const Value *v) {
+  for (int i = 0; i < b->nnodes; i++) {
+    for (int j = 0; j < b->nodes[i]->nin; j++)
+      if (b->nodes[i]->in[j] == v) return true;
+    if (b->nodes[i]->body && read_in(b->nodes[i]->body, v)) return true;
+  }
+  return false;
+}
+
+static bool read_elsewhere(const Graph *g, const Node *n, int k) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    if (x->stage == n->stage) continue;
+    for (int j = 0; j < x->nin; j++) /* a stage_select reads its input j on stage j only */
+      if (x->in[j] == n->out[k] && !(x->op == OP_STAGE_SELECT && j == n->stage - 1)) return true;
+    if (x->body && read_in(x->body, n->out[k])) return true;
+  }
+  for (int r = 0; r < g->nresults; r++)
+    if (g->results[r] == n->out[k]) return true;
+  return false;
+}
+
+/* A node of one pipeline stage (Node.stage, passes/pipe.c): the other stages skip it and hold
+ * zeros in the outputs a node outside the stage reads. */
 static int emit_node(Cg *c, Node *n) {
+  if (!n->stage) return emit_node_any(c, n);
+  if (n->op == OP_SEND || n->op == OP_RECV) { /* nothing to zero: a recv's value is read on its stage only */
+    cg_line(c, "if (rt_ctx_coord(ctx, RT_AX_PP) == %d) {", n->stage - 1);
+    c->indent++;
+    emit_node_any(c, n);
+    c->indent--;
+    cg_line(c, "}");
+    return 1;
+  }
+  cg_line(c, "if (rt_ctx_coord(ctx, RT_AX_PP) == %d) {", n->stage - 1);
+  c->indent++;
+  int k = emit_node_any(c, n);
+  c->indent--;
+  if (k != 1) die("codegen: a fused run of %d nodes from a pipeline stage's node", k);
+  bool zero = false;
+  for (int q = 0; q < n->nout; q++) zero |= read_elsewhere(n->graph, n, q);
+  if (zero) {
+    cg_line(c, "} else {");
+    for (int q = 0; q < n->nout; q++)
+      if (read_elsewhere(n->graph, n, q))
+        cg_line(c, "  memset(%s, 0, %" PRId64 ");", cg_ptr(c, n->out[q]), ir_numel(&n->out[q]->shape) * ir_dtype_size(n->out[q]->dtype));
+  }
+  cg_line(c, "}");
+  return 1;
+}
+
+static int emit_node_any(Cg *c, Node *n) {
   switch (n->op) {
   case OP_REPEAT: emit_repeat(c, n); return 1;
   case OP_ALL_REDUCE: emit_all_reduce(c, n); return 1;
   case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: emit_collective(c, n); return 1;
   case OP_SEND: case OP_RECV: emit_p2p(c, n); return 1;
+  case OP_STAGE_SELECT: { /* this stage's input */
+    int64_t bytes = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);
+    cg_line(c, "switch (rt_ctx_coord(ctx, RT_AX_PP)) {");
+    for (int s = 0; s < n->nin; s++) {
+      cg_line(c, "case %d:", s);
+      c->indent++;
+      c->t->copy(c, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[s]), bytes, false);
+      cg_line(c, "break;");
+      c->indent--;
+    }
+    cg_line(c, "}");
+    return 1;
+  }
   case OP_CALL: cg_unsupported(c, n, "layer calls must be inlined first"); return 1;
   default: return c->t->node(c, n);
   }
@@ -358,6 +433,7 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
 static void end_entry(Cg *c, bool async) {
   if (c->nwaits) die("an asynchronous all-reduce has no wait");
   if (async) cg_line(c, "rt_coll_wait_all(ctx);");
+  if (c->m->mesh && c->m->mesh->dim[RT_AX_PP] > 1) cg_line(c, "rt_coll_send_wait_all(ctx);");
 }
 
 /* Marks the nodes of the top graph that `v` depends on. */
@@ -370,6 +446,15 @@ static void need_closure(const Graph *g, const Value *v, bool *need) {
     if (!need[i]) continue;
     Node *n = g->nodes[i];
     if (n->op == OP_RECV && send_of(g, i)) need[i - 1] = true; /* a ring shift needs its send's input */
+    if (n->op == OP_RECV && n->stage) /* a pipeline receive needs the other stage's send (and what it sends) */
+      for (int k = 0; k < g->nnodes; k++) {
+        const Node *s = g->nodes[k];
+        if (s->op == OP_SEND && s->stage && s->a.tag == n->a.tag && s->a.mesh_axis == n->a.mesh_axis &&
+            s->stage - 1 == n->stage - 1 + n->a.start && !need[k]) {
+          need[k] = true;
+          if (k > i) die("codegen: a pipeline receive before its send");
+        }
+      }
     for (int j = 0; j < n->nin; j++)
       for (int k = i - 1; k >= 0; k--)
         if (g->nodes[k] == n->in[j]->def) {
@@ -431,11 +516,14 @@ static bool uses_multi_rank(const Graph *g) {
 }
 
 /* A PARAM is stacked when it feeds a REPEAT as one of its xs. */
-/* Also through a CAST (mixed precision: the repeat reads the parameter's bf16 copy). */
+/* Also through a CAST (mixed precision: the repeat reads the parameter's bf16 copy) or a SLICE of
+ * its rows (an interleaved pipeline's chunk). */
 static bool is_stacked(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op == OP_CAST && n->in[0] == v && is_stacked(g, n->out[0])) return true;
+    /* an interleaved pipeline's layer loops read chunks of the stacked rows (passes/pipe.c) */
+    if (n->op == OP_SLICE && n->a.axis == 0 && n->in[0] == v && is_stacked(g, n->out[0])) return true;
     if (n->op != OP_REPEAT) continue;
     for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++)
       if (n->in[k] == v) return true;
@@ -453,6 +541,10 @@ static Value trainer_view(const Graph *g, const Value *v) {
   bool xs = false;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
+    /* pipelined (passes/pipe.c): the micro-batches' slices of the stacked input */
+    if (n->op == OP_SLICE && n->in[0] == v && n->a.axis == 0 && n->a.len == 1 && v->def->op == OP_INPUT &&
+        v->shape.rank >= 3)
+      xs = true;
     if (n->op != OP_REPEAT || !n->a.name || strcmp(n->a.name, "accum") != 0) continue;
     for (int k = n->a.ncarry; k < n->a.ncarry + n->a.nxs; k++) { /* (passes/peel.c: its rows 0 .. k-2) */
       const Node *d = n->in[k]->def;
@@ -488,6 +580,14 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     arena_free(&a);
     return false;
   }
+  if (m->mesh && m->mesh->dim[RT_AX_PP] > 1 && m->target != TARGET_CPU) {
+    error_at(m->plan.opt_loc[PLAN_OPT_PP].file ? m->plan.opt_loc[PLAN_OPT_PP] : m->plan.loc,
+             "the %s target cannot run pipeline parallelism (pp %d) yet: the stages' send / recv run on the CPU "
+             "target only", c.t->name, m->mesh->dim[RT_AX_PP]);
+    note("build with --target cpu, or -D pp=1 for the GPU");
+    arena_free(&a);
+    return false;
+  }
   c.t->begin(&c);
   Graph *g = m->graph;
   Value *loss = result(g, "loss");
@@ -516,7 +616,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     if (n->op == OP_CE_MAX && n->a.sharded && m->mesh) V *= m->mesh->dim[n->a.mesh_axis];
     vocab = n->a.len > 0 ? n->a.len : V;
   }
-  if (lg != g) logits = NULL;
+  if (lg != g || (m->mesh && m->mesh->dim[RT_AX_PP] > 1)) logits = NULL; /* pipelined: the last stage's, per micro-batch */
   const MeshMap *mesh = m->mesh;
   bool multi = uses_multi_rank(g) || (mesh && mesh->world > 1);
 

@@ -439,6 +439,7 @@ static bool eval_node(Interp *it, Env *e, const Node *n, Tensor *out) {
     Tensor *x[8] = {0};
     Tensor *y = interp_xcalloc((size_t)n->nout, sizeof(Tensor));
     for (int r = 0; r < R && ok; r++) {
+      if (!interp_on_stage(it, n, r)) continue; /* zeros after eval_node */
       Tensor **xv = n->nin <= 8 ? x : interp_xcalloc((size_t)n->nin, sizeof(Tensor *));
       for (int j = 0; j < n->nin; j++) xv[j] = &ins[j][r];
       memset(y, 0, sizeof(Tensor) * (size_t)n->nout);
@@ -460,6 +461,14 @@ static bool eval_graph(Interp *it, Env *e) {
     Tensor *out = interp_xcalloc((size_t)(n->nout * it->nranks), sizeof(Tensor));
     e->vals[i] = out;
     if (!eval_node(it, e, n, out)) return false;
+    if (n->stage && n->op != OP_SEND && n->op != OP_RECV) /* the other stages hold zeros (ir.h) */
+      for (int r = 0; r < it->nranks; r++)
+        if (!interp_on_stage(it, n, r))
+          for (int k = 0; k < n->nout; k++) {
+            Tensor *t = &out[k * it->nranks + r];
+            tensor_free(t);
+            *t = tensor_new(n->out[k]->dtype, n->out[k]->shape);
+          }
   }
   return true;
 }

@@ -87,6 +87,7 @@ static int peer(const Interp *it, int r, int ax, int64_t off) {
 
 void interp_eval_send(Interp *it, const Node *n, const Tensor *in) {
   for (int r = 0; r < it->nranks; r++) {
+    if (!interp_on_stage(it, n, r)) continue;
     if (it->nmail == it->capmail) {
       it->capmail = it->capmail ? it->capmail * 2 : 16;
       Message *m = realloc(it->mail, sizeof(Message) * (size_t)it->capmail);
@@ -99,6 +100,10 @@ void interp_eval_send(Interp *it, const Node *n, const Tensor *in) {
 
 bool interp_eval_recv(Interp *it, const Node *n, Tensor *out) {
   for (int r = 0; r < it->nranks; r++) {
+    if (!interp_on_stage(it, n, r)) {
+      out[r] = tensor_new(n->out[0]->dtype, n->out[0]->shape);
+      continue;
+    }
     int src = peer(it, r, n->a.mesh_axis, n->a.start);
     int k = 0;
     while (k < it->nmail && !(it->mail[k].src == src && it->mail[k].dst == r && it->mail[k].tag == n->a.tag)) k++;

@@ -48,6 +48,9 @@ void *interp_xcalloc(size_t n, size_t sz); /* calloc that dies when out of memor
 /* Prints "file:line:col: runtime error: op: ..." (the node's source) and returns false. */
 bool interp_error(const Node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Whether rank runs n: a node with a pipeline stage (Node.stage) runs only on that stage's ranks. */
+bool interp_on_stage(const Interp *it, const Node *n, int rank);
+
 /* interp_ops.c */
 /* One rank's value of a non-collective, non-region node: y from inputs x. */
 bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Tensor *y);

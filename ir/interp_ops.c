@@ -594,6 +594,12 @@ bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
   case OP_EMBED: return ev_embed(it, n, x, y, rank);
   case OP_EMBED_BWD: return ev_embed_bwd(it, n, x, y, rank);
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: return ev_ce_part(it, n, x, y, rank);
+  case OP_STAGE_SELECT: {
+    int s = interp_coord(it, rank, RT_AX_PP);
+    if (s >= n->nin) return interp_error(n, "rank %d is on pipeline stage %d, of %d inputs", rank, s, n->nin);
+    *y = tensor_copy(x[s]);
+    return true;
+  }
   case OP_SHARD_SLICE: {
     int ax = n->a.mesh_axis, deg = it->mesh.dim[ax];
     if (x[0]->shape.dim[n->a.axis] % ((int64_t)deg * rt_blocks_count(n->a.blocks)) != 0)

@@ -56,3 +56,7 @@ bool interp_error(const Node *n, const char *fmt, ...) {
   fputc('\n', stderr);
   return false;
 }
+
+bool interp_on_stage(const Interp *it, const Node *n, int rank) {
+  return n->stage == 0 || interp_coord(it, rank, RT_AX_PP) == n->stage - 1;
+}

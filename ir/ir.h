@@ -164,6 +164,8 @@ struct Node {
   int group;    /* fusion group (passes/fuse.c; memplan cuts it where placement needs): the nodes of
                    one group > 0 are consecutive in their graph, elementwise over one shape, and a
                    target may run them as one kernel; 0: in no group */
+  int stage;    /* pipeline predicate (passes/pipe.c): 0: every rank runs it; k > 0: only the ranks of
+                   pipeline stage k - 1 run it and the others hold zeros in its outputs */
 };
 
 struct Graph {

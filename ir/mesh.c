@@ -47,6 +47,25 @@ static bool resolve_batch(Module *m, int dp) {
     }
     accum = r->batch / per_step;
   }
+  /* pipeline micro-batches are the accumulation's micro-steps: `microbatches N` sets them when no
+   * batch is written, and must agree with it otherwise */
+  const Plan *p = &m->plan;
+  if (p->microbatches > 1 && r->batch <= 0) accum = p->microbatches;
+  else if (p->microbatches > 1 && p->microbatches != accum) {
+    SrcLoc at = p->opt_loc[PLAN_OPT_MICROBATCHES].file ? p->opt_loc[PLAN_OPT_MICROBATCHES] : p->loc;
+    error_at(at, "microbatches %d but batch %lld is %lld micro-batches of micro_batch %lld x dp %d", p->microbatches,
+             (long long)r->batch, (long long)accum, (long long)r->micro_batch, dp);
+    note("write microbatches %lld, or leave out batch (it is then micro_batch x dp x microbatches)", (long long)accum);
+    return false;
+  }
+  if (p->interleave > 1 && p->schedule != SCHED_INTERLEAVED) {
+    if (p->opt_loc[PLAN_OPT_SCHEDULE].file)
+      error_at(p->opt_loc[PLAN_OPT_SCHEDULE], "`interleave %d` needs `schedule interleaved`", p->interleave);
+    else
+      error_plain("-D interleave=%d needs -D schedule=interleaved", p->interleave);
+    note("write schedule interleaved(v: N), or leave out interleave");
+    return false;
+  }
   m->batch.micro = r->micro_batch;
   m->batch.accum = accum;
   m->batch.global = r->micro_batch * dp * accum;

@@ -15,13 +15,13 @@ typedef struct {
 } OptRow;
 
 static const OptRow rows[PLAN_OPT_COUNT] = {
-    [PLAN_OPT_PP] = {"pp", false, "pipeline parallelism", "pp 1"},
+    [PLAN_OPT_PP] = {"pp", true, "pipeline parallelism", "pp 1"},
     [PLAN_OPT_CP] = {"cp", true, "context parallelism", "cp 1"},
     [PLAN_OPT_ZERO] = {"zero", true, "ZeRO sharding over dp", "zero 0"},
     [PLAN_OPT_OFFLOAD] = {"offload", true, "optimizer state offloaded to the host", "offload off"},
     [PLAN_OPT_RECOMPUTE] = {"recompute", true, "activation recompute", "recompute none"},
-    [PLAN_OPT_MICROBATCHES] = {"microbatches", false, "pipeline micro-batching", "microbatches 1"},
-    [PLAN_OPT_SCHEDULE] = {"schedule", false, "a pipeline schedule", "schedule 1f1b"},
+    [PLAN_OPT_MICROBATCHES] = {"microbatches", true, "pipeline micro-batching", "microbatches 1"},
+    [PLAN_OPT_SCHEDULE] = {"schedule", true, "a pipeline schedule", "schedule 1f1b"},
 };
 
 PlanOpt ir_plan_opt_of_key(const char *key) {

@@ -397,6 +397,13 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
   }
   default: break;
   }
+  for (int i = 0; ok && i < al->n; i++) /* any op: the pipeline stage that runs it (passes/pipe.c) */
+    if (!strcmp(al->a[i].key, "stage")) {
+      int st = 0;
+      ok = attr_int(r, al, "stage", &st, 0, 1 << 16);
+      n->stage = st + 1;
+      break;
+    }
   if (!ok) return false;
   for (int i = 0; i < al->n; i++)
     if (!al->a[i].used)
@@ -522,10 +529,18 @@ static bool parse_region(Reader *r, Graph *g, OpKind op, OutDecl *outs, int nout
   int nin, seps[2], nseps = 0;
   if (!parse_inputs(r, g, &ins, &nin, seps, &nseps, op == OP_REPEAT)) return false;
   rd_ws(r);
+  int stage = 0; /* `stage=S` before the brace: the pipeline stage that runs it (passes/pipe.c) */
+  if (!strncmp(r->p, "stage=", 6)) {
+    r->p += 6;
+    if (!rd_int(r, &stage, 0, 1 << 16, "a pipeline stage")) return false;
+    stage++;
+    rd_ws(r);
+  }
   const char *brace = r->p;
   if (!rd_expect(r, '{')) return false;
   Node *n = ir_node_new(g, op, nin, ins, nout, (SrcLoc){0});
   n->a = at;
+  n->stage = stage;
   set_outputs(n, outs);
   if (!rd_end_line(r, &n->loc)) return false;
   if (r->depth == MAX_DEPTH) return rd_fail(r, op_at, "regions nested deeper than %d", MAX_DEPTH);

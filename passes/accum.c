@@ -76,7 +76,7 @@ static Sharding stacked_sharding(Sharding h) {
 
 bool pass_accum(Module *m) {
   int64_t k = m->batch.accum;
-  if (k <= 1) return true;
+  if (k <= 1 && !(m->mesh && m->mesh->dim[RT_AX_PP] > 1)) return true; /* pp: one micro-batch is a region too */
   Graph *g = m->graph;
   Acc s = {g, calloc((size_t)g->next_node_id + 1, sizeof(bool))};
   if (!s.moved) die("out of memory");

@@ -33,6 +33,7 @@ typedef struct {
   int start, end; /* live interval, node positions (inclusive) */
   int mclass;
   int64_t offset; /* assigned, from the transient base */
+  int stage;      /* Node.stage of a value only its pipeline stage touches (passes/pipe.c), 0: every rank */
 } Interval;
 
 typedef struct {
@@ -93,7 +94,9 @@ static int64_t pack(Interval *iv, int n, Arena *a) {
     int nconf = 0;
     for (int j = 0; j < nplaced; j++) {
       Interval *y = &iv[placed[j]];
-      if (y->start <= x->end && x->start <= y->end) conf[nconf++] = placed[j];
+      /* values of two different pipeline stages never meet on a rank: they may share bytes */
+      bool apart = x->stage && y->stage && x->stage != y->stage;
+      if (y->start <= x->end && x->start <= y->end && !apart) conf[nconf++] = placed[j];
     }
     /* sort conflicts by offset, then find the first gap that fits */
     for (int i = 1; i < nconf; i++) {
@@ -117,16 +120,44 @@ static int64_t pack(Interval *iv, int n, Arena *a) {
   return size;
 }
 
+/* The peak over positions and, under pipeline parallelism, over stages (a rank holds every
+ * rank's values and its own stage's). */
 static int64_t peak_of(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a) {
+  int nst = 0;
+  for (int i = 0; i < n; i++)
+    if (iv[i].stage > nst) nst = iv[i].stage;
   int64_t *live = ARENA_ARRAY(a, int64_t, npos + 1);
+  int64_t top = -1;
+  int best = 0, best_st = 0;
+  for (int st = nst ? 1 : 0; st <= nst; st++) {
+    memset(live, 0, sizeof(int64_t) * (size_t)(npos + 1));
+    for (int i = 0; i < n; i++)
+      if (!iv[i].stage || iv[i].stage == st)
+        for (int t = iv[i].start; t <= iv[i].end && t <= npos; t++) live[t] += iv[i].bytes;
+    for (int t = 0; t <= npos; t++)
+      if (live[t] > top) top = live[t], best = t, best_st = st;
+  }
   for (int i = 0; i < n; i++)
-    for (int t = iv[i].start; t <= iv[i].end && t <= npos; t++) live[t] += iv[i].bytes;
-  int best = 0;
-  for (int t = 0; t <= npos; t++)
-    if (live[t] > live[best]) best = t;
-  for (int i = 0; i < n; i++)
-    if (iv[i].start <= best && best <= iv[i].end) by_class[iv[i].mclass] += iv[i].bytes;
-  return live[best];
+    if (iv[i].start <= best && best <= iv[i].end && (!iv[i].stage || iv[i].stage == best_st))
+      by_class[iv[i].mclass] += iv[i].bytes;
+  return top < 0 ? 0 : top;
+}
+
+/* rstage[id]: the Node.stage of every reader of value id in g (nested bodies: their region's
+ * stage), -1 when readers differ or g yields it, 0 also for no reader yet (then unset: -2). */
+static void reader_stages(const Graph *g, const Graph *in, int stage, int *rstage) {
+  for (int i = 0; i < in->nnodes; i++) {
+    const Node *x = in->nodes[i];
+    int st = in == g ? x->stage : stage;
+    for (int j = 0; j < x->nin; j++) {
+      const Value *u = x->in[j];
+      if (u->def->graph != g) continue;
+      if (x->op == OP_STAGE_SELECT && in == g) st = j + 1; /* input j is read on stage j only */
+      int *r = &rstage[u->id];
+      *r = *r == -2 ? st : *r == st ? st : -1;
+    }
+    if (x->body) reader_stages(g, x->body, st, rstage);
+  }
 }
 
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
@@ -306,6 +337,11 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   g->next_value_id = nv;
   int *slot = ARENA_ARRAY(tmp, int, nv + 1);
   bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
+  int *rstage = ARENA_ARRAY(tmp, int, nv + 1);
+  for (int v = 0; v < nv; v++) rstage[v] = -2;
+  reader_stages(g, g, 0, rstage);
+  for (int r = 0; r < g->nresults; r++)
+    if (g->results[r]->def->graph == g) rstage[g->results[r]->id] = -1;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int last = n->op == OP_SEND ? i + 1 : i; /* a send's data lives through its receive (one ring shift) */
@@ -317,7 +353,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       mark_captures(n->body, g, i, slot, p.iv);
       int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0;
       place_body(n, tmp, mp, &bytes, &ipeak, icls);
-      if (bytes > 0) add_interval(&p, NULL, bytes, i, MEM_ACT);
+      if (bytes > 0) add_interval(&p, NULL, bytes, i, MEM_ACT)->stage = n->stage;
     }
     if (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) continue; /* persistent, placed by the caller */
     if (is_view(n) && n->out[0]->offset != -2) {
@@ -336,9 +372,20 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
       if (n->op == OP_ARG || v->offset == -2) continue;
-      add_interval(&p, v, value_bytes(v), i, MEM_ACT);
+      Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
+      /* a pipeline stage's value that only its stage reads (codegen zeroes the others' on the
+       * other stages: those every rank touches) */
+      it->stage = n->stage && (rstage[v->id] == n->stage || rstage[v->id] == -2) ? n->stage : 0;
       slot[v->id] = p.n;
     }
+  }
+  /* a view shares its input's bytes: read (or zeroed by codegen) off its stage, they are every rank's */
+  for (int i = 0; i < g->nnodes; i++) {
+    if (!view[i] || !slot[g->nodes[i]->out[0]->id]) continue;
+    const Node *n = g->nodes[i];
+    Interval *it = &p.iv[slot[n->out[0]->id] - 1];
+    int r = rstage[n->out[0]->id];
+    if (n->stage != it->stage || (r != -2 && r != it->stage)) it->stage = 0;
   }
   /* results live to the end; classify gradients; alias in-place updates */
   for (int r = 0; r < g->nresults; r++) {
@@ -419,6 +466,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       if (twice) continue;
       p.iv[sx].end = p.iv[sy].end;
       p.iv[sx].mclass = p.iv[sy].mclass;
+      if (p.iv[sx].stage != p.iv[sy].stage) p.iv[sx].stage = 0;
       p.iv[sy].bytes = 0;
       root[sy] = sx;
       alias_y[nalias] = y;

@@ -155,6 +155,7 @@ static Value *into_loop(Graph *g, Value *sum, Value *grad, const Node *add, cons
 bool pass_peel(Module *m) {
   Graph *g = m->graph;
   if (m->batch.accum <= 1 || !m->mesh || m->mesh->dim[RT_AX_DP] <= 1) return true;
+  if (m->mesh->dim[RT_AX_PP] > 1) return true; /* the pipeline schedule (stage, pipe) owns the micro-steps */
   int at = -1;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, "accum") == 0) at = i;

@@ -56,12 +56,14 @@ static VerifyColl entry(const Node *n, int64_t iter) {
   return c;
 }
 
-static void expand(const Graph *g, int64_t iter, VerifyCollSeq *s) {
+/* stage >= 0: the program of that pipeline stage (nodes of other stages left out, Node.stage) */
+static void expand(const Graph *g, int64_t iter, int stage, VerifyCollSeq *s) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
+    if (stage >= 0 && n->stage && n->stage - 1 != stage) continue;
     if (n->body && n->op == OP_REPEAT) {
       VerifyCollSeq body = {0};
-      expand(n->body, -1, &body);
+      expand(n->body, -1, stage, &body);
       for (int64_t k = 0; k < n->a.count && body.n; k++)
         for (int j = 0; j < body.n; j++) {
           VerifyColl c = body.e[j];
@@ -70,7 +72,7 @@ static void expand(const Graph *g, int64_t iter, VerifyCollSeq *s) {
         }
       verify_seq_free(&body);
     } else if (n->body) {
-      expand(n->body, iter, s);
+      expand(n->body, iter, stage, s);
     } else if (ir_ops[n->op].flags & F_COLL) {
       if (n->a.mesh_axis < 0 || n->a.mesh_axis >= RT_AX_COUNT)
         die("verify: %s (node %d) names mesh axis %d", ir_ops[n->op].name, n->id, n->a.mesh_axis);
@@ -84,7 +86,7 @@ static void expand(const Graph *g, int64_t iter, VerifyCollSeq *s) {
 
 void verify_expand(const Graph *program, VerifyCollSeq *seq) {
   seq->n = 0;
-  expand(program, -1, seq);
+  expand(program, -1, -1, seq);
 }
 
 void verify_seq_free(VerifyCollSeq *seq) {
@@ -261,8 +263,8 @@ static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, const int *c
   return true;
 }
 
-bool verify_collectives(const MeshMap *mm, const Graph *const *programs, int nclasses, const int *rank_class,
-                        char *msg, size_t size) {
+static bool verify_impl(const MeshMap *mm, const Graph *const *programs, int nclasses, const int *rank_class,
+                        bool staged, char *msg, size_t size) {
   Msg m = {msg, size, 0};
   if (size) msg[0] = 0;
   for (int r = 0; r < mm->world; r++)
@@ -271,7 +273,7 @@ bool verify_collectives(const MeshMap *mm, const Graph *const *programs, int ncl
   if (!seqs) die("verify: out of memory");
   bool any_p2p = false;
   for (int c = 0; c < nclasses; c++) {
-    verify_expand(programs[c], &seqs[c]);
+    expand(programs[c], -1, staged ? c : -1, &seqs[c]);
     for (int i = 0; i < seqs[c].n; i++) any_p2p |= seqs[c].e[i].op == OP_SEND || seqs[c].e[i].op == OP_RECV;
   }
   bool ok = check_groups(mm, seqs, nclasses, rank_class, &m);
@@ -279,6 +281,11 @@ bool verify_collectives(const MeshMap *mm, const Graph *const *programs, int ncl
   for (int c = 0; c < nclasses; c++) verify_seq_free(&seqs[c]);
   free(seqs);
   return ok;
+}
+
+bool verify_collectives(const MeshMap *mm, const Graph *const *programs, int nclasses, const int *rank_class,
+                        char *msg, size_t size) {
+  return verify_impl(mm, programs, nclasses, rank_class, false, msg, size);
 }
 
 /* ---- the pass ------------------------------------------------------------------------------ */
@@ -290,14 +297,22 @@ bool pass_verify(Module *m) {
     if (!rt_mesh_init(&one, 1, 1, 1, 1, 1)) die("verify: mesh init");
     mm = &one;
   }
-  /* Rank classes: one SPMD program serves every rank today (dp x tp). Pipeline stages will
-   * give each stage its own program: class = the rank's pp coordinate. */
+  /* Rank classes: one SPMD program serves every rank; under pipeline parallelism each stage
+   * runs its part of it (Node.stage): class = the rank's pp coordinate. */
+  int pp = mm->dim[RT_AX_PP];
   int *cls = calloc((size_t)mm->world, sizeof *cls);
-  if (!cls) die("verify: out of memory");
-  const Graph *programs[1] = {m->graph};
+  const Graph **programs = calloc((size_t)pp, sizeof *programs);
+  if (!cls || !programs) die("verify: out of memory");
+  for (int c = 0; c < pp; c++) programs[c] = m->graph;
+  for (int r = 0; r < mm->world; r++) {
+    int co[RT_AX_COUNT];
+    rt_mesh_coords(mm, r, co);
+    cls[r] = co[RT_AX_PP];
+  }
   char msg[2048];
-  bool ok = verify_collectives(mm, programs, 1, cls, msg, sizeof msg);
+  bool ok = verify_impl(mm, programs, pp, cls, pp > 1, msg, sizeof msg);
   free(cls);
+  free(programs);
   if (!ok) die("verify: %s", msg);
   return true;
 }

@@ -491,6 +491,88 @@ void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x,
   ctx->comm_s += now() - t0;
 }
 
+/* ---- pipeline sends and receives ---- */
+
+static struct {
+  RtReq **q;   /* [n] sends in flight */
+  void **copy; /* [n] what each sends */
+  int n, cap;
+} sends;
+
+static void reap_sends(int all) {
+  int k = 0;
+  for (int i = 0; i < sends.n; i++) {
+    if (all || rt_test(sends.q[i])) {
+      rt_wait(sends.q[i]);
+      free(sends.copy[i]);
+    } else {
+      sends.q[k] = sends.q[i];
+      sends.copy[k++] = sends.copy[i];
+    }
+  }
+  sends.n = k;
+}
+
+static RtGroup *p2p_group(RtCtx *ctx, int axis, int64_t offset, int *peer) {
+  RtGroup *g = group_of(ctx, axis);
+  if (dev) {
+    fprintf(stderr, "shardrt: pipeline send / recv of device memory is not implemented\n");
+    exit(1);
+  }
+  int deg = rt_ctx_degree(ctx, axis);
+  *peer = rt_ctx_coord(ctx, axis) + (int)offset;
+  if (!g || *peer < 0 || *peer >= deg) {
+    fprintf(stderr, "shardrt: a pipeline transfer to coordinate %d along %s, which has %d members (a bug in the "
+            "generated program)\n", *peer, rt_mesh_axis_name(axis), deg);
+    abort();
+  }
+  return g;
+}
+
+void rt_coll_send(RtCtx *ctx, int axis, int64_t offset, const void *x, int64_t bytes, int tag) {
+  int peer;
+  RtGroup *g = p2p_group(ctx, axis, offset, &peer);
+  double t0 = now();
+  reap_sends(0);
+  if (sends.n == sends.cap) {
+    int cap = sends.cap ? 2 * sends.cap : 16;
+    RtReq **q = realloc(sends.q, (size_t)cap * sizeof *q);
+    void **c = q ? realloc(sends.copy, (size_t)cap * sizeof *c) : NULL;
+    if (!q || !c) {
+      fprintf(stderr, "shardrt: out of memory\n");
+      exit(1);
+    }
+    sends.q = q;
+    sends.copy = c;
+    sends.cap = cap;
+  }
+  void *copy = malloc(bytes > 0 ? (size_t)bytes : 1);
+  if (!copy) {
+    fprintf(stderr, "shardrt: out of memory\n");
+    exit(1);
+  }
+  memcpy(copy, x, (size_t)bytes);
+  sends.copy[sends.n] = copy;
+  sends.q[sends.n++] = rt_send_start(g, peer, copy, (size_t)bytes, tag);
+  ctx->comm_s += now() - t0;
+}
+
+void rt_coll_recv(RtCtx *ctx, int axis, int64_t offset, void *y, int64_t bytes, int tag) {
+  int peer;
+  RtGroup *g = p2p_group(ctx, axis, offset, &peer);
+  double t0 = now();
+  RtReq *r = rt_recv_start(g, peer, y, (size_t)bytes, tag);
+  while (!rt_test(r)) reap_sends(0); /* the sends in flight move on while this one waits */
+  rt_wait(r);
+  ctx->comm_s += now() - t0;
+}
+
+void rt_coll_send_wait_all(RtCtx *ctx) {
+  double t0 = now();
+  reap_sends(1);
+  ctx->comm_s += now() - t0;
+}
+
 void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                          int blocks, int esize) {
   int deg = rt_ctx_degree(ctx, axis), c = rt_ctx_coord(ctx, axis);

@@ -59,6 +59,15 @@ void rt_coll_async_stats(int64_t *started, int64_t *early, double *inflight_s, d
  * overlap. Host memory only. */
 void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag);
 
+/* Pipeline transfers (passes/pipe.c, the IR's send / recv with their offsets): a send goes to
+ * the member at coordinate + offset along axis (not modulo: that member exists), asynchronously
+ * from a copy (x may be overwritten at once); a receive blocks until what the member at
+ * coordinate + offset sent with tag arrives in y (recv offset -1: from the stage before).
+ * Sends in flight are finished as they complete, and all by rt_coll_send_wait_all (a step's end). */
+void rt_coll_send(RtCtx *ctx, int axis, int64_t offset, const void *x, int64_t bytes, int tag);
+void rt_coll_recv(RtCtx *ctx, int axis, int64_t offset, void *y, int64_t bytes, int tag);
+void rt_coll_send_wait_all(RtCtx *ctx);
+
 /* x [outer, nl, inner] -> y [outer, nl * degree, inner]: member c's x lands at logical indices
  * rt_block_index(nl, blocks, degree, c, l). ws: rt_coll_ws_bytes(x bytes * degree). */
 void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,

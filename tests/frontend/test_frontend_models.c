@@ -170,7 +170,7 @@ static void test_topologies(void) {
 static void test_defines(void) {
   Arena a;
   arena_init(&a);
-  /* zero, offload and schedule are refused until applied (tests/frontend/cases.txt: plan_not_applied) */
+  /* -D overrides of plan and recipe fields (the pipeline refusals: cases.txt pp_*, tests/passes/pp_plan.sh) */
   FeDefine d[] = {{"tp", "2"},           {"layers", "1"},   {"micro_batch", "2"},      {"lr", "1e-3"},
                   {"batch", "8"},        {"data", "x.bin"}, {"schedule", "1f1b"},      {"zero", "0"},
                   {"bucket", "50MiB"},   {"sp", "1"},       {"lr_schedule", "linear"}, {"seed", "7"},

@@ -1,0 +1,612 @@
+/* passes/pipe.c — the pipeline schedule as the per-rank program.
+ *
+ * After stage (passes/stage.c: the layers split over pp), the micro-step region `repeat accum`
+ * is replaced by the schedule's instructions (passes/pipe_sched.h, GPipe, 1F1B or interleaved 1F1B, checked by
+ * simulation), unrolled in an order every stage can run them in. Each instruction's nodes are
+ * clones of the micro-step's, predicated on their stage (Node.stage: the other stages skip them
+ * and hold zeros), so one SPMD program serves every stage and the interpreter runs it in
+ * lockstep:
+ *   F(s, i)  stage 0: the embedding of micro-batch i; stage s > 0: recv of the activation from
+ *            s - 1; the stage's layers (the forward loop); stage s < pp - 1: send of its output
+ *            to s + 1; the last stage: the head, the loss and their gradient (the backward
+ *            loop's carried input);
+ *   B(s, i)  stage s < pp - 1: recv of the gradient from s + 1; the backward loop over the
+ *            stage's layers, reading the activations F(s, i) kept; stage s > 0: send of the
+ *            input gradient to s - 1; stage 0: the embedding's backward.
+ * What reads several stages' values of a micro-batch (the gradient sums, the tied embedding's
+ * two contributions) runs on every rank once the micro-batch is done: a stage holds zeros in
+ * the others' values, so each rank sums its own part. After the last micro-batch, the sums of
+ * what is not split over pp (the loss, the gradients of parameters outside the layers) are
+ * all-reduced over pp. Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
+ * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
+ * layout): virtual stage k = c pp + s runs chunk c of stage s's layers (its rows sliced once per
+ * step), the wrap from the last stage's chunk c to the first stage's chunk c + 1 is a transfer at
+ * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "pipe_sched.h"
+#include "ptrmap.h"
+
+Node *stage_accum_region(Graph *g);
+bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd);
+bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw);
+
+Shape pipe_stacked_shape(Shape s, int64_t k) {
+  if (s.rank + 1 > IR_MAX_RANK) die("pipe: rank too large");
+  for (int d = s.rank; d > 0; d--) s.dim[d] = s.dim[d - 1], s.sym[d] = s.sym[d - 1];
+  s.dim[0] = k;
+  s.sym[0] = -1;
+  s.rank++;
+  return s;
+}
+
+enum { PIPE_TAG = 1000 };
+enum { C_NONE, C_FIRST, C_LAST, C_FIRSTB, C_ALL, C_MERGE, C_LOOP };
+
+typedef struct {
+  Module *m;
+  Graph *g, *body;
+  Node *A, *F, *B;
+  Node *W;        /* zb: the weight-gradient loop split from B (passes/pipe_split.c), else NULL */
+  int pp, M;
+  char *cls;      /* by body node position */
+  PtrMap *map;    /* [pp v * M]: body value -> its clone in virtual stage k's instructions for micro-batch i */
+  PtrMap *shared; /* [M]: body value -> its clone read by every stage (inputs, ALL, merges) */
+  PtrMap *chunks; /* [v]: stacked layer value from outside -> its chunk's rows */
+  int v;          /* chunks per stage (interleaved), else 1 */
+  int64_t per;    /* layers per chunk: L / (pp v) */
+  Value **sum;    /* [ncarry]: the running sums */
+} Pp;
+
+static int pos_in(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+static bool reads_value(const Node *n, const Value *v) {
+  for (int j = 0; j < n->nin; j++)
+    if (n->in[j] == v) return true;
+  if (n->body)
+    for (int b = 0; b < n->body->nnodes; b++)
+      if (reads_value(n->body->nodes[b], v)) return true;
+  return false;
+}
+
+static bool reads_node(const Node *n, const Node *d) {
+  for (int k = 0; k < d->nout; k++)
+    if (reads_value(n, d->out[k])) return true;
+  return false;
+}
+
+/* ---- classes ---------------------------------------------------------------------------- */
+
+static void mark_anc(Pp *p, Value *v, char c, char *on) {
+  Node *d = v->def;
+  if (d->graph != p->body || d->op == OP_ARG) return;
+  int i = pos_in(p->body, d);
+  if (on[i] == c || d == p->F || d == p->B || d == p->W) return;
+  on[i] = c;
+  for (int j = 0; j < d->nin; j++) mark_anc(p, d->in[j], c, on);
+}
+
+static bool classify(Pp *p) {
+  Graph *b = p->body;
+  int n = b->nnodes;
+  char *anc = calloc((size_t)n + 1, 1), *dep = calloc((size_t)n + 1, 1); /* dep bits: 1 F, 2 B, 4 LAST */
+  p->cls = calloc((size_t)n + 1, 1);
+  if (!anc || !dep || !p->cls) die("out of memory");
+  /* what the loops read besides their carries: computed on every stage */
+  for (int l = 0; l < 3; l++) {
+    Node *r = l == 0 ? p->F : l == 1 ? p->B : p->W;
+    if (!r) continue;
+    for (int j = r->a.ncarry; j < r->nin; j++) mark_anc(p, r->in[j], C_ALL, anc);
+    for (int x = 0; x < r->body->nnodes; x++)
+      for (int j = 0; j < r->body->nodes[x]->nin; j++) mark_anc(p, r->body->nodes[x]->in[j], C_ALL, anc);
+  }
+  for (int j = 0; j < p->F->a.ncarry; j++) mark_anc(p, p->F->in[j], C_FIRST, anc);
+  for (int i = 0; i < n; i++) {
+    Node *x = b->nodes[i];
+    if (x->op == OP_ARG) continue;
+    if (x == p->F || x == p->B || (p->W && x == p->W)) {
+      p->cls[i] = C_LOOP;
+      dep[i] = x == p->F ? 1 : 2;
+      continue;
+    }
+    if (anc[i] == C_ALL) {
+      p->cls[i] = C_ALL;
+      continue;
+    }
+    for (int o = 0; o < i; o++)
+      if (dep[o] && reads_node(x, b->nodes[o])) dep[i] |= dep[o] | (p->cls[o] == C_LAST ? 4 : 0);
+    if (anc[i] == C_FIRST) p->cls[i] = C_FIRST;
+    else if (dep[i] & 2) p->cls[i] = dep[i] & 4 ? C_MERGE : C_FIRSTB;
+    else if (dep[i] & 1) p->cls[i] = C_LAST;
+    else p->cls[i] = C_MERGE; /* reads neither loop: the sums' own arguments */
+    if (p->cls[i] == C_LAST) dep[i] |= 4;
+  }
+  /* the sums: every node reading a carry argument merges */
+  for (int i = 0; i < n; i++)
+    for (int c = 0; c < p->A->a.ncarry; c++)
+      if (b->nodes[i]->op != OP_ARG && reads_value(b->nodes[i], b->args[c]->out[0])) p->cls[i] = C_MERGE;
+  bool ok = true;
+  for (int i = 0; i < n && ok; i++) { /* stage-only nodes read nothing of another stage's */
+    Node *x = b->nodes[i];
+    char c = p->cls[i];
+    if (c != C_FIRST && c != C_LAST && c != C_FIRSTB) continue;
+    for (int o = 0; o < n; o++) {
+      char d = p->cls[o];
+      if (!reads_node(x, b->nodes[o])) continue;
+      if (d == C_MERGE || (c == C_LAST && (d == C_FIRST || d == C_FIRSTB)) || (c != C_LAST && d == C_LAST)) {
+        error_at(x->loc, "pipeline stages: this %s reads a value of another stage's part of the micro-step (%s)",
+                 ir_ops[x->op].name, ir_ops[b->nodes[o]->op].name);
+        ok = false;
+        break;
+      }
+    }
+  }
+  free(anc);
+  free(dep);
+  return ok;
+}
+
+/* ---- cloning ------------------------------------------------------------------------------ */
+
+static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v);
+
+static Node *clone_into(Graph *dst, const Node *d, Value **in, PtrMap *memo);
+
+/* A region body copied for a clone of its owner: outer values stay, the body's own are copies. */
+static Graph *clone_body(Graph *parent, const Graph *src, PtrMap *memo) {
+  Graph *nb = ir_graph_new(parent->arena, parent);
+  for (int a = 0; a < src->nargs; a++) {
+    const Value *v = src->args[a]->out[0];
+    Node *x = ir_add_arg(nb, v->dtype, v->shape, v->name);
+    x->out[0]->sharding = v->sharding;
+    x->loc = src->args[a]->loc;
+    ptrmap_put(memo, v, (intptr_t)x->out[0]);
+  }
+  for (int i = 0; i < src->nnodes; i++) {
+    const Node *d = src->nodes[i];
+    if (d->op == OP_ARG) continue;
+    Value **in = ARENA_ARRAY(parent->arena, Value *, d->nin + 1);
+    for (int j = 0; j < d->nin; j++) {
+      intptr_t got;
+      in[j] = ptrmap_get(memo, d->in[j], &got) ? (Value *)got : d->in[j];
+    }
+    clone_into(nb, d, in, memo);
+  }
+  for (int r = 0; r < src->nresults; r++) {
+    intptr_t got;
+    ir_add_result(nb, ptrmap_get(memo, src->results[r], &got) ? (Value *)got : src->results[r], NULL);
+  }
+  return nb;
+}
+
+static Node *clone_into(Graph *dst, const Node *d, Value **in, PtrMap *memo) {
+  Node *c = ir_node_new(dst, d->op, d->nin, in, d->nout, d->loc);
+  c->a = d->a;
+  for (int k = 0; k < d->nout; k++) {
+    c->out[k]->dtype = d->out[k]->dtype;
+    c->out[k]->shape = d->out[k]->shape;
+    c->out[k]->sharding = d->out[k]->sharding;
+    c->out[k]->name = d->out[k]->name;
+    c->out[k]->offset = -1;
+    ptrmap_put(memo, d->out[k], (intptr_t)c->out[k]);
+  }
+  if (d->body) {
+    c->body = clone_body(dst, d->body, memo);
+    c->body->owner = c;
+  }
+  return c;
+}
+
+/* Micro-batch mb of a stacked step input: slice(x, 0, mb, 1) reshaped to drop the leading dim. */
+static Value *mb_input(Pp *p, int mb, int q) {
+  Value *xs = p->A->in[p->A->a.ncarry + q];
+  Value *arg = p->body->args[p->A->a.ncarry + q]->out[0];
+  Attrs sa = {0};
+  sa.axis = 0;
+  sa.start = mb;
+  sa.len = 1;
+  Shape s1 = xs->shape;
+  s1.dim[0] = 1;
+  Value *sl = ir_emit(p->g, OP_SLICE, 1, &xs, xs->dtype, s1, &sa, p->A->loc);
+  sl->sharding = xs->sharding;
+  Value *r = ir_emit(p->g, OP_RESHAPE, 1, &sl, arg->dtype, arg->shape, NULL, p->A->loc);
+  r->sharding = arg->sharding;
+  return r;
+}
+
+static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
+  intptr_t got;
+  if (v->def->graph != p->body) return v;
+  if (stage_map && ptrmap_get(stage_map, v, &got)) return (Value *)got;
+  if (ptrmap_get(&p->shared[mb], v, &got)) return (Value *)got;
+  Node *d = v->def;
+  if (d->op == OP_ARG) {
+    int i = d->a.index;
+    if (i < p->A->a.ncarry) return p->sum[i];
+    Value *x = mb_input(p, mb, i - p->A->a.ncarry);
+    ptrmap_put(&p->shared[mb], v, (intptr_t)x);
+    return x;
+  }
+  int i = pos_in(p->body, d);
+  if (p->cls[i] == C_ALL) { /* computed once per micro-batch, on every stage */
+    Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
+    for (int j = 0; j < d->nin; j++) in[j] = lookup(p, NULL, mb, d->in[j]);
+    clone_into(p->g, d, in, &p->shared[mb]);
+    ptrmap_get(&p->shared[mb], v, &got);
+    return (Value *)got;
+  }
+  die("pipe: value %%%d (%s) is read before its instruction ran", v->id, ir_ops[d->op].name);
+}
+
+/* The stage map of virtual stage vs (chunk vs / pp of stage vs % pp) for micro-batch mb. */
+static PtrMap *smap(Pp *p, int vs, int mb) { return &p->map[vs * p->M + mb]; }
+
+/* Chunk c of a stacked layer value read from outside the micro-step (a parameter, [L/pp, ..]
+ * locally): rows [c L/(pp v), (c+1) L/(pp v)), the layers of virtual stage c pp + s. Made once
+ * per step, on every rank. */
+static Value *chunk_of(Pp *p, int c, Value *x) {
+  intptr_t got;
+  if (ptrmap_get(&p->chunks[c], x, &got)) return (Value *)got;
+  Attrs sa = {0};
+  sa.axis = 0;
+  sa.start = c * p->per;
+  sa.len = p->per;
+  Shape sh = x->shape;
+  sh.dim[0] = p->per;
+  Value *y = ir_emit(p->g, OP_SLICE, 1, &x, x->dtype, sh, &sa, x->def->loc);
+  y->sharding = x->sharding;
+  y->sharding.blocks[0] = 0; /* a chunk holds one contiguous block of the local rows */
+  ptrmap_put(&p->chunks[c], x, (intptr_t)y);
+  return y;
+}
+
+/* Clones body node d for virtual stage vs's instruction on micro-batch mb, predicated on its stage.
+ * A layer loop of an interleaved schedule runs its chunk: L/(pp v) iterations over the chunk's rows. */
+static Value *run_node(Pp *p, int vs, int mb, Node *d) {
+  PtrMap *sm = smap(p, vs, mb);
+  bool loop = d == p->F || d == p->B || (p->W && d == p->W);
+  Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
+  for (int j = 0; j < d->nin; j++) {
+    in[j] = lookup(p, sm, mb, d->in[j]);
+    bool xs = j >= d->a.ncarry && j < d->a.ncarry + d->a.nxs;
+    if (loop && xs && p->v > 1 && d->in[j]->def->graph != p->body) in[j] = chunk_of(p, vs / p->pp, in[j]);
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
+      die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
+  }
+  Node *c = clone_into(p->g, d, in, sm);
+  c->stage = vs % p->pp + 1;
+  if (loop && p->v > 1) {
+    c->a.count = p->per;
+    for (int k = c->a.ncarry; k < c->nout; k++) {
+      c->out[k]->shape.dim[0] = p->per;
+      c->out[k]->sharding.blocks[0] = 0;
+    }
+  }
+  /* a region's body may read outer body values: lookups made them, now point its reads there */
+  if (c->body)
+    for (int x = 0; x < c->body->nnodes; x++)
+      for (int j = 0; j < c->body->nodes[x]->nin; j++) {
+        Value *u = c->body->nodes[x]->in[j];
+        if (u->def->graph == p->body) c->body->nodes[x]->in[j] = lookup(p, sm, mb, u);
+      }
+  return c->out[0];
+}
+
+/* A transfer of virtual stage vs for micro-batch mb to / from virtual stage peer_vs (its stage's
+ * offset along pp: +1 / -1, or across the wrap from the last stage to the first and back).
+ * Tagged by the sending virtual stage, so each (micro-batch, chunk, direction) is its own message. */
+static void p2p(Pp *p, int vs, int mb, Value *v, int peer_vs, bool grad, Value *body_v) {
+  bool send = v != NULL;
+  int st = vs % p->pp, from = send ? vs : peer_vs;
+  Attrs a = {0};
+  a.mesh_axis = RT_AX_PP;
+  a.start = peer_vs % p->pp - st;
+  a.tag = PIPE_TAG + 2 * (mb * p->pp * p->v + from) + (grad ? 1 : 0);
+  if (send) {
+    Node *s = ir_node_new(p->g, OP_SEND, 1, &v, 0, v->def->loc);
+    s->a = a;
+    s->stage = st + 1;
+    return;
+  }
+  Node *r = ir_node_new(p->g, OP_RECV, 0, NULL, 1, body_v->def->loc);
+  r->a = a;
+  r->stage = st + 1;
+  r->out[0]->dtype = body_v->dtype;
+  r->out[0]->shape = body_v->shape;
+  r->out[0]->sharding = body_v->sharding;
+  ptrmap_put(smap(p, vs, mb), body_v, (intptr_t)r->out[0]);
+}
+
+static void run_class(Pp *p, int vs, int mb, char cls) {
+  for (int i = 0; i < p->body->nnodes; i++)
+    if (p->cls[i] == cls) run_node(p, vs, mb, p->body->nodes[i]);
+}
+
+static void run_instr(Pp *p, int st, PipeInstr in) {
+  int mb = in.mb, vs = in.chunk * p->pp + st, last = p->pp * p->v - 1;
+  PtrMap *sm = smap(p, vs, mb);
+  intptr_t got;
+  if (in.op == 'W') { /* zb: the weight gradients of the stage's layers, after its B */
+    run_node(p, vs, mb, p->W);
+    return;
+  }
+  if (in.op == 'F') {
+    if (vs == 0) run_class(p, vs, mb, C_FIRST);
+    else p2p(p, vs, mb, NULL, vs - 1, false, p->F->in[0]);
+    run_node(p, vs, mb, p->F);
+    if (vs < last) {
+      ptrmap_get(sm, p->F->out[0], &got);
+      p2p(p, vs, mb, (Value *)got, vs + 1, false, NULL);
+    } else {
+      run_class(p, vs, mb, C_LAST);
+    }
+    return;
+  }
+  if (vs < last) p2p(p, vs, mb, NULL, vs + 1, true, p->B->in[0]);
+  else if (!ptrmap_get(sm, p->B->in[0], &got)) die("pipe: the last stage made no gradient for the layers");
+  run_node(p, vs, mb, p->B);
+  if (vs > 0) {
+    ptrmap_get(sm, p->B->out[0], &got);
+    p2p(p, vs, mb, (Value *)got, vs - 1, true, NULL);
+  } else {
+    run_class(p, vs, mb, C_FIRSTB);
+  }
+}
+
+/* The nodes reading several stages' values of micro-batch mb, on every rank. A stage's value
+ * read here is the sum over the stages that may hold it (the others hold zeros). */
+static void run_merges(Pp *p, int mb) {
+  Graph *b = p->body;
+  for (int i = 0; i < b->nnodes; i++) {
+    if (p->cls[i] != C_MERGE) continue;
+    Node *d = b->nodes[i];
+    Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
+    for (int j = 0; j < d->nin; j++) {
+      Value *u = d->in[j];
+      intptr_t got;
+      int k = u->def->graph == b && u->def->op != OP_ARG ? pos_in(b, u->def) : -1;
+      char c = k >= 0 ? p->cls[k] : C_NONE;
+      if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, smap(p, 0, mb), mb, u);
+      else if (c == C_LAST) in[j] = lookup(p, smap(p, p->pp * p->v - 1, mb), mb, u);
+      else if (c == C_LOOP) { /* each stage's own (its layers' gradients): no zeros to add */
+        Value **chunk = ARENA_ARRAY(p->g->arena, Value *, p->v);
+        for (int ch = 0; ch < p->v; ch++) {
+          Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
+          for (int st = 0; st < p->pp; st++) {
+            if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
+            each[st] = (Value *)got;
+          }
+          chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, d->loc);
+          chunk[ch]->sharding = each[0]->sharding;
+        }
+        in[j] = chunk[0];
+        if (p->v > 1) { /* the stage's chunks, in its local row order */
+          Attrs ca = {0};
+          ca.axis = 0;
+          in[j] = ir_emit(p->g, OP_CONCAT, p->v, chunk, u->dtype, u->shape, &ca, d->loc);
+          in[j]->sharding = u->sharding;
+        }
+      } else {
+        in[j] = lookup(p, NULL, mb, u);
+      }
+    }
+    clone_into(p->g, d, in, &p->shared[mb]);
+  }
+  for (int c = 0; c < p->A->a.ncarry; c++) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
+}
+
+/* ---- the plan's per-stage figures (pipe_print) ---------------------------------------------- */
+
+/* One rank's FLOPs of a node (local shapes): GEMMs and attention, regions times their count. */
+static double local_flops(const Node *n) {
+  if (n->body) {
+    double t = 0;
+    for (int i = 0; i < n->body->nnodes; i++) t += local_flops(n->body->nodes[i]);
+    return (n->op == OP_REPEAT ? (double)n->a.count : 1.0) * t;
+  }
+  if (n->op == OP_MATMUL) {
+    const Shape *a = &n->in[0]->shape;
+    int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
+    return 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
+  }
+  if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) { /* QK^T and AV; the backward about twice that */
+    const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
+    double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1] * (double)q->dim[2];
+    return n->op == OP_SDPA ? f : 2.0 * f;
+  }
+  return 0;
+}
+
+static double class_flops(const Pp *p, char c) {
+  double t = 0;
+  for (int i = 0; i < p->body->nnodes; i++)
+    if (p->cls[i] == c) t += local_flops(p->body->nodes[i]);
+  return t;
+}
+
+/* Bytes of the values nodes of class c (or the node only) make that the backward or the merges read. */
+static int64_t kept_bytes(const Pp *p, char c, const Node *only) {
+  int64_t b = 0;
+  const Graph *g = p->body;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *d = g->nodes[i];
+    if (only ? d != only : p->cls[i] != c) continue;
+    for (int k = 0; k < d->nout; k++) {
+      bool kept = false;
+      for (int j = 0; j < g->nnodes && !kept; j++) {
+        const Node *x = g->nodes[j];
+        if (x == p->B || (p->W && x == p->W) || p->cls[j] == C_FIRSTB || p->cls[j] == C_MERGE)
+          kept = reads_value(x, d->out[k]);
+      }
+      if (kept) b += ir_numel(&d->out[k]->shape) * ir_dtype_size(d->out[k]->dtype);
+    }
+  }
+  return b;
+}
+
+static void plan_report(Pp *p, const PipeSched *s) {
+  Module *m = p->m;
+  PipePlan *pl = ARENA_NEW(m->arena, PipePlan);
+  pl->kind = s->kind;
+  pl->pp = p->pp;
+  pl->nmb = p->M;
+  pl->loop = p->F->a.name;
+  pl->layers = p->F->a.count * p->pp;
+  pl->v = p->v;
+  pl->stage = ARENA_ARRAY(m->arena, PipeStage, p->pp);
+  double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
+  double *tw = calloc((size_t)p->pp, sizeof(double));
+  int *infl = calloc((size_t)p->pp, sizeof(int));
+  if (!tf || !tb || !tw || !infl) die("out of memory");
+  int64_t params = 0;
+  for (int i = 0; i < p->g->nnodes; i++)
+    if (p->g->nodes[i]->op == OP_PARAM)
+      params += ir_numel(&p->g->nodes[i]->out[0]->shape) * ir_dtype_size(p->g->nodes[i]->out[0]->dtype);
+  double all = class_flops(p, C_ALL);
+  for (int st = 0; st < p->pp; st++) {
+    PipeStage *x = &pl->stage[st];
+    bool first = st == 0, last = st == p->pp - 1;
+    x->first_layer = st * p->per;
+    x->nlayers = p->per;
+    x->nchunks = p->v;
+    x->embedding = first;
+    x->head = last;
+    x->fwd_flops = all + local_flops(p->F) + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
+    x->wgt_flops = p->W ? local_flops(p->W) : 0;
+    x->bwd_flops = local_flops(p->B) + x->wgt_flops + (first ? class_flops(p, C_FIRSTB) : 0);
+    x->act_bytes = kept_bytes(p, 0, p->F) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) + (last ? kept_bytes(p, C_LAST, NULL) : 0);
+    x->param_bytes = params;
+    /* interleaved: an instruction is one of v chunks (the embedding and head spread over them) */
+    x->fwd_flops /= p->v;
+    x->bwd_flops /= p->v;
+    x->wgt_flops /= p->v;
+    x->act_bytes /= p->v;
+    tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
+    tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
+    tw[st] = x->wgt_flops;
+  }
+  pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
+  for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];
+  m->pipe = pl;
+  free(tf);
+  free(tb);
+  free(tw);
+  free(infl);
+}
+
+bool pass_pipe(Module *m) {
+  int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
+  if (pp <= 1) return true;
+  Pp p = {.m = m, .g = m->graph, .pp = pp};
+  p.A = stage_accum_region(p.g);
+  if (!p.A || !stage_layer_loops(p.A->body, &p.F, &p.B)) die("pipe: no micro-step region (stage runs first)");
+  p.body = p.A->body;
+  p.M = (int)p.A->a.count;
+  if (p.F->a.ncarry != 1 || p.B->a.ncarry != 1) {
+    error_at(p.F->loc, "pipeline stages pass one activation between stages: this layer loop carries %d values",
+             p.F->a.ncarry);
+    return false;
+  }
+  PipeSchedule kind = m->plan.schedule;
+  p.v = kind == SCHED_INTERLEAVED ? m->plan.interleave : 1;
+  p.per = p.F->a.count / p.v;
+  if ((int64_t)PIPE_TAG + 2 * (int64_t)p.M * pp * p.v > 0xffff) { /* the runtime's tags are 16 bits */
+    error_at(m->plan.opt_loc[PLAN_OPT_MICROBATCHES].file ? m->plan.opt_loc[PLAN_OPT_MICROBATCHES] : m->plan.loc,
+             "%d micro-batches x %d virtual stages need more pipeline transfer tags than the runtime has (%d)", p.M,
+             pp * p.v, (0xffff - PIPE_TAG) / 2);
+    note("use fewer micro-batches per step (a smaller batch or a larger micro_batch)");
+    return false;
+  }
+  PipeSched s = pipe_sched_make(kind, pp, p.M, p.v);
+  int total = 0;
+  for (int st = 0; st < pp; st++) total += s.len[st];
+  PipeStep *order = calloc((size_t)total + 1, sizeof *order);
+  char msg[1024];
+  if (!order) die("out of memory");
+  if (!pipe_sched_check(&s, m->mesh->world / pp, order, msg, sizeof msg)) die("pipe: %s", msg);
+  if (kind == SCHED_ZB && !pipe_split_backward(p.body, p.B, &p.B, &p.W)) return false;
+  if (!classify(&p)) {
+    free(order);
+    pipe_sched_free(&s);
+    return false;
+  }
+  plan_report(&p, &s);
+  p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
+  p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
+  p.shared = calloc((size_t)p.M, sizeof(PtrMap));
+  int nc = p.A->a.ncarry;
+  p.sum = ARENA_ARRAY(m->arena, Value *, nc + 1);
+  int *left = calloc((size_t)p.M, sizeof(int));
+  if (!p.map || !p.shared || !p.chunks || !left) die("out of memory");
+  for (int c = 0; c < nc; c++) p.sum[c] = p.A->in[c];
+  for (int i = 0; i < p.M; i++) left[i] = (p.W ? 3 : 2) * pp * p.v;
+
+  /* the graph: what came before the region, the instructions, the sums over pp, the rest */
+  Graph *g = p.g;
+  int ia = pos_in(g, p.A), nn = g->nnodes;
+  Node **after = ARENA_ARRAY(m->arena, Node *, nn + 1);
+  int nafter = 0;
+  for (int i = ia + 1; i < nn; i++) after[nafter++] = g->nodes[i];
+  g->nnodes = ia;
+  int done = 0; /* micro-batches merged, in order */
+  for (int k = 0; k < total; k++) {
+    PipeInstr in = s.list[order[k].stage][order[k].step];
+    run_instr(&p, order[k].stage, in);
+    left[in.mb]--;
+    while (done < p.M && left[done] == 0) run_merges(&p, done++);
+  }
+  /* the sums not split over pp: each stage holds its part (zeros elsewhere); the loss (a scalar)
+   * apart from the gradients, so that the forward alone (the eval entry) reaches it */
+  for (int pass = 0; pass < 2; pass++) {
+    Value **part = ARENA_ARRAY(m->arena, Value *, nc + 1);
+    int *which = ARENA_ARRAY(m->arena, int, nc + 1);
+    int npart = 0;
+    for (int c = 0; c < nc; c++) {
+      bool split = p.A->out[c]->sharding.split[0] == RT_AX_PP && p.A->out[c]->shape.rank > 0;
+      if (!split && (p.sum[c]->shape.rank == 0) == (pass == 0)) {
+        which[npart] = c;
+        part[npart++] = p.sum[c];
+      }
+    }
+    if (!npart) continue;
+    Node *ar = ir_node_new(g, OP_ALL_REDUCE, npart, part, npart, p.A->loc);
+    ar->a.mesh_axis = RT_AX_PP;
+    ar->a.reduce = RED_SUM;
+    for (int q = 0; q < npart; q++) {
+      int c = which[q];
+      ar->out[q]->dtype = p.sum[c]->dtype;
+      ar->out[q]->shape = p.sum[c]->shape;
+      ar->out[q]->sharding = p.sum[c]->sharding;
+      p.sum[c] = ar->out[q];
+    }
+  }
+  for (int i = 0; i < nafter; i++) {
+    arena_grow(g->arena, (void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof(Node *));
+    g->nodes[g->nnodes++] = after[i];
+  }
+  for (int c = 0; c < nc; c++) {
+    ir_replace_uses(g, p.A->out[c], p.sum[c]);
+    for (int r = 0; r < g->nresults; r++)
+      if (g->results[r] == p.A->out[c]) g->results[r] = p.sum[c];
+  }
+  for (int i = 0; i < pp * p.v * p.M; i++) ptrmap_free(&p.map[i]);
+  for (int i = 0; i < p.v; i++) ptrmap_free(&p.chunks[i]);
+  free(p.chunks);
+  for (int i = 0; i < p.M; i++) ptrmap_free(&p.shared[i]);
+  free(p.map);
+  free(p.shared);
+  free(p.cls);
+  free(left);
+  free(order);
+  pipe_sched_free(&s);
+  ir_remove_dead(g);
+  return true;
+}

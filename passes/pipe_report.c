@@ -1,0 +1,106 @@
+/* passes/pipe_report.c — `shardc plan`'s pipeline section: each stage's layers, FLOPs, kept
+ * activations and parameters, and the schedule's predicted bubble (from passes/pipe.c's PipePlan). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "diag.h"
+
+#include "memplan.h"
+#include "pipe_sched.h"
+
+static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+void pipe_print(FILE *f, const Module *m) {
+  const PipePlan *p = m->pipe;
+  if (!p) return;
+  fprintf(f, "# pipeline: %d stages over the %lld layers of `repeat %s`, schedule %s", p->pp, (long long)p->layers,
+          p->loop ? p->loop : "?", pipe_sched_name(p->kind));
+  if (p->v > 1) fprintf(f, " (%d chunks per stage)", p->v);
+  fprintf(f, ", %d micro-batches per step\n", p->nmb);
+  fprintf(f, "#   FLOPs and bytes per rank (its tp share); FLOPs per micro-batch (interleaved: per chunk); activations:\n"
+             "#   what a forward keeps for its backward, times the forwards the schedule keeps in flight\n");
+  fprintf(f, "#   %-5s %-12s %-15s %12s %12s %13s %9s %15s %11s\n", "stage", "layers", "holds", "fwd FLOP", "bwd FLOP",
+          "act/micro", "in flight", "activations", "params");
+  for (int s = 0; s < p->pp; s++) {
+    const PipeStage *x = &p->stage[s];
+    char layers[48] = "", holds[32];
+    for (int c = 0, k = 0; c < x->nchunks && k < (int)sizeof layers - 12; c++) {
+      int64_t a = x->first_layer + (int64_t)c * p->pp * x->nlayers;
+      k += snprintf(layers + k, sizeof layers - (size_t)k, "%s%lld-%lld", c ? "," : "", (long long)a,
+                    (long long)(a + x->nlayers - 1));
+    }
+    snprintf(holds, sizeof holds, "%s%s%s", x->embedding ? "embedding" : "", x->embedding && x->head ? "+" : "",
+             x->head ? "head, loss" : x->embedding ? "" : "-");
+    fprintf(f, "#   %-5d %-12s %-15s %12.4g %12.4g %9.2f MiB %9d %11.2f MiB %7.2f MiB\n", s, layers, holds, x->fwd_flops,
+            x->bwd_flops, mib(x->act_bytes), x->inflight, mib(x->act_bytes * x->inflight), mib(x->param_bytes));
+  }
+  /* the textbook figure for equal stages (and, zb, F = B = W), to compare with */
+  const char *ideal = p->kind == SCHED_INTERLEAVED ? "(pp-1)/(vM+pp-1)" : p->kind == SCHED_ZB ? "ZB-H1's (pp-1)/(3M+pp-1)"
+                                                                                               : "(pp-1)/(M+pp-1)";
+  int units = p->kind == SCHED_INTERLEAVED ? p->v * p->nmb : p->kind == SCHED_ZB ? 3 * p->nmb : p->nmb;
+  fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: each stage's forward and backward in proportion to its FLOPs, "
+             "transfers free; for equal stages %s = %.1f%%)\n",
+          100.0 * p->bubble, ideal, 100.0 * (p->pp - 1) / (double)(units + p->pp - 1));
+  fprintf(f, "#   the memory plan below is the worst stage's (values of different stages share bytes); it also holds "
+             "what every stage zero-fills for the gradient sums\n");
+}
+
+bool pipe_svg(FILE *f, const Module *m) {
+  const PipePlan *p = m->pipe;
+  if (!p) return false;
+  PipeSched s = pipe_sched_make(p->kind, p->pp, p->nmb, p->v);
+  double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
+  double **start = calloc((size_t)p->pp, sizeof(double *)), *tw = calloc((size_t)p->pp, sizeof(double));
+  if (!tf || !tb || !start || !tw) die("out of memory");
+  for (int st = 0; st < p->pp; st++) {
+    tf[st] = p->stage[st].fwd_flops > 0 ? p->stage[st].fwd_flops : 1;
+    tw[st] = p->stage[st].wgt_flops;
+    tb[st] = p->stage[st].bwd_flops - tw[st] > 0 ? p->stage[st].bwd_flops - tw[st] : 1;
+    start[st] = calloc((size_t)s.len[st] + 1, sizeof(double));
+    if (!start[st]) die("out of memory");
+  }
+  double bubble;
+  double span = pipe_sched_timeline(&s, tf, tb, p->kind == SCHED_ZB ? tw : NULL, &bubble, NULL, start);
+  const double W = 960, lane = 30, left = 70, top = 44;
+  double H = top + lane * p->pp + 40, scale = span > 0 ? W / span : 1;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"monospace\" "
+             "font-size=\"11\">\n", left + W + 20, H);
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"13\">%s: %s", left, m->name ? m->name : "model", pipe_sched_name(p->kind));
+  if (p->v > 1) fprintf(f, " (%d chunks per stage)", p->v);
+  fprintf(f, ", pp %d, %d micro-batches; predicted bubble %.1f%%</text>\n", p->pp, p->nmb, 100.0 * bubble);
+  fprintf(f, "<text x=\"%.0f\" y=\"34\" fill=\"#555\">blocks to scale by each stage's FLOPs (transfers free); "
+             "F forward, B backward%s; label: micro-batch%s</text>\n", left, p->kind == SCHED_ZB ? " (input gradients), W weight gradients" : "", p->v > 1 ? ".chunk" : "");
+  for (int st = 0; st < p->pp; st++) {
+    double y = top + lane * st;
+    fprintf(f, "<text x=\"4\" y=\"%.0f\">stage %d</text>\n", y + lane / 2 + 4, st);
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#f4f4f4\"/>\n", left, y + 2, W,
+            lane - 4);
+    for (int k = 0; k < s.len[st]; k++) {
+      PipeInstr in = s.list[st][k];
+      bool b = in.op == 'B';
+      double x = left + start[st][k] * scale, w = (in.op == 'W' ? tw[st] : b ? tb[st] : tf[st]) * scale;
+      const char *fill = in.op == 'W' ? "#8fd19e" : b ? (in.chunk % 2 ? "#e8a25a" : "#f4c08a")
+                                                     : (in.chunk % 2 ? "#5a8fe8" : "#8ab4f4");
+      fprintf(f, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\"/>\n", x,
+              y + 2, w, lane - 4, fill);
+      if (w >= 18) {
+        if (p->v > 1)
+          fprintf(f, "<text x=\"%.2f\" y=\"%.0f\" text-anchor=\"middle\">%c%d.%d</text>\n", x + w / 2, y + lane / 2 + 4,
+                  in.op, in.mb, in.chunk);
+        else
+          fprintf(f, "<text x=\"%.2f\" y=\"%.0f\" text-anchor=\"middle\">%c%d</text>\n", x + w / 2, y + lane / 2 + 4,
+                  in.op, in.mb);
+      }
+    }
+  }
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">time (one step) &#8594;</text>\n", left, top + lane * p->pp + 20);
+  fprintf(f, "</svg>\n");
+  for (int st = 0; st < p->pp; st++) free(start[st]);
+  free(start);
+  free(tf);
+  free(tb);
+  free(tw);
+  pipe_sched_free(&s);
+  return true;
+}

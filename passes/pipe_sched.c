@@ -1,0 +1,248 @@
+/* passes/pipe_sched.c — pipeline schedules: GPipe and 1F1B per-stage lists, their simulation
+ * (the check verify relies on) and their predicted bubble. See pipe_sched.h. */
+#include "pipe_sched.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+
+const char *pipe_sched_name(PipeSchedule k) {
+  static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
+  return k >= SCHED_GPIPE && k <= SCHED_ZB ? names[k] : "?";
+}
+
+/* Zero bubble in the manner of ZB-H1 (within 1F1B's peak memory): the backward split into B (input
+ * gradients, which the stage before waits for) and W (weight gradients, which nothing waits for).
+ * Made by playing the stages with unit times: a free stage runs a B whose gradient arrived, else
+ * the next F if its activation arrived and it holds fewer than pp micro-batches (forwards whose W
+ * has not run: 1F1B's peak, stage 0's), else a pending W, else waits. The W's fill what 1F1B leaves
+ * idle: bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), 0.172 at pp 4 with 8 micro-batches (1F1B 0.273). */
+static PipeSched make_zb(int pp, int nmb) {
+  PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
+  int *f = calloc((size_t)pp, sizeof(int)), *w = calloc((size_t)pp, sizeof(int));
+  int *act = calloc((size_t)(pp * nmb), sizeof(int)), *grad = calloc((size_t)(pp * nmb), sizeof(int)); /* arrival time + 1 */
+  char *bdone = calloc((size_t)(pp * nmb), 1);
+  if (!s.len || !s.list || !f || !w || !act || !grad || !bdone) die("out of memory");
+  for (int st = 0; st < pp; st++) {
+    s.list[st] = calloc((size_t)(3 * nmb + 1), sizeof(PipeInstr));
+    if (!s.list[st]) die("out of memory");
+  }
+  int left = 3 * nmb * pp;
+  for (int t = 0; left > 0; t++) {
+    if (t > 8 * nmb * pp + 8 * pp) die("pipe_sched_make: the zb schedule does not finish");
+    for (int st = 0; st < pp; st++) {
+      PipeInstr in = {0, -1, 0};
+      for (int i = 0; i < nmb && in.mb < 0; i++) /* a B whose gradient arrived (last stage: its forward ran) */
+        if (!bdone[st * nmb + i] && i < f[st] && (st == pp - 1 || (grad[st * nmb + i] && grad[st * nmb + i] - 1 <= t)))
+          in = (PipeInstr){'B', i, 0};
+      if (in.mb < 0 && f[st] < nmb && f[st] - w[st] < pp &&
+          (st == 0 || (act[st * nmb + f[st]] && act[st * nmb + f[st]] - 1 <= t)))
+        in = (PipeInstr){'F', f[st], 0};
+      if (in.mb < 0 && w[st] < nmb && bdone[st * nmb + w[st]]) in = (PipeInstr){'W', w[st], 0};
+      if (in.mb < 0) continue;
+      s.list[st][s.len[st]++] = in;
+      left--;
+      if (in.op == 'F') {
+        if (st + 1 < pp) act[(st + 1) * nmb + in.mb] = t + 2; /* arrives at t + 1 */
+        f[st]++;
+      } else if (in.op == 'B') {
+        bdone[st * nmb + in.mb] = 1;
+        if (st > 0) grad[(st - 1) * nmb + in.mb] = t + 2;
+      } else {
+        w[st]++;
+      }
+    }
+  }
+  free(f);
+  free(w);
+  free(act);
+  free(grad);
+  free(bdone);
+  return s;
+}
+
+PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v) {
+  if (kind == SCHED_ZB) return make_zb(pp, nmb);
+  if (kind != SCHED_GPIPE && kind != SCHED_1F1B && kind != SCHED_INTERLEAVED)
+    die("pipe_sched_make: schedule %s", pipe_sched_name(kind));
+  if (kind != SCHED_INTERLEAVED) v = 1;
+  if (v < 1 || (kind == SCHED_INTERLEAVED && nmb % pp != 0)) die("pipe_sched_make: %d micro-batches, v %d", nmb, v);
+  PipeSched s = {pp, nmb, v, kind, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
+  if (!s.len || !s.list) die("out of memory");
+  int units = nmb * v; /* (micro-batch, chunk) pairs per stage */
+  for (int st = 0; st < pp; st++) {
+    PipeInstr *l = calloc((size_t)(2 * units + 1), sizeof *l);
+    if (!l) die("out of memory");
+    int n = 0;
+    if (kind == SCHED_GPIPE) {
+      for (int i = 0; i < nmb; i++) l[n++] = (PipeInstr){'F', i, 0};
+      for (int i = 0; i < nmb; i++) l[n++] = (PipeInstr){'B', i, 0};
+    } else {
+      /* the k-th forward (backward) unit: micro-batch groups of pp, chunks in order (reversed) */
+      int warm = kind == SCHED_1F1B ? pp - st - 1 : (pp - st - 1) * 2 + (v - 1) * pp;
+      if (warm > units) warm = units;
+      int f = 0, b = 0;
+#define UNIT(k, back)                                                                                   \
+  (PipeInstr) {                                                                                         \
+    (back) ? 'B' : 'F', (k) / (pp * v) * pp + (k) % pp,                                               \
+        (back) ? v - 1 - (k) % (pp * v) / pp : (k) % (pp * v) / pp                                      \
+  }
+      while (f < warm) l[n++] = UNIT(f, 0), f++;
+      while (f < units) {
+        l[n++] = UNIT(f, 0), f++;
+        l[n++] = UNIT(b, 1), b++;
+      }
+      while (b < units) l[n++] = UNIT(b, 1), b++;
+#undef UNIT
+    }
+    s.len[st] = n;
+    s.list[st] = l;
+  }
+  return s;
+}
+
+void pipe_sched_free(PipeSched *s) {
+  for (int st = 0; st < s->pp; st++) free(s->list ? s->list[st] : NULL);
+  free(s->list);
+  free(s->len);
+  *s = (PipeSched){0};
+}
+
+static int fail(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *msg, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (cap) vsnprintf(msg, cap, fmt, ap);
+  va_end(ap);
+  return 0;
+}
+
+/* "F3", or "F3/c1" (micro-batch 3, chunk 1) when interleaved */
+static const char *iname(const PipeSched *s, PipeInstr in, char *buf, size_t cap) {
+  if (s->v > 1) snprintf(buf, cap, "%c%d/c%d", in.op, in.mb, in.chunk);
+  else snprintf(buf, cap, "%c%d", in.op, in.mb);
+  return buf;
+}
+
+/* The unit index of an instruction: 3 per (micro-batch, chunk): F, B, W. */
+static int kind_of(char op) { return op == 'F' ? 0 : op == 'B' ? 1 : 2; }
+
+bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, size_t cap) {
+  int pp = s->pp, M = s->nmb, v = s->v, nvs = pp * v;
+  bool zb = s->kind == SCHED_ZB;
+  char nb[32];
+  if (cap) msg[0] = 0;
+  /* well formed: each (micro-batch, chunk)'s F, then B, then (zb) W, exactly once per stage */
+  for (int st = 0; st < pp; st++) {
+    int *seen = calloc((size_t)(3 * M * v + 1), sizeof(int));
+    if (!seen) die("out of memory");
+    for (int k = 0; k < s->len[st]; k++) {
+      PipeInstr in = s->list[st][k];
+      const char *why = NULL;
+      int u = 3 * (in.mb * v + in.chunk) + kind_of(in.op);
+      if ((in.op != 'F' && in.op != 'B' && !(zb && in.op == 'W')) || in.mb < 0 || in.mb >= M || in.chunk < 0 ||
+          in.chunk >= v)
+        why = zb ? "is not F(i), B(i) or W(i) of a micro-batch of the step"
+                 : "is not F(i) or B(i) of a micro-batch and chunk of the step";
+      else if (seen[u]) why = "runs its micro-batch a second time";
+      else if (in.op == 'B' && !seen[u - 1]) why = "comes before the forward of its micro-batch";
+      else if (in.op == 'W' && !seen[u - 1]) why = "comes before the input-gradient backward (B) of its micro-batch";
+      if (why) {
+        free(seen);
+        return fail(msg, cap, "pipeline schedule: stage %d (rank %d) step %d: %s %s", st, st * rps, k,
+                    iname(s, in, nb, sizeof nb), why);
+      }
+      seen[u] = 1;
+    }
+    for (int i = 0; i < 3 * M * v; i++)
+      if (!seen[i] && (i % 3 < 2 || zb)) {
+        PipeInstr in = {"FBW"[i % 3], i / 3 / v, i / 3 % v};
+        free(seen);
+        return fail(msg, cap, "pipeline schedule: stage %d (rank %d) never runs %s", st, st * rps, iname(s, in, nb, sizeof nb));
+      }
+    free(seen);
+  }
+  /* run: done[(virtual stage * M + mb) * 3 + kind]; a stage moves when its next instruction's input
+   * arrived (a W needs nothing from another stage) */
+  char *done = calloc((size_t)(nvs * 3 * M + 1), 1);
+  int *pc = calloc((size_t)pp + 1, sizeof(int));
+  if (!done || !pc) die("out of memory");
+  int total = 0, norder = 0;
+  for (int st = 0; st < pp; st++) total += s->len[st];
+  while (norder < total) {
+    bool moved = false;
+    for (int st = 0; st < pp; st++) {
+      if (pc[st] == s->len[st]) continue;
+      PipeInstr in = s->list[st][pc[st]];
+      int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : in.op == 'B' ? vs + 1 : -1;
+      if (from >= 0 && from < nvs && !done[(from * M + in.mb) * 3 + kind_of(in.op)]) continue;
+      done[(vs * M + in.mb) * 3 + kind_of(in.op)] = 1;
+      order[norder++] = (PipeStep){st, pc[st]++};
+      moved = true;
+    }
+    if (moved) continue;
+    fail(msg, cap, "pipeline schedule: a cycle of waits, it would hang:");
+    size_t len = strlen(msg);
+    for (int st = 0; st < pp && len < cap; st++) {
+      if (pc[st] == s->len[st]) continue;
+      PipeInstr in = s->list[st][pc[st]];
+      int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : vs + 1;
+      snprintf(msg + len, cap - len, " stage %d (rank %d) step %d: %s waits for the %s of micro-batch %d from stage %d;",
+               st, st * rps, pc[st], iname(s, in, nb, sizeof nb), in.op == 'F' ? "activation" : "gradient", in.mb,
+               from % pp);
+      len = strlen(msg);
+    }
+    free(done);
+    free(pc);
+    return false;
+  }
+  free(done);
+  free(pc);
+  return true;
+}
+
+double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight) {
+  return pipe_sched_timeline(s, tf, tb, NULL, bubble, inflight, NULL);
+}
+
+double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
+                           int *inflight, double *const *start) {
+  int pp = s->pp, M = s->nmb, nvs = pp * s->v, total = 0;
+  for (int st = 0; st < pp; st++) total += s->len[st];
+  PipeStep *order = calloc((size_t)total + 1, sizeof *order);
+  double *end = calloc((size_t)(nvs * 3 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
+  if (!order || !end || !free_at) die("out of memory");
+  char msg[256];
+  if (!pipe_sched_check(s, 1, order, msg, sizeof msg)) die("pipe_sched_time: %s", msg);
+  double span = 0, busy = 0;
+  for (int k = 0; k < total; k++) {
+    int st = order[k].stage;
+    PipeInstr in = s->list[st][order[k].step];
+    int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : in.op == 'B' ? vs + 1 : -1, b = kind_of(in.op);
+    double t0 = free_at[st];
+    if (from >= 0 && from < nvs && end[(from * M + in.mb) * 3 + b] > t0) t0 = end[(from * M + in.mb) * 3 + b];
+    double d = b == 0 ? tf[st] : b == 1 ? tb[st] : tw ? tw[st] : 0;
+    if (start) start[st][order[k].step] = t0;
+    end[(vs * M + in.mb) * 3 + b] = free_at[st] = t0 + d;
+    busy += d;
+    if (t0 + d > span) span = t0 + d;
+  }
+  if (inflight)
+    for (int st = 0; st < pp; st++) {
+      int cur = 0, most = 0;
+      for (int k = 0; k < s->len[st]; k++) { /* held from F to B (zb: to W, which reads them too) */
+        char op = s->list[st][k].op;
+        cur += op == 'F' ? 1 : op == (s->kind == SCHED_ZB ? 'W' : 'B') ? -1 : 0;
+        if (cur > most) most = cur;
+      }
+      inflight[st] = most;
+    }
+  if (bubble) *bubble = span > 0 ? 1.0 - busy / ((double)pp * span) : 0;
+  free(order);
+  free(end);
+  free(free_at);
+  return span;
+}

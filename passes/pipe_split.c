@@ -1,0 +1,186 @@
+/* passes/pipe_split.c — the zero-bubble schedule's split of a backward layer loop (passes/pipe.c).
+ *
+ * A backward `repeat` over the layers computes, per layer, the gradient of its input (the carried
+ * value, which the stage before waits for) and the gradients of its weights (stacked outputs,
+ * which nothing waits for until the step's end). ZB-H1 runs them apart: B, the input gradients
+ * only, as soon as it can, and W, the weight gradients, where the stage would otherwise idle.
+ * pipe_split_backward cuts the loop R in two reverse loops over the same layers:
+ *   Rb  R's body without what only the weight gradients need; its outputs: the carry, and
+ *       stacked per layer the values the weight gradients read from it (the hand-off);
+ *   Rw  no carry; reads R's stacked inputs and the hand-off; yields R's stacked outputs.
+ * Every node is a clone of one of R's body (the same op, attributes, shapes and shardings), each
+ * computed once, so the gradients are bit-identical to R's.
+ */
+#include <stdlib.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+
+Shape pipe_stacked_shape(Shape s, int64_t k);
+
+static bool in_list(Value *const *l, int n, const Value *v) {
+  for (int i = 0; i < n; i++)
+    if (l[i] == v) return true;
+  return false;
+}
+
+static void mark(const Graph *g, const Value *v, bool *on) {
+  const Node *d = v->def;
+  if (d->graph != g || d->op == OP_ARG) return;
+  int i = 0;
+  while (g->nodes[i] != d) i++;
+  if (on[i]) return;
+  on[i] = true;
+  for (int j = 0; j < d->nin; j++) mark(g, d->in[j], on);
+}
+
+static Node *clone(Graph *dst, const Node *d, PtrMap *memo) {
+  Value **in = ARENA_ARRAY(dst->arena, Value *, d->nin + 1);
+  for (int j = 0; j < d->nin; j++) {
+    intptr_t got;
+    in[j] = ptrmap_get(memo, d->in[j], &got) ? (Value *)got : d->in[j];
+  }
+  if (d->body) die("pipe: a region inside the backward layer loop (zb cannot split it)");
+  Node *c = ir_node_new(dst, d->op, d->nin, in, d->nout, d->loc);
+  c->a = d->a;
+  for (int k = 0; k < d->nout; k++) {
+    c->out[k]->dtype = d->out[k]->dtype;
+    c->out[k]->shape = d->out[k]->shape;
+    c->out[k]->sharding = d->out[k]->sharding;
+    c->out[k]->name = d->out[k]->name;
+    c->out[k]->offset = -1;
+    ptrmap_put(memo, d->out[k], (intptr_t)c->out[k]);
+  }
+  return c;
+}
+
+static Node *arg_like(Graph *b, const Value *v, PtrMap *memo) {
+  Node *a = ir_add_arg(b, v->dtype, v->shape, v->name);
+  a->out[0]->sharding = v->sharding;
+  ptrmap_put(memo, v, (intptr_t)a->out[0]);
+  return a;
+}
+
+static Sharding stacked_sharding(Sharding h) {
+  for (int d = IR_MAX_RANK - 1; d > 0; d--) h.split[d] = h.split[d - 1], h.blocks[d] = h.blocks[d - 1];
+  h.split[0] = -1;
+  h.blocks[0] = 0;
+  return h;
+}
+
+bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
+  Graph *g = R->body;
+  int nc = R->a.ncarry, nx = R->a.nxs, n = g->nnodes;
+  bool *bset = calloc((size_t)n + 1, sizeof(bool)), *wset = calloc((size_t)n + 1, sizeof(bool));
+  if (!bset || !wset) die("out of memory");
+  for (int c = 0; c < nc; c++) mark(g, g->results[c], bset);
+  for (int r = nc; r < g->nresults; r++) mark(g, g->results[r], wset);
+  for (int i = 0; i < n; i++) wset[i] = wset[i] && !bset[i];
+  /* the hand-off: what W reads that B makes, or the carry argument */
+  Value **h = ARENA_ARRAY(outer->arena, Value *, 1);
+  int nh = 0, caph = 1;
+  for (int i = 0; i < n; i++) {
+    if (!wset[i]) continue;
+    const Node *x = g->nodes[i];
+    for (int j = 0; j < x->nin; j++) {
+      Value *u = x->in[j];
+      bool from_b = false;
+      if (u->def->graph == g && u->def->op == OP_ARG) from_b = u->def->a.index < nc;
+      else if (u->def->graph == g)
+        for (int k = 0; k < n; k++) from_b |= g->nodes[k] == u->def && bset[k];
+      if (!from_b || in_list(h, nh, u)) continue;
+      arena_grow(outer->arena, (void **)&h, &caph, nh + 1, sizeof(Value *));
+      h[nh++] = u;
+    }
+  }
+  for (int r = nc; r < g->nresults; r++) { /* a weight gradient B makes itself: handed off as it is */
+    Value *u = g->results[r];
+    bool from_b = u->def->graph == g && (u->def->op == OP_ARG ? u->def->a.index < nc : false);
+    for (int k = 0; k < n && !from_b; k++) from_b = g->nodes[k] == u->def && bset[k];
+    if (from_b && !in_list(h, nh, u)) {
+      arena_grow(outer->arena, (void **)&h, &caph, nh + 1, sizeof(Value *));
+      h[nh++] = u;
+    }
+  }
+  /* Rb: R's arguments, the B nodes; yields the carry and the hand-off */
+  PtrMap mb = {0}, mw = {0};
+  Graph *bb = ir_graph_new(outer->arena, outer);
+  for (int a = 0; a < g->nargs; a++) arg_like(bb, g->args[a]->out[0], &mb);
+  for (int i = 0; i < n; i++)
+    if (bset[i] && g->nodes[i]->op != OP_ARG) clone(bb, g->nodes[i], &mb);
+  for (int r = 0; r < nc + nh; r++) {
+    intptr_t got;
+    Value *v = r < nc ? g->results[r] : h[r - nc];
+    ir_add_result(bb, ptrmap_get(&mb, v, &got) ? (Value *)got : v, NULL);
+  }
+  Node *B = ir_node_new(outer, OP_REPEAT, R->nin, R->in, nc + nh, R->loc);
+  B->a = R->a;
+  B->body = bb;
+  bb->owner = B;
+  for (int c = 0; c < nc; c++) {
+    B->out[c]->dtype = R->out[c]->dtype;
+    B->out[c]->shape = R->out[c]->shape;
+    B->out[c]->sharding = R->out[c]->sharding;
+  }
+  for (int k = 0; k < nh; k++) {
+    Value *o = B->out[nc + k];
+    o->dtype = h[k]->dtype;
+    o->shape = pipe_stacked_shape(h[k]->shape, R->a.count);
+    o->sharding = stacked_sharding(h[k]->sharding);
+  }
+  /* Rw: R's xs and the hand-off as xs, R's captured values; the W nodes; yields R's ys */
+  Graph *wb = ir_graph_new(outer->arena, outer);
+  int nin = nx + nh + (R->nin - nc - nx);
+  Value **win = ARENA_ARRAY(outer->arena, Value *, nin + 1);
+  int q = 0;
+  for (int i = nc; i < nc + nx; i++) {
+    win[q++] = R->in[i];
+    arg_like(wb, g->args[i]->out[0], &mw);
+  }
+  for (int k = 0; k < nh; k++) {
+    win[q++] = B->out[nc + k];
+    arg_like(wb, h[k], &mw);
+  }
+  for (int i = nc + nx; i < R->nin; i++) {
+    win[q++] = R->in[i];
+    arg_like(wb, g->args[i]->out[0], &mw);
+  }
+  for (int i = 0; i < n; i++)
+    if (wset[i] && g->nodes[i]->op != OP_ARG) clone(wb, g->nodes[i], &mw);
+  for (int r = nc; r < g->nresults; r++) {
+    intptr_t got;
+    if (!ptrmap_get(&mw, g->results[r], &got)) die("pipe: a weight gradient of the backward loop has no value in W");
+    ir_add_result(wb, (Value *)got, NULL);
+  }
+  Node *W = ir_node_new(outer, OP_REPEAT, nin, win, g->nresults - nc, R->loc);
+  W->a = R->a;
+  W->a.ncarry = 0;
+  W->a.nxs = nx + nh;
+  W->body = wb;
+  wb->owner = W;
+  for (int r = nc; r < R->nout; r++) {
+    W->out[r - nc]->dtype = R->out[r]->dtype;
+    W->out[r - nc]->shape = R->out[r]->shape;
+    W->out[r - nc]->sharding = R->out[r]->sharding;
+  }
+  ptrmap_free(&mb);
+  ptrmap_free(&mw);
+  free(bset);
+  free(wset);
+  /* in the outer graph: R's place, B then W; R's readers read theirs */
+  for (int c = 0; c < nc; c++) ir_replace_uses(outer, R->out[c], B->out[c]);
+  for (int r = nc; r < R->nout; r++) ir_replace_uses(outer, R->out[r], W->out[r - nc]);
+  int pos = 0;
+  while (outer->nodes[pos] != R) pos++;
+  /* ir_node_new appended B and W at the end: move them to R's place */
+  outer->nnodes -= 2;
+  outer->nodes[pos] = B;
+  arena_grow(outer->arena, (void **)&outer->nodes, &outer->capnodes, outer->nnodes + 1, sizeof(Node *));
+  for (int i = outer->nnodes; i > pos + 1; i--) outer->nodes[i] = outer->nodes[i - 1];
+  outer->nodes[pos + 1] = W;
+  outer->nnodes++;
+  *rb = B;
+  *rw = W;
+  return true;
+}

@@ -1,0 +1,202 @@
+/* passes/stage.c — pipeline stages: the layers split over the `pp` mesh axis.
+ *
+ * Runs after accum (the micro-step is one `repeat accum` region; with pp > 1 it makes one even
+ * for a single micro-batch) and before pipe (passes/pipe.c), which runs the micro-step's parts
+ * on their stages by the schedule. Here:
+ *   - the layers: the micro-step's forward `repeat` and its backward (`.grad`, reverse) over L
+ *     layers become L / pp iterations on each stage: the stacked layer parameters, their
+ *     gradients, optimizer states and updates, and the stacked activations between the two
+ *     loops are split over pp on their leading dim (`S(pp)@0`), so stage s holds layers
+ *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers
+ *     (interleaved, v chunks: `S(pp)@0/vB`, the v blocks of L/(pp v) layers ir_block_index gives
+ *     stage s: chunks c pp + s, c < v);
+ *   - the clip's sums of squares over a split gradient are partial over pp: one all-reduce
+ *     completes them (as for ZeRO-2 over dp);
+ *   - the embedding (what the forward loop's carried input is made of) is the first stage's,
+ *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
+ *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
+ *     summed over pp once per step.
+ * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
+ * without exactly one layer loop pair, and the plan options pipelining does not combine with yet
+ * (cp, zero 3).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+
+static SrcLoc at_opt(const Module *m, PlanOpt o) {
+  return m->plan.opt_loc[o].file ? m->plan.opt_loc[o] : m->plan.loc;
+}
+
+Node *stage_accum_region(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, "accum") == 0) return g->nodes[i];
+  return NULL;
+}
+
+/* The micro-step's forward and backward layer loops: its only REPEATs. */
+bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd) {
+  *fwd = *bwd = NULL;
+  int n = 0;
+  for (int i = 0; i < body->nnodes; i++) {
+    Node *x = body->nodes[i];
+    if (x->op != OP_REPEAT) continue;
+    n++;
+    if (x->a.reverse) *bwd = x;
+    else *fwd = x;
+  }
+  return n == 2 && *fwd && *bwd && (*fwd)->a.count == (*bwd)->a.count;
+}
+
+typedef struct {
+  PtrMap split; /* values split over pp on dim 0 */
+  int64_t L, per;
+  int blocks;   /* interleaved: v blocks (stage s holds layers of chunks c pp + s), else 0 */
+  bool changed;
+} St;
+
+static bool is_split(St *s, const Value *v) {
+  intptr_t x;
+  return ptrmap_get(&s->split, v, &x);
+}
+
+static void split(St *s, Value *v) {
+  if (is_split(s, v)) return;
+  if (v->shape.rank < 1 || v->shape.dim[0] != s->L) die("stage: value %%%d has no leading dim of %lld", v->id, (long long)s->L);
+  v->shape.dim[0] = s->per;
+  v->shape.sym[0] = -1;
+  v->sharding.split[0] = RT_AX_PP;
+  v->sharding.blocks[0] = s->blocks;
+  ptrmap_put(&s->split, v, 1);
+  s->changed = true;
+}
+
+static bool stacked(St *s, const Value *v) { return v->shape.rank >= 1 && v->shape.dim[0] == s->L; }
+
+/* One node outside the layer loops: what reads a split value makes split values (elementwise
+ * ops, updates, collectives per tensor); a sum of squares of one becomes partial over pp. */
+static void propagate(St *s, Node *n, Value ***partial, int *np, int *capp, Arena *a) {
+  if (n->op == OP_REPEAT || n->op == OP_PARAM || n->op == OP_INPUT) return;
+  if (n->op == OP_SUMSQ || n->op == OP_SUM) {
+    if (is_split(s, n->in[0]) && !(n->out[0]->sharding.partial & (1u << RT_AX_PP))) {
+      n->out[0]->sharding.partial |= (uint8_t)(1u << RT_AX_PP);
+      arena_grow(a, (void **)partial, capp, *np + 1, sizeof(Value *));
+      (*partial)[(*np)++] = n->out[0];
+    }
+    return;
+  }
+  if (n->op == OP_ALL_REDUCE) {
+    for (int k = 0; k < n->nin; k++)
+      if (is_split(s, n->in[k])) split(s, n->out[k]);
+    return;
+  }
+  bool any = false;
+  for (int j = 0; j < n->nin; j++) any |= is_split(s, n->in[j]);
+  for (int k = 0; k < n->nout; k++) any |= is_split(s, n->out[k]);
+  if (!any) return;
+  int rank = -1;
+  for (int j = 0; j < n->nin; j++)
+    if (is_split(s, n->in[j])) rank = n->in[j]->shape.rank;
+  for (int j = 0; j < n->nin; j++)
+    if (!is_split(s, n->in[j]) && stacked(s, n->in[j]) && n->in[j]->shape.rank == rank) {
+      OpKind d = n->in[j]->def->op; /* a source is split here; a computed value by its own node (next sweep) */
+      if (d == OP_CONST || d == OP_STATE || d == OP_PARAM || d == OP_ARG) split(s, n->in[j]);
+    }
+  for (int k = 0; k < n->nout; k++)
+    if (!is_split(s, n->out[k]) && stacked(s, n->out[k]) && n->out[k]->shape.rank == rank) split(s, n->out[k]);
+}
+
+bool pass_stage(Module *m) {
+  int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
+  if (pp <= 1) return true;
+  /* cp's ring sends would run on every stage's ranks inside a stage's layers; ZeRO-3 gathers
+   * parameters the pipelined micro-steps capture (as under accumulation, passes/zero.c) */
+  const char *no = m->plan.cp > 1 ? "cp" : m->plan.zero >= 3 ? "zero 3" : NULL;
+  if (no) {
+    PlanOpt o = m->plan.cp > 1 ? PLAN_OPT_CP : PLAN_OPT_ZERO;
+    error_at(at_opt(m, o), "pipeline parallelism (pp %d) does not combine with `%s` yet", pp, no);
+    note("pp combines with dp, tp, sp, zero 1 and 2 and recompute today; leave out %s or use pp 1", no);
+    return false;
+  }
+  if (m->plan.schedule == SCHED_1F1B && m->batch.accum < pp) { /* its warm-up needs pp micro-batches in flight */
+    error_at(at_opt(m, PLAN_OPT_MICROBATCHES),
+             "the 1f1b schedule needs at least pp = %d micro-batches per step, this plan has %lld", pp,
+             (long long)m->batch.accum);
+    note("write microbatches %d (or a batch of micro_batch x dp x %d), or schedule gpipe", pp, pp);
+    return false;
+  }
+  Graph *g = m->graph;
+  Node *A = stage_accum_region(g), *F = NULL, *B = NULL;
+  if (!A || !stage_layer_loops(A->body, &F, &B)) {
+    error_at(at_opt(m, PLAN_OPT_PP), "pp %d: the model's layers must be one `repeat` (found no single layer loop to "
+             "split into stages)", pp);
+    return false;
+  }
+  int64_t L = F->a.count;
+  int v = m->plan.schedule == SCHED_INTERLEAVED ? m->plan.interleave : 1;
+  if (v > 1 && L % ((int64_t)pp * v) != 0) {
+    error_at(at_opt(m, PLAN_OPT_SCHEDULE),
+             "the interleaved schedule cuts the %lld layers of `repeat %s` in pp x v = %d chunks: it does not divide them",
+             (long long)L, F->a.name ? F->a.name : "?", pp * v);
+    note("pick pp x v dividing %lld, or schedule 1f1b", (long long)L);
+    return false;
+  }
+  if (v > 1 && m->batch.accum % pp != 0) {
+    error_at(at_opt(m, PLAN_OPT_MICROBATCHES),
+             "the interleaved schedule runs micro-batches in groups of pp = %d: this plan has %lld micro-batches", pp,
+             (long long)m->batch.accum);
+    note("write a multiple of %d micro-batches, or schedule 1f1b", pp);
+    return false;
+  }
+  if (L % pp != 0) {
+    error_at(at_opt(m, PLAN_OPT_PP), "pp %d does not divide the %lld layers of `repeat %s` (%s:%d)", pp, (long long)L,
+             F->a.name ? F->a.name : "?", F->loc.file ? F->loc.file : "?", F->loc.line);
+    note("pick pp dividing %lld; stages of unequal layer counts (an explicit split) are not supported yet", (long long)L);
+    return false;
+  }
+  St s = {.L = L, .per = L / pp, .blocks = v > 1 ? v : 0};
+  F->a.count = B->a.count = s.per;
+  Node *loops[2] = {F, B};
+  for (int l = 0; l < 2; l++) {
+    Node *r = loops[l];
+    for (int i = r->a.ncarry; i < r->a.ncarry + r->a.nxs; i++) split(&s, r->in[i]);
+    for (int k = r->a.ncarry; k < r->nout; k++) split(&s, r->out[k]);
+  }
+  Value **partial = ARENA_ARRAY(m->arena, Value *, 1);
+  int np = 0, capp = 1;
+  Graph *gs[2] = {A->body, g};
+  do {
+    s.changed = false;
+    for (int q = 0; q < 2; q++)
+      for (int i = 0; i < gs[q]->nnodes; i++) propagate(&s, gs[q]->nodes[i], &partial, &np, &capp, m->arena);
+    for (int c = 0; c < A->a.ncarry; c++) { /* the micro-step's sums: initial value, argument, result, output */
+      Value *vs[4] = {A->in[c], A->body->args[c]->out[0], A->body->results[c], A->out[c]};
+      bool any = false;
+      for (int k = 0; k < 4; k++) any |= is_split(&s, vs[k]);
+      if (any)
+        for (int k = 0; k < 4; k++) split(&s, vs[k]);
+    }
+  } while (s.changed);
+  ptrmap_free(&s.split);
+  if (np) { /* the clip: each stage's sums of squares of its layers' gradients, summed over pp */
+    Node *ar = ir_node_new(g, OP_ALL_REDUCE, np, partial, np, partial[0]->def->loc);
+    ar->a.mesh_axis = RT_AX_PP;
+    ar->a.reduce = RED_SUM;
+    for (int k = 0; k < np; k++) {
+      ar->out[k]->dtype = partial[k]->dtype;
+      ar->out[k]->shape = partial[k]->shape;
+      ar->out[k]->sharding = partial[k]->sharding;
+      ar->out[k]->sharding.partial &= (uint8_t)~(1u << RT_AX_PP);
+      for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+          if (g->nodes[i]->in[j] == partial[k] && g->nodes[i] != ar) g->nodes[i]->in[j] = ar->out[k];
+      for (int i = 0; i < g->nresults; i++)
+        if (g->results[i] == partial[k]) g->results[i] = ar->out[k];
+    }
+    ir_topo_sort(g);
+  }
+  return true;
+}

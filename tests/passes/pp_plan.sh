@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Pipeline parallelism's plan (label passes): `shardc plan` prints each stage's layers, what it
+# holds (embedding first, head and loss last), FLOPs, kept activations times the micro-batches in
+# flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble;
+# the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
+# bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
+# fewer micro-batches than stages, microbatches disagreeing with batch, interleave without the
+# interleaved schedule, interleaved chunks not dividing the layers or micro-batches not
+# in groups of pp, pp with cp or zero 3, and the CUDA target (at build); recompute and zero 1 apply
+# under pp (fewer planned activations, half the optimizer state at dp 2).
+# Usage: pp_plan.sh SHARDC
+set -uo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+fail=0
+expect() { # expect WANT_EXIT "needle" ... -- shardc args (stdout and stderr)
+  local want=$1; shift
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  local out rc
+  out=$("$shardc" "$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ]; then echo "FAIL: shardc $* exited $rc, want $want"; echo "$out" | tail -20; fail=1; return; fi
+  for n in "${needles[@]}"; do
+    if ! grep -qF -- "$n" <<<"$out"; then echo "FAIL: shardc $*: no '$n' in:"; echo "$out" | grep -A12 "# pipeline" | head -20; fail=1; fi
+  done
+}
+t=(models/tiny.model -D layers=4 -D micro_batch=2 -D batch=8 -D dp=1)
+expect 0 "# pipeline: 4 stages over the 4 layers of \`repeat blocks\`, schedule 1f1b, 4 micro-batches per step" \
+  "#   0     0-0          embedding" "         4 " "#   3     3-3          head, loss" \
+  "#   bubble: " "for equal stages (pp-1)/(M+pp-1) = 42.9%" -- plan "${t[@]}" -D pp=4 --world 4
+expect 0 "schedule gpipe, 4 micro-batches" "#   1     2-3          head, loss" -- plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2
+expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0     0-0,2-2      embedding" \
+  "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
+# in flight: 1F1B stage 0 of 4 holds 4, stage 3 one; GPipe every micro-batch on every stage
+inflight() { "$shardc" plan "${t[@]}" -D pp=4 "$@" --world 4 2>/dev/null | grep -E "^#   [0-3] " |
+  sed -E 's/^#   ([0-9]) .* MiB +([0-9]+) +[0-9.]+ MiB .*/\1:\2/' | tr '\n' ' '; }
+got=$(inflight); [ "$got" = "0:4 1:3 2:2 3:1 " ] || { echo "FAIL: 1f1b in flight per stage: $got, want pp - s"; fail=1; }
+got=$(inflight -D schedule=gpipe); [ "$got" = "0:4 1:4 2:4 3:4 " ] || { echo "FAIL: gpipe in flight: $got, want M"; fail=1; }
+# memory: a rank holds its stage's layers and activations (the memory plan lets stages' values share
+# bytes), so the peak falls with pp; 1F1B keeps fewer micro-batches in flight than GPipe
+peak() { "$shardc" plan "${t[@]}" "$@" 2>/dev/null | awk '/^#   peak/ { print $3 }'; }
+p1=$(peak -D pp=1 --world 1); p2=$(peak -D pp=2 --world 2); p4=$(peak -D pp=4 --world 4)
+g2=$(peak -D pp=2 -D schedule=gpipe --world 2)
+echo "peak bytes per rank: pp 1 $p1, pp 2 $p2 (gpipe $g2), pp 4 $p4"
+[ "$p4" -lt "$p2" ] && [ "$p2" -lt "$p1" ] && [ "$p2" -lt "$g2" ] ||
+  { echo "FAIL: the peak does not fall with pp (1 $p1, 2 $p2, 4 $p4) or 1f1b ($p2) is not below gpipe ($g2)"; fail=1; }
+expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: pick pp dividing 4" \
+  -- plan "${t[@]/batch=8/batch=6}" -D pp=3 --world 3
+expect 1 "error: the 1f1b schedule needs at least pp = 4 micro-batches per step, this plan has 2" \
+  -- plan "${t[@]/micro_batch=2/micro_batch=4}" -D pp=4 --world 4
+expect 1 "error: microbatches 2 but batch 8 is 4 micro-batches" -- plan "${t[@]}" -D pp=2 -D microbatches=2 --world 2
+expect 0 "schedule zb, 4 micro-batches" "ZB-H1's (pp-1)/(3M+pp-1) = 20.0%" -- plan "${t[@]}" -D pp=4 -D schedule=zb --world 4
+# the schedule as a picture: one block per instruction (F, B and, zb, W), a lane per stage
+svg=$(mktemp)
+for sc in gpipe:2 1f1b:2 interleaved:4 zb:3; do
+  "$shardc" plan "${t[@]}" -D pp=2 -D schedule=${sc%%:*} --world 2 --schedule-svg "$svg" >/dev/null 2>&1 ||
+    { echo "FAIL: --schedule-svg with schedule ${sc%%:*}"; fail=1; continue; }
+  want=$((2 * 4 * ${sc#*:} + 2 + 1)) # 2 stages x 4 micro-batches x instructions each, 2 lanes, the page
+  got=$(grep -c '<rect' "$svg"); w=$(grep -c '>W[0-9]' "$svg")
+  [ "$got" = "$want" ] || { echo "FAIL: schedule ${sc%%:*}: $got blocks in the SVG, want $want"; fail=1; }
+  [ "${sc%%:*}" = zb ] && [ "$w" != 8 ] && { echo "FAIL: zb SVG has $w W blocks, want 8"; fail=1; }
+done
+rm -f "$svg"
+expect 1 "error: --schedule-svg /dev/null: the plan has no pipeline (pp 1): nothing to draw" \
+  -- plan "${t[@]}" --world 1 --schedule-svg /dev/null
+expect 1 "error: -D interleave=2 needs -D schedule=interleaved" -- plan "${t[@]}" -D pp=2 -D interleave=2 --world 2
+expect 1 "error: the interleaved schedule cuts the 4 layers of \`repeat blocks\` in pp x v = 8 chunks: it does not divide them" \
+  -- plan "${t[@]}" -D pp=4 -D schedule=interleaved --world 4
+expect 1 "error: the interleaved schedule runs micro-batches in groups of pp = 2: this plan has 3 micro-batches" \
+  -- plan "${t[@]/batch=8/batch=6}" -D pp=2 -D schedule=interleaved --world 2
+expect 1 "error: pipeline parallelism (pp 2) does not combine with \`cp\` yet" -- plan "${t[@]}" -D pp=2 -D cp=2 --world 4
+expect 1 "error: pipeline parallelism (pp 2) does not combine with \`zero 3\` yet" \
+  -- plan "${t[@]/dp=1/dp=2}" -D pp=2 -D zero=3 --world 4
+# recompute and ZeRO apply under pp: fewer activations, a dp shard of the optimizer state
+act() { "$shardc" plan "${t[@]}" "$@" 2>/dev/null |
+  awk '/^#   optimizer state/ { o = $4 } /^#   activations/ { a = $3 } END { print o, a }'; }
+read -r o0 a0 <<<"$(act -D pp=2 --world 2)"; read -r o1 a1 <<<"$(act -D pp=2 -D recompute=full --world 2)"
+read -r oz az <<<"$(act -D pp=2 -D dp=2 -D zero=1 --world 4)"; read -r od ad <<<"$(act -D pp=2 -D dp=2 --world 4)"
+echo "pp 2: activations $a0 B, with recompute full $a1 B; pp 2 x dp 2 optimizer state $od B, with zero 1 $oz B"
+[ "$a1" -lt "$a0" ] && [ $((2 * oz)) = "$od" ] ||
+  { echo "FAIL: recompute full ($a1 vs $a0) or zero 1 ($oz vs $od) not applied under pp"; fail=1; }
+expect 1 "error: the CUDA target cannot run pipeline parallelism (pp 2) yet" \
+  -- build "${t[@]}" -D pp=2 --world 2 --target cuda -o /dev/null
+[ $fail = 0 ] && echo "pipeline plan: stages, in-flight micro-batches and bubble printed; bad plans refused"
+exit $fail

@@ -1,0 +1,273 @@
+/* tests/passes/test_pp_equiv.c — pipeline parallelism (passes/stage.c, passes/pipe.c) against the
+ * single rank.
+ *
+ * For the tiny GPT (tied embedding: its gradient has a part on the first and on the last stage)
+ * and a Llama-shaped model (untied, RoPE, GQA): the single-rank program with batch B in one
+ * micro-step, and pipelined programs of pp in {2, 4} stages, each schedule (GPipe, 1F1B), M
+ * micro-batches, times dp 2 and tp 2 (and dp 2 x tp 2 at pp 2), with the same global batch B.
+ * Both are interpreted in fp64 (the pipelined one on pp x dp x tp simulated ranks, each stage
+ * running its predicated part) for two AdamW steps (with the recipe's gradient clipping); after
+ * each step the loss, the grad norm, every gradient and every updated parameter and optimizer
+ * state must agree within a relative error of 1e-10, and replicas agree (spread). The checks also
+ * assert the program's shape: each stage sends and receives 2 (pp - 1 neighbours) transfers per
+ * micro-batch, no micro-step region is left, the layer parameters are split over pp.
+ * Interleaved 1F1B (2 chunks per stage) runs at pp 2 for every plan with an even number of
+ * micro-batches; zero bubble (the backward loop split into input- and weight-gradient loops) for
+ * every plan. Then again with activation recompute (tiny full, Llama selective) and with ZeRO 1
+ * (tiny) and 2 (Llama) on the plans with dp 2. Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
+ * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
+ * bubbles (zb within 1F1B's memory), and
+ * hand-written bad schedules rejected naming the stage, rank, step and instruction.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend.h"
+#include "interp.h"
+#include "pipe_sched.h"
+#include "pipeline.h"
+#include "tb.h"
+
+#define TOL 1e-10
+
+static int failures;
+
+static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int pp, int dp, int tp,
+                       const char *sched, int64_t micro, int64_t batch) {
+  FeDefine d[24];
+  int n = 0;
+  char spp[16], sdp[16], stp[16], smb[24], sb[24];
+  d[n++] = (FeDefine){"zero", "0"}; /* the models' own plans: overridden by defs */
+  d[n++] = (FeDefine){"recompute", "none"};
+  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
+  snprintf(spp, sizeof spp, "%d", pp);
+  snprintf(sdp, sizeof sdp, "%d", dp);
+  snprintf(stp, sizeof stp, "%d", tp);
+  snprintf(smb, sizeof smb, "%lld", (long long)micro);
+  snprintf(sb, sizeof sb, "%lld", (long long)batch);
+  d[n++] = (FeDefine){"pp", spp};
+  d[n++] = (FeDefine){"dp", sdp};
+  d[n++] = (FeDefine){"tp", stp};
+  d[n++] = (FeDefine){"micro_batch", smb};
+  d[n++] = (FeDefine){"batch", sb};
+  d[n++] = (FeDefine){"schedule", sched};
+  d[n++] = (FeDefine){"cross_node_tp", "on"};
+  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp};
+  Module *m = fe_compile(a, path, &o);
+  if (!m) return NULL;
+  PipelineOptions po = {.verify = true};
+  if (!pipeline_run(m, &po)) return NULL;
+  return m;
+}
+
+/* The program: no micro-step region, per stage M transfers per neighbour of each of its v virtual stages, layer params split over pp. */
+static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, const char *what) {
+  const Graph *g = m->graph;
+  int *sends = calloc((size_t)pp, sizeof(int)), *recvs = calloc((size_t)pp, sizeof(int)), split = 0, region = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0) region++;
+    if ((n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_PP && n->stage > 0)
+      (n->op == OP_SEND ? sends : recvs)[n->stage - 1]++;
+    if (n->op == OP_PARAM && n->out[0]->sharding.split[0] == RT_AX_PP) split++;
+  }
+  for (int s = 0; s < pp; s++) {
+    int want = (int)M * ((v - (s == pp - 1)) + (v - (s == 0))); /* its virtual stages' neighbours */
+    if (sends[s] != want || recvs[s] != want) {
+      fprintf(stderr, "FAIL %s: stage %d sends %d and receives %d, not %d each\n", what, s, sends[s], recvs[s], want);
+      failures++;
+    }
+  }
+  if (region || split == 0) {
+    fprintf(stderr, "FAIL %s: %d micro-step regions left, %d params split over pp\n", what, region, split);
+    failures++;
+  }
+  int wloops = 0; /* zb: one weight-gradient loop (no carry) per stage and micro-batch */
+  for (int i = 0; i < g->nnodes; i++) wloops += g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.ncarry == 0;
+  if (wloops != (zb ? pp * (int)M : 0)) {
+    fprintf(stderr, "FAIL %s: %d weight-gradient loops, want %d\n", what, wloops, zb ? pp * (int)M : 0);
+    failures++;
+  }
+  free(sends);
+  free(recvs);
+}
+
+static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
+                      int64_t V) {
+  fprintf(stderr, "%s\n", label);
+  Arena ra;
+  arena_init(&ra);
+  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
+  if (!ref) {
+    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
+    failures++;
+    return;
+  }
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  /* pp, dp, tp, micro-batches */
+  static const int plans[][4] = {{2, 1, 1, 2}, {2, 1, 1, 4}, {4, 1, 1, 4}, {2, 2, 1, 2}, {2, 1, 2, 4}, {4, 1, 2, 4}, {2, 2, 2, 2}};
+  static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
+  bool zero = false; /* ZeRO runs: only the plans with dp > 1 apply it */
+  for (int i = 0; i < ndefs; i++) zero |= strcmp(defs[i].key, "zero") == 0;
+  for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++)
+    for (int q = 0; q < 4; q++) {
+      int pp = plans[p][0], dp = plans[p][1], tp = plans[p][2];
+      if (zero && dp < 2) continue;
+      int64_t M = plans[p][3];
+      if (q == 2 && (pp != 2 || M % pp != 0)) continue; /* interleaved v 2: pp x 2 chunks of the 4 layers */
+      char what[96];
+      snprintf(what, sizeof what, "pp %d x dp %d x tp %d, %s, %lld micro-batches", pp, dp, tp, scheds[q], (long long)M);
+      Arena pa;
+      arena_init(&pa);
+      Module *pm = compile(&pa, path, defs, ndefs, pp, dp, tp, scheds[q], B / (M * dp), B);
+      if (!pm) {
+        fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
+        failures++;
+        arena_free(&pa);
+        continue;
+      }
+      check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
+      Tensor ktok = tok, ktgt = tgt;
+      ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
+      Interp *ri = interp_new(ref->graph, NULL, 7);
+      Interp *pi = interp_new(pm->graph, pm->mesh, 7);
+      for (int step = 1; step <= 2; step++) {
+        tb_feed_step(ri, &tok, &tgt, step);
+        tb_feed_step(pi, &ktok, &ktgt, step);
+        if (!interp_step(ri) || !interp_step(pi)) {
+          fprintf(stderr, "FAIL %s %s: interpreter error at step %d\n", label, what, step);
+          failures++;
+          break;
+        }
+        failures += tb_compare_runs(ref->graph, ri, pi, what, step, TOL, true);
+      }
+      interp_free(ri);
+      interp_free(pi);
+      arena_free(&pa);
+    }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
+static void expect(bool ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "FAIL %s\n", what);
+    failures++;
+  }
+}
+
+/* The schedules themselves: bubble, in-flight activations, and bad lists rejected. */
+static void check_schedules(void) {
+  char msg[1024];
+  for (int pp = 2; pp <= 4; pp += 2)
+    for (int M = pp; M <= 8; M *= 2) {
+      double tf[4] = {1, 1, 1, 1}, tb[4] = {2, 2, 2, 2}, bub;
+      int infl[4];
+      PipeSched g = pipe_sched_make(SCHED_GPIPE, pp, M, 1), o = pipe_sched_make(SCHED_1F1B, pp, M, 1);
+      PipeStep order[64];
+      expect(pipe_sched_check(&g, 1, order, msg, sizeof msg) && pipe_sched_check(&o, 1, order, msg, sizeof msg),
+             "gpipe and 1f1b pass the check");
+      double want = (double)(pp - 1) / (M + pp - 1);
+      pipe_sched_time(&g, tf, tb, &bub, infl);
+      expect(fabs(bub - want) < 1e-12 && infl[0] == M, "gpipe: bubble (pp-1)/(M+pp-1), M micro-batches in flight");
+      pipe_sched_time(&o, tf, tb, &bub, infl);
+      expect(fabs(bub - want) < 1e-12, "1f1b: the same bubble as gpipe");
+      for (int s = 0; s < pp; s++) expect(infl[s] == pp - s, "1f1b: stage s holds at most pp - s micro-batches");
+      fprintf(stderr, "  schedules pp %d, %d micro-batches: bubble %.4f (gpipe and 1f1b), 1f1b stage 0 holds %d\n", pp, M,
+              bub, infl[0]);
+      pipe_sched_free(&g);
+      pipe_sched_free(&o);
+    }
+  for (int pp = 2; pp <= 4; pp += 2)
+    for (int M = pp; M <= 8; M *= 2) { /* interleaved, 2 chunks: a smaller bubble than 1F1B's */
+      double tf[4] = {1, 1, 1, 1}, tb[4] = {2, 2, 2, 2}, bi, b1;
+      PipeSched o = pipe_sched_make(SCHED_1F1B, pp, M, 1), iv = pipe_sched_make(SCHED_INTERLEAVED, pp, M, 2);
+      PipeStep order[128];
+      expect(pipe_sched_check(&iv, 1, order, msg, sizeof msg), "interleaved passes the check");
+      pipe_sched_time(&o, tf, tb, &b1, NULL);
+      pipe_sched_time(&iv, tf, tb, &bi, NULL); /* chunk times: half a stage's */
+      expect(bi < b1 && fabs(bi - (double)(pp - 1) / (2 * M + pp - 1)) < 1e-12,
+             "interleaved: the bubble (pp-1)/(vM+pp-1), smaller than 1f1b's");
+      fprintf(stderr, "  interleaved pp %d, %d micro-batches, 2 chunks: bubble %.4f (1f1b %.4f)\n", pp, M, bi, b1);
+      pipe_sched_free(&o);
+      pipe_sched_free(&iv);
+    }
+  for (int pp = 2; pp <= 4; pp += 2)
+    for (int M = pp; M <= 8; M *= 2) { /* zb: B and W apart, W filling what 1F1B leaves idle */
+      double tf[4] = {1, 1, 1, 1}, tb[4] = {1, 1, 1, 1}, tw[4] = {1, 1, 1, 1}, t2[4] = {2, 2, 2, 2}, bz, b1;
+      int iz[4], i1[4];
+      PipeSched o = pipe_sched_make(SCHED_1F1B, pp, M, 1), z = pipe_sched_make(SCHED_ZB, pp, M, 1);
+      PipeStep order[128];
+      expect(pipe_sched_check(&z, 1, order, msg, sizeof msg), "zb passes the check");
+      pipe_sched_time(&o, tf, t2, &b1, i1);
+      pipe_sched_timeline(&z, tf, tb, tw, &bz, iz, NULL);
+      expect(bz < b1, "zb: a smaller bubble than 1f1b");
+      for (int s = 0; s < pp; s++) expect(iz[s] <= i1[0], "zb holds no more micro-batches than 1f1b's peak (stage 0's)");
+      fprintf(stderr, "  zb pp %d, %d micro-batches: bubble %.4f (1f1b %.4f), stage 0 holds %d\n", pp, M, bz, b1, iz[0]);
+      pipe_sched_free(&o);
+      pipe_sched_free(&z);
+    }
+  /* a cycle: stage 1 runs B0 first, but its forward F0 must come first; swap stage 0's order so
+   * both wait: stage 0 starts with B0 (needs stage 1's B0), stage 1 with F1 (needs stage 0's F1) */
+  PipeSched bad = pipe_sched_make(SCHED_GPIPE, 2, 2, 1);
+  bad.list[0][0] = (PipeInstr){'F', 1, 0};
+  bad.list[0][1] = (PipeInstr){'F', 0, 0};
+  bad.list[1][0] = (PipeInstr){'F', 0, 0};
+  bad.list[1][1] = (PipeInstr){'F', 1, 0};
+  PipeStep order[16];
+  bool ok = pipe_sched_check(&bad, 4, order, msg, sizeof msg);
+  fprintf(stderr, "  reordered (valid): %s\n", ok ? "accepted" : msg);
+  expect(ok, "a reordered but deadlock-free schedule is accepted");
+  /* stage 0: F0 B0 F1 B1 — B0 waits for stage 1's B0; stage 1: F1 F0 ... — F1 waits for stage 0's F1: a cycle */
+  bad.list[0][0] = (PipeInstr){'F', 0, 0};
+  bad.list[0][1] = (PipeInstr){'B', 0, 0};
+  bad.list[0][2] = (PipeInstr){'F', 1, 0};
+  bad.list[0][3] = (PipeInstr){'B', 1, 0};
+  bad.list[1][0] = (PipeInstr){'F', 1, 0};
+  bad.list[1][1] = (PipeInstr){'F', 0, 0};
+  ok = pipe_sched_check(&bad, 4, order, msg, sizeof msg);
+  fprintf(stderr, "  cycle: %s\n", msg);
+  expect(!ok && strstr(msg, "cycle") && strstr(msg, "stage 0 (rank 0) step 1: B0") &&
+             strstr(msg, "stage 1 (rank 4) step 0: F1"),
+         "a cycle of waits is rejected naming stage, rank, step and instruction");
+  bad.list[1][1] = (PipeInstr){'B', 0, 0};
+  bad.list[1][0] = (PipeInstr){'B', 0, 0};
+  ok = pipe_sched_check(&bad, 4, order, msg, sizeof msg);
+  fprintf(stderr, "  malformed: %s\n", msg);
+  expect(!ok && strstr(msg, "stage 1 (rank 4) step 0: B0 comes before the forward"), "a backward before its forward is rejected");
+  pipe_sched_free(&bad);
+}
+
+int main(void) {
+  check_schedules();
+  const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}};
+  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
+  const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                            {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
+  run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
+            128);
+  /* with activation recompute: the backward loops recompute what the forward ones no longer keep */
+  const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"recompute", "full"}};
+  run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
+  const FeDefine llama_rc[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                               {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}, {"recompute", "selective"}};
+  run_model("Llama shaped, recompute selective", SHARDC_MODELS_DIR "/llama3-8b.model", llama_rc, 9, 8, 8, 128);
+  /* with ZeRO 1 and 2 over dp (the plans with dp 2): the layer parameters' optimizer states and
+   * gradients sharded over dp within each stage */
+  const FeDefine tz1[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "1"}};
+  run_model("tiny, zero 1", SHARDC_MODELS_DIR "/tiny.model", tz1, 5, 8, 8, 256);
+  const FeDefine lz2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                          {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}, {"zero", "2"}};
+  run_model("Llama shaped, zero 2", SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128);
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  fprintf(stderr, "pipeline parallelism equals the single rank\n");
+  return 0;
+}
