@@ -479,16 +479,15 @@ __device__ __forceinline__ void row_lse(const T *xr, i64 nv, float &m, float &s,
 #pragma unroll
       for (int i = 0; i < 8; i++) s += expf(v[i] - m);
     }
-    block_lse<NT>(m, s, red);
-    return;
-  }
-  for (i64 j = threadIdx.x; j < nv; j += NT) {
-    float v = ld(xr + j);
-    if (v > m) {
-      s = s * expf(m - v) + 1.0f;
-      m = v;
-    } else {
-      s += expf(v - m);
+  } else {
+    for (i64 j = threadIdx.x; j < nv; j += NT) {
+      float v = ld(xr + j);
+      if (v > m) {
+        s = s * expf(m - v) + 1.0f;
+        m = v;
+      } else {
+        s += expf(v - m);
+      }
     }
   }
   block_lse<NT>(m, s, red);
@@ -610,12 +609,12 @@ __device__ void ce_bwd_rows(T *dl, const T *logits, const int *targets, const fl
       u32x4 o = {pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
       *(u32x4 *)(dl + r * V + 8 * c) = o;
     }
-    return;
-  }
-  for (i64 j = threadIdx.x; j < V; j += NT) {
-    float d = 0.0f;
-    if (t >= 0 && j < nv) d = sc * (expf(ld(xr + j) - m) * inv - (j == t ? 1.0f : 0.0f));
-    st(dl + r * V + j, d);
+  } else {
+    for (i64 j = threadIdx.x; j < V; j += NT) {
+      float d = 0.0f;
+      if (t >= 0 && j < nv) d = sc * (expf(ld(xr + j) - m) * inv - (j == t ? 1.0f : 0.0f));
+      st(dl + r * V + j, d);
+    }
   }
 }
 
