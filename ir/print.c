@@ -387,19 +387,59 @@ typedef struct {
 static bool is_live(const Liveness *lv, const Node *n) { return num_get(&lv->live, n) == 1; }
 static void set_live(Liveness *lv, const Node *n) { num_put(&lv->live, n, 1); }
 
-/* Graphs are topologically ordered: walking backwards, a live node makes its inputs' nodes
- * (here or in an enclosing graph, all earlier) live; a live region makes its body's results live. */
+static bool out_live(const Liveness *lv, const Value *v) { return num_get(&lv->live, v) == 1; }
+static void set_out_live(Liveness *lv, const Value *v) { num_put(&lv->live, v, 1); }
+
+/* Graphs are topologically ordered: walking backwards, a node with a live output is live and makes
+ * its inputs live (here or in an enclosing graph, all earlier). A live region makes live only the
+ * body results of its live outputs (a repeat's outputs are its body's results, in order), and a
+ * carried value whose argument is live makes its result live for the iteration before: so a
+ * gradient-accumulation region counts the micro-step's forward, not the backward it also holds. */
 static void mark_graph(Liveness *lv, const Graph *g) {
   for (int i = g->nnodes - 1; i >= 0; i--) {
     const Node *n = g->nodes[i];
-    if (!is_live(lv, n)) continue;
-    for (int j = 0; j < n->nin; j++) set_live(lv, n->in[j]->def);
-    if (n->body) {
-      for (int j = 0; j < n->body->nresults; j++)
-        if (n->body->results[j]) set_live(lv, n->body->results[j]->def);
-      mark_graph(lv, n->body);
+    bool live = is_live(lv, n);
+    for (int j = 0; j < n->nout && !live; j++) live = n->out[j] && out_live(lv, n->out[j]);
+    if (!live) continue;
+    set_live(lv, n);
+    for (int j = 0; j < n->nin; j++) set_out_live(lv, n->in[j]);
+    if (!n->body) continue;
+    const Graph *b = n->body;
+    bool by_index = n->op == OP_REPEAT && n->nout == b->nresults;
+    for (int j = 0; j < b->nresults; j++)
+      if (b->results[j] && (!by_index || out_live(lv, n->out[j]))) set_out_live(lv, b->results[j]);
+    for (bool more = true; more;) {
+      mark_graph(lv, b);
+      more = false;
+      for (int j = 0; by_index && j < n->a.ncarry && j < b->nargs && j < b->nresults; j++)
+        if (b->args[j] && is_live(lv, b->args[j]) && b->results[j] && !out_live(lv, b->results[j])) {
+          set_out_live(lv, b->results[j]);
+          more = true;
+        }
     }
   }
+}
+
+/* A live recv makes the sends of its transfer live (same axis and tag: pipeline stages, ring hops):
+ * the work before a send feeds the loss through the other rank. Returns true when one became live. */
+static bool mark_sends(Liveness *lv, const Graph *g, const Graph *top) {
+  bool changed = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) changed |= mark_sends(lv, n->body, top);
+    if (n->op != OP_SEND || is_live(lv, n)) continue;
+    bool fed = false;
+    for (int j = 0; j < top->nnodes && !fed; j++) {
+      const Node *r = top->nodes[j];
+      fed = r->op == OP_RECV && is_live(lv, r) && r->a.tag == n->a.tag && r->a.mesh_axis == n->a.mesh_axis;
+    }
+    if (fed) {
+      set_live(lv, n);
+      for (int j = 0; j < n->nin; j++) set_out_live(lv, n->in[j]);
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 /* On logical (unsharded) shapes, so a partitioned graph reports the model's FLOPs. */
@@ -426,26 +466,39 @@ static double graph_flops(const Module *m, const Graph *g, const Liveness *lv) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (lv && !is_live(lv, n)) continue;
-    if (n->body) total += (n->op == OP_REPEAT ? (double)n->a.count : 1.0) * graph_flops(m, n->body, NULL);
+    if (n->body) total += (n->op == OP_REPEAT ? (double)n->a.count : 1.0) * graph_flops(m, n->body, lv);
     else total += node_flops(m, n);
   }
   return total;
 }
 
-/* Tokens per step: the targets of the first cross_entropy, else the indices of the first embed. */
-static int64_t tokens_of(const Module *m, const Graph *g) {
-  int64_t emb = 0;
+/* Tokens per step: the targets of every cross-entropy (or ce_loss) the loss depends on, times the counts of the
+ * repeats around it (gradient accumulation runs one per micro-step, a peeled or pipelined step one
+ * per micro-batch at the top level); without one, the indices of the first embed. */
+static int64_t ce_tokens(const Module *m, const Graph *g, const Liveness *lv) {
+  int64_t tok = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    Shape s = n->nin > 1 ? logical_shape(m, n->in[1]) : ir_scalar_shape();
-    if (n->op == OP_CROSS_ENTROPY) return ir_numel(&s);
-    if (n->op == OP_EMBED && !emb) emb = ir_numel(&s);
-    if (n->body) {
-      int64_t t = tokens_of(m, n->body);
-      if (t && !emb) emb = t;
+    if (lv && !is_live(lv, n)) continue;
+    if (n->op == OP_CROSS_ENTROPY || n->op == OP_CE_LOSS) { /* whole, or the last of its parts */
+      Shape s = logical_shape(m, n->in[n->op == OP_CE_LOSS ? 2 : 1]);
+      tok += ir_numel(&s);
     }
+    if (n->body) tok += ce_tokens(m, n->body, lv) * (n->op == OP_REPEAT ? n->a.count : 1);
   }
-  return emb;
+  return tok;
+}
+static int64_t embed_tokens(const Module *m, const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_EMBED) {
+      Shape s = logical_shape(m, n->in[1]);
+      return ir_numel(&s);
+    }
+    int64_t t = n->body ? embed_tokens(m, n->body) : 0;
+    if (t) return t;
+  }
+  return 0;
 }
 
 double ir_flops_per_token(const Module *m, bool training) {
@@ -454,13 +507,15 @@ double ir_flops_per_token(const Module *m, bool training) {
   bool have_loss = false;
   for (int i = 0; i < g->nresults; i++)
     if (g->result_names && g->result_names[i] && strcmp(g->result_names[i], "loss") == 0 && g->results[i]) {
-      set_live(&lv, g->results[i]->def);
+      set_out_live(&lv, g->results[i]);
       have_loss = true;
     }
-  if (have_loss) mark_graph(&lv, g);
+  if (have_loss) do mark_graph(&lv, g);
+    while (mark_sends(&lv, g, g));
   double fwd = graph_flops(m, g, have_loss ? &lv : NULL);
+  int64_t tok = ce_tokens(m, g, have_loss ? &lv : NULL);
+  if (!tok) tok = embed_tokens(m, g);
   ptrmap_free(&lv.live);
-  int64_t tok = tokens_of(m, g);
   double per = tok > 0 ? fwd / (double)tok : fwd;
   return training ? 3.0 * per : per;
 }
