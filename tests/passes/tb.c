@@ -262,6 +262,26 @@ double tb_rel_err(const Tensor *ref, const Tensor *t) {
   return mx > 0 ? d / mx : d;
 }
 
+int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
+                   const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas) {
+  int failures = 0;
+  Interp *ri = interp_new(ref->graph, NULL, 7);
+  Interp *pi = interp_new(pm->graph, pm->mesh, 7);
+  for (int step = 1; step <= 2; step++) {
+    tb_feed_step(ri, tok, tgt, step);
+    tb_feed_step(pi, ptok, ptgt, step);
+    if (!interp_step(ri) || !interp_step(pi)) {
+      fprintf(stderr, "FAIL %s %s: interpreter error at step %d\n", label, what, step);
+      failures++;
+      break;
+    }
+    failures += tb_compare_runs(ref->graph, ri, pi, what, step, tol, replicas);
+  }
+  interp_free(ri);
+  interp_free(pi);
+  return failures;
+}
+
 int tb_compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const char *what, int step, double tol,
                     bool spread) {
   int failures = 0;

@@ -30,6 +30,12 @@ Tensor tb_randint(Shape s, uint64_t seed, int64_t lo, int64_t hi);
 
 /* ---- equivalence of a partitioned program with the single-rank one (the *_equiv tests) ---- */
 
+/* Two training steps of ref (one rank) and of the partitioned pm on the same batch (ptok / ptgt: how
+ * pm's inputs hold it, e.g. split into micro-steps), compared after each by tb_compare_runs (label
+ * and what name the case). Returns the failures (an interpreter error is one). */
+int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
+                   const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas);
+
 /* Sets a training step's inputs on every rank: tokens, targets, lr = 1e-2, step. */
 void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step);
 /* max |ref - t| / max |ref| (the absolute difference when ref is 0); infinity when shapes differ. */

@@ -159,20 +159,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       /* the same rows: micro-step i holds rows i B/k .. (i+1) B/k - 1 */
       Tensor ktok = tok, ktgt = tgt;
       ktok.shape = ktgt.shape = tb_shape(3, (int)k, (int)(B / k), (int)S);
-      Interp *ri = interp_new(ref->graph, NULL, 7);
-      Interp *pi = interp_new(pm->graph, pm->mesh, 7);
-      for (int step = 1; step <= 2; step++) {
-        tb_feed_step(ri, &tok, &tgt, step);
-        tb_feed_step(pi, &ktok, &ktgt, step);
-        if (!interp_step(ri) || !interp_step(pi)) {
-          fprintf(stderr, "FAIL %s %s: interpreter error at step %d\n", label, what, step);
-          failures++;
-          break;
-        }
-        failures += tb_compare_runs(ref->graph, ri, pi, what, step, TOL, false);
-      }
-      interp_free(ri);
-      interp_free(pi);
+      failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, false);
       arena_free(&pa);
     }
   tensor_free(&tok);

@@ -133,20 +133,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
       Tensor ktok = tok, ktgt = tgt;
       ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
-      Interp *ri = interp_new(ref->graph, NULL, 7);
-      Interp *pi = interp_new(pm->graph, pm->mesh, 7);
-      for (int step = 1; step <= 2; step++) {
-        tb_feed_step(ri, &tok, &tgt, step);
-        tb_feed_step(pi, &ktok, &ktgt, step);
-        if (!interp_step(ri) || !interp_step(pi)) {
-          fprintf(stderr, "FAIL %s %s: interpreter error at step %d\n", label, what, step);
-          failures++;
-          break;
-        }
-        failures += tb_compare_runs(ref->graph, ri, pi, what, step, TOL, true);
-      }
-      interp_free(ri);
-      interp_free(pi);
+      failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
       arena_free(&pa);
     }
   tensor_free(&tok);

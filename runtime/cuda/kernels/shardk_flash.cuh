@@ -143,6 +143,24 @@ __device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *src, i64 rs, i
   }
 }
 
+/* Starts copying key rows [k0, k0 + BK) of K and of V into kdst and vdst (one cp.async group). */
+template <int BK, int HD, int NT>
+__device__ __forceinline__ void kv_tiles_async(bf16 *kdst, bf16 *vdst, const bf16 *kb, const bf16 *vb, i64 kvs, i64 k0,
+                                               i64 S) {
+  tile_async<BK, HD, NT>(kdst, kb, kvs, k0, S);
+  tile_async<BK, HD, NT>(vdst, vb, kvs, k0, S);
+  cp_commit();
+}
+/* Waits for the current tile's copies (the next tile's, when one was started, stays in flight), then for
+ * the whole block: the tile is in shared memory for every warp. */
+__device__ __forceinline__ void tiles_ready(bool next_in_flight) {
+  if (next_in_flight)
+    cp_wait<1>();
+  else
+    cp_wait<0>();
+  __syncthreads();
+}
+
 /* acc[mt][N/8][4] += A[mt] (16 x 16 KC each) times B (16 KC x N) read from shared memory m with
  * leading dimension LD: B^T row-major (m[n][k], TR false) or B row-major (m[k][n], TR true). One
  * ldmatrix.x4 gives the B fragments of two column tiles, used by every m-tile. */
@@ -233,20 +251,11 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
   const i64 kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (int)((kend + BK - 1) / BK);
-  tile_async<BK, HD, NT>(ks[0], kb, kvs, 0, S);
-  tile_async<BK, HD, NT>(vs[0], vb, kvs, 0, S);
-  cp_commit();
+  kv_tiles_async<BK, HD, NT>(ks[0], vs[0], kb, vb, kvs, 0, S);
   for (int it = 0; it < ntiles; it++) {
     const i64 k0 = (i64)it * BK;
-    if (it + 1 < ntiles) {
-      tile_async<BK, HD, NT>(ks[(it + 1) & 1], kb, kvs, k0 + BK, S);
-      tile_async<BK, HD, NT>(vs[(it + 1) & 1], vb, kvs, k0 + BK, S);
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks[(it + 1) & 1], vs[(it + 1) & 1], kb, vb, kvs, k0 + BK, S);
+    tiles_ready(it + 1 < ntiles);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) { /* else every key of the tile is past this warp's rows */
       float s[MT][BK / 8][4];
       zero_acc<MT, BK>(s);
@@ -364,13 +373,8 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   for (int it = 0; it < ntiles; it++) {
     const int buf = it & 1;
     const i64 qt0 = qstart + (i64)(it % nqt) * BQT;
-    if (it + 1 < ntiles) {
-      issue(it + 1);
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    if (it + 1 < ntiles) issue(it + 1);
+    tiles_ready(it + 1 < ntiles);
     if (!CAUSAL || qt0 + BQT - 1 >= r0) { /* else every query of the tile is before this warp's keys */
       float s[1][BQT / 8][4], dp[1][BQT / 8][4]; /* S^T and dP^T: rows are keys, columns queries */
       zero_acc<1, BQT>(s);
@@ -426,20 +430,11 @@ __device__ void flash_bwd_q(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *
   const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
   const i64 kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (int)((kend + BK - 1) / BK);
-  tile_async<BK, HD, NT>(ks[0], kb, kvs, 0, S);
-  tile_async<BK, HD, NT>(vs[0], vb, kvs, 0, S);
-  cp_commit();
+  kv_tiles_async<BK, HD, NT>(ks[0], vs[0], kb, vb, kvs, 0, S);
   for (int it = 0; it < ntiles; it++) {
     const i64 k0 = (i64)it * BK;
-    if (it + 1 < ntiles) {
-      tile_async<BK, HD, NT>(ks[(it + 1) & 1], kb, kvs, k0 + BK, S);
-      tile_async<BK, HD, NT>(vs[(it + 1) & 1], vb, kvs, k0 + BK, S);
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks[(it + 1) & 1], vs[(it + 1) & 1], kb, vb, kvs, k0 + BK, S);
+    tiles_ready(it + 1 < ntiles);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) {
       float s[MT][BK / 8][4], dp[MT][BK / 8][4];
       zero_acc<MT, BK>(s);
