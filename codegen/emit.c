@@ -704,6 +704,8 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     fprintf(f, "  .mesh = {[RT_AX_DP] = %d, [RT_AX_PP] = %d, [RT_AX_CP] = %d, [RT_AX_TP] = %d},\n", mesh->dim[RT_AX_DP],
             mesh->dim[RT_AX_PP], mesh->dim[RT_AX_CP], mesh->dim[RT_AX_TP]);
   fprintf(f, "  .batch = %" PRId64 ",\n  .seq = %" PRId64 ",\n", tokens->shape.dim[0], tokens->shape.dim[1]);
+  fprintf(f, "  .global_batch = %" PRId64 ",\n  .micro_batch = %" PRId64 ",\n  .accum = %" PRId64 ",\n", m->batch.global,
+          m->batch.micro, m->batch.accum);
   fprintf(f, "  .vocab = %" PRId64 ",\n  .vocab_padded = %" PRId64 ",\n  .byte_level = %d,\n", vocab, V, vocab == 256);
   fprintf(f, "  .nparams = %" PRId64 ",\n  .flops_per_token = %.17g,\n", ir_param_count(m), ir_flops_per_token(m, true));
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", ntensors);

@@ -75,7 +75,10 @@ typedef struct {
   int64_t (*workspace_bytes)(void); /* kernel scratch, placed right after mem_bytes: allocate mem_bytes + this */
   int64_t mem_peak;         /* the planned peak of live bytes */
   int mesh[4];              /* degrees the program was compiled for, by RT_AX_* (dp, pp, cp, tp); 0 counts as 1 */
-  int64_t batch, seq;       /* per-rank micro-batch B and sequence length T of the step ("tokens" dims) */
+  int64_t batch, seq;       /* per-rank rows B and sequence length T of the step's "tokens" (B: every micro-step's) */
+  int64_t global_batch;     /* sequences per optimizer step over every replica: micro_batch x dp x accum (the recipe's
+                               batch, decided by the compiler; 0 in programs written by hand: the tokens' logical rows) */
+  int64_t micro_batch, accum; /* sequences per rank per micro-step; micro-steps per optimizer step */
   int64_t vocab;            /* valid vocabulary size (tokens must be < vocab) */
   int64_t vocab_padded;     /* logits' last dim */
   int byte_level;           /* 1: the data is raw bytes and samples print as text */

@@ -57,15 +57,25 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
   r->targets = need_tensor(p, "targets", RT_I32, 2, bt);
   int64_t lbt[RT_MAX_RANK];
   rt_tensor_logical_dims(p, r->tokens, lbt);
-  r->gbatch = lbt[0];
+  /* the global batch is the compiler's (Module.batch); the tokens' logical rows must hold exactly it */
+  r->gbatch = p->global_batch ? p->global_batch : lbt[0];
+  if (r->gbatch != lbt[0])
+    rt_bug("the program's global batch %lld is not its tokens' %lld logical rows", (long long)r->gbatch,
+           (long long)lbt[0]);
   r->gseq = lbt[1];
   int64_t gbatch = r->gbatch;
   T = r->gseq; /* from here on: the logical sequence length */
   if (r->multi) r->lp = rt_logical_program(p, &r->lbytes);
-  if (o->batch && o->batch != gbatch)
-    rt_user_error("--batch %lld: this program was compiled for a micro-batch of %lld sequences x %d data-parallel "
-                  "rank(s) = %lld; recompile with another batch to change it",
-                  (long long)o->batch, (long long)B, (int)(gbatch / (B ? B : 1)), (long long)gbatch);
+  if (o->batch && o->batch != gbatch) {
+    if (p->global_batch)
+      rt_user_error("--batch %lld: this program was compiled for a batch of %lld sequences (micro_batch %lld x dp %d x "
+                    "%lld accumulation step(s)); recompile with another batch to change it",
+                    (long long)o->batch, (long long)gbatch, (long long)p->micro_batch, rt_program_degree(p, RT_AX_DP),
+                    (long long)p->accum);
+    rt_user_error("--batch %lld: this program was compiled for a batch of %lld sequences; recompile with another batch "
+                  "to change it",
+                  (long long)o->batch, (long long)gbatch);
+  }
   if (o->init_from && o->resume) rt_user_error("--init-from and --resume exclude each other");
 
   r->loss = rt_find_tensor(p, "loss");

@@ -269,8 +269,8 @@ static void test_errors(void) {
   free(p);
 
   EXPECT_ERROR(
-      rt_xstrdup("--batch 8: this program was compiled for a micro-batch of 4 sequences x 1 data-parallel rank(s) = 4; "
-                 "recompile with another batch to change it"),
+      rt_xstrdup("--batch 8: this program was compiled for a batch of 4 sequences; recompile with another batch to "
+                 "change it"),
       "--data", good, "--batch", "8", NULL);
   EXPECT_ERROR(rt_xstrdup("--steps: 'ten' is not a non-negative integer"), "--data", good, "--steps", "ten", NULL);
   EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp' (see --help)"), "--data", good, "--stesp", "10", NULL);
