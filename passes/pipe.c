@@ -158,7 +158,6 @@ static bool classify(Pp *p) {
 
 static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v);
 
-static Node *clone_into(Graph *dst, const Node *d, Value **in, PtrMap *memo);
 
 /* A region body copied for a clone of its owner: outer values stay, the body's own are copies. */
 static Graph *clone_body(Graph *parent, const Graph *src, PtrMap *memo) {
@@ -178,7 +177,7 @@ static Graph *clone_body(Graph *parent, const Graph *src, PtrMap *memo) {
       intptr_t got;
       in[j] = ptrmap_get(memo, d->in[j], &got) ? (Value *)got : d->in[j];
     }
-    clone_into(nb, d, in, memo);
+    pipe_clone_node(nb, d, in, memo);
   }
   for (int r = 0; r < src->nresults; r++) {
     intptr_t got;
@@ -187,7 +186,7 @@ static Graph *clone_body(Graph *parent, const Graph *src, PtrMap *memo) {
   return nb;
 }
 
-static Node *clone_into(Graph *dst, const Node *d, Value **in, PtrMap *memo) {
+Node *pipe_clone_node(Graph *dst, const Node *d, Value **in, PtrMap *memo) {
   Node *c = ir_node_new(dst, d->op, d->nin, in, d->nout, d->loc);
   c->a = d->a;
   for (int k = 0; k < d->nout; k++) {
@@ -239,7 +238,7 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
   if (p->cls[i] == C_ALL) { /* computed once per micro-batch, on every stage */
     Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
     for (int j = 0; j < d->nin; j++) in[j] = lookup(p, NULL, mb, d->in[j]);
-    clone_into(p->g, d, in, &p->shared[mb]);
+    pipe_clone_node(p->g, d, in, &p->shared[mb]);
     ptrmap_get(&p->shared[mb], v, &got);
     return (Value *)got;
   }
@@ -281,7 +280,7 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
       die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
   }
-  Node *c = clone_into(p->g, d, in, sm);
+  Node *c = pipe_clone_node(p->g, d, in, sm);
   c->stage = vs % p->pp + 1;
   if (loop && p->v > 1) {
     c->a.count = p->per;
@@ -398,7 +397,7 @@ static void run_merges(Pp *p, int mb) {
         in[j] = lookup(p, NULL, mb, u);
       }
     }
-    clone_into(p->g, d, in, &p->shared[mb]);
+    pipe_clone_node(p->g, d, in, &p->shared[mb]);
   }
   for (int c = 0; c < p->A->a.ncarry; c++) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
 }

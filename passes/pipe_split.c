@@ -15,6 +15,7 @@
 
 #include "diag.h"
 #include "passes.h"
+#include "pipe_sched.h"
 #include "ptrmap.h"
 
 Shape pipe_stacked_shape(Shape s, int64_t k);
@@ -42,17 +43,7 @@ static Node *clone(Graph *dst, const Node *d, PtrMap *memo) {
     in[j] = ptrmap_get(memo, d->in[j], &got) ? (Value *)got : d->in[j];
   }
   if (d->body) die("pipe: a region inside the backward layer loop (zb cannot split it)");
-  Node *c = ir_node_new(dst, d->op, d->nin, in, d->nout, d->loc);
-  c->a = d->a;
-  for (int k = 0; k < d->nout; k++) {
-    c->out[k]->dtype = d->out[k]->dtype;
-    c->out[k]->shape = d->out[k]->shape;
-    c->out[k]->sharding = d->out[k]->sharding;
-    c->out[k]->name = d->out[k]->name;
-    c->out[k]->offset = -1;
-    ptrmap_put(memo, d->out[k], (intptr_t)c->out[k]);
-  }
-  return c;
+  return pipe_clone_node(dst, d, in, memo);
 }
 
 static Node *arg_like(Graph *b, const Value *v, PtrMap *memo) {
