@@ -36,6 +36,7 @@ static void usage(FILE *f) {
           "  -D KEY=VALUE          override a plan/recipe field or a model constant (-D tp=4 -D zero=1)\n"
           "  --topology FILE       use this topology instead of the file's own\n"
           "  --world N             ranks to plan for (default: the topology's devices)\n"
+          "  --max-errors N        errors shown before the rest are only counted (default 50, 0: all)\n"
           "  -I DIR                add an import directory (default: %s)\n"
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
@@ -80,7 +81,9 @@ static int64_t replan(void *ctx, const char *const *kv, int n) {
   o.ndefines = nd + n;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return -1;
-  diag_set_stream(null);
+  Diag quiet; /* the re-plan's own diagnostics, unseen: only whether it fits matters */
+  diag_init(&quiet, null, 1);
+  Diag *outer = diag_enter(&quiet);
   int64_t total = -1;
   Module *m = fe_compile(r->arena, r->input, &o);
   if (m && diag_errors() == 0) {
@@ -88,8 +91,8 @@ static int64_t replan(void *ctx, const char *const *kv, int n) {
     PipelineOptions po = {.dump = null, .verify = false};
     if (pipeline_run(m, &po) && m->memplan) total = m->memplan->total;
   }
-  diag_set_stream(NULL);
-  diag_reset(); /* the driver only re-plans a module that compiled without errors */
+  diag_leave(outer);
+  diag_free(&quiet);
   fclose(null);
   return total;
 }
@@ -109,7 +112,20 @@ static void print_launch_hint(const Module *m, const char *trainer) {
           dir, trainer);
 }
 
-int main(int argc, char **argv) {
+/* A whole number in [lo, hi] written in decimal digits only ("1e8", "4294967298" and "-1" are
+ * refused, not read as 1, 2 or a huge count); -1 after reporting the error. */
+static long parse_count(const char *s, const char *flag, long lo, long hi) {
+  long v = 0;
+  const char *p = s;
+  for (; *p >= '0' && *p <= '9' && v <= hi; p++) v = v * 10 + (*p - '0');
+  if (p == s || *p || v < lo || v > hi) {
+    error_plain("%s needs a whole number from %ld to %ld, got '%s'", flag, lo, hi, s);
+    return -1;
+  }
+  return v;
+}
+
+static int compile(int argc, char **argv, Diag *diag) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL;
   bool build = false;
   Target target = TARGET_CPU;
@@ -166,8 +182,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--topology") == 0 && i + 1 < argc) {
       topology = argv[++i];
     } else if (strcmp(a, "--world") == 0 && i + 1 < argc) {
-      world = atoi(argv[++i]);
-      if (world <= 0) error_plain("--world needs a positive rank count, got '%s'", argv[i]);
+      world = (int)parse_count(argv[++i], "--world", 1, IR_RANKS_MAX);
+    } else if (strcmp(a, "--max-errors") == 0 && i + 1 < argc) {
+      diag->max_errors = (int)parse_count(argv[++i], "--max-errors", 0, 1 << 30);
     } else if (strcmp(a, "-I") == 0 && i + 1 < argc) {
       if (nimport < 15) import_dirs[nimport++] = argv[++i];
     } else if (strcmp(a, "--dump-ir") == 0) {
@@ -254,4 +271,15 @@ int main(int argc, char **argv) {
   }
   arena_free(&arena);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  Diag diag;
+  diag_init(&diag, NULL, DIAG_DEFAULT_MAX_ERRORS);
+  diag_enter(&diag);
+  int rc = compile(argc, argv, &diag);
+  diag_finish(&diag);
+  diag_leave(NULL);
+  diag_free(&diag);
+  return rc;
 }

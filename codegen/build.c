@@ -44,6 +44,47 @@ bool cg_emit_file(const Module *m, const char *dir, const CgOptions *o) {
   return write_source(m, dir, o, src, sizeof src);
 }
 
+/* s in single quotes for the shell (a path with spaces or quotes stays one word). */
+static char *shell_quoted(const char *s) {
+  size_t n = 3;
+  for (const char *p = s; *p; p++) n += *p == '\'' ? 4 : 1;
+  char *q = malloc(n), *w = q;
+  if (!q) die("out of memory");
+  *w++ = '\'';
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'') {
+      memcpy(w, "'\\''", 4);
+      w += 4;
+    } else {
+      *w++ = *p;
+    }
+  }
+  *w++ = '\'';
+  *w = 0;
+  return q;
+}
+
+/* The trainer's path can be written: its folder exists and is writable, and it is no folder itself
+ * (found before compiling, not reported as a compiler failure). */
+static bool output_writable(const char *out) {
+  struct stat st;
+  if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
+    error_plain("-o %s: is a directory (name the trainer file to write)", out);
+    return false;
+  }
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", out);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = 0;
+  else *slash = 0;
+  if (access(dir, W_OK) != 0) {
+    error_plain("-o %s: cannot write into '%s': %s", out, dir, strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   char tmpl[] = "/tmp/shardc-XXXXXX";
   bool cuda = m->target == TARGET_CUDA;
@@ -53,6 +94,7 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
                 "writes the source)");
     return false;
   }
+  if (!output_writable(out)) return false;
   const char *dir = o->emit_dir;
   if (!dir && !(dir = mkdtemp(tmpl))) {
     error_plain("cannot create a temporary directory: %s", strerror(errno));
@@ -62,20 +104,33 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   if (!write_source(m, dir, o, src, sizeof src)) return false;
 
   const char *cc = o->cc ? o->cc : getenv("CC");
+  const char *chosen = o->cc ? "--cc" : (cc && *cc ? "CC" : NULL); /* who chose the compiler, if not shardc */
   if (!cc || !*cc) cc = "cc";
   const char *cflags = o->cflags ? o->cflags : "-O2";
+  char *qsrc = shell_quoted(src), *qout = shell_quoted(out);
   const char *xinc = cuda ? CG_CUDA_INCLUDES : "", *xlink = cuda ? CG_CUDA_LINK_DEPS : "";
-  size_t len = strlen(cc) + strlen(cflags) + strlen(src) + strlen(out) + strlen(CG_INCLUDES) +
+  size_t len = strlen(cc) + strlen(cflags) + strlen(qsrc) + strlen(qout) + strlen(CG_INCLUDES) +
                strlen(CG_RUNTIME_LIB) + strlen(CG_LINK_DEPS) + strlen(xinc) + strlen(xlink) + 64;
   char *cmd = malloc(len);
   if (!cmd) die("out of memory");
-  snprintf(cmd, len, "%s %s -std=gnu11 %s%s%s -o %s %s %s %s", cc, cflags, src, CG_INCLUDES, xinc, out, CG_RUNTIME_LIB,
-           CG_LINK_DEPS, xlink);
+  snprintf(cmd, len, "%s %s -std=gnu11 %s%s%s -o %s %s %s %s", cc, cflags, qsrc, CG_INCLUDES, xinc, qout,
+           CG_RUNTIME_LIB, CG_LINK_DEPS, xlink);
+  free(qsrc);
+  free(qout);
   if (o->verbose) fprintf(stderr, "shardc: %s\n", cmd);
   int st = system(cmd);
   free(cmd);
   if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    error_plain("the C compiler failed on the generated program '%s' (a shardc bug: please report it)", src);
+    if (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 127)
+      error_plain("the C compiler `%s`%s%s%s was not found", cc, chosen ? " (from " : "", chosen ? chosen : "",
+                  chosen ? ")" : "");
+    else if (chosen || o->cflags)
+      error_plain("the C compiler `%s %s` failed on the generated program '%s': check %s%s%s (with the default "
+                  "compiler and flags, a failure would be a shardc bug)",
+                  cc, cflags, src, chosen ? chosen : "", chosen && o->cflags ? " and " : "", o->cflags ? "--cflags" : "");
+    else
+      error_plain("the C compiler failed on the generated program '%s' (a shardc bug: please report it with `-v`)",
+                  src);
     return false;
   }
   if (!o->emit_dir) {

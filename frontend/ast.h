@@ -27,6 +27,7 @@ typedef enum {
   E_CALL,  /* name(args) */
   E_LIST,  /* [items] */
   E_TUPLE, /* (items) with at least two items */
+  E_ERROR, /* an expression the parser refused (and reported): lowers to nothing, silently */
 } ExprKind;
 
 typedef struct Expr Expr;
@@ -47,7 +48,12 @@ struct Expr {
   Expr *a, *b;      /* E_BIN, E_NEG, E_NOT */
   PtrVec args;      /* E_CALL: Arg* */
   PtrVec items;     /* E_LIST, E_TUPLE: Expr* */
+  int depth;        /* 1 + the deepest operand's: lowering recurses this deep (FE_MAX_EXPR_DEPTH) */
 };
+
+/* Deeper expressions are refused at parse time: lowering and constant folding recurse over the
+ * tree, and a 20,000-term chain `a + a + ...` would overflow the stack. */
+enum { FE_MAX_EXPR_DEPTH = 1000 };
 
 /* ---- statements (model and layer bodies) ----------------------------------- */
 typedef enum {

@@ -26,7 +26,7 @@ typedef struct {
 } Loader;
 
 /* Reads a whole file into the arena; NULL (errno set) on failure. */
-static char *read_file(Arena *a, const char *path) {
+static char *read_file(Arena *a, const char *path, size_t *len) {
   struct stat st;
   if (stat(path, &st) != 0) return NULL;
   if (!S_ISREG(st.st_mode)) { /* a folder, /dev/stdin, a fifo: never block or read forever */
@@ -63,32 +63,11 @@ static char *read_file(Arena *a, const char *path) {
     return NULL;
   }
   buf[n] = 0;
-  char *out = arena_strndup(a, buf, n);
+  char *out = arena_alloc(a, n + 1);
+  memcpy(out, buf, n + 1);
   free(buf);
+  *len = n;
   return out;
-}
-
-/* Registers a source with the diagnostics. diag keeps the pointers, and a
- * compilation's arena dies before the process does, so the names and texts it
- * quotes live in this table (one slot per file name, replaced on reuse). */
-#define MAX_SOURCES 256
-static struct {
-  char *name, *text;
-} sources[MAX_SOURCES];
-
-static void add_source(const char *name, const char *text) {
-  int i = 0;
-  while (i < MAX_SOURCES && sources[i].name && strcmp(sources[i].name, name) != 0) i++;
-  if (i == MAX_SOURCES) return; /* quoting lines is a courtesy */
-  char *t = strdup(text);
-  if (!t) die("out of memory");
-  if (!sources[i].name) {
-    sources[i].name = strdup(name);
-    if (!sources[i].name) die("out of memory");
-  }
-  diag_add_source(sources[i].name, t);
-  free(sources[i].text);
-  sources[i].text = t;
 }
 
 static bool is_file(const char *path) {
@@ -115,7 +94,7 @@ static bool in_vec(const PtrVec *v, const char *s) {
   return false;
 }
 
-static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, const char *text);
+static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, const char *text, size_t len);
 
 static void do_import(Fe *fe, Loader *ld, const char *from, const Decl *d) {
   const char *name = d->name;
@@ -162,12 +141,13 @@ static void do_import(Fe *fe, Loader *ld, const char *from, const Decl *d) {
     error_at(d->loc, "imports nested more than %d deep", MAX_IMPORT_DEPTH);
     return;
   }
-  char *text = read_file(fe->a, found);
+  size_t len;
+  char *text = read_file(fe->a, found, &len);
   if (!text) {
     error_at(d->loc, "cannot read \"%s\": %s", found, strerror(errno));
     return;
   }
-  load_text(fe, ld, arena_strdup(fe->a, found), canon, text);
+  load_text(fe, ld, arena_strdup(fe->a, found), canon, text, len);
 }
 
 static void add_unique(Fe *fe, Decl **slot, Decl *d, const char *what) {
@@ -179,11 +159,25 @@ static void add_unique(Fe *fe, Decl **slot, Decl *d, const char *what) {
   *slot = d;
 }
 
-static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, const char *text) {
+/* A source is text: a NUL byte (a binary file, a truncated copy) would end it silently. */
+static bool text_only(const char *shown, const char *text, size_t len) {
+  size_t n = strlen(text);
+  if (n == len) return true;
+  SrcLoc at = {shown, 1, 1};
+  for (const char *p = text; p < text + n; p++) {
+    at.col = *p == '\n' ? 1 : at.col + 1;
+    at.line += *p == '\n';
+  }
+  error_at(at, "a NUL byte in the source (byte %zu of %zu): is this a binary file?", n + 1, len);
+  return false;
+}
+
+static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, const char *text, size_t len) {
   vec_push(fe->a, &ld->loaded, (void *)canon);
   vec_push(fe->a, &ld->stack, (void *)canon);
   vec_push(fe->a, &ld->shown, (void *)shown);
-  add_source(shown, text);
+  diag_add_source(shown, text);
+  if (!text_only(shown, text, len)) return;
   ParseCtx ctx = {fe->a, shown, {0}};
   fe_parse(&ctx, text);
   for (int i = 0; i < ctx.decls.n; i++) {
@@ -206,13 +200,15 @@ static void load_text(Fe *fe, Loader *ld, const char *shown, const char *canon, 
 
 /* --topology FILE: its topology block replaces the model's. */
 static const Decl *load_topology_file(Fe *fe, const char *path) {
-  char *text = read_file(fe->a, path);
+  size_t len;
+  char *text = read_file(fe->a, path, &len);
   if (!text) {
     error_plain("cannot read topology file \"%s\": %s", path, strerror(errno));
     return NULL;
   }
   const char *shown = arena_strdup(fe->a, path);
-  add_source(shown, text);
+  diag_add_source(shown, text);
+  if (!text_only(shown, text, len)) return NULL;
   ParseCtx ctx = {fe->a, shown, {0}};
   fe_parse(&ctx, text);
   const Decl *found = NULL;
@@ -226,7 +222,8 @@ static const Decl *load_topology_file(Fe *fe, const char *path) {
   return found;
 }
 
-static Module *compile(Arena *a, const char *shown, const char *canon, const char *text, const FeOptions *o) {
+static Module *compile(Arena *a, const char *shown, const char *canon, const char *text, size_t len,
+                       const FeOptions *o) {
   static const FeOptions none = {0};
   if (!o) o = &none;
   int errors0 = diag_errors();
@@ -248,7 +245,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
 
   Loader ld;
   memset(&ld, 0, sizeof ld);
-  load_text(&fe, &ld, shown, canon, text);
+  load_text(&fe, &ld, shown, canon, text, len);
 
   const Decl *topo = fe.topology;
   if (o->topology_file) topo = load_topology_file(&fe, o->topology_file);
@@ -283,15 +280,16 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
 }
 
 Module *fe_compile(Arena *a, const char *path, const FeOptions *o) {
-  char *text = read_file(a, path);
+  size_t len;
+  char *text = read_file(a, path, &len);
   if (!text) {
     error_plain("cannot read \"%s\": %s", path, strerror(errno));
     return NULL;
   }
-  return compile(a, arena_strdup(a, path), canonical(a, path), text, o);
+  return compile(a, arena_strdup(a, path), canonical(a, path), text, len, o);
 }
 
 Module *fe_compile_source(Arena *a, const char *name, const char *text, const FeOptions *o) {
   const char *shown = arena_strdup(a, name);
-  return compile(a, shown, shown, arena_strdup(a, text), o);
+  return compile(a, shown, shown, arena_strdup(a, text), strlen(text), o);
 }

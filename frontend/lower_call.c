@@ -196,7 +196,10 @@ Val fe_call_layer(Lower *L, Scope *s, const LayerDecl *ld, const Expr *call, Val
   L->returned = saved_returned;
   L->ret = saved_ret;
   L->active.n--;
-  if (diag_errors() != errors) return fe_none_val;
+  if (diag_errors() != errors) { /* the body's errors may be in another file: say which call led there */
+    note_at(loc, "in the call of layer `%s` here", ld->name);
+    return fe_none_val;
+  }
   if (!returned) {
     error_at(ld->loc, "layer `%s` ends without `return`", ld->name);
     return fe_none_val;

@@ -332,6 +332,7 @@ static Val eval_bin(Lower *L, Scope *s, const Expr *e) {
 
 Val fe_eval(Lower *L, Scope *s, const Expr *e) {
   switch (e->kind) {
+  case E_ERROR: return fe_none_val; /* refused by the parser, reported there */
   case E_NUM: return fe_num_val(e->num, e->is_int);
   case E_BOOL: return fe_bool_val(e->num != 0);
   case E_STR: {

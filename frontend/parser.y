@@ -40,6 +40,30 @@ static Expr *mk(ParseCtx *ctx, ExprKind k, YYLTYPE l) {
   Expr *e = ARENA_NEW(ctx->arena, Expr);
   e->kind = k;
   e->loc = LOC(l);
+  e->depth = 1;
+  return e;
+}
+
+static int deeper(int d, const Expr *x) { return x && x->depth > d ? x->depth : d; }
+
+/* e with its depth set from its operands. Past FE_MAX_EXPR_DEPTH: one error, and an E_ERROR in the
+ * enclosing expressions' place that stays too deep, so they neither report again nor get lowered. */
+static Expr *sized(ParseCtx *ctx, Expr *e) {
+  int d = deeper(deeper(0, e->a), e->b);
+  for (int i = 0; i < e->args.n; i++) d = deeper(d, ((Arg *)e->args.v[i])->value);
+  for (int i = 0; i < e->items.n; i++) d = deeper(d, e->items.v[i]);
+  if (d > FE_MAX_EXPR_DEPTH) { /* an operand was already refused */
+    Expr *t = mk(ctx, E_ERROR, (YYLTYPE){0});
+    t->loc = e->loc;
+    t->depth = d;
+    return t;
+  }
+  e->depth = d + 1;
+  if (e->depth > FE_MAX_EXPR_DEPTH) {
+    error_at(e->loc, "expression nested too deeply (over %d levels of operators and calls)", FE_MAX_EXPR_DEPTH);
+    note("give parts of it names (`s1 = a + b + ...`, then `s1 + ...`) or sum a list with a repeat");
+    e->kind = E_ERROR;
+  }
   return e;
 }
 
@@ -48,7 +72,7 @@ static Expr *bin(ParseCtx *ctx, int op, Expr *a, Expr *b, YYLTYPE l) {
   e->op = op;
   e->a = a;
   e->b = b;
-  return e;
+  return sized(ctx, e);
 }
 
 static Stmt *stmt(ParseCtx *ctx, StmtKind k, YYLTYPE l) {
@@ -303,8 +327,8 @@ expr
   | expr GE expr             { $$ = bin(ctx, 'g', $1, $3, @2); }
   | expr EQ expr             { $$ = bin(ctx, 'e', $1, $3, @2); }
   | expr NE expr             { $$ = bin(ctx, 'n', $1, $3, @2); }
-  | '-' expr %prec UMINUS    { $$ = mk(ctx, E_NEG, @1); $$->a = $2; }
-  | NOT expr                 { $$ = mk(ctx, E_NOT, @1); $$->a = $2; }
+  | '-' expr %prec UMINUS    { $$ = mk(ctx, E_NEG, @1); $$->a = $2; $$ = sized(ctx, $$); }
+  | NOT expr                 { $$ = mk(ctx, E_NOT, @1); $$->a = $2; $$ = sized(ctx, $$); }
   | primary
   ;
 
@@ -314,14 +338,15 @@ primary
   | FALSE                    { $$ = mk(ctx, E_BOOL, @1); $$->num = 0; }
   | STRING                   { $$ = mk(ctx, E_STR, @1); $$->name = $1; }
   | IDENT                    { $$ = mk(ctx, E_IDENT, @1); $$->name = $1; }
-  | IDENT '(' args_opt ')'   { $$ = mk(ctx, E_CALL, @1); $$->name = $1; $$->args = $3; }
+  | IDENT '(' args_opt ')'   { $$ = mk(ctx, E_CALL, @1); $$->name = $1; $$->args = $3; $$ = sized(ctx, $$); }
   | '(' expr ')'             { $$ = $2; }
   | '(' expr ',' exprs ')'   {
       $$ = mk(ctx, E_TUPLE, @1);
       vec_push(A, &$$->items, $2);
       for (int i = 0; i < $4.n; i++) vec_push(A, &$$->items, $4.v[i]);
+      $$ = sized(ctx, $$);
     }
-  | '[' exprs_opt ']'        { $$ = mk(ctx, E_LIST, @1); $$->items = $2; }
+  | '[' exprs_opt ']'        { $$ = mk(ctx, E_LIST, @1); $$->items = $2; $$ = sized(ctx, $$); }
   ;
 
 exprs_opt : %empty { memset(&$$, 0, sizeof $$); } | exprs ;

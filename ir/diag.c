@@ -5,51 +5,128 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_SOURCES 256
+/* The Diag a thread reports to: the one entered (diag_enter), else the thread's own default. */
+static _Thread_local Diag *entered;
+static _Thread_local Diag fallback;
 
-static struct {
-  const char *file, *text;
-} sources[MAX_SOURCES];
-static int nsources;
-static int nerrors;
-static FILE *out;
+static Diag *cur(void) { return entered ? entered : &fallback; }
+static FILE *stream(void) { return cur()->out ? cur()->out : stderr; }
 
-static FILE *stream(void) { return out ? out : stderr; }
+void diag_init(Diag *d, FILE *out, int max_errors) {
+  memset(d, 0, sizeof *d);
+  d->out = out;
+  d->max_errors = max_errors;
+}
 
-void diag_set_stream(FILE *f) { out = f; }
+void diag_free(Diag *d) {
+  for (int i = 0; i < d->nsources; i++) {
+    free(d->sources[i].file);
+    free(d->sources[i].text);
+  }
+  diag_init(d, d->out, d->max_errors);
+}
+
+Diag *diag_enter(Diag *d) {
+  Diag *prev = entered;
+  entered = d;
+  return prev;
+}
+
+void diag_leave(Diag *previous) { entered = previous; }
+
+void diag_finish(Diag *d) {
+  if (d->max_errors <= 0 || d->nerrors <= d->max_errors) return;
+  int hidden = d->nerrors - d->max_errors;
+  fprintf(d->out ? d->out : stderr, "shardc: error: %d more error%s not shown (the first %d are above)\n", hidden,
+          hidden == 1 ? "" : "s", d->max_errors);
+}
+
+bool diag_limit_reached(void) {
+  Diag *d = cur();
+  return d->max_errors > 0 && d->nerrors >= d->max_errors;
+}
 
 void diag_add_source(const char *file, const char *text) {
-  for (int i = 0; i < nsources; i++)
-    if (strcmp(sources[i].file, file) == 0) {
-      sources[i].text = text;
-      return;
-    }
-  if (nsources < MAX_SOURCES) {
-    sources[nsources].file = file;
-    sources[nsources].text = text;
-    nsources++;
+  Diag *d = cur();
+  int i = 0;
+  while (i < d->nsources && strcmp(d->sources[i].file, file) != 0) i++;
+  if (i == DIAG_MAX_SOURCES) return; /* quoting lines is a courtesy */
+  char *t = strdup(text);
+  if (!t) die("out of memory");
+  if (i == d->nsources) {
+    d->sources[i].file = strdup(file);
+    if (!d->sources[i].file) die("out of memory");
+    d->nsources++;
   }
+  free(d->sources[i].text);
+  d->sources[i].text = t;
+  d->sources[i].line = 1;
+  d->sources[i].line_at = t;
 }
 
-static const char *source_of(const char *file) {
-  for (int i = 0; i < nsources; i++)
-    if (strcmp(sources[i].file, file) == 0) return sources[i].text;
-  return NULL;
+/* The start of line `line` of a source, or NULL. Diagnostics mostly come in source order, so the
+ * search goes on from the last line found (the whole file is not rescanned for every error). */
+static const char *line_start(DiagSource *s, int line) {
+  if (line < s->line) {
+    s->line = 1;
+    s->line_at = s->text;
+  }
+  const char *p = s->line_at;
+  int l = s->line;
+  while (l < line) {
+    const char *nl = strchr(p, '\n');
+    if (!nl) return NULL;
+    p = nl + 1;
+    l++;
+  }
+  s->line = l;
+  s->line_at = p;
+  return p;
 }
+
+enum { QUOTE_COLS = 160 }; /* a longer line is quoted as a window around the caret */
 
 static void quote_line(SrcLoc loc) {
-  const char *text = loc.file ? source_of(loc.file) : NULL;
-  if (!text || loc.line < 1) return;
-  const char *p = text;
-  for (int l = 1; l < loc.line && *p; p++)
-    if (*p == '\n') l++;
-  if (!*p && loc.line > 1 && p > text && p[-1] != '\n') return;
+  DiagSource *s = NULL;
+  Diag *d = cur();
+  for (int i = 0; loc.file && i < d->nsources; i++)
+    if (strcmp(d->sources[i].file, loc.file) == 0) s = &d->sources[i];
+  if (!s || !s->text || loc.line < 1) return;
+  const char *p = line_start(s, loc.line);
+  if (!p || (!*p && loc.line > 1)) return;
   const char *e = strchr(p, '\n');
-  int len = e ? (int)(e - p) : (int)strlen(p);
+  long len = e ? (long)(e - p) : (long)strlen(p);
+  long from = 0, col = loc.col < 1 ? 1 : loc.col;
+  if (len > QUOTE_COLS) { /* the caret's window: from QUOTE_COLS/2 before it */
+    from = col - 1 > QUOTE_COLS / 2 ? col - 1 - QUOTE_COLS / 2 : 0;
+    if (from > len - QUOTE_COLS) from = len - QUOTE_COLS;
+  }
+  long shown = len - from < QUOTE_COLS ? len - from : (len > QUOTE_COLS ? QUOTE_COLS : len);
   FILE *f = stream();
-  fprintf(f, "%5d | %.*s\n      | ", loc.line, len, p);
-  for (int i = 1; i < loc.col && i <= len; i++) fputc(p[i - 1] == '\t' ? '\t' : ' ', f);
+  fprintf(f, "%5d | %s%.*s%s\n      | ", loc.line, from ? "..." : "", (int)shown, p + from,
+          from + shown < len ? "..." : "");
+  if (from) fputs("   ", f);
+  for (long i = from + 1; i < col && i <= from + shown; i++) fputc(p[i - 1] == '\t' ? '\t' : ' ', f);
   fputs("^\n", f);
+}
+
+/* Whether a diagnostic of this kind is printed (errors past the limit are only counted). */
+static bool shown(bool is_error) {
+  Diag *d = cur();
+  if (is_error) d->nerrors++;
+  else d->nwarnings++;
+  return d->max_errors <= 0 || d->nerrors <= d->max_errors;
+}
+
+enum { MESSAGE_CHARS = 1024 }; /* a longer message (a 10 MB name quoted in it) is cut */
+
+/* fmt's message, cut at MESSAGE_CHARS. */
+static void vprint(FILE *f, const char *fmt, va_list ap) {
+  char msg[MESSAGE_CHARS + 1];
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
+  fputs(msg, f);
+  if (n > MESSAGE_CHARS) fprintf(f, "... (%d more characters)", n - MESSAGE_CHARS);
+  fputc('\n', f);
 }
 
 static void vreport(SrcLoc loc, const char *kind, const char *fmt, va_list ap) {
@@ -58,20 +135,22 @@ static void vreport(SrcLoc loc, const char *kind, const char *fmt, va_list ap) {
     fprintf(f, "%s:%d:%d: %s: ", loc.file, loc.line, loc.col, kind);
   else
     fprintf(f, "shardc: %s: ", kind);
-  vfprintf(f, fmt, ap);
-  fputc('\n', f);
+  vprint(f, fmt, ap);
   quote_line(loc);
 }
 
 void error_at(SrcLoc loc, const char *fmt, ...) {
+  cur()->last_hidden = !shown(true);
+  if (cur()->last_hidden) return;
   va_list ap;
   va_start(ap, fmt);
   vreport(loc, "error", fmt, ap);
   va_end(ap);
-  nerrors++;
 }
 
 void warning_at(SrcLoc loc, const char *fmt, ...) {
+  cur()->last_hidden = !shown(false) || diag_limit_reached();
+  if (cur()->last_hidden) return;
   va_list ap;
   va_start(ap, fmt);
   vreport(loc, "warning", fmt, ap);
@@ -79,37 +158,37 @@ void warning_at(SrcLoc loc, const char *fmt, ...) {
 }
 
 void note_at(SrcLoc loc, const char *fmt, ...) {
+  if (diag_limit_reached()) return;
   va_list ap;
   va_start(ap, fmt);
   FILE *f = stream();
   if (loc.file) fprintf(f, "%s:%d:%d: note: ", loc.file, loc.line, loc.col);
   else fprintf(f, "shardc: note: ");
-  vfprintf(f, fmt, ap);
-  fputc('\n', f);
+  vprint(f, fmt, ap);
   va_end(ap);
 }
 
 void note(const char *fmt, ...) {
+  if (cur()->last_hidden) return;
   va_list ap;
   va_start(ap, fmt);
   FILE *f = stream();
   fputs("      = note: ", f);
-  vfprintf(f, fmt, ap);
-  fputc('\n', f);
+  vprint(f, fmt, ap);
   va_end(ap);
 }
 
 void error_plain(const char *fmt, ...) {
+  cur()->last_hidden = !shown(true);
+  if (cur()->last_hidden) return;
   va_list ap;
   va_start(ap, fmt);
   SrcLoc none = {0};
   vreport(none, "error", fmt, ap);
   va_end(ap);
-  nerrors++;
 }
 
-int diag_errors(void) { return nerrors; }
-void diag_reset(void) { nerrors = 0; }
+int diag_errors(void) { return cur()->nerrors; }
 
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...) {
   va_list ap;

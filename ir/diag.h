@@ -10,9 +10,39 @@
 
 #include "ir.h"
 
-/* Registers a source text so diagnostics can quote its lines. text must outlive diag use. */
+/* One compilation's diagnostics: where they go, the sources they quote, what they counted. The
+ * driver (or a test, or a nested re-plan) owns one and enters it for the compilation it runs; the
+ * reporting calls below write to the Diag entered on the calling thread. Without one entered, a
+ * thread's own default Diag (stderr, no limit) takes them, so library callers need no set-up. */
+enum { DIAG_MAX_SOURCES = 256 };
+typedef struct {
+  char *file, *text; /* the Diag's own copies (a compilation's arena may die before its messages) */
+  int line;          /* line_at: the start of line `line` of text, for quoting in order in O(distance) */
+  const char *line_at;
+} DiagSource;
+typedef struct Diag {
+  FILE *out;            /* NULL: stderr */
+  int max_errors;       /* errors printed before the rest are only counted (0: no limit) */
+  int nerrors, nwarnings;
+  bool last_hidden;     /* the last error or warning was past the limit: its notes are not shown */
+  int nsources;
+  DiagSource sources[DIAG_MAX_SOURCES];
+} Diag;
+
+enum { DIAG_DEFAULT_MAX_ERRORS = 50 };
+void diag_init(Diag *d, FILE *out, int max_errors);
+void diag_free(Diag *d); /* the copies of the sources; d is empty after it */
+/* Makes d the calling thread's diagnostics until diag_leave(previous); returns the previous one. */
+Diag *diag_enter(Diag *d);
+void diag_leave(Diag *previous);
+/* The errors counted past max_errors, as one line ("N more errors not shown"); nothing if none. */
+void diag_finish(Diag *d);
+/* True once max_errors errors are printed: a parser may stop recovering (the rest would not show). */
+bool diag_limit_reached(void);
+
+/* Registers a source text (copied) so diagnostics can quote its lines; a second text of the same
+ * file name replaces the first. */
 void diag_add_source(const char *file, const char *text);
-void diag_set_stream(FILE *f); /* default stderr */
 void error_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void warning_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A one-line note at a location (`file:line:col: note: ...`, no source line): information, not a problem. */
@@ -22,7 +52,6 @@ void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A plain error with no source location (command line, files). */
 void error_plain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int diag_errors(void);
-void diag_reset(void);
 
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -13,7 +13,6 @@
 
 #include "diag.h"
 
-enum { RANKS_MAX = 1 << 24 }; /* a world this large is a typo, and its rank arithmetic would overflow */
 
 static int gcd(int a, int b) {
   while (b) {
@@ -85,11 +84,12 @@ bool ir_mesh_resolve(Module *m, int world) {
     nodes = m->topo.nodes;
   }
   int tp = p->tp, pp = p->pp, cp = p->cp;
-  if ((double)tp * pp * cp * (p->dp > 0 ? p->dp : 1) > RANKS_MAX || (double)nodes * dpn > RANKS_MAX) {
+  if ((double)tp * pp * cp * (p->dp > 0 ? p->dp : 1) > IR_RANKS_MAX || (double)nodes * dpn > IR_RANKS_MAX) {
     error_at(loc, "the plan (dp %d x tp %d x pp %d x cp %d) or its topology (%d nodes x %d devices) is over %d ranks",
-             p->dp, tp, pp, cp, nodes, dpn, RANKS_MAX);
+             p->dp, tp, pp, cp, nodes, dpn, IR_RANKS_MAX);
     return false;
   }
+  if (world > IR_RANKS_MAX) die("mesh: a world of %d ranks unchecked", world);
   int model = tp * pp * cp; /* ranks holding one replica */
   bool explicit_world = world > 0;
   if (!explicit_world) {

@@ -15,6 +15,9 @@
 #include "../runtime/mesh.h"
 #include "module.h"
 
+/* A world this large is a typo, and its rank arithmetic would overflow. */
+enum { IR_RANKS_MAX = 1 << 24 };
+
 /* Resolves m's plan on `world` ranks (world <= 0: the topology's nodes * devices_per_node, or
  * one replica without a topology): dp auto is world / (tp * pp * cp); checks that the degrees
  * multiply to the world and that tp groups stay inside a node. Sets m->mesh and m->batch.

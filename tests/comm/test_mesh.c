@@ -86,18 +86,20 @@ static Module *module(Arena *a, int nodes, int dpn, int dp, int pp, int cp, int 
 /* Runs the pass with diagnostics captured; returns the pass result, the text in out. */
 static bool run_pass(Module *m, int world, char *out, size_t cap) {
   FILE *f = fmemopen(out, cap, "w");
-  diag_reset();
-  diag_set_stream(f);
+  Diag d;
+  diag_init(&d, f, 0);
+  Diag *outer = diag_enter(&d);
+  diag_add_source("plan.model", src);
   bool ok = ir_mesh_resolve(m, world);
+  diag_leave(outer);
+  diag_free(&d);
   fclose(f);
-  diag_set_stream(stderr);
   return ok;
 }
 
 static void check_pass(void) {
   Arena a;
   arena_init(&a);
-  diag_add_source("plan.model", src);
   char out[8192];
 
   /* 4 nodes x 8: tp 8, pp 2, dp auto -> dp 2. */

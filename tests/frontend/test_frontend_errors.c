@@ -141,13 +141,15 @@ int main(int argc, char **argv) {
     size_t outn = 0;
     FILE *ms = open_memstream(&out, &outn);
     if (!ms) return 2;
-    diag_set_stream(ms);
-    diag_reset();
+    Diag d; /* this case's own diagnostics, captured, every error shown */
+    diag_init(&d, ms, 0);
+    Diag *outer = diag_enter(&d);
     Arena a;
     arena_init(&a);
     Module *m = fe_compile(&a, "main.model", &o);
+    diag_leave(outer);
+  diag_free(&d);
     fclose(ms);
-    diag_set_stream(NULL);
     if (print) {
       printf("=== %s\n%s", c->name, out);
     } else if (m) {

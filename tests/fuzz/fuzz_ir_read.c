@@ -43,8 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!text) abort();
   memcpy(text, data, size);
   text[size] = 0;
-  diag_set_stream(devnull);
-  diag_reset();
+  Diag d; /* this input's diagnostics, discarded */
+  diag_init(&d, devnull, 0);
+  Diag *outer = diag_enter(&d);
   Arena a;
   arena_init(&a);
   Module *m = ir_read_module(&a, "fuzz.ir", text);
@@ -65,6 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(p2);
   }
   arena_free(&a);
+  diag_leave(outer);
+  diag_free(&d);
   free(text);
   return 0;
 }

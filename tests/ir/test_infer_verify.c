@@ -6,11 +6,14 @@
 static char *diag_text;
 static size_t diag_len;
 static FILE *diag_f;
+static Diag captured;
+static Diag *outer;
 
 static void capture(void) {
   diag_f = open_memstream(&diag_text, &diag_len);
   if (!diag_f) exit(2);
-  diag_set_stream(diag_f);
+  diag_init(&captured, diag_f, 0);
+  outer = diag_enter(&captured);
 }
 
 /* Stops capturing and compares with want. */
@@ -23,7 +26,8 @@ static void expect_diag(const char *want) {
   fclose(diag_f);
   free(diag_text);
   diag_text = NULL;
-  diag_set_stream(NULL);
+  diag_leave(outer);
+  diag_free(&captured);
 }
 
 static const SrcLoc L = {"m.model", 14, 9};

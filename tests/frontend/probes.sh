@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The front end's answers to hostile input (issue 19's probe): each generated input must be refused
+# with its diagnostic and exit 1 — never a crash, a hang or a flood. usage: probes.sh SHARDC
+set -u
+shardc=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+# expect NAME WANT_RC PATTERN MAX_STDERR_BYTES -- shardc args...: exit code, a line of stderr, its size
+expect() {
+  local name=$1 want=$2 pattern=$3 max=$4
+  shift 5
+  timeout 60 "$shardc" "$@" >/dev/null 2>"$tmp/err"
+  local rc=$? size
+  size=$(wc -c <"$tmp/err")
+  if [ "$rc" != "$want" ] || ! grep -q -- "$pattern" "$tmp/err" || [ "$size" -gt "$max" ]; then
+    echo "FAIL $name: exit $rc (want $want), stderr $size bytes (at most $max), pattern '$pattern'"
+    head -c 2000 "$tmp/err"
+    status=1
+  else
+    echo "ok   $name"
+  fi
+}
+
+model() { # model NAME BODY_LINES...: a model m around the lines, into $tmp/NAME.model
+  local f=$tmp/$1.model
+  shift
+  { echo 'model m {'; printf '%s\n' "$@"; echo '}'; } >"$f"
+}
+
+# 1. Deep expressions: a 100,000-term constant and a 20,000-term tensor chain overflowed the stack.
+model deep_const "  const v = $(python3 -c "print(' + '.join(['1'] * 100000))")" '  input t : f32[2, 4]' '  loss = sum(t) * v'
+expect deep_const 1 'error: expression nested too deeply' 4000 -- plan "$tmp/deep_const.model"
+model deep_chain '  input t : f32[2, 4]' "  y = $(python3 -c "print(' + '.join(['t'] * 20000))")" '  loss = sum(y)'
+expect deep_chain 1 'error: expression nested too deeply' 4000 -- plan "$tmp/deep_chain.model"
+
+# 2. 100,000 syntax errors: the first 50 shown, the rest counted, at once (was quadratic: minutes).
+python3 -c "print('model m {'); print('  x = = ;\n' * 100000); print('}')" >"$tmp/errors.model"
+expect many_errors 1 'error: 99950 more errors not shown' 20000 -- plan "$tmp/errors.model"
+expect many_errors_all 1 'errors.model:100000:7: error' 100000000 -- plan "$tmp/errors.model" --max-errors 0
+
+# 3. A NUL byte ended the file silently (the rest ignored, exit 0).
+printf 'model m {\n  input t : f32[2, 4]\n  loss = sum(t)\n}\n\0model n {\n' >"$tmp/nul.model"
+expect nul_byte 1 'nul.model:5:1: error: a NUL byte in the source' 2000 -- plan "$tmp/nul.model"
+
+# 4. A 10 MB name was echoed twice in full.
+model long_name '  input t : f32[2, 4]' "  y = $(python3 -c "print('a' * 10000000)") + t" '  loss = sum(y)'
+expect long_name 1 'more characters)' 4000 -- plan "$tmp/long_name.model"
+
+# 5. --world: 99999999999 and 1e8 hung, 4294967298 wrapped to 2.
+for w in 99999999999 1e8 4294967298 -1 0; do
+  expect "world_$w" 1 "error: --world needs a whole number from 1 to" 2000 -- plan "$(dirname "$0")/../../models/tiny.model" --world "$w"
+done
+
+# 6. An error inside a layer of the standard library names the user's call that led there.
+printf 'import "std/transformer.model"\nmodel m {\n  input t : f32[2, 4, 6]\n  loss = sum(attention(t, heads: 4))\n}\n' >"$tmp/heads.model"
+expect heads_call 1 'heads.model:4:14: note: in the call of layer `attention` here' 4000 -- plan "$tmp/heads.model"
+# 7. Build failures the user caused were blamed on shardc ("a shardc bug: please report it").
+tiny="$(dirname "$0")/../../models/tiny.model"
+expect out_missing_dir 1 "error: -o $tmp/no/t: cannot write into '$tmp/no'" 2000 -- build "$tiny" --world 1 -o "$tmp/no/t"
+expect out_is_dir 1 "error: -o $tmp: is a directory" 2000 -- build "$tiny" --world 1 -o "$tmp"
+expect cc_missing 1 'error: the C compiler `no-such-cc` (from --cc) was not found' 2000 -- build "$tiny" --world 1 --cc no-such-cc -o "$tmp/t"
+expect cflags_bad 1 'check --cflags (with the default compiler and flags' 4000 -- build "$tiny" --world 1 --cflags -fno-such-flag-here -o "$tmp/t"
+exit $status
