@@ -1,10 +1,13 @@
 /* frontend/lower.h — what the lowering's files share (internal to frontend/lower*.c).
  *
- *   lower.c        values, scopes and names; the model block to m->graph (fe_lower)
- *   lower_expr.c   expressions: nodes in the current graph, value checks, evaluation
- *   lower_prim.c   the primitives (builtin functions) and their calls
- *   lower_call.c   argument matching, and layer calls (CALL nodes, shape patterns)
- *   lower_stmt.c   statements: const, input, param, assignment, if, repeat (REPEAT nodes)
+ * From the bottom up; each file calls only the ones above it in this list:
+ *   lower.c        values, scopes and names
+ *   lower_emit.c   nodes in the current graph, values described for messages, value checks
+ *   lower_args.c   arguments matched to parameters; layers' shape patterns bound
+ *   lower_ops.c    the operators on evaluated operands (numbers folded, tensors as nodes)
+ *   lower_prim.c   the primitives (builtin functions) on evaluated arguments
+ *   lower_eval.c   the recursive core: expressions, layer calls (CALL nodes), statements
+ *   lower_model.c  the model block to m->graph (fe_lower)
  */
 #ifndef SHARDC_LOWER_H
 #define SHARDC_LOWER_H
@@ -26,7 +29,7 @@ struct Val {
   double num;             /* V_NUM: the number; V_BOOL: 0 or 1 */
   bool is_int;            /* V_NUM: a whole number (exact in a double) */
   int sym;                /* V_NUM: symbolic dim index (batch, seq) or -1 */
-  const char *str;        /* V_STR: the text */
+  const char *str;        /* V_STR: the text; V_FUNC: the function's name */
   Value *t;               /* V_TENSOR: the value, in the graph that made it */
   const Prim *prim;       /* V_FUNC: a primitive, or */
   const LayerDecl *layer; /* V_FUNC: a layer */
@@ -96,7 +99,7 @@ Binding *fe_bind(Lower *L, Scope *s, const char *name, Val v, bool is_const, Src
 /* `base` the first time in s, then `base_2`, `base_3`, ... */
 const char *fe_instance_name(Lower *L, Scope *s, const char *base);
 
-/* ---- lower_expr.c ------------------------------------------------------------- */
+/* ---- lower_emit.c ------------------------------------------------------------- */
 const char *fe_shape_str(Lower *L, const Shape *s); /* "[2, 3]" */
 const char *fe_describe(Lower *L, const Val *v);    /* "a tensor f32[2, 3]", for messages */
 /* v made usable in s's graph: captured through each enclosing repeat. */
@@ -116,15 +119,17 @@ Value *fe_need_tensor(Lower *L, const Val *v, const char *what, SrcLoc loc);
 bool fe_need_num(Lower *L, const Val *v, const char *what, SrcLoc loc, double *out);
 bool fe_need_int(Lower *L, const Val *v, const char *what, SrcLoc loc, int64_t lo, int64_t hi, int64_t *out);
 bool fe_need_bool(Lower *L, const Val *v, const char *what, SrcLoc loc, bool *out);
-Val fe_eval(Lower *L, Scope *s, const Expr *e);
+
+/* ---- lower_ops.c -------------------------------------------------------------- */
+/* a op b for evaluated operands (op as E_BIN spells it, not '@'): numbers folded, tensors as nodes. */
+Val fe_binary(Lower *L, Scope *s, int op, Val a, Val b, SrcLoc loc);
 
 /* ---- lower_prim.c ------------------------------------------------------------- */
 const Prim *fe_find_prim(const char *name);
-const char *fe_prim_name(const Prim *p);
 void fe_push_prim_names(Lower *L, PtrVec *out); /* const char*: every primitive's name, for hints */
 Val fe_call_prim(Lower *L, Scope *s, const Prim *p, const Expr *call, Val *argv);
 
-/* ---- lower_call.c ------------------------------------------------------------- */
+/* ---- lower_args.c ------------------------------------------------------------- */
 /* A builtin's arguments, by parameter index. */
 typedef struct {
   Val v[8];      /* the argument's value */
@@ -142,10 +147,14 @@ bool fe_match_args(const char *what, const char *fname, const char *const *pname
  * fails the call. Returns false after reporting errors. */
 bool fe_bind_args(Lower *L, const char *fname, const char *const *pnames, int np, int nreq, const Expr *call,
                   Bound *out, Val *argv);
+/* Binds the dims of layer ld's shape pattern for parameter lp to t's shape in the layer's scope ls;
+ * false after reporting a mismatch. */
+bool fe_match_pattern(Lower *L, Scope *ls, const LayerDecl *ld, const LayerParam *lp, Value *t, SrcLoc loc);
+
+/* ---- lower_eval.c ------------------------------------------------------------- */
+Val fe_eval(Lower *L, Scope *s, const Expr *e);
 /* Expands a call of layer ld into a CALL node in s's graph; its tensor results are the node's outputs. */
 Val fe_call_layer(Lower *L, Scope *s, const LayerDecl *ld, const Expr *call, Val *argv);
-
-/* ---- lower_stmt.c ------------------------------------------------------------- */
 void fe_lower_stmt(Lower *L, Scope *s, const Stmt *st);
 /* Lowers stmts in s until one of them returns. */
 void fe_lower_block(Lower *L, Scope *s, const PtrVec *stmts);

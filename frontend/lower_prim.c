@@ -57,8 +57,6 @@ const Prim *fe_find_prim(const char *name) {
   return NULL;
 }
 
-const char *fe_prim_name(const Prim *p) { return p->name; }
-
 void fe_push_prim_names(Lower *L, PtrVec *out) {
   for (int i = 0; i < NPRIMS; i++) vec_push(L->a, out, (void *)prims[i].name);
 }

@@ -1,8 +1,11 @@
-/* frontend/lower_stmt.c — statements: constants (and -D overrides of the
- * model's constants), inputs, parameters (dotted names, initializers),
- * assignments, `if` (decided at compile time) and `repeat`, lowered once into a
- * REPEAT node's body: names the body assigns that hold tensors before it are
- * carried, tensors it reads from outside are captured.
+/* frontend/lower_eval.c — the lowering's recursive core: an expression may call a layer, whose body
+ * is statements, whose parts are expressions. Here is only that recursion: evaluating expressions
+ * (names, operators' operands, calls), expanding layer calls into CALL bodies, and the statements —
+ * constants (and -D overrides of the model's constants), inputs, parameters (dotted names,
+ * initializers), assignments, `if` (decided at compile time) and `repeat`, lowered once into a
+ * REPEAT node's body (names the body assigns that hold tensors before it are carried, tensors it
+ * reads from outside are captured). What the evaluated values become is below it: operators
+ * (lower_ops.c), primitives (lower_prim.c), argument matching (lower_args.c), nodes (lower_emit.c).
  */
 #include <math.h>
 #include <string.h>
@@ -11,7 +14,308 @@
 #include "infer.h"
 #include "lower.h"
 
-#define MAX_NESTING 100 /* blocks open at once */
+#define MAX_CALL_DEPTH 32 /* layer calls open at once */
+#define MAX_NESTING 100   /* blocks open at once */
+
+static const LayerDecl *find_layer(Lower *L, const char *name) {
+  for (int i = 0; i < L->fe->layers.n; i++) {
+    const LayerDecl *ld = L->fe->layers.v[i];
+    if (strcmp(ld->name, name) == 0) return ld;
+  }
+  return NULL;
+}
+
+/* Every name visible from s, plus layers and primitives, for "did you mean" hints. */
+static void hint_name(Lower *L, Scope *s, const char *name, bool funcs) {
+  PtrVec c = {0};
+  for (Scope *p = s; p; p = p->parent)
+    for (Binding *b = p->vars; b; b = b->next) vec_push(L->a, &c, (void *)b->name);
+  for (int i = 0; i < L->fe->layers.n; i++) vec_push(L->a, &c, (void *)((LayerDecl *)L->fe->layers.v[i])->name);
+  if (funcs) fe_push_prim_names(L, &c);
+  if (!funcs) {
+    vec_push(L->a, &c, "batch");
+    vec_push(L->a, &c, "seq");
+  }
+  const char *h = diag_nearest(name, (const char *const *)c.v, c.n);
+  if (h) note("did you mean `%s`?", h);
+}
+
+/* ---- evaluation ------------------------------------------------------------------------ */
+static Val call_func(Lower *L, Scope *s, Val fn, const Expr *call) {
+  Val *argv = ARENA_ARRAY(L->a, Val, call->args.n + 1);
+  bool bad = false;
+  for (int i = 0; i < call->args.n; i++) {
+    argv[i] = fe_eval(L, s, ((Arg *)call->args.v[i])->value);
+    bad |= argv[i].kind == V_NONE;
+  }
+  if (bad) return fe_none_val;
+  if (fn.prim) return fe_call_prim(L, s, fn.prim, call, argv);
+  return fe_call_layer(L, s, fn.layer, call, argv);
+}
+
+static Val eval_ident(Lower *L, Scope *s, const Expr *e) {
+  bool crossed;
+  Binding *b = fe_lookup(s, e->name, &crossed);
+  if (b) {
+    if (crossed && b->v.kind == V_TENSOR) {
+      error_at(e->loc, "`%s` is a tensor of the model; a layer sees only its arguments and the model's constants", e->name);
+      return fe_none_val;
+    }
+    return b->v;
+  }
+  if (strcmp(e->name, "batch") == 0) {
+    /* the logical graph holds one micro-step of every data-parallel replica (micro x dp); the shard
+     * pass splits it */
+    Val v = fe_num_val((double)(L->m->batch.global / L->m->batch.accum), true);
+    v.sym = 0;
+    return v;
+  }
+  if (strcmp(e->name, "seq") == 0) {
+    if (L->m->recipe.seq <= 0) {
+      error_at(e->loc, "`seq` is not set: define `const seq = ...` in the model or `seq N` in the train block");
+      return fe_none_val;
+    }
+    Val v = fe_num_val((double)L->m->recipe.seq, true);
+    v.sym = 1;
+    return v;
+  }
+  const LayerDecl *ld = find_layer(L, e->name);
+  const Prim *p = fe_find_prim(e->name);
+  if (ld || p) {
+    Val v = fe_none_val;
+    v.kind = V_FUNC;
+    v.str = e->name;
+    v.layer = ld;
+    v.prim = ld ? NULL : p;
+    return v;
+  }
+  error_at(e->loc, "unknown name `%s`", e->name);
+  hint_name(L, s, e->name, false);
+  return fe_none_val;
+}
+
+/* An operand of `@` written as transpose(x): lowered as a transposed matmul operand. */
+static bool is_transpose_call(Scope *s, const Expr *e) {
+  bool crossed;
+  return e->kind == E_CALL && strcmp(e->name, "transpose") == 0 && e->args.n == 1 &&
+         !((Arg *)e->args.v[0])->name && !fe_lookup(s, "transpose", &crossed);
+}
+
+static Val eval_matmul(Lower *L, Scope *s, const Expr *e) {
+  Attrs at = {0};
+  const Expr *ea = e->a, *eb = e->b;
+  if (is_transpose_call(s, ea)) {
+    at.ta = true;
+    ea = ((Arg *)ea->args.v[0])->value;
+  }
+  if (is_transpose_call(s, eb)) {
+    at.tb = true;
+    eb = ((Arg *)eb->args.v[0])->value;
+  }
+  Val a = fe_eval(L, s, ea), b = fe_eval(L, s, eb);
+  if (a.kind == V_NONE || b.kind == V_NONE) return fe_none_val;
+  if (a.kind != V_TENSOR || b.kind != V_TENSOR) {
+    error_at(e->loc, "`@` needs two tensors, got %s and %s", fe_describe(L, &a), fe_describe(L, &b));
+    return fe_none_val;
+  }
+  Value *in[2] = {a.t, b.t};
+  return fe_tensor_val(fe_emit(L, s, OP_MATMUL, 2, in, &at, e->loc));
+}
+
+static Val eval_bin(Lower *L, Scope *s, const Expr *e) {
+  if (e->op == '@') return eval_matmul(L, s, e);
+  Val a = fe_eval(L, s, e->a), b = fe_eval(L, s, e->b);
+  return fe_binary(L, s, e->op, a, b, e->loc);
+}
+
+Val fe_eval(Lower *L, Scope *s, const Expr *e) {
+  switch (e->kind) {
+  case E_ERROR: return fe_none_val; /* refused by the parser, reported there */
+  case E_NUM: return fe_num_val(e->num, e->is_int);
+  case E_BOOL: return fe_bool_val(e->num != 0);
+  case E_STR: {
+    Val v = fe_none_val;
+    v.kind = V_STR;
+    v.str = e->name;
+    return v;
+  }
+  case E_IDENT: return eval_ident(L, s, e);
+  case E_BIN: return eval_bin(L, s, e);
+  case E_NEG: {
+    Val a = fe_eval(L, s, e->a);
+    if (a.kind == V_NUM) {
+      Val r = fe_num_val(-a.num, a.is_int);
+      return r;
+    }
+    if (a.kind == V_TENSOR) return fe_tensor_val(fe_emit1(L, s, OP_NEG, a.t, NULL, e->loc));
+    if (a.kind != V_NONE) error_at(e->loc, "`-` cannot negate %s", fe_describe(L, &a));
+    return fe_none_val;
+  }
+  case E_NOT: {
+    Val a = fe_eval(L, s, e->a);
+    bool b;
+    if (!fe_need_bool(L, &a, "the operand of `not`", e->loc, &b)) return fe_none_val;
+    return fe_bool_val(!b);
+  }
+  case E_CALL: {
+    bool crossed;
+    Binding *b = fe_lookup(s, e->name, &crossed);
+    Val fn = fe_none_val;
+    if (b) {
+      if (b->v.kind == V_NONE) return fe_none_val;
+      if (b->v.kind != V_FUNC) {
+        error_at(e->loc, "`%s` is %s, not a function", e->name, fe_describe(L, &b->v));
+        return fe_none_val;
+      }
+      fn = b->v;
+    } else {
+      const LayerDecl *ld = find_layer(L, e->name);
+      const Prim *p = ld ? NULL : fe_find_prim(e->name);
+      if (!ld && !p) {
+        error_at(e->loc, "unknown function `%s`", e->name);
+        hint_name(L, s, e->name, true);
+        /* still evaluate the arguments for their own errors */
+        for (int i = 0; i < e->args.n; i++) fe_eval(L, s, ((Arg *)e->args.v[i])->value);
+        return fe_none_val;
+      }
+      fn.kind = V_FUNC;
+      fn.str = e->name;
+      fn.layer = ld;
+      fn.prim = p;
+    }
+    return call_func(L, s, fn, e);
+  }
+  case E_LIST:
+  case E_TUPLE: {
+    Val v = fe_none_val;
+    v.kind = e->kind == E_LIST ? V_LIST : V_TUPLE;
+    v.n = e->items.n;
+    v.items = ARENA_ARRAY(L->a, Val, v.n + 1);
+    for (int i = 0; i < v.n; i++) {
+      v.items[i] = fe_eval(L, s, e->items.v[i]);
+      if (v.items[i].kind == V_NONE) return fe_none_val;
+    }
+    return v;
+  }
+  }
+  unreachable();
+}
+
+Val fe_call_layer(Lower *L, Scope *s, const LayerDecl *ld, const Expr *call, Val *argv) {
+  SrcLoc loc = call->loc;
+  for (int i = 0; i < L->active.n; i++)
+    if (L->active.v[i] == ld) {
+      error_at(loc, "layer `%s` calls itself (through %d call%s); layers cannot be recursive", ld->name,
+               L->active.n - i, L->active.n - i == 1 ? "" : "s");
+      return fe_none_val;
+    }
+  if (L->active.n >= MAX_CALL_DEPTH) {
+    error_at(loc, "layer calls nested more than %d deep", MAX_CALL_DEPTH);
+    return fe_none_val;
+  }
+  int np = ld->params.n;
+  const char **pnames = ARENA_ARRAY(L->a, const char *, np + 1);
+  for (int i = 0; i < np; i++) pnames[i] = ((LayerParam *)ld->params.v[i])->name;
+  /* Bind arguments (any number of parameters: arrays, not a Bound). */
+  Val *bv = ARENA_ARRAY(L->a, Val, np + 1);
+  SrcLoc *bl = ARENA_ARRAY(L->a, SrcLoc, np + 1);
+  bool *given = ARENA_ARRAY(L->a, bool, np + 1);
+  bool ok = fe_match_args(arena_printf(L->a, "layer `%s`", ld->name), ld->name, pnames, np, call, argv, bv, bl, given);
+  for (int k = 0; k < np && ok; k++) {
+    const LayerParam *lp = ld->params.v[k];
+    if (!given[k] && !lp->def) {
+      error_at(loc, "`%s` is missing its argument `%s`", ld->name, lp->name);
+      ok = false;
+    }
+  }
+  if (!ok) return fe_none_val;
+
+  const char *inst = fe_instance_name(L, s, ld->name);
+  Graph *body = ir_graph_new(L->a, s->g);
+  Scope *ls = fe_new_scope(L, SC_LAYER, L->model, body, arena_printf(L->a, "%s%s.", s->prefix, inst));
+  PtrVec inputs = {0};
+  for (int k = 0; k < np && ok; k++) {
+    const LayerParam *lp = ld->params.v[k];
+    Val v = given[k] ? bv[k] : fe_eval(L, ls, lp->def);
+    SrcLoc vl = given[k] ? bl[k] : loc;
+    if (v.kind == V_NONE) {
+      ok = false;
+      break;
+    }
+    if (lp->has_pattern) {
+      if (v.kind != V_TENSOR) {
+        error_at(vl, "argument `%s` of `%s` must be a tensor, got %s", lp->name, ld->name, fe_describe(L, &v));
+        ok = false;
+        break;
+      }
+      if (!fe_match_pattern(L, ls, ld, lp, v.t, vl)) {
+        ok = false;
+        break;
+      }
+    }
+    if (v.kind == V_TENSOR && v.t->def->graph != body) { /* a default computed in the body stays there */
+      Value *outer = fe_use(L, s, v.t);
+      Node *arg = ir_add_arg(body, outer->dtype, outer->shape, lp->name);
+      arg->loc = lp->loc;
+      vec_push(L->a, &inputs, outer);
+      v = fe_tensor_val(arg->out[0]);
+    }
+    if (fe_find_local(ls, lp->name)) {
+      error_at(lp->loc, "`%s` names both an argument and a dim of a shape pattern", lp->name);
+      ok = false;
+      break;
+    }
+    fe_bind(L, ls, lp->name, v, false, lp->loc);
+  }
+  if (!ok) return fe_none_val;
+
+  vec_push(L->a, &L->active, (void *)ld);
+  bool saved_returned = L->returned;
+  Val saved_ret = L->ret;
+  L->returned = false;
+  L->ret = fe_none_val;
+  int errors = diag_errors();
+  fe_lower_block(L, ls, &ld->body);
+  Val ret = L->ret;
+  bool returned = L->returned;
+  L->returned = saved_returned;
+  L->ret = saved_ret;
+  L->active.n--;
+  if (diag_errors() != errors) { /* the body's errors may be in another file: say which call led there */
+    note_at(loc, "in the call of layer `%s` here", ld->name);
+    return fe_none_val;
+  }
+  if (!returned) {
+    error_at(ld->loc, "layer `%s` ends without `return`", ld->name);
+    return fe_none_val;
+  }
+
+  /* Tensor results become the CALL's outputs; other values pass through. */
+  int nr = ret.kind == V_TUPLE ? ret.n : 1;
+  Val *rv = ret.kind == V_TUPLE ? ret.items : &ret;
+  Val *outv = ARENA_ARRAY(L->a, Val, nr);
+  int nt = 0;
+  for (int i = 0; i < nr; i++) {
+    if (rv[i].kind == V_NONE) return fe_none_val;
+    if (rv[i].kind == V_TENSOR) {
+      ir_add_result(body, fe_use(L, ls, rv[i].t), NULL);
+      nt++;
+    }
+  }
+  Node *n = ir_node_new(s->g, OP_CALL, inputs.n, (Value **)inputs.v, nt, loc);
+  n->body = body;
+  body->owner = n;
+  n->a.name = inst;
+  if (!ir_infer(n)) return fe_none_val;
+  int t = 0;
+  for (int i = 0; i < nr; i++) outv[i] = rv[i].kind == V_TENSOR ? fe_tensor_val(n->out[t++]) : rv[i];
+  if (nr == 1) return outv[0];
+  Val tup = fe_none_val;
+  tup.kind = V_TUPLE;
+  tup.n = nr;
+  tup.items = outv;
+  return tup;
+}
 
 static bool eval_shape(Lower *L, Scope *s, const PtrVec *dims, SrcLoc loc, Shape *out) {
   if (dims->n > IR_MAX_RANK) {
@@ -163,6 +467,7 @@ static void lower_const(Lower *L, Scope *s, const Stmt *st) {
 }
 
 static const char *const dtype_names[] = {"f32", "bf16", "f16", "f64", "i32", "i64"};
+
 static const DType dtypes[] = {DT_F32, DT_BF16, DT_F16, DT_F64, DT_I32, DT_I64};
 
 static void lower_input(Lower *L, Scope *s, const Stmt *st) {
