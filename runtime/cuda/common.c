@@ -1,4 +1,5 @@
-/* runtime/cuda/common.c — hashing, the on-disk cache and the embedded kernel headers (see cu_internal.h). */
+/* runtime/cuda/common.c — the open device of a context, errors, hashing, the on-disk cache and the
+ * embedded kernel headers (see cu_internal.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,13 @@ extern const char *const sk_header_names[];
 extern const char *const sk_header_sources[];
 extern const int sk_nheaders;
 #endif
+
+/* The open device of a context (every device operation starts here; device.c opens it). */
+RtCuDev *rt_cu_dev(RtCtx *ctx) {
+  RtCuDev *d = ctx ? ctx->kernels : NULL;
+  if (!d || !d->ops) rt_fatal(1, "CUDA: a device operation ran before the device was opened");
+  return d;
+}
 
 void rt_cu_error(const char *fmt, ...) {
   va_list ap;

@@ -376,12 +376,6 @@ fail:
 
 /* ---- rt_cuda_device: the RtDevice every CUDA trainer references ---- */
 
-RtCuDev *rt_cu_dev(RtCtx *ctx) {
-  RtCuDev *d = ctx ? ctx->kernels : NULL;
-  if (!d || !d->ops) rt_fatal(1, "CUDA: a device operation ran before the device was opened");
-  return d;
-}
-
 static int dev_open(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem) {
   const char *sel = getenv("SHARDRT_DEVICE");
   RtCuDev *d = calloc(1, sizeof *d);
