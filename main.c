@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen.h"
 #include "diag.h"
@@ -110,6 +111,34 @@ static void print_launch_hint(const Module *m, const char *trainer) {
           "(--world 1 builds a single-process one)\n",
           trainer, mm->world, mm->dim[RT_AX_DP], mm->dim[RT_AX_PP], mm->dim[RT_AX_CP], mm->dim[RT_AX_TP], mm->world,
           dir, trainer);
+}
+
+/* Where shardc's own files are. Installed (`cmake --install`), shardc sits in <prefix>/bin beside
+ * <prefix>/share/shardc/models, <prefix>/include/shardc (the runtime's headers) and <prefix>/lib/shardc
+ * (libshardrt): found from the executable's own path, so a moved prefix still works. Otherwise it
+ * runs from its build tree: the models and runtime of the source tree it was built from. */
+typedef struct {
+  char models[4096], include[4096], lib[4096];
+  bool installed;
+} Home;
+
+static void find_home(Home *h) {
+  char exe[4000]; /* room for the suffixes below in Home's fields */
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  h->installed = false;
+  snprintf(h->models, sizeof h->models, "%s", SHARDC_MODELS_DIR);
+  if (n <= 0) return;
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (!slash) return;
+  *slash = 0; /* <prefix>/bin */
+  char probe[4200];
+  snprintf(probe, sizeof probe, "%s/../share/shardc/models/std/transformer.model", exe);
+  if (access(probe, R_OK) != 0) return;
+  snprintf(h->models, sizeof h->models, "%s/../share/shardc/models", exe);
+  snprintf(h->include, sizeof h->include, "%s/../include/shardc", exe);
+  snprintf(h->lib, sizeof h->lib, "%s/../lib/shardc", exe);
+  h->installed = true;
 }
 
 /* A whole number in [lo, hi] written in decimal digits only ("1e8", "4294967298" and "-1" are
@@ -224,7 +253,13 @@ static int compile(int argc, char **argv, Diag *diag) {
     error_plain("--dump-ir=%s: expected after:PASS, dot or mesh", dump);
     return 1;
   }
-  import_dirs[nimport++] = SHARDC_MODELS_DIR;
+  Home home;
+  find_home(&home);
+  import_dirs[nimport++] = home.models;
+  if (home.installed) {
+    cg.runtime_include = home.include;
+    cg.runtime_lib = home.lib;
+  }
 
   FeOptions fo = {.import_dirs = import_dirs,
                   .nimport_dirs = nimport,

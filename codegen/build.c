@@ -88,7 +88,7 @@ static bool output_writable(const char *out) {
 bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   char tmpl[] = "/tmp/shardc-XXXXXX";
   bool cuda = m->target == TARGET_CUDA;
-  if (cuda && !*CG_CUDA_LINK_DEPS) {
+  if (cuda && !CG_HAVE_CUDA) {
     error_plain("--target cuda: this shardc was built without the CUDA toolkit (libshardrt_cuda is missing); "
                 "install CUDA and rebuild shardc, or build with --target cpu (`shardc plan --emit-c DIR` still "
                 "writes the source)");
@@ -108,13 +108,26 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   if (!cc || !*cc) cc = "cc";
   const char *cflags = o->cflags ? o->cflags : "-O2";
   char *qsrc = shell_quoted(src), *qout = shell_quoted(out);
-  const char *xinc = cuda ? CG_CUDA_INCLUDES : "", *xlink = cuda ? CG_CUDA_LINK_DEPS : "";
-  size_t len = strlen(cc) + strlen(cflags) + strlen(qsrc) + strlen(qout) + strlen(CG_INCLUDES) +
-               strlen(CG_RUNTIME_LIB) + strlen(CG_LINK_DEPS) + strlen(xinc) + strlen(xlink) + 64;
+  /* the runtime's headers and libraries: the install prefix's (the driver found them) or the build tree's */
+  const char *inc = o->runtime_include ? o->runtime_include : CG_TREE_RUNTIME_INCLUDE;
+  const char *lib = o->runtime_lib ? o->runtime_lib : CG_TREE_RUNTIME_LIB;
+  char *qinc = shell_quoted(inc), *qlib = shell_quoted(lib);
+  size_t len = strlen(cc) + strlen(cflags) + strlen(qsrc) + strlen(qout) + 4 * strlen(qinc) + 3 * strlen(qlib) +
+               strlen(CG_SYS_INCLUDES) + strlen(CG_LINK_DEPS) + strlen(CG_CUDA_SYS_INCLUDES) +
+               strlen(CG_CUDA_SYS_LINK_DEPS) + 256;
   char *cmd = malloc(len);
   if (!cmd) die("out of memory");
-  snprintf(cmd, len, "%s %s -std=gnu11 %s%s%s -o %s %s %s %s", cc, cflags, qsrc, CG_INCLUDES, xinc, qout,
-           CG_RUNTIME_LIB, CG_LINK_DEPS, xlink);
+  if (cuda)
+    snprintf(cmd, len,
+             "%s %s -std=gnu11 %s -I%s -I%s/ops -I%s/cuda%s%s -o %s %s/libshardrt.a %s %s/libshardrt_cuda.a "
+             "%s/libshardrt.a %s",
+             cc, cflags, qsrc, qinc, qinc, qinc, CG_SYS_INCLUDES, CG_CUDA_SYS_INCLUDES, qout, qlib, CG_LINK_DEPS, qlib,
+             qlib, CG_CUDA_SYS_LINK_DEPS);
+  else
+    snprintf(cmd, len, "%s %s -std=gnu11 %s -I%s -I%s/ops%s -o %s %s/libshardrt.a %s", cc, cflags, qsrc, qinc, qinc,
+             CG_SYS_INCLUDES, qout, qlib, CG_LINK_DEPS);
+  free(qinc);
+  free(qlib);
   free(qsrc);
   free(qout);
   if (o->verbose) fprintf(stderr, "shardc: %s\n", cmd);

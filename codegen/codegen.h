@@ -12,6 +12,8 @@ typedef struct {
   const char *cc;          /* C compiler; NULL: $CC or "cc" */
   const char *cflags;      /* extra flags; NULL: "-O2" */
   bool verbose;            /* print the compiler command */
+  const char *runtime_include; /* the runtime's headers (program.h, ops/, cuda/); NULL: the build tree's */
+  const char *runtime_lib;     /* the folder of libshardrt.a (and libshardrt_cuda.a); NULL: the build tree's */
 } CgOptions;
 
 /* Writes the C host program for m (after pass_memplan) to f. Returns false on
