@@ -80,6 +80,8 @@ struct CgTarget {
   /* A statement copying `bytes` bytes from src to dst (C pointer expressions into M); overlap:
    * the two may overlap. */
   void (*copy)(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap);
+  /* A statement zeroing `bytes` bytes at dst (a C pointer expression into M). */
+  void (*zero)(Cg *c, const char *dst, int64_t bytes);
   /* After the three entry points, before workspace_bytes(): the target's definitions (CUDA: the
    * kernels' source) and its remaining workspace needs (cg_ws_need). */
   void (*finish)(Cg *c);

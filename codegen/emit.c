@@ -361,21 +361,25 @@ static int emit_node(Cg *c, Node *n) {
     cg_line(c, "}");
     return 1;
   }
+  Node *const *run = &n->graph->nodes[c->pos]; /* (emitting a REPEAT's body moves c->pos) */
   cg_line(c, "if (rt_ctx_coord(ctx, RT_AX_PP) == %d) {", n->stage - 1);
   c->indent++;
-  int k = emit_node_any(c, n);
+  int k = emit_node_any(c, n); /* a fused run holds one stage's nodes (passes/fuse.c) */
   c->indent--;
-  if (k != 1) die("codegen: a fused run of %d nodes from a pipeline stage's node", k);
   bool zero = false;
-  for (int q = 0; q < n->nout; q++) zero |= read_elsewhere(n->graph, n, q);
+  for (int i = 0; i < k; i++)
+    for (int q = 0; q < run[i]->nout; q++) zero |= read_elsewhere(n->graph, run[i], q);
   if (zero) {
     cg_line(c, "} else {");
-    for (int q = 0; q < n->nout; q++)
-      if (read_elsewhere(n->graph, n, q))
-        cg_line(c, "  memset(%s, 0, %" PRId64 ");", cg_ptr(c, n->out[q]), ir_numel(&n->out[q]->shape) * ir_dtype_size(n->out[q]->dtype));
+    c->indent++;
+    for (int i = 0; i < k; i++)
+      for (int q = 0; q < run[i]->nout; q++)
+        if (read_elsewhere(n->graph, run[i], q))
+          c->t->zero(c, cg_ptr(c, run[i]->out[q]), ir_numel(&run[i]->out[q]->shape) * ir_dtype_size(run[i]->out[q]->dtype));
+    c->indent--;
   }
   cg_line(c, "}");
-  return 1;
+  return k;
 }
 
 static int emit_node_any(Cg *c, Node *n) {
@@ -577,14 +581,6 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     error_at(m->plan.loc, "the %s target cannot run context parallelism (cp %d) yet: ring attention's send / recv "
              "and attention blocks run on the CPU target only", c.t->name, m->mesh->dim[RT_AX_CP]);
     note("build with --target cpu, or -D cp=1 for the GPU");
-    arena_free(&a);
-    return false;
-  }
-  if (m->mesh && m->mesh->dim[RT_AX_PP] > 1 && m->target != TARGET_CPU) {
-    error_at(m->plan.opt_loc[PLAN_OPT_PP].file ? m->plan.opt_loc[PLAN_OPT_PP] : m->plan.loc,
-             "the %s target cannot run pipeline parallelism (pp %d) yet: the stages' send / recv run on the CPU "
-             "target only", c.t->name, m->mesh->dim[RT_AX_PP]);
-    note("build with --target cpu, or -D pp=1 for the GPU");
     arena_free(&a);
     return false;
   }

@@ -277,6 +277,8 @@ static void cpu_copy(Cg *c, const char *dst, const char *src, int64_t bytes, boo
   cg_line(c, "%s(%s, %s, %" PRId64 ");", overlap ? "memmove" : "memcpy", dst, src, bytes);
 }
 
+static void cpu_zero(Cg *c, const char *dst, int64_t bytes) { cg_line(c, "memset(%s, 0, %" PRId64 ");", dst, bytes); }
+
 static void nothing(Cg *c) { (void)c; }
 
 const CgTarget cg_target_cpu = {
@@ -287,6 +289,7 @@ const CgTarget cg_target_cpu = {
     .prologue = cpu_prologue,
     .node = cpu_node,
     .copy = cpu_copy,
+    .zero = cpu_zero,
     .finish = nothing,
     .program = nothing,
 };

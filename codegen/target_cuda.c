@@ -293,6 +293,10 @@ static void cuda_prologue(Cg *c) {
                 "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n");
 }
 
+static void cuda_zero(Cg *c, const char *dst, int64_t bytes) {
+  cg_line(c, "rt_cu_zero(ctx, %s, %" PRId64 ");", dst, bytes);
+}
+
 static void cuda_copy(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
   (void)overlap; /* a device copy may overlap */
   cg_line(c, "rt_cu_copy(ctx, %s, %s, %" PRId64 ");", dst, src, bytes);
@@ -324,6 +328,7 @@ const CgTarget cg_target_cuda = {
     .prologue = cuda_prologue,
     .node = cuda_node,
     .copy = cuda_copy,
+    .zero = cuda_zero,
     .finish = cuda_finish,
     .program = cuda_program,
 };

@@ -5,6 +5,7 @@
  * nothing) and takes the nodes that follow while each one
  *   - is elementwise too, with the group's output shape,
  *   - reads only members of the group or values that broadcast to that shape,
+ *   - belongs to the same pipeline stage as the group's first (Node.stage: one stage runs it),
  *   - keeps the group within FUSE_MAX_NODES nodes and FUSE_MAX_INPUTS values read from outside
  *     (an input counted once per node that first reads it, twice when a node reads it twice).
  * The first node that does not fit starts the next group (when it can start one). Members get
@@ -53,6 +54,7 @@ static bool is_ext(const Group *r, const Value *v) {
 /* Adds n to the group if it fits; false leaves the group as it was. */
 static bool try_add(Group *r, const Node *n, const Shape *S) {
   if (!elementwise(n) || !ir_shape_eq(&n->out[0]->shape, S) || r->n == FUSE_MAX_NODES) return false;
+  if (r->n && n->stage != r->mem[0]->stage) return false; /* one pipeline stage's nodes (or none's) */
   const Value *fresh[2];
   int nfresh = 0;
   for (int k = 0; k < n->nin; k++) {

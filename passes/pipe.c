@@ -94,6 +94,21 @@ static void mark_anc(Pp *p, Value *v, char c, char *on) {
   for (int j = 0; j < d->nin; j++) mark_anc(p, d->in[j], c, on);
 }
 
+/* A parameter's cast (the precision pass's bf16 copy, read by the first stage's embedding and the
+ * last's tied head alike): computed on every stage, like the loops' other invariants. */
+static bool param_cast(const Node *x) { return x->op == OP_CAST && x->in[0]->def->op == OP_PARAM; }
+
+/* Whether x reads a backward loop's stacked outputs (ys: every layer's parameter gradients, each
+ * stage holding its own layers'): then x is per stage, like the sums those gradients go into. */
+static bool reads_layer_grads(const Pp *p, const Node *x) {
+  for (int l = 0; l < 2; l++) {
+    const Node *r = l == 0 ? p->B : p->W;
+    for (int k = r ? r->a.ncarry : 0; r && k < r->nout; k++)
+      if (reads_value(x, r->out[k])) return true;
+  }
+  return false;
+}
+
 static bool classify(Pp *p) {
   Graph *b = p->body;
   int n = b->nnodes;
@@ -109,6 +124,13 @@ static bool classify(Pp *p) {
       for (int j = 0; j < r->body->nodes[x]->nin; j++) mark_anc(p, r->body->nodes[x]->in[j], C_ALL, anc);
   }
   for (int j = 0; j < p->F->a.ncarry; j++) mark_anc(p, p->F->in[j], C_FIRST, anc);
+  char *sums = calloc((size_t)n + 1, 1); /* reads a running sum (a carry argument), or what does */
+  if (!sums) die("out of memory");
+  for (int i = 0; i < n; i++) {
+    Node *x = b->nodes[i];
+    for (int c = 0; c < p->A->a.ncarry && !sums[i]; c++) sums[i] = x->op != OP_ARG && reads_value(x, b->args[c]->out[0]);
+    for (int o = 0; o < i && !sums[i]; o++) sums[i] = sums[o] && reads_node(x, b->nodes[o]);
+  }
   for (int i = 0; i < n; i++) {
     Node *x = b->nodes[i];
     if (x->op == OP_ARG) continue;
@@ -117,16 +139,18 @@ static bool classify(Pp *p) {
       dep[i] = x == p->F ? 1 : 2;
       continue;
     }
-    if (anc[i] == C_ALL) {
+    if (anc[i] == C_ALL || param_cast(x)) {
       p->cls[i] = C_ALL;
       continue;
     }
     for (int o = 0; o < i; o++)
       if (dep[o] && reads_node(x, b->nodes[o])) dep[i] |= dep[o] | (p->cls[o] == C_LAST ? 4 : 0);
     if (anc[i] == C_FIRST) p->cls[i] = C_FIRST;
+    else if (reads_layer_grads(p, x)) p->cls[i] = C_MERGE; /* each stage's own layers (bf16: their cast) */
     else if (dep[i] & 2) p->cls[i] = dep[i] & 4 ? C_MERGE : C_FIRSTB;
     else if (dep[i] & 1) p->cls[i] = C_LAST;
-    else p->cls[i] = C_MERGE; /* reads neither loop: the sums' own arguments */
+    else if (sums[i]) p->cls[i] = C_MERGE; /* reads neither loop: the sums' own arguments */
+    else p->cls[i] = C_ALL; /* reads neither loop nor a sum (a parameter's bf16 cast): on every stage */
     if (p->cls[i] == C_LAST) dep[i] |= 4;
   }
   /* the sums: every node reading a carry argument merges */
@@ -151,6 +175,7 @@ static bool classify(Pp *p) {
   }
   free(anc);
   free(dep);
+  free(sums);
   return ok;
 }
 
@@ -276,7 +301,8 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
   for (int j = 0; j < d->nin; j++) {
     in[j] = lookup(p, sm, mb, d->in[j]);
     bool xs = j >= d->a.ncarry && j < d->a.ncarry + d->a.nxs;
-    if (loop && xs && p->v > 1 && d->in[j]->def->graph != p->body) in[j] = chunk_of(p, vs / p->pp, in[j]);
+    /* a stage's whole stack of layers (a parameter, or its bf16 cast on every stage): the chunk's rows */
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->per * p->v) in[j] = chunk_of(p, vs / p->pp, in[j]);
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
       die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
   }

@@ -15,6 +15,7 @@
  *   - on the emulated device, device memory is host memory: the collectives run on the host
  *     groups (libfabric) and complete before they return, as on the CPU target.
  */
+#include <cuda_runtime.h>
 #include <stdio.h>
 
 #include "cu_internal.h"
@@ -33,8 +34,26 @@ static int dev_then(RtCtx *ctx, RtReq *q) {
   return d->stream && rt_nccl_then(q, d->stream);
 }
 
-const RtCollDevice rt_cu_coll_device = {
-    .copy = dev_copy, .copy_block = rt_cu_copy_block, .group = dev_group, .then = dev_then};
+/* A send's copy: stream-ordered device memory on a GPU (released after the send finished, so after
+ * the comm stream read it); NULL on the emulated device (its memory is the host's: coll.c copies
+ * on the host). */
+static void *dev_alloc(RtCtx *ctx, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (!d->stream) return NULL;
+  void *p = NULL;
+  if (cudaMallocAsync(&p, (size_t)bytes, (cudaStream_t)d->stream) != cudaSuccess)
+    rt_fatal(1, "CUDA: cannot allocate %lld bytes for a pipeline send", (long long)bytes);
+  return p;
+}
+
+static void dev_release(RtCtx *ctx, void *p) { cudaFreeAsync(p, (cudaStream_t)rt_cu_dev(ctx)->stream); }
+
+const RtCollDevice rt_cu_coll_device = {.copy = dev_copy,
+                                        .copy_block = rt_cu_copy_block,
+                                        .group = dev_group,
+                                        .then = dev_then,
+                                        .alloc = dev_alloc,
+                                        .release = dev_release};
 
 int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
   static const char *const names[RT_AX_COUNT] = {[RT_AX_DP] = "dp (nccl)", [RT_AX_PP] = "pp (nccl)",

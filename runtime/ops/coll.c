@@ -88,11 +88,18 @@ void rt_coll_reap(int all) {
 
 /* Ends a collective whose results the program reads next: a device orders its later work
  * after it (the host goes on), host memory waits here. */
+static void keep_ordered(RtReq *q);
+
 static void complete(RtCtx *ctx, RtReq *q) {
   if (!dev || !dev->then(ctx, q)) {
     rt_wait(q);
     return;
   }
+  keep_ordered(q);
+}
+
+/* q, which the device ordered its later work after, is freed by rt_coll_reap once finished. */
+static void keep_ordered(RtReq *q) {
   rt_coll_reap(0);
   if (ordered.n == ordered.cap) {
     int cap = ordered.cap ? 2 * ordered.cap : 64;
@@ -495,7 +502,9 @@ void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x,
 
 static struct {
   RtReq **q;   /* [n] sends in flight */
-  void **copy; /* [n] what each sends */
+  void **copy; /* [n] what each sends: host memory, or the device's (dev->alloc) */
+  bool *ondev; /* [n] copy[i] is the device's */
+  RtCtx *ctx;  /* the program's context (for dev->release) */
   int n, cap;
 } sends;
 
@@ -504,21 +513,21 @@ static void reap_sends(int all) {
   for (int i = 0; i < sends.n; i++) {
     if (all || rt_test(sends.q[i])) {
       rt_wait(sends.q[i]);
-      free(sends.copy[i]);
+      if (sends.ondev[i]) dev->release(sends.ctx, sends.copy[i]);
+      else free(sends.copy[i]);
     } else {
       sends.q[k] = sends.q[i];
+      sends.ondev[k] = sends.ondev[i];
       sends.copy[k++] = sends.copy[i];
     }
   }
   sends.n = k;
 }
 
+/* The group of a pipeline transfer along axis (the device's, NCCL on a GPU) and the peer's index
+ * in it: this rank's coordinate + offset. */
 static RtGroup *p2p_group(RtCtx *ctx, int axis, int64_t offset, int *peer) {
   RtGroup *g = group_of(ctx, axis);
-  if (dev) {
-    fprintf(stderr, "shardrt: pipeline send / recv of device memory is not implemented\n");
-    exit(1);
-  }
   int deg = rt_ctx_degree(ctx, axis);
   *peer = rt_ctx_coord(ctx, axis) + (int)offset;
   if (!g || *peer < 0 || *peer >= deg) {
@@ -537,21 +546,33 @@ void rt_coll_send(RtCtx *ctx, int axis, int64_t offset, const void *x, int64_t b
   if (sends.n == sends.cap) {
     int cap = sends.cap ? 2 * sends.cap : 16;
     RtReq **q = realloc(sends.q, (size_t)cap * sizeof *q);
+    if (q) sends.q = q;
     void **c = q ? realloc(sends.copy, (size_t)cap * sizeof *c) : NULL;
-    if (!q || !c) {
+    if (c) sends.copy = c;
+    bool *d = c ? realloc(sends.ondev, (size_t)cap * sizeof *d) : NULL;
+    if (!d) {
       fprintf(stderr, "shardrt: out of memory\n");
       exit(1);
     }
-    sends.q = q;
-    sends.copy = c;
+    sends.ondev = d;
     sends.cap = cap;
   }
-  void *copy = malloc(bytes > 0 ? (size_t)bytes : 1);
-  if (!copy) {
-    fprintf(stderr, "shardrt: out of memory\n");
-    exit(1);
+  /* a copy, so that x's bytes may be reused at once: in device memory on a GPU (the device's copy
+   * is ordered before the send), else (host memory, the emulated device's too) in the host's */
+  void *copy = dev ? dev->alloc(ctx, bytes > 0 ? bytes : 1) : NULL;
+  bool ondev = copy != NULL;
+  if (ondev) {
+    dev->copy(ctx, copy, x, bytes);
+  } else {
+    copy = malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (!copy) {
+      fprintf(stderr, "shardrt: out of memory\n");
+      exit(1);
+    }
+    memcpy(copy, x, (size_t)bytes);
   }
-  memcpy(copy, x, (size_t)bytes);
+  sends.ctx = ctx;
+  sends.ondev[sends.n] = ondev;
   sends.copy[sends.n] = copy;
   sends.q[sends.n++] = rt_send_start(g, peer, copy, (size_t)bytes, tag);
   ctx->comm_s += now() - t0;
@@ -562,6 +583,11 @@ void rt_coll_recv(RtCtx *ctx, int axis, int64_t offset, void *y, int64_t bytes, 
   RtGroup *g = p2p_group(ctx, axis, offset, &peer);
   double t0 = now();
   RtReq *r = rt_recv_start(g, peer, y, (size_t)bytes, tag);
+  if (dev && dev->then(ctx, r)) { /* a GPU: its later work waits for the receive, the host goes on */
+    keep_ordered(r);
+    ctx->comm_s += now() - t0;
+    return;
+  }
   while (!rt_test(r)) reap_sends(0); /* the sends in flight move on while this one waits */
   rt_wait(r);
   ctx->comm_s += now() - t0;

@@ -120,6 +120,10 @@ typedef struct {
   /* Makes the device's later work wait for q (just started) without blocking the host; false when
    * it cannot (a host-memory group: the caller waits on the host). */
   int (*then)(RtCtx *ctx, RtReq *q);
+  /* Device memory for an asynchronous send's copy of what it sends (released once the send
+   * finished); NULL where device memory is host memory (the emulated device: a host copy). */
+  void *(*alloc)(RtCtx *ctx, int64_t bytes);
+  void (*release)(RtCtx *ctx, void *p);
 } RtCollDevice;
 /* One per process (a process runs one program): set when the device opens, NULL when it closes. */
 void rt_coll_set_device(const RtCollDevice *dev);

@@ -28,6 +28,10 @@
 #                                         fraction of lr, except where |g| ~ eps: 1e-3 lr + 1e-7 per
 #                                         step as in test_compiled_vs_interp; measured: 7.5e-8)
 #   optimizer      |diff| <= 2.5e-7      (the moments: measured 3.7e-9)
+# pp2, pp2bf16: two pipeline stages (one layer each, the embedding on the first, the head and loss on
+# the last), 2 micro-batches in the 1F1B schedule: the stages' activations and gradients go as
+# asynchronous sends from a device copy and receives the device waits for (NCCL on a GPU), the
+# nodes of the other stage are skipped, what it reads of them zeroed on the device; f32 and bf16.
 # accum, accumbf16: dp=2 with 2 micro-steps per step, the last one after the accumulation loop
 # (passes/peel.c: its backward loop adds each layer's gradient to the running sum and all-reduces
 # it; in bf16 the cast to the f32 sum moves into that loop too), in f32 and in bf16.
@@ -76,7 +80,9 @@ case $what in
   bf16) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   accum) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8) ;;
   accumbf16) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|accum|accumbf16|nogpu" >&2; exit 2 ;;
+  pp2) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2) ;;
+  pp2bf16) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"

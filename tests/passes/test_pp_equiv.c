@@ -14,7 +14,12 @@
  * Interleaved 1F1B (2 chunks per stage) runs at pp 2 for every plan with an even number of
  * micro-batches; zero bubble (the backward loop split into input- and weight-gradient loops) for
  * every plan. Then again with activation recompute (tiny full, Llama selective) and with ZeRO 1
- * (tiny) and 2 (Llama) on the plans with dp 2. Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
+ * (tiny) and 2 (Llama) on the plans with dp 2. Then tiny in bf16 (the CUDA target's precision: the
+ * parameters' bf16 casts on every stage, each stage's layer gradients cast to f32 on that stage):
+ * the interpreter rounds every bf16 value, and a pipelined step rounds per micro-batch what the
+ * single rank rounds once over the batch, so there the bound is TOL_BF16 = 2^-12, 1/16 of bf16's
+ * unit roundoff (measured 7.1e-6; a stage's gradients lost or taken from another stage: 0.9).
+ * Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
  * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
  * bubbles (zb within 1F1B's memory), and
  * hand-written bad schedules rejected naming the stage, rank, step and instruction.
@@ -32,11 +37,12 @@
 #include "tb.h"
 
 #define TOL 1e-10
+#define TOL_BF16 (1.0 / 4096)
 
 static int failures;
 
-static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int pp, int dp, int tp,
-                       const char *sched, int64_t micro, int64_t batch) {
+static Module *compile(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
+                       int tp, const char *sched, int64_t micro, int64_t batch) {
   FeDefine d[24];
   int n = 0;
   char spp[16], sdp[16], stp[16], smb[24], sb[24];
@@ -58,6 +64,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
+  m->target = target;
   PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) return NULL;
   return m;
@@ -95,12 +102,12 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
   free(recvs);
 }
 
-static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
-                      int64_t V) {
+static void run_model(const char *label, Target target, double tol, const char *path, const FeDefine *defs,
+                      int ndefs, int64_t B, int64_t S, int64_t V) {
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
+  Module *ref = compile(&ra, target, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
     failures++;
@@ -123,7 +130,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       snprintf(what, sizeof what, "pp %d x dp %d x tp %d, %s, %lld micro-batches", pp, dp, tp, scheds[q], (long long)M);
       Arena pa;
       arena_init(&pa);
-      Module *pm = compile(&pa, path, defs, ndefs, pp, dp, tp, scheds[q], B / (M * dp), B);
+      Module *pm = compile(&pa, target, path, defs, ndefs, pp, dp, tp, scheds[q], B / (M * dp), B);
       if (!pm) {
         fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
         failures++;
@@ -133,7 +140,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
       Tensor ktok = tok, ktgt = tgt;
       ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
-      failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+      failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, tol, true);
       arena_free(&pa);
     }
   tensor_free(&tok);
@@ -233,24 +240,26 @@ static void check_schedules(void) {
 int main(void) {
   check_schedules();
   const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}};
-  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
+  run_model("tiny byte-level GPT (vocab 256, tied head)", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                             {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
-  run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
+  run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
             128);
   /* with activation recompute: the backward loops recompute what the forward ones no longer keep */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"recompute", "full"}};
-  run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
+  run_model("tiny, recompute full", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
   const FeDefine llama_rc[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                                {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}, {"recompute", "selective"}};
-  run_model("Llama shaped, recompute selective", SHARDC_MODELS_DIR "/llama3-8b.model", llama_rc, 9, 8, 8, 128);
+  run_model("Llama shaped, recompute selective", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama_rc, 9, 8, 8, 128);
   /* with ZeRO 1 and 2 over dp (the plans with dp 2): the layer parameters' optimizer states and
    * gradients sharded over dp within each stage */
   const FeDefine tz1[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "1"}};
-  run_model("tiny, zero 1", SHARDC_MODELS_DIR "/tiny.model", tz1, 5, 8, 8, 256);
+  run_model("tiny, zero 1", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz1, 5, 8, 8, 256);
   const FeDefine lz2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                           {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}, {"zero", "2"}};
-  run_model("Llama shaped, zero 2", SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128);
+  run_model("Llama shaped, zero 2", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128);
+  const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};
+  run_model("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
