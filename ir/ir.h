@@ -166,6 +166,8 @@ struct Node {
                    target may run them as one kernel; 0: in no group */
   int stage;    /* pipeline predicate (passes/pipe.c): 0: every rank runs it; k > 0: only the ranks of
                    pipeline stage k - 1 run it and the others hold zeros in its outputs */
+  int instr;    /* pipeline (passes/pipe.c): k > 0: part of the schedule's instruction Module.pipe->order[k - 1]
+                   (its receive excepted), which the trainer's --trace times; 0: none */
 };
 
 struct Graph {

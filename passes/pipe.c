@@ -556,9 +556,17 @@ bool pass_pipe(Module *m) {
   for (int i = ia + 1; i < nn; i++) after[nafter++] = g->nodes[i];
   g->nnodes = ia;
   int done = 0; /* micro-batches merged, in order */
+  m->pipe->norder = total;
+  m->pipe->order = ARENA_ARRAY(m->arena, PipeInstr, total + 1);
+  m->pipe->order_stage = ARENA_ARRAY(m->arena, int, total + 1);
   for (int k = 0; k < total; k++) {
     PipeInstr in = s.list[order[k].stage][order[k].step];
+    int n0 = g->nnodes;
     run_instr(&p, order[k].stage, in);
+    m->pipe->order[k] = in;
+    m->pipe->order_stage[k] = order[k].stage;
+    for (int q = n0; q < g->nnodes; q++) /* its nodes, for the trace (a receive is a wait: apart) */
+      if (g->nodes[q]->op != OP_RECV) g->nodes[q]->instr = k + 1;
     left[in.mb]--;
     while (done < p.M && left[done] == 0) run_merges(&p, done++);
   }

@@ -93,6 +93,9 @@ typedef struct PipePlan {
   int64_t layers;     /* in the model */
   PipeStage *stage;   /* [pp] */
   double bubble;      /* predicted idle fraction (pipe_sched_time, times in proportion to FLOPs) */
+  PipeInstr *order;   /* [norder]: the instructions in the program's order (Node.instr = 1 + index) */
+  int *order_stage;   /* [norder]: the stage running each */
+  int norder;
 } PipePlan;
 
 /* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. */
