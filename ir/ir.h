@@ -203,6 +203,11 @@ void ir_move_last(Graph *g, int pos);
 void ir_topo_sort(Graph *g);
 /* Removes nodes whose outputs are unused and that have no side effects; keeps results. */
 void ir_remove_dead(Graph *g);
+/* Pipeline stages reading g's values: rstage[id] (room for every id of g's values) becomes the
+ * Node.stage of every reader of value id in g (a stage_select's input j: j + 1, read on stage j
+ * only; a read inside a region's body: the region's stage), -1 when the readers' stages differ or
+ * g yields the value, -2 when nothing reads it. */
+void ir_reader_stages(const Graph *g, int *rstage, int nids);
 /* Number of uses of v within g (not counting results). */
 int ir_count_uses(const Graph *g, const Value *v);
 

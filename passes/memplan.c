@@ -174,23 +174,6 @@ static int64_t peak_of(const Interval *iv, int n, int npos, int64_t by_class[MEM
   return top < 0 ? 0 : top;
 }
 
-/* rstage[id]: the Node.stage of every reader of value id in g (nested bodies: their region's
- * stage), -1 when readers differ or g yields it, 0 also for no reader yet (then unset: -2). */
-static void reader_stages(const Graph *g, const Graph *in, int stage, int *rstage) {
-  for (int i = 0; i < in->nnodes; i++) {
-    const Node *x = in->nodes[i];
-    int st = in == g ? x->stage : stage;
-    for (int j = 0; j < x->nin; j++) {
-      const Value *u = x->in[j];
-      if (u->def->graph != g) continue;
-      if (x->op == OP_STAGE_SELECT && in == g) st = j + 1; /* input j is read on stage j only */
-      int *r = &rstage[u->id];
-      *r = *r == -2 ? st : *r == st ? st : -1;
-    }
-    if (x->body) reader_stages(g, x->body, st, rstage);
-  }
-}
-
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
 
 /* Does any node after `n` in g read `v`? (Then n cannot overwrite v in place.) */
@@ -368,11 +351,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   g->next_value_id = nv;
   int *slot = ARENA_ARRAY(tmp, int, nv + 1);
   bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
-  int *rstage = ARENA_ARRAY(tmp, int, nv + 1);
-  for (int v = 0; v < nv; v++) rstage[v] = -2;
-  reader_stages(g, g, 0, rstage);
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r]->def->graph == g) rstage[g->results[r]->id] = -1;
+  int *rstage = ARENA_ARRAY(tmp, int, nv + 1); /* the stages reading each value (ir_reader_stages) */
+  ir_reader_stages(g, rstage, nv);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int last = n->op == OP_SEND ? i + 1 : i; /* a send's data lives through its receive (one ring shift) */
