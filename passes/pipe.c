@@ -470,6 +470,14 @@ static void plan_report(Pp *p, const PipeSched *s) {
     if (p->g->nodes[i]->op == OP_PARAM)
       params += ir_numel(&p->g->nodes[i]->out[0]->shape) * ir_dtype_size(p->g->nodes[i]->out[0]->dtype);
   double all = class_flops(p, C_ALL);
+  double count = (double)p->F->a.count;
+  pl->layer_fwd = local_flops(p->F) / count;
+  pl->layer_wgt = p->W ? local_flops(p->W) / count : 0;
+  pl->layer_bwd = local_flops(p->B) / count;
+  pl->all_fwd = all;
+  pl->first_fwd = class_flops(p, C_FIRST);
+  pl->first_bwd = class_flops(p, C_FIRSTB);
+  pl->last_fwd = class_flops(p, C_LAST);
   for (int st = 0; st < p->pp; st++) {
     PipeStage *x = &pl->stage[st];
     bool first = st == 0, last = st == p->pp - 1;
