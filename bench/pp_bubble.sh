@@ -49,5 +49,5 @@ for c in "${configs[@]}"; do
     BEGIN { n = 0 }
     { med[n] = $1; if (n == 0 || $2 < lo) lo = $2; if ($3 > hi) hi = $3; n++ }
     END { m = n % 2 ? med[(n - 1) / 2] : (med[n / 2 - 1] + med[n / 2]) / 2
-          printf "%-7s %-3s %-12s %9.1f%% %9.1f%% %8.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * m, 100 * m / (pred / 100), 100 * lo, 100 * hi }'
+          printf "%-7s %-3s %-12s %9.1f%% %9.1f%% %8.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * m, 100 * m / pred, 100 * lo, 100 * hi }'
 done
