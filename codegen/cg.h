@@ -49,6 +49,7 @@ typedef struct Cg {
   const bool *need;     /* the top graph's nodes the entry point being emitted runs (NULL: all) */
   int indent;           /* of the lines cg_line writes, in steps of two spaces */
   bool ok;              /* false once a node was refused (cg_unsupported) */
+  int *rstage;          /* [top graph value id]: the pipeline stages reading it (ir_reader_stages) */
 } Cg;
 
 /* A target: how compute nodes become code. emit.c calls only these; `node` is called for every

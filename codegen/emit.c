@@ -10,6 +10,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cg.h"
@@ -17,7 +18,9 @@
 #include "diag.h"
 #include "memplan.h"
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
+#include "pipe_sched.h"
 #include "print.h"
+#include "ptrmap.h"
 
 static void bind_arg(Cg *c, const Node *arg, const char *expr) {
   arena_grow(c->a, (void **)&c->binds, &c->capargs, c->nargs + 1, sizeof(ArgBind));
@@ -326,27 +329,12 @@ static void emit_p2p(Cg *c, Node *n) {
  * nodes from n were emitted (a fused run's length). */
 static int emit_node_any(Cg *c, Node *n);
 
-/* Whether a node of another pipeline stage (or of every stage) reads output k of n. */
-static bool read_in(const Graph *b, const Value *v) {
-  for (int i = 0; i < b->nnodes; i++) {
-    for (int j = 0; j < b->nodes[i]->nin; j++)
-      if (b->nodes[i]->in[j] == v) return true;
-    if (b->nodes[i]->body && read_in(b->nodes[i]->body, v)) return true;
-  }
-  return false;
-}
-
-static bool read_elsewhere(const Graph *g, const Node *n, int k) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *x = g->nodes[i];
-    if (x->stage == n->stage) continue;
-    for (int j = 0; j < x->nin; j++) /* a stage_select reads its input j on stage j only */
-      if (x->in[j] == n->out[k] && !(x->op == OP_STAGE_SELECT && j == n->stage - 1)) return true;
-    if (x->body && read_in(x->body, n->out[k])) return true;
-  }
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r] == n->out[k]) return true;
-  return false;
+/* Whether a node of another pipeline stage (or of every stage) reads output k of n, or the graph
+ * yields it. */
+static bool read_elsewhere(const Cg *c, const Node *n, int k) {
+  if (n->graph != c->m->graph) die("codegen: a pipeline stage's node inside a region");
+  int r = c->rstage[n->out[k]->id];
+  return r != -2 && r != n->stage;
 }
 
 /* A node of one pipeline stage (Node.stage, passes/pipe.c): the other stages skip it and hold
@@ -368,13 +356,13 @@ static int emit_node(Cg *c, Node *n) {
   c->indent--;
   bool zero = false;
   for (int i = 0; i < k; i++)
-    for (int q = 0; q < run[i]->nout; q++) zero |= read_elsewhere(n->graph, run[i], q);
+    for (int q = 0; q < run[i]->nout; q++) zero |= read_elsewhere(c, run[i], q);
   if (zero) {
     cg_line(c, "} else {");
     c->indent++;
     for (int i = 0; i < k; i++)
       for (int q = 0; q < run[i]->nout; q++)
-        if (read_elsewhere(n->graph, run[i], q))
+        if (read_elsewhere(c, run[i], q))
           c->t->zero(c, cg_ptr(c, run[i]->out[q]), ir_numel(&run[i]->out[q]->shape) * ir_dtype_size(run[i]->out[q]->dtype));
     c->indent--;
   }
@@ -413,9 +401,26 @@ static bool polls_after(const Node *n) {
   return !(ir_ops[n->op].flags & F_COLL);
 }
 
+/* The trainer's --trace marks of a pipeline step (runtime/ops/trace.h): each schedule instruction's
+ * nodes (Node.instr) between rt_trace_instr and rt_trace_instr_end on its stage's ranks, and what
+ * follows the last instruction (the sums over pp, the clip, the update) as the optimizer. */
+static void trace_marks(Cg *c, int *cur, int next) {
+  const PipePlan *pl = c->m->pipe;
+  if (*cur == next) return;
+  if (*cur) cg_line(c, "rt_trace_instr_end(ctx, %d);", pl->order_stage[*cur - 1]);
+  if (*cur == pl->norder) cg_line(c, "rt_trace_phase(ctx, \"optimizer\");");
+  if (next) {
+    const PipeInstr *in = &pl->order[next - 1];
+    cg_line(c, "rt_trace_instr(ctx, %d, '%c', %d, %d);", pl->order_stage[next - 1], in->op, in->mb, in->chunk);
+  }
+  *cur = next;
+}
+
 static void emit_graph(Cg *c, Graph *g, const bool *need) {
   if (!g->parent) c->need = need;
   bool body_async = g->parent && has_async(g); /* earlier iterations' requests may be in flight */
+  bool traced = !g->parent && !need && c->m->pipe && c->m->pipe->norder; /* the step of a pipeline program */
+  int instr = 0; /* the instruction whose nodes are being emitted (Node.instr) */
   int next = 0; /* the first node not emitted yet (after a fused run: past it) */
   for (int i = 0; i < g->nnodes; i++) {
     emit_waits(c, g, i);
@@ -423,6 +428,7 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
     if (i < next) continue; /* inside a fused run already emitted */
     Node *n = g->nodes[i];
     if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) continue;
+    if (traced) trace_marks(c, &instr, n->instr);
     if (n->loc.file) cg_line(c, "/* %s:%d */", n->loc.file, n->loc.line);
     c->pos = i;
     long before = ftell(c->f);
@@ -431,6 +437,10 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
     if ((c->nwaits > 0 || body_async) && emitted && polls_after(n)) cg_line(c, "rt_coll_progress(ctx);");
   }
   emit_waits(c, g, g->nnodes);
+  if (traced) {
+    trace_marks(c, &instr, 0);
+    cg_line(c, "rt_trace_phase_end(ctx);");
+  }
 }
 
 /* Every asynchronous all-reduce is finished before an entry point returns. */
@@ -440,32 +450,63 @@ static void end_entry(Cg *c, bool async) {
   if (c->m->mesh && c->m->mesh->dim[RT_AX_PP] > 1) cg_line(c, "rt_coll_send_wait_all(ctx);");
 }
 
-/* Marks the nodes of the top graph that `v` depends on. */
+/* A pipeline send by its transfer: tag, mesh axis and stage, as one key (need_closure). */
+typedef struct {
+  int64_t key;
+  int pos; /* in the top graph */
+} SendKey;
+
+static int64_t send_key(int tag, int axis, int stage) { return ((int64_t)tag * RT_AX_COUNT + axis) * 4096 + stage; }
+
+static int send_key_cmp(const void *a, const void *b) {
+  const SendKey *x = a, *y = b;
+  return x->key != y->key ? (x->key > y->key) - (x->key < y->key) : x->pos - y->pos;
+}
+
+/* Marks the nodes of the top graph that `v` depends on. Linear: the nodes' positions and the
+ * pipeline sends by transfer are looked up, not searched (an unrolled schedule has ~10^5 nodes). */
 static void need_closure(const Graph *g, const Value *v, bool *need) {
   int i = g->nnodes - 1;
   while (i >= 0 && g->nodes[i] != v->def) i--;
   if (i < 0) return;
+  PtrMap pos = {0}; /* node -> 1 + its position */
+  SendKey *sends = calloc((size_t)g->nnodes + 1, sizeof *sends);
+  int nsends = 0;
+  if (!sends) die("out of memory");
+  for (int k = 0; k < g->nnodes; k++) {
+    const Node *s = g->nodes[k];
+    ptrmap_put(&pos, s, k + 1);
+    if (s->op == OP_SEND && s->stage) sends[nsends++] = (SendKey){send_key(s->a.tag, s->a.mesh_axis, s->stage - 1), k};
+  }
+  qsort(sends, (size_t)nsends, sizeof *sends, send_key_cmp);
   need[i] = true;
   for (; i >= 0; i--) {
     if (!need[i]) continue;
     Node *n = g->nodes[i];
     if (n->op == OP_RECV && send_of(g, i)) need[i - 1] = true; /* a ring shift needs its send's input */
-    if (n->op == OP_RECV && n->stage) /* a pipeline receive needs the other stage's send (and what it sends) */
-      for (int k = 0; k < g->nnodes; k++) {
-        const Node *s = g->nodes[k];
-        if (s->op == OP_SEND && s->stage && s->a.tag == n->a.tag && s->a.mesh_axis == n->a.mesh_axis &&
-            s->stage - 1 == n->stage - 1 + n->a.start && !need[k]) {
-          need[k] = true;
-          if (k > i) die("codegen: a pipeline receive before its send");
-        }
+    if (n->op == OP_RECV && n->stage) { /* a pipeline receive needs the other stage's send (and what it sends) */
+      int from = n->stage - 1 + (int)n->a.start;
+      SendKey want = {send_key(n->a.tag, n->a.mesh_axis, from), -1};
+      int lo = 0, hi = from >= 0 && from < 4096 ? nsends : 0; /* the first send with the key */
+      while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (send_key_cmp(&sends[mid], &want) < 0) lo = mid + 1;
+        else hi = mid;
       }
-    for (int j = 0; j < n->nin; j++)
-      for (int k = i - 1; k >= 0; k--)
-        if (g->nodes[k] == n->in[j]->def) {
-          need[k] = true;
-          break;
-        }
+      for (; lo < nsends && sends[lo].key == want.key; lo++) {
+        int k = sends[lo].pos;
+        if (need[k]) continue;
+        need[k] = true;
+        if (k > i) die("codegen: a pipeline receive before its send");
+      }
+    }
+    for (int j = 0; j < n->nin; j++) {
+      intptr_t k;
+      if (n->in[j]->def->graph == g && ptrmap_get(&pos, n->in[j]->def, &k) && k - 1 < i) need[k - 1] = true;
+    }
   }
+  ptrmap_free(&pos);
+  free(sends);
 }
 
 static Value *result(const Graph *g, const char *name) {
@@ -577,6 +618,8 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
   Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target), .ok = true};
+  c.rstage = ARENA_ARRAY(&a, int, m->graph->next_value_id + 1);
+  ir_reader_stages(m->graph, c.rstage, m->graph->next_value_id);
   if (m->mesh && m->mesh->dim[RT_AX_CP] > 1 && m->target != TARGET_CPU) {
     error_at(m->plan.loc, "the %s target cannot run context parallelism (cp %d) yet: ring attention's send / recv "
              "and attention blocks run on the CPU target only", c.t->name, m->mesh->dim[RT_AX_CP]);
@@ -618,7 +661,8 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
 
   fprintf(f, "/* Generated by shardc from %s (model %s). Do not edit: recompile the .model instead. */\n",
           o->source_path ? o->source_path : "?", m->name);
-  fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s", multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "");
+  fprintf(f, "#include <stdint.h>\n#include <string.h>\n\n%s%s", multi ? "#include \"coll.h\"\n#include \"mesh.h\"\n" : "",
+          m->pipe ? "#include \"trace.h\"\n" : "");
   c.t->prologue(&c);
   fprintf(f, "/* memory plan: %" PRId64 " bytes (peak %" PRId64 " live); kernel scratch follows it */\n", m->memplan->total, m->memplan->peak);
   fprintf(f, "#define WS (M + %" PRId64 ")\n\n", m->memplan->total);

@@ -217,3 +217,29 @@ void ir_remove_dead(Graph *g) {
   g->next_node_id = g->nnodes;
   arena_free(&tmp);
 }
+
+static void reader_stages_in(const Graph *g, const Graph *in, int stage, int *rstage) {
+  for (int i = 0; i < in->nnodes; i++) {
+    const Node *x = in->nodes[i];
+    int st = in == g ? x->stage : stage;
+    for (int j = 0; j < x->nin; j++) {
+      const Value *u = x->in[j];
+      if (u->def->graph != g) continue;
+      if (x->op == OP_STAGE_SELECT && in == g) st = j + 1; /* input j is read on stage j only */
+      int *r = &rstage[u->id];
+      *r = *r == -2 ? st : *r == st ? st : -1;
+    }
+    if (x->body) reader_stages_in(g, x->body, st, rstage);
+  }
+}
+
+void ir_reader_stages(const Graph *g, int *rstage, int nids) {
+  for (int v = 0; v < nids; v++) rstage[v] = -2;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nout; k++)
+      if (g->nodes[i]->out[k]->id < 0 || g->nodes[i]->out[k]->id >= nids)
+        die("ir_reader_stages: value id %d out of [0, %d)", g->nodes[i]->out[k]->id, nids);
+  reader_stages_in(g, g, 0, rstage);
+  for (int r = 0; r < g->nresults; r++)
+    if (g->results[r]->def->graph == g) rstage[g->results[r]->id] = -1;
+}

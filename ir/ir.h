@@ -166,6 +166,8 @@ struct Node {
                    target may run them as one kernel; 0: in no group */
   int stage;    /* pipeline predicate (passes/pipe.c): 0: every rank runs it; k > 0: only the ranks of
                    pipeline stage k - 1 run it and the others hold zeros in its outputs */
+  int instr;    /* pipeline (passes/pipe.c): k > 0: part of the schedule's instruction Module.pipe->order[k - 1]
+                   (its receive excepted), which the trainer's --trace times; 0: none */
 };
 
 struct Graph {
@@ -201,6 +203,11 @@ void ir_move_last(Graph *g, int pos);
 void ir_topo_sort(Graph *g);
 /* Removes nodes whose outputs are unused and that have no side effects; keeps results. */
 void ir_remove_dead(Graph *g);
+/* Pipeline stages reading g's values: rstage[id] (room for every id of g's values) becomes the
+ * Node.stage of every reader of value id in g (a stage_select's input j: j + 1, read on stage j
+ * only; a read inside a region's body: the region's stage), -1 when the readers' stages differ or
+ * g yields the value, -2 when nothing reads it. */
+void ir_reader_stages(const Graph *g, int *rstage, int nids);
 /* Number of uses of v within g (not counting results). */
 int ir_count_uses(const Graph *g, const Value *v);
 

@@ -420,20 +420,37 @@ static void mark_graph(Liveness *lv, const Graph *g) {
   }
 }
 
+/* The transfers (tag and mesh axis, as one key) of the live recvs of g, sorted: a send is fed
+ * when its key is among them. */
+typedef struct {
+  int64_t *key;
+  int n;
+} RecvKeys;
+
+static int64_t transfer_key(const Node *n) { return (int64_t)n->a.tag * RT_AX_COUNT + n->a.mesh_axis; }
+
+static int key_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static void live_recvs(const Liveness *lv, const Graph *g, RecvKeys *k) {
+  k->n = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_RECV && is_live(lv, g->nodes[i])) k->key[k->n++] = transfer_key(g->nodes[i]);
+  qsort(k->key, (size_t)k->n, sizeof *k->key, key_cmp);
+}
+
 /* A live recv makes the sends of its transfer live (same axis and tag: pipeline stages, ring hops):
  * the work before a send feeds the loss through the other rank. Returns true when one became live. */
-static bool mark_sends(Liveness *lv, const Graph *g, const Graph *top) {
+static bool mark_sends(Liveness *lv, const Graph *g, const RecvKeys *fed_by) {
   bool changed = false;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->body) changed |= mark_sends(lv, n->body, top);
+    if (n->body) changed |= mark_sends(lv, n->body, fed_by);
     if (n->op != OP_SEND || is_live(lv, n)) continue;
-    bool fed = false;
-    for (int j = 0; j < top->nnodes && !fed; j++) {
-      const Node *r = top->nodes[j];
-      fed = r->op == OP_RECV && is_live(lv, r) && r->a.tag == n->a.tag && r->a.mesh_axis == n->a.mesh_axis;
-    }
-    if (fed) {
+    int64_t key = transfer_key(n);
+    if (bsearch(&key, fed_by->key, (size_t)fed_by->n, sizeof key, key_cmp)) {
       set_live(lv, n);
       for (int j = 0; j < n->nin; j++) set_out_live(lv, n->in[j]);
       changed = true;
@@ -510,8 +527,13 @@ double ir_flops_per_token(const Module *m, bool training) {
       set_out_live(&lv, g->results[i]);
       have_loss = true;
     }
-  if (have_loss) do mark_graph(&lv, g);
-    while (mark_sends(&lv, g, g));
+  RecvKeys fed = {calloc((size_t)g->nnodes + 1, sizeof(int64_t)), 0};
+  if (!fed.key) die("out of memory");
+  if (have_loss) do {
+      mark_graph(&lv, g);
+      live_recvs(&lv, g, &fed);
+    } while (mark_sends(&lv, g, &fed));
+  free(fed.key);
   double fwd = graph_flops(m, g, have_loss ? &lv : NULL);
   int64_t tok = ce_tokens(m, g, have_loss ? &lv : NULL);
   if (!tok) tok = embed_tokens(m, g);

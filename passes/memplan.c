@@ -19,6 +19,7 @@
  */
 #include "memplan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -70,52 +71,82 @@ static void mark_captures(Graph *body, Graph *outer, int pos, const int *slot, I
   }
 }
 
+typedef struct {
+  int64_t a, b; /* sort keys, ascending */
+  int i;        /* the last key: the interval's index */
+} PackKey;
+
+static int pack_key_cmp(const void *x, const void *y) {
+  const PackKey *p = x, *q = y;
+  if (p->a != q->a) return p->a < q->a ? -1 : 1;
+  if (p->b != q->b) return p->b < q->b ? -1 : 1;
+  return (p->i > q->i) - (p->i < q->i);
+}
+
+/* The placed intervals, found by lifetime: those alive at a position (a segment tree over the
+ * positions, each interval in the O(log) nodes that cover its lifetime) and those starting at a
+ * position. An unrolled pipeline schedule makes tens of thousands of intervals, each meeting a
+ * few dozen: pack's cost follows the meetings, not the pairs. */
+typedef struct {
+  int *id;
+  int n, cap;
+} IdList;
+
+static void idlist_push(IdList *l, int id, Arena *a) {
+  arena_grow(a, (void **)&l->id, &l->cap, l->n + 1, sizeof(int));
+  l->id[l->n++] = id;
+}
+
 /* Greedy placement: largest first, lowest offset that does not overlap a placed
  * interval whose lifetime intersects. Returns the arena size. */
 static int64_t pack(Interval *iv, int n, Arena *a) {
-  int *order = ARENA_ARRAY(a, int, n + 1);
-  for (int i = 0; i < n; i++) order[i] = i;
-  /* insertion sort by size desc, then start asc: deterministic */
-  for (int i = 1; i < n; i++) {
-    int k = order[i], j = i - 1;
-    while (j >= 0 && (iv[order[j]].bytes < iv[k].bytes ||
-                      (iv[order[j]].bytes == iv[k].bytes && iv[order[j]].start > iv[k].start))) {
-      order[j + 1] = order[j];
-      j--;
-    }
-    order[j + 1] = k;
+  /* by size desc, then start asc, then index: deterministic */
+  PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
+  int npos = 1;
+  for (int i = 0; i < n; i++) {
+    order[i] = (PackKey){-iv[i].bytes, iv[i].start, i};
+    if (iv[i].end + 1 > npos) npos = iv[i].end + 1;
   }
-  int *placed = ARENA_ARRAY(a, int, n + 1);
-  int nplaced = 0;
+  qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
+  int leaves = 1;
+  while (leaves < npos) leaves *= 2;
+  IdList *alive = ARENA_ARRAY(a, IdList, 2 * leaves); /* tree node -> the intervals covering its positions */
+  IdList *starts = ARENA_ARRAY(a, IdList, npos);      /* position -> the intervals starting there */
   int64_t size = 0;
   int *conf = ARENA_ARRAY(a, int, n + 1);
+  PackKey *cspan = ARENA_ARRAY(a, PackKey, n + 1); /* the conflicts' offsets and sizes */
   for (int oi = 0; oi < n; oi++) {
-    Interval *x = &iv[order[oi]];
+    int xi = order[oi].i;
+    Interval *x = &iv[xi];
     int nconf = 0;
-    for (int j = 0; j < nplaced; j++) {
-      Interval *y = &iv[placed[j]];
-      /* values of two different pipeline stages never meet on a rank: they may share bytes */
-      bool apart = x->stage && y->stage && x->stage != y->stage;
-      if (y->start <= x->end && x->start <= y->end && !apart) conf[nconf++] = placed[j];
+    /* the placed intervals alive at x's start, then those starting within x's lifetime */
+    for (int t = x->start + leaves; t >= 1; t >>= 1)
+      for (int k = 0; k < alive[t].n; k++) conf[nconf++] = alive[t].id[k];
+    for (int p = x->start + 1; p <= x->end; p++)
+      for (int k = 0; k < starts[p].n; k++) conf[nconf++] = starts[p].id[k];
+    /* values of two different pipeline stages never meet on a rank: they may share bytes */
+    int keep = 0;
+    for (int k = 0; k < nconf; k++) {
+      const Interval *y = &iv[conf[k]];
+      if (!(x->stage && y->stage && x->stage != y->stage)) conf[keep++] = conf[k];
     }
-    /* sort conflicts by offset, then find the first gap that fits */
-    for (int i = 1; i < nconf; i++) {
-      int k = conf[i], j = i - 1;
-      while (j >= 0 && iv[conf[j]].offset > iv[k].offset) {
-        conf[j + 1] = conf[j];
-        j--;
-      }
-      conf[j + 1] = k;
-    }
+    nconf = keep;
+    /* sort conflicts by offset (the gap found does not depend on the order of equal offsets),
+     * then find the first gap that fits */
+    for (int i = 0; i < nconf; i++) cspan[i] = (PackKey){iv[conf[i]].offset, iv[conf[i]].bytes, 0};
+    qsort(cspan, (size_t)nconf, sizeof *cspan, pack_key_cmp);
     int64_t off = 0;
     for (int i = 0; i < nconf; i++) {
-      Interval *y = &iv[conf[i]];
-      if (off + x->bytes <= y->offset) break;
-      if (y->offset + y->bytes > off) off = y->offset + y->bytes;
+      if (off + x->bytes <= cspan[i].a) break;
+      if (cspan[i].a + cspan[i].b > off) off = cspan[i].a + cspan[i].b;
     }
     x->offset = off;
     if (off + x->bytes > size) size = off + x->bytes;
-    placed[nplaced++] = order[oi];
+    for (int l = x->start + leaves, r = x->end + leaves + 1; l < r; l >>= 1, r >>= 1) {
+      if (l & 1) idlist_push(&alive[l++], xi, a);
+      if (r & 1) idlist_push(&alive[--r], xi, a);
+    }
+    idlist_push(&starts[x->start], xi, a);
   }
   return size;
 }
@@ -141,23 +172,6 @@ static int64_t peak_of(const Interval *iv, int n, int npos, int64_t by_class[MEM
     if (iv[i].start <= best && best <= iv[i].end && (!iv[i].stage || iv[i].stage == best_st))
       by_class[iv[i].mclass] += iv[i].bytes;
   return top < 0 ? 0 : top;
-}
-
-/* rstage[id]: the Node.stage of every reader of value id in g (nested bodies: their region's
- * stage), -1 when readers differ or g yields it, 0 also for no reader yet (then unset: -2). */
-static void reader_stages(const Graph *g, const Graph *in, int stage, int *rstage) {
-  for (int i = 0; i < in->nnodes; i++) {
-    const Node *x = in->nodes[i];
-    int st = in == g ? x->stage : stage;
-    for (int j = 0; j < x->nin; j++) {
-      const Value *u = x->in[j];
-      if (u->def->graph != g) continue;
-      if (x->op == OP_STAGE_SELECT && in == g) st = j + 1; /* input j is read on stage j only */
-      int *r = &rstage[u->id];
-      *r = *r == -2 ? st : *r == st ? st : -1;
-    }
-    if (x->body) reader_stages(g, x->body, st, rstage);
-  }
 }
 
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
@@ -337,11 +351,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   g->next_value_id = nv;
   int *slot = ARENA_ARRAY(tmp, int, nv + 1);
   bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
-  int *rstage = ARENA_ARRAY(tmp, int, nv + 1);
-  for (int v = 0; v < nv; v++) rstage[v] = -2;
-  reader_stages(g, g, 0, rstage);
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r]->def->graph == g) rstage[g->results[r]->id] = -1;
+  int *rstage = ARENA_ARRAY(tmp, int, nv + 1); /* the stages reading each value (ir_reader_stages) */
+  ir_reader_stages(g, rstage, nv);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int last = n->op == OP_SEND ? i + 1 : i; /* a send's data lives through its receive (one ring shift) */

@@ -496,6 +496,14 @@ static void plan_report(Pp *p, const PipeSched *s) {
     if (p->g->nodes[i]->op == OP_PARAM)
       params += ir_numel(&p->g->nodes[i]->out[0]->shape) * ir_dtype_size(p->g->nodes[i]->out[0]->dtype);
   double all = class_flops(p, C_ALL);
+  double count = (double)p->F->a.count;
+  pl->layer_fwd = local_flops(p->F) / count;
+  pl->layer_wgt = p->W ? local_flops(p->W) / count : 0;
+  pl->layer_bwd = local_flops(p->B) / count;
+  pl->all_fwd = all;
+  pl->first_fwd = class_flops(p, C_FIRST);
+  pl->first_bwd = class_flops(p, C_FIRSTB);
+  pl->last_fwd = class_flops(p, C_LAST);
   for (int st = 0; st < p->pp; st++) {
     PipeStage *x = &pl->stage[st];
     bool first = st == 0, last = st == p->pp - 1;
@@ -582,9 +590,17 @@ bool pass_pipe(Module *m) {
   for (int i = ia + 1; i < nn; i++) after[nafter++] = g->nodes[i];
   g->nnodes = ia;
   int done = 0; /* micro-batches merged, in order */
+  m->pipe->norder = total;
+  m->pipe->order = ARENA_ARRAY(m->arena, PipeInstr, total + 1);
+  m->pipe->order_stage = ARENA_ARRAY(m->arena, int, total + 1);
   for (int k = 0; k < total; k++) {
     PipeInstr in = s.list[order[k].stage][order[k].step];
+    int n0 = g->nnodes;
     run_instr(&p, order[k].stage, in);
+    m->pipe->order[k] = in;
+    m->pipe->order_stage[k] = order[k].stage;
+    for (int q = n0; q < g->nnodes; q++) /* its nodes, for the trace (a receive is a wait: apart) */
+      if (g->nodes[q]->op != OP_RECV) g->nodes[q]->instr = k + 1;
     left[in.mb]--;
     while (done < p.M && left[done] == 0) run_merges(&p, done++);
   }

@@ -10,6 +10,101 @@
 
 static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
 
+/* Stage st's predicted times per micro-batch with n layers (FLOPs; transfers free). */
+static void stage_times(const PipePlan *p, int st, int64_t n, double *tf, double *tb, double *tw) {
+  *tf = p->all_fwd + (double)n * p->layer_fwd + (st == 0 ? p->first_fwd : 0) + (st == p->pp - 1 ? p->last_fwd : 0);
+  *tb = (double)n * p->layer_bwd + (st == 0 ? p->first_bwd : 0);
+  *tw = (double)n * p->layer_wgt;
+  if (*tf <= 0) *tf = 1;
+  if (*tb <= 0) *tb = 1;
+}
+
+static double stage_cost(const PipePlan *p, int st, int64_t n) {
+  double tf, tb, tw;
+  stage_times(p, st, n, &tf, &tb, &tw);
+  return tf + tb + tw;
+}
+
+/* The predicted bubble of p's schedule with n[s] layers on stage s. */
+static double bubble_of(const PipePlan *p, const int64_t *n) {
+  PipeSched s = pipe_sched_make(p->kind, p->pp, p->nmb, 1);
+  double *t = calloc(3 * (size_t)p->pp, sizeof(double)), bubble = 0;
+  if (!t) die("out of memory");
+  for (int st = 0; st < p->pp; st++) stage_times(p, st, n[st], &t[st], &t[p->pp + st], &t[2 * p->pp + st]);
+  pipe_sched_timeline(&s, t, t + p->pp, p->kind == SCHED_ZB ? t + 2 * p->pp : NULL, &bubble, NULL, NULL);
+  free(t);
+  pipe_sched_free(&s);
+  return bubble;
+}
+
+/* The split of the layers over the stages (at least one each) that makes the slowest stage's
+ * forward and backward FLOPs the least (the first stage's embedding and the last's head count):
+ * the least bottleneck T among the stages' costs for which every stage's most layers within T
+ * cover the layers, then layers taken off the costliest stages down to the count. False when the
+ * even split is as good. */
+static bool balanced_split(const PipePlan *p, int64_t *n) {
+  int pp = p->pp;
+  int64_t L = p->layers;
+  double unit = p->layer_fwd + p->layer_bwd + p->layer_wgt, best = -1;
+  if (unit <= 0 || L < pp) return false;
+  for (int st = 0; st < pp; st++) /* candidates: every stage's cost at every layer count */
+    for (int64_t k = 1; k <= L - pp + 1; k++) {
+      double T = stage_cost(p, st, k), sum = 0;
+      if (best >= 0 && T >= best) continue;
+      for (int q = 0; q < pp; q++) { /* every stage must take a layer within T */
+        int64_t most = 0;
+        while (most < L && stage_cost(p, q, most + 1) <= T) most++;
+        if (most == 0) {
+          sum = -1;
+          break;
+        }
+        sum += (double)most;
+      }
+      if (sum >= (double)L) best = T;
+    }
+  if (best < 0) return false;
+  int64_t total = 0;
+  for (int q = 0; q < pp; q++) {
+    n[q] = 0;
+    while (n[q] < L && stage_cost(p, q, n[q] + 1) <= best) n[q]++;
+    total += n[q];
+  }
+  while (total > L) { /* off the costliest stage that can spare one */
+    int w = -1;
+    for (int q = 0; q < pp; q++)
+      if (n[q] > 1 && (w < 0 || stage_cost(p, q, n[q]) > stage_cost(p, w, n[w]))) w = q;
+    n[w]--;
+    total--;
+  }
+  for (int q = 0; q < pp; q++)
+    if (n[q] != L / pp) return true;
+  return false;
+}
+
+/* The balanced split, when it beats the even one (its slowest stage and the schedule's bubble):
+ * printed, not applied (every stage holds L / pp layers). */
+static void print_balanced(FILE *f, const PipePlan *p) {
+  if (p->v > 1 || p->layers % p->pp) return;
+  int64_t *n = calloc((size_t)p->pp, sizeof *n), *even = calloc((size_t)p->pp, sizeof *even);
+  if (!n || !even) die("out of memory");
+  for (int st = 0; st < p->pp; st++) even[st] = p->layers / p->pp;
+  double bal = balanced_split(p, n) ? bubble_of(p, n) : 1, bev = bubble_of(p, even);
+  if (bal < bev) {
+    double slow = 0, slow_even = 0;
+    for (int st = 0; st < p->pp; st++) {
+      if (stage_cost(p, st, n[st]) > slow) slow = stage_cost(p, st, n[st]);
+      if (stage_cost(p, st, even[st]) > slow_even) slow_even = stage_cost(p, st, even[st]);
+    }
+    fprintf(f, "#   balanced by FLOPs: layers [");
+    for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
+    fprintf(f, "]: the slowest stage %.4g FLOP per micro-batch (even: %.4g), bubble %.1f%% (even: %.1f%%); not applied: "
+               "stages of unequal layer counts are not implemented yet\n",
+            slow, slow_even, 100.0 * bal, 100.0 * bev);
+  }
+  free(n);
+  free(even);
+}
+
 void pipe_print(FILE *f, const Module *m) {
   const PipePlan *p = m->pipe;
   if (!p) return;
@@ -41,6 +136,7 @@ void pipe_print(FILE *f, const Module *m) {
   fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: each stage's forward and backward in proportion to its FLOPs, "
              "transfers free; for equal stages %s = %.1f%%)\n",
           100.0 * p->bubble, ideal, 100.0 * (p->pp - 1) / (double)(units + p->pp - 1));
+  print_balanced(f, p);
   fprintf(f, "#   the memory plan below is the worst stage's (values of different stages share bytes); it also holds "
              "what every stage zero-fills for the gradient sums\n");
 }

@@ -93,6 +93,12 @@ typedef struct PipePlan {
   int64_t layers;     /* in the model */
   PipeStage *stage;   /* [pp] */
   double bubble;      /* predicted idle fraction (pipe_sched_time, times in proportion to FLOPs) */
+  double layer_fwd, layer_bwd, layer_wgt; /* one layer's FLOPs per micro-batch (zb: W apart from B) */
+  double all_fwd;     /* what every stage computes per micro-batch besides its layers */
+  double first_fwd, first_bwd, last_fwd; /* the embedding's forward and backward, the head and loss's */
+  PipeInstr *order;   /* [norder]: the instructions in the program's order (Node.instr = 1 + index) */
+  int *order_stage;   /* [norder]: the stage running each */
+  int norder;
 } PipePlan;
 
 /* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. */

@@ -44,6 +44,7 @@ typedef struct {
   Graph *bb;    /* B's body */
   PtrMap memo;  /* F-body value -> its value in B's body (a clone, an argument, a direct read) */
   PtrMap recomp; /* B-body ARG value -> the F-body value it will be recomputed as */
+  PtrMap *outer; /* value of F's graph -> its reads there (count_uses), kept up to date */
 } Rc;
 
 /* ---- repeat signature edits --------------------------------------------------------- */
@@ -140,6 +141,25 @@ static int uses(const Graph *g, const Value *v) {
   return c;
 }
 
+/* Adds d to the read count of every value a node of g (or of its nested bodies) or a result of
+ * g reads: one walk, so that whether a value of a graph of many regions (an unrolled pipeline
+ * schedule) is still read costs a lookup, not a walk per question. */
+static void count_uses(const Graph *g, PtrMap *c) {
+  intptr_t k;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) ptrmap_put(c, n->in[j], ptrmap_get(c, n->in[j], &k) ? k + 1 : 1);
+    if (n->body) count_uses(n->body, c);
+  }
+  for (int i = 0; i < g->nresults; i++) ptrmap_put(c, g->results[i], ptrmap_get(c, g->results[i], &k) ? k + 1 : 1);
+}
+
+static void add_use(PtrMap *c, const Value *v, intptr_t d) {
+  intptr_t k = 0;
+  ptrmap_get(c, v, &k);
+  ptrmap_put(c, v, k + d);
+}
+
 static void replace_deep(Graph *g, const Value *from, Value *to) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
@@ -192,6 +212,7 @@ static Value *residual(Rc *r, Value *v) {
     }
   Value *o = add_stacked(F, v);
   Node *a = insert_arg(B, nc + nx, o, v);
+  add_use(r->outer, o, 1);
   B->a.nxs++;
   return a->out[0];
 }
@@ -233,11 +254,15 @@ static Value *materialize(Rc *r, Value *v) {
       res = b_arg_of(r, F->in[i], bc, bc + bx);
       if (!res) {
         res = insert_arg(B, bc + bx, F->in[i], v)->out[0];
+        add_use(r->outer, F->in[i], 1);
         B->a.nxs++;
       }
     } else {
       res = b_arg_of(r, F->in[i], bc + bx, B->nin);
-      if (!res) res = insert_arg(B, B->nin, F->in[i], v)->out[0];
+      if (!res) {
+        res = insert_arg(B, B->nin, F->in[i], v)->out[0];
+        add_use(r->outer, F->in[i], 1);
+      }
     }
   } else if (d->op == OP_CONST || d->op == OP_IOTA || d->op == OP_AXIS_INDEX || recomputed(r, d)) {
     res = clone(r, v);
@@ -249,8 +274,8 @@ static Value *materialize(Rc *r, Value *v) {
 }
 
 /* Recomputes in B's body what B reads of F that the mode does not keep; drops the rest. */
-static void recompute_pair(RecomputeKind kind, Node *F, Node *B) {
-  Rc r = {.kind = kind, .F = F, .B = B, .fb = F->body, .bb = B->body};
+static void recompute_pair(RecomputeKind kind, Node *F, Node *B, PtrMap *outer) {
+  Rc r = {.kind = kind, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer};
   Graph *bb = B->body;
   int nc = B->a.ncarry, nx0 = B->a.nxs;
   /* the residual arguments to replace: stacked outputs of F whose body value is not kept */
@@ -303,9 +328,11 @@ static void recompute_pair(RecomputeKind kind, Node *F, Node *B) {
     intptr_t fv;
     if (!ptrmap_get(&r.recomp, a, &fv) || uses(bb, a)) continue;
     Value *x = B->in[i];
+    intptr_t nx = 0;
     remove_arg(B, i);
+    add_use(outer, x, -1);
     B->a.nxs--;
-    if (x->def == F && x->idx >= F->a.ncarry && uses(F->graph, x) == 0) remove_output(F, x->idx);
+    if (x->def == F && x->idx >= F->a.ncarry && ptrmap_get(outer, x, &nx) && nx == 0) remove_output(F, x->idx);
   }
   ir_remove_dead(F->body);
   ptrmap_free(&r.memo);
@@ -326,13 +353,21 @@ static Node *forward_of(const Node *B) {
 /* Pairs in g, and in the bodies of g's other regions (the accumulation region's micro-step holds
  * the layers' forward and backward loops). */
 static void recompute_graph(RecomputeKind kind, Graph *g) {
+  PtrMap outer = {0}; /* the reads of g's values, made at the first pair */
+  bool counted = false;
   for (int i = 0; i < g->nnodes; i++) {
     Node *B = g->nodes[i];
     if (B->op != OP_REPEAT) continue;
     Node *F = forward_of(B);
-    if (F) recompute_pair(kind, F, B);
-    else recompute_graph(kind, B->body);
+    if (!F) {
+      recompute_graph(kind, B->body);
+      continue;
+    }
+    if (!counted) count_uses(g, &outer);
+    counted = true;
+    recompute_pair(kind, F, B, &outer);
   }
+  ptrmap_free(&outer);
 }
 
 bool pass_recompute(Module *m) {

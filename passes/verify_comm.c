@@ -220,29 +220,72 @@ static int peer_of(const MeshMap *mm, int r, int axis, int64_t offset) {
   return rt_mesh_rank(mm, c);
 }
 
-/* The k-th entry of s with op, axis and start (peer offset), or NULL. */
-static const VerifyColl *nth_p2p(const VerifyCollSeq *s, OpKind op, int axis, int64_t start, int k) {
+/* One sequence's transfers by direction, axis and peer offset, each group in order, so that the
+ * k-th transfer of a kind is a lookup (an unrolled pipeline schedule has thousands per rank). */
+typedef struct {
+  OpKind op;
+  int axis;
+  int64_t start;
+  int *at; /* [n]: positions in the sequence */
+  int n, cap;
+} P2pRun;
+
+typedef struct {
+  P2pRun *run;
+  int nrun;
+  int *k; /* [sequence length]: a transfer's index in its run */
+} P2pIndex;
+
+static P2pRun *p2p_run(const P2pIndex *x, OpKind op, int axis, int64_t start) {
+  for (int i = 0; i < x->nrun; i++)
+    if (x->run[i].op == op && x->run[i].axis == axis && x->run[i].start == start) return &x->run[i];
+  return NULL;
+}
+
+static void p2p_index(const VerifyCollSeq *s, P2pIndex *x) {
+  x->k = calloc((size_t)s->n + 1, sizeof *x->k);
+  x->run = calloc((size_t)s->n + 1, sizeof *x->run);
+  if (!x->k || !x->run) die("verify: out of memory");
   for (int i = 0; i < s->n; i++) {
     const VerifyColl *c = &s->e[i];
-    if (c->op == op && c->mesh_axis == axis && c->start == start && k-- == 0) return c;
+    if (c->op != OP_SEND && c->op != OP_RECV) continue;
+    P2pRun *r = p2p_run(x, c->op, c->mesh_axis, c->start);
+    if (!r) r = &x->run[x->nrun++], *r = (P2pRun){.op = c->op, .axis = c->mesh_axis, .start = c->start};
+    if (r->n == r->cap) {
+      r->cap = r->cap ? 2 * r->cap : 16;
+      r->at = realloc(r->at, sizeof *r->at * (size_t)r->cap);
+      if (!r->at) die("verify: out of memory");
+    }
+    x->k[i] = r->n;
+    r->at[r->n++] = i;
   }
-  return NULL;
+}
+
+static void p2p_index_free(P2pIndex *x) {
+  for (int i = 0; i < x->nrun; i++) free(x->run[i].at);
+  free(x->run);
+  free(x->k);
 }
 
 /* Every send of rank r meets, in order, a receive at its peer from r of the same size, dtype
  * and tag; and every receive meets a send. Per rank: p2p is rare, and stage-specific. */
-static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, const int *cls, Msg *m) {
-  for (int r = 0; r < mm->world; r++) {
+static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, int nclasses, const int *cls, Msg *m) {
+  P2pIndex *idx = calloc((size_t)nclasses, sizeof *idx);
+  if (!idx) die("verify: out of memory");
+  for (int c = 0; c < nclasses; c++) p2p_index(&seqs[c], &idx[c]);
+  bool ok = true;
+  for (int r = 0; r < mm->world && ok; r++) {
     const VerifyCollSeq *s = &seqs[cls[r]];
     for (int i = 0; i < s->n; i++) {
       const VerifyColl *c = &s->e[i];
       if (c->op != OP_SEND && c->op != OP_RECV) continue;
-      int k = 0; /* this entry's index among r's same-direction transfers with that peer */
-      for (int j = 0; j < i; j++)
-        k += s->e[j].op == c->op && s->e[j].mesh_axis == c->mesh_axis && s->e[j].start == c->start;
+      int k = idx[cls[r]].k[i]; /* this entry's index among r's same-direction transfers with that peer */
       int p = peer_of(mm, r, c->mesh_axis, c->start);
       const VerifyColl *d = NULL;
-      if (p >= 0) d = nth_p2p(&seqs[cls[p]], c->op == OP_SEND ? OP_RECV : OP_SEND, c->mesh_axis, -c->start, k);
+      if (p >= 0) {
+        const P2pRun *run = p2p_run(&idx[cls[p]], c->op == OP_SEND ? OP_RECV : OP_SEND, c->mesh_axis, -c->start);
+        if (run && k < run->n) d = &seqs[cls[p]].e[run->at[k]];
+      }
       if (p >= 0 && d && d->numel == c->numel && d->dtype == c->dtype && d->tag == c->tag) continue;
       mprintf(m, "point-to-point transfers do not match: ");
       put_rank(m, mm, r);
@@ -257,10 +300,13 @@ static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, const int *c
         mprintf(m, " issues ");
         put_entry(m, d);
       }
-      return false;
+      ok = false;
+      break;
     }
   }
-  return true;
+  for (int c = 0; c < nclasses; c++) p2p_index_free(&idx[c]);
+  free(idx);
+  return ok;
 }
 
 static bool verify_impl(const MeshMap *mm, const Graph *const *programs, int nclasses, const int *rank_class,
@@ -277,7 +323,7 @@ static bool verify_impl(const MeshMap *mm, const Graph *const *programs, int ncl
     for (int i = 0; i < seqs[c].n; i++) any_p2p |= seqs[c].e[i].op == OP_SEND || seqs[c].e[i].op == OP_RECV;
   }
   bool ok = check_groups(mm, seqs, nclasses, rank_class, &m);
-  if (ok && any_p2p) ok = check_p2p(mm, seqs, rank_class, &m);
+  if (ok && any_p2p) ok = check_p2p(mm, seqs, nclasses, rank_class, &m);
   for (int c = 0; c < nclasses; c++) verify_seq_free(&seqs[c]);
   free(seqs);
   return ok;

@@ -17,6 +17,7 @@
 #include "comm/comm.h"
 #include "kernels/kernels.h"
 #include "mesh.h"
+#include "trace.h"
 #include "train/ctx.h"
 
 int rt_ctx_coord(const RtCtx *ctx, int axis) {
@@ -44,6 +45,15 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Time spent in a collective since t0: counted in ctx->comm_s and traced (--trace) as `what`
+ * over axis. Returns the seconds. */
+static double spent(RtCtx *ctx, const char *what, int axis, double t0) {
+  double t1 = now();
+  ctx->comm_s += t1 - t0;
+  rt_trace_span(ctx, RT_TRACE_COMM, what, axis, -1, -1, t0, t1);
+  return t1 - t0;
 }
 
 /* A collective that only moves data carries any dtype as 4-byte (or 2-byte) words. */
@@ -141,7 +151,7 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
   }
   double t0 = now();
   complete(ctx, rt_all_reduce_start(g, x, y, (size_t)n, (RtDType)dtype, (RtRedOp)red));
-  ctx->comm_s += now() - t0;
+  spent(ctx, "all_reduce", axis, t0);
 }
 
 /* ---- gradient buckets: one collective per bucket, in flight while backward runs ---- */
@@ -238,7 +248,7 @@ void rt_coll_all_reduce_v(RtCtx *ctx, int axis, void *const *ys, const void *con
   RtGroup *g = bucket_prepare(ctx, axis, ys, xs, ns, count, dtype, counts);
   if (g) {
     complete(ctx, rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red));
-    ctx->comm_s += now() - t0;
+    spent(ctx, "all_reduce", axis, t0);
   }
   if (counts != stack) free(counts);
 }
@@ -270,8 +280,7 @@ void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, co
     pend_reserve();
     pend.p[pend.n++] = (Pending){rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red), tag, t0};
     pend.started++;
-    double dt = now() - t0;
-    ctx->comm_s += dt;
+    double dt = spent(ctx, "all_reduce start", axis, t0);
     pend.exposed_s += dt;
   }
   if (counts != stack) free(counts);
@@ -304,8 +313,8 @@ static void finish_where(RtCtx *ctx, int tag, int which) {
     pend.early += which == FINISH_DONE;
   }
   pend.n = k;
-  double dt = now() - t0;
-  ctx->comm_s += dt;
+  double dt = which == FINISH_DONE ? now() - t0 : spent(ctx, "all_reduce wait", -1, t0); /* polls: not traced */
+  if (which == FINISH_DONE) ctx->comm_s += dt;
   pend.exposed_s += dt;
   if (which == FINISH_DONE) pend.progress_s += dt;
 }
@@ -403,7 +412,7 @@ void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t ou
     else
       permute(ws, y, outer, nl, inner, blocks, deg, esize, 0);
   }
-  ctx->comm_s += now() - t0;
+  spent(ctx, "all_gather", axis, t0);
 }
 
 void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
@@ -429,7 +438,7 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
     src = ws;
   }
   complete(ctx, rt_reduce_scatter_start(g, src, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
-  ctx->comm_s += now() - t0;
+  spent(ctx, "reduce_scatter", axis, t0);
 }
 
 void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const void *x, int64_t outer, int64_t nl,
@@ -444,8 +453,7 @@ void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const 
   pend_reserve();
   pend.p[pend.n++] = (Pending){rt_reduce_scatter_start(g, x, y, count, (RtDType)dtype, RT_SUM), tag, t0};
   pend.started++;
-  double dt = now() - t0;
-  ctx->comm_s += dt;
+  double dt = spent(ctx, "reduce_scatter start", axis, t0);
   pend.exposed_s += dt;
 }
 
@@ -461,8 +469,7 @@ void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void
   pend_reserve();
   pend.p[pend.n++] = (Pending){rt_all_gather_start(g, x, y, words, mt), tag, t0};
   pend.started++;
-  double dt = now() - t0;
-  ctx->comm_s += dt;
+  double dt = spent(ctx, "all_gather start", axis, t0);
   pend.exposed_s += dt;
 }
 
@@ -475,7 +482,7 @@ void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, 
   RtDType mt = move_dtype(dtype, &words);
   double t0 = now();
   complete(ctx, rt_broadcast_start(g, y, words, mt, root));
-  ctx->comm_s += now() - t0;
+  spent(ctx, "broadcast", axis, t0);
 }
 
 void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag) {
@@ -495,7 +502,7 @@ void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x,
   RtReq *q = rt_send_start(g, to, x, (size_t)bytes, tag);
   rt_wait(q);
   rt_wait(r);
-  ctx->comm_s += now() - t0;
+  spent(ctx, "shift", axis, t0);
 }
 
 /* ---- pipeline sends and receives ---- */
@@ -575,7 +582,7 @@ void rt_coll_send(RtCtx *ctx, int axis, int64_t offset, const void *x, int64_t b
   sends.ondev[sends.n] = ondev;
   sends.copy[sends.n] = copy;
   sends.q[sends.n++] = rt_send_start(g, peer, copy, (size_t)bytes, tag);
-  ctx->comm_s += now() - t0;
+  spent(ctx, "send", axis, t0);
 }
 
 void rt_coll_recv(RtCtx *ctx, int axis, int64_t offset, void *y, int64_t bytes, int tag) {
@@ -590,13 +597,13 @@ void rt_coll_recv(RtCtx *ctx, int axis, int64_t offset, void *y, int64_t bytes, 
   }
   while (!rt_test(r)) reap_sends(0); /* the sends in flight move on while this one waits */
   rt_wait(r);
-  ctx->comm_s += now() - t0;
+  spent(ctx, "recv", axis, t0);
 }
 
 void rt_coll_send_wait_all(RtCtx *ctx) {
   double t0 = now();
   reap_sends(1);
-  ctx->comm_s += now() - t0;
+  spent(ctx, "send wait", -1, t0);
 }
 
 void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,

@@ -107,6 +107,8 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"dump-steps", 1, &o->dump_steps, NULL, "N",
        "write every tensor (params, state, inputs, results) after each of the first N steps"},
       {"dump-to", 0, &o->dump_to, NULL, "DIR", "where --dump-steps writes DIR/step_N.safetensors (default: dump)"},
+      {"trace", 0, &o->trace, NULL, "FILE.json",
+       "write the measured timeline (Chrome trace / Perfetto JSON: per rank the steps, pipeline F/B/W, collectives)"},
   };
   int nflags = (int)(sizeof flags / sizeof flags[0]);
   for (int i = 1; i < argc; i++) {

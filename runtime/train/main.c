@@ -17,6 +17,7 @@
 #include "../kernels/kernels.h"
 #include "../rng.h"
 #include "run.h"
+#include "trace.h"
 
 static const RtTensor *need_tensor(const RtProgram *p, const char *name, int dtype, int rank, const int64_t *dims) {
   const RtTensor *t = rt_find_tensor(p, name);
@@ -258,6 +259,7 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
     rt_run_check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
+    rt_trace_span(&r->ctx, RT_TRACE_COMPUTE, "step", -1, -1, -1, t0, t0 + dt);
     int steady = s > first || stop == first; /* the first step warms up, unless it is the only one */
     if (steady) loop->comm_steady += dcomm;
     r->st.data_pos += r->gbatch;
@@ -305,7 +307,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   data_init(r, r->st.step < loop.stop);
   rt_log_init(r, &loop);
 
+  rt_run_trace_open(r);
   train_loop(r, &loop);
+  rt_run_trace_close(r);
   r->ctx.step = 0;
   if (r->has_val && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= loop.first))
     rt_log_eval(r, r->st.step, loop.last_val = rt_run_evaluate(r));

@@ -47,6 +47,7 @@ typedef struct {
   int data_set, val_set;   /* given on the command line */
   int save_set;            /* --save-to given on the command line */
   int threads_set;         /* --threads given */
+  const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;
@@ -164,5 +165,10 @@ void rt_log_eval(RtRun *r, int64_t step, double vloss);
 void rt_log_done(RtRun *r, const RtLoop *loop);
 /* Model FLOP/s of the whole job (tokens/s over every rank) against the peak of every rank. */
 double rt_run_mfu(const RtRun *r, double tps);
+
+/* --trace FILE (trace_out.c): open checks FILE is writable and starts the recorder (a barrier:
+ * one time base); close writes FILE (rank 0, every rank's events) and frees it. */
+void rt_run_trace_open(RtRun *r);
+void rt_run_trace_close(RtRun *r);
 
 #endif

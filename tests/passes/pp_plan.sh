@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism's plan (label passes): `shardc plan` prints each stage's layers, what it
 # holds (embedding first, head and loss last), FLOPs, kept activations times the micro-batches in
-# flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble;
+# flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble,
+# and the split balanced by FLOPs where it beats the even one (a suggestion, not applied);
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
 # fewer micro-batches than stages, microbatches disagreeing with batch, interleave without the
@@ -32,6 +33,13 @@ expect 0 "# pipeline: 4 stages over the 4 layers of \`repeat blocks\`, schedule 
 expect 0 "schedule gpipe, 4 micro-batches" "#   1     2-3          head, loss" -- plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2
 expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0     0-0,2-2      embedding" \
   "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
+# the split balanced by FLOPs, printed where it beats the even one: Llama-3-8B's head (128k vocabulary)
+# makes its last stage the slowest at pp 4; the tiny GPT's head is lighter than a layer (none)
+expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); not applied" \
+  -- plan models/llama3-8b.model -D pp=4 -D batch=64 --world 32
+if "$shardc" plan "${t[@]}" -D pp=4 --world 4 2>&1 | grep -q "balanced by FLOPs"; then
+  echo "FAIL: a balanced split printed where the even split is the best"; fail=1
+fi
 # in flight: 1F1B stage 0 of 4 holds 4, stage 3 one; GPipe every micro-batch on every stage
 inflight() { "$shardc" plan "${t[@]}" -D pp=4 "$@" --world 4 2>/dev/null | grep -E "^#   [0-3] " |
   sed -E 's/^#   ([0-9]) .* MiB +([0-9]+) +[0-9.]+ MiB .*/\1:\2/' | tr '\n' ' '; }

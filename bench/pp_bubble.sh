@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The pipeline bubble measured on CPU ranks (the trainer's --trace, bench/pp_bubble.py) next to the
+# plan's prediction (`shardc plan`: the schedule played with each instruction's time in proportion
+# to its stage's FLOPs, transfers free): GPipe, 1F1B, interleaved (2 chunks) and zb, at pp 2 and
+# pp 4, for the tiny GPT and a Llama-shaped model (8 layers, untied, RoPE, GQA), 8 micro-batches of
+# one sequence, 1 thread per rank, STEPS steps (the first skipped), the configurations interleaved
+# over ROUNDS rounds; printed: the median over the rounds of each run's median over its steps, the
+# ratio measured / predicted, and the range of the single steps.
+#   bench/pp_bubble.sh [SHARDC] [STEPS] [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shardc=${1:-build/shardc}
+steps=${2:-6}
+rounds=${3:-1}
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+bash scripts/gen_corpus.sh "$t/data.txt" 400000 3 >/dev/null
+tiny=(models/tiny.model -D d=128 -D seq=128 -D layers=8 -D batch=8 -D micro_batch=1 -D dp=1)
+llama=(models/llama3-8b.model -D vocab=256 -D seq=128 -D d=128 -D heads=4 -D kv_heads=2 -D layers=8 -D ffn=256
+  -D batch=8 -D micro_batch=1 -D dp=1 -D tp=1 -D sp=off -D zero=0 -D recompute=none -D precision=f32)
+run=(--data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --threads 1 --save-to "$t/ck")
+configs=()
+for model in tiny llama; do
+  for pp in 2 4; do
+    for s in gpipe 1f1b interleaved zb; do configs+=("$model:$pp:$s"); done
+  done
+done
+echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), $steps steps (first skipped), $rounds round(s)"
+for c in "${configs[@]}"; do
+  IFS=: read -r model pp s <<<"$c"
+  declare -n m=$model
+  "$shardc" build "${m[@]}" -D pp="$pp" -D schedule="$s" --world "$pp" -o "$t/$model-$pp-$s" 2>/dev/null
+  "$shardc" plan "${m[@]}" -D pp="$pp" -D schedule="$s" --world "$pp" 2>/dev/null |
+    sed -n 's/^#   bubble: \([0-9.]*\)%.*/\1/p' >"$t/$model-$pp-$s.pred"
+done
+for r in $(seq 1 "$rounds"); do
+  for c in "${configs[@]}"; do
+    IFS=: read -r model pp s <<<"$c"
+    mpirun --mca pml ob1 -np "$pp" "$t/$model-$pp-$s" "${run[@]}" --trace "$t/$model-$pp-$s.$r.json" >/dev/null
+    python3 bench/pp_bubble.py "$t/$model-$pp-$s.$r.json" >>"$t/$model-$pp-$s.meas"
+  done
+done
+printf '%-7s %-3s %-12s %10s %10s %8s %18s\n' model pp schedule predicted measured ratio "per-step min..max"
+for c in "${configs[@]}"; do
+  IFS=: read -r model pp s <<<"$c"
+  pred=$(cat "$t/$model-$pp-$s.pred")
+  sort -g "$t/$model-$pp-$s.meas" | awk -v model="$model" -v pp="$pp" -v s="$s" -v pred="$pred" '
+    BEGIN { n = 0 }
+    { med[n] = $1; if (n == 0 || $2 < lo) lo = $2; if ($3 > hi) hi = $3; n++ }
+    END { m = n % 2 ? med[(n - 1) / 2] : (med[n / 2 - 1] + med[n / 2]) / 2
+          printf "%-7s %-3s %-12s %9.1f%% %9.1f%% %8.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * m, 100 * m / pred, 100 * lo, 100 * hi }'
+done
