@@ -81,8 +81,10 @@ static void emit_repeat(Cg *c, Node *n) {
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
 
 /* dp all-reduces and reduce-scatters; dp all-gathers of a parameter (ZeRO-3's, reading the
- * stored shard or a layer loop's slice of it: memory that outlives the wait) */
+ * stored shard or a layer loop's slice of it: memory that outlives the wait); the receive of a
+ * ring shift (cp's hops: a send and its receive, started at the receive) */
 static bool is_async(const Node *n) {
+  if (n->op == OP_RECV) return !n->stage;
   if (n->a.mesh_axis != RT_AX_DP) return false;
   if (n->op == OP_ALL_GATHER) return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG;
   return n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER;
@@ -131,7 +133,7 @@ static bool stacked_in_place(const Node *r, int k, const Value *y) {
  * wait before the group. */
 static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
-  Wait w = {tag, g, first_reader(g, at, n->out, n->nout)};
+  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV};
   const Node *r = g->owner;
   bool dead = false; /* an output nothing reads: memplan frees it at once, so wait at once */
   for (int o = 0; o < n->nout; o++) {
@@ -173,7 +175,9 @@ static void emit_waits(Cg *c, const Graph *g, int pos) {
   int k = 0;
   for (int i = 0; i < c->nwaits; i++) {
     Wait w = c->waits[i];
-    if (w.g == g && w.pos == pos)
+    if (w.g == g && w.pos == pos && w.shift)
+      cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
+    else if (w.g == g && w.pos == pos)
       cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
     else
       c->waits[k++] = w;
@@ -296,8 +300,10 @@ static const Node *send_of(const Graph *g, int i) {
   return s;
 }
 
-/* SEND + RECV (passes/shard_cp.c's ring hop) as one deadlock-free ring shift at the RECV; the SEND
- * emits nothing (memplan keeps its input live through the RECV). */
+/* SEND + RECV (passes/shard_cp.c's ring hop) as one deadlock-free ring shift started at the RECV
+ * and waited before the first reader of what it receives (add_wait; shard_cp.c issues each hop
+ * before the block it overlaps); the SEND emits nothing (memplan keeps its input live through
+ * the wait). */
 static void emit_p2p(Cg *c, Node *n) {
   if (n->stage) { /* a pipeline transfer (passes/pipe.c): asynchronous send, blocking receive */
     const Value *v = n->op == OP_SEND ? n->in[0] : n->out[0];
@@ -318,8 +324,11 @@ static void emit_p2p(Cg *c, Node *n) {
     return;
   }
   Value *x = s->in[0], *y = n->out[0];
-  cg_line(c, "rt_coll_shift(ctx, %s, %lld, %s, %s, %" PRId64 ", %d);", cg_axis_lit(n->a.mesh_axis),
-          (long long)s->a.start, cg_ptr(c, y), cg_ptr(c, x), ir_numel(&x->shape) * ir_dtype_size(x->dtype), n->a.tag);
+  int tag = c->next_tag++;
+  cg_line(c, "rt_coll_shift_start(ctx, %s, %lld, %d, %s, %s, %" PRId64 ", %d);", cg_axis_lit(n->a.mesh_axis),
+          (long long)s->a.start, tag, cg_ptr(c, y), cg_ptr(c, x), ir_numel(&x->shape) * ir_dtype_size(x->dtype),
+          n->a.tag);
+  add_wait(c, n, c->pos, tag);
 }
 
 /* One node: REPEATs and collectives here, compute nodes by the target. Returns how many

@@ -16,7 +16,10 @@
  *     hops, each passing K, V and their positions to the next rank of the cp ring (send +1, recv
  *     -1) and combining the block's (o, lse) by log-sum-exp (attn_combine); causal masking compares
  *     global positions. sdpa_bwd becomes the backward ring: the blocks travel again, with dK and
- *     dV accumulators that collect every rank's share and make one last hop home.
+ *     dV accumulators that collect every rank's share and make one last hop home. Each hop is
+ *     issued before the block it overlaps (the next K, V and positions before this block's
+ *     attention; in the backward ring the accumulators' hop too), so codegen's asynchronous shift
+ *     (started at the hop, waited before its first reader) runs during that block's compute.
  */
 #include <string.h>
 
@@ -89,6 +92,15 @@ static Value *hop(Sh *s, Value *x, int tag) {
   return y;
 }
 
+/* The next ring block (k, v and their positions one hop on) issued now, when `more`, so its
+ * transfer runs while the current block is computed (codegen starts each hop where it stands and
+ * waits before the first reader of what it receives: the block after this one, or the hop after). */
+static void hop_kv(Sh *s, bool more, Value *k, Value *v, Value *pos, Value **kn, Value **vn, Value **pn) {
+  *kn = more ? hop(s, k, TAG_K) : NULL;
+  *vn = more ? hop(s, v, TAG_V) : NULL;
+  *pn = more ? hop(s, pos, TAG_POS) : NULL;
+}
+
 /* A node of op with the attrs of n, its outputs shaped like `like` (local shapes) and sharded. */
 static Node *emit_like(Sh *s, OpKind op, const Node *n, int nin, Value *const *in, int nout, Value *const *like,
                        const Sharding *h) {
@@ -137,12 +149,13 @@ void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
     Value *lse_like = n->out[1];
     lse_like->shape = shard_local_of(s, lse_like->shape, &lsh);
     Value *like[2] = {q, lse_like};
+    Value *kn, *vn, *pn; /* the next block, in flight while this one is computed */
+    hop_kv(s, cp > 1, k, v, pos, &kn, &vn, &pn);
     Node *b = emit_like(s, OP_ATTN_BLOCK, n, 5, (Value *[]){q, k, v, pos, pos}, 2, like, h2);
     Value *o = b->out[0], *lse = b->out[1];
     for (int j = 1; j < cp; j++) {
-      kc = hop(s, kc, TAG_K);
-      vc = hop(s, vc, TAG_V);
-      pc = hop(s, pc, TAG_POS);
+      kc = kn, vc = vn, pc = pn;
+      hop_kv(s, j + 1 < cp, kc, vc, pc, &kn, &vn, &pn);
       Node *bj = emit_like(s, OP_ATTN_BLOCK, n, 5, (Value *[]){q, kc, vc, pos, pc}, 2, like, h2);
       Node *c = emit_like(s, OP_ATTN_COMBINE, n, 4, (Value *[]){o, lse, bj->out[0], bj->out[1]}, 2, like, h2);
       o = c->out[0];
@@ -155,14 +168,15 @@ void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
   Value *o = n->in[3], *lse = n->in[4], *dout = n->in[5];
   Value *like[3] = {q, k, v};
   Sharding h3[3] = {q->sharding, k->sharding, v->sharding};
+  Value *kn, *vn, *pn;
+  hop_kv(s, cp > 1, k, v, pos, &kn, &vn, &pn);
   Node *b = emit_like(s, OP_ATTN_BLOCK_BWD, n, 8, (Value *[]){q, k, v, o, lse, dout, pos, pos}, 3, like, h3);
   Value *dq = b->out[0], *dk = b->out[1], *dv = b->out[2];
   for (int j = 1; j < cp; j++) {
-    kc = hop(s, kc, TAG_K);
-    vc = hop(s, vc, TAG_V);
-    pc = hop(s, pc, TAG_POS);
+    kc = kn, vc = vn, pc = pn;
     dk = hop(s, dk, TAG_DK); /* the accumulator of the block now held: every rank before has added its share */
-    dv = hop(s, dv, TAG_DV);
+    dv = hop(s, dv, TAG_DV); /* (in flight while the block is computed, waited before the adds) */
+    hop_kv(s, j + 1 < cp, kc, vc, pc, &kn, &vn, &pn);
     Node *bj = emit_like(s, OP_ATTN_BLOCK_BWD, n, 8, (Value *[]){q, kc, vc, o, lse, dout, pos, pc}, 3, like, h3);
     dq = add(s, dq, bj->out[0]);
     dk = add(s, dk, bj->out[1]);

@@ -491,6 +491,62 @@ void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x,
   ctx->comm_s += now() - t0;
 }
 
+/* ---- ring shifts started asynchronously (context parallelism's hops) ---- */
+
+static struct {
+  int mode;          /* 0 async, 1 blocking (env SHARDRT_CP_COMM); -1 until read */
+  int64_t started;   /* shifts started */
+  double exposed_s;  /* time spent in shift / shift_start / shift_wait (s) */
+} ring = {.mode = -1};
+
+static void print_ring_stats(void) {
+  fprintf(stderr, "shardrt: ring shifts %lld, exposed %.3f s\n", (long long)ring.started, ring.exposed_s);
+}
+
+static int cp_blocking(void) {
+  if (ring.mode >= 0) return ring.mode;
+  const char *s = getenv("SHARDRT_CP_COMM");
+  ring.mode = 0;
+  if (s && strcmp(s, "blocking") == 0) ring.mode = 1;
+  else if (s && *s && strcmp(s, "async") != 0) {
+    fprintf(stderr, "shardrt: SHARDRT_CP_COMM=%s: want async or blocking\n", s);
+    exit(1);
+  }
+  const char *st = getenv("SHARDRT_COLL_STATS");
+  if (st && strcmp(st, "1") == 0 && atexit(print_ring_stats) != 0) {
+    fprintf(stderr, "shardrt: atexit failed\n");
+    exit(1);
+  }
+  return ring.mode;
+}
+
+void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y, const void *x, int64_t bytes,
+                         int msg_tag) {
+  double t0 = now();
+  ring.started++;
+  RtGroup *g = group_of(ctx, axis);
+  if (!g || dev || cp_blocking()) {
+    rt_coll_shift(ctx, axis, offset, y, x, bytes, msg_tag);
+    ring.exposed_s += now() - t0;
+    return;
+  }
+  int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
+  int to = (int)(((me + offset) % deg + deg) % deg), from = (int)(((me - offset) % deg + deg) % deg);
+  pend_reserve();
+  pend.p[pend.n++] = (Pending){rt_recv_start(g, from, y, (size_t)bytes, msg_tag), tag, t0};
+  pend_reserve();
+  pend.p[pend.n++] = (Pending){rt_send_start(g, to, x, (size_t)bytes, msg_tag), tag, t0};
+  double dt = now() - t0;
+  ctx->comm_s += dt;
+  ring.exposed_s += dt;
+}
+
+void rt_coll_shift_wait(RtCtx *ctx, int tag) {
+  double t0 = now();
+  rt_coll_wait(ctx, tag);
+  ring.exposed_s += now() - t0;
+}
+
 /* ---- pipeline sends and receives ---- */
 
 static struct {

@@ -59,6 +59,17 @@ void rt_coll_async_stats(int64_t *started, int64_t *early, double *inflight_s, d
  * overlap. Host memory only. */
 void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag);
 
+/* rt_coll_shift started asynchronously under `tag` (context parallelism's ring hops, issued
+ * before the block they overlap): x must stay untouched and y unread until
+ * rt_coll_shift_wait(tag) (or rt_coll_wait(tag) / rt_coll_wait_all); msg_tag is the shift's
+ * message tag. The memory plan keeps x live until the wait (passes/memplan.c). A device program,
+ * a single member, or env SHARDRT_CP_COMM=blocking (for measurements; results are identical)
+ * runs rt_coll_shift, done on return. SHARDRT_COLL_STATS=1 prints at exit how many shifts ran
+ * and the time spent in them, their starts and their waits (the ring's exposed part). */
+void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y, const void *x, int64_t bytes,
+                         int msg_tag);
+void rt_coll_shift_wait(RtCtx *ctx, int tag);
+
 /* Pipeline transfers (passes/pipe.c, the IR's send / recv with their offsets): a send goes to
  * the member at coordinate + offset along axis (not modulo: that member exists), asynchronously
  * from a copy (x may be overwritten at once); a receive blocks until what the member at

@@ -3,7 +3,8 @@
 # compiled and run under mpirun against the single-rank binary (label mpi).
 #
 #   a Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA, untied head) at 256 tokens with small dims:
-#   cp=2, cp=2 x tp=2 and cp=2 x dp=2 give the single-rank loss curve over 20 AdamW steps, and so
+#   cp=2, cp=2 x tp=2, cp=2 x dp=2 and cp=4 give the single-rank loss curve over 20 AdamW steps
+#   (cp=4 with overlapped ring hops bit-identical to blocking ones), and so
 #   does cp=2 of the tiny GPT (learned position embeddings, fused QKV), and cp=2 x dp=2 of it with
 #   2 gradient-accumulation micro-steps; a checkpoint written
 #   under cp=2 at step 10 resumes on one rank with the uninterrupted run's step-11 loss (the data
@@ -31,6 +32,26 @@ for c in cp2:2 cp2tp2:4 cp2dp2:4; do
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "llama seq 256 $n" "$t/$n.jsonl" "$t/one.jsonl"
 done
+# cp=4: three hops per ring. Each hop is started before the block it overlaps and waited before
+# its first reader (rt_coll_shift_start); SHARDRT_CP_COMM=blocking runs the same binary with
+# blocking shifts (the ring before overlap): the losses and the checkpoint (parameters and Adam
+# moments) must be bit-identical, and both match the single rank.
+"$shardc" build "${m[@]}" -D tp=1 -D cp=4 --world 4 -o "$t/cp4" 2>/dev/null
+for mode in async blocking; do
+  SHARDRT_CP_COMM=$mode "${mpi[@]}" -x SHARDRT_CP_COMM -np 4 "$t/cp4" "${run[@]}" --log "$t/cp4_$mode.jsonl" \
+    --save-to "$t/ck_cp4_$mode" >/dev/null
+  compare "llama seq 256 cp4 $mode" "$t/cp4_$mode.jsonl" "$t/one.jsonl"
+done
+cmp -s <(losses "$t/cp4_async.jsonl") <(losses "$t/cp4_blocking.jsonl") ||
+  { echo "FAIL: cp4 losses differ between overlapped and blocking ring hops"; exit 1; }
+nck=0
+for f in "$t"/ck_cp4_blocking/step_00000020/*; do
+  cmp -s "$f" "$t/ck_cp4_async/step_00000020/$(basename "$f")" ||
+    { echo "FAIL: cp4 checkpoint $(basename "$f") differs between overlapped and blocking ring hops"; exit 1; }
+  nck=$((nck + 1))
+done
+[ "$nck" -gt 0 ] || { echo "FAIL: no cp4 checkpoint written"; exit 1; }
+echo "cp4 overlapped ring hops: losses and $nck checkpoint files bit-identical to blocking hops"
 "$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 --world 1 -o "$t/tiny1" 2>/dev/null
 "$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 -D dp=1 -D cp=2 --world 2 -o "$t/tinycp2" 2>/dev/null
 "$t/tiny1" "${run[@]}" --threads 2 --log "$t/tiny1.jsonl" >/dev/null

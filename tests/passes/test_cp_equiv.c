@@ -10,7 +10,8 @@
  * logical tokens; after each step the loss, the grad norm, every gradient, parameter and optimizer
  * state, assembled from the ranks' blocks, must agree with the single rank within a relative error
  * of 1e-10, and the replicas of a replicated value must agree too. The partitioned program must
- * pass K and V around the ring (send / recv over cp), and a sequence that 2 x cp does not divide
+ * pass K and V around the ring (send / recv over cp), each hop issued before the block it overlaps
+ * (codegen runs it asynchronously during that block), and a sequence that 2 x cp does not divide
  * is refused.
  */
 #include <math.h>
@@ -71,6 +72,38 @@ static void count_ring(const Graph *g, int *p2p, int *blocks, int *gathers) {
   }
 }
 
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+/* Overlap: each hop is issued before the block it overlaps — the receive of a block's K comes
+ * before the previous block of its ring (forward and backward), and the backward ring's dK / dV
+ * accumulator hops before the block whose share is added to them. Counts the hops checked and
+ * those out of place. */
+static void check_overlap(const Graph *g, int *hops, int *late) {
+  int prev[2] = {-1, -1}; /* the previous block of the ring: attn_block, attn_block_bwd */
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) check_overlap(n->body, hops, late);
+    if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) {
+      int *p = &prev[n->op == OP_ATTN_BLOCK_BWD];
+      const Node *r = n->in[1]->def;
+      if (r->op == OP_RECV && r->graph == g) {
+        (*hops)++;
+        if (*p < 0 || position(g, r) > *p) (*late)++;
+      }
+      *p = i;
+    }
+    if (n->op == OP_ADD && n->in[0]->def->op == OP_RECV && n->in[1]->def->op == OP_ATTN_BLOCK_BWD &&
+        n->in[0]->def->graph == g) {
+      (*hops)++;
+      if (position(g, n->in[0]->def) > position(g, n->in[1]->def)) (*late)++;
+    }
+  }
+}
+
 typedef struct {
   int dp, tp, cp;
 } CpPlan;
@@ -107,6 +140,13 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
     if (p2p == 0 || blocks <= 0 || gathers > 0) {
       fprintf(stderr, "FAIL %s %s: %d sends/recvs over cp, %d attention blocks, %d all-gathers over cp\n", label,
               what, p2p, blocks, gathers);
+      failures++;
+    }
+    int hops = 0, late = 0;
+    check_overlap(pm->graph, &hops, &late);
+    if (hops == 0 || late > 0) {
+      fprintf(stderr, "FAIL %s %s: %d of %d ring hops not issued before the block they overlap\n", label, what, late,
+              hops);
       failures++;
     }
     failures += tb_equiv_steps(ref, pm, &tok, &tgt, &tok, &tgt, label, what, TOL, true);
