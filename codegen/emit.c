@@ -241,14 +241,14 @@ static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
   case OP_SHARD_SLICE: case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: case OP_SEND: case OP_RECV:
-  case OP_STAGE_SELECT:
+  case OP_STAGE_SELECT: case OP_ALL_TO_ALL:
     return true;
   case OP_EMBED: case OP_EMBED_BWD: return n->a.sharded;
   default: return false;
   }
 }
 
-/* ALL_GATHER, REDUCE_SCATTER, BROADCAST and SHARD_SLICE as their coll.h calls; their packing
+/* ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST and SHARD_SLICE as their coll.h calls; their packing
  * scratch lies the target's coll_ws_offset bytes into the workspace (CUDA keeps its kernels'
  * error flags in front). */
 static void emit_collective(Cg *c, const Node *n) {
@@ -282,6 +282,18 @@ static void emit_collective(Cg *c, const Node *n) {
     cg_line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", cg_axis_lit(a->mesh_axis), cg_ptr(c, y),
          cg_ptr(c, x), ir_numel(&y->shape), cg_dtype_lit(y->dtype), a->start);
     return;
+  case OP_ALL_TO_ALL: {
+    const char *dims = "";
+    for (int d = 0; d < x->shape.rank; d++) dims = arena_printf(c->a, "%s%s%" PRId64, dims, d ? ", " : "", x->shape.dim[d]);
+    cg_line(c, "{ /* all-to-all: dim %d gathered, dim %d scattered */", a->axis, a->split_axis);
+    cg_line(c, "  static const int64_t xd[] = {%s};", dims);
+    cg_line(c, "  rt_coll_all_to_all(ctx, %s, %s, %s, %d, xd, %d, %d, %d, %d, %s, %s);", cg_axis_lit(a->mesh_axis),
+            cg_ptr(c, y), cg_ptr(c, x), x->shape.rank, a->axis, a->blocks, a->split_axis, a->split_blocks,
+            cg_dtype_lit(y->dtype), ws);
+    cg_line(c, "}");
+    cg_ws_need(c, arena_printf(c->a, "%srt_coll_all_to_all_ws_bytes(%" PRId64 ")", at, cg_bytes(x)));
+    return;
+  }
   case OP_SHARD_SLICE:
     cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
     cg_line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
@@ -391,7 +403,9 @@ static int emit_node_any(Cg *c, Node *n) {
   switch (n->op) {
   case OP_REPEAT: emit_repeat(c, n); return 1;
   case OP_ALL_REDUCE: emit_all_reduce(c, n); return 1;
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: emit_collective(c, n); return 1;
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: case OP_ALL_TO_ALL:
+    emit_collective(c, n);
+    return 1;
   case OP_SEND: case OP_RECV: emit_p2p(c, n); return 1;
   case OP_STAGE_SELECT: { /* this stage's input */
     int64_t bytes = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);

@@ -169,6 +169,13 @@ static void put_attrs(Buf *b, const Node *n) {
     print_blocks(b, a->blocks);
     break;
   case OP_BROADCAST: bprintf(b, "  over=%s root=%lld", axis_name(a->mesh_axis), (long long)a->start); break;
+  case OP_ALL_TO_ALL:
+    bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
+    print_blocks(b, a->blocks);
+    bprintf(b, " split=%d", a->split_axis);
+    if (a->split_blocks == RT_BLOCKS_ZIGZAG) bprintf(b, " split_blocks=zigzag");
+    else if (a->split_blocks > 1) bprintf(b, " split_blocks=%d", a->split_blocks);
+    break;
   case OP_SEND: case OP_RECV:
     bprintf(b, "  over=%s offset=%+lld tag=%d", axis_name(a->mesh_axis), (long long)a->start, a->tag);
     break;
