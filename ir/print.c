@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "plan_options.h"
 
 #define COMMENT_COL 88 /* column where `# file:line:col` starts */
 
@@ -571,7 +572,9 @@ void ir_print_module_header(FILE *f, const Module *m) {
             p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "", p->microbatches,
             p->schedule <= SCHED_ZB ? sched_names[p->schedule] : "?");
     if (p->schedule == SCHED_INTERLEAVED) fprintf(f, "(v: %d)", p->interleave);
-    fprintf(f, " recompute %s\n", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");
+    fprintf(f, " recompute %s", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");
+    if (p->cp_mode != CP_RING) fprintf(f, " cp_mode %s", ir_cp_mode_names[p->cp_mode]); /* (ring: not printed) */
+    fprintf(f, "\n");
   }
   if (m->has_recipe) {
     const Recipe *r = &m->recipe;

@@ -137,9 +137,98 @@ void shard_cp_rope(Sh *s, Node *n) {
   replace(s, n, d->out);
 }
 
+/* cp_mode all2all: x's dim `gather` gathered over cp (blocks gb) and dim `split` scattered (blocks
+ * sb), one all_to_all; h: the result's sharding. */
+static Value *a2a(Sh *s, Value *x, int gather, int gb, int split, int sb, Sharding h) {
+  int cp = s->deg[RT_AX_CP];
+  Attrs a = {0};
+  a.mesh_axis = RT_AX_CP;
+  a.axis = gather;
+  a.blocks = gb;
+  a.split_axis = split;
+  a.split_blocks = sb;
+  Shape sh = x->shape;
+  sh.dim[gather] *= cp;
+  sh.dim[split] /= cp;
+  Value *y = ir_emit(s->g, OP_ALL_TO_ALL, 1, &x, x->dtype, sh, &a, s->loc);
+  y->sharding = h;
+  memcpy(shard_info(s, y)->role, shard_info(s, x)->role, sizeof shard_info(s, x)->role);
+  return y;
+}
+
+/* [B, S/cp, C] split over cp in zigzag order along the sequence <-> [B, S, C/cp]: the heads
+ * (C = heads x head dim) split over cp; lse [B, H, S] likewise with the sequence last. The
+ * head-split value's sharding names tp when tp splits the heads too (cp's split nests inside
+ * tp's, which a Sharding cannot spell; only attention reads these values), cp otherwise. */
+static Sharding heads_split(Sharding h, bool lse) {
+  int sq = lse ? 2 : 1, hd = lse ? 1 : 2;
+  h.split[sq] = -1;
+  h.blocks[sq] = 0;
+  if (h.split[hd] < 0) h.split[hd] = RT_AX_CP;
+  return h;
+}
+
+static Value *to_heads(Sh *s, Value *x, bool lse) {
+  return a2a(s, x, lse ? 2 : 1, RT_BLOCKS_ZIGZAG, lse ? 1 : 2, 0, heads_split(x->sharding, lse));
+}
+
+static Value *to_seq(Sh *s, Value *x, bool lse, Sharding h) {
+  return a2a(s, x, lse ? 1 : 2, 0, lse ? 2 : 1, RT_BLOCKS_ZIGZAG, h);
+}
+
+static void set_value(Sh *s, Value *y, DType dt, Shape sh, Sharding h, const Value *roles) {
+  y->dtype = dt;
+  y->shape = sh;
+  y->sharding = h;
+  memcpy(shard_info(s, y)->role, shard_info(s, roles)->role, sizeof shard_info(s, roles)->role);
+}
+
+/* cp_mode all2all (Ulysses): the inputs' sequence split exchanged for a split of the heads, sdpa
+ * (or sdpa_bwd) over the whole sequence in logical order on heads / cp heads, the outputs
+ * exchanged back. lsh: the lse's sharding (sequence split). */
+static bool sdpa_all2all(Sh *s, Node *n, Sharding lsh) {
+  int cp = s->deg[RT_AX_CP];
+  int H = n->a.heads, KV = n->a.kv_heads; /* per tp rank */
+  if (H % cp != 0 || KV % cp != 0) {
+    if (n->op == OP_SDPA) { /* (once: its backward has the same heads) */
+      error_at(n->loc, "cp_mode all2all splits the heads over cp: attention has %d heads and %d kv heads%s, and cp %d "
+               "does not divide both", H, KV, s->deg[RT_AX_TP] > 1 ? " per tp rank" : "", cp);
+      if (s->m->plan.opt_loc[PLAN_OPT_CP_MODE].file) note_at(s->m->plan.opt_loc[PLAN_OPT_CP_MODE], "all2all asked for here");
+      note("use cp_mode ring (K and V passed around the cp ring), or a cp that divides the heads");
+    }
+    s->ok = false;
+    return false;
+  }
+  bool fwd = n->op == OP_SDPA;
+  int nin = fwd ? 3 : 6, nout = fwd ? 2 : 3;
+  Value *in[6], *out[3];
+  for (int i = 0; i < nin; i++) in[i] = to_heads(s, n->in[i], !fwd && i == 4);
+  Node *d = ir_node_new(s->g, n->op, nin, in, nout, s->loc);
+  d->a = n->a;
+  d->a.heads /= cp;
+  d->a.kv_heads /= cp;
+  if (fwd) {
+    Shape ls = shard_local_of(s, n->out[1]->shape, &lsh); /* [B, H, S / cp] -> [B, H / cp, S] */
+    ls.dim[1] /= cp;
+    ls.dim[2] *= cp;
+    set_value(s, d->out[0], in[0]->dtype, in[0]->shape, in[0]->sharding, in[0]);
+    set_value(s, d->out[1], n->out[1]->dtype, ls, heads_split(lsh, true), in[0]);
+    out[0] = to_seq(s, d->out[0], false, n->in[0]->sharding);
+    out[1] = to_seq(s, d->out[1], true, lsh);
+  } else {
+    for (int i = 0; i < 3; i++) {
+      set_value(s, d->out[i], in[i]->dtype, in[i]->shape, in[i]->sharding, in[i]);
+      out[i] = to_seq(s, d->out[i], false, n->in[i]->sharding);
+    }
+  }
+  replace(s, n, out);
+  return true;
+}
+
 /* sdpa (inputs redistributed to the heads x cp target, heads local) as ring attention;
  * lsh: the lse's sharding. */
 void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
+  if (s->m->plan.cp_mode == CP_ALL2ALL && sdpa_all2all(s, n, lsh)) return; /* (refused: the ring keeps the graph whole) */
   Value *q = n->in[0], *k = n->in[1], *v = n->in[2];
   Value *pos = positions(s, shard_ldim(s, q, 1));
   int cp = s->deg[RT_AX_CP];
