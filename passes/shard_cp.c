@@ -20,6 +20,10 @@
  *     issued before the block it overlaps (the next K, V and positions before this block's
  *     attention; in the backward ring the accumulators' hop too), so codegen's asynchronous shift
  *     (started at the hop, waited before its first reader) runs during that block's compute.
+ *   - cp_mode all2all (Ulysses): instead of the ring, attention's inputs are exchanged by
+ *     all_to_all from the sequence split to a split of the heads over cp, sdpa / sdpa_bwd run over
+ *     the whole sequence on their heads, and the outputs are exchanged back. cp must divide the
+ *     heads and the kv heads (per tp rank).
  */
 #include <string.h>
 
