@@ -5,7 +5,8 @@
 #   a Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA, untied head) at 256 tokens with small dims:
 #   cp=2, cp=2 x tp=2, cp=2 x dp=2 and cp=4 give the single-rank loss curve over 20 AdamW steps
 #   (cp=4 with overlapped ring hops bit-identical to blocking ones), and so do cp_mode all2all's
-#   cp=2, cp=4 and cp=2 x tp=2 (a model with 8 heads / 4 kv heads for the last two), and so
+#   cp=2, cp=4 and cp=2 x tp=2 (a model with 8 heads / 4 kv heads for the last two); at 1024 tokens
+#   cp=2 and cp=2 x tp=2 ring and cp=2 all2all give the single-rank losses over 10 steps; and so
 #   does cp=2 of the tiny GPT (learned position embeddings, fused QKV), and cp=2 x dp=2 of it with
 #   2 gradient-accumulation micro-steps; a checkpoint written
 #   under cp=2 at step 10 resumes on one rank with the uninterrupted run's step-11 loss (the data
@@ -67,6 +68,19 @@ m8=("${m8[@]/kv_heads=2/kv_heads=4}")
 for n in a2a_cp4 a2a_cp2tp2; do
   "${mpi[@]}" -np 4 "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "llama 8/4 heads $n" "$t/$n.jsonl" "$t/one8.jsonl"
+done
+# a longer sequence (1024 tokens, one sequence per step, d 64): cp2 ring, cp2 x tp2 ring and cp2
+# all2all against the single rank over 10 steps
+m1k=(models/llama3-8b.model -D vocab=256 -D seq=1024 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96
+     -D batch=1 -D micro_batch=1 -D dp=1 -D zero=0 -D sp=off)
+run10=(--data "$t/data.txt" --steps 10 --eval-every 0 --val-batches 1)
+"$shardc" build "${m1k[@]}" -D tp=1 -D cp=1 --world 1 -o "$t/one1k" 2>/dev/null
+"$t/one1k" "${run10[@]}" --threads 2 --log "$t/one1k.jsonl" >/dev/null
+for c in cp2:1:2:ring cp2tp2:2:4:ring a2a_cp2:1:2:all2all; do
+  IFS=: read -r n tp np mode <<<"$c"
+  "$shardc" build "${m1k[@]}" -D tp="$tp" -D cp=2 -D cp_mode="$mode" --world "$np" -o "$t/${n}_1k" 2>/dev/null
+  "${mpi[@]}" -np "$np" "$t/${n}_1k" "${run10[@]}" --log "$t/${n}_1k.jsonl" >/dev/null
+  compare "llama seq 1024 $n" "$t/${n}_1k.jsonl" "$t/one1k.jsonl" 10
 done
 "$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 --world 1 -o "$t/tiny1" 2>/dev/null
 "$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 -D dp=1 -D cp=2 --world 2 -o "$t/tinycp2" 2>/dev/null

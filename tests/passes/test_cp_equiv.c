@@ -110,6 +110,36 @@ static void check_overlap(const Graph *g, int *hops, int *late) {
   }
 }
 
+static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* The memory plan of an overlapped hop: codegen waits before the first reader of what the hop
+ * receives, so until then the runtime reads the sent tensor and writes the received one: no value
+ * made from the hop up to that reader may lie on the sent bytes (iteration 0 of a loop body).
+ * Counts the hops checked and the values placed on a sent tensor in flight. */
+static void check_shift_memory(const Graph *g, int *hops, int *clobbered) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) check_shift_memory(n->body, hops, clobbered);
+    if (n->op != OP_SEND || n->stage || i + 1 >= g->nnodes || g->nodes[i + 1]->op != OP_RECV) continue;
+    const Value *x = n->in[0], *y = g->nodes[i + 1]->out[0];
+    if (x->def->op == OP_ARG || x->offset < 0) continue; /* the caller's memory, live through the body */
+    (*hops)++;
+    int w = i + 2;
+    for (bool read = false; w < g->nnodes && !read; w += !read)
+      for (int k = 0; k < g->nodes[w]->nin; k++) read |= g->nodes[w]->in[k] == y;
+    for (int j = i + 1; j < w; j++)
+      for (int k = 0; k < g->nodes[j]->nout; k++) {
+        const Value *v = g->nodes[j]->out[k];
+        if (v->offset < 0 || v == x) continue;
+        if (v->offset < x->offset + bytes_of(x) && x->offset < v->offset + bytes_of(v)) {
+          fprintf(stderr, "  %%%d (%s) is placed on the bytes %%%d sends, before the hop is waited\n", v->id,
+                  ir_ops[v->def->op].name, x->id);
+          (*clobbered)++;
+        }
+      }
+  }
+}
+
 typedef struct {
   int dp, tp, cp;
   bool a2a; /* cp_mode all2all */
@@ -159,6 +189,13 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
     if ((!p.a2a && hops == 0) || late > 0) {
       fprintf(stderr, "FAIL %s %s: %d of %d ring hops not issued before the block they overlap\n", label, what, late,
               hops);
+      failures++;
+    }
+    int shifts = 0, clobbered = 0;
+    check_shift_memory(pm->graph, &shifts, &clobbered);
+    if ((!p.a2a && shifts == 0) || clobbered > 0) {
+      fprintf(stderr, "FAIL %s %s: %d values placed on a sent tensor in flight (%d hops checked)\n", label, what,
+              clobbered, shifts);
       failures++;
     }
     failures += tb_equiv_steps(ref, pm, &tok, &tgt, &tok, &tgt, label, what, TOL, true);
