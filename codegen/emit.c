@@ -248,9 +248,9 @@ static bool is_multi_rank_op(const Node *n) {
   }
 }
 
-/* ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST and SHARD_SLICE as their coll.h calls; their packing
- * scratch lies the target's coll_ws_offset bytes into the workspace (CUDA keeps its kernels'
- * error flags in front). */
+/* ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST and SHARD_SLICE as their coll.h calls; their
+ * packing scratch lies the target's coll_ws_offset bytes into the workspace (CUDA keeps its
+ * kernels' error flags in front). */
 static void emit_collective(Cg *c, const Node *n) {
   const Value *y = n->out[0], *x = n->in[0];
   const Attrs *a = &n->a;
@@ -284,7 +284,8 @@ static void emit_collective(Cg *c, const Node *n) {
     return;
   case OP_ALL_TO_ALL: {
     const char *dims = "";
-    for (int d = 0; d < x->shape.rank; d++) dims = arena_printf(c->a, "%s%s%" PRId64, dims, d ? ", " : "", x->shape.dim[d]);
+    for (int d = 0; d < x->shape.rank; d++)
+      dims = arena_printf(c->a, "%s%s%" PRId64, dims, d ? ", " : "", x->shape.dim[d]);
     cg_line(c, "{ /* all-to-all: dim %d gathered, dim %d scattered */", a->axis, a->split_axis);
     cg_line(c, "  static const int64_t xd[] = {%s};", dims);
     cg_line(c, "  rt_coll_all_to_all(ctx, %s, %s, %s, %d, xd, %d, %d, %d, %d, %s, %s);", cg_axis_lit(a->mesh_axis),

@@ -197,7 +197,8 @@ static bool sdpa_all2all(Sh *s, Node *n, Sharding lsh) {
     if (n->op == OP_SDPA) { /* (once: its backward has the same heads) */
       error_at(n->loc, "cp_mode all2all splits the heads over cp: attention has %d heads and %d kv heads%s, and cp %d "
                "does not divide both", H, KV, s->deg[RT_AX_TP] > 1 ? " per tp rank" : "", cp);
-      if (s->m->plan.opt_loc[PLAN_OPT_CP_MODE].file) note_at(s->m->plan.opt_loc[PLAN_OPT_CP_MODE], "all2all asked for here");
+      SrcLoc at = s->m->plan.opt_loc[PLAN_OPT_CP_MODE];
+      if (at.file) note_at(at, "all2all asked for here");
       note("use cp_mode ring (K and V passed around the cp ring), or a cp that divides the heads");
     }
     s->ok = false;
@@ -232,7 +233,8 @@ static bool sdpa_all2all(Sh *s, Node *n, Sharding lsh) {
 /* sdpa (inputs redistributed to the heads x cp target, heads local) as ring attention;
  * lsh: the lse's sharding. */
 void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
-  if (s->m->plan.cp_mode == CP_ALL2ALL && sdpa_all2all(s, n, lsh)) return; /* (refused: the ring keeps the graph whole) */
+  /* (all2all refused: the ring keeps the graph whole while the error stops the compile) */
+  if (s->m->plan.cp_mode == CP_ALL2ALL && sdpa_all2all(s, n, lsh)) return;
   Value *q = n->in[0], *k = n->in[1], *v = n->in[2];
   Value *pos = positions(s, shard_ldim(s, q, 1));
   int cp = s->deg[RT_AX_CP];
