@@ -141,7 +141,8 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
 
 typedef struct {
   RtReq *req; /* the collective in flight */
-  int tag;    /* the generated code's id of the ALL_REDUCE / REDUCE_SCATTER node that started it */
+  int tag;    /* the generated code's id of the ALL_REDUCE / REDUCE_SCATTER node that started it; a ring
+                 shift's: -1 - its id (rt_coll_shift_start) */
   double t0;  /* when it was started (s) */
 } Pending;
 
@@ -293,6 +294,7 @@ static void finish_where(RtCtx *ctx, int tag, int which) {
       rt_wait(p->req); /* returns at once: rt_test saw it finished */
     else
       complete(ctx, p->req);
+    if (p->tag < 0) continue; /* a ring shift's (rt_coll_shift_start): not an all-reduce's statistics */
     pend.inflight_s += now() - p->t0;
     pend.early += which == FINISH_DONE;
   }
@@ -545,9 +547,9 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
   int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
   int to = (int)(((me + offset) % deg + deg) % deg), from = (int)(((me - offset) % deg + deg) % deg);
   pend_reserve();
-  pend.p[pend.n++] = (Pending){rt_recv_start(g, from, y, (size_t)bytes, msg_tag), tag, t0};
+  pend.p[pend.n++] = (Pending){rt_recv_start(g, from, y, (size_t)bytes, msg_tag), -1 - tag, t0};
   pend_reserve();
-  pend.p[pend.n++] = (Pending){rt_send_start(g, to, x, (size_t)bytes, msg_tag), tag, t0};
+  pend.p[pend.n++] = (Pending){rt_send_start(g, to, x, (size_t)bytes, msg_tag), -1 - tag, t0};
   double dt = now() - t0;
   ctx->comm_s += dt;
   ring_exposed(ctx, dt);
@@ -555,7 +557,7 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
 
 void rt_coll_shift_wait(RtCtx *ctx, int tag) {
   double t0 = now();
-  rt_coll_wait(ctx, tag);
+  rt_coll_wait(ctx, -1 - tag);
   ring_exposed(ctx, now() - t0);
 }
 

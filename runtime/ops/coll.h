@@ -61,8 +61,8 @@ void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x,
 
 /* rt_coll_shift started asynchronously under `tag` (context parallelism's ring hops, issued
  * before the block they overlap): x must stay untouched and y unread until
- * rt_coll_shift_wait(tag) (or rt_coll_wait(tag) / rt_coll_wait_all); msg_tag is the shift's
- * message tag. The memory plan keeps x live until the wait (passes/memplan.c). A device program,
+ * rt_coll_shift_wait(tag) or rt_coll_wait_all (rt_coll_wait's tags are the all-reduces', another
+ * space); msg_tag is the shift's message tag. The memory plan keeps x live until the wait (passes/memplan.c). A device program,
  * a single member, or env SHARDRT_CP_COMM=blocking (for measurements; results are identical)
  * runs rt_coll_shift, done on return. SHARDRT_COLL_STATS=1 prints at exit how many shifts ran
  * and the time spent in them, their starts and their waits (the ring's exposed part; in total and
