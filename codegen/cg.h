@@ -22,12 +22,14 @@ typedef struct {
   const char *expr; /* the C pointer expression it stands for */
 } ArgBind;
 
-/* An asynchronous (data-parallel) all-reduce in flight: rt_coll_wait(ctx, tag) goes before
- * node `pos` of graph g (pos == g->nnodes: at the end of g, i.e. of the loop iteration). */
+/* An asynchronous collective in flight (a data-parallel all-reduce, or a cp ring shift):
+ * rt_coll_wait(ctx, tag) (rt_coll_shift_wait) goes before node `pos` of graph g (pos ==
+ * g->nnodes: at the end of g, i.e. of the loop iteration). */
 typedef struct {
-  int tag;        /* the all-reduce's id (Cg.next_tag when it started) */
+  int tag;        /* the collective's id (Cg.next_tag when it started) */
   const Graph *g; /* the graph the wait goes in */
   int pos;        /* before this node of g */
+  bool shift;     /* a ring shift's (rt_coll_shift_wait) */
 } Wait;
 
 typedef struct CgTarget CgTarget;

@@ -84,8 +84,10 @@ static void emit_repeat(Cg *c, Node *n) {
 /* ---- all-reduce: data-parallel ones run asynchronously, overlapped with what follows ---- */
 
 /* dp all-reduces and reduce-scatters; dp all-gathers of a parameter (ZeRO-3's, reading the
- * stored shard or a layer loop's slice of it: memory that outlives the wait) */
+ * stored shard or a layer loop's slice of it: memory that outlives the wait); the receive of a
+ * ring shift (cp's hops: a send and its receive, started at the receive) */
 static bool is_async(const Node *n) {
+  if (n->op == OP_RECV) return !n->stage;
   if (n->a.mesh_axis != RT_AX_DP) return false;
   if (n->op == OP_ALL_GATHER) return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG;
   return n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER;
@@ -134,7 +136,7 @@ static bool stacked_in_place(const Node *r, int k, const Value *y) {
  * wait before the group. */
 static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
-  Wait w = {tag, g, first_reader(g, at, n->out, n->nout)};
+  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV};
   const Node *r = g->owner;
   bool dead = false; /* an output nothing reads: memplan frees it at once, so wait at once */
   for (int o = 0; o < n->nout; o++) {
@@ -176,7 +178,9 @@ static void emit_waits(Cg *c, const Graph *g, int pos) {
   int k = 0;
   for (int i = 0; i < c->nwaits; i++) {
     Wait w = c->waits[i];
-    if (w.g == g && w.pos == pos)
+    if (w.g == g && w.pos == pos && w.shift)
+      cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
+    else if (w.g == g && w.pos == pos)
       cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
     else
       c->waits[k++] = w;
@@ -240,16 +244,16 @@ static bool is_multi_rank_op(const Node *n) {
   switch (n->op) {
   case OP_AXIS_INDEX: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST:
   case OP_SHARD_SLICE: case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: case OP_SEND: case OP_RECV:
-  case OP_STAGE_SELECT:
+  case OP_STAGE_SELECT: case OP_ALL_TO_ALL:
     return true;
   case OP_EMBED: case OP_EMBED_BWD: return n->a.sharded;
   default: return false;
   }
 }
 
-/* ALL_GATHER, REDUCE_SCATTER, BROADCAST and SHARD_SLICE as their coll.h calls; their packing
- * scratch lies the target's coll_ws_offset bytes into the workspace (CUDA keeps its kernels'
- * error flags in front). */
+/* ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST and SHARD_SLICE as their coll.h calls; their
+ * packing scratch lies the target's coll_ws_offset bytes into the workspace (CUDA keeps its
+ * kernels' error flags in front). */
 static void emit_collective(Cg *c, const Node *n) {
   const Value *y = n->out[0], *x = n->in[0];
   const Attrs *a = &n->a;
@@ -281,6 +285,19 @@ static void emit_collective(Cg *c, const Node *n) {
     cg_line(c, "rt_coll_broadcast(ctx, %s, %s, %s, %" PRId64 ", %s, %" PRId64 ");", cg_axis_lit(a->mesh_axis), cg_ptr(c, y),
          cg_ptr(c, x), ir_numel(&y->shape), cg_dtype_lit(y->dtype), a->start);
     return;
+  case OP_ALL_TO_ALL: {
+    const char *dims = "";
+    for (int d = 0; d < x->shape.rank; d++)
+      dims = arena_printf(c->a, "%s%s%" PRId64, dims, d ? ", " : "", x->shape.dim[d]);
+    cg_line(c, "{ /* all-to-all: dim %d gathered, dim %d scattered */", a->axis, a->split_axis);
+    cg_line(c, "  static const int64_t xd[] = {%s};", dims);
+    cg_line(c, "  rt_coll_all_to_all(ctx, %s, %s, %s, %d, xd, %d, %d, %d, %d, %s, %s);", cg_axis_lit(a->mesh_axis),
+            cg_ptr(c, y), cg_ptr(c, x), x->shape.rank, a->axis, a->blocks, a->split_axis, a->split_blocks,
+            cg_dtype_lit(y->dtype), ws);
+    cg_line(c, "}");
+    cg_ws_need(c, arena_printf(c->a, "%srt_coll_all_to_all_ws_bytes(%" PRId64 ")", at, cg_bytes(x)));
+    return;
+  }
   case OP_SHARD_SLICE:
     cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
     cg_line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
@@ -299,8 +316,10 @@ static const Node *send_of(const Graph *g, int i) {
   return s;
 }
 
-/* SEND + RECV (passes/shard_cp.c's ring hop) as one deadlock-free ring shift at the RECV; the SEND
- * emits nothing (memplan keeps its input live through the RECV). */
+/* SEND + RECV (passes/shard_cp.c's ring hop) as one deadlock-free ring shift started at the RECV
+ * and waited before the first reader of what it receives (add_wait; shard_cp.c issues each hop
+ * before the block it overlaps); the SEND emits nothing (memplan keeps its input live through
+ * the wait). */
 static void emit_p2p(Cg *c, Node *n) {
   if (n->stage) { /* a pipeline transfer (passes/pipe.c): asynchronous send, blocking receive */
     const Value *v = n->op == OP_SEND ? n->in[0] : n->out[0];
@@ -321,8 +340,11 @@ static void emit_p2p(Cg *c, Node *n) {
     return;
   }
   Value *x = s->in[0], *y = n->out[0];
-  cg_line(c, "rt_coll_shift(ctx, %s, %lld, %s, %s, %" PRId64 ", %d);", cg_axis_lit(n->a.mesh_axis),
-          (long long)s->a.start, cg_ptr(c, y), cg_ptr(c, x), ir_numel(&x->shape) * ir_dtype_size(x->dtype), n->a.tag);
+  int tag = c->next_tag++;
+  cg_line(c, "rt_coll_shift_start(ctx, %s, %lld, %d, %s, %s, %" PRId64 ", %d);", cg_axis_lit(n->a.mesh_axis),
+          (long long)s->a.start, tag, cg_ptr(c, y), cg_ptr(c, x), ir_numel(&x->shape) * ir_dtype_size(x->dtype),
+          n->a.tag);
+  add_wait(c, n, c->pos, tag);
 }
 
 /* One node: REPEATs and collectives here, compute nodes by the target. Returns how many
@@ -374,7 +396,9 @@ static int emit_node_any(Cg *c, Node *n) {
   switch (n->op) {
   case OP_REPEAT: emit_repeat(c, n); return 1;
   case OP_ALL_REDUCE: emit_all_reduce(c, n); return 1;
-  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: emit_collective(c, n); return 1;
+  case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SHARD_SLICE: case OP_ALL_TO_ALL:
+    emit_collective(c, n);
+    return 1;
   case OP_SEND: case OP_RECV: emit_p2p(c, n); return 1;
   case OP_STAGE_SELECT: { /* this stage's input */
     int64_t bytes = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);

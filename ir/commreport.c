@@ -11,7 +11,7 @@
 
 const char *const ir_comm_region_names[CR_COUNT] = {"forward", "backward", "optimizer"};
 const char *const ir_comm_kind_names[CK_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                                  "send/recv"};
+                                                  "send/recv", "all_to_all"};
 
 static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
@@ -22,7 +22,7 @@ int64_t ir_comm_node_bytes(const Node *n) {
     for (int i = 0; i < n->nin; i++) b += value_bytes(n->in[i]);
     return b;
   }
-  case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SEND: return n->nin ? value_bytes(n->in[0]) : 0;
+  case OP_REDUCE_SCATTER: case OP_BROADCAST: case OP_SEND: case OP_ALL_TO_ALL: return n->nin ? value_bytes(n->in[0]) : 0;
   case OP_ALL_GATHER: case OP_RECV: return n->nout ? value_bytes(n->out[0]) : 0;
   default: return 0;
   }
@@ -35,6 +35,7 @@ static int comm_kind(OpKind op) {
   case OP_ALL_GATHER: return CK_ALL_GATHER;
   case OP_BROADCAST: return CK_BROADCAST;
   case OP_SEND: case OP_RECV: return CK_SEND_RECV;
+  case OP_ALL_TO_ALL: return CK_ALL_TO_ALL;
   default: return -1;
   }
 }
@@ -43,7 +44,7 @@ double ir_comm_bus_factor(OpKind op, int n) {
   if (n <= 1) return 0;
   switch (op) {
   case OP_ALL_REDUCE: return 2.0 * (n - 1) / n;
-  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: return (double)(n - 1) / n;
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_ALL_TO_ALL: return (double)(n - 1) / n;
   case OP_BROADCAST: case OP_SEND: return 1.0;
   default: return 0; /* recv: counted at the sender */
   }
@@ -54,7 +55,7 @@ static int ring_steps(OpKind op, int n) {
   if (n <= 1) return 0;
   switch (op) {
   case OP_ALL_REDUCE: return 2 * (n - 1);
-  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST: return n - 1;
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST: case OP_ALL_TO_ALL: return n - 1;
   case OP_SEND: return 1;
   default: return 0;
   }

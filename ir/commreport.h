@@ -8,10 +8,11 @@
  * Conventions (per rank, per step; one step runs the graph once: one micro-batch):
  *   bytes of a collective: all_reduce the local buffer (variadic: the sum of its inputs);
  *     reduce_scatter its input and all_gather its output (the full, unscattered buffer);
- *     broadcast the buffer; send / recv the message.
+ *     broadcast the buffer; send / recv the message; all_to_all its input (what it exchanges).
  *   bus traffic per rank (textbook ring factors over a group of N ranks):
  *     all_reduce 2(N-1)/N x bytes; reduce_scatter and all_gather (N-1)/N x the full buffer;
- *     broadcast 1 x bytes (pipelined chain); send 1 x bytes (recv 0: counted at the sender).
+ *     broadcast 1 x bytes (pipelined chain); send 1 x bytes (recv 0: counted at the sender);
+ *     all_to_all (N-1)/N x its input (every chunk but its own leaves the rank).
  *   regions: forward (what the loss depends on), backward (what the optimizer's gradients
  *     depend on, the rest), optimizer (everything after: gradient-norm sums, the update);
  *     a repeat region belongs to one region as a whole, and its collectives count `count`
@@ -25,7 +26,7 @@
 #include "module.h"
 
 typedef enum { CR_FORWARD, CR_BACKWARD, CR_OPTIMIZER, CR_COUNT } CommRegion;
-typedef enum { CK_ALL_REDUCE, CK_REDUCE_SCATTER, CK_ALL_GATHER, CK_BROADCAST, CK_SEND_RECV, CK_COUNT } CommKind;
+typedef enum { CK_ALL_REDUCE, CK_REDUCE_SCATTER, CK_ALL_GATHER, CK_BROADCAST, CK_SEND_RECV, CK_ALL_TO_ALL, CK_COUNT } CommKind;
 extern const char *const ir_comm_region_names[CR_COUNT]; /* "forward", "backward", "optimizer" */
 extern const char *const ir_comm_kind_names[CK_COUNT];   /* "all_reduce", ... */
 

@@ -647,6 +647,29 @@ static bool infer_coll(Node *n) {
     }
     return true;
   }
+  case OP_ALL_TO_ALL: { /* y: axis gathered (d times longer), split_axis scattered (d times shorter) */
+    const Shape *x = &in(n, 0)->shape;
+    Shape *y = &out(n, 0)->shape;
+    int ax = n->a.axis, sx = n->a.split_axis;
+    if (ax < 0 || ax >= x->rank || sx < 0 || sx >= x->rank || ax == sx) {
+      error_at(n->loc, "%s: axes %d and %d: two different dims of %s", opname(n), ax, sx, shp(x));
+      return false;
+    }
+    out(n, 0)->dtype = in(n, 0)->dtype;
+    if (y->rank != x->rank) { /* not sized yet: degree 1 */
+      *y = *x;
+      return true;
+    }
+    bool ok = x->dim[ax] > 0 && y->dim[sx] > 0 && y->dim[ax] % x->dim[ax] == 0 && x->dim[sx] % y->dim[sx] == 0 &&
+              y->dim[ax] / x->dim[ax] == x->dim[sx] / y->dim[sx];
+    for (int d = 0; ok && d < x->rank; d++) ok = d == ax || d == sx || y->dim[d] == x->dim[d];
+    if (!ok) {
+      error_at(n->loc, "%s: %s -> %s gathering axis %d and scattering axis %d is not an exchange by one mesh degree",
+               opname(n), shp(x), shp(y), ax, sx);
+      return false;
+    }
+    return true;
+  }
   default: unreachable();
   }
 }
@@ -769,7 +792,7 @@ bool ir_infer(Node *n) {
   case OP_SUM: case OP_MEAN: case OP_SUMSQ: return infer_full_reduce(n);
   case OP_SGD_UPDATE: case OP_ADAMW_UPDATE: return infer_optimizer(n);
   case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST: case OP_SEND:
-  case OP_RECV:
+  case OP_RECV: case OP_ALL_TO_ALL:
     return infer_coll(n);
   case OP_STAGE_SELECT:
     if (n->nin < 1) die("stage_select without inputs");

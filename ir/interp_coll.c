@@ -1,5 +1,5 @@
 /* ir/interp_coll.c — the reference interpreter's simulated collectives: all-reduce,
- * all-gather, reduce-scatter, broadcast and shard-slice over each group of a mesh axis (every
+ * all-gather, reduce-scatter, all-to-all, broadcast and shard-slice over each group of a mesh axis (every
  * rank's input at once, in lockstep), and SEND/RECV through a mailbox. Ranks and groups are
  * the trainer's (rt_mesh_coords / rt_mesh_rank, runtime/mesh.h). */
 #include <stdio.h>
@@ -65,6 +65,24 @@ bool interp_eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor
       break;
     }
     case OP_ALL_GATHER: out[r] = interp_unchunk_of(grp, deg, n->a.axis, n->a.blocks, n->out[k]->dtype); break;
+    case OP_ALL_TO_ALL: { /* member c's chunk `me` of split_axis, gathered along axis */
+      int64_t len = x->shape.dim[n->a.split_axis];
+      if (len % deg != 0) {
+        ok = interp_error(n, "axis %d of size %lld does not split %d ways", n->a.split_axis, (long long)len, deg);
+        break;
+      }
+      Tensor *parts = interp_xcalloc((size_t)deg, sizeof(Tensor));
+      const Tensor **pp = interp_xcalloc((size_t)deg, sizeof(Tensor *));
+      for (int c = 0; c < deg; c++) {
+        parts[c] = interp_chunk_of(grp[c], n->a.split_axis, deg, me, n->a.split_blocks, n->out[k]->dtype);
+        pp[c] = &parts[c];
+      }
+      out[r] = interp_unchunk_of(pp, deg, n->a.axis, n->a.blocks, n->out[k]->dtype);
+      for (int c = 0; c < deg; c++) tensor_free(&parts[c]);
+      free(parts);
+      free(pp);
+      break;
+    }
     case OP_BROADCAST:
       if (n->a.start < 0 || n->a.start >= deg) {
         ok = interp_error(n, "root %lld outside the %s group of %d", (long long)n->a.start, rt_mesh_axis_name(ax), deg);

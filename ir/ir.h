@@ -148,7 +148,9 @@ typedef struct {
   int ncarry, nxs;        /* REPEAT: carried values, stacked inputs */
   bool reverse;           /* REPEAT: iterate count-1 .. 0 */
   bool sharded;           /* EMBED/EMBED_BWD/CE_*: the vocab dim is split over mesh_axis (this rank holds block coord) */
-  int blocks;             /* ALL_GATHER/REDUCE_SCATTER/SHARD_SLICE: the axis is this many blocks, each split (0: 1) */
+  int blocks;             /* ALL_GATHER/REDUCE_SCATTER/SHARD_SLICE/ALL_TO_ALL: the axis is this many blocks, each split (0: 1) */
+  int split_axis;         /* ALL_TO_ALL: the tensor axis scattered (>= 0) */
+  int split_blocks;       /* ALL_TO_ALL: its blocks, as `blocks` */
 } Attrs;
 
 struct Node {

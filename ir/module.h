@@ -43,6 +43,10 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB } PipeSchedu
  * each repeat block's carried input and recomputes the block's forward in backward; selective keeps the
  * GEMM, norm and communication outputs and recomputes attention (sdpa) and cheap elementwise/shape ops. */
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE } RecomputeKind;
+/* How context parallelism runs attention (passes/shard_cp.c): ring passes K and V around the cp
+ * ring; all2all (Ulysses) exchanges the sequence split for a split of the heads before attention
+ * and back after it. */
+typedef enum { CP_RING, CP_ALL2ALL } CpMode;
 
 /* The plan options a pass may or may not apply yet (ir/plan_options.c: which ones the
  * compiler applies, and the error for the others). */
@@ -54,6 +58,7 @@ typedef enum {
   PLAN_OPT_RECOMPUTE,    /* `recompute selective | full`: activation checkpointing */
   PLAN_OPT_MICROBATCHES, /* `microbatches N`: pipeline micro-batches in flight */
   PLAN_OPT_SCHEDULE,     /* `schedule gpipe | 1f1b | interleaved | zb`: the pipeline schedule */
+  PLAN_OPT_CP_MODE,      /* `cp_mode ring | all2all`: how context parallelism runs attention */
   PLAN_OPT_COUNT
 } PlanOpt;
 
@@ -66,6 +71,7 @@ typedef struct {
   PipeSchedule schedule;
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */
   RecomputeKind recompute;
+  CpMode cp_mode;     /* with cp > 1 (ring: the default) */
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   SrcLoc loc;

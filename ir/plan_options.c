@@ -22,7 +22,10 @@ static const OptRow rows[PLAN_OPT_COUNT] = {
     [PLAN_OPT_RECOMPUTE] = {"recompute", true, "activation recompute", "recompute none"},
     [PLAN_OPT_MICROBATCHES] = {"microbatches", true, "pipeline micro-batching", "microbatches 1"},
     [PLAN_OPT_SCHEDULE] = {"schedule", true, "a pipeline schedule", "schedule 1f1b"},
+    [PLAN_OPT_CP_MODE] = {"cp_mode", true, "all-to-all (Ulysses) context parallelism", "cp_mode ring"},
 };
+
+const char *const ir_cp_mode_names[2] = {"ring", "all2all"};
 
 PlanOpt ir_plan_opt_of_key(const char *key) {
   if (strcmp(key, "interleave") == 0) return PLAN_OPT_SCHEDULE;
@@ -42,6 +45,7 @@ bool ir_plan_opt_is_set(const Plan *p, PlanOpt o) {
   case PLAN_OPT_RECOMPUTE: return p->recompute != RECOMPUTE_NONE;
   case PLAN_OPT_MICROBATCHES: return p->microbatches > 1;
   case PLAN_OPT_SCHEDULE: return p->schedule != SCHED_1F1B || p->interleave > 1;
+  case PLAN_OPT_CP_MODE: return p->cp_mode != CP_RING;
   case PLAN_OPT_COUNT: break;
   }
   die("plan option %d", (int)o);
@@ -61,6 +65,7 @@ void ir_plan_opt_format(const Plan *p, PlanOpt o, char *buf, size_t cap) {
     if (p->schedule == SCHED_INTERLEAVED) snprintf(buf, cap, "schedule interleaved(v: %d)", p->interleave);
     else snprintf(buf, cap, "schedule %s", sc[p->schedule]);
     return;
+  case PLAN_OPT_CP_MODE: snprintf(buf, cap, "cp_mode %s", ir_cp_mode_names[p->cp_mode]); return;
   case PLAN_OPT_COUNT: break;
   }
   die("plan option %d", (int)o);

@@ -25,6 +25,9 @@ bool ir_plan_opt_is_set(const Plan *p, PlanOpt o);
 /* Writes the option as the plan would spell it ("zero 1", "recompute selective") into buf. */
 void ir_plan_opt_format(const Plan *p, PlanOpt o, char *buf, size_t cap);
 
+/* The spellings of CpMode, in its order: "ring", "all2all". */
+extern const char *const ir_cp_mode_names[2];
+
 /* Reports an error at each option the plan asks for that the compiler does not apply, with what
  * to write instead. Returns false when it reported one. */
 bool ir_plan_check_applied(const Plan *p);

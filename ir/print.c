@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "plan_options.h"
 
 #define COMMENT_COL 88 /* column where `# file:line:col` starts */
 
@@ -169,6 +170,13 @@ static void put_attrs(Buf *b, const Node *n) {
     print_blocks(b, a->blocks);
     break;
   case OP_BROADCAST: bprintf(b, "  over=%s root=%lld", axis_name(a->mesh_axis), (long long)a->start); break;
+  case OP_ALL_TO_ALL:
+    bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
+    print_blocks(b, a->blocks);
+    bprintf(b, " split=%d", a->split_axis);
+    if (a->split_blocks == RT_BLOCKS_ZIGZAG) bprintf(b, " split_blocks=zigzag");
+    else if (a->split_blocks > 1) bprintf(b, " split_blocks=%d", a->split_blocks);
+    break;
   case OP_SEND: case OP_RECV:
     bprintf(b, "  over=%s offset=%+lld tag=%d", axis_name(a->mesh_axis), (long long)a->start, a->tag);
     break;
@@ -586,7 +594,9 @@ void ir_print_module_header(FILE *f, const Module *m) {
             p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "", p->microbatches,
             p->schedule <= SCHED_ZB ? sched_names[p->schedule] : "?");
     if (p->schedule == SCHED_INTERLEAVED) fprintf(f, "(v: %d)", p->interleave);
-    fprintf(f, " recompute %s\n", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");
+    fprintf(f, " recompute %s", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");
+    if (p->cp_mode != CP_RING) fprintf(f, " cp_mode %s", ir_cp_mode_names[p->cp_mode]); /* (ring: not printed) */
+    fprintf(f, "\n");
   }
   if (m->has_recipe) {
     const Recipe *r = &m->recipe;

@@ -249,8 +249,8 @@ static bool attr_int(Reader *r, AttrList *al, const char *key, int *out, int lo,
   return true;
 }
 
-static bool attr_blocks(Reader *r, AttrList *al, int *out) {
-  RdAttr *a = take(al, "blocks");
+static bool attr_blocks(Reader *r, AttrList *al, const char *key, int *out) {
+  RdAttr *a = take(al, key);
   ValScope vs;
   if (!a) return true;
   if (!val_begin(r, a, &vs)) return false;
@@ -362,7 +362,7 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
   }
   case OP_SHARD_SLICE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
     ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) &&
-         attr_blocks(r, al, &a->blocks);
+         attr_blocks(r, al, "blocks", &a->blocks);
     break;
   case OP_SGD_UPDATE:
     ok = attr_f64(r, al, "momentum", &a->momentum) && attr_f64(r, al, "weight_decay", &a->weight_decay);
@@ -381,6 +381,11 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     a->reduce = (ReduceOp)k;
     break;
   }
+  case OP_ALL_TO_ALL:
+    ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) &&
+         attr_blocks(r, al, "blocks", &a->blocks) && attr_int(r, al, "split", &a->split_axis, 0, IR_MAX_RANK - 1) &&
+         attr_blocks(r, al, "split_blocks", &a->split_blocks);
+    break;
   case OP_BROADCAST: ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_i64(r, al, "root", &a->start, 0, 1 << 20); break;
   case OP_SEND: case OP_RECV:
     ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_i64(r, al, "offset", &a->start, -(1 << 20), 1 << 20) &&

@@ -82,7 +82,7 @@ static bool parse_topology(Reader *r) {
 
 static bool parse_plan(Reader *r) {
   static const char *const keys[] = {"dp", "tp", "pp", "cp", "sp", "zero", "offload", "microbatches",
-                                     "schedule", "recompute", "bucket_bytes", "cross_node_tp"};
+                                     "schedule", "recompute", "bucket_bytes", "cross_node_tp", "cp_mode"};
   static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
   static const char *const recs[] = {"none", "full", "selective"};
   Plan *p = &r->m->plan;
@@ -91,7 +91,7 @@ static bool parse_plan(Reader *r) {
     int k, v;
     rd_ws(r);
     const char *at = r->p;
-    if (!rd_choice(r, &k, keys, 12, "a plan field")) return false;
+    if (!rd_choice(r, &k, keys, 13, "a plan field")) return false;
     PlanOpt opt = ir_plan_opt_of_key(keys[k]);
     if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = rd_loc(r, at); /* refused below unless applied */
     bool ok = true;
@@ -134,6 +134,10 @@ static bool parse_plan(Reader *r) {
       break;
     case 10: ok = rd_i64(r, &p->bucket_bytes, 1, (int64_t)1 << 50, "bucket_bytes"); break;
     case 11: ok = on_off_value(r, &p->allow_cross_node_tp); break;
+    case 12:
+      ok = rd_choice(r, &v, ir_cp_mode_names, 2, "ring or all2all");
+      p->cp_mode = (CpMode)v;
+      break;
     }
     if (!ok) return false;
   }

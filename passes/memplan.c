@@ -411,8 +411,12 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
    * at the graph's end — so the input stays live until then */
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue; /* (async gathers read parameters) */
-    Value *x = n->in[0];
+    /* likewise a ring shift (cp: a SEND and its RECV, not a pipeline transfer) reads what it
+     * sends until it is waited, before the first reader of what it receives */
+    bool shift = n->op == OP_SEND && !n->stage && i + 1 < g->nnodes && g->nodes[i + 1]->op == OP_RECV;
+    if (shift) n = g->nodes[i + 1];
+    else if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue; /* (async gathers read parameters) */
+    Value *x = shift ? g->nodes[i]->in[0] : n->in[0];
     if (x->def->graph != g || !slot[x->id]) continue;
     int w = g->nnodes;
     for (int j = i + 1; j < g->nnodes && w == g->nnodes; j++)

@@ -16,7 +16,14 @@
  *     hops, each passing K, V and their positions to the next rank of the cp ring (send +1, recv
  *     -1) and combining the block's (o, lse) by log-sum-exp (attn_combine); causal masking compares
  *     global positions. sdpa_bwd becomes the backward ring: the blocks travel again, with dK and
- *     dV accumulators that collect every rank's share and make one last hop home.
+ *     dV accumulators that collect every rank's share and make one last hop home. Each hop is
+ *     issued before the block it overlaps (the next K, V and positions before this block's
+ *     attention; in the backward ring the accumulators' hop too), so codegen's asynchronous shift
+ *     (started at the hop, waited before its first reader) runs during that block's compute.
+ *   - cp_mode all2all (Ulysses): instead of the ring, attention's inputs are exchanged by
+ *     all_to_all from the sequence split to a split of the heads over cp, sdpa / sdpa_bwd run over
+ *     the whole sequence on their heads, and the outputs are exchanged back. cp must divide the
+ *     heads and the kv heads (per tp rank).
  */
 #include <string.h>
 
@@ -89,6 +96,15 @@ static Value *hop(Sh *s, Value *x, int tag) {
   return y;
 }
 
+/* The next ring block (k, v and their positions one hop on) issued now, when `more`, so its
+ * transfer runs while the current block is computed (codegen starts each hop where it stands and
+ * waits before the first reader of what it receives: the block after this one, or the hop after). */
+static void hop_kv(Sh *s, bool more, Value *k, Value *v, Value *pos, Value **kn, Value **vn, Value **pn) {
+  *kn = more ? hop(s, k, TAG_K) : NULL;
+  *vn = more ? hop(s, v, TAG_V) : NULL;
+  *pn = more ? hop(s, pos, TAG_POS) : NULL;
+}
+
 /* A node of op with the attrs of n, its outputs shaped like `like` (local shapes) and sharded. */
 static Node *emit_like(Sh *s, OpKind op, const Node *n, int nin, Value *const *in, int nout, Value *const *like,
                        const Sharding *h) {
@@ -125,9 +141,100 @@ void shard_cp_rope(Sh *s, Node *n) {
   replace(s, n, d->out);
 }
 
+/* cp_mode all2all: x's dim `gather` gathered over cp (blocks gb) and dim `split` scattered (blocks
+ * sb), one all_to_all; h: the result's sharding. */
+static Value *a2a(Sh *s, Value *x, int gather, int gb, int split, int sb, Sharding h) {
+  int cp = s->deg[RT_AX_CP];
+  Attrs a = {0};
+  a.mesh_axis = RT_AX_CP;
+  a.axis = gather;
+  a.blocks = gb;
+  a.split_axis = split;
+  a.split_blocks = sb;
+  Shape sh = x->shape;
+  sh.dim[gather] *= cp;
+  sh.dim[split] /= cp;
+  Value *y = ir_emit(s->g, OP_ALL_TO_ALL, 1, &x, x->dtype, sh, &a, s->loc);
+  y->sharding = h;
+  memcpy(shard_info(s, y)->role, shard_info(s, x)->role, sizeof shard_info(s, x)->role);
+  return y;
+}
+
+/* [B, S/cp, C] split over cp in zigzag order along the sequence <-> [B, S, C/cp]: the heads
+ * (C = heads x head dim) split over cp; lse [B, H, S] likewise with the sequence last. The
+ * head-split value's sharding names tp when tp splits the heads too (cp's split nests inside
+ * tp's, which a Sharding cannot spell; only attention reads these values), cp otherwise. */
+static Sharding heads_split(Sharding h, bool lse) {
+  int sq = lse ? 2 : 1, hd = lse ? 1 : 2;
+  h.split[sq] = -1;
+  h.blocks[sq] = 0;
+  if (h.split[hd] < 0) h.split[hd] = RT_AX_CP;
+  return h;
+}
+
+static Value *to_heads(Sh *s, Value *x, bool lse) {
+  return a2a(s, x, lse ? 2 : 1, RT_BLOCKS_ZIGZAG, lse ? 1 : 2, 0, heads_split(x->sharding, lse));
+}
+
+static Value *to_seq(Sh *s, Value *x, bool lse, Sharding h) {
+  return a2a(s, x, lse ? 1 : 2, 0, lse ? 2 : 1, RT_BLOCKS_ZIGZAG, h);
+}
+
+static void set_value(Sh *s, Value *y, DType dt, Shape sh, Sharding h, const Value *roles) {
+  y->dtype = dt;
+  y->shape = sh;
+  y->sharding = h;
+  memcpy(shard_info(s, y)->role, shard_info(s, roles)->role, sizeof shard_info(s, roles)->role);
+}
+
+/* cp_mode all2all (Ulysses): the inputs' sequence split exchanged for a split of the heads, sdpa
+ * (or sdpa_bwd) over the whole sequence in logical order on heads / cp heads, the outputs
+ * exchanged back. lsh: the lse's sharding (sequence split). */
+static bool sdpa_all2all(Sh *s, Node *n, Sharding lsh) {
+  int cp = s->deg[RT_AX_CP];
+  int H = n->a.heads, KV = n->a.kv_heads; /* per tp rank */
+  if (H % cp != 0 || KV % cp != 0) {
+    if (n->op == OP_SDPA) { /* (once: its backward has the same heads) */
+      error_at(n->loc, "cp_mode all2all splits the heads over cp: attention has %d heads and %d kv heads%s, and cp %d "
+               "does not divide both", H, KV, s->deg[RT_AX_TP] > 1 ? " per tp rank" : "", cp);
+      SrcLoc at = s->m->plan.opt_loc[PLAN_OPT_CP_MODE];
+      if (at.file) note_at(at, "all2all asked for here");
+      note("use cp_mode ring (K and V passed around the cp ring), or a cp that divides the heads");
+    }
+    s->ok = false;
+    return false;
+  }
+  bool fwd = n->op == OP_SDPA;
+  int nin = fwd ? 3 : 6, nout = fwd ? 2 : 3;
+  Value *in[6], *out[3];
+  for (int i = 0; i < nin; i++) in[i] = to_heads(s, n->in[i], !fwd && i == 4);
+  Node *d = ir_node_new(s->g, n->op, nin, in, nout, s->loc);
+  d->a = n->a;
+  d->a.heads /= cp;
+  d->a.kv_heads /= cp;
+  if (fwd) {
+    Shape ls = shard_local_of(s, n->out[1]->shape, &lsh); /* [B, H, S / cp] -> [B, H / cp, S] */
+    ls.dim[1] /= cp;
+    ls.dim[2] *= cp;
+    set_value(s, d->out[0], in[0]->dtype, in[0]->shape, in[0]->sharding, in[0]);
+    set_value(s, d->out[1], n->out[1]->dtype, ls, heads_split(lsh, true), in[0]);
+    out[0] = to_seq(s, d->out[0], false, n->in[0]->sharding);
+    out[1] = to_seq(s, d->out[1], true, lsh);
+  } else {
+    for (int i = 0; i < 3; i++) {
+      set_value(s, d->out[i], in[i]->dtype, in[i]->shape, in[i]->sharding, in[i]);
+      out[i] = to_seq(s, d->out[i], false, n->in[i]->sharding);
+    }
+  }
+  replace(s, n, out);
+  return true;
+}
+
 /* sdpa (inputs redistributed to the heads x cp target, heads local) as ring attention;
  * lsh: the lse's sharding. */
 void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
+  /* (all2all refused: the ring keeps the graph whole while the error stops the compile) */
+  if (s->m->plan.cp_mode == CP_ALL2ALL && sdpa_all2all(s, n, lsh)) return;
   Value *q = n->in[0], *k = n->in[1], *v = n->in[2];
   Value *pos = positions(s, shard_ldim(s, q, 1));
   int cp = s->deg[RT_AX_CP];
@@ -137,12 +244,13 @@ void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
     Value *lse_like = n->out[1];
     lse_like->shape = shard_local_of(s, lse_like->shape, &lsh);
     Value *like[2] = {q, lse_like};
+    Value *kn, *vn, *pn; /* the next block, in flight while this one is computed */
+    hop_kv(s, cp > 1, k, v, pos, &kn, &vn, &pn);
     Node *b = emit_like(s, OP_ATTN_BLOCK, n, 5, (Value *[]){q, k, v, pos, pos}, 2, like, h2);
     Value *o = b->out[0], *lse = b->out[1];
     for (int j = 1; j < cp; j++) {
-      kc = hop(s, kc, TAG_K);
-      vc = hop(s, vc, TAG_V);
-      pc = hop(s, pc, TAG_POS);
+      kc = kn, vc = vn, pc = pn;
+      hop_kv(s, j + 1 < cp, kc, vc, pc, &kn, &vn, &pn);
       Node *bj = emit_like(s, OP_ATTN_BLOCK, n, 5, (Value *[]){q, kc, vc, pos, pc}, 2, like, h2);
       Node *c = emit_like(s, OP_ATTN_COMBINE, n, 4, (Value *[]){o, lse, bj->out[0], bj->out[1]}, 2, like, h2);
       o = c->out[0];
@@ -155,14 +263,15 @@ void shard_cp_sdpa(Sh *s, Node *n, Sharding lsh) {
   Value *o = n->in[3], *lse = n->in[4], *dout = n->in[5];
   Value *like[3] = {q, k, v};
   Sharding h3[3] = {q->sharding, k->sharding, v->sharding};
+  Value *kn, *vn, *pn;
+  hop_kv(s, cp > 1, k, v, pos, &kn, &vn, &pn);
   Node *b = emit_like(s, OP_ATTN_BLOCK_BWD, n, 8, (Value *[]){q, k, v, o, lse, dout, pos, pos}, 3, like, h3);
   Value *dq = b->out[0], *dk = b->out[1], *dv = b->out[2];
   for (int j = 1; j < cp; j++) {
-    kc = hop(s, kc, TAG_K);
-    vc = hop(s, vc, TAG_V);
-    pc = hop(s, pc, TAG_POS);
+    kc = kn, vc = vn, pc = pn;
     dk = hop(s, dk, TAG_DK); /* the accumulator of the block now held: every rank before has added its share */
-    dv = hop(s, dv, TAG_DV);
+    dv = hop(s, dv, TAG_DV); /* (in flight while the block is computed, waited before the adds) */
+    hop_kv(s, j + 1 < cp, kc, vc, pc, &kn, &vn, &pn);
     Node *bj = emit_like(s, OP_ATTN_BLOCK_BWD, n, 8, (Value *[]){q, kc, vc, o, lse, dout, pos, pc}, 3, like, h3);
     dq = add(s, dq, bj->out[0]);
     dk = add(s, dk, bj->out[1]);

@@ -42,7 +42,7 @@ static VerifyColl entry(const Node *n, int64_t iter) {
     c.reduce = n->a.reduce;
     for (int i = 1; i < n->nin; i++) c.numel += ir_numel(&n->in[i]->shape);
     break;
-  case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
+  case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_ALL_TO_ALL:
     c.axis = n->a.axis;
     c.blocks = n->a.blocks > 1 ? n->a.blocks : 1;
     break;

@@ -158,7 +158,8 @@ void rt_coll_all_reduce(RtCtx *ctx, int axis, void *y, const void *x, int64_t n,
 
 typedef struct {
   RtReq *req; /* the collective in flight */
-  int tag;    /* the generated code's id of the ALL_REDUCE / REDUCE_SCATTER node that started it */
+  int tag;    /* the generated code's id of the ALL_REDUCE / REDUCE_SCATTER node that started it; a ring
+                 shift's: -1 - its id (rt_coll_shift_start) */
   double t0;  /* when it was started (s) */
 } Pending;
 
@@ -309,6 +310,7 @@ static void finish_where(RtCtx *ctx, int tag, int which) {
       rt_wait(p->req); /* returns at once: rt_test saw it finished */
     else
       complete(ctx, p->req);
+    if (p->tag < 0) continue; /* a ring shift's (rt_coll_shift_start): not an all-reduce's statistics */
     pend.inflight_s += now() - p->t0;
     pend.early += which == FINISH_DONE;
   }
@@ -503,6 +505,160 @@ void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x,
   rt_wait(q);
   rt_wait(r);
   spent(ctx, "shift", axis, t0);
+}
+
+/* ---- ring shifts started asynchronously (context parallelism's hops) ---- */
+
+static struct {
+  int mode;          /* 0 async, 1 blocking (env SHARDRT_CP_COMM); -1 until read */
+  int64_t started;   /* shifts started */
+  double exposed_s;  /* time spent in shift / shift_start / shift_wait (s) */
+  double steady_s;   /* of it, in training steps after the first (ctx->step > 1: warmed up) */
+  int64_t last_step; /* the last such step seen */
+  int64_t steps;     /* how many such steps had shifts */
+} ring = {.mode = -1};
+
+static void print_ring_stats(void) {
+  fprintf(stderr, "shardrt: ring shifts %lld, exposed %.3f s; steady: %.3f s over %lld steps\n",
+          (long long)ring.started, ring.exposed_s, ring.steady_s, (long long)ring.steps);
+}
+
+static void ring_exposed(const RtCtx *ctx, double dt) {
+  ring.exposed_s += dt;
+  if (ctx->step <= 1) return;
+  ring.steady_s += dt;
+  if (ctx->step != ring.last_step) ring.steps++;
+  ring.last_step = ctx->step;
+}
+
+static int cp_blocking(void) {
+  if (ring.mode >= 0) return ring.mode;
+  const char *s = getenv("SHARDRT_CP_COMM");
+  ring.mode = 0;
+  if (s && strcmp(s, "blocking") == 0) ring.mode = 1;
+  else if (s && *s && strcmp(s, "async") != 0) {
+    fprintf(stderr, "shardrt: SHARDRT_CP_COMM=%s: want async or blocking\n", s);
+    exit(1);
+  }
+  const char *st = getenv("SHARDRT_COLL_STATS");
+  if (st && strcmp(st, "1") == 0 && atexit(print_ring_stats) != 0) {
+    fprintf(stderr, "shardrt: atexit failed\n");
+    exit(1);
+  }
+  return ring.mode;
+}
+
+void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y, const void *x, int64_t bytes,
+                         int msg_tag) {
+  double t0 = now();
+  ring.started++;
+  RtGroup *g = group_of(ctx, axis);
+  if (!g || dev || cp_blocking()) {
+    rt_coll_shift(ctx, axis, offset, y, x, bytes, msg_tag);
+    ring_exposed(ctx, now() - t0);
+    return;
+  }
+  int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
+  int to = (int)(((me + offset) % deg + deg) % deg), from = (int)(((me - offset) % deg + deg) % deg);
+  pend_reserve();
+  pend.p[pend.n++] = (Pending){rt_recv_start(g, from, y, (size_t)bytes, msg_tag), -1 - tag, t0};
+  pend_reserve();
+  pend.p[pend.n++] = (Pending){rt_send_start(g, to, x, (size_t)bytes, msg_tag), -1 - tag, t0};
+  double dt = now() - t0;
+  ctx->comm_s += dt;
+  ring_exposed(ctx, dt);
+}
+
+void rt_coll_shift_wait(RtCtx *ctx, int tag) {
+  double t0 = now();
+  rt_coll_wait(ctx, -1 - tag);
+  ring_exposed(ctx, now() - t0);
+}
+
+/* ---- all-to-all (context parallelism's cp_mode all2all) ---- */
+
+enum { A2A_TAG = 0xa2a }; /* the p2p tag of its messages (every member issues all-to-alls in one order) */
+
+size_t rt_coll_all_to_all_ws_bytes(int64_t bytes) { return 2 * (size_t)bytes; }
+
+/* Copies member c's part of an all-to-all between `t` (x-shaped: [A, np, M, nq, C] with the
+ * gathered or scattered dim at p or q) and `part` (contiguous, that dim `len` long): to_part: the
+ * chunk c of the scattered dim (send side), else into the block c of the gathered dim (receive
+ * side). at_p: the dim is p (else q). */
+static void a2a_part(char *t, char *part, bool to_part, int64_t A, int64_t np, int64_t M, int64_t nq, int64_t C,
+                     bool at_p, int64_t len, int blocks, int deg, int c, size_t es) {
+  int64_t pp = at_p ? len : np, qq = at_p ? nq : len; /* the part's p and q lengths */
+  size_t row = (size_t)C * es;
+  for (int64_t i = 0; i < A; i++)
+    for (int64_t jp = 0; jp < pp; jp++) {
+      int64_t xp = at_p ? rt_block_index(len, blocks, deg, c, jp) : jp;
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t jq = 0; jq < qq; jq++) {
+          int64_t xq = at_p ? jq : rt_block_index(len, blocks, deg, c, jq);
+          char *tp = t + ((((i * np + xp) * M + m) * nq + xq) * (size_t)C) * es;
+          char *pt = part + ((((i * pp + jp) * M + m) * qq + jq) * (size_t)C) * es;
+          if (to_part) memcpy(pt, tp, row);
+          else memcpy(tp, pt, row);
+        }
+    }
+}
+
+void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, const int64_t *xdims, int gather,
+                        int blocks, int split, int split_blocks, int dtype, void *ws) {
+  RtGroup *g = group_of(ctx, axis);
+  size_t es = rt_dtype_size((RtDType)dtype);
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++) n *= xdims[d];
+  size_t bytes = (size_t)n * es;
+  if (!g) {
+    move(ctx, y, x, bytes);
+    return;
+  }
+  if (dev) {
+    fprintf(stderr, "shardrt: all-to-all of device memory is not implemented (context parallelism runs on the CPU)\n");
+    exit(1);
+  }
+  int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
+  if (xdims[split] % deg != 0) {
+    fprintf(stderr, "shardrt: all-to-all over %s: dim %d of size %lld does not split %d ways (a bug in the generated "
+            "program)\n", rt_mesh_axis_name(axis), split, (long long)xdims[split], deg);
+    abort();
+  }
+  double t0 = now();
+  int p = gather < split ? gather : split, q = gather < split ? split : gather;
+  int64_t A = 1, M = 1, C = 1;
+  for (int d = 0; d < p; d++) A *= xdims[d];
+  for (int d = p + 1; d < q; d++) M *= xdims[d];
+  for (int d = q + 1; d < rank; d++) C *= xdims[d];
+  int64_t ns = xdims[split] / deg, ng = xdims[gather];
+  int64_t np = xdims[p], nq = xdims[q];
+  /* y = [A, np', M, nq', C]: the gathered dim deg times longer, the scattered one deg times shorter */
+  int64_t ynp = p == gather ? np * deg : ns, ynq = q == gather ? nq * deg : ns;
+  size_t part = bytes / (size_t)deg;
+  char *sendb = ws, *recvb = (char *)ws + bytes;
+  RtReq **reqs = malloc(2 * (size_t)deg * sizeof *reqs);
+  if (!reqs) {
+    fprintf(stderr, "shardrt: out of memory\n");
+    exit(1);
+  }
+  int nreq = 0;
+  for (int c = 0; c < deg; c++) /* member c gets chunk c of the scattered dim */
+    a2a_part((char *)x, sendb + (size_t)c * part, true, A, np, M, nq, C, p == split, ns, split_blocks, deg, c, es);
+  for (int c = 0; c < deg; c++) {
+    if (c == me) continue;
+    reqs[nreq++] = rt_recv_start(g, c, recvb + (size_t)c * part, part, A2A_TAG); /* posted before any send */
+  }
+  for (int c = 0; c < deg; c++) {
+    if (c == me) continue;
+    reqs[nreq++] = rt_send_start(g, c, sendb + (size_t)c * part, part, A2A_TAG);
+  }
+  memcpy(recvb + (size_t)me * part, sendb + (size_t)me * part, part);
+  for (int i = 0; i < nreq; i++) rt_wait(reqs[i]);
+  free(reqs);
+  /* member c's part: x-shaped with the scattered dim ns long; it is block c of y's gathered dim */
+  for (int c = 0; c < deg; c++)
+    a2a_part(y, recvb + (size_t)c * part, false, A, ynp, M, ynq, C, p == gather, ng, blocks, deg, c, es);
+  ctx->comm_s += now() - t0;
 }
 
 /* ---- pipeline sends and receives ---- */

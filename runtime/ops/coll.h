@@ -59,6 +59,18 @@ void rt_coll_async_stats(int64_t *started, int64_t *early, double *inflight_s, d
  * overlap. Host memory only. */
 void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag);
 
+/* rt_coll_shift started asynchronously under `tag` (context parallelism's ring hops, issued
+ * before the block they overlap): x must stay untouched and y unread until
+ * rt_coll_shift_wait(tag) or rt_coll_wait_all (rt_coll_wait's tags are the all-reduces', another
+ * space); msg_tag is the shift's message tag. The memory plan keeps x live until the wait (passes/memplan.c). A device program,
+ * a single member, or env SHARDRT_CP_COMM=blocking (for measurements; results are identical)
+ * runs rt_coll_shift, done on return. SHARDRT_COLL_STATS=1 prints at exit how many shifts ran
+ * and the time spent in them, their starts and their waits (the ring's exposed part; in total and
+ * in the training steps after the first). */
+void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y, const void *x, int64_t bytes,
+                         int msg_tag);
+void rt_coll_shift_wait(RtCtx *ctx, int tag);
+
 /* Pipeline transfers (passes/pipe.c, the IR's send / recv with their offsets): a send goes to
  * the member at coordinate + offset along axis (not modulo: that member exists), asynchronously
  * from a copy (x may be overwritten at once); a receive blocks until what the member at
@@ -89,6 +101,13 @@ void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const 
  * otherwise (a device program, packing, blocking modes) it is rt_coll_all_gather, done on return. */
 void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void *x, int64_t outer, int64_t nl,
                               int64_t inner, int blocks, int dtype, void *ws);
+/* All-to-all over axis (ops.def ALL_TO_ALL): x has `rank` dims xdims; dim `gather` is gathered
+ * (y's is degree times longer: member c's block lands at rt_block_index(xdims[gather], blocks,
+ * degree, c, l)) and dim `split` scattered (member c receives x's chunk c of it, rt_block_index
+ * with split_blocks). Blocking; host memory only. ws: rt_coll_all_to_all_ws_bytes(x bytes). */
+void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, const int64_t *xdims, int gather,
+                        int blocks, int split, int split_blocks, int dtype, void *ws);
+size_t rt_coll_all_to_all_ws_bytes(int64_t bytes);
 /* y = x of the member with coordinate root. */
 void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root);
 /* y [outer, nl, inner] = this rank's chunk of x [outer, nl * degree, inner] (no communication). */

@@ -9,11 +9,12 @@ bash scripts/gen_corpus.sh "$t/data.txt" 60000 3 >/dev/null
 run=(--data "$t/data.txt" --steps 20 --eval-every 0 --val-batches 1)
 
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-# compare NAME LOG REF: every step's loss within 1e-5 relative (justified in layouts.sh); prints the worst
+# compare NAME LOG REF [STEPS]: every step's loss within 1e-5 relative (justified in layouts.sh) over
+# STEPS steps (default 20, as $run); prints the worst
 compare() {
-  paste <(losses "$3") <(losses "$2") | awk -v name="$1" '
+  paste <(losses "$3") <(losses "$2") | awk -v name="$1" -v want="${4:-20}" '
     { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > 1e-5) bad++ }
-    END { if (n != 20) { printf "FAIL %s: %d steps logged, want 20\n", name, n; exit 1 }
-          printf "%-28s worst |rel| loss difference vs 1 rank over 20 steps: %.2e\n", name, w
+    END { if (n != want) { printf "FAIL %s: %d steps logged, want %d\n", name, n, want; exit 1 }
+          printf "%-28s worst |rel| loss difference vs 1 rank over %d steps: %.2e\n", name, want, w
           if (bad) { printf "FAIL %s: %d step(s) beyond 1e-5\n", name, bad; exit 1 } }'
 }

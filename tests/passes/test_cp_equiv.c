@@ -10,7 +10,8 @@
  * logical tokens; after each step the loss, the grad norm, every gradient, parameter and optimizer
  * state, assembled from the ranks' blocks, must agree with the single rank within a relative error
  * of 1e-10, and the replicas of a replicated value must agree too. The partitioned program must
- * pass K and V around the ring (send / recv over cp), and a sequence that 2 x cp does not divide
+ * pass K and V around the ring (send / recv over cp), each hop issued before the block it overlaps
+ * (codegen runs it asynchronously during that block), and a sequence that 2 x cp does not divide
  * is refused.
  */
 #include <math.h>
@@ -30,7 +31,7 @@
 static int failures;
 
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, int cp,
-                       int64_t batch) {
+                       bool a2a, int64_t batch) {
   FeDefine d[MAXDEF];
   int n = 0;
   char sdp[16], stp[16], scp[16], smb[16], sb[16];
@@ -43,6 +44,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"dp", sdp};
   d[n++] = (FeDefine){"tp", stp};
   d[n++] = (FeDefine){"cp", scp};
+  if (a2a) d[n++] = (FeDefine){"cp_mode", "all2all"};
   if (cp > 1 && !has_sp) d[n++] = (FeDefine){"sp", "off"}; /* sp with cp is refused (check_refused) */
   d[n++] = (FeDefine){"micro_batch", smb};
   snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp, no accumulation */
@@ -60,19 +62,87 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
 
 /* Ring traffic: send / recv over cp, attention in blocks, and gathers over cp (the sequence is never
  * gathered: weight gradients are partial sums over cp). */
-static void count_ring(const Graph *g, int *p2p, int *blocks, int *gathers) {
+typedef struct {
+  int p2p, blocks, gathers, a2a, sdpa;
+} CpCount;
+
+static void count_ring(const Graph *g, CpCount *c) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->body) count_ring(n->body, p2p, blocks, gathers);
-    if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_CP) (*gathers)++;
-    if ((n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_CP) (*p2p)++;
-    if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) (*blocks)++;
-    if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) *blocks = -1000; /* whole-sequence attention left under cp */
+    if (n->body) count_ring(n->body, c);
+    if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_CP) c->gathers++;
+    if ((n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_CP) c->p2p++;
+    if (n->op == OP_ALL_TO_ALL && n->a.mesh_axis == RT_AX_CP) c->a2a++;
+    if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) c->blocks++;
+    if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) c->sdpa++;
+  }
+}
+
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+/* Overlap: each hop is issued before the block it overlaps — the receive of a block's K comes
+ * before the previous block of its ring (forward and backward), and the backward ring's dK / dV
+ * accumulator hops before the block whose share is added to them. Counts the hops checked and
+ * those out of place. */
+static void check_overlap(const Graph *g, int *hops, int *late) {
+  int prev[2] = {-1, -1}; /* the previous block of the ring: attn_block, attn_block_bwd */
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) check_overlap(n->body, hops, late);
+    if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) {
+      int *p = &prev[n->op == OP_ATTN_BLOCK_BWD];
+      const Node *r = n->in[1]->def;
+      if (r->op == OP_RECV && r->graph == g) {
+        (*hops)++;
+        if (*p < 0 || position(g, r) > *p) (*late)++;
+      }
+      *p = i;
+    }
+    if (n->op == OP_ADD && n->in[0]->def->op == OP_RECV && n->in[1]->def->op == OP_ATTN_BLOCK_BWD &&
+        n->in[0]->def->graph == g) {
+      (*hops)++;
+      if (position(g, n->in[0]->def) > position(g, n->in[1]->def)) (*late)++;
+    }
+  }
+}
+
+static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* The memory plan of an overlapped hop: codegen waits before the first reader of what the hop
+ * receives, so until then the runtime reads the sent tensor and writes the received one: no value
+ * made from the hop up to that reader may lie on the sent bytes (iteration 0 of a loop body).
+ * Counts the hops checked and the values placed on a sent tensor in flight. */
+static void check_shift_memory(const Graph *g, int *hops, int *clobbered) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) check_shift_memory(n->body, hops, clobbered);
+    if (n->op != OP_SEND || n->stage || i + 1 >= g->nnodes || g->nodes[i + 1]->op != OP_RECV) continue;
+    const Value *x = n->in[0], *y = g->nodes[i + 1]->out[0];
+    if (x->def->op == OP_ARG || x->offset < 0) continue; /* the caller's memory, live through the body */
+    (*hops)++;
+    int w = i + 2;
+    for (bool read = false; w < g->nnodes && !read; w += !read)
+      for (int k = 0; k < g->nodes[w]->nin; k++) read |= g->nodes[w]->in[k] == y;
+    for (int j = i + 1; j < w; j++)
+      for (int k = 0; k < g->nodes[j]->nout; k++) {
+        const Value *v = g->nodes[j]->out[k];
+        if (v->offset < 0 || v == x) continue;
+        if (v->offset < x->offset + bytes_of(x) && x->offset < v->offset + bytes_of(v)) {
+          fprintf(stderr, "  %%%d (%s) is placed on the bytes %%%d sends, before the hop is waited\n", v->id,
+                  ir_ops[v->def->op].name, x->id);
+          (*clobbered)++;
+        }
+      }
   }
 }
 
 typedef struct {
   int dp, tp, cp;
+  bool a2a; /* cp_mode all2all */
 } CpPlan;
 
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
@@ -80,7 +150,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, 1, B);
+  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, 1, false, B);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
     failures++;
@@ -92,21 +162,40 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   for (int k = 0; k < nplans; k++) {
     CpPlan p = plans[k];
     char what[64];
-    snprintf(what, sizeof what, "cp %d x tp %d x dp %d", p.cp, p.tp, p.dp);
+    snprintf(what, sizeof what, "cp %d x tp %d x dp %d%s", p.cp, p.tp, p.dp, p.a2a ? " all2all" : "");
     Arena pa;
     arena_init(&pa);
-    Module *pm = compile(&pa, path, defs, ndefs, p.dp, p.tp, p.cp, B);
+    Module *pm = compile(&pa, path, defs, ndefs, p.dp, p.tp, p.cp, p.a2a, B);
     if (!pm) {
       fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
       failures++;
       arena_free(&pa);
       continue;
     }
-    int p2p = 0, blocks = 0, gathers = 0;
-    count_ring(pm->graph, &p2p, &blocks, &gathers);
-    if (p2p == 0 || blocks <= 0 || gathers > 0) {
-      fprintf(stderr, "FAIL %s %s: %d sends/recvs over cp, %d attention blocks, %d all-gathers over cp\n", label,
-              what, p2p, blocks, gathers);
+    CpCount c = {0};
+    count_ring(pm->graph, &c);
+    /* ring: send / recv and attention blocks, no whole-sequence sdpa; all2all: all_to_all and sdpa
+     * (on heads / cp), no ring; neither gathers the sequence */
+    bool shape_ok = p.a2a ? c.a2a > 0 && c.sdpa > 0 && c.p2p == 0 && c.blocks == 0
+                          : c.p2p > 0 && c.blocks > 0 && c.sdpa == 0 && c.a2a == 0;
+    if (!shape_ok || c.gathers > 0) {
+      fprintf(stderr,
+              "FAIL %s %s: %d sends/recvs over cp, %d attention blocks, %d all-to-alls over cp, %d sdpa, %d all-gathers "
+              "over cp\n", label, what, c.p2p, c.blocks, c.a2a, c.sdpa, c.gathers);
+      failures++;
+    }
+    int hops = 0, late = 0;
+    check_overlap(pm->graph, &hops, &late);
+    if ((!p.a2a && hops == 0) || late > 0) {
+      fprintf(stderr, "FAIL %s %s: %d of %d ring hops not issued before the block they overlap\n", label, what, late,
+              hops);
+      failures++;
+    }
+    int shifts = 0, clobbered = 0;
+    check_shift_memory(pm->graph, &shifts, &clobbered);
+    if ((!p.a2a && shifts == 0) || clobbered > 0) {
+      fprintf(stderr, "FAIL %s %s: %d values placed on a sent tensor in flight (%d hops checked)\n", label, what,
+              clobbered, shifts);
       failures++;
     }
     failures += tb_equiv_steps(ref, pm, &tok, &tgt, &tok, &tgt, label, what, TOL, true);
@@ -118,13 +207,13 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
 }
 
 /* One plan that must be refused with an error (and no program). */
-static void refused(const char *what, const FeDefine *d, int nd, int tp, int cp) {
+static void refused(const char *what, const char *path, const FeDefine *d, int nd, int tp, int cp, bool a2a) {
   Arena a;
   arena_init(&a);
   Diag diag; /* this plan's own diagnostics, shown */
   diag_init(&diag, NULL, 0);
   Diag *outer = diag_enter(&diag);
-  Module *m = compile(&a, SHARDC_MODELS_DIR "/tiny.model", d, nd, 1, tp, cp, 2);
+  Module *m = compile(&a, path, d, nd, 1, tp, cp, a2a, 2);
   diag_leave(outer);
   bool ok = !m && diag.nerrors > 0;
   diag_free(&diag);
@@ -133,23 +222,41 @@ static void refused(const char *what, const FeDefine *d, int nd, int tp, int cp)
   arena_free(&a);
 }
 
-/* seq 12 does not split into 2 x cp = 8 chunks; sp with cp is not supported yet. */
+/* seq 12 does not split into 2 x cp = 8 chunks; sp with cp is not supported yet; all2all needs cp
+ * to divide the heads and the kv heads (per tp rank). */
 static void check_refused(void) {
+  const char *tiny = SHARDC_MODELS_DIR "/tiny.model", *llama = SHARDC_MODELS_DIR "/llama3-8b.model";
   const FeDefine d[] = {{"seq", "12"}, {"d", "32"}, {"heads", "4"}, {"layers", "1"}};
-  refused("seq 12 under cp 4", d, 4, 1, 4);
+  refused("seq 12 under cp 4", tiny, d, 4, 1, 4, false);
   const FeDefine e[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "1"}, {"sp", "on"}};
-  refused("sp on with cp 2 x tp 2", e, 5, 2, 2);
+  refused("sp on with cp 2 x tp 2", tiny, e, 5, 2, 2, false);
+  const FeDefine f[] = {{"vocab", "128"}, {"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"kv_heads", "2"}, {"layers", "1"},
+                        {"ffn", "48"}};
+  refused("all2all with 2 kv heads under cp 4", llama, f, 7, 1, 4, true);
+  refused("all2all with 1 kv head per tp rank under cp 2 x tp 2", llama, f, 7, 2, 2, true);
+  const FeDefine h[] = {{"seq", "16"}, {"d", "24"}, {"heads", "3"}, {"layers", "1"}};
+  refused("all2all with 3 heads under cp 2", tiny, h, 4, 1, 2, true);
 }
 
 int main(void) {
-  const CpPlan all[] = {{1, 1, 2}, {1, 1, 4}, {1, 2, 2}, {2, 1, 2}};
+  const CpPlan all[] = {{1, 1, 2, false}, {1, 1, 4, false}, {1, 2, 2, false}, {2, 1, 2, false},
+                       {1, 1, 2, true},  {1, 1, 4, true},  {1, 2, 2, true},  {2, 1, 2, true}};
   const FeDefine tiny[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
+  const CpPlan a2a[] = {{1, 1, 2, true}, {1, 1, 4, true}, {1, 2, 2, true}, {2, 1, 2, true}};
   run_model("tiny GPT (causal, learned positions, fused QKV)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256,
-            all, 4);
+            all, 8);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (causal, RoPE, GQA)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, all, 4);
+  run_model("Llama shaped, all2all (causal, RoPE, GQA: cp 2 per tp rank)", SHARDC_MODELS_DIR "/llama3-8b.model", llama,
+            7, 4, 16, 128, a2a, 1);
+  const FeDefine llama8[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "8"},
+                             {"kv_heads", "4"}, {"layers", "2"}, {"ffn", "48"}};
+  run_model("Llama shaped, 8 heads / 4 kv heads, all2all", SHARDC_MODELS_DIR "/llama3-8b.model", llama8, 7, 4, 16, 128,
+            a2a, 4);
   run_model("bidirectional (non-causal, GQA, RoPE + learned positions)", SHARDC_CP_MODEL, NULL, 0, 4, 16, 64, all, 2);
+  const FeDefine bidir8[] = {{"heads", "8"}, {"kv_heads", "4"}};
+  run_model("bidirectional, 8 heads / 4 kv heads, all2all", SHARDC_CP_MODEL, bidir8, 2, 4, 16, 64, a2a, 2);
   check_refused();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);

@@ -14,6 +14,7 @@
  *     all-gathers the saved sequence shards once more per matmul for the weight gradients
  *     (2 per layer), and all-reduces the norm and bias gradients, which are partial over the
  *     sequence split (6 vectors of h per layer, 2 for the final norm, the s x h position table).
+ *   cp, ring and all2all: the attention's traffic (cp_only below).
  * Exits 1 on any mismatch.
  */
 #include <stdio.h>
@@ -39,10 +40,10 @@ static void eq(const char *what, double got, double want) {
 
 static const char *topology_file; /* NULL: the model's own (one p4d node) */
 
-static Module *compile(Arena *a, const FeDefine *defs, int ndefs, int dp, int tp, bool sp, int64_t b) {
+static Module *compile(Arena *a, const FeDefine *defs, int ndefs, int dp, int tp, int cp, bool sp, int64_t b) {
   FeDefine d[MAXDEF];
   int n = 0;
-  char sdp[16], stp[16], smb[16], sb[16];
+  char sdp[16], stp[16], scp[16], smb[16], sb[16];
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
   snprintf(sdp, sizeof sdp, "%d", dp);
   snprintf(stp, sizeof stp, "%d", tp);
@@ -50,11 +51,13 @@ static Module *compile(Arena *a, const FeDefine *defs, int ndefs, int dp, int tp
   snprintf(sb, sizeof sb, "%lld", (long long)b * dp);
   d[n++] = (FeDefine){"dp", sdp};
   d[n++] = (FeDefine){"tp", stp};
+  snprintf(scp, sizeof scp, "%d", cp);
+  d[n++] = (FeDefine){"cp", scp};
   d[n++] = (FeDefine){"sp", sp ? "on" : "off"};
   d[n++] = (FeDefine){"micro_batch", smb};
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"zero", "0"};
-  FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp, .topology_file = topology_file};
+  FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp * cp, .topology_file = topology_file};
   Module *m = fe_compile(a, SHARDC_MODELS_DIR "/gpt2-124m.model", &o);
   if (!m) die("the model does not compile");
   PipelineOptions po = {.verify = true};
@@ -82,7 +85,7 @@ static void only(const char *what, const CommVolumes *v, int ax, const int (*all
 static void dp_only(const char *label, const FeDefine *defs, int ndefs, int dp, int64_t b) {
   Arena a;
   arena_init(&a);
-  Module *m = compile(&a, defs, ndefs, dp, 1, false, b);
+  Module *m = compile(&a, defs, ndefs, dp, 1, 1, false, b);
   CommVolumes v;
   ir_comm_volumes(m, &v);
   double grad = (double)ir_param_count(m) * 4, n = dp;
@@ -115,7 +118,7 @@ static void tp_only(const char *label, const FeDefine *defs, int ndefs, int tp, 
   /* sp off */
   Arena a;
   arena_init(&a);
-  Module *m = compile(&a, defs, ndefs, 1, tp, false, b);
+  Module *m = compile(&a, defs, ndefs, 1, tp, 1, false, b);
   CommVolumes v;
   ir_comm_volumes(m, &v);
   for (int r = CR_FORWARD; r <= CR_BACKWARD; r++) {
@@ -152,7 +155,7 @@ static void tp_only(const char *label, const FeDefine *defs, int ndefs, int tp, 
 
   /* sp on */
   arena_init(&a);
-  m = compile(&a, defs, ndefs, 1, tp, true, b);
+  m = compile(&a, defs, ndefs, 1, tp, 1, true, b);
   ir_comm_volumes(m, &v);
   for (int k = CK_REDUCE_SCATTER; k <= CK_ALL_GATHER; k++) {
     const char *kn = ir_comm_kind_names[k];
@@ -199,11 +202,60 @@ static void tp_only(const char *label, const FeDefine *defs, int ndefs, int tp, 
 
 /* dp 4 x tp 8 on four p4d nodes: tp inside a node on NVLink, dp across nodes on EFA, whose
  * 4 x 100 Gbit/s per node the node's 8 dp rings share. */
+/* cp (sp off, MHA: K and V as wide as Q), per layer and step, K = b (s / cp) h x 4 bytes, P the
+ * positions (s / cp int32s), H heads:
+ *   ring: forward cp - 1 hops of K, V and P; backward cp - 1 hops of K, V, P and the dK, dV
+ *     accumulators, and the accumulators' hop home; each hop a send and a recv (bytes counted at
+ *     both, bus traffic at the send).
+ *   all2all: forward q, k, v exchanged to heads and o and the lse (b H s / cp f32) back; backward
+ *     q, k, v, o, lse, do to heads and dq, dk, dv back; (cp - 1) / cp of each leaves the rank.
+ * Both on the cp group's link class, in the node. */
+static void cp_only(const char *label, const FeDefine *defs, int ndefs, int cp, bool a2a, int64_t b, int64_t s,
+                    int64_t h, int64_t H, int64_t L) {
+  FeDefine d[MAXDEF];
+  int n = 0;
+  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
+  d[n++] = (FeDefine){"cp_mode", a2a ? "all2all" : "ring"};
+  Arena a;
+  arena_init(&a);
+  Module *m = compile(&a, d, n, 1, 1, cp, false, b);
+  CommVolumes v;
+  ir_comm_volumes(m, &v);
+  double K = (double)(b * (s / cp) * h) * 4, P = (double)(s / cp) * 4, lse = (double)(b * H * (s / cp)) * 4;
+  double hops = (double)(cp - 1) * (double)L, half = (double)(cp - 1) / cp;
+  char w[160];
+  const CommCell *f = cell(&v, RT_AX_CP, CR_FORWARD, a2a ? CK_ALL_TO_ALL : CK_SEND_RECV);
+  const CommCell *bw = cell(&v, RT_AX_CP, CR_BACKWARD, a2a ? CK_ALL_TO_ALL : CK_SEND_RECV);
+  const CommCell *other = cell(&v, RT_AX_CP, CR_FORWARD, a2a ? CK_SEND_RECV : CK_ALL_TO_ALL);
+  double fb = a2a ? L * (4 * K + lse) : 2 * hops * (2 * K + P);
+  double bb = a2a ? L * (8 * K + lse) : 2 * (hops * (4 * K + P) + L * 2 * K);
+  snprintf(w, sizeof w, "%s cp %d %s: forward count", label, cp, a2a ? "all2all" : "ring");
+  eq(w, (double)f->count, a2a ? 5.0 * L : 6 * hops);
+  snprintf(w, sizeof w, "%s cp %d %s: forward bytes", label, cp, a2a ? "all2all" : "ring");
+  eq(w, (double)f->bytes, fb);
+  snprintf(w, sizeof w, "%s cp %d %s: forward bus traffic", label, cp, a2a ? "all2all" : "ring");
+  eq(w, f->bus_bytes, a2a ? half * fb : fb / 2);
+  snprintf(w, sizeof w, "%s cp %d %s: backward count", label, cp, a2a ? "all2all" : "ring");
+  eq(w, (double)bw->count, a2a ? 9.0 * L : 2 * (5 * hops + 2.0 * L));
+  snprintf(w, sizeof w, "%s cp %d %s: backward bytes", label, cp, a2a ? "all2all" : "ring");
+  eq(w, (double)bw->bytes, bb);
+  snprintf(w, sizeof w, "%s cp %d %s: backward bus traffic", label, cp, a2a ? "all2all" : "ring");
+  eq(w, bw->bus_bytes, a2a ? half * bb : bb / 2);
+  snprintf(w, sizeof w, "%s cp %d %s: the other mode's collective is absent", label, cp, a2a ? "all2all" : "ring");
+  eq(w, (double)other->count, 0);
+  snprintf(w, sizeof w, "%s cp %d: the cp group's link is the node's", label, cp);
+  eq(w, v.link[RT_AX_CP], m->topo.intra.kind);
+  eq(w, v.across_nodes[RT_AX_CP], false);
+  fprintf(stderr, "  %-28s cp %d %-7s: forward %lld x %.0f B, backward %lld x %.0f B per rank per step\n", label, cp,
+          a2a ? "all2all" : "ring", (long long)f->count, (double)f->bytes, (long long)bw->count, (double)bw->bytes);
+  arena_free(&a);
+}
+
 static void link_classes(void) {
   topology_file = SHARDC_MODELS_DIR "/topo/p4d-x4.topo";
   Arena a;
   arena_init(&a);
-  Module *m = compile(&a, NULL, 0, 4, 8, false, 4);
+  Module *m = compile(&a, NULL, 0, 4, 8, 1, false, 4);
   CommVolumes v;
   ir_comm_volumes(m, &v);
   eq("p4d x4: tp link is nvlink", v.link[RT_AX_TP], LINK_NVLINK);
@@ -245,6 +297,10 @@ int main(void) {
   dp_only("gpt2-124m", NULL, 0, 8, 4);
   const FeDefine h16[] = {{"heads", "16"}};
   tp_only("gpt2-124m, 16 heads", h16, 1, 8, 4, 1024, 768, 12);
+  for (int cp = 2; cp <= 4; cp += 2) {
+    cp_only("small", small, 5, cp, false, 2, 8, 32, 4, 2);
+    cp_only("small", small, 5, cp, true, 2, 8, 32, 4, 2);
+  }
   link_classes();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
