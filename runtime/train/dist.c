@@ -81,6 +81,13 @@ void rt_dist_barrier(RtCtx *ctx) {
   if (ctx->groups[RT_MESH_ALL]) rt_barrier(ctx->groups[RT_MESH_ALL]);
 }
 
+int rt_dist_any(RtCtx *ctx, int flag) {
+  if (!ctx->groups[RT_MESH_ALL]) return flag;
+  float f = flag ? 1.0f : 0.0f;
+  rt_all_reduce(ctx->groups[RT_MESH_ALL], &f, &f, 1, RT_F32, RT_MAX);
+  return f > 0;
+}
+
 /* ---- local <-> logical ---- */
 
 /* The axis splitting dim d of t (with degree > 1), else -1. */

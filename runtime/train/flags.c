@@ -130,6 +130,12 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
     parse_value(fl, v);
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
+  /* more compute threads than CPUs only slow the kernels down (OpenMP's waiting threads spin), and
+   * thousands of them exhaust the threads' stacks inside libgomp: refused with the machine's count */
+  if (o->threads_set && o->threads > nproc && nproc > 0)
+    rt_user_error("--threads %lld: this machine has %ld online CPU%s; compute threads beyond that only slow the kernels "
+                  "down (use at most %ld)",
+                  (long long)o->threads, nproc, nproc == 1 ? "" : "s", nproc);
   if (seen_help) {
     usage(stdout, argv[0] ? argv[0] : "trainer", p, flags, nflags);
     return 1;

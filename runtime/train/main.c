@@ -238,6 +238,16 @@ static void data_free(RtRun *r) {
   rt_data_free(&r->val);
 }
 
+/* A number for a message: NaN, Inf, -Inf, or %.6g. */
+static void fmt_value(char *out, size_t n, double v) {
+  if (isnan(v))
+    snprintf(out, n, "NaN");
+  else if (isinf(v))
+    snprintf(out, n, "%sInf", v < 0 ? "-" : "");
+  else
+    snprintf(out, n, "%.6g", v);
+}
+
 /* Steps loop->first..loop->stop, with their validations and checkpoints; fills the rest of loop. */
 static void train_loop(RtRun *r, RtLoop *loop) {
   const RtProgram *p = r->p;
@@ -279,6 +289,18 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     st.eta_s = loop->steady_steps ? loop->t_steady / (double)loop->steady_steps * (double)(stop - s) : NAN;
     st.rss = rt_vm_rss();
     rt_log_step(r, &st);
+    /* NaN / Inf: every rank stops here, before anything is checkpointed (the loss is checked on
+     * every rank and agreed on: a pipeline's other stages do not see it) */
+    if (rt_dist_any(&r->ctx, !isfinite(loss) || (r->gnorm && !isfinite(gn)))) {
+      char what[128], l[32], g[32];
+      fmt_value(l, sizeof l, loss);
+      fmt_value(g, sizeof g, gn);
+      if (r->gnorm)
+        snprintf(what, sizeof what, "the loss is %s (gradient norm %s)", l, g);
+      else
+        snprintf(what, sizeof what, "the loss is %s", l);
+      rt_run_diverged(r, s, what);
+    }
     if (r->has_val && o->eval_every && s % o->eval_every == 0)
       rt_log_eval(r, s, loop->last_val = rt_run_evaluate(r));
     if (o->ckpt_every && s % o->ckpt_every == 0 && s != stop) rt_run_save(r), loop->saved_at = s;
@@ -295,6 +317,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   RtOpts *o = &r->o;
 
   run_init(r, &argc, &argv);
+  if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */
   if (mem_init(r) != 0) {
     run_free(r);
     return 1;

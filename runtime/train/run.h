@@ -128,6 +128,14 @@ void rt_run_load_batch(RtRun *r, RtData *d, int64_t pos);
 /* A scalar input written / a scalar result read (t may be NULL: no such tensor). */
 void rt_run_put_input(RtRun *r, const RtTensor *t, double v);
 double rt_run_get_result(RtRun *r, const RtTensor *t);
+/* The first tensor of the kinds (bits 1 << RT_T_*) in hp's layout at mem holding NaN or Inf, and
+ * its element (*elem); NULL when every one is finite. */
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, int64_t *elem);
+/* Training diverged at step s (loss or gradient norm non-finite on some rank, or a parameter
+ * about to be checkpointed): waits for the checkpoint being written, names the first non-finite
+ * tensor of this rank, says where the newest checkpoint is, and ends every rank with status 1
+ * without writing one (collective: every rank calls it). */
+_Noreturn void rt_run_diverged(RtRun *r, int64_t s, const char *what);
 /* Checkpoints hold logical tensors: a multi-rank run gathers every parameter and optimizer
  * state over the groups that split it (every rank takes part), and rank 0 writes them. */
 void rt_run_save(RtRun *r);

@@ -207,13 +207,59 @@ static char *snapshot(RtRun *r) {
   return s;
 }
 
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, int64_t *elem) {
+  for (int k = 0; k < hp->ntensors; k++) {
+    const RtTensor *t = &hp->tensors[k];
+    if (!(kinds >> t->kind & 1)) continue;
+    int64_t i = rt_first_nonfinite(mem + t->offset, t->dtype, rt_tensor_numel(t));
+    if (i >= 0) {
+      *elem = i;
+      return t;
+    }
+  }
+  return NULL;
+}
+
+void rt_run_diverged(RtRun *r, int64_t s, const char *what) {
+  rt_run_save_wait(r); /* a checkpoint being written was checked when it was taken: it completes */
+  int kinds = 1 << RT_T_PARAM | 1 << RT_T_STATE;
+  kinds_from_dev(r, kinds);
+  int64_t el = 0;
+  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el);
+  char tensor[400] = "";
+  if (t)
+    snprintf(tensor, sizeof tensor, "; %s%stensor '%s' holds %s at element %lld", r->multi ? "on this rank " : "",
+             r->multi ? "its block of " : "", t->name, rt_nonfinite_name(r->hmem + t->offset, t->dtype, el),
+             (long long)el);
+  char *last = r->o.save_to ? rt_ckpt_find(r->o.save_to) : NULL;
+  char *newest = last ? rt_xprintf("the newest checkpoint is '%s': resume from it with a lower learning rate", last)
+                      : rt_xstrdup("no checkpoint was written");
+  if (r->ctx.rank == 0 || t) {
+    char rank[32] = "";
+    if (r->multi) snprintf(rank, sizeof rank, "rank %d, ", r->ctx.rank);
+    fprintf(stderr,
+            "error: %sstep %lld: %s%s: training diverged; stopping without writing a checkpoint of this state (%s)\n",
+            rank, (long long)s, what, tensor, newest);
+  }
+  free(newest);
+  free(last);
+  fflush(stdout);
+  fflush(stderr);
+  exit(1);
+}
+
 void rt_run_save(RtRun *r) {
   if (!r->o.save_to) return;
   double tw = rt_now();
   rt_run_save_wait(r); /* the previous checkpoint is complete first */
   double t0 = rt_now();
+  int kinds = 1 << RT_T_PARAM | 1 << RT_T_STATE;
+  int64_t el = 0;
   if (r->multi) {
-    kinds_from_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+    kinds_from_dev(r, kinds);
+    /* never a checkpoint with NaN / Inf: every rank checks its blocks, all stop together */
+    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el) != NULL))
+      rt_run_diverged(r, r->st.step, "a parameter or optimizer state about to be checkpointed is not finite");
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
     rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
     if (r->ctx.rank != 0) {
@@ -222,7 +268,10 @@ void rt_run_save(RtRun *r) {
     }
     rt_run_save_async(r, r->lp, lmem);
   } else {
-    rt_run_save_async(r, r->hp, snapshot(r));
+    char *snap = snapshot(r);
+    if (rt_first_nonfinite_tensor(r->hp, snap, kinds, &el))
+      rt_run_diverged(r, r->st.step, "a parameter or optimizer state about to be checkpointed is not finite");
+    rt_run_save_async(r, r->hp, snap);
   }
   char waited[64] = "";
   if (t0 - tw > 0.01) snprintf(waited, sizeof waited, " (after %.2f s waiting for the previous one)", t0 - tw);

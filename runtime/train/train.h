@@ -3,6 +3,7 @@
  *   util.c   user errors (message, exit 1), checked allocation, clocks, resident memory
  *   json.c   a small JSON reader (safetensors headers, index files)
  *   data.c   token shards (llm.c .bin, uint16 / uint32) and raw bytes, globs, batches
+ *   safetensors.c  writing and (defensively) reading safetensors files; NaN / Inf checks
  *   ckpt.c   safetensors checkpoints: atomic directories, per-layer names, resume
  *   dist.c   across ranks: bootstrap, mesh, groups; local (sharded) <-> logical tensors
  *   main.c   rt_train_main (with flags.c, tensors.c, eval.c, log.c: run.h)
@@ -118,6 +119,50 @@ void rt_data_sequence(RtData *d, int64_t g, int32_t *tokens);
 void rt_data_batch(RtData *d, int64_t pos, int64_t B, int dp_rank, int32_t *inputs, int32_t *targets);
 void rt_data_free(RtData *d);
 
+/* ---- safetensors.c ---- */
+
+/* One tensor of a file being written. */
+typedef struct {
+  const char *name;            /* tensor name */
+  int dtype;                   /* RT_* */
+  int rank;                    /* dims used */
+  int64_t dims[RT_MAX_RANK];   /* shape */
+  const void *data;            /* bytes bytes */
+  int64_t bytes;               /* numel x dtype size */
+} RtStPiece;
+
+/* Writes path (created or truncated, fsynced, not atomic by itself): the header with `meta` (the
+ * text `"__metadata__":{...}`, or NULL) and the pieces, packed in order. Returns the data bytes.
+ * I/O failures are user errors naming the file. */
+int64_t rt_st_write(const char *path, const RtStPiece *e, int n, const char *meta);
+
+typedef struct {
+  const char *path;   /* file (not owned) */
+  int fd;
+  int64_t data_start; /* bytes: 8 + header length */
+  int64_t data_bytes; /* bytes after the header */
+  RtJson *hdr;        /* the parsed header */
+} RtStFile;
+
+/* Opens and checks a safetensors file: the header parses, every entry has a known dtype and the
+ * bytes its shape needs, and the entries tile the data region exactly (no gap, no overlap, no
+ * trailing bytes). Violations are user errors naming the file and the tensor. */
+void rt_st_open(RtStFile *s, const char *path);
+void rt_st_close(RtStFile *s);
+/* The data offset of tensor `name`, after checking its dtype and shape (errors name both). */
+int64_t rt_st_find(RtStFile *s, const char *name, int dtype, const int64_t *dims, int rank);
+/* Reads `bytes` at data offset `off` (of tensor `name`, for messages) into dst. */
+void rt_st_pread(RtStFile *s, const char *name, int64_t off, void *dst, int64_t bytes);
+/* rt_st_find, read the whole tensor into dst, and refuse it if it holds NaN or Inf. */
+void rt_st_read(RtStFile *s, const char *name, int dtype, const int64_t *dims, int rank, void *dst);
+/* A user error naming the file, the tensor and the element when data (n elements) is not finite. */
+void rt_st_check_finite(const RtStFile *s, const char *name, const void *data, int dtype, int64_t n);
+const char *rt_st_meta(const RtStFile *s, const char *key); /* a __metadata__ string (user error if absent) */
+uint64_t rt_st_meta_u64(const RtStFile *s, const char *key);
+/* The first element of data (n elements of dtype) that is NaN or Inf, or -1 (integers: -1). */
+int64_t rt_first_nonfinite(const void *data, int dtype, int64_t n);
+const char *rt_nonfinite_name(const void *data, int dtype, int64_t i); /* "NaN" or "Inf" */
+
 /* ---- ckpt.c ---- */
 
 typedef struct {
@@ -133,6 +178,11 @@ typedef struct {
 
 /* Name of layer `layer` of a stacked tensor: "adam_m:blocks.attention.w" -> "adam_m:blocks.3.attention.w". */
 void rt_layer_name(char *out, size_t n, const char *name, int64_t layer);
+/* The "__metadata__":{...} text of a checkpoint file of `part` (model, optimizer, dump, ...). Caller frees. */
+char *rt_ckpt_meta(const RtProgram *p, const RtTrainState *st, const char *part);
+/* --save-to at the start of a run: makes dir (and its parents) and checks that a file can be
+ * created in it; a user error naming it otherwise, before any training. */
+void rt_ckpt_check_dir(const char *dir);
 /* Writes DIR/step_NNNNNNNN/{model,optimizer}.safetensors and model.safetensors.index.json,
  * atomically (a temp directory, fsync, rename), then removes all but the newest `keep` (0: all). */
 void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep);
@@ -165,6 +215,8 @@ int rt_program_world(const RtProgram *p);            /* ranks the program was co
 void rt_dist_init(RtDist *d, int *argc, char ***argv, const RtProgram *p, RtCtx *ctx);
 void rt_dist_free(RtDist *d, RtCtx *ctx); /* a barrier, then closes everything */
 void rt_dist_barrier(RtCtx *ctx);
+/* Whether flag is non-zero on any rank (collective over the world; a single process: flag). */
+int rt_dist_any(RtCtx *ctx, int flag);
 /* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;
  * the logical flat index of local element i on the rank with coordinates coord. */
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims);

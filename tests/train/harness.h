@@ -88,4 +88,7 @@ void test_resume(void);
 void test_init(void);
 void test_python(void);
 
+/* ---- test_robust.c ---- */
+void test_robust(void);
+
 #endif
