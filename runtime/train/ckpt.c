@@ -43,7 +43,7 @@ typedef struct {
 
 /* Whether t is written per layer: stacked itself, or optimizer state "prefix:NAME" of a stacked
  * parameter NAME with the same layer dimension (the state of a stacked parameter is stacked too). */
-static int per_layer(const RtProgram *p, const RtTensor *t) {
+int rt_ckpt_per_layer(const RtProgram *p, const RtTensor *t) {
   if (t->stacked) return 1;
   const char *colon = strrchr(t->name, ':');
   if (t->kind != RT_T_STATE || !colon || t->rank < 1) return 0;
@@ -55,14 +55,14 @@ static int per_layer(const RtProgram *p, const RtTensor *t) {
 static StEntry *st_entries(const RtProgram *p, int kind, int *count) {
   int n = 0;
   for (int i = 0; i < p->ntensors; i++)
-    if (p->tensors[i].kind == kind) n += per_layer(p, &p->tensors[i]) ? (int)p->tensors[i].dims[0] : 1;
+    if (p->tensors[i].kind == kind) n += rt_ckpt_per_layer(p, &p->tensors[i]) ? (int)p->tensors[i].dims[0] : 1;
   StEntry *e = rt_xcalloc((size_t)n, sizeof *e);
   int k = 0;
   for (int i = 0; i < p->ntensors; i++) {
     const RtTensor *t = &p->tensors[i];
     if (t->kind != kind) continue;
     int64_t bytes = rt_tensor_numel(t) * (int64_t)rt_dtype_size(t->dtype);
-    if (!per_layer(p, t)) {
+    if (!rt_ckpt_per_layer(p, t)) {
       e[k] = (StEntry){.t = t, .layer = -1, .bytes = bytes, .src = t->offset};
       snprintf(e[k].name, sizeof e[k].name, "%s", t->name);
       k++;
@@ -79,7 +79,7 @@ static StEntry *st_entries(const RtProgram *p, int kind, int *count) {
   return e;
 }
 
-static void fsync_path(const char *path, int dir) {
+void rt_fsync_path(const char *path, int dir) {
   int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0) rt_user_error("checkpoint: cannot open '%s': %s", path, strerror(errno));
   if (fsync(fd) != 0) rt_user_error("checkpoint: cannot fsync '%s': %s", path, strerror(errno));
@@ -228,6 +228,14 @@ static int is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+int rt_ckpt_is_complete(const char *dir) {
+  char *m = rt_xprintf("%s/model.safetensors", dir), *x = rt_xprintf("%s/" RT_SHARD_INDEX, dir);
+  int ok = is_file(m) || is_file(x);
+  free(m);
+  free(x);
+  return ok;
+}
+
 typedef struct {
   int64_t step; /* checkpoint step */
   char *name;   /* directory name */
@@ -255,9 +263,9 @@ static CkptDir *list_ckpts(const char *dir, int *count, int clean) {
     }
     int64_t s = step_of(de->d_name);
     if (s < 0) continue;
-    char *m = rt_xprintf("%s/%s/model.safetensors", dir, de->d_name);
-    int ok = is_file(m);
-    free(m);
+    char *sub = rt_xprintf("%s/%s", dir, de->d_name);
+    int ok = rt_ckpt_is_complete(sub);
+    free(sub);
     if (!ok) continue;
     if (n == cap) {
       cap *= 2;
@@ -281,16 +289,51 @@ static void free_ckpts(CkptDir *v, int n) {
   free(v);
 }
 
-void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep) {
+char *rt_ckpt_prepare(const char *dir, int64_t step, const char *tag) {
   mkdir_p(dir, "checkpoint");
   int count;
   CkptDir *stale = list_ckpts(dir, &count, 1); /* removes temp directories a crash left behind */
   free_ckpts(stale, count);
-  char *final = rt_xprintf("%s/step_%08lld", dir, (long long)st->step);
-  char *tmp = rt_xprintf("%s/.tmp-step_%08lld-%d", dir, (long long)st->step, (int)getpid());
+  char *tmp = rt_xprintf("%s/.tmp-step_%08lld-%s", dir, (long long)step, tag);
   remove_tree(tmp);
   if (mkdir(tmp, 0755) != 0) rt_user_error("checkpoint: cannot create directory '%s': %s", tmp, strerror(errno));
+  return tmp;
+}
 
+void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep) {
+  rt_fsync_path(tmp, 1);
+  char *final = rt_xprintf("%s/step_%08lld", dir, (long long)step);
+  /* Replace an existing checkpoint of the same step: move it aside first. */
+  char *old = NULL;
+  struct stat sb;
+  if (stat(final, &sb) == 0) {
+    old = rt_xprintf("%s/.tmp-step_%08lld-old-%d", dir, (long long)step, (int)getpid());
+    remove_tree(old);
+    if (rename(final, old) != 0) rt_user_error("checkpoint: cannot move '%s' aside: %s", final, strerror(errno));
+  }
+  if (rename(tmp, final) != 0) rt_user_error("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+  rt_fsync_path(dir, 1);
+  if (old) remove_tree(old);
+
+  if (keep > 0) {
+    int count;
+    CkptDir *v = list_ckpts(dir, &count, 1);
+    for (int i = 0; i + keep < count; i++) {
+      char *path = rt_xprintf("%s/%s", dir, v[i].name);
+      remove_tree(path);
+      free(path);
+    }
+    free_ckpts(v, count);
+    rt_fsync_path(dir, 1);
+  }
+  free(old);
+  free(final);
+}
+
+void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep) {
+  char tag[32];
+  snprintf(tag, sizeof tag, "%d", (int)getpid());
+  char *tmp = rt_ckpt_prepare(dir, st->step, tag);
   char *model = rt_xprintf("%s/model.safetensors", tmp);
   char *optim = rt_xprintf("%s/optimizer.safetensors", tmp);
   char *index = rt_xprintf("%s/model.safetensors.index.json", tmp);
@@ -312,43 +355,15 @@ void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const Rt
   if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
     rt_user_error("checkpoint: cannot write '%s': %s", index, strerror(errno));
   free(e);
-  fsync_path(tmp, 1);
-
-  /* Replace an existing checkpoint of the same step: move it aside first. */
-  char *old = NULL;
-  struct stat sb;
-  if (stat(final, &sb) == 0) {
-    old = rt_xprintf("%s/.tmp-step_%08lld-old-%d", dir, (long long)st->step, (int)getpid());
-    remove_tree(old);
-    if (rename(final, old) != 0) rt_user_error("checkpoint: cannot move '%s' aside: %s", final, strerror(errno));
-  }
-  if (rename(tmp, final) != 0) rt_user_error("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
-  fsync_path(dir, 1);
-  if (old) remove_tree(old);
-
-  if (keep > 0) {
-    CkptDir *v = list_ckpts(dir, &count, 1);
-    for (int i = 0; i + keep < count; i++) {
-      char *path = rt_xprintf("%s/%s", dir, v[i].name);
-      remove_tree(path);
-      free(path);
-    }
-    free_ckpts(v, count);
-    fsync_path(dir, 1);
-  }
-  free(old);
+  rt_ckpt_commit(dir, tmp, st->step, keep);
   free(model);
   free(optim);
   free(index);
   free(tmp);
-  free(final);
 }
 
 char *rt_ckpt_find(const char *dir) {
-  char *m = rt_xprintf("%s/model.safetensors", dir);
-  int here = is_file(m);
-  free(m);
-  if (here) return rt_xstrdup(dir);
+  if (rt_ckpt_is_complete(dir)) return rt_xstrdup(dir);
   int count;
   CkptDir *v = list_ckpts(dir, &count, 0);
   char *best = count ? rt_xprintf("%s/%s", dir, v[count - 1].name) : NULL;

@@ -90,8 +90,7 @@ int rt_dist_any(RtCtx *ctx, int flag) {
 
 /* ---- local <-> logical ---- */
 
-/* The axis splitting dim d of t (with degree > 1), else -1. */
-static int split_axis(const RtProgram *p, const RtTensor *t, int d) {
+int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d) {
   if (!t->shard.sharded) return -1;
   int a = t->shard.split[d];
   return a >= 0 && a < RT_AX_COUNT && rt_program_degree(p, a) > 1 ? a : -1;
@@ -100,7 +99,7 @@ static int split_axis(const RtProgram *p, const RtTensor *t, int d) {
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims) {
   int64_t n = 1;
   for (int d = 0; d < t->rank; d++) {
-    int a = split_axis(p, t, d);
+    int a = rt_tensor_dim_axis(p, t, d);
     dims[d] = t->dims[d] * (a >= 0 ? rt_program_degree(p, a) : 1);
     n *= dims[d];
   }
@@ -110,7 +109,7 @@ int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *d
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t) {
   unsigned mask = 0;
   for (int d = 0; d < t->rank; d++) {
-    int a = split_axis(p, t, d);
+    int a = rt_tensor_dim_axis(p, t, d);
     if (a >= 0) mask |= 1u << a;
   }
   return mask;
@@ -121,7 +120,7 @@ int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int
   for (int d = t->rank - 1; d >= 0; d--) {
     int64_t l = i % t->dims[d];
     i /= t->dims[d];
-    int a = split_axis(p, t, d), deg = a >= 0 ? rt_program_degree(p, a) : 1;
+    int a = rt_tensor_dim_axis(p, t, d), deg = a >= 0 ? rt_program_degree(p, a) : 1;
     if (a >= 0) l = rt_block_index(t->dims[d], t->shard.blocks[d], deg, coord[a], l);
     li += l * mul;
     mul *= t->dims[d] * deg;

@@ -107,6 +107,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"dump-steps", 1, &o->dump_steps, NULL, "N",
        "write every tensor (params, state, inputs, results) after each of the first N steps"},
       {"dump-to", 0, &o->dump_to, NULL, "DIR", "where --dump-steps writes DIR/step_N.safetensors (default: dump)"},
+      {"ckpt-format", 0, &o->ckpt_format, NULL, "sharded|logical",
+       "checkpoints of a multi-rank run: each rank writes its blocks (sharded, the default), or rank 0 gathers and "
+       "writes whole tensors (logical; one process: always)"},
   };
   int nflags = (int)(sizeof flags / sizeof flags[0]);
   for (int i = 1; i < argc; i++) {
@@ -130,6 +133,8 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
     parse_value(fl, v);
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
+  if (o->ckpt_format && strcmp(o->ckpt_format, "sharded") != 0 && strcmp(o->ckpt_format, "logical") != 0)
+    rt_user_error("--ckpt-format: '%s' is neither sharded nor logical", o->ckpt_format);
   /* more compute threads than CPUs only slow the kernels down (OpenMP's waiting threads spin), and
    * thousands of them exhaust the threads' stacks inside libgomp: refused with the machine's count */
   if (o->threads_set && o->threads > nproc && nproc > 0)

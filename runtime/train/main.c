@@ -66,6 +66,7 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
   int64_t gbatch = r->gbatch;
   T = r->gseq; /* from here on: the logical sequence length */
   if (r->multi) r->lp = rt_logical_program(p, &r->lbytes);
+  r->sharded = r->multi && !(o->ckpt_format && !strcmp(o->ckpt_format, "logical"));
   if (o->batch && o->batch != gbatch) {
     if (p->global_batch)
       rt_user_error("--batch %lld: this program was compiled for a batch of %lld sequences (micro_batch %lld x dp %d x "

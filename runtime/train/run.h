@@ -47,6 +47,7 @@ typedef struct {
   int data_set, val_set;   /* given on the command line */
   int save_set;            /* --save-to given on the command line */
   int threads_set;         /* --threads given */
+  const char *ckpt_format; /* --ckpt-format: "sharded" or "logical" (NULL: sharded under several ranks) */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;
@@ -67,6 +68,7 @@ typedef struct {
   int64_t base_rss;   /* bytes resident before the allocation */
   RtDist dist;        /* ranks, mesh, comm (dist.c); untouched in a single process */
   int multi;          /* 1: the program spans several ranks (tensors are blocks of logical ones) */
+  int sharded;        /* multi: checkpoints are written sharded (each rank its blocks; ckpt_shard.c) */
   int64_t gbatch, gseq; /* the logical batch: sequences per step (all dp ranks), tokens per sequence */
   RtProgram *lp;      /* multi: the logical program (checkpoints, dumps) */
   int64_t lbytes;     /* multi: bytes of the logical tensors */
@@ -141,6 +143,9 @@ _Noreturn void rt_run_diverged(RtRun *r, int64_t s, const char *what);
 void rt_run_save(RtRun *r);
 
 /* ---- ckpt_async.c ---- */
+/* Writes this rank's part of a sharded checkpoint (j and its snapshot owned by the writer) on the
+ * writer thread, after waiting for the previous one. */
+void rt_run_save_async_shard(RtRun *r, RtShardSave *j);
 /* Writes the snapshot (tensors at p's offsets: the writer's own buffer, or a buffer it frees when
  * written) as the checkpoint of r->st under --save-to on a writer thread, after waiting for the
  * previous one. */

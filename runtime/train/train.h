@@ -180,6 +180,17 @@ typedef struct {
 void rt_layer_name(char *out, size_t n, const char *name, int64_t layer);
 /* The "__metadata__":{...} text of a checkpoint file of `part` (model, optimizer, dump, ...). Caller frees. */
 char *rt_ckpt_meta(const RtProgram *p, const RtTrainState *st, const char *part);
+#define RT_SHARD_INDEX "index.json" /* a sharded checkpoint's index (ckpt_shard.c) */
+#define RT_SHARD_FORMAT "shardc-sharded-1"
+/* Whether dir is a checkpoint: it holds a model.safetensors (logical) or an index.json (sharded). */
+int rt_ckpt_is_complete(const char *dir);
+/* Makes dir, removes the temp directories a crash left in it, and makes a fresh temp directory
+ * DIR/.tmp-step_N-TAG for step's checkpoint. Returns its path (caller frees). */
+char *rt_ckpt_prepare(const char *dir, int64_t step, const char *tag);
+/* Makes the temp directory tmp DIR/step_N atomically (fsync, rename over a previous one, fsync
+ * DIR), then removes all but the newest `keep` checkpoints (0: all). */
+void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep);
+void rt_fsync_path(const char *path, int dir); /* fsync a file (dir 0) or directory (1); user error if it fails */
 /* --save-to at the start of a run: makes dir (and its parents) and checks that a file can be
  * created in it; a user error naming it otherwise, before any training. */
 void rt_ckpt_check_dir(const char *dir);
@@ -196,6 +207,35 @@ char *rt_ckpt_find(const char *dir);
  * checkpoint directory or .safetensors file path. Every parameter must be present with its
  * dtype and shape; errors name the file and the tensor. */
 void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtTrainState *st);
+
+/* Whether optimizer-state or stacked tensor t is written per layer ("blocks.3.w") in a logical checkpoint. */
+int rt_ckpt_per_layer(const RtProgram *p, const RtTensor *t);
+
+/* ---- ckpt_shard.c ---- */
+
+/* One rank's part of a sharded checkpoint (what its writer thread needs; nothing in it communicates). */
+typedef struct {
+  const RtProgram *p; /* this rank's program: tensors at their offsets in mem */
+  const char *mem;    /* the snapshot of this rank's parameters and optimizer state */
+  MeshMap mesh;       /* the program's mesh on the launched ranks */
+  int rank, world;
+  char *dir;          /* --save-to */
+  char *tmp;          /* the step's shared temp directory (rt_ckpt_shard_tmp) */
+  RtTrainState st;    /* step, data position, ... */
+  int keep;           /* --keep */
+} RtShardSave;
+
+/* The temp directory of step's sharded checkpoint: rank 0 makes it (after clearing a crash's
+ * leftovers); every rank gets its path. Rank 0 calls it before a barrier, the others after. */
+char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank);
+/* Writes this rank's file; rank 0 then waits for every rank's, writes index.json and commits. */
+void rt_ckpt_shard_write(const RtShardSave *j);
+int rt_ckpt_is_sharded(const char *path); /* path (a directory) holds, or is, a sharded checkpoint */
+/* Loads this rank's blocks (program p, rank at coord; parameters, and with full=1 the optimizer
+ * state and the trainer state st) from a sharded or logical checkpoint directory, or a
+ * .safetensors file, reading only the pieces that overlap them. */
+void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COUNT], const char *path, int full,
+                        RtTrainState *st);
 
 /* ---- dist.c ---- */
 
@@ -220,6 +260,7 @@ int rt_dist_any(RtCtx *ctx, int flag);
 /* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;
  * the logical flat index of local element i on the rank with coordinates coord. */
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims);
+int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d); /* the axis splitting dim d (degree > 1), else -1 */
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t);
 int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i);
 void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]);
