@@ -94,8 +94,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights"},
       {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
       {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
-      {"resume", 0, &o->resume, NULL, "DIR",
-       "continue from the newest checkpoint in DIR (weights, optimizer, step, data)"},
+      {"resume", 0, &o->resume, NULL, "DIR|auto",
+       "continue from the newest checkpoint in DIR (weights, optimizer, step, data); auto: from --save-to's "
+       "newest, or start fresh when it has none (restarts)"},
       {"log", 0, &o->log, NULL, "FILE.jsonl", "one JSON object per step (and per validation)"},
       {"eval-every", 1, &o->eval_every, NULL, "N", "validation loss every N steps (0: only at the end)"},
       {"val-batches", 4, &o->val_batches, NULL, "N", "batches per validation (default 20)"},

@@ -77,7 +77,18 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
                   "to change it",
                   (long long)o->batch, (long long)gbatch);
   }
-  if (o->init_from && o->resume) rt_user_error("--init-from and --resume exclude each other");
+  if (o->resume && !strcmp(o->resume, "auto")) { /* the newest complete checkpoint in --save-to, if any */
+    if (!o->save_to) rt_user_error("--resume auto resumes from --save-to's newest checkpoint: give --save-to DIR");
+    char *dir = rt_ckpt_find(o->save_to);
+    if (r->ctx.rank == 0)
+      printf("--resume auto: %s%s\n", dir ? "resuming from " : "no checkpoint in ",
+             dir ? dir : o->save_to);
+    r->auto_resume = dir;
+    r->o.resume = dir; /* NULL: a fresh start (or --init-from's weights) */
+  }
+  if (o->init_from && o->resume && !r->auto_resume)
+    rt_user_error("--init-from and --resume exclude each other");
+  if (r->auto_resume) r->o.init_from = NULL; /* a restart continues from its checkpoint */
 
   r->loss = rt_find_tensor(p, "loss");
   if (!r->loss) rt_bug("the program has no \"loss\" tensor");
@@ -91,6 +102,7 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
 }
 
 static void run_free(RtRun *r) {
+  free(r->auto_resume);
   rt_logical_program_free(r->lp);
   rt_dist_free(&r->dist, &r->ctx);
 }
@@ -185,7 +197,9 @@ static void weights_init(RtRun *r) {
     if (!dir)
       rt_user_error("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", o->resume);
     RtTrainState cs;
+    double t0 = rt_now();
     rt_run_load(r, dir, 1, &cs);
+    double t_load = rt_now() - t0;
     if (o->seed_set && o->seed != cs.seed)
       rt_user_error("--seed %llu differs from the checkpoint's seed %llu ('%s'); a resumed run keeps its seed",
                     (unsigned long long)o->seed, (unsigned long long)cs.seed, dir);
@@ -197,7 +211,8 @@ static void weights_init(RtRun *r) {
     cs.steps = o->steps;
     r->st = cs;
     if (r->ctx.rank == 0)
-      printf("resumed from %s: step %lld, data position %lld\n", dir, (long long)cs.step, (long long)cs.data_pos);
+      printf("resumed from %s: step %lld, data position %lld (read in %.2f s)\n", dir, (long long)cs.step,
+             (long long)cs.data_pos, t_load);
     free(dir);
   } else {
     rt_init_tensors(r->hp, r->hmem, o->seed, &r->ctx);

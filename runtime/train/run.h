@@ -69,6 +69,7 @@ typedef struct {
   RtDist dist;        /* ranks, mesh, comm (dist.c); untouched in a single process */
   int multi;          /* 1: the program spans several ranks (tensors are blocks of logical ones) */
   int sharded;        /* multi: checkpoints are written sharded (each rank its blocks; ckpt_shard.c) */
+  char *auto_resume;  /* --resume auto: the checkpoint found in --save-to (owned; NULL: none) */
   int64_t gbatch, gseq; /* the logical batch: sequences per step (all dp ranks), tokens per sequence */
   RtProgram *lp;      /* multi: the logical program (checkpoints, dumps) */
   int64_t lbytes;     /* multi: bytes of the logical tensors */
