@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -246,6 +247,16 @@ static int cmp_ckpt(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Whether the temp directory `name` (".tmp-step_N-...-PID") belongs to another process that is
+ * still running here: its write is in progress, not a crash's leftover. */
+static int writer_alive(const char *name) {
+  const char *dash = strrchr(name, '-');
+  char *end;
+  long pid = dash ? strtol(dash + 1, &end, 10) : 0;
+  if (!dash || end == dash + 1 || *end || pid <= 0 || pid == (long)getpid()) return 0;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
 /* The complete checkpoints in dir, oldest first; removes stale temp directories when clean. */
 static CkptDir *list_ckpts(const char *dir, int *count, int clean) {
   *count = 0;
@@ -256,6 +267,7 @@ static CkptDir *list_ckpts(const char *dir, int *count, int clean) {
   struct dirent *de;
   while ((de = readdir(d))) {
     if (clean && strncmp(de->d_name, ".tmp-step_", 10) == 0) {
+      if (writer_alive(de->d_name)) continue; /* another run writing into the same directory now */
       char *t = rt_xprintf("%s/%s", dir, de->d_name);
       remove_tree(t);
       free(t);

@@ -12,7 +12,8 @@
  * tensor) hold the same bytes; one of them writes it: coordinate 0 on every axis but dp, and along
  * dp the replica (tensor index mod dp), so data-parallel replicas share the writing.
  *
- * Commit: rank 0 makes DIR/.tmp-step_N-sharded (and clears a crash's leftovers) before a barrier;
+ * Commit: rank 0 makes DIR/.tmp-step_N-sharded-PID (PID: rank 0's, which every rank learns at
+ * the start; a crash's leftovers are cleared) before a barrier;
  * each rank's writer thread writes its file as .rank_R.part, fsyncs it and renames it into place;
  * rank 0's writer waits until every rank's file is there, writes index.json and renames the
  * directory to step_N (rt_ckpt_commit): the checkpoint exists only once it is complete. Nothing
@@ -289,9 +290,11 @@ void rt_ckpt_shard_write(const RtShardSave *j) {
   free(meta);
 }
 
-char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank) {
-  if (rank == 0) return rt_ckpt_prepare(dir, step, "sharded");
-  return rt_xprintf("%s/.tmp-step_%08lld-sharded", dir, (long long)step);
+char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank, int pid0) {
+  char tag[48];
+  snprintf(tag, sizeof tag, "sharded-%d", pid0);
+  if (rank == 0) return rt_ckpt_prepare(dir, step, tag);
+  return rt_xprintf("%s/.tmp-step_%08lld-%s", dir, (long long)step, tag);
 }
 
 /* ---- reading ---- */

@@ -88,6 +88,14 @@ int rt_dist_any(RtCtx *ctx, int flag) {
   return f > 0;
 }
 
+int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v) {
+  if (!ctx->groups[RT_MESH_ALL]) return v;
+  float f[2] = {0, 0}; /* 16 bits each: exact in f32, and a max over zeros is rank 0's */
+  if (ctx->rank == 0) f[0] = (float)(v & 0xffff), f[1] = (float)(v >> 16 & 0xffff);
+  rt_all_reduce(ctx->groups[RT_MESH_ALL], f, f, 2, RT_F32, RT_MAX);
+  return (int64_t)f[0] | (int64_t)f[1] << 16;
+}
+
 /* ---- local <-> logical ---- */
 
 int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d) {

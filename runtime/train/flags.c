@@ -91,7 +91,8 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"init-from", 0, &o->init_from, NULL, "FILE",
        "initialise the weights from a .safetensors file or checkpoint dir"},
       {"save-to", 0, &o->save_to, &o->save_set, "DIR",
-       "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights"},
+       "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights; '': "
+       "none"},
       {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
       {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
       {"resume", 0, &o->resume, NULL, "DIR|auto",
@@ -134,6 +135,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
     parse_value(fl, v);
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
+  if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
   if (o->ckpt_format && strcmp(o->ckpt_format, "sharded") != 0 && strcmp(o->ckpt_format, "logical") != 0)
     rt_user_error("--ckpt-format: '%s' is neither sharded nor logical", o->ckpt_format);
   /* more compute threads than CPUs only slow the kernels down (OpenMP's waiting threads spin), and

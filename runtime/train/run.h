@@ -70,6 +70,7 @@ typedef struct {
   int multi;          /* 1: the program spans several ranks (tensors are blocks of logical ones) */
   int sharded;        /* multi: checkpoints are written sharded (each rank its blocks; ckpt_shard.c) */
   char *auto_resume;  /* --resume auto: the checkpoint found in --save-to (owned; NULL: none) */
+  int pid0;           /* sharded: rank 0's pid (names the checkpoint's temp directory) */
   int64_t gbatch, gseq; /* the logical batch: sequences per step (all dp ranks), tokens per sequence */
   RtProgram *lp;      /* multi: the logical program (checkpoints, dumps) */
   int64_t lbytes;     /* multi: bytes of the logical tensors */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../rng.h"
 #include "run.h"
@@ -278,9 +279,10 @@ void rt_run_save(RtRun *r) {
       RtShardSave *j = rt_xcalloc(1, sizeof *j);
       *j = (RtShardSave){.p = r->hp, .mem = snap, .mesh = r->dist.mesh, .rank = r->ctx.rank, .world = r->ctx.world,
                          .dir = rt_xstrdup(r->o.save_to), .st = r->st, .keep = (int)r->o.keep};
-      if (r->ctx.rank == 0) j->tmp = rt_ckpt_shard_tmp(r->o.save_to, r->st.step, 0);
+      if (!r->pid0) r->pid0 = (int)rt_dist_bcast_u32(&r->ctx, (int64_t)getpid());
+      if (r->ctx.rank == 0) j->tmp = rt_ckpt_shard_tmp(r->o.save_to, r->st.step, 0, r->pid0);
       rt_dist_barrier(&r->ctx);
-      if (r->ctx.rank != 0) j->tmp = rt_ckpt_shard_tmp(r->o.save_to, r->st.step, r->ctx.rank);
+      if (r->ctx.rank != 0) j->tmp = rt_ckpt_shard_tmp(r->o.save_to, r->st.step, r->ctx.rank, r->pid0);
       rt_run_save_async_shard(r, j);
       if (r->ctx.rank != 0) return;
     }

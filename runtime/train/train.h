@@ -225,9 +225,10 @@ typedef struct {
   int keep;           /* --keep */
 } RtShardSave;
 
-/* The temp directory of step's sharded checkpoint: rank 0 makes it (after clearing a crash's
- * leftovers); every rank gets its path. Rank 0 calls it before a barrier, the others after. */
-char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank);
+/* The temp directory of step's sharded checkpoint, DIR/.tmp-step_N-sharded-PID0 (pid0: rank 0's
+ * pid, so two runs never share one): rank 0 makes it (after clearing a crash's leftovers); every
+ * rank gets its path. Rank 0 calls it before a barrier, the others after. */
+char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank, int pid0);
 /* Writes this rank's file; rank 0 then waits for every rank's, writes index.json and commits. */
 void rt_ckpt_shard_write(const RtShardSave *j);
 int rt_ckpt_is_sharded(const char *path); /* path (a directory) holds, or is, a sharded checkpoint */
@@ -257,6 +258,8 @@ void rt_dist_free(RtDist *d, RtCtx *ctx); /* a barrier, then closes everything *
 void rt_dist_barrier(RtCtx *ctx);
 /* Whether flag is non-zero on any rank (collective over the world; a single process: flag). */
 int rt_dist_any(RtCtx *ctx, int flag);
+/* Rank 0's v (0 <= v < 2^32) on every rank (collective over the world). */
+int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v);
 /* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;
  * the logical flat index of local element i on the rank with coordinates coord. */
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims);

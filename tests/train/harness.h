@@ -90,5 +90,6 @@ void test_python(void);
 
 /* ---- test_robust.c ---- */
 void test_robust(void);
+void test_ckpt_fuzz(void);
 
 #endif

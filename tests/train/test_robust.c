@@ -2,13 +2,17 @@
  * garbage (issue 19's probe): --threads beyond the CPUs, a --save-to it cannot write (at the start,
  * before any step), safetensors files whose data_offsets do not tile the data region (shifted,
  * overlapping, trailing bytes), checkpoints holding NaN / Inf, and a run whose loss turns
- * non-finite (it stops with the step and writes no checkpoint of that state). test_train runs it:
- * robust. */
+ * non-finite (it stops with the step and writes no checkpoint of that state); --save-to '' and
+ * --resume auto. test_train runs it: robust; and ckpt_fuzz, the checkpoint reader against
+ * mutated checkpoints. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -145,6 +149,103 @@ static void test_diverge(const char *good) {
   free(s1), free(s2), free(s3), free(s6), free(want), free(want2), free(ck);
 }
 
+static uint64_t xs(uint64_t *s) { /* xorshift64 */
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* The checkpoint reader against 400 mutations of a good checkpoint (bytes flipped in the header and
+ * the data, digits changed in the offsets and shapes, the header length rewritten, the file cut),
+ * each read by rt_ckpt_load (full: model and optimizer) in a child: it must load or end with
+ * status 1 and an "error: " line — never a signal, a hang (10 s alarm) or another status. The
+ * inputs come from a fixed seed: a failure reproduces. */
+void test_ckpt_fuzz(void) {
+  make_program(64, RT_LR_COSINE, 2, 10);
+  uint32_t *t = token_stream(3000, 64, 1);
+  char *good = path_of("fuzz.bin"), *ck = path_of("ckfuzz");
+  write_shard(good, 20240520, 1, 2, t, 3000, -1);
+  free(t);
+  Result r = run_trainer("--data", good, "--steps", "2", "--save-to", ck, NULL);
+  expect_ok(&r, "checkpoint to mutate");
+  free_result(&r);
+  char *dir = rt_xprintf("%s/step_00000002", ck);
+  const char *files[2] = {"model.safetensors", "optimizer.safetensors"};
+  char *orig[2];
+  size_t len[2];
+  for (int f = 0; f < 2; f++) {
+    char *p = rt_xprintf("%s/%s", dir, files[f]);
+    FILE *fp = fopen(p, "rb");
+    fseek(fp, 0, SEEK_END);
+    len[f] = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    orig[f] = rt_xmalloc(len[f]);
+    CHECK(fread(orig[f], 1, len[f], fp) == len[f], "read %s", p);
+    fclose(fp);
+    free(p);
+  }
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  int loaded = 0, refused = 0;
+  char *M = rt_xcalloc((size_t)prog.mem_bytes, 1), *errp = path_of("fuzz.err");
+  for (int it = 0; it < 400; it++) {
+    int f = (int)(xs(&s) % 2);
+    char *b = rt_xmalloc(len[f]);
+    memcpy(b, orig[f], len[f]);
+    size_t n = len[f];
+    uint64_t hl;
+    memcpy(&hl, b, 8);
+    int how = (int)(xs(&s) % 5);
+    if (how == 0) { /* a digit of the header changed: offsets, shapes, metadata */
+      for (int tries = 0; tries < 64; tries++) {
+        size_t at = 8 + (size_t)(xs(&s) % hl);
+        if (b[at] >= '0' && b[at] <= '9') {
+          b[at] = (char)('0' + xs(&s) % 10);
+          break;
+        }
+      }
+    } else if (how == 1) {
+      b[8 + xs(&s) % hl] = (char)xs(&s); /* any header byte */
+    } else if (how == 2) {
+      uint64_t v = xs(&s); /* the header length: near the right one, or anything */
+      if (v % 4) v = hl + (xs(&s) % 17) - 8;
+      memcpy(b, &v, 8);
+    } else if (how == 3) {
+      n = (size_t)(xs(&s) % len[f]); /* cut */
+    } else {
+      for (int k = 0; k < 4; k++) /* data bytes: may make NaN / Inf */
+        b[8 + hl + xs(&s) % (len[f] - 8 - hl)] = (char)0xff;
+    }
+    char *p = rt_xprintf("%s/%s", dir, files[f]);
+    write_bytes(p, b, n);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fe < 0 || dup2(fe, 2) < 0) _exit(99);
+      alarm(10);
+      RtTrainState st;
+      rt_ckpt_load(&prog, M, dir, 1, &st);
+      _exit(0);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    char *err = read_text(errp);
+    int ok = WIFEXITED(ws) && (WEXITSTATUS(ws) == 0 || (WEXITSTATUS(ws) == 1 && !strncmp(err, "error: ", 7)));
+    CHECK(ok, "mutation %d (kind %d of %s): %s %d\n%s", it, how, files[f], WIFEXITED(ws) ? "exit" : "signal",
+          WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), err);
+    if (ok) WEXITSTATUS(ws) ? refused++ : loaded++;
+    free(err);
+    write_bytes(p, orig[f], len[f]); /* back to the good file */
+    free(p);
+    free(b);
+  }
+  printf("checkpoint reader: 400 mutated checkpoints: %d loaded, %d refused with an error, none crashed or hung\n",
+         loaded, refused);
+  CHECK(refused > 200, "only %d of 400 mutations refused", refused);
+  free(M), free(errp), free(orig[0]), free(orig[1]), free(dir), free(ck), free(good);
+}
+
 void test_robust(void) {
   make_program(64, RT_LR_COSINE, 2, 10);
   uint32_t *t = token_stream(3000, 64, 1);
@@ -175,6 +276,30 @@ void test_robust(void) {
   EXPECT_ERROR(rt_xstrdup("--save-to: cannot create directory '/proc/shardc-ck': No such file or directory"), "--data",
                good, "--save-to", "/proc/shardc-ck", NULL);
   free(under), free(file);
+
+  /* --save-to '': no checkpoint, not even the recipe's; --resume auto needs --save-to and starts
+   * fresh when it holds nothing yet, then resumes from its newest */
+  char *rdir = path_of("recipe_ck");
+  prog.recipe.ckpt_dir = rdir;
+  r = run_trainer("--data", good, "--steps", "2", "--save-to", "", NULL);
+  expect_ok(&r, "--save-to ''");
+  CHECK(!exists(rdir), "--save-to '' still wrote the recipe's checkpoint directory");
+  free_result(&r);
+  prog.recipe.ckpt_dir = NULL;
+  free(rdir);
+  EXPECT_ERROR(rt_xstrdup("--resume auto resumes from --save-to's newest checkpoint: give --save-to DIR"), "--data",
+               good, "--resume", "auto", NULL);
+  char *ad = path_of("auto_ck");
+  r = run_trainer("--data", good, "--steps", "6", "--stop-at", "3", "--save-to", ad, "--resume", "auto", NULL);
+  expect_ok(&r, "--resume auto, nothing yet");
+  CHECK(strstr(r.out, "--resume auto: no checkpoint in ") && strstr(r.out, "step 1/6 | loss"), "fresh start:\n%s",
+        r.out);
+  free_result(&r);
+  r = run_trainer("--data", good, "--steps", "6", "--save-to", ad, "--resume", "auto", NULL);
+  expect_ok(&r, "--resume auto, from step 3");
+  CHECK(strstr(r.out, "--resume auto: resuming from ") && strstr(r.out, "step 4/6 | loss"), "auto resume:\n%s", r.out);
+  free_result(&r);
+  free(ad);
 
   test_offsets(good);
   test_resume_inf(good);

@@ -355,7 +355,7 @@ static void remove_tmp(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: test_train data|json|lr|errors|log|resume|init|python|robust|trainer [args]\n");
+    fprintf(stderr, "usage: test_train data|json|lr|errors|log|resume|init|python|robust|ckpt_fuzz|trainer [args]\n");
     return 2;
   }
   if (!strcmp(argv[1], "trainer")) {
@@ -387,6 +387,8 @@ int main(int argc, char **argv) {
     test_python();
   else if (!strcmp(argv[1], "robust"))
     test_robust();
+  else if (!strcmp(argv[1], "ckpt_fuzz"))
+    test_ckpt_fuzz();
   else {
     fprintf(stderr, "unknown test '%s'\n", argv[1]);
     return 2;
