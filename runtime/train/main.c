@@ -348,9 +348,17 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   r->ctx.step = 0;
   if (r->has_val && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= loop.first))
     rt_log_eval(r, r->st.step, loop.last_val = rt_run_evaluate(r));
-  /* at the end; a fresh run with --steps 0 and --save-to saves its initial (or --init-from) weights as step 0 */
+  /* at the end; a fresh run with --steps 0 and --save-to saves its initial (or --init-from) weights as step 0;
+   * a resumed one that trains no step saves into a --save-to without that step (a conversion: say
+   * sharded -> --ckpt-format logical, or onto another layout's ranks) */
+  int trained = r->st.step >= loop.first, convert = 0;
+  if (o->save_set && !trained && o->resume) {
+    char *here = rt_xprintf("%s/step_%08lld", o->save_to, (long long)r->st.step);
+    convert = !rt_ckpt_is_complete(here);
+    free(here);
+  }
   if (o->save_to && loop.saved_at != r->st.step &&
-      (r->st.step >= loop.first || (o->save_set && !o->resume && r->st.step == 0)))
+      (trained || convert || (o->save_set && !o->resume && r->st.step == 0)))
     rt_run_save(r);
   rt_run_writer_free(r); /* the last checkpoint is complete before the run ends */
   rt_log_done(r, &loop);

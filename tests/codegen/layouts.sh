@@ -6,8 +6,10 @@
 #                             sharded checkpoint at step 10 (every rank its blocks) resumes
 #                             bit-identically under dp=2 x tp=2 and, with the uninterrupted run's
 #                             step-11 loss, under dp=4, tp=2, dp=2 and 1 rank; the same checkpoint
-#                             written logical (--ckpt-format logical) resumes under tp=2; a 1-rank
-#                             (logical) checkpoint resumes under dp=2 x tp=2
+#                             written logical (--ckpt-format logical) resumes under tp=2, and the
+#                             sharded one converted to logical (resumed, no step, saved with
+#                             --ckpt-format logical) is that logical checkpoint byte for byte; a
+#                             1-rank (logical) checkpoint resumes under dp=2 x tp=2
 #   layouts.sh SHARDC llama   a tiny Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA, untied head):
 #                             tp=2 and tp=2+sp give the single-rank loss curve; sampling under tp=2
 #
@@ -55,6 +57,12 @@ if [ "$what" = tiny ]; then
   # ... and under 4, 2 and 1 rank(s) of other layouts; written logical, under tp=2
   "${mpi[@]}" -np 4 "$t/dp2tp2" "${run[@]}" --stop-at 10 --save-to "$t/ck10l" --ckpt-format logical >/dev/null
   [ -f "$t/ck10l/step_00000010/model.safetensors" ] || { echo "FAIL: --ckpt-format logical wrote no model.safetensors"; exit 1; }
+  # conversion: the sharded step 10, resumed without training and saved logical, is the logical step 10 byte for byte
+  "${mpi[@]}" -np 4 "$t/dp2tp2" "${run[@]}" --resume "$t/ck10" --stop-at 10 --ckpt-format logical --save-to "$t/ck10c" >/dev/null
+  for f in model.safetensors optimizer.safetensors; do
+    cmp -s "$t/ck10l/step_00000010/$f" "$t/ck10c/step_00000010/$f" || { echo "FAIL: sharded -> logical conversion: $f differs"; exit 1; }
+  done
+  echo "sharded step 10 -> logical (resume, no step, --ckpt-format logical): byte-identical to the logical step 10"
   want=$(losses "$t/dp2tp2.jsonl" | sed -n 11p)
   "${mpi[@]}" -np 4 "$t/dp4" "${run[@]}" --resume "$t/ck10" --stop-at 11 --log "$t/r_dp4.jsonl" --save-to "$t/ck_r0" >/dev/null
   "${mpi[@]}" -np 2 "$t/tp2" "${run[@]}" --resume "$t/ck10" --stop-at 11 --log "$t/r_tp2.jsonl" --save-to "$t/ck_r1" >/dev/null
