@@ -46,13 +46,13 @@ for r in $(seq 1 "$rounds"); do
     tr=$t/tr fmt=(--ckpt-format "$f")
     [ "$f" = today ] && tr=$t/tr_today fmt=()
     "${mpi[@]}" "$tr" "${run[@]}" --steps 2 --save-to "$t/ck_$f" "${fmt[@]}" >"$t/save.out" 2>&1
-    snap=$(grep -o 'snapshot in [0-9.]* s' "$t/save.out" | awk '{ print $3 }')
-    write=$(grep -o 'written ([0-9.]* s' "$t/save.out" | tr -d '(' | awk '{ print $2 }')
+    snap=$(grep -o 'snapshot in [0-9.]* s' "$t/save.out" | awk '{ print $3 }' || true)
+    write=$(grep -o 'written ([0-9.]* s' "$t/save.out" | tr -d '(' | awk '{ print $2 }' || true)
     printf '%-10s %-5s %8s %8s %8s %8s %22s %9s\n' "$f" "$r" "$snap" "$write" - - "$(peaks "$t/save.out")" "$(maxpeak "$t/save.out")"
     s0=$(date +%s.%N)
     "${mpi[@]}" "$tr" "${run[@]}" --steps 2 --resume "$t/ck_$f" --save-to "$t/ck_$f" >"$t/load.out" 2>&1
     wall=$(awk -v a="$s0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
-    read_s=$(grep -o 'read in [0-9.]* s' "$t/load.out" | awk '{ print $3 }')
+    read_s=$(grep -o 'read in [0-9.]* s' "$t/load.out" | awk '{ print $3 }' || true)
     printf '%-10s %-5s %8s %8s %8s %8s %22s %9s\n' "$f-in" "$r" - - "${read_s:--}" "$wall" "$(peaks "$t/load.out")" "$(maxpeak "$t/load.out")"
   done
 done
