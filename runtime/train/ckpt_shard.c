@@ -20,6 +20,8 @@
  * here communicates (the writer threads run beside training's collectives): the directory must be
  * on a file system every rank sees.
  *
+ * Memory: the writer holds the rank's snapshot (its own blocks) and at most one packed piece.
+ *
  * Loading (rt_ckpt_load_local) works the same for a sharded checkpoint and a logical one (a
  * logical file is one piece per tensor, or per layer of a stacked one): for each of this rank's
  * rectangles and each piece overlapping it, the rows of the overlap are read with pread straight
@@ -143,16 +145,34 @@ static void pack_row(void *ctx, int64_t s, int64_t d, int64_t n) {
   memcpy(k->dst + (size_t)d * k->es, k->src + (size_t)s * k->es, (size_t)n * k->es);
 }
 
+/* A piece that is not contiguous in its block: copied out of the snapshot when it is written. */
+typedef struct {
+  const RtTensor *t; /* its tensor (local dims) */
+  const char *base;  /* the block in the snapshot */
+  Rect rect;
+} PieceJob;
+
+static void pack_piece(const void *ctx, void *dst) {
+  const PieceJob *j = ctx;
+  int64_t off = 0;
+  for (int d = 0; d < j->t->rank; d++)
+    off = off * j->t->dims[d] + j->rect.lstart[d];
+  Pack pk = {.src = j->base, .dst = dst, .es = rt_dtype_size((RtDType)j->t->dtype)};
+  for_rows(j->t->rank, j->rect.len, j->t->dims, off, j->rect.len, 0, pack_row, &pk);
+}
+
 static char *rank_file(int rank) { return rt_xprintf("rank_%05d.safetensors", rank); }
 
-/* This rank's file: its pieces, packed where a block has several rectangles. */
+/* This rank's file: its pieces, straight from the snapshot, or packed one at a time where a block
+ * has several rectangles. */
 static void write_rank_file(const RtShardSave *j, const char *meta) {
   const RtProgram *p = j->p;
   int coord[RT_AX_COUNT];
   rt_mesh_coords(&j->mesh, j->rank, coord);
   int cap = 64, n = 0;
   RtStPiece *pc = rt_xmalloc((size_t)cap * sizeof *pc);
-  char **names = rt_xmalloc((size_t)cap * sizeof *names), **bufs = rt_xmalloc((size_t)cap * sizeof *bufs);
+  PieceJob *jobs = rt_xmalloc((size_t)cap * sizeof *jobs);
+  char **names = rt_xmalloc((size_t)cap * sizeof *names);
   Rect *rects = rt_xmalloc(MAX_RECTS * sizeof *rects);
   for (int ti = 0; ti < p->ntensors; ti++) {
     const RtTensor *t = &p->tensors[ti];
@@ -163,9 +183,12 @@ static void write_rank_file(const RtShardSave *j, const char *meta) {
       if (n == cap) {
         cap *= 2;
         RtStPiece *np = realloc(pc, (size_t)cap * sizeof *pc);
-        char **nn = realloc(names, (size_t)cap * sizeof *names), **nb = nn ? realloc(bufs, (size_t)cap * sizeof *bufs) : NULL;
-        if (!np || !nn || !nb) rt_user_error("checkpoint: out of memory");
-        pc = np, names = nn, bufs = nb;
+        if (np) pc = np;
+        PieceJob *nj = np ? realloc(jobs, (size_t)cap * sizeof *jobs) : NULL;
+        if (nj) jobs = nj;
+        char **nn = nj ? realloc(names, (size_t)cap * sizeof *names) : NULL;
+        if (!nn) rt_user_error("checkpoint: out of memory");
+        names = nn;
       }
       char nm[512];
       piece_name(nm, sizeof nm, t->name, &rects[k], t->rank);
@@ -175,29 +198,20 @@ static void write_rank_file(const RtShardSave *j, const char *meta) {
         elems *= rects[k].len[d];
       pc[n] = (RtStPiece){.name = names[n], .dtype = t->dtype, .rank = t->rank, .bytes = elems * (int64_t)es};
       memcpy(pc[n].dims, rects[k].len, sizeof rects[k].len);
-      bufs[n] = NULL;
-      const char *base = j->mem + t->offset;
-      if (nr == 1) {
-        pc[n].data = base; /* the whole block: written from the snapshot as it is */
-      } else {
-        int64_t off = 0;
-        for (int d = 0; d < t->rank; d++)
-          off = off * t->dims[d] + rects[k].lstart[d];
-        bufs[n] = rt_xmalloc((size_t)pc[n].bytes);
-        Pack pk = {.src = base, .dst = bufs[n], .es = es};
-        for_rows(t->rank, rects[k].len, t->dims, off, rects[k].len, 0, pack_row, &pk);
-        pc[n].data = bufs[n];
-      }
+      jobs[n] = (PieceJob){.t = t, .base = j->mem + t->offset, .rect = rects[k]};
+      if (nr == 1) pc[n].data = j->mem + t->offset; /* the whole block, as it lies in the snapshot */
       n++;
     }
   }
+  for (int i = 0; i < n; i++)
+    if (!pc[i].data) pc[i].pack = pack_piece, pc[i].pack_ctx = &jobs[i];
   char *file = rank_file(j->rank);
   char *part = rt_xprintf("%s/.%s.part", j->tmp, file), *done = rt_xprintf("%s/%s", j->tmp, file);
   rt_st_write(part, pc, n, meta);
   if (rename(part, done) != 0) rt_user_error("checkpoint: cannot rename '%s': %s", part, strerror(errno));
   for (int i = 0; i < n; i++)
-    free(names[i]), free(bufs[i]);
-  free(pc), free(names), free(bufs), free(rects), free(file), free(part), free(done);
+    free(names[i]);
+  free(pc), free(jobs), free(names), free(rects), free(file), free(part), free(done);
 }
 
 static void json_dims(FILE *f, const int64_t *v, int n) {

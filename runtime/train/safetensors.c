@@ -119,8 +119,22 @@ int64_t rt_st_write(const char *path, const RtStPiece *e, int n, const char *met
     len8[i] = (unsigned char)((uint64_t)hdr_len >> (8 * i));
   write_all(fd, path, len8, 8);
   write_all(fd, path, hdr, hdr_len);
-  for (int i = 0; i < n; i++)
-    write_all(fd, path, e[i].data, (size_t)e[i].bytes);
+  char *buf = NULL; /* one packed piece at a time */
+  size_t cap = 0;
+  for (int i = 0; i < n; i++) {
+    const void *data = e[i].data;
+    if (!data) {
+      if ((size_t)e[i].bytes > cap) {
+        free(buf);
+        cap = (size_t)e[i].bytes;
+        buf = rt_xmalloc(cap);
+      }
+      e[i].pack(e[i].pack_ctx, buf);
+      data = buf;
+    }
+    write_all(fd, path, data, (size_t)e[i].bytes);
+  }
+  free(buf);
   if (fsync(fd) != 0) rt_user_error("checkpoint: cannot fsync '%s': %s", path, strerror(errno));
   if (close(fd) != 0) rt_user_error("checkpoint: cannot close '%s': %s", path, strerror(errno));
   free(hdr);

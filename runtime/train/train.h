@@ -127,12 +127,15 @@ typedef struct {
   int dtype;                   /* RT_* */
   int rank;                    /* dims used */
   int64_t dims[RT_MAX_RANK];   /* shape */
-  const void *data;            /* bytes bytes */
+  const void *data;            /* bytes bytes; NULL: made by pack */
   int64_t bytes;               /* numel x dtype size */
+  void (*pack)(const void *ctx, void *dst); /* writes the piece's bytes into dst (when data is NULL) */
+  const void *pack_ctx;
 } RtStPiece;
 
 /* Writes path (created or truncated, fsynced, not atomic by itself): the header with `meta` (the
- * text `"__metadata__":{...}`, or NULL) and the pieces, packed in order. Returns the data bytes.
+ * text `"__metadata__":{...}`, or NULL) and the pieces, packed in order (a piece without data is
+ * packed into one reused buffer just before it is written). Returns the data bytes.
  * I/O failures are user errors naming the file. */
 int64_t rt_st_write(const char *path, const RtStPiece *e, int n, const char *meta);
 
