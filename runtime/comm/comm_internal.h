@@ -87,6 +87,7 @@ typedef struct RtMsg {
   struct fid_mr *mr; /* FI_MR_LOCAL registration of a user buffer, else NULL */
   int niov;      /* > 1: the message is scattered over iov (never with mr_local) */
   struct iovec iov[RT_IOV_MAX];
+  bool done;     /* completed (false from its posting on) */
 } RtMsg;
 
 /* One pipeline channel slot: a column of chunks, one per block, walked through the
@@ -127,6 +128,7 @@ struct RtReq {
   int nslots;
   RtSlot *slots;       /* [nslots] */
   bool done;
+  int recvd;           /* receives completed (the watchdog: has a peer joined?) */
   bool in_list;        /* linked in the comm's active list */
   double t_start;      /* seconds, monotonic */
   RtReq *prev, *next;  /* the comm's active list */
@@ -208,6 +210,7 @@ struct RtComm {
   /* active requests, shared with the watchdog */
   pthread_mutex_t lock;
   RtReq *active;
+  atomic_int post_blocked; /* 1 + the world rank a post is retrying to (FI_EAGAIN: it is not receiving), 0 none */
   pthread_t watchdog;
   atomic_bool stop;
   bool watchdog_running;
@@ -246,6 +249,9 @@ int rt_poll(RtComm *c, RtCqEvent *ev, int max);
 void rt_req_begin(RtReq *q);            /* plans q and posts its first messages */
 void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev);
 uint16_t rt_signature(const RtReq *q);
+/* The world ranks q waits to receive from now (at most max); first[i]: the wait is for that
+ * peer's first message of q, so it has not joined q. Read by the watchdog under the comm's lock. */
+int rt_req_waiting(const RtReq *q, int *peers, bool *first, int max);
 void rt_describe_sig(uint16_t sig, char *buf, size_t len);
 
 /* direct.c */
@@ -258,6 +264,7 @@ void rt_direct_post(RtReq *q, RtSlot *s,
                     void (*post)(RtReq *, RtSlot *, RtMsg *, bool is_recv, int member, void *buf, size_t bytes, void *desc));
 void rt_direct_finish_step(RtReq *q, int step);
 void rt_direct_free(RtReq *q);
+int rt_direct_waiting(const RtReq *q, int *peers, bool *first, int max); /* rt_req_waiting of a direct request */
 
 /* shmem.c */
 void rt_shmem_init(RtComm *c);

@@ -320,6 +320,18 @@ void rt_direct_post(RtReq *q, RtSlot *s, void (*post)(RtReq *, RtSlot *, RtMsg *
   }
 }
 
+int rt_direct_waiting(const RtReq *q, int *peers, bool *first, int max) {
+  const struct RtDirect *d = q->dx;
+  int k = 0;
+  for (int p = 0; p < q->n && k < max; p++) {
+    const RtMsg *m = &d->msgs[2 * p];
+    if (p == q->me || m->req != q || m->done) continue;
+    peers[k] = m->peer;
+    first[k++] = q->slots && q->slots[m->slot].step == 0; /* step 0 brings each peer's descriptor */
+  }
+  return k;
+}
+
 /* Reduce-scatter into our block: per chunk, each peer's part is read into the slab and
  * folded into the output (the first fold reads our own input, the last one scales). */
 static void direct_reduce(RtReq *q) {

@@ -2,6 +2,7 @@
  * endpoint for peers on this node, one for peers on other nodes), address exchange,
  * registered staging slabs, posting and completion polling. */
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,11 +66,34 @@ static struct fi_info *named_provider(const char *want, const char *source) {
 /* shm names its region in /dev/shm after the pid unless told otherwise; a region left by
  * a killed process (kill -9 leaves it behind) then makes fi_enable of a later process
  * with the same pid fail with EBUSY. A name unique in time avoids that. */
-static char own_shm[RT_NFAB][64]; /* this process's shm regions, for rt_fatal */
+static char own_shm_path[RT_NFAB][80]; /* this process's shm regions as /dev/shm paths (unlink is async-signal-safe) */
 
 static void unlink_own_shm(void) {
   for (int i = 0; i < RT_NFAB; i++)
-    if (own_shm[i][0]) shm_unlink(own_shm[i]);
+    if (own_shm_path[i][0]) unlink(own_shm_path[i]);
+}
+
+/* mpirun ends the other ranks of a failed job with SIGTERM: their regions go too (kill -9 leaves
+ * them, and the surviving peers remove a dead one's: rt_fabric_forget_peer). */
+static void term_unlink(int sig) {
+  unlink_own_shm();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* Once per process: the regions are removed however it ends short of kill -9 — rt_fatal (its hook),
+ * exit (a user error on some rank, atexit) or SIGTERM / SIGINT (when nothing else handles them). */
+static void unlink_at_end(void) {
+  rt_fatal_hook = unlink_own_shm;
+  static int installed; /* (a process-wide registration, made once) */
+  if (installed) return;
+  installed = 1;
+  atexit(unlink_own_shm);
+  const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old;
+    if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) signal(sigs[i], term_unlink);
+  }
 }
 
 void rt_fabric_forget_peer(RtComm *c, int rank) {
@@ -83,8 +107,8 @@ static void name_shm_endpoint(RtFabric *f, int slot) {
   snprintf(name, sizeof name, "shardrt-%d-%llx-%d", (int)getpid(),
            (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, slot);
   FI_CHECK(fi_setname(&f->ep->fid, name, strlen(name) + 1));
-  memcpy(own_shm[slot], name, sizeof name);
-  rt_fatal_hook = unlink_own_shm;
+  snprintf(own_shm_path[slot], sizeof own_shm_path[slot], "/dev/shm/%s", name);
+  unlink_at_end();
 }
 
 static void open_fabric(RtComm *c, RtFabric *f, struct fi_info *info) {
@@ -332,8 +356,10 @@ void rt_post(RtComm *c, RtMsg *m, void *buf, void *desc) {
                       : fi_tsend(f->ep, buf, m->bytes, desc, c->addr[m->peer], m->tag, &m->ctx);
     if (rc != -FI_EAGAIN) {
       FI_CHECK(rc);
+      if (atomic_load_explicit(&c->post_blocked, memory_order_relaxed)) atomic_store(&c->post_blocked, 0);
       return;
     }
+    atomic_store(&c->post_blocked, m->peer + 1); /* for the watchdog: who does not take our message */
     defer_completions(c);
     sched_yield();
   }

@@ -147,6 +147,7 @@ static void post_msgv(RtReq *q, RtSlot *s, RtMsg *m, bool is_recv, int member, v
   m->peer = q->g->ranks[member];
   m->bytes = bytes;
   m->mr = NULL;
+  m->done = false;
   if (q->op == RT_OP_SEND || q->op == RT_OP_RECV)
     m->tag = make_tag(q, (uint32_t)q->utag);
   else /* a broadcast chunk is sent at step 1 and received at step 0: index by channel only */
@@ -285,6 +286,7 @@ static void finish_step(RtReq *q, RtSlot *s) {
 }
 
 static void finish_req(RtReq *q) {
+  rt_req_finished(q); /* out of the watchdog's sight before its slots go */
   for (int i = 0; i < q->nslots; i++)
     for (int k = 0; k < 2; k++) {
       if (q->slots[i].stage[k]) rt_slab_put(q->c, q->slots[i].stage[k]);
@@ -294,7 +296,18 @@ static void finish_req(RtReq *q) {
   q->slots = NULL;
   rt_direct_free(q);
   q->done = true;
-  rt_req_finished(q);
+}
+
+int rt_req_waiting(const RtReq *q, int *peers, bool *first, int max) {
+  if (q->direct && q->dx) return rt_direct_waiting(q, peers, first, max);
+  int k = 0;
+  for (int i = 0; q->slots && i < q->nslots && k < max; i++) {
+    const RtSlot *s = &q->slots[i];
+    if (s->chan < 0 || s->pending == 0 || s->recv.req != q || s->recv.done) continue;
+    peers[k] = s->recv.peer;
+    first[k++] = q->recvd == 0; /* every receive of a ring step comes from the same peer */
+  }
+  return k;
 }
 
 /* Runs a slot forward until it waits on messages or its channels are exhausted. */
@@ -462,6 +475,8 @@ void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {
     FI_CHECK(fi_close(&m->mr->fid));
     m->mr = NULL;
   }
+  m->done = true;
+  if (m->is_recv) q->recvd++;
   RtSlot *s = &q->slots[m->slot];
   s->pending--;
   run_slot(q, s);

@@ -3,11 +3,14 @@
  * A thread wakes every few hundred milliseconds and looks at the comm's active
  * requests (under the comm's lock; it never touches the fabric):
  *   - a request older than the timeout ends the process, naming rank, group, op,
- *     size and sequence number;
+ *     size and sequence number, and the peer it waits for: one that has not sent its
+ *     first message of the request has not joined it (stuck before it, dead, or in
+ *     another collective); one that has is waiting in turn further along the ring;
  *   - a member of an active request's group that runs on this host and whose process
  *     is gone (no such pid, or a zombie) for more than a grace period ends the process
- *     with a peer-loss message. Peers on other hosts are covered by the provider's
- *     errors and by the timeout.
+ *     with a peer-loss message; a peer that ended without joining the request is not
+ *     said to have died during it (it may have given up waiting for this rank).
+ *     Peers on other hosts are covered by the provider's errors and by the timeout.
  */
 #include <errno.h>
 #include <signal.h>
@@ -39,6 +42,45 @@ bool rt_peer_gone(const RtComm *c, int rank) {
   return process_gone(c->peers[rank].pid);
 }
 
+/* What q waits for: "rank 3 has not joined it (...)", or the peer it waits on further along. */
+static void describe_wait(const RtReq *q, char *buf, size_t len) {
+  int blocked = atomic_load(&q->c->post_blocked) - 1;
+  if (blocked >= 0) { /* the receives' completions wait behind this post: they say nothing */
+    snprintf(buf, len,
+             ": rank %d takes no message from this rank (its receive queue is full): it has not joined it and is "
+             "stuck before it, dead, or issued a different sequence of collectives",
+             blocked);
+    return;
+  }
+  int peers[8];
+  bool first[8];
+  int n = q->g->backend ? 0 : rt_req_waiting(q, peers, first, 8);
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && k + 1 < len; i++) {
+    int w = snprintf(buf + k, len - k, "%s rank %d", i ? ";" : ":", peers[i]);
+    k += w > 0 ? (size_t)w : 0;
+    if (k + 1 >= len) break;
+    w = snprintf(buf + k, len - k, first[i] ? " has not joined it (no message from it yet): it is stuck before it, dead, "
+                                               "or issued a different sequence of collectives"
+                                             : " has joined it but not sent its next piece (it waits in turn for "
+                                               "another member)");
+    k += w > 0 ? (size_t)w : 0;
+  }
+  if (!n)
+    snprintf(buf, len, "; a peer is stuck, dead, or issued a different sequence of collectives");
+}
+
+/* Whether q still waits for the first message of world rank r. */
+static bool never_joined(const RtReq *q, int r) {
+  int peers[8];
+  bool first[8];
+  int n = q->g->backend ? 0 : rt_req_waiting(q, peers, first, 8);
+  for (int i = 0; i < n; i++)
+    if (peers[i] == r && first[i]) return true;
+  return false;
+}
+
 static void *watchdog_main(void *arg) {
   RtComm *c = arg;
   double period = c->timeout_s / 4 < 0.2 ? c->timeout_s / 4 : 0.2;
@@ -50,13 +92,12 @@ static void *watchdog_main(void *arg) {
     double now = rt_now();
     pthread_mutex_lock(&c->lock);
     for (RtReq *q = c->active; q; q = q->next) {
-      char what[256];
+      char what[256], wait[600];
       if (now - q->t_start > c->timeout_s) {
         rt_describe_req(q, what, sizeof what);
-        rt_fatal(RT_EXIT_COMM,
-                 "watchdog: %s has not completed after %.1f s (timeout %.1f s, SHARDRT_TIMEOUT); a peer is stuck, "
-                 "dead, or issued a different sequence of collectives",
-                 what, now - q->t_start, c->timeout_s);
+        describe_wait(q, wait, sizeof wait);
+        rt_fatal(RT_EXIT_COMM, "watchdog: %s has not completed after %.1f s (timeout %.1f s, SHARDRT_TIMEOUT)%s", what,
+                 now - q->t_start, c->timeout_s, wait);
       }
       for (int i = 0; i < q->g->n; i++) {
         int r = q->g->ranks[i];
@@ -68,6 +109,11 @@ static void *watchdog_main(void *arg) {
         if (now - gone_since[r] > RT_PEER_GRACE_S) {
           rt_describe_req(q, what, sizeof what);
           rt_fabric_forget_peer(c, r);
+          if (never_joined(q, r)) /* not necessarily a crash: it may have given up on this rank */
+            rt_fatal(RT_EXIT_COMM,
+                     "peer lost: rank %d (pid %d on %s) ended without joining %s: it was killed, crashed, or stopped "
+                     "on an error of its own (a watchdog timeout waiting for this rank, say: see its message)",
+                     r, c->peers[r].pid, c->peers[r].host, what);
           rt_fatal(RT_EXIT_COMM, "peer lost: rank %d (pid %d on %s) died (killed or crashed) while this rank waits in %s",
                    r, c->peers[r].pid, c->peers[r].host, what);
         }

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,7 +22,6 @@
 #include "train.h"
 
 #define CKPT_FORMAT "shardc-checkpoint-1"
-#define ST_MAX_HEADER (256ll << 20) /* bytes: a header larger than this is malformed */
 
 void rt_layer_name(char *out, size_t n, const char *name, int64_t layer) {
   const char *base = strrchr(name, ':');
@@ -44,7 +44,7 @@ typedef struct {
 
 /* Whether t is written per layer: stacked itself, or optimizer state "prefix:NAME" of a stacked
  * parameter NAME with the same layer dimension (the state of a stacked parameter is stacked too). */
-static int per_layer(const RtProgram *p, const RtTensor *t) {
+int rt_ckpt_per_layer(const RtProgram *p, const RtTensor *t) {
   if (t->stacked) return 1;
   const char *colon = strrchr(t->name, ':');
   if (t->kind != RT_T_STATE || !colon || t->rank < 1) return 0;
@@ -56,14 +56,14 @@ static int per_layer(const RtProgram *p, const RtTensor *t) {
 static StEntry *st_entries(const RtProgram *p, int kind, int *count) {
   int n = 0;
   for (int i = 0; i < p->ntensors; i++)
-    if (p->tensors[i].kind == kind) n += per_layer(p, &p->tensors[i]) ? (int)p->tensors[i].dims[0] : 1;
+    if (p->tensors[i].kind == kind) n += rt_ckpt_per_layer(p, &p->tensors[i]) ? (int)p->tensors[i].dims[0] : 1;
   StEntry *e = rt_xcalloc((size_t)n, sizeof *e);
   int k = 0;
   for (int i = 0; i < p->ntensors; i++) {
     const RtTensor *t = &p->tensors[i];
     if (t->kind != kind) continue;
     int64_t bytes = rt_tensor_numel(t) * (int64_t)rt_dtype_size(t->dtype);
-    if (!per_layer(p, t)) {
+    if (!rt_ckpt_per_layer(p, t)) {
       e[k] = (StEntry){.t = t, .layer = -1, .bytes = bytes, .src = t->offset};
       snprintf(e[k].name, sizeof e[k].name, "%s", t->name);
       k++;
@@ -80,18 +80,7 @@ static StEntry *st_entries(const RtProgram *p, int kind, int *count) {
   return e;
 }
 
-static void write_all(int fd, const char *path, const void *buf, size_t n) {
-  const char *b = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) rt_user_error("checkpoint: cannot write '%s': %s", path, strerror(errno));
-    b += w;
-    n -= (size_t)w;
-  }
-}
-
-static void fsync_path(const char *path, int dir) {
+void rt_fsync_path(const char *path, int dir) {
   int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0) rt_user_error("checkpoint: cannot open '%s': %s", path, strerror(errno));
   if (fsync(fd) != 0) rt_user_error("checkpoint: cannot fsync '%s': %s", path, strerror(errno));
@@ -106,7 +95,11 @@ static void put_meta(FILE *f, const char *key, const char *val, int *first) {
   rt_json_write_str(f, val);
 }
 
-static void write_meta(FILE *f, const RtProgram *p, const RtTrainState *st, const char *part) {
+char *rt_ckpt_meta(const RtProgram *p, const RtTrainState *st, const char *part) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) rt_user_error("checkpoint: open_memstream: %s", strerror(errno));
   char b[64];
   int first = 1;
   fputs("\"__metadata__\":{", f);
@@ -128,10 +121,28 @@ static void write_meta(FILE *f, const RtProgram *p, const RtTrainState *st, cons
   snprintf(b, sizeof b, "%.9g", st->loss);
   put_meta(f, "loss", b, &first);
   fputc('}', f);
+  if (fclose(f) != 0) rt_user_error("checkpoint: building the metadata failed");
+  return text;
 }
 
+/* Writes the entries (data at mem + src) to one safetensors file; returns the data bytes. */
 static int64_t write_entries(const char *path, const RtProgram *p, const char *mem, StEntry *e, int n,
-                             const RtTrainState *st, const char *part);
+                             const RtTrainState *st, const char *part) {
+  RtStPiece *pc = rt_xcalloc((size_t)n + 1, sizeof *pc);
+  for (int i = 0; i < n; i++) {
+    const RtTensor *t = e[i].t;
+    int first = e[i].layer >= 0 ? 1 : 0;
+    pc[i] = (RtStPiece){.name = e[i].name, .dtype = t->dtype, .rank = t->rank - first, .data = mem + e[i].src,
+                        .bytes = e[i].bytes};
+    for (int d = first; d < t->rank; d++)
+      pc[i].dims[d - first] = t->dims[d];
+  }
+  char *meta = rt_ckpt_meta(p, st, part);
+  int64_t off = rt_st_write(path, pc, n, meta);
+  free(meta);
+  free(pc);
+  return off;
+}
 
 /* Writes one safetensors file of the tensors of `kind`; returns the data bytes. */
 static int64_t write_st(const char *path, const RtProgram *p, const char *mem, int kind, const RtTrainState *st,
@@ -157,45 +168,6 @@ void rt_dump_tensors(const RtProgram *p, const char *mem, const char *path, cons
   free(e);
 }
 
-static int64_t write_entries(const char *path, const RtProgram *p, const char *mem, StEntry *e, int n,
-                             const RtTrainState *st, const char *part) {
-  char *hdr = NULL;
-  size_t hdr_len = 0;
-  FILE *h = open_memstream(&hdr, &hdr_len);
-  if (!h) rt_user_error("checkpoint: open_memstream: %s", strerror(errno));
-  fputc('{', h);
-  write_meta(h, p, st, part);
-  int64_t off = 0;
-  for (int i = 0; i < n; i++) {
-    const RtTensor *t = e[i].t;
-    fputc(',', h);
-    rt_json_write_str(h, e[i].name);
-    fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", rt_dtype_st_name(t->dtype));
-    for (int d = e[i].layer >= 0 ? 1 : 0; d < t->rank; d++)
-      fprintf(h, "%s%lld", d > (e[i].layer >= 0 ? 1 : 0) ? "," : "", (long long)t->dims[d]);
-    fprintf(h, "],\"data_offsets\":[%lld,%lld]}", (long long)off, (long long)(off + e[i].bytes));
-    off += e[i].bytes;
-  }
-  fputc('}', h);
-  while ((ftell(h) + 8) % 8 != 0)
-    fputc(' ', h); /* pad so the data starts 8-byte aligned */
-  if (fclose(h) != 0) rt_user_error("checkpoint: building the header failed");
-
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) rt_user_error("checkpoint: cannot create '%s': %s", path, strerror(errno));
-  unsigned char len8[8];
-  for (int i = 0; i < 8; i++)
-    len8[i] = (unsigned char)((uint64_t)hdr_len >> (8 * i));
-  write_all(fd, path, len8, 8);
-  write_all(fd, path, hdr, hdr_len);
-  for (int i = 0; i < n; i++)
-    write_all(fd, path, mem + e[i].src, (size_t)e[i].bytes);
-  if (fsync(fd) != 0) rt_user_error("checkpoint: cannot fsync '%s': %s", path, strerror(errno));
-  if (close(fd) != 0) rt_user_error("checkpoint: cannot close '%s': %s", path, strerror(errno));
-  free(hdr);
-  return off;
-}
-
 static void remove_tree(const char *path) {
   DIR *d = opendir(path);
   if (!d) return;
@@ -214,20 +186,31 @@ static void remove_tree(const char *path) {
   rmdir(path);
 }
 
-static void mkdir_p(const char *dir) {
+/* Makes dir and its parents; `what` starts the messages ("checkpoint", "--save-to"). */
+static void mkdir_p(const char *dir, const char *what) {
   char *tmp = rt_xstrdup(dir);
   for (char *s = tmp + 1; *s; s++) {
     if (*s != '/') continue;
     *s = 0;
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-      rt_user_error("checkpoint: cannot create directory '%s': %s", tmp, strerror(errno));
+      rt_user_error("%s: cannot create directory '%s': %s", what, tmp, strerror(errno));
     *s = '/';
   }
   if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    rt_user_error("checkpoint: cannot create directory '%s': %s", tmp, strerror(errno));
+    rt_user_error("%s: cannot create directory '%s': %s", what, tmp, strerror(errno));
   struct stat st;
-  if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)) rt_user_error("checkpoint: '%s' is not a directory", tmp);
+  if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)) rt_user_error("%s: '%s' is not a directory", what, tmp);
   free(tmp);
+}
+
+void rt_ckpt_check_dir(const char *dir) {
+  mkdir_p(dir, "--save-to");
+  char *probe = rt_xprintf("%s/.probe-XXXXXX", dir);
+  int fd = mkstemp(probe);
+  if (fd < 0) rt_user_error("--save-to: cannot write in '%s': %s", dir, strerror(errno));
+  close(fd);
+  unlink(probe);
+  free(probe);
 }
 
 /* Parses "step_NNNNNNNN" (digits only); -1 for any other name. */
@@ -246,6 +229,14 @@ static int is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+int rt_ckpt_is_complete(const char *dir) {
+  char *m = rt_xprintf("%s/model.safetensors", dir), *x = rt_xprintf("%s/" RT_SHARD_INDEX, dir);
+  int ok = is_file(m) || is_file(x);
+  free(m);
+  free(x);
+  return ok;
+}
+
 typedef struct {
   int64_t step; /* checkpoint step */
   char *name;   /* directory name */
@@ -254,6 +245,16 @@ typedef struct {
 static int cmp_ckpt(const void *a, const void *b) {
   int64_t x = ((const CkptDir *)a)->step, y = ((const CkptDir *)b)->step;
   return x < y ? -1 : x > y;
+}
+
+/* Whether the temp directory `name` (".tmp-step_N-...-PID") belongs to another process that is
+ * still running here: its write is in progress, not a crash's leftover. */
+static int writer_alive(const char *name) {
+  const char *dash = strrchr(name, '-');
+  char *end;
+  long pid = dash ? strtol(dash + 1, &end, 10) : 0;
+  if (!dash || end == dash + 1 || *end || pid <= 0 || pid == (long)getpid()) return 0;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
 /* The complete checkpoints in dir, oldest first; removes stale temp directories when clean. */
@@ -266,6 +267,7 @@ static CkptDir *list_ckpts(const char *dir, int *count, int clean) {
   struct dirent *de;
   while ((de = readdir(d))) {
     if (clean && strncmp(de->d_name, ".tmp-step_", 10) == 0) {
+      if (writer_alive(de->d_name)) continue; /* another run writing into the same directory now */
       char *t = rt_xprintf("%s/%s", dir, de->d_name);
       remove_tree(t);
       free(t);
@@ -273,9 +275,9 @@ static CkptDir *list_ckpts(const char *dir, int *count, int clean) {
     }
     int64_t s = step_of(de->d_name);
     if (s < 0) continue;
-    char *m = rt_xprintf("%s/%s/model.safetensors", dir, de->d_name);
-    int ok = is_file(m);
-    free(m);
+    char *sub = rt_xprintf("%s/%s", dir, de->d_name);
+    int ok = rt_ckpt_is_complete(sub);
+    free(sub);
     if (!ok) continue;
     if (n == cap) {
       cap *= 2;
@@ -299,16 +301,51 @@ static void free_ckpts(CkptDir *v, int n) {
   free(v);
 }
 
-void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep) {
-  mkdir_p(dir);
+char *rt_ckpt_prepare(const char *dir, int64_t step, const char *tag) {
+  mkdir_p(dir, "checkpoint");
   int count;
   CkptDir *stale = list_ckpts(dir, &count, 1); /* removes temp directories a crash left behind */
   free_ckpts(stale, count);
-  char *final = rt_xprintf("%s/step_%08lld", dir, (long long)st->step);
-  char *tmp = rt_xprintf("%s/.tmp-step_%08lld-%d", dir, (long long)st->step, (int)getpid());
+  char *tmp = rt_xprintf("%s/.tmp-step_%08lld-%s", dir, (long long)step, tag);
   remove_tree(tmp);
   if (mkdir(tmp, 0755) != 0) rt_user_error("checkpoint: cannot create directory '%s': %s", tmp, strerror(errno));
+  return tmp;
+}
 
+void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep) {
+  rt_fsync_path(tmp, 1);
+  char *final = rt_xprintf("%s/step_%08lld", dir, (long long)step);
+  /* Replace an existing checkpoint of the same step: move it aside first. */
+  char *old = NULL;
+  struct stat sb;
+  if (stat(final, &sb) == 0) {
+    old = rt_xprintf("%s/.tmp-step_%08lld-old-%d", dir, (long long)step, (int)getpid());
+    remove_tree(old);
+    if (rename(final, old) != 0) rt_user_error("checkpoint: cannot move '%s' aside: %s", final, strerror(errno));
+  }
+  if (rename(tmp, final) != 0) rt_user_error("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+  rt_fsync_path(dir, 1);
+  if (old) remove_tree(old);
+
+  if (keep > 0) {
+    int count;
+    CkptDir *v = list_ckpts(dir, &count, 1);
+    for (int i = 0; i + keep < count; i++) {
+      char *path = rt_xprintf("%s/%s", dir, v[i].name);
+      remove_tree(path);
+      free(path);
+    }
+    free_ckpts(v, count);
+    rt_fsync_path(dir, 1);
+  }
+  free(old);
+  free(final);
+}
+
+void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep) {
+  char tag[32];
+  snprintf(tag, sizeof tag, "%d", (int)getpid());
+  char *tmp = rt_ckpt_prepare(dir, st->step, tag);
   char *model = rt_xprintf("%s/model.safetensors", tmp);
   char *optim = rt_xprintf("%s/optimizer.safetensors", tmp);
   char *index = rt_xprintf("%s/model.safetensors.index.json", tmp);
@@ -330,43 +367,15 @@ void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const Rt
   if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
     rt_user_error("checkpoint: cannot write '%s': %s", index, strerror(errno));
   free(e);
-  fsync_path(tmp, 1);
-
-  /* Replace an existing checkpoint of the same step: move it aside first. */
-  char *old = NULL;
-  struct stat sb;
-  if (stat(final, &sb) == 0) {
-    old = rt_xprintf("%s/.tmp-step_%08lld-old-%d", dir, (long long)st->step, (int)getpid());
-    remove_tree(old);
-    if (rename(final, old) != 0) rt_user_error("checkpoint: cannot move '%s' aside: %s", final, strerror(errno));
-  }
-  if (rename(tmp, final) != 0) rt_user_error("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
-  fsync_path(dir, 1);
-  if (old) remove_tree(old);
-
-  if (keep > 0) {
-    CkptDir *v = list_ckpts(dir, &count, 1);
-    for (int i = 0; i + keep < count; i++) {
-      char *path = rt_xprintf("%s/%s", dir, v[i].name);
-      remove_tree(path);
-      free(path);
-    }
-    free_ckpts(v, count);
-    fsync_path(dir, 1);
-  }
-  free(old);
+  rt_ckpt_commit(dir, tmp, st->step, keep);
   free(model);
   free(optim);
   free(index);
   free(tmp);
-  free(final);
 }
 
 char *rt_ckpt_find(const char *dir) {
-  char *m = rt_xprintf("%s/model.safetensors", dir);
-  int here = is_file(m);
-  free(m);
-  if (here) return rt_xstrdup(dir);
+  if (rt_ckpt_is_complete(dir)) return rt_xstrdup(dir);
   int count;
   CkptDir *v = list_ckpts(dir, &count, 0);
   char *best = count ? rt_xprintf("%s/%s", dir, v[count - 1].name) : NULL;
@@ -376,123 +385,15 @@ char *rt_ckpt_find(const char *dir) {
 
 /* ---- reading ---- */
 
-typedef struct {
-  const char *path; /* file */
-  int fd;
-  int64_t data_start; /* bytes: 8 + header length */
-  int64_t data_bytes; /* bytes after the header */
-  RtJson *hdr;        /* the parsed header */
-} StFile;
-
-static void st_open(StFile *s, const char *path) {
-  memset(s, 0, sizeof *s);
-  s->path = path;
-  s->fd = open(path, O_RDONLY);
-  if (s->fd < 0) rt_user_error("cannot open checkpoint '%s': %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(s->fd, &st) != 0) rt_user_error("cannot stat '%s': %s", path, strerror(errno));
-  unsigned char len8[8];
-  if (st.st_size < 8 || pread(s->fd, len8, 8, 0) != 8)
-    rt_user_error("'%s' is not a safetensors file: shorter than its 8-byte header length", path);
-  uint64_t hl = 0;
-  for (int i = 0; i < 8; i++)
-    hl |= (uint64_t)len8[i] << (8 * i);
-  if (hl < 2 || hl > (uint64_t)ST_MAX_HEADER || (int64_t)hl > st.st_size - 8)
-    rt_user_error("'%s' is not a safetensors file: header length %llu does not fit the file (%lld bytes)", path,
-                  (unsigned long long)hl, (long long)st.st_size);
-  char *text = rt_xmalloc(hl + 1);
-  if (pread(s->fd, text, hl, 8) != (ssize_t)hl) rt_user_error("cannot read the header of '%s'", path);
-  text[hl] = 0;
-  char err[128];
-  s->hdr = rt_json_parse(text, hl, err, sizeof err);
-  free(text);
-  if (!s->hdr) rt_user_error("'%s': malformed safetensors header: %s", path, err);
-  if (s->hdr->kind != RT_JSON_OBJ) rt_user_error("'%s': malformed safetensors header: not a JSON object", path);
-  s->data_start = 8 + (int64_t)hl;
-  s->data_bytes = st.st_size - s->data_start;
-}
-
-static void st_close(StFile *s) {
-  rt_json_free(s->hdr);
-  close(s->fd);
-}
-
-static int64_t json_int(const RtJson *j, int *ok) {
-  if (!j || j->kind != RT_JSON_NUM || !j->is_int) {
-    *ok = 0;
-    return 0;
-  }
-  return j->inum;
-}
-
-/* Reads tensor `name` of (dtype, shape) into dst; user errors name the file and the tensor. */
-static void st_read(StFile *s, const char *name, int dtype, const int64_t *dims, int rank, void *dst) {
-  const RtJson *e = rt_json_get(s->hdr, name);
-  if (!e) rt_user_error("'%s': missing tensor '%s'", s->path, name);
-  const RtJson *dt = rt_json_get(e, "dtype"), *sh = rt_json_get(e, "shape"), *off = rt_json_get(e, "data_offsets");
-  if (!dt || dt->kind != RT_JSON_STR || !sh || sh->kind != RT_JSON_ARR || !off || off->kind != RT_JSON_ARR ||
-      off->n != 2)
-    rt_user_error("'%s': tensor '%s': malformed entry (needs dtype, shape, data_offsets)", s->path, name);
-  if (strcmp(dt->str, rt_dtype_st_name(dtype)) != 0)
-    rt_user_error("'%s': tensor '%s' has dtype %s, the model needs %s", s->path, name, dt->str,
-                  rt_dtype_st_name(dtype));
-  int ok = 1, same = sh->n == rank;
-  for (int d = 0; same && d < rank; d++)
-    same = json_int(sh->items[d], &ok) == dims[d] && ok;
-  if (!same) {
-    char want[160] = "", got[160] = "";
-    for (int d = 0; d < rank; d++)
-      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)dims[d]);
-    for (int d = 0; d < sh->n; d++)
-      snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
-               (long long)json_int(sh->items[d], &ok));
-    rt_user_error("'%s': tensor '%s' has shape [%s], the model needs [%s]", s->path, name, got, want);
-  }
-  int64_t a = json_int(off->items[0], &ok), b = json_int(off->items[1], &ok);
-  int64_t bytes = (int64_t)rt_dtype_size(dtype);
-  for (int d = 0; d < rank; d++)
-    bytes *= dims[d];
-  if (!ok || a < 0 || b - a != bytes || b > s->data_bytes)
-    rt_user_error("'%s': tensor '%s': data_offsets [%lld, %lld] do not hold %lld bytes within the file's %lld", s->path,
-                  name, (long long)a, (long long)b, (long long)bytes, (long long)s->data_bytes);
-  char *out = dst;
-  int64_t done = 0;
-  while (done < bytes) {
-    ssize_t r = pread(s->fd, out + done, (size_t)(bytes - done), s->data_start + a + done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      rt_user_error("'%s': cannot read tensor '%s': %s", s->path, name, r ? strerror(errno) : "file truncated");
-    done += r;
-  }
-}
-
-static void st_read_kind(StFile *s, const RtProgram *p, char *mem, int kind) {
+static void st_read_kind(RtStFile *s, const RtProgram *p, char *mem, int kind) {
   int n;
   StEntry *e = st_entries(p, kind, &n);
   for (int i = 0; i < n; i++) {
     const RtTensor *t = e[i].t;
     int sliced = e[i].layer >= 0;
-    st_read(s, e[i].name, t->dtype, t->dims + sliced, t->rank - sliced, mem + e[i].src);
+    rt_st_read(s, e[i].name, t->dtype, t->dims + sliced, t->rank - sliced, mem + e[i].src);
   }
   free(e);
-}
-
-static const char *meta_str(StFile *s, const char *key) {
-  const RtJson *m = rt_json_get(s->hdr, "__metadata__");
-  const RtJson *v = rt_json_get(m, key);
-  if (!v || v->kind != RT_JSON_STR)
-    rt_user_error("'%s' is not a shardc checkpoint: no \"%s\" in its __metadata__", s->path, key);
-  return v->str;
-}
-
-static uint64_t meta_u64(StFile *s, const char *key) {
-  const char *v = meta_str(s, key);
-  char *end;
-  errno = 0;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (errno || end == v || *end || *v == '-')
-    rt_user_error("'%s': metadata \"%s\" is \"%s\", not a number", s->path, key, v);
-  return x;
 }
 
 void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtTrainState *st) {
@@ -507,30 +408,30 @@ void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtT
     if (full) rt_user_error("--resume needs a checkpoint directory, not the file '%s'", path);
     model = rt_xstrdup(path);
   }
-  StFile s;
-  st_open(&s, model);
+  RtStFile s;
+  rt_st_open(&s, model);
   st_read_kind(&s, p, mem, RT_T_PARAM);
   if (full) {
-    if (strcmp(meta_str(&s, "format"), CKPT_FORMAT) != 0)
-      rt_user_error("'%s': checkpoint format \"%s\", this trainer reads \"%s\"", model, meta_str(&s, "format"),
+    if (strcmp(rt_st_meta(&s, "format"), CKPT_FORMAT) != 0)
+      rt_user_error("'%s': checkpoint format \"%s\", this trainer reads \"%s\"", model, rt_st_meta(&s, "format"),
                     CKPT_FORMAT);
     memset(st, 0, sizeof *st);
-    st->step = (int64_t)meta_u64(&s, "step");
-    st->steps = (int64_t)meta_u64(&s, "steps");
-    st->seed = meta_u64(&s, "seed");
-    st->data_pos = (int64_t)meta_u64(&s, "data_position");
-    st->rng = meta_u64(&s, "rng_state");
-    st->batch = (int64_t)meta_u64(&s, "batch");
-    st->seq = (int64_t)meta_u64(&s, "seq");
-    st->loss = strtod(meta_str(&s, "loss"), NULL);
+    st->step = (int64_t)rt_st_meta_u64(&s, "step");
+    st->steps = (int64_t)rt_st_meta_u64(&s, "steps");
+    st->seed = rt_st_meta_u64(&s, "seed");
+    st->data_pos = (int64_t)rt_st_meta_u64(&s, "data_position");
+    st->rng = rt_st_meta_u64(&s, "rng_state");
+    st->batch = (int64_t)rt_st_meta_u64(&s, "batch");
+    st->seq = (int64_t)rt_st_meta_u64(&s, "seq");
+    st->loss = strtod(rt_st_meta(&s, "loss"), NULL);
     char *optim = rt_xprintf("%s/optimizer.safetensors", dir);
-    StFile o;
-    st_open(&o, optim);
+    RtStFile o;
+    rt_st_open(&o, optim);
     st_read_kind(&o, p, mem, RT_T_STATE);
-    st_close(&o);
+    rt_st_close(&o);
     free(optim);
   }
-  st_close(&s);
+  rt_st_close(&s);
   free(model);
   free(dir);
 }

@@ -4,7 +4,9 @@
  * downloads them first; a multi-rank run gathers the logical tensors, which are already a copy),
  * then one writer thread writes it through rt_ckpt_save (temporary directory, fsync, atomic
  * rename: a crash mid-write leaves the last complete checkpoint) while training goes on. One save
- * at a time: the next save, and the end of the run, wait for the writer first.
+ * at a time: the next save, and the end of the run, wait for the writer first. A sharded
+ * checkpoint (ckpt_shard.c) is written the same way on every rank, each its own file; rank 0's
+ * writer commits it once every rank's file is there.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -24,22 +26,29 @@ struct RtCkptWriter {
   RtTrainState st;
   int keep;
   double seconds; /* the write's own time */
+  RtShardSave *shard; /* a sharded checkpoint's part (owned), NULL: a whole one */
 };
 
 static void *write_snapshot(void *arg) {
   RtCkptWriter *w = arg;
   double t0 = rt_now();
-  rt_ckpt_save(w->p, w->mem, w->dir, &w->st, w->keep);
+  if (w->shard)
+    rt_ckpt_shard_write(w->shard);
+  else
+    rt_ckpt_save(w->p, w->mem, w->dir, &w->st, w->keep);
   w->seconds = rt_now() - t0;
   return NULL;
 }
 
 static void finish(RtCkptWriter *w, const char *how) {
-  printf("checkpoint: %s/step_%08lld written (%.2f s%s)\n", w->dir, (long long)w->st.step, w->seconds, how);
-  fflush(stdout);
+  if (!w->shard || w->shard->rank == 0) {
+    printf("checkpoint: %s/step_%08lld written (%.2f s%s)\n", w->dir, (long long)w->st.step, w->seconds, how);
+    fflush(stdout);
+  }
   if (w->mem != w->buf) free(w->mem);
+  if (w->shard) free(w->shard->dir), free(w->shard->tmp), free(w->shard);
   free(w->dir);
-  w->mem = NULL, w->dir = NULL;
+  w->mem = NULL, w->dir = NULL, w->shard = NULL;
 }
 
 void rt_run_save_wait(RtRun *r) {
@@ -65,7 +74,7 @@ char *rt_run_snapshot_buffer(RtRun *r, size_t bytes) {
   return w->buf;
 }
 
-void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) {
+static void start(RtRun *r, const RtProgram *p, char *snapshot, RtShardSave *shard) {
   rt_run_save_wait(r);
   if (!r->writer) r->writer = rt_xcalloc(1, sizeof *r->writer);
   RtCkptWriter *w = r->writer;
@@ -74,6 +83,7 @@ void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) {
   w->dir = rt_xprintf("%s", r->o.save_to);
   w->st = r->st;
   w->keep = (int)r->o.keep;
+  w->shard = shard;
   if (pthread_create(&w->thread, NULL, write_snapshot, w) == 0) {
     w->running = 1;
     return;
@@ -81,6 +91,9 @@ void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) {
   write_snapshot(w); /* no thread to be had: write it now */
   finish(w, "");
 }
+
+void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) { start(r, p, snapshot, NULL); }
+void rt_run_save_async_shard(RtRun *r, RtShardSave *j) { start(r, j->p, (char *)j->mem, j); }
 
 void rt_run_writer_free(RtRun *r) {
   rt_run_save_wait(r);

@@ -81,10 +81,24 @@ void rt_dist_barrier(RtCtx *ctx) {
   if (ctx->groups[RT_MESH_ALL]) rt_barrier(ctx->groups[RT_MESH_ALL]);
 }
 
+int rt_dist_any(RtCtx *ctx, int flag) {
+  if (!ctx->groups[RT_MESH_ALL]) return flag;
+  float f = flag ? 1.0f : 0.0f;
+  rt_all_reduce(ctx->groups[RT_MESH_ALL], &f, &f, 1, RT_F32, RT_MAX);
+  return f > 0;
+}
+
+int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v) {
+  if (!ctx->groups[RT_MESH_ALL]) return v;
+  float f[2] = {0, 0}; /* 16 bits each: exact in f32, and a max over zeros is rank 0's */
+  if (ctx->rank == 0) f[0] = (float)(v & 0xffff), f[1] = (float)(v >> 16 & 0xffff);
+  rt_all_reduce(ctx->groups[RT_MESH_ALL], f, f, 2, RT_F32, RT_MAX);
+  return (int64_t)f[0] | (int64_t)f[1] << 16;
+}
+
 /* ---- local <-> logical ---- */
 
-/* The axis splitting dim d of t (with degree > 1), else -1. */
-static int split_axis(const RtProgram *p, const RtTensor *t, int d) {
+int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d) {
   if (!t->shard.sharded) return -1;
   int a = t->shard.split[d];
   return a >= 0 && a < RT_AX_COUNT && rt_program_degree(p, a) > 1 ? a : -1;
@@ -93,7 +107,7 @@ static int split_axis(const RtProgram *p, const RtTensor *t, int d) {
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims) {
   int64_t n = 1;
   for (int d = 0; d < t->rank; d++) {
-    int a = split_axis(p, t, d);
+    int a = rt_tensor_dim_axis(p, t, d);
     dims[d] = t->dims[d] * (a >= 0 ? rt_program_degree(p, a) : 1);
     n *= dims[d];
   }
@@ -103,7 +117,7 @@ int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *d
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t) {
   unsigned mask = 0;
   for (int d = 0; d < t->rank; d++) {
-    int a = split_axis(p, t, d);
+    int a = rt_tensor_dim_axis(p, t, d);
     if (a >= 0) mask |= 1u << a;
   }
   return mask;
@@ -114,7 +128,7 @@ int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int
   for (int d = t->rank - 1; d >= 0; d--) {
     int64_t l = i % t->dims[d];
     i /= t->dims[d];
-    int a = split_axis(p, t, d), deg = a >= 0 ? rt_program_degree(p, a) : 1;
+    int a = rt_tensor_dim_axis(p, t, d), deg = a >= 0 ? rt_program_degree(p, a) : 1;
     if (a >= 0) l = rt_block_index(t->dims[d], t->shard.blocks[d], deg, coord[a], l);
     li += l * mul;
     mul *= t->dims[d] * deg;

@@ -91,11 +91,13 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"init-from", 0, &o->init_from, NULL, "FILE",
        "initialise the weights from a .safetensors file or checkpoint dir"},
       {"save-to", 0, &o->save_to, &o->save_set, "DIR",
-       "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights"},
+       "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights; '': "
+       "none"},
       {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
       {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
-      {"resume", 0, &o->resume, NULL, "DIR",
-       "continue from the newest checkpoint in DIR (weights, optimizer, step, data)"},
+      {"resume", 0, &o->resume, NULL, "DIR|auto",
+       "continue from the newest checkpoint in DIR (weights, optimizer, step, data); auto: from --save-to's "
+       "newest, or start fresh when it has none (restarts)"},
       {"log", 0, &o->log, NULL, "FILE.jsonl", "one JSON object per step (and per validation)"},
       {"eval-every", 1, &o->eval_every, NULL, "N", "validation loss every N steps (0: only at the end)"},
       {"val-batches", 4, &o->val_batches, NULL, "N", "batches per validation (default 20)"},
@@ -109,6 +111,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"dump-to", 0, &o->dump_to, NULL, "DIR", "where --dump-steps writes DIR/step_N.safetensors (default: dump)"},
       {"trace", 0, &o->trace, NULL, "FILE.json",
        "write the measured timeline (Chrome trace / Perfetto JSON: per rank the steps, pipeline F/B/W, collectives)"},
+      {"ckpt-format", 0, &o->ckpt_format, NULL, "sharded|logical",
+       "checkpoints of a multi-rank run: each rank writes its blocks (sharded, the default), or rank 0 gathers and "
+       "writes whole tensors (logical; one process: always)"},
   };
   int nflags = (int)(sizeof flags / sizeof flags[0]);
   for (int i = 1; i < argc; i++) {
@@ -132,6 +137,15 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
     parse_value(fl, v);
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
+  if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
+  if (o->ckpt_format && strcmp(o->ckpt_format, "sharded") != 0 && strcmp(o->ckpt_format, "logical") != 0)
+    rt_user_error("--ckpt-format: '%s' is neither sharded nor logical", o->ckpt_format);
+  /* more compute threads than CPUs only slow the kernels down (OpenMP's waiting threads spin), and
+   * thousands of them exhaust the threads' stacks inside libgomp: refused with the machine's count */
+  if (o->threads_set && o->threads > nproc && nproc > 0)
+    rt_user_error("--threads %lld: this machine has %ld online CPU%s; compute threads beyond that only slow the kernels "
+                  "down (use at most %ld)",
+                  (long long)o->threads, nproc, nproc == 1 ? "" : "s", nproc);
   if (seen_help) {
     usage(stdout, argv[0] ? argv[0] : "trainer", p, flags, nflags);
     return 1;

@@ -67,6 +67,7 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
   int64_t gbatch = r->gbatch;
   T = r->gseq; /* from here on: the logical sequence length */
   if (r->multi) r->lp = rt_logical_program(p, &r->lbytes);
+  r->sharded = r->multi && !(o->ckpt_format && !strcmp(o->ckpt_format, "logical"));
   if (o->batch && o->batch != gbatch) {
     if (p->global_batch)
       rt_user_error("--batch %lld: this program was compiled for a batch of %lld sequences (micro_batch %lld x dp %d x "
@@ -77,7 +78,18 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
                   "to change it",
                   (long long)o->batch, (long long)gbatch);
   }
-  if (o->init_from && o->resume) rt_user_error("--init-from and --resume exclude each other");
+  if (o->resume && !strcmp(o->resume, "auto")) { /* the newest complete checkpoint in --save-to, if any */
+    if (!o->save_to) rt_user_error("--resume auto resumes from --save-to's newest checkpoint: give --save-to DIR");
+    char *dir = rt_ckpt_find(o->save_to);
+    if (r->ctx.rank == 0)
+      printf("--resume auto: %s%s\n", dir ? "resuming from " : "no checkpoint in ",
+             dir ? dir : o->save_to);
+    r->auto_resume = dir;
+    r->o.resume = dir; /* NULL: a fresh start (or --init-from's weights) */
+  }
+  if (o->init_from && o->resume && !r->auto_resume)
+    rt_user_error("--init-from and --resume exclude each other");
+  if (r->auto_resume) r->o.init_from = NULL; /* a restart continues from its checkpoint */
 
   r->loss = rt_find_tensor(p, "loss");
   if (!r->loss) rt_bug("the program has no \"loss\" tensor");
@@ -91,6 +103,7 @@ static void run_init(RtRun *r, int *argc, char ***argv) {
 }
 
 static void run_free(RtRun *r) {
+  free(r->auto_resume);
   rt_logical_program_free(r->lp);
   rt_dist_free(&r->dist, &r->ctx);
 }
@@ -185,7 +198,9 @@ static void weights_init(RtRun *r) {
     if (!dir)
       rt_user_error("--resume: '%s' holds no checkpoint (no step_* directory with a model.safetensors)", o->resume);
     RtTrainState cs;
+    double t0 = rt_now();
     rt_run_load(r, dir, 1, &cs);
+    double t_load = rt_now() - t0;
     if (o->seed_set && o->seed != cs.seed)
       rt_user_error("--seed %llu differs from the checkpoint's seed %llu ('%s'); a resumed run keeps its seed",
                     (unsigned long long)o->seed, (unsigned long long)cs.seed, dir);
@@ -197,7 +212,8 @@ static void weights_init(RtRun *r) {
     cs.steps = o->steps;
     r->st = cs;
     if (r->ctx.rank == 0)
-      printf("resumed from %s: step %lld, data position %lld\n", dir, (long long)cs.step, (long long)cs.data_pos);
+      printf("resumed from %s: step %lld, data position %lld (read in %.2f s)\n", dir, (long long)cs.step,
+             (long long)cs.data_pos, t_load);
     free(dir);
   } else {
     rt_init_tensors(r->hp, r->hmem, o->seed, &r->ctx);
@@ -237,6 +253,16 @@ static void data_init(RtRun *r, int training) {
 static void data_free(RtRun *r) {
   rt_data_free(&r->train);
   rt_data_free(&r->val);
+}
+
+/* A number for a message: NaN, Inf, -Inf, or %.6g. */
+static void fmt_value(char *out, size_t n, double v) {
+  if (isnan(v))
+    snprintf(out, n, "NaN");
+  else if (isinf(v))
+    snprintf(out, n, "%sInf", v < 0 ? "-" : "");
+  else
+    snprintf(out, n, "%.6g", v);
 }
 
 /* Steps loop->first..loop->stop, with their validations and checkpoints; fills the rest of loop. */
@@ -281,6 +307,18 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     st.eta_s = loop->steady_steps ? loop->t_steady / (double)loop->steady_steps * (double)(stop - s) : NAN;
     st.rss = rt_vm_rss();
     rt_log_step(r, &st);
+    /* NaN / Inf: every rank stops here, before anything is checkpointed (the loss is checked on
+     * every rank and agreed on: a pipeline's other stages do not see it) */
+    if (rt_dist_any(&r->ctx, !isfinite(loss) || (r->gnorm && !isfinite(gn)))) {
+      char what[128], l[32], g[32];
+      fmt_value(l, sizeof l, loss);
+      fmt_value(g, sizeof g, gn);
+      if (r->gnorm)
+        snprintf(what, sizeof what, "the loss is %s (gradient norm %s)", l, g);
+      else
+        snprintf(what, sizeof what, "the loss is %s", l);
+      rt_run_diverged(r, s, what);
+    }
     if (r->has_val && o->eval_every && s % o->eval_every == 0)
       rt_log_eval(r, s, loop->last_val = rt_run_evaluate(r));
     if (o->ckpt_every && s % o->ckpt_every == 0 && s != stop) rt_run_save(r), loop->saved_at = s;
@@ -297,6 +335,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   RtOpts *o = &r->o;
 
   run_init(r, &argc, &argv);
+  if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */
   if (mem_init(r) != 0) {
     run_free(r);
     return 1;
@@ -313,9 +352,17 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   r->ctx.step = 0;
   if (r->has_val && !(o->eval_every && r->st.step % o->eval_every == 0 && r->st.step >= loop.first))
     rt_log_eval(r, r->st.step, loop.last_val = rt_run_evaluate(r));
-  /* at the end; a fresh run with --steps 0 and --save-to saves its initial (or --init-from) weights as step 0 */
+  /* at the end; a fresh run with --steps 0 and --save-to saves its initial (or --init-from) weights as step 0;
+   * a resumed one that trains no step saves into a --save-to without that step (a conversion: say
+   * sharded -> --ckpt-format logical, or onto another layout's ranks) */
+  int trained = r->st.step >= loop.first, convert = 0;
+  if (o->save_set && !trained && o->resume) {
+    char *here = rt_xprintf("%s/step_%08lld", o->save_to, (long long)r->st.step);
+    convert = !rt_ckpt_is_complete(here);
+    free(here);
+  }
   if (o->save_to && loop.saved_at != r->st.step &&
-      (r->st.step >= loop.first || (o->save_set && !o->resume && r->st.step == 0)))
+      (trained || convert || (o->save_set && !o->resume && r->st.step == 0)))
     rt_run_save(r);
   rt_run_writer_free(r); /* the last checkpoint is complete before the run ends */
   rt_log_done(r, &loop);

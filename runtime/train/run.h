@@ -48,6 +48,7 @@ typedef struct {
   int save_set;            /* --save-to given on the command line */
   int threads_set;         /* --threads given */
   const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
+  const char *ckpt_format; /* --ckpt-format: "sharded" or "logical" (NULL: sharded under several ranks) */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;
@@ -68,6 +69,9 @@ typedef struct {
   int64_t base_rss;   /* bytes resident before the allocation */
   RtDist dist;        /* ranks, mesh, comm (dist.c); untouched in a single process */
   int multi;          /* 1: the program spans several ranks (tensors are blocks of logical ones) */
+  int sharded;        /* multi: checkpoints are written sharded (each rank its blocks; ckpt_shard.c) */
+  char *auto_resume;  /* --resume auto: the checkpoint found in --save-to (owned; NULL: none) */
+  int pid0;           /* sharded: rank 0's pid (names the checkpoint's temp directory) */
   int64_t gbatch, gseq; /* the logical batch: sequences per step (all dp ranks), tokens per sequence */
   RtProgram *lp;      /* multi: the logical program (checkpoints, dumps) */
   int64_t lbytes;     /* multi: bytes of the logical tensors */
@@ -129,11 +133,22 @@ void rt_run_load_batch(RtRun *r, RtData *d, int64_t pos);
 /* A scalar input written / a scalar result read (t may be NULL: no such tensor). */
 void rt_run_put_input(RtRun *r, const RtTensor *t, double v);
 double rt_run_get_result(RtRun *r, const RtTensor *t);
+/* The first tensor of the kinds (bits 1 << RT_T_*) in hp's layout at mem holding NaN or Inf, and
+ * its element (*elem); NULL when every one is finite. */
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, int64_t *elem);
+/* Training diverged at step s (loss or gradient norm non-finite on some rank, or a parameter
+ * about to be checkpointed): waits for the checkpoint being written, names the first non-finite
+ * tensor of this rank, says where the newest checkpoint is, and ends every rank with status 1
+ * without writing one (collective: every rank calls it). */
+_Noreturn void rt_run_diverged(RtRun *r, int64_t s, const char *what);
 /* Checkpoints hold logical tensors: a multi-rank run gathers every parameter and optimizer
  * state over the groups that split it (every rank takes part), and rank 0 writes them. */
 void rt_run_save(RtRun *r);
 
 /* ---- ckpt_async.c ---- */
+/* Writes this rank's part of a sharded checkpoint (j and its snapshot owned by the writer) on the
+ * writer thread, after waiting for the previous one. */
+void rt_run_save_async_shard(RtRun *r, RtShardSave *j);
 /* Writes the snapshot (tensors at p's offsets: the writer's own buffer, or a buffer it frees when
  * written) as the checkpoint of r->st under --save-to on a writer thread, after waiting for the
  * previous one. */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../rng.h"
 #include "run.h"
@@ -207,42 +208,102 @@ static char *snapshot(RtRun *r) {
   return s;
 }
 
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, int64_t *elem) {
+  for (int k = 0; k < hp->ntensors; k++) {
+    const RtTensor *t = &hp->tensors[k];
+    if (!(kinds >> t->kind & 1)) continue;
+    int64_t i = rt_first_nonfinite(mem + t->offset, t->dtype, rt_tensor_numel(t));
+    if (i >= 0) {
+      *elem = i;
+      return t;
+    }
+  }
+  return NULL;
+}
+
+void rt_run_diverged(RtRun *r, int64_t s, const char *what) {
+  rt_run_save_wait(r); /* a checkpoint being written was checked when it was taken: it completes */
+  int kinds = 1 << RT_T_PARAM | 1 << RT_T_STATE;
+  kinds_from_dev(r, kinds);
+  int64_t el = 0;
+  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el);
+  char tensor[400] = "";
+  if (t)
+    snprintf(tensor, sizeof tensor, "; %s%stensor '%s' holds %s at element %lld", r->multi ? "on this rank " : "",
+             r->multi ? "its block of " : "", t->name, rt_nonfinite_name(r->hmem + t->offset, t->dtype, el),
+             (long long)el);
+  char *last = r->o.save_to ? rt_ckpt_find(r->o.save_to) : NULL;
+  char *newest = last ? rt_xprintf("the newest checkpoint is '%s': resume from it with a lower learning rate", last)
+                      : rt_xstrdup("no checkpoint was written");
+  if (r->ctx.rank == 0 || t) {
+    char rank[32] = "";
+    if (r->multi) snprintf(rank, sizeof rank, "rank %d, ", r->ctx.rank);
+    fprintf(stderr,
+            "error: %sstep %lld: %s%s: training diverged; stopping without writing a checkpoint of this state (%s)\n",
+            rank, (long long)s, what, tensor, newest);
+  }
+  free(newest);
+  free(last);
+  fflush(stdout);
+  fflush(stderr);
+  exit(1);
+}
+
 void rt_run_save(RtRun *r) {
   if (!r->o.save_to) return;
   double tw = rt_now();
   rt_run_save_wait(r); /* the previous checkpoint is complete first */
   double t0 = rt_now();
-  if (r->multi) {
-    kinds_from_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+  int kinds = 1 << RT_T_PARAM | 1 << RT_T_STATE;
+  int64_t el = 0;
+  const char *diverged = "a parameter or optimizer state about to be checkpointed is not finite";
+  if (r->multi && !r->sharded) { /* logical: gathered whole on every rank, written by rank 0 */
+    kinds_from_dev(r, kinds);
+    /* never a checkpoint with NaN / Inf: every rank checks its blocks, all stop together */
+    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el) != NULL))
+      rt_run_diverged(r, r->st.step, diverged);
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
-    rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+    rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, kinds);
     if (r->ctx.rank != 0) {
       free(lmem);
       return;
     }
     rt_run_save_async(r, r->lp, lmem);
   } else {
-    rt_run_save_async(r, r->hp, snapshot(r));
+    char *snap = snapshot(r); /* this rank's tensors only */
+    int bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, &el) != NULL;
+    if (r->multi ? rt_dist_any(&r->ctx, bad) : bad) rt_run_diverged(r, r->st.step, diverged);
+    if (!r->multi) {
+      rt_run_save_async(r, r->hp, snap);
+    } else { /* sharded: rank 0 makes the temp directory, then every rank writes its file into it */
+      RtShardSave *j = rt_xcalloc(1, sizeof *j);
+      *j = (RtShardSave){.p = r->hp, .mem = snap, .mesh = r->dist.mesh, .rank = r->ctx.rank, .world = r->ctx.world,
+                         .dir = rt_xstrdup(r->o.save_to), .st = r->st, .keep = (int)r->o.keep};
+      if (!r->pid0) r->pid0 = (int)rt_dist_bcast_u32(&r->ctx, (int64_t)getpid());
+      if (r->ctx.rank == 0) j->tmp = rt_ckpt_shard_tmp(r->o.save_to, r->st.step, 0, r->pid0);
+      rt_dist_barrier(&r->ctx);
+      if (r->ctx.rank != 0) j->tmp = rt_ckpt_shard_tmp(r->o.save_to, r->st.step, r->ctx.rank, r->pid0);
+      rt_run_save_async_shard(r, j);
+      if (r->ctx.rank != 0) return;
+    }
   }
   char waited[64] = "";
   if (t0 - tw > 0.01) snprintf(waited, sizeof waited, " (after %.2f s waiting for the previous one)", t0 - tw);
-  printf("checkpoint: %s/step_%08lld: snapshot in %.2f s%s, writing in the background\n", r->o.save_to,
-         (long long)r->st.step, rt_now() - t0, waited);
+  printf("checkpoint: %s/step_%08lld: snapshot in %.2f s%s, writing in the background%s\n", r->o.save_to,
+         (long long)r->st.step, rt_now() - t0, waited, r->sharded ? " (sharded: every rank its blocks)" : "");
   fflush(stdout);
 }
 
 void rt_run_load(RtRun *r, const char *path, int full, RtTrainState *st) {
   int kinds = 1 << RT_T_PARAM | (full ? 1 << RT_T_STATE : 0);
-  if (!r->multi) {
+  if (!r->multi && !rt_ckpt_is_sharded(path)) {
     rt_ckpt_load(r->hp, r->hmem, path, full, st);
-    rt_run_kinds_to_dev(r, kinds);
-    return;
+  } else { /* every rank reads the pieces of its blocks, whatever layout wrote them */
+    int coord[RT_AX_COUNT];
+    rt_ctx_coords(&r->ctx, coord);
+    rt_ckpt_load_local(r->hp, r->hmem, coord, path, full, st);
   }
-  char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
-  rt_ckpt_load(r->lp, lmem, path, full, st);
-  rt_scatter_tensors(&r->ctx, r->hp, r->lp, lmem, r->hmem, kinds);
   rt_run_kinds_to_dev(r, kinds);
-  free(lmem);
 }
 
 void rt_run_dump(RtRun *r, const char *path) {

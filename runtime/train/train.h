@@ -3,6 +3,7 @@
  *   util.c   user errors (message, exit 1), checked allocation, clocks, resident memory
  *   json.c   a small JSON reader (safetensors headers, index files)
  *   data.c   token shards (llm.c .bin, uint16 / uint32) and raw bytes, globs, batches
+ *   safetensors.c  writing and (defensively) reading safetensors files; NaN / Inf checks
  *   ckpt.c   safetensors checkpoints: atomic directories, per-layer names, resume
  *   dist.c   across ranks: bootstrap, mesh, groups; local (sharded) <-> logical tensors
  *   main.c   rt_train_main (with flags.c, tensors.c, eval.c, log.c: run.h)
@@ -118,6 +119,53 @@ void rt_data_sequence(RtData *d, int64_t g, int32_t *tokens);
 void rt_data_batch(RtData *d, int64_t pos, int64_t B, int dp_rank, int32_t *inputs, int32_t *targets);
 void rt_data_free(RtData *d);
 
+/* ---- safetensors.c ---- */
+
+/* One tensor of a file being written. */
+typedef struct {
+  const char *name;            /* tensor name */
+  int dtype;                   /* RT_* */
+  int rank;                    /* dims used */
+  int64_t dims[RT_MAX_RANK];   /* shape */
+  const void *data;            /* bytes bytes; NULL: made by pack */
+  int64_t bytes;               /* numel x dtype size */
+  void (*pack)(const void *ctx, void *dst); /* writes the piece's bytes into dst (when data is NULL) */
+  const void *pack_ctx;
+} RtStPiece;
+
+/* Writes path (created or truncated, fsynced, not atomic by itself): the header with `meta` (the
+ * text `"__metadata__":{...}`, or NULL) and the pieces, packed in order (a piece without data is
+ * packed into one reused buffer just before it is written). Returns the data bytes.
+ * I/O failures are user errors naming the file. */
+int64_t rt_st_write(const char *path, const RtStPiece *e, int n, const char *meta);
+
+typedef struct {
+  const char *path;   /* file (not owned) */
+  int fd;
+  int64_t data_start; /* bytes: 8 + header length */
+  int64_t data_bytes; /* bytes after the header */
+  RtJson *hdr;        /* the parsed header */
+} RtStFile;
+
+/* Opens and checks a safetensors file: the header parses, every entry has a known dtype and the
+ * bytes its shape needs, and the entries tile the data region exactly (no gap, no overlap, no
+ * trailing bytes). Violations are user errors naming the file and the tensor. */
+void rt_st_open(RtStFile *s, const char *path);
+void rt_st_close(RtStFile *s);
+/* The data offset of tensor `name`, after checking its dtype and shape (errors name both). */
+int64_t rt_st_find(RtStFile *s, const char *name, int dtype, const int64_t *dims, int rank);
+/* Reads `bytes` at data offset `off` (of tensor `name`, for messages) into dst. */
+void rt_st_pread(RtStFile *s, const char *name, int64_t off, void *dst, int64_t bytes);
+/* rt_st_find, read the whole tensor into dst, and refuse it if it holds NaN or Inf. */
+void rt_st_read(RtStFile *s, const char *name, int dtype, const int64_t *dims, int rank, void *dst);
+/* A user error naming the file, the tensor and the element when data (n elements) is not finite. */
+void rt_st_check_finite(const RtStFile *s, const char *name, const void *data, int dtype, int64_t n);
+const char *rt_st_meta(const RtStFile *s, const char *key); /* a __metadata__ string (user error if absent) */
+uint64_t rt_st_meta_u64(const RtStFile *s, const char *key);
+/* The first element of data (n elements of dtype) that is NaN or Inf, or -1 (integers: -1). */
+int64_t rt_first_nonfinite(const void *data, int dtype, int64_t n);
+const char *rt_nonfinite_name(const void *data, int dtype, int64_t i); /* "NaN" or "Inf" */
+
 /* ---- ckpt.c ---- */
 
 typedef struct {
@@ -133,6 +181,22 @@ typedef struct {
 
 /* Name of layer `layer` of a stacked tensor: "adam_m:blocks.attention.w" -> "adam_m:blocks.3.attention.w". */
 void rt_layer_name(char *out, size_t n, const char *name, int64_t layer);
+/* The "__metadata__":{...} text of a checkpoint file of `part` (model, optimizer, dump, ...). Caller frees. */
+char *rt_ckpt_meta(const RtProgram *p, const RtTrainState *st, const char *part);
+#define RT_SHARD_INDEX "index.json" /* a sharded checkpoint's index (ckpt_shard.c) */
+#define RT_SHARD_FORMAT "shardc-sharded-1"
+/* Whether dir is a checkpoint: it holds a model.safetensors (logical) or an index.json (sharded). */
+int rt_ckpt_is_complete(const char *dir);
+/* Makes dir, removes the temp directories a crash left in it, and makes a fresh temp directory
+ * DIR/.tmp-step_N-TAG for step's checkpoint. Returns its path (caller frees). */
+char *rt_ckpt_prepare(const char *dir, int64_t step, const char *tag);
+/* Makes the temp directory tmp DIR/step_N atomically (fsync, rename over a previous one, fsync
+ * DIR), then removes all but the newest `keep` checkpoints (0: all). */
+void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep);
+void rt_fsync_path(const char *path, int dir); /* fsync a file (dir 0) or directory (1); user error if it fails */
+/* --save-to at the start of a run: makes dir (and its parents) and checks that a file can be
+ * created in it; a user error naming it otherwise, before any training. */
+void rt_ckpt_check_dir(const char *dir);
 /* Writes DIR/step_NNNNNNNN/{model,optimizer}.safetensors and model.safetensors.index.json,
  * atomically (a temp directory, fsync, rename), then removes all but the newest `keep` (0: all). */
 void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep);
@@ -146,6 +210,36 @@ char *rt_ckpt_find(const char *dir);
  * checkpoint directory or .safetensors file path. Every parameter must be present with its
  * dtype and shape; errors name the file and the tensor. */
 void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtTrainState *st);
+
+/* Whether optimizer-state or stacked tensor t is written per layer ("blocks.3.w") in a logical checkpoint. */
+int rt_ckpt_per_layer(const RtProgram *p, const RtTensor *t);
+
+/* ---- ckpt_shard.c ---- */
+
+/* One rank's part of a sharded checkpoint (what its writer thread needs; nothing in it communicates). */
+typedef struct {
+  const RtProgram *p; /* this rank's program: tensors at their offsets in mem */
+  const char *mem;    /* the snapshot of this rank's parameters and optimizer state */
+  MeshMap mesh;       /* the program's mesh on the launched ranks */
+  int rank, world;
+  char *dir;          /* --save-to */
+  char *tmp;          /* the step's shared temp directory (rt_ckpt_shard_tmp) */
+  RtTrainState st;    /* step, data position, ... */
+  int keep;           /* --keep */
+} RtShardSave;
+
+/* The temp directory of step's sharded checkpoint, DIR/.tmp-step_N-sharded-PID0 (pid0: rank 0's
+ * pid, so two runs never share one): rank 0 makes it (after clearing a crash's leftovers); every
+ * rank gets its path. Rank 0 calls it before a barrier, the others after. */
+char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank, int pid0);
+/* Writes this rank's file; rank 0 then waits for every rank's, writes index.json and commits. */
+void rt_ckpt_shard_write(const RtShardSave *j);
+int rt_ckpt_is_sharded(const char *path); /* path (a directory) holds, or is, a sharded checkpoint */
+/* Loads this rank's blocks (program p, rank at coord; parameters, and with full=1 the optimizer
+ * state and the trainer state st) from a sharded or logical checkpoint directory, or a
+ * .safetensors file, reading only the pieces that overlap them. */
+void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COUNT], const char *path, int full,
+                        RtTrainState *st);
 
 /* ---- dist.c ---- */
 
@@ -165,9 +259,14 @@ int rt_program_world(const RtProgram *p);            /* ranks the program was co
 void rt_dist_init(RtDist *d, int *argc, char ***argv, const RtProgram *p, RtCtx *ctx);
 void rt_dist_free(RtDist *d, RtCtx *ctx); /* a barrier, then closes everything */
 void rt_dist_barrier(RtCtx *ctx);
+/* Whether flag is non-zero on any rank (collective over the world; a single process: flag). */
+int rt_dist_any(RtCtx *ctx, int flag);
+/* Rank 0's v (0 <= v < 2^32) on every rank (collective over the world). */
+int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v);
 /* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;
  * the logical flat index of local element i on the rank with coordinates coord. */
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims);
+int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d); /* the axis splitting dim d (degree > 1), else -1 */
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t);
 int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i);
 void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]);

@@ -20,9 +20,7 @@ source tests/codegen/lib.sh
 m=(models/tiny.model -D seq=32)
 same() { # same NAME A B: bit-identical losses and checkpoints of runs A and B
   [ "$(losses "$t/$2.jsonl")" = "$(losses "$t/$3.jsonl")" ] || { echo "FAIL: $1: losses differ"; exit 1; }
-  for f in model.safetensors optimizer.safetensors; do
-    cmp -s "$t/ck_$2/step_00000020/$f" "$t/ck_$3/step_00000020/$f" || { echo "FAIL: $1: $f differs"; exit 1; }
-  done
+  same_ckpt "$t/ck_$2/step_00000020" "$t/ck_$3/step_00000020" || { echo "FAIL: $1: checkpoints differ"; exit 1; }
   echo "$1: bit-identical (losses, checkpoints)"
 }
 # started NAME: the asynchronous all-reduces rank 0 started (from its stats line)

@@ -9,6 +9,13 @@ bash scripts/gen_corpus.sh "$t/data.txt" 60000 3 >/dev/null
 run=(--data "$t/data.txt" --steps 20 --eval-every 0 --val-batches 1)
 
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+# same_ckpt DIR_A DIR_B: two checkpoint directories hold the same files, byte for byte (a sharded
+# checkpoint's rank files and index, or a logical one's model and optimizer files)
+same_ckpt() {
+  [ -n "$(ls "$1")" ] && [ "$(ls "$1")" = "$(ls "$2")" ] || return 1
+  local f
+  for f in "$1"/*; do cmp -s "$f" "$2/${f##*/}" || return 1; done
+}
 # compare NAME LOG REF [STEPS]: every step's loss within 1e-5 relative (justified in layouts.sh) over
 # STEPS steps (default 20, as $run); prints the worst
 compare() {

@@ -32,10 +32,8 @@ layout() { # layout NAME NP SHARDC-ARGS...: none/selective/full trainers of one 
   for r in selective full; do
     [ "$(losses "$t/${name}_none.jsonl")" = "$(losses "$t/${name}_$r.jsonl")" ] || {
       paste <(losses "$t/${name}_none.jsonl") <(losses "$t/${name}_$r.jsonl"); echo "FAIL: $name $r: losses differ"; exit 1; }
-    for f in model.safetensors optimizer.safetensors; do
-      cmp -s "$t/ck_${name}_none/step_00000010/$f" "$t/ck_${name}_$r/step_00000010/$f" ||
-        { echo "FAIL: $name $r: $f differs"; exit 1; }
-    done
+    same_ckpt "$t/ck_${name}_none/step_00000010" "$t/ck_${name}_$r/step_00000010" ||
+      { echo "FAIL: $name $r: checkpoints differ"; exit 1; }
   done
   local a b c
   a=$(planned "$t/${name}_none.out") b=$(planned "$t/${name}_selective.out") c=$(planned "$t/${name}_full.out")

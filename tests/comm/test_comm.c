@@ -11,7 +11,13 @@
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
  *   test_comm count     rank 1 all-reduces one element fewer
- *   test_comm stall     rank 1 sleeps instead of joining an all-reduce (watchdog)
+ *   test_comm stall     rank 1 sleeps instead of joining an all-reduce (watchdog: the others
+ *                       name rank 1 as the one that has not joined)
+ *   test_comm late      rank 1 joins an all-reduce 4 s late (run with SHARDRT_TIMEOUT=2 and
+ *                       --enable-recovery): the others time out naming it, and rank 1 must not
+ *                       say they died while it waited
+ *   test_comm usererr   every rank writes its pid to $SHARDRT_TEST_PIDFILE.<rank>, then rank 0
+ *                       exits 1 (as a user error does) while the others wait in an all-reduce
  *   test_comm mesh      checks a 2x2 mesh against the launched world (launch-time check)
  *
  * Inputs are multiples of 0.25 in [-2, 2], so sums over 4 members are exact in fp32 and
@@ -450,6 +456,18 @@ int main(int argc, char **argv) {
     rt_all_reduce(w, x, x, me_rank == 1 ? 7 : 8, RT_F32, RT_SUM);
   } else if (strcmp(mode, "stall") == 0) {
     if (me_rank == 1) sleep(60);
+    rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
+  } else if (strcmp(mode, "usererr") == 0) {
+    const char *pf = getenv("SHARDRT_TEST_PIDFILE");
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d", pf ? pf : "/tmp/test_comm_pid", me_rank);
+    FILE *f = fopen(path, "w");
+    if (f) fprintf(f, "%d\n", (int)getpid()), fclose(f);
+    rt_barrier(w);
+    if (me_rank == 0) exit(1);
+    rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
+  } else if (strcmp(mode, "late") == 0) {
+    if (me_rank == 1) sleep(4);
     rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
   } else {
     fprintf(stderr, "unknown mode %s\n", mode);

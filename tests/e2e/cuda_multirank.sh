@@ -86,9 +86,10 @@ case $what in
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"
-"${mpi[@]}" -np 2 "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" >/dev/null
+# logical checkpoints (gathered, model and optimizer files apart: their tolerances differ)
+"${mpi[@]}" -np 2 "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" --ckpt-format logical >/dev/null
 SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np 2 "$t/cuda" "${run[@]}" \
-  --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" >"$t/cuda.out" || { cat "$t/cuda.out"; echo "FAIL: $what: the CUDA trainer"; exit 1; }
+  --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" --ckpt-format logical >"$t/cuda.out" || { cat "$t/cuda.out"; echo "FAIL: $what: the CUDA trainer"; exit 1; }
 # the CUDA program communicates (a plan the shard pass left replicated would pass vacuously)
 "$shardc" plan "${m[@]}" "${plan[@]}" --world 2 --target cuda --emit-c "$t/src" >/dev/null 2>&1
 ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)

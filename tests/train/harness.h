@@ -88,4 +88,8 @@ void test_resume(void);
 void test_init(void);
 void test_python(void);
 
+/* ---- test_robust.c ---- */
+void test_robust(void);
+void test_ckpt_fuzz(void);
+
 #endif

@@ -295,8 +295,8 @@ static void test_errors(void) {
   memcpy(b + 8, hdr, hl);
   write_bytes(p, b, 8 + hl + 16384);
   EXPECT_ERROR(rt_xprintf("'%s': missing tensor 'blocks.0.bias'", p), "--data", good, "--init-from", p, NULL);
-  memcpy(b + 8, "{\"wte\": {\"dtype\": \"F32\", \"shape\": [64, 63], \"data_offsets\": [0, 16384]}}", hl);
-  write_bytes(p, b, 8 + hl + 16384);
+  memcpy(b + 8, "{\"wte\": {\"dtype\": \"F32\", \"shape\": [64, 63], \"data_offsets\": [0, 16128]}}", hl);
+  write_bytes(p, b, 8 + hl + 16128);
   EXPECT_ERROR(rt_xprintf("'%s': tensor 'wte' has shape [64, 63], the model needs [64, 64]", p), "--data", good,
                "--init-from", p, NULL);
   memcpy(b + 8, "{\"wte\": {\"dtype\": \"F32\", \"shape\": [64, 64], \"data_offsets\": [0, 16384]]}", hl);
@@ -355,7 +355,7 @@ static void remove_tmp(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: test_train data|json|lr|errors|log|resume|init|python|trainer [args]\n");
+    fprintf(stderr, "usage: test_train data|json|lr|errors|log|resume|init|python|robust|ckpt_fuzz|trainer [args]\n");
     return 2;
   }
   if (!strcmp(argv[1], "trainer")) {
@@ -385,6 +385,10 @@ int main(int argc, char **argv) {
     test_init();
   else if (!strcmp(argv[1], "python"))
     test_python();
+  else if (!strcmp(argv[1], "robust"))
+    test_robust();
+  else if (!strcmp(argv[1], "ckpt_fuzz"))
+    test_ckpt_fuzz();
   else {
     fprintf(stderr, "unknown test '%s'\n", argv[1]);
     return 2;

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# scripts/launch.sh restarts a killed job from its newest checkpoint (label mpi):
+#   - dp=2 on 2 ranks, 20 steps, a checkpoint every 4: rank 1 is killed (kill -9) after step 10 is
+#     logged; the launcher restarts the job with --resume auto, which finishes with every step's
+#     loss (the last one logged for each step) and the step-20 checkpoint bit-identical to an
+#     undisturbed run's;
+#   - elastic: the same kill, with --elastic 1:ONE (the 1-rank trainer of the same global batch):
+#     the restart continues on one rank, every loss within 1e-5 of the undisturbed run's
+#     (tests/codegen/layouts.sh justifies the tolerance);
+#   - a trainer that stops on its own error (status 1) is not restarted.
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/codegen/lib.sh
+source tests/codegen/lib.sh
+m=(models/tiny.model -D seq=32)
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 --world 2 -o "$t/dp2" >/dev/null
+"$shardc" build "${m[@]}" -D micro_batch=8 --world 1 -o "$t/one" >/dev/null
+ck=(--ckpt-every 4 --threads 1)
+"${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/A" --log "$t/a.jsonl" >/dev/null
+# last_losses LOG: step -> its last logged loss, one line per step in step order
+last_losses() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]' '{ v[$2] = $6 } END { for (s = 1; s <= 20; s++) print v[s] }'; }
+# killed NAME EXTRA...: the launcher's run NAME, rank 1 killed after step 10; its exit status
+killed() {
+  local name=$1
+  shift
+  bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" --delay 1 --max-restarts 2 "$@" -- "$t/dp2" "${run[@]}" "${ck[@]}" \
+    --save-to "$t/$name" --log "$t/$name.jsonl" >"$t/$name.out" 2>&1 &
+  local job=$! i=0
+  logged() { local n; n=$(grep -c '"loss"' "$t/$name.jsonl" 2>/dev/null || true); echo "${n:-0}"; }
+  while [ "$(logged)" -lt 10 ] && [ $i -lt 1800 ] && kill -0 $job 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  local pids
+  pids=$(pgrep -f "^$t/dp2 " || true)
+  [ "$(echo "$pids" | wc -w)" = 2 ] || { cat "$t/$name.out"; echo "FAIL: $name: 2 ranks not found ($pids)"; kill $job; exit 1; }
+  kill -9 "$(echo "$pids" | tail -1)"
+  local rc=0
+  wait $job || rc=$?
+  grep -q "launch.sh: attempt 1 failed with status" "$t/$name.out" || { cat "$t/$name.out"; echo "FAIL: $name: no restart"; exit 1; }
+  [ $rc = 0 ] || { cat "$t/$name.out"; echo "FAIL: $name: the launcher exited $rc"; exit 1; }
+  grep -q -- "--resume auto: resuming from $t/$name/step_" "$t/$name.out" || { cat "$t/$name.out"; echo "FAIL: $name: the restart did not resume"; exit 1; }
+}
+killed B
+[ "$(last_losses "$t/a.jsonl")" = "$(last_losses "$t/B.jsonl")" ] || { paste <(last_losses "$t/a.jsonl") <(last_losses "$t/B.jsonl"); echo "FAIL: restarted losses differ"; exit 1; }
+same_ckpt "$t/A/step_00000020" "$t/B/step_00000020" || { echo "FAIL: the restarted run's step-20 checkpoint differs"; exit 1; }
+echo "restart after kill -9: $(grep -c 'launch.sh: attempt' "$t/B.out") restart(s), losses and step-20 checkpoint bit-identical to the undisturbed run"
+killed E --elastic "1:$t/one"
+paste <(last_losses "$t/a.jsonl") <(last_losses "$t/E.jsonl") | awk '
+  { n++; d = $2 - $1; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5 || $2 == "") bad++ }
+  END { printf "elastic restart on 1 rank after kill -9: worst |rel| loss difference %.2e over %d steps\n", w, n; exit (bad || n != 20) }' ||
+  { echo "FAIL: elastic restart"; exit 1; }
+rc=0
+bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" -- "$t/dp2" --data "$t/missing.txt" --save-to "$t/C" >"$t/C.out" 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "not restarting" "$t/C.out" || { cat "$t/C.out"; echo "FAIL: a user error was restarted (status $rc)"; exit 1; }
+echo "restart: ok"
