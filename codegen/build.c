@@ -22,8 +22,9 @@ static bool mkdir_p(const char *dir) {
   return mkdir(buf, 0755) == 0 || errno == EEXIST;
 }
 
-/* Writes dir/<model>.c; its path into src. */
-static bool write_source(const Module *m, const char *dir, const CgOptions *o, char *src, size_t n) {
+/* Writes dir/<model>.c, and with --cpu-kernels llvm the kernels' dir/<model>.o; the source's path
+ * into src, the object's into obj ("" when there is none). */
+static bool write_source(const Module *m, const char *dir, const CgOptions *o, char *src, size_t n, char *obj) {
   if (!mkdir_p(dir)) {
     error_plain("cannot create --emit-c directory '%s': %s", dir, strerror(errno));
     return false;
@@ -34,14 +35,20 @@ static bool write_source(const Module *m, const char *dir, const CgOptions *o, c
     error_plain("cannot write '%s': %s", src, strerror(errno));
     return false;
   }
-  bool ok = cg_emit_c(f, m, o);
+  CgOptions with_obj = *o;
+  obj[0] = 0;
+  if (o->llvm_kernels) {
+    snprintf(obj, n, "%s/%s.o", dir, m->name);
+    with_obj.obj_path = obj;
+  }
+  bool ok = cg_emit_c(f, m, &with_obj);
   if (fclose(f) != 0) ok = false;
   return ok;
 }
 
 bool cg_emit_file(const Module *m, const char *dir, const CgOptions *o) {
-  char src[4096];
-  return write_source(m, dir, o, src, sizeof src);
+  char src[4096], obj[4096];
+  return write_source(m, dir, o, src, sizeof src, obj);
 }
 
 bool cg_build(const Module *m, const char *out, const CgOptions *o) {
@@ -58,19 +65,19 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
     error_plain("cannot create a temporary directory: %s", strerror(errno));
     return false;
   }
-  char src[4096];
-  if (!write_source(m, dir, o, src, sizeof src)) return false;
+  char src[4096], obj[4096];
+  if (!write_source(m, dir, o, src, sizeof src, obj)) return false;
 
   const char *cc = o->cc ? o->cc : getenv("CC");
   if (!cc || !*cc) cc = "cc";
   const char *cflags = o->cflags ? o->cflags : "-O2";
   const char *xinc = cuda ? CG_CUDA_INCLUDES : "", *xlink = cuda ? CG_CUDA_LINK_DEPS : "";
-  size_t len = strlen(cc) + strlen(cflags) + strlen(src) + strlen(out) + strlen(CG_INCLUDES) +
+  size_t len = strlen(cc) + strlen(cflags) + strlen(src) + strlen(obj) + strlen(out) + strlen(CG_INCLUDES) +
                strlen(CG_RUNTIME_LIB) + strlen(CG_LINK_DEPS) + strlen(xinc) + strlen(xlink) + 64;
   char *cmd = malloc(len);
   if (!cmd) die("out of memory");
-  snprintf(cmd, len, "%s %s -std=gnu11 %s%s%s -o %s %s %s %s", cc, cflags, src, CG_INCLUDES, xinc, out, CG_RUNTIME_LIB,
-           CG_LINK_DEPS, xlink);
+  snprintf(cmd, len, "%s %s -std=gnu11 %s %s%s%s -o %s %s %s %s", cc, cflags, src, obj, CG_INCLUDES, xinc, out,
+           CG_RUNTIME_LIB, CG_LINK_DEPS, xlink);
   if (o->verbose) fprintf(stderr, "shardc: %s\n", cmd);
   int st = system(cmd);
   free(cmd);
@@ -80,6 +87,7 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   }
   if (!o->emit_dir) {
     unlink(src);
+    if (*obj) unlink(obj);
     rmdir(dir);
   }
   return true;

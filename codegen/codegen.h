@@ -12,6 +12,8 @@ typedef struct {
   const char *cc;          /* C compiler; NULL: $CC or "cc" */
   const char *cflags;      /* extra flags; NULL: "-O2" */
   bool verbose;            /* print the compiler command */
+  bool llvm_kernels;       /* --cpu-kernels llvm: the CPU target's elementwise runs and AdamW built by LLVM */
+  const char *obj_path;    /* where those kernels' object file goes (build.c sets it); NULL: nowhere */
 } CgOptions;
 
 /* Writes the C host program for m (after pass_memplan) to f. Returns false on

@@ -572,7 +572,7 @@ static Value trainer_view(const Graph *g, const Value *v) {
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
-  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target), .ok = true};
+  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
   if (m->mesh && m->mesh->dim[RT_AX_CP] > 1 && m->target != TARGET_CPU) {
     error_at(m->plan.loc, "the %s target cannot run context parallelism (cp %d) yet: ring attention's send / recv "
              "and attention blocks run on the CPU target only", c.t->name, m->mesh->dim[RT_AX_CP]);
