@@ -166,9 +166,14 @@ static LLVMValueRef intrinsic(Bld *B, const char *name, LLVMValueRef x) {
   return LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, id, &t, 1), f, &x, 1, "");
 }
 
-static LLVMValueRef add_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFAdd(B->b, a, b, ""); }
-static LLVMValueRef sub_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFSub(B->b, a, b, ""); }
-static LLVMValueRef mul_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFMul(B->b, a, b, ""); }
+/* a*b+c may become one FMA (fast-math `contract` only), as -ffp-contract=fast lets the C kernels */
+static LLVMValueRef contract(LLVMValueRef v) {
+  if (LLVMIsAInstruction(v)) LLVMSetFastMathFlags(v, LLVMFastMathAllowContract);
+  return v;
+}
+static LLVMValueRef add_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return contract(LLVMBuildFAdd(B->b, a, b, "")); }
+static LLVMValueRef sub_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return contract(LLVMBuildFSub(B->b, a, b, "")); }
+static LLVMValueRef mul_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return contract(LLVMBuildFMul(B->b, a, b, "")); }
 static LLVMValueRef div_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFDiv(B->b, a, b, ""); }
 /* a <op> b ? a : b, as the C kernels write max and min (NaN handling included) */
 static LLVMValueRef pick(Bld *B, LLVMRealPredicate p, LLVMValueRef a, LLVMValueRef b) {
