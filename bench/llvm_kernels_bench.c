@@ -35,6 +35,7 @@ static float *buf(int64_t n, float lo, float hi) {
   return p;
 }
 
+enum { NC = 7 }; /* cases */
 enum { ROWS = 256, C = 768, H = 3072, NWTE = 50304 * 768, NFC = 768 * 3072 };
 
 int main(int argc, char **argv) {
@@ -51,8 +52,8 @@ int main(int argc, char **argv) {
   gelu.ops[0] = (LlkOp){OP_GELU, {-1, 0}, 0};
   LlkEw gbwd = {.nin = 2, .idx = {LLK_FULL, LLK_FULL}, .nops = 1, .nout = 1, .out_op = {0}};
   gbwd.ops[0] = (LlkOp){OP_GELU_BWD, {-1, -2}, 0};
-  const char *names[5] = {llk_ew(k, &run), llk_ew(k, &add), llk_ew(k, &gelu), llk_ew(k, &gbwd),
-                          llk_adamw(k, &(LlkAdamW){0.9f, 0.95f, 1e-8f, 0.1f})};
+  const char *names[6] = {llk_ew(k, &run), llk_ew(k, &add), llk_ew(k, &gelu), llk_ew(k, &gbwd),
+                          llk_adamw(k, &(LlkAdamW){0.9f, 0.95f, 1e-8f, 0.1f}), llk_norm(k, &(LlkNorm){C, 1e-5f, false})};
   char dir[] = "/tmp/llk-bench-XXXXXX", obj[256], so[256], cmd[700];
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(obj, sizeof obj, "%s/k.o", dir), snprintf(so, sizeof so, "%s/k.so", dir);
@@ -62,20 +63,21 @@ int main(int argc, char **argv) {
   if (system(cmd) != 0) return 1;
   void *h = dlopen(so, RTLD_NOW);
   if (!h) return fprintf(stderr, "dlopen: %s\n", dlerror()), 1;
-  Kern kf[5];
-  for (int i = 0; i < 5; i++) kf[i] = (Kern)dlsym(h, names[i]);
+  Kern kf[6];
+  for (int i = 0; i < 6; i++) kf[i] = (Kern)dlsym(h, names[i]);
 
   float *x = buf(ROWS * H, -3, 3), *b = buf(H, -1, 1), *y = buf(ROWS * H, 0, 0), *z = buf(ROWS * H, 0, 0);
   float *p = buf(NWTE, -1, 1), *g = buf(NWTE, -0.1f, 0.1f), *m = buf(NWTE, 0, 0), *v = buf(NWTE, 0, 0);
   float hyper[3] = {3e-4f, 1, 1};
   RtShape sh = {2, {ROWS, H}}, sb = {1, {H}}, sc = {2, {ROWS, C}}, sbc = {1, {C}};
-  const char *what[6] = {"fused run: gelu(x + b_fc) [256,3072]", "one node: x + b [256,768]", "one node: gelu [256,3072]",
-                         "one node: gelu_bwd [256,3072]", "adamw: wte (38.6M)", "adamw: c_fc (2.4M)"};
-  const int kind[6] = {0, 1, 1, 1, 2, 2};
-  double best[6][2];
-  for (int c = 0; c < 6; c++) best[c][0] = best[c][1] = 1e30;
+  const char *what[NC] = {"fused run: gelu(x + b_fc) [256,3072]", "one node: x + b [256,768]", "one node: gelu [256,3072]",
+                         "one node: gelu_bwd [256,3072]", "adamw: wte (38.6M)", "adamw: c_fc (2.4M)",
+                          "layernorm [256,768]"};
+  const int kind[NC] = {0, 1, 1, 1, 2, 2, 3};
+  double best[NC][2];
+  for (int c = 0; c < NC; c++) best[c][0] = best[c][1] = 1e30;
   for (int r = 0; r < reps; r++)
-    for (int c = 0; c < 6; c++)
+    for (int c = 0; c < NC; c++)
       for (int l = 0; l < 2; l++) {
         double t0 = now();
         switch (c) {
@@ -95,6 +97,10 @@ int main(int argc, char **argv) {
           if (l) rt_par_for(kf[3], ROWS * H, ROWS * H, (void *[]){x, z, y});
           else rt_gelu_bwd_f32(y, x, z, ROWS * H);
           break;
+        case 6:
+          if (l) rt_par_for(kf[5], ROWS, ROWS * C, (void *[]){x, b, b, y});
+          else rt_layernorm_f32(y, x, b, b, ROWS, C, 1e-5f);
+          break;
         default: {
           int64_t n = c == 4 ? NWTE : NFC;
           if (l) rt_par_for(kf[4], n, n, (void *[]){p, g, m, v, hyper});
@@ -104,10 +110,10 @@ int main(int argc, char **argv) {
         double dt = now() - t0;
         if (dt < best[c][l]) best[c][l] = dt;
       }
-  static const char *kinds[] = {"GEN_EW_RUN", "GEN_EW_ONE", "GEN_ADAMW"};
+  static const char *kinds[] = {"GEN_EW_RUN", "GEN_EW_ONE", "GEN_ADAMW", "GEN_NORM"};
   printf("%d threads, best of %d, C and LLVM alternating\n", threads, reps);
   printf("%-40s %10s %10s %8s  %s\n", "kernel", "C ms", "LLVM ms", "C/LLVM", "kind");
-  for (int c = 0; c < 6; c++)
+  for (int c = 0; c < NC; c++)
     printf("%-40s %10.3f %10.3f %8.2f  %s\n", what[c], 1e3 * best[c][0], 1e3 * best[c][1], best[c][0] / best[c][1],
            kinds[kind[c]]);
   dlclose(h);

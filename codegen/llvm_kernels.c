@@ -23,12 +23,13 @@
 
 #include "diag.h"
 
-typedef enum { K_EW, K_ADAMW } KernelKind;
+typedef enum { K_EW, K_ADAMW, K_NORM } KernelKind;
 
 typedef struct {
   KernelKind kind;
   LlkEw ew;       /* K_EW */
   LlkAdamW adamw; /* K_ADAMW */
+  LlkNorm norm;   /* K_NORM */
   char name[32];  /* its symbol */
 } Kernel;
 
@@ -93,6 +94,15 @@ const char *llk_adamw(Llk *k, const LlkAdamW *a) {
     if (k->k[i].kind == K_ADAMW && memcmp(&k->k[i].adamw, a, sizeof *a) == 0) return k->k[i].name;
   Kernel *n = add(k, K_ADAMW);
   n->adamw = *a;
+  return n->name;
+}
+
+const char *llk_norm(Llk *k, const LlkNorm *a) {
+  for (int i = 0; i < k->n; i++)
+    if (k->k[i].kind == K_NORM && k->k[i].norm.d == a->d && k->k[i].norm.eps == a->eps && k->k[i].norm.rms == a->rms)
+      return k->k[i].name;
+  Kernel *n = add(k, K_NORM);
+  n->norm = *a;
   return n->name;
 }
 
@@ -256,8 +266,11 @@ typedef struct {
   LLVMValueRef *base;     /* the kernel's pointers: inputs, then outputs */
   LLVMValueRef row_base;  /* r * inner (flat kernels: 0) */
   LLVMValueRef *per_row;  /* K_EW: the value of each LLK_SCALAR / LLK_COL input for this row, as a float */
-  LLVMValueRef *scalars;  /* K_ADAMW: lr, gscale, bc1, bc2 */
+  LLVMValueRef *scalars;  /* K_ADAMW: lr, gscale, bc1, bc2; K_NORM: the row's mean and rstd */
+  int phase;              /* K_NORM: NORM_SUM, NORM_SQ or NORM_OUT */
 } Ctx;
+
+enum { NORM_SUM, NORM_SQ, NORM_OUT }; /* a norm's passes over its row: sum x, sum (x - mean)^2, y */
 
 static void ew_body(Bld *B, const Ctx *c, LLVMValueRef j) {
   const LlkEw *e = &c->k->ew;
@@ -300,48 +313,114 @@ static void adamw_body(Bld *B, const Ctx *c, LLVMValueRef i) {
   store(B, sub_(B, p, mul_(B, lr, upd)), c->base[0], i);
 }
 
-static void body(Bld *B, const Ctx *c, LLVMValueRef i) {
-  if (c->k->kind == K_EW) ew_body(B, c, i);
-  else adamw_body(B, c, i);
+/* A norm's pass at row element j: returns what the pass sums (NULL for the output pass). */
+static LLVMValueRef norm_body(Bld *B, const Ctx *c, LLVMValueRef j) {
+  const LlkNorm *n = &c->k->norm;
+  LLVMValueRef flat = LLVMBuildAdd(B->b, c->row_base, j, ""), x = load(B, c->base[0], flat);
+  if (c->phase == NORM_SUM) return x;
+  LLVMValueRef xm = n->rms ? x : sub_(B, x, splat(B, c->scalars[0]));
+  if (c->phase == NORM_SQ) return mul_(B, xm, xm);
+  LLVMValueRef y = mul_(B, mul_(B, xm, splat(B, c->scalars[1])), load(B, c->base[1], j));
+  if (!n->rms) y = add_(B, y, load(B, c->base[2], j));
+  store(B, y, c->base[n->rms ? 2 : 3], flat);
+  return NULL;
 }
 
-/* for (i = start; i + W <= end; i += W) body<W>(i); for (; i < end; i++) body<1>(i); */
-static void vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValueRef end) {
+/* The body at item i; a value to sum for a norm's reductions, else NULL. */
+static LLVMValueRef body(Bld *B, const Ctx *c, LLVMValueRef i) {
+  if (c->k->kind == K_NORM) return norm_body(B, c, i);
+  if (c->k->kind == K_EW) ew_body(B, c, i);
+  else adamw_body(B, c, i);
+  return NULL;
+}
+
+/* for (i = start; i + W <= end; i += W) body<W>(i); for (; i < end; i++) body<1>(i); and when the
+ * body gives values (sum), their sum: W lanes, reduced, then the tail's added in order. */
+static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValueRef end, bool sum) {
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(B->b);
   LLVMBasicBlockRef vh = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vh"), vb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vb");
   LLVMBasicBlockRef sh = LLVMAppendBasicBlockInContext(B->cx, B->fn, "sh"), sb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "sb");
+  LLVMBasicBlockRef vx = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vx");
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(B->cx, B->fn, "done");
   LLVMBuildBr(B->b, vh);
 
   LLVMPositionBuilderAtEnd(B->b, vh);
-  LLVMValueRef i = LLVMBuildPhi(B->b, B->i64, "i");
+  B->w = B->W;
+  LLVMValueRef i = LLVMBuildPhi(B->b, B->i64, "i"), vacc = sum ? LLVMBuildPhi(B->b, ftype(B), "vacc") : NULL;
   LLVMValueRef inext = LLVMBuildAdd(B->b, i, i64c(B, B->W), "");
-  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLE, inext, end, ""), vb, sh);
+  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLE, inext, end, ""), vb, vx);
 
   LLVMPositionBuilderAtEnd(B->b, vb);
-  B->w = B->W;
-  body(B, c, i);
+  LLVMValueRef v = body(B, c, i), vnext = sum ? add_(B, vacc, v) : NULL;
   LLVMBasicBlockRef vb_end = LLVMGetInsertBlock(B->b);
   LLVMBuildBr(B->b, vh);
   LLVMValueRef iv[2] = {start, inext};
   LLVMBasicBlockRef ib[2] = {pre, vb_end};
   LLVMAddIncoming(i, iv, ib, 2);
+  if (sum) {
+    LLVMValueRef av[2] = {cst(B, 0.0f), vnext};
+    LLVMAddIncoming(vacc, av, ib, 2);
+  }
+
+  LLVMPositionBuilderAtEnd(B->b, vx); /* after the vectors: their lanes' sum starts the tail's */
+  LLVMValueRef lanes = NULL;
+  if (sum) {
+    LLVMTypeRef vt = LLVMVectorType(B->f32, (unsigned)B->W);
+    unsigned id = LLVMLookupIntrinsicID("llvm.vector.reduce.fadd", 23);
+    LLVMValueRef args[2] = {LLVMConstReal(B->f32, 0.0), vacc};
+    lanes = LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, id, &vt, 1), LLVMGetIntrinsicDeclaration(B->mod, id, &vt, 1),
+                           args, 2, "");
+    LLVMSetFastMathFlags(lanes, LLVMFastMathAllowReassoc); /* a tree over the lanes */
+  }
+  LLVMBuildBr(B->b, sh);
 
   LLVMPositionBuilderAtEnd(B->b, sh);
-  LLVMValueRef k = LLVMBuildPhi(B->b, B->i64, "k");
+  B->w = 1;
+  LLVMValueRef k = LLVMBuildPhi(B->b, B->i64, "k"), sacc = sum ? LLVMBuildPhi(B->b, B->f32, "sacc") : NULL;
   LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, k, end, ""), sb, done);
 
   LLVMPositionBuilderAtEnd(B->b, sb);
-  B->w = 1;
-  body(B, c, k);
+  LLVMValueRef s = body(B, c, k), snext = sum ? add_(B, sacc, s) : NULL;
   LLVMValueRef knext = LLVMBuildAdd(B->b, k, i64c(B, 1), "");
   LLVMBasicBlockRef sb_end = LLVMGetInsertBlock(B->b);
   LLVMBuildBr(B->b, sh);
   LLVMValueRef kv[2] = {i, knext};
-  LLVMBasicBlockRef kb[2] = {vh, sb_end};
+  LLVMBasicBlockRef kb[2] = {vx, sb_end};
   LLVMAddIncoming(k, kv, kb, 2);
-
+  if (sum) {
+    LLVMValueRef sv[2] = {lanes, snext};
+    LLVMAddIncoming(sacc, sv, kb, 2);
+  }
   LLVMPositionBuilderAtEnd(B->b, done);
+  return sacc;
+}
+
+/* for (r = lo; r < hi; r++) { row(r) }: opens the row loop's body (returns r), row_end closes it. */
+typedef struct {
+  LLVMBasicBlockRef pre, head, out;
+  LLVMValueRef r;
+} RowLoop;
+
+static LLVMValueRef row_begin(Bld *B, RowLoop *L, LLVMValueRef lo, LLVMValueRef hi) {
+  L->pre = LLVMGetInsertBlock(B->b);
+  L->head = LLVMAppendBasicBlockInContext(B->cx, B->fn, "rh");
+  LLVMBasicBlockRef rb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "rb");
+  L->out = LLVMAppendBasicBlockInContext(B->cx, B->fn, "out");
+  LLVMBuildBr(B->b, L->head);
+  LLVMPositionBuilderAtEnd(B->b, L->head);
+  L->r = LLVMBuildPhi(B->b, B->i64, "r");
+  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, L->r, hi, ""), rb, L->out);
+  LLVMPositionBuilderAtEnd(B->b, rb);
+  LLVMAddIncoming(L->r, &lo, &L->pre, 1);
+  return L->r;
+}
+
+static void row_end(Bld *B, RowLoop *L) {
+  LLVMValueRef rnext = LLVMBuildAdd(B->b, L->r, i64c(B, 1), "");
+  LLVMBasicBlockRef end = LLVMGetInsertBlock(B->b);
+  LLVMBuildBr(B->b, L->head);
+  LLVMAddIncoming(L->r, &rnext, &end, 1);
+  LLVMPositionBuilderAtEnd(B->b, L->out);
 }
 
 static void build_kernel(Bld *B, const Kernel *k) {
@@ -349,7 +428,7 @@ static void build_kernel(Bld *B, const Kernel *k) {
   B->fn = LLVMAddFunction(B->mod, k->name, LLVMFunctionType(LLVMVoidTypeInContext(B->cx), params, 3, 0));
   LLVMPositionBuilderAtEnd(B->b, LLVMAppendBasicBlockInContext(B->cx, B->fn, "entry"));
   LLVMValueRef lo = LLVMGetParam(B->fn, 0), hi = LLVMGetParam(B->fn, 1), pp = LLVMGetParam(B->fn, 2);
-  int nptr = k->kind == K_EW ? k->ew.nin + k->ew.nout : 5;
+  int nptr = k->kind == K_EW ? k->ew.nin + k->ew.nout : k->kind == K_ADAMW ? 5 : k->norm.rms ? 3 : 4;
   LLVMValueRef base[2 * LLK_MAX_EW], per_row[LLK_MAX_EW] = {0}, scalars[4];
   for (int i = 0; i < nptr; i++) {
     LLVMValueRef idx = i64c(B, i);
@@ -373,34 +452,38 @@ static void build_kernel(Bld *B, const Kernel *k) {
     }
     scalars[0] = h[0];
     scalars[1] = h[1];
-    vec_loop(B, &c, lo, hi);
+    vec_loop(B, &c, lo, hi, false);
+  } else if (k->kind == K_NORM) { /* per row: the mean, the mean square about it, the output */
+    const LlkNorm *n = &k->norm;
+    RowLoop L;
+    LLVMValueRef r = row_begin(B, &L, lo, hi), d = i64c(B, n->d);
+    c.row_base = LLVMBuildMul(B->b, r, d, "");
+    LLVMValueRef dfl = LLVMConstReal(B->f32, (float)n->d);
+    c.phase = NORM_SUM;
+    LLVMValueRef s = vec_loop(B, &c, i64c(B, 0), d, true);
+    scalars[0] = n->rms ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, s, dfl, "");
+    c.phase = NORM_SQ;
+    LLVMValueRef ss = vec_loop(B, &c, i64c(B, 0), d, true);
+    LLVMValueRef var = LLVMBuildFAdd(B->b, LLVMBuildFDiv(B->b, ss, dfl, ""), LLVMConstReal(B->f32, n->eps), "");
+    scalars[1] = LLVMBuildFDiv(B->b, LLVMConstReal(B->f32, 1.0), intrinsic(B, "llvm.sqrt", var), "");
+    c.phase = NORM_OUT;
+    vec_loop(B, &c, i64c(B, 0), d, false);
+    row_end(B, &L);
   } else if (k->ew.inner == 0) { /* items are elements */
     for (int x = 0; x < k->ew.nin; x++)
       if (k->ew.idx[x] == LLK_SCALAR) per_row[x] = load1(B, base[x], i64c(B, 0));
-    vec_loop(B, &c, lo, hi);
+    vec_loop(B, &c, lo, hi, false);
   } else { /* items are rows: for (r = lo; r < hi; r++) the row's elements */
-    LLVMBasicBlockRef pre = LLVMGetInsertBlock(B->b);
-    LLVMBasicBlockRef rh = LLVMAppendBasicBlockInContext(B->cx, B->fn, "rh"), rb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "rb");
-    LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(B->cx, B->fn, "out");
-    LLVMBuildBr(B->b, rh);
-    LLVMPositionBuilderAtEnd(B->b, rh);
-    LLVMValueRef r = LLVMBuildPhi(B->b, B->i64, "r");
-    LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, r, hi, ""), rb, out);
-    LLVMPositionBuilderAtEnd(B->b, rb);
+    RowLoop L;
+    LLVMValueRef r = row_begin(B, &L, lo, hi);
     B->w = 1;
     for (int x = 0; x < k->ew.nin; x++) {
       if (k->ew.idx[x] == LLK_SCALAR) per_row[x] = load1(B, base[x], i64c(B, 0));
       if (k->ew.idx[x] == LLK_COL) per_row[x] = load1(B, base[x], r);
     }
     c.row_base = LLVMBuildMul(B->b, r, i64c(B, k->ew.inner), "");
-    vec_loop(B, &c, i64c(B, 0), i64c(B, k->ew.inner));
-    LLVMValueRef rnext = LLVMBuildAdd(B->b, r, i64c(B, 1), "");
-    LLVMBasicBlockRef rb_end = LLVMGetInsertBlock(B->b);
-    LLVMBuildBr(B->b, rh);
-    LLVMValueRef rv[2] = {lo, rnext};
-    LLVMBasicBlockRef rbb[2] = {pre, rb_end};
-    LLVMAddIncoming(r, rv, rbb, 2);
-    LLVMPositionBuilderAtEnd(B->b, out);
+    vec_loop(B, &c, i64c(B, 0), i64c(B, k->ew.inner), false);
+    row_end(B, &L);
   }
   LLVMBuildRetVoid(B->b);
 }

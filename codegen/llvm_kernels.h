@@ -54,6 +54,15 @@ typedef struct {
   float beta1, beta2, eps, weight_decay;
 } LlkAdamW;
 
+/* LayerNorm, or RMSNorm (no bias), over rows of d f32 elements: items are rows, p = {x, w, b, y}
+ * (RMSNorm: {x, w, y}); y may be x. The arithmetic of runtime/kernels/pointwise.c's
+ * rt_layernorm_fwd / rt_rmsnorm_fwd: the mean, then the mean square about it, y = (x - mean) rstd w + b. */
+typedef struct {
+  int64_t d;  /* the row length */
+  float eps;  /* added to the variance */
+  bool rms;   /* RMSNorm */
+} LlkNorm;
+
 typedef struct Llk Llk;
 
 Llk *llk_new(void);
@@ -61,6 +70,7 @@ void llk_free(Llk *k);
 /* The name of the kernel computing e (an existing one when the same kernel was asked before). */
 const char *llk_ew(Llk *k, const LlkEw *e);
 const char *llk_adamw(Llk *k, const LlkAdamW *a);
+const char *llk_norm(Llk *k, const LlkNorm *n);
 int llk_count(const Llk *k);
 /* Builds every kernel asked so far, optimises the module and writes the object file `path` for the
  * host CPU. false (with a message in *err, to free()) when LLVM fails. */

@@ -7,7 +7,8 @@
  *   - an elementwise run: a fusion group's members (passes/fuse.c, cut by memplan; cg_group_run
  *     says which members an entry point runs together), or one elementwise node, as one loop
  *     keeping the intermediates in registers and storing what is read outside the run;
- *   - AdamW: the update of one parameter, in place.
+ *   - AdamW: the update of one parameter, in place;
+ *   - LayerNorm and RMSNorm forward: a row's mean, mean square and output in one function.
  * Which of these it generates is GENERATE below, from measurements on the machine this was
  * written on (bench/bench_llvm_kernels.c, docs/performance.md): a kind is generated only where
  * the LLVM kernel was faster than the hand-written one.
@@ -22,11 +23,12 @@
 _Static_assert((int)LLK_MAX_EW >= (int)CG_EW_MAX, "an elementwise run fits one LLVM kernel");
 
 /* The kinds of generated kernel, and whether this backend generates them (else the C kernel). */
-enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_COUNT };
+enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_NORM, GEN_COUNT };
 static const bool GENERATE[GEN_COUNT] = {
     [GEN_EW_RUN] = true, /* a fusion group of 2 or more members */
     [GEN_EW_ONE] = true, /* one elementwise node */
     [GEN_ADAMW] = true,  /* one parameter's AdamW update */
+    [GEN_NORM] = true,   /* LayerNorm and RMSNorm forward */
 };
 
 /* How the run reads v, an input of shape X, for its output shape S: by the output's index, one
@@ -101,6 +103,22 @@ static bool adamw(Cg *c, Node *n) {
   return true;
 }
 
+/* LayerNorm / RMSNorm forward over f32 rows. */
+static bool norm(Cg *c, Node *n) {
+  if (!GENERATE[GEN_NORM]) return false;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->dtype != DT_F32) return false;
+  const Value *x = n->in[0];
+  int64_t d = x->shape.dim[x->shape.rank - 1], rows = d ? ir_numel(&x->shape) / d : 0;
+  bool rms = n->op == OP_RMSNORM;
+  const char *k = llk_norm(c->ts, &(LlkNorm){d, (float)n->a.eps, rms});
+  const char *args = arena_printf(c->a, "(void *)%s, (void *)%s", cg_ptr(c, x), cg_ptr(c, n->in[1]));
+  if (!rms) args = arena_printf(c->a, "%s, (void *)%s", args, cg_ptr(c, n->in[2]));
+  cg_line(c, "{ void %s(int64_t, int64_t, void **); void *p[] = {%s, (void *)%s};", k, args, cg_ptr(c, n->out[0]));
+  cg_line(c, "  rt_par_for(%s, %" PRId64 ", %" PRId64 ", p); }", k, rows, rows * d);
+  return true;
+}
+
 static int llvm_node(Cg *c, Node *n) {
   bool view = n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype && !n->group;
   if (cg_elementwise(n) && !view) {
@@ -108,6 +126,7 @@ static int llvm_node(Cg *c, Node *n) {
     if (len) return len;
   }
   if (n->op == OP_ADAMW_UPDATE && adamw(c, n)) return 1;
+  if ((n->op == OP_LAYERNORM || n->op == OP_RMSNORM) && norm(c, n)) return 1;
   return cg_target_cpu.node(c, n);
 }
 

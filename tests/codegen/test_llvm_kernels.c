@@ -1,7 +1,7 @@
 /* tests/codegen/test_llvm_kernels.c — the CPU kernels LLVM builds (codegen/llvm_kernels.c, the
  * --cpu-kernels llvm backend) against the hand-written C kernels they replace (runtime/ops:
  * rt_binary_f32, rt_unary_f32, rt_gelu_bwd_f32, rt_silu_bwd_f32, rt_broadcast_to_f32,
- * rt_adamw_f32), which stay the reference.
+ * rt_adamw_f32, rt_layernorm_f32, rt_rmsnorm_f32), which stay the reference.
  *
  * The kernels are compiled through the same path a trainer's are (llk_compile: IR, default<O3>,
  * an object file for the host CPU), linked into a shared object and loaded. Shapes are odd on
@@ -267,11 +267,42 @@ static void test_adamw(void *so, const char *name) {
   free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2);
 }
 
+static void test_norm(void *so, const char *name, const LlkNorm *n, int64_t rows, int inplace) {
+  Kern k = (Kern)dlsym(so, name);
+  int64_t cnt = rows * n->d;
+  float *x = buf(cnt), *w = buf(n->d), *b = buf(n->d), *y = buf(cnt), *want = buf(cnt);
+  fill(x, cnt, -3, 5), fill(w, n->d, -2, 2), fill(b, n->d, -1, 1);
+  if (n->rms) rt_rmsnorm_f32(want, x, w, rows, n->d, n->eps);
+  else rt_layernorm_f32(want, x, w, b, rows, n->d, n->eps);
+  float *out = inplace ? x : y;
+  void *p3[] = {x, w, out}, *p4[] = {x, w, b, out};
+  for (int how = 0; how < 3; how++) {
+    if (how) { /* in place, the last run overwrote x: new input, new reference */
+      fill(x, cnt, -3, 5);
+      if (n->rms) rt_rmsnorm_f32(want, x, w, rows, n->d, n->eps);
+      else rt_layernorm_f32(want, x, w, b, rows, n->d, n->eps);
+    }
+    run(k, rows, n->rms ? p3 : p4, how);
+    char what[128];
+    snprintf(what, sizeof what, "%s d=%lld%s%s", n->rms ? "rmsnorm" : "layernorm", (long long)n->d,
+             inplace ? " in place" : "", how == 1 ? " (split)" : how == 2 ? " (rt_par_for)" : "");
+    check(what, out, want, cnt);
+  }
+  free(x), free(w), free(b), free(y), free(want);
+}
+
 int main(void) {
   add_cases();
   Llk *k = llk_new();
   for (int i = 0; i < ncases; i++) cases[i].name = llk_ew(k, &cases[i].e);
   const char *adamw = llk_adamw(k, &(LlkAdamW){0.9f, 0.95f, 1e-8f, 0.1f});
+  static const int64_t ds[] = {1, 7, 37, 768, 1000};
+  LlkNorm norms[10];
+  const char *norm_names[10];
+  for (int i = 0; i < 10; i++) {
+    norms[i] = (LlkNorm){ds[i / 2], 1e-5f, i % 2 == 1};
+    norm_names[i] = llk_norm(k, &norms[i]);
+  }
   char dir[] = "/tmp/llk-test-XXXXXX", obj[256], so[256], cmd[700];
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(obj, sizeof obj, "%s/k.o", dir), snprintf(so, sizeof so, "%s/k.so", dir);
@@ -286,6 +317,7 @@ int main(void) {
     for (int how = 0; how < 3; how++)
       if (how == 0 || numel(&cases[i].s.out) > 100) test_case(h, &cases[i], how);
   test_adamw(h, adamw);
+  for (int i = 0; i < 10; i++) test_norm(h, norm_names[i], &norms[i], 67, i % 4 == 1);
   dlclose(h);
   llk_free(k);
   unlink(obj), unlink(so), rmdir(dir);
