@@ -17,16 +17,7 @@ for k in c llvm; do
   "$shardc" build models/gpt2-124m.model -D micro_batch=4 -D batch=4 -D seq=64 -D zero=0 --world 1 --cpu-kernels "$k" \
     -o "$t/train_$k" 2>/dev/null
 done
-python3 - "$t/tok.bin" <<'PY'
-import random, struct, sys
-random.seed(1)
-n = 300000
-hdr = [0] * 256
-hdr[0], hdr[1], hdr[2] = 20240520, 1, n
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
-PY
+python3 bench/gpt2_tokens.py "$t/tok.bin"
 for r in $(seq "$reps"); do
   for k in c llvm; do
     "$t/train_$k" --data "$t/tok.bin" --val "$t/tok.bin" --val-batches 1 --eval-every 0 --steps "$steps" \

@@ -334,6 +334,17 @@ static LLVMValueRef body(Bld *B, const Ctx *c, LLVMValueRef i) {
   return NULL;
 }
 
+/* Ends a loop's body: back to head; the index phi i gets (first from `from`) and (next from the body),
+ * the accumulator phi acc (when there is one) acc0 and accn likewise. */
+static void loop_back(Bld *B, LLVMBasicBlockRef head, LLVMBasicBlockRef from, LLVMValueRef i, LLVMValueRef first,
+                      LLVMValueRef next, LLVMValueRef acc, LLVMValueRef acc0, LLVMValueRef accn) {
+  LLVMBasicBlockRef blocks[2] = {from, LLVMGetInsertBlock(B->b)};
+  LLVMBuildBr(B->b, head);
+  LLVMValueRef iv[2] = {first, next}, av[2] = {acc0, accn};
+  LLVMAddIncoming(i, iv, blocks, 2);
+  if (acc) LLVMAddIncoming(acc, av, blocks, 2);
+}
+
 /* for (i = start; i + W <= end; i += W) body<W>(i); for (; i < end; i++) body<1>(i); and when the
  * body gives values (sum), their sum: W lanes, reduced, then the tail's added in order. */
 static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValueRef end, bool sum) {
@@ -351,16 +362,8 @@ static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValue
   LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLE, inext, end, ""), vb, vx);
 
   LLVMPositionBuilderAtEnd(B->b, vb);
-  LLVMValueRef v = body(B, c, i), vnext = sum ? add_(B, vacc, v) : NULL;
-  LLVMBasicBlockRef vb_end = LLVMGetInsertBlock(B->b);
-  LLVMBuildBr(B->b, vh);
-  LLVMValueRef iv[2] = {start, inext};
-  LLVMBasicBlockRef ib[2] = {pre, vb_end};
-  LLVMAddIncoming(i, iv, ib, 2);
-  if (sum) {
-    LLVMValueRef av[2] = {cst(B, 0.0f), vnext};
-    LLVMAddIncoming(vacc, av, ib, 2);
-  }
+  LLVMValueRef v = body(B, c, i);
+  loop_back(B, vh, pre, i, start, inext, vacc, sum ? cst(B, 0.0f) : NULL, sum ? add_(B, vacc, v) : NULL);
 
   LLVMPositionBuilderAtEnd(B->b, vx); /* after the vectors: their lanes' sum starts the tail's */
   LLVMValueRef lanes = NULL;
@@ -380,17 +383,8 @@ static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValue
   LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, k, end, ""), sb, done);
 
   LLVMPositionBuilderAtEnd(B->b, sb);
-  LLVMValueRef s = body(B, c, k), snext = sum ? add_(B, sacc, s) : NULL;
-  LLVMValueRef knext = LLVMBuildAdd(B->b, k, i64c(B, 1), "");
-  LLVMBasicBlockRef sb_end = LLVMGetInsertBlock(B->b);
-  LLVMBuildBr(B->b, sh);
-  LLVMValueRef kv[2] = {i, knext};
-  LLVMBasicBlockRef kb[2] = {vx, sb_end};
-  LLVMAddIncoming(k, kv, kb, 2);
-  if (sum) {
-    LLVMValueRef sv[2] = {lanes, snext};
-    LLVMAddIncoming(sacc, sv, kb, 2);
-  }
+  LLVMValueRef s = body(B, c, k);
+  loop_back(B, sh, vx, k, i, LLVMBuildAdd(B->b, k, i64c(B, 1), ""), sacc, lanes, sum ? add_(B, sacc, s) : NULL);
   LLVMPositionBuilderAtEnd(B->b, done);
   return sacc;
 }
