@@ -20,22 +20,23 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
 
-pair() { # pair NAME NP "LLVM-ARGS" SHARDC-ARGS...: the C build on 1 rank, the LLVM build (plus LLVM-ARGS) on NP ranks
-  local name=$1 np=$2 extra
-  read -r -a extra <<<"$3"
+ref() { # ref NAME SHARDC-ARGS...: the C-kernel trainer on 1 rank, its losses in $t/NAME_c.jsonl
+  local name=$1
+  shift
+  "$shardc" build "$@" --world 1 --cpu-kernels c -o "$t/${name}_c" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
+  "$t/${name}_c" "${run[@]}" --threads 2 --log "$t/${name}_c.jsonl" >/dev/null
+}
+
+llvm() { # llvm NAME REF NP SHARDC-ARGS...: the LLVM-kernel trainer on NP ranks against ref REF's losses
+  local name=$1 reference=$2 np=$3 k
   shift 3
-  local one=("$@" --world 1) many=("$@" "${extra[@]}" --world "$np")
-  "$shardc" build "${one[@]}" --cpu-kernels c -o "$t/${name}_c" >"$t/build.out" 2>&1 ||
-    { cat "$t/build.out"; exit 1; }
-  "$shardc" build "${many[@]}" --cpu-kernels llvm -o "$t/${name}_llvm" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
-  local k
+  "$shardc" build "$@" --world "$np" --cpu-kernels llvm -o "$t/${name}_llvm" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
   k=$(nm "$t/${name}_llvm" | grep -c ' T shardc_llk' || true)
   [ "$k" -gt 0 ] || { echo "FAIL: $name: no LLVM kernel in the trainer"; exit 1; }
-  "$t/${name}_c" "${run[@]}" --threads 2 --log "$t/${name}_c.jsonl" >/dev/null
   local launch=("${mpi[@]}" -np "$np") threads=1
   [ "$np" = 1 ] && launch=() threads=2
   "${launch[@]}" "$t/${name}_llvm" "${run[@]}" --threads "$threads" --log "$t/${name}_llvm.jsonl" >/dev/null
-  compare "$name ($k llvm kernels)" "$t/${name}_llvm.jsonl" "$t/${name}_c.jsonl"
+  compare "$name ($k llvm kernels)" "$t/${name}_llvm.jsonl" "$t/${reference}_c.jsonl"
 }
 
 tiny=(models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D tp=1)
@@ -43,9 +44,12 @@ gpt2=(models/gpt2-124m.model -D vocab_size=256 -D seq=32 -D d=64 -D heads=4 -D l
       -D zero=0)
 llama=(models/llama3-8b.model -D vocab=256 -D seq=32 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96
        -D batch=4 -D micro_batch=4 -D zero=0 -D precision=f32 -D dp=1 -D tp=1)
-pair tiny 1 "" "${tiny[@]}"
-pair gpt2 1 "" "${gpt2[@]}"
-pair llama 1 "" "${llama[@]}"
-pair tiny_dp2tp2 4 "-D micro_batch=4 -D dp=2 -D tp=2" "${tiny[@]}"
-pair llama_tp2sp 2 "-D tp=2 -D sp=true" "${llama[@]}"
+ref tiny "${tiny[@]}"
+llvm tiny tiny 1 "${tiny[@]}"
+llvm tiny_dp2tp2 tiny 4 "${tiny[@]}" -D micro_batch=4 -D dp=2 -D tp=2
+ref gpt2 "${gpt2[@]}"
+llvm gpt2 gpt2 1 "${gpt2[@]}"
+ref llama "${llama[@]}"
+llvm llama llama 1 "${llama[@]}"
+llvm llama_tp2sp llama 2 "${llama[@]}" -D tp=2 -D sp=true
 echo "llvm: ok"
