@@ -39,6 +39,16 @@ llvm() { # llvm NAME REF NP SHARDC-ARGS...: the LLVM-kernel trainer on NP ranks 
   compare "$name ($k llvm kernels)" "$t/${name}_llvm.jsonl" "$t/${reference}_c.jsonl"
 }
 
+# the flag is applied or refused: an unknown provider, and LLVM kernels for the CUDA target, are errors
+refused() { # refused MESSAGE SHARDC-ARGS...
+  local want=$1
+  shift
+  if "$shardc" build models/tiny.model "$@" -o "$t/refused" >"$t/refused.out" 2>&1; then echo "FAIL: $* was accepted"; exit 1; fi
+  grep -q -- "$want" "$t/refused.out" || { cat "$t/refused.out"; echo "FAIL: $*: no '$want'"; exit 1; }
+}
+refused "expected c or llvm" --cpu-kernels fast
+refused "the LLVM kernels are the CPU target's" --cpu-kernels llvm --target cuda
+
 tiny=(models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D tp=1)
 gpt2=(models/gpt2-124m.model -D vocab_size=256 -D seq=32 -D d=64 -D heads=4 -D layers=2 -D batch=8 -D micro_batch=8
       -D zero=0)
