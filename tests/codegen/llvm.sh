@@ -7,7 +7,7 @@
 # Over 20 AdamW steps, every step's loss of the LLVM build is within 1e-5 relative of the C-kernel
 # build's, on 1 rank for the tiny GPT, a GPT-2-shaped model (gpt2-124m.model at d 64, 2 layers) and a
 # Llama-shaped one (RMSNorm, SwiGLU, RoPE, GQA), and under mpirun: the tiny GPT at dp 2 x tp 2 and the
-# Llama at tp 2 + sp, against the C-kernel single rank. The trainers must have called LLVM kernels
+# Llama at tp 2 + sp, against the C-kernel single rank. Each LLVM trainer must contain LLVM kernels
 # (their symbols are in the binary).
 #
 # Tolerance (lib.sh's compare): the LLVM kernels compute e^x, tanh and sigmoid by the runtime's
