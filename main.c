@@ -30,6 +30,8 @@ static void usage(FILE *f) {
           "  -o FILE               the trainer to write (build)\n"
           "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
+          "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups) and AdamW: the runtime's\n"
+          "                        C kernels (default) or kernels built by LLVM for this machine's CPU\n"
           "  --emit-c DIR          keep the generated C source in DIR (with plan: write it, compile nothing)\n"
           "  --schedule-svg FILE   draw the pipeline schedule (one lane per stage, blocks to scale) as SVG\n"
           "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
@@ -184,6 +186,11 @@ static int compile(int argc, char **argv, Diag *diag) {
       if (strcmp(t, "cpu") == 0) target = TARGET_CPU;
       else if (strcmp(t, "cuda") == 0) target = TARGET_CUDA;
       else error_plain("--target %s: expected cpu or cuda", t);
+    } else if (strcmp(a, "--cpu-kernels") == 0 && i + 1 < argc) {
+      const char *k = argv[++i];
+      if (strcmp(k, "llvm") == 0) cg.llvm_kernels = true;
+      else if (strcmp(k, "c") == 0) cg.llvm_kernels = false;
+      else error_plain("--cpu-kernels %s: expected c or llvm", k);
     } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
       svg = argv[++i];
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
@@ -237,6 +244,10 @@ static int compile(int argc, char **argv, Diag *diag) {
     return 1;
   }
   if (diag_errors()) return 1;
+  if (cg.llvm_kernels && target != TARGET_CPU) {
+    error_plain("--cpu-kernels llvm: the LLVM kernels are the CPU target's; leave it out with --target cuda");
+    return 1;
+  }
   if (dump && strncmp(dump, "after:", 6) == 0) {
     po.dump_after = dump + 6;
     bool known = strcmp(po.dump_after, "all") == 0;

@@ -12,16 +12,7 @@ trap 'rm -rf "$t"' EXIT
 shardc=${SHARDC:-build/shardc}
 "$shardc" build models/gpt2-124m.model -D micro_batch=4 -D batch=4 -D seq=64 -D zero=0 --world 1 -o "$t/train_gpt2" 2>/dev/null
 # random GPT-2 token ids in llm.c's uint16 shard format (the numbers do not depend on the text)
-python3 - "$t/tok.bin" <<'PY' 2>/dev/null || { echo "python3 is needed to write the token shard"; exit 1; }
-import random, struct, sys
-random.seed(1)
-n = 300000
-hdr = [0] * 256
-hdr[0], hdr[1], hdr[2] = 20240520, 1, n
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
-PY
+python3 bench/gpt2_tokens.py "$t/tok.bin" 2>/dev/null || { echo "python3 is needed to write the token shard"; exit 1; }
 "$t/train_gpt2" --data "$t/tok.bin" --val "$t/tok.bin" --val-batches 1 --eval-every 0 --steps "$steps" \
   --threads "$threads" --save-to "$t/ck" --log "$t/log.jsonl" | grep -E "^(model|steps|step +[0-9]+/|memory)"
 python3 - "$t/log.jsonl" <<'PY'

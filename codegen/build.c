@@ -22,8 +22,9 @@ static bool mkdir_p(const char *dir) {
   return mkdir(buf, 0755) == 0 || errno == EEXIST;
 }
 
-/* Writes dir/<model>.c; its path into src. */
-static bool write_source(const Module *m, const char *dir, const CgOptions *o, char *src, size_t n) {
+/* Writes dir/<model>.c, and with --cpu-kernels llvm the kernels' dir/<model>.o; the source's path
+ * into src, the object's into obj ("" when there is none). */
+static bool write_source(const Module *m, const char *dir, const CgOptions *o, char *src, size_t n, char *obj) {
   if (!mkdir_p(dir)) {
     error_plain("cannot create --emit-c directory '%s': %s", dir, strerror(errno));
     return false;
@@ -34,14 +35,20 @@ static bool write_source(const Module *m, const char *dir, const CgOptions *o, c
     error_plain("cannot write '%s': %s", src, strerror(errno));
     return false;
   }
-  bool ok = cg_emit_c(f, m, o);
+  CgOptions with_obj = *o;
+  obj[0] = 0;
+  if (o->llvm_kernels) {
+    snprintf(obj, n, "%s/%s.o", dir, m->name);
+    with_obj.obj_path = obj;
+  }
+  bool ok = cg_emit_c(f, m, &with_obj);
   if (fclose(f) != 0) ok = false;
   return ok;
 }
 
 bool cg_emit_file(const Module *m, const char *dir, const CgOptions *o) {
-  char src[4096];
-  return write_source(m, dir, o, src, sizeof src);
+  char src[4096], obj[4096];
+  return write_source(m, dir, o, src, sizeof src, obj);
 }
 
 /* s in single quotes for the shell (a path with spaces or quotes stays one word). */
@@ -100,36 +107,37 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
     error_plain("cannot create a temporary directory: %s", strerror(errno));
     return false;
   }
-  char src[4096];
-  if (!write_source(m, dir, o, src, sizeof src)) return false;
+  char src[4096], obj[4096];
+  if (!write_source(m, dir, o, src, sizeof src, obj)) return false;
 
   const char *cc = o->cc ? o->cc : getenv("CC");
   const char *chosen = o->cc ? "--cc" : (cc && *cc ? "CC" : NULL); /* who chose the compiler, if not shardc */
   if (!cc || !*cc) cc = "cc";
   const char *cflags = o->cflags ? o->cflags : "-O2";
-  char *qsrc = shell_quoted(src), *qout = shell_quoted(out);
+  char *qsrc = shell_quoted(src), *qout = shell_quoted(out), *qobj = *obj ? shell_quoted(obj) : NULL;
   /* the runtime's headers and libraries: the install prefix's (the driver found them) or the build tree's */
   const char *inc = o->runtime_include ? o->runtime_include : CG_TREE_RUNTIME_INCLUDE;
   const char *lib = o->runtime_lib ? o->runtime_lib : CG_TREE_RUNTIME_LIB;
   char *qinc = shell_quoted(inc), *qlib = shell_quoted(lib);
-  size_t len = strlen(cc) + strlen(cflags) + strlen(qsrc) + strlen(qout) + 4 * strlen(qinc) + 3 * strlen(qlib) +
+  size_t len = strlen(cc) + strlen(cflags) + strlen(qsrc) + (qobj ? strlen(qobj) : 0) + strlen(qout) + 4 * strlen(qinc) + 3 * strlen(qlib) +
                strlen(CG_SYS_INCLUDES) + strlen(CG_LINK_DEPS) + strlen(CG_CUDA_SYS_INCLUDES) +
                strlen(CG_CUDA_SYS_LINK_DEPS) + 256;
   char *cmd = malloc(len);
   if (!cmd) die("out of memory");
   if (cuda)
     snprintf(cmd, len,
-             "%s %s -std=gnu11 %s -I%s -I%s/ops -I%s/cuda%s%s -o %s %s/libshardrt.a %s %s/libshardrt_cuda.a "
+             "%s %s -std=gnu11 %s %s -I%s -I%s/ops -I%s/cuda%s%s -o %s %s/libshardrt.a %s %s/libshardrt_cuda.a "
              "%s/libshardrt.a %s",
-             cc, cflags, qsrc, qinc, qinc, qinc, CG_SYS_INCLUDES, CG_CUDA_SYS_INCLUDES, qout, qlib, CG_LINK_DEPS, qlib,
+             cc, cflags, qsrc, qobj ? qobj : "", qinc, qinc, qinc, CG_SYS_INCLUDES, CG_CUDA_SYS_INCLUDES, qout, qlib, CG_LINK_DEPS, qlib,
              qlib, CG_CUDA_SYS_LINK_DEPS);
   else
-    snprintf(cmd, len, "%s %s -std=gnu11 %s -I%s -I%s/ops%s -o %s %s/libshardrt.a %s", cc, cflags, qsrc, qinc, qinc,
-             CG_SYS_INCLUDES, qout, qlib, CG_LINK_DEPS);
+    snprintf(cmd, len, "%s %s -std=gnu11 %s %s -I%s -I%s/ops%s -o %s %s/libshardrt.a %s", cc, cflags, qsrc,
+             qobj ? qobj : "", qinc, qinc, CG_SYS_INCLUDES, qout, qlib, CG_LINK_DEPS);
   free(qinc);
   free(qlib);
   free(qsrc);
   free(qout);
+  free(qobj);
   if (o->verbose) fprintf(stderr, "shardc: %s\n", cmd);
   int st = system(cmd);
   free(cmd);
@@ -148,6 +156,7 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   }
   if (!o->emit_dir) {
     unlink(src);
+    if (*obj) unlink(obj);
     rmdir(dir);
   }
   return true;

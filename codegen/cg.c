@@ -8,6 +8,7 @@
 
 #include "cg.h"
 #include "diag.h"
+#include "passes.h" /* FUSE_MAX_* */
 
 void cg_line(Cg *c, const char *fmt, ...) {
   for (int i = 0; i < c->indent; i++) fputs("  ", c->f);
@@ -134,4 +135,68 @@ int cg_group_run(const Cg *c, const Node *n) {
           if (g->nodes[s] == d) return 1;
       }
   return e - p;
+}
+
+_Static_assert((int)CG_EW_MAX >= (int)FUSE_MAX_NODES && (int)CG_EW_MAX >= (int)FUSE_MAX_INPUTS, "a fusion group fits one run");
+
+bool cg_elementwise(const Node *n) {
+  return n->op == OP_CONST || n->op == OP_BROADCAST_TO || (ir_ops[n->op].flags & F_EW) != 0;
+}
+
+static int member_of(const CgEwRun *r, const Value *v) {
+  for (int i = 0; i < r->n; i++)
+    if (r->mem[i]->out[0] == v) return i;
+  return -1;
+}
+
+static int ext_of(const CgEwRun *r, const Value *v) {
+  for (int i = 0; i < r->next; i++)
+    if (r->ext[i] == v) return i;
+  return -1;
+}
+
+static bool is_result(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return true;
+  return false;
+}
+
+/* Uses of v in g and in the region bodies g's nodes own (a body reads enclosing values directly:
+ * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
+static int uses_deep(const Graph *g, const Value *v) {
+  int c = ir_count_uses(g, v);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) c += uses_deep(g->nodes[i]->body, v);
+  return c;
+}
+
+void cg_ew_run(Cg *c, Node *first, CgEwRun *r) {
+  const Graph *g = first->graph;
+  int len = cg_group_run(c, first);
+  memset(r, 0, sizeof *r);
+  if (len > CG_EW_MAX) die("codegen: a fusion group of %d nodes", len);
+  for (int j = c->pos; j < c->pos + len; j++) {
+    Node *n = g->nodes[j];
+    int i = r->n++;
+    r->mem[i] = n;
+    Value *fresh[2]; /* read from outside for the first time (twice when read twice: fuse.c's count) */
+    int nfresh = 0;
+    for (int k = 0; k < n->nin && k < 2; k++)
+      if (member_of(r, n->in[k]) < 0 && ext_of(r, n->in[k]) < 0) fresh[nfresh++] = n->in[k];
+    if (r->next + nfresh > CG_EW_MAX) die("codegen: a fusion group reads over %d values", CG_EW_MAX);
+    for (int k = 0; k < nfresh; k++) r->ext[r->next++] = fresh[k];
+    for (int k = 0; k < n->nin && k < 2; k++) {
+      int mi = member_of(r, n->in[k]);
+      r->in[i][k] = mi >= 0 ? mi : -1 - ext_of(r, n->in[k]);
+    }
+  }
+  for (int i = 0; i < r->n; i++) { /* stored when something outside the run reads it */
+    const Value *y = r->mem[i]->out[0];
+    int inside = 0;
+    for (int j = i + 1; j < r->n; j++)
+      for (int k = 0; k < r->mem[j]->nin; k++) inside += r->mem[j]->in[k] == y;
+    r->stored[i] = is_result(g, y) || uses_deep(g, y) > inside;
+    r->nstored += r->stored[i];
+  }
+  if (r->nstored == 0) die("codegen: an elementwise run stores nothing");
 }

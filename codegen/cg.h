@@ -52,6 +52,8 @@ typedef struct Cg {
   int indent;           /* of the lines cg_line writes, in steps of two spaces */
   bool ok;              /* false once a node was refused (cg_unsupported) */
   int *rstage;          /* [top graph value id]: the pipeline stages reading it (ir_reader_stages) */
+  const char *obj_path; /* where a backend that compiles its own kernels writes their object file
+                           (CgOptions.obj_path; NULL: nowhere) */
 } Cg;
 
 /* A target: how compute nodes become code. emit.c calls only these; `node` is called for every
@@ -94,8 +96,9 @@ struct CgTarget {
 
 extern const CgTarget cg_target_cpu;  /* codegen/target_cpu.c */
 extern const CgTarget cg_target_cuda; /* codegen/target_cuda.c */
-/* The backend of a module's target (codegen/targets.c). */
-const CgTarget *cg_target_of(Target t);
+extern const CgTarget cg_target_llvm; /* codegen/target_llvm.c: the CPU target, LLVM-built kernels */
+/* The backend of a module's target (codegen/targets.c); llvm_kernels: --cpu-kernels llvm. */
+const CgTarget *cg_target_of(Target t, bool llvm_kernels);
 
 void cg_line(Cg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cg_depth_of(const Graph *g);
@@ -121,5 +124,24 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
  * a gap (eval and logits skip what they do not need) run together only if they read nothing an
  * earlier member of the group wrote, else one by one. 1 when n is in no group. */
 int cg_group_run(const Cg *c, const Node *n);
+
+/* An elementwise node, as passes/fuse.c counts them: an F_EW op, a CONST or a BROADCAST_TO. */
+bool cg_elementwise(const Node *n);
+
+enum { CG_EW_MAX = 32 }; /* members and outside inputs of an elementwise run (>= FUSE_MAX_*) */
+
+/* An elementwise run as one kernel: the cg_group_run(c, first) nodes from `first` (c->pos), the
+ * values they read from outside in first-read order (as passes/fuse.c counts them), each member's
+ * operands, and which members' values the kernel must store (read outside the run, or results). */
+typedef struct {
+  Node *mem[CG_EW_MAX];   /* the run's nodes, in order */
+  int n;                  /* how many */
+  Value *ext[CG_EW_MAX];  /* values read from outside */
+  int next;               /* how many */
+  int in[CG_EW_MAX][2];   /* member i's operand k (k < its arity, at most 2): a member >= 0, or -1 - an ext */
+  bool stored[CG_EW_MAX]; /* member i's value is read outside the run */
+  int nstored;            /* how many are */
+} CgEwRun;
+void cg_ew_run(Cg *c, Node *first, CgEwRun *r);
 
 #endif

@@ -14,6 +14,8 @@ typedef struct {
   bool verbose;            /* print the compiler command */
   const char *runtime_include; /* the runtime's headers (program.h, ops/, cuda/); NULL: the build tree's */
   const char *runtime_lib;     /* the folder of libshardrt.a (and libshardrt_cuda.a); NULL: the build tree's */
+  bool llvm_kernels;       /* --cpu-kernels llvm: the CPU target's elementwise runs and AdamW built by LLVM */
+  const char *obj_path;    /* where those kernels' object file goes (build.c sets it); NULL: nowhere */
 } CgOptions;
 
 /* Writes the C host program for m (after pass_memplan) to f. Returns false on

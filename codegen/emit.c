@@ -641,7 +641,7 @@ static Value trainer_view(const Graph *g, const Value *v) {
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
-  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target), .ok = true};
+  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
   c.rstage = ARENA_ARRAY(&a, int, m->graph->next_value_id + 1);
   ir_reader_stages(m->graph, c.rstage, m->graph->next_value_id);
   if (m->mesh && m->mesh->dim[RT_AX_CP] > 1 && m->target != TARGET_CPU) {

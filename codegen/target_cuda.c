@@ -18,98 +18,34 @@
 #include "cg.h"
 #include "cuda_kernels.h"
 #include "diag.h"
-#include "passes.h" /* FUSE_MAX_* */
 
 static void stmt(Cg *c, const char *s) { cg_line(c, "%s", s); }
 
 /* ---- elementwise runs: a fusion group's members, or one elementwise node ---- */
 
-_Static_assert(CUK_MAX_EW >= FUSE_MAX_NODES && CUK_MAX_EW >= FUSE_MAX_INPUTS, "a fusion group fits one kernel");
 
-static bool elementwise(const Node *n) {
-  if (n->op == OP_CONST || n->op == OP_BROADCAST_TO) return true;
-  return (ir_ops[n->op].flags & F_EW) != 0;
-}
-
-typedef struct {
-  const Node *mem[CUK_MAX_EW]; /* the run's nodes, in order */
-  int n;                       /* how many */
-  Value *ext[CUK_MAX_EW];      /* values it reads from outside, in first-read order */
-  int next;                    /* how many */
-} Run;
-
-static int member_of(const Run *r, const Value *v) {
-  for (int i = 0; i < r->n; i++)
-    if (r->mem[i]->out[0] == v) return i;
-  return -1;
-}
-
-static int ext_of(const Run *r, const Value *v) {
-  for (int i = 0; i < r->next; i++)
-    if (r->ext[i] == v) return i;
-  return -1;
-}
-
-/* Appends n and the values it reads from outside the run (as passes/fuse.c counts them). */
-static void add(Run *r, const Node *n) {
-  Value *fresh[2];
-  int nfresh = 0;
-  for (int k = 0; k < n->nin; k++) {
-    Value *v = n->in[k];
-    if (member_of(r, v) < 0 && ext_of(r, v) < 0) fresh[nfresh++] = v;
-  }
-  if (r->n == CUK_MAX_EW || r->next + nfresh > CUK_MAX_EW) die("cuda: a fusion group over the kernel's limits");
-  for (int i = 0; i < nfresh; i++) r->ext[r->next++] = fresh[i];
-  r->mem[r->n++] = n;
-}
-
-static bool is_result(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
-}
-
-/* Uses of v in g and in the region bodies g's nodes own (a body reads enclosing values directly:
- * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
-static int uses_deep(const Graph *g, const Value *v) {
-  int c = ir_count_uses(g, v);
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->body) c += uses_deep(g->nodes[i]->body, v);
-  return c;
-}
+_Static_assert((int)CUK_MAX_EW >= (int)CG_EW_MAX, "an elementwise run fits one kernel");
 
 /* The run of cg_group_run(c, first) nodes from first as one kernel; returns its length. */
 static int emit_run(Cg *c, Node *first) {
-  const Graph *g = first->graph;
-  const Shape *S = &first->out[0]->shape;
-  Run r = {0};
-  int len = cg_group_run(c, first);
-  for (int j = c->pos; j < c->pos + len; j++) add(&r, g->nodes[j]);
-  CuEwChain ch = {.shape = *S, .nin = r.next, .nops = r.n};
+  CgEwRun r;
+  cg_ew_run(c, first, &r);
+  CuEwChain ch = {.shape = first->out[0]->shape, .nin = r.next, .nops = r.n};
   for (int i = 0; i < r.next; i++) ch.in[i] = (CuEwIn){cg_ptr(c, r.ext[i]), r.ext[i]->dtype, r.ext[i]->shape};
   for (int i = 0; i < r.n; i++) {
     const Node *n = r.mem[i];
     CuEwOp *op = &ch.ops[i];
     *op = (CuEwOp){.op = n->op, .in = {0, 0}, .scalar = n->a.scalar, .dt = n->out[0]->dtype};
     if (n->op == OP_BROADCAST_TO) op->op = OP_CAST; /* the broadcast is the indexing */
-    for (int k = 0; k < n->nin && k < 2; k++) {
-      int mi = member_of(&r, n->in[k]);
-      op->in[k] = mi >= 0 ? mi : -1 - ext_of(&r, n->in[k]);
-    }
-    /* stored when something outside the run reads it */
-    const Value *y = n->out[0];
-    int inside = 0;
-    for (int j = i + 1; j < r.n; j++)
-      for (int k = 0; k < r.mem[j]->nin; k++) inside += r.mem[j]->in[k] == y;
-    if (is_result(g, y) || uses_deep(g, y) > inside) {
+    for (int k = 0; k < n->nin && k < 2; k++) op->in[k] = r.in[i][k];
+    if (r.stored[i]) {
       ch.out_op[ch.nout] = i;
-      ch.out_ptr[ch.nout++] = cg_ptr(c, y);
+      ch.out_ptr[ch.nout++] = cg_ptr(c, n->out[0]);
     }
   }
-  if (ch.nout == 0) die("cuda: an elementwise run stores nothing");
   if (r.n > 1) cg_line(c, "/* %d elementwise ops in one kernel */", r.n);
   stmt(c, cuk_elementwise(c->ts, &ch));
-  return len;
+  return r.n;
 }
 
 /* ---- everything else ---- */
@@ -281,7 +217,7 @@ static int cuda_node(Cg *c, Node *n) {
     cg_copy_if_moved(c, y, x);
     return 1;
   }
-  if (elementwise(n)) return emit_run(c, n);
+  if (cg_elementwise(n)) return emit_run(c, n);
   emit_node(c, n);
   return 1;
 }

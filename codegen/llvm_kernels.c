@@ -1,0 +1,542 @@
+/* codegen/llvm_kernels.c — the CPU kernels as LLVM IR (llvm_kernels.h): built through the LLVM C
+ * API, optimised by the new pass manager (default<O3>) and compiled for the host CPU.
+ *
+ * Each kernel is `void name(i64 lo, i64 hi, ptr p)`. Its loop over items is written in vectors of
+ * the host's SIMD width W (16 floats with AVX-512, 8 with AVX, else 4) followed by a scalar tail,
+ * the same body emitted twice: for <W x float> and for float. Loads and stores are by index, so
+ * an output that is one of the inputs (an update in place) vectorises too; outputs never overlap
+ * inputs otherwise (the memory plan, passes/memplan.c, makes a group safe as one kernel).
+ *
+ * The math is the runtime's (runtime/kernels/fastmath.h): e^x by range reduction and a degree-6
+ * polynomial with 2^k in the exponent bits, tanh and sigmoid through it, GELU in its tanh form.
+ */
+#include "llvm_kernels.h"
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+
+typedef enum { K_EW, K_ADAMW, K_NORM } KernelKind;
+
+typedef struct {
+  KernelKind kind;
+  LlkEw ew;       /* K_EW */
+  LlkAdamW adamw; /* K_ADAMW */
+  LlkNorm norm;   /* K_NORM */
+  char name[32];  /* its symbol */
+} Kernel;
+
+struct Llk {
+  Kernel *k;     /* the kernels asked for, in order */
+  int n, cap;    /* used, allocated */
+};
+
+Llk *llk_new(void) {
+  Llk *k = calloc(1, sizeof *k);
+  if (!k) die("out of memory");
+  return k;
+}
+
+void llk_free(Llk *k) {
+  if (!k) return;
+  free(k->k);
+  free(k);
+}
+
+int llk_count(const Llk *k) { return k->n; }
+
+static bool ew_eq(const LlkEw *a, const LlkEw *b) {
+  if (a->nin != b->nin || a->nops != b->nops || a->nout != b->nout || a->inner != b->inner) return false;
+  for (int i = 0; i < a->nin; i++)
+    if (a->idx[i] != b->idx[i]) return false;
+  for (int i = 0; i < a->nops; i++)
+    if (a->ops[i].op != b->ops[i].op || a->ops[i].in[0] != b->ops[i].in[0] || a->ops[i].in[1] != b->ops[i].in[1] ||
+        a->ops[i].scalar != b->ops[i].scalar)
+      return false;
+  for (int i = 0; i < a->nout; i++)
+    if (a->out_op[i] != b->out_op[i]) return false;
+  return true;
+}
+
+static Kernel *add(Llk *k, KernelKind kind) {
+  if (k->n == k->cap) {
+    k->cap = k->cap ? 2 * k->cap : 16;
+    k->k = realloc(k->k, (size_t)k->cap * sizeof *k->k);
+    if (!k->k) die("out of memory");
+  }
+  Kernel *e = &k->k[k->n];
+  memset(e, 0, sizeof *e);
+  e->kind = kind;
+  snprintf(e->name, sizeof e->name, "shardc_llk%d", k->n);
+  k->n++;
+  return e;
+}
+
+const char *llk_ew(Llk *k, const LlkEw *e) {
+  if (e->nops < 1 || e->nops > LLK_MAX_EW || e->nin > LLK_MAX_EW || e->nout < 1 || e->nout > LLK_MAX_EW)
+    die("llvm kernels: an elementwise chain of %d ops, %d inputs, %d outputs", e->nops, e->nin, e->nout);
+  for (int i = 0; i < k->n; i++)
+    if (k->k[i].kind == K_EW && ew_eq(&k->k[i].ew, e)) return k->k[i].name;
+  Kernel *n = add(k, K_EW);
+  n->ew = *e;
+  return n->name;
+}
+
+const char *llk_adamw(Llk *k, const LlkAdamW *a) {
+  for (int i = 0; i < k->n; i++)
+    if (k->k[i].kind == K_ADAMW && memcmp(&k->k[i].adamw, a, sizeof *a) == 0) return k->k[i].name;
+  Kernel *n = add(k, K_ADAMW);
+  n->adamw = *a;
+  return n->name;
+}
+
+const char *llk_norm(Llk *k, const LlkNorm *a) {
+  for (int i = 0; i < k->n; i++)
+    if (k->k[i].kind == K_NORM && k->k[i].norm.d == a->d && k->k[i].norm.eps == a->eps && k->k[i].norm.rms == a->rms)
+      return k->k[i].name;
+  Kernel *n = add(k, K_NORM);
+  n->norm = *a;
+  return n->name;
+}
+
+/* ---- building IR ---------------------------------------------------------------------------- */
+
+typedef struct {
+  LLVMContextRef cx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;
+  LLVMValueRef fn;                     /* the kernel being built */
+  LLVMTypeRef f32, f64, i32, i64, ptr; /* scalar types */
+  int W;                               /* the host's vector width in floats */
+  int w;                               /* the width of the body being emitted: W or 1 */
+} Bld;
+
+static LLVMTypeRef ftype(const Bld *B) { return B->w == 1 ? B->f32 : LLVMVectorType(B->f32, (unsigned)B->w); }
+static LLVMTypeRef itype(const Bld *B) { return B->w == 1 ? B->i32 : LLVMVectorType(B->i32, (unsigned)B->w); }
+
+/* A scalar value as the body's width. */
+static LLVMValueRef splat(Bld *B, LLVMValueRef s) {
+  if (B->w == 1) return s;
+  LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(s), (unsigned)B->w);
+  LLVMValueRef v = LLVMBuildInsertElement(B->b, LLVMGetPoison(vt), s, LLVMConstInt(B->i32, 0, 0), "");
+  LLVMValueRef zeros = LLVMConstNull(LLVMVectorType(B->i32, (unsigned)B->w));
+  return LLVMBuildShuffleVector(B->b, v, LLVMGetPoison(vt), zeros, "");
+}
+
+static LLVMValueRef cst(Bld *B, float x) {
+  LLVMValueRef s = LLVMConstReal(B->f32, x);
+  if (B->w == 1) return s;
+  LLVMValueRef e[64];
+  for (int i = 0; i < B->w; i++) e[i] = s;
+  return LLVMConstVector(e, (unsigned)B->w);
+}
+
+static LLVMValueRef icst(Bld *B, int x) {
+  LLVMValueRef s = LLVMConstInt(B->i32, (unsigned long long)(long long)x, 1);
+  if (B->w == 1) return s;
+  LLVMValueRef e[64];
+  for (int i = 0; i < B->w; i++) e[i] = s;
+  return LLVMConstVector(e, (unsigned)B->w);
+}
+
+static LLVMValueRef i64c(Bld *B, int64_t x) { return LLVMConstInt(B->i64, (unsigned long long)x, 1); }
+
+static LLVMValueRef at(Bld *B, LLVMValueRef base, LLVMValueRef idx) { return LLVMBuildGEP2(B->b, B->f32, base, &idx, 1, ""); }
+
+/* The body's width of floats from base[idx]. */
+static LLVMValueRef load(Bld *B, LLVMValueRef base, LLVMValueRef idx) {
+  LLVMValueRef v = LLVMBuildLoad2(B->b, ftype(B), at(B, base, idx), "");
+  LLVMSetAlignment(v, 4);
+  return v;
+}
+
+static void store(Bld *B, LLVMValueRef x, LLVMValueRef base, LLVMValueRef idx) {
+  LLVMValueRef s = LLVMBuildStore(B->b, x, at(B, base, idx));
+  LLVMSetAlignment(s, 4);
+}
+
+/* One float (not widened) from base[idx]. */
+static LLVMValueRef load1(Bld *B, LLVMValueRef base, LLVMValueRef idx) {
+  LLVMValueRef v = LLVMBuildLoad2(B->b, B->f32, at(B, base, idx), "");
+  LLVMSetAlignment(v, 4);
+  return v;
+}
+
+static LLVMValueRef intrinsic(Bld *B, const char *name, LLVMValueRef x) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMTypeRef t = LLVMTypeOf(x);
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(B->mod, id, &t, 1);
+  return LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, id, &t, 1), f, &x, 1, "");
+}
+
+/* a*b+c may become one FMA (fast-math `contract` only), as -ffp-contract=fast lets the C kernels */
+static LLVMValueRef contract(LLVMValueRef v) {
+  if (LLVMIsAInstruction(v)) LLVMSetFastMathFlags(v, LLVMFastMathAllowContract);
+  return v;
+}
+static LLVMValueRef add_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return contract(LLVMBuildFAdd(B->b, a, b, "")); }
+static LLVMValueRef sub_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return contract(LLVMBuildFSub(B->b, a, b, "")); }
+static LLVMValueRef mul_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return contract(LLVMBuildFMul(B->b, a, b, "")); }
+static LLVMValueRef div_(Bld *B, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildFDiv(B->b, a, b, ""); }
+/* a <op> b ? a : b, as the C kernels write max and min (NaN handling included) */
+static LLVMValueRef pick(Bld *B, LLVMRealPredicate p, LLVMValueRef a, LLVMValueRef b) {
+  return LLVMBuildSelect(B->b, LLVMBuildFCmp(B->b, p, a, b, ""), a, b, "");
+}
+
+/* rt_fexp (runtime/kernels/fastmath.h) */
+static LLVMValueRef fexp(Bld *B, LLVMValueRef x) {
+  x = pick(B, LLVMRealOGT, x, cst(B, -87.3f)); /* x < -87.3 ? -87.3 : x, as max(x, -87.3) for non-NaN */
+  x = pick(B, LLVMRealOLT, x, cst(B, 88.0f));
+  LLVMValueRef kf = sub_(B, add_(B, mul_(B, x, cst(B, 1.44269504088896341f)), cst(B, 12582912.0f)), cst(B, 12582912.0f));
+  LLVMValueRef r = sub_(B, x, mul_(B, kf, cst(B, 0.693145751953125f)));
+  r = sub_(B, r, mul_(B, kf, cst(B, 1.42860682030941723212e-6f)));
+  static const float c[] = {1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f};
+  LLVMValueRef p = cst(B, 1.0f / 720.0f);
+  for (int i = 0; i < 6; i++) p = add_(B, mul_(B, p, r), cst(B, c[i]));
+  LLVMValueRef k = LLVMBuildFPToSI(B->b, kf, itype(B), "");
+  LLVMValueRef bits = LLVMBuildShl(B->b, LLVMBuildAdd(B->b, k, icst(B, 127), ""), icst(B, 23), "");
+  return mul_(B, p, LLVMBuildBitCast(B->b, bits, ftype(B), ""));
+}
+
+static LLVMValueRef ftanh(Bld *B, LLVMValueRef x) {
+  return sub_(B, cst(B, 1.0f), div_(B, cst(B, 2.0f), add_(B, fexp(B, mul_(B, cst(B, 2.0f), x)), cst(B, 1.0f))));
+}
+
+static LLVMValueRef fsigmoid(Bld *B, LLVMValueRef x) {
+  return div_(B, cst(B, 1.0f), add_(B, cst(B, 1.0f), fexp(B, LLVMBuildFNeg(B->b, x, ""))));
+}
+
+#define GELU_C 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_A 0.044715f
+
+/* tanh(GELU_C (v + GELU_A v^3)) */
+static LLVMValueRef gelu_t(Bld *B, LLVMValueRef v) {
+  LLVMValueRef v3 = mul_(B, mul_(B, mul_(B, cst(B, GELU_A), v), v), v);
+  return ftanh(B, mul_(B, cst(B, GELU_C), add_(B, v, v3)));
+}
+
+/* One member of an elementwise chain on operands a, b. */
+static LLVMValueRef ew_op(Bld *B, const LlkOp *o, LLVMValueRef a, LLVMValueRef b) {
+  switch (o->op) {
+  case OP_ADD: return add_(B, a, b);
+  case OP_SUB: return sub_(B, a, b);
+  case OP_MUL: return mul_(B, a, b);
+  case OP_DIV: return div_(B, a, b);
+  case OP_MAXIMUM: return pick(B, LLVMRealOGT, a, b);
+  case OP_MINIMUM: return pick(B, LLVMRealOLT, a, b);
+  case OP_NEG: return LLVMBuildFNeg(B->b, a, "");
+  case OP_SCALE: return mul_(B, cst(B, (float)o->scalar), a);
+  case OP_ADD_SCALAR: return add_(B, a, cst(B, (float)o->scalar));
+  case OP_EXP: return fexp(B, a);
+  case OP_LOG: return intrinsic(B, "llvm.log", a);
+  case OP_SQRT: return intrinsic(B, "llvm.sqrt", a);
+  case OP_RSQRT: return div_(B, cst(B, 1.0f), intrinsic(B, "llvm.sqrt", a));
+  case OP_TANH: return ftanh(B, a);
+  case OP_SIGMOID: return fsigmoid(B, a);
+  case OP_RELU: return pick(B, LLVMRealOGT, a, cst(B, 0.0f));
+  case OP_GELU: return mul_(B, mul_(B, cst(B, 0.5f), a), add_(B, cst(B, 1.0f), gelu_t(B, a)));
+  case OP_SILU: return mul_(B, a, fsigmoid(B, a));
+  case OP_GELU_BWD: { /* a = x, b = dy */
+    LLVMValueRef t = gelu_t(B, a);
+    LLVMValueRef du = mul_(B, cst(B, GELU_C), add_(B, cst(B, 1.0f), mul_(B, mul_(B, cst(B, 3.0f * GELU_A), a), a)));
+    LLVMValueRef l = mul_(B, cst(B, 0.5f), add_(B, cst(B, 1.0f), t));
+    LLVMValueRef r = mul_(B, mul_(B, mul_(B, cst(B, 0.5f), a), sub_(B, cst(B, 1.0f), mul_(B, t, t))), du);
+    return mul_(B, b, add_(B, l, r));
+  }
+  case OP_SILU_BWD: { /* dy s (1 + x (1 - s)) */
+    LLVMValueRef s = fsigmoid(B, a);
+    return mul_(B, mul_(B, b, s), add_(B, cst(B, 1.0f), mul_(B, a, sub_(B, cst(B, 1.0f), s))));
+  }
+  case OP_CAST: case OP_BROADCAST_TO: return a; /* same dtype; the broadcast is the indexing */
+  case OP_CONST: return cst(B, (float)o->scalar);
+  default: die("llvm kernels: %s is not elementwise", ir_ops[o->op].name);
+  }
+}
+
+/* Where a body is in its loops: the element (flat index), its row and column. */
+typedef struct {
+  const Kernel *k;
+  LLVMValueRef *base;     /* the kernel's pointers: inputs, then outputs */
+  LLVMValueRef row_base;  /* r * inner (flat kernels: 0) */
+  LLVMValueRef *per_row;  /* K_EW: the value of each LLK_SCALAR / LLK_COL input for this row, as a float */
+  LLVMValueRef *scalars;  /* K_ADAMW: lr, gscale, bc1, bc2; K_NORM: the row's mean and rstd */
+  int phase;              /* K_NORM: NORM_SUM, NORM_SQ or NORM_OUT */
+} Ctx;
+
+enum { NORM_SUM, NORM_SQ, NORM_OUT }; /* a norm's passes over its row: sum x, sum (x - mean)^2, y */
+
+static void ew_body(Bld *B, const Ctx *c, LLVMValueRef j) {
+  const LlkEw *e = &c->k->ew;
+  LLVMValueRef flat = LLVMBuildAdd(B->b, c->row_base, j, ""), in[LLK_MAX_EW] = {0}, val[LLK_MAX_EW];
+  for (int i = 0; i < e->nops; i++) {
+    LLVMValueRef opnd[2] = {NULL, NULL};
+    int arity = ir_ops[e->ops[i].op].nin;
+    for (int s = 0; s < arity && s < 2; s++) {
+      int x = e->ops[i].in[s];
+      if (x >= 0) {
+        opnd[s] = val[x];
+        continue;
+      }
+      x = -1 - x;
+      if (!in[x]) switch (e->idx[x]) {
+        case LLK_FULL: in[x] = load(B, c->base[x], flat); break;
+        case LLK_ROW: in[x] = load(B, c->base[x], j); break;
+        case LLK_SCALAR: case LLK_COL: in[x] = splat(B, c->per_row[x]); break;
+        }
+      opnd[s] = in[x];
+    }
+    val[i] = ew_op(B, &e->ops[i], opnd[0], opnd[1]);
+  }
+  for (int o = 0; o < e->nout; o++) store(B, val[e->out_op[o]], c->base[e->nin + o], flat);
+}
+
+static void adamw_body(Bld *B, const Ctx *c, LLVMValueRef i) {
+  const LlkAdamW *a = &c->k->adamw;
+  LLVMValueRef p = load(B, c->base[0], i), g = load(B, c->base[1], i), m = load(B, c->base[2], i),
+               v = load(B, c->base[3], i);
+  LLVMValueRef lr = splat(B, c->scalars[0]), gs = splat(B, c->scalars[1]), bc1 = splat(B, c->scalars[2]),
+               bc2 = splat(B, c->scalars[3]);
+  LLVMValueRef gi = mul_(B, gs, g);
+  LLVMValueRef mi = add_(B, mul_(B, cst(B, a->beta1), m), mul_(B, cst(B, 1.0f - a->beta1), gi));
+  LLVMValueRef vi = add_(B, mul_(B, cst(B, a->beta2), v), mul_(B, mul_(B, cst(B, 1.0f - a->beta2), gi), gi));
+  store(B, mi, c->base[2], i);
+  store(B, vi, c->base[3], i);
+  LLVMValueRef den = add_(B, intrinsic(B, "llvm.sqrt", mul_(B, vi, bc2)), cst(B, a->eps));
+  LLVMValueRef upd = add_(B, div_(B, mul_(B, mi, bc1), den), mul_(B, cst(B, a->weight_decay), p));
+  store(B, sub_(B, p, mul_(B, lr, upd)), c->base[0], i);
+}
+
+/* A norm's pass at row element j: returns what the pass sums (NULL for the output pass). */
+static LLVMValueRef norm_body(Bld *B, const Ctx *c, LLVMValueRef j) {
+  const LlkNorm *n = &c->k->norm;
+  LLVMValueRef flat = LLVMBuildAdd(B->b, c->row_base, j, ""), x = load(B, c->base[0], flat);
+  if (c->phase == NORM_SUM) return x;
+  LLVMValueRef xm = n->rms ? x : sub_(B, x, splat(B, c->scalars[0]));
+  if (c->phase == NORM_SQ) return mul_(B, xm, xm);
+  LLVMValueRef y = mul_(B, mul_(B, xm, splat(B, c->scalars[1])), load(B, c->base[1], j));
+  if (!n->rms) y = add_(B, y, load(B, c->base[2], j));
+  store(B, y, c->base[n->rms ? 2 : 3], flat);
+  return NULL;
+}
+
+/* The body at item i; a value to sum for a norm's reductions, else NULL. */
+static LLVMValueRef body(Bld *B, const Ctx *c, LLVMValueRef i) {
+  if (c->k->kind == K_NORM) return norm_body(B, c, i);
+  if (c->k->kind == K_EW) ew_body(B, c, i);
+  else adamw_body(B, c, i);
+  return NULL;
+}
+
+/* Ends a loop's body: back to head; the index phi i gets (first from `from`) and (next from the body),
+ * the accumulator phi acc (when there is one) acc0 and accn likewise. */
+static void loop_back(Bld *B, LLVMBasicBlockRef head, LLVMBasicBlockRef from, LLVMValueRef i, LLVMValueRef first,
+                      LLVMValueRef next, LLVMValueRef acc, LLVMValueRef acc0, LLVMValueRef accn) {
+  LLVMBasicBlockRef blocks[2] = {from, LLVMGetInsertBlock(B->b)};
+  LLVMBuildBr(B->b, head);
+  LLVMValueRef iv[2] = {first, next}, av[2] = {acc0, accn};
+  LLVMAddIncoming(i, iv, blocks, 2);
+  if (acc) LLVMAddIncoming(acc, av, blocks, 2);
+}
+
+/* for (i = start; i + W <= end; i += W) body<W>(i); for (; i < end; i++) body<1>(i); and when the
+ * body gives values (sum), their sum: W lanes, reduced, then the tail's added in order. */
+static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValueRef end, bool sum) {
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(B->b);
+  LLVMBasicBlockRef vh = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vh"), vb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vb");
+  LLVMBasicBlockRef sh = LLVMAppendBasicBlockInContext(B->cx, B->fn, "sh"), sb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "sb");
+  LLVMBasicBlockRef vx = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vx");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(B->cx, B->fn, "done");
+  LLVMBuildBr(B->b, vh);
+
+  LLVMPositionBuilderAtEnd(B->b, vh);
+  B->w = B->W;
+  LLVMValueRef i = LLVMBuildPhi(B->b, B->i64, "i"), vacc = sum ? LLVMBuildPhi(B->b, ftype(B), "vacc") : NULL;
+  LLVMValueRef inext = LLVMBuildAdd(B->b, i, i64c(B, B->W), "");
+  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLE, inext, end, ""), vb, vx);
+
+  LLVMPositionBuilderAtEnd(B->b, vb);
+  LLVMValueRef v = body(B, c, i);
+  loop_back(B, vh, pre, i, start, inext, vacc, sum ? cst(B, 0.0f) : NULL, sum ? add_(B, vacc, v) : NULL);
+
+  LLVMPositionBuilderAtEnd(B->b, vx); /* after the vectors: their lanes' sum starts the tail's */
+  LLVMValueRef lanes = NULL;
+  if (sum) {
+    LLVMTypeRef vt = LLVMVectorType(B->f32, (unsigned)B->W);
+    unsigned id = LLVMLookupIntrinsicID("llvm.vector.reduce.fadd", 23);
+    LLVMValueRef args[2] = {LLVMConstReal(B->f32, 0.0), vacc};
+    lanes = LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, id, &vt, 1), LLVMGetIntrinsicDeclaration(B->mod, id, &vt, 1),
+                           args, 2, "");
+    LLVMSetFastMathFlags(lanes, LLVMFastMathAllowReassoc); /* a tree over the lanes */
+  }
+  LLVMBuildBr(B->b, sh);
+
+  LLVMPositionBuilderAtEnd(B->b, sh);
+  B->w = 1;
+  LLVMValueRef k = LLVMBuildPhi(B->b, B->i64, "k"), sacc = sum ? LLVMBuildPhi(B->b, B->f32, "sacc") : NULL;
+  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, k, end, ""), sb, done);
+
+  LLVMPositionBuilderAtEnd(B->b, sb);
+  LLVMValueRef s = body(B, c, k);
+  loop_back(B, sh, vx, k, i, LLVMBuildAdd(B->b, k, i64c(B, 1), ""), sacc, lanes, sum ? add_(B, sacc, s) : NULL);
+  LLVMPositionBuilderAtEnd(B->b, done);
+  return sacc;
+}
+
+/* for (r = lo; r < hi; r++) { row(r) }: opens the row loop's body (returns r), row_end closes it. */
+typedef struct {
+  LLVMBasicBlockRef pre, head, out;
+  LLVMValueRef r;
+} RowLoop;
+
+static LLVMValueRef row_begin(Bld *B, RowLoop *L, LLVMValueRef lo, LLVMValueRef hi) {
+  L->pre = LLVMGetInsertBlock(B->b);
+  L->head = LLVMAppendBasicBlockInContext(B->cx, B->fn, "rh");
+  LLVMBasicBlockRef rb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "rb");
+  L->out = LLVMAppendBasicBlockInContext(B->cx, B->fn, "out");
+  LLVMBuildBr(B->b, L->head);
+  LLVMPositionBuilderAtEnd(B->b, L->head);
+  L->r = LLVMBuildPhi(B->b, B->i64, "r");
+  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, L->r, hi, ""), rb, L->out);
+  LLVMPositionBuilderAtEnd(B->b, rb);
+  LLVMAddIncoming(L->r, &lo, &L->pre, 1);
+  return L->r;
+}
+
+static void row_end(Bld *B, RowLoop *L) {
+  LLVMValueRef rnext = LLVMBuildAdd(B->b, L->r, i64c(B, 1), "");
+  LLVMBasicBlockRef end = LLVMGetInsertBlock(B->b);
+  LLVMBuildBr(B->b, L->head);
+  LLVMAddIncoming(L->r, &rnext, &end, 1);
+  LLVMPositionBuilderAtEnd(B->b, L->out);
+}
+
+static void build_kernel(Bld *B, const Kernel *k) {
+  LLVMTypeRef params[3] = {B->i64, B->i64, B->ptr};
+  B->fn = LLVMAddFunction(B->mod, k->name, LLVMFunctionType(LLVMVoidTypeInContext(B->cx), params, 3, 0));
+  LLVMPositionBuilderAtEnd(B->b, LLVMAppendBasicBlockInContext(B->cx, B->fn, "entry"));
+  LLVMValueRef lo = LLVMGetParam(B->fn, 0), hi = LLVMGetParam(B->fn, 1), pp = LLVMGetParam(B->fn, 2);
+  int nptr = k->kind == K_EW ? k->ew.nin + k->ew.nout : k->kind == K_ADAMW ? 5 : k->norm.rms ? 3 : 4;
+  LLVMValueRef base[2 * LLK_MAX_EW], per_row[LLK_MAX_EW] = {0}, scalars[4];
+  for (int i = 0; i < nptr; i++) {
+    LLVMValueRef idx = i64c(B, i);
+    base[i] = LLVMBuildLoad2(B->b, B->ptr, LLVMBuildGEP2(B->b, B->ptr, pp, &idx, 1, ""), "");
+  }
+  Ctx c = {.k = k, .base = base, .row_base = i64c(B, 0), .per_row = per_row, .scalars = scalars};
+  B->w = 1;
+  if (k->kind == K_ADAMW) { /* lr, grad scale, and the bias corrections 1 / (1 - beta^step) in double */
+    LLVMValueRef h[3];
+    for (int i = 0; i < 3; i++) h[i] = load1(B, base[4], i64c(B, i));
+    LLVMValueRef step = LLVMBuildFPExt(B->b, h[2], B->f64, "");
+    const float beta[2] = {k->adamw.beta1, k->adamw.beta2};
+    for (int b = 0; b < 2; b++) {
+      LLVMValueRef args[2] = {LLVMConstReal(B->f64, (double)beta[b]), step};
+      LLVMTypeRef t = B->f64;
+      unsigned id = LLVMLookupIntrinsicID("llvm.pow", 8);
+      LLVMValueRef pw = LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, id, &t, 1), LLVMGetIntrinsicDeclaration(B->mod, id, &t, 1),
+                                       args, 2, "");
+      LLVMValueRef bc = LLVMBuildFDiv(B->b, LLVMConstReal(B->f64, 1.0), LLVMBuildFSub(B->b, LLVMConstReal(B->f64, 1.0), pw, ""), "");
+      scalars[2 + b] = LLVMBuildFPTrunc(B->b, bc, B->f32, "");
+    }
+    scalars[0] = h[0];
+    scalars[1] = h[1];
+    vec_loop(B, &c, lo, hi, false);
+  } else if (k->kind == K_NORM) { /* per row: the mean, the mean square about it, the output */
+    const LlkNorm *n = &k->norm;
+    RowLoop L;
+    LLVMValueRef r = row_begin(B, &L, lo, hi), d = i64c(B, n->d);
+    c.row_base = LLVMBuildMul(B->b, r, d, "");
+    LLVMValueRef dfl = LLVMConstReal(B->f32, (float)n->d);
+    c.phase = NORM_SUM;
+    LLVMValueRef s = vec_loop(B, &c, i64c(B, 0), d, true);
+    scalars[0] = n->rms ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, s, dfl, "");
+    c.phase = NORM_SQ;
+    LLVMValueRef ss = vec_loop(B, &c, i64c(B, 0), d, true);
+    LLVMValueRef var = LLVMBuildFAdd(B->b, LLVMBuildFDiv(B->b, ss, dfl, ""), LLVMConstReal(B->f32, n->eps), "");
+    scalars[1] = LLVMBuildFDiv(B->b, LLVMConstReal(B->f32, 1.0), intrinsic(B, "llvm.sqrt", var), "");
+    c.phase = NORM_OUT;
+    vec_loop(B, &c, i64c(B, 0), d, false);
+    row_end(B, &L);
+  } else if (k->ew.inner == 0) { /* items are elements */
+    for (int x = 0; x < k->ew.nin; x++)
+      if (k->ew.idx[x] == LLK_SCALAR) per_row[x] = load1(B, base[x], i64c(B, 0));
+    vec_loop(B, &c, lo, hi, false);
+  } else { /* items are rows: for (r = lo; r < hi; r++) the row's elements */
+    RowLoop L;
+    LLVMValueRef r = row_begin(B, &L, lo, hi);
+    B->w = 1;
+    for (int x = 0; x < k->ew.nin; x++) {
+      if (k->ew.idx[x] == LLK_SCALAR) per_row[x] = load1(B, base[x], i64c(B, 0));
+      if (k->ew.idx[x] == LLK_COL) per_row[x] = load1(B, base[x], r);
+    }
+    c.row_base = LLVMBuildMul(B->b, r, i64c(B, k->ew.inner), "");
+    vec_loop(B, &c, i64c(B, 0), i64c(B, k->ew.inner), false);
+    row_end(B, &L);
+  }
+  LLVMBuildRetVoid(B->b);
+}
+
+/* ---- compiling ------------------------------------------------------------------------------ */
+
+/* *err = "what: msg" (malloc'd); disposes of msg, an LLVM message. */
+static void fail(char **err, const char *what, char *msg) {
+  size_t n = strlen(what) + (msg ? strlen(msg) : 0) + 4;
+  *err = malloc(n);
+  if (*err) snprintf(*err, n, "%s: %s", what, msg ? msg : "?");
+  if (msg) LLVMDisposeMessage(msg);
+}
+
+bool llk_compile(Llk *k, const char *path, char **err) {
+  *err = NULL;
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures(), *msg = NULL;
+  LLVMTargetRef target;
+  bool ok = false;
+  if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
+    fail(err, "no LLVM target for the host", msg);
+    LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(feat);
+    return false;
+  }
+  LLVMTargetMachineRef tm =
+      LLVMCreateTargetMachine(target, triple, cpu, feat, LLVMCodeGenLevelAggressive, LLVMRelocPIC, LLVMCodeModelDefault);
+  Bld B = {.cx = LLVMContextCreate()};
+  B.mod = LLVMModuleCreateWithNameInContext("shardc_kernels", B.cx);
+  LLVMSetTarget(B.mod, triple);
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+  LLVMSetModuleDataLayout(B.mod, td);
+  B.b = LLVMCreateBuilderInContext(B.cx);
+  B.f32 = LLVMFloatTypeInContext(B.cx), B.f64 = LLVMDoubleTypeInContext(B.cx);
+  B.i32 = LLVMInt32TypeInContext(B.cx), B.i64 = LLVMInt64TypeInContext(B.cx);
+  B.ptr = LLVMPointerTypeInContext(B.cx, 0);
+  B.W = strstr(feat, "+avx512f") ? 16 : strstr(feat, "+avx") ? 8 : 4;
+  for (int i = 0; i < k->n; i++) build_kernel(&B, &k->k[i]);
+  LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+  LLVMErrorRef e;
+  if (LLVMVerifyModule(B.mod, LLVMReturnStatusAction, &msg)) {
+    fail(err, "the kernels' IR does not verify", msg);
+  } else if ((e = LLVMRunPasses(B.mod, "default<O3>", tm, po))) {
+    char *m = LLVMGetErrorMessage(e);
+    fail(err, "LLVM's optimiser failed", LLVMCreateMessage(m));
+    LLVMDisposeErrorMessage(m);
+  } else if (LLVMTargetMachineEmitToFile(tm, B.mod, (char *)path, LLVMObjectFile, &msg)) {
+    fail(err, "cannot write the kernels' object file", msg);
+  } else {
+    if (msg) LLVMDisposeMessage(msg);
+    ok = true;
+  }
+  LLVMDisposePassBuilderOptions(po);
+  LLVMDisposeBuilder(B.b);
+  LLVMDisposeTargetData(td);
+  LLVMDisposeModule(B.mod);
+  LLVMContextDispose(B.cx);
+  LLVMDisposeTargetMachine(tm);
+  LLVMDisposeMessage(triple), LLVMDisposeMessage(cpu), LLVMDisposeMessage(feat);
+  return ok;
+}

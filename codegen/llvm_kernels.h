@@ -1,0 +1,79 @@
+/* codegen/llvm_kernels.h — CPU kernels built as LLVM IR through the LLVM C API, optimised
+ * (default<O3>) and compiled for the host CPU into one object file the trainer links.
+ *
+ * A kernel is described here (what it computes, shapes baked in), collected while the program is
+ * emitted (codegen/target_llvm.c), and built all at once by llk_compile. Every kernel has one
+ * signature, `void name(int64_t lo, int64_t hi, void **p)`: it does the work of items [lo, hi)
+ * (elements, or rows of `inner` elements) on the pointers p (its inputs, then its outputs), so
+ * the runtime's rt_par_for (runtime/ops/par.h) can split the items over the OpenMP threads. The
+ * loops are written vectorised (the host's SIMD width, plus a scalar tail), so a kernel updating
+ * a tensor in place, index for index, is as fast as one that does not.
+ *
+ * This file knows LLVM and the kernels' math; it knows nothing of the emitter (cg.h). Calls go
+ * target_llvm.c -> llvm_kernels.c; the tests call it directly (tests/codegen/test_llvm_kernels.c).
+ */
+#ifndef SHARDC_LLVM_KERNELS_H
+#define SHARDC_LLVM_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir.h"
+
+enum { LLK_MAX_EW = 32 }; /* members and outside inputs of one elementwise kernel */
+
+/* How an elementwise kernel indexes one of its inputs, given the output's flat index i = r * inner + j. */
+typedef enum {
+  LLK_FULL,   /* the output's shape: [i] */
+  LLK_SCALAR, /* one element: [0] */
+  LLK_ROW,    /* the output's trailing dims (a bias): [j] */
+  LLK_COL,    /* the output's leading dims (a per-row value): [r] */
+} LlkIndex;
+
+typedef struct {
+  OpKind op;     /* an F_EW op, OP_CONST or OP_CAST (same dtype: the identity) */
+  int in[2];     /* operands: a member >= 0, or -1 - an input's index */
+  double scalar; /* SCALE, ADD_SCALAR, CONST */
+} LlkOp;
+
+/* An elementwise chain over f32 (a fusion group, or one node). Items: the output's elements
+ * when inner == 0, else its rows of `inner` elements. */
+typedef struct {
+  int nin;                  /* inputs read from outside */
+  LlkIndex idx[LLK_MAX_EW]; /* how each is indexed */
+  int nops;                 /* members, in order */
+  LlkOp ops[LLK_MAX_EW];
+  int nout;                 /* outputs stored */
+  int out_op[LLK_MAX_EW];   /* the member each stores */
+  int64_t inner;            /* 0: flat; else the row length (LLK_ROW and LLK_COL inputs need rows) */
+} LlkEw;
+
+/* AdamW over n f32 elements in place: p, g, m, v, hyper = {lr, grad scale, step} (runtime/ops/prims.h
+ * rt_adamw_f32), the same arithmetic as runtime/kernels/pointwise.c's rt_adamw. */
+typedef struct {
+  float beta1, beta2, eps, weight_decay;
+} LlkAdamW;
+
+/* LayerNorm, or RMSNorm (no bias), over rows of d f32 elements: items are rows, p = {x, w, b, y}
+ * (RMSNorm: {x, w, y}); y may be x. The arithmetic of runtime/kernels/pointwise.c's
+ * rt_layernorm_fwd / rt_rmsnorm_fwd: the mean, then the mean square about it, y = (x - mean) rstd w + b. */
+typedef struct {
+  int64_t d;  /* the row length */
+  float eps;  /* added to the variance */
+  bool rms;   /* RMSNorm */
+} LlkNorm;
+
+typedef struct Llk Llk;
+
+Llk *llk_new(void);
+void llk_free(Llk *k);
+/* The name of the kernel computing e (an existing one when the same kernel was asked before). */
+const char *llk_ew(Llk *k, const LlkEw *e);
+const char *llk_adamw(Llk *k, const LlkAdamW *a);
+const char *llk_norm(Llk *k, const LlkNorm *n);
+int llk_count(const Llk *k);
+/* Builds every kernel asked so far, optimises the module and writes the object file `path` for the
+ * host CPU. false (with a message in *err, to free()) when LLVM fails. */
+bool llk_compile(Llk *k, const char *path, char **err);
+
+#endif

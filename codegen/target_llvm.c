@@ -1,0 +1,173 @@
+/* codegen/target_llvm.c — the CPU target with kernels built through LLVM (--cpu-kernels llvm).
+ *
+ * The same program as the CPU target (codegen/target_cpu.c), whose CgTarget it hands every node
+ * it does not generate: GEMMs (BLAS), attention, norms, cross-entropy, copies, collectives'
+ * neighbours. What it generates, as functions built by codegen/llvm_kernels.c into one object
+ * file the trainer links (build.c), each called through rt_par_for (runtime/ops/par.h):
+ *   - an elementwise run: a fusion group's members (passes/fuse.c, cut by memplan; cg_group_run
+ *     says which members an entry point runs together), or one elementwise node, as one loop
+ *     keeping the intermediates in registers and storing what is read outside the run;
+ *   - AdamW: the update of one parameter, in place;
+ *   - LayerNorm and RMSNorm forward: a row's mean, mean square and output in one function.
+ * Which of these it generates is GENERATE below, from measurements on the machine this was
+ * written on (bench/bench_llvm_kernels.c, docs/performance.md): a kind is generated only where
+ * the LLVM kernel was faster than the hand-written one.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "cg.h"
+#include "diag.h"
+#include "llvm_kernels.h"
+
+_Static_assert((int)LLK_MAX_EW >= (int)CG_EW_MAX, "an elementwise run fits one LLVM kernel");
+
+/* The kinds of generated kernel, and whether this backend generates them (else the C kernel). */
+enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_NORM, GEN_COUNT };
+static const bool GENERATE[GEN_COUNT] = {
+    [GEN_EW_RUN] = true, /* a fusion group of 2 or more members */
+    [GEN_EW_ONE] = true, /* one elementwise node */
+    [GEN_ADAMW] = true,  /* one parameter's AdamW update */
+    [GEN_NORM] = true,   /* LayerNorm and RMSNorm forward */
+};
+
+/* How the run reads v, an input of shape X, for its output shape S: by the output's index, one
+ * element, by column (X is S's trailing dims), by row (S's leading dims); and the row length it
+ * implies (0: none). false when X broadcasts in another way. */
+static bool index_of(const Shape *S, const Shape *X, LlkIndex *how, int64_t *inner) {
+  int64_t n = ir_numel(S), nx = ir_numel(X);
+  *inner = 0;
+  if (nx == n) return *how = LLK_FULL, true;
+  if (nx == 1) return *how = LLK_SCALAR, true;
+  int off = S->rank - X->rank; /* X is right-aligned to S (numpy broadcasting) */
+  if (off < 0 || nx == 0) return false;
+  int first = 0, last = X->rank; /* X's dims without its leading and its trailing 1s */
+  while (first < X->rank && X->dim[first] == 1) first++;
+  while (last > 0 && X->dim[last - 1] == 1) last--;
+  bool trailing = true, leading = true;
+  for (int d = first; d < X->rank; d++) trailing &= X->dim[d] == S->dim[off + d];
+  for (int d = 0; d < off; d++) leading &= S->dim[d] == 1;
+  for (int d = 0; d < last; d++) leading &= X->dim[d] == S->dim[off + d];
+  if (trailing) return *how = LLK_ROW, *inner = nx, true;
+  if (leading) return *how = LLK_COL, *inner = n / nx, true;
+  return false;
+}
+
+/* The run from n as one LLVM kernel call; returns its length, or 0 when this backend does not
+ * generate it (f32 only; broadcasts of a bias, a per-row value or a scalar). */
+static int ew_run(Cg *c, Node *first) {
+  CgEwRun r;
+  cg_ew_run(c, first, &r);
+  if (!GENERATE[r.n > 1 ? GEN_EW_RUN : GEN_EW_ONE]) return 0;
+  const Shape *S = &first->out[0]->shape;
+  int64_t n = ir_numel(S);
+  LlkEw e = {.nin = r.next, .nops = r.n};
+  for (int i = 0; i < r.next; i++) {
+    int64_t inner;
+    if (r.ext[i]->dtype != DT_F32 || !index_of(S, &r.ext[i]->shape, &e.idx[i], &inner)) return 0;
+    if (inner && e.inner && inner != e.inner) return 0;
+    if (inner) e.inner = inner;
+  }
+  for (int i = 0; i < r.n; i++) {
+    const Node *m = r.mem[i];
+    if (m->out[0]->dtype != DT_F32 || (m->op == OP_CAST && m->in[0]->dtype != DT_F32)) return 0;
+    e.ops[i] = (LlkOp){.op = m->op, .in = {r.in[i][0], r.in[i][1]}, .scalar = m->a.scalar};
+    if (r.stored[i]) e.out_op[e.nout++] = i;
+  }
+  if (e.inner == n) e.inner = 0; /* one row: a flat loop */
+  const char *k = llk_ew(c->ts, &e);
+  const char *args = "";
+  for (int i = 0; i < r.next + e.nout; i++) {
+    const Value *v = i < r.next ? r.ext[i] : r.mem[e.out_op[i - r.next]]->out[0];
+    args = arena_printf(c->a, "%s%s(void *)%s", args, i ? ", " : "", cg_ptr(c, v));
+  }
+  if (r.n > 1) cg_line(c, "/* %d elementwise ops in one LLVM kernel */", r.n);
+  cg_line(c, "{ void %s(int64_t, int64_t, void **); void *p[] = {%s};", k, args);
+  cg_line(c, "  rt_par_for(%s, %" PRId64 ", %" PRId64 ", p); }", k, e.inner ? n / e.inner : n, n);
+  return r.n;
+}
+
+/* AdamW in place on f32 tensors (the copies first when the plan moved the state). */
+static bool adamw(Cg *c, Node *n) {
+  if (!GENERATE[GEN_ADAMW]) return false;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->dtype != DT_F32) return false;
+  const Attrs *a = &n->a;
+  LlkAdamW w = {(float)a->beta1, (float)a->beta2, (float)a->eps, (float)a->weight_decay};
+  const char *k = llk_adamw(c->ts, &w);
+  for (int i = 0; i < 3; i++) cg_copy_if_moved(c, n->out[i], n->in[i == 0 ? 0 : i + 1]);
+  int64_t cnt = ir_numel(&n->in[0]->shape);
+  cg_line(c, "{ void %s(int64_t, int64_t, void **); void *p[] = {(void *)%s, (void *)%s, (void *)%s, (void *)%s, (void *)%s};",
+          k, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[1]), cg_ptr(c, n->out[1]), cg_ptr(c, n->out[2]), cg_ptr(c, n->in[4]));
+  cg_line(c, "  rt_par_for(%s, %" PRId64 ", %" PRId64 ", p); }", k, cnt, cnt);
+  return true;
+}
+
+/* LayerNorm / RMSNorm forward over f32 rows. */
+static bool norm(Cg *c, Node *n) {
+  if (!GENERATE[GEN_NORM]) return false;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->dtype != DT_F32) return false;
+  const Value *x = n->in[0];
+  int64_t d = x->shape.dim[x->shape.rank - 1], rows = d ? ir_numel(&x->shape) / d : 0;
+  bool rms = n->op == OP_RMSNORM;
+  const char *k = llk_norm(c->ts, &(LlkNorm){d, (float)n->a.eps, rms});
+  const char *args = arena_printf(c->a, "(void *)%s, (void *)%s", cg_ptr(c, x), cg_ptr(c, n->in[1]));
+  if (!rms) args = arena_printf(c->a, "%s, (void *)%s", args, cg_ptr(c, n->in[2]));
+  cg_line(c, "{ void %s(int64_t, int64_t, void **); void *p[] = {%s, (void *)%s};", k, args, cg_ptr(c, n->out[0]));
+  cg_line(c, "  rt_par_for(%s, %" PRId64 ", %" PRId64 ", p); }", k, rows, rows * d);
+  return true;
+}
+
+static int llvm_node(Cg *c, Node *n) {
+  bool view = n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype && !n->group;
+  if (cg_elementwise(n) && !view) {
+    int len = ew_run(c, n);
+    if (len) return len;
+  }
+  if (n->op == OP_ADAMW_UPDATE && adamw(c, n)) return 1;
+  if ((n->op == OP_LAYERNORM || n->op == OP_RMSNORM) && norm(c, n)) return 1;
+  return cg_target_cpu.node(c, n);
+}
+
+static void llvm_copy(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
+  cg_target_cpu.copy(c, dst, src, bytes, overlap);
+}
+
+static void llvm_program(Cg *c) { cg_target_cpu.program(c); }
+
+static void llvm_begin(Cg *c) {
+  cg_target_cpu.begin(c);
+  c->ts = llk_new();
+}
+
+static void llvm_prologue(Cg *c) {
+  cg_target_cpu.prologue(c);
+  fprintf(c->f, "#include \"par.h\" /* the LLVM kernels' thread split */\n\n");
+}
+
+/* Compiles the kernels into the object file build.c links (none to write for --emit-c to a stream). */
+static void llvm_finish(Cg *c) {
+  cg_target_cpu.finish(c);
+  Llk *k = c->ts;
+  char *err = NULL;
+  if (c->obj_path && !llk_compile(k, c->obj_path, &err)) {
+    error_plain("LLVM could not compile the CPU kernels: %s", err ? err : "?");
+    c->ok = false;
+  }
+  free(err);
+  llk_free(k);
+  c->ts = NULL;
+}
+
+const CgTarget cg_target_llvm = {
+    .name = "CPU",
+    .coll_ws_offset = 0,
+    .logits_tensor = false,
+    .begin = llvm_begin,
+    .prologue = llvm_prologue,
+    .node = llvm_node,
+    .copy = llvm_copy,
+    .finish = llvm_finish,
+    .program = llvm_program,
+};
