@@ -243,3 +243,13 @@ void ir_reader_stages(const Graph *g, int *rstage, int nids) {
   for (int r = 0; r < g->nresults; r++)
     if (g->results[r]->def->graph == g) rstage[g->results[r]->id] = -1;
 }
+
+/* s with a leading dim of k: the shape of k such values stacked (a layer loop's xs / ys). */
+Shape ir_stacked_shape(Shape s, int64_t k) {
+  if (s.rank + 1 > IR_MAX_RANK) die("ir_stacked_shape: rank %d + 1 is over %d", s.rank, IR_MAX_RANK);
+  for (int d = s.rank; d > 0; d--) s.dim[d] = s.dim[d - 1], s.sym[d] = s.sym[d - 1];
+  s.dim[0] = k;
+  s.sym[0] = -1;
+  s.rank++;
+  return s;
+}

@@ -72,6 +72,7 @@ int64_t ir_numel(const Shape *s);
 bool ir_shape_eq(const Shape *a, const Shape *b); /* dims only, symbols ignored */
 Shape ir_shape(int rank, const int64_t *dims);    /* symbols cleared */
 Shape ir_scalar_shape(void);
+Shape ir_stacked_shape(Shape s, int64_t k); /* [k, s...]: k values of shape s stacked */
 
 /* ---- sharding over the device mesh ------------------------------------- */
 /* The mesh axes are runtime/mesh.h's MeshAxis (RT_AX_DP, RT_AX_PP, RT_AX_CP, RT_AX_TP): one enum

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clone.h"
 #include "diag.h"
 #include "passes.h"
 #include "pipe_sched.h"
@@ -34,15 +35,6 @@
 Node *stage_accum_region(Graph *g);
 bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd);
 bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw);
-
-Shape pipe_stacked_shape(Shape s, int64_t k) {
-  if (s.rank + 1 > IR_MAX_RANK) die("pipe: rank too large");
-  for (int d = s.rank; d > 0; d--) s.dim[d] = s.dim[d - 1], s.sym[d] = s.sym[d - 1];
-  s.dim[0] = k;
-  s.sym[0] = -1;
-  s.rank++;
-  return s;
-}
 
 enum { PIPE_TAG = 1000 };
 enum { C_NONE, C_FIRST, C_LAST, C_FIRSTB, C_ALL, C_MERGE, C_LOOP };
@@ -184,51 +176,6 @@ static bool classify(Pp *p) {
 static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v);
 
 
-/* A region body copied for a clone of its owner: outer values stay, the body's own are copies. */
-static Graph *clone_body(Graph *parent, const Graph *src, PtrMap *memo) {
-  Graph *nb = ir_graph_new(parent->arena, parent);
-  for (int a = 0; a < src->nargs; a++) {
-    const Value *v = src->args[a]->out[0];
-    Node *x = ir_add_arg(nb, v->dtype, v->shape, v->name);
-    x->out[0]->sharding = v->sharding;
-    x->loc = src->args[a]->loc;
-    ptrmap_put(memo, v, (intptr_t)x->out[0]);
-  }
-  for (int i = 0; i < src->nnodes; i++) {
-    const Node *d = src->nodes[i];
-    if (d->op == OP_ARG) continue;
-    Value **in = ARENA_ARRAY(parent->arena, Value *, d->nin + 1);
-    for (int j = 0; j < d->nin; j++) {
-      intptr_t got;
-      in[j] = ptrmap_get(memo, d->in[j], &got) ? (Value *)got : d->in[j];
-    }
-    pipe_clone_node(nb, d, in, memo);
-  }
-  for (int r = 0; r < src->nresults; r++) {
-    intptr_t got;
-    ir_add_result(nb, ptrmap_get(memo, src->results[r], &got) ? (Value *)got : src->results[r], NULL);
-  }
-  return nb;
-}
-
-Node *pipe_clone_node(Graph *dst, const Node *d, Value **in, PtrMap *memo) {
-  Node *c = ir_node_new(dst, d->op, d->nin, in, d->nout, d->loc);
-  c->a = d->a;
-  for (int k = 0; k < d->nout; k++) {
-    c->out[k]->dtype = d->out[k]->dtype;
-    c->out[k]->shape = d->out[k]->shape;
-    c->out[k]->sharding = d->out[k]->sharding;
-    c->out[k]->name = d->out[k]->name;
-    c->out[k]->offset = -1;
-    ptrmap_put(memo, d->out[k], (intptr_t)c->out[k]);
-  }
-  if (d->body) {
-    c->body = clone_body(dst, d->body, memo);
-    c->body->owner = c;
-  }
-  return c;
-}
-
 /* Micro-batch mb of a stacked step input: slice(x, 0, mb, 1) reshaped to drop the leading dim. */
 static Value *mb_input(Pp *p, int mb, int q) {
   Value *xs = p->A->in[p->A->a.ncarry + q];
@@ -263,7 +210,7 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
   if (p->cls[i] == C_ALL) { /* computed once per micro-batch, on every stage */
     Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
     for (int j = 0; j < d->nin; j++) in[j] = lookup(p, NULL, mb, d->in[j]);
-    pipe_clone_node(p->g, d, in, &p->shared[mb]);
+    ir_clone_node(p->g, d, in, &p->shared[mb]);
     ptrmap_get(&p->shared[mb], v, &got);
     return (Value *)got;
   }
@@ -306,7 +253,7 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
       die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
   }
-  Node *c = pipe_clone_node(p->g, d, in, sm);
+  Node *c = ir_clone_node(p->g, d, in, sm);
   c->stage = vs % p->pp + 1;
   if (loop && p->v > 1) {
     c->a.count = p->per;
@@ -423,7 +370,7 @@ static void run_merges(Pp *p, int mb) {
         in[j] = lookup(p, NULL, mb, u);
       }
     }
-    pipe_clone_node(p->g, d, in, &p->shared[mb]);
+    ir_clone_node(p->g, d, in, &p->shared[mb]);
   }
   for (int c = 0; c < p->A->a.ncarry; c++) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
 }

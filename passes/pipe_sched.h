@@ -107,8 +107,5 @@ void pipe_print(FILE *f, const Module *m);
  * (each stage's FLOPs), labelled with their micro-batch (and chunk). False without pp. */
 bool pipe_svg(FILE *f, const Module *m);
 
-/* passes/pipe.c: a copy of node d in dst reading `in`, its outputs typed like d's, unplaced and
- * recorded in memo (d's output -> the copy's); a region's body is copied too. */
-Node *pipe_clone_node(Graph *dst, const Node *d, Value **in, PtrMap *memo);
 
 #endif

@@ -13,12 +13,12 @@
  */
 #include <stdlib.h>
 
+#include "clone.h"
 #include "diag.h"
 #include "passes.h"
 #include "pipe_sched.h"
 #include "ptrmap.h"
 
-Shape pipe_stacked_shape(Shape s, int64_t k);
 
 static bool in_list(Value *const *l, int n, const Value *v) {
   for (int i = 0; i < n; i++)
@@ -43,7 +43,7 @@ static Node *clone(Graph *dst, const Node *d, PtrMap *memo) {
     in[j] = ptrmap_get(memo, d->in[j], &got) ? (Value *)got : d->in[j];
   }
   if (d->body) die("pipe: a region inside the backward layer loop (zb cannot split it)");
-  return pipe_clone_node(dst, d, in, memo);
+  return ir_clone_node(dst, d, in, memo);
 }
 
 static Node *arg_like(Graph *b, const Value *v, PtrMap *memo) {
@@ -117,7 +117,7 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
   for (int k = 0; k < nh; k++) {
     Value *o = B->out[nc + k];
     o->dtype = h[k]->dtype;
-    o->shape = pipe_stacked_shape(h[k]->shape, R->a.count);
+    o->shape = ir_stacked_shape(h[k]->shape, R->a.count);
     o->sharding = stacked_sharding(h[k]->sharding);
   }
   /* Rw: R's xs and the hand-off as xs, R's captured values; the W nodes; yields R's ys */
