@@ -113,6 +113,8 @@ struct Value {
   Shape shape;
   Sharding sharding;
   const char *name; /* optional, for printing / checkpoint names */
+  bool host;        /* memory space: the rank's host memory (plan `offload` on a device target, decided by
+                       passes/zero.c; printed `@host` after the type), not the target's allocation */
   /* Set by passes/memplan.c: where the value lives in its rank's one allocation.
    * Values in a REPEAT body that are stacked ys live at offset + i * stride bytes in
    * iteration i (stride 0: the same place every iteration). offset -1: not placed

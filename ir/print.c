@@ -85,6 +85,8 @@ const char *ir_loc_file_name(const char *file) {
   return s ? s + 1 : file;
 }
 
+static void put_sharding(Buf *b, const Value *v);
+
 static void put_type(Buf *b, const Module *m, const Value *v) {
   bprintf(b, "%s[", ir_dtype_name(v->dtype));
   for (int d = 0; d < v->shape.rank; d++) {
@@ -94,6 +96,11 @@ static void put_type(Buf *b, const Module *m, const Value *v) {
     bprintf(b, "%lld", (long long)v->shape.dim[d]);
   }
   bprintf(b, "]");
+  put_sharding(b, v);
+  if (v->host) bprintf(b, "@host");
+}
+
+static void put_sharding(Buf *b, const Value *v) {
   if (ir_sharding_is_replicated(&v->sharding)) return;
   bprintf(b, "{");
   bool first = true;

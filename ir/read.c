@@ -107,6 +107,12 @@ static bool parse_type(Reader *r, Value *v) {
     while (rd_eat(r, ','));
     if (!rd_expect(r, '}')) return false;
   }
+  v->host = false;
+  if (rd_eat(r, '@')) { /* memory space */
+    const char *at = r->p, *w = rd_word(r);
+    if (!w || strcmp(w, "host") != 0) return rd_fail(r, at, "expected `host` after '@' (a value's memory space)");
+    v->host = true;
+  }
   return true;
 }
 
@@ -427,6 +433,7 @@ static void set_outputs(Node *n, const OutDecl *outs) {
     n->out[i]->dtype = outs[i].v.dtype;
     n->out[i]->shape = outs[i].v.shape;
     n->out[i]->sharding = outs[i].v.sharding;
+    n->out[i]->host = outs[i].v.host;
   }
 }
 

@@ -106,6 +106,27 @@ static void check_value(Verifier *vf, const Node *n, const Value *v) {
 
 static void verify_graph(Verifier *vf, const Graph *g);
 
+/* Memory spaces (Value.host, plan offload): a node computes in one space, the one its outputs
+ * live in; it reads values of that space only, except to_host (reads the device, writes the host)
+ * and to_device (the reverse). Host values are top-level tensors of the optimizer step: a source
+ * (the sharded optimizer state), to_host's copy, and what an update computes from them;
+ * collectives and regions run on the device. */
+static void check_spaces(Verifier *vf, const Node *n) {
+  if (n->nout == 0 && n->nin == 0) return;
+  bool host = n->nout ? n->out[0]->host : false;
+  for (int j = 1; j < n->nout; j++)
+    if (n->out[j]->host != host) report(vf, n, "outputs in two memory spaces");
+  bool want_in = n->op == OP_TO_HOST ? false : n->op == OP_TO_DEVICE ? true : host;
+  if (n->op == OP_TO_HOST && !host) report(vf, n, "to_host writes a device value");
+  if (n->op == OP_TO_DEVICE && host) report(vf, n, "to_device writes a host value");
+  for (int j = 0; j < n->nin; j++)
+    if (n->in[j] && n->in[j]->host != want_in)
+      report(vf, n, "input %d lives in %s memory, the node reads %s memory", j, n->in[j]->host ? "host" : "device",
+             want_in ? "host" : "device");
+  if (host && ((ir_ops[n->op].flags & (F_COLL | F_REGION)) || n->graph->parent))
+    report(vf, n, "a collective, a region or a region's body node in host memory");
+}
+
 static void check_region(Verifier *vf, const Graph *g, const Node *n) {
   const Graph *b = n->body;
   if (b->parent != g) report(vf, n, "body's parent is not the graph holding the node");
@@ -180,6 +201,7 @@ static void verify_graph(Verifier *vf, const Graph *g) {
       if (v->def != n || v->idx != j) report(vf, n, "output %d does not point back at its node", j);
       check_value(vf, n, v);
     }
+    check_spaces(vf, n);
     if ((oi->flags & F_REGION) != 0) {
       if (!n->body) report(vf, n, "region without a body");
       else check_region(vf, g, n);

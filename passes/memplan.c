@@ -162,6 +162,40 @@ static void reader_stages(const Graph *g, const Graph *in, int stage, int *rstag
 
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
 
+/* Plan `offload`: the top graph's host values (passes/zero.c) in the host allocation. The state
+ * first (persistent), then each to_host copy in its own bytes (the copies of one step's shards:
+ * host memory is not the scarce kind), and an update's results on what it updates (in place). */
+static void place_host(Graph *g, MemPlan *mp) {
+  int64_t off = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Value *v = g->nodes[i]->nout ? g->nodes[i]->out[0] : NULL;
+    if (!v || !v->host || !(ir_ops[g->nodes[i]->op].flags & F_SOURCE)) continue;
+    v->offset = off;
+    v->mclass = MEM_OPTIM;
+    off += align_up(value_bytes(v));
+    mp->nvalues++;
+  }
+  mp->host_state = off;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (!n->nout || !n->out[0]->host || (ir_ops[n->op].flags & F_SOURCE)) continue;
+    for (int k = 0; k < n->nout; k++) {
+      Value *v = n->out[k];
+      if (is_update(n->op)) {
+        const Value *x = n->in[k == 0 ? 0 : k + 1]; /* p' <- p, m' <- m, v' <- v */
+        v->offset = x->offset;
+        v->mclass = x->mclass;
+      } else {
+        v->offset = off;
+        v->mclass = MEM_ACT;
+        off += align_up(value_bytes(v));
+      }
+      mp->nvalues++;
+    }
+  }
+  mp->host_total = off;
+}
+
 /* Does any node after `n` in g read `v`? (Then n cannot overwrite v in place.) */
 static bool read_after(const Graph *g, const Node *n, const Value *v) {
   int i = 0;
@@ -187,7 +221,9 @@ static bool read_from(const Graph *g, int from, const Value *v) {
  * shard, a separate buffer). Returns X (y is gathered straight into X's storage), else NULL. */
 static Value *gathered_param(const Graph *g, const Value *y, int pos) {
   const Node *n = y->def;
-  if (n->op != OP_ALL_GATHER || n->a.mesh_axis != RT_AX_DP || !g->result_names) return NULL;
+  /* (offload: the updated shard uploaded, to_device, writes the parameter the same way) */
+  if ((n->op != OP_ALL_GATHER || n->a.mesh_axis != RT_AX_DP) && n->op != OP_TO_DEVICE) return NULL;
+  if (!g->result_names) return NULL;
   const char *nm = NULL;
   for (int r = 0; r < g->nresults && !nm; r++)
     if (g->results[r] == y && g->result_names[r] && strncmp(g->result_names[r], "next:", 5) == 0)
@@ -371,7 +407,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
-      if (n->op == OP_ARG || v->offset == -2) continue;
+      if (n->op == OP_ARG || v->offset == -2 || v->host) continue; /* (host values: place_host) */
       Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
       /* a pipeline stage's value that only its stage reads (codegen zeroes the others' on the
        * other stages: those every rank touches) */
@@ -681,7 +717,7 @@ bool pass_memplan(Module *m) {
   for (int o = 0; o < 3; o++)
     for (int i = 0; i < g->nnodes; i++) {
       Node *n = g->nodes[i];
-      if (n->op != order[o]) continue;
+      if (n->op != order[o] || n->out[0]->host) continue;
       Value *v = n->out[0];
       v->offset = off;
       v->mclass = cls[o];
@@ -692,6 +728,7 @@ bool pass_memplan(Module *m) {
       mp->nvalues++;
     }
   mp->persistent = off;
+  place_host(g, mp);
   Arena tmp;
   arena_init(&tmp);
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
@@ -735,6 +772,12 @@ void memplan_print(FILE *f, const Module *m) {
   if (cap > 0)
     fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "capacity", cap, cap / (1 << 20), what,
             (double)p->total <= cap ? "fits" : "does not fit", 100.0 * (double)p->total / cap);
+  if (p->host_total > 0) { /* plan offload */
+    fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
+    row(f, "optimizer state", p->host_state, "the moments of this rank's shard");
+    row(f, "update copies", p->host_total - p->host_state, "the shards of parameters and gradients, and the step's hyper-parameters");
+    row(f, "host total", p->host_total, NULL);
+  }
 }
 
 double memplan_capacity(const Module *m, char *what, size_t cap) {

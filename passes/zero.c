@@ -496,10 +496,69 @@ static void bucket_scatters(Graph *g, int dp, int64_t cap) {
   }
 }
 
+/* ---- ZeRO-Offload (plan `offload`, a device target) ----
+ * Every update u of the top graph (after the sharding above: its shard of the parameter and of
+ * the gradient, its 1/dp optimizer state) runs in the rank's host memory:
+ *     ph  = to_host(ps)     gh = to_host(gs)     hh = to_host(hyper)   (one hh for every update)
+ *     ph', m', v' = adamw_update(ph, gh, m, v, hh)   m, v: STATE values in host memory
+ *     pd' = to_device(ph')                            read where ph' was: ZeRO-1/2's all_gather,
+ *                                                     ZeRO-3's next:<param> (the stored shard)
+ * Host values are marked Value.host (printed `@host`); verify checks that a node reads values
+ * of its own space only, to_host / to_device excepted; memplan places them in the rank's host
+ * allocation; the CUDA target runs the update with the CPU target's threaded kernel. With dp 1 the
+ * shard is the whole parameter. A state another node reads, or an update inside a region, stays
+ * on the device (none today). */
+static Value *copy_to(Graph *g, OpKind op, Value *x, int pos, SrcLoc loc) {
+  Node *c = ir_node_new(g, op, 1, &x, 1, loc);
+  c->out[0]->dtype = x->dtype;
+  c->out[0]->shape = x->shape;
+  c->out[0]->sharding = x->sharding;
+  c->out[0]->name = x->name;
+  c->out[0]->host = op == OP_TO_HOST;
+  ir_move_last(g, pos);
+  return c->out[0];
+}
+
+static void offload_update(Graph *g, Node *u, Value **hyper_host) {
+  int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1, hi = 2 + nstate;
+  for (int k = 0; k < nstate; k++)
+    if (!only_reader(g, u->in[2 + k], u)) return;
+  int pos = position(g, u);
+  for (int k = 0; k < 2; k++) u->in[k] = copy_to(g, OP_TO_HOST, u->in[k], pos++, u->loc);
+  if (!*hyper_host) {
+    int hp = position(g, u->in[hi]->def) + 1; /* right after the hyper-parameters are made */
+    *hyper_host = copy_to(g, OP_TO_HOST, u->in[hi], hp, u->loc);
+    pos++;
+  }
+  u->in[hi] = *hyper_host;
+  for (int k = 0; k < nstate; k++) u->in[2 + k]->host = true;
+  for (int k = 0; k < u->nout; k++) u->out[k]->host = true;
+  Value *ph = u->out[0];
+  Value *pd = copy_to(g, OP_TO_DEVICE, ph, pos + 1, u->loc);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == ph && g->nodes[i] != pd->def) g->nodes[i]->in[j] = pd;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == ph) g->results[i] = pd;
+}
+
+static void offload(Graph *g) {
+  int n = g->nnodes, nu = 0;
+  Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
+  Value *hyper_host = NULL;
+  for (int i = 0; i < nu; i++) offload_update(g, updates[i], &hyper_host);
+}
+
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
-  if (stage <= 0 || dp <= 1) return true;
+  bool off = m->plan.offload && m->target != TARGET_CPU && stage >= 1; /* (CPU: a note, passes/optimizer.c) */
+  if (stage <= 0 || dp <= 1) {
+    if (off) offload(m->graph);
+    return true;
+  }
   Graph *g = m->graph;
   int n = g->nnodes;
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
@@ -511,5 +570,6 @@ bool pass_zero(Module *m) {
     complete_sumsq(g);
     bucket_scatters(g, dp, m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20);
   }
+  if (off) offload(g);
   return true;
 }

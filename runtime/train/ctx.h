@@ -27,6 +27,7 @@ struct RtCtx {
   double comm_s;        /* seconds spent in the generated code's collectives (coll.h), accumulated */
   void *kernels;        /* kernel library state (thread pool, workspace); owner sets and frees it */
   void *user;           /* free for the program (hand-written test programs) */
+  char *host_mem;       /* a device program's host allocation (RtProgram.host_bytes, plan offload); NULL: none */
 };
 
 #endif

@@ -143,6 +143,14 @@ static int mem_init(RtRun *r) {
     int64_t hbytes;
     r->hp = rt_host_program(p, &hbytes);
     r->hmem = rt_xcalloc((size_t)hbytes + 64, 1);
+    if (p->host_bytes > 0) { /* plan offload: the optimizer step's tensors in host memory, pinned */
+      size_t hb = ((size_t)p->host_bytes + 63) / 64 * 64;
+      r->ctx.host_mem = aligned_alloc(64, hb);
+      if (!r->ctx.host_mem)
+        rt_user_error("cannot allocate the planned %lld bytes of host memory (offload)", (long long)p->host_bytes);
+      memset(r->ctx.host_mem, 0, hb);
+      if (r->dev->pin) r->dev->pin(&r->ctx, r->ctx.host_mem, (int64_t)hb);
+    }
   } else {
     check_host_memory(p, bytes);
     /* multi-rank: memory the local peers map (runtime/comm/shmem.c), so the collectives on
@@ -164,7 +172,10 @@ static int mem_init(RtRun *r) {
 
 static void mem_free(RtRun *r) {
   if (r->dev) {
+    if (r->ctx.host_mem && r->dev->unpin) r->dev->unpin(&r->ctx, r->ctx.host_mem);
     r->dev->close(&r->ctx);
+    free(r->ctx.host_mem);
+    r->ctx.host_mem = NULL;
     free(r->hmem);
     rt_host_program_free(r->hp);
   } else if (r->ctx.comm) {
