@@ -44,6 +44,9 @@ static void emit_repeat(Cg *c, Node *n) {
     const char *e;
     if (k < nc)
       e = arena_printf(c->a, "c%d_%d", d, k);
+    else if (k < nc + nx && arg->a.next) /* the next iteration's row (ZeRO-3's prefetch) */
+      e = arena_printf(c->a, "(%s + (i%d + %" PRId64 ") %% %" PRId64 " * %" PRId64 ")", cg_ptr(c, n->in[k]), d,
+                       n->a.reverse ? n->a.count - 1 : 1, n->a.count, cg_bytes(arg->out[0]));
     else if (k < nc + nx)
       e = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", cg_ptr(c, n->in[k]), d, cg_bytes(arg->out[0]));
     else

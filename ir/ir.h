@@ -149,6 +149,8 @@ typedef struct {
   int64_t count;          /* REPEAT: iterations */
   int ncarry, nxs;        /* REPEAT: carried values, stacked inputs */
   bool reverse;           /* REPEAT: iterate count-1 .. 0 */
+  bool next;              /* ARG of a REPEAT's stacked input: iteration i reads row i+1 (reverse: i-1), modulo
+                             count, not row i (ZeRO-3's gather of the next layer, passes/zero.c) */
   bool sharded;           /* EMBED/EMBED_BWD/CE_*: the vocab dim is split over mesh_axis (this rank holds block coord) */
   int blocks;             /* ALL_GATHER/REDUCE_SCATTER/SHARD_SLICE: the axis is this many blocks, each split (0: 1) */
 } Attrs;

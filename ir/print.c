@@ -209,7 +209,7 @@ static void print_node(Printer *p, const Node *n, int depth) {
   }
   if (n->nout) bprintf(b, " = ");
   if (n->op == OP_ARG) {
-    bprintf(b, "arg %d", n->a.index);
+    bprintf(b, "arg %d%s", n->a.index, n->a.next ? " next" : "");
     if (n->out[0]->name) bprintf(b, "  \"%s\"", n->out[0]->name);
     emit_line(p, NULL);
     return;

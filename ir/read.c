@@ -579,6 +579,7 @@ static bool parse_arg(Reader *r, Graph *g, OutDecl *outs, int nout, const char *
   if (g->args[k]) return rd_fail(r, kat, "arg %d defined twice", k);
   Node *n = ir_node_new(g, OP_ARG, 0, NULL, 1, (SrcLoc){0});
   n->a.index = k;
+  n->a.next = rd_keyword(r, "next");
   set_outputs(n, outs);
   g->args[k] = n;
   rd_ws(r);

@@ -139,6 +139,8 @@ static void check_region(Verifier *vf, const Graph *g, const Node *n) {
       continue;
     }
     if (a->a.index != i) report(vf, a, "ARG index %d listed as argument %d", a->a.index, i);
+    if (a->a.next && (n->op != OP_REPEAT || i < n->a.ncarry || i >= n->a.ncarry + n->a.nxs))
+      report(vf, a, "ARG %d reads the next iteration's row but is not a repeat's stacked input", i);
     if (i < n->nin && n->op == OP_CALL &&
         (a->out[0]->dtype != n->in[i]->dtype || !ir_shape_eq(&a->out[0]->shape, &n->in[i]->shape)))
       report(vf, n, "input %d does not match the body's argument type", i);

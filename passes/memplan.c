@@ -330,7 +330,7 @@ static int xs_in_place(const Node *rep, int k) {
   }
   if (v->def->graph != body || v->def->op != OP_ADD) return -1;
   const Value *a = v->def->in[0];
-  if (a->def->op != OP_ARG || a->def->graph != body || !ir_shape_eq(&a->shape, &v->shape)) return -1;
+  if (a->def->op != OP_ARG || a->def->graph != body || a->def->a.next || !ir_shape_eq(&a->shape, &v->shape)) return -1;
   int q = a->def->a.index;
   if (q < rep->a.ncarry || q >= rep->a.ncarry + rep->a.nxs) return -1;
   if (readers(body, a) != 1 || is_result(body, a) || readers(body, rep->in[q]) != 0) return -1;
