@@ -27,8 +27,10 @@
  * all_gather per reading node (a tied embedding: the embedding, the head, the head's backward) —
  * and memplan frees each gathered copy after its use. The update writes the shard and no final
  * all-gather follows. Parameters under ZERO3_PERSIST_NUMEL elements per layer stay whole (as
- * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen), a layer's started at
- * the front of its iteration; the next layer's are not prefetched yet.
+ * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen); a layer loop gathers
+ * one layer ahead (prefetch_layer: the loop carries the gathered layer, each iteration starts the
+ * next layer's gather at its front). Under bf16 compute a gather moves past the parameter's bf16
+ * cast: the cast of the shard is kept split and each of its readers gathers the bf16 copy.
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
