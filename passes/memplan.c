@@ -163,9 +163,11 @@ static void reader_stages(const Graph *g, const Graph *in, int stage, int *rstag
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
 
 /* Plan `offload`: the top graph's host values (passes/zero.c) in the host allocation. The state
- * first (persistent), then each to_host copy in its own bytes (the copies of one step's shards:
- * host memory is not the scarce kind), and an update's results on what it updates (in place). */
-static void place_host(Graph *g, MemPlan *mp) {
+ * first (persistent); then the to_host copies, each live from its copy to its last reader (or, for
+ * an update's parameter shard, to the last reader of the update's result, which takes its bytes),
+ * packed like the device's transients (one update's shards at a time); an update's results on
+ * what it updates (in place). */
+static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
   int64_t off = 0;
   for (int i = 0; i < g->nnodes; i++) {
     Value *v = g->nodes[i]->nout ? g->nodes[i]->out[0] : NULL;
@@ -176,24 +178,38 @@ static void place_host(Graph *g, MemPlan *mp) {
     mp->nvalues++;
   }
   mp->host_state = off;
+  Intervals p = {.a = tmp};
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (!n->nout || !n->out[0]->host || (ir_ops[n->op].flags & F_SOURCE)) continue;
-    for (int k = 0; k < n->nout; k++) {
-      Value *v = n->out[k];
-      if (is_update(n->op)) {
-        const Value *x = n->in[k == 0 ? 0 : k + 1]; /* p' <- p, m' <- m, v' <- v */
-        v->offset = x->offset;
-        v->mclass = x->mclass;
-      } else {
-        v->offset = off;
-        v->mclass = MEM_ACT;
-        off += align_up(value_bytes(v));
+    if (n->op != OP_TO_HOST) continue;
+    Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), i, MEM_ACT);
+    for (int j = i + 1; j < g->nnodes; j++)
+      for (int k = 0; k < g->nodes[j]->nin; k++) {
+        const Node *u = g->nodes[j];
+        if (u->in[k] == n->out[0] && j > it->end) it->end = j;
+        if (is_update(u->op) && u->in[0] == n->out[0]) /* its result, in place: read after it */
+          for (int q = j + 1; q < g->nnodes; q++)
+            for (int r = 0; r < g->nodes[q]->nin; r++)
+              if (g->nodes[q]->in[r] == u->out[0] && q > it->end) it->end = q;
       }
+  }
+  int64_t size = pack(p.iv, p.n, tmp);
+  for (int i = 0; i < p.n; i++) {
+    p.iv[i].v->offset = off + p.iv[i].offset;
+    p.iv[i].v->mclass = MEM_ACT;
+    mp->nvalues++;
+  }
+  for (int i = 0; i < g->nnodes; i++) { /* an update's results: on what it updates */
+    Node *n = g->nodes[i];
+    if (!is_update(n->op) || !n->out[0]->host) continue;
+    for (int k = 0; k < n->nout; k++) {
+      const Value *x = n->in[k == 0 ? 0 : k + 1]; /* p' <- p, m' <- m, v' <- v */
+      n->out[k]->offset = x->offset;
+      n->out[k]->mclass = x->mclass;
       mp->nvalues++;
     }
   }
-  mp->host_total = off;
+  mp->host_total = off + size;
 }
 
 /* Does any node after `n` in g read `v`? (Then n cannot overwrite v in place.) */
@@ -728,9 +744,9 @@ bool pass_memplan(Module *m) {
       mp->nvalues++;
     }
   mp->persistent = off;
-  place_host(g, mp);
   Arena tmp;
   arena_init(&tmp);
+  place_host(g, mp, &tmp);
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
   int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class);
   arena_free(&tmp);
