@@ -33,6 +33,7 @@ const char *cg_ptr(Cg *c, const Value *v) {
     die("ARG %%%d has no binding", v->id);
   }
   if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
+  if (v->host) return arena_printf(c->a, "(H + %" PRId64 ")", v->offset); /* plan offload: the host allocation */
   if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, cg_depth_of(v->def->graph), v->stride);
   return arena_printf(c->a, "(M + %" PRId64 ")", v->offset);
 }

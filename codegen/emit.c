@@ -47,6 +47,9 @@ static void emit_repeat(Cg *c, Node *n) {
     const char *e;
     if (k < nc)
       e = arena_printf(c->a, "c%d_%d", d, k);
+    else if (k < nc + nx && arg->a.next) /* the next iteration's row (ZeRO-3's prefetch) */
+      e = arena_printf(c->a, "(%s + (i%d + %" PRId64 ") %% %" PRId64 " * %" PRId64 ")", cg_ptr(c, n->in[k]), d,
+                       n->a.reverse ? n->a.count - 1 : 1, n->a.count, cg_bytes(arg->out[0]));
     else if (k < nc + nx)
       e = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", cg_ptr(c, n->in[k]), d, cg_bytes(arg->out[0]));
     else
@@ -569,8 +572,8 @@ static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char 
                             const char *end) {
   fprintf(c->f, "  {%s, %s, %d, %d, {", cg_cstr(c, name), kind, (int)v->dtype, v->shape.rank);
   for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
-  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
-          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), end);
+  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
+          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), v->host ? ", .host = 1" : "", end);
 }
 
 static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
@@ -693,7 +696,9 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
 
   bool *need = ARENA_ARRAY(&a, bool, g->nnodes + 1);
   bool async = has_async(g);
-  fprintf(f, "static void step(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
+  /* plan offload: the values in host memory are at offsets into the host allocation H */
+  const char *host_base = m->memplan->host_total > 0 ? "  char *H = rt_ctx_host_mem(ctx);\n  (void)H;\n" : "";
+  fprintf(f, "static void step(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
   c.indent = 1;
   emit_graph(&c, g, NULL);
   end_entry(&c, async);
@@ -708,14 +713,14 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "}\n\n");
 
   need_closure(g, loss, need);
-  fprintf(f, "static void eval(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
+  fprintf(f, "static void eval(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
   emit_graph(&c, g, need);
   end_entry(&c, async);
   fprintf(f, "}\n\n");
 
   memset(need, 0, sizeof(bool) * (size_t)g->nnodes);
   if (logits) need_closure(g, logits, need);
-  fprintf(f, "static void logits(char *M, RtCtx *ctx) {\n  (void)ctx;\n");
+  fprintf(f, "static void logits(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
   if (logits) emit_graph(&c, g, need);
   end_entry(&c, async);
   fprintf(f, "}\n\n");
@@ -764,6 +769,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "static const RtProgram program = {\n");
   fprintf(f, "  .model = %s,\n  .source = %s,\n", cg_cstr(&c, m->name), cg_cstr(&c, o->source_path));
   fprintf(f, "  .mem_bytes = %" PRId64 ",\n  .workspace_bytes = workspace_bytes,\n  .mem_peak = %" PRId64 ",\n", m->memplan->total, m->memplan->peak);
+  if (m->memplan->host_total > 0) fprintf(f, "  .host_bytes = %" PRId64 ",\n", m->memplan->host_total);
   if (multi && mesh)
     fprintf(f, "  .mesh = {[RT_AX_DP] = %d, [RT_AX_PP] = %d, [RT_AX_CP] = %d, [RT_AX_TP] = %d},\n", mesh->dim[RT_AX_DP],
             mesh->dim[RT_AX_PP], mesh->dim[RT_AX_CP], mesh->dim[RT_AX_TP]);

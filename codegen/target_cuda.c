@@ -18,6 +18,8 @@
 #include "cg.h"
 #include "cuda_kernels.h"
 #include "diag.h"
+#include "memplan.h"
+#include "passes.h" /* FUSE_MAX_* */
 
 static void stmt(Cg *c, const char *s) { cg_line(c, "%s", s); }
 
@@ -211,6 +213,13 @@ static void emit_node(Cg *c, Node *n) {
 
 static int cuda_node(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
+  /* plan offload: the optimizer step in host memory runs the CPU target's (threaded) kernels */
+  if (n->op == OP_TO_HOST || n->op == OP_TO_DEVICE) {
+    cg_line(c, "rt_cu_%s(ctx, %s, %s, %" PRId64 ");", n->op == OP_TO_HOST ? "to_host" : "to_device", cg_ptr(c, y),
+            cg_ptr(c, x), cg_bytes(y));
+    return 1;
+  }
+  if (y && y->host) return cg_target_cpu.node(c, n);
   for (int i = 0; i < n->nin; i++)
     if (ir_dtype_is_float(n->in[i]->dtype) && !float_ok(c, n, n->in[i])) return 1;
   if (n->op == OP_CAST && x->dtype == y->dtype) { /* a view: a copy only if it was not planned in place */
@@ -225,6 +234,7 @@ static int cuda_node(Cg *c, Node *n) {
 static void cuda_begin(Cg *c) { c->ts = cuk_new(c->a); }
 
 static void cuda_prologue(Cg *c) {
+  if (c->m->memplan->host_total > 0) fprintf(c->f, "#include \"prims.h\" /* the optimizer step on the host (offload) */\n");
   fprintf(c->f, "#include \"cuda_ops.h\"\n#include \"program.h\"\n\n"
                 "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n");
 }

@@ -794,6 +794,7 @@ bool ir_infer(Node *n) {
   case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: case OP_BROADCAST: case OP_SEND:
   case OP_RECV: case OP_ALL_TO_ALL:
     return infer_coll(n);
+  case OP_TO_HOST: case OP_TO_DEVICE: set_out(n, 0, in(n, 0)->dtype, in(n, 0)->shape); return true;
   case OP_STAGE_SELECT:
     if (n->nin < 1) die("stage_select without inputs");
     for (int i = 1; i < n->nin; i++)

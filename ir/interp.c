@@ -371,7 +371,9 @@ static bool eval_region(Interp *it, const Node *n, Env *e, Tensor *const *ins, T
           break;
         }
         tensor_free(&xsl[i][r]);
-        Tensor s = interp_slice_of(xs, 0, t, 1);
+        int64_t row = t; /* an arg `next`: the next iteration's row (ZeRO-3's prefetch) */
+        if (b->args[nc + i]->a.next) row = n->a.reverse ? (t + count - 1) % count : (t + 1) % count;
+        Tensor s = interp_slice_of(xs, 0, row, 1);
         s.shape.rank--;
         for (int d = 0; d < s.shape.rank; d++) {
           s.shape.dim[d] = s.shape.dim[d + 1];

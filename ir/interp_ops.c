@@ -594,6 +594,7 @@ bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
   case OP_EMBED: return ev_embed(it, n, x, y, rank);
   case OP_EMBED_BWD: return ev_embed_bwd(it, n, x, y, rank);
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_LOSS: case OP_CE_GRAD: return ev_ce_part(it, n, x, y, rank);
+  case OP_TO_HOST: case OP_TO_DEVICE: *y = tensor_copy(x[0]); return true; /* a copy between memories */
   case OP_STAGE_SELECT: {
     int s = interp_coord(it, rank, RT_AX_PP);
     if (s >= n->nin) return interp_error(n, "rank %d is on pipeline stage %d, of %d inputs", rank, s, n->nin);

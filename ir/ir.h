@@ -114,6 +114,8 @@ struct Value {
   Shape shape;
   Sharding sharding;
   const char *name; /* optional, for printing / checkpoint names */
+  bool host;        /* memory space: the rank's host memory (plan `offload` on a device target, decided by
+                       passes/zero.c; printed `@host` after the type), not the target's allocation */
   /* Set by passes/memplan.c: where the value lives in its rank's one allocation.
    * Values in a REPEAT body that are stacked ys live at offset + i * stride bytes in
    * iteration i (stride 0: the same place every iteration). offset -1: not placed
@@ -148,6 +150,8 @@ typedef struct {
   int64_t count;          /* REPEAT: iterations */
   int ncarry, nxs;        /* REPEAT: carried values, stacked inputs */
   bool reverse;           /* REPEAT: iterate count-1 .. 0 */
+  bool next;              /* ARG of a REPEAT's stacked input: iteration i reads row i+1 (reverse: i-1), modulo
+                             count, not row i (ZeRO-3's gather of the next layer, passes/zero.c) */
   bool sharded;           /* EMBED/EMBED_BWD/CE_*: the vocab dim is split over mesh_axis (this rank holds block coord) */
   int blocks;             /* ALL_GATHER/REDUCE_SCATTER/SHARD_SLICE/ALL_TO_ALL: the axis is this many blocks, each split (0: 1) */
   int split_axis;         /* ALL_TO_ALL: the tensor axis scattered (>= 0) */

@@ -66,7 +66,7 @@ typedef struct {
   int dp, tp, pp, cp; /* degrees as written; dp 0: auto. Resolved once into Module.mesh (ir/mesh.h) */
   bool sp;            /* sequence parallel in tp regions */
   int zero;           /* 0..3 */
-  bool offload;       /* ZeRO optimizer state on host (passes/optimizer.c: a no-op on the CPU target, refused on CUDA) */
+  bool offload;       /* ZeRO optimizer state on host (a note on the CPU target: passes/optimizer.c; applied on CUDA: passes/zero.c) */
   int microbatches;
   PipeSchedule schedule;
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */

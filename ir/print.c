@@ -86,6 +86,8 @@ const char *ir_loc_file_name(const char *file) {
   return s ? s + 1 : file;
 }
 
+static void put_sharding(Buf *b, const Value *v);
+
 static void put_type(Buf *b, const Module *m, const Value *v) {
   bprintf(b, "%s[", ir_dtype_name(v->dtype));
   for (int d = 0; d < v->shape.rank; d++) {
@@ -95,6 +97,11 @@ static void put_type(Buf *b, const Module *m, const Value *v) {
     bprintf(b, "%lld", (long long)v->shape.dim[d]);
   }
   bprintf(b, "]");
+  put_sharding(b, v);
+  if (v->host) bprintf(b, "@host");
+}
+
+static void put_sharding(Buf *b, const Value *v) {
   if (ir_sharding_is_replicated(&v->sharding)) return;
   bprintf(b, "{");
   bool first = true;
@@ -210,7 +217,7 @@ static void print_node(Printer *p, const Node *n, int depth) {
   }
   if (n->nout) bprintf(b, " = ");
   if (n->op == OP_ARG) {
-    bprintf(b, "arg %d", n->a.index);
+    bprintf(b, "arg %d%s", n->a.index, n->a.next ? " next" : "");
     if (n->out[0]->name) bprintf(b, "  \"%s\"", n->out[0]->name);
     emit_line(p, NULL);
     return;

@@ -107,6 +107,12 @@ static bool parse_type(Reader *r, Value *v) {
     while (rd_eat(r, ','));
     if (!rd_expect(r, '}')) return false;
   }
+  v->host = false;
+  if (rd_eat(r, '@')) { /* memory space */
+    const char *at = r->p, *w = rd_word(r);
+    if (!w || strcmp(w, "host") != 0) return rd_fail(r, at, "expected `host` after '@' (a value's memory space)");
+    v->host = true;
+  }
   return true;
 }
 
@@ -432,6 +438,7 @@ static void set_outputs(Node *n, const OutDecl *outs) {
     n->out[i]->dtype = outs[i].v.dtype;
     n->out[i]->shape = outs[i].v.shape;
     n->out[i]->sharding = outs[i].v.sharding;
+    n->out[i]->host = outs[i].v.host;
   }
 }
 
@@ -577,6 +584,7 @@ static bool parse_arg(Reader *r, Graph *g, OutDecl *outs, int nout, const char *
   if (g->args[k]) return rd_fail(r, kat, "arg %d defined twice", k);
   Node *n = ir_node_new(g, OP_ARG, 0, NULL, 1, (SrcLoc){0});
   n->a.index = k;
+  n->a.next = rd_keyword(r, "next");
   set_outputs(n, outs);
   g->args[k] = n;
   rd_ws(r);

@@ -106,6 +106,27 @@ static void check_value(Verifier *vf, const Node *n, const Value *v) {
 
 static void verify_graph(Verifier *vf, const Graph *g);
 
+/* Memory spaces (Value.host, plan offload): a node computes in one space, the one its outputs
+ * live in; it reads values of that space only, except to_host (reads the device, writes the host)
+ * and to_device (the reverse). Host values are top-level tensors of the optimizer step: a source
+ * (the sharded optimizer state), to_host's copy, and what an update computes from them;
+ * collectives and regions run on the device. */
+static void check_spaces(Verifier *vf, const Node *n) {
+  if (n->nout == 0 && n->nin == 0) return;
+  bool host = n->nout ? n->out[0]->host : false;
+  for (int j = 1; j < n->nout; j++)
+    if (n->out[j]->host != host) report(vf, n, "outputs in two memory spaces");
+  bool want_in = n->op == OP_TO_HOST ? false : n->op == OP_TO_DEVICE ? true : host;
+  if (n->op == OP_TO_HOST && !host) report(vf, n, "to_host writes a device value");
+  if (n->op == OP_TO_DEVICE && host) report(vf, n, "to_device writes a host value");
+  for (int j = 0; j < n->nin; j++)
+    if (n->in[j] && n->in[j]->host != want_in)
+      report(vf, n, "input %d lives in %s memory, the node reads %s memory", j, n->in[j]->host ? "host" : "device",
+             want_in ? "host" : "device");
+  if (host && ((ir_ops[n->op].flags & (F_COLL | F_REGION)) || n->graph->parent))
+    report(vf, n, "a collective, a region or a region's body node in host memory");
+}
+
 static void check_region(Verifier *vf, const Graph *g, const Node *n) {
   const Graph *b = n->body;
   if (b->parent != g) report(vf, n, "body's parent is not the graph holding the node");
@@ -118,6 +139,8 @@ static void check_region(Verifier *vf, const Graph *g, const Node *n) {
       continue;
     }
     if (a->a.index != i) report(vf, a, "ARG index %d listed as argument %d", a->a.index, i);
+    if (a->a.next && (n->op != OP_REPEAT || i < n->a.ncarry || i >= n->a.ncarry + n->a.nxs))
+      report(vf, a, "ARG %d reads the next iteration's row but is not a repeat's stacked input", i);
     if (i < n->nin && n->op == OP_CALL &&
         (a->out[0]->dtype != n->in[i]->dtype || !ir_shape_eq(&a->out[0]->shape, &n->in[i]->shape)))
       report(vf, n, "input %d does not match the body's argument type", i);
@@ -180,6 +203,7 @@ static void verify_graph(Verifier *vf, const Graph *g) {
       if (v->def != n || v->idx != j) report(vf, n, "output %d does not point back at its node", j);
       check_value(vf, n, v);
     }
+    check_spaces(vf, n);
     if ((oi->flags & F_REGION) != 0) {
       if (!n->body) report(vf, n, "region without a body");
       else check_region(vf, g, n);

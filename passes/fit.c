@@ -136,6 +136,19 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   const MemPlan *p = m->memplan;
   char capname[96];
   double dev = memplan_capacity(m, capname, sizeof capname);
+  const Topology *topo = &m->topo;
+  if (p && p->host_total > 0 && m->has_topology && topo->host_memory > 0 && topo->devices_per_node > 0 &&
+      (double)p->host_total * topo->devices_per_node > topo->host_memory) { /* plan offload: the node's host memory */
+    char hb[32], nb[32], cb[32];
+    mib(hb, sizeof hb, (double)p->host_total);
+    mib(nb, sizeof nb, (double)p->host_total * topo->devices_per_node);
+    mib(cb, sizeof cb, topo->host_memory);
+    error_at(m->plan.opt_loc[PLAN_OPT_OFFLOAD].file ? m->plan.opt_loc[PLAN_OPT_OFFLOAD] : m->plan.loc,
+             "offload does not fit the host: %s per rank x %d ranks per node = %s, over the node's host memory of %s", hb,
+             topo->devices_per_node, nb, cb);
+    note("a higher zero stage or more dp splits the optimizer state over more ranks; `offload off` keeps it on the device");
+    return false;
+  }
   if (!p || dev <= 0 || !m->mesh) return true;
   if ((double)p->total <= dev) return true;
   if (diag_errors()) die("fit_check: called on a module with errors");

@@ -176,6 +176,56 @@ static int64_t peak_of(const Interval *iv, int n, int npos, int64_t by_class[MEM
 
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
 
+/* Plan `offload`: the top graph's host values (passes/zero.c) in the host allocation. The state
+ * first (persistent); then the to_host copies, each live from its copy to its last reader (or, for
+ * an update's parameter shard, to the last reader of the update's result, which takes its bytes),
+ * packed like the device's transients (one update's shards at a time); an update's results on
+ * what it updates (in place). */
+static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
+  int64_t off = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Value *v = g->nodes[i]->nout ? g->nodes[i]->out[0] : NULL;
+    if (!v || !v->host || !(ir_ops[g->nodes[i]->op].flags & F_SOURCE)) continue;
+    v->offset = off;
+    v->mclass = MEM_OPTIM;
+    off += align_up(value_bytes(v));
+    mp->nvalues++;
+  }
+  mp->host_state = off;
+  Intervals p = {.a = tmp};
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_TO_HOST) continue;
+    Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), i, MEM_ACT);
+    for (int j = i + 1; j < g->nnodes; j++)
+      for (int k = 0; k < g->nodes[j]->nin; k++) {
+        const Node *u = g->nodes[j];
+        if (u->in[k] == n->out[0] && j > it->end) it->end = j;
+        if (is_update(u->op) && u->in[0] == n->out[0]) /* its result, in place: read after it */
+          for (int q = j + 1; q < g->nnodes; q++)
+            for (int r = 0; r < g->nodes[q]->nin; r++)
+              if (g->nodes[q]->in[r] == u->out[0] && q > it->end) it->end = q;
+      }
+  }
+  int64_t size = pack(p.iv, p.n, tmp);
+  for (int i = 0; i < p.n; i++) {
+    p.iv[i].v->offset = off + p.iv[i].offset;
+    p.iv[i].v->mclass = MEM_ACT;
+    mp->nvalues++;
+  }
+  for (int i = 0; i < g->nnodes; i++) { /* an update's results: on what it updates */
+    Node *n = g->nodes[i];
+    if (!is_update(n->op) || !n->out[0]->host) continue;
+    for (int k = 0; k < n->nout; k++) {
+      const Value *x = n->in[k == 0 ? 0 : k + 1]; /* p' <- p, m' <- m, v' <- v */
+      n->out[k]->offset = x->offset;
+      n->out[k]->mclass = x->mclass;
+      mp->nvalues++;
+    }
+  }
+  mp->host_total = off + size;
+}
+
 /* Does any node after `n` in g read `v`? (Then n cannot overwrite v in place.) */
 static bool read_after(const Graph *g, const Node *n, const Value *v) {
   int i = 0;
@@ -201,7 +251,9 @@ static bool read_from(const Graph *g, int from, const Value *v) {
  * shard, a separate buffer). Returns X (y is gathered straight into X's storage), else NULL. */
 static Value *gathered_param(const Graph *g, const Value *y, int pos) {
   const Node *n = y->def;
-  if (n->op != OP_ALL_GATHER || n->a.mesh_axis != RT_AX_DP || !g->result_names) return NULL;
+  /* (offload: the updated shard uploaded, to_device, writes the parameter the same way) */
+  if ((n->op != OP_ALL_GATHER || n->a.mesh_axis != RT_AX_DP) && n->op != OP_TO_DEVICE) return NULL;
+  if (!g->result_names) return NULL;
   const char *nm = NULL;
   for (int r = 0; r < g->nresults && !nm; r++)
     if (g->results[r] == y && g->result_names[r] && strncmp(g->result_names[r], "next:", 5) == 0)
@@ -308,7 +360,7 @@ static int xs_in_place(const Node *rep, int k) {
   }
   if (v->def->graph != body || v->def->op != OP_ADD) return -1;
   const Value *a = v->def->in[0];
-  if (a->def->op != OP_ARG || a->def->graph != body || !ir_shape_eq(&a->shape, &v->shape)) return -1;
+  if (a->def->op != OP_ARG || a->def->graph != body || a->def->a.next || !ir_shape_eq(&a->shape, &v->shape)) return -1;
   int q = a->def->a.index;
   if (q < rep->a.ncarry || q >= rep->a.ncarry + rep->a.nxs) return -1;
   if (readers(body, a) != 1 || is_result(body, a) || readers(body, rep->in[q]) != 0) return -1;
@@ -382,7 +434,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
-      if (n->op == OP_ARG || v->offset == -2) continue;
+      if (n->op == OP_ARG || v->offset == -2 || v->host) continue; /* (host values: place_host) */
       Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
       /* a pipeline stage's value that only its stage reads (codegen zeroes the others' on the
        * other stages: those every rank touches) */
@@ -696,7 +748,7 @@ bool pass_memplan(Module *m) {
   for (int o = 0; o < 3; o++)
     for (int i = 0; i < g->nnodes; i++) {
       Node *n = g->nodes[i];
-      if (n->op != order[o]) continue;
+      if (n->op != order[o] || n->out[0]->host) continue;
       Value *v = n->out[0];
       v->offset = off;
       v->mclass = cls[o];
@@ -709,6 +761,7 @@ bool pass_memplan(Module *m) {
   mp->persistent = off;
   Arena tmp;
   arena_init(&tmp);
+  place_host(g, mp, &tmp);
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
   int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class);
   arena_free(&tmp);
@@ -721,54 +774,4 @@ bool pass_memplan(Module *m) {
   mp->total = off + transient;
   m->memplan = mp;
   return true;
-}
-
-const char *const memplan_class_labels[MEM_COUNT] = {"parameters", "optimizer state", "inputs", "gradients",
-                                                     "activations", "workspace", "communication"};
-
-static void row(FILE *f, const char *name, int64_t b, const char *what) {
-  fprintf(f, "#   %-16s %16lld B %12.2f MiB%s%s\n", name, (long long)b, (double)b / (1 << 20), what ? "  " : "",
-          what ? what : "");
-}
-
-void memplan_print(FILE *f, const Module *m) {
-  const MemPlan *p = m->memplan;
-  /* the report's order: what the model holds, then what the step makes */
-  static const MemClass order[] = {MEM_PARAM, MEM_GRAD, MEM_OPTIM, MEM_ACT, MEM_INPUT, MEM_WORKSPACE, MEM_COMM};
-  fprintf(f, "# memory per rank (bytes live at the peak of the step, by class)\n");
-  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-    MemClass c = order[i];
-    const char *what = NULL;
-    if (c == MEM_WORKSPACE && !p->by_class[c]) what = "kernel scratch is not planned: the trainer adds it at start";
-    if (c == MEM_COMM && !p->by_class[c]) what = "collectives run in place on planned buffers";
-    row(f, memplan_class_labels[c], p->by_class[c], what);
-  }
-  row(f, "peak", p->peak, NULL);
-  row(f, "total", p->total, "the rank's one allocation (peak + fragmentation)");
-  char what[96];
-  double cap = memplan_capacity(m, what, sizeof what);
-  if (cap > 0)
-    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "capacity", cap, cap / (1 << 20), what,
-            (double)p->total <= cap ? "fits" : "does not fit", 100.0 * (double)p->total / cap);
-}
-
-double memplan_capacity(const Module *m, char *what, size_t cap) {
-  const Topology *t = &m->topo;
-  if (!m->has_topology || t->device_memory <= 0) return 0;
-  const char *dev = t->device ? t->device : "device";
-  if (m->target == TARGET_CPU && !t->cpu_only && t->host_memory > 0 && t->devices_per_node > 0) {
-    /* the CPU target's ranks are host processes: the node's host memory, shared by its ranks */
-    snprintf(what, cap, "host memory per rank (%s node / %d; the CPU target runs on the host)", t->name ? t->name : "",
-             t->devices_per_node);
-    return t->host_memory / t->devices_per_node;
-  }
-  snprintf(what, cap, "%s memory", dev);
-  return t->device_memory;
-}
-
-MemClass memplan_largest_class(const MemPlan *p) {
-  int best = 0;
-  for (int i = 1; i < MEM_COUNT; i++)
-    if (p->by_class[i] > p->by_class[best]) best = i;
-  return (MemClass)best;
 }

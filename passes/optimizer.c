@@ -21,7 +21,8 @@
  *
  * Plan `offload` (ZeRO-Offload: optimizer state in host memory) moves the state a ZeRO stage
  * shards, so it needs `zero` >= 1. On the CPU target the state already lives in host memory: a
- * note says so and nothing changes. The CUDA target does not implement it yet: an error.
+ * note says so and nothing changes. On a device target passes/zero.c moves each update, its state
+ * and its shard of the parameter and gradient into host memory (to_host / to_device around it).
  */
 #include <string.h>
 
@@ -85,12 +86,9 @@ static Value *find_result(const Graph *g, const char *name) {
 static bool check_offload(const Module *m) {
   const Plan *p = &m->plan;
   if (!p->offload) return true;
-  /* offload without a ZeRO stage is refused by the front end (fe_check_plan) */
-  if (m->target == TARGET_CUDA) {
-    error_at(p->opt_loc[PLAN_OPT_OFFLOAD], "`offload` (optimizer state and the AdamW step in host memory) is not implemented yet "
-                             "for the GPU (--target cuda): leave it out (`-D offload=off`)");
-    return false;
-  }
+  /* offload without a ZeRO stage is refused by the front end (fe_check_plan); on a device
+   * target passes/zero.c applies it */
+  if (m->target != TARGET_CPU) return true;
   note_at(p->opt_loc[PLAN_OPT_OFFLOAD],
           "offload: on the CPU target the optimizer state already lives in host memory (nothing to move)");
   return true;

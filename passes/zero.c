@@ -27,8 +27,10 @@
  * all_gather per reading node (a tied embedding: the embedding, the head, the head's backward) —
  * and memplan frees each gathered copy after its use. The update writes the shard and no final
  * all-gather follows. Parameters under ZERO3_PERSIST_NUMEL elements per layer stay whole (as
- * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen), a layer's started at
- * the front of its iteration; the next layer's are not prefetched yet.
+ * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen); a layer loop gathers
+ * one layer ahead (prefetch_layer: the loop carries the gathered layer, each iteration starts the
+ * next layer's gather at its front). Under bf16 compute a gather moves past the parameter's bf16
+ * cast: the cast of the shard is kept split and each of its readers gathers the bf16 copy.
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
@@ -162,10 +164,11 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
 }
 
 /* True when a repeat in g or in a body nested in it (the accumulation region's layer loops)
- * reads p as one of its xs: p is a stacked layer parameter [L, ..]. */
+ * reads p (or a cast of it: bf16 compute) as one of its xs: p is a stacked layer parameter [L, ..]. */
 static bool read_as_xs(const Graph *g, const Value *p) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
+    if (n->op == OP_CAST && n->in[0] == p && read_as_xs(g, n->out[0])) return true; /* bf16: its copy */
     if (!n->body) continue;
     for (int j = n->a.ncarry; j < n->a.ncarry + n->a.nxs; j++)
       if (n->in[j] == p) return true;
@@ -234,6 +237,126 @@ static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, No
         if (g->nodes[i]->in[j] == x) g->nodes[i]->in[j] = ag->out[0];
 }
 
+static bool reads_deep(const Graph *g, const Value *p);
+
+static bool is_result_of(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return true;
+  return false;
+}
+
+/* A fresh output value of n (its index set by the caller), typed like `like`. */
+static Value *new_output(Graph *g, Node *n, const Value *like) {
+  Value *v = ARENA_NEW(g->arena, Value);
+  v->def = n;
+  v->id = g->next_value_id++;
+  v->dtype = like->dtype;
+  v->shape = like->shape;
+  v->sharding = like->sharding;
+  v->name = like->name;
+  v->offset = -1;
+  return v;
+}
+
+/* Inserts at position at of arr (n long, room for n + 1). */
+static void insert_at(void **arr, int n, int at, void *x) {
+  memmove(&arr[at + 1], &arr[at], sizeof(void *) * (size_t)(n - at));
+  arr[at] = x;
+}
+
+/* y = all_gather(x) over dp along d, typed `whole`, appended to g. */
+static Value *gather_new(Graph *g, Value *x, const Value *whole, int d, SrcLoc loc) {
+  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, loc);
+  ag->a.mesh_axis = RT_AX_DP;
+  ag->a.axis = d;
+  ag->out[0]->dtype = whole->dtype;
+  ag->out[0]->shape = whole->shape;
+  ag->out[0]->sharding = whole->sharding;
+  ag->out[0]->name = whole->name;
+  return ag->out[0];
+}
+
+/* ZeRO-3's prefetch: layer loop n (in g) reads the stored shard p = n->in[j] as a stacked input,
+ * its body's argument x being a layer's shard (split along dl). Instead of gathering x at the
+ * front of its own iteration, the loop carries the gathered layer: before the loop, the first
+ * layer's row of p is gathered (the carry's initial value); each iteration computes with the
+ * carried layer and starts, at its front, the gather of the next layer's row (x becomes an
+ * `arg next`: row i+1, reverse i-1), which it yields as the next carry; codegen waits for it at the
+ * end of the iteration, so it is in flight while the whole layer computes. The last iteration
+ * gathers the first layer again (modulo count: one gather of L wasted, unused). Two layers'
+ * gathered parameters are live at once: the carry and the next one. Returns the nodes inserted
+ * into g before n (3), or 0 when the body does not read x. */
+static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl) {
+  Graph *b = n->body;
+  Node *an = b->args[j];
+  Value *x = an->out[0], *p = n->in[j];
+  if (!reads_deep(b, x)) return 0;
+  SrcLoc loc = n->loc;
+  int pos = position(g, n), nc = n->a.ncarry;
+  /* the first layer's gather, before the loop */
+  Attrs sa = {0};
+  sa.axis = 0;
+  sa.start = n->a.reverse ? n->a.count - 1 : 0;
+  sa.len = 1;
+  Shape s1 = p->shape;
+  s1.dim[0] = 1;
+  Value *row = ir_emit(g, OP_SLICE, 1, &p, p->dtype, s1, &sa, loc);
+  row->sharding = p->sharding;
+  ir_move_last(g, pos++);
+  Value *r0 = ir_emit(g, OP_RESHAPE, 1, &row, x->dtype, x->shape, NULL, loc);
+  r0->sharding = x->sharding;
+  ir_move_last(g, pos++);
+  Value *w0 = gather_new(g, r0, whole, dl, loc);
+  ir_move_last(g, pos++);
+  /* a new carry, the last one: input w0, output the last gathered layer, body argument wc */
+  Arena *A = g->arena;
+  Value **in = ARENA_ARRAY(A, Value *, n->nin + 1);
+  memcpy(in, n->in, sizeof(Value *) * (size_t)n->nin);
+  insert_at((void **)in, n->nin++, nc, w0);
+  n->in = in;
+  Value **out = ARENA_ARRAY(A, Value *, n->nout + 1);
+  memcpy(out, n->out, sizeof(Value *) * (size_t)n->nout);
+  insert_at((void **)out, n->nout++, nc, new_output(g, n, whole));
+  n->out = out;
+  for (int k = 0; k < n->nout; k++) n->out[k]->idx = k;
+  Node *wa = ir_node_new(b, OP_ARG, 0, NULL, 1, loc);
+  wa->out[0]->dtype = whole->dtype;
+  wa->out[0]->shape = whole->shape;
+  wa->out[0]->sharding = whole->sharding;
+  wa->out[0]->name = whole->name;
+  ir_move_last(b, 0);
+  Node **args = ARENA_ARRAY(b->arena, Node *, b->nargs + 1);
+  memcpy(args, b->args, sizeof(Node *) * (size_t)b->nargs);
+  insert_at((void **)args, b->nargs++, nc, wa);
+  b->args = args;
+  b->capargs = b->nargs;
+  for (int k = 0; k < b->nargs; k++) b->args[k]->a.index = k;
+  /* the body computes with the carried layer and gathers the next one at its front */
+  ir_replace_uses(b, x, wa->out[0]);
+  an->a.next = true;
+  int pa = position(b, an); /* the argument to the front, the gather right after the arguments */
+  memmove(&b->nodes[1], &b->nodes[0], sizeof(Node *) * (size_t)pa);
+  b->nodes[0] = an;
+  Value *wn = gather_new(b, x, whole, dl, loc);
+  int at = 0;
+  while (at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
+  ir_move_last(b, at);
+  Value **res = ARENA_ARRAY(b->arena, Value *, b->nresults + 1);
+  memcpy(res, b->results, sizeof(Value *) * (size_t)b->nresults);
+  insert_at((void **)res, b->nresults, nc, wn);
+  if (b->result_names) {
+    const char **nm = ARENA_ARRAY(b->arena, const char *, b->nresults + 1);
+    memcpy(nm, b->result_names, sizeof(char *) * (size_t)b->nresults);
+    insert_at((void **)nm, b->nresults, nc, NULL);
+    b->result_names = nm;
+  }
+  b->results = res;
+  b->nresults++;
+  b->capresults = b->nresults;
+  n->a.ncarry++;
+  return 3;
+}
+
 /* True when a node of g (or of a body nested in it) reads p. */
 static bool reads_deep(const Graph *g, const Value *p) {
   for (int i = 0; i < g->nnodes; i++) {
@@ -254,6 +377,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n == u) continue;
+    int inserted = 0;
     for (int j = 0; j < n->nin; j++) {
       if (n->in[j] != p) continue;
       if (n->op == OP_REPEAT) {
@@ -262,7 +386,21 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         Value *arg = an->out[0], old = *arg;
         bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
         split_type(arg, &old, xs ? d - 1 : d, dp);
+        int k = xs ? prefetch_layer(g, n, j, &old, d - 1) : 0; /* the next layer's gather in flight */
+        if (k) {
+          inserted += k;
+          j++; /* (the new carry shifted p's input by one) */
+          continue;
+        }
         gather_for_readers(b, arg, &old, xs ? d - 1 : d, an);
+      } else if (n->op == OP_CAST && readers_can_gather(g, n->out[0], u, d) && !is_result_of(g, n->out[0])) {
+        /* the gather moves past a cast (bf16 compute: the loops read the parameter's bf16 copy):
+         * the cast of the shard is the shard of the cast, so the copy is kept split and each of
+         * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
+        Value *y = n->out[0], wy = *y;
+        split_type(y, &wy, d, dp);
+        gather_uses(g, y, &wy, u, d, dp);
+        break;
       } else { /* this reader's own gather, right before it */
         Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &p, 1, n->loc);
         ag->a.mesh_axis = RT_AX_DP;
@@ -278,6 +416,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
       }
     }
     if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, dp);
+    i += inserted; /* past the first layers' gathers placed before n */
   }
 }
 
@@ -496,10 +635,69 @@ static void bucket_scatters(Graph *g, int dp, int64_t cap) {
   }
 }
 
+/* ---- ZeRO-Offload (plan `offload`, a device target) ----
+ * Every update u of the top graph (after the sharding above: its shard of the parameter and of
+ * the gradient, its 1/dp optimizer state) runs in the rank's host memory:
+ *     ph  = to_host(ps)     gh = to_host(gs)     hh = to_host(hyper)   (one hh for every update)
+ *     ph', m', v' = adamw_update(ph, gh, m, v, hh)   m, v: STATE values in host memory
+ *     pd' = to_device(ph')                            read where ph' was: ZeRO-1/2's all_gather,
+ *                                                     ZeRO-3's next:<param> (the stored shard)
+ * Host values are marked Value.host (printed `@host`); verify checks that a node reads values
+ * of its own space only, to_host / to_device excepted; memplan places them in the rank's host
+ * allocation; the CUDA target runs the update with the CPU target's threaded kernel. With dp 1 the
+ * shard is the whole parameter. A state another node reads, or an update inside a region, stays
+ * on the device (none today). */
+static Value *copy_to(Graph *g, OpKind op, Value *x, int pos, SrcLoc loc) {
+  Node *c = ir_node_new(g, op, 1, &x, 1, loc);
+  c->out[0]->dtype = x->dtype;
+  c->out[0]->shape = x->shape;
+  c->out[0]->sharding = x->sharding;
+  c->out[0]->name = x->name;
+  c->out[0]->host = op == OP_TO_HOST;
+  ir_move_last(g, pos);
+  return c->out[0];
+}
+
+static void offload_update(Graph *g, Node *u, Value **hyper_host) {
+  int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1, hi = 2 + nstate;
+  for (int k = 0; k < nstate; k++)
+    if (!only_reader(g, u->in[2 + k], u)) return;
+  int pos = position(g, u);
+  for (int k = 0; k < 2; k++) u->in[k] = copy_to(g, OP_TO_HOST, u->in[k], pos++, u->loc);
+  if (!*hyper_host) {
+    int hp = position(g, u->in[hi]->def) + 1; /* right after the hyper-parameters are made */
+    *hyper_host = copy_to(g, OP_TO_HOST, u->in[hi], hp, u->loc);
+    pos++;
+  }
+  u->in[hi] = *hyper_host;
+  for (int k = 0; k < nstate; k++) u->in[2 + k]->host = true;
+  for (int k = 0; k < u->nout; k++) u->out[k]->host = true;
+  Value *ph = u->out[0];
+  Value *pd = copy_to(g, OP_TO_DEVICE, ph, pos + 1, u->loc);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == ph && g->nodes[i] != pd->def) g->nodes[i]->in[j] = pd;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == ph) g->results[i] = pd;
+}
+
+static void offload(Graph *g) {
+  int n = g->nnodes, nu = 0;
+  Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
+  Value *hyper_host = NULL;
+  for (int i = 0; i < nu; i++) offload_update(g, updates[i], &hyper_host);
+}
+
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
-  if (stage <= 0 || dp <= 1) return true;
+  bool off = m->plan.offload && m->target != TARGET_CPU && stage >= 1; /* (CPU: a note, passes/optimizer.c) */
+  if (stage <= 0 || dp <= 1) {
+    if (off) offload(m->graph);
+    return true;
+  }
   Graph *g = m->graph;
   int n = g->nnodes;
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
@@ -511,5 +709,6 @@ bool pass_zero(Module *m) {
     complete_sumsq(g);
     bucket_scatters(g, dp, m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20);
   }
+  if (off) offload(g);
   return true;
 }

@@ -40,6 +40,8 @@ typedef struct {
   int init;                 /* RT_INIT_* (params) */
   double init_a, init_b;    /* normal(mean a, std b), uniform(a, b), const a */
   RtSharding shard;         /* split over the mesh (multi-rank programs); zeros: replicated */
+  int host;                 /* 1: a device program's tensor in its host allocation (plan offload): offset is
+                               from rt_ctx_host_mem, not from the device allocation */
 } RtTensor;
 
 typedef struct {
@@ -74,6 +76,7 @@ typedef struct {
   int64_t mem_bytes;        /* the planned allocation */
   int64_t (*workspace_bytes)(void); /* kernel scratch, placed right after mem_bytes: allocate mem_bytes + this */
   int64_t mem_peak;         /* the planned peak of live bytes */
+  int64_t host_bytes;       /* a device program's host allocation (plan offload: the optimizer step's tensors); 0: none */
   int mesh[4];              /* degrees the program was compiled for, by RT_AX_* (dp, pp, cp, tp); 0 counts as 1 */
   int64_t batch, seq;       /* per-rank rows B and sequence length T of the step's "tokens" (B: every micro-step's) */
   int64_t global_batch;     /* sequences per optimizer step over every replica: micro_batch x dp x accum (the recipe's
@@ -95,6 +98,9 @@ typedef struct {
   const RtDevice *device;   /* NULL: a CPU program, mem is host memory; else mem lives on this device (--target cuda) */
   const RtCudaCode *cuda;   /* a device program's kernels; NULL for a CPU program */
 } RtProgram;
+
+/* The host allocation of a device program with host_bytes (zeroed, pinned on a GPU); NULL without. */
+char *rt_ctx_host_mem(RtCtx *ctx);
 
 /* Runs the trainer: parses the flags (--data, --val, --steps, --seed, --batch, --init-from,
  * --save-to, --resume, --log, --eval-every, --sample, --help, ...), allocates mem_bytes,

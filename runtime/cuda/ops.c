@@ -68,6 +68,16 @@ void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
   if (bytes > 0) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D_ASYNC);
 }
 
+void rt_cu_to_host(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0) d->ops->copy(d->be, host_dst, src, bytes, RT_CU_D2H);
+}
+
+void rt_cu_to_device(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes > 0) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D);
+}
+
 /* ---- the CUDA backend ---- */
 
 void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args) {

@@ -28,6 +28,7 @@ struct RtCtx {
   void *kernels;        /* kernel library state (thread pool, workspace); owner sets and frees it */
   void *user;           /* free for the program (hand-written test programs) */
   void *trace;          /* RtTrace * (runtime/ops/trace.h) under the trainer's --trace, else NULL */
+  char *host_mem;       /* a device program's host allocation (RtProgram.host_bytes, plan offload); NULL: none */
 };
 
 #endif

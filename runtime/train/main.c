@@ -157,6 +157,22 @@ static int mem_init(RtRun *r) {
     int64_t hbytes;
     r->hp = rt_host_program(p, &hbytes);
     r->hmem = rt_xcalloc((size_t)hbytes + 64, 1);
+    if (p->host_bytes > 0) { /* plan offload: the optimizer step's tensors in host memory, pinned */
+      size_t hb = ((size_t)p->host_bytes + 63) / 64 * 64;
+      int64_t avail = host_available();
+      int n = local_procs();
+      if (avail >= 0 && (double)hb * n > (double)avail)
+        rt_user_error("rank %d: the offloaded optimizer step does not fit this host: %.1f MiB of host memory per "
+                      "rank x %d rank%s here = %.1f MiB, but %.1f MiB is available (MemAvailable); `shardc plan` "
+                      "shows the host memory the plan needs",
+                      r->ctx.rank, (double)hb / (1 << 20), n, n == 1 ? "" : "s", (double)hb * n / (1 << 20),
+                      (double)avail / (1 << 20));
+      r->ctx.host_mem = aligned_alloc(64, hb);
+      if (!r->ctx.host_mem)
+        rt_user_error("cannot allocate the planned %lld bytes of host memory (offload)", (long long)p->host_bytes);
+      memset(r->ctx.host_mem, 0, hb);
+      if (r->dev->pin) r->dev->pin(&r->ctx, r->ctx.host_mem, (int64_t)hb);
+    }
   } else {
     check_host_memory(p, bytes);
     /* multi-rank: memory the local peers map (runtime/comm/shmem.c), so the collectives on
@@ -178,7 +194,10 @@ static int mem_init(RtRun *r) {
 
 static void mem_free(RtRun *r) {
   if (r->dev) {
+    if (r->ctx.host_mem && r->dev->unpin) r->dev->unpin(&r->ctx, r->ctx.host_mem);
     r->dev->close(&r->ctx);
+    free(r->ctx.host_mem);
+    r->ctx.host_mem = NULL;
     free(r->hmem);
     rt_host_program_free(r->hp);
   } else if (r->ctx.comm) {

@@ -87,11 +87,28 @@ char *rt_run_hptr(const RtRun *r, const RtTensor *t) { return r->hmem + htensor(
 
 int64_t rt_tensor_bytes(const RtTensor *t) { return rt_tensor_numel(t) * (int64_t)rt_dtype_size(t->dtype); }
 
+char *rt_ctx_host_mem(RtCtx *ctx) { return ctx->host_mem; }
+
+/* A device program's tensor where the program keeps it: to the device or, offloaded (t->host),
+ * to its host allocation; and back. */
+static void put_tensor(RtRun *r, const RtTensor *t, const void *src) {
+  if (t->host) memcpy(r->ctx.host_mem + t->offset, src, (size_t)rt_tensor_bytes(t));
+  else r->dev->upload(&r->ctx, r->mem + t->offset, src, rt_tensor_bytes(t));
+}
+static void get_tensor(RtRun *r, const RtTensor *t, void *dst) {
+  if (t->host) {
+    r->dev->sync(&r->ctx); /* (the step's host work is done when it returns; its device work too) */
+    memcpy(dst, r->ctx.host_mem + t->offset, (size_t)rt_tensor_bytes(t));
+  } else {
+    r->dev->download(&r->ctx, dst, r->mem + t->offset, rt_tensor_bytes(t));
+  }
+}
+
 void rt_run_to_dev(RtRun *r, const RtTensor *t) {
-  if (r->dev && t) r->dev->upload(&r->ctx, r->mem + t->offset, rt_run_hptr(r, t), rt_tensor_bytes(t));
+  if (r->dev && t) put_tensor(r, t, rt_run_hptr(r, t));
 }
 static void from_dev(RtRun *r, const RtTensor *t) {
-  if (r->dev && t) r->dev->download(&r->ctx, rt_run_hptr(r, t), r->mem + t->offset, rt_tensor_bytes(t));
+  if (r->dev && t) get_tensor(r, t, rt_run_hptr(r, t));
 }
 void rt_run_check_device_flags(RtRun *r, const char *what) {
   if (!r->dev || !r->p->workspace_bytes || r->p->workspace_bytes() < 4) return; /* a program without them */
@@ -201,7 +218,7 @@ static char *snapshot(RtRun *r) {
     const RtTensor *t = &r->p->tensors[k], *h = htensor(r, t);
     if (t->kind != RT_T_PARAM && t->kind != RT_T_STATE) continue;
     if (r->dev)
-      r->dev->download(&r->ctx, s + h->offset, r->mem + t->offset, rt_tensor_bytes(t));
+      get_tensor(r, t, s + h->offset);
     else
       memcpy(s + h->offset, r->hmem + h->offset, (size_t)rt_tensor_bytes(t));
   }

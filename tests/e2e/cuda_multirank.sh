@@ -75,6 +75,11 @@ case $what in
   zero1) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1) ;;
   zero2) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2) ;;
   zero3) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3) ;;
+  zero3bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  zero1off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 -D offload=on) ;;
+  zero2off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D offload=on) ;;
+  zero3off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 -D offload=on) ;;
+  zero2offbf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D offload=on -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   tp2) plan=(-D micro_batch=8 -D dp=1 -D tp=2) ;;
   tp2sp) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true) ;;
   bf16) plan=(-D micro_batch=8 -D dp=1 -D tp=2 -D sp=true -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
@@ -82,7 +87,7 @@ case $what in
   accumbf16) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   pp2) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2) ;;
   pp2bf16) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"
@@ -96,6 +101,16 @@ ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)
 [ "$ncoll" -gt 0 ] || { echo "FAIL: $what: the CUDA program has no collectives"; exit 1; }
 echo "$what: the CUDA program makes $ncoll collective calls ($(cat "$t"/src/*.c | grep -o "rt_coll_[a-z_]*(ctx" |
   sort | uniq -c | awk '{printf "%s%s x%d", (NR > 1 ? ", " : ""), substr($2, 9, length($2) - 12), $1}'))"
+case $what in zero3*) # ZeRO-3: each layer's parameters gathered one layer ahead (an `arg next` in the loops)
+  nn=$("$shardc" plan "${m[@]}" "${plan[@]}" --world 2 --target cuda --dump-ir 2>/dev/null | grep -c "= arg [0-9]* next" || true)
+  [ "$nn" -gt 0 ] || { echo "FAIL: $what: no layer parameter gathered one layer ahead"; exit 1; }
+  echo "$what: $nn layer parameters gathered one layer ahead" ;;
+esac
+case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW)
+  nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host(ctx" || true); na=$(cat "$t"/src/*.c | grep -c "rt_adamw_f32(" || true)
+  [ "$nh" -gt 0 ] && [ "$na" -gt 0 ] || { echo "FAIL: $what: no host AdamW in the CUDA program ($nh copies, $na updates)"; exit 1; }
+  echo "$what: $na AdamW updates on the host, $nh device->host copies" ;;
+esac
 
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 paste <(losses "$t/cpu.jsonl") <(losses "$t/cuda.jsonl") | awk -v name="$what" -v tol="$tol_loss" '

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The plan's `recompute` and `offload` (label passes): recompute is applied (no warning names it),
 # its kinds are none, selective and full (anything else is an error with a hint); `offload` is a
-# no-op with a note on the CPU target, an error (file:line:col, caret) on the CUDA target, and an
-# error without a ZeRO stage. Usage: plan_options.sh SHARDC
+# no-op with a note on the CPU target, applied on the CUDA target (the optimizer state leaves the
+# device plan for the host one: the device total drops by exactly that state), and an error
+# without a ZeRO stage. Usage: plan_options.sh SHARDC
 set -uo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -22,13 +23,25 @@ expect() { # expect WANT_EXIT "needle" ... -- shardc plan args
   if grep -qi "warning.*recompute" <<<"$out"; then echo "FAIL: shardc plan $*: a warning names recompute:"; echo "$out"; fail=1; fi
 }
 expect 0 "$m:25:10: note: offload: on the CPU target the optimizer state already lives in host memory" -- $m --world 1
-expect 1 "$m:25:10: error: \`offload\` (optimizer state and the AdamW step in host memory) is not implemented yet for the GPU (--target cuda)" \
-  "   25 |   zero 2 offload" "      |          ^" -- $m --world 1 --target cuda
+expect 0 -- $m --world 1 --target cuda
+bytes() { grep -m1 -A100 "$3" <<<"$1" | grep -m1 "^#   $2 " | awk '{ for (i = 1; i <= NF; i++) if ($i == "B") { print $(i - 1); exit } }'; }
+on=$("$shardc" plan $m --world 1 --target cuda 2>/dev/null); off=$("$shardc" plan $m --world 1 --target cuda -D offload=off 2>/dev/null)
+dev_on=$(bytes "$on" total "^# memory per rank"); dev_off=$(bytes "$off" total "^# memory per rank")
+opt_off=$(bytes "$off" "optimizer state" "^# memory per rank"); opt_on=$(bytes "$on" "optimizer state" "^# memory per rank")
+host_opt=$(bytes "$on" "optimizer state" "^# host memory per rank")
+if [ -z "$host_opt" ] || [ "$opt_on" != 0 ] || [ "$host_opt" != "$opt_off" ] || [ $((dev_off - dev_on)) != "$opt_off" ]; then
+  echo "FAIL: offload on CUDA: device total $dev_off -> $dev_on, optimizer state $opt_off -> $opt_on on the device, ${host_opt:-none} on the host"
+  fail=1
+fi
+ir=$("$shardc" plan $m --world 1 --target cuda --dump-ir 2>/dev/null)
+for op in "= to_host(" "= to_device(" "@host = state  \"adam_m:"; do
+  grep -qF -- "$op" <<<"$ir" || { echo "FAIL: offload on CUDA: no '$op' in --dump-ir"; fail=1; }
+done
 expect 1 "error: \`offload\` moves ZeRO's sharded optimizer state to the host: it needs zero 1, 2 or 3 (the plan has zero 0)" \
   -- models/tiny.model --world 1 -D offload=on
 expect 1 "error: \`recompute\` needs one of none, full or selective, got \`block\`" -- $m --world 1 -D recompute=block
 expect 1 "got \`ful\`" "note: did you mean \`full\`?" -- $m --world 1 -D recompute=ful
 for r in none selective full; do expect 0 -- models/tiny.model --world 1 -D recompute=$r; done
 expect 0 -- models/tiny.model --world 2 -D zero=3 -D batch=32 # zero 3 with accumulation: planned
-[ $fail = 0 ] && echo "plan options: recompute applied, offload noted on CPU and refused on CUDA, bad kinds refused"
+[ $fail = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused"
 exit $fail

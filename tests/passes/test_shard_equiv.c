@@ -29,8 +29,15 @@
 
 static int failures;
 
+/* How a plan is compiled: for the CPU target, or for the CUDA target with the plan's `offload`
+ * (passes/zero.c: the updates in host memory, between to_host and to_device copies) in f32 so that
+ * the interpreter compares it with the CPU reference, or for the CUDA target in bf16 (precision
+ * bf16: the loops read the parameters' bf16 copies). */
+enum { CPU_F32, CUDA_OFFLOAD, CUDA_BF16 };
+
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
-                       int64_t batch, int zero) {
+                       int64_t batch, int zero, int mode) {
+  bool offload = mode == CUDA_OFFLOAD;
   FeDefine d[MAXDEF];
   int n = 0;
   char sdp[16], stp[16], smb[16], szero[16], sb[16];
@@ -47,9 +54,12 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"micro_batch", smb};
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"cross_node_tp", "on"}; /* plan the world we ask for, whatever the model's nodes */
+  if (offload) d[n++] = (FeDefine){"offload", "on"};
+  if (mode != CPU_F32) d[n++] = (FeDefine){"precision", mode == CUDA_BF16 ? "bf16" : "f32"};
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
+  if (mode != CPU_F32) m->target = TARGET_CUDA;
   PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) return NULL;
   return m;
@@ -87,7 +97,7 @@ static void check_buckets(const char *path, const FeDefine *defs, int ndefs, int
   d[n++] = (FeDefine){"bucket", bucket};
   Arena a;
   arena_init(&a);
-  Module *m = compile(&a, path, d, n, 2, 1, false, B, 0);
+  Module *m = compile(&a, path, d, n, 2, 1, false, B, 0, CPU_F32);
   if (!m) {
     fprintf(stderr, "FAIL bucket %s: does not compile\n", bucket);
     failures++;
@@ -135,13 +145,22 @@ static void count_zero(const Graph *g, int *split_states, int *whole, int *gathe
   }
 }
 
+/* Updates in host memory (offload): adamw/sgd updates whose outputs are host values, and to_host copies. */
+static void count_host(const Graph *g, int *updates, int *copies) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    *updates += (n->op == OP_ADAMW_UPDATE || n->op == OP_SGD_UPDATE) && n->out[0]->host;
+    *copies += n->op == OP_TO_HOST;
+  }
+}
+
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
-                      int64_t V, int maxtp, int zero) {
-  if (zero) fprintf(stderr, "%s, zero %d\n", label, zero);
+                      int64_t V, int maxtp, int zero, bool offload) {
+  if (zero) fprintf(stderr, "%s, zero %d%s\n", label, zero, offload ? " offload (CUDA target, f32)" : "");
   else fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B, 0);
+  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B, 0, CPU_F32);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
     failures++;
@@ -159,7 +178,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
         snprintf(what, sizeof what, "dp %d x tp %d%s zero %d", dp, tp, sp ? " sp" : "", zero);
         Arena pa;
         arena_init(&pa);
-        Module *pm = compile(&pa, path, defs, ndefs, dp, tp, sp, B, zero);
+        Module *pm = compile(&pa, path, defs, ndefs, dp, tp, sp, B, zero, offload ? CUDA_OFFLOAD : CPU_F32);
         if (!pm) {
           fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
           failures++;
@@ -206,6 +225,16 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
             failures++;
           }
         }
+        if (offload) {
+          int hu = 0, hc = 0, nu = 0, nc = 0;
+          count_host(pm->graph, &hu, &hc);
+          count_host(ref->graph, &nu, &nc);
+          fprintf(stderr, "  %-34s %d updates in host memory, %d device->host copies\n", what, hu, hc);
+          if (hu == 0 || hc == 0 || nu != 0) {
+            fprintf(stderr, "FAIL %s %s: offload moved %d updates to the host (the reference %d)\n", label, what, hu, nu);
+            failures++;
+          }
+        }
         int ncoll = count_colls(pm->graph);
         if (ncoll == 0) {
           fprintf(stderr, "FAIL %s %s: no collectives\n", label, what);
@@ -219,32 +248,92 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   arena_free(&ra);
 }
 
+/* ZeRO-3 (the parameters stored split, each layer's gathered one iteration ahead: passes/zero.c's
+ * prefetch) against ZeRO-2 (the parameters whole) on the same ranks: the gathers copy exactly and
+ * the arithmetic is the same, so every result is bit-identical (tolerance 0) where both split each
+ * parameter along the same dim. (Tiny in bf16: ZeRO-2 splits its stacked layer gradients along the
+ * layer dim, in one bucket after the loop, ZeRO-3 after it, for the loops' per-layer gathers, so the
+ * norm's partial sums add in another order: within 1e-12, measured 8.9e-16.) */
+static void zero3_exact(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
+                        int64_t V, int dp, int tp, int mode, double tol) {
+  Arena a2, a3;
+  arena_init(&a2);
+  arena_init(&a3);
+  char what[64];
+  snprintf(what, sizeof what, "%s dp %d x tp %d%s zero 3 = zero 2", label, dp, tp, mode == CUDA_BF16 ? " bf16" : "");
+  Module *z2 = compile(&a2, path, defs, ndefs, dp, tp, false, B, 2, mode);
+  Module *z3 = compile(&a3, path, defs, ndefs, dp, tp, false, B, 3, mode);
+  if (!z2 || !z3) {
+    fprintf(stderr, "FAIL %s: does not compile\n", what);
+    failures++;
+  } else {
+    int next = 0; /* the layer loops' next-row arguments (the prefetch) */
+    for (int i = 0; i < z3->graph->nnodes; i++) {
+      const Node *r = z3->graph->nodes[i];
+      for (int k = 0; r->body && k < r->body->nargs; k++) next += r->body->args[k]->a.next;
+    }
+    Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+    Interp *i2 = interp_new(z2->graph, z2->mesh, 7), *i3 = interp_new(z3->graph, z3->mesh, 7);
+    for (int step = 1; step <= 2; step++) {
+      tb_feed_step(i2, &tok, &tgt, step);
+      tb_feed_step(i3, &tok, &tgt, step);
+      if (!interp_step(i2) || !interp_step(i3)) {
+        fprintf(stderr, "FAIL %s: interpreter error at step %d\n", what, step);
+        failures++;
+        break;
+      }
+      failures += tb_compare_runs(z2->graph, i2, i3, what, step, tol, false);
+    }
+    fprintf(stderr, "  %s: %d layer parameters gathered one layer ahead\n", what, next);
+    if (next == 0) {
+      fprintf(stderr, "FAIL %s: no layer parameter is prefetched\n", what);
+      failures++;
+    }
+    interp_free(i2);
+    interp_free(i3);
+    tensor_free(&tok);
+    tensor_free(&tgt);
+  }
+  arena_free(&a2);
+  arena_free(&a3);
+}
+
 int main(void) {
   const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
-  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 4, 0);
+  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 4, 0, false);
   const FeDefine gpt2[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
   run_model("GPT-2 shaped (vocab 200 padded to 256, tied head)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 5, 4,
-            8, 200, 4, 0);
+            8, 200, 4, 0, false);
   check_buckets(SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, "25MiB", true);
   check_buckets(SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, "16", false);
   /* 6 heads: tp 4 cannot split them, so attention runs replicated (a warning says so) */
   const FeDefine gpt2h6[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "48"}, {"heads", "6"}, {"layers", "2"}};
   run_model("GPT-2 shaped, 6 heads (tp 4 replicates attention)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2h6, 5, 4,
-            8, 200, 4, 0);
+            8, 200, 4, 0, false);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8,
-            128, 2, 0);
+            128, 2, 0, false);
   /* ZeRO 1, 2 and 3: the same plans with the optimizer state (1), the gradients (2) and the
      parameters (3) split over dp (dp 2 and 4, tp 1 and 2, sp) */
   /* d 34, 2 heads: under dp 4 the [2, 34] and [2, 34, 102] tensors have no dim dp divides and keep
      their state whole next to split ones ([256, 34], [2, 34, 136]) */
   const FeDefine odd[] = {{"seq", "8"}, {"d", "34"}, {"heads", "2"}, {"layers", "2"}};
   for (int zero = 1; zero <= 3; zero++) {
-    run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, zero);
-    run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, zero);
-    run_model("tiny, d 34 (uneven: some states whole)", SHARDC_MODELS_DIR "/tiny.model", odd, 4, 4, 8, 256, 2, zero);
+    run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, zero, false);
+    run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, zero, false);
+    run_model("tiny, d 34 (uneven: some states whole)", SHARDC_MODELS_DIR "/tiny.model", odd, 4, 4, 8, 256, 2, zero, false);
   }
+  zero3_exact("tiny", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, 1, CPU_F32, 0.0);
+  zero3_exact("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, 1, CPU_F32, 0.0);
+  zero3_exact("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 4, 1, CPU_F32, 0.0);
+  /* bf16 compute: the gathers move past the bf16 casts (each layer's bf16 copy gathered) */
+  zero3_exact("tiny", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, 1, CUDA_BF16, 1e-12);
+  zero3_exact("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 4, 1, CUDA_BF16, 0.0);
+  /* offload: the update of every parameter in host memory (CUDA target), the same arithmetic */
+  run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, 1, true);
+  run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, 2, true);
+  run_model("tiny, d 34 (uneven: some states whole)", SHARDC_MODELS_DIR "/tiny.model", odd, 4, 4, 8, 256, 2, 3, true);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

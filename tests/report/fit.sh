@@ -43,6 +43,11 @@ check tiny 0 plan models/tiny.model
 grep -q '^#   capacity .*cpu memory: fits' "$tmp/tiny.out" || { echo "FAIL tiny: no device line"; fail=1; }
 check llama3-8b 0 plan models/llama3-8b.model --target cuda
 grep -q '^#   capacity .*h100_80g memory: fits' "$tmp/llama3-8b.out" || { echo "FAIL llama3-8b: no device line"; fail=1; }
+# offload on the CUDA target: the host allocation of every rank on a node against the node's host memory
+check tiny-offload-host 1 plan models/tiny.model --world 1 --target cuda -D zero=1 -D offload=on \
+  --topology tests/report/fit/smallhost.topo
+check tiny-offload 0 plan models/tiny.model --world 1 --target cuda -D zero=1 -D offload=on
+grep -q '^#   host total ' "$tmp/tiny-offload.out" || { echo "FAIL tiny-offload: no host memory in the plan"; fail=1; }
 # the trainer checks the plan against the host's available memory before allocating it
 check huge-build 0 build models/tiny.model --world 1 --topology tests/report/fit/huge.topo -D micro_batch=10000000 \
   -o "$tmp/t_huge"

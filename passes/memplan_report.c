@@ -1,0 +1,61 @@
+/* passes/memplan_report.c — what passes/memplan.c planned, for people: the memory by class
+ * (`shardc plan`), the capacity it must fit, the host memory of an offloaded optimizer step. */
+#include <stdio.h>
+
+#include "memplan.h"
+
+const char *const memplan_class_labels[MEM_COUNT] = {"parameters", "optimizer state", "inputs", "gradients",
+                                                     "activations", "workspace", "communication"};
+
+static void row(FILE *f, const char *name, int64_t b, const char *what) {
+  fprintf(f, "#   %-16s %16lld B %12.2f MiB%s%s\n", name, (long long)b, (double)b / (1 << 20), what ? "  " : "",
+          what ? what : "");
+}
+
+void memplan_print(FILE *f, const Module *m) {
+  const MemPlan *p = m->memplan;
+  /* the report's order: what the model holds, then what the step makes */
+  static const MemClass order[] = {MEM_PARAM, MEM_GRAD, MEM_OPTIM, MEM_ACT, MEM_INPUT, MEM_WORKSPACE, MEM_COMM};
+  fprintf(f, "# memory per rank (bytes live at the peak of the step, by class)\n");
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    MemClass c = order[i];
+    const char *what = NULL;
+    if (c == MEM_WORKSPACE && !p->by_class[c]) what = "kernel scratch is not planned: the trainer adds it at start";
+    if (c == MEM_COMM && !p->by_class[c]) what = "collectives run in place on planned buffers";
+    row(f, memplan_class_labels[c], p->by_class[c], what);
+  }
+  row(f, "peak", p->peak, NULL);
+  row(f, "total", p->total, "the rank's one allocation (peak + fragmentation)");
+  char what[96];
+  double cap = memplan_capacity(m, what, sizeof what);
+  if (cap > 0)
+    fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "capacity", cap, cap / (1 << 20), what,
+            (double)p->total <= cap ? "fits" : "does not fit", 100.0 * (double)p->total / cap);
+  if (p->host_total > 0) { /* plan offload */
+    fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
+    row(f, "optimizer state", p->host_state, "the moments of this rank's shard");
+    row(f, "update copies", p->host_total - p->host_state, "the shards of parameters and gradients, and the step's hyper-parameters");
+    row(f, "host total", p->host_total, NULL);
+  }
+}
+
+double memplan_capacity(const Module *m, char *what, size_t cap) {
+  const Topology *t = &m->topo;
+  if (!m->has_topology || t->device_memory <= 0) return 0;
+  const char *dev = t->device ? t->device : "device";
+  if (m->target == TARGET_CPU && !t->cpu_only && t->host_memory > 0 && t->devices_per_node > 0) {
+    /* the CPU target's ranks are host processes: the node's host memory, shared by its ranks */
+    snprintf(what, cap, "host memory per rank (%s node / %d; the CPU target runs on the host)", t->name ? t->name : "",
+             t->devices_per_node);
+    return t->host_memory / t->devices_per_node;
+  }
+  snprintf(what, cap, "%s memory", dev);
+  return t->device_memory;
+}
+
+MemClass memplan_largest_class(const MemPlan *p) {
+  int best = 0;
+  for (int i = 1; i < MEM_COUNT; i++)
+    if (p->by_class[i] > p->by_class[best]) best = i;
+  return (MemClass)best;
+}
