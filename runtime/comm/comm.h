@@ -87,8 +87,21 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *   direct_push  1: all-gather phases write into the peers, 0: read from them
  *                (SHARDRT_DIRECT_PUSH, 1)
  *   direct_chunk bytes of the reduction staging slab (SHARDRT_DIRECT_CHUNK, 256 KiB)
+ *   mbox_max     bytes: all-reduce, reduce-scatter and all-gather up to this size whose
+ *                members all run on this node take one round through the members'
+ *                mailboxes in shared memory (mbox.c; SHARDRT_MBOX_MAX, 64 KiB; capped
+ *                at a mailbox slot, SHARDRT_MBOX_BYTES, 1 MiB; SHARDRT_MBOX=0: never).
+ *                Same bits as the direct reads, so moving it never changes a result.
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
+/* Measures on this machine where the mailbox stops beating the direct reads for an
+ * all-reduce of the world (buffers from rt_comm_mem_alloc when `mapped`, else malloc;
+ * every rank decides on the slowest rank's times) and sets mbox_max there; a collective
+ * over the world, a few milliseconds. Returns the value set (unchanged when the world
+ * does not share one node or SHARDRT_MBOX_MAX is set). */
+size_t rt_comm_autotune(RtComm *c, bool mapped);
+/* How many collectives went through the mailboxes (for tests and reports). */
+uint64_t rt_comm_mbox_count(const RtComm *c);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
 

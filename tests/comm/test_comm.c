@@ -6,7 +6,8 @@
  *                       send/recv received in another order than sent; all_reduce_v
  *                       over several member layouts (empty members, chunk-crossing ones);
  *                       with SHARDRT_TEST_DIRECT=1 (0) some (no) collective must have run
- *                       by direct reads (runtime/comm/direct.c)
+ *                       by direct reads (runtime/comm/direct.c); SHARDRT_TEST_MBOX the same
+ *                       for the shared-memory mailboxes (runtime/comm/mbox.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
@@ -301,6 +302,52 @@ static void check_overlap(RtGroup *a, RtGroup *b, size_t n) {
   xfree(y);
 }
 
+/* The mailbox (mbox.c) folds in the direct reads' order, so the two give the same bits on
+ * inputs whose sums round (the threshold between them, measured at start-up, must never
+ * change a result): all-reduce, reduce-scatter and all_reduce_v on fp32 and bf16 values
+ * that are not exact, once forced through each. (Where one of them cannot run, both
+ * calls take the same other path.) Leaves both thresholds at the values given. */
+static void check_same_bits(RtComm *c, RtGroup *g, size_t mbox_max, size_t direct_min) {
+  if (!g) return;
+  static const size_t sizes[] = {1, 1001, 30011};
+  int gn = rt_group_size(g), salt = 0;
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (int dt = RT_F32; dt <= RT_BF16; dt++)
+      for (int op = 0; op < RT_REDOP_COUNT; op++) {
+        size_t n = sizes[si], es = rt_dtype_size((RtDType)dt), off, len;
+        rt_block(n, gn, rt_group_rank(g), &off, &len);
+        char *in = xmalloc(n * es), *out[2][3];
+        ++salt;
+        for (int way = 0; way < 2; way++) {
+          rt_comm_tune(c, "mbox_max", way == 0 ? (size_t)1 << 30 : 0);
+          rt_comm_tune(c, "direct_min", 1);
+          for (int k = 0; k < 3; k++) out[way][k] = xmalloc(n * es);
+          for (size_t i = 0; i < n; i++) { /* thirds and sevenths: sums round */
+            float v = (float)((me_rank * 7919u + i * 31u + (unsigned)salt) % 101u) / 3.0f - 17.0f / 7.0f;
+            if (dt == RT_F32) ((float *)in)[i] = v;
+            else ((uint16_t *)in)[i] = rt_f32_to_bf16(v);
+          }
+          rt_all_reduce(g, in, out[way][0], n, (RtDType)dt, (RtRedOp)op);
+          rt_reduce_scatter(g, in, out[way][1], n, (RtDType)dt, (RtRedOp)op);
+          memcpy(out[way][2], in, n * es);
+          void *bufs[2] = {out[way][2], out[way][2] + n / 3 * es};
+          size_t counts[2] = {n / 3, n - n / 3};
+          rt_all_reduce_v(g, bufs, counts, 2, (RtDType)dt, (RtRedOp)op);
+        }
+        EXPECT(memcmp(out[0][0], out[1][0], n * es) == 0, "all_reduce %s %s n=%zu on %s: mailbox and direct differ",
+               rt_dtype_name((RtDType)dt), rt_redop_name((RtRedOp)op), n, rt_group_name(g));
+        EXPECT(memcmp(out[0][1], out[1][1], len * es) == 0, "reduce_scatter %s %s n=%zu on %s: mailbox and direct differ",
+               rt_dtype_name((RtDType)dt), rt_redop_name((RtRedOp)op), n, rt_group_name(g));
+        EXPECT(memcmp(out[0][2], out[1][2], n * es) == 0, "all_reduce_v %s %s n=%zu on %s: mailbox and direct differ",
+               rt_dtype_name((RtDType)dt), rt_redop_name((RtRedOp)op), n, rt_group_name(g));
+        for (int way = 0; way < 2; way++)
+          for (int k = 0; k < 3; k++) xfree(out[way][k]);
+        xfree(in);
+      }
+  rt_comm_tune(c, "mbox_max", mbox_max);
+  rt_comm_tune(c, "direct_min", direct_min);
+}
+
 static void run_group(RtGroup *g) {
   if (!g) return;
   static const size_t sizes[] = {0, 1, 7, 1001, 300007};
@@ -385,6 +432,13 @@ static int mode_coll(RtComm *c, int world) {
     EXPECT((nd > 0) == (strcmp(want_direct, "1") == 0), "%llu collectives ran by direct reads, SHARDRT_TEST_DIRECT=%s",
            (unsigned long long)nd, want_direct);
   }
+  /* SHARDRT_TEST_MBOX=1: some collective must have gone through the mailboxes; 0: none. */
+  const char *want_mbox = getenv("SHARDRT_TEST_MBOX");
+  if (want_mbox && *want_mbox) {
+    uint64_t nm = rt_comm_mbox_count(c);
+    EXPECT((nm > 0) == (strcmp(want_mbox, "1") == 0), "%llu collectives went through the mailboxes, SHARDRT_TEST_MBOX=%s",
+           (unsigned long long)nm, want_mbox);
+  }
   /* SHARDRT_TEST_MAPPED=1: some direct collective must have gone through a mapping of a
    * peer's rt_comm_mem_alloc memory; 0: none did. */
   const char *want_mapped = getenv("SHARDRT_TEST_MAPPED");
@@ -392,6 +446,17 @@ static int mode_coll(RtComm *c, int world) {
     uint64_t mb = rt_comm_mapped_bytes(c);
     EXPECT((mb > 0) == (strcmp(want_mapped, "1") == 0), "%llu bytes went through mappings, SHARDRT_TEST_MAPPED=%s",
            (unsigned long long)mb, want_mapped);
+  }
+  /* SHARDRT_TEST_SAME_BITS=1: the mailbox and the direct reads agree bit for bit. */
+  const char *same = getenv("SHARDRT_TEST_SAME_BITS");
+  if (same && strcmp(same, "1") == 0) {
+    check_same_bits(c, rt_group_world(c), (size_t)64 << 10, (size_t)64 << 10);
+    if (world == 4) {
+      static const int three[3] = {3, 1, 2};
+      RtGroup *g3 = rt_group_new(c, three, 3, "three'");
+      check_same_bits(c, g3, (size_t)64 << 10, (size_t)64 << 10);
+      rt_group_free(g3);
+    }
   }
   rt_group_free(self);
   return failures;
