@@ -158,6 +158,11 @@ RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
   for (int i = 0; i < n; i++) h64 = (h64 ^ (uint64_t)(uint32_t)ranks[i]) * 1099511628211ull;
   g->hash = h64 ^ (uint64_t)n;
   g->gen = group_generation(c, g->hash);
+  g->one_node = true;
+  for (int i = 0; i < n; i++) {
+    const RtPeer *p = &c->peers[ranks[i]], *mine = &c->peers[c->rank];
+    g->one_node = g->one_node && strcmp(p->host, mine->host) == 0 && strcmp(p->node, mine->node) == 0;
+  }
   return g;
 }
 

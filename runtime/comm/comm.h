@@ -90,7 +90,7 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *   mbox_max     bytes: all-reduce, reduce-scatter and all-gather up to this size whose
  *                members all run on this node take one round through the members'
  *                mailboxes in shared memory (mbox.c; SHARDRT_MBOX_MAX, 64 KiB; capped
- *                at a mailbox slot, SHARDRT_MBOX_BYTES, 1 MiB; SHARDRT_MBOX=0: never).
+ *                at a mailbox slot, SHARDRT_MBOX_BYTES, 4 MiB; SHARDRT_MBOX=0: never).
  *                Same bits as the direct reads, so moving it never changes a result.
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);

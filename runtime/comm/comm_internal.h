@@ -178,6 +178,7 @@ struct RtGroup {
   uint64_t hash;             /* 64-bit hash of ranks (the mailbox key, with gen) */
   uint64_t gen;              /* groups with this member list this rank created before */
   struct RtMboxGroup *mbox;  /* mbox.c state, NULL until the first mailbox collective */
+  bool one_node;             /* every member runs on this host and node (SHARDRT_NODE) */
 };
 
 typedef struct {

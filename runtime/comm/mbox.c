@@ -18,7 +18,8 @@
  * and the direct reads give the same bits and the size threshold between them (tuned,
  * tune.c) never changes a result. Every rank computes every element of its output
  * itself, reading n slots: cheap for the sizes this path takes (up to `mbox_max` bytes,
- * at most one slot, SHARDRT_MBOX_BYTES).
+ * at most one slot, SHARDRT_MBOX_BYTES, 4 MiB; two per group and rank, in memory only
+ * once touched).
  *
  * Requests advance from the comm's progress loop (rt_mbox_progress) in the group's
  * order; waiting is polling the peers' counters. A peer that died is seen by the
@@ -80,7 +81,7 @@ void rt_mbox_init(RtComm *c) {
   const char *e = getenv("SHARDRT_MBOX");
   bool want = !(e && strcmp(e, "0") == 0);
   const char *cap = getenv("SHARDRT_MBOX_BYTES");
-  c->mbox_cap = cap && *cap ? (size_t)strtoull(cap, NULL, 0) : (size_t)1 << 20;
+  c->mbox_cap = cap && *cap ? (size_t)strtoull(cap, NULL, 0) : (size_t)4 << 20;
   c->mbox_cap = (c->mbox_cap + 63) & ~(size_t)63;
   const char *mx = getenv("SHARDRT_MBOX_MAX");
   c->mbox_max = mx && *mx ? (size_t)strtoull(mx, NULL, 0) : (size_t)64 << 10;
@@ -141,13 +142,7 @@ bool rt_mbox_usable(const RtReq *q) {
   if (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER && q->op != RT_OP_ALL_GATHER) return false;
   size_t bytes = q->count * q->esize;
   if (bytes > c->mbox_max || bytes > c->mbox_cap) return false;
-  if (strcmp(c->fab[RT_FAB_INTRA].provider, "shm") != 0) return false; /* (a provider forced for every peer) */
-  const RtPeer *me = &c->peers[c->rank];
-  for (int i = 0; i < q->n; i++) {
-    const RtPeer *p = &c->peers[q->g->ranks[i]];
-    if (strcmp(p->host, me->host) != 0 || strcmp(p->node, me->node) != 0) return false;
-  }
-  return true;
+  return q->g->one_node && strcmp(c->fab[RT_FAB_INTRA].provider, "shm") == 0; /* (not with a provider forced) */
 }
 
 /* Our mailbox for g: made and published on the group's first mailbox collective. */

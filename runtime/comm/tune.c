@@ -3,7 +3,8 @@
  * Where the single shared-memory round (mbox.c) stops beating the direct reads
  * (direct.c) depends on the cores, the caches and the memory the buffers live in, so it
  * is measured at start-up rather than fixed: an all-reduce of the world at sizes from
- * 4 KiB to a mailbox slot, each size timed both ways, alternating, best of a few calls.
+ * 4 KiB to a mailbox slot (x4), each size timed both ways, alternating, best of 3 calls,
+ * stopping at the first size the mailbox loses.
  * The slowest rank's time counts (an all-reduce of the timings with max), so every rank
  * takes the same decision, as rt_comm_tune requires. The mailbox keeps every size up to
  * the largest at which it won at that size and every smaller one — and never less than
@@ -18,7 +19,7 @@
 #include "comm_internal.h"
 
 #define TUNE_SIZES 8
-#define TUNE_REPS 5
+#define TUNE_REPS 3
 
 static double time_all_reduce(RtGroup *g, float *buf, size_t count) {
   double t0 = rt_now();
@@ -33,12 +34,13 @@ size_t rt_comm_autotune(RtComm *c, bool mapped) {
     if (strcmp(c->peers[r].node, c->peers[c->rank].node) != 0) return c->mbox_max;
   size_t sizes[TUNE_SIZES];
   int ns = 0;
-  for (size_t b = 4096; b <= c->mbox_cap && ns < TUNE_SIZES; b *= 2) sizes[ns++] = b;
+  for (size_t b = 4096; b <= c->mbox_cap && ns < TUNE_SIZES; b *= 4) sizes[ns++] = b;
   if (ns == 0) return c->mbox_max;
   size_t cap = sizes[ns - 1];
   float *buf = mapped ? rt_comm_mem_alloc(c, cap) : calloc(1, cap);
   if (!buf) rt_fatal(RT_EXIT_COMM, "out of memory");
   RtGroup *w = c->world_group;
+  double t0 = rt_now();
   float best[2 * TUNE_SIZES]; /* [2i] mailbox, [2i+1] the other path, microseconds */
   for (int i = 0; i < ns; i++) {
     size_t count = sizes[i] / sizeof(float);
@@ -49,8 +51,13 @@ size_t rt_comm_autotune(RtComm *c, bool mapped) {
         float us = (float)(1e6 * time_all_reduce(w, buf, count));
         if (rep > 0 && us < best[2 * i + way]) best[2 * i + way] = us; /* (rep 0 warms up) */
       }
+    /* the slowest rank's times decide; once the mailbox lost, larger sizes need no measuring */
+    rt_all_reduce(w, &best[2 * i], &best[2 * i], 2, RT_F32, RT_MAX);
+    if (best[2 * i] > best[2 * i + 1]) {
+      ns = i + 1;
+      break;
+    }
   }
-  rt_all_reduce(w, best, best, (size_t)(2 * ns), RT_F32, RT_MAX);
   size_t keep = c->direct_min < 4096 ? 4096 : c->direct_min;
   for (int i = 0; i < ns && best[2 * i] <= best[2 * i + 1]; i++)
     if (sizes[i] > keep) keep = sizes[i];
@@ -62,7 +69,7 @@ size_t rt_comm_autotune(RtComm *c, bool mapped) {
     fprintf(stderr, "shardrt: tune (%d ranks, %s memory): all-reduce us, mailbox / other:", c->world,
             mapped ? "mapped" : "plain");
     for (int i = 0; i < ns; i++) fprintf(stderr, " %zuK %.1f/%.1f", sizes[i] >> 10, best[2 * i], best[2 * i + 1]);
-    fprintf(stderr, "; mbox_max %zu\n", c->mbox_max);
+    fprintf(stderr, "; mbox_max %zu (%.1f ms)\n", c->mbox_max, 1e3 * (rt_now() - t0));
   }
   return c->mbox_max;
 }
