@@ -2,16 +2,19 @@
  * shared-memory round (the latency path), no messages at all.
  *
  * Every rank owns, per group, a mailbox: a memfd region (shmem.c) that its peers map.
- * It holds two slots (used alternately by the group's mailbox collectives k = 0, 1, 2..,
- * slot k % 2) and a counter `done`: how many of them this rank has finished. Collective k:
+ * It holds two slots, used alternately by the group's mailbox collectives k = 0, 1, 2..
+ * (slot k % 2). Collective k:
  *
- *   post   once every peer's done >= k - 1 (no one still reads collective k - 2 out of
- *          this slot), copy our contribution into slot k % 2 (all-reduce and
- *          reduce-scatter: the whole input; all-gather: our block), write its count and
- *          signature, then ready = k + 1 (release);
+ *   post   once we finished collective k - 1, copy our contribution into slot k % 2
+ *          (all-reduce and reduce-scatter: the whole input; all-gather: our block), write
+ *          its count and signature, then ready = k + 1 (release);
  *   read   once every peer's slot says ready = k + 1 (acquire): check the signatures
  *          (a mismatch is an error naming both calls), then fold or copy straight out of
- *          the peers' slots into our output, and set our done = k + 1.
+ *          the peers' slots into our output.
+ *
+ * Why slot k % 2 is free at post: the last to use it was collective k - 2. We finished
+ * k - 1, so every peer had posted k - 1, which it did only after finishing k - 2 — after
+ * reading our slot. No "done" counter, no extra cache line crossing between cores.
  *
  * Reductions fold block b (rt_block) in the order of the direct algorithm (direct.c):
  * member b, b+1, .., b-1, rounding bf16 and scaling avg at the same folds, so the mailbox
@@ -71,8 +74,7 @@ struct RtMboxGroup {
   uint64_t finished; /* ... done */
 };
 
-static _Atomic uint64_t *mb_done(char *m) { return (_Atomic uint64_t *)m; }
-static RtMboxSlot *mb_slot(char *m, uint64_t k) { return (RtMboxSlot *)(m + 64 + 64 * (k & 1)); }
+static RtMboxSlot *mb_slot(char *m, uint64_t k) { return (RtMboxSlot *)(m + 64 * (k & 1)); }
 static char *mb_data(const RtComm *c, char *m, uint64_t k) { return m + MBOX_HDR + (k & 1) * c->mbox_cap; }
 
 /* ---- start-up -------------------------------------------------------------------- */
@@ -285,12 +287,7 @@ static bool step(RtReq *q) {
   int n = q->n;
   uint64_t k = q->mbox_k;
   bool moved = false;
-  if (mg->posted == k) {
-    for (int p = 0; p < n; p++) {
-      char *m = peer_mbox(q, mg, p);
-      if (!m) return false;
-      if (k >= 2 && atomic_load_explicit(mb_done(m), memory_order_acquire) < k - 1) return false;
-    }
+  if (mg->posted == k && mg->finished == k) { /* (see the top: the slot is free) */
     RtMboxSlot *s = mb_slot(mg->mine, k);
     post_data(q, mb_data(c, mg->mine, k));
     s->count = q->count;
@@ -300,6 +297,8 @@ static bool step(RtReq *q) {
     moved = true;
   }
   if (mg->posted <= k || mg->finished != k) return moved;
+  for (int p = 0; p < n; p++)
+    if (!peer_mbox(q, mg, p)) return moved;
   char *src[64], **srcp = n <= 64 ? src : malloc((size_t)n * sizeof *srcp);
   if (!srcp) rt_fatal(RT_EXIT_COMM, "out of memory");
   for (int p = 0; p < n; p++) {
@@ -314,7 +313,6 @@ static bool step(RtReq *q) {
   }
   read_data(q, srcp);
   if (srcp != src) free(srcp);
-  atomic_store_explicit(mb_done(mg->mine), k + 1, memory_order_release);
   mg->finished++;
   c->mbox_active--;
   q->done = true;
