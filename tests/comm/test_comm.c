@@ -14,6 +14,9 @@
  *   test_comm count     rank 1 all-reduces one element fewer
  *   test_comm stall     rank 1 sleeps instead of joining an all-reduce (watchdog)
  *   test_comm mesh      checks a 2x2 mesh against the launched world (launch-time check)
+ *   test_comm tune      rt_comm_autotune: every rank gets the same threshold, within
+ *                       [4 KiB, a slot]; collectives on both sides of it still match the
+ *                       reference
  *
  * Inputs are multiples of 0.25 in [-2, 2], so sums over 4 members are exact in fp32 and
  * bf16 and the results must equal the reference exactly (tolerance 0); avg is the exact
@@ -462,6 +465,23 @@ static int mode_coll(RtComm *c, int world) {
   return failures;
 }
 
+static int mode_tune(RtComm *c) {
+  size_t v = rt_comm_autotune(c, mem_comm != NULL);
+  float mine = (float)v, lo = -mine, hi = mine;
+  rt_all_reduce(rt_group_world(c), &hi, &hi, 1, RT_F32, RT_MAX);
+  rt_all_reduce(rt_group_world(c), &lo, &lo, 1, RT_F32, RT_MAX);
+  EXPECT(hi == mine && -lo == mine, "autotune gave %zu here, between %g and %g on the ranks", v, -lo, hi);
+  EXPECT(v >= 4096 && v <= ((size_t)4 << 20), "autotune gave %zu bytes, outside [4 KiB, 4 MiB]", v);
+  uint64_t before = rt_comm_mbox_count(c);
+  for (int k = 0; k < 3; k++) { /* below, at and just above the threshold (in elements) */
+    check_all_reduce(rt_group_world(c), k == 0 ? 1001 : v / 4 + (size_t)(k - 1), RT_F32, RT_SUM, true, 40 + k);
+    check_all_gather(rt_group_world(c), k == 0 ? 1001 : v / 2 + (size_t)(k - 1), RT_BF16, 50 + k);
+  }
+  EXPECT(rt_comm_mbox_count(c) - before == 4, "%llu of 6 collectives went through the mailboxes, want 4",
+         (unsigned long long)(rt_comm_mbox_count(c) - before));
+  return failures;
+}
+
 static _Noreturn void mode_kill(RtComm *c) {
   size_t n = 1u << 20;
   float *x = xmalloc(n * 4);
@@ -501,6 +521,8 @@ int main(int argc, char **argv) {
   float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   if (strcmp(mode, "coll") == 0) {
     mode_coll(c, boot.world);
+  } else if (strcmp(mode, "tune") == 0) {
+    mode_tune(c);
   } else if (strcmp(mode, "kill") == 0) {
     mode_kill(c);
   } else if (strcmp(mode, "mismatch") == 0) {
