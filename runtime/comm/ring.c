@@ -347,10 +347,6 @@ void rt_req_begin(RtReq *q) {
     rt_req_finished(q);
     return;
   }
-  if (rt_mbox_usable(q)) { /* small, one node: a single round through shared memory */
-    rt_mbox_begin(q);
-    return;
-  }
   int n = q->n;
   q->chunk = c->chunk_bytes / q->esize;
   switch (q->op) {
