@@ -209,7 +209,8 @@ static void post_data(RtReq *q, char *dst) {
     memcpy(dst, q->send, len * es);
   } else if (q->nbufs) {
     for (int i = 0; i < q->nbufs; i++)
-      memcpy(dst + q->bufstart[i] * es, q->bufs[i], (q->bufstart[i + 1] - q->bufstart[i]) * es);
+      if (q->bufstart[i + 1] > q->bufstart[i]) /* (an empty member may be NULL) */
+        memcpy(dst + q->bufstart[i] * es, q->bufs[i], (q->bufstart[i + 1] - q->bufstart[i]) * es);
   } else {
     memcpy(dst, q->send, q->count * es);
   }
