@@ -10,8 +10,11 @@
  * members (big ones with small ones between) against MPI_Allreduce of one contiguous
  * buffer of the same size; its "member" column is shardrt with one rt_all_reduce per member.
  * COMM_BENCH_ALT adds an "alt" column: shardrt with other settings, timed in the same
- * rounds: "ring" (direct reads off) or "NAME=VALUE[,NAME=VALUE]" for rt_comm_tune
- * (direct_min, direct_push, direct_chunk).
+ * rounds: "ring" (direct reads and mailboxes off) or "NAME=VALUE[,NAME=VALUE]" for
+ * rt_comm_tune (direct_min, direct_push, direct_chunk, mbox_max).
+ * Before timing, shardrt measures its own thresholds (rt_comm_autotune, as the trainer
+ * does; COMM_BENCH_TUNE=0 skips it, SHARDRT_MBOX_MAX fixes the value); a NAME the alt
+ * column does not set keeps the tuned value there too.
  * The implementations alternate over COMM_BENCH_ROUNDS (default 5) rounds of
  * COMM_BENCH_ROUND_MS (default 40 ms; every round runs at least 2 calls);
  * time = the slowest rank's mean over a round, best round of each.
@@ -40,7 +43,7 @@ static int nmem;
 static size_t mcount[MAXMEM];
 static void *mbuf[MAXMEM];
 #define MAXTUNE 4
-static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk"};
+static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk", "mbox_max"};
 static size_t tune_default[MAXTUNE], tune_alt[MAXTUNE]; /* the defaults and the alt column's settings */
 
 static void apply(RtComm *c, const size_t *v) {
@@ -149,15 +152,21 @@ int main(int argc, char **argv) {
   const char *rm = getenv("COMM_BENCH_ROUND_MS");
   if (rm && atof(rm) > 0) round_s = atof(rm) / 1000.0;
   /* the defaults, as the runtime reads them */
-  static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH", "SHARDRT_DIRECT_CHUNK"};
-  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10};
+  static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH", "SHARDRT_DIRECT_CHUNK",
+                                                "SHARDRT_MBOX_MAX"};
+  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10};
+  bool alt_set[MAXTUNE] = {false};
   for (int i = 0; i < MAXTUNE && tune_names[i]; i++) {
     const char *e = getenv(tune_env[i]);
     tune_default[i] = tune_alt[i] = e && *e ? (size_t)strtoull(e, NULL, 0) : tune_dflt[i];
   }
   const char *alt = getenv("COMM_BENCH_ALT");
   bool with_ring = alt && *alt;
-  if (with_ring && strcmp(alt, "ring") == 0) tune_alt[0] = SIZE_MAX;
+  if (with_ring && strcmp(alt, "ring") == 0) {
+    tune_alt[0] = SIZE_MAX;
+    tune_alt[3] = 0;
+    alt_set[0] = alt_set[3] = true;
+  }
   else if (with_ring) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", alt);
@@ -167,10 +176,12 @@ int main(int argc, char **argv) {
       if (eq) *eq = 0;
       while (i < MAXTUNE && tune_names[i] && strcmp(tune_names[i], tok) != 0) i++;
       if (!eq || i == MAXTUNE || !tune_names[i]) {
-        fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push, direct_chunk)\n");
+        fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push, direct_chunk, "
+                        "mbox_max)\n");
         return 1;
       }
       tune_alt[i] = (size_t)strtoull(eq + 1, NULL, 0);
+      alt_set[i] = true;
     }
   }
   RtComm *c = rt_comm_init(&boot, NULL);
@@ -182,6 +193,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (mem && strcmp(mem, "shm") == 0) mem_comm = c;
+  const char *tune = getenv("COMM_BENCH_TUNE");
+  if (!(tune && strcmp(tune, "0") == 0)) {
+    apply(c, tune_default);
+    tune_default[3] = rt_comm_autotune(c, mem_comm != NULL);
+    if (!alt_set[3]) tune_alt[3] = tune_default[3];
+  }
   float *a = buf_alloc(max_bytes), *b = buf_alloc(max_bytes);
   if (!a || !b) {
     fprintf(stderr, "out of memory\n");
@@ -199,6 +216,7 @@ int main(int argc, char **argv) {
     printf("# comm_bench: %d ranks, shardrt provider %s, fp32 sum; busbw in GB/s, time in us (slowest rank, best "
            "of %d alternating rounds of %.0f ms)\n",
            n, rt_comm_provider(c), rounds, round_s * 1e3);
+    printf("# mbox_max %zu bytes%s\n", tune_default[3], tune && strcmp(tune, "0") == 0 ? "" : " (measured)");
     if (with_ring) printf("# alt column: %s\n", alt);
     printf("%-14s %10s %11s %10s %11s %10s %6s %11s\n", "op", "bytes", "shardrt_us", "shardrt_bw", "mpi_us", "mpi_bw",
            "ratio", with_ring ? "alt/member" : "member_us");

@@ -70,6 +70,7 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   rt_fabric_open(c, &o);
   rt_shmem_init(c);
   rt_direct_init(c);
+  rt_mbox_init(c);
 
   int *all = malloc((size_t)c->world * sizeof *all);
   if (!all) rt_fatal(RT_EXIT_COMM, "out of memory");
@@ -89,7 +90,10 @@ void rt_comm_free(RtComm *c) {
   rt_group_free(c->world_group);
   rt_fabric_close(c);
   rt_direct_close(c);
+  rt_mbox_close(c);
   rt_shmem_close(c);
+  free(c->gen_hash);
+  free(c->gen_count);
   pthread_mutex_destroy(&c->lock);
   free(c->peers);
   free(c);
@@ -104,6 +108,24 @@ const char *rt_comm_peer_provider(const RtComm *c, int rank) {
 }
 const char *rt_comm_node(const RtComm *c, int rank) {
   return rank >= 0 && rank < c->world ? c->peers[rank].node : "?";
+}
+
+/* How many groups with this member-list hash were created before (then counts this one). */
+static uint64_t group_generation(RtComm *c, uint64_t hash) {
+  for (int i = 0; i < c->ngen; i++)
+    if (c->gen_hash[i] == hash) return c->gen_count[i]++;
+  if (c->ngen == c->capgen) {
+    int cap = c->capgen ? 2 * c->capgen : 8;
+    uint64_t *h = realloc(c->gen_hash, (size_t)cap * sizeof *h);
+    if (h) c->gen_hash = h;
+    uint64_t *k = realloc(c->gen_count, (size_t)cap * sizeof *k);
+    if (k) c->gen_count = k;
+    if (!h || !k) rt_fatal(RT_EXIT_COMM, "out of memory");
+    c->capgen = cap;
+  }
+  c->gen_hash[c->ngen] = hash;
+  c->gen_count[c->ngen++] = 1;
+  return 0;
 }
 
 RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
@@ -132,6 +154,15 @@ RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
     h ^= h >> 15;
   }
   g->id = (uint16_t)(h & 0x7fff);
+  uint64_t h64 = 14695981039346656037ull;
+  for (int i = 0; i < n; i++) h64 = (h64 ^ (uint64_t)(uint32_t)ranks[i]) * 1099511628211ull;
+  g->hash = h64 ^ (uint64_t)n;
+  g->gen = group_generation(c, g->hash);
+  g->one_node = true;
+  for (int i = 0; i < n; i++) {
+    const RtPeer *p = &c->peers[ranks[i]], *mine = &c->peers[c->rank];
+    g->one_node = g->one_node && strcmp(p->host, mine->host) == 0 && strcmp(p->node, mine->node) == 0;
+  }
   return g;
 }
 
@@ -140,6 +171,7 @@ RtGroup *rt_group_world(RtComm *c) { return c->world_group; }
 void rt_group_free(RtGroup *g) {
   if (!g) return;
   if (g->backend && g->backend->group_free) g->backend->group_free(g->backend_state);
+  rt_mbox_group_free(g);
   free(g->ranks);
   free(g->p2p);
   free(g);
@@ -237,6 +269,7 @@ static RtReq *req_start(RtReq *q) {
   if (c->active) c->active->prev = q;
   c->active = q;
   q->in_list = true;
+  c->nactive++;
   pthread_mutex_unlock(&c->lock);
   if (g->backend) {
     q->sig = rt_signature(q);
@@ -245,7 +278,12 @@ static RtReq *req_start(RtReq *q) {
                g->name);
     return q;
   }
-  rt_req_begin(q);
+  if (rt_mbox_usable(q)) { /* small, one node: a single round through shared memory (mbox.c) */
+    q->sig = rt_signature(q);
+    rt_mbox_begin(q);
+    return q;
+  }
+  rt_req_begin(q); /* the direct reads (direct.c) or the ring (ring.c) */
   return q;
 }
 
@@ -257,6 +295,7 @@ void rt_req_finished(RtReq *q) {
     else c->active = q->next;
     if (q->next) q->next->prev = q->prev;
     q->in_list = false;
+    c->nactive--;
   }
   pthread_mutex_unlock(&c->lock);
 }
@@ -267,9 +306,11 @@ void rt_req_finished(RtReq *q) {
  * small-message latency low when every rank has its core. */
 static bool progress(RtComm *c) {
   RtCqEvent ev[16];
-  int n = rt_poll(c, ev, 16);
+  bool moved = rt_mbox_progress(c);
+  /* (nothing but mailbox requests in flight: no message to wait for) */
+  int n = c->nactive > c->mbox_active || c->ndeferred > 0 ? rt_poll(c, ev, 16) : 0;
   for (int i = 0; i < n; i++) rt_req_complete_msg((RtMsg *)ev[i].e.op_context, &ev[i]);
-  if (n > 0) {
+  if (n > 0 || moved) {
     c->idle_polls = 0;
     return true;
   }

@@ -7,7 +7,9 @@
  *                          progress every operation of the comm and finish it
  *
  * Host memory goes through libfabric (ring algorithms, see ring.c); all-reduce,
- * reduce-scatter and all-gather of >= 64 KiB among ranks of one host (shm) read and write
+ * reduce-scatter and all-gather up to mbox_max bytes among ranks of one node (shm) take a
+ * single round through shared-memory mailboxes instead (mbox.c), and those of >= 64 KiB
+ * (direct_min) among ranks of one host (shm) read and write
  * the peers' buffers directly instead (cross-memory attach, see direct.c, or plain loads and
  * stores where the peer's buffer came from rt_comm_mem_alloc, see shmem.c); a group on which
  * rt_group_use_nccl() (runtime/cuda/nccl.h) was called works on GPU memory through NCCL,
@@ -87,8 +89,21 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *   direct_push  1: all-gather phases write into the peers, 0: read from them
  *                (SHARDRT_DIRECT_PUSH, 1)
  *   direct_chunk bytes of the reduction staging slab (SHARDRT_DIRECT_CHUNK, 256 KiB)
+ *   mbox_max     bytes: all-reduce, reduce-scatter and all-gather up to this size whose
+ *                members all run on this node take one round through the members'
+ *                mailboxes in shared memory (mbox.c; SHARDRT_MBOX_MAX, 64 KiB; capped
+ *                at a mailbox slot, SHARDRT_MBOX_BYTES, 4 MiB; SHARDRT_MBOX=0: never).
+ *                Same bits as the direct reads, so moving it never changes a result.
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
+/* Measures on this machine where the mailbox stops beating the direct reads for an
+ * all-reduce of the world (buffers from rt_comm_mem_alloc when `mapped`, else malloc;
+ * every rank decides on the slowest rank's times) and sets mbox_max there; a collective
+ * over the world, a few milliseconds. Returns the value set (unchanged when the world
+ * does not share one node or SHARDRT_MBOX_MAX is set). */
+size_t rt_comm_autotune(RtComm *c, bool mapped);
+/* How many collectives went through the mailboxes (for tests and reports). */
+uint64_t rt_comm_mbox_count(const RtComm *c);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
 

@@ -144,6 +144,9 @@ struct RtReq {
   /* all_reduce_v on a backend group: one request per member */
   RtReq **subs;        /* [nsubs], else NULL */
   int nsubs;
+  /* one node, small: a single round through the members' mailboxes (mbox.c) */
+  bool mbox;
+  uint64_t mbox_k;     /* the group's mailbox collective number */
 };
 
 /* A backend that runs a group's operations elsewhere (NCCL on GPU memory). */
@@ -174,6 +177,10 @@ struct RtGroup {
   int p2p_cap, p2p_used;     /* slots, slots in use */
   const RtGroupBackend *backend; /* NULL: libfabric on host memory */
   void *backend_state;
+  uint64_t hash;             /* 64-bit hash of ranks (the mailbox key, with gen) */
+  uint64_t gen;              /* groups with this member list this rank created before */
+  struct RtMboxGroup *mbox;  /* mbox.c state, NULL until the first mailbox collective */
+  bool one_node;             /* every member runs on this host and node (SHARDRT_NODE) */
 };
 
 typedef struct {
@@ -230,6 +237,22 @@ struct RtComm {
   RtPeerMap *pmaps;      /* [npmaps] peers' regions mapped here */
   int npmaps, cappmaps;
   uint64_t mapped_bytes; /* bytes of direct collectives moved through mappings */
+  /* groups created, per member list (RtGroup.gen) */
+  uint64_t *gen_hash;    /* [ngen] member-list hashes */
+  uint64_t *gen_count;   /* [ngen] groups created with it */
+  int ngen, capgen;
+  int nactive;           /* requests in the active list */
+  /* single-round collectives through mailboxes in shared memory (mbox.c) */
+  bool mbox_ok;          /* every rank maps its local peers' directories (and SHARDRT_MBOX != 0) */
+  size_t mbox_max;       /* bytes: collectives up to this size on one node take the mailbox */
+  size_t mbox_cap;       /* bytes of one mailbox slot */
+  struct RtMboxDir *mbox_dir;        /* ours */
+  RtRegion *mbox_dirs;               /* [world] every rank's directory as published */
+  struct RtMboxDir **mbox_peer_dir;  /* [world] mapped here (local ranks), else NULL */
+  void **mboxes;         /* [nmboxes] our mailboxes (freed with the comm) */
+  int nmboxes, capmboxes;
+  int mbox_active;       /* mailbox requests in flight */
+  uint64_t mbox_count;   /* collectives run through mailboxes */
 };
 
 double rt_now(void); /* monotonic seconds */
@@ -253,6 +276,16 @@ uint16_t rt_signature(const RtReq *q);
  * peer's first message of q, so it has not joined q. Read by the watchdog under the comm's lock. */
 int rt_req_waiting(const RtReq *q, int *peers, bool *first, int max);
 void rt_describe_sig(uint16_t sig, char *buf, size_t len);
+/* Ends the process: member `rank` issued another collective than q (what it did). */
+_Noreturn void rt_req_mismatch(RtReq *q, int rank, const char *what);
+
+/* mbox.c */
+void rt_mbox_init(RtComm *c); /* after shmem: make and exchange the directories (collective) */
+void rt_mbox_close(RtComm *c);
+void rt_mbox_group_free(RtGroup *g);
+bool rt_mbox_usable(const RtReq *q); /* the same answer on every member */
+void rt_mbox_begin(RtReq *q);
+bool rt_mbox_progress(RtComm *c); /* true when some mailbox request moved */
 
 /* direct.c */
 uint64_t rt_direct_probe_addr(void);
@@ -268,6 +301,10 @@ int rt_direct_waiting(const RtReq *q, int *peers, bool *first, int max); /* rt_r
 
 /* shmem.c */
 void rt_shmem_init(RtComm *c);
+/* Shared memory for the runtime's own use (whatever SHARDRT_SHMEM says): zeroed, mapped
+ * here, described in *r for the peers; NULL when none can be made. Free with
+ * rt_comm_mem_free. */
+void *rt_shmem_region(RtComm *c, size_t bytes, RtRegion *r);
 void rt_shmem_close(RtComm *c); /* unmaps the peers' regions */
 /* Our region holding address p (fd -1 and size 0 when none). */
 RtRegion rt_shmem_find(const RtComm *c, const void *p);

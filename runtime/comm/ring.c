@@ -423,13 +423,13 @@ void rt_req_begin(RtReq *q) {
   for (int i = 0; i < nslots && !q->done; i++) run_slot(q, &slots[i]);
 }
 
-static void mismatch(RtReq *q, const RtMsg *m, const char *what) {
+_Noreturn void rt_req_mismatch(RtReq *q, int rank, const char *what) {
   char mine[256];
   rt_describe_req(q, mine, sizeof mine);
   rt_fatal(RT_EXIT_COMM,
            "collective mismatch: this rank called %s, but rank %d %s; every member of a group must issue the "
            "same collectives (op, count, dtype, reduction, root) in the same order",
-           mine, m->peer, what);
+           mine, rank, what);
 }
 
 void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {
@@ -438,7 +438,7 @@ void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {
     char mine[256];
     rt_describe_req(q, mine, sizeof mine);
     if (m->is_recv && ev->errcode == FI_ETRUNC)
-      mismatch(q, m, "sent a larger message than this call expects");
+      rt_req_mismatch(q, m->peer, "sent a larger message than this call expects");
     /* A provider error right after a peer died: say so plainly. */
     for (int i = 0; i < 20 && !rt_peer_gone(q->c, m->peer); i++) usleep(50000);
     if (rt_peer_gone(q->c, m->peer)) {
@@ -458,17 +458,17 @@ void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {
         snprintf(what, sizeof what, "called %s", theirs);
       else
         snprintf(what, sizeof what, "called %s with a different count, dtype, reduction or root", theirs);
-      mismatch(q, m, what);
+      rt_req_mismatch(q, m->peer, what);
     }
     if ((q->op == RT_OP_RECV) && ((ev->e.tag >> 16) & 0xffff) != (uint64_t)q->utag) {
       char what[96];
       snprintf(what, sizeof what, "sent tag %d (expected tag %d)", (int)((ev->e.tag >> 16) & 0xffff), q->utag);
-      mismatch(q, m, what);
+      rt_req_mismatch(q, m->peer, what);
     }
     if (ev->e.len != m->bytes) {
       char what[96];
       snprintf(what, sizeof what, "sent %zu bytes where %zu were expected", ev->e.len, m->bytes);
-      mismatch(q, m, what);
+      rt_req_mismatch(q, m->peer, what);
     }
   }
   if (m->mr) {

@@ -50,30 +50,42 @@ static void add_region(RtComm *c, RtRegion r) {
   c->regions[c->nregions++] = r;
 }
 
+/* A memfd of size bytes mapped here and listed among our regions; NULL (errno set) when
+ * none can be made. */
+static void *memfd_region(RtComm *c, size_t size) {
+  int fd = memfd_create("shardrt-mem", MFD_CLOEXEC);
+  if (fd < 0) return NULL;
+  if (ftruncate(fd, (off_t)size) == 0) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      add_region(c, (RtRegion){.base = (uint64_t)(uintptr_t)p, .size = size, .fd = fd, .id = c->next_region++});
+      return p;
+    }
+  }
+  int err = errno;
+  close(fd);
+  errno = err;
+  return NULL;
+}
+
 void *rt_comm_mem_alloc(RtComm *c, size_t bytes) {
   size_t size = page_round(bytes ? bytes : 1);
   if (c->shmem_ok) {
-    int fd = memfd_create("shardrt-mem", MFD_CLOEXEC);
-    if (fd >= 0) {
-      if (ftruncate(fd, (off_t)size) == 0) {
-        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) {
-          add_region(c, (RtRegion){.base = (uint64_t)(uintptr_t)p, .size = size, .fd = fd, .id = c->next_region++});
-          return p;
-        }
-        if (errno == ENOMEM) {
-          close(fd);
-          return NULL;
-        }
-      }
-      close(fd);
-    }
+    void *p = memfd_region(c, size);
+    if (p) return p;
+    if (errno == ENOMEM) return NULL;
     /* no memfd (old kernel, seccomp, no space in shmem): plain memory, still correct */
   }
   void *p = NULL;
   if (posix_memalign(&p, 4096, size) != 0) return NULL;
   memset(p, 0, size);
   add_region(c, (RtRegion){.base = (uint64_t)(uintptr_t)p, .size = size, .fd = -1, .id = c->next_region++});
+  return p;
+}
+
+void *rt_shmem_region(RtComm *c, size_t bytes, RtRegion *r) {
+  void *p = memfd_region(c, page_round(bytes));
+  *r = p ? rt_shmem_find(c, p) : (RtRegion){.fd = -1};
   return p;
 }
 

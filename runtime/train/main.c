@@ -183,6 +183,9 @@ static int mem_init(RtRun *r) {
      * sets the same value, as rt_comm_tune requires; SHARDRT_DIRECT_MIN still decides */
     const char *dmin = getenv("SHARDRT_DIRECT_MIN");
     if (r->ctx.comm && !(dmin && *dmin)) rt_comm_tune(r->ctx.comm, "direct_min", (size_t)16 << 10);
+    /* below some size one round through shared-memory mailboxes beats the direct reads:
+     * where, is measured here (a few ms; SHARDRT_MBOX_MAX fixes it; never changes a result) */
+    if (r->ctx.comm) rt_comm_autotune(r->ctx.comm, true);
     if (!r->mem)
       rt_user_error("cannot allocate the planned %lld bytes (+ %lld bytes of kernel workspace)",
                     (long long)p->mem_bytes, (long long)ws);

@@ -6,7 +6,8 @@
  *                       send/recv received in another order than sent; all_reduce_v
  *                       over several member layouts (empty members, chunk-crossing ones);
  *                       with SHARDRT_TEST_DIRECT=1 (0) some (no) collective must have run
- *                       by direct reads (runtime/comm/direct.c)
+ *                       by direct reads (runtime/comm/direct.c); SHARDRT_TEST_MBOX the same
+ *                       for the shared-memory mailboxes (runtime/comm/mbox.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
@@ -19,6 +20,9 @@
  *   test_comm usererr   every rank writes its pid to $SHARDRT_TEST_PIDFILE.<rank>, then rank 0
  *                       exits 1 (as a user error does) while the others wait in an all-reduce
  *   test_comm mesh      checks a 2x2 mesh against the launched world (launch-time check)
+ *   test_comm tune      rt_comm_autotune: every rank gets the same threshold, within
+ *                       [4 KiB, a slot]; collectives on both sides of it still match the
+ *                       reference
  *
  * Inputs are multiples of 0.25 in [-2, 2], so sums over 4 members are exact in fp32 and
  * bf16 and the results must equal the reference exactly (tolerance 0); avg is the exact
@@ -307,6 +311,52 @@ static void check_overlap(RtGroup *a, RtGroup *b, size_t n) {
   xfree(y);
 }
 
+/* The mailbox (mbox.c) folds in the direct reads' order, so the two give the same bits on
+ * inputs whose sums round (the threshold between them, measured at start-up, must never
+ * change a result): all-reduce, reduce-scatter and all_reduce_v on fp32 and bf16 values
+ * that are not exact, once forced through each. (Where one of them cannot run, both
+ * calls take the same other path.) Leaves both thresholds at the values given. */
+static void check_same_bits(RtComm *c, RtGroup *g, size_t mbox_max, size_t direct_min) {
+  if (!g) return;
+  static const size_t sizes[] = {1, 1001, 30011};
+  int gn = rt_group_size(g), salt = 0;
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (int dt = RT_F32; dt <= RT_BF16; dt++)
+      for (int op = 0; op < RT_REDOP_COUNT; op++) {
+        size_t n = sizes[si], es = rt_dtype_size((RtDType)dt), off, len;
+        rt_block(n, gn, rt_group_rank(g), &off, &len);
+        char *in = xmalloc(n * es), *out[2][3];
+        ++salt;
+        for (int way = 0; way < 2; way++) {
+          rt_comm_tune(c, "mbox_max", way == 0 ? (size_t)1 << 30 : 0);
+          rt_comm_tune(c, "direct_min", 1);
+          for (int k = 0; k < 3; k++) out[way][k] = xmalloc(n * es);
+          for (size_t i = 0; i < n; i++) { /* thirds and sevenths: sums round */
+            float v = (float)((me_rank * 7919u + i * 31u + (unsigned)salt) % 101u) / 3.0f - 17.0f / 7.0f;
+            if (dt == RT_F32) ((float *)in)[i] = v;
+            else ((uint16_t *)in)[i] = rt_f32_to_bf16(v);
+          }
+          rt_all_reduce(g, in, out[way][0], n, (RtDType)dt, (RtRedOp)op);
+          rt_reduce_scatter(g, in, out[way][1], n, (RtDType)dt, (RtRedOp)op);
+          memcpy(out[way][2], in, n * es);
+          void *bufs[2] = {out[way][2], out[way][2] + n / 3 * es};
+          size_t counts[2] = {n / 3, n - n / 3};
+          rt_all_reduce_v(g, bufs, counts, 2, (RtDType)dt, (RtRedOp)op);
+        }
+        EXPECT(memcmp(out[0][0], out[1][0], n * es) == 0, "all_reduce %s %s n=%zu on %s: mailbox and direct differ",
+               rt_dtype_name((RtDType)dt), rt_redop_name((RtRedOp)op), n, rt_group_name(g));
+        EXPECT(memcmp(out[0][1], out[1][1], len * es) == 0, "reduce_scatter %s %s n=%zu on %s: mailbox and direct differ",
+               rt_dtype_name((RtDType)dt), rt_redop_name((RtRedOp)op), n, rt_group_name(g));
+        EXPECT(memcmp(out[0][2], out[1][2], n * es) == 0, "all_reduce_v %s %s n=%zu on %s: mailbox and direct differ",
+               rt_dtype_name((RtDType)dt), rt_redop_name((RtRedOp)op), n, rt_group_name(g));
+        for (int way = 0; way < 2; way++)
+          for (int k = 0; k < 3; k++) xfree(out[way][k]);
+        xfree(in);
+      }
+  rt_comm_tune(c, "mbox_max", mbox_max);
+  rt_comm_tune(c, "direct_min", direct_min);
+}
+
 static void run_group(RtGroup *g) {
   if (!g) return;
   static const size_t sizes[] = {0, 1, 7, 1001, 300007};
@@ -391,6 +441,13 @@ static int mode_coll(RtComm *c, int world) {
     EXPECT((nd > 0) == (strcmp(want_direct, "1") == 0), "%llu collectives ran by direct reads, SHARDRT_TEST_DIRECT=%s",
            (unsigned long long)nd, want_direct);
   }
+  /* SHARDRT_TEST_MBOX=1: some collective must have gone through the mailboxes; 0: none. */
+  const char *want_mbox = getenv("SHARDRT_TEST_MBOX");
+  if (want_mbox && *want_mbox) {
+    uint64_t nm = rt_comm_mbox_count(c);
+    EXPECT((nm > 0) == (strcmp(want_mbox, "1") == 0), "%llu collectives went through the mailboxes, SHARDRT_TEST_MBOX=%s",
+           (unsigned long long)nm, want_mbox);
+  }
   /* SHARDRT_TEST_MAPPED=1: some direct collective must have gone through a mapping of a
    * peer's rt_comm_mem_alloc memory; 0: none did. */
   const char *want_mapped = getenv("SHARDRT_TEST_MAPPED");
@@ -399,7 +456,35 @@ static int mode_coll(RtComm *c, int world) {
     EXPECT((mb > 0) == (strcmp(want_mapped, "1") == 0), "%llu bytes went through mappings, SHARDRT_TEST_MAPPED=%s",
            (unsigned long long)mb, want_mapped);
   }
+  /* SHARDRT_TEST_SAME_BITS=1: the mailbox and the direct reads agree bit for bit. */
+  const char *same = getenv("SHARDRT_TEST_SAME_BITS");
+  if (same && strcmp(same, "1") == 0) {
+    check_same_bits(c, rt_group_world(c), (size_t)64 << 10, (size_t)64 << 10);
+    if (world == 4) {
+      static const int three[3] = {3, 1, 2};
+      RtGroup *g3 = rt_group_new(c, three, 3, "three'");
+      check_same_bits(c, g3, (size_t)64 << 10, (size_t)64 << 10);
+      rt_group_free(g3);
+    }
+  }
   rt_group_free(self);
+  return failures;
+}
+
+static int mode_tune(RtComm *c) {
+  size_t v = rt_comm_autotune(c, mem_comm != NULL);
+  float mine = (float)v, lo = -mine, hi = mine;
+  rt_all_reduce(rt_group_world(c), &hi, &hi, 1, RT_F32, RT_MAX);
+  rt_all_reduce(rt_group_world(c), &lo, &lo, 1, RT_F32, RT_MAX);
+  EXPECT(hi == mine && -lo == mine, "autotune gave %zu here, between %g and %g on the ranks", v, -lo, hi);
+  EXPECT(v >= 4096 && v <= ((size_t)4 << 20), "autotune gave %zu bytes, outside [4 KiB, 4 MiB]", v);
+  uint64_t before = rt_comm_mbox_count(c);
+  for (int k = 0; k < 3; k++) { /* below, at and just above the threshold (in elements) */
+    check_all_reduce(rt_group_world(c), k == 0 ? 1001 : v / 4 + (size_t)(k - 1), RT_F32, RT_SUM, true, 40 + k);
+    check_all_gather(rt_group_world(c), k == 0 ? 1001 : v / 2 + (size_t)(k - 1), RT_BF16, 50 + k);
+  }
+  EXPECT(rt_comm_mbox_count(c) - before == 4, "%llu of 6 collectives went through the mailboxes, want 4",
+         (unsigned long long)(rt_comm_mbox_count(c) - before));
   return failures;
 }
 
@@ -442,6 +527,8 @@ int main(int argc, char **argv) {
   float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   if (strcmp(mode, "coll") == 0) {
     mode_coll(c, boot.world);
+  } else if (strcmp(mode, "tune") == 0) {
+    mode_tune(c);
   } else if (strcmp(mode, "kill") == 0) {
     mode_kill(c);
   } else if (strcmp(mode, "mismatch") == 0) {

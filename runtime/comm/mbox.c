@@ -1,0 +1,341 @@
+/* runtime/comm/mbox.c — small collectives among the ranks of one node in a single
+ * shared-memory round (the latency path), no messages at all.
+ *
+ * Every rank owns, per group, a mailbox: a memfd region (shmem.c) that its peers map.
+ * It holds two slots, used alternately by the group's mailbox collectives k = 0, 1, 2..
+ * (slot k % 2). Collective k:
+ *
+ *   post   once we finished collective k - 1, copy our contribution into slot k % 2
+ *          (all-reduce and reduce-scatter: the whole input; all-gather: our block), write
+ *          its count and signature, then ready = k + 1 (release);
+ *   read   once every peer's slot says ready = k + 1 (acquire): check the signatures
+ *          (a mismatch is an error naming both calls), then fold or copy straight out of
+ *          the peers' slots into our output.
+ *
+ * Why slot k % 2 is free at post: the last to use it was collective k - 2. We finished
+ * k - 1, so every peer had posted k - 1, which it did only after finishing k - 2 — after
+ * reading our slot. No "done" counter, no extra cache line crossing between cores.
+ *
+ * Reductions fold block b (rt_block) in the order of the direct algorithm (direct.c):
+ * member b, b+1, .., b-1, rounding bf16 and scaling avg at the same folds, so the mailbox
+ * and the direct reads give the same bits and the size threshold between them (tuned,
+ * tune.c) never changes a result. Every rank computes every element of its output
+ * itself, reading n slots: cheap for the sizes this path takes (up to `mbox_max` bytes,
+ * at most one slot, SHARDRT_MBOX_BYTES, 4 MiB; two per group and rank, in memory only
+ * once touched).
+ *
+ * Requests advance from the comm's progress loop (rt_mbox_progress) in the group's
+ * order; waiting is polling the peers' counters. A peer that died is seen by the
+ * watchdog (every peer here runs on this host), a stuck one by its timeout.
+ *
+ * Finding a peer's mailbox: each rank has a directory region (made at start-up, its
+ * descriptor exchanged through the bootstrap) listing its mailboxes by the group's key (a
+ * hash of the member list and how many groups with that list this rank created before).
+ * A mailbox is made on the group's first mailbox collective and published there; peers
+ * look it up (waiting for it to appear) and map it once. Mailboxes live until the comm
+ * is freed: a peer may still read one after its owner freed the group.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define MBOX_GROUPS 1024 /* mailboxes a rank can publish (groups using this path) */
+#define MBOX_HDR 256     /* bytes before the first slot's data */
+#define MBOX_FOLD 8192   /* elements folded over every member before moving on (cache) */
+
+typedef struct {
+  _Atomic uint64_t hash; /* the group's member hash | 1; 0: free entry (published last) */
+  uint64_t gen;          /* groups with this member list this rank created before it */
+  RtRegion reg;          /* the mailbox */
+} RtMboxEntry;
+
+struct RtMboxDir {
+  RtMboxEntry e[MBOX_GROUPS];
+};
+
+typedef struct {
+  _Atomic uint64_t ready; /* k + 1 once collective k's data is in the slot */
+  uint64_t count;         /* the call's count */
+  uint32_t sig;           /* rt_signature */
+  uint32_t pad;
+} RtMboxSlot;
+
+struct RtMboxGroup {
+  int entry;         /* our directory entry */
+  char *mine;        /* our mailbox */
+  char **peer;       /* [n] the members' mailboxes mapped here (ours at me); NULL: not found yet */
+  uint64_t issued;   /* mailbox collectives started */
+  uint64_t posted;   /* ... whose contribution is in our slot */
+  uint64_t finished; /* ... done */
+};
+
+static RtMboxSlot *mb_slot(char *m, uint64_t k) { return (RtMboxSlot *)(m + 64 * (k & 1)); }
+static char *mb_data(const RtComm *c, char *m, uint64_t k) { return m + MBOX_HDR + (k & 1) * c->mbox_cap; }
+
+/* ---- start-up -------------------------------------------------------------------- */
+
+void rt_mbox_init(RtComm *c) {
+  const char *e = getenv("SHARDRT_MBOX");
+  bool want = !(e && strcmp(e, "0") == 0);
+  const char *cap = getenv("SHARDRT_MBOX_BYTES");
+  c->mbox_cap = cap && *cap ? (size_t)strtoull(cap, NULL, 0) : (size_t)4 << 20;
+  c->mbox_cap = (c->mbox_cap + 63) & ~(size_t)63;
+  const char *mx = getenv("SHARDRT_MBOX_MAX");
+  c->mbox_max = mx && *mx ? (size_t)strtoull(mx, NULL, 0) : (size_t)64 << 10;
+  if (c->mbox_max > c->mbox_cap) c->mbox_max = c->mbox_cap;
+  RtRegion mine = {.fd = -1};
+  if (want) {
+    c->mbox_dir = rt_shmem_region(c, sizeof(struct RtMboxDir), &mine);
+    if (!c->mbox_dir) want = false;
+  }
+  c->mbox_dirs = calloc((size_t)c->world, sizeof *c->mbox_dirs);
+  c->mbox_peer_dir = calloc((size_t)c->world, sizeof *c->mbox_peer_dir);
+  if (!c->mbox_dirs || !c->mbox_peer_dir) rt_fatal(RT_EXIT_COMM, "out of memory");
+  rt_boot_allgather(&c->boot, &mine, c->mbox_dirs, sizeof mine);
+  /* every local peer's directory must map here; every rank must agree */
+  int ok = want;
+  for (int r = 0; ok && r < c->world; r++) {
+    if (r == c->rank || strcmp(c->peers[r].host, c->peers[c->rank].host) != 0) continue;
+    c->mbox_peer_dir[r] = (struct RtMboxDir *)rt_shmem_peer(c, r, &c->mbox_dirs[r]);
+    if (!c->mbox_peer_dir[r]) ok = 0;
+  }
+  c->mbox_peer_dir[c->rank] = c->mbox_dir;
+  int *all = malloc((size_t)c->world * sizeof *all);
+  if (!all) rt_fatal(RT_EXIT_COMM, "out of memory");
+  rt_boot_allgather(&c->boot, &ok, all, sizeof ok);
+  c->mbox_ok = true;
+  for (int r = 0; r < c->world; r++) c->mbox_ok = c->mbox_ok && all[r];
+  free(all);
+}
+
+void rt_mbox_group_free(RtGroup *g) {
+  struct RtMboxGroup *mg = g->mbox;
+  if (!mg) return;
+  free(mg->peer); /* (the mailbox itself stays until the comm goes: peers may still read it) */
+  free(mg);
+  g->mbox = NULL;
+}
+
+void rt_mbox_close(RtComm *c) {
+  for (int i = 0; i < c->nmboxes; i++) rt_comm_mem_free(c, c->mboxes[i]);
+  free(c->mboxes);
+  c->mboxes = NULL;
+  c->nmboxes = 0;
+  if (c->mbox_dir) rt_comm_mem_free(c, c->mbox_dir);
+  c->mbox_dir = NULL;
+  free(c->mbox_dirs);
+  free(c->mbox_peer_dir);
+  c->mbox_dirs = NULL;
+  c->mbox_peer_dir = NULL;
+}
+
+uint64_t rt_comm_mbox_count(const RtComm *c) { return c->mbox_count; }
+
+/* ---- the decision ------------------------------------------------------------------ */
+
+bool rt_mbox_usable(const RtReq *q) {
+  const RtComm *c = q->c;
+  if (!c->mbox_ok || q->g->backend || q->n < 2 || q->count == 0) return false;
+  if (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER && q->op != RT_OP_ALL_GATHER) return false;
+  size_t bytes = q->count * q->esize;
+  if (bytes > c->mbox_max || bytes > c->mbox_cap) return false;
+  return q->g->one_node && strcmp(c->fab[RT_FAB_INTRA].provider, "shm") == 0; /* (not with a provider forced) */
+}
+
+/* Our mailbox for g: made and published on the group's first mailbox collective. */
+static struct RtMboxGroup *group_mbox(RtReq *q) {
+  RtGroup *g = q->g;
+  RtComm *c = q->c;
+  if (g->mbox) return g->mbox;
+  struct RtMboxGroup *mg = calloc(1, sizeof *mg);
+  if (!mg || !(mg->peer = calloc((size_t)g->n, sizeof *mg->peer))) rt_fatal(RT_EXIT_COMM, "out of memory");
+  RtRegion reg;
+  mg->mine = rt_shmem_region(c, MBOX_HDR + 2 * c->mbox_cap, &reg);
+  if (!mg->mine) rt_fatal(RT_EXIT_COMM, "no shared memory for the mailbox of group %s", g->name);
+  if (c->nmboxes == c->capmboxes) {
+    int cap = c->capmboxes ? 2 * c->capmboxes : 8;
+    void **n = realloc(c->mboxes, (size_t)cap * sizeof *n);
+    if (!n) rt_fatal(RT_EXIT_COMM, "out of memory");
+    c->mboxes = n;
+    c->capmboxes = cap;
+  }
+  c->mboxes[c->nmboxes++] = mg->mine;
+  struct RtMboxDir *dir = c->mbox_dir;
+  int e = 0;
+  while (e < MBOX_GROUPS && atomic_load_explicit(&dir->e[e].hash, memory_order_relaxed)) e++;
+  if (e == MBOX_GROUPS)
+    rt_fatal(RT_EXIT_COMM, "group %s: more than %d groups used the shared-memory path (SHARDRT_MBOX=0 turns it off)",
+             g->name, MBOX_GROUPS);
+  dir->e[e].gen = g->gen;
+  dir->e[e].reg = reg;
+  atomic_store_explicit(&dir->e[e].hash, g->hash | 1, memory_order_release);
+  mg->entry = e;
+  mg->peer[g->me] = mg->mine;
+  g->mbox = mg;
+  return mg;
+}
+
+/* Member p's mailbox mapped here, or NULL while p has not published it yet. */
+static char *peer_mbox(RtReq *q, struct RtMboxGroup *mg, int p) {
+  if (mg->peer[p]) return mg->peer[p];
+  RtComm *c = q->c;
+  int rank = q->g->ranks[p];
+  struct RtMboxDir *dir = c->mbox_peer_dir[rank];
+  for (int e = 0; e < MBOX_GROUPS; e++) {
+    uint64_t h = atomic_load_explicit(&dir->e[e].hash, memory_order_acquire);
+    if (!h) break; /* entries are filled in order and never freed */
+    if (h != (q->g->hash | 1) || dir->e[e].gen != q->g->gen) continue;
+    RtRegion reg = dir->e[e].reg;
+    mg->peer[p] = rt_shmem_peer(c, rank, &reg);
+    if (!mg->peer[p]) rt_fatal(RT_EXIT_COMM, "cannot map rank %d's mailbox for group %s", rank, q->g->name);
+    return mg->peer[p];
+  }
+  return NULL;
+}
+
+/* ---- the algorithms ----------------------------------------------------------------- */
+
+/* Our contribution into slot k. */
+static void post_data(RtReq *q, char *dst) {
+  size_t es = q->esize;
+  if (q->op == RT_OP_ALL_GATHER) {
+    size_t off, len;
+    rt_block(q->count, q->n, q->me, &off, &len);
+    memcpy(dst, q->send, len * es);
+  } else if (q->nbufs) {
+    for (int i = 0; i < q->nbufs; i++)
+      if (q->bufstart[i + 1] > q->bufstart[i]) /* (an empty member may be NULL) */
+        memcpy(dst + q->bufstart[i] * es, q->bufs[i], (q->bufstart[i + 1] - q->bufstart[i]) * es);
+  } else {
+    memcpy(dst, q->send, q->count * es);
+  }
+}
+
+/* Elements [o, o + m) of the result, folded from the n slots in block b's order
+ * (b, b+1, .., b-1) into dst, which holds m elements. */
+static void fold(RtReq *q, char *const *src, int b, size_t o, size_t m, char *dst) {
+  int n = q->n;
+  size_t es = q->esize;
+  for (int j = 1; j < n; j++) {
+    float scale = j == n - 1 && q->redop == RT_AVG ? 1.0f / (float)n : 1.0f;
+    const char *a = j == 1 ? src[b] + o * es : dst;
+    rt_reduce(dst, a, src[(b + j) % n] + o * es, m, q->dt, q->redop, scale);
+  }
+}
+
+/* Element range [o, o + m) of the output (the member pieces of all_reduce_v). */
+static void fold_out(RtReq *q, char *const *src, int b, size_t o, size_t m) {
+  size_t es = q->esize;
+  if (!q->nbufs) {
+    size_t base = 0, len; /* reduce-scatter's output holds our block only */
+    if (q->op == RT_OP_REDUCE_SCATTER) rt_block(q->count, q->n, q->me, &base, &len);
+    fold(q, src, b, o, m, q->recv + (o - base) * es);
+    return;
+  }
+  for (int i = 0; i < q->nbufs && m > 0; i++) {
+    size_t s = q->bufstart[i], e = q->bufstart[i + 1];
+    if (e <= o || s >= o + m) continue;
+    size_t lo = o > s ? o : s, hi = o + m < e ? o + m : e;
+    fold(q, src, b, lo, hi - lo, q->bufs[i] + (lo - s) * es);
+  }
+}
+
+static void read_data(RtReq *q, char *const *src) {
+  int n = q->n;
+  size_t es = q->esize;
+  if (q->op == RT_OP_ALL_GATHER) {
+    for (int p = 0; p < n; p++) {
+      size_t off, len;
+      rt_block(q->count, n, p, &off, &len);
+      if (p == q->me) {
+        if (q->send != q->recv + off * es) memmove(q->recv + off * es, q->send, len * es);
+      } else {
+        memcpy(q->recv + off * es, src[p], len * es);
+      }
+    }
+    return;
+  }
+  int b0 = q->op == RT_OP_REDUCE_SCATTER ? q->me : 0, b1 = q->op == RT_OP_REDUCE_SCATTER ? q->me + 1 : n;
+  for (int b = b0; b < b1; b++) {
+    size_t off, len;
+    rt_block(q->count, n, b, &off, &len);
+    for (size_t o = off; o < off + len; o += MBOX_FOLD) {
+      size_t m = off + len - o < MBOX_FOLD ? off + len - o : MBOX_FOLD;
+      fold_out(q, src, b, o, m);
+    }
+  }
+}
+
+static void mismatch(RtReq *q, int p, const RtMboxSlot *s) {
+  char theirs[64], what[160];
+  rt_describe_sig((uint16_t)s->sig, theirs, sizeof theirs);
+  if ((s->sig >> 13) != (uint32_t)(q->sig >> 13))
+    snprintf(what, sizeof what, "called %s", theirs);
+  else
+    snprintf(what, sizeof what, "called %s with a different count, dtype, reduction or root", theirs);
+  rt_req_mismatch(q, q->g->ranks[p], what);
+}
+
+/* Moves q forward as far as the peers allow; true when something happened. */
+static bool step(RtReq *q) {
+  RtComm *c = q->c;
+  struct RtMboxGroup *mg = q->g->mbox;
+  int n = q->n;
+  uint64_t k = q->mbox_k;
+  bool moved = false;
+  if (mg->posted == k && mg->finished == k) { /* (see the top: the slot is free) */
+    RtMboxSlot *s = mb_slot(mg->mine, k);
+    post_data(q, mb_data(c, mg->mine, k));
+    s->count = q->count;
+    s->sig = q->sig;
+    atomic_store_explicit(&s->ready, k + 1, memory_order_release);
+    mg->posted++;
+    moved = true;
+  }
+  if (mg->posted <= k || mg->finished != k) return moved;
+  for (int p = 0; p < n; p++)
+    if (!peer_mbox(q, mg, p)) return moved;
+  char *src[64], **srcp = n <= 64 ? src : malloc((size_t)n * sizeof *srcp);
+  if (!srcp) rt_fatal(RT_EXIT_COMM, "out of memory");
+  for (int p = 0; p < n; p++) {
+    char *m = mg->peer[p];
+    RtMboxSlot *s = mb_slot(m, k);
+    if (atomic_load_explicit(&s->ready, memory_order_acquire) != k + 1) {
+      if (srcp != src) free(srcp);
+      return moved;
+    }
+    if (s->sig != q->sig || s->count != q->count) mismatch(q, p, s);
+    srcp[p] = mb_data(c, m, k);
+  }
+  read_data(q, srcp);
+  if (srcp != src) free(srcp);
+  mg->finished++;
+  c->mbox_active--;
+  q->done = true;
+  rt_req_finished(q);
+  return true;
+}
+
+void rt_mbox_begin(RtReq *q) {
+  struct RtMboxGroup *mg = group_mbox(q);
+  q->mbox = true;
+  q->mbox_k = mg->issued++;
+  q->c->mbox_active++;
+  q->c->mbox_count++;
+  step(q);
+}
+
+bool rt_mbox_progress(RtComm *c) {
+  if (!c->mbox_active) return false;
+  bool moved = false;
+  for (RtReq *q = c->active, *next; q; q = next) {
+    next = q->next; /* (step may unlink q) */
+    if (q->mbox && !q->done) moved = step(q) || moved;
+  }
+  return moved;
+}
