@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "codegen.h"
+#include "cost.h"
 #include "diag.h"
 #include "fit.h"
 #include "frontend.h"
@@ -45,6 +46,9 @@ static void usage(FILE *f) {
   for (const char *const *p = names; *p; p++) fprintf(f, " %s", *p);
   fprintf(f,
           "\n"
+          "  --cost                print the predicted step time per rank (docs/planner.md)\n"
+          "  --profile FILE        the device figures the cost model uses (bench/calibrate writes one;\n"
+          "                        default: the topology's at fixed efficiencies)\n"
           "  --dump-ir=dot         print the final graph for Graphviz\n"
           "  --dump-ir=mesh        print each rank's coordinates, node, device and groups\n"
           "  --time-passes         print each pass's time\n"
@@ -110,8 +114,8 @@ static void print_launch_hint(const Module *m, const char *trainer) {
 }
 
 int main(int argc, char **argv) {
-  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL;
-  bool build = false;
+  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL;
+  bool build = false, cost = false;
   Target target = TARGET_CPU;
   CgOptions cg = {0};
   const char *import_dirs[16];
@@ -139,6 +143,11 @@ int main(int argc, char **argv) {
       if (strcmp(t, "cpu") == 0) target = TARGET_CPU;
       else if (strcmp(t, "cuda") == 0) target = TARGET_CUDA;
       else error_plain("--target %s: expected cpu or cuda", t);
+    } else if (strcmp(a, "--cost") == 0) {
+      cost = true;
+    } else if (strcmp(a, "--profile") == 0 && i + 1 < argc) {
+      profile = argv[++i];
+      cost = true;
     } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
       svg = argv[++i];
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
@@ -223,6 +232,14 @@ int main(int argc, char **argv) {
     ir_print_module(stdout, m);
     pipe_print(stdout, m);
     memplan_print(stdout, m);
+  }
+  if (cost) { /* the cost model (passes/cost.c): after the plan, before the fit check */
+    CostDevice dev;
+    cost_device_defaults(m, &dev);
+    if (profile && !cost_profile_read(profile, &dev)) return 1;
+    CostReport cr;
+    cost_estimate(m, &dev, &cr);
+    cost_print(stdout, m, &dev, &cr);
   }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
