@@ -274,7 +274,7 @@ void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
     step = fmax(busy_max, busy_sum / nst / (1 - p->bubble));
     r->bubble_s = step - busy_sum / nst;
   }
-  r->exposed_comm_s = fmax(0, busy_max - r->compute_s);
+  r->exposed_comm_s = busy_max - r->compute_s > 1e-9 * busy_max ? busy_max - r->compute_s : 0;
   r->step_s = step;
   r->tokens = ir_tokens_per_step(m);
   r->tokens_per_s = step > 0 ? (double)r->tokens / step : 0;

@@ -132,12 +132,20 @@ static void mib(char *buf, size_t cap, double bytes) {
   snprintf(buf + k, cap - k, " MiB");
 }
 
+bool fit_plan_fits(const Module *m, double *total, double *capacity) {
+  const MemPlan *p = m->memplan;
+  char capname[96];
+  double dev = memplan_capacity(m, capname, sizeof capname);
+  if (total) *total = p ? (double)p->total : 0;
+  if (capacity) *capacity = dev;
+  return !p || dev <= 0 || !m->mesh || (double)p->total <= dev;
+}
+
 bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   const MemPlan *p = m->memplan;
   char capname[96];
   double dev = memplan_capacity(m, capname, sizeof capname);
-  if (!p || dev <= 0 || !m->mesh) return true;
-  if ((double)p->total <= dev) return true;
+  if (fit_plan_fits(m, NULL, NULL)) return true;
   if (diag_errors()) die("fit_check: called on a module with errors");
   /* plan the knobs first (re-planning reports nothing and needs a clean error count) */
   enum { MAXNOTES = 24 };
