@@ -64,8 +64,6 @@ void cost_device_defaults(const Module *m, CostDevice *d);
 /* Overrides d's figures with those a profile file gives (passes/cost_profile.c; format in
  * docs/planner.md). Reports `file:line:col` errors and returns false on a bad file. */
 bool cost_profile_read(const char *path, CostDevice *d);
-/* Writes a profile (what `shardc calibrate`-style benchmarks measure). Returns false on I/O errors. */
-bool cost_profile_write(const char *path, const CostDevice *d);
 
 /* Predicts m's step (after pipeline_run). */
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);

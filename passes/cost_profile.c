@@ -10,7 +10,7 @@
 #include "cost.h"
 #include "diag.h"
 
-/* Every key, its field and what it means (the order they are written in). */
+/* Every key, its field and what it means (bench/calibrate.c writes them). */
 typedef struct {
   const char *key;
   size_t off;     /* offset of the double in CostDevice */
@@ -116,14 +116,4 @@ bool cost_profile_read(const char *path, CostDevice *d) {
   if (strncmp(out.source, "profile ", 8) != 0) snprintf(out.source, sizeof out.source, "profile %s", path);
   *d = out;
   return true;
-}
-
-bool cost_profile_write(const char *path, const CostDevice *d) {
-  FILE *f = fopen(path, "w");
-  if (!f) return false;
-  fprintf(f, "# shardc cost profile (docs/planner.md): `key value`, SI units\n");
-  fprintf(f, "source %s\n", d->source);
-  for (int i = 0; i < NKEYS; i++)
-    fprintf(f, "%-18s %.6g   # %s\n", keys[i].key, *(const double *)((const char *)d + keys[i].off), keys[i].unit);
-  return fclose(f) == 0;
 }
