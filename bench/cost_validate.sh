@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # bench/cost_validate.sh — the cost model against measurement on this machine: calibrate
-# (bench_calibrate), then for a few plans of tiny and a small Llama on 1-2 ranks, the predicted
-# step (`shardc plan --cost --profile`) next to the trainer's measured one (the median of the
-# JSONL log's `ms` over steps 6..STEPS). Results: docs/performance.md ("Cost model").
+# (bench_calibrate, one thread), then for a few plans of tiny on 1 and 2 ranks the predicted step
+# (`shardc plan --cost --profile`) next to the trainer's measured one, one compute thread per rank.
+# Measured: CPU seconds per rank and step (user + system of every rank, a run of STEPS + 2 steps
+# minus one of 2), not wall-clock: this machine is shared by many jobs (load 10-20 on 2 cores), so
+# a step's wall time is mostly waiting for a core; a rank waiting in a collective spins, so its
+# CPU time is the step's on an idle machine. Results: docs/performance.md ("Cost model").
 #   bench/cost_validate.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
-steps=${2:-40}
+steps=${2:-30}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -25,12 +28,19 @@ run() { # model world -D...
   "$build/shardc" build "$model" --world "$world" "$@" -o "$tmp/t" >/dev/null 2>&1
   local launch=""
   [ "$world" -gt 1 ] && launch="mpirun -np $world --bind-to none"
-  $launch "$tmp/t" --data "$tmp/corpus.txt" --steps "$steps" --log "$tmp/log.jsonl" >/dev/null 2>&1
-  local meas
-  meas=$(sed -n 's/.*"step":\([0-9]*\),.*"ms":\([0-9.]*\).*/\1 \2/p' "$tmp/log.jsonl" | awk '$1 > 5 { print $2 / 1e3 }' |
-    sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-  printf '%-44s %9.2f ms %9.2f ms %+7.1f%%\n' "$(basename "$model" .model) x$world $*" "$(echo "$pred * 1e3" | bc -l)" \
-    "$(echo "$meas * 1e3" | bc -l)" "$(echo "100 * ($pred - $meas) / $meas" | bc -l)"
+  # CPU seconds of every rank (user + system, through mpirun), a 2-step run subtracted: the
+  # start-up, the final evaluation and checkpoint cancel; per rank and step
+  cpu() {
+    (cd "$tmp" && /usr/bin/time -f "%U %S" -o "$tmp/cpu" $launch "$tmp/t" --data "$tmp/corpus.txt" --threads 1 \
+      --steps "$1" >/dev/null 2>&1)
+    awk '{ print $1 + $2 }' "$tmp/cpu"
+  }
+  local c0 c1 meas
+  c0=$(cpu 2)
+  c1=$(cpu $((steps + 2)))
+  meas=$(awk -v a="$c0" -v b="$c1" -v s="$steps" -v w="$world" 'BEGIN { print (b - a) / s / w }')
+  awk -v p="$pred" -v m="$meas" -v n="$(basename "$model" .model) x$world $*" \
+    'BEGIN { printf "%-44s %9.2f ms %9.2f ms %+7.1f%%\n", n, p * 1e3, m * 1e3, 100 * (p - m) / m }'
 }
 run models/tiny.model 1
 run models/tiny.model 1 -D micro_batch=4
