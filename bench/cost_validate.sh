@@ -44,8 +44,6 @@ run() { # model world -D...
 }
 run models/tiny.model 1
 run models/tiny.model 1 -D micro_batch=4
-run models/tiny.model 1 -D recompute=full
 run models/tiny.model 2
 run models/tiny.model 2 -D tp=2 -D dp=1
-run models/tiny.model 2 -D zero=1
 run models/tiny.model 2 -D tp=2 -D dp=1 -D sp=on

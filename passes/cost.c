@@ -91,7 +91,7 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, TimeK
     int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
     double fl = 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
     *kind = T_GEMM;
-    return fmax(fl / d->gemm_flops, mem);
+    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem); /* rate gemm_flops x fl / (fl + half) */
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
     double fl = attn_flops(n) * (n->a.causal ? 0.5 : 1.0);
