@@ -19,7 +19,7 @@
  *     the busiest stage's;
  *   - offload: none is compiled yet (the CPU target's is a no-op, CUDA refuses it): nothing added.
  * The device's rates are the topology's figures at fixed efficiencies (cost_device_defaults) or a
- * measured profile (`shardc calibrate`'s file, cost_profile_read).
+ * measured profile (bench_calibrate's file, cost_profile_read).
  */
 #ifndef SHARDC_COST_H
 #define SHARDC_COST_H
