@@ -1,11 +1,16 @@
 /* main.c — the shardc command line: .model → front end → passes → (codegen). */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "codegen.h"
+#include "cost.h"
 #include "diag.h"
 #include "fit.h"
 #include "frontend.h"
@@ -13,6 +18,7 @@
 #include "mesh.h"
 #include "pipeline.h"
 #include "pipe_sched.h"
+#include "plan_search.h"
 #include "print.h"
 
 #ifndef SHARDC_MODELS_DIR
@@ -49,6 +55,14 @@ static void usage(FILE *f) {
   for (const char *const *p = names; *p; p++) fprintf(f, " %s", *p);
   fprintf(f,
           "\n"
+          "  --search              rank the plans of the model on the topology by predicted step time\n"
+          "                        (dp x tp x pp x cp x sp x zero x recompute x micro-batch x schedule)\n"
+          "                        (a knob given with -D stays as given)\n"
+          "  --pick                search, then plan / build the fastest plan that fits\n"
+          "  --top N, --budget S   rows of the search's table (10); seconds it may compile for (8)\n"
+          "  --cost                print the predicted step time per rank (docs/planner.md)\n"
+          "  --profile FILE        the device figures the cost model uses (bench/calibrate writes one;\n"
+          "                        default: the topology's at fixed efficiencies)\n"
           "  --dump-ir=dot         print the final graph for Graphviz\n"
           "  --dump-ir=mesh        print each rank's coordinates, node, device and groups\n"
           "  --time-passes         print each pass's time\n"
@@ -66,38 +80,109 @@ typedef struct {
   Target target;
 } Replan;
 
-static int64_t replan(void *ctx, const char *const *kv, int n) {
-  Replan *r = ctx;
+/* Compiles the source again with n extra overrides into arena a, its diagnostics written to
+ * `diag` (not the terminal); NULL when it did not compile. The error count is reset after. */
+static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
   enum { MAXD = 160 };
   FeDefine d[MAXD];
   int nd = r->fo->ndefines;
-  if (nd + n > MAXD) return -1;
+  if (nd + n > MAXD) return NULL;
   for (int i = 0; i < nd; i++) d[i] = r->fo->defines[i];
   for (int i = 0; i < n; i++) {
     const char *eq = strchr(kv[i], '=');
     if (!eq) die("replan: '%s' is not key=value", kv[i]);
-    d[nd + i].key = arena_strndup(r->arena, kv[i], (size_t)(eq - kv[i]));
-    d[nd + i].value = eq + 1;
+    d[nd + i].key = arena_strndup(a, kv[i], (size_t)(eq - kv[i]));
+    d[nd + i].value = arena_strdup(a, eq + 1);
   }
   FeOptions o = *r->fo;
   o.defines = d;
   o.ndefines = nd + n;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return -1;
-  Diag quiet; /* the re-plan's own diagnostics, unseen: only whether it fits matters */
-  diag_init(&quiet, null, 1);
+  Diag quiet; /* the re-plan's own diagnostics, to `diag` (not the terminal) */
+  diag_init(&quiet, diag, 0);
   Diag *outer = diag_enter(&quiet);
-  int64_t total = -1;
-  Module *m = fe_compile(r->arena, r->input, &o);
-  if (m && diag_errors() == 0) {
+  Module *m = fe_compile(a, r->input, &o);
+  bool ok = m && diag_errors() == 0;
+  if (ok) {
     m->target = r->target;
-    PipelineOptions po = {.dump = null, .verify = false};
-    if (pipeline_run(m, &po) && m->memplan) total = m->memplan->total;
+    PipelineOptions po = {.dump = diag, .verify = false};
+    ok = pipeline_run(m, &po) && diag_errors() == 0;
   }
+  fflush(diag);
   diag_leave(outer);
   diag_free(&quiet);
+  return ok ? m : NULL;
+}
+
+static int64_t replan(void *ctx, const char *const *kv, int n) {
+  Replan *r = ctx;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return -1;
+  Module *m = compile_with(r, r->arena, kv, n, null);
   fclose(null);
-  return total;
+  return m && m->memplan ? m->memplan->total : -1;
+}
+
+/* The plan search's evaluation of one candidate (passes/plan_search.h): compiled and measured in a
+ * child process, the result sent back through a pipe; a compile that takes over SEARCH_COMPILE_S
+ * is stopped and the candidate refused. The child's memory (its arena, the diagnostics' copies of
+ * the source texts) goes with it. */
+enum { SEARCH_COMPILE_MS = 1000 };
+
+static void search_eval(void *ctx, const CostDevice *dev, const char *const *kv, int n, PlanCand *c) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    snprintf(c->err, sizeof c->err, "pipe: %s", strerror(errno));
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(c->err, sizeof c->err, "fork: %s", strerror(errno));
+    close(fds[0]);
+    close(fds[1]);
+    return;
+  }
+  if (pid == 0) { /* the child: compile, measure, report, exit */
+    close(fds[0]);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&buf, &len);
+    Arena a;
+    arena_init(&a);
+    Module *m = ms ? compile_with(ctx, &a, kv, n, ms) : NULL;
+    if (ms) fclose(ms);
+    if (m && m->memplan) {
+      plan_cand_measure(m, dev, c);
+    } else {
+      const char *e = buf ? strstr(buf, "error: ") : NULL;
+      if (e) snprintf(c->err, sizeof c->err, "%.*s", (int)strcspn(e + 7, "\n"), e + 7);
+    }
+    ssize_t w = write(fds[1], c, sizeof *c);
+    _exit(w == (ssize_t)sizeof *c ? 0 : 1);
+  }
+  close(fds[1]);
+  struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+  PlanCand got;
+  size_t have = 0;
+  bool late = false;
+  while (have < sizeof got) {
+    int k = poll(&pf, 1, SEARCH_COMPILE_MS);
+    if (k <= 0) {
+      late = true;
+      break;
+    }
+    ssize_t r = read(fds[0], (char *)&got + have, sizeof got - have);
+    if (r <= 0) break;
+    have += (size_t)r;
+  }
+  close(fds[0]);
+  if (late) kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  c->timed_out = late;
+  if (have == sizeof got) *c = got;
+  else snprintf(c->err, sizeof c->err, late ? "its compile took over %.0f s (stopped)" : "its compile crashed",
+                SEARCH_COMPILE_MS / 1000.0);
 }
 
 /* After a build: how many ranks the trainer needs and the command that starts it. */
@@ -157,8 +242,9 @@ static long parse_count(const char *s, const char *flag, long lo, long hi) {
 }
 
 static int compile(int argc, char **argv, Diag *diag) {
-  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL;
-  bool build = false;
+  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL;
+  bool build = false, cost = false, search = false, pick = false;
+  SearchOptions so = {.top = 10};
   Target target = TARGET_CPU;
   CgOptions cg = {0};
   const char *import_dirs[16];
@@ -191,6 +277,20 @@ static int compile(int argc, char **argv, Diag *diag) {
       if (strcmp(k, "llvm") == 0) cg.llvm_kernels = true;
       else if (strcmp(k, "c") == 0) cg.llvm_kernels = false;
       else error_plain("--cpu-kernels %s: expected c or llvm", k);
+    } else if (strcmp(a, "--search") == 0) {
+      search = true;
+    } else if (strcmp(a, "--pick") == 0) {
+      search = pick = true;
+    } else if (strcmp(a, "--top") == 0 && i + 1 < argc) {
+      so.top = (int)parse_count(argv[++i], "--top", 1, 1000);
+    } else if (strcmp(a, "--budget") == 0 && i + 1 < argc) {
+      so.budget_s = atof(argv[++i]);
+      if (!(so.budget_s > 0)) error_plain("--budget needs a positive number of seconds, got '%s'", argv[i]);
+    } else if (strcmp(a, "--cost") == 0) {
+      cost = true;
+    } else if (strcmp(a, "--profile") == 0 && i + 1 < argc) {
+      profile = argv[++i];
+      cost = true;
     } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
       svg = argv[++i];
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
@@ -281,11 +381,68 @@ static int compile(int argc, char **argv, Diag *diag) {
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   m->target = target;
+  if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   if (!pipeline_run(m, &po)) return 1;
+  Replan rp = {&arena, input, &fo, target};
+  CostDevice dev;
+  if (search || cost) {
+    cost_device_defaults(m, &dev);
+    if (profile && !cost_profile_read(profile, &dev)) return 1;
+  }
+  if (search) { /* passes/plan_search.c: compile the candidates, rank them, print the table */
+    for (int i = 0; i < ndefines; i++)
+      for (int k = 0; k < PIN_COUNT; k++) so.pinned[k] |= strcmp(defines[i].key, plan_search_pin_keys[k]) == 0;
+    SearchResult sr;
+    plan_search(m, &dev, search_eval, &rp, &so, &sr);
+    plan_search_print(stdout, m, &sr, so.top);
+    fflush(stdout);
+    if (!sr.nranked) {
+      error_plain("plan search: no candidate plan fits");
+      plan_search_free(&sr);
+      return 1;
+    }
+    if (!pick) {
+      plan_search_free(&sr);
+      arena_free(&arena);
+      return 0;
+    }
+    /* --pick: the fastest, compiled again in the driver's arena with its overrides after the user's */
+    char kv[SEARCH_KV][SEARCH_KV_LEN];
+    int n = plan_cand_overrides(m, &sr.cand[sr.rank[0]], kv);
+    if (ndefines + n > (int)(sizeof defines / sizeof defines[0])) {
+      error_plain("too many -D options for --pick");
+      return 1;
+    }
+    fprintf(stdout, "# picked #1:");
+    for (int i = 0; i < n; i++) {
+      const char *eq = strchr(kv[i], '=');
+      defines[ndefines].key = arena_strndup(&arena, kv[i], (size_t)(eq - kv[i]));
+      defines[ndefines].value = arena_strdup(&arena, eq + 1);
+      fprintf(stdout, " -D %s", kv[i]);
+      ndefines++;
+    }
+    fprintf(stdout, "\n");
+    plan_search_free(&sr);
+    fo.ndefines = ndefines;
+    po.dump = stdout;
+    m = fe_compile(&arena, input, &fo);
+    if (!m || diag_errors()) return 1;
+    m->target = target;
+    if (!pipeline_run(m, &po)) return 1;
+    if (dump && strcmp(dump, "final") == 0) { /* plan --pick: the table, the choice and its prediction */
+      dump = NULL;
+      cost = true;
+    }
+  }
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
     pipe_print(stdout, m);
     memplan_print(stdout, m);
+  }
+  if (cost) { /* the cost model (passes/cost.c): after the plan, before the fit check */
+    CostReport cr;
+    cost_estimate(m, &dev, &cr);
+    cost_print(stdout, m, &dev, &cr);
   }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
@@ -303,7 +460,6 @@ static int compile(int argc, char **argv, Diag *diag) {
     }
   }
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
-  Replan rp = {&arena, input, &fo, target};
   if (!fit_check(m, replan, &rp)) return 1;
   if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */
     cg.source_path = input;

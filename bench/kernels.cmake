@@ -22,3 +22,8 @@ foreach(variant "openblas;openblas-pthread;openblas" "openblas_omp;openblas-open
     shardc_warnings(bench_gemm_${_name})
   endif()
 endforeach()
+
+# The cost model's CPU profile (docs/planner.md): bench_calibrate PROFILE [threads]
+add_executable(bench_calibrate ${CMAKE_CURRENT_SOURCE_DIR}/calibrate.c)
+target_link_libraries(bench_calibrate PRIVATE shardrt)
+shardc_warnings(bench_calibrate)

@@ -15,6 +15,7 @@
 
 #include "cg.h"
 #include "codegen.h"
+#include "commreport.h"
 #include "diag.h"
 #include "memplan.h"
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
@@ -88,13 +89,9 @@ static void emit_repeat(Cg *c, Node *n) {
 
 /* dp all-reduces and reduce-scatters; dp all-gathers of a parameter (ZeRO-3's, reading the
  * stored shard or a layer loop's slice of it: memory that outlives the wait); the receive of a
- * ring shift (cp's hops: a send and its receive, started at the receive) */
-static bool is_async(const Node *n) {
-  if (n->op == OP_RECV) return !n->stage;
-  if (n->a.mesh_axis != RT_AX_DP) return false;
-  if (n->op == OP_ALL_GATHER) return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG;
-  return n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER;
-}
+ * ring shift (cp's hops: a send and its receive, started at the receive). Decided in
+ * ir/commreport.c, which the cost model reads too. */
+static bool is_async(const Node *n) { return ir_comm_async(n); }
 
 static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)

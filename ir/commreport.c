@@ -50,8 +50,7 @@ double ir_comm_bus_factor(OpKind op, int n) {
   }
 }
 
-/* Latency-bound steps of the ring algorithm for one collective. */
-static int ring_steps(OpKind op, int n) {
+int ir_comm_ring_steps(OpKind op, int n) {
   if (n <= 1) return 0;
   switch (op) {
   case OP_ALL_REDUCE: return 2 * (n - 1);
@@ -59,6 +58,13 @@ static int ring_steps(OpKind op, int n) {
   case OP_SEND: return 1;
   default: return 0;
   }
+}
+
+bool ir_comm_async(const Node *n) {
+  if (n->op == OP_RECV) return !n->stage; /* a ring shift's (cp), started at the receive; a pipeline's blocks */
+  if (n->a.mesh_axis != RT_AX_DP) return false;
+  if (n->op == OP_ALL_GATHER) return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG;
+  return n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER;
 }
 
 int ir_comm_group_size(const Module *m, int axis) {
@@ -235,7 +241,7 @@ static void count_node(const Module *m, const Node *n, int64_t mult, bool in_rep
   double share = 1;
   if (v->across_nodes[ax] && m->mesh && v->members_per_node[ax] > 0) /* the node's rings share its network */
     share = (double)m->mesh->devices_per_node / v->members_per_node[ax];
-  double t = (double)mult * (double)ring_steps(n->op, v->group_size[ax]) * l->latency_s;
+  double t = (double)mult * (double)ir_comm_ring_steps(n->op, v->group_size[ax]) * l->latency_s;
   if (bw > 0) t += (double)mult * (double)bytes * f * share / bw;
   v->side_time_s[side] += t;
 }

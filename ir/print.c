@@ -533,7 +533,8 @@ static int64_t embed_tokens(const Module *m, const Graph *g) {
   return 0;
 }
 
-double ir_flops_per_token(const Module *m, bool training) {
+/* The forward FLOPs of one step and its tokens (over every rank, on logical shapes). */
+static void step_flops(const Module *m, double *fwd, int64_t *tok) {
   const Graph *g = m->graph;
   Liveness lv = {{0}};
   bool have_loss = false;
@@ -549,12 +550,25 @@ double ir_flops_per_token(const Module *m, bool training) {
       live_recvs(&lv, g, &fed);
     } while (mark_sends(&lv, g, &fed));
   free(fed.key);
-  double fwd = graph_flops(m, g, have_loss ? &lv : NULL);
-  int64_t tok = ce_tokens(m, g, have_loss ? &lv : NULL);
-  if (!tok) tok = embed_tokens(m, g);
+  *fwd = graph_flops(m, g, have_loss ? &lv : NULL);
+  *tok = ce_tokens(m, g, have_loss ? &lv : NULL);
+  if (!*tok) *tok = embed_tokens(m, g);
   ptrmap_free(&lv.live);
+}
+
+double ir_flops_per_token(const Module *m, bool training) {
+  double fwd;
+  int64_t tok;
+  step_flops(m, &fwd, &tok);
   double per = tok > 0 ? fwd / (double)tok : fwd;
   return training ? 3.0 * per : per;
+}
+
+int64_t ir_tokens_per_step(const Module *m) {
+  double fwd;
+  int64_t tok;
+  step_flops(m, &fwd, &tok);
+  return tok;
 }
 
 /* ---- module --------------------------------------------------------------------------- */

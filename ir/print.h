@@ -33,5 +33,7 @@ int64_t ir_param_count(const Module *m);
 /* Model FLOPs per token: matmuls 2*m*n*k, attention QK^T and AV (4*S*T*hd per head, unmasked count)
  * in the forward graph (the nodes the loss depends on); training = 3 x forward. */
 double ir_flops_per_token(const Module *m, bool training);
+/* Tokens one optimizer step trains on, over every rank (the targets of the loss's cross-entropies). */
+int64_t ir_tokens_per_step(const Module *m);
 
 #endif

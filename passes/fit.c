@@ -132,13 +132,30 @@ static void mib(char *buf, size_t cap, double bytes) {
   snprintf(buf + k, cap - k, " MiB");
 }
 
+/* A host allocation (plan offload) times the ranks of a node within the node's host memory. */
+static bool host_fits(const Module *m) {
+  const MemPlan *p = m->memplan;
+  const Topology *topo = &m->topo;
+  return !p || p->host_total <= 0 || !m->has_topology || topo->host_memory <= 0 || topo->devices_per_node <= 0 ||
+         (double)p->host_total * topo->devices_per_node <= topo->host_memory;
+}
+
+bool fit_plan_fits(const Module *m, double *total, double *capacity) {
+  const MemPlan *p = m->memplan;
+  char capname[96];
+  double dev = memplan_capacity(m, capname, sizeof capname);
+  if (total) *total = p ? (double)p->total : 0;
+  if (capacity) *capacity = dev;
+  if (!host_fits(m)) return false;
+  return !p || dev <= 0 || !m->mesh || (double)p->total <= dev;
+}
+
 bool fit_check(const Module *m, FitReplan replan, void *ctx) {
   const MemPlan *p = m->memplan;
   char capname[96];
   double dev = memplan_capacity(m, capname, sizeof capname);
-  const Topology *topo = &m->topo;
-  if (p && p->host_total > 0 && m->has_topology && topo->host_memory > 0 && topo->devices_per_node > 0 &&
-      (double)p->host_total * topo->devices_per_node > topo->host_memory) { /* plan offload: the node's host memory */
+  if (!host_fits(m)) { /* plan offload: the node's host memory */
+    const Topology *topo = &m->topo;
     char hb[32], nb[32], cb[32];
     mib(hb, sizeof hb, (double)p->host_total);
     mib(nb, sizeof nb, (double)p->host_total * topo->devices_per_node);
@@ -149,8 +166,7 @@ bool fit_check(const Module *m, FitReplan replan, void *ctx) {
     note("a higher zero stage or more dp splits the optimizer state over more ranks; `offload off` keeps it on the device");
     return false;
   }
-  if (!p || dev <= 0 || !m->mesh) return true;
-  if ((double)p->total <= dev) return true;
+  if (fit_plan_fits(m, NULL, NULL)) return true;
   if (diag_errors()) die("fit_check: called on a module with errors");
   /* plan the knobs first (re-planning reports nothing and needs a clean error count) */
   enum { MAXNOTES = 24 };

@@ -15,6 +15,11 @@
  * bytes (MemPlan.total), or -1 when that plan is not valid. Reports nothing. */
 typedef int64_t (*FitReplan)(void *ctx, const char *const *kv, int n);
 
+/* Whether m's planned memory (MemPlan.total) fits the rank's capacity (memplan_capacity; true when
+ * unknown). *total and *capacity (may be NULL) get the two figures: the fit check's, and the plan
+ * search's (passes/plan_search.c). */
+bool fit_plan_fits(const Module *m, double *total, double *capacity);
+
 /* When m has a topology and its plan's total exceeds the device's memory: an error at the plan
  * naming the total, the device's memory and the largest class, then one note per knob with the
  * total it plans to. Returns false when it reported that error. */

@@ -1,0 +1,153 @@
+/* bench/calibrate.c — measures this machine's CPU kernels for the cost model and writes a profile
+ * (passes/cost_profile.c's format) that `shardc plan --profile FILE` reads.
+ *
+ *   bench_calibrate PROFILE [threads]     (threads: per rank, default 1, as the trainers run)
+ *
+ * What it measures, each the best of 5 rounds of at least 50 ms of CPU time (per thread):
+ *   gemm_flops, gemm_half_flops   rt_matmul at trainer-sized GEMMs (k 64 ones of small models up
+ *                    to GPT-2's 1024 x 3072 x 768): a least-squares line t = (f + half) / rate;
+ *   attention_flops  rt_sdpa_fwd, causal, B 8 x S 64 x 4 heads x 16 (tiny's): counted as the
+ *                    model counts it (4 B S T C, half of it causal);
+ *   bandwidth        rt_add over 64 Ki floats (768 KiB moved per call: the tensors of small models
+ *                    live in the caches);
+ *   kernel_overhead  rt_add over 16 floats.
+ * peak_flops (MFU's denominator) stays the topology's: rt_measure_peak_flops times wall-clock.
+ * The links are not measured here (comm_bench measures the collectives; docs/planner.md): the profile
+ * leaves them out, so the topology's figures stay; overlap is 0 (a CPU rank progresses its own
+ * asynchronous collectives between kernels).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/kernels.h"
+
+/* CPU seconds of the process over its threads: on a shared machine a kernel's wall time is mostly
+ * waiting for a core, its CPU time what it costs on an idle one (bench/cost_validate.sh measures the
+ * trainers the same way). */
+static int nthreads = 1;
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec) / nthreads;
+}
+
+typedef void (*Fn)(void *);
+
+/* Seconds per call: the best of 5 rounds of at least 50 ms. */
+static double time_call(Fn f, void *arg) {
+  double best = 1e30;
+  f(arg); /* warm up */
+  for (int r = 0; r < 5; r++) {
+    int n = 0;
+    double t0 = now(), t;
+    do {
+      f(arg);
+      n++;
+    } while ((t = now() - t0) < 0.05);
+    if (t / n < best) best = t / n;
+  }
+  return best;
+}
+
+typedef struct {
+  int64_t m, n, k;
+  float *a, *b, *c;
+} Gemm;
+static void run_gemm(void *p) {
+  Gemm *g = p;
+  rt_matmul(1, 1, g->m, g->n, g->k, 0, 0, g->a, g->b, 0.0f, g->c);
+}
+
+typedef struct {
+  int64_t n;
+  float *a, *b, *y;
+} Add;
+static void run_add(void *p) {
+  Add *x = p;
+  rt_add(x->n, x->a, x->b, x->y);
+}
+
+typedef struct {
+  int64_t B, S, H, hd;
+  float *q, *k, *v, *o, *lse;
+} Attn;
+static void run_attn(void *p) {
+  Attn *x = p;
+  rt_sdpa_fwd(x->B, x->S, x->S, x->H, x->H, x->hd, 1, x->q, x->k, x->v, x->o, x->lse);
+}
+
+static float *randv(int64_t n) {
+  float *v = malloc((size_t)n * sizeof *v);
+  if (!v) {
+    fprintf(stderr, "calibrate: out of memory\n");
+    exit(1);
+  }
+  for (int64_t i = 0; i < n; i++) v[i] = (float)rand() / RAND_MAX - 0.5f;
+  return v;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: bench_calibrate PROFILE [threads]\n");
+    return 2;
+  }
+  int threads = argc > 2 ? atoi(argv[2]) : 1;
+  if (threads < 1) threads = 1;
+  rt_set_threads(threads);
+  nthreads = threads;
+
+  /* GEMM time against FLOPs is a line, t = (f + half) / rate: least squares over trainer-sized
+   * shapes (small models' k = 64 ones up to GPT-2's) */
+  static const int64_t shapes[][3] = {{512, 192, 64}, {512, 64, 64},   {512, 256, 64},  {512, 64, 256},
+                                      {512, 256, 256}, {1024, 768, 768}, {1024, 3072, 768}};
+  enum { NS = sizeof shapes / sizeof shapes[0] };
+  double fx[NS], ty[NS], sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < NS; i++) {
+    Gemm g = {shapes[i][0], shapes[i][1], shapes[i][2], NULL, NULL, NULL};
+    g.a = randv(g.m * g.k), g.b = randv(g.k * g.n), g.c = randv(g.m * g.n);
+    fx[i] = 2.0 * (double)(g.m * g.n * g.k);
+    ty[i] = time_call(run_gemm, &g);
+    free(g.a), free(g.b), free(g.c);
+    sx += fx[i], sy += ty[i], sxx += fx[i] * fx[i], sxy += fx[i] * ty[i];
+  }
+  double slope = (NS * sxy - sx * sy) / (NS * sxx - sx * sx), icpt = (sy - slope * sx) / NS;
+  double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
+  Attn at = {8, 64, 4, 16, NULL, NULL, NULL, NULL, NULL};
+  int64_t qn = at.B * at.S * at.H * at.hd;
+  at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
+  double attn = 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd) / time_call(run_attn, &at);
+
+  Add big = {64 * 1024, NULL, NULL, NULL}, small = {16, NULL, NULL, NULL};
+  big.a = randv(big.n), big.b = randv(big.n), big.y = randv(big.n);
+  small.a = big.a, small.b = big.b, small.y = big.y;
+  double bw = 3.0 * 4.0 * (double)big.n / time_call(run_add, &big);
+  double overhead = time_call(run_add, &small);
+
+  FILE *f = fopen(argv[1], "w");
+  if (!f) {
+    perror(argv[1]);
+    return 1;
+  }
+  fprintf(f, "# shardc cost profile (docs/planner.md): `key value`, SI units; bench_calibrate, %d thread(s), BLAS %s\n",
+          threads, rt_blas_name());
+  fprintf(f, "source bench_calibrate %d thread(s)\n", threads);
+  fprintf(f, "gemm_flops       %.4g   # GEMM FLOP/s, large; measured:", gemm);
+  for (int i = 0; i < NS; i++) fprintf(f, " %lldx%lldx%lld %.3g", (long long)shapes[i][0], (long long)shapes[i][1],
+                                       (long long)shapes[i][2], fx[i] / ty[i]);
+  fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM of this many FLOPs runs at half the rate\n", half);
+  fprintf(f, "attention_flops  %.4g\n", attn);
+  fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
+  fprintf(f, "kernel_overhead  %.4g   # s, rt_add over 16 floats\n", overhead);
+  fprintf(f, "overlap          0\n");
+  if (fclose(f) != 0) {
+    perror(argv[1]);
+    return 1;
+  }
+  printf("gemm %.2f GFLOP/s (half at %.3g FLOP), attention %.2f GFLOP/s, bandwidth %.2f GB/s, overhead %.2f us -> %s\n",
+         gemm * 1e-9, half, attn * 1e-9, bw * 1e-9, overhead * 1e6, argv[1]);
+  free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse);
+  free(big.a), free(big.b), free(big.y);
+  return 0;
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench/cost_validate.sh — the cost model against measurement on this machine: calibrate
+# (bench_calibrate, one thread), then for a few plans of tiny on 1 and 2 ranks the predicted step
+# (`shardc plan --cost --profile`) next to the trainer's measured one, one compute thread per rank.
+# Measured: CPU seconds per rank and step (user + system of every rank, a run of STEPS + 2 steps
+# minus one of 2), not wall-clock: this machine is shared by many jobs (load 10-20 on 2 cores), so
+# a step's wall time is mostly waiting for a core; a rank waiting in a collective spins, so its
+# CPU time is the step's on an idle machine. Results: docs/performance.md ("Cost model").
+#   bench/cost_validate.sh [BUILD_DIR] [STEPS]
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+steps=${2:-30}
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+"$build/bench/bench_calibrate" "$tmp/cpu.profile" 1
+cat "$tmp/cpu.profile"
+head -c 200000 /dev/urandom | base64 >"$tmp/corpus.txt"
+secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
+printf '%-44s %12s %12s %8s\n' plan predicted measured error
+run() { # model world -D...
+  local model=$1 world=$2
+  shift 2
+  local pred
+  pred=$("$build/shardc" plan "$model" --world "$world" "$@" --profile "$tmp/cpu.profile" 2>/dev/null |
+    sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p' | secs)
+  "$build/shardc" build "$model" --world "$world" "$@" -o "$tmp/t" >/dev/null 2>&1
+  local launch=""
+  [ "$world" -gt 1 ] && launch="mpirun -np $world --bind-to none"
+  # CPU seconds of every rank (user + system, through mpirun), a 2-step run subtracted: the
+  # start-up, the final evaluation and checkpoint cancel; per rank and step
+  cpu() {
+    (cd "$tmp" && /usr/bin/time -f "%U %S" -o "$tmp/cpu" $launch "$tmp/t" --data "$tmp/corpus.txt" --threads 1 \
+      --steps "$1" >/dev/null 2>&1)
+    awk '{ print $1 + $2 }' "$tmp/cpu"
+  }
+  local c0 c1 meas
+  c0=$(cpu 2)
+  c1=$(cpu $((steps + 2)))
+  meas=$(awk -v a="$c0" -v b="$c1" -v s="$steps" -v w="$world" 'BEGIN { print (b - a) / s / w }')
+  awk -v p="$pred" -v m="$meas" -v n="$(basename "$model" .model) x$world $*" \
+    'BEGIN { printf "%-44s %9.2f ms %9.2f ms %+7.1f%%\n", n, p * 1e3, m * 1e3, 100 * (p - m) / m }'
+}
+run models/tiny.model 1
+run models/tiny.model 1 -D micro_batch=4
+run models/tiny.model 2
+run models/tiny.model 2 -D tp=2 -D dp=1
+run models/tiny.model 2 -D tp=2 -D dp=1 -D sp=on

@@ -1,0 +1,76 @@
+/* passes/cost.h — the cost model: one rank's predicted time per optimizer step, from the compiled
+ * per-rank program (after the pipeline), the device and the links.
+ *
+ * An analysis (docs/planner.md): it reads Module.graph, Module.mesh, Module.pipe and the topology
+ * and changes nothing. Every number comes from the program the trainer would run:
+ *   - each op's time: GEMMs (matmul) max(FLOPs / gemm rate, bytes / bandwidth), attention (sdpa,
+ *     its ring blocks, their backwards) FLOPs / attention rate (causal: half the score matrix),
+ *     every other kernel its bytes read and written / bandwidth; plus a per-kernel overhead. Local
+ *     (per-rank) shapes, repeat bodies times their count, so recompute's clones count as they run;
+ *   - each collective: the ring algorithm over its group (ir/commreport.c's factors): latency per
+ *     ring step plus bus bytes / the link's bandwidth, the link in node or across nodes by the
+ *     mesh; across nodes the node's network is shared by the node's rings of that axis;
+ *   - overlap: the collectives the trainer runs asynchronously (ir_comm_async: dp gradient buckets,
+ *     ZeRO-2 scatters, ZeRO-3 gathers) go on a communication channel and are waited at their first
+ *     reader, a device's `overlap` fraction of them hidden behind compute (the CPU's collectives
+ *     are progressed by the computing core itself: no overlap); the others block;
+ *   - the pipeline: each stage's busy time simulated alone (its predicated nodes), the step the
+ *     stages' mean busy time over 1 - the schedule's bubble (passes/pipe.c's PipePlan), at least
+ *     the busiest stage's;
+ *   - offload: none is compiled yet (the CPU target's is a no-op, CUDA refuses it): nothing added.
+ * The device's rates are the topology's figures at fixed efficiencies (cost_device_defaults) or a
+ * measured profile (bench_calibrate's file, cost_profile_read).
+ */
+#ifndef SHARDC_COST_H
+#define SHARDC_COST_H
+
+#include <stdio.h>
+
+#include "module.h"
+
+typedef struct {
+  double latency_s;   /* per ring step */
+  double bytes_per_s; /* in node: per rank; across nodes: per node (shared by its rings) */
+} CostLink;
+
+typedef struct {
+  char source[160];    /* where the figures come from: "topology p4d_x128 defaults", "profile FILE" */
+  double gemm_flops;   /* FLOP/s per rank for large GEMMs at the plan's compute precision */
+  double gemm_half_flops; /* a GEMM of this many FLOPs runs at half gemm_flops (rate f / (f + half)); 0: flat */
+  double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block and their backwards) */
+  double bytes_per_s;  /* bytes read + written per second by bandwidth-bound kernels */
+  double op_overhead_s; /* per kernel call (launch, dispatch, loop overhead) */
+  double overlap;      /* fraction (0..1) of an asynchronous collective hidden behind compute */
+  CostLink link[2];    /* [0] inside a node, [1] across nodes */
+  double peak_flops;   /* the device's peak at the plan's precision: MFU's denominator */
+} CostDevice;
+
+typedef struct {
+  double gemm_s, attn_s, mem_s, overhead_s; /* kernel time per rank per step, by kind */
+  double compute_s;       /* their sum (the busiest stage's under pp) */
+  double comm_s[2];       /* collective time per step in node [0] and across nodes [1] */
+  double comm_async_s;    /* the part of comm_s run asynchronously */
+  double exposed_comm_s;  /* communication not hidden behind compute (critical path - compute) */
+  double bubble;          /* pipeline idle fraction (0 without pp) */
+  double bubble_s;        /* seconds of it per step */
+  double step_s;          /* predicted seconds per optimizer step */
+  int64_t tokens;         /* tokens per optimizer step, every rank */
+  int64_t kernels;        /* kernel calls per step per rank */
+  double tokens_per_s;
+  double mfu;             /* model FLOPs per token (training) x tokens/s / (world x peak) */
+} CostReport;
+
+/* The device from m's topology (no topology: a generic CPU core), at the efficiencies of cost.c. */
+void cost_device_defaults(const Module *m, CostDevice *d);
+/* Overrides d's figures with those a profile file gives (passes/cost_profile.c; format in
+ * docs/planner.md). Reports `file:line:col` errors and returns false on a bad file. */
+bool cost_profile_read(const char *path, CostDevice *d);
+
+/* Predicts m's step (after pipeline_run). */
+void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);
+/* `shardc plan --cost`: the prediction and its parts. */
+void cost_print(FILE *f, const Module *m, const CostDevice *d, const CostReport *r);
+/* "12.3 ms", "1.25 s", "850 us" */
+const char *cost_human_time(char *buf, size_t size, double s);
+
+#endif

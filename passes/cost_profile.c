@@ -1,0 +1,120 @@
+/* passes/cost_profile.c — the cost model's device profile: read and written as `key value` lines
+ * (docs/planner.md). bench/calibrate.c measures one on this machine; `shardc plan --profile FILE`
+ * reads it over the topology's defaults. */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "diag.h"
+
+/* Every key, its field and what it means (bench/calibrate.c writes them). */
+typedef struct {
+  const char *key;
+  size_t off;     /* offset of the double in CostDevice */
+  const char *unit;
+} ProfileKey;
+
+#define F(field) offsetof(CostDevice, field)
+static const ProfileKey keys[] = {
+    {"gemm_flops", F(gemm_flops), "FLOP/s per rank, large GEMMs"},
+    {"gemm_half_flops", F(gemm_half_flops), "FLOPs of a GEMM that runs at half gemm_flops"},
+    {"attention_flops", F(attn_flops), "FLOP/s per rank, attention"},
+    {"bandwidth", F(bytes_per_s), "bytes/s read + written by bandwidth-bound kernels"},
+    {"kernel_overhead", F(op_overhead_s), "seconds per kernel call"},
+    {"overlap", F(overlap), "fraction of an asynchronous collective hidden behind compute"},
+    {"node_latency", F(link[0].latency_s), "seconds per ring step inside a node"},
+    {"node_bandwidth", F(link[0].bytes_per_s), "bytes/s per rank inside a node"},
+    {"network_latency", F(link[1].latency_s), "seconds per ring step across nodes"},
+    {"network_bandwidth", F(link[1].bytes_per_s), "bytes/s per node across nodes"},
+    {"peak_flops", F(peak_flops), "FLOP/s per rank, the MFU's denominator"},
+};
+#undef F
+enum { NKEYS = sizeof keys / sizeof keys[0] };
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  for (size_t k; buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+    n += k;
+    if (n + 1 == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) free(buf);
+      buf = nb;
+    }
+  }
+  fclose(f);
+  if (buf) buf[n] = 0;
+  return buf;
+}
+
+bool cost_profile_read(const char *path, CostDevice *d) {
+  char *text = slurp(path);
+  if (!text) {
+    error_plain("--profile %s: cannot read it", path);
+    return false;
+  }
+  /* the text must outlive diagnostics that quote it: it is kept (one small file per run) */
+  diag_add_source(path, text);
+  CostDevice out = *d;
+  bool ok = true;
+  int line = 1;
+  for (char *p = text; *p;) {
+    char *end = strchr(p, '\n');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), p);
+    char *hash = strchr(buf, '#');
+    if (hash) *hash = 0;
+    char *k = buf;
+    while (isspace((unsigned char)*k)) k++;
+    if (*k) {
+      SrcLoc loc = {path, line, (int)(k - buf) + 1};
+      char *ke = k;
+      while (*ke && !isspace((unsigned char)*ke)) ke++;
+      char *v = ke;
+      while (isspace((unsigned char)*v)) v++;
+      *ke = 0;
+      const ProfileKey *pk = NULL;
+      const char *names[NKEYS];
+      for (int i = 0; i < NKEYS; i++) {
+        names[i] = keys[i].key;
+        if (strcmp(keys[i].key, k) == 0) pk = &keys[i];
+      }
+      if (strcmp(k, "source") == 0) {
+        char *e = v + strlen(v);
+        while (e > v && isspace((unsigned char)e[-1])) *--e = 0;
+        snprintf(out.source, sizeof out.source, "profile %s (%s)", path, v);
+      } else if (!pk) {
+        const char *near = diag_nearest(k, names, NKEYS);
+        error_at(loc, "unknown profile key '%s'%s%s%s", k, near ? " (did you mean '" : "", near ? near : "",
+                 near ? "'?)" : "");
+        ok = false;
+      } else {
+        errno = 0;
+        char *num_end;
+        double x = strtod(v, &num_end);
+        while (isspace((unsigned char)*num_end)) num_end++;
+        bool frac = strcmp(k, "overlap") == 0;
+        if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (!frac && x <= 0 && strcmp(k, "kernel_overhead") != 0 && strcmp(k, "gemm_half_flops") != 0)) {
+          SrcLoc vl = {path, line, (int)(v - buf) + 1};
+          error_at(vl, "profile key '%s' needs %s, got '%s'", k, frac ? "a fraction in [0, 1]" : "a positive number", v);
+          ok = false;
+        } else {
+          *(double *)((char *)&out + pk->off) = x;
+        }
+      }
+    }
+    if (!end) break;
+    p = end + 1;
+    line++;
+  }
+  if (!ok) return false;
+  if (strncmp(out.source, "profile ", 8) != 0) snprintf(out.source, sizeof out.source, "profile %s", path);
+  *d = out;
+  return true;
+}

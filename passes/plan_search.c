@@ -1,0 +1,279 @@
+/* passes/plan_search.c — the candidates, their order and their evaluation (see plan_search.h). */
+#include "plan_search.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "diag.h"
+#include "fit.h"
+#include "mesh.h"
+#include "print.h"
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+const char *const plan_search_pin_keys[PIN_COUNT] = {"tp", "pp", "cp", "dp", "sp", "zero", "recompute", "micro_batch",
+                                                     "schedule"};
+
+static const char *const rec_names[] = {"none", "full", "selective"}; /* RecomputeKind order */
+static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb"};
+
+/* Memory rank of a recompute mode: full keeps least, none most. */
+static int rec_lean(RecomputeKind r) { return r == RECOMPUTE_FULL ? 0 : r == RECOMPUTE_SELECTIVE ? 1 : 2; }
+
+/* Compute multiplier of a recompute mode: full re-runs the layers' forward (a third more than
+ * forward + backward), selective the attention core and elementwise ops (a few percent). */
+static double rec_factor(RecomputeKind r) { return r == RECOMPUTE_FULL ? 4.0 / 3.0 : r == RECOMPUTE_SELECTIVE ? 1.03 : 1.0; }
+
+/* The textbook bubble of a schedule with equal stages (passes/pipe_report.c prints the same). */
+static double ideal_bubble(const PlanCand *c) {
+  if (c->pp <= 1) return 0;
+  double units = c->sched == SCHED_INTERLEAVED ? (double)c->v * c->accum : c->sched == SCHED_ZB ? 3.0 * c->accum : (double)c->accum;
+  return (c->pp - 1) / (units + c->pp - 1);
+}
+
+int plan_cand_overrides(const Module *base, const PlanCand *c, char kv[SEARCH_KV][SEARCH_KV_LEN]) {
+  int n = 0;
+  snprintf(kv[n++], SEARCH_KV_LEN, "tp=%d", c->tp);
+  snprintf(kv[n++], SEARCH_KV_LEN, "pp=%d", c->pp);
+  snprintf(kv[n++], SEARCH_KV_LEN, "cp=%d", c->cp);
+  snprintf(kv[n++], SEARCH_KV_LEN, "dp=%d", c->dp);
+  snprintf(kv[n++], SEARCH_KV_LEN, "sp=%s", c->sp ? "on" : "off");
+  snprintf(kv[n++], SEARCH_KV_LEN, "zero=%d", c->zero);
+  snprintf(kv[n++], SEARCH_KV_LEN, "recompute=%s", rec_names[c->rec]);
+  snprintf(kv[n++], SEARCH_KV_LEN, "micro_batch=%d", c->mb);
+  snprintf(kv[n++], SEARCH_KV_LEN, "batch=%lld", (long long)base->batch.global);
+  if (c->pp > 1) snprintf(kv[n++], SEARCH_KV_LEN, "schedule=%s", sched_names[c->sched]);
+  return n;
+}
+
+void plan_cand_label(const PlanCand *c, char *buf, size_t cap) {
+  static const char *const rec_short[] = {"none", "full", "sel"};
+  int k = snprintf(buf, cap, "dp %d tp %d%s", c->dp, c->tp, c->sp ? "+sp" : "");
+  if (c->pp > 1) k += snprintf(buf + k, cap > (size_t)k ? cap - (size_t)k : 0, " pp %d %s", c->pp,
+                               c->sched == SCHED_INTERLEAVED ? "int2" : sched_names[c->sched]);
+  if (c->cp > 1) k += snprintf(buf + k, cap > (size_t)k ? cap - (size_t)k : 0, " cp %d", c->cp);
+  snprintf(buf + k, cap > (size_t)k ? cap - (size_t)k : 0, " z%d rc %s mb %d", c->zero, rec_short[c->rec], c->mb);
+}
+
+/* ---- candidates -------------------------------------------------------------------- */
+
+typedef struct {
+  PlanCand *v;
+  int n, cap;
+} CandList;
+
+static void push(CandList *l, const PlanCand *c) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 256;
+    l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
+    if (!l->v) die("plan search: out of memory");
+  }
+  l->v[l->n++] = *c;
+}
+
+/* Every combination: degrees powers of two (tp inside a node, cp at most 8, pp at most 64), sp
+ * on and off when tp > 1 and cp is 1 (sp has the traffic of tp's all-reduces and less memory, so
+ * it goes first at equal estimates; sp off is there for plans the compiler refuses sp in), zero up to 3 when dp > 1, the three recompute modes, micro-batches that divide the
+ * global batch per replica, and with pp the schedules 1f1b, interleaved (2 chunks) and zb (gpipe
+ * has 1f1b's bubble and more activations in flight: dominated). */
+static void enumerate(const Module *base, double flops_step, const CostDevice *dev, const bool *pin, CandList *out) {
+  const MeshMap *mm = base->mesh;
+  const Plan *bp = &base->plan;
+  int world = mm->world, dpn = mm->devices_per_node > 0 ? mm->devices_per_node : 1;
+  int64_t global = base->batch.global;
+  for (int tp = 1; tp <= dpn && tp <= 64; tp *= 2) {
+    if (world % tp || (pin[PIN_TP] && tp != mm->dim[RT_AX_TP])) continue;
+    for (int pp = 1; pp <= 64 && world % (tp * pp) == 0; pp *= 2) {
+      if (pin[PIN_PP] && pp != mm->dim[RT_AX_PP]) continue;
+      for (int cp = 1; cp <= 8 && world % (tp * pp * cp) == 0; cp *= 2) {
+        int dp = world / (tp * pp * cp);
+        if ((pin[PIN_CP] && cp != mm->dim[RT_AX_CP]) || (pin[PIN_DP] && dp != mm->dim[RT_AX_DP])) continue;
+        for (int mb = 1; mb <= global; mb *= 2) {
+          if (global % ((int64_t)mb * dp) || (pin[PIN_MICRO] && mb != base->batch.micro)) continue;
+          int64_t accum = global / ((int64_t)mb * dp);
+          int nsched = pp > 1 ? 3 : 1;
+          for (int sp = tp > 1 && cp == 1; sp >= 0; sp--) { /* sp on first (sp off: where the compiler refuses it) */
+            if (pin[PIN_SP] && sp != bp->sp) continue;
+            for (int s = 0; s < nsched; s++)
+              for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+                for (int r = 0; r < 3; r++) {
+                  static const PipeSchedule scheds[] = {SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB};
+                  PlanCand c = {.tp = tp, .pp = pp, .cp = cp, .dp = dp, .zero = zero, .mb = mb, .accum = accum,
+                                .sp = sp, .rec = (RecomputeKind)r, .v = 1};
+                  c.sched = pp > 1 ? scheds[s] : SCHED_1F1B;
+                  if (pin[PIN_SCHEDULE] && pp > 1) {
+                    if (s) continue;
+                    c.sched = bp->schedule;
+                  }
+                  if ((pin[PIN_ZERO] && zero != bp->zero) || (pin[PIN_RECOMPUTE] && c.rec != bp->recompute)) continue;
+                  if (c.sched == SCHED_INTERLEAVED) c.v = bp->interleave > 1 && pin[PIN_SCHEDULE] ? bp->interleave : 2;
+                  c.est_s = flops_step / ((double)world * dev->gemm_flops) * rec_factor(c.rec) / (1 - ideal_bubble(&c));
+                  push(out, &c);
+                }
+          }
+        }
+      }
+    }
+  }
+}
+
+/* Best-first: the estimate, then the candidate that keeps least memory (so that one that does not
+ * fit drops the ones it dominates before they are compiled). */
+static int by_estimate(const void *pa, const void *pb) {
+  const PlanCand *a = pa, *b = pb;
+  if (a->est_s < b->est_s * (1 - 1e-9)) return -1;
+  if (b->est_s < a->est_s * (1 - 1e-9)) return 1;
+  if (a->cp != b->cp) return a->cp - b->cp; /* ring attention's transfers: the last resort */
+  if (a->sp != b->sp) return b->sp - a->sp;
+  if (a->zero != b->zero) return b->zero - a->zero;
+  if (a->mb != b->mb) return a->mb - b->mb;
+  if (a->tp != b->tp) return b->tp - a->tp;
+  return a->pp - b->pp;
+}
+
+/* c needs at least the memory of the compiled d, which did not fit: the same degrees and schedule,
+ * no more ZeRO, no more recompute, no smaller micro-batch. */
+static bool dominated_by(const PlanCand *c, const PlanCand *d) {
+  return d->status == CAND_NOFIT && c->tp == d->tp && c->pp == d->pp && c->cp == d->cp && c->sp == d->sp &&
+         c->sched == d->sched && c->zero <= d->zero && rec_lean(c->rec) >= rec_lean(d->rec) && c->mb >= d->mb;
+}
+
+void plan_cand_measure(const Module *m, const CostDevice *dev, PlanCand *c) {
+  bool fits = fit_plan_fits(m, &c->mem_total, &c->capacity);
+  memcpy(c->by_class, m->memplan->by_class, sizeof c->by_class);
+  c->largest = memplan_largest_class(m->memplan);
+  cost_estimate(m, dev, &c->cost);
+  c->status = fits ? CAND_FITS : CAND_NOFIT;
+}
+
+static void evaluate(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, PlanCand *c) {
+  char kv[SEARCH_KV][SEARCH_KV_LEN];
+  const char *kvp[SEARCH_KV];
+  int n = plan_cand_overrides(base, c, kv);
+  for (int i = 0; i < n; i++) kvp[i] = kv[i];
+  c->status = CAND_INVALID;
+  c->err[0] = 0;
+  eval(ctx, dev, kvp, n, c);
+}
+
+static int cmp_step(const void *pa, const void *pb, void *ctx) {
+  const PlanCand *v = ctx;
+  double a = v[*(const int *)pa].cost.step_s, b = v[*(const int *)pb].cost.step_s;
+  return a < b ? -1 : a > b;
+}
+
+/* Insertion sort of the ranked indices by predicted step (few hundred at most). */
+static void sort_ranked(int *idx, int n, const PlanCand *v) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && cmp_step(&idx[j], &idx[j - 1], (void *)v) < 0; j--) {
+      int t = idx[j];
+      idx[j] = idx[j - 1];
+      idx[j - 1] = t;
+    }
+}
+
+/* Candidates of one pp and cp degree (and sp), and the compiler's refusals among them: after FAMILY_REFUSALS
+ * in a row with the same message, or one compile over the time limit, the rest of the family is not
+ * compiled (an unrolled schedule or ring of many micro-steps is slow for every member; a refusal of
+ * the pipeline or the ring for what the model is, for every micro-batch, ZeRO and recompute). */
+enum { FAMILY_REFUSALS = 3 };
+typedef struct {
+  int pp, cp;
+  bool sp;
+  int refused;  /* the same refusal, in a row */
+  char err[160];
+} Family;
+
+static Family *family(Family *fam, int *n, const PlanCand *c) {
+  for (int i = 0; i < *n; i++)
+    if (fam[i].pp == c->pp && fam[i].cp == c->cp && fam[i].sp == c->sp) return &fam[i];
+  if (*n == 64) return NULL;
+  Family *f = &fam[(*n)++];
+  memset(f, 0, sizeof *f);
+  f->pp = c->pp;
+  f->cp = c->cp;
+  f->sp = c->sp;
+  return f;
+}
+
+void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, const SearchOptions *o,
+                 SearchResult *r) {
+  memset(r, 0, sizeof *r);
+  r->dev = *dev;
+  double t0 = now_s(), budget = o && o->budget_s > 0 ? o->budget_s : 8.0;
+  int keep = o && o->top > 0 ? o->top : 10;
+  double flops_step = ir_flops_per_token(base, true) * (double)ir_tokens_per_step(base);
+  CandList l = {0};
+  bool nopin[PIN_COUNT] = {0};
+  enumerate(base, flops_step, dev, o ? o->pinned : nopin, &l);
+  qsort(l.v, (size_t)l.n, sizeof *l.v, by_estimate);
+  r->cand = l.v;
+  r->n = l.n;
+  r->rank = malloc(((size_t)l.n + 1) * sizeof *r->rank);
+  int *nofit = malloc(((size_t)l.n + 1) * sizeof *nofit), nnofit = 0; /* compiled, not fitting */
+  Family fam[64];
+  int nfam = 0;
+  if (!r->rank || !nofit) die("plan search: out of memory");
+  for (int i = 0; i < l.n; i++) {
+    PlanCand *c = &l.v[i];
+    /* the keep-th best so far: a candidate whose compute estimate (a bound the model's GEMM and
+     * attention times reach, within the attention's 10%) is past it cannot enter the table */
+    if (r->nranked >= keep && c->est_s * 0.9 > l.v[r->rank[keep - 1]].cost.step_s) {
+      c->status = CAND_UNSEEN;
+      continue;
+    }
+    Family *fm = family(fam, &nfam, c);
+    if (fm && fm->refused >= FAMILY_REFUSALS) {
+      c->status = CAND_SLOW;
+      r->slow++;
+      continue;
+    }
+    bool dom = false;
+    for (int j = 0; j < nnofit && !dom; j++) dom = dominated_by(c, &l.v[nofit[j]]);
+    if (dom) {
+      c->status = CAND_DOMINATED;
+      r->dominated++;
+      continue;
+    }
+    if (now_s() - t0 > budget) {
+      r->budget_hit = true;
+      c->status = CAND_UNSEEN;
+      continue;
+    }
+    evaluate(base, dev, eval, ctx, c);
+    r->compiled++;
+    if (c->status == CAND_INVALID) {
+      r->invalid++;
+      if (fm && (c->pp > 1 || c->cp > 1)) {
+        if (c->timed_out) fm->refused = FAMILY_REFUSALS;
+        else if (strcmp(fm->err, c->err) == 0) fm->refused++;
+        else {
+          snprintf(fm->err, sizeof fm->err, "%s", c->err);
+          fm->refused = 1;
+        }
+      }
+    }
+    else if (c->status == CAND_NOFIT) {
+      r->nofit++;
+      nofit[nnofit++] = i;
+    }
+    else {
+      r->rank[r->nranked++] = i;
+      sort_ranked(r->rank, r->nranked, l.v);
+    }
+  }
+  free(nofit);
+  for (int i = 0; i < l.n; i++) r->unseen += l.v[i].status == CAND_UNSEEN;
+  r->seconds = now_s() - t0;
+}
+
+void plan_search_free(SearchResult *r) {
+  free(r->cand);
+  free(r->rank);
+  memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,88 @@
+/* passes/plan_search.h — `shardc plan --search`: the plans for a model and a topology, ranked by
+ * the cost model's predicted step time (docs/planner.md).
+ *
+ * Candidates: dp x tp x pp x cp (their product the world) x sp x zero x recompute x micro-batch
+ * (x schedule with pp), the global batch kept. Each candidate that is evaluated is compiled in full
+ * by the driver (the same source plus -D overrides, on a fresh arena): its memory is the memory
+ * plan's, judged by the fit check's rule (fit_plan_fits), and its time the cost model's on the
+ * program it compiled — nothing is estimated a second way. What makes it fast is what it does not
+ * compile: candidates go best-first by an analytic compute estimate (FLOPs, recompute, the ideal
+ * bubble), a candidate whose memory a compiled one dominates and which did not fit is dropped
+ * unseen, the search stops when no remaining estimate can beat the plans it has, and it has a
+ * time budget.
+ */
+#ifndef SHARDC_PLAN_SEARCH_H
+#define SHARDC_PLAN_SEARCH_H
+
+#include <stdio.h>
+
+#include "cost.h"
+#include "memplan.h"
+#include "module.h"
+
+enum { SEARCH_KV = 10, SEARCH_KV_LEN = 40 };
+
+/* Evaluates candidate c: the driver compiles its source with the n extra overrides ("key=value")
+ * in kv, silently, and fills c with plan_cand_measure (or status CAND_INVALID and err). The
+ * driver runs each compile in a child process with a time limit (one that takes too long is
+ * refused like a compile error) so that nothing of it stays behind. */
+typedef struct PlanCand PlanCand;
+typedef void (*PlanEval)(void *ctx, const CostDevice *dev, const char *const *kv, int n, PlanCand *c);
+
+/* CAND_SLOW: not compiled, since a candidate of the same pp and cp degrees took too long to compile
+ * (an unrolled pipeline schedule or ring of many micro-steps: the same is true of its siblings). */
+typedef enum { CAND_UNSEEN, CAND_FITS, CAND_NOFIT, CAND_INVALID, CAND_DOMINATED, CAND_SLOW } CandStatus;
+
+struct PlanCand {
+  int tp, pp, cp, dp, zero, mb, v; /* v: interleaved chunks */
+  int64_t accum;                   /* micro-steps (pipeline micro-batches) per step */
+  bool sp;
+  RecomputeKind rec;
+  PipeSchedule sched;
+  double est_s;                    /* the analytic compute estimate that orders the search */
+  CandStatus status;
+  double mem_total, capacity;      /* bytes per rank (memory plan), and what it must fit */
+  int64_t by_class[MEM_COUNT];     /* bytes live at the peak, by class */
+  MemClass largest;
+  CostReport cost;
+  char err[160];                   /* CAND_INVALID: the compiler's first error */
+  bool timed_out;                  /* CAND_INVALID: its compile ran out of time */
+};
+
+/* Knobs the user pinned with -D: the search keeps the file's (resolved) value for them. */
+typedef enum { PIN_TP, PIN_PP, PIN_CP, PIN_DP, PIN_SP, PIN_ZERO, PIN_RECOMPUTE, PIN_MICRO, PIN_SCHEDULE, PIN_COUNT } SearchPin;
+extern const char *const plan_search_pin_keys[PIN_COUNT]; /* "tp", "pp", ..., "micro_batch", "schedule" */
+
+typedef struct {
+  bool pinned[PIN_COUNT];
+  int top;          /* rows to print (default 10) */
+  double budget_s;  /* wall-clock seconds for compiling candidates (0: 8 s) */
+} SearchOptions;
+
+typedef struct {
+  PlanCand *cand;   /* every candidate (malloc'd; plan_search_free) */
+  int n;
+  int *rank;        /* indices of the fitting ones, fastest first */
+  int nranked;
+  int compiled, nofit, invalid, dominated, unseen, slow;
+  bool budget_hit;
+  double seconds;   /* the search's wall-clock time */
+  CostDevice dev;
+} SearchResult;
+
+/* Searches the plans of base's model on base's world and topology (base: the module as compiled
+ * from the file's own plan). dev: the device figures (defaults or a profile). */
+void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, const SearchOptions *o,
+                 SearchResult *r);
+/* A compiled candidate's figures: memory (fit_plan_fits, the memory plan's classes), the cost
+ * model's prediction, status CAND_FITS or CAND_NOFIT. */
+void plan_cand_measure(const Module *m, const CostDevice *dev, PlanCand *c);
+/* The overrides that select candidate c ("tp=8", "dp=auto", ...): n of them into kv. */
+int plan_cand_overrides(const Module *base, const PlanCand *c, char kv[SEARCH_KV][SEARCH_KV_LEN]);
+/* "tp 8 sp . dp 16 zero 1 rec sel mb 2 (x4)" */
+void plan_cand_label(const PlanCand *c, char *buf, size_t cap);
+/* The ranked table (the top rows), why each loses to the best, and what was dropped. */
+void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int top);
+void plan_search_free(SearchResult *r);
+
+#endif

@@ -1,0 +1,92 @@
+/* passes/plan_table.c — the plan search's report: the ranked table, why each plan loses to the
+ * best, and what the search dropped (see plan_search.h). */
+#include <math.h>
+#include <string.h>
+
+#include "commreport.h"
+#include "plan_search.h"
+#include "print.h"
+
+static const char *gib(char *buf, size_t cap, double bytes) {
+  double g = bytes / (1024.0 * 1024 * 1024);
+  if (g >= 1) snprintf(buf, cap, "%.1f GiB", g);
+  else snprintf(buf, cap, "%.1f MiB", bytes / (1024.0 * 1024));
+  return buf;
+}
+
+/* Why c is slower than the best plan b: the part of the step that grew most. */
+static void why(const PlanCand *c, const PlanCand *b, char *buf, size_t cap) {
+  if (c == b) {
+    snprintf(buf, cap, "fastest");
+    return;
+  }
+  double dc = c->cost.compute_s - b->cost.compute_s, de = c->cost.exposed_comm_s - b->cost.exposed_comm_s,
+         db = c->cost.bubble_s - b->cost.bubble_s;
+  double pct = b->cost.step_s > 0 ? 100 * (c->cost.step_s / b->cost.step_s - 1) : 0;
+  char t[32];
+  if (dc >= de && dc >= db) {
+    const char *what = c->rec != b->rec && c->rec == RECOMPUTE_FULL       ? "recompute full re-runs the forward"
+                       : c->rec != b->rec && c->rec == RECOMPUTE_SELECTIVE ? "selective recompute"
+                       : c->tp > b->tp                                     ? "smaller GEMMs per rank"
+                       : c->mb < b->mb                                     ? "smaller micro-batches, more kernel calls"
+                                                                           : "more compute per rank";
+    snprintf(buf, cap, "+%.0f%%: compute +%s (%s)", pct, cost_human_time(t, sizeof t, dc), what);
+  } else if (de >= db) {
+    const char *where = c->cost.comm_s[1] > c->cost.comm_s[0] ? "mostly across nodes" : "mostly in node";
+    const char *what = c->zero == 3 && b->zero != 3 ? ", ZeRO-3 gathers" : c->tp > b->tp ? ", tp collectives" : "";
+    snprintf(buf, cap, "+%.0f%%: exposed communication +%s (%s%s)", pct, cost_human_time(t, sizeof t, de), where, what);
+  } else {
+    snprintf(buf, cap, "+%.0f%%: pipeline bubble +%s (%.0f%% idle)", pct, cost_human_time(t, sizeof t, db),
+             100 * c->cost.bubble);
+  }
+}
+
+void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int top) {
+  const MeshMap *mm = base->mesh;
+  char a[32], b[32], c[32], d[32], lab[96];
+  fprintf(f, "# plan search: %s on %s, %d ranks (%d nodes x %d), global batch %lld sequences, %lld tokens per step\n",
+          base->name ? base->name : "model", base->has_topology && base->topo.name ? base->topo.name : "no topology",
+          mm->world, mm->nodes, mm->devices_per_node, (long long)base->batch.global,
+          (long long)ir_tokens_per_step(base));
+  fprintf(f, "# device: %s\n", r->dev.source);
+  fprintf(f, "# %d candidates; %d compiled in %.2f s: %d fit, %d do not fit, %d refused by the compiler; %d dropped unseen "
+             "(dominated in memory by a compiled one that does not fit); %d not compiled since the compiler refused their pp "
+             "and cp degrees thrice with the same message (or took over its time limit once); %d not compiled (%s)\n",
+          r->n, r->compiled, r->seconds, r->nranked, r->nofit, r->invalid, r->dominated, r->slow, r->unseen,
+          r->budget_hit ? "the time budget ran out" : "their compute estimate cannot reach the table");
+  if (!r->nranked) {
+    fprintf(f, "# no candidate fits\n");
+  } else {
+    fprintf(f, "# %2s  %-38s %9s %11s %6s  %-22s %9s %9s %7s  %s\n", "#", "plan", "step", "tokens/s", "MFU",
+            "memory/rank (largest)", "compute", "exposed", "bubble", "why");
+    const PlanCand *best = &r->cand[r->rank[0]];
+    for (int i = 0; i < r->nranked && i < top; i++) {
+      const PlanCand *p = &r->cand[r->rank[i]];
+      char mem[40], w[128];
+      plan_cand_label(p, lab, sizeof lab);
+      snprintf(mem, sizeof mem, "%s (%s %.0f%%)", gib(a, sizeof a, p->mem_total), memplan_class_names[p->largest],
+               p->mem_total > 0 ? 100.0 * (double)p->by_class[p->largest] / p->mem_total : 0);
+      why(p, best, w, sizeof w);
+      fprintf(f, "# %2d  %-38s %9s %11.4g %5.1f%%  %-22s %9s %9s %6.1f%%  %s\n", i + 1, lab,
+              cost_human_time(b, sizeof b, p->cost.step_s), p->cost.tokens_per_s, 100 * p->cost.mfu, mem,
+              cost_human_time(c, sizeof c, p->cost.compute_s), cost_human_time(d, sizeof d, p->cost.exposed_comm_s),
+              100 * p->cost.bubble, w);
+    }
+  }
+  /* what did not make it: the best-estimated candidate that does not fit, and the first refusal */
+  for (int i = 0; i < r->n; i++)
+    if (r->cand[i].status == CAND_NOFIT) {
+      const PlanCand *p = &r->cand[i];
+      plan_cand_label(p, lab, sizeof lab);
+      fprintf(f, "# does not fit, e.g. %s: %s per rank over %s (largest: %s %s)\n", lab, gib(a, sizeof a, p->mem_total),
+              gib(b, sizeof b, p->capacity), memplan_class_labels[p->largest],
+              gib(c, sizeof c, (double)p->by_class[p->largest]));
+      break;
+    }
+  for (int i = 0; i < r->n; i++)
+    if (r->cand[i].status == CAND_INVALID) {
+      plan_cand_label(&r->cand[i], lab, sizeof lab);
+      fprintf(f, "# refused, e.g. %s: %s\n", lab, r->cand[i].err[0] ? r->cand[i].err : "(no message)");
+      break;
+    }
+}

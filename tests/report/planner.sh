@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# tests/report/planner.sh — the cost model and the plan search (docs/planner.md):
+#  1. more tp on NVLink cuts a rank's GEMM and attention time (GPT-2 124M, tp 1 -> 2 -> 4 on one
+#     p4d node, CUDA target: each at most 0.6 x the one before) and the tp collectives appear;
+#  2. a profile file replaces the device's figures: GEMM time scales with 1 / gemm_flops exactly;
+#     a bad key or value is an error at file:line:col;
+#  3. the search on tiny with a 6 MiB device drops every plan that does not fit (some do not) and
+#     ranks the rest fastest first;
+#  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
+#     `shardc build --pick` writes a trainer that runs 2 steps;
+#  5. the table for tiny on the 2-rank CPU topology (pp 1, cp 1, top 5) is the expected one
+#     (tests/report/planner/tiny_search.txt; refresh: planner.sh SHARDC update).
+# Usage: tests/report/planner.sh SHARDC [update]
+set -uo pipefail
+shardc=${1:?usage: planner.sh SHARDC [update]}
+shardc=$(cd "$(dirname "$shardc")" && pwd)/$(basename "$shardc")
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# seconds from "1.23 ms" / "850 us" / "1.2 s"
+secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
+gemm() { sed -n 's/^#   compute .* GEMM \([0-9.e+]* [mu]*s\),.*/\1/p' | secs; }
+attn() { sed -n 's/^#   compute .* attention \([0-9.e+]* [mu]*s\),.*/\1/p' | secs; }
+step() { sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p' | secs; }
+
+# 1. tp on NVLink
+prev_g="" prev_a=""
+for tp in 1 2 4; do
+  out=$("$shardc" plan models/gpt2-124m.model --target cuda --topology models/topo/p4d-x1.topo -D tp=$tp -D dp=1 \
+    --world $tp --cost 2>&1)
+  g=$(echo "$out" | gemm) a=$(echo "$out" | attn)
+  [ -n "$g" ] && [ -n "$a" ] || { bad "tp $tp: no compute line"; continue; }
+  if [ -n "$prev_g" ]; then
+    awk -v g="$g" -v p="$prev_g" 'BEGIN { exit !(g <= 0.6 * p) }' || bad "tp $tp: GEMM $g s, not under 0.6 x tp/2's $prev_g s"
+    awk -v g="$a" -v p="$prev_a" 'BEGIN { exit !(g <= 0.6 * p) }' || bad "tp $tp: attention $a s, not under 0.6 x $prev_a s"
+    echo "$out" | grep -q '^#   communication .* in node [1-9]' || bad "tp $tp: no in-node communication"
+  fi
+  prev_g=$g prev_a=$a
+done
+
+# 2. profiles
+base=$("$shardc" plan models/tiny.model --world 1 --cost 2>&1)
+printf 'gemm_flops 1e9\nbandwidth 1e9  # comment\n' >"$tmp/slow.profile"
+slow=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/slow.profile" 2>&1)
+printf 'gemm_flops 2e9\nbandwidth 1e9\n' >"$tmp/fast.profile"
+fast=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/fast.profile" 2>&1)
+gs=$(echo "$slow" | gemm) gf=$(echo "$fast" | gemm)
+awk -v s="$gs" -v f="$gf" 'BEGIN { r = s / f; exit !(r > 1.99 && r < 2.01) }' ||
+  bad "profile: GEMM $gs s at 1 GFLOP/s vs $gf s at 2 GFLOP/s, want a ratio of 2"
+echo "$slow" | grep -q "device: profile $tmp/slow.profile" || bad "profile: the report does not name the profile"
+[ "$(echo "$base" | gemm)" != "$gs" ] || bad "profile: the GEMM time did not change"
+printf 'gemm_flops 1e9\n  gemmflops 2e9\n' >"$tmp/bad.profile"
+err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/bad.profile" 2>&1) && bad "a bad profile key was accepted"
+echo "$err" | grep -q "bad.profile:2:3: error: unknown profile key 'gemmflops' (did you mean 'gemm_flops'?)" ||
+  bad "bad profile key: $err"
+printf 'overlap 1.5\n' >"$tmp/bad2.profile"
+err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/bad2.profile" 2>&1) && bad "overlap 1.5 was accepted"
+echo "$err" | grep -q "bad2.profile:1:9: error: profile key 'overlap' needs a fraction" || bad "bad overlap: $err"
+
+# 3. memory: a 6 MiB device
+sed 's/memory 8 GiB/memory 6 MiB/; s/topology cpu/topology cpu_small/' models/topo/cpu.topo >"$tmp/small.topo"
+out=$("$shardc" plan models/tiny.model --topology "$tmp/small.topo" --search --top 100 --budget 120 -D pp=1 -D cp=1 2>&1) ||
+  bad "search on a 6 MiB device failed: $out"
+echo "$out" | grep -q 'the time budget ran out' && bad "search on tiny ran out of time"
+nofit=$(echo "$out" | sed -n 's/.* fit, \([0-9]*\) do not fit.*/\1/p')
+[ "${nofit:-0}" -gt 0 ] || bad "no candidate failed to fit a 6 MiB device"
+echo "$out" | awk '/^# +[0-9]+  dp/ { for (i = 1; i <= NF; i++) if ($i == "MiB" || $i == "GiB") { m = $(i - 1) * ($i == "GiB" ? 1024 : 1); break }
+  if (m > 6.0) { print "FAIL: ranked plan over 6 MiB: " $0; bad = 1 } } END { exit bad }' || fail=1
+echo "$out" | awk '/^# +[0-9]+  dp/ { for (i = 1; i <= NF; i++) if ($i ~ /^(ms|us|s)$/) { t = $(i - 1) * ($i == "ms" ? 1e-3 : $i == "us" ? 1e-6 : 1); break }
+  if (n++ && t < last) { print "FAIL: the table is not fastest first: " $0; bad = 1 } last = t } END { exit bad }' || fail=1
+
+# 4. --pick
+out=$("$shardc" plan models/tiny.model --search --pick -D pp=1 -D cp=1 --budget 120 2>&1) || bad "plan --pick failed: $out"
+row=$(echo "$out" | awk '/^#  1  dp/ { for (i = 1; i <= NF; i++) if ($i ~ /^(ms|us|s)$/) { print $(i - 1), $i; exit } }' | secs)
+picked=$(echo "$out" | step)
+[ -n "$row" ] && [ -n "$picked" ] || bad "plan --pick: no first row or no predicted step"
+awk -v a="$row" -v b="$picked" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < 0.005) }' ||
+  bad "the picked plan predicts $picked s, its row $row s (want within 0.5%: the row's own figure, printed to 3 digits)"
+echo "$out" | grep -q '^# picked #1: -D tp=' || bad "plan --pick does not say what it picked"
+if "$shardc" build models/tiny.model --search --pick -D pp=1 -D cp=1 --budget 120 -o "$tmp/train" >"$tmp/build.log" 2>&1; then
+  head -c 20000 /dev/urandom | base64 >"$tmp/corpus.txt"
+  launch=$(sed -n 's/.*run \(mpirun -np [0-9]*\) .*/\1/p' "$tmp/build.log")
+  ${launch:+$launch --allow-run-as-root --oversubscribe} "$tmp/train" --data "$tmp/corpus.txt" --steps 2 >"$tmp/run.log" 2>&1 ||
+    bad "the picked trainer did not run: $(tail -3 "$tmp/run.log")"
+else
+  bad "build --pick failed: $(tail -3 "$tmp/build.log")"
+fi
+
+# 5. the expected table
+want=tests/report/planner/tiny_search.txt
+got=$("$shardc" plan models/tiny.model --search --top 5 -D pp=1 -D cp=1 --budget 120 2>&1 | grep -v ' compiled in ')
+if [ "${2:-}" = update ]; then
+  mkdir -p "$(dirname "$want")"
+  echo "$got" >"$want"
+  echo "updated $want"
+elif ! diff -u "$want" <(echo "$got"); then
+  bad "the tiny search table differs from $want (planner.sh SHARDC update refreshes it)"
+fi
+
+[ $fail -eq 0 ] && echo "planner: tp cuts GEMM/attention time, profiles apply and are checked, plans that do not fit are dropped, --pick plans and builds row 1, the tiny table is the expected one"
+exit $fail
