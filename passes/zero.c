@@ -207,6 +207,18 @@ static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d
   return readers_can_gather(g, p, u, d);
 }
 
+/* y = all_gather(x) over dp along d, typed `whole`, appended to g. */
+static Value *gather_new(Graph *g, Value *x, const Value *whole, int d, SrcLoc loc) {
+  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, loc);
+  ag->a.mesh_axis = RT_AX_DP;
+  ag->a.axis = d;
+  ag->out[0]->dtype = whole->dtype;
+  ag->out[0]->shape = whole->shape;
+  ag->out[0]->sharding = whole->sharding;
+  ag->out[0]->name = whole->name;
+  return ag->out[0];
+}
+
 /* y = all_gather(x) over dp along d (typed `whole`) in body g, x the argument node `an` binds (a
  * layer's slice of the stored shard): every reader of x in g but the gather reads y. The gather
  * goes to the front of the body, after its arguments (`an` moves there too): codegen starts it
@@ -221,13 +233,7 @@ static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, No
   int pa = position(g, an);
   memmove(&g->nodes[1], &g->nodes[0], sizeof(Node *) * (size_t)pa);
   g->nodes[0] = an;
-  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, first->loc);
-  ag->a.mesh_axis = RT_AX_DP;
-  ag->a.axis = d;
-  ag->out[0]->dtype = whole->dtype;
-  ag->out[0]->shape = whole->shape;
-  ag->out[0]->sharding = whole->sharding;
-  ag->out[0]->name = whole->name;
+  Node *ag = gather_new(g, x, whole, d, first->loc)->def;
   int at = 0;
   while (at < g->nnodes - 1 && g->nodes[at]->op == OP_ARG) at++;
   ir_move_last(g, at);
@@ -262,18 +268,6 @@ static Value *new_output(Graph *g, Node *n, const Value *like) {
 static void insert_at(void **arr, int n, int at, void *x) {
   memmove(&arr[at + 1], &arr[at], sizeof(void *) * (size_t)(n - at));
   arr[at] = x;
-}
-
-/* y = all_gather(x) over dp along d, typed `whole`, appended to g. */
-static Value *gather_new(Graph *g, Value *x, const Value *whole, int d, SrcLoc loc) {
-  Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, loc);
-  ag->a.mesh_axis = RT_AX_DP;
-  ag->a.axis = d;
-  ag->out[0]->dtype = whole->dtype;
-  ag->out[0]->shape = whole->shape;
-  ag->out[0]->sharding = whole->sharding;
-  ag->out[0]->name = whole->name;
-  return ag->out[0];
 }
 
 /* ZeRO-3's prefetch: layer loop n (in g) reads the stored shard p = n->in[j] as a stacked input,

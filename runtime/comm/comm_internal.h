@@ -286,6 +286,8 @@ void rt_mbox_group_free(RtGroup *g);
 bool rt_mbox_usable(const RtReq *q); /* the same answer on every member */
 void rt_mbox_begin(RtReq *q);
 bool rt_mbox_progress(RtComm *c); /* true when some mailbox request moved */
+/* The world ranks whose data for q is not in their mailbox yet (first[i]: not joined), up to max. */
+int rt_mbox_waiting(const RtReq *q, int *peers, bool *first, int max);
 
 /* direct.c */
 uint64_t rt_direct_probe_addr(void);

@@ -192,6 +192,7 @@ static char *peer_mbox(RtReq *q, struct RtMboxGroup *mg, int p) {
     if (h != (q->g->hash | 1) || dir->e[e].gen != q->g->gen) continue;
     RtRegion reg = dir->e[e].reg;
     mg->peer[p] = rt_shmem_peer(c, rank, &reg);
+    if (!mg->peer[p] && rt_peer_gone(c, rank)) return NULL; /* ended: the watchdog names it, as for any request */
     if (!mg->peer[p]) rt_fatal(RT_EXIT_COMM, "cannot map rank %d's mailbox for group %s", rank, q->g->name);
     return mg->peer[p];
   }
@@ -338,4 +339,19 @@ bool rt_mbox_progress(RtComm *c) {
     if (q->mbox && !q->done) moved = step(q) || moved;
   }
   return moved;
+}
+
+/* The members whose data for q is not in their mailbox yet (for the watchdog): with one round, a
+ * member that has not posted has not joined q. Reads only what step() published (no mapping). */
+int rt_mbox_waiting(const RtReq *q, int *peers, bool *first, int max) {
+  const struct RtMboxGroup *mg = q->g->mbox;
+  int k = 0;
+  for (int p = 0; mg && p < q->n && k < max; p++) {
+    if (p == q->g->me) continue;
+    const char *m = mg->peer[p];
+    if (m && atomic_load_explicit(&mb_slot((char *)m, q->mbox_k)->ready, memory_order_acquire) >= q->mbox_k + 1) continue;
+    peers[k] = q->g->ranks[p];
+    first[k++] = true;
+  }
+  return k;
 }

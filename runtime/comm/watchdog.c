@@ -42,6 +42,12 @@ bool rt_peer_gone(const RtComm *c, int rank) {
   return process_gone(c->peers[rank].pid);
 }
 
+/* The peers q waits for (at most 8), and whether each has not joined q yet. */
+static int waiting(const RtReq *q, int peers[8], bool first[8]) {
+  if (q->g->backend) return 0;
+  return q->mbox ? rt_mbox_waiting(q, peers, first, 8) : rt_req_waiting(q, peers, first, 8);
+}
+
 /* What q waits for: "rank 3 has not joined it (...)", or the peer it waits on further along. */
 static void describe_wait(const RtReq *q, char *buf, size_t len) {
   int blocked = atomic_load(&q->c->post_blocked) - 1;
@@ -54,7 +60,7 @@ static void describe_wait(const RtReq *q, char *buf, size_t len) {
   }
   int peers[8];
   bool first[8];
-  int n = q->g->backend ? 0 : rt_req_waiting(q, peers, first, 8);
+  int n = waiting(q, peers, first);
   size_t k = 0;
   buf[0] = 0;
   for (int i = 0; i < n && k + 1 < len; i++) {
@@ -75,7 +81,7 @@ static void describe_wait(const RtReq *q, char *buf, size_t len) {
 static bool never_joined(const RtReq *q, int r) {
   int peers[8];
   bool first[8];
-  int n = q->g->backend ? 0 : rt_req_waiting(q, peers, first, 8);
+  int n = waiting(q, peers, first);
   for (int i = 0; i < n; i++)
     if (peers[i] == r && first[i]) return true;
   return false;

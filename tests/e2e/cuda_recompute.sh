@@ -18,7 +18,7 @@ for r in none selective full; do
   "$shardc" build models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D tp=2 -D sp=on -D precision=bf16 \
     -D recompute="$r" --world 2 --target cuda -o "$t/t_$r" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
   SHARDRT_DEVICE=emu mpirun --mca pml ob1 -x SHARDRT_DEVICE -np 2 "$t/t_$r" --data "$t/data.txt" --steps 3 \
-    --eval-every 0 --val-batches 1 --log "$t/$r.jsonl" --save-to "$t/ck_$r" >"$t/$r.out" 2>&1 ||
+    --eval-every 0 --val-batches 1 --log "$t/$r.jsonl" --save-to "$t/ck_$r" --ckpt-format logical >"$t/$r.out" 2>&1 ||
     { cat "$t/$r.out"; echo "FAIL: recompute $r"; exit 1; }
 done
 [ "$(losses "$t/none.jsonl" | wc -l)" = 3 ] || { echo "FAIL: $(losses "$t/none.jsonl" | wc -l) steps logged, want 3"; exit 1; }
