@@ -82,7 +82,7 @@ static bool balanced_split(const PipePlan *p, int64_t *n) {
 }
 
 /* The balanced split, when it beats the even one (its slowest stage and the schedule's bubble):
- * printed, not applied (every stage holds L / pp layers). */
+ * printed as a suggestion (every stage holds L / pp layers; no plan option asks for another split). */
 static void print_balanced(FILE *f, const PipePlan *p) {
   if (p->v > 1 || p->layers % p->pp) return;
   int64_t *n = calloc((size_t)p->pp, sizeof *n), *even = calloc((size_t)p->pp, sizeof *even);
@@ -97,8 +97,8 @@ static void print_balanced(FILE *f, const PipePlan *p) {
     }
     fprintf(f, "#   balanced by FLOPs: layers [");
     for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
-    fprintf(f, "]: the slowest stage %.4g FLOP per micro-batch (even: %.4g), bubble %.1f%% (even: %.1f%%); not applied: "
-               "stages of unequal layer counts are not implemented yet\n",
+    fprintf(f, "]: the slowest stage %.4g FLOP per micro-batch (even: %.4g), bubble %.1f%% (even: %.1f%%); a suggestion: "
+               "this plan splits the layers evenly (unequal stages are not implemented yet)\n",
             slow, slow_even, 100.0 * bal, 100.0 * bev);
   }
   free(n);

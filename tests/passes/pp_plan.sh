@@ -2,7 +2,7 @@
 # Pipeline parallelism's plan (label passes): `shardc plan` prints each stage's layers, what it
 # holds (embedding first, head and loss last), FLOPs, kept activations times the micro-batches in
 # flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble,
-# and the split balanced by FLOPs where it beats the even one (a suggestion, not applied);
+# and the split balanced by FLOPs where it beats the even one (a suggestion: the plan splits evenly);
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
 # fewer micro-batches than stages, microbatches disagreeing with batch, interleave without the
@@ -35,7 +35,7 @@ expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0    
   "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
 # the split balanced by FLOPs, printed where it beats the even one: Llama-3-8B's head (128k vocabulary)
 # makes its last stage the slowest at pp 4; the tiny GPT's head is lighter than a layer (none)
-expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); not applied" \
+expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); a suggestion: this plan splits the layers evenly" \
   -- plan models/llama3-8b.model -D pp=4 -D batch=64 --world 32
 if "$shardc" plan "${t[@]}" -D pp=4 --world 4 2>&1 | grep -q "balanced by FLOPs"; then
   echo "FAIL: a balanced split printed where the even split is the best"; fail=1
