@@ -253,3 +253,18 @@ Shape ir_stacked_shape(Shape s, int64_t k) {
   s.rank++;
   return s;
 }
+
+/* Row `row` of a stacked x [k, ...]: a slice reshaped to `like` (the body argument it stands for). */
+Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc) {
+  Attrs sa = {0};
+  sa.axis = 0;
+  sa.start = row;
+  sa.len = 1;
+  Shape one = x->shape;
+  one.dim[0] = 1;
+  Value *s = ir_emit(g, OP_SLICE, 1, &x, x->dtype, one, &sa, loc);
+  s->sharding = x->sharding;
+  Value *r = ir_emit(g, OP_RESHAPE, 1, &s, like->dtype, like->shape, NULL, loc);
+  r->sharding = like->sharding;
+  return r;
+}

@@ -199,6 +199,8 @@ Node *ir_node_new(Graph *g, OpKind op, int nin, Value *const *in, int nout, SrcL
 /* Convenience: a single-output node with its type set. */
 Value *ir_emit(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape shape,
                const Attrs *attrs, SrcLoc loc);
+/* Row `row` of a stacked x [k, ...] appended to g: a slice reshaped to like's type and sharding. */
+Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc);
 Node *ir_add_arg(Graph *body, DType dt, Shape shape, const char *name);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */

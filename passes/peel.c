@@ -71,21 +71,6 @@ static Graph *copy_body(Peel *p, const Graph *src, Graph *parent) {
   return b;
 }
 
-/* Row `row` of x [k, ...]: slice then reshape to `like` (the body argument it stands for). */
-static Value *row_of(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc) {
-  Attrs sa = {0};
-  sa.axis = 0;
-  sa.start = row;
-  sa.len = 1;
-  Shape one = x->shape;
-  one.dim[0] = 1;
-  Value *s = ir_emit(g, OP_SLICE, 1, &x, x->dtype, one, &sa, loc);
-  s->sharding = x->sharding;
-  Value *r = ir_emit(g, OP_RESHAPE, 1, &s, like->dtype, like->shape, NULL, loc);
-  r->sharding = like->sharding;
-  return r;
-}
-
 static void drop(Graph *g, const Node *n) {
   int k = 0;
   for (int i = 0; i < g->nnodes; i++)
@@ -170,7 +155,7 @@ bool pass_peel(Module *m) {
   for (int c = 0; c < nc; c++) ptrmap_put(&p.map, body->args[c]->out[0], (intptr_t)r->out[c]);
   for (int q = 0; q < nx; q++) {
     Value *a = body->args[nc + q]->out[0];
-    ptrmap_put(&p.map, a, (intptr_t)row_of(g, r->in[nc + q], k - 1, a, r->loc));
+    ptrmap_put(&p.map, a, (intptr_t)ir_stacked_row(g, r->in[nc + q], k - 1, a, r->loc));
   }
   for (int i = 0; i < body->nnodes; i++)
     if (body->nodes[i]->op != OP_ARG) copy_node(&p, g, body->nodes[i]);

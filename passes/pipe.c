@@ -178,19 +178,7 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v);
 
 /* Micro-batch mb of a stacked step input: slice(x, 0, mb, 1) reshaped to drop the leading dim. */
 static Value *mb_input(Pp *p, int mb, int q) {
-  Value *xs = p->A->in[p->A->a.ncarry + q];
-  Value *arg = p->body->args[p->A->a.ncarry + q]->out[0];
-  Attrs sa = {0};
-  sa.axis = 0;
-  sa.start = mb;
-  sa.len = 1;
-  Shape s1 = xs->shape;
-  s1.dim[0] = 1;
-  Value *sl = ir_emit(p->g, OP_SLICE, 1, &xs, xs->dtype, s1, &sa, p->A->loc);
-  sl->sharding = xs->sharding;
-  Value *r = ir_emit(p->g, OP_RESHAPE, 1, &sl, arg->dtype, arg->shape, NULL, p->A->loc);
-  r->sharding = arg->sharding;
-  return r;
+  return ir_stacked_row(p->g, p->A->in[p->A->a.ncarry + q], mb, p->body->args[p->A->a.ncarry + q]->out[0], p->A->loc);
 }
 
 static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {

@@ -10,14 +10,7 @@
 #include "st_compare.h"
 #include "train/train.h"
 
-typedef struct {
-  char *buf;   /* whole file */
-  size_t len;  /* bytes */
-  RtJson *hdr; /* parsed header */
-  size_t data; /* offset of the data section */
-} St;
-
-static int st_load(St *s, const char *path) {
+int st_load(St *s, const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return 0;
   if (fseek(f, 0, SEEK_END) != 0) return fclose(f), 0;
@@ -68,8 +61,8 @@ int st_compare(const char *ref_path, const char *got_path, double tol, int l2, d
   St ref = {0}, got = {0};
   if (!st_load(&ref, ref_path) || !st_load(&got, got_path)) {
     fprintf(stderr, "st_compare: cannot read %s or %s\n", ref_path, got_path);
-    free(ref.buf);
-    free(got.buf);
+    st_free(&ref);
+    st_free(&got);
     return 1;
   }
   int bad = 0, tensors = 0;
@@ -124,9 +117,14 @@ int st_compare(const char *ref_path, const char *got_path, double tol, int l2, d
   else
     printf("%d tensors: max |diff| %.3g (%s), at most %.2f%% of a tensor beyond %g\n", tensors, worst, worst_name,
            100 * worst_frac, tol);
-  rt_json_free(ref.hdr);
-  rt_json_free(got.hdr);
-  free(ref.buf);
-  free(got.buf);
+  st_free(&ref);
+  st_free(&got);
   return bad;
+}
+
+void st_free(St *s) {
+  rt_json_free(s->hdr);
+  free(s->buf);
+  s->hdr = NULL;
+  s->buf = NULL;
 }

@@ -43,6 +43,7 @@
 #include "frontend.h"
 #include "interp.h"
 #include "pipeline.h"
+#include "st_compare.h"
 #include "train/train.h"
 
 static int failures;
@@ -57,36 +58,7 @@ static int failures;
     }                                                                                                      \
   } while (0)
 
-/* ---- a minimal safetensors reader (F32 / I32) ---- */
-typedef struct {
-  char *buf;      /* whole file */
-  size_t len;     /* bytes */
-  RtJson *hdr;    /* parsed header */
-  size_t data;    /* offset of the data section */
-} St;
-
-static bool st_load(St *s, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
-  fseek(f, 0, SEEK_END);
-  s->len = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  s->buf = malloc(s->len);
-  if (fread(s->buf, 1, s->len, f) != s->len) return fclose(f), false;
-  fclose(f);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; i++) n |= (uint64_t)(unsigned char)s->buf[i] << (8 * i);
-  char err[128];
-  s->hdr = rt_json_parse(s->buf + 8, (size_t)n, err, sizeof err);
-  s->data = 8 + (size_t)n;
-  return s->hdr != NULL;
-}
-
-static void st_free(St *s) {
-  rt_json_free(s->hdr);
-  free(s->buf);
-}
-
+/* ---- checkpoints (st_compare.h reads them) ---- */
 /* The tensor `name` as doubles into t (allocated); false if absent. */
 static bool st_get(const St *s, const char *name, Tensor *t, DType dt) {
   const RtJson *e = rt_json_get(s->hdr, name);
