@@ -18,7 +18,9 @@
 #include "mesh.h"
 #include "pipeline.h"
 #include "pipe_sched.h"
+#include "plan_compare.h"
 #include "plan_search.h"
+#include "storage.h"
 #include "print.h"
 
 #ifndef SHARDC_MODELS_DIR
@@ -61,6 +63,8 @@ static void usage(FILE *f) {
           "  --pick                search, then plan / build the fastest plan that fits\n"
           "  --top N, --budget S   rows of the search's table (10); seconds it may compile for (8)\n"
           "  --cost                print the predicted step time per rank (docs/planner.md)\n"
+          "  --compare SPEC        plans side by side: \"zero=0,1,2,3\", \"tp=1,2 zero=0,3\" or \"b.model c.model\"\n"
+          "  --storage GB/s        the traffic and checkpoint-storage report, writes at this bandwidth (10)\n"
           "  --profile FILE        the device figures the cost model uses (bench/calibrate writes one;\n"
           "                        default: the topology's at fixed efficiencies)\n"
           "  --dump-ir=dot         print the final graph for Graphviz\n"
@@ -113,6 +117,12 @@ static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, F
   return ok ? m : NULL;
 }
 
+/* The compiler's first error in captured diagnostics, without its "error: " (nothing: ""). */
+static void first_error(const char *diag_text, char *out, size_t cap) {
+  const char *e = diag_text ? strstr(diag_text, "error: ") : NULL;
+  if (e) snprintf(out, cap, "%.*s", (int)strcspn(e + 7, "\n"), e + 7);
+}
+
 static int64_t replan(void *ctx, const char *const *kv, int n) {
   Replan *r = ctx;
   FILE *null = fopen("/dev/null", "w");
@@ -155,8 +165,7 @@ static void search_eval(void *ctx, const CostDevice *dev, const char *const *kv,
     if (m && m->memplan) {
       plan_cand_measure(m, dev, c);
     } else {
-      const char *e = buf ? strstr(buf, "error: ") : NULL;
-      if (e) snprintf(c->err, sizeof c->err, "%.*s", (int)strcspn(e + 7, "\n"), e + 7);
+      first_error(buf, c->err, sizeof c->err);
     }
     ssize_t w = write(fds[1], c, sizeof *c);
     _exit(w == (ssize_t)sizeof *c ? 0 : 1);
@@ -183,6 +192,42 @@ static void search_eval(void *ctx, const CostDevice *dev, const char *const *kv,
   if (have == sizeof got) *c = got;
   else snprintf(c->err, sizeof c->err, late ? "its compile took over %.0f s (stopped)" : "its compile crashed",
                 SEARCH_COMPILE_MS / 1000.0);
+}
+
+/* `plan --compare` (passes/plan_compare.c): each variant compiled in the driver's arena, measured
+ * with the device figures of its own topology (and the profile), printed side by side. */
+static int run_compare(Replan *r, const char *spec, const char *profile, double storage_Bps) {
+  CompareCol cols[COMPARE_MAX];
+  int n = 0;
+  if (!plan_compare_parse(spec, r->input, cols, &n)) return 1;
+  const Module *first = NULL;
+  for (int i = 0; i < n; i++) {
+    Replan one = *r;
+    if (cols[i].file) one.input = cols[i].file;
+    const char *kv[COMPARE_KV];
+    for (int k = 0; k < cols[i].nkv; k++) kv[k] = cols[i].kv[k];
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&buf, &len);
+    Module *m = ms ? compile_with(&one, r->arena, kv, cols[i].nkv, ms) : NULL;
+    if (ms) fclose(ms);
+    if (m && m->memplan) {
+      CostDevice dev;
+      cost_device_defaults(m, &dev);
+      if (profile && !cost_profile_read(profile, &dev)) return 1;
+      plan_compare_measure(m, &dev, storage_Bps, &cols[i]);
+      if (!first) first = m;
+    } else {
+      first_error(buf, cols[i].err, sizeof cols[i].err);
+    }
+    free(buf);
+  }
+  if (!first) {
+    for (int i = 0; i < n; i++) error_plain("--compare %s: %s", cols[i].label, cols[i].err[0] ? cols[i].err : "does not compile");
+    return 1;
+  }
+  plan_compare_print(stdout, first, cols, n, storage_Bps);
+  return 0;
 }
 
 /* After a build: how many ranks the trainer needs and the command that starts it. */
@@ -243,6 +288,8 @@ static long parse_count(const char *s, const char *flag, long lo, long hi) {
 
 static int compile(int argc, char **argv, Diag *diag) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL;
+  const char *compare = NULL; /* --compare SPEC */
+  double storage_Bps = 0;     /* --storage GB/s (0: no storage report; --compare's default 10 GB/s) */
   bool build = false, cost = false, search = false, pick = false;
   SearchOptions so = {.top = 10};
   Target target = TARGET_CPU;
@@ -291,6 +338,12 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--profile") == 0 && i + 1 < argc) {
       profile = argv[++i];
       cost = true;
+    } else if (strcmp(a, "--compare") == 0 && i + 1 < argc) {
+      compare = argv[++i];
+    } else if (strcmp(a, "--storage") == 0 && i + 1 < argc) {
+      char *end;
+      storage_Bps = strtod(argv[++i], &end) * 1e9;
+      if (*end || !(storage_Bps > 0)) error_plain("--storage needs a positive bandwidth in GB/s, got '%s'", argv[i]);
     } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
       svg = argv[++i];
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
@@ -381,10 +434,21 @@ static int compile(int argc, char **argv, Diag *diag) {
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   m->target = target;
+  if (compare) { /* the file's own plan is not printed: the variants are */
+    if (search) {
+      error_plain("--compare and --search: one at a time");
+      return 1;
+    }
+    Replan rc = {&arena, input, &fo, target};
+    int rc_ = run_compare(&rc, compare, profile, storage_Bps > 0 ? storage_Bps : 10e9);
+    arena_free(&arena);
+    return rc_;
+  }
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   if (!pipeline_run(m, &po)) return 1;
   Replan rp = {&arena, input, &fo, target};
   CostDevice dev;
+  if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
   if (search || cost) {
     cost_device_defaults(m, &dev);
     if (profile && !cost_profile_read(profile, &dev)) return 1;
@@ -443,6 +507,13 @@ static int compile(int argc, char **argv, Diag *diag) {
     CostReport cr;
     cost_estimate(m, &dev, &cr);
     cost_print(stdout, m, &dev, &cr);
+    if (storage_Bps > 0) { /* passes/storage.c: traffic per link class, the checkpoint's writes */
+      TrafficReport tr;
+      CkptReport ck;
+      storage_traffic(m, &dev, &tr);
+      storage_ckpt(m, &dev, storage_Bps, cr.step_s, &ck);
+      storage_print(stdout, m, &tr, &ck, cr.step_s);
+    }
   }
   else if (dump && strcmp(dump, "dot") == 0)
     ir_print_dot(stdout, m);
