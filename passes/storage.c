@@ -128,8 +128,9 @@ void storage_print(FILE *f, const Module *m, const TrafficReport *t, const CkptR
   fprintf(f, "# traffic per step (bus bytes of the plan's collectives, passes/storage.c)\n");
   for (int s = 0; s < 2; s++) {
     if (t->rank_bytes[s] <= 0) continue;
-    fprintf(f, "#   %-13s %12s per rank; %s carries %s: %s at %s (%.1f%% of the predicted step)\n", side_name[s],
-            ir_human_bytes(a, sizeof a, t->rank_bytes[s]), link_name[s], ir_human_bytes(b, sizeof b, t->link_bytes[s]),
+    fprintf(f, "#   %-13s %12s per rank (%.0f B); %s carries %s (%.0f B): %s at %s (%.1f%% of the predicted step)\n",
+            side_name[s], ir_human_bytes(a, sizeof a, t->rank_bytes[s]), t->rank_bytes[s], link_name[s],
+            ir_human_bytes(b, sizeof b, t->link_bytes[s]), t->link_bytes[s],
             cost_human_time(e, sizeof e, t->link_s[s]), gbps(h, sizeof h, t->link_Bps[s]),
             step_s > 0 ? 100 * t->link_s[s] / step_s : 0);
   }
@@ -141,11 +142,11 @@ void storage_print(FILE *f, const Module *m, const TrafficReport *t, const CkptR
   fprintf(f, "#   size             %s (%.0f B), %d tensors; kept %d: %s on the storage\n",
           ir_human_bytes(a, sizeof a, c->total_bytes), c->total_bytes, c->ntensors,
           m->recipe.ckpt_keep > 0 ? m->recipe.ckpt_keep : 1, ir_human_bytes(b, sizeof b, c->keep_bytes));
-  fprintf(f, "#   writers          %d of %d ranks on %d of %d nodes; per writing rank %s to %s (most: rank %d, %.0f B); "
+  fprintf(f, "#   writers          %d of %d ranks on %d of %d nodes; per writing rank %s (%.0f B) to %s (%.0f B, rank %d); "
              "busiest node %s\n",
           c->writers, mm ? mm->world : 1, c->writer_nodes, mm && mm->nodes > 0 ? mm->nodes : 1,
-          ir_human_bytes(a, sizeof a, c->min_rank_bytes), ir_human_bytes(b, sizeof b, c->max_rank_bytes), c->max_rank,
-          c->max_rank_bytes, ir_human_bytes(e, sizeof e, c->max_node_bytes));
+          ir_human_bytes(a, sizeof a, c->min_rank_bytes), c->min_rank_bytes, ir_human_bytes(b, sizeof b, c->max_rank_bytes),
+          c->max_rank_bytes, c->max_rank, ir_human_bytes(e, sizeof e, c->max_node_bytes));
   if (c->node_Bps > 0)
     fprintf(f, "#   storage          %s aggregate; a node reaches it at %s (its network)\n",
             gbps(a, sizeof a, c->storage_Bps), gbps(b, sizeof b, c->node_Bps));

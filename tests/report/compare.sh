@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# tests/report/compare.sh — `shardc plan --compare` and `--storage` (passes/plan_compare.c,
+# passes/storage.c; docs/planner.md), numbers against hand-computed ones on tiny (120,576 f32
+# parameters, AdamW: a checkpoint is 3 x 4 x 120,576 = 1,446,912 bytes):
+#  1. --compare "zero=0,1,2,3" (dp 2 on the 2-rank CPU topology): parameters 471 KiB under ZeRO 0-2
+#     and fewer under 3; optimizer state 942 KiB at ZeRO 0 and 471 KiB from 1 on; traffic in node
+#     471 KiB (the gradients' all-reduce, 2(N-1)/N = 1 x 482,312 B) at 0 and 706.5 KiB at 1 (plus
+#     the updated parameters' all-gather, 1/2 x 482,304 B); checkpoint 1.38 MiB in every column,
+#     written by both ranks in 145 us at 10 GB/s; each column's step is `--cost`'s for its plan;
+#  2. several knobs: every combination, the last knob fastest; a model file beside the command
+#     line's; a variant the compiler refuses is a "refused" column with its message;
+#  3. --storage on tp 2: rank 1 writes its halves of the split tensors (99,200 split parameters +
+#     16,384 of the vocab-parallel wte: (49,600 + 8,192) x 12 = 693,504 B), rank 0 those and the
+#     4,992 replicated ones (753,408 B); across nodes (GPT-2 on 4 p4d nodes) a node's network
+#     carries one ring edge of each group: dp 32 (8 members per node) a rank's bytes, dp 4 x tp 8
+#     (1 member per node) 8 x a rank's bytes;
+#  4. bad input: an empty value, knobs and files mixed, --storage 0, --compare with --search;
+#  5. with `trainer` (label mpi): the tp 2 trainer's checkpoint files hold exactly the predicted
+#     payload bytes per rank (each safetensors file less its header).
+# Usage: tests/report/compare.sh SHARDC [trainer]
+set -uo pipefail
+shardc=${1:?usage: compare.sh SHARDC [trainer]}
+shardc=$(cd "$(dirname "$shardc")" && pwd)/$(basename "$shardc")
+mode=${2:-}
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# cell ROW COL: the table's cell (columns of 16 characters after a 28-character row name)
+cell() { awk -v row="$1" -v col="$2" 'substr($0, 1, 28) ~ "^#   " row " *$" {
+  s = substr($0, 29 + 16 * (col - 1), 16); gsub(/^ +| +$/, "", s); print s; exit }'; }
+expect() { # expect OUTPUT ROW COL WANT
+  local got
+  got=$(echo "$1" | cell "$2" "$3")
+  [ "$got" = "$4" ] || bad "$2, column $3: '$got', want '$4'"
+}
+
+if [ "$mode" = trainer ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  "$shardc" build models/tiny.model -D tp=2 -D dp=1 -D seq=32 -o "$tmp/tp2" >/dev/null 2>&1 || { echo "FAIL: build"; exit 1; }
+  pred=$("$shardc" plan models/tiny.model -D tp=2 -D dp=1 -D seq=32 --storage 1 2>&1 |
+    sed -n 's/.*per writing rank .* (\([0-9]*\) B) to .* (\([0-9]*\) B, rank \([0-9]*\)).*/\1 \2 \3/p')
+  head -c 20000 README.md >"$tmp/data.txt"
+  (cd "$tmp" && timeout 120 mpirun --mca pml ob1 -np 2 ./tp2 --data data.txt --steps 1 --ckpt-every 1 --threads 1 \
+    --eval-every 0 --val-batches 1 --save-to ck >run.out 2>&1) || { cat "$tmp/run.out"; echo "FAIL: the trainer"; exit 1; }
+  got=$(python3 - "$tmp"/ck/step_*/rank_*.safetensors <<'EOF'
+import struct, sys
+sizes = []
+for f in sorted(sys.argv[1:]):
+    b = open(f, 'rb').read()
+    sizes.append(len(b) - 8 - struct.unpack('<Q', b[:8])[0])
+print(min(sizes), max(sizes), sizes.index(max(sizes)))
+EOF
+)
+  [ -n "$pred" ] && [ "$pred" = "$got" ] || bad "checkpoint payload per rank (min max rank-of-max): predicted '$pred', written '$got'"
+  [ $fail = 0 ] && echo "ok: the trainer's checkpoint files hold the predicted bytes ($got)"
+  exit $fail
+fi
+
+# 1. zero 0..3
+out=$("$shardc" plan models/tiny.model --compare "zero=0,1,2,3" 2>&1) || bad "compare zero: $out"
+hdr=$(echo "$out" | sed -n 2p | tr -s ' ')
+[ "$hdr" = "# zero=0 zero=1 zero=2 zero=3" ] || bad "header: '$hdr'"
+for c in 1 2 3 4; do
+  expect "$out" "mesh dp.pp.cp.tp" $c "2.1.1.1"
+  expect "$out" "checkpoint size" $c "1.38 MiB"
+  expect "$out" "checkpoint writers" $c "2"
+  expect "$out" "checkpoint write, all" $c "145 us"
+  step=$("$shardc" plan models/tiny.model -D zero=$((c - 1)) --cost 2>&1 | sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p')
+  expect "$out" "step" $c "$step"
+done
+for c in 1 2 3; do expect "$out" "memory params" $c "471 KiB"; done
+p3=$(echo "$out" | cell "memory params" 4)
+case "$p3" in *KiB) awk -v p="${p3% KiB}" 'BEGIN { exit !(p < 471) }' || bad "ZeRO-3 parameters $p3, not under 471 KiB" ;;
+  *) bad "ZeRO-3 parameters '$p3'" ;; esac
+expect "$out" "memory optimizer" 1 "942 KiB"
+for c in 2 3 4; do expect "$out" "memory optimizer" $c "471 KiB"; done
+expect "$out" "traffic in node" 1 "471 KiB"
+expect "$out" "traffic in node" 2 "706.5 KiB"
+expect "$out" "traffic across nodes" 1 "0 B"
+
+# 2. several knobs, files, a refused variant
+out=$("$shardc" plan models/tiny.model --compare "zero=0,1 tp=1,2" 2>&1) || bad "two knobs: $out"
+hdr=$(echo "$out" | sed -n 2p | sed 's/^# *//; s/   */|/g')
+[ "$hdr" = "zero=0 tp=1|zero=0 tp=2|zero=1 tp=1|zero=1 tp=2" ] || bad "two knobs' columns: '$hdr'"
+expect "$out" "mesh dp.pp.cp.tp" 2 "1.1.1.2"
+expect "$out" "mesh dp.pp.cp.tp" 3 "2.1.1.1"
+sed 's/micro_batch 8/micro_batch 4/' models/tiny.model >"$tmp/tiny4.model"
+out=$("$shardc" plan models/tiny.model -I models --compare "$tmp/tiny4.model" 2>&1) || bad "files: $out"
+hdr=$(echo "$out" | sed -n 2p | tr -s ' ')
+[ "$hdr" = "# tiny.model tiny4.model" ] || bad "files' columns: '$hdr'"
+a1=$(echo "$out" | cell "memory activations" 1) a2=$(echo "$out" | cell "memory activations" 2)
+awk -v a="${a1% MiB}" -v b="${a2% MiB}" 'BEGIN { exit !(b < 0.6 * a) }' || bad "micro_batch 4's activations $a2, not under 0.6 x $a1"
+out=$("$shardc" plan models/tiny.model --compare "tp=2,3" 2>&1) || bad "a refused variant failed the comparison: $out"
+expect "$out" "step" 2 "refused"
+echo "$out" | grep -q "^# tp=3 refused: .*tp" || bad "no message for the refused tp=3: $out"
+
+# 3. --storage
+out=$("$shardc" plan models/tiny.model -D tp=2 -D dp=1 --storage 2 2>&1) || bad "storage: $out"
+echo "$out" | grep -q "size             1.4 MiB (1446912 B), 48 tensors" || bad "storage: checkpoint size: $out"
+echo "$out" | grep -q "per writing rank 677.2 KiB (693504 B) to 735.8 KiB (753408 B, rank 0)" || bad "storage: per rank: $out"
+echo "$out" | grep -q "all ranks write  723 us" || bad "storage: 1446912 B at 2 GB/s is 723 us: $out"
+gpt=(models/gpt2-124m.model --target cuda --topology models/topo/p4d-x4.topo -D micro_batch=16 --storage 5)
+net() { sed -n 's/^#   across nodes .* per rank (\([0-9]*\) B); a node.s network carries .* (\([0-9]*\) B):.*/\1 \2/p'; }
+read -r r n <<<"$("$shardc" plan "${gpt[@]}" 2>&1 | net)"
+[ -n "${r:-}" ] && [ "$r" = "$n" ] || bad "dp 32 on 4 nodes: a node's network carries '$n' B, want a rank's '$r' B"
+read -r r n <<<"$("$shardc" plan "${gpt[@]}" -D tp=8 -D dp=4 2>&1 | net)"
+[ -n "${r:-}" ] && [ "$((8 * r))" = "$n" ] || bad "dp 4 x tp 8: a node's network carries '$n' B, want 8 x a rank's '$r' B"
+
+# 4. bad input
+err=$("$shardc" plan models/tiny.model --compare "zero=" 2>&1) && bad "an empty value was accepted"
+echo "$err" | grep -q "error: --compare: 'zero=' has no values" || bad "empty value: $err"
+err=$("$shardc" plan models/tiny.model --compare "zero=0,1 b.model" 2>&1) && bad "knobs and files were accepted"
+echo "$err" | grep -q "either knobs" || bad "knobs and files: $err"
+err=$("$shardc" plan models/tiny.model --storage 0 2>&1) && bad "--storage 0 was accepted"
+echo "$err" | grep -q "error: --storage needs a positive bandwidth in GB/s, got '0'" || bad "--storage 0: $err"
+err=$("$shardc" plan models/tiny.model --compare "zero=0,1" --search 2>&1) && bad "--compare --search was accepted"
+echo "$err" | grep -q "one at a time" || bad "--compare --search: $err"
+
+[ $fail = 0 ] && echo "ok: plan --compare and --storage"
+exit $fail
