@@ -20,6 +20,7 @@
 #include "pipe_sched.h"
 #include "plan_compare.h"
 #include "plan_search.h"
+#include "plan_svg.h"
 #include "storage.h"
 #include "print.h"
 
@@ -65,6 +66,9 @@ static void usage(FILE *f) {
           "  --cost                print the predicted step time per rank (docs/planner.md)\n"
           "  --compare SPEC        plans side by side: \"zero=0,1,2,3\", \"tp=1,2 zero=0,3\" or \"b.model c.model\"\n"
           "  --storage GB/s        the traffic and checkpoint-storage report, writes at this bandwidth (10)\n"
+          "  --mesh-svg FILE       draw the mesh (nodes, devices, groups by axis) as SVG\n"
+          "  --memory-svg FILE     draw memory per rank by class as SVG (with --compare: one bar per plan)\n"
+          "  --compare-svg FILE    draw --compare's table as a chart (memory, step, checkpoint writes)\n"
           "  --profile FILE        the device figures the cost model uses (bench/calibrate writes one;\n"
           "                        default: the topology's at fixed efficiencies)\n"
           "  --dump-ir=dot         print the final graph for Graphviz\n"
@@ -194,9 +198,31 @@ static void search_eval(void *ctx, const CostDevice *dev, const char *const *kv,
                 SEARCH_COMPILE_MS / 1000.0);
 }
 
+/* Writes one picture (passes/plan_svg.c) to path; false after an error. */
+typedef struct {
+  const char *mesh, *memory, *compare; /* --mesh-svg, --memory-svg, --compare-svg */
+} SvgPaths;
+
+static bool write_svg(const char *path, const char *flag, const Module *m, const CompareCol *cols, int n) {
+  FILE *f = fopen(path, "w");
+  if (f) {
+    char title[160];
+    snprintf(title, sizeof title, "%s on %s", m->name ? m->name : "model",
+             m->has_topology && m->topo.name ? m->topo.name : "no topology");
+    if (strcmp(flag, "--mesh-svg") == 0) plan_svg_mesh(f, m);
+    else if (strcmp(flag, "--memory-svg") == 0) plan_svg_memory(f, title, cols, n);
+    else plan_svg_compare(f, title, cols, n);
+  }
+  if (!f || ferror(f) || fclose(f) != 0) {
+    error_plain("%s: cannot write '%s'", flag, path);
+    return false;
+  }
+  return true;
+}
+
 /* `plan --compare` (passes/plan_compare.c): each variant compiled in the driver's arena, measured
  * with the device figures of its own topology (and the profile), printed side by side. */
-static int run_compare(Replan *r, const char *spec, const char *profile, double storage_Bps) {
+static int run_compare(Replan *r, const char *spec, const char *profile, double storage_Bps, const SvgPaths *svg) {
   CompareCol cols[COMPARE_MAX];
   int n = 0;
   if (!plan_compare_parse(spec, r->input, cols, &n)) return 1;
@@ -227,6 +253,8 @@ static int run_compare(Replan *r, const char *spec, const char *profile, double 
     return 1;
   }
   plan_compare_print(stdout, first, cols, n, storage_Bps);
+  if (svg->memory && !write_svg(svg->memory, "--memory-svg", first, cols, n)) return 1;
+  if (svg->compare && !write_svg(svg->compare, "--compare-svg", first, cols, n)) return 1;
   return 0;
 }
 
@@ -290,6 +318,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL;
   const char *compare = NULL; /* --compare SPEC */
   double storage_Bps = 0;     /* --storage GB/s (0: no storage report; --compare's default 10 GB/s) */
+  SvgPaths psvg = {0};
   bool build = false, cost = false, search = false, pick = false;
   SearchOptions so = {.top = 10};
   Target target = TARGET_CPU;
@@ -340,6 +369,12 @@ static int compile(int argc, char **argv, Diag *diag) {
       cost = true;
     } else if (strcmp(a, "--compare") == 0 && i + 1 < argc) {
       compare = argv[++i];
+    } else if (strcmp(a, "--mesh-svg") == 0 && i + 1 < argc) {
+      psvg.mesh = argv[++i];
+    } else if (strcmp(a, "--memory-svg") == 0 && i + 1 < argc) {
+      psvg.memory = argv[++i];
+    } else if (strcmp(a, "--compare-svg") == 0 && i + 1 < argc) {
+      psvg.compare = argv[++i];
     } else if (strcmp(a, "--storage") == 0 && i + 1 < argc) {
       char *end;
       storage_Bps = strtod(argv[++i], &end) * 1e9;
@@ -434,13 +469,17 @@ static int compile(int argc, char **argv, Diag *diag) {
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   m->target = target;
+  if (psvg.compare && !compare) {
+    error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
+    return 1;
+  }
   if (compare) { /* the file's own plan is not printed: the variants are */
-    if (search) {
-      error_plain("--compare and --search: one at a time");
+    if (search || psvg.mesh) {
+      error_plain(search ? "--compare and --search: one at a time" : "--mesh-svg draws one plan's mesh: leave out --compare");
       return 1;
     }
     Replan rc = {&arena, input, &fo, target};
-    int rc_ = run_compare(&rc, compare, profile, storage_Bps > 0 ? storage_Bps : 10e9);
+    int rc_ = run_compare(&rc, compare, profile, storage_Bps > 0 ? storage_Bps : 10e9, &psvg);
     arena_free(&arena);
     return rc_;
   }
@@ -529,6 +568,14 @@ static int compile(int argc, char **argv, Diag *diag) {
       error_plain("--schedule-svg: cannot write '%s'", svg);
       return 1;
     }
+  }
+  if (psvg.mesh && !write_svg(psvg.mesh, "--mesh-svg", m, NULL, 0)) return 1;
+  if (psvg.memory) { /* passes/plan_svg.c: this plan's one bar */
+    CompareCol col = {.label = "this plan"};
+    cost_device_defaults(m, &dev);
+    if (profile && !cost_profile_read(profile, &dev)) return 1;
+    plan_compare_measure(m, &dev, 10e9, &col);
+    if (!write_svg(psvg.memory, "--memory-svg", m, &col, 1)) return 1;
   }
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
   if (!fit_check(m, replan, &rp)) return 1;

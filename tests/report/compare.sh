@@ -15,7 +15,9 @@
 #     carries one ring edge of each group: dp 32 (8 members per node) a rank's bytes, dp 4 x tp 8
 #     (1 member per node) 8 x a rank's bytes;
 #  4. bad input: an empty value, knobs and files mixed, --storage 0, --compare with --search;
-#  5. with `trainer` (label mpi): the tp 2 trainer's checkpoint files hold exactly the predicted
+#  5. the SVGs are well-formed XML and show these numbers (tests/report/svg_check.py): the mesh of
+#     GPT-2 tp 8 x dp 4 on 4 p4d nodes, tiny's memory bars, the comparison chart's steps;
+#  6. with `trainer` (label mpi): the tp 2 trainer's checkpoint files hold exactly the predicted
 #     payload bytes per rank (each safetensors file less its header).
 # Usage: tests/report/compare.sh SHARDC [trainer]
 set -uo pipefail
@@ -119,5 +121,20 @@ echo "$err" | grep -q "error: --storage needs a positive bandwidth in GB/s, got 
 err=$("$shardc" plan models/tiny.model --compare "zero=0,1" --search 2>&1) && bad "--compare --search was accepted"
 echo "$err" | grep -q "one at a time" || bad "--compare --search: $err"
 
-[ $fail = 0 ] && echo "ok: plan --compare and --storage"
+# 5. pictures
+chk=tests/report/svg_check.py
+"$shardc" plan "${gpt[@]}" -D tp=8 -D dp=4 --mesh-svg "$tmp/mesh.svg" >/dev/null 2>&1 || bad "--mesh-svg failed"
+python3 $chk mesh "$tmp/mesh.svg" || bad "the mesh SVG"
+"$shardc" plan models/tiny.model --memory-svg "$tmp/mem.svg" >"$tmp/plan.txt" 2>&1 || bad "--memory-svg failed"
+python3 $chk memory "$tmp/mem.svg" "$tmp/plan.txt" || bad "the memory SVG"
+"$shardc" plan models/tiny.model --compare "zero=0,1,2,3" --memory-svg "$tmp/cmem.svg" --compare-svg "$tmp/cmp.svg" \
+  >"$tmp/cmp.txt" 2>&1 || bad "--compare-svg failed"
+python3 $chk compare "$tmp/cmp.svg" "$tmp/cmp.txt" || bad "the comparison SVG"
+python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$tmp/cmem.svg" || bad "--compare --memory-svg: not XML"
+err=$("$shardc" plan models/tiny.model --compare-svg "$tmp/x.svg" 2>&1) && bad "--compare-svg without --compare was accepted"
+echo "$err" | grep -q "give --compare SPEC too" || bad "--compare-svg alone: $err"
+err=$("$shardc" plan models/tiny.model --mesh-svg /nonexistent/dir/m.svg 2>&1) && bad "an unwritable --mesh-svg was accepted"
+echo "$err" | grep -q "error: --mesh-svg: cannot write '/nonexistent/dir/m.svg'" || bad "unwritable --mesh-svg: $err"
+
+[ $fail = 0 ] && echo "ok: plan --compare, --storage and the SVGs"
 exit $fail
