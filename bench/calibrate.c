@@ -10,7 +10,11 @@
  *                    model counts it (4 B S T C, half of it causal);
  *   bandwidth        rt_add over 64 Ki floats (768 KiB moved per call: the tensors of small models
  *                    live in the caches);
- *   kernel_overhead  rt_add over 16 floats.
+ *   kernel_overhead  rt_add over 16 floats;
+ *   elem_*_s         the C elementwise kernels the CPU trainers call (runtime/ops/ops.c), seconds
+ *                    per element over 128 Ki floats: rt_binary_f32 flat, through broadcast indices
+ *                    ([8,64,256] + [8,1,256]), rt_reduce_to_f32 through indices ([512,256] -> [512,1]),
+ *                    rt_unary_f32 gelu (libm tanhf) and exp, on activation-sized inputs (|x| < 0.25).
  * peak_flops (MFU's denominator) stays the topology's: rt_measure_peak_flops times wall-clock.
  * The links are not measured here (comm_bench measures the collectives; docs/planner.md): the profile
  * leaves them out, so the topology's figures stay; overlap is 0 (a CPU rank progresses its own
@@ -22,6 +26,7 @@
 #include <time.h>
 
 #include "kernels/kernels.h"
+#include "ops.h"
 
 /* CPU seconds of the process over its threads: on a shared machine a kernel's wall time is mostly
  * waiting for a core, its CPU time what it costs on an idle one (bench/cost_validate.sh measures the
@@ -78,6 +83,24 @@ static void run_attn(void *p) {
   rt_sdpa_fwd(x->B, x->S, x->S, x->H, x->H, x->hd, 1, x->q, x->k, x->v, x->o, x->lse);
 }
 
+/* the elementwise loops: which one, over what */
+typedef struct {
+  int which; /* 0 flat, 1 indexed, 2 reduce, 3 gelu (tanh), 4 exp */
+  float *x, *b, *y;
+} Elem;
+enum { ELEM_N = 131072 };
+static void run_elem(void *p) {
+  Elem *e = p;
+  static const RtShape s3 = {3, {8, 64, 256}}, s3b = {3, {8, 1, 256}}, s2 = {2, {512, 256}}, s2r = {2, {512, 1}};
+  switch (e->which) {
+  case 0: rt_binary_f32(RT_ADD, e->y, &s2, e->x, &s2, e->b, &s2); break;
+  case 1: rt_binary_f32(RT_ADD, e->y, &s3, e->x, &s3, e->b, &s3b); break;
+  case 2: rt_reduce_to_f32(e->y, &s2r, e->x, &s2); break;
+  case 3: rt_unary_f32(RT_GELU, e->y, e->x, ELEM_N, 0); break;
+  default: rt_unary_f32(RT_EXP, e->y, e->x, ELEM_N, 0); break;
+  }
+}
+
 static float *randv(int64_t n) {
   float *v = malloc((size_t)n * sizeof *v);
   if (!v) {
@@ -125,6 +148,12 @@ int main(int argc, char **argv) {
   double bw = 3.0 * 4.0 * (double)big.n / time_call(run_add, &big);
   double overhead = time_call(run_add, &small);
 
+  double elem[5];
+  Elem el = {0, randv(ELEM_N), randv(ELEM_N), randv(ELEM_N)};
+  for (int i = 0; i < ELEM_N; i++) el.x[i] *= 0.5f; /* |x| < 0.25: activations, tanhf's common range */
+  for (el.which = 0; el.which < 5; el.which++) elem[el.which] = time_call(run_elem, &el) / ELEM_N;
+  free(el.x), free(el.b), free(el.y);
+
   FILE *f = fopen(argv[1], "w");
   if (!f) {
     perror(argv[1]);
@@ -141,6 +170,8 @@ int main(int argc, char **argv) {
   fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
   fprintf(f, "kernel_overhead  %.4g   # s, rt_add over 16 floats\n", overhead);
   fprintf(f, "overlap          0\n");
+  static const char *const ek[] = {"elem_flat_s   ", "elem_indexed_s", "elem_reduce_s ", "elem_tanh_s   ", "elem_exp_s    "};
+  for (int i = 0; i < 5; i++) fprintf(f, "%s   %.4g   # s per element, runtime/ops/ops.c\n", ek[i], elem[i]);
   if (fclose(f) != 0) {
     perror(argv[1]);
     return 1;

@@ -22,9 +22,10 @@
 enum { KIND_GPU, KIND_CPU };
 static const struct {
   double gemm, attn, bw, overhead_s, overlap;
+  double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
 } eff[2] = {
-    [KIND_GPU] = {0.70, 0.40, 0.80, 4e-6, 1.0},
-    [KIND_CPU] = {0.60, 0.25, 0.70, 1e-6, 0.0},
+    [KIND_GPU] = {0.70, 0.40, 0.80, 4e-6, 1.0, {0}},
+    [KIND_CPU] = {0.60, 0.25, 0.70, 1e-6, 0.0, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
 };
 
 void cost_device_defaults(const Module *m, CostDevice *d) {
@@ -50,6 +51,7 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
   d->bytes_per_s = eff[k].bw * hbm;
   d->op_overhead_s = eff[k].overhead_s;
   d->overlap = eff[k].overlap;
+  if (m->target == TARGET_CPU) memcpy(d->elem_s, eff[KIND_CPU].elem_s, sizeof d->elem_s);
   for (int side = 0; side < 2; side++) {
     const Link *l = side ? &t->inter : &t->intra;
     d->link[side].latency_s = m->has_topology && l->latency_s > 0 ? l->latency_s : side ? 50e-6 : 2e-6;
@@ -68,6 +70,34 @@ static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) *
 static double attn_flops(const Node *n) {
   const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
   return 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1] * (double)q->dim[2];
+}
+
+/* The CPU target's elementwise loop of node n and its element count (runtime/ops/ops.c's choice of
+ * loop, which codegen/target_cpu.c's calls reach); -1 for other nodes. */
+static int cpu_elem(const Node *n, double *count) {
+  const Shape *y = &n->out[0]->shape;
+  int64_t ny = ir_numel(y), inner = y->rank ? y->dim[y->rank - 1] : 1;
+  *count = (double)ny;
+  switch (n->op) {
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MAXIMUM: case OP_MINIMUM: {
+    int64_t na = ir_numel(&n->in[0]->shape), nb = ir_numel(&n->in[1]->shape);
+    bool flat = (na == ny && (nb == ny || nb == 1 || nb == inner)) || (nb == ny && (na == 1 || na == inner));
+    return flat ? COST_EL_FLAT : COST_EL_INDEXED;
+  }
+  case OP_NEG: case OP_SCALE: case OP_ADD_SCALAR: case OP_SQRT: case OP_RSQRT: case OP_RELU: return COST_EL_FLAT;
+  case OP_TANH: case OP_GELU: return COST_EL_TANH;
+  case OP_EXP: case OP_LOG: case OP_SIGMOID: case OP_SILU: return COST_EL_EXP;
+  case OP_BROADCAST_TO: return COST_EL_INDEXED;
+  case OP_REDUCE_SUM: {
+    const Shape *x = &n->in[0]->shape;
+    int64_t nx = ir_numel(x);
+    *count = (double)nx;
+    if (nx == ny) return -1; /* a copy */
+    bool bias = y->rank >= 1 && ny == inner && x->rank >= 1 && x->dim[x->rank - 1] == inner;
+    return bias ? COST_EL_FLAT : COST_EL_REDUCE;
+  }
+  default: return -1;
+  }
 }
 
 typedef enum { T_FREE, T_GEMM, T_ATTN, T_MEM } TimeKind;
@@ -99,7 +129,12 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, TimeK
     *kind = T_ATTN;
     return fmax(fl / d->attn_flops, mem);
   }
-  default: *kind = T_MEM; return mem;
+  default: {
+    *kind = T_MEM;
+    double count;
+    int el = m->target == TARGET_CPU ? cpu_elem(n, &count) : -1;
+    return el >= 0 ? fmax(mem, count * d->elem_s[el]) : mem;
+  }
   }
 }
 

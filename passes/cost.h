@@ -33,6 +33,12 @@ typedef struct {
   double bytes_per_s; /* in node: per rank; across nodes: per node (shared by its rings) */
 } CostLink;
 
+/* The CPU target's C elementwise kernels (runtime/ops/ops.c) by loop, where the loop's arithmetic,
+ * not memory, bounds the time: scalar flat or bias loops, loops that compute each element's
+ * broadcast index (division per dim), reductions through such indices, libm tanhf (tanh, gelu)
+ * and expf / logf (exp, log, sigmoid, silu). */
+typedef enum { COST_EL_FLAT, COST_EL_INDEXED, COST_EL_REDUCE, COST_EL_TANH, COST_EL_EXP, COST_EL_COUNT } CostElem;
+
 typedef struct {
   char source[160];    /* where the figures come from: "topology p4d_x128 defaults", "profile FILE" */
   double gemm_flops;   /* FLOP/s per rank for large GEMMs at the plan's compute precision */
@@ -43,6 +49,7 @@ typedef struct {
   double overlap;      /* fraction (0..1) of an asynchronous collective hidden behind compute */
   CostLink link[2];    /* [0] inside a node, [1] across nodes */
   double peak_flops;   /* the device's peak at the plan's precision: MFU's denominator */
+  double elem_s[COST_EL_COUNT]; /* seconds per element of those loops (0: bandwidth only, the GPU's) */
 } CostDevice;
 
 typedef struct {

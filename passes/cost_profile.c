@@ -30,6 +30,11 @@ static const ProfileKey keys[] = {
     {"network_latency", F(link[1].latency_s), "seconds per ring step across nodes"},
     {"network_bandwidth", F(link[1].bytes_per_s), "bytes/s per node across nodes"},
     {"peak_flops", F(peak_flops), "FLOP/s per rank, the MFU's denominator"},
+    {"elem_flat_s", F(elem_s[COST_EL_FLAT]), "seconds per element, CPU flat / bias elementwise loops"},
+    {"elem_indexed_s", F(elem_s[COST_EL_INDEXED]), "seconds per element, CPU broadcasts through computed indices"},
+    {"elem_reduce_s", F(elem_s[COST_EL_REDUCE]), "seconds per input element, CPU reductions through computed indices"},
+    {"elem_tanh_s", F(elem_s[COST_EL_TANH]), "seconds per element, CPU tanh and gelu (libm tanhf)"},
+    {"elem_exp_s", F(elem_s[COST_EL_EXP]), "seconds per element, CPU exp, log, sigmoid, silu (libm)"},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -100,7 +105,8 @@ bool cost_profile_read(const char *path, CostDevice *d) {
         double x = strtod(v, &num_end);
         while (isspace((unsigned char)*num_end)) num_end++;
         bool frac = strcmp(k, "overlap") == 0;
-        if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (!frac && x <= 0 && strcmp(k, "kernel_overhead") != 0 && strcmp(k, "gemm_half_flops") != 0)) {
+        if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (!frac && x <= 0 && strcmp(k, "kernel_overhead") != 0 && strcmp(k, "gemm_half_flops") != 0 &&
+                                                                    strncmp(k, "elem_", 5) != 0)) {
           SrcLoc vl = {path, line, (int)(v - buf) + 1};
           error_at(vl, "profile key '%s' needs %s, got '%s'", k, frac ? "a fraction in [0, 1]" : "a positive number", v);
           ok = false;
