@@ -2,7 +2,8 @@
 # tests/report/planner.sh — the cost model and the plan search (docs/planner.md):
 #  1. more tp on NVLink cuts a rank's GEMM and attention time (GPT-2 124M, tp 1 -> 2 -> 4 on one
 #     p4d node, CUDA target: each at most 0.6 x the one before) and the tp collectives appear;
-#  2. a profile file replaces the device's figures: GEMM time scales with 1 / gemm_flops exactly;
+#  2. a profile file replaces the device's figures: GEMM time scales with 1 / gemm_flops exactly,
+#     the CPU's gelu loop with elem_tanh_s (262,144 elements per step on tiny);
 #     a bad key or value is an error at file:line:col;
 #  3. the search on tiny with a 6 MiB device drops every plan that does not fit (some do not) and
 #     ranks the rest fastest first;
@@ -59,6 +60,18 @@ echo "$err" | grep -q "bad.profile:2:3: error: unknown profile key 'gemmflops' (
 printf 'overlap 1.5\n' >"$tmp/bad2.profile"
 err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/bad2.profile" 2>&1) && bad "overlap 1.5 was accepted"
 echo "$err" | grep -q "bad2.profile:1:9: error: profile key 'overlap' needs a fraction" || bad "bad overlap: $err"
+# the CPU's libm tanhf loop: tiny runs gelu on 2 layers x 512 tokens x 256 = 262,144 elements per step,
+# so 1 us more per element adds 262.144 ms to the bandwidth-bound time (the loop bounds it at these rates;
+# printed to 3 digits: +-1 ms)
+bwb() { sed -n 's/^#   compute .* bandwidth-bound \([0-9.e+]* [mu]*s\),.*/\1/p' | secs; }
+printf 'elem_tanh_s 1e-6\n' >"$tmp/t1.profile"
+printf 'elem_tanh_s 2e-6\n' >"$tmp/t2.profile"
+b1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t1.profile" 2>&1 | bwb)
+b2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t2.profile" 2>&1 | bwb)
+awk -v a="$b1" -v b="$b2" 'BEGIN { d = b - a; exit !(d > 0.2611 && d < 0.2632) }' ||
+  bad "elem_tanh_s 1e-6 -> 2e-6: bandwidth-bound $b1 s -> $b2 s, want +0.262144 s (262,144 gelu elements)"
+printf 'elem_flat_s 0\n' >"$tmp/z.profile"
+"$shardc" plan models/tiny.model --world 1 --profile "$tmp/z.profile" >/dev/null 2>&1 || bad "elem_flat_s 0 (bandwidth only) was refused"
 
 # 3. memory: a 6 MiB device
 sed 's/memory 8 GiB/memory 6 MiB/; s/topology cpu/topology cpu_small/' models/topo/cpu.topo >"$tmp/small.topo"
