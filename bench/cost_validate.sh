@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cost_validate.sh — the cost model against measurement on this machine: calibrate
-# (bench_calibrate, one thread), then for a few plans of tiny on 1 and 2 ranks the predicted step
+# (bench_calibrate, one thread), then for a few plans of tiny on 1, 2 and 4 ranks the predicted step
 # (`shardc plan --cost --profile`) next to the trainer's measured one, one compute thread per rank.
 # Measured: CPU seconds per rank and step (user + system of every rank, a run of STEPS + 2 steps
 # minus one of 2), not wall-clock: this machine is shared by many jobs (load 10-20 on 2 cores), so
@@ -47,3 +47,5 @@ run models/tiny.model 1 -D micro_batch=4
 run models/tiny.model 2
 run models/tiny.model 2 -D tp=2 -D dp=1
 run models/tiny.model 2 -D tp=2 -D dp=1 -D sp=on
+run models/tiny.model 4
+run models/tiny.model 4 -D tp=2 -D dp=2

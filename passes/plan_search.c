@@ -177,28 +177,105 @@ static void sort_ranked(int *idx, int n, const PlanCand *v) {
     }
 }
 
-/* Candidates of one pp and cp degree (and sp), and the compiler's refusals among them: after FAMILY_REFUSALS
- * in a row with the same message, or one compile over the time limit, the rest of the family is not
- * compiled (an unrolled schedule or ring of many micro-steps is slow for every member; a refusal of
- * the pipeline or the ring for what the model is, for every micro-batch, ZeRO and recompute). */
-enum { FAMILY_REFUSALS = 3 };
+/* The compiler's refusals, learnt while searching. A refusal of a pipeline or a ring is usually
+ * true of many candidates ("pipeline parallelism (pp 4) does not combine with `cp` yet", the same for
+ * pp 8): each message, its numbers taken out, keeps the knobs on which all the candidates it refused
+ * agree (-1 where they differ); once it refused REFUSALS of them, a candidate of the same kind (pp > 1
+ * or not, cp > 1 or not) that agrees with it on those knobs is not compiled. A compile over the time
+ * limit (an unrolled schedule or ring of many micro-steps) does the same at once for its pp, cp and
+ * sp degrees at as many micro-steps or more (fewer, from a larger micro-batch, compile faster). */
+enum { REFUSALS = 3, PATTERNS = 64, NKNOB = 9 };
 typedef struct {
-  int pp, cp;
-  bool sp;
-  int refused;  /* the same refusal, in a row */
-  char err[160];
-} Family;
+  char msg[160];   /* numbers-free; "" for a timeout */
+  bool pp1, cp1;   /* pp > 1, cp > 1 */
+  int knob[NKNOB]; /* the agreed values (-1: they differ) */
+  int refused;
+  int64_t accum;   /* a timeout: the fewest micro-steps that took too long (fewer compile faster) */
+} Pattern;
 
-static Family *family(Family *fam, int *n, const PlanCand *c) {
-  for (int i = 0; i < *n; i++)
-    if (fam[i].pp == c->pp && fam[i].cp == c->cp && fam[i].sp == c->sp) return &fam[i];
-  if (*n == 64) return NULL;
-  Family *f = &fam[(*n)++];
-  memset(f, 0, sizeof *f);
-  f->pp = c->pp;
-  f->cp = c->cp;
-  f->sp = c->sp;
-  return f;
+static void knobs(const PlanCand *c, int *k) {
+  int v[NKNOB] = {c->tp, c->pp, c->cp, c->dp, c->sp, c->zero, (int)c->rec, c->mb, (int)c->sched};
+  memcpy(k, v, sizeof v);
+}
+
+static void shape_msg(char *out, size_t cap, const char *err) {
+  size_t k = 0;
+  for (const char *p = err; *p && k + 1 < cap; p++)
+    if (!(*p >= '0' && *p <= '9')) out[k++] = *p;
+  out[k] = 0;
+}
+
+static bool pattern_skips(const Pattern *pt, int n, const PlanCand *c) {
+  int k[NKNOB];
+  knobs(c, k);
+  for (int i = 0; i < n; i++) {
+    if (pt[i].refused < REFUSALS || pt[i].pp1 != (c->pp > 1) || pt[i].cp1 != (c->cp > 1)) continue;
+    bool match = true;
+    for (int j = 0; j < NKNOB && match; j++) match = pt[i].knob[j] < 0 || pt[i].knob[j] == k[j];
+    if (match && (!pt[i].accum || c->accum >= pt[i].accum)) return true;
+  }
+  return false;
+}
+
+static void pattern_learn(Pattern *pt, int *n, const PlanCand *c) {
+  int k[NKNOB];
+  knobs(c, k);
+  char msg[160] = "";
+  if (!c->timed_out) shape_msg(msg, sizeof msg, c->err);
+  int i = 0;
+  while (i < *n && !(pt[i].pp1 == (c->pp > 1) && pt[i].cp1 == (c->cp > 1) && strcmp(pt[i].msg, msg) == 0 &&
+                     (!c->timed_out || (pt[i].knob[1] == c->pp && pt[i].knob[2] == c->cp && pt[i].knob[4] == c->sp))))
+    i++;
+  if (i == *n) {
+    if (*n == PATTERNS) return;
+    Pattern *q = &pt[(*n)++];
+    memset(q, 0, sizeof *q);
+    snprintf(q->msg, sizeof q->msg, "%s", msg);
+    q->pp1 = c->pp > 1, q->cp1 = c->cp > 1;
+    memcpy(q->knob, k, sizeof k);
+    if (c->timed_out) { /* every candidate of these degrees */
+      for (int j = 0; j < NKNOB; j++)
+        if (j != 1 && j != 2 && j != 4) q->knob[j] = -1;
+      q->refused = REFUSALS;
+      q->accum = c->accum;
+    }
+  }
+  Pattern *q = &pt[i];
+  if (c->timed_out && c->accum < q->accum) q->accum = c->accum;
+  for (int j = 0; j < NKNOB; j++)
+    if (q->knob[j] != k[j]) q->knob[j] = -1;
+  if (q->refused < REFUSALS || !c->timed_out) q->refused++;
+}
+
+/* Logical bytes of the PARAM (state: STATE) values of m: local bytes times the degrees of the axes
+ * that split them (passes/storage.c's checkpoint counts the same values). */
+static double logical_bytes(const Module *m, OpKind op) {
+  const Graph *g = m->graph;
+  double sum = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != op) continue;
+    const Value *v = n->out[0];
+    double b = (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+    unsigned seen = 0;
+    for (int d = 0; d < v->shape.rank; d++) {
+      int a = v->sharding.split[d];
+      if (a >= 0 && a < RT_AX_COUNT && !(seen >> a & 1) && m->mesh && m->mesh->dim[a] > 1) {
+        b *= m->mesh->dim[a];
+        seen |= 1u << a;
+      }
+    }
+    sum += b;
+  }
+  return sum;
+}
+
+/* A lower bound of c's persistent bytes per rank: every parameter and state byte is held by some
+ * rank of each tp x pp group (split at most tp x pp ways), and ZeRO splits the state (1, 2) and the
+ * parameters too (3) at most dp ways more. */
+static double memory_bound(const SearchResult *r, const PlanCand *c) {
+  double split = (double)c->tp * c->pp;
+  return r->param_bytes / (split * (c->zero >= 3 ? c->dp : 1)) + r->state_bytes / (split * (c->zero >= 1 ? c->dp : 1));
 }
 
 void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, const SearchOptions *o,
@@ -214,10 +291,14 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   qsort(l.v, (size_t)l.n, sizeof *l.v, by_estimate);
   r->cand = l.v;
   r->n = l.n;
+  r->param_bytes = logical_bytes(base, OP_PARAM);
+  r->state_bytes = base->plan.offload ? 0 : logical_bytes(base, OP_STATE); /* offload: the state is the host's */
+  char what[128];
+  r->capacity = memplan_capacity(base, what, sizeof what);
   r->rank = malloc(((size_t)l.n + 1) * sizeof *r->rank);
   int *nofit = malloc(((size_t)l.n + 1) * sizeof *nofit), nnofit = 0; /* compiled, not fitting */
-  Family fam[64];
-  int nfam = 0;
+  Pattern pat[PATTERNS];
+  int npat = 0;
   if (!r->rank || !nofit) die("plan search: out of memory");
   for (int i = 0; i < l.n; i++) {
     PlanCand *c = &l.v[i];
@@ -227,8 +308,13 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
       c->status = CAND_UNSEEN;
       continue;
     }
-    Family *fm = family(fam, &nfam, c);
-    if (fm && fm->refused >= FAMILY_REFUSALS) {
+    c->bound = memory_bound(r, c);
+    if (r->capacity > 0 && c->bound > r->capacity) {
+      c->status = CAND_BOUND;
+      r->bound++;
+      continue;
+    }
+    if (pattern_skips(pat, npat, c)) {
       c->status = CAND_SLOW;
       r->slow++;
       continue;
@@ -249,20 +335,14 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
     r->compiled++;
     if (c->status == CAND_INVALID) {
       r->invalid++;
-      if (fm && (c->pp > 1 || c->cp > 1)) {
-        if (c->timed_out) fm->refused = FAMILY_REFUSALS;
-        else if (strcmp(fm->err, c->err) == 0) fm->refused++;
-        else {
-          snprintf(fm->err, sizeof fm->err, "%s", c->err);
-          fm->refused = 1;
-        }
-      }
+      pattern_learn(pat, &npat, c);
     }
-    else if (c->status == CAND_NOFIT) {
+    if (c->status == CAND_FITS || c->status == CAND_NOFIT)
+      r->bound_broken += c->mem_total < c->bound; /* the bound must hold for every compiled plan */
+    if (c->status == CAND_NOFIT) {
       r->nofit++;
       nofit[nnofit++] = i;
-    }
-    else {
+    } else if (c->status == CAND_FITS) {
       r->rank[r->nranked++] = i;
       sort_ranked(r->rank, r->nranked, l.v);
     }

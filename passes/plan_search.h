@@ -29,9 +29,14 @@ enum { SEARCH_KV = 10, SEARCH_KV_LEN = 40 };
 typedef struct PlanCand PlanCand;
 typedef void (*PlanEval)(void *ctx, const CostDevice *dev, const char *const *kv, int n, PlanCand *c);
 
-/* CAND_SLOW: not compiled, since a candidate of the same pp and cp degrees took too long to compile
- * (an unrolled pipeline schedule or ring of many micro-steps: the same is true of its siblings). */
-typedef enum { CAND_UNSEEN, CAND_FITS, CAND_NOFIT, CAND_INVALID, CAND_DOMINATED, CAND_SLOW } CandStatus;
+/* CAND_SLOW: not compiled, since the compiler refused three candidates like it with one message
+ * (its numbers aside; like: the same on every knob on which those agree, pp > 1 and cp > 1 alike),
+ * or a candidate of its pp, cp and sp degrees took too long to compile (an unrolled pipeline
+ * schedule or ring of many micro-steps: the same is true of its siblings). */
+/* CAND_BOUND: not compiled, since its parameters and optimizer state alone (the base plan's logical
+ * bytes over the candidate's tp x pp, and dp where ZeRO shards them: a lower bound of the memory
+ * plan's persistent bytes) exceed the capacity. */
+typedef enum { CAND_UNSEEN, CAND_FITS, CAND_NOFIT, CAND_INVALID, CAND_DOMINATED, CAND_SLOW, CAND_BOUND } CandStatus;
 
 struct PlanCand {
   int tp, pp, cp, dp, zero, mb, v; /* v: interleaved chunks */
@@ -40,6 +45,7 @@ struct PlanCand {
   RecomputeKind rec;
   PipeSchedule sched;
   double est_s;                    /* the analytic compute estimate that orders the search */
+  double bound;                    /* bytes per rank its parameters and optimizer state need at least */
   CandStatus status;
   double mem_total, capacity;      /* bytes per rank (memory plan), and what it must fit */
   int64_t by_class[MEM_COUNT];     /* bytes live at the peak, by class */
@@ -64,7 +70,10 @@ typedef struct {
   int n;
   int *rank;        /* indices of the fitting ones, fastest first */
   int nranked;
-  int compiled, nofit, invalid, dominated, unseen, slow;
+  int compiled, nofit, invalid, dominated, unseen, slow, bound;
+  int bound_broken; /* compiled plans whose memory is under their bound (a bug of the bound: printed) */
+  double param_bytes, state_bytes; /* logical, every rank's together (the memory bound's numerators) */
+  double capacity;  /* bytes per rank a plan must fit (0: unknown) */
   bool budget_hit;
   double seconds;   /* the search's wall-clock time */
   CostDevice dev;

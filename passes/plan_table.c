@@ -49,11 +49,15 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
           mm->world, mm->nodes, mm->devices_per_node, (long long)base->batch.global,
           (long long)ir_tokens_per_step(base));
   fprintf(f, "# device: %s\n", r->dev.source);
-  fprintf(f, "# %d candidates; %d compiled in %.2f s: %d fit, %d do not fit, %d refused by the compiler; %d dropped unseen "
-             "(dominated in memory by a compiled one that does not fit); %d not compiled since the compiler refused their pp "
-             "and cp degrees thrice with the same message (or took over its time limit once); %d not compiled (%s)\n",
-          r->n, r->compiled, r->seconds, r->nranked, r->nofit, r->invalid, r->dominated, r->slow, r->unseen,
+  fprintf(f, "# %d candidates; %d compiled in %.2f s: %d fit, %d do not fit, %d refused by the compiler; %d not compiled "
+             "since their parameters and optimizer state alone exceed the memory; %d dropped unseen "
+             "(dominated in memory by a compiled one that does not fit); %d not compiled since the compiler refused three "
+             "like them with one message (or one of their degrees took over its time limit); %d not compiled (%s)\n",
+          r->n, r->compiled, r->seconds, r->nranked, r->nofit, r->invalid, r->bound, r->dominated, r->slow, r->unseen,
           r->budget_hit ? "the time budget ran out" : "their compute estimate cannot reach the table");
+  if (r->bound_broken)
+    fprintf(f, "# BUG: %d compiled plans need less memory than the search's lower bound (passes/plan_search.c)\n",
+            r->bound_broken);
   if (!r->nranked) {
     fprintf(f, "# no candidate fits\n");
   } else {
@@ -83,10 +87,30 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
               gib(c, sizeof c, (double)p->by_class[p->largest]));
       break;
     }
-  for (int i = 0; i < r->n; i++)
-    if (r->cand[i].status == CAND_INVALID) {
-      plan_cand_label(&r->cand[i], lab, sizeof lab);
-      fprintf(f, "# refused, e.g. %s: %s\n", lab, r->cand[i].err[0] ? r->cand[i].err : "(no message)");
+  for (int i = 0; i < r->n; i++) /* the memory bound: the best-estimated one it dropped */
+    if (r->cand[i].status == CAND_BOUND) {
+      const PlanCand *p = &r->cand[i];
+      plan_cand_label(p, lab, sizeof lab);
+      fprintf(f, "# over the memory bound, e.g. %s: its parameters and optimizer state need at least %s per rank "
+                 "(%s of parameters and %s of state over tp x pp%s) over %s\n",
+              lab, gib(a, sizeof a, p->bound), gib(b, sizeof b, r->param_bytes), gib(c, sizeof c, r->state_bytes),
+              p->zero >= 3 ? " x dp" : p->zero >= 1 ? ", the state x dp" : "", gib(d, sizeof d, r->capacity));
       break;
     }
+  /* the compiler's refusals, one line per message (the first 6), with how many and one example */
+  enum { MSGS = 6 };
+  int first[MSGS], count[MSGS], nmsg = 0, more = 0;
+  for (int i = 0; i < r->n; i++) {
+    if (r->cand[i].status != CAND_INVALID) continue;
+    int k = 0;
+    while (k < nmsg && strcmp(r->cand[first[k]].err, r->cand[i].err) != 0) k++;
+    if (k < nmsg) count[k]++;
+    else if (nmsg < MSGS) first[nmsg] = i, count[nmsg++] = 1;
+    else more++;
+  }
+  for (int k = 0; k < nmsg; k++) {
+    plan_cand_label(&r->cand[first[k]], lab, sizeof lab);
+    fprintf(f, "# refused %d x, e.g. %s: %s\n", count[k], lab, r->cand[first[k]].err[0] ? r->cand[first[k]].err : "(no message)");
+  }
+  if (more) fprintf(f, "# refused %d more with other messages\n", more);
 }

@@ -7,6 +7,9 @@
 #     a bad key or value is an error at file:line:col;
 #  3. the search on tiny with a 6 MiB device drops every plan that does not fit (some do not) and
 #     ranks the rest fastest first;
+#     (and no compiled plan needs less memory than the search's lower bound); on GPT-3 175B
+#     candidates over the bound (parameters and state alone) are not compiled, the bound's example
+#     hand-checked;
 #  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
 #     `shardc build --pick` writes a trainer that runs 2 steps;
 #  5. the table for tiny on the 2-rank CPU topology (pp 1, cp 1, top 5) is the expected one
@@ -84,6 +87,19 @@ echo "$out" | awk '/^# +[0-9]+  dp/ { for (i = 1; i <= NF; i++) if ($i == "MiB" 
   if (m > 6.0) { print "FAIL: ranked plan over 6 MiB: " $0; bad = 1 } } END { exit bad }' || fail=1
 echo "$out" | awk '/^# +[0-9]+  dp/ { for (i = 1; i <= NF; i++) if ($i ~ /^(ms|us|s)$/) { t = $(i - 1) * ($i == "ms" ? 1e-3 : $i == "us" ? 1e-6 : 1); break }
   if (n++ && t < last) { print "FAIL: the table is not fastest first: " $0; bad = 1 } last = t } END { exit bad }' || fail=1
+echo "$out" | grep -q "^# BUG" && bad "tiny: the memory bound is above a compiled plan's memory: $(echo "$out" | grep '^# BUG')"
+
+# 3b. the memory bound (GPT-3 175B on p4d-x128: 174.6 G parameters, f32 master weights, AdamW): a
+# candidate whose parameters and state alone exceed 40 GiB per rank is not compiled; the example's
+# bound is parameters / (tp pp) + state / (tp pp dp) under ZeRO-1/2 (650.5 GiB / 8 + 1300.9 GiB / 1024
+# = 82.6 GiB for dp 128 tp 8 z2), and no compiled plan needs less than its bound
+out=$("$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo/p4d-x128.topo --search --budget 2 2>&1)
+line=$(echo "$out" | grep '^# over the memory bound, e.g. ')
+echo "$line" | grep -q "e.g. dp 128 tp 8+sp z2 rc none mb 1: its parameters and optimizer state need at least 82.6 GiB per rank (650.5 GiB of parameters and 1300.9 GiB of state over tp x pp, the state x dp) over 40.0 GiB" ||
+  bad "GPT-3's memory bound: '$line'"
+nb=$(echo "$out" | sed -n 's/.* \([0-9]*\) not compiled since their parameters and optimizer state alone exceed.*/\1/p')
+[ "${nb:-0}" -gt 1000 ] || bad "GPT-3: only '${nb:-}' candidates over the memory bound"
+echo "$out" | grep -q "^# BUG" && bad "GPT-3: $(echo "$out" | grep '^# BUG')"
 
 # 4. --pick
 out=$("$shardc" plan models/tiny.model --search --pick -D pp=1 -D cp=1 --budget 120 2>&1) || bad "plan --pick failed: $out"
