@@ -6,7 +6,7 @@
 #     the CPU's gelu loop with elem_tanh_s (262,144 elements per step on tiny);
 #     a bad key or value is an error at file:line:col;
 #  3. the search on tiny with a 6 MiB device drops every plan that does not fit (some do not) and
-#     ranks the rest fastest first;
+#     ranks the rest fastest first
 #     (and no compiled plan needs less memory than the search's lower bound); on GPT-3 175B
 #     candidates over the bound (parameters and state alone) are not compiled, the bound's example
 #     hand-checked;
