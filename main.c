@@ -142,60 +142,86 @@ static int64_t replan(void *ctx, const char *const *kv, int n) {
  * the source texts) goes with it. */
 enum { SEARCH_COMPILE_MS = 1000 };
 
-static void search_eval(void *ctx, const CostDevice *dev, const char *const *kv, int n, PlanCand *c) {
-  int fds[2];
-  if (pipe(fds) != 0) {
-    snprintf(c->err, sizeof c->err, "pipe: %s", strerror(errno));
-    return;
-  }
+static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs) {
+  int fd[SEARCH_JOBS_MAX];
+  pid_t pid[SEARCH_JOBS_MAX];
+  PlanCand got[SEARCH_JOBS_MAX];
+  size_t have[SEARCH_JOBS_MAX] = {0};
   fflush(stdout);
   fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    snprintf(c->err, sizeof c->err, "fork: %s", strerror(errno));
-    close(fds[0]);
+  for (int k = 0; k < njobs; k++) { /* the children, all at once */
+    PlanCand *c = jobs[k].c;
+    int fds[2];
+    fd[k] = -1;
+    pid[k] = -1;
+    if (pipe(fds) != 0) {
+      snprintf(c->err, sizeof c->err, "pipe: %s", strerror(errno));
+      continue;
+    }
+    pid[k] = fork();
+    if (pid[k] < 0) {
+      snprintf(c->err, sizeof c->err, "fork: %s", strerror(errno));
+      close(fds[0]);
+      close(fds[1]);
+      continue;
+    }
+    if (pid[k] == 0) { /* the child: compile, measure, report, exit */
+      close(fds[0]);
+      for (int j = 0; j < k; j++)
+        if (fd[j] >= 0) close(fd[j]); /* its elder siblings' pipes are the parent's */
+      char *buf = NULL;
+      size_t len = 0;
+      FILE *ms = open_memstream(&buf, &len);
+      Arena a;
+      arena_init(&a);
+      Module *m = ms ? compile_with(ctx, &a, jobs[k].kv, jobs[k].n, ms) : NULL;
+      if (ms) fclose(ms);
+      if (m && m->memplan) plan_cand_measure(m, dev, c);
+      else first_error(buf, c->err, sizeof c->err);
+      ssize_t w = write(fds[1], c, sizeof *c);
+      _exit(w == (ssize_t)sizeof *c ? 0 : 1);
+    }
     close(fds[1]);
-    return;
+    fd[k] = fds[0];
   }
-  if (pid == 0) { /* the child: compile, measure, report, exit */
-    close(fds[0]);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *ms = open_memstream(&buf, &len);
-    Arena a;
-    arena_init(&a);
-    Module *m = ms ? compile_with(ctx, &a, kv, n, ms) : NULL;
-    if (ms) fclose(ms);
-    if (m && m->memplan) {
-      plan_cand_measure(m, dev, c);
-    } else {
-      first_error(buf, c->err, sizeof c->err);
+  /* their answers, until each is complete or ends, or the batch's time is up */
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    struct pollfd pf[SEARCH_JOBS_MAX];
+    int np = 0, which[SEARCH_JOBS_MAX];
+    for (int k = 0; k < njobs; k++)
+      if (fd[k] >= 0) pf[np] = (struct pollfd){.fd = fd[k], .events = POLLIN}, which[np++] = k;
+    if (!np) break;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    int left = SEARCH_COMPILE_MS - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+    if (left <= 0 || poll(pf, (nfds_t)np, left) <= 0) break;
+    for (int i = 0; i < np; i++) {
+      if (!pf[i].revents) continue;
+      int k = which[i];
+      ssize_t r = read(fd[k], (char *)&got[k] + have[k], sizeof got[k] - have[k]);
+      if (r > 0) have[k] += (size_t)r;
+      if (r <= 0 || have[k] == sizeof got[k]) {
+        close(fd[k]);
+        fd[k] = -1;
+      }
     }
-    ssize_t w = write(fds[1], c, sizeof *c);
-    _exit(w == (ssize_t)sizeof *c ? 0 : 1);
   }
-  close(fds[1]);
-  struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-  PlanCand got;
-  size_t have = 0;
-  bool late = false;
-  while (have < sizeof got) {
-    int k = poll(&pf, 1, SEARCH_COMPILE_MS);
-    if (k <= 0) {
-      late = true;
-      break;
+  for (int k = 0; k < njobs; k++) {
+    PlanCand *c = jobs[k].c;
+    bool late = fd[k] >= 0; /* still open: out of time */
+    if (late) {
+      close(fd[k]);
+      kill(pid[k], SIGKILL);
     }
-    ssize_t r = read(fds[0], (char *)&got + have, sizeof got - have);
-    if (r <= 0) break;
-    have += (size_t)r;
+    if (pid[k] > 0) waitpid(pid[k], NULL, 0);
+    if (pid[k] < 0) continue;
+    c->timed_out = late;
+    if (have[k] == sizeof got[k]) *c = got[k];
+    else snprintf(c->err, sizeof c->err, late ? "its compile took over %.0f s (stopped)" : "its compile crashed",
+                  SEARCH_COMPILE_MS / 1000.0);
   }
-  close(fds[0]);
-  if (late) kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-  c->timed_out = late;
-  if (have == sizeof got) *c = got;
-  else snprintf(c->err, sizeof c->err, late ? "its compile took over %.0f s (stopped)" : "its compile crashed",
-                SEARCH_COMPILE_MS / 1000.0);
 }
 
 /* Writes one picture (passes/plan_svg.c) to path; false after an error. */
@@ -496,6 +522,8 @@ static int compile(int argc, char **argv, Diag *diag) {
     for (int i = 0; i < ndefines; i++)
       for (int k = 0; k < PIN_COUNT; k++) so.pinned[k] |= strcmp(defines[i].key, plan_search_pin_keys[k]) == 0;
     SearchResult sr;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN); /* one compile per core at once */
+    so.jobs = cpus > 1 ? (int)cpus : 1;
     plan_search(m, &dev, search_eval, &rp, &so, &sr);
     plan_search_print(stdout, m, &sr, so.top);
     fflush(stdout);

@@ -151,14 +151,19 @@ void plan_cand_measure(const Module *m, const CostDevice *dev, PlanCand *c) {
   c->status = fits ? CAND_FITS : CAND_NOFIT;
 }
 
-static void evaluate(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, PlanCand *c) {
-  char kv[SEARCH_KV][SEARCH_KV_LEN];
-  const char *kvp[SEARCH_KV];
-  int n = plan_cand_overrides(base, c, kv);
-  for (int i = 0; i < n; i++) kvp[i] = kv[i];
-  c->status = CAND_INVALID;
-  c->err[0] = 0;
-  eval(ctx, dev, kvp, n, c);
+/* Evaluates the candidates idx[0..n) of v at once. */
+static void evaluate(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, PlanCand *v, const int *idx,
+                     int n) {
+  PlanJob job[SEARCH_JOBS_MAX];
+  for (int k = 0; k < n; k++) {
+    PlanJob *j = &job[k];
+    j->c = &v[idx[k]];
+    j->n = plan_cand_overrides(base, j->c, j->buf);
+    for (int i = 0; i < j->n; i++) j->kv[i] = j->buf[i];
+    j->c->status = CAND_INVALID;
+    j->c->err[0] = 0;
+  }
+  eval(ctx, dev, job, n);
 }
 
 static int cmp_step(const void *pa, const void *pb, void *ctx) {
@@ -183,7 +188,8 @@ static void sort_ranked(int *idx, int n, const PlanCand *v) {
  * agree (-1 where they differ); once it refused REFUSALS of them, a candidate of the same kind (pp > 1
  * or not, cp > 1 or not) that agrees with it on those knobs is not compiled. A compile over the time
  * limit (an unrolled schedule or ring of many micro-steps) does the same at once for its pp, cp and
- * sp degrees at as many micro-steps or more (fewer, from a larger micro-batch, compile faster). */
+ * sp degrees at as many micro-steps or more (fewer, from a larger micro-batch, compile faster), and
+ * a second one at any count; three timeouts count as one message like any other. */
 enum { REFUSALS = 3, PATTERNS = 64, NKNOB = 9 };
 typedef struct {
   char msg[160];   /* numbers-free; "" for a timeout */
@@ -217,34 +223,49 @@ static bool pattern_skips(const Pattern *pt, int n, const PlanCand *c) {
   return false;
 }
 
-static void pattern_learn(Pattern *pt, int *n, const PlanCand *c) {
+/* Learns c's refusal into the pattern of message msg; exact: a timeout's pattern of c's pp, cp and sp
+ * degrees, refusing at once (at as many micro-steps or more; after a second, at any count). */
+static void learn(Pattern *pt, int *n, const PlanCand *c, const char *msg, bool exact) {
   int k[NKNOB];
   knobs(c, k);
-  char msg[160] = "";
-  if (!c->timed_out) shape_msg(msg, sizeof msg, c->err);
   int i = 0;
   while (i < *n && !(pt[i].pp1 == (c->pp > 1) && pt[i].cp1 == (c->cp > 1) && strcmp(pt[i].msg, msg) == 0 &&
-                     (!c->timed_out || (pt[i].knob[1] == c->pp && pt[i].knob[2] == c->cp && pt[i].knob[4] == c->sp))))
+                     (!exact || (pt[i].knob[1] == c->pp && pt[i].knob[2] == c->cp && pt[i].knob[4] == c->sp))))
     i++;
-  if (i == *n) {
+  bool created = i == *n;
+  if (created) {
     if (*n == PATTERNS) return;
     Pattern *q = &pt[(*n)++];
     memset(q, 0, sizeof *q);
     snprintf(q->msg, sizeof q->msg, "%s", msg);
     q->pp1 = c->pp > 1, q->cp1 = c->cp > 1;
     memcpy(q->knob, k, sizeof k);
-    if (c->timed_out) { /* every candidate of these degrees */
+    if (exact) {
       for (int j = 0; j < NKNOB; j++)
         if (j != 1 && j != 2 && j != 4) q->knob[j] = -1;
       q->refused = REFUSALS;
       q->accum = c->accum;
+      return;
     }
   }
   Pattern *q = &pt[i];
-  if (c->timed_out && c->accum < q->accum) q->accum = c->accum;
   for (int j = 0; j < NKNOB; j++)
     if (q->knob[j] != k[j]) q->knob[j] = -1;
-  if (q->refused < REFUSALS || !c->timed_out) q->refused++;
+  if (exact) q->accum = 0; /* a second timeout: at every micro-step count */
+  else q->refused++;
+}
+
+/* A refusal: by its message, numbers aside; a timeout for its degrees at once, and like a message
+ * ("over the time limit") for candidates like it after three. */
+static void pattern_learn(Pattern *pt, int *n, const PlanCand *c) {
+  if (c->timed_out) {
+    learn(pt, n, c, "", true);
+    learn(pt, n, c, "(over the time limit)", false);
+    return;
+  }
+  char msg[160];
+  shape_msg(msg, sizeof msg, c->err);
+  learn(pt, n, c, msg, false);
 }
 
 /* Logical bytes of the PARAM (state: STATE) values of m: local bytes times the degrees of the axes
@@ -300,51 +321,60 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   Pattern pat[PATTERNS];
   int npat = 0;
   if (!r->rank || !nofit) die("plan search: out of memory");
-  for (int i = 0; i < l.n; i++) {
-    PlanCand *c = &l.v[i];
-    /* the keep-th best so far: a candidate whose compute estimate (a bound the model's GEMM and
-     * attention times reach, within the attention's 10%) is past it cannot enter the table */
-    if (r->nranked >= keep && c->est_s * 0.9 > l.v[r->rank[keep - 1]].cost.step_s) {
-      c->status = CAND_UNSEEN;
-      continue;
+  int jobs = o && o->jobs > 1 ? (o->jobs < SEARCH_JOBS_MAX ? o->jobs : SEARCH_JOBS_MAX) : 1, batch[SEARCH_JOBS_MAX];
+  for (int i = 0; i < l.n;) {
+    int nb = 0; /* the next `jobs` candidates worth compiling, by what is known so far */
+    for (; i < l.n && nb < jobs; i++) {
+      PlanCand *c = &l.v[i];
+      /* the keep-th best so far: a candidate whose compute estimate (a bound the model's GEMM and
+       * attention times reach, within the attention's 10%) is past it cannot enter the table */
+      if (r->nranked >= keep && c->est_s * 0.9 > l.v[r->rank[keep - 1]].cost.step_s) {
+        c->status = CAND_UNSEEN;
+        continue;
+      }
+      c->bound = memory_bound(r, c);
+      if (r->capacity > 0 && c->bound > r->capacity) {
+        c->status = CAND_BOUND;
+        r->bound++;
+        continue;
+      }
+      if (pattern_skips(pat, npat, c)) {
+        c->status = CAND_SLOW;
+        r->slow++;
+        continue;
+      }
+      bool dom = false;
+      for (int j = 0; j < nnofit && !dom; j++) dom = dominated_by(c, &l.v[nofit[j]]);
+      if (dom) {
+        c->status = CAND_DOMINATED;
+        r->dominated++;
+        continue;
+      }
+      if (now_s() - t0 > budget) {
+        r->budget_hit = true;
+        c->status = CAND_UNSEEN;
+        continue;
+      }
+      batch[nb++] = i;
     }
-    c->bound = memory_bound(r, c);
-    if (r->capacity > 0 && c->bound > r->capacity) {
-      c->status = CAND_BOUND;
-      r->bound++;
-      continue;
-    }
-    if (pattern_skips(pat, npat, c)) {
-      c->status = CAND_SLOW;
-      r->slow++;
-      continue;
-    }
-    bool dom = false;
-    for (int j = 0; j < nnofit && !dom; j++) dom = dominated_by(c, &l.v[nofit[j]]);
-    if (dom) {
-      c->status = CAND_DOMINATED;
-      r->dominated++;
-      continue;
-    }
-    if (now_s() - t0 > budget) {
-      r->budget_hit = true;
-      c->status = CAND_UNSEEN;
-      continue;
-    }
-    evaluate(base, dev, eval, ctx, c);
-    r->compiled++;
-    if (c->status == CAND_INVALID) {
-      r->invalid++;
-      pattern_learn(pat, &npat, c);
-    }
-    if (c->status == CAND_FITS || c->status == CAND_NOFIT)
-      r->bound_broken += c->mem_total < c->bound; /* the bound must hold for every compiled plan */
-    if (c->status == CAND_NOFIT) {
-      r->nofit++;
-      nofit[nnofit++] = i;
-    } else if (c->status == CAND_FITS) {
-      r->rank[r->nranked++] = i;
-      sort_ranked(r->rank, r->nranked, l.v);
+    if (!nb) continue;
+    evaluate(base, dev, eval, ctx, l.v, batch, nb);
+    for (int k = 0; k < nb; k++) {
+      PlanCand *c = &l.v[batch[k]];
+      r->compiled++;
+      if (c->status == CAND_INVALID) {
+        r->invalid++;
+        pattern_learn(pat, &npat, c);
+      }
+      if (c->status == CAND_FITS || c->status == CAND_NOFIT)
+        r->bound_broken += c->mem_total < c->bound; /* the bound must hold for every compiled plan */
+      if (c->status == CAND_NOFIT) {
+        r->nofit++;
+        nofit[nnofit++] = batch[k];
+      } else if (c->status == CAND_FITS) {
+        r->rank[r->nranked++] = batch[k];
+        sort_ranked(r->rank, r->nranked, l.v);
+      }
     }
   }
   free(nofit);

@@ -22,12 +22,21 @@
 
 enum { SEARCH_KV = 10, SEARCH_KV_LEN = 40 };
 
-/* Evaluates candidate c: the driver compiles its source with the n extra overrides ("key=value")
- * in kv, silently, and fills c with plan_cand_measure (or status CAND_INVALID and err). The
- * driver runs each compile in a child process with a time limit (one that takes too long is
- * refused like a compile error) so that nothing of it stays behind. */
+/* Evaluates candidates: the driver compiles the source with each one's extra overrides ("key=value"),
+ * silently, and fills it with plan_cand_measure (or status CAND_INVALID and err). The driver runs
+ * each compile in a child process with a time limit (one that takes too long is refused like a
+ * compile error) so that nothing of it stays behind; a batch's children run at once. */
 typedef struct PlanCand PlanCand;
-typedef void (*PlanEval)(void *ctx, const CostDevice *dev, const char *const *kv, int n, PlanCand *c);
+/* One candidate to evaluate: its n overrides in kv. The driver evaluates a batch of them at once
+ * (one child process each: SearchOptions.jobs). */
+typedef struct {
+  PlanCand *c;
+  int n;
+  const char *kv[SEARCH_KV];
+  char buf[SEARCH_KV][SEARCH_KV_LEN];
+} PlanJob;
+typedef void (*PlanEval)(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs);
+enum { SEARCH_JOBS_MAX = 32 };
 
 /* CAND_SLOW: not compiled, since the compiler refused three candidates like it with one message
  * (its numbers aside; like: the same on every knob on which those agree, pp > 1 and cp > 1 alike),
@@ -63,6 +72,7 @@ typedef struct {
   bool pinned[PIN_COUNT];
   int top;          /* rows to print (default 10) */
   double budget_s;  /* wall-clock seconds for compiling candidates (0: 8 s) */
+  int jobs;         /* candidates compiled at once (0: 1) */
 } SearchOptions;
 
 typedef struct {
