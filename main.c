@@ -499,9 +499,15 @@ static int compile(int argc, char **argv, Diag *diag) {
     error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
     return 1;
   }
+  if (search && !pick && (storage_Bps > 0 || psvg.mesh || psvg.memory)) {
+    error_plain("--storage, --mesh-svg and --memory-svg report one plan: add --pick (the fastest) or leave out --search");
+    return 1;
+  }
   if (compare) { /* the file's own plan is not printed: the variants are */
-    if (search || psvg.mesh) {
-      error_plain(search ? "--compare and --search: one at a time" : "--mesh-svg draws one plan's mesh: leave out --compare");
+    if (search || psvg.mesh || build || out || cg.emit_dir) {
+      error_plain(search     ? "--compare and --search: one at a time"
+                  : psvg.mesh ? "--mesh-svg draws one plan's mesh: leave out --compare"
+                              : "--compare prints a comparison and builds nothing: use `shardc plan`, without -o or --emit-c");
       return 1;
     }
     Replan rc = {&arena, input, &fo, target};

@@ -120,6 +120,10 @@ err=$("$shardc" plan models/tiny.model --storage 0 2>&1) && bad "--storage 0 was
 echo "$err" | grep -q "error: --storage needs a positive bandwidth in GB/s, got '0'" || bad "--storage 0: $err"
 err=$("$shardc" plan models/tiny.model --compare "zero=0,1" --search 2>&1) && bad "--compare --search was accepted"
 echo "$err" | grep -q "one at a time" || bad "--compare --search: $err"
+err=$("$shardc" build models/tiny.model --compare "zero=0,1" 2>&1) && bad "build --compare was accepted"
+echo "$err" | grep -q "builds nothing" || bad "build --compare: $err"
+err=$("$shardc" plan models/tiny.model --search --storage 5 2>&1) && bad "--search --storage (no --pick) was accepted"
+echo "$err" | grep -q "report one plan: add --pick" || bad "--search --storage: $err"
 
 # 5. pictures
 chk=tests/report/svg_check.py
