@@ -176,21 +176,21 @@ static double memory_bars(FILE *f, double y, const CompareCol *cols, int n) {
     else snprintf(b[m].right, sizeof b[m].right, "%s", ir_human_bytes(t, sizeof t, cols[i].mem_total));
     m++;
   }
-  return bars(f, y, "memory per rank at the peak, by class (red dashes: the device's capacity)", b, m, MEM_COUNT, names,
-              mem_colors, fmt_bytes);
+  return bars(f, y, "memory per rank at the peak, by class (red dashes: the device's capacity, where within 4x of the bars)",
+              b, m, MEM_COUNT, names, mem_colors, fmt_bytes);
 }
 
 /* the picture's height for `charts` charts of `nbars` bars in all */
 static double height(int nbars, int charts) { return 50 + charts * 44 + nbars * 26 + 20; }
 
 void plan_svg_memory(FILE *f, const char *title, const CompareCol *cols, int n) {
-  header(f, 900, height(n, 1), title, "the memory plan (passes/memplan.c): bytes live at the peak of the step");
+  header(f, 1000, height(n, 1), title, "the memory plan (passes/memplan.c): bytes live at the peak of the step");
   memory_bars(f, 44, cols, n);
   fprintf(f, "</svg>\n");
 }
 
 void plan_svg_compare(FILE *f, const char *title, const CompareCol *cols, int n) {
-  header(f, 900, height(4 * n, 3), title, "predictions of the cost model (passes/cost.c) and passes/storage.c");
+  header(f, 1000, height(4 * n, 3), title, "predictions of the cost model (passes/cost.c) and passes/storage.c");
   double y = memory_bars(f, 44, cols, n);
   static const char *const step_names[] = {"compute", "exposed communication", "pipeline bubble"};
   static const char *const step_colors[] = {"#5a8fe8", "#d46a6a", "#cccccc"};
