@@ -644,13 +644,6 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
   c.rstage = ARENA_ARRAY(&a, int, m->graph->next_value_id + 1);
   ir_reader_stages(m->graph, c.rstage, m->graph->next_value_id);
-  if (m->mesh && m->mesh->dim[RT_AX_CP] > 1 && m->target != TARGET_CPU) {
-    error_at(m->plan.loc, "the %s target cannot run context parallelism (cp %d) yet: ring attention's send / recv "
-             "and attention blocks run on the CPU target only", c.t->name, m->mesh->dim[RT_AX_CP]);
-    note("build with --target cpu, or -D cp=1 for the GPU");
-    arena_free(&a);
-    return false;
-  }
   c.t->begin(&c);
   Graph *g = m->graph;
   Value *loss = result(g, "loss");

@@ -12,6 +12,9 @@
  *     stream, and the compute stream waits for its `done` event: the host never blocks on it,
  *     and the data-parallel bucket all-reduce (rt_coll_all_reduce_start) overlaps the rest of
  *     backward until rt_coll_wait orders the compute stream after it;
+ *   - context parallelism's ring hops and all-to-alls (dev_exchange) are one grouped NCCL send /
+ *     recv call on the comm stream; a hop started before the block it overlaps runs there while
+ *     the compute stream goes on, and rt_coll_shift_wait makes the compute stream wait for it;
  *   - on the emulated device, device memory is host memory: the collectives run on the host
  *     groups (libfabric) and complete before they return, as on the CPU target.
  */
@@ -48,12 +51,23 @@ static void *dev_alloc(RtCtx *ctx, int64_t bytes) {
 
 static void dev_release(RtCtx *ctx, void *p) { cudaFreeAsync(p, (cudaStream_t)rt_cu_dev(ctx)->stream); }
 
+/* context parallelism's ring hops and all-to-alls: NCCL's grouped send / recv on a GPU, NULL on the
+ * emulated device (its groups are the host's: coll.c exchanges host memory) */
+static void *dev_exchange(RtCtx *ctx, RtGroup *g, int n, const int *to, const void *const *send, const int *from,
+                          void *const *recv, const int64_t *bytes) {
+  return rt_cu_dev(ctx)->stream ? rt_nccl_exchange(g, n, to, send, from, recv, bytes) : NULL;
+}
+
+static void dev_exchange_then(RtCtx *ctx, void *h) { rt_nccl_exchange_then(h, rt_cu_dev(ctx)->stream); }
+
 const RtCollDevice rt_cu_coll_device = {.copy = dev_copy,
                                         .copy_block = rt_cu_copy_block,
                                         .group = dev_group,
                                         .then = dev_then,
                                         .alloc = dev_alloc,
-                                        .release = dev_release};
+                                        .release = dev_release,
+                                        .exchange = dev_exchange,
+                                        .exchange_then = dev_exchange_then};
 
 int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
   static const char *const names[RT_AX_COUNT] = {[RT_AX_DP] = "dp (nccl)", [RT_AX_PP] = "pp (nccl)",

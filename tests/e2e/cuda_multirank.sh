@@ -32,6 +32,11 @@
 # the last), 2 micro-batches in the 1F1B schedule: the stages' activations and gradients go as
 # asynchronous sends from a device copy and receives the device waits for (NCCL on a GPU), the
 # nodes of the other stage are skipped, what it reads of them zeroed on the device; f32 and bf16.
+# cp2, cp2a2a, cp2bf16: context parallelism (cp=2) of a Llama-shaped model (RoPE at the zigzag
+# chunks' positions, GQA 4 heads / 2 kv heads, 64 tokens): the ring's K/V hops as device exchanges
+# (NCCL's grouped send / recv on a GPU, started before the block they overlap), its attention blocks
+# and their log-sum-exp merge as CUDA kernels; cp2a2a: cp_mode all2all (the all-to-alls packed on the
+# device); cp2bf16: the ring in bf16 (the tolerances of bf16 below).
 # accum, accumbf16: dp=2 with 2 micro-steps per step, the last one after the accumulation loop
 # (passes/peel.c: its backward loop adds each layer's gradient to the running sum and all-reduces
 # it; in bf16 the cast to the f32 sum moves into that loop too), in f32 and in bf16.
@@ -87,7 +92,16 @@ case $what in
   accumbf16) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   pp2) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2) ;;
   pp2bf16) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|nogpu" >&2; exit 2 ;;
+  cp2*) m=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D sp=off
+          -D zero=0 -D recompute=none -D precision=f32)
+    plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=1 -D cp=2)
+    case $what in
+      cp2) ;;
+      cp2a2a) plan+=(-D cp_mode=all2all) ;;
+      cp2bf16) plan+=(-D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+      *) echo "unknown case $what" >&2; exit 2 ;;
+    esac ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|cp2|cp2a2a|cp2bf16|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"
@@ -105,6 +119,15 @@ case $what in zero3*) # ZeRO-3: each layer's parameters gathered one layer ahead
   nn=$("$shardc" plan "${m[@]}" "${plan[@]}" --world 2 --target cuda --dump-ir 2>/dev/null | grep -c "= arg [0-9]* next" || true)
   [ "$nn" -gt 0 ] || { echo "FAIL: $what: no layer parameter gathered one layer ahead"; exit 1; }
   echo "$what: $nn layer parameters gathered one layer ahead" ;;
+esac
+case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, and the ring's kernels on the device
+  want=shift_start; [ "$what" = cp2a2a ] && want=all_to_all
+  nc=$(cat "$t"/src/*.c | grep -c "rt_coll_$want(ctx" || true)
+  nb=$(cat "$t"/src/*.c | grep -c "sk::sdpa_fwd<.*(const int \*)p" || true) # attention blocks at positions
+  nm=$(cat "$t"/src/*.c | grep -c "sk::attn_combine<" || true)                # their merges
+  [ "$nc" -gt 0 ] && { [ "$what" = cp2a2a ] || { [ "$nb" -gt 0 ] && [ "$nm" -gt 0 ]; }; } ||
+    { echo "FAIL: $what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels"; exit 1; }
+  echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels" ;;
 esac
 case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW)
   nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host(ctx" || true); na=$(cat "$t"/src/*.c | grep -c "rt_adamw_f32(" || true)
