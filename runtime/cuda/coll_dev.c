@@ -29,6 +29,7 @@ static void dev_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes) { rt
 
 static RtGroup *dev_group(RtCtx *ctx, int axis) {
   RtCuDev *d = rt_cu_dev(ctx);
+  if (axis == RT_AX_GROUP(RT_MESH_DP | RT_MESH_CP)) return d->dpcp;
   return axis >= 0 && axis < RT_AX_COUNT ? d->groups[axis] : NULL;
 }
 
@@ -74,8 +75,11 @@ int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
                                                  [RT_AX_CP] = "cp (nccl)", [RT_AX_TP] = "tp (nccl)"};
   RtComm *comm = ctx->comm;
   if (!comm) return 0; /* one process */
-  for (int axis = 0; axis < RT_AX_COUNT; axis++) {
-    RtGroup *host = ctx->groups[1u << axis];
+  /* each axis of degree > 1, then dp x cp when both are (RT_AX_COUNT: the gradient all-reduce's group) */
+  for (int axis = 0; axis <= RT_AX_COUNT; axis++) {
+    bool dpcp = axis == RT_AX_COUNT;
+    if (dpcp && !(ctx->groups[RT_MESH_DP] && ctx->groups[RT_MESH_CP])) continue;
+    RtGroup *host = ctx->groups[dpcp ? RT_MESH_DP | RT_MESH_CP : 1u << axis];
     if (!host) continue; /* degree 1: the same on every rank */
     int n = rt_group_size(host), members[1024];
     if (n > (int)(sizeof members / sizeof members[0])) {
@@ -83,7 +87,7 @@ int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
       return -1;
     }
     for (int i = 0; i < n; i++) members[i] = rt_group_member(host, i);
-    RtGroup *g = rt_group_new(comm, members, n, names[axis]);
+    RtGroup *g = rt_group_new(comm, members, n, dpcp ? "dp*cp (nccl)" : names[axis]);
     if (!g) rt_fatal(1, "NCCL: rank %d is not a member of its own %s group", ctx->rank, rt_group_name(host));
     /* collective over the world: every rank makes the same calls, axis by axis */
     if (!rt_group_use_nccl(comm, g)) {
@@ -94,7 +98,8 @@ int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
       return -1;
     }
     rt_nccl_set_compute_stream(g, dev->stream);
-    dev->groups[axis] = g;
+    if (dpcp) dev->dpcp = g;
+    else dev->groups[axis] = g;
   }
   return 0;
 }
@@ -102,4 +107,5 @@ int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
 void rt_cu_nccl_close(RtCuDev *dev) {
   for (int axis = 0; axis < RT_AX_COUNT; axis++)
     if (dev->groups[axis]) rt_group_free(dev->groups[axis]), dev->groups[axis] = NULL;
+  if (dev->dpcp) rt_group_free(dev->dpcp), dev->dpcp = NULL;
 }

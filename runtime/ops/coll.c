@@ -104,6 +104,10 @@ static void keep_ordered(RtReq *q) {
 }
 
 static RtGroup *group_of(RtCtx *ctx, int axis) {
+  if (axis > RT_AX_COUNT && axis < RT_AX_GROUP(16)) { /* the group over several axes (an all-reduce's) */
+    RtGroup *g = dev && dev->group ? dev->group(ctx, axis) : NULL;
+    return g ? g : ctx->groups[axis - RT_AX_COUNT];
+  }
   if (axis < 0 || axis >= RT_AX_COUNT) {
     fprintf(stderr, "shardrt: a collective names mesh axis %d (a bug in the generated program)\n", axis);
     abort();
