@@ -525,13 +525,12 @@ static struct {
 
 /* Ring shifts started on a device (dev_shift), by tag, until their rt_coll_shift_wait. */
 static struct {
-  void **h;
-  int *tag;
+  struct { void *h; int tag; } *p;
   int n, cap;
 } dshift;
 
 static void dshift_then_all(RtCtx *ctx) {
-  for (int i = 0; i < dshift.n; i++) dev->exchange_then(ctx, dshift.h[i]);
+  for (int i = 0; i < dshift.n; i++) dev->exchange_then(ctx, dshift.p[i].h);
   dshift.n = 0;
 }
 
@@ -572,20 +571,12 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
   RtGroup *g = group_of(ctx, axis);
   void *h = g && !cp_blocking() ? dev_shift(ctx, g, axis, offset, y, x, bytes) : NULL;
   if (h) { /* a GPU: in flight on the comm stream while the compute stream goes on, until the wait */
-    if (dshift.n == dshift.cap) {
-      int cap = dshift.cap ? 2 * dshift.cap : 16;
-      void **hh = realloc(dshift.h, (size_t)cap * sizeof *hh);
-      if (hh) dshift.h = hh;
-      int *tt = hh ? realloc(dshift.tag, (size_t)cap * sizeof *tt) : NULL;
-      if (!tt) {
-        fprintf(stderr, "shardrt: out of memory\n");
-        exit(1);
-      }
-      dshift.tag = tt;
-      dshift.cap = cap;
+    if (dshift.n == dshift.cap && !(dshift.p = realloc(dshift.p, (size_t)(dshift.cap += 16) * sizeof *dshift.p))) {
+      fprintf(stderr, "shardrt: out of memory\n");
+      exit(1);
     }
-    dshift.h[dshift.n] = h;
-    dshift.tag[dshift.n++] = tag;
+    dshift.p[dshift.n].h = h;
+    dshift.p[dshift.n++].tag = tag;
     ring_exposed(ctx, now() - t0);
     return;
   }
@@ -608,10 +599,9 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
 void rt_coll_shift_wait(RtCtx *ctx, int tag) {
   double t0 = now();
   for (int i = 0; i < dshift.n; i++) {
-    if (dshift.tag[i] != tag) continue;
-    dev->exchange_then(ctx, dshift.h[i]);
-    dshift.h[i] = dshift.h[--dshift.n];
-    dshift.tag[i] = dshift.tag[dshift.n];
+    if (dshift.p[i].tag != tag) continue;
+    dev->exchange_then(ctx, dshift.p[i].h);
+    dshift.p[i] = dshift.p[--dshift.n];
     break;
   }
   rt_coll_wait(ctx, -1 - tag);
