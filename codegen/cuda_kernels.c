@@ -472,14 +472,19 @@ const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *
 
 /* ---- rotary embedding ---------------------------------------------------------------------------- */
 
-const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd,
-                     double theta, int64_t start, int inverse) {
-  Args g = {.np = 2, .p = {y, x}};
+const char *cuk_rope_at(CuK *k, const char *y, const char *x, const char *pos, DType dt, int64_t B, int64_t S,
+                        int64_t H, int64_t hd, double theta, int64_t start, int inverse) {
+  Args g = {.np = pos ? 3 : 2, .p = {y, x, pos}};
   const char *t = ctype(dt);
   return simple(k, &g, stride_grid(B * S * H * (hd / 2)), 1, 1, 256, 1,
-                arena_printf(k->a, "sk::rope<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s>((%s *)p0, (const %s *)p1, %.17g, %lldLL);",
+                arena_printf(k->a, "sk::rope<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s>((%s *)p0, (const %s *)p1, %.17g, %lldLL%s);",
                              t, (long long)B, (long long)S, (long long)H, (long long)hd, inverse ? "true" : "false", t,
-                             t, theta, (long long)start));
+                             t, theta, (long long)start, pos ? ", (const int *)p2" : ""));
+}
+
+const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd,
+                     double theta, int64_t start, int inverse) {
+  return cuk_rope_at(k, y, x, NULL, dt, B, S, H, hd, theta, start, inverse);
 }
 
 /* ---- attention ----------------------------------------------------------------------------------- */
@@ -501,10 +506,24 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
 static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
 enum { FLASH_ROWS = 64, FLASH_THREADS = 128 };
 
-const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
-                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+/* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
+ * block's T keys with the rows' global positions (on the CUDA-core kernels only). Its extra
+ * template argument, and its kernel arguments appended to g. */
+static const char *keys_tmpl(CuK *k, const CuAttnKeys *ks) {
+  return ks->qpos ? arena_printf(k->a, ", %lldLL", (long long)ks->T) : "";
+}
+static const char *keys_args(CuK *k, const CuAttnKeys *ks, Args *g) {
+  if (!ks->qpos) return "";
+  g->p[g->np++] = ks->qpos;
+  g->p[g->np++] = ks->kpos;
+  return arena_printf(k->a, ", (const int *)p%d, (const int *)p%d", g->np - 2, g->np - 1);
+}
+
+static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
+                            DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
+                            int causal) {
   attn_check(H, KV, hd);
-  if (attn_flash(dt, hd)) {
+  if (attn_flash(dt, hd) && !ks->qpos) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
     int mt = hd <= 64 ? 2 : 1, bk = hd <= 64 ? 64 : 32; /* registers and shared memory (48 KiB) */
     return simple(k, &g, cdiv(S, FLASH_ROWS * mt), H, B, FLASH_THREADS, 1,
@@ -517,17 +536,29 @@ const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, cons
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ctype(dt);
   Args g = {.np = 5, .p = {o, lse, q, kk, v}};
+  const char *pa = keys_args(k, ks, &g);
   return simple(k, &g, cdiv(S, bq), H, B, bq * tpr, 1,
                 arena_printf(k->a,
-                             "sk::sdpa_fwd<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((%s *)p0, (float *)p1, "
-                             "(const %s *)p2, (const %s *)p3, (const %s *)p4);",
+                             "sk::sdpa_fwd<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (float *)p1, "
+                             "(const %s *)p2, (const %s *)p3, (const %s *)p4%s);",
                              t, (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", bq,
-                             bk, tpr, t, t, t, t));
+                             bk, tpr, keys_tmpl(k, ks), t, t, t, t, pa));
 }
 
-const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
-                         const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
-                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
+                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
+}
+
+const char *cuk_attn_block(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
+                           DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
+                           int causal) {
+  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, ks, H, KV, hd, causal);
+}
+
+static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                            const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                            int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
   attn_check(H, KV, hd);
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ctype(dt), *cz = causal ? "true" : "false";
@@ -539,7 +570,7 @@ const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv,
                                        "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
                                        "(const %s *)p2);",
                                        t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
-  if (attn_flash(dt, hd)) {
+  if (attn_flash(dt, hd) && !ks->qpos) {
     /* tiles of the dK/dV kernel (queries) and of the dQ kernel (keys; 16 queries per warp): registers and shared
      * memory. Measured on an H100 at hd 64 (B8 T1024 H12): dQ with 64-key tiles and one m-tile 106 TFLOP/s for
      * the whole backward, 32-key tiles and two m-tiles 97.5 */
@@ -561,20 +592,46 @@ const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv,
     return cat(k, cat(k, l1, l2), l3);
   }
   Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+  const char *pa2 = keys_args(k, ks, &g2), *tk = keys_tmpl(k, ks);
   const char *l2 = simple(
-      k, &g2, cdiv(S, bq), KV, B, bq * tpr, 1,
+      k, &g2, cdiv(ks->T, bq), KV, B, bq * tpr, 1,
       arena_printf(k->a,
-                   "sk::sdpa_bwd_kv<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((%s *)p0, (%s *)p1, (const %s *)p2, "
-                   "(const %s *)p3, (const %s *)p4, (const float *)p5, (const float *)p6, (const %s *)p7);",
-                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, t, t, t, t, t, t));
+                   "sk::sdpa_bwd_kv<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (%s *)p1, (const %s *)p2, "
+                   "(const %s *)p3, (const %s *)p4, (const float *)p5, (const float *)p6, (const %s *)p7%s);",
+                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, t,
+                   pa2));
   Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
+  const char *pa3 = keys_args(k, ks, &g3);
   const char *l3 = simple(
       k, &g3, cdiv(S, bq), H, B, bq * tpr, 1,
       arena_printf(k->a,
-                   "sk::sdpa_bwd_q<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, "
-                   "(const %s *)p3, (const float *)p4, (const float *)p5, (const %s *)p6);",
-                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, t, t, t, t, t));
+                   "sk::sdpa_bwd_q<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (const %s *)p1, (const %s *)p2, "
+                   "(const %s *)p3, (const float *)p4, (const float *)p5, (const %s *)p6%s);",
+                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, pa3));
   return cat(k, cat(k, l1, l2), l3);
+}
+
+const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                         const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
+}
+
+const char *cuk_attn_block_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                               const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                               int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
+  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, ks, H, KV, hd, causal);
+}
+
+const char *cuk_attn_combine(CuK *k, const char *o, const char *lse, const char *o1, const char *lse1, const char *o2,
+                             const char *lse2, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd) {
+  Args g = {.np = 6, .p = {o, lse, o1, lse1, o2, lse2}};
+  const char *t = ctype(dt);
+  return simple(k, &g, stride_grid(B * H * S), 1, 1, 256, 1,
+                arena_printf(k->a,
+                             "sk::attn_combine<%s, %lldLL, %lldLL, %lld, %lld>((%s *)p0, (float *)p1, (const %s *)p2, "
+                             "(const float *)p3, (const %s *)p4, (const float *)p5);",
+                             t, (long long)B, (long long)S, (long long)H, (long long)hd, t, t, t));
 }
 
 /* ---- cross-entropy ---------------------------------------------------------------------------------- */

@@ -95,6 +95,9 @@ const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *
 /* ---- rotary embedding, x/y [B, S, H*hd] ---- */
 const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd,
                      double theta, int64_t start, int inverse);
+/* rope_at: row s at position pos[s] + start (pos: int32 [S], a zigzag chunk pair's positions) */
+const char *cuk_rope_at(CuK *k, const char *y, const char *x, const char *pos, DType dt, int64_t B, int64_t S,
+                        int64_t H, int64_t hd, double theta, int64_t start, int inverse);
 
 /* ---- attention (flash-style: online softmax, never the [S, S] scores in memory) ----
  * q/o [B, S, H*hd], k/v [B, S, KV*hd], lse f32 [B, H, S]; dq/dk/dv like q/k/v. */
@@ -103,6 +106,24 @@ const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, cons
 const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                          const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
                          int64_t S, int64_t H, int64_t KV, int64_t hd, int causal);
+/* Ring attention's pieces (context parallelism, ops.def ATTN_BLOCK, ATTN_BLOCK_BWD, ATTN_COMBINE):
+ * q over a block of T keys (k/v [B, T, KV*hd]) whose rows' global positions are qpos int32 [S] and
+ * kpos int32 [T] (causal: key j visible to query i when kpos[j] <= qpos[i]); a row that sees no key
+ * gets o 0, lse -inf; the backward takes the whole attention's o and lse. On the CUDA-core kernels
+ * (shardk_attn.cuh) in f32 and bf16. The combine merges two (o, lse) by log-sum-exp (o may alias
+ * o1 or o2, lse lse1 or lse2). */
+typedef struct {
+  int64_t T;              /* keys */
+  const char *qpos, *kpos; /* device addresses of the positions */
+} CuAttnKeys;
+const char *cuk_attn_block(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
+                           DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
+                           int causal);
+const char *cuk_attn_block_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                               const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                               int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal);
+const char *cuk_attn_combine(CuK *k, const char *o, const char *lse, const char *o1, const char *lse1, const char *o2,
+                             const char *lse2, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd);
 
 /* ---- cross-entropy over logits [n, V] (len: valid columns, 0 = all); loss, dloss: f32 scalars ---- */
 const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DType ldt, const char *targets, int64_t n,

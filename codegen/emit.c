@@ -191,11 +191,23 @@ static void emit_waits(Cg *c, const Graph *g, int pos) {
 /* ys = reduce(xs) over the axis: one collective per dtype of the bucket's members. dp: started
  * here and waited where add_wait says (coll.h rt_coll_all_reduce_start); other axes (tp, on the
  * critical path): blocking. */
+/* The axis argument of an all-reduce: its axis, or the group of several (RT_AX_GROUP, Attrs.mesh_with). */
+static const char *group_lit(Cg *c, const Attrs *a) {
+  if (!a->mesh_with) return cg_axis_lit(a->mesh_axis);
+  static const char *const masks[RT_AX_COUNT] = {[RT_AX_DP] = "RT_MESH_DP", [RT_AX_PP] = "RT_MESH_PP",
+                                                 [RT_AX_CP] = "RT_MESH_CP", [RT_AX_TP] = "RT_MESH_TP"};
+  const char *s = masks[a->mesh_axis];
+  for (int x = 0; x < RT_AX_COUNT; x++)
+    if (a->mesh_with & (1u << x)) s = arena_printf(c->a, "%s | %s", s, masks[x]);
+  return arena_printf(c->a, "RT_AX_GROUP(%s)", s);
+}
+
 static void emit_all_reduce(Cg *c, Node *n) {
   static const char *const red[] = {[RED_SUM] = "0 /* sum */", [RED_AVG] = "1 /* avg */", [RED_MAX] = "2 /* max */"};
   const Attrs *a = &n->a;
+  const char *ax = group_lit(c, a);
   if (n->nin == 1 && !is_async(n)) {
-    cg_line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", cg_axis_lit(a->mesh_axis), cg_ptr(c, n->out[0]),
+    cg_line(c, "rt_coll_all_reduce(ctx, %s, %s, %s, %" PRId64 ", %s, %s);", ax, cg_ptr(c, n->out[0]),
          cg_ptr(c, n->in[0]), ir_numel(&n->out[0]->shape), cg_dtype_lit(n->out[0]->dtype), red[a->reduce]);
     return;
   }
@@ -229,10 +241,10 @@ static void emit_all_reduce(Cg *c, Node *n) {
       }
     fputs("};\n", c->f);
     if (tag >= 0)
-      cg_line(c, "rt_coll_all_reduce_start(ctx, %s, %d, ys, xs, ns, %d, %s, %s);", cg_axis_lit(a->mesh_axis), tag, cnt,
+      cg_line(c, "rt_coll_all_reduce_start(ctx, %s, %d, ys, xs, ns, %d, %s, %s);", ax, tag, cnt,
            cg_dtype_lit(dt), red[a->reduce]);
     else
-      cg_line(c, "rt_coll_all_reduce_v(ctx, %s, ys, xs, ns, %d, %s, %s);", cg_axis_lit(a->mesh_axis), cnt, cg_dtype_lit(dt),
+      cg_line(c, "rt_coll_all_reduce_v(ctx, %s, ys, xs, ns, %d, %s, %s);", ax, cnt, cg_dtype_lit(dt),
            red[a->reduce]);
     c->indent--;
     cg_line(c, "}");
@@ -644,13 +656,6 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
   c.rstage = ARENA_ARRAY(&a, int, m->graph->next_value_id + 1);
   ir_reader_stages(m->graph, c.rstage, m->graph->next_value_id);
-  if (m->mesh && m->mesh->dim[RT_AX_CP] > 1 && m->target != TARGET_CPU) {
-    error_at(m->plan.loc, "the %s target cannot run context parallelism (cp %d) yet: ring attention's send / recv "
-             "and attention blocks run on the CPU target only", c.t->name, m->mesh->dim[RT_AX_CP]);
-    note("build with --target cpu, or -D cp=1 for the GPU");
-    arena_free(&a);
-    return false;
-  }
   c.t->begin(&c);
   Graph *g = m->graph;
   Value *loss = result(g, "loss");

@@ -170,6 +170,31 @@ static void emit_node(Cg *c, Node *n) {
                                 cg_ptr(c, n->in[5]), x->dtype, s->dim[0], s->dim[1], a->heads, a->kv_heads,
                                 s->dim[2] / a->heads, a->causal));
   }
+  case OP_ROPE_AT: {
+    const Shape *s = &x->shape;
+    return stmt(c, cuk_rope_at(k, cg_ptr(c, y), cg_ptr(c, x), cg_ptr(c, n->in[1]), x->dtype, s->dim[0], s->dim[1],
+                               a->heads, s->dim[2] / a->heads, a->theta, a->start, a->inverse));
+  }
+  case OP_ATTN_BLOCK: case OP_ATTN_BLOCK_BWD: { /* ring attention's blocks (context parallelism) */
+    const Shape *s = &x->shape;
+    int np = n->op == OP_ATTN_BLOCK ? 3 : 6; /* the positions follow q, k, v (and o, lse, do) */
+    if (n->in[1]->dtype != x->dtype || n->in[2]->dtype != x->dtype) return cg_unsupported(c, n, "q, k, v of different dtypes");
+    CuAttnKeys ks = {n->in[1]->shape.dim[1], cg_ptr(c, n->in[np]), cg_ptr(c, n->in[np + 1])};
+    if (n->op == OP_ATTN_BLOCK)
+      return stmt(c, cuk_attn_block(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, x), cg_ptr(c, n->in[1]),
+                                    cg_ptr(c, n->in[2]), x->dtype, s->dim[0], s->dim[1], &ks, a->heads, a->kv_heads,
+                                    s->dim[2] / a->heads, a->causal));
+    return stmt(c, cuk_attn_block_bwd(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, n->out[2]), cg_ptr(c, x),
+                                      cg_ptr(c, n->in[1]), cg_ptr(c, n->in[2]), cg_ptr(c, n->in[3]), cg_ptr(c, n->in[4]),
+                                      cg_ptr(c, n->in[5]), x->dtype, s->dim[0], s->dim[1], &ks, a->heads, a->kv_heads,
+                                      s->dim[2] / a->heads, a->causal));
+  }
+  case OP_ATTN_COMBINE: {
+    const Shape *s = &x->shape;
+    return stmt(c, cuk_attn_combine(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, x), cg_ptr(c, n->in[1]),
+                                    cg_ptr(c, n->in[2]), cg_ptr(c, n->in[3]), x->dtype, s->dim[0], s->dim[1], a->heads,
+                                    s->dim[2] / a->heads));
+  }
   case OP_CROSS_ENTROPY:
     return stmt(c, cuk_cross_entropy(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_ptr(c, n->in[1]), rows_of(x),
                                      last_dim(x), a->len));

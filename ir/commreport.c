@@ -68,9 +68,21 @@ bool ir_comm_async(const Node *n) {
 }
 
 int ir_comm_group_size(const Module *m, int axis) {
+  if (axis == IR_COMM_DPCP) return ir_comm_group_size(m, RT_AX_DP) * ir_comm_group_size(m, RT_AX_CP);
   if (!m || axis < 0 || axis >= RT_AX_COUNT) return 1;
   return m->mesh ? m->mesh->dim[axis] : 1;
 }
+
+int ir_comm_row(const Node *n) {
+  if (n->a.mesh_with == 1u << RT_AX_CP && n->a.mesh_axis == RT_AX_DP) return IR_COMM_DPCP;
+  if (n->a.mesh_with) die("commreport: a collective over %s with axes 0x%x", rt_mesh_axis_name(n->a.mesh_axis),
+                          n->a.mesh_with);
+  return n->a.mesh_axis;
+}
+
+unsigned ir_comm_row_mask(int row) { return row == IR_COMM_DPCP ? RT_MESH_DP | RT_MESH_CP : 1u << row; }
+
+const char *ir_comm_row_name(int row) { return rt_mesh_mask_name(ir_comm_row_mask(row)); }
 
 const char *ir_human_bytes(char *buf, size_t size, double b) {
   static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
@@ -91,8 +103,8 @@ const char *ir_human_bytes(char *buf, size_t size, double b) {
 void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n) {
   if (size) buf[0] = 0;
   if (!(ir_ops[n->op].flags & F_COLL)) return;
-  int ax = n->a.mesh_axis;
-  const char *name = ax >= 0 && ax < RT_AX_COUNT ? rt_mesh_axis_name(ax) : "?";
+  int ax = ir_comm_row(n);
+  const char *name = ax >= 0 && ax < IR_COMM_ROWS ? ir_comm_row_name(ax) : "?";
   char hb[32];
   ir_human_bytes(hb, sizeof hb, (double)ir_comm_node_bytes(n));
   if (m) snprintf(buf, size, "%s x%d, %s", name, ir_comm_group_size(m, ax), hb);
@@ -224,8 +236,8 @@ static void count_node(const Module *m, const Node *n, int64_t mult, bool in_rep
   }
   int k = comm_kind(n->op);
   if (k < 0) return;
-  int ax = n->a.mesh_axis;
-  if (ax < 0 || ax >= RT_AX_COUNT) die("commreport: collective %s over mesh axis %d", ir_ops[n->op].name, ax);
+  int ax = ir_comm_row(n);
+  if (ax < 0 || ax >= IR_COMM_ROWS) die("commreport: collective %s over mesh axis %d", ir_ops[n->op].name, ax);
   int64_t bytes = ir_comm_node_bytes(n);
   double f = ir_comm_bus_factor(n->op, v->group_size[ax]);
   add_cell(&v->cell[ax][region][k], mult, bytes, f);
@@ -251,12 +263,12 @@ void ir_comm_volumes(const Module *m, CommVolumes *v) {
   const MeshMap *mm = m->mesh;
   int *mem = mm ? malloc((size_t)mm->world * sizeof *mem) : NULL;
   if (mm && !mem) die("commreport: out of memory");
-  for (int a = 0; a < RT_AX_COUNT; a++) {
+  for (int a = 0; a < IR_COMM_ROWS; a++) {
     v->group_size[a] = ir_comm_group_size(m, a);
     v->members_per_node[a] = v->group_size[a];
     if (mm) {
-      v->across_nodes[a] = !rt_mesh_group_in_node(mm, 1u << a);
-      int k = rt_mesh_group(mm, 0, 1u << a, mem), on_first = 0;
+      v->across_nodes[a] = !rt_mesh_group_in_node(mm, ir_comm_row_mask(a));
+      int k = rt_mesh_group(mm, 0, ir_comm_row_mask(a), mem), on_first = 0;
       for (int i = 0; i < k; i++) on_first += rt_mesh_node(mm, mem[i]) == rt_mesh_node(mm, mem[0]);
       v->members_per_node[a] = on_first;
     }
@@ -284,7 +296,8 @@ void ir_comm_volumes(const Module *m, CommVolumes *v) {
 
 /* ---- printing -------------------------------------------------------------------- */
 
-static const int axis_order[] = {RT_AX_TP, RT_AX_CP, RT_AX_DP, RT_AX_PP}; /* innermost first, as the mesh prints */
+static const int axis_order[] = {RT_AX_TP, RT_AX_CP, RT_AX_DP, RT_AX_PP, IR_COMM_DPCP}; /* innermost first, as the
+                                                                                      mesh prints; then dp x cp */
 
 void ir_print_rank_classes(FILE *f, const Module *m) {
   const MeshMap *mm = m->mesh;
@@ -329,7 +342,7 @@ void ir_print_comm(FILE *f, const Module *m) {
   fprintf(f, "#   %-5s %5s  %-24s %-9s  %-14s %7s %12s %12s\n", "group", "ranks", "link", "region", "collective",
           "count", "bytes", "bus traffic");
   char b1[32], b2[32], lb[48];
-  for (int i = 0; i < RT_AX_COUNT; i++) {
+  for (int i = 0; i < IR_COMM_ROWS; i++) {
     int a = axis_order[i];
     bool first = true;
     for (int r = 0; r < CR_COUNT; r++)
@@ -339,7 +352,7 @@ void ir_print_comm(FILE *f, const Module *m) {
         if (first) {
           char sz[16];
           snprintf(sz, sizeof sz, "x%d", v.group_size[a]);
-          fprintf(f, "#   %-5s %5s  %-24s ", rt_mesh_axis_name(a), sz, link_label(lb, sizeof lb, m, &v, a));
+          fprintf(f, "#   %-5s %5s  %-24s ", ir_comm_row_name(a), sz, link_label(lb, sizeof lb, m, &v, a));
         } else {
           fprintf(f, "#   %-5s %5s  %-24s ", "", "", "");
         }

@@ -36,13 +36,16 @@ typedef struct {
   double bus_bytes; /* per rank per step, ring traffic in bytes */
 } CommCell;
 
+/* The groups the volumes are counted by: one per mesh axis (indexed by MeshAxis), then the
+ * group over dp x cp (IR_COMM_DPCP: the gradient all-reduce of Attrs.mesh_with). */
+enum { IR_COMM_DPCP = RT_AX_COUNT, IR_COMM_ROWS };
 typedef struct {
-  int group_size[RT_AX_COUNT];                     /* ranks per group of each mesh axis */
-  bool across_nodes[RT_AX_COUNT];                  /* some group of the axis spans nodes */
-  int members_per_node[RT_AX_COUNT];               /* a group's ranks on one node (<= group size) */
-  LinkKind link[RT_AX_COUNT];                      /* intra or inter link of the topology (NONE: unknown) */
-  CommCell cell[RT_AX_COUNT][CR_COUNT][CK_COUNT];  /* everything, per axis, region and kind */
-  CommCell in_repeat[RT_AX_COUNT][CR_COUNT][CK_COUNT]; /* the part inside repeat bodies (already x count) */
+  int group_size[IR_COMM_ROWS];                     /* ranks per group of each mesh axis */
+  bool across_nodes[IR_COMM_ROWS];                  /* some group of the axis spans nodes */
+  int members_per_node[IR_COMM_ROWS];               /* a group's ranks on one node (<= group size) */
+  LinkKind link[IR_COMM_ROWS];                      /* intra or inter link of the topology (NONE: unknown) */
+  CommCell cell[IR_COMM_ROWS][CR_COUNT][CK_COUNT];  /* everything, per axis, region and kind */
+  CommCell in_repeat[IR_COMM_ROWS][CR_COUNT][CK_COUNT]; /* the part inside repeat bodies (already x count) */
   LinkKind side_link[2];                        /* [0] the intra-node link, [1] the inter-node one (NONE: unknown) */
   double side_bus_bytes[2];                     /* per rank per step, bus traffic inside nodes [0], across [1] */
   double side_time_s[2];                        /* estimated seconds per step on each (0: unknown) */
@@ -63,6 +66,11 @@ int ir_comm_ring_steps(OpKind op, int n);
 bool ir_comm_async(const Node *n);
 /* Ranks in a group over mesh axis `axis`: the mesh's degree, else the plan's (1 unknown). */
 int ir_comm_group_size(const Module *m, int axis);
+/* The group a collective runs over (CommVolumes' rows): its mesh axis, or IR_COMM_DPCP; its axis
+ * mask; its name ("dp", "dp*cp"). */
+int ir_comm_row(const Node *n);
+unsigned ir_comm_row_mask(int row);
+const char *ir_comm_row_name(int row);
 /* "tp x8, 96.0 MiB" for a collective node (m may be NULL: no group size); "" otherwise. */
 void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n);
 /* The per-step volumes of m's graph. */

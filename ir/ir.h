@@ -145,6 +145,8 @@ typedef struct {
   InitKind init;          /* PARAM */
   double init_a, init_b;  /* PARAM: normal(mean a, std b), uniform(a, b), const a */
   int mesh_axis;          /* collectives, AXIS_INDEX: a MeshAxis */
+  uint8_t mesh_with;      /* ALL_REDUCE: further axes (bits 1 << MeshAxis) its group spans with mesh_axis: one
+                             collective over their combined group (gradients over dp x cp); 0: mesh_axis alone */
   ReduceOp reduce;        /* ALL_REDUCE */
   int tag;                /* SEND/RECV */
   int64_t count;          /* REPEAT: iterations */

@@ -171,7 +171,12 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_ADAMW_UPDATE:
     bprintf(b, "  beta1=%g beta2=%g eps=%g weight_decay=%g", a->beta1, a->beta2, a->eps, a->weight_decay);
     break;
-  case OP_ALL_REDUCE: bprintf(b, "  over=%s reduce=%s", axis_name(a->mesh_axis), reds[a->reduce]); break;
+  case OP_ALL_REDUCE:
+    bprintf(b, "  over=%s", axis_name(a->mesh_axis));
+    for (int x = 0; x < RT_AX_COUNT; x++) /* one group over several axes (ir.h mesh_with) */
+      if (a->mesh_with & (1u << x)) bprintf(b, " with=%s", axis_name(x));
+    bprintf(b, " reduce=%s", reds[a->reduce]);
+    break;
   case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
     bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
     print_blocks(b, a->blocks);

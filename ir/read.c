@@ -379,7 +379,9 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     break;
   case OP_ALL_REDUCE: {
     static const char *const reds[] = {"sum", "avg", "max"};
-    ok = attr_axis(r, al, "over", &a->mesh_axis);
+    int with = -1; /* `with=AXIS`: the group spans that axis too (ir.h mesh_with) */
+    ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_axis(r, al, "with", &with);
+    if (ok && with >= 0) a->mesh_with = (uint8_t)(1u << with);
     RdAttr *x = take(al, "reduce");
     ValScope vs;
     int k = 0;

@@ -179,9 +179,9 @@ static void wait_for(Sim *s, const Value *v, Clock *c) {
 
 /* Seconds of one collective over its group's link; *side: the channel. */
 static double coll_time(const Sim *s, const Node *n, int *side) {
-  int ax = n->a.mesh_axis;
+  int ax = ir_comm_row(n);
   *side = 0;
-  if (ax < 0 || ax >= RT_AX_COUNT || n->op == OP_RECV) return 0;
+  if (ax < 0 || ax >= IR_COMM_ROWS || n->op == OP_RECV) return 0;
   int gs = s->v.group_size[ax];
   if (gs <= 1) return 0;
   *side = s->v.across_nodes[ax];

@@ -80,10 +80,10 @@ static bool hoist_one(Graph *g) {
     ar->out[0]->dtype = y->dtype;
     ar->out[0]->shape = y->shape;
     ar->out[0]->sharding = y->sharding;
-    ar->out[0]->sharding.partial &= (uint8_t) ~(1u << n->a.mesh_axis);
+    ar->out[0]->sharding.partial &= (uint8_t) ~((1u << n->a.mesh_axis) | n->a.mesh_with);
     insert_at(b, ar, after_def(b, y) + 1);
     b->results[x->idx] = ar->out[0];
-    x->sharding.partial &= (uint8_t) ~(1u << n->a.mesh_axis);
+    x->sharding.partial &= (uint8_t) ~((1u << n->a.mesh_axis) | n->a.mesh_with);
     ir_replace_uses(g, n->out[0], x);
     remove_node(g, n);
     return true;
@@ -143,7 +143,7 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
     while (j < ncand) {
       const Node *a = c[i].n, *b = c[j].n;
       int r2 = c[j].ready > ready ? c[j].ready : ready, n2 = c[j].need < need ? c[j].need : need;
-      if (b->a.mesh_axis != a->a.mesh_axis || bytes + c[j].bytes > bucket_bytes || r2 >= n2) break;
+      if (b->a.mesh_axis != a->a.mesh_axis || b->a.mesh_with != a->a.mesh_with || bytes + c[j].bytes > bucket_bytes || r2 >= n2) break;
       ready = r2;
       need = n2;
       bytes += c[j].bytes;

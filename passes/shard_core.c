@@ -157,7 +157,17 @@ Value *shard_redist(Sh *s, Value *v, Sharding to) {
     if (r->g == s->g && sh_eq(&r->to, &to)) return r->v;
   Value *x = v;
   Sharding cur = v->sharding;
-  /* 1. settle partial sums */
+  /* 1. settle partial sums; dp's and cp's together (a replicated weight's gradient under cp, the
+   * loss): one all-reduce over their combined group, not one per axis, where neither is
+   * reduce-scattered (ZeRO-2 and 3 scatter the gradients over dp: theirs stay apart, passes/zero.c) */
+  unsigned dpcp = (1u << RT_AX_DP) | (1u << RT_AX_CP);
+  bool rs = s->m->plan.zero >= 2;
+  for (int e = 0; e < x->shape.rank; e++) rs |= to.split[e] == RT_AX_DP || to.split[e] == RT_AX_CP;
+  if ((cur.partial & dpcp) == dpcp && !(to.partial & dpcp) && !rs) {
+    cur.partial &= (uint8_t)~dpcp;
+    x = coll(s, OP_ALL_REDUCE, x, RT_AX_DP, 0, 0, RED_SUM, cur);
+    x->def->a.mesh_with = 1u << RT_AX_CP;
+  }
   for (int a = 0; a < RT_AX_COUNT; a++) {
     if (!(cur.partial & (1u << a)) || (to.partial & (1u << a))) continue;
     cur.partial &= (uint8_t)~(1u << a);

@@ -126,7 +126,7 @@ static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d,
 }
 
 static bool is_dp_sum(const Node *n) {
-  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && n->a.reduce == RED_SUM;
+  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with && n->a.reduce == RED_SUM;
 }
 
 /* Readers of gr in g: only the update u and sums of squares (the clip); and results. */

@@ -20,6 +20,7 @@ bool rt_mesh_init(MeshMap *m, int dp, int pp, int cp, int tp, int devices_per_no
 
 const char *rt_mesh_axis_name(int axis) {
   static const char *const names[RT_AX_COUNT] = {"dp", "pp", "cp", "tp"};
+  if (axis > RT_AX_COUNT && axis < RT_AX_GROUP(16)) return rt_mesh_mask_name((unsigned)(axis - RT_AX_COUNT));
   return axis >= 0 && axis < RT_AX_COUNT ? names[axis] : "?";
 }
 

@@ -41,6 +41,9 @@ bool rt_mesh_init(MeshMap *m, int dp, int pp, int cp, int tp, int devices_per_no
 /* Name of an axis ("dp", ...), and of an axis mask ("tp", "dp*cp", "world", "self"). */
 const char *rt_mesh_axis_name(int axis);
 const char *rt_mesh_mask_name(unsigned mask); /* static storage for the 16 masks */
+/* A collective's axis argument naming the group over the axes of mask (bits 1 << MeshAxis), not one
+ * axis: the gradient all-reduce over dp x cp (Attrs.mesh_with, passes/shard_core.c). */
+#define RT_AX_GROUP(mask) (RT_AX_COUNT + (int)(mask))
 
 int rt_mesh_rank(const MeshMap *m, const int coord[RT_AX_COUNT]);
 void rt_mesh_coords(const MeshMap *m, int rank, int coord[RT_AX_COUNT]);

@@ -12,6 +12,9 @@
  *     stream, and the compute stream waits for its `done` event: the host never blocks on it,
  *     and the data-parallel bucket all-reduce (rt_coll_all_reduce_start) overlaps the rest of
  *     backward until rt_coll_wait orders the compute stream after it;
+ *   - context parallelism's ring hops and all-to-alls (dev_exchange) are one grouped NCCL send /
+ *     recv call on the comm stream; a hop started before the block it overlaps runs there while
+ *     the compute stream goes on, and rt_coll_shift_wait makes the compute stream wait for it;
  *   - on the emulated device, device memory is host memory: the collectives run on the host
  *     groups (libfabric) and complete before they return, as on the CPU target.
  */
@@ -26,6 +29,7 @@ static void dev_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes) { rt
 
 static RtGroup *dev_group(RtCtx *ctx, int axis) {
   RtCuDev *d = rt_cu_dev(ctx);
+  if (axis == RT_AX_GROUP(RT_MESH_DP | RT_MESH_CP)) return d->dpcp;
   return axis >= 0 && axis < RT_AX_COUNT ? d->groups[axis] : NULL;
 }
 
@@ -48,20 +52,34 @@ static void *dev_alloc(RtCtx *ctx, int64_t bytes) {
 
 static void dev_release(RtCtx *ctx, void *p) { cudaFreeAsync(p, (cudaStream_t)rt_cu_dev(ctx)->stream); }
 
+/* context parallelism's ring hops and all-to-alls: NCCL's grouped send / recv on a GPU, NULL on the
+ * emulated device (its groups are the host's: coll.c exchanges host memory) */
+static void *dev_exchange(RtCtx *ctx, RtGroup *g, int n, const int *to, const void *const *send, const int *from,
+                          void *const *recv, const int64_t *bytes) {
+  return rt_cu_dev(ctx)->stream ? rt_nccl_exchange(g, n, to, send, from, recv, bytes) : NULL;
+}
+
+static void dev_exchange_then(RtCtx *ctx, void *h) { rt_nccl_exchange_then(h, rt_cu_dev(ctx)->stream); }
+
 const RtCollDevice rt_cu_coll_device = {.copy = dev_copy,
                                         .copy_block = rt_cu_copy_block,
                                         .group = dev_group,
                                         .then = dev_then,
                                         .alloc = dev_alloc,
-                                        .release = dev_release};
+                                        .release = dev_release,
+                                        .exchange = dev_exchange,
+                                        .exchange_then = dev_exchange_then};
 
 int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
   static const char *const names[RT_AX_COUNT] = {[RT_AX_DP] = "dp (nccl)", [RT_AX_PP] = "pp (nccl)",
                                                  [RT_AX_CP] = "cp (nccl)", [RT_AX_TP] = "tp (nccl)"};
   RtComm *comm = ctx->comm;
   if (!comm) return 0; /* one process */
-  for (int axis = 0; axis < RT_AX_COUNT; axis++) {
-    RtGroup *host = ctx->groups[1u << axis];
+  /* each axis of degree > 1, then dp x cp when both are (RT_AX_COUNT: the gradient all-reduce's group) */
+  for (int axis = 0; axis <= RT_AX_COUNT; axis++) {
+    bool dpcp = axis == RT_AX_COUNT;
+    if (dpcp && !(ctx->groups[RT_MESH_DP] && ctx->groups[RT_MESH_CP])) continue;
+    RtGroup *host = ctx->groups[dpcp ? RT_MESH_DP | RT_MESH_CP : 1u << axis];
     if (!host) continue; /* degree 1: the same on every rank */
     int n = rt_group_size(host), members[1024];
     if (n > (int)(sizeof members / sizeof members[0])) {
@@ -69,7 +87,7 @@ int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
       return -1;
     }
     for (int i = 0; i < n; i++) members[i] = rt_group_member(host, i);
-    RtGroup *g = rt_group_new(comm, members, n, names[axis]);
+    RtGroup *g = rt_group_new(comm, members, n, dpcp ? "dp*cp (nccl)" : names[axis]);
     if (!g) rt_fatal(1, "NCCL: rank %d is not a member of its own %s group", ctx->rank, rt_group_name(host));
     /* collective over the world: every rank makes the same calls, axis by axis */
     if (!rt_group_use_nccl(comm, g)) {
@@ -80,7 +98,8 @@ int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
       return -1;
     }
     rt_nccl_set_compute_stream(g, dev->stream);
-    dev->groups[axis] = g;
+    if (dpcp) dev->dpcp = g;
+    else dev->groups[axis] = g;
   }
   return 0;
 }
@@ -88,4 +107,5 @@ int rt_cu_nccl_open(RtCtx *ctx, RtCuDev *dev) {
 void rt_cu_nccl_close(RtCuDev *dev) {
   for (int axis = 0; axis < RT_AX_COUNT; axis++)
     if (dev->groups[axis]) rt_group_free(dev->groups[axis]), dev->groups[axis] = NULL;
+  if (dev->dpcp) rt_group_free(dev->dpcp), dev->dpcp = NULL;
 }

@@ -49,6 +49,7 @@ typedef struct {
   const RtCuOps *ops; /* the backend */
   void *be;           /* its state */
   void *stream;       /* the compute stream (cudaStream_t) of the CUDA backend; NULL: emulated */
+  RtGroup *dpcp;                /* the NCCL group over dp x cp (the gradient all-reduce, RT_AX_GROUP), or NULL */
   RtGroup *groups[RT_AX_COUNT]; /* NCCL groups of the program's collectives per mesh axis (coll_dev.c);
                                    NULL: one member, or the emulated device (ctx->groups: host memory) */
 } RtCuDev;

@@ -204,3 +204,29 @@ bool rt_nccl_then(RtReq *q, void *stream) {
   if (r) CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, r->done, 0));
   return true;
 }
+
+void *rt_nccl_exchange(RtGroup *g, int n, const int *to, const void *const *send, const int *from, void *const *recv,
+                       const int64_t *bytes) {
+  if (!g || g->backend != &nccl_backend) return NULL;
+  NcclGroup *ng = g->backend_state;
+  cudaEvent_t ready, done;
+  CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(ready, ng->compute));
+  CUDA_CHECK(cudaStreamWaitEvent(ng->stream, ready, 0));
+  NCCL_CHECK(ncclGroupStart());
+  for (int i = 0; i < n; i++) {
+    if (bytes[i] <= 0) continue;
+    NCCL_CHECK(ncclRecv(recv[i], (size_t)bytes[i], ncclUint8, from[i], ng->comm, ng->stream));
+    NCCL_CHECK(ncclSend(send[i], (size_t)bytes[i], ncclUint8, to[i], ng->comm, ng->stream));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  CUDA_CHECK(cudaEventRecord(done, ng->stream));
+  CUDA_CHECK(cudaEventDestroy(ready)); /* released once the comm stream passed it */
+  return done;
+}
+
+void rt_nccl_exchange_then(void *ev, void *stream) {
+  CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0));
+  CUDA_CHECK(cudaEventDestroy((cudaEvent_t)ev)); /* released once the device passed the wait */
+}

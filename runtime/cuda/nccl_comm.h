@@ -30,5 +30,14 @@ void rt_nccl_set_compute_stream(RtGroup *g, void *stream);
 /* Makes stream (a cudaStream_t) wait on device for q to finish (every part of a bucket
  * all-reduce); q stays valid. Returns false, doing nothing, when q is not an NCCL operation. */
 bool rt_nccl_then(RtReq *q, void *stream);
+/* Point-to-point exchange over g (an NCCL group) on device memory: for i < n, send[i] goes to
+ * member to[i] and recv[i] comes from member from[i], bytes[i] each, all in one NCCL group call (so a
+ * ring of sends and receives cannot deadlock), on g's comm stream after the compute stream's work so
+ * far. Returns an event (a cudaEvent_t) recorded after it, which rt_nccl_exchange_then makes a stream
+ * wait for; NULL, doing nothing, when g is not an NCCL group. */
+void *rt_nccl_exchange(RtGroup *g, int n, const int *to, const void *const *send, const int *from, void *const *recv,
+                       const int64_t *bytes);
+/* stream (a cudaStream_t) waits on device for the exchange ev; ev is released. */
+void rt_nccl_exchange_then(void *ev, void *stream);
 
 #endif

@@ -104,6 +104,10 @@ static void keep_ordered(RtReq *q) {
 }
 
 static RtGroup *group_of(RtCtx *ctx, int axis) {
+  if (axis > RT_AX_COUNT && axis < RT_AX_GROUP(16)) { /* the group over several axes (an all-reduce's) */
+    RtGroup *g = dev && dev->group ? dev->group(ctx, axis) : NULL;
+    return g ? g : ctx->groups[axis - RT_AX_COUNT];
+  }
   if (axis < 0 || axis >= RT_AX_COUNT) {
     fprintf(stderr, "shardrt: a collective names mesh axis %d (a bug in the generated program)\n", axis);
     abort();
@@ -301,7 +305,11 @@ static void finish_where(RtCtx *ctx, int tag, int which) {
 }
 
 void rt_coll_wait(RtCtx *ctx, int tag) { finish_where(ctx, tag, FINISH_TAG); }
-void rt_coll_wait_all(RtCtx *ctx) { finish_where(ctx, 0, FINISH_ALL); }
+static void dshift_then_all(RtCtx *ctx); /* ring shifts started on a device: ordered before what follows */
+void rt_coll_wait_all(RtCtx *ctx) {
+  finish_where(ctx, 0, FINISH_ALL);
+  dshift_then_all(ctx);
+}
 void rt_coll_progress(RtCtx *ctx) {
   if (pend.mode != MODE_LAZY) finish_where(ctx, 0, FINISH_DONE);
 }
@@ -466,19 +474,37 @@ void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, 
   spent(ctx, "broadcast", axis, t0);
 }
 
+/* The members a ring shift by offset along axis sends to and receives from. */
+static void ring_peers(RtCtx *ctx, RtGroup *g, int axis, int64_t offset, int *to, int *from) {
+  int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
+  *to = (int)(((me + offset) % deg + deg) % deg);
+  *from = (int)(((me - offset) % deg + deg) % deg);
+}
+
+/* A ring shift as the device's exchange (on a GPU: NCCL, ordered with the compute stream); NULL
+ * where the group's memory is the host's (no device, the emulated device). */
+static void *dev_shift(RtCtx *ctx, RtGroup *g, int axis, int64_t offset, void *y, const void *x, int64_t bytes) {
+  if (!dev || !dev->exchange) return NULL;
+  int to, from;
+  ring_peers(ctx, g, axis, offset, &to, &from);
+  return dev->exchange(ctx, g, 1, &to, &x, &from, &y, &bytes);
+}
+
 void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag) {
   RtGroup *g = group_of(ctx, axis);
   if (!g) {
     move(ctx, y, x, (size_t)bytes);
     return;
   }
-  if (dev) {
-    fprintf(stderr, "shardrt: send / recv of device memory is not implemented (context parallelism runs on the CPU)\n");
-    exit(1);
-  }
-  int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
-  int to = (int)(((me + offset) % deg + deg) % deg), from = (int)(((me - offset) % deg + deg) % deg);
   double t0 = now();
+  void *h = dev_shift(ctx, g, axis, offset, y, x, bytes);
+  if (h) { /* the device's later work waits for it, the host goes on */
+    dev->exchange_then(ctx, h);
+    spent(ctx, "shift", axis, t0);
+    return;
+  }
+  int to, from;
+  ring_peers(ctx, g, axis, offset, &to, &from);
   RtReq *r = rt_recv_start(g, from, y, (size_t)bytes, tag); /* posted first: every member sends before it waits */
   RtReq *q = rt_send_start(g, to, x, (size_t)bytes, tag);
   rt_wait(q);
@@ -496,6 +522,17 @@ static struct {
   int64_t last_step; /* the last such step seen */
   int64_t steps;     /* how many such steps had shifts */
 } ring = {.mode = -1};
+
+/* Ring shifts started on a device (dev_shift), by tag, until their rt_coll_shift_wait. */
+static struct {
+  struct { void *h; int tag; } *p;
+  int n, cap;
+} dshift;
+
+static void dshift_then_all(RtCtx *ctx) {
+  for (int i = 0; i < dshift.n; i++) dev->exchange_then(ctx, dshift.p[i].h);
+  dshift.n = 0;
+}
 
 static void print_ring_stats(void) {
   fprintf(stderr, "shardrt: ring shifts %lld, exposed %.3f s; steady: %.3f s over %lld steps\n",
@@ -532,13 +569,24 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
   double t0 = now();
   ring.started++;
   RtGroup *g = group_of(ctx, axis);
-  if (!g || dev || cp_blocking()) {
+  void *h = g && !cp_blocking() ? dev_shift(ctx, g, axis, offset, y, x, bytes) : NULL;
+  if (h) { /* a GPU: in flight on the comm stream while the compute stream goes on, until the wait */
+    if (dshift.n == dshift.cap && !(dshift.p = realloc(dshift.p, (size_t)(dshift.cap += 16) * sizeof *dshift.p))) {
+      fprintf(stderr, "shardrt: out of memory\n");
+      exit(1);
+    }
+    dshift.p[dshift.n].h = h;
+    dshift.p[dshift.n++].tag = tag;
+    ring_exposed(ctx, now() - t0);
+    return;
+  }
+  if (!g || dev || cp_blocking()) { /* (a device here: the emulated one, whose memory is the host's) */
     rt_coll_shift(ctx, axis, offset, y, x, bytes, msg_tag);
     ring_exposed(ctx, now() - t0);
     return;
   }
-  int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
-  int to = (int)(((me + offset) % deg + deg) % deg), from = (int)(((me - offset) % deg + deg) % deg);
+  int to, from;
+  ring_peers(ctx, g, axis, offset, &to, &from);
   pend_reserve();
   pend.p[pend.n++] = (Pending){rt_recv_start(g, from, y, (size_t)bytes, msg_tag), -1 - tag, t0};
   pend_reserve();
@@ -550,52 +598,38 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
 
 void rt_coll_shift_wait(RtCtx *ctx, int tag) {
   double t0 = now();
+  for (int i = 0; i < dshift.n; i++) {
+    if (dshift.p[i].tag != tag) continue;
+    dev->exchange_then(ctx, dshift.p[i].h);
+    dshift.p[i] = dshift.p[--dshift.n];
+    break;
+  }
   rt_coll_wait(ctx, -1 - tag);
   ring_exposed(ctx, now() - t0);
 }
 
 /* ---- all-to-all (context parallelism's cp_mode all2all) ---- */
 
-enum { A2A_TAG = 0xa2a }; /* the p2p tag of its messages (every member issues all-to-alls in one order) */
+/* the p2p tag of its messages (every member issues all-to-alls in one order); the most dims and members */
+enum { A2A_TAG = 0xa2a, A2A_MAX_RANK = 8, A2A_MAX_DEG = 256 };
 
 size_t rt_coll_all_to_all_ws_bytes(int64_t bytes) { return 2 * (size_t)bytes; }
 
-/* Copies member c's part of an all-to-all between `t` (x-shaped: [A, np, M, nq, C] with the
- * gathered or scattered dim at p or q) and `part` (contiguous, that dim `len` long): to_part: the
- * chunk c of the scattered dim (send side), else into the block c of the gathered dim (receive
- * side). at_p: the dim is p (else q). */
-static void a2a_part(char *t, char *part, bool to_part, int64_t A, int64_t np, int64_t M, int64_t nq, int64_t C,
-                     bool at_p, int64_t len, int blocks, int deg, int c, size_t es) {
-  int64_t pp = at_p ? len : np, qq = at_p ? nq : len; /* the part's p and q lengths */
-  size_t row = (size_t)C * es;
-  for (int64_t i = 0; i < A; i++)
-    for (int64_t jp = 0; jp < pp; jp++) {
-      int64_t xp = at_p ? rt_block_index(len, blocks, deg, c, jp) : jp;
-      for (int64_t m = 0; m < M; m++)
-        for (int64_t jq = 0; jq < qq; jq++) {
-          int64_t xq = at_p ? jq : rt_block_index(len, blocks, deg, c, jq);
-          char *tp = t + ((((i * np + xp) * M + m) * nq + xq) * (size_t)C) * es;
-          char *pt = part + ((((i * pp + jp) * M + m) * qq + jq) * (size_t)C) * es;
-          if (to_part) memcpy(pt, tp, row);
-          else memcpy(tp, pt, row);
-        }
-    }
+/* The product of dims [from, to) of d. */
+static int64_t dims_prod(const int64_t *d, int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) p *= d[i];
+  return p;
 }
 
 void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, const int64_t *xdims, int gather,
                         int blocks, int split, int split_blocks, int dtype, void *ws) {
   RtGroup *g = group_of(ctx, axis);
   size_t es = rt_dtype_size((RtDType)dtype);
-  int64_t n = 1;
-  for (int d = 0; d < rank; d++) n *= xdims[d];
-  size_t bytes = (size_t)n * es;
+  size_t bytes = (size_t)dims_prod(xdims, 0, rank) * es;
   if (!g) {
     move(ctx, y, x, bytes);
     return;
-  }
-  if (dev) {
-    fprintf(stderr, "shardrt: all-to-all of device memory is not implemented (context parallelism runs on the CPU)\n");
-    exit(1);
   }
   int deg = rt_group_size(g), me = rt_ctx_coord(ctx, axis);
   if (xdims[split] % deg != 0) {
@@ -604,39 +638,44 @@ void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, 
     abort();
   }
   double t0 = now();
-  int p = gather < split ? gather : split, q = gather < split ? split : gather;
-  int64_t A = 1, M = 1, C = 1;
-  for (int d = 0; d < p; d++) A *= xdims[d];
-  for (int d = p + 1; d < q; d++) M *= xdims[d];
-  for (int d = q + 1; d < rank; d++) C *= xdims[d];
-  int64_t ns = xdims[split] / deg, ng = xdims[gather];
-  int64_t np = xdims[p], nq = xdims[q];
-  /* y = [A, np', M, nq', C]: the gathered dim deg times longer, the scattered one deg times shorter */
-  int64_t ynp = p == gather ? np * deg : ns, ynq = q == gather ? nq * deg : ns;
-  size_t part = bytes / (size_t)deg;
-  char *sendb = ws, *recvb = (char *)ws + bytes;
-  RtReq **reqs = malloc(2 * (size_t)deg * sizeof *reqs);
-  if (!reqs) {
-    fprintf(stderr, "shardrt: out of memory\n");
+  int64_t ydims[A2A_MAX_RANK];
+  if (rank > A2A_MAX_RANK || deg > A2A_MAX_DEG) {
+    fprintf(stderr, "shardrt: all-to-all of a rank-%d tensor over %d members (at most %d dims, %d members)\n", rank,
+            deg, A2A_MAX_RANK, A2A_MAX_DEG);
     exit(1);
   }
-  int nreq = 0;
-  for (int c = 0; c < deg; c++) /* member c gets chunk c of the scattered dim */
-    a2a_part((char *)x, sendb + (size_t)c * part, true, A, np, M, nq, C, p == split, ns, split_blocks, deg, c, es);
+  for (int d = 0; d < rank; d++) ydims[d] = xdims[d];
+  ydims[split] /= deg;
+  ydims[gather] *= deg;
+  int64_t ns = xdims[split] / deg, ng = xdims[gather];
+  size_t part = bytes / (size_t)deg;
+  char *sendb = ws, *recvb = (char *)ws + bytes;
+  /* member c gets chunk c of the scattered dim (part c of sendb: x-shaped, that dim ns long); part c
+   * of recvb (the same shape: y-shaped with the gathered dim ng long) is block c of y's gathered dim */
+  int64_t so = dims_prod(xdims, 0, split), si = dims_prod(xdims, split + 1, rank);
+  int64_t go = dims_prod(ydims, 0, gather), gi = dims_prod(ydims, gather + 1, rank);
+  if (dev) permute_dev(ctx, sendb, (char *)x, so, ns, si, split_blocks, deg, es, 1);
+  else permute(sendb, (char *)x, so, ns, si, split_blocks, deg, es, 1);
+  int peers[A2A_MAX_DEG], n = 0;
+  const void *sp[A2A_MAX_DEG];
+  void *rp[A2A_MAX_DEG];
+  int64_t nb[A2A_MAX_DEG];
+  RtReq *reqs[2 * A2A_MAX_DEG];
   for (int c = 0; c < deg; c++) {
     if (c == me) continue;
-    reqs[nreq++] = rt_recv_start(g, c, recvb + (size_t)c * part, part, A2A_TAG); /* posted before any send */
+    peers[n] = c, sp[n] = sendb + (size_t)c * part, rp[n] = recvb + (size_t)c * part, nb[n++] = (int64_t)part;
   }
-  for (int c = 0; c < deg; c++) {
-    if (c == me) continue;
-    reqs[nreq++] = rt_send_start(g, c, sendb + (size_t)c * part, part, A2A_TAG);
+  move(ctx, recvb + (size_t)me * part, sendb + (size_t)me * part, part);
+  void *h = dev && dev->exchange ? dev->exchange(ctx, g, n, peers, sp, peers, rp, nb) : NULL;
+  if (h) {
+    dev->exchange_then(ctx, h); /* the device's later work (the unpacking) waits for it */
+  } else { /* host memory (the emulated device's too) */
+    for (int i = 0; i < n; i++) reqs[i] = rt_recv_start(g, peers[i], rp[i], part, A2A_TAG); /* posted before any send */
+    for (int i = 0; i < n; i++) reqs[n + i] = rt_send_start(g, peers[i], sp[i], part, A2A_TAG);
+    for (int i = 0; i < 2 * n; i++) rt_wait(reqs[i]);
   }
-  memcpy(recvb + (size_t)me * part, sendb + (size_t)me * part, part);
-  for (int i = 0; i < nreq; i++) rt_wait(reqs[i]);
-  free(reqs);
-  /* member c's part: x-shaped with the scattered dim ns long; it is block c of y's gathered dim */
-  for (int c = 0; c < deg; c++)
-    a2a_part(y, recvb + (size_t)c * part, false, A, ynp, M, ynq, C, p == gather, ng, blocks, deg, c, es);
+  if (dev) permute_dev(ctx, recvb, y, go, ng, gi, blocks, deg, es, 0);
+  else permute(recvb, y, go, ng, gi, blocks, deg, es, 0);
   ctx->comm_s += now() - t0;
 }
 

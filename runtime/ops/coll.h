@@ -56,14 +56,16 @@ void rt_coll_async_stats(int64_t *started, int64_t *early, double *inflight_s, d
 /* A ring shift along axis (send / recv, ops.def): x (bytes) goes to the member at coordinate
  * + offset and y receives what the member at coordinate - offset sent, both modulo the degree,
  * with tag; blocking, deadlock-free (the receive is posted before the send). x and y must not
- * overlap. Host memory only. */
+ * overlap. On a GPU: NCCL's grouped send / recv, the device's later work waiting for it. */
 void rt_coll_shift(RtCtx *ctx, int axis, int64_t offset, void *y, const void *x, int64_t bytes, int tag);
 
 /* rt_coll_shift started asynchronously under `tag` (context parallelism's ring hops, issued
  * before the block they overlap): x must stay untouched and y unread until
  * rt_coll_shift_wait(tag) or rt_coll_wait_all (rt_coll_wait's tags are the all-reduces', another
- * space); msg_tag is the shift's message tag. The memory plan keeps x live until the wait (passes/memplan.c). A device program,
- * a single member, or env SHARDRT_CP_COMM=blocking (for measurements; results are identical)
+ * space); msg_tag is the shift's message tag. The memory plan keeps x live until the wait
+ * (passes/memplan.c). On a GPU it runs on the comm stream while the compute stream goes on, and
+ * the wait makes the compute stream wait for it (the host never blocks). The emulated device, a
+ * single member, or env SHARDRT_CP_COMM=blocking (for measurements; results are identical)
  * runs rt_coll_shift, done on return. SHARDRT_COLL_STATS=1 prints at exit how many shifts ran
  * and the time spent in them, their starts and their waits (the ring's exposed part; in total and
  * in the training steps after the first). */
@@ -104,7 +106,7 @@ void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void
 /* All-to-all over axis (ops.def ALL_TO_ALL): x has `rank` dims xdims; dim `gather` is gathered
  * (y's is degree times longer: member c's block lands at rt_block_index(xdims[gather], blocks,
  * degree, c, l)) and dim `split` scattered (member c receives x's chunk c of it, rt_block_index
- * with split_blocks). Blocking; host memory only. ws: rt_coll_all_to_all_ws_bytes(x bytes). */
+ * with split_blocks). Blocking (a device's later work waits for it). ws: rt_coll_all_to_all_ws_bytes(x bytes). */
 void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, const int64_t *xdims, int gather,
                         int blocks, int split, int split_blocks, int dtype, void *ws);
 size_t rt_coll_all_to_all_ws_bytes(int64_t bytes);
@@ -143,6 +145,14 @@ typedef struct {
    * finished); NULL where device memory is host memory (the emulated device: a host copy). */
   void *(*alloc)(RtCtx *ctx, int64_t bytes);
   void (*release)(RtCtx *ctx, void *p);
+  /* A point-to-point exchange over g on device memory (a ring hop, an all-to-all): for i < n,
+   * send[i] goes to member to[i] and recv[i] comes from member from[i] (bytes[i] each), all at once
+   * (deadlock-free), after the device's work so far, without blocking the host; returns a handle
+   * that exchange_then orders the device's later work after (and frees). NULL (or no hook): g's
+   * memory is the host's (the emulated device), the caller exchanges on the host. */
+  void *(*exchange)(RtCtx *ctx, RtGroup *g, int n, const int *to, const void *const *send, const int *from,
+                    void *const *recv, const int64_t *bytes);
+  void (*exchange_then)(RtCtx *ctx, void *h);
 } RtCollDevice;
 /* One per process (a process runs one program): set when the device opens, NULL when it closes. */
 void rt_coll_set_device(const RtCollDevice *dev);

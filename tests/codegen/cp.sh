@@ -8,7 +8,8 @@
 #   cp=4 and cp=2 x tp=2 (a model with 8 heads / 4 kv heads); at 1024 tokens
 #   cp=2 and cp=2 x tp=2 ring and cp=2 all2all give the single-rank losses over 10 steps; and so
 #   does cp=2 of the tiny GPT (learned position embeddings, fused QKV), and cp=2 x dp=2 of it with
-#   2 gradient-accumulation micro-steps; a checkpoint written
+#   2 gradient-accumulation micro-steps (cp=2 x dp=2 reduces its gradients over the dp x cp group in
+#   one all-reduce per bucket, asserted in the plan); a checkpoint written
 #   under cp=2 at step 10 resumes on one rank with the uninterrupted run's step-11 loss (the data
 #   loader reads each rank's zigzag chunks, checkpoints hold logical tensors).
 #
@@ -34,6 +35,15 @@ for c in cp2:2 cp2tp2:4 cp2dp2:4; do
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "llama seq 256 $n" "$t/$n.jsonl" "$t/one.jsonl"
 done
+# cp=2 x dp=2: each gradient bucket (and the loss) is reduced by one all-reduce over the combined dp x cp
+# group (4 ranks), none over dp or over cp alone; the plan's traffic table shows it as the dp*cp group
+ir=$("$shardc" plan "${m[@]/micro_batch=2/micro_batch=1}" -D tp=1 -D dp=2 -D cp=2 --world 4 --dump-ir 2>/dev/null)
+ng=$(grep -c "all_reduce(.*over=dp with=cp reduce=sum" <<<"$ir" || true)
+na=$(grep -c "all_reduce(.*over=\(dp\|cp\) reduce=" <<<"$ir" || true)
+[ "$ng" -gt 0 ] && [ "$na" -eq 0 ] || { echo "FAIL: cp2dp2: $ng all-reduces over dp x cp, $na over dp or cp alone"; exit 1; }
+pl=$("$shardc" plan "${m[@]/micro_batch=2/micro_batch=1}" -D tp=1 -D dp=2 -D cp=2 --world 4 2>/dev/null)
+grep -q "^#   dp\*cp    x4 .*all_reduce" <<<"$pl" || { echo "FAIL: cp2dp2: no dp*cp x4 all_reduce row in the plan's traffic"; exit 1; }
+echo "cp2dp2: $ng all-reduces over the dp x cp group (x4), none over dp or cp alone"
 # cp=4: three hops per ring. Each hop is started before the block it overlaps and waited before
 # its first reader (rt_coll_shift_start); SHARDRT_CP_COMM=blocking runs the same binary with
 # blocking shifts (the ring before overlap): the losses and the checkpoint (parameters and Adam

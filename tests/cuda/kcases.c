@@ -4,196 +4,7 @@
  * under 1 %) with an absolute floor per case. */
 #include "kcases.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "cuk_launch.h"
-#include "ref.h"
-
-#define KC_MAX_BUFS 1024
-
-struct KC {
-  const KBackend *be; /* NULL in pass 0 */
-  CuK *k;
-  Arena *a;
-  void *buf[KC_MAX_BUFS];  /* device buffers b0.. */
-  size_t bytes[KC_MAX_BUFS];
-  int nbuf;
-  char *ws;                /* device workspace (pass 1) */
-  int64_t ws_bytes;
-  int fails, checks;
-  uint64_t rng;
-};
-
-typedef struct {
-  int id;
-  DType dt;
-  int64_t n;
-} KT;
-
-/* ---- host helpers ------------------------------------------------------------------------- */
-
-static float frand(KC *c) {
-  c->rng = c->rng * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (float)((double)(c->rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-static float bf(float x) {
-  uint32_t u = (uint32_t)rt_f32_to_bf16_ref(x) << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static float *fvec(KC *c, int64_t n, float scale) {
-  float *v = arena_alloc(c->a, (size_t)n * 4 + 4);
-  for (int64_t i = 0; i < n; i++) v[i] = scale * frand(c);
-  return v;
-}
-/* values representable in dt */
-static void round_to(DType dt, float *v, int64_t n) {
-  if (dt == DT_BF16)
-    for (int64_t i = 0; i < n; i++) v[i] = bf(v[i]);
-}
-
-static KT kt_new(KC *c, DType dt, int64_t n) {
-  if (c->nbuf >= KC_MAX_BUFS) {
-    fprintf(stderr, "kcases: too many buffers\n");
-    exit(1);
-  }
-  KT t = {c->nbuf++, dt, n};
-  size_t bytes = (size_t)(n > 0 ? n : 1) * (size_t)ir_dtype_size(dt);
-  c->bytes[t.id] = bytes;
-  c->buf[t.id] = c->be ? c->be->alloc(bytes) : NULL;
-  return t;
-}
-static const char *P(KC *c, KT t) { return arena_printf(c->a, "b%d", t.id); }
-
-static void kt_put(KC *c, KT t, const float *v) {
-  if (!c->be) return;
-  size_t es = (size_t)ir_dtype_size(t.dt);
-  unsigned char *h = malloc((size_t)t.n * es + 1);
-  for (int64_t i = 0; i < t.n; i++) {
-    if (t.dt == DT_F32) memcpy(h + i * 4, &v[i], 4);
-    else if (t.dt == DT_BF16) {
-      uint16_t b = rt_f32_to_bf16_ref(v[i]);
-      memcpy(h + i * 2, &b, 2);
-    } else {
-      int32_t x = (int32_t)v[i];
-      memcpy(h + i * 4, &x, 4);
-    }
-  }
-  c->be->h2d(c->buf[t.id], h, (size_t)t.n * es);
-  free(h);
-}
-static void kt_put_i32(KC *c, KT t, const int32_t *v) {
-  if (c->be) c->be->h2d(c->buf[t.id], v, (size_t)t.n * 4);
-}
-static float *kt_get(KC *c, KT t) {
-  float *v = arena_alloc(c->a, (size_t)t.n * 4 + 4);
-  if (!c->be) return v;
-  size_t es = (size_t)ir_dtype_size(t.dt);
-  unsigned char *h = malloc((size_t)t.n * es + 1);
-  c->be->d2h(h, c->buf[t.id], (size_t)t.n * es);
-  for (int64_t i = 0; i < t.n; i++) {
-    if (t.dt == DT_F32) memcpy(&v[i], h + i * 4, 4);
-    else if (t.dt == DT_BF16) {
-      uint16_t b;
-      memcpy(&b, h + i * 2, 2);
-      uint32_t u = (uint32_t)b << 16;
-      memcpy(&v[i], &u, 4);
-    } else {
-      int32_t x;
-      memcpy(&x, h + i * 4, 4);
-      v[i] = (float)x;
-    }
-  }
-  free(h);
-  return v;
-}
-
-static void *resolve(KC *c, const char *e) {
-  int id;
-  long long off;
-  if (sscanf(e, "b%d", &id) == 1 && id >= 0 && id < c->nbuf) return c->buf[id];
-  if (strcmp(e, "WS") == 0) return c->ws;
-  if (sscanf(e, "(WS + %lld)", &off) == 1) return c->ws + off;
-  fprintf(stderr, "kcases: cannot resolve argument '%s'\n", e);
-  exit(1);
-}
-
-/* Runs the launches of one emitted statement. */
-static void run(KC *c, const char *stmt) {
-  if (!c->be) return;
-  CukLaunch L[8];
-  int n = cukl_parse(stmt, L, 8);
-  if (n <= 0) {
-    fprintf(stderr, "kcases: cannot parse launch: %s\n", stmt);
-    exit(1);
-  }
-  if (cuk_workspace(c->k) > c->ws_bytes) {
-    fprintf(stderr, "kcases: workspace %lld > %lld of pass 0\n", (long long)cuk_workspace(c->k),
-            (long long)c->ws_bytes);
-    exit(1);
-  }
-  for (int i = 0; i < n; i++) {
-    void *ptrs[CUKL_MAX_ARGS];
-    long long ints[CUKL_MAX_ARGS];
-    void *args[CUKL_MAX_ARGS];
-    for (int j = 0; j < L[i].nargs; j++) {
-      if (L[i].is_int[j]) {
-        ints[j] = strtoll(L[i].expr[j], NULL, 10);
-        args[j] = &ints[j];
-      } else {
-        ptrs[j] = resolve(c, L[i].expr[j]);
-        args[j] = &ptrs[j];
-      }
-    }
-    c->be->launch(L[i].kernel, L[i].grid, L[i].block, L[i].smem, args);
-  }
-}
-
-static int dev_flag(KC *c) {
-  if (!c->be) return 0;
-  int f;
-  c->be->d2h(&f, c->ws, 4);
-  int z = 0;
-  c->be->h2d(c->ws, &z, 4);
-  return f;
-}
-
-/* |got - ref| <= rtol |ref| + atol everywhere. */
-static void cmp(KC *c, const char *what, const float *got, const float *ref, int64_t n, double rtol, double atol) {
-  if (!c->be) return;
-  c->checks++;
-  int64_t bad = 0, first = -1;
-  double worst = 0.0;
-  for (int64_t i = 0; i < n; i++) {
-    double e = fabs((double)got[i] - (double)ref[i]), lim = rtol * fabs((double)ref[i]) + atol;
-    if (!(e <= lim)) {
-      if (first < 0) first = i;
-      bad++;
-    }
-    double r = e == 0.0 ? 0.0 : e / (fabs((double)ref[i]) + atol);
-    if (r > worst || r != r) worst = r;
-  }
-  if (bad) {
-    c->fails++;
-    printf("FAIL %s: %lld of %lld differ (first [%lld]: got %.9g ref %.9g; rtol %g atol %g)\n", what, (long long)bad,
-           (long long)n, (long long)first, got[first], ref[first], rtol, atol);
-  } else {
-    printf("ok   %s (n %lld, max err/(|ref|+atol) %.3g)\n", what, (long long)n, worst);
-  }
-}
-static void expect(KC *c, const char *what, int cond) {
-  if (!c->be) return;
-  c->checks++;
-  if (!cond) c->fails++;
-  printf("%s %s\n", cond ? "ok  " : "FAIL", what);
-}
-
-static double tol(DType dt) { return dt == DT_BF16 ? 1e-2 : 1e-5; }
-static const char *dn(DType dt) { return dt == DT_BF16 ? "bf16" : "f32"; }
+#include "kcases_int.h"
 
 /* ---- elementwise chains: a host evaluator of the same chain ----------------------------------- */
 
@@ -739,6 +550,99 @@ static void cases_attention(KC *c) {
   }
 }
 
+/* ---- ring attention's pieces (context parallelism) ------------------------------------------------------------- */
+
+/* rows [B, n, C] of x [B, N, C] in the zigzag chunks `ch` (two of four chunks of N / 4 rows) <-> a
+ * contiguous [B, N / 2, C]; to_part: x -> part, else part -> x */
+static void zz_rows(float *x, float *part, int64_t B, int64_t N, int64_t C, const int *ch, int to_part) {
+  int64_t q = N / 4;
+  for (int64_t b = 0; b < B; b++)
+    for (int j = 0; j < 2; j++)
+      for (int64_t r = 0; r < q; r++) {
+        float *xr = x + (b * N + ch[j] * q + r) * C, *pr = part + (b * 2 * q + j * q + r) * C;
+        if (to_part) memcpy(pr, xr, (size_t)C * 4);
+        else memcpy(xr, pr, (size_t)C * 4);
+      }
+}
+
+/* The sequence of N tokens in four chunks, cp = 2 zigzag: rank 0 holds chunks {0, 3}, rank 1 {1, 2}.
+ * Rank 0's queries (rope_at at their positions; attention over its own keys and then rank 1's,
+ * merged in place) against the whole-sequence references: rope, sdpa's o and lse of those rows, and
+ * the backward of the two blocks (dq summed, dk / dv of each block's rows) against sdpa_bwd with dO
+ * zero outside rank 0's rows. */
+static void cases_ring(KC *c) {
+  struct {
+    int64_t B, N, H, KV, hd;
+    int causal;
+    DType dt;
+  } rc[] = {{2, 40, 4, 2, 16, 1, DT_F32}, {1, 48, 2, 1, 32, 0, DT_F32}, {1, 40, 4, 2, 32, 1, DT_BF16}};
+  static const int own[2] = {0, 3}, other[2] = {1, 2};
+  for (size_t t = 0; t < sizeof rc / sizeof rc[0]; t++) {
+    int64_t B = rc[t].B, N = rc[t].N, H = rc[t].H, KV = rc[t].KV, hd = rc[t].hd, S = N / 2, qC = H * hd, kC = KV * hd;
+    int causal = rc[t].causal;
+    DType dt = rc[t].dt;
+    int64_t nq = B * N * qC, nk = B * N * kC, nl = B * H * N, sq = nq / 2, sk = nk / 2, sl = nl / 2;
+    float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
+    round_to(dt, q, nq), round_to(dt, k, nk), round_to(dt, v, nk), round_to(dt, dout, nq);
+    for (int64_t b = 0; b < B; b++) /* dO zero outside rank 0's rows */
+      for (int64_t r = N / 4; r < 3 * N / 4; r++) memset(dout + (b * N + r) * qC, 0, (size_t)qC * 4);
+    float *q0 = fvec(c, sq, 0), *do0 = fvec(c, sq, 0), *k0 = fvec(c, sk, 0), *v0 = fvec(c, sk, 0), *k1 = fvec(c, sk, 0),
+          *v1 = fvec(c, sk, 0);
+    zz_rows(q, q0, B, N, qC, own, 1), zz_rows(dout, do0, B, N, qC, own, 1);
+    zz_rows(k, k0, B, N, kC, own, 1), zz_rows(v, v0, B, N, kC, own, 1);
+    zz_rows(k, k1, B, N, kC, other, 1), zz_rows(v, v1, B, N, kC, other, 1);
+    int32_t pos0[256], pos1[256];
+    for (int64_t j = 0; j < S; j++) {
+      pos0[j] = (int32_t)(own[j / (N / 4)] * (N / 4) + j % (N / 4));
+      pos1[j] = (int32_t)(other[j / (N / 4)] * (N / 4) + j % (N / 4));
+    }
+    KT tq = kt_new(c, dt, sq), tk0 = kt_new(c, dt, sk), tv0 = kt_new(c, dt, sk), tk1 = kt_new(c, dt, sk),
+       tv1 = kt_new(c, dt, sk), tp0 = kt_new(c, DT_I32, S), tp1 = kt_new(c, DT_I32, S), to = kt_new(c, dt, sq),
+       tl = kt_new(c, DT_F32, sl), to1 = kt_new(c, dt, sq), tl1 = kt_new(c, DT_F32, sl), tdo = kt_new(c, dt, sq),
+       tr = kt_new(c, dt, sq), tdq[2], tdk[2], tdv[2];
+    for (int i = 0; i < 2; i++) tdq[i] = kt_new(c, dt, sq), tdk[i] = kt_new(c, dt, sk), tdv[i] = kt_new(c, dt, sk);
+    kt_put(c, tq, q0), kt_put(c, tk0, k0), kt_put(c, tv0, v0), kt_put(c, tk1, k1), kt_put(c, tv1, v1);
+    kt_put(c, tdo, do0), kt_put_i32(c, tp0, pos0), kt_put_i32(c, tp1, pos1);
+    CuAttnKeys ks[2] = {{S, P(c, tp0), P(c, tp0)}, {S, P(c, tp0), P(c, tp1)}};
+    run(c, cuk_rope_at(c->k, P(c, tr), P(c, tq), P(c, tp0), dt, B, S, H, hd, 10000.0, 0, 0));
+    run(c, cuk_attn_block(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk0), P(c, tv0), dt, B, S, &ks[0], H, KV, hd, causal));
+    run(c, cuk_attn_block(c->k, P(c, to1), P(c, tl1), P(c, tq), P(c, tk1), P(c, tv1), dt, B, S, &ks[1], H, KV, hd, causal));
+    run(c, cuk_attn_combine(c->k, P(c, to), P(c, tl), P(c, to), P(c, tl), P(c, to1), P(c, tl1), dt, B, S, H, hd));
+    for (int i = 0; i < 2; i++)
+      run(c, cuk_attn_block_bwd(c->k, P(c, tdq[i]), P(c, tdk[i]), P(c, tdv[i]), P(c, tq), P(c, i ? tk1 : tk0),
+                                P(c, i ? tv1 : tv0), P(c, to), P(c, tl), P(c, tdo), dt, B, S, &ks[i], H, KV, hd, causal));
+    if (!c->be) continue;
+    const char *tag = arena_printf(c->a, "B %lld N %lld H %lld KV %lld hd %lld%s %s", (long long)B, (long long)N,
+                                   (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt));
+    double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
+    float *ref = fvec(c, nq, 0), *part = fvec(c, sq, 0);
+    rt_rope_ref(B, N, H, hd, 10000.0, 0, 0, q, ref);
+    zz_rows(ref, part, B, N, qC, own, 1);
+    cmp(c, arena_printf(c->a, "rope_at %s", tag), kt_get(c, tr), part, sq, rt, at);
+    float *ro = fvec(c, nq, 0), *rl = fvec(c, nl, 0), *rlp = fvec(c, sl, 0);
+    rt_sdpa_fwd_ref(B, N, N, H, KV, hd, causal, q, k, v, ro, rl);
+    zz_rows(ro, part, B, N, qC, own, 1);
+    float *go = kt_get(c, to), *gl = kt_get(c, tl);
+    cmp(c, arena_printf(c->a, "ring o %s", tag), go, part, sq, rt, at);
+    zz_rows(rl, rlp, B * H, N, 1, own, 1); /* lse [B, H, N]: rows of each (b, h) */
+    cmp(c, arena_printf(c->a, "ring lse %s", tag), gl, rlp, sl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+    /* the backward from the device's o and lse on rank 0's rows (as the trainer runs it) */
+    zz_rows(ro, go, B, N, qC, own, 0), zz_rows(rl, gl, B * H, N, 1, own, 0);
+    float *rdq = fvec(c, nq, 0), *rdk = fvec(c, nk, 0), *rdv = fvec(c, nk, 0), *kp = fvec(c, sk, 0);
+    rt_sdpa_bwd_ref(B, N, N, H, KV, hd, causal, q, k, v, ro, rl, dout, rdq, rdk, rdv);
+    float *dq = kt_get(c, tdq[0]), *dq1 = kt_get(c, tdq[1]);
+    for (int64_t i = 0; i < sq; i++) dq[i] += dq1[i];
+    zz_rows(rdq, part, B, N, qC, own, 1);
+    cmp(c, arena_printf(c->a, "ring dq %s", tag), dq, part, sq, rt, at * 4);
+    for (int i = 0; i < 2; i++) {
+      zz_rows(rdk, kp, B, N, kC, i ? other : own, 1);
+      cmp(c, arena_printf(c->a, "ring dk block %d %s", i, tag), kt_get(c, tdk[i]), kp, sk, rt, at * 4);
+      zz_rows(rdv, kp, B, N, kC, i ? other : own, 1);
+      cmp(c, arena_printf(c->a, "ring dv block %d %s", i, tag), kt_get(c, tdv[i]), kp, sk, rt, at * 4);
+    }
+  }
+}
+
 /* ---- driver ------------------------------------------------------------------------------------------------------ */
 
 static void all_cases(KC *c) {
@@ -750,6 +654,7 @@ static void all_cases(KC *c) {
   cases_ce(c);
   cases_reduce_opt(c);
   cases_attention(c);
+  cases_ring(c);
 }
 
 const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels) {

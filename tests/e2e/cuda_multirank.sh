@@ -32,6 +32,12 @@
 # the last), 2 micro-batches in the 1F1B schedule: the stages' activations and gradients go as
 # asynchronous sends from a device copy and receives the device waits for (NCCL on a GPU), the
 # nodes of the other stage are skipped, what it reads of them zeroed on the device; f32 and bf16.
+# cp2, cp2a2a, cp2bf16: context parallelism (cp=2) of a Llama-shaped model (RoPE at the zigzag
+# chunks' positions, GQA 4 heads / 2 kv heads, 64 tokens): the ring's K/V hops as device exchanges
+# (NCCL's grouped send / recv on a GPU, started before the block they overlap), its attention blocks
+# and their log-sum-exp merge as CUDA kernels; cp2a2a: cp_mode all2all (the all-to-alls packed on the
+# device); cp2bf16: the ring in bf16 (the tolerances of bf16 below); cp2dp2: cp=2 x dp=2 on 4 ranks,
+# the gradients reduced over the dp x cp group (one all-reduce per bucket).
 # accum, accumbf16: dp=2 with 2 micro-steps per step, the last one after the accumulation loop
 # (passes/peel.c: its backward loop adds each layer's gradient to the running sum and all-reduces
 # it; in bf16 the cast to the f32 sum moves into that loop too), in f32 and in bf16.
@@ -69,7 +75,7 @@ if [ "$what" = nogpu ]; then
   echo "no GPU: the job stops with the no-GPU message ($n rank(s) printed it before mpirun ended the job)"
   exit 0
 fi
-tol_loss=1e-6 tol_model=2.5e-7 tol_opt=2.5e-7
+tol_loss=1e-6 tol_model=2.5e-7 tol_opt=2.5e-7 np=2
 case $what in
   dp2) plan=(-D micro_batch=4 -D dp=2 -D tp=1) ;;
   zero1) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1) ;;
@@ -87,16 +93,26 @@ case $what in
   accumbf16) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   pp2) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2) ;;
   pp2bf16) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|nogpu" >&2; exit 2 ;;
+  cp2*) m=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D sp=off
+          -D zero=0 -D recompute=none -D precision=f32)
+    plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=1 -D cp=2)
+    case $what in
+      cp2) ;;
+      cp2a2a) plan+=(-D cp_mode=all2all) ;;
+      cp2bf16) plan+=(-D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+      cp2dp2) plan=(-D batch=2 -D micro_batch=1 -D dp=2 -D tp=1 -D cp=2) np=4 ;;
+      *) echo "unknown case $what" >&2; exit 2 ;;
+    esac ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|cp2|cp2a2a|cp2bf16|cp2dp2|nogpu" >&2; exit 2 ;;
 esac
-"$shardc" build "${m[@]}" "${plan[@]}" --world 2 -o "$t/cpu" 2>/dev/null
-"$shardc" build "${m[@]}" "${plan[@]}" --world 2 --target cuda -o "$t/cuda"
+"$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
+"$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"
 # logical checkpoints (gathered, model and optimizer files apart: their tolerances differ)
-"${mpi[@]}" -np 2 "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" --ckpt-format logical >/dev/null
-SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np 2 "$t/cuda" "${run[@]}" \
+"${mpi[@]}" -np "$np" "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" --ckpt-format logical >/dev/null
+SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np "$np" "$t/cuda" "${run[@]}" \
   --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" --ckpt-format logical >"$t/cuda.out" || { cat "$t/cuda.out"; echo "FAIL: $what: the CUDA trainer"; exit 1; }
 # the CUDA program communicates (a plan the shard pass left replicated would pass vacuously)
-"$shardc" plan "${m[@]}" "${plan[@]}" --world 2 --target cuda --emit-c "$t/src" >/dev/null 2>&1
+"$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --emit-c "$t/src" >/dev/null 2>&1
 ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)
 [ "$ncoll" -gt 0 ] || { echo "FAIL: $what: the CUDA program has no collectives"; exit 1; }
 echo "$what: the CUDA program makes $ncoll collective calls ($(cat "$t"/src/*.c | grep -o "rt_coll_[a-z_]*(ctx" |
@@ -106,6 +122,21 @@ case $what in zero3*) # ZeRO-3: each layer's parameters gathered one layer ahead
   [ "$nn" -gt 0 ] || { echo "FAIL: $what: no layer parameter gathered one layer ahead"; exit 1; }
   echo "$what: $nn layer parameters gathered one layer ahead" ;;
 esac
+case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, and the ring's kernels on the device
+  want=shift_start; [ "$what" = cp2a2a ] && want=all_to_all
+  nc=$(cat "$t"/src/*.c | grep -c "rt_coll_$want(ctx" || true)
+  nb=$(cat "$t"/src/*.c | grep -c "sk::sdpa_fwd<.*(const int \*)p" || true) # attention blocks at positions
+  nm=$(cat "$t"/src/*.c | grep -c "sk::attn_combine<" || true)                # their merges
+  [ "$nc" -gt 0 ] && { [ "$what" = cp2a2a ] || { [ "$nb" -gt 0 ] && [ "$nm" -gt 0 ]; }; } ||
+    { echo "FAIL: $what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels"; exit 1; }
+  if [ "$what" = cp2dp2 ]; then # the gradients over the dp x cp group, in one all-reduce per bucket
+    ng=$(cat "$t"/src/*.c | grep -c "rt_coll_all_reduce[a-z_]*(ctx, RT_AX_GROUP(RT_MESH_DP | RT_MESH_CP)" || true)
+    nx=$(cat "$t"/src/*.c | grep -c "rt_coll_all_reduce[a-z_]*(ctx, RT_AX_\(DP\|CP\)," || true)
+    [ "$ng" -gt 0 ] && [ "$nx" -eq 0 ] || { echo "FAIL: $what: $ng all-reduces over dp x cp, $nx over dp or cp alone"; exit 1; }
+    echo "$what: $ng all-reduces over the dp x cp group, none over dp or cp alone"
+  fi
+  echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels" ;;
+esac
 case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW)
   nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host(ctx" || true); na=$(cat "$t"/src/*.c | grep -c "rt_adamw_f32(" || true)
   [ "$nh" -gt 0 ] && [ "$na" -gt 0 ] || { echo "FAIL: $what: no host AdamW in the CUDA program ($nh copies, $na updates)"; exit 1; }
@@ -113,10 +144,10 @@ case $what in *off*) # offload: the update runs on the host, between copies (not
 esac
 
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-paste <(losses "$t/cpu.jsonl") <(losses "$t/cuda.jsonl") | awk -v name="$what" -v tol="$tol_loss" '
+paste <(losses "$t/cpu.jsonl") <(losses "$t/cuda.jsonl") | awk -v name="$what" -v tol="$tol_loss" -v np="$np" '
   { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > tol) bad++ }
   END { if (n != 2) { printf "FAIL %s: %d steps logged, want 2\n", name, n; exit 1 }
-        printf "%-6s loss: worst |rel| CUDA (emulated, 2 ranks) vs CPU (2 ranks) over 2 steps %.2e (tolerance %g)\n", name, w, tol
+        printf "%-6s loss: worst |rel| CUDA (emulated, %d ranks) vs CPU (%d ranks) over 2 steps %.2e (tolerance %g)\n", name, np, np, w, tol
         if (bad) { printf "FAIL %s: %d step(s) beyond the tolerance\n", name, bad; exit 1 } }'
 for f in model:$tol_model optimizer:$tol_opt; do
   printf "%-6s %-9s " "$what" "${f%%:*}:"

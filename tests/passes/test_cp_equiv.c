@@ -12,7 +12,8 @@
  * of 1e-10, and the replicas of a replicated value must agree too. The partitioned program must
  * pass K and V around the ring (send / recv over cp), each hop issued before the block it overlaps
  * (codegen runs it asynchronously during that block), and a sequence that 2 x cp does not divide
- * is refused.
+ * is refused. Under cp x dp the gradients and the loss are reduced by one all-reduce over the
+ * combined dp x cp group each (Attrs.mesh_with), never over dp and then cp.
  */
 #include <math.h>
 #include <stdio.h>
@@ -64,6 +65,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
  * gathered: weight gradients are partial sums over cp). */
 typedef struct {
   int p2p, blocks, gathers, a2a, sdpa;
+  int ar_dpcp, ar_cp, ar_dp; /* all-reduces over dp x cp (one group), over cp alone, over dp alone */
 } CpCount;
 
 static void count_ring(const Graph *g, CpCount *c) {
@@ -75,6 +77,11 @@ static void count_ring(const Graph *g, CpCount *c) {
     if (n->op == OP_ALL_TO_ALL && n->a.mesh_axis == RT_AX_CP) c->a2a++;
     if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) c->blocks++;
     if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) c->sdpa++;
+    if (n->op == OP_ALL_REDUCE) {
+      if (n->a.mesh_axis == RT_AX_DP && n->a.mesh_with == 1u << RT_AX_CP) c->ar_dpcp++;
+      else if (n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with) c->ar_cp++;
+      else if (n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with) c->ar_dp++;
+    }
   }
 }
 
@@ -183,6 +190,17 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
               "FAIL %s %s: %d sends/recvs over cp, %d attention blocks, %d all-to-alls over cp, %d sdpa, %d all-gathers "
               "over cp\n", label, what, c.p2p, c.blocks, c.a2a, c.sdpa, c.gathers);
       failures++;
+    }
+    /* cp x dp: the gradients (and the loss) reduced over dp and cp in one all-reduce over their combined
+     * group each, none over dp or cp alone; cp alone: over cp */
+    bool group_ok = p.dp > 1 ? c.ar_dpcp > 0 && c.ar_cp == 0 && c.ar_dp == 0 : c.ar_dpcp == 0 && c.ar_cp > 0;
+    if (!group_ok) {
+      fprintf(stderr, "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d\n", label, what,
+              c.ar_dpcp, c.ar_cp, c.ar_dp);
+      failures++;
+    } else if (p.dp > 1) {
+      fprintf(stderr, "  %s %s: %d all-reduces over the dp x cp group, none over dp or cp alone\n", label, what,
+              c.ar_dpcp);
     }
     int hops = 0, late = 0;
     check_overlap(pm->graph, &hops, &late);

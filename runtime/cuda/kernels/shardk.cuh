@@ -437,11 +437,11 @@ __device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const
 
 /* ---- rotary embedding: one thread per (b, s, h, i < hd/2) pair; in place allowed ------------ */
 template <class T, i64 B, i64 S, i64 H, i64 HD, bool INV>
-__device__ void rope(T *y, const T *x, double theta, i64 start) {
+__device__ void rope(T *y, const T *x, double theta, i64 start, const int *pos = nullptr) {
   const i64 half = HD / 2, total = B * S * H * half;
   for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
     i64 i = e % half, h = (e / half) % H, s = (e / (half * H)) % S, b = e / (half * H * S);
-    double ang = (double)(s + start) * pow(theta, -2.0 * (double)i / (double)HD);
+    double ang = (double)((pos ? (i64)pos[s] : s) + start) * pow(theta, -2.0 * (double)i / (double)HD); /* pos: rope_at */
     if (INV) ang = -ang;
     float cs = (float)cos(ang), sn = (float)sin(ang);
     i64 o = (b * S + s) * H * HD + h * HD + i;

@@ -7,6 +7,11 @@
  * Simple CUDA-core fp32 math (no tensor cores yet). Backward without atomics: dK/dV by key
  * blocks (looping over every query head of the group), dQ by query blocks, D = rowsum(dO o O)
  * first. Loops are uniform across each block so the shuffles see full warps.
+ *
+ * Ring attention's blocks (context parallelism, ops.def ATTN_BLOCK / ATTN_BLOCK_BWD) use the same
+ * kernels with TK keys (k/v [B, TK, KV*HD]) and the rows' global positions qpos [S], kpos [TK]
+ * (nullptr: the row indices): causal masks kpos[j] <= qpos[i]; a row that sees no key gets o 0
+ * and lse -inf; the backward takes the whole attention's o and lse (every block combined).
  */
 #ifndef SHARDK_ATTN_CUH
 #define SHARDK_ATTN_CUH
@@ -19,9 +24,16 @@ __device__ __forceinline__ float group_sum(float v) {
   return v;
 }
 
+/* Whether query qi sees key kj (both in range). */
+template <bool CAUSAL>
+__device__ __forceinline__ bool attn_sees(i64 qi, i64 kj, const int *qpos, const int *kpos) {
+  return !CAUSAL || (qpos ? kpos[kj] <= qpos[qi] : kj <= qi);
+}
+
 /* Forward: grid (ceil(S/BQ), H, B), block BQ*TPR. */
-template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BQ, int BK, int TPR>
-__device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v) {
+template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BQ, int BK, int TPR, i64 TK = S>
+__device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v, const int *qpos = nullptr,
+                         const int *kpos = nullptr) {
   constexpr int E = HD / TPR, NT = BQ * TPR;
   __shared__ float ks[BK][HD];
   __shared__ float vs[BK][HD];
@@ -38,13 +50,13 @@ __device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v) {
     ov[e] = 0.0f;
   }
   float m = ninf(), l = 0.0f;
-  const i64 kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
+  const i64 kend = CAUSAL && !qpos ? (q0 + BQ < S ? q0 + BQ : S) : TK;
   for (i64 k0 = 0; k0 < kend; k0 += BK) {
     for (int idx = t; idx < BK * HD; idx += NT) {
       int j = idx / HD, d = idx % HD;
       i64 kj = k0 + j;
-      ks[j][d] = kj < S ? ld(k + ((b * S + kj) * KV + kvh) * HD + d) : 0.0f;
-      vs[j][d] = kj < S ? ld(v + ((b * S + kj) * KV + kvh) * HD + d) : 0.0f;
+      ks[j][d] = kj < TK ? ld(k + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
+      vs[j][d] = kj < TK ? ld(v + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
     }
     __syncthreads();
     float sc[BK], tmax = ninf();
@@ -55,7 +67,7 @@ __device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v) {
       for (int e = 0; e < E; e++) p += qv[e] * ks[j][e * TPR + part];
       p = group_sum<TPR>(p) * scale;
       i64 kj = k0 + j;
-      bool ok = kj < S && (!CAUSAL || kj <= qi);
+      bool ok = live && kj < TK && attn_sees<CAUSAL>(qi, kj, qpos, kpos);
       sc[j] = ok ? p : ninf();
       tmax = fmaxv(tmax, sc[j]);
     }
@@ -77,10 +89,10 @@ __device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v) {
     __syncthreads();
   }
   if (live) {
-    float inv = 1.0f / l;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f; /* l 0: the row sees no key of this block */
 #pragma unroll
     for (int e = 0; e < E; e++) st(o + ((b * S + qi) * H + h) * HD + e * TPR + part, ov[e] * inv);
-    if (part == 0) lse[((i64)b * H + h) * S + qi] = m + logf(l);
+    if (part == 0) lse[((i64)b * H + h) * S + qi] = l > 0.0f ? m + logf(l) : ninf();
   }
 }
 
@@ -103,11 +115,11 @@ __device__ void sdpa_bwd_dot(float *Dd, const T *o, const T *dout) {
   if (live && part == 0) Dd[((i64)b * H + h) * S + qi] = s;
 }
 
-/* Backward, dK and dV: grid (ceil(S/BKV), KV, B), block BKV*TPR; each key row sums over every
+/* Backward, dK and dV: grid (ceil(TK/BKV), KV, B), block BKV*TPR; each key row sums over every
  * query of every head of its group (tiles of BQT queries in shared memory). */
-template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BKV, int BQT, int TPR>
+template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BKV, int BQT, int TPR, i64 TK = S>
 __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, const float *lse, const float *Dd,
-                            const T *dout) {
+                            const T *dout, const int *qpos = nullptr, const int *kpos = nullptr) {
   constexpr int E = HD / TPR, NT = BKV * TPR, G = H / KV;
   __shared__ float qs[BQT][HD];
   __shared__ float dos[BQT][HD];
@@ -118,11 +130,11 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
   i64 b = blockIdx.z;
   int kvh = (int)blockIdx.y;
   i64 k0 = (i64)blockIdx.x * BKV, kj = k0 + t / TPR;
-  bool live = kj < S;
+  bool live = kj < TK;
   float kv[E], vv[E], dka[E], dva[E];
 #pragma unroll
   for (int e = 0; e < E; e++) {
-    i64 off = ((b * S + kj) * KV + kvh) * HD + e * TPR + part;
+    i64 off = ((b * TK + kj) * KV + kvh) * HD + e * TPR + part;
     kv[e] = live ? ld(k + off) : 0.0f;
     vv[e] = live ? ld(v + off) : 0.0f;
     dka[e] = 0.0f;
@@ -130,7 +142,7 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
   }
   for (int g = 0; g < G; g++) {
     int h = kvh * G + g;
-    for (i64 qt = CAUSAL ? (k0 / BQT) * BQT : 0; qt < S; qt += BQT) {
+    for (i64 qt = CAUSAL && !qpos ? (k0 / BQT) * BQT : 0; qt < S; qt += BQT) {
       for (int idx = t; idx < BQT * HD; idx += NT) {
         int i = idx / HD, d = idx % HD;
         i64 qi = qt + i, off = ((b * S + qi) * H + h) * HD + d;
@@ -153,7 +165,7 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
         }
         s = group_sum<TPR>(s) * scale;
         dp = group_sum<TPR>(dp);
-        bool ok = live && qi < S && (!CAUSAL || kj <= qi);
+        bool ok = live && qi < S && attn_sees<CAUSAL>(qi, kj, qpos, kpos);
         float p = ok ? expf(s - ls[i]) : 0.0f, ds = p * (dp - dd[i]);
 #pragma unroll
         for (int e = 0; e < E; e++) {
@@ -167,7 +179,7 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
   if (live) {
 #pragma unroll
     for (int e = 0; e < E; e++) {
-      i64 off = ((b * S + kj) * KV + kvh) * HD + e * TPR + part;
+      i64 off = ((b * TK + kj) * KV + kvh) * HD + e * TPR + part;
       st(dk + off, dka[e] * scale);
       st(dv + off, dva[e]);
     }
@@ -175,9 +187,9 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
 }
 
 /* Backward, dQ: grid (ceil(S/BQ), H, B), block BQ*TPR; K/V tiles of BK keys in shared memory. */
-template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BQ, int BK, int TPR>
+template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BQ, int BK, int TPR, i64 TK = S>
 __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const float *lse, const float *Dd,
-                           const T *dout) {
+                           const T *dout, const int *qpos = nullptr, const int *kpos = nullptr) {
   constexpr int E = HD / TPR, NT = BQ * TPR;
   __shared__ float ks[BK][HD];
   __shared__ float vs[BK][HD];
@@ -196,13 +208,13 @@ __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const floa
     dqa[e] = 0.0f;
   }
   float li = live ? lse[((i64)b * H + h) * S + qi] : 0.0f, di = live ? Dd[((i64)b * H + h) * S + qi] : 0.0f;
-  const i64 kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
+  const i64 kend = CAUSAL && !qpos ? (q0 + BQ < S ? q0 + BQ : S) : TK;
   for (i64 k0 = 0; k0 < kend; k0 += BK) {
     for (int idx = t; idx < BK * HD; idx += NT) {
       int j = idx / HD, d = idx % HD;
       i64 kj = k0 + j;
-      ks[j][d] = kj < S ? ld(k + ((b * S + kj) * KV + kvh) * HD + d) : 0.0f;
-      vs[j][d] = kj < S ? ld(v + ((b * S + kj) * KV + kvh) * HD + d) : 0.0f;
+      ks[j][d] = kj < TK ? ld(k + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
+      vs[j][d] = kj < TK ? ld(v + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
     }
     __syncthreads();
     for (int j = 0; j < BK; j++) {
@@ -215,7 +227,7 @@ __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const floa
       }
       s = group_sum<TPR>(s) * scale;
       dp = group_sum<TPR>(dp);
-      bool ok = live && kj < S && (!CAUSAL || kj <= qi);
+      bool ok = live && kj < TK && attn_sees<CAUSAL>(qi, kj, qpos, kpos);
       float p = ok ? expf(s - li) : 0.0f, ds = p * (dp - di);
 #pragma unroll
       for (int e = 0; e < E; e++) dqa[e] += ds * ks[j][e * TPR + part];
@@ -225,6 +237,25 @@ __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const floa
   if (live) {
 #pragma unroll
     for (int e = 0; e < E; e++) st(dq + ((b * S + qi) * H + h) * HD + e * TPR + part, dqa[e] * scale);
+  }
+}
+
+/* Ring attention's merge (ops.def ATTN_COMBINE): o, lse of two attentions of the same queries over
+ * disjoint keys merged by log-sum-exp; one thread per (b, h, s) row, so o may alias o1 or o2 and
+ * lse lse1 or lse2. Grid-stride over B*H*S rows. */
+template <class T, i64 B, i64 S, int H, int HD>
+__device__ void attn_combine(T *o, float *lse, const T *o1, const float *lse1, const T *o2, const float *lse2) {
+  for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < B * H * S; r += (i64)gridDim.x * blockDim.x) {
+    i64 s = r % S, h = (r / S) % H, b = r / (S * H), at = (b * S + s) * H * HD + h * HD;
+    float a = lse1[r], c = lse2[r], m = fmaxv(a, c);
+    if (m == ninf()) {
+      lse[r] = ninf();
+      for (int d = 0; d < HD; d++) st(o + at + d, 0.0f);
+      continue;
+    }
+    float ea = expf(a - m), ec = expf(c - m), w1 = ea / (ea + ec), w2 = ec / (ea + ec);
+    for (int d = 0; d < HD; d++) st(o + at + d, w1 * ld(o1 + at + d) + w2 * ld(o2 + at + d));
+    lse[r] = m + logf(ea + ec);
   }
 }
 
