@@ -84,6 +84,10 @@ static int writes(const RtProgram *p, const RtTensor *t, int ti, const int coord
   return 1;
 }
 
+int rt_ckpt_shard_writes(const RtProgram *p, int ti, const int coord[RT_AX_COUNT]) {
+  return writes(p, &p->tensors[ti], ti, coord);
+}
+
 static int saved_kind(int kind) { return kind == RT_T_PARAM || kind == RT_T_STATE; }
 
 static void piece_name(char *out, size_t n, const char *name, const Rect *r, int rank) {

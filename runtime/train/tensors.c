@@ -205,7 +205,7 @@ double rt_run_get_result(RtRun *r, const RtTensor *t) {
 /* The parameters and optimizer state at hp's offsets in the writer's snapshot buffer (the rest of
  * it untouched): downloaded straight into it from a device, copied from a CPU program's memory.
  * The background writer writes it while training changes the tensors. */
-static char *snapshot(RtRun *r) {
+static char *snapshot(RtRun *r, const int *coord) {
   const RtProgram *hp = r->hp;
   int64_t end = 0;
   for (int k = 0; k < hp->ntensors; k++) {
@@ -217,6 +217,7 @@ static char *snapshot(RtRun *r) {
   for (int k = 0; k < r->p->ntensors; k++) {
     const RtTensor *t = &r->p->tensors[k], *h = htensor(r, t);
     if (t->kind != RT_T_PARAM && t->kind != RT_T_STATE) continue;
+    if (coord && !rt_ckpt_shard_writes(hp, (int)(h - hp->tensors), coord)) continue; /* another rank writes it */
     if (r->dev)
       get_tensor(r, t, s + h->offset);
     else
@@ -225,10 +226,11 @@ static char *snapshot(RtRun *r) {
   return s;
 }
 
-const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, int64_t *elem) {
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, const int *coord,
+                                          int64_t *elem) {
   for (int k = 0; k < hp->ntensors; k++) {
     const RtTensor *t = &hp->tensors[k];
-    if (!(kinds >> t->kind & 1)) continue;
+    if (!(kinds >> t->kind & 1) || (coord && !rt_ckpt_shard_writes(hp, k, coord))) continue;
     int64_t i = rt_first_nonfinite(mem + t->offset, t->dtype, rt_tensor_numel(t));
     if (i >= 0) {
       *elem = i;
@@ -243,7 +245,7 @@ void rt_run_diverged(RtRun *r, int64_t s, const char *what) {
   int kinds = 1 << RT_T_PARAM | 1 << RT_T_STATE;
   kinds_from_dev(r, kinds);
   int64_t el = 0;
-  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el);
+  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, &el);
   char tensor[400] = "";
   if (t)
     snprintf(tensor, sizeof tensor, "; %s%stensor '%s' holds %s at element %lld", r->multi ? "on this rank " : "",
@@ -277,7 +279,7 @@ void rt_run_save(RtRun *r) {
   if (r->multi && !r->sharded) { /* logical: gathered whole on every rank, written by rank 0 */
     kinds_from_dev(r, kinds);
     /* never a checkpoint with NaN / Inf: every rank checks its blocks, all stop together */
-    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el) != NULL))
+    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, &el) != NULL))
       rt_run_diverged(r, r->st.step, diverged);
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
     rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, kinds);
@@ -287,8 +289,11 @@ void rt_run_save(RtRun *r) {
     }
     rt_run_save_async(r, r->lp, lmem);
   } else {
-    char *snap = snapshot(r); /* this rank's tensors only */
-    int bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, &el) != NULL;
+    /* this rank's tensors only; a synchronous write (SHARDRT_CKPT_SYNC=1) reads them in place */
+    int coord[RT_AX_COUNT], *mine = NULL; /* sharded: only the tensors this rank writes (every one is checked by its writer) */
+    if (r->sharded) rt_ctx_coords(&r->ctx, coord), mine = coord;
+    char *snap = rt_ckpt_sync() && !r->dev ? r->hmem : snapshot(r, mine);
+    int bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, mine, &el) != NULL;
     if (r->multi ? rt_dist_any(&r->ctx, bad) : bad) rt_run_diverged(r, r->st.step, diverged);
     if (!r->multi) {
       rt_run_save_async(r, r->hp, snap);
@@ -306,8 +311,9 @@ void rt_run_save(RtRun *r) {
   }
   char waited[64] = "";
   if (t0 - tw > 0.01) snprintf(waited, sizeof waited, " (after %.2f s waiting for the previous one)", t0 - tw);
-  printf("checkpoint: %s/step_%08lld: snapshot in %.2f s%s, writing in the background%s\n", r->o.save_to,
-         (long long)r->st.step, rt_now() - t0, waited, r->sharded ? " (sharded: every rank its blocks)" : "");
+  printf("checkpoint: %s/step_%08lld: %s in %.2f s%s%s%s\n", r->o.save_to, (long long)r->st.step,
+         rt_ckpt_sync() ? "snapshot and write" : "snapshot", rt_now() - t0, waited,
+         rt_ckpt_sync() ? "" : ", writing in the background", r->sharded ? " (sharded: every rank its blocks)" : "");
   fflush(stdout);
 }
 

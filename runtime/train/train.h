@@ -242,6 +242,8 @@ typedef struct {
 char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank, int pid0);
 /* Writes this rank's file; rank 0 then waits for every rank's, writes index.json and commits. */
 void rt_ckpt_shard_write(const RtShardSave *j);
+/* Whether the rank at coord writes tensor ti of p into a sharded checkpoint (one replica of each block). */
+int rt_ckpt_shard_writes(const RtProgram *p, int ti, const int coord[RT_AX_COUNT]);
 int rt_ckpt_is_sharded(const char *path); /* path (a directory) holds, or is, a sharded checkpoint */
 /* Loads this rank's blocks (program p, rank at coord; parameters, and with full=1 the optimizer
  * state and the trainer state st) from a sharded or logical checkpoint directory, or a
