@@ -8,7 +8,8 @@
 #   none   --save-to '': no checkpoint
 #   sync   SHARDRT_CKPT_SYNC=1: each checkpoint written on the training thread, straight from the
 #          training memory (no snapshot): training stops for the whole write
-#   async  the default: a snapshot of the tensors this rank writes, then the writer thread
+#   async  the default: a snapshot of the tensors this rank writes (into a buffer mapped before the
+#          first step), then the writer thread
 # Columns: the stall per in-loop checkpoint as rank 0 measures it around the save (async: the
 # snapshot, plus any wait for the previous write; sync: the whole write), the timed loop's seconds
 # ("done: N step(s) in T s"), and the loop's excess over the round's no-checkpoint run per
@@ -29,7 +30,7 @@ ncks=$(( (steps - 1) / every )) # in-loop checkpoints (the last step's is outsid
 [ "$ncks" -ge 1 ] || { echo "STEPS $steps and EVERY $every leave no checkpoint inside the loop"; exit 1; }
 run=(--data "$t/tok.bin" --val "$t/tok.bin" --val-batches 1 --eval-every 0 --steps "$steps" --threads 1)
 echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg); gpt2-124m dp=2 on 2 CPU ranks, micro-batch 1 x 64, $steps steps, --ckpt-every $every ($ncks checkpoint(s) in the loop)"
-printf '%-6s %-5s %22s %9s %16s\n' mode round "stall_s_per_ckpt" loop_s "excess_s_per_ckpt"
+printf '%-6s %-5s %22s %16s %9s %16s\n' mode round "stall_s_per_ckpt" each_s loop_s "excess_s_per_ckpt"
 # stall OUT: rank 0's stall per in-loop checkpoint (mean over them)
 stall() {
   grep -E "step_0*([0-9]+): snapshot" "$1" | awk -v steps="$steps" '
@@ -38,6 +39,14 @@ stall() {
       w = 0; if (match($0, /after [0-9.]+ s waiting/)) w = substr($0, RSTART + 6, RLENGTH - 16)
       tot += v + w; n++ }
     END { if (n) printf "%.3f", tot / n; else printf "-" }'
+}
+# each OUT: the same, checkpoint by checkpoint
+each() {
+  grep -E "step_0*([0-9]+): snapshot" "$1" | awk -v steps="$steps" '
+    { match($0, /step_0*[0-9]+/); s = substr($0, RSTART + 5, RLENGTH - 5) + 0; if (s >= steps) next
+      match($0, / in [0-9.]+ s/); v = substr($0, RSTART + 4, RLENGTH - 6)
+      w = 0; if (match($0, /after [0-9.]+ s waiting/)) w = substr($0, RSTART + 6, RLENGTH - 16)
+      printf "%s%.2f", (n++ ? "/" : ""), v + w }'
 }
 loop_s() { grep -o 'done: [0-9]* step(s) in [0-9.]* s' "$1" | awk '{ print $5 }'; }
 for r in $(seq 1 "$rounds"); do
@@ -52,12 +61,14 @@ for r in $(seq 1 "$rounds"); do
     [ "$mode" = none ] && base=$l
     st=-
     ex=-
+    ea=-
     if [ "$mode" != none ]; then
       st=$(stall "$t/$mode.out")
+      ea=$(each "$t/$mode.out")
       ex=$(awk -v a="$l" -v b="$base" -v n="$ncks" 'BEGIN { printf "%.3f", (a - b) / n }')
       echo "$mode $st $ex" >>"$t/rows"
     fi
-    printf '%-6s %-5s %22s %9s %16s\n' "$mode" "$r" "$st" "$l" "$ex"
+    printf '%-6s %-5s %22s %16s %9s %16s\n' "$mode" "$r" "$st" "$ea" "$l" "$ex"
   done
 done
 awk '{ if (!($1 in s) || $2 < s[$1]) s[$1] = $2; if (!($1 in e) || $3 < e[$1]) e[$1] = $3 }

@@ -150,6 +150,9 @@ void rt_run_save(RtRun *r);
 /* Writes this rank's part of a sharded checkpoint (j and its snapshot owned by the writer) on the
  * writer thread, after waiting for the previous one. */
 void rt_run_save_async_shard(RtRun *r, RtShardSave *j);
+/* Maps the writer's snapshot buffer before the first step (with --save-to), so that the first
+ * checkpoint's snapshot costs a step no more than the later ones. */
+void rt_run_snapshot_prepare(RtRun *r);
 int rt_ckpt_sync(void); /* SHARDRT_CKPT_SYNC=1: checkpoints written on the training thread (a benchmark's baseline) */
 /* Writes the snapshot (tensors at p's offsets: the writer's own buffer, or a buffer it frees when
  * written) as the checkpoint of r->st under --save-to on a writer thread, after waiting for the

@@ -202,10 +202,8 @@ double rt_run_get_result(RtRun *r, const RtTensor *t) {
   return get_scalar(r->hmem, htensor(r, t));
 }
 
-/* The parameters and optimizer state at hp's offsets in the writer's snapshot buffer (the rest of
- * it untouched): downloaded straight into it from a device, copied from a CPU program's memory.
- * The background writer writes it while training changes the tensors. */
-static char *snapshot(RtRun *r, const int *coord) {
+/* The writer's snapshot buffer, large enough for the parameters and optimizer state at hp's offsets. */
+static char *snapshot_buffer(RtRun *r) {
   const RtProgram *hp = r->hp;
   int64_t end = 0;
   for (int k = 0; k < hp->ntensors; k++) {
@@ -213,17 +211,57 @@ static char *snapshot(RtRun *r, const int *coord) {
     if ((t->kind == RT_T_PARAM || t->kind == RT_T_STATE) && t->offset + rt_tensor_bytes(t) > end)
       end = t->offset + rt_tensor_bytes(t);
   }
-  char *s = rt_run_snapshot_buffer(r, (size_t)end + 64);
+  return rt_run_snapshot_buffer(r, (size_t)end + 64);
+}
+
+/* Copies n bytes of dtype values and checks the copy for NaN / Inf a cache-sized chunk at a time,
+ * while it is still in cache (one pass over memory, not two); 1 when one is found. */
+static int copy_checked(char *dst, const char *src, int64_t n, int dtype) {
+  int64_t es = (int64_t)rt_dtype_size((RtDType)dtype), chunk = (256 << 10) / es * es;
+  int bad = 0;
+  for (int64_t o = 0; o < n; o += chunk) {
+    int64_t k = n - o < chunk ? n - o : chunk;
+    memcpy(dst + o, src + o, (size_t)k);
+    if (!bad && rt_first_nonfinite(dst + o, dtype, k / es) >= 0) bad = 1;
+  }
+  return bad;
+}
+
+/* The parameters and optimizer state (with coord: those this rank writes into a sharded
+ * checkpoint) at hp's offsets in the writer's snapshot buffer (the rest of it untouched):
+ * downloaded straight into it from a device, copied from a CPU program's memory. *bad: whether
+ * one holds NaN / Inf. The background writer writes it while training changes the tensors. */
+static char *snapshot(RtRun *r, const int *coord, int *bad) {
+  const RtProgram *hp = r->hp;
+  char *s = snapshot_buffer(r);
+  *bad = 0;
   for (int k = 0; k < r->p->ntensors; k++) {
     const RtTensor *t = &r->p->tensors[k], *h = htensor(r, t);
     if (t->kind != RT_T_PARAM && t->kind != RT_T_STATE) continue;
     if (coord && !rt_ckpt_shard_writes(hp, (int)(h - hp->tensors), coord)) continue; /* another rank writes it */
-    if (r->dev)
+    if (r->dev) {
       get_tensor(r, t, s + h->offset);
-    else
-      memcpy(s + h->offset, r->hmem + h->offset, (size_t)rt_tensor_bytes(t));
+      *bad |= rt_first_nonfinite(s + h->offset, h->dtype, rt_tensor_numel(h)) >= 0;
+    } else {
+      *bad |= copy_checked(s + h->offset, r->hmem + h->offset, rt_tensor_bytes(t), t->dtype);
+    }
   }
   return s;
+}
+
+void rt_run_snapshot_prepare(RtRun *r) {
+  if (!r->o.save_to || rt_ckpt_sync() || (r->multi && !r->sharded)) return;
+  double t0 = rt_now();
+  char *s = snapshot_buffer(r);
+  int coord[RT_AX_COUNT];
+  if (r->sharded) rt_ctx_coords(&r->ctx, coord);
+  for (int k = 0; k < r->hp->ntensors; k++) { /* the pages a snapshot fills, mapped now rather than in a step */
+    const RtTensor *h = &r->hp->tensors[k];
+    if ((h->kind == RT_T_PARAM || h->kind == RT_T_STATE) && (!r->sharded || rt_ckpt_shard_writes(r->hp, k, coord)))
+      memset(s + h->offset, 0, (size_t)rt_tensor_bytes(h));
+  }
+  if (r->ctx.rank == 0 && rt_now() - t0 > 0.1)
+    printf("checkpoint: snapshot buffer mapped in %.2f s\n", rt_now() - t0);
 }
 
 const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, const int *coord,
@@ -292,8 +330,12 @@ void rt_run_save(RtRun *r) {
     /* this rank's tensors only; a synchronous write (SHARDRT_CKPT_SYNC=1) reads them in place */
     int coord[RT_AX_COUNT], *mine = NULL; /* sharded: only the tensors this rank writes (every one is checked by its writer) */
     if (r->sharded) rt_ctx_coords(&r->ctx, coord), mine = coord;
-    char *snap = rt_ckpt_sync() && !r->dev ? r->hmem : snapshot(r, mine);
-    int bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, mine, &el) != NULL;
+    int bad;
+    char *snap = rt_ckpt_sync() && !r->dev ? NULL : snapshot(r, mine, &bad);
+    if (!snap) { /* synchronous: written from the training memory itself */
+      snap = r->hmem;
+      bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, mine, &el) != NULL;
+    }
     if (r->multi ? rt_dist_any(&r->ctx, bad) : bad) rt_run_diverged(r, r->st.step, diverged);
     if (!r->multi) {
       rt_run_save_async(r, r->hp, snap);
