@@ -67,6 +67,12 @@ static void make_checkpoint(void) {
   free(j.tmp);
 }
 
+static void remove_files(void) { /* the checkpoint and the input file, at exit */
+  char *rank = rt_xprintf("%s/rank_00000.safetensors", ck_dir);
+  unlink(rank), unlink(index_path), unlink(st_path), rmdir(ck_dir), rmdir(dir);
+  free(rank);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   snprintf(dir, sizeof dir, "/tmp/fuzz-trainer-%d", (int)getpid());
@@ -75,6 +81,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(ck_dir, sizeof ck_dir, "%s/step_00000001", dir);
   snprintf(index_path, sizeof index_path, "%s/" RT_SHARD_INDEX, ck_dir);
   make_checkpoint();
+  atexit(remove_files);
   const char *seeds = getenv("FUZZ_TRAINER_SEEDS");
   if (seeds) { /* the seed corpus: a good file of each kind */
     char p[600];
