@@ -48,6 +48,8 @@ static void usage(FILE *f) {
           "  -D KEY=VALUE          override a plan/recipe field or a model constant (-D tp=4 -D zero=1)\n"
           "  --topology FILE       use this topology instead of the file's own\n"
           "  --world N             ranks to plan for (default: the topology's devices)\n"
+          "  --sbatch FILE         also write a Slurm batch script for the plan (nodes, tasks, GPUs per task,\n"
+          "                        srun under the restart launcher; plan: for the trainer -o names)\n"
           "  --max-errors N        errors shown before the rest are only counted (default 50, 0: all)\n"
           "  -I DIR                add an import directory (default: %s)\n"
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
@@ -304,7 +306,7 @@ static void print_launch_hint(const Module *m, const char *trainer) {
  * (libshardrt): found from the executable's own path, so a moved prefix still works. Otherwise it
  * runs from its build tree: the models and runtime of the source tree it was built from. */
 typedef struct {
-  char models[4096], include[4096], lib[4096];
+  char models[4096], include[4096], lib[4096], launch[4096]; /* launch: the restart launcher (scripts/launch.sh) */
   bool installed;
 } Home;
 
@@ -313,6 +315,7 @@ static void find_home(Home *h) {
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   h->installed = false;
   snprintf(h->models, sizeof h->models, "%s", SHARDC_MODELS_DIR);
+  snprintf(h->launch, sizeof h->launch, "%s/../scripts/launch.sh", SHARDC_MODELS_DIR);
   if (n <= 0) return;
   exe[n] = 0;
   char *slash = strrchr(exe, '/');
@@ -324,6 +327,7 @@ static void find_home(Home *h) {
   snprintf(h->models, sizeof h->models, "%s/../share/shardc/models", exe);
   snprintf(h->include, sizeof h->include, "%s/../include/shardc", exe);
   snprintf(h->lib, sizeof h->lib, "%s/../lib/shardc", exe);
+  snprintf(h->launch, sizeof h->launch, "%s/shardc-launch", exe);
   h->installed = true;
 }
 
@@ -341,7 +345,7 @@ static long parse_count(const char *s, const char *flag, long lo, long hi) {
 }
 
 static int compile(int argc, char **argv, Diag *diag) {
-  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL;
+  const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL, *sbatch = NULL;
   const char *compare = NULL; /* --compare SPEC */
   double storage_Bps = 0;     /* --storage GB/s (0: no storage report; --compare's default 10 GB/s) */
   SvgPaths psvg = {0};
@@ -405,6 +409,8 @@ static int compile(int argc, char **argv, Diag *diag) {
       char *end;
       storage_Bps = strtod(argv[++i], &end) * 1e9;
       if (*end || !(storage_Bps > 0)) error_plain("--storage needs a positive bandwidth in GB/s, got '%s'", argv[i]);
+    } else if (strcmp(a, "--sbatch") == 0 && i + 1 < argc) {
+      sbatch = argv[++i];
     } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
       svg = argv[++i];
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
@@ -499,15 +505,17 @@ static int compile(int argc, char **argv, Diag *diag) {
     error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
     return 1;
   }
-  if (search && !pick && (storage_Bps > 0 || psvg.mesh || psvg.memory)) {
-    error_plain("--storage, --mesh-svg and --memory-svg report one plan: add --pick (the fastest) or leave out --search");
+  if (search && !pick && (storage_Bps > 0 || psvg.mesh || psvg.memory || sbatch)) {
+    error_plain("--storage, --mesh-svg, --memory-svg and --sbatch concern one plan: add --pick (the fastest) or leave out "
+                "--search");
     return 1;
   }
   if (compare) { /* the file's own plan is not printed: the variants are */
-    if (search || psvg.mesh || build || out || cg.emit_dir) {
+    if (search || psvg.mesh || build || out || cg.emit_dir || sbatch) {
       error_plain(search     ? "--compare and --search: one at a time"
                   : psvg.mesh ? "--mesh-svg draws one plan's mesh: leave out --compare"
-                              : "--compare prints a comparison and builds nothing: use `shardc plan`, without -o or --emit-c");
+                              : "--compare prints a comparison and builds nothing: use `shardc plan`, without -o, "
+                                "--emit-c or --sbatch");
       return 1;
     }
     Replan rc = {&arena, input, &fo, target};
@@ -622,6 +630,12 @@ static int compile(int argc, char **argv, Diag *diag) {
     if (!out) snprintf(def, sizeof def, "train_%s", m->name);
     if (!cg_build(m, out ? out : def, &cg)) return 1;
     print_launch_hint(m, out ? out : def);
+  }
+  if (sbatch) { /* the Slurm batch script for the trainer -o names (codegen/sbatch.c) */
+    char def[512];
+    snprintf(def, sizeof def, "train_%s", m->name);
+    if (!cg_write_sbatch(m, sbatch, out ? out : def, home.launch)) return 1;
+    fprintf(stderr, "shardc: wrote %s: sbatch %s [TRAINER FLAGS...]\n", sbatch, sbatch);
   }
   arena_free(&arena);
   return 0;

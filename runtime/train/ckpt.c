@@ -80,6 +80,34 @@ static StEntry *st_entries(const RtProgram *p, int kind, int *count) {
   return e;
 }
 
+/* ---- a test hook: a checkpoint write stopped at a chosen point ---- */
+
+int rt_ckpt_stall_armed(const char *point, int64_t step, int rank) {
+  const char *env = getenv("SHARDRT_CKPT_STALL");
+  if (!env || !*env) return 0;
+  const char *c1 = strchr(env, ':');
+  const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+  if (!c2) rt_user_error("SHARDRT_CKPT_STALL='%s': want POINT:STEP:RANK", env);
+  if ((size_t)(c1 - env) != strlen(point) || strncmp(env, point, (size_t)(c1 - env)) != 0) return 0;
+  return strtoll(c1 + 1, NULL, 10) == (long long)step && atoi(c2 + 1) == rank;
+}
+
+void rt_ckpt_stall(const char *point, int64_t step, int rank) {
+  if (!rt_ckpt_stall_armed(point, step, rank)) return;
+  const char *mark = getenv("SHARDRT_CKPT_STALL_MARK");
+  if (!mark || !*mark) rt_user_error("SHARDRT_CKPT_STALL needs SHARDRT_CKPT_STALL_MARK (the file it creates)");
+  int fd = open(mark, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0 && errno == EEXIST) return; /* stalled once already: a restarted run writes on */
+  if (fd < 0) rt_user_error("SHARDRT_CKPT_STALL_MARK: cannot create '%s': %s", mark, strerror(errno));
+  char line[64];
+  int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+  if (write(fd, line, (size_t)n) != n || fsync(fd) != 0 || close(fd) != 0)
+    rt_user_error("SHARDRT_CKPT_STALL_MARK: cannot write '%s'", mark);
+  for (int i = 0; i < 600; i++) /* the test kills the job now; 60 s without it is its failure */
+    usleep(100 * 1000);
+  rt_fatal(1, "checkpoint: stalled at '%s' (SHARDRT_CKPT_STALL) for 60 s and nobody killed the job", point);
+}
+
 void rt_fsync_path(const char *path, int dir) {
   int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0) rt_user_error("checkpoint: cannot open '%s': %s", path, strerror(errno));
@@ -325,15 +353,21 @@ void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep) {
   }
   if (rename(tmp, final) != 0) rt_user_error("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
   rt_fsync_path(dir, 1);
+  rt_ckpt_stall("commit", step, 0);
   if (old) remove_tree(old);
 
   if (keep > 0) {
     int count;
     CkptDir *v = list_ckpts(dir, &count, 1);
-    for (int i = 0; i + keep < count; i++) {
+    for (int i = 0; i + keep < count; i++) { /* renamed out of sight first: a crash mid-removal leaves no torn step_N */
       char *path = rt_xprintf("%s/%s", dir, v[i].name);
-      remove_tree(path);
+      char *gone = rt_xprintf("%s/.tmp-%s-gone-%d", dir, v[i].name, (int)getpid());
+      if (rename(path, gone) != 0) rt_user_error("checkpoint: cannot move '%s' aside: %s", path, strerror(errno));
+      rt_fsync_path(dir, 1);
+      rt_ckpt_stall("keep", step, 0);
+      remove_tree(gone);
       free(path);
+      free(gone);
     }
     free_ckpts(v, count);
     rt_fsync_path(dir, 1);

@@ -4,7 +4,8 @@
  * downloads them first; a multi-rank run gathers the logical tensors, which are already a copy),
  * then one writer thread writes it through rt_ckpt_save (temporary directory, fsync, atomic
  * rename: a crash mid-write leaves the last complete checkpoint) while training goes on. One save
- * at a time: the next save, and the end of the run, wait for the writer first. A sharded
+ * at a time: the next save, and the end of the run, wait for the writer first. SHARDRT_CKPT_SYNC=1
+ * writes on the training thread instead (bench/ckpt_async.sh measures what the thread saves). A sharded
  * checkpoint (ckpt_shard.c) is written the same way on every rank, each its own file; rank 0's
  * writer commits it once every rank's file is there.
  */
@@ -19,7 +20,8 @@ struct RtCkptWriter {
   pthread_t thread;
   int running;
   const RtProgram *p; /* the layout of mem (not owned) */
-  char *mem;          /* the snapshot being written: buf, or a buffer owned until written */
+  char *mem;          /* the snapshot being written: buf, a buffer owned until written, or (synchronous) the run's memory */
+  int owned;          /* mem is freed once written */
   char *buf;          /* the reusable snapshot buffer (its pages stay mapped from save to save) */
   size_t cap;         /* its bytes */
   char *dir;
@@ -45,7 +47,7 @@ static void finish(RtCkptWriter *w, const char *how) {
     printf("checkpoint: %s/step_%08lld written (%.2f s%s)\n", w->dir, (long long)w->st.step, w->seconds, how);
     fflush(stdout);
   }
-  if (w->mem != w->buf) free(w->mem);
+  if (w->owned) free(w->mem);
   if (w->shard) free(w->shard->dir), free(w->shard->tmp), free(w->shard);
   free(w->dir);
   w->mem = NULL, w->dir = NULL, w->shard = NULL;
@@ -80,16 +82,22 @@ static void start(RtRun *r, const RtProgram *p, char *snapshot, RtShardSave *sha
   RtCkptWriter *w = r->writer;
   w->p = p;
   w->mem = snapshot;
+  w->owned = snapshot != w->buf && snapshot != r->hmem;
   w->dir = rt_xprintf("%s", r->o.save_to);
   w->st = r->st;
   w->keep = (int)r->o.keep;
   w->shard = shard;
-  if (pthread_create(&w->thread, NULL, write_snapshot, w) == 0) {
+  if (!rt_ckpt_sync() && pthread_create(&w->thread, NULL, write_snapshot, w) == 0) {
     w->running = 1;
     return;
   }
-  write_snapshot(w); /* no thread to be had: write it now */
-  finish(w, "");
+  write_snapshot(w); /* synchronous (SHARDRT_CKPT_SYNC=1), or no thread to be had: write it now */
+  finish(w, " synchronously");
+}
+
+int rt_ckpt_sync(void) {
+  const char *e = getenv("SHARDRT_CKPT_SYNC");
+  return e && !strcmp(e, "1");
 }
 
 void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) { start(r, p, snapshot, NULL); }

@@ -84,6 +84,10 @@ static int writes(const RtProgram *p, const RtTensor *t, int ti, const int coord
   return 1;
 }
 
+int rt_ckpt_shard_writes(const RtProgram *p, int ti, const int coord[RT_AX_COUNT]) {
+  return writes(p, &p->tensors[ti], ti, coord);
+}
+
 static int saved_kind(int kind) { return kind == RT_T_PARAM || kind == RT_T_STATE; }
 
 static void piece_name(char *out, size_t n, const char *name, const Rect *r, int rank) {
@@ -147,13 +151,15 @@ static void pack_row(void *ctx, int64_t s, int64_t d, int64_t n) {
 
 /* A piece that is not contiguous in its block: copied out of the snapshot when it is written. */
 typedef struct {
-  const RtTensor *t; /* its tensor (local dims) */
-  const char *base;  /* the block in the snapshot */
+  const RtTensor *t;        /* its tensor (local dims) */
+  const char *base;         /* the block in the snapshot */
   Rect rect;
+  const RtShardSave *stall; /* the test hook's "piece" point: stop before packing this one */
 } PieceJob;
 
 static void pack_piece(const void *ctx, void *dst) {
   const PieceJob *j = ctx;
+  if (j->stall) rt_ckpt_stall("piece", j->stall->st.step, j->stall->rank);
   int64_t off = 0;
   for (int d = 0; d < j->t->rank; d++)
     off = off * j->t->dims[d] + j->rect.lstart[d];
@@ -205,10 +211,16 @@ static void write_rank_file(const RtShardSave *j, const char *meta) {
   }
   for (int i = 0; i < n; i++)
     if (!pc[i].data) pc[i].pack = pack_piece, pc[i].pack_ctx = &jobs[i];
+  if (n && rt_ckpt_stall_armed("piece", j->st.step, j->rank)) { /* the test hook stops before the middle piece */
+    jobs[n / 2].stall = j;
+    pc[n / 2].data = NULL, pc[n / 2].pack = pack_piece, pc[n / 2].pack_ctx = &jobs[n / 2];
+  }
   char *file = rank_file(j->rank);
   char *part = rt_xprintf("%s/.%s.part", j->tmp, file), *done = rt_xprintf("%s/%s", j->tmp, file);
   rt_st_write(part, pc, n, meta);
+  rt_ckpt_stall("file", j->st.step, j->rank);
   if (rename(part, done) != 0) rt_user_error("checkpoint: cannot rename '%s': %s", part, strerror(errno));
+  rt_ckpt_stall("renamed", j->st.step, j->rank);
   for (int i = 0; i < n; i++)
     free(names[i]);
   free(pc), free(jobs), free(names), free(rects), free(file), free(part), free(done);
@@ -295,10 +307,12 @@ static void wait_for_ranks(const RtShardSave *j) {
 
 void rt_ckpt_shard_write(const RtShardSave *j) {
   char *meta = rt_ckpt_meta(j->p, &j->st, "sharded");
+  rt_ckpt_stall("start", j->st.step, j->rank);
   write_rank_file(j, meta);
   if (j->rank == 0) {
     wait_for_ranks(j);
     write_index(j, meta);
+    rt_ckpt_stall("index", j->st.step, 0);
     rt_ckpt_commit(j->dir, j->tmp, j->st.step, j->keep);
   }
   free(meta);

@@ -363,6 +363,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     return 1;
   }
   weights_init(r);
+  rt_run_snapshot_prepare(r);
   RtLoop loop = {.first = r->st.step + 1, .saved_at = -1, .last_val = NAN};
   loop.stop = o->stop_at && o->stop_at < o->steps ? o->stop_at : o->steps;
   data_init(r, r->st.step < loop.stop);

@@ -135,7 +135,8 @@ void rt_run_put_input(RtRun *r, const RtTensor *t, double v);
 double rt_run_get_result(RtRun *r, const RtTensor *t);
 /* The first tensor of the kinds (bits 1 << RT_T_*) in hp's layout at mem holding NaN or Inf, and
  * its element (*elem); NULL when every one is finite. */
-const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, int64_t *elem);
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, const int *coord,
+                                          int64_t *elem);
 /* Training diverged at step s (loss or gradient norm non-finite on some rank, or a parameter
  * about to be checkpointed): waits for the checkpoint being written, names the first non-finite
  * tensor of this rank, says where the newest checkpoint is, and ends every rank with status 1
@@ -149,6 +150,10 @@ void rt_run_save(RtRun *r);
 /* Writes this rank's part of a sharded checkpoint (j and its snapshot owned by the writer) on the
  * writer thread, after waiting for the previous one. */
 void rt_run_save_async_shard(RtRun *r, RtShardSave *j);
+/* Maps the writer's snapshot buffer before the first step (with --save-to), so that the first
+ * checkpoint's snapshot costs a step no more than the later ones. */
+void rt_run_snapshot_prepare(RtRun *r);
+int rt_ckpt_sync(void); /* SHARDRT_CKPT_SYNC=1: checkpoints written on the training thread (a benchmark's baseline) */
 /* Writes the snapshot (tensors at p's offsets: the writer's own buffer, or a buffer it frees when
  * written) as the checkpoint of r->st under --save-to on a writer thread, after waiting for the
  * previous one. */

@@ -202,10 +202,8 @@ double rt_run_get_result(RtRun *r, const RtTensor *t) {
   return get_scalar(r->hmem, htensor(r, t));
 }
 
-/* The parameters and optimizer state at hp's offsets in the writer's snapshot buffer (the rest of
- * it untouched): downloaded straight into it from a device, copied from a CPU program's memory.
- * The background writer writes it while training changes the tensors. */
-static char *snapshot(RtRun *r) {
+/* The writer's snapshot buffer, large enough for the parameters and optimizer state at hp's offsets. */
+static char *snapshot_buffer(RtRun *r) {
   const RtProgram *hp = r->hp;
   int64_t end = 0;
   for (int k = 0; k < hp->ntensors; k++) {
@@ -213,22 +211,64 @@ static char *snapshot(RtRun *r) {
     if ((t->kind == RT_T_PARAM || t->kind == RT_T_STATE) && t->offset + rt_tensor_bytes(t) > end)
       end = t->offset + rt_tensor_bytes(t);
   }
-  char *s = rt_run_snapshot_buffer(r, (size_t)end + 64);
+  return rt_run_snapshot_buffer(r, (size_t)end + 64);
+}
+
+/* Copies n bytes of dtype values and checks the copy for NaN / Inf a cache-sized chunk at a time,
+ * while it is still in cache (one pass over memory, not two); 1 when one is found. */
+static int copy_checked(char *dst, const char *src, int64_t n, int dtype) {
+  int64_t es = (int64_t)rt_dtype_size((RtDType)dtype), chunk = (256 << 10) / es * es;
+  int bad = 0;
+  for (int64_t o = 0; o < n; o += chunk) {
+    int64_t k = n - o < chunk ? n - o : chunk;
+    memcpy(dst + o, src + o, (size_t)k);
+    if (!bad && rt_first_nonfinite(dst + o, dtype, k / es) >= 0) bad = 1;
+  }
+  return bad;
+}
+
+/* The parameters and optimizer state (with coord: those this rank writes into a sharded
+ * checkpoint) at hp's offsets in the writer's snapshot buffer (the rest of it untouched):
+ * downloaded straight into it from a device, copied from a CPU program's memory. *bad: whether
+ * one holds NaN / Inf. The background writer writes it while training changes the tensors. */
+static char *snapshot(RtRun *r, const int *coord, int *bad) {
+  const RtProgram *hp = r->hp;
+  char *s = snapshot_buffer(r);
+  *bad = 0;
   for (int k = 0; k < r->p->ntensors; k++) {
     const RtTensor *t = &r->p->tensors[k], *h = htensor(r, t);
     if (t->kind != RT_T_PARAM && t->kind != RT_T_STATE) continue;
-    if (r->dev)
+    if (coord && !rt_ckpt_shard_writes(hp, (int)(h - hp->tensors), coord)) continue; /* another rank writes it */
+    if (r->dev) {
       get_tensor(r, t, s + h->offset);
-    else
-      memcpy(s + h->offset, r->hmem + h->offset, (size_t)rt_tensor_bytes(t));
+      *bad |= rt_first_nonfinite(s + h->offset, h->dtype, rt_tensor_numel(h)) >= 0;
+    } else {
+      *bad |= copy_checked(s + h->offset, r->hmem + h->offset, rt_tensor_bytes(t), t->dtype);
+    }
   }
   return s;
 }
 
-const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, int64_t *elem) {
+void rt_run_snapshot_prepare(RtRun *r) {
+  if (!r->o.save_to || rt_ckpt_sync() || (r->multi && !r->sharded)) return;
+  double t0 = rt_now();
+  char *s = snapshot_buffer(r);
+  int coord[RT_AX_COUNT];
+  if (r->sharded) rt_ctx_coords(&r->ctx, coord);
+  for (int k = 0; k < r->hp->ntensors; k++) { /* the pages a snapshot fills, mapped now rather than in a step */
+    const RtTensor *h = &r->hp->tensors[k];
+    if ((h->kind == RT_T_PARAM || h->kind == RT_T_STATE) && (!r->sharded || rt_ckpt_shard_writes(r->hp, k, coord)))
+      memset(s + h->offset, 0, (size_t)rt_tensor_bytes(h));
+  }
+  if (r->ctx.rank == 0 && rt_now() - t0 > 0.1)
+    printf("checkpoint: snapshot buffer mapped in %.2f s\n", rt_now() - t0);
+}
+
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, const int *coord,
+                                          int64_t *elem) {
   for (int k = 0; k < hp->ntensors; k++) {
     const RtTensor *t = &hp->tensors[k];
-    if (!(kinds >> t->kind & 1)) continue;
+    if (!(kinds >> t->kind & 1) || (coord && !rt_ckpt_shard_writes(hp, k, coord))) continue;
     int64_t i = rt_first_nonfinite(mem + t->offset, t->dtype, rt_tensor_numel(t));
     if (i >= 0) {
       *elem = i;
@@ -243,7 +283,7 @@ void rt_run_diverged(RtRun *r, int64_t s, const char *what) {
   int kinds = 1 << RT_T_PARAM | 1 << RT_T_STATE;
   kinds_from_dev(r, kinds);
   int64_t el = 0;
-  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el);
+  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, &el);
   char tensor[400] = "";
   if (t)
     snprintf(tensor, sizeof tensor, "; %s%stensor '%s' holds %s at element %lld", r->multi ? "on this rank " : "",
@@ -277,7 +317,7 @@ void rt_run_save(RtRun *r) {
   if (r->multi && !r->sharded) { /* logical: gathered whole on every rank, written by rank 0 */
     kinds_from_dev(r, kinds);
     /* never a checkpoint with NaN / Inf: every rank checks its blocks, all stop together */
-    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, &el) != NULL))
+    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, &el) != NULL))
       rt_run_diverged(r, r->st.step, diverged);
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
     rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, kinds);
@@ -287,8 +327,15 @@ void rt_run_save(RtRun *r) {
     }
     rt_run_save_async(r, r->lp, lmem);
   } else {
-    char *snap = snapshot(r); /* this rank's tensors only */
-    int bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, &el) != NULL;
+    /* this rank's tensors only; a synchronous write (SHARDRT_CKPT_SYNC=1) reads them in place */
+    int coord[RT_AX_COUNT], *mine = NULL; /* sharded: only the tensors this rank writes (every one is checked by its writer) */
+    if (r->sharded) rt_ctx_coords(&r->ctx, coord), mine = coord;
+    int bad;
+    char *snap = rt_ckpt_sync() && !r->dev ? NULL : snapshot(r, mine, &bad);
+    if (!snap) { /* synchronous: written from the training memory itself */
+      snap = r->hmem;
+      bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, mine, &el) != NULL;
+    }
     if (r->multi ? rt_dist_any(&r->ctx, bad) : bad) rt_run_diverged(r, r->st.step, diverged);
     if (!r->multi) {
       rt_run_save_async(r, r->hp, snap);
@@ -306,8 +353,9 @@ void rt_run_save(RtRun *r) {
   }
   char waited[64] = "";
   if (t0 - tw > 0.01) snprintf(waited, sizeof waited, " (after %.2f s waiting for the previous one)", t0 - tw);
-  printf("checkpoint: %s/step_%08lld: snapshot in %.2f s%s, writing in the background%s\n", r->o.save_to,
-         (long long)r->st.step, rt_now() - t0, waited, r->sharded ? " (sharded: every rank its blocks)" : "");
+  printf("checkpoint: %s/step_%08lld: %s in %.2f s%s%s%s\n", r->o.save_to, (long long)r->st.step,
+         rt_ckpt_sync() ? "snapshot and write" : "snapshot", rt_now() - t0, waited,
+         rt_ckpt_sync() ? "" : ", writing in the background", r->sharded ? " (sharded: every rank its blocks)" : "");
   fflush(stdout);
 }
 

@@ -193,6 +193,14 @@ char *rt_ckpt_prepare(const char *dir, int64_t step, const char *tag);
 /* Makes the temp directory tmp DIR/step_N atomically (fsync, rename over a previous one, fsync
  * DIR), then removes all but the newest `keep` checkpoints (0: all). */
 void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep);
+/* A test hook (tests/e2e/ckpt_kill.sh): SHARDRT_CKPT_STALL=POINT:STEP:RANK stops rank RANK's
+ * checkpoint writer of step STEP at POINT, after creating the file SHARDRT_CKPT_STALL_MARK (once:
+ * an existing mark disarms it), so that a test can kill -9 the job there. Points in write order:
+ * start, piece (half of the rank's file written), file (written, not yet renamed), renamed, index
+ * (rank 0: every file there and index.json written), commit (rank 0: step_N renamed into place),
+ * keep (rank 0: an old checkpoint moved aside by --keep, not yet removed). */
+void rt_ckpt_stall(const char *point, int64_t step, int rank);
+int rt_ckpt_stall_armed(const char *point, int64_t step, int rank);
 void rt_fsync_path(const char *path, int dir); /* fsync a file (dir 0) or directory (1); user error if it fails */
 /* --save-to at the start of a run: makes dir (and its parents) and checks that a file can be
  * created in it; a user error naming it otherwise, before any training. */
@@ -234,6 +242,8 @@ typedef struct {
 char *rt_ckpt_shard_tmp(const char *dir, int64_t step, int rank, int pid0);
 /* Writes this rank's file; rank 0 then waits for every rank's, writes index.json and commits. */
 void rt_ckpt_shard_write(const RtShardSave *j);
+/* Whether the rank at coord writes tensor ti of p into a sharded checkpoint (one replica of each block). */
+int rt_ckpt_shard_writes(const RtProgram *p, int ti, const int coord[RT_AX_COUNT]);
 int rt_ckpt_is_sharded(const char *path); /* path (a directory) holds, or is, a sharded checkpoint */
 /* Loads this rank's blocks (program p, rank at coord; parameters, and with full=1 the optimizer
  * state and the trainer state st) from a sharded or logical checkpoint directory, or a

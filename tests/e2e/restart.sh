@@ -4,9 +4,10 @@
 #     logged; the launcher restarts the job with --resume auto, which finishes with every step's
 #     loss (the last one logged for each step) and the step-20 checkpoint bit-identical to an
 #     undisturbed run's;
-#   - elastic: the same kill, with --elastic 1:ONE (the 1-rank trainer of the same global batch):
-#     the restart continues on one rank, every loss within 1e-5 of the undisturbed run's
-#     (tests/codegen/layouts.sh justifies the tolerance);
+#   - elastic: the same kill, with --elastic 1:ONE (the 1-rank trainer of the same global batch 8,
+#     through 2 accumulation micro-steps of 4): the restart continues on one rank, every loss within
+#     1e-5 of the undisturbed run's (tests/codegen/layouts.sh justifies the tolerance); with
+#     --elastic 1:HALF (global batch 4) the restart is refused (status 1: not restarted again);
 #   - a trainer that stops on its own error (status 1) is not restarted.
 set -euo pipefail
 shardc=$(realpath "$1")
@@ -15,12 +16,16 @@ cd "$(dirname "$0")/../.."
 source tests/codegen/lib.sh
 m=(models/tiny.model -D seq=32)
 "$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 --world 2 -o "$t/dp2" >/dev/null
-"$shardc" build "${m[@]}" -D micro_batch=8 --world 1 -o "$t/one" >/dev/null
+# the elastic restart's trainer: 1 rank keeps the global batch of 8 through 2 accumulation micro-steps of 4
+"$shardc" build "${m[@]}" -D micro_batch=4 -D batch=8 --world 1 -o "$t/one" >/dev/null
+"$shardc" plan "${m[@]}" -D micro_batch=4 -D batch=8 --world 1 | grep -q "repeat accum x2" || { echo "FAIL: the 1-rank plan does not accumulate"; exit 1; }
+# and one of another global batch (4), which a restart must refuse rather than train on
+"$shardc" build "${m[@]}" -D micro_batch=4 -D batch=4 --world 1 -o "$t/half" >/dev/null
 ck=(--ckpt-every 4 --threads 1)
 "${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/A" --log "$t/a.jsonl" >/dev/null
 # last_losses LOG: step -> its last logged loss, one line per step in step order
 last_losses() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]' '{ v[$2] = $6 } END { for (s = 1; s <= 20; s++) print v[s] }'; }
-# killed NAME EXTRA...: the launcher's run NAME, rank 1 killed after step 10; its exit status
+# killed NAME EXTRA...: the launcher's run NAME, rank 1 killed after step 10; it must exit $EXPECT_RC (default 0)
 killed() {
   local name=$1
   shift
@@ -39,7 +44,7 @@ killed() {
   local rc=0
   wait $job || rc=$?
   grep -q "launch.sh: attempt 1 failed with status" "$t/$name.out" || { cat "$t/$name.out"; echo "FAIL: $name: no restart"; exit 1; }
-  [ $rc = 0 ] || { cat "$t/$name.out"; echo "FAIL: $name: the launcher exited $rc"; exit 1; }
+  [ $rc = "${EXPECT_RC:-0}" ] || { cat "$t/$name.out"; echo "FAIL: $name: the launcher exited $rc"; exit 1; }
   grep -q -- "--resume auto: resuming from $t/$name/step_" "$t/$name.out" || { cat "$t/$name.out"; echo "FAIL: $name: the restart did not resume"; exit 1; }
 }
 killed B
@@ -51,6 +56,12 @@ paste <(last_losses "$t/a.jsonl") <(last_losses "$t/E.jsonl") | awk '
   { n++; d = $2 - $1; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5 || $2 == "") bad++ }
   END { printf "elastic restart on 1 rank after kill -9: worst |rel| loss difference %.2e over %d steps\n", w, n; exit (bad || n != 20) }' ||
   { echo "FAIL: elastic restart"; exit 1; }
+grep -q "^model tiny .*batch 8 x 32 tokens" "$t/E.out" || { cat "$t/E.out"; echo "FAIL: the elastic restart's global batch"; exit 1; }
+rc=0
+EXPECT_RC=1 killed H --elastic "1:$t/half"
+grep -q "was written with batch 8 x 32 tokens, this run has 4 x 32" "$t/H.out" && grep -q "not restarting" "$t/H.out" ||
+  { cat "$t/H.out"; echo "FAIL: an elastic restart with another global batch was not refused"; exit 1; }
+echo "elastic restart with another global batch (4 instead of 8): refused, not restarted"
 rc=0
 bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" -- "$t/dp2" --data "$t/missing.txt" --save-to "$t/C" >"$t/C.out" 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "not restarting" "$t/C.out" || { cat "$t/C.out"; echo "FAIL: a user error was restarted (status $rc)"; exit 1; }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Slurm, on a fake one (tests/e2e/fake-slurm: sbatch runs the batch script here, srun starts its
+# tasks with Slurm's variables only; label mpi):
+#   - shardc build ... --sbatch: the script asks for the plan's allocation (1 node x 2 tasks for
+#     dp=2 on the CPU topology; plan --sbatch for p4d-x4 with the CUDA target: 4 nodes x 8 tasks,
+#     a GPU per task);
+#   - that script under the fake sbatch trains through srun (the runtime bootstraps from
+#     SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID: "via srun"), and after a kill -9 of a rank at
+#     step 6 its launcher restarts the step with --resume auto: every step's loss and the step-12
+#     checkpoint bit-identical to an mpirun run's;
+#   - srun with the wrong task count is refused with the count to use.
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+src=$PWD
+# shellcheck source=tests/codegen/lib.sh
+source tests/codegen/lib.sh
+export PATH="$src/tests/e2e/fake-slurm:$PATH"
+"$shardc" build models/tiny.model -D seq=32 -D micro_batch=4 -D dp=2 -D tp=1 --world 2 -o "$t/dp2" --sbatch "$t/job.sh" 2>"$t/build.err" >/dev/null ||
+  { cat "$t/build.err"; echo "FAIL: build --sbatch"; exit 1; }
+want() { # want FILE LINE...: each line is in FILE
+  local f=$1 l
+  shift
+  for l in "$@"; do grep -qxF -- "$l" "$f" || { cat "$f"; echo "FAIL: '$l' not in $f"; exit 1; }; done
+}
+want "$t/job.sh" "#SBATCH --nodes=1" "#SBATCH --ntasks=2" "#SBATCH --ntasks-per-node=2"
+! grep -q -- "--gpus-per-task" "$t/job.sh" || { echo "FAIL: a GPU asked for a CPU trainer"; exit 1; }
+"$shardc" plan models/tiny.model --topology models/topo/p4d-x4.topo --target cuda --sbatch "$t/job32.sh" >/dev/null 2>&1 ||
+  { echo "FAIL: plan --sbatch"; exit 1; }
+want "$t/job32.sh" "#SBATCH --nodes=4" "#SBATCH --ntasks=32" "#SBATCH --ntasks-per-node=8" "#SBATCH --gpus-per-task=1"
+grep -qF "/train_tiny'}" "$t/job32.sh" || { cat "$t/job32.sh"; echo "FAIL: plan --sbatch: not for train_tiny"; exit 1; }
+echo "sbatch scripts: 1 node x 2 tasks (dp=2, CPU); 4 nodes x 8 tasks, 1 GPU each (p4d-x4, CUDA)"
+
+ck=(--steps 12 --ckpt-every 4 --threads 1)
+"${mpi[@]}" -np 2 "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/A" --log "$t/a.jsonl" >"$t/a.out" 2>&1 || { cat "$t/a.out"; exit 1; }
+cd "$t"
+SHARDC_CKPT=$t/B SHARDC_MAX_RESTARTS=2 sbatch job.sh "${run[@]}" "${ck[@]}" --log "$t/b.jsonl" >"$t/b.out" 2>&1 &
+job=$! i=0
+logged() { local n; n=$(grep -c '"loss"' "$t/b.jsonl" 2>/dev/null || true); echo "${n:-0}"; }
+while [ "$(logged)" -lt 6 ] && [ $i -lt 1200 ] && kill -0 $job 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+pids=$(pgrep -f "^$t/dp2 " || true)
+[ "$(echo "$pids" | wc -w)" = 2 ] || { kill $job; cat "$t/b.out"; echo "FAIL: 2 ranks not found ($pids)"; exit 1; }
+kill -9 "$(echo "$pids" | tail -1)"
+rc=0
+wait $job || rc=$?
+[ $rc = 0 ] || { cat "$t/b.out"; echo "FAIL: the batch script exited $rc"; exit 1; }
+grep -q "via srun" "$t/b.out" || { cat "$t/b.out"; echo "FAIL: the ranks did not bootstrap from srun's variables"; exit 1; }
+grep -q "launch.sh: attempt 1 failed" "$t/b.out" && grep -q -- "--resume auto: resuming from $t/B/step_" "$t/b.out" ||
+  { cat "$t/b.out"; echo "FAIL: no restart from a checkpoint"; exit 1; }
+last() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]' '{ v[$2] = $6 } END { for (s = 1; s <= 12; s++) print v[s] }'; }
+[ "$(last "$t/a.jsonl")" = "$(last "$t/b.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/b.jsonl"); echo "FAIL: losses differ from mpirun's"; exit 1; }
+same_ckpt "$t/A/step_00000012" "$t/B/step_00000012" || { echo "FAIL: the step-12 checkpoint differs from mpirun's"; exit 1; }
+echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and step-12 checkpoint bit-identical to mpirun's"
+rc=0
+srun -n 3 "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/c.out" 2>&1 || rc=$?
+[ $rc != 0 ] && grep -q "launch it with srun -n 2" "$t/c.out" || { cat "$t/c.out"; echo "FAIL: srun -n 3 of a 2-rank trainer (status $rc)"; exit 1; }
+echo "slurm: ok"
