@@ -17,8 +17,9 @@
  *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
  *     summed over pp once per step.
  * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
- * without exactly one layer loop pair, and the plan options pipelining does not combine with yet
- * (cp, zero 3).
+ * without exactly one layer loop pair, and cp, which pipelining does not combine with yet. ZeRO-3
+ * (passes/zero.c, after pipe) stores each stage's layers split over dp and gathers them in every
+ * instruction's loops, as it does for one micro-step.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -112,13 +113,12 @@ static void propagate(St *s, Node *n, Value ***partial, int *np, int *capp, Aren
 bool pass_stage(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
   if (pp <= 1) return true;
-  /* cp's ring sends would run on every stage's ranks inside a stage's layers; ZeRO-3 gathers
-   * parameters the pipelined micro-steps capture (as under accumulation, passes/zero.c) */
-  const char *no = m->plan.cp > 1 ? "cp" : m->plan.zero >= 3 ? "zero 3" : NULL;
+  /* cp's ring sends would run on every stage's ranks inside a stage's layers */
+  const char *no = m->plan.cp > 1 ? "cp" : NULL;
   if (no) {
-    PlanOpt o = m->plan.cp > 1 ? PLAN_OPT_CP : PLAN_OPT_ZERO;
+    PlanOpt o = PLAN_OPT_CP;
     error_at(at_opt(m, o), "pipeline parallelism (pp %d) does not combine with `%s` yet", pp, no);
-    note("pp combines with dp, tp, sp, zero 1 and 2 and recompute today; leave out %s or use pp 1", no);
+    note("pp combines with dp, tp, sp, zero 1, 2 and 3 and recompute today; leave out %s or use pp 1", no);
     return false;
   }
   if (m->plan.schedule == SCHED_1F1B && m->batch.accum < pp) { /* its warm-up needs pp micro-batches in flight */
