@@ -85,11 +85,12 @@ p2=$(par -D zero=2); p3=$(par -D zero=3)
 echo "pp 2 x dp 2: parameters $p2 B under zero 2, $p3 B under zero 3"
 [ -n "$p3" ] && [ "$p3" -lt $((p2 * 6 / 10)) ] || { echo "FAIL: zero 3 does not store the parameters split under pp ($p3 vs $p2)"; fail=1; }
 # GPT-3 175B's pipelined plan (tp 8 + sp, pp 8, zero 1, recompute selective) compiles (the planner
-# searches it; a small batch keeps the unrolled schedule short): on the CPU target it fits, on the
-# CUDA target (bf16) it is planned to the memory check (over an H100's 80 GB at this batch)
+# searches it; a small batch keeps the unrolled schedule short) and fits, on the CUDA target (bf16)
+# an H100's 80 GB too: a stage's bf16 weight casts are made once per step, not held once per
+# micro-batch in flight (8 copies of 5.4 GB planned 65 GB of activations, 115% of the device)
 g3=(plan models/gpt3-175b.model -D pp=8 -D dp=4 -D batch=32)
 expect 0 "# pipeline: 8 stages over the 96 layers of \`repeat blocks\`" "fits (" -- "${g3[@]}"
-expect 1 "# pipeline: 8 stages over the 96 layers of \`repeat blocks\`" "error: the plan does not fit" -- "${g3[@]}" --target cuda
+expect 0 "# pipeline: 8 stages over the 96 layers of \`repeat blocks\`" "h100_80g memory: fits (" -- "${g3[@]}" --target cuda
 # recompute and ZeRO apply under pp: fewer activations, a dp shard of the optimizer state
 act() { "$shardc" plan "${t[@]}" "$@" 2>/dev/null |
   awk '/^#   optimizer state/ { o = $4 } /^#   activations/ { a = $3 } END { print o, a }'; }
