@@ -1,16 +1,61 @@
 #!/usr/bin/env python3
-"""The measured pipeline bubble of a trainer's --trace file (runtime/ops/trace.h): per step (the
-first skipped: warm-up), one rank per stage (the first rank of each pp coordinate); the busy time
-is the sum of its F / B / W spans (a receive's wait is not in them), the makespan from the first
-instruction's start to the last one's end over the stages, and the bubble 1 - busy / (pp x
-makespan), as the plan's prediction defines it (passes/pipe_sched.c). Prints the median over
-steps, and the spread (min, max).
+"""The measured pipeline bubble of a trainer's --trace file (runtime/ops/trace.h) and the bubble
+predicted from the same run's own instruction times: per step (the first skipped: warm-up), one
+rank per stage (the first rank of each pp coordinate).
+
+measured:  the busy time is the sum of the stages' F / B / W spans (a receive's wait is not in
+           them), the makespan from the first instruction's start to the last one's end over the
+           stages, and the bubble 1 - busy / (pp x makespan), as the plan's prediction defines it
+           (passes/pipe_sched.c).
+replayed:  the step's instructions played again in each stage's measured order, each taking its
+           own measured duration, with the prediction's rules (transfers free, a stage runs one
+           instruction at a time): F(i) of virtual stage k starts once F(i) of k - 1 ended, B(i) of
+           k once B(i) of k + 1 ended (the last virtual stage's: its own F(i), earlier in its
+           order); W after its B (its order). The bubble of that timeline is what the plan would
+           predict with the measured F / B / W times in place of its FLOP-proportional ones, so
+           measured / replayed is the schedule model's error alone, apart from the cost model's.
+
+Prints the median of the measured bubbles over the steps, their min and max, the step count, and
+the median of the replayed ones.
 
     pp_bubble.py TRACE.json
 """
 import json
 import statistics
 import sys
+
+
+def replay(ins, pp):
+    """Makespan of the stages' instructions (per stage, in order) replayed with their durations."""
+    nchunks = 1 + max(e["args"]["chunk"] for lst in ins.values() for e in lst)
+    last = nchunks * pp - 1
+    end = {}  # (cat, mb, virtual stage) -> end time
+    free = {s: 0.0 for s in ins}
+    nxt = {s: 0 for s in ins}
+    left = sum(len(v) for v in ins.values())
+    while left:
+        moved = False
+        for s, lst in ins.items():
+            while nxt[s] < len(lst):
+                e = lst[nxt[s]]
+                a = e["args"]
+                k = a["chunk"] * pp + s
+                dep = None
+                if e["cat"] == "F" and k > 0:
+                    dep = ("F", a["mb"], k - 1)
+                elif e["cat"] == "B":
+                    dep = ("B", a["mb"], k + 1) if k < last else ("F", a["mb"], k)
+                if dep is not None and dep not in end:
+                    break
+                t0 = max(free[s], end[dep] if dep is not None else 0.0)
+                free[s] = end[(e["cat"], a["mb"], k)] = t0 + e["dur"]
+                nxt[s] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            sys.exit("pp_bubble.py: the recorded instruction order cannot be replayed (a wait with no end)")
+    return max(free.values())
+
 
 with open(sys.argv[1]) as f:
     ev = json.load(f)["traceEvents"]
@@ -22,11 +67,13 @@ for pid in sorted(names):
 pp = len(stage_rank)
 ins = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("F", "B", "W") and e["pid"] in stage_rank.values()]
 steps = sorted({e["args"]["step"] for e in ins})
-out = []
+out, rep = [], []
 for k in steps[1:] if len(steps) > 1 else steps:
     mine = [e for e in ins if e["args"]["step"] == k]
     lo = min(e["ts"] for e in mine)
     hi = max(e["ts"] + e["dur"] for e in mine)
     busy = sum(e["dur"] for e in mine)
     out.append(1 - busy / (pp * (hi - lo)))
-print(f"{statistics.median(out):.4f} {min(out):.4f} {max(out):.4f} {len(out)}")
+    per = {s: sorted((e for e in mine if e["pid"] == pid), key=lambda e: e["ts"]) for s, pid in stage_rank.items()}
+    rep.append(1 - busy / (pp * replay(per, pp)))
+print(f"{statistics.median(out):.4f} {min(out):.4f} {max(out):.4f} {len(out)} {statistics.median(rep):.4f}")

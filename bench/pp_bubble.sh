@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The pipeline bubble measured on CPU ranks (the trainer's --trace, bench/pp_bubble.py) next to the
 # plan's prediction (`shardc plan`: the schedule played with each instruction's time in proportion
-# to its stage's FLOPs, transfers free): GPipe, 1F1B, interleaved (2 chunks) and zb, at pp 2 and
+# to its stage's FLOPs, transfers free) and to the same prediction made with the run's own measured
+# instruction times (pp_bubble.py's replay: each F / B / W its measured duration): GPipe, 1F1B, interleaved (2 chunks) and zb, at pp 2 and
 # pp 4, for the tiny GPT and a Llama-shaped model (8 layers, untied, RoPE, GQA), 8 micro-batches of
 # one sequence, 1 thread per rank, STEPS steps (the first skipped), the configurations interleaved
-# over ROUNDS rounds; printed: the median over the rounds of each run's median over its steps, the
-# ratio measured / predicted, and the range of the single steps.
+# over ROUNDS rounds; printed: the median over the rounds of each run's median over its steps (measured
+# and replayed), the ratios measured / predicted and measured / replayed, and the range of the single
+# measured steps.
 #   bench/pp_bubble.sh [SHARDC] [STEPS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,13 +43,17 @@ for r in $(seq 1 "$rounds"); do
     python3 bench/pp_bubble.py "$t/$model-$pp-$s.$r.json" >>"$t/$model-$pp-$s.meas"
   done
 done
-printf '%-7s %-3s %-12s %10s %10s %8s %18s\n' model pp schedule predicted measured ratio "per-step min..max"
+printf '%-7s %-3s %-12s %10s %10s %10s %9s %9s %18s\n' model pp schedule predicted replayed measured "m/pred" "m/repl" \
+  "per-step min..max"
 for c in "${configs[@]}"; do
   IFS=: read -r model pp s <<<"$c"
   pred=$(cat "$t/$model-$pp-$s.pred")
-  sort -g "$t/$model-$pp-$s.meas" | awk -v model="$model" -v pp="$pp" -v s="$s" -v pred="$pred" '
+  repl=$(awk '{ print $5 }' "$t/$model-$pp-$s.meas" | sort -g | awk '{ v[n++] = $1 }
+    END { print n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }')
+  sort -g "$t/$model-$pp-$s.meas" | awk -v model="$model" -v pp="$pp" -v s="$s" -v pred="$pred" -v r="$repl" '
     BEGIN { n = 0 }
     { med[n] = $1; if (n == 0 || $2 < lo) lo = $2; if ($3 > hi) hi = $3; n++ }
     END { m = n % 2 ? med[(n - 1) / 2] : (med[n / 2 - 1] + med[n / 2]) / 2
-          printf "%-7s %-3s %-12s %9.1f%% %9.1f%% %8.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * m, 100 * m / pred, 100 * lo, 100 * hi }'
+          printf "%-7s %-3s %-12s %9.1f%% %9.1f%% %9.1f%% %9.2f %9.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * r, 100 * m,
+                 100 * m / pred, m / r, 100 * lo, 100 * hi }'
 done

@@ -439,13 +439,39 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
   }
 }
 
+/* `pp N layers(a, b, ..)`: each stage's layer count, in stage order (passes/stage.c checks the count
+ * against pp and the sum against the layer loop). */
+static void stage_layers(Cur *c, Plan *p) {
+  Word *w = peek(c);
+  c->i++;
+  p->stage_layers_loc = w->loc;
+  p->nstage_layers = 0;
+  if (w->args.n < 1 || w->args.n > PLAN_MAX_STAGE_LAYERS) {
+    error_at(w->loc, "`layers(..)` needs a layer count per stage, between 1 and %d of them", PLAN_MAX_STAGE_LAYERS);
+    return;
+  }
+  for (int a = 0; a < w->args.n; a++) {
+    const Arg *arg = w->args.v[a];
+    double v;
+    if (arg->name || !expr_num(arg->value, &v) || v != floor(v) || v < 1 || v > 1e6) {
+      error_at(arg->name ? arg->loc : arg->value->loc,
+               "`layers(..)`: stage %d needs a whole number of layers, at least 1 (an empty stage holds nothing)", a);
+      return;
+    }
+    p->stage_layers[p->nstage_layers++] = (int)v;
+  }
+}
+
 static void plan_key(Cur *c, Word *k, void *ctx) {
   Plan *p = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
   PlanOpt opt = ir_plan_opt_of_key(key);
   if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = k->loc; /* ir/plan_options.c refuses what no pass implements, here */
   if (strcmp(key, "tp") == 0) get_int32(c, key, 1, 1 << 16, &p->tp);
-  else if (strcmp(key, "pp") == 0) get_int32(c, key, 1, 1 << 16, &p->pp);
+  else if (strcmp(key, "pp") == 0) {
+    if (get_int32(c, key, 1, 1 << 16, &p->pp) && peek(c) && peek(c)->kind == W_CALL && strcmp(peek(c)->s, "layers") == 0)
+      stage_layers(c, p);
+  }
   else if (strcmp(key, "cp") == 0) get_int32(c, key, 1, 1 << 16, &p->cp);
   else if (strcmp(key, "dp") == 0) {
     if (is_ident(peek(c), "auto")) {

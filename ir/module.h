@@ -62,6 +62,8 @@ typedef enum {
   PLAN_OPT_COUNT
 } PlanOpt;
 
+enum { PLAN_MAX_STAGE_LAYERS = 64 };
+
 typedef struct {
   int dp, tp, pp, cp; /* degrees as written; dp 0: auto. Resolved once into Module.mesh (ir/mesh.h) */
   bool sp;            /* sequence parallel in tp regions */
@@ -74,6 +76,10 @@ typedef struct {
   CpMode cp_mode;     /* with cp > 1 (ring: the default) */
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
+  /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
+   * them); nstage_layers 0: none written, every stage gets L / pp */
+  int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
+  SrcLoc stage_layers_loc;
   SrcLoc loc;
   SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */
 } Plan;

@@ -181,6 +181,18 @@ static Value *mb_input(Pp *p, int mb, int q) {
   return ir_stacked_row(p->g, p->A->in[p->A->a.ncarry + q], mb, p->body->args[p->A->a.ncarry + q]->out[0], p->A->loc);
 }
 
+/* Whether body node d reads nothing of a micro-batch (only values from outside the micro-step, or
+ * such nodes): a parameter's bf16 cast. Cloned once per step, not once per micro-batch: M copies
+ * of a stage's layer weights, each held from its forward to its backward, would be in flight. */
+static bool step_invariant(const Pp *p, const Node *d) {
+  if (d->op == OP_ARG || d->body) return false;
+  for (int j = 0; j < d->nin; j++) {
+    const Node *u = d->in[j]->def;
+    if (u->graph == p->body && (p->cls[pos_in(p->body, u)] != C_ALL || !step_invariant(p, u))) return false;
+  }
+  return true;
+}
+
 static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
   intptr_t got;
   if (v->def->graph != p->body) return v;
@@ -195,11 +207,13 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
     return x;
   }
   int i = pos_in(p->body, d);
-  if (p->cls[i] == C_ALL) { /* computed once per micro-batch, on every stage */
+  if (p->cls[i] == C_ALL) { /* computed on every stage: once per micro-batch, or once per step */
+    int at = step_invariant(p, d) ? 0 : mb;
+    if (at != mb && ptrmap_get(&p->shared[at], v, &got)) return (Value *)got;
     Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
-    for (int j = 0; j < d->nin; j++) in[j] = lookup(p, NULL, mb, d->in[j]);
-    ir_clone_node(p->g, d, in, &p->shared[mb]);
-    ptrmap_get(&p->shared[mb], v, &got);
+    for (int j = 0; j < d->nin; j++) in[j] = lookup(p, NULL, at, d->in[j]);
+    ir_clone_node(p->g, d, in, &p->shared[at]);
+    ptrmap_get(&p->shared[at], v, &got);
     return (Value *)got;
   }
   die("pipe: value %%%d (%s) is read before its instruction ran", v->id, ir_ops[d->op].name);

@@ -17,8 +17,9 @@
  *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
  *     summed over pp once per step.
  * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
- * without exactly one layer loop pair, and the plan options pipelining does not combine with yet
- * (cp, zero 3).
+ * without exactly one layer loop pair, and cp, which pipelining does not combine with yet. ZeRO-3
+ * (passes/zero.c, after pipe) stores each stage's layers split over dp and gathers them in every
+ * instruction's loops, as it does for one micro-step.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -109,16 +110,53 @@ static void propagate(St *s, Node *n, Value ***partial, int *np, int *capp, Aren
     if (!is_split(s, n->out[k]) && stacked(s, n->out[k]) && n->out[k]->shape.rank == rank) split(s, n->out[k]);
 }
 
+/* The plan's `pp N layers(a, b, ..)`: one count per stage, covering the layer loop's L layers. An
+ * even split is what the pass does anyway; an uneven one is refused (not implemented yet). */
+static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
+  const Plan *p = &m->plan;
+  const char *name = F->a.name ? F->a.name : "?";
+  int64_t sum = 0;
+  bool even = true;
+  for (int s = 0; s < p->nstage_layers; s++) {
+    sum += p->stage_layers[s];
+    even &= p->stage_layers[s] == p->stage_layers[0];
+  }
+  if (p->nstage_layers != pp) {
+    error_at(p->stage_layers_loc, "`layers(..)` gives %d stages, the plan has pp %d", p->nstage_layers, pp);
+    note("write one layer count per stage");
+    return false;
+  }
+  if (sum != L) {
+    error_at(p->stage_layers_loc, "`layers(..)` %s: its stages hold %lld layers, `repeat %s` has %lld (%s:%d)",
+             sum < L ? "does not cover all the layers" : "holds more layers than there are", (long long)sum, name,
+             (long long)L, F->loc.file ? F->loc.file : "?", F->loc.line);
+    note("the counts must add up to %lld", (long long)L);
+    return false;
+  }
+  if (!even) {
+    error_at(p->stage_layers_loc, "stages of unequal layer counts are not implemented yet (every stage holds the same "
+             "number of layers)");
+    if (L % pp == 0) note("write layers(%lld, ..) for every stage, or leave `layers(..)` out", (long long)(L / pp));
+    else note("pick pp dividing %lld", (long long)L);
+    return false;
+  }
+  return true;
+}
+
 bool pass_stage(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
+  if (pp <= 1 && m->plan.nstage_layers) {
+    error_at(m->plan.stage_layers_loc, "`layers(..)` splits the layers over pipeline stages: pp 1 has one stage");
+    note("write pp 2 or more, or leave `layers(..)` out");
+    return false;
+  }
   if (pp <= 1) return true;
-  /* cp's ring sends would run on every stage's ranks inside a stage's layers; ZeRO-3 gathers
-   * parameters the pipelined micro-steps capture (as under accumulation, passes/zero.c) */
-  const char *no = m->plan.cp > 1 ? "cp" : m->plan.zero >= 3 ? "zero 3" : NULL;
+  /* cp's ring sends would run on every stage's ranks inside a stage's layers */
+  const char *no = m->plan.cp > 1 ? "cp" : NULL;
   if (no) {
-    PlanOpt o = m->plan.cp > 1 ? PLAN_OPT_CP : PLAN_OPT_ZERO;
+    PlanOpt o = PLAN_OPT_CP;
     error_at(at_opt(m, o), "pipeline parallelism (pp %d) does not combine with `%s` yet", pp, no);
-    note("pp combines with dp, tp, sp, zero 1 and 2 and recompute today; leave out %s or use pp 1", no);
+    note("pp combines with dp, tp, sp, zero 1, 2 and 3 and recompute today; leave out %s or use pp 1", no);
     return false;
   }
   if (m->plan.schedule == SCHED_1F1B && m->batch.accum < pp) { /* its warm-up needs pp micro-batches in flight */
@@ -151,10 +189,12 @@ bool pass_stage(Module *m) {
     note("write a multiple of %d micro-batches, or schedule 1f1b", pp);
     return false;
   }
+  if (m->plan.nstage_layers && !stage_override(m, F, L, pp)) return false;
   if (L % pp != 0) {
     error_at(at_opt(m, PLAN_OPT_PP), "pp %d does not divide the %lld layers of `repeat %s` (%s:%d)", pp, (long long)L,
              F->a.name ? F->a.name : "?", F->loc.file ? F->loc.file : "?", F->loc.line);
-    note("pick pp dividing %lld; stages of unequal layer counts (an explicit split) are not supported yet", (long long)L);
+    note("pick pp dividing %lld; stages of unequal layer counts (`pp %d layers(..)`) are not implemented yet", (long long)L,
+         pp);
     return false;
   }
   St s = {.L = L, .per = L / pp, .blocks = v > 1 ? v : 0};

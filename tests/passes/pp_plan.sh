@@ -4,11 +4,14 @@
 # flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble,
 # and the split balanced by FLOPs where it beats the even one (a suggestion: the plan splits evenly);
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
-# bad plans are errors naming the constraint (exit 1): pp not dividing the layers, 1F1B with
+# bad plans are errors naming the constraint (exit 1): pp not dividing the layers, a stage override
+# `pp N layers(..)` not covering the layers, with another count of stages or an empty stage (an
+# uneven one: refused, not implemented), 1F1B with
 # fewer micro-batches than stages, microbatches disagreeing with batch, interleave without the
 # interleaved schedule, interleaved chunks not dividing the layers or micro-batches not
-# in groups of pp, pp with cp or zero 3, and the CUDA target (at build); recompute and zero 1 apply
-# under pp (fewer planned activations, half the optimizer state at dp 2).
+# in groups of pp, pp with cp, and the CUDA target (at build); recompute, zero 1 and zero 3 apply
+# under pp (fewer planned activations, half the optimizer state or parameters at dp 2); GPT-3's
+# pp 8 x tp 8 + sp plan compiles.
 # Usage: pp_plan.sh SHARDC
 set -uo pipefail
 shardc=$(realpath "$1")
@@ -78,8 +81,41 @@ expect 1 "error: the interleaved schedule cuts the 4 layers of \`repeat blocks\`
 expect 1 "error: the interleaved schedule runs micro-batches in groups of pp = 2: this plan has 3 micro-batches" \
   -- plan "${t[@]/batch=8/batch=6}" -D pp=2 -D schedule=interleaved --world 2
 expect 1 "error: pipeline parallelism (pp 2) does not combine with \`cp\` yet" -- plan "${t[@]}" -D pp=2 -D cp=2 --world 4
-expect 1 "error: pipeline parallelism (pp 2) does not combine with \`zero 3\` yet" \
-  -- plan "${t[@]/dp=1/dp=2}" -D pp=2 -D zero=3 --world 4
+# the stage override `pp N layers(a, b, ..)`: an even one is the plan without it; the bad ones are
+# errors at `layers(` (or the bad count), with file:line:col
+ov=$(mktemp -d)
+trap 'rm -rf "$ov"' EXIT
+override() { sed "s/^  dp auto\$/  dp auto\n  pp 2 $1/" models/tiny.model >"$ov/t.model"; }
+o=("$ov/t.model" "${t[@]:1}")
+override "layers(2, 2)"
+a=$("$shardc" plan "${o[@]}" --world 2 2>&1 | grep -A6 "^# pipeline"); b=$("$shardc" plan "${t[@]}" -D pp=2 --world 2 2>&1 | grep -A6 "^# pipeline")
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: pp 2 layers(2, 2) is not the even plan:"; echo "$a"; fail=1; }
+override "layers(2, 1)"
+expect 1 "t.model:24:8: error: \`layers(..)\` does not cover all the layers: its stages hold 3 layers, \`repeat blocks\` has 4" \
+  "note: the counts must add up to 4" -- plan "${o[@]}" --world 2
+override "layers(2, 3)"
+expect 1 "t.model:24:8: error: \`layers(..)\` holds more layers than there are: its stages hold 5 layers" -- plan "${o[@]}" --world 2
+override "layers(2, 2)"
+expect 1 "t.model:24:8: error: \`layers(..)\` gives 2 stages, the plan has pp 4" -- plan "${o[@]}" -D pp=4 --world 4
+expect 1 "t.model:24:8: error: \`layers(..)\` splits the layers over pipeline stages: pp 1 has one stage" -- plan "${o[@]}" -D pp=1 --world 1
+override "layers(4, 0)"
+expect 1 "t.model:24:18: error: \`layers(..)\`: stage 1 needs a whole number of layers, at least 1 (an empty stage holds nothing)" \
+  -- plan "${o[@]}" --world 2
+override "layers(1, 3)"
+expect 1 "t.model:24:8: error: stages of unequal layer counts are not implemented yet" "note: write layers(2, ..) for every stage" \
+  -- plan "${o[@]}" --world 2
+# ZeRO-3 under pp: each stage's parameters stored split over dp (half of zero 2's at dp 2)
+par() { "$shardc" plan "${t[@]/dp=1/dp=2}" -D pp=2 "$@" --world 4 2>/dev/null | awk '/^#   parameters/ { print $3 }'; }
+p2=$(par -D zero=2); p3=$(par -D zero=3)
+echo "pp 2 x dp 2: parameters $p2 B under zero 2, $p3 B under zero 3"
+[ -n "$p3" ] && [ "$p3" -lt $((p2 * 6 / 10)) ] || { echo "FAIL: zero 3 does not store the parameters split under pp ($p3 vs $p2)"; fail=1; }
+# GPT-3 175B's pipelined plan (tp 8 + sp, pp 8, zero 1, recompute selective) compiles (the planner
+# searches it; a small batch keeps the unrolled schedule short) and fits, on the CUDA target (bf16)
+# an H100's 80 GB too: a stage's bf16 weight casts are made once per step, not held once per
+# micro-batch in flight (8 copies of 5.4 GB planned 65 GB of activations, 115% of the device)
+g3=(plan models/gpt3-175b.model -D pp=8 -D dp=4 -D batch=32)
+expect 0 "# pipeline: 8 stages over the 96 layers of \`repeat blocks\`" "fits (" -- "${g3[@]}"
+expect 0 "# pipeline: 8 stages over the 96 layers of \`repeat blocks\`" "h100_80g memory: fits (" -- "${g3[@]}" --target cuda
 # recompute and ZeRO apply under pp: fewer activations, a dp shard of the optimizer state
 act() { "$shardc" plan "${t[@]}" "$@" 2>/dev/null |
   awk '/^#   optimizer state/ { o = $4 } /^#   activations/ { a = $3 } END { print o, a }'; }

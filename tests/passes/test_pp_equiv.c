@@ -13,8 +13,9 @@
  * micro-batch, no micro-step region is left, the layer parameters are split over pp.
  * Interleaved 1F1B (2 chunks per stage) runs at pp 2 for every plan with an even number of
  * micro-batches; zero bubble (the backward loop split into input- and weight-gradient loops) for
- * every plan. Then again with activation recompute (tiny full, Llama selective) and with ZeRO 1
- * (tiny) and 2 (Llama) on the plans with dp 2. Then tiny in bf16 (the CUDA target's precision: the
+ * every plan. Then tiny with sp on the plans with tp 2 (pp x tp x sp), again with activation
+ * recompute (tiny full, Llama selective) and with ZeRO 1 (tiny), 2 (Llama) and 3 (tiny) on the
+ * plans with dp 2. Then tiny in bf16 (the CUDA target's precision: the
  * parameters' bf16 casts on every stage, each stage's layer gradients cast to f32 on that stage):
  * the interpreter rounds every bf16 value, and a pipelined step rounds per micro-batch what the
  * single rank rounds once over the batch, so there the bound is TOL_BF16 = 2^-12, 1/16 of bf16's
@@ -118,12 +119,15 @@ static void run_model(const char *label, Target target, double tol, const char *
   /* pp, dp, tp, micro-batches */
   static const int plans[][4] = {{2, 1, 1, 2}, {2, 1, 1, 4}, {4, 1, 1, 4}, {2, 2, 1, 2}, {2, 1, 2, 4}, {4, 1, 2, 4}, {2, 2, 2, 2}};
   static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
-  bool zero = false; /* ZeRO runs: only the plans with dp > 1 apply it */
-  for (int i = 0; i < ndefs; i++) zero |= strcmp(defs[i].key, "zero") == 0;
+  bool zero = false, sp = false; /* ZeRO runs: only the plans with dp > 1 apply it; sp: with tp > 1 */
+  for (int i = 0; i < ndefs; i++) {
+    zero |= strcmp(defs[i].key, "zero") == 0;
+    sp |= strcmp(defs[i].key, "sp") == 0;
+  }
   for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++)
     for (int q = 0; q < 4; q++) {
       int pp = plans[p][0], dp = plans[p][1], tp = plans[p][2];
-      if (zero && dp < 2) continue;
+      if ((zero && dp < 2) || (sp && tp < 2)) continue;
       int64_t M = plans[p][3];
       if (q == 2 && (pp != 2 || M % pp != 0)) continue; /* interleaved v 2: pp x 2 chunks of the 4 layers */
       char what[96];
@@ -245,6 +249,10 @@ int main(void) {
                             {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
             128);
+  /* sequence parallelism with tp 2 (the tiny GPT: tied head, learned positions; the Llama runs have
+   * the model file's sp on): the stages' transfers carry tp's sequence shards */
+  const FeDefine tiny_sp[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"sp", "on"}};
+  run_model("tiny, tp + sp", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny_sp, 5, 8, 8, 256);
   /* with activation recompute: the backward loops recompute what the forward ones no longer keep */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"recompute", "full"}};
   run_model("tiny, recompute full", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
@@ -258,6 +266,9 @@ int main(void) {
   const FeDefine lz2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                           {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}, {"zero", "2"}};
   run_model("Llama shaped, zero 2", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128);
+  /* ZeRO-3: each stage's parameters stored split over its dp group, gathered in every instruction */
+  const FeDefine tz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "3"}};
+  run_model("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};
   run_model("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256);
   if (failures) {
