@@ -123,7 +123,11 @@ echo "$err" | grep -q "one at a time" || bad "--compare --search: $err"
 err=$("$shardc" build models/tiny.model --compare "zero=0,1" 2>&1) && bad "build --compare was accepted"
 echo "$err" | grep -q "builds nothing" || bad "build --compare: $err"
 err=$("$shardc" plan models/tiny.model --search --storage 5 2>&1) && bad "--search --storage (no --pick) was accepted"
-echo "$err" | grep -q "report one plan: add --pick" || bad "--search --storage: $err"
+echo "$err" | grep -q "concern one plan: add --pick" || bad "--search --storage: $err"
+err=$("$shardc" plan models/tiny.model --search --sbatch "$tmp/x.sbatch" 2>&1) && bad "--search --sbatch (no --pick) was accepted"
+echo "$err" | grep -q "concern one plan: add --pick" || bad "--search --sbatch: $err"
+err=$("$shardc" plan models/tiny.model --compare "zero=0,1" --sbatch "$tmp/x.sbatch" 2>&1) && bad "--compare --sbatch was accepted"
+echo "$err" | grep -q "without -o, --emit-c or --sbatch" || bad "--compare --sbatch: $err"
 
 # 5. pictures
 chk=tests/report/svg_check.py
