@@ -257,11 +257,11 @@ int main(int argc, char **argv) {
       else if (op == OP_ARV)
         for (int i = 0; i < nmem; i++) buf_free(mbuf[i]);
       if (boot.rank == 0) {
-        printf("%-14s %10zu %11.1f %10.3f %11.1f %10.3f %6.2f", op_names[op], bytes, t[IMPL_OURS] * 1e6,
+        printf("%-14s %10zu %11.2f %10.3f %11.2f %10.3f %6.2f", op_names[op], bytes, t[IMPL_OURS] * 1e6,
                factor * (double)bytes / t[IMPL_OURS] / 1e9, t[IMPL_MPI] * 1e6,
                factor * (double)bytes / t[IMPL_MPI] / 1e9, t[IMPL_MPI] / t[IMPL_OURS]);
-        if (use[IMPL_RING]) printf(" %11.1f", t[IMPL_RING] * 1e6);
-        if (use[IMPL_MEMBER]) printf(" %11.1f", t[IMPL_MEMBER] * 1e6);
+        if (use[IMPL_RING]) printf(" %11.2f", t[IMPL_RING] * 1e6);
+        if (use[IMPL_MEMBER]) printf(" %11.2f", t[IMPL_MEMBER] * 1e6);
         printf("\n");
       }
       fflush(stdout);

@@ -206,9 +206,12 @@ void rt_describe_req(const RtReq *q, char *buf, size_t len) {
 
 /* ---- requests ---------------------------------------------------------------- */
 
-static RtReq *req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, size_t count, RtDType dt) {
+/* A request, with `extra` zeroed bytes after it (all_reduce_v's member lists: one allocation
+ * per call, which a small collective's time notices). */
+static RtReq *req_new_extra(RtGroup *g, RtOpKind op, const void *send, void *recv, size_t count, RtDType dt,
+                            size_t extra) {
   if (dt != RT_F32 && dt != RT_BF16) rt_fatal(RT_EXIT_COMM, "%s on group %s: bad dtype %d", rt_op_name(op), g->name, (int)dt);
-  RtReq *q = calloc(1, sizeof *q);
+  RtReq *q = calloc(1, sizeof *q + extra);
   if (!q) rt_fatal(RT_EXIT_COMM, "out of memory");
   q->c = g->c;
   q->g = g;
@@ -222,6 +225,10 @@ static RtReq *req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, siz
   q->me = g->me;
   q->t_start = rt_now();
   return q;
+}
+
+static RtReq *req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, size_t count, RtDType dt) {
+  return req_new_extra(g, op, send, recv, count, dt, 0);
 }
 
 /* The counters of (member, tag): a hash table that grows at half load. */
@@ -338,9 +345,7 @@ bool rt_test(RtReq *q) {
 }
 
 static void req_free(RtReq *q) {
-  free(q->bufs);
-  free(q->bufstart);
-  free(q->subs);
+  free(q->subs); /* (bufs and bufstart live in q's allocation) */
   free(q);
 }
 
@@ -401,12 +406,12 @@ RtReq *rt_all_reduce_v_start(RtGroup *g, void *const *bufs, const size_t *counts
     if (k == 0) q->subs[q->nsubs++] = rt_barrier_start(g); /* keep every member's sequence in step */
     return q;
   }
-  RtReq *q = req_new(g, RT_OP_ALL_REDUCE, NULL, NULL, total, dt);
+  size_t nb = (size_t)(n > 0 ? n : 1);
+  RtReq *q = req_new_extra(g, RT_OP_ALL_REDUCE, NULL, NULL, total, dt, nb * sizeof(char *) + (nb + 1) * sizeof(size_t));
   q->redop = op;
   q->nbufs = n;
-  q->bufs = malloc((size_t)(n > 0 ? n : 1) * sizeof *q->bufs);
-  q->bufstart = malloc((size_t)(n + 1) * sizeof *q->bufstart);
-  if (!q->bufs || !q->bufstart) rt_fatal(RT_EXIT_COMM, "out of memory");
+  q->bufs = (char **)(q + 1);
+  q->bufstart = (size_t *)(q->bufs + nb);
   q->bufstart[0] = 0;
   for (int i = 0; i < n; i++) {
     q->bufs[i] = bufs[i];
