@@ -57,3 +57,13 @@ void rt_reduce(void *dst, const void *a, const void *b, size_t count, RtDType dt
   else
     reduce_bf16(dst, a, b, count, op, scale);
 }
+
+void rt_scale_dt(void *buf, size_t count, RtDType dt, float scale) {
+  if (dt == RT_F32) {
+    float *f = buf;
+    for (size_t i = 0; i < count; i++) f[i] *= scale;
+    return;
+  }
+  uint16_t *h = buf;
+  for (size_t i = 0; i < count; i++) h[i] = rt_f32_to_bf16(rt_bf16_to_f32(h[i]) * scale);
+}
