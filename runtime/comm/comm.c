@@ -36,6 +36,7 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   c->window = o.window > 0 ? o.window : (int)env_double("SHARDRT_WINDOW", 4);
   const char *hier = getenv("SHARDRT_HIER");
   c->hier = !(hier && strcmp(hier, "0") == 0);
+  c->gather_max = (size_t)env_double("SHARDRT_GATHER_MAX", 16384);
   /* Empty polls before yielding: with a core per local rank, spin long (a yield hands the
    * core to unrelated load for a time slice, which cost 2-5x on a busy machine); with more
    * local ranks than cores, yield soon (a peer that is not scheduled cannot send). */
@@ -260,6 +261,8 @@ static RtP2pSeq *p2p_seq(RtGroup *g, int member, int tag) {
 }
 
 static void hier_begin(RtReq *q);
+static bool gather_usable(const RtReq *q);
+static void gather_begin(RtReq *q);
 
 /* The hierarchical all-reduce takes a group over several nodes (hier_groups made its parts),
  * unless turned off (SHARDRT_HIER=0, rt_comm_tune "hier"); the same answer on every member. */
@@ -282,6 +285,10 @@ static RtReq *req_start(RtReq *q) {
   q->seq = (uint16_t)q->seq_full;
   if (hier_usable(q)) { /* (the parts are requests of their own, in the active list) */
     hier_begin(q);
+    return q;
+  }
+  if (gather_usable(q)) { /* (its all-gather is a request of its own) */
+    gather_begin(q);
     return q;
   }
   pthread_mutex_lock(&c->lock);
@@ -484,6 +491,7 @@ void rt_recv(RtGroup *g, int peer, void *buf, size_t bytes, int tag) {
  * order they finish in.
  */
 struct RtHier {
+  bool gather;          /* a gather-and-fold (below), not a hierarchical all-reduce */
   int stage;            /* the part in flight: 0 node all-reduce, 1 nodes' all-reduce, 2 broadcast, 3 done */
   uint64_t seq_lead;    /* lead_g's sequence number for part 1 */
   uint64_t seq_bcast;   /* node_g's sequence number for part 2 */
@@ -553,14 +561,17 @@ static void hier_scale(RtReq *q) {
   for (int i = 0; i < q->nbufs; i++) rt_scale_dt(q->bufs[i], q->bufstart[i + 1] - q->bufstart[i], q->dt, s);
 }
 
+static void gather_finish(RtReq *q);
+
 /* Moves q to its next stage with work for us (or to done). */
 static void hier_advance(RtReq *q) {
   struct RtHier *h = q->hier;
-  for (int st = h->stage + 1; st < 3; st++) {
+  if (h->gather) gather_finish(q);
+  for (int st = h->stage + 1; st < 3 && !h->gather; st++) {
     if (st == 2) hier_scale(q);
     if (hier_stage(q, st)) return;
   }
-  if (h->pack && !q->g->lead_g) hier_pack(q, false);
+  if (h->pack && !h->gather && !q->g->lead_g) hier_pack(q, false);
   free(h->pack);
   h->pack = NULL;
   h->stage = 3;
@@ -602,4 +613,56 @@ static bool hier_progress(RtComm *c) {
   return moved;
 }
 
+/* ---- gather and fold: small all-reduces and reduce-scatters on the ring -------------------
+ *
+ * Where the ring would run (tcp, a forced provider, the nodes' part of a hierarchical
+ * all-reduce) a small all-reduce is latency: the ring's 2(n-1) message steps. Instead every
+ * member's whole input is all-gathered (n-1 steps, one with 2 members) into a staging buffer
+ * and each member folds it itself in the mailbox's order (rt_mbox_fold: every member the same
+ * bits). The all-gather is a request of its own that carries this request's sequence number
+ * and signature, so a mismatch is still named as the call the user made. Up to gather_max
+ * bytes (SHARDRT_GATHER_MAX, 16 KiB; rt_comm_tune "gather_max"; 0: never).
+ */
+static bool gather_usable(const RtReq *q) {
+  if (q->g->backend || (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER) || q->n < 2 || q->count == 0)
+    return false;
+  size_t bytes = q->count * q->esize;
+  return bytes <= q->c->gather_max && !rt_mbox_usable(q) && !rt_direct_usable(q);
+}
+
+static void gather_begin(RtReq *q) {
+  struct RtHier *h = calloc(1, sizeof *h);
+  size_t bytes = q->count * q->esize;
+  if (!h || !(h->pack = malloc(bytes * (size_t)q->n))) rt_fatal(RT_EXIT_COMM, "out of memory");
+  h->gather = true;
+  q->hier = h;
+  q->c->gather_count++;
+  char *mine = h->pack + (size_t)q->me * bytes;
+  if (q->nbufs) {
+    for (int i = 0; i < q->nbufs; i++)
+      if (q->bufstart[i + 1] > q->bufstart[i])
+        memcpy(mine + q->bufstart[i] * q->esize, q->bufs[i], (q->bufstart[i + 1] - q->bufstart[i]) * q->esize);
+  } else {
+    memcpy(mine, q->send, bytes);
+  }
+  RtReq *p = req_new(q->g, RT_OP_ALL_GATHER, mine, h->pack, q->count * (size_t)q->n, q->dt);
+  p->seq_full = q->seq_full;
+  p->seq_set = true;
+  p->sig_as = rt_signature(q);
+  p->user = q;
+  h->sub = req_start(p);
+  q->hier_next = q->c->hier_active;
+  q->c->hier_active = q;
+}
+
+/* The all-gather is done: fold (the slot's contribution p is member p's whole input). */
+static void gather_finish(RtReq *q) {
+  char *src[64] = {NULL}, **srcp = q->n <= 64 ? src : malloc((size_t)q->n * sizeof *srcp);
+  if (!srcp) rt_fatal(RT_EXIT_COMM, "out of memory");
+  for (int p = 0; p < q->n; p++) srcp[p] = q->hier->pack + (size_t)p * q->count * q->esize;
+  rt_mbox_fold(q, srcp);
+  if (srcp != src) free(srcp);
+}
+
 uint64_t rt_comm_hier_count(const RtComm *c) { return c->hier_count; }
+uint64_t rt_comm_gather_count(const RtComm *c) { return c->gather_count; }

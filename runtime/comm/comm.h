@@ -98,6 +98,9 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                more members than nodes goes node, nodes, node (reduce among each node's
  *                members, all-reduce among one member per node, broadcast back); 0: the
  *                ring over every member (SHARDRT_HIER, 1)
+ *   gather_max   bytes: all-reduces and reduce-scatters up to this size that would take the
+ *                ring all-gather every member's input and fold it (n-1 message steps
+ *                instead of 2(n-1); SHARDRT_GATHER_MAX, 16384; 0: never)
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 /* Measures on this machine where the mailbox stops beating the direct reads for an
@@ -112,6 +115,8 @@ uint64_t rt_comm_mbox_count(const RtComm *c);
 uint64_t rt_comm_direct_count(const RtComm *c);
 /* How many all-reduces went node, nodes, node (the hierarchical path; for tests and reports). */
 uint64_t rt_comm_hier_count(const RtComm *c);
+/* How many small all-reduces / reduce-scatters on the ring gathered and folded (for tests). */
+uint64_t rt_comm_gather_count(const RtComm *c);
 
 /* Memory the local peers can map (a memfd each; shmem.c): the analogue of registering a
  * buffer with the communication library. A direct collective (above) whose peer's buffer

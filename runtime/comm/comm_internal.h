@@ -148,8 +148,10 @@ struct RtReq {
   bool mbox;
   uint64_t mbox_k;     /* the group's mailbox collective number */
   bool seq_set;        /* seq_full was given (a hierarchical request's part, comm.c) */
+  uint16_t sig_as;     /* non-zero: the signature its messages carry (a gather-and-fold's all-gather: its parent's) */
+  RtReq *user;         /* the call the user made, described in errors instead of this one (that all-gather's parent) */
   /* a group over several nodes: node all-reduce, nodes' all-reduce, broadcast (comm.c) */
-  struct RtHier *hier; /* its state, else NULL */
+  struct RtHier *hier; /* its state (also a gather-and-fold's), else NULL */
   RtReq *hier_next;    /* the comm's list of hierarchical requests in flight */
 };
 
@@ -265,6 +267,8 @@ struct RtComm {
   uint64_t mbox_count;   /* collectives run through mailboxes */
   /* the hierarchical all-reduce of groups over several nodes (comm.c) */
   bool hier;             /* used (SHARDRT_HIER != 0; rt_comm_tune "hier") */
+  size_t gather_max;     /* bytes: smaller all-reduces and reduce-scatters on the ring gather and fold (comm.c) */
+  uint64_t gather_count; /* run so */
   RtReq *hier_active;    /* in flight */
   uint64_t hier_count;   /* run */
 };
@@ -305,6 +309,9 @@ void rt_mbox_group_free(RtGroup *g);
 bool rt_mbox_usable(const RtReq *q); /* the same answer on every member */
 void rt_mbox_begin(RtReq *q);
 bool rt_mbox_progress(RtComm *c); /* true when some mailbox request moved */
+/* q's output from every member's contribution (src[p]: member p's input, for all-gather its
+ * block), folded in the direct reads' order (also the ring's gather-and-fold, comm.c). */
+void rt_mbox_fold(RtReq *q, char *const *src);
 /* The world ranks whose data for q is not in their mailbox yet (first[i]: not joined), up to max. */
 int rt_mbox_waiting(const RtReq *q, int *peers, bool *first, int max);
 

@@ -66,6 +66,7 @@ void rt_describe_sig(uint16_t sig, char *buf, size_t len) {
 }
 
 void rt_describe_req(const RtReq *q, char *buf, size_t len) {
+  if (q->user) q = q->user;
   const RtGroup *g = q->g;
   char members[96];
   int k = 0;

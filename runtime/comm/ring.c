@@ -330,7 +330,7 @@ static bool trivial(RtReq *q) {
 
 void rt_req_begin(RtReq *q) {
   RtComm *c = q->c;
-  q->sig = rt_signature(q);
+  q->sig = q->sig_as ? q->sig_as : rt_signature(q);
   if (trivial(q)) {
     q->done = true;
     rt_req_finished(q);

@@ -7,7 +7,8 @@
  *                       over several member layouts (empty members, chunk-crossing ones);
  *                       with SHARDRT_TEST_DIRECT=1 (0) some (no) collective must have run
  *                       by direct reads (runtime/comm/direct.c); SHARDRT_TEST_HIER (went
- *                       node, nodes, node: comm.c) and SHARDRT_TEST_MBOX the same
+ *                       node, nodes, node: comm.c), SHARDRT_TEST_GATHER (small ones on the
+ *                       ring gathered and folded: comm.c) and SHARDRT_TEST_MBOX the same
  *                       for the shared-memory mailboxes (runtime/comm/mbox.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
@@ -489,6 +490,13 @@ static int mode_coll(RtComm *c, int world) {
     uint64_t nh = rt_comm_hier_count(c);
     EXPECT((nh > 0) == (strcmp(want_hier, "1") == 0), "%llu all-reduces went hierarchical, SHARDRT_TEST_HIER=%s",
            (unsigned long long)nh, want_hier);
+  }
+  /* SHARDRT_TEST_GATHER=1: some small all-reduce on the ring gathered and folded; 0: none. */
+  const char *want_gather = getenv("SHARDRT_TEST_GATHER");
+  if (want_gather && *want_gather) {
+    uint64_t ng = rt_comm_gather_count(c);
+    EXPECT((ng > 0) == (strcmp(want_gather, "1") == 0), "%llu gathered and folded, SHARDRT_TEST_GATHER=%s",
+           (unsigned long long)ng, want_gather);
   }
   /* SHARDRT_TEST_MBOX=1: some collective must have gone through the mailboxes; 0: none. */
   const char *want_mbox = getenv("SHARDRT_TEST_MBOX");
