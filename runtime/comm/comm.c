@@ -36,7 +36,8 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   c->window = o.window > 0 ? o.window : (int)env_double("SHARDRT_WINDOW", 4);
   const char *hier = getenv("SHARDRT_HIER");
   c->hier = !(hier && strcmp(hier, "0") == 0);
-  c->gather_max = (size_t)env_double("SHARDRT_GATHER_MAX", 16384);
+  const char *gm = getenv("SHARDRT_GATHER_MAX"); /* (0 turns it off: not env_double, which takes 0 as unset) */
+  c->gather_max = gm && *gm ? (size_t)strtoull(gm, NULL, 0) : 16384;
   /* Empty polls before yielding: with a core per local rank, spin long (a yield hands the
    * core to unrelated load for a time slice, which cost 2-5x on a busy machine); with more
    * local ranks than cores, yield soon (a peer that is not scheduled cannot send). */
