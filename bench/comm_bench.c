@@ -10,8 +10,8 @@
  * members (big ones with small ones between) against MPI_Allreduce of one contiguous
  * buffer of the same size; its "member" column is shardrt with one rt_all_reduce per member.
  * COMM_BENCH_ALT adds an "alt" column: shardrt with other settings, timed in the same
- * rounds: "ring" (direct reads and mailboxes off) or "NAME=VALUE[,NAME=VALUE]" for
- * rt_comm_tune (direct_min, direct_push, direct_chunk, mbox_max).
+ * rounds: "ring" (direct reads, mailboxes, the hierarchical path and gather-and-fold off) or "NAME=VALUE[,NAME=VALUE]" for
+ * rt_comm_tune (direct_min, direct_push, direct_chunk, mbox_max, hier, gather_max).
  * Before timing, shardrt measures its own thresholds (rt_comm_autotune, as the trainer
  * does; COMM_BENCH_TUNE=0 skips it, SHARDRT_MBOX_MAX fixes the value); a NAME the alt
  * column does not set keeps the tuned value there too.
@@ -42,8 +42,9 @@ enum { IMPL_OURS, IMPL_MPI, IMPL_RING, IMPL_MEMBER, NIMPL };
 static int nmem;
 static size_t mcount[MAXMEM];
 static void *mbuf[MAXMEM];
-#define MAXTUNE 4
-static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk", "mbox_max"};
+#define MAXTUNE 6
+static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk", "mbox_max", "hier",
+                                             "gather_max"};
 static size_t tune_default[MAXTUNE], tune_alt[MAXTUNE]; /* the defaults and the alt column's settings */
 
 static void apply(RtComm *c, const size_t *v) {
@@ -153,8 +154,8 @@ int main(int argc, char **argv) {
   if (rm && atof(rm) > 0) round_s = atof(rm) / 1000.0;
   /* the defaults, as the runtime reads them */
   static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH", "SHARDRT_DIRECT_CHUNK",
-                                                "SHARDRT_MBOX_MAX"};
-  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10};
+                                                "SHARDRT_MBOX_MAX", "SHARDRT_HIER", "SHARDRT_GATHER_MAX"};
+  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10, 1, 16 << 10};
   bool alt_set[MAXTUNE] = {false};
   for (int i = 0; i < MAXTUNE && tune_names[i]; i++) {
     const char *e = getenv(tune_env[i]);
@@ -165,7 +166,8 @@ int main(int argc, char **argv) {
   if (with_ring && strcmp(alt, "ring") == 0) {
     tune_alt[0] = SIZE_MAX;
     tune_alt[3] = 0;
-    alt_set[0] = alt_set[3] = true;
+    tune_alt[4] = tune_alt[5] = 0;
+    alt_set[0] = alt_set[3] = alt_set[4] = alt_set[5] = true;
   }
   else if (with_ring) {
     char buf[256];
@@ -177,7 +179,7 @@ int main(int argc, char **argv) {
       while (i < MAXTUNE && tune_names[i] && strcmp(tune_names[i], tok) != 0) i++;
       if (!eq || i == MAXTUNE || !tune_names[i]) {
         fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push, direct_chunk, "
-                        "mbox_max)\n");
+                        "mbox_max, hier, gather_max)\n");
         return 1;
       }
       tune_alt[i] = (size_t)strtoull(eq + 1, NULL, 0);
@@ -257,11 +259,11 @@ int main(int argc, char **argv) {
       else if (op == OP_ARV)
         for (int i = 0; i < nmem; i++) buf_free(mbuf[i]);
       if (boot.rank == 0) {
-        printf("%-14s %10zu %11.1f %10.3f %11.1f %10.3f %6.2f", op_names[op], bytes, t[IMPL_OURS] * 1e6,
+        printf("%-14s %10zu %11.2f %10.3f %11.2f %10.3f %6.2f", op_names[op], bytes, t[IMPL_OURS] * 1e6,
                factor * (double)bytes / t[IMPL_OURS] / 1e9, t[IMPL_MPI] * 1e6,
                factor * (double)bytes / t[IMPL_MPI] / 1e9, t[IMPL_MPI] / t[IMPL_OURS]);
-        if (use[IMPL_RING]) printf(" %11.1f", t[IMPL_RING] * 1e6);
-        if (use[IMPL_MEMBER]) printf(" %11.1f", t[IMPL_MEMBER] * 1e6);
+        if (use[IMPL_RING]) printf(" %11.2f", t[IMPL_RING] * 1e6);
+        if (use[IMPL_MEMBER]) printf(" %11.2f", t[IMPL_MEMBER] * 1e6);
         printf("\n");
       }
       fflush(stdout);

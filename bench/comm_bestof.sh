@@ -34,7 +34,7 @@ END {
   printf "%-14s %10s %11s %11s %7s %11s %7s\n", "op", "bytes", "shardrt_us", "mpi_us", "ratio", "alt_us", "alt_ratio"
   for (i = 1; i <= n; i++) {
     k = key[i]; split(k, f, " ")
-    printf "%-14s %10s %11.1f %11.1f %7.2f", f[1], f[2], s[k], m[k], m[k] / s[k]
-    if (k in a) printf " %11.1f %7.2f", a[k], m[k] / a[k]
+    printf "%-14s %10s %11.2f %11.2f %7.2f", f[1], f[2], s[k], m[k], m[k] / s[k]
+    if (k in a) printf " %11.2f %7.2f", a[k], m[k] / a[k]
     printf "\n"
   } }' "$out"

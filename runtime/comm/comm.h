@@ -94,6 +94,13 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                mailboxes in shared memory (mbox.c; SHARDRT_MBOX_MAX, 64 KiB; capped
  *                at a mailbox slot, SHARDRT_MBOX_BYTES, 4 MiB; SHARDRT_MBOX=0: never).
  *                Same bits as the direct reads, so moving it never changes a result.
+ *   hier         1: an all-reduce (and all_reduce_v) of a group over several nodes with
+ *                more members than nodes goes node, nodes, node (reduce among each node's
+ *                members, all-reduce among one member per node, broadcast back); 0: the
+ *                ring over every member (SHARDRT_HIER, 1)
+ *   gather_max   bytes: all-reduces and reduce-scatters up to this size that would take the
+ *                ring all-gather every member's input and fold it (n-1 message steps
+ *                instead of 2(n-1); SHARDRT_GATHER_MAX, 16384; 0: never)
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 /* Measures on this machine where the mailbox stops beating the direct reads for an
@@ -106,6 +113,10 @@ size_t rt_comm_autotune(RtComm *c, bool mapped);
 uint64_t rt_comm_mbox_count(const RtComm *c);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
+/* How many all-reduces went node, nodes, node (the hierarchical path; for tests and reports). */
+uint64_t rt_comm_hier_count(const RtComm *c);
+/* How many small all-reduces / reduce-scatters on the ring gathered and folded (for tests). */
+uint64_t rt_comm_gather_count(const RtComm *c);
 
 /* Memory the local peers can map (a memfd each; shmem.c): the analogue of registering a
  * buffer with the communication library. A direct collective (above) whose peer's buffer
@@ -186,5 +197,7 @@ float rt_bf16_to_f32(uint16_t h);
 /* dst[i] = op(a[i], b[i]) * scale (scale applied only when != 1), computed in fp32;
  * dst may alias a or b. The reduction every backend uses on the host. */
 void rt_reduce(void *dst, const void *a, const void *b, size_t count, RtDType dt, RtRedOp op, float scale);
+/* buf[i] *= scale, computed in fp32 (bf16 rounded once). */
+void rt_scale_dt(void *buf, size_t count, RtDType dt, float scale);
 
 #endif

@@ -1,4 +1,4 @@
-/* runtime/comm/comm_internal.h — what comm.c, fabric.c, ring.c and watchdog.c share.
+/* runtime/comm/comm_internal.h — what the comm's files share (their layers: req.c's top).
  *
  * Message tags (64 bits; the signature, and for p2p the user tag, are ignored when
  * matching and checked after):
@@ -147,7 +147,16 @@ struct RtReq {
   /* one node, small: a single round through the members' mailboxes (mbox.c) */
   bool mbox;
   uint64_t mbox_k;     /* the group's mailbox collective number */
+  bool seq_set;        /* seq_full was given (a hierarchical request's part, comm.c) */
+  uint16_t sig_as;     /* non-zero: the signature its messages carry (a gather-and-fold's all-gather: its parent's) */
+  RtReq *user;         /* the call the user made, described in errors instead of this one (that all-gather's parent) */
+  /* a group over several nodes: node all-reduce, nodes' all-reduce, broadcast (comm.c) */
+  struct RtHier *hier; /* its state (also a gather-and-fold's), else NULL */
+  RtReq *hier_next;    /* the comm's list of hierarchical requests in flight */
 };
+
+/* The world ranks q waits for now (at most max); first[i]: that peer has not joined q. */
+typedef int (*RtWaitingFn)(const RtReq *q, int *peers, bool *first, int max);
 
 /* A backend that runs a group's operations elsewhere (NCCL on GPU memory). */
 typedef struct {
@@ -181,6 +190,8 @@ struct RtGroup {
   uint64_t gen;              /* groups with this member list this rank created before */
   struct RtMboxGroup *mbox;  /* mbox.c state, NULL until the first mailbox collective */
   bool one_node;             /* every member runs on this host and node (SHARDRT_NODE) */
+  RtGroup *node_g;           /* over several nodes, more members than nodes: our node's members */
+  RtGroup *lead_g;           /* ... and the first member of each node, where we are ours (else NULL) */
 };
 
 typedef struct {
@@ -219,6 +230,7 @@ struct RtComm {
   RtReq *active;
   atomic_int post_blocked; /* 1 + the world rank a post is retrying to (FI_EAGAIN: it is not receiving), 0 none */
   pthread_t watchdog;
+  RtWaitingFn watch_waiting; /* what a request waits for (comm.c's, given to rt_watchdog_start) */
   atomic_bool stop;
   bool watchdog_running;
   RtGroup *world_group;
@@ -253,9 +265,24 @@ struct RtComm {
   int nmboxes, capmboxes;
   int mbox_active;       /* mailbox requests in flight */
   uint64_t mbox_count;   /* collectives run through mailboxes */
+  /* the hierarchical all-reduce of groups over several nodes (comm.c) */
+  bool hier;             /* used (SHARDRT_HIER != 0; rt_comm_tune "hier") */
+  size_t gather_max;     /* bytes: smaller all-reduces and reduce-scatters on the ring gather and fold (comm.c) */
+  uint64_t gather_count; /* run so */
+  RtReq *hier_active;    /* in flight */
+  uint64_t hier_count;   /* run */
 };
 
+/* req.c: the bottom layer (see its top for the layers) */
 double rt_now(void); /* monotonic seconds */
+void rt_req_finished(RtReq *q); /* unlinks a finished request from the active list */
+void rt_describe_req(const RtReq *q, char *buf, size_t len);
+uint16_t rt_signature(const RtReq *q);
+void rt_describe_sig(uint16_t sig, char *buf, size_t len);
+/* Ends the process: member `rank` issued another collective than q (what it did). */
+_Noreturn void rt_req_mismatch(RtReq *q, int rank, const char *what);
+/* True when rank runs on this host and its process is gone (or a zombie). */
+bool rt_peer_gone(const RtComm *c, int rank);
 
 /* fabric.c */
 void rt_fabric_open(RtComm *c, const RtCommOptions *opt);
@@ -271,13 +298,9 @@ int rt_poll(RtComm *c, RtCqEvent *ev, int max);
 /* ring.c */
 void rt_req_begin(RtReq *q);            /* plans q and posts its first messages */
 void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev);
-uint16_t rt_signature(const RtReq *q);
 /* The world ranks q waits to receive from now (at most max); first[i]: the wait is for that
  * peer's first message of q, so it has not joined q. Read by the watchdog under the comm's lock. */
 int rt_req_waiting(const RtReq *q, int *peers, bool *first, int max);
-void rt_describe_sig(uint16_t sig, char *buf, size_t len);
-/* Ends the process: member `rank` issued another collective than q (what it did). */
-_Noreturn void rt_req_mismatch(RtReq *q, int rank, const char *what);
 
 /* mbox.c */
 void rt_mbox_init(RtComm *c); /* after shmem: make and exchange the directories (collective) */
@@ -286,6 +309,9 @@ void rt_mbox_group_free(RtGroup *g);
 bool rt_mbox_usable(const RtReq *q); /* the same answer on every member */
 void rt_mbox_begin(RtReq *q);
 bool rt_mbox_progress(RtComm *c); /* true when some mailbox request moved */
+/* q's output from every member's contribution (src[p]: member p's input, for all-gather its
+ * block), folded in the direct reads' order (also the ring's gather-and-fold, comm.c). */
+void rt_mbox_fold(RtReq *q, char *const *src);
 /* The world ranks whose data for q is not in their mailbox yet (first[i]: not joined), up to max. */
 int rt_mbox_waiting(const RtReq *q, int *peers, bool *first, int max);
 
@@ -314,17 +340,11 @@ RtRegion rt_shmem_find(const RtComm *c, const void *p);
  * cannot be mapped. */
 char *rt_shmem_peer(RtComm *c, int rank, const RtRegion *r);
 
-/* comm.c */
-void rt_req_finished(RtReq *q); /* unlinks a finished request from the active list */
-void rt_progress(RtComm *c);
-void rt_describe_req(const RtReq *q, char *buf, size_t len);
-
-/* watchdog.c */
-void rt_watchdog_start(RtComm *c);
+/* watchdog.c: a leaf over the active requests; `waiting` says what one waits for */
+void rt_watchdog_start(RtComm *c, RtWaitingFn waiting);
 void rt_watchdog_stop(RtComm *c);
-/* True when rank runs on this host and its process is gone (or a zombie). */
-bool rt_peer_gone(const RtComm *c, int rank);
-/* Removes a dead peer's shm region (kill -9 leaves it in /dev/shm). */
+
+/* fabric.c: removes a dead peer's shm region (kill -9 leaves it in /dev/shm) */
 void rt_fabric_forget_peer(RtComm *c, int rank);
 
 #endif

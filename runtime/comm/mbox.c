@@ -246,7 +246,7 @@ static void fold_out(RtReq *q, char *const *src, int b, size_t o, size_t m) {
   }
 }
 
-static void read_data(RtReq *q, char *const *src) {
+void rt_mbox_fold(RtReq *q, char *const *src) {
   int n = q->n;
   size_t es = q->esize;
   if (q->op == RT_OP_ALL_GATHER) {
@@ -313,7 +313,7 @@ static bool step(RtReq *q) {
     if (s->sig != q->sig || s->count != q->count) mismatch(q, p, s);
     srcp[p] = mb_data(c, m, k);
   }
-  read_data(q, srcp);
+  rt_mbox_fold(q, srcp);
   if (srcp != src) free(srcp);
   mg->finished++;
   c->mbox_active--;

@@ -24,30 +24,6 @@
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-static uint32_t mix(uint32_t h, uint64_t v) {
-  for (int i = 0; i < 8; i++) {
-    h ^= (uint32_t)(v & 0xff);
-    h *= 16777619u;
-    v >>= 8;
-  }
-  return h;
-}
-
-uint16_t rt_signature(const RtReq *q) {
-  uint32_t h = 2166136261u;
-  h = mix(h, q->count);
-  h = mix(h, (uint64_t)q->dt);
-  h = mix(h, q->op == RT_OP_ALL_REDUCE || q->op == RT_OP_REDUCE_SCATTER ? (uint64_t)q->redop : 0);
-  h = mix(h, q->op == RT_OP_BROADCAST ? (uint64_t)q->root : 0);
-  uint16_t kind = (uint16_t)(q->op == RT_OP_RECV ? RT_OP_SEND : q->op);
-  return (uint16_t)((kind << 13) | (h & 0x1fff));
-}
-
-void rt_describe_sig(uint16_t sig, char *buf, size_t len) {
-  int op = sig >> 13;
-  snprintf(buf, len, "%s", op < RT_OP_COUNT ? rt_op_name((RtOpKind)op) : "?");
-}
-
 static uint64_t make_tag(const RtReq *q, uint32_t low16) {
   bool p2p = q->op == RT_OP_SEND || q->op == RT_OP_RECV;
   uint64_t t = (uint64_t)(q->g->id & 0x7fff) << 48 | (uint64_t)q->seq << 32 | (uint64_t)(low16 & 0xffff) << 16;
@@ -354,7 +330,7 @@ static bool trivial(RtReq *q) {
 
 void rt_req_begin(RtReq *q) {
   RtComm *c = q->c;
-  q->sig = rt_signature(q);
+  q->sig = q->sig_as ? q->sig_as : rt_signature(q);
   if (trivial(q)) {
     q->done = true;
     rt_req_finished(q);
@@ -421,15 +397,6 @@ void rt_req_begin(RtReq *q) {
   int nslots = q->nslots;
   RtSlot *slots = q->slots;
   for (int i = 0; i < nslots && !q->done; i++) run_slot(q, &slots[i]);
-}
-
-_Noreturn void rt_req_mismatch(RtReq *q, int rank, const char *what) {
-  char mine[256];
-  rt_describe_req(q, mine, sizeof mine);
-  rt_fatal(RT_EXIT_COMM,
-           "collective mismatch: this rank called %s, but rank %d %s; every member of a group must issue the "
-           "same collectives (op, count, dtype, reduction, root) in the same order",
-           mine, rank, what);
 }
 
 void rt_req_complete_msg(RtMsg *m, const RtCqEvent *ev) {

@@ -23,30 +23,9 @@
 
 #define RT_PEER_GRACE_S 1.0
 
-static bool process_gone(int pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return false; /* no /proc: rely on kill() */
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
-  return p && (p[2] == 'Z' || p[2] == 'X');
-}
-
-bool rt_peer_gone(const RtComm *c, int rank) {
-  if (rank == c->rank || strcmp(c->peers[rank].host, c->peers[c->rank].host) != 0) return false;
-  return process_gone(c->peers[rank].pid);
-}
-
-/* The peers q waits for (at most 8), and whether each has not joined q yet. */
-static int waiting(const RtReq *q, int peers[8], bool first[8]) {
-  if (q->g->backend) return 0;
-  return q->mbox ? rt_mbox_waiting(q, peers, first, 8) : rt_req_waiting(q, peers, first, 8);
-}
+/* The peers q waits for (at most 8), and whether each has not joined q yet: the algorithm's
+ * answer, through the callback comm.c gave rt_watchdog_start. */
+static int waiting(const RtReq *q, int peers[8], bool first[8]) { return q->c->watch_waiting(q, peers, first, 8); }
 
 /* What q waits for: "rank 3 has not joined it (...)", or the peer it waits on further along. */
 static void describe_wait(const RtReq *q, char *buf, size_t len) {
@@ -131,7 +110,8 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
-void rt_watchdog_start(RtComm *c) {
+void rt_watchdog_start(RtComm *c, RtWaitingFn waiting) {
+  c->watch_waiting = waiting;
   atomic_store(&c->stop, false);
   if (pthread_create(&c->watchdog, NULL, watchdog_main, c) != 0) rt_fatal(RT_EXIT_COMM, "pthread_create failed");
   c->watchdog_running = true;

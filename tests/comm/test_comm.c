@@ -6,7 +6,9 @@
  *                       send/recv received in another order than sent; all_reduce_v
  *                       over several member layouts (empty members, chunk-crossing ones);
  *                       with SHARDRT_TEST_DIRECT=1 (0) some (no) collective must have run
- *                       by direct reads (runtime/comm/direct.c); SHARDRT_TEST_MBOX the same
+ *                       by direct reads (runtime/comm/direct.c); SHARDRT_TEST_HIER (went
+ *                       node, nodes, node: comm.c), SHARDRT_TEST_GATHER (small ones on the
+ *                       ring gathered and folded: comm.c) and SHARDRT_TEST_MBOX the same
  *                       for the shared-memory mailboxes (runtime/comm/mbox.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
@@ -311,6 +313,42 @@ static void check_overlap(RtGroup *a, RtGroup *b, size_t n) {
   xfree(y);
 }
 
+/* Several all-reduces in flight on one group (small, large, all_reduce_v; every dtype and
+ * reduction), waited for in reverse order: on a group over several nodes each is
+ * hierarchical, its parts finish in any order and must still pair up across ranks. */
+static void check_inflight(RtGroup *g) {
+  enum { K = 4 };
+  static const size_t n[K] = {1001, 300007, 7, 20011};
+  static const RtDType dt[K] = {RT_F32, RT_BF16, RT_BF16, RT_F32};
+  static const RtRedOp op[K] = {RT_SUM, RT_AVG, RT_MAX, RT_AVG};
+  void *in[K], *out[K];
+  RtReq *q[K];
+  if (!g) return; /* (not a member) */
+  for (int k = 0; k < K; k++) {
+    size_t es = dt[k] == RT_F32 ? 4 : 2;
+    in[k] = xmalloc(n[k] * es);
+    out[k] = xmalloc(n[k] * es);
+    fill(in[k], dt[k], n[k], me_rank, 40 + k);
+  }
+  /* the last as all_reduce_v over three members, one of them empty */
+  size_t cnt[3] = {n[3] / 3, 0, n[3] - n[3] / 3};
+  void *mem[3] = {out[3], NULL, (float *)out[3] + cnt[0]};
+  memcpy(out[3], in[3], n[3] * 4);
+  for (int k = 0; k < K - 1; k++) q[k] = rt_all_reduce_start(g, in[k], out[k], n[k], dt[k], op[k]);
+  q[K - 1] = rt_all_reduce_v_start(g, mem, cnt, 3, dt[K - 1], op[K - 1]);
+  for (int k = K - 1; k >= 0; k--) rt_wait(q[k]);
+  for (int k = 0; k < K; k++) {
+    for (size_t i = 0; i < n[k]; i++) {
+      float want = ref_reduce(g, dt[k], op[k], i, 40 + k);
+      EXPECT(get(out[k], dt[k], i) == want, "in-flight all_reduce %d on %s: [%zu] = %g, want %g", k, rt_group_name(g), i,
+             get(out[k], dt[k], i), want);
+      if (failures) break;
+    }
+    xfree(in[k]);
+    xfree(out[k]);
+  }
+}
+
 /* The mailbox (mbox.c) folds in the direct reads' order, so the two give the same bits on
  * inputs whose sums round (the threshold between them, measured at start-up, must never
  * change a result): all-reduce, reduce-scatter and all_reduce_v on fp32 and bf16 values
@@ -419,6 +457,11 @@ static int mode_coll(RtComm *c, int world) {
     run_group(gdp);
     run_group(g3);
     check_overlap(gtp, gdp, 100003);
+    /* the world's node part has the tp group's members (nodes a,a,b,b): they must not mix */
+    check_overlap(rt_group_world(c), gtp, 1001);
+    check_overlap(rt_group_world(c), gtp, 100003);
+    check_inflight(rt_group_world(c));
+    check_inflight(g3);
     /* 64 MiB: a few cases only (time). */
     size_t big = (64u << 20) / 4;
     check_all_reduce(rt_group_world(c), big, RT_F32, RT_SUM, true, 99);
@@ -440,6 +483,20 @@ static int mode_coll(RtComm *c, int world) {
     uint64_t nd = rt_comm_direct_count(c);
     EXPECT((nd > 0) == (strcmp(want_direct, "1") == 0), "%llu collectives ran by direct reads, SHARDRT_TEST_DIRECT=%s",
            (unsigned long long)nd, want_direct);
+  }
+  /* SHARDRT_TEST_HIER=1: some all-reduce must have gone node, nodes, node; 0: none. */
+  const char *want_hier = getenv("SHARDRT_TEST_HIER");
+  if (want_hier && *want_hier) {
+    uint64_t nh = rt_comm_hier_count(c);
+    EXPECT((nh > 0) == (strcmp(want_hier, "1") == 0), "%llu all-reduces went hierarchical, SHARDRT_TEST_HIER=%s",
+           (unsigned long long)nh, want_hier);
+  }
+  /* SHARDRT_TEST_GATHER=1: some small all-reduce on the ring gathered and folded; 0: none. */
+  const char *want_gather = getenv("SHARDRT_TEST_GATHER");
+  if (want_gather && *want_gather) {
+    uint64_t ng = rt_comm_gather_count(c);
+    EXPECT((ng > 0) == (strcmp(want_gather, "1") == 0), "%llu gathered and folded, SHARDRT_TEST_GATHER=%s",
+           (unsigned long long)ng, want_gather);
   }
   /* SHARDRT_TEST_MBOX=1: some collective must have gone through the mailboxes; 0: none. */
   const char *want_mbox = getenv("SHARDRT_TEST_MBOX");
