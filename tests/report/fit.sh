@@ -56,5 +56,27 @@ rc=$?
 if [ "$rc" != 1 ] || ! grep -q '^error: the plan does not fit this host: .* MiB per rank ([0-9]* planned' "$tmp/huge.out"; then
   echo "FAIL trainer memory check: exit $rc"; cat "$tmp/huge.out"; fail=1
 fi
+# ... and a CUDA trainer against the device's free memory (cudaMemGetInfo; the emulated device reports
+# SHARDRT_EMU_MEMORY): refused one byte short of the plan with the rank, the bytes and the knobs, run
+# with exactly the plan's bytes, and a malformed value is an error
+check cu-build 0 build models/tiny.model --world 1 --target cuda -D seq=32 -D batch=8 -D d=32 -D layers=1 -o "$tmp/t_cu"
+bash scripts/gen_corpus.sh "$tmp/data.txt" 20000 3 >/dev/null
+emu() { (cd "$tmp" && SHARDRT_DEVICE=emu SHARDRT_EMU_MEMORY=$1 ./t_cu --steps 1 --data data.txt --eval-every 0 \
+  --val-batches 1 --save-to "$tmp/ck" >"$tmp/emu.out" 2>&1); }
+emu 0
+rc=$?
+need=$(sed -n 's/^error: rank 0: the plan does not fit the device: .* = \([0-9]*\) bytes), but the emulated device has 0.0 MiB free (0 bytes).*knobs.*zero stage, recompute.*/\1/p' "$tmp/emu.out")
+if [ "$rc" != 1 ] || [ -z "$need" ]; then echo "FAIL device memory check: exit $rc"; cat "$tmp/emu.out"; fail=1; need=1; fi
+emu $((need - 1))
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q "has 0.0 MiB free\|free ($((need - 1)) bytes)" "$tmp/emu.out"; then
+  echo "FAIL device memory check, one byte short: exit $rc"; cat "$tmp/emu.out"; fail=1
+fi
+emu "$need" || { echo "FAIL device memory check: the plan's own bytes refused"; cat "$tmp/emu.out"; fail=1; }
+emu 6x
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q "^error: SHARDRT_EMU_MEMORY='6x': expected" "$tmp/emu.out"; then
+  echo "FAIL SHARDRT_EMU_MEMORY=6x: exit $rc"; cat "$tmp/emu.out"; fail=1
+fi
 [ "$fail" = 0 ] && echo "fit check: ok"
 exit $fail
