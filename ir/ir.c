@@ -193,6 +193,13 @@ void ir_move_last(Graph *g, int pos) {
   g->nodes[pos] = n;
 }
 
+void ir_drop_node(Graph *g, const Node *n) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] != n) g->nodes[k++] = g->nodes[i];
+  g->nnodes = k;
+}
+
 void ir_remove_dead(Graph *g) {
   /* Mark live values backwards from results and effectful nodes. Node ids are dense
    * per graph only at creation, so mark through a per-call array indexed by position. */

@@ -214,6 +214,8 @@ void ir_move_last(Graph *g, int pos);
 void ir_topo_sort(Graph *g);
 /* Removes nodes whose outputs are unused and that have no side effects; keeps results. */
 void ir_remove_dead(Graph *g);
+/* Removes node n from g's node list (its outputs must be unused). */
+void ir_drop_node(Graph *g, const Node *n);
 /* Pipeline stages reading g's values: rstage[id] (room for every id of g's values) becomes the
  * Node.stage of every reader of value id in g (a stage_select's input j: j + 1, read on stage j
  * only; a read inside a region's body: the region's stage), -1 when the readers' stages differ or

@@ -305,16 +305,24 @@ static bool is_view(const Node *n) {
   return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype));
 }
 
-/* Carry k of repeat rep updated in place: the body's result k is add(arg k, x) and nothing else
- * in the body reads arg k (nor yields it), so the sum can be written straight into the region's
+/* Carry k of repeat rep updated in place: the body's result k is add(arg k, x) (or the stacked
+ * output of a loop that adds arg k's slices in place, xs_in_place) and nothing else in the body
+ * reads arg k (nor yields it), so the sum can be written straight into the region's
  * output k, which is what arg k points at from the second iteration on (codegen's emit_repeat:
  * the carry pointer moves to the output after the first). Gradient accumulation's running sums:
  * sum += this micro-step's gradient, one buffer instead of the output and a sum per iteration. */
+static int xs_in_place(const Node *rep, int k);
+
 static bool carry_in_place(const Node *rep, int k) {
   const Graph *body = rep->body;
   Value *y = body->results[k], *a = body->args[k]->out[0];
-  if (y->def->graph != body || y->def->op != OP_ADD || (y->def->in[0] != a && y->def->in[1] != a)) return false;
-  if (y->def->in[0] == y->def->in[1] || readers(body, a) != 1 || is_result(body, a)) return false;
+  if (y->def->graph != body || readers(body, a) != 1 || is_result(body, a)) return false;
+  if (y->def->op == OP_REPEAT) { /* a loop's stacked output made in place on arg k (passes/sums.c) */
+    int q = xs_in_place(y->def, y->idx);
+    if (q < 0 || y->def->in[q] != a || readers(body, y) != 0) return false;
+  } else if (y->def->op != OP_ADD || (y->def->in[0] != a && y->def->in[1] != a) || y->def->in[0] == y->def->in[1]) {
+    return false;
+  }
   for (int r = 0; r < body->nresults; r++)
     if (r != k && body->results[r] == y) return false;
   return rep->out[k]->offset != -2 && value_bytes(y) == value_bytes(rep->out[k]);

@@ -13,6 +13,11 @@ bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "ne
 bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the per-rank SPMD program */
 bool pass_accum(Module *m);     /* gradient accumulation: the micro-step in a `repeat accum` region summing the gradients */
 bool pass_peel(Module *m);      /* accumulation with dp: the last micro-step after the region, its backward overlapping the reduction */
+bool pass_sums(Module *m);      /* accumulation: each micro-step's layer gradients added to the sums inside the backward loop */
+/* (passes/sums.c; passes/peel.c too) the backward loop yielding `grad` adds it to `sum` per layer,
+ * scaled by mean's factor when not NULL: the loop's new output, or NULL when it does not apply */
+Value *loop_sum(Graph *g, Value *sum, Value *grad, const Node *add, const Node *mean);
+bool pass_wcast(Module *m);     /* bf16 compute: a stacked weight's bf16 copy made per layer inside the loops reading it */
 bool pass_stage(Module *m);     /* pipeline stages: the layers split over pp (plan pp) */
 bool pass_pipe(Module *m);      /* the pipeline schedule (GPipe, 1F1B) unrolled into per-stage instructions with send/recv */
 bool pass_grad_buckets(Module *m); /* data-parallel gradient all-reduces: into the backward loop, bucketed */

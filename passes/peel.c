@@ -71,72 +71,6 @@ static Graph *copy_body(Peel *p, const Graph *src, Graph *parent) {
   return b;
 }
 
-static void drop(Graph *g, const Node *n) {
-  int k = 0;
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i] != n) g->nodes[k++] = g->nodes[i];
-  g->nnodes = k;
-}
-
-static bool read_once(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return false;
-  return ir_count_uses(g, v) == 1;
-}
-
-/* The copied backward loop R yields layer gradient j, and `sum` (the region's output, stacked like
- * it) is added to it at the top level only to be scaled: R reads sum as one more stacked input and
- * yields (sum_l + g_l) * scale per layer. Returns R's output (the mean), or NULL when it does not
- * apply (then the add and the scale stay at the top level). */
-static Value *into_loop(Graph *g, Value *sum, Value *grad, const Node *add, const Node *mean) {
-  /* bf16 compute (passes/precision.c): the loop yields the bf16 gradient, cast to f32 here; the
-   * cast moves into the loop with the add, and the loop yields f32 */
-  Node *cast = grad->def->op == OP_CAST && read_once(g, grad) ? grad->def : NULL;
-  Value *top = grad;
-  if (cast) grad = cast->in[0];
-  Node *R = grad->def;
-  if (R->op != OP_REPEAT || grad->idx < R->a.ncarry || !ir_shape_eq(&sum->shape, &grad->shape)) return NULL;
-  if (!read_once(g, grad) || sum->dtype != top->dtype) return NULL;
-  Graph *b = R->body;
-  Value *y = b->results[grad->idx];
-  if (y->def->graph != b || y->def->op == OP_ARG) return NULL;
-  for (int k = 0; k < b->nresults; k++)
-    if (k != grad->idx && b->results[k] == y) return NULL;
-  /* a new stacked input at ncarry + nxs: later inputs and arguments move up one */
-  int at = R->a.ncarry + R->a.nxs;
-  Value **in = ARENA_ARRAY(g->arena, Value *, R->nin + 1);
-  for (int j = 0, k = 0; j <= R->nin; j++) in[j] = j == at ? sum : R->in[k++];
-  R->in = in;
-  R->nin++;
-  R->a.nxs++;
-  Node *an = ir_add_arg(b, y->dtype, y->shape, "sum"); /* appended as args[nargs - 1]: move it to `at` */
-  for (int k = b->nargs - 1; k > at; k--) {
-    b->args[k] = b->args[k - 1];
-    b->args[k]->a.index = k;
-  }
-  b->args[at] = an;
-  an->a.index = at;
-  an->out[0]->sharding = y->sharding;
-  an->out[0]->dtype = sum->dtype;
-  if (cast) {
-    Value *yc = ir_emit(b, OP_CAST, 1, &y, top->dtype, y->shape, &cast->a, cast->loc);
-    yc->sharding = y->sharding;
-    y = yc;
-    grad->dtype = top->dtype; /* the loop's stacked output: f32 now */
-    drop(g, cast);
-  }
-  /* sum_l + g_l, as in the region; memplan gives the loop's output the sum's own stacked buffer
-   * when nothing reads the sum after the loop (passes/memplan.c, xs_in_place): slice l is read
-   * and written by this add only, index for index */
-  Value *ab[2] = {an->out[0], y};
-  Value *s = ir_emit(b, OP_ADD, 2, ab, y->dtype, y->shape, NULL, add->loc);
-  s->sharding = y->sharding;
-  Value *sc = ir_emit(b, OP_SCALE, 1, &s, y->dtype, y->shape, &mean->a, mean->loc);
-  sc->sharding = y->sharding;
-  b->results[grad->idx] = sc;
-  return grad;
-}
-
 bool pass_peel(Module *m) {
   Graph *g = m->graph;
   if (m->batch.accum <= 1 || !m->mesh || m->mesh->dim[RT_AX_DP] <= 1) return true;
@@ -194,13 +128,13 @@ bool pass_peel(Module *m) {
     if (!mean) die("peel: carry %d has no mean", c);
     Node *add = fin->def;
     Value *grad = add->op == OP_ADD && add->graph == g ? (add->in[0] == out ? add->in[1] : add->in[0]) : NULL;
-    Value *looped = grad && ir_count_uses(g, fin) == 0 ? into_loop(g, out, grad, add, mean) : NULL;
+    Value *looped = grad && ir_count_uses(g, fin) == 0 ? loop_sum(g, out, grad, add, mean) : NULL;
     if (looped) {
       ir_replace_uses(g, mean->out[0], looped);
       for (int i = 0; i < g->nresults; i++)
         if (g->results[i] == mean->out[0]) g->results[i] = looped;
-      drop(g, mean); /* the top-level add and scale are dead now */
-      drop(g, add);
+      ir_drop_node(g, mean); /* the top-level add and scale are dead now */
+      ir_drop_node(g, add);
       continue;
     }
     mean->in[0] = fin;

@@ -26,6 +26,8 @@ static const Pass passes[] = {
     {"shard", pass_shard},          /* dp/tp/sp: per-rank shapes, collectives */
     {"accum", pass_accum},          /* gradient accumulation: accum micro-steps in a region, one update */
     {"peel", pass_peel},            /* accumulation over dp: the last micro-step out of the region (overlap) */
+    {"sums", pass_sums},            /* accumulation: the micro-step's layer gradients summed inside the backward loop */
+    {"wcast", pass_wcast},          /* bf16 compute: a stacked weight's bf16 copy per layer, inside its loops */
     {"stage", pass_stage},          /* pipeline stages: layers split over pp, embedding first, head and loss last */
     {"pipe", pass_pipe},            /* the pipeline schedule: per-stage F/B instructions, send/recv between stages */
     {"buckets", pass_grad_buckets}, /* dp gradient all-reduces overlapped with backward, bucketed */

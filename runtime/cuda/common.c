@@ -32,6 +32,19 @@ void rt_cu_error(const char *fmt, ...) {
   va_end(ap);
 }
 
+int rt_cu_check_free(const RtProgram *p, const RtCtx *ctx, int64_t bytes, int64_t free_b, int64_t total_b,
+                     const char *dev) {
+  if (bytes <= free_b) return 0;
+  const double mib = 1 << 20;
+  rt_cu_error("rank %d: the plan does not fit the device: %.1f MiB planned (%lld bytes planned + %lld bytes of "
+              "kernel workspace = %lld bytes), but %s has %.1f MiB free (%lld bytes) of %.1f MiB; `shardc plan` "
+              "shows the memory by class and the knobs that bring it down (zero stage, recompute, offload, tp, pp, "
+              "micro-batch)",
+              ctx->rank, (double)bytes / mib, (long long)p->mem_bytes, (long long)(bytes - p->mem_bytes),
+              (long long)bytes, dev, (double)free_b / mib, (long long)free_b, (double)total_b / mib);
+  return -1;
+}
+
 void rt_cu_hash(char out[33], const char *const *parts, const size_t *lens, int nparts) {
   /* lane 0: FNV-1a 64; lane 1: the same walk with another basis and another odd multiplier */
   const uint64_t mul[2] = {0x100000001b3ull, 0x9e3779b97f4a7c15ull};

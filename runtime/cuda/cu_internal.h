@@ -93,6 +93,11 @@ const char *rt_cu_header_name(int i);
 const char *rt_cu_header_source(int i);
 /* printf-style message to stderr prefixed "error: ". */
 void rt_cu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The planned allocation (`bytes`: the plan plus the kernels' workspace) against the device's
+ * free memory, before it is made: 0 when it fits, else -1 after an error naming the rank, the
+ * planned and free bytes and the knobs (the emulated device reports SHARDRT_EMU_MEMORY). */
+int rt_cu_check_free(const RtProgram *p, const RtCtx *ctx, int64_t bytes, int64_t free_b, int64_t total_b,
+                     const char *dev);
 
 /* ---- gemm.c (CUDA backend) ---- */
 typedef struct RtCuGemm RtCuGemm;

@@ -334,6 +334,12 @@ int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, R
    * one rank only, as it is collective over the world) */
   if (ctx->world > 1 && rt_cu_nccl_open(ctx, dev) != 0) goto fail;
   if (load_kernels(c, p->cuda) != 0) goto fail;
+  size_t fr0 = 0, tot0 = 0; /* the plan against the free memory, now that the context and NCCL hold theirs */
+  if (cudaMemGetInfo(&fr0, &tot0) == cudaSuccess) {
+    if (rt_cu_check_free(p, ctx, bytes, (int64_t)fr0, (int64_t)tot0, c->name) != 0) goto fail;
+  } else {
+    (void)cudaGetLastError();
+  }
   cudaError_t rc = cudaMalloc((void **)&c->base, (size_t)(bytes > 0 ? bytes : 256));
   if (rc != cudaSuccess) {
     (void)cudaGetLastError(); /* clear the sticky allocation error */

@@ -9,6 +9,8 @@
  * nearest even). Everything is synchronous, so sync is a no-op.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,10 +302,33 @@ static const RtCuOps emu_ops = {.name = "emu",
                                 .peak = emu_peak,
                                 .close = emu_close};
 
+/* The emulated device's memory, free at start: SHARDRT_EMU_MEMORY (bytes, or with a K, M or G
+ * suffix: KiB, MiB, GiB); -1 when unset (unbounded: host memory); -2 after an error. */
+static int64_t emu_memory(void) {
+  const char *v = getenv("SHARDRT_EMU_MEMORY");
+  if (!v || !*v) return -1;
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (sh) end++;
+  if (errno || end == v || *end || x < 0 || x > (INT64_MAX >> sh)) {
+    rt_cu_error("SHARDRT_EMU_MEMORY='%s': expected the emulated device's memory in bytes (or with K, M or G: KiB, "
+                "MiB, GiB)", v);
+    return -2;
+  }
+  return (int64_t)x << sh;
+}
+
 int rt_cu_open_emu(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev) {
   EmuBe *e = calloc(1, sizeof *e);
   if (!e) rt_fatal(1, "out of memory");
   e->threads = ctx->threads > 0 ? ctx->threads : 1;
+  int64_t cap = emu_memory(); /* the plan against the memory the emulated device says it has free */
+  if (cap < -1 || (cap >= 0 && rt_cu_check_free(p, ctx, bytes, cap, cap, "the emulated device") != 0)) {
+    emu_close(e);
+    return -1;
+  }
   if (load_kernels(e, p->cuda) != 0) {
     emu_close(e);
     return -1;

@@ -29,8 +29,39 @@ check() { # name, expected status, shardc arguments...
 check gpt3-175b-cuda 1 plan models/gpt3-175b.model --target cuda
 grep -q '^#   capacity .*h100_80g memory: does not fit' "$tmp/gpt3-175b-cuda.out" || { echo "FAIL gpt3-175b-cuda: no plan or capacity line on stdout"; fail=1; }
 grep -q '^#   optimizer state' "$tmp/gpt3-175b-cuda.out" || { echo "FAIL gpt3-175b-cuda: no memory by class"; fail=1; }
-# ... and on the CPU target, whose ranks share the node's host memory (2048 GiB / 8)
-check gpt3-175b 1 plan models/gpt3-175b.model
+# ... and on the CPU target, whose ranks share the node's host memory (2048 GiB / 8): it fits there
+# since the micro-step's layer gradients are summed inside the backward loop (passes/sums.c)
+check gpt3-175b 0 plan models/gpt3-175b.model
+grep -q '^#   capacity .*host memory per rank (dgx_h100_superpod node / 8; the CPU target runs on the host): fits' \
+  "$tmp/gpt3-175b.out" || { echo "FAIL gpt3-175b: not the host memory per rank, or not fitting"; fail=1; }
+# activations under recompute, GPT-3 175B at tp 8 + sp (micro-batch 1 x 2048 tokens, bf16), per layer:
+# the slope between 96 and 48 layers (what does not grow with the layers cancels). none keeps
+# 32 B x s x h / tp per layer (Korthikanti et al.'s 34 without the two dropout masks), selective 22,
+# full the block's input, 2 (docs/memory.md; full's slope is asserted at most 6: at the peak it
+# holds up to 4 more per layer, see there); and at 96 layers none > selective > full, with neither
+# the micro-step's whole gradient (passes/sums.c) nor the bf16 weight stacks (passes/wcast.c) among
+# them: full's activations stay under 2 GiB
+acts() { # recompute mode, layers -> activation bytes at the peak
+  "$shardc" plan models/gpt3-175b.model --target cuda -D recompute="$1" -D layers="$2" 2>/dev/null |
+    awk '/^#   activations / { print $3 }'
+}
+sbh=$((2048 * 12288 / 8))
+for mode in none:32 selective:22 full:6; do
+  r=${mode%%:*} want=${mode##*:}
+  a96=$(acts "$r" 96)
+  a48=$(acts "$r" 48)
+  eval "a_$r=\${a96:-0}"
+  per=$(((${a96:-0} - ${a48:-0}) / 48))
+  echo "gpt3-175b recompute $r: activations $a96 B at 96 layers, $per B per layer = $(awk -v p="$per" -v u="$sbh" 'BEGIN { printf "%.2f", p / u }') x s h / tp"
+  if [ "$r" = full ]; then
+    [ "$per" -gt 0 ] && [ "$per" -le $((want * sbh)) ] || { echo "FAIL gpt3-175b full recompute: $per B per layer, want at most $want x s h / tp"; fail=1; }
+  elif [ $(((per > want * sbh ? per - want * sbh : want * sbh - per) * 100)) -gt $((want * sbh)) ]; then
+    echo "FAIL gpt3-175b recompute $r: $per B per layer, want $want x s h / tp within 1%"; fail=1
+  fi
+done
+if [ "$a_full" -le 0 ] || [ "$a_full" -ge "$a_selective" ] || [ "$a_selective" -ge "$a_none" ] || [ "$a_full" -ge $((2 << 30)) ]; then
+  echo "FAIL gpt3-175b activations at 96 layers: not none > selective > full, or full over 2 GiB"; fail=1
+fi
 # tiny on 6 MiB devices: the tp 2 knob fits
 check tiny-small 1 plan models/tiny.model --topology tests/report/fit/small.topo
 check tiny-small-build 1 build models/tiny.model --topology tests/report/fit/small.topo -o "$tmp/never"
@@ -55,6 +86,28 @@ check huge-build 0 build models/tiny.model --world 1 --topology tests/report/fit
 rc=$?
 if [ "$rc" != 1 ] || ! grep -q '^error: the plan does not fit this host: .* MiB per rank ([0-9]* planned' "$tmp/huge.out"; then
   echo "FAIL trainer memory check: exit $rc"; cat "$tmp/huge.out"; fail=1
+fi
+# ... and a CUDA trainer against the device's free memory (cudaMemGetInfo; the emulated device reports
+# SHARDRT_EMU_MEMORY): refused one byte short of the plan with the rank, the bytes and the knobs, run
+# with exactly the plan's bytes, and a malformed value is an error
+check cu-build 0 build models/tiny.model --world 1 --target cuda -D seq=32 -D batch=8 -D d=32 -D layers=1 -o "$tmp/t_cu"
+bash scripts/gen_corpus.sh "$tmp/data.txt" 20000 3 >/dev/null
+emu() { (cd "$tmp" && SHARDRT_DEVICE=emu SHARDRT_EMU_MEMORY=$1 ./t_cu --steps 1 --data data.txt --eval-every 0 \
+  --val-batches 1 --save-to "$tmp/ck" >"$tmp/emu.out" 2>&1); }
+emu 0
+rc=$?
+need=$(sed -n 's/^error: rank 0: the plan does not fit the device: .* = \([0-9]*\) bytes), but the emulated device has 0.0 MiB free (0 bytes).*knobs.*zero stage, recompute.*/\1/p' "$tmp/emu.out")
+if [ "$rc" != 1 ] || [ -z "$need" ]; then echo "FAIL device memory check: exit $rc"; cat "$tmp/emu.out"; fail=1; need=1; fi
+emu $((need - 1))
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q "free ($((need - 1)) bytes)" "$tmp/emu.out"; then
+  echo "FAIL device memory check, one byte short: exit $rc"; cat "$tmp/emu.out"; fail=1
+fi
+emu "$need" || { echo "FAIL device memory check: the plan's own bytes refused"; cat "$tmp/emu.out"; fail=1; }
+emu 6x
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q "^error: SHARDRT_EMU_MEMORY='6x': expected" "$tmp/emu.out"; then
+  echo "FAIL SHARDRT_EMU_MEMORY=6x: exit $rc"; cat "$tmp/emu.out"; fail=1
 fi
 [ "$fail" = 0 ] && echo "fit check: ok"
 exit $fail
