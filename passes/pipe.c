@@ -426,22 +426,21 @@ static int64_t kept_bytes(const Pp *p, char c, const Node *only) {
   return b;
 }
 
-/* The stages (bit s: stage s) whose instructions read value v of the outer graph (a parameter),
+/* Marks on[s] for each stage s whose instructions read value v of the outer graph (a parameter),
  * by the class of each body node reading it: the first stage's, the last's, or every stage's (the
  * loops, what every stage computes); a parameter's bf16 cast (C_ALL) passes on its readers' stages. */
-static unsigned reader_stages(const Pp *p, const Value *v) {
-  unsigned all = (1u << p->pp) - 1, m = 0;
+static void reader_stages(const Pp *p, const Value *v, bool *on) {
   const Graph *b = p->body;
-  for (int i = 0; i < b->nnodes && m != all; i++) {
+  for (int i = 0; i < b->nnodes; i++) {
     const Node *x = b->nodes[i];
     if (!reads_value(x, v)) continue;
     char c = p->cls[i];
-    if (c == C_FIRST || c == C_FIRSTB) m |= 1u;
-    else if (c == C_LAST) m |= 1u << (p->pp - 1);
-    else if (param_cast(x)) m |= reader_stages(p, x->out[0]);
-    else m = all;
+    if (c == C_FIRST || c == C_FIRSTB) on[0] = true;
+    else if (c == C_LAST) on[p->pp - 1] = true;
+    else if (param_cast(x)) reader_stages(p, x->out[0], on);
+    else
+      for (int s = 0; s < p->pp; s++) on[s] = true;
   }
-  return m;
 }
 
 /* Per stage: the parameters outside the layers (not split over pp: held whole on every stage
@@ -453,11 +452,13 @@ static void unused_params(const Pp *p, PipePlan *pl) {
   int pp = p->pp;
   char **names = calloc((size_t)pp, sizeof(char *));
   size_t *len = calloc((size_t)pp, sizeof(size_t));
-  if (!names || !len || pp > 30) die("pipe: unused_params");
+  bool *on = calloc((size_t)pp, sizeof(bool));
+  if (!names || !len || !on) die("out of memory");
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op != OP_PARAM || n->out[0]->sharding.split[0] == RT_AX_PP || !n->a.name) continue;
-    unsigned m = reader_stages(p, n->out[0]);
+    memset(on, 0, (size_t)pp * sizeof(bool));
+    reader_stages(p, n->out[0], on);
     int64_t b = 2 * ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype); /* the parameter, its gradient */
     for (int j = 0; j < g->nnodes; j++) {
       const Node *st = g->nodes[j];
@@ -465,7 +466,7 @@ static void unused_params(const Pp *p, PipePlan *pl) {
       if (c && strcmp(c + 1, n->a.name) == 0) b += ir_numel(&st->out[0]->shape) * ir_dtype_size(st->out[0]->dtype);
     }
     for (int s = 0; s < pp; s++) {
-      if (m & (1u << s)) continue;
+      if (on[s]) continue;
       pl->stage[s].unused_bytes += b;
       size_t k = strlen(n->a.name);
       char *t = realloc(names[s], len[s] + k + 3);
@@ -480,6 +481,7 @@ static void unused_params(const Pp *p, PipePlan *pl) {
   }
   free(names);
   free(len);
+  free(on);
 }
 
 static void plan_report(Pp *p, const PipeSched *s) {
