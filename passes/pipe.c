@@ -426,6 +426,64 @@ static int64_t kept_bytes(const Pp *p, char c, const Node *only) {
   return b;
 }
 
+/* Marks on[s] for each stage s whose instructions read value v of the outer graph (a parameter),
+ * by the class of each body node reading it: the first stage's, the last's, or every stage's (the
+ * loops, what every stage computes); a parameter's bf16 cast (C_ALL) passes on its readers' stages. */
+static void reader_stages(const Pp *p, const Value *v, bool *on) {
+  const Graph *b = p->body;
+  for (int i = 0; i < b->nnodes; i++) {
+    const Node *x = b->nodes[i];
+    if (!reads_value(x, v)) continue;
+    char c = p->cls[i];
+    if (c == C_FIRST || c == C_FIRSTB) on[0] = true;
+    else if (c == C_LAST) on[p->pp - 1] = true;
+    else if (param_cast(x)) reader_stages(p, x->out[0], on);
+    else
+      for (int s = 0; s < p->pp; s++) on[s] = true;
+  }
+}
+
+/* Per stage: the parameters outside the layers (not split over pp: held whole on every stage
+ * today) that its instructions never read, with their optimizer states ("<kind>:<name>") and a
+ * gradient of their size: the bytes that holding each such parameter on its own stages only
+ * would save there (docs/pipeline.md, "Not yet"). */
+static void unused_params(const Pp *p, PipePlan *pl) {
+  const Graph *g = p->g;
+  int pp = p->pp;
+  char **names = calloc((size_t)pp, sizeof(char *));
+  size_t *len = calloc((size_t)pp, sizeof(size_t));
+  bool *on = calloc((size_t)pp, sizeof(bool));
+  if (!names || !len || !on) die("out of memory");
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_PARAM || n->out[0]->sharding.split[0] == RT_AX_PP || !n->a.name) continue;
+    memset(on, 0, (size_t)pp * sizeof(bool));
+    reader_stages(p, n->out[0], on);
+    int64_t b = 2 * ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype); /* the parameter, its gradient */
+    for (int j = 0; j < g->nnodes; j++) {
+      const Node *st = g->nodes[j];
+      const char *c = st->op == OP_STATE && st->a.name ? strchr(st->a.name, ':') : NULL;
+      if (c && strcmp(c + 1, n->a.name) == 0) b += ir_numel(&st->out[0]->shape) * ir_dtype_size(st->out[0]->dtype);
+    }
+    for (int s = 0; s < pp; s++) {
+      if (on[s]) continue;
+      pl->stage[s].unused_bytes += b;
+      size_t k = strlen(n->a.name);
+      char *t = realloc(names[s], len[s] + k + 3);
+      if (!t) die("out of memory");
+      names[s] = t;
+      len[s] += (size_t)sprintf(t + len[s], "%s%s", len[s] ? ", " : "", n->a.name);
+    }
+  }
+  for (int s = 0; s < pp; s++) {
+    pl->stage[s].unused = arena_printf(p->m->arena, "%s", names[s] ? names[s] : "");
+    free(names[s]);
+  }
+  free(names);
+  free(len);
+  free(on);
+}
+
 static void plan_report(Pp *p, const PipeSched *s) {
   Module *m = p->m;
   PipePlan *pl = ARENA_NEW(m->arena, PipePlan);
@@ -475,6 +533,7 @@ static void plan_report(Pp *p, const PipeSched *s) {
     tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
     tw[st] = x->wgt_flops;
   }
+  unused_params(p, pl);
   pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
   for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];
   m->pipe = pl;

@@ -129,6 +129,16 @@ void pipe_print(FILE *f, const Module *m) {
     fprintf(f, "#   %-5d %-12s %-15s %12.4g %12.4g %9.2f MiB %9d %11.2f MiB %7.2f MiB\n", s, layers, holds, x->fwd_flops,
             x->bwd_flops, mib(x->act_bytes), x->inflight, mib(x->act_bytes * x->inflight), mib(x->param_bytes));
   }
+  bool any = false;
+  for (int s = 0; s < p->pp; s++) any |= p->stage[s].unused_bytes > 0;
+  if (any) { /* the parameters outside the layers: every stage holds them (not yet only where used) */
+    fprintf(f, "#   held but unused (parameters outside the layers are kept on every stage, with their gradients and "
+               "optimizer state):\n");
+    for (int s = 0; s < p->pp; s++)
+      if (p->stage[s].unused_bytes)
+        fprintf(f, "#     stage %d: %.2f MiB, %lld bytes (%s)\n", s, mib(p->stage[s].unused_bytes),
+                (long long)p->stage[s].unused_bytes, p->stage[s].unused);
+  }
   /* the textbook figure for equal stages (and, zb, F = B = W), to compare with */
   const char *ideal = p->kind == SCHED_INTERLEAVED ? "(pp-1)/(vM+pp-1)" : p->kind == SCHED_ZB ? "ZB-H1's (pp-1)/(3M+pp-1)"
                                                                                                : "(pp-1)/(M+pp-1)";

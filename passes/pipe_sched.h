@@ -84,6 +84,9 @@ typedef struct {
                                    first / last stage's own), per micro-batch */
   int inflight;                 /* most forwards (micro-batch, chunk) whose activations it holds at once */
   int64_t param_bytes;          /* its parameters (layers split over pp, the rest replicated) */
+  int64_t unused_bytes;         /* of the parameters outside the layers, held on every stage today: those this
+                                   stage's instructions never read, with their optimizer state and gradient */
+  const char *unused;           /* their names, comma-separated ("" when none) */
 } PipeStage;
 
 typedef struct PipePlan {

@@ -48,6 +48,20 @@ inflight() { "$shardc" plan "${t[@]}" -D pp=4 "$@" --world 4 2>/dev/null | grep 
   sed -E 's/^#   ([0-9]) .* MiB +([0-9]+) +[0-9.]+ MiB .*/\1:\2/' | tr '\n' ' '; }
 got=$(inflight); [ "$got" = "0:4 1:3 2:2 3:1 " ] || { echo "FAIL: 1f1b in flight per stage: $got, want pp - s"; fail=1; }
 got=$(inflight -D schedule=gpipe); [ "$got" = "0:4 1:4 2:4 3:4 " ] || { echo "FAIL: gpipe in flight: $got, want M"; fail=1; }
+# the parameters outside the layers (held on every stage today) that a stage never reads, with a
+# gradient and AdamW's two states each (4 x 4 bytes per element): tiny (vocab 256, d 64, seq 64,
+# tied wte) at pp 4: the middle stages wte, wpe and the final norm, the first the final norm, the
+# last wpe; Llama-3-8B at tp 8 (untied, its 128256 x 4096 embedding and head split over tp): the
+# first stage the head and the final norm, the middle ones both tables, the last the embedding
+w=$((256 * 64)) p=$((64 * 64)) n=$((2 * 64)) e=$((128256 * 4096 / 8 * 16))
+expect 0 "#   held but unused (parameters outside the layers are kept on every stage" \
+  "#     stage 0: 0.00 MiB, $((n * 16)) bytes (layernorm.w, layernorm.b)" \
+  "#     stage 1: 0.31 MiB, $(((w + p + n) * 16)) bytes (wte, wpe, layernorm.w, layernorm.b)" \
+  "#     stage 2: 0.31 MiB, $(((w + p + n) * 16)) bytes (wte, wpe, layernorm.w, layernorm.b)" \
+  "#     stage 3: 0.06 MiB, $((p * 16)) bytes (wpe)" -- plan "${t[@]}" -D pp=4 --world 4
+expect 0 "#     stage 0: 1002.06 MiB, $((e + 4096 * 16)) bytes (output, rmsnorm.w)" \
+  "#     stage 1: 2004.06 MiB, $((2 * e + 4096 * 16)) bytes (tok_embeddings, output, rmsnorm.w)" \
+  "#     stage 3: 1002.00 MiB, $e bytes (tok_embeddings)" -- plan models/llama3-8b.model -D pp=4 -D batch=64 --world 32
 # memory: a rank holds its stage's layers and activations (the memory plan lets stages' values share
 # bytes), so the peak falls with pp; 1F1B keeps fewer micro-batches in flight than GPipe
 peak() { "$shardc" plan "${t[@]}" "$@" 2>/dev/null | awk '/^#   peak/ { print $3 }'; }
