@@ -147,7 +147,10 @@ static void put_attrs(Buf *b, const Node *n) {
     bprintf(b, "  axis=%d start=%lld len=%lld", a->axis, (long long)a->start, (long long)a->len);
     break;
   case OP_CONCAT: bprintf(b, "  axis=%d", a->axis); break;
-  case OP_MATMUL: bprintf(b, "  ta=%d tb=%d", a->ta, a->tb); break;
+  case OP_MATMUL:
+    bprintf(b, "  ta=%d tb=%d", a->ta, a->tb);
+    if (a->epilogue) bprintf(b, " epilogue=%d", a->epilogue); /* CUDA target (passes/epilogue.c) */
+    break;
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD: bprintf(b, "  eps=%g", a->eps); break;
   case OP_ROPE: case OP_ROPE_AT:
     bprintf(b, "  heads=%d theta=%g start=%lld%s", a->heads, a->theta, (long long)a->start, a->inverse ? " inverse" : "");

@@ -11,6 +11,10 @@
  * for the CUDA target: every group is consecutive elementwise nodes over one shape within the
  * limits, and no member's output overlaps a value its group reads from outside (except the
  * same tensor updated index for index) — the condition for running it as one kernel.
+ * GEMM epilogues (passes/epilogue.c, after memplan): tiny's four matmuls per layer take their bias
+ * add (qkv), bias + GELU (fc) and bias + residual (both projections); what the GEMM stores meets
+ * none of A, B and the bias, a GELU's output not its pre-activation, and the absorbed nodes are in
+ * no fusion group; Llama (no biases) has none.
  */
 #include <stdio.h>
 #include <string.h>
@@ -101,6 +105,41 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
   return groups;
 }
 
+static bool meets(const Value *a, const Value *b) {
+  int64_t al, ah, bl, bh;
+  return span(a, &al, &ah) && span(b, &bl, &bh) && al < bh && bl < ah;
+}
+
+/* Checks every matmul epilogue of g (and its bodies); returns how many there are. */
+static int check_epilogues(const Graph *g, const char *label) {
+  int count = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *mm = g->nodes[i];
+    if (mm->body) count += check_epilogues(mm->body, label);
+    if (!mm->a.epilogue) continue;
+    count++;
+    int at[2], e = epilogue_nodes(g, i, at);
+    EXPECT(mm->op == OP_MATMUL && e >= 1 && e <= 2, "%s: %s with epilogue %d", label, ir_ops[mm->op].name, e);
+    const Node *add = g->nodes[at[0]];
+    EXPECT(add->op == OP_ADD && (add->in[0] == mm->out[0] || add->in[1] == mm->out[0]), "%s: the epilogue's first node is no bias add", label);
+    const Value *bias = add->in[0] == mm->out[0] ? add->in[1] : add->in[0];
+    EXPECT(bias->shape.rank == 1 && ir_count_uses_deep(g, mm->out[0]) == 1, "%s: bias rank %d, matmul output read %d times", label,
+           bias->shape.rank, ir_count_uses_deep(g, mm->out[0]));
+    for (int k = 0; k < e; k++) {
+      const Node *n = g->nodes[at[k]];
+      EXPECT(n->group == 0, "%s: an absorbed %s is in fusion group %d", label, ir_ops[n->op].name, n->group);
+      for (int q = 0; q < 3; q++) {
+        const Value *r = q == 2 ? bias : mm->in[q];
+        bool stored = k == e - 1 || g->nodes[at[e - 1]]->op == OP_GELU; /* a residual's h is not stored */
+        EXPECT(!stored || !meets(n->out[0], r), "%s: the GEMM stores %%%d over %%%d, which it reads", label, n->out[0]->id, r->id);
+      }
+    }
+    if (e == 2 && g->nodes[at[1]]->op == OP_GELU)
+      EXPECT(!meets(g->nodes[at[1]]->out[0], add->out[0]), "%s: GELU's output meets its pre-activation", label);
+  }
+  return count;
+}
+
 static void built_graphs(void) {
   Arena a;
   arena_init(&a);
@@ -165,7 +204,7 @@ static void built_graphs(void) {
   arena_free(&a);
 }
 
-static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world) {
+static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world, int epilogues) {
   Arena a;
   arena_init(&a);
   FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
@@ -175,9 +214,10 @@ static void model(const char *label, const char *file, const FeDefine *defs, int
   m->target = TARGET_CUDA;
   PipelineOptions po = {.verify = true};
   EXPECT(pipeline_run(m, &po), "%s: the pipeline failed", label);
-  int groups = check_groups(m->graph, label, true);
-  EXPECT(groups >= 3, "%s: only %d fusion groups", label, groups);
-  printf("%s: %d fusion groups\n", label, groups);
+  int groups = check_groups(m->graph, label, true), epi = check_epilogues(m->graph, label);
+  EXPECT(groups + epi >= 3, "%s: only %d fusion groups and %d GEMM epilogues", label, groups, epi);
+  EXPECT(epilogues < 0 || epi == epilogues, "%s: %d GEMM epilogues, want %d", label, epi, epilogues);
+  printf("%s: %d fusion groups, %d GEMM epilogues\n", label, groups, epi);
   arena_free(&a);
 }
 
@@ -188,10 +228,10 @@ int main(void) {
   FeDefine tp[] = {{"dp", "1"}, {"tp", "2"}, {"sp", "on"}, {"precision", "bf16"}};
   FeDefine llama[] = {{"tp", "1"}, {"dp", "1"}, {"sp", "off"}, {"layers", "2"}, {"seq", "64"}, {"micro_batch", "1"},
                       {"batch", "1"}};
-  model("tiny f32", tiny, one, 1, 1);
-  model("tiny bf16", tiny, bf16, 2, 1);
-  model("tiny tp=2 sp bf16", tiny, tp, 4, 2);
-  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1);
+  model("tiny f32", tiny, one, 1, 1, 4);
+  model("tiny bf16", tiny, bf16, 2, 1, 4);
+  model("tiny tp=2 sp bf16", tiny, tp, 4, 2, -1);
+  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0);
   if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
   else printf("test_fuse: ok\n");
   return failures ? 1 : 0;
