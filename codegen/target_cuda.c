@@ -213,12 +213,23 @@ static void emit_node(Cg *c, Node *n) {
                                 cg_ptr(c, n->in[5]), x->dtype, s->dim[0], s->dim[1], a->heads, a->kv_heads,
                                 s->dim[2] / a->heads, a->causal));
   }
-  case OP_CROSS_ENTROPY:
+  case OP_CROSS_ENTROPY: {
+    int b = fuse_ce_partner(n->graph, c->pos); /* passes/fuse_ce.c: the backward too, where it runs */
+    if (b >= 0 && cg_runs(c, n->graph, b)) {
+      const Node *bw = n->graph->nodes[b];
+      cg_line(c, "/* the cross-entropy's forward and backward in one pass over the logits */");
+      return stmt(c, cuk_cross_entropy_fused(k, cg_ptr(c, y), cg_ptr(c, bw->out[0]), cg_ptr(c, x), x->dtype,
+                                             cg_ptr(c, n->in[1]), cg_ptr(c, bw->in[2]), rows_of(x), last_dim(x), a->len));
+    }
     return stmt(c, cuk_cross_entropy(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_ptr(c, n->in[1]), rows_of(x),
                                      last_dim(x), a->len));
-  case OP_CROSS_ENTROPY_BWD:
+  }
+  case OP_CROSS_ENTROPY_BWD: {
+    int f = fuse_ce_partner(n->graph, c->pos);
+    if (f >= 0 && cg_runs(c, n->graph, f)) return stmt(c, "/* computed with the loss (fused cross-entropy) */");
     return stmt(c, cuk_cross_entropy_bwd(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_ptr(c, n->in[1]),
                                          cg_ptr(c, n->in[2]), rows_of(x), last_dim(x), a->len));
+  }
   case OP_CE_MAX:
     return stmt(c, cuk_ce_max(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, rows_of(x), last_dim(x), a->len,
                               first_index(c, n, last_dim(x))));

@@ -159,6 +159,8 @@ typedef struct {
   int epilogue;           /* MATMUL (CUDA target, passes/epilogue.c): how many of the nodes after it
                              (its bias add; then a GELU or a residual add; argument nodes between them not
                              counted) its GEMM computes; 0: none */
+  bool fused_bwd;         /* CROSS_ENTROPY and its CROSS_ENTROPY_BWD (CUDA target, passes/fuse_ce.c): the forward's
+                             kernel computes both (fuse_ce_partner pairs them) */
 } Attrs;
 
 struct Node {

@@ -158,7 +158,9 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_SDPA: case OP_SDPA_BWD: case OP_ATTN_BLOCK: case OP_ATTN_BLOCK_BWD:
     bprintf(b, "  heads=%d kv_heads=%d causal=%d", a->heads, a->kv_heads, a->causal); break;
   case OP_ATTN_COMBINE: bprintf(b, "  heads=%d", a->heads); break;
-  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS: bprintf(b, "  len=%lld", (long long)a->len); break;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS:
+    bprintf(b, "  len=%lld%s", (long long)a->len, a->fused_bwd ? " fused_bwd" : ""); /* CUDA: passes/fuse_ce.c */
+    break;
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD:
     bprintf(b, "  len=%lld", (long long)a->len);
     if (a->sharded) bprintf(b, " vocab over=%s", axis_name(a->mesh_axis));

@@ -354,7 +354,7 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
          attr_bool(r, al, "causal", &a->causal);
     break;
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS:
-    ok = attr_i64(r, al, "len", &a->len, 0, BIG);
+    ok = attr_i64(r, al, "len", &a->len, 0, BIG) && attr_flag(al, "fused_bwd", &a->fused_bwd);
     break;
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD: case OP_EMBED: case OP_EMBED_BWD: {
     if (n->op != OP_EMBED && n->op != OP_EMBED_BWD) ok = attr_i64(r, al, "len", &a->len, 0, BIG);

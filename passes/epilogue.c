@@ -17,6 +17,7 @@
  * The other targets ignore it (the pass marks nothing for them): the CPU target runs the nodes.
  */
 #include "ir.h"
+#include "diag.h"
 #include "memplan.h"
 #include "passes.h"
 
@@ -116,6 +117,7 @@ static void epilogue_graph(Graph *g) {
 }
 
 bool pass_epilogue(Module *m) {
+  if (m->target == TARGET_CUDA && !m->memplan) die("epilogue: the memory plan has not run");
   if (m->target == TARGET_CUDA) epilogue_graph(m->graph);
   return true;
 }

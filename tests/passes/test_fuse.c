@@ -14,7 +14,9 @@
  * GEMM epilogues (passes/epilogue.c, after memplan): tiny's four matmuls per layer take their bias
  * add (qkv), bias + GELU (fc) and bias + residual (both projections); what the GEMM stores meets
  * none of A, B and the bias, a GELU's output not its pre-activation, and the absorbed nodes are in
- * no fusion group; Llama (no biases) has none.
+ * no fusion group; Llama (no biases) has none. The cross-entropy's forward and backward are paired
+ * (passes/fuse_ce.c) in each model: the gradient's bytes meet neither the targets, the loss nor dloss,
+ * and the logits only as their very tensor; dloss is defined before the forward.
  */
 #include <stdio.h>
 #include <string.h>
@@ -140,6 +142,25 @@ static int check_epilogues(const Graph *g, const char *label) {
   return count;
 }
 
+/* Checks the fused cross-entropies of g (and its bodies); returns how many pairs there are. */
+static int check_fused_ce(const Graph *g, const char *label) {
+  int count = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *f = g->nodes[i];
+    if (f->body) count += check_fused_ce(f->body, label);
+    if (f->op != OP_CROSS_ENTROPY || !f->a.fused_bwd) continue;
+    int b = fuse_ce_partner(g, i);
+    EXPECT(b > i && fuse_ce_partner(g, b) == i, "%s: the fused cross-entropy at %d has no backward after it", label, i);
+    if (b <= i) continue;
+    count++;
+    const Value *dl = g->nodes[b]->out[0], *lg = f->in[0], *dloss = g->nodes[b]->in[2];
+    EXPECT(!meets(dl, f->in[1]) && !meets(dl, f->out[0]) && !meets(dl, dloss) && !overlaps(dl, lg),
+           "%s: the fused cross-entropy's gradient %%%d meets what the forward reads or writes", label, dl->id);
+    for (int q = i + 1; q < b; q++) EXPECT(dloss->def != g->nodes[q], "%s: dloss is defined after the forward", label);
+  }
+  return count;
+}
+
 static void built_graphs(void) {
   Arena a;
   arena_init(&a);
@@ -204,7 +225,7 @@ static void built_graphs(void) {
   arena_free(&a);
 }
 
-static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world, int epilogues) {
+static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world, int epilogues, int fused_ce) {
   Arena a;
   arena_init(&a);
   FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
@@ -215,9 +236,11 @@ static void model(const char *label, const char *file, const FeDefine *defs, int
   PipelineOptions po = {.verify = true};
   EXPECT(pipeline_run(m, &po), "%s: the pipeline failed", label);
   int groups = check_groups(m->graph, label, true), epi = check_epilogues(m->graph, label);
+  int ce = check_fused_ce(m->graph, label);
+  EXPECT(ce == fused_ce, "%s: %d fused cross-entropies, want %d", label, ce, fused_ce);
   EXPECT(groups + epi >= 3, "%s: only %d fusion groups and %d GEMM epilogues", label, groups, epi);
   EXPECT(epilogues < 0 || epi == epilogues, "%s: %d GEMM epilogues, want %d", label, epi, epilogues);
-  printf("%s: %d fusion groups, %d GEMM epilogues\n", label, groups, epi);
+  printf("%s: %d fusion groups, %d GEMM epilogues, %d fused cross-entropies\n", label, groups, epi, ce);
   arena_free(&a);
 }
 
@@ -228,10 +251,10 @@ int main(void) {
   FeDefine tp[] = {{"dp", "1"}, {"tp", "2"}, {"sp", "on"}, {"precision", "bf16"}};
   FeDefine llama[] = {{"tp", "1"}, {"dp", "1"}, {"sp", "off"}, {"layers", "2"}, {"seq", "64"}, {"micro_batch", "1"},
                       {"batch", "1"}};
-  model("tiny f32", tiny, one, 1, 1, 4);
-  model("tiny bf16", tiny, bf16, 2, 1, 4);
-  model("tiny tp=2 sp bf16", tiny, tp, 4, 2, -1);
-  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0);
+  model("tiny f32", tiny, one, 1, 1, 4, 1);
+  model("tiny bf16", tiny, bf16, 2, 1, 4, 1);
+  model("tiny tp=2 sp bf16", tiny, tp, 4, 2, -1, 0); /* vocab-parallel: the CE_* parts */
+  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0, 1);
   if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
   else printf("test_fuse: ok\n");
   return failures ? 1 : 0;
