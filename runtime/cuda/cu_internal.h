@@ -25,10 +25,14 @@
 enum { RT_CU_D2D, RT_CU_H2D_ASYNC, RT_CU_H2D, RT_CU_D2H }; /* copy kinds */
 
 /* A GEMM epilogue (rt_cu_matmul_ep): t = acc + bias[col]; aux != NULL: aux = t, y = gelu(t);
- * else c != NULL: y = c + t (c may be y); else y = t. Bias, c and aux have y's dtype. */
+ * else c != NULL: y = c + t (c may be y); else y = t. With dgelu (rt_cu_matmul_dgelu): y =
+ * gelu'(aux) * acc, aux read (the pre-activation), and dbias (unless NULL) = y's column sums.
+ * Bias, c, aux and dbias have y's dtype. */
 typedef struct {
   const void *bias, *c;
   void *aux;
+  int dgelu;
+  void *dbias;
 } RtCuEpi;
 
 typedef struct {

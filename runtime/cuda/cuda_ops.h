@@ -47,6 +47,12 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
 void rt_cu_matmul_ep(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                      int64_t k, int ta, int tb, const void *bias, const void *c, void *aux);
 
+/* One GEMM with cuBLASLt's DGELU epilogue (passes/epilogue.c), GELU's backward: with acc as above,
+ * y[i, j] = gelu'(pre[i, j]) * acc (pre: the forward's pre-activation, y's dtype); and with
+ * DGELU_BGRAD, unless dbias is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient). */
+void rt_cu_matmul_dgelu(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+                        int64_t k, int ta, int tb, const void *pre, void *dbias);
+
 /* Device-to-device copies and fills on the compute stream. */
 void rt_cu_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes);
 void rt_cu_zero(RtCtx *ctx, void *dst, int64_t bytes);

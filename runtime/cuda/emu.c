@@ -230,6 +230,22 @@ static void st_el(void *p, int dt, int64_t i, float v) {
  * (runtime/cuda/kernels/shardk.cuh), each output rounded once. */
 static void emu_epilogue(EmuBe *e, const float *acc, void *y, int dt, int64_t m, int64_t n, const RtCuEpi *ep) {
   int64_t es = dt == RT_BF16 ? 2 : 4;
+  if (ep->dgelu) { /* y = gelu'(pre) * acc, the column sums of y (in row order, in double) */
+    in_mem(e, ep->aux, m * n * es, "matmul pre-activation");
+    if (ep->dbias) in_mem(e, ep->dbias, n * es, "matmul bias gradient");
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t i = 0; i < m; i++) {
+        const float c0 = 0.7978845608028654f, x = ld_el(ep->aux, dt, i * n + j);
+        float th = tanhf(c0 * (x + 0.044715f * x * x * x)), du = c0 * (1.0f + 3.0f * 0.044715f * x * x);
+        float d = acc[i * n + j] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+        st_el(y, dt, i * n + j, d);
+        s += d;
+      }
+      if (ep->dbias) st_el(ep->dbias, dt, j, (float)s);
+    }
+    return;
+  }
   in_mem(e, ep->bias, n * es, "matmul bias");
   if (ep->c) in_mem(e, ep->c, m * n * es, "matmul residual");
   if (ep->aux) in_mem(e, ep->aux, m * n * es, "matmul aux");

@@ -10,7 +10,9 @@
  * Epilogues (rt_cu_matmul_ep): our bias over y's columns is cuBLASLt's bias over its rows (M = n).
  * BIAS: D = AB + bias; with a residual, beta 1 and C = the residual (D = AB + C + bias);
  * GELU_AUX_BIAS: aux = AB + bias (the pre-activation, leading dimension n), D = gelu(aux). The bias
- * and aux pointers are set on the plan's descriptor at each call.
+ * and aux pointers are set on the plan's descriptor at each call. DGELU (rt_cu_matmul_dgelu): D = AB * gelu'(aux)
+ * (aux read: the pre-activation); DGELU_BGRAD also writes the column sums of our D (cuBLASLt's bias
+ * gradient, a reduction over its N = our m) to the bias pointer.
  */
 #include <cublasLt.h>
 #include <stdio.h>
@@ -33,7 +35,7 @@
 typedef struct {
   int64_t batch, m, n, k;             /* after folding */
   int ta, tb, bb, ab_dt, y_dt, align; /* layout, dtypes, pointer alignment (bytes) */
-  int epi;                            /* 0: none; 1: BIAS; 2: GELU_AUX_BIAS */
+  int epi;                            /* 0: none; 1: BIAS; 2: GELU_AUX_BIAS; 3: DGELU; 4: DGELU_BGRAD */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;  /* cuBLASLt's A (our B), B (our A), C = D */
   cublasLtMatmulAlgo_t algo;
@@ -105,11 +107,14 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
   LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
   if (key->epi) {
-    cublasLtEpilogue_t e = key->epi == 2 ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    static const cublasLtEpilogue_t kinds[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                               CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                                               CUBLASLT_EPILOGUE_DGELU_BGRAD};
+    cublasLtEpilogue_t e = kinds[key->epi];
     cudaDataType_t t = cu_type(key->y_dt);
     LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
     LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t));
-    if (key->epi == 2) {
+    if (key->epi >= 2) { /* the pre-activation: stored (GELU_AUX), read (DGELU) */
       int64_t ld = key->n;
       LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
       LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof t));
@@ -138,7 +143,7 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
              "output, pointers aligned to %d bytes, epilogue %s (%s)",
              (long long)key->batch, (long long)m, (long long)n, (long long)k, key->ta, key->tb,
              key->ab_dt == RT_BF16 ? "bf16" : "f32", key->y_dt == RT_BF16 ? "bf16" : "f32", key->align,
-             key->epi == 2 ? "GELU_AUX_BIAS" : key->epi ? "BIAS" : "none",
+             (const char *[]){"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"}[key->epi],
              rc != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusName(rc) : "no result");
   p->algo = res.algo;
   g->nplans++;
@@ -152,14 +157,15 @@ void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b
   uintptr_t bits = (uintptr_t)y | (uintptr_t)a | (uintptr_t)b | 256;
   const void *c = y;
   if (ep) {
-    bits |= (uintptr_t)ep->bias | (uintptr_t)ep->c | (uintptr_t)ep->aux;
+    bits |= (uintptr_t)ep->bias | (uintptr_t)ep->c | (uintptr_t)ep->aux | (uintptr_t)ep->dbias;
     if (ep->c) c = ep->c, beta = 1.0f;
   }
   Plan key = {.batch = batch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .bb = b_batched, .ab_dt = ab_dt,
-              .y_dt = y_dt, .align = (int)(bits & -bits), .epi = !ep ? 0 : ep->aux ? 2 : 1};
+              .y_dt = y_dt, .align = (int)(bits & -bits), .epi = !ep ? 0 : ep->dgelu ? (ep->dbias ? 4 : 3) : ep->aux ? 2 : 1};
   Plan *p = plan_for(g, &key);
   if (ep) {
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep->bias, sizeof ep->bias));
+    const void *bias = ep->dgelu ? ep->dbias : ep->bias; /* BGRAD writes the bias pointer */
+    if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (ep->aux)
       LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof ep->aux));
   }
