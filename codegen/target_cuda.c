@@ -94,6 +94,18 @@ static GemmDims gemm_dims(const Node *mm) {
 static int emit_matmul_ep(Cg *c, Node *mm) {
   const Graph *g = mm->graph;
   int at[2], ne = epilogue_nodes(g, c->pos, at), e = 0;
+  if (mm->a.epilogue >= EPI_DGELU) { /* GELU's backward (and the bias gradient), later nodes that then emit nothing */
+    if (!cg_runs(c, g, at[0])) return 0;
+    const Node *gb = g->nodes[at[0]];
+    bool bgrad = ne == 2 && cg_runs(c, g, at[1]);
+    GemmDims d = gemm_dims(mm);
+    cg_line(c, "/* matmul + GELU's backward%s in one GEMM (epilogue) */", bgrad ? " + its bias gradient" : "");
+    cg_line(c, "rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s);",
+            cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
+            cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, cg_ptr(c, gb->in[0]),
+            bgrad ? cg_ptr(c, g->nodes[at[1]]->out[0]) : "NULL");
+    return 1;
+  }
   while (e < ne && cg_runs(c, g, at[e])) e++;
   if (!e) return 0;
   const Node *add = g->nodes[at[0]];
@@ -279,6 +291,13 @@ static int cuda_node(Cg *c, Node *n) {
   if (n->op == OP_CAST && x->dtype == y->dtype) { /* a view: a copy only if it was not planned in place */
     cg_copy_if_moved(c, y, x);
     return 1;
+  }
+  if (n->op == OP_GELU_BWD || n->op == OP_REDUCE_SUM) { /* passes/epilogue.c: done by an earlier GEMM? */
+    int gm = epilogue_gemm(n->graph, c->pos);
+    if (gm >= 0 && cg_runs(c, n->graph, gm)) {
+      cg_line(c, "/* computed by a GEMM's epilogue above */");
+      return 1;
+    }
   }
   if (cg_elementwise(n)) return emit_run(c, n);
   if (n->op == OP_MATMUL && n->a.epilogue) {

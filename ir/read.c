@@ -339,7 +339,7 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     break;
   case OP_CONCAT: ok = attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1); break;
   case OP_MATMUL:
-    ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb) && attr_int(r, al, "epilogue", &a->epilogue, 0, 2);
+    ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb) && attr_int(r, al, "epilogue", &a->epilogue, 0, 4);
     break;
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD:
     ok = attr_f64(r, al, "eps", &a->eps);

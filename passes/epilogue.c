@@ -20,6 +20,7 @@
 #include "diag.h"
 #include "memplan.h"
 #include "passes.h"
+#include "placed.h"
 
 enum { EPI_LD_MULTIPLE = 8 }; /* cuBLASLt's bias / aux leading dimension */
 
@@ -32,15 +33,10 @@ static bool is_result(const Graph *g, const Value *v) {
 /* v is read once, by the node after its definition, and is no result of its graph. */
 static bool read_once(const Graph *g, const Value *v) { return !is_result(g, v) && ir_count_uses_deep(g, v) == 1; }
 
-static bool meets(const Value *a, const Value *b) {
-  int64_t al, ah, bl, bh;
-  if (!memplan_span(a, &al, &ah) || !memplan_span(b, &bl, &bh)) return false;
-  return al < bh && bl < ah;
-}
 
 /* The GEMM may store w while reading the matmul's operands and the bias. */
 static bool free_to_store(const Node *mm, const Value *bias, const Value *w) {
-  return !w->host && !meets(w, mm->in[0]) && !meets(w, mm->in[1]) && !meets(w, bias);
+  return !w->host && !placed_meets(w, mm->in[0]) && !placed_meets(w, mm->in[1]) && !placed_meets(w, bias);
 }
 
 static bool same_type(const Value *a, const Value *b) { return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape); }
@@ -55,13 +51,72 @@ static int next_op(const Graph *g, int i) {
   return j;
 }
 
+/* The position of the node after i that reads v (g->nnodes: none). */
+static int reader(const Graph *g, int i, const Value *v) {
+  for (int j = i + 1; j < g->nnodes; j++)
+    for (int k = 0; k < g->nodes[j]->nin; k++)
+      if (g->nodes[j]->in[k] == v) return j;
+  return g->nnodes;
+}
+
 int epilogue_nodes(const Graph *g, int i, int at[2]) {
   int e = g->nodes[i]->a.epilogue;
+  if (e >= EPI_DGELU) { /* GELU's backward, later; then its bias gradient */
+    at[0] = reader(g, i, g->nodes[i]->out[0]);
+    if (e == EPI_DGELU_BGRAD) at[1] = next_op(g, at[0]);
+    return e - EPI_DGELU + 1;
+  }
   for (int k = 0, p = i; k < e; k++) at[k] = p = next_op(g, p);
   return e;
 }
 
-/* How many nodes after the matmul at i its GEMM computes: 0, 1 or 2 (their positions: at). */
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+int epilogue_gemm(const Graph *g, int i) {
+  const Node *n = g->nodes[i], *gb = n;
+  if (n->op == OP_REDUCE_SUM) gb = n->in[0]->def;
+  if (gb->op != OP_GELU_BWD || gb->graph != g) return -1;
+  const Node *mm = gb->in[1]->def;
+  if (mm->op != OP_MATMUL || mm->graph != g || mm->a.epilogue < EPI_DGELU) return -1;
+  int p = position(g, mm), at[2], e = epilogue_nodes(g, p, at);
+  for (int k = 0; k < e; k++)
+    if (at[k] == i) return p;
+  return -1;
+}
+
+/* GELU's backward of the matmul at i (whose output only it reads) as its GEMM's epilogue, the bias
+ * gradient right after it too where possible: EPI_DGELU, EPI_DGELU_BGRAD or 0 (positions: at). */
+static int dgelu_of(const Graph *g, int i, int at[2]) {
+  const Node *mm = g->nodes[i];
+  const Value *y = mm->out[0];
+  int j = reader(g, i, y);
+  if (j == g->nnodes) return 0;
+  const Node *gb = g->nodes[j];
+  if (gb->op != OP_GELU_BWD || gb->in[1] != y || gb->in[0] == y || gb->stage != mm->stage) return 0;
+  if (gb->group && g->nodes[j - 1]->group == gb->group) return 0; /* inside a fusion group */
+  const Value *pre = gb->in[0], *dh = gb->out[0];
+  if (!same_type(pre, y) || !same_type(dh, y) || pre->host || dh->host) return 0;
+  if (!free_to_store(mm, pre, dh) || !placed_write_early(g, dh, i, NULL)) return 0;
+  at[0] = j;
+  int r = next_op(g, j);
+  if (r >= g->nnodes) return EPI_DGELU;
+  const Node *rs = g->nodes[r];
+  const Value *db = rs->out[0];
+  int64_t n = y->shape.dim[y->shape.rank - 1];
+  if (rs->op != OP_REDUCE_SUM || rs->in[0] != dh || rs->stage != mm->stage || db->shape.rank != 1 ||
+      db->shape.dim[0] != n || db->dtype != y->dtype || db->host)
+    return EPI_DGELU;
+  if (!free_to_store(mm, pre, db) || placed_meets(db, dh) || !placed_write_early(g, db, i, y)) return EPI_DGELU;
+  at[1] = r;
+  return EPI_DGELU_BGRAD;
+}
+
+/* How many nodes after the matmul at i its GEMM computes: 0, 1 or 2 (their positions: at), or
+ * GELU's backward (dgelu_of). */
 static int epilogue_of(const Graph *g, int i, int at[2]) {
   const Node *mm = g->nodes[i];
   if (mm->op != OP_MATMUL) return 0;
@@ -73,14 +128,15 @@ static int epilogue_of(const Graph *g, int i, int at[2]) {
   if (n % EPI_LD_MULTIPLE || y->host || !read_once(g, y)) return 0;
   if ((at[0] = next_op(g, i)) >= g->nnodes) return 0;
   const Node *add = g->nodes[at[0]];
-  if (add->op != OP_ADD || add->stage != mm->stage || add->in[0] == add->in[1]) return 0;
+  if (add->op != OP_ADD) return dgelu_of(g, i, at);
+  if (add->stage != mm->stage || add->stage != mm->stage || add->in[0] == add->in[1]) return 0;
   const Value *bias = add->in[0] == y ? add->in[1] : add->in[1] == y ? add->in[0] : NULL, *h = add->out[0];
   if (!bias || bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host) return 0;
   if (!same_type(h, y) || !free_to_store(mm, bias, h)) return 0;
   if ((at[1] = next_op(g, at[0])) >= g->nnodes) return 1;
   const Node *e = g->nodes[at[1]];
   if (e->stage != mm->stage || !same_type(e->out[0], h) || !free_to_store(mm, bias, e->out[0])) return 1;
-  if (e->op == OP_GELU && e->in[0] == h && !meets(e->out[0], h)) return 2;
+  if (e->op == OP_GELU && e->in[0] == h && !placed_meets(e->out[0], h)) return 2;
   if (e->op == OP_ADD && e->in[0] != e->in[1] && (e->in[0] == h || e->in[1] == h) && read_once(g, h)) {
     const Value *x = e->in[0] == h ? e->in[1] : e->in[0];
     if (same_type(x, h) && !x->host && !memplan_clobbers(e->out[0], x)) return 2;
@@ -107,12 +163,11 @@ static void epilogue_graph(Graph *g) {
     if (n->body) epilogue_graph(n->body);
     int at[2];
     n->a.epilogue = epilogue_of(g, i, at);
-    int e = n->a.epilogue;
-    if (!e) continue;
-    int last = at[e - 1], old = g->nodes[last]->group;
+    if (!n->a.epilogue) continue;
+    int e = epilogue_nodes(g, i, at), last = n->a.epilogue >= EPI_DGELU ? at[0] : at[e - 1], old = g->nodes[last]->group;
     for (int k = 0; k < e; k++) g->nodes[at[k]]->group = 0;
-    if (old && last + 1 < g->nnodes && g->nodes[last + 1]->group == old) regroup(g, last + 1, at, e);
-    i = last;
+    if (old && last + 1 < g->nnodes && g->nodes[last + 1]->group == old) regroup(g, last + 1, at, n->a.epilogue >= EPI_DGELU ? 1 : e);
+    if (n->a.epilogue < EPI_DGELU) i = last; /* GELU's backward lies later: the nodes between are visited */
   }
 }
 

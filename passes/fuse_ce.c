@@ -18,21 +18,7 @@
 #include "diag.h"
 #include "memplan.h"
 #include "passes.h"
-
-static bool meets(const Value *a, const Value *b) {
-  int64_t al, ah, bl, bh;
-  if (!memplan_span(a, &al, &ah) || !memplan_span(b, &bl, &bh)) return false;
-  return al < bh && bl < ah;
-}
-
-/* Whether w's bytes meet a value node n reads or writes (skip: a value not to count). */
-static bool meets_node(const Value *w, const Node *n, const Value *skip) {
-  for (int k = 0; k < n->nin; k++)
-    if (n->in[k] != skip && meets(w, n->in[k])) return true;
-  for (int k = 0; k < n->nout; k++)
-    if (n->out[k] != skip && meets(w, n->out[k])) return true;
-  return false;
-}
+#include "placed.h"
 
 static bool pair(const Node *f, const Node *b) {
   return f->op == OP_CROSS_ENTROPY && b->op == OP_CROSS_ENTROPY_BWD && b->in[0] == f->in[0] && b->in[1] == f->in[1] &&
@@ -64,15 +50,14 @@ static bool try_fuse(Graph *g, int f) {
   if (b == g->nnodes) return false;
   bw = g->nodes[b];
   const Value *dl = bw->out[0], *logits = fw->in[0], *dloss = bw->in[2];
-  if (dl->host || logits->host || meets_node(dl, fw, logits) || memplan_clobbers(dl, logits)) return false;
+  if (dl->host || logits->host || placed_meets_node(dl, fw, logits) || memplan_clobbers(dl, logits)) return false;
   int p = dloss->def->graph == g ? position(g, dloss->def) : -1;
   if (p > f) { /* defined between: a constant that may move before the forward */
     if (dloss->def->op != OP_CONST || dloss->host) return false;
     for (int q = f; q < p; q++)
-      if (meets_node(dloss, g->nodes[q], NULL)) return false;
+      if (placed_meets_node(dloss, g->nodes[q], NULL)) return false;
   }
-  for (int q = f + 1; q < b; q++)
-    if (meets_node(dl, g->nodes[q], NULL)) return false;
+  if (!placed_write_early(g, dl, f, NULL)) return false;
   if (p > f) {
     Node *cn = g->nodes[p];
     for (int q = p; q > f; q--) g->nodes[q] = g->nodes[q - 1];

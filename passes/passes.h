@@ -27,6 +27,12 @@ bool pass_verify(Module *m);    /* every rank's collectives match its group peer
 /* The positions in g of the nodes the matmul at i computes in its GEMM's epilogue (Attrs.epilogue of
  * them: the bias add, then a GELU or a residual add; argument nodes may lie between); returns how many. */
 int epilogue_nodes(const Graph *g, int i, int at[2]);
+/* Attrs.epilogue beyond 1 (bias) and 2 (+ GELU or residual): GELU's backward of the matmul's output,
+ * a later node (and the bias gradient, the REDUCE_SUM right after it). */
+enum { EPI_DGELU = 3, EPI_DGELU_BGRAD = 4 };
+/* The position of the matmul whose GEMM computes the node at i of g as a later epilogue node
+ * (GELU's backward, its bias gradient), or -1. */
+int epilogue_gemm(const Graph *g, int i);
 /* The position in g of the node paired with the cross-entropy (forward or backward) at i by
  * passes/fuse_ce.c; -1 when it is not fused. */
 int fuse_ce_partner(const Graph *g, int i);

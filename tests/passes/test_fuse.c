@@ -14,7 +14,9 @@
  * GEMM epilogues (passes/epilogue.c, after memplan): tiny's four matmuls per layer take their bias
  * add (qkv), bias + GELU (fc) and bias + residual (both projections); what the GEMM stores meets
  * none of A, B and the bias, a GELU's output not its pre-activation, and the absorbed nodes are in
- * no fusion group; Llama (no biases) has none. The cross-entropy's forward and backward are paired
+ * no fusion group; the MLP's GELU backward (moved by passes/fuse.c to just after the GEMM of its
+ * gradient) and its bias gradient are that GEMM's DGELU_BGRAD epilogue, what it writes early meeting
+ * nothing written in between; Llama (no biases) has none. The cross-entropy's forward and backward are paired
  * (passes/fuse_ce.c) in each model: the gradient's bytes meet neither the targets, the loss nor dloss,
  * and the logits only as their very tensor; dloss is defined before the forward.
  */
@@ -122,6 +124,21 @@ static int check_epilogues(const Graph *g, const char *label) {
     count++;
     int at[2], e = epilogue_nodes(g, i, at);
     EXPECT(mm->op == OP_MATMUL && e >= 1 && e <= 2, "%s: %s with epilogue %d", label, ir_ops[mm->op].name, e);
+    if (mm->a.epilogue >= EPI_DGELU) { /* GELU's backward (+ its bias gradient), later */
+      const Node *gb = g->nodes[at[0]];
+      EXPECT(gb->op == OP_GELU_BWD && gb->in[1] == mm->out[0] && gb->group == 0, "%s: DGELU without its gelu_bwd", label);
+      for (int k = 0; k < e; k++) {
+        const Value *w = g->nodes[at[k]]->out[0];
+        EXPECT(epilogue_gemm(g, at[k]) == i, "%s: epilogue_gemm does not find the GEMM", label);
+        EXPECT(!meets(w, mm->in[0]) && !meets(w, mm->in[1]) && !meets(w, gb->in[0]) && (k == 0 || !meets(w, gb->out[0])),
+               "%s: the DGELU GEMM stores %%%d over what it reads", label, w->id);
+        for (int q = i + 1; q < at[k]; q++)
+          for (int o = 0; o < g->nodes[q]->nout; o++)
+            EXPECT(!meets(w, g->nodes[q]->out[o]), "%s: %%%d, written early, meets %%%d", label, w->id, g->nodes[q]->out[o]->id);
+      }
+      if (e == 2) EXPECT(g->nodes[at[1]]->op == OP_REDUCE_SUM && g->nodes[at[1]]->in[0] == gb->out[0], "%s: BGRAD without its reduce", label);
+      continue;
+    }
     const Node *add = g->nodes[at[0]];
     EXPECT(add->op == OP_ADD && (add->in[0] == mm->out[0] || add->in[1] == mm->out[0]), "%s: the epilogue's first node is no bias add", label);
     const Value *bias = add->in[0] == mm->out[0] ? add->in[1] : add->in[0];
@@ -251,8 +268,8 @@ int main(void) {
   FeDefine tp[] = {{"dp", "1"}, {"tp", "2"}, {"sp", "on"}, {"precision", "bf16"}};
   FeDefine llama[] = {{"tp", "1"}, {"dp", "1"}, {"sp", "off"}, {"layers", "2"}, {"seq", "64"}, {"micro_batch", "1"},
                       {"batch", "1"}};
-  model("tiny f32", tiny, one, 1, 1, 4, 1);
-  model("tiny bf16", tiny, bf16, 2, 1, 4, 1);
+  model("tiny f32", tiny, one, 1, 1, 5, 1);
+  model("tiny bf16", tiny, bf16, 2, 1, 5, 1);
   model("tiny tp=2 sp bf16", tiny, tp, 4, 2, -1, 0); /* vocab-parallel: the CE_* parts */
   model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0, 1);
   if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
