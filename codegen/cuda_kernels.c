@@ -476,7 +476,7 @@ const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, 
                      double theta, int64_t start, int inverse) {
   Args g = {.np = 2, .p = {y, x}};
   const char *t = ctype(dt);
-  return simple(k, &g, stride_grid(B * S * H * (hd / 2)), 1, 1, 256, 1,
+  return simple(k, &g, stride_grid(B * S * (hd / 2)), 1, 1, 256, 1,
                 arena_printf(k->a, "sk::rope<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s>((%s *)p0, (const %s *)p1, %.17g, %lldLL);",
                              t, (long long)B, (long long)S, (long long)H, (long long)hd, inverse ? "true" : "false", t,
                              t, theta, (long long)start));

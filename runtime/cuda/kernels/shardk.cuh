@@ -435,19 +435,22 @@ __device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const
   }
 }
 
-/* ---- rotary embedding: one thread per (b, s, h, i < hd/2) pair; in place allowed ------------ */
+/* ---- rotary embedding: one thread per (b, s, i < hd/2), over every head: the angle (double
+ * pow, cos, sin) once per H pairs; in place allowed ---------------------------------------------- */
 template <class T, i64 B, i64 S, i64 H, i64 HD, bool INV>
 __device__ void rope(T *y, const T *x, double theta, i64 start) {
-  const i64 half = HD / 2, total = B * S * H * half;
+  const i64 half = HD / 2, total = B * S * half;
   for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
-    i64 i = e % half, h = (e / half) % H, s = (e / (half * H)) % S, b = e / (half * H * S);
+    i64 i = e % half, s = (e / half) % S, b = e / (half * S);
     double ang = (double)(s + start) * pow(theta, -2.0 * (double)i / (double)HD);
     if (INV) ang = -ang;
     float cs = (float)cos(ang), sn = (float)sin(ang);
-    i64 o = (b * S + s) * H * HD + h * HD + i;
-    float a = ld(x + o), c = ld(x + o + half);
-    st(y + o, a * cs - c * sn);
-    st(y + o + half, c * cs + a * sn);
+    for (i64 h = 0; h < H; h++) {
+      i64 o = (b * S + s) * H * HD + h * HD + i;
+      float a = ld(x + o), c = ld(x + o + half);
+      st(y + o, a * cs - c * sn);
+      st(y + o + half, c * cs + a * sn);
+    }
   }
 }
 
