@@ -14,10 +14,16 @@
  * the rest of that group stays one group if it still may run as one kernel (it reads what was
  * absorbed from memory now: memplan_clobbers), else runs node by node.
  *
+ * Backward: a MATMUL whose output only dh = gelu_bwd(pre, y) reads gets 3 (cuBLASLt's DGELU: the
+ * GEMM stores dh, reading pre as its aux), or 4 when the REDUCE_SUM of dh to [n] follows it (the
+ * bias gradient: DGELU_BGRAD, rt_cu_matmul_dgelu). passes/fuse.c has moved those nodes up to just
+ * after the GEMM; whatever lies between, the GEMM writes them early only where no node in between
+ * uses their bytes (placed_write_early).
+ *
  * The other targets ignore it (the pass marks nothing for them): the CPU target runs the nodes.
  */
-#include "ir.h"
 #include "diag.h"
+#include "ir.h"
 #include "memplan.h"
 #include "passes.h"
 #include "placed.h"
@@ -30,9 +36,8 @@ static bool is_result(const Graph *g, const Value *v) {
   return false;
 }
 
-/* v is read once, by the node after its definition, and is no result of its graph. */
+/* v is read by one node, and is no result of its graph. */
 static bool read_once(const Graph *g, const Value *v) { return !is_result(g, v) && ir_count_uses_deep(g, v) == 1; }
-
 
 /* The GEMM may store w while reading the matmul's operands and the bias. */
 static bool free_to_store(const Node *mm, const Value *bias, const Value *w) {
