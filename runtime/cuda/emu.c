@@ -226,8 +226,15 @@ static void st_el(void *p, int dt, int64_t i, float v) {
     ((float *)p)[i] = v;
 }
 
-/* The epilogue of rt_cu_matmul_ep on the fp32 result acc[m, n], in float as the kernels' gelu
- * (runtime/cuda/kernels/shardk.cuh), each output rounded once. */
+/* v rounded to dt. */
+static float rnd(int dt, float v) { return dt == RT_BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
+/* The epilogue of rt_cu_matmul_ep / _dgelu on the fp32 result acc[m, n] as the nodes it replaces
+ * compute it (the IR's semantics): the GEMM's result rounded to y's dtype, then each op in float
+ * as the kernels' (runtime/cuda/kernels/shardk.cuh gelu, gelu_bwd), each result rounded. So a
+ * fused program equals the unfused one bit for bit here, and recomputing a value without the
+ * epilogue gives the same bits (e2e_cuda_recompute). cuBLASLt on a GPU rounds once, at the end:
+ * within a rounding of this. */
 static void emu_epilogue(EmuBe *e, const float *acc, void *y, int dt, int64_t m, int64_t n, const RtCuEpi *ep) {
   int64_t es = dt == RT_BF16 ? 2 : 4;
   if (ep->dgelu) { /* y = gelu'(pre) * acc, the column sums of y (in row order, in double) */
@@ -238,7 +245,7 @@ static void emu_epilogue(EmuBe *e, const float *acc, void *y, int dt, int64_t m,
       for (int64_t i = 0; i < m; i++) {
         const float c0 = 0.7978845608028654f, x = ld_el(ep->aux, dt, i * n + j);
         float th = tanhf(c0 * (x + 0.044715f * x * x * x)), du = c0 * (1.0f + 3.0f * 0.044715f * x * x);
-        float d = acc[i * n + j] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+        float d = rnd(dt, rnd(dt, acc[i * n + j]) * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du));
         st_el(y, dt, i * n + j, d);
         s += d;
       }
@@ -252,7 +259,7 @@ static void emu_epilogue(EmuBe *e, const float *acc, void *y, int dt, int64_t m,
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
       int64_t q = i * n + j;
-      float t = acc[q] + ld_el(ep->bias, dt, j);
+      float t = rnd(dt, rnd(dt, acc[q]) + ld_el(ep->bias, dt, j));
       if (ep->aux) {
         const float c0 = 0.7978845608028654f; /* sqrt(2/pi) */
         st_el(ep->aux, dt, q, t);
