@@ -117,17 +117,16 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
   *inner = cg_prod(s, axis + 1, s->rank);
 }
 
-/* Whether the entry point being emitted runs node i of g (a body: all of them). */
-static bool runs(const Cg *c, const Graph *g, int i) { return g->parent || !c->need || c->need[i]; }
+bool cg_runs(const Cg *c, const Graph *g, int i) { return g->parent || !c->need || c->need[i]; }
 
 int cg_group_run(const Cg *c, const Node *n) {
   const Graph *g = n->graph;
   int p = c->pos, id = n->group;
   if (!id) return 1;
   bool after_gap = p > 0 && g->nodes[p - 1]->group == id;
-  if (after_gap && runs(c, g, p - 1)) return 1; /* in a piece emitted node by node */
+  if (after_gap && cg_runs(c, g, p - 1)) return 1; /* in a piece emitted node by node */
   int e = p + 1;
-  while (e < g->nnodes && g->nodes[e]->group == id && runs(c, g, e)) e++;
+  while (e < g->nnodes && g->nodes[e]->group == id && cg_runs(c, g, e)) e++;
   if (after_gap) /* members before p were run apart (or not at all): read one, run node by node */
     for (int k = p; k < e; k++)
       for (int j = 0; j < g->nodes[k]->nin; j++) {
@@ -162,15 +161,6 @@ static bool is_result(const Graph *g, const Value *v) {
   return false;
 }
 
-/* Uses of v in g and in the region bodies g's nodes own (a body reads enclosing values directly:
- * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
-static int uses_deep(const Graph *g, const Value *v) {
-  int c = ir_count_uses(g, v);
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->body) c += uses_deep(g->nodes[i]->body, v);
-  return c;
-}
-
 void cg_ew_run(Cg *c, Node *first, CgEwRun *r) {
   const Graph *g = first->graph;
   int len = cg_group_run(c, first);
@@ -196,7 +186,7 @@ void cg_ew_run(Cg *c, Node *first, CgEwRun *r) {
     int inside = 0;
     for (int j = i + 1; j < r->n; j++)
       for (int k = 0; k < r->mem[j]->nin; k++) inside += r->mem[j]->in[k] == y;
-    r->stored[i] = is_result(g, y) || uses_deep(g, y) > inside;
+    r->stored[i] = is_result(g, y) || ir_count_uses_deep(g, y) > inside;
     r->nstored += r->stored[i];
   }
   if (r->nstored == 0) die("codegen: an elementwise run stores nothing");

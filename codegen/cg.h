@@ -124,6 +124,8 @@ void cg_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *len, int64
  * a gap (eval and logits skip what they do not need) run together only if they read nothing an
  * earlier member of the group wrote, else one by one. 1 when n is in no group. */
 int cg_group_run(const Cg *c, const Node *n);
+/* Whether the entry point being emitted runs node i of g (a body: all of them). */
+bool cg_runs(const Cg *c, const Graph *g, int i);
 
 /* An elementwise node, as passes/fuse.c counts them: an F_EW op, a CONST or a BROADCAST_TO. */
 bool cg_elementwise(const Node *n);

@@ -476,7 +476,7 @@ const char *cuk_rope_at(CuK *k, const char *y, const char *x, const char *pos, D
                         int64_t H, int64_t hd, double theta, int64_t start, int inverse) {
   Args g = {.np = pos ? 3 : 2, .p = {y, x, pos}};
   const char *t = ctype(dt);
-  return simple(k, &g, stride_grid(B * S * H * (hd / 2)), 1, 1, 256, 1,
+  return simple(k, &g, stride_grid(B * S * (hd / 2)), 1, 1, 256, 1,
                 arena_printf(k->a, "sk::rope<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s>((%s *)p0, (const %s *)p1, %.17g, %lldLL%s);",
                              t, (long long)B, (long long)S, (long long)H, (long long)hd, inverse ? "true" : "false", t,
                              t, theta, (long long)start, pos ? ", (const int *)p2" : ""));
@@ -674,6 +674,31 @@ const char *cuk_cross_entropy_bwd(CuK *k, const char *dlogits, const char *logit
                                        "(const int *)p2, (const float *)p3);",
                                        t, (long long)V, (long long)len, CE_NT, t, t));
   return cat(k, l1, l2);
+}
+
+const char *cuk_cross_entropy_fused(CuK *k, const char *loss, const char *dlogits, const char *logits, DType ldt,
+                                    const char *targets, const char *dloss, int64_t n, int64_t V, int64_t len) {
+  need_ws(k, 64 + n * 4); /* the gradient's scale at 0, the row losses from 64 */
+  const char *t = ctype(ldt);
+  Args g1 = {.np = 3, .p = {targets, dloss, ws_at(k, 0)}};
+  const char *l1 = simple(k, &g1, 1, 1, 1, CE_NT, 1,
+                          arena_printf(k->a,
+                                       "sk::ce_mean<%lldLL, %d>((float *)0, (const float *)0, (const int *)p0, "
+                                       "(const float *)p1, (float *)p2);",
+                                       (long long)n, CE_NT));
+  Args g2 = {.np = 6, .p = {dlogits, ws_at(k, 64), logits, targets, ws_at(k, 0), "WS"}};
+  const char *l2 = simple(k, &g2, n, 1, 1, CE_NT, 1,
+                          arena_printf(k->a,
+                                       "sk::ce_fused_rows<%s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, (const %s *)p2, "
+                                       "(const int *)p3, (const float *)p4, (int *)p5);",
+                                       t, (long long)V, (long long)len, CE_NT, t, t));
+  Args g3 = {.np = 3, .p = {loss, ws_at(k, 64), targets}};
+  const char *l3 = simple(k, &g3, 1, 1, 1, CE_NT, 1,
+                          arena_printf(k->a,
+                                       "sk::ce_mean<%lldLL, %d>((float *)p0, (const float *)p1, (const int *)p2, "
+                                       "(const float *)0, (float *)0);",
+                                       (long long)n, CE_NT));
+  return cat(k, cat(k, l1, l2), l3);
 }
 
 const char *cuk_ce_max(CuK *k, const char *m, const char *logits, DType ldt, int64_t n, int64_t V, int64_t len,

@@ -130,6 +130,9 @@ const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DTyp
                               int64_t V, int64_t len);
 const char *cuk_cross_entropy_bwd(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets,
                                   const char *dloss, int64_t n, int64_t V, int64_t len);
+/* Both in one pass over the logits (passes/fuse_ce.c): the loss and dlogits (which may be logits). */
+const char *cuk_cross_entropy_fused(CuK *k, const char *loss, const char *dlogits, const char *logits, DType ldt,
+                                    const char *targets, const char *dloss, int64_t n, int64_t V, int64_t len);
 /* The vocab-parallel parts (ops.def CE_MAX .. CE_GRAD); col0: host C int64 expression, the
  * logical column of local column 0 ("0" when not sharded). m, st, out: f32. */
 const char *cuk_ce_max(CuK *k, const char *m, const char *logits, DType ldt, int64_t n, int64_t V, int64_t len,

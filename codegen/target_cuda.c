@@ -70,6 +70,64 @@ static bool float_ok(Cg *c, const Node *n, const Value *v) {
   return false;
 }
 
+/* The one GEMM (or strided batch) of a MATMUL: rt_cu_matmul's batch, m, n, k and b_batched. A [batch, m, k]
+ * times a shared B folds the batch into the rows: one GEMM, not a batched one. */
+typedef struct {
+  int64_t batch, m, n, k;
+  bool b_batched;
+} GemmDims;
+
+static GemmDims gemm_dims(const Node *mm) {
+  const Shape *as = &mm->in[0]->shape, *bs = &mm->in[1]->shape;
+  int ra = as->rank, rb = bs->rank;
+  const Attrs *a = &mm->a;
+  GemmDims d = {.batch = cg_prod(as, 0, ra - 2), .m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2],
+                .n = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1], .k = a->ta ? as->dim[ra - 2] : as->dim[ra - 1],
+                .b_batched = cg_prod(bs, 0, rb - 2) != 1};
+  if (!d.b_batched && d.batch > 1 && !a->ta) d.m *= d.batch, d.batch = 1;
+  return d;
+}
+
+/* A matmul with its epilogue (passes/epilogue.c): one rt_cu_matmul_ep storing the last absorbed
+ * node's value (a GELU's pre-activation too). Returns the nodes it covers; 0 when the entry point
+ * runs none of the absorbed nodes (the matmul then runs plainly). */
+static int emit_matmul_ep(Cg *c, Node *mm) {
+  const Graph *g = mm->graph;
+  int at[2], ne = epilogue_nodes(g, c->pos, at), e = 0;
+  if (mm->a.epilogue >= EPI_DGELU) { /* GELU's backward (and the bias gradient), later nodes that then emit nothing */
+    if (!cg_runs(c, g, at[0])) return 0;
+    const Node *gb = g->nodes[at[0]];
+    bool bgrad = ne == 2 && cg_runs(c, g, at[1]);
+    GemmDims d = gemm_dims(mm);
+    cg_line(c, "/* matmul + GELU's backward%s in one GEMM (epilogue) */", bgrad ? " + its bias gradient" : "");
+    cg_line(c, "rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s);",
+            cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
+            cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, cg_ptr(c, gb->in[0]),
+            bgrad ? cg_ptr(c, g->nodes[at[1]]->out[0]) : "NULL");
+    return 1;
+  }
+  while (e < ne && cg_runs(c, g, at[e])) e++;
+  if (!e) return 0;
+  const Node *add = g->nodes[at[0]];
+  const Value *y = mm->out[0], *h = add->out[0], *stored = h;
+  const char *res = "NULL", *aux = "NULL";
+  if (e == 2) {
+    const Node *f = g->nodes[at[1]];
+    stored = f->out[0];
+    if (f->op == OP_GELU)
+      aux = cg_ptr(c, h);
+    else
+      res = cg_ptr(c, f->in[0] == h ? f->in[1] : f->in[0]);
+  }
+  GemmDims d = gemm_dims(mm);
+  cg_line(c, "/* matmul + %s in one GEMM (epilogue) */", e == 1 ? "bias" : strcmp(aux, "NULL") ? "bias + GELU" : "bias + residual");
+  cg_line(c, "rt_cu_matmul_ep(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s, %s);",
+          cg_ptr(c, stored), cg_dtype_lit(stored->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
+          cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb,
+          cg_ptr(c, add->in[0] == y ? add->in[1] : add->in[0]), res, aux);
+  return at[e - 1] - c->pos + 1;
+}
+
 /* A node that is not elementwise. */
 static void emit_node(Cg *c, Node *n) {
   CuK *k = c->ts;
@@ -114,17 +172,14 @@ static void emit_node(Cg *c, Node *n) {
   case OP_MATMUL: {
     Value *b = n->in[1];
     const Shape *as = &x->shape, *bs = &b->shape;
-    int ra = as->rank, rb = bs->rank;
-    int64_t m = a->ta ? as->dim[ra - 1] : as->dim[ra - 2], kk = a->ta ? as->dim[ra - 2] : as->dim[ra - 1];
-    int64_t nn = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1];
-    int64_t batch = cg_prod(as, 0, ra - 2), bbatch = cg_prod(bs, 0, rb - 2);
-    if (bbatch != 1 && bbatch != batch) return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
+    int64_t bbatch = cg_prod(bs, 0, bs->rank - 2);
+    if (bbatch != 1 && bbatch != cg_prod(as, 0, as->rank - 2))
+      return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
     if (x->dtype != b->dtype) return cg_unsupported(c, n, "matmul of two dtypes (cast one first)");
-    /* A [batch, m, k] times a shared B folds the batch into the rows: one GEMM, not a batched one */
-    if (bbatch == 1 && batch > 1 && !a->ta) m *= batch, batch = 1;
+    GemmDims d = gemm_dims(n);
     cg_line(c, "rt_cu_matmul(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, 1.0f, 0.0f);",
-            cg_ptr(c, y), cg_dtype_lit(y->dtype), cg_ptr(c, x), cg_ptr(c, b), cg_dtype_lit(x->dtype), batch, m, nn, kk,
-            a->ta, a->tb, bbatch != 1);
+            cg_ptr(c, y), cg_dtype_lit(y->dtype), cg_ptr(c, x), cg_ptr(c, b), cg_dtype_lit(x->dtype), d.batch, d.m, d.n,
+            d.k, a->ta, a->tb, d.b_batched);
     return;
   }
   case OP_EMBED: {
@@ -195,12 +250,23 @@ static void emit_node(Cg *c, Node *n) {
                                     cg_ptr(c, n->in[2]), cg_ptr(c, n->in[3]), x->dtype, s->dim[0], s->dim[1], a->heads,
                                     s->dim[2] / a->heads));
   }
-  case OP_CROSS_ENTROPY:
+  case OP_CROSS_ENTROPY: {
+    int b = fuse_ce_partner(n->graph, c->pos); /* passes/fuse_ce.c: the backward too, where it runs */
+    if (b >= 0 && cg_runs(c, n->graph, b)) {
+      const Node *bw = n->graph->nodes[b];
+      cg_line(c, "/* the cross-entropy's forward and backward in one pass over the logits */");
+      return stmt(c, cuk_cross_entropy_fused(k, cg_ptr(c, y), cg_ptr(c, bw->out[0]), cg_ptr(c, x), x->dtype,
+                                             cg_ptr(c, n->in[1]), cg_ptr(c, bw->in[2]), rows_of(x), last_dim(x), a->len));
+    }
     return stmt(c, cuk_cross_entropy(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_ptr(c, n->in[1]), rows_of(x),
                                      last_dim(x), a->len));
-  case OP_CROSS_ENTROPY_BWD:
+  }
+  case OP_CROSS_ENTROPY_BWD: {
+    int f = fuse_ce_partner(n->graph, c->pos);
+    if (f >= 0 && cg_runs(c, n->graph, f)) return stmt(c, "/* computed with the loss (fused cross-entropy) */");
     return stmt(c, cuk_cross_entropy_bwd(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_ptr(c, n->in[1]),
                                          cg_ptr(c, n->in[2]), rows_of(x), last_dim(x), a->len));
+  }
   case OP_CE_MAX:
     return stmt(c, cuk_ce_max(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, rows_of(x), last_dim(x), a->len,
                               first_index(c, n, last_dim(x))));
@@ -251,7 +317,18 @@ static int cuda_node(Cg *c, Node *n) {
     cg_copy_if_moved(c, y, x);
     return 1;
   }
+  if (n->op == OP_GELU_BWD || n->op == OP_REDUCE_SUM) { /* passes/epilogue.c: done by an earlier GEMM? */
+    int gm = epilogue_gemm(n->graph, c->pos);
+    if (gm >= 0 && cg_runs(c, n->graph, gm)) {
+      cg_line(c, "/* computed by a GEMM's epilogue above */");
+      return 1;
+    }
+  }
   if (cg_elementwise(n)) return emit_run(c, n);
+  if (n->op == OP_MATMUL && n->a.epilogue) {
+    int k = emit_matmul_ep(c, n);
+    if (k) return k;
+  }
   emit_node(c, n);
   return 1;
 }

@@ -156,6 +156,13 @@ int ir_count_uses(const Graph *g, const Value *v) {
   return c;
 }
 
+int ir_count_uses_deep(const Graph *g, const Value *v) {
+  int c = ir_count_uses(g, v);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) c += ir_count_uses_deep(g->nodes[i]->body, v);
+  return c;
+}
+
 static bool has_effect(const Node *n) {
   return n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_COLL) ||
          n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT;

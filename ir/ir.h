@@ -158,6 +158,11 @@ typedef struct {
   int blocks;             /* ALL_GATHER/REDUCE_SCATTER/SHARD_SLICE/ALL_TO_ALL: the axis is this many blocks, each split (0: 1) */
   int split_axis;         /* ALL_TO_ALL: the tensor axis scattered (>= 0) */
   int split_blocks;       /* ALL_TO_ALL: its blocks, as `blocks` */
+  int epilogue;           /* MATMUL (CUDA target, passes/epilogue.c): how many of the nodes after it
+                             (its bias add; then a GELU or a residual add; argument nodes between them not
+                             counted) its GEMM computes; 0: none */
+  bool fused_bwd;         /* CROSS_ENTROPY and its CROSS_ENTROPY_BWD (CUDA target, passes/fuse_ce.c): the forward's
+                             kernel computes both (fuse_ce_partner pairs them) */
 } Attrs;
 
 struct Node {
@@ -223,6 +228,9 @@ void ir_drop_node(Graph *g, const Node *n);
 void ir_reader_stages(const Graph *g, int *rstage, int nids);
 /* Number of uses of v within g (not counting results). */
 int ir_count_uses(const Graph *g, const Value *v);
+/* The same in g and in the region bodies g's nodes own (a body reads enclosing values directly:
+ * a gradient-accumulation loop reads the backward's seed, a constant of the top graph). */
+int ir_count_uses_deep(const Graph *g, const Value *v);
 
 /* ---- checking and printing ------------------------------------------- */
 /* Structural verifier: topological order, arity, dtypes/shape rank sanity, region

@@ -147,7 +147,10 @@ static void put_attrs(Buf *b, const Node *n) {
     bprintf(b, "  axis=%d start=%lld len=%lld", a->axis, (long long)a->start, (long long)a->len);
     break;
   case OP_CONCAT: bprintf(b, "  axis=%d", a->axis); break;
-  case OP_MATMUL: bprintf(b, "  ta=%d tb=%d", a->ta, a->tb); break;
+  case OP_MATMUL:
+    bprintf(b, "  ta=%d tb=%d", a->ta, a->tb);
+    if (a->epilogue) bprintf(b, " epilogue=%d", a->epilogue); /* CUDA target (passes/epilogue.c) */
+    break;
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD: bprintf(b, "  eps=%g", a->eps); break;
   case OP_ROPE: case OP_ROPE_AT:
     bprintf(b, "  heads=%d theta=%g start=%lld%s", a->heads, a->theta, (long long)a->start, a->inverse ? " inverse" : "");
@@ -155,7 +158,9 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_SDPA: case OP_SDPA_BWD: case OP_ATTN_BLOCK: case OP_ATTN_BLOCK_BWD:
     bprintf(b, "  heads=%d kv_heads=%d causal=%d", a->heads, a->kv_heads, a->causal); break;
   case OP_ATTN_COMBINE: bprintf(b, "  heads=%d", a->heads); break;
-  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS: bprintf(b, "  len=%lld", (long long)a->len); break;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS:
+    bprintf(b, "  len=%lld%s", (long long)a->len, a->fused_bwd ? " fused_bwd" : ""); /* CUDA: passes/fuse_ce.c */
+    break;
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD:
     bprintf(b, "  len=%lld", (long long)a->len);
     if (a->sharded) bprintf(b, " vocab over=%s", axis_name(a->mesh_axis));

@@ -338,7 +338,9 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
          attr_i64(r, al, "len", &a->len, 0, BIG);
     break;
   case OP_CONCAT: ok = attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1); break;
-  case OP_MATMUL: ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb); break;
+  case OP_MATMUL:
+    ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb) && attr_int(r, al, "epilogue", &a->epilogue, 0, 4);
+    break;
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD:
     ok = attr_f64(r, al, "eps", &a->eps);
     break;
@@ -352,7 +354,7 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
          attr_bool(r, al, "causal", &a->causal);
     break;
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_LOSS:
-    ok = attr_i64(r, al, "len", &a->len, 0, BIG);
+    ok = attr_i64(r, al, "len", &a->len, 0, BIG) && attr_flag(al, "fused_bwd", &a->fused_bwd);
     break;
   case OP_CE_MAX: case OP_CE_SUMS: case OP_CE_GRAD: case OP_EMBED: case OP_EMBED_BWD: {
     if (n->op != OP_EMBED && n->op != OP_EMBED_BWD) ok = attr_i64(r, al, "len", &a->len, 0, BIG);

@@ -16,6 +16,12 @@
  * passes/memplan.c cuts a group where the placement would let a member overwrite bytes the
  * group still reads. A target may honour the groups (CUDA: one kernel per group) or ignore
  * them (the CPU target runs node by node).
+ *
+ * On the CUDA target it first moves each GELU_BWD whose gradient input is a MATMUL's output to just
+ * after that matmul (with the REDUCE_SUM of its result that follows it: the bias gradient), over
+ * the nodes between (the weight gradient's GEMM), so that the memory plan places its result as
+ * written there and passes/epilogue.c can make it the GEMM's DGELU epilogue. Only over nodes of
+ * the same stage that are no collectives and own no region; the inputs must exist by then.
  */
 #include <string.h>
 
@@ -94,8 +100,48 @@ static void fuse_graph(Graph *g, int *next_id) {
   }
 }
 
+/* Moves node j of g to position to (< j), shifting those between one place on. */
+static void move_up(Graph *g, int j, int to) {
+  Node *n = g->nodes[j];
+  for (int q = j; q > to; q--) g->nodes[q] = g->nodes[q - 1];
+  g->nodes[to] = n;
+}
+
+/* The position of n in g at or after from (-1: none). */
+static int find_from(const Graph *g, const Node *n, int from) {
+  for (int q = from; q < g->nnodes; q++)
+    if (g->nodes[q] == n) return q;
+  return -1;
+}
+
+static void hoist_gelu_bwd(Graph *g) {
+  for (int j = 0; j < g->nnodes; j++) {
+    Node *gb = g->nodes[j];
+    if (gb->body) hoist_gelu_bwd(gb->body);
+    if (gb->op != OP_GELU_BWD || gb->in[1]->def->op != OP_MATMUL || gb->in[1]->def->graph != g) continue;
+    int i = j - 1;
+    while (i >= 0 && g->nodes[i] != gb->in[1]->def) i--;
+    const Node *pre = gb->in[0]->def; /* defined before the matmul's successor, or an ARG that moves too */
+    int pp = i >= 0 ? find_from(g, pre, i + 1) : -1;
+    bool ok = i >= 0 && i + 1 < j && (pp < 0 || pre->op == OP_ARG);
+    for (int q = i + 1; q < j && ok; q++) {
+      const Node *n = g->nodes[q];
+      ok = !n->body && !(ir_ops[n->op].flags & F_COLL) && n->op != OP_SEND && n->op != OP_RECV && n->stage == gb->stage;
+    }
+    if (!ok) continue;
+    int r = j + 1;
+    while (r < g->nnodes && (g->nodes[r]->op == OP_ARG || g->nodes[r]->op == OP_PARAM)) r++;
+    int at = i + 1;
+    if (pp >= 0) move_up(g, pp, at++);
+    move_up(g, j, at++);
+    if (r < g->nnodes && g->nodes[r]->op == OP_REDUCE_SUM && g->nodes[r]->in[0] == gb->out[0] && g->nodes[r]->stage == gb->stage)
+      move_up(g, r, at);
+  }
+}
+
 bool pass_fuse(Module *m) {
   int next_id = 0;
+  if (m->target == TARGET_CUDA) hoist_gelu_bwd(m->graph);
   fuse_graph(m->graph, &next_id);
   return true;
 }

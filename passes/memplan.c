@@ -645,9 +645,7 @@ static void reset_offsets(Graph *g) {
  * none. Values inside a group keep their bytes: an entry point that runs only part of a group
  * (codegen's eval and logits) stores them. */
 
-/* The bytes v occupies over its graph's iterations: [lo, hi). ARGs (bound to memory of the
- * enclosing graph, live through the whole loop) and unplaced values: none. */
-static bool span(const Value *v, int64_t *lo, int64_t *hi) {
+bool memplan_span(const Value *v, int64_t *lo, int64_t *hi) {
   if (v->def->op == OP_ARG || v->offset < 0) return false;
   int64_t iters = 1;
   const Node *r = v->def->graph->owner;
@@ -657,14 +655,13 @@ static bool span(const Value *v, int64_t *lo, int64_t *hi) {
   return true;
 }
 
-/* Whether a kernel writing w at every index while reading x at every index can race. */
-static bool clobbers(const Value *w, const Value *x) {
+bool memplan_clobbers(const Value *w, const Value *x) {
   if (w == x) return false;
   if (w->offset == x->offset && w->stride == x->stride && w->def->op != OP_ARG && x->def->op != OP_ARG &&
       ir_shape_eq(&w->shape, &x->shape) && ir_dtype_size(w->dtype) == ir_dtype_size(x->dtype))
     return false; /* in place, index for index */
   int64_t wl, wh, xl, xh;
-  if (!span(w, &wl, &wh) || !span(x, &xl, &xh)) return false;
+  if (!memplan_span(w, &wl, &wh) || !memplan_span(x, &xl, &xh)) return false;
   return wl < xh && xl < wh;
 }
 
@@ -691,16 +688,16 @@ static bool run_add(Run *r, Node *n) {
     const Value *v = n->in[k];
     if (in_run(r, v)) continue;
     for (int i = 0; i < r->n; i++)
-      if (clobbers(r->mem[i]->out[0], v)) return false;
+      if (memplan_clobbers(r->mem[i]->out[0], v)) return false;
     fresh[nfresh++] = v;
   }
   if (r->next + nfresh > FUSE_MAX_INPUTS) return false;
   if (r->n > 0) {
     const Value *y = n->out[0];
     for (int i = 0; i < r->next; i++)
-      if (clobbers(y, r->ext[i])) return false;
+      if (memplan_clobbers(y, r->ext[i])) return false;
     for (int i = 0; i < nfresh; i++)
-      if (clobbers(y, fresh[i])) return false;
+      if (memplan_clobbers(y, fresh[i])) return false;
   }
   for (int i = 0; i < nfresh; i++) r->ext[r->next++] = fresh[i];
   r->mem[r->n++] = n;

@@ -44,6 +44,13 @@ void memplan_print(FILE *f, const Module *m);
  * memory divided by its ranks. */
 double memplan_capacity(const Module *m, char *what, size_t cap);
 
+/* The bytes v occupies over its graph's iterations: [lo, hi). ARGs (bound to memory of the
+ * enclosing graph, live through the whole loop) and unplaced values: none (false). */
+bool memplan_span(const Value *v, int64_t *lo, int64_t *hi);
+/* Whether a kernel writing w at every index while reading x at every index can race (w's and x's
+ * bytes meet, unless x is w's very tensor updated index for index). */
+bool memplan_clobbers(const Value *w, const Value *x);
+
 /* The class with the most bytes at the peak. */
 MemClass memplan_largest_class(const MemPlan *p);
 

@@ -26,7 +26,21 @@ bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradie
 bool pass_fuse(Module *m);      /* groups consecutive elementwise nodes over one shape (Node.group) */
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank; cuts fusion
                                    groups where a member would overwrite bytes its group still reads */
+bool pass_epilogue(Module *m); /* CUDA target: a matmul's bias add, and a GELU or residual add after it, into its GEMM */
+bool pass_fuse_ce(Module *m);  /* CUDA target: a cross-entropy's forward and backward in one kernel (Attrs.fused_bwd) */
 bool pass_verify(Module *m);    /* every rank's collectives match its group peers' (dies on a mismatch: a compiler bug) */
+/* The positions in g of the nodes the matmul at i computes in its GEMM's epilogue (Attrs.epilogue of
+ * them: the bias add, then a GELU or a residual add; argument nodes may lie between); returns how many. */
+int epilogue_nodes(const Graph *g, int i, int at[2]);
+/* Attrs.epilogue beyond 1 (bias) and 2 (+ GELU or residual): GELU's backward of the matmul's output,
+ * a later node (and the bias gradient, the REDUCE_SUM right after it). */
+enum { EPI_DGELU = 3, EPI_DGELU_BGRAD = 4 };
+/* The position of the matmul whose GEMM computes the node at i of g as a later epilogue node
+ * (GELU's backward, its bias gradient), or -1. */
+int epilogue_gemm(const Graph *g, int i);
+/* The position in g of the node paired with the cross-entropy (forward or backward) at i by
+ * passes/fuse_ce.c; -1 when it is not fused. */
+int fuse_ce_partner(const Graph *g, int i);
 /* A fusion group's limits: at most this many nodes, and values read from outside the group. */
 enum { FUSE_MAX_NODES = 32, FUSE_MAX_INPUTS = 32 };
 

@@ -35,6 +35,8 @@ static const Pass passes[] = {
     {"zero", pass_zero},            /* ZeRO 1/2/3: optimizer state, gradients, parameters sharded over dp */
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */
+    {"epilogue", pass_epilogue},    /* a matmul's bias add (+ GELU / residual) into its GEMM (CUDA target) */
+    {"fuse_ce", pass_fuse_ce},      /* a cross-entropy's forward and backward in one kernel (CUDA target) */
     {"verify", pass_verify},        /* every rank's collectives match its group peers' */
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };

@@ -24,11 +24,23 @@
 
 enum { RT_CU_D2D, RT_CU_H2D_ASYNC, RT_CU_H2D, RT_CU_D2H }; /* copy kinds */
 
+/* A GEMM epilogue (rt_cu_matmul_ep): t = acc + bias[col]; aux != NULL: aux = t, y = gelu(t);
+ * else c != NULL: y = c + t (c may be y); else y = t. With dgelu (rt_cu_matmul_dgelu): y =
+ * gelu'(aux) * acc, aux read (the pre-activation), and dbias (unless NULL) = y's column sums.
+ * Bias, c, aux and dbias have y's dtype. */
+typedef struct {
+  const void *bias, *c;
+  void *aux;
+  int dgelu;
+  void *dbias;
+} RtCuEpi;
+
 typedef struct {
   const char *name; /* "cuda", "emu" */
   void (*launch)(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args);
   void (*matmul)(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                 int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
+                 int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta,
+                 const RtCuEpi *ep); /* ep: NULL, or batch 1, alpha 1, beta 0 */
   void (*copy)(void *be, void *dst, const void *src, int64_t bytes, int kind); /* RT_CU_* */
   void (*zero)(void *be, void *dst, int64_t bytes);
   /* height rows of width bytes, rows dpitch / spitch bytes apart */
@@ -104,7 +116,7 @@ typedef struct RtCuGemm RtCuGemm;
 RtCuGemm *rt_cu_gemm_new(void *stream); /* cudaStream_t */
 void rt_cu_gemm_free(RtCuGemm *g);
 void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                    int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
+                    int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep);
 /* Dense bf16 FLOP/s of an n^3 GEMM (bf16 in, fp32 accumulation, bf16 out), best of reps after
  * a warm-up; 0 when the buffers cannot be allocated. */
 double rt_cu_gemm_peak(RtCuGemm *g, int64_t n, int reps);

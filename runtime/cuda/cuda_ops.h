@@ -37,6 +37,22 @@ void rt_cu_launch(RtCtx *ctx, int k, unsigned gx, unsigned gy, unsigned gz, unsi
 void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                   int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
 
+/* One GEMM with a cuBLASLt epilogue (passes/epilogue.c): with acc = op(A)[m, k] op(B)[k, n] in
+ * fp32 and t = acc + bias[j] (bias: [n]), per element
+ *   aux != NULL: aux[i, j] = t and y[i, j] = gelu(t) (tanh form; aux is the pre-activation the
+ *                GELU backward reads);
+ *   c != NULL:   y[i, j] = c[i, j] + t (a residual; c may be y itself);
+ *   else         y[i, j] = t.
+ * bias, c and aux have y's dtype; t is rounded once, when stored. */
+void rt_cu_matmul_ep(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+                     int64_t k, int ta, int tb, const void *bias, const void *c, void *aux);
+
+/* One GEMM with cuBLASLt's DGELU epilogue (passes/epilogue.c), GELU's backward: with acc as above,
+ * y[i, j] = gelu'(pre[i, j]) * acc (pre: the forward's pre-activation, y's dtype); and with
+ * DGELU_BGRAD, unless dbias is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient). */
+void rt_cu_matmul_dgelu(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+                        int64_t k, int ta, int tb, const void *pre, void *dbias);
+
 /* Device-to-device copies and fills on the compute stream. */
 void rt_cu_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes);
 void rt_cu_zero(RtCtx *ctx, void *dst, int64_t bytes);

@@ -10,6 +10,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,23 +217,82 @@ static const float *as_f32(const void *x, int dt, int64_t n, float **tmp) {
   return t;
 }
 
+/* An element of a y_dt tensor as f32, and stored. */
+static float ld_el(const void *p, int dt, int64_t i) {
+  return dt == RT_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static void st_el(void *p, int dt, int64_t i, float v) {
+  if (dt == RT_BF16)
+    ((uint16_t *)p)[i] = f32_to_bf16(v);
+  else
+    ((float *)p)[i] = v;
+}
+
+/* v rounded to dt. */
+static float rnd(int dt, float v) { return dt == RT_BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
+/* The epilogue of rt_cu_matmul_ep / _dgelu on the fp32 result acc[m, n] as the nodes it replaces
+ * compute it (the IR's semantics): the GEMM's result rounded to y's dtype, then each op in float
+ * as the kernels' (runtime/cuda/kernels/shardk.cuh gelu, gelu_bwd), each result rounded. So a
+ * fused program equals the unfused one bit for bit here, and recomputing a value without the
+ * epilogue gives the same bits (e2e_cuda_recompute). cuBLASLt on a GPU rounds once, at the end:
+ * within a rounding of this. */
+static void emu_epilogue(EmuBe *e, const float *acc, void *y, int dt, int64_t m, int64_t n, const RtCuEpi *ep) {
+  int64_t es = dt == RT_BF16 ? 2 : 4;
+  if (ep->dgelu) { /* y = gelu'(pre) * acc, the column sums of y (in row order, in double) */
+    in_mem(e, ep->aux, m * n * es, "matmul pre-activation");
+    if (ep->dbias) in_mem(e, ep->dbias, n * es, "matmul bias gradient");
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t i = 0; i < m; i++) {
+        const float c0 = 0.7978845608028654f, x = ld_el(ep->aux, dt, i * n + j);
+        float th = tanhf(c0 * (x + 0.044715f * x * x * x)), du = c0 * (1.0f + 3.0f * 0.044715f * x * x);
+        float d = rnd(dt, rnd(dt, acc[i * n + j]) * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du));
+        st_el(y, dt, i * n + j, d);
+        s += d;
+      }
+      if (ep->dbias) st_el(ep->dbias, dt, j, (float)s);
+    }
+    return;
+  }
+  in_mem(e, ep->bias, n * es, "matmul bias");
+  if (ep->c) in_mem(e, ep->c, m * n * es, "matmul residual");
+  if (ep->aux) in_mem(e, ep->aux, m * n * es, "matmul aux");
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      int64_t q = i * n + j;
+      float t = rnd(dt, rnd(dt, acc[q]) + ld_el(ep->bias, dt, j));
+      if (ep->aux) {
+        const float c0 = 0.7978845608028654f; /* sqrt(2/pi) */
+        st_el(ep->aux, dt, q, t);
+        t = 0.5f * t * (1.0f + tanhf(c0 * (t + 0.044715f * t * t * t)));
+      } else if (ep->c) {
+        t = ld_el(ep->c, dt, q) + t;
+      }
+      st_el(y, dt, q, t);
+    }
+}
+
 static void emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta) {
+                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   EmuBe *e = be;
   size_t es = ab_dt == RT_BF16 ? 2 : 4, ys = y_dt == RT_BF16 ? 2 : 4;
   in_mem(e, a, batch * m * k * (int64_t)es, "matmul A");
   in_mem(e, b, (b_batched ? batch : 1) * k * n * (int64_t)es, "matmul B");
   in_mem(e, y, batch * m * n * (int64_t)ys, "matmul y");
   int64_t lda = ta ? m : k, ldb = tb ? k : n;
-  float *yt = y_dt == RT_BF16 ? malloc((size_t)(m * n) * sizeof *yt) : NULL;
-  if (y_dt == RT_BF16 && !yt) rt_fatal(1, "out of memory");
+  float *yt = y_dt == RT_BF16 || ep ? malloc((size_t)(m * n) * sizeof *yt) : NULL;
+  if ((y_dt == RT_BF16 || ep) && !yt) rt_fatal(1, "out of memory");
   float *bt = NULL;
   const float *bf = b_batched ? NULL : as_f32(b, ab_dt, k * n, &bt);
   for (int64_t i = 0; i < batch; i++) {
     float *at = NULL, *bi = NULL;
     const float *af = as_f32((const char *)a + (size_t)(i * m * k) * es, ab_dt, m * k, &at);
     const float *bb = b_batched ? as_f32((const char *)b + (size_t)(i * k * n) * es, ab_dt, k * n, &bi) : bf;
-    if (y_dt == RT_F32) {
+    if (ep) { /* batch 1, alpha 1, beta 0 (rt_cu_matmul_ep) */
+      rt_gemm(ta, tb, m, n, k, 1.0f, af, lda, bb, ldb, 0.0f, yt, n);
+      emu_epilogue(e, yt, y, y_dt, m, n, ep);
+    } else if (y_dt == RT_F32) {
       rt_gemm(ta, tb, m, n, k, alpha, af, lda, bb, ldb, beta, (float *)y + i * m * n, n);
     } else {
       uint16_t *yh = (uint16_t *)y + i * m * n;

@@ -5,7 +5,14 @@
  * cuBLASLt's "A" is our B (op T when tb) and its "B" our A (op T when ta), with M = n, N = m.
  * Compute CUBLAS_COMPUTE_32F (fp32 accumulation; fp32 inputs exact, no TF32), fp32 scale. Batches
  * are strided; a shared B has stride 0, or when A is not transposed the batch folds into m (one
- * GEMM). One heuristic query per distinct shape, layout and pointer alignment, cached.
+ * GEMM). One heuristic query per distinct shape, layout, epilogue and pointer alignment, cached.
+ *
+ * Epilogues (rt_cu_matmul_ep): our bias over y's columns is cuBLASLt's bias over its rows (M = n).
+ * BIAS: D = AB + bias; with a residual, beta 1 and C = the residual (D = AB + C + bias);
+ * GELU_AUX_BIAS: aux = AB + bias (the pre-activation, leading dimension n), D = gelu(aux). The bias
+ * and aux pointers are set on the plan's descriptor at each call. DGELU (rt_cu_matmul_dgelu): D = AB * gelu'(aux)
+ * (aux read: the pre-activation); DGELU_BGRAD also writes the column sums of our D (cuBLASLt's bias
+ * gradient, a reduction over its N = our m) to the bias pointer.
  */
 #include <cublasLt.h>
 #include <stdio.h>
@@ -28,6 +35,7 @@
 typedef struct {
   int64_t batch, m, n, k;             /* after folding */
   int ta, tb, bb, ab_dt, y_dt, align; /* layout, dtypes, pointer alignment (bytes) */
+  int epi;                            /* 0: none; 1: BIAS; 2: GELU_AUX_BIAS; 3: DGELU; 4: DGELU_BGRAD */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;  /* cuBLASLt's A (our B), B (our A), C = D */
   cublasLtMatmulAlgo_t algo;
@@ -83,7 +91,7 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
     Plan *p = &g->plans[i];
     if (p->batch == key->batch && p->m == key->m && p->n == key->n && p->k == key->k && p->ta == key->ta &&
         p->tb == key->tb && p->bb == key->bb && p->ab_dt == key->ab_dt && p->y_dt == key->y_dt &&
-        p->align == key->align)
+        p->align == key->align && p->epi == key->epi)
       return p;
   }
   if (g->nplans == g->cap) {
@@ -98,6 +106,20 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
   cublasOperation_t opa = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  if (key->epi) {
+    static const cublasLtEpilogue_t kinds[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                               CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                                               CUBLASLT_EPILOGUE_DGELU_BGRAD};
+    cublasLtEpilogue_t e = kinds[key->epi];
+    cudaDataType_t t = cu_type(key->y_dt);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t));
+    if (key->epi >= 2) { /* the pre-activation: stored (GELU_AUX), read (DGELU) */
+      int64_t ld = key->n;
+      LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+      LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof t));
+    }
+  }
   int64_t m = key->m, n = key->n, k = key->k;
   p->la = layout(key->ab_dt, key->tb ? k : n, key->tb ? n : k, key->batch, key->bb ? k * n : 0);
   p->lb = layout(key->ab_dt, key->ta ? m : k, key->ta ? k : m, key->batch, m * k);
@@ -118,9 +140,10 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
   if (rc != CUBLAS_STATUS_SUCCESS || got == 0)
     rt_fatal(1,
              "cuBLASLt has no algorithm for the GEMM batch %lld, m %lld, n %lld, k %lld, ta %d, tb %d, %s inputs, %s "
-             "output, pointers aligned to %d bytes (%s)",
+             "output, pointers aligned to %d bytes, epilogue %s (%s)",
              (long long)key->batch, (long long)m, (long long)n, (long long)k, key->ta, key->tb,
              key->ab_dt == RT_BF16 ? "bf16" : "f32", key->y_dt == RT_BF16 ? "bf16" : "f32", key->align,
+             (const char *[]){"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"}[key->epi],
              rc != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusName(rc) : "no result");
   p->algo = res.algo;
   g->nplans++;
@@ -128,14 +151,25 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
 }
 
 void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                    int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta) {
+                    int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   if (batch > 1 && !b_batched && !ta) m *= batch, batch = 1; /* a shared B: one GEMM over batch * m rows */
   if (batch == 1) b_batched = 1;
   uintptr_t bits = (uintptr_t)y | (uintptr_t)a | (uintptr_t)b | 256;
+  const void *c = y;
+  if (ep) {
+    bits |= (uintptr_t)ep->bias | (uintptr_t)ep->c | (uintptr_t)ep->aux | (uintptr_t)ep->dbias;
+    if (ep->c) c = ep->c, beta = 1.0f;
+  }
   Plan key = {.batch = batch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .bb = b_batched, .ab_dt = ab_dt,
-              .y_dt = y_dt, .align = (int)(bits & -bits)};
+              .y_dt = y_dt, .align = (int)(bits & -bits), .epi = !ep ? 0 : ep->dgelu ? (ep->dbias ? 4 : 3) : ep->aux ? 2 : 1};
   Plan *p = plan_for(g, &key);
-  LT_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, y, p->lc, y, p->lc, &p->algo, g->ws,
+  if (ep) {
+    const void *bias = ep->dgelu ? ep->dbias : ep->bias; /* BGRAD writes the bias pointer */
+    if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (ep->aux)
+      LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof ep->aux));
+  }
+  LT_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, c, p->lc, y, p->lc, &p->algo, g->ws,
                           GEMM_WORKSPACE, g->stream));
 }
 
@@ -155,11 +189,11 @@ double rt_cu_gemm_peak(RtCuGemm *g, int64_t n, int reps) {
   CU_CHECK(cudaEventCreate(&e0));
   CU_CHECK(cudaEventCreate(&e1));
   for (int i = 0; i < 3; i++) /* warm-up, heuristic query */
-    rt_cu_gemm_run(g, y, RT_BF16, a, b, RT_BF16, 1, n, n, n, 0, 0, 1, 1.0f, 0.0f);
+    rt_cu_gemm_run(g, y, RT_BF16, a, b, RT_BF16, 1, n, n, n, 0, 0, 1, 1.0f, 0.0f, NULL);
   double best = 0;
   for (int r = 0; r < reps; r++) {
     CU_CHECK(cudaEventRecord(e0, g->stream));
-    for (int i = 0; i < 5; i++) rt_cu_gemm_run(g, y, RT_BF16, a, b, RT_BF16, 1, n, n, n, 0, 0, 1, 1.0f, 0.0f);
+    for (int i = 0; i < 5; i++) rt_cu_gemm_run(g, y, RT_BF16, a, b, RT_BF16, 1, n, n, n, 0, 0, 1, 1.0f, 0.0f, NULL);
     CU_CHECK(cudaEventRecord(e1, g->stream));
     CU_CHECK(cudaEventSynchronize(e1));
     float ms = 0;

@@ -36,7 +36,36 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
       rt_fatal(1, "rt_cu_matmul: k = 0 with beta %g is not supported", (double)beta);
     return;
   }
-  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta);
+  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, NULL);
+}
+
+void rt_cu_matmul_ep(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+                     int64_t k, int ta, int tb, const void *bias, const void *c, void *aux) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if ((ab_dt != RT_F32 && ab_dt != RT_BF16) || (y_dt != RT_F32 && y_dt != RT_BF16))
+    rt_fatal(1, "rt_cu_matmul_ep: dtypes %d x %d -> %d: only f32 and bf16 are supported", ab_dt, ab_dt, y_dt);
+  size_t ys = y_dt == RT_BF16 ? 2 : 4, es = ab_dt == RT_BF16 ? 2 : 4;
+  if (!bias || (uintptr_t)y % ys || (uintptr_t)a % es || (uintptr_t)b % es || (uintptr_t)bias % ys ||
+      (uintptr_t)c % ys || (uintptr_t)aux % ys)
+    rt_fatal(1, "rt_cu_matmul_ep: no bias, or a pointer not aligned to its element (y %p, a %p, b %p, bias %p, c %p, "
+             "aux %p)", y, a, b, bias, c, aux);
+  if (aux && c) rt_fatal(1, "rt_cu_matmul_ep: GELU (aux) and a residual (c) together are not supported");
+  if (m <= 0 || n <= 0 || k <= 0) rt_fatal(1, "rt_cu_matmul_ep: empty GEMM %lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
+  const RtCuEpi ep = {bias, c, aux, 0, NULL};
+  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, 1, m, n, k, ta, tb, 1, 1.0f, 0.0f, &ep);
+}
+
+void rt_cu_matmul_dgelu(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+                        int64_t k, int ta, int tb, const void *pre, void *dbias) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  size_t ys = y_dt == RT_BF16 ? 2 : 4, es = ab_dt == RT_BF16 ? 2 : 4;
+  if ((ab_dt != RT_F32 && ab_dt != RT_BF16) || (y_dt != RT_F32 && y_dt != RT_BF16) || !pre ||
+      (uintptr_t)y % ys || (uintptr_t)a % es || (uintptr_t)b % es || (uintptr_t)pre % ys || (uintptr_t)dbias % ys)
+    rt_fatal(1, "rt_cu_matmul_dgelu: dtypes %d -> %d, or a pointer missing or not aligned to its element (y %p, a %p, "
+             "b %p, pre %p, dbias %p)", ab_dt, y_dt, y, a, b, pre, dbias);
+  if (m <= 0 || n <= 0 || k <= 0) rt_fatal(1, "rt_cu_matmul_dgelu: empty GEMM %lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
+  const RtCuEpi ep = {NULL, NULL, (void *)pre, 1, dbias};
+  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, 1, m, n, k, ta, tb, 1, 1.0f, 0.0f, &ep);
 }
 
 void rt_cu_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes) {
@@ -169,7 +198,7 @@ void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx
 }
 
 void rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta) {
+                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   CudaBe *c = be;
-  rt_cu_gemm_run(c->gemm, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta);
+  rt_cu_gemm_run(c->gemm, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, ep);
 }

@@ -373,12 +373,16 @@ static void cases_ce(KC *c) {
     tg[n - 1] = (int32_t)(nv - 1);
     float dloss = 0.75f;
     KT tl = kt_new(c, dt, n * V), tt = kt_new(c, DT_I32, n), tloss = kt_new(c, DT_F32, 1), tdl = kt_new(c, DT_F32, 1),
-       tgr = kt_new(c, dt, n * V);
+       tgr = kt_new(c, dt, n * V), tfl = kt_new(c, DT_F32, 1), tfl2 = kt_new(c, DT_F32, 1), tfg = kt_new(c, dt, n * V), tip = kt_new(c, dt, n * V);
     kt_put(c, tl, lg);
+    kt_put(c, tip, lg);
     kt_put_i32(c, tt, tg);
     kt_put(c, tdl, &dloss);
     run(c, cuk_cross_entropy(c->k, P(c, tloss), P(c, tl), dt, P(c, tt), n, V, len));
     run(c, cuk_cross_entropy_bwd(c->k, P(c, tgr), P(c, tl), dt, P(c, tt), P(c, tdl), n, V, len));
+    /* fused (passes/fuse_ce.c): into another buffer, and in place over the logits */
+    run(c, cuk_cross_entropy_fused(c->k, P(c, tfl), P(c, tfg), P(c, tl), dt, P(c, tt), P(c, tdl), n, V, len));
+    run(c, cuk_cross_entropy_fused(c->k, P(c, tfl2), P(c, tip), P(c, tip), dt, P(c, tt), P(c, tdl), n, V, len));
     if (!c->be) continue;
     float *rg = arena_alloc(c->a, (size_t)(n * V) * 4);
     float rl = rt_xent_fwd_bwd_ref(n, V, nv, lg, tg, dloss, rg);
@@ -386,6 +390,12 @@ static void cases_ce(KC *c) {
     cmp(c, arena_printf(c->a, "cross_entropy %s", tag), kt_get(c, tloss), &rl, 1, 1e-5, 1e-6);
     cmp(c, arena_printf(c->a, "cross_entropy_bwd %s", tag), kt_get(c, tgr), rg, n * V, tol(dt),
         dt == DT_BF16 ? 1e-4 : 1e-7);
+    for (int ip = 0; ip < 2; ip++) {
+      const char *how = ip ? " in place" : "";
+      cmp(c, arena_printf(c->a, "cross_entropy fused%s %s", how, tag), kt_get(c, ip ? tfl2 : tfl), &rl, 1, 1e-5, 1e-6);
+      cmp(c, arena_printf(c->a, "cross_entropy_bwd fused%s %s", how, tag), kt_get(c, ip ? tip : tfg), rg, n * V, tol(dt),
+          dt == DT_BF16 ? 1e-4 : 1e-7);
+    }
     expect(c, arena_printf(c->a, "cross_entropy %s: no error flag", tag), dev_flag(c) == 0);
   }
   /* vocab-parallel parts: the second of two shards (logical columns 64..127), len 100 */

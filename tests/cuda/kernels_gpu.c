@@ -163,6 +163,8 @@ static void perf(void) {
   p[np++] = (Perf){"cross_entropy bf16 [8192, 50304]", cuk_cross_entropy(k, loss, lg, DT_BF16, ids, N, V, Vr), nV * 2, 0};
   p[np++] = (Perf){"cross_entropy_bwd bf16 [8192, 50304]",
                    cuk_cross_entropy_bwd(k, dlg, lg, DT_BF16, ids, sc, N, V, Vr), 2 * nV * 2, 0};
+  p[np++] = (Perf){"cross_entropy fused fwd+bwd bf16 [8192, 50304]",
+                   cuk_cross_entropy_fused(k, loss, dlg, lg, DT_BF16, ids, sc, N, V, Vr), 2 * nV * 2, 0};
   p[np++] = (Perf){"sumsq f32 124M", cuk_sumsq(k, sc, pp, DT_F32, NP), (double)NP * 4, 0};
   p[np++] = (Perf){"adamw 124M (g bf16)", cuk_adamw(k, pp, pg, DT_BF16, pm, pv, hyper, NP, 0.9, 0.95, 1e-8, 0.1),
                    (double)NP * 26, 0};

@@ -3,8 +3,9 @@
  *   emu     a hand-made program with two inline kernels on the emulated device (SHARDRT_DEVICE=emu):
  *           rt_cu_launch (plain and with dynamic shared memory + __syncthreads), rt_cu_copy, zero,
  *           put, copy_block and rt_cu_matmul (f32 and bf16 in, f32 and bf16 out, ta/tb, batched,
- *           shared B, alpha/beta) against naive references; the kernel .so comes from the cache the
- *           second time
+ *           shared B, alpha/beta) and rt_cu_matmul_ep (bias; bias + GELU with the pre-activation;
+ *           bias + residual, in place too) against naive references; the kernel .so comes from the
+ *           cache the second time
  *   gpu     the same on the real GPU (SHARDRT_DEVICE=cuda; tests/gpu/run_gpu.sh runs it)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
  *           from the on-disk cache; a broken source prints NVRTC's log and fails
@@ -184,6 +185,82 @@ static void matmul_case(RtCtx *ctx, char *M, int ab_dt, int y_dt, int64_t batch,
   free(a), free(b), free(y0), free(ha), free(hb), free(hy);
 }
 
+/* rt_cu_matmul_ep (the fused GEMM epilogues of passes/epilogue.c) against a double reference: mode 0 bias,
+ * 1 bias + GELU with the pre-activation in aux, 2 bias + a residual c, 3 the same with c == y (in place);
+ * rt_cu_matmul_dgelu: 4 GELU's backward with c as the pre-activation, 5 the same with the bias gradient
+ * (into aux; its tolerance: the sum of the elements').
+ * Tolerance: matmul_case's on t = AB + bias (plus |bias|, |c|), GELU's slope (<= 1.13) on it, bf16's
+ * half ulp on each output and on the two values the unfused nodes round before it (AB, t: the
+ * emulated device computes as they do), 1e-6 relative for f32 GELU's tanhf. */
+static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, int64_t k, int ta, int tb, int mode) {
+  size_t es = dt == RT_BF16 ? 2 : 4;
+  int64_t na = m * k, nb = k * n, ny = m * n, nv = na + nb + n + ny; /* a, b, bias, c: one random vector */
+  float *v = malloc((size_t)nv * 4);
+  char *h = malloc((size_t)nv * es), *hy = malloc((size_t)ny * es), *haux = malloc((size_t)ny * es);
+  for (int64_t i = 0; i < nv; i++) {
+    v[i] = frand();
+    if (es == 2) v[i] = bf2f(((uint16_t *)h)[i] = f2bf(v[i])); else ((float *)h)[i] = v[i];
+  }
+  const float *a = v, *b = v + na, *bias = b + nb, *c = bias + n;
+  char *da = M + 4096, *db = da + na * (int64_t)es, *dbias = db + nb * (int64_t)es, *dc = dbias + n * (int64_t)es;
+  char *dy = mode == 3 ? dc : dc + ny * (int64_t)es, *daux = dy + ny * (int64_t)es;
+  rt_cuda_device.upload(ctx, da, h, nv * (int64_t)es);
+  if (mode >= 4)
+    rt_cu_matmul_dgelu(ctx, dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
+  else
+    rt_cu_matmul_ep(ctx, dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
+  rt_cuda_device.download(ctx, hy, dy, ny * (int64_t)es);
+  if (mode == 1 || mode == 5) rt_cuda_device.download(ctx, haux, daux, (mode == 5 ? n : ny) * (int64_t)es);
+  double worst = 0;
+  for (int64_t j = 0; j < n; j++) {
+    double db_ref = 0, db_tol = 0;
+    for (int64_t i = 0; i < m; i++) {
+      double s = 0, mag = 0;
+      for (int64_t l = 0; l < k; l++) {
+        double p = (double)a[ta ? l * m + i : i * k + l] * b[tb ? j * k + l : l * n + j];
+        s += p, mag += fabs(p);
+      }
+      int64_t q = i * n + j;
+      /* bf16: the emulated device rounds the GEMM's result and t, as the unfused nodes ((|s| + |t|) / 256) */
+      double t = s + bias[j], tol_t = 1e-5 * (mag + fabs(bias[j]) + (mode >= 2 ? fabs(c[q]) : 0)) + 1e-30 +
+                                      (es == 2 ? (fabs(s) + fabs(t)) / 256 : 0);
+      double ref = t, tol = tol_t;
+      if (mode >= 4) { /* y = gelu'(pre) acc: the slope of gelu' is below 1.13 too */
+        double x = c[q], th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+        double d = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+        ref = d * s, tol = 1.13 * 1e-5 * mag + 1e-6 * fabs(ref) + 1e-30 + (es == 2 ? 1.13 * fabs(s) / 256 : 0);
+        db_ref += ref, db_tol += tol + (es == 2 ? fabs(ref) / 256 : 0);
+      } else if (mode == 1) {
+        double aux = es == 2 ? bf2f(((uint16_t *)haux)[q]) : ((float *)haux)[q];
+        double tol_aux = tol_t + (es == 2 ? fabs(t) / 256 : 0);
+        CHECK(fabs(aux - t) <= tol_aux, "matmul_ep gelu aux[%lld] = %.9g, want %.9g", (long long)q, aux, t);
+        ref = 0.5 * t * (1.0 + tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)));
+        tol = 1.13 * tol_t + 1e-6 * (fabs(t) + 1e-3);
+      } else if (mode >= 2) {
+        ref = c[q] + t;
+      }
+      tol += es == 2 ? fabs(ref) / 256 : 0;
+      double got = es == 2 ? bf2f(((uint16_t *)hy)[q]) : ((float *)hy)[q], err = fabs(got - ref);
+      if (err / tol > worst) worst = err / tol;
+      if (err > tol && failures < 20)
+        CHECK(0, "matmul_ep %s mode %d m %lld n %lld k %lld ta %d tb %d: y[%lld] = %.9g, want %.9g",
+              dt == RT_BF16 ? "bf16" : "f32", mode, (long long)m, (long long)n, (long long)k, ta, tb, (long long)q, got, ref);
+    }
+    if (mode == 5) {
+      double got = es == 2 ? bf2f(((uint16_t *)haux)[j]) : ((float *)haux)[j];
+      db_tol += es == 2 ? fabs(db_ref) / 256 : 1e-6 * fabs(db_ref);
+      if (fabs(got - db_ref) / db_tol > worst) worst = fabs(got - db_ref) / db_tol;
+      CHECK(fabs(got - db_ref) <= db_tol, "matmul_dgelu %s bias gradient[%lld] = %.9g, want %.9g",
+            dt == RT_BF16 ? "bf16" : "f32", (long long)j, got, db_ref);
+    }
+  }
+  printf("matmul_ep %-4s %3lld x %3lld x %3lld ta %d tb %d %s: worst error %.3f of the tolerance\n",
+         dt == RT_BF16 ? "bf16" : "f32", (long long)m, (long long)n, (long long)k, ta, tb,
+         (const char *[]){"bias", "bias+gelu (aux)", "bias+residual", "bias+residual in place", "dgelu", "dgelu+bgrad"}[mode],
+         worst);
+  free(v), free(h), free(hy), free(haux);
+}
+
 /* The launch / copy / GEMM checks on the device `which` ("emu", or "cuda" on a GPU machine). */
 static int test_device(const char *which) {
   setenv("SHARDRT_DEVICE", which, 1);
@@ -272,6 +349,11 @@ static int test_device(const char *which) {
         matmul_case(&ctx, M, ab, ab, 3, 8, 12, 16, 0, 1, 0, 1.0f, 0.0f);    /* shared B */
         matmul_case(&ctx, M, ab, RT_F32, 2, 9, 7, 5, 1, 0, 0, 0.5f, 1.0f); /* ta, shared B, alpha/beta */
         matmul_case(&ctx, M, ab, ab, 2, 9, 7, 5, 1, 1, 1, 2.0f, -1.0f);     /* bf16/f32 y with beta */
+        for (int mode = 0; mode < 4; mode++) /* the epilogues; n a multiple of 8 (passes/epilogue.c) */
+          matmul_ep_case(&ctx, M, ab, 37, 24, 40, mode & 1, mode >> 1, mode);
+        matmul_ep_case(&ctx, M, ab, 64, 48, 64, 0, 0, 1); /* GPT-2's fc: gelu over a wider k */
+        matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 4);  /* its backward: dy W^T */
+        matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 5);
       }
     }
     rt_cuda_device.close(&ctx);

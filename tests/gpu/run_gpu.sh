@@ -3,11 +3,13 @@
 # (tests/gpu/pack.sh packs them into .gpu/: the GPU machine has no flex, bison, MPI or BLAS to build
 # shardc). Runs:
 #   1. the runtime on the device: launches, shared memory, copies, cuBLASLt GEMMs (f32 exact, bf16
-#      with fp32 accumulation, ta/tb, batched, shared B, odd element-aligned pointers) against naive
-#      references (test_cudart gpu), and a device program trained through rt_train_main against the
+#      with fp32 accumulation, ta/tb, batched, shared B, odd element-aligned pointers) and their
+#      epilogues (bias, bias + GELU, bias + residual, GELU's backward with the bias gradient:
+#      passes/epilogue.c) against naive references (test_cudart gpu), and a device program trained through rt_train_main against the
 #      CPU one within 1e-5 (test_cudart train with SHARDRT_DEVICE=cuda)
 #   2. every kernel family against its CPU reference on the device, then the kernel timings
-#      (cuda_kernels_gpu: the cases of tests/cuda/kcases.c)
+#      (cuda_kernels_gpu: the cases of tests/cuda/kcases.c; the fused cross-entropy beside the
+#      separate forward and backward)
 #   3. the tiny model: the CUDA binary's first losses against the CPU binary's (within 2%: bf16)
 #   4. GPT-2 124M, B=16, T=1024: the loss falls; ms/step, tokens/s and MFU (median after step 1)
 # The emulated-device and NVRTC tests (ctest -L cuda) run in CI on every machine.

@@ -11,6 +11,8 @@
 #    differences are masked: nodes the optimizer adds take the recipe's location, which the
 #    header does not print (the reader gives them the header line's: comments are compared
 #    without locations for that pass), and memplan's run prints the memory summary (`#` lines).
+#    The passes after memplan that read its placement (epilogue, fuse_ce), which the IR text does
+#    not carry, are replayed with memplan run again first.
 set -euo pipefail
 shardc=$(realpath "$1")
 opt=$(realpath "$2")
@@ -68,7 +70,9 @@ for c in "${cases[@]}"; do
     fi
     if [ -n "$prev" ]; then
       cat "$tmp/$name.header" "$tmp/$name.after.$prev" >"$tmp/in.ir"
-      if ! "$opt" "$tmp/in.ir" --pass "$p" --graph-only "${replay_flags[@]}" 2>"$tmp/err" | grep -v '^#' >"$tmp/got"; then
+      placed=()
+      [[ "$p" = epilogue || "$p" = fuse_ce ]] && placed=(--pass memplan)
+      if ! "$opt" "$tmp/in.ir" "${placed[@]}" --pass "$p" --graph-only "${replay_flags[@]}" 2>"$tmp/err" | grep -v '^#' >"$tmp/got"; then
         echo "replay FAILED: $name: pass $p on the IR after $prev"
         cat "$tmp/err"
         fail=1

@@ -11,6 +11,14 @@
  * for the CUDA target: every group is consecutive elementwise nodes over one shape within the
  * limits, and no member's output overlaps a value its group reads from outside (except the
  * same tensor updated index for index) — the condition for running it as one kernel.
+ * GEMM epilogues (passes/epilogue.c, after memplan): tiny's four matmuls per layer take their bias
+ * add (qkv), bias + GELU (fc) and bias + residual (both projections); what the GEMM stores meets
+ * none of A, B and the bias, a GELU's output not its pre-activation, and the absorbed nodes are in
+ * no fusion group; the MLP's GELU backward (moved by passes/fuse.c to just after the GEMM of its
+ * gradient) and its bias gradient are that GEMM's DGELU_BGRAD epilogue, what it writes early meeting
+ * nothing written in between; Llama (no biases) has none. The cross-entropy's forward and backward are paired
+ * (passes/fuse_ce.c) in each model: the gradient's bytes meet neither the targets, the loss nor dloss,
+ * and the logits only as their very tensor; dloss is defined before the forward.
  */
 #include <stdio.h>
 #include <string.h>
@@ -101,6 +109,75 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
   return groups;
 }
 
+static bool meets(const Value *a, const Value *b) {
+  int64_t al, ah, bl, bh;
+  return span(a, &al, &ah) && span(b, &bl, &bh) && al < bh && bl < ah;
+}
+
+/* Checks every matmul epilogue of g (and its bodies); returns how many there are. */
+static int check_epilogues(const Graph *g, const char *label) {
+  int count = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *mm = g->nodes[i];
+    if (mm->body) count += check_epilogues(mm->body, label);
+    if (!mm->a.epilogue) continue;
+    count++;
+    int at[2], e = epilogue_nodes(g, i, at);
+    EXPECT(mm->op == OP_MATMUL && e >= 1 && e <= 2, "%s: %s with epilogue %d", label, ir_ops[mm->op].name, e);
+    if (mm->a.epilogue >= EPI_DGELU) { /* GELU's backward (+ its bias gradient), later */
+      const Node *gb = g->nodes[at[0]];
+      EXPECT(gb->op == OP_GELU_BWD && gb->in[1] == mm->out[0] && gb->group == 0, "%s: DGELU without its gelu_bwd", label);
+      for (int k = 0; k < e; k++) {
+        const Value *w = g->nodes[at[k]]->out[0];
+        EXPECT(epilogue_gemm(g, at[k]) == i, "%s: epilogue_gemm does not find the GEMM", label);
+        EXPECT(!meets(w, mm->in[0]) && !meets(w, mm->in[1]) && !meets(w, gb->in[0]) && (k == 0 || !meets(w, gb->out[0])),
+               "%s: the DGELU GEMM stores %%%d over what it reads", label, w->id);
+        for (int q = i + 1; q < at[k]; q++)
+          for (int o = 0; o < g->nodes[q]->nout; o++)
+            EXPECT(!meets(w, g->nodes[q]->out[o]), "%s: %%%d, written early, meets %%%d", label, w->id, g->nodes[q]->out[o]->id);
+      }
+      if (e == 2) EXPECT(g->nodes[at[1]]->op == OP_REDUCE_SUM && g->nodes[at[1]]->in[0] == gb->out[0], "%s: BGRAD without its reduce", label);
+      continue;
+    }
+    const Node *add = g->nodes[at[0]];
+    EXPECT(add->op == OP_ADD && (add->in[0] == mm->out[0] || add->in[1] == mm->out[0]), "%s: the epilogue's first node is no bias add", label);
+    const Value *bias = add->in[0] == mm->out[0] ? add->in[1] : add->in[0];
+    EXPECT(bias->shape.rank == 1 && ir_count_uses_deep(g, mm->out[0]) == 1, "%s: bias rank %d, matmul output read %d times", label,
+           bias->shape.rank, ir_count_uses_deep(g, mm->out[0]));
+    for (int k = 0; k < e; k++) {
+      const Node *n = g->nodes[at[k]];
+      EXPECT(n->group == 0, "%s: an absorbed %s is in fusion group %d", label, ir_ops[n->op].name, n->group);
+      for (int q = 0; q < 3; q++) {
+        const Value *r = q == 2 ? bias : mm->in[q];
+        bool stored = k == e - 1 || g->nodes[at[e - 1]]->op == OP_GELU; /* a residual's h is not stored */
+        EXPECT(!stored || !meets(n->out[0], r), "%s: the GEMM stores %%%d over %%%d, which it reads", label, n->out[0]->id, r->id);
+      }
+    }
+    if (e == 2 && g->nodes[at[1]]->op == OP_GELU)
+      EXPECT(!meets(g->nodes[at[1]]->out[0], add->out[0]), "%s: GELU's output meets its pre-activation", label);
+  }
+  return count;
+}
+
+/* Checks the fused cross-entropies of g (and its bodies); returns how many pairs there are. */
+static int check_fused_ce(const Graph *g, const char *label) {
+  int count = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *f = g->nodes[i];
+    if (f->body) count += check_fused_ce(f->body, label);
+    if (f->op != OP_CROSS_ENTROPY || !f->a.fused_bwd) continue;
+    int b = fuse_ce_partner(g, i);
+    EXPECT(b > i && fuse_ce_partner(g, b) == i, "%s: the fused cross-entropy at %d has no backward after it", label, i);
+    if (b <= i) continue;
+    count++;
+    const Value *dl = g->nodes[b]->out[0], *lg = f->in[0], *dloss = g->nodes[b]->in[2];
+    EXPECT(!meets(dl, f->in[1]) && !meets(dl, f->out[0]) && !meets(dl, dloss) && !overlaps(dl, lg),
+           "%s: the fused cross-entropy's gradient %%%d meets what the forward reads or writes", label, dl->id);
+    for (int q = i + 1; q < b; q++) EXPECT(dloss->def != g->nodes[q], "%s: dloss is defined after the forward", label);
+  }
+  return count;
+}
+
 static void built_graphs(void) {
   Arena a;
   arena_init(&a);
@@ -165,7 +242,7 @@ static void built_graphs(void) {
   arena_free(&a);
 }
 
-static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world) {
+static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world, int epilogues, int fused_ce) {
   Arena a;
   arena_init(&a);
   FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
@@ -175,9 +252,12 @@ static void model(const char *label, const char *file, const FeDefine *defs, int
   m->target = TARGET_CUDA;
   PipelineOptions po = {.verify = true};
   EXPECT(pipeline_run(m, &po), "%s: the pipeline failed", label);
-  int groups = check_groups(m->graph, label, true);
-  EXPECT(groups >= 3, "%s: only %d fusion groups", label, groups);
-  printf("%s: %d fusion groups\n", label, groups);
+  int groups = check_groups(m->graph, label, true), epi = check_epilogues(m->graph, label);
+  int ce = check_fused_ce(m->graph, label);
+  EXPECT(ce == fused_ce, "%s: %d fused cross-entropies, want %d", label, ce, fused_ce);
+  EXPECT(groups + epi >= 3, "%s: only %d fusion groups and %d GEMM epilogues", label, groups, epi);
+  EXPECT(epilogues < 0 || epi == epilogues, "%s: %d GEMM epilogues, want %d", label, epi, epilogues);
+  printf("%s: %d fusion groups, %d GEMM epilogues, %d fused cross-entropies\n", label, groups, epi, ce);
   arena_free(&a);
 }
 
@@ -188,10 +268,10 @@ int main(void) {
   FeDefine tp[] = {{"dp", "1"}, {"tp", "2"}, {"sp", "on"}, {"precision", "bf16"}};
   FeDefine llama[] = {{"tp", "1"}, {"dp", "1"}, {"sp", "off"}, {"layers", "2"}, {"seq", "64"}, {"micro_batch", "1"},
                       {"batch", "1"}};
-  model("tiny f32", tiny, one, 1, 1);
-  model("tiny bf16", tiny, bf16, 2, 1);
-  model("tiny tp=2 sp bf16", tiny, tp, 4, 2);
-  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1);
+  model("tiny f32", tiny, one, 1, 1, 5, 1);
+  model("tiny bf16", tiny, bf16, 2, 1, 5, 1);
+  model("tiny tp=2 sp bf16", tiny, tp, 4, 2, -1, 0); /* vocab-parallel: the CE_* parts */
+  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0, 1);
   if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
   else printf("test_fuse: ok\n");
   return failures ? 1 : 0;

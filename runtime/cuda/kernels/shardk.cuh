@@ -435,19 +435,22 @@ __device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const
   }
 }
 
-/* ---- rotary embedding: one thread per (b, s, h, i < hd/2) pair; in place allowed ------------ */
+/* ---- rotary embedding: one thread per (b, s, i < hd/2), over every head: the angle (double
+ * pow, cos, sin) once per H pairs; in place allowed ---------------------------------------------- */
 template <class T, i64 B, i64 S, i64 H, i64 HD, bool INV>
 __device__ void rope(T *y, const T *x, double theta, i64 start, const int *pos = nullptr) {
-  const i64 half = HD / 2, total = B * S * H * half;
+  const i64 half = HD / 2, total = B * S * half;
   for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
-    i64 i = e % half, h = (e / half) % H, s = (e / (half * H)) % S, b = e / (half * H * S);
+    i64 i = e % half, s = (e / half) % S, b = e / (half * S);
     double ang = (double)((pos ? (i64)pos[s] : s) + start) * pow(theta, -2.0 * (double)i / (double)HD); /* pos: rope_at */
     if (INV) ang = -ang;
     float cs = (float)cos(ang), sn = (float)sin(ang);
-    i64 o = (b * S + s) * H * HD + h * HD + i;
-    float a = ld(x + o), c = ld(x + o + half);
-    st(y + o, a * cs - c * sn);
-    st(y + o + half, c * cs + a * sn);
+    for (i64 h = 0; h < H; h++) {
+      i64 o = (b * S + s) * H * HD + h * HD + i;
+      float a = ld(x + o), c = ld(x + o + half);
+      st(y + o, a * cs - c * sn);
+      st(y + o + half, c * cs + a * sn);
+    }
   }
 }
 
@@ -585,18 +588,11 @@ __device__ void ce_grad(T *dl, const T *logits, const int *targets, const float 
     st(dl + r * V + j, d);
   }
 }
-/* CROSS_ENTROPY_BWD per row: dl = scale[0] * (softmax - onehot) on columns < LEN, 0 elsewhere
- * and on rows with target < 0 (scale = dloss / count, from ce_mean). */
-template <class T, i64 V, i64 LEN, int NT>
-__device__ void ce_bwd_rows(T *dl, const T *logits, const int *targets, const float *scale) {
-  __shared__ float red[64];
-  i64 r = blockIdx.x;
-  const T *xr = logits + r * V;
-  int t = targets[r];
-  const i64 nv = LEN > 0 ? LEN : V;
-  float m, s;
-  row_lse<T, V, NT>(xr, nv, m, s, red);
-  float inv = 1.0f / s, sc = scale[0];
+/* One row's gradient after row_lse (m, s): dlr = sc * (softmax - onehot(t)) on columns < nv, 0
+ * elsewhere and where t < 0. Each thread reads a column (or 8) and writes the same: dlr may be xr. */
+template <class T, i64 V, int NT>
+__device__ __forceinline__ void ce_grad_row(T *dlr, const T *xr, int t, i64 nv, float m, float s, float sc) {
+  float inv = 1.0f / s;
   if constexpr (sizeof(T) == 2 && V % 8 == 0) {
     for (i64 c = threadIdx.x; c < V / 8; c += NT) {
       float v[8];
@@ -607,15 +603,44 @@ __device__ void ce_bwd_rows(T *dl, const T *logits, const int *targets, const fl
         v[i] = t >= 0 && j < nv ? sc * (expf(v[i] - m) * inv - (j == t ? 1.0f : 0.0f)) : 0.0f;
       }
       u32x4 o = {pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
-      *(u32x4 *)(dl + r * V + 8 * c) = o;
+      *(u32x4 *)(dlr + 8 * c) = o;
     }
   } else {
     for (i64 j = threadIdx.x; j < V; j += NT) {
       float d = 0.0f;
       if (t >= 0 && j < nv) d = sc * (expf(ld(xr + j) - m) * inv - (j == t ? 1.0f : 0.0f));
-      st(dl + r * V + j, d);
+      st(dlr + j, d);
     }
   }
+}
+/* CROSS_ENTROPY_BWD per row: dl = scale[0] * (softmax - onehot) on columns < LEN, 0 elsewhere
+ * and on rows with target < 0 (scale = dloss / count, from ce_mean). */
+template <class T, i64 V, i64 LEN, int NT>
+__device__ void ce_bwd_rows(T *dl, const T *logits, const int *targets, const float *scale) {
+  __shared__ float red[64];
+  i64 r = blockIdx.x;
+  const i64 nv = LEN > 0 ? LEN : V;
+  float m, s;
+  row_lse<T, V, NT>(logits + r * V, nv, m, s, red);
+  ce_grad_row<T, V, NT>(dl + r * V, logits + r * V, targets[r], nv, m, s, scale[0]);
+}
+/* CROSS_ENTROPY and its CROSS_ENTROPY_BWD in one pass over the logits (passes/fuse_ce.c): rowloss as
+ * ce_rows, dl as ce_bwd_rows. dl may be the logits themselves: the target's logit is read first and
+ * row_lse ends in a barrier, after which each thread rewrites only what it reads. */
+template <class T, i64 V, i64 LEN, int NT>
+__device__ void ce_fused_rows(T *dl, float *rowloss, const T *logits, const int *targets, const float *scale, int *err) {
+  __shared__ float red[64];
+  i64 r = blockIdx.x;
+  const T *xr = logits + r * V;
+  int t = targets[r];
+  const i64 nv = LEN > 0 ? LEN : V;
+  float xt = threadIdx.x == 0 && t >= 0 && t < nv ? ld(xr + t) : 0.0f, m, s;
+  row_lse<T, V, NT>(xr, nv, m, s, red);
+  if (threadIdx.x == 0) {
+    if (t >= nv) *err = SK_ERR_TARGET;
+    rowloss[r] = t >= 0 && t < nv ? m + logf(s) - xt : 0.0f;
+  }
+  ce_grad_row<T, V, NT>(dl + r * V, xr, t, nv, m, s, scale[0]);
 }
 
 /* ---- reductions to an f32 scalar: stage 1, grid P, block NT: part[p] = the sum of chunk p;

@@ -1,0 +1,183 @@
+/* passes/epilogue.c — GEMM epilogues on the CUDA target: a matmul and the elementwise nodes right
+ * after it that cuBLASLt can compute as the GEMM stores its result (rt_cu_matmul_ep).
+ *
+ * A MATMUL y = op(A) B that is one GEMM (B a matrix, A not transposed when it has batch dims, so
+ * the batch folds into the rows), followed by (only argument nodes between, which compute nothing)
+ *   h = y + b   (b: [n], y's last dim, a multiple of 8, y's dtype; y read by nothing else)
+ * gets Attrs.epilogue = 1: the GEMM stores h and y is never written. If the next node is
+ *   g = gelu(h)            the GEMM stores g and h (the pre-activation, cuBLASLt's GELU_AUX_BIAS), or
+ *   r = x + h or h + x     (x: y's shape and dtype; h read by nothing else) the GEMM stores r with
+ *                          x as its C (beta 1: D = AB + C + bias),
+ * it gets 2. Runs after the memory plan, because the GEMM now writes those values while it reads A,
+ * B and b: an epilogue is taken only where what it stores meets none of them (nor each other; r
+ * may be x's very bytes, updated index for index). The nodes absorbed leave their fusion group;
+ * the rest of that group stays one group if it still may run as one kernel (it reads what was
+ * absorbed from memory now: memplan_clobbers), else runs node by node.
+ *
+ * Backward: a MATMUL whose output only dh = gelu_bwd(pre, y) reads gets 3 (cuBLASLt's DGELU: the
+ * GEMM stores dh, reading pre as its aux), or 4 when the REDUCE_SUM of dh to [n] follows it (the
+ * bias gradient: DGELU_BGRAD, rt_cu_matmul_dgelu). passes/fuse.c has moved those nodes up to just
+ * after the GEMM; whatever lies between, the GEMM writes them early only where no node in between
+ * uses their bytes (placed_write_early).
+ *
+ * The other targets ignore it (the pass marks nothing for them): the CPU target runs the nodes.
+ */
+#include "diag.h"
+#include "ir.h"
+#include "memplan.h"
+#include "passes.h"
+#include "placed.h"
+
+enum { EPI_LD_MULTIPLE = 8 }; /* cuBLASLt's bias / aux leading dimension */
+
+static bool is_result(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return true;
+  return false;
+}
+
+/* v is read by one node, and is no result of its graph. */
+static bool read_once(const Graph *g, const Value *v) { return !is_result(g, v) && ir_count_uses_deep(g, v) == 1; }
+
+/* The GEMM may store w while reading the matmul's operands and the bias. */
+static bool free_to_store(const Node *mm, const Value *bias, const Value *w) {
+  return !w->host && !placed_meets(w, mm->in[0]) && !placed_meets(w, mm->in[1]) && !placed_meets(w, bias);
+}
+
+static bool same_type(const Value *a, const Value *b) { return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape); }
+
+/* A node that computes nothing: a value entering the graph (emit.c emits nothing for it). */
+static bool enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }
+
+/* The position of the first node after i that computes something (g->nnodes: none). */
+static int next_op(const Graph *g, int i) {
+  int j = i + 1;
+  while (j < g->nnodes && enters(g->nodes[j])) j++;
+  return j;
+}
+
+/* The position of the node after i that reads v (g->nnodes: none). */
+static int reader(const Graph *g, int i, const Value *v) {
+  for (int j = i + 1; j < g->nnodes; j++)
+    for (int k = 0; k < g->nodes[j]->nin; k++)
+      if (g->nodes[j]->in[k] == v) return j;
+  return g->nnodes;
+}
+
+int epilogue_nodes(const Graph *g, int i, int at[2]) {
+  int e = g->nodes[i]->a.epilogue;
+  if (e >= EPI_DGELU) { /* GELU's backward, later; then its bias gradient */
+    at[0] = reader(g, i, g->nodes[i]->out[0]);
+    if (e == EPI_DGELU_BGRAD) at[1] = next_op(g, at[0]);
+    return e - EPI_DGELU + 1;
+  }
+  for (int k = 0, p = i; k < e; k++) at[k] = p = next_op(g, p);
+  return e;
+}
+
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+int epilogue_gemm(const Graph *g, int i) {
+  const Node *n = g->nodes[i], *gb = n;
+  if (n->op == OP_REDUCE_SUM) gb = n->in[0]->def;
+  if (gb->op != OP_GELU_BWD || gb->graph != g) return -1;
+  const Node *mm = gb->in[1]->def;
+  if (mm->op != OP_MATMUL || mm->graph != g || mm->a.epilogue < EPI_DGELU) return -1;
+  int p = position(g, mm), at[2], e = epilogue_nodes(g, p, at);
+  for (int k = 0; k < e; k++)
+    if (at[k] == i) return p;
+  return -1;
+}
+
+/* GELU's backward of the matmul at i (whose output only it reads) as its GEMM's epilogue, the bias
+ * gradient right after it too where possible: EPI_DGELU, EPI_DGELU_BGRAD or 0 (positions: at). */
+static int dgelu_of(const Graph *g, int i, int at[2]) {
+  const Node *mm = g->nodes[i];
+  const Value *y = mm->out[0];
+  int j = reader(g, i, y);
+  if (j == g->nnodes) return 0;
+  const Node *gb = g->nodes[j];
+  if (gb->op != OP_GELU_BWD || gb->in[1] != y || gb->in[0] == y || gb->stage != mm->stage) return 0;
+  if (gb->group && g->nodes[j - 1]->group == gb->group) return 0; /* inside a fusion group */
+  const Value *pre = gb->in[0], *dh = gb->out[0];
+  if (!same_type(pre, y) || !same_type(dh, y) || pre->host || dh->host) return 0;
+  if (!free_to_store(mm, pre, dh) || !placed_write_early(g, dh, i, NULL)) return 0;
+  at[0] = j;
+  int r = next_op(g, j);
+  if (r >= g->nnodes) return EPI_DGELU;
+  const Node *rs = g->nodes[r];
+  const Value *db = rs->out[0];
+  int64_t n = y->shape.dim[y->shape.rank - 1];
+  if (rs->op != OP_REDUCE_SUM || rs->in[0] != dh || rs->stage != mm->stage || db->shape.rank != 1 ||
+      db->shape.dim[0] != n || db->dtype != y->dtype || db->host)
+    return EPI_DGELU;
+  if (!free_to_store(mm, pre, db) || placed_meets(db, dh) || !placed_write_early(g, db, i, y)) return EPI_DGELU;
+  at[1] = r;
+  return EPI_DGELU_BGRAD;
+}
+
+/* How many nodes after the matmul at i its GEMM computes: 0, 1 or 2 (their positions: at), or
+ * GELU's backward (dgelu_of). */
+static int epilogue_of(const Graph *g, int i, int at[2]) {
+  const Node *mm = g->nodes[i];
+  if (mm->op != OP_MATMUL) return 0;
+  const Value *y = mm->out[0], *A = mm->in[0], *B = mm->in[1];
+  int ra = A->shape.rank;
+  if (B->shape.rank != 2 || (ra > 2 && mm->a.ta) || A->dtype != B->dtype) return 0; /* not one GEMM */
+  if (y->dtype != DT_F32 && y->dtype != DT_BF16) return 0;
+  int64_t n = y->shape.dim[y->shape.rank - 1];
+  if (n % EPI_LD_MULTIPLE || y->host || !read_once(g, y)) return 0;
+  if ((at[0] = next_op(g, i)) >= g->nnodes) return 0;
+  const Node *add = g->nodes[at[0]];
+  if (add->op != OP_ADD) return dgelu_of(g, i, at);
+  if (add->stage != mm->stage || add->stage != mm->stage || add->in[0] == add->in[1]) return 0;
+  const Value *bias = add->in[0] == y ? add->in[1] : add->in[1] == y ? add->in[0] : NULL, *h = add->out[0];
+  if (!bias || bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host) return 0;
+  if (!same_type(h, y) || !free_to_store(mm, bias, h)) return 0;
+  if ((at[1] = next_op(g, at[0])) >= g->nnodes) return 1;
+  const Node *e = g->nodes[at[1]];
+  if (e->stage != mm->stage || !same_type(e->out[0], h) || !free_to_store(mm, bias, e->out[0])) return 1;
+  if (e->op == OP_GELU && e->in[0] == h && !placed_meets(e->out[0], h)) return 2;
+  if (e->op == OP_ADD && e->in[0] != e->in[1] && (e->in[0] == h || e->in[1] == h) && read_once(g, h)) {
+    const Value *x = e->in[0] == h ? e->in[1] : e->in[0];
+    if (same_type(x, h) && !x->host && !memplan_clobbers(e->out[0], x)) return 2;
+  }
+  return 1;
+}
+
+/* Nodes [from, end) of one former group, the e absorbed ones (at) gone: one group still, or none. */
+static void regroup(Graph *g, int from, const int *at, int e) {
+  int id = g->nodes[from]->group, end = from;
+  if (!id) return;
+  while (end < g->nnodes && g->nodes[end]->group == id) end++;
+  bool ok = end - from >= 2;
+  for (int j = from; j < end && ok; j++)
+    for (int a = 0; a < e; a++)
+      if (memplan_clobbers(g->nodes[j]->out[0], g->nodes[at[a]]->out[0])) ok = false;
+  if (!ok)
+    for (int k = from; k < end; k++) g->nodes[k]->group = 0;
+}
+
+static void epilogue_graph(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) epilogue_graph(n->body);
+    int at[2];
+    n->a.epilogue = epilogue_of(g, i, at);
+    if (!n->a.epilogue) continue;
+    int e = epilogue_nodes(g, i, at), last = n->a.epilogue >= EPI_DGELU ? at[0] : at[e - 1], old = g->nodes[last]->group;
+    for (int k = 0; k < e; k++) g->nodes[at[k]]->group = 0;
+    if (old && last + 1 < g->nnodes && g->nodes[last + 1]->group == old) regroup(g, last + 1, at, n->a.epilogue >= EPI_DGELU ? 1 : e);
+    if (n->a.epilogue < EPI_DGELU) i = last; /* GELU's backward lies later: the nodes between are visited */
+  }
+}
+
+bool pass_epilogue(Module *m) {
+  if (m->target == TARGET_CUDA && !m->memplan) die("epilogue: the memory plan has not run");
+  if (m->target == TARGET_CUDA) epilogue_graph(m->graph);
+  return true;
+}
