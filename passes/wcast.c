@@ -10,6 +10,8 @@
  * cheap beside the layer's matmuls). Not under ZeRO-3, whose layer loops gather the bf16 copy's
  * rows already (the loops would gather the f32 rows instead: twice the bytes).
  */
+#include <string.h>
+
 #include "passes.h"
 
 /* Whether every use of v in g is a stacked input (xs, row by row: no `next`) of a repeat of g. */
@@ -43,6 +45,14 @@ static void cast_in_body(Node *n, int j, Value *w, const Node *cast) {
   cn->in[0] = a;
   int at = 0; /* right after the argument's node */
   while (at < b->nnodes && b->nodes[at] != a->def) at++;
+  if (at < b->nnodes && a->shape.rank == 1) {
+    /* a bias row: the argument and its cast at the top of the body, so that nothing lies between a
+     * matmul and its bias add that a GEMM epilogue could not compute first (passes/epilogue.c) */
+    Node *an = b->nodes[at];
+    memmove(&b->nodes[1], &b->nodes[0], sizeof(Node *) * (size_t)at);
+    b->nodes[0] = an;
+    at = 0;
+  }
   ir_move_last(b, at + 1);
 }
 
