@@ -597,6 +597,19 @@ static void fail(char **err, const char *what, char *msg) {
   if (msg) LLVMDisposeMessage(msg);
 }
 
+bool llk_host_ok(char **why) {
+  *why = NULL;
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+  char *triple = LLVMGetDefaultTargetTriple(), *msg = NULL;
+  LLVMTargetRef target;
+  bool ok = !LLVMGetTargetFromTriple(triple, &target, &msg);
+  if (!ok) fail(why, triple, msg);
+  else if (msg) LLVMDisposeMessage(msg);
+  LLVMDisposeMessage(triple);
+  return ok;
+}
+
 bool llk_compile(Llk *k, const char *path, char **err) {
   *err = NULL;
   LLVMInitializeNativeTarget();

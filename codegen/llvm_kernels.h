@@ -87,6 +87,9 @@ const char *llk_norm(Llk *k, const LlkNorm *n);
 /* The three kernels of a norm backward: names[0] stats, names[1] param, names[2] dx. */
 void llk_norm_bwd(Llk *k, const LlkNormBwd *n, const char *names[3]);
 int llk_count(const Llk *k);
+/* Whether LLVM can build kernels for this host (a target for its triple); false with the reason in
+ * *why (malloc'd) when not. */
+bool llk_host_ok(char **why);
 /* Builds every kernel asked so far, optimises the module and writes the object file `path` for the
  * host CPU. false (with a message in *err, to free()) when LLVM fails. */
 bool llk_compile(Llk *k, const char *path, char **err);

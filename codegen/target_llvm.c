@@ -146,6 +146,14 @@ static bool norm_bwd(Cg *c, Node *n) {
   return true;
 }
 
+bool cg_default_llvm_kernels(void) {
+  char *why = NULL;
+  bool ok = llk_host_ok(&why);
+  if (!ok) note("LLVM cannot build kernels for this host (%s): the CPU kernels are the C ones (--cpu-kernels c)", why ? why : "?");
+  free(why);
+  return ok;
+}
+
 static int llvm_node(Cg *c, Node *n) {
   bool view = n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype && !n->group;
   if (cg_elementwise(n) && !view) {
@@ -161,6 +169,8 @@ static int llvm_node(Cg *c, Node *n) {
 static void llvm_copy(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
   cg_target_cpu.copy(c, dst, src, bytes, overlap);
 }
+
+static void llvm_zero(Cg *c, const char *dst, int64_t bytes) { cg_target_cpu.zero(c, dst, bytes); }
 
 static void llvm_program(Cg *c) { cg_target_cpu.program(c); }
 
@@ -196,6 +206,7 @@ const CgTarget cg_target_llvm = {
     .prologue = llvm_prologue,
     .node = llvm_node,
     .copy = llvm_copy,
+    .zero = llvm_zero,
     .finish = llvm_finish,
     .program = llvm_program,
 };
