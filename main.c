@@ -39,8 +39,9 @@ static void usage(FILE *f) {
           "  -o FILE               the trainer to write (build)\n"
           "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
-          "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups) and AdamW: the runtime's\n"
-          "                        C kernels (default) or kernels built by LLVM for this machine's CPU\n"
+          "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups), norms and AdamW: kernels\n"
+          "                        built by LLVM for this machine's CPU (default where LLVM can) or the\n"
+          "                        runtime's C kernels\n"
           "  --emit-c DIR          keep the generated C source in DIR (with plan: write it, compile nothing)\n"
           "  --schedule-svg FILE   draw the pipeline schedule (one lane per stage, blocks to scale) as SVG\n"
           "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
@@ -353,6 +354,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   SearchOptions so = {.top = 10};
   Target target = TARGET_CPU;
   CgOptions cg = {0};
+  int cpu_kernels = -1; /* --cpu-kernels: 0 c, 1 llvm, -1 not given */
   const char *import_dirs[16];
   int nimport = 0;
   FeDefine defines[128];
@@ -380,8 +382,8 @@ static int compile(int argc, char **argv, Diag *diag) {
       else error_plain("--target %s: expected cpu or cuda", t);
     } else if (strcmp(a, "--cpu-kernels") == 0 && i + 1 < argc) {
       const char *k = argv[++i];
-      if (strcmp(k, "llvm") == 0) cg.llvm_kernels = true;
-      else if (strcmp(k, "c") == 0) cg.llvm_kernels = false;
+      if (strcmp(k, "llvm") == 0) cpu_kernels = 1;
+      else if (strcmp(k, "c") == 0) cpu_kernels = 0;
       else error_plain("--cpu-kernels %s: expected c or llvm", k);
     } else if (strcmp(a, "--search") == 0) {
       search = true;
@@ -464,6 +466,8 @@ static int compile(int argc, char **argv, Diag *diag) {
     return 1;
   }
   if (diag_errors()) return 1;
+  if (cpu_kernels < 0) cpu_kernels = target == TARGET_CPU && cg_default_llvm_kernels();
+  cg.llvm_kernels = cpu_kernels == 1;
   if (cg.llvm_kernels && target != TARGET_CPU) {
     error_plain("--cpu-kernels llvm: the LLVM kernels are the CPU target's; leave it out with --target cuda");
     return 1;

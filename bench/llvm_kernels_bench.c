@@ -1,5 +1,6 @@
 /* bench/llvm_kernels_bench.c — each kind of kernel the --cpu-kernels llvm backend generates
- * (codegen/target_llvm.c: a fused elementwise run, one elementwise node, AdamW) against the
+ * (codegen/target_llvm.c: a fused elementwise run, one elementwise node, AdamW, LayerNorm forward
+ * and backward) against the
  * hand-written C kernels it replaces, on GPT-2 124M shapes at B=4, T=64 (256 rows). The result
  * decides target_llvm.c's GENERATE table: a kind is generated where LLVM's kernel is faster.
  *
@@ -35,7 +36,7 @@ static float *buf(int64_t n, float lo, float hi) {
   return p;
 }
 
-enum { NC = 7 }; /* cases */
+enum { NC = 8 }; /* cases */
 enum { ROWS = 256, C = 768, H = 3072, NWTE = 50304 * 768, NFC = 768 * 3072 };
 
 int main(int argc, char **argv) {
@@ -54,6 +55,8 @@ int main(int argc, char **argv) {
   gbwd.ops[0] = (LlkOp){OP_GELU_BWD, {-1, -2}, 0};
   const char *names[6] = {llk_ew(k, &run), llk_ew(k, &add), llk_ew(k, &gelu), llk_ew(k, &gbwd),
                           llk_adamw(k, &(LlkAdamW){0.9f, 0.95f, 1e-8f, 0.1f}), llk_norm(k, &(LlkNorm){C, 1e-5f, false})};
+  const char *nb[3]; /* LayerNorm backward [256, 768]: stats, param grads, dx */
+  llk_norm_bwd(k, &(LlkNormBwd){C, ROWS, 1e-5f, false}, nb);
   char dir[] = "/tmp/llk-bench-XXXXXX", obj[256], so[256], cmd[700];
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(obj, sizeof obj, "%s/k.o", dir), snprintf(so, sizeof so, "%s/k.so", dir);
@@ -65,6 +68,10 @@ int main(int argc, char **argv) {
   if (!h) return fprintf(stderr, "dlopen: %s\n", dlerror()), 1;
   Kern kf[6];
   for (int i = 0; i < 6; i++) kf[i] = (Kern)dlsym(h, names[i]);
+  Kern kb[3];
+  for (int i = 0; i < 3; i++) kb[i] = (Kern)dlsym(h, nb[i]);
+  float *st = buf(2 * ROWS, 0, 0), *dw = buf(C, 0, 0), *db = buf(C, 0, 0);
+  void *ws = malloc(rt_norm_ws_bytes(ROWS, C));
 
   float *x = buf(ROWS * H, -3, 3), *b = buf(H, -1, 1), *y = buf(ROWS * H, 0, 0), *z = buf(ROWS * H, 0, 0);
   float *p = buf(NWTE, -1, 1), *g = buf(NWTE, -0.1f, 0.1f), *m = buf(NWTE, 0, 0), *v = buf(NWTE, 0, 0);
@@ -72,8 +79,8 @@ int main(int argc, char **argv) {
   RtShape sh = {2, {ROWS, H}}, sb = {1, {H}}, sc = {2, {ROWS, C}}, sbc = {1, {C}};
   const char *what[NC] = {"fused run: gelu(x + b_fc) [256,3072]", "one node: x + b [256,768]", "one node: gelu [256,3072]",
                          "one node: gelu_bwd [256,3072]", "adamw: wte (38.6M)", "adamw: c_fc (2.4M)",
-                          "layernorm [256,768]"};
-  const int kind[NC] = {0, 1, 1, 1, 2, 2, 3};
+                          "layernorm [256,768]", "layernorm_bwd [256,768]"};
+  const int kind[NC] = {0, 1, 1, 1, 2, 2, 3, 4};
   double best[NC][2];
   for (int c = 0; c < NC; c++) best[c][0] = best[c][1] = 1e30;
   for (int r = 0; r < reps; r++)
@@ -101,6 +108,15 @@ int main(int argc, char **argv) {
           if (l) rt_par_for(kf[5], ROWS, ROWS * C, (void *[]){x, b, b, y});
           else rt_layernorm_f32(y, x, b, b, ROWS, C, 1e-5f);
           break;
+        case 7:
+          if (l) {
+            rt_par_for(kb[0], ROWS, ROWS * C, (void *[]){x, st, st + ROWS});
+            rt_par_for(kb[1], C, ROWS * C, (void *[]){x, y, st, st + ROWS, dw, db});
+            rt_par_for(kb[2], ROWS, ROWS * C, (void *[]){x, b, y, st, st + ROWS, z});
+          } else {
+            rt_layernorm_bwd_f32(z, dw, db, x, b, y, ROWS, C, 1e-5f, ws);
+          }
+          break;
         default: {
           int64_t n = c == 4 ? NWTE : NFC;
           if (l) rt_par_for(kf[4], n, n, (void *[]){p, g, m, v, hyper});
@@ -110,7 +126,7 @@ int main(int argc, char **argv) {
         double dt = now() - t0;
         if (dt < best[c][l]) best[c][l] = dt;
       }
-  static const char *kinds[] = {"GEN_EW_RUN", "GEN_EW_ONE", "GEN_ADAMW", "GEN_NORM"};
+  static const char *kinds[] = {"GEN_EW_RUN", "GEN_EW_ONE", "GEN_ADAMW", "GEN_NORM", "GEN_NORM_BWD"};
   printf("%d threads, best of %d, C and LLVM alternating\n", threads, reps);
   printf("%-40s %10s %10s %8s  %s\n", "kernel", "C ms", "LLVM ms", "C/LLVM", "kind");
   for (int c = 0; c < NC; c++)

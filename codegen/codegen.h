@@ -18,6 +18,10 @@ typedef struct {
   const char *obj_path;    /* where those kernels' object file goes (build.c sets it); NULL: nowhere */
 } CgOptions;
 
+/* The CPU kernels when --cpu-kernels is not given: LLVM's (true) where LLVM can build for this host,
+ * else the C kernels, with a note saying why (codegen/target_llvm.c). */
+bool cg_default_llvm_kernels(void);
+
 /* Writes the C host program for m (after pass_memplan) to f. Returns false on
  * an op the CPU target cannot run yet (reported as an error). */
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o);

@@ -23,18 +23,19 @@
 
 #include "diag.h"
 
-typedef enum { K_EW, K_ADAMW, K_NORM } KernelKind;
+typedef enum { K_EW, K_ADAMW, K_NORM, K_NSTATS, K_NPARAM, K_NDX } KernelKind; /* K_N*: a norm backward's */
 
 typedef struct {
   KernelKind kind;
   LlkEw ew;       /* K_EW */
   LlkAdamW adamw; /* K_ADAMW */
   LlkNorm norm;   /* K_NORM */
+  LlkNormBwd nb;  /* K_NSTATS, K_NPARAM, K_NDX */
   char name[32];  /* its symbol */
 } Kernel;
 
 struct Llk {
-  Kernel *k;     /* the kernels asked for, in order */
+  Kernel **k;    /* the kernels asked for, in order (each its own allocation: names stay put) */
   int n, cap;    /* used, allocated */
 };
 
@@ -46,6 +47,7 @@ Llk *llk_new(void) {
 
 void llk_free(Llk *k) {
   if (!k) return;
+  for (int i = 0; i < k->n; i++) free(k->k[i]);
   free(k->k);
   free(k);
 }
@@ -71,8 +73,9 @@ static Kernel *add(Llk *k, KernelKind kind) {
     k->k = realloc(k->k, (size_t)k->cap * sizeof *k->k);
     if (!k->k) die("out of memory");
   }
-  Kernel *e = &k->k[k->n];
-  memset(e, 0, sizeof *e);
+  Kernel *e = calloc(1, sizeof *e);
+  if (!e) die("out of memory");
+  k->k[k->n] = e;
   e->kind = kind;
   snprintf(e->name, sizeof e->name, "shardc_llk%d", k->n);
   k->n++;
@@ -83,7 +86,7 @@ const char *llk_ew(Llk *k, const LlkEw *e) {
   if (e->nops < 1 || e->nops > LLK_MAX_EW || e->nin > LLK_MAX_EW || e->nout < 1 || e->nout > LLK_MAX_EW)
     die("llvm kernels: an elementwise chain of %d ops, %d inputs, %d outputs", e->nops, e->nin, e->nout);
   for (int i = 0; i < k->n; i++)
-    if (k->k[i].kind == K_EW && ew_eq(&k->k[i].ew, e)) return k->k[i].name;
+    if (k->k[i]->kind == K_EW && ew_eq(&k->k[i]->ew, e)) return k->k[i]->name;
   Kernel *n = add(k, K_EW);
   n->ew = *e;
   return n->name;
@@ -91,7 +94,7 @@ const char *llk_ew(Llk *k, const LlkEw *e) {
 
 const char *llk_adamw(Llk *k, const LlkAdamW *a) {
   for (int i = 0; i < k->n; i++)
-    if (k->k[i].kind == K_ADAMW && memcmp(&k->k[i].adamw, a, sizeof *a) == 0) return k->k[i].name;
+    if (k->k[i]->kind == K_ADAMW && memcmp(&k->k[i]->adamw, a, sizeof *a) == 0) return k->k[i]->name;
   Kernel *n = add(k, K_ADAMW);
   n->adamw = *a;
   return n->name;
@@ -99,11 +102,27 @@ const char *llk_adamw(Llk *k, const LlkAdamW *a) {
 
 const char *llk_norm(Llk *k, const LlkNorm *a) {
   for (int i = 0; i < k->n; i++)
-    if (k->k[i].kind == K_NORM && k->k[i].norm.d == a->d && k->k[i].norm.eps == a->eps && k->k[i].norm.rms == a->rms)
-      return k->k[i].name;
+    if (k->k[i]->kind == K_NORM && k->k[i]->norm.d == a->d && k->k[i]->norm.eps == a->eps && k->k[i]->norm.rms == a->rms)
+      return k->k[i]->name;
   Kernel *n = add(k, K_NORM);
   n->norm = *a;
   return n->name;
+}
+
+void llk_norm_bwd(Llk *k, const LlkNormBwd *a, const char *names[3]) {
+  for (int part = 0; part < 3; part++) {
+    KernelKind kind = (KernelKind)(K_NSTATS + part);
+    names[part] = NULL;
+    for (int i = 0; i < k->n && !names[part]; i++) {
+      const LlkNormBwd *b = &k->k[i]->nb;
+      if (k->k[i]->kind == kind && b->d == a->d && b->rows == a->rows && b->eps == a->eps && b->rms == a->rms)
+        names[part] = k->k[i]->name;
+    }
+    if (names[part]) continue;
+    Kernel *n = add(k, kind);
+    n->nb = *a;
+    names[part] = n->name;
+  }
 }
 
 /* ---- building IR ---------------------------------------------------------------------------- */
@@ -267,7 +286,7 @@ typedef struct {
   LLVMValueRef row_base;  /* r * inner (flat kernels: 0) */
   LLVMValueRef *per_row;  /* K_EW: the value of each LLK_SCALAR / LLK_COL input for this row, as a float */
   LLVMValueRef *scalars;  /* K_ADAMW: lr, gscale, bc1, bc2; K_NORM: the row's mean and rstd */
-  int phase;              /* K_NORM: NORM_SUM, NORM_SQ or NORM_OUT */
+  int phase;              /* K_NORM, K_NSTATS: NORM_SUM, NORM_SQ or NORM_OUT; K_NDX: DX_* */
 } Ctx;
 
 enum { NORM_SUM, NORM_SQ, NORM_OUT }; /* a norm's passes over its row: sum x, sum (x - mean)^2, y */
@@ -313,12 +332,14 @@ static void adamw_body(Bld *B, const Ctx *c, LLVMValueRef i) {
   store(B, sub_(B, p, mul_(B, lr, upd)), c->base[0], i);
 }
 
+static bool is_rms(const Kernel *k) { return k->kind == K_NORM ? k->norm.rms : k->nb.rms; }
+
 /* A norm's pass at row element j: returns what the pass sums (NULL for the output pass). */
 static LLVMValueRef norm_body(Bld *B, const Ctx *c, LLVMValueRef j) {
   const LlkNorm *n = &c->k->norm;
   LLVMValueRef flat = LLVMBuildAdd(B->b, c->row_base, j, ""), x = load(B, c->base[0], flat);
   if (c->phase == NORM_SUM) return x;
-  LLVMValueRef xm = n->rms ? x : sub_(B, x, splat(B, c->scalars[0]));
+  LLVMValueRef xm = is_rms(c->k) ? x : sub_(B, x, splat(B, c->scalars[0]));
   if (c->phase == NORM_SQ) return mul_(B, xm, xm);
   LLVMValueRef y = mul_(B, mul_(B, xm, splat(B, c->scalars[1])), load(B, c->base[1], j));
   if (!n->rms) y = add_(B, y, load(B, c->base[2], j));
@@ -326,9 +347,55 @@ static LLVMValueRef norm_body(Bld *B, const Ctx *c, LLVMValueRef j) {
   return NULL;
 }
 
+/* A norm backward's dx pass at row element j (p = {x, w, dy, mean, rstd, dx}; scalars: mean, rstd,
+ * mean(g), mean(g xhat)): sums g = dy w (DX_G), g xhat (DX_GX), or stores dx (DX_OUT). */
+enum { DX_G = NORM_OUT + 1, DX_GX, DX_OUT };
+static LLVMValueRef ndx_body(Bld *B, const Ctx *c, LLVMValueRef j) {
+  LLVMValueRef flat = LLVMBuildAdd(B->b, c->row_base, j, "");
+  /* g rounded on its own (no FMA into g - mean(g)): the passes see the same g, so a row whose g are
+   * all equal (d = 1) gives dx = 0 exactly, as the C kernel does */
+  LLVMValueRef g = LLVMBuildFMul(B->b, load(B, c->base[2], flat), load(B, c->base[1], j), "");
+  if (c->phase == DX_G) return g;
+  LLVMValueRef xm = sub_(B, load(B, c->base[0], flat), splat(B, c->scalars[0])), rs = splat(B, c->scalars[1]);
+  if (c->phase == DX_GX) return mul_(B, mul_(B, g, xm), rs);
+  LLVMValueRef t = sub_(B, sub_(B, g, splat(B, c->scalars[2])), mul_(B, mul_(B, xm, rs), splat(B, c->scalars[3])));
+  store(B, mul_(B, rs, t), c->base[5], flat);
+  return NULL;
+}
+
+/* A norm backward's parameter gradients at columns j.. (p = {x, dy, mean, rstd, dw, db}): for r in
+ * order, aw += dy (x - mean[r]) rstd[r], ab += dy; then dw = aw, db = ab. */
+static void nparam_body(Bld *B, const Ctx *c, LLVMValueRef j) {
+  const LlkNormBwd *n = &c->k->nb;
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(B->b);
+  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(B->cx, B->fn, "ph"), bb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "pb"),
+                    out = LLVMAppendBasicBlockInContext(B->cx, B->fn, "px");
+  LLVMBuildBr(B->b, head);
+  LLVMPositionBuilderAtEnd(B->b, head);
+  LLVMValueRef r = LLVMBuildPhi(B->b, B->i64, "pr"), aw = LLVMBuildPhi(B->b, ftype(B), "aw"), ab = LLVMBuildPhi(B->b, ftype(B), "ab");
+  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, r, i64c(B, n->rows), ""), bb, out);
+  LLVMPositionBuilderAtEnd(B->b, bb);
+  LLVMValueRef flat = LLVMBuildAdd(B->b, LLVMBuildMul(B->b, r, i64c(B, n->d), ""), j, "");
+  LLVMValueRef dy = load(B, c->base[1], flat), x = load(B, c->base[0], flat);
+  LLVMValueRef m = splat(B, load1(B, c->base[2], r)), rs = splat(B, load1(B, c->base[3], r));
+  LLVMValueRef awn = add_(B, aw, mul_(B, mul_(B, dy, sub_(B, x, m)), rs)), abn = add_(B, ab, dy);
+  LLVMValueRef rn = LLVMBuildAdd(B->b, r, i64c(B, 1), "");
+  LLVMBasicBlockRef from[2] = {pre, LLVMGetInsertBlock(B->b)};
+  LLVMBuildBr(B->b, head);
+  LLVMValueRef rv[2] = {i64c(B, 0), rn}, awv[2] = {cst(B, 0.0f), awn}, abv[2] = {cst(B, 0.0f), abn};
+  LLVMAddIncoming(r, rv, from, 2);
+  LLVMAddIncoming(aw, awv, from, 2);
+  LLVMAddIncoming(ab, abv, from, 2);
+  LLVMPositionBuilderAtEnd(B->b, out);
+  store(B, aw, c->base[4], j);
+  if (!n->rms) store(B, ab, c->base[5], j);
+}
+
 /* The body at item i; a value to sum for a norm's reductions, else NULL. */
 static LLVMValueRef body(Bld *B, const Ctx *c, LLVMValueRef i) {
-  if (c->k->kind == K_NORM) return norm_body(B, c, i);
+  if (c->k->kind == K_NORM || c->k->kind == K_NSTATS) return norm_body(B, c, i);
+  if (c->k->kind == K_NDX) return ndx_body(B, c, i);
+  if (c->k->kind == K_NPARAM) return nparam_body(B, c, i), NULL;
   if (c->k->kind == K_EW) ew_body(B, c, i);
   else adamw_body(B, c, i);
   return NULL;
@@ -417,13 +484,38 @@ static void row_end(Bld *B, RowLoop *L) {
   LLVMPositionBuilderAtEnd(B->b, L->out);
 }
 
+/* A norm's row statistics at c->row_base (two passes): scalars[0] = the mean (RMSNorm: 0),
+ * scalars[1] = 1 / sqrt(mean square about it + eps). */
+static void row_stats(Bld *B, Ctx *c, int64_t d, float eps) {
+  LLVMValueRef dfl = LLVMConstReal(B->f32, (float)d);
+  c->phase = NORM_SUM;
+  LLVMValueRef s = vec_loop(B, c, i64c(B, 0), i64c(B, d), true);
+  c->scalars[0] = is_rms(c->k) ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, s, dfl, "");
+  c->phase = NORM_SQ;
+  LLVMValueRef ss = vec_loop(B, c, i64c(B, 0), i64c(B, d), true);
+  LLVMValueRef var = LLVMBuildFAdd(B->b, LLVMBuildFDiv(B->b, ss, dfl, ""), LLVMConstReal(B->f32, eps), "");
+  c->scalars[1] = LLVMBuildFDiv(B->b, LLVMConstReal(B->f32, 1.0), intrinsic(B, "llvm.sqrt", var), "");
+}
+
+/* How many pointers a kernel takes. */
+static int nptrs(const Kernel *k) {
+  switch (k->kind) {
+  case K_EW: return k->ew.nin + k->ew.nout;
+  case K_ADAMW: return 5;
+  case K_NORM: return k->norm.rms ? 3 : 4;
+  case K_NSTATS: return 3;
+  case K_NPARAM: return k->nb.rms ? 5 : 6;
+  default: return 6; /* K_NDX */
+  }
+}
+
 static void build_kernel(Bld *B, const Kernel *k) {
   LLVMTypeRef params[3] = {B->i64, B->i64, B->ptr};
   B->fn = LLVMAddFunction(B->mod, k->name, LLVMFunctionType(LLVMVoidTypeInContext(B->cx), params, 3, 0));
   LLVMPositionBuilderAtEnd(B->b, LLVMAppendBasicBlockInContext(B->cx, B->fn, "entry"));
   LLVMValueRef lo = LLVMGetParam(B->fn, 0), hi = LLVMGetParam(B->fn, 1), pp = LLVMGetParam(B->fn, 2);
-  int nptr = k->kind == K_EW ? k->ew.nin + k->ew.nout : k->kind == K_ADAMW ? 5 : k->norm.rms ? 3 : 4;
-  LLVMValueRef base[2 * LLK_MAX_EW], per_row[LLK_MAX_EW] = {0}, scalars[4];
+  int nptr = nptrs(k);
+  LLVMValueRef base[2 * LLK_MAX_EW], per_row[LLK_MAX_EW] = {0}, scalars[4] = {0};
   for (int i = 0; i < nptr; i++) {
     LLVMValueRef idx = i64c(B, i);
     base[i] = LLVMBuildLoad2(B->b, B->ptr, LLVMBuildGEP2(B->b, B->ptr, pp, &idx, 1, ""), "");
@@ -447,22 +539,35 @@ static void build_kernel(Bld *B, const Kernel *k) {
     scalars[0] = h[0];
     scalars[1] = h[1];
     vec_loop(B, &c, lo, hi, false);
-  } else if (k->kind == K_NORM) { /* per row: the mean, the mean square about it, the output */
-    const LlkNorm *n = &k->norm;
+  } else if (k->kind == K_NORM || k->kind == K_NSTATS) { /* per row: the mean, the mean square about it, the output */
+    int64_t d = k->kind == K_NORM ? k->norm.d : k->nb.d;
     RowLoop L;
-    LLVMValueRef r = row_begin(B, &L, lo, hi), d = i64c(B, n->d);
+    LLVMValueRef r = row_begin(B, &L, lo, hi);
+    c.row_base = LLVMBuildMul(B->b, r, i64c(B, d), "");
+    row_stats(B, &c, d, k->kind == K_NORM ? k->norm.eps : k->nb.eps);
+    if (k->kind == K_NSTATS) {
+      LLVMBuildStore(B->b, scalars[0], at(B, base[1], r));
+      LLVMBuildStore(B->b, scalars[1], at(B, base[2], r));
+    } else {
+      c.phase = NORM_OUT;
+      vec_loop(B, &c, i64c(B, 0), i64c(B, d), false);
+    }
+    row_end(B, &L);
+  } else if (k->kind == K_NDX) { /* per row: mean(g), mean(g xhat), dx */
+    const LlkNormBwd *n = &k->nb;
+    RowLoop L;
+    LLVMValueRef r = row_begin(B, &L, lo, hi), d = i64c(B, n->d), dfl = LLVMConstReal(B->f32, (float)n->d);
     c.row_base = LLVMBuildMul(B->b, r, d, "");
-    LLVMValueRef dfl = LLVMConstReal(B->f32, (float)n->d);
-    c.phase = NORM_SUM;
-    LLVMValueRef s = vec_loop(B, &c, i64c(B, 0), d, true);
-    scalars[0] = n->rms ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, s, dfl, "");
-    c.phase = NORM_SQ;
-    LLVMValueRef ss = vec_loop(B, &c, i64c(B, 0), d, true);
-    LLVMValueRef var = LLVMBuildFAdd(B->b, LLVMBuildFDiv(B->b, ss, dfl, ""), LLVMConstReal(B->f32, n->eps), "");
-    scalars[1] = LLVMBuildFDiv(B->b, LLVMConstReal(B->f32, 1.0), intrinsic(B, "llvm.sqrt", var), "");
-    c.phase = NORM_OUT;
+    scalars[0] = load1(B, base[3], r), scalars[1] = load1(B, base[4], r);
+    c.phase = DX_G;
+    scalars[2] = n->rms ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, vec_loop(B, &c, i64c(B, 0), d, true), dfl, "");
+    c.phase = DX_GX;
+    scalars[3] = LLVMBuildFDiv(B->b, vec_loop(B, &c, i64c(B, 0), d, true), dfl, "");
+    c.phase = DX_OUT;
     vec_loop(B, &c, i64c(B, 0), d, false);
     row_end(B, &L);
+  } else if (k->kind == K_NPARAM) { /* items are columns */
+    vec_loop(B, &c, lo, hi, false);
   } else if (k->ew.inner == 0) { /* items are elements */
     for (int x = 0; x < k->ew.nin; x++)
       if (k->ew.idx[x] == LLK_SCALAR) per_row[x] = load1(B, base[x], i64c(B, 0));
@@ -492,6 +597,19 @@ static void fail(char **err, const char *what, char *msg) {
   if (msg) LLVMDisposeMessage(msg);
 }
 
+bool llk_host_ok(char **why) {
+  *why = NULL;
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+  char *triple = LLVMGetDefaultTargetTriple(), *msg = NULL;
+  LLVMTargetRef target;
+  bool ok = !LLVMGetTargetFromTriple(triple, &target, &msg);
+  if (!ok) fail(why, triple, msg);
+  else if (msg) LLVMDisposeMessage(msg);
+  LLVMDisposeMessage(triple);
+  return ok;
+}
+
 bool llk_compile(Llk *k, const char *path, char **err) {
   *err = NULL;
   LLVMInitializeNativeTarget();
@@ -516,7 +634,7 @@ bool llk_compile(Llk *k, const char *path, char **err) {
   B.i32 = LLVMInt32TypeInContext(B.cx), B.i64 = LLVMInt64TypeInContext(B.cx);
   B.ptr = LLVMPointerTypeInContext(B.cx, 0);
   B.W = strstr(feat, "+avx512f") ? 16 : strstr(feat, "+avx") ? 8 : 4;
-  for (int i = 0; i < k->n; i++) build_kernel(&B, &k->k[i]);
+  for (int i = 0; i < k->n; i++) build_kernel(&B, k->k[i]);
   LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
   LLVMErrorRef e;
   if (LLVMVerifyModule(B.mod, LLVMReturnStatusAction, &msg)) {

@@ -63,6 +63,19 @@ typedef struct {
   bool rms;   /* RMSNorm */
 } LlkNorm;
 
+/* LayerNorm / RMSNorm backward over `rows` rows of d f32 elements, as three kernels called in order
+ * (runtime/kernels/pointwise.c's norm_bwd, the same arithmetic):
+ *   stats (items: rows)    p = {x, mean, rstd}: each row's mean (RMSNorm: 0) and 1/sqrt(var + eps);
+ *   param (items: columns) p = {x, dy, mean, rstd, dw, db}: dw[c] = sum_r dy xhat, db[c] = sum_r dy
+ *                          (RMSNorm: no db), rows in order;
+ *   dx (items: rows)       p = {x, w, dy, mean, rstd, dx}: dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ *                          g = dy w (RMSNorm: no mean(g) term). dx may be dy (param runs before). */
+typedef struct {
+  int64_t d, rows; /* the row length, the row count */
+  float eps;
+  bool rms;
+} LlkNormBwd;
+
 typedef struct Llk Llk;
 
 Llk *llk_new(void);
@@ -71,7 +84,12 @@ void llk_free(Llk *k);
 const char *llk_ew(Llk *k, const LlkEw *e);
 const char *llk_adamw(Llk *k, const LlkAdamW *a);
 const char *llk_norm(Llk *k, const LlkNorm *n);
+/* The three kernels of a norm backward: names[0] stats, names[1] param, names[2] dx. */
+void llk_norm_bwd(Llk *k, const LlkNormBwd *n, const char *names[3]);
 int llk_count(const Llk *k);
+/* Whether LLVM can build kernels for this host (a target for its triple); false with the reason in
+ * *why (malloc'd) when not. */
+bool llk_host_ok(char **why);
 /* Builds every kernel asked so far, optimises the module and writes the object file `path` for the
  * host CPU. false (with a message in *err, to free()) when LLVM fails. */
 bool llk_compile(Llk *k, const char *path, char **err);

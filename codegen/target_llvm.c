@@ -8,7 +8,8 @@
  *     says which members an entry point runs together), or one elementwise node, as one loop
  *     keeping the intermediates in registers and storing what is read outside the run;
  *   - AdamW: the update of one parameter, in place;
- *   - LayerNorm and RMSNorm forward: a row's mean, mean square and output in one function.
+ *   - LayerNorm and RMSNorm forward: a row's mean, mean square and output in one function;
+ *   - their backward: three functions (row statistics, the parameter gradients by column, dx by row).
  * Which of these it generates is GENERATE below, from measurements on the machine this was
  * written on (bench/bench_llvm_kernels.c, docs/performance.md): a kind is generated only where
  * the LLVM kernel was faster than the hand-written one.
@@ -23,12 +24,13 @@
 _Static_assert((int)LLK_MAX_EW >= (int)CG_EW_MAX, "an elementwise run fits one LLVM kernel");
 
 /* The kinds of generated kernel, and whether this backend generates them (else the C kernel). */
-enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_NORM, GEN_COUNT };
+enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_NORM, GEN_NORM_BWD, GEN_COUNT };
 static const bool GENERATE[GEN_COUNT] = {
     [GEN_EW_RUN] = true, /* a fusion group of 2 or more members */
     [GEN_EW_ONE] = true, /* one elementwise node */
     [GEN_ADAMW] = true,  /* one parameter's AdamW update */
     [GEN_NORM] = true,   /* LayerNorm and RMSNorm forward */
+    [GEN_NORM_BWD] = true, /* LayerNorm and RMSNorm backward */
 };
 
 /* How the run reads v, an input of shape X, for its output shape S: by the output's index, one
@@ -119,6 +121,39 @@ static bool norm(Cg *c, Node *n) {
   return true;
 }
 
+/* LayerNorm / RMSNorm backward over f32 rows: row statistics into the workspace, dw (db), dx. */
+static bool norm_bwd(Cg *c, Node *n) {
+  if (!GENERATE[GEN_NORM_BWD]) return false;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->dtype != DT_F32) return false;
+  const Value *x = n->in[0];
+  int64_t d = x->shape.dim[x->shape.rank - 1], rows = d ? ir_numel(&x->shape) / d : 0;
+  bool rms = n->op == OP_RMSNORM_BWD;
+  const char *k[3];
+  llk_norm_bwd(c->ts, &(LlkNormBwd){d, rows, (float)n->a.eps, rms}, k);
+  const char *px = cg_ptr(c, x), *pw = cg_ptr(c, n->in[1]), *pdy = cg_ptr(c, n->in[2]);
+  const char *st = arena_printf(c->a, "(void *)WS, (void *)((float *)WS + %" PRId64 ")", rows); /* mean, rstd */
+  const char *db = rms ? "" : arena_printf(c->a, ", (void *)%s", cg_ptr(c, n->out[2]));
+  cg_line(c, "{ void %s(int64_t, int64_t, void **), %s(int64_t, int64_t, void **), %s(int64_t, int64_t, void **);", k[0],
+          k[1], k[2]);
+  cg_line(c, "  void *p0[] = {(void *)%s, %s}, *p1[] = {(void *)%s, (void *)%s, %s, (void *)%s%s};", px, st, px, pdy, st,
+          cg_ptr(c, n->out[1]), db);
+  cg_line(c, "  void *p2[] = {(void *)%s, (void *)%s, (void *)%s, %s, (void *)%s};", px, pw, pdy, st, cg_ptr(c, n->out[0]));
+  cg_line(c, "  rt_par_for(%s, %" PRId64 ", %" PRId64 ", p0); rt_par_for(%s, %" PRId64 ", %" PRId64 ", p1);", k[0], rows,
+          rows * d, k[1], d, rows * d);
+  cg_line(c, "  rt_par_for(%s, %" PRId64 ", %" PRId64 ", p2); }", k[2], rows, rows * d);
+  cg_ws_need(c, arena_printf(c->a, "rt_norm_ws_bytes(%" PRId64 ", %" PRId64 ")", rows, d));
+  return true;
+}
+
+bool cg_default_llvm_kernels(void) {
+  char *why = NULL;
+  bool ok = llk_host_ok(&why);
+  if (!ok) note("LLVM cannot build kernels for this host (%s): the CPU kernels are the C ones (--cpu-kernels c)", why ? why : "?");
+  free(why);
+  return ok;
+}
+
 static int llvm_node(Cg *c, Node *n) {
   bool view = n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype && !n->group;
   if (cg_elementwise(n) && !view) {
@@ -127,12 +162,15 @@ static int llvm_node(Cg *c, Node *n) {
   }
   if (n->op == OP_ADAMW_UPDATE && adamw(c, n)) return 1;
   if ((n->op == OP_LAYERNORM || n->op == OP_RMSNORM) && norm(c, n)) return 1;
+  if ((n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD) && norm_bwd(c, n)) return 1;
   return cg_target_cpu.node(c, n);
 }
 
 static void llvm_copy(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
   cg_target_cpu.copy(c, dst, src, bytes, overlap);
 }
+
+static void llvm_zero(Cg *c, const char *dst, int64_t bytes) { cg_target_cpu.zero(c, dst, bytes); }
 
 static void llvm_program(Cg *c) { cg_target_cpu.program(c); }
 
@@ -168,6 +206,7 @@ const CgTarget cg_target_llvm = {
     .prologue = llvm_prologue,
     .node = llvm_node,
     .copy = llvm_copy,
+    .zero = llvm_zero,
     .finish = llvm_finish,
     .program = llvm_program,
 };

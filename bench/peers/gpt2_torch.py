@@ -6,9 +6,11 @@ master weights, scaled_dot_product_attention (causal, flash), fused AdamW (lr 6e
 0.9/0.95, weight decay 0.1), grad-norm clip 1.0. --model llama509: the Llama-shaped 509M model of
 bench/gpu_compare.sh (8 layers, d 2048, 16 heads, 8 kv heads, SwiGLU 5632, RMSNorm, rotary theta
 500000, vocab 32000, untied, no biases). Prints the median ms/step after warm-up and tokens/s, for
-eager and/or torch.compile. A measurement tool, not part of shardc.
+eager and/or torch.compile. --device cpu: fp32 throughout (no autocast; shardc's CPU trainer is
+fp32), AdamW without `fused`, --threads intra-op threads (bench/cpu_peers.sh). A measurement tool,
+not part of shardc.
 
-    python3 bench/peers/gpt2_torch.py [--model gpt2|llama509] [--mode eager|compile|both] [--steps 30] [-B 16] [-T 1024]
+    python3 bench/peers/gpt2_torch.py [--model gpt2|llama509] [--mode eager|compile|both] [--steps 30] [-B 16] [-T 1024] [--device cuda|cpu] [--threads N] [--times]
 """
 import argparse
 import math
@@ -104,12 +106,13 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def run(mode, steps, B, T, which="gpt2"):
+def run(mode, steps, B, T, which="gpt2", dev="cuda", each=False):
     torch.manual_seed(1)
-    dev = "cuda"
+    cuda = dev == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     model = (GPT2(seq=T) if which == "gpt2" else Llama(seq=T)).to(dev)
     vocab = 50257 if which == "gpt2" else 32000
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
     base = torch.randint(0, vocab, (4096,), device=dev)
     toks = base.repeat((B * T + 1) // 4096 + 2)
     step_fn = model
@@ -120,22 +123,24 @@ def run(mode, steps, B, T, which="gpt2"):
         off = (s * B * T) % 4096
         x = toks[off:off + B * T].view(B, T)
         y = toks[off + 1:off + 1 + B * T].view(B, T)
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             loss = step_fn(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        sync()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
+        if each:
+            print(f"step_ms {1e3 * times[-1]:.1f}", flush=True)
     steady = times[5:] if len(times) > 10 else times[1:]
     ms = 1e3 * statistics.median(steady)
     name = "GPT-2 124M" if which == "gpt2" else "llama-509m"
-    print(f"pytorch {torch.__version__} {mode}: {name} B={B} T={T} bf16: median {ms:.1f} ms/step, "
-          f"{B * T / (ms / 1e3):.0f} tokens/s, loss {losses[0]:.3f} -> {losses[-1]:.3f} ({len(steady)} steps timed)")
+    print(f"pytorch {torch.__version__} {mode}: {name} B={B} T={T}: median {ms:.1f} ms/step, "
+          f"{B * T / (ms / 1e3):.0f} tokens/s, {dev} {'bf16' if cuda else 'fp32'}, loss {losses[0]:.3f} -> {losses[-1]:.3f} ({len(steady)} steps timed)")
 
 
 if __name__ == "__main__":
@@ -145,7 +150,12 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("-B", type=int, default=16)
     ap.add_argument("-T", type=int, default=1024)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--times", action="store_true", help="print each step's time (step_ms)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = True
     for m in (["eager", "compile"] if a.mode == "both" else [a.mode]):
-        run(m, a.steps, a.B, a.T, a.model)
+        run(m, a.steps, a.B, a.T, a.model, a.device, a.times)

@@ -3,7 +3,6 @@
 
 #include "kernels/kernels.h"
 
-#include <math.h>
 #include <string.h>
 
 /* Row-major strides of `s` aligned to the rank of `out`: broadcast dims get stride 0. */
@@ -27,6 +26,17 @@ static int64_t numel(const RtShape *s) {
   return n;
 }
 
+/* Whether s, without its leading 1s, is the trailing dims of out (a bias broadcast over rows). */
+static int trailing(const RtShape *out, const RtShape *s) {
+  int first = 0;
+  while (first < s->rank && s->dim[first] == 1) first++;
+  int off = out->rank - s->rank;
+  if (off + first < 0) return 0;
+  for (int d = first; d < s->rank; d++)
+    if (s->dim[d] != out->dim[off + d]) return 0;
+  return 1;
+}
+
 static inline float bin(int op, float a, float b) {
   switch (op) {
   case RT_ADD: return a + b;
@@ -43,23 +53,11 @@ void rt_binary_f32(int op, float *y, const RtShape *ys, const float *a, const Rt
   int64_t n = numel(ys), na = numel(as), nb = numel(bs);
   if (n == 0) return;
   int64_t inner = ys->rank ? ys->dim[ys->rank - 1] : 1;
-  if (na == n && nb == n) {
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = bin(op, a[i], b[i]);
-    return;
-  }
-  if (na == n && (nb == 1 || nb == inner)) { /* bias / scalar on the right */
-    int64_t rows = n / inner;
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < inner; j++) y[r * inner + j] = bin(op, a[r * inner + j], b[nb == 1 ? 0 : j]);
-    return;
-  }
-  if (nb == n && (na == 1 || na == inner)) {
-    int64_t rows = n / inner;
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < inner; j++) y[r * inner + j] = bin(op, a[na == 1 ? 0 : j], b[r * inner + j]);
+  /* each operand: the output's shape, a trailing vector of `inner` (a bias) or one value */
+  int abc = na == n ? RT_BC_FULL : na == 1 ? RT_BC_SCALAR : na == inner && trailing(ys, as) ? RT_BC_ROW : -1;
+  int bbc = nb == n ? RT_BC_FULL : nb == 1 ? RT_BC_SCALAR : nb == inner && trailing(ys, bs) ? RT_BC_ROW : -1;
+  if (abc >= 0 && bbc >= 0 && (abc == RT_BC_FULL || bbc == RT_BC_FULL)) {
+    rt_ew_binary(op, n, inner, a, abc, b, bbc, y);
     return;
   }
   int64_t sa[RT_OPS_MAX_RANK], sb[RT_OPS_MAX_RANK];
@@ -78,33 +76,7 @@ void rt_binary_f32(int op, float *y, const RtShape *ys, const float *a, const Rt
   }
 }
 
-static inline float gelu(float x) {
-  const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
-void rt_unary_f32(int op, float *y, const float *x, int64_t n, float s) {
-#pragma omp parallel for if (n > 65536) schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    switch (op) {
-    case RT_NEG: v = -v; break;
-    case RT_SCALE: v = s * v; break;
-    case RT_ADD_SCALAR: v = v + s; break;
-    case RT_EXP: v = expf(v); break;
-    case RT_LOG: v = logf(v); break;
-    case RT_SQRT: v = sqrtf(v); break;
-    case RT_RSQRT: v = 1.0f / sqrtf(v); break;
-    case RT_TANH: v = tanhf(v); break;
-    case RT_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
-    case RT_RELU: v = v > 0 ? v : 0; break;
-    case RT_GELU: v = gelu(v); break;
-    case RT_SILU: v = v / (1.0f + expf(-v)); break;
-    default: break;
-    }
-    y[i] = v;
-  }
-}
+void rt_unary_f32(int op, float *y, const float *x, int64_t n, float s) { rt_ew_unary(op, n, x, s, y); }
 
 void rt_gelu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n) { rt_gelu_bwd(n, x, dy, dx); }
 

@@ -26,6 +26,12 @@ void rt_binary_f32(int op, float *y, const RtShape *ys, const float *a, const Rt
                    const RtShape *bs);
 /* y = op(x) (scalar for RT_SCALE / RT_ADD_SCALAR); y may equal x. */
 void rt_unary_f32(int op, float *y, const float *x, int64_t n, float scalar);
+/* Their loops (runtime/kernels/glue.c, built with the kernels' flags): y = op(x) over n elements;
+ * y = a op b over n elements where each operand is read per element, per column of rows of
+ * `inner` (a bias) or as one value. y may equal a full operand. */
+enum { RT_BC_FULL, RT_BC_ROW, RT_BC_SCALAR };
+void rt_ew_unary(int op, int64_t n, const float *x, float scalar, float *y);
+void rt_ew_binary(int op, int64_t n, int64_t inner, const float *a, int abc, const float *b, int bbc, float *y);
 /* y = dy * gelu'(x) / dy * silu'(x). */
 void rt_gelu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n);
 void rt_silu_bwd_f32(float *dx, const float *x, const float *dy, int64_t n);

@@ -1,7 +1,8 @@
 /* tests/codegen/test_llvm_kernels.c — the CPU kernels LLVM builds (codegen/llvm_kernels.c, the
  * --cpu-kernels llvm backend) against the hand-written C kernels they replace (runtime/ops:
  * rt_binary_f32, rt_unary_f32, rt_gelu_bwd_f32, rt_silu_bwd_f32, rt_broadcast_to_f32,
- * rt_adamw_f32, rt_layernorm_f32, rt_rmsnorm_f32), which stay the reference.
+ * rt_adamw_f32, rt_layernorm_f32, rt_rmsnorm_f32 and their backward rt_layernorm_bwd_f32,
+ * rt_rmsnorm_bwd_f32), which stay the reference.
  *
  * The kernels are compiled through the same path a trainer's are (llk_compile: IR, default<O3>,
  * an object file for the host CPU), linked into a shared object and loaded. Shapes are odd on
@@ -27,6 +28,7 @@
 #include "ops/ops.h"
 #include "ops/par.h"
 #include "ops/prims.h"
+#include "kernels/ref.h"
 
 #define TOL 4e-6
 #define MAXN 100003
@@ -291,6 +293,44 @@ static void test_norm(void *so, const char *name, const LlkNorm *n, int64_t rows
   free(x), free(w), free(b), free(y), free(want);
 }
 
+/* A norm backward's three kernels (stats, param, dx) against rt_layernorm_bwd_f32 / rt_rmsnorm_bwd_f32:
+ * dx, dw and db; dx written over dy when inplace. LayerNorm of rows of one element is the exception
+ * for dx: its exact dx is 0 (g - mean(g) = 0) and the C kernel's FMA of dy w into g - mean(g) leaves
+ * a rounding residue times rstd = 1/sqrt(eps), ~6e-6, so dx is checked against the naive double
+ * reference (runtime/kernels/ref.c) there. */
+static void test_norm_bwd(void *so, const char *names[3], const LlkNormBwd *n, int inplace, int how) {
+  Kern ks[3];
+  for (int i = 0; i < 3; i++) ks[i] = (Kern)dlsym(so, names[i]);
+  int64_t rows = n->rows, d = n->d, cnt = rows * d;
+  float *x = buf(cnt), *w = buf(d), *dy = buf(cnt), *dx = buf(cnt), *dw = buf(d), *db = buf(d);
+  float *rdx = buf(cnt), *rdw = buf(d), *rdb = buf(d), *st = buf(2 * rows);
+  void *ws = malloc(rt_norm_ws_bytes(rows, d));
+  fill(x, cnt, -3, 5), fill(w, d, -2, 2), fill(dy, cnt, -1, 1);
+  if (n->rms) rt_rmsnorm_bwd_f32(rdx, rdw, x, w, dy, rows, d, n->eps, ws);
+  else rt_layernorm_bwd_f32(rdx, rdw, rdb, x, w, dy, rows, d, n->eps, ws);
+  if (!n->rms && d == 1) { /* dw, db from the C kernel as everywhere; dx from the double reference */
+    float *t = buf(cnt), *tw = buf(d), *tb = buf(d);
+    rt_layernorm_bwd_ref(rows, d, n->eps, x, w, dy, t, tw, tb, 0.0f);
+    memcpy(rdx, t, (size_t)cnt * sizeof(float));
+    free(t), free(tw), free(tb);
+  }
+  float *out = inplace ? dy : dx;
+  void *p0[] = {x, st, st + rows}, *p1[] = {x, dy, st, st + rows, dw, db}, *p2[] = {x, w, dy, st, st + rows, out};
+  run(ks[0], rows, p0, how), run(ks[1], d, p1, how), run(ks[2], rows, p2, how);
+  char what[128];
+  const char *kind = n->rms ? "rmsnorm_bwd" : "layernorm_bwd", *hw = how == 1 ? " (split)" : how == 2 ? " (rt_par_for)" : "";
+  snprintf(what, sizeof what, "%s rows=%lld d=%lld dx%s%s%s", kind, (long long)rows, (long long)d, inplace ? " over dy" : "",
+           hw, !n->rms && d == 1 ? " (vs double ref)" : "");
+  check(what, out, rdx, cnt);
+  snprintf(what, sizeof what, "%s rows=%lld d=%lld dw%s", kind, (long long)rows, (long long)d, hw);
+  check(what, dw, rdw, d);
+  if (!n->rms) {
+    snprintf(what, sizeof what, "%s rows=%lld d=%lld db%s", kind, (long long)rows, (long long)d, hw);
+    check(what, db, rdb, d);
+  }
+  free(x), free(w), free(dy), free(dx), free(dw), free(db), free(rdx), free(rdw), free(rdb), free(st), free(ws);
+}
+
 int main(void) {
   add_cases();
   Llk *k = llk_new();
@@ -303,6 +343,17 @@ int main(void) {
     norms[i] = (LlkNorm){ds[i / 2], 1e-5f, i % 2 == 1};
     norm_names[i] = llk_norm(k, &norms[i]);
   }
+  static const int64_t brows[] = {1, 67, 256};
+  LlkNormBwd nbs[30];
+  const char *nb_names[30][3];
+  int nnb = 0;
+  for (int i = 0; i < 10; i++)
+    for (int r = 0; r < 3; r++)
+      if (r < 2 || ds[i / 2] == 768) {
+        nbs[nnb] = (LlkNormBwd){ds[i / 2], brows[r], 1e-5f, i % 2 == 1};
+        llk_norm_bwd(k, &nbs[nnb], nb_names[nnb]);
+        nnb++;
+      }
   char dir[] = "/tmp/llk-test-XXXXXX", obj[256], so[256], cmd[700];
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(obj, sizeof obj, "%s/k.o", dir), snprintf(so, sizeof so, "%s/k.so", dir);
@@ -318,6 +369,7 @@ int main(void) {
       if (how == 0 || numel(&cases[i].s.out) > 100) test_case(h, &cases[i], how);
   test_adamw(h, adamw);
   for (int i = 0; i < 10; i++) test_norm(h, norm_names[i], &norms[i], 67, i % 4 == 1);
+  for (int i = 0; i < nnb; i++) test_norm_bwd(h, nb_names[i], &nbs[i], i % 3 == 1, i % 3);
   dlclose(h);
   llk_free(k);
   unlink(obj), unlink(so), rmdir(dir);

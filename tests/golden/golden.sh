@@ -24,7 +24,8 @@ for c in "${cases[@]}"; do
   # status and error are tests/report/fit.sh's
   "$shardc" plan "$model" $flags >"$tmp/$name.ir" 2>/dev/null || true
 done
-"$shardc" build models/tiny.model --world 1 --emit-c "$tmp/c" -o "$tmp/train_tiny" >/dev/null 2>&1
+# the C kernels' program (--cpu-kernels c): the default LLVM kernels are an object file, not C
+"$shardc" build models/tiny.model --world 1 --cpu-kernels c --emit-c "$tmp/c" -o "$tmp/train_tiny" >/dev/null 2>&1
 cp "$tmp/c/tiny.c" "$tmp/tiny.c"
 # the CUDA target's host program and kernels (bf16 mixed precision), written without compiling
 "$shardc" plan models/tiny.model --world 1 --target cuda -D precision=bf16 --emit-c "$tmp/cu" >/dev/null 2>&1
