@@ -657,16 +657,21 @@ const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DTyp
   return cat(k, l1, l2);
 }
 
+/* The gradient's scale (dloss over the rows with a target) into the workspace at 0. */
+static const char *ce_grad_scale(CuK *k, const char *targets, const char *dloss, int64_t n) {
+  Args g1 = {.np = 3, .p = {targets, dloss, ws_at(k, 0)}};
+  return simple(k, &g1, 1, 1, 1, CE_NT, 1,
+                arena_printf(k->a,
+                             "sk::ce_mean<%lldLL, %d>((float *)0, (const float *)0, (const int *)p0, "
+                             "(const float *)p1, (float *)p2);",
+                             (long long)n, CE_NT));
+}
+
 const char *cuk_cross_entropy_bwd(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets,
                                   const char *dloss, int64_t n, int64_t V, int64_t len) {
   need_ws(k, 4);
   const char *t = ctype(ldt);
-  Args g1 = {.np = 3, .p = {targets, dloss, ws_at(k, 0)}};
-  const char *l1 = simple(k, &g1, 1, 1, 1, CE_NT, 1,
-                          arena_printf(k->a,
-                                       "sk::ce_mean<%lldLL, %d>((float *)0, (const float *)0, (const int *)p0, "
-                                       "(const float *)p1, (float *)p2);",
-                                       (long long)n, CE_NT));
+  const char *l1 = ce_grad_scale(k, targets, dloss, n);
   Args g2 = {.np = 4, .p = {dlogits, logits, targets, ws_at(k, 0)}};
   const char *l2 = simple(k, &g2, n, 1, 1, CE_NT, 1,
                           arena_printf(k->a,
@@ -680,12 +685,7 @@ const char *cuk_cross_entropy_fused(CuK *k, const char *loss, const char *dlogit
                                     const char *targets, const char *dloss, int64_t n, int64_t V, int64_t len) {
   need_ws(k, 64 + n * 4); /* the gradient's scale at 0, the row losses from 64 */
   const char *t = ctype(ldt);
-  Args g1 = {.np = 3, .p = {targets, dloss, ws_at(k, 0)}};
-  const char *l1 = simple(k, &g1, 1, 1, 1, CE_NT, 1,
-                          arena_printf(k->a,
-                                       "sk::ce_mean<%lldLL, %d>((float *)0, (const float *)0, (const int *)p0, "
-                                       "(const float *)p1, (float *)p2);",
-                                       (long long)n, CE_NT));
+  const char *l1 = ce_grad_scale(k, targets, dloss, n);
   Args g2 = {.np = 6, .p = {dlogits, ws_at(k, 64), logits, targets, ws_at(k, 0), "WS"}};
   const char *l2 = simple(k, &g2, n, 1, 1, CE_NT, 1,
                           arena_printf(k->a,

@@ -22,8 +22,8 @@ static bool infer_rope(Node *n) {
   return true;
 }
 
-/* q, k, v checks shared by sdpa and sdpa_bwd. */
-static bool check_qkv(const Node *n) {
+/* q, k, v (inputs 0-2): float tensors [batch, seq, heads * head_dim]. */
+static bool need_qkv(const Node *n) {
   for (int i = 0; i < 3; i++) {
     static const char *names[3] = {"q", "k", "v"};
     if (!need_float(n, i, names[i])) return false;
@@ -33,6 +33,12 @@ static bool check_qkv(const Node *n) {
       return false;
     }
   }
+  return true;
+}
+
+/* q, k, v checks shared by sdpa and sdpa_bwd. */
+static bool check_qkv(const Node *n) {
+  if (!need_qkv(n)) return false;
   const Shape *q = &in(n, 0)->shape, *k = &in(n, 1)->shape;
   int H = n->a.heads, KV = n->a.kv_heads;
   if (H <= 0 || KV <= 0 || H % KV != 0) {
@@ -105,15 +111,7 @@ static bool infer_rope_at(Node *n) {
 
 /* q[B, S, H*hd], k and v [B, T, KV*hd], qpos int[S], kpos int[T] (inputs 0, 1, 2, qp, kp). */
 static bool check_block(const Node *n, int qp, int kp) {
-  for (int i = 0; i < 3; i++) {
-    static const char *names[3] = {"q", "k", "v"};
-    if (!need_float(n, i, names[i])) return false;
-    if (in(n, i)->shape.rank != 3) {
-      error_at(n->loc, "%s: %s must be [batch, seq, heads * head_dim], got %s", opname(n), names[i],
-               shp(&in(n, i)->shape));
-      return false;
-    }
-  }
+  if (!need_qkv(n)) return false;
   const Shape *q = &in(n, 0)->shape, *k = &in(n, 1)->shape;
   int H = n->a.heads, KV = n->a.kv_heads;
   if (H <= 0 || KV <= 0 || H % KV != 0 || q->dim[2] % H != 0) {
