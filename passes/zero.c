@@ -396,16 +396,10 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         gather_uses(g, y, &wy, u, d, dp);
         break;
       } else { /* this reader's own gather, right before it */
-        Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &p, 1, n->loc);
-        ag->a.mesh_axis = RT_AX_DP;
-        ag->a.axis = d;
-        ag->out[0]->dtype = whole->dtype;
-        ag->out[0]->shape = whole->shape;
-        ag->out[0]->sharding = whole->sharding;
-        ag->out[0]->name = whole->name;
+        Value *whole_p = gather_new(g, p, whole, d, n->loc);
         ir_move_last(g, i++);
         for (int k = 0; k < n->nin; k++)
-          if (n->in[k] == p) n->in[k] = ag->out[0];
+          if (n->in[k] == p) n->in[k] = whole_p;
         break;
       }
     }
