@@ -246,7 +246,69 @@ void test_ckpt_fuzz(void) {
   free(M), free(errp), free(orig[0]), free(orig[1]), free(dir), free(ck), free(good);
 }
 
+/* rt_first_nonfinite (the NaN / Inf screen of every snapshot and checkpoint, by blocks of 4096)
+ * against a plain scan: every float dtype, lengths around the block size, NaN, +Inf and -Inf at the
+ * start, at both sides of a block boundary and at the end, the largest finite values (which must
+ * pass), and two non-finite values (the first one is named). */
+static int64_t naive_nonfinite(const unsigned char *d, int es, int64_t n) { /* f32, f64, bf16 */
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t u = 0;
+    memcpy(&u, d + i * es, (size_t)es);
+    uint64_t ex = es == 8 ? 0x7ff0000000000000ull : es == 4 ? 0x7f800000u : 0x7f80u;
+    if ((u & ex) == ex) return i;
+  }
+  return -1;
+}
+
+static void test_nonfinite_scan(void) {
+  static const struct { int dt, es; uint64_t big, nan, inf, ninf; } k[] = {
+      {RT_F32, 4, 0x7f7fffffu, 0x7fc00000u, 0x7f800000u, 0xff800000u},
+      {RT_F64, 8, 0x7fefffffffffffffull, 0x7ff8000000000000ull, 0x7ff0000000000000ull, 0xfff0000000000000ull},
+      {RT_BF16, 2, 0x7f7fu, 0x7fc0u, 0x7f80u, 0xff80u},
+  };
+  static const int64_t lens[] = {1, 7, 4095, 4096, 4097, 10000};
+  unsigned char *d = malloc(10000 * 8);
+  CHECK(d, "out of memory");
+  for (size_t t = 0; t < sizeof k / sizeof k[0]; t++)
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      int64_t n = lens[l];
+      for (int64_t i = 0; i < n; i++) { /* finite: the largest magnitude every 3rd, either sign */
+        uint64_t v = i % 3 ? (uint64_t)(i & 0x3f) : k[t].big | (i % 2 ? (1ull << (8 * k[t].es - 1)) : 0);
+        memcpy(d + i * k[t].es, &v, (size_t)k[t].es);
+      }
+      CHECK(rt_first_nonfinite(d, k[t].dt, n) == -1, "dtype %d, %lld finite values: a non-finite one found", k[t].dt,
+            (long long)n);
+      const int64_t at[] = {0, 4095, 4096, n - 1};
+      const uint64_t bad[] = {k[t].nan, k[t].inf, k[t].ninf};
+      for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 3; b++) {
+          if (at[a] >= n) continue;
+          unsigned char keep[8], keep2[8];
+          memcpy(keep, d + at[a] * k[t].es, (size_t)k[t].es);
+          memcpy(d + at[a] * k[t].es, &bad[b], (size_t)k[t].es);
+          int64_t second = at[a] + 4097 < n ? at[a] + 4097 : -1; /* a later one, in another block */
+          if (second >= 0) {
+            memcpy(keep2, d + second * k[t].es, (size_t)k[t].es);
+            memcpy(d + second * k[t].es, &bad[(b + 1) % 3], (size_t)k[t].es);
+          }
+          int64_t got = rt_first_nonfinite(d, k[t].dt, n), want = naive_nonfinite(d, k[t].es, n);
+          CHECK(got == at[a] && want == at[a], "dtype %d, n %lld, value %d at %lld: found %lld (plain scan %lld)",
+                k[t].dt, (long long)n, b, (long long)at[a], (long long)got, (long long)want);
+          memcpy(d + at[a] * k[t].es, keep, (size_t)k[t].es);
+          if (second >= 0) memcpy(d + second * k[t].es, keep2, (size_t)k[t].es);
+        }
+    }
+  /* f16: Inf 0x7c00, NaN 0x7e00; 0x7bff (65504) finite */
+  uint16_t h[5000];
+  for (int i = 0; i < 5000; i++) h[i] = i % 2 ? 0x7bffu : 0xfbffu;
+  CHECK(rt_first_nonfinite(h, RT_F16, 5000) == -1, "f16: finite values refused");
+  h[4321] = 0x7e00u;
+  CHECK(rt_first_nonfinite(h, RT_F16, 5000) == 4321, "f16: NaN at 4321 not found");
+  free(d);
+}
+
 void test_robust(void) {
+  test_nonfinite_scan();
   make_program(64, RT_LR_COSINE, 2, 10);
   uint32_t *t = token_stream(3000, 64, 1);
   char *good = path_of("robust.bin");
