@@ -18,7 +18,9 @@ m=(models/tiny.model -D seq=32)
 "$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 --world 2 -o "$t/dp2" >/dev/null
 # the elastic restart's trainer: 1 rank keeps the global batch of 8 through 2 accumulation micro-steps of 4
 "$shardc" build "${m[@]}" -D micro_batch=4 -D batch=8 --world 1 -o "$t/one" >/dev/null
-"$shardc" plan "${m[@]}" -D micro_batch=4 -D batch=8 --world 1 | grep -q "repeat accum x2" || { echo "FAIL: the 1-rank plan does not accumulate"; exit 1; }
+# (the plan captured first: piped into grep -q, shardc could die of SIGPIPE when grep exits early)
+plan=$("$shardc" plan "${m[@]}" -D micro_batch=4 -D batch=8 --world 1)
+grep -q "repeat accum x2" <<<"$plan" || { echo "FAIL: the 1-rank plan does not accumulate"; exit 1; }
 # and one of another global batch (4), which a restart must refuse rather than train on
 "$shardc" build "${m[@]}" -D micro_batch=4 -D batch=4 --world 1 -o "$t/half" >/dev/null
 ck=(--ckpt-every 4 --threads 1)
