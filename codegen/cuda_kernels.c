@@ -638,6 +638,16 @@ const char *cuk_attn_combine(CuK *k, const char *o, const char *lse, const char 
 
 #define CE_NT 256
 
+/* The mean loss over the rows with a target, from the row losses `rows` (a workspace slice). */
+static const char *ce_loss_mean(CuK *k, const char *loss, const char *rows, const char *targets, int64_t n) {
+  Args g = {.np = 3, .p = {loss, rows, targets}};
+  return simple(k, &g, 1, 1, 1, CE_NT, 1,
+                arena_printf(k->a,
+                             "sk::ce_mean<%lldLL, %d>((float *)p0, (const float *)p1, (const int *)p2, "
+                             "(const float *)0, (float *)0);",
+                             (long long)n, CE_NT));
+}
+
 const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DType ldt, const char *targets, int64_t n,
                               int64_t V, int64_t len) {
   need_ws(k, n * 4);
@@ -648,12 +658,7 @@ const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DTyp
                                        "sk::ce_rows<%s, %lldLL, %lldLL, %d>((float *)p0, (const %s *)p1, (const int *)p2, "
                                        "(int *)p3);",
                                        t, (long long)V, (long long)len, CE_NT, t));
-  Args g2 = {.np = 3, .p = {loss, ws_at(k, 0), targets}};
-  const char *l2 = simple(k, &g2, 1, 1, 1, CE_NT, 1,
-                          arena_printf(k->a,
-                                       "sk::ce_mean<%lldLL, %d>((float *)p0, (const float *)p1, (const int *)p2, "
-                                       "(const float *)0, (float *)0);",
-                                       (long long)n, CE_NT));
+  const char *l2 = ce_loss_mean(k, loss, ws_at(k, 0), targets, n);
   return cat(k, l1, l2);
 }
 
@@ -692,12 +697,7 @@ const char *cuk_cross_entropy_fused(CuK *k, const char *loss, const char *dlogit
                                        "sk::ce_fused_rows<%s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, (const %s *)p2, "
                                        "(const int *)p3, (const float *)p4, (int *)p5);",
                                        t, (long long)V, (long long)len, CE_NT, t, t));
-  Args g3 = {.np = 3, .p = {loss, ws_at(k, 64), targets}};
-  const char *l3 = simple(k, &g3, 1, 1, 1, CE_NT, 1,
-                          arena_printf(k->a,
-                                       "sk::ce_mean<%lldLL, %d>((float *)p0, (const float *)p1, (const int *)p2, "
-                                       "(const float *)0, (float *)0);",
-                                       (long long)n, CE_NT));
+  const char *l3 = ce_loss_mean(k, loss, ws_at(k, 64), targets, n);
   return cat(k, cat(k, l1, l2), l3);
 }
 
