@@ -131,6 +131,10 @@ bool rt_boot_check_mesh(const RtBoot *b, const MeshMap *m) {
             m->world, m->dim[RT_AX_DP], m->dim[RT_AX_PP], m->dim[RT_AX_CP], m->dim[RT_AX_TP],
             rt_launcher_name(b->launcher), b->world, b->launcher == RT_LAUNCH_SRUN ? "srun -n" : "mpirun -np",
             m->world, b->world, b->world == 1 ? "" : "s", b->world);
+    fflush(stderr);
   }
+  /* every rank takes this path; none exits before rank 0 has said why (an early exit made mpirun
+     kill rank 0 before its message was written) */
+  rt_boot_barrier(b);
   return false;
 }
