@@ -66,6 +66,8 @@ static void usage(FILE *f) {
           "                        (a knob given with -D stays as given)\n"
           "  --pick                search, then plan / build the fastest plan that fits\n"
           "  --top N, --budget S   rows of the search's table (10); seconds it may compile for (8)\n"
+          "  --confirm N           candidates the search compiles at most to confirm its analytic ranking\n"
+          "                        (top + 2 x cores)\n"
           "  --cost                print the predicted step time per rank (docs/planner.md)\n"
           "  --compare SPEC        plans side by side: \"zero=0,1,2,3\", \"tp=1,2 zero=0,3\" or \"b.model c.model\"\n"
           "  --storage GB/s        the traffic and checkpoint-storage report, writes at this bandwidth (10)\n"
@@ -391,6 +393,8 @@ static int compile(int argc, char **argv, Diag *diag) {
       search = pick = true;
     } else if (strcmp(a, "--top") == 0 && i + 1 < argc) {
       so.top = (int)parse_count(argv[++i], "--top", 1, 1000);
+    } else if (strcmp(a, "--confirm") == 0 && i + 1 < argc) {
+      so.confirm = (int)parse_count(argv[++i], "--confirm", 1, 100000);
     } else if (strcmp(a, "--budget") == 0 && i + 1 < argc) {
       so.budget_s = atof(argv[++i]);
       if (!(so.budget_s > 0)) error_plain("--budget needs a positive number of seconds, got '%s'", argv[i]);

@@ -25,17 +25,6 @@ static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb"};
 /* Memory rank of a recompute mode: full keeps least, none most. */
 static int rec_lean(RecomputeKind r) { return r == RECOMPUTE_FULL ? 0 : r == RECOMPUTE_SELECTIVE ? 1 : 2; }
 
-/* Compute multiplier of a recompute mode: full re-runs the layers' forward (a third more than
- * forward + backward), selective the attention core and elementwise ops (a few percent). */
-static double rec_factor(RecomputeKind r) { return r == RECOMPUTE_FULL ? 4.0 / 3.0 : r == RECOMPUTE_SELECTIVE ? 1.03 : 1.0; }
-
-/* The textbook bubble of a schedule with equal stages (passes/pipe_report.c prints the same). */
-static double ideal_bubble(const PlanCand *c) {
-  if (c->pp <= 1) return 0;
-  double units = c->sched == SCHED_INTERLEAVED ? (double)c->v * c->accum : c->sched == SCHED_ZB ? 3.0 * c->accum : (double)c->accum;
-  return (c->pp - 1) / (units + c->pp - 1);
-}
-
 int plan_cand_overrides(const Module *base, const PlanCand *c, char kv[SEARCH_KV][SEARCH_KV_LEN]) {
   int n = 0;
   snprintf(kv[n++], SEARCH_KV_LEN, "tp=%d", c->tp);
@@ -81,7 +70,7 @@ static void push(CandList *l, const PlanCand *c) {
  * it goes first at equal estimates; sp off is there for plans the compiler refuses sp in), zero up to 3 when dp > 1, the three recompute modes, micro-batches that divide the
  * global batch per replica, and with pp the schedules 1f1b, interleaved (2 chunks) and zb (gpipe
  * has 1f1b's bubble and more activations in flight: dominated). */
-static void enumerate(const Module *base, double flops_step, const CostDevice *dev, const bool *pin, CandList *out) {
+static void enumerate(const Module *base, const bool *pin, CandList *out) {
   const MeshMap *mm = base->mesh;
   const Plan *bp = &base->plan;
   int world = mm->world, dpn = mm->devices_per_node > 0 ? mm->devices_per_node : 1;
@@ -112,7 +101,6 @@ static void enumerate(const Module *base, double flops_step, const CostDevice *d
                   }
                   if ((pin[PIN_ZERO] && zero != bp->zero) || (pin[PIN_RECOMPUTE] && c.rec != bp->recompute)) continue;
                   if (c.sched == SCHED_INTERLEAVED) c.v = bp->interleave > 1 && pin[PIN_SCHEDULE] ? bp->interleave : 2;
-                  c.est_s = flops_step / ((double)world * dev->gemm_flops) * rec_factor(c.rec) / (1 - ideal_bubble(&c));
                   push(out, &c);
                 }
           }
@@ -122,10 +110,13 @@ static void enumerate(const Module *base, double flops_step, const CostDevice *d
   }
 }
 
-/* Best-first: the estimate, then the candidate that keeps least memory (so that one that does not
- * fit drops the ones it dominates before they are compiled). */
+/* Best-first: those the analytic model fits, by its step, then the rest by their memory over the
+ * capacity; at equal estimates the candidate that keeps least memory (so that one that does not fit
+ * drops the ones it dominates before they are compiled). */
 static int by_estimate(const void *pa, const void *pb) {
   const PlanCand *a = pa, *b = pb;
+  if (a->ana_fits != b->ana_fits) return a->ana_fits ? -1 : 1;
+  if (!a->ana_fits && a->ana.total != b->ana.total) return a->ana.total < b->ana.total ? -1 : 1;
   if (a->est_s < b->est_s * (1 - 1e-9)) return -1;
   if (b->est_s < a->est_s * (1 - 1e-9)) return 1;
   if (a->cp != b->cp) return a->cp - b->cp; /* ring attention's transfers: the last resort */
@@ -299,43 +290,74 @@ static double memory_bound(const SearchResult *r, const PlanCand *c) {
   return r->param_bytes / (split * (c->zero >= 3 ? c->dp : 1)) + r->state_bytes / (split * (c->zero >= 1 ? c->dp : 1));
 }
 
+/* The analytic memory is held to the capacity with this much over it still compiled (the model's
+ * tolerance: tests/report/planner.sh holds it to the compiled plans of GPT-2 and tiny), times the
+ * memory plan's fragmentation (its total over the classes' peak: a few percent). */
+#define ANA_MEM_TOL 0.15
+#define ANA_FRAG 1.05
+
 void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, const SearchOptions *o,
                  SearchResult *r) {
   memset(r, 0, sizeof *r);
   r->dev = *dev;
+  r->closest = -1;
   double t0 = now_s(), budget = o && o->budget_s > 0 ? o->budget_s : 8.0;
   int keep = o && o->top > 0 ? o->top : 10;
-  double flops_step = ir_flops_per_token(base, true) * (double)ir_tokens_per_step(base);
   CandList l = {0};
   bool nopin[PIN_COUNT] = {0};
-  enumerate(base, flops_step, dev, o ? o->pinned : nopin, &l);
-  qsort(l.v, (size_t)l.n, sizeof *l.v, by_estimate);
+  enumerate(base, o ? o->pinned : nopin, &l);
   r->cand = l.v;
   r->n = l.n;
   r->param_bytes = logical_bytes(base, OP_PARAM);
   r->state_bytes = base->plan.offload ? 0 : logical_bytes(base, OP_STATE); /* offload: the state is the host's */
   char what[128];
   r->capacity = memplan_capacity(base, what, sizeof what);
+  /* every candidate through the analytic model: its memory and step, no compile */
+  plan_model_init(&r->model, base, dev);
+  int kept = 0; /* candidates whose stages (pp x interleaved chunks) do not divide the layers: dropped */
+  for (int i = 0; i < l.n; i++)
+    if (r->model.layers % (l.v[i].pp * (l.v[i].sched == SCHED_INTERLEAVED ? l.v[i].v : 1)) == 0) l.v[kept++] = l.v[i];
+  r->indivisible = l.n - kept;
+  l.n = r->n = kept;
+  for (int i = 0; i < l.n; i++) {
+    PlanCand *c = &l.v[i];
+    plan_model_estimate(&r->model, base, dev, c, &c->ana);
+    c->est_s = c->ana.step_s;
+    c->ana_fits = r->capacity <= 0 || c->ana.total * ANA_FRAG <= r->capacity;
+    r->ana_fit += c->ana_fits;
+    c->bound = memory_bound(r, c);
+  }
+  qsort(l.v, (size_t)l.n, sizeof *l.v, by_estimate);
+  r->analytic_s = now_s() - t0;
+  if (!r->ana_fit && l.n) r->closest = 0; /* sorted: the least analytic memory first */
+  int jobs = o && o->jobs > 1 ? (o->jobs < SEARCH_JOBS_MAX ? o->jobs : SEARCH_JOBS_MAX) : 1, batch[SEARCH_JOBS_MAX];
+  int confirm = o && o->confirm > 0 ? o->confirm : keep + 2 * jobs;
   r->rank = malloc(((size_t)l.n + 1) * sizeof *r->rank);
   int *nofit = malloc(((size_t)l.n + 1) * sizeof *nofit), nnofit = 0; /* compiled, not fitting */
   Pattern pat[PATTERNS];
   int npat = 0;
   if (!r->rank || !nofit) die("plan search: out of memory");
-  int jobs = o && o->jobs > 1 ? (o->jobs < SEARCH_JOBS_MAX ? o->jobs : SEARCH_JOBS_MAX) : 1, batch[SEARCH_JOBS_MAX];
   for (int i = 0; i < l.n;) {
     int nb = 0; /* the next `jobs` candidates worth compiling, by what is known so far */
     for (; i < l.n && nb < jobs; i++) {
       PlanCand *c = &l.v[i];
-      /* the keep-th best so far: a candidate whose compute estimate (a bound the model's GEMM and
-       * attention times reach, within the attention's 10%) is past it cannot enter the table */
-      if (r->nranked >= keep && c->est_s * 0.9 > l.v[r->rank[keep - 1]].cost.step_s) {
-        c->status = CAND_UNSEEN;
-        continue;
-      }
-      c->bound = memory_bound(r, c);
       if (r->capacity > 0 && c->bound > r->capacity) {
         c->status = CAND_BOUND;
         r->bound++;
+        continue;
+      }
+      /* over the capacity by the analytic model, past its tolerance: not compiled (with no analytic
+       * fit at all, the closest is compiled to show what the compiler makes of it) */
+      if (r->capacity > 0 && c->ana.total * ANA_FRAG > r->capacity * (1 + ANA_MEM_TOL) && i != r->closest) {
+        c->status = CAND_ANALYTIC;
+        r->ana_over++;
+        continue;
+      }
+      /* the confirmation's end: enough compiled, or the table full and no analytic step left that
+       * could enter it (within the model's time tolerance) */
+      if (r->compiled + nb >= confirm ||
+          (r->nranked >= keep && c->est_s * 0.7 > l.v[r->rank[keep - 1]].cost.step_s)) {
+        c->status = CAND_UNSEEN;
         continue;
       }
       if (pattern_skips(pat, npat, c)) {

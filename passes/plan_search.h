@@ -19,6 +19,7 @@
 #include "cost.h"
 #include "memplan.h"
 #include "module.h"
+#include "plan_model.h"
 
 enum { SEARCH_KV = 10, SEARCH_KV_LEN = 40 };
 
@@ -45,7 +46,9 @@ enum { SEARCH_JOBS_MAX = 32 };
 /* CAND_BOUND: not compiled, since its parameters and optimizer state alone (the base plan's logical
  * bytes over the candidate's tp x pp, and dp where ZeRO shards them: a lower bound of the memory
  * plan's persistent bytes) exceed the capacity. */
-typedef enum { CAND_UNSEEN, CAND_FITS, CAND_NOFIT, CAND_INVALID, CAND_DOMINATED, CAND_SLOW, CAND_BOUND } CandStatus;
+/* CAND_ANALYTIC: not compiled, since the analytic model (passes/plan_model.c) puts it over the
+ * capacity by more than its memory tolerance. */
+typedef enum { CAND_UNSEEN, CAND_FITS, CAND_NOFIT, CAND_INVALID, CAND_DOMINATED, CAND_SLOW, CAND_BOUND, CAND_ANALYTIC } CandStatus;
 
 struct PlanCand {
   int tp, pp, cp, dp, zero, mb, v; /* v: interleaved chunks */
@@ -53,7 +56,9 @@ struct PlanCand {
   bool sp;
   RecomputeKind rec;
   PipeSchedule sched;
-  double est_s;                    /* the analytic compute estimate that orders the search */
+  double est_s;                    /* the analytic step (ana.step_s) that orders the search */
+  PlanEstimate ana;                /* the analytic model's memory and time (passes/plan_model.c) */
+  bool ana_fits;                   /* its analytic memory fits the capacity */
   double bound;                    /* bytes per rank its parameters and optimizer state need at least */
   CandStatus status;
   double mem_total, capacity;      /* bytes per rank (memory plan), and what it must fit */
@@ -73,6 +78,7 @@ typedef struct {
   int top;          /* rows to print (default 10) */
   double budget_s;  /* wall-clock seconds for compiling candidates (0: 8 s) */
   int jobs;         /* candidates compiled at once (0: 1) */
+  int confirm;      /* candidates compiled at most to confirm the analytic ranking (0: top + 2 x jobs) */
 } SearchOptions;
 
 typedef struct {
@@ -81,6 +87,11 @@ typedef struct {
   int *rank;        /* indices of the fitting ones, fastest first */
   int nranked;
   int compiled, nofit, invalid, dominated, unseen, slow, bound;
+  int indivisible;       /* candidates dropped since pp (x interleaved chunks) does not divide the layers */
+  int ana_fit, ana_over; /* candidates the analytic model fits / puts over the capacity (not compiled) */
+  int closest;           /* with no analytic fit: the candidate whose analytic memory is nearest the capacity (-1) */
+  double analytic_s;     /* seconds the analytic model took over every candidate */
+  PlanModel model;
   int bound_broken; /* compiled plans whose memory is under their bound (a bug of the bound: printed) */
   double param_bytes, state_bytes; /* logical, every rank's together (the memory bound's numerators) */
   double capacity;  /* bytes per rank a plan must fit (0: unknown) */

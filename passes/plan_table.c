@@ -41,25 +41,72 @@ static void why(const PlanCand *c, const PlanCand *b, char *buf, size_t cap) {
   }
 }
 
+/* The analytic ranking against the compiled plans: the analytic model's first `top` fitting
+ * candidates and every compiled one, in the search's order, with the compiled memory and step beside
+ * the analytic ones and their ratios; `!` marks a ratio off by more than the model's tolerance
+ * (memory 15 %, step 30 %) or a verdict the compiled plan does not share. */
+static void print_analytic(FILE *f, const SearchResult *r, int top) {
+  char a[32], b[32], c[32], d[32], lab[96];
+  fprintf(f, "# analytic ranking vs compiled (memory per rank at the peak, by class; step)\n");
+  fprintf(f, "# %2s  %-38s %10s %10s %6s %9s %9s %6s  %s\n", "#", "plan", "mem ana", "compiled", "ratio", "step ana",
+          "compiled", "ratio", "compiled verdict");
+  int shown = 0, afit = 0;
+  for (int i = 0; i < r->n && shown < top + 16; i++) {
+    const PlanCand *p = &r->cand[i];
+    bool compiled = p->status == CAND_FITS || p->status == CAND_NOFIT || p->status == CAND_INVALID;
+    afit += p->ana_fits;
+    if (!compiled && !(p->ana_fits && afit <= top)) continue;
+    shown++;
+    plan_cand_label(p, lab, sizeof lab);
+    if (p->status == CAND_FITS || p->status == CAND_NOFIT) {
+      double peak = 0;
+      for (int k = 0; k < MEM_COUNT; k++) peak += (double)p->by_class[k];
+      double mr = peak > 0 ? p->ana.total / peak : 0, tr = p->cost.step_s > 0 ? p->ana.step_s / p->cost.step_s : 0;
+      bool off = mr < 0.85 || mr > 1.15 || tr < 0.7 || tr > 1.3 || p->ana_fits != (p->status == CAND_FITS);
+      fprintf(f, "# %2d%s %-38s %10s %10s %6.2f %9s %9s %6.2f  %s%s%s\n", i + 1, off ? "!" : " ", lab,
+              gib(a, sizeof a, p->ana.total), gib(b, sizeof b, peak), mr, cost_human_time(c, sizeof c, p->ana.step_s),
+              cost_human_time(d, sizeof d, p->cost.step_s), tr, p->status == CAND_FITS ? "fits" : "does not fit",
+              p->status == CAND_NOFIT ? ", largest: " : "", p->status == CAND_NOFIT ? memplan_class_labels[p->largest] : "");
+    } else {
+      fprintf(f, "# %2d  %-38s %10s %10s %6s %9s %9s %6s  %s\n", i + 1, lab, gib(a, sizeof a, p->ana.total), "-", "-",
+              cost_human_time(c, sizeof c, p->ana.step_s), "-", "-",
+              p->status == CAND_INVALID ? (p->timed_out ? "refused: compile over its time limit" : "refused by the compiler")
+                                        : "not compiled");
+    }
+  }
+}
+
 void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int top) {
   const MeshMap *mm = base->mesh;
-  char a[32], b[32], c[32], d[32], lab[96];
+  char a[32], b[32], c[32], d[32], e1[32], e2[32], lab[96];
   fprintf(f, "# plan search: %s on %s, %d ranks (%d nodes x %d), global batch %lld sequences, %lld tokens per step\n",
           base->name ? base->name : "model", base->has_topology && base->topo.name ? base->topo.name : "no topology",
           mm->world, mm->nodes, mm->devices_per_node, (long long)base->batch.global,
           (long long)ir_tokens_per_step(base));
   fprintf(f, "# device: %s\n", r->dev.source);
-  fprintf(f, "# %d candidates; %d compiled in %.2f s: %d fit, %d do not fit, %d refused by the compiler; %d not compiled "
-             "since their parameters and optimizer state alone exceed the memory; %d dropped unseen "
+  fprintf(f, "# %d candidates (%d more whose pipeline stages do not divide the layers) ranked by the analytic model in "
+             "%.2f s (passes/plan_model.c): %d fit, %d over the memory (not compiled; %d of those since their "
+             "parameters and optimizer state alone exceed it)\n",
+          r->n, r->indivisible, r->analytic_s, r->ana_fit, r->ana_over + r->bound, r->bound);
+  fprintf(f, "# %d compiled to confirm in %.2f s: %d fit, %d do not fit, %d refused by the compiler; %d dropped unseen "
              "(dominated in memory by a compiled one that does not fit); %d not compiled since the compiler refused three "
              "like them with one message (or one of their degrees took over its time limit); %d not compiled (%s)\n",
-          r->n, r->compiled, r->seconds, r->nranked, r->nofit, r->invalid, r->bound, r->dominated, r->slow, r->unseen,
-          r->budget_hit ? "the time budget ran out" : "their compute estimate cannot reach the table");
+          r->compiled, r->seconds, r->nranked, r->nofit, r->invalid, r->dominated, r->slow, r->unseen,
+          r->budget_hit ? "the time budget ran out" : "past the confirmation");
   if (r->bound_broken)
     fprintf(f, "# BUG: %d compiled plans need less memory than the search's lower bound (passes/plan_search.c)\n",
             r->bound_broken);
+  if (r->closest >= 0) { /* nothing fits, even by the analytic model: the closest, and why */
+    const PlanCand *p = &r->cand[r->closest];
+    plan_cand_label(p, lab, sizeof lab);
+    fprintf(f, "# no candidate fits, even analytically; the closest, %s, needs %s per rank over %s: "
+               "parameters %s, gradients %s, optimizer state %s, activations %s (largest: %s)\n",
+            lab, gib(a, sizeof a, p->ana.total), gib(b, sizeof b, r->capacity), gib(c, sizeof c, p->ana.cls[MEM_PARAM]),
+            gib(d, sizeof d, p->ana.cls[MEM_GRAD]), gib(e1, sizeof e1, p->ana.cls[MEM_OPTIM]),
+            gib(e2, sizeof e2, p->ana.cls[MEM_ACT]), memplan_class_labels[p->ana.largest]);
+  }
   if (!r->nranked) {
-    fprintf(f, "# no candidate fits\n");
+    fprintf(f, "# no candidate fits%s\n", r->ana_fit ? " as compiled (see the analytic rows below)" : "");
   } else {
     fprintf(f, "# %2s  %-38s %9s %11s %6s  %-22s %9s %9s %7s  %s\n", "#", "plan", "step", "tokens/s", "MFU",
             "memory/rank (largest)", "compute", "exposed", "bubble", "why");
@@ -113,4 +160,5 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
     fprintf(f, "# refused %d x, e.g. %s: %s\n", count[k], lab, r->cand[first[k]].err[0] ? r->cand[first[k]].err : "(no message)");
   }
   if (more) fprintf(f, "# refused %d more with other messages\n", more);
+  print_analytic(f, r, top);
 }

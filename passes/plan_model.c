@@ -1,0 +1,199 @@
+/* passes/plan_model.c — the plan search's analytic memory and time model (see plan_model.h). */
+#include "plan_model.h"
+
+#include <string.h>
+
+#include "mesh.h"
+#include "plan_search.h"
+
+/* Activations a layer keeps per token for its backward, in units of hidden x the compute dtype's
+ * bytes, as the memory plan has them (GPT-2 124M, bf16, one rank, 1-4 layers: none 16.0, selective
+ * 11.0, full 1.0 — the layer's input); with tp and sp all of it is split, without sp the part
+ * outside the tp regions (layer norms, residuals: about 4 units; full: the input) is not. */
+static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
+static const double act_rep_units[3] = {4.0, 1.0, 4.0};
+/* Forwards in flight per stage over pp (the memory plan's union of the stages' activations against
+ * pp x a stage's layers: 1f1b 1.5, interleaved 2.33, zb 2.6 on GPT-2 at pp 2 and 4). */
+static double in_flight(const PlanCand *c) {
+  if (c->pp <= 1) return 1;
+  double f = c->sched == SCHED_INTERLEAVED ? 2.33 : c->sched == SCHED_ZB ? 2.6 : 1.5;
+  return f * c->pp;
+}
+/* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
+ * micro-step under each recompute mode, before calibration (only their ratios matter). */
+static const double mem_units[3] = {40.0, 55.0, 44.0};
+static const double kern_layer[3] = {60.0, 85.0, 66.0};
+enum { KERN_HEAD = 30, KERN_OPT_PER_TENSOR = 10 };
+
+static double logical_dim(const Module *m, const Value *v, int d) {
+  double x = (double)v->shape.dim[d];
+  int a = v->sharding.split[d];
+  if (a >= 0 && a < RT_AX_COUNT && m->mesh && m->mesh->dim[a] > 1) x *= m->mesh->dim[a];
+  return x;
+}
+
+static bool split_by_tp(const Value *v) {
+  for (int d = 0; d < v->shape.rank; d++)
+    if (v->sharding.split[d] == RT_AX_TP) return true;
+  return false;
+}
+
+void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
+  memset(pm, 0, sizeof *pm);
+  const Graph *g = base->graph;
+  /* the layer count: the most common logical dim 0 of the parameters of rank >= 2 (the stacked
+   * layers' parameters outnumber the embeddings) */
+  double cand[64];
+  int votes[64], nc = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_INPUT && !pm->seq && !ir_dtype_is_float(n->out[0]->dtype) && n->out[0]->shape.rank >= 1)
+      pm->seq = logical_dim(base, n->out[0], n->out[0]->shape.rank - 1);
+    if (n->op != OP_PARAM || n->out[0]->shape.rank < 2) continue;
+    double l = logical_dim(base, n->out[0], 0);
+    int k = 0;
+    while (k < nc && cand[k] != l) k++;
+    if (k == nc && nc < 64) cand[nc] = l, votes[nc++] = 0;
+    if (k < nc) votes[k]++;
+  }
+  int best = 0;
+  for (int k = 1; k < nc; k++)
+    if (votes[k] > votes[best]) best = k;
+  pm->layers = nc ? (int)cand[best] : 1;
+  bool tp_known = base->mesh && base->mesh->dim[RT_AX_TP] > 1;
+  double pbytes = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_PARAM) continue;
+    const Value *v = n->out[0];
+    double numel = 1;
+    for (int d = 0; d < v->shape.rank; d++) numel *= logical_dim(base, v, d);
+    double b = numel * 4; /* the master copy: f32 */
+    pbytes += numel * ir_dtype_size(v->dtype);
+    pm->ntensors++;
+    bool layer = v->shape.rank >= 2 && logical_dim(base, v, 0) == pm->layers;
+    if (layer) {
+      bool tp = tp_known ? split_by_tp(v) : v->shape.rank >= 3;
+      if (v->shape.rank >= 3) pm->pl_mat += numel / pm->layers;
+      *(tp ? &pm->pl_split : &pm->pl_rep) += b / pm->layers;
+    } else {
+      double d0 = logical_dim(base, v, 0), dl = logical_dim(base, v, v->shape.rank - 1);
+      if (v->shape.rank == 1 && !pm->d) pm->d = dl;
+      if (v->shape.rank == 2 && d0 > pm->vocab && d0 != pm->seq) pm->vocab = d0;
+      if (v->shape.rank == 2 && !pm->d) pm->d = dl;
+      bool tp = tp_known ? split_by_tp(v) : v->shape.rank == 2 && d0 != pm->seq;
+      *(tp ? &pm->po_split : &pm->po_rep) += b;
+    }
+  }
+  double sbytes = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_STATE) continue;
+    double numel = 1;
+    for (int d = 0; d < n->out[0]->shape.rank; d++) numel *= logical_dim(base, n->out[0], d);
+    sbytes += numel * ir_dtype_size(n->out[0]->dtype);
+  }
+  pm->state_ratio = pbytes > 0 ? sbytes / pbytes : 2;
+  pm->cb = base->recipe.precision == PREC_BF16 ? 2 : 4;
+  pm->gpu = base->has_topology && !base->topo.cpu_only;
+  /* calibration at the base plan: its compiled cost model over the analytic figures */
+  pm->k_gemm = pm->k_attn = pm->k_mem = pm->k_kern = 1;
+  const MeshMap *mm = base->mesh;
+  if (!mm || !base->memplan) return;
+  PlanCand c = {.tp = mm->dim[RT_AX_TP], .pp = mm->dim[RT_AX_PP], .cp = mm->dim[RT_AX_CP], .dp = mm->dim[RT_AX_DP],
+                .zero = base->plan.zero, .mb = (int)base->batch.micro, .accum = base->batch.accum, .sp = base->plan.sp,
+                .rec = base->plan.recompute, .sched = base->plan.schedule,
+                .v = base->plan.interleave > 1 ? base->plan.interleave : 1};
+  CostReport r;
+  cost_estimate(base, dev, &r);
+  PlanEstimate e;
+  plan_model_estimate(pm, base, dev, &c, &e);
+  double *k[4] = {&pm->k_gemm, &pm->k_attn, &pm->k_mem, &pm->k_kern};
+  double got[4] = {r.gemm_s, r.attn_s, r.mem_s, r.overhead_s}, ana[4] = {e.gemm_s, e.attn_s, e.mem_s, e.kern_s};
+  for (int i = 0; i < 4; i++)
+    if (got[i] > 0 && ana[i] > 0) {
+      double f = got[i] / ana[i];
+      *k[i] = f < 0.2 ? 0.2 : f > 5 ? 5 : f;
+    }
+}
+
+/* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
+static double ring_s(double bytes, double factor, int n, double bw, double lat) {
+  if (n <= 1 || bw <= 0) return 0;
+  return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
+}
+
+void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
+                         PlanEstimate *e) {
+  memset(e, 0, sizeof *e);
+  int r = (int)c->rec;
+  int dpn = base->mesh && base->mesh->devices_per_node > 0 ? base->mesh->devices_per_node : 1;
+  double tp = c->tp, pp = c->pp, dp = c->dp, L = pm->layers, d = pm->d, cb = pm->cb;
+  double lst = L / pp;                            /* layers per stage */
+  double tok = (double)c->mb * pm->seq / c->cp;   /* tokens per micro-step per rank (before tp) */
+  double accum = (double)c->accum;
+  /* ---- memory ---- */
+  double p_layer = pm->pl_split / tp + pm->pl_rep;   /* one layer's f32 parameters on a rank */
+  double p_other = pm->po_split / tp + pm->po_rep;   /* outside the layers: held on every stage */
+  double p_rank = p_layer * lst + p_other;
+  double zd3 = c->zero >= 3 ? dp : 1, zd2 = c->zero >= 2 ? dp : 1, zd1 = c->zero >= 1 ? dp : 1;
+  e->cls[MEM_PARAM] = p_rank / zd3;
+  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0); /* ZeRO-2/3: one layer unreduced */
+  e->cls[MEM_OPTIM] = p_rank * pm->state_ratio / zd1;
+  double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
+  double per_layer = unit * (c->sp || tp == 1 ? act_units[r] / tp : act_units[r] / tp + act_rep_units[r] * (1 - 1 / tp));
+  double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
+  double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
+  double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
+  e->cls[MEM_ACT] = per_layer * lst * in_flight(c) + head + copies + gather;
+  e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
+  e->largest = MEM_PARAM;
+  for (int k = 0; k < MEM_COUNT; k++) {
+    e->total += e->cls[k];
+    if (e->cls[k] > e->cls[e->largest]) e->largest = (MemClass)k;
+  }
+  /* ---- compute (the last stage: its layers and the head) per step ---- */
+  double rec_gemm = c->rec == RECOMPUTE_FULL ? 4.0 / 3.0 : 1.0;
+  double gemm_f = accum * tok / tp * (6 * pm->pl_mat * lst * rec_gemm + 6 * pm->vocab * d);
+  double gsize = 2 * tok * d * d / tp; /* a typical GEMM's FLOPs: the rate at that size */
+  double grate = dev->gemm_flops * (dev->gemm_half_flops > 0 ? gsize / (gsize + dev->gemm_half_flops) : 1);
+  e->gemm_s = pm->k_gemm * gemm_f / grate;
+  double attn_f = accum * lst * tok / tp * 7 * pm->seq * d * (c->rec == RECOMPUTE_NONE ? 1 : 8.0 / 7.0);
+  e->attn_s = dev->attn_flops > 0 ? pm->k_attn * attn_f / dev->attn_flops : 0;
+  double sp_div = c->sp || tp == 1 ? tp : 1;
+  double bytes = accum * (lst * unit * mem_units[r] / sp_div + p_layer * lst * (cb < 4 ? 18 : 12) / 4 +
+                          tok * pm->vocab / tp * 4 * 4) +
+                 (p_rank / zd1) * (1 + pm->state_ratio) * 3;
+  e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
+  double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + pm->ntensors * KERN_OPT_PER_TENSOR / pp;
+  e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
+  e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
+  /* ---- communication ---- */
+  const CostLink *in = &dev->link[0], *net = &dev->link[1];
+  /* tp: 4 all-reduces (or scatter + gather) of a hidden state per layer per micro-step, 2 more under full recompute */
+  double ntp = c->rec == RECOMPUTE_FULL ? 6 : 4;
+  e->tp_s = accum * (lst * ntp + 2) * ring_s(unit, 2, c->tp, in->bytes_per_s, in->latency_s);
+  /* cp: each layer passes K and V around the ring forward, twice that backward */
+  if (c->cp > 1) {
+    bool cp_in = c->tp * c->cp <= dpn;
+    const CostLink *l = cp_in ? in : net;
+    double bw = cp_in ? l->bytes_per_s : l->bytes_per_s / dpn;
+    e->tp_s += accum * lst * 3 * (c->cp - 1) * (2 * unit / tp / bw + l->latency_s);
+  }
+  /* dp / ZeRO: the f32 gradient of a rank's parameters */
+  if (c->dp > 1) {
+    bool dp_in = (double)c->tp * c->cp * c->dp <= dpn;
+    double members = dp_in ? c->dp : (c->tp * c->cp >= dpn ? 1 : dpn / (c->tp * c->cp));
+    double bw = dp_in ? in->bytes_per_s : net->bytes_per_s * members / dpn, lat = dp_in ? in->latency_s : net->latency_s;
+    double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? 2 : 1 + accum * 2 * cb / 4;
+    e->dp_s = ring_s(p_rank, factor, c->dp, bw, lat);
+  }
+  double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : e->compute_s / accum * 2 / 3);
+  e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
+  /* ---- the pipeline ---- */
+  if (c->pp > 1) {
+    double units = c->sched == SCHED_INTERLEAVED ? (double)c->v * accum : c->sched == SCHED_ZB ? 3.0 * accum : accum;
+    e->bubble = (pp - 1) / (units + pp - 1);
+  }
+  e->step_s = (e->compute_s + e->exposed_s) / (1 - e->bubble);
+}

@@ -1,0 +1,54 @@
+/* passes/plan_model.h — the plan search's analytic model: one candidate's memory per rank by class
+ * and its step time, from the model's sizes and the candidate's knobs, without compiling it
+ * (docs/planner.md, "The analytic model").
+ *
+ * The sizes come from the base module (the file's own plan, compiled once): the layer count (the
+ * top `repeat`), the sequence, the hidden size, the vocabulary, the parameters inside and outside the
+ * layers (logical bytes, as the checkpoint counts them) and the optimizer state's ratio to them.
+ * Memory mirrors what the memory plan keeps (fp32 master parameters and gradient sums, the compute
+ * precision's activations per micro-batch per layer under each recompute mode, the logits, the
+ * pipeline's forwards in flight); under ZeRO-2/3 the gradient is reduce-scattered layer by layer,
+ * so one layer's unreduced gradient is live at a time (the compiler's plan for that; the compiled
+ * plan, which confirms the top candidates, may still hold more). Time: GEMM and attention FLOPs at
+ * the device's rates, bandwidth-bound bytes and kernel calls, each scaled once so that the base
+ * plan's analytic figures equal its compiled cost model's (the calibration absorbs the target's
+ * constant factors); tp collectives block, dp/ZeRO ones overlap the backward of the last
+ * micro-step (ZeRO-3's gathers the whole step); the pipeline's ideal bubble. */
+#ifndef SHARDC_PLAN_MODEL_H
+#define SHARDC_PLAN_MODEL_H
+
+#include "cost.h"
+#include "memplan.h"
+#include "module.h"
+
+struct PlanCand;
+
+typedef struct {
+  int layers;
+  double seq, d, vocab;       /* tokens per sequence, hidden size, vocabulary (padded) */
+  double cb;                  /* bytes per element at the compute precision */
+  double pl_split, pl_rep;    /* f32 bytes of one layer's parameters split by tp / not */
+  double po_split, po_rep;    /* the same outside the layers (embeddings, final norm) */
+  double pl_mat;              /* one layer's matrix parameters (elements): 6 x FLOPs per token */
+  double state_ratio;         /* optimizer state bytes per parameter byte */
+  int ntensors;               /* parameter tensors (optimizer kernels) */
+  bool gpu;
+  double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
+} PlanModel;
+
+typedef struct {
+  double cls[MEM_COUNT]; /* bytes per rank at the peak, by class */
+  double total;          /* their sum */
+  MemClass largest;
+  double gemm_s, attn_s, mem_s, kern_s, compute_s;
+  double tp_s, dp_s, exposed_s; /* blocking collectives, asynchronous ones, exposed communication */
+  double bubble, step_s;
+} PlanEstimate;
+
+/* Reads the sizes from base and calibrates the time against base's compiled cost model. */
+void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev);
+/* Candidate c's analytic memory and time. */
+void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
+                         PlanEstimate *e);
+
+#endif
