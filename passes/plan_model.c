@@ -20,8 +20,9 @@ static double in_flight(const PlanCand *c) {
   return f * c->pp;
 }
 /* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
- * micro-step under each recompute mode, before calibration (only their ratios matter). */
-static const double mem_units[3] = {40.0, 55.0, 44.0};
+ * micro-step under each recompute mode, before calibration (only their ratios matter: selective
+ * re-runs the layer's elementwise ops, 1.6 x the bandwidth-bound time on tiny's CPU trainer). */
+static const double mem_units[3] = {40.0, 80.0, 64.0};
 static const double kern_layer[3] = {60.0, 85.0, 66.0};
 enum { KERN_HEAD = 30, KERN_OPT_PER_TENSOR = 10 };
 
@@ -165,6 +166,11 @@ void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevi
                           tok * pm->vocab / tp * 4 * 4) +
                  (p_rank / zd1) * (1 + pm->state_ratio) * 3;
   e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
+  if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the whole
+                    * sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
+    double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20;
+    e->mem_s += dev->elem_s[COST_EL_EXP] > 0 ? el * dev->elem_s[COST_EL_EXP] : el * 4 / dev->bytes_per_s;
+  }
   double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + pm->ntensors * KERN_OPT_PER_TENSOR / pp;
   e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
