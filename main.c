@@ -68,6 +68,7 @@ static void usage(FILE *f) {
           "  --top N, --budget S   rows of the search's table (10); seconds it may compile for (8)\n"
           "  --confirm N           candidates the search compiles at most to confirm its analytic ranking\n"
           "                        (top + 2 x cores)\n"
+          "  --compile-limit S     seconds one candidate's compile may take in the search (1)\n"
           "  --cost                print the predicted step time per rank (docs/planner.md)\n"
           "  --compare SPEC        plans side by side: \"zero=0,1,2,3\", \"tp=1,2 zero=0,3\" or \"b.model c.model\"\n"
           "  --storage GB/s        the traffic and checkpoint-storage report, writes at this bandwidth (10)\n"
@@ -145,7 +146,7 @@ static int64_t replan(void *ctx, const char *const *kv, int n) {
  * child process, the result sent back through a pipe; a compile that takes over SEARCH_COMPILE_S
  * is stopped and the candidate refused. The child's memory (its arena, the diagnostics' copies of
  * the source texts) goes with it. */
-enum { SEARCH_COMPILE_MS = 1000 };
+static int search_compile_ms = 1000; /* --compile-limit */
 
 static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs) {
   int fd[SEARCH_JOBS_MAX];
@@ -200,7 +201,7 @@ static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
     if (!np) break;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    int left = SEARCH_COMPILE_MS - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+    int left = search_compile_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
     if (left <= 0 || poll(pf, (nfds_t)np, left) <= 0) break;
     for (int i = 0; i < np; i++) {
       if (!pf[i].revents) continue;
@@ -225,7 +226,7 @@ static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
     c->timed_out = late;
     if (have[k] == sizeof got[k]) *c = got[k];
     else snprintf(c->err, sizeof c->err, late ? "its compile took over %.0f s (stopped)" : "its compile crashed",
-                  SEARCH_COMPILE_MS / 1000.0);
+                  search_compile_ms / 1000.0);
   }
 }
 
@@ -393,6 +394,10 @@ static int compile(int argc, char **argv, Diag *diag) {
       search = pick = true;
     } else if (strcmp(a, "--top") == 0 && i + 1 < argc) {
       so.top = (int)parse_count(argv[++i], "--top", 1, 1000);
+    } else if (strcmp(a, "--compile-limit") == 0 && i + 1 < argc) {
+      double lim = atof(argv[++i]);
+      if (!(lim > 0 && lim <= 3600)) error_plain("--compile-limit needs seconds in (0, 3600], got '%s'", argv[i]);
+      search_compile_ms = (int)(lim * 1000);
     } else if (strcmp(a, "--confirm") == 0 && i + 1 < argc) {
       so.confirm = (int)parse_count(argv[++i], "--confirm", 1, 100000);
     } else if (strcmp(a, "--budget") == 0 && i + 1 < argc) {

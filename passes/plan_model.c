@@ -12,12 +12,15 @@
  * outside the tp regions (layer norms, residuals: about 4 units; full: the input) is not. */
 static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
 static const double act_rep_units[3] = {4.0, 1.0, 4.0};
-/* Forwards in flight per stage over pp (the memory plan's union of the stages' activations against
- * pp x a stage's layers: 1f1b 1.5, interleaved 2.33, zb 2.6 on GPT-2 at pp 2 and 4). */
+/* Forwards in flight per stage under pp: the memory plan holds about f x the layers' activations of
+ * one micro-batch, f = a + b x pp by schedule (GPT-2 with 16 layers, 16 micro-batches, pp 2, 4, 8:
+ * 1f1b 1.41, 1.43, 1.73; zb 2.41, 2.51, 3.38; interleaved 2.24, 2.52, 3.24; GPT-3 at pp 16, interleaved,
+ * 96 micro-batches: 4.4); a stage holds L / pp layers, so pp x f of its own. */
 static double in_flight(const PlanCand *c) {
   if (c->pp <= 1) return 1;
-  double f = c->sched == SCHED_INTERLEAVED ? 2.33 : c->sched == SCHED_ZB ? 2.6 : 1.5;
-  return f * c->pp;
+  double a = c->sched == SCHED_INTERLEAVED ? 1.91 : c->sched == SCHED_ZB ? 2.09 : 1.30;
+  double b = c->sched == SCHED_INTERLEAVED ? 0.167 : c->sched == SCHED_ZB ? 0.162 : 0.053;
+  return (a + b * c->pp) * c->pp;
 }
 /* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
  * micro-step under each recompute mode, before calibration (only their ratios matter: selective
