@@ -12,6 +12,10 @@
  * outside the tp regions (layer norms, residuals: about 4 units; full: the input) is not. */
 static const double act_units[3] = {16.0, 1.0, 11.0}; /* RecomputeKind order: none, full, selective */
 static const double act_rep_units[3] = {4.0, 1.0, 4.0};
+/* Under pp, full recompute keeps about 0.45 of a layer's activations per micro-batch in flight, not
+ * its input alone (GPT-2 at 8, 16 and 32 layers, pp 4: the activations' slope per layer under full
+ * over none, 0.48 1f1b and zb, 0.43 interleaved). */
+#define ACT_FULL_PP 7.5
 /* Forwards in flight per stage under pp: the memory plan holds about f x the layers' activations of
  * one micro-batch, f = a + b x pp by schedule (GPT-2 with 16 layers, 16 micro-batches, pp 2, 4, 8:
  * 1f1b 1.41, 1.43, 1.73; zb 2.41, 2.51, 3.38; interleaved 2.24, 2.52, 3.24; GPT-3 at pp 16, interleaved,
@@ -145,7 +149,8 @@ void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevi
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0); /* ZeRO-2/3: one layer unreduced */
   e->cls[MEM_OPTIM] = p_rank * pm->state_ratio / zd1;
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
-  double per_layer = unit * (c->sp || tp == 1 ? act_units[r] / tp : act_units[r] / tp + act_rep_units[r] * (1 - 1 / tp));
+  double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : act_units[r];
+  double per_layer = unit * (c->sp || tp == 1 ? au / tp : au / tp + act_rep_units[r] * (1 - 1 / tp));
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
