@@ -1,15 +1,16 @@
 /* passes/plan_search.h — `shardc plan --search`: the plans for a model and a topology, ranked by
- * the cost model's predicted step time (docs/planner.md).
+ * an analytic model and confirmed by the compiler (docs/planner.md).
  *
  * Candidates: dp x tp x pp x cp (their product the world) x sp x zero x recompute x micro-batch
- * (x schedule with pp), the global batch kept. Each candidate that is evaluated is compiled in full
- * by the driver (the same source plus -D overrides, on a fresh arena): its memory is the memory
- * plan's, judged by the fit check's rule (fit_plan_fits), and its time the cost model's on the
- * program it compiled — nothing is estimated a second way. What makes it fast is what it does not
- * compile: candidates go best-first by an analytic compute estimate (FLOPs, recompute, the ideal
- * bubble), a candidate whose memory a compiled one dominates and which did not fit is dropped
- * unseen, the search stops when no remaining estimate can beat the plans it has, and it has a
- * time budget.
+ * (x schedule with pp), the global batch kept. Every candidate goes through the analytic model
+ * (passes/plan_model.c: memory per rank by class, step time), which orders them: those it fits,
+ * fastest first. The top few are then compiled in full by the driver (the same source plus -D
+ * overrides, on a fresh arena, a child process each): their memory is the memory plan's, judged by
+ * the fit check's rule (fit_plan_fits), and their time the cost model's on the program they
+ * compiled; the ranked table holds only those. A candidate the model puts over the capacity (past
+ * its tolerance) is not compiled, nor one whose memory a compiled one dominates and which did not
+ * fit, nor one like three the compiler refused; the confirmation stops after `confirm` compiles or
+ * the time budget.
  */
 #ifndef SHARDC_PLAN_SEARCH_H
 #define SHARDC_PLAN_SEARCH_H
