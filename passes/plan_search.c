@@ -314,9 +314,13 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   r->capacity = memplan_capacity(base, what, sizeof what);
   /* every candidate through the analytic model: its memory and step, no compile */
   plan_model_init(&r->model, base, dev);
-  int kept = 0; /* candidates whose stages (pp x interleaved chunks) do not divide the layers: dropped */
+  /* dropped: candidates whose stages (pp x interleaved chunks) do not divide the layers, or interleaved
+   * ones whose micro-batches are not a multiple of pp (the schedule goes in groups of pp) */
+  int kept = 0;
   for (int i = 0; i < l.n; i++)
-    if (r->model.layers % (l.v[i].pp * (l.v[i].sched == SCHED_INTERLEAVED ? l.v[i].v : 1)) == 0) l.v[kept++] = l.v[i];
+    if (r->model.layers % (l.v[i].pp * (l.v[i].sched == SCHED_INTERLEAVED ? l.v[i].v : 1)) == 0 &&
+        !(l.v[i].sched == SCHED_INTERLEAVED && l.v[i].accum % l.v[i].pp))
+      l.v[kept++] = l.v[i];
   r->indivisible = l.n - kept;
   l.n = r->n = kept;
   for (int i = 0; i < l.n; i++) {

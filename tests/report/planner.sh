@@ -127,7 +127,7 @@ n80=$(echo "$out80" | sed -n 's/.* ranked by the analytic model in [0-9.]* s (pa
 # reduce-scattered layer by layer while the compiled plan may still hold all of it unreduced
 sed 's/cpu x 2/cpu x 4/' models/topo/cpu.topo >"$tmp/cpu4.topo"
 for args in "models/gpt2-124m.model --target cuda --topology models/topo/p4d-x1.topo" "models/tiny.model --topology $tmp/cpu4.topo"; do
-  out=$("$shardc" plan $args --search --top 10 --confirm 24 --budget 120 2>&1)
+  out=$("$shardc" plan $args --search --top 10 --confirm 24 --budget 120 --compile-limit 30 2>&1)
   rows=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -E '^# +[0-9]+!? +dp .* (fits|does not fit)')
   [ "$(echo "$rows" | grep -c .)" -ge 20 ] || bad "analytic vs compiled ($args): only $(echo "$rows" | grep -c .) compiled rows"
   echo "$rows" | awk -v what="$args" '{ z = ""; for (i = 1; i <= NF; i++) if ($i ~ /^z[0-3]$/) z = $i
