@@ -6,9 +6,9 @@
 # plans interleaved within a round (A B C D A B C D ...) so that the machine's load falls on all of
 # them alike. Per plan and round: CPU seconds per rank and step (user + system of every rank, a
 # 2-step run subtracted, as bench/cost_validate.sh: on a shared machine a step's wall time is mostly
-# waiting for a core) and the trainer's own wall ms/step; the median over the rounds, and the noise:
-# the largest (max - min) / median of any plan's rounds. Verdict: the predicted fastest is the
-# measured fastest, or within the noise of it. Results: docs/performance.md ("Plan search").
+# waiting for a core) and the trainer's own wall ms/step; the median over the rounds, and each
+# plan's spread, (max - min) / median of its rounds. Verdict: the predicted fastest is the measured
+# fastest, or within the noise of it (the larger spread of the two). Results: docs/performance.md ("Plan search").
 #   bench/plan_rank.sh [BUILD_DIR] [STEPS] [K] [ROUNDS] [MODEL] [-D KEY=VALUE ...]
 # e.g. bench/plan_rank.sh build 40 4 5 models/tiny.model -D pp=1
 set -euo pipefail
@@ -73,17 +73,18 @@ done
 med() { sort -g "$1" | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 spread() { sort -g "$1" | awk -v m="$2" '{ v[NR] = $1 } END { print (m > 0 ? (v[NR] - v[1]) / m : 0) }'; }
 printf '%-3s %-40s %10s %14s %10s %14s\n' "#" plan predicted "CPU ms/step" spread "wall ms/step"
-best=0 noise=0
-declare -a cm
+best=0
+declare -a cm sp
 for i in "${!rows[@]}"; do
   cm[$i]=$(med "$tmp/m$i")
   s=$(spread "$tmp/m$i" "${cm[$i]}")
-  noise=$(awk -v a="$noise" -v b="$s" 'BEGIN { print (b > a ? b : a) }')
+  sp[$i]=$s
   awk -v a="${cm[$i]}" -v b="${cm[$best]}" 'BEGIN { exit !(a < b) }' && best=$i
   printf '%-3s %-40s %10s %11.2f ms %9.0f%% %11.2f ms\n' $((i + 1)) "${label[$i]}" "${pred[$i]}" "${cm[$i]}" \
     "$(awk -v s="$s" 'BEGIN { print 100 * s }')" "$(med "$tmp/w$i")"
 done
 gap=$(awk -v a="${cm[0]}" -v b="${cm[$best]}" 'BEGIN { print a / b - 1 }')
+noise=$(awk -v a="${sp[0]}" -v b="${sp[$best]}" 'BEGIN { print (a > b ? a : b) }') # the two plans' own spreads
 if [ "$best" -eq 0 ]; then
   echo "verdict: the predicted fastest (#1) measures fastest"
 elif awk -v g="$gap" -v n="$noise" 'BEGIN { exit !(g <= n) }'; then
