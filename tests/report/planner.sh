@@ -121,6 +121,15 @@ awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' || bad "GPT-3 on p4de-x
 n80=$(echo "$out80" | sed -n 's/.* ranked by the analytic model in [0-9.]* s (passes\/plan_model.c): \([0-9]*\) fit.*/\1/p')
 [ "${n80:-0}" -gt "${nfit:-0}" ] || bad "GPT-3: 80 GiB fits ${n80:-?} candidates analytically, 40 GiB ${nfit:-?}"
 
+# nothing fits even by the model (a 4 GiB A100): the search names the closest and its classes, fast
+sed 's/memory 40 GiB/memory 4 GiB/' models/topo/p4d-x128.topo >"$tmp/p4d-4g.topo"
+t0=$(date +%s.%N)
+out4=$("$shardc" plan models/gpt3-175b.model --target cuda --topology "$tmp/p4d-4g.topo" --search 2>&1) && bad "GPT-3 on 4 GiB: the search succeeded"
+t1=$(date +%s.%N)
+awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' || bad "GPT-3 on 4 GiB: the search took over 10 s"
+echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp 128 tp 8+sp z3 rc full mb 1, needs 5.1 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
+  bad "GPT-3 on 4 GiB: no clear 'closest' line: $(echo "$out4" | sed -n 5p)"
+
 # 3c. the analytic model against the compiled plans (the search's own comparison rows): memory within
 # 15 % and the step within 30 % on GPT-2 124M (one p4d node, CUDA) and tiny (4 CPU ranks), every
 # confirmed candidate; memory under ZeRO-2/3 is left out, since the analytic model has the gradient
