@@ -103,7 +103,6 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   }
   pm->state_ratio = pbytes > 0 ? sbytes / pbytes : 2;
   pm->cb = base->recipe.precision == PREC_BF16 ? 2 : 4;
-  pm->gpu = base->has_topology && !base->topo.cpu_only;
   /* calibration at the base plan: its compiled cost model over the analytic figures */
   pm->k_gemm = pm->k_attn = pm->k_mem = pm->k_kern = 1;
   const MeshMap *mm = base->mesh;

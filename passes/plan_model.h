@@ -32,7 +32,6 @@ typedef struct {
   double pl_mat;              /* one layer's matrix parameters (elements): 6 x FLOPs per token */
   double state_ratio;         /* optimizer state bytes per parameter byte */
   int ntensors;               /* parameter tensors (optimizer kernels) */
-  bool gpu;
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
 } PlanModel;
 
