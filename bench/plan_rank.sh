@@ -23,11 +23,12 @@ cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+cp "$build/shardc" "$tmp/shardc" # the compiler as it was at the start (a rebuild meanwhile does not disturb the run)
 sed 's/cpu x 2/cpu x 4/; s/topology cpu /topology cpu4 /' models/topo/cpu.topo >"$tmp/cpu4.topo"
 "$build/bench/bench_calibrate" "$tmp/cpu.profile" 1 >/dev/null
 head -c 300000 /dev/urandom | base64 >"$tmp/corpus.txt"
 echo "# $(date -u '+%F %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; $model, ${pins[*]:-no pins}, $steps steps, $rounds rounds"
-search=$("$build/shardc" plan "$model" --topology "$tmp/cpu4.topo" --profile "$tmp/cpu.profile" --search --top "$k" \
+search=$("$tmp/shardc" plan "$model" --topology "$tmp/cpu4.topo" --profile "$tmp/cpu.profile" --search --top "$k" \
   --budget 120 "${pins[@]}" 2>&1) || { echo "$search"; exit 1; }
 echo "$search" | sed '/^# analytic ranking vs compiled/,$d' | grep -E '^# +(#|[0-9]+  dp)' | cut -c1-120
 global=$(echo "$search" | sed -n 's/.*global batch \([0-9]*\) sequences.*/\1/p')
@@ -53,7 +54,7 @@ for i in "${!rows[@]}"; do
   label[$i]=$(echo "$r" | sed -E 's/^# +[0-9]+  //; s/ +[0-9.]+ (ms|us|s) .*//')
   pred[$i]=$(echo "$r" | sed -E 's/^# +[0-9]+  //' | grep -oE '[0-9.]+ (ms|us|s)' | head -1)
   # shellcheck disable=SC2046
-  "$build/shardc" build "$model" --topology "$tmp/cpu4.topo" $(flags "${label[$i]}") -o "$tmp/t$i" >"$tmp/b$i.log" 2>&1 ||
+  "$tmp/shardc" build "$model" --topology "$tmp/cpu4.topo" $(flags "${label[$i]}") -o "$tmp/t$i" >"$tmp/b$i.log" 2>&1 ||
     { echo "build of ${label[$i]} failed: $(tail -2 "$tmp/b$i.log")"; exit 1; }
 done
 cpu() { # trainer steps -> CPU seconds of every rank; the trainer's ms/step into $tmp/wall
