@@ -32,10 +32,10 @@
 static int failures;
 
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, int cp,
-                       bool a2a, int64_t batch) {
+                       bool a2a, int zero, int64_t batch) {
   FeDefine d[MAXDEF];
   int n = 0;
-  char sdp[16], stp[16], scp[16], smb[16], sb[16];
+  char sdp[16], stp[16], scp[16], smb[16], sb[16], sz[16];
   bool has_sp = false;
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i], has_sp |= strcmp(defs[i].key, "sp") == 0;
   snprintf(sdp, sizeof sdp, "%d", dp);
@@ -46,6 +46,8 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"tp", stp};
   d[n++] = (FeDefine){"cp", scp};
   if (a2a) d[n++] = (FeDefine){"cp_mode", "all2all"};
+  snprintf(sz, sizeof sz, "%d", zero);
+  d[n++] = (FeDefine){"zero", sz};
   if (cp > 1 && !has_sp) d[n++] = (FeDefine){"sp", "off"}; /* sp with cp is refused (check_refused) */
   d[n++] = (FeDefine){"micro_batch", smb};
   snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp, no accumulation */
@@ -66,7 +68,16 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
 typedef struct {
   int p2p, blocks, gathers, a2a, sdpa;
   int ar_dpcp, ar_cp, ar_dp; /* all-reduces over dp x cp (one group), over cp alone, over dp alone */
+  int rs_dp, ar_cp_shard;     /* ZeRO-2 / 3: reduce-scatters over dp; all-reduces over cp of their shards */
+  int ar_dp_sumsq;            /* ZeRO-2 / 3: the clip's sums of squares of gradient shards, over dp */
+  int split_params;           /* ZeRO-3: parameters stored split over dp */
 } CpCount;
+
+static bool shard_axis_of(const Value *v, int ax) {
+  for (int d = 0; d < v->shape.rank; d++)
+    if (v->sharding.split[d] == ax) return true;
+  return false;
+}
 
 static void count_ring(const Graph *g, CpCount *c) {
   for (int i = 0; i < g->nnodes; i++) {
@@ -77,9 +88,15 @@ static void count_ring(const Graph *g, CpCount *c) {
     if (n->op == OP_ALL_TO_ALL && n->a.mesh_axis == RT_AX_CP) c->a2a++;
     if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) c->blocks++;
     if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) c->sdpa++;
+    if (n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP) c->rs_dp++;
+    if (n->op == OP_PARAM) c->split_params += shard_axis_of(n->out[0], RT_AX_DP);
     if (n->op == OP_ALL_REDUCE) {
+      const Node *src = n->in[0]->def;
       if (n->a.mesh_axis == RT_AX_DP && n->a.mesh_with == 1u << RT_AX_CP) c->ar_dpcp++;
+      else if (n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with && src->op == OP_REDUCE_SCATTER && src->a.mesh_axis == RT_AX_DP)
+        c->ar_cp_shard++;
       else if (n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with) c->ar_cp++;
+      else if (n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with && src->op == OP_SUMSQ) c->ar_dp_sumsq++;
       else if (n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with) c->ar_dp++;
     }
   }
@@ -150,6 +167,7 @@ static void check_shift_memory(const Graph *g, int *hops, int *clobbered) {
 typedef struct {
   int dp, tp, cp;
   bool a2a; /* cp_mode all2all */
+  int zero; /* ZeRO stage (over dp) */
 } CpPlan;
 
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
@@ -157,7 +175,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, 1, false, B);
+  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, 1, false, 0, B);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
     failures++;
@@ -169,10 +187,12 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   for (int k = 0; k < nplans; k++) {
     CpPlan p = plans[k];
     char what[64];
-    snprintf(what, sizeof what, "cp %d x tp %d x dp %d%s", p.cp, p.tp, p.dp, p.a2a ? " all2all" : "");
+    char zs[16] = "";
+    if (p.zero) snprintf(zs, sizeof zs, " zero %d", p.zero);
+    snprintf(what, sizeof what, "cp %d x tp %d x dp %d%s%s", p.cp, p.tp, p.dp, p.a2a ? " all2all" : "", zs);
     Arena pa;
     arena_init(&pa);
-    Module *pm = compile(&pa, path, defs, ndefs, p.dp, p.tp, p.cp, p.a2a, B);
+    Module *pm = compile(&pa, path, defs, ndefs, p.dp, p.tp, p.cp, p.a2a, p.zero, B);
     if (!pm) {
       fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
       failures++;
@@ -194,10 +214,24 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
     /* cp x dp: the gradients (and the loss) reduced over dp and cp in one all-reduce over their combined
      * group each, none over dp or cp alone; cp alone: over cp */
     bool group_ok = p.dp > 1 ? c.ar_dpcp > 0 && c.ar_cp == 0 && c.ar_dp == 0 : c.ar_dpcp == 0 && c.ar_cp > 0;
+    /* ZeRO-2 / 3 under cp x dp: the gradients reduce-scattered over dp, each shard (bucket) then
+     * all-reduced over cp; the loss still over the dp x cp group; nothing all-reduced whole over cp or dp
+     * (but the clip's sums of squares of the shards, over dp); ZeRO-3 also stores parameters split */
+    if (p.zero >= 2 && p.dp > 1)
+      group_ok = c.ar_dpcp > 0 && c.rs_dp > 0 && c.ar_cp_shard > 0 && c.ar_cp == 0 && c.ar_dp == 0 &&
+                 (p.zero < 3 || c.split_params > 0);
+    else
+      group_ok &= c.rs_dp == 0 && c.ar_cp_shard == 0;
     if (!group_ok) {
-      fprintf(stderr, "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d\n", label, what,
-              c.ar_dpcp, c.ar_cp, c.ar_dp);
+      fprintf(stderr,
+              "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d; reduce-scatters over dp %d, "
+              "all-reduces of their shards over cp %d; parameters split over dp %d\n",
+              label, what, c.ar_dpcp, c.ar_cp, c.ar_dp, c.rs_dp, c.ar_cp_shard, c.split_params);
       failures++;
+    } else if (p.zero >= 2 && p.dp > 1) {
+      fprintf(stderr,
+              "  %s %s: %d reduce-scatters over dp, %d all-reduces of their shards over cp, %d over the dp x cp group, "
+              "%d parameters stored split\n", label, what, c.rs_dp, c.ar_cp_shard, c.ar_dpcp, c.split_params);
     } else if (p.dp > 1) {
       fprintf(stderr, "  %s %s: %d all-reduces over the dp x cp group, none over dp or cp alone\n", label, what,
               c.ar_dpcp);
@@ -231,7 +265,7 @@ static void refused(const char *what, const char *path, const FeDefine *d, int n
   Diag diag; /* this plan's own diagnostics, shown */
   diag_init(&diag, NULL, 0);
   Diag *outer = diag_enter(&diag);
-  Module *m = compile(&a, path, d, nd, 1, tp, cp, a2a, 2);
+  Module *m = compile(&a, path, d, nd, 1, tp, cp, a2a, 0, 2);
   diag_leave(outer);
   bool ok = !m && diag.nerrors > 0;
   diag_free(&diag);
@@ -257,15 +291,19 @@ static void check_refused(void) {
 }
 
 int main(void) {
-  const CpPlan all[] = {{1, 1, 2, false}, {1, 1, 4, false}, {1, 2, 2, false}, {2, 1, 2, false},
-                       {1, 1, 2, true},  {1, 1, 4, true},  {1, 2, 2, true},  {2, 1, 2, true}};
+  const CpPlan all[] = {{1, 1, 2, false, 0}, {1, 1, 4, false, 0}, {1, 2, 2, false, 0}, {2, 1, 2, false, 0},
+                       {1, 1, 2, true, 0},  {1, 1, 4, true, 0},  {1, 2, 2, true, 0},  {2, 1, 2, true, 0}};
   const FeDefine tiny[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
-  const CpPlan a2a[] = {{1, 1, 2, true}, {1, 1, 4, true}, {1, 2, 2, true}, {2, 1, 2, true}};
+  const CpPlan a2a[] = {{1, 1, 2, true, 0}, {1, 1, 4, true, 0}, {1, 2, 2, true, 0}, {2, 1, 2, true, 0}};
   run_model("tiny GPT (causal, learned positions, fused QKV)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256,
             all, 8);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (causal, RoPE, GQA)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, all, 4);
+  /* ZeRO-2 and 3 under cp 2 x dp 2: the gradients reduce-scattered over dp, the shards summed over cp */
+  const CpPlan zero[] = {{2, 1, 2, false, 2}, {2, 1, 2, false, 3}, {2, 1, 2, true, 3}};
+  run_model("tiny GPT, ZeRO", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, zero, 3);
+  run_model("Llama shaped, ZeRO", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, zero, 2);
   run_model("Llama shaped, all2all (causal, RoPE, GQA: cp 2 per tp rank)", SHARDC_MODELS_DIR "/llama3-8b.model", llama,
             7, 4, 16, 128, a2a, 1);
   const FeDefine llama8[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "8"},
