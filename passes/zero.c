@@ -19,7 +19,9 @@
  * the all-reduce was (the member leaves its bucket), so only 1/dp of each gradient is kept (a
  * layer's gradients: the backward loop's stacked outputs are 1/dp) and gs is that shard. The
  * clip's sum of squares over a gradient shard is a partial sum over dp: one all_reduce of those
- * scalars (one bucket) makes the norm the global one again.
+ * scalars (one bucket) makes the norm the global one again. Under cp the gradient's all-reduce is
+ * over the dp x cp group: it becomes the reduce_scatter over dp and an all_reduce over cp of the
+ * shard (settle_cp).
  *
  * ZeRO-3 (zero 3): as ZeRO-2, and the parameter itself is stored split (PARAM S(dp)@d, 1/dp of
  * the memory): every reader gathers it right before it reads it — in a layer loop (forward, and
