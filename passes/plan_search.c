@@ -174,8 +174,8 @@ static void sort_ranked(int *idx, int n, const PlanCand *v) {
 }
 
 /* The compiler's refusals, learnt while searching. A refusal of a pipeline or a ring is usually
- * true of many candidates ("pipeline parallelism (pp 4) does not combine with `cp` yet", the same for
- * pp 8): each message, its numbers taken out, keeps the knobs on which all the candidates it refused
+ * true of many candidates ("the 1f1b schedule needs at least pp = 4 micro-batches per step", the
+ * same for pp 8): each message, its numbers taken out, keeps the knobs on which all the candidates it refused
  * agree (-1 where they differ); once it refused REFUSALS of them, a candidate of the same kind (pp > 1
  * or not, cp > 1 or not) that agrees with it on those knobs is not compiled. A compile over the time
  * limit (an unrolled schedule or ring of many micro-steps) does the same at once for its pp, cp and

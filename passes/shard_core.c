@@ -159,9 +159,10 @@ Value *shard_redist(Sh *s, Value *v, Sharding to) {
   Sharding cur = v->sharding;
   /* 1. settle partial sums; dp's and cp's together (a replicated weight's gradient under cp, the
    * loss): one all-reduce over their combined group, not one per axis, where neither is
-   * reduce-scattered (ZeRO-2 and 3 scatter the gradients over dp: theirs stay apart, passes/zero.c) */
+   * reduce-scattered here (ZeRO-2 and 3 turn the gradients' one into a reduce-scatter over dp and
+   * an all-reduce over cp of the shard later, passes/zero.c) */
   unsigned dpcp = (1u << RT_AX_DP) | (1u << RT_AX_CP);
-  bool rs = s->m->plan.zero >= 2;
+  bool rs = false;
   for (int e = 0; e < x->shape.rank; e++) rs |= to.split[e] == RT_AX_DP || to.split[e] == RT_AX_CP;
   if ((cur.partial & dpcp) == dpcp && !(to.partial & dpcp) && !rs) {
     cur.partial &= (uint8_t)~dpcp;

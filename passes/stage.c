@@ -17,7 +17,8 @@
  *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
  *     summed over pp once per step.
  * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
- * without exactly one layer loop pair, and cp, which pipelining does not combine with yet. ZeRO-3
+ * without exactly one layer loop pair. Context parallelism needs nothing here: its ring's sends
+ * and receives (or all-to-alls) are over cp, whose groups lie inside one stage. ZeRO-3
  * (passes/zero.c, after pipe) stores each stage's layers split over dp and gathers them in every
  * instruction's loops, as it does for one micro-step.
  */
@@ -151,14 +152,8 @@ bool pass_stage(Module *m) {
     return false;
   }
   if (pp <= 1) return true;
-  /* cp's ring sends would run on every stage's ranks inside a stage's layers */
-  const char *no = m->plan.cp > 1 ? "cp" : NULL;
-  if (no) {
-    PlanOpt o = PLAN_OPT_CP;
-    error_at(at_opt(m, o), "pipeline parallelism (pp %d) does not combine with `%s` yet", pp, no);
-    note("pp combines with dp, tp, sp, zero 1, 2 and 3 and recompute today; leave out %s or use pp 1", no);
-    return false;
-  }
+  /* (cp: the shard pass made each layer's ring, or all-to-alls, over cp; a stage's cp ranks share
+   * its pp coordinate, so every instruction's ring runs among its own stage's ranks) */
   if (m->plan.schedule == SCHED_1F1B && m->batch.accum < pp) { /* its warm-up needs pp micro-batches in flight */
     error_at(at_opt(m, PLAN_OPT_MICROBATCHES),
              "the 1f1b schedule needs at least pp = %d micro-batches per step, this plan has %lld", pp,

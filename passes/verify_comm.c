@@ -6,12 +6,17 @@
  * every rank; pipeline stages will make one class per stage). Each class's program is expanded
  * once into its ordered list of collectives, repeat bodies `count` times. Then, for every mesh
  * axis and every group over it, the members' classes are compared on the collectives over that
- * axis; a class pair is compared once per axis, so 1024 ranks cost a walk over the groups.
+ * axis; a class pair is compared once per axis, so 1024 ranks cost a walk over the groups. A
+ * collective over several axes (Attrs.mesh_with: the gradients' all-reduce over dp x cp) is one
+ * group of its own, the combined one: its members are compared on the collectives over exactly
+ * those axes, as a single axis's are (checking it within each dp group, or each cp group, would
+ * miss a member of another dp and cp coordinate that disagrees).
  * Sends and receives are matched per (sender, receiver) pair in order.
  */
 #include "verify_comm.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +37,8 @@ static void push(VerifyCollSeq *s, const VerifyColl *c) {
 }
 
 static VerifyColl entry(const Node *n, int64_t iter) {
-  VerifyColl c = {.op = n->op, .mesh_axis = n->a.mesh_axis, .ntensors = 1, .node = n, .iter = iter};
+  VerifyColl c = {.op = n->op, .mesh_axis = n->a.mesh_axis, .group = (1u << n->a.mesh_axis) | n->a.mesh_with,
+                  .ntensors = 1, .node = n, .iter = iter};
   const Value *v = n->op == OP_ALL_GATHER || n->op == OP_RECV ? n->out[0] : n->in[0];
   c.dtype = v->dtype;
   c.numel = ir_numel(&v->shape);
@@ -76,6 +82,9 @@ static void expand(const Graph *g, int64_t iter, int stage, VerifyCollSeq *s) {
     } else if (ir_ops[n->op].flags & F_COLL) {
       if (n->a.mesh_axis < 0 || n->a.mesh_axis >= RT_AX_COUNT)
         die("verify: %s (node %d) names mesh axis %d", ir_ops[n->op].name, n->id, n->a.mesh_axis);
+      if (n->a.mesh_with >> RT_AX_COUNT || (n->a.mesh_with && n->op != OP_ALL_REDUCE))
+        die("verify: %s (node %d) spans mesh axes 0x%x with %s", ir_ops[n->op].name, n->id, n->a.mesh_with,
+            rt_mesh_axis_name(n->a.mesh_axis));
       if (n->nin + n->nout == 0 || (n->op == OP_ALL_REDUCE && n->nin != n->nout))
         die("verify: %s (node %d) has %d inputs and %d outputs", ir_ops[n->op].name, n->id, n->nin, n->nout);
       VerifyColl c = entry(n, iter);
@@ -117,7 +126,7 @@ static void put_entry(Msg *m, const VerifyColl *c) {
     mprintf(m, "nothing (its sequence ends here)");
     return;
   }
-  mprintf(m, "%s over %s", ir_ops[c->op].name, rt_mesh_axis_name(c->mesh_axis));
+  mprintf(m, "%s over %s", ir_ops[c->op].name, rt_mesh_mask_name(c->group));
   if (c->op == OP_ALL_REDUCE) mprintf(m, " %s, %d tensor%s", c->reduce >= 0 && c->reduce <= 2 ? reds[c->reduce] : "?",
                                       c->ntensors, c->ntensors == 1 ? "" : "s");
   mprintf(m, ", %lld x %s", (long long)c->numel, ir_dtype_name(c->dtype));
@@ -138,8 +147,8 @@ static void put_rank(Msg *m, const MeshMap *mm, int r) {
   mprintf(m, "rank %d (dp %d, pp %d, cp %d, tp %d)", r, c[RT_AX_DP], c[RT_AX_PP], c[RT_AX_CP], c[RT_AX_TP]);
 }
 
-static void put_group(Msg *m, const int *mem, int n, int axis) {
-  mprintf(m, "%s group [", rt_mesh_axis_name(axis));
+static void put_group(Msg *m, const int *mem, int n, unsigned mask) {
+  mprintf(m, "%s group [", rt_mesh_mask_name(mask));
   for (int i = 0; i < n && i < 8; i++) mprintf(m, "%s%d", i ? "," : "", mem[i]);
   mprintf(m, "%s]", n > 8 ? ",.." : "");
 }
@@ -147,20 +156,23 @@ static void put_group(Msg *m, const int *mem, int n, int axis) {
 /* ---- comparison ------------------------------------------------------------------------ */
 
 static bool same(const VerifyColl *a, const VerifyColl *b) {
-  return a->op == b->op && a->mesh_axis == b->mesh_axis && a->dtype == b->dtype && a->ntensors == b->ntensors &&
+  return a->op == b->op && a->group == b->group && a->dtype == b->dtype && a->ntensors == b->ntensors &&
          a->numel == b->numel && a->reduce == b->reduce && a->axis == b->axis && a->blocks == b->blocks &&
          a->start == b->start && a->tag == b->tag;
 }
 
-static bool on_axis(const VerifyColl *c, int axis) { return c->mesh_axis == axis && c->op != OP_SEND && c->op != OP_RECV; }
+/* Is c a collective over exactly the axes of mask (sends and receives: check_p2p)? */
+static bool on_group(const VerifyColl *c, unsigned mask) {
+  return c->group == mask && c->op != OP_SEND && c->op != OP_RECV;
+}
 
-/* Compares the collectives over `axis` of two sequences; on a mismatch sets *ia / *ib to the
- * positions (n when a sequence ended), *k to the index among that axis's collectives. */
-static bool compare_axis(const VerifyCollSeq *a, const VerifyCollSeq *b, int axis, int *ia, int *ib, int *k) {
+/* Compares the collectives over the group of mask of two sequences; on a mismatch sets *ia / *ib
+ * to the positions (n when a sequence ended), *k to the index among that group's collectives. */
+static bool compare_group(const VerifyCollSeq *a, const VerifyCollSeq *b, unsigned mask, int *ia, int *ib, int *k) {
   int i = 0, j = 0;
   for (*k = 0;; (*k)++, i++, j++) {
-    while (i < a->n && !on_axis(&a->e[i], axis)) i++;
-    while (j < b->n && !on_axis(&b->e[j], axis)) j++;
+    while (i < a->n && !on_group(&a->e[i], mask)) i++;
+    while (j < b->n && !on_group(&b->e[j], mask)) j++;
     if (i == a->n && j == b->n) return true;
     if (i == a->n || j == b->n || !same(&a->e[i], &b->e[j])) {
       *ia = i;
@@ -170,28 +182,41 @@ static bool compare_axis(const VerifyCollSeq *a, const VerifyCollSeq *b, int axi
   }
 }
 
+/* The groups to check: every single axis, and every set of axes a collective of any class spans
+ * (bit `mask` of the result). */
+static uint32_t group_masks(const VerifyCollSeq *seqs, int nclasses) {
+  uint32_t masks = 0;
+  for (int axis = 0; axis < RT_AX_COUNT; axis++) masks |= 1u << (1u << axis);
+  for (int c = 0; c < nclasses; c++)
+    for (int i = 0; i < seqs[c].n; i++)
+      if (seqs[c].e[i].op != OP_SEND && seqs[c].e[i].op != OP_RECV) masks |= 1u << seqs[c].e[i].group;
+  return masks;
+}
+
 static bool check_groups(const MeshMap *mm, const VerifyCollSeq *seqs, int nclasses, const int *cls, Msg *m) {
+  _Static_assert(RT_AX_COUNT <= 5, "a group mask indexes a 32-bit set");
   int *mem = malloc(sizeof *mem * (size_t)mm->world);
-  unsigned char *done = calloc((size_t)nclasses * (size_t)nclasses, 1); /* bit per axis: pair compared */
+  uint32_t *done = calloc((size_t)nclasses * (size_t)nclasses, sizeof *done); /* bit per group mask: pair compared */
   if (!mem || !done) die("verify: out of memory");
   bool ok = true;
-  for (int axis = 0; axis < RT_AX_COUNT && ok; axis++) {
-    unsigned mask = 1u << axis;
+  uint32_t masks = group_masks(seqs, nclasses);
+  for (unsigned mask = 1; mask < 1u << RT_AX_COUNT && ok; mask++) {
+    if (!(masks & (1u << mask))) continue;
     for (int r = 0; r < mm->world && ok; r++) {
       if (rt_mesh_group_index(mm, r, mask) != 0) continue; /* each group once, from its first member */
       int n = rt_mesh_group(mm, r, mask, mem);
       int ca = cls[mem[0]];
       for (int i = 1; i < n && ok; i++) {
         int cb = cls[mem[i]];
-        unsigned char *d = &done[(size_t)ca * (size_t)nclasses + (size_t)cb];
-        if (cb == ca || (*d & mask)) continue;
-        *d |= (unsigned char)mask;
+        uint32_t *d = &done[(size_t)ca * (size_t)nclasses + (size_t)cb];
+        if (cb == ca || (*d & (1u << mask))) continue;
+        *d |= 1u << mask;
         int ia, ib, k;
-        if (compare_axis(&seqs[ca], &seqs[cb], axis, &ia, &ib, &k)) continue;
+        if (compare_group(&seqs[ca], &seqs[cb], mask, &ia, &ib, &k)) continue;
         ok = false;
         mprintf(m, "collective sequences differ in ");
-        put_group(m, mem, n, axis);
-        mprintf(m, " at its collective #%d over %s: ", k, rt_mesh_axis_name(axis));
+        put_group(m, mem, n, mask);
+        mprintf(m, " at its collective #%d over %s: ", k, rt_mesh_mask_name(mask));
         put_rank(m, mm, mem[0]);
         mprintf(m, " issues ");
         put_entry(m, ia < seqs[ca].n ? &seqs[ca].e[ia] : NULL);

@@ -1,7 +1,8 @@
 /* passes/verify_comm.h — the verify pass's check, callable on hand-made rank classes (tests).
  *
- * Every rank runs the program of its rank class. For each mesh axis, each group's members
- * must issue the same collectives over that axis in the same order: same op, element count,
+ * Every rank runs the program of its rank class. For each mesh axis, and each set of axes one
+ * collective spans (the all-reduce over dp x cp), each group's members must issue the same
+ * collectives over that group in the same order: same op, element count,
  * dtype, reduction and layout (tensor axis, blocks, root). Point-to-point sends must meet a
  * receive of the same size, dtype and tag at the peer, in order. A rank whose sequence differs
  * from its group peers' would hang or corrupt data at run time: a compiler bug.
@@ -17,6 +18,8 @@
 typedef struct {
   OpKind op;        /* a collective or send/recv */
   int mesh_axis;    /* MeshAxis of its group */
+  unsigned group;   /* the mesh axes its group spans (bits 1 << MeshAxis): its axis, and Attrs.mesh_with's
+                       (the gradients' all-reduce over dp x cp) */
   DType dtype;      /* of its first tensor */
   int ntensors;     /* all_reduce: tensors in the bucket; else 1 */
   int64_t numel;    /* elements, all tensors (reduce_scatter: input, all_gather: output) */

@@ -19,7 +19,9 @@
  * the all-reduce was (the member leaves its bucket), so only 1/dp of each gradient is kept (a
  * layer's gradients: the backward loop's stacked outputs are 1/dp) and gs is that shard. The
  * clip's sum of squares over a gradient shard is a partial sum over dp: one all_reduce of those
- * scalars (one bucket) makes the norm the global one again.
+ * scalars (one bucket) makes the norm the global one again. Under cp the gradient's all-reduce is
+ * over the dp x cp group: it becomes the reduce_scatter over dp and an all_reduce over cp of the
+ * shard (settle_cp).
  *
  * ZeRO-3 (zero 3): as ZeRO-2, and the parameter itself is stored split (PARAM S(dp)@d, 1/dp of
  * the memory): every reader gathers it right before it reads it — in a layer loop (forward, and
@@ -114,19 +116,24 @@ static void drop_member(Graph *g, Node *ar, int k) {
   g->nnodes = k2;
 }
 
-/* rs = reduce_scatter(x) over dp along d, typed as `like` split at d, placed where ar is. */
+/* rs = reduce_scatter(x) over dp along d, typed as `like` split at d, placed where ar is. An
+ * all-reduce over dp x cp (ar's mesh_with: cp) leaves the shard partial over cp (settle_cp). */
 static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d, int dp) {
   Node *rs = ir_node_new(g, OP_REDUCE_SCATTER, 1, &x, 1, ar->loc);
   rs->a.mesh_axis = RT_AX_DP;
   rs->a.axis = d;
   split_type(rs->out[0], like, d, dp);
+  rs->out[0]->sharding.partial |= ar->a.mesh_with;
   rs->out[0]->name = like->name;
   ir_move_last(g, position(g, ar));
   return rs->out[0];
 }
 
+/* A sum over dp, or over dp x cp (the cp ranks of a replica hold the same parameters, each with a
+ * partial gradient over its sequence chunk: passes/shard_core.c's combined all-reduce). */
 static bool is_dp_sum(const Node *n) {
-  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with && n->a.reduce == RED_SUM;
+  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && (n->a.mesh_with & ~(1u << RT_AX_CP)) == 0 &&
+         n->a.reduce == RED_SUM;
 }
 
 /* Readers of gr in g: only the update u and sums of squares (the clip); and results. */
@@ -606,7 +613,9 @@ static void bucket_scatters(Graph *g, int dp, int64_t cap) {
     int j = i;
     int64_t bytes = 0;
     DType dt = g->nodes[i]->in[0]->dtype;
-    while (j < g->nnodes && packable(g->nodes[j]) && g->nodes[j]->in[0]->dtype == dt) {
+    uint8_t part = g->nodes[i]->out[0]->sharding.partial; /* (over cp or not: one settling for the run) */
+    while (j < g->nnodes && packable(g->nodes[j]) && g->nodes[j]->in[0]->dtype == dt &&
+           g->nodes[j]->out[0]->sharding.partial == part) {
       int64_t b = ir_numel(&g->nodes[j]->in[0]->shape) * ir_dtype_size(dt);
       if (j > i && bytes + b > cap) break;
       bytes += b;
@@ -620,6 +629,43 @@ static void bucket_scatters(Graph *g, int dp, int64_t cap) {
     pack_scatters(g, i, j, dp);
     i = j + (g->nnodes - before) - 2 * (j - i); /* past the run's reshapes, concat and scatter */
     if (i < 0) i = 0;
+  }
+}
+
+/* ZeRO-2 under dp x cp: a reduce-scatter over dp of a gradient partial over dp and cp leaves this
+ * rank's shard partial over cp (its replica's cp ranks each summed their own sequence chunks); one
+ * all_reduce over cp of the shard (1/dp of the gradient) completes it: P (dp-1)/dp + 2 P/dp (cp-1)/cp
+ * bytes per rank, against the all-reduce over dp x cp's 2 P (dp cp - 1)/(dp cp). Placed right before
+ * the shard's first reader (in a backward body with none: at the end of the iteration), so the
+ * asynchronous scatter still overlaps what comes between; after bucket_scatters: one per bucket. */
+static void settle_cp(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *rs = g->nodes[i];
+    if (rs->body) settle_cp(rs->body);
+    if (rs->op != OP_REDUCE_SCATTER || rs->a.mesh_axis != RT_AX_DP || !(rs->out[0]->sharding.partial & (1u << RT_AX_CP)))
+      continue;
+    Value *x = rs->out[0];
+    int at = g->nnodes;
+    for (int q = i + 1; q < g->nnodes && at == g->nnodes; q++)
+      for (int u = 0; u < g->nodes[q]->nin; u++)
+        if (g->nodes[q]->in[u] == x) at = q;
+    Node *ar = ir_node_new(g, OP_ALL_REDUCE, 1, &x, 1, rs->loc);
+    ar->a.mesh_axis = RT_AX_CP;
+    ar->a.reduce = RED_SUM;
+    Value *y = ar->out[0];
+    y->dtype = x->dtype;
+    y->shape = x->shape;
+    y->sharding = x->sharding;
+    y->sharding.partial &= (uint8_t) ~(1u << RT_AX_CP);
+    y->name = x->name;
+    ir_move_last(g, at);
+    ir_replace_uses(g, x, y); /* (the results too) */
+    ar->in[0] = x;
+    for (int q = at + 1; q < g->nnodes; q++) { /* a bucket's slices and views of the settled row */
+      Node *v = g->nodes[q];
+      if ((v->op == OP_SLICE || v->op == OP_RESHAPE) && !(v->in[0]->sharding.partial & (1u << RT_AX_CP)))
+        v->out[0]->sharding.partial &= (uint8_t) ~(1u << RT_AX_CP);
+    }
   }
 }
 
@@ -696,6 +742,7 @@ bool pass_zero(Module *m) {
   if (stage >= 2) {
     complete_sumsq(g);
     bucket_scatters(g, dp, m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20);
+    settle_cp(g);
   }
   if (off) offload(g);
   return true;

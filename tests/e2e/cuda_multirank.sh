@@ -37,7 +37,8 @@
 # (NCCL's grouped send / recv on a GPU, started before the block they overlap), its attention blocks
 # and their log-sum-exp merge as CUDA kernels; cp2a2a: cp_mode all2all (the all-to-alls packed on the
 # device); cp2bf16: the ring in bf16 (the tolerances of bf16 below); cp2dp2: cp=2 x dp=2 on 4 ranks,
-# the gradients reduced over the dp x cp group (one all-reduce per bucket).
+# the gradients reduced over the dp x cp group (one all-reduce per bucket); cp2pp2: pp=2 x cp=2
+# (each stage's ring among its own cp ranks, 2 micro-batches).
 # accum, accumbf16: dp=2 with 2 micro-steps per step, the last one after the accumulation loop
 # (passes/peel.c: its backward loop adds each layer's gradient to the running sum and all-reduces
 # it; in bf16 the cast to the f32 sum moves into that loop too), in f32 and in bf16.
@@ -101,9 +102,10 @@ case $what in
       cp2a2a) plan+=(-D cp_mode=all2all) ;;
       cp2bf16) plan+=(-D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
       cp2dp2) plan=(-D batch=2 -D micro_batch=1 -D dp=2 -D tp=1 -D cp=2) np=4 ;;
+      cp2pp2) plan=(-D batch=2 -D micro_batch=1 -D dp=1 -D tp=1 -D cp=2 -D pp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|cp2|cp2a2a|cp2bf16|cp2dp2|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|cp2|cp2a2a|cp2bf16|cp2dp2|cp2pp2|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"

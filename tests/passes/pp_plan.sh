@@ -9,8 +9,9 @@
 # uneven one: refused, not implemented), 1F1B with
 # fewer micro-batches than stages, microbatches disagreeing with batch, interleave without the
 # interleaved schedule, interleaved chunks not dividing the layers or micro-batches not
-# in groups of pp, pp with cp, and the CUDA target (at build); recompute, zero 1 and zero 3 apply
-# under pp (fewer planned activations, half the optimizer state or parameters at dp 2); GPT-3's
+# in groups of pp, and the CUDA target (at build); recompute, zero 1 and zero 3 apply
+# under pp (fewer planned activations, half the optimizer state or parameters at dp 2), and so does
+# cp (pp 2 x cp 2 plans); GPT-3's
 # pp 8 x tp 8 + sp plan compiles.
 # Usage: pp_plan.sh SHARDC
 set -uo pipefail
@@ -95,7 +96,9 @@ expect 1 "error: the interleaved schedule cuts the 4 layers of \`repeat blocks\`
   -- plan "${t[@]}" -D pp=4 -D schedule=interleaved --world 4
 expect 1 "error: the interleaved schedule runs micro-batches in groups of pp = 2: this plan has 3 micro-batches" \
   -- plan "${t[@]/batch=8/batch=6}" -D pp=2 -D schedule=interleaved --world 2
-expect 1 "error: pipeline parallelism (pp 2) does not combine with \`cp\` yet" -- plan "${t[@]}" -D pp=2 -D cp=2 --world 4
+# pp with cp: each stage's layers run their ring among the stage's cp ranks (tests/passes/test_cp_equiv.c)
+expect 0 "# pipeline: 2 stages over the 4 layers of \`repeat blocks\`, schedule 1f1b" "#   cp       x2" \
+  -- plan "${t[@]}" -D pp=2 -D cp=2 --world 4
 # the stage override `pp N layers(a, b, ..)`: an even one is the plan without it; the bad ones are
 # errors at `layers(` (or the bad count), with file:line:col
 ov=$(mktemp -d)

@@ -31,28 +31,41 @@
 
 static int failures;
 
-static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, int cp,
-                       bool a2a, int64_t batch) {
+typedef struct {
+  int dp, tp, cp;
+  bool a2a;          /* cp_mode all2all */
+  int zero;          /* ZeRO stage (over dp) */
+  int pp, M;         /* pipeline stages and micro-batches (pp 1: M 1) */
+  const char *sched; /* the pipeline's schedule */
+} CpPlan;
+
+static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const CpPlan *p, int64_t batch) {
   FeDefine d[MAXDEF];
-  int n = 0;
-  char sdp[16], stp[16], scp[16], smb[16], sb[16];
+  int n = 0, dp = p->dp, tp = p->tp, cp = p->cp, pp = p->pp > 1 ? p->pp : 1, M = p->M > 1 ? p->M : 1;
+  bool a2a = p->a2a;
+  char sdp[16], stp[16], scp[16], smb[16], sb[16], sz[16], spp[16];
   bool has_sp = false;
   for (int i = 0; i < ndefs; i++) d[n++] = defs[i], has_sp |= strcmp(defs[i].key, "sp") == 0;
   snprintf(sdp, sizeof sdp, "%d", dp);
   snprintf(stp, sizeof stp, "%d", tp);
   snprintf(scp, sizeof scp, "%d", cp);
-  snprintf(smb, sizeof smb, "%lld", (long long)(batch / dp));
+  snprintf(smb, sizeof smb, "%lld", (long long)(batch / (dp * M)));
+  snprintf(spp, sizeof spp, "%d", pp);
+  d[n++] = (FeDefine){"pp", spp};
+  if (pp > 1) d[n++] = (FeDefine){"schedule", p->sched};
   d[n++] = (FeDefine){"dp", sdp};
   d[n++] = (FeDefine){"tp", stp};
   d[n++] = (FeDefine){"cp", scp};
   if (a2a) d[n++] = (FeDefine){"cp_mode", "all2all"};
+  snprintf(sz, sizeof sz, "%d", p->zero);
+  d[n++] = (FeDefine){"zero", sz};
   if (cp > 1 && !has_sp) d[n++] = (FeDefine){"sp", "off"}; /* sp with cp is refused (check_refused) */
   d[n++] = (FeDefine){"micro_batch", smb};
-  snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp, no accumulation */
+  snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp x M */
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"cross_node_tp", "on"};
   const char *dirs[1] = {SHARDC_MODELS_DIR};
-  FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp * cp, .import_dirs = dirs, .nimport_dirs = 1};
+  FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp * cp * pp, .import_dirs = dirs, .nimport_dirs = 1};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   PipelineOptions po = {.verify = true};
@@ -66,20 +79,39 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
 typedef struct {
   int p2p, blocks, gathers, a2a, sdpa;
   int ar_dpcp, ar_cp, ar_dp; /* all-reduces over dp x cp (one group), over cp alone, over dp alone */
+  int rs_dp, ar_cp_shard;     /* ZeRO-2 / 3: reduce-scatters over dp; all-reduces over cp of their shards */
+  int ar_dp_sumsq;            /* ZeRO-2 / 3: the clip's sums of squares of gradient shards, over dp */
+  int split_params;           /* ZeRO-3: parameters stored split over dp */
+  int cp_unstaged;            /* pp > 1: ring hops and all-to-alls over cp outside any stage's instruction */
 } CpCount;
 
-static void count_ring(const Graph *g, CpCount *c) {
+static bool shard_axis_of(const Value *v, int ax) {
+  for (int d = 0; d < v->shape.rank; d++)
+    if (v->sharding.split[d] == ax) return true;
+  return false;
+}
+
+static void count_ring(const Graph *g, bool staged, CpCount *c) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->body) count_ring(n->body, c);
+    if (n->body) count_ring(n->body, staged || n->stage, c);
+    if ((n->op == OP_SEND || n->op == OP_RECV || n->op == OP_ALL_TO_ALL) && n->a.mesh_axis == RT_AX_CP && !staged &&
+        !n->stage)
+      c->cp_unstaged++;
     if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_CP) c->gathers++;
     if ((n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_CP) c->p2p++;
     if (n->op == OP_ALL_TO_ALL && n->a.mesh_axis == RT_AX_CP) c->a2a++;
     if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) c->blocks++;
     if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) c->sdpa++;
+    if (n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP) c->rs_dp++;
+    if (n->op == OP_PARAM) c->split_params += shard_axis_of(n->out[0], RT_AX_DP);
     if (n->op == OP_ALL_REDUCE) {
+      const Node *src = n->in[0]->def;
       if (n->a.mesh_axis == RT_AX_DP && n->a.mesh_with == 1u << RT_AX_CP) c->ar_dpcp++;
+      else if (n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with && src->op == OP_REDUCE_SCATTER && src->a.mesh_axis == RT_AX_DP)
+        c->ar_cp_shard++;
       else if (n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with) c->ar_cp++;
+      else if (n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with && src->op == OP_SUMSQ) c->ar_dp_sumsq++;
       else if (n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with) c->ar_dp++;
     }
   }
@@ -147,17 +179,13 @@ static void check_shift_memory(const Graph *g, int *hops, int *clobbered) {
   }
 }
 
-typedef struct {
-  int dp, tp, cp;
-  bool a2a; /* cp_mode all2all */
-} CpPlan;
-
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
                       int64_t V, const CpPlan *plans, int nplans) {
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, 1, false, B);
+  const CpPlan one = {1, 1, 1, false, 0, 1, 1, NULL};
+  Module *ref = compile(&ra, path, defs, ndefs, &one, B);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
     failures++;
@@ -165,14 +193,20 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   }
   Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-  tgt.data[3] = -1; /* an ignored position: the loss is a mean over the others, on every layout */
+  /* an ignored position: the loss is a mean over the others, on every layout (not under a pipeline:
+   * its micro-batches' losses are each a mean over its own positions, averaged, as accumulation's) */
+  if (plans[0].pp <= 1) tgt.data[3] = -1;
   for (int k = 0; k < nplans; k++) {
     CpPlan p = plans[k];
     char what[64];
-    snprintf(what, sizeof what, "cp %d x tp %d x dp %d%s", p.cp, p.tp, p.dp, p.a2a ? " all2all" : "");
+    char zs[16] = "";
+    if (p.zero) snprintf(zs, sizeof zs, " zero %d", p.zero);
+    char ps[48] = "";
+    if (p.pp > 1) snprintf(ps, sizeof ps, " x pp %d %s M %d", p.pp, p.sched, p.M);
+    snprintf(what, sizeof what, "cp %d x tp %d x dp %d%s%s%s", p.cp, p.tp, p.dp, ps, p.a2a ? " all2all" : "", zs);
     Arena pa;
     arena_init(&pa);
-    Module *pm = compile(&pa, path, defs, ndefs, p.dp, p.tp, p.cp, p.a2a, B);
+    Module *pm = compile(&pa, path, defs, ndefs, &p, B);
     if (!pm) {
       fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
       failures++;
@@ -180,11 +214,17 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       continue;
     }
     CpCount c = {0};
-    count_ring(pm->graph, &c);
+    count_ring(pm->graph, false, &c);
     /* ring: send / recv and attention blocks, no whole-sequence sdpa; all2all: all_to_all and sdpa
      * (on heads / cp), no ring; neither gathers the sequence */
     bool shape_ok = p.a2a ? c.a2a > 0 && c.sdpa > 0 && c.p2p == 0 && c.blocks == 0
                           : c.p2p > 0 && c.blocks > 0 && c.sdpa == 0 && c.a2a == 0;
+    /* pp: each stage's instructions run their layers' ring among the stage's cp ranks */
+    if (p.pp > 1 && c.cp_unstaged > 0) {
+      fprintf(stderr, "FAIL %s %s: %d ring hops or all-to-alls over cp outside a stage's instructions\n", label, what,
+              c.cp_unstaged);
+      failures++;
+    }
     if (!shape_ok || c.gathers > 0) {
       fprintf(stderr,
               "FAIL %s %s: %d sends/recvs over cp, %d attention blocks, %d all-to-alls over cp, %d sdpa, %d all-gathers "
@@ -194,10 +234,24 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
     /* cp x dp: the gradients (and the loss) reduced over dp and cp in one all-reduce over their combined
      * group each, none over dp or cp alone; cp alone: over cp */
     bool group_ok = p.dp > 1 ? c.ar_dpcp > 0 && c.ar_cp == 0 && c.ar_dp == 0 : c.ar_dpcp == 0 && c.ar_cp > 0;
+    /* ZeRO-2 / 3 under cp x dp: the gradients reduce-scattered over dp, each shard (bucket) then
+     * all-reduced over cp; the loss still over the dp x cp group; nothing all-reduced whole over cp or dp
+     * (but the clip's sums of squares of the shards, over dp); ZeRO-3 also stores parameters split */
+    if (p.zero >= 2 && p.dp > 1)
+      group_ok = c.ar_dpcp > 0 && c.rs_dp > 0 && c.ar_cp_shard > 0 && c.ar_cp == 0 && c.ar_dp == 0 &&
+                 (p.zero < 3 || c.split_params > 0);
+    else
+      group_ok &= c.rs_dp == 0 && c.ar_cp_shard == 0;
     if (!group_ok) {
-      fprintf(stderr, "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d\n", label, what,
-              c.ar_dpcp, c.ar_cp, c.ar_dp);
+      fprintf(stderr,
+              "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d; reduce-scatters over dp %d, "
+              "all-reduces of their shards over cp %d; parameters split over dp %d\n",
+              label, what, c.ar_dpcp, c.ar_cp, c.ar_dp, c.rs_dp, c.ar_cp_shard, c.split_params);
       failures++;
+    } else if (p.zero >= 2 && p.dp > 1) {
+      fprintf(stderr,
+              "  %s %s: %d reduce-scatters over dp, %d all-reduces of their shards over cp, %d over the dp x cp group, "
+              "%d parameters stored split\n", label, what, c.rs_dp, c.ar_cp_shard, c.ar_dpcp, c.split_params);
     } else if (p.dp > 1) {
       fprintf(stderr, "  %s %s: %d all-reduces over the dp x cp group, none over dp or cp alone\n", label, what,
               c.ar_dpcp);
@@ -216,7 +270,9 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
               clobbered, shifts);
       failures++;
     }
-    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &tok, &tgt, label, what, TOL, true);
+    Tensor ptok = tok, ptgt = tgt; /* a pipeline's micro-batches: [M, B / M, S] */
+    if (p.pp > 1) ptok.shape = ptgt.shape = tb_shape(3, p.M, (int)(B / p.M), (int)S);
+    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ptok, &ptgt, label, what, TOL, true);
     arena_free(&pa);
   }
   tensor_free(&tok);
@@ -231,7 +287,8 @@ static void refused(const char *what, const char *path, const FeDefine *d, int n
   Diag diag; /* this plan's own diagnostics, shown */
   diag_init(&diag, NULL, 0);
   Diag *outer = diag_enter(&diag);
-  Module *m = compile(&a, path, d, nd, 1, tp, cp, a2a, 2);
+  const CpPlan p = {1, tp, cp, a2a, 0, 1, 1, NULL};
+  Module *m = compile(&a, path, d, nd, &p, 2);
   diag_leave(outer);
   bool ok = !m && diag.nerrors > 0;
   diag_free(&diag);
@@ -257,15 +314,29 @@ static void check_refused(void) {
 }
 
 int main(void) {
-  const CpPlan all[] = {{1, 1, 2, false}, {1, 1, 4, false}, {1, 2, 2, false}, {2, 1, 2, false},
-                       {1, 1, 2, true},  {1, 1, 4, true},  {1, 2, 2, true},  {2, 1, 2, true}};
+  const CpPlan all[] = {{1, 1, 2, false, 0, 1, 1, NULL}, {1, 1, 4, false, 0, 1, 1, NULL}, {1, 2, 2, false, 0, 1, 1, NULL}, {2, 1, 2, false, 0, 1, 1, NULL},
+                       {1, 1, 2, true, 0, 1, 1, NULL},  {1, 1, 4, true, 0, 1, 1, NULL},  {1, 2, 2, true, 0, 1, 1, NULL},  {2, 1, 2, true, 0, 1, 1, NULL}};
   const FeDefine tiny[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
-  const CpPlan a2a[] = {{1, 1, 2, true}, {1, 1, 4, true}, {1, 2, 2, true}, {2, 1, 2, true}};
+  const CpPlan a2a[] = {{1, 1, 2, true, 0, 1, 1, NULL}, {1, 1, 4, true, 0, 1, 1, NULL}, {1, 2, 2, true, 0, 1, 1, NULL}, {2, 1, 2, true, 0, 1, 1, NULL}};
   run_model("tiny GPT (causal, learned positions, fused QKV)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256,
             all, 8);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (causal, RoPE, GQA)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, all, 4);
+  /* ZeRO-2 and 3 under cp 2 x dp 2: the gradients reduce-scattered over dp, the shards summed over cp */
+  const CpPlan zero[] = {{2, 1, 2, false, 2, 1, 1, NULL}, {2, 1, 2, false, 3, 1, 1, NULL}, {2, 1, 2, true, 3, 1, 1, NULL}};
+  run_model("tiny GPT, ZeRO", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, zero, 3);
+  run_model("Llama shaped, ZeRO", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, zero, 2);
+  /* pp x cp: each stage's layers run the ring (or the all-to-alls) among the stage's cp ranks */
+  const CpPlan pipe[] = {{1, 1, 2, false, 0, 2, 2, "gpipe"}, {1, 1, 2, false, 0, 2, 2, "1f1b"},
+                         {2, 1, 2, false, 2, 2, 2, "1f1b"},  {1, 1, 2, true, 0, 2, 2, "zb"},
+                         {1, 1, 2, false, 0, 2, 2, "interleaved"}, {2, 1, 2, false, 3, 2, 2, "gpipe"}};
+  const FeDefine tiny4[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}};
+  run_model("tiny GPT, pp", SHARDC_MODELS_DIR "/tiny.model", tiny4, 4, 4, 16, 256, pipe, 6);
+  const CpPlan lpipe[] = {{1, 2, 2, false, 0, 2, 4, "1f1b"}, {1, 1, 2, true, 0, 2, 2, "interleaved"}};
+  const FeDefine llama4[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
+                             {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
+  run_model("Llama shaped, pp", SHARDC_MODELS_DIR "/llama3-8b.model", llama4, 7, 4, 16, 128, lpipe, 2);
   run_model("Llama shaped, all2all (causal, RoPE, GQA: cp 2 per tp rank)", SHARDC_MODELS_DIR "/llama3-8b.model", llama,
             7, 4, 16, 128, a2a, 1);
   const FeDefine llama8[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "8"},

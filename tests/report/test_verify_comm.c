@@ -3,7 +3,8 @@
  * Each case builds per-class programs with the IR builder, assigns classes to ranks of a mesh,
  * and asserts that verify_collectives accepts consistent programs and rejects each kind of
  * mismatch (element count, reduction, order, dtype, a repeat that runs fewer iterations, a
- * send without its receive), naming the rank, the group and the collective index. Exits 1 on
+ * send without its receive, a mismatch that only the combined dp x cp group of an all-reduce
+ * over both sees), naming the rank, the group and the collective index. Exits 1 on
  * any failed expectation.
  */
 #include <stdio.h>
@@ -60,6 +61,15 @@ static Graph *prog_ar_ag(Arena *ar, int rows, ReduceOp red, DType dt) {
   Value *x = tb_input(g, "x", dt, tb_shape(2, rows, 8));
   Value *y = all_reduce(g, x, RT_AX_TP, red);
   ir_add_result(g, all_gather(g, y, RT_AX_DP, 2), "y");
+  return g;
+}
+
+/* x = input f32[rows, 8]; all_reduce over dp x cp (one group: Attrs.mesh_with). */
+static Graph *prog_dpcp(Arena *ar, int rows) {
+  Graph *g = ir_graph_new(ar, NULL);
+  Value *x = tb_input(g, "x", DT_F32, tb_shape(2, rows, 8));
+  Attrs a = {.mesh_axis = RT_AX_DP, .mesh_with = 1u << RT_AX_CP, .reduce = RED_SUM};
+  ir_add_result(g, tb_op1(g, OP_ALL_REDUCE, x, &a), "y");
   return g;
 }
 
@@ -173,6 +183,34 @@ int main(void) {
               s.e[0].numel == 32 && s.e[5].numel == 64;
     expect(ok, "expansion of repeat x5 reverse: 5 all_reduces (iterations 4..0) then the all_gather", "");
     verify_seq_free(&s);
+  }
+
+  fprintf(stderr, "dp 2 x cp 2 (the gradients' all-reduce over the combined group):\n");
+  MeshMap mc; /* rank = dp_i * 2 + cp_i: dp groups [0,2] [1,3], cp groups [0,1] [2,3], dp*cp [0,1,2,3] */
+  if (!rt_mesh_init(&mc, 2, 1, 2, 1, 4)) die("mesh");
+  {
+    const Graph *p[] = {prog_dpcp(&ar, 4)};
+    int cls[4] = {0};
+    check("one SPMD program", &mc, p, 1, cls, true, NULL);
+  }
+  {
+    /* ranks 1 and 3 (cp 1) reduce half the elements over dp x cp: each dp group ([0,2], [1,3])
+     * agrees within itself; only the combined group [0,1,2,3] holds both */
+    const Graph *p[] = {prog_dpcp(&ar, 4), prog_dpcp(&ar, 2)};
+    int cls[4] = {0, 1, 0, 1};
+    const char *n[] = {"dp*cp group [0,1,2,3]", "#0 over dp*cp", "rank 0", "rank 1", "all_reduce over dp*cp", "32 x f32",
+                       NULL};
+    check("element count differs within dp x cp only", &mc, p, 2, cls, false, n);
+  }
+  {
+    /* rank 3 reduces over dp alone where its peers reduce over dp x cp */
+    Graph *q = ir_graph_new(&ar, NULL);
+    Value *x = tb_input(q, "x", DT_F32, tb_shape(2, 4, 8));
+    ir_add_result(q, all_reduce(q, all_reduce(q, x, RT_AX_DP, RED_SUM), RT_AX_CP, RED_SUM), "y");
+    const Graph *p[] = {prog_dpcp(&ar, 4), q};
+    int cls[4] = {0, 0, 0, 1};
+    const char *n[] = {"dp group [1,3]", "rank 1", "rank 3", "issues all_reduce over dp sum", NULL};
+    check("over dp alone instead of dp x cp (rank 3)", &mc, p, 2, cls, false, n);
   }
 
   fprintf(stderr, "pp 2 (point to point):\n");

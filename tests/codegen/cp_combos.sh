@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Context parallelism with ZeRO-2 / 3 and with pipeline parallelism, compiled and run under mpirun
+# against the single-rank binary (label mpi; tests/codegen/cp.sh runs cp alone, with tp and dp):
+#
+#   cp=2 x dp=2 under ZeRO-2 (a Llama-shaped model at 256 tokens) and ZeRO-3 (the tiny GPT, 2
+#   gradient-accumulation micro-steps): each gradient bucket reduce-scattered over dp and its shard
+#   all-reduced over cp (asserted in the plan); pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches)
+#   and of the Llama (cp_mode all2all, zb, 2 micro-batches): each stage's layers run their ring (or
+#   all-to-alls) among the stage's cp ranks. 20 AdamW steps, every loss within 1e-5 of the single
+#   rank's (lib.sh's tolerance, justified in layouts.sh; cp.sh says why cp reorders fp32 sums).
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/codegen/lib.sh
+source tests/codegen/lib.sh
+
+m=(models/llama3-8b.model -D vocab=256 -D seq=256 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96
+   -D batch=2 -D micro_batch=2 -D dp=1 -D zero=0 -D sp=off)
+"$shardc" build "${m[@]}" -D tp=1 -D cp=1 --world 1 -o "$t/one" 2>/dev/null
+"$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
+"$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 --world 1 -o "$t/tiny1" 2>/dev/null
+"$t/tiny1" "${run[@]}" --threads 2 --log "$t/tiny1.jsonl" >/dev/null
+# ZeRO-2 / 3 under cp=2 x dp=2 (passes/zero.c): each gradient bucket reduce-scattered over dp, its shard
+# all-reduced over cp (the cp ranks of a replica hold the same parameters and each a partial gradient
+# over its chunks); the loss still over the dp x cp group; ZeRO-3's parameters stored split over dp
+# and gathered per reader. Llama-shaped zero 2 and tiny zero 3 with 2 accumulation micro-steps.
+mz=("${m[@]/micro_batch=2/micro_batch=1}")
+mz=("${mz[@]/zero=0/zero=2}")
+"$shardc" build "${mz[@]}" -D tp=1 -D dp=2 -D cp=2 --world 4 -o "$t/cp2dp2z2" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/cp2dp2z2" "${run[@]}" --log "$t/cp2dp2z2.jsonl" >/dev/null
+compare "llama seq 256 cp2dp2 zero 2" "$t/cp2dp2z2.jsonl" "$t/one.jsonl"
+tz=(models/tiny.model -D seq=64 -D batch=4 -D micro_batch=1 -D dp=2 -D cp=2 -D zero=3 --world 4)
+"$shardc" build "${tz[@]}" -o "$t/tinyz3" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/tinyz3" "${run[@]}" --log "$t/tinyz3.jsonl" >/dev/null
+compare "tiny cp2 x dp2 zero 3 acc 2" "$t/tinyz3.jsonl" "$t/tiny1.jsonl"
+for c in "${mz[*]} -D tp=1 -D dp=2 -D cp=2 --world 4" "${tz[*]}"; do
+  # shellcheck disable=SC2086
+  ir=$("$shardc" plan $c --dump-ir 2>/dev/null)
+  nrs=$(grep -c "= reduce_scatter(.*over=dp axis" <<<"$ir" || true)
+  ncp=$(grep -c "= all_reduce(%[0-9]*)  over=cp reduce=sum" <<<"$ir" || true)
+  nw=$(grep -c "all_reduce(.*over=dp with=cp reduce=sum" <<<"$ir" || true)
+  [ "$nrs" -gt 0 ] && [ "$ncp" -eq "$nrs" ] && [ "$nw" -gt 0 ] ||
+    { echo "FAIL: zero under cp2dp2: $nrs reduce-scatters over dp, $ncp all-reduces over cp, $nw over dp x cp"; exit 1; }
+  echo "zero under cp2dp2: $nrs gradient reduce-scatters over dp, each shard all-reduced over cp; $nw over dp x cp"
+done
+# pp=2 x cp=2 (4 ranks: ranks 0, 1 the first stage's cp ring, 2, 3 the second's): each stage's
+# instructions run their layers' ring (or all-to-alls) among the stage's cp ranks; the tiny GPT
+# (1f1b, 4 micro-batches) and the Llama-shaped model (all2all, zb, 2 micro-batches)
+"$shardc" build models/tiny.model -D seq=64 -D batch=4 -D micro_batch=1 -D dp=1 -D pp=2 -D cp=2 --world 4 \
+  -o "$t/tinypp" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/tinypp" "${run[@]}" --log "$t/tinypp.jsonl" >/dev/null
+compare "tiny pp2 x cp2 1f1b" "$t/tinypp.jsonl" "$t/tiny1.jsonl"
+"$shardc" build "${m[@]/micro_batch=2/micro_batch=1}" -D tp=1 -D pp=2 -D cp=2 -D cp_mode=all2all -D schedule=zb \
+  --world 4 -o "$t/pp2cp2" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/pp2cp2" "${run[@]}" --log "$t/pp2cp2.jsonl" >/dev/null
+compare "llama pp2 x cp2 all2all zb" "$t/pp2cp2.jsonl" "$t/one.jsonl"
+echo "context parallelism with ZeRO and pp: ok"
