@@ -48,7 +48,7 @@ static double sgemm_gflops(int n, int reps) {
 }
 
 #ifdef __AVX512F__
-enum { CHAINS = 16, ITERS = 20000000 };
+enum { CHAINS = 16, ITERS = 400000000 }; /* ~0.1 s per thread at the peak: thread start-up does not count */
 
 /* FLOP/s of independent 512-bit FMA chains on every thread (2 FLOP per lane). */
 static double fma_gflops(void) {
@@ -59,6 +59,7 @@ static double fma_gflops(void) {
     __m512 acc[CHAINS], a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
     for (int c = 0; c < CHAINS; c++) acc[c] = _mm512_set1_ps((float)c);
     for (long i = 0; i < ITERS / CHAINS; i++)
+#pragma GCC unroll 16 /* the chains in registers, not on the stack */
       for (int c = 0; c < CHAINS; c++) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
     for (int c = 0; c < CHAINS; c++) sink += _mm512_reduce_add_ps(acc[c]);
   }
@@ -81,6 +82,7 @@ static double bf16_gflops(void) {
     __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
     for (int c = 0; c < CHAINS; c++) acc[c] = _mm512_set1_ps((float)c);
     for (long i = 0; i < ITERS / CHAINS; i++)
+#pragma GCC unroll 16
       for (int c = 0; c < CHAINS; c++) acc[c] = _mm512_dpbf16_ps(acc[c], a, a);
     for (int c = 0; c < CHAINS; c++) sink += _mm512_reduce_add_ps(acc[c]);
   }
@@ -109,10 +111,14 @@ int main(int argc, char **argv) {
       printf("  sgemm %4d^3                    %7.1f GFLOP/s\n", sizes[i], g);
       if (g > best) best = g;
     }
-    fma = fma_gflops();
+    fma = fma_gflops(); /* best of two: the first also starts the threads */
+    double again = fma_gflops();
+    if (again > fma) fma = again;
     if (fma > 0) printf("  fp32 FMA loop (512-bit)        %7.1f GFLOP/s\n", fma);
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
     bf16 = bf16_gflops();
+    again = bf16_gflops();
+    if (again > bf16) bf16 = again;
     printf("  bf16 dot loop (vdpbf16ps)      %7.1f GFLOP/s\n", bf16);
 #endif
     best_sgemm = best;
