@@ -27,3 +27,15 @@ endforeach()
 add_executable(bench_calibrate ${CMAKE_CURRENT_SOURCE_DIR}/calibrate.c)
 target_link_libraries(bench_calibrate PRIVATE shardrt)
 shardc_warnings(bench_calibrate)
+
+# The fp32 ceiling of a CPU step (docs/performance.md, "Where the CPU step goes"):
+#   bench_sgemm_peak [threads] [gflop] [reps]   sgemm at 1024..4096, FMA and bf16-dot loop peaks
+if(BENCH_BLAS_openblas_omp AND BENCH_CBLAS_openblas_omp)
+  add_executable(bench_sgemm_peak ${CMAKE_CURRENT_SOURCE_DIR}/sgemm_peak.c)
+  target_include_directories(bench_sgemm_peak SYSTEM PRIVATE ${BENCH_CBLAS_openblas_omp})
+  target_link_libraries(bench_sgemm_peak PRIVATE ${BENCH_BLAS_openblas_omp} OpenMP::OpenMP_C)
+  if(SHARDC_NATIVE)
+    target_compile_options(bench_sgemm_peak PRIVATE -march=native)
+  endif()
+  shardc_warnings(bench_sgemm_peak)
+endif()

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "kernels/kernels.h"
+#include "ops/ops.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -129,6 +130,12 @@ int main(int argc, char **argv) {
   BENCH("gelu fwd 256x3072", (int)L, 0, 8 * act, rt_gelu_fwd(BT * 4 * C, x, y));
   BENCH("gelu bwd 256x3072", (int)L, 0, 12 * act, rt_gelu_bwd(BT * 4 * C, x, dy, dx));
   BENCH("bias grad sum_rows 256x3072", 2 * (int)L, 0, 4 * act, rt_sum_rows(BT, 4 * C, dy, 1.0f, db));
+  /* what the compiled trainer calls for a bias's and the position embedding's gradient (x0: counted
+   * once, in the line above) */
+  BENCH("bias grad rt_reduce_to_f32 256x3072 (trainer)", 0, 0, 4 * act,
+        rt_reduce_to_f32(db, &(RtShape){1, {4 * C}}, dy, &(RtShape){3, {B, T, 4 * C}}));
+  BENCH("wpe grad rt_reduce_to_f32 4x64x768 (trainer)", 0, 0, act,
+        rt_reduce_to_f32(y, &(RtShape){2, {T, C}}, dy, &(RtShape){3, {B, T, C}}));
   BENCH("residual add 256x768", 2 * (int)L + 2 * (int)L, 0, 3 * act, rt_add(BT * C, x, dy, y));
   /* attention on q, k, v laid out [B, T, C] (the codegen slices qkv) */
   double attf = 4.0 * B * H * T * T * hd / 2; /* causal: half of QK^T and PV */

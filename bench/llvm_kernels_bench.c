@@ -1,6 +1,6 @@
 /* bench/llvm_kernels_bench.c — each kind of kernel the --cpu-kernels llvm backend generates
  * (codegen/target_llvm.c: a fused elementwise run, one elementwise node, AdamW, LayerNorm forward
- * and backward) against the
+ * and backward, cross-entropy forward and fused forward + backward) against the
  * hand-written C kernels it replaces, on GPT-2 124M shapes at B=4, T=64 (256 rows). The result
  * decides target_llvm.c's GENERATE table: a kind is generated where LLVM's kernel is faster.
  *
@@ -36,8 +36,8 @@ static float *buf(int64_t n, float lo, float hi) {
   return p;
 }
 
-enum { NC = 8 }; /* cases */
-enum { ROWS = 256, C = 768, H = 3072, NWTE = 50304 * 768, NFC = 768 * 3072 };
+enum { NC = 10 }; /* cases */
+enum { ROWS = 256, C = 768, H = 3072, NWTE = 50304 * 768, NFC = 768 * 3072, VP = 50304, VOCAB = 50257 };
 
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 15;
@@ -57,6 +57,7 @@ int main(int argc, char **argv) {
                           llk_adamw(k, &(LlkAdamW){0.9f, 0.95f, 1e-8f, 0.1f}), llk_norm(k, &(LlkNorm){C, 1e-5f, false})};
   const char *nb[3]; /* LayerNorm backward [256, 768]: stats, param grads, dx */
   llk_norm_bwd(k, &(LlkNormBwd){C, ROWS, 1e-5f, false}, nb);
+  const char *xe[2] = {llk_xent(k, &(LlkXent){VP, VOCAB, false}), llk_xent(k, &(LlkXent){VP, VOCAB, true})};
   char dir[] = "/tmp/llk-bench-XXXXXX", obj[256], so[256], cmd[700];
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(obj, sizeof obj, "%s/k.o", dir), snprintf(so, sizeof so, "%s/k.so", dir);
@@ -70,6 +71,11 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 6; i++) kf[i] = (Kern)dlsym(h, names[i]);
   Kern kb[3];
   for (int i = 0; i < 3; i++) kb[i] = (Kern)dlsym(h, nb[i]);
+  Kern kx[2] = {(Kern)dlsym(h, xe[0]), (Kern)dlsym(h, xe[1])};
+  float *logits = buf((int64_t)ROWS * VP, -4, 4), *dlogits = buf((int64_t)ROWS * VP, 0, 0), loss, dloss = 1;
+  int32_t tg[ROWS];
+  for (int i = 0; i < ROWS; i++) tg[i] = (int32_t)(i * 7919 % VOCAB);
+  void *xws = malloc(rt_cross_entropy_ws_bytes(ROWS));
   float *st = buf(2 * ROWS, 0, 0), *dw = buf(C, 0, 0), *db = buf(C, 0, 0);
   void *ws = malloc(rt_norm_ws_bytes(ROWS, C));
 
@@ -79,8 +85,9 @@ int main(int argc, char **argv) {
   RtShape sh = {2, {ROWS, H}}, sb = {1, {H}}, sc = {2, {ROWS, C}}, sbc = {1, {C}};
   const char *what[NC] = {"fused run: gelu(x + b_fc) [256,3072]", "one node: x + b [256,768]", "one node: gelu [256,3072]",
                          "one node: gelu_bwd [256,3072]", "adamw: wte (38.6M)", "adamw: c_fc (2.4M)",
-                          "layernorm [256,768]", "layernorm_bwd [256,768]"};
-  const int kind[NC] = {0, 1, 1, 1, 2, 2, 3, 4};
+                          "layernorm [256,768]", "layernorm_bwd [256,768]", "xent fwd [256,50304]",
+                          "xent fwd+bwd fused [256,50304]"};
+  const int kind[NC] = {0, 1, 1, 1, 2, 2, 3, 4, 5, 5};
   double best[NC][2];
   for (int c = 0; c < NC; c++) best[c][0] = best[c][1] = 1e30;
   for (int r = 0; r < reps; r++)
@@ -117,6 +124,14 @@ int main(int argc, char **argv) {
             rt_layernorm_bwd_f32(z, dw, db, x, b, y, ROWS, C, 1e-5f, ws);
           }
           break;
+        case 8:
+          if (l) rt_xent_rows_f32(kx[0], &loss, NULL, logits, tg, &dloss, ROWS, VP, xws);
+          else rt_cross_entropy_f32(&loss, logits, tg, ROWS, VP, VOCAB, xws);
+          break;
+        case 9:
+          if (l) rt_xent_rows_f32(kx[1], &loss, dlogits, logits, tg, &dloss, ROWS, VP, xws);
+          else rt_cross_entropy_fused_f32(&loss, dlogits, logits, tg, &dloss, ROWS, VP, VOCAB, xws);
+          break;
         default: {
           int64_t n = c == 4 ? NWTE : NFC;
           if (l) rt_par_for(kf[4], n, n, (void *[]){p, g, m, v, hyper});
@@ -126,7 +141,7 @@ int main(int argc, char **argv) {
         double dt = now() - t0;
         if (dt < best[c][l]) best[c][l] = dt;
       }
-  static const char *kinds[] = {"GEN_EW_RUN", "GEN_EW_ONE", "GEN_ADAMW", "GEN_NORM", "GEN_NORM_BWD"};
+  static const char *kinds[] = {"GEN_EW_RUN", "GEN_EW_ONE", "GEN_ADAMW", "GEN_NORM", "GEN_NORM_BWD", "GEN_XENT"};
   printf("%d threads, best of %d, C and LLVM alternating\n", threads, reps);
   printf("%-40s %10s %10s %8s  %s\n", "kernel", "C ms", "LLVM ms", "C/LLVM", "kind");
   for (int c = 0; c < NC; c++)

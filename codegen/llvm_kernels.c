@@ -17,13 +17,14 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
 
-typedef enum { K_EW, K_ADAMW, K_NORM, K_NSTATS, K_NPARAM, K_NDX } KernelKind; /* K_N*: a norm backward's */
+typedef enum { K_EW, K_ADAMW, K_NORM, K_NSTATS, K_NPARAM, K_NDX, K_XENT } KernelKind; /* K_N*: a norm backward's */
 
 typedef struct {
   KernelKind kind;
@@ -31,6 +32,7 @@ typedef struct {
   LlkAdamW adamw; /* K_ADAMW */
   LlkNorm norm;   /* K_NORM */
   LlkNormBwd nb;  /* K_NSTATS, K_NPARAM, K_NDX */
+  LlkXent xent;   /* K_XENT */
   char name[32];  /* its symbol */
 } Kernel;
 
@@ -123,6 +125,16 @@ void llk_norm_bwd(Llk *k, const LlkNormBwd *a, const char *names[3]) {
     n->nb = *a;
     names[part] = n->name;
   }
+}
+
+const char *llk_xent(Llk *k, const LlkXent *x) {
+  for (int i = 0; i < k->n; i++) {
+    const LlkXent *y = &k->k[i]->xent;
+    if (k->k[i]->kind == K_XENT && y->V == x->V && y->len == x->len && y->bwd == x->bwd) return k->k[i]->name;
+  }
+  Kernel *n = add(k, K_XENT);
+  n->xent = *x;
+  return n->name;
 }
 
 /* ---- building IR ---------------------------------------------------------------------------- */
@@ -391,8 +403,23 @@ static void nparam_body(Bld *B, const Ctx *c, LLVMValueRef j) {
   if (!n->rms) store(B, ab, c->base[5], j);
 }
 
-/* The body at item i; a value to sum for a norm's reductions, else NULL. */
+/* A cross-entropy row's pass at element j (p = {logits, targets, rowloss, dlogits, g}; scalars: the
+ * row's max, log-sum-exp, g): gives x (XE_MAX) or e^(x - max) (XE_SUM), or stores dlogits (XE_GRAD:
+ * g e^(x - lse); XE_ZERO: 0). */
+enum { XE_MAX = DX_OUT + 1, XE_SUM, XE_GRAD, XE_ZERO };
+static LLVMValueRef xent_body(Bld *B, const Ctx *c, LLVMValueRef j) {
+  LLVMValueRef flat = LLVMBuildAdd(B->b, c->row_base, j, "");
+  if (c->phase == XE_ZERO) return store(B, cst(B, 0.0f), c->base[3], flat), NULL;
+  LLVMValueRef x = load(B, c->base[0], flat);
+  if (c->phase == XE_MAX) return x;
+  if (c->phase == XE_SUM) return fexp(B, sub_(B, x, splat(B, c->scalars[0])));
+  store(B, mul_(B, splat(B, c->scalars[2]), fexp(B, sub_(B, x, splat(B, c->scalars[1])))), c->base[3], flat);
+  return NULL;
+}
+
+/* The body at item i; a value to reduce for a norm's or a cross-entropy's reductions, else NULL. */
 static LLVMValueRef body(Bld *B, const Ctx *c, LLVMValueRef i) {
+  if (c->k->kind == K_XENT) return xent_body(B, c, i);
   if (c->k->kind == K_NORM || c->k->kind == K_NSTATS) return norm_body(B, c, i);
   if (c->k->kind == K_NDX) return ndx_body(B, c, i);
   if (c->k->kind == K_NPARAM) return nparam_body(B, c, i), NULL;
@@ -412,9 +439,18 @@ static void loop_back(Bld *B, LLVMBasicBlockRef head, LLVMBasicBlockRef from, LL
   if (acc) LLVMAddIncoming(acc, av, blocks, 2);
 }
 
+enum { VR_NONE, VR_ADD, VR_MAX }; /* what vec_loop makes of its body's values */
+
+/* acc + v, or max(acc, v) as the C kernels write it (v > acc ? v : acc) */
+static LLVMValueRef reduce2(Bld *B, int red, LLVMValueRef acc, LLVMValueRef v) {
+  return red == VR_MAX ? pick(B, LLVMRealOGT, v, acc) : add_(B, acc, v);
+}
+
 /* for (i = start; i + W <= end; i += W) body<W>(i); for (; i < end; i++) body<1>(i); and when the
- * body gives values (sum), their sum: W lanes, reduced, then the tail's added in order. */
-static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValueRef end, bool sum) {
+ * body gives values (red), their sum or max: W lanes, reduced, then the tail's taken in order. */
+static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValueRef end, int red) {
+  bool sum = red != VR_NONE;
+  float id = red == VR_MAX ? -INFINITY : 0.0f;
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(B->b);
   LLVMBasicBlockRef vh = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vh"), vb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "vb");
   LLVMBasicBlockRef sh = LLVMAppendBasicBlockInContext(B->cx, B->fn, "sh"), sb = LLVMAppendBasicBlockInContext(B->cx, B->fn, "sb");
@@ -430,17 +466,23 @@ static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValue
 
   LLVMPositionBuilderAtEnd(B->b, vb);
   LLVMValueRef v = body(B, c, i);
-  loop_back(B, vh, pre, i, start, inext, vacc, sum ? cst(B, 0.0f) : NULL, sum ? add_(B, vacc, v) : NULL);
+  loop_back(B, vh, pre, i, start, inext, vacc, sum ? cst(B, id) : NULL, sum ? reduce2(B, red, vacc, v) : NULL);
 
   LLVMPositionBuilderAtEnd(B->b, vx); /* after the vectors: their lanes' sum starts the tail's */
   LLVMValueRef lanes = NULL;
   if (sum) {
     LLVMTypeRef vt = LLVMVectorType(B->f32, (unsigned)B->W);
-    unsigned id = LLVMLookupIntrinsicID("llvm.vector.reduce.fadd", 23);
-    LLVMValueRef args[2] = {LLVMConstReal(B->f32, 0.0), vacc};
-    lanes = LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, id, &vt, 1), LLVMGetIntrinsicDeclaration(B->mod, id, &vt, 1),
-                           args, 2, "");
-    LLVMSetFastMathFlags(lanes, LLVMFastMathAllowReassoc); /* a tree over the lanes */
+    if (red == VR_MAX) { /* the lanes' max: no NaN among them where the C kernel's max is defined */
+      unsigned fid = LLVMLookupIntrinsicID("llvm.vector.reduce.fmax", 23);
+      lanes = LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, fid, &vt, 1), LLVMGetIntrinsicDeclaration(B->mod, fid, &vt, 1),
+                             &vacc, 1, "");
+    } else {
+      unsigned aid = LLVMLookupIntrinsicID("llvm.vector.reduce.fadd", 23);
+      LLVMValueRef args[2] = {LLVMConstReal(B->f32, 0.0), vacc};
+      lanes = LLVMBuildCall2(B->b, LLVMIntrinsicGetType(B->cx, aid, &vt, 1), LLVMGetIntrinsicDeclaration(B->mod, aid, &vt, 1),
+                             args, 2, "");
+      LLVMSetFastMathFlags(lanes, LLVMFastMathAllowReassoc); /* a tree over the lanes */
+    }
   }
   LLVMBuildBr(B->b, sh);
 
@@ -451,7 +493,7 @@ static LLVMValueRef vec_loop(Bld *B, const Ctx *c, LLVMValueRef start, LLVMValue
 
   LLVMPositionBuilderAtEnd(B->b, sb);
   LLVMValueRef s = body(B, c, k);
-  loop_back(B, sh, vx, k, i, LLVMBuildAdd(B->b, k, i64c(B, 1), ""), sacc, lanes, sum ? add_(B, sacc, s) : NULL);
+  loop_back(B, sh, vx, k, i, LLVMBuildAdd(B->b, k, i64c(B, 1), ""), sacc, lanes, sum ? reduce2(B, red, sacc, s) : NULL);
   LLVMPositionBuilderAtEnd(B->b, done);
   return sacc;
 }
@@ -489,12 +531,50 @@ static void row_end(Bld *B, RowLoop *L) {
 static void row_stats(Bld *B, Ctx *c, int64_t d, float eps) {
   LLVMValueRef dfl = LLVMConstReal(B->f32, (float)d);
   c->phase = NORM_SUM;
-  LLVMValueRef s = vec_loop(B, c, i64c(B, 0), i64c(B, d), true);
+  LLVMValueRef s = vec_loop(B, c, i64c(B, 0), i64c(B, d), VR_ADD);
   c->scalars[0] = is_rms(c->k) ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, s, dfl, "");
   c->phase = NORM_SQ;
-  LLVMValueRef ss = vec_loop(B, c, i64c(B, 0), i64c(B, d), true);
+  LLVMValueRef ss = vec_loop(B, c, i64c(B, 0), i64c(B, d), VR_ADD);
   LLVMValueRef var = LLVMBuildFAdd(B->b, LLVMBuildFDiv(B->b, ss, dfl, ""), LLVMConstReal(B->f32, eps), "");
   c->scalars[1] = LLVMBuildFDiv(B->b, LLVMConstReal(B->f32, 1.0), intrinsic(B, "llvm.sqrt", var), "");
+}
+
+/* A cross-entropy's rows [lo, hi) (LlkXent): each row's loss and, with bwd, its dlogits, in the
+ * order of runtime/kernels/xent.c (max, sum of e^(x - max), lse; dlogits after x[t] is read). */
+static void xent_rows(Bld *B, Ctx *c, LLVMValueRef lo, LLVMValueRef hi) {
+  const LlkXent *x = &c->k->xent;
+  LLVMValueRef *p = c->base, *sc = c->scalars, g = x->bwd ? load1(B, p[4], i64c(B, 0)) : NULL;
+  RowLoop L;
+  LLVMValueRef r = row_begin(B, &L, lo, hi), zero = i64c(B, 0), len = i64c(B, x->len);
+  c->row_base = LLVMBuildMul(B->b, r, i64c(B, x->V), "");
+  LLVMValueRef ti = LLVMBuildLoad2(B->b, B->i32, LLVMBuildGEP2(B->b, B->i32, p[1], &r, 1, ""), "");
+  LLVMSetAlignment(ti, 4);
+  LLVMValueRef t = LLVMBuildSExt(B->b, ti, B->i64, ""), lossp = LLVMBuildGEP2(B->b, B->f64, p[2], &r, 1, "");
+  LLVMBasicBlockRef skip = LLVMAppendBasicBlockInContext(B->cx, B->fn, "xskip"),
+                    row = LLVMAppendBasicBlockInContext(B->cx, B->fn, "xrow"),
+                    next = LLVMAppendBasicBlockInContext(B->cx, B->fn, "xnext");
+  LLVMBuildCondBr(B->b, LLVMBuildICmp(B->b, LLVMIntSLT, t, zero, ""), skip, row);
+  LLVMPositionBuilderAtEnd(B->b, skip); /* an ignored target: loss 0, dlogits 0 */
+  LLVMBuildStore(B->b, LLVMConstReal(B->f64, 0.0), lossp);
+  if (x->bwd) c->phase = XE_ZERO, vec_loop(B, c, zero, i64c(B, x->V), VR_NONE);
+  LLVMBuildBr(B->b, next);
+  LLVMPositionBuilderAtEnd(B->b, row);
+  c->phase = XE_MAX;
+  sc[0] = vec_loop(B, c, zero, len, VR_MAX);
+  c->phase = XE_SUM;
+  sc[1] = LLVMBuildFAdd(B->b, sc[0], intrinsic(B, "llvm.log", vec_loop(B, c, zero, len, VR_ADD)), ""); /* lse */
+  LLVMValueRef at_t = LLVMBuildAdd(B->b, c->row_base, t, ""), xt = load1(B, p[0], at_t);
+  LLVMBuildStore(B->b, LLVMBuildFSub(B->b, LLVMBuildFPExt(B->b, sc[1], B->f64, ""), LLVMBuildFPExt(B->b, xt, B->f64, ""), ""),
+                 lossp);
+  if (x->bwd) {
+    sc[2] = g, c->phase = XE_GRAD;
+    vec_loop(B, c, zero, len, VR_NONE);
+    store(B, mul_(B, g, sub_(B, fexp(B, sub_(B, xt, sc[1])), cst(B, 1.0f))), p[3], at_t); /* B->w is 1 here */
+    if (x->len < x->V) c->phase = XE_ZERO, vec_loop(B, c, len, i64c(B, x->V), VR_NONE);
+  }
+  LLVMBuildBr(B->b, next);
+  LLVMPositionBuilderAtEnd(B->b, next);
+  row_end(B, &L);
 }
 
 /* How many pointers a kernel takes. */
@@ -505,6 +585,7 @@ static int nptrs(const Kernel *k) {
   case K_NORM: return k->norm.rms ? 3 : 4;
   case K_NSTATS: return 3;
   case K_NPARAM: return k->nb.rms ? 5 : 6;
+  case K_XENT: return 5;
   default: return 6; /* K_NDX */
   }
 }
@@ -538,7 +619,7 @@ static void build_kernel(Bld *B, const Kernel *k) {
     }
     scalars[0] = h[0];
     scalars[1] = h[1];
-    vec_loop(B, &c, lo, hi, false);
+    vec_loop(B, &c, lo, hi, VR_NONE);
   } else if (k->kind == K_NORM || k->kind == K_NSTATS) { /* per row: the mean, the mean square about it, the output */
     int64_t d = k->kind == K_NORM ? k->norm.d : k->nb.d;
     RowLoop L;
@@ -550,7 +631,7 @@ static void build_kernel(Bld *B, const Kernel *k) {
       LLVMBuildStore(B->b, scalars[1], at(B, base[2], r));
     } else {
       c.phase = NORM_OUT;
-      vec_loop(B, &c, i64c(B, 0), i64c(B, d), false);
+      vec_loop(B, &c, i64c(B, 0), i64c(B, d), VR_NONE);
     }
     row_end(B, &L);
   } else if (k->kind == K_NDX) { /* per row: mean(g), mean(g xhat), dx */
@@ -560,18 +641,20 @@ static void build_kernel(Bld *B, const Kernel *k) {
     c.row_base = LLVMBuildMul(B->b, r, d, "");
     scalars[0] = load1(B, base[3], r), scalars[1] = load1(B, base[4], r);
     c.phase = DX_G;
-    scalars[2] = n->rms ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, vec_loop(B, &c, i64c(B, 0), d, true), dfl, "");
+    scalars[2] = n->rms ? LLVMConstReal(B->f32, 0.0) : LLVMBuildFDiv(B->b, vec_loop(B, &c, i64c(B, 0), d, VR_ADD), dfl, "");
     c.phase = DX_GX;
-    scalars[3] = LLVMBuildFDiv(B->b, vec_loop(B, &c, i64c(B, 0), d, true), dfl, "");
+    scalars[3] = LLVMBuildFDiv(B->b, vec_loop(B, &c, i64c(B, 0), d, VR_ADD), dfl, "");
     c.phase = DX_OUT;
-    vec_loop(B, &c, i64c(B, 0), d, false);
+    vec_loop(B, &c, i64c(B, 0), d, VR_NONE);
     row_end(B, &L);
+  } else if (k->kind == K_XENT) { /* items are rows */
+    xent_rows(B, &c, lo, hi);
   } else if (k->kind == K_NPARAM) { /* items are columns */
-    vec_loop(B, &c, lo, hi, false);
+    vec_loop(B, &c, lo, hi, VR_NONE);
   } else if (k->ew.inner == 0) { /* items are elements */
     for (int x = 0; x < k->ew.nin; x++)
       if (k->ew.idx[x] == LLK_SCALAR) per_row[x] = load1(B, base[x], i64c(B, 0));
-    vec_loop(B, &c, lo, hi, false);
+    vec_loop(B, &c, lo, hi, VR_NONE);
   } else { /* items are rows: for (r = lo; r < hi; r++) the row's elements */
     RowLoop L;
     LLVMValueRef r = row_begin(B, &L, lo, hi);
@@ -581,7 +664,7 @@ static void build_kernel(Bld *B, const Kernel *k) {
       if (k->ew.idx[x] == LLK_COL) per_row[x] = load1(B, base[x], r);
     }
     c.row_base = LLVMBuildMul(B->b, r, i64c(B, k->ew.inner), "");
-    vec_loop(B, &c, i64c(B, 0), i64c(B, k->ew.inner), false);
+    vec_loop(B, &c, i64c(B, 0), i64c(B, k->ew.inner), VR_NONE);
     row_end(B, &L);
   }
   LLVMBuildRetVoid(B->b);

@@ -76,6 +76,18 @@ typedef struct {
   bool rms;
 } LlkNormBwd;
 
+/* Softmax cross-entropy over rows of V f32 logits, of which the first len are the vocabulary:
+ * runtime/kernels/xent.c's rt_xent_fwd_bwd row by row (the same arithmetic), items are rows,
+ * p = {logits, targets (int32), rowloss (double), dlogits, g (one float)}: rowloss[r] = lse - x[t]
+ * (0 where t < 0); with bwd also dlogits = g (softmax - onehot(t)) over [0, len) and 0 over
+ * [len, V) and on rows with t < 0, where g = dloss / the count of targets >= 0. dlogits may be the
+ * logits (in place). The caller counts, sums the rows' losses in order (runtime/ops/prims.h
+ * rt_xent_rows_f32). */
+typedef struct {
+  int64_t V, len; /* the row length, the valid columns */
+  bool bwd;       /* also dlogits */
+} LlkXent;
+
 typedef struct Llk Llk;
 
 Llk *llk_new(void);
@@ -86,6 +98,7 @@ const char *llk_adamw(Llk *k, const LlkAdamW *a);
 const char *llk_norm(Llk *k, const LlkNorm *n);
 /* The three kernels of a norm backward: names[0] stats, names[1] param, names[2] dx. */
 void llk_norm_bwd(Llk *k, const LlkNormBwd *n, const char *names[3]);
+const char *llk_xent(Llk *k, const LlkXent *x);
 int llk_count(const Llk *k);
 /* Whether LLVM can build kernels for this host (a target for its triple); false with the reason in
  * *why (malloc'd) when not. */

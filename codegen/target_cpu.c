@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cg.h"
+#include "passes.h" /* fuse_ce_partner */
 
 static const char *fp(Cg *c, const Value *v) { return arena_printf(c->a, "(float *)%s", cg_ptr(c, v)); }
 static const char *ip(Cg *c, const Value *v) { return arena_printf(c->a, "(int32_t *)%s", cg_ptr(c, v)); }
@@ -239,7 +240,14 @@ static void emit_node(Cg *c, Node *n) {
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: {
     int64_t V = x->shape.dim[x->shape.rank - 1], rows = ir_numel(&x->shape) / (V ? V : 1);
     int64_t len = a->len > 0 ? a->len : V;
-    if (n->op == OP_CROSS_ENTROPY)
+    int partner = fuse_ce_partner(n->graph, c->pos); /* passes/fuse_ce.c: both in the forward, where it runs both */
+    if (partner >= 0 && cg_runs(c, n->graph, partner)) {
+      if (n->op == OP_CROSS_ENTROPY_BWD) return cg_line(c, "/* computed with the loss (fused cross-entropy) */");
+      const Node *bw = n->graph->nodes[partner];
+      cg_line(c, "/* the cross-entropy's forward and backward in one pass over the logits */");
+      cg_line(c, "rt_cross_entropy_fused_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y),
+              fp(c, bw->out[0]), fp(c, x), ip(c, n->in[1]), fp(c, bw->in[2]), rows, V, len);
+    } else if (n->op == OP_CROSS_ENTROPY)
       cg_line(c, "rt_cross_entropy_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", WS);", fp(c, y), fp(c, x),
            ip(c, n->in[1]), rows, V, len);
     else

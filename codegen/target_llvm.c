@@ -9,7 +9,8 @@
  *     keeping the intermediates in registers and storing what is read outside the run;
  *   - AdamW: the update of one parameter, in place;
  *   - LayerNorm and RMSNorm forward: a row's mean, mean square and output in one function;
- *   - their backward: three functions (row statistics, the parameter gradients by column, dx by row).
+ *   - their backward: three functions (row statistics, the parameter gradients by column, dx by row);
+ *   - cross-entropy: a row function for the loss, dlogits, or both in one pass (fused, passes/fuse_ce.c).
  * Which of these it generates is GENERATE below, from measurements on the machine this was
  * written on (bench/bench_llvm_kernels.c, docs/performance.md): a kind is generated only where
  * the LLVM kernel was faster than the hand-written one.
@@ -20,17 +21,19 @@
 #include "cg.h"
 #include "diag.h"
 #include "llvm_kernels.h"
+#include "passes.h" /* fuse_ce_partner */
 
 _Static_assert((int)LLK_MAX_EW >= (int)CG_EW_MAX, "an elementwise run fits one LLVM kernel");
 
 /* The kinds of generated kernel, and whether this backend generates them (else the C kernel). */
-enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_NORM, GEN_NORM_BWD, GEN_COUNT };
+enum { GEN_EW_RUN, GEN_EW_ONE, GEN_ADAMW, GEN_NORM, GEN_NORM_BWD, GEN_XENT, GEN_COUNT };
 static const bool GENERATE[GEN_COUNT] = {
     [GEN_EW_RUN] = true, /* a fusion group of 2 or more members */
     [GEN_EW_ONE] = true, /* one elementwise node */
     [GEN_ADAMW] = true,  /* one parameter's AdamW update */
     [GEN_NORM] = true,   /* LayerNorm and RMSNorm forward */
     [GEN_NORM_BWD] = true, /* LayerNorm and RMSNorm backward */
+    [GEN_XENT] = true,     /* cross-entropy: forward, backward, or both in one pass (passes/fuse_ce.c) */
 };
 
 /* How the run reads v, an input of shape X, for its output shape S: by the output's index, one
@@ -146,6 +149,30 @@ static bool norm_bwd(Cg *c, Node *n) {
   return true;
 }
 
+/* Cross-entropy over f32 logits as LLVM row kernels: the forward (the loss), the backward (dlogits),
+ * or, where passes/fuse_ce.c paired them and this entry point runs both, both in the forward's one
+ * pass over the logits (the backward then emits nothing). */
+static bool xent(Cg *c, Node *n) {
+  if (!GENERATE[GEN_XENT] || n->in[0]->dtype != DT_F32 || n->in[1]->dtype != DT_I32) return false;
+  int partner = fuse_ce_partner(n->graph, c->pos);
+  bool fused = partner >= 0 && cg_runs(c, n->graph, partner);
+  if (n->op == OP_CROSS_ENTROPY_BWD && fused) return cg_line(c, "/* computed with the loss (fused cross-entropy) */"), true;
+  const Value *x = n->in[0];
+  int64_t V = x->shape.dim[x->shape.rank - 1], rows = V ? ir_numel(&x->shape) / V : 0;
+  int64_t len = n->a.len > 0 ? n->a.len : V;
+  const Node *bw = n->op == OP_CROSS_ENTROPY_BWD ? n : fused ? n->graph->nodes[partner] : NULL;
+  const char *k = llk_xent(c->ts, &(LlkXent){V, len, bw != NULL});
+  const char *loss = n->op == OP_CROSS_ENTROPY ? arena_printf(c->a, "(float *)%s", cg_ptr(c, n->out[0])) : "NULL";
+  const char *dl = bw ? arena_printf(c->a, "(float *)%s", cg_ptr(c, bw->out[0])) : "NULL";
+  const char *dloss = bw ? arena_printf(c->a, "(const float *)%s", cg_ptr(c, bw->in[2])) : "NULL";
+  if (fused) cg_line(c, "/* the cross-entropy's forward and backward in one pass over the logits */");
+  cg_line(c, "{ void %s(int64_t, int64_t, void **);", k);
+  cg_line(c, "  rt_xent_rows_f32(%s, %s, %s, (const float *)%s, (const int32_t *)%s, %s, %" PRId64 ", %" PRId64 ", WS); }",
+          k, loss, dl, cg_ptr(c, x), cg_ptr(c, n->in[1]), dloss, rows, V);
+  cg_ws_need(c, arena_printf(c->a, "rt_cross_entropy_ws_bytes(%" PRId64 ")", rows));
+  return true;
+}
+
 bool cg_default_llvm_kernels(void) {
   char *why = NULL;
   bool ok = llk_host_ok(&why);
@@ -163,6 +190,7 @@ static int llvm_node(Cg *c, Node *n) {
   if (n->op == OP_ADAMW_UPDATE && adamw(c, n)) return 1;
   if ((n->op == OP_LAYERNORM || n->op == OP_RMSNORM) && norm(c, n)) return 1;
   if ((n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD) && norm_bwd(c, n)) return 1;
+  if ((n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) && xent(c, n)) return 1;
   return cg_target_cpu.node(c, n);
 }
 

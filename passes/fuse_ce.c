@@ -1,9 +1,10 @@
-/* passes/fuse_ce.c — the cross-entropy's forward and backward in one kernel (CUDA target).
+/* passes/fuse_ce.c — the cross-entropy's forward and backward in one kernel.
  *
  * loss = cross_entropy(logits, targets) and, later in the same graph, dlogits =
  * cross_entropy_bwd(logits, targets, dloss) both read every logit; one kernel per row can find the
  * row's max and sum once and write the row's loss and gradient (runtime/cuda/kernels/shardk.cuh
- * ce_fused_rows), so the logits are read by one kernel, not two. Both nodes get Attrs.fused_bwd;
+ * ce_fused_rows; on the CPU runtime/kernels/xent.c or the LLVM row kernel, codegen/target_llvm.c),
+ * so the logits are read by one kernel, not two. Both nodes get Attrs.fused_bwd;
  * the forward's kernel computes the backward where the entry point runs both (the step), and the
  * backward then emits nothing.
  *
@@ -13,7 +14,7 @@
  * before it is overwritten, and nothing between reads the logits then). dloss must exist by then:
  * defined before the forward, or a constant between them (its bytes meeting nothing the nodes it
  * moves past use), which moves to just before the forward. Nodes with region bodies between them:
- * no fusion. The other targets ignore it (the pass marks nothing for them).
+ * no fusion. Both targets emit the pair fused (the interpreter runs the nodes as they are).
  */
 #include "diag.h"
 #include "memplan.h"
@@ -76,7 +77,7 @@ static void fuse_ce_graph(Graph *g) {
 }
 
 bool pass_fuse_ce(Module *m) {
-  if (m->target == TARGET_CUDA && !m->memplan) die("fuse_ce: the memory plan has not run");
-  if (m->target == TARGET_CUDA) fuse_ce_graph(m->graph);
+  if (!m->memplan) die("fuse_ce: the memory plan has not run");
+  fuse_ce_graph(m->graph);
   return true;
 }

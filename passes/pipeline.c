@@ -36,7 +36,7 @@ static const Pass passes[] = {
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */
     {"epilogue", pass_epilogue},    /* a matmul's bias add (+ GELU / residual) into its GEMM (CUDA target) */
-    {"fuse_ce", pass_fuse_ce},      /* a cross-entropy's forward and backward in one kernel (CUDA target) */
+    {"fuse_ce", pass_fuse_ce},      /* a cross-entropy's forward and backward in one kernel */
     {"verify", pass_verify},        /* every rank's collectives match its group peers' */
 };
 enum { NPASSES = sizeof passes / sizeof passes[0] };

@@ -90,13 +90,33 @@ void rt_reduce_to_f32(float *y, const RtShape *ys, const float *x, const RtShape
     return;
   }
   if (ys->rank >= 1 && ny == inner && xs->rank >= 1 && xs->dim[xs->rank - 1] == inner) { /* bias grads */
-    int64_t rows = n / inner;
-    for (int64_t j = 0; j < inner; j++) y[j] = 0;
+    /* each column summed in double over the rows in order; a block of columns at a time, row by row
+     * (contiguous, vectorised) rather than one column at a time down the rows (strided) */
+    enum { CB = 256 };
+    int64_t rows = n / inner, nblk = (inner + CB - 1) / CB;
 #pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t j = 0; j < inner; j++) {
-      double acc = 0;
-      for (int64_t r = 0; r < rows; r++) acc += x[r * inner + j];
-      y[j] = (float)acc;
+    for (int64_t b = 0; b < nblk; b++) {
+      int64_t c0 = b * CB, c1 = c0 + CB < inner ? c0 + CB : inner;
+      double acc[CB];
+      for (int64_t c = c0; c < c1; c++) acc[c - c0] = 0;
+      for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * inner;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; c++) acc[c - c0] += xr[c];
+      }
+      for (int64_t c = c0; c < c1; c++) y[c] = (float)acc[c - c0];
+    }
+    return;
+  }
+  if (n % ny == 0 && trailing(xs, ys)) { /* y is x's trailing dims (a position embedding's grad): in f32, in order */
+    int64_t outer = n / ny;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t j0 = 0; j0 < ny; j0 += 1024) {
+      int64_t j1 = j0 + 1024 < ny ? j0 + 1024 : ny;
+      for (int64_t j = j0; j < j1; j++) y[j] = 0;
+      for (int64_t o = 0; o < outer; o++)
+#pragma omp simd
+        for (int64_t j = j0; j < j1; j++) y[j] += x[o * ny + j];
     }
     return;
   }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "kernels/kernels.h"
+#include "par.h"
 
 size_t rt_norm_ws_bytes(int64_t rows, int64_t d) { return rt_norm_workspace_bytes(rows, d); }
 size_t rt_rope_ws_bytes(int64_t S, int64_t hd) { return rt_rope_workspace_bytes(S, hd); }
@@ -89,6 +90,25 @@ void rt_cross_entropy_f32(float *loss, const float *logits, const int32_t *targe
 void rt_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int32_t *targets, const float *dloss,
                               int64_t n, int64_t V, int64_t len, void *ws) {
   rt_xent_fwd_bwd(n, V, len, logits, targets, dloss[0], dlogits, ws);
+}
+
+void rt_cross_entropy_fused_f32(float *loss, float *dlogits, const float *logits, const int32_t *targets,
+                                const float *dloss, int64_t n, int64_t V, int64_t len, void *ws) {
+  loss[0] = rt_xent_fwd_bwd(n, V, len, logits, targets, dloss[0], dlogits, ws);
+}
+
+void rt_xent_rows_f32(void (*rows)(int64_t, int64_t, void **), float *loss, float *dlogits, const float *logits,
+                      const int32_t *targets, const float *dloss, int64_t n, int64_t V, void *ws) {
+  double *rowloss = (double *)ws; /* as rt_xent_fwd_bwd: [n], summed in row order */
+  int64_t count = 0;
+  for (int64_t r = 0; r < n; r++) count += targets[r] >= 0;
+  float g = dlogits && count > 0 ? dloss[0] / (float)count : 0.0f;
+  void *p[] = {(void *)logits, (void *)targets, rowloss, dlogits, &g};
+  rt_par_for(rows, n, n * V, p);
+  if (!loss) return;
+  double total = 0.0;
+  for (int64_t r = 0; r < n; r++) total += rowloss[r];
+  loss[0] = count > 0 ? (float)(total / (double)count) : 0.0f;
 }
 
 void rt_adamw_f32(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,

@@ -51,6 +51,16 @@ void rt_cross_entropy_f32(float *loss, const float *logits, const int32_t *targe
                           int64_t len, void *ws);
 void rt_cross_entropy_bwd_f32(float *dlogits, const float *logits, const int32_t *targets, const float *dloss,
                               int64_t n, int64_t V, int64_t len, void *ws);
+/* The forward and the backward in one pass over the logits (passes/fuse_ce.c): loss[0] as
+ * rt_cross_entropy_f32 and dlogits as rt_cross_entropy_bwd_f32 (dlogits may be the logits). */
+void rt_cross_entropy_fused_f32(float *loss, float *dlogits, const float *logits, const int32_t *targets,
+                                const float *dloss, int64_t n, int64_t V, int64_t len, void *ws);
+/* The same through a row kernel built by LLVM (codegen/llvm_kernels.h, LlkXent; the generated program
+ * passes it as rows): loss[0] (loss may be NULL) and, when dlogits is not NULL (rows built with bwd),
+ * dlogits; rt_par_for splits the rows, the losses are summed in row order (thread-count independent).
+ * ws: rt_cross_entropy_ws_bytes(n). */
+void rt_xent_rows_f32(void (*rows)(int64_t, int64_t, void **), float *loss, float *dlogits, const float *logits,
+                      const int32_t *targets, const float *dloss, int64_t n, int64_t V, void *ws);
 /* In place; hyper = (lr, gscale, step). */
 void rt_adamw_f32(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,
                   float beta2, float eps, float weight_decay);

@@ -2,7 +2,7 @@
  * --cpu-kernels llvm backend) against the hand-written C kernels they replace (runtime/ops:
  * rt_binary_f32, rt_unary_f32, rt_gelu_bwd_f32, rt_silu_bwd_f32, rt_broadcast_to_f32,
  * rt_adamw_f32, rt_layernorm_f32, rt_rmsnorm_f32 and their backward rt_layernorm_bwd_f32,
- * rt_rmsnorm_bwd_f32), which stay the reference.
+ * rt_rmsnorm_bwd_f32, rt_cross_entropy_f32 and rt_cross_entropy_bwd_f32), which stay the reference.
  *
  * The kernels are compiled through the same path a trainer's are (llk_compile: IR, default<O3>,
  * an object file for the host CPU), linked into a shared object and loaded. Shapes are odd on
@@ -331,6 +331,84 @@ static void test_norm_bwd(void *so, const char *names[3], const LlkNormBwd *n, i
   free(x), free(w), free(dy), free(dx), free(dw), free(db), free(rdx), free(rdw), free(rdb), free(st), free(ws);
 }
 
+/* |got - want| <= rel |want| + abs per element (dlogits: tiny probabilities, where a tolerance on
+ * 1 + |want| would pass anything). */
+static void check_rel(const char *what, const float *got, const float *want, int64_t n, double rel, double abs_) {
+  int64_t bad = 0, at = -1;
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - want[i]), lim = rel * fabs(want[i]) + abs_;
+    if (!(d <= lim)) bad++, at = at < 0 ? i : at;
+    if (d / lim > worst) worst = d / lim;
+  }
+  printf("%-44s n=%-7lld worst %.2f of the tolerance%s\n", what, (long long)n, worst, bad ? "  FAIL" : "");
+  if (bad) {
+    printf("  %lld elements beyond it; first at %lld: llvm %.9g, c %.9g\n", (long long)bad, (long long)at, got[at], want[at]);
+    failures++;
+  }
+}
+
+/* Cross-entropy rows (LlkXent) against runtime/kernels/xent.c (rt_cross_entropy_f32, _bwd_f32 and
+ * _fused_f32): the loss within 4e-6 relative, dlogits within 2e-5 relative + 2e-7 g (g = dloss /
+ * count: about an ulp of the onehot's 1 - p). Rows with an ignored target (-1), len < V (padded
+ * vocabulary), in place (dlogits over the logits), the rows split at odd points and through
+ * rt_par_for, and the runtime's entry point rt_xent_rows_f32. */
+static void test_xent(void *so, const char *fwd_name, const char *bwd_name, int64_t rows, int64_t V, int64_t len) {
+  Kern kf = (Kern)dlsym(so, fwd_name), kb = (Kern)dlsym(so, bwd_name);
+  int64_t cnt = rows * V;
+  float *x = buf(cnt), *d = buf(cnt), *want = buf(cnt), lossc, lossb, dloss = 0.75f;
+  int32_t *t = malloc((size_t)rows * sizeof *t);
+  double *rowloss = malloc((size_t)rows * sizeof *rowloss);
+  void *ws = malloc(rt_cross_entropy_ws_bytes(rows));
+  fill(x, cnt, -8, 8);
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    t[r] = r % 5 == 3 ? -1 : (int32_t)((r * 7919) % len);
+    count += t[r] >= 0;
+  }
+  float g = count ? dloss / (float)count : 0.0f;
+  rt_cross_entropy_f32(&lossc, x, t, rows, V, len, ws);
+  rt_cross_entropy_bwd_f32(want, x, t, &dloss, rows, V, len, ws);
+  char what[128];
+  for (int how = 0; how < 3; how++) { /* the kernels called directly: loss from their rows, as the runtime sums */
+    const char *hw = how == 1 ? " (split)" : how == 2 ? " (rt_par_for)" : "";
+    for (int bwd = 0; bwd < 2; bwd++) {
+      float gg = bwd ? g : 0.0f;
+      void *p[] = {x, t, rowloss, d, &gg};
+      memset(d, 0x7f, (size_t)cnt * sizeof(float)); /* every element must be written */
+      run(bwd ? kb : kf, rows, p, how);
+      double tot = 0;
+      for (int64_t r = 0; r < rows; r++) tot += rowloss[r];
+      float loss = count ? (float)(tot / (double)count) : 0.0f;
+      snprintf(what, sizeof what, "xent %s %lldx%lld len %lld loss%s", bwd ? "fused" : "fwd", (long long)rows, (long long)V,
+               (long long)len, hw);
+      check_rel(what, &loss, &lossc, 1, 4e-6, 0);
+      if (!bwd) continue;
+      snprintf(what, sizeof what, "xent fused %lldx%lld len %lld dlogits%s", (long long)rows, (long long)V, (long long)len, hw);
+      check_rel(what, d, want, cnt, 2e-5, 2e-7 * g);
+    }
+  }
+  /* the runtime's entry point: backward only, then fused in place over a copy of the logits */
+  rt_xent_rows_f32(kb, NULL, d, x, t, &dloss, rows, V, ws);
+  snprintf(what, sizeof what, "xent rt_xent_rows_f32 bwd %lldx%lld dlogits", (long long)rows, (long long)V);
+  check_rel(what, d, want, cnt, 2e-5, 2e-7 * g);
+  memcpy(d, x, (size_t)cnt * sizeof(float));
+  rt_xent_rows_f32(kb, &lossb, d, d, t, &dloss, rows, V, ws);
+  snprintf(what, sizeof what, "xent rt_xent_rows_f32 fused in place %lldx%lld loss", (long long)rows, (long long)V);
+  check_rel(what, &lossb, &lossc, 1, 4e-6, 0);
+  snprintf(what, sizeof what, "xent rt_xent_rows_f32 fused in place %lldx%lld dlogits", (long long)rows, (long long)V);
+  check_rel(what, d, want, cnt, 2e-5, 2e-7 * g);
+  float lossf, *dc = buf(cnt); /* the C fused kernel, the CPU target's fused call, agrees with the pair */
+  rt_cross_entropy_fused_f32(&lossf, dc, x, t, &dloss, rows, V, len, ws);
+  snprintf(what, sizeof what, "xent C fused %lldx%lld vs C fwd, bwd", (long long)rows, (long long)V);
+  check_rel(what, &lossf, &lossc, 1, 0, 0);
+  check_rel(what, dc, want, cnt, 0, 0);
+  rt_xent_rows_f32(kf, &lossb, NULL, x, t, &dloss, rows, V, ws);
+  snprintf(what, sizeof what, "xent rt_xent_rows_f32 fwd %lldx%lld loss", (long long)rows, (long long)V);
+  check_rel(what, &lossb, &lossc, 1, 4e-6, 0);
+  free(x), free(d), free(want), free(t), free(rowloss), free(ws), free(dc);
+}
+
 int main(void) {
   add_cases();
   Llk *k = llk_new();
@@ -354,6 +432,11 @@ int main(void) {
         llk_norm_bwd(k, &nbs[nnb], nb_names[nnb]);
         nnb++;
       }
+  static const int64_t xs[][3] = {{1, 1, 1}, {5, 17, 13}, {7, 37, 37}, {33, 1000, 997}, {9, 50304, 50257}};
+  enum { NXS = sizeof xs / sizeof xs[0] };
+  const char *xnames[NXS][2];
+  for (int i = 0; i < NXS; i++)
+    for (int b = 0; b < 2; b++) xnames[i][b] = llk_xent(k, &(LlkXent){xs[i][1], xs[i][2], b == 1});
   char dir[] = "/tmp/llk-test-XXXXXX", obj[256], so[256], cmd[700];
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(obj, sizeof obj, "%s/k.o", dir), snprintf(so, sizeof so, "%s/k.so", dir);
@@ -370,6 +453,7 @@ int main(void) {
   test_adamw(h, adamw);
   for (int i = 0; i < 10; i++) test_norm(h, norm_names[i], &norms[i], 67, i % 4 == 1);
   for (int i = 0; i < nnb; i++) test_norm_bwd(h, nb_names[i], &nbs[i], i % 3 == 1, i % 3);
+  for (int i = 0; i < NXS; i++) test_xent(h, xnames[i][0], xnames[i][1], xs[i][0], xs[i][1], xs[i][2]);
   dlclose(h);
   llk_free(k);
   unlink(obj), unlink(so), rmdir(dir);

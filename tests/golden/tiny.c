@@ -67,11 +67,12 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_matmul_f32((float *)(M + 1451136), (float *)(M + 6825088), (float *)(M + 0), 8, 64, 256, 64, 0, 1, 0);
   /* models/tiny.model:19 */
-  rt_cross_entropy_f32((float *)(M + 7438720), (float *)(M + 1451136), (int32_t *)(M + 1448960), 512, 256, 256, WS);
-  /* models/tiny.model:19 */
   rt_fill_f32((float *)(M + 6956160), 1, (float)1);
   /* models/tiny.model:19 */
-  rt_cross_entropy_bwd_f32((float *)(M + 1975424), (float *)(M + 1451136), (int32_t *)(M + 1448960), (float *)(M + 6956160), 512, 256, 256, WS);
+  /* the cross-entropy's forward and backward in one pass over the logits */
+  rt_cross_entropy_fused_f32((float *)(M + 7438720), (float *)(M + 1975424), (float *)(M + 1451136), (int32_t *)(M + 1448960), (float *)(M + 6956160), 512, 256, 256, WS);
+  /* models/tiny.model:19 */
+  /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
   rt_matmul_f32((float *)(M + 1451136), (float *)(M + 1975424), (float *)(M + 0), 8, 64, 64, 256, 0, 0, 0);
   /* models/tiny.model:19 */

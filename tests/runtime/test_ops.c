@@ -7,6 +7,8 @@
  * broadcast path), scalars on either side, both operands scalars, and the output written over an
  * input (in place).
  *
+ * Also rt_reduce_to_f32, bitwise against the summation order it promises (test_reduce_to).
+ *
  * Tolerance (f32): |got - ref| <= 1e-6 (1 + |ref|) per element. The kernels' e^x is a degree-6
  * polynomial (relative error < 2e-7, runtime/kernels/fastmath.h), tanh and sigmoid are built on it
  * (absolute error ~1e-7), and each f32 op rounds (6e-8); a GELU chains a handful of them. Exits 1
@@ -159,9 +161,55 @@ static void test_binary(void) {
   binary_case("scalar, scalar", shp(0, 0, 0, 0), shp(0, 0, 0, 0), shp(0, 0, 0, 0), 0);
 }
 
+/* rt_reduce_to_f32 (a broadcast's gradient) against the order it promises, bitwise: a bias (y = x's
+ * last dim) summed per column in double over the rows in order; y = x's trailing dims (a position
+ * embedding) and the general path summed in f32 in x's order. Column blocks with tails (300 > 256),
+ * threads (196608 elements), leading 1s in y, a per-row column (the general path). */
+static void reduce_case(const char *what, RtShape ys, RtShape xs) {
+  int64_t n = numel(&xs), ny = numel(&ys), inner = ys.dim[ys.rank - 1];
+  float *x = buf(n, -2, 2), *y = buf(ny, 0, 0), *want = buf(ny, 0, 0);
+  int64_t first = 0; /* ys's dims without leading 1s, right-aligned to xs */
+  while (first < ys.rank && ys.dim[first] == 1) first++;
+  int bias = ny == inner && xs.dim[xs.rank - 1] == inner;
+  if (bias) {
+    for (int64_t c = 0; c < inner; c++) {
+      double acc = 0;
+      for (int64_t r = 0; r < n / inner; r++) acc += x[r * inner + c];
+      want[c] = (float)acc;
+    }
+  } else {
+    for (int64_t i = 0; i < n; i++) { /* x's index i -> y's: the dims y keeps, by broadcasting */
+      int64_t rem = i, iy = 0, mul = 1;
+      for (int d = xs.rank - 1; d >= 0; d--) {
+        int64_t c = rem % xs.dim[d], dy = d - (xs.rank - ys.rank);
+        rem /= xs.dim[d];
+        if (dy >= 0 && ys.dim[dy] != 1) iy += c * mul;
+        if (dy >= 0) mul *= ys.dim[dy];
+      }
+      want[iy] += x[i];
+    }
+  }
+  rt_reduce_to_f32(y, &ys, x, &xs);
+  int64_t bad = 0;
+  for (int64_t j = 0; j < ny; j++) bad += memcmp(&y[j], &want[j], sizeof(float)) != 0;
+  printf("reduce_to %-26s n=%-7lld %s\n", what, (long long)n, bad ? "FAIL" : "bitwise equal");
+  if (bad) failures++;
+  free(x), free(y), free(want);
+}
+
+static void test_reduce_to(void) {
+  reduce_case("bias [5,17] -> [17]", shp(1, 17, 0, 0), shp(2, 5, 17, 0));
+  reduce_case("bias [3,300] -> [300]", shp(1, 300, 0, 0), shp(2, 3, 300, 0));
+  reduce_case("bias [4,64,768] -> [768]", shp(1, 768, 0, 0), shp(3, 4, 64, 768));
+  reduce_case("trailing [4,64,768] -> [64,768]", shp(2, 64, 768, 0), shp(3, 4, 64, 768));
+  reduce_case("trailing [2,3,5] -> [1,3,5]", shp(3, 1, 3, 5), shp(3, 2, 3, 5));
+  reduce_case("general [7,17] -> [7,1]", shp(2, 7, 1, 0), shp(2, 7, 17, 0));
+}
+
 int main(void) {
   test_unary();
   test_binary();
+  test_reduce_to();
   if (failures) printf("test_ops: %d failing cases\n", failures);
   return failures ? 1 : 0;
 }
