@@ -287,6 +287,20 @@ static void fmt_value(char *out, size_t n, double v) {
     snprintf(out, n, "%.6g", v);
 }
 
+/* --on-nonfinite skip: did the step skip its update? The compiled update is gated on the global
+ * gradient sum of squares, the all-reduced value behind grad_norm, so every rank skipped or none
+ * did; the ranks agree on it here (one 4-byte all-reduce) and a disagreement is a bug. */
+static int step_skipped(RtRun *r, double gn) {
+  if (!r->gnorm) rt_bug("on_nonfinite skip: the program has no \"grad_norm\" result");
+  int mine = !isfinite(gn);
+  int any = rt_dist_any(&r->ctx, mine);
+  if (any && r->multi && rt_dist_any(&r->ctx, !mine))
+    rt_bug("rank %d: the ranks disagree on whether step %lld's gradients are finite (this rank's gradient norm is "
+           "%g): some skipped the update and some applied it",
+           r->ctx.rank, (long long)r->ctx.step, gn);
+  return any;
+}
+
 /* Steps loop->first..loop->stop, with their validations and checkpoints; fills the rest of loop. */
 static void train_loop(RtRun *r, RtLoop *loop) {
   const RtProgram *p = r->p;
@@ -296,15 +310,20 @@ static void train_loop(RtRun *r, RtLoop *loop) {
   for (int64_t s = first; s <= stop; s++) {
     r->ctx.step = s;
     rt_run_load_batch(r, &r->train, r->st.data_pos);
-    double lr = rt_lr_at(p->recipe.lr_schedule, p->recipe.lr, p->recipe.min_lr, p->recipe.warmup, o->steps, s - 1);
+    /* the optimizer's step: the updates applied so far + 1 — a skipped step advances neither
+     * AdamW's bias correction nor the schedule (as Megatron and DeepSpeed skip an overflowed step) */
+    int64_t opt_step = s - r->st.skipped;
+    double lr = rt_lr_at(p->recipe.lr_schedule, p->recipe.lr, p->recipe.min_lr, p->recipe.warmup, o->steps, opt_step - 1);
     rt_run_put_input(r, r->lr, lr);
-    rt_run_put_input(r, r->stepno, (double)s);
+    rt_run_put_input(r, r->stepno, (double)opt_step);
+    rt_fault_before_step(r, s);
     double t0 = rt_now(), c0 = r->ctx.comm_s;
     if (r->dev && r->dev->run)
       r->dev->run(&r->ctx, p->step, r->mem);
     else
       p->step(r->mem, &r->ctx);
     if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
+    rt_fault_after_step(r);
     rt_run_check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
     rt_trace_span(&r->ctx, RT_TRACE_COMPUTE, "step", -1, -1, -1, t0, t0 + dt);
@@ -323,23 +342,43 @@ static void train_loop(RtRun *r, RtLoop *loop) {
       free(path);
     }
     if (steady) loop->t_steady += dt, loop->steady_steps++;
-    RtStepStats st = {.step = s, .loss = loss, .lr = lr, .gnorm = gn, .seconds = dt, .comm_seconds = dcomm};
+    int skipped = o->skip && step_skipped(r, gn);
+    RtStepStats st = {.step = s, .loss = loss, .lr = lr, .gnorm = gn, .seconds = dt, .comm_seconds = dcomm,
+                      .skipped = skipped};
     st.tokens_per_s = (double)(r->gbatch * r->gseq) / dt;
     st.mfu = rt_run_mfu(r, st.tokens_per_s);
     st.eta_s = loop->steady_steps ? loop->t_steady / (double)loop->steady_steps * (double)(stop - s) : NAN;
     st.rss = rt_vm_rss();
     rt_log_step(r, &st);
-    /* NaN / Inf: every rank stops here, before anything is checkpointed (the loss is checked on
-     * every rank and agreed on: a pipeline's other stages do not see it) */
-    if (rt_dist_any(&r->ctx, !isfinite(loss) || (r->gnorm && !isfinite(gn)))) {
-      char what[128], l[32], g[32];
-      fmt_value(l, sizeof l, loss);
-      fmt_value(g, sizeof g, gn);
-      if (r->gnorm)
-        snprintf(what, sizeof what, "the loss is %s (gradient norm %s)", l, g);
-      else
-        snprintf(what, sizeof what, "the loss is %s", l);
-      rt_run_diverged(r, s, what);
+    char what[256], l[32], g[32];
+    fmt_value(l, sizeof l, loss);
+    fmt_value(g, sizeof g, gn);
+    if (skipped) { /* the compiled step left every parameter and state as it was (passes/optimizer.c) */
+      r->st.skipped++;
+      r->st.skip_run++;
+      if (r->ctx.rank == 0)
+        fprintf(stderr,
+                "warning: step %lld skipped: the gradient norm is %s (loss %s); no parameter or optimizer state "
+                "changed and the optimizer stays at step %lld (%lld skipped in a row, at most %lld)\n",
+                (long long)s, g, l, (long long)opt_step - 1, (long long)r->st.skip_run, (long long)o->max_skips);
+      if (r->st.skip_run > o->max_skips) {
+        snprintf(what, sizeof what,
+                 "the gradient norm is %s (loss %s): %lld steps in a row with non-finite gradients, more than the "
+                 "%lld that may be skipped (max_skips)",
+                 g, l, (long long)r->st.skip_run, (long long)o->max_skips);
+        rt_run_diverged(r, s, what);
+      }
+    } else {
+      r->st.skip_run = 0;
+      /* NaN / Inf: every rank stops here, before anything is checkpointed (the loss is checked on
+       * every rank and agreed on: a pipeline's other stages do not see it) */
+      if (rt_dist_any(&r->ctx, !isfinite(loss) || (r->gnorm && !isfinite(gn)))) {
+        if (r->gnorm)
+          snprintf(what, sizeof what, "the loss is %s (gradient norm %s)", l, g);
+        else
+          snprintf(what, sizeof what, "the loss is %s", l);
+        rt_run_diverged(r, s, what);
+      }
     }
     if (r->has_val && o->eval_every && s % o->eval_every == 0)
       rt_log_eval(r, s, loop->last_val = rt_run_evaluate(r));
