@@ -1,10 +1,12 @@
 /* runtime/train/fault.c — the trainer's fault hook for tests: a transient NaN.
  *
  * SHARDRT_FAULT_NAN=STEP:TENSOR[:RANK] sets element 0 of parameter TENSOR (this rank's block of
- * it; every rank, or only RANK) to NaN just before step STEP runs and puts the old value back
- * after it: the step's loss and gradients turn non-finite as after a transient fault (a flipped
- * bit in an activation), while the weights the next step sees are the ones before the fault
- * plus whatever the step's update did. With `on_nonfinite skip` the update did nothing, so the
+ * it; on every rank, or only on RANK) to NaN just before step STEP runs, and every rank puts its
+ * own element 0 back after it: the step's loss and gradients turn non-finite as after a transient
+ * fault (a flipped bit in an activation), and the weights the next step sees are the ones before
+ * the fault plus whatever the step's update did. (Every rank restores: under ZeRO a skipped
+ * update all-gathers the poisoned shard into the other replicas' copies; replicas hold the same
+ * value, so each puts back its own.) With `on_nonfinite skip` the update did nothing, so the
  * parameters after the step equal those before it; with `stop` the run stops there.
  * Nothing happens without the variable; a malformed one is an error.
  */
@@ -41,13 +43,14 @@ static void parse(RtRun *r) {
 
 void rt_fault_before_step(RtRun *r, int64_t s) {
   if (!F.parsed) parse(r);
-  if (!F.t || s != F.step || (F.rank >= 0 && F.rank != r->ctx.rank)) return;
+  if (!F.t || s != F.step) return;
   rt_run_from_dev(r, F.t);
   float *x = (float *)rt_run_hptr(r, F.t);
   F.saved = x[0];
+  F.armed = 1;
+  if (F.rank >= 0 && F.rank != r->ctx.rank) return;
   x[0] = NAN;
   rt_run_to_dev(r, F.t);
-  F.armed = 1;
   fprintf(stderr, "rank %d: SHARDRT_FAULT_NAN: '%s' element 0 is NaN for step %lld\n", r->ctx.rank, F.t->name,
           (long long)s);
 }
