@@ -115,3 +115,11 @@ rc=0; "$t/one" --on-nonfinite maybe "${flags[@]}" --steps 1 >"$t/f.out" 2>&1 || 
 rc=0; SHARDRT_FAULT_NAN=2:wte "$t/one" --on-nonfinite stop "${flags[@]}" --steps 3 --threads 2 --save-to "$t/cks" >"$t/f.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q "^error: step 2: the loss is NaN (gradient norm NaN): training diverged" "$t/f.out" || { cat "$t/f.out"; fail "--on-nonfinite stop"; }
 echo "flags: --on-nonfinite / --max-skips refused where they cannot apply"
+# the recipe: max_skips without on_nonfinite skip is refused at the field (not ignored)
+printf 'model m {\n  param w : [4]\n  loss = sum(w)\n}\ntrain {\n  max_skips 3\n}\n' >"$t/ms.model"
+rc=0; "$shardc" plan "$t/ms.model" --world 1 >"$t/ms.out" 2>&1 || rc=$?
+[ "$rc" != 0 ] && grep -q "ms.model:6:3: error: \`max_skips\` bounds the steps skipped by \`on_nonfinite skip\`" "$t/ms.out" ||
+  { cat "$t/ms.out"; fail "max_skips without skip"; }
+"$shardc" plan "$t/ms.model" -D on_nonfinite=skip --world 1 2>&1 | grep -q "on_nonfinite skip max_skips 3" ||
+  fail "on_nonfinite skip with max_skips 3 is not in the plan's recipe"
+echo "recipe: max_skips without skip refused at the field"
