@@ -93,6 +93,17 @@ paste <(losses "$t/one.jsonl") <(losses "$t/z1.jsonl") | awk '
 [ "$(losses "$t/z1_r.jsonl")" = "$(losses "$t/z1.jsonl" | tail -n 5)" ] || fail "dp2 x tp2: the resume after the skip changed losses"
 echo "dp2 x tp2 x zero 1 (NaN on rank 1 only): every rank skipped step 3, resume bit-identical"
 
+# pp=2 with the NaN on the last stage only (the tied lm head's wte: stage 0 never sees it), and
+# zero 3 (the parameters themselves sharded over dp): every stage and shard skips
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2 --world 2 -o "$t/pp2" >/dev/null 2>&1
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D zero=3 --world 2 -o "$t/z3" >/dev/null 2>&1
+for c in pp2 z3; do
+  SHARDRT_FAULT_NAN=3:wte:1 "${mpi[@]}" -np 2 "$t/$c" "${flags[@]}" --steps 4 --save-to "$t/ck_$c" --log "$t/$c.jsonl" \
+    >"$t/$c.out" 2>&1 || { cat "$t/$c.out"; fail "the $c run failed"; }
+  check_skip "$t/$c.jsonl" "$t/ck_$c"
+done
+echo "pp=2 (NaN on the last stage only) and zero 3 dp=2: every rank skipped step 3"
+
 # more consecutive skips than max_skips: a learning rate that blows the weights up
 "$shardc" build "${m[@]}" -D micro_batch=8 -D lr=1e5 -D grad_clip=0 -D max_skips=2 --world 1 -o "$t/hot" >/dev/null 2>&1
 rc=0
