@@ -43,23 +43,23 @@ o = h["data_offsets"][0]
 print(struct.unpack("<f", b[8 + n + o:8 + n + o + 4])[0])
 PY
 }
-# check_skip LOG CKDIR: step 3 alone skipped, its checkpoint = step 2's, step 4's differs
+# check_skip LOG CKDIR [S]: step S (default 3) alone skipped, its checkpoint = step S-1's, step S+1's differs
 check_skip() {
-  local s
-  s=$(grep -c '"skipped":true' "$1" || true)
-  [ "$s" = 1 ] && grep '"step":3,' "$1" | grep -q '"skipped":true,"skipped_steps":1' || fail "$1: want step 3 alone skipped"
-  grep '"step":3,' "$1" | grep -q '"loss":null' || fail "$1: step 3's loss is not NaN (null)"
-  same_tensors "$2/step_00000002" "$2/step_00000003" || fail "$2: the skipped step changed a tensor"
-  ! same_tensors "$2/step_00000003" "$2/step_00000004" || fail "$2: step 4 changed nothing"
-  grep -aq '"skipped_steps":"1"' "$2"/step_00000003/*.safetensors || fail "$2: step 3's checkpoint does not count the skip"
+  local n k=${3:-3}
+  n=$(grep -c '"skipped":true' "$1" || true)
+  [ "$n" = 1 ] && grep "\"step\":$k," "$1" | grep -q '"skipped":true,"skipped_steps":1' || fail "$1: want step $k alone skipped"
+  grep "\"step\":$k," "$1" | grep -q '"loss":null' || fail "$1: step $k's loss is not NaN (null)"
+  same_tensors "$2/step_0000000$((k - 1))" "$2/step_0000000$k" || fail "$2: the skipped step changed a tensor"
+  ! same_tensors "$2/step_0000000$k" "$2/step_0000000$((k + 1))" || fail "$2: step $((k + 1)) changed nothing"
+  grep -aq '"skipped_steps":"1"' "$2/step_0000000$k"/*.safetensors || fail "$2: step $k's checkpoint does not count the skip"
 }
 
 if [ "$mode" = cuda ]; then
-  "$shardc" build "${m[@]}" -D micro_batch=8 --world 1 --target cuda -o "$t/cu" >/dev/null 2>&1
-  SHARDRT_DEVICE=emu SHARDRT_FAULT_NAN=3:wte "$t/cu" "${flags[@]}" --steps 4 --threads 2 --save-to "$t/ck_cu" \
+  "$shardc" build "${m[@]}" -D micro_batch=4 --world 1 --target cuda -o "$t/cu" >/dev/null 2>&1
+  SHARDRT_DEVICE=emu SHARDRT_FAULT_NAN=2:wte "$t/cu" "${flags[@]}" --steps 3 --threads 2 --save-to "$t/ck_cu" \
     --log "$t/cu.jsonl" >"$t/cu.out" 2>&1 || { cat "$t/cu.out"; fail "the emulated-device run failed"; }
-  check_skip "$t/cu.jsonl" "$t/ck_cu"
-  echo "cuda (emulated device): step 3 skipped, its checkpoint equal to step 2's"
+  check_skip "$t/cu.jsonl" "$t/ck_cu" 2
+  echo "cuda (emulated device): step 2 skipped, its checkpoint equal to step 1's"
   exit 0
 fi
 
