@@ -147,7 +147,7 @@ void rt_log_step(RtRun *r, const RtStepStats *st) {
     json_num(r->log, "loss", st->loss, "%.9g");
     json_num(r->log, "lr", st->lr, "%.9g");
     if (r->gnorm) json_num(r->log, "grad_norm", st->gnorm, "%.9g");
-    if (st->skipped) fprintf(r->log, ",\"skipped\":true,\"skipped_steps\":%lld", (long long)r->st.skipped + 1);
+    if (st->skipped) fprintf(r->log, ",\"skipped\":true,\"skipped_steps\":%lld", (long long)r->st.skipped);
     json_num(r->log, "ms", dt * 1e3, "%.3f");
     if (r->ctx.world > 1) json_num(r->log, "comm_ms", dcomm * 1e3, "%.3f");
     json_num(r->log, "tokens_per_s", st->tokens_per_s, "%.1f");

@@ -343,6 +343,7 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     }
     if (steady) loop->t_steady += dt, loop->steady_steps++;
     int skipped = o->skip && step_skipped(r, gn);
+    if (skipped) r->st.skipped++, r->st.skip_run++; /* (the log line counts this one) */
     RtStepStats st = {.step = s, .loss = loss, .lr = lr, .gnorm = gn, .seconds = dt, .comm_seconds = dcomm,
                       .skipped = skipped};
     st.tokens_per_s = (double)(r->gbatch * r->gseq) / dt;
@@ -354,8 +355,6 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     fmt_value(l, sizeof l, loss);
     fmt_value(g, sizeof g, gn);
     if (skipped) { /* the compiled step left every parameter and state as it was (passes/optimizer.c) */
-      r->st.skipped++;
-      r->st.skip_run++;
       if (r->ctx.rank == 0)
         fprintf(stderr,
                 "warning: step %lld skipped: the gradient norm is %s (loss %s); no parameter or optimizer state "
