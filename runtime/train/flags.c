@@ -79,7 +79,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   o->threads = nproc > 0 ? nproc : 1;
   int seen_help = 0, max_skips_set = 0;
   o->skip = r->on_nonfinite == RT_NONFINITE_SKIP;
-  o->max_skips = r->max_skips > 0 ? r->max_skips : 5;
+  o->max_skips = r->max_skips; /* (a program compiled with skip has it: ir_recipe_defaults) */
   const Flag flags[] = {
       {"data", 0, &o->data, &o->data_set, "PATH|GLOB",
        "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
