@@ -274,6 +274,8 @@ void rt_dist_free(RtDist *d, RtCtx *ctx); /* a barrier, then closes everything *
 void rt_dist_barrier(RtCtx *ctx);
 /* Whether flag is non-zero on any rank (collective over the world; a single process: flag). */
 int rt_dist_any(RtCtx *ctx, int flag);
+/* flags[0..n-1] (n <= 8) each made "non-zero on any rank", in one collective. */
+void rt_dist_any_n(RtCtx *ctx, int *flags, int n);
 /* Rank 0's v (0 <= v < 2^32) on every rank (collective over the world). */
 int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v);
 /* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;
