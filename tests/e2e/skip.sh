@@ -6,7 +6,7 @@
 #   skip.sh SHARDC ST_CLOSE        the CPU target: one rank with 2 accumulation micro-steps, and
 #                                  dp=2 x tp=2 with zero 1 and 2 micro-steps under mpirun (the NaN
 #                                  on rank 1 only); the consecutive-skip limit; the flags' errors
-#   skip.sh SHARDC ST_CLOSE cuda   the CUDA target on the emulated device, one rank
+#   skip.sh SHARDC ST_CLOSE cuda   the CUDA target on the emulated device: dp=2 x zero 1 under mpirun
 #
 # What is asserted: the skipped step's checkpoint holds exactly the tensors (parameters, AdamW
 # moments) of the step before it, while the next step's differs (the comparison can fail); the
@@ -55,11 +55,11 @@ check_skip() {
 }
 
 if [ "$mode" = cuda ]; then
-  "$shardc" build "${m[@]}" -D micro_batch=4 --world 1 --target cuda -o "$t/cu" >/dev/null 2>&1
-  SHARDRT_DEVICE=emu SHARDRT_FAULT_NAN=2:wte "$t/cu" "${flags[@]}" --steps 3 --threads 2 --save-to "$t/ck_cu" \
+  "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D zero=1 --world 2 --target cuda -o "$t/cu" >/dev/null 2>&1
+  SHARDRT_DEVICE=emu SHARDRT_FAULT_NAN=2:wte:1 "${mpi[@]}" -np 2 "$t/cu" "${flags[@]}" --steps 3 --save-to "$t/ck_cu" \
     --log "$t/cu.jsonl" >"$t/cu.out" 2>&1 || { cat "$t/cu.out"; fail "the emulated-device run failed"; }
   check_skip "$t/cu.jsonl" "$t/ck_cu" 2
-  echo "cuda (emulated device): step 2 skipped, its checkpoint equal to step 1's"
+  echo "cuda (emulated device), dp=2 x zero 1, the NaN on rank 1 only: step 2 skipped on both, its checkpoint equal to step 1's"
   exit 0
 fi
 
