@@ -786,8 +786,11 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "  .recipe = {.optimizer = %s, .lr = %.17g, .min_lr = %.17g, .lr_schedule = %s, .warmup = %" PRId64
              ", .steps = %" PRId64 ", .seed = %" PRIu64 "u, .grad_clip = %.17g,\n",
           opt[rc->optimizer], rc->lr, rc->min_lr, sch[rc->lr_schedule], rc->warmup, rc->steps, rc->seed, rc->grad_clip);
-  fprintf(f, "             .data = %s, .val = %s, .ckpt_every = %" PRId64 ", .ckpt_dir = %s, .ckpt_keep = %d},\n",
+  fprintf(f, "             .data = %s, .val = %s, .ckpt_every = %" PRId64 ", .ckpt_dir = %s, .ckpt_keep = %d",
           cg_cstr(&c, rc->data), cg_cstr(&c, rc->val), rc->ckpt_every, cg_cstr(&c, rc->ckpt_dir), rc->ckpt_keep);
+  if (rc->on_nonfinite == NONFINITE_SKIP) /* passes/optimizer.c gated the update */
+    fprintf(f, ",\n             .on_nonfinite = RT_NONFINITE_SKIP, .max_skips = %" PRId64, rc->max_skips);
+  fprintf(f, "},\n");
   fprintf(f, "  .step = step,\n  .eval = eval,\n  .logits = logits,\n");
   c.t->program(&c);
   fprintf(f, "};\n\n");

@@ -606,6 +606,13 @@ static void build_kernel(Bld *B, const Kernel *k) {
   if (k->kind == K_ADAMW) { /* lr, grad scale, and the bias corrections 1 / (1 - beta^step) in double */
     LLVMValueRef h[3];
     for (int i = 0; i < 3; i++) h[i] = load1(B, base[4], i64c(B, i));
+    /* gscale NaN / Inf: a skipped step, nothing changes (ops.def): gscale - gscale == 0 only when finite */
+    LLVMValueRef fin = LLVMBuildFCmp(B->b, LLVMRealOEQ, LLVMBuildFSub(B->b, h[1], h[1], ""), LLVMConstReal(B->f32, 0.0), "");
+    LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(B->cx, B->fn, "upd"), skip = LLVMAppendBasicBlockInContext(B->cx, B->fn, "skip");
+    LLVMBuildCondBr(B->b, fin, run, skip);
+    LLVMPositionBuilderAtEnd(B->b, skip);
+    LLVMBuildRetVoid(B->b);
+    LLVMPositionBuilderAtEnd(B->b, run);
     LLVMValueRef step = LLVMBuildFPExt(B->b, h[2], B->f64, "");
     const float beta[2] = {k->adamw.beta1, k->adamw.beta2};
     for (int b = 0; b < 2; b++) {

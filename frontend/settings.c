@@ -546,7 +546,7 @@ void fe_check_plan(Fe *fe) {
 static const char *const recipe_keys[] = {
     "batch",  "micro_batch", "seq",     "optimizer", "lr",         "beta1",      "beta2",     "eps",  "weight_decay",
     "momentum", "lr_schedule", "warmup", "min_lr",   "grad_clip", "precision",   "master",    "steps", "data",
-    "val",    "checkpoint",  "ckpt_every", "ckpt_dir", "ckpt_keep", "seed",     NULL};
+    "val",    "checkpoint",  "ckpt_every", "ckpt_dir", "ckpt_keep", "seed",     "on_nonfinite", "max_skips", NULL};
 
 static void recipe_key(Cur *c, Word *k, void *ctx) {
   Recipe *r = ctx;
@@ -573,7 +573,28 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
   else if (strcmp(key, "momentum") == 0) get_num(c, key, &r->momentum);
   else if (strcmp(key, "min_lr") == 0) get_num(c, key, &r->min_lr);
   else if (strcmp(key, "grad_clip") == 0) get_num(c, key, &r->grad_clip);
-  else if (strcmp(key, "optimizer") == 0) {
+  else if (strcmp(key, "max_skips") == 0) {
+    r->max_skips_loc = k->loc; /* passes/optimizer.c refuses it without `on_nonfinite skip` */
+    r->max_skips_set = get_int(c, key, 1, (int64_t)1 << 40, &r->max_skips);
+  } else if (strcmp(key, "on_nonfinite") == 0) {
+    static const char *const names[] = {"stop", "skip"};
+    Word *w = peek(c);
+    int i = get_choice(c, key, names, 2);
+    if (i < 0) return;
+    r->on_nonfinite = i == 0 ? NONFINITE_STOP : NONFINITE_SKIP;
+    if (w->kind != W_CALL) return;
+    if (i == 0) {
+      error_at(w->loc, "`stop` takes no arguments (`skip(max: N)` sets the consecutive skips allowed)");
+      return;
+    }
+    double max = NAN;
+    CallArg ca[] = {{"max", &max, {0}}};
+    call_args(c, w, ca, 1);
+    if (isnan(max)) return;
+    if (max < 1 || max != floor(max) || max > 1e12)
+      error_at(w->loc, "`max:` must be a whole number of consecutive skipped steps, at least 1, got %g", max);
+    else r->max_skips = (int64_t)max, r->max_skips_loc = w->loc, r->max_skips_set = true;
+  } else if (strcmp(key, "optimizer") == 0) {
     static const char *const names[] = {"adamw", "sgd"};
     Word *w = peek(c);
     int i = get_choice(c, key, names, 2);

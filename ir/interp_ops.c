@@ -538,6 +538,11 @@ static void ev_sgd(const Node *n, Tensor *const *x, Tensor *y) {
   y[0] = tensor_new(x[0]->dtype, x[0]->shape);
   y[1] = tensor_new(x[2]->dtype, x[2]->shape);
   int64_t cnt = ir_numel(&x[0]->shape);
+  if (!isfinite(gs)) { /* a skipped step: p and m unchanged */
+    memcpy(y[0].data, x[0]->data, (size_t)cnt * sizeof(double));
+    memcpy(y[1].data, x[2]->data, (size_t)cnt * sizeof(double));
+    return;
+  }
   for (int64_t i = 0; i < cnt; i++) {
     double p = x[0]->data[i], g = gs * x[1]->data[i] + n->a.weight_decay * p;
     double m = n->a.momentum * x[2]->data[i] + g;
@@ -554,6 +559,12 @@ static void ev_adamw(const Node *n, Tensor *const *x, Tensor *y) {
   y[1] = tensor_new(x[2]->dtype, x[2]->shape);
   y[2] = tensor_new(x[3]->dtype, x[3]->shape);
   int64_t cnt = ir_numel(&x[0]->shape);
+  if (!isfinite(gs)) { /* a skipped step: p, m and v unchanged */
+    memcpy(y[0].data, x[0]->data, (size_t)cnt * sizeof(double));
+    memcpy(y[1].data, x[2]->data, (size_t)cnt * sizeof(double));
+    memcpy(y[2].data, x[3]->data, (size_t)cnt * sizeof(double));
+    return;
+  }
   for (int64_t i = 0; i < cnt; i++) {
     double p = x[0]->data[i], g = gs * x[1]->data[i];
     double m = b1 * x[2]->data[i] + (1 - b1) * g;

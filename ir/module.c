@@ -34,6 +34,8 @@ void ir_recipe_defaults(Recipe *r) {
   r->steps = 100;
   r->ckpt_keep = 1;
   r->seed = 1337;
+  r->on_nonfinite = NONFINITE_STOP;
+  r->max_skips = 5;
 }
 
 _Static_assert((int)LR_CONSTANT == RT_LR_CONSTANT && (int)LR_LINEAR == RT_LR_LINEAR && (int)LR_COSINE == RT_LR_COSINE,

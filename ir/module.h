@@ -88,6 +88,8 @@ typedef struct {
 typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE } LrScheduleKind;
 typedef enum { PREC_F32, PREC_BF16 } Precision;
+/* A step whose gradients hold NaN / Inf: stop the run there, or skip its optimizer update. */
+typedef enum { NONFINITE_STOP, NONFINITE_SKIP } NonfiniteAction;
 
 typedef struct {
   int64_t batch;       /* sequences per optimizer step, global, as written (0: not given); see Module.batch */
@@ -107,6 +109,10 @@ typedef struct {
   const char *ckpt_dir;
   int ckpt_keep;
   uint64_t seed;
+  NonfiniteAction on_nonfinite; /* passes/optimizer.c gates the update; the trainer counts the skips */
+  int64_t max_skips;   /* skip: consecutive skipped steps after which the run stops (default 5) */
+  bool max_skips_set;  /* written (in the file or by -D) */
+  SrcLoc max_skips_loc; /* where (file NULL: by -D) */
   SrcLoc loc;
   SrcLoc batch_loc;    /* where `batch` was written (file NULL: not written, or -D) */
 } Recipe;

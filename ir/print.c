@@ -640,6 +640,7 @@ void ir_print_module_header(FILE *f, const Module *m) {
     fprintf(f, " weight_decay %g schedule %s warmup %lld", r->weight_decay,
             r->lr_schedule <= LR_COSINE ? lrs[r->lr_schedule] : "?", (long long)r->warmup);
     if (r->grad_clip > 0) fprintf(f, " grad_clip %g", r->grad_clip);
+    if (r->on_nonfinite == NONFINITE_SKIP) fprintf(f, " on_nonfinite skip max_skips %lld", (long long)r->max_skips);
     fprintf(f, " precision %s steps %lld seed %llu\n", r->precision == PREC_BF16 ? "bf16" : "f32", (long long)r->steps,
             (unsigned long long)r->seed);
   }

@@ -148,7 +148,8 @@ static bool parse_plan(Reader *r) {
 static bool parse_recipe(Reader *r) {
   static const char *const keys[] = {"batch", "micro_batch", "seq", "adamw", "sgd", "lr", "betas", "eps",
                                      "momentum", "weight_decay", "schedule", "warmup", "grad_clip",
-                                     "precision", "steps", "seed"};
+                                     "precision", "steps", "seed", "on_nonfinite", "max_skips"};
+  static const char *const nonfinite[] = {"stop", "skip"};
   static const char *const lrs[] = {"constant", "linear", "cosine"};
   static const char *const precs[] = {"f32", "bf16"};
   Recipe *c = &r->m->recipe;
@@ -156,7 +157,7 @@ static bool parse_recipe(Reader *r) {
   if (!rd_expect(r, ':')) return false;
   while (!rd_eol(r)) {
     int k, v;
-    if (!rd_choice(r, &k, keys, 16, "a recipe field")) return false;
+    if (!rd_choice(r, &k, keys, 18, "a recipe field")) return false;
     bool ok = true;
     switch (k) {
     case 0: ok = rd_i64(r, &c->batch, 0, BIG, "batch"); break;
@@ -194,6 +195,14 @@ static bool parse_recipe(Reader *r) {
       c->seed = (uint64_t)u;
       break;
     }
+    case 16:
+      ok = rd_choice(r, &v, nonfinite, 2, "stop or skip");
+      c->on_nonfinite = (NonfiniteAction)v;
+      break;
+    case 17:
+      ok = rd_i64(r, &c->max_skips, 1, BIG, "max_skips");
+      c->max_skips_set = true;
+      break;
     }
     if (!ok) return false;
   }

@@ -7,6 +7,10 @@
  *       norm = sqrt(sum over params of sumsq(grad)),
  *       gscale = min(1, clip / (norm + 1e-6)),
  *     and a result "grad_norm"; without clipping gscale is the constant 1;
+ *   - with recipe.on_nonfinite skip: the norm (and "grad_norm") with or without clipping, and
+ *     gscale += 0 * sumsq: NaN when a gradient is NaN / Inf, which makes every update of the
+ *     step leave its parameter and state unchanged (ops.def); the trainer sees the non-finite
+ *     grad_norm, counts the skip and does not advance the optimizer's step (runtime/train/main.c);
  *   - the update's hyper-parameter vector, built as CONCAT along axis 0 of the
  *     scalars reshaped to [1]: AdamW [lr, gscale, step], SGD [lr, gscale] (the
  *     update ops take one small vector so codegen passes one pointer);
@@ -124,12 +128,22 @@ bool pass_optimizer(Module *m) {
     error_at(L, "train: lr, grad_clip and weight_decay must not be negative");
     return false;
   }
+  if (r.max_skips_set && r.on_nonfinite != NONFINITE_SKIP) {
+    error_at(r.max_skips_loc.file ? r.max_skips_loc : L,
+             "`max_skips` bounds the steps skipped by `on_nonfinite skip`, but this recipe stops at a non-finite "
+             "step (`on_nonfinite stop`, the default)");
+    note("write `on_nonfinite skip(max: %lld)`, or leave `max_skips` out", (long long)r.max_skips);
+    return false;
+  }
 
   Value *lr = add_input(g, "lr", L);
   Value *step = r.optimizer == OPT_ADAMW ? add_input(g, "step", L) : NULL;
 
-  Value *gscale;
-  if (r.grad_clip > 0 && np > 0) {
+  /* on_nonfinite skip: the global sum of squares of the gradients gates the update (below), so
+   * it is taken, and "grad_norm" reported, with or without clipping */
+  bool skip = r.on_nonfinite == NONFINITE_SKIP;
+  Value *gscale, *total = NULL;
+  if ((r.grad_clip > 0 || skip) && np > 0) {
     Value **sq = ARENA_ARRAY(A, Value *, np);
     for (int i = 0; i < np; i++) {
       Value *s = emit(g, OP_SUMSQ, 1, &grads[i], grads[i]->dtype, ir_scalar_shape(), NULL, L);
@@ -137,9 +151,12 @@ bool pass_optimizer(Module *m) {
     }
     Attrs cat = {.axis = 0};
     Value *all = np == 1 ? sq[0] : emit(g, OP_CONCAT, np, sq, sq[0]->dtype, ir_shape(1, (int64_t[]){np}), &cat, L);
-    Value *total = emit(g, OP_SUM, 1, &all, all->dtype, ir_scalar_shape(), NULL, L);
+    total = emit(g, OP_SUM, 1, &all, all->dtype, ir_scalar_shape(), NULL, L);
     Value *norm = emit(g, OP_SQRT, 1, &total, total->dtype, ir_scalar_shape(), NULL, L);
     ir_add_result(g, norm, "grad_norm");
+  }
+  if (r.grad_clip > 0 && np > 0) {
+    Value *norm = find_result(g, "grad_norm");
     Attrs eps = {.scalar = 1e-6};
     Value *den = emit(g, OP_ADD_SCALAR, 1, &norm, norm->dtype, ir_scalar_shape(), &eps, L);
     Value *q[2] = {scalar_const(g, r.grad_clip, L), den};
@@ -148,6 +165,16 @@ bool pass_optimizer(Module *m) {
     gscale = emit(g, OP_MINIMUM, 2, mn, norm->dtype, ir_scalar_shape(), NULL, L);
   } else {
     gscale = scalar_const(g, 1.0, L);
+  }
+  if (skip && total) {
+    /* The gate: gscale + 0 * total is gscale when every gradient is finite (exactly: x + 0 = x)
+     * and NaN when one holds NaN / Inf (0 * Inf and 0 * NaN are NaN); an update whose gscale is
+     * not finite leaves the parameter and its state as they are (ops.def). total is the same
+     * all-reduced value on every rank (the gradient norm's), so every rank skips together. */
+    Attrs zero = {.scalar = 0.0};
+    Value *z = emit(g, OP_SCALE, 1, &total, total->dtype, ir_scalar_shape(), &zero, L);
+    Value *ab[2] = {gscale, z};
+    gscale = emit(g, OP_ADD, 2, ab, total->dtype, ir_scalar_shape(), NULL, L);
   }
   Value *hs[3] = {lr, gscale, step};
   Value *hyper = vec_of(g, step ? 3 : 2, hs, L);

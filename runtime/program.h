@@ -15,6 +15,7 @@
 enum { RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_CONST }; /* = InitKind */
 enum { RT_T_PARAM, RT_T_STATE, RT_T_INPUT, RT_T_RESULT };
 enum { RT_OPT_SGD, RT_OPT_ADAMW };
+enum { RT_NONFINITE_STOP, RT_NONFINITE_SKIP }; /* = the IR's NonfiniteAction */
 
 #define RT_MAX_RANK 6
 
@@ -56,6 +57,8 @@ typedef struct {
   int64_t ckpt_every;       /* steps; 0: only at the end when --save-to is given */
   const char *ckpt_dir;
   int ckpt_keep;
+  int on_nonfinite;         /* RT_NONFINITE_*: skip: the step's update is gated on finite gradients */
+  int64_t max_skips;        /* skip: consecutive skipped steps after which the run stops */
 } RtRecipe;
 
 typedef struct RtCtx RtCtx; /* the runtime's per-rank state: threads, rank, groups */

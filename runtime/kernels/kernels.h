@@ -204,7 +204,8 @@ void rt_ce_grad(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logit
 /* ---- optimizers (in place) ----------------------------------------------------------------- */
 
 /* AdamW (ops.def ADAMW_UPDATE): g' = gscale*g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
- * p -= lr (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + wd p). step >= 1. */
+ * p -= lr (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + wd p). step >= 1. Both optimizers leave
+ * p and the state unchanged when gscale is NaN / Inf (a skipped step). */
 void rt_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
               float beta1, float beta2, float eps, float weight_decay);
 /* SGD with momentum (ops.def SGD_UPDATE): g' = gscale*g + wd*p; m = momentum*m + g'; p -= lr*m. */

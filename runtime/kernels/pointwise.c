@@ -321,6 +321,7 @@ void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64
 
 void rt_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
               float beta1, float beta2, float eps, float weight_decay) {
+  if (!isfinite(gscale)) return; /* a skipped step (passes/optimizer.c: on_nonfinite skip) */
   float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
   float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
@@ -336,6 +337,7 @@ void rt_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr,
 
 void rt_sgd(int64_t n, float *p, const float *g, float *m, float lr, float gscale, float momentum,
             float weight_decay) {
+  if (!isfinite(gscale)) return; /* a skipped step */
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (int64_t i = 0; i < n; i++) {
     float gi = gscale * g[i] + weight_decay * p[i];

@@ -381,6 +381,7 @@ void rt_ce_grad_ref(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *l
 
 void rt_adamw_ref(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
                   float beta1, float beta2, float eps, float weight_decay) {
+  if (!isfinite(gscale)) return;
   for (int64_t i = 0; i < n; i++) {
     double gi = (double)gscale * g[i];
     double mi = beta1 * (double)m[i] + (1.0 - beta1) * gi;
@@ -394,6 +395,7 @@ void rt_adamw_ref(int64_t n, float *p, const float *g, float *m, float *v, float
 
 void rt_sgd_ref(int64_t n, float *p, const float *g, float *m, float lr, float gscale, float momentum,
                 float weight_decay) {
+  if (!isfinite(gscale)) return;
   for (int64_t i = 0; i < n; i++) {
     double gi = (double)gscale * g[i] + (double)weight_decay * p[i];
     double mi = (double)momentum * m[i] + gi;

@@ -144,6 +144,10 @@ char *rt_ckpt_meta(const RtProgram *p, const RtTrainState *st, const char *part)
   META_U("rng_state", st->rng);
   META_I("batch", st->batch);
   META_I("seq", st->seq);
+  if (st->skipped) { /* written only after a skipped step: older trainers read what they know */
+    META_I("skipped_steps", st->skipped);
+    META_I("skip_run", st->skip_run);
+  }
 #undef META_I
 #undef META_U
   snprintf(b, sizeof b, "%.9g", st->loss);
@@ -458,6 +462,8 @@ void rt_ckpt_load(const RtProgram *p, char *mem, const char *path, int full, RtT
     st->batch = (int64_t)rt_st_meta_u64(&s, "batch");
     st->seq = (int64_t)rt_st_meta_u64(&s, "seq");
     st->loss = strtod(rt_st_meta(&s, "loss"), NULL);
+    st->skipped = (int64_t)rt_st_meta_u64_or(&s, "skipped_steps", 0);
+    st->skip_run = (int64_t)rt_st_meta_u64_or(&s, "skip_run", 0);
     char *optim = rt_xprintf("%s/optimizer.safetensors", dir);
     RtStFile o;
     rt_st_open(&o, optim);

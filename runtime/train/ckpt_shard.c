@@ -530,6 +530,8 @@ static void read_state(const RtJson *m, const char *path, RtTrainState *st) {
   st->rng = meta_u64(m, "rng_state", path);
   st->batch = (int64_t)meta_u64(m, "batch", path);
   st->seq = (int64_t)meta_u64(m, "seq", path);
+  st->skipped = rt_json_get(m, "skipped_steps") ? (int64_t)meta_u64(m, "skipped_steps", path) : 0;
+  st->skip_run = rt_json_get(m, "skip_run") ? (int64_t)meta_u64(m, "skip_run", path) : 0;
   const RtJson *l = rt_json_get(m, "loss");
   st->loss = l && l->kind == RT_JSON_STR ? strtod(l->str, NULL) : 0;
 }

@@ -82,10 +82,17 @@ void rt_dist_barrier(RtCtx *ctx) {
 }
 
 int rt_dist_any(RtCtx *ctx, int flag) {
-  if (!ctx->groups[RT_MESH_ALL]) return flag;
-  float f = flag ? 1.0f : 0.0f;
-  rt_all_reduce(ctx->groups[RT_MESH_ALL], &f, &f, 1, RT_F32, RT_MAX);
-  return f > 0;
+  rt_dist_any_n(ctx, &flag, 1);
+  return flag;
+}
+
+void rt_dist_any_n(RtCtx *ctx, int *flags, int n) {
+  float f[8] = {0};
+  if (n > 8) rt_bug("rt_dist_any_n: %d flags (at most 8)", n);
+  for (int i = 0; i < n; i++) flags[i] = flags[i] != 0, f[i] = (float)flags[i];
+  if (!ctx->groups[RT_MESH_ALL]) return;
+  rt_all_reduce(ctx->groups[RT_MESH_ALL], f, f, n, RT_F32, RT_MAX);
+  for (int i = 0; i < n; i++) flags[i] = f[i] > 0;
 }
 
 int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v) {

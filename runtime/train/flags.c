@@ -77,7 +77,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   o->temperature = 0.8;
   long nproc = sysconf(_SC_NPROCESSORS_ONLN);
   o->threads = nproc > 0 ? nproc : 1;
-  int seen_help = 0;
+  int seen_help = 0, max_skips_set = 0;
+  o->skip = r->on_nonfinite == RT_NONFINITE_SKIP;
+  o->max_skips = r->max_skips; /* (a program compiled with skip has it: ir_recipe_defaults) */
   const Flag flags[] = {
       {"data", 0, &o->data, &o->data_set, "PATH|GLOB",
        "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
@@ -111,6 +113,11 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"dump-to", 0, &o->dump_to, NULL, "DIR", "where --dump-steps writes DIR/step_N.safetensors (default: dump)"},
       {"trace", 0, &o->trace, NULL, "FILE.json",
        "write the measured timeline (Chrome trace / Perfetto JSON: per rank the steps, pipeline F/B/W, collectives)"},
+      {"on-nonfinite", 0, &o->on_nonfinite, NULL, "stop|skip",
+       "a step whose gradients hold NaN / Inf stops the run, or its update is skipped (default: the recipe's "
+       "on_nonfinite)"},
+      {"max-skips", 4, &o->max_skips, &max_skips_set, "N",
+       "with skip: stop after N consecutive skipped steps (default: the recipe's max_skips)"},
       {"ckpt-format", 0, &o->ckpt_format, NULL, "sharded|logical",
        "checkpoints of a multi-rank run: each rank writes its blocks (sharded, the default), or rank 0 gathers and "
        "writes whole tensors (logical; one process: always)"},
@@ -140,6 +147,21 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
   if (o->ckpt_format && strcmp(o->ckpt_format, "sharded") != 0 && strcmp(o->ckpt_format, "logical") != 0)
     rt_user_error("--ckpt-format: '%s' is neither sharded nor logical", o->ckpt_format);
+  if (o->on_nonfinite) {
+    if (strcmp(o->on_nonfinite, "stop") != 0 && strcmp(o->on_nonfinite, "skip") != 0)
+      rt_user_error("--on-nonfinite: '%s' is neither stop nor skip", o->on_nonfinite);
+    int skip = !strcmp(o->on_nonfinite, "skip");
+    /* skipping needs the update gated inside the compiled step (passes/optimizer.c) */
+    if (skip && r->on_nonfinite != RT_NONFINITE_SKIP)
+      rt_user_error("--on-nonfinite skip: this program was compiled with `on_nonfinite stop`, so its optimizer update "
+                    "is not gated on finite gradients; recompile with `on_nonfinite skip` in the train block (or -D "
+                    "on_nonfinite=skip)");
+    o->skip = skip;
+  }
+  if (max_skips_set && !o->skip)
+    rt_user_error("--max-skips %lld: steps are skipped only with --on-nonfinite skip (this run stops at the first "
+                  "non-finite step)",
+                  (long long)o->max_skips);
   /* more compute threads than CPUs only slow the kernels down (OpenMP's waiting threads spin), and
    * thousands of them exhaust the threads' stacks inside libgomp: refused with the machine's count */
   if (o->threads_set && o->threads > nproc && nproc > 0)

@@ -138,6 +138,7 @@ void rt_log_step(RtRun *r, const RtStepStats *st) {
   fmt_eta(eta_s, sizeof eta_s, st->eta_s);
   printf("step %*lld/%lld | loss %.4f | lr %.2e", width, (long long)st->step, (long long)o->steps, st->loss, st->lr);
   if (r->gnorm) printf(" | norm %.3f", st->gnorm);
+  if (st->skipped) printf(" | skipped");
   printf(" | %.1f ms", dt * 1e3);
   if (r->ctx.world > 1) printf(" (comm %.0f%%)", dt > 0 ? 100 * dcomm / dt : 0.0);
   printf(" | %.0f tok/s | MFU %.1f%% | mem %s | ETA %s\n", st->tokens_per_s, 100 * st->mfu, mem_s, eta_s);
@@ -146,6 +147,7 @@ void rt_log_step(RtRun *r, const RtStepStats *st) {
     json_num(r->log, "loss", st->loss, "%.9g");
     json_num(r->log, "lr", st->lr, "%.9g");
     if (r->gnorm) json_num(r->log, "grad_norm", st->gnorm, "%.9g");
+    if (st->skipped) fprintf(r->log, ",\"skipped\":true,\"skipped_steps\":%lld", (long long)r->st.skipped);
     json_num(r->log, "ms", dt * 1e3, "%.3f");
     if (r->ctx.world > 1) json_num(r->log, "comm_ms", dcomm * 1e3, "%.3f");
     json_num(r->log, "tokens_per_s", st->tokens_per_s, "%.1f");

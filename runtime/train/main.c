@@ -287,24 +287,47 @@ static void fmt_value(char *out, size_t n, double v) {
     snprintf(out, n, "%.6g", v);
 }
 
+/* NaN / Inf after a step, agreed by every rank in one 12-byte all-reduce (a pipeline's other
+ * stages do not see the loss): STEP_SKIPPED when the step skipped its update (--on-nonfinite
+ * skip: the compiled update is gated on the global gradient sum of squares, the all-reduced value
+ * behind grad_norm, so every rank skipped or none did — a disagreement is a bug), STEP_BAD when
+ * the loss or the gradients are not finite and the step was not skipped. */
+enum { STEP_OK, STEP_SKIPPED, STEP_BAD };
+static int check_finite(RtRun *r, int64_t s, double loss, double gn) {
+  int bad_grad = r->gnorm && !isfinite(gn);
+  int f[3] = {r->o.skip && bad_grad, r->o.skip && !bad_grad, !isfinite(loss) || bad_grad};
+  rt_dist_any_n(&r->ctx, f, 3);
+  if (f[0] && f[1])
+    rt_bug("rank %d: the ranks disagree on whether step %lld's gradients are finite (this rank's gradient norm is "
+           "%g): some skipped the update and some applied it",
+           r->ctx.rank, (long long)s, gn);
+  return f[0] ? STEP_SKIPPED : f[2] ? STEP_BAD : STEP_OK;
+}
+
 /* Steps loop->first..loop->stop, with their validations and checkpoints; fills the rest of loop. */
 static void train_loop(RtRun *r, RtLoop *loop) {
   const RtProgram *p = r->p;
   const RtOpts *o = &r->o;
   int64_t first = loop->first, stop = loop->stop;
+  if (o->skip && !r->gnorm) rt_bug("on_nonfinite skip: the program has no \"grad_norm\" result (passes/optimizer.c)");
   double t_start = rt_now();
   for (int64_t s = first; s <= stop; s++) {
     r->ctx.step = s;
     rt_run_load_batch(r, &r->train, r->st.data_pos);
-    double lr = rt_lr_at(p->recipe.lr_schedule, p->recipe.lr, p->recipe.min_lr, p->recipe.warmup, o->steps, s - 1);
+    /* the optimizer's step: the updates applied so far + 1 — a skipped step advances neither
+     * AdamW's bias correction nor the schedule (as Megatron and DeepSpeed skip an overflowed step) */
+    int64_t opt_step = s - r->st.skipped;
+    double lr = rt_lr_at(p->recipe.lr_schedule, p->recipe.lr, p->recipe.min_lr, p->recipe.warmup, o->steps, opt_step - 1);
     rt_run_put_input(r, r->lr, lr);
-    rt_run_put_input(r, r->stepno, (double)s);
+    rt_run_put_input(r, r->stepno, (double)opt_step);
+    rt_fault_before_step(r, s);
     double t0 = rt_now(), c0 = r->ctx.comm_s;
     if (r->dev && r->dev->run)
       r->dev->run(&r->ctx, p->step, r->mem);
     else
       p->step(r->mem, &r->ctx);
     if (r->dev) r->dev->sync(&r->ctx); /* the step's time is the device's */
+    rt_fault_after_step(r);
     rt_run_check_device_flags(r, "training");
     double dt = rt_now() - t0, dcomm = r->ctx.comm_s - c0;
     rt_trace_span(&r->ctx, RT_TRACE_COMPUTE, "step", -1, -1, -1, t0, t0 + dt);
@@ -323,23 +346,33 @@ static void train_loop(RtRun *r, RtLoop *loop) {
       free(path);
     }
     if (steady) loop->t_steady += dt, loop->steady_steps++;
-    RtStepStats st = {.step = s, .loss = loss, .lr = lr, .gnorm = gn, .seconds = dt, .comm_seconds = dcomm};
+    int verdict = check_finite(r, s, loss, gn);
+    if (verdict == STEP_SKIPPED) r->st.skipped++, r->st.skip_run++; /* (the log line counts this one) */
+    else r->st.skip_run = 0;
+    RtStepStats st = {.step = s, .loss = loss, .lr = lr, .gnorm = gn, .seconds = dt, .comm_seconds = dcomm,
+                      .skipped = verdict == STEP_SKIPPED};
     st.tokens_per_s = (double)(r->gbatch * r->gseq) / dt;
     st.mfu = rt_run_mfu(r, st.tokens_per_s);
     st.eta_s = loop->steady_steps ? loop->t_steady / (double)loop->steady_steps * (double)(stop - s) : NAN;
     st.rss = rt_vm_rss();
     rt_log_step(r, &st);
-    /* NaN / Inf: every rank stops here, before anything is checkpointed (the loss is checked on
-     * every rank and agreed on: a pipeline's other stages do not see it) */
-    if (rt_dist_any(&r->ctx, !isfinite(loss) || (r->gnorm && !isfinite(gn)))) {
-      char what[128], l[32], g[32];
+    if (verdict != STEP_OK) { /* every rank agreed on it: all skip, or all stop before anything is checkpointed */
+      char what[256], l[32], g[32];
       fmt_value(l, sizeof l, loss);
       fmt_value(g, sizeof g, gn);
-      if (r->gnorm)
-        snprintf(what, sizeof what, "the loss is %s (gradient norm %s)", l, g);
-      else
-        snprintf(what, sizeof what, "the loss is %s", l);
-      rt_run_diverged(r, s, what);
+      if (verdict == STEP_SKIPPED && r->ctx.rank == 0) /* the step left every parameter and state as it was */
+        fprintf(stderr,
+                "warning: step %lld skipped: the gradient norm is %s (loss %s); no parameter or optimizer state "
+                "changed and the optimizer stays at step %lld (%lld skipped in a row, at most %lld)\n",
+                (long long)s, g, l, (long long)opt_step - 1, (long long)r->st.skip_run, (long long)o->max_skips);
+      if (verdict == STEP_BAD)
+        snprintf(what, sizeof what, r->gnorm ? "the loss is %s (gradient norm %s)" : "the loss is %s", l, g);
+      else if (r->st.skip_run > o->max_skips)
+        snprintf(what, sizeof what,
+                 "the gradient norm is %s (loss %s): %lld steps in a row with non-finite gradients, more than the "
+                 "%lld that may be skipped (max_skips)",
+                 g, l, (long long)r->st.skip_run, (long long)o->max_skips);
+      if (verdict == STEP_BAD || r->st.skip_run > o->max_skips) rt_run_diverged(r, s, what);
     }
     if (r->has_val && o->eval_every && s % o->eval_every == 0)
       rt_log_eval(r, s, loop->last_val = rt_run_evaluate(r));

@@ -49,6 +49,9 @@ typedef struct {
   int threads_set;         /* --threads given */
   const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
   const char *ckpt_format; /* --ckpt-format: "sharded" or "logical" (NULL: sharded under several ranks) */
+  const char *on_nonfinite; /* --on-nonfinite: "stop" or "skip" (default: the recipe's) */
+  int skip;                /* 1: a step with non-finite gradients is skipped (flags.c decides it) */
+  int64_t max_skips;       /* --max-skips: consecutive skipped steps after which the run stops */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;
@@ -99,6 +102,7 @@ typedef struct {
   double gnorm;        /* gradient norm (when the program computes it) */
   double seconds;      /* the step's time */
   double comm_seconds; /* of which in collectives */
+  int skipped;         /* 1: the update was skipped (non-finite gradients, --on-nonfinite skip) */
   double tokens_per_s; /* global tokens / seconds */
   double mfu;          /* model FLOP utilisation, 0..1 */
   double eta_s;        /* seconds to `stop` (NaN: not known yet) */
@@ -121,8 +125,12 @@ RtProgram *rt_host_program(const RtProgram *p, int64_t *bytes);
 void rt_host_program_free(RtProgram *hp);
 /* The host copy of p's tensor t (t points into p->tensors). */
 char *rt_run_hptr(const RtRun *r, const RtTensor *t);
-/* Host copy -> device (a CPU program: nothing to do). */
+/* Host copy -> device, and back (a CPU program: nothing to do). */
 void rt_run_to_dev(RtRun *r, const RtTensor *t);
+void rt_run_from_dev(RtRun *r, const RtTensor *t);
+/* fault.c: SHARDRT_FAULT_NAN's transient NaN around step s (tests). */
+void rt_fault_before_step(RtRun *r, int64_t s);
+void rt_fault_after_step(RtRun *r);
 /* Every tensor of the kinds (bits 1 << RT_T_*). */
 void rt_run_kinds_to_dev(RtRun *r, int kinds);
 /* The kernels' error flags (an int at the start of the kernel scratch, runtime/cuda/cuda_ops.h):

@@ -309,6 +309,11 @@ const char *rt_st_meta(const RtStFile *s, const char *key) {
   return v->str;
 }
 
+uint64_t rt_st_meta_u64_or(const RtStFile *s, const char *key, uint64_t dflt) {
+  const RtJson *v = rt_json_get(rt_json_get(s->hdr, "__metadata__"), key);
+  return v ? rt_st_meta_u64(s, key) : dflt;
+}
+
 uint64_t rt_st_meta_u64(const RtStFile *s, const char *key) {
   const char *v = rt_st_meta(s, key);
   char *end;

@@ -110,6 +110,7 @@ void rt_run_to_dev(RtRun *r, const RtTensor *t) {
 static void from_dev(RtRun *r, const RtTensor *t) {
   if (r->dev && t) get_tensor(r, t, rt_run_hptr(r, t));
 }
+void rt_run_from_dev(RtRun *r, const RtTensor *t) { from_dev(r, t); }
 void rt_run_check_device_flags(RtRun *r, const char *what) {
   if (!r->dev || !r->p->workspace_bytes || r->p->workspace_bytes() < 4) return; /* a program without them */
   int32_t flags = 0;

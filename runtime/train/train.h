@@ -161,6 +161,7 @@ void rt_st_read(RtStFile *s, const char *name, int dtype, const int64_t *dims, i
 /* A user error naming the file, the tensor and the element when data (n elements) is not finite. */
 void rt_st_check_finite(const RtStFile *s, const char *name, const void *data, int dtype, int64_t n);
 const char *rt_st_meta(const RtStFile *s, const char *key); /* a __metadata__ string (user error if absent) */
+uint64_t rt_st_meta_u64_or(const RtStFile *s, const char *key, uint64_t dflt); /* dflt when absent */
 uint64_t rt_st_meta_u64(const RtStFile *s, const char *key);
 /* The first element of data (n elements of dtype) that is NaN or Inf, or -1 (integers: -1). */
 int64_t rt_first_nonfinite(const void *data, int dtype, int64_t n);
@@ -177,6 +178,8 @@ typedef struct {
   int64_t batch;    /* global batch, sequences */
   int64_t seq;      /* sequence length */
   double loss;      /* last training loss (NaN: none) */
+  int64_t skipped;  /* steps whose update was skipped (non-finite gradients): the optimizer's step is step - skipped */
+  int64_t skip_run; /* of which the last ones in a row */
 } RtTrainState;
 
 /* Name of layer `layer` of a stacked tensor: "adam_m:blocks.attention.w" -> "adam_m:blocks.3.attention.w". */
@@ -271,6 +274,8 @@ void rt_dist_free(RtDist *d, RtCtx *ctx); /* a barrier, then closes everything *
 void rt_dist_barrier(RtCtx *ctx);
 /* Whether flag is non-zero on any rank (collective over the world; a single process: flag). */
 int rt_dist_any(RtCtx *ctx, int flag);
+/* flags[0..n-1] (n <= 8) each made "non-zero on any rank", in one collective. */
+void rt_dist_any_n(RtCtx *ctx, int *flags, int n);
 /* Rank 0's v (0 <= v < 2^32) on every rank (collective over the world). */
 int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v);
 /* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;

@@ -266,6 +266,18 @@ static void test_adamw(void *so, const char *name) {
   check("adamw p (3 steps)", p, p2, n);
   check("adamw m", m, m2, n);
   check("adamw v", v, v2, n);
+  /* gscale NaN or Inf (on_nonfinite skip's gate): the generated kernel changes nothing, as the C one */
+  const float gates[2] = {NAN, INFINITY};
+  for (int k2 = 0; k2 < 2; k2++) {
+    g[3] = NAN, hyper[1] = gates[k2];
+    memcpy(p2, p, (size_t)n * 4), memcpy(m2, m, (size_t)n * 4), memcpy(v2, v, (size_t)n * 4);
+    void *args[] = {p, g, m, v, hyper};
+    run(k, n, args, k2);
+    int same = !memcmp(p, p2, (size_t)n * 4) && !memcmp(m, m2, (size_t)n * 4) && !memcmp(v, v2, (size_t)n * 4);
+    printf("%-44s n=%-7lld %s\n", k2 ? "adamw, gscale Inf: p, m, v unchanged" : "adamw, gscale NaN: p, m, v unchanged",
+           (long long)n, same ? "yes" : "no  FAIL");
+    failures += !same;
+  }
   free(p), free(g), free(m), free(v), free(p2), free(m2), free(v2);
 }
 

@@ -416,8 +416,37 @@ static void test_optimizers(Arena *A) {
     CHECK_NEAR(o[1].data[0], 0.29, TOL);
     CHECK_NEAR(o[2].data[0], 0.01399, TOL);
     CHECK_NEAR(o[0].data[0], 1 - 0.1 * (0.29 / 0.19 / (sqrt(0.01399 / (1 - 0.998001)) + 1e-8) + 0.1), TOL);
-    for (int i = 0; i < 5; i++) tensor_free(&in[i]);
     for (int i = 0; i < 3; i++) tensor_free(&o[i]);
+    /* gscale NaN or Inf (on_nonfinite skip's gate, passes/optimizer.c): p, m, v unchanged, even
+       with a NaN gradient */
+    const double gates[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+      in[1].data[0] = NAN;
+      in[4].data[1] = gates[k];
+      CHECK(interp_eval(g, 5, names, vals, o));
+      CHECK(o[0].data[0] == 1 && o[1].data[0] == 0.1 && o[2].data[0] == 0.01);
+      for (int i = 0; i < 3; i++) tensor_free(&o[i]);
+    }
+    for (int i = 0; i < 5; i++) tensor_free(&in[i]);
+  }
+  { /* sgd with a NaN gscale: p, m unchanged */
+    Graph *g = ir_graph_new(A, NULL);
+    Value *p = t_input(g, "x0", DT_F32, S(1, 2)), *gr = t_input(g, "x1", DT_F32, S(1, 2)),
+          *m = t_input(g, "x2", DT_F32, S(1, 2)), *h = t_input(g, "x3", DT_F32, S(1, 2));
+    Attrs at = {0};
+    at.momentum = 0.9;
+    at.weight_decay = 0.1;
+    Node *n = t_node(g, OP_SGD_UPDATE, 4, (Value *[]){p, gr, m, h}, 2, &at);
+    for (int i = 0; i < 2; i++) ir_add_result(g, n->out[i], NULL);
+    Tensor in[4] = {t_tensor(DT_F32, S(1, 2), (double[]){1, 2}), t_tensor(DT_F32, S(1, 2), (double[]){NAN, 3}),
+                    t_tensor(DT_F32, S(1, 2), (double[]){0.5, -0.5}), t_tensor(DT_F32, S(1, 2), (double[]){0.1, NAN})};
+    const char *names[] = {"x0", "x1", "x2", "x3"};
+    const Tensor *vals[] = {&in[0], &in[1], &in[2], &in[3]};
+    Tensor o[2];
+    CHECK(interp_eval(g, 4, names, vals, o));
+    CHECK(o[0].data[0] == 1 && o[0].data[1] == 2 && o[1].data[0] == 0.5 && o[1].data[1] == -0.5);
+    for (int i = 0; i < 4; i++) tensor_free(&in[i]);
+    for (int i = 0; i < 2; i++) tensor_free(&o[i]);
   }
 }
 

@@ -6,8 +6,11 @@
  * the new params and moments must equal the reference update below, computed in plain C
  * from the step's gradients, within 1e-12 relative. Covered: AdamW with clipping active,
  * AdamW without clipping, SGD with momentum and clipping, plain SGD. Weight decay must be
- * applied to matrices only (per-layer rank >= 2). The schedules are checked against
- * hand-computed values within 1e-12.
+ * applied to matrices only (per-layer rank >= 2). With `on_nonfinite skip` (AdamW with and
+ * without clipping, SGD with momentum) step 2's input holds a NaN: its loss and gradients are NaN,
+ * grad_norm is NaN, and the params and moments stay exactly as after step 1; step 3 (fed the
+ * optimizer step 2 and the schedule at 1, as the trainer does) matches the reference update of
+ * a run that never had step 2. The schedules are checked against hand-computed values within 1e-12.
  */
 #include <math.h>
 #include <stdio.h>
@@ -69,7 +72,7 @@ static const Tensor *get(Interp *it, const char *fmt, const char *p) {
   return t;
 }
 
-static void run(const char *label, OptimizerKind opt, double clip, double momentum) {
+static void run(const char *label, OptimizerKind opt, double clip, double momentum, bool skip) {
   Arena arena;
   arena_init(&arena);
   Module *m = tb_module(&arena, label);
@@ -86,6 +89,7 @@ static void run(const char *label, OptimizerKind opt, double clip, double moment
   r->steps = 5;
   r->lr_schedule = LR_COSINE;
   r->min_lr = 0.01;
+  r->on_nonfinite = skip ? NONFINITE_SKIP : NONFINITE_STOP;
   build(m);
   if (!pass_autodiff(m) || !pass_optimizer(m) || !ir_verify(m->graph, "optimizer")) {
     fprintf(stderr, "FAIL %s: passes or verify\n", label);
@@ -119,12 +123,35 @@ static void run(const char *label, OptimizerKind opt, double clip, double moment
     vel[k] = tensor_new(D, ref[k].shape);
   }
   bool clipped = false;
+  Tensor xnan = tensor_copy(&x);
+  xnan.data[0] = NAN;
+  int applied = 0; /* updates applied so far: the optimizer's step is applied + 1 */
   for (int step = 1; step <= 3; step++) {
-    double lr = ir_lr_at(r, step - 1);
-    Tensor tl = scalar(lr), ts = scalar(step);
+    bool poison = skip && step == 2;
+    double lr = ir_lr_at(r, applied);
+    Tensor tl = scalar(lr), ts = scalar(applied + 1);
     interp_set_input(it, -1, "lr", &tl);
     if (opt == OPT_ADAMW) interp_set_input(it, -1, "step", &ts);
+    interp_set_input(it, -1, "x", poison ? &xnan : &x);
     if (!interp_step(it)) die("interp_step");
+    if (poison) { /* skipped: grad_norm NaN, nothing changed */
+      const Tensor *gn = get(it, "%s", "grad_norm");
+      check(isnan(gn->data[0]), "%s: grad_norm of the NaN step", label, gn->data[0], NAN);
+      for (int k = 0; k < 4; k++) {
+        const Tensor *np = get(it, "%s", pnames[k]);
+        const Tensor *nm = opt == OPT_ADAMW ? get(it, "adam_m:%s", pnames[k]) : momentum ? get(it, "sgd_m:%s", pnames[k]) : NULL;
+        const Tensor *nv = opt == OPT_ADAMW ? get(it, "adam_v:%s", pnames[k]) : NULL;
+        for (int64_t e = 0; e < ir_numel(&np->shape); e++) {
+          check(np->data[e] == ref[k].data[e], "%s: param changed by the skipped step", pnames[k], np->data[e], ref[k].data[e]);
+          if (nm) check(nm->data[e] == mom[k].data[e], "%s: first moment changed by the skipped step", pnames[k], nm->data[e], mom[k].data[e]);
+          if (nv) check(nv->data[e] == vel[k].data[e], "%s: second moment changed by the skipped step", pnames[k], nv->data[e], vel[k].data[e]);
+        }
+      }
+      tensor_free(&tl);
+      tensor_free(&ts);
+      continue;
+    }
+    applied++;
     /* reference: global norm and scale */
     double ss = 0;
     for (int k = 0; k < 4; k++) {
@@ -135,6 +162,8 @@ static void run(const char *label, OptimizerKind opt, double clip, double moment
     if (clip > 0) {
       gs = fmin(1.0, clip / (norm + 1e-6));
       clipped |= gs < 1;
+    }
+    if (clip > 0 || skip) { /* skip reports the norm without clipping too */
       const Tensor *gn = get(it, "%s", "grad_norm");
       check(close(gn->data[0], norm), "%s: grad_norm", label, gn->data[0], norm);
     }
@@ -146,7 +175,7 @@ static void run(const char *label, OptimizerKind opt, double clip, double moment
         if (opt == OPT_ADAMW) {
           mom[k].data[e] = r->beta1 * mom[k].data[e] + (1 - r->beta1) * gg;
           vel[k].data[e] = r->beta2 * vel[k].data[e] + (1 - r->beta2) * gg * gg;
-          double mh = mom[k].data[e] / (1 - pow(r->beta1, step)), vh = vel[k].data[e] / (1 - pow(r->beta2, step));
+          double mh = mom[k].data[e] / (1 - pow(r->beta1, applied)), vh = vel[k].data[e] / (1 - pow(r->beta2, applied));
           ref[k].data[e] = p - lr * (mh / (sqrt(vh) + r->eps) + wd * p);
         } else {
           gg += wd * p;
@@ -167,7 +196,8 @@ static void run(const char *label, OptimizerKind opt, double clip, double moment
     tensor_free(&ts);
   }
   if (clip > 0) check(clipped, "%s: clipping never engaged", label, 0, 1);
-  printf("  %-18s 3 steps match the reference\n", label);
+  printf("  %-18s 3 steps match the reference%s\n", label, skip ? " (step 2 NaN, skipped)" : "");
+  tensor_free(&xnan);
   for (int k = 0; k < 4; k++) {
     tensor_free(&ref[k]);
     tensor_free(&mom[k]);
@@ -217,10 +247,13 @@ static void schedules(void) {
 }
 
 int main(void) {
-  run("adamw+clip", OPT_ADAMW, 0.5, 0);
-  run("adamw", OPT_ADAMW, 0, 0);
-  run("sgd+momentum+clip", OPT_SGD, 0.5, 0.9);
-  run("sgd", OPT_SGD, 0, 0);
+  run("adamw+clip", OPT_ADAMW, 0.5, 0, false);
+  run("adamw", OPT_ADAMW, 0, 0, false);
+  run("sgd+momentum+clip", OPT_SGD, 0.5, 0.9, false);
+  run("sgd", OPT_SGD, 0, 0, false);
+  run("adamw+clip skip", OPT_ADAMW, 0.5, 0, true);
+  run("adamw skip", OPT_ADAMW, 0, 0, true);
+  run("sgd+momentum skip", OPT_SGD, 0, 0.9, true);
   schedules();
   printf("%d failures (tolerance %g relative)\n", fails, TOL);
   return fails ? 1 : 0;

@@ -627,6 +627,16 @@ static void test_optim(void) {
   rt_sgd_ref(n, pr, g, mr, 0.1f, 0.5f, 0.9f, 0.01f);
   check("sgd p", p, pr, n, 1e-6, 1e-6);
   check("sgd m", m, mr, n, 1e-6, 1e-6);
+  /* a NaN / Inf gscale (on_nonfinite skip's gate) leaves p and the state exactly as they were,
+     even with a NaN gradient */
+  g[7] = NAN;
+  memcpy(pr, p, (size_t)n * sizeof *p), memcpy(mr, m, (size_t)n * sizeof *m), memcpy(vr, v, (size_t)n * sizeof *v);
+  rt_adamw(n, p, g, m, v, 1e-3f, NAN, 4, 0.9f, 0.95f, 1e-8f, 0.1f);
+  rt_sgd(n, p, g, m, 0.1f, INFINITY, 0.9f, 0.01f);
+  if (memcmp(p, pr, (size_t)n * sizeof *p) || memcmp(m, mr, (size_t)n * sizeof *m) || memcmp(v, vr, (size_t)n * sizeof *v)) {
+    fprintf(stderr, "FAIL: adamw / sgd with a non-finite gscale changed p, m or v\n");
+    g_fail++;
+  }
   free(p), free(g), free(m), free(v), free(pr), free(mr), free(vr);
 }
 

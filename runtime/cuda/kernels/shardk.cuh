@@ -667,11 +667,12 @@ __device__ void reduce_final(float *y, const float *part, float scale) {
   if (threadIdx.x == 0) y[0] = s * scale;
 }
 
-/* ---- optimizers (ops.def), in place; hyper = (lr, gscale, step) ---------------------------- */
+/* ---- optimizers (ops.def), in place; hyper = (lr, gscale, step); gscale NaN / Inf: no change - */
 template <class TG, i64 N>
 __device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hyper, float b1, float b2, float eps,
                       float wd) {
   float lr = hyper[0], gs = hyper[1];
+  if (!(fabsf(gs) <= 3.402823466e38f)) return; /* gscale NaN / Inf: a skipped step (ops.def) */
   double step = (double)hyper[2];
   float bc1 = (float)(1.0 - pow((double)b1, step)), bc2 = (float)(1.0 - pow((double)b2, step));
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
@@ -687,6 +688,7 @@ __device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hy
 template <class TG, i64 N>
 __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float mom, float wd) {
   float lr = hyper[0], gs = hyper[1];
+  if (!(fabsf(gs) <= 3.402823466e38f)) return; /* a skipped step */
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
     float pi = p[i];
     float gi = gs * ld(g + i) + wd * pi;
