@@ -282,7 +282,7 @@ static void shift_body(Graph *body, int64_t shift) {
 /* Plans one graph's transient values; returns its arena size, sets offsets relative to
  * `base`. For a body, `stacked` marks results that are stacked ys (placed outside). */
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
-                          int64_t by_class[MEM_COUNT]);
+                          int64_t by_class[MEM_COUNT], bool epi);
 
 /* How many inputs of nodes of g (nested bodies included) are v. */
 static int readers(const Graph *g, const Value *v) {
@@ -378,7 +378,7 @@ static int xs_in_place(const Node *rep, int k) {
 }
 
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
-                       int64_t by_class[MEM_COUNT]) {
+                       int64_t by_class[MEM_COUNT], bool epi) {
   Graph *body = rep->body;
   /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
   int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
@@ -398,11 +398,30 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
       x->offset = -2;
     }
   }
-  *bytes = plan_graph(body, 0, mp, tmp, peak, by_class);
+  *bytes = plan_graph(body, 0, mp, tmp, peak, by_class, epi);
+}
+
+/* GEMM epilogues (passes/epilogue.c, CUDA target): a matmul's GEMM may compute the nodes after it
+ * (epilogue_reach), storing their results while it reads its operands, the bias and the
+ * pre-activation: what the matmul and those nodes read stays alive through the last of them, so no
+ * result they store takes the bytes of a value the GEMM still reads. */
+static void keep_epilogue_reads(const Graph *g, const int *slot, Interval *iv) {
+  for (int i = 0; i < g->nnodes; i++) {
+    int at[2], e = g->nodes[i]->op == OP_MATMUL ? epilogue_reach(g, i, at) : 0;
+    if (!e) continue;
+    int last = at[e - 1];
+    for (int k = -1; k < e; k++) {
+      const Node *n = g->nodes[k < 0 ? i : at[k]];
+      for (int j = 0; j < n->nin; j++) {
+        const Value *u = n->in[j];
+        if (u->def->graph == g && slot[u->id] && iv[slot[u->id] - 1].end < last) iv[slot[u->id] - 1].end = last;
+      }
+    }
+  }
 }
 
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
-                          int64_t by_class[MEM_COUNT]) {
+                          int64_t by_class[MEM_COUNT], bool epi) {
   Intervals p = {.a = tmp};
   /* fresh dense value numbers for this graph: slot[id] = 1 + interval index, 0 = none */
   int nv = 0;
@@ -423,7 +442,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (n->body) {
       mark_captures(n->body, g, i, slot, p.iv);
       int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0;
-      place_body(n, tmp, mp, &bytes, &ipeak, icls);
+      place_body(n, tmp, mp, &bytes, &ipeak, icls, epi);
       if (bytes > 0) add_interval(&p, NULL, bytes, i, MEM_ACT)->stage = n->stage;
     }
     if (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) continue; /* persistent, placed by the caller */
@@ -450,6 +469,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       slot[v->id] = p.n;
     }
   }
+  if (epi) keep_epilogue_reads(g, slot, p.iv);
   /* a view shares its input's bytes: read (or zeroed by codegen) off its stage, they are every rank's */
   for (int i = 0; i < g->nnodes; i++) {
     if (!view[i] || !slot[g->nodes[i]->out[0]->id]) continue;
@@ -768,7 +788,7 @@ bool pass_memplan(Module *m) {
   arena_init(&tmp);
   place_host(g, mp, &tmp);
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
-  int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class);
+  int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA);
   arena_free(&tmp);
   place_stacked(g);
   int next_id = 0;
