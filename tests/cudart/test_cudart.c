@@ -206,9 +206,9 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
   char *dy = mode == 3 ? dc : dc + ny * (int64_t)es, *daux = dy + ny * (int64_t)es;
   rt_cuda_device.upload(ctx, da, h, nv * (int64_t)es);
   if (mode >= 4)
-    rt_cu_matmul_dgelu(ctx, dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
+    rt_cu_matmul_dgelu(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
   else
-    rt_cu_matmul_ep(ctx, dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
+    rt_cu_matmul_ep(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
   rt_cuda_device.download(ctx, hy, dy, ny * (int64_t)es);
   if (mode == 1 || mode == 5) rt_cuda_device.download(ctx, haux, daux, (mode == 5 ? n : ny) * (int64_t)es);
   double worst = 0;
