@@ -205,10 +205,12 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
   char *da = M + 4096, *db = da + na * (int64_t)es, *dbias = db + nb * (int64_t)es, *dc = dbias + n * (int64_t)es;
   char *dy = mode == 3 ? dc : dc + ny * (int64_t)es, *daux = dy + ny * (int64_t)es;
   rt_cuda_device.upload(ctx, da, h, nv * (int64_t)es);
+  int ran;
   if (mode >= 4)
-    rt_cu_matmul_dgelu(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
+    ran = rt_cu_matmul_dgelu(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
   else
-    rt_cu_matmul_ep(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
+    ran = rt_cu_matmul_ep(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
+  CHECK(ran == 1, "matmul_ep mode %d: the device has no algorithm for the epilogue", mode);
   rt_cuda_device.download(ctx, hy, dy, ny * (int64_t)es);
   if (mode == 1 || mode == 5) rt_cuda_device.download(ctx, haux, daux, (mode == 5 ? n : ny) * (int64_t)es);
   double worst = 0;
@@ -354,6 +356,27 @@ static int test_device(const char *which) {
         matmul_ep_case(&ctx, M, ab, 64, 48, 64, 0, 0, 1); /* GPT-2's fc: gelu over a wider k */
         matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 4);  /* its backward: dy W^T */
         matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 5);
+      }
+      if (strcmp(which, "emu") == 0) { /* no algorithm for an epilogue (SHARDRT_EMU_NO_EPILOGUE): 0, nothing written */
+        setenv("SHARDRT_EMU_NO_EPILOGUE", "BIAS_RESIDUAL,DGELU_BGRAD", 1);
+        float ones[64], back[64];
+        for (int i = 0; i < 64; i++) ones[i] = 1.0f;
+        char *y = M + 8192, *a = y + 256, *b = a + 256, *bias = b + 256;
+        rt_cuda_device.upload(&ctx, y, ones, sizeof ones);
+        rt_cuda_device.upload(&ctx, a, ones, sizeof ones);
+        rt_cuda_device.upload(&ctx, b, ones, sizeof ones);
+        rt_cuda_device.upload(&ctx, bias, ones, sizeof ones);
+        CHECK(rt_cu_matmul_ep(&ctx, "fallback case", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, bias, a, NULL) == 0,
+              "matmul_ep BIAS_RESIDUAL ran though the device has no algorithm for it");
+        CHECK(rt_cu_matmul_dgelu(&ctx, "fallback case", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, bias) == 0,
+              "matmul_dgelu DGELU_BGRAD ran though the device has no algorithm for it");
+        rt_cuda_device.download(&ctx, back, y, sizeof back);
+        CHECK(!memcmp(back, ones, sizeof ones), "an epilogue GEMM without an algorithm wrote its output");
+        CHECK(rt_cu_matmul_dgelu(&ctx, "fallback case", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, NULL) == 1,
+              "matmul_dgelu DGELU (not listed) did not run");
+        rt_cuda_device.download(&ctx, back, y, sizeof back);
+        CHECK(back[0] != 1.0f, "matmul_dgelu DGELU wrote nothing");
+        unsetenv("SHARDRT_EMU_NO_EPILOGUE");
       }
     }
     rt_cuda_device.close(&ctx);
