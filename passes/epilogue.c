@@ -20,6 +20,11 @@
  * after the GEMM; whatever lies between, the GEMM writes them early only where no node in between
  * uses their bytes (placed_write_early).
  *
+ * The memory plan (CUDA target) keeps what the matmul and the nodes its GEMM may absorb read alive
+ * through the last of them (epilogue_reach: epilogue_of without the placement checks), so that those
+ * checks rarely fail: a transient operand (passes/wcast.c's bf16 weight row) would otherwise give
+ * its bytes to a value the GEMM stores.
+ *
  * The other targets ignore it (the pass marks nothing for them): the CPU target runs the nodes.
  */
 #include "diag.h"

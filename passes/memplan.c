@@ -14,8 +14,9 @@
  * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter). A
  * repeat's carry is one buffer when it can be: its output takes its initial value's place, and a
  * body result add(arg, x) is written into the output (gradient accumulation's running sums).
- * Fusion groups (passes/fuse.c) do not change the placement: a group is cut where the
- * placement would make its one kernel race (cut_groups, at the end).
+ * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
+ * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
+ * one kernel race (cut_groups, at the end).
  */
 #include "memplan.h"
 
@@ -401,23 +402,15 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
   *bytes = plan_graph(body, 0, mp, tmp, peak, by_class, epi);
 }
 
-/* GEMM epilogues (passes/epilogue.c, CUDA target): a matmul's GEMM may compute the nodes after it
- * (epilogue_reach), storing their results while it reads its operands, the bias and the
- * pre-activation: what the matmul and those nodes read stays alive through the last of them, so no
- * result they store takes the bytes of a value the GEMM still reads. */
+/* CUDA target: what a matmul and the nodes its GEMM epilogue may absorb read (epilogue_reach) lives
+ * through the last of them, so no value the GEMM stores there takes the bytes of one it reads. */
 static void keep_epilogue_reads(const Graph *g, const int *slot, Interval *iv) {
-  for (int i = 0; i < g->nnodes; i++) {
-    int at[2], e = g->nodes[i]->op == OP_MATMUL ? epilogue_reach(g, i, at) : 0;
-    if (!e) continue;
-    int last = at[e - 1];
-    for (int k = -1; k < e; k++) {
-      const Node *n = g->nodes[k < 0 ? i : at[k]];
-      for (int j = 0; j < n->nin; j++) {
-        const Value *u = n->in[j];
-        if (u->def->graph == g && slot[u->id] && iv[slot[u->id] - 1].end < last) iv[slot[u->id] - 1].end = last;
+  for (int i = 0, at[2], e; i < g->nnodes; i++)
+    for (int k = -1; g->nodes[i]->op == OP_MATMUL && (e = epilogue_reach(g, i, at)) > 0 && k < e; k++)
+      for (int j = 0; j < g->nodes[k < 0 ? i : at[k]]->nin; j++) {
+        const Value *u = g->nodes[k < 0 ? i : at[k]]->in[j];
+        if (u->def->graph == g && slot[u->id] && iv[slot[u->id] - 1].end < at[e - 1]) iv[slot[u->id] - 1].end = at[e - 1];
       }
-    }
-  }
 }
 
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
