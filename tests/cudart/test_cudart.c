@@ -4,7 +4,8 @@
  *           rt_cu_launch (plain and with dynamic shared memory + __syncthreads), rt_cu_copy, zero,
  *           put, copy_block and rt_cu_matmul (f32 and bf16 in, f32 and bf16 out, ta/tb, batched,
  *           shared B, alpha/beta) and rt_cu_matmul_ep (bias; bias + GELU with the pre-activation;
- *           bias + residual, in place too) against naive references; the kernel .so comes from the
+ *           bias + residual, in place too) against naive references; refused epilogues
+ *           (SHARDRT_EMU_NO_EPILOGUE) return 0 and write nothing; the kernel .so comes from the
  *           cache the second time
  *   gpu     the same on the real GPU (SHARDRT_DEVICE=cuda; tests/gpu/run_gpu.sh runs it)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
