@@ -402,15 +402,19 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
   *bytes = plan_graph(body, 0, mp, tmp, peak, by_class, epi);
 }
 
-/* CUDA target: what a matmul and the nodes its GEMM epilogue may absorb read (epilogue_reach) lives
- * through the last of them, so no value the GEMM stores there takes the bytes of one it reads. */
+/* CUDA target: what a matmul and the nodes its GEMM epilogue may absorb read from outside them
+ * (epilogue_reach) lives through the last of them: no value the GEMM stores takes its bytes. */
 static void keep_epilogue_reads(const Graph *g, const int *slot, Interval *iv) {
-  for (int i = 0, at[2], e; i < g->nnodes; i++)
-    for (int k = -1; g->nodes[i]->op == OP_MATMUL && (e = epilogue_reach(g, i, at)) > 0 && k < e; k++)
-      for (int j = 0; j < g->nodes[k < 0 ? i : at[k]]->nin; j++) {
-        const Value *u = g->nodes[k < 0 ? i : at[k]]->in[j];
-        if (u->def->graph == g && slot[u->id] && iv[slot[u->id] - 1].end < at[e - 1]) iv[slot[u->id] - 1].end = at[e - 1];
+  for (int i = 0, at[2], e; i < g->nnodes; i++) {
+    if (g->nodes[i]->op != OP_MATMUL || (e = epilogue_reach(g, i, at)) == 0) continue;
+    const Node *mem[3] = {g->nodes[i], g->nodes[at[0]], e > 1 ? g->nodes[at[1]] : NULL};
+    for (int k = 0; k <= e; k++)
+      for (int j = 0; j < mem[k]->nin; j++) {
+        const Value *u = mem[k]->in[j];
+        if (u->def == mem[0] || u->def == mem[1] || u->def == mem[2] || u->def->graph != g || !slot[u->id]) continue;
+        if (iv[slot[u->id] - 1].end < at[e - 1]) iv[slot[u->id] - 1].end = at[e - 1];
       }
+  }
 }
 
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,

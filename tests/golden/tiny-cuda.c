@@ -29,15 +29,15 @@ static void step(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 1975424);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1680512)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
       /* models/std/transformer.model:68 */
       rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1672320)}});
       /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673472)}});
       /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673472)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673600)}});
       /* models/std/transformer.model:29 */
       rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1672832)}});
       /* models/std/transformer.model:10 */
@@ -63,16 +63,16 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:53 */
       rt_cu_launch(ctx, 12, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1582208), RT_BF16, 512, 64, 64, 0, 0, (M + 1673472), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1582208), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673472)}, &(char *){(M + 1516672)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 3220864 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673344)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
@@ -83,16 +83,16 @@ static void step(char *M, RtCtx *ctx) {
         rt_cu_launch(ctx, 16, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1582208), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1647744), RT_BF16, 512, 64, 256, 0, 0, (M + 1680512), (M + 3220864 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1647744), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1680512)}, &(char *){(M + 1516672)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1516672)}, &(char *){(M + 1582208)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
       }
       rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1582208), 65536);
+      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
       c1_0 = (M + 1975424);
     }
   }
@@ -361,15 +361,15 @@ static void eval(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 1975424);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1680512)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
       /* models/std/transformer.model:68 */
       rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1672320)}});
       /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673472)}});
       /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673472)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673600)}});
       /* models/std/transformer.model:29 */
       rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1672832)}});
       /* models/std/transformer.model:10 */
@@ -395,16 +395,16 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:53 */
       rt_cu_launch(ctx, 12, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1582208), RT_BF16, 512, 64, 64, 0, 0, (M + 1673472), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1582208), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673472)}, &(char *){(M + 1516672)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 3220864 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673344)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
@@ -415,16 +415,16 @@ static void eval(char *M, RtCtx *ctx) {
         rt_cu_launch(ctx, 16, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1582208), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1647744), RT_BF16, 512, 64, 256, 0, 0, (M + 1680512), (M + 3220864 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1647744), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1680512)}, &(char *){(M + 1516672)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1516672)}, &(char *){(M + 1582208)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
       }
       rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1582208), 65536);
+      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
       c1_0 = (M + 1975424);
     }
   }
@@ -458,15 +458,15 @@ static void logits(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 1975424);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1680512)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
       /* models/std/transformer.model:68 */
       rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1672320)}});
       /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673472)}});
       /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673472)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673600)}});
       /* models/std/transformer.model:29 */
       rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1672832)}});
       /* models/std/transformer.model:10 */
@@ -492,16 +492,16 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:53 */
       rt_cu_launch(ctx, 12, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1582208), RT_BF16, 512, 64, 64, 0, 0, (M + 1673472), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1582208), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673472)}, &(char *){(M + 1516672)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 3220864 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673344)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
@@ -512,16 +512,16 @@ static void logits(char *M, RtCtx *ctx) {
         rt_cu_launch(ctx, 16, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1582208), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1647744), RT_BF16, 512, 64, 256, 0, 0, (M + 1680512), (M + 3220864 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1647744), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1680512)}, &(char *){(M + 1516672)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1516672)}, &(char *){(M + 1582208)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
       }
       rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1582208), 65536);
+      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
       c1_0 = (M + 1975424);
     }
   }
