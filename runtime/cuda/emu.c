@@ -280,15 +280,21 @@ static bool emu_no_algorithm(const RtCuEpi *ep) {
   const char *v = getenv("SHARDRT_EMU_NO_EPILOGUE");
   if (!ep || !v || !*v) return false;
   if (strcmp(v, "all") == 0) return true;
+  static const char *const known[] = {"BIAS", "BIAS_RESIDUAL", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"};
   const char *name = rt_cu_epi_name(ep);
-  size_t len = strlen(name);
+  bool hit = false;
   for (const char *p = v; *p;) {
     const char *q = strchr(p, ',');
     size_t l = q ? (size_t)(q - p) : strlen(p);
-    if (l == len && strncmp(p, name, len) == 0) return true;
+    bool ok = false;
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok = ok || (strlen(known[i]) == l && !strncmp(p, known[i], l));
+    if (!ok)
+      rt_fatal(1, "SHARDRT_EMU_NO_EPILOGUE=%s: '%.*s' is no epilogue (all, or a comma-separated list of BIAS, "
+               "BIAS_RESIDUAL, GELU_AUX_BIAS, DGELU, DGELU_BGRAD)", v, (int)l, p);
+    hit = hit || (l == strlen(name) && !strncmp(p, name, l));
     p += l + (q != NULL);
   }
-  return false;
+  return hit;
 }
 
 static int emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,

@@ -52,4 +52,9 @@ paste -d' ' <(losses "$t/fused.jsonl") <(losses "$t/all.jsonl") | awk '{ d = $1 
 for f in model.safetensors optimizer.safetensors; do
   "$st_close" "$t/ck_fused/step_00000002/$f" "$t/ck_all/step_00000002/$f" 3e-4 || { echo "FAIL: fallback: $f"; exit 1; }
 done
+# a name that is no epilogue is refused, not ignored
+if SHARDRT_DEVICE=emu SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
+  ! grep -q "SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU: 'GELU' is no epilogue" "$t/bad.out"; then
+  cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU was not refused"; exit 1
+fi
 echo "cuda epilogue fallback (emulated device, tiny bf16, 5 epilogue GEMMs): the forward's unfused byte-identical to fused; all unfused within tolerance"
