@@ -12,7 +12,8 @@
 #     -D heads=16 -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 \
 #     -D recompute=none -D tp=1 -D sp=off -o BIN/llama509_cuda
 #   llm.c (github.com/karpathy/llm.c): make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 NO_USE_MPI=1
-# then ../shared/tools/gpu-pack.sh packs them (bin/) with their libraries for the GPU machine.
+# tests/gpu/pack.sh builds the two shardc trainers and packs them (.gpu/bin, with LLMC=path/to/train_gpt2cu
+# llm.c's too) with their libraries for the GPU machine: source .gpu/env.sh && bench/gpu_compare.sh .gpu/bin
 #   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,llama,llmc,torch,torchllama]
 set -uo pipefail
 cd "$(dirname "$0")/.."

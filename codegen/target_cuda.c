@@ -88,9 +88,40 @@ static GemmDims gemm_dims(const Node *mm) {
   return d;
 }
 
+static int emit_run(Cg *c, Node *first);
+static void emit_node(Cg *c, Node *n);
+
+/* The GEMM's name in the runtime's note when it has no algorithm for the epilogue: its source line. */
+static const char *gemm_where(Cg *c, const Node *mm) {
+  return cg_cstr(c, mm->loc.file ? arena_printf(c->a, "%s:%d", mm->loc.file, mm->loc.line) : "a matmul");
+}
+
+/* The body of `if (!rt_cu_matmul_*(...)) { ... }`: where the device has no algorithm for the
+ * epilogue (cuBLASLt's heuristic found none), the plain GEMM into the matmul's own output and then
+ * the e absorbed nodes at `at`, one kernel each, as if they had not been absorbed. They run at the
+ * GEMM's place: the same bytes the epilogue would write there (passes/epilogue.c checked them), and
+ * the matmul's output is read right away, by them only. */
+static void emit_unfused(Cg *c, Node *mm, const int *at, int e) {
+  int pos = c->pos;
+  c->indent++;
+  emit_node(c, mm);
+  for (int k = 0; k < e; k++) {
+    Node *n = mm->graph->nodes[at[k]];
+    c->pos = at[k];
+    if (cg_elementwise(n))
+      emit_run(c, n);
+    else
+      emit_node(c, n);
+  }
+  c->pos = pos;
+  c->indent--;
+  cg_line(c, "}");
+}
+
 /* A matmul with its epilogue (passes/epilogue.c): one rt_cu_matmul_ep storing the last absorbed
- * node's value (a GELU's pre-activation too). Returns the nodes it covers; 0 when the entry point
- * runs none of the absorbed nodes (the matmul then runs plainly). */
+ * node's value (a GELU's pre-activation too), or where the device has no algorithm for that
+ * epilogue the plain GEMM and the nodes (emit_unfused). Returns the nodes it covers; 0 when the
+ * entry point runs none of the absorbed nodes (the matmul then runs plainly). */
 static int emit_matmul_ep(Cg *c, Node *mm) {
   const Graph *g = mm->graph;
   int at[2], ne = epilogue_nodes(g, c->pos, at), e = 0;
@@ -100,10 +131,11 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
     bool bgrad = ne == 2 && cg_runs(c, g, at[1]);
     GemmDims d = gemm_dims(mm);
     cg_line(c, "/* matmul + GELU's backward%s in one GEMM (epilogue) */", bgrad ? " + its bias gradient" : "");
-    cg_line(c, "rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s);",
-            cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
+    cg_line(c, "if (!rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s)) {",
+            gemm_where(c, mm), cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
             cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, cg_ptr(c, gb->in[0]),
             bgrad ? cg_ptr(c, g->nodes[at[1]]->out[0]) : "NULL");
+    emit_unfused(c, mm, at, bgrad ? 2 : 1);
     return 1;
   }
   while (e < ne && cg_runs(c, g, at[e])) e++;
@@ -121,10 +153,11 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
   }
   GemmDims d = gemm_dims(mm);
   cg_line(c, "/* matmul + %s in one GEMM (epilogue) */", e == 1 ? "bias" : strcmp(aux, "NULL") ? "bias + GELU" : "bias + residual");
-  cg_line(c, "rt_cu_matmul_ep(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s, %s);",
-          cg_ptr(c, stored), cg_dtype_lit(stored->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
+  cg_line(c, "if (!rt_cu_matmul_ep(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s, %s)) {",
+          gemm_where(c, mm), cg_ptr(c, stored), cg_dtype_lit(stored->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
           cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb,
           cg_ptr(c, add->in[0] == y ? add->in[1] : add->in[0]), res, aux);
+  emit_unfused(c, mm, at, e);
   return at[e - 1] - c->pos + 1;
 }
 

@@ -20,6 +20,11 @@
  * after the GEMM; whatever lies between, the GEMM writes them early only where no node in between
  * uses their bytes (placed_write_early).
  *
+ * The memory plan (CUDA target) keeps what the matmul and the nodes its GEMM may absorb read alive
+ * through the last of them (epilogue_reach: epilogue_of without the placement checks), so that those
+ * checks rarely fail: a transient operand (passes/wcast.c's bf16 weight row) would otherwise give
+ * its bytes to a value the GEMM stores.
+ *
  * The other targets ignore it (the pass marks nothing for them): the CPU target runs the nodes.
  */
 #include "diag.h"
@@ -94,8 +99,9 @@ int epilogue_gemm(const Graph *g, int i) {
 }
 
 /* GELU's backward of the matmul at i (whose output only it reads) as its GEMM's epilogue, the bias
- * gradient right after it too where possible: EPI_DGELU, EPI_DGELU_BGRAD or 0 (positions: at). */
-static int dgelu_of(const Graph *g, int i, int at[2]) {
+ * gradient right after it too where possible: EPI_DGELU, EPI_DGELU_BGRAD or 0 (positions: at). Without
+ * `placed` only what the ops, types and stages allow (before the memory plan: epilogue_reach). */
+static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
   const Node *mm = g->nodes[i];
   const Value *y = mm->out[0];
   int j = reader(g, i, y);
@@ -105,7 +111,7 @@ static int dgelu_of(const Graph *g, int i, int at[2]) {
   if (gb->group && g->nodes[j - 1]->group == gb->group) return 0; /* inside a fusion group */
   const Value *pre = gb->in[0], *dh = gb->out[0];
   if (!same_type(pre, y) || !same_type(dh, y) || pre->host || dh->host) return 0;
-  if (!free_to_store(mm, pre, dh) || !placed_write_early(g, dh, i, NULL)) return 0;
+  if (placed && (!free_to_store(mm, pre, dh) || !placed_write_early(g, dh, i, NULL))) return 0;
   at[0] = j;
   int r = next_op(g, j);
   if (r >= g->nnodes) return EPI_DGELU;
@@ -115,14 +121,15 @@ static int dgelu_of(const Graph *g, int i, int at[2]) {
   if (rs->op != OP_REDUCE_SUM || rs->in[0] != dh || rs->stage != mm->stage || db->shape.rank != 1 ||
       db->shape.dim[0] != n || db->dtype != y->dtype || db->host)
     return EPI_DGELU;
-  if (!free_to_store(mm, pre, db) || placed_meets(db, dh) || !placed_write_early(g, db, i, y)) return EPI_DGELU;
+  if (placed && (!free_to_store(mm, pre, db) || placed_meets(db, dh) || !placed_write_early(g, db, i, y)))
+    return EPI_DGELU;
   at[1] = r;
   return EPI_DGELU_BGRAD;
 }
 
 /* How many nodes after the matmul at i its GEMM computes: 0, 1 or 2 (their positions: at), or
- * GELU's backward (dgelu_of). */
-static int epilogue_of(const Graph *g, int i, int at[2]) {
+ * GELU's backward (dgelu_of). Without `placed`, as far as the ops, types and stages allow. */
+static int epilogue_of(const Graph *g, int i, int at[2], bool placed) {
   const Node *mm = g->nodes[i];
   if (mm->op != OP_MATMUL) return 0;
   const Value *y = mm->out[0], *A = mm->in[0], *B = mm->in[1];
@@ -133,20 +140,25 @@ static int epilogue_of(const Graph *g, int i, int at[2]) {
   if (n % EPI_LD_MULTIPLE || y->host || !read_once(g, y)) return 0;
   if ((at[0] = next_op(g, i)) >= g->nnodes) return 0;
   const Node *add = g->nodes[at[0]];
-  if (add->op != OP_ADD) return dgelu_of(g, i, at);
-  if (add->stage != mm->stage || add->stage != mm->stage || add->in[0] == add->in[1]) return 0;
+  if (add->op != OP_ADD) return dgelu_of(g, i, at, placed);
+  if (add->stage != mm->stage || add->in[0] == add->in[1]) return 0;
   const Value *bias = add->in[0] == y ? add->in[1] : add->in[1] == y ? add->in[0] : NULL, *h = add->out[0];
   if (!bias || bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host) return 0;
-  if (!same_type(h, y) || !free_to_store(mm, bias, h)) return 0;
+  if (!same_type(h, y) || (placed && !free_to_store(mm, bias, h))) return 0;
   if ((at[1] = next_op(g, at[0])) >= g->nnodes) return 1;
   const Node *e = g->nodes[at[1]];
-  if (e->stage != mm->stage || !same_type(e->out[0], h) || !free_to_store(mm, bias, e->out[0])) return 1;
-  if (e->op == OP_GELU && e->in[0] == h && !placed_meets(e->out[0], h)) return 2;
+  if (e->stage != mm->stage || !same_type(e->out[0], h) || (placed && !free_to_store(mm, bias, e->out[0]))) return 1;
+  if (e->op == OP_GELU && e->in[0] == h && !(placed && placed_meets(e->out[0], h))) return 2;
   if (e->op == OP_ADD && e->in[0] != e->in[1] && (e->in[0] == h || e->in[1] == h) && read_once(g, h)) {
     const Value *x = e->in[0] == h ? e->in[1] : e->in[0];
-    if (same_type(x, h) && !x->host && !memplan_clobbers(e->out[0], x)) return 2;
+    if (same_type(x, h) && !x->host && !(placed && memplan_clobbers(e->out[0], x))) return 2;
   }
   return 1;
+}
+
+int epilogue_reach(const Graph *g, int i, int at[2]) {
+  int e = epilogue_of(g, i, at, false);
+  return e >= EPI_DGELU ? e - EPI_DGELU + 1 : e;
 }
 
 /* Nodes [from, end) of one former group, the e absorbed ones (at) gone: one group still, or none. */
@@ -167,7 +179,7 @@ static void epilogue_graph(Graph *g) {
     Node *n = g->nodes[i];
     if (n->body) epilogue_graph(n->body);
     int at[2];
-    n->a.epilogue = epilogue_of(g, i, at);
+    n->a.epilogue = epilogue_of(g, i, at, true);
     if (!n->a.epilogue) continue;
     int e = epilogue_nodes(g, i, at), last = n->a.epilogue >= EPI_DGELU ? at[0] : at[e - 1], old = g->nodes[last]->group;
     for (int k = 0; k < e; k++) g->nodes[at[k]]->group = 0;

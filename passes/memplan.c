@@ -14,8 +14,9 @@
  * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter). A
  * repeat's carry is one buffer when it can be: its output takes its initial value's place, and a
  * body result add(arg, x) is written into the output (gradient accumulation's running sums).
- * Fusion groups (passes/fuse.c) do not change the placement: a group is cut where the
- * placement would make its one kernel race (cut_groups, at the end).
+ * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
+ * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
+ * one kernel race (cut_groups, at the end).
  */
 #include "memplan.h"
 
@@ -282,7 +283,7 @@ static void shift_body(Graph *body, int64_t shift) {
 /* Plans one graph's transient values; returns its arena size, sets offsets relative to
  * `base`. For a body, `stacked` marks results that are stacked ys (placed outside). */
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
-                          int64_t by_class[MEM_COUNT]);
+                          int64_t by_class[MEM_COUNT], bool epi);
 
 /* How many inputs of nodes of g (nested bodies included) are v. */
 static int readers(const Graph *g, const Value *v) {
@@ -378,7 +379,7 @@ static int xs_in_place(const Node *rep, int k) {
 }
 
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
-                       int64_t by_class[MEM_COUNT]) {
+                       int64_t by_class[MEM_COUNT], bool epi) {
   Graph *body = rep->body;
   /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
   int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
@@ -398,11 +399,26 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
       x->offset = -2;
     }
   }
-  *bytes = plan_graph(body, 0, mp, tmp, peak, by_class);
+  *bytes = plan_graph(body, 0, mp, tmp, peak, by_class, epi);
+}
+
+/* CUDA target: what a matmul and the nodes its GEMM epilogue may absorb read from outside them
+ * (epilogue_reach) lives through the last of them: no value the GEMM stores takes its bytes. */
+static void keep_epilogue_reads(const Graph *g, const int *slot, Interval *iv) {
+  for (int i = 0, at[2], e; i < g->nnodes; i++) {
+    if (g->nodes[i]->op != OP_MATMUL || (e = epilogue_reach(g, i, at)) == 0) continue;
+    const Node *mem[3] = {g->nodes[i], g->nodes[at[0]], e > 1 ? g->nodes[at[1]] : NULL};
+    for (int k = 0; k <= e; k++)
+      for (int j = 0; j < mem[k]->nin; j++) {
+        const Value *u = mem[k]->in[j];
+        if (u->def == mem[0] || u->def == mem[1] || u->def == mem[2] || u->def->graph != g || !slot[u->id]) continue;
+        if (iv[slot[u->id] - 1].end < at[e - 1]) iv[slot[u->id] - 1].end = at[e - 1];
+      }
+  }
 }
 
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
-                          int64_t by_class[MEM_COUNT]) {
+                          int64_t by_class[MEM_COUNT], bool epi) {
   Intervals p = {.a = tmp};
   /* fresh dense value numbers for this graph: slot[id] = 1 + interval index, 0 = none */
   int nv = 0;
@@ -423,7 +439,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (n->body) {
       mark_captures(n->body, g, i, slot, p.iv);
       int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0;
-      place_body(n, tmp, mp, &bytes, &ipeak, icls);
+      place_body(n, tmp, mp, &bytes, &ipeak, icls, epi);
       if (bytes > 0) add_interval(&p, NULL, bytes, i, MEM_ACT)->stage = n->stage;
     }
     if (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) continue; /* persistent, placed by the caller */
@@ -450,6 +466,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       slot[v->id] = p.n;
     }
   }
+  if (epi) keep_epilogue_reads(g, slot, p.iv);
   /* a view shares its input's bytes: read (or zeroed by codegen) off its stage, they are every rank's */
   for (int i = 0; i < g->nnodes; i++) {
     if (!view[i] || !slot[g->nodes[i]->out[0]->id]) continue;
@@ -768,7 +785,7 @@ bool pass_memplan(Module *m) {
   arena_init(&tmp);
   place_host(g, mp, &tmp);
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
-  int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class);
+  int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA);
   arena_free(&tmp);
   place_stacked(g);
   int next_id = 0;

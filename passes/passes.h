@@ -38,6 +38,11 @@ enum { EPI_DGELU = 3, EPI_DGELU_BGRAD = 4 };
 /* The position of the matmul whose GEMM computes the node at i of g as a later epilogue node
  * (GELU's backward, its bias gradient), or -1. */
 int epilogue_gemm(const Graph *g, int i);
+/* Before the memory plan: the nodes after the matmul at i of g that its GEMM may compute as far as
+ * the ops, types and stages allow (positions: at; at most 2), how many. The memory plan keeps
+ * every value they and the matmul read alive through the last of them, so that the GEMM may store
+ * their results while it reads (passes/epilogue.c then checks the placement). */
+int epilogue_reach(const Graph *g, int i, int at[2]);
 /* The position in g of the node paired with the cross-entropy (forward or backward) at i by
  * passes/fuse_ce.c; -1 when it is not fused. */
 int fuse_ce_partner(const Graph *g, int i);

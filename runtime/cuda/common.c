@@ -25,6 +25,12 @@ RtCuDev *rt_cu_dev(RtCtx *ctx) {
   return d;
 }
 
+const char *rt_cu_epi_name(const RtCuEpi *ep) {
+  if (!ep) return "none";
+  if (ep->dgelu) return ep->dbias ? "DGELU_BGRAD" : "DGELU";
+  return ep->aux ? "GELU_AUX_BIAS" : ep->c ? "BIAS_RESIDUAL" : "BIAS";
+}
+
 void rt_cu_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

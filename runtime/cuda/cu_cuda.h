@@ -46,7 +46,7 @@ void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size
                        size_t height);
 void rt_cu_cuda_sync(void *be);
 void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
-void rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+int rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep);
 
 #endif

@@ -38,9 +38,11 @@ typedef struct {
 typedef struct {
   const char *name; /* "cuda", "emu" */
   void (*launch)(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args);
-  void (*matmul)(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+  int (*matmul)(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                  int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta,
-                 const RtCuEpi *ep); /* ep: NULL, or batch 1, alpha 1, beta 0 */
+                 const RtCuEpi *ep); /* ep: NULL, or batch 1, alpha 1, beta 0. Returns 0; 1 when ep is
+                                        not NULL and the backend has no algorithm for that epilogue
+                                        (nothing done: the caller runs the plain GEMM and the nodes) */
   void (*copy)(void *be, void *dst, const void *src, int64_t bytes, int kind); /* RT_CU_* */
   void (*zero)(void *be, void *dst, int64_t bytes);
   /* height rows of width bytes, rows dpitch / spitch bytes apart */
@@ -103,6 +105,9 @@ int rt_cu_write_atomic(const char *path, const void *data, size_t len);
 int rt_cu_header_count(void);
 const char *rt_cu_header_name(int i);
 const char *rt_cu_header_source(int i);
+/* The cuBLASLt epilogue ep asks for: "BIAS", "BIAS_RESIDUAL" (BIAS with C, beta 1), "GELU_AUX_BIAS",
+ * "DGELU" or "DGELU_BGRAD" ("none" for NULL). */
+const char *rt_cu_epi_name(const RtCuEpi *ep);
 /* printf-style message to stderr prefixed "error: ". */
 void rt_cu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The planned allocation (`bytes`: the plan plus the kernels' workspace) against the device's
@@ -115,7 +120,8 @@ int rt_cu_check_free(const RtProgram *p, const RtCtx *ctx, int64_t bytes, int64_
 typedef struct RtCuGemm RtCuGemm;
 RtCuGemm *rt_cu_gemm_new(void *stream); /* cudaStream_t */
 void rt_cu_gemm_free(RtCuGemm *g);
-void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+/* 0; 1 (nothing done) when cuBLASLt has no algorithm for ep's epilogue; fatal for a plain GEMM. */
+int rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                     int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep);
 /* Dense bf16 FLOP/s of an n^3 GEMM (bf16 in, fp32 accumulation, bf16 out), best of reps after
  * a warm-up; 0 when the buffers cannot be allocated. */

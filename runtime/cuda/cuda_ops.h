@@ -43,14 +43,18 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
  *                GELU backward reads);
  *   c != NULL:   y[i, j] = c[i, j] + t (a residual; c may be y itself);
  *   else         y[i, j] = t.
- * bias, c and aux have y's dtype; t is rounded once, when stored. */
-void rt_cu_matmul_ep(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+ * bias, c and aux have y's dtype; t is rounded once, when stored. Returns 1; 0 when the device has
+ * no algorithm for this epilogue (cuBLASLt's heuristic found none; nothing was done, and the
+ * first time for `where` and this epilogue a note said so): the caller then runs the plain GEMM
+ * and the nodes the epilogue stands for. `where` names the GEMM (the source line). */
+int rt_cu_matmul_ep(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                      int64_t k, int ta, int tb, const void *bias, const void *c, void *aux);
 
 /* One GEMM with cuBLASLt's DGELU epilogue (passes/epilogue.c), GELU's backward: with acc as above,
  * y[i, j] = gelu'(pre[i, j]) * acc (pre: the forward's pre-activation, y's dtype); and with
- * DGELU_BGRAD, unless dbias is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient). */
-void rt_cu_matmul_dgelu(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+ * DGELU_BGRAD, unless dbias is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient).
+ * Returns as rt_cu_matmul_ep. */
+int rt_cu_matmul_dgelu(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                         int64_t k, int ta, int tb, const void *pre, void *dbias);
 
 /* Device-to-device copies and fills on the compute stream. */

@@ -273,9 +273,34 @@ static void emu_epilogue(EmuBe *e, const float *acc, void *y, int dt, int64_t m,
     }
 }
 
-static void emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
+/* SHARDRT_EMU_NO_EPILOGUE: "all" or a comma-separated list of epilogue names (rt_cu_epi_name) for
+ * which the emulated device, like cuBLASLt's heuristic finding none, has no algorithm: the generated
+ * code then runs the plain GEMM and the unfused kernels (tests the fallback without a GPU). */
+static bool emu_no_algorithm(const RtCuEpi *ep) {
+  const char *v = getenv("SHARDRT_EMU_NO_EPILOGUE");
+  if (!ep || !v || !*v) return false;
+  if (strcmp(v, "all") == 0) return true;
+  static const char *const known[] = {"BIAS", "BIAS_RESIDUAL", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"};
+  const char *name = rt_cu_epi_name(ep);
+  bool hit = false;
+  for (const char *p = v; *p;) {
+    const char *q = strchr(p, ',');
+    size_t l = q ? (size_t)(q - p) : strlen(p);
+    bool ok = false;
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok = ok || (strlen(known[i]) == l && !strncmp(p, known[i], l));
+    if (!ok)
+      rt_fatal(1, "SHARDRT_EMU_NO_EPILOGUE=%s: '%.*s' is no epilogue (all, or a comma-separated list of BIAS, "
+               "BIAS_RESIDUAL, GELU_AUX_BIAS, DGELU, DGELU_BGRAD)", v, (int)l, p);
+    hit = hit || (l == strlen(name) && !strncmp(p, name, l));
+    p += l + (q != NULL);
+  }
+  return hit;
+}
+
+static int emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                      int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   EmuBe *e = be;
+  if (emu_no_algorithm(ep)) return 1;
   size_t es = ab_dt == RT_BF16 ? 2 : 4, ys = y_dt == RT_BF16 ? 2 : 4;
   in_mem(e, a, batch * m * k * (int64_t)es, "matmul A");
   in_mem(e, b, (b_batched ? batch : 1) * k * n * (int64_t)es, "matmul B");
@@ -305,6 +330,7 @@ static void emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b
   }
   free(bt);
   free(yt);
+  return 0;
 }
 
 static void emu_copy(void *be, void *dst, const void *src, int64_t bytes, int kind) {

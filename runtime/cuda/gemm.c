@@ -12,7 +12,10 @@
  * GELU_AUX_BIAS: aux = AB + bias (the pre-activation, leading dimension n), D = gelu(aux). The bias
  * and aux pointers are set on the plan's descriptor at each call. DGELU (rt_cu_matmul_dgelu): D = AB * gelu'(aux)
  * (aux read: the pre-activation); DGELU_BGRAD also writes the column sums of our D (cuBLASLt's bias
- * gradient, a reduction over its N = our m) to the bias pointer.
+ * gradient, a reduction over its N = our m) to the bias pointer. When the heuristic finds no algorithm
+ * for an epilogue GEMM (which epilogue, layout and dtype cuBLASLt covers depends on the version and
+ * the GPU) the plan says so, once, and rt_cu_gemm_run returns 1: the generated code then runs the
+ * plain GEMM and the unfused kernels (rt_cu_matmul_ep). A plain GEMM without one is fatal.
  */
 #include <cublasLt.h>
 #include <stdio.h>
@@ -36,6 +39,7 @@ typedef struct {
   int64_t batch, m, n, k;             /* after folding */
   int ta, tb, bb, ab_dt, y_dt, align; /* layout, dtypes, pointer alignment (bytes) */
   int epi;                            /* 0: none; 1: BIAS; 2: GELU_AUX_BIAS; 3: DGELU; 4: DGELU_BGRAD */
+  int none;                           /* the heuristic found no algorithm for this epilogue GEMM */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;  /* cuBLASLt's A (our B), B (our A), C = D */
   cublasLtMatmulAlgo_t algo;
@@ -137,6 +141,11 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
   int got = 0;
   cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &got);
   LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if ((rc == CUBLAS_STATUS_SUCCESS || rc == CUBLAS_STATUS_NOT_SUPPORTED) && got == 0 && key->epi) {
+    p->none = 1; /* the caller falls back to the plain GEMM and the unfused kernels */
+    g->nplans++;
+    return p;
+  }
   if (rc != CUBLAS_STATUS_SUCCESS || got == 0)
     rt_fatal(1,
              "cuBLASLt has no algorithm for the GEMM batch %lld, m %lld, n %lld, k %lld, ta %d, tb %d, %s inputs, %s "
@@ -150,7 +159,7 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
   return p;
 }
 
-void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+int rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                     int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   if (batch > 1 && !b_batched && !ta) m *= batch, batch = 1; /* a shared B: one GEMM over batch * m rows */
   if (batch == 1) b_batched = 1;
@@ -163,6 +172,7 @@ void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b
   Plan key = {.batch = batch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .bb = b_batched, .ab_dt = ab_dt,
               .y_dt = y_dt, .align = (int)(bits & -bits), .epi = !ep ? 0 : ep->dgelu ? (ep->dbias ? 4 : 3) : ep->aux ? 2 : 1};
   Plan *p = plan_for(g, &key);
+  if (p->none) return 1;
   if (ep) {
     const void *bias = ep->dgelu ? ep->dbias : ep->bias; /* BGRAD writes the bias pointer */
     if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -171,6 +181,7 @@ void rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b
   }
   LT_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, c, p->lc, y, p->lc, &p->algo, g->ws,
                           GEMM_WORKSPACE, g->stream));
+  return 0;
 }
 
 double rt_cu_gemm_peak(RtCuGemm *g, int64_t n, int reps) {

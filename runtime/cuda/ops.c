@@ -36,10 +36,31 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
       rt_fatal(1, "rt_cu_matmul: k = 0 with beta %g is not supported", (double)beta);
     return;
   }
-  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, NULL);
+  (void)d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, NULL);
 }
 
-void rt_cu_matmul_ep(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+/* An epilogue GEMM through the backend: 1 when it ran; 0 when the backend has no algorithm for the
+ * epilogue, after a note the first time for this GEMM (where) and epilogue. */
+static int matmul_epi(RtCtx *ctx, RtCuDev *d, const char *where, void *y, int y_dt, const void *a, const void *b,
+                      int ab_dt, int64_t m, int64_t n, int64_t k, int ta, int tb, const RtCuEpi *ep) {
+  if (!d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, 1, m, n, k, ta, tb, 1, 1.0f, 0.0f, ep)) return 1;
+  if (!where) where = "(unnamed)";
+  enum { NOTED_MAX = 256 };
+  static struct { const char *where, *epi; } noted[NOTED_MAX];
+  static int nnoted;
+  const char *epi = rt_cu_epi_name(ep);
+  for (int i = 0; i < nnoted; i++)
+    if (strcmp(noted[i].where, where) == 0 && strcmp(noted[i].epi, epi) == 0) return 0;
+  if (nnoted < NOTED_MAX) noted[nnoted++].where = where, noted[nnoted - 1].epi = epi;
+  fprintf(stderr,
+          "note: rank %d: %s has no algorithm for the GEMM at %s (m %lld, n %lld, k %lld, ta %d, tb %d, %s) with "
+          "epilogue %s; it runs as the plain GEMM and the elementwise kernels\n",
+          ctx->rank, d->ops->name[0] == 'c' ? "cuBLASLt" : "the emulated device", where, (long long)m, (long long)n,
+          (long long)k, ta, tb, ab_dt == RT_BF16 ? "bf16" : "f32", epi);
+  return 0;
+}
+
+int rt_cu_matmul_ep(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                      int64_t k, int ta, int tb, const void *bias, const void *c, void *aux) {
   RtCuDev *d = rt_cu_dev(ctx);
   if ((ab_dt != RT_F32 && ab_dt != RT_BF16) || (y_dt != RT_F32 && y_dt != RT_BF16))
@@ -52,10 +73,10 @@ void rt_cu_matmul_ep(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b
   if (aux && c) rt_fatal(1, "rt_cu_matmul_ep: GELU (aux) and a residual (c) together are not supported");
   if (m <= 0 || n <= 0 || k <= 0) rt_fatal(1, "rt_cu_matmul_ep: empty GEMM %lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
   const RtCuEpi ep = {bias, c, aux, 0, NULL};
-  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, 1, m, n, k, ta, tb, 1, 1.0f, 0.0f, &ep);
+  return matmul_epi(ctx, d, where, y, y_dt, a, b, ab_dt, m, n, k, ta, tb, &ep);
 }
 
-void rt_cu_matmul_dgelu(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+int rt_cu_matmul_dgelu(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                         int64_t k, int ta, int tb, const void *pre, void *dbias) {
   RtCuDev *d = rt_cu_dev(ctx);
   size_t ys = y_dt == RT_BF16 ? 2 : 4, es = ab_dt == RT_BF16 ? 2 : 4;
@@ -65,7 +86,7 @@ void rt_cu_matmul_dgelu(RtCtx *ctx, void *y, int y_dt, const void *a, const void
              "b %p, pre %p, dbias %p)", ab_dt, y_dt, y, a, b, pre, dbias);
   if (m <= 0 || n <= 0 || k <= 0) rt_fatal(1, "rt_cu_matmul_dgelu: empty GEMM %lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
   const RtCuEpi ep = {NULL, NULL, (void *)pre, 1, dbias};
-  d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, 1, m, n, k, ta, tb, 1, 1.0f, 0.0f, &ep);
+  return matmul_epi(ctx, d, where, y, y_dt, a, b, ab_dt, m, n, k, ta, tb, &ep);
 }
 
 void rt_cu_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes) {
@@ -197,8 +218,8 @@ void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx
   CU_CHECK(cudaGraphLaunch(c->graph, c->stream));
 }
 
-void rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                       int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
+int rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                      int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   CudaBe *c = be;
-  rt_cu_gemm_run(c->gemm, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, ep);
+  return rt_cu_gemm_run(c->gemm, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, ep);
 }

@@ -4,7 +4,8 @@
  *           rt_cu_launch (plain and with dynamic shared memory + __syncthreads), rt_cu_copy, zero,
  *           put, copy_block and rt_cu_matmul (f32 and bf16 in, f32 and bf16 out, ta/tb, batched,
  *           shared B, alpha/beta) and rt_cu_matmul_ep (bias; bias + GELU with the pre-activation;
- *           bias + residual, in place too) against naive references; the kernel .so comes from the
+ *           bias + residual, in place too) against naive references; refused epilogues
+ *           (SHARDRT_EMU_NO_EPILOGUE) return 0 and write nothing; the kernel .so comes from the
  *           cache the second time
  *   gpu     the same on the real GPU (SHARDRT_DEVICE=cuda; tests/gpu/run_gpu.sh runs it)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
@@ -205,10 +206,12 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
   char *da = M + 4096, *db = da + na * (int64_t)es, *dbias = db + nb * (int64_t)es, *dc = dbias + n * (int64_t)es;
   char *dy = mode == 3 ? dc : dc + ny * (int64_t)es, *daux = dy + ny * (int64_t)es;
   rt_cuda_device.upload(ctx, da, h, nv * (int64_t)es);
+  int ran;
   if (mode >= 4)
-    rt_cu_matmul_dgelu(ctx, dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
+    ran = rt_cu_matmul_dgelu(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
   else
-    rt_cu_matmul_ep(ctx, dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
+    ran = rt_cu_matmul_ep(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
+  CHECK(ran == 1, "matmul_ep mode %d: the device has no algorithm for the epilogue", mode);
   rt_cuda_device.download(ctx, hy, dy, ny * (int64_t)es);
   if (mode == 1 || mode == 5) rt_cuda_device.download(ctx, haux, daux, (mode == 5 ? n : ny) * (int64_t)es);
   double worst = 0;
@@ -354,6 +357,23 @@ static int test_device(const char *which) {
         matmul_ep_case(&ctx, M, ab, 64, 48, 64, 0, 0, 1); /* GPT-2's fc: gelu over a wider k */
         matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 4);  /* its backward: dy W^T */
         matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 5);
+      }
+      if (strcmp(which, "emu") == 0) { /* no algorithm for an epilogue (SHARDRT_EMU_NO_EPILOGUE): 0, nothing written */
+        setenv("SHARDRT_EMU_NO_EPILOGUE", "BIAS_RESIDUAL,DGELU_BGRAD", 1);
+        float ones[256], back[64];
+        for (int i = 0; i < 256; i++) ones[i] = 1.0f;
+        char *y = M + 8192, *a = y + 256, *b = a + 256, *bias = b + 256; /* 64 floats each */
+        rt_cuda_device.upload(&ctx, y, ones, sizeof ones);
+        CHECK(!rt_cu_matmul_ep(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, bias, a, NULL) &&
+                  !rt_cu_matmul_dgelu(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, bias),
+              "an epilogue GEMM ran though the device has no algorithm for it");
+        rt_cuda_device.download(&ctx, back, y, sizeof back);
+        CHECK(!memcmp(back, ones, sizeof back), "an epilogue GEMM without an algorithm wrote its output");
+        CHECK(rt_cu_matmul_dgelu(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, NULL) == 1,
+              "matmul_dgelu DGELU (not refused) did not run");
+        rt_cuda_device.download(&ctx, back, y, sizeof back);
+        CHECK(back[0] != 1.0f, "matmul_dgelu DGELU wrote nothing");
+        unsetenv("SHARDRT_EMU_NO_EPILOGUE");
       }
     }
     rt_cuda_device.close(&ctx);

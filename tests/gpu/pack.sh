@@ -19,10 +19,29 @@ s="$build/shardc"
 "$s" build models/llama3-8b.model --world 1 --target cuda -D vocab=32000 -D layers=8 -D d=2048 -D heads=16 \
   -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 -D recompute=none -D tp=1 -D sp=off \
   -o "$t/llama509_cuda" >/dev/null
+# Packs the binaries into .gpu/bin, every shared library they need that is neither CUDA's (the GPU
+# machine has the toolkit) nor glibc's / the compiler's into .gpu/lib (OpenBLAS, OpenMPI, libfabric:
+# about 50 MiB), and writes .gpu/env.sh. (Done here rather than by ../shared/tools/gpu-pack.sh, which
+# stops at a binary needing none of those libraries and fails in a git worktree, where .git is a file.)
 rm -rf .gpu
-mkdir -p .gpu/bin
-# binaries that need no library beside CUDA's and glibc's are copied here: gpu-pack.sh stops at one
-cp "$build/tests/cuda/cuda_kernels_gpu" .gpu/bin/
+mkdir -p .gpu/bin .gpu/lib
+bins=("$build/tests/cudart/test_cudart" "$build/tests/cuda/cuda_kernels_gpu" "$t/tiny_cpu" "$t/tiny_cuda" "$t/gpt2_cuda"
+      "$t/llama509_cuda")
+for b in "${bins[@]}"; do
+  [ -x "$b" ] || { echo "pack.sh: $b is not an executable" >&2; exit 1; }
+  missing=$(ldd "$b" | awk '/not found/ && $1 !~ /^libcuda\.so/ {print $1}') # (the driver's: on the GPU machine)
+  [ -z "$missing" ] || { echo "pack.sh: $b needs $missing, not found here" >&2; exit 1; }
+  cp "$b" .gpu/bin/
+  ldd "$b" | awk '$3 ~ /^\// {print $3}' | { grep -vE '/usr/local/cuda|/lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s|z)\.so' || true; } |
+    while read -r l; do cp -Lu "$l" .gpu/lib/; done
+done
 if [ -n "${LLMC:-}" ]; then cp "$LLMC" .gpu/bin/train_gpt2cu; fi
-bash ../shared/tools/gpu-pack.sh "$build/tests/cudart/test_cudart" "$t/tiny_cpu" "$t/tiny_cuda" "$t/gpt2_cuda" \
-  "$t/llama509_cuda"
+cat > .gpu/env.sh <<'ENV'
+# sourced on the GPU machine: the carried libraries first, then CUDA's own
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SHARDRT_CUBIN_CACHE=${SHARDRT_CUBIN_CACHE:-/tmp/cubin}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+ENV
+echo "pack.sh: $(ls .gpu/bin | wc -l) binaries and $(ls .gpu/lib | wc -l) libraries in .gpu/ ($(du -sh .gpu | cut -f1));" \
+  "take it along with the tree and run there: source .gpu/env.sh && tests/gpu/run_gpu.sh"
