@@ -223,8 +223,10 @@ static LLVMValueRef pick(Bld *B, LLVMRealPredicate p, LLVMValueRef a, LLVMValueR
 
 /* rt_fexp (runtime/kernels/fastmath.h) */
 static LLVMValueRef fexp(Bld *B, LLVMValueRef x) {
-  x = pick(B, LLVMRealOGT, x, cst(B, -87.3f)); /* x < -87.3 ? -87.3 : x, as max(x, -87.3) for non-NaN */
-  x = pick(B, LLVMRealOLT, x, cst(B, 88.0f));
+  /* x < -87.3 ? -87.3 : x and x > 88 ? 88 : x as in C: the unordered compares keep a NaN (a loss
+     or gradient must stay NaN for the trainer's non-finite check) */
+  x = pick(B, LLVMRealUGE, x, cst(B, -87.3f));
+  x = pick(B, LLVMRealULE, x, cst(B, 88.0f));
   LLVMValueRef kf = sub_(B, add_(B, mul_(B, x, cst(B, 1.44269504088896341f)), cst(B, 12582912.0f)), cst(B, 12582912.0f));
   LLVMValueRef r = sub_(B, x, mul_(B, kf, cst(B, 0.693145751953125f)));
   r = sub_(B, r, mul_(B, kf, cst(B, 1.42860682030941723212e-6f)));

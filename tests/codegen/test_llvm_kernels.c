@@ -418,6 +418,19 @@ static void test_xent(void *so, const char *fwd_name, const char *bwd_name, int6
   rt_xent_rows_f32(kf, &lossb, NULL, x, t, &dloss, rows, V, ws);
   snprintf(what, sizeof what, "xent rt_xent_rows_f32 fwd %lldx%lld loss", (long long)rows, (long long)V);
   check_rel(what, &lossb, &lossc, 1, 4e-6, 0);
+  /* a NaN logit (row 0, not its target) makes the loss NaN and that row's dlogits NaN, as in C: the
+     trainer's non-finite stop / skip relies on it (the clamps in fexp once turned NaN into -87.3) */
+  if (len > 1) {
+    x[t[0] == 1 ? 2 % len : 1] = NAN;
+    rt_cross_entropy_fused_f32(&lossf, dc, x, t, &dloss, rows, V, len, ws);
+    rt_xent_rows_f32(kb, &lossb, d, x, t, &dloss, rows, V, ws);
+    int row_nan = 0;
+    for (int64_t j = 0; j < len; j++) row_nan += isnan(d[j]);
+    bool ok = isnan(lossf) && isnan(lossb) && row_nan == len;
+    printf("%-44s %s (C loss %g, LLVM loss %g, %d of %lld dlogits NaN)\n", "xent: a NaN logit propagates",
+           ok ? "ok" : "FAIL", lossf, lossb, row_nan, (long long)len);
+    failures += !ok;
+  }
   free(x), free(d), free(want), free(t), free(rowloss), free(ws), free(dc);
 }
 
