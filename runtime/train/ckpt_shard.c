@@ -65,6 +65,11 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
       int a = rt_tensor_dim_axis(p, t, d);
       out[k].lstart[d] = s * per[d];
       out[k].len[d] = per[d];
+      if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: the stage's rows, no padding */
+        out[k].len[d] = p->stage_rows[coord[a]];
+        out[k].start[d] = rt_stage_index(p->stage_rows, coord[a], 0);
+        continue;
+      }
       out[k].start[d] = a >= 0 ? rt_block_index(t->dims[d], t->shard.blocks[d], rt_program_degree(p, a), coord[a],
                                                  s * per[d])
                                : 0;
