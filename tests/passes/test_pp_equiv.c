@@ -180,9 +180,15 @@ static void run_uneven(const char *label, const char *path, const FeDefine *defs
   static const int plans[][7] = {{2, 1, 1, 4, 1, 3}, {2, 1, 1, 2, 3, 1}, {3, 1, 1, 4, 1, 2, 1}, {2, 2, 1, 2, 3, 1},
                                  {2, 1, 2, 4, 1, 3}};
   static const char *const scheds[] = {"gpipe", "1f1b", "zb"};
+  bool zero = false, rc = false; /* ZeRO: the dp 2 plan only; recompute: 1f1b only */
+  for (int i = 0; i < ndefs; i++) {
+    zero |= strcmp(defs[i].key, "zero") == 0;
+    rc |= strcmp(defs[i].key, "recompute") == 0;
+  }
   for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++)
     for (int q = 0; q < 3; q++) {
       int pp = plans[p][0], dp = plans[p][1], tp = plans[p][2];
+      if ((zero && dp < 2) || (rc && q != 1)) continue;
       int64_t M = plans[p][3];
       const int *layers = &plans[p][4];
       char what[96];
@@ -342,6 +348,9 @@ int main(void) {
   run_model("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256);
   run_uneven("tiny", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
   run_uneven("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128);
+  run_uneven("tiny, zero 3", SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256);
+  run_uneven("Llama shaped, zero 2", SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128);
+  run_uneven("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};
   run_model("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256);
   if (failures) {
