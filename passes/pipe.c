@@ -583,6 +583,12 @@ static void plan_report(Pp *p, const PipeSched *s) {
     tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
     tw[st] = x->wgt_flops;
   }
+  for (int i = 0; i < p->g->nnodes; i++) { /* the layer stacks held (padded to the largest stage), per layer */
+    const Node *n = p->g->nodes[i];
+    if ((n->op != OP_PARAM && n->op != OP_STATE) || n->out[0]->sharding.split[0] != RT_AX_PP) continue;
+    int64_t b = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype) / (p->per * p->v);
+    pl->layer_bytes += n->op == OP_PARAM ? 2 * b : b; /* a parameter and its gradient */
+  }
   unused_params(p, pl);
   pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
   for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];

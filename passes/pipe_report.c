@@ -81,7 +81,8 @@ static bool balanced_split(const PipePlan *p, int64_t *n) {
 
 /* The balanced split, when it beats the plan's (even, or its `pp N layers(..)`): its slowest stage
  * and the schedule's bubble, printed as a suggestion to write as `layers(..)` (passes/stage.c applies
- * it); not by memory (the first stage's activations in flight are not weighed). */
+ * it), with what it costs in memory where its largest stage is larger than the plan's (each stage's
+ * layer stacks are padded to that count); not weighed by memory. */
 static void print_balanced(FILE *f, const PipePlan *p) {
   if (p->v > 1) return;
   int64_t *n = calloc((size_t)p->pp, sizeof *n), *cur = calloc((size_t)p->pp, sizeof *cur);
@@ -107,7 +108,16 @@ static void print_balanced(FILE *f, const PipePlan *p) {
                "write `pp %d layers(",
             slow, what, slow_cur, 100.0 * bal, what, 100.0 * bcur, p->pp);
     for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
-    fprintf(f, ")` to apply it\n");
+    fprintf(f, ")` to apply it");
+    int64_t most = 0, most_cur = 0;
+    for (int st = 0; st < p->pp; st++) {
+      most = n[st] > most ? n[st] : most;
+      most_cur = cur[st] > most_cur ? cur[st] : most_cur;
+    }
+    if (most != most_cur) /* memory: every stage holds the largest stage's count of layers (padded) */
+      fprintf(f, " (every stage then holds %lld layers' parameters, gradients and optimizer states, %+.2f MiB)",
+              (long long)most, mib((most - most_cur) * p->layer_bytes));
+    fprintf(f, "\n");
   }
   free(n);
   free(cur);

@@ -38,7 +38,7 @@ expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0    
   "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
 # the split balanced by FLOPs, printed where it beats the even one: Llama-3-8B's head (128k vocabulary)
 # makes its last stage the slowest at pp 4; the tiny GPT's head is lighter than a layer (none)
-expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); a suggestion: write \`pp 4 layers(8, 8, 9, 7)\` to apply it" \
+expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); a suggestion: write \`pp 4 layers(8, 8, 9, 7)\` to apply it (every stage then holds 9 layers' parameters, gradients and optimizer states, +416.12 MiB)" \
   -- plan models/llama3-8b.model -D pp=4 -D batch=64 --world 32
 out=$("$shardc" plan "${t[@]}" -D pp=4 --world 4 2>&1 || true) # (not piped into grep -q: an early exit is a SIGPIPE)
 if grep -q "balanced by FLOPs" <<<"$out"; then
@@ -124,6 +124,7 @@ expect 0 "#   0     0-0          embedding          1.468e+07    2.936e+07      
   "#   1     1-3          head, loss         5.662e+07    8.808e+07      1.60 MiB" \
   "f32[3, 64, 192]{S(pp)@0/stages} = param  \"blocks.attention.w_qkv\"" \
   "balanced by FLOPs: layers [2, 2]: the slowest stage 1.007e+08 FLOP per micro-batch (this plan's: 1.447e+08)" \
+  "to apply it (every stage then holds 2 layers' parameters, gradients and optimizer states, -0.76 MiB)" \
   -- plan "${o[@]}" --world 2
 expect 1 "t.model:24:8: error: stages of unequal layer counts do not combine with the interleaved schedule" \
   "note: write schedule 1f1b, gpipe or zb, or equal counts" -- plan "${o[@]}" -D schedule=interleaved --world 2
