@@ -214,6 +214,17 @@ static void run_uneven(const char *label, const char *path, const FeDefine *defs
         loops++;
         bad += n->a.count != layers[n->stage - 1];
       }
+      int views = 0, moved = 0; /* a stage's own rows of a padded stack: views, in place (no copy) */
+      for (int i = 0; i < pm->graph->nnodes; i++) {
+        const Node *n = pm->graph->nodes[i];
+        if (!ir_slice_is_view(n)) continue;
+        views++;
+        moved += n->out[0]->offset != n->in[0]->offset;
+      }
+      if (!views || moved) {
+        fprintf(stderr, "FAIL %s %s: %d own-row slices, %d of them copied\n", label, what, views, moved);
+        failures++;
+      }
       if (bad || loops != pp * (int)M) {
         fprintf(stderr, "FAIL %s %s: %d forward loops (want %d), %d not of their stage's count\n", label, what, loops,
                 pp * (int)M, bad);
