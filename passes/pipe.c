@@ -21,7 +21,10 @@
  * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
  * layout): virtual stage k = c pp + s runs chunk c of stage s's layers (its rows sliced once per
  * step), the wrap from the last stage's chunk c to the first stage's chunk c + 1 is a transfer at
- * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated.
+ * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated. Uneven stages
+ * (passes/stage.c's S(pp)@0/stages, padded to the largest count): stage s's loops run its own
+ * count over a view of its stacks' leading rows (own_rows), its layer gradients padded back with
+ * zero rows for the stage_select (pad_rows).
  */
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,9 @@
  * for a single micro-batch) and before pipe (passes/pipe.c), which runs the micro-step's parts
  * on their stages by the schedule. Here:
  *   - the layers: the micro-step's forward `repeat` and its backward (`.grad`, reverse) over L
- *     layers become L / pp iterations on each stage: the stacked layer parameters, their
+ *     layers become L / pp iterations on each stage (uneven stages, `pp N layers(a, b, ..)`: the
+ *     largest count, the stacks split `S(pp)@0/stages` padded to it, the counts in the mesh's
+ *     stage_rows; pipe.c runs each stage's loops for its own count): the stacked layer parameters, their
  *     gradients, optimizer states and updates, and the stacked activations between the two
  *     loops are split over pp on their leading dim (`S(pp)@0`), so stage s holds layers
  *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers
@@ -16,7 +18,7 @@
  *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
  *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
  *     summed over pp once per step.
- * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
+ * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B with fewer micro-batches than stages, a micro-step
  * without exactly one layer loop pair, and cp, which pipelining does not combine with yet. ZeRO-3
  * (passes/zero.c, after pipe) stores each stage's layers split over dp and gathers them in every
  * instruction's loops, as it does for one micro-step.
@@ -145,6 +147,7 @@ static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
 
 bool pass_stage(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
+  if (m->mesh) memset(m->mesh->stage_rows, 0, sizeof m->mesh->stage_rows); /* even unless `layers(..)` says not */
   if (pp <= 1 && m->plan.nstage_layers) {
     error_at(m->plan.stage_layers_loc, "`layers(..)` splits the layers over pipeline stages: pp 1 has one stage");
     note("write pp 2 or more, or leave `layers(..)` out");
