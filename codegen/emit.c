@@ -775,6 +775,11 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   if (multi && mesh)
     fprintf(f, "  .mesh = {[RT_AX_DP] = %d, [RT_AX_PP] = %d, [RT_AX_CP] = %d, [RT_AX_TP] = %d},\n", mesh->dim[RT_AX_DP],
             mesh->dim[RT_AX_PP], mesh->dim[RT_AX_CP], mesh->dim[RT_AX_TP]);
+  if (multi && mesh && mesh->stage_rows[0]) { /* uneven pipeline stages (RT_BLOCKS_STAGES) */
+    fprintf(f, "  .stage_rows = (const int[]){");
+    for (int s = 0; s < mesh->dim[RT_AX_PP]; s++) fprintf(f, "%s%d", s ? ", " : "", mesh->stage_rows[s]);
+    fprintf(f, "},\n");
+  }
   fprintf(f, "  .batch = %" PRId64 ",\n  .seq = %" PRId64 ",\n", tokens->shape.dim[0], tokens->shape.dim[1]);
   fprintf(f, "  .global_batch = %" PRId64 ",\n  .micro_batch = %" PRId64 ",\n  .accum = %" PRId64 ",\n", m->batch.global,
           m->batch.micro, m->batch.accum);

@@ -108,6 +108,10 @@ static void emit_node(Cg *c, Node *n) {
     return;
   }
   case OP_SLICE: case OP_PAD: {
+    if (ir_slice_is_view(n)) { /* the leading rows, in place (the memory plan's view) */
+      cg_copy_if_moved(c, y, x);
+      return;
+    }
     const Shape *xs = &x->shape;
     int ax = a->axis;
     int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank);

@@ -176,6 +176,10 @@ static void emit_node(Cg *c, Node *n) {
                                  x->shape.dim[r - 2], x->shape.dim[r - 1]));
   }
   case OP_SLICE: case OP_PAD: {
+    if (ir_slice_is_view(n)) { /* the leading rows, in place (the memory plan's view) */
+      cg_copy_if_moved(c, y, x);
+      return;
+    }
     const Shape *xs = &x->shape;
     int ax = a->axis, es = ir_dtype_size(x->dtype);
     int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank);

@@ -64,12 +64,14 @@ static void index_graph(PtrMap *m, const Graph *g) {
 typedef struct {
   Shape logical;
   int deg[IR_MAX_RANK], coord[IR_MAX_RANK], blocks[IR_MAX_RANK];
+  const int *rows; /* uneven pipeline stages (RT_BLOCKS_STAGES): the mesh's stage_rows */
 } BlockMap;
 
 /* Returns false when v is replicated (the logical tensor is the local one). */
 static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
   bool split = false;
   bm->logical = v->shape;
+  bm->rows = it->mesh.stage_rows;
   for (int d = 0; d < v->shape.rank; d++) {
     int a = v->sharding.split[d];
     bm->deg[d] = 1;
@@ -78,20 +80,25 @@ static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
     if (a >= 0 && a < RT_AX_COUNT && it->mesh.dim[a] > 1) {
       bm->deg[d] = it->mesh.dim[a];
       bm->coord[d] = interp_coord(it, r, (MeshAxis)a);
-      bm->logical.dim[d] = v->shape.dim[d] * it->mesh.dim[a];
+      bm->logical.dim[d] = bm->blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(bm->rows, bm->deg[d])
+                                                             : v->shape.dim[d] * it->mesh.dim[a];
       split = true;
     }
   }
   return split;
 }
 
-/* Logical flat index of local element i of rank r's block. */
+/* Logical flat index of local element i of rank r's block; -1: a padding row of an uneven
+ * pipeline split (RT_BLOCKS_STAGES), no logical element. */
 static int64_t logical_index(const Shape *local, const BlockMap *bm, int64_t i) {
   int64_t li = 0, rem = i, mul = 1;
   for (int d = local->rank - 1; d >= 0; d--) {
     int64_t c = rem % local->dim[d];
     rem /= local->dim[d];
-    if (bm->deg[d] > 1) c = ir_block_index(local->dim[d], bm->blocks[d], bm->deg[d], bm->coord[d], c);
+    if (bm->deg[d] > 1 && bm->blocks[d] == RT_BLOCKS_STAGES) {
+      c = rt_stage_index(bm->rows, bm->coord[d], c);
+      if (c < 0) return -1;
+    } else if (bm->deg[d] > 1) c = ir_block_index(local->dim[d], bm->blocks[d], bm->deg[d], bm->coord[d], c);
     li += c * mul;
     mul *= bm->logical.dim[d];
   }
@@ -109,7 +116,10 @@ static bool store_block(const Interp *it, const Value *v, int r, const Tensor *t
   }
   *dst = tensor_new(v->dtype, v->shape);
   int64_t n = ir_numel(&v->shape);
-  for (int64_t i = 0; i < n; i++) dst->data[i] = t->data[logical_index(&v->shape, &bm, i)];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t li = logical_index(&v->shape, &bm, i);
+    dst->data[i] = li < 0 ? 0 : t->data[li];
+  }
   return true;
 }
 
@@ -123,6 +133,10 @@ static void init_param(const Interp *it, const Node *n, int r, Tensor *dst) {
   for (int64_t i = 0; i < cnt; i++) {
     int64_t li = logical_index(&v->shape, &bm, i);
     double x = 0;
+    if (li < 0) { /* a padding row: nothing */
+      dst->data[i] = 0;
+      continue;
+    }
     switch (n->a.init) {
     case INIT_ZEROS: x = 0; break;
     case INIT_ONES: x = 1; break;
@@ -261,6 +275,7 @@ bool interp_get_logical(const Interp *it, const char *name, Tensor *out, double 
     int64_t n = ir_numel(&vals[r].shape);
     for (int64_t i = 0; i < n; i++) {
       int64_t li = logical_index(&vals[r].shape, &bm, i);
+      if (li < 0) continue;
       double x = vals[r].data[i];
       if (seen[li]) {
         double d = fabs(out->data[li] - x);

@@ -282,3 +282,7 @@ Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc
   r->sharding = like->sharding;
   return r;
 }
+
+bool ir_slice_is_view(const Node *n) {
+  return n->op == OP_SLICE && n->stage && n->a.axis == 0 && n->a.start == 0 && n->in[0]->dtype == n->out[0]->dtype;
+}

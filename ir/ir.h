@@ -208,6 +208,10 @@ Value *ir_emit(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape s
                const Attrs *attrs, SrcLoc loc);
 /* Row `row` of a stacked x [k, ...] appended to g: a slice reshaped to like's type and sharding. */
 Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc);
+/* Whether slice node n is a view of its input (the same bytes from the same start, no copy: the
+ * memory plan gives it its input's offset, codegen copies only if it moved): a pipeline stage's
+ * own leading rows of a layer stack padded over uneven stages (passes/pipe.c, Node.stage set). */
+bool ir_slice_is_view(const Node *n);
 Node *ir_add_arg(Graph *body, DType dt, Shape shape, const char *name);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */

@@ -109,6 +109,7 @@ static void put_sharding(Buf *b, const Value *v) {
     int a = v->sharding.split[d];
     if (a < 0 || a >= RT_AX_COUNT) continue;
     if (v->sharding.blocks[d] == RT_BLOCKS_ZIGZAG) bprintf(b, "%sS(%s)@%d/zigzag", first ? "" : ", ", rt_mesh_axis_name(a), d);
+    else if (v->sharding.blocks[d] == RT_BLOCKS_STAGES) bprintf(b, "%sS(%s)@%d/stages", first ? "" : ", ", rt_mesh_axis_name(a), d);
     else if (v->sharding.blocks[d] > 1) bprintf(b, "%sS(%s)@%d/%d", first ? "" : ", ", rt_mesh_axis_name(a), d, v->sharding.blocks[d]);
     else bprintf(b, "%sS(%s)@%d", first ? "" : ", ", rt_mesh_axis_name(a), d);
     first = false;

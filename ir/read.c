@@ -38,16 +38,18 @@ static bool parse_dtype(Reader *r, DType *dt) {
   return true;
 }
 
-/* A block count (2..254) or `zigzag` (RT_BLOCKS_ZIGZAG, context parallelism's split). */
+/* A block count (2..253), `zigzag` (RT_BLOCKS_ZIGZAG, context parallelism's split) or `stages`
+ * (RT_BLOCKS_STAGES, uneven pipeline stages). */
 static bool rd_blocks(Reader *r, int *out) {
   const char *at = r->p;
   const char *w = *r->p >= 'a' && *r->p <= 'z' ? rd_word(r) : NULL;
   if (w) {
-    if (strcmp(w, "zigzag") != 0) return rd_fail(r, at, "expected a block count or zigzag, found '%s'", w);
-    *out = RT_BLOCKS_ZIGZAG;
+    if (strcmp(w, "zigzag") != 0 && strcmp(w, "stages") != 0)
+      return rd_fail(r, at, "expected a block count, zigzag or stages, found '%s'", w);
+    *out = strcmp(w, "zigzag") == 0 ? RT_BLOCKS_ZIGZAG : RT_BLOCKS_STAGES;
     return true;
   }
-  return rd_int(r, out, 2, RT_BLOCKS_ZIGZAG - 1, "a block count");
+  return rd_int(r, out, 2, RT_BLOCKS_STAGES - 1, "a block count");
 }
 
 /* S(axis)@dim[/blocks] or P(axis), into s; the shape's rank bounds dim. */

@@ -303,7 +303,7 @@ static bool is_result(const Graph *g, const Value *v) {
 
 /* A view that can share its input's memory: same bytes, no copy. */
 static bool is_view(const Node *n) {
-  return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype));
+  return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) || ir_slice_is_view(n));
 }
 
 /* Carry k of repeat rep updated in place: the body's result k is add(arg k, x) (or the stacked

@@ -21,7 +21,10 @@
  * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
  * layout): virtual stage k = c pp + s runs chunk c of stage s's layers (its rows sliced once per
  * step), the wrap from the last stage's chunk c to the first stage's chunk c + 1 is a transfer at
- * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated.
+ * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated. Uneven stages
+ * (passes/stage.c's S(pp)@0/stages, padded to the largest count): stage s's loops run its own
+ * count over a view of its stacks' leading rows (own_rows), its layer gradients padded back with
+ * zero rows for the stage_select (pad_rows).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +53,9 @@ typedef struct {
   PtrMap *shared; /* [M]: body value -> its clone read by every stage (inputs, ALL, merges) */
   PtrMap *chunks; /* [v]: stacked layer value from outside -> its chunk's rows */
   int v;          /* chunks per stage (interleaved), else 1 */
-  int64_t per;    /* layers per chunk: L / (pp v) */
+  int64_t per;    /* layers per chunk: L / (pp v); uneven stages: the largest stage's count */
+  const int *rows; /* uneven stages (`pp N layers(..)`, RT_BLOCKS_STAGES): each stage's layers; NULL: even */
+  PtrMap *own;    /* uneven stages [pp]: stacked layer value -> its stage's rows (padding dropped) */
   Value **sum;    /* [ncarry]: the running sums */
 } Pp;
 
@@ -241,6 +246,41 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
   return y;
 }
 
+/* The layers stage st runs (uneven stages: its own count; else every stage's). */
+static int64_t stage_layers(const Pp *p, int st) { return p->rows ? p->rows[st] : p->per; }
+
+/* Uneven stages: stage st's rows [0, rows[st]) of a stacked layer value padded to the largest
+ * count (a parameter, its bf16 cast), made once per step on that stage only. */
+static Value *own_rows(Pp *p, int st, Value *x) {
+  intptr_t got;
+  if (ptrmap_get(&p->own[st], x, &got)) return (Value *)got;
+  Attrs sa = {0};
+  sa.axis = 0;
+  sa.len = p->rows[st];
+  Shape sh = x->shape;
+  sh.dim[0] = p->rows[st];
+  Value *y = ir_emit(p->g, OP_SLICE, 1, &x, x->dtype, sh, &sa, x->def->loc);
+  y->def->stage = st + 1;
+  y->sharding = x->sharding;
+  ptrmap_put(&p->own[st], x, (intptr_t)y);
+  return y;
+}
+
+/* Uneven stages: stage st's stacked layer value y (its own rows) padded with zero rows to the
+ * largest count, where a value of every stage's layout is wanted (stage_select, the sums). */
+static Value *pad_rows(Pp *p, int st, Value *y) {
+  if (!p->rows || y->shape.dim[0] == p->per) return y;
+  Attrs pa = {0};
+  pa.axis = 0;
+  pa.len = p->per;
+  Shape sh = y->shape;
+  sh.dim[0] = p->per;
+  Value *z = ir_emit(p->g, OP_PAD, 1, &y, y->dtype, sh, &pa, y->def->loc);
+  z->def->stage = st + 1;
+  z->sharding = y->sharding;
+  return z;
+}
+
 /* Clones body node d for virtual stage vs's instruction on micro-batch mb, predicated on its stage.
  * A layer loop of an interleaved schedule runs its chunk: L/(pp v) iterations over the chunk's rows. */
 static Value *run_node(Pp *p, int vs, int mb, Node *d) {
@@ -254,9 +294,18 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->per * p->v) in[j] = chunk_of(p, vs / p->pp, in[j]);
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
       die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
+    int64_t own = stage_layers(p, vs % p->pp);
+    if (loop && xs && p->rows && in[j]->shape.dim[0] != own) {
+      if (in[j]->shape.dim[0] != p->per) die("pipe: the layer loop's stacked input %d has %lld rows", j, (long long)in[j]->shape.dim[0]);
+      in[j] = own_rows(p, vs % p->pp, in[j]);
+    }
   }
   Node *c = ir_clone_node(p->g, d, in, sm);
   c->stage = vs % p->pp + 1;
+  if (loop && p->rows) { /* uneven stages: the stage's own layers */
+    c->a.count = stage_layers(p, vs % p->pp);
+    for (int k = c->a.ncarry; k < c->nout; k++) c->out[k]->shape.dim[0] = c->a.count;
+  }
   if (loop && p->v > 1) {
     c->a.count = p->per;
     for (int k = c->a.ncarry; k < c->nout; k++) {
@@ -356,7 +405,7 @@ static void run_merges(Pp *p, int mb) {
           Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
           for (int st = 0; st < p->pp; st++) {
             if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
-            each[st] = (Value *)got;
+            each[st] = pad_rows(p, st, (Value *)got);
           }
           chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, d->loc);
           chunk[ch]->sharding = each[0]->sharding;
@@ -491,7 +540,8 @@ static void plan_report(Pp *p, const PipeSched *s) {
   pl->pp = p->pp;
   pl->nmb = p->M;
   pl->loop = p->F->a.name;
-  pl->layers = p->F->a.count * p->pp;
+  pl->layers = 0;
+  for (int st = 0; st < p->pp; st++) pl->layers += stage_layers(p, st) * p->v;
   pl->v = p->v;
   pl->stage = ARENA_ARRAY(m->arena, PipeStage, p->pp);
   double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
@@ -514,15 +564,18 @@ static void plan_report(Pp *p, const PipeSched *s) {
   for (int st = 0; st < p->pp; st++) {
     PipeStage *x = &pl->stage[st];
     bool first = st == 0, last = st == p->pp - 1;
-    x->first_layer = st * p->per;
-    x->nlayers = p->per;
+    double n = (double)stage_layers(p, st) * p->v; /* the stage's layers (all its chunks) */
+    x->first_layer = 0;
+    for (int o = 0; o < st; o++) x->first_layer += p->rows ? p->rows[o] : p->per;
+    x->nlayers = stage_layers(p, st);
     x->nchunks = p->v;
     x->embedding = first;
     x->head = last;
-    x->fwd_flops = all + local_flops(p->F) + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
-    x->wgt_flops = p->W ? local_flops(p->W) : 0;
-    x->bwd_flops = local_flops(p->B) + x->wgt_flops + (first ? class_flops(p, C_FIRSTB) : 0);
-    x->act_bytes = kept_bytes(p, 0, p->F) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) + (last ? kept_bytes(p, C_LAST, NULL) : 0);
+    x->fwd_flops = all + pl->layer_fwd * n + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
+    x->wgt_flops = pl->layer_wgt * n;
+    x->bwd_flops = pl->layer_bwd * n + x->wgt_flops + (first ? class_flops(p, C_FIRSTB) : 0);
+    x->act_bytes = (int64_t)((double)kept_bytes(p, 0, p->F) * n / count) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) +
+                   (last ? kept_bytes(p, C_LAST, NULL) : 0);
     x->param_bytes = params;
     /* interleaved: an instruction is one of v chunks (the embedding and head spread over them) */
     x->fwd_flops /= p->v;
@@ -532,6 +585,12 @@ static void plan_report(Pp *p, const PipeSched *s) {
     tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
     tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
     tw[st] = x->wgt_flops;
+  }
+  for (int i = 0; i < p->g->nnodes; i++) { /* the layer stacks held (padded to the largest stage), per layer */
+    const Node *n = p->g->nodes[i];
+    if ((n->op != OP_PARAM && n->op != OP_STATE) || n->out[0]->sharding.split[0] != RT_AX_PP) continue;
+    int64_t b = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype) / (p->per * p->v);
+    pl->layer_bytes += n->op == OP_PARAM ? 2 * b : b; /* a parameter and its gradient */
   }
   unused_params(p, pl);
   pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
@@ -559,6 +618,7 @@ bool pass_pipe(Module *m) {
   PipeSchedule kind = m->plan.schedule;
   p.v = kind == SCHED_INTERLEAVED ? m->plan.interleave : 1;
   p.per = p.F->a.count / p.v;
+  p.rows = m->mesh->stage_rows[0] ? m->mesh->stage_rows : NULL;
   if ((int64_t)PIPE_TAG + 2 * (int64_t)p.M * pp * p.v > 0xffff) { /* the runtime's tags are 16 bits */
     error_at(m->plan.opt_loc[PLAN_OPT_MICROBATCHES].file ? m->plan.opt_loc[PLAN_OPT_MICROBATCHES] : m->plan.loc,
              "%d micro-batches x %d virtual stages need more pipeline transfer tags than the runtime has (%d)", p.M,
@@ -582,6 +642,8 @@ bool pass_pipe(Module *m) {
   plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
   p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
+  p.own = calloc((size_t)pp, sizeof(PtrMap));
+  if (!p.own) die("out of memory");
   p.shared = calloc((size_t)p.M, sizeof(PtrMap));
   int nc = p.A->a.ncarry;
   p.sum = ARENA_ARRAY(m->arena, Value *, nc + 1);
@@ -648,6 +710,8 @@ bool pass_pipe(Module *m) {
   }
   for (int i = 0; i < pp * p.v * p.M; i++) ptrmap_free(&p.map[i]);
   for (int i = 0; i < p.v; i++) ptrmap_free(&p.chunks[i]);
+  for (int i = 0; i < pp; i++) ptrmap_free(&p.own[i]);
+  free(p.own);
   free(p.chunks);
   for (int i = 0; i < p.M; i++) ptrmap_free(&p.shared[i]);
   free(p.map);

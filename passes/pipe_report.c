@@ -40,8 +40,8 @@ static double bubble_of(const PipePlan *p, const int64_t *n) {
 /* The split of the layers over the stages (at least one each) that makes the slowest stage's
  * forward and backward FLOPs the least (the first stage's embedding and the last's head count):
  * the least bottleneck T among the stages' costs for which every stage's most layers within T
- * cover the layers, then layers taken off the costliest stages down to the count. False when the
- * even split is as good. */
+ * cover the layers, then layers taken off the costliest stages down to the count. False when
+ * there is none (fewer layers than stages). */
 static bool balanced_split(const PipePlan *p, int64_t *n) {
   int pp = p->pp;
   int64_t L = p->layers;
@@ -76,33 +76,51 @@ static bool balanced_split(const PipePlan *p, int64_t *n) {
     n[w]--;
     total--;
   }
-  for (int q = 0; q < pp; q++)
-    if (n[q] != L / pp) return true;
-  return false;
+  return true;
 }
 
-/* The balanced split, when it beats the even one (its slowest stage and the schedule's bubble):
- * printed as a suggestion (every stage holds L / pp layers; no plan option asks for another split). */
+/* The balanced split, when it beats the plan's (even, or its `pp N layers(..)`): its slowest stage
+ * and the schedule's bubble, printed as a suggestion to write as `layers(..)` (passes/stage.c applies
+ * it), with what it costs in memory where its largest stage is larger than the plan's (each stage's
+ * layer stacks are padded to that count); not weighed by memory. */
 static void print_balanced(FILE *f, const PipePlan *p) {
-  if (p->v > 1 || p->layers % p->pp) return;
-  int64_t *n = calloc((size_t)p->pp, sizeof *n), *even = calloc((size_t)p->pp, sizeof *even);
-  if (!n || !even) die("out of memory");
-  for (int st = 0; st < p->pp; st++) even[st] = p->layers / p->pp;
-  double bal = balanced_split(p, n) ? bubble_of(p, n) : 1, bev = bubble_of(p, even);
-  if (bal < bev) {
-    double slow = 0, slow_even = 0;
+  if (p->v > 1) return;
+  int64_t *n = calloc((size_t)p->pp, sizeof *n), *cur = calloc((size_t)p->pp, sizeof *cur);
+  if (!n || !cur) die("out of memory");
+  bool even = true;
+  for (int st = 0; st < p->pp; st++) {
+    cur[st] = p->stage[st].nlayers;
+    even &= cur[st] == cur[0];
+  }
+  double bal = balanced_split(p, n) ? bubble_of(p, n) : 1, bcur = bubble_of(p, cur);
+  bool same = true;
+  for (int st = 0; st < p->pp; st++) same &= n[st] == cur[st];
+  if (bal < bcur && !same) {
+    double slow = 0, slow_cur = 0;
     for (int st = 0; st < p->pp; st++) {
       if (stage_cost(p, st, n[st]) > slow) slow = stage_cost(p, st, n[st]);
-      if (stage_cost(p, st, even[st]) > slow_even) slow_even = stage_cost(p, st, even[st]);
+      if (stage_cost(p, st, cur[st]) > slow_cur) slow_cur = stage_cost(p, st, cur[st]);
     }
+    const char *what = even ? "even" : "this plan's";
     fprintf(f, "#   balanced by FLOPs: layers [");
     for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
-    fprintf(f, "]: the slowest stage %.4g FLOP per micro-batch (even: %.4g), bubble %.1f%% (even: %.1f%%); a suggestion: "
-               "this plan splits the layers evenly (unequal stages are not implemented yet)\n",
-            slow, slow_even, 100.0 * bal, 100.0 * bev);
+    fprintf(f, "]: the slowest stage %.4g FLOP per micro-batch (%s: %.4g), bubble %.1f%% (%s: %.1f%%); a suggestion: "
+               "write `pp %d layers(",
+            slow, what, slow_cur, 100.0 * bal, what, 100.0 * bcur, p->pp);
+    for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
+    fprintf(f, ")` to apply it");
+    int64_t most = 0, most_cur = 0;
+    for (int st = 0; st < p->pp; st++) {
+      most = n[st] > most ? n[st] : most;
+      most_cur = cur[st] > most_cur ? cur[st] : most_cur;
+    }
+    if (most != most_cur) /* memory: every stage holds the largest stage's count of layers (padded) */
+      fprintf(f, " (every stage then holds %lld layers' parameters, gradients and optimizer states, %+.2f MiB)",
+              (long long)most, mib((most - most_cur) * p->layer_bytes));
+    fprintf(f, "\n");
   }
   free(n);
-  free(even);
+  free(cur);
 }
 
 void pipe_print(FILE *f, const Module *m) {

@@ -99,6 +99,8 @@ typedef struct PipePlan {
   double layer_fwd, layer_bwd, layer_wgt; /* one layer's FLOPs per micro-batch (zb: W apart from B) */
   double all_fwd;     /* what every stage computes per micro-batch besides its layers */
   double first_fwd, first_bwd, last_fwd; /* the embedding's forward and backward, the head and loss's */
+  int64_t layer_bytes; /* one layer's parameters, their gradients and optimizer states on a rank: what each
+                          stage holds per layer of the largest stage (uneven stages pad to it) */
   PipeInstr *order;   /* [norder]: the instructions in the program's order (Node.instr = 1 + index) */
   int *order_stage;   /* [norder]: the stage running each */
   int norder;

@@ -4,7 +4,9 @@
  * for a single micro-batch) and before pipe (passes/pipe.c), which runs the micro-step's parts
  * on their stages by the schedule. Here:
  *   - the layers: the micro-step's forward `repeat` and its backward (`.grad`, reverse) over L
- *     layers become L / pp iterations on each stage: the stacked layer parameters, their
+ *     layers become L / pp iterations on each stage (uneven stages, `pp N layers(a, b, ..)`: the
+ *     largest count, the stacks split `S(pp)@0/stages` padded to it, the counts in the mesh's
+ *     stage_rows; pipe.c runs each stage's loops for its own count): the stacked layer parameters, their
  *     gradients, optimizer states and updates, and the stacked activations between the two
  *     loops are split over pp on their leading dim (`S(pp)@0`), so stage s holds layers
  *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers
@@ -16,9 +18,10 @@
  *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
  *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
  *     summed over pp once per step.
- * Errors: pp not dividing the layers, 1F1B with fewer micro-batches than stages, a micro-step
- * without exactly one layer loop pair. Context parallelism needs nothing here: its ring's sends
- * and receives (or all-to-alls) are over cp, whose groups lie inside one stage. ZeRO-3
+ * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B
+ * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
+ * parallelism needs nothing here: its ring's sends and receives (or all-to-alls) are over cp, whose
+ * groups lie inside one stage. ZeRO-3
  * (passes/zero.c, after pipe) stores each stage's layers split over dp and gathers them in every
  * instruction's loops, as it does for one micro-step.
  */
@@ -55,8 +58,8 @@ bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd) {
 
 typedef struct {
   PtrMap split; /* values split over pp on dim 0 */
-  int64_t L, per;
-  int blocks;   /* interleaved: v blocks (stage s holds layers of chunks c pp + s), else 0 */
+  int64_t L, per; /* per: layers per stage (uneven stages: the largest count, each stage's block padded to it) */
+  int blocks;   /* interleaved: v blocks (stage s holds layers of chunks c pp + s); uneven: RT_BLOCKS_STAGES; else 0 */
   bool changed;
 } St;
 
@@ -112,7 +115,8 @@ static void propagate(St *s, Node *n, Value ***partial, int *np, int *capp, Aren
 }
 
 /* The plan's `pp N layers(a, b, ..)`: one count per stage, covering the layer loop's L layers. An
- * even split is what the pass does anyway; an uneven one is refused (not implemented yet). */
+ * even split is what the pass does anyway; an uneven one is applied (RT_BLOCKS_STAGES: each stage's
+ * block of the layer stacks padded to the largest count), except with the interleaved schedule. */
 static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
   const Plan *p = &m->plan;
   const char *name = F->a.name ? F->a.name : "?";
@@ -134,11 +138,10 @@ static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
     note("the counts must add up to %lld", (long long)L);
     return false;
   }
-  if (!even) {
-    error_at(p->stage_layers_loc, "stages of unequal layer counts are not implemented yet (every stage holds the same "
-             "number of layers)");
-    if (L % pp == 0) note("write layers(%lld, ..) for every stage, or leave `layers(..)` out", (long long)(L / pp));
-    else note("pick pp dividing %lld", (long long)L);
+  if (!even && m->plan.schedule == SCHED_INTERLEAVED) {
+    error_at(p->stage_layers_loc, "stages of unequal layer counts do not combine with the interleaved schedule (its "
+             "chunks are equal blocks of every stage's layers)");
+    note("write schedule 1f1b, gpipe or zb, or equal counts");
     return false;
   }
   return true;
@@ -146,6 +149,7 @@ static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
 
 bool pass_stage(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
+  if (m->mesh) memset(m->mesh->stage_rows, 0, sizeof m->mesh->stage_rows); /* even unless `layers(..)` says not */
   if (pp <= 1 && m->plan.nstage_layers) {
     error_at(m->plan.stage_layers_loc, "`layers(..)` splits the layers over pipeline stages: pp 1 has one stage");
     note("write pp 2 or more, or leave `layers(..)` out");
@@ -185,14 +189,21 @@ bool pass_stage(Module *m) {
     return false;
   }
   if (m->plan.nstage_layers && !stage_override(m, F, L, pp)) return false;
-  if (L % pp != 0) {
+  bool uneven = false;
+  int64_t most = 0;
+  for (int st = 0; st < m->plan.nstage_layers; st++) {
+    uneven |= m->plan.stage_layers[st] != m->plan.stage_layers[0];
+    if (m->plan.stage_layers[st] > most) most = m->plan.stage_layers[st];
+  }
+  if (!uneven && L % pp != 0) {
     error_at(at_opt(m, PLAN_OPT_PP), "pp %d does not divide the %lld layers of `repeat %s` (%s:%d)", pp, (long long)L,
              F->a.name ? F->a.name : "?", F->loc.file ? F->loc.file : "?", F->loc.line);
-    note("pick pp dividing %lld; stages of unequal layer counts (`pp %d layers(..)`) are not implemented yet", (long long)L,
-         pp);
+    note("pick pp dividing %lld, or write each stage's layer count: `pp %d layers(..)`", (long long)L, pp);
     return false;
   }
-  St s = {.L = L, .per = L / pp, .blocks = v > 1 ? v : 0};
+  St s = {.L = L, .per = uneven ? most : L / pp, .blocks = uneven ? RT_BLOCKS_STAGES : v > 1 ? v : 0};
+  if (uneven) /* the layout of the stacks' dim 0 (runtime/mesh.h): the interpreter, codegen and the runtime read it */
+    for (int st = 0; st < pp; st++) m->mesh->stage_rows[st] = m->plan.stage_layers[st];
   F->a.count = B->a.count = s.per;
   Node *loops[2] = {F, B};
   for (int l = 0; l < 2; l++) {

@@ -2,12 +2,14 @@
 #include "mesh.h"
 
 #include <stddef.h>
+#include <string.h>
 
 /* Nesting order from outermost to innermost: pp, dp, cp, tp. */
 static const int nest[RT_AX_COUNT] = {RT_AX_PP, RT_AX_DP, RT_AX_CP, RT_AX_TP};
 
 bool rt_mesh_init(MeshMap *m, int dp, int pp, int cp, int tp, int devices_per_node) {
   if (dp < 1 || pp < 1 || cp < 1 || tp < 1 || devices_per_node < 1) return false;
+  memset(m->stage_rows, 0, sizeof m->stage_rows);
   m->dim[RT_AX_DP] = dp;
   m->dim[RT_AX_PP] = pp;
   m->dim[RT_AX_CP] = cp;
@@ -92,7 +94,22 @@ int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask) {
   return rt_mesh_group_index(m, rank, ~mask & RT_MESH_ALL);
 }
 
-int rt_blocks_count(int blocks) { return blocks == RT_BLOCKS_ZIGZAG ? 2 : blocks > 1 ? blocks : 1; }
+int64_t rt_stage_index(const int *rows, int c, int64_t l) {
+  if (l >= rows[c]) return -1;
+  int64_t at = 0;
+  for (int s = 0; s < c; s++) at += rows[s];
+  return at + l;
+}
+
+int64_t rt_stage_logical(const int *rows, int degree) {
+  int64_t n = 0;
+  for (int s = 0; s < degree; s++) n += rows[s];
+  return n;
+}
+
+int rt_blocks_count(int blocks) {
+  return blocks == RT_BLOCKS_ZIGZAG ? 2 : blocks == RT_BLOCKS_STAGES ? 1 : blocks > 1 ? blocks : 1;
+}
 
 int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
   if (blocks <= 1) return (int64_t)c * n_local + l;

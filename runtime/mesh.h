@@ -29,11 +29,15 @@ enum {
   RT_MESH_ALL = 0xf,
 };
 
+enum { RT_MAX_STAGES = 64 }; /* pipeline stages of an uneven split (RT_BLOCKS_STAGES) */
+
 typedef struct MeshMap {
   int dim[RT_AX_COUNT]; /* degree per axis (>= 1), indexed by RT_AX_* */
   int world;            /* ranks: the product of dim[] */
   int devices_per_node; /* ranks per node (>= 1) */
   int nodes;            /* ceil(world / devices_per_node) */
+  int stage_rows[RT_MAX_STAGES]; /* uneven pipeline stages: the layers of stage s (passes/stage.c), for the dims
+                                    split RT_BLOCKS_STAGES; all 0: none */
 } MeshMap;
 
 /* Fills m; returns false (m untouched) when a degree or devices_per_node is < 1. */
@@ -72,6 +76,13 @@ int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l
  * 2 degree - 1 - c (in that order), so causal attention costs every rank the same:
  *   l < per: c * per + l;  else (2 degree - 1 - c) * per + l - per,   per = n_local / 2. */
 #define RT_BLOCKS_ZIGZAG 255
+/* blocks == RT_BLOCKS_STAGES: pipeline stages of unequal layer counts (`pp N layers(a, b, ..)`): the
+ * rank with pp coordinate c holds rows[c] layers from logical row rows[0] + .. + rows[c-1] on, each
+ * rank's block padded to the largest count (n_local): local rows past rows[c] hold nothing
+ * (rt_stage_index: -1). The logical dim is the sum of the counts (rt_stage_logical). */
+#define RT_BLOCKS_STAGES 254
+int64_t rt_stage_index(const int *rows, int c, int64_t l);
+int64_t rt_stage_logical(const int *rows, int degree);
 /* How many equal local blocks a `blocks` value cuts a dim in (zigzag: 2; 0 or 1: 1). */
 int rt_blocks_count(int blocks);
 

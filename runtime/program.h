@@ -100,6 +100,8 @@ typedef struct {
   void (*logits)(char *mem, RtCtx *ctx); /* forward to the logits only (sampling) */
   const RtDevice *device;   /* NULL: a CPU program, mem is host memory; else mem lives on this device (--target cuda) */
   const RtCudaCode *cuda;   /* a device program's kernels; NULL for a CPU program */
+  const int *stage_rows;    /* uneven pipeline stages: the layers of each pp stage (the dims split RT_BLOCKS_STAGES,
+                               runtime/mesh.h); NULL: none */
 } RtProgram;
 
 /* The host allocation of a device program with host_bytes (zeroed, pinned on a GPU); NULL without. */

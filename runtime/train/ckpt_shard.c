@@ -65,6 +65,11 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
       int a = rt_tensor_dim_axis(p, t, d);
       out[k].lstart[d] = s * per[d];
       out[k].len[d] = per[d];
+      if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: the stage's rows, no padding */
+        out[k].len[d] = p->stage_rows[coord[a]];
+        out[k].start[d] = rt_stage_index(p->stage_rows, coord[a], 0);
+        continue;
+      }
       out[k].start[d] = a >= 0 ? rt_block_index(t->dims[d], t->shard.blocks[d], rt_program_degree(p, a), coord[a],
                                                  s * per[d])
                                : 0;
@@ -466,6 +471,13 @@ static void load_tensor(Source *src, const RtProgram *p, char *mem, const RtTens
   int nr = local_rects(p, t, coord, rects);
   size_t es = rt_dtype_size((RtDType)t->dtype);
   Copy c = {.dst = mem + t->offset, .es = es};
+  int64_t need = 0; /* the rectangles' elements: the block's, less an uneven pipeline split's padding rows */
+  for (int r = 0; r < nr; r++) {
+    int64_t e = 1;
+    for (int d = 0; d < t->rank; d++) e *= rects[r].len[d];
+    need += e;
+  }
+  if (need < rt_tensor_numel(t)) memset(c.dst, 0, (size_t)rt_tensor_numel(t) * es); /* the padding: nothing */
   for (int k = 0; k < np; k++) {
     const Piece *q = &pc[k];
     int opened = 0;
@@ -493,9 +505,9 @@ static void load_tensor(Source *src, const RtProgram *p, char *mem, const RtTens
       for_rows(t->rank, len, q->len, so, t->dims, doff, copy_row, &c);
     }
   }
-  if (c.copied != rt_tensor_numel(t))
+  if (c.copied != need)
     rt_user_error("'%s': the checkpoint's pieces of tensor '%s' cover %lld of the %lld elements this rank needs", what,
-                  t->name, (long long)c.copied, (long long)rt_tensor_numel(t));
+                  t->name, (long long)c.copied, (long long)need);
   int64_t bad = rt_first_nonfinite(c.dst, t->dtype, rt_tensor_numel(t));
   if (bad >= 0)
     rt_user_error("'%s': tensor '%s' holds %s (element %lld of this rank's block): a checkpoint with non-finite values "

@@ -115,7 +115,8 @@ int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *d
   int64_t n = 1;
   for (int d = 0; d < t->rank; d++) {
     int a = rt_tensor_dim_axis(p, t, d);
-    dims[d] = t->dims[d] * (a >= 0 ? rt_program_degree(p, a) : 1);
+    dims[d] = a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(p->stage_rows, rt_program_degree(p, a))
+                                                                : t->dims[d] * (a >= 0 ? rt_program_degree(p, a) : 1);
     n *= dims[d];
   }
   return n;
@@ -136,6 +137,13 @@ int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int
     int64_t l = i % t->dims[d];
     i /= t->dims[d];
     int a = rt_tensor_dim_axis(p, t, d), deg = a >= 0 ? rt_program_degree(p, a) : 1;
+    if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: padding rows are no element */
+      l = rt_stage_index(p->stage_rows, coord[a], l);
+      if (l < 0) return -1;
+      li += l * mul;
+      mul *= rt_stage_logical(p->stage_rows, deg);
+      continue;
+    }
     if (a >= 0) l = rt_block_index(t->dims[d], t->shard.blocks[d], deg, coord[a], l);
     li += l * mul;
     mul *= t->dims[d] * deg;
@@ -156,9 +164,11 @@ void rt_tensor_scatter(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, 
   }
   int coord[RT_AX_COUNT];
   rt_ctx_coords(ctx, coord);
-  for (int64_t i = 0; i < n; i++)
-    memcpy((char *)local + (size_t)i * es, (const char *)logical + (size_t)rt_tensor_logical_index(p, t, coord, i) * es,
-           es);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t li = rt_tensor_logical_index(p, t, coord, i);
+    if (li < 0) memset((char *)local + (size_t)i * es, 0, es);
+    else memcpy((char *)local + (size_t)i * es, (const char *)logical + (size_t)li * es, es);
+  }
 }
 
 void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *local, void *logical) {
@@ -185,8 +195,10 @@ void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const v
     int coord[RT_AX_COUNT];
     rt_mesh_coords(mesh, rt_group_member(g, k), coord);
     const char *src = all + (size_t)k * bytes;
-    for (int64_t i = 0; i < n; i++)
-      memcpy((char *)logical + (size_t)rt_tensor_logical_index(p, t, coord, i) * es, src + (size_t)i * es, es);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t li = rt_tensor_logical_index(p, t, coord, i);
+      if (li >= 0) memcpy((char *)logical + (size_t)li * es, src + (size_t)i * es, es);
+    }
   }
   free(all);
 }

@@ -63,7 +63,8 @@ void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *
     for (int64_t i = 0; i < n; i++) {
       double x = 0;
       int64_t li = split ? rt_tensor_logical_index(p, t, coord, i) : i;
-      switch (t->init) {
+      if (li < 0) x = 0; /* a padding row of uneven pipeline stages: nothing */
+      else switch (t->init) {
       case RT_INIT_ZEROS: x = 0; break;
       case RT_INIT_ONES: x = 1; break;
       case RT_INIT_CONST: x = t->init_a; break;

@@ -279,7 +279,8 @@ void rt_dist_any_n(RtCtx *ctx, int *flags, int n);
 /* Rank 0's v (0 <= v < 2^32) on every rank (collective over the world). */
 int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v);
 /* The logical tensor of t: dims (returns the element count); the mask of the axes splitting it;
- * the logical flat index of local element i on the rank with coordinates coord. */
+ * the logical flat index of local element i on the rank with coordinates coord (-1: a padding row of
+ * uneven pipeline stages, RT_BLOCKS_STAGES: no logical element). */
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims);
 int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d); /* the axis splitting dim d (degree > 1), else -1 */
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t);

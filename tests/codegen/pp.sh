@@ -11,6 +11,8 @@
 #   GPT with 8 layers and pp2 x tp2 of a Llama-shaped model (untied, RoPE, GQA, sp); a checkpoint
 #   written under pp2 interleaved at step 10 resumes on one rank with the uninterrupted run's
 #   step-11 loss (checkpoints hold logical tensors: each stage its layers, interleaved ones too).
+#   Stages of unequal layer counts (pp2 layers(1, 3), pp3 layers(1, 2, 1), pp2 layers(3, 1) zb x
+#   dp2) give the single-rank curve too, and their checkpoints resume across layouts.
 #
 # Tolerance: |loss - loss_1rank| <= 1e-5 * |loss_1rank| at every step (lib.sh's, justified in
 # layouts.sh): micro-batches add their gradients in another order than one big batch, and the
@@ -52,6 +54,36 @@ l=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=
 "$t/lone" "${run[@]}" --threads 2 --log "$t/lone.jsonl" >/dev/null
 "${mpi[@]}" -np 4 "$t/lpp2tp2" "${run[@]}" --log "$t/lpp2tp2.jsonl" >/dev/null
 compare "llama pp2tp2 sp" "$t/lpp2tp2.jsonl" "$t/lone.jsonl"
+# stages of unequal layer counts (`pp N layers(..)`: each stage's block of the layer stacks padded to
+# the largest count): pp2 layers(1, 3) 1F1B, pp3 layers(1, 2, 1) GPipe (3 does not divide 4), pp2
+# layers(3, 1) zb x dp2, against the single rank
+uv="$t/uneven"
+mkdir -p "$uv"
+stages() { sed "s/^  dp auto\$/  dp auto\n  pp $1/" models/tiny.model >"$uv/$2.model"; }
+stages "2 layers(1, 3)" s13
+stages "3 layers(1, 2, 1)" s121
+stages "2 layers(3, 1)" s31
+"$shardc" build "$uv/s13.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 2 -o "$t/pp2s13" 2>/dev/null
+"$shardc" build "$uv/s121.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 -D schedule=gpipe --world 3 -o "$t/pp3s121" 2>/dev/null
+"$shardc" build "$uv/s31.model" "${m[@]:1}" -D micro_batch=2 -D dp=2 -D schedule=zb --world 4 -o "$t/pp2s31dp2zb" 2>/dev/null
+for c in pp2s13:2 pp3s121:3 pp2s31dp2zb:4; do
+  n=${c%%:*}
+  "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
+  compare "tiny $n" "$t/$n.jsonl" "$t/one.jsonl"
+done
+# a pp2 layers(1, 3) checkpoint resumes on one rank, and the even pp2 1F1B one under layers(1, 3)
+"${mpi[@]}" -np 2 "$t/pp2s13" "${run[@]}" --stop-at 10 --save-to "$t/cks10" >/dev/null
+"$t/one" "${run[@]}" --threads 2 --resume "$t/cks10" --stop-at 11 --log "$t/rs_one.jsonl" --save-to "$t/cks_r" >/dev/null
+"${mpi[@]}" -np 2 "$t/pp2" "${run[@]}" --stop-at 10 --save-to "$t/cke10" >/dev/null
+"${mpi[@]}" -np 2 "$t/pp2s13" "${run[@]}" --resume "$t/cke10" --stop-at 11 --log "$t/rs_s13.jsonl" --save-to "$t/cke_r" >/dev/null
+for r in "pp2 layers(1, 3) -> 1 rank:$t/rs_one.jsonl:$t/pp2s13.jsonl" "pp2 even -> pp2 layers(1, 3):$t/rs_s13.jsonl:$t/pp2.jsonl"; do
+  IFS=: read -r what f ref <<<"$r"
+  got=$(losses "$f" | head -1)
+  want=$(losses "$ref" | sed -n 11p)
+  awk -v a="$got" -v b="$want" -v w="$what" 'BEGIN { d = a - b; if (d < 0) d = -d;
+    printf "resume %s, step 10: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", w, a, b, d / b;
+    exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: resume $what"; exit 1; }
+done
 # a pp=2 interleaved checkpoint (each stage holds layers 0, 2 or 1, 3) resumes on one rank
 "${mpi[@]}" -np 2 "$t/pp2int" "${run[@]}" --stop-at 10 --save-to "$t/ck10" >/dev/null
 want=$(losses "$t/pp2int.jsonl" | sed -n 11p)

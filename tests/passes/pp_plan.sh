@@ -39,7 +39,7 @@ expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0    
   "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
 # the split balanced by FLOPs, printed where it beats the even one: Llama-3-8B's head (128k vocabulary)
 # makes its last stage the slowest at pp 4; the tiny GPT's head is lighter than a layer (none)
-expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); a suggestion: this plan splits the layers evenly" \
+expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); a suggestion: write \`pp 4 layers(8, 8, 9, 7)\` to apply it (every stage then holds 9 layers' parameters, gradients and optimizer states, +416.12 MiB)" \
   -- plan models/llama3-8b.model -D pp=4 -D batch=64 --world 32
 out=$("$shardc" plan "${t[@]}" -D pp=4 --world 4 2>&1 || true) # (not piped into grep -q: an early exit is a SIGPIPE)
 if grep -q "balanced by FLOPs" <<<"$out"; then
@@ -119,9 +119,22 @@ expect 1 "t.model:24:8: error: \`layers(..)\` splits the layers over pipeline st
 override "layers(4, 0)"
 expect 1 "t.model:24:18: error: \`layers(..)\`: stage 1 needs a whole number of layers, at least 1 (an empty stage holds nothing)" \
   -- plan "${o[@]}" --world 2
+# unequal counts are applied: each stage's layers, FLOPs and activations; the layer stacks split
+# `S(pp)@0/stages` padded to the largest stage; the split balanced by FLOPs suggested against it;
+# refused with the interleaved schedule
 override "layers(1, 3)"
-expect 1 "t.model:24:8: error: stages of unequal layer counts are not implemented yet" "note: write layers(2, ..) for every stage" \
+expect 0 "#   0     0-0          embedding          1.468e+07    2.936e+07      0.50 MiB" \
+  "#   1     1-3          head, loss         5.662e+07    8.808e+07      1.60 MiB" \
+  "f32[3, 64, 192]{S(pp)@0/stages} = param  \"blocks.attention.w_qkv\"" \
+  "balanced by FLOPs: layers [2, 2]: the slowest stage 1.007e+08 FLOP per micro-batch (this plan's: 1.447e+08)" \
+  "to apply it (every stage then holds 2 layers' parameters, gradients and optimizer states, -0.76 MiB)" \
   -- plan "${o[@]}" --world 2
+expect 1 "t.model:24:8: error: stages of unequal layer counts do not combine with the interleaved schedule" \
+  "note: write schedule 1f1b, gpipe or zb, or equal counts" -- plan "${o[@]}" -D schedule=interleaved --world 2
+# pp 3 over 4 layers (refused without `layers(..)`, above): applied with it
+override "layers(1, 2, 1)"
+expect 0 "# pipeline: 3 stages over the 4 layers" "#   1     1-2          -" "#   2     3-3          head, loss" \
+  -- plan "${o[@]}" -D pp=3 --world 3
 # ZeRO-3 under pp: each stage's parameters stored split over dp (half of zero 2's at dp 2)
 par() { "$shardc" plan "${t[@]/dp=1/dp=2}" -D pp=2 "$@" --world 4 2>/dev/null | awk '/^#   parameters/ { print $3 }'; }
 p2=$(par -D zero=2); p3=$(par -D zero=3)

@@ -39,6 +39,8 @@ typedef struct {
   const char *sched; /* the pipeline's schedule */
 } CpPlan;
 
+static const int *stage_layers; /* the pp plans' `pp N layers(..)` (uneven stages), NULL: even */
+
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const CpPlan *p, int64_t batch) {
   FeDefine d[MAXDEF];
   int n = 0, dp = p->dp, tp = p->tp, cp = p->cp, pp = p->pp > 1 ? p->pp : 1, M = p->M > 1 ? p->M : 1;
@@ -68,6 +70,10 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp * cp * pp, .import_dirs = dirs, .nimport_dirs = 1};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
+  if (stage_layers && pp > 1) { /* (the frontend's parse of `layers(..)` is pp_plan.sh's) */
+    m->plan.nstage_layers = pp;
+    for (int s = 0; s < pp; s++) m->plan.stage_layers[s] = stage_layers[s];
+  }
   PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) return NULL;
   return m;
@@ -337,6 +343,12 @@ int main(void) {
   const FeDefine llama4[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                              {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
   run_model("Llama shaped, pp", SHARDC_MODELS_DIR "/llama3-8b.model", llama4, 7, 4, 16, 128, lpipe, 2);
+  /* uneven stages (`pp 2 layers(1, 3)`) x cp: each stage's own layers run the ring */
+  static const int l13[] = {1, 3};
+  const CpPlan upipe[] = {{1, 1, 2, false, 0, 2, 2, "1f1b"}, {2, 1, 2, true, 2, 2, 2, "zb"}};
+  stage_layers = l13;
+  run_model("tiny GPT, pp layers(1, 3)", SHARDC_MODELS_DIR "/tiny.model", tiny4, 4, 4, 16, 256, upipe, 2);
+  stage_layers = NULL;
   run_model("Llama shaped, all2all (causal, RoPE, GQA: cp 2 per tp rank)", SHARDC_MODELS_DIR "/llama3-8b.model", llama,
             7, 4, 16, 128, a2a, 1);
   const FeDefine llama8[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "8"},

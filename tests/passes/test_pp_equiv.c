@@ -42,8 +42,8 @@
 
 static int failures;
 
-static Module *compile(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
-                       int tp, const char *sched, int64_t micro, int64_t batch) {
+static Module *compile_stages(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
+                              int tp, const char *sched, int64_t micro, int64_t batch, const int *layers) {
   FeDefine d[24];
   int n = 0;
   char spp[16], sdp[16], stp[16], smb[24], sb[24];
@@ -66,9 +66,18 @@ static Module *compile(Arena *a, Target target, const char *path, const FeDefine
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   m->target = target;
+  if (layers) { /* the plan's `pp N layers(..)` (the frontend's parse is pp_plan.sh's) */
+    m->plan.nstage_layers = pp;
+    for (int s = 0; s < pp; s++) m->plan.stage_layers[s] = layers[s];
+  }
   PipelineOptions po = {.verify = true};
   if (!pipeline_run(m, &po)) return NULL;
   return m;
+}
+
+static Module *compile(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
+                       int tp, const char *sched, int64_t micro, int64_t batch) {
+  return compile_stages(a, target, path, defs, ndefs, pp, dp, tp, sched, micro, batch, NULL);
 }
 
 /* The program: no micro-step region, per stage M transfers per neighbour of each of its v virtual stages, layer params split over pp. */
@@ -142,6 +151,86 @@ static void run_model(const char *label, Target target, double tol, const char *
         continue;
       }
       check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
+      Tensor ktok = tok, ktgt = tgt;
+      ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
+      failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, tol, true);
+      arena_free(&pa);
+    }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
+/* Stages of unequal layer counts (`pp N layers(..)`, the layer stacks split RT_BLOCKS_STAGES): each
+ * schedule but interleaved (all: GPipe, 1F1B and zb; else 1F1B only), against the single rank;
+ * each stage's loops run its own count, over views of its stacks' leading rows. */
+static void run_uneven(const char *label, Target target, double tol, const char *path, const FeDefine *defs, int ndefs,
+                       int64_t B, int64_t S, int64_t V, bool all) {
+  fprintf(stderr, "%s, uneven stages\n", label);
+  Arena ra;
+  arena_init(&ra);
+  Module *ref = compile(&ra, target, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
+  if (!ref) {
+    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
+    failures++;
+    return;
+  }
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  /* pp, dp, tp, micro-batches, the layers of each stage (4 in all) */
+  static const int plans[][7] = {{2, 1, 1, 4, 1, 3}, {2, 1, 1, 2, 3, 1}, {3, 1, 1, 4, 1, 2, 1}, {2, 2, 1, 2, 3, 1},
+                                 {2, 1, 2, 4, 1, 3}};
+  static const char *const scheds[] = {"gpipe", "1f1b", "zb"};
+  bool zero = false, rc = false; /* ZeRO: the dp 2 plan only; recompute: 1f1b only */
+  for (int i = 0; i < ndefs; i++) {
+    zero |= strcmp(defs[i].key, "zero") == 0;
+    rc |= strcmp(defs[i].key, "recompute") == 0;
+  }
+  for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++)
+    for (int q = 0; q < 3; q++) {
+      int pp = plans[p][0], dp = plans[p][1], tp = plans[p][2];
+      if ((zero && dp < 2) || ((rc || !all) && q != 1)) continue;
+      int64_t M = plans[p][3];
+      const int *layers = &plans[p][4];
+      char what[96];
+      int w = snprintf(what, sizeof what, "pp %d x dp %d x tp %d, %s, %lld micro-batches, layers(", pp, dp, tp, scheds[q],
+                       (long long)M);
+      for (int s = 0; s < pp; s++) w += snprintf(what + w, sizeof what - (size_t)w, "%s%d", s ? ", " : "", layers[s]);
+      snprintf(what + w, sizeof what - (size_t)w, ")");
+      Arena pa;
+      arena_init(&pa);
+      Module *pm = compile_stages(&pa, target, path, defs, ndefs, pp, dp, tp, scheds[q], B / (M * dp), B, layers);
+      if (!pm) {
+        fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
+        failures++;
+        arena_free(&pa);
+        continue;
+      }
+      check_shape(pm, pp, 1, q == 2, M, what);
+      /* each stage's loops run its own layers: one forward loop per stage and micro-batch, of its count */
+      int bad = 0, loops = 0;
+      for (int i = 0; i < pm->graph->nnodes; i++) {
+        const Node *n = pm->graph->nodes[i];
+        if (n->op != OP_REPEAT || n->a.reverse || n->stage < 1) continue;
+        loops++;
+        bad += n->a.count != layers[n->stage - 1];
+      }
+      int views = 0, moved = 0; /* a stage's own rows of a padded stack: views, in place (no copy) */
+      for (int i = 0; i < pm->graph->nnodes; i++) {
+        const Node *n = pm->graph->nodes[i];
+        if (!ir_slice_is_view(n)) continue;
+        views++;
+        moved += n->out[0]->offset != n->in[0]->offset;
+      }
+      if (!views || moved) {
+        fprintf(stderr, "FAIL %s %s: %d own-row slices, %d of them copied\n", label, what, views, moved);
+        failures++;
+      }
+      if (bad || loops != pp * (int)M) {
+        fprintf(stderr, "FAIL %s %s: %d forward loops (want %d), %d not of their stage's count\n", label, what, loops,
+                pp * (int)M, bad);
+        failures++;
+      }
       Tensor ktok = tok, ktgt = tgt;
       ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
       failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, tol, true);
@@ -269,8 +358,14 @@ int main(void) {
   /* ZeRO-3: each stage's parameters stored split over its dp group, gathered in every instruction */
   const FeDefine tz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "3"}};
   run_model("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256);
+  run_uneven("tiny", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256, true);
+  run_uneven("Llama shaped", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128, false);
+  run_uneven("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, true);
+  run_uneven("Llama shaped, zero 2", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, false);
+  run_uneven("tiny, recompute full", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256, false);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};
   run_model("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256);
+  run_uneven("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256, false);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
