@@ -641,12 +641,7 @@ static Value trainer_view(const Graph *g, const Value *v) {
   }
   w.shape.rank--;
   if (v->sharding.split[0] >= 0) die("emit: an accumulated input split along its micro-step dim");
-  for (int d = 0; d + 1 < IR_MAX_RANK; d++) {
-    w.sharding.split[d] = v->sharding.split[d + 1];
-    w.sharding.blocks[d] = v->sharding.blocks[d + 1];
-  }
-  w.sharding.split[IR_MAX_RANK - 1] = -1;
-  w.sharding.blocks[IR_MAX_RANK - 1] = 0;
+  w.sharding = ir_sharding_shift(v->sharding, -1);
   return w;
 }
 
