@@ -38,7 +38,8 @@
  * by reduce-scatter along that dim instead of all-reduce, so norms, residuals and
  * dropout-free elementwise work run on sequence shards; the next column-split matmul
  * finds tp on both its activation's sequence dim and its weight's columns and
- * all-gathers the activation (the same in backward).
+ * all-gathers the activation (the same in backward). Under cp the sequence dim is already split
+ * over cp: sp splits each cp rank's part again over tp (Sharding.inner, `reads_inner` below).
  */
 #include <string.h>
 

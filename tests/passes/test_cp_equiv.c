@@ -13,7 +13,9 @@
  * pass K and V around the ring (send / recv over cp), each hop issued before the block it overlaps
  * (codegen runs it asynchronously during that block), and a sequence that 2 x cp does not divide
  * is refused. Under cp x dp the gradients and the loss are reduced by one all-reduce over the
- * combined dp x cp group each (Attrs.mesh_with), never over dp and then cp.
+ * combined dp x cp group each (Attrs.mesh_with), never over dp and then cp. Under cp x tp + sp the
+ * tp blocks' outputs are reduce-scattered over tp within each cp rank's sequence (Sharding.inner)
+ * and gathered before the next column-parallel matmul: no matmul output is all-reduced over tp.
  */
 #include <math.h>
 #include <stdio.h>
