@@ -362,9 +362,13 @@ int main(void) {
                              {"kv_heads", "4"}, {"layers", "2"}, {"ffn", "48"}};
   /* sp with cp: the activations between tp regions split over cp (zigzag) and then over tp */
   const CpPlan sp[] = {{1, 2, 2, false, 0, 1, 1, NULL, true}, {1, 2, 2, true, 0, 1, 1, NULL, true},
-                       {2, 2, 2, false, 0, 1, 1, NULL, true}};
+                       {2, 2, 2, false, 0, 1, 1, NULL, true}, {2, 2, 2, true, 2, 1, 1, NULL, true},
+                       {1, 2, 2, false, 0, 2, 4, "1f1b", true}};
   run_model("tiny GPT, sp", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, sp, 2);
-  run_model("Llama shaped, sp", SHARDC_MODELS_DIR "/llama3-8b.model", llama8, 7, 4, 16, 128, sp, 3);
+  run_model("Llama shaped, sp", SHARDC_MODELS_DIR "/llama3-8b.model", llama8, 7, 4, 16, 128, sp, 4);
+  const FeDefine llama84[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "8"},
+                              {"kv_heads", "4"}, {"layers", "4"}, {"ffn", "48"}};
+  run_model("Llama shaped, sp, pp", SHARDC_MODELS_DIR "/llama3-8b.model", llama84, 7, 4, 16, 128, sp + 4, 1);
   run_model("Llama shaped, all2all (causal, RoPE, GQA: cp 2 per tp rank)", SHARDC_MODELS_DIR "/llama3-8b.model", llama,
             7, 4, 16, 128, a2a, 1);
   run_model("Llama shaped, 8 heads / 4 kv heads, all2all", SHARDC_MODELS_DIR "/llama3-8b.model", llama8, 7, 4, 16, 128,
