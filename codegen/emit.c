@@ -567,6 +567,8 @@ static bool is_split(const Value *v) {
 /* ", .shard = {1, {split per dim}, {blocks per dim}}" for a split value; "" when replicated. */
 static const char *shard_init(Cg *c, const Value *v) {
   if (!is_split(v)) return "";
+  for (int d = 0; d < v->shape.rank; d++) /* (the runtime's layout has no inner split: none reaches a table tensor) */
+    if (v->sharding.inner[d] >= 0) die("emit: table tensor `%s` with an inner split", v->name ? v->name : "?");
   char sp[128] = "", bl[128] = "";
   for (int d = 0, ns = 0, nb = 0; d < v->shape.rank; d++) {
     ns += snprintf(sp + ns, sizeof sp - (size_t)ns, "%s%s", d ? ", " : "",
@@ -641,12 +643,7 @@ static Value trainer_view(const Graph *g, const Value *v) {
   }
   w.shape.rank--;
   if (v->sharding.split[0] >= 0) die("emit: an accumulated input split along its micro-step dim");
-  for (int d = 0; d + 1 < IR_MAX_RANK; d++) {
-    w.sharding.split[d] = v->sharding.split[d + 1];
-    w.sharding.blocks[d] = v->sharding.blocks[d + 1];
-  }
-  w.sharding.split[IR_MAX_RANK - 1] = -1;
-  w.sharding.blocks[IR_MAX_RANK - 1] = 0;
+  w.sharding = ir_sharding_shift(v->sharding, -1);
   return w;
 }
 

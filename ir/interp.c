@@ -65,6 +65,7 @@ typedef struct {
   Shape logical;
   int deg[IR_MAX_RANK], coord[IR_MAX_RANK], blocks[IR_MAX_RANK];
   const int *rows; /* uneven pipeline stages (RT_BLOCKS_STAGES): the mesh's stage_rows */
+  int ideg[IR_MAX_RANK], icoord[IR_MAX_RANK]; /* the inner split (Sharding.inner; 1: none) */
 } BlockMap;
 
 /* Returns false when v is replicated (the logical tensor is the local one). */
@@ -84,6 +85,15 @@ static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
                                                              : v->shape.dim[d] * it->mesh.dim[a];
       split = true;
     }
+    int in = v->sharding.inner[d];
+    bm->ideg[d] = 1;
+    bm->icoord[d] = 0;
+    if (a >= 0 && in >= 0 && in < RT_AX_COUNT && it->mesh.dim[in] > 1) {
+      bm->ideg[d] = it->mesh.dim[in];
+      bm->icoord[d] = interp_coord(it, r, (MeshAxis)in);
+      bm->logical.dim[d] *= it->mesh.dim[in];
+      split = true;
+    }
   }
   return split;
 }
@@ -98,7 +108,8 @@ static int64_t logical_index(const Shape *local, const BlockMap *bm, int64_t i) 
     if (bm->deg[d] > 1 && bm->blocks[d] == RT_BLOCKS_STAGES) {
       c = rt_stage_index(bm->rows, bm->coord[d], c);
       if (c < 0) return -1;
-    } else if (bm->deg[d] > 1) c = ir_block_index(local->dim[d], bm->blocks[d], bm->deg[d], bm->coord[d], c);
+    } else if (bm->deg[d] > 1 || bm->ideg[d] > 1)
+      c = ir_sharded_index(local->dim[d], bm->blocks[d], bm->deg[d], bm->coord[d], bm->ideg[d], bm->icoord[d], c);
     li += c * mul;
     mul *= bm->logical.dim[d];
   }

@@ -52,8 +52,29 @@ Shape ir_scalar_shape(void) { return ir_shape(0, NULL); }
 Sharding ir_replicated(void) {
   Sharding s;
   memset(&s, 0, sizeof s);
-  for (int i = 0; i < IR_MAX_RANK; i++) s.split[i] = -1;
+  for (int i = 0; i < IR_MAX_RANK; i++) s.split[i] = s.inner[i] = -1;
   return s;
+}
+
+int64_t ir_sharded_index(int64_t n_local, int blocks, int degree, int c, int ideg, int ic, int64_t l) {
+  if (ideg > 1) {
+    l += (int64_t)ic * n_local;
+    n_local *= ideg;
+  }
+  return degree > 1 ? rt_block_index(n_local, blocks, degree, c, l) : l;
+}
+
+Sharding ir_sharding_shift(Sharding h, int k) {
+  Sharding r = ir_replicated();
+  r.partial = h.partial;
+  for (int d = 0; d < IR_MAX_RANK; d++) {
+    int e = d - k; /* r's dim d is h's dim e */
+    if (e < 0 || e >= IR_MAX_RANK) continue;
+    r.split[d] = h.split[e];
+    r.blocks[d] = h.blocks[e];
+    r.inner[d] = h.inner[e];
+  }
+  return r;
 }
 
 /* One definition of the layout, shared with the runtime (runtime/mesh.c). */

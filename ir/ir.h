@@ -85,12 +85,24 @@ typedef struct {
   int8_t split[IR_MAX_RANK];  /* mesh axis or -1 */
   uint8_t blocks[IR_MAX_RANK]; /* split dims: the dim is this many equal blocks, each split over the axis
                                   (a fused QKV's columns); 0 or 1: one block (a contiguous split) */
+  int8_t inner[IR_MAX_RANK];  /* a second mesh axis (-1: none) splitting a split dim's local extent
+                                 again, contiguously: sequence parallelism's tp inside context
+                                 parallelism's cp chunks ({S(cp)@1/zigzag>S(tp)}); the local dim is
+                                 logical / (deg(split) x deg(inner)) (ir_sharded_index) */
   uint8_t partial;            /* bit (1 << MeshAxis) per axis */
 } Sharding;
 
 /* Logical index along a dim of size n_local * degree split in `blocks` blocks (0: 1), of
  * local index l on the rank with coordinate c: the layout every sharded tensor uses. */
 int64_t ir_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l);
+
+/* Logical index along a dim split over an outer axis (degree `degree`, coordinate c, `blocks`)
+ * and then an inner one (degree ideg, coordinate ic; 1: none) of local index l: the inner split
+ * cuts the outer's local extent contiguously. */
+int64_t ir_sharded_index(int64_t n_local, int blocks, int degree, int c, int ideg, int ic, int64_t l);
+/* The sharding of a value with k stacked dims put in front (k > 0, unsplit) or its first -k dims
+ * dropped (k < 0): every per-dim field moved. */
+Sharding ir_sharding_shift(Sharding h, int k);
 
 Sharding ir_replicated(void);
 bool ir_sharding_is_replicated(const Sharding *s);

@@ -112,6 +112,8 @@ static void put_sharding(Buf *b, const Value *v) {
     else if (v->sharding.blocks[d] == RT_BLOCKS_STAGES) bprintf(b, "%sS(%s)@%d/stages", first ? "" : ", ", rt_mesh_axis_name(a), d);
     else if (v->sharding.blocks[d] > 1) bprintf(b, "%sS(%s)@%d/%d", first ? "" : ", ", rt_mesh_axis_name(a), d, v->sharding.blocks[d]);
     else bprintf(b, "%sS(%s)@%d", first ? "" : ", ", rt_mesh_axis_name(a), d);
+    int in = v->sharding.inner[d];
+    if (in >= 0 && in < RT_AX_COUNT) bprintf(b, ">S(%s)", rt_mesh_axis_name(in));
     first = false;
   }
   for (int a = 0; a < RT_AX_COUNT; a++)
@@ -306,7 +308,10 @@ static int degree(const Module *m, int ax) { return m->mesh ? m->mesh->dim[ax] :
 static Shape logical_shape(const Module *m, const Value *v) {
   Shape s = v->shape;
   for (int d = 0; d < s.rank; d++)
-    if (v->sharding.split[d] >= 0) s.dim[d] *= degree(m, v->sharding.split[d]);
+    if (v->sharding.split[d] >= 0) {
+      s.dim[d] *= degree(m, v->sharding.split[d]);
+      if (v->sharding.inner[d] >= 0) s.dim[d] *= degree(m, v->sharding.inner[d]);
+    }
   return s;
 }
 

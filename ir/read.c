@@ -74,6 +74,13 @@ static bool parse_shard(Reader *r, Sharding *s, int rank) {
   if (d >= rank) return rd_fail(r, dat, "sharded dim %d of a rank-%d value", d, rank);
   if (s->split[d] >= 0) return rd_fail(r, dat, "dim %d is split twice", d);
   if (rd_eat(r, '/') && !rd_blocks(r, &blocks)) return false;
+  if (rd_eat(r, '>')) { /* an inner split: >S(axis) */
+    int in;
+    const char *iat = r->p;
+    if (!rd_expect(r, 'S') || !rd_expect(r, '(') || !rd_axis(r, &in) || !rd_expect(r, ')')) return false;
+    if (in == ax) return rd_fail(r, iat, "dim %d split twice over one mesh axis", d);
+    s->inner[d] = (int8_t)in;
+  }
   s->split[d] = (int8_t)ax;
   s->blocks[d] = (uint8_t)(blocks > 1 ? blocks : 0);
   return true;

@@ -99,7 +99,16 @@ static void check_value(Verifier *vf, const Node *n, const Value *v) {
       report(vf, n, "output %d: %d blocks on dim %d that is %s", v->idx, bl, d,
              s < 0 ? "not split" : "not a whole number of blocks");
     for (int e = 0; e < d && s >= 0; e++)
-      if (v->sharding.split[e] == s) report(vf, n, "output %d: mesh axis %s splits two dims", v->idx, rt_mesh_axis_name(s));
+      if (v->sharding.split[e] == s || v->sharding.inner[e] == s)
+        report(vf, n, "output %d: mesh axis %s splits two dims", v->idx, rt_mesh_axis_name(s));
+    int in = v->sharding.inner[d];
+    if (in < -1 || in >= RT_AX_COUNT) report(vf, n, "output %d: inner sharding of dim %d names mesh axis %d", v->idx, d, in);
+    else if (in >= 0 && (s < 0 || in == s || d >= v->shape.rank))
+      report(vf, n, "output %d: inner split of dim %d %s", v->idx, d,
+             s < 0 || d >= v->shape.rank ? "without an outer split" : "over the outer split's axis");
+    for (int e = 0; e < d && in >= 0; e++)
+      if (v->sharding.split[e] == in || v->sharding.inner[e] == in)
+        report(vf, n, "output %d: mesh axis %s splits two dims", v->idx, rt_mesh_axis_name(in));
   }
   if (v->sharding.partial >> RT_AX_COUNT) report(vf, n, "output %d: partial bits 0x%x name no mesh axis", v->idx, v->sharding.partial);
 }

@@ -68,10 +68,7 @@ static Shape stacked(Shape s, int64_t k) {
 }
 
 static Sharding stacked_sharding(Sharding h) {
-  for (int d = IR_MAX_RANK - 1; d > 0; d--) h.split[d] = h.split[d - 1], h.blocks[d] = h.blocks[d - 1];
-  h.split[0] = -1;
-  h.blocks[0] = 0;
-  return h;
+  return ir_sharding_shift(h, 1);
 }
 
 bool pass_accum(Module *m) {

@@ -54,10 +54,7 @@ static Node *arg_like(Graph *b, const Value *v, PtrMap *memo) {
 }
 
 static Sharding stacked_sharding(Sharding h) {
-  for (int d = IR_MAX_RANK - 1; d > 0; d--) h.split[d] = h.split[d - 1], h.blocks[d] = h.blocks[d - 1];
-  h.split[0] = -1;
-  h.blocks[0] = 0;
-  return h;
+  return ir_sharding_shift(h, 1);
 }
 
 bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {

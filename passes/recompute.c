@@ -107,6 +107,7 @@ static Value *add_stacked(Node *F, Value *v) {
     o->shape.sym[d + 1] = v->shape.sym[d];
     o->sharding.split[d + 1] = v->sharding.split[d];
     o->sharding.blocks[d + 1] = v->sharding.blocks[d];
+    o->sharding.inner[d + 1] = v->sharding.inner[d];
   }
   o->offset = -1;
   out[F->nout] = o;

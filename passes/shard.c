@@ -38,7 +38,8 @@
  * by reduce-scatter along that dim instead of all-reduce, so norms, residuals and
  * dropout-free elementwise work run on sequence shards; the next column-split matmul
  * finds tp on both its activation's sequence dim and its weight's columns and
- * all-gathers the activation (the same in backward).
+ * all-gathers the activation (the same in backward). Under cp the sequence dim is already split
+ * over cp: sp splits each cp rank's part again over tp (Sharding.inner, `reads_inner` below).
  */
 #include <string.h>
 
@@ -69,14 +70,8 @@ static void rule_repeat(Sh *s, Node *n) {
     Sharding h = x->sharding;
     if (i >= nc && i < nc + nx) {
       if (h.split[0] >= 0) x = n->in[i] = shard_gather_dim(s, x, 0);
-      h = x->sharding;
-      for (int d = 0; d + 1 < IR_MAX_RANK; d++) {
-        h.split[d] = h.split[d + 1];
-        h.blocks[d] = h.blocks[d + 1];
-        ai->role[d] = xi->role[d + 1];
-      }
-      h.split[IR_MAX_RANK - 1] = -1;
-      h.blocks[IR_MAX_RANK - 1] = 0;
+      h = ir_sharding_shift(x->sharding, -1);
+      for (int d = 0; d + 1 < IR_MAX_RANK; d++) ai->role[d] = xi->role[d + 1];
     } else {
       memcpy(ai->role, xi->role, sizeof ai->role);
     }
@@ -100,13 +95,8 @@ static void rule_repeat(Sh *s, Node *n) {
     Value *y = b->results[i];
     Sharding h = y->sharding;
     if (i >= nc) {
-      for (int d = IR_MAX_RANK - 1; d > 0; d--) {
-        h.split[d] = h.split[d - 1];
-        h.blocks[d] = h.blocks[d - 1];
-        shard_info(s, n->out[i])->role[d] = shard_info(s, y)->role[d - 1];
-      }
-      h.split[0] = -1;
-      h.blocks[0] = 0;
+      h = ir_sharding_shift(h, 1);
+      for (int d = IR_MAX_RANK - 1; d > 0; d--) shard_info(s, n->out[i])->role[d] = shard_info(s, y)->role[d - 1];
     } else {
       memcpy(shard_info(s, n->out[i])->role, shard_info(s, y)->role, sizeof shard_info(s, y)->role);
     }
@@ -114,10 +104,25 @@ static void rule_repeat(Sh *s, Node *n) {
   }
 }
 
+/* The rules that carry an inner split (Sharding.inner: sp's tp inside cp's sequence chunks) from
+ * their inputs to their outputs; every other op is given its inputs with the inner splits gathered,
+ * as sp gathers the sequence before a column-parallel matmul. */
+static bool reads_inner(OpKind op, unsigned fl) {
+  if (fl & F_EW) return true;
+  switch (op) {
+  case OP_REDUCE_SUM: case OP_BROADCAST_TO: case OP_SUM: case OP_MEAN: case OP_SUMSQ:
+  case OP_LAYERNORM: case OP_RMSNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: case OP_REPEAT:
+    return true;
+  default: return false;
+  }
+}
+
 static void rewrite_node(Sh *s, Node *n) {
   s->loc = n->loc;
   for (int i = 0; i < n->nin; i++) n->in[i] = shard_sub(s, n->in[i]);
   unsigned fl = ir_ops[n->op].flags;
+  if (!(fl & F_SOURCE) && !reads_inner(n->op, fl))
+    for (int i = 0; i < n->nin; i++) n->in[i] = shard_gather_inner(s, n->in[i]);
   if (fl & F_SOURCE) {
     if (n->op == OP_ARG) return; /* set by the enclosing REPEAT */
     shard_rule_source(s, n);
@@ -202,8 +207,6 @@ bool pass_shard(Module *m) {
   if (!any) return true; /* one rank: the program is the graph */
   Graph *g = m->graph;
   s.max_tp = m->mesh->devices_per_node > 1 ? m->mesh->devices_per_node : 64;
-  shard_cp_check_plan(&s);
-  if (!s.ok) return false;
   if (s.deg[RT_AX_TP] > 1) shard_scan_attention(&s, g);
   rewrite_graph(&s, g);
   s.g = g;

@@ -28,7 +28,13 @@ int shard_degree(const Sh *s, int ax) { return ax >= 0 && ax < RT_AX_COUNT ? s->
 /* Mesh axes of degree 1 never split anything: drop them. */
 static Sharding norm_sh(const Sh *s, Sharding h) {
   for (int d = 0; d < IR_MAX_RANK; d++) {
-    if (h.split[d] >= 0 && shard_degree(s, h.split[d]) <= 1) h.split[d] = -1;
+    if (h.inner[d] >= 0 && shard_degree(s, h.inner[d]) <= 1) h.inner[d] = -1;
+    if (h.split[d] >= 0 && shard_degree(s, h.split[d]) <= 1) { /* the inner split, if any, is the split */
+      h.split[d] = h.inner[d];
+      h.blocks[d] = 0;
+      h.inner[d] = -1;
+    }
+    if (h.split[d] < 0) h.inner[d] = -1;
     if (h.split[d] < 0 || h.blocks[d] <= 1) h.blocks[d] = 0;
   }
   for (int a = 0; a < RT_AX_COUNT; a++)
@@ -41,20 +47,22 @@ static bool sh_eq(const Sharding *a, const Sharding *b) {
     if (a->split[d] != b->split[d] || (a->split[d] >= 0 && (a->blocks[d] > 1 ? a->blocks[d] : 1) !=
                                                                (b->blocks[d] > 1 ? b->blocks[d] : 1)))
       return false;
+    else if (a->split[d] >= 0 && a->inner[d] != b->inner[d])
+      return false;
   return a->partial == b->partial;
 }
 
 /* Is mesh axis ax used to split any dim of h other than dim `except`? */
 bool shard_axis_used(const Sharding *h, int ax, int except) {
   for (int d = 0; d < IR_MAX_RANK; d++)
-    if (d != except && h->split[d] == ax) return true;
+    if (d != except && (h->split[d] == ax || (h->split[d] >= 0 && h->inner[d] == ax))) return true;
   return false;
 }
 
 /* Logical dim d of v (local dims times the splitting degree). */
 int64_t shard_ldim(const Sh *s, const Value *v, int d) {
-  int a = v->sharding.split[d];
-  return v->shape.dim[d] * (a >= 0 ? shard_degree(s, a) : 1);
+  int a = v->sharding.split[d], in = a >= 0 ? v->sharding.inner[d] : -1;
+  return v->shape.dim[d] * (a >= 0 ? shard_degree(s, a) : 1) * (in >= 0 ? shard_degree(s, in) : 1);
 }
 
 Shape shard_logical_shape(const Sh *s, const Value *v) {
@@ -66,7 +74,10 @@ Shape shard_logical_shape(const Sh *s, const Value *v) {
 /* Local shape of logical shape L under h. */
 Shape shard_local_of(const Sh *s, Shape L, const Sharding *h) {
   for (int d = 0; d < L.rank; d++)
-    if (h->split[d] >= 0) L.dim[d] /= shard_degree(s, h->split[d]);
+    if (h->split[d] >= 0) {
+      L.dim[d] /= shard_degree(s, h->split[d]);
+      if (h->inner[d] >= 0) L.dim[d] /= shard_degree(s, h->inner[d]);
+    }
   return L;
 }
 
@@ -113,6 +124,7 @@ void shard_decide(Sh *s, Value *v, Sharding h) {
     for (int d = 0; d + shift < IR_MAX_RANK && d < v->shape.rank; d++) {
       uh.split[d + shift] = h.split[d];
       uh.blocks[d + shift] = h.blocks[d];
+      uh.inner[d + shift] = h.inner[d];
     }
     shard_decide(s, u, uh);
   }
@@ -172,20 +184,36 @@ Value *shard_redist(Sh *s, Value *v, Sharding to) {
   for (int a = 0; a < RT_AX_COUNT; a++) {
     if (!(cur.partial & (1u << a)) || (to.partial & (1u << a))) continue;
     cur.partial &= (uint8_t)~(1u << a);
-    int d = -1;
+    int d = -1, din = -1;
     for (int e = 0; e < x->shape.rank; e++)
       if (to.split[e] == a && cur.split[e] < 0 && !shard_axis_used(&cur, a, -1)) d = e;
+      else if (to.inner[e] == a && to.split[e] >= 0 && cur.split[e] == to.split[e] && cur.inner[e] < 0 &&
+               (cur.blocks[e] > 1 ? cur.blocks[e] : 1) == (to.blocks[e] > 1 ? to.blocks[e] : 1) &&
+               !shard_axis_used(&cur, a, -1))
+        din = e; /* sp inside cp: reduce-scattered within the outer split's local extent */
     if (d >= 0) {
       cur.split[d] = (int8_t)a;
       cur.blocks[d] = to.blocks[d];
       x = coll(s, OP_REDUCE_SCATTER, x, a, d, to.blocks[d], RED_SUM, cur);
+    } else if (din >= 0) {
+      cur.inner[din] = (int8_t)a;
+      x = coll(s, OP_REDUCE_SCATTER, x, a, din, 0, RED_SUM, cur);
     } else {
       x = coll(s, OP_ALL_REDUCE, x, a, 0, 0, RED_SUM, cur);
     }
   }
   if (cur.partial & ~to.partial) die("shard: cannot settle partial 0x%x", cur.partial);
   if (to.partial & ~cur.partial) die("shard: cannot make a value partial");
-  /* 2. gather dims split differently from the target */
+  /* 2. gather dims split differently from the target; an inner split (within the outer's local
+   * extent, contiguous) before its outer one */
+  for (int d = 0; d < x->shape.rank; d++) {
+    int in = cur.split[d] >= 0 ? cur.inner[d] : -1;
+    if (in < 0) continue;
+    int bt = to.blocks[d] > 1 ? to.blocks[d] : 1, bc = cur.blocks[d] > 1 ? cur.blocks[d] : 1;
+    if (to.split[d] == cur.split[d] && bt == bc && to.inner[d] == in) continue;
+    cur.inner[d] = -1;
+    x = coll(s, OP_ALL_GATHER, x, in, d, 0, RED_SUM, cur);
+  }
   for (int d = 0; d < x->shape.rank; d++) {
     int a = cur.split[d];
     if (a < 0) continue;
@@ -196,13 +224,19 @@ Value *shard_redist(Sh *s, Value *v, Sharding to) {
     cur.blocks[d] = 0;
     x = coll(s, OP_ALL_GATHER, x, a, d, blocks, RED_SUM, cur);
   }
-  /* 3. slice dims the target splits (no communication) */
+  /* 3. slice dims the target splits (no communication): the outer split, then the inner */
   for (int d = 0; d < x->shape.rank; d++) {
     int a = to.split[d];
     if (a < 0 || cur.split[d] == a) continue;
     cur.split[d] = (int8_t)a;
     cur.blocks[d] = to.blocks[d];
     x = coll(s, OP_SHARD_SLICE, x, a, d, to.blocks[d], RED_SUM, cur);
+  }
+  for (int d = 0; d < x->shape.rank; d++) {
+    int in = to.split[d] >= 0 ? to.inner[d] : -1;
+    if (in < 0 || cur.inner[d] == in) continue;
+    cur.inner[d] = (int8_t)in;
+    x = coll(s, OP_SHARD_SLICE, x, in, d, 0, RED_SUM, cur);
   }
   Redist *r = ARENA_NEW(s->a, Redist);
   *r = (Redist){to, s->g, x, head};
@@ -222,6 +256,10 @@ Value *shard_settle(Sh *s, Value *v) {
       if (vi->role[d] == ROLE_SEQ && to.split[d] < 0 && shard_divides(s, shard_ldim(s, v, d), RT_AX_TP, 1)) {
         to.split[d] = RT_AX_TP;
         break;
+      } else if (vi->role[d] == ROLE_SEQ && to.split[d] == RT_AX_CP && to.inner[d] < 0 &&
+                 v->shape.dim[d] % s->deg[RT_AX_TP] == 0) {
+        to.inner[d] = RT_AX_TP; /* sp inside cp: each cp rank's sequence split again over tp */
+        break;
       }
   }
   to.partial = 0;
@@ -236,8 +274,21 @@ static Sharding without(const Value *v, const bool *gather) {
     if (gather[d]) {
       h.split[d] = -1;
       h.blocks[d] = 0;
+      h.inner[d] = -1;
     }
   return h;
+}
+
+/* v with its inner splits gathered (partial sums kept). */
+Value *shard_gather_inner(Sh *s, Value *v) {
+  Sharding h = v->sharding;
+  bool any = false;
+  for (int d = 0; d < v->shape.rank; d++)
+    if (h.split[d] >= 0 && h.inner[d] >= 0) {
+      h.inner[d] = -1;
+      any = true;
+    }
+  return any && !shard_info(s, v)->undecided ? shard_redist(s, v, h) : v;
 }
 
 Value *shard_gather_dim(Sh *s, Value *v, int d) {

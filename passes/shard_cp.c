@@ -33,15 +33,6 @@ enum { TAG_K = 160, TAG_V, TAG_POS, TAG_DK, TAG_DV }; /* SEND/RECV tags of the r
 
 bool shard_cp_on(const Sh *s) { return s->deg[RT_AX_CP] > 1; }
 
-/* Plan options cp does not combine with yet: refused, never ignored. */
-void shard_cp_check_plan(Sh *s) {
-  if (!shard_cp_on(s) || !s->sp) return;
-  error_at(s->m->plan.loc, "sequence parallelism (sp) with context parallelism (cp %d) is not supported yet",
-           s->deg[RT_AX_CP]);
-  note("cp already splits the sequence; use sp off with cp > 1 (tp still splits heads and the MLP)");
-  s->ok = false;
-}
-
 /* A token input [batch, seq, ..]: its sequence dim split over cp in zigzag order. */
 void shard_cp_seed(Sh *s, Node *n, Sharding *h) {
   Value *v = n->out[0];

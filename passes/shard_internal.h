@@ -98,6 +98,9 @@ Value *shard_redist(Sh *s, Value *v, Sharding to);
  * reduce-scattered along it rather than all-reduced. */
 Value *shard_settle(Sh *s, Value *v);
 Value *shard_gather_dim(Sh *s, Value *v, int d);
+/* v with its inner splits (sp inside cp, Sharding.inner) gathered: what the rules that do not read
+ * `inner` are given (shard.c). */
+Value *shard_gather_inner(Sh *s, Value *v);
 /* Reports that tp does not divide `what` (n), with a note `fix` when given. */
 void shard_error_tp(Sh *s, const char *what, int64_t n, const char *fix);
 
@@ -142,8 +145,6 @@ void shard_rule_ce_bwd(Sh *s, Node *n);
 
 /* ---- shard_cp.c ---- */
 bool shard_cp_on(const Sh *s);
-/* Reports plan options cp does not combine with yet (sp). */
-void shard_cp_check_plan(Sh *s);
 /* A token input's sharding h gains its sequence dim (1) over cp in zigzag order (error when 2 cp does not divide it). */
 void shard_cp_seed(Sh *s, Node *n, Sharding *h);
 /* A q/k/v-like target t with its sequence dim (1) over cp, when cp is on. */

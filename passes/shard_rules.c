@@ -55,10 +55,13 @@ void shard_rule_ew(Sh *s, Node *n) {
       Value *x = n->in[i];
       int xd = d - (r - x->shape.rank);
       if (xd < 0 || shard_info(s, x)->undecided) continue;
-      int a = x->sharding.split[xd];
-      if (a < 0 || shard_ldim(s, x, xd) != o->shape.dim[d] || shard_axis_used(&out, a, d)) continue;
+      int a = x->sharding.split[xd], in = a >= 0 ? x->sharding.inner[xd] : -1;
+      if (a < 0 || shard_ldim(s, x, xd) != o->shape.dim[d] || shard_axis_used(&out, a, d) ||
+          (in >= 0 && shard_axis_used(&out, in, d)))
+        continue;
       out.split[d] = (int8_t)a;
       out.blocks[d] = x->sharding.blocks[xd];
+      out.inner[d] = (int8_t)in;
       break;
     }
     for (int i = 0; i < n->nin; i++) {
@@ -79,6 +82,7 @@ void shard_rule_ew(Sh *s, Node *n) {
       if (full && o->shape.dim[xd + off] > 1) {
         t.split[xd] = out.split[xd + off];
         t.blocks[xd] = out.blocks[xd + off];
+        t.inner[xd] = out.inner[xd + off];
       }
     }
     n->in[i] = shard_redist(s, x, t);
@@ -348,12 +352,15 @@ void shard_rule_reduce_bcast(Sh *s, Node *n) {
     for (int d = 0; d < rx; d++) {
       int od = d - (rx - ro), a = x->sharding.split[d];
       bool kept = od >= 0 && o->shape.dim[od] == shard_ldim(s, x, d) && shard_ldim(s, x, d) > 1;
+      int in = a >= 0 ? x->sharding.inner[d] : -1;
       if (kept) {
         h.split[od] = (int8_t)a;
         h.blocks[od] = x->sharding.blocks[d];
+        h.inner[od] = (int8_t)in;
         shard_copy_roles(s, o, od, x, d);
       } else if (a >= 0) {
         h.partial |= (uint8_t)(1u << a);
+        if (in >= 0) h.partial |= (uint8_t)(1u << in);
       }
     }
   } else {
@@ -362,6 +369,7 @@ void shard_rule_reduce_bcast(Sh *s, Node *n) {
       if (x->sharding.split[d] >= 0 && shard_ldim(s, x, d) == o->shape.dim[od]) {
         h.split[od] = x->sharding.split[d];
         h.blocks[od] = x->sharding.blocks[d];
+        h.inner[od] = x->sharding.inner[d];
       }
       shard_copy_roles(s, o, od, x, d);
     }
@@ -376,7 +384,10 @@ void shard_rule_full_reduce(Sh *s, Node *n) {
   Sharding h = shard_repl();
   h.partial = x->sharding.partial;
   for (int d = 0; d < x->shape.rank; d++)
-    if (x->sharding.split[d] >= 0) h.partial |= (uint8_t)(1u << x->sharding.split[d]);
+    if (x->sharding.split[d] >= 0) {
+      h.partial |= (uint8_t)(1u << x->sharding.split[d]);
+      if (x->sharding.inner[d] >= 0) h.partial |= (uint8_t)(1u << x->sharding.inner[d]);
+    }
   if (n->op == OP_MEAN && h.partial) { /* a local mean would divide by the local count: sum, then scale */
     Shape L = shard_logical_shape(s, x);
     Value *sum = ir_emit(s->g, OP_SUM, 1, &x, n->out[0]->dtype, ir_scalar_shape(), NULL, s->loc);
@@ -409,7 +420,10 @@ void shard_rule_norm(Sh *s, Node *n) {
   if (bwd) {
     Sharding p = shard_repl();
     for (int d = 0; d < r; d++)
-      if (x->sharding.split[d] >= 0) p.partial |= (uint8_t)(1u << x->sharding.split[d]);
+      if (x->sharding.split[d] >= 0) {
+        p.partial |= (uint8_t)(1u << x->sharding.split[d]);
+        if (x->sharding.inner[d] >= 0) p.partial |= (uint8_t)(1u << x->sharding.inner[d]);
+      }
     for (int i = 1; i < n->nout; i++) shard_set_out(s, n, i, p);
   }
 }

@@ -6,8 +6,11 @@
 #   gradient-accumulation micro-steps): each gradient bucket reduce-scattered over dp and its shard
 #   all-reduced over cp (asserted in the plan); pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches)
 #   and of the Llama (cp_mode all2all, zb, 2 micro-batches): each stage's layers run their ring (or
-#   all-to-alls) among the stage's cp ranks. 20 AdamW steps, every loss within 1e-5 of the single
-#   rank's (lib.sh's tolerance, justified in layouts.sh; cp.sh says why cp reorders fp32 sums).
+#   all-to-alls) among the stage's cp ranks; cp=2 x tp=2 + sp of the Llama (ring; all2all with 8
+#   heads / 4 kv heads): each cp rank's sequence split again over tp between the tp blocks (its
+#   step-10 checkpoint resumes on one rank with the uninterrupted step-11 loss). 20 AdamW
+#   steps, every loss within 1e-5 of the single rank's (lib.sh's tolerance, justified in layouts.sh;
+#   cp.sh says why cp reorders fp32 sums).
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -54,4 +57,33 @@ compare "tiny pp2 x cp2 1f1b" "$t/tinypp.jsonl" "$t/tiny1.jsonl"
   --world 4 -o "$t/pp2cp2" 2>/dev/null
 "${mpi[@]}" -np 4 "$t/pp2cp2" "${run[@]}" --log "$t/pp2cp2.jsonl" >/dev/null
 compare "llama pp2 x cp2 all2all zb" "$t/pp2cp2.jsonl" "$t/one.jsonl"
-echo "context parallelism with ZeRO and pp: ok"
+# sp with cp (Sharding.inner): under cp=2 x tp=2 + sp the activations between the tp blocks hold each
+# cp rank's sequence split again over tp (reduce-scattered over tp after each row-parallel matmul,
+# all-gathered before the next column-parallel one, within the rank's zigzag chunks: asserted in the
+# plan); the Llama above with the ring, and with 8 heads / 4 kv heads under all2all
+msp=("${m[@]/sp=off/sp=on}")
+m8=("${msp[@]/heads=4/heads=8}")
+m8=("${m8[@]/kv_heads=2/kv_heads=4}")
+ir=$("$shardc" plan "${msp[@]}" -D tp=2 -D cp=2 --world 4 --dump-ir 2>/dev/null)
+nrs=$(grep -c '{S(cp)@1/zigzag>S(tp)} = reduce_scatter(%[0-9]*)  over=tp axis=1' <<<"$ir" || true)
+nag=$(grep -c '{S(cp)@1/zigzag} = all_gather(%[0-9]*)  over=tp axis=1' <<<"$ir" || true)
+[ "$nrs" -gt 0 ] && [ "$nag" -gt 0 ] ||
+  { echo "FAIL: sp under cp2 x tp2: $nrs reduce-scatters and $nag all-gathers over tp within the cp chunks"; exit 1; }
+echo "sp under cp2 x tp2: $nrs reduce-scatters and $nag all-gathers over tp within each cp rank's sequence"
+"$shardc" build "${msp[@]}" -D tp=2 -D cp=2 --world 4 -o "$t/cp2tp2sp" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/cp2tp2sp" "${run[@]}" --log "$t/cp2tp2sp.jsonl" >/dev/null
+compare "llama cp2 x tp2 + sp ring" "$t/cp2tp2sp.jsonl" "$t/one.jsonl"
+# its checkpoint (parameters never carry the inner split) resumes on one rank
+"${mpi[@]}" -np 4 "$t/cp2tp2sp" "${run[@]}" --stop-at 10 --save-to "$t/cksp10" >/dev/null
+want=$(losses "$t/cp2tp2sp.jsonl" | sed -n 11p)
+"$t/one" "${run[@]}" --threads 2 --resume "$t/cksp10" --stop-at 11 --log "$t/rsp_one.jsonl" --save-to "$t/cksp_r" >/dev/null
+got=$(losses "$t/rsp_one.jsonl" | head -1)
+awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d;
+  printf "resume cp2 x tp2 + sp step 10 -> 1 rank: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", a, b, d / b;
+  exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: a cp2 x tp2 + sp checkpoint resumed on one rank"; exit 1; }
+"$shardc" build "${m8[@]}" -D tp=1 -D cp=1 --world 1 -o "$t/one8" 2>/dev/null
+"$t/one8" "${run[@]}" --threads 2 --log "$t/one8.jsonl" >/dev/null
+"$shardc" build "${m8[@]}" -D tp=2 -D cp=2 -D cp_mode=all2all --world 4 -o "$t/cp2tp2spa" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/cp2tp2spa" "${run[@]}" --log "$t/cp2tp2spa.jsonl" >/dev/null
+compare "llama 8/4 heads cp2 x tp2 + sp all2all" "$t/cp2tp2spa.jsonl" "$t/one8.jsonl"
+echo "context parallelism with ZeRO, pp and sp: ok"

@@ -33,12 +33,12 @@ expect 1 "std/transformer.model:53:7: error: attention has 4 heads and 2 kv head
   "note: tensor parallelism gives each rank whole heads; tp that divides both here: 1, 2" \
   -- models/llama3-8b.model -D heads=4 -D kv_heads=2 -D d=64 -D ffn=128 -D vocab=256 -D layers=1 -D seq=16 \
      -D tp=4 -D dp=1 --world 4 -D micro_batch=1
-# context parallelism: the sequence must split into 2 x cp chunks; sp with cp is refused
+# context parallelism: the sequence must split into 2 x cp chunks
 expect 1 "models/tiny.model:8:10: error: the sequence (24 tokens of input \`tokens\`) does not split into 2 x cp = 16 chunks" \
   "    8 |   input  tokens  : i32[batch, seq]" "note: context parallelism gives each cp rank two of 2 x cp equal chunks" \
   -- models/tiny.model -D seq=24 -D cp=8 -D dp=1 --world 8
-expect 1 "error: sequence parallelism (sp) with context parallelism (cp 2) is not supported yet" "note: cp already splits" \
-  -- models/llama3-8b.model -D heads=4 -D kv_heads=2 -D d=64 -D ffn=128 -D vocab=256 -D layers=1 -D seq=16 \
+# (sp with cp, once refused here, compiles: tests/passes/test_cp_equiv.c proves it equal to one rank)
+expect 0 -- models/llama3-8b.model -D heads=4 -D kv_heads=2 -D d=64 -D ffn=128 -D vocab=256 -D layers=1 -D seq=16 \
      -D tp=2 -D cp=2 -D sp=on -D dp=1 --world 4 -D micro_batch=1
 # (cp on the CUDA target, once refused here, runs: tests/e2e/cuda_multirank.sh cp2*)
 [ $fail = 0 ] && echo "shard errors: every plan that cannot work is refused with its constraint and an alternative"

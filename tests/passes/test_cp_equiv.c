@@ -13,7 +13,9 @@
  * pass K and V around the ring (send / recv over cp), each hop issued before the block it overlaps
  * (codegen runs it asynchronously during that block), and a sequence that 2 x cp does not divide
  * is refused. Under cp x dp the gradients and the loss are reduced by one all-reduce over the
- * combined dp x cp group each (Attrs.mesh_with), never over dp and then cp.
+ * combined dp x cp group each (Attrs.mesh_with), never over dp and then cp. Under cp x tp + sp the
+ * tp blocks' outputs are reduce-scattered over tp within each cp rank's sequence (Sharding.inner)
+ * and gathered before the next column-parallel matmul: no matmul output is all-reduced over tp.
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +39,7 @@ typedef struct {
   int zero;          /* ZeRO stage (over dp) */
   int pp, M;         /* pipeline stages and micro-batches (pp 1: M 1) */
   const char *sched; /* the pipeline's schedule */
+  bool sp;           /* sequence parallelism over tp inside each cp rank's chunks (Sharding.inner) */
 } CpPlan;
 
 static const int *stage_layers; /* the pp plans' `pp N layers(..)` (uneven stages), NULL: even */
@@ -61,7 +64,7 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   if (a2a) d[n++] = (FeDefine){"cp_mode", "all2all"};
   snprintf(sz, sizeof sz, "%d", p->zero);
   d[n++] = (FeDefine){"zero", sz};
-  if (cp > 1 && !has_sp) d[n++] = (FeDefine){"sp", "off"}; /* sp with cp is refused (check_refused) */
+  if (!has_sp) d[n++] = (FeDefine){"sp", p->sp ? "on" : "off"};
   d[n++] = (FeDefine){"micro_batch", smb};
   snprintf(sb, sizeof sb, "%lld", (long long)batch); /* the global batch: micro_batch x dp x M */
   d[n++] = (FeDefine){"batch", sb};
@@ -89,6 +92,8 @@ typedef struct {
   int ar_dp_sumsq;            /* ZeRO-2 / 3: the clip's sums of squares of gradient shards, over dp */
   int split_params;           /* ZeRO-3: parameters stored split over dp */
   int cp_unstaged;            /* pp > 1: ring hops and all-to-alls over cp outside any stage's instruction */
+  int sp_rs, sp_ag;           /* sp: reduce-scatters / all-gathers over tp into / out of a cp split (inner) */
+  int ar_tp_act;              /* sp: all-reduces over tp of a matmul's output (what sp replaces) */
 } CpCount;
 
 static bool shard_axis_of(const Value *v, int ax) {
@@ -110,6 +115,13 @@ static void count_ring(const Graph *g, bool staged, CpCount *c) {
     if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) c->blocks++;
     if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) c->sdpa++;
     if (n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP) c->rs_dp++;
+    if (n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_TP && n->out[0]->sharding.split[n->a.axis] == RT_AX_CP &&
+        n->out[0]->sharding.inner[n->a.axis] == RT_AX_TP)
+      c->sp_rs++;
+    if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_TP && n->in[0]->sharding.split[n->a.axis] == RT_AX_CP &&
+        n->in[0]->sharding.inner[n->a.axis] == RT_AX_TP)
+      c->sp_ag++;
+    if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_TP && n->in[0]->def->op == OP_MATMUL) c->ar_tp_act++;
     if (n->op == OP_PARAM) c->split_params += shard_axis_of(n->out[0], RT_AX_DP);
     if (n->op == OP_ALL_REDUCE) {
       const Node *src = n->in[0]->def;
@@ -190,7 +202,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  const CpPlan one = {1, 1, 1, false, 0, 1, 1, NULL};
+  const CpPlan one = {1, 1, 1, false, 0, 1, 1, NULL, false};
   Module *ref = compile(&ra, path, defs, ndefs, &one, B);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
@@ -204,12 +216,13 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   if (plans[0].pp <= 1) tgt.data[3] = -1;
   for (int k = 0; k < nplans; k++) {
     CpPlan p = plans[k];
-    char what[64];
+    char what[96];
     char zs[16] = "";
     if (p.zero) snprintf(zs, sizeof zs, " zero %d", p.zero);
     char ps[48] = "";
     if (p.pp > 1) snprintf(ps, sizeof ps, " x pp %d %s M %d", p.pp, p.sched, p.M);
-    snprintf(what, sizeof what, "cp %d x tp %d x dp %d%s%s%s", p.cp, p.tp, p.dp, ps, p.a2a ? " all2all" : "", zs);
+    snprintf(what, sizeof what, "cp %d x tp %d%s x dp %d%s%s%s", p.cp, p.tp, p.sp ? " + sp" : "", p.dp, ps,
+             p.a2a ? " all2all" : "", zs);
     Arena pa;
     arena_init(&pa);
     Module *pm = compile(&pa, path, defs, ndefs, &p, B);
@@ -262,6 +275,16 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       fprintf(stderr, "  %s %s: %d all-reduces over the dp x cp group, none over dp or cp alone\n", label, what,
               c.ar_dpcp);
     }
+    /* sp: the tp blocks' outputs reduce-scattered along each cp rank's sequence, gathered before the
+     * next column-parallel matmul; no activation all-reduced over tp */
+    if (p.sp && (c.sp_rs == 0 || c.sp_ag == 0 || c.ar_tp_act > 0)) {
+      fprintf(stderr, "FAIL %s %s: %d reduce-scatters and %d all-gathers over tp inside cp, %d activations all-reduced over tp\n",
+              label, what, c.sp_rs, c.sp_ag, c.ar_tp_act);
+      failures++;
+    } else if (p.sp) {
+      fprintf(stderr, "  %s %s: %d reduce-scatters and %d all-gathers over tp inside each cp rank's sequence\n", label,
+              what, c.sp_rs, c.sp_ag);
+    }
     int hops = 0, late = 0;
     check_overlap(pm->graph, &hops, &late);
     if ((!p.a2a && hops == 0) || late > 0) {
@@ -293,7 +316,7 @@ static void refused(const char *what, const char *path, const FeDefine *d, int n
   Diag diag; /* this plan's own diagnostics, shown */
   diag_init(&diag, NULL, 0);
   Diag *outer = diag_enter(&diag);
-  const CpPlan p = {1, tp, cp, a2a, 0, 1, 1, NULL};
+  const CpPlan p = {1, tp, cp, a2a, 0, 1, 1, NULL, false};
   Module *m = compile(&a, path, d, nd, &p, 2);
   diag_leave(outer);
   bool ok = !m && diag.nerrors > 0;
@@ -303,14 +326,12 @@ static void refused(const char *what, const char *path, const FeDefine *d, int n
   arena_free(&a);
 }
 
-/* seq 12 does not split into 2 x cp = 8 chunks; sp with cp is not supported yet; all2all needs cp
+/* seq 12 does not split into 2 x cp = 8 chunks; all2all needs cp
  * to divide the heads and the kv heads (per tp rank). */
 static void check_refused(void) {
   const char *tiny = SHARDC_MODELS_DIR "/tiny.model", *llama = SHARDC_MODELS_DIR "/llama3-8b.model";
   const FeDefine d[] = {{"seq", "12"}, {"d", "32"}, {"heads", "4"}, {"layers", "1"}};
   refused("seq 12 under cp 4", tiny, d, 4, 1, 4, false);
-  const FeDefine e[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "1"}, {"sp", "on"}};
-  refused("sp on with cp 2 x tp 2", tiny, e, 5, 2, 2, false);
   const FeDefine f[] = {{"vocab", "128"}, {"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"kv_heads", "2"}, {"layers", "1"},
                         {"ffn", "48"}};
   refused("all2all with 2 kv heads under cp 4", llama, f, 7, 1, 4, true);
@@ -320,39 +341,48 @@ static void check_refused(void) {
 }
 
 int main(void) {
-  const CpPlan all[] = {{1, 1, 2, false, 0, 1, 1, NULL}, {1, 1, 4, false, 0, 1, 1, NULL}, {1, 2, 2, false, 0, 1, 1, NULL}, {2, 1, 2, false, 0, 1, 1, NULL},
-                       {1, 1, 2, true, 0, 1, 1, NULL},  {1, 1, 4, true, 0, 1, 1, NULL},  {1, 2, 2, true, 0, 1, 1, NULL},  {2, 1, 2, true, 0, 1, 1, NULL}};
+  const CpPlan all[] = {{1, 1, 2, false, 0, 1, 1, NULL, false}, {1, 1, 4, false, 0, 1, 1, NULL, false}, {1, 2, 2, false, 0, 1, 1, NULL, false}, {2, 1, 2, false, 0, 1, 1, NULL, false},
+                       {1, 1, 2, true, 0, 1, 1, NULL, false},  {1, 1, 4, true, 0, 1, 1, NULL, false},  {1, 2, 2, true, 0, 1, 1, NULL, false},  {2, 1, 2, true, 0, 1, 1, NULL, false}};
   const FeDefine tiny[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
-  const CpPlan a2a[] = {{1, 1, 2, true, 0, 1, 1, NULL}, {1, 1, 4, true, 0, 1, 1, NULL}, {1, 2, 2, true, 0, 1, 1, NULL}, {2, 1, 2, true, 0, 1, 1, NULL}};
+  const CpPlan a2a[] = {{1, 1, 2, true, 0, 1, 1, NULL, false}, {1, 1, 4, true, 0, 1, 1, NULL, false}, {1, 2, 2, true, 0, 1, 1, NULL, false}, {2, 1, 2, true, 0, 1, 1, NULL, false}};
   run_model("tiny GPT (causal, learned positions, fused QKV)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256,
             all, 8);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (causal, RoPE, GQA)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, all, 4);
   /* ZeRO-2 and 3 under cp 2 x dp 2: the gradients reduce-scattered over dp, the shards summed over cp */
-  const CpPlan zero[] = {{2, 1, 2, false, 2, 1, 1, NULL}, {2, 1, 2, false, 3, 1, 1, NULL}, {2, 1, 2, true, 3, 1, 1, NULL}};
+  const CpPlan zero[] = {{2, 1, 2, false, 2, 1, 1, NULL, false}, {2, 1, 2, false, 3, 1, 1, NULL, false}, {2, 1, 2, true, 3, 1, 1, NULL, false}};
   run_model("tiny GPT, ZeRO", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, zero, 3);
   run_model("Llama shaped, ZeRO", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, zero, 2);
   /* pp x cp: each stage's layers run the ring (or the all-to-alls) among the stage's cp ranks */
-  const CpPlan pipe[] = {{1, 1, 2, false, 0, 2, 2, "gpipe"}, {1, 1, 2, false, 0, 2, 2, "1f1b"},
-                         {2, 1, 2, false, 2, 2, 2, "1f1b"},  {1, 1, 2, true, 0, 2, 2, "zb"},
-                         {1, 1, 2, false, 0, 2, 2, "interleaved"}, {2, 1, 2, false, 3, 2, 2, "gpipe"}};
+  const CpPlan pipe[] = {{1, 1, 2, false, 0, 2, 2, "gpipe", false}, {1, 1, 2, false, 0, 2, 2, "1f1b", false},
+                         {2, 1, 2, false, 2, 2, 2, "1f1b", false},  {1, 1, 2, true, 0, 2, 2, "zb", false},
+                         {1, 1, 2, false, 0, 2, 2, "interleaved", false}, {2, 1, 2, false, 3, 2, 2, "gpipe", false}};
   const FeDefine tiny4[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}};
   run_model("tiny GPT, pp", SHARDC_MODELS_DIR "/tiny.model", tiny4, 4, 4, 16, 256, pipe, 6);
-  const CpPlan lpipe[] = {{1, 2, 2, false, 0, 2, 4, "1f1b"}, {1, 1, 2, true, 0, 2, 2, "interleaved"}};
+  const CpPlan lpipe[] = {{1, 2, 2, false, 0, 2, 4, "1f1b", false}, {1, 1, 2, true, 0, 2, 2, "interleaved", false}};
   const FeDefine llama4[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                              {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
   run_model("Llama shaped, pp", SHARDC_MODELS_DIR "/llama3-8b.model", llama4, 7, 4, 16, 128, lpipe, 2);
   /* uneven stages (`pp 2 layers(1, 3)`) x cp: each stage's own layers run the ring */
   static const int l13[] = {1, 3};
-  const CpPlan upipe[] = {{1, 1, 2, false, 0, 2, 2, "1f1b"}, {2, 1, 2, true, 2, 2, 2, "zb"}};
+  const CpPlan upipe[] = {{1, 1, 2, false, 0, 2, 2, "1f1b", false}, {2, 1, 2, true, 2, 2, 2, "zb", false}};
   stage_layers = l13;
   run_model("tiny GPT, pp layers(1, 3)", SHARDC_MODELS_DIR "/tiny.model", tiny4, 4, 4, 16, 256, upipe, 2);
   stage_layers = NULL;
-  run_model("Llama shaped, all2all (causal, RoPE, GQA: cp 2 per tp rank)", SHARDC_MODELS_DIR "/llama3-8b.model", llama,
-            7, 4, 16, 128, a2a, 1);
   const FeDefine llama8[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "8"},
                              {"kv_heads", "4"}, {"layers", "2"}, {"ffn", "48"}};
+  /* sp with cp: the activations between tp regions split over cp (zigzag) and then over tp */
+  const CpPlan sp[] = {{1, 2, 2, false, 0, 1, 1, NULL, true}, {1, 2, 2, true, 0, 1, 1, NULL, true},
+                       {2, 2, 2, false, 0, 1, 1, NULL, true}, {2, 2, 2, true, 2, 1, 1, NULL, true},
+                       {1, 2, 2, false, 0, 2, 4, "1f1b", true}};
+  run_model("tiny GPT, sp", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, sp, 2);
+  run_model("Llama shaped, sp", SHARDC_MODELS_DIR "/llama3-8b.model", llama8, 7, 4, 16, 128, sp, 4);
+  const FeDefine llama84[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "8"},
+                              {"kv_heads", "4"}, {"layers", "4"}, {"ffn", "48"}};
+  run_model("Llama shaped, sp, pp", SHARDC_MODELS_DIR "/llama3-8b.model", llama84, 7, 4, 16, 128, sp + 4, 1);
+  run_model("Llama shaped, all2all (causal, RoPE, GQA: cp 2 per tp rank)", SHARDC_MODELS_DIR "/llama3-8b.model", llama,
+            7, 4, 16, 128, a2a, 1);
   run_model("Llama shaped, 8 heads / 4 kv heads, all2all", SHARDC_MODELS_DIR "/llama3-8b.model", llama8, 7, 4, 16, 128,
             a2a, 4);
   run_model("bidirectional (non-causal, GQA, RoPE + learned positions)", SHARDC_CP_MODEL, NULL, 0, 4, 16, 64, all, 2);
