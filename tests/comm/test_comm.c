@@ -505,6 +505,13 @@ static int mode_coll(RtComm *c, int world) {
     EXPECT((nm > 0) == (strcmp(want_mbox, "1") == 0), "%llu collectives went through the mailboxes, SHARDRT_TEST_MBOX=%s",
            (unsigned long long)nm, want_mbox);
   }
+  /* SHARDRT_TEST_STREAM=1: some all-gather streamed through the mailboxes; 0: none. */
+  const char *want_stream = getenv("SHARDRT_TEST_STREAM");
+  if (want_stream && *want_stream) {
+    uint64_t ns = rt_comm_stream_count(c);
+    EXPECT((ns > 0) == (strcmp(want_stream, "1") == 0), "%llu all-gathers streamed, SHARDRT_TEST_STREAM=%s",
+           (unsigned long long)ns, want_stream);
+  }
   /* SHARDRT_TEST_MAPPED=1: some direct collective must have gone through a mapping of a
    * peer's rt_comm_mem_alloc memory; 0: none did. */
   const char *want_mapped = getenv("SHARDRT_TEST_MAPPED");
