@@ -14,6 +14,7 @@
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
  *   test_comm count     rank 1 all-reduces one element fewer
+ *   test_comm agcount   rank 1 all-gathers two elements fewer
  *   test_comm stall     rank 1 sleeps instead of joining an all-reduce (watchdog: the others
  *                       name rank 1 as the one that has not joined)
  *   test_comm late      rank 1 joins an all-reduce 4 s late (run with SHARDRT_TIMEOUT=2 and
@@ -605,6 +606,9 @@ int main(int argc, char **argv) {
     }
   } else if (strcmp(mode, "count") == 0) {
     rt_all_reduce(w, x, x, me_rank == 1 ? 7 : 8, RT_F32, RT_SUM);
+  } else if (strcmp(mode, "agcount") == 0) {
+    float y[8];
+    rt_all_gather(w, x, y, me_rank == 1 ? 6 : 8, RT_F32);
   } else if (strcmp(mode, "stall") == 0) {
     if (me_rank == 1) sleep(60);
     rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
