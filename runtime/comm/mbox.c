@@ -60,7 +60,9 @@ struct RtMboxDir {
   RtMboxEntry e[MBOX_GROUPS];
 };
 
-enum { MB_COPIED, MB_CHUNKS, MB_MAPPED }; /* how a slot holds its owner's contribution */
+/* How a slot holds its owner's contribution: copied in whole; in chunks; not at all (read it
+ * where it lies); not at all (the owner writes it into every member's output). */
+enum { MB_COPIED, MB_CHUNKS, MB_INPLACE, MB_PUSH };
 
 typedef struct {
   _Atomic uint64_t ready; /* k + 1 once collective k's data is in the slot (streamed: its header) */
@@ -68,16 +70,24 @@ typedef struct {
   uint32_t sig;           /* rt_signature */
   uint32_t mode;          /* MB_*: copied in whole; streamed in chunks; streamed: read it from reg */
   _Atomic uint64_t chunks; /* streamed: chunks of the owner's block in the ring so far */
-  uint64_t src;           /* MB_MAPPED: the block's address in the owner, inside reg */
-  RtRegion reg;           /* MB_MAPPED: the owner's rt_comm_mem_alloc region holding it */
+  uint64_t src;           /* MB_INPLACE: the block's address in the owner */
+  RtRegion reg;           /* MB_INPLACE: the owner's rt_comm_mem_alloc region holding it (fd -1: none, use CMA) */
 } RtMboxSlot;
 _Static_assert(sizeof(RtMboxSlot) <= 64, "a mailbox slot header is one cache line");
+
+/* MB_PUSH: where the owner's output lies (the line after the two slot headers' lines). */
+typedef struct {
+  uint64_t dst;           /* the output's address in the owner */
+  RtRegion reg;           /* its rt_comm_mem_alloc region (fd -1: none, use CMA) */
+} RtMboxDst;
+_Static_assert(sizeof(RtMboxDst) <= 64, "one cache line");
 
 struct RtMboxGroup {
   int entry;         /* our directory entry */
   char *mine;        /* our mailbox */
   size_t hdr;        /* bytes before the first slot's data: MBOX_HDR, then a line per member
-                        (streaming: how far we copied out of that member's block) */
+                        (streaming: how far we copied out of that member's block), then another
+                        (MB_PUSH: we wrote our block into that member's output) */
   char **peer;       /* [n] the members' mailboxes mapped here (ours at me); NULL: not found yet */
   uint64_t issued;   /* mailbox collectives started */
   uint64_t posted;   /* ... whose contribution is in our slot */
@@ -94,6 +104,10 @@ static char *mb_data(const RtComm *c, const struct RtMboxGroup *mg, char *m, uin
 #define ST_ALL ((1ull << ST_SHIFT) - 1)
 #define RT_ST_DONE UINT64_MAX
 static _Atomic uint64_t *mb_used(char *m, int p) { return (_Atomic uint64_t *)(m + MBOX_HDR + 64 * (size_t)p); }
+static _Atomic uint64_t *mb_pushed(char *m, int n, int p) {
+  return (_Atomic uint64_t *)(m + MBOX_HDR + 64 * (size_t)(n + p));
+}
+static RtMboxDst *mb_dst(char *m, uint64_t k) { return (RtMboxDst *)(m + 128 + 64 * (k & 1)); }
 
 /* ---- start-up -------------------------------------------------------------------- */
 
@@ -178,7 +192,8 @@ static bool streams(const RtReq *q) {
   const RtComm *c = q->c;
   size_t bytes = q->count * q->esize;
   if (bytes <= c->mbox_max && bytes <= c->mbox_cap) return false;
-  return c->mbox_stream && q->op == RT_OP_ALL_GATHER && bytes >= c->stream_min &&
+  /* (below stream_min every block is read where it lies, which needs CMA where it is not mapped) */
+  return c->mbox_stream && q->op == RT_OP_ALL_GATHER && (bytes >= c->stream_min || c->direct_ok) &&
          (q->count / (size_t)q->n + 1) / st_chunk(q) < ST_ALL;
 }
 
@@ -199,7 +214,7 @@ static struct RtMboxGroup *group_mbox(RtReq *q) {
   struct RtMboxGroup *mg = calloc(1, sizeof *mg);
   if (!mg || !(mg->peer = calloc((size_t)g->n, sizeof *mg->peer))) rt_fatal(RT_EXIT_COMM, "out of memory");
   RtRegion reg;
-  mg->hdr = MBOX_HDR + 64 * (size_t)g->n;
+  mg->hdr = MBOX_HDR + 128 * (size_t)g->n;
   mg->mine = rt_shmem_region(c, mg->hdr + 2 * c->mbox_cap, &reg);
   if (!mg->mine) rt_fatal(RT_EXIT_COMM, "no shared memory for the mailbox of group %s", g->name);
   if (c->nmboxes == c->capmboxes) {
@@ -336,29 +351,36 @@ static void mismatch(RtReq *q, int p, const RtMboxSlot *s) {
  *         every member has copied out chunk i - R (its line for us in its mailbox);
  *   read  every chunk a member has posted, straight into our output, then publish how far
  *         we got in our line for that member.
- * A block in rt_comm_mem_alloc memory (and CMA as the fallback) is not copied in at all
- * (MB_MAPPED): the others read it where it lies, and we finish only once every one has
- * said it copied the whole block (ST_ALL). Two copies per byte in the chunked mode, but
+ * A block in rt_comm_mem_alloc memory, and any block of a collective below stream_min, is
+ * not copied in at all (MB_INPLACE): the others read it where it lies (through their mapping
+ * of it, else process_vm_readv), and we finish only once every one has said it copied the
+ * whole block (ST_ALL). Two copies per byte in the chunked mode, but
  * both are plain memcpy of cache-sized pieces; process_vm_* (the direct path) copies
  * through the kernel a page at a time. Slot k % 2 is reused by collective k + 2 only:
  * every member then finished k + 1, so it finished k, so it copied out all of ours. */
 
-/* bytes of rank's memory at address src into dst (process_vm_readv). */
-static void cma_read(RtReq *q, int rank, uint64_t src, char *dst, size_t bytes) {
+/* bytes between our memory at mine and rank's at theirs: read into mine, or write from it
+ * (process_vm_readv / writev). */
+static void cma_rw(RtReq *q, int rank, uint64_t theirs, char *mine, size_t bytes, bool write) {
+  pid_t pid = (pid_t)q->c->peers[rank].pid;
   while (bytes > 0) {
-    struct iovec li = {dst, bytes}, ri = {(void *)(uintptr_t)src, bytes};
-    ssize_t got = process_vm_readv((pid_t)q->c->peers[rank].pid, &li, 1, &ri, 1, 0);
+    struct iovec li = {mine, bytes}, ri = {(void *)(uintptr_t)theirs, bytes};
+    ssize_t got = write ? process_vm_writev(pid, &li, 1, &ri, 1, 0) : process_vm_readv(pid, &li, 1, &ri, 1, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0)
-      rt_fatal(RT_EXIT_COMM, "rank %d: all_gather on group %s: reading rank %d's block failed: %s", q->c->rank,
-               q->g->name, rank, strerror(got < 0 ? errno : EFAULT));
-    dst += got;
-    src += (uint64_t)got;
+      rt_fatal(RT_EXIT_COMM, "rank %d: all_gather on group %s: %s rank %d's memory failed: %s", q->c->rank,
+               q->g->name, write ? "writing" : "reading", rank, strerror(got < 0 ? errno : EFAULT));
+    mine += got;
+    theirs += (uint64_t)got;
     bytes -= (size_t)got;
   }
 }
 
-/* Our slot header for streamed collective k; a block in shared memory is read where it lies. */
+/* Our slot header for streamed collective k. Below stream_min we write our block into every
+ * member's output ourselves (MB_PUSH: one copy, through our mapping of its output or
+ * process_vm_writev; below a few hundred KiB the kernel's per-page cost is less than a second
+ * copy through the mailbox); above it the others read our block where it lies when it is in
+ * shared memory, else we stream it in chunks. */
 static void stream_post_header(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
   RtComm *c = q->c;
   size_t off, len, es = q->esize;
@@ -366,17 +388,63 @@ static void stream_post_header(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
   RtMboxSlot *s = mb_slot(mg->mine, k);
   RtRegion r = rt_shmem_find(c, q->send);
   uint64_t a = (uint64_t)(uintptr_t)q->send;
-  bool mapped = c->direct_ok && len > 0 && r.fd >= 0 && a + len * es <= r.base + r.size;
+  bool push = c->direct_ok && q->count * es < c->stream_min;
+  bool inplace = !push && c->direct_ok && len > 0 && r.fd >= 0 && a + len * es <= r.base + r.size;
+  if (r.fd < 0 || a + len * es > r.base + r.size) r = (RtRegion){.fd = -1};
+  if (push) {
+    RtMboxDst *d = mb_dst(mg->mine, k);
+    d->dst = (uint64_t)(uintptr_t)q->recv;
+    d->reg = rt_shmem_find(c, q->recv);
+    if (d->reg.fd >= 0 && d->dst + q->count * es > d->reg.base + d->reg.size) d->reg = (RtRegion){.fd = -1};
+  }
   s->count = q->count;
   s->sig = q->sig;
-  s->mode = mapped ? MB_MAPPED : MB_CHUNKS;
+  s->mode = push ? MB_PUSH : inplace ? MB_INPLACE : MB_CHUNKS;
   s->src = a;
   s->reg = r;
   atomic_store_explicit(&s->chunks, 0, memory_order_relaxed);
   atomic_store_explicit(&s->ready, k + 1, memory_order_release);
   mg->posted++;
   q->st_posted = true;
-  if (mapped && q->send != q->recv + off * es) memmove(q->recv + off * es, q->send, len * es);
+  if ((push || inplace) && q->send != q->recv + off * es) memmove(q->recv + off * es, q->send, len * es);
+}
+
+/* MB_PUSH: writes our block into every member's output once it has posted its header, and
+ * sees who wrote theirs into ours; st_got[p]: 1 pushed to p, 2 p pushed to us. True when
+ * something moved. */
+static bool stream_push(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
+  RtComm *c = q->c;
+  int n = q->n;
+  size_t off, len, es = q->esize;
+  rt_block(q->count, n, q->me, &off, &len);
+  uint64_t all = ((k + 1) << ST_SHIFT) + ST_ALL;
+  bool moved = false;
+  for (int j = 1; j < n; j++) {
+    int p = (q->me + j) % n;
+    if (q->st_got[p] == 3 || !peer_mbox(q, mg, p)) continue;
+    RtMboxSlot *s = mb_slot(mg->peer[p], k);
+    if (atomic_load_explicit(&s->ready, memory_order_acquire) != k + 1) continue;
+    if (s->sig != q->sig || s->count != q->count) mismatch(q, p, s);
+    if (!(q->st_got[p] & 1)) {
+      int rank = q->g->ranks[p];
+      RtMboxDst d = *mb_dst(mg->peer[p], k);
+      char *map = rt_shmem_peer(c, rank, &d.reg);
+      if (map) {
+        memcpy(map + (d.dst - d.reg.base) + off * es, q->send, len * es);
+        c->mapped_bytes += len * es;
+      } else if (len) {
+        cma_rw(q, rank, d.dst + off * es, (char *)q->send, len * es, true);
+      }
+      atomic_store_explicit(mb_pushed(mg->mine, n, p), all, memory_order_release);
+      q->st_got[p] |= 1;
+      moved = true;
+    }
+    if (!(q->st_got[p] & 2) && atomic_load_explicit(mb_pushed(mg->peer[p], n, q->me), memory_order_acquire) >= all) {
+      q->st_got[p] |= 2;
+      moved = true;
+    }
+  }
+  return moved;
 }
 
 /* Posts our next chunk when the ring has room; true when it did. */
@@ -415,7 +483,7 @@ static bool stream_read(RtReq *q, struct RtMboxGroup *mg, uint64_t k, int p) {
   rt_block(q->count, q->n, p, &off, &len);
   uint64_t base = (k + 1) << ST_SHIFT;
   _Atomic uint64_t *used = mb_used(mg->mine, p);
-  if (s->mode == MB_MAPPED) {
+  if (s->mode == MB_INPLACE) {
     int rank = q->g->ranks[p];
     RtRegion r = s->reg;
     char *map = rt_shmem_peer(c, rank, &r);
@@ -423,7 +491,7 @@ static bool stream_read(RtReq *q, struct RtMboxGroup *mg, uint64_t k, int p) {
       memcpy(q->recv + off * es, map + (s->src - r.base), len * es);
       c->mapped_bytes += len * es;
     } else {
-      cma_read(q, rank, s->src, q->recv + off * es, len * es);
+      cma_rw(q, rank, s->src, q->recv + off * es, len * es, false);
     }
     q->st_got[p] = RT_ST_DONE;
     atomic_store_explicit(used, base + ST_ALL, memory_order_release);
@@ -453,7 +521,13 @@ static bool stream_step(RtReq *q) {
     stream_post_header(q, mg, k);
     moved = true;
   }
-  for (bool again = true; again;) { /* one chunk of ours, then whatever the others posted */
+  const RtMboxSlot *s = mb_slot(mg->mine, k);
+  if (s->mode == MB_PUSH) {
+    moved = stream_push(q, mg, k) || moved;
+    for (int p = 0; p < q->n; p++)
+      if (p != q->me && q->st_got[p] != 3) return moved;
+  }
+  for (bool again = s->mode != MB_PUSH; again;) { /* one chunk of ours, then whatever the others posted */
     again = stream_post_chunk(q, mg, k);
     for (int p = 0; p < q->n; p++)
       if (p != q->me) again = stream_read(q, mg, k, p) || again;
@@ -461,13 +535,12 @@ static bool stream_step(RtReq *q) {
   }
   size_t off, len;
   rt_block(q->count, q->n, q->me, &off, &len);
-  const RtMboxSlot *s = mb_slot(mg->mine, k);
   if (s->mode == MB_CHUNKS && q->st_put * st_chunk(q) < len) return moved;
-  for (int p = 0; p < q->n; p++) {
+  for (int p = 0; p < q->n && s->mode != MB_PUSH; p++) {
     if (p == q->me) continue;
     if (q->st_got[p] != RT_ST_DONE) return moved;
     /* our block read where it lies: the caller may reuse it only once everyone has it */
-    if (s->mode == MB_MAPPED &&
+    if (s->mode == MB_INPLACE &&
         atomic_load_explicit(mb_used(mg->peer[p], q->me), memory_order_acquire) < ((k + 1) << ST_SHIFT) + ST_ALL)
       return moved;
   }
