@@ -8,7 +8,8 @@
  *
  * Host memory goes through libfabric (ring algorithms, see ring.c); all-reduce,
  * reduce-scatter and all-gather up to mbox_max bytes among ranks of one node (shm) take a
- * single round through shared-memory mailboxes instead (mbox.c), and those of >= 64 KiB
+ * single round through shared-memory mailboxes instead (mbox.c; larger all-gathers there
+ * stream through the mailboxes), and those of >= 64 KiB
  * (direct_min) among ranks of one host (shm) read and write
  * the peers' buffers directly instead (cross-memory attach, see direct.c, or plain loads and
  * stores where the peer's buffer came from rt_comm_mem_alloc, see shmem.c); a group on which

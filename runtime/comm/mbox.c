@@ -24,6 +24,9 @@
  * at most one slot, SHARDRT_MBOX_BYTES, 4 MiB; two per group and rank, in memory only
  * once touched).
  *
+ * All-gathers above mbox_max stream through the same slots instead (see "large all-gathers,
+ * streamed" below): pushed into the members' outputs, or in chunks through a ring in the slot.
+ *
  * Requests advance from the comm's progress loop (rt_mbox_progress) in the group's
  * order; waiting is polling the peers' counters. A peer that died is seen by the
  * watchdog (every peer here runs on this host), a stuck one by its timeout.
@@ -214,7 +217,7 @@ static struct RtMboxGroup *group_mbox(RtReq *q) {
   struct RtMboxGroup *mg = calloc(1, sizeof *mg);
   if (!mg || !(mg->peer = calloc((size_t)g->n, sizeof *mg->peer))) rt_fatal(RT_EXIT_COMM, "out of memory");
   RtRegion reg;
-  mg->hdr = MBOX_HDR + 128 * (size_t)g->n;
+  mg->hdr = (MBOX_HDR + 128 * (size_t)g->n + 4095) & ~(size_t)4095; /* (data page-aligned) */
   mg->mine = rt_shmem_region(c, mg->hdr + 2 * c->mbox_cap, &reg);
   if (!mg->mine) rt_fatal(RT_EXIT_COMM, "no shared memory for the mailbox of group %s", g->name);
   if (c->nmboxes == c->capmboxes) {
