@@ -107,6 +107,8 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                ring in its mailbox, the others copy it out as it arrives; a block in
  *                rt_comm_mem_alloc memory is read where it lies instead) rather than taking
  *                the direct reads (SHARDRT_MBOX_STREAM, 1)
+ *   mbox_ag_max  bytes: all-gathers above this (and below mbox_max) are streamed (pushed) too
+ *                rather than take the single round, where CMA works (SHARDRT_MBOX_AG_MAX, 32 KiB)
  *   stream_min   bytes: all-gathers above mbox_max but below this take the direct reads
  *                (SHARDRT_STREAM_MIN, 512 KiB)
  *   stream_chunk bytes of one streamed chunk (SHARDRT_STREAM_CHUNK, 128 KiB)

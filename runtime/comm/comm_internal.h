@@ -270,6 +270,7 @@ struct RtComm {
   int mbox_active;       /* mailbox requests in flight */
   uint64_t mbox_count;   /* collectives run through mailboxes */
   bool mbox_stream;      /* larger one-node all-gathers stream through the mailboxes (SHARDRT_MBOX_STREAM) */
+  size_t mbox_ag_max;    /* bytes: larger all-gathers are pushed rather than take the single round (SHARDRT_MBOX_AG_MAX) */
   size_t stream_min;     /* bytes: smaller all-gathers above mbox_max take the direct reads (SHARDRT_STREAM_MIN) */
   size_t stream_chunk;   /* bytes of one streamed chunk (SHARDRT_STREAM_CHUNK) */
   size_t stream_ring;    /* bytes of the ring of chunks in a slot (SHARDRT_STREAM_RING, at most mbox_cap) */

@@ -127,6 +127,8 @@ void rt_mbox_init(RtComm *c) {
   c->mbox_stream = !(st && strcmp(st, "0") == 0);
   const char *sc = getenv("SHARDRT_STREAM_CHUNK"), *sr = getenv("SHARDRT_STREAM_RING"), *sm = getenv("SHARDRT_STREAM_MIN");
   c->stream_min = sm && *sm ? (size_t)strtoull(sm, NULL, 0) : (size_t)512 << 10;
+  const char *ag = getenv("SHARDRT_MBOX_AG_MAX");
+  c->mbox_ag_max = ag && *ag ? (size_t)strtoull(ag, NULL, 0) : (size_t)32 << 10;
   rt_comm_tune(c, "stream_chunk", sc && *sc ? (size_t)strtoull(sc, NULL, 0) : (size_t)128 << 10);
   rt_comm_tune(c, "stream_ring", sr && *sr ? (size_t)strtoull(sr, NULL, 0) : (size_t)1 << 20);
   RtRegion mine = {.fd = -1};
@@ -190,11 +192,13 @@ static size_t st_ring(const RtReq *q) {
   return r ? r : 1;
 }
 
-/* Larger than a single round takes: an all-gather streamed in chunks (the same on every member). */
+/* Larger than a single round takes (for all-gather: above mbox_ag_max too, when it can be
+ * pushed): an all-gather streamed (the same on every member). */
 static bool streams(const RtReq *q) {
   const RtComm *c = q->c;
   size_t bytes = q->count * q->esize;
-  if (bytes <= c->mbox_max && bytes <= c->mbox_cap) return false;
+  bool push_ok = c->direct_ok && c->mbox_stream && q->op == RT_OP_ALL_GATHER && bytes > c->mbox_ag_max;
+  if (bytes <= c->mbox_max && bytes <= c->mbox_cap && !push_ok) return false;
   /* (below stream_min every block is read where it lies, which needs CMA where it is not mapped) */
   return c->mbox_stream && q->op == RT_OP_ALL_GATHER && (bytes >= c->stream_min || c->direct_ok) &&
          (q->count / (size_t)q->n + 1) / st_chunk(q) < ST_ALL;
