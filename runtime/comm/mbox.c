@@ -184,7 +184,8 @@ uint64_t rt_comm_stream_count(const RtComm *c) { return c->stream_count; }
 
 /* Elements of a streamed chunk, and chunks in the ring (the same on every member). */
 static size_t st_chunk(const RtReq *q) {
-  size_t e = q->c->stream_chunk / q->esize;
+  size_t b = q->c->stream_chunk < q->c->mbox_cap ? q->c->stream_chunk : q->c->mbox_cap; /* (a slot holds the ring) */
+  size_t e = b / q->esize;
   return e ? e : 1;
 }
 static size_t st_ring(const RtReq *q) {
