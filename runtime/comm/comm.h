@@ -111,6 +111,7 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                rather than take the single round, where CMA works (SHARDRT_MBOX_AG_MAX, 32 KiB)
  *   stream_min   bytes: all-gathers above mbox_max but below this take the direct reads
  *                (SHARDRT_STREAM_MIN, 512 KiB)
+ *   stream_max   bytes: all-gathers from this size up are pushed, not chunked (SHARDRT_STREAM_MAX, 8 MiB)
  *   stream_chunk bytes of one streamed chunk (SHARDRT_STREAM_CHUNK, 128 KiB)
  *   stream_ring  bytes of the ring of chunks (SHARDRT_STREAM_RING, 1 MiB; at most a slot)
  * Returns false for an unknown name. */

@@ -127,6 +127,8 @@ void rt_mbox_init(RtComm *c) {
   c->mbox_stream = !(st && strcmp(st, "0") == 0);
   const char *sc = getenv("SHARDRT_STREAM_CHUNK"), *sr = getenv("SHARDRT_STREAM_RING"), *sm = getenv("SHARDRT_STREAM_MIN");
   c->stream_min = sm && *sm ? (size_t)strtoull(sm, NULL, 0) : (size_t)512 << 10;
+  const char *sx = getenv("SHARDRT_STREAM_MAX");
+  c->stream_max = sx && *sx ? (size_t)strtoull(sx, NULL, 0) : (size_t)8 << 20;
   const char *ag = getenv("SHARDRT_MBOX_AG_MAX");
   c->mbox_ag_max = ag && *ag ? (size_t)strtoull(ag, NULL, 0) : (size_t)32 << 10;
   rt_comm_tune(c, "stream_chunk", sc && *sc ? (size_t)strtoull(sc, NULL, 0) : (size_t)128 << 10);
@@ -396,7 +398,7 @@ static void stream_post_header(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
   RtMboxSlot *s = mb_slot(mg->mine, k);
   RtRegion r = rt_shmem_find(c, q->send);
   uint64_t a = (uint64_t)(uintptr_t)q->send;
-  bool push = c->direct_ok && q->count * es < c->stream_min;
+  bool push = c->direct_ok && (q->count * es < c->stream_min || q->count * es >= c->stream_max); /* (size only: every member the same) */
   bool inplace = !push && c->direct_ok && len > 0 && r.fd >= 0 && a + len * es <= r.base + r.size;
   if (r.fd < 0 || a + len * es > r.base + r.size) r = (RtRegion){.fd = -1};
   if (push) {
@@ -414,7 +416,26 @@ static void stream_post_header(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
   atomic_store_explicit(&s->ready, k + 1, memory_order_release);
   mg->posted++;
   q->st_posted = true;
-  if ((push || inplace) && q->send != q->recv + off * es) memmove(q->recv + off * es, q->send, len * es);
+  if (inplace && q->send != q->recv + off * es) memmove(q->recv + off * es, q->send, len * es);
+  if (push) q->st_put = q->send != q->recv + off * es ? 0 : 1; /* our own copy is still to do */
+}
+
+/* Writes our block into member p's output at address dst (through map when not NULL), and
+ * the first time also into our own output, a piece at a time: the piece is read from memory
+ * once and written twice. */
+static void push_block(RtReq *q, int p, uint64_t dst, char *map) {
+  RtComm *c = q->c;
+  size_t off, len, es = q->esize, piece = c->direct_chunk;
+  rt_block(q->count, q->n, q->me, &off, &len);
+  char *own = q->st_put ? NULL : q->recv + off * es;
+  for (size_t o = 0; o < len * es; o += piece) {
+    size_t m = len * es - o < piece ? len * es - o : piece;
+    if (map) memcpy(map + off * es + o, q->send + o, m);
+    else cma_rw(q, q->g->ranks[p], dst + off * es + o, (char *)q->send + o, m, true);
+    if (own) memmove(own + o, q->send + o, m);
+  }
+  if (map) c->mapped_bytes += len * es;
+  q->st_put = 1;
 }
 
 /* MB_PUSH: writes our block into every member's output once it has posted its header, and
@@ -423,8 +444,6 @@ static void stream_post_header(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
 static bool stream_push(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
   RtComm *c = q->c;
   int n = q->n;
-  size_t off, len, es = q->esize;
-  rt_block(q->count, n, q->me, &off, &len);
   uint64_t all = ((k + 1) << ST_SHIFT) + ST_ALL;
   bool moved = false;
   for (int j = 1; j < n; j++) {
@@ -437,12 +456,7 @@ static bool stream_push(RtReq *q, struct RtMboxGroup *mg, uint64_t k) {
       int rank = q->g->ranks[p];
       RtMboxDst d = *mb_dst(mg->peer[p], k);
       char *map = rt_shmem_peer(c, rank, &d.reg);
-      if (map) {
-        memcpy(map + (d.dst - d.reg.base) + off * es, q->send, len * es);
-        c->mapped_bytes += len * es;
-      } else if (len) {
-        cma_rw(q, rank, d.dst + off * es, (char *)q->send, len * es, true);
-      }
+      push_block(q, p, d.dst, map ? map + (d.dst - d.reg.base) : NULL);
       atomic_store_explicit(mb_pushed(mg->mine, n, p), all, memory_order_release);
       q->st_got[p] |= 1;
       moved = true;
