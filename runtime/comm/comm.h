@@ -113,7 +113,7 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                (SHARDRT_STREAM_MIN, 512 KiB)
  *   stream_max   bytes: all-gathers from this size up are pushed, not chunked (SHARDRT_STREAM_MAX, 8 MiB)
  *   stream_chunk bytes of one streamed chunk (SHARDRT_STREAM_CHUNK, 128 KiB)
- *   stream_ring  bytes of the ring of chunks (SHARDRT_STREAM_RING, 1 MiB; at most a slot)
+ *   stream_ring  bytes of the ring of chunks (SHARDRT_STREAM_RING, a slot: 4 MiB)
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 /* Measures on this machine where the mailbox stops beating the direct reads for an

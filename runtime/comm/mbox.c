@@ -137,7 +137,7 @@ void rt_mbox_init(RtComm *c) {
   bool crowded = ncpu > 0 && c->boot.local_world > ncpu;
   c->mbox_ag_max = ag && *ag ? (size_t)strtoull(ag, NULL, 0) : crowded ? SIZE_MAX : (size_t)32 << 10;
   rt_comm_tune(c, "stream_chunk", sc && *sc ? (size_t)strtoull(sc, NULL, 0) : (size_t)128 << 10);
-  rt_comm_tune(c, "stream_ring", sr && *sr ? (size_t)strtoull(sr, NULL, 0) : (size_t)1 << 20);
+  rt_comm_tune(c, "stream_ring", sr && *sr ? (size_t)strtoull(sr, NULL, 0) : c->mbox_cap);
   RtRegion mine = {.fd = -1};
   if (want) {
     c->mbox_dir = rt_shmem_region(c, sizeof(struct RtMboxDir), &mine);
@@ -554,8 +554,11 @@ static bool stream_step(RtReq *q) {
     for (int p = 0; p < q->n; p++)
       if (p != q->me && q->st_got[p] != 3) return moved;
   }
-  for (bool again = s->mode != MB_PUSH; again;) { /* one chunk of ours, then whatever the others posted */
-    again = stream_post_chunk(q, mg, k);
+  /* every chunk of ours the ring takes, then whatever the others posted: a member that is not
+   * running (ranks time-sharing a core) then holds the others up once, not at every chunk */
+  for (bool again = s->mode != MB_PUSH; again;) {
+    again = false;
+    while (stream_post_chunk(q, mg, k)) again = true;
     for (int p = 0; p < q->n; p++)
       if (p != q->me) again = stream_read(q, mg, k, p) || again;
     moved = moved || again;
