@@ -158,7 +158,7 @@ int main(int argc, char **argv) {
                                                 "SHARDRT_MBOX_MAX", "SHARDRT_HIER", "SHARDRT_GATHER_MAX",
                                                 "SHARDRT_MBOX_STREAM", "SHARDRT_STREAM_CHUNK", "SHARDRT_STREAM_RING",
                                                 "SHARDRT_STREAM_MIN", "SHARDRT_MBOX_AG_MAX", "SHARDRT_STREAM_MAX"};
-  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10, 1, 16 << 10, 1, 128 << 10, 4 << 20, 512 << 10, 32 << 10, 8 << 20};
+  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10, 1, 16 << 10, 1, 128 << 10, 4 << 20, 8 << 20, 32 << 10, 8 << 20};
   bool alt_set[MAXTUNE] = {false};
   for (int i = 0; i < MAXTUNE && tune_names[i]; i++) {
     const char *e = getenv(tune_env[i]);

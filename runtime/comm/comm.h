@@ -110,7 +110,7 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *   mbox_ag_max  bytes: all-gathers above this (and below mbox_max) are streamed (pushed) too
  *                rather than take the single round, where CMA works (SHARDRT_MBOX_AG_MAX, 32 KiB)
  *   stream_min   bytes: all-gathers above mbox_max but below this take the direct reads
- *                (SHARDRT_STREAM_MIN, 512 KiB)
+ *                (SHARDRT_STREAM_MIN, 8 MiB = stream_max: no chunks by default)
  *   stream_max   bytes: all-gathers from this size up are pushed, not chunked (SHARDRT_STREAM_MAX, 8 MiB)
  *   stream_chunk bytes of one streamed chunk (SHARDRT_STREAM_CHUNK, 128 KiB)
  *   stream_ring  bytes of the ring of chunks (SHARDRT_STREAM_RING, a slot: 4 MiB)

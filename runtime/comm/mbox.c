@@ -127,7 +127,9 @@ void rt_mbox_init(RtComm *c) {
   const char *st = getenv("SHARDRT_MBOX_STREAM");
   c->mbox_stream = !(st && strcmp(st, "0") == 0);
   const char *sc = getenv("SHARDRT_STREAM_CHUNK"), *sr = getenv("SHARDRT_STREAM_RING"), *sm = getenv("SHARDRT_STREAM_MIN");
-  c->stream_min = sm && *sm ? (size_t)strtoull(sm, NULL, 0) : (size_t)512 << 10;
+  /* (chunks off by default: under time-sharing they were 0.4-0.6x of pushing at 1-4 MiB in some
+   * runs, 1.2x in others; docs/performance.md) */
+  c->stream_min = sm && *sm ? (size_t)strtoull(sm, NULL, 0) : (size_t)8 << 20;
   const char *sx = getenv("SHARDRT_STREAM_MAX");
   c->stream_max = sx && *sx ? (size_t)strtoull(sx, NULL, 0) : (size_t)8 << 20;
   const char *ag = getenv("SHARDRT_MBOX_AG_MAX");
