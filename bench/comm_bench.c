@@ -10,8 +10,9 @@
  * members (big ones with small ones between) against MPI_Allreduce of one contiguous
  * buffer of the same size; its "member" column is shardrt with one rt_all_reduce per member.
  * COMM_BENCH_ALT adds an "alt" column: shardrt with other settings, timed in the same
- * rounds: "ring" (direct reads, mailboxes, the hierarchical path and gather-and-fold off) or "NAME=VALUE[,NAME=VALUE]" for
- * rt_comm_tune (direct_min, direct_push, direct_chunk, mbox_max, hier, gather_max).
+ * rounds: "ring" (direct reads, mailboxes, streaming, the hierarchical path and gather-and-fold off) or
+ * "NAME=VALUE[,NAME=VALUE]" for rt_comm_tune (direct_min, direct_push, direct_chunk, mbox_max, hier, gather_max,
+ * mbox_stream, stream_chunk, stream_ring, stream_min, mbox_ag_max, stream_max).
  * Before timing, shardrt measures its own thresholds (rt_comm_autotune, as the trainer
  * does; COMM_BENCH_TUNE=0 skips it, SHARDRT_MBOX_MAX fixes the value); a NAME the alt
  * column does not set keeps the tuned value there too.
@@ -42,9 +43,9 @@ enum { IMPL_OURS, IMPL_MPI, IMPL_RING, IMPL_MEMBER, NIMPL };
 static int nmem;
 static size_t mcount[MAXMEM];
 static void *mbuf[MAXMEM];
-#define MAXTUNE 6
-static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk", "mbox_max", "hier",
-                                             "gather_max"};
+#define MAXTUNE 12
+static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk", "mbox_max",    "hier",
+                                             "gather_max", "mbox_stream", "stream_chunk", "stream_ring", "stream_min", "mbox_ag_max", "stream_max"};
 static size_t tune_default[MAXTUNE], tune_alt[MAXTUNE]; /* the defaults and the alt column's settings */
 
 static void apply(RtComm *c, const size_t *v) {
@@ -154,8 +155,10 @@ int main(int argc, char **argv) {
   if (rm && atof(rm) > 0) round_s = atof(rm) / 1000.0;
   /* the defaults, as the runtime reads them */
   static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH", "SHARDRT_DIRECT_CHUNK",
-                                                "SHARDRT_MBOX_MAX", "SHARDRT_HIER", "SHARDRT_GATHER_MAX"};
-  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10, 1, 16 << 10};
+                                                "SHARDRT_MBOX_MAX", "SHARDRT_HIER", "SHARDRT_GATHER_MAX",
+                                                "SHARDRT_MBOX_STREAM", "SHARDRT_STREAM_CHUNK", "SHARDRT_STREAM_RING",
+                                                "SHARDRT_STREAM_MIN", "SHARDRT_MBOX_AG_MAX", "SHARDRT_STREAM_MAX"};
+  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10, 1, 16 << 10, 1, 128 << 10, 4 << 20, 8 << 20, 32 << 10, 8 << 20};
   bool alt_set[MAXTUNE] = {false};
   for (int i = 0; i < MAXTUNE && tune_names[i]; i++) {
     const char *e = getenv(tune_env[i]);
@@ -166,8 +169,8 @@ int main(int argc, char **argv) {
   if (with_ring && strcmp(alt, "ring") == 0) {
     tune_alt[0] = SIZE_MAX;
     tune_alt[3] = 0;
-    tune_alt[4] = tune_alt[5] = 0;
-    alt_set[0] = alt_set[3] = alt_set[4] = alt_set[5] = true;
+    tune_alt[4] = tune_alt[5] = tune_alt[6] = 0;
+    alt_set[0] = alt_set[3] = alt_set[4] = alt_set[5] = alt_set[6] = true;
   }
   else if (with_ring) {
     char buf[256];
@@ -179,7 +182,7 @@ int main(int argc, char **argv) {
       while (i < MAXTUNE && tune_names[i] && strcmp(tune_names[i], tok) != 0) i++;
       if (!eq || i == MAXTUNE || !tune_names[i]) {
         fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push, direct_chunk, "
-                        "mbox_max, hier, gather_max)\n");
+                        "mbox_max, hier, gather_max, mbox_stream, stream_chunk, stream_ring, stream_min, mbox_ag_max, stream_max)\n");
         return 1;
       }
       tune_alt[i] = (size_t)strtoull(eq + 1, NULL, 0);

@@ -8,7 +8,8 @@
  *
  * Host memory goes through libfabric (ring algorithms, see ring.c); all-reduce,
  * reduce-scatter and all-gather up to mbox_max bytes among ranks of one node (shm) take a
- * single round through shared-memory mailboxes instead (mbox.c), and those of >= 64 KiB
+ * single round through shared-memory mailboxes instead (mbox.c; larger all-gathers there
+ * stream through the mailboxes), and those of >= 64 KiB
  * (direct_min) among ranks of one host (shm) read and write
  * the peers' buffers directly instead (cross-memory attach, see direct.c, or plain loads and
  * stores where the peer's buffer came from rt_comm_mem_alloc, see shmem.c); a group on which
@@ -101,6 +102,18 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *   gather_max   bytes: all-reduces and reduce-scatters up to this size that would take the
  *                ring all-gather every member's input and fold it (n-1 message steps
  *                instead of 2(n-1); SHARDRT_GATHER_MAX, 16384; 0: never)
+ *   mbox_stream  1: all-gathers above mbox_max whose members all run on this node stream
+ *                through the mailboxes in chunks (each member copies its block into a
+ *                ring in its mailbox, the others copy it out as it arrives; a block in
+ *                rt_comm_mem_alloc memory is read where it lies instead) rather than taking
+ *                the direct reads (SHARDRT_MBOX_STREAM, 1)
+ *   mbox_ag_max  bytes: all-gathers above this (and below mbox_max) are streamed (pushed) too
+ *                rather than take the single round, where CMA works (SHARDRT_MBOX_AG_MAX, 32 KiB)
+ *   stream_min   bytes: all-gathers above mbox_max but below this take the direct reads
+ *                (SHARDRT_STREAM_MIN, 8 MiB = stream_max: no chunks by default)
+ *   stream_max   bytes: all-gathers from this size up are pushed, not chunked (SHARDRT_STREAM_MAX, 8 MiB)
+ *   stream_chunk bytes of one streamed chunk (SHARDRT_STREAM_CHUNK, 128 KiB)
+ *   stream_ring  bytes of the ring of chunks (SHARDRT_STREAM_RING, a slot: 4 MiB)
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 /* Measures on this machine where the mailbox stops beating the direct reads for an
@@ -111,6 +124,8 @@ bool rt_comm_tune(RtComm *c, const char *name, size_t value);
 size_t rt_comm_autotune(RtComm *c, bool mapped);
 /* How many collectives went through the mailboxes (for tests and reports). */
 uint64_t rt_comm_mbox_count(const RtComm *c);
+/* How many all-gathers streamed through the mailboxes (for tests and reports). */
+uint64_t rt_comm_stream_count(const RtComm *c);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
 /* How many all-reduces went node, nodes, node (the hierarchical path; for tests and reports). */

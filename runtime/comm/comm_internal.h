@@ -147,6 +147,10 @@ struct RtReq {
   /* one node, small: a single round through the members' mailboxes (mbox.c) */
   bool mbox;
   uint64_t mbox_k;     /* the group's mailbox collective number */
+  bool mbox_stream;    /* a large all-gather streamed through the mailbox in chunks (mbox.c) */
+  bool st_posted;      /* ... its slot header is out */
+  size_t st_put;       /* ... chunks of our block posted (MB_PUSH: 1 once our own block is in our output) */
+  uint64_t *st_got;    /* ... [n] chunks of each member's block copied out (RT_ST_DONE: all) */
   bool seq_set;        /* seq_full was given (a hierarchical request's part, comm.c) */
   uint16_t sig_as;     /* non-zero: the signature its messages carry (a gather-and-fold's all-gather: its parent's) */
   RtReq *user;         /* the call the user made, described in errors instead of this one (that all-gather's parent) */
@@ -265,6 +269,13 @@ struct RtComm {
   int nmboxes, capmboxes;
   int mbox_active;       /* mailbox requests in flight */
   uint64_t mbox_count;   /* collectives run through mailboxes */
+  bool mbox_stream;      /* larger one-node all-gathers stream through the mailboxes (SHARDRT_MBOX_STREAM) */
+  size_t mbox_ag_max;    /* bytes: larger all-gathers are pushed rather than take the single round (SHARDRT_MBOX_AG_MAX) */
+  size_t stream_min;
+  size_t stream_max;     /* bytes: larger all-gathers are pushed again (SHARDRT_STREAM_MAX) */     /* bytes: smaller all-gathers above mbox_max take the direct reads (SHARDRT_STREAM_MIN) */
+  size_t stream_chunk;   /* bytes of one streamed chunk (SHARDRT_STREAM_CHUNK) */
+  size_t stream_ring;    /* bytes of the ring of chunks in a slot (SHARDRT_STREAM_RING, at most mbox_cap) */
+  uint64_t stream_count; /* all-gathers streamed */
   /* the hierarchical all-reduce of groups over several nodes (comm.c) */
   bool hier;             /* used (SHARDRT_HIER != 0; rt_comm_tune "hier") */
   size_t gather_max;     /* bytes: smaller all-reduces and reduce-scatters on the ring gather and fold (comm.c) */

@@ -488,6 +488,12 @@ bool rt_comm_tune(RtComm *c, const char *name, size_t value) {
   else if (strcmp(name, "direct_push") == 0) c->direct_push = value != 0;
   else if (strcmp(name, "hier") == 0) c->hier = value != 0;
   else if (strcmp(name, "gather_max") == 0) c->gather_max = value;
+  else if (strcmp(name, "mbox_stream") == 0) c->mbox_stream = value != 0;
+  else if (strcmp(name, "stream_min") == 0) c->stream_min = value;
+  else if (strcmp(name, "stream_max") == 0) c->stream_max = value;
+  else if (strcmp(name, "mbox_ag_max") == 0) c->mbox_ag_max = value;
+  else if (strcmp(name, "stream_chunk") == 0) c->stream_chunk = value < 64 ? 64 : (value + 63) & ~(size_t)63;
+  else if (strcmp(name, "stream_ring") == 0) c->stream_ring = value < c->mbox_cap ? value : c->mbox_cap;
   else if (strcmp(name, "direct_chunk") == 0) {
     size_t b = value < 64 ? 64 : (value + 63) & ~(size_t)63;
     if (b != c->direct_chunk && c->dstage) {

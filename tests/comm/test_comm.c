@@ -14,6 +14,7 @@
  *                       (the driver script kill -9s it)
  *   test_comm mismatch  rank 0 calls all_reduce then all_gather, the others the reverse
  *   test_comm count     rank 1 all-reduces one element fewer
+ *   test_comm agcount   rank 1 all-gathers two elements fewer
  *   test_comm stall     rank 1 sleeps instead of joining an all-reduce (watchdog: the others
  *                       name rank 1 as the one that has not joined)
  *   test_comm late      rank 1 joins an all-reduce 4 s late (run with SHARDRT_TIMEOUT=2 and
@@ -505,6 +506,13 @@ static int mode_coll(RtComm *c, int world) {
     EXPECT((nm > 0) == (strcmp(want_mbox, "1") == 0), "%llu collectives went through the mailboxes, SHARDRT_TEST_MBOX=%s",
            (unsigned long long)nm, want_mbox);
   }
+  /* SHARDRT_TEST_STREAM=1: some all-gather streamed through the mailboxes; 0: none. */
+  const char *want_stream = getenv("SHARDRT_TEST_STREAM");
+  if (want_stream && *want_stream) {
+    uint64_t ns = rt_comm_stream_count(c);
+    EXPECT((ns > 0) == (strcmp(want_stream, "1") == 0), "%llu all-gathers streamed, SHARDRT_TEST_STREAM=%s",
+           (unsigned long long)ns, want_stream);
+  }
   /* SHARDRT_TEST_MAPPED=1: some direct collective must have gone through a mapping of a
    * peer's rt_comm_mem_alloc memory; 0: none did. */
   const char *want_mapped = getenv("SHARDRT_TEST_MAPPED");
@@ -535,13 +543,17 @@ static int mode_tune(RtComm *c) {
   rt_all_reduce(rt_group_world(c), &lo, &lo, 1, RT_F32, RT_MAX);
   EXPECT(hi == mine && -lo == mine, "autotune gave %zu here, between %g and %g on the ranks", v, -lo, hi);
   EXPECT(v >= 4096 && v <= ((size_t)4 << 20), "autotune gave %zu bytes, outside [4 KiB, 4 MiB]", v);
-  uint64_t before = rt_comm_mbox_count(c);
+  uint64_t before = rt_comm_mbox_count(c), before_st = rt_comm_stream_count(c);
   for (int k = 0; k < 3; k++) { /* below, at and just above the threshold (in elements) */
     check_all_reduce(rt_group_world(c), k == 0 ? 1001 : v / 4 + (size_t)(k - 1), RT_F32, RT_SUM, true, 40 + k);
     check_all_gather(rt_group_world(c), k == 0 ? 1001 : v / 2 + (size_t)(k - 1), RT_BF16, 50 + k);
   }
-  EXPECT(rt_comm_mbox_count(c) - before == 4, "%llu of 6 collectives went through the mailboxes, want 4",
-         (unsigned long long)(rt_comm_mbox_count(c) - before));
+  /* the all-gathers of v and v + 2 bytes (above mbox_ag_max) are pushed through the mailboxes where
+   * CMA works; without it the one of v bytes takes the single round and the other the ring */
+  uint64_t mb = rt_comm_mbox_count(c) - before, st = rt_comm_stream_count(c) - before_st;
+  EXPECT((mb == 3 && st == 2) || (mb == 4 && st == 0),
+         "%llu of 6 collectives went through the mailboxes and %llu streamed, want 3 and 2 (4 and 0 without CMA)",
+         (unsigned long long)mb, (unsigned long long)st);
   return failures;
 }
 
@@ -598,6 +610,9 @@ int main(int argc, char **argv) {
     }
   } else if (strcmp(mode, "count") == 0) {
     rt_all_reduce(w, x, x, me_rank == 1 ? 7 : 8, RT_F32, RT_SUM);
+  } else if (strcmp(mode, "agcount") == 0) {
+    float y[8];
+    rt_all_gather(w, x, y, me_rank == 1 ? 6 : 8, RT_F32);
   } else if (strcmp(mode, "stall") == 0) {
     if (me_rank == 1) sleep(60);
     rt_all_reduce(w, x, x, 8, RT_F32, RT_SUM);
