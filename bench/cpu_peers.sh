@@ -83,6 +83,6 @@ print("GPT-2 124M, B=4, T=64: best run's median ms/step (each run's in brackets)
 for k, v in runs.items():
     print(f"  {k:30s} {best[k]:9.0f}  ({', '.join(f'{m:.0f}' for m in v)})")
 for k in names.values():
-    rel = ", ".join(f"{best[p] / best[k]:.2f}x vs {p}" for p in best if not p.startswith("shardc"))
+    rel = ", ".join(f"{best[p] / best[k]:.2f}x vs {p}" for p in best if p != k)
     print(f"  {k}: {rel}")
 PY
