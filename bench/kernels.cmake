@@ -39,3 +39,9 @@ if(BENCH_BLAS_openblas_omp AND BENCH_CBLAS_openblas_omp)
   endif()
   shardc_warnings(bench_sgemm_peak)
 endif()
+
+# The bf16 GEMM of `precision bf16` (runtime/ops/gemm_dnnl.c) against the f32 one on GPT-2 shapes:
+#   bench_gemm_bf16 [threads] [reps]
+add_executable(bench_gemm_bf16 ${CMAKE_CURRENT_SOURCE_DIR}/gemm_bf16.c)
+target_link_libraries(bench_gemm_bf16 PRIVATE shardrt)
+shardc_warnings(bench_gemm_bf16)

@@ -150,8 +150,11 @@ static void emit_node(Cg *c, Node *n) {
     int64_t nn = a->tb ? bs->dim[rb - 2] : bs->dim[rb - 1];
     int64_t batch = cg_prod(as, 0, ra - 2), bbatch = cg_prod(bs, 0, rb - 2);
     if (bbatch != 1 && bbatch != batch) return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
-    cg_line(c, "rt_matmul_f32(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);", fp(c, y),
-         fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
+    /* `precision bf16`: GEMMs on bf16-rounded inputs, f32 accumulation and activations (the CPU
+     * target's mixed precision; runtime/ops/gemm_dnnl.c) */
+    bool bf16 = c->m->has_recipe && c->m->recipe.precision == PREC_BF16;
+    cg_line(c, "rt_matmul_%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);",
+         bf16 ? "bf16" : "f32", fp(c, y), fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
     return;
   }
   case OP_EMBED: {

@@ -14,7 +14,9 @@
  *     autodiff and the optimizer, gradients, their norm and the update.
  * Kernels do their math in fp32 and round only what they store (runtime/cuda/kernels).
  *
- * On the CPU target (f32 kernels) `precision bf16` runs in f32, with a warning.
+ * On the CPU target (f32 kernels) the graph stays f32: `precision bf16` there means bf16 GEMMs
+ * (codegen/target_cpu.c: inputs rounded to bf16, f32 accumulation, runtime/ops/gemm_dnnl.c) with
+ * f32 activations, with a warning saying so.
  */
 #include "passes.h"
 
@@ -80,7 +82,7 @@ bool pass_precision(Module *m) {
   if (!m || !m->graph) die("pass_precision: no graph");
   if (!m->has_recipe || m->recipe.precision != PREC_BF16) return true;
   if (m->target != TARGET_CUDA) {
-    warning_at(m->recipe.loc, "precision bf16 runs in f32 on the CPU target (mixed precision is the CUDA target's: --target cuda)");
+    warning_at(m->recipe.loc, "precision bf16 on the CPU target: bf16 GEMMs, f32 activations and other ops (bf16 activations are the CUDA target's: --target cuda)");
     return true;
   }
   lower_graph(m->graph);

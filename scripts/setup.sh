@@ -8,6 +8,7 @@ PKGS=(
   flex bison
   llvm-19-dev libzstd-dev
   libopenblas-dev libopenblas-openmp-dev libblis-dev
+  libdnnl-dev
   openmpi-bin libopenmpi-dev
   libfabric-dev libfabric-bin
   clang libclang-rt-14-dev

@@ -6,11 +6,12 @@ master weights, scaled_dot_product_attention (causal, flash), fused AdamW (lr 6e
 0.9/0.95, weight decay 0.1), grad-norm clip 1.0. --model llama509: the Llama-shaped 509M model of
 bench/gpu_compare.sh (8 layers, d 2048, 16 heads, 8 kv heads, SwiGLU 5632, RMSNorm, rotary theta
 500000, vocab 32000, untied, no biases). Prints the median ms/step after warm-up and tokens/s, for
-eager and/or torch.compile. --device cpu: fp32 throughout (no autocast; shardc's CPU trainer is
-fp32), AdamW without `fused`, --threads intra-op threads (bench/cpu_peers.sh). A measurement tool,
-not part of shardc.
+eager and/or torch.compile. --device cpu: fp32 throughout (no autocast), AdamW without `fused`,
+--threads intra-op threads (bench/cpu_peers.sh); --device cpu --cpu-bf16: CPU autocast to bf16
+(torch.autocast("cpu"): GEMMs in bf16 through oneDNN, fp32 master weights), the peer of shardc's
+CPU `precision bf16`. A measurement tool, not part of shardc.
 
-    python3 bench/peers/gpt2_torch.py [--model gpt2|llama509] [--mode eager|compile|both] [--steps 30] [-B 16] [-T 1024] [--device cuda|cpu] [--threads N] [--times]
+    python3 bench/peers/gpt2_torch.py [--model gpt2|llama509] [--mode eager|compile|both] [--steps 30] [-B 16] [-T 1024] [--device cuda|cpu] [--threads N] [--cpu-bf16] [--times]
 """
 import argparse
 import math
@@ -106,7 +107,7 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def run(mode, steps, B, T, which="gpt2", dev="cuda", each=False):
+def run(mode, steps, B, T, which="gpt2", dev="cuda", each=False, cpu_bf16=False):
     torch.manual_seed(1)
     cuda = dev == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -125,7 +126,7 @@ def run(mode, steps, B, T, which="gpt2", dev="cuda", each=False):
         y = toks[off + 1:off + 1 + B * T].view(B, T)
         sync()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+        with torch.autocast(dev, dtype=torch.bfloat16, enabled=cuda or cpu_bf16):
             loss = step_fn(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -140,7 +141,7 @@ def run(mode, steps, B, T, which="gpt2", dev="cuda", each=False):
     ms = 1e3 * statistics.median(steady)
     name = "GPT-2 124M" if which == "gpt2" else "llama-509m"
     print(f"pytorch {torch.__version__} {mode}: {name} B={B} T={T}: median {ms:.1f} ms/step, "
-          f"{B * T / (ms / 1e3):.0f} tokens/s, {dev} {'bf16' if cuda else 'fp32'}, loss {losses[0]:.3f} -> {losses[-1]:.3f} ({len(steady)} steps timed)")
+          f"{B * T / (ms / 1e3):.0f} tokens/s, {dev} {'bf16' if cuda or cpu_bf16 else 'fp32'}, loss {losses[0]:.3f} -> {losses[-1]:.3f} ({len(steady)} steps timed)")
 
 
 if __name__ == "__main__":
@@ -153,9 +154,10 @@ if __name__ == "__main__":
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--times", action="store_true", help="print each step's time (step_ms)")
+    ap.add_argument("--cpu-bf16", action="store_true", help="--device cpu: autocast to bf16")
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = True
     for m in (["eager", "compile"] if a.mode == "both" else [a.mode]):
-        run(m, a.steps, a.B, a.T, a.model, a.device, a.times)
+        run(m, a.steps, a.B, a.T, a.model, a.device, a.times, a.cpu_bf16)

@@ -56,5 +56,12 @@ void rt_sumsq_f32(float *y, const float *x, int64_t n);
  * (or (n, k) when tb), batched when b_batched, else shared. C = A @ B of (batch, m, n). */
 void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                    int ta, int tb, int b_batched);
+/* The same under `precision bf16` (runtime/ops/gemm_dnnl.c): A and B rounded to bf16, f32
+ * accumulation and result; through oneDNN's bf16 matmul when built with it. */
+void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                    int ta, int tb, int b_batched);
+/* The implementation this thread's last rt_matmul_bf16 ran (oneDNN's name, e.g.
+ * "brg:avx512_core_bf16"), or a sentence when built without oneDNN. */
+const char *rt_matmul_bf16_impl(void);
 
 #endif
