@@ -184,6 +184,18 @@ int ir_count_uses_deep(const Graph *g, const Value *v) {
   return c;
 }
 
+void ir_use_counts(const Graph *g, PtrMap *counts) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      intptr_t c = 0;
+      ptrmap_get(counts, n->in[j], &c);
+      ptrmap_put(counts, n->in[j], c + 1);
+    }
+    if (n->body) ir_use_counts(n->body, counts);
+  }
+}
+
 static bool has_effect(const Node *n) {
   return n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_COLL) ||
          n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT;

@@ -41,8 +41,13 @@ static bool is_result(const Graph *g, const Value *v) {
   return false;
 }
 
-/* v is read by one node, and is no result of its graph. */
-static bool read_once(const Graph *g, const Value *v) { return !is_result(g, v) && ir_count_uses_deep(g, v) == 1; }
+/* v is read by one node, and is no result of its graph (uses: ir_use_counts of the module's graph;
+ * v is defined in g, so its count is g's and its bodies'). */
+static bool read_once(const Graph *g, const PtrMap *uses, const Value *v) {
+  intptr_t c = 0;
+  ptrmap_get(uses, v, &c);
+  return !is_result(g, v) && c == 1;
+}
 
 /* The GEMM may store w while reading the matmul's operands and the bias. */
 static bool free_to_store(const Node *mm, const Value *bias, const Value *w) {
@@ -129,7 +134,7 @@ static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
 
 /* How many nodes after the matmul at i its GEMM computes: 0, 1 or 2 (their positions: at), or
  * GELU's backward (dgelu_of). Without `placed`, as far as the ops, types and stages allow. */
-static int epilogue_of(const Graph *g, int i, int at[2], bool placed) {
+static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], bool placed) {
   const Node *mm = g->nodes[i];
   if (mm->op != OP_MATMUL) return 0;
   const Value *y = mm->out[0], *A = mm->in[0], *B = mm->in[1];
@@ -137,7 +142,7 @@ static int epilogue_of(const Graph *g, int i, int at[2], bool placed) {
   if (B->shape.rank != 2 || (ra > 2 && mm->a.ta) || A->dtype != B->dtype) return 0; /* not one GEMM */
   if (y->dtype != DT_F32 && y->dtype != DT_BF16) return 0;
   int64_t n = y->shape.dim[y->shape.rank - 1];
-  if (n % EPI_LD_MULTIPLE || y->host || !read_once(g, y)) return 0;
+  if (n % EPI_LD_MULTIPLE || y->host || !read_once(g, uses, y)) return 0;
   if ((at[0] = next_op(g, i)) >= g->nnodes) return 0;
   const Node *add = g->nodes[at[0]];
   if (add->op != OP_ADD) return dgelu_of(g, i, at, placed);
@@ -149,15 +154,15 @@ static int epilogue_of(const Graph *g, int i, int at[2], bool placed) {
   const Node *e = g->nodes[at[1]];
   if (e->stage != mm->stage || !same_type(e->out[0], h) || (placed && !free_to_store(mm, bias, e->out[0]))) return 1;
   if (e->op == OP_GELU && e->in[0] == h && !(placed && placed_meets(e->out[0], h))) return 2;
-  if (e->op == OP_ADD && e->in[0] != e->in[1] && (e->in[0] == h || e->in[1] == h) && read_once(g, h)) {
+  if (e->op == OP_ADD && e->in[0] != e->in[1] && (e->in[0] == h || e->in[1] == h) && read_once(g, uses, h)) {
     const Value *x = e->in[0] == h ? e->in[1] : e->in[0];
     if (same_type(x, h) && !x->host && !(placed && memplan_clobbers(e->out[0], x))) return 2;
   }
   return 1;
 }
 
-int epilogue_reach(const Graph *g, int i, int at[2]) {
-  int e = epilogue_of(g, i, at, false);
+int epilogue_reach(const Graph *g, const PtrMap *uses, int i, int at[2]) {
+  int e = epilogue_of(g, uses, i, at, false);
   return e >= EPI_DGELU ? e - EPI_DGELU + 1 : e;
 }
 
@@ -174,12 +179,12 @@ static void regroup(Graph *g, int from, const int *at, int e) {
     for (int k = from; k < end; k++) g->nodes[k]->group = 0;
 }
 
-static void epilogue_graph(Graph *g) {
+static void epilogue_graph(Graph *g, const PtrMap *uses) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->body) epilogue_graph(n->body);
+    if (n->body) epilogue_graph(n->body, uses);
     int at[2];
-    n->a.epilogue = epilogue_of(g, i, at, true);
+    n->a.epilogue = epilogue_of(g, uses, i, at, true);
     if (!n->a.epilogue) continue;
     int e = epilogue_nodes(g, i, at), last = n->a.epilogue >= EPI_DGELU ? at[0] : at[e - 1], old = g->nodes[last]->group;
     for (int k = 0; k < e; k++) g->nodes[at[k]]->group = 0;
@@ -190,6 +195,10 @@ static void epilogue_graph(Graph *g) {
 
 bool pass_epilogue(Module *m) {
   if (m->target == TARGET_CUDA && !m->memplan) die("epilogue: the memory plan has not run");
-  if (m->target == TARGET_CUDA) epilogue_graph(m->graph);
+  if (m->target != TARGET_CUDA) return true;
+  PtrMap uses = {0}; /* the pass changes no node's inputs: counted once */
+  ir_use_counts(m->graph, &uses);
+  epilogue_graph(m->graph, &uses);
+  ptrmap_free(&uses);
   return true;
 }

@@ -42,7 +42,7 @@ int epilogue_gemm(const Graph *g, int i);
  * the ops, types and stages allow (positions: at; at most 2), how many. The memory plan keeps
  * every value they and the matmul read alive through the last of them, so that the GEMM may store
  * their results while it reads (passes/epilogue.c then checks the placement). */
-int epilogue_reach(const Graph *g, int i, int at[2]);
+int epilogue_reach(const Graph *g, const PtrMap *uses, int i, int at[2]);
 /* The position in g of the node paired with the cross-entropy (forward or backward) at i by
  * passes/fuse_ce.c; -1 when it is not fused. */
 int fuse_ce_partner(const Graph *g, int i);
