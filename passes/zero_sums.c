@@ -1,0 +1,188 @@
+/* passes/zero_sums.c — part of the `zero` pass (passes/zero.c): under ZeRO-2/3 with gradient
+ * accumulation, the running sums of the layers' gradients are the dp shards.
+ *
+ * After `accum`, `peel`, `sums` and `buckets` (dp > 1), a stacked layer parameter's gradient runs
+ * through two backward loops: the region's (`repeat accum` x k-1), which adds each micro-step's
+ * layer gradient g_l to the running sum inside the loop (sum_l + g_l), and the peeled last
+ * micro-step's, which yields (sum_l + g_l) / k and all-reduces it over dp inside the loop. The sum
+ * is whole and unreduced (P(dp), 4 B x P_rank at the peak). Here, when ZeRO-2/3 reduce-scatters
+ * that gradient:
+ *
+ *     region loop:   sum_l' = sum_l + reduce_scatter(g_l)            sum: S(dp), 1/dp
+ *     peeled loop:   gs_l   = (sum_l + reduce_scatter(g_l)) / k      (no all-reduce after it)
+ *
+ * so each micro-step reduce-scatters its layer's gradient over dp inside the backward loop, right
+ * after it is computed, and only the shard is summed: the sums (zeros, region carry, loops' stacked
+ * inputs and outputs: one buffer, passes/memplan.c) are 1/dp, and at most a bucket of layer
+ * gradients is unreduced at once. Traffic: one reduce-scatter of the layers' gradients per
+ * micro-step, k x P (dp-1)/dp per optimizer step instead of once (as DeepSpeed's ZeRO-2 and
+ * Megatron's distributed optimizer do under accumulation). The arithmetic is the sum over ranks of
+ * the sum over micro-steps, taken in the other order.
+ *
+ * The scatters of one loop body go right after their gradient (a bf16 gradient's f32 cast moves
+ * there with them) and are grouped in runs of up to the plan's bucket bytes, each run placed where
+ * its last gradient is ready, so that zero.c's bucket_scatters packs a run into one collective that
+ * overlaps the rest of the layer's backward.
+ */
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "zero.h"
+
+static int pos_in(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+static bool yielded_once(const Graph *b, const Value *v) {
+  int k = 0;
+  for (int i = 0; i < b->nresults; i++) k += b->results[i] == v;
+  return k == 1 && ir_count_uses(b, v) == 0;
+}
+
+/* add (in R's body) reads one of R's stacked arguments, read by it only: that argument's index
+ * (the other operand, the gradient, at *slot ^ 1), else -1. */
+static int sum_arg(const Node *R, const Node *add, int *slot) {
+  const Graph *b = R->body;
+  if (add->op != OP_ADD || add->graph != b || add->in[0] == add->in[1]) return -1;
+  for (int s = 0; s < 2; s++) {
+    const Value *a = add->in[s];
+    if (a->def->op != OP_ARG || a->def->graph != b) continue;
+    int j = a->def->a.index;
+    if (j < R->a.ncarry || j >= R->a.ncarry + R->a.nxs || b->args[j] != a->def) continue;
+    if (ir_count_uses_deep(b, a) != 1) continue;
+    *slot = s;
+    return j;
+  }
+  return -1;
+}
+
+/* v's type split along d over dp, no longer partial over dp. */
+static void retype(Value *v, int d, int dp) {
+  Value old = *v;
+  zero_split_type(v, &old, d, dp);
+  v->sharding.partial &= (uint8_t) ~(1u << RT_AX_DP);
+}
+
+/* add's gradient operand (in body b) is reduce-scattered over dp along dl first, right after it is
+ * computed; add reads the shard. */
+static void scatter_operand(Graph *b, Node *add, int slot, int dl, int dp) {
+  Value *gl = add->in[slot];
+  Node *cast = gl->def->op == OP_CAST && gl->def->graph == b && ir_count_uses(b, gl) == 1 ? gl->def : NULL;
+  if (cast && cast->in[0]->def->graph == b) { /* bf16: the f32 copy made where the gradient is */
+    int from = pos_in(b, cast), to = pos_in(b, cast->in[0]->def) + 1;
+    if (from > to) {
+      memmove(&b->nodes[to + 1], &b->nodes[to], sizeof(Node *) * (size_t)(from - to));
+      b->nodes[to] = cast;
+    }
+  }
+  Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &gl, 1, add->loc);
+  rs->a.mesh_axis = RT_AX_DP;
+  rs->a.axis = dl;
+  rs->out[0]->dtype = gl->dtype;
+  rs->out[0]->shape = gl->shape;
+  rs->out[0]->sharding = gl->sharding;
+  rs->out[0]->name = gl->name;
+  retype(rs->out[0], dl, dp);
+  int at = gl->def->graph == b && gl->def->op != OP_ARG ? pos_in(b, gl->def) + 1 : 0;
+  while (gl->def->op == OP_ARG && at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
+  ir_move_last(b, at);
+  add->in[slot] = rs->out[0];
+}
+
+Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
+  Graph *b2 = R2->body;
+  if (d < 1 || gr->idx < R2->a.ncarry) return NULL;
+  /* the peeled loop: y = all_reduce_dp(x), x = scale(s2) (the mean) or s2, s2 = sum_l + g_l */
+  Value *y = b2->results[gr->idx];
+  Node *ar = y->def;
+  if (ar->graph != b2 || !zero_is_dp_sum(ar) || !yielded_once(b2, y)) return NULL;
+  Value *x = ar->in[y->idx];
+  if (x->def->graph != b2 || ir_count_uses(b2, x) != 1 || !ir_shape_eq(&x->shape, &y->shape)) return NULL;
+  for (int i = 0; i < b2->nresults; i++)
+    if (b2->results[i] == x) return NULL;
+  Node *mean = x->def->op == OP_SCALE ? x->def : NULL;
+  Value *s2 = mean ? mean->in[0] : x;
+  if (mean && (s2->def->graph != b2 || ir_count_uses(b2, s2) != 1)) return NULL;
+  int slot2, j2 = sum_arg(R2, s2->def, &slot2);
+  if (j2 < 0) return NULL;
+  /* the sum so far: the region's carry c, read by the peeled loop only */
+  Value *v = R2->in[j2];
+  Node *acc = v->def;
+  if (acc->op != OP_REPEAT || acc->graph != g || !acc->a.name || strcmp(acc->a.name, "accum") != 0) return NULL;
+  int c = v->idx;
+  if (c >= acc->a.ncarry || ir_count_uses_deep(g, v) != 1) return NULL;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return NULL;
+  Value *z = acc->in[c];
+  if (z->def->op != OP_CONST || ir_count_uses_deep(g, z) != 1) return NULL;
+  /* the region: carry c's argument read by its backward loop R1 only, which yields its new value */
+  Graph *br = acc->body;
+  Value *carg = br->args[c]->out[0], *w = br->results[c];
+  Node *R1 = w->def;
+  if (R1->op != OP_REPEAT || R1->graph != br || w->idx < R1->a.ncarry || !yielded_once(br, w)) return NULL;
+  if (ir_count_uses_deep(br, carg) != 1) return NULL;
+  Graph *b1 = R1->body;
+  Value *s1 = b1->results[w->idx];
+  int slot1, j1 = sum_arg(R1, s1->def, &slot1);
+  if (j1 < 0 || R1->in[j1] != carg || !yielded_once(b1, s1)) return NULL;
+  if (!ir_shape_eq(&v->shape, &gr->shape) || !ir_shape_eq(&w->shape, &gr->shape)) return NULL;
+
+  int dl = d - 1;
+  scatter_operand(b1, s1->def, slot1 ^ 1, dl, dp);
+  retype(b1->args[j1]->out[0], dl, dp);
+  retype(s1, dl, dp);
+  retype(w, d, dp);
+  retype(carg, d, dp);
+  retype(z, d, dp);
+  retype(v, d, dp);
+  scatter_operand(b2, s2->def, slot2 ^ 1, dl, dp);
+  retype(b2->args[j2]->out[0], dl, dp);
+  retype(s2, dl, dp);
+  if (mean) retype(x, dl, dp);
+  x->name = y->name;
+  b2->results[gr->idx] = x;
+  zero_drop_member(b2, ar, y->idx);
+  retype(gr, d, dp);
+  return gr;
+}
+
+/* The dp reduce-scatters of body b that read a value of b (zero_scatter_sums's), each right after
+ * its gradient: runs of up to cap bytes, each moved to where its last member is, so that
+ * bucket_scatters packs a run into one collective. */
+void zero_group_scatters(Graph *b, int64_t cap) {
+  Node **run = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+  int n = 0;
+  int64_t bytes = 0;
+  for (int i = 0; i <= b->nnodes; i++) {
+    Node *x = i < b->nnodes ? b->nodes[i] : NULL;
+    bool member = x && x->op == OP_REDUCE_SCATTER && x->a.mesh_axis == RT_AX_DP && x->a.axis == 0 &&
+                  x->in[0]->def->graph == b;
+    int64_t sz = member ? ir_numel(&x->in[0]->shape) * ir_dtype_size(x->in[0]->dtype) : 0;
+    bool dtype_ok = !member || n == 0 || run[0]->in[0]->dtype == x->in[0]->dtype;
+    if (n > 0 && (!x || (member && (bytes + sz > cap || !dtype_ok)))) {
+      /* close the run: its members move to the last one's place (each after its input) */
+      int last = pos_in(b, run[n - 1]), w = 0;
+      Node **keep = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+      for (int q = 0; q < b->nnodes; q++) {
+        bool in_run = false;
+        for (int k = 0; k < n - 1; k++) in_run |= b->nodes[q] == run[k];
+        if (in_run) continue;
+        if (q == last)
+          for (int k = 0; k < n - 1; k++) keep[w++] = run[k];
+        keep[w++] = b->nodes[q];
+      }
+      memcpy(b->nodes, keep, sizeof(Node *) * (size_t)w);
+      n = 0;
+      bytes = 0;
+      if (x) i = pos_in(b, x);
+    }
+    if (member) {
+      run[n++] = x;
+      bytes += sz;
+    }
+  }
+  ir_topo_sort(b); /* (a member read before the run's last: its reader moves behind the run) */
+}
