@@ -145,6 +145,8 @@ static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
   if (!grad_readers_ok(g, gr, u)) return NULL;
   Node *src = gr->def;
   if (zero_is_dp_sum(src)) {
+    Value *summed = zero_scatter_sums_top(g, gr, d, dp); /* accumulation: the running sum is a shard */
+    if (summed) return summed;
     Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, dp);
     zero_drop_member(g, src, gr->idx);
     ir_replace_uses(g, gr, sh);
@@ -711,7 +713,7 @@ bool pass_zero(Module *m) {
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
     complete_sumsq(g);
-    group_loop_scatters(g, cap, false);
+    group_loop_scatters(g, cap, true);
     bucket_scatters(g, dp, cap);
   }
   if (off) offload(g);

@@ -14,6 +14,9 @@ void zero_drop_member(Graph *g, Node *ar, int k);
  * backward loop R2 in g, sharded along d) is summed as dp shards, each micro-step's reduce-scattered
  * inside its backward loop. Returns gr retyped as the shard, or NULL (nothing changed). */
 Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp);
+/* The same for a gradient all-reduced at the top (gr: the all-reduce's output in g): the
+ * embedding's, the head's, the final norm's. Returns the shard that stands for gr, or NULL. */
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp);
 /* Groups the dp reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
 void zero_group_scatters(Graph *b, int64_t cap);
 

@@ -92,61 +92,124 @@ static void scatter_operand(Graph *b, Node *add, int slot, int dl, int dp) {
   add->in[slot] = rs->out[0];
 }
 
+/* The region's side of a running sum: carry c of `repeat accum` (acc, in g), whose output v the
+ * last micro-step reads once, from zeros z; its body adds the micro-step's gradient to the carry's
+ * argument either inside the backward loop R1 (a layer's: R1 yields sum_l + g_l, R1 != NULL) or in
+ * the body itself (the embedding's, the head's, the final norm's). */
+typedef struct {
+  Node *acc, *R1, *add; /* add: sum + g, in R1's body or in the region's */
+  int c, slot, j1;      /* slot: add's sum operand; j1: R1's argument for the sum */
+} RegionSum;
+
+static bool region_sum(Graph *g, Value *v, const Shape *shape, bool looped, RegionSum *o) {
+  Node *acc = v->def;
+  if (acc->op != OP_REPEAT || acc->graph != g || !acc->a.name || strcmp(acc->a.name, "accum") != 0) return false;
+  int c = v->idx;
+  if (c >= acc->a.ncarry || ir_count_uses_deep(g, v) != 1 || !ir_shape_eq(&v->shape, shape)) return false;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return false;
+  Value *z = acc->in[c];
+  if (z->def->op != OP_CONST || ir_count_uses_deep(g, z) != 1) return false;
+  Graph *br = acc->body;
+  Value *carg = br->args[c]->out[0], *w = br->results[c];
+  if (w->def->graph != br || !yielded_once(br, w) || ir_count_uses_deep(br, carg) != 1) return false;
+  *o = (RegionSum){acc, NULL, w->def, c, 0, -1};
+  if (!looped) { /* w = carg + g in the region's body */
+    Node *add = w->def;
+    if (add->op != OP_ADD || add->in[0] == add->in[1]) return false;
+    o->slot = add->in[0] == carg ? 0 : add->in[1] == carg ? 1 : -1;
+    return o->slot >= 0;
+  }
+  Node *R1 = w->def;
+  if (R1->op != OP_REPEAT || w->idx < R1->a.ncarry) return false;
+  Graph *b1 = R1->body;
+  Value *s1 = b1->results[w->idx];
+  int j1 = sum_arg(R1, s1->def, &o->slot);
+  if (j1 < 0 || R1->in[j1] != carg || !yielded_once(b1, s1)) return false;
+  o->R1 = R1, o->add = s1->def, o->j1 = j1;
+  return true;
+}
+
+/* The region's sums become shards along d of the whole value (dl: along the loop body's layer). */
+static void shard_region_sum(const RegionSum *o, int d, int dp) {
+  Graph *br = o->acc->body;
+  int dl = o->R1 ? d - 1 : d;
+  Graph *b = o->R1 ? o->R1->body : br;
+  scatter_operand(b, o->add, o->slot ^ 1, dl, dp);
+  retype(o->add->out[0], dl, dp);
+  if (o->R1) {
+    retype(o->R1->body->args[o->j1]->out[0], dl, dp);
+    retype(br->results[o->c], d, dp); /* R1's stacked output */
+  }
+  retype(br->args[o->c]->out[0], d, dp);
+  retype(o->acc->in[o->c], d, dp);
+  retype(o->acc->out[o->c], d, dp);
+}
+
+/* y = all_reduce_dp(x) yielded by or read in gg, x = scale(s2) (the mean) or s2, s2 = sum + g with
+ * sum read once: the mean (or s2) read only by the all-reduce. */
+static bool mean_of_sum(const Graph *gg, const Value *y, Node **mean, Node **add) {
+  Node *ar = y->def;
+  if (ar->graph != gg || !zero_is_dp_sum(ar)) return false;
+  Value *x = ar->in[y->idx];
+  if (x->def->graph != gg || ir_count_uses(gg, x) != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
+  for (int i = 0; i < gg->nresults; i++)
+    if (gg->results[i] == x) return false;
+  *mean = x->def->op == OP_SCALE ? x->def : NULL;
+  Value *s2 = *mean ? (*mean)->in[0] : x;
+  if (s2->def->graph != gg || s2->def->op != OP_ADD || (*mean && ir_count_uses(gg, s2) != 1)) return false;
+  *add = s2->def;
+  return true;
+}
+
 Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
   Graph *b2 = R2->body;
   if (d < 1 || gr->idx < R2->a.ncarry) return NULL;
-  /* the peeled loop: y = all_reduce_dp(x), x = scale(s2) (the mean) or s2, s2 = sum_l + g_l */
+  /* the peeled loop: y = all_reduce_dp((sum_l + g_l) / k) */
   Value *y = b2->results[gr->idx];
-  Node *ar = y->def;
-  if (ar->graph != b2 || !zero_is_dp_sum(ar) || !yielded_once(b2, y)) return NULL;
-  Value *x = ar->in[y->idx];
-  if (x->def->graph != b2 || ir_count_uses(b2, x) != 1 || !ir_shape_eq(&x->shape, &y->shape)) return NULL;
-  for (int i = 0; i < b2->nresults; i++)
-    if (b2->results[i] == x) return NULL;
-  Node *mean = x->def->op == OP_SCALE ? x->def : NULL;
-  Value *s2 = mean ? mean->in[0] : x;
-  if (mean && (s2->def->graph != b2 || ir_count_uses(b2, s2) != 1)) return NULL;
-  int slot2, j2 = sum_arg(R2, s2->def, &slot2);
+  Node *mean, *add;
+  int slot2;
+  if (!yielded_once(b2, y) || !mean_of_sum(b2, y, &mean, &add)) return NULL;
+  int j2 = sum_arg(R2, add, &slot2);
   if (j2 < 0) return NULL;
-  /* the sum so far: the region's carry c, read by the peeled loop only */
-  Value *v = R2->in[j2];
-  Node *acc = v->def;
-  if (acc->op != OP_REPEAT || acc->graph != g || !acc->a.name || strcmp(acc->a.name, "accum") != 0) return NULL;
-  int c = v->idx;
-  if (c >= acc->a.ncarry || ir_count_uses_deep(g, v) != 1) return NULL;
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return NULL;
-  Value *z = acc->in[c];
-  if (z->def->op != OP_CONST || ir_count_uses_deep(g, z) != 1) return NULL;
-  /* the region: carry c's argument read by its backward loop R1 only, which yields its new value */
-  Graph *br = acc->body;
-  Value *carg = br->args[c]->out[0], *w = br->results[c];
-  Node *R1 = w->def;
-  if (R1->op != OP_REPEAT || R1->graph != br || w->idx < R1->a.ncarry || !yielded_once(br, w)) return NULL;
-  if (ir_count_uses_deep(br, carg) != 1) return NULL;
-  Graph *b1 = R1->body;
-  Value *s1 = b1->results[w->idx];
-  int slot1, j1 = sum_arg(R1, s1->def, &slot1);
-  if (j1 < 0 || R1->in[j1] != carg || !yielded_once(b1, s1)) return NULL;
-  if (!ir_shape_eq(&v->shape, &gr->shape) || !ir_shape_eq(&w->shape, &gr->shape)) return NULL;
+  RegionSum o;
+  if (!region_sum(g, R2->in[j2], &gr->shape, true, &o)) return NULL;
 
   int dl = d - 1;
-  scatter_operand(b1, s1->def, slot1 ^ 1, dl, dp);
-  retype(b1->args[j1]->out[0], dl, dp);
-  retype(s1, dl, dp);
-  retype(w, d, dp);
-  retype(carg, d, dp);
-  retype(z, d, dp);
-  retype(v, d, dp);
-  scatter_operand(b2, s2->def, slot2 ^ 1, dl, dp);
+  shard_region_sum(&o, d, dp);
+  Node *ar = y->def;
+  Value *x = ar->in[y->idx];
+  scatter_operand(b2, add, slot2 ^ 1, dl, dp);
   retype(b2->args[j2]->out[0], dl, dp);
-  retype(s2, dl, dp);
+  retype(add->out[0], dl, dp);
   if (mean) retype(x, dl, dp);
   x->name = y->name;
   b2->results[gr->idx] = x;
   zero_drop_member(b2, ar, y->idx);
   retype(gr, d, dp);
   return gr;
+}
+
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
+  Node *mean, *add;
+  int slot = -1;
+  if (!mean_of_sum(g, gr, &mean, &add)) return NULL;
+  RegionSum o;
+  for (int s = 0; s < 2 && slot < 0; s++)
+    if (add->in[s] != add->in[s ^ 1] && region_sum(g, add->in[s], &gr->shape, false, &o)) slot = s;
+  if (slot < 0) return NULL;
+  shard_region_sum(&o, d, dp);
+  Node *ar = gr->def;
+  Value *x = ar->in[gr->idx];
+  scatter_operand(g, add, slot ^ 1, d, dp);
+  retype(add->out[0], d, dp);
+  if (mean) retype(x, d, dp);
+  x->name = gr->name;
+  ir_replace_uses(g, gr, x);
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == gr) g->results[i] = x;
+  zero_drop_member(g, ar, gr->idx);
+  return x;
 }
 
 /* The dp reduce-scatters of body b that read a value of b (zero_scatter_sums's), each right after
