@@ -21,6 +21,9 @@
  * clip's sum of squares over a gradient shard is a partial sum over dp: one all_reduce of those
  * scalars (one bucket) makes the norm the global one again.
  *
+ * With gradient accumulation (passes/zero_sums.c) the running sums are the shards: each micro-step
+ * reduce-scatters its gradients (a layer's inside the backward loop) and adds the shard.
+ *
  * ZeRO-3 (zero 3): as ZeRO-2, and the parameter itself is stored split (PARAM S(dp)@d, 1/dp of
  * the memory): every reader gathers it right before it reads it — in a layer loop (forward, and
  * again backward) per iteration before the layer's first use of its slice, at top level one
@@ -34,7 +37,7 @@
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
- * all-reduce, so it moves what plain dp moves; ZeRO-3 gathers 2 P (dp-1)/dp (forward and
+ * all-reduce, so it moves what plain dp moves (with accumulation: once per micro-step); ZeRO-3 gathers 2 P (dp-1)/dp (forward and
  * backward) instead of ZeRO-2's one. Memory per rank (memplan): optimizer state (AdamW: 2 P f32)
  * / dp; ZeRO-2 also gradients / dp; ZeRO-3 also parameters / dp.
  *
