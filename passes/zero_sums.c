@@ -190,6 +190,97 @@ Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
   return gr;
 }
 
+/* ---- the pipeline schedule's sums (pp > 1) ----
+ * The pipe pass unrolls the micro-batches and sums each gradient at the top level:
+ * sum_1 = zeros + t_1, sum_i = sum_{i-1} + t_i, t_i = stage_select(the stages' backward loops'
+ * stacked outputs) for a layer's gradient, else the micro-batch's gradient. Each t_i is
+ * reduce-scattered instead (a loop's output inside the loop, right after the layer's gradient)
+ * and the chain sums shards. */
+
+/* v is the running sum of a chain: zeros (a constant 0 read once) or an add of g read once with
+ * one operand a chain (*prev: its slot). */
+static bool is_chain(const Graph *g, const Value *v, const Shape *shape) {
+  const Node *n = v->def;
+  if (n->graph != g || ir_count_uses_deep(g, v) != 1 || !ir_shape_eq(&v->shape, shape)) return false;
+  if (n->op == OP_CONST) return n->a.scalar == 0;
+  if (n->op != OP_ADD || n->in[0] == n->in[1]) return false;
+  return is_chain(g, n->in[0], shape) || is_chain(g, n->in[1], shape);
+}
+
+/* A stacked output of a repeat in g, read once, whose body computes it and reads it not: the
+ * reduce-scatter can move into the body. */
+static bool hoistable(const Graph *g, const Value *a) {
+  const Node *R = a->def;
+  if (R->op != OP_REPEAT || R->graph != g || a->idx < R->a.ncarry || ir_count_uses_deep(g, a) != 1) return false;
+  const Graph *b = R->body;
+  const Value *y = b->results[a->idx];
+  return y->def->graph == b && y->def->op != OP_ARG && yielded_once(b, y);
+}
+
+static void hoist_scatter(Value *a, int d, int dp) {
+  Graph *b = a->def->body;
+  Value *y = b->results[a->idx];
+  Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &y, 1, y->def->loc);
+  rs->a.mesh_axis = RT_AX_DP;
+  rs->a.axis = d - 1;
+  rs->out[0]->dtype = y->dtype;
+  rs->out[0]->shape = y->shape;
+  rs->out[0]->sharding = y->sharding;
+  rs->out[0]->name = y->name;
+  retype(rs->out[0], d - 1, dp);
+  ir_move_last(b, pos_in(b, y->def) + 1);
+  b->results[a->idx] = rs->out[0];
+  retype(a, d, dp);
+}
+
+/* t (a micro-batch's stacked layer gradient, read once) is made of backward loops' stacked
+ * outputs: one per stage (stage_select), and the chunks of the layers concatenated along the
+ * layer dim (interleaved schedules): each loop can reduce-scatter its own. */
+static bool layer_parts(const Graph *g, const Value *t, int d) {
+  const Node *n = t->def;
+  if (n->graph != g || ir_count_uses_deep(g, t) != 1 || d < 1) return false;
+  if (n->op == OP_STAGE_SELECT) {
+    for (int j = 0; j < n->nin; j++)
+      if (!hoistable(g, n->in[j])) return false;
+    return true;
+  }
+  if (n->op != OP_CONCAT || n->a.axis != 0) return false;
+  for (int j = 0; j < n->nin; j++)
+    if (!layer_parts(g, n->in[j], d)) return false;
+  return true;
+}
+
+static void scatter_parts(Value *t, int d, int dp) {
+  Node *n = t->def;
+  for (int j = 0; j < n->nin; j++) {
+    if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, dp);
+    else scatter_parts(n->in[j], d, dp);
+  }
+  retype(t, d, dp);
+}
+
+static bool scatter_chain(Graph *g, Node *last, int d, int dp) {
+  Shape whole = last->out[0]->shape; /* (the chain's values are retyped on the way) */
+  const Shape *shape = &whole;
+  if (!(is_chain(g, last->in[0], shape) || is_chain(g, last->in[1], shape))) return false;
+  for (Node *add = last;;) {
+    int prev = is_chain(g, add->in[0], shape) ? 0 : 1;
+    Value *t = add->in[prev ^ 1];
+    if (layer_parts(g, t, d)) { /* each stage's loop yields the shards */
+      scatter_parts(t, d, dp);
+    } else {
+      scatter_operand(g, add, prev ^ 1, d, dp);
+    }
+    retype(add->out[0], d, dp);
+    Value *p = add->in[prev];
+    if (p->def->op == OP_CONST) {
+      retype(p, d, dp);
+      return true;
+    }
+    add = p->def;
+  }
+}
+
 Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
   Node *mean, *add;
   int slot = -1;
@@ -197,12 +288,15 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
   RegionSum o;
   for (int s = 0; s < 2 && slot < 0; s++)
     if (add->in[s] != add->in[s ^ 1] && region_sum(g, add->in[s], &gr->shape, false, &o)) slot = s;
-  if (slot < 0) return NULL;
-  shard_region_sum(&o, d, dp);
   Node *ar = gr->def;
   Value *x = ar->in[gr->idx];
-  scatter_operand(g, add, slot ^ 1, d, dp);
-  retype(add->out[0], d, dp);
+  if (slot >= 0) { /* the region's sum, then the last micro-step's */
+    shard_region_sum(&o, d, dp);
+    scatter_operand(g, add, slot ^ 1, d, dp);
+    retype(add->out[0], d, dp);
+  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, add, d, dp)) {
+    return NULL;
+  }
   if (mean) retype(x, d, dp);
   x->name = gr->name;
   ir_replace_uses(g, gr, x);
