@@ -19,6 +19,9 @@
  * Megatron's distributed optimizer do under accumulation). The arithmetic is the sum over ranks of
  * the sum over micro-steps, taken in the other order.
  *
+ * Under pp (no region: the schedule sums the micro-batches at the top level) the same holds for
+ * the chain of adds from zeros: see scatter_chain below.
+ *
  * The scatters of one loop body go right after their gradient (a bf16 gradient's f32 cast moves
  * there with them) and are grouped in runs of up to the plan's bucket bytes, each run placed where
  * its last gradient is ready, so that zero.c's bucket_scatters packs a run into one collective that
@@ -28,6 +31,7 @@
 
 #include "diag.h"
 #include "passes.h"
+#include "ptrmap.h"
 #include "zero.h"
 
 static int pos_in(const Graph *g, const Node *n) {
@@ -197,21 +201,41 @@ Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
  * reduce-scattered instead (a loop's output inside the loop, right after the layer's gradient)
  * and the chain sums shards. */
 
+/* The reads of every value of g and of the bodies nested in it (ir_count_uses_deep of each, in one
+ * walk: the unrolled schedule is long). */
+static void count_reads(const Graph *g, PtrMap *uses) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      intptr_t c = 0;
+      ptrmap_get(uses, n->in[j], &c);
+      ptrmap_put(uses, n->in[j], c + 1);
+    }
+    if (n->body) count_reads(n->body, uses);
+  }
+}
+
+static bool read_once(const PtrMap *uses, const Value *v) {
+  intptr_t c = 0;
+  ptrmap_get(uses, v, &c);
+  return c == 1;
+}
+
 /* v is the running sum of a chain: zeros (a constant 0 read once) or an add of g read once with
  * one operand a chain (*prev: its slot). */
-static bool is_chain(const Graph *g, const Value *v, const Shape *shape) {
+static bool is_chain(const Graph *g, const PtrMap *uses, const Value *v, const Shape *shape) {
   const Node *n = v->def;
-  if (n->graph != g || ir_count_uses_deep(g, v) != 1 || !ir_shape_eq(&v->shape, shape)) return false;
+  if (n->graph != g || !read_once(uses, v) || !ir_shape_eq(&v->shape, shape)) return false;
   if (n->op == OP_CONST) return n->a.scalar == 0;
   if (n->op != OP_ADD || n->in[0] == n->in[1]) return false;
-  return is_chain(g, n->in[0], shape) || is_chain(g, n->in[1], shape);
+  return is_chain(g, uses, n->in[0], shape) || is_chain(g, uses, n->in[1], shape);
 }
 
 /* A stacked output of a repeat in g, read once, whose body computes it and reads it not: the
  * reduce-scatter can move into the body. */
-static bool hoistable(const Graph *g, const Value *a) {
+static bool hoistable(const Graph *g, const PtrMap *uses, const Value *a) {
   const Node *R = a->def;
-  if (R->op != OP_REPEAT || R->graph != g || a->idx < R->a.ncarry || ir_count_uses_deep(g, a) != 1) return false;
+  if (R->op != OP_REPEAT || R->graph != g || a->idx < R->a.ncarry || !read_once(uses, a)) return false;
   const Graph *b = R->body;
   const Value *y = b->results[a->idx];
   return y->def->graph == b && y->def->op != OP_ARG && yielded_once(b, y);
@@ -236,17 +260,17 @@ static void hoist_scatter(Value *a, int d, int dp) {
 /* t (a micro-batch's stacked layer gradient, read once) is made of backward loops' stacked
  * outputs: one per stage (stage_select), and the chunks of the layers concatenated along the
  * layer dim (interleaved schedules): each loop can reduce-scatter its own. */
-static bool layer_parts(const Graph *g, const Value *t, int d) {
+static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int d) {
   const Node *n = t->def;
-  if (n->graph != g || ir_count_uses_deep(g, t) != 1 || d < 1) return false;
+  if (n->graph != g || !read_once(uses, t) || d < 1) return false;
   if (n->op == OP_STAGE_SELECT) {
     for (int j = 0; j < n->nin; j++)
-      if (!hoistable(g, n->in[j])) return false;
+      if (!hoistable(g, uses, n->in[j])) return false;
     return true;
   }
   if (n->op != OP_CONCAT || n->a.axis != 0) return false;
   for (int j = 0; j < n->nin; j++)
-    if (!layer_parts(g, n->in[j], d)) return false;
+    if (!layer_parts(g, uses, n->in[j], d)) return false;
   return true;
 }
 
@@ -261,24 +285,40 @@ static void scatter_parts(Value *t, int d, int dp) {
 
 static bool scatter_chain(Graph *g, Node *last, int d, int dp) {
   Shape whole = last->out[0]->shape; /* (the chain's values are retyped on the way) */
-  const Shape *shape = &whole;
-  if (!(is_chain(g, last->in[0], shape) || is_chain(g, last->in[1], shape))) return false;
+  PtrMap uses = {0};
+  count_reads(g, &uses);
+  /* the chain, last add first, found before anything changes: prev[k] is add k's sum operand */
+  int n = 0, cap = 16;
+  Node **adds = ARENA_ARRAY(g->arena, Node *, cap);
+  int *prev = ARENA_ARRAY(g->arena, int, cap);
+  bool *parts = ARENA_ARRAY(g->arena, bool, cap);
   for (Node *add = last;;) {
-    int prev = is_chain(g, add->in[0], shape) ? 0 : 1;
-    Value *t = add->in[prev ^ 1];
-    if (layer_parts(g, t, d)) { /* each stage's loop yields the shards */
-      scatter_parts(t, d, dp);
-    } else {
-      scatter_operand(g, add, prev ^ 1, d, dp);
+    int p = is_chain(g, &uses, add->in[0], &whole) ? 0 : is_chain(g, &uses, add->in[1], &whole) ? 1 : -1;
+    if (p < 0) {
+      ptrmap_free(&uses);
+      return false;
     }
-    retype(add->out[0], d, dp);
-    Value *p = add->in[prev];
-    if (p->def->op == OP_CONST) {
-      retype(p, d, dp);
-      return true;
+    if (n == cap) {
+      int c2 = cap;
+      arena_grow(g->arena, (void **)&adds, &c2, cap + 1, sizeof(Node *));
+      c2 = cap;
+      arena_grow(g->arena, (void **)&prev, &c2, cap + 1, sizeof(int));
+      arena_grow(g->arena, (void **)&parts, &cap, cap + 1, sizeof(bool));
     }
-    add = p->def;
+    adds[n] = add, prev[n] = p, parts[n] = layer_parts(g, &uses, add->in[p ^ 1], d);
+    n++;
+    if (add->in[p]->def->op == OP_CONST) break;
+    add = add->in[p]->def;
   }
+  ptrmap_free(&uses);
+  for (int k = 0; k < n; k++) {
+    Node *add = adds[k];
+    if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, dp); /* each stage's loop yields the shards */
+    else scatter_operand(g, add, prev[k] ^ 1, d, dp);
+    retype(add->out[0], d, dp);
+  }
+  retype(adds[n - 1]->in[prev[n - 1]], d, dp); /* the zeros */
+  return true;
 }
 
 Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
