@@ -23,6 +23,9 @@
  * over the dp x cp group: it becomes the reduce_scatter over dp and an all_reduce over cp of the
  * shard (settle_cp).
  *
+ * With gradient accumulation (passes/zero_sums.c) the running sums are the shards: each micro-step
+ * reduce-scatters its gradients (a layer's inside the backward loop) and adds the shard.
+ *
  * ZeRO-3 (zero 3): as ZeRO-2, and the parameter itself is stored split (PARAM S(dp)@d, 1/dp of
  * the memory): every reader gathers it right before it reads it — in a layer loop (forward, and
  * again backward) per iteration before the layer's first use of its slice, at top level one
@@ -36,7 +39,7 @@
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
- * all-reduce, so it moves what plain dp moves; ZeRO-3 gathers 2 P (dp-1)/dp (forward and
+ * all-reduce, so it moves what plain dp moves (with accumulation: once per micro-step); ZeRO-3 gathers 2 P (dp-1)/dp (forward and
  * backward) instead of ZeRO-2's one. Memory per rank (memplan): optimizer state (AdamW: 2 P f32)
  * / dp; ZeRO-2 also gradients / dp; ZeRO-3 also parameters / dp.
  *
@@ -51,6 +54,7 @@
 #include "diag.h"
 #include "passes.h"
 #include "ptrmap.h"
+#include "zero.h"
 
 /* ZeRO-3's persistence threshold: a parameter with fewer elements than this (per layer, when
  * stacked) stays whole on every rank (norm gains, biases): gathering it would cost more in
@@ -71,7 +75,7 @@ static int position(const Graph *g, const Node *n) {
 }
 
 /* v's type with dim d split dp ways over dp. */
-static void split_type(Value *to, const Value *from, int d, int dp) {
+void zero_split_type(Value *to, const Value *from, int d, int dp) {
   to->dtype = from->dtype;
   to->shape = from->shape;
   to->shape.dim[d] = from->shape.dim[d] / dp;
@@ -85,7 +89,7 @@ static Value *slice_at(Graph *g, Value *x, int d, int dp, int pos, SrcLoc loc) {
   Node *s = ir_node_new(g, OP_SHARD_SLICE, 1, &x, 1, loc);
   s->a.mesh_axis = RT_AX_DP;
   s->a.axis = d;
-  split_type(s->out[0], x, d, dp);
+  zero_split_type(s->out[0], x, d, dp);
   ir_move_last(g, pos);
   return s->out[0];
 }
@@ -102,7 +106,7 @@ static bool only_reader(const Graph *g, const Value *v, const Node *u) {
 }
 
 /* Removes member k (input and output) from a variadic all-reduce; the node goes when none is left. */
-static void drop_member(Graph *g, Node *ar, int k) {
+void zero_drop_member(Graph *g, Node *ar, int k) {
   for (int j = k; j + 1 < ar->nin; j++) {
     ar->in[j] = ar->in[j + 1];
     ar->out[j] = ar->out[j + 1];
@@ -122,7 +126,7 @@ static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d,
   Node *rs = ir_node_new(g, OP_REDUCE_SCATTER, 1, &x, 1, ar->loc);
   rs->a.mesh_axis = RT_AX_DP;
   rs->a.axis = d;
-  split_type(rs->out[0], like, d, dp);
+  zero_split_type(rs->out[0], like, d, dp);
   rs->out[0]->sharding.partial |= ar->a.mesh_with;
   rs->out[0]->name = like->name;
   ir_move_last(g, position(g, ar));
@@ -131,7 +135,7 @@ static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d,
 
 /* A sum over dp, or over dp x cp (the cp ranks of a replica hold the same parameters, each with a
  * partial gradient over its sequence chunk: passes/shard_core.c's combined all-reduce). */
-static bool is_dp_sum(const Node *n) {
+bool zero_is_dp_sum(const Node *n) {
   return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && (n->a.mesh_with & ~(1u << RT_AX_CP)) == 0 &&
          n->a.reduce == RED_SUM;
 }
@@ -150,23 +154,27 @@ static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
 static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
   if (!grad_readers_ok(g, gr, u)) return NULL;
   Node *src = gr->def;
-  if (is_dp_sum(src)) {
+  if (zero_is_dp_sum(src)) {
+    Value *summed = zero_scatter_sums_top(g, gr, d, dp); /* accumulation: the running sum is a shard */
+    if (summed) return summed;
     Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, dp);
-    drop_member(g, src, gr->idx);
+    zero_drop_member(g, src, gr->idx);
     ir_replace_uses(g, gr, sh);
     return sh;
   }
   if (src->op != OP_REPEAT || gr->idx < src->a.ncarry || d < 1) return NULL;
+  Value *summed = zero_scatter_sums(g, src, gr, d, dp); /* accumulation: the running sums are shards */
+  if (summed) return summed;
   Graph *b = src->body;
   Value *y = b->results[gr->idx];
-  if (y->def->graph != b || !is_dp_sum(y->def) || ir_count_uses(b, y) != 0) return NULL;
+  if (y->def->graph != b || !zero_is_dp_sum(y->def) || ir_count_uses(b, y) != 0) return NULL;
   for (int k = 0; k < b->nresults; k++)
     if (k != gr->idx && b->results[k] == y) return NULL;
   Node *ar = y->def;
   b->results[gr->idx] = scatter_at(b, ar->in[y->idx], y, ar, d - 1, dp);
-  drop_member(b, ar, y->idx);
+  zero_drop_member(b, ar, y->idx);
   Value old = *gr;
-  split_type(gr, &old, d, dp); /* the stacked gradient: each layer's shard */
+  zero_split_type(gr, &old, d, dp); /* the stacked gradient: each layer's shard */
   return gr;
 }
 
@@ -386,7 +394,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         Node *an = b->args[j];
         Value *arg = an->out[0], old = *arg;
         bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
-        split_type(arg, &old, xs ? d - 1 : d, dp);
+        zero_split_type(arg, &old, xs ? d - 1 : d, dp);
         int k = xs ? prefetch_layer(g, n, j, &old, d - 1) : 0; /* the next layer's gather in flight */
         if (k) {
           inserted += k;
@@ -399,7 +407,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
          * the cast of the shard is the shard of the cast, so the copy is kept split and each of
          * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
         Value *y = n->out[0], wy = *y;
-        split_type(y, &wy, d, dp);
+        zero_split_type(y, &wy, d, dp);
         gather_uses(g, y, &wy, u, d, dp);
         break;
       } else { /* this reader's own gather, right before it */
@@ -418,7 +426,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
 /* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it. */
 static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
   Value whole = *p;
-  split_type(p, &whole, d, dp);
+  zero_split_type(p, &whole, d, dp);
   gather_uses(g, p, &whole, u, d, dp);
 }
 
@@ -445,11 +453,11 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
     for (int k = 0; k < nstate; k++) {
       Value *s = u->in[2 + k];
       Value old = *s;
-      split_type(s, &old, d, dp);
+      zero_split_type(s, &old, d, dp);
     }
     for (int k = 0; k < u->nout; k++) {
       Value old = *u->out[k];
-      split_type(u->out[k], &old, d, dp);
+      zero_split_type(u->out[k], &old, d, dp);
     }
     return true; /* next:<param> is the updated shard: the parameter stays split */
   }
@@ -459,11 +467,11 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
   for (int k = 0; k < nstate; k++) {
     Value *s = u->in[2 + k];
     Value old = *s;
-    split_type(s, &old, d, dp); /* the STATE itself is 1/dp: memplan allots 1/dp */
+    zero_split_type(s, &old, d, dp); /* the STATE itself is 1/dp: memplan allots 1/dp */
   }
   for (int k = 0; k < u->nout; k++) {
     Value old = *u->out[k];
-    split_type(u->out[k], &old, d, dp);
+    zero_split_type(u->out[k], &old, d, dp);
   }
   Value *ps = u->out[0];
   Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &ps, 1, u->loc);
@@ -669,6 +677,18 @@ static void settle_cp(Graph *g) {
   }
 }
 
+/* The backward loops' bodies (nested in g) where zero_scatter_sums put reduce-scatters of their
+ * own gradients: grouped into runs for bucket_scatters. */
+static void group_loop_scatters(Graph *g, int64_t cap, bool body) {
+  bool has = false;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) group_loop_scatters(n->body, cap, true);
+    has |= body && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && n->in[0]->def->graph == g;
+  }
+  if (has) zero_group_scatters(g, cap);
+}
+
 /* ---- ZeRO-Offload (plan `offload`, a device target) ----
  * Every update u of the top graph (after the sharding above: its shard of the parameter and of
  * the gradient, its 1/dp optimizer state) runs in the rank's host memory:
@@ -740,8 +760,10 @@ bool pass_zero(Module *m) {
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
   for (int i = 0; i < nu; i++) shard_update(g, updates[i], dp, stage);
   if (stage >= 2) {
+    int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
     complete_sumsq(g);
-    bucket_scatters(g, dp, m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20);
+    group_loop_scatters(g, cap, true);
+    bucket_scatters(g, dp, cap);
     settle_cp(g);
   }
   if (off) offload(g);

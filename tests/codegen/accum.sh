@@ -2,7 +2,9 @@
 # Gradient accumulation in the compiled trainer (label mpi): the tiny GPT with a global batch of 8
 # sequences as 1 rank x micro-batch 8 (the reference), 1 rank x 2 micro-steps of 4, 2 dp ranks x
 # 2 micro-steps of 2, and dp 2 x tp 2 x 2 micro-steps of 2, the last two also under zero 3 (the
-# parameters gathered inside the micro-step loop); with dp the last micro-step runs after the loop so
+# parameters gathered inside the micro-step loop; zero 3's sums are dp shards, as are those of
+# dp 2 x zero 2: each micro-step's gradients reduce-scattered, a layer's in its backward loop,
+# passes/zero_sums.c; with tp: test_accum_equiv in fp64); with dp the last micro-step runs after the loop so
 # its backward overlaps the gradient all-reduce (passes/peel.c): 20 AdamW steps give the reference's
 # loss curve within lib.sh's 1e-5 (the micro-steps change only the order of fp32 sums, as the
 # layouts do: layouts.sh). The trainer reads each rank's rows of the global batch and logs the
@@ -23,6 +25,7 @@ grep -q 'repeat accum x2' "$t/src/tiny.c" || { echo "FAIL: no accumulation loop 
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=2 --world 4 -o "$t/dp2tp2acc2"
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 -D zero=3 --world 2 -o "$t/z3dp2acc2"
 "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=2 -D zero=3 --world 4 -o "$t/z3dp2tp2acc2"
+"$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 -D zero=2 --world 2 -o "$t/z2dp2acc2"
 # dp 2: the last micro-step runs after the loop (passes/peel.c) and its backward loop all-reduces the
 # layers' gradients (overlapped), nothing over dp is left in the loop's body
 "$shardc" plan "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 --world 2 --dump-ir >"$t/dp2.ir" 2>&1
@@ -36,6 +39,13 @@ echo "dp 2 accum 2: last micro-step peeled, $nl dp all-reduce(s) inside its back
 ng=$(grep -c '^    %[0-9]* : .*= all_gather(.*over=dp' "$t/z3.ir" || true)
 [ "$ng" -gt 0 ] || { echo "FAIL: zero 3 gathers no parameter in the accumulation loop's body"; exit 1; }
 echo "zero 3 dp2 accum 2: $ng parameter all-gathers in the micro-step loop's body"
+# zero 2 (and 3): the running sums are the dp shards, each micro-step's layer gradients
+# reduce-scattered inside the micro-step loop's backward loop (passes/zero_sums.c: 6 spaces deep)
+"$shardc" plan "${m[@]}" -D micro_batch=2 -D dp=2 -D tp=1 -D zero=2 --world 2 --dump-ir >"$t/z2.ir" 2>&1
+nrs=$(grep -c '^      %[0-9]* : .*= reduce_scatter(.*over=dp' "$t/z2.ir" || true)
+[ "$nrs" -gt 0 ] || { echo "FAIL: zero 2 reduce-scatters no gradient inside the micro-step loop's backward loop"; exit 1; }
+grep -q 'S(dp)@1.* = repeat accum x1 ' "$t/z2.ir" || { echo "FAIL: zero 2: no running sum split over dp"; exit 1; }
+echo "zero 2 dp2 accum 2: $nrs gradient reduce-scatter(s) in the micro-step loop's backward loop, the sums split over dp"
 "$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" --save-to "$t/ck_one" >/dev/null
 "$t/acc2" "${run[@]}" --threads 2 --batch 8 --log "$t/acc2.jsonl" --save-to "$t/ck_acc2" >"$t/acc2.out"
 compare "1 rank, accum 2" "$t/acc2.jsonl" "$t/one.jsonl"
@@ -53,6 +63,8 @@ compare "dp 2 x tp 2, accum 2" "$t/dp2tp2acc2.jsonl" "$t/one.jsonl"
 compare "zero 3 dp 2, accum 2" "$t/z3dp2acc2.jsonl" "$t/one.jsonl"
 "${mpi[@]}" -np 4 "$t/z3dp2tp2acc2" "${run[@]}" --log "$t/z3dp2tp2acc2.jsonl" >/dev/null
 compare "zero 3 dp 2 x tp 2, accum 2" "$t/z3dp2tp2acc2.jsonl" "$t/one.jsonl"
+"${mpi[@]}" -np 2 "$t/z2dp2acc2" "${run[@]}" --log "$t/z2dp2acc2.jsonl" >/dev/null
+compare "zero 2 dp 2, accum 2" "$t/z2dp2acc2.jsonl" "$t/one.jsonl"
 if "$t/acc2" "${run[@]}" --batch 4 >"$t/bad.out" 2>&1; then echo "FAIL: --batch 4 accepted"; exit 1; fi
 grep -q -- '--batch 4: this program was compiled for' "$t/bad.out" || { echo "FAIL: --batch error"; cat "$t/bad.out"; exit 1; }
 if "$t/acc2" "${run[@]}" --steps 1 --sample 4 >"$t/sample.out" 2>&1; then echo "FAIL: --sample accepted"; exit 1; fi

@@ -3,7 +3,7 @@
  * For the tiny GPT and a Llama-shaped model: the whole pipeline runs on the single-rank
  * program with micro-batch B (batch B, accum 1) and on programs with accum k in {2, 4}
  * micro-steps of B / (k dp) sequences per rank, for dp x tp in {1 x 1, 2 x 1, 1 x 2, 1 x 2 sp, 2 x 2}
- * (batch B in each). Both are interpreted in fp64 (the accumulating one on dp * tp simulated
+ * (batch B in each; under ZeRO also 2 x 2 sp, 4 x 1 and 4 x 2, with B 16). Both are interpreted in fp64 (the accumulating one on dp * tp simulated
  * ranks) for two AdamW steps on the same tokens (the big batch's rows, micro-step i holding
  * rows i B/k .. (i+1) B/k - 1); after each step the loss, the grad norm, every gradient and
  * every updated parameter and optimizer state must agree within a relative error of 1e-10.
@@ -13,7 +13,9 @@
  * dp, whose last micro-step runs after it, passes/peel.c), the tokens input [k, B / (k dp) x dp, S],
  * and the data-parallel gradient reduction after the region, once, inside the last micro-step's
  * backward loop for the layers' gradients;
- * and of its memory plan: each running sum is one buffer (zeros, sums and output in place).
+ * and of its memory plan: each running sum is one buffer (zeros, sums and output in place). Under
+ * ZeRO-2/3 the layers' running sums are dp shards, each micro-step's layer gradients
+ * reduce-scattered inside the region's backward loop (passes/zero_sums.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -77,16 +79,35 @@ static int dp_reductions_in_loops(const Graph *g, bool top) {
   return c;
 }
 
+/* dp reduce-scatters inside g's bodies (not g's own). */
+static int dp_scatters_in_loops(const Graph *g) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n->body) continue;
+    for (int j = 0; j < n->body->nnodes; j++)
+      c += n->body->nodes[j]->op == OP_REDUCE_SCATTER && n->body->nodes[j]->a.mesh_axis == RT_AX_DP;
+    c += dp_scatters_in_loops(n->body);
+  }
+  return c;
+}
+
 /* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it;
  * under zero 3, parameters stored split over dp and gathered inside the region. */
 static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
   const Graph *g = m->graph;
   int nacc = 0, pos = -1, dp_before = 0, dp_after = 0, split = 0, gathers = 0, in_loop = 0;
+  int shard_sums = 0, region_scatters = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     /* with dp, the last micro-step runs after the region (passes/peel.c) */
     if (n->op == OP_REPEAT && n->a.name && strcmp(n->a.name, "accum") == 0 && n->a.count == (dp > 1 ? k - 1 : k)) {
       nacc++, pos = i, gathers = dp_gathers(n->body);
+      /* ZeRO-2/3 (passes/zero_sums.c): the layers' running sums are dp shards, each micro-step's
+       * layer gradients reduce-scattered inside the region's backward loop */
+      region_scatters = dp_scatters_in_loops(n->body);
+      for (int c = 0; c < n->a.ncarry; c++)
+        for (int d = 0; d < n->out[c]->shape.rank; d++) shard_sums += n->out[c]->sharding.split[d] == RT_AX_DP;
       /* memplan: each running sum is one buffer (its zeros, the sum of every micro-step, the output) */
       for (int c = 0; c < n->a.ncarry; c++)
         if (n->body->results[c]->offset != n->out[c]->offset || n->out[c]->offset != n->in[c]->offset) {
@@ -114,6 +135,15 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
     fprintf(stderr, "FAIL %s: no dp gradient reduction inside the last micro-step's backward loop\n", what);
     failures++;
   }
+  if (m->plan.zero >= 2 && dp > 1 && (shard_sums < 1 || region_scatters < 1)) {
+    fprintf(stderr, "FAIL %s: zero %d keeps %d running sums split over dp, %d reduce-scatters in the region's loops\n",
+            what, m->plan.zero, shard_sums, region_scatters);
+    failures++;
+  }
+  if (m->plan.zero < 2 && (shard_sums || region_scatters)) {
+    fprintf(stderr, "FAIL %s: zero %d splits %d running sums over dp\n", what, m->plan.zero, shard_sums);
+    failures++;
+  }
   if (m->plan.zero >= 3 && dp > 1 && (split < 1 || gathers < split)) {
     fprintf(stderr, "FAIL %s: zero 3 stores %d parameters split over dp and gathers %d in the region\n", what, split,
             gathers);
@@ -121,8 +151,9 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
   }
 }
 
+/* nplans: the first 5 plans (dp 1-2), or all 8 (also dp 4 and dp 2 x tp 2 sp: ZeRO, B 16) */
 static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
-                      int64_t V) {
+                      int64_t V, int nplans) {
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
@@ -134,8 +165,8 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   }
   Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-  static const int plans[][3] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {1, 2, 1}, {2, 2, 0}};
-  for (int p = 0; p < 5; p++)
+  static const int plans[][3] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {1, 2, 1}, {2, 2, 0}, {2, 2, 1}, {4, 1, 0}, {4, 2, 0}};
+  for (int p = 0; p < nplans; p++)
     for (int64_t k = 2; k <= 4; k *= 2) {
       int dp = plans[p][0], tp = plans[p][1];
       bool sp = plans[p][2];
@@ -169,23 +200,29 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
 
 int main(void) {
   const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
-  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
+  run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256, 5);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (RMSNorm, SwiGLU, RoPE, GQA, untied)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8,
-            128);
+            128, 5);
   /* with ZeRO: the llama model's own plan is zero 1 and recompute selective (above); stage 2 */
   const FeDefine tiny_z2[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "2"}};
-  run_model("tiny, zero 2", SHARDC_MODELS_DIR "/tiny.model", tiny_z2, 5, 8, 8, 256);
+  run_model("tiny, zero 2", SHARDC_MODELS_DIR "/tiny.model", tiny_z2, 5, 16, 8, 256, 8);
   /* zero 3: the micro-step region gathers the parameters it reads (per use, per layer) */
   const FeDefine tiny_z3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "3"}};
-  run_model("tiny, zero 3", SHARDC_MODELS_DIR "/tiny.model", tiny_z3, 5, 8, 8, 256);
+  run_model("tiny, zero 3", SHARDC_MODELS_DIR "/tiny.model", tiny_z3, 5, 16, 8, 256, 8);
   const FeDefine llama_z3[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                                {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"zero", "3"}};
-  run_model("Llama shaped, zero 3", SHARDC_MODELS_DIR "/llama3-8b.model", llama_z3, 9, 8, 8, 128);
+  run_model("Llama shaped, zero 3", SHARDC_MODELS_DIR "/llama3-8b.model", llama_z3, 9, 16, 8, 128, 8);
   /* recompute inside the micro-step region */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"recompute", "full"}};
-  run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256);
+  run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256, 5);
+  /* ZeRO-2/3's shard sums (passes/zero_sums.c) with recompute: the recomputing backward loops */
+  const FeDefine tiny_z2rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "2"}, {"recompute", "full"}};
+  run_model("tiny, zero 2, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_z2rc, 6, 16, 8, 256, 8);
+  const FeDefine llama_z2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                               {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"zero", "2"}};
+  run_model("Llama shaped, zero 2 (recompute selective)", SHARDC_MODELS_DIR "/llama3-8b.model", llama_z2, 9, 16, 8, 128, 8);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

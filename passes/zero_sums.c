@@ -1,0 +1,386 @@
+/* passes/zero_sums.c — part of the `zero` pass (passes/zero.c): under ZeRO-2/3 with gradient
+ * accumulation, the running sums of the layers' gradients are the dp shards.
+ *
+ * After `accum`, `peel`, `sums` and `buckets` (dp > 1), a stacked layer parameter's gradient runs
+ * through two backward loops: the region's (`repeat accum` x k-1), which adds each micro-step's
+ * layer gradient g_l to the running sum inside the loop (sum_l + g_l), and the peeled last
+ * micro-step's, which yields (sum_l + g_l) / k and all-reduces it over dp inside the loop. The sum
+ * is whole and unreduced (P(dp), 4 B x P_rank at the peak). Here, when ZeRO-2/3 reduce-scatters
+ * that gradient:
+ *
+ *     region loop:   sum_l' = sum_l + reduce_scatter(g_l)            sum: S(dp), 1/dp
+ *     peeled loop:   gs_l   = (sum_l + reduce_scatter(g_l)) / k      (no all-reduce after it)
+ *
+ * so each micro-step reduce-scatters its layer's gradient over dp inside the backward loop, right
+ * after it is computed, and only the shard is summed: the sums (zeros, region carry, loops' stacked
+ * inputs and outputs: one buffer, passes/memplan.c) are 1/dp, and at most a bucket of layer
+ * gradients is unreduced at once. Traffic: one reduce-scatter of the layers' gradients per
+ * micro-step, k x P (dp-1)/dp per optimizer step instead of once (as DeepSpeed's ZeRO-2 and
+ * Megatron's distributed optimizer do under accumulation). The arithmetic is the sum over ranks of
+ * the sum over micro-steps, taken in the other order.
+ *
+ * Under pp (no region: the schedule sums the micro-batches at the top level) the same holds for
+ * the chain of adds from zeros: see scatter_chain below.
+ *
+ * The scatters of one loop body go right after their gradient (a bf16 gradient's f32 cast moves
+ * there with them) and are grouped in runs of up to the plan's bucket bytes, each run placed where
+ * its last gradient is ready, so that zero.c's bucket_scatters packs a run into one collective that
+ * overlaps the rest of the layer's backward.
+ */
+#include <string.h>
+
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+#include "zero.h"
+
+static int pos_in(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+static bool yielded_once(const Graph *b, const Value *v) {
+  int k = 0;
+  for (int i = 0; i < b->nresults; i++) k += b->results[i] == v;
+  return k == 1 && ir_count_uses(b, v) == 0;
+}
+
+/* add (in R's body) reads one of R's stacked arguments, read by it only: that argument's index
+ * (the other operand, the gradient, at *slot ^ 1), else -1. */
+static int sum_arg(const Node *R, const Node *add, int *slot) {
+  const Graph *b = R->body;
+  if (add->op != OP_ADD || add->graph != b || add->in[0] == add->in[1]) return -1;
+  for (int s = 0; s < 2; s++) {
+    const Value *a = add->in[s];
+    if (a->def->op != OP_ARG || a->def->graph != b) continue;
+    int j = a->def->a.index;
+    if (j < R->a.ncarry || j >= R->a.ncarry + R->a.nxs || b->args[j] != a->def) continue;
+    if (ir_count_uses_deep(b, a) != 1) continue;
+    *slot = s;
+    return j;
+  }
+  return -1;
+}
+
+/* v's type split along d over dp, no longer partial over dp. */
+static void retype(Value *v, int d, int dp) {
+  Value old = *v;
+  zero_split_type(v, &old, d, dp);
+  v->sharding.partial &= (uint8_t) ~(1u << RT_AX_DP);
+}
+
+/* add's gradient operand (in body b) is reduce-scattered over dp along dl first, right after it is
+ * computed; add reads the shard. */
+static void scatter_operand(Graph *b, Node *add, int slot, int dl, int dp) {
+  Value *gl = add->in[slot];
+  Node *cast = gl->def->op == OP_CAST && gl->def->graph == b && ir_count_uses(b, gl) == 1 ? gl->def : NULL;
+  if (cast && cast->in[0]->def->graph == b) { /* bf16: the f32 copy made where the gradient is */
+    int from = pos_in(b, cast), to = pos_in(b, cast->in[0]->def) + 1;
+    if (from > to) {
+      memmove(&b->nodes[to + 1], &b->nodes[to], sizeof(Node *) * (size_t)(from - to));
+      b->nodes[to] = cast;
+    }
+  }
+  Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &gl, 1, add->loc);
+  rs->a.mesh_axis = RT_AX_DP;
+  rs->a.axis = dl;
+  rs->out[0]->dtype = gl->dtype;
+  rs->out[0]->shape = gl->shape;
+  rs->out[0]->sharding = gl->sharding;
+  rs->out[0]->name = gl->name;
+  retype(rs->out[0], dl, dp);
+  int at = gl->def->graph == b && gl->def->op != OP_ARG ? pos_in(b, gl->def) + 1 : 0;
+  while (gl->def->op == OP_ARG && at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
+  ir_move_last(b, at);
+  add->in[slot] = rs->out[0];
+}
+
+/* The region's side of a running sum: carry c of `repeat accum` (acc, in g), whose output v the
+ * last micro-step reads once, from zeros z; its body adds the micro-step's gradient to the carry's
+ * argument either inside the backward loop R1 (a layer's: R1 yields sum_l + g_l, R1 != NULL) or in
+ * the body itself (the embedding's, the head's, the final norm's). */
+typedef struct {
+  Node *acc, *R1, *add; /* add: sum + g, in R1's body or in the region's */
+  int c, slot, j1;      /* slot: add's sum operand; j1: R1's argument for the sum */
+} RegionSum;
+
+static bool region_sum(Graph *g, Value *v, const Shape *shape, bool looped, RegionSum *o) {
+  Node *acc = v->def;
+  if (acc->op != OP_REPEAT || acc->graph != g || !acc->a.name || strcmp(acc->a.name, "accum") != 0) return false;
+  int c = v->idx;
+  if (c >= acc->a.ncarry || ir_count_uses_deep(g, v) != 1 || !ir_shape_eq(&v->shape, shape)) return false;
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return false;
+  Value *z = acc->in[c];
+  if (z->def->op != OP_CONST || ir_count_uses_deep(g, z) != 1) return false;
+  Graph *br = acc->body;
+  Value *carg = br->args[c]->out[0], *w = br->results[c];
+  if (w->def->graph != br || !yielded_once(br, w) || ir_count_uses_deep(br, carg) != 1) return false;
+  *o = (RegionSum){acc, NULL, w->def, c, 0, -1};
+  if (!looped) { /* w = carg + g in the region's body */
+    Node *add = w->def;
+    if (add->op != OP_ADD || add->in[0] == add->in[1]) return false;
+    o->slot = add->in[0] == carg ? 0 : add->in[1] == carg ? 1 : -1;
+    return o->slot >= 0;
+  }
+  Node *R1 = w->def;
+  if (R1->op != OP_REPEAT || w->idx < R1->a.ncarry) return false;
+  Graph *b1 = R1->body;
+  Value *s1 = b1->results[w->idx];
+  int j1 = sum_arg(R1, s1->def, &o->slot);
+  if (j1 < 0 || R1->in[j1] != carg || !yielded_once(b1, s1)) return false;
+  o->R1 = R1, o->add = s1->def, o->j1 = j1;
+  return true;
+}
+
+/* The region's sums become shards along d of the whole value (dl: along the loop body's layer). */
+static void shard_region_sum(const RegionSum *o, int d, int dp) {
+  Graph *br = o->acc->body;
+  int dl = o->R1 ? d - 1 : d;
+  Graph *b = o->R1 ? o->R1->body : br;
+  scatter_operand(b, o->add, o->slot ^ 1, dl, dp);
+  retype(o->add->out[0], dl, dp);
+  if (o->R1) {
+    retype(o->R1->body->args[o->j1]->out[0], dl, dp);
+    retype(br->results[o->c], d, dp); /* R1's stacked output */
+  }
+  retype(br->args[o->c]->out[0], d, dp);
+  retype(o->acc->in[o->c], d, dp);
+  retype(o->acc->out[o->c], d, dp);
+}
+
+/* y = all_reduce_dp(x) yielded by or read in gg, x = scale(s2) (the mean) or s2, s2 = sum + g with
+ * sum read once: the mean (or s2) read only by the all-reduce. */
+static bool mean_of_sum(const Graph *gg, const Value *y, Node **mean, Node **add) {
+  Node *ar = y->def;
+  /* over dp alone: a dp x cp sum (cp) keeps the scatter after the loop, where settle_cp completes it */
+  if (ar->graph != gg || !zero_is_dp_sum(ar) || ar->a.mesh_with) return false;
+  Value *x = ar->in[y->idx];
+  if (x->def->graph != gg || ir_count_uses(gg, x) != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
+  for (int i = 0; i < gg->nresults; i++)
+    if (gg->results[i] == x) return false;
+  *mean = x->def->op == OP_SCALE ? x->def : NULL;
+  Value *s2 = *mean ? (*mean)->in[0] : x;
+  if (s2->def->graph != gg || s2->def->op != OP_ADD || (*mean && ir_count_uses(gg, s2) != 1)) return false;
+  *add = s2->def;
+  return true;
+}
+
+Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
+  Graph *b2 = R2->body;
+  if (d < 1 || gr->idx < R2->a.ncarry) return NULL;
+  /* the peeled loop: y = all_reduce_dp((sum_l + g_l) / k) */
+  Value *y = b2->results[gr->idx];
+  Node *mean, *add;
+  int slot2;
+  if (!yielded_once(b2, y) || !mean_of_sum(b2, y, &mean, &add)) return NULL;
+  int j2 = sum_arg(R2, add, &slot2);
+  if (j2 < 0) return NULL;
+  RegionSum o;
+  if (!region_sum(g, R2->in[j2], &gr->shape, true, &o)) return NULL;
+
+  int dl = d - 1;
+  shard_region_sum(&o, d, dp);
+  Node *ar = y->def;
+  Value *x = ar->in[y->idx];
+  scatter_operand(b2, add, slot2 ^ 1, dl, dp);
+  retype(b2->args[j2]->out[0], dl, dp);
+  retype(add->out[0], dl, dp);
+  if (mean) retype(x, dl, dp);
+  x->name = y->name;
+  b2->results[gr->idx] = x;
+  zero_drop_member(b2, ar, y->idx);
+  retype(gr, d, dp);
+  return gr;
+}
+
+/* ---- the pipeline schedule's sums (pp > 1) ----
+ * The pipe pass unrolls the micro-batches and sums each gradient at the top level:
+ * sum_1 = zeros + t_1, sum_i = sum_{i-1} + t_i, t_i = stage_select(the stages' backward loops'
+ * stacked outputs) for a layer's gradient, else the micro-batch's gradient. Each t_i is
+ * reduce-scattered instead (a loop's output inside the loop, right after the layer's gradient)
+ * and the chain sums shards. */
+
+/* The reads of every value of g and of the bodies nested in it (ir_count_uses_deep of each, in one
+ * walk: the unrolled schedule is long). */
+static void count_reads(const Graph *g, PtrMap *uses) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      intptr_t c = 0;
+      ptrmap_get(uses, n->in[j], &c);
+      ptrmap_put(uses, n->in[j], c + 1);
+    }
+    if (n->body) count_reads(n->body, uses);
+  }
+}
+
+static bool read_once(const PtrMap *uses, const Value *v) {
+  intptr_t c = 0;
+  ptrmap_get(uses, v, &c);
+  return c == 1;
+}
+
+/* v is the running sum of a chain: zeros (a constant 0 read once) or an add of g read once with
+ * one operand a chain (*prev: its slot). */
+static bool is_chain(const Graph *g, const PtrMap *uses, const Value *v, const Shape *shape) {
+  const Node *n = v->def;
+  if (n->graph != g || !read_once(uses, v) || !ir_shape_eq(&v->shape, shape)) return false;
+  if (n->op == OP_CONST) return n->a.scalar == 0;
+  if (n->op != OP_ADD || n->in[0] == n->in[1]) return false;
+  return is_chain(g, uses, n->in[0], shape) || is_chain(g, uses, n->in[1], shape);
+}
+
+/* A stacked output of a repeat in g, read once, whose body computes it and reads it not: the
+ * reduce-scatter can move into the body. */
+static bool hoistable(const Graph *g, const PtrMap *uses, const Value *a) {
+  const Node *R = a->def;
+  if (R->op != OP_REPEAT || R->graph != g || a->idx < R->a.ncarry || !read_once(uses, a)) return false;
+  const Graph *b = R->body;
+  const Value *y = b->results[a->idx];
+  return y->def->graph == b && y->def->op != OP_ARG && yielded_once(b, y);
+}
+
+static void hoist_scatter(Value *a, int d, int dp) {
+  Graph *b = a->def->body;
+  Value *y = b->results[a->idx];
+  Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &y, 1, y->def->loc);
+  rs->a.mesh_axis = RT_AX_DP;
+  rs->a.axis = d - 1;
+  rs->out[0]->dtype = y->dtype;
+  rs->out[0]->shape = y->shape;
+  rs->out[0]->sharding = y->sharding;
+  rs->out[0]->name = y->name;
+  retype(rs->out[0], d - 1, dp);
+  ir_move_last(b, pos_in(b, y->def) + 1);
+  b->results[a->idx] = rs->out[0];
+  retype(a, d, dp);
+}
+
+/* t (a micro-batch's stacked layer gradient, read once) is made of backward loops' stacked
+ * outputs: one per stage (stage_select), and the chunks of the layers concatenated along the
+ * layer dim (interleaved schedules): each loop can reduce-scatter its own. */
+static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int d) {
+  const Node *n = t->def;
+  if (n->graph != g || !read_once(uses, t) || d < 1) return false;
+  if (n->op == OP_STAGE_SELECT) {
+    for (int j = 0; j < n->nin; j++)
+      if (!hoistable(g, uses, n->in[j])) return false;
+    return true;
+  }
+  if (n->op != OP_CONCAT || n->a.axis != 0) return false;
+  for (int j = 0; j < n->nin; j++)
+    if (!layer_parts(g, uses, n->in[j], d)) return false;
+  return true;
+}
+
+static void scatter_parts(Value *t, int d, int dp) {
+  Node *n = t->def;
+  for (int j = 0; j < n->nin; j++) {
+    if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, dp);
+    else scatter_parts(n->in[j], d, dp);
+  }
+  retype(t, d, dp);
+}
+
+static bool scatter_chain(Graph *g, Node *last, int d, int dp) {
+  Shape whole = last->out[0]->shape; /* (the chain's values are retyped on the way) */
+  PtrMap uses = {0};
+  count_reads(g, &uses);
+  /* the chain, last add first, found before anything changes: prev[k] is add k's sum operand */
+  int n = 0, cap = 16;
+  Node **adds = ARENA_ARRAY(g->arena, Node *, cap);
+  int *prev = ARENA_ARRAY(g->arena, int, cap);
+  bool *parts = ARENA_ARRAY(g->arena, bool, cap);
+  for (Node *add = last;;) {
+    int p = is_chain(g, &uses, add->in[0], &whole) ? 0 : is_chain(g, &uses, add->in[1], &whole) ? 1 : -1;
+    if (p < 0) {
+      ptrmap_free(&uses);
+      return false;
+    }
+    if (n == cap) {
+      int c2 = cap;
+      arena_grow(g->arena, (void **)&adds, &c2, cap + 1, sizeof(Node *));
+      c2 = cap;
+      arena_grow(g->arena, (void **)&prev, &c2, cap + 1, sizeof(int));
+      arena_grow(g->arena, (void **)&parts, &cap, cap + 1, sizeof(bool));
+    }
+    adds[n] = add, prev[n] = p, parts[n] = layer_parts(g, &uses, add->in[p ^ 1], d);
+    n++;
+    if (add->in[p]->def->op == OP_CONST) break;
+    add = add->in[p]->def;
+  }
+  ptrmap_free(&uses);
+  for (int k = 0; k < n; k++) {
+    Node *add = adds[k];
+    if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, dp); /* each stage's loop yields the shards */
+    else scatter_operand(g, add, prev[k] ^ 1, d, dp);
+    retype(add->out[0], d, dp);
+  }
+  retype(adds[n - 1]->in[prev[n - 1]], d, dp); /* the zeros */
+  return true;
+}
+
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
+  Node *mean, *add;
+  int slot = -1;
+  if (!mean_of_sum(g, gr, &mean, &add)) return NULL;
+  RegionSum o;
+  for (int s = 0; s < 2 && slot < 0; s++)
+    if (add->in[s] != add->in[s ^ 1] && region_sum(g, add->in[s], &gr->shape, false, &o)) slot = s;
+  Node *ar = gr->def;
+  Value *x = ar->in[gr->idx];
+  if (slot >= 0) { /* the region's sum, then the last micro-step's */
+    shard_region_sum(&o, d, dp);
+    scatter_operand(g, add, slot ^ 1, d, dp);
+    retype(add->out[0], d, dp);
+  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, add, d, dp)) {
+    return NULL;
+  }
+  if (mean) retype(x, d, dp);
+  x->name = gr->name;
+  ir_replace_uses(g, gr, x);
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == gr) g->results[i] = x;
+  zero_drop_member(g, ar, gr->idx);
+  return x;
+}
+
+/* The dp reduce-scatters of body b that read a value of b (zero_scatter_sums's), each right after
+ * its gradient: runs of up to cap bytes, each moved to where its last member is, so that
+ * bucket_scatters packs a run into one collective. */
+void zero_group_scatters(Graph *b, int64_t cap) {
+  Node **run = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+  int n = 0;
+  int64_t bytes = 0;
+  for (int i = 0; i <= b->nnodes; i++) {
+    Node *x = i < b->nnodes ? b->nodes[i] : NULL;
+    bool member = x && x->op == OP_REDUCE_SCATTER && x->a.mesh_axis == RT_AX_DP && x->a.axis == 0 &&
+                  x->in[0]->def->graph == b;
+    int64_t sz = member ? ir_numel(&x->in[0]->shape) * ir_dtype_size(x->in[0]->dtype) : 0;
+    bool dtype_ok = !member || n == 0 || run[0]->in[0]->dtype == x->in[0]->dtype;
+    if (n > 0 && (!x || (member && (bytes + sz > cap || !dtype_ok)))) {
+      /* close the run: its members move to the last one's place (each after its input) */
+      int last = pos_in(b, run[n - 1]), w = 0;
+      Node **keep = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+      for (int q = 0; q < b->nnodes; q++) {
+        bool in_run = false;
+        for (int k = 0; k < n - 1; k++) in_run |= b->nodes[q] == run[k];
+        if (in_run) continue;
+        if (q == last)
+          for (int k = 0; k < n - 1; k++) keep[w++] = run[k];
+        keep[w++] = b->nodes[q];
+      }
+      memcpy(b->nodes, keep, sizeof(Node *) * (size_t)w);
+      n = 0;
+      bytes = 0;
+      if (x) i = pos_in(b, x);
+    }
+    if (member) {
+      run[n++] = x;
+      bytes += sz;
+    }
+  }
+  ir_topo_sort(b); /* (a member read before the run's last: its reader moves behind the run) */
+}
