@@ -202,20 +202,6 @@ Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
  * reduce-scattered instead (a loop's output inside the loop, right after the layer's gradient)
  * and the chain sums shards. */
 
-/* The reads of every value of g and of the bodies nested in it (ir_count_uses_deep of each, in one
- * walk: the unrolled schedule is long). */
-static void count_reads(const Graph *g, PtrMap *uses) {
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++) {
-      intptr_t c = 0;
-      ptrmap_get(uses, n->in[j], &c);
-      ptrmap_put(uses, n->in[j], c + 1);
-    }
-    if (n->body) count_reads(n->body, uses);
-  }
-}
-
 static bool read_once(const PtrMap *uses, const Value *v) {
   intptr_t c = 0;
   ptrmap_get(uses, v, &c);
@@ -287,7 +273,7 @@ static void scatter_parts(Value *t, int d, int dp) {
 static bool scatter_chain(Graph *g, Node *last, int d, int dp) {
   Shape whole = last->out[0]->shape; /* (the chain's values are retyped on the way) */
   PtrMap uses = {0};
-  count_reads(g, &uses);
+  ir_use_counts(g, &uses);
   /* the chain, last add first, found before anything changes: prev[k] is add k's sum operand */
   int n = 0, cap = 16;
   Node **adds = ARENA_ARRAY(g->arena, Node *, cap);
