@@ -1,0 +1,165 @@
+/* passes/memplan_pack.c — the memory plan's allocator (passes/memplan.c places values and gives
+ * each transient an interval): intervals packed at offsets by a greedy best-offset allocator,
+ * largest first, and the peak over positions and pipeline stages. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memplan_pack.h"
+
+typedef struct {
+  int64_t a, b; /* sort keys, ascending */
+  int i;        /* the last key: the interval's index */
+} PackKey;
+
+static int pack_key_cmp(const void *x, const void *y) {
+  const PackKey *p = x, *q = y;
+  if (p->a != q->a) return p->a < q->a ? -1 : 1;
+  if (p->b != q->b) return p->b < q->b ? -1 : 1;
+  return (p->i > q->i) - (p->i < q->i);
+}
+
+/* The placed intervals, found by lifetime: those alive at a position (a segment tree over the
+ * positions, each interval in the O(log) nodes that cover its lifetime) and those starting at a
+ * position, one such index per pipeline stage (values of two different stages never meet on a
+ * rank: a stage's value looks only at its stage's and every rank's; an every-rank value at all).
+ * An unrolled pipeline schedule makes tens of thousands of intervals, each meeting a few dozen
+ * (a few hundred over 16 stages): pack's cost follows the meetings, not the pairs. */
+typedef struct {
+  int *id;
+  int n, cap;
+} IdList;
+
+static void idlist_push(IdList *l, int id, Arena *a) {
+  arena_grow(a, (void **)&l->id, &l->cap, l->n + 1, sizeof(int));
+  l->id[l->n++] = id;
+}
+
+typedef struct {
+  IdList *alive;  /* [2 * leaves]: tree node -> the intervals covering its positions */
+  IdList *starts; /* [npos]: position -> the intervals starting there */
+} Placed;
+
+/* A conflict's bytes: [a, b). */
+typedef struct {
+  int64_t a, b;
+} Span;
+
+/* Sorts spans by start (insertion sort below a few dozen, else quicksort on the middle's start):
+ * the gap pack finds depends only on the starts' order, not on the order of equal starts. */
+static void sort_spans(Span *s, int n) {
+  while (n > 24) {
+    int64_t p = s[n / 2].a;
+    int i = 0, j = n - 1;
+    while (i <= j) {
+      while (s[i].a < p) i++;
+      while (s[j].a > p) j--;
+      if (i <= j) {
+        Span t = s[i];
+        s[i++] = s[j];
+        s[j--] = t;
+      }
+    }
+    if (j + 1 < n - i) { /* recurse into the smaller side, loop on the larger */
+      sort_spans(s, j + 1);
+      s += i, n -= i;
+    } else {
+      sort_spans(s + i, n - i);
+      n = j + 1;
+    }
+  }
+  for (int i = 1; i < n; i++) {
+    Span t = s[i];
+    int j = i;
+    for (; j > 0 && s[j - 1].a > t.a; j--) s[j] = s[j - 1];
+    s[j] = t;
+  }
+}
+
+/* Greedy placement: largest first, lowest offset that does not overlap a placed
+ * interval whose lifetime intersects. Returns the arena size. */
+int64_t memplan_pack(Interval *iv, int n, Arena *a) {
+  /* by size desc, then start asc, then index: deterministic */
+  PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
+  int npos = 1, nst = 0;
+  for (int i = 0; i < n; i++) {
+    order[i] = (PackKey){-iv[i].bytes, iv[i].start, i};
+    if (iv[i].end + 1 > npos) npos = iv[i].end + 1;
+    if (iv[i].stage > nst) nst = iv[i].stage;
+  }
+  qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
+  int leaves = 1;
+  while (leaves < npos) leaves *= 2;
+  Placed *by_stage = ARENA_ARRAY(a, Placed, nst + 1); /* [0]: every rank's; [s]: stage s's */
+  for (int s = 0; s <= nst; s++) by_stage[s] = (Placed){ARENA_ARRAY(a, IdList, 2 * leaves), ARENA_ARRAY(a, IdList, npos)};
+  int64_t size = 0;
+  Span *cspan = ARENA_ARRAY(a, Span, n + 1); /* the conflicts' bytes */
+  for (int oi = 0; oi < n; oi++) {
+    int xi = order[oi].i;
+    Interval *x = &iv[xi];
+    int nconf = 0;
+    /* the placed intervals alive at x's start, then those starting within x's lifetime, of the
+     * stages x meets: every rank's and its own (an every-rank value: all) */
+    for (int s = 0; s <= nst; s++) {
+      if (x->stage && s && s != x->stage) continue;
+      const Placed *pl = &by_stage[s];
+      for (int t = x->start + leaves; t >= 1; t >>= 1)
+        for (int k = 0; k < pl->alive[t].n; k++) {
+          const Interval *y = &iv[pl->alive[t].id[k]];
+          cspan[nconf++] = (Span){y->offset, y->offset + y->bytes};
+        }
+      for (int p = x->start + 1; p <= x->end; p++)
+        for (int k = 0; k < pl->starts[p].n; k++) {
+          const Interval *y = &iv[pl->starts[p].id[k]];
+          cspan[nconf++] = (Span){y->offset, y->offset + y->bytes};
+        }
+    }
+    /* conflicts by offset, then the first gap that fits */
+    sort_spans(cspan, nconf);
+    int64_t off = 0;
+    for (int i = 0; i < nconf; i++) {
+      if (off + x->bytes <= cspan[i].a) break;
+      if (cspan[i].b > off) off = cspan[i].b;
+    }
+    x->offset = off;
+    if (off + x->bytes > size) size = off + x->bytes;
+    Placed *pl = &by_stage[x->stage];
+    for (int l = x->start + leaves, r = x->end + leaves + 1; l < r; l >>= 1, r >>= 1) {
+      if (l & 1) idlist_push(&pl->alive[l++], xi, a);
+      if (r & 1) idlist_push(&pl->alive[--r], xi, a);
+    }
+    idlist_push(&pl->starts[x->start], xi, a);
+  }
+  return size;
+}
+
+/* The peak over positions and, under pipeline parallelism, over stages (a rank holds every
+ * rank's values and its own stage's): bytes live per position from each stage's differences (+ at
+ * an interval's start, - after its end), O(intervals + stages x positions). */
+int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a) {
+  int nst = 0;
+  for (int i = 0; i < n; i++)
+    if (iv[i].stage > nst) nst = iv[i].stage;
+  int64_t *delta = ARENA_ARRAY(a, int64_t, (size_t)(nst + 1) * (size_t)(npos + 2)); /* [stage][position] */
+  for (int i = 0; i < n; i++) {
+    if (iv[i].start > npos) continue;
+    int64_t *d = delta + (size_t)iv[i].stage * (size_t)(npos + 2);
+    d[iv[i].start] += iv[i].bytes;
+    d[(iv[i].end < npos ? iv[i].end : npos) + 1] -= iv[i].bytes;
+  }
+  int64_t *every = ARENA_ARRAY(a, int64_t, npos + 1); /* every rank's values live at each position */
+  for (int t = 0; t <= npos; t++) every[t] = (t ? every[t - 1] : 0) + delta[t];
+  int64_t top = -1;
+  int best = 0, best_st = 0;
+  for (int st = nst ? 1 : 0; st <= nst; st++) {
+    const int64_t *d = delta + (size_t)st * (size_t)(npos + 2);
+    int64_t own = 0;
+    for (int t = 0; t <= npos; t++) {
+      if (st) own += d[t];
+      if (every[t] + own > top) top = every[t] + own, best = t, best_st = st;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (iv[i].start <= best && best <= iv[i].end && (!iv[i].stage || iv[i].stage == best_st))
+      by_class[iv[i].mclass] += iv[i].bytes;
+  return top < 0 ? 0 : top;
+}

@@ -1,0 +1,25 @@
+/* passes/memplan_pack.h — the memory plan's intervals and their allocator (memplan_pack.c),
+ * shared by passes/memplan.c. */
+#ifndef SHARDC_MEMPLAN_PACK_H
+#define SHARDC_MEMPLAN_PACK_H
+
+#include "arena.h"
+#include "memplan.h"
+
+typedef struct {
+  Value *v;      /* NULL for a region block */
+  int64_t bytes; /* aligned size */
+  int start, end; /* live interval, node positions (inclusive) */
+  int mclass;
+  int64_t offset; /* assigned, from the transient base */
+  int stage;      /* Node.stage of a value only its pipeline stage touches (passes/pipe.c), 0: every rank */
+} Interval;
+
+/* Assigns every interval an offset from the transient base; returns the arena's size. */
+int64_t memplan_pack(Interval *iv, int n, Arena *a);
+
+/* The peak bytes live over positions 0..npos (per pipeline stage: every rank's values plus the
+ * stage's own), its bytes by class added to by_class. */
+int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a);
+
+#endif
