@@ -100,11 +100,5 @@ compare "tiny seq 64 cp2" "$t/tinycp2.jsonl" "$t/tiny1.jsonl"
 "${mpi[@]}" -np 4 "$t/tinyacc" "${run[@]}" --log "$t/tinyacc.jsonl" >/dev/null
 compare "tiny cp2 x dp2, accum 2" "$t/tinyacc.jsonl" "$t/tiny1.jsonl"
 # a cp=2 checkpoint resumes on one rank
-"${mpi[@]}" -np 2 "$t/cp2" "${run[@]}" --stop-at 10 --save-to "$t/ck10" >/dev/null
-want=$(losses "$t/cp2.jsonl" | sed -n 11p)
-"$t/one" "${run[@]}" --threads 2 --resume "$t/ck10" --stop-at 11 --log "$t/r_one.jsonl" --save-to "$t/ck_r" >/dev/null
-got=$(losses "$t/r_one.jsonl" | head -1)
-awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d;
-  printf "resume cp2 step 10 -> 1 rank: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", a, b, d / b;
-  exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: a cp2 checkpoint resumed on one rank"; exit 1; }
+resume_on_one cp2 2 "$t/cp2" "$t/cp2.jsonl" "$t/one"
 echo "context parallelism: ok"

@@ -74,13 +74,7 @@ echo "sp under cp2 x tp2: $nrs reduce-scatters and $nag all-gathers over tp with
 "${mpi[@]}" -np 4 "$t/cp2tp2sp" "${run[@]}" --log "$t/cp2tp2sp.jsonl" >/dev/null
 compare "llama cp2 x tp2 + sp ring" "$t/cp2tp2sp.jsonl" "$t/one.jsonl"
 # its checkpoint (parameters never carry the inner split) resumes on one rank
-"${mpi[@]}" -np 4 "$t/cp2tp2sp" "${run[@]}" --stop-at 10 --save-to "$t/cksp10" >/dev/null
-want=$(losses "$t/cp2tp2sp.jsonl" | sed -n 11p)
-"$t/one" "${run[@]}" --threads 2 --resume "$t/cksp10" --stop-at 11 --log "$t/rsp_one.jsonl" --save-to "$t/cksp_r" >/dev/null
-got=$(losses "$t/rsp_one.jsonl" | head -1)
-awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d;
-  printf "resume cp2 x tp2 + sp step 10 -> 1 rank: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", a, b, d / b;
-  exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: a cp2 x tp2 + sp checkpoint resumed on one rank"; exit 1; }
+resume_on_one "cp2 x tp2 + sp" 4 "$t/cp2tp2sp" "$t/cp2tp2sp.jsonl" "$t/one"
 "$shardc" build "${m8[@]}" -D tp=1 -D cp=1 --world 1 -o "$t/one8" 2>/dev/null
 "$t/one8" "${run[@]}" --threads 2 --log "$t/one8.jsonl" >/dev/null
 "$shardc" build "${m8[@]}" -D tp=2 -D cp=2 -D cp_mode=all2all --world 4 -o "$t/cp2tp2spa" 2>/dev/null

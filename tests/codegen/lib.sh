@@ -25,3 +25,15 @@ compare() {
           printf "%-28s worst |rel| loss difference vs 1 rank over %d steps: %.2e\n", name, want, w
           if (bad) { printf "FAIL %s: %d step(s) beyond 1e-5\n", name, bad; exit 1 } }'
 }
+# resume_on_one NAME NP BIN LOG ONE: BIN's step-10 checkpoint (run on NP ranks) resumed by the
+# one-rank trainer ONE gives step 11's loss of BIN's uninterrupted LOG within 1e-5 relative
+resume_on_one() {
+  local ck="$t/resume_${1//[^a-z0-9]/_}" want got
+  "${mpi[@]}" -np "$2" "$3" "${run[@]}" --stop-at 10 --save-to "$ck" >/dev/null
+  want=$(losses "$4" | sed -n 11p)
+  "$5" "${run[@]}" --threads 2 --resume "$ck" --stop-at 11 --log "$ck.jsonl" --save-to "$ck.r" >/dev/null
+  got=$(losses "$ck.jsonl" | head -1)
+  awk -v a="$got" -v b="$want" -v name="$1" 'BEGIN { d = a - b; if (d < 0) d = -d;
+    printf "resume %s step 10 -> 1 rank: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", name, a, b, d / b;
+    exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: a $1 checkpoint resumed on one rank"; exit 1; }
+}
