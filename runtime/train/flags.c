@@ -18,9 +18,15 @@ typedef struct {
 
 static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
   fprintf(f, "usage: %s [flags]\n", prog);
-  fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n\n",
+  fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n",
           p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams, (long long)p->batch,
           (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
+  /* scripts/launch.sh reads this line (an elastic re-plan keeps the global batch) */
+  fprintf(f, "Compiled for %d rank(s) (dp %d x pp %d x cp %d x tp %d); global batch %lld sequences per optimizer step "
+             "(%lld accumulation micro-step(s)).\n\n",
+          rt_program_world(p), rt_program_degree(p, RT_AX_DP), rt_program_degree(p, RT_AX_PP),
+          rt_program_degree(p, RT_AX_CP), rt_program_degree(p, RT_AX_TP),
+          (long long)(p->global_batch > 0 ? p->global_batch : p->batch), (long long)(p->accum > 0 ? p->accum : 1));
   for (int i = 0; i < nflags; i++) {
     char left[48];
     snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
