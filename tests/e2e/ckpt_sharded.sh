@@ -6,9 +6,9 @@
 # The tiny GPT widened to d=256, 4 layers (3.2 M parameters: 12.6 MiB of f32 weights, 37.9 MiB with
 # the AdamW moments), global batch 4 everywhere (pp=2 and one rank through accumulation).
 # Per layout, each rank under /usr/bin/time (its peak resident size, VmHWM):
-#   base   steps 1..4 uninterrupted, no checkpoint
-#   save   steps 1..2 and a sharded checkpoint at step 2
-#   load   --resume of that checkpoint, steps 3..4, no checkpoint: losses 3 and 4 bit-identical to
+#   base   steps 1..8 uninterrupted, no checkpoint
+#   save   steps 1..6 and a sharded checkpoint at step 6
+#   load   --resume of that checkpoint, steps 7..8, no checkpoint: losses 7 and 8 bit-identical to
 #          base's
 # Memory, per rank: what the save adds to its peak (save - base) is at most the bytes it writes
 # (its rank_R.safetensors: its own blocks, less what another dp replica writes) plus the largest
@@ -19,9 +19,10 @@
 # gathered whole on every rank) must exceed the bound (the measurement tells them apart).
 # SLACK: the writer thread's stack and its allocator arena, the index and the file headers (under
 # 1 MiB measured here; 4 MiB leaves room while staying far below the state).
-# Across layouts: each step-2 checkpoint resumed by the other layouts and one rank gives step 3's
-# loss within 1e-5 of the writing layout's uninterrupted run (tests/codegen/layouts.sh justifies
-# the tolerance; dp=2 x tp=2 on dp=4 is there).
+# Across layouts: pp=2's and zero 3's step-6 checkpoints resumed on 4 ranks (dp=2 x tp=2), 2 ranks
+# (each other's layout) and 1 rank give step 7's loss within 1e-5 of the writing layout's
+# uninterrupted run (tests/codegen/layouts.sh justifies the tolerance, and resumes dp=2 x tp=2's
+# under dp=4, tp=2, dp=2 and on one rank).
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,7 @@ m=(models/tiny.model -D d=256 -D layers=4 -D heads=4 -D seq=32 -D micro_batch=2 
 "$shardc" build "${m[@]}" -D dp=2 -D zero=3 --world 2 -o "$t/z3" >/dev/null
 "$shardc" build "${m[@]}" --world 1 -o "$t/one" >/dev/null
 declare -A np=([dp2tp2]=4 [pp2]=2 [z3]=2 [one]=1)
-w=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --threads 1 --steps 4)
+w=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --threads 1 --steps 8)
 # timed NAME LAYOUT FLAGS...: LAYOUT's trainer on its ranks, each under /usr/bin/time; $t/NAME.R holds rank R's peak (KiB)
 timed() {
   local name=$1 l=$2
@@ -48,17 +49,17 @@ largest_piece() { grep -aho '"data_offsets":\[[0-9]*,[0-9]*\]' "$1"/rank_*.safet
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 rel() { # rel NAME GOT WANT: |GOT - WANT| / |WANT| <= 1e-5
   awk -v a="$2" -v b="$3" -v n="$1" 'BEGIN { d = a - b; if (d < 0) d = -d;
-    printf "%-28s step 3 loss %s vs %s uninterrupted (|rel| %.1e)\n", n, a, b, d / b; exit (d / b <= 1e-5 ? 0 : 1) }'
+    printf "%-28s step 7 loss %s vs %s uninterrupted (|rel| %.1e)\n", n, a, b, d / b; exit (d / b <= 1e-5 ? 0 : 1) }'
 }
 for l in dp2tp2 pp2 z3; do
   timed "$l.base" "$l" --save-to '' --log "$t/$l.jsonl"
-  timed "$l.save" "$l" --stop-at 2 --save-to "$t/ck_$l"
-  ck=$t/ck_$l/step_00000002
+  timed "$l.save" "$l" --stop-at 6 --save-to "$t/ck_$l"
+  ck=$t/ck_$l/step_00000006
   [ -f "$ck/index.json" ] && [ -f "$ck/rank_0000$((np[$l] - 1)).safetensors" ] || { ls -A "$t/ck_$l"; echo "FAIL: $l wrote no sharded checkpoint"; exit 1; }
   timed "$l.load" "$l" --resume "$ck" --save-to '' --log "$t/$l.r.jsonl"
   [ "$(losses "$t/$l.jsonl" | tail -n 2)" = "$(losses "$t/$l.r.jsonl")" ] && [ "$(losses "$t/$l.r.jsonl" | wc -l)" = 2 ] ||
-    { paste <(losses "$t/$l.jsonl") <(losses "$t/$l.r.jsonl"); echo "FAIL: $l: resumed in its own layout, steps 3..4 differ"; exit 1; }
-  echo "$l: step 2 resumed in its own layout: losses 3..4 bit-identical"
+    { paste <(losses "$t/$l.jsonl") <(losses "$t/$l.r.jsonl"); echo "FAIL: $l: resumed in its own layout, steps 7..8 differ"; exit 1; }
+  echo "$l: step 6 resumed in its own layout: losses 7..8 bit-identical"
   whole=$(cat "$ck"/rank_*.safetensors | wc -c)
   piece=$(largest_piece "$ck")
   for r in $(seq 0 $((np[$l] - 1))); do
@@ -72,8 +73,8 @@ for l in dp2tp2 pp2 z3; do
   done
 done
 # the negative control: a logical save gathers every tensor on every rank
-timed dp2tp2.logical dp2tp2 --stop-at 2 --save-to "$t/ck_logical" --ckpt-format logical
-ck=$t/ck_dp2tp2/step_00000002
+timed dp2tp2.logical dp2tp2 --stop-at 6 --save-to "$t/ck_logical" --ckpt-format logical
+ck=$t/ck_dp2tp2/step_00000006
 piece=$(largest_piece "$ck")
 for r in 0 1 2 3; do
   own=$(stat -c %s "$ck/rank_$(printf %05d "$r").safetensors")
@@ -81,12 +82,12 @@ for r in 0 1 2 3; do
   echo "dp2tp2 rank $r, --ckpt-format logical: save +$(mib $rs) MiB (the sharded bound $(mib $((own + piece + slack))) MiB)"
   [ $rs -gt $((own + piece + slack)) ] || { echo "FAIL: the logical save's gather (rank $r, +$(mib $rs) MiB) is not told apart from a sharded save"; exit 1; }
 done
-# across layouts: on 4, 2 and 1 rank(s)
-for c in dp2tp2:pp2 dp2tp2:one pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one; do
+# across layouts: on 4, 2 and 1 rank(s) (dp=2 x tp=2 in tests/codegen/layouts.sh)
+for c in pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one; do
   from=${c%%:*} to=${c#*:}
-  "${mpi[@]}" -np "${np[$to]}" "$t/$to" "${w[@]}" --resume "$t/ck_$from/step_00000002" --stop-at 3 --save-to '' \
+  "${mpi[@]}" -np "${np[$to]}" "$t/$to" "${w[@]}" --resume "$t/ck_$from/step_00000006" --stop-at 7 --save-to '' \
     --log "$t/x_$from.$to.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: $from -> $to"; exit 1; }
-  rel "$from step 2 -> $to (${np[$to]})" "$(losses "$t/x_$from.$to.jsonl" | head -1)" "$(losses "$t/$from.jsonl" | sed -n 3p)" ||
+  rel "$from step 6 -> $to (${np[$to]})" "$(losses "$t/x_$from.$to.jsonl" | head -1)" "$(losses "$t/$from.jsonl" | sed -n 7p)" ||
     { echo "FAIL: $from's checkpoint resumed under $to"; exit 1; }
 done
 echo "ckpt_sharded: dp2 x tp2, pp2 and zero 3: bit-identical in their layouts, within 1e-5 across layouts, each rank its own shards plus one piece"
