@@ -53,6 +53,7 @@ gone() { # the launcher left running (SIGCONT) before a failure exits
   local p
   for p in $(pgrep -f "^$t/dp2 " || true); do kill -9 "$p" 2>/dev/null || true; done
 }
+trap 'gone; rm -rf "$t"' EXIT # a failure or a timeout leaves no stopped launcher or rank behind
 i=0 want=("--resume auto: no checkpoint in $t/ck")
 for k in "${plan[@]}"; do
   i=$((i + 1))
