@@ -19,6 +19,8 @@
 # gathered whole on every rank) must exceed the bound (the measurement tells them apart).
 # SLACK: the writer thread's stack and its allocator arena, the index and the file headers (under
 # 1 MiB measured here; 4 MiB leaves room while staying far below the state).
+# Conversion: zero 3's sharded checkpoint turned into a single file by the 1-rank trainer without a
+# corpus (--data ''), resumed with step 7's loss within 1e-5.
 # Across layouts: pp=2's and zero 3's step-6 checkpoints resumed on 4 ranks (dp=2 x tp=2), 2 ranks
 # (each other's layout) and 1 rank give step 7's loss within 1e-5 of the writing layout's
 # uninterrupted run (tests/codegen/layouts.sh justifies the tolerance, and resumes dp=2 x tp=2's
@@ -90,4 +92,16 @@ for c in pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one; do
   rel "$from step 6 -> $to (${np[$to]})" "$(losses "$t/x_$from.$to.jsonl" | head -1)" "$(losses "$t/$from.jsonl" | sed -n 7p)" ||
     { echo "FAIL: $from's checkpoint resumed under $to"; exit 1; }
 done
+# conversion without the corpus (--data ''): zero 3's sharded step 6 written as one single-file
+# (Hugging Face style) checkpoint by the 1-rank trainer, which resumes from it with step 7's loss
+"$t/one" --data '' --resume "$t/ck_z3/step_00000006" --stop-at 6 --save-to "$t/hf" >"$t/hf.out" 2>&1 ||
+  { cat "$t/hf.out"; echo "FAIL: the conversion of a sharded checkpoint without --data"; exit 1; }
+[ -f "$t/hf/step_00000006/model.safetensors" ] && [ -f "$t/hf/step_00000006/optimizer.safetensors" ] && ! ls "$t/hf/step_00000006"/rank_* >/dev/null 2>&1 ||
+  { ls -A "$t/hf/step_00000006"; echo "FAIL: the conversion wrote no single-file checkpoint"; exit 1; }
+"$t/one" "${w[@]}" --resume "$t/hf/step_00000006" --stop-at 7 --save-to '' --log "$t/hf.jsonl" >/dev/null 2>&1
+rel "z3 step 6 -> single file -> one" "$(losses "$t/hf.jsonl" | head -1)" "$(losses "$t/z3.jsonl" | sed -n 7p)" ||
+  { echo "FAIL: the converted checkpoint"; exit 1; }
+rc=0
+"$t/one" --data '' --steps 8 --save-to '' >"$t/nodata.out" 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "error: no training data: pass --data" "$t/nodata.out" || { cat "$t/nodata.out"; echo "FAIL: --data '' with steps to train (status $rc)"; exit 1; }
 echo "ckpt_sharded: dp2 x tp2, pp2 and zero 3: bit-identical in their layouts, within 1e-5 across layouts, each rank its own shards plus one piece"
