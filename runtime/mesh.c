@@ -111,6 +111,12 @@ int rt_blocks_count(int blocks) {
   return blocks == RT_BLOCKS_ZIGZAG ? 2 : blocks == RT_BLOCKS_STAGES ? 1 : blocks > 1 ? blocks : 1;
 }
 
+int64_t rt_pack_bytes(int64_t outer, int blocks, int64_t whole_bytes) {
+  return outer == 1 && blocks <= 1 ? 0 : whole_bytes;
+}
+
+int64_t rt_all_to_all_pack_bytes(int64_t x_bytes) { return 2 * x_bytes; }
+
 int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
   if (blocks <= 1) return (int64_t)c * n_local + l;
   if (blocks == RT_BLOCKS_ZIGZAG) {

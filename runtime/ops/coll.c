@@ -314,11 +314,18 @@ void rt_coll_progress(RtCtx *ctx) {
   if (pend.mode != MODE_LAZY) finish_where(ctx, 0, FINISH_DONE);
 }
 
-/* The chunks of member c are contiguous in the logical buffer: no packing. */
-static int contiguous(int64_t outer, int blocks) { return outer == 1 && blocks <= 1; }
+/* The chunks of member c are contiguous in the logical buffer: no packing (runtime/mesh.h's rule,
+ * by which the compiler plans the scratch). */
+static int contiguous(int64_t outer, int blocks) { return rt_pack_bytes(outer, blocks, 1) == 0; }
 
-size_t rt_coll_ws_bytes(int64_t outer, int blocks, int64_t bytes) {
-  return contiguous(outer, blocks) ? 0 : (size_t)bytes;
+/* The planned scratch of a collective that packs: there, or a bug in the generated program. */
+static void *scratch(void *ws, const char *what) {
+  if (!ws) {
+    fprintf(stderr, "shardrt: %s packs its chunks but was given no scratch (a bug in the generated program: "
+            "passes/memplan.c plans it)\n", what);
+    abort();
+  }
+  return ws;
 }
 
 /* dst[c][o, l, :] <-> logical[o, rt_block_index(nl, blocks, deg, c, l), :] for every member c:
@@ -395,6 +402,7 @@ void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t ou
   if (contiguous(outer, blocks)) {
     complete(ctx, rt_all_gather_start(g, x, y, words, mt));
   } else {
+    ws = scratch(ws, "all_gather");
     complete(ctx, rt_all_gather_start(g, x, ws, words, mt));
     if (dev)
       permute_dev(ctx, ws, y, outer, nl, inner, blocks, deg, esize, 0);
@@ -420,6 +428,7 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
   const void *src = x;
   double t0 = now();
   if (!contiguous(outer, blocks)) {
+    ws = scratch(ws, "reduce_scatter");
     if (dev)
       permute_dev(ctx, ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
     else
@@ -613,8 +622,6 @@ void rt_coll_shift_wait(RtCtx *ctx, int tag) {
 /* the p2p tag of its messages (every member issues all-to-alls in one order); the most dims and members */
 enum { A2A_TAG = 0xa2a, A2A_MAX_RANK = 8, A2A_MAX_DEG = 256 };
 
-size_t rt_coll_all_to_all_ws_bytes(int64_t bytes) { return 2 * (size_t)bytes; }
-
 /* The product of dims [from, to) of d. */
 static int64_t dims_prod(const int64_t *d, int from, int to) {
   int64_t p = 1;
@@ -649,6 +656,7 @@ void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, 
   ydims[gather] *= deg;
   int64_t ns = xdims[split] / deg, ng = xdims[gather];
   size_t part = bytes / (size_t)deg;
+  ws = scratch(ws, "all_to_all");
   char *sendb = ws, *recvb = (char *)ws + bytes;
   /* member c gets chunk c of the scattered dim (part c of sendb: x-shaped, that dim ns long); part c
    * of recvb (the same shape: y-shaped with the gathered dim ng long) is block c of y's gathered dim */

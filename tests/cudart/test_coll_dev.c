@@ -121,7 +121,7 @@ static void cases(RtCtx *ctx, int deg) {
       for (int c = 0; c < 2; c++) {
         g_dt = dts[a], g_outer = outers[b], g_blocks = blockss[c], g_nl = 6, g_inner = 7;
         size_t es = rt_dtype_size((RtDType)g_dt), local = (size_t)(g_outer * g_nl * g_inner) * es;
-        size_t whole = local * (size_t)deg, ws = rt_coll_ws_bytes(g_outer, g_blocks, (int64_t)whole);
+        size_t whole = local * (size_t)deg, ws = (size_t)rt_pack_bytes(g_outer, g_blocks, (int64_t)whole);
         char what[96];
         void *in = malloc(whole), *hy = malloc(whole);
         if (!in || !hy) abort();
