@@ -401,13 +401,21 @@ void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t ou
   double t0 = now();
   if (contiguous(outer, blocks)) {
     complete(ctx, rt_all_gather_start(g, x, y, words, mt));
-  } else {
+  } else { /* in chunks of k rows [k, nl, inner]: gathered into the scratch, unpacked into y's rows */
     ws = scratch(ws, "all_gather");
-    complete(ctx, rt_all_gather_start(g, x, ws, words, mt));
-    if (dev)
-      permute_dev(ctx, ws, y, outer, nl, inner, blocks, deg, esize, 0);
-    else
-      permute(ws, y, outer, nl, inner, blocks, deg, esize, 0);
+    size_t row = (size_t)(nl * inner) * esize; /* one member's row */
+    int64_t k = rt_pack_rows(outer, blocks, (int64_t)(count * (size_t)deg * esize));
+    for (int64_t o = 0; o < outer; o += k) {
+      int64_t kk = outer - o < k ? outer - o : k;
+      size_t w = (size_t)(kk * nl * inner) * (size_t)deg;
+      RtDType wt = move_dtype(dtype, &w);
+      complete(ctx, rt_all_gather_start(g, (const char *)x + (size_t)o * row, ws, w, wt));
+      char *yo = (char *)y + (size_t)o * row * (size_t)deg;
+      if (dev)
+        permute_dev(ctx, ws, yo, kk, nl, inner, blocks, deg, esize, 0);
+      else
+        permute(ws, yo, kk, nl, inner, blocks, deg, esize, 0);
+    }
   }
   spent(ctx, "all_gather", axis, t0);
 }
@@ -425,17 +433,24 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
     exit(1);
   }
   int deg = rt_group_size(g);
-  const void *src = x;
   double t0 = now();
-  if (!contiguous(outer, blocks)) {
+  if (contiguous(outer, blocks)) {
+    complete(ctx, rt_reduce_scatter_start(g, x, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
+  } else { /* in chunks of k rows: x's rows packed by member into the scratch, scattered into y's */
     ws = scratch(ws, "reduce_scatter");
-    if (dev)
-      permute_dev(ctx, ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
-    else
-      permute(ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
-    src = ws;
+    size_t row = (size_t)(nl * inner) * esize; /* one member's row */
+    int64_t k = rt_pack_rows(outer, blocks, (int64_t)(count * (size_t)deg * esize));
+    for (int64_t o = 0; o < outer; o += k) {
+      int64_t kk = outer - o < k ? outer - o : k;
+      char *xo = (char *)x + (size_t)o * row * (size_t)deg;
+      if (dev)
+        permute_dev(ctx, ws, xo, kk, nl, inner, blocks, deg, esize, 1);
+      else
+        permute(ws, xo, kk, nl, inner, blocks, deg, esize, 1);
+      complete(ctx, rt_reduce_scatter_start(g, ws, (char *)y + (size_t)o * row, (size_t)(kk * nl * inner) * (size_t)deg,
+                                            (RtDType)dtype, RT_SUM));
+    }
   }
-  complete(ctx, rt_reduce_scatter_start(g, src, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
   spent(ctx, "reduce_scatter", axis, t0);
 }
 
