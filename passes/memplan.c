@@ -165,7 +165,8 @@ int64_t memplan_scratch_bytes(const Node *n) {
   switch (n->op) {
   case OP_ALL_GATHER:
   case OP_REDUCE_SCATTER: {
-    const Value *split = n->op == OP_ALL_GATHER ? n->in[0] : n->out[0], *whole = n->op == OP_ALL_GATHER ? n->out[0] : n->in[0];
+    bool gather = n->op == OP_ALL_GATHER;
+    const Value *split = gather ? n->in[0] : n->out[0], *whole = gather ? n->out[0] : n->in[0];
     int64_t outer = 1;
     for (int d = 0; d < n->a.axis && d < split->shape.rank; d++) outer *= split->shape.dim[d];
     return rt_pack_bytes(outer, n->a.blocks, value_bytes(whole));

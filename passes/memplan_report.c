@@ -24,7 +24,8 @@ void memplan_print(FILE *f, const Module *m) {
     char buf[128];
     if (c == MEM_COMM && !p->by_class[c]) {
       if (p->largest[c]) {
-        snprintf(buf, sizeof buf, "collectives' packing buffers: none live at the peak (the largest, %.2f MiB, is planned where it runs)",
+        snprintf(buf, sizeof buf,
+                 "collectives' packing buffers: none live at the peak (the largest, %.2f MiB, is planned where it runs)",
                  (double)p->largest[c] / (1 << 20));
         what = buf;
       } else {
