@@ -7,8 +7,9 @@
  *                       over several member layouts (empty members, chunk-crossing ones);
  *                       with SHARDRT_TEST_DIRECT=1 (0) some (no) collective must have run
  *                       by direct reads (runtime/comm/direct.c); SHARDRT_TEST_HIER (went
- *                       node, nodes, node: comm.c), SHARDRT_TEST_GATHER (small ones on the
- *                       ring gathered and folded: comm.c) and SHARDRT_TEST_MBOX the same
+ *                       node, nodes, node: hier.c), SHARDRT_TEST_RAIL (all-reduced by rails:
+ *                       hier.c), SHARDRT_TEST_GATHER (small ones on the
+ *                       ring gathered and folded: hier.c) and SHARDRT_TEST_MBOX the same
  *                       for the shared-memory mailboxes (runtime/comm/mbox.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
@@ -491,6 +492,13 @@ static int mode_coll(RtComm *c, int world) {
     uint64_t nh = rt_comm_hier_count(c);
     EXPECT((nh > 0) == (strcmp(want_hier, "1") == 0), "%llu all-reduces went hierarchical, SHARDRT_TEST_HIER=%s",
            (unsigned long long)nh, want_hier);
+  }
+  /* SHARDRT_TEST_RAIL=1: some hierarchical all-reduce ran by rails; 0: none. */
+  const char *want_rail = getenv("SHARDRT_TEST_RAIL");
+  if (want_rail && *want_rail) {
+    uint64_t nr = rt_comm_rail_count(c);
+    EXPECT((nr > 0) == (strcmp(want_rail, "1") == 0), "%llu all-reduces ran by rails, SHARDRT_TEST_RAIL=%s",
+           (unsigned long long)nr, want_rail);
   }
   /* SHARDRT_TEST_GATHER=1: some small all-reduce on the ring gathered and folded; 0: none. */
   const char *want_gather = getenv("SHARDRT_TEST_GATHER");
