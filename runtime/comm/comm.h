@@ -103,8 +103,8 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *   hier_ar_max, hier_rs_max, hier_ag_max
  *                bytes: all-reduces (and all_reduce_v), reduce-scatters, all-gathers up to
  *                this size go hierarchically, larger ones take the ring over every member
- *                (SHARDRT_HIER_AR_MAX, .._RS_MAX, .._AG_MAX; default: always; measured by
- *                rt_comm_autotune on a world over several nodes)
+ *                (SHARDRT_HIER_AR_MAX, .._RS_MAX, .._AG_MAX; defaults: always, 1 MiB, 4 MiB;
+ *                measured by rt_comm_autotune on a world over several nodes)
  *   rail_ar_min, rail_rs_min, rail_ag_min (rail_min: all three)
  *                bytes: hierarchical all-reduces, reduce-scatters, all-gathers from this size,
  *                where every node has the same number of members, run by rails (all-reduce: node

@@ -68,9 +68,12 @@ static size_t env_size(const char *name, size_t dflt) {
 void rt_hier_init(RtComm *c) {
   const char *hier = getenv("SHARDRT_HIER");
   c->hier = !(hier && strcmp(hier, "0") == 0);
+  /* (defaults from two simulated nodes on 2 cores, docs/performance.md: from 4 MiB the ring over
+   * every member reduce-scattered faster, from 16 MiB it all-gathered faster; rt_comm_autotune
+   * measures them where every rank has its core) */
   c->hier_max[H_AR] = env_size("SHARDRT_HIER_AR_MAX", SIZE_MAX);
-  c->hier_max[H_RS] = env_size("SHARDRT_HIER_RS_MAX", SIZE_MAX);
-  c->hier_max[H_AG] = env_size("SHARDRT_HIER_AG_MAX", SIZE_MAX);
+  c->hier_max[H_RS] = env_size("SHARDRT_HIER_RS_MAX", (size_t)1 << 20);
+  c->hier_max[H_AG] = env_size("SHARDRT_HIER_AG_MAX", (size_t)4 << 20);
   size_t rail = env_size("SHARDRT_RAIL_MIN", (size_t)64 << 10);
   c->rail_min[H_AR] = env_size("SHARDRT_RAIL_AR_MIN", rail);
   c->rail_min[H_RS] = env_size("SHARDRT_RAIL_RS_MIN", rail);
