@@ -111,7 +111,8 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                reduce-scatter, all-reduce of block J among the members with index J on every
  *                node, node all-gather; reduce-scatter: node, then rail reduce-scatter; all-gather:
  *                rail, then node all-gather) rather than by one leader per node
- *                (SHARDRT_RAIL_MIN, SHARDRT_RAIL_AR_MIN, ..; 64 KiB; measured by rt_comm_autotune)
+ *                (SHARDRT_RAIL_MIN, SHARDRT_RAIL_AR_MIN, ..; 64 KiB, all-gather 1 MiB; measured by
+ *                rt_comm_autotune)
  *   gather_max   bytes: all-reduces and reduce-scatters up to this size that would take the
  *                ring all-gather every member's input and fold it (n-1 message steps
  *                instead of 2(n-1); SHARDRT_GATHER_MAX, 16384; 0: never)

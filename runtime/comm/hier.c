@@ -74,10 +74,11 @@ void rt_hier_init(RtComm *c) {
   c->hier_max[H_AR] = env_size("SHARDRT_HIER_AR_MAX", SIZE_MAX);
   c->hier_max[H_RS] = env_size("SHARDRT_HIER_RS_MAX", (size_t)1 << 20);
   c->hier_max[H_AG] = env_size("SHARDRT_HIER_AG_MAX", (size_t)4 << 20);
+  /* (all-gather: the leaders were faster below 1 MiB on two simulated nodes, docs/performance.md) */
   size_t rail = env_size("SHARDRT_RAIL_MIN", (size_t)64 << 10);
   c->rail_min[H_AR] = env_size("SHARDRT_RAIL_AR_MIN", rail);
   c->rail_min[H_RS] = env_size("SHARDRT_RAIL_RS_MIN", rail);
-  c->rail_min[H_AG] = env_size("SHARDRT_RAIL_AG_MIN", rail);
+  c->rail_min[H_AG] = env_size("SHARDRT_RAIL_AG_MIN", getenv("SHARDRT_RAIL_MIN") ? rail : (size_t)1 << 20);
   /* (0 turns it off: a plain strtoull, not a "positive or default" reader) */
   c->gather_max = env_size("SHARDRT_GATHER_MAX", 16384);
 }
