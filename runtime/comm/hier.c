@@ -429,11 +429,14 @@ void rt_hier_free(RtReq *q) {
  * and each member folds it itself in the mailbox's order (rt_mbox_fold: every member the same
  * bits). The all-gather is a request of its own that carries this request's sequence number
  * and signature, so a mismatch is still named as the call the user made. Up to gather_max
- * bytes (SHARDRT_GATHER_MAX, 16 KiB; rt_comm_tune "gather_max"; 0: never).
+ * bytes (SHARDRT_GATHER_MAX, 16 KiB; rt_comm_tune "gather_max"; 0: never); not a reduce-scatter
+ * of 2 members (one ring step already, of half the bytes).
  */
 bool rt_gather_usable(const RtReq *q) {
   if (q->g->backend || (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER) || q->n < 2 || q->count == 0)
     return false;
+  /* (a reduce-scatter of 2 members is one ring step already, of half the bytes) */
+  if (q->op == RT_OP_REDUCE_SCATTER && q->n == 2) return false;
   size_t bytes = q->count * q->esize;
   return bytes <= q->c->gather_max && !rt_mbox_usable(q) && !rt_direct_usable(q);
 }
