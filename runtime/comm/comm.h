@@ -12,7 +12,10 @@
  * stream through the mailboxes), and those of >= 64 KiB
  * (direct_min) among ranks of one host (shm) read and write
  * the peers' buffers directly instead (cross-memory attach, see direct.c, or plain loads and
- * stores where the peer's buffer came from rt_comm_mem_alloc, see shmem.c); a group on which
+ * stores where the peer's buffer came from rt_comm_mem_alloc, see shmem.c); a group over
+ * several nodes with more members than nodes runs all-reduce, reduce-scatter and all-gather
+ * node, nodes, node (inside each node as above, between nodes among one member per node or per
+ * rail, see hier.c); a group on which
  * rt_group_use_nccl() (runtime/cuda/nccl.h) was called works on GPU memory through NCCL,
  * with the same calls.
  *

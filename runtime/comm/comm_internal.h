@@ -151,10 +151,10 @@ struct RtReq {
   bool st_posted;      /* ... its slot header is out */
   size_t st_put;       /* ... chunks of our block posted (MB_PUSH: 1 once our own block is in our output) */
   uint64_t *st_got;    /* ... [n] chunks of each member's block copied out (RT_ST_DONE: all) */
-  bool seq_set;        /* seq_full was given (a hierarchical request's part, comm.c) */
+  bool seq_set;        /* seq_full was given (a hierarchical request's part, hier.c) */
   uint16_t sig_as;     /* non-zero: the signature its messages carry (a gather-and-fold's all-gather: its parent's) */
   RtReq *user;         /* the call the user made, described in errors instead of this one (that all-gather's parent) */
-  /* a group over several nodes: node all-reduce, nodes' all-reduce, broadcast (comm.c) */
+  /* a group over several nodes: node, nodes, node (hier.c) */
   struct RtHier *hier; /* its state (also a gather-and-fold's), else NULL */
   RtReq *hier_next;    /* the comm's list of hierarchical requests in flight */
 };
@@ -290,7 +290,7 @@ struct RtComm {
   size_t rail_min[3];    /* bytes: hierarchical all-reduces, reduce-scatters, all-gathers from this size, nodes of
                             equal size, by rails (hier.c) */
   uint64_t rail_count;   /* run so */
-  size_t gather_max;     /* bytes: smaller all-reduces and reduce-scatters on the ring gather and fold (comm.c) */
+  size_t gather_max;     /* bytes: smaller all-reduces and reduce-scatters on the ring gather and fold (hier.c) */
   uint64_t gather_count; /* run so */
   RtReq *hier_active;    /* in flight */
   uint64_t hier_count;   /* run */
@@ -333,7 +333,7 @@ bool rt_mbox_usable(const RtReq *q); /* the same answer on every member */
 void rt_mbox_begin(RtReq *q);
 bool rt_mbox_progress(RtComm *c); /* true when some mailbox request moved */
 /* q's output from every member's contribution (src[p]: member p's input, for all-gather its
- * block), folded in the direct reads' order (also the ring's gather-and-fold, comm.c). */
+ * block), folded in the direct reads' order (also the ring's gather-and-fold, hier.c). */
 void rt_mbox_fold(RtReq *q, char *const *src);
 /* The world ranks whose data for q is not in their mailbox yet (first[i]: not joined), up to max. */
 int rt_mbox_waiting(const RtReq *q, int *peers, bool *first, int max);
@@ -373,7 +373,7 @@ void rt_req_free(RtReq *q);
 void rt_hier_init(RtComm *c);                       /* settings from the environment */
 bool rt_hier_tune(RtComm *c, const char *name, size_t value); /* rt_comm_tune's names of hier.c */
 bool rt_same_node(const RtComm *c, int a, int b);
-void rt_hier_groups(RtGroup *g);                    /* a new group's parts (node_g, lead_g, rail_g) */
+void rt_hier_groups(RtGroup *g);                    /* a new group's parts (node_g, node2_g, lead_g, rail_g) */
 bool rt_hier_usable(const RtReq *q);                /* the same answer on every member */
 void rt_hier_begin(RtReq *q);
 bool rt_gather_usable(const RtReq *q);
