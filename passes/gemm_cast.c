@@ -52,8 +52,20 @@ static bool is_weight(const Value *v) {
   return v->def && v->def->op == OP_PARAM && v->dtype == DT_F32 && v->shape.rank >= 2;
 }
 
-/* Whether every use of a in body b is a matmul operand (and a is no result of b). */
-static bool read_by_gemms_only(const Graph *b, const Value *a) {
+/* Whether the body value o is (the row of) a weight repeat rep reads, or already bf16. */
+static bool weight_arg(const Node *rep, const Value *o) {
+  if (o->dtype != DT_F32) return true;
+  const Graph *b = rep->body;
+  if (o->def->op != OP_ARG) return false;
+  for (int k = rep->a.ncarry; k < b->nargs; k++)
+    if (b->args[k] == o->def) return is_weight(rep->in[k]);
+  return false;
+}
+
+/* Whether every use of a in repeat rep's body is a matmul operand whose other operand is an f32
+ * activation or gradient (no weight: the product stays f32), and a is no result of the body. */
+static bool read_by_gemms_only(const Node *rep, const Value *a) {
+  const Graph *b = rep->body;
   for (int r = 0; r < b->nresults; r++)
     if (b->results[r] == a) return false;
   int uses = 0;
@@ -61,7 +73,7 @@ static bool read_by_gemms_only(const Graph *b, const Value *a) {
     const Node *n = b->nodes[i];
     for (int j = 0; j < n->nin; j++) {
       if (n->in[j] != a) continue;
-      if (n->op != OP_MATMUL) return false;
+      if (n->op != OP_MATMUL || weight_arg(rep, n->in[1 - j])) return false;
       uses++;
     }
   }
@@ -69,7 +81,7 @@ static bool read_by_gemms_only(const Graph *b, const Value *a) {
 }
 
 /* Re-types the matmuls of body b that read a (now bf16): their results stay f32 (the other
- * operand is f32: an activation or a gradient). */
+ * operand is f32: read_by_gemms_only). */
 static void retype_readers(Graph *b, const Value *a) {
   for (int i = 0; i < b->nnodes; i++) {
     Node *n = b->nodes[i];
@@ -98,7 +110,7 @@ bool pass_gemm_cast(Module *m) {
     for (int j = n->a.ncarry; j < n->nin; j++) { /* stacked inputs (read row by row) and captures */
       Node *an = b->args[j];
       Value *a = an->out[0];
-      if (an->a.next || !is_weight(n->in[j]) || !read_by_gemms_only(b, a)) continue;
+      if (an->a.next || !is_weight(n->in[j]) || !read_by_gemms_only(n, a)) continue;
       n->in[j] = cast_of(&c, n->in[j], &i);
       a->dtype = DT_BF16;
       retype_readers(b, a);
