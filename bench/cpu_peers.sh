@@ -12,7 +12,9 @@
 # no sampling (its train step itself unchanged). Its gpt2_124M.bin is written with random weights
 # by bench/peers/llmc_weights.py, tokens by bench/gpt2_tokens.py. PYTHON: a python with torch
 # (default python3); a peer that cannot run is reported as such, the others still run. LLMC_DIR
-# `-` leaves llm.c out (its step is ~9x shardc's: a short comparison of the others).
+# `-` leaves llm.c out (its step is ~9x shardc's: a short comparison of the others). BASE: another
+# shardc binary (e.g. the main branch's build/shardc): its bf16 trainer runs too, in the same rounds
+# ("shardc bf16, BASE"), to compare a change side by side. Each run's load average is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llmc=$1
@@ -26,9 +28,13 @@ t=$(mktemp -d /tmp/cpu-peers-XXXXXX)
 trap 'rm -rf "$t"' EXIT
 # shardc builds: name, precision, kernels
 builds=("c f32 c" "llvm f32 llvm" "bf16 bf16 llvm")
+kinds="c llvm bf16"
+[ -n "${BASE:-}" ] && builds+=("bf16base bf16 llvm") && kinds="$kinds bf16base"
 for b in "${builds[@]}"; do
   set -- $b
-  "$shardc" build models/gpt2-124m.model -D micro_batch=4 -D batch=4 -D seq=64 -D zero=0 -D precision="$2" --world 1 \
+  sc=$shardc
+  [ "$1" = bf16base ] && sc=$BASE
+  "$sc" build models/gpt2-124m.model -D micro_batch=4 -D batch=4 -D seq=64 -D zero=0 -D precision="$2" --world 1 \
     --cpu-kernels "$3" -o "$t/train_$1" 2>/dev/null
 done
 python3 bench/gpt2_tokens.py "$t/tok.bin"
@@ -47,28 +53,33 @@ fi
 torch_ok=1
 "$py" -c "import torch" 2>/dev/null || { torch_ok=0; echo "pytorch: not importable by $py; left out"; }
 for r in $(seq "$reps"); do
-  for k in c llvm bf16; do
+  for k in $kinds; do
+    echo "round $r $k: load $(cut -d' ' -f1-3 /proc/loadavg)"
     "$t/train_$k" --data "$t/tok.bin" --val "$t/tok.bin" --val-batches 1 --eval-every 0 --steps "$steps" \
       --threads "$threads" --log "$t/$k.$r.jsonl" >/dev/null
   done
   [ "$llmc_ok" = 1 ] && (cd "$t/llmc" && OMP_NUM_THREADS=$threads ./train_gpt2 >"$t/llmc.$r.txt")
   if [ "$torch_ok" = 1 ]; then
+    echo "round $r pytorch: load $(cut -d' ' -f1-3 /proc/loadavg)"
     "$py" bench/peers/gpt2_torch.py --device cpu --threads "$threads" --mode eager \
       --steps "$steps" -B 4 -T 64 --times >"$t/torch.$r.txt"
     "$py" bench/peers/gpt2_torch.py --device cpu --cpu-bf16 --threads "$threads" --mode eager \
       --steps "$steps" -B 4 -T 64 --times >"$t/torchbf16.$r.txt"
   fi
 done
-python3 - "$t" "$reps" "$torch_ok" "$llmc_ok" <<'PY'
+python3 - "$t" "$reps" "$torch_ok" "$llmc_ok" "$kinds" <<'PY'
 import json, re, statistics, sys
 d, reps, torch_ok, llmc_ok = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
-names = {"c": "shardc f32 --cpu-kernels c", "llvm": "shardc f32 --cpu-kernels llvm", "bf16": "shardc bf16 (oneDNN GEMMs)"}
+names = {"c": "shardc f32 --cpu-kernels c", "llvm": "shardc f32 --cpu-kernels llvm", "bf16": "shardc bf16 (oneDNN GEMMs)",
+         "bf16base": "shardc bf16, BASE"}
+kinds = sys.argv[5].split()
+names = {k: names[k] for k in kinds}
 def med(xs):
     xs = xs[1:] if len(xs) > 1 else xs
     return statistics.median(xs)
 runs = {}
 for r in range(1, reps + 1):
-    for k in ("c", "llvm", "bf16"):
+    for k in kinds:
         rows = [json.loads(l) for l in open(f"{d}/{k}.{r}.jsonl") if '"tokens_per_s"' in l]
         runs.setdefault(names[k], []).append(med([x["ms"] for x in rows]))
     if llmc_ok:
@@ -79,6 +90,9 @@ for r in range(1, reps + 1):
             ms = [float(m) for m in re.findall(r"step_ms ([0-9.]+)", open(f"{d}/{f}.{r}.txt").read())]
             runs.setdefault(name, []).append(med(ms))
 best = {k: min(v) for k, v in runs.items()}
+for k in kinds:  # the losses, to see that two builds of one precision compute the same
+    print(f"  losses, {names[k]}, round 1: " + " ".join(
+        repr(json.loads(l)["loss"]) for l in open(f"{d}/{k}.1.jsonl") if '"tokens_per_s"' in l))
 print("GPT-2 124M, B=4, T=64: best run's median ms/step (each run's in brackets)")
 for k, v in runs.items():
     print(f"  {k:30s} {best[k]:9.0f}  ({', '.join(f'{m:.0f}' for m in v)})")

@@ -97,6 +97,10 @@ static void emit_node(Cg *c, Node *n) {
   case OP_GELU_BWD: cg_line(c, "rt_gelu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
   case OP_SILU_BWD: cg_line(c, "rt_silu_bwd_f32(%s, %s, %s, %" PRId64 ");", fp(c, y), fp(c, x), fp(c, n->in[1]), ny); return;
   case OP_CAST:
+    if (x->dtype == DT_F32 && y->dtype == DT_BF16) { /* a GEMM operand's bf16 copy (passes/gemm_cast.c) */
+      cg_line(c, "rt_cvt_f32_bf16(%" PRId64 ", %s, (uint16_t *)%s);", ny, fp(c, x), cg_ptr(c, y));
+      return;
+    }
     if (x->dtype != y->dtype) return cg_unsupported(c, n, "dtype conversion (mixed precision is the CUDA target's)");
     cg_copy_if_moved(c, y, x);
     return;
@@ -153,8 +157,14 @@ static void emit_node(Cg *c, Node *n) {
     /* `precision bf16`: GEMMs on bf16-rounded inputs, f32 accumulation and activations (the CPU
      * target's mixed precision; runtime/ops/gemm_dnnl.c) */
     bool bf16 = c->m->has_recipe && c->m->recipe.precision == PREC_BF16;
-    cg_line(c, "rt_matmul_%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);",
-         bf16 ? "bf16" : "f32", fp(c, y), fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
+    bool a16 = x->dtype == DT_BF16, b16 = n->in[1]->dtype == DT_BF16;
+    if (y->dtype != DT_F32 || (!bf16 && (a16 || b16))) return cg_unsupported(c, n, "a matmul other than f32 = f32 @ f32, or a bf16 operand under precision bf16");
+    if (a16 || b16) /* an operand's bf16 copy made once per step (passes/gemm_cast.c): not rounded again */
+      cg_line(c, "rt_matmul_bf16_in(%s, %s, %d, %s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);",
+           fp(c, y), cg_ptr(c, x), a16, cg_ptr(c, n->in[1]), b16, batch, m, nn, k, a->ta, a->tb, bbatch != 1);
+    else
+      cg_line(c, "rt_matmul_%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);",
+           bf16 ? "bf16" : "f32", fp(c, y), fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
     return;
   }
   case OP_EMBED: {
@@ -286,7 +296,9 @@ static int cpu_node(Cg *c, Node *n) {
   return 1;
 }
 
-static void cpu_prologue(Cg *c) { fprintf(c->f, "#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n"); }
+static void cpu_prologue(Cg *c) {
+  fprintf(c->f, "#include \"kernels/kernels.h\" /* rt_cvt_f32_bf16: a weight's bf16 copy */\n#include \"ops.h\"\n#include \"prims.h\"\n#include \"program.h\"\n\n");
+}
 
 static void cpu_copy(Cg *c, const char *dst, const char *src, int64_t bytes, bool overlap) {
   cg_line(c, "%s(%s, %s, %" PRId64 ");", overlap ? "memmove" : "memcpy", dst, src, bytes);

@@ -23,6 +23,7 @@ static const Pass passes[] = {
     {"precision", pass_precision},  /* bf16 compute, f32 master weights (CUDA target) */
     {"autodiff", pass_autodiff},    /* backward graph */
     {"optimizer", pass_optimizer},  /* clip, lr, update */
+    {"gemmcast", pass_gemm_cast},   /* CPU bf16 GEMMs: each weight's bf16 copy made once per step, read by its GEMMs */
     {"shard", pass_shard},          /* dp/tp/sp: per-rank shapes, collectives */
     {"accum", pass_accum},          /* gradient accumulation: accum micro-steps in a region, one update */
     {"peel", pass_peel},            /* accumulation over dp: the last micro-step out of the region (overlap) */

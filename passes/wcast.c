@@ -74,6 +74,9 @@ static void wcast_graph(Graph *g) {
 }
 
 bool pass_wcast(Module *m) {
+  /* the CPU target's casts (passes/gemm_cast.c) are its GEMM operands, made once per step on
+   * purpose (its activations are f32: the memory is the 2 B per parameter of the copy) */
+  if (m->target != TARGET_CUDA) return true;
   if (m->mesh && m->mesh->dim[RT_AX_PP] > 1) return true; /* (the pipeline's stages: left as they are) */
   /* ZeRO-3 keeps the bf16 copy split over dp and gathers it per layer (passes/zero.c: the gather
    * moves past the cast, half the bytes of the f32 shard): already a layer at a time */

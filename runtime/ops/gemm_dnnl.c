@@ -13,6 +13,9 @@
  * rank's thread nested parallelism is off as for OpenBLAS.
  * Without oneDNN: the inputs are rounded to bf16 and back to f32 and the f32 GEMM runs on them —
  * the same numbers (up to the accumulation order), at the f32 speed.
+ * rt_matmul_bf16_in takes either operand already in bf16 (the compiled step's bf16 copy of a weight,
+ * cast once per step by passes/gemm_cast.c) and skips its rounding pass: the same bits as rounding
+ * it here (the rounding is the same rt_cvt_f32_bf16).
  */
 #include "ops.h"
 
@@ -113,26 +116,33 @@ static Gemm *gemm_for(int64_t batch, int64_t bbatch, int64_t m, int64_t n, int64
 
 static _Thread_local const char *last_impl = "none";
 
-void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
-                    int ta, int tb, int b_batched) {
+void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb, int b_batched) {
   int64_t bbatch = b_batched ? batch : 1;
   if (batch == 0 || m == 0 || n == 0) return;
   if (k == 0) {
     rt_fill_f32(y, batch * m * n, 0.0f);
     return;
   }
-  uint16_t *a16 = grow(&scr_a, &cap_a, (size_t)(batch * m * k) * 2);
-  uint16_t *b16 = grow(&scr_b, &cap_b, (size_t)(bbatch * k * n) * 2);
-  rt_cvt_f32_bf16(batch * m * k, a, a16);
-  rt_cvt_f32_bf16(bbatch * k * n, b, b16);
+  const uint16_t *a16 = a, *b16 = b; /* an operand already in bf16 is read as it is */
+  if (!a_bf16) {
+    uint16_t *s = grow(&scr_a, &cap_a, (size_t)(batch * m * k) * 2);
+    rt_cvt_f32_bf16(batch * m * k, a, s);
+    a16 = s;
+  }
+  if (!b_bf16) {
+    uint16_t *s = grow(&scr_b, &cap_b, (size_t)(bbatch * k * n) * 2);
+    rt_cvt_f32_bf16(bbatch * k * n, b, s);
+    b16 = s;
+  }
   if (bbatch == 1 && !ta) { /* shared B: one (batch*m) x k GEMM */
     m *= batch;
     batch = 1;
   }
   Gemm *g = gemm_for(batch, bbatch, m, n, k, ta, tb);
   last_impl = g->impl;
-  DNNL_OK(dnnl_memory_set_data_handle(g->src, a16));
-  DNNL_OK(dnnl_memory_set_data_handle(g->wei, b16));
+  DNNL_OK(dnnl_memory_set_data_handle(g->src, (void *)a16));
+  DNNL_OK(dnnl_memory_set_data_handle(g->wei, (void *)b16));
   DNNL_OK(dnnl_memory_set_data_handle(g->dst, y));
   dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, g->src}, {DNNL_ARG_WEIGHTS, g->wei}, {DNNL_ARG_DST, g->dst}};
   DNNL_OK(dnnl_primitive_execute(g->prim, strm, 3, args));
@@ -151,19 +161,30 @@ static inline float widen(uint16_t h) {
   return v.f;
 }
 
-void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
-                    int ta, int tb, int b_batched) {
+/* The operand as f32 values that bf16 holds exactly: rounded (f32) or widened (bf16) into scratch. */
+static const float *rounded(void **scr, size_t *cap, const void *x, int is_bf16, int64_t n) {
+  float *r = grow(scr, cap, (size_t)n * 4);
+  uint16_t *h = (uint16_t *)r; /* bf16 codes written into the first half, widened back from the end down */
+  if (is_bf16)
+    memcpy(h, x, (size_t)n * 2);
+  else
+    rt_cvt_f32_bf16(n, x, h);
+  for (int64_t i = n - 1; i >= 0; i--) r[i] = widen(h[i]);
+  return r;
+}
+
+void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb, int b_batched) {
   int64_t na = batch * m * k, nb = (b_batched ? batch : 1) * k * n;
-  float *ar = grow(&scr_a, &cap_a, (size_t)na * 4), *br = grow(&scr_b, &cap_b, (size_t)nb * 4);
-  /* bf16 codes written into the first half of each buffer, widened back from the end down */
-  uint16_t *a16 = (uint16_t *)ar, *b16 = (uint16_t *)br;
-  rt_cvt_f32_bf16(na, a, a16);
-  rt_cvt_f32_bf16(nb, b, b16);
-  for (int64_t i = na - 1; i >= 0; i--) ar[i] = widen(a16[i]);
-  for (int64_t i = nb - 1; i >= 0; i--) br[i] = widen(b16[i]);
+  const float *ar = rounded(&scr_a, &cap_a, a, a_bf16, na), *br = rounded(&scr_b, &cap_b, b, b_bf16, nb);
   rt_matmul_f32(y, ar, br, batch, m, n, k, ta, tb, b_batched);
 }
 
 const char *rt_matmul_bf16_impl(void) { return "f32 sgemm on bf16-rounded inputs (built without oneDNN)"; }
 
 #endif
+
+void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                    int ta, int tb, int b_batched) {
+  rt_matmul_bf16_in(y, a, 0, b, 0, batch, m, n, k, ta, tb, b_batched);
+}

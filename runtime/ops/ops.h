@@ -60,6 +60,10 @@ void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int6
  * accumulation and result; through oneDNN's bf16 matmul when built with it. */
 void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                     int ta, int tb, int b_batched);
+/* The same with either operand given in bf16 already (a_bf16 / b_bf16: a uint16_t array of bf16
+ * codes, read as it is), the other f32 (rounded here); rt_matmul_bf16 is both f32. */
+void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb, int b_batched);
 /* The implementation this thread's last rt_matmul_bf16 ran (oneDNN's name, e.g.
  * "brg:avx512_core_bf16"), or a sentence when built without oneDNN. */
 const char *rt_matmul_bf16_impl(void);

@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/kernels.h" /* rt_cvt_f32_bf16: a weight's bf16 copy */
 #include "ops.h"
 #include "prims.h"
 #include "program.h"

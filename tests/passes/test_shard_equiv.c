@@ -55,7 +55,9 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"cross_node_tp", "on"}; /* plan the world we ask for, whatever the model's nodes */
   if (offload) d[n++] = (FeDefine){"offload", "on"};
-  if (mode != CPU_F32) d[n++] = (FeDefine){"precision", mode == CUDA_BF16 ? "bf16" : "f32"};
+  /* f32 unless CUDA_BF16, whatever the model's recipe says (the CPU target's `precision bf16` casts
+   * the GEMMs' weights to bf16: passes/gemm_cast.c) */
+  d[n++] = (FeDefine){"precision", mode == CUDA_BF16 ? "bf16" : "f32"};
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;

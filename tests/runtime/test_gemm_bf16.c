@@ -10,6 +10,8 @@
  * An f32 GEMM on the unrounded inputs misses it by 2^-9 relative on one product, which the
  * one-element case below (K = 1, a = 1 + 2^-10) catches exactly. On a CPU with avx512_bf16 the
  * oneDNN build must run oneDNN's avx512_core_bf16 kernels (the implementation's name is checked).
+ * rt_matmul_bf16_in with either operand or both given in bf16 (rounded by rt_cvt_f32_bf16 before
+ * the call, as the compiled step's weight copies) must give bitwise the same result.
  */
 #include <math.h>
 #include <stdio.h>
@@ -68,11 +70,26 @@ static void check(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb
       }
   }
   int same = memcmp(y, y2, sizeof(float) * (size_t)(batch * m * n)) == 0;
+  /* an operand given in bf16 (the compiled step's once-per-step copy, rt_cvt_f32_bf16): bitwise the
+   * same as rounding it in the call, for A, B and both */
+  uint16_t *a16 = malloc(2 * (size_t)(batch * m * k)), *b16 = malloc(2 * (size_t)(bb * k * n));
+  rt_cvt_f32_bf16(batch * m * k, a, a16);
+  rt_cvt_f32_bf16(bb * k * n, b, b16);
+  int pre_same = 1;
+  for (int w = 1; w < 4; w++) {
+    memset(y2, 0xff, sizeof(float) * (size_t)(batch * m * n));
+    rt_matmul_bf16_in(y2, w & 1 ? (const void *)a16 : a, w & 1, w & 2 ? (const void *)b16 : b, (w & 2) != 0, batch, m, n,
+                      k, ta, tb, b_batched);
+    pre_same &= memcmp(y, y2, sizeof(float) * (size_t)(batch * m * n)) == 0;
+  }
+  free(a16);
+  free(b16);
   char name[96];
   snprintf(name, sizeof name, "b%lld %lldx%lldx%lld ta%d tb%d %s", (long long)batch, (long long)m, (long long)n,
            (long long)k, ta, tb, b_batched ? "batched B" : "shared B");
-  if (bad || !same) {
-    printf("FAIL %-40s %lld outside the bound%s\n", name, (long long)bad, same ? "" : "; second run differs");
+  if (bad || !same || !pre_same) {
+    printf("FAIL %-40s %lld outside the bound%s%s\n", name, (long long)bad, same ? "" : "; second run differs",
+           pre_same ? "" : "; a bf16 operand differs from rounding in the call");
     g_fail = 1;
   } else {
     printf("ok   %-40s max err %.3f of the bound\n", name, worst);
