@@ -409,6 +409,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
 }
 
 void plan_search_free(SearchResult *r) {
+  plan_model_free(&r->model);
   free(r->cand);
   free(r->rank);
   memset(r, 0, sizeof *r);
