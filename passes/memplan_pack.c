@@ -75,6 +75,25 @@ static void sort_spans(Span *s, int n) {
   }
 }
 
+/* Drops repeated spans (the gap pack finds depends only on the set): an open-addressing table over
+ * (a, b) of cap slots (a power of two over 2 n, zeroed; left zeroed; used: room for n), for the long lists only.
+ * Returns the count left, in their first order. */
+static int dedup_spans(Span *s, int n, int *slot, int cap, int *used) {
+  if (n < 64) return n;
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t h = ((uint64_t)s[i].a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)s[i].b * 0xC2B2AE3D27D4EB4Full);
+    int at = (int)((h ^ (h >> 29)) & (uint64_t)(cap - 1));
+    while (slot[at] && !(s[slot[at] - 1].a == s[i].a && s[slot[at] - 1].b == s[i].b)) at = (at + 1) & (cap - 1);
+    if (slot[at]) continue;
+    s[k] = s[i];
+    used[k] = at;
+    slot[at] = ++k;
+  }
+  for (int i = 0; i < k; i++) slot[used[i]] = 0; /* left zeroed for the next list */
+  return k;
+}
+
 /* Greedy placement: largest first, lowest offset that does not overlap a placed
  * interval whose lifetime intersects. Returns the arena size. */
 int64_t memplan_pack(Interval *iv, int n, Arena *a) {
@@ -93,6 +112,10 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
   for (int s = 0; s <= nst; s++) by_stage[s] = (Placed){ARENA_ARRAY(a, IdList, 2 * leaves), ARENA_ARRAY(a, IdList, npos)};
   int64_t size = 0;
   Span *cspan = ARENA_ARRAY(a, Span, n + 1); /* the conflicts' bytes */
+  int dcap = 128;
+  while (dcap < 2 * n) dcap *= 2;
+  int *dslot = ARENA_ARRAY(a, int, dcap), *dused = ARENA_ARRAY(a, int, n + 1); /* dedup_spans's table */
+  memset(dslot, 0, (size_t)dcap * sizeof *dslot);
   for (int oi = 0; oi < n; oi++) {
     int xi = order[oi].i;
     Interval *x = &iv[xi];
@@ -113,7 +136,9 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
           cspan[nconf++] = (Span){y->offset, y->offset + y->bytes};
         }
     }
-    /* conflicts by offset, then the first gap that fits */
+    /* conflicts by offset, then the first gap that fits (the same span met again, as every stage's
+     * copy of a value at one offset is, changes no gap: kept once) */
+    nconf = dedup_spans(cspan, nconf, dslot, dcap, dused);
     sort_spans(cspan, nconf);
     int64_t off = 0;
     for (int i = 0; i < nconf; i++) {
