@@ -305,10 +305,13 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     bool dp_in = (double)c->tp * c->cp * c->dp <= dpn;
     double members = dp_in ? c->dp : (c->tp * c->cp >= dpn ? 1 : dpn / (c->tp * c->cp));
     double bw = dp_in ? in->bytes_per_s : net->bytes_per_s * members / dpn, lat = dp_in ? in->latency_s : net->latency_s;
-    double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? 2 : 1 + accum * 2 * cb / 4;
+    /* ZeRO-2/3 reduce-scatter every micro-step's gradient inside its backward (passes/zero_sums.c),
+     * then gather the updated parameters (ZeRO-3: twice per micro-step, in the compute precision) */
+    double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? accum + 1 : accum * (1 + 2 * cb / 4);
     e->dp_s = ring_s(p_rank, factor, c->dp, bw, lat);
   }
-  double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : e->compute_s / accum * 2 / 3);
+  /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
+  double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
   /* ---- the pipeline ---- */
   if (c->pp > 1) {
