@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "diag.h"
@@ -14,6 +15,18 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* CPU seconds this process and its waited-for children (the search's compiles) have run: the
+ * budget's clock, since on a shared machine wall time measures the load as much as the work. */
+static double cpu_s(void) {
+  struct rusage self, kids;
+  getrusage(RUSAGE_SELF, &self);
+  getrusage(RUSAGE_CHILDREN, &kids);
+  double s = 0;
+  const struct timeval *tv[4] = {&self.ru_utime, &self.ru_stime, &kids.ru_utime, &kids.ru_stime};
+  for (int i = 0; i < 4; i++) s += (double)tv[i]->tv_sec + 1e-6 * (double)tv[i]->tv_usec;
+  return s;
 }
 
 const char *const plan_search_pin_keys[PIN_COUNT] = {"tp", "pp", "cp", "dp", "sp", "zero", "recompute", "micro_batch",
@@ -144,7 +157,7 @@ void plan_cand_measure(const Module *m, const CostDevice *dev, PlanCand *c) {
 
 /* Evaluates the candidates idx[0..n) of v at once. */
 static void evaluate(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, PlanCand *v, const int *idx,
-                     int n) {
+                     int n, double limit_s) {
   PlanJob job[SEARCH_JOBS_MAX];
   for (int k = 0; k < n; k++) {
     PlanJob *j = &job[k];
@@ -154,7 +167,7 @@ static void evaluate(const Module *base, const CostDevice *dev, PlanEval eval, v
     j->c->status = CAND_INVALID;
     j->c->err[0] = 0;
   }
-  eval(ctx, dev, job, n);
+  eval(ctx, dev, job, n, limit_s);
 }
 
 static int cmp_step(const void *pa, const void *pb, void *ctx) {
@@ -303,7 +316,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   memset(r, 0, sizeof *r);
   r->dev = *dev;
   r->closest = -1;
-  double t0 = now_s(), budget = o && o->budget_s > 0 ? o->budget_s : 8.0;
+  double t0 = now_s(), c0 = cpu_s(), budget = o && o->budget_s > 0 ? o->budget_s : 8.0;
   int keep = o && o->top > 0 ? o->top : 10;
   CandList l = {0};
   bool nopin[PIN_COUNT] = {0};
@@ -344,8 +357,10 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   int npat = 0;
   if (!r->rank || !nofit) die("plan search: out of memory");
   for (int i = 0; i < l.n;) {
-    int nb = 0; /* the next `jobs` candidates worth compiling, by what is known so far */
-    for (; i < l.n && nb < jobs; i++) {
+    /* the next `jobs` candidates worth compiling, by what is known so far; the analytic best alone
+     * first (unless the compile limit is given), so that it may take the whole budget */
+    int nb = 0, want = r->compiled == 0 && !(o && o->compile_limit_s > 0) ? 1 : jobs;
+    for (; i < l.n && nb < want; i++) {
       PlanCand *c = &l.v[i];
       if (r->capacity > 0 && c->bound > r->capacity) {
         c->status = CAND_BOUND;
@@ -378,7 +393,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
         r->dominated++;
         continue;
       }
-      if (now_s() - t0 > budget) {
+      if (cpu_s() - c0 > budget) {
         r->budget_hit = true;
         c->status = CAND_UNSEEN;
         continue;
@@ -386,7 +401,11 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
       batch[nb++] = i;
     }
     if (!nb) continue;
-    evaluate(base, dev, eval, ctx, l.v, batch, nb);
+    /* each compile of the batch may take its share of the budget left (at least a second): the
+     * analytic best, first, gets most (an unrolled pp 32 schedule of GPT-3 takes a few CPU seconds) */
+    double left = budget - (cpu_s() - c0);
+    double limit = o && o->compile_limit_s > 0 ? o->compile_limit_s : left / nb > 1 ? left / nb : 1;
+    evaluate(base, dev, eval, ctx, l.v, batch, nb, limit);
     for (int k = 0; k < nb; k++) {
       PlanCand *c = &l.v[batch[k]];
       r->compiled++;
@@ -408,6 +427,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   free(nofit);
   for (int i = 0; i < l.n; i++) r->unseen += l.v[i].status == CAND_UNSEEN;
   r->seconds = now_s() - t0;
+  r->cpu_seconds = cpu_s() - c0;
 }
 
 void plan_search_free(SearchResult *r) {
