@@ -686,8 +686,11 @@ void ir_print_module_header(FILE *f, const Module *m) {
     if (m->mesh) fprintf(f, "%d", m->mesh->dim[RT_AX_DP]);
     else if (p->dp > 0) fprintf(f, "%d", p->dp);
     else fprintf(f, "auto");
-    fprintf(f, " tp %d pp %d cp %d sp %s zero %d%s microbatches %d schedule %s", p->tp, p->pp, p->cp,
-            p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "", p->microbatches,
+    /* the micro-batches of a step as resolved (ir/mesh.c: `microbatches`, or batch over micro_batch x
+     * dp), what the pipeline section runs; a module read from text keeps the plan's word */
+    fprintf(f, " tp %d pp %d cp %d sp %s zero %d%s microbatches %lld schedule %s", p->tp, p->pp, p->cp,
+            p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "",
+            (long long)(m->batch.accum > 0 ? m->batch.accum : p->microbatches),
             p->schedule <= SCHED_ZB ? sched_names[p->schedule] : "?");
     if (p->schedule == SCHED_INTERLEAVED) fprintf(f, "(v: %d)", p->interleave);
     fprintf(f, " recompute %s", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");
