@@ -26,11 +26,11 @@ static const double act_rep_units[3] = {4.0, 1.0, 4.0};
  * micro-batch (chunk): the activations its forward kept for its backward (F .. B; zb: .. W), the
  * compute-precision weight gradient of its layers (B, zb: W, .. the merge), and every rank the head's
  * and the embedding's gradient ([vocab / tp, d]: from the last stage's F, the first stage's B, ..
- * the merge). A profile is the Pareto set of (activation chunks, gradient chunks, head/embedding
- * gradients, merging now) over every stage and position: a candidate's peak is the most of their
+ * the merge), under zb what B keeps for W. A profile is the Pareto set of (activation chunks, B's
+ * awaiting W, gradient chunks, head/embedding gradients, merging now) over every stage and position: a candidate's peak is the most of their
  * weighted sums (GPT-3 at pp 16: the last stage holds 7 micro-batches' gradients under 1f1b). */
 typedef struct {
-  int a, g, h, merge;
+  int a, b, g, h, merge; /* b (zb): backwards whose weight gradients (W) have not run */
 } PpLoad;
 struct PpProfile {
   PipeSchedule kind;
@@ -42,12 +42,12 @@ struct PpProfile {
 static void pareto_add(PpProfile *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (y->a >= x.a && y->g >= x.g && y->h >= x.h && y->merge >= x.merge) return;
+    if (y->a >= x.a && y->b >= x.b && y->g >= x.g && y->h >= x.h && y->merge >= x.merge) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (!(x.a >= y->a && x.g >= y->g && x.h >= y->h && x.merge >= y->merge)) p->load[k++] = *y;
+    if (!(x.a >= y->a && x.b >= y->b && x.g >= y->g && x.h >= y->h && x.merge >= y->merge)) p->load[k++] = *y;
   }
   p->n = k;
   if (p->n == p->cap) {
@@ -70,9 +70,10 @@ static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
   int *a = calloc((size_t)pp, sizeof(int)), *g = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
+  int *bw = calloc((size_t)pp, sizeof(int));
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
   char msg[256];
-  if (!order || !a || !g || !left || !hm) die("plan model: out of memory");
+  if (!order || !a || !g || !left || !hm || !bw) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
     int last = pp * s.v - 1, h = 0, done = 0;
@@ -87,22 +88,23 @@ static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int
         if (vs == last) h++, hm[in.mb]++, all = true;
       } else if (in.op == 'B') {
         if (!zb) a[st]--, g[st]++;
+        else bw[st]++;
         if (vs == 0) h++, hm[in.mb]++, all = true;
       } else {
-        a[st]--, g[st]++;
+        a[st]--, bw[st]--, g[st]++;
       }
       left[in.mb]--;
-      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], g[q], h, 0});
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 0});
       while (done < M && left[done] == 0) { /* merged: its gradients read, then gone */
         for (int q = 0; q < pp; q++) {
-          pareto_add(p, (PpLoad){a[q], g[q], h, 1});
+          pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 1});
           g[q] -= s.v;
         }
         h -= hm[done++];
       }
     }
   }
-  free(order), free(a), free(g), free(left), free(hm);
+  free(order), free(a), free(g), free(left), free(hm), free(bw);
   pipe_sched_free(&s);
   return p;
 }
@@ -249,10 +251,14 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double G = p_layer * lst / c->v * cb / 4;   /* a chunk's weight gradient of one micro-batch */
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
     double T = p_layer * lst;                   /* merging: the stage's gradient in f32 */
+    /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
+     * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
+     * none's 16) */
+    double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst;
     double most = 0;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
-      double x = l->a * A + l->g * G + l->h * H + l->merge * T;
+      double x = l->a * A + l->b * S + l->g * G + l->h * H + l->merge * T;
       if (x > most) most = x;
     }
     /* the stage's layer weights in the compute precision, cast once per step (ZeRO-3: gathered) */
