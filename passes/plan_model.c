@@ -31,6 +31,7 @@ static const double act_rep_units[3] = {4.0, 1.0, 4.0};
  * weighted sums (GPT-3 at pp 16: the last stage holds 7 micro-batches' gradients under 1f1b). */
 typedef struct {
   int a, b, g, h, merge; /* b (zb): backwards whose weight gradients (W) have not run */
+  int last;              /* the last stage's (it holds the logits) */
 } PpLoad;
 struct PpProfile {
   PipeSchedule kind;
@@ -42,12 +43,13 @@ struct PpProfile {
 static void pareto_add(PpProfile *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (y->a >= x.a && y->b >= x.b && y->g >= x.g && y->h >= x.h && y->merge >= x.merge) return;
+    if (y->a >= x.a && y->b >= x.b && y->g >= x.g && y->h >= x.h && y->merge >= x.merge && y->last >= x.last) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.g >= y->g && x.h >= y->h && x.merge >= y->merge)) p->load[k++] = *y;
+    if (!(x.a >= y->a && x.b >= y->b && x.g >= y->g && x.h >= y->h && x.merge >= y->merge && x.last >= y->last))
+      p->load[k++] = *y;
   }
   p->n = k;
   if (p->n == p->cap) {
@@ -94,10 +96,10 @@ static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int
         a[st]--, bw[st]--, g[st]++;
       }
       left[in.mb]--;
-      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 0});
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 0, q == pp - 1});
       while (done < M && left[done] == 0) { /* merged: its gradients read, then gone */
         for (int q = 0; q < pp; q++) {
-          pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 1});
+          pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 1, q == pp - 1});
           g[q] -= s.v;
         }
         h -= hm[done++];
@@ -258,12 +260,12 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double most = 0;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
-      double x = l->a * A + l->b * S + l->g * G + l->h * H + l->merge * T;
+      double x = l->a * A + l->b * S + l->g * G + l->h * H + l->merge * T + l->last * head;
       if (x > most) most = x;
     }
     /* the stage's layer weights in the compute precision, cast once per step (ZeRO-3: gathered) */
     double wcopy = cb < 4 && c->zero < 3 ? p_layer * lst * cb / 4 : 0;
-    e->cls[MEM_ACT] = most + head + copies + gather + wcopy;
+    e->cls[MEM_ACT] = most + copies + gather + wcopy;
   } else {
     e->cls[MEM_ACT] = per_layer * lst + head + copies + gather;
   }
