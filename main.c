@@ -65,10 +65,11 @@ static void usage(FILE *f) {
           "                        (dp x tp x pp x cp x sp x zero x recompute x micro-batch x schedule)\n"
           "                        (a knob given with -D stays as given)\n"
           "  --pick                search, then plan / build the fastest plan that fits\n"
-          "  --top N, --budget S   rows of the search's table (10); seconds it may compile for (8)\n"
+          "  --top N, --budget S   rows of the search's table (10); CPU seconds it may compile for (8)\n"
           "  --confirm N           candidates the search compiles at most to confirm its analytic ranking\n"
           "                        (top + 2 x cores)\n"
-          "  --compile-limit S     seconds one candidate's compile may take in the search (1)\n"
+          "  --compile-limit S     CPU seconds one candidate's compile may take in the search\n"
+          "                        (default: the budget left, shared by the batch; at least 1)\n"
           "  --cost                print the predicted step time per rank (docs/planner.md)\n"
           "  --compare SPEC        plans side by side: \"zero=0,1,2,3\", \"tp=1,2 zero=0,3\" or \"b.model c.model\"\n"
           "  --storage GB/s        the traffic and checkpoint-storage report, writes at this bandwidth (10)\n"
@@ -176,13 +177,26 @@ static int64_t replan(void *ctx, const char *const *kv, int n) {
   return m && m->memplan ? m->memplan->total : -1;
 }
 
-/* The plan search's evaluation of one candidate (passes/plan_search.h): compiled and measured in a
- * child process, the result sent back through a pipe; a compile that takes over SEARCH_COMPILE_S
- * is stopped and the candidate refused. The child's memory (its arena, the diagnostics' copies of
- * the source texts) goes with it. */
-static int search_compile_ms = 1000; /* --compile-limit */
+/* CPU seconds (user + system) process pid has run, from /proc (-1: gone). */
+static double proc_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* after the command name: state, then fields 4.. */
+  unsigned long long ut = 0, st = 0;
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
 
-static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs) {
+/* The plan search's evaluation of candidates (passes/plan_search.h): each compiled and measured in a
+ * child process, the result sent back through a pipe; a compile that takes over limit_s of CPU time
+ * (the machine may be shared: wall time says more about its load) is stopped and the candidate
+ * refused. The child's memory (its arena, the diagnostics' copies of the source texts) goes with it. */
+static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs, double limit_s) {
   int fd[SEARCH_JOBS_MAX];
   pid_t pid[SEARCH_JOBS_MAX];
   PlanCand got[SEARCH_JOBS_MAX];
@@ -224,20 +238,32 @@ static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
     close(fds[1]);
     fd[k] = fds[0];
   }
-  /* their answers, until each is complete or ends, or the batch's time is up */
+  /* their answers, until each is complete or ends, or runs over its CPU time (or, never to hang,
+   * over 60 s + 30 x that in wall time) */
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  bool late[SEARCH_JOBS_MAX] = {0};
   for (;;) {
     struct pollfd pf[SEARCH_JOBS_MAX];
     int np = 0, which[SEARCH_JOBS_MAX];
-    for (int k = 0; k < njobs; k++)
-      if (fd[k] >= 0) pf[np] = (struct pollfd){.fd = fd[k], .events = POLLIN}, which[np++] = k;
-    if (!np) break;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    int left = search_compile_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-    if (left <= 0 || poll(pf, (nfds_t)np, left) <= 0) break;
-    for (int i = 0; i < np; i++) {
+    double wall = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+    for (int k = 0; k < njobs; k++) {
+      if (fd[k] < 0) continue;
+      if (proc_cpu_s(pid[k]) > limit_s || wall > 60 + 30 * limit_s) { /* stopped at once: the core is the others' */
+        late[k] = true;
+        kill(pid[k], SIGKILL);
+        close(fd[k]);
+        fd[k] = -1;
+        continue;
+      }
+      pf[np] = (struct pollfd){.fd = fd[k], .events = POLLIN}, which[np++] = k;
+    }
+    if (!np) break;
+    int got_any = poll(pf, (nfds_t)np, 20); /* a look at the children's CPU time every 20 ms */
+    if (got_any < 0) break;
+    for (int i = 0; i < np && got_any > 0; i++) {
       if (!pf[i].revents) continue;
       int k = which[i];
       ssize_t r = read(fd[k], (char *)&got[k] + have[k], sizeof got[k] - have[k]);
@@ -250,17 +276,15 @@ static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
   }
   for (int k = 0; k < njobs; k++) {
     PlanCand *c = jobs[k].c;
-    bool late = fd[k] >= 0; /* still open: out of time */
-    if (late) {
-      close(fd[k]);
-      kill(pid[k], SIGKILL);
-    }
+    late[k] = late[k] || fd[k] >= 0; /* still open: out of time */
+    if (fd[k] >= 0) close(fd[k]);
+    if (late[k] && pid[k] > 0) kill(pid[k], SIGKILL);
     if (pid[k] > 0) waitpid(pid[k], NULL, 0);
     if (pid[k] < 0) continue;
-    c->timed_out = late;
+    c->timed_out = late[k] && have[k] != sizeof got[k];
     if (have[k] == sizeof got[k]) *c = got[k];
-    else snprintf(c->err, sizeof c->err, late ? "its compile took over %.0f s (stopped)" : "its compile crashed",
-                  search_compile_ms / 1000.0);
+    else snprintf(c->err, sizeof c->err, late[k] ? "its compile took over %.1f s of CPU time (stopped)" : "its compile crashed",
+                  limit_s);
   }
 }
 
@@ -429,9 +453,9 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--top") == 0 && i + 1 < argc) {
       so.top = (int)parse_count(argv[++i], "--top", 1, 1000);
     } else if (strcmp(a, "--compile-limit") == 0 && i + 1 < argc) {
-      double lim = atof(argv[++i]);
-      if (!(lim > 0 && lim <= 3600)) error_plain("--compile-limit needs seconds in (0, 3600], got '%s'", argv[i]);
-      search_compile_ms = (int)(lim * 1000);
+      so.compile_limit_s = atof(argv[++i]);
+      if (!(so.compile_limit_s > 0 && so.compile_limit_s <= 3600))
+        error_plain("--compile-limit needs seconds in (0, 3600], got '%s'", argv[i]);
     } else if (strcmp(a, "--confirm") == 0 && i + 1 < argc) {
       so.confirm = (int)parse_count(argv[++i], "--confirm", 1, 100000);
     } else if (strcmp(a, "--budget") == 0 && i + 1 < argc) {

@@ -411,8 +411,18 @@ static void print_params(FILE *f, const Module *m) {
 
 /* ---- FLOPs ------------------------------------------------------------------------- */
 
+/* A send and its transfer's key (tag and mesh axis): every send of the graph, nested ones too,
+ * sorted by key, so that a recv made live marks its sends at once (one walk, not one per hop). */
+typedef struct {
+  int64_t key;
+  const Node *send;
+} SendKey;
+
 typedef struct {
   PtrMap live; /* Node* -> 1 when the loss depends on it */
+  const SendKey *sends;
+  int nsends;
+  bool more; /* a send became live during the walk: walk again (what feeds it may be behind) */
 } Liveness;
 
 static bool is_live(const Liveness *lv, const Node *n) { return num_get(&lv->live, n) == 1; }
@@ -426,7 +436,9 @@ static void set_out_live(Liveness *lv, const Value *v) { num_put(&lv->live, v, 1
  * body results of its live outputs (a repeat's outputs are its body's results, in order), and a
  * carried value whose argument is live makes its result live for the iteration before: so a
  * gradient-accumulation region counts the micro-step's forward, not the backward it also holds. */
-static void mark_graph(Liveness *lv, const Graph *g) {
+static void mark_fed_sends(Liveness *lv, const Node *recv);
+
+static void mark_graph(Liveness *lv, const Graph *g, bool top) {
   for (int i = g->nnodes - 1; i >= 0; i--) {
     const Node *n = g->nodes[i];
     bool live = is_live(lv, n);
@@ -434,13 +446,14 @@ static void mark_graph(Liveness *lv, const Graph *g) {
     if (!live) continue;
     set_live(lv, n);
     for (int j = 0; j < n->nin; j++) set_out_live(lv, n->in[j]);
+    if (top && n->op == OP_RECV) mark_fed_sends(lv, n);
     if (!n->body) continue;
     const Graph *b = n->body;
     bool by_index = n->op == OP_REPEAT && n->nout == b->nresults;
     for (int j = 0; j < b->nresults; j++)
       if (b->results[j] && (!by_index || out_live(lv, n->out[j]))) set_out_live(lv, b->results[j]);
     for (bool more = true; more;) {
-      mark_graph(lv, b);
+      mark_graph(lv, b, false);
       more = false;
       for (int j = 0; by_index && j < n->a.ncarry && j < b->nargs && j < b->nresults; j++)
         if (b->args[j] && is_live(lv, b->args[j]) && b->results[j] && !out_live(lv, b->results[j])) {
@@ -463,6 +476,43 @@ static int64_t transfer_key(const Node *n) { return (int64_t)n->a.tag * RT_AX_CO
 static int key_cmp(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
+}
+
+static int send_key_cmp(const void *a, const void *b) {
+  int64_t x = ((const SendKey *)a)->key, y = ((const SendKey *)b)->key;
+  return (x > y) - (x < y);
+}
+
+static void collect_sends(const Graph *g, SendKey **v, int *n, int *cap) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *x = g->nodes[i];
+    if (x->body) collect_sends(x->body, v, n, cap);
+    if (x->op != OP_SEND) continue;
+    if (*n == *cap) {
+      *cap = *cap ? 2 * *cap : 64;
+      *v = realloc(*v, (size_t)*cap * sizeof **v);
+      if (!*v) die("out of memory");
+    }
+    (*v)[(*n)++] = (SendKey){transfer_key(x), x};
+  }
+}
+
+/* A live recv of the top graph makes the sends of its transfer live, as mark_sends does after a walk. */
+static void mark_fed_sends(Liveness *lv, const Node *recv) {
+  int64_t key = transfer_key(recv);
+  int lo = 0, hi = lv->nsends;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (lv->sends[mid].key < key) lo = mid + 1;
+    else hi = mid;
+  }
+  for (; lo < lv->nsends && lv->sends[lo].key == key; lo++) {
+    const Node *s = lv->sends[lo].send;
+    if (is_live(lv, s)) continue;
+    set_live(lv, s);
+    for (int j = 0; j < s->nin; j++) set_out_live(lv, s->in[j]);
+    lv->more = true;
+  }
 }
 
 static void live_recvs(const Liveness *lv, const Graph *g, RecvKeys *k) {
@@ -552,7 +602,8 @@ static int64_t embed_tokens(const Module *m, const Graph *g) {
 /* The forward FLOPs of one step and its tokens (over every rank, on logical shapes). */
 static void step_flops(const Module *m, double *fwd, int64_t *tok) {
   const Graph *g = m->graph;
-  Liveness lv = {{0}};
+  Liveness lv;
+  memset(&lv, 0, sizeof lv);
   bool have_loss = false;
   for (int i = 0; i < g->nresults; i++)
     if (g->result_names && g->result_names[i] && strcmp(g->result_names[i], "loss") == 0 && g->results[i]) {
@@ -560,12 +611,20 @@ static void step_flops(const Module *m, double *fwd, int64_t *tok) {
       have_loss = true;
     }
   RecvKeys fed = {calloc((size_t)g->nnodes + 1, sizeof(int64_t)), 0};
+  SendKey *sends = NULL;
+  int nsends = 0, cap = 0;
   if (!fed.key) die("out of memory");
+  collect_sends(g, &sends, &nsends, &cap);
+  if (nsends) qsort(sends, (size_t)nsends, sizeof *sends, send_key_cmp);
+  lv.sends = sends;
+  lv.nsends = nsends;
   if (have_loss) do {
-      mark_graph(&lv, g);
+      lv.more = false;
+      mark_graph(&lv, g, true);
       live_recvs(&lv, g, &fed);
-    } while (mark_sends(&lv, g, &fed));
+    } while (mark_sends(&lv, g, &fed) || lv.more);
   free(fed.key);
+  free(sends);
   *fwd = graph_flops(m, g, have_loss ? &lv : NULL);
   *tok = ce_tokens(m, g, have_loss ? &lv : NULL);
   if (!*tok) *tok = embed_tokens(m, g);
@@ -627,8 +686,11 @@ void ir_print_module_header(FILE *f, const Module *m) {
     if (m->mesh) fprintf(f, "%d", m->mesh->dim[RT_AX_DP]);
     else if (p->dp > 0) fprintf(f, "%d", p->dp);
     else fprintf(f, "auto");
-    fprintf(f, " tp %d pp %d cp %d sp %s zero %d%s microbatches %d schedule %s", p->tp, p->pp, p->cp,
-            p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "", p->microbatches,
+    /* the micro-batches of a step as resolved (ir/mesh.c: `microbatches`, or batch over micro_batch x
+     * dp), what the pipeline section runs; a module read from text keeps the plan's word */
+    fprintf(f, " tp %d pp %d cp %d sp %s zero %d%s microbatches %lld schedule %s", p->tp, p->pp, p->cp,
+            p->sp ? "on" : "off", p->zero, p->offload ? " offload" : "",
+            (long long)(m->batch.accum > 0 ? m->batch.accum : p->microbatches),
             p->schedule <= SCHED_ZB ? sched_names[p->schedule] : "?");
     if (p->schedule == SCHED_INTERLEAVED) fprintf(f, "(v: %d)", p->interleave);
     fprintf(f, " recompute %s", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");

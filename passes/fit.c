@@ -81,7 +81,6 @@ static bool knob_recompute(const Module *m, int mode, char kv[KNOB_KV][KV_LEN], 
 static bool knob_pp(const Module *m, int f, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
   int pp = m->mesh->dim[RT_AX_PP] * f, world = m->mesh->world, rest = m->mesh->dim[RT_AX_TP] * m->mesh->dim[RT_AX_CP];
   if (pp * rest > world || world % (pp * rest) != 0) return false;
-  if (m->plan.zero >= 3) return false; /* (not offered with zero 3) */
   int dp = world / (pp * rest);
   int64_t accum = m->recipe.batch > 0 ? m->batch.global / (m->batch.micro * dp) : m->batch.accum;
   bool gpipe = m->plan.schedule == SCHED_1F1B && accum < pp; /* 1F1B needs pp micro-batches: keep the batch */

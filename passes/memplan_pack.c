@@ -21,7 +21,8 @@ static int pack_key_cmp(const void *x, const void *y) {
 /* The placed intervals, found by lifetime: those alive at a position (a segment tree over the
  * positions, each interval in the O(log) nodes that cover its lifetime) and those starting at a
  * position, one such index per pipeline stage (values of two different stages never meet on a
- * rank: a stage's value looks only at its stage's and every rank's; an every-rank value at all).
+ * rank: a stage's value looks only at its stage's and every rank's) and, under pp, one of them all
+ * (an every-rank value meets every stage's: one walk of its lifetime, not one per stage).
  * An unrolled pipeline schedule makes tens of thousands of intervals, each meeting a few dozen
  * (a few hundred over 16 stages): pack's cost follows the meetings, not the pairs. */
 typedef struct {
@@ -37,7 +38,24 @@ static void idlist_push(IdList *l, int id, Arena *a) {
 typedef struct {
   IdList *alive;  /* [2 * leaves]: tree node -> the intervals covering its positions */
   IdList *starts; /* [npos]: position -> the intervals starting there */
+  uint64_t *some; /* [npos / 64 + 1]: bit p: starts[p] is not empty (a long lifetime skips the rest) */
 } Placed;
+
+static Placed placed_new(Arena *a, int leaves, int npos) {
+  uint64_t *some = ARENA_ARRAY(a, uint64_t, npos / 64 + 1);
+  memset(some, 0, (size_t)(npos / 64 + 1) * sizeof *some);
+  return (Placed){ARENA_ARRAY(a, IdList, 2 * leaves), ARENA_ARRAY(a, IdList, npos), some};
+}
+
+/* The first position in [p, end] where an interval starts, or end + 1. */
+static int next_start(const Placed *pl, int p, int end) {
+  while (p <= end) {
+    uint64_t w = pl->some[p >> 6] >> (p & 63);
+    if (w) return p + __builtin_ctzll(w) <= end ? p + __builtin_ctzll(w) : end + 1;
+    p = (p | 63) + 1;
+  }
+  return end + 1;
+}
 
 /* A conflict's bytes: [a, b). */
 typedef struct {
@@ -75,6 +93,25 @@ static void sort_spans(Span *s, int n) {
   }
 }
 
+/* Drops repeated spans (the gap pack finds depends only on the set): an open-addressing table over
+ * (a, b) of cap slots (a power of two over 2 n, zeroed; left zeroed; used: room for n), for the long lists only.
+ * Returns the count left, in their first order. */
+static int dedup_spans(Span *s, int n, int *slot, int cap, int *used) {
+  if (n < 64) return n;
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t h = ((uint64_t)s[i].a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)s[i].b * 0xC2B2AE3D27D4EB4Full);
+    int at = (int)((h ^ (h >> 29)) & (uint64_t)(cap - 1));
+    while (slot[at] && !(s[slot[at] - 1].a == s[i].a && s[slot[at] - 1].b == s[i].b)) at = (at + 1) & (cap - 1);
+    if (slot[at]) continue;
+    s[k] = s[i];
+    used[k] = at;
+    slot[at] = ++k;
+  }
+  for (int i = 0; i < k; i++) slot[used[i]] = 0; /* left zeroed for the next list */
+  return k;
+}
+
 /* Greedy placement: largest first, lowest offset that does not overlap a placed
  * interval whose lifetime intersects. Returns the arena size. */
 int64_t memplan_pack(Interval *iv, int n, Arena *a) {
@@ -90,9 +127,15 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
   int leaves = 1;
   while (leaves < npos) leaves *= 2;
   Placed *by_stage = ARENA_ARRAY(a, Placed, nst + 1); /* [0]: every rank's; [s]: stage s's */
-  for (int s = 0; s <= nst; s++) by_stage[s] = (Placed){ARENA_ARRAY(a, IdList, 2 * leaves), ARENA_ARRAY(a, IdList, npos)};
+  for (int s = 0; s <= nst; s++) by_stage[s] = placed_new(a, leaves, npos);
+  /* under pp also every placed interval in one index, which an every-rank value meets whole */
+  Placed all = nst ? placed_new(a, leaves, npos) : by_stage[0];
   int64_t size = 0;
   Span *cspan = ARENA_ARRAY(a, Span, n + 1); /* the conflicts' bytes */
+  int dcap = 128;
+  while (dcap < 2 * n) dcap *= 2;
+  int *dslot = ARENA_ARRAY(a, int, dcap), *dused = ARENA_ARRAY(a, int, n + 1); /* dedup_spans's table */
+  memset(dslot, 0, (size_t)dcap * sizeof *dslot);
   for (int oi = 0; oi < n; oi++) {
     int xi = order[oi].i;
     Interval *x = &iv[xi];
@@ -100,20 +143,22 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
     /* the placed intervals alive at x's start, then those starting within x's lifetime, of the
      * stages x meets: every rank's and its own (an every-rank value: all) */
     for (int s = 0; s <= nst; s++) {
-      if (x->stage && s && s != x->stage) continue;
-      const Placed *pl = &by_stage[s];
+      if (x->stage ? s && s != x->stage : s) continue;
+      const Placed *pl = x->stage || !nst ? &by_stage[s] : &all; /* an every-rank value: all at once */
       for (int t = x->start + leaves; t >= 1; t >>= 1)
         for (int k = 0; k < pl->alive[t].n; k++) {
           const Interval *y = &iv[pl->alive[t].id[k]];
           cspan[nconf++] = (Span){y->offset, y->offset + y->bytes};
         }
-      for (int p = x->start + 1; p <= x->end; p++)
+      for (int p = next_start(pl, x->start + 1, x->end); p <= x->end; p = next_start(pl, p + 1, x->end))
         for (int k = 0; k < pl->starts[p].n; k++) {
           const Interval *y = &iv[pl->starts[p].id[k]];
           cspan[nconf++] = (Span){y->offset, y->offset + y->bytes};
         }
     }
-    /* conflicts by offset, then the first gap that fits */
+    /* conflicts by offset, then the first gap that fits (the same span met again, as every stage's
+     * copy of a value at one offset is, changes no gap: kept once) */
+    nconf = dedup_spans(cspan, nconf, dslot, dcap, dused);
     sort_spans(cspan, nconf);
     int64_t off = 0;
     for (int i = 0; i < nconf; i++) {
@@ -122,12 +167,15 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
     }
     x->offset = off;
     if (off + x->bytes > size) size = off + x->bytes;
-    Placed *pl = &by_stage[x->stage];
-    for (int l = x->start + leaves, r = x->end + leaves + 1; l < r; l >>= 1, r >>= 1) {
-      if (l & 1) idlist_push(&pl->alive[l++], xi, a);
-      if (r & 1) idlist_push(&pl->alive[--r], xi, a);
+    for (int w = 0; w < (nst ? 2 : 1); w++) {
+      Placed *pl = w ? &all : &by_stage[x->stage];
+      for (int l = x->start + leaves, r = x->end + leaves + 1; l < r; l >>= 1, r >>= 1) {
+        if (l & 1) idlist_push(&pl->alive[l++], xi, a);
+        if (r & 1) idlist_push(&pl->alive[--r], xi, a);
+      }
+      idlist_push(&pl->starts[x->start], xi, a);
+      pl->some[x->start >> 6] |= 1ull << (x->start & 63);
     }
-    idlist_push(&pl->starts[x->start], xi, a);
   }
   return size;
 }

@@ -1,9 +1,12 @@
 /* passes/plan_model.c — the plan search's analytic memory and time model (see plan_model.h). */
 #include "plan_model.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "diag.h"
 #include "mesh.h"
+#include "pipe_sched.h"
 #include "plan_search.h"
 
 /* Activations a layer keeps per token for its backward, in units of hidden x the compute dtype's
@@ -16,16 +19,107 @@ static const double act_rep_units[3] = {4.0, 1.0, 4.0};
  * its input alone (GPT-2 at 8, 16 and 32 layers, pp 4: the activations' slope per layer under full
  * over none, 0.48 1f1b and zb, 0.43 interleaved). */
 #define ACT_FULL_PP 7.5
-/* Forwards in flight per stage under pp: the memory plan holds about f x the layers' activations of
- * one micro-batch, f = a + b x pp by schedule (GPT-2 with 16 layers, 16 micro-batches, pp 2, 4, 8:
- * 1f1b 1.41, 1.43, 1.73; zb 2.41, 2.51, 3.38; interleaved 2.24, 2.52, 3.24; GPT-3 at pp 16, interleaved,
- * 96 micro-batches: 4.4); a stage holds L / pp layers, so pp x f of its own. */
-static double in_flight(const PlanCand *c) {
-  if (c->pp <= 1) return 1;
-  double a = c->sched == SCHED_INTERLEAVED ? 1.91 : c->sched == SCHED_ZB ? 2.09 : 1.30;
-  double b = c->sched == SCHED_INTERLEAVED ? 0.167 : c->sched == SCHED_ZB ? 0.162 : 0.053;
-  return (a + b * c->pp) * c->pp;
+/* ---- the pipeline's memory in flight, from the schedule the compiler unrolls ----------------
+ * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order and merges micro-batch
+ * i (its layer gradients selected per stage, cast to f32 and added to the running sums) once every
+ * stage has run all of i's instructions, in micro-batch order. Until then a stage holds, per
+ * micro-batch (chunk): the activations its forward kept for its backward (F .. B; zb: .. W), the
+ * compute-precision weight gradient of its layers (B, zb: W, .. the merge), and every rank the head's
+ * and the embedding's gradient ([vocab / tp, d]: from the last stage's F, the first stage's B, ..
+ * the merge), under zb what B keeps for W. A profile is the Pareto set of (activation chunks, B's
+ * awaiting W, gradient chunks, head/embedding gradients, merging now) over every stage and position: a candidate's peak is the most of their
+ * weighted sums (GPT-3 at pp 16: the last stage holds 7 micro-batches' gradients under 1f1b). */
+typedef struct {
+  int a, b, g, h, merge; /* b (zb): backwards whose weight gradients (W) have not run */
+  int last;              /* the last stage's (it holds the logits) */
+} PpLoad;
+struct PpProfile {
+  PipeSchedule kind;
+  int pp, M, v, n, cap;
+  PpLoad *load;
+  struct PpProfile *next;
+};
+
+static void pareto_add(PpProfile *p, PpLoad x) {
+  for (int i = 0; i < p->n; i++) {
+    const PpLoad *y = &p->load[i];
+    if (y->a >= x.a && y->b >= x.b && y->g >= x.g && y->h >= x.h && y->merge >= x.merge && y->last >= x.last) return;
+  }
+  int k = 0;
+  for (int i = 0; i < p->n; i++) {
+    const PpLoad *y = &p->load[i];
+    if (!(x.a >= y->a && x.b >= y->b && x.g >= y->g && x.h >= y->h && x.merge >= y->merge && x.last >= y->last))
+      p->load[k++] = *y;
+  }
+  p->n = k;
+  if (p->n == p->cap) {
+    p->cap = p->cap ? 2 * p->cap : 16;
+    p->load = realloc(p->load, (size_t)p->cap * sizeof *p->load);
+    if (!p->load) die("plan model: out of memory");
+  }
+  p->load[p->n++] = x;
 }
+
+static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v) {
+  for (PpProfile *p = pm->profiles; p; p = p->next)
+    if (p->kind == kind && p->pp == pp && p->M == M && p->v == v) return p;
+  PpProfile *p = calloc(1, sizeof *p);
+  if (!p) die("plan model: out of memory");
+  *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles};
+  pm->profiles = p;
+  PipeSched s = pipe_sched_make(kind, pp, M, v);
+  int total = 0;
+  for (int st = 0; st < pp; st++) total += s.len[st];
+  PipeStep *order = calloc((size_t)total + 1, sizeof *order);
+  int *a = calloc((size_t)pp, sizeof(int)), *g = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
+  int *bw = calloc((size_t)pp, sizeof(int));
+  char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
+  char msg[256];
+  if (!order || !a || !g || !left || !hm || !bw) die("plan model: out of memory");
+  bool zb = kind == SCHED_ZB;
+  if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
+    int last = pp * s.v - 1, h = 0, done = 0;
+    for (int i = 0; i < M; i++) left[i] = (zb ? 3 : 2) * pp * s.v;
+    for (int k = 0; k < total; k++) {
+      int st = order[k].stage;
+      PipeInstr in = s.list[st][order[k].step];
+      int vs = in.chunk * pp + st;
+      bool all = false; /* every stage's load changed */
+      if (in.op == 'F') {
+        a[st]++;
+        if (vs == last) h++, hm[in.mb]++, all = true;
+      } else if (in.op == 'B') {
+        if (!zb) a[st]--, g[st]++;
+        else bw[st]++;
+        if (vs == 0) h++, hm[in.mb]++, all = true;
+      } else {
+        a[st]--, bw[st]--, g[st]++;
+      }
+      left[in.mb]--;
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 0, q == pp - 1});
+      while (done < M && left[done] == 0) { /* merged: its gradients read, then gone */
+        for (int q = 0; q < pp; q++) {
+          pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 1, q == pp - 1});
+          g[q] -= s.v;
+        }
+        h -= hm[done++];
+      }
+    }
+  }
+  free(order), free(a), free(g), free(left), free(hm), free(bw);
+  pipe_sched_free(&s);
+  return p;
+}
+
+void plan_model_free(PlanModel *pm) {
+  for (PpProfile *p = pm->profiles, *n; p; p = n) {
+    n = p->next;
+    free(p->load);
+    free(p);
+  }
+  pm->profiles = NULL;
+}
+
 /* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
  * micro-step under each recompute mode, before calibration (only their ratios matter: selective
  * re-runs the layer's elementwise ops, 1.6 x the bandwidth-bound time on tiny's CPU trainer). */
@@ -130,7 +224,7 @@ static double ring_s(double bytes, double factor, int n, double bw, double lat) 
   return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
 }
 
-void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
+void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                          PlanEstimate *e) {
   memset(e, 0, sizeof *e);
   int r = (int)c->rec;
@@ -153,7 +247,28 @@ void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevi
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
-  e->cls[MEM_ACT] = per_layer * lst * in_flight(c) + head + copies + gather;
+  if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
+    const PpProfile *pr = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v);
+    double A = per_layer * lst / c->v;          /* a chunk's activations of one micro-batch */
+    double G = p_layer * lst / c->v * cb / 4;   /* a chunk's weight gradient of one micro-batch */
+    double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
+    double T = p_layer * lst;                   /* merging: the stage's gradient in f32 */
+    /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
+     * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
+     * none's 16) */
+    double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst;
+    double most = 0;
+    for (int i = 0; i < pr->n; i++) {
+      const PpLoad *l = &pr->load[i];
+      double x = l->a * A + l->b * S + l->g * G + l->h * H + l->merge * T + l->last * head;
+      if (x > most) most = x;
+    }
+    /* the stage's layer weights in the compute precision, cast once per step (ZeRO-3: gathered) */
+    double wcopy = cb < 4 && c->zero < 3 ? p_layer * lst * cb / 4 : 0;
+    e->cls[MEM_ACT] = most + copies + gather + wcopy;
+  } else {
+    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather;
+  }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
   e->largest = MEM_PARAM;
   for (int k = 0; k < MEM_COUNT; k++) {
@@ -198,10 +313,13 @@ void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevi
     bool dp_in = (double)c->tp * c->cp * c->dp <= dpn;
     double members = dp_in ? c->dp : (c->tp * c->cp >= dpn ? 1 : dpn / (c->tp * c->cp));
     double bw = dp_in ? in->bytes_per_s : net->bytes_per_s * members / dpn, lat = dp_in ? in->latency_s : net->latency_s;
-    double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? 2 : 1 + accum * 2 * cb / 4;
+    /* ZeRO-2/3 reduce-scatter every micro-step's gradient inside its backward (passes/zero_sums.c),
+     * then gather the updated parameters (ZeRO-3: twice per micro-step, in the compute precision) */
+    double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? accum + 1 : accum * (1 + 2 * cb / 4);
     e->dp_s = ring_s(p_rank, factor, c->dp, bw, lat);
   }
-  double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : e->compute_s / accum * 2 / 3);
+  /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
+  double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
   /* ---- the pipeline ---- */
   if (c->pp > 1) {

@@ -22,6 +22,7 @@
 #include "module.h"
 
 struct PlanCand;
+typedef struct PpProfile PpProfile; /* a pipeline schedule's loads in flight (plan_model.c) */
 
 typedef struct {
   int layers;
@@ -33,6 +34,7 @@ typedef struct {
   double state_ratio;         /* optimizer state bytes per parameter byte */
   int ntensors;               /* parameter tensors (optimizer kernels) */
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
+  PpProfile *profiles;        /* the schedules' loads met so far, by schedule, pp, micro-batches, chunks */
 } PlanModel;
 
 typedef struct {
@@ -47,7 +49,8 @@ typedef struct {
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev);
 /* Candidate c's analytic memory and time. */
-void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
+void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
                          PlanEstimate *e);
+void plan_model_free(PlanModel *pm);
 
 #endif

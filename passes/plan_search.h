@@ -37,7 +37,8 @@ typedef struct {
   const char *kv[SEARCH_KV];
   char buf[SEARCH_KV][SEARCH_KV_LEN];
 } PlanJob;
-typedef void (*PlanEval)(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs);
+/* limit_s: CPU seconds each compile of the batch may take (over it: refused, timed_out). */
+typedef void (*PlanEval)(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs, double limit_s);
 enum { SEARCH_JOBS_MAX = 32 };
 
 /* CAND_SLOW: not compiled, since the compiler refused three candidates like it with one message
@@ -77,7 +78,8 @@ extern const char *const plan_search_pin_keys[PIN_COUNT]; /* "tp", "pp", ..., "m
 typedef struct {
   bool pinned[PIN_COUNT];
   int top;          /* rows to print (default 10) */
-  double budget_s;  /* wall-clock seconds for compiling candidates (0: 8 s) */
+  double budget_s;  /* CPU seconds (the search's and its compiles') for the whole search (0: 8 s) */
+  double compile_limit_s; /* CPU seconds one compile may take (0: the budget left over the batch, at least 1) */
   int jobs;         /* candidates compiled at once (0: 1) */
   int confirm;      /* candidates compiled at most to confirm the analytic ranking (0: top + 2 x jobs) */
 } SearchOptions;
@@ -92,6 +94,7 @@ typedef struct {
   int ana_fit, ana_over; /* candidates the analytic model fits / puts over the capacity (not compiled) */
   int closest;           /* with no analytic fit: the candidate whose analytic memory is nearest the capacity (-1) */
   double analytic_s;     /* seconds the analytic model took over every candidate */
+  double cpu_seconds;    /* CPU seconds of the whole search, its compiles included */
   PlanModel model;
   int bound_broken; /* compiled plans whose memory is under their bound (a bug of the bound: printed) */
   double param_bytes, state_bytes; /* logical, every rank's together (the memory bound's numerators) */

@@ -88,10 +88,10 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
              "%.2f s (passes/plan_model.c): %d fit, %d over the memory (not compiled; %d of those since their "
              "parameters and optimizer state alone exceed it)\n",
           r->n, r->indivisible, r->analytic_s, r->ana_fit, r->ana_over + r->bound, r->bound);
-  fprintf(f, "# %d compiled to confirm in %.2f s: %d fit, %d do not fit, %d refused by the compiler; %d dropped unseen "
+  fprintf(f, "# %d compiled to confirm in %.2f s (%.2f CPU s, the compiles' included): %d fit, %d do not fit, %d refused by the compiler; %d dropped unseen "
              "(dominated in memory by a compiled one that does not fit); %d not compiled since the compiler refused three "
              "like them with one message (or one of their degrees took over its time limit); %d not compiled (%s)\n",
-          r->compiled, r->seconds, r->nranked, r->nofit, r->invalid, r->dominated, r->slow, r->unseen,
+          r->compiled, r->seconds, r->cpu_seconds, r->nranked, r->nofit, r->invalid, r->dominated, r->slow, r->unseen,
           r->budget_hit ? "the time budget ran out" : "past the confirmation");
   if (r->bound_broken)
     fprintf(f, "# BUG: %d compiled plans need less memory than the search's lower bound (passes/plan_search.c)\n",

@@ -71,10 +71,12 @@ static void retype(Value *v, int d, int dp) {
 }
 
 /* add's gradient operand (in body b) is reduce-scattered over dp along dl first, right after it is
- * computed; add reads the shard. */
-static void scatter_operand(Graph *b, Node *add, int slot, int dl, int dp) {
+ * computed; add reads the shard. uses: the nodes of b (not their bodies) reading the operand, or
+ * -1 (counted here). */
+static void scatter_operand(Graph *b, Node *add, int slot, int dl, int dp, int uses) {
   Value *gl = add->in[slot];
-  Node *cast = gl->def->op == OP_CAST && gl->def->graph == b && ir_count_uses(b, gl) == 1 ? gl->def : NULL;
+  if (gl->def->op == OP_CAST && gl->def->graph == b && uses < 0) uses = ir_count_uses(b, gl);
+  Node *cast = gl->def->op == OP_CAST && gl->def->graph == b && uses == 1 ? gl->def : NULL;
   if (cast && cast->in[0]->def->graph == b) { /* bf16: the f32 copy made where the gradient is */
     int from = pos_in(b, cast), to = pos_in(b, cast->in[0]->def) + 1;
     if (from > to) {
@@ -139,7 +141,7 @@ static void shard_region_sum(const RegionSum *o, int d, int dp) {
   Graph *br = o->acc->body;
   int dl = o->R1 ? d - 1 : d;
   Graph *b = o->R1 ? o->R1->body : br;
-  scatter_operand(b, o->add, o->slot ^ 1, dl, dp);
+  scatter_operand(b, o->add, o->slot ^ 1, dl, dp, -1);
   retype(o->add->out[0], dl, dp);
   if (o->R1) {
     retype(o->R1->body->args[o->j1]->out[0], dl, dp);
@@ -184,7 +186,7 @@ Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
   shard_region_sum(&o, d, dp);
   Node *ar = y->def;
   Value *x = ar->in[y->idx];
-  scatter_operand(b2, add, slot2 ^ 1, dl, dp);
+  scatter_operand(b2, add, slot2 ^ 1, dl, dp, -1);
   retype(b2->args[j2]->out[0], dl, dp);
   retype(add->out[0], dl, dp);
   if (mean) retype(x, dl, dp);
@@ -298,10 +300,26 @@ static bool scatter_chain(Graph *g, Node *last, int d, int dp) {
     add = add->in[p]->def;
   }
   ptrmap_free(&uses);
+  /* the gradients' readers in g itself, counted once (a chain of M adds under pp: not M walks of
+   * the unrolled schedule); scattering one gradient leaves the others' counts as they were */
+  int *greaders = ARENA_ARRAY(g->arena, int, n + 1);
+  PtrMap count = {0}; /* gradient -> 1 + its readers */
+  for (int k = 0; k < n; k++) ptrmap_put(&count, adds[k]->in[prev[k] ^ 1], 1);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++) {
+      intptr_t c;
+      if (ptrmap_get(&count, g->nodes[i]->in[j], &c)) ptrmap_put(&count, g->nodes[i]->in[j], c + 1);
+    }
+  for (int k = 0; k < n; k++) {
+    intptr_t c = 1;
+    ptrmap_get(&count, adds[k]->in[prev[k] ^ 1], &c);
+    greaders[k] = (int)c - 1;
+  }
+  ptrmap_free(&count);
   for (int k = 0; k < n; k++) {
     Node *add = adds[k];
     if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, dp); /* each stage's loop yields the shards */
-    else scatter_operand(g, add, prev[k] ^ 1, d, dp);
+    else scatter_operand(g, add, prev[k] ^ 1, d, dp, greaders[k]);
     retype(add->out[0], d, dp);
   }
   retype(adds[n - 1]->in[prev[n - 1]], d, dp); /* the zeros */
@@ -319,7 +337,7 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
   Value *x = ar->in[gr->idx];
   if (slot >= 0) { /* the region's sum, then the last micro-step's */
     shard_region_sum(&o, d, dp);
-    scatter_operand(g, add, slot ^ 1, d, dp);
+    scatter_operand(g, add, slot ^ 1, d, dp, -1);
     retype(add->out[0], d, dp);
   } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, add, d, dp)) {
     return NULL;

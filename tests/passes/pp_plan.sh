@@ -12,7 +12,7 @@
 # in groups of pp, and the CUDA target (at build); recompute, zero 1 and zero 3 apply
 # under pp (fewer planned activations, half the optimizer state or parameters at dp 2), and so does
 # cp (pp 2 x cp 2 plans); GPT-3's
-# pp 8 x tp 8 + sp plan compiles.
+# pp 8 x tp 8 + sp plan compiles; the header's `microbatches` is the pipeline's count.
 # Usage: pp_plan.sh SHARDC
 set -uo pipefail
 shardc=$(realpath "$1")
@@ -35,6 +35,10 @@ expect 0 "# pipeline: 4 stages over the 4 layers of \`repeat blocks\`, schedule 
   "#   0     0-0          embedding" "         4 " "#   3     3-3          head, loss" \
   "#   bubble: " "for equal stages (pp-1)/(M+pp-1) = 42.9%" -- plan "${t[@]}" -D pp=4 --world 4
 expect 0 "schedule gpipe, 4 micro-batches" "#   1     2-3          head, loss" -- plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2
+# the header's plan line says the micro-batches the pipeline runs (batch 8 / micro_batch 2), not the
+# plan's unset `microbatches 1`
+expect 0 "  plan: dp 1 tp 1 pp 2 cp 1 sp off zero 0 microbatches 4 schedule 1f1b" "schedule 1f1b, 4 micro-batches per step" \
+  -- plan "${t[@]}" -D pp=2 --world 2
 expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0     0-0,2-2      embedding" \
   "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
 # the split balanced by FLOPs, printed where it beats the even one: Llama-3-8B's head (128k vocabulary)

@@ -66,6 +66,11 @@ fi
 check tiny-small 1 plan models/tiny.model --topology tests/report/fit/small.topo
 check tiny-small-build 1 build models/tiny.model --topology tests/report/fit/small.topo -o "$tmp/never"
 [ ! -e "$tmp/never" ] || { echo "FAIL tiny-small-build: wrote a trainer for a plan that does not fit"; fail=1; }
+# pp is a knob under ZeRO-3 too (GPT-2 124M on 2 GiB GPUs, zero 3, dp 8: pp 2 at dp 4 fits)
+check gpt2-z3-pp 1 plan models/gpt2-124m.model --target cuda --topology tests/report/fit/p4d-2g.topo -D zero=3 -D dp=8 \
+  -D micro_batch=4 -D batch=64
+grep -q '^      = note:   -D pp=2 (dp 4, 4 accumulation steps): .* MiB per rank, fits' "$tmp/gpt2-z3-pp.err" ||
+  { echo "FAIL gpt2-z3-pp: pp 2 is not offered under zero 3"; fail=1; }
 # ... and the knob it names fits indeed
 check tiny-small-tp2 0 plan models/tiny.model --topology tests/report/fit/small.topo -D tp=2
 grep -q '^#   capacity .*cpu memory: fits' "$tmp/tiny-small-tp2.out" || { echo "FAIL tiny-small-tp2: not fitting"; fail=1; }
