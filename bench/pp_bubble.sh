@@ -22,10 +22,13 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bash scripts/gen_corpus.sh "$t/data.txt" 400000 3 >/dev/null
+# both models on the CPU topology with a device per rank (models/topo/cpu.topo has 2; pp 4 needs 4 on
+# the node, else the plan takes stages 2 and 3 for another node's and their transfers for the network's)
+sed 's/cpu x 2/cpu x 4/; s/topology cpu /topology cpu4 /' models/topo/cpu.topo >"$t/cpu4.topo"
 calibrate=$(dirname "$shardc")/bench/bench_calibrate
 "$calibrate" "$t/cpu.profile" 1 >"$t/calibrate.log" # the device's figures, one thread (the trainers' --threads 1)
-tiny=(models/tiny.model -D d=128 -D seq=128 -D layers=8 -D batch=8 -D micro_batch=1 -D dp=1)
-llama=(models/llama3-8b.model -D vocab=256 -D seq=128 -D d=128 -D heads=4 -D kv_heads=2 -D layers=8 -D ffn=256
+tiny=(models/tiny.model --topology "$t/cpu4.topo" -D d=128 -D seq=128 -D layers=8 -D batch=8 -D micro_batch=1 -D dp=1)
+llama=(models/llama3-8b.model --topology "$t/cpu4.topo" -D vocab=256 -D seq=128 -D d=128 -D heads=4 -D kv_heads=2 -D layers=8 -D ffn=256
   -D batch=8 -D micro_batch=1 -D dp=1 -D tp=1 -D sp=off -D zero=0 -D recompute=none -D precision=f32)
 run=(--data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --threads 1 --save-to "$t/ck")
 configs=()
