@@ -162,6 +162,7 @@ typedef struct {
   double gap;     /* time on other nodes since then (the next instruction's pre) */
   double rlat, rcopy; /* a pipeline receive's transfer, for the instruction that follows it */
   double last_end; /* the stage's clock when its last instruction ended */
+  int *rstage;    /* [top graph value id]: the stages reading it (ir_reader_stages); NULL without pp */
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -319,11 +320,32 @@ static void record(Sim *s, const Node *n, double dt, double t_end) {
   }
 }
 
+/* Bytes another stage's node n makes that this stage zero-fills (codegen: the outputs a node
+ * outside n's stage reads, for the sums over pp). */
+static double zero_fill_bytes(const Sim *s, const Node *n) {
+  double b = 0;
+  if (!s->rstage || n->graph != s->m->graph || n->op == OP_SEND || n->op == OP_RECV) return 0;
+  for (int k = 0; k < n->nout; k++) {
+    int r = s->rstage[n->out[k]->id];
+    if (r != -2 && r != n->stage) b += value_bytes(n->out[k]);
+  }
+  return b;
+}
+
 static void sim_graph(Sim *s, const Graph *g, Clock *c) {
   bool cuda = s->m->target == TARGET_CUDA, top = s->pt && g == s->m->graph;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (!runs_here(s, n)) continue;
+    if (!runs_here(s, n)) {
+      double z = zero_fill_bytes(s, n);
+      if (z > 0) { /* a memset, between this stage's instructions */
+        double dt = z / s->d->bytes_per_s + s->d->op_overhead_s;
+        c->t += dt;
+        s->r->mem_s += s->mult * dt;
+        if (top) record(s, n, dt, c->t);
+      }
+      continue;
+    }
     bool launch = !(cuda && n->group > 0 && i > 0 && g->nodes[i - 1]->group == n->group);
     double t0 = c->t;
     sim_node(s, n, c, launch);
@@ -353,6 +375,11 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   const PipePlan *p = m->pipe;
   int nst = p ? p->pp : 1;
   int *pos = NULL;
+  if (p) {
+    s.rstage = calloc((size_t)m->graph->next_value_id + 1, sizeof(int));
+    if (!s.rstage) die("cost: out of memory");
+    ir_reader_stages(m->graph, s.rstage, m->graph->next_value_id);
+  }
   if (cp) { /* program-order instruction -> its place in its stage's list (each stage's order is its list's) */
     memset(cp, 0, sizeof *cp);
     cp->sched = pipe_sched_make(p->kind, p->pp, p->nmb, p->v);
@@ -387,6 +414,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
     }
   }
   free(s.ends);
+  free(s.rstage);
   free(pos);
   if (cp) {
     cp->span = pipe_sched_play(&cp->sched, &cp->t, &cp->bubble, cp->start, cp->stage_end);
