@@ -216,11 +216,18 @@ static double coll_time(const Sim *s, const Node *n, int *side) {
 static bool pipe_p2p(const Node *n) { return (n->op == OP_SEND || n->op == OP_RECV) && n->stage && n->a.mesh_axis == RT_AX_PP; }
 
 static void p2p_times(const Sim *s, const Node *n, double *lat, double *copy) {
-  int side;
-  double share;
-  const CostLink *l = link_of(s, n, &side, &share);
-  *lat = l ? l->latency_s : 0;
-  *copy = l ? (double)ir_comm_node_bytes(n) * share / l->bytes_per_s : 0;
+  const MeshMap *mm = s->m->mesh;
+  *lat = *copy = 0;
+  if (!mm || s->stage < 0) return;
+  /* the link between this stage's ranks and the peer stage's (pp is the outermost axis: rank i of
+   * stage st is st x rps + i); across nodes, the stage's ranks on a node share its network */
+  int rps = mm->world / mm->dim[RT_AX_PP], peer = s->stage + (int)n->a.start, across = 0;
+  for (int i = 0; i < rps; i++)
+    across += rt_mesh_node(mm, s->stage * rps + i) != rt_mesh_node(mm, peer * rps + i);
+  const CostLink *l = &s->d->link[across > 0];
+  double share = across ? fmin(across, mm->devices_per_node) : 1;
+  *lat = l->latency_s;
+  *copy = (double)ir_comm_node_bytes(n) * share / l->bytes_per_s;
 }
 
 static bool runs_here(const Sim *s, const Node *n) { return s->stage < 0 || n->stage == 0 || n->stage == s->stage + 1; }
