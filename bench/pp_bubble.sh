@@ -9,7 +9,8 @@
 # 1 thread per rank, STEPS steps (the first skipped), the configurations interleaved over ROUNDS
 # rounds; printed: the median over the rounds of each run's median over its steps (measured and
 # replayed), the ratios measured / predicted and measured / replayed, and the range of the single
-# measured steps. PP (default "2 4") picks the pipeline degrees. At pp 4 a machine with fewer than 4
+# measured steps. PP (default "2 4") picks the pipeline degrees; DETAIL=1 adds, per configuration, the
+# plan's predicted per-stage instruction and transfer times and the last round's measured ones. At pp 4 a machine with fewer than 4
 # free cores is oversubscribed: ranks wait for a core, which no prediction counts.
 #   bench/pp_bubble.sh [SHARDC] [STEPS] [ROUNDS]
 set -euo pipefail
@@ -43,8 +44,8 @@ for c in "${configs[@]}"; do
   IFS=: read -r model pp s <<<"$c"
   declare -n m=$model
   "$shardc" build "${m[@]}" -D pp="$pp" -D schedule="$s" --world "$pp" -o "$t/$model-$pp-$s" 2>/dev/null
-  "$shardc" plan "${m[@]}" -D pp="$pp" -D schedule="$s" --world "$pp" --profile "$t/cpu.profile" 2>/dev/null |
-    sed -n 's/^#   bubble: \([0-9.]*\)%.*/\1/p' >"$t/$model-$pp-$s.pred"
+  "$shardc" plan "${m[@]}" -D pp="$pp" -D schedule="$s" --world "$pp" --profile "$t/cpu.profile" >"$t/$model-$pp-$s.plan" 2>/dev/null
+  sed -n 's/^#   bubble: \([0-9.]*\)%.*/\1/p' "$t/$model-$pp-$s.plan" >"$t/$model-$pp-$s.pred"
 done
 for r in $(seq 1 "$rounds"); do
   for c in "${configs[@]}"; do
@@ -67,3 +68,12 @@ for c in "${configs[@]}"; do
           printf "%-7s %-3s %-12s %9.1f%% %9.1f%% %9.1f%% %9.2f %9.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * r, 100 * m,
                  100 * m / pred, m / r, 100 * lo, 100 * hi }'
 done
+if [ -n "${DETAIL:-}" ]; then # per configuration: the plan's instruction and transfer times, and the last round's measured ones
+  for c in "${configs[@]}"; do
+    IFS=: read -r model pp s <<<"$c"
+    echo "$model pp $pp $s: predicted"
+    sed -n 's/^#     \(stage [0-9]*: F .*\)/  \1/p' "$t/$model-$pp-$s.plan"
+    echo "$model pp $pp $s: measured (round $rounds, medians over the steps)"
+    python3 bench/pp_bubble.py "$t/$model-$pp-$s.$rounds.json" --times | sed 's/^/  /'
+  done
+fi

@@ -1,5 +1,7 @@
 /* passes/pipe_report.c — `shardc plan`'s pipeline section: each stage's layers, FLOPs, kept
- * activations and parameters, and the schedule's predicted bubble (from passes/pipe.c's PipePlan). */
+ * activations and parameters (from passes/pipe.c's PipePlan), the cost model's predicted
+ * instruction and transfer times and the schedule's bubble played with them (passes/cost.c's
+ * CostPipe), and the schedule drawn as SVG. */
 #include <stdio.h>
 #include <stdlib.h>
 

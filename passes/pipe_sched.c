@@ -1,5 +1,6 @@
-/* passes/pipe_sched.c — pipeline schedules: GPipe and 1F1B per-stage lists, their simulation
- * (the check verify relies on) and their predicted bubble. See pipe_sched.h. */
+/* passes/pipe_sched.c — pipeline schedules: the per-stage lists (GPipe, 1F1B, interleaved, zb),
+ * their simulation (the check verify relies on) and their timeline played with given instruction
+ * and transfer times (the predicted bubble). See pipe_sched.h. */
 #include "pipe_sched.h"
 
 #include <stdarg.h>
