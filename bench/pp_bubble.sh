@@ -2,7 +2,8 @@
 # The pipeline bubble measured on CPU ranks (the trainer's --trace, bench/pp_bubble.py) next to the
 # plan's prediction (`shardc plan --profile`: the schedule played with each instruction's time from
 # the cost model, calibrated on this machine first by bench_calibrate as bench/plan_rank.sh does, and
-# each transfer's from its bytes over the link: docs/pipeline.md "The predicted timeline") and to the
+# each transfer's from its bytes over the link, measured by bench/p2p_link.c: docs/pipeline.md "The
+# predicted timeline") and to the
 # same schedule replayed with the run's own measured instruction times, transfers free
 # (pp_bubble.py's replay): GPipe, 1F1B, interleaved (2 chunks) and zb, at pp 2 and pp 4, for the
 # tiny GPT and a Llama-shaped model (8 layers, untied, RoPE, GQA), 8 micro-batches of one sequence,
@@ -28,6 +29,8 @@ bash scripts/gen_corpus.sh "$t/data.txt" 400000 3 >/dev/null
 sed 's/cpu x 2/cpu x 4/; s/topology cpu /topology cpu4 /' models/topo/cpu.topo >"$t/cpu4.topo"
 calibrate=$(dirname "$shardc")/bench/bench_calibrate
 "$calibrate" "$t/cpu.profile" 1 >"$t/calibrate.log" # the device's figures, one thread (the trainers' --threads 1)
+# and the in-node link the transfers cross: shardrt's point-to-point messages, 2 ranks (node_latency, node_bandwidth)
+mpirun --mca pml ob1 -np 2 "$(dirname "$shardc")/bench/p2p_link" "$t/cpu.profile" >"$t/link.log"
 tiny=(models/tiny.model --topology "$t/cpu4.topo" -D d=128 -D seq=128 -D layers=8 -D batch=8 -D micro_batch=1 -D dp=1)
 llama=(models/llama3-8b.model --topology "$t/cpu4.topo" -D vocab=256 -D seq=128 -D d=128 -D heads=4 -D kv_heads=2 -D layers=8 -D ffn=256
   -D batch=8 -D micro_batch=1 -D dp=1 -D tp=1 -D sp=off -D zero=0 -D recompute=none -D precision=f32)
@@ -39,7 +42,7 @@ for model in tiny llama; do
   done
 done
 echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), $steps steps (first skipped), $rounds round(s); $(date -u '+%F %H:%M UTC')"
-echo "calibrated: $(sed 's/ -> .*//' "$t/calibrate.log")"
+echo "calibrated: $(sed 's/ -> .*//' "$t/calibrate.log"); $(cat "$t/link.log")"
 for c in "${configs[@]}"; do
   IFS=: read -r model pp s <<<"$c"
   declare -n m=$model
