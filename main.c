@@ -578,7 +578,8 @@ static int compile(int argc, char **argv, Diag *diag) {
   Replan rp = {&arena, input, &fo, target};
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
-  if (search || cost || m->pipe) { /* a pipeline's timeline is the cost model's too (pipe_print, pipe_svg) */
+  bool timeline = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg); /* the pipeline section or its picture */
+  if (search || cost || timeline) { /* a pipeline's timeline is the cost model's too (pipe_print, pipe_svg) */
     cost_device_defaults(m, &dev);
     if (profile && !cost_profile_read(profile, &dev)) return 1;
   }
@@ -632,7 +633,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     if (profile && !cost_profile_read(profile, &dev)) return 1;
   }
   CostPipe cpipe; /* the pipeline's predicted timeline (passes/cost.c), printed and drawn */
-  bool piped = cost_pipe(m, &dev, &cpipe);
+  bool piped = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg) && cost_pipe(m, &dev, &cpipe);
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
     pipe_print(stdout, m, piped ? &cpipe : NULL, dev.source);
