@@ -602,7 +602,8 @@ static int compile(int argc, char **argv, Diag *diag) {
   Replan rp = {&arena, input, &fo, target};
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
-  if (search || cost) {
+  bool timeline = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg); /* the pipeline section or its picture */
+  if (search || cost || timeline) { /* a pipeline's timeline is the cost model's too (pipe_print, pipe_svg) */
     cost_device_defaults(m, &dev);
     if (profile && !cost_profile_read(profile, &dev)) return 1;
   }
@@ -652,10 +653,14 @@ static int compile(int argc, char **argv, Diag *diag) {
       dump = NULL;
       cost = true;
     }
+    cost_device_defaults(m, &dev); /* the picked plan's own topology */
+    if (profile && !cost_profile_read(profile, &dev)) return 1;
   }
+  CostPipe cpipe; /* the pipeline's predicted timeline (passes/cost.c), printed and drawn */
+  bool piped = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg) && cost_pipe(m, &dev, &cpipe);
   if (dump && strcmp(dump, "final") == 0) {
     ir_print_module(stdout, m);
-    pipe_print(stdout, m);
+    pipe_print(stdout, m, piped ? &cpipe : NULL, dev.source);
     memplan_print(stdout, m);
   }
   if (cost) { /* the cost model (passes/cost.c): after the plan, before the fit check */
@@ -680,7 +685,7 @@ static int compile(int argc, char **argv, Diag *diag) {
       error_plain("--schedule-svg %s: the plan has no pipeline (pp 1): nothing to draw", svg);
       return 1;
     }
-    if (!sf || !pipe_svg(sf, m) || fclose(sf) != 0) {
+    if (!sf || !pipe_svg(sf, m, piped ? &cpipe : NULL, dev.source) || fclose(sf) != 0) {
       error_plain("--schedule-svg: cannot write '%s'", svg);
       return 1;
     }
@@ -693,6 +698,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     plan_compare_measure(m, &dev, 10e9, &col);
     if (!write_svg(psvg.memory, "--memory-svg", m, &col, 1)) return 1;
   }
+  if (piped) cost_pipe_free(&cpipe);
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
   if (!fit_check(m, replan, &rp)) return 1;
   if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */

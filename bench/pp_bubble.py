@@ -16,9 +16,12 @@ replayed:  the step's instructions played again in each stage's measured order, 
            measured / replayed is the schedule model's error alone, apart from the cost model's.
 
 Prints the median of the measured bubbles over the steps, their min and max, the step count, and
-the median of the replayed ones.
+the median of the replayed ones. With --times, instead, what the plan's "predicted instruction
+times" lines predict, measured: per stage the median F, B (and W) span, the median transfer into
+its F's and B's (the instruction's start less its producer's end, where the stage was free before the
+producer ended: the wire, the receive and the work between two instructions).
 
-    pp_bubble.py TRACE.json
+    pp_bubble.py TRACE.json [--times]
 """
 import json
 import statistics
@@ -57,6 +60,40 @@ def replay(ins, pp):
     return max(free.values())
 
 
+def times(per_step, pp):
+    """Per stage: median F / B / W spans and the median transfer into F's and B's."""
+    nchunks = 1 + max(e["args"]["chunk"] for per in per_step for lst in per.values() for e in lst)
+    last = nchunks * pp - 1
+    dur = {(s, c): [] for s in range(pp) for c in "FBW"}
+    xfer = {(s, c): [] for s in range(pp) for c in "FB"}
+    for per in per_step:
+        end = {}
+        for s, lst in per.items():
+            for e in lst:
+                a = e["args"]
+                end[(e["cat"], a["mb"], a["chunk"] * pp + s)] = e["ts"] + e["dur"]
+        for s, lst in per.items():
+            prev = None
+            for e in lst:
+                a = e["args"]
+                k = a["chunk"] * pp + s
+                dur[(s, e["cat"])].append(e["dur"])
+                src = ("F", a["mb"], k - 1) if e["cat"] == "F" and k > 0 else \
+                    ("B", a["mb"], k + 1) if e["cat"] == "B" and k < last else None
+                if src is not None and prev is not None and src in end and prev <= end[src]:
+                    xfer[(s, e["cat"])].append(e["ts"] - end[src])
+                prev = e["ts"] + e["dur"]
+    med = lambda v: statistics.median(v) / 1e3 if v else 0.0  # ms
+    for s in range(pp):
+        parts = [f"F {med(dur[(s, 'F')]):.3f} ms", f"B {med(dur[(s, 'B')]):.3f} ms"]
+        if dur[(s, "W")]:
+            parts.append(f"W {med(dur[(s, 'W')]):.3f} ms")
+        for c, what in (("F", "activation"), ("B", "gradient")):
+            if xfer[(s, c)]:
+                parts.append(f"{what} in {1e3 * med(xfer[(s, c)]):.1f} us")
+        print(f"stage {s}: " + ", ".join(parts))
+
+
 with open(sys.argv[1]) as f:
     ev = json.load(f)["traceEvents"]
 names = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
@@ -67,6 +104,14 @@ for pid in sorted(names):
 pp = len(stage_rank)
 ins = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("F", "B", "W") and e["pid"] in stage_rank.values()]
 steps = sorted({e["args"]["step"] for e in ins})
+if "--times" in sys.argv[2:]:
+    per_step = []
+    for k in steps[1:] if len(steps) > 1 else steps:
+        mine = [e for e in ins if e["args"]["step"] == k]
+        per_step.append({s: sorted((e for e in mine if e["pid"] == pid), key=lambda e: e["ts"])
+                         for s, pid in stage_rank.items()})
+    times(per_step, pp)
+    sys.exit(0)
 out, rep = [], []
 for k in steps[1:] if len(steps) > 1 else steps:
     mine = [e for e in ins if e["args"]["step"] == k]

@@ -155,6 +155,14 @@ typedef struct {
   int nends, capends;
   double mult;    /* the product of the enclosing repeat counts (for the sums below) */
   CostReport *r;
+  /* the pipeline's timeline (sim_rank of a stage, pt set): each instruction's time and what precedes it */
+  PipeTimes *pt;
+  const int *pos; /* [norder]: program-order instruction -> its index in its stage's list */
+  int cur;        /* the instruction (Node.instr) whose nodes ran last on this stage; 0: none yet */
+  double gap;     /* time on other nodes since then (the next instruction's pre) */
+  double rlat, rcopy; /* a pipeline receive's transfer, for the instruction that follows it */
+  double last_end; /* the stage's clock when its last instruction ended */
+  int *rstage;    /* [top graph value id]: the stages reading it (ir_reader_stages); NULL without pp */
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -177,20 +185,49 @@ static void wait_for(Sim *s, const Value *v, Clock *c) {
   if (ptrmap_get(&s->pending, v, &i) && s->ends[i] > c->t) c->t = s->ends[i];
 }
 
-/* Seconds of one collective over its group's link; *side: the channel. */
-static double coll_time(const Sim *s, const Node *n, int *side) {
+/* The link a collective of n's group crosses (*side: 0 in node, 1 across nodes) and the share of
+ * its bandwidth that one of the node's rings gets; NULL when the group is one rank. */
+static const CostLink *link_of(const Sim *s, const Node *n, int *side, double *share) {
   int ax = ir_comm_row(n);
   *side = 0;
-  if (ax < 0 || ax >= IR_COMM_ROWS || n->op == OP_RECV) return 0;
+  *share = 1;
+  if (ax < 0 || ax >= IR_COMM_ROWS) return NULL;
   int gs = s->v.group_size[ax];
-  if (gs <= 1) return 0;
+  if (gs <= 1) return NULL;
   *side = s->v.across_nodes[ax];
-  const CostLink *l = &s->d->link[*side];
-  double share = 1;
-  if (*side && s->m->mesh && s->v.members_per_node[ax] > 0) share = (double)s->m->mesh->devices_per_node / s->v.members_per_node[ax];
-  if (!*side && s->m->has_topology && s->m->topo.cpu_only) share = 1;
+  if (*side && s->m->mesh && s->v.members_per_node[ax] > 0)
+    *share = (double)s->m->mesh->devices_per_node / s->v.members_per_node[ax];
+  return &s->d->link[*side];
+}
+
+/* Seconds of one collective over its group's link; *side: the channel. */
+static double coll_time(const Sim *s, const Node *n, int *side) {
+  double share;
+  const CostLink *l = link_of(s, n, side, &share);
+  if (!l || n->op == OP_RECV) return 0;
+  int gs = s->v.group_size[ir_comm_row(n)];
   double bus = (double)ir_comm_node_bytes(n) * ir_comm_bus_factor(n->op, gs);
   return ir_comm_ring_steps(n->op, gs) * l->latency_s + bus * share / l->bytes_per_s;
+}
+
+/* A pipeline transfer (send / recv over pp, passes/pipe.c's): on the sender a copy of what it sends
+ * (the runtime sends from a copy and goes on: rt_coll_send); on the wire the link's latency; on the
+ * receiver its bytes over the link's bandwidth (what its receive waits for once the data is there). */
+static bool pipe_p2p(const Node *n) { return (n->op == OP_SEND || n->op == OP_RECV) && n->stage && n->a.mesh_axis == RT_AX_PP; }
+
+static void p2p_times(const Sim *s, const Node *n, double *lat, double *copy) {
+  const MeshMap *mm = s->m->mesh;
+  *lat = *copy = 0;
+  if (!mm || s->stage < 0) return;
+  /* the link between this stage's ranks and the peer stage's (pp is the outermost axis: rank i of
+   * stage st is st x rps + i); across nodes, the stage's ranks on a node share its network */
+  int rps = mm->world / mm->dim[RT_AX_PP], peer = s->stage + (int)n->a.start, across = 0;
+  for (int i = 0; i < rps; i++)
+    across += rt_mesh_node(mm, s->stage * rps + i) != rt_mesh_node(mm, peer * rps + i);
+  const CostLink *l = &s->d->link[across > 0];
+  double share = across ? fmin(across, mm->devices_per_node) : 1;
+  *lat = l->latency_s;
+  *copy = (double)ir_comm_node_bytes(n) * share / l->bytes_per_s;
 }
 
 static bool runs_here(const Sim *s, const Node *n) { return s->stage < 0 || n->stage == 0 || n->stage == s->stage + 1; }
@@ -234,7 +271,12 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
     int side;
     double dt = coll_time(s, n, &side);
     s->r->comm_s[side] += s->mult * dt;
-    bool async = ir_comm_async(n) || (n->op == OP_SEND && n->stage); /* pipeline sends are asynchronous */
+    if (pipe_p2p(n)) { /* the sender copies and goes on; the wire and the receiver's copy: the timeline's */
+      s->r->comm_async_s += s->mult * dt;
+      if (n->op == OP_SEND) c->t += 2 * (double)ir_comm_node_bytes(n) / s->d->bytes_per_s + s->d->op_overhead_s;
+      return;
+    }
+    bool async = ir_comm_async(n);
     if (!async) {
       double start = fmax(c->t, c->chan[side]);
       c->t = c->chan[side] = start + dt;
@@ -261,13 +303,60 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   if (launch) s->r->kernels += (int64_t)w;
 }
 
+/* The pipeline's timeline, one top-level node of a stage at a time: an instruction's nodes
+ * (Node.instr) add to its time, a receive's transfer goes to the instruction after it, anything
+ * else (the sums of finished micro-batches, the step's start) is the next instruction's pre. */
+static void record(Sim *s, const Node *n, double dt, double t_end) {
+  if (n->instr > 0 && s->m->pipe->order_stage[n->instr - 1] == s->stage) {
+    int k = s->pos[n->instr - 1];
+    if (s->cur != n->instr) { /* the instruction starts */
+      s->pt->pre[s->stage][k] += s->gap;
+      s->pt->lat[s->stage][k] += s->rlat;
+      s->pt->recv[s->stage][k] += s->rcopy;
+      s->gap = s->rlat = s->rcopy = 0;
+      s->cur = n->instr;
+    }
+    s->pt->dur[s->stage][k] += dt + s->gap; /* (a node between two of its own: counted in it) */
+    s->gap = 0;
+    s->last_end = t_end;
+  } else if (pipe_p2p(n) && n->op == OP_RECV) {
+    p2p_times(s, n, &s->rlat, &s->rcopy);
+    s->cur = 0;
+  } else {
+    s->gap += dt; /* before the next instruction, or inside this one when its nodes follow */
+  }
+}
+
+/* Bytes another stage's node n makes that this stage zero-fills (codegen: the outputs a node
+ * outside n's stage reads, for the sums over pp). */
+static double zero_fill_bytes(const Sim *s, const Node *n) {
+  double b = 0;
+  if (!s->rstage || n->graph != s->m->graph || n->op == OP_SEND || n->op == OP_RECV) return 0;
+  for (int k = 0; k < n->nout; k++) {
+    int r = s->rstage[n->out[k]->id];
+    if (r != -2 && r != n->stage) b += value_bytes(n->out[k]);
+  }
+  return b;
+}
+
 static void sim_graph(Sim *s, const Graph *g, Clock *c) {
-  bool cuda = s->m->target == TARGET_CUDA;
+  bool cuda = s->m->target == TARGET_CUDA, top = s->pt && g == s->m->graph;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (!runs_here(s, n)) continue;
+    if (!runs_here(s, n)) {
+      double z = zero_fill_bytes(s, n);
+      if (z > 0) { /* a memset, between this stage's instructions */
+        double dt = z / s->d->bytes_per_s + s->d->op_overhead_s;
+        c->t += dt;
+        s->r->mem_s += s->mult * dt;
+        if (top) record(s, n, dt, c->t);
+      }
+      continue;
+    }
     bool launch = !(cuda && n->group > 0 && i > 0 && g->nodes[i - 1]->group == n->group);
+    double t0 = c->t;
     sim_node(s, n, c, launch);
+    if (top) record(s, n, c->t - t0, c->t);
   }
 }
 
@@ -284,30 +373,95 @@ static double sim_rank(Sim *s, int stage, CostReport *r) {
   return fmax(c.t, fmax(c.chan[0], c.chan[1]));
 }
 
-void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
-  memset(r, 0, sizeof *r);
+/* Every stage simulated (or the rank, without pp); with cp, the pipeline's timeline recorded and
+ * played (cp->sched, cp->t). *busy_max / *busy_sum: the stages' own times; r: the busiest's parts. */
+static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, CostPipe *cp, double *busy_max,
+                       double *busy_sum) {
   Sim s = {.m = m, .d = d};
   ir_comm_volumes(m, &s.v);
   const PipePlan *p = m->pipe;
-  double busy_max = 0, busy_sum = 0;
   int nst = p ? p->pp : 1;
+  int *pos = NULL;
+  if (p) {
+    s.rstage = calloc((size_t)m->graph->next_value_id + 1, sizeof(int));
+    if (!s.rstage) die("cost: out of memory");
+    ir_reader_stages(m->graph, s.rstage, m->graph->next_value_id);
+  }
+  if (cp) { /* program-order instruction -> its place in its stage's list (each stage's order is its list's) */
+    memset(cp, 0, sizeof *cp);
+    cp->sched = pipe_sched_make(p->kind, p->pp, p->nmb, p->v);
+    cp->t = pipe_times_new(&cp->sched, true);
+    cp->tail = calloc((size_t)nst, sizeof(double));
+    cp->stage_end = calloc((size_t)nst, sizeof(double));
+    cp->start = calloc((size_t)nst, sizeof(double *));
+    pos = calloc((size_t)p->norder + 1, sizeof(int));
+    int *seen = calloc((size_t)nst, sizeof(int));
+    if (!cp->tail || !cp->stage_end || !cp->start || !pos || !seen) die("cost: out of memory");
+    for (int k = 0; k < p->norder; k++) pos[k] = seen[p->order_stage[k]]++;
+    for (int st = 0; st < nst; st++) {
+      if (seen[st] != cp->sched.len[st]) die("cost: stage %d runs %d instructions, its list has %d", st, seen[st], cp->sched.len[st]);
+      if (!(cp->start[st] = calloc((size_t)cp->sched.len[st] + 1, sizeof(double)))) die("cost: out of memory");
+    }
+    free(seen);
+    s.pt = &cp->t;
+    s.pos = pos;
+  }
+  *busy_max = *busy_sum = 0;
   for (int st = 0; st < nst; st++) {
     CostReport one;
     memset(&one, 0, sizeof one);
+    s.cur = 0;
+    s.gap = s.rlat = s.rcopy = s.last_end = 0;
     double busy = sim_rank(&s, p ? st : -1, &one);
-    busy_sum += busy;
-    if (st == 0 || busy > busy_max) {
-      busy_max = busy;
+    if (cp) cp->tail[st] = busy - s.last_end;
+    *busy_sum += busy;
+    if (st == 0 || busy > *busy_max) {
+      *busy_max = busy;
       *r = one; /* the busiest stage's parts */
     }
   }
   free(s.ends);
+  free(s.rstage);
+  free(pos);
+  if (cp) {
+    cp->span = pipe_sched_play(&cp->sched, &cp->t, &cp->bubble, cp->start, cp->stage_end);
+    for (int st = 0; st < nst; st++)
+      if (cp->stage_end[st] + cp->tail[st] > cp->step_s) cp->step_s = cp->stage_end[st] + cp->tail[st];
+  }
+}
+
+bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp) {
+  if (!m->pipe || !m->pipe->norder) return false;
+  CostReport r;
+  double bmax, bsum;
+  sim_stages(m, d, &r, cp, &bmax, &bsum);
+  return true;
+}
+
+void cost_pipe_free(CostPipe *cp) {
+  for (int st = 0; cp->start && st < cp->sched.pp; st++) free(cp->start[st]);
+  free(cp->start);
+  free(cp->tail);
+  free(cp->stage_end);
+  pipe_times_free(&cp->sched, &cp->t);
+  pipe_sched_free(&cp->sched);
+  memset(cp, 0, sizeof *cp);
+}
+
+void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
+  memset(r, 0, sizeof *r);
+  const PipePlan *p = m->pipe;
+  CostPipe cp;
+  bool piped = p && p->norder;
+  double busy_max, busy_sum;
+  sim_stages(m, d, r, piped ? &cp : NULL, &busy_max, &busy_sum);
   r->compute_s = r->gemm_s + r->attn_s + r->mem_s + r->overhead_s;
   double step = busy_max;
-  if (p && p->bubble < 1) {
-    r->bubble = p->bubble;
-    step = fmax(busy_max, busy_sum / nst / (1 - p->bubble));
-    r->bubble_s = step - busy_sum / nst;
+  if (piped) { /* the stages' timeline: each its own start, its instructions played with the transfers, its end */
+    r->bubble = cp.bubble;
+    step = fmax(busy_max, cp.step_s);
+    r->bubble_s = step - busy_sum / p->pp;
+    cost_pipe_free(&cp);
   }
   r->exposed_comm_s = busy_max - r->compute_s > 1e-9 * busy_max ? busy_max - r->compute_s : 0;
   r->step_s = step;

@@ -14,9 +14,11 @@
  *     ZeRO-2 scatters, ZeRO-3 gathers) go on a communication channel and are waited at their first
  *     reader, a device's `overlap` fraction of them hidden behind compute (the CPU's collectives
  *     are progressed by the computing core itself: no overlap); the others block;
- *   - the pipeline: each stage's busy time simulated alone (its predicated nodes), the step the
- *     stages' mean busy time over 1 - the schedule's bubble (passes/pipe.c's PipePlan), at least
- *     the busiest stage's;
+ *   - the pipeline: each stage simulated alone (its predicated nodes), which gives each schedule
+ *     instruction's time (its nodes, Node.instr), what the stage runs between instructions, and
+ *     each transfer's (its bytes over the pp link: the latency on the wire, the bytes / bandwidth
+ *     on the receiver); the schedule played with them (pipe_sched_play): the bubble, and the step
+ *     the latest stage's end of its last instruction plus what follows it (cost_pipe);
  *   - offload: none is compiled yet (the CPU target's is a no-op, CUDA refuses it): nothing added.
  * The device's rates are the topology's figures at fixed efficiencies (cost_device_defaults) or a
  * measured profile (bench_calibrate's file, cost_profile_read).
@@ -27,6 +29,7 @@
 #include <stdio.h>
 
 #include "module.h"
+#include "pipe_sched.h"
 
 typedef struct {
   double latency_s;   /* per ring step */
@@ -72,6 +75,23 @@ void cost_device_defaults(const Module *m, CostDevice *d);
 /* Overrides d's figures with those a profile file gives (passes/cost_profile.c; format in
  * docs/planner.md). Reports `file:line:col` errors and returns false on a bad file. */
 bool cost_profile_read(const char *path, CostDevice *d);
+
+/* The pipeline's predicted timeline (m->pipe, after pipeline_run): its schedule, each instruction's
+ * times from the cost model (sched's lists; docs/pipeline.md "The predicted timeline"), each
+ * instruction's start, the bubble as the trainer's --trace measures it. Heap: cost_pipe_free. */
+typedef struct CostPipe {
+  PipeSched sched;
+  PipeTimes t;       /* dur, pre, lat, recv per instruction */
+  double **start;    /* [pp][len]: from the step's start */
+  double *stage_end; /* [pp]: the end of each stage's last instruction */
+  double *tail;      /* [pp]: what each stage runs after it (the sums over pp, the clip, the update) */
+  double span;       /* first instruction's start to the last one's end */
+  double bubble;     /* 1 - the instructions' time / (pp x span) */
+  double step_s;     /* the latest stage_end + tail */
+} CostPipe;
+/* False (nothing filled) without a pipeline. */
+bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp);
+void cost_pipe_free(CostPipe *cp);
 
 /* Predicts m's step (after pipeline_run). */
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);

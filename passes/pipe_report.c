@@ -1,10 +1,13 @@
 /* passes/pipe_report.c — `shardc plan`'s pipeline section: each stage's layers, FLOPs, kept
- * activations and parameters, and the schedule's predicted bubble (from passes/pipe.c's PipePlan). */
+ * activations and parameters (from passes/pipe.c's PipePlan), the cost model's predicted
+ * instruction and transfer times and the schedule's bubble played with them (passes/cost.c's
+ * CostPipe), and the schedule drawn as SVG. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "diag.h"
 
+#include "cost.h"
 #include "memplan.h"
 #include "pipe_sched.h"
 
@@ -123,7 +126,41 @@ static void print_balanced(FILE *f, const PipePlan *p) {
   free(cur);
 }
 
-void pipe_print(FILE *f, const Module *m) {
+/* The cost model's times (cost_pipe): per stage, the mean F, B (and W) instruction, the transfer
+ * into its F and B (the latency, then the receive's bytes / bandwidth), and what it runs between
+ * instructions in a step (the sums of finished micro-batches, the step's start). */
+static void print_times(FILE *f, const PipePlan *p, const CostPipe *cp, const char *source) {
+  char a[32], b[32];
+  fprintf(f, "#   predicted instruction times (cost model, device: %s), per stage: F, B%s; the transfer into each "
+             "(latency + bytes / bandwidth); between instructions per step\n", source ? source : "?",
+          p->kind == SCHED_ZB ? ", W" : "");
+  for (int st = 0; st < p->pp; st++) {
+    double sum[3] = {0}, in[2] = {0}, lat[2] = {0}, pre = 0;
+    int n[3] = {0}, nin[2] = {0};
+    for (int k = 0; k < cp->sched.len[st]; k++) {
+      char op = cp->sched.list[st][k].op;
+      int o = op == 'F' ? 0 : op == 'B' ? 1 : 2;
+      sum[o] += cp->t.dur[st][k];
+      n[o]++;
+      pre += cp->t.pre[st][k];
+      if (o < 2 && (cp->t.lat[st][k] > 0 || cp->t.recv[st][k] > 0)) {
+        lat[o] += cp->t.lat[st][k];
+        in[o] += cp->t.recv[st][k];
+        nin[o]++;
+      }
+    }
+    fprintf(f, "#     stage %d: F %s, B %s", st, cost_human_time(a, sizeof a, n[0] ? sum[0] / n[0] : 0),
+            cost_human_time(b, sizeof b, n[1] ? sum[1] / n[1] : 0));
+    if (n[2]) fprintf(f, ", W %s", cost_human_time(a, sizeof a, sum[2] / n[2]));
+    for (int o = 0; o < 2; o++)
+      if (nin[o])
+        fprintf(f, "; %s in %s + %s", o ? "gradient" : "activation", cost_human_time(a, sizeof a, lat[o] / nin[o]),
+                cost_human_time(b, sizeof b, in[o] / nin[o]));
+    fprintf(f, "; between %s\n", cost_human_time(a, sizeof a, pre));
+  }
+}
+
+void pipe_print(FILE *f, const Module *m, const CostPipe *cp, const char *source) {
   const PipePlan *p = m->pipe;
   if (!p) return;
   fprintf(f, "# pipeline: %d stages over the %lld layers of `repeat %s`, schedule %s", p->pp, (long long)p->layers,
@@ -161,30 +198,50 @@ void pipe_print(FILE *f, const Module *m) {
   const char *ideal = p->kind == SCHED_INTERLEAVED ? "(pp-1)/(vM+pp-1)" : p->kind == SCHED_ZB ? "ZB-H1's (pp-1)/(3M+pp-1)"
                                                                                                : "(pp-1)/(M+pp-1)";
   int units = p->kind == SCHED_INTERLEAVED ? p->v * p->nmb : p->kind == SCHED_ZB ? 3 * p->nmb : p->nmb;
-  fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: each stage's forward and backward in proportion to its FLOPs, "
-             "transfers free; for equal stages %s = %.1f%%)\n",
-          100.0 * p->bubble, ideal, 100.0 * (p->pp - 1) / (double)(units + p->pp - 1));
+  double eq = 100.0 * (p->pp - 1) / (double)(units + p->pp - 1);
+  if (cp) {
+    print_times(f, p, cp, source);
+    fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: the schedule played with these times, as --trace measures "
+               "it; with times in proportion to FLOPs and transfers free %.1f%%; for equal stages %s = %.1f%%)\n",
+            100.0 * cp->bubble, 100.0 * p->bubble, ideal, eq);
+  } else {
+    fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: each stage's forward and backward in proportion to its "
+               "FLOPs, transfers free; for equal stages %s = %.1f%%)\n",
+            100.0 * p->bubble, ideal, eq);
+  }
   print_balanced(f, p);
   fprintf(f, "#   the memory plan below is the worst stage's (values of different stages share bytes); it also holds "
              "what every stage zero-fills for the gradient sums\n");
 }
 
-bool pipe_svg(FILE *f, const Module *m) {
+bool pipe_svg(FILE *f, const Module *m, const CostPipe *cp, const char *source) {
   const PipePlan *p = m->pipe;
   if (!p) return false;
-  PipeSched s = pipe_sched_make(p->kind, p->pp, p->nmb, p->v);
-  double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
-  double **start = calloc((size_t)p->pp, sizeof(double *)), *tw = calloc((size_t)p->pp, sizeof(double));
-  if (!tf || !tb || !start || !tw) die("out of memory");
-  for (int st = 0; st < p->pp; st++) {
-    tf[st] = p->stage[st].fwd_flops > 0 ? p->stage[st].fwd_flops : 1;
-    tw[st] = p->stage[st].wgt_flops;
-    tb[st] = p->stage[st].bwd_flops - tw[st] > 0 ? p->stage[st].bwd_flops - tw[st] : 1;
-    start[st] = calloc((size_t)s.len[st] + 1, sizeof(double));
-    if (!start[st]) die("out of memory");
+  /* the cost model's timeline, or (none given) each stage's times in proportion to its FLOPs */
+  PipeSched own = {0};
+  const PipeSched *sc = cp ? &cp->sched : &own;
+  PipeTimes t = {0};
+  double **start = cp ? cp->start : NULL, bubble = cp ? cp->bubble : 0, span = cp ? cp->span : 0, first = 0;
+  if (!cp) {
+    own = pipe_sched_make(p->kind, p->pp, p->nmb, p->v);
+    t = pipe_times_new(&own, false);
+    start = calloc((size_t)p->pp, sizeof(double *));
+    if (!start) die("out of memory");
+    for (int st = 0; st < p->pp; st++) {
+      const PipeStage *x = &p->stage[st];
+      double tw = x->wgt_flops, tb = x->bwd_flops - tw > 0 ? x->bwd_flops - tw : 1;
+      for (int k = 0; k < own.len[st]; k++) {
+        char op = own.list[st][k].op;
+        t.dur[st][k] = op == 'F' ? (x->fwd_flops > 0 ? x->fwd_flops : 1) : op == 'B' ? tb : tw;
+      }
+      if (!(start[st] = calloc((size_t)own.len[st] + 1, sizeof(double)))) die("out of memory");
+    }
+    span = pipe_sched_play(&own, &t, &bubble, start, NULL);
   }
-  double bubble;
-  double span = pipe_sched_timeline(&s, tf, tb, p->kind == SCHED_ZB ? tw : NULL, &bubble, NULL, start);
+  const PipeTimes *tt = cp ? &cp->t : &t;
+  for (int st = 0; st < p->pp; st++) /* the picture starts at the first instruction */
+    for (int k = 0; k < sc->len[st]; k++)
+      if ((st == 0 && k == 0) || start[st][k] < first) first = start[st][k];
   const double W = 960, lane = 30, left = 70, top = 44;
   double H = top + lane * p->pp + 40, scale = span > 0 ? W / span : 1;
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"monospace\" "
@@ -193,17 +250,24 @@ bool pipe_svg(FILE *f, const Module *m) {
   fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"13\">%s: %s", left, m->name ? m->name : "model", pipe_sched_name(p->kind));
   if (p->v > 1) fprintf(f, " (%d chunks per stage)", p->v);
   fprintf(f, ", pp %d, %d micro-batches; predicted bubble %.1f%%</text>\n", p->pp, p->nmb, 100.0 * bubble);
-  fprintf(f, "<text x=\"%.0f\" y=\"34\" fill=\"#555\">blocks to scale by each stage's FLOPs (transfers free); "
-             "F forward, B backward%s; label: micro-batch%s</text>\n", left, p->kind == SCHED_ZB ? " (input gradients), W weight gradients" : "", p->v > 1 ? ".chunk" : "");
+  if (cp)
+    fprintf(f, "<text x=\"%.0f\" y=\"34\" fill=\"#555\">blocks to scale by the cost model's time (%s), gaps: transfers "
+               "and work between instructions; F forward, B backward%s; label: micro-batch%s</text>\n",
+            left, source ? source : "?", p->kind == SCHED_ZB ? " (input gradients), W weight gradients" : "",
+            p->v > 1 ? ".chunk" : "");
+  else
+    fprintf(f, "<text x=\"%.0f\" y=\"34\" fill=\"#555\">blocks to scale by each stage's FLOPs (transfers free); "
+               "F forward, B backward%s; label: micro-batch%s</text>\n",
+            left, p->kind == SCHED_ZB ? " (input gradients), W weight gradients" : "", p->v > 1 ? ".chunk" : "");
   for (int st = 0; st < p->pp; st++) {
     double y = top + lane * st;
     fprintf(f, "<text x=\"4\" y=\"%.0f\">stage %d</text>\n", y + lane / 2 + 4, st);
     fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#f4f4f4\"/>\n", left, y + 2, W,
             lane - 4);
-    for (int k = 0; k < s.len[st]; k++) {
-      PipeInstr in = s.list[st][k];
+    for (int k = 0; k < sc->len[st]; k++) {
+      PipeInstr in = sc->list[st][k];
       bool b = in.op == 'B';
-      double x = left + start[st][k] * scale, w = (in.op == 'W' ? tw[st] : b ? tb[st] : tf[st]) * scale;
+      double x = left + (start[st][k] - first) * scale, w = tt->dur[st][k] * scale;
       const char *fill = in.op == 'W' ? "#8fd19e" : b ? (in.chunk % 2 ? "#e8a25a" : "#f4c08a")
                                                      : (in.chunk % 2 ? "#5a8fe8" : "#8ab4f4");
       fprintf(f, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\"/>\n", x,
@@ -220,11 +284,11 @@ bool pipe_svg(FILE *f, const Module *m) {
   }
   fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">time (one step) &#8594;</text>\n", left, top + lane * p->pp + 20);
   fprintf(f, "</svg>\n");
-  for (int st = 0; st < p->pp; st++) free(start[st]);
-  free(start);
-  free(tf);
-  free(tb);
-  free(tw);
-  pipe_sched_free(&s);
+  if (!cp) {
+    for (int st = 0; st < p->pp; st++) free(start[st]);
+    free(start);
+    pipe_times_free(&own, &t);
+    pipe_sched_free(&own);
+  }
   return true;
 }

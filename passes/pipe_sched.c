@@ -1,5 +1,6 @@
-/* passes/pipe_sched.c — pipeline schedules: GPipe and 1F1B per-stage lists, their simulation
- * (the check verify relies on) and their predicted bubble. See pipe_sched.h. */
+/* passes/pipe_sched.c — pipeline schedules: the per-stage lists (GPipe, 1F1B, interleaved, zb),
+ * their simulation (the check verify relies on) and their timeline played with given instruction
+ * and transfer times (the predicted bubble). See pipe_sched.h. */
 #include "pipe_sched.h"
 
 #include <stdarg.h>
@@ -204,45 +205,98 @@ bool pipe_sched_check(const PipeSched *s, int rps, PipeStep *order, char *msg, s
   return true;
 }
 
-double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight) {
-  return pipe_sched_timeline(s, tf, tb, NULL, bubble, inflight, NULL);
+static double **per_instr(const PipeSched *s) {
+  double **a = calloc((size_t)s->pp, sizeof(double *));
+  if (!a) die("out of memory");
+  for (int st = 0; st < s->pp; st++)
+    if (!(a[st] = calloc((size_t)s->len[st] + 1, sizeof(double)))) die("out of memory");
+  return a;
 }
 
-double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
-                           int *inflight, double *const *start) {
+static void free_per_instr(const PipeSched *s, double **a) {
+  for (int st = 0; a && st < s->pp; st++) free(a[st]);
+  free(a);
+}
+
+PipeTimes pipe_times_new(const PipeSched *s, bool transfers) {
+  PipeTimes t = {per_instr(s), per_instr(s), NULL, NULL};
+  if (transfers) {
+    t.lat = per_instr(s);
+    t.recv = per_instr(s);
+  }
+  return t;
+}
+
+void pipe_times_free(const PipeSched *s, PipeTimes *t) {
+  free_per_instr(s, t->dur);
+  free_per_instr(s, t->pre);
+  free_per_instr(s, t->lat);
+  free_per_instr(s, t->recv);
+  *t = (PipeTimes){0};
+}
+
+void pipe_sched_inflight(const PipeSched *s, int *inflight) {
+  for (int st = 0; st < s->pp; st++) {
+    int cur = 0, most = 0;
+    for (int k = 0; k < s->len[st]; k++) { /* held from F to B (zb: to W, which reads them too) */
+      char op = s->list[st][k].op;
+      cur += op == 'F' ? 1 : op == (s->kind == SCHED_ZB ? 'W' : 'B') ? -1 : 0;
+      if (cur > most) most = cur;
+    }
+    inflight[st] = most;
+  }
+}
+
+double pipe_sched_play(const PipeSched *s, const PipeTimes *t, double *bubble, double *const *start, double *stage_end) {
   int pp = s->pp, M = s->nmb, nvs = pp * s->v, total = 0;
   for (int st = 0; st < pp; st++) total += s->len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
   double *end = calloc((size_t)(nvs * 3 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
   if (!order || !end || !free_at) die("out of memory");
   char msg[256];
-  if (!pipe_sched_check(s, 1, order, msg, sizeof msg)) die("pipe_sched_time: %s", msg);
-  double span = 0, busy = 0;
+  if (!pipe_sched_check(s, 1, order, msg, sizeof msg)) die("pipe_sched_play: %s", msg);
+  double first = -1, last = 0, busy = 0;
   for (int k = 0; k < total; k++) {
-    int st = order[k].stage;
-    PipeInstr in = s->list[st][order[k].step];
+    int st = order[k].stage, j = order[k].step;
+    PipeInstr in = s->list[st][j];
     int vs = in.chunk * pp + st, from = in.op == 'F' ? vs - 1 : in.op == 'B' ? vs + 1 : -1, b = kind_of(in.op);
-    double t0 = free_at[st];
-    if (from >= 0 && from < nvs && end[(from * M + in.mb) * 3 + b] > t0) t0 = end[(from * M + in.mb) * 3 + b];
-    double d = b == 0 ? tf[st] : b == 1 ? tb[st] : tw ? tw[st] : 0;
-    if (start) start[st][order[k].step] = t0;
+    double t0 = free_at[st] + (t->pre ? t->pre[st][j] : 0);
+    if (from >= 0 && from < nvs) { /* its input from another (virtual) stage: after its producer and the transfer */
+      double ready = end[(from * M + in.mb) * 3 + b] + (t->lat ? t->lat[st][j] : 0);
+      if (ready > t0) t0 = ready;
+      t0 += t->recv ? t->recv[st][j] : 0;
+    }
+    double d = t->dur[st][j];
+    if (start) start[st][j] = t0;
     end[(vs * M + in.mb) * 3 + b] = free_at[st] = t0 + d;
     busy += d;
-    if (t0 + d > span) span = t0 + d;
+    if (first < 0 || t0 < first) first = t0;
+    if (t0 + d > last) last = t0 + d;
   }
-  if (inflight)
-    for (int st = 0; st < pp; st++) {
-      int cur = 0, most = 0;
-      for (int k = 0; k < s->len[st]; k++) { /* held from F to B (zb: to W, which reads them too) */
-        char op = s->list[st][k].op;
-        cur += op == 'F' ? 1 : op == (s->kind == SCHED_ZB ? 'W' : 'B') ? -1 : 0;
-        if (cur > most) most = cur;
-      }
-      inflight[st] = most;
-    }
+  double span = total ? last - first : 0;
   if (bubble) *bubble = span > 0 ? 1.0 - busy / ((double)pp * span) : 0;
+  if (stage_end)
+    for (int st = 0; st < pp; st++) stage_end[st] = free_at[st];
   free(order);
   free(end);
   free(free_at);
+  return span;
+}
+
+double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight) {
+  return pipe_sched_timeline(s, tf, tb, NULL, bubble, inflight, NULL);
+}
+
+double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
+                           int *inflight, double *const *start) {
+  PipeTimes t = pipe_times_new(s, false);
+  for (int st = 0; st < s->pp; st++)
+    for (int k = 0; k < s->len[st]; k++) {
+      char op = s->list[st][k].op;
+      t.dur[st][k] = op == 'F' ? tf[st] : op == 'B' ? tb[st] : tw ? tw[st] : 0;
+    }
+  double span = pipe_sched_play(s, &t, bubble, start, NULL);
+  if (inflight) pipe_sched_inflight(s, inflight);
+  pipe_times_free(s, &t);
   return span;
 }

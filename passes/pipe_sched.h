@@ -60,12 +60,39 @@ typedef struct {
  * an execution order consistent with every wait. */
 bool pipe_sched_check(const PipeSched *s, int ranks_per_stage, PipeStep *order, char *msg, size_t cap);
 
-/* Predicted timeline with forward time tf[s] and backward time tb[s] per stage (transfers free):
- * returns the makespan; *bubble: the idle fraction, 1 - sum of busy time / (pp x makespan);
- * inflight[s] (may be NULL): the most micro-batches stage s holds activations for at once. */
+/* The times a schedule is played with, per instruction: dur[st][k] is the k-th instruction of stage
+ * st's own time (its span in the trainer's --trace); and, each may be NULL (none):
+ *   pre[st][k]   what the stage runs just before it besides instructions (the sums of a finished
+ *                micro-batch, the step's start): after the stage's previous instruction, idle in the trace;
+ *   lat[st][k]   its input's transfer (an F's activation, a B's gradient from another stage): the
+ *                earliest it can start after its producer ended (the link's latency);
+ *   recv[st][k]  the receive's own time once the data is there (its bytes over the link's bandwidth),
+ *                before the instruction starts, idle in the trace.
+ * A stage runs its list in order: instruction k starts at max(previous end + pre, producer's end +
+ * lat) + recv. passes/cost.c fills them from the cost model and the links (docs/pipeline.md). */
+typedef struct {
+  double **dur, **pre, **lat, **recv; /* [pp][len[st]] each */
+} PipeTimes;
+
+/* Plays the schedule with the times t: returns the makespan, from the first instruction's start
+ * to the last one's end over the stages; *bubble (may be NULL): the idle fraction, 1 - the sum of the
+ * instructions' times / (pp x makespan), as the trainer's --trace measures it (bench/pp_bubble.py);
+ * start[st][k] (may be NULL; room for len[st]): each instruction's start (from the step's start,
+ * time 0); stage_end[st] (may be NULL): when stage st's last instruction ends. */
+double pipe_sched_play(const PipeSched *s, const PipeTimes *t, double *bubble, double *const *start, double *stage_end);
+
+/* PipeTimes with room for s (zeros), and their release. */
+PipeTimes pipe_times_new(const PipeSched *s, bool transfers);
+void pipe_times_free(const PipeSched *s, PipeTimes *t);
+
+/* The most micro-batches each stage holds activations for at once (held from F to B; zb: to W). */
+void pipe_sched_inflight(const PipeSched *s, int *inflight);
+
+/* pipe_sched_play with one time per stage and kind: forward tf[s], backward tb[s], W tw[s] (zb;
+ * NULL otherwise), transfers free: returns the makespan; *bubble, inflight[s] (may be NULL; as
+ * pipe_sched_inflight), start[st][k] (may be NULL). The pass's own prediction, each stage's times in
+ * proportion to its FLOPs (passes/pipe.c), before any device is known. */
 double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight);
-/* The same timeline, with W times tw (zb; NULL otherwise) and each instruction's start
- * (start[st][k], room for len[st]; may be NULL). */
 double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
                            int *inflight, double *const *start);
 
@@ -106,11 +133,14 @@ typedef struct PipePlan {
   int norder;
 } PipePlan;
 
-/* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. */
-void pipe_print(FILE *f, const Module *m);
+/* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. With cp (the
+ * cost model's timeline, passes/cost.h; source: the device's), each stage's instruction and transfer
+ * times and the bubble of the schedule played with them; without, the bubble with times in
+ * proportion to FLOPs (PipePlan.bubble). */
+struct CostPipe;
+void pipe_print(FILE *f, const Module *m, const struct CostPipe *cp, const char *source);
 /* The schedule as an SVG picture: one lane per stage, F and B blocks to scale by predicted time
- * (each stage's FLOPs), labelled with their micro-batch (and chunk). False without pp. */
-bool pipe_svg(FILE *f, const Module *m);
-
+ * (cp's, else each stage's FLOPs), labelled with their micro-batch (and chunk). False without pp. */
+bool pipe_svg(FILE *f, const Module *m, const struct CostPipe *cp, const char *source);
 
 #endif

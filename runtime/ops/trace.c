@@ -38,6 +38,9 @@ RtTrace *rt_trace_new(void) {
   return t;
 }
 
+double rt_trace_origin(const RtTrace *t) { return t->origin; }
+void rt_trace_set_origin(RtTrace *t, double origin) { t->origin = origin; }
+
 void rt_trace_free(RtTrace *t) {
   if (!t) return;
   free(t->e);

@@ -19,6 +19,9 @@ enum { RT_TRACE_COMPUTE = 0, RT_TRACE_COMM = 1 };
 
 /* A recorder whose time 0 is now (heap; rt_trace_free). */
 RtTrace *rt_trace_new(void);
+/* Its time 0, rt_now() seconds; set: another (every rank of one host takes rank 0's). */
+double rt_trace_origin(const RtTrace *t);
+void rt_trace_set_origin(RtTrace *t, double origin);
 void rt_trace_free(RtTrace *t);
 
 /* One span [t0, t1] (rt_now() seconds, train/train.h) on thread tid: what (a static string), and the

@@ -4,9 +4,12 @@
  * Every rank records its own events; at the end each rank but 0 writes them to FILE.rank<R>,
  * and rank 0, after a barrier, writes FILE: its own events, then each part's (removed once
  * copied), so the ranks must share FILE's directory (one host, or a shared file system).
- * The time base is common: every rank's recorder starts as it leaves a barrier.
+ * The time base is common: on one host (every rank's host name the same) the ranks share
+ * CLOCK_MONOTONIC, and every rank takes rank 0's start; across hosts each rank's recorder starts as
+ * it leaves a barrier (a rank descheduled there starts late: its events seem early by as much).
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,6 +30,18 @@ void rt_run_trace_open(RtRun *r) {
   free(path);
   if (r->ctx.world > 1) rt_dist_barrier(&r->ctx);
   r->ctx.trace = rt_trace_new();
+  if (r->ctx.world > 1) { /* one host: rank 0's start, exactly (the 32-bit broadcasts are exact) */
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *c = host; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+    int64_t h0 = rt_dist_bcast_u32(&r->ctx, h);
+    if (!rt_dist_any(&r->ctx, h0 != (int64_t)h)) {
+      int64_t ns = (int64_t)(rt_trace_origin(r->ctx.trace) * 1e9);
+      int64_t lo = rt_dist_bcast_u32(&r->ctx, ns & 0xffffffff), hi = rt_dist_bcast_u32(&r->ctx, ns >> 32 & 0xffffffff);
+      rt_trace_set_origin(r->ctx.trace, (double)(lo | hi << 32) * 1e-9);
+    }
+  }
 }
 
 static void label_of(const RtCtx *ctx, char *out, size_t n) {

@@ -3,7 +3,9 @@
 rank with its name, and per rank: STEPS steps in order, each holding the rank's pipeline
 instructions in its stage's schedule order (EXPECT: per stage, a space-separated list such as
 "F0 F1 B0 ..."), instructions that neither overlap nor leave their step, and an optimizer phase after
-the last instruction of each step. Exits 1 naming what is wrong.
+the last instruction of each step. Across ranks (one host: one time base), no instruction starts
+before what it receives was made: F(i) of virtual stage k after F(i) of k - 1 ended, B(i) after
+B(i) of k + 1 (the ranks of one dp x cp x tp coordinate). Exits 1 naming what is wrong.
 
     pp_trace.py TRACE.json WORLD PP STEPS 'STAGE0 LIST' 'STAGE1 LIST' ...
 """
@@ -61,6 +63,20 @@ def main():
             want = {"send pp"} if stage == 0 else {"recv pp"}
             if pp > 1 and not want <= {e["name"] for e in comm}:
                 fail(f"rank {rank} step {k}: no {want} among its communication spans")
+    # causality on the common clock: an instruction starts after its producer (on another rank) ended
+    coords = {r: names[r].split("(")[1] for r in range(world)}  # "pp P, dp D, cp C, tp T)"
+    group = {r: coords[r].split(", ", 1)[1] for r in range(world)}
+    ins = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("F", "B")]
+    nch = 1 + max((e["args"]["chunk"] for e in ins), default=0)
+    end = {(group[e["pid"]], e["args"]["step"], e["cat"], e["args"]["mb"], e["args"]["chunk"] * pp + e["args"]["stage"]):
+           e["ts"] + e["dur"] for e in ins}
+    for e in ins:
+        a, k = e["args"], e["args"]["chunk"] * pp + e["args"]["stage"]
+        src = k - 1 if e["cat"] == "F" else k + 1
+        key = (group[e["pid"]], a["step"], e["cat"], a["mb"], src)
+        if 0 <= src < nch * pp and key in end and e["ts"] < end[key] - 1e-3:
+            fail(f"rank {e['pid']} step {a['step']}: {e['name']} starts {end[key] - e['ts']:.1f} us before its input was made "
+                 f"on virtual stage {src} (the ranks' clocks disagree)")
     n = sum(1 for e in ev if e.get("ph") == "X")
     print(f"trace {path}: {world} ranks, {n} spans" + (", every step's instructions in schedule order" if pp > 1 else ", the steps in order"))
 

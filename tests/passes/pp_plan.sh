@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline parallelism's plan (label passes): `shardc plan` prints each stage's layers, what it
 # holds (embedding first, head and loss last), FLOPs, kept activations times the micro-batches in
-# flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble,
+# flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble
+# (the cost model's timeline: each stage's instruction times, the transfers from their bytes over the
+# link's latency and bandwidth, which a profile sets; the SVG drawn with them),
 # and the split balanced by FLOPs where it beats the even one (a suggestion: the plan splits evenly);
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, a stage override
@@ -41,6 +43,20 @@ expect 0 "  plan: dp 1 tp 1 pp 2 cp 1 sp off zero 0 microbatches 4 schedule 1f1b
   -- plan "${t[@]}" -D pp=2 --world 2
 expect 0 "schedule interleaved (2 chunks per stage), 4 micro-batches" "#   0     0-0,2-2      embedding" \
   "#   1     1-1,3-3      head, loss" "(pp-1)/(vM+pp-1) = 11.1%" -- plan "${t[@]}" -D pp=2 -D schedule=interleaved --world 2
+# the predicted timeline (the cost model's, docs/pipeline.md): each stage's instruction times, the
+# transfers into them from their bytes over the link: 2 x 64 x 64 floats = 32 KiB per micro-batch, so a
+# profile of 1 ms latency and 32 KiB/ms in node makes every transfer 1 ms + 1 ms (stage 1's activations,
+# stage 0's gradients), and the bubble is larger than the free link's; the FLOP-proportional one beside it
+prof=$(mktemp)
+printf 'node_latency 1e-3\nnode_bandwidth 32768e3\n' >"$prof"
+expect 0 "#   predicted instruction times (cost model, device: profile $prof), per stage: F, B;" \
+  "#     stage 1: F " "; activation in 1 ms + 1 ms; between " "; gradient in 1 ms + 1 ms; between " \
+  "with times in proportion to FLOPs and transfers free 23.1%" -- plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2 --profile "$prof"
+bub() { "$shardc" plan "${t[@]}" -D pp=2 -D schedule=gpipe --world 2 "$@" 2>/dev/null | sed -n 's/^#   bubble: \([0-9.]*\)%.*/\1/p'; }
+printf 'node_latency 1e-9\nnode_bandwidth 1e15\n' >"$prof.free"
+slow=$(bub --profile "$prof") free=$(bub --profile "$prof.free")
+awk -v s="$slow" -v f="$free" 'BEGIN { exit !(s > f + 5) }' || { echo "FAIL: bubble $slow% with 2 ms transfers, $free% with free ones: want more"; fail=1; }
+rm -f "$prof" "$prof.free"
 # the split balanced by FLOPs, printed where it beats the even one: Llama-3-8B's head (128k vocabulary)
 # makes its last stage the slowest at pp 4; the tiny GPT's head is lighter than a layer (none)
 expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); a suggestion: write \`pp 4 layers(8, 8, 9, 7)\` to apply it (every stage then holds 9 layers' parameters, gradients and optimizer states, +416.12 MiB)" \
@@ -91,6 +107,8 @@ for sc in gpipe:2 1f1b:2 interleaved:4 zb:3; do
   got=$(grep -c '<rect' "$svg"); w=$(grep -c '>W[0-9]' "$svg")
   [ "$got" = "$want" ] || { echo "FAIL: schedule ${sc%%:*}: $got blocks in the SVG, want $want"; fail=1; }
   [ "${sc%%:*}" = zb ] && [ "$w" != 8 ] && { echo "FAIL: zb SVG has $w W blocks, want 8"; fail=1; }
+  grep -q "blocks to scale by the cost model's time (topology cpu defaults (CPU))" "$svg" ||
+    { echo "FAIL: schedule ${sc%%:*}: the SVG does not say its blocks are the cost model's times"; fail=1; }
 done
 rm -f "$svg"
 expect 1 "error: --schedule-svg /dev/null: the plan has no pipeline (pp 1): nothing to draw" \

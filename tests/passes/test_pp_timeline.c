@@ -1,0 +1,189 @@
+/* tests/passes/test_pp_timeline.c — the pipeline's predicted timeline (passes/pipe_sched.c's
+ * pipe_sched_play, passes/cost.c's cost_pipe; docs/pipeline.md "The predicted timeline").
+ *
+ * 1. Timelines worked out by hand: GPipe and 1F1B at pp 2 with F 1, B 2 and each transfer 0.5 of
+ *    latency and 0.25 of receive (the receiving instruction starts at max(its stage free + pre, its
+ *    producer's end + latency) + receive), one with a stage's work between two instructions (pre),
+ *    and free transfers giving the textbook (pp-1)/(M+pp-1); the bubble is 1 - busy / (pp x
+ *    makespan) over the instructions' spans, as the trainer's --trace measures it.
+ * 2. The tiny GPT at pp 2 (GPipe, 4 micro-batches of 2 x 64 tokens x 64 floats = 32 KiB activations)
+ *    on a device whose in-node link takes 1 ms of latency and 32 KiB per ms: every receiving
+ *    instruction (stage 1's F, stage 0's B) gets 1 ms + 1 ms, the others none; each stage's F's
+ *    (and B's) take the same time; the sender pays its copy only (a 1000 times slower wire leaves
+ *    the instructions' times unchanged, and adds its latency to the receivers'); the cost model's
+ *    step is at least the timeline's span and its bubble the timeline's.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "frontend.h"
+#include "pipe_sched.h"
+#include "pipeline.h"
+
+static int failures;
+
+static void expect(bool ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "FAIL %s\n", what);
+    failures++;
+  }
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(1, fmax(fabs(a), fabs(b))); }
+
+/* F 1 and B 2 everywhere; lat / recv on every receiving instruction (stage 1's F, stage 0's B). */
+static PipeTimes hand_times(const PipeSched *s, double lat, double recv) {
+  PipeTimes t = pipe_times_new(s, true);
+  for (int st = 0; st < s->pp; st++)
+    for (int k = 0; k < s->len[st]; k++) {
+      char op = s->list[st][k].op;
+      t.dur[st][k] = op == 'F' ? 1 : 2;
+      bool in = (op == 'F' && st > 0) || (op == 'B' && st < s->pp - 1);
+      t.lat[st][k] = in ? lat : 0;
+      t.recv[st][k] = in ? recv : 0;
+    }
+  return t;
+}
+
+static void check_starts(const PipeSched *s, double *const *start, const double *const *want, const char *what) {
+  for (int st = 0; st < s->pp; st++)
+    for (int k = 0; k < s->len[st]; k++)
+      if (!near(start[st][k], want[st][k])) {
+        fprintf(stderr, "FAIL %s: stage %d instruction %d (%c%d) starts at %g, by hand %g\n", what, st, k,
+                s->list[st][k].op, s->list[st][k].mb, start[st][k], want[st][k]);
+        failures++;
+      }
+}
+
+static void hand_timelines(void) {
+  double s0[8], s1[8], *start[2] = {s0, s1}, bubble;
+  { /* GPipe, pp 2, 2 micro-batches, transfers 0.5 + 0.25:
+     * stage 0: F0 [0,1] F1 [1,2]; stage 1: F0 max(0, 1 + .5) + .25 = 1.75, F1 max(2.75, 2.5) + .25 = 3,
+     * B0 4, B1 6 (its own F's: no transfer); stage 0: B0 max(2, 6 + .5) + .25 = 6.75, B1 max(8.75, 8.5)
+     * + .25 = 9, ends 11. Busy 2 x (1 + 1 + 2 + 2) = 12 over 2 x 11: bubble 10/22 */
+    PipeSched s = pipe_sched_make(SCHED_GPIPE, 2, 2, 1);
+    PipeTimes t = hand_times(&s, 0.5, 0.25);
+    double end[2];
+    double span = pipe_sched_play(&s, &t, &bubble, start, end);
+    const double w0[] = {0, 1, 6.75, 9}, w1[] = {1.75, 3, 4, 6}, *want[] = {w0, w1};
+    check_starts(&s, start, want, "gpipe with transfers");
+    expect(near(span, 11) && near(bubble, 10.0 / 22) && near(end[0], 11) && near(end[1], 8),
+           "gpipe with transfers: makespan 11, bubble 10/22, stages end at 11 and 8");
+    fprintf(stderr, "  gpipe pp 2 x 2, transfers 0.5 + 0.25: makespan %g, bubble %.4f (by hand 11, %.4f)\n", span, bubble,
+            10.0 / 22);
+    /* stage 1 sums something for 0.5 before its B0 (pre): B0 4.5, B1 6.5, stage 0 B0 7.25, B1 9.5, ends 11.5 */
+    t.pre[1][2] = 0.5;
+    span = pipe_sched_play(&s, &t, &bubble, start, NULL);
+    const double p0[] = {0, 1, 7.25, 9.5}, p1[] = {1.75, 3, 4.5, 6.5}, *pwant[] = {p0, p1};
+    check_starts(&s, start, pwant, "gpipe with work between instructions");
+    expect(near(span, 11.5) && near(bubble, 1 - 12 / 23.0), "gpipe with 0.5 between: makespan 11.5, bubble 1 - 12/23");
+    pipe_times_free(&s, &t);
+    /* transfers free: the textbook bubble (pp-1)/(M+pp-1) = 1/3 */
+    t = hand_times(&s, 0, 0);
+    span = pipe_sched_play(&s, &t, &bubble, NULL, NULL);
+    expect(near(span, 9) && near(bubble, 1.0 / 3), "gpipe, transfers free: makespan 9, bubble (pp-1)/(M+pp-1)");
+    pipe_times_free(&s, &t);
+    pipe_sched_free(&s);
+  }
+  { /* 1F1B, pp 2, 3 micro-batches: stage 0 F0 F1 B0 F2 B1 B2, stage 1 F0 B0 F1 B1 F2 B2; transfers .5 + .25:
+     * stage 0: F0 [0,1] F1 [1,2]; stage 1: F0 1.75, B0 2.75, F1 max(4.75, 2.5) + .25 = 5, B1 6;
+     * stage 0: B0 max(2, 4.75 + .5) + .25 = 5.5, F2 7.5, B1 max(8.5, 8.5) + .25 = 8.75;
+     * stage 1: F2 max(8, 8.5 + .5) + .25 = 9.25, B2 10.25; stage 0: B2 max(10.75, 12.75) + .25 = 13,
+     * ends 15. Busy 2 x 3 x 3 = 18 over 2 x 15: bubble 0.4 */
+    PipeSched s = pipe_sched_make(SCHED_1F1B, 2, 3, 1);
+    PipeTimes t = hand_times(&s, 0.5, 0.25);
+    double span = pipe_sched_play(&s, &t, &bubble, start, NULL);
+    const double w0[] = {0, 1, 5.5, 7.5, 8.75, 13}, w1[] = {1.75, 2.75, 5, 6, 9.25, 10.25}, *want[] = {w0, w1};
+    check_starts(&s, start, want, "1f1b with transfers");
+    expect(near(span, 15) && near(bubble, 0.4), "1f1b with transfers: makespan 15, bubble 0.4");
+    fprintf(stderr, "  1f1b pp 2 x 3, transfers 0.5 + 0.25: makespan %g, bubble %.4f (by hand 15, 0.4)\n", span, bubble);
+    pipe_times_free(&s, &t);
+    pipe_sched_free(&s);
+  }
+  { /* the step's start on every stage (pre of each first instruction, 3): the makespan is counted from
+     * the first instruction's start, as --trace measures it: the same bubble as without */
+    PipeSched s = pipe_sched_make(SCHED_GPIPE, 2, 2, 1);
+    PipeTimes t = hand_times(&s, 0.5, 0.25);
+    t.pre[0][0] = t.pre[1][0] = 3;
+    double span = pipe_sched_play(&s, &t, &bubble, start, NULL);
+    expect(near(span, 11) && near(bubble, 10.0 / 22) && near(start[0][0], 3),
+           "the step's start before the first instructions: the same makespan and bubble");
+    pipe_times_free(&s, &t);
+    pipe_sched_free(&s);
+  }
+}
+
+static Module *tiny_pp2(Arena *a) {
+  FeDefine d[] = {{"layers", "4"}, {"micro_batch", "2"}, {"batch", "8"}, {"dp", "1"}, {"pp", "2"},
+                  {"schedule", "gpipe"}};
+  FeOptions o = {.defines = d, .ndefines = (int)(sizeof d / sizeof d[0]), .world = 2};
+  Module *m = fe_compile(a, SHARDC_MODELS_DIR "/tiny.model", &o);
+  if (!m) return NULL;
+  m->target = TARGET_CPU;
+  PipelineOptions po = {.verify = true};
+  return pipeline_run(m, &po) ? m : NULL;
+}
+
+static void plan_timeline(void) {
+  Arena a;
+  arena_init(&a);
+  Module *m = tiny_pp2(&a);
+  expect(m && m->pipe, "tiny pp 2 compiles with a pipeline");
+  if (!m || !m->pipe) {
+    arena_free(&a);
+    return;
+  }
+  const double bytes = 2.0 * 64 * 64 * 4; /* micro_batch x seq x d floats */
+  CostDevice d;
+  cost_device_defaults(m, &d);
+  d.link[0].latency_s = 1e-3;
+  d.link[0].bytes_per_s = bytes * 1e3;
+  CostPipe cp;
+  expect(cost_pipe(m, &d, &cp), "cost_pipe on a pipelined plan");
+  double f[2] = {-1, -1}, b[2] = {-1, -1};
+  bool transfers = true, same = true;
+  for (int st = 0; st < 2; st++)
+    for (int k = 0; k < cp.sched.len[st]; k++) {
+      char op = cp.sched.list[st][k].op;
+      bool in = (op == 'F' && st == 1) || (op == 'B' && st == 0);
+      transfers &= in ? near(cp.t.lat[st][k], 1e-3) && near(cp.t.recv[st][k], 1e-3)
+                      : cp.t.lat[st][k] == 0 && cp.t.recv[st][k] == 0;
+      double *x = op == 'F' ? &f[st] : &b[st];
+      if (*x < 0) *x = cp.t.dur[st][k];
+      same &= near(*x, cp.t.dur[st][k]) && cp.t.dur[st][k] > 0;
+    }
+  expect(transfers, "each receiving instruction: the link's 1 ms latency and 32 KiB / (32 KiB/ms) receive; none elsewhere");
+  expect(same, "each stage's F's take one time, its B's another");
+  fprintf(stderr, "  tiny pp 2 gpipe: F %.4g / %.4g ms, B %.4g / %.4g ms, bubble %.4f (FLOP-proportional %.4f)\n", f[0] * 1e3,
+          f[1] * 1e3, b[0] * 1e3, b[1] * 1e3, cp.bubble, m->pipe->bubble);
+  CostReport r;
+  cost_estimate(m, &d, &r);
+  expect(near(r.bubble, cp.bubble) && r.step_s >= cp.span, "the cost model's step holds the timeline, its bubble the timeline's");
+  /* a wire 1000 times slower: the senders' instructions unchanged (they copy and go on), the receivers wait */
+  CostDevice slow = d;
+  slow.link[0].latency_s = 1;
+  CostPipe cs;
+  cost_pipe(m, &slow, &cs);
+  bool unchanged = true;
+  for (int st = 0; st < 2; st++)
+    for (int k = 0; k < cs.sched.len[st]; k++) unchanged &= near(cs.t.dur[st][k], cp.t.dur[st][k]);
+  expect(unchanged && near(cs.t.lat[1][0], 1), "a slower wire: the instructions' own times unchanged, the latency the receivers'");
+  expect(cs.bubble > cp.bubble && cs.span > cp.span + 1.9, "a slower wire: a longer makespan (two transfers on its path), a larger bubble");
+  cost_pipe_free(&cs);
+  cost_pipe_free(&cp);
+  arena_free(&a);
+}
+
+int main(void) {
+  hand_timelines();
+  plan_timeline();
+  if (failures) {
+    fprintf(stderr, "test_pp_timeline: %d failure(s)\n", failures);
+    return 1;
+  }
+  fprintf(stderr, "test_pp_timeline: ok\n");
+  return 0;
+}
