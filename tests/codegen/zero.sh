@@ -58,7 +58,7 @@ done
 # (d=256: 42 MiB of plan), 5 steps: rank 0's peak resident size at the end, less the peer's memory
 # mapped here (its parameters and gradients, read in place from the first step on: 13 MiB of the
 # peer's pages, resident in its own VmHWM), is within 4 MiB of the size at start (the plan allocated
-# and touched; measured +1.2 MiB: malloc's heap, a thread stack, the data file's pages)
+# and touched; measured +1.15 MiB: malloc's heap, library and data file pages; 13.9 MiB with the peer's)
 "$shardc" build models/tiny.model -D d=256 -D layers=4 -D seq=32 -D micro_batch=2 -D dp=2 -D tp=1 -D zero=1 \
   --world 2 -o "$t/z1mem"
 "${mpi[@]}" -np 2 "$t/z1mem" --data "$t/data.txt" --steps 5 --eval-every 0 --val-batches 1 >"$t/z1mem.out"
