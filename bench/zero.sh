@@ -13,7 +13,9 @@
 # peak resident memory (VmHWM, which includes the runtime's own buffers and the libraries): at
 # start (the plan's allocation and the kernels' workspace made and touched, before the first step:
 # what the plan predicts) and at end (the run's peak: also what the runtime and the communication
-# layer allocate while training, which the plan does not count).
+# layer allocate while training, which the plan does not count), and of it at end the local peer's
+# memory mapped here ("peers": its pages, resident in its own VmHWM, read in place from the first
+# step on) and the rest ("own_end", what this rank itself holds at most: VmHWM_end - peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shardc=$(realpath "${1:-build/shardc}")
@@ -47,7 +49,7 @@ for z in 0 1 2 3; do
 done
 median() { sort -g | awk '{ a[n++] = $1 } END { print n % 2 ? a[(n - 1) / 2] : (a[n / 2 - 1] + a[n / 2]) / 2 }'; }
 field() { grep -o "\"$2\":[^,}]*" "$1" | cut -d: -f2 | tail -n +2; } # steps after the first
-printf '%-6s %-5s %9s %9s %6s %14s %12s\n' round zero ms/step comm_ms comm% "VmHWM_start" "VmHWM_end"
+printf '%-6s %-5s %9s %9s %6s %14s %12s %8s %9s\n' round zero ms/step comm_ms comm% "VmHWM_start" "VmHWM_end" peers own_end
 for r in $(seq 1 "$rounds"); do
   for z in "${stages[@]}"; do
     (cd "$t" && mpirun --mca pml ob1 -np 2 "$t/z$z" "${run[@]}" --log "$t/log.jsonl" >"$t/out" 2>&1)
@@ -55,6 +57,9 @@ for r in $(seq 1 "$rounds"); do
     cm=$(field "$t/log.jsonl" comm_ms | median)
     hwm=$(grep -o 'measured peak resident [0-9.]* MiB' "$t/out" | head -1 | awk '{ print $4 }')
     hwm_end=$(grep -o 'measured peak resident [0-9.]* MiB' "$t/out" | tail -1 | awk '{ print $4 }')
-    printf '%-6s %-5s %9.1f %9.1f %5.0f%% %14s %12s\n' "$r" "$z" "$ms" "$cm" "$(awk -v a="$cm" -v b="$ms" 'BEGIN { print 100 * a / b }')" "$hwm" "$hwm_end"
+    peers=$(grep '^memory at end:' "$t/out" | grep -o "[0-9.]* [KMG]iB of it the local peers" |
+      awk '{ printf "%.1f", $2 == "KiB" ? $1 / 1024 : $2 == "GiB" ? $1 * 1024 : $1 }' || true)
+    peers=${peers:-0}
+    printf '%-6s %-5s %9.1f %9.1f %5.0f%% %14s %12s %8s %9.1f\n' "$r" "$z" "$ms" "$cm" "$(awk -v a="$cm" -v b="$ms" 'BEGIN { print 100 * a / b }')" "$hwm" "$hwm_end" "$peers" "$(awk -v a="$hwm_end" -v b="$peers" 'BEGIN { print a - b }')"
   done
 done

@@ -170,6 +170,12 @@ void rt_comm_mem_free(RtComm *c, void *p);
 /* How many bytes of direct collectives went through mappings of peers' memory (the
  * rest went through process_vm_readv/writev): for tests and reports. */
 uint64_t rt_comm_mapped_bytes(const RtComm *c);
+/* Resident bytes of this rank's mappings of its local peers' memory (the regions the direct
+ * and mailbox collectives read and write in place; /proc/self/smaps' Rss of each): pages the
+ * peer owns and counts in its own resident size, counted again in this rank's (VmRSS, VmHWM)
+ * once touched here. The node's memory does not grow by them. 0 when none are mapped or
+ * smaps cannot be read. */
+int64_t rt_comm_peer_resident(const RtComm *c);
 
 /* Opens the endpoint and exchanges addresses with every rank (collective over the
  * world). opt may be NULL. Exits with a message on failure. */

@@ -109,6 +109,27 @@ void rt_comm_mem_free(RtComm *c, void *p) {
 
 uint64_t rt_comm_mapped_bytes(const RtComm *c) { return c->mapped_bytes; }
 
+int64_t rt_comm_peer_resident(const RtComm *c) {
+  if (!c || c->npmaps == 0) return 0;
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return 0;
+  char line[512];
+  int64_t total = 0;
+  int peer = 0; /* the mapping whose fields follow is a peer's */
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    long long kb;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      peer = 0;
+      for (int i = 0; i < c->npmaps; i++)
+        if (c->pmaps[i].map && (uintptr_t)c->pmaps[i].map == lo) peer = 1;
+    } else if (peer && sscanf(line, "Rss: %lld kB", &kb) == 1)
+      total += kb * 1024;
+  }
+  fclose(f);
+  return total;
+}
+
 RtRegion rt_shmem_find(const RtComm *c, const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
   for (int i = 0; p && i < c->nregions; i++) {

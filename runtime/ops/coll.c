@@ -1,12 +1,14 @@
 /* runtime/ops/coll.c — collectives on the mesh axes, local shards, and the vocab-parallel ops
  * (see coll.h). The runtime's collectives (comm/comm.h) work on contiguous member blocks; a
  * gather or scatter along an inner tensor axis, or of a blocked (fused) layout, packs or
- * unpacks through the scratch so member c's chunk is contiguous.
+ * unpacks through the scratch so member c's chunk is contiguous (the packing itself:
+ * coll_pack.c).
  *
  * A device program (coll.h RtCollDevice) goes through the same functions: its copies and its
  * packing are the device's (enqueued block copies), its groups may be the device's (NCCL), and
  * a collective the device orders is not waited for on the host but kept until rt_coll_reap. */
 #include "coll.h"
+#include "coll_internal.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -48,6 +50,7 @@ static RtDType move_dtype(int dtype, size_t *count) {
 static const RtCollDevice *dev; /* NULL: host memory */
 
 void rt_coll_set_device(const RtCollDevice *d) { dev = d; }
+const RtCollDevice *rt_coll_device(void) { return dev; }
 
 /* dst = src: on the host, or enqueued on the device. */
 static void move(RtCtx *ctx, void *dst, const void *src, size_t bytes) {
@@ -328,65 +331,6 @@ static void *scratch(void *ws, const char *what) {
   return ws;
 }
 
-/* dst[c][o, l, :] <-> logical[o, rt_block_index(nl, blocks, deg, c, l), :] for every member c:
- * pack (to_members) or unpack (from the members' concatenation). */
-static void permute(char *members, char *logical, int64_t outer, int64_t nl, int64_t inner, int blocks, int deg,
-                    size_t esize, int to_members) {
-  size_t row = (size_t)inner * esize;
-  int64_t n = nl * deg;
-#pragma omp parallel for collapse(2) schedule(static) if (outer * n * inner > 65536)
-  for (int c = 0; c < deg; c++)
-    for (int64_t o = 0; o < outer; o++)
-      for (int64_t l = 0; l < nl; l++) {
-        char *m = members + (((size_t)c * (size_t)outer + (size_t)o) * (size_t)nl + (size_t)l) * row;
-        char *g = logical + ((size_t)o * (size_t)n + (size_t)rt_block_index(nl, blocks, deg, c, l)) * row;
-        if (to_members)
-          memcpy(m, g, row);
-        else
-          memcpy(g, m, row);
-      }
-}
-
-/* Member c's chunk as runs of consecutive logical indices: for each run, fn(c, l, at, len) with
- * local indices [l, l + len) at logical [at, at + len). One run per member without blocks, one
- * per block with them. */
-static void member_runs(int64_t nl, int blocks, int deg, int c,
-                        void (*fn)(void *arg, int c, int64_t l, int64_t at, int64_t len), void *arg) {
-  for (int64_t l = 0; l < nl;) {
-    int64_t at = rt_block_index(nl, blocks, deg, c, l), len = 1;
-    while (l + len < nl && rt_block_index(nl, blocks, deg, c, l + len) == at + len) len++;
-    fn(arg, c, l, at, len);
-    l += len;
-  }
-}
-
-typedef struct {
-  RtCtx *ctx;
-  char *members;      /* [deg][outer, nl, inner]; or y of a shard slice ([outer, nl, inner]) */
-  char *logical;      /* [outer, nl * deg, inner] */
-  int64_t outer, nl, inner;
-  int deg, esize;
-  int to_members;     /* 1: logical -> members (pack), 0: members -> logical (unpack) */
-  int one;            /* 1: members holds one member's chunk (shard slice) */
-} DevPermute;
-
-static void dev_run(void *arg, int c, int64_t l, int64_t at, int64_t len) {
-  DevPermute *d = arg;
-  char *m = d->members + (d->one ? 0 : (size_t)c * (size_t)(d->outer * d->nl * d->inner) * (size_t)d->esize);
-  int64_t n = d->nl * d->deg;
-  if (d->to_members)
-    dev->copy_block(d->ctx, m, d->nl, l, d->logical, n, at, d->outer, len, d->inner, d->esize);
-  else
-    dev->copy_block(d->ctx, d->logical, n, at, m, d->nl, l, d->outer, len, d->inner, d->esize);
-}
-
-/* permute() on the device: one block copy per run of every member's chunk. */
-static void permute_dev(RtCtx *ctx, char *members, char *logical, int64_t outer, int64_t nl, int64_t inner, int blocks,
-                        int deg, size_t esize, int to_members) {
-  DevPermute d = {ctx, members, logical, outer, nl, inner, deg, (int)esize, to_members, 0};
-  for (int c = 0; c < deg; c++) member_runs(nl, blocks, deg, c, dev_run, &d);
-}
-
 void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                         int blocks, int dtype, void *ws) {
   RtGroup *g = group_of(ctx, axis);
@@ -411,10 +355,7 @@ void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t ou
       RtDType wt = move_dtype(dtype, &w);
       complete(ctx, rt_all_gather_start(g, (const char *)x + (size_t)o * row, ws, w, wt));
       char *yo = (char *)y + (size_t)o * row * (size_t)deg;
-      if (dev)
-        permute_dev(ctx, ws, yo, kk, nl, inner, blocks, deg, esize, 0);
-      else
-        permute(ws, yo, kk, nl, inner, blocks, deg, esize, 0);
+      rt_coll_permute(ctx, ws, yo, kk, nl, inner, blocks, deg, esize, 0);
     }
   }
   spent(ctx, "all_gather", axis, t0);
@@ -443,10 +384,7 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
     for (int64_t o = 0; o < outer; o += k) {
       int64_t kk = outer - o < k ? outer - o : k;
       char *xo = (char *)x + (size_t)o * row * (size_t)deg;
-      if (dev)
-        permute_dev(ctx, ws, xo, kk, nl, inner, blocks, deg, esize, 1);
-      else
-        permute(ws, xo, kk, nl, inner, blocks, deg, esize, 1);
+      rt_coll_permute(ctx, ws, xo, kk, nl, inner, blocks, deg, esize, 1);
       complete(ctx, rt_reduce_scatter_start(g, ws, (char *)y + (size_t)o * row, (size_t)(kk * nl * inner) * (size_t)deg,
                                             (RtDType)dtype, RT_SUM));
     }
@@ -677,8 +615,7 @@ void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, 
    * of recvb (the same shape: y-shaped with the gathered dim ng long) is block c of y's gathered dim */
   int64_t so = dims_prod(xdims, 0, split), si = dims_prod(xdims, split + 1, rank);
   int64_t go = dims_prod(ydims, 0, gather), gi = dims_prod(ydims, gather + 1, rank);
-  if (dev) permute_dev(ctx, sendb, (char *)x, so, ns, si, split_blocks, deg, es, 1);
-  else permute(sendb, (char *)x, so, ns, si, split_blocks, deg, es, 1);
+  rt_coll_permute(ctx, sendb, (char *)x, so, ns, si, split_blocks, deg, es, 1);
   int peers[A2A_MAX_DEG], n = 0;
   const void *sp[A2A_MAX_DEG];
   void *rp[A2A_MAX_DEG];
@@ -697,8 +634,7 @@ void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, 
     for (int i = 0; i < n; i++) reqs[n + i] = rt_send_start(g, peers[i], sp[i], part, A2A_TAG);
     for (int i = 0; i < 2 * n; i++) rt_wait(reqs[i]);
   }
-  if (dev) permute_dev(ctx, recvb, y, go, ng, gi, blocks, deg, es, 0);
-  else permute(recvb, y, go, ng, gi, blocks, deg, es, 0);
+  rt_coll_permute(ctx, recvb, y, go, ng, gi, blocks, deg, es, 0);
   ctx->comm_s += now() - t0;
 }
 
@@ -801,20 +737,4 @@ void rt_coll_send_wait_all(RtCtx *ctx) {
   double t0 = now();
   reap_sends(1);
   spent(ctx, "send wait", -1, t0);
-}
-
-void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
-                         int blocks, int esize) {
-  int deg = rt_ctx_degree(ctx, axis), c = rt_ctx_coord(ctx, axis);
-  if (dev) {
-    DevPermute d = {ctx, y, (char *)x, outer, nl, inner, deg, esize, 1, 1};
-    member_runs(nl, blocks, deg, c, dev_run, &d);
-    return;
-  }
-  size_t row = (size_t)inner * (size_t)esize;
-  int64_t n = nl * deg;
-  for (int64_t o = 0; o < outer; o++)
-    for (int64_t l = 0; l < nl; l++)
-      memmove((char *)y + ((size_t)o * (size_t)nl + (size_t)l) * row,
-              (const char *)x + ((size_t)o * (size_t)n + (size_t)rt_block_index(nl, blocks, deg, c, l)) * row, row);
 }

@@ -61,6 +61,14 @@ static void print_memory(const char *when, RtRun *r, int64_t base) {
     rt_fmt_bytes(d, sizeof d, (double)base);
     printf("; %s resident before the allocation", d);
   }
+  /* the local peers' memory this rank reads and writes in place (their gradients, parameters,
+   * packed buffers: touched from the first step on) is resident in their VmHWM and again in this
+   * one's: shown apart, so the growth after start that is this rank's own is visible */
+  int64_t peers = r->ctx.comm ? rt_comm_peer_resident(r->ctx.comm) : 0;
+  if (peers > 0 && hwm > 0) {
+    rt_fmt_bytes(d, sizeof d, (double)peers);
+    printf("; %s of it the local peers' memory mapped here (theirs, counted in their VmHWM too)", d);
+  }
   printf("\n");
 }
 

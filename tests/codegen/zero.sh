@@ -54,6 +54,23 @@ for c in z1dp2:2 z1dp2tp2:4 z2dp2:2 z2dp2tp2:4 z3dp2:2 z3dp2tp2:4; do
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "$n" "$t/$n.jsonl" "$t/one.jsonl"
 done
+# memory after start (docs/memory.md, "What the plan does not count"): zero 1, dp=2, the GPT widened
+# (d=256: 42 MiB of plan), 5 steps: rank 0's peak resident size at the end, less the peer's memory
+# mapped here (its parameters and gradients, read in place from the first step on: 13 MiB of the
+# peer's pages, resident in its own VmHWM), is within 4 MiB of the size at start (the plan allocated
+# and touched; measured +1.15 MiB: malloc's heap, library and data file pages; 13.9 MiB with the peer's)
+"$shardc" build models/tiny.model -D d=256 -D layers=4 -D seq=32 -D micro_batch=2 -D dp=2 -D tp=1 -D zero=1 \
+  --world 2 -o "$t/z1mem"
+"${mpi[@]}" -np 2 "$t/z1mem" --data "$t/data.txt" --steps 5 --eval-every 0 --val-batches 1 >"$t/z1mem.out"
+mib_of() { # the figure in MiB inside the match of "$2" in the "memory at $1:" line
+  grep -m1 "^memory at $1:" "$t/z1mem.out" | grep -o "$2" | grep -o '[0-9.]* [KMG]iB' |
+    awk '{ print $2 == "KiB" ? $1 / 1024 : $2 == "GiB" ? $1 * 1024 : $1 }'
+}
+s=$(mib_of start 'resident [0-9.]* [KMG]iB (VmHWM)') e=$(mib_of end 'resident [0-9.]* [KMG]iB (VmHWM)')
+ps=$(mib_of start '[0-9.]* [KMG]iB of it the local peers') pe=$(mib_of end '[0-9.]* [KMG]iB of it the local peers')
+awk -v s="$s" -v e="$e" -v ps="${ps:-0}" -v pe="${pe:-0}" 'BEGIN { g = (e - pe) - (s - ps);
+  printf "zero 1 dp2 memory: VmHWM %.1f MiB at start, %.1f at end, %.1f of it the peer'"'"'s: own growth %.2f MiB (bound 4)\n", s, e, pe, g;
+  exit (s > 0 && e > 0 && g < 4 ? 0 : 1) }' || { echo "FAIL: zero 1 dp2: the resident size grows after start"; exit 1; }
 # checkpoints across stages: zero 1 and zero 2 -> zero 0 (and zero 2 -> one rank); zero 0 -> zero 1 and 2
 "${mpi[@]}" -np 2 "$t/z1dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z1" >/dev/null
 "${mpi[@]}" -np 2 "$t/z2dp2" "${run[@]}" --stop-at 10 --save-to "$t/ck_z2" >/dev/null
