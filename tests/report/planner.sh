@@ -13,6 +13,8 @@
 #     and 30 % (step) of the compiled plans of GPT-2 and tiny;
 #  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
 #     `shardc build --pick` writes a trainer that runs 2 steps;
+#  4b. sp with cp: on 4 CPU ranks with cp 2 and tp 2 pinned, the search ranks (compiles to confirm)
+#     a candidate with sp, and `shardc build --pick -D sp=on` writes its trainer;
 #  5. the table for tiny on the 2-rank CPU topology (pp 1, cp 1, top 5) is the expected one
 #     (tests/report/planner/tiny_search.txt; refresh: planner.sh SHARDC update).
 # Usage: tests/report/planner.sh SHARDC [update]
@@ -161,6 +163,22 @@ if "$shardc" build models/tiny.model --search --pick -D pp=1 -D cp=1 --budget 12
 else
   bad "build --pick failed: $(tail -3 "$tmp/build.log")"
 fi
+
+# 4b. sp together with cp (passes/plan_search.c enumerates sp at every cp): tiny on 4 CPU ranks, cp 2 x
+# tp 2 pinned (so dp 1): a ranked row is `tp 2+sp ... cp 2`, compiled to confirm (the ranked table's
+# figures are the compiled plan's), and building the pick with sp pinned on writes a trainer
+out=$("$shardc" plan models/tiny.model --topology "$tmp/cpu4.topo" --search --top 20 -D cp=2 -D tp=2 --budget 120 2>&1) ||
+  bad "search with cp 2 x tp 2 failed: $out"
+nsp=$(echo "$out" | table | grep -cE '^# +[0-9]+  dp 1 tp 2\+sp cp 2 ' || true)
+[ "$nsp" -gt 0 ] || bad "the search with cp 2 x tp 2 ranks no candidate with sp: $(echo "$out" | table | grep -E '^# +[0-9]+  dp' | head -3)"
+if "$shardc" build models/tiny.model --topology "$tmp/cpu4.topo" --search --pick -D cp=2 -D tp=2 -D sp=on --budget 120 \
+  -o "$tmp/train_cpsp" >"$tmp/build_cpsp.log" 2>&1; then
+  grep -q '^# picked #1: -D tp=2 .*-D cp=2 .*-D sp=on' "$tmp/build_cpsp.log" && [ -x "$tmp/train_cpsp" ] ||
+    bad "build --pick with cp 2 x tp 2 + sp: $(grep '^# picked' "$tmp/build_cpsp.log")"
+else
+  bad "build --pick with cp 2 x tp 2 + sp failed: $(tail -3 "$tmp/build_cpsp.log")"
+fi
+echo "sp with cp: $nsp ranked candidates with tp 2+sp cp 2"
 
 # 5. the expected table
 want=tests/report/planner/tiny_search.txt
