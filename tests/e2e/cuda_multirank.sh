@@ -159,7 +159,7 @@ case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, an
     grp="(ctx, RT_AX_GROUP(RT_MESH_DP | RT_MESH_CP)"
     nr=$(cat "$t"/src/*.c | grep -cF "rt_coll_reduce_scatter_start$grp" || true)
     na=$(cat "$t"/src/*.c | grep -cF "rt_coll_all_gather_start$grp" || true)
-    nx=$(cat "$t"/src/*.c | grep -c "rt_coll_\(reduce_scatter\|all_gather\|all_reduce\|shard_slice\)[a-z_]*(ctx, RT_AX_\(DP\|CP\)," || true)
+    nx=$(cat "$t"/src/*.c | grep -c "rt_coll_\(reduce_scatter\|all_gather\|all_reduce\)[a-z_]*(ctx, RT_AX_\(DP\|CP\)," || true)
     [ "$nr" -gt 0 ] && [ "$na" -gt 0 ] && [ "$nx" -eq 0 ] ||
       { echo "FAIL: $what: $nr reduce-scatters and $na all-gathers over dp x cp, $nx collectives over dp or cp alone"; exit 1; }
     echo "$what: $nr reduce-scatters and $na all-gathers over the dp x cp group, none over dp or cp alone"
