@@ -95,8 +95,9 @@ echo "$out" | grep -q "^# BUG" && bad "tiny: the memory bound is above a compile
 
 # 3b. the memory bound (GPT-3 175B on p4d-x128: 174.6 G parameters, f32 master weights, AdamW): a
 # candidate whose parameters and state alone exceed 40 GiB per rank is not compiled; the example's
-# bound is parameters / (tp pp) + state / (tp pp dp) under ZeRO-1/2 (650.5 GiB / 16 + 1300.9 GiB / 1024
-# = 41.9 GiB for dp 64 tp 8 pp 2 z2), and no compiled plan needs less than its bound. The whole
+# bound is parameters / (tp pp) + state / (tp pp dp cp) under ZeRO-1/2, which shards over dp x cp
+# (650.5 GiB / 16 + 1300.9 GiB / 1024 = 41.9 GiB for dp 8 tp 8 pp 2 cp 8 z2), and no compiled plan
+# needs less than its bound. The whole
 # search (every candidate through the analytic model, the top ones compiled) takes under 10 s, and
 # says clearly what the analytic model fits and what the compiler confirmed.
 t0=$(date +%s.%N)
@@ -104,7 +105,7 @@ out=$("$shardc" plan models/gpt3-175b.model --target cuda --topology models/topo
 t1=$(date +%s.%N)
 awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' || bad "GPT-3 on p4d-x128: the search took $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s, not under 10 s"
 line=$(echo "$out" | grep '^# over the memory bound, e.g. ')
-echo "$line" | grep -q "e.g. dp 64 tp 8+sp pp 2 1f1b z2 rc full mb 1: its parameters and optimizer state need at least 41.9 GiB per rank (650.5 GiB of parameters and 1300.9 GiB of state over tp x pp, the state x dp) over 40.0 GiB" ||
+echo "$line" | grep -q "e.g. dp 8 tp 8+sp pp 2 1f1b cp 8 z2 rc full mb 1: its parameters and optimizer state need at least 41.9 GiB per rank (650.5 GiB of parameters and 1300.9 GiB of state over tp x pp, the state x dp x cp) over 40.0 GiB" ||
   bad "GPT-3's memory bound: '$line'"
 nb=$(echo "$out" | sed -n 's/.* \([0-9]*\) of those since their parameters and optimizer state alone exceed.*/\1/p')
 [ "${nb:-0}" -gt 1000 ] || bad "GPT-3: only '${nb:-}' candidates over the memory bound"
@@ -129,7 +130,7 @@ t0=$(date +%s.%N)
 out4=$("$shardc" plan models/gpt3-175b.model --target cuda --topology "$tmp/p4d-4g.topo" --search 2>&1) && bad "GPT-3 on 4 GiB: the search succeeded"
 t1=$(date +%s.%N)
 awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' || bad "GPT-3 on 4 GiB: the search took over 10 s"
-echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp 128 tp 8+sp z3 rc full mb 1, needs 5.1 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
+echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp 16 tp 8+sp cp 8 z3 rc full mb 1, needs 4.5 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
   bad "GPT-3 on 4 GiB: no clear 'closest' line: $(echo "$out4" | sed -n 5p)"
 
 # 3c. the analytic model against the compiled plans (the search's own comparison rows): memory within
