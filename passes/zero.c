@@ -88,14 +88,14 @@ void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z) {
   to->shape = from->shape;
   to->shape.dim[d] = from->shape.dim[d] / z.deg;
   to->sharding = from->sharding;
-  to->sharding.split[d] = RT_AX_DP;
+  to->sharding.split[d] = z.axis;
   to->sharding.inner[d] = z.inner;
   to->sharding.blocks[d] = 0;
 }
 
-/* n's collective over the group: over dp, with z.with. */
+/* n's collective over the group: over z.axis, with z.with. */
 static void over_group(Node *n, ZeroGroup z) {
-  n->a.mesh_axis = RT_AX_DP;
+  n->a.mesh_axis = z.axis;
   n->a.mesh_with = z.with;
 }
 
@@ -151,7 +151,7 @@ static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d,
  * with a partial gradient over its sequence chunk: passes/shard_core.c's combined all-reduce). A sum
  * over another group (over dp alone under cp: a value already whole over cp) is not rewritten. */
 bool zero_is_group_sum(const Node *n, ZeroGroup z) {
-  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && n->a.mesh_with == z.with && n->a.reduce == RED_SUM;
+  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == z.axis && n->a.mesh_with == z.with && n->a.reduce == RED_SUM;
 }
 
 /* Readers of gr in g: only the update u and sums of squares (the clip); and results. */
@@ -514,9 +514,9 @@ static void complete_sumsq(Graph *g, ZeroGroup z) {
     Node *s = g->nodes[i];
     if (s->op != OP_SUMSQ) continue;
     bool split = false;
-    for (int d = 0; d < s->in[0]->shape.rank; d++) split |= s->in[0]->sharding.split[d] == RT_AX_DP;
+    for (int d = 0; d < s->in[0]->shape.rank; d++) split |= s->in[0]->sharding.split[d] == z.axis;
     if (!split) continue;
-    s->out[0]->sharding.partial |= (uint8_t)((1u << RT_AX_DP) | z.with);
+    s->out[0]->sharding.partial |= (uint8_t)((1u << z.axis) | z.with);
     ins[n++] = s->out[0];
   }
   if (n == 0) return;
@@ -545,8 +545,8 @@ static void complete_sumsq(Graph *g, ZeroGroup z) {
  * rank's [1, N] row, taken right before its first reader (in a layer's backward body: at the end
  * of the iteration). The concatenation is the packing DeepSpeed's flat buffers avoid: one copy of
  * the bucket's bytes. */
-static bool packable(const Node *n) {
-  return n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && n->a.axis == 0 && n->a.blocks <= 1 &&
+static bool packable(const Node *n, ZeroGroup z) {
+  return n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == z.axis && n->a.mesh_with == z.with && n->a.axis == 0 && n->a.blocks <= 1 &&
          ir_dtype_is_float(n->in[0]->dtype);
 }
 
@@ -582,13 +582,13 @@ static void pack_scatters(Graph *g, int i, int j, ZeroGroup z) {
   Value *cat = typed(g, OP_CONCAT, n, rows, dt, ir_shape(2, dn), &ca, loc, flat);
   ir_move_last(g, at++);
   Attrs ra = {0};
-  ra.mesh_axis = RT_AX_DP;
+  ra.mesh_axis = z.axis;
   ra.mesh_with = z.with;
   ra.axis = 0;
   Sharding mine = flat;
-  mine.split[0] = RT_AX_DP;
+  mine.split[0] = z.axis;
   mine.inner[0] = z.inner;
-  mine.partial &= (uint8_t) ~((1u << RT_AX_DP) | z.with);
+  mine.partial &= (uint8_t) ~((1u << z.axis) | z.with);
   int64_t d1[2] = {1, total};
   Value *red = typed(g, OP_REDUCE_SCATTER, 1, &cat, dt, ir_shape(2, d1), &ra, loc, mine);
   ir_move_last(g, at++);
@@ -630,7 +630,7 @@ static void bucket_scatters(Graph *g, ZeroGroup z, int64_t cap) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) bucket_scatters(g->nodes[i]->body, z, cap);
   for (int i = 0; i < g->nnodes;) {
-    if (!packable(g->nodes[i])) {
+    if (!packable(g->nodes[i], z)) {
       i++;
       continue;
     }
@@ -638,7 +638,7 @@ static void bucket_scatters(Graph *g, ZeroGroup z, int64_t cap) {
     int64_t bytes = 0;
     DType dt = g->nodes[i]->in[0]->dtype;
     uint8_t part = g->nodes[i]->out[0]->sharding.partial;
-    while (j < g->nnodes && packable(g->nodes[j]) && g->nodes[j]->in[0]->dtype == dt &&
+    while (j < g->nnodes && packable(g->nodes[j], z) && g->nodes[j]->in[0]->dtype == dt &&
            g->nodes[j]->out[0]->sharding.partial == part) {
       int64_t b = ir_numel(&g->nodes[j]->in[0]->shape) * ir_dtype_size(dt);
       if (j > i && bytes + b > cap) break;
@@ -658,14 +658,14 @@ static void bucket_scatters(Graph *g, ZeroGroup z, int64_t cap) {
 
 /* The backward loops' bodies (nested in g) where zero_scatter_sums put reduce-scatters of their
  * own gradients: grouped into runs for bucket_scatters. */
-static void group_loop_scatters(Graph *g, int64_t cap, bool body) {
+static void group_loop_scatters(Graph *g, int64_t cap, bool body, ZeroGroup z) {
   bool has = false;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->body) group_loop_scatters(n->body, cap, true);
-    has |= body && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && n->in[0]->def->graph == g;
+    if (n->body) group_loop_scatters(n->body, cap, true, z);
+    has |= body && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == z.axis && n->in[0]->def->graph == g;
   }
-  if (has) zero_group_scatters(g, cap);
+  if (has) zero_group_scatters(g, cap, z);
 }
 
 /* ---- ZeRO-Offload (plan `offload`, a device target) ----
@@ -726,10 +726,12 @@ static void offload(Graph *g) {
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1, cp = m->mesh ? m->mesh->dim[RT_AX_CP] : 1;
-  /* the group: dp, and under cp the dp x cp group (its members' shards in rank order) */
-  ZeroGroup z = {dp * cp, cp > 1 ? (uint8_t)(1u << RT_AX_CP) : 0, cp > 1 ? (int8_t)RT_AX_CP : -1};
+  /* the group: dp, under cp the dp x cp group (its members' shards in rank order), cp alone at dp 1 */
+  bool dpcp = dp > 1 && cp > 1;
+  ZeroGroup z = {dp * cp, dp > 1 ? (int8_t)RT_AX_DP : (int8_t)RT_AX_CP, dpcp ? (uint8_t)(1u << RT_AX_CP) : 0,
+                 dpcp ? (int8_t)RT_AX_CP : -1};
   bool off = m->plan.offload && m->target != TARGET_CPU && stage >= 1; /* (CPU: a note, passes/optimizer.c) */
-  if (stage <= 0 || dp <= 1) {
+  if (stage <= 0 || z.deg <= 1) {
     if (off) offload(m->graph);
     return true;
   }
@@ -743,7 +745,7 @@ bool pass_zero(Module *m) {
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
     complete_sumsq(g, z);
-    group_loop_scatters(g, cap, true);
+    group_loop_scatters(g, cap, true, z);
     bucket_scatters(g, z, cap);
   }
   if (off) offload(g);

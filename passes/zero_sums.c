@@ -68,13 +68,13 @@ static int sum_arg(const Node *R, const Node *add, int *slot) {
 static void retype(Value *v, int d, ZeroGroup z) {
   Value old = *v;
   zero_split_type(v, &old, d, z);
-  v->sharding.partial &= (uint8_t) ~((1u << RT_AX_DP) | z.with);
+  v->sharding.partial &= (uint8_t) ~((1u << z.axis) | z.with);
 }
 
 /* rs = reduce_scatter(y) over the group along d, appended to b, typed as y's shard. */
 static Node *scatter_new(Graph *b, Value *y, int d, ZeroGroup z, SrcLoc loc) {
   Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &y, 1, loc);
-  rs->a.mesh_axis = RT_AX_DP;
+  rs->a.mesh_axis = z.axis;
   rs->a.mesh_with = z.with;
   rs->a.axis = d;
   rs->out[0]->dtype = y->dtype;
@@ -336,13 +336,13 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
 /* The dp reduce-scatters of body b that read a value of b (zero_scatter_sums's), each right after
  * its gradient: runs of up to cap bytes, each moved to where its last member is, so that
  * bucket_scatters packs a run into one collective. */
-void zero_group_scatters(Graph *b, int64_t cap) {
+void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z) {
   Node **run = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
   int n = 0;
   int64_t bytes = 0;
   for (int i = 0; i <= b->nnodes; i++) {
     Node *x = i < b->nnodes ? b->nodes[i] : NULL;
-    bool member = x && x->op == OP_REDUCE_SCATTER && x->a.mesh_axis == RT_AX_DP && x->a.axis == 0 &&
+    bool member = x && x->op == OP_REDUCE_SCATTER && x->a.mesh_axis == z.axis && x->a.axis == 0 &&
                   x->in[0]->def->graph == b;
     int64_t sz = member ? ir_numel(&x->in[0]->shape) * ir_dtype_size(x->in[0]->dtype) : 0;
     bool dtype_ok = !member || n == 0 || run[0]->in[0]->dtype == x->in[0]->dtype;

@@ -5,7 +5,8 @@
 #   cp=2 x dp=2 under ZeRO-2 (a Llama-shaped model at 256 tokens) and ZeRO-3 (the tiny GPT, 2
 #   gradient-accumulation micro-steps), sharded over the dp x cp group: each gradient bucket
 #   reduce-scattered over the group, the optimizer states split over dp and then cp (asserted in the
-#   plan), each run's step-10 checkpoint resumed on one rank; pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches)
+#   plan), each run's step-10 checkpoint resumed on one rank; at dp 1, ZeRO-3 over cp alone (the Llama,
+#   cp=2); pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches)
 #   and of the Llama (cp_mode all2all, zb, 2 micro-batches): each stage's layers run their ring (or
 #   all-to-alls) among the stage's cp ranks; cp=2 x tp=2 + sp of the Llama (ring; all2all with 8
 #   heads / 4 kv heads): each cp rank's sequence split again over tp between the tp blocks (its
@@ -55,6 +56,17 @@ done
 # the states (ZeRO-3: and parameters) split over dp x cp checkpoint logically: resumed on one rank
 resume_on_one "cp2 x dp2 zero 2" 4 "$t/cp2dp2z2" "$t/cp2dp2z2.jsonl" "$t/one"
 resume_on_one "tiny cp2 x dp2 zero 3" 4 "$t/tinyz3" "$t/tinyz3.jsonl" "$t/tiny1"
+# at dp 1 ZeRO shards over cp alone: the Llama's ZeRO-3 at cp=2 (states and parameters split over cp,
+# the gradients reduce-scattered over it)
+mc=("${m[@]/zero=0/zero=3}")
+ir=$("$shardc" plan "${mc[@]}" -D tp=1 -D cp=2 --world 2 --dump-ir 2>/dev/null)
+nrs=$(grep -c "= reduce_scatter(.*over=cp axis" <<<"$ir" || true)
+nst=$(grep -c '{S(cp)@[0-9]} = state ' <<<"$ir" || true)
+[ "$nrs" -gt 0 ] && [ "$nst" -gt 0 ] || { echo "FAIL: zero 3 at cp2: $nrs reduce-scatters over cp, $nst states split over cp"; exit 1; }
+echo "zero 3 at cp2 (dp 1): $nrs gradient reduce-scatters over cp, $nst optimizer states split over cp"
+"$shardc" build "${mc[@]}" -D tp=1 -D cp=2 --world 2 -o "$t/cp2z3" 2>/dev/null
+"${mpi[@]}" -np 2 "$t/cp2z3" "${run[@]}" --log "$t/cp2z3.jsonl" >/dev/null
+compare "llama seq 256 cp2 zero 3" "$t/cp2z3.jsonl" "$t/one.jsonl"
 # pp=2 x cp=2 (4 ranks: ranks 0, 1 the first stage's cp ring, 2, 3 the second's): each stage's
 # instructions run their layers' ring (or all-to-alls) among the stage's cp ranks; the tiny GPT
 # (1f1b, 4 micro-batches) and the Llama-shaped model (all2all, zb, 2 micro-batches)

@@ -97,6 +97,7 @@ typedef struct {
   int ag_dpcp, sl_dpcp;       /* ZeRO: all-gathers and shard slices over the dp x cp group */
   int state_dpcp, state_dp;   /* ZeRO: optimizer states split over dp and then cp (S(dp)>S(cp)); over dp alone */
   int split_params;           /* ZeRO-3: parameters stored split over dp (and then cp) */
+  int rs_cp, ag_cp, state_cp, param_cp; /* ZeRO over cp alone (dp 1): scatters, gathers; states, parameters split */
   int cp_unstaged;            /* pp > 1: ring hops and all-to-alls over cp outside any stage's instruction */
   int sp_rs, sp_ag;           /* sp: reduce-scatters / all-gathers over tp into / out of a cp split (inner) */
   int ar_tp_act;              /* sp: all-reduces over tp of a matmul's output (what sp replaces) */
@@ -124,7 +125,14 @@ static void count_ring_at(const Graph *g, bool staged, int depth, CpCount *c) {
     if ((n->op == OP_SEND || n->op == OP_RECV || n->op == OP_ALL_TO_ALL) && n->a.mesh_axis == RT_AX_CP && !staged &&
         !n->stage)
       c->cp_unstaged++;
-    if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_CP) c->gathers++;
+    /* a gather of the sequence (zigzag) over cp; ZeRO's over cp alone (dp 1) gather contiguous shards */
+    if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_CP && n->a.blocks == RT_BLOCKS_ZIGZAG) c->gathers++;
+    bool cp_alone = n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with && n->a.blocks <= 1;
+    if (n->op == OP_ALL_GATHER && cp_alone) c->ag_cp++;
+    if (n->op == OP_REDUCE_SCATTER && cp_alone) c->rs_cp++;
+    if (n->op == OP_STATE || n->op == OP_PARAM)
+      for (int d = 0; d < n->out[0]->shape.rank; d++)
+        if (n->out[0]->sharding.split[d] == RT_AX_CP) *(n->op == OP_STATE ? &c->state_cp : &c->param_cp) += 1;
     if ((n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_CP) c->p2p++;
     if (n->op == OP_ALL_TO_ALL && n->a.mesh_axis == RT_AX_CP) c->a2a++;
     if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) c->blocks++;
@@ -288,6 +296,13 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
                  (p.zero < 3 || c.split_params > 0);
     else
       zero_ok &= c.rs_dpcp == 0 && c.state_dpcp == 0 && c.split_params == 0;
+    /* at dp 1, ZeRO shards over cp alone: the states (ZeRO-3: and parameters) split over cp, the
+     * gradients reduce-scattered over it (ZeRO-2 / 3), the parameters gathered over it */
+    bool zcp = p.zero >= 1 && p.dp == 1;
+    if (zcp)
+      zero_ok &= c.state_cp > 0 && c.ag_cp > 0 && (p.zero < 2 || c.rs_cp > 0) && (p.zero < 3 || c.param_cp > 0);
+    else
+      zero_ok &= c.state_cp == 0 && c.param_cp == 0 && c.rs_cp == 0 && c.ag_cp == 0;
     if (!group_ok || !zero_ok) {
       fprintf(stderr,
               "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d; reduce-scatters over dp x cp "
@@ -296,6 +311,9 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
               label, what, c.ar_dpcp, c.ar_cp, c.ar_dp, c.rs_dpcp, c.rs_dpcp_loop, c.rs_dp, c.ar_cp_shard, c.ag_dpcp,
               c.sl_dpcp, c.state_dpcp, c.state_dp, c.split_params);
       failures++;
+    } else if (zcp) {
+      fprintf(stderr, "  %s %s: over cp: %d reduce-scatters, %d all-gathers; %d states and %d parameters split over cp\n",
+              label, what, c.rs_cp, c.ag_cp, c.state_cp, c.param_cp);
     } else if (zero) {
       fprintf(stderr,
               "  %s %s: over the dp x cp group: %d reduce-scatters (%d in loops), %d all-gathers, %d shard slices, "
@@ -390,6 +408,10 @@ int main(void) {
                           {2, 1, 2, true, 2, 1, 2, NULL, false},  {2, 1, 2, false, 3, 1, 2, NULL, false}};
   run_model("tiny GPT, ZeRO", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, zero, 6);
   run_model("Llama shaped, ZeRO", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, lzero, 6);
+  /* ZeRO at dp 1 over cp alone: 1, 2, 3, ring and all2all, one with accumulation */
+  const CpPlan czero[] = {{1, 1, 2, false, 1, 1, 1, NULL, false}, {1, 1, 2, true, 2, 1, 1, NULL, false},
+                          {1, 1, 2, false, 3, 1, 2, NULL, false}};
+  run_model("Llama shaped, ZeRO over cp", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, czero, 3);
   /* pp x cp: each stage's layers run the ring (or the all-to-alls) among the stage's cp ranks */
   const CpPlan pipe[] = {{1, 1, 2, false, 0, 2, 2, "gpipe", false}, {1, 1, 2, false, 0, 2, 2, "1f1b", false},
                          {2, 1, 2, false, 2, 2, 2, "1f1b", false},  {1, 1, 2, true, 0, 2, 2, "zb", false},
