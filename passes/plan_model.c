@@ -121,7 +121,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     }
 }
 
-double plan_zero_group(const PlanCand *c) { return c->dp > 1 ? (double)c->dp * c->cp : 1; }
+double plan_zero_group(const PlanCand *c) { return (double)c->dp * c->cp; }
 
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static double ring_s(double bytes, double factor, int n, double bw, double lat) {

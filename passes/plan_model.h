@@ -47,7 +47,7 @@ typedef struct {
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev);
 /* How many ranks ZeRO shards c's optimizer state (and gradients, parameters) over: dp, and under
- * cp the dp x cp group (passes/zero.c; 1 at dp 1, where the pass does nothing). */
+ * cp the dp x cp group (passes/zero.c; cp alone at dp 1). */
 double plan_zero_group(const struct PlanCand *c);
 /* Candidate c's analytic memory and time. */
 void plan_model_estimate(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,

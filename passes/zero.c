@@ -29,7 +29,8 @@
  * group (over=dp with=cp: the runtime's dp*cp group), so ZeRO-2's reduce-scatter replaces the
  * all-reduce over dp x cp with nothing after it, P (dp cp - 1)/(dp cp) bytes per rank, and the
  * optimizer state (ZeRO-2: and gradients, ZeRO-3: and parameters) take 1/(dp cp) of the memory.
- * A dim that dp x cp does not divide is not split (the tensor stays whole, as below). In the
+ * A dim that dp x cp does not divide is not split (the tensor stays whole, as below). At dp 1 the
+ * group is cp alone (over=cp, S(cp)@d; its collectives blocking, as cp's all-reduces are). In the
  * text that follows, read "dp" as the group.
  *
  * With gradient accumulation (passes/zero_sums.c) the running sums are the shards: each micro-step
