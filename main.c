@@ -127,6 +127,40 @@ static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, F
   return ok ? m : NULL;
 }
 
+/* Whether the source resolves its mesh and batch (the front end only) with these options, silently. */
+static bool resolves(Arena *a, const char *input, const FeOptions *fo) {
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return true; /* the loud compile that follows says what is wrong */
+  Diag quiet;
+  diag_init(&quiet, null, 0);
+  Diag *outer = diag_enter(&quiet);
+  Module *m = fe_compile(a, input, fo);
+  bool ok = m && diag_errors() == 0;
+  diag_leave(outer);
+  diag_free(&quiet);
+  fclose(null);
+  return ok;
+}
+
+/* --search / --pick: the search varies the micro-batch (unless -D pins it), so a file whose own
+ * micro-batch cannot reach the world and batch asked for (-D batch=8 --world 4 with micro_batch 8:
+ * an elastic restart's re-plan, scripts/launch.sh) is searched from a base of micro-batch 1, which
+ * divides every batch its data-parallel degree does. Appends -D micro_batch=1 then (true);
+ * otherwise changes nothing, and the file's own error is reported as without a search. */
+static bool search_base_micro(Arena *a, const char *input, const FeOptions *fo, FeDefine *defines, int *ndefines,
+                              int cap) {
+  for (int i = 0; i < *ndefines; i++)
+    if (strcmp(defines[i].key, "micro_batch") == 0) return false;
+  if (*ndefines >= cap || resolves(a, input, fo)) return false;
+  FeOptions o = *fo;
+  defines[*ndefines] = (FeDefine){.key = "micro_batch", .value = "1"};
+  o.defines = defines;
+  o.ndefines = *ndefines + 1;
+  if (!resolves(a, input, &o)) return false;
+  (*ndefines)++;
+  return true;
+}
+
 /* The compiler's first error in captured diagnostics, without its "error: " (nothing: ""). */
 static void first_error(const char *diag_text, char *out, size_t cap) {
   const char *e = diag_text ? strstr(diag_text, "error: ") : NULL;
@@ -511,6 +545,9 @@ static int compile(int argc, char **argv, Diag *diag) {
                   .ndefines = ndefines,
                   .topology_file = topology,
                   .world = world};
+  int user_defines = ndefines; /* the search pins these (a base's micro_batch below is not pinned) */
+  if (search && !compare && search_base_micro(&arena, input, &fo, defines, &ndefines, (int)(sizeof defines / sizeof defines[0])))
+    fo.ndefines = ndefines;
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   m->target = target;
@@ -546,7 +583,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     if (profile && !cost_profile_read(profile, &dev)) return 1;
   }
   if (search) { /* passes/plan_search.c: compile the candidates, rank them, print the table */
-    for (int i = 0; i < ndefines; i++)
+    for (int i = 0; i < user_defines; i++)
       for (int k = 0; k < PIN_COUNT; k++) so.pinned[k] |= strcmp(defines[i].key, plan_search_pin_keys[k]) == 0;
     SearchResult sr;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN); /* one compile per core at once */

@@ -12,10 +12,11 @@
  * COMM_BENCH_ALT adds an "alt" column: shardrt with other settings, timed in the same
  * rounds: "ring" (direct reads, mailboxes, streaming, the hierarchical path and gather-and-fold off) or
  * "NAME=VALUE[,NAME=VALUE]" for rt_comm_tune (direct_min, direct_push, direct_chunk, mbox_max, hier, gather_max,
- * mbox_stream, stream_chunk, stream_ring, stream_min, mbox_ag_max, stream_max).
+ * mbox_stream, stream_chunk, stream_ring, stream_min, mbox_ag_max, stream_max, hier_ar_max, hier_rs_max,
+ * hier_ag_max, rail_ar_min, rail_rs_min, rail_ag_min).
  * Before timing, shardrt measures its own thresholds (rt_comm_autotune, as the trainer
- * does; COMM_BENCH_TUNE=0 skips it, SHARDRT_MBOX_MAX fixes the value); a NAME the alt
- * column does not set keeps the tuned value there too.
+ * does; COMM_BENCH_TUNE=0 skips it, SHARDRT_MBOX_MAX / SHARDRT_HIER* fix the values); a NAME
+ * the alt column does not set keeps the runtime's (tuned) value there too.
  * The implementations alternate over COMM_BENCH_ROUNDS (default 5) rounds of
  * COMM_BENCH_ROUND_MS (default 40 ms; every round runs at least 2 calls);
  * time = the slowest rank's mean over a round, best round of each.
@@ -43,13 +44,15 @@ enum { IMPL_OURS, IMPL_MPI, IMPL_RING, IMPL_MEMBER, NIMPL };
 static int nmem;
 static size_t mcount[MAXMEM];
 static void *mbuf[MAXMEM];
-#define MAXTUNE 12
-static const char *tune_names[MAXTUNE] = {"direct_min", "direct_push", "direct_chunk", "mbox_max",    "hier",
-                                             "gather_max", "mbox_stream", "stream_chunk", "stream_ring", "stream_min", "mbox_ag_max", "stream_max"};
-static size_t tune_default[MAXTUNE], tune_alt[MAXTUNE]; /* the defaults and the alt column's settings */
+#define MAXTUNE 18
+static const char *tune_names[MAXTUNE] = {"direct_min",  "direct_push", "direct_chunk", "mbox_max",    "hier",
+                                          "gather_max",  "mbox_stream", "stream_chunk", "stream_ring", "stream_min",
+                                          "mbox_ag_max", "stream_max",  "hier_ar_max",  "hier_rs_max", "hier_ag_max",
+                                          "rail_ar_min", "rail_rs_min", "rail_ag_min"};
+static size_t tune_default[MAXTUNE], tune_alt[MAXTUNE]; /* the runtime's settings (tuned) and the alt column's */
 
 static void apply(RtComm *c, const size_t *v) {
-  for (int i = 0; i < MAXTUNE && tune_names[i]; i++) rt_comm_tune(c, tune_names[i], v[i]);
+  for (int i = 0; i < MAXTUNE; i++) rt_comm_tune(c, tune_names[i], v[i]);
 }
 static double round_s = 0.04;    /* seconds per round (COMM_BENCH_ROUND_MS) */
 static RtComm *mem_comm;         /* non-NULL: shardrt's buffers from rt_comm_mem_alloc (COMM_BENCH_MEM=shm) */
@@ -153,36 +156,27 @@ int main(int argc, char **argv) {
   int rounds = re && atoi(re) > 0 ? atoi(re) : 5;
   const char *rm = getenv("COMM_BENCH_ROUND_MS");
   if (rm && atof(rm) > 0) round_s = atof(rm) / 1000.0;
-  /* the defaults, as the runtime reads them */
-  static const char *const tune_env[MAXTUNE] = {"SHARDRT_DIRECT_MIN", "SHARDRT_DIRECT_PUSH", "SHARDRT_DIRECT_CHUNK",
-                                                "SHARDRT_MBOX_MAX", "SHARDRT_HIER", "SHARDRT_GATHER_MAX",
-                                                "SHARDRT_MBOX_STREAM", "SHARDRT_STREAM_CHUNK", "SHARDRT_STREAM_RING",
-                                                "SHARDRT_STREAM_MIN", "SHARDRT_MBOX_AG_MAX", "SHARDRT_STREAM_MAX"};
-  static const size_t tune_dflt[MAXTUNE] = {64 << 10, 1, 256 << 10, 64 << 10, 1, 16 << 10, 1, 128 << 10, 4 << 20, 8 << 20, 32 << 10, 8 << 20};
   bool alt_set[MAXTUNE] = {false};
-  for (int i = 0; i < MAXTUNE && tune_names[i]; i++) {
-    const char *e = getenv(tune_env[i]);
-    tune_default[i] = tune_alt[i] = e && *e ? (size_t)strtoull(e, NULL, 0) : tune_dflt[i];
-  }
   const char *alt = getenv("COMM_BENCH_ALT");
   bool with_ring = alt && *alt;
   if (with_ring && strcmp(alt, "ring") == 0) {
-    tune_alt[0] = SIZE_MAX;
-    tune_alt[3] = 0;
-    tune_alt[4] = tune_alt[5] = tune_alt[6] = 0;
-    alt_set[0] = alt_set[3] = alt_set[4] = alt_set[5] = alt_set[6] = true;
-  }
-  else if (with_ring) {
+    static const int off[5] = {0, 3, 4, 5, 6}; /* direct_min SIZE_MAX; mbox_max, hier, gather_max, mbox_stream 0 */
+    for (int k = 0; k < 5; k++) {
+      tune_alt[off[k]] = k == 0 ? SIZE_MAX : 0;
+      alt_set[off[k]] = true;
+    }
+  } else if (with_ring) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", alt);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
       char *eq = strchr(tok, '=');
       int i = 0;
       if (eq) *eq = 0;
-      while (i < MAXTUNE && tune_names[i] && strcmp(tune_names[i], tok) != 0) i++;
-      if (!eq || i == MAXTUNE || !tune_names[i]) {
-        fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (direct_min, direct_push, direct_chunk, "
-                        "mbox_max, hier, gather_max, mbox_stream, stream_chunk, stream_ring, stream_min, mbox_ag_max, stream_max)\n");
+      while (i < MAXTUNE && strcmp(tune_names[i], tok) != 0) i++;
+      if (!eq || i == MAXTUNE) {
+        fprintf(stderr, "comm_bench: COMM_BENCH_ALT is ring or NAME=VALUE[,...] (");
+        for (int k = 0; k < MAXTUNE; k++) fprintf(stderr, "%s%s", k ? ", " : "", tune_names[k]);
+        fprintf(stderr, ")\n");
         return 1;
       }
       tune_alt[i] = (size_t)strtoull(eq + 1, NULL, 0);
@@ -199,10 +193,14 @@ int main(int argc, char **argv) {
   }
   if (mem && strcmp(mem, "shm") == 0) mem_comm = c;
   const char *tune = getenv("COMM_BENCH_TUNE");
-  if (!(tune && strcmp(tune, "0") == 0)) {
-    apply(c, tune_default);
-    tune_default[3] = rt_comm_autotune(c, mem_comm != NULL);
-    if (!alt_set[3]) tune_alt[3] = tune_default[3];
+  if (!(tune && strcmp(tune, "0") == 0)) rt_comm_autotune(c, mem_comm != NULL);
+  /* the runtime's settings as it reads and measures them; the alt column differs where it says */
+  for (int i = 0; i < MAXTUNE; i++) {
+    if (!rt_comm_tuned(c, tune_names[i], &tune_default[i])) {
+      fprintf(stderr, "comm_bench: the runtime has no setting %s\n", tune_names[i]);
+      return 1;
+    }
+    if (!alt_set[i]) tune_alt[i] = tune_default[i];
   }
   float *a = buf_alloc(max_bytes), *b = buf_alloc(max_bytes);
   if (!a || !b) {
@@ -221,7 +219,9 @@ int main(int argc, char **argv) {
     printf("# comm_bench: %d ranks, shardrt provider %s, fp32 sum; busbw in GB/s, time in us (slowest rank, best "
            "of %d alternating rounds of %.0f ms)\n",
            n, rt_comm_provider(c), rounds, round_s * 1e3);
-    printf("# mbox_max %zu bytes%s\n", tune_default[3], tune && strcmp(tune, "0") == 0 ? "" : " (measured)");
+    printf("# bytes: mbox_max %zu, hier_max ar %zu rs %zu ag %zu, rail_min ar %zu rs %zu ag %zu%s\n", tune_default[3],
+           tune_default[12], tune_default[13], tune_default[14], tune_default[15], tune_default[16], tune_default[17],
+           tune && strcmp(tune, "0") == 0 ? "" : " (after rt_comm_autotune)");
     if (with_ring) printf("# alt column: %s\n", alt);
     printf("%-14s %10s %11s %10s %11s %10s %6s %11s\n", "op", "bytes", "shardrt_us", "shardrt_bw", "mpi_us", "mpi_bw",
            "ratio", with_ring ? "alt/member" : "member_us");

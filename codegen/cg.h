@@ -71,7 +71,6 @@ typedef struct Cg {
  * target through that one's CgTarget (cg_target_cpu.node), never by calling its functions. */
 struct CgTarget {
   const char *name;    /* "CPU", "CUDA": in "the %s target cannot run OP yet" */
-  int coll_ws_offset;  /* bytes into the workspace (WS) where collectives' packing scratch starts */
   bool logits_tensor;  /* the program describes its logits (RtProgram.logits_tensor) even on one
                           rank (CUDA: sampling copies them off the device) */
   /* Before anything is written: sets up c->ts. */

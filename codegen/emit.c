@@ -264,22 +264,27 @@ static bool is_multi_rank_op(const Node *n) {
   }
 }
 
-/* ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST and SHARD_SLICE as their coll.h calls; their
- * packing scratch lies the target's coll_ws_offset bytes into the workspace (CUDA keeps its
- * kernels' error flags in front). */
+/* The C pointer to node n's planned scratch (passes/memplan.c: a collective's packing buffer),
+ * or NULL where it has none. */
+static const char *scratch_ptr(Cg *c, const Node *n) {
+  if (n->scratch_bytes != memplan_scratch_bytes(n))
+    die("codegen: %s has %lld bytes of scratch planned, needs %lld", ir_ops[n->op].name, (long long)n->scratch_bytes,
+        (long long)memplan_scratch_bytes(n));
+  return n->scratch_bytes ? arena_printf(c->a, "(M + %" PRId64 ")", n->scratch_at) : "NULL";
+}
+
+/* ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST and SHARD_SLICE as their coll.h calls; a
+ * gather, scatter or all-to-all that packs does so in its scratch of the memory plan. */
 static void emit_collective(Cg *c, const Node *n) {
   const Value *y = n->out[0], *x = n->in[0];
   const Attrs *a = &n->a;
-  int ws_off = c->t->coll_ws_offset;
-  const char *ws = ws_off ? arena_printf(c->a, "(WS + %d)", ws_off) : "WS";
-  const char *at = ws_off ? arena_printf(c->a, "%d + ", ws_off) : "";
+  const char *ws = scratch_ptr(c, n);
   int64_t outer, nl, inner;
   switch (n->op) {
   case OP_ALL_GATHER:
   case OP_REDUCE_SCATTER: {
     bool gather = n->op == OP_ALL_GATHER;
-    const Value *split = gather ? x : y, *whole = gather ? y : x;
-    cg_axis_split(&split->shape, a->axis, &outer, &nl, &inner);
+    cg_axis_split(&(gather ? x : y)->shape, a->axis, &outer, &nl, &inner);
     /* a dp reduce-scatter (ZeRO-2's gradient shards) or all-gather (ZeRO's parameters) runs
      * asynchronously like a dp all-reduce: waited before its first reader */
     int tag = is_async(n) ? c->next_tag++ : -1;
@@ -290,8 +295,6 @@ static void emit_collective(Cg *c, const Node *n) {
          call, group_lit(c, a), tagarg, cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks,
          cg_dtype_lit(y->dtype), ws, a->axis);
     if (tag >= 0) add_wait(c, n, c->pos, tag);
-    cg_ws_need(c, arena_printf(c->a, "%srt_coll_ws_bytes(%" PRId64 ", %d, %" PRId64 ")", at, outer, a->blocks,
-                               cg_bytes(whole)));
     return;
   }
   case OP_BROADCAST:
@@ -308,7 +311,6 @@ static void emit_collective(Cg *c, const Node *n) {
             cg_ptr(c, y), cg_ptr(c, x), x->shape.rank, a->axis, a->blocks, a->split_axis, a->split_blocks,
             cg_dtype_lit(y->dtype), ws);
     cg_line(c, "}");
-    cg_ws_need(c, arena_printf(c->a, "%srt_coll_all_to_all_ws_bytes(%" PRId64 ")", at, cg_bytes(x)));
     return;
   }
   case OP_SHARD_SLICE:

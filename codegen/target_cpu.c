@@ -298,7 +298,6 @@ static void nothing(Cg *c) { (void)c; }
 
 const CgTarget cg_target_cpu = {
     .name = "CPU",
-    .coll_ws_offset = 0,
     .logits_tensor = false,
     .begin = nothing,
     .prologue = cpu_prologue,

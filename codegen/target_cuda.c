@@ -5,8 +5,8 @@
  * codegen/cuda_kernels.c (shapes baked in), a cuBLASLt GEMM (rt_cu_matmul) or a device copy
  * (runtime/cuda/cuda_ops.h). Everything runs in program order on the rank's compute stream.
  * Collectives are emit.c's runtime/ops/coll.h calls, which the device's runtime makes work on
- * device memory (runtime/cuda/coll_dev.c: NCCL on GPUs); their packing scratch lies past the
- * kernels' error flags (CUK_WS_FLAGS).
+ * device memory (runtime/cuda/coll_dev.c: NCCL on GPUs); their packing scratch is a buffer of
+ * the memory plan (Node.scratch_at), in device memory like every value.
  *
  * Fusion: the members of a fusion group (passes/fuse.c, cut by passes/memplan.c where the
  * placement needs) become one elementwise kernel that keeps the intermediates in registers and
@@ -407,7 +407,6 @@ static void cuda_program(Cg *c) { fprintf(c->f, "  .device = &rt_cuda_device,\n 
 
 const CgTarget cg_target_cuda = {
     .name = "CUDA",
-    .coll_ws_offset = CUK_WS_FLAGS,
     .logits_tensor = true,
     .begin = cuda_begin,
     .prologue = cuda_prologue,

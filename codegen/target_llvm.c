@@ -228,7 +228,6 @@ static void llvm_finish(Cg *c) {
 
 const CgTarget cg_target_llvm = {
     .name = "CPU",
-    .coll_ws_offset = 0,
     .logits_tensor = false,
     .begin = llvm_begin,
     .prologue = llvm_prologue,

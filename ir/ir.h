@@ -202,6 +202,10 @@ struct Node {
                    pipeline stage k - 1 run it and the others hold zeros in its outputs */
   int instr;    /* pipeline (passes/pipe.c): k > 0: part of the schedule's instruction Module.pipe->order[k - 1]
                    (its receive excepted), which the trainer's --trace times; 0: none */
+  /* Set by passes/memplan.c: the node's own scratch in the rank's allocation, live while it runs (a
+   * gather's, scatter's or all-to-all's packing buffer, memplan_scratch_bytes): scratch_bytes at
+   * offset scratch_at (in a REPEAT body, the same place every iteration); 0 bytes: none. */
+  int64_t scratch_at, scratch_bytes;
 };
 
 struct Graph {

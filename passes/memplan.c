@@ -14,6 +14,8 @@
  * result when it updates a transient that dies there (ZeRO's shard_slice of a parameter). A
  * repeat's carry is one buffer when it can be: its output takes its initial value's place, and a
  * body result add(arg, x) is written into the output (gradient accumulation's running sums).
+ * A collective that packs its members' chunks (memplan_scratch_bytes) gets a scratch buffer of the
+ * plan, class communication, live at its node: the runtime packs there, not in a hidden workspace.
  * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
  * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
  * one kernel race (cut_groups, at the end).
@@ -160,10 +162,26 @@ static Value *gathered_param(const Graph *g, const Value *y, int pos) {
   return NULL;
 }
 
-/* Adds shift to every placed value of a body and its nested bodies. */
+int64_t memplan_scratch_bytes(const Node *n) {
+  switch (n->op) {
+  case OP_ALL_GATHER:
+  case OP_REDUCE_SCATTER: {
+    bool gather = n->op == OP_ALL_GATHER;
+    const Value *split = gather ? n->in[0] : n->out[0], *whole = gather ? n->out[0] : n->in[0];
+    int64_t outer = 1;
+    for (int d = 0; d < n->a.axis && d < split->shape.rank; d++) outer *= split->shape.dim[d];
+    return rt_pack_bytes(outer, n->a.blocks, value_bytes(whole));
+  }
+  case OP_ALL_TO_ALL: return rt_all_to_all_pack_bytes(value_bytes(n->in[0]));
+  default: return 0;
+  }
+}
+
+/* Adds shift to every placed value (and node scratch) of a body and its nested bodies. */
 static void shift_body(Graph *body, int64_t shift) {
   for (int j = 0; j < body->nnodes; j++) {
     Node *n = body->nodes[j];
+    if (n->scratch_bytes > 0) n->scratch_at += shift;
     for (int o = 0; o < n->nout; o++)
       if (n->out[o]->offset >= 0 && n->op != OP_ARG) n->out[o]->offset += shift;
     if (n->body) shift_body(n->body, shift);
@@ -333,7 +351,17 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       mark_captures(n->body, g, i, slot, p.iv);
       int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0;
       place_body(n, tmp, mp, &bytes, &ipeak, icls, epi);
-      if (bytes > 0) add_interval(&p, NULL, bytes, i, MEM_ACT)->stage = n->stage;
+      if (bytes > 0) { /* the body's block: activations, but for its packing buffers at its peak */
+        Interval *it = add_interval(&p, NULL, bytes, i, MEM_ACT);
+        it->stage = n->stage;
+        it->comm = icls[MEM_COMM];
+      }
+    }
+    int64_t sb = memplan_scratch_bytes(n);
+    if (sb > 0) { /* a collective's packing buffer, live while it runs */
+      Interval *it = add_interval(&p, NULL, sb, i, MEM_COMM);
+      it->node = n;
+      it->stage = n->stage;
     }
     if (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) continue; /* persistent, placed by the caller */
     if (is_view(n) && n->out[0]->offset != -2) {
@@ -485,8 +513,15 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     alias_y[a]->mclass = alias_x[a]->mclass;
     mp->nvalues++;
   }
-  /* region blocks: rebase the body's offsets to where its block landed */
+  /* region blocks: rebase the body's offsets to where its block landed; nodes' scratch */
   for (int i = 0; i < p.n; i++) {
+    Node *sn = p.iv[i].node;
+    if (sn) {
+      sn->scratch_at = base + p.iv[i].offset;
+      sn->scratch_bytes = memplan_scratch_bytes(sn);
+      if (p.iv[i].bytes > mp->largest[MEM_COMM]) mp->largest[MEM_COMM] = p.iv[i].bytes;
+      continue;
+    }
     if (p.iv[i].v) continue;
     shift_body(g->nodes[p.iv[i].start]->body, base + p.iv[i].offset);
   }
@@ -536,6 +571,7 @@ static void place_stacked(Graph *g) {
 static void reset_offsets(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
+    n->scratch_at = n->scratch_bytes = 0;
     for (int k = 0; k < n->nout; k++) {
       n->out[k]->offset = -1;
       n->out[k]->stride = 0;

@@ -51,6 +51,11 @@ bool memplan_span(const Value *v, int64_t *lo, int64_t *hi);
  * bytes meet, unless x is w's very tensor updated index for index). */
 bool memplan_clobbers(const Value *w, const Value *x);
 
+/* The scratch node n needs while it runs, which the plan places (Node.scratch_at): a gather's or
+ * scatter's packing buffer where its members' chunks are not contiguous, an all-to-all's send and
+ * receive buffers (runtime/mesh.h rt_pack_bytes: the runtime's rule); 0 for every other node. */
+int64_t memplan_scratch_bytes(const Node *n);
+
 /* The class with the most bytes at the peak. */
 MemClass memplan_largest_class(const MemPlan *p);
 

@@ -159,7 +159,9 @@ int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_C
     }
   }
   for (int i = 0; i < n; i++)
-    if (iv[i].start <= best && best <= iv[i].end && (!iv[i].stage || iv[i].stage == best_st))
-      by_class[iv[i].mclass] += iv[i].bytes;
+    if (iv[i].start <= best && best <= iv[i].end && (!iv[i].stage || iv[i].stage == best_st)) {
+      by_class[iv[i].mclass] += iv[i].bytes - iv[i].comm;
+      by_class[MEM_COMM] += iv[i].comm;
+    }
   return top < 0 ? 0 : top;
 }

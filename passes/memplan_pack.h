@@ -7,12 +7,15 @@
 #include "memplan.h"
 
 typedef struct {
-  Value *v;      /* NULL for a region block */
+  Value *v;      /* NULL for a region block or a node's scratch */
+  Node *node;    /* a node's scratch (Node.scratch_at): that node; else NULL */
   int64_t bytes; /* aligned size */
   int start, end; /* live interval, node positions (inclusive) */
   int mclass;
   int64_t offset; /* assigned, from the transient base */
   int stage;      /* Node.stage of a value only its pipeline stage touches (passes/pipe.c), 0: every rank */
+  int64_t comm;   /* of bytes, those the peak counts as communication (a region block: its body's
+                     packing buffers live at the body's peak); the rest are mclass's */
 } Interval;
 
 /* Assigns every interval an offset from the transient base; returns the arena's size. */

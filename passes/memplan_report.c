@@ -21,7 +21,17 @@ void memplan_print(FILE *f, const Module *m) {
     MemClass c = order[i];
     const char *what = NULL;
     if (c == MEM_WORKSPACE && !p->by_class[c]) what = "kernel scratch is not planned: the trainer adds it at start";
-    if (c == MEM_COMM && !p->by_class[c]) what = "collectives run in place on planned buffers";
+    char buf[128];
+    if (c == MEM_COMM && !p->by_class[c]) {
+      if (p->largest[c]) {
+        snprintf(buf, sizeof buf,
+                 "collectives' packing buffers: none live at the peak (the largest, %.2f MiB, is planned where it runs)",
+                 (double)p->largest[c] / (1 << 20));
+        what = buf;
+      } else {
+        what = "collectives run in place on planned buffers";
+      }
+    }
     row(f, memplan_class_labels[c], p->by_class[c], what);
   }
   row(f, "peak", p->peak, NULL);

@@ -111,6 +111,19 @@ int rt_blocks_count(int blocks) {
   return blocks == RT_BLOCKS_ZIGZAG ? 2 : blocks == RT_BLOCKS_STAGES ? 1 : blocks > 1 ? blocks : 1;
 }
 
+int64_t rt_pack_rows(int64_t outer, int blocks, int64_t whole_bytes) {
+  if (outer == 1 && blocks <= 1) return 0;
+  int64_t row = outer > 0 ? whole_bytes / outer : 0, k = row > 0 ? RT_PACK_CHUNK / row : outer;
+  return k < 1 ? 1 : k > outer ? outer : k;
+}
+
+int64_t rt_pack_bytes(int64_t outer, int blocks, int64_t whole_bytes) {
+  int64_t k = rt_pack_rows(outer, blocks, whole_bytes);
+  return k == outer ? whole_bytes : k * (whole_bytes / outer);
+}
+
+int64_t rt_all_to_all_pack_bytes(int64_t x_bytes) { return 2 * x_bytes; }
+
 int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
   if (blocks <= 1) return (int64_t)c * n_local + l;
   if (blocks == RT_BLOCKS_ZIGZAG) {

@@ -92,6 +92,21 @@ int64_t rt_stage_logical(const int *rows, int degree);
 /* How many equal local blocks a `blocks` value cuts a dim in (zigzag: 2; 0 or 1: 1). */
 int rt_blocks_count(int blocks);
 
+/* The scratch a gather or scatter along a split axis packs (or unpacks) its members' chunks
+ * through (runtime/ops/coll.c), for a tensor [outer, n, inner] of whole_bytes gathered (or
+ * scattered) along n: none (0) when member c's chunk is one contiguous run of the whole tensor
+ * (nothing before the axis and one block); else as many whole rows [1, n, inner] as fit
+ * RT_PACK_CHUNK bytes (at least one, at most outer): the collective runs in chunks of that many
+ * rows, each member's part of a chunk contiguous in its local tensor, so the scratch of a large
+ * tensor (ZeRO's gather of a stacked parameter along dim 1: GPT-3's 27 GiB MLP weight) stays
+ * bounded. An all-to-all packs always: a send and a receive buffer of x's bytes each. One rule for
+ * the compiler, which plans the scratch (passes/memplan.c), and the runtime, which packs through
+ * the planned buffer (rt_pack_rows: the rows of a chunk). */
+enum { RT_PACK_CHUNK = 64 << 20 };
+int64_t rt_pack_bytes(int64_t outer, int blocks, int64_t whole_bytes);
+int64_t rt_pack_rows(int64_t outer, int blocks, int64_t whole_bytes);
+int64_t rt_all_to_all_pack_bytes(int64_t x_bytes);
+
 /* True when every group over mask lies inside one node. */
 bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask);
 

@@ -13,16 +13,28 @@
 # launcher's own failure) is restarted after --delay seconds (default 2), at most --max-restarts
 # times (default 3); then the last status is returned.
 #
-# Elastic restarts: checkpoints resume under any layout, so a restart may use a trainer compiled for
-# another world size (`shardc build ... --world M`, the same global batch): --elastic "M:TRAINER_M"
-# makes every restart after the first failure run TRAINER_M on M ranks instead (say, after losing
-# a node). Without a launcher (--np 1 and --launcher ""), TRAINER runs as one process.
+# Elastic restarts: checkpoints resume under any layout, so the restarts after the first failure
+# may run on another number of ranks (say, after losing a node), with the same global batch:
+#   --elastic M --model "FILE.model [shardc options]"   re-plans: before the first attempt the
+#       launcher reads TRAINER's global batch G (its --help), and builds the trainer for M ranks
+#       itself, `shardc build FILE.model [options] --world M -D batch=G --pick -o TRAINER.world-M`
+#       (the planner's fastest plan for M ranks at that global batch: dp, tp, pp, ZeRO, micro-batch,
+#       accumulation; a layout knob given with -D in --model stays as given), checks that it keeps
+#       G, and stops with status 2 naming the reason when the batch cannot be kept on M ranks —
+#       before any training. --model is the model and the shardc options TRAINER was built with,
+#       without its layout (-D dp / tp / pp ... and --world); --shardc PATH the compiler (default:
+#       $SHARDC, else the shardc beside this script (an install's bin/), else the source tree's
+#       build/shardc, else shardc on PATH).
+#   --elastic M:TRAINER_M   runs TRAINER_M, a trainer built beforehand for M ranks, instead.
+# Without a launcher (--np 1 and --launcher ""), TRAINER runs as one process.
 set -uo pipefail
 np=1
 max=3
 delay=2
 launcher="mpirun"
 elastic=""
+model=""
+shardc=${SHARDC:-}
 while [ $# -gt 0 ]; do
   case $1 in
     --np) np=$2; shift 2 ;;
@@ -30,17 +42,54 @@ while [ $# -gt 0 ]; do
     --delay) delay=$2; shift 2 ;;
     --launcher) launcher=$2; shift 2 ;;
     --elastic) elastic=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --shardc) shardc=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "launch.sh: unknown option '$1' (see the top of scripts/launch.sh)" >&2; exit 2 ;;
   esac
 done
-[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher CMD] [--elastic M:TRAINER] -- TRAINER [FLAGS...]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
 case $max in ''|*[!0-9]*) echo "launch.sh: --max-restarts '$max' is not a non-negative integer" >&2; exit 2 ;; esac
 trainer=$1
 shift
 for a in "$@"; do
   case $a in --resume|--resume=*) echo "launch.sh: the launcher passes --resume auto itself; drop $a" >&2; exit 2 ;; esac
 done
+elastic_np="" elastic_trainer=""
+if [ -n "$elastic" ]; then
+  elastic_np=${elastic%%:*}
+  case $elastic_np in ''|*[!0-9]*|0) echo "launch.sh: --elastic '$elastic': want M (ranks, at least 1) or M:TRAINER_M" >&2; exit 2 ;; esac
+  if [ "$elastic" != "$elastic_np" ]; then
+    elastic_trainer=${elastic#*:}
+    [ -z "$model" ] || { echo "launch.sh: --model is for --elastic M (a re-plan); --elastic $elastic names its trainer already" >&2; exit 2; }
+  else
+    [ -n "$model" ] || { echo "launch.sh: --elastic $elastic re-plans the model for $elastic rank(s): give --model \"FILE.model [shardc options]\" (what $trainer was built from, without its layout), or --elastic $elastic:TRAINER (built beforehand)" >&2; exit 2; }
+    if [ -z "$shardc" ]; then
+      here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+      for c in "$here/shardc" "$here/../build/shardc"; do [ -x "$c" ] && { shardc=$c; break; }; done
+      [ -n "$shardc" ] || shardc=$(command -v shardc || true)
+      [ -n "$shardc" ] || { echo "launch.sh: --elastic $elastic re-plans with shardc, which is neither beside this script, in the source tree's build/ nor on PATH: give --shardc PATH" >&2; exit 2; }
+    fi
+    # the global batch the restarts must keep: TRAINER's own (its --help says it)
+    help=$("$trainer" --help 2>&1) || true
+    gbatch=$(sed -n 's/.*; global batch \([0-9][0-9]*\) sequences per optimizer step.*/\1/p' <<<"$help")
+    [ -n "$gbatch" ] || { echo "launch.sh: cannot read the global batch of '$trainer' from its --help (a trainer from this shardc says 'global batch N sequences'):" >&2; head -3 <<<"$help" >&2; exit 2; }
+    read -r -a model_args <<<"$model"
+    elastic_trainer=$trainer.world-$elastic_np
+    echo "launch.sh: re-planning '$model' for $elastic_np rank(s) at the global batch of $trainer ($gbatch sequences): $shardc build ... --world $elastic_np -D batch=$gbatch --pick -o $elastic_trainer" >&2
+    if ! "$shardc" build "${model_args[@]}" --world "$elastic_np" -D "batch=$gbatch" --pick -o "$elastic_trainer" >"$elastic_trainer.plan" 2>&1; then
+      echo "launch.sh: --elastic $elastic_np: cannot re-plan '$model' for $elastic_np rank(s) keeping the global batch of $gbatch sequences (shardc's error below; the full output is in $elastic_trainer.plan): not starting" >&2
+      grep -m 3 'error' "$elastic_trainer.plan" >&2 || tail -3 "$elastic_trainer.plan" >&2
+      exit 2
+    fi
+    got=$("$elastic_trainer" --help 2>&1 | grep -o 'Compiled for .*' || true)
+    case $got in
+      "Compiled for $elastic_np rank(s) "*"; global batch $gbatch sequences "*) ;;
+      *) echo "launch.sh: the re-planned trainer '$elastic_trainer' does not keep $elastic_np rank(s) and the global batch $gbatch: '$got' (a shardc bug: please report it)" >&2; exit 2 ;;
+    esac
+    echo "launch.sh: restarts after a failure run $elastic_trainer: ${got%.}" >&2
+  fi
+fi
 read -r -a launch <<<"$launcher"
 npflag=-np # mpirun's; srun counts tasks with -n
 [ ${#launch[@]} -gt 0 ] && [ "$(basename "${launch[0]}")" = srun ] && npflag=-n
@@ -63,8 +112,8 @@ while :; do
   fi
   attempt=$((attempt + 1))
   if [ -n "$elastic" ]; then
-    np=${elastic%%:*}
-    trainer=${elastic#*:}
+    np=$elastic_np
+    trainer=$elastic_trainer
   fi
   echo "launch.sh: attempt $attempt failed with status $rc; restart $attempt of $max in ${delay} s on $np rank(s) from the newest checkpoint" >&2
   sleep "$delay"

@@ -13,6 +13,7 @@ PKGS=(
   libfabric-dev libfabric-bin
   clang libclang-rt-14-dev
   python3
+  time
 )
 
 missing=()

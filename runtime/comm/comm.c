@@ -34,10 +34,7 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   c->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : (size_t)env_double("SHARDRT_CHUNK_BYTES", 1 << 20);
   c->chunk_bytes = (c->chunk_bytes + 63) & ~(size_t)63;
   c->window = o.window > 0 ? o.window : (int)env_double("SHARDRT_WINDOW", 4);
-  const char *hier = getenv("SHARDRT_HIER");
-  c->hier = !(hier && strcmp(hier, "0") == 0);
-  const char *gm = getenv("SHARDRT_GATHER_MAX"); /* (0 turns it off: not env_double, which takes 0 as unset) */
-  c->gather_max = gm && *gm ? (size_t)strtoull(gm, NULL, 0) : 16384;
+  rt_hier_init(c);
   /* Empty polls before yielding: with a core per local rank, spin long (a yield hands the
    * core to unrelated load for a time slice, which cost 2-5x on a busy machine); with more
    * local ranks than cores, yield soon (a peer that is not scheduled cannot send). */
@@ -116,37 +113,6 @@ static uint64_t group_generation(RtComm *c, uint64_t hash) {
   return 0;
 }
 
-static bool same_node(const RtComm *c, int a, int b) {
-  const RtPeer *p = &c->peers[a], *q = &c->peers[b];
-  return strcmp(p->host, q->host) == 0 && strcmp(p->node, q->node) == 0;
-}
-
-/* A group over several nodes with more members than nodes gets two parts for the
- * hierarchical all-reduce (hier_begin): its members on our node (node_g), and the first
- * member of each node, in the group's order (lead_g, only on those). Every member makes
- * them here, in the same order of group creation. */
-static void hier_groups(RtGroup *g) {
-  RtComm *c = g->c;
-  int *mine = malloc((size_t)g->n * sizeof *mine), *lead = malloc((size_t)g->n * sizeof *lead);
-  if (!mine || !lead) rt_fatal(RT_EXIT_COMM, "out of memory");
-  int nmine = 0, nlead = 0;
-  for (int i = 0; i < g->n; i++) {
-    if (same_node(c, g->ranks[i], c->rank)) mine[nmine++] = g->ranks[i];
-    int j = 0;
-    while (j < i && !same_node(c, g->ranks[j], g->ranks[i])) j++;
-    if (j == i) lead[nlead++] = g->ranks[i];
-  }
-  if (nlead >= 2 && nlead < g->n) {
-    char name[64];
-    snprintf(name, sizeof name, "%s/node", g->name);
-    g->node_g = rt_group_new(c, mine, nmine, name);
-    snprintf(name, sizeof name, "%s/nodes", g->name);
-    g->lead_g = rt_group_new(c, lead, nlead, name); /* NULL where we do not lead our node */
-  }
-  free(mine);
-  free(lead);
-}
-
 RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
   int me = -1;
   for (int i = 0; i < n; i++) {
@@ -185,8 +151,8 @@ RtGroup *rt_group_new(RtComm *c, const int *ranks, int n, const char *name) {
   }
   g->id = (uint16_t)(h & 0x7fff);
   g->one_node = true;
-  for (int i = 0; i < n; i++) g->one_node = g->one_node && same_node(c, ranks[i], c->rank);
-  hier_groups(g);
+  for (int i = 0; i < n; i++) g->one_node = g->one_node && rt_same_node(c, ranks[i], c->rank);
+  rt_hier_groups(g);
   return g;
 }
 
@@ -198,6 +164,10 @@ void rt_group_free(RtGroup *g) {
   rt_mbox_group_free(g);
   rt_group_free(g->node_g);
   rt_group_free(g->lead_g);
+  rt_group_free(g->rail_g);
+  rt_group_free(g->node2_g);
+  free(g->node_of);
+  free(g->local_of);
   free(g->ranks);
   free(g->p2p);
   free(g);
@@ -231,7 +201,7 @@ static RtReq *req_new_extra(RtGroup *g, RtOpKind op, const void *send, void *rec
   return q;
 }
 
-static RtReq *req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, size_t count, RtDType dt) {
+RtReq *rt_req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, size_t count, RtDType dt) {
   return req_new_extra(g, op, send, recv, count, dt, 0);
 }
 
@@ -261,17 +231,7 @@ static RtP2pSeq *p2p_seq(RtGroup *g, int member, int tag) {
   return &g->p2p[h];
 }
 
-static void hier_begin(RtReq *q);
-static bool gather_usable(const RtReq *q);
-static void gather_begin(RtReq *q);
-
-/* The hierarchical all-reduce takes a group over several nodes (hier_groups made its parts),
- * unless turned off (SHARDRT_HIER=0, rt_comm_tune "hier"); the same answer on every member. */
-static bool hier_usable(const RtReq *q) {
-  return q->c->hier && q->g->node_g && !q->g->backend && q->op == RT_OP_ALL_REDUCE && q->count > 0;
-}
-
-static RtReq *req_start(RtReq *q) {
+RtReq *rt_req_start(RtReq *q) {
   RtGroup *g = q->g;
   RtComm *c = q->c;
   if (q->op == RT_OP_SEND || q->op == RT_OP_RECV) {
@@ -284,12 +244,12 @@ static RtReq *req_start(RtReq *q) {
     q->seq_full = g->seq++;
   }
   q->seq = (uint16_t)q->seq_full;
-  if (hier_usable(q)) { /* (the parts are requests of their own, in the active list) */
-    hier_begin(q);
+  if (rt_hier_usable(q)) { /* (the parts are requests of their own, in the active list; hier.c) */
+    rt_hier_begin(q);
     return q;
   }
-  if (gather_usable(q)) { /* (its all-gather is a request of its own) */
-    gather_begin(q);
+  if (rt_gather_usable(q)) { /* (its all-gather is a request of its own; hier.c) */
+    rt_gather_begin(q);
     return q;
   }
   pthread_mutex_lock(&c->lock);
@@ -320,7 +280,6 @@ static RtReq *req_start(RtReq *q) {
  * the core on every empty poll: ranks may outnumber cores, and a peer that is not
  * scheduled cannot send (pure spinning was 3-4x slower there), while a short spin keeps
  * small-message latency low when every rank has its core. */
-static bool hier_progress(RtComm *c);
 
 static bool progress(RtComm *c) {
   RtCqEvent ev[16];
@@ -328,7 +287,7 @@ static bool progress(RtComm *c) {
   /* (nothing but mailbox requests in flight: no message to wait for) */
   int n = c->nactive > c->mbox_active || c->ndeferred > 0 ? rt_poll(c, ev, 16) : 0;
   for (int i = 0; i < n; i++) rt_req_complete_msg((RtMsg *)ev[i].e.op_context, &ev[i]);
-  if (c->hier_active) moved = hier_progress(c) || moved;
+  if (c->hier_active) moved = rt_hier_progress(c) || moved;
   if (n > 0 || moved) {
     c->idle_polls = 0;
     return true;
@@ -356,9 +315,9 @@ bool rt_test(RtReq *q) {
   return q->done;
 }
 
-static void req_free(RtReq *q) {
+void rt_req_free(RtReq *q) {
   free(q->subs); /* (bufs and bufstart live in q's allocation) */
-  free(q->hier);
+  rt_hier_free(q);
   free(q);
 }
 
@@ -371,30 +330,30 @@ void rt_wait(RtReq *q) {
   } else {
     while (!q->done) rt_progress(q->c);
   }
-  req_free(q);
+  rt_req_free(q);
 }
 
 RtReq *rt_all_reduce_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
-  RtReq *q = req_new(g, RT_OP_ALL_REDUCE, send, recv, count, dt);
+  RtReq *q = rt_req_new(g, RT_OP_ALL_REDUCE, send, recv, count, dt);
   q->redop = op;
-  return req_start(q);
+  return rt_req_start(q);
 }
 
 RtReq *rt_reduce_scatter_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
-  RtReq *q = req_new(g, RT_OP_REDUCE_SCATTER, send, recv, count, dt);
+  RtReq *q = rt_req_new(g, RT_OP_REDUCE_SCATTER, send, recv, count, dt);
   q->redop = op;
-  return req_start(q);
+  return rt_req_start(q);
 }
 
 RtReq *rt_all_gather_start(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt) {
-  return req_start(req_new(g, RT_OP_ALL_GATHER, send, recv, count, dt));
+  return rt_req_start(rt_req_new(g, RT_OP_ALL_GATHER, send, recv, count, dt));
 }
 
 RtReq *rt_broadcast_start(RtGroup *g, void *buf, size_t count, RtDType dt, int root) {
   if (root < 0 || root >= g->n) rt_fatal(RT_EXIT_COMM, "broadcast on group %s: root %d out of range", g->name, root);
-  RtReq *q = req_new(g, RT_OP_BROADCAST, buf, buf, count, dt);
+  RtReq *q = rt_req_new(g, RT_OP_BROADCAST, buf, buf, count, dt);
   q->root = root;
-  return req_start(q);
+  return rt_req_start(q);
 }
 
 /* An all_reduce_v request over n members, not started. */
@@ -436,23 +395,23 @@ RtReq *rt_all_reduce_v_start(RtGroup *g, void *const *bufs, const size_t *counts
     if (k == 0) q->subs[q->nsubs++] = rt_barrier_start(g); /* keep every member's sequence in step */
     return q;
   }
-  return req_start(arv_new(g, bufs, counts, n, total, dt, op));
+  return rt_req_start(arv_new(g, bufs, counts, n, total, dt, op));
 }
 
-RtReq *rt_barrier_start(RtGroup *g) { return req_start(req_new(g, RT_OP_BARRIER, NULL, NULL, 0, RT_F32)); }
+RtReq *rt_barrier_start(RtGroup *g) { return rt_req_start(rt_req_new(g, RT_OP_BARRIER, NULL, NULL, 0, RT_F32)); }
 
 RtReq *rt_send_start(RtGroup *g, int peer, const void *buf, size_t bytes, int tag) {
-  RtReq *q = req_new(g, RT_OP_SEND, buf, NULL, bytes, RT_F32);
+  RtReq *q = rt_req_new(g, RT_OP_SEND, buf, NULL, bytes, RT_F32);
   q->peer = peer;
   q->utag = tag;
-  return req_start(q);
+  return rt_req_start(q);
 }
 
 RtReq *rt_recv_start(RtGroup *g, int peer, void *buf, size_t bytes, int tag) {
-  RtReq *q = req_new(g, RT_OP_RECV, NULL, buf, bytes, RT_F32);
+  RtReq *q = rt_req_new(g, RT_OP_RECV, NULL, buf, bytes, RT_F32);
   q->peer = peer;
   q->utag = tag;
-  return req_start(q);
+  return rt_req_start(q);
 }
 
 void rt_all_reduce(RtGroup *g, const void *send, void *recv, size_t count, RtDType dt, RtRedOp op) {
@@ -478,192 +437,3 @@ void rt_recv(RtGroup *g, int peer, void *buf, size_t bytes, int tag) {
   rt_wait(rt_recv_start(g, peer, buf, bytes, tag));
 }
 
-/* ---- the hierarchical all-reduce --------------------------------------------------------
- *
- * A group over several nodes: (1) an all-reduce among the members of each node (the
- * mailbox or the direct reads: no network), (2) an all-reduce among one member per node
- * (the ring over the inter-node fabric, 2(nodes-1) steps instead of 2(n-1)), (3) a
- * broadcast from that member to the others of its node (all_reduce_v: of the members
- * packed into one buffer, as members may be split differently on each rank). avg folds as
- * sum and scales once, on the leader, before (3), so every member gets the leader's bits.
- * The parts are requests of their own on the group's parts (hier_groups): the watchdog
- * names the one that is stuck and its missing member. Their sequence numbers are taken
- * when the request starts, so the parts of several requests in flight pair up whatever
- * order they finish in.
- */
-struct RtHier {
-  bool gather;          /* a gather-and-fold (below), not a hierarchical all-reduce */
-  int stage;            /* the part in flight: 0 node all-reduce, 1 nodes' all-reduce, 2 broadcast, 3 done */
-  uint64_t seq_lead;    /* lead_g's sequence number for part 1 */
-  uint64_t seq_bcast;   /* node_g's sequence number for part 2 */
-  RtReq *sub;           /* the current part's request, NULL when none */
-  char *pack;           /* all_reduce_v's members packed for part 2, else NULL */
-};
-
-/* Copies all_reduce_v's members into (to_pack) or out of h->pack. */
-static void hier_pack(RtReq *q, bool to_pack) {
-  for (int i = 0; i < q->nbufs; i++) {
-    size_t at = q->bufstart[i] * q->esize, len = (q->bufstart[i + 1] - q->bufstart[i]) * q->esize;
-    if (!len) continue;
-    if (to_pack) memcpy(q->hier->pack + at, q->bufs[i], len);
-    else memcpy(q->bufs[i], q->hier->pack + at, len);
-  }
-}
-
-/* The part's request on group h (started), with sequence number seq. */
-static RtReq *hier_part(RtReq *q, RtGroup *h, RtOpKind op, RtRedOp redop, uint64_t seq) {
-  RtReq *p;
-  if (op == RT_OP_BROADCAST) {
-    char *buf = q->nbufs ? q->hier->pack : q->recv;
-    p = req_new(h, op, buf, buf, q->count, q->dt);
-  } else if (q->nbufs) {
-    p = req_new(h, op, NULL, NULL, q->count, q->dt);
-    p->nbufs = q->nbufs; /* (the parent's member lists: the parent outlives its parts) */
-    p->bufs = q->bufs;
-    p->bufstart = q->bufstart;
-  } else {
-    p = req_new(h, op, q->hier->stage == 0 ? q->send : q->recv, q->recv, q->count, q->dt);
-  }
-  p->redop = redop;
-  p->root = 0;
-  p->seq_full = seq;
-  p->seq_set = true;
-  return req_start(p);
-}
-
-/* Starts the part of stage st that concerns us; false when there is none (skip it). */
-static bool hier_stage(RtReq *q, int st) {
-  struct RtHier *h = q->hier;
-  RtGroup *g = q->g;
-  RtRedOp op = q->redop == RT_AVG ? RT_SUM : q->redop;
-  h->stage = st;
-  h->sub = NULL;
-  if (st == 0 && g->node_g->n > 1) {
-    h->sub = hier_part(q, g->node_g, RT_OP_ALL_REDUCE, op, g->node_g->seq++);
-  } else if (st == 0 && !q->nbufs && q->send != q->recv) {
-    memcpy(q->recv, q->send, q->count * q->esize);
-  } else if (st == 1 && g->lead_g) {
-    h->sub = hier_part(q, g->lead_g, RT_OP_ALL_REDUCE, op, h->seq_lead);
-  } else if (st == 2 && g->node_g->n > 1) {
-    if (q->nbufs) {
-      if (!(h->pack = malloc(q->count * q->esize))) rt_fatal(RT_EXIT_COMM, "out of memory");
-      if (g->lead_g) hier_pack(q, true);
-    }
-    h->sub = hier_part(q, g->node_g, RT_OP_BROADCAST, op, h->seq_bcast);
-  }
-  return h->sub != NULL;
-}
-
-/* After the nodes' all-reduce, on the leader: avg's one scaling. */
-static void hier_scale(RtReq *q) {
-  if (q->redop != RT_AVG || !q->g->lead_g) return;
-  float s = 1.0f / (float)q->n;
-  if (!q->nbufs) rt_scale_dt(q->recv, q->count, q->dt, s);
-  for (int i = 0; i < q->nbufs; i++) rt_scale_dt(q->bufs[i], q->bufstart[i + 1] - q->bufstart[i], q->dt, s);
-}
-
-static void gather_finish(RtReq *q);
-
-/* Moves q to its next stage with work for us (or to done). */
-static void hier_advance(RtReq *q) {
-  struct RtHier *h = q->hier;
-  if (h->gather) gather_finish(q);
-  for (int st = h->stage + 1; st < 3 && !h->gather; st++) {
-    if (st == 2) hier_scale(q);
-    if (hier_stage(q, st)) return;
-  }
-  if (h->pack && !h->gather && !q->g->lead_g) hier_pack(q, false);
-  free(h->pack);
-  h->pack = NULL;
-  h->stage = 3;
-  q->done = true;
-  RtComm *c = q->c;
-  for (RtReq **p = &c->hier_active; *p; p = &(*p)->hier_next)
-    if (*p == q) {
-      *p = q->hier_next;
-      break;
-    }
-}
-
-static void hier_begin(RtReq *q) {
-  RtGroup *g = q->g;
-  struct RtHier *h = calloc(1, sizeof *h);
-  if (!h) rt_fatal(RT_EXIT_COMM, "out of memory");
-  q->hier = h;
-  q->c->hier_count++;
-  /* every part's sequence number now (part 0's is taken as it starts, here) */
-  if (g->lead_g) h->seq_lead = g->lead_g->seq++;
-  hier_stage(q, 0);
-  if (g->node_g->n > 1) h->seq_bcast = g->node_g->seq++;
-  q->hier_next = q->c->hier_active;
-  q->c->hier_active = q;
-  if (!h->sub) hier_advance(q);
-}
-
-static bool hier_progress(RtComm *c) {
-  bool moved = false;
-  for (RtReq *q = c->hier_active, *next; q; q = next) {
-    next = q->hier_next; /* (hier_advance may unlink q) */
-    struct RtHier *h = q->hier;
-    if (h->sub && !h->sub->done) continue;
-    if (h->sub) req_free(h->sub); /* (an all_reduce_v part's member lists are q's: not freed with it) */
-    h->sub = NULL;
-    hier_advance(q);
-    moved = true;
-  }
-  return moved;
-}
-
-/* ---- gather and fold: small all-reduces and reduce-scatters on the ring -------------------
- *
- * Where the ring would run (tcp, a forced provider, the nodes' part of a hierarchical
- * all-reduce) a small all-reduce is latency: the ring's 2(n-1) message steps. Instead every
- * member's whole input is all-gathered (n-1 steps, one with 2 members) into a staging buffer
- * and each member folds it itself in the mailbox's order (rt_mbox_fold: every member the same
- * bits). The all-gather is a request of its own that carries this request's sequence number
- * and signature, so a mismatch is still named as the call the user made. Up to gather_max
- * bytes (SHARDRT_GATHER_MAX, 16 KiB; rt_comm_tune "gather_max"; 0: never).
- */
-static bool gather_usable(const RtReq *q) {
-  if (q->g->backend || (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER) || q->n < 2 || q->count == 0)
-    return false;
-  size_t bytes = q->count * q->esize;
-  return bytes <= q->c->gather_max && !rt_mbox_usable(q) && !rt_direct_usable(q);
-}
-
-static void gather_begin(RtReq *q) {
-  struct RtHier *h = calloc(1, sizeof *h);
-  size_t bytes = q->count * q->esize;
-  if (!h || !(h->pack = malloc(bytes * (size_t)q->n))) rt_fatal(RT_EXIT_COMM, "out of memory");
-  h->gather = true;
-  q->hier = h;
-  q->c->gather_count++;
-  char *mine = h->pack + (size_t)q->me * bytes;
-  if (q->nbufs) {
-    for (int i = 0; i < q->nbufs; i++)
-      if (q->bufstart[i + 1] > q->bufstart[i])
-        memcpy(mine + q->bufstart[i] * q->esize, q->bufs[i], (q->bufstart[i + 1] - q->bufstart[i]) * q->esize);
-  } else {
-    memcpy(mine, q->send, bytes);
-  }
-  RtReq *p = req_new(q->g, RT_OP_ALL_GATHER, mine, h->pack, q->count * (size_t)q->n, q->dt);
-  p->seq_full = q->seq_full;
-  p->seq_set = true;
-  p->sig_as = rt_signature(q);
-  p->user = q;
-  h->sub = req_start(p);
-  q->hier_next = q->c->hier_active;
-  q->c->hier_active = q;
-}
-
-/* The all-gather is done: fold (the slot's contribution p is member p's whole input). */
-static void gather_finish(RtReq *q) {
-  char *src[64] = {NULL}, **srcp = q->n <= 64 ? src : malloc((size_t)q->n * sizeof *srcp);
-  if (!srcp) rt_fatal(RT_EXIT_COMM, "out of memory");
-  for (int p = 0; p < q->n; p++) srcp[p] = q->hier->pack + (size_t)p * q->count * q->esize;
-  rt_mbox_fold(q, srcp);
-  if (srcp != src) free(srcp);
-}
-
-uint64_t rt_comm_hier_count(const RtComm *c) { return c->hier_count; }
-uint64_t rt_comm_gather_count(const RtComm *c) { return c->gather_count; }

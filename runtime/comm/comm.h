@@ -7,12 +7,15 @@
  *                          progress every operation of the comm and finish it
  *
  * Host memory goes through libfabric (ring algorithms, see ring.c); all-reduce,
- * reduce-scatter and all-gather up to mbox_max bytes among ranks of one node (shm) take a
+ * reduce-scatter, all-gather and broadcast up to mbox_max bytes among ranks of one node (shm) take a
  * single round through shared-memory mailboxes instead (mbox.c; larger all-gathers there
  * stream through the mailboxes), and those of >= 64 KiB
  * (direct_min) among ranks of one host (shm) read and write
  * the peers' buffers directly instead (cross-memory attach, see direct.c, or plain loads and
- * stores where the peer's buffer came from rt_comm_mem_alloc, see shmem.c); a group on which
+ * stores where the peer's buffer came from rt_comm_mem_alloc, see shmem.c); a group over
+ * several nodes with more members than nodes runs all-reduce, reduce-scatter and all-gather
+ * node, nodes, node (inside each node as above, between nodes among one member per node or per
+ * rail, see hier.c); a group on which
  * rt_group_use_nccl() (runtime/cuda/nccl.h) was called works on GPU memory through NCCL,
  * with the same calls.
  *
@@ -95,10 +98,24 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *                mailboxes in shared memory (mbox.c; SHARDRT_MBOX_MAX, 64 KiB; capped
  *                at a mailbox slot, SHARDRT_MBOX_BYTES, 4 MiB; SHARDRT_MBOX=0: never).
  *                Same bits as the direct reads, so moving it never changes a result.
- *   hier         1: an all-reduce (and all_reduce_v) of a group over several nodes with
- *                more members than nodes goes node, nodes, node (reduce among each node's
- *                members, all-reduce among one member per node, broadcast back); 0: the
- *                ring over every member (SHARDRT_HIER, 1)
+ *   hier         1: all-reduce, all_reduce_v, reduce-scatter and all-gather of a group over
+ *                several nodes with more members than nodes go node, nodes, node (hier.c:
+ *                inside each node through shared memory, between nodes among one member per
+ *                node or per rail, inside the node again); 0: the ring over every member
+ *                (SHARDRT_HIER, 1)
+ *   hier_ar_max, hier_rs_max, hier_ag_max
+ *                bytes: all-reduces (and all_reduce_v), reduce-scatters, all-gathers up to
+ *                this size go hierarchically, larger ones take the ring over every member
+ *                (SHARDRT_HIER_AR_MAX, .._RS_MAX, .._AG_MAX; defaults: always, 1 MiB, 4 MiB;
+ *                measured by rt_comm_autotune on a world over several nodes)
+ *   rail_ar_min, rail_rs_min, rail_ag_min (rail_min: all three)
+ *                bytes: hierarchical all-reduces, reduce-scatters, all-gathers from this size,
+ *                where every node has the same number of members, run by rails (all-reduce: node
+ *                reduce-scatter, all-reduce of block J among the members with index J on every
+ *                node, node all-gather; reduce-scatter: node, then rail reduce-scatter; all-gather:
+ *                rail, then node all-gather) rather than by one leader per node
+ *                (SHARDRT_RAIL_MIN, SHARDRT_RAIL_AR_MIN, ..; 64 KiB, all-gather 1 MiB; measured by
+ *                rt_comm_autotune)
  *   gather_max   bytes: all-reduces and reduce-scatters up to this size that would take the
  *                ring all-gather every member's input and fold it (n-1 message steps
  *                instead of 2(n-1); SHARDRT_GATHER_MAX, 16384; 0: never)
@@ -116,11 +133,16 @@ void rt_block(size_t count, int n, int i, size_t *off, size_t *len);
  *   stream_ring  bytes of the ring of chunks (SHARDRT_STREAM_RING, a slot: 4 MiB)
  * Returns false for an unknown name. */
 bool rt_comm_tune(RtComm *c, const char *name, size_t value);
+/* The value of a setting rt_comm_tune takes (as it stands now); false for an unknown name. */
+bool rt_comm_tuned(const RtComm *c, const char *name, size_t *value);
 /* Measures on this machine where the mailbox stops beating the direct reads for an
  * all-reduce of the world (buffers from rt_comm_mem_alloc when `mapped`, else malloc;
  * every rank decides on the slowest rank's times) and sets mbox_max there; a collective
  * over the world, a few milliseconds. Returns the value set (unchanged when the world
- * does not share one node or SHARDRT_MBOX_MAX is set). */
+ * does not share one node or SHARDRT_MBOX_MAX is set). On a world over several nodes it
+ * measures instead where the hierarchical collectives stop beating the ring over every
+ * member (hier_ar_max, hier_rs_max, hier_ag_max) and where rails beat the leaders (rail_*_min),
+ * unless any SHARDRT_HIER* is set or the node's ranks outnumber its cores. */
 size_t rt_comm_autotune(RtComm *c, bool mapped);
 /* How many collectives went through the mailboxes (for tests and reports). */
 uint64_t rt_comm_mbox_count(const RtComm *c);
@@ -128,8 +150,10 @@ uint64_t rt_comm_mbox_count(const RtComm *c);
 uint64_t rt_comm_stream_count(const RtComm *c);
 /* How many collectives this comm has run by direct reads (for tests and reports). */
 uint64_t rt_comm_direct_count(const RtComm *c);
-/* How many all-reduces went node, nodes, node (the hierarchical path; for tests and reports). */
+/* How many collectives went node, nodes, node (the hierarchical path; for tests and reports). */
 uint64_t rt_comm_hier_count(const RtComm *c);
+/* How many of those all-reduced by rails (for tests and reports). */
+uint64_t rt_comm_rail_count(const RtComm *c);
 /* How many small all-reduces / reduce-scatters on the ring gathered and folded (for tests). */
 uint64_t rt_comm_gather_count(const RtComm *c);
 

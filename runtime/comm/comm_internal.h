@@ -151,10 +151,10 @@ struct RtReq {
   bool st_posted;      /* ... its slot header is out */
   size_t st_put;       /* ... chunks of our block posted (MB_PUSH: 1 once our own block is in our output) */
   uint64_t *st_got;    /* ... [n] chunks of each member's block copied out (RT_ST_DONE: all) */
-  bool seq_set;        /* seq_full was given (a hierarchical request's part, comm.c) */
+  bool seq_set;        /* seq_full was given (a hierarchical request's part, hier.c) */
   uint16_t sig_as;     /* non-zero: the signature its messages carry (a gather-and-fold's all-gather: its parent's) */
   RtReq *user;         /* the call the user made, described in errors instead of this one (that all-gather's parent) */
-  /* a group over several nodes: node all-reduce, nodes' all-reduce, broadcast (comm.c) */
+  /* a group over several nodes: node, nodes, node (hier.c) */
   struct RtHier *hier; /* its state (also a gather-and-fold's), else NULL */
   RtReq *hier_next;    /* the comm's list of hierarchical requests in flight */
 };
@@ -196,6 +196,14 @@ struct RtGroup {
   bool one_node;             /* every member runs on this host and node (SHARDRT_NODE) */
   RtGroup *node_g;           /* over several nodes, more members than nodes: our node's members */
   RtGroup *lead_g;           /* ... and the first member of each node, where we are ours (else NULL) */
+  RtGroup *node2_g;          /* ... our node's members again, for the last part (its own mailbox; parts start
+                                there in the order of their sequence numbers: `started`) */
+  uint64_t started;          /* node2_g: parts started */
+  RtGroup *rail_g;           /* ... every node with the same number (>= 2) of members: one member per node, the
+                                one with our index in its node (our rail), else NULL */
+  int *node_of;              /* [n] with node_g: each member's node, numbered in lead_g's order */
+  int *local_of;             /* [n] ... each member's index among its node's members (its rail) */
+  int nnodes;                /* ... nodes */
 };
 
 typedef struct {
@@ -276,9 +284,13 @@ struct RtComm {
   size_t stream_chunk;   /* bytes of one streamed chunk (SHARDRT_STREAM_CHUNK) */
   size_t stream_ring;    /* bytes of the ring of chunks in a slot (SHARDRT_STREAM_RING, at most mbox_cap) */
   uint64_t stream_count; /* all-gathers streamed */
-  /* the hierarchical all-reduce of groups over several nodes (comm.c) */
+  /* the hierarchical collectives of groups over several nodes (hier.c) */
   bool hier;             /* used (SHARDRT_HIER != 0; rt_comm_tune "hier") */
-  size_t gather_max;     /* bytes: smaller all-reduces and reduce-scatters on the ring gather and fold (comm.c) */
+  size_t hier_max[3];    /* bytes: all-reduce, reduce-scatter, all-gather up to this go hierarchical (hier.c) */
+  size_t rail_min[3];    /* bytes: hierarchical all-reduces, reduce-scatters, all-gathers from this size, nodes of
+                            equal size, by rails (hier.c) */
+  uint64_t rail_count;   /* run so */
+  size_t gather_max;     /* bytes: smaller all-reduces and reduce-scatters on the ring gather and fold (hier.c) */
   uint64_t gather_count; /* run so */
   RtReq *hier_active;    /* in flight */
   uint64_t hier_count;   /* run */
@@ -321,7 +333,7 @@ bool rt_mbox_usable(const RtReq *q); /* the same answer on every member */
 void rt_mbox_begin(RtReq *q);
 bool rt_mbox_progress(RtComm *c); /* true when some mailbox request moved */
 /* q's output from every member's contribution (src[p]: member p's input, for all-gather its
- * block), folded in the direct reads' order (also the ring's gather-and-fold, comm.c). */
+ * block), folded in the direct reads' order (also the ring's gather-and-fold, hier.c). */
 void rt_mbox_fold(RtReq *q, char *const *src);
 /* The world ranks whose data for q is not in their mailbox yet (first[i]: not joined), up to max. */
 int rt_mbox_waiting(const RtReq *q, int *peers, bool *first, int max);
@@ -350,6 +362,24 @@ RtRegion rt_shmem_find(const RtComm *c, const void *p);
 /* Peer rank's region r mapped here (mapped on first use); NULL when r is no region or
  * cannot be mapped. */
 char *rt_shmem_peer(RtComm *c, int rank, const RtRegion *r);
+
+/* comm.c: requests, for the algorithms composed of requests (hier.c) */
+RtReq *rt_req_new(RtGroup *g, RtOpKind op, const void *send, void *recv, size_t count, RtDType dt);
+RtReq *rt_req_start(RtReq *q); /* chooses the algorithm and posts q */
+void rt_req_free(RtReq *q);
+
+/* hier.c: groups over several nodes (node, nodes, node) and gather-and-fold on the ring; with
+ * comm.c the top layer (their requests are made of requests) */
+void rt_hier_init(RtComm *c);                       /* settings from the environment */
+bool rt_hier_tune(RtComm *c, const char *name, size_t value); /* rt_comm_tune's names of hier.c */
+bool rt_same_node(const RtComm *c, int a, int b);
+void rt_hier_groups(RtGroup *g);                    /* a new group's parts (node_g, node2_g, lead_g, rail_g) */
+bool rt_hier_usable(const RtReq *q);                /* the same answer on every member */
+void rt_hier_begin(RtReq *q);
+bool rt_gather_usable(const RtReq *q);
+void rt_gather_begin(RtReq *q);
+bool rt_hier_progress(RtComm *c);                   /* true when a composed request moved */
+void rt_hier_free(RtReq *q);                        /* its state */
 
 /* watchdog.c: a leaf over the active requests; `waiting` says what one waits for */
 void rt_watchdog_start(RtComm *c, RtWaitingFn waiting);

@@ -486,8 +486,6 @@ bool rt_comm_tune(RtComm *c, const char *name, size_t value) {
   if (strcmp(name, "direct_min") == 0) c->direct_min = value;
   else if (strcmp(name, "mbox_max") == 0) c->mbox_max = value < c->mbox_cap ? value : c->mbox_cap;
   else if (strcmp(name, "direct_push") == 0) c->direct_push = value != 0;
-  else if (strcmp(name, "hier") == 0) c->hier = value != 0;
-  else if (strcmp(name, "gather_max") == 0) c->gather_max = value;
   else if (strcmp(name, "mbox_stream") == 0) c->mbox_stream = value != 0;
   else if (strcmp(name, "stream_min") == 0) c->stream_min = value;
   else if (strcmp(name, "stream_max") == 0) c->stream_max = value;
@@ -502,7 +500,7 @@ bool rt_comm_tune(RtComm *c, const char *name, size_t value) {
     }
     c->direct_chunk = b;
   }
-  else return false;
+  else return rt_hier_tune(c, name, value);
   return true;
 }
 

@@ -6,11 +6,12 @@
  * (slot k % 2). Collective k:
  *
  *   post   once we finished collective k - 1, copy our contribution into slot k % 2
- *          (all-reduce and reduce-scatter: the whole input; all-gather: our block), write
+ *          (all-reduce and reduce-scatter: the whole input; all-gather: our block; broadcast:
+ *          the root's buffer, nothing from the others, which post the header only), write
  *          its count and signature, then ready = k + 1 (release);
  *   read   once every peer's slot says ready = k + 1 (acquire): check the signatures
  *          (a mismatch is an error naming both calls), then fold or copy straight out of
- *          the peers' slots into our output.
+ *          the peers' slots into our output (broadcast: copy the root's slot).
  *
  * Why slot k % 2 is free at post: the last to use it was collective k - 2. We finished
  * k - 1, so every peer had posted k - 1, which it did only after finishing k - 2 — after
@@ -217,7 +218,9 @@ static bool streams(const RtReq *q) {
 bool rt_mbox_usable(const RtReq *q) {
   const RtComm *c = q->c;
   if (!c->mbox_ok || q->g->backend || q->n < 2 || q->count == 0) return false;
-  if (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER && q->op != RT_OP_ALL_GATHER) return false;
+  if (q->op != RT_OP_ALL_REDUCE && q->op != RT_OP_REDUCE_SCATTER && q->op != RT_OP_ALL_GATHER &&
+      q->op != RT_OP_BROADCAST)
+    return false;
   size_t bytes = q->count * q->esize;
   if ((bytes > c->mbox_max || bytes > c->mbox_cap) && !streams(q)) return false;
   return q->g->one_node && strcmp(c->fab[RT_FAB_INTRA].provider, "shm") == 0; /* (not with a provider forced) */
@@ -285,6 +288,8 @@ static void post_data(RtReq *q, char *dst) {
     size_t off, len;
     rt_block(q->count, q->n, q->me, &off, &len);
     memcpy(dst, q->send, len * es);
+  } else if (q->op == RT_OP_BROADCAST) { /* the root's buffer; the others post no data */
+    if (q->me == q->root) memcpy(dst, q->recv, q->count * es);
   } else if (q->nbufs) {
     for (int i = 0; i < q->nbufs; i++)
       if (q->bufstart[i + 1] > q->bufstart[i]) /* (an empty member may be NULL) */
@@ -326,6 +331,10 @@ static void fold_out(RtReq *q, char *const *src, int b, size_t o, size_t m) {
 void rt_mbox_fold(RtReq *q, char *const *src) {
   int n = q->n;
   size_t es = q->esize;
+  if (q->op == RT_OP_BROADCAST) {
+    if (q->me != q->root) memcpy(q->recv, src[q->root], q->count * es);
+    return;
+  }
   if (q->op == RT_OP_ALL_GATHER) {
     for (int p = 0; p < n; p++) {
       size_t off, len;

@@ -314,11 +314,18 @@ void rt_coll_progress(RtCtx *ctx) {
   if (pend.mode != MODE_LAZY) finish_where(ctx, 0, FINISH_DONE);
 }
 
-/* The chunks of member c are contiguous in the logical buffer: no packing. */
-static int contiguous(int64_t outer, int blocks) { return outer == 1 && blocks <= 1; }
+/* The chunks of member c are contiguous in the logical buffer: no packing (runtime/mesh.h's rule,
+ * by which the compiler plans the scratch). */
+static int contiguous(int64_t outer, int blocks) { return rt_pack_bytes(outer, blocks, 1) == 0; }
 
-size_t rt_coll_ws_bytes(int64_t outer, int blocks, int64_t bytes) {
-  return contiguous(outer, blocks) ? 0 : (size_t)bytes;
+/* The planned scratch of a collective that packs: there, or a bug in the generated program. */
+static void *scratch(void *ws, const char *what) {
+  if (!ws) {
+    fprintf(stderr, "shardrt: %s packs its chunks but was given no scratch (a bug in the generated program: "
+            "passes/memplan.c plans it)\n", what);
+    abort();
+  }
+  return ws;
 }
 
 /* dst[c][o, l, :] <-> logical[o, rt_block_index(nl, blocks, deg, c, l), :] for every member c:
@@ -394,12 +401,21 @@ void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t ou
   double t0 = now();
   if (contiguous(outer, blocks)) {
     complete(ctx, rt_all_gather_start(g, x, y, words, mt));
-  } else {
-    complete(ctx, rt_all_gather_start(g, x, ws, words, mt));
-    if (dev)
-      permute_dev(ctx, ws, y, outer, nl, inner, blocks, deg, esize, 0);
-    else
-      permute(ws, y, outer, nl, inner, blocks, deg, esize, 0);
+  } else { /* in chunks of k rows [k, nl, inner]: gathered into the scratch, unpacked into y's rows */
+    ws = scratch(ws, "all_gather");
+    size_t row = (size_t)(nl * inner) * esize; /* one member's row */
+    int64_t k = rt_pack_rows(outer, blocks, (int64_t)(count * (size_t)deg * esize));
+    for (int64_t o = 0; o < outer; o += k) {
+      int64_t kk = outer - o < k ? outer - o : k;
+      size_t w = (size_t)(kk * nl * inner) * (size_t)deg;
+      RtDType wt = move_dtype(dtype, &w);
+      complete(ctx, rt_all_gather_start(g, (const char *)x + (size_t)o * row, ws, w, wt));
+      char *yo = (char *)y + (size_t)o * row * (size_t)deg;
+      if (dev)
+        permute_dev(ctx, ws, yo, kk, nl, inner, blocks, deg, esize, 0);
+      else
+        permute(ws, yo, kk, nl, inner, blocks, deg, esize, 0);
+    }
   }
   spent(ctx, "all_gather", axis, t0);
 }
@@ -417,16 +433,24 @@ void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_
     exit(1);
   }
   int deg = rt_group_size(g);
-  const void *src = x;
   double t0 = now();
-  if (!contiguous(outer, blocks)) {
-    if (dev)
-      permute_dev(ctx, ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
-    else
-      permute(ws, (char *)x, outer, nl, inner, blocks, deg, esize, 1);
-    src = ws;
+  if (contiguous(outer, blocks)) {
+    complete(ctx, rt_reduce_scatter_start(g, x, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
+  } else { /* in chunks of k rows: x's rows packed by member into the scratch, scattered into y's */
+    ws = scratch(ws, "reduce_scatter");
+    size_t row = (size_t)(nl * inner) * esize; /* one member's row */
+    int64_t k = rt_pack_rows(outer, blocks, (int64_t)(count * (size_t)deg * esize));
+    for (int64_t o = 0; o < outer; o += k) {
+      int64_t kk = outer - o < k ? outer - o : k;
+      char *xo = (char *)x + (size_t)o * row * (size_t)deg;
+      if (dev)
+        permute_dev(ctx, ws, xo, kk, nl, inner, blocks, deg, esize, 1);
+      else
+        permute(ws, xo, kk, nl, inner, blocks, deg, esize, 1);
+      complete(ctx, rt_reduce_scatter_start(g, ws, (char *)y + (size_t)o * row, (size_t)(kk * nl * inner) * (size_t)deg,
+                                            (RtDType)dtype, RT_SUM));
+    }
   }
-  complete(ctx, rt_reduce_scatter_start(g, src, y, count * (size_t)deg, (RtDType)dtype, RT_SUM));
   spent(ctx, "reduce_scatter", axis, t0);
 }
 
@@ -613,8 +637,6 @@ void rt_coll_shift_wait(RtCtx *ctx, int tag) {
 /* the p2p tag of its messages (every member issues all-to-alls in one order); the most dims and members */
 enum { A2A_TAG = 0xa2a, A2A_MAX_RANK = 8, A2A_MAX_DEG = 256 };
 
-size_t rt_coll_all_to_all_ws_bytes(int64_t bytes) { return 2 * (size_t)bytes; }
-
 /* The product of dims [from, to) of d. */
 static int64_t dims_prod(const int64_t *d, int from, int to) {
   int64_t p = 1;
@@ -649,6 +671,7 @@ void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, 
   ydims[gather] *= deg;
   int64_t ns = xdims[split] / deg, ng = xdims[gather];
   size_t part = bytes / (size_t)deg;
+  ws = scratch(ws, "all_to_all");
   char *sendb = ws, *recvb = (char *)ws + bytes;
   /* member c gets chunk c of the scattered dim (part c of sendb: x-shaped, that dim ns long); part c
    * of recvb (the same shape: y-shaped with the gathered dim ng long) is block c of y's gathered dim */

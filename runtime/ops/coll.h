@@ -12,8 +12,9 @@
  *
  * A tensor axis that is split is described by (outer, nl, inner): the elements before the
  * axis, its local length and the elements after it; `blocks` is ops.def's blocks attribute
- * (the layout is rt_block_index, runtime/mesh.h). Scratch `ws` must hold
- * rt_coll_ws_bytes(...) of the op (the generated program's workspace).
+ * (the layout is rt_block_index, runtime/mesh.h). `ws` is the op's packing scratch, of
+ * rt_pack_bytes / rt_all_to_all_pack_bytes (runtime/mesh.h) bytes: a buffer of the memory plan
+ * (passes/memplan.c, the class "communication"); NULL where that is 0.
  */
 #ifndef SHARDRT_COLL_H
 #define SHARDRT_COLL_H
@@ -86,11 +87,11 @@ void rt_coll_recv(RtCtx *ctx, int axis, int64_t offset, void *y, int64_t bytes, 
 void rt_coll_send_wait_all(RtCtx *ctx);
 
 /* x [outer, nl, inner] -> y [outer, nl * degree, inner]: member c's x lands at logical indices
- * rt_block_index(nl, blocks, degree, c, l). ws: rt_coll_ws_bytes(x bytes * degree). */
+ * rt_block_index(nl, blocks, degree, c, l). ws: rt_pack_bytes(outer, blocks, x bytes * degree). */
 void rt_coll_all_gather(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                         int blocks, int dtype, void *ws);
 /* x [outer, nl * degree, inner] summed over the group -> y [outer, nl, inner], this rank's chunk
- * (rt_block_index). ws: rt_coll_ws_bytes(x bytes). */
+ * (rt_block_index). ws: rt_pack_bytes(outer, blocks, x bytes). */
 void rt_coll_reduce_scatter(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                             int blocks, int dtype, void *ws);
 /* rt_coll_reduce_scatter started asynchronously under `tag` (ZeRO-2's data-parallel gradient
@@ -109,17 +110,14 @@ void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void
 /* All-to-all over axis (ops.def ALL_TO_ALL): x has `rank` dims xdims; dim `gather` is gathered
  * (y's is degree times longer: member c's block lands at rt_block_index(xdims[gather], blocks,
  * degree, c, l)) and dim `split` scattered (member c receives x's chunk c of it, rt_block_index
- * with split_blocks). Blocking (a device's later work waits for it). ws: rt_coll_all_to_all_ws_bytes(x bytes). */
+ * with split_blocks). Blocking (a device's later work waits for it). ws: rt_all_to_all_pack_bytes(x bytes). */
 void rt_coll_all_to_all(RtCtx *ctx, int axis, void *y, const void *x, int rank, const int64_t *xdims, int gather,
                         int blocks, int split, int split_blocks, int dtype, void *ws);
-size_t rt_coll_all_to_all_ws_bytes(int64_t bytes);
 /* y = x of the member with coordinate root. */
 void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root);
 /* y [outer, nl, inner] = this rank's chunk of x [outer, nl * degree, inner] (no communication). */
 void rt_coll_shard_slice(RtCtx *ctx, int axis, void *y, const void *x, int64_t outer, int64_t nl, int64_t inner,
                          int blocks, int esize);
-/* The scratch a gather / scatter of `bytes` needs (0 when the chunks are contiguous). */
-size_t rt_coll_ws_bytes(int64_t outer, int blocks, int64_t bytes);
 
 /* ---- device programs (--target cuda) ----
  * Their tensors are device addresses: the device's runtime (runtime/cuda/coll_dev.c) registers

@@ -82,27 +82,50 @@ static StEntry *st_entries(const RtProgram *p, int kind, int *count) {
 
 /* ---- a test hook: a checkpoint write stopped at a chosen point ---- */
 
-int rt_ckpt_stall_armed(const char *point, int64_t step, int rank) {
+/* The entry of SHARDRT_CKPT_STALL (a comma-separated list of POINT:STEP:RANK) that stops rank's
+ * writer of step at point: its number, 1 for the first; 0 when none does. */
+static int stall_entry(const char *point, int64_t step, int rank) {
   const char *env = getenv("SHARDRT_CKPT_STALL");
   if (!env || !*env) return 0;
-  const char *c1 = strchr(env, ':');
-  const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-  if (!c2) rt_user_error("SHARDRT_CKPT_STALL='%s': want POINT:STEP:RANK", env);
-  if ((size_t)(c1 - env) != strlen(point) || strncmp(env, point, (size_t)(c1 - env)) != 0) return 0;
-  return strtoll(c1 + 1, NULL, 10) == (long long)step && atoi(c2 + 1) == rank;
+  int k = 0;
+  for (const char *e = env; *e; k++) {
+    const char *end = strchr(e, ',');
+    size_t len = end ? (size_t)(end - e) : strlen(e);
+    const char *c1 = memchr(e, ':', len);
+    const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - e)) : NULL;
+    char *num_end;
+    long long s = c2 ? strtoll(c1 + 1, &num_end, 10) : 0;
+    if (!c2 || num_end != c2 || c2 + 1 == e + len)
+      rt_user_error("SHARDRT_CKPT_STALL='%s': entry %d '%.*s': want POINT:STEP:RANK[,POINT:STEP:RANK...]", env, k + 1,
+                    (int)len, e);
+    if ((size_t)(c1 - e) == strlen(point) && strncmp(e, point, (size_t)(c1 - e)) == 0 && s == (long long)step &&
+        atoi(c2 + 1) == rank)
+      return k + 1;
+    e += len;
+    if (*e == ',') e++;
+  }
+  return 0;
 }
 
+int rt_ckpt_stall_armed(const char *point, int64_t step, int rank) { return stall_entry(point, step, rank) > 0; }
+
 void rt_ckpt_stall(const char *point, int64_t step, int rank) {
-  if (!rt_ckpt_stall_armed(point, step, rank)) return;
-  const char *mark = getenv("SHARDRT_CKPT_STALL_MARK");
-  if (!mark || !*mark) rt_user_error("SHARDRT_CKPT_STALL needs SHARDRT_CKPT_STALL_MARK (the file it creates)");
+  int k = stall_entry(point, step, rank);
+  if (!k) return;
+  const char *base = getenv("SHARDRT_CKPT_STALL_MARK");
+  if (!base || !*base) rt_user_error("SHARDRT_CKPT_STALL needs SHARDRT_CKPT_STALL_MARK (the files it creates)");
+  char *mark = rt_xprintf("%s.%d", base, k); /* entry k's mark */
   int fd = open(mark, O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0 && errno == EEXIST) return; /* stalled once already: a restarted run writes on */
+  if (fd < 0 && errno == EEXIST) { /* stalled there once already: a restarted run writes on */
+    free(mark);
+    return;
+  }
   if (fd < 0) rt_user_error("SHARDRT_CKPT_STALL_MARK: cannot create '%s': %s", mark, strerror(errno));
   char line[64];
   int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
   if (write(fd, line, (size_t)n) != n || fsync(fd) != 0 || close(fd) != 0)
     rt_user_error("SHARDRT_CKPT_STALL_MARK: cannot write '%s'", mark);
+  free(mark);
   for (int i = 0; i < 600; i++) /* the test kills the job now; 60 s without it is its failure */
     usleep(100 * 1000);
   rt_fatal(1, "checkpoint: stalled at '%s' (SHARDRT_CKPT_STALL) for 60 s and nobody killed the job", point);

@@ -18,9 +18,15 @@ typedef struct {
 
 static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
   fprintf(f, "usage: %s [flags]\n", prog);
-  fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n\n",
+  fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n",
           p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams, (long long)p->batch,
           (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
+  /* scripts/launch.sh reads this line (an elastic re-plan keeps the global batch) */
+  fprintf(f, "Compiled for %d rank(s) (dp %d x pp %d x cp %d x tp %d); global batch %lld sequences per optimizer step "
+             "(%lld accumulation micro-step(s)).\n\n",
+          rt_program_world(p), rt_program_degree(p, RT_AX_DP), rt_program_degree(p, RT_AX_PP),
+          rt_program_degree(p, RT_AX_CP), rt_program_degree(p, RT_AX_TP),
+          (long long)(p->global_batch > 0 ? p->global_batch : p->batch), (long long)(p->accum > 0 ? p->accum : 1));
   for (int i = 0; i < nflags; i++) {
     char left[48];
     snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "", flags[i].arg ? flags[i].arg : "");
@@ -82,7 +88,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   o->max_skips = r->max_skips; /* (a program compiled with skip has it: ir_recipe_defaults) */
   const Flag flags[] = {
       {"data", 0, &o->data, &o->data_set, "PATH|GLOB",
-       "training data: llm.c token shards (.bin), or raw bytes for byte-level models"},
+       "training data: llm.c token shards (.bin), or raw bytes for byte-level models ('': none, for a run that trains no step)"},
       {"val", 0, &o->val, &o->val_set, "PATH|GLOB",
        "validation data (default: the last 10% of the last training file)"},
       {"steps", 1, &o->steps, &o->steps_set, "N",
@@ -145,6 +151,10 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
   if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
+  /* --data '' / --val '': none (not even the recipe's): a run that trains no step, such as a checkpoint's
+   * conversion (--resume CK --stop-at ITS_STEP --save-to OUT), needs no corpus */
+  if (o->data && !*o->data) o->data = NULL;
+  if (o->val && !*o->val) o->val = NULL;
   if (o->ckpt_format && strcmp(o->ckpt_format, "sharded") != 0 && strcmp(o->ckpt_format, "logical") != 0)
     rt_user_error("--ckpt-format: '%s' is neither sharded nor logical", o->ckpt_format);
   if (o->on_nonfinite) {

@@ -196,12 +196,14 @@ char *rt_ckpt_prepare(const char *dir, int64_t step, const char *tag);
 /* Makes the temp directory tmp DIR/step_N atomically (fsync, rename over a previous one, fsync
  * DIR), then removes all but the newest `keep` checkpoints (0: all). */
 void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep);
-/* A test hook (tests/e2e/ckpt_kill.sh): SHARDRT_CKPT_STALL=POINT:STEP:RANK stops rank RANK's
- * checkpoint writer of step STEP at POINT, after creating the file SHARDRT_CKPT_STALL_MARK (once:
- * an existing mark disarms it), so that a test can kill -9 the job there. Points in write order:
- * start, piece (half of the rank's file written), file (written, not yet renamed), renamed, index
- * (rank 0: every file there and index.json written), commit (rank 0: step_N renamed into place),
- * keep (rank 0: an old checkpoint moved aside by --keep, not yet removed). */
+/* A test hook (tests/e2e/ckpt_kill.sh): SHARDRT_CKPT_STALL=POINT:STEP:RANK[,POINT:STEP:RANK...]
+ * stops rank RANK's checkpoint writer of step STEP at POINT, after creating the file
+ * SHARDRT_CKPT_STALL_MARK.K for the list's K-th entry (K from 1; once: an existing mark disarms its
+ * entry, so a restarted run writes on and stops at the next entry), so that a test can kill -9
+ * the job there. Points in write order: start, piece (half of the rank's file written), file
+ * (written, not yet renamed), renamed, index (rank 0: every file there and index.json written),
+ * commit (rank 0: step_N renamed into place), keep (rank 0: an old checkpoint moved aside by
+ * --keep, not yet removed). */
 void rt_ckpt_stall(const char *point, int64_t step, int rank);
 int rt_ckpt_stall_armed(const char *point, int64_t step, int rank);
 void rt_fsync_path(const char *path, int dir); /* fsync a file (dir 0) or directory (1); user error if it fails */

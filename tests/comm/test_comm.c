@@ -7,8 +7,9 @@
  *                       over several member layouts (empty members, chunk-crossing ones);
  *                       with SHARDRT_TEST_DIRECT=1 (0) some (no) collective must have run
  *                       by direct reads (runtime/comm/direct.c); SHARDRT_TEST_HIER (went
- *                       node, nodes, node: comm.c), SHARDRT_TEST_GATHER (small ones on the
- *                       ring gathered and folded: comm.c) and SHARDRT_TEST_MBOX the same
+ *                       node, nodes, node: hier.c), SHARDRT_TEST_RAIL (all-reduced by rails:
+ *                       hier.c), SHARDRT_TEST_GATHER (small ones on the
+ *                       ring gathered and folded: hier.c) and SHARDRT_TEST_MBOX the same
  *                       for the shared-memory mailboxes (runtime/comm/mbox.c)
  *   test_comm kill      all-reduces forever; rank 1 writes its pid to $SHARDRT_TEST_PIDFILE
  *                       (the driver script kill -9s it)
@@ -26,6 +27,8 @@
  *   test_comm tune      rt_comm_autotune: every rank gets the same threshold, within
  *                       [4 KiB, a slot]; collectives on both sides of it still match the
  *                       reference
+ *   test_comm tune_nodes  the same on a world over several nodes: the same hierarchical
+ *                       thresholds everywhere, collectives right on both sides of them
  *
  * Inputs are multiples of 0.25 in [-2, 2], so sums over 4 members are exact in fp32 and
  * bf16 and the results must equal the reference exactly (tolerance 0); avg is the exact
@@ -492,6 +495,13 @@ static int mode_coll(RtComm *c, int world) {
     EXPECT((nh > 0) == (strcmp(want_hier, "1") == 0), "%llu all-reduces went hierarchical, SHARDRT_TEST_HIER=%s",
            (unsigned long long)nh, want_hier);
   }
+  /* SHARDRT_TEST_RAIL=1: some hierarchical all-reduce ran by rails; 0: none. */
+  const char *want_rail = getenv("SHARDRT_TEST_RAIL");
+  if (want_rail && *want_rail) {
+    uint64_t nr = rt_comm_rail_count(c);
+    EXPECT((nr > 0) == (strcmp(want_rail, "1") == 0), "%llu all-reduces ran by rails, SHARDRT_TEST_RAIL=%s",
+           (unsigned long long)nr, want_rail);
+  }
   /* SHARDRT_TEST_GATHER=1: some small all-reduce on the ring gathered and folded; 0: none. */
   const char *want_gather = getenv("SHARDRT_TEST_GATHER");
   if (want_gather && *want_gather) {
@@ -557,6 +567,36 @@ static int mode_tune(RtComm *c) {
   return failures;
 }
 
+/* rt_comm_autotune on a world over several nodes (run with SHARDRT_TUNE_FORCE=1 where ranks
+ * outnumber cores): every rank gets the same thresholds, and the collectives on either side of
+ * them still match the reference. */
+static int mode_tune_nodes(RtComm *c) {
+  static const char *const names[6] = {"hier_ar_max", "hier_rs_max", "hier_ag_max",
+                                       "rail_ar_min", "rail_rs_min", "rail_ag_min"};
+  size_t before[6], v[6];
+  for (int i = 0; i < 6; i++) EXPECT(rt_comm_tuned(c, names[i], &before[i]), "no setting %s", names[i]);
+  rt_comm_autotune(c, false);
+  for (int i = 0; i < 6; i++) {
+    rt_comm_tuned(c, names[i], &v[i]);
+    /* (as two floats: the high and low 32 bits, max and -min equal everywhere) */
+    float part[4] = {(float)(v[i] >> 32), (float)(v[i] & 0xffffffffu), -(float)(v[i] >> 32), -(float)(v[i] & 0xffffffffu)};
+    float mine[4];
+    memcpy(mine, part, sizeof mine);
+    rt_all_reduce(rt_group_world(c), part, part, 4, RT_F32, RT_MAX);
+    EXPECT(part[0] == mine[0] && part[1] == mine[1] && -part[2] == mine[0] && -part[3] == mine[1],
+           "%s: %zu here, differs between ranks", names[i], v[i]);
+    if (me_rank == 0) printf("tune_nodes: %s %zu (before %zu)\n", names[i], v[i], before[i]);
+  }
+  static const size_t sizes[] = {7, 1001, 65537, 300007};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    check_all_reduce(rt_group_world(c), sizes[k], RT_F32, RT_AVG, false, 60 + (int)k);
+    check_reduce_scatter(rt_group_world(c), sizes[k], RT_BF16, RT_SUM, 70 + (int)k);
+    check_all_gather(rt_group_world(c), sizes[k], RT_F32, 80 + (int)k);
+  }
+  EXPECT(rt_comm_hier_count(c) > 0, "no collective went hierarchical");
+  return failures;
+}
+
 static _Noreturn void mode_kill(RtComm *c) {
   size_t n = 1u << 20;
   float *x = xmalloc(n * 4);
@@ -598,6 +638,8 @@ int main(int argc, char **argv) {
     mode_coll(c, boot.world);
   } else if (strcmp(mode, "tune") == 0) {
     mode_tune(c);
+  } else if (strcmp(mode, "tune_nodes") == 0) {
+    mode_tune_nodes(c);
   } else if (strcmp(mode, "kill") == 0) {
     mode_kill(c);
   } else if (strcmp(mode, "mismatch") == 0) {

@@ -112,16 +112,11 @@ static void op_broadcast(RtCtx *ctx, void *y, void *x, void *ws) {
   rt_coll_broadcast(ctx, RT_AX_TP, y, x, g_outer * g_nl * g_inner, g_dt, 1);
 }
 
-static void cases(RtCtx *ctx, int deg) {
-  const int dts[] = {RT_F32, RT_BF16};
-  const int64_t outers[] = {1, 5};
-  const int blockss[] = {0, 3};
-  for (int a = 0; a < 2; a++)
-    for (int b = 0; b < 2; b++)
-      for (int c = 0; c < 2; c++) {
-        g_dt = dts[a], g_outer = outers[b], g_blocks = blockss[c], g_nl = 6, g_inner = 7;
+/* One case of the g_* shape: every op on the device and the host, results checked. */
+static void one_case(RtCtx *ctx, int deg) {
+      {
         size_t es = rt_dtype_size((RtDType)g_dt), local = (size_t)(g_outer * g_nl * g_inner) * es;
-        size_t whole = local * (size_t)deg, ws = rt_coll_ws_bytes(g_outer, g_blocks, (int64_t)whole);
+        size_t whole = local * (size_t)deg, ws = (size_t)rt_pack_bytes(g_outer, g_blocks, (int64_t)whole);
         char what[96];
         void *in = malloc(whole), *hy = malloc(whole);
         if (!in || !hy) abort();
@@ -173,6 +168,27 @@ static void cases(RtCtx *ctx, int deg) {
       }
 }
 
+static void cases(RtCtx *ctx, int deg) {
+  const int dts[] = {RT_F32, RT_BF16};
+  const int64_t outers[] = {1, 5};
+  const int blockss[] = {0, 3};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++)
+      for (int c = 0; c < 2; c++) {
+        g_dt = dts[a], g_outer = outers[b], g_blocks = blockss[c], g_nl = 6, g_inner = 7;
+        one_case(ctx, deg);
+      }
+  /* a gather / scatter larger than RT_PACK_CHUNK: packed in chunks of whole rows (9 rows of 8 MiB
+   * on 2 members: chunks of 8 rows and 1), through a scratch of 64 MiB, not the tensor's 72 */
+  g_dt = RT_F32, g_outer = 9, g_nl = 4, g_inner = (1 << 19) / deg, g_blocks = 0;
+  int64_t whole = g_outer * g_nl * g_inner * deg * 4, rows = rt_pack_rows(g_outer, g_blocks, whole);
+  CHECK(rows > 1 && rows < g_outer && rt_pack_bytes(g_outer, g_blocks, whole) == rows * (whole / g_outer) &&
+            rt_pack_bytes(g_outer, g_blocks, whole) <= RT_PACK_CHUNK,
+        "chunked packing: %lld rows of %lld, %lld bytes of scratch", (long long)rows, (long long)g_outer,
+        (long long)rt_pack_bytes(g_outer, g_blocks, whole));
+  one_case(ctx, deg);
+}
+
 int main(int argc, char **argv) {
   RtBoot boot;
   if (!rt_boot_init(&boot, &argc, &argv)) return 1;
@@ -192,7 +208,7 @@ int main(int argc, char **argv) {
   setenv("SHARDRT_DEVICE", "emu", 1);
   RtProgram p;
   memset(&p, 0, sizeof p);
-  int64_t bytes = 1 << 20;
+  int64_t bytes = (int64_t)200 << 20; /* the chunked case: x 36, y 72 and the scratch 64 MiB */
   p.mem_bytes = bytes;
   if (rt_cuda_device.open(&p, &ctx, bytes, &M) != 0) return 1;
   cases(&ctx, boot.world);

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# 10 kill -9s during sharded checkpoint writes lose nothing (label mpi).
-# dp=2 on 2 ranks, 24 steps, a sharded checkpoint every 2, --keep 2. A chain of 11 runs, each
-# resuming with --resume auto from where the previous one was killed: run i stops one rank's
-# checkpoint writer at a chosen point of step 2i's write (the trainer's test hook
-# SHARDRT_CKPT_STALL, runtime/train/train.h: the kill lands exactly there, no sleeps), then the test
-# kill -9s that rank (mpirun ends the other) or every rank at once. After each kill:
+# 10 kill -9s during sharded checkpoint writes, each restarted by the launcher, lose nothing
+# (label mpi). dp=2 on 2 ranks, 24 steps, a sharded checkpoint every 2, --keep 2, started once
+# through scripts/launch.sh (--max-restarts 10), which restarts every killed attempt with --resume
+# auto. Attempt i stops one rank's checkpoint writer at a chosen point of step 2i's write (the
+# trainer's test hook SHARDRT_CKPT_STALL, a list of points: runtime/train/train.h; the kill lands
+# exactly there, no sleeps); the test stops the launcher (SIGSTOP) and kill -9s that rank (mpirun
+# ends the other) or every rank at once. Once the ranks are gone, before the launcher goes on:
 #   - every visible step_N is complete: byte-identical to the undisturbed run's step_N (a partial
 #     one visible as complete fails here), and the newest is the one the kill point allows (the
 #     previous checkpoint, or this one once its rename happened: nothing complete is lost);
-#   - the next run says it resumes from that newest checkpoint (or starts fresh when none).
-# The 11th run finishes: every loss any run logged equals the undisturbed run's for its step
-# (bit-identical: the same layout), the step-24 checkpoint is byte-identical, and no temp
-# directory is left behind.
+# then the launcher continues (SIGCONT) and restarts. At the end:
+#   - the launcher restarted 10 times and exited 0, each attempt saying it resumed from the newest
+#     checkpoint the kill before it left (the first starting fresh);
+#   - every loss any attempt logged equals the undisturbed run's for its step (bit-identical: the
+#     same layout), the step-24 checkpoint is byte-identical, and no temp directory is left.
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -36,54 +38,67 @@ plan=(
   "20 file 0 rank 18"
 )
 newest() { find "$t/ck" -maxdepth 1 -name 'step_*' -printf '%f\n' 2>/dev/null | sort | tail -1; }
-i=0 expect=0
-for k in "${plan[@]}" "-"; do
-  i=$((i + 1))
-  out=$t/run$i.out
-  if [ "$k" = - ]; then
-    "${mpi[@]}" -np 2 "$t/dp2" "${ck[@]}" --keep 2 --save-to "$t/ck" --resume auto --log "$t/run$i.jsonl" >"$out" 2>&1 ||
-      { cat "$out"; echo "FAIL: the last run (after 10 kills)"; exit 1; }
-  else
-    read -r step point rank how allowed <<<"$k"
-    mark=$t/mark$i
-    SHARDRT_CKPT_STALL="$point:$step:$rank" SHARDRT_CKPT_STALL_MARK=$mark \
-      "${mpi[@]}" -x SHARDRT_CKPT_STALL -x SHARDRT_CKPT_STALL_MARK -np 2 "$t/dp2" "${ck[@]}" --keep 2 --save-to "$t/ck" \
-      --resume auto --log "$t/run$i.jsonl" >"$out" 2>&1 &
-    job=$! n=0
-    while [ ! -s "$mark" ] && kill -0 $job 2>/dev/null && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
-    [ -s "$mark" ] || { kill $job 2>/dev/null || true; cat "$out"; echo "FAIL: kill $i: the writer never reached '$point' of step $step on rank $rank"; exit 1; }
-    pids=$(pgrep -f "^$t/dp2 " || true)
-    [ "$(echo "$pids" | wc -w)" = 2 ] || { kill $job; cat "$out"; echo "FAIL: kill $i: 2 ranks not found ($pids)"; exit 1; }
-    if [ "$how" = all ]; then kill -9 $pids; else kill -9 "$(cat "$mark")"; fi
-    rc=0
-    wait $job || rc=$?
-    [ $rc != 0 ] || { cat "$out"; echo "FAIL: kill $i: the killed job exited 0"; exit 1; }
-    # every visible checkpoint is complete, the newest is an allowed one, the one before it kept
-    got=$(newest)
-    got=${got#step_}
-    got=$((10#${got:-0}))
-    [[ ",$allowed," == *",$got,"* ]] || { ls -A "$t/ck"; echo "FAIL: kill $i at $point of step $step (rank $rank): newest checkpoint at step $got, want $allowed"; exit 1; }
-    for d in "$t"/ck/step_*; do
-      [ -e "$d" ] || continue
-      same_ckpt "$d" "$t/ref/${d##*/}" || { ls -la "$d"; echo "FAIL: kill $i at $point of step $step: ${d##*/} is visible but not the complete checkpoint"; exit 1; }
-    done
-    if [ "$got" -ge 4 ]; then
-      [ -d "$t/ck/step_$(printf %08d $((got - 2)))" ] || { ls -A "$t/ck"; echo "FAIL: kill $i: the checkpoint before step $got is lost"; exit 1; }
-    fi
-    echo "kill $i: -9 of $how at '$point' of step $step's write on rank $rank: newest complete checkpoint step $got, $(find "$t/ck" -maxdepth 1 -name '.tmp-*' | wc -l) temp dir(s) left, every visible checkpoint complete"
-  fi
-  # this run resumed from what the previous kill left
-  if [ "$expect" = 0 ]; then want="--resume auto: no checkpoint in $t/ck"; else want="--resume auto: resuming from $t/ck/step_$(printf %08d "$expect")"; fi
-  grep -qF -- "$want" "$out" || { cat "$out"; echo "FAIL: run $i did not say '$want'"; exit 1; }
-  [ "$k" = - ] || expect=$got
+stall=""
+for k in "${plan[@]}"; do
+  read -r step point rank _ <<<"$k"
+  stall+="${stall:+,}$point:$step:$rank"
 done
+SHARDRT_CKPT_STALL=$stall SHARDRT_CKPT_STALL_MARK=$t/mark \
+  bash scripts/launch.sh --np 2 --launcher "${mpi[*]} -x SHARDRT_CKPT_STALL -x SHARDRT_CKPT_STALL_MARK" --delay 0 \
+  --max-restarts 10 -- "$t/dp2" "${ck[@]}" --keep 2 --save-to "$t/ck" --log "$t/run.jsonl" >"$t/launch.out" 2>&1 &
+launcher=$!
+gone() { # the launcher left running (SIGCONT) before a failure exits
+  kill -CONT $launcher 2>/dev/null || true
+  kill $launcher 2>/dev/null || true
+  local p
+  for p in $(pgrep -f "^$t/dp2 " || true); do kill -9 "$p" 2>/dev/null || true; done
+}
+trap 'gone; rm -rf "$t"' EXIT # a failure or a timeout leaves no stopped launcher or rank behind
+i=0 want=("--resume auto: no checkpoint in $t/ck")
+for k in "${plan[@]}"; do
+  i=$((i + 1))
+  read -r step point rank how allowed <<<"$k"
+  mark=$t/mark.$i n=0
+  while [ ! -s "$mark" ] && kill -0 $launcher 2>/dev/null && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+  [ -s "$mark" ] || { gone; cat "$t/launch.out"; echo "FAIL: kill $i: the writer never reached '$point' of step $step on rank $rank"; exit 1; }
+  kill -STOP $launcher # it restarts only once the checks below are done
+  pids=$(pgrep -f "^$t/dp2 " || true)
+  [ "$(echo "$pids" | wc -w)" = 2 ] || { gone; cat "$t/launch.out"; echo "FAIL: kill $i: 2 ranks not found ($pids)"; exit 1; }
+  if [ "$how" = all ]; then kill -9 $pids; else kill -9 "$(cat "$mark")"; fi
+  n=0
+  while pgrep -f "^$t/dp2 " >/dev/null && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+  ! pgrep -f "^$t/dp2 " >/dev/null || { gone; echo "FAIL: kill $i: the ranks did not end"; exit 1; }
+  # every visible checkpoint is complete, the newest is an allowed one, the one before it kept
+  got=$(newest)
+  got=${got#step_}
+  got=$((10#${got:-0}))
+  [[ ",$allowed," == *",$got,"* ]] || { gone; ls -A "$t/ck"; echo "FAIL: kill $i at $point of step $step (rank $rank): newest checkpoint at step $got, want $allowed"; exit 1; }
+  for d in "$t"/ck/step_*; do
+    [ -e "$d" ] || continue
+    same_ckpt "$d" "$t/ref/${d##*/}" || { gone; ls -la "$d"; echo "FAIL: kill $i at $point of step $step: ${d##*/} is visible but not the complete checkpoint"; exit 1; }
+  done
+  if [ "$got" -ge 4 ]; then
+    [ -d "$t/ck/step_$(printf %08d $((got - 2)))" ] || { gone; ls -A "$t/ck"; echo "FAIL: kill $i: the checkpoint before step $got is lost"; exit 1; }
+  fi
+  echo "kill $i: -9 of $how at '$point' of step $step's write on rank $rank: newest complete checkpoint step $got, $(find "$t/ck" -maxdepth 1 -name '.tmp-*' | wc -l) temp dir(s) left, every visible checkpoint complete"
+  if [ "$got" = 0 ]; then want+=("--resume auto: no checkpoint in $t/ck"); else want+=("--resume auto: resuming from $t/ck/step_$(printf %08d "$got")"); fi
+  kill -CONT $launcher
+done
+rc=0
+wait $launcher || rc=$?
+[ $rc = 0 ] || { cat "$t/launch.out"; echo "FAIL: the launcher exited $rc after 10 kills"; exit 1; }
+[ "$(grep -c '^launch.sh: attempt [0-9]* failed with status' "$t/launch.out")" = 10 ] ||
+  { cat "$t/launch.out"; echo "FAIL: the launcher did not restart 10 times"; exit 1; }
+# each attempt resumed from what the kill before it left
+[ "$(grep -- '^--resume auto: ' "$t/launch.out")" = "$(printf '%s\n' "${want[@]}")" ] ||
+  { grep -- '--resume auto' "$t/launch.out"; printf 'want:\n'; printf '%s\n' "${want[@]}"; echo "FAIL: the attempts did not resume from the newest complete checkpoints"; exit 1; }
 # every logged loss (complete lines of every run) against the undisturbed run's for that step
 steploss() { grep -h '^{.*}$' "$@" | grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' | awk -F'[:,]' '{ print $2, $6 }'; }
 steploss "$t/ref.jsonl" >"$t/ref.loss"
-steploss "$t"/run*.jsonl | awk 'NR == FNR { want[$1] = $2; next } { n++; if (want[$1] != $2) { bad++; print "step " $1 ": " $2 ", undisturbed " want[$1] } }
-  END { printf "%d logged losses over the 11 runs\n", n; exit (bad || n < 24) }' "$t/ref.loss" - ||
+steploss "$t/run.jsonl" | awk 'NR == FNR { want[$1] = $2; next } { n++; if (want[$1] != $2) { bad++; print "step " $1 ": " $2 ", undisturbed " want[$1] } }
+  END { printf "%d logged losses over the 11 attempts\n", n; exit (bad || n < 24) }' "$t/ref.loss" - ||
   { echo "FAIL: a resumed run's losses differ"; exit 1; }
 same_ckpt "$t/ck/step_00000024" "$t/ref/step_00000024" || { echo "FAIL: the step-24 checkpoint differs"; exit 1; }
 left=$(find "$t/ck" -maxdepth 1 -name '.tmp-*')
 [ -z "$left" ] || { echo "FAIL: temp directories left: $left"; exit 1; }
-echo "ckpt_kill: 10/10 kill -9s during sharded writes lost nothing; losses and the final checkpoint bit-identical"
+echo "ckpt_kill: 10/10 kill -9s during sharded writes, restarted by the launcher, lost nothing; losses and the final checkpoint bit-identical"

@@ -7,8 +7,14 @@
 #   - elastic: the same kill, with --elastic 1:ONE (the 1-rank trainer of the same global batch 8,
 #     through 2 accumulation micro-steps of 4): the restart continues on one rank, every loss within
 #     1e-5 of the undisturbed run's (tests/codegen/layouts.sh justifies the tolerance); with
-#     --elastic 1:HALF (global batch 4) the restart is refused (status 1: not restarted again);
-#   - a trainer that stops on its own error (status 1) is not restarted.
+#     --elastic 1 --model MODEL the launcher re-plans itself (shardc build --world 1 -D batch=8
+#     --pick: 2 accumulation micro-steps of 4) and the restart on one rank is within 1e-5 too;
+#     --elastic 4 re-plans for 4 ranks at batch 8 (the file's micro-batch of 8 cannot be kept: the
+#     planner chooses one); --elastic 3 (8 sequences of 4 cannot be spread over 3 ranks) is refused before training
+#     (status 2), and so is --elastic M without --model; with --elastic 1:HALF (global batch 4)
+#     the restart is refused (status 1: not restarted again);
+#   - a trainer that stops on its own error (status 1) is not restarted; one that fails every time
+#     (status 3) is restarted --max-restarts times, then its status returned.
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -59,6 +65,33 @@ paste <(last_losses "$t/a.jsonl") <(last_losses "$t/E.jsonl") | awk '
   END { printf "elastic restart on 1 rank after kill -9: worst |rel| loss difference %.2e over %d steps\n", w, n; exit (bad || n != 20) }' ||
   { echo "FAIL: elastic restart"; exit 1; }
 grep -q "^model tiny .*batch 8 x 32 tokens" "$t/E.out" || { cat "$t/E.out"; echo "FAIL: the elastic restart's global batch"; exit 1; }
+# re-planned by the launcher: --elastic 1 --model builds the 1-rank trainer itself at dp2's global batch of 8
+# (shardc --pick for 1 rank, the micro-batch of 4 kept as given: 2 accumulation micro-steps)
+killed R --elastic 1 --model "${m[*]} -D micro_batch=4" --shardc "$shardc"
+grep -qF "launch.sh: restarts after a failure run $t/dp2.world-1: Compiled for 1 rank(s) (dp 1 x pp 1 x cp 1 x tp 1); global batch 8 sequences per optimizer step (2 accumulation micro-step(s))" "$t/R.out" ||
+  { cat "$t/R.out"; echo "FAIL: the launcher did not re-plan for 1 rank at the global batch of 8"; exit 1; }
+grep -q "^model tiny .*batch 8 x 32 tokens" "$t/R.out" || { cat "$t/R.out"; echo "FAIL: the re-planned restart's global batch"; exit 1; }
+paste <(last_losses "$t/a.jsonl") <(last_losses "$t/R.jsonl") | awk '
+  { n++; d = $2 - $1; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5 || $2 == "") bad++ }
+  END { printf "elastic restart re-planned by the launcher for 1 rank after kill -9: worst |rel| loss difference %.2e over %d steps\n", w, n; exit (bad || n != 20) }' ||
+  { echo "FAIL: the re-planned elastic restart"; exit 1; }
+# a world that cannot keep the global batch (8 sequences of micro-batch 4 over 3 ranks): refused before any training
+rc=0
+bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" --elastic 3 --model "${m[*]} -D micro_batch=4" --shardc "$shardc" -- \
+  "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/T" >"$t/T.out" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "launch.sh: --elastic 3: cannot re-plan .* for 3 rank(s) keeping the global batch of 8 sequences" "$t/T.out" && [ ! -e "$t/T" ] ||
+  { cat "$t/T.out"; echo "FAIL: an elastic world that cannot keep the global batch was not refused before training (status $rc)"; exit 1; }
+echo "elastic re-plan for 3 ranks (global batch 8, micro-batch 4): refused before training: $(grep -A1 'cannot re-plan' "$t/T.out" | tail -1)"
+# 4 ranks at the global batch of 8: the file's micro-batch of 8 cannot be kept, the re-plan chooses one
+# (the job itself stops on a user error here: a missing --data, not restarted)
+rc=0
+bash scripts/launch.sh --np 2 --elastic 4 --model "${m[*]}" --shardc "$shardc" -- "$t/dp2" --data "$t/missing.txt" --save-to "$t/F" >"$t/F.out" 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "launch.sh: restarts after a failure run $t/dp2.world-4: Compiled for 4 rank(s) (.*); global batch 8 sequences" "$t/F.out" ||
+  { cat "$t/F.out"; echo "FAIL: the launcher did not re-plan for 4 ranks at the global batch of 8 (status $rc)"; exit 1; }
+echo "elastic re-plan for 4 ranks: $(grep -o 'Compiled for 4 rank.*' "$t/F.out")"
+rc=0
+bash scripts/launch.sh --np 2 --elastic 1 -- "$t/dp2" --save-to "$t/T" >"$t/T.out" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "give --model" "$t/T.out" || { cat "$t/T.out"; echo "FAIL: --elastic M without --model (status $rc)"; exit 1; }
 rc=0
 EXPECT_RC=1 killed H --elastic "1:$t/half"
 grep -q "was written with batch 8 x 32 tokens, this run has 4 x 32" "$t/H.out" && grep -q "not restarting" "$t/H.out" ||
@@ -67,4 +100,13 @@ echo "elastic restart with another global batch (4 instead of 8): refused, not r
 rc=0
 bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" -- "$t/dp2" --data "$t/missing.txt" --save-to "$t/C" >"$t/C.out" 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "not restarting" "$t/C.out" || { cat "$t/C.out"; echo "FAIL: a user error was restarted (status $rc)"; exit 1; }
+# a job that keeps failing is restarted --max-restarts times, then its status is returned
+printf '#!/bin/sh\necho "$*" >>"%s/crash.count"\nexit 3\n' "$t" >"$t/crash.sh"
+chmod +x "$t/crash.sh"
+rc=0
+bash scripts/launch.sh --np 1 --launcher "" --max-restarts 2 --delay 0 -- "$t/crash.sh" --save-to "$t/K" >"$t/K.out" 2>&1 || rc=$?
+[ $rc = 3 ] && [ "$(grep -c -- '--save-to .* --resume auto$' "$t/crash.count")" = 3 ] &&
+  grep -q "launch.sh: attempt 3 failed with status 3; no restart left (--max-restarts 2)" "$t/K.out" ||
+  { cat "$t/K.out" "$t/crash.count"; echo "FAIL: --max-restarts 2 (status $rc)"; exit 1; }
+echo "a job failing every time: 1 attempt + 2 restarts (--max-restarts 2), then its status 3"
 echo "restart: ok"

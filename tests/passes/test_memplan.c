@@ -183,6 +183,115 @@ static void carry_case(Arena *a) {
   check_no_overlap(g);
 }
 
+/* [at, at + bytes) meets a placed value live at position i of g (in a body: its bytes in every
+ * iteration, memplan_span)? Names the first such value. */
+static const Value *meets_live(const Graph *g, int i, int64_t at, int64_t bytes) {
+  for (int j = 0; j < g->nnodes; j++)
+    for (int k = 0; k < g->nodes[j]->nout; k++) {
+      const Value *v = g->nodes[j]->out[k];
+      int64_t lo, hi;
+      if (j > i || last_use(g, v) < i || !memplan_span(v, &lo, &hi)) continue;
+      if (at < hi && lo < at + bytes) return v;
+    }
+  return NULL;
+}
+
+/* A collective that packs its members' chunks gets a scratch buffer of the plan
+ * (memplan_scratch_bytes: runtime/mesh.h's rt_pack_bytes), class communication, live at its node:
+ * disjoint from every value live there, inside the transient arena, counted at the peak when it
+ * is there; in a loop body, rebased with the body; a contiguous one gets none.
+ *   top:  a = tanh(x) [3, 2, 8]; y = all_gather(a) over dp along dim 1 -> [3, 4, 8] (outer 3: packs)
+ *         z = all_gather(tanh(w)) along dim 0, [2, 8] -> [4, 8] (contiguous: none)
+ *   loop: 2 iterations over xs [2, 3, 4, 8]: reduce_scatter(tanh(x_i)) along dim 1 -> [3, 2, 8]
+ *         (packs), the stacked output [2, 3, 2, 8] */
+static void scratch_case(Arena *a) {
+  Module *m = tb_module(a, "memplan_scratch");
+  Graph *g = m->graph;
+  Value *x = tb_input(g, "x", DT_F32, tb_shape(3, 3, 2, 8));
+  Value *w = tb_input(g, "w", DT_F32, tb_shape(2, 2, 8));
+  Attrs d1 = {0}, d0 = {0};
+  d1.mesh_axis = d0.mesh_axis = RT_AX_DP;
+  d1.axis = 1;
+  Value *ta = tb_op1(g, OP_TANH, x, NULL);
+  Value *y = tb_shaped(g, OP_ALL_GATHER, 1, &ta, DT_F32, tb_shape(3, 3, 4, 8), &d1);
+  Value *tw = tb_op1(g, OP_TANH, w, NULL);
+  Value *z = tb_shaped(g, OP_ALL_GATHER, 1, &tw, DT_F32, tb_shape(2, 4, 8), &d0);
+  ir_add_result(g, tb_op1(g, OP_SUM, y, NULL), "y");
+  ir_add_result(g, tb_op1(g, OP_SUM, z, NULL), "z");
+  Value *xs = tb_input(g, "xs", DT_F32, tb_shape(4, 2, 3, 4, 8));
+  Graph *body = ir_graph_new(a, g);
+  Value *xa = ir_add_arg(body, DT_F32, tb_shape(3, 3, 4, 8), "x")->out[0];
+  Value *t = tb_op1(body, OP_TANH, xa, NULL);
+  Value *rs = tb_shaped(body, OP_REDUCE_SCATTER, 1, &t, DT_F32, tb_shape(3, 3, 2, 8), &d1);
+  ir_add_result(body, rs, NULL);
+  Node *r = tb_repeat(g, body, 1, &xs, 2, 0, 1, "loop");
+  ir_add_result(g, r->out[0], "stacked");
+  if (!pass_memplan(m)) {
+    fprintf(stderr, "pass_memplan failed\n");
+    failures++;
+    return;
+  }
+  const MemPlan *mp = m->memplan;
+  Node *gy = y->def, *gz = z->def, *rsn = rs->def;
+  EXPECT(memplan_scratch_bytes(gy) == 384 && gy->scratch_bytes == 384, "the dim-1 gather's scratch: %lld bytes "
+         "planned, %lld needed (384: the gathered tensor)", (long long)gy->scratch_bytes,
+         (long long)memplan_scratch_bytes(gy));
+  EXPECT(memplan_scratch_bytes(gz) == 0 && gz->scratch_bytes == 0, "the dim-0 gather (contiguous) got %lld bytes",
+         (long long)gz->scratch_bytes);
+  EXPECT(rsn->scratch_bytes == 384, "the loop's dim-1 reduce-scatter: %lld bytes of scratch (384: its input)",
+         (long long)rsn->scratch_bytes);
+  for (int k = 0; k < 2; k++) {
+    const Node *n = k ? rsn : gy;
+    EXPECT(n->scratch_at >= mp->persistent && n->scratch_at + n->scratch_bytes <= mp->total,
+           "scratch [%lld, +%lld) outside the arena [%lld, %lld)", (long long)n->scratch_at,
+           (long long)n->scratch_bytes, (long long)mp->persistent, (long long)mp->total);
+  }
+  const Value *hit = meets_live(g, pos_of(g, gy), gy->scratch_at, gy->scratch_bytes);
+  EXPECT(!hit, "the gather's scratch meets %%%d, live at the gather", hit ? hit->id : -1);
+  hit = meets_live(body, pos_of(body, rsn), rsn->scratch_at, rsn->scratch_bytes);
+  EXPECT(!hit, "the loop's scratch meets the body's %%%d, live at the scatter", hit ? hit->id : -1);
+  hit = meets_live(g, pos_of(g, r), rsn->scratch_at, rsn->scratch_bytes);
+  EXPECT(!hit, "the loop's scratch meets %%%d, live at the loop", hit ? hit->id : -1);
+  EXPECT(mp->largest[MEM_COMM] == 384, "largest communication buffer %lld", (long long)mp->largest[MEM_COMM]);
+  check_no_overlap(g);
+
+  /* the gather is the peak: a, y and the scratch live (192 + 384 + 384 bytes) */
+  Module *m2 = tb_module(a, "memplan_scratch_peak");
+  Graph *g2 = m2->graph;
+  Value *x2 = tb_op1(g2, OP_TANH, tb_input(g2, "x", DT_F32, tb_shape(3, 3, 2, 8)), NULL);
+  Value *y2 = tb_shaped(g2, OP_ALL_GATHER, 1, &x2, DT_F32, tb_shape(3, 3, 4, 8), &d1);
+  ir_add_result(g2, tb_op1(g2, OP_SUM, y2, NULL), "y");
+  if (!pass_memplan(m2)) {
+    fprintf(stderr, "pass_memplan failed\n");
+    failures++;
+    return;
+  }
+  EXPECT(m2->memplan->by_class[MEM_COMM] == 384, "communication at the peak: %lld bytes (384: the scratch)",
+         (long long)m2->memplan->by_class[MEM_COMM]);
+  EXPECT(m2->memplan->peak - m2->memplan->persistent == 192 + 384 + 384, "peak %lld transient bytes, 960 planned",
+         (long long)(m2->memplan->peak - m2->memplan->persistent));
+
+  /* the loop alone: its block (tanh(x_i) and the scratch, 384 + 384) beside the stacked output (384)
+   * is the peak, and the block's scratch counts as communication there, not as activations */
+  Module *m3 = tb_module(a, "memplan_scratch_loop");
+  Graph *g3 = m3->graph, *b3 = ir_graph_new(a, g3);
+  Value *xs3 = tb_input(g3, "xs", DT_F32, tb_shape(4, 2, 3, 4, 8));
+  Value *x3 = ir_add_arg(b3, DT_F32, tb_shape(3, 3, 4, 8), "x")->out[0];
+  Value *t3 = tb_op1(b3, OP_TANH, x3, NULL);
+  ir_add_result(b3, tb_shaped(b3, OP_REDUCE_SCATTER, 1, &t3, DT_F32, tb_shape(3, 3, 2, 8), &d1), NULL);
+  ir_add_result(g3, tb_repeat(g3, b3, 1, &xs3, 2, 0, 1, "loop")->out[0], "stacked");
+  if (!pass_memplan(m3)) {
+    fprintf(stderr, "pass_memplan failed\n");
+    failures++;
+    return;
+  }
+  const MemPlan *p3 = m3->memplan;
+  EXPECT(p3->peak - p3->persistent == 384 + 384 + 384 && p3->by_class[MEM_COMM] == 384 &&
+             p3->by_class[MEM_ACT] == 768,
+         "the loop's peak: %lld transient bytes (1152 planned), communication %lld (384), activations %lld (768)",
+         (long long)(p3->peak - p3->persistent), (long long)p3->by_class[MEM_COMM], (long long)p3->by_class[MEM_ACT]);
+}
+
 int main(void) {
   Arena a;
   arena_init(&a);
@@ -220,6 +329,7 @@ int main(void) {
   check_no_overlap(g);
   zero_gather_case(&a);
   carry_case(&a);
+  scratch_case(&a);
   arena_free(&a);
   if (failures) fprintf(stderr, "test_memplan: %d failures\n", failures);
   else printf("test_memplan: ok\n");

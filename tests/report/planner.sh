@@ -12,8 +12,10 @@
 #     hand-checked, the search under 10 s on 40 and 80 GiB; the analytic model within 15 % (memory)
 #     and 30 % (step) of the compiled plans of GPT-2 and tiny;
 #  4. --pick plans the table's first row: its predicted step (compiled in full) is the row's, and
-#     `shardc build --pick` writes a trainer that runs 2 steps;
-#  4b. sp with cp: on 4 CPU ranks with cp 2 and tp 2 pinned, the search ranks (compiles to confirm)
+#     `shardc build --pick` writes a trainer that runs 2 steps; a world and batch the file's own
+#     micro-batch cannot reach (-D batch=8 --world 4, micro_batch 8) are searched all the same (the
+#     micro-batch pinned with -D: the file's error);
+#  4c. sp with cp: on 4 CPU ranks with cp 2 and tp 2 pinned, the search ranks (compiles to confirm)
 #     a candidate with sp, and `shardc build --pick -D sp=on` writes its trainer;
 #  5. the table for tiny on the 2-rank CPU topology (pp 1, cp 1, top 5) is the expected one
 #     (tests/report/planner/tiny_search.txt; refresh: planner.sh SHARDC update).
@@ -165,7 +167,20 @@ else
   bad "build --pick failed: $(tail -3 "$tmp/build.log")"
 fi
 
-# 4b. sp together with cp (passes/plan_search.c enumerates sp at every cp): tiny on 4 CPU ranks, cp 2 x
+# 4b. a world and batch the file's own micro-batch cannot reach (batch 8 over 4 ranks, micro_batch 8: an
+# elastic restart's re-plan, scripts/launch.sh) is still searched (the micro-batch is the search's to
+# choose); pinned with -D micro_batch=8 it is the file's error, as without a search
+out=$("$shardc" plan models/tiny.model -D batch=8 --world 4 --pick 2>&1) || bad "plan -D batch=8 --world 4 --pick failed: $(echo "$out" | grep error)"
+pk=$(echo "$out" | grep '^# picked #1:')
+mb=$(echo "$pk" | sed -n 's/.*-D micro_batch=\([0-9]*\).*/\1/p') dp=$(echo "$pk" | sed -n 's/.*-D dp=\([0-9]*\).*/\1/p')
+[ -n "$mb" ] && [ -n "$dp" ] && [ $((8 % (mb * dp))) = 0 ] && echo "$pk" | grep -q -- '-D batch=8' ||
+  bad "plan -D batch=8 --world 4 --pick: '$pk' does not keep the global batch of 8"
+out=$("$shardc" plan models/tiny.model -D batch=8 -D micro_batch=8 --world 4 --pick 2>&1) &&
+  bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick was not refused"
+echo "$out" | grep -q "error: -D batch=8 is not a multiple of micro_batch 8 x dp 4 = 32" ||
+  bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick: not the batch error: $out"
+
+# 4c. sp together with cp (passes/plan_search.c enumerates sp at every cp): tiny on 4 CPU ranks, cp 2 x
 # tp 2 pinned (so dp 1): a ranked row is `tp 2+sp ... cp 2`, compiled to confirm (the ranked table's
 # figures are the compiled plan's), and building the pick with sp pinned on writes a trainer
 out=$("$shardc" plan models/tiny.model --topology "$tmp/cpu4.topo" --search --top 20 -D cp=2 -D tp=2 --budget 120 2>&1) ||
