@@ -191,7 +191,8 @@ static void emit_waits(Cg *c, const Graph *g, int pos) {
 /* ys = reduce(xs) over the axis: one collective per dtype of the bucket's members. dp: started
  * here and waited where add_wait says (coll.h rt_coll_all_reduce_start); other axes (tp, on the
  * critical path): blocking. */
-/* The axis argument of an all-reduce: its axis, or the group of several (RT_AX_GROUP, Attrs.mesh_with). */
+/* The axis argument of a collective: its axis, or the group of several (RT_AX_GROUP, Attrs.mesh_with: an
+ * all-reduce over dp x cp, ZeRO's reduce-scatters, all-gathers and shard slices over that group). */
 static const char *group_lit(Cg *c, const Attrs *a) {
   if (!a->mesh_with) return cg_axis_lit(a->mesh_axis);
   static const char *const masks[RT_AX_COUNT] = {[RT_AX_DP] = "RT_MESH_DP", [RT_AX_PP] = "RT_MESH_PP",
@@ -291,7 +292,7 @@ static void emit_collective(Cg *c, const Node *n) {
                               : tag >= 0 ? "reduce_scatter_start" : "reduce_scatter";
     const char *tagarg = tag >= 0 ? arena_printf(c->a, "%d, ", tag) : "";
     cg_line(c, "rt_coll_%s(ctx, %s, %s%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
-         call, cg_axis_lit(a->mesh_axis), tagarg, cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks,
+         call, group_lit(c, a), tagarg, cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks,
          cg_dtype_lit(y->dtype), ws, a->axis);
     if (tag >= 0) add_wait(c, n, c->pos, tag);
     return;
@@ -315,7 +316,7 @@ static void emit_collective(Cg *c, const Node *n) {
   case OP_SHARD_SLICE:
     cg_axis_split(&y->shape, a->axis, &outer, &nl, &inner);
     cg_line(c, "rt_coll_shard_slice(ctx, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d); /* along dim %d */",
-         cg_axis_lit(a->mesh_axis), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype), a->axis);
+         group_lit(c, a), cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks, ir_dtype_size(y->dtype), a->axis);
     return;
   default: die("codegen: %s is not a gather / scatter / broadcast / slice", ir_ops[n->op].name);
   }
@@ -566,18 +567,22 @@ static bool is_split(const Value *v) {
   return false;
 }
 
-/* ", .shard = {1, {split per dim}, {blocks per dim}}" for a split value; "" when replicated. */
+/* ", .shard = {1, {split per dim}, {blocks per dim}, {inner axis per dim}}" for a split value; ""
+ * when replicated. An inner split (ZeRO's shards over dp x cp) only under a contiguous one: the
+ * runtime's layouts and checkpoints read no other (runtime/program.h). */
 static const char *shard_init(Cg *c, const Value *v) {
   if (!is_split(v)) return "";
-  for (int d = 0; d < v->shape.rank; d++) /* (the runtime's layout has no inner split: none reaches a table tensor) */
-    if (v->sharding.inner[d] >= 0) die("emit: table tensor `%s` with an inner split", v->name ? v->name : "?");
-  char sp[128] = "", bl[128] = "";
-  for (int d = 0, ns = 0, nb = 0; d < v->shape.rank; d++) {
-    ns += snprintf(sp + ns, sizeof sp - (size_t)ns, "%s%s", d ? ", " : "",
-                   v->sharding.split[d] >= 0 ? cg_axis_lit(v->sharding.split[d]) : "-1");
+  char sp[128] = "", bl[128] = "", in[128] = "";
+  for (int d = 0, ns = 0, nb = 0, ni = 0; d < v->shape.rank; d++) {
+    int8_t a = v->sharding.split[d], ia = v->sharding.inner[d];
+    if (ia >= 0 && (a < 0 || v->sharding.blocks[d] > 1))
+      die("emit: table tensor `%s` with an inner split under %s", v->name ? v->name : "?",
+          a < 0 ? "no outer split" : "a split in blocks");
+    ns += snprintf(sp + ns, sizeof sp - (size_t)ns, "%s%s", d ? ", " : "", a >= 0 ? cg_axis_lit(a) : "-1");
     nb += snprintf(bl + nb, sizeof bl - (size_t)nb, "%s%d", d ? ", " : "", v->sharding.blocks[d]);
+    ni += snprintf(in + ni, sizeof in - (size_t)ni, "%s%s", d ? ", " : "", ia >= 0 && a >= 0 ? cg_axis_lit(ia) : "-1");
   }
-  return arena_printf(c->a, ", .shard = {1, {%s}, {%s}}", sp, bl);
+  return arena_printf(c->a, ", .shard = {1, {%s}, {%s}, {%s}}", sp, bl, in);
 }
 
 /* One RtTensor initializer, then `end` (",\n" in the table). */

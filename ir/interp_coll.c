@@ -19,37 +19,19 @@ static int rank_with(const Interp *it, int r, int ax, int c) {
 
 /* ---- collectives --------------------------------------------------------------- */
 
-/* in: Tensor[nranks] of input k; out: Tensor[nranks] of output k. */
-/* An all-reduce over the group of several axes (Attrs.mesh_with: the gradients over dp x cp). */
-static bool all_reduce_group(Interp *it, const Node *n, int k, const Tensor *in, Tensor *out) {
-  unsigned mask = (1u << n->a.mesh_axis) | n->a.mesh_with;
-  int *mem = interp_xcalloc((size_t)it->nranks, sizeof *mem);
-  for (int r = 0; r < it->nranks; r++) {
-    int deg = rt_mesh_group(&it->mesh, r, mask, mem);
-    Tensor sum = tensor_new(n->out[k]->dtype, in[r].shape);
-    for (int64_t i = 0; i < ir_numel(&in[r].shape); i++) {
-      double acc = in[mem[0]].data[i];
-      for (int c = 1; c < deg; c++) {
-        double v = in[mem[c]].data[i];
-        acc = n->a.reduce == RED_MAX ? (v > acc ? v : acc) : acc + v;
-      }
-      sum.data[i] = n->a.reduce == RED_AVG ? acc / deg : acc;
-    }
-    out[r] = sum;
-  }
-  free(mem);
-  return true;
-}
-
+/* in: Tensor[nranks] of input k; out: Tensor[nranks] of output k. Each rank's group is the
+ * node's mesh axis, or the combined group of several (Attrs.mesh_with: the gradients' all-reduce
+ * over dp x cp, ZeRO's shards over dp x cp), its members in rank order. */
 bool interp_eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor *out) {
-  if (n->op == OP_ALL_REDUCE && n->a.mesh_with) return all_reduce_group(it, n, k, in, out);
-  int ax = n->a.mesh_axis, deg = it->mesh.dim[ax], R = it->nranks;
+  int ax = n->a.mesh_axis, R = it->nranks, me = 0;
+  int deg = interp_group(it, n, 0, &me, NULL);
   const Tensor **grp = interp_xcalloc((size_t)deg, sizeof(Tensor *));
+  int *mem = interp_xcalloc((size_t)deg, sizeof *mem);
   bool ok = true;
   for (int r = 0; r < R && ok; r++) {
-    int me = interp_coord(it, r, (MeshAxis)ax);
+    interp_group(it, n, r, &me, mem);
     for (int c = 0; c < deg; c++) {
-      grp[c] = &in[rank_with(it, r, ax, c)];
+      grp[c] = &in[mem[c]];
       if (!ir_shape_eq(&grp[c]->shape, &grp[0]->shape)) {
         ok = interp_error(n, "group members' shapes differ along %s", rt_mesh_axis_name(ax));
         break;
@@ -116,6 +98,7 @@ bool interp_eval_coll(Interp *it, const Node *n, int k, const Tensor *in, Tensor
     }
   }
   free(grp);
+  free(mem);
   return ok;
 }
 

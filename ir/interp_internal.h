@@ -48,6 +48,10 @@ void *interp_xcalloc(size_t n, size_t sz); /* calloc that dies when out of memor
 /* Prints "file:line:col: runtime error: op: ..." (the node's source) and returns false. */
 bool interp_error(const Node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The group of collective n (its mesh axis and Attrs.mesh_with's) that rank is in: its size, rank's
+ * index in it (*me) and, with members non-NULL, its members in rank order (the group's index order). */
+int interp_group(const Interp *it, const Node *n, int rank, int *me, int *members);
+
 /* Whether rank runs n: a node with a pipeline stage (Node.stage) runs only on that stage's ranks. */
 bool interp_on_stage(const Interp *it, const Node *n, int rank);
 

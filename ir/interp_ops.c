@@ -612,11 +612,11 @@ bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Te
     *y = tensor_copy(x[s]);
     return true;
   }
-  case OP_SHARD_SLICE: {
-    int ax = n->a.mesh_axis, deg = it->mesh.dim[ax];
+  case OP_SHARD_SLICE: { /* this rank's chunk of its group (the axis's, or dp x cp: mesh_with) */
+    int me, deg = interp_group(it, n, rank, &me, NULL);
     if (x[0]->shape.dim[n->a.axis] % ((int64_t)deg * rt_blocks_count(n->a.blocks)) != 0)
       return interp_error(n, "axis %d of size %lld does not split %d ways", n->a.axis, (long long)x[0]->shape.dim[n->a.axis], deg);
-    *y = interp_chunk_of(x[0], n->a.axis, deg, interp_coord(it, rank, (MeshAxis)ax), n->a.blocks, o->dtype);
+    *y = interp_chunk_of(x[0], n->a.axis, deg, me, n->a.blocks, o->dtype);
     return true;
   }
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: ev_layernorm(n, x, y); return true;

@@ -44,6 +44,13 @@ int interp_coord(const Interp *it, int rank, MeshAxis ax) {
   return c[ax];
 }
 
+int interp_group(const Interp *it, const Node *n, int rank, int *me, int *members) {
+  if ((unsigned)n->a.mesh_axis >= RT_AX_COUNT) die("interp: bad mesh axis %d", n->a.mesh_axis);
+  unsigned mask = (1u << n->a.mesh_axis) | (n->a.mesh_with & RT_MESH_ALL);
+  *me = rt_mesh_group_index(&it->mesh, rank, mask);
+  return members ? rt_mesh_group(&it->mesh, rank, mask, members) : rt_mesh_group_size(&it->mesh, mask);
+}
+
 bool interp_error(const Node *n, const char *fmt, ...) {
   if (n && n->loc.file)
     fprintf(stderr, "%s:%d:%d: runtime error: %s: ", n->loc.file, n->loc.line, n->loc.col, ir_ops[n->op].name);

@@ -57,11 +57,7 @@ Sharding ir_replicated(void) {
 }
 
 int64_t ir_sharded_index(int64_t n_local, int blocks, int degree, int c, int ideg, int ic, int64_t l) {
-  if (ideg > 1) {
-    l += (int64_t)ic * n_local;
-    n_local *= ideg;
-  }
-  return degree > 1 ? rt_block_index(n_local, blocks, degree, c, l) : l;
+  return rt_sharded_index(n_local, blocks, degree, c, ideg, ic, l);
 }
 
 Sharding ir_sharding_shift(Sharding h, int k) {
@@ -80,6 +76,23 @@ Sharding ir_sharding_shift(Sharding h, int k) {
 /* One definition of the layout, shared with the runtime (runtime/mesh.c). */
 int64_t ir_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l) {
   return rt_block_index(n_local, blocks, degree, c, l);
+}
+
+static int axis_degree(int a, const MeshMap *mm) { return mm && a >= 0 && a < RT_AX_COUNT ? mm->dim[a] : 1; }
+
+int ir_dim_degree(const Sharding *h, int d, const MeshMap *mm) {
+  if (h->split[d] < 0) return 1;
+  return axis_degree(h->split[d], mm) * (h->inner[d] >= 0 ? axis_degree(h->inner[d], mm) : 1);
+}
+
+unsigned ir_split_mask(const Sharding *h, int rank, const MeshMap *mm) {
+  unsigned mask = 0;
+  for (int d = 0; d < rank; d++) {
+    if (h->split[d] < 0) continue;
+    if (axis_degree(h->split[d], mm) > 1) mask |= 1u << h->split[d];
+    if (h->inner[d] >= 0 && axis_degree(h->inner[d], mm) > 1) mask |= 1u << h->inner[d];
+  }
+  return mask;
 }
 
 bool ir_sharding_is_replicated(const Sharding *s) {

@@ -107,6 +107,11 @@ Sharding ir_sharding_shift(Sharding h, int k);
 
 Sharding ir_replicated(void);
 bool ir_sharding_is_replicated(const Sharding *s);
+/* How many ranks of mesh mm split dim d of h (its axis's degree times its inner axis's; 1: none,
+ * or no mesh), and the mesh axes splitting some dim (bits 1 << MeshAxis, degree > 1): the runtime's
+ * rt_tensor_logical_dims and rt_tensor_split_mask (runtime/train/dist.c) for a table tensor. */
+int ir_dim_degree(const Sharding *h, int d, const MeshMap *mm);
+unsigned ir_split_mask(const Sharding *h, int rank, const MeshMap *mm);
 
 /* ---- source locations ----------------------------------------------------- */
 typedef struct {
@@ -158,8 +163,10 @@ typedef struct {
   InitKind init;          /* PARAM */
   double init_a, init_b;  /* PARAM: normal(mean a, std b), uniform(a, b), const a */
   int mesh_axis;          /* collectives, AXIS_INDEX: a MeshAxis */
-  uint8_t mesh_with;      /* ALL_REDUCE: further axes (bits 1 << MeshAxis) its group spans with mesh_axis: one
-                             collective over their combined group (gradients over dp x cp); 0: mesh_axis alone */
+  uint8_t mesh_with;      /* ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, SHARD_SLICE: further axes (bits 1 << MeshAxis)
+                             its group spans with mesh_axis: one collective over their combined group, members in
+                             rank order (the gradients' all-reduce over dp x cp; ZeRO's shards over dp x cp, split
+                             over dp and then cp: Sharding.inner); 0: mesh_axis alone */
   ReduceOp reduce;        /* ALL_REDUCE */
   int tag;                /* SEND/RECV */
   int64_t count;          /* REPEAT: iterations */

@@ -132,6 +132,12 @@ static void print_blocks(Buf *b, int blocks) {
   else if (blocks > 1) bprintf(b, " blocks=%d", blocks);
 }
 
+/* One group over several axes (ir.h mesh_with): `with=AXIS` per further axis. */
+static void print_with(Buf *b, uint8_t with) {
+  for (int x = 0; x < RT_AX_COUNT; x++)
+    if (with & (1u << x)) bprintf(b, " with=%s", axis_name(x));
+}
+
 static void put_attrs(Buf *b, const Node *n) {
   const Attrs *a = &n->a;
   static const char *const inits[] = {"zeros", "ones", "normal", "uniform", "const"};
@@ -172,7 +178,9 @@ static void put_attrs(Buf *b, const Node *n) {
     if (a->sharded) bprintf(b, "  vocab over=%s", axis_name(a->mesh_axis));
     break;
   case OP_SHARD_SLICE:
-    bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
+    bprintf(b, "  over=%s", axis_name(a->mesh_axis));
+    print_with(b, a->mesh_with);
+    bprintf(b, " axis=%d", a->axis);
     print_blocks(b, a->blocks);
     break;
   case OP_SGD_UPDATE: bprintf(b, "  momentum=%g weight_decay=%g", a->momentum, a->weight_decay); break;
@@ -181,12 +189,13 @@ static void put_attrs(Buf *b, const Node *n) {
     break;
   case OP_ALL_REDUCE:
     bprintf(b, "  over=%s", axis_name(a->mesh_axis));
-    for (int x = 0; x < RT_AX_COUNT; x++) /* one group over several axes (ir.h mesh_with) */
-      if (a->mesh_with & (1u << x)) bprintf(b, " with=%s", axis_name(x));
+    print_with(b, a->mesh_with);
     bprintf(b, " reduce=%s", reds[a->reduce]);
     break;
   case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
-    bprintf(b, "  over=%s axis=%d", axis_name(a->mesh_axis), a->axis);
+    bprintf(b, "  over=%s", axis_name(a->mesh_axis));
+    print_with(b, a->mesh_with);
+    bprintf(b, " axis=%d", a->axis);
     print_blocks(b, a->blocks);
     break;
   case OP_BROADCAST: bprintf(b, "  over=%s root=%lld", axis_name(a->mesh_axis), (long long)a->start); break;
@@ -301,17 +310,10 @@ void ir_print_graph_syms(FILE *f, const Graph *g, const Module *m) { print_top(f
 
 /* ---- parameters ------------------------------------------------------------------ */
 
-/* Mesh degree of an axis (1 before the mesh is resolved). */
-static int degree(const Module *m, int ax) { return m->mesh ? m->mesh->dim[ax] : 1; }
-
 /* Logical shape of a value (local dims times the degree of the axis splitting them). */
 static Shape logical_shape(const Module *m, const Value *v) {
   Shape s = v->shape;
-  for (int d = 0; d < s.rank; d++)
-    if (v->sharding.split[d] >= 0) {
-      s.dim[d] *= degree(m, v->sharding.split[d]);
-      if (v->sharding.inner[d] >= 0) s.dim[d] *= degree(m, v->sharding.inner[d]);
-    }
+  for (int d = 0; d < s.rank; d++) s.dim[d] *= ir_dim_degree(&v->sharding, d, m->mesh);
   return s;
 }
 

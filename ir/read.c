@@ -377,10 +377,13 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     }
     break;
   }
-  case OP_SHARD_SLICE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
-    ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) &&
-         attr_blocks(r, al, "blocks", &a->blocks);
+  case OP_SHARD_SLICE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER: {
+    int with = -1; /* `with=AXIS`: the group spans that axis too (ir.h mesh_with: ZeRO over dp x cp) */
+    ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_axis(r, al, "with", &with) &&
+         attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) && attr_blocks(r, al, "blocks", &a->blocks);
+    if (ok && with >= 0) a->mesh_with = (uint8_t)(1u << with);
     break;
+  }
   case OP_SGD_UPDATE:
     ok = attr_f64(r, al, "momentum", &a->momentum) && attr_f64(r, al, "weight_decay", &a->weight_decay);
     break;

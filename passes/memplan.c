@@ -138,13 +138,14 @@ static bool read_from(const Graph *g, int from, const Value *v) {
   return false;
 }
 
-/* ZeRO-1/2's rebuilt parameter: y = all_gather over dp, the graph's result "next:X" for a PARAM X
- * of g of y's size that no node reads from the gather on (the gather reads only the updated
+/* ZeRO-1/2's rebuilt parameter: y = all_gather over dp (or cp, ZeRO's group at dp 1), the graph's
+ * result "next:X" for a PARAM X of g of y's size that no node reads from the gather on (the gather reads only the updated
  * shard, a separate buffer). Returns X (y is gathered straight into X's storage), else NULL. */
 static Value *gathered_param(const Graph *g, const Value *y, int pos) {
   const Node *n = y->def;
   /* (offload: the updated shard uploaded, to_device, writes the parameter the same way) */
-  if ((n->op != OP_ALL_GATHER || n->a.mesh_axis != RT_AX_DP) && n->op != OP_TO_DEVICE) return NULL;
+  if ((n->op != OP_ALL_GATHER || (n->a.mesh_axis != RT_AX_DP && n->a.mesh_axis != RT_AX_CP)) && n->op != OP_TO_DEVICE)
+    return NULL;
   if (!g->result_names) return NULL;
   const char *nm = NULL;
   for (int r = 0; r < g->nresults && !nm; r++)

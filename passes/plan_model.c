@@ -128,10 +128,7 @@ static const double kern_layer[3] = {60.0, 85.0, 66.0};
 enum { KERN_HEAD = 30, KERN_OPT_PER_TENSOR = 10 };
 
 static double logical_dim(const Module *m, const Value *v, int d) {
-  double x = (double)v->shape.dim[d];
-  int a = v->sharding.split[d];
-  if (a >= 0 && a < RT_AX_COUNT && m->mesh && m->mesh->dim[a] > 1) x *= m->mesh->dim[a];
-  return x;
+  return (double)v->shape.dim[d] * ir_dim_degree(&v->sharding, d, m->mesh);
 }
 
 static bool split_by_tp(const Value *v) {
@@ -218,6 +215,8 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     }
 }
 
+double plan_zero_group(const PlanCand *c) { return (double)c->dp * c->cp; }
+
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static double ring_s(double bytes, double factor, int n, double bw, double lat) {
   if (n <= 1 || bw <= 0) return 0;
@@ -229,7 +228,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   memset(e, 0, sizeof *e);
   int r = (int)c->rec;
   int dpn = base->mesh && base->mesh->devices_per_node > 0 ? base->mesh->devices_per_node : 1;
-  double tp = c->tp, pp = c->pp, dp = c->dp, L = pm->layers, d = pm->d, cb = pm->cb;
+  double tp = c->tp, pp = c->pp, L = pm->layers, d = pm->d, cb = pm->cb;
   double lst = L / pp;                            /* layers per stage */
   double tok = (double)c->mb * pm->seq / c->cp;   /* tokens per micro-step per rank (before tp) */
   double accum = (double)c->accum;
@@ -237,7 +236,8 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   double p_layer = pm->pl_split / tp + pm->pl_rep;   /* one layer's f32 parameters on a rank */
   double p_other = pm->po_split / tp + pm->po_rep;   /* outside the layers: held on every stage */
   double p_rank = p_layer * lst + p_other;
-  double zd3 = c->zero >= 3 ? dp : 1, zd2 = c->zero >= 2 ? dp : 1, zd1 = c->zero >= 1 ? dp : 1;
+  double zg = plan_zero_group(c);                 /* ZeRO's group: dp, under cp dp x cp (passes/zero.c) */
+  double zd3 = c->zero >= 3 ? zg : 1, zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   e->cls[MEM_PARAM] = p_rank / zd3;
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0); /* ZeRO-2/3: one layer unreduced */
   e->cls[MEM_OPTIM] = p_rank * pm->state_ratio / zd1;
@@ -308,15 +308,16 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double bw = cp_in ? l->bytes_per_s : l->bytes_per_s / dpn;
     e->tp_s += accum * lst * 3 * (c->cp - 1) * (2 * unit / tp / bw + l->latency_s);
   }
-  /* dp / ZeRO: the f32 gradient of a rank's parameters */
+  /* dp / ZeRO: the f32 gradient of a rank's parameters, over the dp x cp group under cp */
   if (c->dp > 1) {
-    bool dp_in = (double)c->tp * c->cp * c->dp <= dpn;
-    double members = dp_in ? c->dp : (c->tp * c->cp >= dpn ? 1 : dpn / (c->tp * c->cp));
+    int n = c->dp * c->cp;
+    bool dp_in = (double)c->tp * n <= dpn;
+    double members = dp_in ? n : (c->tp >= dpn ? 1 : dpn / c->tp);
     double bw = dp_in ? in->bytes_per_s : net->bytes_per_s * members / dpn, lat = dp_in ? in->latency_s : net->latency_s;
     /* ZeRO-2/3 reduce-scatter every micro-step's gradient inside its backward (passes/zero_sums.c),
      * then gather the updated parameters (ZeRO-3: twice per micro-step, in the compute precision) */
     double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? accum + 1 : accum * (1 + 2 * cb / 4);
-    e->dp_s = ring_s(p_rank, factor, c->dp, bw, lat);
+    e->dp_s = ring_s(p_rank, factor, n, bw, lat);
   }
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);

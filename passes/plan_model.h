@@ -48,6 +48,9 @@ typedef struct {
 
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev);
+/* How many ranks ZeRO shards c's optimizer state (and gradients, parameters) over: dp, and under
+ * cp the dp x cp group (passes/zero.c; cp alone at dp 1). */
+double plan_zero_group(const struct PlanCand *c);
 /* Candidate c's analytic memory and time. */
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
                          PlanEstimate *e);

@@ -79,8 +79,9 @@ static void push(CandList *l, const PlanCand *c) {
 }
 
 /* Every combination: degrees powers of two (tp inside a node, cp at most 8, pp at most 64), sp
- * on and off when tp > 1 and cp is 1 (sp has the traffic of tp's all-reduces and less memory, so
- * it goes first at equal estimates; sp off is there for plans the compiler refuses sp in), zero up to 3 when dp > 1, the three recompute modes, micro-batches that divide the
+ * on and off when tp > 1, with cp too (each cp rank's sequence split again over tp: sp has the
+ * traffic of tp's all-reduces and less memory, so it goes first at equal estimates; sp off is there
+ * for plans the compiler refuses sp in), zero up to 3 when dp > 1, the three recompute modes, micro-batches that divide the
  * global batch per replica, and with pp the schedules 1f1b, interleaved (2 chunks) and zb (gpipe
  * has 1f1b's bubble and more activations in flight: dominated). */
 static void enumerate(const Module *base, const bool *pin, CandList *out) {
@@ -99,7 +100,7 @@ static void enumerate(const Module *base, const bool *pin, CandList *out) {
           if (global % ((int64_t)mb * dp) || (pin[PIN_MICRO] && mb != base->batch.micro)) continue;
           int64_t accum = global / ((int64_t)mb * dp);
           int nsched = pp > 1 ? 3 : 1;
-          for (int sp = tp > 1 && cp == 1; sp >= 0; sp--) { /* sp on first (sp off: where the compiler refuses it) */
+          for (int sp = tp > 1; sp >= 0; sp--) { /* sp on first (sp off: where the compiler refuses it) */
             if (pin[PIN_SP] && sp != bp->sp) continue;
             for (int s = 0; s < nsched; s++)
               for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
@@ -282,14 +283,7 @@ static double logical_bytes(const Module *m, OpKind op) {
     if (n->op != op) continue;
     const Value *v = n->out[0];
     double b = (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
-    unsigned seen = 0;
-    for (int d = 0; d < v->shape.rank; d++) {
-      int a = v->sharding.split[d];
-      if (a >= 0 && a < RT_AX_COUNT && !(seen >> a & 1) && m->mesh && m->mesh->dim[a] > 1) {
-        b *= m->mesh->dim[a];
-        seen |= 1u << a;
-      }
-    }
+    for (int d = 0; d < v->shape.rank; d++) b *= ir_dim_degree(&v->sharding, d, m->mesh);
     sum += b;
   }
   return sum;
@@ -297,10 +291,11 @@ static double logical_bytes(const Module *m, OpKind op) {
 
 /* A lower bound of c's persistent bytes per rank: every parameter and state byte is held by some
  * rank of each tp x pp group (split at most tp x pp ways), and ZeRO splits the state (1, 2) and the
- * parameters too (3) at most dp ways more. */
+ * parameters too (3) at most dp ways more (dp x cp under cp). */
 static double memory_bound(const SearchResult *r, const PlanCand *c) {
   double split = (double)c->tp * c->pp;
-  return r->param_bytes / (split * (c->zero >= 3 ? c->dp : 1)) + r->state_bytes / (split * (c->zero >= 1 ? c->dp : 1));
+  double zg = plan_zero_group(c);
+  return r->param_bytes / (split * (c->zero >= 3 ? zg : 1)) + r->state_bytes / (split * (c->zero >= 1 ? zg : 1));
 }
 
 /* The analytic memory is held to the capacity with this much over it still compiled (the model's

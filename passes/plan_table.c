@@ -141,7 +141,8 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
       fprintf(f, "# over the memory bound, e.g. %s: its parameters and optimizer state need at least %s per rank "
                  "(%s of parameters and %s of state over tp x pp%s) over %s\n",
               lab, gib(a, sizeof a, p->bound), gib(b, sizeof b, r->param_bytes), gib(c, sizeof c, r->state_bytes),
-              p->zero >= 3 ? " x dp" : p->zero >= 1 ? ", the state x dp" : "", gib(d, sizeof d, r->capacity));
+              p->zero >= 3 ? (p->cp > 1 ? " x dp x cp" : " x dp") : p->zero >= 1 ? (p->cp > 1 ? ", the state x dp x cp" : ", the state x dp") : "",
+              gib(d, sizeof d, r->capacity));
       break;
     }
   /* the compiler's refusals, one line per message (the first 6), with how many and one example */

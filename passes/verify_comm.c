@@ -7,7 +7,8 @@
  * once into its ordered list of collectives, repeat bodies `count` times. Then, for every mesh
  * axis and every group over it, the members' classes are compared on the collectives over that
  * axis; a class pair is compared once per axis, so 1024 ranks cost a walk over the groups. A
- * collective over several axes (Attrs.mesh_with: the gradients' all-reduce over dp x cp) is one
+ * collective over several axes (Attrs.mesh_with: the gradients' all-reduce over dp x cp, ZeRO's
+ * reduce-scatters and all-gathers over dp x cp) is one
  * group of its own, the combined one: its members are compared on the collectives over exactly
  * those axes, as a single axis's are (checking it within each dp group, or each cp group, would
  * miss a member of another dp and cp coordinate that disagrees).
@@ -82,7 +83,8 @@ static void expand(const Graph *g, int64_t iter, int stage, VerifyCollSeq *s) {
     } else if (ir_ops[n->op].flags & F_COLL) {
       if (n->a.mesh_axis < 0 || n->a.mesh_axis >= RT_AX_COUNT)
         die("verify: %s (node %d) names mesh axis %d", ir_ops[n->op].name, n->id, n->a.mesh_axis);
-      if (n->a.mesh_with >> RT_AX_COUNT || (n->a.mesh_with && n->op != OP_ALL_REDUCE))
+      if (n->a.mesh_with >> RT_AX_COUNT ||
+          (n->a.mesh_with && n->op != OP_ALL_REDUCE && n->op != OP_REDUCE_SCATTER && n->op != OP_ALL_GATHER))
         die("verify: %s (node %d) spans mesh axes 0x%x with %s", ir_ops[n->op].name, n->id, n->a.mesh_with,
             rt_mesh_axis_name(n->a.mesh_axis));
       if (n->nin + n->nout == 0 || (n->op == OP_ALL_REDUCE && n->nin != n->nout))

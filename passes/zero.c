@@ -19,9 +19,19 @@
  * the all-reduce was (the member leaves its bucket), so only 1/dp of each gradient is kept (a
  * layer's gradients: the backward loop's stacked outputs are 1/dp) and gs is that shard. The
  * clip's sum of squares over a gradient shard is a partial sum over dp: one all_reduce of those
- * scalars (one bucket) makes the norm the global one again. Under cp the gradient's all-reduce is
- * over the dp x cp group: it becomes the reduce_scatter over dp and an all_reduce over cp of the
- * shard (settle_cp).
+ * scalars (one bucket) makes the norm the global one again.
+ *
+ * Under context parallelism every stage shards over the dp x cp group instead of dp (ZeroGroup,
+ * zero.h: Megatron's distributed optimizer over dp x cp), since the cp ranks of a replica hold the
+ * same parameters and the gradients are all-reduced over that group already: a shard is 1/(dp cp)
+ * of the tensor, split over dp and then over cp (S(dp)@d>S(cp), Sharding.inner: member
+ * dp_i x cp + cp_i of the group holds block dp_i x cp + cp_i); every collective above is over the
+ * group (over=dp with=cp: the runtime's dp*cp group), so ZeRO-2's reduce-scatter replaces the
+ * all-reduce over dp x cp with nothing after it, P (dp cp - 1)/(dp cp) bytes per rank, and the
+ * optimizer state (ZeRO-2: and gradients, ZeRO-3: and parameters) take 1/(dp cp) of the memory.
+ * A dim that dp x cp does not divide is not split (the tensor stays whole, as below). At dp 1 the
+ * group is cp alone (over=cp, S(cp)@d; its collectives blocking, as cp's all-reduces are). In the
+ * text that follows, read "dp" as the group.
  *
  * With gradient accumulation (passes/zero_sums.c) the running sums are the shards: each micro-step
  * reduce-scatters its gradients (a layer's inside the backward loop) and adds the shard.
@@ -61,10 +71,10 @@
  * latency than it saves in memory (DeepSpeed's stage3_param_persistence_threshold, smaller). */
 enum { ZERO3_PERSIST_NUMEL = 1024 };
 
-/* The first dim of v's shape that no mesh axis splits and that dp divides, else -1. */
-static int shard_dim(const Value *v, int dp, int from) {
+/* The first dim of v's shape from `from` on that no mesh axis splits and that deg divides, else -1. */
+static int shard_dim(const Value *v, int deg, int from) {
   for (int d = from; d < v->shape.rank; d++)
-    if (v->sharding.split[d] < 0 && v->shape.dim[d] >= dp && v->shape.dim[d] % dp == 0) return d;
+    if (v->sharding.split[d] < 0 && v->shape.dim[d] >= deg && v->shape.dim[d] % deg == 0) return d;
   return -1;
 }
 
@@ -74,22 +84,28 @@ static int position(const Graph *g, const Node *n) {
   die("zero: node not in its graph");
 }
 
-/* v's type with dim d split dp ways over dp. */
-void zero_split_type(Value *to, const Value *from, int d, int dp) {
+void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z) {
   to->dtype = from->dtype;
   to->shape = from->shape;
-  to->shape.dim[d] = from->shape.dim[d] / dp;
+  to->shape.dim[d] = from->shape.dim[d] / z.deg;
   to->sharding = from->sharding;
-  to->sharding.split[d] = RT_AX_DP;
+  to->sharding.split[d] = z.axis;
+  to->sharding.inner[d] = z.inner;
   to->sharding.blocks[d] = 0;
 }
 
-/* y = shard_slice(x) over dp along d, placed at pos. */
-static Value *slice_at(Graph *g, Value *x, int d, int dp, int pos, SrcLoc loc) {
+/* n's collective over the group: over z.axis, with z.with. */
+static void over_group(Node *n, ZeroGroup z) {
+  n->a.mesh_axis = z.axis;
+  n->a.mesh_with = z.with;
+}
+
+/* y = shard_slice(x) over the group along d, placed at pos. */
+static Value *slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc) {
   Node *s = ir_node_new(g, OP_SHARD_SLICE, 1, &x, 1, loc);
-  s->a.mesh_axis = RT_AX_DP;
+  over_group(s, z);
   s->a.axis = d;
-  zero_split_type(s->out[0], x, d, dp);
+  zero_split_type(s->out[0], x, d, z);
   ir_move_last(g, pos);
   return s->out[0];
 }
@@ -120,24 +136,23 @@ void zero_drop_member(Graph *g, Node *ar, int k) {
   g->nnodes = k2;
 }
 
-/* rs = reduce_scatter(x) over dp along d, typed as `like` split at d, placed where ar is. An
- * all-reduce over dp x cp (ar's mesh_with: cp) leaves the shard partial over cp (settle_cp). */
-static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d, int dp) {
+/* rs = reduce_scatter(x) over the group along d (ar: its all-reduce over the same group), typed as
+ * `like` split at d, placed where ar is. */
+static Value *scatter_at(Graph *g, Value *x, const Value *like, Node *ar, int d, ZeroGroup z) {
   Node *rs = ir_node_new(g, OP_REDUCE_SCATTER, 1, &x, 1, ar->loc);
-  rs->a.mesh_axis = RT_AX_DP;
+  over_group(rs, z);
   rs->a.axis = d;
-  zero_split_type(rs->out[0], like, d, dp);
-  rs->out[0]->sharding.partial |= ar->a.mesh_with;
+  zero_split_type(rs->out[0], like, d, z);
   rs->out[0]->name = like->name;
   ir_move_last(g, position(g, ar));
   return rs->out[0];
 }
 
-/* A sum over dp, or over dp x cp (the cp ranks of a replica hold the same parameters, each with a
- * partial gradient over its sequence chunk: passes/shard_core.c's combined all-reduce). */
-bool zero_is_dp_sum(const Node *n) {
-  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_DP && (n->a.mesh_with & ~(1u << RT_AX_CP)) == 0 &&
-         n->a.reduce == RED_SUM;
+/* A sum over dp, or under cp over dp x cp (the cp ranks of a replica hold the same parameters, each
+ * with a partial gradient over its sequence chunk: passes/shard_core.c's combined all-reduce). A sum
+ * over another group (over dp alone under cp: a value already whole over cp) is not rewritten. */
+bool zero_is_group_sum(const Node *n, ZeroGroup z) {
+  return n->op == OP_ALL_REDUCE && n->a.mesh_axis == z.axis && n->a.mesh_with == z.with && n->a.reduce == RED_SUM;
 }
 
 /* Readers of gr in g: only the update u and sums of squares (the clip); and results. */
@@ -151,30 +166,30 @@ static bool grad_readers_ok(const Graph *g, const Value *gr, const Node *u) {
 /* ZeRO-2: gr (read by u) arrives reduce-scattered over dp along d instead of all-reduced. Returns
  * the shard (gr itself, retyped, for a backward loop's stacked output), or NULL when gr does not
  * come from a dp all-reduce this can rewrite. */
-static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, int dp) {
+static Value *scatter_grad(Graph *g, Value *gr, const Node *u, int d, ZeroGroup z) {
   if (!grad_readers_ok(g, gr, u)) return NULL;
   Node *src = gr->def;
-  if (zero_is_dp_sum(src)) {
-    Value *summed = zero_scatter_sums_top(g, gr, d, dp); /* accumulation: the running sum is a shard */
+  if (zero_is_group_sum(src, z)) {
+    Value *summed = zero_scatter_sums_top(g, gr, d, z); /* accumulation: the running sum is a shard */
     if (summed) return summed;
-    Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, dp);
+    Value *sh = scatter_at(g, src->in[gr->idx], gr, src, d, z);
     zero_drop_member(g, src, gr->idx);
     ir_replace_uses(g, gr, sh);
     return sh;
   }
   if (src->op != OP_REPEAT || gr->idx < src->a.ncarry || d < 1) return NULL;
-  Value *summed = zero_scatter_sums(g, src, gr, d, dp); /* accumulation: the running sums are shards */
+  Value *summed = zero_scatter_sums(g, src, gr, d, z); /* accumulation: the running sums are shards */
   if (summed) return summed;
   Graph *b = src->body;
   Value *y = b->results[gr->idx];
-  if (y->def->graph != b || !zero_is_dp_sum(y->def) || ir_count_uses(b, y) != 0) return NULL;
+  if (y->def->graph != b || !zero_is_group_sum(y->def, z) || ir_count_uses(b, y) != 0) return NULL;
   for (int k = 0; k < b->nresults; k++)
     if (k != gr->idx && b->results[k] == y) return NULL;
   Node *ar = y->def;
-  b->results[gr->idx] = scatter_at(b, ar->in[y->idx], y, ar, d - 1, dp);
+  b->results[gr->idx] = scatter_at(b, ar->in[y->idx], y, ar, d - 1, z);
   zero_drop_member(b, ar, y->idx);
   Value old = *gr;
-  zero_split_type(gr, &old, d, dp); /* the stacked gradient: each layer's shard */
+  zero_split_type(gr, &old, d, z); /* the stacked gradient: each layer's shard */
   return gr;
 }
 
@@ -222,10 +237,10 @@ static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d
   return readers_can_gather(g, p, u, d);
 }
 
-/* y = all_gather(x) over dp along d, typed `whole`, appended to g. */
-static Value *gather_new(Graph *g, Value *x, const Value *whole, int d, SrcLoc loc) {
+/* y = all_gather(x) over the group along d, typed `whole`, appended to g. */
+static Value *gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc) {
   Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, loc);
-  ag->a.mesh_axis = RT_AX_DP;
+  over_group(ag, z);
   ag->a.axis = d;
   ag->out[0]->dtype = whole->dtype;
   ag->out[0]->shape = whole->shape;
@@ -239,7 +254,7 @@ static Value *gather_new(Graph *g, Value *x, const Value *whole, int d, SrcLoc l
  * goes to the front of the body, after its arguments (`an` moves there too): codegen starts it
  * asynchronously and waits before its first reader, so a layer's gathers are all in flight while
  * its first operations run (within the iteration: no prefetch of the next layer). */
-static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, Node *an) {
+static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, Node *an) {
   const Node *first = NULL; /* its location names the gather */
   for (int i = 0; i < g->nnodes && !first; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++)
@@ -248,7 +263,7 @@ static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, No
   int pa = position(g, an);
   memmove(&g->nodes[1], &g->nodes[0], sizeof(Node *) * (size_t)pa);
   g->nodes[0] = an;
-  Node *ag = gather_new(g, x, whole, d, first->loc)->def;
+  Node *ag = gather_new(g, x, whole, d, z, first->loc)->def;
   int at = 0;
   while (at < g->nnodes - 1 && g->nodes[at]->op == OP_ARG) at++;
   ir_move_last(g, at);
@@ -295,7 +310,7 @@ static void insert_at(void **arr, int n, int at, void *x) {
  * gathers the first layer again (modulo count: one gather of L wasted, unused). Two layers'
  * gathered parameters are live at once: the carry and the next one. Returns the nodes inserted
  * into g before n (3), or 0 when the body does not read x. */
-static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl) {
+static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, ZeroGroup z) {
   Graph *b = n->body;
   Node *an = b->args[j];
   Value *x = an->out[0], *p = n->in[j];
@@ -315,7 +330,7 @@ static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl) 
   Value *r0 = ir_emit(g, OP_RESHAPE, 1, &row, x->dtype, x->shape, NULL, loc);
   r0->sharding = x->sharding;
   ir_move_last(g, pos++);
-  Value *w0 = gather_new(g, r0, whole, dl, loc);
+  Value *w0 = gather_new(g, r0, whole, dl, z, loc);
   ir_move_last(g, pos++);
   /* a new carry, the last one: input w0, output the last gathered layer, body argument wc */
   Arena *A = g->arena;
@@ -346,7 +361,7 @@ static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl) 
   int pa = position(b, an); /* the argument to the front, the gather right after the arguments */
   memmove(&b->nodes[1], &b->nodes[0], sizeof(Node *) * (size_t)pa);
   b->nodes[0] = an;
-  Value *wn = gather_new(b, x, whole, dl, loc);
+  Value *wn = gather_new(b, x, whole, dl, z, loc);
   int at = 0;
   while (at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
   ir_move_last(b, at);
@@ -382,7 +397,7 @@ static bool reads_deep(const Graph *g, const Value *p) {
  * separate, each freed after its use); a repeat that takes p as an input, per iteration in its
  * body, before the layer's first use of its slice; a body that captures p (the accumulation
  * region reads the parameters directly), the same rules inside it, so per micro-step. */
-static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, int dp) {
+static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, int d, ZeroGroup z) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n == u) continue;
@@ -394,44 +409,44 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         Node *an = b->args[j];
         Value *arg = an->out[0], old = *arg;
         bool xs = j >= n->a.ncarry && j < n->a.ncarry + n->a.nxs;
-        zero_split_type(arg, &old, xs ? d - 1 : d, dp);
-        int k = xs ? prefetch_layer(g, n, j, &old, d - 1) : 0; /* the next layer's gather in flight */
+        zero_split_type(arg, &old, xs ? d - 1 : d, z);
+        int k = xs ? prefetch_layer(g, n, j, &old, d - 1, z) : 0; /* the next layer's gather in flight */
         if (k) {
           inserted += k;
           j++; /* (the new carry shifted p's input by one) */
           continue;
         }
-        gather_for_readers(b, arg, &old, xs ? d - 1 : d, an);
+        gather_for_readers(b, arg, &old, xs ? d - 1 : d, z, an);
       } else if (n->op == OP_CAST && readers_can_gather(g, n->out[0], u, d) && !is_result_of(g, n->out[0])) {
         /* the gather moves past a cast (bf16 compute: the loops read the parameter's bf16 copy):
          * the cast of the shard is the shard of the cast, so the copy is kept split and each of
          * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
         Value *y = n->out[0], wy = *y;
-        zero_split_type(y, &wy, d, dp);
-        gather_uses(g, y, &wy, u, d, dp);
+        zero_split_type(y, &wy, d, z);
+        gather_uses(g, y, &wy, u, d, z);
         break;
       } else { /* this reader's own gather, right before it */
-        Value *whole_p = gather_new(g, p, whole, d, n->loc);
+        Value *whole_p = gather_new(g, p, whole, d, z, n->loc);
         ir_move_last(g, i++);
         for (int k = 0; k < n->nin; k++)
           if (n->in[k] == p) n->in[k] = whole_p;
         break;
       }
     }
-    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, dp);
+    if (n->body && reads_deep(n->body, p)) gather_uses(n->body, p, whole, u, d, z);
     i += inserted; /* past the first layers' gathers placed before n */
   }
 }
 
 /* ZeRO-3: p is stored split along d; every reader gathers it right before it reads it. */
-static void split_param(Graph *g, Value *p, const Node *u, int d, int dp) {
+static void split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z) {
   Value whole = *p;
-  zero_split_type(p, &whole, d, dp);
-  gather_uses(g, p, &whole, u, d, dp);
+  zero_split_type(p, &whole, d, z);
+  gather_uses(g, p, &whole, u, d, z);
 }
 
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
-static bool shard_update(Graph *g, Node *u, int dp, int stage) {
+static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage) {
   Value *p = u->in[0], *gr = u->in[1];
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1;
   bool looped = gr->def->op == OP_REPEAT; /* a layer's gradient, from the backward loop */
@@ -439,43 +454,43 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
    * comes from the micro-step region's sum, not the backward loop, but the layer loops inside
    * the region still read it per layer */
   bool stacked = looped || (stage >= 3 && read_as_xs(g, p));
-  int d = shard_dim(p, dp, stage >= 2 && stacked ? 1 : 0);
-  if (d < 0 && stage >= 2 && stacked) d = shard_dim(p, dp, 0); /* then as ZeRO-1 */
+  int d = shard_dim(p, z.deg, stage >= 2 && stacked ? 1 : 0);
+  if (d < 0 && stage >= 2 && stacked) d = shard_dim(p, z.deg, 0); /* then as ZeRO-1 */
   if (d < 0 || p->def->op != OP_PARAM) return false;
   if (!ir_shape_eq(&gr->shape, &p->shape) || gr->sharding.split[d] >= 0) return false;
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
-  Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, dp) : NULL;
+  Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, z) : NULL;
   bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, stacked);
   if (split_p) {
-    split_param(g, p, u, d, dp);
+    split_param(g, p, u, d, z);
     u->in[1] = gs;
     for (int k = 0; k < nstate; k++) {
       Value *s = u->in[2 + k];
       Value old = *s;
-      zero_split_type(s, &old, d, dp);
+      zero_split_type(s, &old, d, z);
     }
     for (int k = 0; k < u->nout; k++) {
       Value old = *u->out[k];
-      zero_split_type(u->out[k], &old, d, dp);
+      zero_split_type(u->out[k], &old, d, z);
     }
     return true; /* next:<param> is the updated shard: the parameter stays split */
   }
   int pos = position(g, u);
-  u->in[0] = slice_at(g, p, d, dp, pos++, u->loc);
-  u->in[1] = gs ? gs : slice_at(g, gr, d, dp, pos++, u->loc);
+  u->in[0] = slice_at(g, p, d, z, pos++, u->loc);
+  u->in[1] = gs ? gs : slice_at(g, gr, d, z, pos++, u->loc);
   for (int k = 0; k < nstate; k++) {
     Value *s = u->in[2 + k];
     Value old = *s;
-    zero_split_type(s, &old, d, dp); /* the STATE itself is 1/dp: memplan allots 1/dp */
+    zero_split_type(s, &old, d, z); /* the STATE itself is 1/deg: memplan allots 1/deg */
   }
   for (int k = 0; k < u->nout; k++) {
     Value old = *u->out[k];
-    zero_split_type(u->out[k], &old, d, dp);
+    zero_split_type(u->out[k], &old, d, z);
   }
   Value *ps = u->out[0];
   Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &ps, 1, u->loc);
-  ag->a.mesh_axis = RT_AX_DP;
+  over_group(ag, z);
   ag->a.axis = d;
   ag->out[0]->dtype = p->dtype;
   ag->out[0]->shape = p->shape;
@@ -491,23 +506,23 @@ static bool shard_update(Graph *g, Node *u, int dp, int stage) {
 }
 
 
-/* ZeRO-2's clip: a sum of squares over a gradient split over dp is partial over dp; one
- * all-reduce over all of them (placed before the first reader) completes them. */
-static void complete_sumsq(Graph *g) {
+/* ZeRO-2's clip: a sum of squares over a gradient split over the group is partial over it; one
+ * all-reduce over the group of all of them (placed before the first reader) completes them. */
+static void complete_sumsq(Graph *g, ZeroGroup z) {
   int n = 0;
   Value **ins = ARENA_ARRAY(g->arena, Value *, g->nnodes + 1);
   for (int i = 0; i < g->nnodes; i++) {
     Node *s = g->nodes[i];
     if (s->op != OP_SUMSQ) continue;
     bool split = false;
-    for (int d = 0; d < s->in[0]->shape.rank; d++) split |= s->in[0]->sharding.split[d] == RT_AX_DP;
+    for (int d = 0; d < s->in[0]->shape.rank; d++) split |= s->in[0]->sharding.split[d] == z.axis;
     if (!split) continue;
-    s->out[0]->sharding.partial |= (uint8_t)(1u << RT_AX_DP);
+    s->out[0]->sharding.partial |= (uint8_t)((1u << z.axis) | z.with);
     ins[n++] = s->out[0];
   }
   if (n == 0) return;
   Node *ar = ir_node_new(g, OP_ALL_REDUCE, n, ins, n, ins[0]->def->loc);
-  ar->a.mesh_axis = RT_AX_DP;
+  over_group(ar, z);
   ar->a.reduce = RED_SUM;
   for (int k = 0; k < n; k++) {
     ar->out[k]->dtype = ins[k]->dtype;
@@ -531,8 +546,8 @@ static void complete_sumsq(Graph *g) {
  * rank's [1, N] row, taken right before its first reader (in a layer's backward body: at the end
  * of the iteration). The concatenation is the packing DeepSpeed's flat buffers avoid: one copy of
  * the bucket's bytes. */
-static bool packable(const Node *n) {
-  return n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && n->a.axis == 0 && n->a.blocks <= 1 &&
+static bool packable(const Node *n, ZeroGroup z) {
+  return n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == z.axis && n->a.mesh_with == z.with && n->a.axis == 0 && n->a.blocks <= 1 &&
          ir_dtype_is_float(n->in[0]->dtype);
 }
 
@@ -543,7 +558,7 @@ static Value *typed(Graph *g, OpKind op, int nin, Value **in, DType dt, Shape sh
   return v;
 }
 
-static void pack_scatters(Graph *g, int i, int j, int dp) {
+static void pack_scatters(Graph *g, int i, int j, ZeroGroup z) {
   int n = j - i;
   Node **rs = ARENA_ARRAY(g->arena, Node *, n);
   for (int k = 0; k < n; k++) rs[k] = g->nodes[i + k];
@@ -556,23 +571,25 @@ static void pack_scatters(Graph *g, int i, int j, int dp) {
   int at = i;
   for (int k = 0; k < n; k++) {
     Value *x = rs[k]->in[0];
-    len[k] = ir_numel(&x->shape) / dp;
-    int64_t d2[2] = {dp, len[k]};
+    len[k] = ir_numel(&x->shape) / z.deg;
+    int64_t d2[2] = {z.deg, len[k]};
     rows[k] = typed(g, OP_RESHAPE, 1, &x, dt, ir_shape(2, d2), NULL, loc, flat);
     ir_move_last(g, at++);
     total += len[k];
   }
   Attrs ca = {0};
   ca.axis = 1;
-  int64_t dn[2] = {dp, total};
+  int64_t dn[2] = {z.deg, total};
   Value *cat = typed(g, OP_CONCAT, n, rows, dt, ir_shape(2, dn), &ca, loc, flat);
   ir_move_last(g, at++);
   Attrs ra = {0};
-  ra.mesh_axis = RT_AX_DP;
+  ra.mesh_axis = z.axis;
+  ra.mesh_with = z.with;
   ra.axis = 0;
   Sharding mine = flat;
-  mine.split[0] = RT_AX_DP;
-  mine.partial &= (uint8_t) ~(1u << RT_AX_DP);
+  mine.split[0] = z.axis;
+  mine.inner[0] = z.inner;
+  mine.partial &= (uint8_t) ~((1u << z.axis) | z.with);
   int64_t d1[2] = {1, total};
   Value *red = typed(g, OP_REDUCE_SCATTER, 1, &cat, dt, ir_shape(2, d1), &ra, loc, mine);
   ir_move_last(g, at++);
@@ -610,19 +627,19 @@ static void pack_scatters(Graph *g, int i, int j, int dp) {
   g->nnodes = w;
 }
 
-static void bucket_scatters(Graph *g, int dp, int64_t cap) {
+static void bucket_scatters(Graph *g, ZeroGroup z, int64_t cap) {
   for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->body) bucket_scatters(g->nodes[i]->body, dp, cap);
+    if (g->nodes[i]->body) bucket_scatters(g->nodes[i]->body, z, cap);
   for (int i = 0; i < g->nnodes;) {
-    if (!packable(g->nodes[i])) {
+    if (!packable(g->nodes[i], z)) {
       i++;
       continue;
     }
     int j = i;
     int64_t bytes = 0;
     DType dt = g->nodes[i]->in[0]->dtype;
-    uint8_t part = g->nodes[i]->out[0]->sharding.partial; /* (over cp or not: one settling for the run) */
-    while (j < g->nnodes && packable(g->nodes[j]) && g->nodes[j]->in[0]->dtype == dt &&
+    uint8_t part = g->nodes[i]->out[0]->sharding.partial;
+    while (j < g->nnodes && packable(g->nodes[j], z) && g->nodes[j]->in[0]->dtype == dt &&
            g->nodes[j]->out[0]->sharding.partial == part) {
       int64_t b = ir_numel(&g->nodes[j]->in[0]->shape) * ir_dtype_size(dt);
       if (j > i && bytes + b > cap) break;
@@ -634,59 +651,22 @@ static void bucket_scatters(Graph *g, int dp, int64_t cap) {
       continue;
     }
     int before = g->nnodes;
-    pack_scatters(g, i, j, dp);
+    pack_scatters(g, i, j, z);
     i = j + (g->nnodes - before) - 2 * (j - i); /* past the run's reshapes, concat and scatter */
     if (i < 0) i = 0;
   }
 }
 
-/* ZeRO-2 under dp x cp: a reduce-scatter over dp of a gradient partial over dp and cp leaves this
- * rank's shard partial over cp (its replica's cp ranks each summed their own sequence chunks); one
- * all_reduce over cp of the shard (1/dp of the gradient) completes it: P (dp-1)/dp + 2 P/dp (cp-1)/cp
- * bytes per rank, against the all-reduce over dp x cp's 2 P (dp cp - 1)/(dp cp). Placed right before
- * the shard's first reader (in a backward body with none: at the end of the iteration), so the
- * asynchronous scatter still overlaps what comes between; after bucket_scatters: one per bucket. */
-static void settle_cp(Graph *g) {
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *rs = g->nodes[i];
-    if (rs->body) settle_cp(rs->body);
-    if (rs->op != OP_REDUCE_SCATTER || rs->a.mesh_axis != RT_AX_DP || !(rs->out[0]->sharding.partial & (1u << RT_AX_CP)))
-      continue;
-    Value *x = rs->out[0];
-    int at = g->nnodes;
-    for (int q = i + 1; q < g->nnodes && at == g->nnodes; q++)
-      for (int u = 0; u < g->nodes[q]->nin; u++)
-        if (g->nodes[q]->in[u] == x) at = q;
-    Node *ar = ir_node_new(g, OP_ALL_REDUCE, 1, &x, 1, rs->loc);
-    ar->a.mesh_axis = RT_AX_CP;
-    ar->a.reduce = RED_SUM;
-    Value *y = ar->out[0];
-    y->dtype = x->dtype;
-    y->shape = x->shape;
-    y->sharding = x->sharding;
-    y->sharding.partial &= (uint8_t) ~(1u << RT_AX_CP);
-    y->name = x->name;
-    ir_move_last(g, at);
-    ir_replace_uses(g, x, y); /* (the results too) */
-    ar->in[0] = x;
-    for (int q = at + 1; q < g->nnodes; q++) { /* a bucket's slices and views of the settled row */
-      Node *v = g->nodes[q];
-      if ((v->op == OP_SLICE || v->op == OP_RESHAPE) && !(v->in[0]->sharding.partial & (1u << RT_AX_CP)))
-        v->out[0]->sharding.partial &= (uint8_t) ~(1u << RT_AX_CP);
-    }
-  }
-}
-
 /* The backward loops' bodies (nested in g) where zero_scatter_sums put reduce-scatters of their
  * own gradients: grouped into runs for bucket_scatters. */
-static void group_loop_scatters(Graph *g, int64_t cap, bool body) {
+static void group_loop_scatters(Graph *g, int64_t cap, bool body, ZeroGroup z) {
   bool has = false;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->body) group_loop_scatters(n->body, cap, true);
-    has |= body && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && n->in[0]->def->graph == g;
+    if (n->body) group_loop_scatters(n->body, cap, true, z);
+    has |= body && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == z.axis && n->in[0]->def->graph == g;
   }
-  if (has) zero_group_scatters(g, cap);
+  if (has) zero_group_scatters(g, cap, z);
 }
 
 /* ---- ZeRO-Offload (plan `offload`, a device target) ----
@@ -746,9 +726,13 @@ static void offload(Graph *g) {
 
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
-  int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1;
+  int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1, cp = m->mesh ? m->mesh->dim[RT_AX_CP] : 1;
+  /* the group: dp, under cp the dp x cp group (its members' shards in rank order), cp alone at dp 1 */
+  bool dpcp = dp > 1 && cp > 1;
+  ZeroGroup z = {dp * cp, dp > 1 ? (int8_t)RT_AX_DP : (int8_t)RT_AX_CP, dpcp ? (uint8_t)(1u << RT_AX_CP) : 0,
+                 dpcp ? (int8_t)RT_AX_CP : -1};
   bool off = m->plan.offload && m->target != TARGET_CPU && stage >= 1; /* (CPU: a note, passes/optimizer.c) */
-  if (stage <= 0 || dp <= 1) {
+  if (stage <= 0 || z.deg <= 1) {
     if (off) offload(m->graph);
     return true;
   }
@@ -758,13 +742,12 @@ bool pass_zero(Module *m) {
   int nu = 0;
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
-  for (int i = 0; i < nu; i++) shard_update(g, updates[i], dp, stage);
+  for (int i = 0; i < nu; i++) shard_update(g, updates[i], z, stage);
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
-    complete_sumsq(g);
-    group_loop_scatters(g, cap, true);
-    bucket_scatters(g, dp, cap);
-    settle_cp(g);
+    complete_sumsq(g, z);
+    group_loop_scatters(g, cap, true, z);
+    bucket_scatters(g, z, cap);
   }
   if (off) offload(g);
   return true;

@@ -4,20 +4,34 @@
 
 #include "ir.h"
 
-/* to: from's type with dim d split dp ways over dp. */
-void zero_split_type(Value *to, const Value *from, int d, int dp);
-/* A sum all-reduce over dp alone. */
-bool zero_is_dp_sum(const Node *n);
+/* The group ZeRO shards over: dp, or under context parallelism the dp x cp group (Megatron's
+ * distributed optimizer: the cp ranks of a replica hold the same parameters), cp alone at dp 1.
+ * deg: its size; axis: its collectives' mesh axis and the shards' split (RT_AX_DP; RT_AX_CP at
+ * dp 1); with: its collectives' Attrs.mesh_with (1 << RT_AX_CP under dp x cp, else 0); inner: the
+ * axis a shard is split over again after dp (Sharding.inner: RT_AX_CP under dp x cp, else -1), so
+ * that rank (dp_i, cp_i) holds block dp_i x cp + cp_i, its index in the group. Decided once, in
+ * pass_zero. */
+typedef struct {
+  int deg;
+  int8_t axis;
+  uint8_t with;
+  int8_t inner;
+} ZeroGroup;
+
+/* to: from's type with dim d split over the group (z.deg ways: over dp, then over z.inner). */
+void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z);
+/* A sum all-reduce over the group exactly (over z.axis, with z.with). */
+bool zero_is_group_sum(const Node *n, ZeroGroup z);
 /* Removes member k (input and output) from a variadic all-reduce; the node goes when none is left. */
 void zero_drop_member(Graph *g, Node *ar, int k);
 /* ZeRO-2/3 under accumulation (passes/zero_sums.c): the layer gradient gr (output of the peeled
- * backward loop R2 in g, sharded along d) is summed as dp shards, each micro-step's reduce-scattered
+ * backward loop R2 in g, sharded along d) is summed as group shards, each micro-step's reduce-scattered
  * inside its backward loop. Returns gr retyped as the shard, or NULL (nothing changed). */
-Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp);
+Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, ZeroGroup z);
 /* The same for a gradient all-reduced at the top (gr: the all-reduce's output in g): the
  * embedding's, the head's, the final norm's. Returns the shard that stands for gr, or NULL. */
-Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp);
-/* Groups the dp reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
-void zero_group_scatters(Graph *b, int64_t cap);
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z);
+/* Groups the group's reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
+void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z);
 
 #endif

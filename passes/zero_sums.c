@@ -17,7 +17,8 @@
  * gradients is unreduced at once. Traffic: one reduce-scatter of the layers' gradients per
  * micro-step, k x P (dp-1)/dp per optimizer step instead of once (as DeepSpeed's ZeRO-2 and
  * Megatron's distributed optimizer do under accumulation). The arithmetic is the sum over ranks of
- * the sum over micro-steps, taken in the other order.
+ * the sum over micro-steps, taken in the other order. Under cp every "dp" here is the dp x cp
+ * group (zero.h's ZeroGroup): the scatters are over it and the sums its shards.
  *
  * Under pp (no region: the schedule sums the micro-batches at the top level) the same holds for
  * the chain of adds from zeros: see scatter_chain below.
@@ -63,17 +64,31 @@ static int sum_arg(const Node *R, const Node *add, int *slot) {
   return -1;
 }
 
-/* v's type split along d over dp, no longer partial over dp. */
-static void retype(Value *v, int d, int dp) {
+/* v's type split along d over the group, no longer partial over it. */
+static void retype(Value *v, int d, ZeroGroup z) {
   Value old = *v;
-  zero_split_type(v, &old, d, dp);
-  v->sharding.partial &= (uint8_t) ~(1u << RT_AX_DP);
+  zero_split_type(v, &old, d, z);
+  v->sharding.partial &= (uint8_t) ~((1u << z.axis) | z.with);
 }
 
-/* add's gradient operand (in body b) is reduce-scattered over dp along dl first, right after it is
- * computed; add reads the shard. uses: the nodes of b (not their bodies) reading the operand, or
- * -1 (counted here). */
-static void scatter_operand(Graph *b, Node *add, int slot, int dl, int dp, int uses) {
+/* rs = reduce_scatter(y) over the group along d, appended to b, typed as y's shard. */
+static Node *scatter_new(Graph *b, Value *y, int d, ZeroGroup z, SrcLoc loc) {
+  Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &y, 1, loc);
+  rs->a.mesh_axis = z.axis;
+  rs->a.mesh_with = z.with;
+  rs->a.axis = d;
+  rs->out[0]->dtype = y->dtype;
+  rs->out[0]->shape = y->shape;
+  rs->out[0]->sharding = y->sharding;
+  rs->out[0]->name = y->name;
+  retype(rs->out[0], d, z);
+  return rs;
+}
+
+/* add's gradient operand (in body b) is reduce-scattered over the group along dl first, right after
+ * it is computed; add reads the shard. uses: the nodes of b (not their bodies) reading the operand,
+ * or -1 (counted here). */
+static void scatter_operand(Graph *b, Node *add, int slot, int dl, ZeroGroup z, int uses) {
   Value *gl = add->in[slot];
   if (gl->def->op == OP_CAST && gl->def->graph == b && uses < 0) uses = ir_count_uses(b, gl);
   Node *cast = gl->def->op == OP_CAST && gl->def->graph == b && uses == 1 ? gl->def : NULL;
@@ -84,14 +99,7 @@ static void scatter_operand(Graph *b, Node *add, int slot, int dl, int dp, int u
       b->nodes[to] = cast;
     }
   }
-  Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &gl, 1, add->loc);
-  rs->a.mesh_axis = RT_AX_DP;
-  rs->a.axis = dl;
-  rs->out[0]->dtype = gl->dtype;
-  rs->out[0]->shape = gl->shape;
-  rs->out[0]->sharding = gl->sharding;
-  rs->out[0]->name = gl->name;
-  retype(rs->out[0], dl, dp);
+  Node *rs = scatter_new(b, gl, dl, z, add->loc);
   int at = gl->def->graph == b && gl->def->op != OP_ARG ? pos_in(b, gl->def) + 1 : 0;
   while (gl->def->op == OP_ARG && at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
   ir_move_last(b, at);
@@ -137,27 +145,26 @@ static bool region_sum(Graph *g, Value *v, const Shape *shape, bool looped, Regi
 }
 
 /* The region's sums become shards along d of the whole value (dl: along the loop body's layer). */
-static void shard_region_sum(const RegionSum *o, int d, int dp) {
+static void shard_region_sum(const RegionSum *o, int d, ZeroGroup z) {
   Graph *br = o->acc->body;
   int dl = o->R1 ? d - 1 : d;
   Graph *b = o->R1 ? o->R1->body : br;
-  scatter_operand(b, o->add, o->slot ^ 1, dl, dp, -1);
-  retype(o->add->out[0], dl, dp);
+  scatter_operand(b, o->add, o->slot ^ 1, dl, z, -1);
+  retype(o->add->out[0], dl, z);
   if (o->R1) {
-    retype(o->R1->body->args[o->j1]->out[0], dl, dp);
-    retype(br->results[o->c], d, dp); /* R1's stacked output */
+    retype(o->R1->body->args[o->j1]->out[0], dl, z);
+    retype(br->results[o->c], d, z); /* R1's stacked output */
   }
-  retype(br->args[o->c]->out[0], d, dp);
-  retype(o->acc->in[o->c], d, dp);
-  retype(o->acc->out[o->c], d, dp);
+  retype(br->args[o->c]->out[0], d, z);
+  retype(o->acc->in[o->c], d, z);
+  retype(o->acc->out[o->c], d, z);
 }
 
-/* y = all_reduce_dp(x) yielded by or read in gg, x = scale(s2) (the mean) or s2, s2 = sum + g with
- * sum read once: the mean (or s2) read only by the all-reduce. */
-static bool mean_of_sum(const Graph *gg, const Value *y, Node **mean, Node **add) {
+/* y = all_reduce(x) over the group, yielded by or read in gg, x = scale(s2) (the mean) or s2,
+ * s2 = sum + g with sum read once: the mean (or s2) read only by the all-reduce. */
+static bool mean_of_sum(const Graph *gg, const Value *y, ZeroGroup z, Node **mean, Node **add) {
   Node *ar = y->def;
-  /* over dp alone: a dp x cp sum (cp) keeps the scatter after the loop, where settle_cp completes it */
-  if (ar->graph != gg || !zero_is_dp_sum(ar) || ar->a.mesh_with) return false;
+  if (ar->graph != gg || !zero_is_group_sum(ar, z)) return false;
   Value *x = ar->in[y->idx];
   if (x->def->graph != gg || ir_count_uses(gg, x) != 1 || !ir_shape_eq(&x->shape, &y->shape)) return false;
   for (int i = 0; i < gg->nresults; i++)
@@ -169,31 +176,31 @@ static bool mean_of_sum(const Graph *gg, const Value *y, Node **mean, Node **add
   return true;
 }
 
-Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, int dp) {
+Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, ZeroGroup z) {
   Graph *b2 = R2->body;
   if (d < 1 || gr->idx < R2->a.ncarry) return NULL;
   /* the peeled loop: y = all_reduce_dp((sum_l + g_l) / k) */
   Value *y = b2->results[gr->idx];
   Node *mean, *add;
   int slot2;
-  if (!yielded_once(b2, y) || !mean_of_sum(b2, y, &mean, &add)) return NULL;
+  if (!yielded_once(b2, y) || !mean_of_sum(b2, y, z, &mean, &add)) return NULL;
   int j2 = sum_arg(R2, add, &slot2);
   if (j2 < 0) return NULL;
   RegionSum o;
   if (!region_sum(g, R2->in[j2], &gr->shape, true, &o)) return NULL;
 
   int dl = d - 1;
-  shard_region_sum(&o, d, dp);
+  shard_region_sum(&o, d, z);
   Node *ar = y->def;
   Value *x = ar->in[y->idx];
-  scatter_operand(b2, add, slot2 ^ 1, dl, dp, -1);
-  retype(b2->args[j2]->out[0], dl, dp);
-  retype(add->out[0], dl, dp);
-  if (mean) retype(x, dl, dp);
+  scatter_operand(b2, add, slot2 ^ 1, dl, z, -1);
+  retype(b2->args[j2]->out[0], dl, z);
+  retype(add->out[0], dl, z);
+  if (mean) retype(x, dl, z);
   x->name = y->name;
   b2->results[gr->idx] = x;
   zero_drop_member(b2, ar, y->idx);
-  retype(gr, d, dp);
+  retype(gr, d, z);
   return gr;
 }
 
@@ -230,20 +237,13 @@ static bool hoistable(const Graph *g, const PtrMap *uses, const Value *a) {
   return y->def->graph == b && y->def->op != OP_ARG && yielded_once(b, y);
 }
 
-static void hoist_scatter(Value *a, int d, int dp) {
+static void hoist_scatter(Value *a, int d, ZeroGroup z) {
   Graph *b = a->def->body;
   Value *y = b->results[a->idx];
-  Node *rs = ir_node_new(b, OP_REDUCE_SCATTER, 1, &y, 1, y->def->loc);
-  rs->a.mesh_axis = RT_AX_DP;
-  rs->a.axis = d - 1;
-  rs->out[0]->dtype = y->dtype;
-  rs->out[0]->shape = y->shape;
-  rs->out[0]->sharding = y->sharding;
-  rs->out[0]->name = y->name;
-  retype(rs->out[0], d - 1, dp);
+  Node *rs = scatter_new(b, y, d - 1, z, y->def->loc);
   ir_move_last(b, pos_in(b, y->def) + 1);
   b->results[a->idx] = rs->out[0];
-  retype(a, d, dp);
+  retype(a, d, z);
 }
 
 /* t (a micro-batch's stacked layer gradient, read once) is made of backward loops' stacked
@@ -263,16 +263,16 @@ static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int 
   return true;
 }
 
-static void scatter_parts(Value *t, int d, int dp) {
+static void scatter_parts(Value *t, int d, ZeroGroup z) {
   Node *n = t->def;
   for (int j = 0; j < n->nin; j++) {
-    if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, dp);
-    else scatter_parts(n->in[j], d, dp);
+    if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, z);
+    else scatter_parts(n->in[j], d, z);
   }
-  retype(t, d, dp);
+  retype(t, d, z);
 }
 
-static bool scatter_chain(Graph *g, Node *last, int d, int dp) {
+static bool scatter_chain(Graph *g, Node *last, int d, ZeroGroup z) {
   Shape whole = last->out[0]->shape; /* (the chain's values are retyped on the way) */
   PtrMap uses = {0};
   ir_use_counts(g, &uses);
@@ -318,31 +318,31 @@ static bool scatter_chain(Graph *g, Node *last, int d, int dp) {
   ptrmap_free(&count);
   for (int k = 0; k < n; k++) {
     Node *add = adds[k];
-    if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, dp); /* each stage's loop yields the shards */
-    else scatter_operand(g, add, prev[k] ^ 1, d, dp, greaders[k]);
-    retype(add->out[0], d, dp);
+    if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, z); /* each stage's loop yields the shards */
+    else scatter_operand(g, add, prev[k] ^ 1, d, z, greaders[k]);
+    retype(add->out[0], d, z);
   }
-  retype(adds[n - 1]->in[prev[n - 1]], d, dp); /* the zeros */
+  retype(adds[n - 1]->in[prev[n - 1]], d, z); /* the zeros */
   return true;
 }
 
-Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
+Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
   Node *mean, *add;
   int slot = -1;
-  if (!mean_of_sum(g, gr, &mean, &add)) return NULL;
+  if (!mean_of_sum(g, gr, z, &mean, &add)) return NULL;
   RegionSum o;
   for (int s = 0; s < 2 && slot < 0; s++)
     if (add->in[s] != add->in[s ^ 1] && region_sum(g, add->in[s], &gr->shape, false, &o)) slot = s;
   Node *ar = gr->def;
   Value *x = ar->in[gr->idx];
   if (slot >= 0) { /* the region's sum, then the last micro-step's */
-    shard_region_sum(&o, d, dp);
-    scatter_operand(g, add, slot ^ 1, d, dp, -1);
-    retype(add->out[0], d, dp);
-  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, add, d, dp)) {
+    shard_region_sum(&o, d, z);
+    scatter_operand(g, add, slot ^ 1, d, z, -1);
+    retype(add->out[0], d, z);
+  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, add, d, z)) {
     return NULL;
   }
-  if (mean) retype(x, d, dp);
+  if (mean) retype(x, d, z);
   x->name = gr->name;
   ir_replace_uses(g, gr, x);
   for (int i = 0; i < g->nresults; i++)
@@ -354,13 +354,13 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, int dp) {
 /* The dp reduce-scatters of body b that read a value of b (zero_scatter_sums's), each right after
  * its gradient: runs of up to cap bytes, each moved to where its last member is, so that
  * bucket_scatters packs a run into one collective. */
-void zero_group_scatters(Graph *b, int64_t cap) {
+void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z) {
   Node **run = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
   int n = 0;
   int64_t bytes = 0;
   for (int i = 0; i <= b->nnodes; i++) {
     Node *x = i < b->nnodes ? b->nodes[i] : NULL;
-    bool member = x && x->op == OP_REDUCE_SCATTER && x->a.mesh_axis == RT_AX_DP && x->a.axis == 0 &&
+    bool member = x && x->op == OP_REDUCE_SCATTER && x->a.mesh_axis == z.axis && x->a.axis == 0 &&
                   x->in[0]->def->graph == b;
     int64_t sz = member ? ir_numel(&x->in[0]->shape) * ir_dtype_size(x->in[0]->dtype) : 0;
     bool dtype_ok = !member || n == 0 || run[0]->in[0]->dtype == x->in[0]->dtype;

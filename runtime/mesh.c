@@ -134,6 +134,14 @@ int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l
   return (l / per) * per * degree + (int64_t)c * per + l % per;
 }
 
+int64_t rt_sharded_index(int64_t n_local, int blocks, int degree, int c, int ideg, int ic, int64_t l) {
+  if (ideg > 1) {
+    l += (int64_t)ic * n_local;
+    n_local *= ideg;
+  }
+  return degree > 1 ? rt_block_index(n_local, blocks, degree, c, l) : l;
+}
+
 bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask) {
   /* Nodes are contiguous rank ranges, so a group lies in one node when its first
    * and last members do. */

@@ -71,6 +71,12 @@ int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask);
  * split), local index l on the rank with coordinate c is logical index
  *   (l / per) * per * degree + c * per + l % per,   per = n_local / blocks. */
 int64_t rt_block_index(int64_t n_local, int blocks, int degree, int c, int64_t l);
+/* A dim split over an outer axis (degree, coordinate c, blocks) and then an inner one (degree ideg,
+ * coordinate ic; 1: none), which cuts the outer's local extent contiguously (the IR's
+ * Sharding.inner): local index l is logical index rt_block_index(n_local x ideg, blocks, degree, c,
+ * ic x n_local + l). With a contiguous outer split (blocks <= 1) that is the contiguous split over
+ * the group of both axes, member c x ideg + ic: ZeRO's shards over dp x cp (passes/zero.c). */
+int64_t rt_sharded_index(int64_t n_local, int blocks, int degree, int c, int ideg, int ic, int64_t l);
 /* blocks == RT_BLOCKS_ZIGZAG: context parallelism's load-balanced split of a sequence dim, the
  * logical dim cut in 2 x degree equal chunks and the rank with coordinate c holding chunks c and
  * 2 degree - 1 - c (in that order), so causal attention costs every rank the same:

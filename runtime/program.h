@@ -21,13 +21,18 @@ enum { RT_NONFINITE_STOP, RT_NONFINITE_SKIP }; /* = the IR's NonfiniteAction */
 
 /* How a tensor of a multi-rank program is split over the device mesh (the IR's Sharding):
  * the tensor's dims are the LOCAL (per-rank) ones; dim d of the logical tensor is
- * dims[d] * degree(split[d]) long, and local index l on the rank with coordinate c along
- * that axis is logical index rt_block_index(dims[d], blocks[d], degree, c, l) (runtime/mesh.h).
+ * dims[d] * degree(split[d]) * degree(inner[d]) long, and local index l on the rank with
+ * coordinate c along split[d] (ic along inner[d]) is logical index
+ * rt_sharded_index(dims[d], blocks[d], degree, c, inner degree, ic, l) (runtime/mesh.h; without
+ * an inner split, rt_block_index(dims[d], blocks[d], degree, c, l)).
  * All zeros (sharded == 0) is the replicated tensor: every rank holds the whole of it. */
 typedef struct {
-  int sharded;             /* 1: split[] and blocks[] apply; 0: replicated */
+  int sharded;             /* 1: split[], blocks[] and inner[] apply; 0: replicated */
   int split[RT_MAX_RANK];  /* per dim: the mesh axis (RT_AX_*) that splits it, -1 none */
   int blocks[RT_MAX_RANK]; /* per split dim: equal blocks, each split over the axis (0 or 1: one) */
+  int inner[RT_MAX_RANK];  /* per split dim: a second mesh axis splitting the local extent again, contiguously,
+                              -1 none; only under a contiguous split (blocks 0 or 1): ZeRO's shards over the
+                              dp x cp group (passes/zero.c) */
 } RtSharding;
 
 typedef struct {

@@ -2,7 +2,9 @@
  * AXIS_INDEX, SHARD_SLICE, and the vocab-parallel EMBED / EMBED_BWD / CE_* ops).
  *
  * Every op names a mesh axis (RT_AX_*); it runs on the RtCtx's group over that axis
- * (ctx->groups[1 << axis]), members in coordinate order. Where that group has one member
+ * (ctx->groups[1 << axis]), members in coordinate order. An all-reduce, reduce-scatter, all-gather
+ * or shard slice may name the group over several axes instead (RT_AX_GROUP(mask), runtime/mesh.h:
+ * the gradients over dp x cp, ZeRO's shards over dp x cp), members in rank order. Where that group has one member
  * (a single process, or a degree-1 axis) a collective is a copy. Collectives here are
  * blocking (start + wait): an op's output is ready when it returns — except the
  * asynchronous bucket all-reduce (rt_coll_all_reduce_start), which data parallelism uses
@@ -22,7 +24,8 @@
 
 typedef struct RtCtx RtCtx;
 
-/* This rank's coordinate along axis, and the axis's degree. */
+/* This rank's coordinate along axis, and the axis's degree; for a group over several axes
+ * (RT_AX_GROUP(mask), runtime/mesh.h), its index in the group and the group's size. */
 int rt_ctx_coord(const RtCtx *ctx, int axis);
 int rt_ctx_degree(const RtCtx *ctx, int axis);
 

@@ -4,7 +4,11 @@
 #include "mesh.h"
 #include "train/ctx.h"
 
+/* A group over several axes (RT_AX_GROUP(mask): ZeRO's shards over dp x cp): this rank's index in
+ * it and its size (the mesh's; a single process: 0 and 1). */
 int rt_ctx_coord(const RtCtx *ctx, int axis) {
+  if (axis > RT_AX_COUNT && axis < RT_AX_GROUP(16))
+    return ctx->mesh ? rt_mesh_group_index(ctx->mesh, ctx->rank, (unsigned)(axis - RT_AX_COUNT)) : 0;
   switch (axis) {
   case RT_AX_DP: return ctx->dp_rank;
   case RT_AX_PP: return ctx->pp_rank;
@@ -15,6 +19,8 @@ int rt_ctx_coord(const RtCtx *ctx, int axis) {
 }
 
 int rt_ctx_degree(const RtCtx *ctx, int axis) {
+  if (axis > RT_AX_COUNT && axis < RT_AX_GROUP(16))
+    return ctx->mesh ? rt_mesh_group_size(ctx->mesh, (unsigned)(axis - RT_AX_COUNT)) : 1;
   int d = 1;
   switch (axis) {
   case RT_AX_DP: d = ctx->dp_size; break;

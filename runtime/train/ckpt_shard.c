@@ -70,9 +70,7 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
         out[k].start[d] = rt_stage_index(p->stage_rows, coord[a], 0);
         continue;
       }
-      out[k].start[d] = a >= 0 ? rt_block_index(t->dims[d], t->shard.blocks[d], rt_program_degree(p, a), coord[a],
-                                                 s * per[d])
-                               : 0;
+      out[k].start[d] = rt_tensor_dim_index(p, t, d, coord, s * per[d]); /* (an inner split: blocks <= 1, one segment) */
     }
   }
   return n;

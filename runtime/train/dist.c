@@ -111,12 +111,31 @@ int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d) {
   return a >= 0 && a < RT_AX_COUNT && rt_program_degree(p, a) > 1 ? a : -1;
 }
 
+int rt_tensor_dim_inner(const RtProgram *p, const RtTensor *t, int d) {
+  if (!t->shard.sharded || t->shard.split[d] < 0) return -1;
+  int a = t->shard.inner[d];
+  return a >= 0 && a < RT_AX_COUNT && rt_program_degree(p, a) > 1 ? a : -1;
+}
+
+/* The mesh degree splitting dim d: its axis's times its inner axis's. */
+static int dim_degree(const RtProgram *p, const RtTensor *t, int d) {
+  int a = rt_tensor_dim_axis(p, t, d), ia = rt_tensor_dim_inner(p, t, d);
+  return (a >= 0 ? rt_program_degree(p, a) : 1) * (ia >= 0 ? rt_program_degree(p, ia) : 1);
+}
+
+int64_t rt_tensor_dim_index(const RtProgram *p, const RtTensor *t, int d, const int coord[RT_AX_COUNT], int64_t l) {
+  int a = rt_tensor_dim_axis(p, t, d), ia = rt_tensor_dim_inner(p, t, d);
+  if (a < 0 && ia < 0) return l;
+  return rt_sharded_index(t->dims[d], t->shard.blocks[d], a >= 0 ? rt_program_degree(p, a) : 1, a >= 0 ? coord[a] : 0,
+                          ia >= 0 ? rt_program_degree(p, ia) : 1, ia >= 0 ? coord[ia] : 0, l);
+}
+
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims) {
   int64_t n = 1;
   for (int d = 0; d < t->rank; d++) {
     int a = rt_tensor_dim_axis(p, t, d);
     dims[d] = a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(p->stage_rows, rt_program_degree(p, a))
-                                                                : t->dims[d] * (a >= 0 ? rt_program_degree(p, a) : 1);
+                                                                : t->dims[d] * dim_degree(p, t, d);
     n *= dims[d];
   }
   return n;
@@ -125,8 +144,9 @@ int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *d
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t) {
   unsigned mask = 0;
   for (int d = 0; d < t->rank; d++) {
-    int a = rt_tensor_dim_axis(p, t, d);
+    int a = rt_tensor_dim_axis(p, t, d), ia = rt_tensor_dim_inner(p, t, d);
     if (a >= 0) mask |= 1u << a;
+    if (ia >= 0) mask |= 1u << ia;
   }
   return mask;
 }
@@ -136,17 +156,16 @@ int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int
   for (int d = t->rank - 1; d >= 0; d--) {
     int64_t l = i % t->dims[d];
     i /= t->dims[d];
-    int a = rt_tensor_dim_axis(p, t, d), deg = a >= 0 ? rt_program_degree(p, a) : 1;
+    int a = rt_tensor_dim_axis(p, t, d);
     if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: padding rows are no element */
       l = rt_stage_index(p->stage_rows, coord[a], l);
       if (l < 0) return -1;
       li += l * mul;
-      mul *= rt_stage_logical(p->stage_rows, deg);
+      mul *= rt_stage_logical(p->stage_rows, rt_program_degree(p, a));
       continue;
     }
-    if (a >= 0) l = rt_block_index(t->dims[d], t->shard.blocks[d], deg, coord[a], l);
-    li += l * mul;
-    mul *= t->dims[d] * deg;
+    li += rt_tensor_dim_index(p, t, d, coord, l) * mul;
+    mul *= t->dims[d] * dim_degree(p, t, d);
   }
   return li;
 }

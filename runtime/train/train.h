@@ -285,6 +285,9 @@ int64_t rt_dist_bcast_u32(RtCtx *ctx, int64_t v);
  * uneven pipeline stages, RT_BLOCKS_STAGES: no logical element). */
 int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *dims);
 int rt_tensor_dim_axis(const RtProgram *p, const RtTensor *t, int d); /* the axis splitting dim d (degree > 1), else -1 */
+int rt_tensor_dim_inner(const RtProgram *p, const RtTensor *t, int d); /* the inner axis splitting it again, else -1 */
+/* The logical index along dim d of local index l on the rank at coord (not for RT_BLOCKS_STAGES dims). */
+int64_t rt_tensor_dim_index(const RtProgram *p, const RtTensor *t, int d, const int coord[RT_AX_COUNT], int64_t l);
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t);
 int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i);
 void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]);

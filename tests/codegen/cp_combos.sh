@@ -3,8 +3,10 @@
 # against the single-rank binary (label mpi; tests/codegen/cp.sh runs cp alone, with tp and dp):
 #
 #   cp=2 x dp=2 under ZeRO-2 (a Llama-shaped model at 256 tokens) and ZeRO-3 (the tiny GPT, 2
-#   gradient-accumulation micro-steps): each gradient bucket reduce-scattered over dp and its shard
-#   all-reduced over cp (asserted in the plan); pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches)
+#   gradient-accumulation micro-steps), sharded over the dp x cp group: each gradient bucket
+#   reduce-scattered over the group, the optimizer states split over dp and then cp (asserted in the
+#   plan), each run's step-10 checkpoint resumed on one rank; at dp 1, ZeRO-3 over cp alone (the Llama,
+#   cp=2); pp=2 x cp=2 of the tiny GPT (1f1b, 4 micro-batches)
 #   and of the Llama (cp_mode all2all, zb, 2 micro-batches): each stage's layers run their ring (or
 #   all-to-alls) among the stage's cp ranks; cp=2 x tp=2 + sp of the Llama (ring; all2all with 8
 #   heads / 4 kv heads): each cp rank's sequence split again over tp between the tp blocks (its
@@ -23,10 +25,11 @@ m=(models/llama3-8b.model -D vocab=256 -D seq=256 -D d=64 -D heads=4 -D kv_heads
 "$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
 "$shardc" build models/tiny.model -D seq=64 -D micro_batch=4 --world 1 -o "$t/tiny1" 2>/dev/null
 "$t/tiny1" "${run[@]}" --threads 2 --log "$t/tiny1.jsonl" >/dev/null
-# ZeRO-2 / 3 under cp=2 x dp=2 (passes/zero.c): each gradient bucket reduce-scattered over dp, its shard
-# all-reduced over cp (the cp ranks of a replica hold the same parameters and each a partial gradient
-# over its chunks); the loss still over the dp x cp group; ZeRO-3's parameters stored split over dp
-# and gathered per reader. Llama-shaped zero 2 and tiny zero 3 with 2 accumulation micro-steps.
+# ZeRO-2 / 3 under cp=2 x dp=2 (passes/zero.c) shard over the dp x cp group (the cp ranks of a replica
+# hold the same parameters and each a partial gradient over its chunks): each gradient bucket
+# reduce-scattered over the group, nothing all-reduced over cp after it; the loss still over the
+# group; the optimizer states (and ZeRO-3's parameters, gathered per reader) 1/4 per rank, split over
+# dp and then cp. Llama-shaped zero 2 and tiny zero 3 with 2 accumulation micro-steps.
 mz=("${m[@]/micro_batch=2/micro_batch=1}")
 mz=("${mz[@]/zero=0/zero=2}")
 "$shardc" build "${mz[@]}" -D tp=1 -D dp=2 -D cp=2 --world 4 -o "$t/cp2dp2z2" 2>/dev/null
@@ -39,13 +42,31 @@ compare "tiny cp2 x dp2 zero 3 acc 2" "$t/tinyz3.jsonl" "$t/tiny1.jsonl"
 for c in "${mz[*]} -D tp=1 -D dp=2 -D cp=2 --world 4" "${tz[*]}"; do
   # shellcheck disable=SC2086
   ir=$("$shardc" plan $c --dump-ir 2>/dev/null)
-  nrs=$(grep -c "= reduce_scatter(.*over=dp axis" <<<"$ir" || true)
-  ncp=$(grep -c "= all_reduce(%[0-9]*)  over=cp reduce=sum" <<<"$ir" || true)
+  nrs=$(grep -c "= reduce_scatter(.*over=dp with=cp axis" <<<"$ir" || true)
+  nrd=$(grep -c "= reduce_scatter(.*over=dp axis" <<<"$ir" || true)
+  ncp=$(grep -c "= all_reduce(.*over=cp reduce=sum" <<<"$ir" || true)
   nw=$(grep -c "all_reduce(.*over=dp with=cp reduce=sum" <<<"$ir" || true)
-  [ "$nrs" -gt 0 ] && [ "$ncp" -eq "$nrs" ] && [ "$nw" -gt 0 ] ||
-    { echo "FAIL: zero under cp2dp2: $nrs reduce-scatters over dp, $ncp all-reduces over cp, $nw over dp x cp"; exit 1; }
-  echo "zero under cp2dp2: $nrs gradient reduce-scatters over dp, each shard all-reduced over cp; $nw over dp x cp"
+  nst=$(grep -c '{S(dp)@[0-9]>S(cp)} = state ' <<<"$ir" || true)
+  [ "$nrs" -gt 0 ] && [ "$nrd" -eq 0 ] && [ "$ncp" -eq 0 ] && [ "$nw" -gt 0 ] && [ "$nst" -gt 0 ] ||
+    { echo "FAIL: zero under cp2dp2: $nrs reduce-scatters over dp x cp, $nrd over dp alone, $ncp all-reduces over cp," \
+        "$nw over dp x cp, $nst states split over dp x cp"; exit 1; }
+  echo "zero under cp2dp2: $nrs gradient reduce-scatters over dp x cp, none over cp after them; $nw all-reduces" \
+    "over dp x cp; $nst optimizer states split over dp x cp"
 done
+# the states (ZeRO-3: and parameters) split over dp x cp checkpoint logically: resumed on one rank
+resume_on_one "cp2 x dp2 zero 2" 4 "$t/cp2dp2z2" "$t/cp2dp2z2.jsonl" "$t/one"
+resume_on_one "tiny cp2 x dp2 zero 3" 4 "$t/tinyz3" "$t/tinyz3.jsonl" "$t/tiny1"
+# at dp 1 ZeRO shards over cp alone: the Llama's ZeRO-3 at cp=2 (states and parameters split over cp,
+# the gradients reduce-scattered over it)
+mc=("${m[@]/zero=0/zero=3}")
+ir=$("$shardc" plan "${mc[@]}" -D tp=1 -D cp=2 --world 2 --dump-ir 2>/dev/null)
+nrs=$(grep -c "= reduce_scatter(.*over=cp axis" <<<"$ir" || true)
+nst=$(grep -c '{S(cp)@[0-9]} = state ' <<<"$ir" || true)
+[ "$nrs" -gt 0 ] && [ "$nst" -gt 0 ] || { echo "FAIL: zero 3 at cp2: $nrs reduce-scatters over cp, $nst states split over cp"; exit 1; }
+echo "zero 3 at cp2 (dp 1): $nrs gradient reduce-scatters over cp, $nst optimizer states split over cp"
+"$shardc" build "${mc[@]}" -D tp=1 -D cp=2 --world 2 -o "$t/cp2z3" 2>/dev/null
+"${mpi[@]}" -np 2 "$t/cp2z3" "${run[@]}" --log "$t/cp2z3.jsonl" >/dev/null
+compare "llama seq 256 cp2 zero 3" "$t/cp2z3.jsonl" "$t/one.jsonl"
 # pp=2 x cp=2 (4 ranks: ranks 0, 1 the first stage's cp ring, 2, 3 the second's): each stage's
 # instructions run their layers' ring (or all-to-alls) among the stage's cp ranks; the tiny GPT
 # (1f1b, 4 micro-batches) and the Llama-shaped model (all2all, zb, 2 micro-batches)

@@ -2,7 +2,8 @@
  *
  * The mapping is checked exhaustively against the formula the interpreter uses,
  * rank = ((pp*dp + dp_i)*cp + cp_i)*tp + tp_i, for every combination of degrees in
- * {1,2,3} x {1,2} x {1,2} x {1,2,4}; groups against a brute-force scan of all ranks.
+ * {1,2,3} x {1,2} x {1,2} x {1,2,4}; groups against a brute-force scan of all ranks; a split over dp
+ * and then cp (ZeRO's shards under cp) against the dp*cp group's member order.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,14 @@ static void check_mapping(int dp, int pp, int cp, int tp, int dpn) {
       CHECK(col >= 0 && col < m.world / n, "colour range");
       CHECK(rt_mesh_group_color(&m, mem[n - 1], mask) == col, "colour shared");
     }
+    /* ZeRO's shards over dp x cp (passes/zero.c): a dim split over dp and then cp (Sharding.inner,
+     * rt_sharded_index) puts rank r's block where the dp*cp group's collectives put member
+     * rt_mesh_group_index(r, dp|cp)'s chunk: block dp_i x cp + cp_i */
+    int gi = rt_mesh_group_index(&m, r, RT_MESH_DP | RT_MESH_CP);
+    CHECK(gi == c[RT_AX_DP] * cp + c[RT_AX_CP], "dp*cp index of %d: %d", r, gi);
+    for (int64_t l = 0; l < 3; l++)
+      CHECK(rt_sharded_index(3, 0, dp, c[RT_AX_DP], cp, c[RT_AX_CP], l) == gi * 3 + l,
+            "dp%d cp%d rank %d: the S(dp)>S(cp) block is not the dp*cp group's chunk %d", dp, cp, r, gi);
   }
 }
 

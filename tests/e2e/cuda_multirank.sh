@@ -41,7 +41,10 @@
 # (NCCL's grouped send / recv on a GPU, started before the block they overlap), its attention blocks
 # and their log-sum-exp merge as CUDA kernels; cp2a2a: cp_mode all2all (the all-to-alls packed on the
 # device); cp2bf16: the ring in bf16 (the tolerances of bf16 below); cp2dp2: cp=2 x dp=2 on 4 ranks,
-# the gradients reduced over the dp x cp group (one all-reduce per bucket); cp2pp2: pp=2 x cp=2
+# the gradients reduced over the dp x cp group (one all-reduce per bucket); cp2dp2z3: the same under
+# ZeRO-3 over the dp x cp group (passes/zero.c: the gradients reduce-scattered over the group, the
+# parameters and Adam moments stored 1/4 per rank, split over dp and then cp, the parameters gathered
+# over the group on the device); cp2pp2: pp=2 x cp=2
 # (each stage's ring among its own cp ranks, 2 micro-batches); cp2tp2sp: cp=2 x tp=2 + sp on 4 ranks (the
 # sequence between the tp blocks split over cp, then over tp within each rank's chunks).
 # accum, accumbf16: dp=2 with 2 micro-steps per step, the last one after the accumulation loop
@@ -111,11 +114,12 @@ case $what in
       cp2a2a) plan+=(-D cp_mode=all2all) ;;
       cp2bf16) plan+=(-D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
       cp2dp2) plan=(-D batch=2 -D micro_batch=1 -D dp=2 -D tp=1 -D cp=2) np=4 ;;
+      cp2dp2z3) plan=(-D batch=2 -D micro_batch=1 -D dp=2 -D tp=1 -D cp=2 -D zero=3) np=4 ;;
       cp2pp2) plan=(-D batch=2 -D micro_batch=1 -D dp=1 -D tp=1 -D cp=2 -D pp=2) np=4 ;;
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp2uneven|cp2|cp2a2a|cp2bf16|cp2dp2|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp2uneven|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"
@@ -150,6 +154,15 @@ case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, an
     nx=$(cat "$t"/src/*.c | grep -c "rt_coll_all_reduce[a-z_]*(ctx, RT_AX_\(DP\|CP\)," || true)
     [ "$ng" -gt 0 ] && [ "$nx" -eq 0 ] || { echo "FAIL: $what: $ng all-reduces over dp x cp, $nx over dp or cp alone"; exit 1; }
     echo "$what: $ng all-reduces over the dp x cp group, none over dp or cp alone"
+  fi
+  if [ "$what" = cp2dp2z3 ]; then # ZeRO-3 over the dp x cp group: scatters and gathers over it, nothing over dp or cp alone
+    grp="(ctx, RT_AX_GROUP(RT_MESH_DP | RT_MESH_CP)"
+    nr=$(cat "$t"/src/*.c | grep -cF "rt_coll_reduce_scatter_start$grp" || true)
+    na=$(cat "$t"/src/*.c | grep -cF "rt_coll_all_gather_start$grp" || true)
+    nx=$(cat "$t"/src/*.c | grep -c "rt_coll_\(reduce_scatter\|all_gather\|all_reduce\)[a-z_]*(ctx, RT_AX_\(DP\|CP\)," || true)
+    [ "$nr" -gt 0 ] && [ "$na" -gt 0 ] && [ "$nx" -eq 0 ] ||
+      { echo "FAIL: $what: $nr reduce-scatters and $na all-gathers over dp x cp, $nx collectives over dp or cp alone"; exit 1; }
+    echo "$what: $nr reduce-scatters and $na all-gathers over the dp x cp group, none over dp or cp alone"
   fi
   echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels" ;;
 esac

@@ -35,6 +35,7 @@ cases=(
   "llama-cp2-tp2|models/llama3-8b.model|-D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D batch=2 -D micro_batch=2 -D dp=1 -D zero=0 -D sp=off -D tp=2 -D cp=2 --world 4"
   "llama-cp2-tp2-sp|models/llama3-8b.model|-D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D batch=2 -D micro_batch=2 -D dp=1 -D zero=0 -D sp=on -D tp=2 -D cp=2 --world 4"
   "llama-cp2-dp2|models/llama3-8b.model|-D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D batch=2 -D micro_batch=1 -D dp=2 -D zero=0 -D sp=off -D tp=1 -D cp=2 --world 4"
+  "llama-cp2-dp2-zero3-accum2|models/llama3-8b.model|-D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D batch=4 -D micro_batch=1 -D dp=2 -D zero=3 -D sp=off -D tp=1 -D cp=2 --world 4"
 )
 # The IR part of a plan: no `#` lines, nothing from `parameters:` on, no trailing blank line.
 ir_part() { grep -v '^#' "$1" | sed '/^parameters:$/,$d' | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'; }

@@ -13,7 +13,10 @@
  * pass K and V around the ring (send / recv over cp), each hop issued before the block it overlaps
  * (codegen runs it asynchronously during that block), and a sequence that 2 x cp does not divide
  * is refused. Under cp x dp the gradients and the loss are reduced by one all-reduce over the
- * combined dp x cp group each (Attrs.mesh_with), never over dp and then cp. Under cp x tp + sp the
+ * combined dp x cp group each (Attrs.mesh_with), never over dp and then cp; under ZeRO 1, 2 and 3
+ * (ring and all2all, with and without accumulation) the shards are over that group: the optimizer
+ * states split over dp and then cp (Sharding.inner), the gradients reduce-scattered over the group
+ * with nothing after them over cp, ZeRO-3's parameters stored split. Under cp x tp + sp the
  * tp blocks' outputs are reduce-scattered over tp within each cp rank's sequence (Sharding.inner)
  * and gathered before the next column-parallel matmul: no matmul output is all-reduced over tp.
  */
@@ -88,33 +91,53 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
 typedef struct {
   int p2p, blocks, gathers, a2a, sdpa;
   int ar_dpcp, ar_cp, ar_dp; /* all-reduces over dp x cp (one group), over cp alone, over dp alone */
-  int rs_dp, ar_cp_shard;     /* ZeRO-2 / 3: reduce-scatters over dp; all-reduces over cp of their shards */
-  int ar_dp_sumsq;            /* ZeRO-2 / 3: the clip's sums of squares of gradient shards, over dp */
-  int split_params;           /* ZeRO-3: parameters stored split over dp */
+  int rs_dp, ar_cp_shard;     /* reduce-scatters over dp alone; all-reduces over cp of their shards */
+  int ar_dp_sumsq;            /* the clip's sums of squares of gradient shards, over dp alone */
+  int rs_dpcp, rs_dpcp_loop;  /* ZeRO-2 / 3: reduce-scatters over the dp x cp group; of them, inside a loop */
+  int ag_dpcp, sl_dpcp;       /* ZeRO: all-gathers and shard slices over the dp x cp group */
+  int state_dpcp, state_dp;   /* ZeRO: optimizer states split over dp and then cp (S(dp)>S(cp)); over dp alone */
+  int split_params;           /* ZeRO-3: parameters stored split over dp (and then cp) */
+  int rs_cp, ag_cp, state_cp, param_cp; /* ZeRO over cp alone (dp 1): scatters, gathers; states, parameters split */
   int cp_unstaged;            /* pp > 1: ring hops and all-to-alls over cp outside any stage's instruction */
   int sp_rs, sp_ag;           /* sp: reduce-scatters / all-gathers over tp into / out of a cp split (inner) */
   int ar_tp_act;              /* sp: all-reduces over tp of a matmul's output (what sp replaces) */
 } CpCount;
 
-static bool shard_axis_of(const Value *v, int ax) {
+/* v split over dp along some dim: 1 over dp and then cp (ZeRO over the dp x cp group), 2 over dp alone, 0 not. */
+static int dp_split_kind(const Value *v) {
   for (int d = 0; d < v->shape.rank; d++)
-    if (v->sharding.split[d] == ax) return true;
-  return false;
+    if (v->sharding.split[d] == RT_AX_DP) return v->sharding.inner[d] == RT_AX_CP ? 1 : 2;
+  return 0;
 }
 
-static void count_ring(const Graph *g, bool staged, CpCount *c) {
+static void count_ring_at(const Graph *g, bool staged, int depth, CpCount *c) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->body) count_ring(n->body, staged || n->stage, c);
+    if (n->body) count_ring_at(n->body, staged || n->stage, depth + 1, c);
+    bool dpcp = n->a.mesh_axis == RT_AX_DP && n->a.mesh_with == 1u << RT_AX_CP;
+    if (n->op == OP_REDUCE_SCATTER && dpcp) c->rs_dpcp++, c->rs_dpcp_loop += depth > 0;
+    if (n->op == OP_ALL_GATHER && dpcp) c->ag_dpcp++;
+    if (n->op == OP_SHARD_SLICE && dpcp) c->sl_dpcp++;
+    if (n->op == OP_STATE) {
+      int k = dp_split_kind(n->out[0]);
+      c->state_dpcp += k == 1, c->state_dp += k == 2;
+    }
     if ((n->op == OP_SEND || n->op == OP_RECV || n->op == OP_ALL_TO_ALL) && n->a.mesh_axis == RT_AX_CP && !staged &&
         !n->stage)
       c->cp_unstaged++;
-    if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_CP) c->gathers++;
+    /* a gather of the sequence (zigzag) over cp; ZeRO's over cp alone (dp 1) gather contiguous shards */
+    if (n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_CP && n->a.blocks == RT_BLOCKS_ZIGZAG) c->gathers++;
+    bool cp_alone = n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with && n->a.blocks <= 1;
+    if (n->op == OP_ALL_GATHER && cp_alone) c->ag_cp++;
+    if (n->op == OP_REDUCE_SCATTER && cp_alone) c->rs_cp++;
+    if (n->op == OP_STATE || n->op == OP_PARAM)
+      for (int d = 0; d < n->out[0]->shape.rank; d++)
+        if (n->out[0]->sharding.split[d] == RT_AX_CP) *(n->op == OP_STATE ? &c->state_cp : &c->param_cp) += 1;
     if ((n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_CP) c->p2p++;
     if (n->op == OP_ALL_TO_ALL && n->a.mesh_axis == RT_AX_CP) c->a2a++;
     if (n->op == OP_ATTN_BLOCK || n->op == OP_ATTN_BLOCK_BWD) c->blocks++;
     if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) c->sdpa++;
-    if (n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP) c->rs_dp++;
+    if (n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP && !n->a.mesh_with) c->rs_dp++;
     if (n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_TP && n->out[0]->sharding.split[n->a.axis] == RT_AX_CP &&
         n->out[0]->sharding.inner[n->a.axis] == RT_AX_TP)
       c->sp_rs++;
@@ -122,7 +145,7 @@ static void count_ring(const Graph *g, bool staged, CpCount *c) {
         n->in[0]->sharding.inner[n->a.axis] == RT_AX_TP)
       c->sp_ag++;
     if (n->op == OP_ALL_REDUCE && n->a.mesh_axis == RT_AX_TP && n->in[0]->def->op == OP_MATMUL) c->ar_tp_act++;
-    if (n->op == OP_PARAM) c->split_params += shard_axis_of(n->out[0], RT_AX_DP);
+    if (n->op == OP_PARAM) c->split_params += dp_split_kind(n->out[0]) != 0;
     if (n->op == OP_ALL_REDUCE) {
       const Node *src = n->in[0]->def;
       if (n->a.mesh_axis == RT_AX_DP && n->a.mesh_with == 1u << RT_AX_CP) c->ar_dpcp++;
@@ -134,6 +157,8 @@ static void count_ring(const Graph *g, bool staged, CpCount *c) {
     }
   }
 }
+
+static void count_ring(const Graph *g, bool staged, CpCount *c) { count_ring_at(g, staged, 0, c); }
 
 static int position(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
@@ -213,7 +238,9 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
   /* an ignored position: the loss is a mean over the others, on every layout (not under a pipeline:
    * its micro-batches' losses are each a mean over its own positions, averaged, as accumulation's) */
-  if (plans[0].pp <= 1) tgt.data[3] = -1;
+  bool micro = false; /* pipeline micro-batches or accumulation micro-steps */
+  for (int k = 0; k < nplans; k++) micro |= plans[k].pp > 1 || plans[k].M > 1;
+  if (!micro) tgt.data[3] = -1;
   for (int k = 0; k < nplans; k++) {
     CpPlan p = plans[k];
     char what[96];
@@ -221,6 +248,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
     if (p.zero) snprintf(zs, sizeof zs, " zero %d", p.zero);
     char ps[48] = "";
     if (p.pp > 1) snprintf(ps, sizeof ps, " x pp %d %s M %d", p.pp, p.sched, p.M);
+    else if (p.M > 1) snprintf(ps, sizeof ps, " accum %d", p.M);
     snprintf(what, sizeof what, "cp %d x tp %d%s x dp %d%s%s%s", p.cp, p.tp, p.sp ? " + sp" : "", p.dp, ps,
              p.a2a ? " all2all" : "", zs);
     Arena pa;
@@ -253,24 +281,44 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
     /* cp x dp: the gradients (and the loss) reduced over dp and cp in one all-reduce over their combined
      * group each, none over dp or cp alone; cp alone: over cp */
     bool group_ok = p.dp > 1 ? c.ar_dpcp > 0 && c.ar_cp == 0 && c.ar_dp == 0 : c.ar_dpcp == 0 && c.ar_cp > 0;
-    /* ZeRO-2 / 3 under cp x dp: the gradients reduce-scattered over dp, each shard (bucket) then
-     * all-reduced over cp; the loss still over the dp x cp group; nothing all-reduced whole over cp or dp
-     * (but the clip's sums of squares of the shards, over dp); ZeRO-3 also stores parameters split */
-    if (p.zero >= 2 && p.dp > 1)
-      group_ok = c.ar_dpcp > 0 && c.rs_dp > 0 && c.ar_cp_shard > 0 && c.ar_cp == 0 && c.ar_dp == 0 &&
+    /* ZeRO under cp x dp shards over the dp x cp group (Megatron's distributed optimizer): the
+     * optimizer states split over dp and then cp (S(dp)>S(cp)), none over dp alone; the parameters
+     * gathered over the group; ZeRO-1 slices the whole gradient over the group; ZeRO-2 / 3
+     * reduce-scatter the gradients over it (with accumulation, inside the loops: each micro-step's)
+     * and nothing else settles them: no reduce-scatter over dp alone, no all-reduce of a shard over
+     * cp; ZeRO-3 also stores parameters split. The loss and the clip's sums still over the group. */
+    bool zero = p.zero >= 1 && p.dp > 1;
+    bool zero_ok = c.rs_dp == 0 && c.ar_cp_shard == 0 && c.state_dp == 0;
+    if (zero)
+      zero_ok &= c.state_dpcp > 0 && c.ag_dpcp > 0 &&
+                 (p.zero >= 2 ? c.rs_dpcp > 0 && (p.M <= 1 || p.pp > 1 || c.rs_dpcp_loop > 0)
+                              : c.rs_dpcp == 0 && c.sl_dpcp > 0) &&
                  (p.zero < 3 || c.split_params > 0);
     else
-      group_ok &= c.rs_dp == 0 && c.ar_cp_shard == 0;
-    if (!group_ok) {
+      zero_ok &= c.rs_dpcp == 0 && c.state_dpcp == 0 && c.split_params == 0;
+    /* at dp 1, ZeRO shards over cp alone: the states (ZeRO-3: and parameters) split over cp, the
+     * gradients reduce-scattered over it (ZeRO-2 / 3), the parameters gathered over it */
+    bool zcp = p.zero >= 1 && p.dp == 1;
+    if (zcp)
+      zero_ok &= c.state_cp > 0 && c.ag_cp > 0 && (p.zero < 2 || c.rs_cp > 0) && (p.zero < 3 || c.param_cp > 0);
+    else
+      zero_ok &= c.state_cp == 0 && c.param_cp == 0 && c.rs_cp == 0 && c.ag_cp == 0;
+    if (!group_ok || !zero_ok) {
       fprintf(stderr,
-              "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d; reduce-scatters over dp %d, "
-              "all-reduces of their shards over cp %d; parameters split over dp %d\n",
-              label, what, c.ar_dpcp, c.ar_cp, c.ar_dp, c.rs_dp, c.ar_cp_shard, c.split_params);
+              "FAIL %s %s: all-reduces over dp x cp %d, over cp alone %d, over dp alone %d; reduce-scatters over dp x cp "
+              "%d (%d in loops), over dp alone %d, all-reduces of their shards over cp %d; all-gathers over dp x cp %d, "
+              "shard slices %d; states split over dp x cp %d, over dp alone %d; parameters split over dp %d\n",
+              label, what, c.ar_dpcp, c.ar_cp, c.ar_dp, c.rs_dpcp, c.rs_dpcp_loop, c.rs_dp, c.ar_cp_shard, c.ag_dpcp,
+              c.sl_dpcp, c.state_dpcp, c.state_dp, c.split_params);
       failures++;
-    } else if (p.zero >= 2 && p.dp > 1) {
+    } else if (zcp) {
+      fprintf(stderr, "  %s %s: over cp: %d reduce-scatters, %d all-gathers; %d states and %d parameters split over cp\n",
+              label, what, c.rs_cp, c.ag_cp, c.state_cp, c.param_cp);
+    } else if (zero) {
       fprintf(stderr,
-              "  %s %s: %d reduce-scatters over dp, %d all-reduces of their shards over cp, %d over the dp x cp group, "
-              "%d parameters stored split\n", label, what, c.rs_dp, c.ar_cp_shard, c.ar_dpcp, c.split_params);
+              "  %s %s: over the dp x cp group: %d reduce-scatters (%d in loops), %d all-gathers, %d shard slices, "
+              "%d all-reduces; %d states and %d parameters split over dp x cp\n", label, what, c.rs_dpcp,
+              c.rs_dpcp_loop, c.ag_dpcp, c.sl_dpcp, c.ar_dpcp, c.state_dpcp, c.split_params);
     } else if (p.dp > 1) {
       fprintf(stderr, "  %s %s: %d all-reduces over the dp x cp group, none over dp or cp alone\n", label, what,
               c.ar_dpcp);
@@ -299,8 +347,8 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
               clobbered, shifts);
       failures++;
     }
-    Tensor ptok = tok, ptgt = tgt; /* a pipeline's micro-batches: [M, B / M, S] */
-    if (p.pp > 1) ptok.shape = ptgt.shape = tb_shape(3, p.M, (int)(B / p.M), (int)S);
+    Tensor ptok = tok, ptgt = tgt; /* a pipeline's micro-batches, accumulation's micro-steps: [M, B / M, S] */
+    if (p.pp > 1 || p.M > 1) ptok.shape = ptgt.shape = tb_shape(3, p.M, (int)(B / p.M), (int)S);
     failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ptok, &ptgt, label, what, TOL, true);
     arena_free(&pa);
   }
@@ -350,10 +398,20 @@ int main(void) {
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                             {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}};
   run_model("Llama shaped (causal, RoPE, GQA)", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, all, 4);
-  /* ZeRO-2 and 3 under cp 2 x dp 2: the gradients reduce-scattered over dp, the shards summed over cp */
-  const CpPlan zero[] = {{2, 1, 2, false, 2, 1, 1, NULL, false}, {2, 1, 2, false, 3, 1, 1, NULL, false}, {2, 1, 2, true, 3, 1, 1, NULL, false}};
-  run_model("tiny GPT, ZeRO", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, zero, 3);
-  run_model("Llama shaped, ZeRO", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, zero, 2);
+  /* ZeRO 1, 2 and 3 under cp 2 x dp 2, over the dp x cp group: ring and all2all, without and with
+   * accumulation (2 micro-steps), the twelve split between the two models */
+  const CpPlan zero[] = {{2, 1, 2, false, 1, 1, 1, NULL, false}, {2, 1, 2, true, 2, 1, 1, NULL, false},
+                         {2, 1, 2, false, 3, 1, 1, NULL, false}, {2, 1, 2, true, 1, 1, 2, NULL, false},
+                         {2, 1, 2, false, 2, 1, 2, NULL, false}, {2, 1, 2, true, 3, 1, 2, NULL, false}};
+  const CpPlan lzero[] = {{2, 1, 2, true, 1, 1, 1, NULL, false},  {2, 1, 2, false, 2, 1, 1, NULL, false},
+                          {2, 1, 2, true, 3, 1, 1, NULL, false},  {2, 1, 2, false, 1, 1, 2, NULL, false},
+                          {2, 1, 2, true, 2, 1, 2, NULL, false},  {2, 1, 2, false, 3, 1, 2, NULL, false}};
+  run_model("tiny GPT, ZeRO", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 16, 256, zero, 6);
+  run_model("Llama shaped, ZeRO", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, lzero, 6);
+  /* ZeRO at dp 1 over cp alone: 1, 2, 3, ring and all2all, one with accumulation */
+  const CpPlan czero[] = {{1, 1, 2, false, 1, 1, 1, NULL, false}, {1, 1, 2, true, 2, 1, 1, NULL, false},
+                          {1, 1, 2, false, 3, 1, 2, NULL, false}};
+  run_model("Llama shaped, ZeRO over cp", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 16, 128, czero, 3);
   /* pp x cp: each stage's layers run the ring (or the all-to-alls) among the stage's cp ranks */
   const CpPlan pipe[] = {{1, 1, 2, false, 0, 2, 2, "gpipe", false}, {1, 1, 2, false, 0, 2, 2, "1f1b", false},
                          {2, 1, 2, false, 2, 2, 2, "1f1b", false},  {1, 1, 2, true, 0, 2, 2, "zb", false},

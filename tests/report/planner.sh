@@ -15,6 +15,8 @@
 #     `shardc build --pick` writes a trainer that runs 2 steps; a world and batch the file's own
 #     micro-batch cannot reach (-D batch=8 --world 4, micro_batch 8) are searched all the same (the
 #     micro-batch pinned with -D: the file's error);
+#  4c. sp with cp: on 4 CPU ranks with cp 2 and tp 2 pinned, the search ranks (compiles to confirm)
+#     a candidate with sp, and `shardc build --pick -D sp=on` writes its trainer;
 #  5. the table for tiny on the 2-rank CPU topology (pp 1, cp 1, top 5) is the expected one
 #     (tests/report/planner/tiny_search.txt; refresh: planner.sh SHARDC update).
 # Usage: tests/report/planner.sh SHARDC [update]
@@ -95,8 +97,9 @@ echo "$out" | grep -q "^# BUG" && bad "tiny: the memory bound is above a compile
 
 # 3b. the memory bound (GPT-3 175B on p4d-x128: 174.6 G parameters, f32 master weights, AdamW): a
 # candidate whose parameters and state alone exceed 40 GiB per rank is not compiled; the example's
-# bound is parameters / (tp pp) + state / (tp pp dp) under ZeRO-1/2 (650.5 GiB / 8 + 1300.9 GiB / 1024
-# = 82.6 GiB for dp 128 tp 8 z2), and no compiled plan needs less than its bound. The whole search
+# bound is parameters / (tp pp) + state / (tp pp dp cp) under ZeRO-1/2, which shards over dp x cp
+# (650.5 GiB / 8 + 1300.9 GiB / 1024 = 82.6 GiB for dp 16 tp 8 cp 8 z2), and no compiled plan
+# needs less than its bound. The whole search
 # (every candidate through the analytic model, the best compiled to confirm it) returns a confirmed
 # plan with pp in under 10 s of CPU time (this machine is shared: its wall time measures the load),
 # the analytic memory of every compiled pp plan within 10 % of the memory plan's.
@@ -121,7 +124,7 @@ awk -v c="$cpu" 'BEGIN { exit !(c < 10) }' || bad "GPT-3 on p4d-x128: the search
 echo "$out" | grep -q '^#  1  dp [0-9]* tp [0-9]*[+sp]* pp [0-9]* ' || bad "GPT-3 on p4d-x128: the best confirmed plan has no pp: $(echo "$out" | grep -m1 '^#  1  dp')"
 echo "$out" | pp_rows "GPT-3 on p4d-x128" || fail=1
 line=$(echo "$out" | grep '^# over the memory bound, e.g. ')
-echo "$line" | grep -q "e.g. dp 128 tp 8+sp z2 rc full mb 1: its parameters and optimizer state need at least 82.6 GiB per rank (650.5 GiB of parameters and 1300.9 GiB of state over tp x pp, the state x dp) over 40.0 GiB" ||
+echo "$line" | grep -q "e.g. dp 16 tp 8+sp cp 8 z2 rc full mb 1: its parameters and optimizer state need at least 82.6 GiB per rank (650.5 GiB of parameters and 1300.9 GiB of state over tp x pp, the state x dp x cp) over 40.0 GiB" ||
   bad "GPT-3's memory bound: '$line'"
 nb=$(echo "$out" | sed -n 's/.* \([0-9]*\) of those since their parameters and optimizer state alone exceed.*/\1/p')
 [ "${nb:-0}" -gt 1000 ] || bad "GPT-3: only '${nb:-}' candidates over the memory bound"
@@ -148,7 +151,7 @@ sed 's/memory 40 GiB/memory 4 GiB/' models/topo/p4d-x128.topo >"$tmp/p4d-4g.topo
 cpu_time "$shardc" plan models/gpt3-175b.model --target cuda --topology "$tmp/p4d-4g.topo" --search && bad "GPT-3 on 4 GiB: the search succeeded"
 out4=$(cat "$tmp/out")
 awk -v c="$cpu" 'BEGIN { exit !(c < 10) }' || bad "GPT-3 on 4 GiB: the search took $cpu CPU s, not under 10"
-echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp 128 tp 8+sp z3 rc full mb 1, needs 5.1 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
+echo "$out4" | grep -q '^# no candidate fits, even analytically; the closest, dp 16 tp 8+sp cp 8 z3 rc full mb 1, needs 4.5 GiB per rank over 4.0 GiB: parameters .*, gradients .*, optimizer state .*, activations .* (largest: ' ||
   bad "GPT-3 on 4 GiB: no clear 'closest' line: $(echo "$out4" | sed -n 5p)"
 
 # 3c. the analytic model against the compiled plans (the search's own comparison rows): memory within
@@ -204,6 +207,22 @@ out=$("$shardc" plan models/tiny.model -D batch=8 -D micro_batch=8 --world 4 --p
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick was not refused"
 echo "$out" | grep -q "error: -D batch=8 is not a multiple of micro_batch 8 x dp 4 = 32" ||
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick: not the batch error: $out"
+
+# 4c. sp together with cp (passes/plan_search.c enumerates sp at every cp): tiny on 4 CPU ranks, cp 2 x
+# tp 2 pinned (so dp 1): a ranked row is `tp 2+sp ... cp 2`, compiled to confirm (the ranked table's
+# figures are the compiled plan's), and building the pick with sp pinned on writes a trainer
+out=$("$shardc" plan models/tiny.model --topology "$tmp/cpu4.topo" --search --top 20 -D cp=2 -D tp=2 --budget 120 2>&1) ||
+  bad "search with cp 2 x tp 2 failed: $out"
+nsp=$(echo "$out" | table | grep -cE '^# +[0-9]+  dp 1 tp 2\+sp cp 2 ' || true)
+[ "$nsp" -gt 0 ] || bad "the search with cp 2 x tp 2 ranks no candidate with sp: $(echo "$out" | table | grep -E '^# +[0-9]+  dp' | head -3)"
+if "$shardc" build models/tiny.model --topology "$tmp/cpu4.topo" --search --pick -D cp=2 -D tp=2 -D sp=on --budget 120 \
+  -o "$tmp/train_cpsp" >"$tmp/build_cpsp.log" 2>&1; then
+  grep -q '^# picked #1: -D tp=2 .*-D cp=2 .*-D sp=on' "$tmp/build_cpsp.log" && [ -x "$tmp/train_cpsp" ] ||
+    bad "build --pick with cp 2 x tp 2 + sp: $(grep '^# picked' "$tmp/build_cpsp.log")"
+else
+  bad "build --pick with cp 2 x tp 2 + sp failed: $(tail -3 "$tmp/build_cpsp.log")"
+fi
+echo "sp with cp: $nsp ranked candidates with tp 2+sp cp 2"
 
 # 5. the expected table
 want=tests/report/planner/tiny_search.txt
