@@ -368,15 +368,25 @@ static int emit_node_any(Cg *c, Node *n);
 static bool read_elsewhere(const Cg *c, const Node *n, int k) {
   if (n->graph != c->m->graph) die("codegen: a pipeline stage's node inside a region");
   int r = c->rstage[n->out[k]->id];
-  return r != -2 && r != n->stage;
+  return r != -2 && !(r > 0 && ir_node_stages(n) && ir_runs_on(n, r - 1));
+}
+
+/* The condition of running on n's pipeline stages (Node.stage, or Node.stageset). */
+static const char *stage_cond(Cg *c, const Node *n) {
+  uint64_t m = ir_node_stages(n);
+  char *s = arena_printf(c->a, "%s", "");
+  for (int st = 0; st < 64; st++)
+    if (m >> st & 1)
+      s = arena_printf(c->a, "%s%srt_ctx_coord(ctx, RT_AX_PP) == %d", s, *s ? " || " : "", st);
+  return s;
 }
 
 /* A node of one pipeline stage (Node.stage, passes/pipe.c): the other stages skip it and hold
  * zeros in the outputs a node outside the stage reads. */
 static int emit_node(Cg *c, Node *n) {
-  if (!n->stage) return emit_node_any(c, n);
+  if (!ir_node_stages(n)) return emit_node_any(c, n);
   if (n->op == OP_SEND || n->op == OP_RECV) { /* nothing to zero: a recv's value is read on its stage only */
-    cg_line(c, "if (rt_ctx_coord(ctx, RT_AX_PP) == %d) {", n->stage - 1);
+    cg_line(c, "if (%s) {", stage_cond(c, n));
     c->indent++;
     emit_node_any(c, n);
     c->indent--;
@@ -384,7 +394,7 @@ static int emit_node(Cg *c, Node *n) {
     return 1;
   }
   Node *const *run = &n->graph->nodes[c->pos]; /* (emitting a REPEAT's body moves c->pos) */
-  cg_line(c, "if (rt_ctx_coord(ctx, RT_AX_PP) == %d) {", n->stage - 1);
+  cg_line(c, "if (%s) {", stage_cond(c, n));
   c->indent++;
   int k = emit_node_any(c, n); /* a fused run holds one stage's nodes (passes/fuse.c) */
   c->indent--;
@@ -578,13 +588,23 @@ static const char *shard_init(Cg *c, const Value *v) {
   return arena_printf(c->a, ", .shard = {1, {%s}, {%s}}", sp, bl);
 }
 
+/* The pipeline stages holding a table tensor, when not every one does (passes/pipe_owners.c): a
+ * parameter's or state's, and a parameter's gradient's (a bit per stage); 0: every stage. */
+static uint64_t held_on(const Cg *c, const Value *v, const char *name) {
+  if (v->def->op == OP_PARAM || v->def->op == OP_STATE) return ir_node_stages(v->def);
+  const Value *p = name && !strncmp(name, "grad:", 5) ? find_source(c->m->graph, OP_PARAM, name + 5) : NULL;
+  return p ? ir_node_stages(p->def) : 0;
+}
+
 /* One RtTensor initializer, then `end` (",\n" in the table). */
 static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked,
                             const char *end) {
   fprintf(c->f, "  {%s, %s, %d, %d, {", cg_cstr(c, name), kind, (int)v->dtype, v->shape.rank);
   for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
-  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
-          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), v->host ? ", .host = 1" : "", end);
+  uint64_t st = held_on(c, v, name);
+  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
+          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), v->host ? ", .host = 1" : "",
+          st ? arena_printf(c->a, ", .stages = 0x%llxull", (unsigned long long)st) : "", end);
 }
 
 static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
@@ -707,7 +727,10 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     Value *dst = find_source(g, OP_PARAM, nm + 5);
     if (!dst) dst = find_source(g, OP_STATE, nm + 5);
     if (!dst) die("result %s updates no PARAM/STATE", nm);
+    bool own = ir_node_stages(dst->def) && strcmp(cg_ptr(&c, dst), cg_ptr(&c, g->results[r])) != 0; /* held on some stages: there */
+    if (own) cg_line(&c, "if (%s) {", stage_cond(&c, dst->def));
     cg_copy_if_moved(&c, dst, g->results[r]);
+    if (own) cg_line(&c, "}");
   }
   fprintf(f, "}\n\n");
 

@@ -272,7 +272,10 @@ static void reader_stages_in(const Graph *g, const Graph *in, int stage, int *rs
     for (int j = 0; j < x->nin; j++) {
       const Value *u = x->in[j];
       if (u->def->graph != g) continue;
-      if (x->op == OP_STAGE_SELECT && in == g) st = j + 1; /* input j is read on stage j only */
+      if (x->op == OP_STAGE_SELECT && in == g) { /* input j is read on stage j only (if it runs there) */
+        if (!ir_runs_on(x, j)) continue;
+        st = j + 1;
+      }
       int *r = &rstage[u->id];
       *r = *r == -2 ? st : *r == st ? st : -1;
     }
@@ -287,8 +290,18 @@ void ir_reader_stages(const Graph *g, int *rstage, int nids) {
       if (g->nodes[i]->out[k]->id < 0 || g->nodes[i]->out[k]->id >= nids)
         die("ir_reader_stages: value id %d out of [0, %d)", g->nodes[i]->out[k]->id, nids);
   reader_stages_in(g, g, 0, rstage);
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r]->def->graph == g) rstage[g->results[r]->id] = -1;
+  for (int r = 0; r < g->nresults; r++) {
+    const Value *v = g->results[r];
+    const char *nm = g->result_names ? g->result_names[r] : NULL;
+    if (v->def->graph != g) continue;
+    if (nm && !strncmp(nm, "next:", 5)) continue; /* written back into its source, on the update's stages */
+    int st = -1; /* the host reads a result on every rank, a gradient of a parameter held on one stage there */
+    for (int i = 0; nm && !strncmp(nm, "grad:", 5) && i < g->nnodes; i++)
+      if (g->nodes[i]->op == OP_PARAM && g->nodes[i]->stage && g->nodes[i]->a.name && !strcmp(g->nodes[i]->a.name, nm + 5))
+        st = g->nodes[i]->stage;
+    int *x = &rstage[v->id];
+    *x = st > 0 && (*x == -2 || *x == st) ? st : -1;
+  }
 }
 
 /* s with a leading dim of k: the shape of k such values stacked (a layer loop's xs / ys). */

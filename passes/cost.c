@@ -193,7 +193,7 @@ static double coll_time(const Sim *s, const Node *n, int *side) {
   return ir_comm_ring_steps(n->op, gs) * l->latency_s + bus * share / l->bytes_per_s;
 }
 
-static bool runs_here(const Sim *s, const Node *n) { return s->stage < 0 || n->stage == 0 || n->stage == s->stage + 1; }
+static bool runs_here(const Sim *s, const Node *n) { return s->stage < 0 || ir_runs_on(n, s->stage); }
 
 static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)

@@ -1,0 +1,146 @@
+/* passes/pipe_owners.c — under pipeline parallelism, what only some stages need runs (and is held)
+ * on those stages only.
+ *
+ * pipe_own (called by passes/pipe.c): a parameter outside the layers whose readers are one stage's
+ * instructions (the first stage's embedding tables, the last stage's head and final norm) becomes
+ * that stage's: its PARAM and its optimizer STATEs are predicated on the stage (Node.stage), so the
+ * memory plan places them among that stage's values (other stages' bytes at the same offsets) and
+ * the trainer initialises, checkpoints and loads them on that stage's ranks only (RtTensor.stages).
+ * Its gradient is not summed over pp (pipe.c: the other stages' parts are zeros), so the clip's sum
+ * of squares of it is taken on the owner only and summed over pp, counted once.
+ *
+ * pass_owners (after zero, before fuse): every node of the step that runs on every rank but whose
+ * outputs only one stage needs runs on that stage (Node.stage): a backward walk from the results
+ * (a result "next:X" or "grad:X" of a parameter or state X held on one stage is needed there, the
+ * rest everywhere) giving each value the stages whose nodes read it. What it moves: the owned
+ * parameter's bf16 cast, its gradient's running sums, its update (written back in place on the
+ * owner), ZeRO's synchronous slices and gathers of it. Not moved: regions, pipeline transfers,
+ * collectives over pp, and asynchronous collectives (their waits are placed for every rank:
+ * codegen/emit.c's add_wait). A parameter whose write-back would then run on other stages than its
+ * owner's is a compiler bug (it would write into another stage's bytes).
+ */
+#include <string.h>
+
+#include "commreport.h"
+#include "diag.h"
+#include "passes.h"
+#include "ptrmap.h"
+
+/* n on the stages of mask `stages` (one: Node.stage; several: Node.stageset). */
+static void put_on(Node *n, uint64_t stages) {
+  if (stages & (stages - 1)) n->stageset = stages;
+  else n->stage = __builtin_ctzll(stages) + 1;
+}
+
+void pipe_own(Graph *g, Node *update, uint64_t stages) {
+  put_on(update->in[0]->def, stages);
+  for (int j = 2; j < update->nin; j++)
+    if (update->in[j]->def->op == OP_STATE) put_on(update->in[j]->def, stages);
+  int stage = __builtin_ctzll(stages); /* the clip: the gradient's sum of squares on the first owner (counted
+                                          once), zeros elsewhere, summed over pp */
+  Value *gv = update->in[1];
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *q = g->nodes[i];
+    if (q->op != OP_SUMSQ || q->in[0] != gv || ir_node_stages(q)) continue;
+    q->stage = stage + 1;
+    Value *s = q->out[0];
+    Node *ar = ir_node_new(g, OP_ALL_REDUCE, 1, &s, 1, q->loc);
+    ar->a.mesh_axis = RT_AX_PP;
+    ar->a.reduce = RED_SUM;
+    ar->out[0]->dtype = s->dtype;
+    ar->out[0]->shape = s->shape;
+    ar->out[0]->sharding = s->sharding;
+    s->sharding.partial |= (uint8_t)(1u << RT_AX_PP);
+    ir_replace_uses(g, s, ar->out[0]);
+    ar->in[0] = s;
+    for (int r = 0; r < g->nresults; r++)
+      if (g->results[r] == s) g->results[r] = ar->out[0];
+    ir_move_last(g, i + 1);
+  }
+}
+
+/* The source (PARAM or STATE) named name in g, or NULL. */
+static const Node *source_named(const Graph *g, const char *name) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if ((n->op == OP_PARAM || n->op == OP_STATE) && n->a.name && strcmp(n->a.name, name) == 0) return n;
+  }
+  return NULL;
+}
+
+
+/* Whether n may run on a subset of the stages: a computation, or a collective inside a stage
+ * (dp, cp, tp) that codegen runs blocking. */
+static bool movable(const Node *n) {
+  if ((ir_ops[n->op].flags & F_SOURCE) || n->op == OP_ARG || n->body || n->op == OP_SEND || n->op == OP_RECV)
+    return false;
+  if (ir_ops[n->op].flags & F_COLL)
+    return !ir_comm_async(n) && n->a.mesh_axis != RT_AX_PP && !(n->a.mesh_with & (1u << RT_AX_PP));
+  return true;
+}
+
+static void need_or(PtrMap *need, const Value *v, uint64_t bits) {
+  intptr_t x = 0;
+  ptrmap_get(need, v, &x);
+  ptrmap_put(need, v, (intptr_t)((uint64_t)x | bits));
+}
+
+static uint64_t need_of(const PtrMap *need, const Value *v) {
+  intptr_t x = 0;
+  ptrmap_get(need, v, &x);
+  return (uint64_t)x;
+}
+
+/* Every value of g that body (or a body in it) reads: needed on the stages in `run`. */
+static void need_captures(const Graph *g, const Graph *body, PtrMap *need, uint64_t run) {
+  for (int i = 0; i < body->nnodes; i++) {
+    const Node *x = body->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      if (x->in[j]->def->graph == g) need_or(need, x->in[j], run);
+    if (x->body) need_captures(g, x->body, need, run);
+  }
+}
+
+bool pass_owners(Module *m) {
+  int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
+  if (pp <= 1 || pp > 64) return true;
+  Graph *g = m->graph;
+  uint64_t all = pp == 64 ? ~0ull : (1ull << pp) - 1;
+  PtrMap need = {0};
+  for (int r = 0; r < g->nresults; r++) {
+    const char *nm = g->result_names ? g->result_names[r] : NULL;
+    uint64_t bits = all;
+    if (nm && (!strncmp(nm, "next:", 5) || !strncmp(nm, "grad:", 5))) {
+      const Node *src = source_named(g, nm + 5);
+      if (src && ir_node_stages(src)) bits = ir_node_stages(src);
+    }
+    need_or(&need, g->results[r], bits);
+  }
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    Node *n = g->nodes[i];
+    uint64_t run = all;
+    if (ir_node_stages(n)) {
+      run = ir_node_stages(n);
+    } else if (movable(n)) {
+      run = 0;
+      for (int k = 0; k < n->nout; k++) run |= need_of(&need, n->out[k]);
+      if (run && !(run & (run - 1))) n->stage = __builtin_ctzll(run) + 1; /* one stage needs it */
+      else if (run && run != all) n->stageset = run;                     /* some stages */
+      else run = all;
+    }
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j]->def->graph == g) need_or(&need, n->in[j], n->op == OP_STAGE_SELECT ? run & (1ull << j) : run);
+    if (n->body) need_captures(g, n->body, &need, run);
+  }
+  ptrmap_free(&need);
+  /* a write-back into a source held on one stage runs on that stage only */
+  for (int r = 0; r < g->nresults; r++) {
+    const char *nm = g->result_names ? g->result_names[r] : NULL;
+    const Node *src = nm && !strncmp(nm, "next:", 5) ? source_named(g, nm + 5) : NULL;
+    const Node *w = g->results[r]->def;
+    if (src && ir_node_stages(src) && w != src && ir_node_stages(w) != ir_node_stages(src))
+      die("owners: %s, held on pipeline stages 0x%llx, is written by a %s of stages 0x%llx", nm + 5,
+          (unsigned long long)ir_node_stages(src), ir_ops[w->op].name, (unsigned long long)ir_node_stages(w));
+  }
+  return true;
+}
