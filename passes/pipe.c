@@ -16,8 +16,10 @@
  * What reads several stages' values of a micro-batch (the gradient sums, the tied embedding's
  * two contributions) runs on every rank once the micro-batch is done: a stage holds zeros in
  * the others' values, so each rank sums its own part. After the last micro-batch, the sums of
- * what is not split over pp (the loss, the gradients of parameters outside the layers) are
- * all-reduced over pp. Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
+ * what is not split over pp (the loss, the gradients of parameters outside the layers held on
+ * every stage) are all-reduced over pp; a parameter outside the layers read on one stage only is
+ * held there (owned_params: its gradient's sum is whole there), one read on two (a tied
+ * embedding) on both, its gradient's parts exchanged between them (pair_sum). Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
  * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
  * layout): virtual stage k = c pp + s runs chunk c of stage s's layers (its rows sliced once per
  * step), the wrap from the last stage's chunk c to the first stage's chunk c + 1 is a transfer at

@@ -3,11 +3,13 @@
  *
  * pipe_own (called by passes/pipe.c): a parameter outside the layers whose readers are one stage's
  * instructions (the first stage's embedding tables, the last stage's head and final norm) becomes
- * that stage's: its PARAM and its optimizer STATEs are predicated on the stage (Node.stage), so the
- * memory plan places them among that stage's values (other stages' bytes at the same offsets) and
- * the trainer initialises, checkpoints and loads them on that stage's ranks only (RtTensor.stages).
- * Its gradient is not summed over pp (pipe.c: the other stages' parts are zeros), so the clip's sum
- * of squares of it is taken on the owner only and summed over pp, counted once.
+ * that stage's, one read on two stages (a tied embedding: the first and the last) theirs: its
+ * PARAM and its optimizer STATEs are predicated on them (Node.stage; Node.stageset for two), so
+ * the memory plan places them among those stages' values (other stages' bytes at the same
+ * offsets) and the trainer initialises, checkpoints and loads them on those stages' ranks only
+ * (RtTensor.stages). Its gradient is not summed over pp (pipe.c: whole on its one stage, or
+ * exchanged between its two), so the clip's sum of squares of it is taken on the first of them
+ * and summed over pp, counted once.
  *
  * pass_owners (after zero, before fuse): every node of the step that runs on every rank but whose
  * outputs only one stage needs runs on that stage (Node.stage): a backward walk from the results
