@@ -136,7 +136,7 @@ static bool stacked_in_place(const Node *r, int k, const Value *y) {
  * wait before the group. */
 static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
-  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV};
+  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV, ir_node_stages(n) ? n : NULL};
   const Node *r = g->owner;
   bool dead = false; /* an output nothing reads: memplan frees it at once, so wait at once */
   for (int o = 0; o < n->nout; o++) {
@@ -173,17 +173,23 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
   c->waits[c->nwaits++] = w;
 }
 
-/* Emits the waits due before node pos of g (pos == g->nnodes: at its end). */
+static const char *stage_cond(Cg *c, const Node *n);
+
+/* Emits the waits due before node pos of g (pos == g->nnodes: at its end); a collective some
+ * pipeline stages run is waited on those. */
 static void emit_waits(Cg *c, const Graph *g, int pos) {
   int k = 0;
   for (int i = 0; i < c->nwaits; i++) {
     Wait w = c->waits[i];
-    if (w.g == g && w.pos == pos && w.shift)
-      cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
-    else if (w.g == g && w.pos == pos)
-      cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
-    else
+    if (w.g != g || w.pos != pos) {
       c->waits[k++] = w;
+      continue;
+    }
+    if (w.on) cg_line(c, "if (%s)", stage_cond(c, w.on));
+    if (w.on) c->indent++;
+    if (w.shift) cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
+    else cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
+    if (w.on) c->indent--;
   }
   c->nwaits = k;
 }
@@ -367,8 +373,7 @@ static int emit_node_any(Cg *c, Node *n);
  * yields it. */
 static bool read_elsewhere(const Cg *c, const Node *n, int k) {
   if (n->graph != c->m->graph) die("codegen: a pipeline stage's node inside a region");
-  int r = c->rstage[n->out[k]->id];
-  return r != -2 && !(r > 0 && ir_node_stages(n) && ir_runs_on(n, r - 1));
+  return (c->rstage[n->out[k]->id] & ~ir_node_stages(n)) != 0;
 }
 
 /* The condition of running on n's pipeline stages (Node.stage, or Node.stageset). */
@@ -671,7 +676,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
   Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
-  c.rstage = ARENA_ARRAY(&a, int, m->graph->next_value_id + 1);
+  c.rstage = ARENA_ARRAY(&a, uint64_t, m->graph->next_value_id + 1);
   ir_reader_stages(m->graph, c.rstage, m->graph->next_value_id);
   c.t->begin(&c);
   Graph *g = m->graph;

@@ -248,13 +248,15 @@ static inline bool ir_runs_on(const Node *n, int s) {
   uint64_t m = ir_node_stages(n);
   return !m || (s >= 0 && s < 64 && (m >> s & 1));
 }
-/* Pipeline stages reading g's values: rstage[id] (room for every id of g's values) becomes the
- * Node.stage of every reader of value id in g (a stage_select's input j: j + 1, read on stage j
- * only; a read inside a region's body: the region's stage), -1 when the readers' stages differ or
- * g yields the value (a result "grad:X" of a parameter X held on one stage: read on X's stage; a
- * result "next:X": read by nothing, its write-back runs where its update does), -2 when nothing
- * reads it. */
-void ir_reader_stages(const Graph *g, int *rstage, int nids);
+/* Every pipeline stage, as a mask of ir_node_stages's kind (also: read on every rank). */
+#define IR_EVERY_STAGE (~0ull)
+/* Pipeline stages reading g's values: rmask[id] (room for every id of g's values) becomes the
+ * union of the stages of every reader of value id in g (ir_node_stages; a node of every stage:
+ * IR_EVERY_STAGE; a stage_select's input j: stage j only, if the select runs there; a read inside
+ * a region's body: the region's stages), IR_EVERY_STAGE when g yields the value (but a result
+ * "grad:X" of a parameter X held on some stages: read on X's stages; a result "next:X": read by
+ * nothing, its write-back runs where its update does), 0 when nothing reads it. */
+void ir_reader_stages(const Graph *g, uint64_t *rmask, int nids);
 /* Number of uses of v within g (not counting results). */
 int ir_count_uses(const Graph *g, const Value *v);
 /* The same in g and in the region bodies g's nodes own (a body reads enclosing values directly:

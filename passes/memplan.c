@@ -319,8 +319,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   g->next_value_id = nv;
   int *slot = ARENA_ARRAY(tmp, int, nv + 1);
   bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
-  int *rstage = ARENA_ARRAY(tmp, int, nv + 1); /* the stages reading each value (ir_reader_stages) */
-  ir_reader_stages(g, rstage, nv);
+  uint64_t *rmask = ARENA_ARRAY(tmp, uint64_t, nv + 1); /* the stages reading each value (ir_reader_stages) */
+  ir_reader_stages(g, rmask, nv);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int last = n->op == OP_SEND ? i + 1 : i; /* a send's data lives through its receive (one ring shift) */
@@ -361,9 +361,9 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       Value *v = n->out[k];
       if (n->op == OP_ARG || v->offset == -2 || v->host) continue; /* (host values: place_host) */
       Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
-      /* a pipeline stage's value that only its stage reads (codegen zeroes the others' on the
+      /* a pipeline stage's value that only its stages read (codegen zeroes the others' on the
        * other stages: those every rank touches) */
-      it->stage = n->stage && (rstage[v->id] == n->stage || rstage[v->id] == -2) ? n->stage : 0;
+      if (ir_node_stages(n) && !(rmask[v->id] & ~ir_node_stages(n))) it->stage = n->stage, it->set = n->stageset;
       slot[v->id] = p.n;
     }
   }
@@ -373,8 +373,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (!view[i] || !slot[g->nodes[i]->out[0]->id]) continue;
     const Node *n = g->nodes[i];
     Interval *it = &p.iv[slot[n->out[0]->id] - 1];
-    int r = rstage[n->out[0]->id];
-    if (n->stage != it->stage || (r != -2 && r != it->stage)) it->stage = 0, it->set = 0;
+    uint64_t own = it->stage ? 1ull << (it->stage - 1) : it->set; /* the interval's stages (0: every rank) */
+    if (ir_node_stages(n) != own || (rmask[n->out[0]->id] & ~own)) it->stage = 0, it->set = 0;
   }
   /* results live to the end; classify gradients; alias in-place updates */
   for (int r = 0; r < g->nresults; r++) {

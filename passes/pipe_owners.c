@@ -16,14 +16,13 @@
  * (a result "next:X" or "grad:X" of a parameter or state X held on one stage is needed there, the
  * rest everywhere) giving each value the stages whose nodes read it. What it moves: the owned
  * parameter's bf16 cast, its gradient's running sums, its update (written back in place on the
- * owner), ZeRO's synchronous slices and gathers of it. Not moved: regions, pipeline transfers,
- * collectives over pp, and asynchronous collectives (their waits are placed for every rank:
- * codegen/emit.c's add_wait). A parameter whose write-back would then run on other stages than its
+ * owner), its data-parallel all-reduce (asynchronous: waited on the same stages, codegen/emit.c's
+ * Wait.on), ZeRO's slices and gathers of it. Not moved: regions, pipeline transfers and
+ * collectives over pp. A parameter whose write-back would then run on other stages than its
  * owner's is a compiler bug (it would write into another stage's bytes).
  */
 #include <string.h>
 
-#include "commreport.h"
 #include "diag.h"
 #include "passes.h"
 #include "ptrmap.h"
@@ -72,12 +71,12 @@ static const Node *source_named(const Graph *g, const char *name) {
 
 
 /* Whether n may run on a subset of the stages: a computation, or a collective inside a stage
- * (dp, cp, tp) that codegen runs blocking. */
+ * (dp, cp, tp: its group's ranks share their pp coordinate; an asynchronous one is waited on the
+ * same stages, codegen/emit.c's Wait.on). */
 static bool movable(const Node *n) {
   if ((ir_ops[n->op].flags & F_SOURCE) || n->op == OP_ARG || n->body || n->op == OP_SEND || n->op == OP_RECV)
     return false;
-  if (ir_ops[n->op].flags & F_COLL)
-    return !ir_comm_async(n) && n->a.mesh_axis != RT_AX_PP && !(n->a.mesh_with & (1u << RT_AX_PP));
+  if (ir_ops[n->op].flags & F_COLL) return n->a.mesh_axis != RT_AX_PP && !(n->a.mesh_with & (1u << RT_AX_PP));
   return true;
 }
 
@@ -103,12 +102,9 @@ static void need_captures(const Graph *g, const Graph *body, PtrMap *need, uint6
   }
 }
 
-bool pass_owners(Module *m) {
-  int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
-  if (pp <= 1 || pp > 64) return true;
-  Graph *g = m->graph;
-  uint64_t all = pp == 64 ? ~0ull : (1ull << pp) - 1;
-  PtrMap need = {0};
+/* The walk back from the results: need[value] the stages whose nodes read it; with apply, a
+ * movable node some stages alone need runs on those. */
+static void walk(Graph *g, uint64_t all, PtrMap *need, bool apply) {
   for (int r = 0; r < g->nresults; r++) {
     const char *nm = g->result_names ? g->result_names[r] : NULL;
     uint64_t bits = all;
@@ -116,7 +112,7 @@ bool pass_owners(Module *m) {
       const Node *src = source_named(g, nm + 5);
       if (src && ir_node_stages(src)) bits = ir_node_stages(src);
     }
-    need_or(&need, g->results[r], bits);
+    need_or(need, g->results[r], bits);
   }
   for (int i = g->nnodes - 1; i >= 0; i--) {
     Node *n = g->nodes[i];
@@ -125,15 +121,70 @@ bool pass_owners(Module *m) {
       run = ir_node_stages(n);
     } else if (movable(n)) {
       run = 0;
-      for (int k = 0; k < n->nout; k++) run |= need_of(&need, n->out[k]);
-      if (run && !(run & (run - 1))) n->stage = __builtin_ctzll(run) + 1; /* one stage needs it */
-      else if (run && run != all) n->stageset = run;                     /* some stages */
-      else run = all;
+      for (int k = 0; k < n->nout; k++) run |= need_of(need, n->out[k]);
+      if (!run || run == all) run = all;
+      else if (apply && !(run & (run - 1))) n->stage = __builtin_ctzll(run) + 1; /* one stage needs it */
+      else if (apply) n->stageset = run;                                            /* some stages */
     }
     for (int j = 0; j < n->nin; j++)
-      if (n->in[j]->def->graph == g) need_or(&need, n->in[j], n->op == OP_STAGE_SELECT ? run & (1ull << j) : run);
-    if (n->body) need_captures(g, n->body, &need, run);
+      if (n->in[j]->def->graph == g) need_or(need, n->in[j], n->op == OP_STAGE_SELECT ? run & (1ull << j) : run);
+    if (n->body) need_captures(g, n->body, need, run);
   }
+}
+
+/* A collective over a stage's group (dp: a bucket of gradients) whose outputs different stages
+ * need becomes one per set of stages, so that each runs where its outputs are needed. */
+static void split_collectives(Graph *g, PtrMap *need, uint64_t all) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_ALL_REDUCE || n->nin != n->nout || n->nin < 2 || ir_node_stages(n) || !movable(n)) continue;
+    uint64_t first = need_of(need, n->out[0]) ? need_of(need, n->out[0]) : all;
+    bool mixed = false;
+    for (int k = 1; k < n->nout; k++) mixed |= (need_of(need, n->out[k]) ? need_of(need, n->out[k]) : all) != first;
+    if (!mixed) continue;
+    bool *done = ARENA_ARRAY(g->arena, bool, n->nout);
+    Value **in = ARENA_ARRAY(g->arena, Value *, n->nin);
+    int *which = ARENA_ARRAY(g->arena, int, n->nin), at = i;
+    for (int k = 0; k < n->nout; k++) {
+      if (done[k]) continue;
+      uint64_t mk = need_of(need, n->out[k]) ? need_of(need, n->out[k]) : all;
+      int cnt = 0;
+      for (int q = k; q < n->nout; q++)
+        if (!done[q] && (need_of(need, n->out[q]) ? need_of(need, n->out[q]) : all) == mk) {
+          done[q] = true;
+          which[cnt] = q;
+          in[cnt++] = n->in[q];
+        }
+      Node *part = ir_node_new(g, OP_ALL_REDUCE, cnt, in, cnt, n->loc);
+      part->a = n->a;
+      for (int q = 0; q < cnt; q++) {
+        Value *y = part->out[q], *old = n->out[which[q]];
+        y->dtype = old->dtype;
+        y->shape = old->shape;
+        y->sharding = old->sharding;
+        y->name = old->name;
+        ir_replace_uses(g, old, y);
+        for (int r = 0; r < g->nresults; r++)
+          if (g->results[r] == old) g->results[r] = y;
+      }
+      ir_move_last(g, at++);
+    }
+    ir_drop_node(g, n);
+    i = at - 1;
+  }
+}
+
+bool pass_owners(Module *m) {
+  int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
+  if (pp <= 1 || pp > 64) return true;
+  Graph *g = m->graph;
+  uint64_t all = pp == 64 ? ~0ull : (1ull << pp) - 1;
+  PtrMap need = {0};
+  walk(g, all, &need, false);
+  split_collectives(g, &need, all);
+  ptrmap_free(&need);
+  need = (PtrMap){0};
+  walk(g, all, &need, true);
   ptrmap_free(&need);
   /* a write-back into a source held on one stage runs on that stage only */
   for (int r = 0; r < g->nresults; r++) {
