@@ -33,10 +33,6 @@
 # the last), 2 micro-batches in the 1F1B schedule: the stages' activations and gradients go as
 # asynchronous sends from a device copy and receives the device waits for (NCCL on a GPU), the
 # nodes of the other stage are skipped, what it reads of them zeroed on the device; f32 and bf16.
-# pp4: four stages of the tiny GPT (4 layers, 4 micro-batches): the parameters outside the layers held
-# on their stages only (wpe on the first, the final norm on the last, the tied wte on both, its
-# gradient exchanged between them: sends and receives across the pipeline, an add on each, a
-# stage_select of the two stages), their bytes other stages' values elsewhere.
 # pp2uneven: stages of unequal layer counts (3 layers, `pp 2 layers(1, 2)`: each stage's stacks
 # padded to 2 layers, its loops over its own rows), f32, the logical checkpoints gathered past the
 # padding.
@@ -105,7 +101,6 @@ case $what in
   accumbf16) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D batch=8 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   pp2) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2) ;;
   pp2bf16) plan=(-D micro_batch=4 -D dp=1 -D pp=2 -D microbatches=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
-  pp4) m=(models/tiny.model -D seq=32 -D layers=4) plan=(-D micro_batch=2 -D dp=1 -D pp=4 -D microbatches=4) np=4 ;;
   pp2uneven) sed "s/^  dp auto\$/  dp auto\n  pp 2 layers(1, 2)/" models/tiny.model >"$t/uneven.model"
     m=("$t/uneven.model" -D seq=32 -D layers=3) plan=(-D micro_batch=4 -D dp=1 -D microbatches=2) ;;
   cp2*) m=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D sp=off
@@ -120,7 +115,7 @@ case $what in
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|cp2|cp2a2a|cp2bf16|cp2dp2|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp2uneven|cp2|cp2a2a|cp2bf16|cp2dp2|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"
