@@ -19,7 +19,8 @@
  * what is not split over pp (the loss, the gradients of parameters outside the layers held on
  * every stage) are all-reduced over pp; a parameter outside the layers read on one stage only is
  * held there (owned_params: its gradient's sum is whole there), one read on two (a tied
- * embedding) on both, its gradient's parts exchanged between them (pair_sum). Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
+ * embedding) on both, its gradient's parts exchanged between them (pipe_pair_sum, in
+ * passes/pipe_owners.c). Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
  * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
  * layout): virtual stage k = c pp + s runs chunk c of stage s's layers (its rows sliced once per
  * step), the wrap from the last stage's chunk c to the first stage's chunk c + 1 is a transfer at
@@ -41,6 +42,7 @@ Node *stage_accum_region(Graph *g);
 bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd);
 bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw);
 void pipe_own(Graph *g, Node *update, uint64_t stages);
+Value *pipe_pair_sum(Graph *g, Value *x, int a, int b, int tag, int pp, SrcLoc loc);
 
 enum { PIPE_TAG = 1000 };
 enum { C_NONE, C_FIRST, C_LAST, C_FIRSTB, C_ALL, C_MERGE, C_LOOP };
@@ -355,48 +357,6 @@ static void p2p(Pp *p, int vs, int mb, Value *v, int peer_vs, bool grad, Value *
   ptrmap_put(smap(p, vs, mb), body_v, (intptr_t)r->out[0]);
 }
 
-/* The sum of x between stages a and b (each holding its part, a tied embedding's gradient: the
- * lookup's on the first stage, the head's on the last): each sends its part to the other (tags
- * tag, tag + 1) and adds the two in the same order (a's + b's: the same bits on both); the sum is
- * the two stages' (Node.stageset), each taking its own (stage_select). */
-static Value *pair_sum(Pp *p, Value *x, int a, int b, int tag) {
-  Graph *g = p->g;
-  SrcLoc loc = p->A->loc;
-  Value *got[2];
-  for (int k = 0; k < 2; k++) { /* k 0: a sends to b; k 1: b to a */
-    int from = k ? b : a, to = k ? a : b;
-    Node *s = ir_node_new(g, OP_SEND, 1, &x, 0, loc);
-    s->a.mesh_axis = RT_AX_PP;
-    s->a.start = to - from;
-    s->a.tag = tag + k;
-    s->stage = from + 1;
-  }
-  for (int k = 0; k < 2; k++) { /* k 0: a receives b's part; k 1: b receives a's */
-    int at = k ? b : a, from = k ? a : b;
-    Node *r = ir_node_new(g, OP_RECV, 0, NULL, 1, loc);
-    r->a.mesh_axis = RT_AX_PP;
-    r->a.start = from - at;
-    r->a.tag = k ? tag : tag + 1;
-    r->stage = at + 1;
-    r->out[0]->dtype = x->dtype;
-    r->out[0]->shape = x->shape;
-    r->out[0]->sharding = x->sharding;
-    got[k] = r->out[0];
-  }
-  Value *on_a[2] = {x, got[0]}, *on_b[2] = {got[1], x};
-  Value *sa = ir_emit(g, OP_ADD, 2, on_a, x->dtype, x->shape, NULL, loc);
-  Value *sb = ir_emit(g, OP_ADD, 2, on_b, x->dtype, x->shape, NULL, loc);
-  sa->def->stage = a + 1;
-  sb->def->stage = b + 1;
-  sa->sharding = sb->sharding = x->sharding;
-  Value **each = ARENA_ARRAY(g->arena, Value *, p->pp);
-  for (int s = 0; s < p->pp; s++) each[s] = s == b ? sb : sa; /* (another stage's input: never read) */
-  Value *y = ir_emit(g, OP_STAGE_SELECT, p->pp, each, x->dtype, x->shape, NULL, loc);
-  y->def->stageset = 1ull << a | 1ull << b;
-  y->sharding = x->sharding;
-  return y;
-}
-
 static void run_class(Pp *p, int vs, int mb, char cls) {
   for (int i = 0; i < p->body->nnodes; i++)
     if (p->cls[i] == cls) run_node(p, vs, mb, p->body->nodes[i]);
@@ -547,7 +507,7 @@ static void reader_stages(const Pp *p, const Value *v, bool *on) {
  * parameter read on one stage alone is that stage's: its gradient's sum is whole there (the other
  * stages' parts are zeros), so it is not summed over pp; one read on two (a tied embedding: the
  * first stage's lookup, the last's head) is theirs, its gradient summed between the two
- * (pair_sum). owner[carry]: those stages' bits; pipe_own (passes/pipe_owners.c) then puts the
+ * (pipe_pair_sum). owner[carry]: those stages' bits; pipe_own (passes/pipe_owners.c) then puts the
  * parameter, its state, update and the clip's sum of squares on them. Returns how many; upd[k] is
  * the k-th's update, ust[k] its stages. */
 static int owned_params(const Pp *p, Node *const *after, int nafter, uint64_t *owner, Node **upd, uint64_t *ust) {
@@ -816,7 +776,7 @@ bool pass_pipe(Module *m) {
         note("use fewer micro-batches per step");
         return false;
       }
-      p.sum[c] = pair_sum(&p, p.sum[c], __builtin_ctzll(p.owner[c]), 63 - __builtin_clzll(p.owner[c]), tag);
+      p.sum[c] = pipe_pair_sum(g, p.sum[c], __builtin_ctzll(p.owner[c]), 63 - __builtin_clzll(p.owner[c]), tag, pp, p.A->loc);
     }
   for (int i = 0; i < nafter; i++) {
     arena_grow(g->arena, (void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof(Node *));

@@ -60,6 +60,46 @@ void pipe_own(Graph *g, Node *update, uint64_t stages) {
   }
 }
 
+/* The sum of x between stages a and b (each holding its part, a tied embedding's gradient: the
+ * lookup's on the first stage, the head's on the last): each sends its part to the other (tags
+ * tag, tag + 1) and adds the two in the same order (a's + b's: the same bits on both); the sum is
+ * the two stages' (Node.stageset), each taking its own (stage_select). */
+Value *pipe_pair_sum(Graph *g, Value *x, int a, int b, int tag, int pp, SrcLoc loc) {
+  Value *got[2];
+  for (int k = 0; k < 2; k++) { /* k 0: a sends to b; k 1: b to a */
+    int from = k ? b : a, to = k ? a : b;
+    Node *s = ir_node_new(g, OP_SEND, 1, &x, 0, loc);
+    s->a.mesh_axis = RT_AX_PP;
+    s->a.start = to - from;
+    s->a.tag = tag + k;
+    s->stage = from + 1;
+  }
+  for (int k = 0; k < 2; k++) { /* k 0: a receives b's part; k 1: b receives a's */
+    int at = k ? b : a, from = k ? a : b;
+    Node *r = ir_node_new(g, OP_RECV, 0, NULL, 1, loc);
+    r->a.mesh_axis = RT_AX_PP;
+    r->a.start = from - at;
+    r->a.tag = k ? tag : tag + 1;
+    r->stage = at + 1;
+    r->out[0]->dtype = x->dtype;
+    r->out[0]->shape = x->shape;
+    r->out[0]->sharding = x->sharding;
+    got[k] = r->out[0];
+  }
+  Value *on_a[2] = {x, got[0]}, *on_b[2] = {got[1], x};
+  Value *sa = ir_emit(g, OP_ADD, 2, on_a, x->dtype, x->shape, NULL, loc);
+  Value *sb = ir_emit(g, OP_ADD, 2, on_b, x->dtype, x->shape, NULL, loc);
+  sa->def->stage = a + 1;
+  sb->def->stage = b + 1;
+  sa->sharding = sb->sharding = x->sharding;
+  Value **each = ARENA_ARRAY(g->arena, Value *, pp);
+  for (int s = 0; s < pp; s++) each[s] = s == b ? sb : sa; /* (another stage's input: never read) */
+  Value *y = ir_emit(g, OP_STAGE_SELECT, pp, each, x->dtype, x->shape, NULL, loc);
+  y->def->stageset = 1ull << a | 1ull << b;
+  y->sharding = x->sharding;
+  return y;
+}
+
 /* The source (PARAM or STATE) named name in g, or NULL. */
 static const Node *source_named(const Graph *g, const char *name) {
   for (int i = 0; i < g->nnodes; i++) {
