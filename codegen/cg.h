@@ -30,6 +30,7 @@ typedef struct {
   const Graph *g; /* the graph the wait goes in */
   int pos;        /* before this node of g */
   bool shift;     /* a ring shift's (rt_coll_shift_wait) */
+  const Node *on; /* a collective some pipeline stages run (Node.stage, Node.stageset): waited on those only; NULL: every rank */
 } Wait;
 
 typedef struct CgTarget CgTarget;
@@ -51,7 +52,7 @@ typedef struct Cg {
   const bool *need;     /* the top graph's nodes the entry point being emitted runs (NULL: all) */
   int indent;           /* of the lines cg_line writes, in steps of two spaces */
   bool ok;              /* false once a node was refused (cg_unsupported) */
-  int *rstage;          /* [top graph value id]: the pipeline stages reading it (ir_reader_stages) */
+  uint64_t *rstage;     /* [top graph value id]: the pipeline stages reading it (ir_reader_stages, a mask) */
   const char *obj_path; /* where a backend that compiles its own kernels writes their object file
                            (CgOptions.obj_path; NULL: nowhere) */
 } Cg;

@@ -136,7 +136,7 @@ static bool stacked_in_place(const Node *r, int k, const Value *y) {
  * wait before the group. */
 static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
-  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV};
+  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV, ir_node_stages(n) ? n : NULL};
   const Node *r = g->owner;
   bool dead = false; /* an output nothing reads: memplan frees it at once, so wait at once */
   for (int o = 0; o < n->nout; o++) {
@@ -173,17 +173,23 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
   c->waits[c->nwaits++] = w;
 }
 
-/* Emits the waits due before node pos of g (pos == g->nnodes: at its end). */
+static const char *stage_cond(Cg *c, const Node *n);
+
+/* Emits the waits due before node pos of g (pos == g->nnodes: at its end); a collective some
+ * pipeline stages run is waited on those. */
 static void emit_waits(Cg *c, const Graph *g, int pos) {
   int k = 0;
   for (int i = 0; i < c->nwaits; i++) {
     Wait w = c->waits[i];
-    if (w.g == g && w.pos == pos && w.shift)
-      cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
-    else if (w.g == g && w.pos == pos)
-      cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
-    else
+    if (w.g != g || w.pos != pos) {
       c->waits[k++] = w;
+      continue;
+    }
+    if (w.on) cg_line(c, "if (%s)", stage_cond(c, w.on));
+    if (w.on) c->indent++;
+    if (w.shift) cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
+    else cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
+    if (w.on) c->indent--;
   }
   c->nwaits = k;
 }
@@ -370,16 +376,25 @@ static int emit_node_any(Cg *c, Node *n);
  * yields it. */
 static bool read_elsewhere(const Cg *c, const Node *n, int k) {
   if (n->graph != c->m->graph) die("codegen: a pipeline stage's node inside a region");
-  int r = c->rstage[n->out[k]->id];
-  return r != -2 && r != n->stage;
+  return (c->rstage[n->out[k]->id] & ~ir_node_stages(n)) != 0;
+}
+
+/* The condition of running on n's pipeline stages (Node.stage, or Node.stageset). */
+static const char *stage_cond(Cg *c, const Node *n) {
+  uint64_t m = ir_node_stages(n);
+  char *s = arena_printf(c->a, "%s", "");
+  for (int st = 0; st < 64; st++)
+    if (m >> st & 1)
+      s = arena_printf(c->a, "%s%srt_ctx_coord(ctx, RT_AX_PP) == %d", s, *s ? " || " : "", st);
+  return s;
 }
 
 /* A node of one pipeline stage (Node.stage, passes/pipe.c): the other stages skip it and hold
  * zeros in the outputs a node outside the stage reads. */
 static int emit_node(Cg *c, Node *n) {
-  if (!n->stage) return emit_node_any(c, n);
+  if (!ir_node_stages(n)) return emit_node_any(c, n);
   if (n->op == OP_SEND || n->op == OP_RECV) { /* nothing to zero: a recv's value is read on its stage only */
-    cg_line(c, "if (rt_ctx_coord(ctx, RT_AX_PP) == %d) {", n->stage - 1);
+    cg_line(c, "if (%s) {", stage_cond(c, n));
     c->indent++;
     emit_node_any(c, n);
     c->indent--;
@@ -387,7 +402,7 @@ static int emit_node(Cg *c, Node *n) {
     return 1;
   }
   Node *const *run = &n->graph->nodes[c->pos]; /* (emitting a REPEAT's body moves c->pos) */
-  cg_line(c, "if (rt_ctx_coord(ctx, RT_AX_PP) == %d) {", n->stage - 1);
+  cg_line(c, "if (%s) {", stage_cond(c, n));
   c->indent++;
   int k = emit_node_any(c, n); /* a fused run holds one stage's nodes (passes/fuse.c) */
   c->indent--;
@@ -585,13 +600,23 @@ static const char *shard_init(Cg *c, const Value *v) {
   return arena_printf(c->a, ", .shard = {1, {%s}, {%s}, {%s}}", sp, bl, in);
 }
 
+/* The pipeline stages holding a table tensor, when not every one does (passes/pipe_owners.c): a
+ * parameter's or state's, and a parameter's gradient's (a bit per stage); 0: every stage. */
+static uint64_t held_on(const Cg *c, const Value *v, const char *name) {
+  if (v->def->op == OP_PARAM || v->def->op == OP_STATE) return ir_node_stages(v->def);
+  const Value *p = name && !strncmp(name, "grad:", 5) ? find_source(c->m->graph, OP_PARAM, name + 5) : NULL;
+  return p ? ir_node_stages(p->def) : 0;
+}
+
 /* One RtTensor initializer, then `end` (",\n" in the table). */
 static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked,
                             const char *end) {
   fprintf(c->f, "  {%s, %s, %d, %d, {", cg_cstr(c, name), kind, (int)v->dtype, v->shape.rank);
   for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
-  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
-          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), v->host ? ", .host = 1" : "", end);
+  uint64_t st = held_on(c, v, name);
+  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
+          src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), v->host ? ", .host = 1" : "",
+          st ? arena_printf(c->a, ", .stages = 0x%llxull", (unsigned long long)st) : "", end);
 }
 
 static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
@@ -658,7 +683,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
   Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
-  c.rstage = ARENA_ARRAY(&a, int, m->graph->next_value_id + 1);
+  c.rstage = ARENA_ARRAY(&a, uint64_t, m->graph->next_value_id + 1);
   ir_reader_stages(m->graph, c.rstage, m->graph->next_value_id);
   c.t->begin(&c);
   Graph *g = m->graph;
@@ -714,7 +739,10 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     Value *dst = find_source(g, OP_PARAM, nm + 5);
     if (!dst) dst = find_source(g, OP_STATE, nm + 5);
     if (!dst) die("result %s updates no PARAM/STATE", nm);
+    bool own = ir_node_stages(dst->def) && strcmp(cg_ptr(&c, dst), cg_ptr(&c, g->results[r])) != 0; /* held on some stages: there */
+    if (own) cg_line(&c, "if (%s) {", stage_cond(&c, dst->def));
     cg_copy_if_moved(&c, dst, g->results[r]);
+    if (own) cg_line(&c, "}");
   }
   fprintf(f, "}\n\n");
 

@@ -276,12 +276,22 @@ bool interp_get_logical(const Interp *it, const char *name, Tensor *out, double 
     vals = s->val;
   }
   if (v->sharding.partial) die("interp_get_logical: '%s' is a partial sum", name);
+  /* a parameter or state held on one pipeline stage (passes/pipe_owners.c), its update and its
+   * gradient: that stage's ranks' (the others hold nothing of it) */
+  uint64_t held = v->def->op == OP_PARAM || v->def->op == OP_STATE ? ir_node_stages(v->def) : 0;
+  if (!strncmp(name, "next:", 5) || !strncmp(name, "grad:", 5)) {
+    const Source *x = find_source(it, name + 5, NULL);
+    if (x) held = ir_node_stages(x->node);
+  }
   BlockMap bm;
-  block_of(it, v, 0, &bm);
+  int r0 = 0;
+  while (held && r0 + 1 < it->nranks && !(held >> interp_coord(it, r0, RT_AX_PP) & 1)) r0++;
+  block_of(it, v, r0, &bm);
   *out = tensor_new(v->dtype, bm.logical);
   bool *seen = interp_xcalloc((size_t)(ir_numel(&bm.logical) + 1), sizeof(bool));
   double sp = 0;
   for (int r = 0; r < it->nranks; r++) {
+    if (held && !(held >> interp_coord(it, r, RT_AX_PP) & 1)) continue;
     block_of(it, v, r, &bm);
     int64_t n = ir_numel(&vals[r].shape);
     for (int64_t i = 0; i < n; i++) {
@@ -489,7 +499,7 @@ static bool eval_graph(Interp *it, Env *e) {
     Tensor *out = interp_xcalloc((size_t)(n->nout * it->nranks), sizeof(Tensor));
     e->vals[i] = out;
     if (!eval_node(it, e, n, out)) return false;
-    if (n->stage && n->op != OP_SEND && n->op != OP_RECV) /* the other stages hold zeros (ir.h) */
+    if (ir_node_stages(n) && n->op != OP_SEND && n->op != OP_RECV) /* the other stages hold zeros (ir.h) */
       for (int r = 0; r < it->nranks; r++)
         if (!interp_on_stage(it, n, r))
           for (int k = 0; k < n->nout; k++) {

@@ -43,7 +43,9 @@ bool interp_step(Interp *it);
 const Tensor *interp_get(const Interp *it, int rank, const char *name);
 /* The logical tensor of a result or PARAM/STATE, assembled from every rank's block
  * (out: heap, tensor_free it). *spread: the largest difference between ranks holding
- * the same logical element (0 when the replicas agree). False if there is no such name. */
+ * the same logical element (0 when the replicas agree). False if there is no such name. A
+ * parameter or state held on one pipeline stage (Node.stage of its PARAM / STATE), its "next:"
+ * and its "grad:": from that stage's ranks only (the others hold nothing of it). */
 bool interp_get_logical(const Interp *it, const char *name, Tensor *out, double *spread);
 /* Overwrites a PARAM/STATE's current value (e.g. to perturb for finite differences). */
 void interp_set_state(Interp *it, int rank, const char *name, const Tensor *t);

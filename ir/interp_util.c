@@ -65,5 +65,5 @@ bool interp_error(const Node *n, const char *fmt, ...) {
 }
 
 bool interp_on_stage(const Interp *it, const Node *n, int rank) {
-  return n->stage == 0 || interp_coord(it, rank, RT_AX_PP) == n->stage - 1;
+  return ir_runs_on(n, interp_coord(it, rank, RT_AX_PP));
 }

@@ -278,30 +278,43 @@ void ir_remove_dead(Graph *g) {
   arena_free(&tmp);
 }
 
-static void reader_stages_in(const Graph *g, const Graph *in, int stage, int *rstage) {
+static void reader_stages_in(const Graph *g, const Graph *in, uint64_t stages, uint64_t *rmask) {
   for (int i = 0; i < in->nnodes; i++) {
     const Node *x = in->nodes[i];
-    int st = in == g ? x->stage : stage;
+    uint64_t st = in == g ? (ir_node_stages(x) ? ir_node_stages(x) : IR_EVERY_STAGE) : stages;
     for (int j = 0; j < x->nin; j++) {
       const Value *u = x->in[j];
       if (u->def->graph != g) continue;
-      if (x->op == OP_STAGE_SELECT && in == g) st = j + 1; /* input j is read on stage j only */
-      int *r = &rstage[u->id];
-      *r = *r == -2 ? st : *r == st ? st : -1;
+      if (x->op == OP_STAGE_SELECT && in == g) { /* input j is read on stage j only (if it runs there) */
+        if (!ir_runs_on(x, j)) continue;
+        rmask[u->id] |= 1ull << j;
+        continue;
+      }
+      rmask[u->id] |= st;
     }
-    if (x->body) reader_stages_in(g, x->body, st, rstage);
+    if (x->body) reader_stages_in(g, x->body, st, rmask);
   }
 }
 
-void ir_reader_stages(const Graph *g, int *rstage, int nids) {
-  for (int v = 0; v < nids; v++) rstage[v] = -2;
+void ir_reader_stages(const Graph *g, uint64_t *rmask, int nids) {
+  for (int v = 0; v < nids; v++) rmask[v] = 0;
   for (int i = 0; i < g->nnodes; i++)
     for (int k = 0; k < g->nodes[i]->nout; k++)
       if (g->nodes[i]->out[k]->id < 0 || g->nodes[i]->out[k]->id >= nids)
         die("ir_reader_stages: value id %d out of [0, %d)", g->nodes[i]->out[k]->id, nids);
-  reader_stages_in(g, g, 0, rstage);
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r]->def->graph == g) rstage[g->results[r]->id] = -1;
+  reader_stages_in(g, g, IR_EVERY_STAGE, rmask);
+  for (int r = 0; r < g->nresults; r++) {
+    const Value *v = g->results[r];
+    const char *nm = g->result_names ? g->result_names[r] : NULL;
+    if (v->def->graph != g) continue;
+    if (nm && !strncmp(nm, "next:", 5)) continue; /* written back into its source, on the update's stages */
+    uint64_t st = IR_EVERY_STAGE; /* the host reads a result on every rank, a gradient of a parameter held on some stages there */
+    for (int i = 0; nm && !strncmp(nm, "grad:", 5) && i < g->nnodes; i++)
+      if (g->nodes[i]->op == OP_PARAM && ir_node_stages(g->nodes[i]) && g->nodes[i]->a.name &&
+          !strcmp(g->nodes[i]->a.name, nm + 5))
+        st = ir_node_stages(g->nodes[i]);
+    rmask[v->id] |= st;
+  }
 }
 
 /* s with a leading dim of k: the shape of k such values stacked (a layer loop's xs / ys). */

@@ -200,6 +200,9 @@ struct Node {
                    target may run them as one kernel; 0: in no group */
   int stage;    /* pipeline predicate (passes/pipe.c): 0: every rank runs it; k > 0: only the ranks of
                    pipeline stage k - 1 run it and the others hold zeros in its outputs */
+  uint64_t stageset; /* pipeline predicate over several stages (passes/pipe_owners.c: a tied embedding held on the first
+                        and the last stage): bit s: stage s runs it, the others hold zeros; 0: `stage` decides. Never
+                        both; ir_node_stages reads either */
   int instr;    /* pipeline (passes/pipe.c): k > 0: part of the schedule's instruction Module.pipe->order[k - 1]
                    (its receive excepted), which the trainer's --trace times; 0: none */
   /* Set by passes/memplan.c: the node's own scratch in the rank's allocation, live while it runs (a
@@ -249,11 +252,22 @@ void ir_topo_sort(Graph *g);
 void ir_remove_dead(Graph *g);
 /* Removes node n from g's node list (its outputs must be unused). */
 void ir_drop_node(Graph *g, const Node *n);
-/* Pipeline stages reading g's values: rstage[id] (room for every id of g's values) becomes the
- * Node.stage of every reader of value id in g (a stage_select's input j: j + 1, read on stage j
- * only; a read inside a region's body: the region's stage), -1 when the readers' stages differ or
- * g yields the value, -2 when nothing reads it. */
-void ir_reader_stages(const Graph *g, int *rstage, int nids);
+/* The pipeline stages running n (Node.stage, Node.stageset): bit s for stage s; 0: every stage. */
+static inline uint64_t ir_node_stages(const Node *n) { return n->stage ? 1ull << (n->stage - 1) : n->stageset; }
+/* Whether pipeline stage s runs n. */
+static inline bool ir_runs_on(const Node *n, int s) {
+  uint64_t m = ir_node_stages(n);
+  return !m || (s >= 0 && s < 64 && (m >> s & 1));
+}
+/* Every pipeline stage, as a mask of ir_node_stages's kind (also: read on every rank). */
+#define IR_EVERY_STAGE (~0ull)
+/* Pipeline stages reading g's values: rmask[id] (room for every id of g's values) becomes the
+ * union of the stages of every reader of value id in g (ir_node_stages; a node of every stage:
+ * IR_EVERY_STAGE; a stage_select's input j: stage j only, if the select runs there; a read inside
+ * a region's body: the region's stages), IR_EVERY_STAGE when g yields the value (but a result
+ * "grad:X" of a parameter X held on some stages: read on X's stages; a result "next:X": read by
+ * nothing, its write-back runs where its update does), 0 when nothing reads it. */
+void ir_reader_stages(const Graph *g, uint64_t *rmask, int nids);
 /* Number of uses of v within g (not counting results). */
 int ir_count_uses(const Graph *g, const Value *v);
 /* The same in g and in the region bodies g's nodes own (a body reads enclosing values directly:

@@ -262,6 +262,7 @@ static void print_node(Printer *p, const Node *n, int depth) {
   if (n->op == OP_CAST) bprintf(b, "  to=%s", ir_dtype_name(n->out[0]->dtype));
   put_attrs(b, n);
   if (n->stage) bprintf(b, "  stage=%d", n->stage - 1);
+  if (n->stageset) bprintf(b, "  stages=%lld", (long long)n->stageset); /* a mask: bit s, stage s */
   if (n->body) {
     bprintf(b, " {");
     emit_line(p, &n->loc);

@@ -431,6 +431,13 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
       n->stage = st + 1;
       break;
     }
+  for (int i = 0; ok && i < al->n; i++) /* any op: the pipeline stages that run it, a mask (passes/pipe_owners.c) */
+    if (!strcmp(al->a[i].key, "stages")) {
+      int64_t st = 0;
+      ok = attr_i64(r, al, "stages", &st, 1, INT64_MAX);
+      n->stageset = (uint64_t)st;
+      break;
+    }
   if (!ok) return false;
   for (int i = 0; i < al->n; i++)
     if (!al->a[i].used)

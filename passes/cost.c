@@ -162,7 +162,7 @@ typedef struct {
   double gap;     /* time on other nodes since then (the next instruction's pre) */
   double rlat, rcopy; /* a pipeline receive's transfer, for the instruction that follows it */
   double last_end; /* the stage's clock when its last instruction ended */
-  int *rstage;    /* [top graph value id]: the stages reading it (ir_reader_stages); NULL without pp */
+  uint64_t *rstage; /* [top graph value id]: the stages reading it (ir_reader_stages' masks); NULL without pp */
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -230,7 +230,7 @@ static void p2p_times(const Sim *s, const Node *n, double *lat, double *copy) {
   *copy = (double)ir_comm_node_bytes(n) * share / l->bytes_per_s;
 }
 
-static bool runs_here(const Sim *s, const Node *n) { return s->stage < 0 || n->stage == 0 || n->stage == s->stage + 1; }
+static bool runs_here(const Sim *s, const Node *n) { return s->stage < 0 || ir_runs_on(n, s->stage); }
 
 static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)
@@ -333,8 +333,7 @@ static double zero_fill_bytes(const Sim *s, const Node *n) {
   double b = 0;
   if (!s->rstage || n->graph != s->m->graph || n->op == OP_SEND || n->op == OP_RECV) return 0;
   for (int k = 0; k < n->nout; k++) {
-    int r = s->rstage[n->out[k]->id];
-    if (r != -2 && r != n->stage) b += value_bytes(n->out[k]);
+    if (s->rstage[n->out[k]->id] & ~ir_node_stages(n)) b += value_bytes(n->out[k]); /* codegen's read_elsewhere */
   }
   return b;
 }
@@ -383,7 +382,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   int nst = p ? p->pp : 1;
   int *pos = NULL;
   if (p) {
-    s.rstage = calloc((size_t)m->graph->next_value_id + 1, sizeof(int));
+    s.rstage = calloc((size_t)m->graph->next_value_id + 1, sizeof(uint64_t));
     if (!s.rstage) die("cost: out of memory");
     ir_reader_stages(m->graph, s.rstage, m->graph->next_value_id);
   }

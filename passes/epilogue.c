@@ -112,7 +112,7 @@ static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
   int j = reader(g, i, y);
   if (j == g->nnodes) return 0;
   const Node *gb = g->nodes[j];
-  if (gb->op != OP_GELU_BWD || gb->in[1] != y || gb->in[0] == y || gb->stage != mm->stage) return 0;
+  if (gb->op != OP_GELU_BWD || gb->in[1] != y || gb->in[0] == y || ir_node_stages(gb) != ir_node_stages(mm)) return 0;
   if (gb->group && g->nodes[j - 1]->group == gb->group) return 0; /* inside a fusion group */
   const Value *pre = gb->in[0], *dh = gb->out[0];
   if (!same_type(pre, y) || !same_type(dh, y) || pre->host || dh->host) return 0;
@@ -123,7 +123,7 @@ static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
   const Node *rs = g->nodes[r];
   const Value *db = rs->out[0];
   int64_t n = y->shape.dim[y->shape.rank - 1];
-  if (rs->op != OP_REDUCE_SUM || rs->in[0] != dh || rs->stage != mm->stage || db->shape.rank != 1 ||
+  if (rs->op != OP_REDUCE_SUM || rs->in[0] != dh || ir_node_stages(rs) != ir_node_stages(mm) || db->shape.rank != 1 ||
       db->shape.dim[0] != n || db->dtype != y->dtype || db->host)
     return EPI_DGELU;
   if (placed && (!free_to_store(mm, pre, db) || placed_meets(db, dh) || !placed_write_early(g, db, i, y)))
@@ -146,13 +146,13 @@ static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], boo
   if ((at[0] = next_op(g, i)) >= g->nnodes) return 0;
   const Node *add = g->nodes[at[0]];
   if (add->op != OP_ADD) return dgelu_of(g, i, at, placed);
-  if (add->stage != mm->stage || add->in[0] == add->in[1]) return 0;
+  if (ir_node_stages(add) != ir_node_stages(mm) || add->in[0] == add->in[1]) return 0;
   const Value *bias = add->in[0] == y ? add->in[1] : add->in[1] == y ? add->in[0] : NULL, *h = add->out[0];
   if (!bias || bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host) return 0;
   if (!same_type(h, y) || (placed && !free_to_store(mm, bias, h))) return 0;
   if ((at[1] = next_op(g, at[0])) >= g->nnodes) return 1;
   const Node *e = g->nodes[at[1]];
-  if (e->stage != mm->stage || !same_type(e->out[0], h) || (placed && !free_to_store(mm, bias, e->out[0]))) return 1;
+  if (ir_node_stages(e) != ir_node_stages(mm) || !same_type(e->out[0], h) || (placed && !free_to_store(mm, bias, e->out[0]))) return 1;
   if (e->op == OP_GELU && e->in[0] == h && !(placed && placed_meets(e->out[0], h))) return 2;
   if (e->op == OP_ADD && e->in[0] != e->in[1] && (e->in[0] == h || e->in[1] == h) && read_once(g, uses, h)) {
     const Value *x = e->in[0] == h ? e->in[1] : e->in[0];

@@ -60,7 +60,7 @@ static bool is_ext(const Group *r, const Value *v) {
 /* Adds n to the group if it fits; false leaves the group as it was. */
 static bool try_add(Group *r, const Node *n, const Shape *S) {
   if (!elementwise(n) || !ir_shape_eq(&n->out[0]->shape, S) || r->n == FUSE_MAX_NODES) return false;
-  if (r->n && n->stage != r->mem[0]->stage) return false; /* one pipeline stage's nodes (or none's) */
+  if (r->n && ir_node_stages(n) != ir_node_stages(r->mem[0])) return false; /* one pipeline stage's nodes (or none's) */
   const Value *fresh[2];
   int nfresh = 0;
   for (int k = 0; k < n->nin; k++) {
@@ -126,7 +126,7 @@ static void hoist_gelu_bwd(Graph *g) {
     bool ok = i >= 0 && i + 1 < j && (pp < 0 || pre->op == OP_ARG);
     for (int q = i + 1; q < j && ok; q++) {
       const Node *n = g->nodes[q];
-      ok = !n->body && !(ir_ops[n->op].flags & F_COLL) && n->op != OP_SEND && n->op != OP_RECV && n->stage == gb->stage;
+      ok = !n->body && !(ir_ops[n->op].flags & F_COLL) && n->op != OP_SEND && n->op != OP_RECV && ir_node_stages(n) == ir_node_stages(gb);
     }
     if (!ok) continue;
     int r = j + 1;
@@ -134,7 +134,7 @@ static void hoist_gelu_bwd(Graph *g) {
     int at = i + 1;
     if (pp >= 0) move_up(g, pp, at++);
     move_up(g, j, at++);
-    if (r < g->nnodes && g->nodes[r]->op == OP_REDUCE_SUM && g->nodes[r]->in[0] == gb->out[0] && g->nodes[r]->stage == gb->stage)
+    if (r < g->nnodes && g->nodes[r]->op == OP_REDUCE_SUM && g->nodes[r]->in[0] == gb->out[0] && ir_node_stages(g->nodes[r]) == ir_node_stages(gb))
       move_up(g, r, at);
   }
 }

@@ -23,7 +23,7 @@
 
 static bool pair(const Node *f, const Node *b) {
   return f->op == OP_CROSS_ENTROPY && b->op == OP_CROSS_ENTROPY_BWD && b->in[0] == f->in[0] && b->in[1] == f->in[1] &&
-         b->a.len == f->a.len && b->stage == f->stage;
+         b->a.len == f->a.len && ir_node_stages(b) == ir_node_stages(f);
 }
 
 int fuse_ce_partner(const Graph *g, int i) {

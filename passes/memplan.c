@@ -156,7 +156,7 @@ static Value *gathered_param(const Graph *g, const Value *y, int pos) {
     const Node *d = g->nodes[i];
     if (d->op != OP_PARAM || strcmp(d->a.name, nm) != 0) continue;
     Value *x = d->out[0];
-    if (value_bytes(x) != value_bytes(y) || x->offset < 0 || read_from(g, pos, x)) return NULL;
+    if (value_bytes(x) != value_bytes(y) || (x->offset < 0 && !ir_node_stages(d)) || read_from(g, pos, x)) return NULL;
     return x;
   }
   return NULL;
@@ -338,8 +338,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   g->next_value_id = nv;
   int *slot = ARENA_ARRAY(tmp, int, nv + 1);
   bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
-  int *rstage = ARENA_ARRAY(tmp, int, nv + 1); /* the stages reading each value (ir_reader_stages) */
-  ir_reader_stages(g, rstage, nv);
+  uint64_t *rmask = ARENA_ARRAY(tmp, uint64_t, nv + 1); /* the stages reading each value (ir_reader_stages) */
+  ir_reader_stages(g, rmask, nv);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int last = n->op == OP_SEND ? i + 1 : i; /* a send's data lives through its receive (one ring shift) */
@@ -363,7 +363,16 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       it->node = n;
       it->stage = n->stage;
     }
-    if (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) continue; /* persistent, placed by the caller */
+    if (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) { /* persistent, placed by the caller ... */
+      if (ir_node_stages(n) && !n->out[0]->host) { /* ... unless some pipeline stages hold it: among their values, always live */
+        Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), 0, n->op == OP_PARAM ? MEM_PARAM : MEM_OPTIM);
+        it->end = g->nnodes;
+        it->stage = n->stage;
+        it->set = n->stageset;
+        slot[n->out[0]->id] = p.n;
+      }
+      continue;
+    }
     if (is_view(n) && n->out[0]->offset != -2) {
       Value *in = n->in[0];
       Node *d = in->def;
@@ -381,9 +390,9 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       Value *v = n->out[k];
       if (n->op == OP_ARG || v->offset == -2 || v->host) continue; /* (host values: place_host) */
       Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
-      /* a pipeline stage's value that only its stage reads (codegen zeroes the others' on the
+      /* a pipeline stage's value that only its stages read (codegen zeroes the others' on the
        * other stages: those every rank touches) */
-      it->stage = n->stage && (rstage[v->id] == n->stage || rstage[v->id] == -2) ? n->stage : 0;
+      if (ir_node_stages(n) && !(rmask[v->id] & ~ir_node_stages(n))) it->stage = n->stage, it->set = n->stageset;
       slot[v->id] = p.n;
     }
   }
@@ -393,8 +402,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (!view[i] || !slot[g->nodes[i]->out[0]->id]) continue;
     const Node *n = g->nodes[i];
     Interval *it = &p.iv[slot[n->out[0]->id] - 1];
-    int r = rstage[n->out[0]->id];
-    if (n->stage != it->stage || (r != -2 && r != it->stage)) it->stage = 0;
+    uint64_t own = it->stage ? 1ull << (it->stage - 1) : it->set; /* the interval's stages (0: every rank) */
+    if (ir_node_stages(n) != own || (rmask[n->out[0]->id] & ~own)) it->stage = 0, it->set = 0;
   }
   /* results live to the end; classify gradients; alias in-place updates */
   for (int r = 0; r < g->nresults; r++) {
@@ -422,13 +431,18 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
         if (g->nodes[j]->in[q] == n->out[0]) w = j;
     if (p.iv[slot[x->id] - 1].end < w) p.iv[slot[x->id] - 1].end = w;
   }
+  /* a value written into a source's bytes: the source's offset, once placed (a source held on one
+   * pipeline stage is placed with the transients: after the packing) */
+  Value **onto_y = ARENA_ARRAY(tmp, Value *, p.n + 1), **onto_x = ARENA_ARRAY(tmp, Value *, p.n + 1);
+  int nonto = 0;
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
     if (!v || !is_update(v->def->op)) continue;
     Value *target = v->def->in[v->idx == 0 ? 0 : v->idx + 1]; /* p' <- p, m' <- m, v' <- v */
     if ((target->def->op == OP_PARAM || target->def->op == OP_STATE) && !read_after(g, v->def, target)) {
       p.iv[i].bytes = 0; /* in place */
-      p.iv[i].v->offset = target->offset;
+      onto_y[nonto] = v;
+      onto_x[nonto++] = target;
       p.iv[i].v = NULL;
     }
   }
@@ -438,8 +452,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     Value *target = v ? gathered_param(g, v, p.iv[i].start) : NULL;
     if (!target) continue;
     p.iv[i].bytes = 0;
-    v->offset = target->offset;
-    v->mclass = target->mclass;
+    onto_y[nonto] = v;
+    onto_x[nonto++] = target;
     p.iv[i].v = NULL;
   }
   /* all-reduce in place: output k joins input k's interval when that interval ends at the
@@ -479,7 +493,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       if (twice) continue;
       p.iv[sx].end = p.iv[sy].end;
       p.iv[sx].mclass = p.iv[sy].mclass;
-      if (p.iv[sx].stage != p.iv[sy].stage) p.iv[sx].stage = 0;
+      if (p.iv[sx].stage != p.iv[sy].stage || p.iv[sx].set != p.iv[sy].set) p.iv[sx].stage = 0, p.iv[sx].set = 0;
       p.iv[sy].bytes = 0;
       root[sy] = sx;
       alias_y[nalias] = y;
@@ -495,7 +509,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   p.n = k;
   int64_t size = memplan_pack(p.iv, p.n, tmp);
   int64_t cls[MEM_COUNT] = {0};
-  int64_t pk = memplan_peak(p.iv, p.n, g->nnodes, cls, tmp);
+  bool top = !g->parent && mp->stage_peak; /* the step: each pipeline stage's peak too */
+  int64_t pk = memplan_peak(p.iv, p.n, g->nnodes, cls, tmp, top ? mp->stage_peak : NULL, top ? mp->nstages : 0);
   for (int i = 0; i < MEM_COUNT; i++) by_class[i] = cls[i];
   *peak_out = pk;
   for (int i = 0; i < p.n; i++) {
@@ -506,6 +521,10 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       mp->nvalues++;
       if (p.iv[i].bytes > mp->largest[p.iv[i].mclass]) mp->largest[p.iv[i].mclass] = p.iv[i].bytes;
     }
+  }
+  for (int k = 0; k < nonto; k++) {
+    onto_y[k]->offset = onto_x[k]->offset;
+    onto_y[k]->mclass = onto_x[k]->mclass;
   }
   for (int a = 0; a < nalias; a++) { /* in node order: an output merged into an earlier output resolves */
     alias_y[a]->offset = alias_x[a]->offset;
@@ -699,7 +718,7 @@ bool pass_memplan(Module *m) {
   for (int o = 0; o < 3; o++)
     for (int i = 0; i < g->nnodes; i++) {
       Node *n = g->nodes[i];
-      if (n->op != order[o] || n->out[0]->host) continue;
+      if (n->op != order[o] || n->out[0]->host || ir_node_stages(n)) continue; /* (some stages': plan_graph) */
       Value *v = n->out[0];
       v->offset = off;
       v->mclass = cls[o];
@@ -714,6 +733,8 @@ bool pass_memplan(Module *m) {
   arena_init(&tmp);
   place_host(g, mp, &tmp);
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
+  mp->nstages = m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 0;
+  mp->stage_peak = mp->nstages ? ARENA_ARRAY(m->arena, int64_t, mp->nstages) : NULL;
   int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA);
   arena_free(&tmp);
   place_stacked(g);
@@ -722,6 +743,7 @@ bool pass_memplan(Module *m) {
   cut_groups(g, &next_id);
   for (int i = 0; i < MEM_COUNT; i++) mp->by_class[i] += by_class[i];
   mp->peak = off + peak;
+  for (int s = 0; s < mp->nstages; s++) mp->stage_peak[s] += off;
   mp->total = off + transient;
   m->memplan = mp;
   return true;

@@ -31,6 +31,8 @@ typedef struct MemPlan {
    * allocation (pinned), apart from `total` */
   int64_t host_total;               /* bytes of the host allocation */
   int64_t host_state;               /* of which the optimizer state (the rest: the update's copies) */
+  int nstages;                      /* pipeline parallelism: pp (0 without) */
+  int64_t *stage_peak;              /* [nstages]: each stage's peak (peak is the largest); NULL without pp */
 } MemPlan;
 
 enum { MEMPLAN_ALIGN = 64 };

@@ -112,16 +112,31 @@ static int dedup_spans(Span *s, int n, int *slot, int cap, int *used) {
   return k;
 }
 
+/* The largest stage (Node.stage numbering: 1 + the pp coordinate) an interval is one of. */
+static int max_stage(const Interval *iv, int n) {
+  int nst = 0;
+  for (int i = 0; i < n; i++) {
+    if (iv[i].stage > nst) nst = iv[i].stage;
+    if (iv[i].set && 64 - __builtin_clzll(iv[i].set) > nst) nst = 64 - __builtin_clzll(iv[i].set);
+  }
+  return nst;
+}
+
+/* Whether interval x is on stage s (1 + the pp coordinate; 0: every rank's values): its own. */
+static bool on_stage(const Interval *x, int s) {
+  if (!s) return !x->stage && !x->set;
+  return x->stage == s || (!x->stage && x->set >> (s - 1) & 1);
+}
+
 /* Greedy placement: largest first, lowest offset that does not overlap a placed
  * interval whose lifetime intersects. Returns the arena size. */
 int64_t memplan_pack(Interval *iv, int n, Arena *a) {
   /* by size desc, then start asc, then index: deterministic */
   PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
-  int npos = 1, nst = 0;
+  int npos = 1, nst = max_stage(iv, n);
   for (int i = 0; i < n; i++) {
     order[i] = (PackKey){-iv[i].bytes, iv[i].start, i};
     if (iv[i].end + 1 > npos) npos = iv[i].end + 1;
-    if (iv[i].stage > nst) nst = iv[i].stage;
   }
   qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
   int leaves = 1;
@@ -143,8 +158,9 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
     /* the placed intervals alive at x's start, then those starting within x's lifetime, of the
      * stages x meets: every rank's and its own (an every-rank value: all) */
     for (int s = 0; s <= nst; s++) {
-      if (x->stage ? s && s != x->stage : s) continue;
-      const Placed *pl = x->stage || !nst ? &by_stage[s] : &all; /* an every-rank value: all at once */
+      bool every = !x->stage && !x->set; /* an every-rank value meets all at once */
+      if (every ? s != 0 : s && !on_stage(x, s)) continue;
+      const Placed *pl = !every || !nst ? &by_stage[s] : &all;
       for (int t = x->start + leaves; t >= 1; t >>= 1)
         for (int k = 0; k < pl->alive[t].n; k++) {
           const Interval *y = &iv[pl->alive[t].id[k]];
@@ -167,8 +183,9 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
     }
     x->offset = off;
     if (off + x->bytes > size) size = off + x->bytes;
-    for (int w = 0; w < (nst ? 2 : 1); w++) {
-      Placed *pl = w ? &all : &by_stage[x->stage];
+    for (int s = 0; s <= nst + (nst ? 1 : 0); s++) { /* its stage's index (a set: each of its stages'), or every rank's; then all */
+      if (s <= nst && !on_stage(x, s)) continue;
+      Placed *pl = s <= nst ? &by_stage[s] : &all;
       for (int l = x->start + leaves, r = x->end + leaves + 1; l < r; l >>= 1, r >>= 1) {
         if (l & 1) idlist_push(&pl->alive[l++], xi, a);
         if (r & 1) idlist_push(&pl->alive[--r], xi, a);
@@ -183,31 +200,38 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
 /* The peak over positions and, under pipeline parallelism, over stages (a rank holds every
  * rank's values and its own stage's): bytes live per position from each stage's differences (+ at
  * an interval's start, - after its end), O(intervals + stages x positions). */
-int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a) {
-  int nst = 0;
-  for (int i = 0; i < n; i++)
-    if (iv[i].stage > nst) nst = iv[i].stage;
+int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a, int64_t *per_stage,
+                     int nstages) {
+  int nst = max_stage(iv, n);
   int64_t *delta = ARENA_ARRAY(a, int64_t, (size_t)(nst + 1) * (size_t)(npos + 2)); /* [stage][position] */
   for (int i = 0; i < n; i++) {
     if (iv[i].start > npos) continue;
-    int64_t *d = delta + (size_t)iv[i].stage * (size_t)(npos + 2);
-    d[iv[i].start] += iv[i].bytes;
-    d[(iv[i].end < npos ? iv[i].end : npos) + 1] -= iv[i].bytes;
+    for (int s = 0; s <= nst; s++) {
+      if (!on_stage(&iv[i], s)) continue;
+      int64_t *d = delta + (size_t)s * (size_t)(npos + 2);
+      d[iv[i].start] += iv[i].bytes;
+      d[(iv[i].end < npos ? iv[i].end : npos) + 1] -= iv[i].bytes;
+    }
   }
   int64_t *every = ARENA_ARRAY(a, int64_t, npos + 1); /* every rank's values live at each position */
   for (int t = 0; t <= npos; t++) every[t] = (t ? every[t - 1] : 0) + delta[t];
   int64_t top = -1;
   int best = 0, best_st = 0;
+  for (int s = 0; per_stage && s < nstages; s++) /* a stage without values of its own: every rank's peak */
+    for (int t = 0; t <= npos; t++)
+      if (every[t] > per_stage[s]) per_stage[s] = every[t];
   for (int st = nst ? 1 : 0; st <= nst; st++) {
     const int64_t *d = delta + (size_t)st * (size_t)(npos + 2);
-    int64_t own = 0;
+    int64_t own = 0, mine = 0;
     for (int t = 0; t <= npos; t++) {
       if (st) own += d[t];
+      if (every[t] + own > mine) mine = every[t] + own;
       if (every[t] + own > top) top = every[t] + own, best = t, best_st = st;
     }
+    if (per_stage && st && st <= nstages) per_stage[st - 1] = mine;
   }
   for (int i = 0; i < n; i++)
-    if (iv[i].start <= best && best <= iv[i].end && (!iv[i].stage || iv[i].stage == best_st)) {
+    if (iv[i].start <= best && best <= iv[i].end && (on_stage(&iv[i], 0) || on_stage(&iv[i], best_st))) {
       by_class[iv[i].mclass] += iv[i].bytes - iv[i].comm;
       by_class[MEM_COMM] += iv[i].comm;
     }

@@ -16,13 +16,17 @@ typedef struct {
   int stage;      /* Node.stage of a value only its pipeline stage touches (passes/pipe.c), 0: every rank */
   int64_t comm;   /* of bytes, those the peak counts as communication (a region block: its body's
                      packing buffers live at the body's peak); the rest are mclass's */
+  uint64_t set;   /* with stage 0: the stages whose ranks alone touch it, bit s for stage s (a parameter held on
+                     the first and the last stage, passes/pipe_owners.c); 0: every rank */
 } Interval;
 
 /* Assigns every interval an offset from the transient base; returns the arena's size. */
 int64_t memplan_pack(Interval *iv, int n, Arena *a);
 
 /* The peak bytes live over positions 0..npos (per pipeline stage: every rank's values plus the
- * stage's own), its bytes by class added to by_class. */
-int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a);
+ * stage's own), its bytes by class added to by_class; per_stage (NULL, or room for nstages): each
+ * stage's own peak (every stage's the same without staged intervals). */
+int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_COUNT], Arena *a, int64_t *per_stage,
+                     int nstages);
 
 #endif

@@ -16,8 +16,11 @@
  * What reads several stages' values of a micro-batch (the gradient sums, the tied embedding's
  * two contributions) runs on every rank once the micro-batch is done: a stage holds zeros in
  * the others' values, so each rank sums its own part. After the last micro-batch, the sums of
- * what is not split over pp (the loss, the gradients of parameters outside the layers) are
- * all-reduced over pp. Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
+ * what is not split over pp (the loss, the gradients of parameters outside the layers held on
+ * every stage) are all-reduced over pp; a parameter outside the layers read on one stage only is
+ * held there (owned_params: its gradient's sum is whole there), one read on two (a tied
+ * embedding) on both, its gradient's parts exchanged between them (pipe_pair_sum, in
+ * passes/pipe_owners.c). Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
  * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
  * layout): virtual stage k = c pp + s runs chunk c of stage s's layers (its rows sliced once per
  * step), the wrap from the last stage's chunk c to the first stage's chunk c + 1 is a transfer at
@@ -38,6 +41,8 @@
 Node *stage_accum_region(Graph *g);
 bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd);
 bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw);
+void pipe_own(Graph *g, Node *update, uint64_t stages);
+Value *pipe_pair_sum(Graph *g, Value *x, int a, int b, int tag, int pp, SrcLoc loc);
 
 enum { PIPE_TAG = 1000 };
 enum { C_NONE, C_FIRST, C_LAST, C_FIRSTB, C_ALL, C_MERGE, C_LOOP };
@@ -57,6 +62,10 @@ typedef struct {
   const int *rows; /* uneven stages (`pp N layers(..)`, RT_BLOCKS_STAGES): each stage's layers; NULL: even */
   PtrMap *own;    /* uneven stages [pp]: stacked layer value -> its stage's rows (padding dropped) */
   Value **sum;    /* [ncarry]: the running sums */
+  uint64_t *owner; /* [ncarry]: a sum held on one stage (its bit: the gradient of a parameter only it reads), 0: every stage's */
+  Node **owned;    /* [nowned]: the updates of the parameters held on some stages (owned_params) */
+  uint64_t *owned_set; /* [nowned]: those stages (one, or two: a tied embedding's first and last) */
+  int nowned;
 } Pp;
 
 static int pos_in(const Graph *g, const Node *n) {
@@ -492,10 +501,55 @@ static void reader_stages(const Pp *p, const Value *v, bool *on) {
   }
 }
 
-/* Per stage: the parameters outside the layers (not split over pp: held whole on every stage
- * today) that its instructions never read, with their optimizer states ("<kind>:<name>") and a
- * gradient of their size: the bytes that holding each such parameter on its own stages only
- * would save there (docs/pipeline.md, "Not yet"). */
+/* The parameters outside the layers held only where they are read (docs/pipeline.md): for each
+ * update of such a parameter after the micro-step, its gradient's running sum (the carry the
+ * update's gradient comes from) and the stages whose instructions read it (reader_stages). A
+ * parameter read on one stage alone is that stage's: its gradient's sum is whole there (the other
+ * stages' parts are zeros), so it is not summed over pp; one read on two (a tied embedding: the
+ * first stage's lookup, the last's head) is theirs, its gradient summed between the two
+ * (pipe_pair_sum). owner[carry]: those stages' bits; pipe_own (passes/pipe_owners.c) then puts the
+ * parameter, its state, update and the clip's sum of squares on them. Returns how many; upd[k] is
+ * the k-th's update, ust[k] its stages. */
+static int owned_params(const Pp *p, Node *const *after, int nafter, uint64_t *owner, Node **upd, uint64_t *ust) {
+  int n = 0;
+  if (p->pp > 64) return 0; /* (a stage set is a 64-bit mask) */
+  bool *on = calloc((size_t)p->pp, sizeof(bool));
+  if (!on) die("out of memory");
+  for (int i = 0; i < nafter; i++) {
+    Node *u = after[i];
+    if ((u->op != OP_ADAMW_UPDATE && u->op != OP_SGD_UPDATE) || u->in[0]->def->op != OP_PARAM) continue;
+    const Value *pv = u->in[0];
+    if (pv->sharding.split[0] == RT_AX_PP && pv->shape.rank > 0) continue;
+    Value *gv = u->in[1]; /* back to the running sum: the accumulation's mean, a reduction, casts */
+    for (int d = 0; d < 16 && gv->def != p->A && gv->def->graph == p->g && gv->def->nin > 0; d++)
+      gv = gv->def->nin == gv->def->nout ? gv->def->in[gv->idx] : gv->def->in[0];
+    if (gv->def != p->A || gv->idx >= p->A->a.ncarry) continue;
+    memset(on, 0, (size_t)p->pp * sizeof(bool));
+    reader_stages(p, pv, on);
+    uint64_t mask = 0;
+    int k = 0;
+    for (int s = 0; s < p->pp; s++)
+      if (on[s]) mask |= 1ull << s, k++;
+    if (k < 1 || k > 2 || k == p->pp) continue; /* read on more stages: every stage's */
+    owner[gv->idx] = mask;
+    ust[n] = mask;
+    upd[n++] = u;
+  }
+  free(on);
+  return n;
+}
+
+/* The stages holding PARAM node n (owned_params, a bit per stage), or 0: every stage. */
+static uint64_t owner_of(const Pp *p, const Node *n) {
+  for (int k = 0; k < p->nowned; k++)
+    if (p->owned[k]->in[0]->def == n) return p->owned_set[k];
+  return 0;
+}
+
+/* Per stage: the parameters outside the layers held there (not split over pp, read on several
+ * stages: a tied embedding, on every stage) that its instructions never read, with their
+ * optimizer states ("<kind>:<name>") and a gradient of their size: the bytes that holding each
+ * such parameter on its reader stages only would save there (docs/pipeline.md, "Not yet"). */
 static void unused_params(const Pp *p, PipePlan *pl) {
   const Graph *g = p->g;
   int pp = p->pp;
@@ -505,7 +559,7 @@ static void unused_params(const Pp *p, PipePlan *pl) {
   if (!names || !len || !on) die("out of memory");
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op != OP_PARAM || n->out[0]->sharding.split[0] == RT_AX_PP || !n->a.name) continue;
+    if (n->op != OP_PARAM || n->out[0]->sharding.split[0] == RT_AX_PP || !n->a.name || owner_of(p, n)) continue;
     memset(on, 0, (size_t)pp * sizeof(bool));
     reader_stages(p, n->out[0], on);
     int64_t b = 2 * ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype); /* the parameter, its gradient */
@@ -548,10 +602,17 @@ static void plan_report(Pp *p, const PipeSched *s) {
   double *tw = calloc((size_t)p->pp, sizeof(double));
   int *infl = calloc((size_t)p->pp, sizeof(int));
   if (!tf || !tb || !tw || !infl) die("out of memory");
-  int64_t params = 0;
+  int64_t params = 0; /* every stage's; and each stage's own (owner_of) */
+  int64_t *own = calloc((size_t)p->pp, sizeof(int64_t));
+  if (!own) die("out of memory");
   for (int i = 0; i < p->g->nnodes; i++)
-    if (p->g->nodes[i]->op == OP_PARAM)
-      params += ir_numel(&p->g->nodes[i]->out[0]->shape) * ir_dtype_size(p->g->nodes[i]->out[0]->dtype);
+    if (p->g->nodes[i]->op == OP_PARAM) {
+      int64_t b = ir_numel(&p->g->nodes[i]->out[0]->shape) * ir_dtype_size(p->g->nodes[i]->out[0]->dtype);
+      uint64_t o = owner_of(p, p->g->nodes[i]);
+      for (int s = 0; s < p->pp; s++)
+        if (o >> s & 1) own[s] += b;
+      if (!o) params += b;
+    }
   double all = class_flops(p, C_ALL);
   double count = (double)p->F->a.count;
   pl->layer_fwd = local_flops(p->F) / count;
@@ -576,7 +637,7 @@ static void plan_report(Pp *p, const PipeSched *s) {
     x->bwd_flops = pl->layer_bwd * n + x->wgt_flops + (first ? class_flops(p, C_FIRSTB) : 0);
     x->act_bytes = (int64_t)((double)kept_bytes(p, 0, p->F) * n / count) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) +
                    (last ? kept_bytes(p, C_LAST, NULL) : 0);
-    x->param_bytes = params;
+    x->param_bytes = params + own[st];
     /* interleaved: an instruction is one of v chunks (the embedding and head spread over them) */
     x->fwd_flops /= p->v;
     x->bwd_flops /= p->v;
@@ -596,6 +657,7 @@ static void plan_report(Pp *p, const PipeSched *s) {
   pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
   for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];
   m->pipe = pl;
+  free(own);
   free(tf);
   free(tb);
   free(tw);
@@ -638,6 +700,13 @@ bool pass_pipe(Module *m) {
     free(order);
     pipe_sched_free(&s);
     return false;
+  }
+  { /* the parameters outside the layers that one stage alone reads: held there only */
+    int ia = pos_in(p.g, p.A), nafter = p.g->nnodes - ia - 1;
+    p.owner = ARENA_ARRAY(m->arena, uint64_t, p.A->a.ncarry + 1);
+    p.owned = ARENA_ARRAY(m->arena, Node *, nafter + 1);
+    p.owned_set = ARENA_ARRAY(m->arena, uint64_t, nafter + 1);
+    p.nowned = owned_params(&p, &p.g->nodes[ia + 1], nafter, p.owner, p.owned, p.owned_set);
   }
   plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
@@ -682,7 +751,7 @@ bool pass_pipe(Module *m) {
     int npart = 0;
     for (int c = 0; c < nc; c++) {
       bool split = p.A->out[c]->sharding.split[0] == RT_AX_PP && p.A->out[c]->shape.rank > 0;
-      if (!split && (p.sum[c]->shape.rank == 0) == (pass == 0)) {
+      if (!split && !p.owner[c] && (p.sum[c]->shape.rank == 0) == (pass == 0)) {
         which[npart] = c;
         part[npart++] = p.sum[c];
       }
@@ -699,6 +768,16 @@ bool pass_pipe(Module *m) {
       p.sum[c] = ar->out[q];
     }
   }
+  for (int c = 0, k = 0; c < nc; c++) /* a gradient held on two stages: summed between them */
+    if (p.owner[c] & (p.owner[c] - 1)) {
+      int tag = PIPE_TAG + 2 * (p.M * pp * p.v + k++);
+      if (tag + 1 > 0xffff) {
+        error_at(p.A->loc, "the pipeline's transfers need more tags than the runtime has (%d)", 0xffff - PIPE_TAG);
+        note("use fewer micro-batches per step");
+        return false;
+      }
+      p.sum[c] = pipe_pair_sum(g, p.sum[c], __builtin_ctzll(p.owner[c]), 63 - __builtin_clzll(p.owner[c]), tag, pp, p.A->loc);
+    }
   for (int i = 0; i < nafter; i++) {
     arena_grow(g->arena, (void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof(Node *));
     g->nodes[g->nnodes++] = after[i];
@@ -708,6 +787,7 @@ bool pass_pipe(Module *m) {
     for (int r = 0; r < g->nresults; r++)
       if (g->results[r] == p.A->out[c]) g->results[r] = p.sum[c];
   }
+  for (int k = 0; k < p.nowned; k++) pipe_own(g, p.owned[k], p.owned_set[k]);
   for (int i = 0; i < pp * p.v * p.M; i++) ptrmap_free(&p.map[i]);
   for (int i = 0; i < p.v; i++) ptrmap_free(&p.chunks[i]);
   for (int i = 0; i < pp; i++) ptrmap_free(&p.own[i]);

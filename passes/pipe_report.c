@@ -184,11 +184,17 @@ void pipe_print(FILE *f, const Module *m, const CostPipe *cp, const char *source
     fprintf(f, "#   %-5d %-12s %-15s %12.4g %12.4g %9.2f MiB %9d %11.2f MiB %7.2f MiB\n", s, layers, holds, x->fwd_flops,
             x->bwd_flops, mib(x->act_bytes), x->inflight, mib(x->act_bytes * x->inflight), mib(x->param_bytes));
   }
+  if (m->memplan && m->memplan->stage_peak) { /* the memory plan's, each stage's values and every rank's */
+    fprintf(f, "#   planned peak per rank by stage:");
+    for (int s = 0; s < p->pp && s < m->memplan->nstages; s++)
+      fprintf(f, "%s %d: %.2f MiB", s ? "," : "", s, mib(m->memplan->stage_peak[s]));
+    fprintf(f, "\n");
+  }
   bool any = false;
   for (int s = 0; s < p->pp; s++) any |= p->stage[s].unused_bytes > 0;
-  if (any) { /* the parameters outside the layers: every stage holds them (not yet only where used) */
-    fprintf(f, "#   held but unused (parameters outside the layers are kept on every stage, with their gradients and "
-               "optimizer state):\n");
+  if (any) { /* the parameters outside the layers read on several stages: every stage holds them */
+    fprintf(f, "#   held but unused (parameters outside the layers read on several stages, a tied embedding, are kept on "
+               "every stage, with their gradients and optimizer state):\n");
     for (int s = 0; s < p->pp; s++)
       if (p->stage[s].unused_bytes)
         fprintf(f, "#     stage %d: %.2f MiB, %lld bytes (%s)\n", s, mib(p->stage[s].unused_bytes),

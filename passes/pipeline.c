@@ -34,6 +34,7 @@ static const Pass passes[] = {
     {"buckets", pass_grad_buckets}, /* dp gradient all-reduces overlapped with backward, bucketed */
     {"recompute", pass_recompute},  /* activations of repeat blocks recomputed in backward (plan recompute) */
     {"zero", pass_zero},            /* ZeRO 1/2/3: optimizer state, gradients, parameters sharded over dp */
+    {"owners", pass_owners},        /* pipeline: what one stage alone needs (its own parameters' updates) on that stage */
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */
     {"epilogue", pass_epilogue},    /* a matmul's bias add (+ GELU / residual) into its GEMM (CUDA target) */

@@ -16,8 +16,8 @@
  *     completes them (as for ZeRO-2 over dp);
  *   - the embedding (what the forward loop's carried input is made of) is the first stage's,
  *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
- *     stay on every stage, and their gradients (the tied embedding's: first and last stage) are
- *     summed over pp once per step.
+ *     are held on the stages reading them (pipe.c's owned_params, passes/pipe_owners.c), their
+ *     gradients whole there (a tied embedding's: exchanged between the first and the last).
  * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B
  * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
  * parallelism needs nothing here: its ring's sends and receives (or all-to-alls) are over cp, whose

@@ -71,7 +71,10 @@ void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, doub
       rt_mesh_coords(mm, r, coord);
       bool w = true;
       for (int a = 0; a < RT_AX_COUNT && w; a++)
-        if (!(mask >> a & 1)) w = coord[a] == (a == RT_AX_DP ? ti % mm->dim[RT_AX_DP] : 0);
+        if (!(mask >> a & 1)) /* (along pp, a tensor held on some stages: the first of them) */
+          w = coord[a] == (a == RT_AX_DP              ? ti % mm->dim[RT_AX_DP]
+                           : a == RT_AX_PP && ir_node_stages(n) ? __builtin_ctzll(ir_node_stages(n))
+                                                                : 0);
       if (!w) continue;
       rank[r] += b;
       node[rt_mesh_node(mm, r) < nodes ? rt_mesh_node(mm, r) : 0] += b;

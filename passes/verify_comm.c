@@ -67,7 +67,7 @@ static VerifyColl entry(const Node *n, int64_t iter) {
 static void expand(const Graph *g, int64_t iter, int stage, VerifyCollSeq *s) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (stage >= 0 && n->stage && n->stage - 1 != stage) continue;
+    if (stage >= 0 && !ir_runs_on(n, stage)) continue;
     if (n->body && n->op == OP_REPEAT) {
       VerifyCollSeq body = {0};
       expand(n->body, -1, stage, &body);

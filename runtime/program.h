@@ -48,6 +48,9 @@ typedef struct {
   RtSharding shard;         /* split over the mesh (multi-rank programs); zeros: replicated */
   int host;                 /* 1: a device program's tensor in its host allocation (plan offload): offset is
                                from rt_ctx_host_mem, not from the device allocation */
+  uint64_t stages;          /* pipeline parallelism: the pp coordinates whose ranks hold it (bit per stage: a
+                               parameter outside the layers, its state and gradient on the stages reading it;
+                               its bytes are other values' elsewhere); 0: every rank (rt_tensor_held) */
 } RtTensor;
 
 typedef struct {

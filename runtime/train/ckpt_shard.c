@@ -10,7 +10,9 @@
  * A tensor's block on a rank is a few rectangles of the logical tensor (one per block of each split
  * dim: RtSharding.blocks, zigzag halves). Replicas (ranks that differ only on axes not splitting a
  * tensor) hold the same bytes; one of them writes it: coordinate 0 on every axis but dp, and along
- * dp the replica (tensor index mod dp), so data-parallel replicas share the writing.
+ * dp the replica (tensor index mod dp), so data-parallel replicas share the writing; along pp, for a
+ * tensor held on some stages only (RtTensor.stages: the embedding, the head), the first of them.
+ * A rank never loads a tensor its stage does not hold (those bytes are other values' there).
  *
  * Commit: rank 0 makes DIR/.tmp-step_N-sharded-PID (PID: rank 0's, which every rank learns at
  * the start; a crash's leftovers are cleared) before a barrier;
@@ -79,9 +81,10 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
 /* Whether the rank at coord writes tensor number ti (see the top of the file). */
 static int writes(const RtProgram *p, const RtTensor *t, int ti, const int coord[RT_AX_COUNT]) {
   unsigned mask = rt_tensor_split_mask(p, t);
+  if (!rt_tensor_held(p, t, coord[RT_AX_PP])) return 0;
   for (int a = 0; a < RT_AX_COUNT; a++) {
     if (mask >> a & 1) continue;
-    int want = a == RT_AX_DP ? ti % rt_program_degree(p, a) : 0;
+    int want = a == RT_AX_DP ? ti % rt_program_degree(p, a) : a == RT_AX_PP && t->stages ? __builtin_ctzll(t->stages) : 0;
     if (coord[a] != want) return 0;
   }
   return 1;
@@ -601,6 +604,7 @@ void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COU
   }
   for (int i = 0; i < p->ntensors; i++) {
     const RtTensor *t = &p->tensors[i];
+    if (!rt_tensor_held(p, t, coord[RT_AX_PP])) continue; /* another stage's: its bytes are other values' here */
     if (t->kind == RT_T_PARAM || (full && t->kind == RT_T_STATE)) load_tensor(&src, p, mem, t, coord, what);
   }
   for (int i = 0; i < src.nfiles; i++) {

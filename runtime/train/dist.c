@@ -151,6 +151,10 @@ unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t) {
   return mask;
 }
 
+int rt_tensor_held(const RtProgram *p, const RtTensor *t, int pp_coord) {
+  return !t->stages || rt_program_degree(p, RT_AX_PP) <= 1 || (pp_coord >= 0 && pp_coord < 64 && (t->stages >> pp_coord & 1));
+}
+
 int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i) {
   int64_t li = 0, mul = 1;
   for (int d = t->rank - 1; d >= 0; d--) {
@@ -177,12 +181,13 @@ void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]) {
 void rt_tensor_scatter(const RtCtx *ctx, const RtProgram *p, const RtTensor *t, const void *logical, void *local) {
   size_t es = rt_dtype_size((RtDType)t->dtype);
   int64_t n = rt_tensor_numel(t);
+  int coord[RT_AX_COUNT];
+  rt_ctx_coords(ctx, coord);
+  if (!rt_tensor_held(p, t, coord[RT_AX_PP])) return; /* another stage's: its bytes are not t's here */
   if (!rt_tensor_split_mask(p, t)) {
     memmove(local, logical, (size_t)n * es);
     return;
   }
-  int coord[RT_AX_COUNT];
-  rt_ctx_coords(ctx, coord);
   for (int64_t i = 0; i < n; i++) {
     int64_t li = rt_tensor_logical_index(p, t, coord, i);
     if (li < 0) memset((char *)local + (size_t)i * es, 0, es);
@@ -194,6 +199,8 @@ void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const v
   size_t es = rt_dtype_size((RtDType)t->dtype);
   int64_t n = rt_tensor_numel(t);
   unsigned mask = rt_tensor_split_mask(p, t);
+  int held = t->stages && rt_program_degree(p, RT_AX_PP) > 1; /* held on some stages: gathered over pp from them */
+  if (held) mask |= RT_MESH_PP;
   if (!mask) {
     memmove(logical, local, (size_t)n * es);
     return;
@@ -213,6 +220,7 @@ void rt_tensor_gather(RtCtx *ctx, const RtProgram *p, const RtTensor *t, const v
   for (int k = 0; k < size; k++) {
     int coord[RT_AX_COUNT];
     rt_mesh_coords(mesh, rt_group_member(g, k), coord);
+    if (held && !rt_tensor_held(p, t, coord[RT_AX_PP])) continue;
     const char *src = all + (size_t)k * bytes;
     for (int64_t i = 0; i < n; i++) {
       int64_t li = rt_tensor_logical_index(p, t, coord, i);

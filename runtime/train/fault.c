@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll.h"
 #include "run.h"
 
 static struct {
@@ -43,7 +44,7 @@ static void parse(RtRun *r) {
 
 void rt_fault_before_step(RtRun *r, int64_t s) {
   if (!F.parsed) parse(r);
-  if (!F.t || s != F.step) return;
+  if (!F.t || s != F.step || !rt_tensor_held(r->p, F.t, rt_ctx_coord(&r->ctx, RT_AX_PP))) return; /* (another stage's bytes) */
   rt_run_from_dev(r, F.t);
   float *x = (float *)rt_run_hptr(r, F.t);
   F.saved = x[0];

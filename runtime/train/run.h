@@ -143,7 +143,7 @@ void rt_run_put_input(RtRun *r, const RtTensor *t, double v);
 double rt_run_get_result(RtRun *r, const RtTensor *t);
 /* The first tensor of the kinds (bits 1 << RT_T_*) in hp's layout at mem holding NaN or Inf, and
  * its element (*elem); NULL when every one is finite. */
-const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, const int *coord,
+const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, const int *coord, int pp_coord,
                                           int64_t *elem);
 /* Training diverged at step s (loss or gradient norm non-finite on some rank, or a parameter
  * about to be checkpointed): waits for the checkpoint being written, names the first non-finite

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../rng.h"
+#include "coll.h"
 #include "run.h"
 
 static void put_scalar(char *mem, const RtTensor *t, double v) {
@@ -50,6 +51,7 @@ void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *
   for (int k = 0; k < p->ntensors; k++) {
     const RtTensor *t = &p->tensors[k];
     int64_t n = rt_tensor_numel(t);
+    if (!rt_tensor_held(p, t, coord[RT_AX_PP])) continue; /* another stage's: its bytes are other values' here */
     if (t->kind == RT_T_STATE) memset(mem + t->offset, 0, (size_t)n * rt_dtype_size(t->dtype));
     if (t->kind != RT_T_PARAM) continue;
     uint64_t key = rt_rng_key(seed, t->name);
@@ -106,10 +108,10 @@ static void get_tensor(RtRun *r, const RtTensor *t, void *dst) {
 }
 
 void rt_run_to_dev(RtRun *r, const RtTensor *t) {
-  if (r->dev && t) put_tensor(r, t, rt_run_hptr(r, t));
+  if (r->dev && t && rt_tensor_held(r->p, t, rt_ctx_coord(&r->ctx, RT_AX_PP))) put_tensor(r, t, rt_run_hptr(r, t));
 }
 static void from_dev(RtRun *r, const RtTensor *t) {
-  if (r->dev && t) get_tensor(r, t, rt_run_hptr(r, t));
+  if (r->dev && t && rt_tensor_held(r->p, t, rt_ctx_coord(&r->ctx, RT_AX_PP))) get_tensor(r, t, rt_run_hptr(r, t));
 }
 void rt_run_from_dev(RtRun *r, const RtTensor *t) { from_dev(r, t); }
 void rt_run_check_device_flags(RtRun *r, const char *what) {
@@ -267,10 +269,11 @@ void rt_run_snapshot_prepare(RtRun *r) {
 }
 
 const RtTensor *rt_first_nonfinite_tensor(const RtProgram *hp, const char *mem, int kinds, const int *coord,
-                                          int64_t *elem) {
+                                          int pp_coord, int64_t *elem) {
   for (int k = 0; k < hp->ntensors; k++) {
     const RtTensor *t = &hp->tensors[k];
     if (!(kinds >> t->kind & 1) || (coord && !rt_ckpt_shard_writes(hp, k, coord))) continue;
+    if (!rt_tensor_held(hp, t, pp_coord)) continue; /* another stage's bytes */
     int64_t i = rt_first_nonfinite(mem + t->offset, t->dtype, rt_tensor_numel(t));
     if (i >= 0) {
       *elem = i;
@@ -285,7 +288,7 @@ void rt_run_diverged(RtRun *r, int64_t s, const char *what) {
   int kinds = 1 << RT_T_PARAM | 1 << RT_T_STATE;
   kinds_from_dev(r, kinds);
   int64_t el = 0;
-  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, &el);
+  const RtTensor *t = rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, rt_ctx_coord(&r->ctx, RT_AX_PP), &el);
   char tensor[400] = "";
   if (t)
     snprintf(tensor, sizeof tensor, "; %s%stensor '%s' holds %s at element %lld", r->multi ? "on this rank " : "",
@@ -319,7 +322,7 @@ void rt_run_save(RtRun *r) {
   if (r->multi && !r->sharded) { /* logical: gathered whole on every rank, written by rank 0 */
     kinds_from_dev(r, kinds);
     /* never a checkpoint with NaN / Inf: every rank checks its blocks, all stop together */
-    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, &el) != NULL))
+    if (rt_dist_any(&r->ctx, rt_first_nonfinite_tensor(r->hp, r->hmem, kinds, NULL, rt_ctx_coord(&r->ctx, RT_AX_PP), &el) != NULL))
       rt_run_diverged(r, r->st.step, diverged);
     char *lmem = rt_xcalloc((size_t)r->lbytes + 64, 1);
     rt_gather_tensors(&r->ctx, r->hp, r->lp, r->hmem, lmem, kinds);
@@ -336,7 +339,7 @@ void rt_run_save(RtRun *r) {
     char *snap = rt_ckpt_sync() && !r->dev ? NULL : snapshot(r, mine, &bad);
     if (!snap) { /* synchronous: written from the training memory itself */
       snap = r->hmem;
-      bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, mine, &el) != NULL;
+      bad = rt_first_nonfinite_tensor(r->hp, snap, kinds, mine, rt_ctx_coord(&r->ctx, RT_AX_PP), &el) != NULL;
     }
     if (r->multi ? rt_dist_any(&r->ctx, bad) : bad) rt_run_diverged(r, r->st.step, diverged);
     if (!r->multi) {

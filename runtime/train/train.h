@@ -289,6 +289,9 @@ int rt_tensor_dim_inner(const RtProgram *p, const RtTensor *t, int d); /* the in
 /* The logical index along dim d of local index l on the rank at coord (not for RT_BLOCKS_STAGES dims). */
 int64_t rt_tensor_dim_index(const RtProgram *p, const RtTensor *t, int d, const int coord[RT_AX_COUNT], int64_t l);
 unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t);
+/* Whether the ranks of pipeline stage pp_coord hold t (RtTensor.stages): initialise, load, check
+ * and checkpoint it. Elsewhere its bytes belong to another stage's values: never touched. */
+int rt_tensor_held(const RtProgram *p, const RtTensor *t, int pp_coord);
 int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i);
 void rt_ctx_coords(const RtCtx *ctx, int coord[RT_AX_COUNT]);
 /* local = this rank's block of logical; logical = the whole tensor from every rank's local

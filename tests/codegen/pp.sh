@@ -12,11 +12,14 @@
 #   written under pp2 interleaved at step 10 resumes on one rank with the uninterrupted run's
 #   step-11 loss (checkpoints hold logical tensors: each stage its layers, interleaved ones too).
 #   Stages of unequal layer counts (pp2 layers(1, 3), pp3 layers(1, 2, 1), pp2 layers(3, 1) zb x
-#   dp2) give the single-rank curve too, and their checkpoints resume across layouts.
+#   dp2) give the single-rank curve too, and their checkpoints resume across layouts. The
+#   parameters outside the layers are held on the stages reading them only: a pp4 checkpoint
+#   (sharded and logical) resumes on one rank and under pp2, a one-rank one under pp4.
 #
 # Tolerance: |loss - loss_1rank| <= 1e-5 * |loss_1rank| at every step (lib.sh's, justified in
 # layouts.sh): micro-batches add their gradients in another order than one big batch, and the
-# tied embedding's two parts meet in an all-reduce: fp32 reorderings of a few ulps.
+# tied embedding's two parts meet in an all-reduce (pp2) or an exchange between the first and the
+# last stage (pp4): fp32 reorderings of a few ulps.
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -92,4 +95,23 @@ got=$(losses "$t/r_one.jsonl" | head -1)
 awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d;
   printf "resume pp2 interleaved step 10 -> 1 rank: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", a, b, d / b;
   exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: a pp2 checkpoint resumed on one rank"; exit 1; }
+# parameters outside the layers held on the stages reading them only (pp4: wpe on stage 0, the final
+# norm on 3, the tied wte on 0 and 3; their bytes are other values' on the other stages): a pp4
+# checkpoint, sharded (each written by its first holder) or logical (gathered from its holders),
+# resumes on one rank and under pp2, and a one-rank one under pp4, with the uninterrupted step-11 loss
+"${mpi[@]}" -np 4 "$t/pp4" "${run[@]}" --stop-at 10 --save-to "$t/ck4" >/dev/null
+"${mpi[@]}" -np 4 "$t/pp4" "${run[@]}" --stop-at 10 --ckpt-format logical --save-to "$t/ck4l" >/dev/null
+"$t/one" "${run[@]}" --threads 2 --stop-at 10 --save-to "$t/ck1" >/dev/null
+"$t/one" "${run[@]}" --threads 2 --resume "$t/ck4" --stop-at 11 --log "$t/r4_one.jsonl" --save-to "$t/r4_one" >/dev/null
+"${mpi[@]}" -np 2 "$t/pp2" "${run[@]}" --resume "$t/ck4l" --stop-at 11 --log "$t/r4l_pp2.jsonl" --save-to "$t/r4l_pp2" >/dev/null
+"${mpi[@]}" -np 4 "$t/pp4" "${run[@]}" --resume "$t/ck1" --stop-at 11 --log "$t/r1_pp4.jsonl" --save-to "$t/r1_pp4" >/dev/null
+for r in "pp4 -> 1 rank:$t/r4_one.jsonl:$t/pp4.jsonl" "pp4 logical -> pp2:$t/r4l_pp2.jsonl:$t/pp4.jsonl" \
+  "1 rank -> pp4:$t/r1_pp4.jsonl:$t/one.jsonl"; do
+  IFS=: read -r what f ref <<<"$r"
+  got=$(losses "$f" | head -1)
+  want=$(losses "$ref" | sed -n 11p)
+  awk -v a="$got" -v b="$want" -v w="$what" 'BEGIN { d = a - b; if (d < 0) d = -d;
+    printf "resume %s, step 10: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", w, a, b, d / b;
+    exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: resume $what"; exit 1; }
+done
 echo "pipeline parallelism: ok"

@@ -8,7 +8,9 @@
  * Both are interpreted in fp64 (the pipelined one on pp x dp x tp simulated ranks, each stage
  * running its predicated part) for two AdamW steps (with the recipe's gradient clipping); after
  * each step the loss, the grad norm, every gradient and every updated parameter and optimizer
- * state must agree within a relative error of 1e-10, and replicas agree (spread). The checks also
+ * state must agree within a relative error of 1e-10, and replicas agree (spread); a parameter held on
+ * some stages only (the embedding on the first, the head and the final norm on the last, a tied
+ * embedding on both), its state and gradient, on those stages' ranks. The checks also
  * assert the program's shape: each stage sends and receives 2 (pp - 1 neighbours) transfers per
  * micro-batch, no micro-step region is left, the layer parameters are split over pp.
  * Interleaved 1F1B (2 chunks per stage) runs at pp 2 for every plan with an even number of
@@ -91,8 +93,11 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
       (n->op == OP_SEND ? sends : recvs)[n->stage - 1]++;
     if (n->op == OP_PARAM && n->out[0]->sharding.split[0] == RT_AX_PP) split++;
   }
+  int tied = 0; /* a parameter held on two stages (a tied embedding): its gradient's exchange, one each way */
+  for (int i = 0; i < g->nnodes; i++) tied += g->nodes[i]->op == OP_PARAM && g->nodes[i]->stageset;
   for (int s = 0; s < pp; s++) {
     int want = (int)M * ((v - (s == pp - 1)) + (v - (s == 0))); /* its virtual stages' neighbours */
+    want += (s == 0 || s == pp - 1) ? tied : 0;
     if (sends[s] != want || recvs[s] != want) {
       fprintf(stderr, "FAIL %s: stage %d sends %d and receives %d, not %d each\n", what, s, sends[s], recvs[s], want);
       failures++;
@@ -100,6 +105,31 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
   }
   if (region || split == 0) {
     fprintf(stderr, "FAIL %s: %d micro-step regions left, %d params split over pp\n", what, region, split);
+    failures++;
+  }
+  /* the parameters outside the layers are held where they are read (passes/pipe_owners.c): the
+   * embedding on the first stage, the head and the final norm on the last, a tied embedding on
+   * both (at pp 2 that is every stage); their optimizer states with them */
+  int owned = 0, every = 0, states = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if ((n->op != OP_PARAM && n->op != OP_STATE) || n->out[0]->sharding.split[0] == RT_AX_PP) continue;
+    uint64_t st = ir_node_stages(n);
+    if (n->op == OP_STATE) {
+      states += st != 0;
+      continue;
+    }
+    int k = __builtin_popcountll(st);
+    if (st && (k > 2 || (k == 2 && st != (1ull | 1ull << (pp - 1))))) {
+      fprintf(stderr, "FAIL %s: %s held on stages 0x%llx\n", what, n->a.name, (unsigned long long)st);
+      failures++;
+    }
+    owned += st != 0;
+    every += st == 0;
+  }
+  if (owned < 2 || every > (pp == 2 ? 1 : 0) || states != 2 * owned) {
+    fprintf(stderr, "FAIL %s: %d parameters outside the layers held on their stages (%d states), %d on every stage\n",
+            what, owned, states, every);
     failures++;
   }
   int wloops = 0; /* zb: one weight-gradient loop (no carry) per stage and micro-batch */
