@@ -72,7 +72,7 @@ static int next_start(const Placed *pl, int p, int end) {
  * as it is in order and leaves the parts above the gap unsorted. Returns true once the gap is
  * found (the walk stops there). */
 static bool first_fit(Span *s, int n, int64_t bytes, int64_t *off) {
-  if (n > 24) {
+  while (n > 24) { /* the part above the pivot: a loop, not a call */
     int64_t p = s[n / 2].a;
     int i = 0, j = n - 1;
     while (i <= j) {
@@ -87,7 +87,7 @@ static bool first_fit(Span *s, int n, int64_t bytes, int64_t *off) {
     /* [0, j]: starts <= p, [j + 1, i): starts == p, [i, n): starts >= p */
     if (first_fit(s, j + 1, bytes, off)) return true;
     if (first_fit(s + j + 1, i - j - 1, bytes, off)) return true;
-    return first_fit(s + i, n - i, bytes, off);
+    s += i, n -= i;
   }
   for (int i = 1; i < n; i++) {
     Span t = s[i];
