@@ -155,10 +155,27 @@ static int ext_of(const CgEwRun *r, const Value *v) {
   return -1;
 }
 
-static bool is_result(const Graph *g, const Value *v) {
+/* Adds g's own results (those g defines) and, below it, its bodies' to c->results. */
+static void index_results(Cg *c, const Graph *g) {
   for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
+    if (g->results[i]->def->graph == g) ptrmap_put(&c->results, g->results[i], 1);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) index_results(c, g->nodes[i]->body);
+}
+
+/* Whether v (defined in its graph) is read more than `inside` times there or below (a value is
+ * read only in the graph that defines it and its bodies, so the module-wide count is its
+ * ir_count_uses_deep), or is a result of its graph. The counts are the module's as planned:
+ * emission changes no graph. */
+static bool read_outside(Cg *c, const Value *v, int inside) {
+  if (!c->indexed) {
+    ir_use_counts(c->m->graph, &c->uses);
+    index_results(c, c->m->graph);
+    c->indexed = true;
+  }
+  intptr_t n = 0, r = 0;
+  ptrmap_get(&c->uses, v, &n);
+  return ptrmap_get(&c->results, v, &r) || n > inside;
 }
 
 void cg_ew_run(Cg *c, Node *first, CgEwRun *r) {
@@ -186,7 +203,7 @@ void cg_ew_run(Cg *c, Node *first, CgEwRun *r) {
     int inside = 0;
     for (int j = i + 1; j < r->n; j++)
       for (int k = 0; k < r->mem[j]->nin; k++) inside += r->mem[j]->in[k] == y;
-    r->stored[i] = is_result(g, y) || ir_count_uses_deep(g, y) > inside;
+    r->stored[i] = read_outside(c, y, inside);
     r->nstored += r->stored[i];
   }
   if (r->nstored == 0) die("codegen: an elementwise run stores nothing");

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "module.h"
+#include "ptrmap.h"
 
 typedef struct {
   const Node *arg;  /* an ARG of a body being emitted */
@@ -55,6 +56,10 @@ typedef struct Cg {
   uint64_t *rstage;     /* [top graph value id]: the pipeline stages reading it (ir_reader_stages, a mask) */
   const char *obj_path; /* where a backend that compiles its own kernels writes their object file
                            (CgOptions.obj_path; NULL: nowhere) */
+  PtrMap uses;          /* value -> its reads in the module's graph and its bodies (ir_use_counts),
+                           built at the first fused run (cg_ew_run): one walk, not one a member */
+  PtrMap results;       /* value -> 1 when the graph defining it yields it (cg_ew_run) */
+  bool indexed;         /* uses and results are built */
 } Cg;
 
 /* A target: how compute nodes become code. emit.c calls only these; `node` is called for every

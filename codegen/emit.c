@@ -833,6 +833,8 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   fprintf(f, "};\n\n");
   fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &program); }\n");
   bool ok = c.ok;
+  ptrmap_free(&c.uses);
+  ptrmap_free(&c.results);
   arena_free(&a);
   return ok;
 }

@@ -1,6 +1,7 @@
 /* passes/memplan_pack.c — the memory plan's allocator (passes/memplan.c places values and gives
  * each transient an interval): intervals packed at offsets by a greedy best-offset allocator,
  * largest first, and the peak over positions and pipeline stages. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,26 +26,33 @@ static int pack_key_cmp(const void *x, const void *y) {
  * (an every-rank value meets every stage's: one walk of its lifetime, not one per stage).
  * An unrolled pipeline schedule makes tens of thousands of intervals, each meeting a few dozen
  * (a few hundred over 16 stages): pack's cost follows the meetings, not the pairs. */
+/* A conflict's bytes: [a, b). */
 typedef struct {
-  int *id;
-  int n, cap;
-} IdList;
+  int64_t a, b;
+} Span;
 
-static void idlist_push(IdList *l, int id, Arena *a) {
-  arena_grow(a, (void **)&l->id, &l->cap, l->n + 1, sizeof(int));
-  l->id[l->n++] = id;
+/* The placed intervals' bytes, kept in the index itself (placed, an interval's bytes no longer
+ * move): a lookup reads them in a row instead of gathering the intervals. */
+typedef struct {
+  Span *s;
+  int n, cap;
+} SpanList;
+
+static void spanlist_push(SpanList *l, Span x, Arena *a) {
+  arena_grow(a, (void **)&l->s, &l->cap, l->n + 1, sizeof(Span));
+  l->s[l->n++] = x;
 }
 
 typedef struct {
-  IdList *alive;  /* [2 * leaves]: tree node -> the intervals covering its positions */
-  IdList *starts; /* [npos]: position -> the intervals starting there */
+  SpanList *alive;  /* [2 * leaves]: tree node -> the intervals covering its positions */
+  SpanList *starts; /* [npos]: position -> the intervals starting there */
   uint64_t *some; /* [npos / 64 + 1]: bit p: starts[p] is not empty (a long lifetime skips the rest) */
 } Placed;
 
 static Placed placed_new(Arena *a, int leaves, int npos) {
   uint64_t *some = ARENA_ARRAY(a, uint64_t, npos / 64 + 1);
   memset(some, 0, (size_t)(npos / 64 + 1) * sizeof *some);
-  return (Placed){ARENA_ARRAY(a, IdList, 2 * leaves), ARENA_ARRAY(a, IdList, npos), some};
+  return (Placed){ARENA_ARRAY(a, SpanList, 2 * leaves), ARENA_ARRAY(a, SpanList, npos), some};
 }
 
 /* The first position in [p, end] where an interval starts, or end + 1. */
@@ -57,15 +65,14 @@ static int next_start(const Placed *pl, int p, int end) {
   return end + 1;
 }
 
-/* A conflict's bytes: [a, b). */
-typedef struct {
-  int64_t a, b;
-} Span;
-
-/* Sorts spans by start (insertion sort below a few dozen, else quicksort on the middle's start):
- * the gap pack finds depends only on the starts' order, not on the order of equal starts. */
-static void sort_spans(Span *s, int n) {
-  while (n > 24) {
+/* First fit over the conflicts: *off (0 on entry) becomes the lowest offset from which `bytes`
+ * overlap none of them — the first gap in their union, met by walking them in start order (the
+ * gap depends only on the starts' order, not on the order of equal starts). Sorted lazily: a
+ * quicksort on the middle's start (insertion sort below a few dozen) that walks each part as soon
+ * as it is in order and leaves the parts above the gap unsorted. Returns true once the gap is
+ * found (the walk stops there). */
+static bool first_fit(Span *s, int n, int64_t bytes, int64_t *off) {
+  while (n > 24) { /* the part above the pivot: a loop, not a call */
     int64_t p = s[n / 2].a;
     int i = 0, j = n - 1;
     while (i <= j) {
@@ -77,13 +84,10 @@ static void sort_spans(Span *s, int n) {
         s[j--] = t;
       }
     }
-    if (j + 1 < n - i) { /* recurse into the smaller side, loop on the larger */
-      sort_spans(s, j + 1);
-      s += i, n -= i;
-    } else {
-      sort_spans(s + i, n - i);
-      n = j + 1;
-    }
+    /* [0, j]: starts <= p, [j + 1, i): starts == p, [i, n): starts >= p */
+    if (first_fit(s, j + 1, bytes, off)) return true;
+    if (first_fit(s + j + 1, i - j - 1, bytes, off)) return true;
+    s += i, n -= i;
   }
   for (int i = 1; i < n; i++) {
     Span t = s[i];
@@ -91,6 +95,11 @@ static void sort_spans(Span *s, int n) {
     for (; j > 0 && s[j - 1].a > t.a; j--) s[j] = s[j - 1];
     s[j] = t;
   }
+  for (int i = 0; i < n; i++) {
+    if (*off + bytes <= s[i].a) return true;
+    if (s[i].b > *off) *off = s[i].b;
+  }
+  return false;
 }
 
 /* Drops repeated spans (the gap pack finds depends only on the set): an open-addressing table over
@@ -162,35 +171,28 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
       if (every ? s != 0 : s && !on_stage(x, s)) continue;
       const Placed *pl = !every || !nst ? &by_stage[s] : &all;
       for (int t = x->start + leaves; t >= 1; t >>= 1)
-        for (int k = 0; k < pl->alive[t].n; k++) {
-          const Interval *y = &iv[pl->alive[t].id[k]];
-          cspan[nconf++] = (Span){y->offset, y->offset + y->bytes};
-        }
+        for (int k = 0; k < pl->alive[t].n; k++) cspan[nconf++] = pl->alive[t].s[k];
       for (int p = next_start(pl, x->start + 1, x->end); p <= x->end; p = next_start(pl, p + 1, x->end))
-        for (int k = 0; k < pl->starts[p].n; k++) {
-          const Interval *y = &iv[pl->starts[p].id[k]];
-          cspan[nconf++] = (Span){y->offset, y->offset + y->bytes};
-        }
+        for (int k = 0; k < pl->starts[p].n; k++) cspan[nconf++] = pl->starts[p].s[k];
     }
     /* conflicts by offset, then the first gap that fits (the same span met again, as every stage's
      * copy of a value at one offset is, changes no gap: kept once) */
-    nconf = dedup_spans(cspan, nconf, dslot, dcap, dused);
-    sort_spans(cspan, nconf);
+    int lcap = 128; /* a table for this list's size: a small one stays in cache */
+    while (lcap < 2 * nconf && lcap < dcap) lcap *= 2;
+    nconf = dedup_spans(cspan, nconf, dslot, lcap, dused);
     int64_t off = 0;
-    for (int i = 0; i < nconf; i++) {
-      if (off + x->bytes <= cspan[i].a) break;
-      if (cspan[i].b > off) off = cspan[i].b;
-    }
+    first_fit(cspan, nconf, x->bytes, &off);
     x->offset = off;
     if (off + x->bytes > size) size = off + x->bytes;
+    Span mine = {off, off + x->bytes};
     for (int s = 0; s <= nst + (nst ? 1 : 0); s++) { /* its stage's index (a set: each of its stages'), or every rank's; then all */
       if (s <= nst && !on_stage(x, s)) continue;
       Placed *pl = s <= nst ? &by_stage[s] : &all;
       for (int l = x->start + leaves, r = x->end + leaves + 1; l < r; l >>= 1, r >>= 1) {
-        if (l & 1) idlist_push(&pl->alive[l++], xi, a);
-        if (r & 1) idlist_push(&pl->alive[--r], xi, a);
+        if (l & 1) spanlist_push(&pl->alive[l++], mine, a);
+        if (r & 1) spanlist_push(&pl->alive[--r], mine, a);
       }
-      idlist_push(&pl->starts[x->start], xi, a);
+      spanlist_push(&pl->starts[x->start], mine, a);
       pl->some[x->start >> 6] |= 1ull << (x->start & 63);
     }
   }
