@@ -452,6 +452,11 @@ static void st_read_kind(RtStFile *s, const RtProgram *p, char *mem, int kind) {
   for (int i = 0; i < n; i++) {
     const RtTensor *t = e[i].t;
     int sliced = e[i].layer >= 0;
+    if (sliced && !rt_json_get(s->hdr, e[i].name) && rt_json_get(s->hdr, t->name)) {
+      /* written whole, by a trainer from before every plan wrote stacked tensors per layer */
+      if (e[i].layer == 0) rt_st_read(s, t->name, t->dtype, t->dims, t->rank, mem + t->offset);
+      continue;
+    }
     rt_st_read(s, e[i].name, t->dtype, t->dims + sliced, t->rank - sliced, mem + e[i].src);
   }
   free(e);

@@ -382,7 +382,12 @@ static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, cons
   *n = 0;
   if (!src->index) { /* logical: the whole tensor, or one entry per layer */
     const char *file = t->kind == RT_T_PARAM ? src->legacy : "optimizer.safetensors";
-    if (!rt_ckpt_per_layer(p, t)) {
+    /* a stacked tensor is written per layer ("blocks.3.w"); a checkpoint from before every plan did
+     * (a 1-rank trainer that accumulated wrote "blocks.w" whole) is read whole */
+    char first[256];
+    rt_layer_name(first, sizeof first, t->name, 0);
+    if (!rt_ckpt_per_layer(p, t) ||
+        (!rt_json_get(source_file(src, file)->hdr, first) && rt_json_get(source_file(src, file)->hdr, t->name))) {
       Piece *pc = rt_xcalloc(1, sizeof *pc);
       *pc = (Piece){.file = file, .entry = t->name, .erank = t->rank};
       memcpy(pc->len, ld, sizeof pc->len);
