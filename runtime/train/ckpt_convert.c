@@ -400,6 +400,8 @@ static void print_dims(const int64_t *d, int rank) {
 }
 
 static void info(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) rt_user_error("cannot open checkpoint '%s': %s", path, strerror(errno));
   if (!rt_ckpt_is_sharded(path)) {
     char *dir = rt_ckpt_find(path);
     if (!dir) rt_user_error("'%s' holds no checkpoint (no model.safetensors or index.json)", path);
@@ -516,6 +518,11 @@ int rt_ckpt_tool(int argc, char **argv) {
   if (np != 2) return tool_usage(stderr);
   if (strcmp(format, "single") != 0 && strcmp(format, "sharded") != 0)
     rt_user_error("shardc ckpt convert: --format '%s' is neither single nor sharded", format);
+  struct stat sb;
+  if (stat(pos[0], &sb) != 0) rt_user_error("cannot open checkpoint '%s': %s", pos[0], strerror(errno));
+  char *found = rt_ckpt_find(pos[0]);
+  if (!found) rt_user_error("'%s' holds no checkpoint (no model.safetensors or index.json)", pos[0]);
+  free(found);
   int sharded = rt_ckpt_is_sharded(pos[0]);
   if (!strcmp(format, "single")) {
     if (!sharded) rt_user_error("'%s' is not a sharded checkpoint (no index.json): it is already a single file", pos[0]);
