@@ -24,6 +24,11 @@
 # 1-rank trainer without a corpus (--data '') is byte for byte the logical save of the same step
 # (tensor names, order, data and metadata: a 1-rank trainer that accumulates names its layers as
 # every other plan does).
+# shardc ckpt convert (on files only) writes each layout's sharded step 2 as a single file — dp=2 x
+# tp=2's byte for byte the logical save — adding at most twice the largest tensor to its peak; the
+# single files resume on 1 rank (zero 3's) and 4 ranks (pp=2's on dp=2 x tp=2) within 1e-5; zero 3's
+# converted back to a sharded checkpoint converts again to the same files and resumes on 1 rank
+# bit-identically with zero 3's own.
 # Across layouts: pp=2's and zero 3's step-2 checkpoints resumed on 4 ranks (dp=2 x tp=2), 2 ranks
 # (each other's layout) and 1 rank give steps 3 and 4 within 1e-5 of the writing layout's
 # uninterrupted run (tests/codegen/layouts.sh justifies the tolerance, and resumes dp=2 x tp=2's
@@ -104,6 +109,31 @@ done
 same_ckpt "$t/hf/step_00000002" "$(ck2 logical)" ||
   { ls -l "$t/hf/step_00000002" "$(ck2 logical)"; echo "FAIL: dp2 x tp2's step 2: its 1-rank conversion and its logical save differ"; exit 1; }
 echo "dp2tp2 step 2: the 1-rank conversion of the sharded checkpoint = the logical save, byte for byte"
+# shardc ckpt convert, on files only: each layout's sharded step 2 as a single file, dp=2 x tp=2's
+# byte for byte its logical save; memory: what the conversion adds to the peak of `shardc ckpt info`
+# of the same checkpoint (which reads the index only) is at most twice the largest tensor plus SLACK
+# (one tensor assembled at a time, a per-layer one from a second buffer), far below the whole state
+for l in dp2tp2 pp2 z3; do
+  /usr/bin/time -f %M -o "$t/conv_$l.kib" "$shardc" ckpt convert "$(ck2 "$l")" "$t/single_$l" >/dev/null
+  /usr/bin/time -f %M -o "$t/info_$l.kib" "$shardc" ckpt info "$(ck2 "$l")" >/dev/null
+  big=$(grep -o '"dtype":"F32","shape":\[[0-9,]*\]' "$(ck2 "$l")/index.json" | grep -o '\[.*\]' | tr -d '[]' |
+    awk -F, '{ n = 4; for (i = 1; i <= NF; i++) n *= $i; if (n > m) m = n } END { print m }')
+  add=$((($(tail -1 "$t/conv_$l.kib") - $(tail -1 "$t/info_$l.kib")) * 1024))
+  echo "shardc ckpt convert $l: +$(mib $add) MiB over ckpt info (bound: 2 x the largest tensor $(mib "$big") + slack $(mib $slack))"
+  [ $add -le $((2 * big + slack)) ] || { echo "FAIL: the conversion of $l held more than a tensor at a time"; exit 1; }
+done
+same_ckpt "$t/single_dp2tp2" "$(ck2 logical)" || { echo "FAIL: shardc ckpt convert of dp2 x tp2's step 2 differs from its logical save"; exit 1; }
+echo "dp2tp2 step 2: shardc ckpt convert = the logical save, byte for byte"
+# the single files resumed on 1 rank and on another layout's ranks; converted back (--format sharded)
+# they are the same files again, and resume on 1 rank bit-identically with the direct resume below
+on one --resume "$t/single_z3" --save-to '' --log "$t/s_z3.one.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: z3's single file on one rank"; exit 1; }
+close "z3 step 2 -> single -> one (1)" "$t/s_z3.one.jsonl" "$t/z3.jsonl" || { echo "FAIL: z3's single file resumed on one rank"; exit 1; }
+on dp2tp2 --resume "$t/single_pp2" --save-to '' --log "$t/s_pp2.dp2tp2.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: pp2's single file on dp2 x tp2"; exit 1; }
+close "pp2 step 2 -> single -> dp2tp2 (4)" "$t/s_pp2.dp2tp2.jsonl" "$t/pp2.jsonl" || { echo "FAIL: pp2's single file resumed on dp2 x tp2"; exit 1; }
+"$shardc" ckpt convert "$t/single_z3" "$t/back_z3" --format sharded >/dev/null
+"$shardc" ckpt convert "$t/back_z3" "$t/single_z3b" >/dev/null
+same_ckpt "$t/single_z3" "$t/single_z3b" || { echo "FAIL: z3: single -> sharded -> single changed the files"; exit 1; }
+on one --resume "$t/back_z3" --save-to '' --log "$t/b_z3.one.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: z3 converted back"; exit 1; }
 # across layouts: on 4, 2 and 1 rank(s) (dp=2 x tp=2 in tests/codegen/layouts.sh)
 for c in pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one; do
   from=${c%%:*} to=${c#*:}
@@ -111,6 +141,9 @@ for c in pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one; do
   close "$from step 2 -> $to (${np[$to]} rank(s))" "$t/x_$from.$to.jsonl" "$t/$from.jsonl" ||
     { echo "FAIL: $from's checkpoint resumed under $to"; exit 1; }
 done
+[ "$(losses "$t/b_z3.one.jsonl")" = "$(losses "$t/x_z3.one.jsonl")" ] ||
+  { echo "FAIL: z3 converted to a single file and back resumes differently from z3's own checkpoint"; exit 1; }
+echo "z3: single -> sharded -> single byte for byte; the converted-back checkpoint resumes as z3's own on one rank"
 rc=0
 "$t/one" --data '' --steps 4 --save-to '' >"$t/nodata.out" 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "error: no training data: pass --data" "$t/nodata.out" || { cat "$t/nodata.out"; echo "FAIL: --data '' with steps to train (status $rc)"; exit 1; }
