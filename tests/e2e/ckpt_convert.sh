@@ -78,14 +78,14 @@ bad nothing "holds no checkpoint|cannot open" "$shardc" ckpt convert "$t/nothing
 # (status 1) or, where the damage left a valid checkpoint, a conversion; never a signal
 size=$(stat -c %s "$t/sh/index.json")
 fz=0
-for ((k = 0; k < size; k += size / 16 + 1)); do
+for ((k = 0; k < size; k += size / 12 + 1)); do
   rm -rf "$t/v" "$t/out" && cp -r "$t/sh" "$t/v" && truncate -s "$k" "$t/v/index.json"
   rc=0
   "$shardc" ckpt convert "$t/v" "$t/out" >"$t/f.out" 2>&1 || rc=$?
   [ $rc = 1 ] && grep -q "error" "$t/f.out" || { cat "$t/f.out"; echo "FAIL: index.json cut at byte $k: status $rc, want 1"; exit 1; }
   fz=$((fz + 1))
 done
-for ((k = 0; k < size; k += size / 20 + 1)); do
+for ((k = 0; k < size; k += size / 12 + 1)); do
   for byte in "9" "\""; do
     rm -rf "$t/v" "$t/out" && cp -r "$t/sh" "$t/v"
     printf "$byte" | dd of="$t/v/index.json" bs=1 seek="$k" conv=notrunc status=none
