@@ -23,6 +23,7 @@
 #include "plan_svg.h"
 #include "storage.h"
 #include "print.h"
+#include "runtime/train/ckpt_tool.h"
 
 #ifndef SHARDC_MODELS_DIR
 #define SHARDC_MODELS_DIR "models"
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: shardc build FILE.model -o TRAINER [options]   compile a trainer executable\n"
           "       shardc plan FILE.model [options]                print the plan (IR, memory, FLOPs)\n"
+          "       shardc ckpt info DIR | convert SRC DST [--format single|sharded]   checkpoints (shardc ckpt --help)\n"
           "\n"
           "Compiles a .model file (model, topology, parallel plan, training recipe).\n"
           "\n"
@@ -722,6 +724,7 @@ static int compile(int argc, char **argv, Diag *diag) {
 }
 
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "ckpt")) return rt_ckpt_tool(argc - 2, argv + 2); /* checkpoints: files only */
   Diag diag;
   diag_init(&diag, NULL, DIAG_DEFAULT_MAX_ERRORS);
   diag_enter(&diag);

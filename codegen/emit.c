@@ -632,10 +632,14 @@ static bool uses_multi_rank(const Graph *g) {
 
 /* A PARAM is stacked when it feeds a REPEAT as one of its xs. */
 /* Also through a CAST (mixed precision: the repeat reads the parameter's bf16 copy) or a SLICE of
- * its rows (an interleaved pipeline's chunk). */
+ * its rows (an interleaved pipeline's chunk), and from inside a region: under gradient accumulation
+ * the layers' repeat is in the body of the `accum` repeat (passes/accum.c). The checkpoint's names
+ * ("blocks.3.w") are the model's whatever the plan: a 1-rank trainer that accumulates and a 2-rank one
+ * that does not must write, and read, the same tensors. */
 static bool is_stacked(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
+    if (n->body && is_stacked(n->body, v)) return true;
     if (n->op == OP_CAST && n->in[0] == v && is_stacked(g, n->out[0])) return true;
     /* an interleaved pipeline's layer loops read chunks of the stacked rows (passes/pipe.c) */
     if (n->op == OP_SLICE && n->a.axis == 0 && n->in[0] == v && is_stacked(g, n->out[0])) return true;

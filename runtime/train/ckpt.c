@@ -403,6 +403,21 @@ void rt_ckpt_commit(const char *dir, const char *tmp, int64_t step, int keep) {
   free(final);
 }
 
+void rt_ckpt_write_hf_index(const char *path, const char *const *names, int n, int64_t total, int64_t step) {
+  FILE *f = fopen(path, "w");
+  if (!f) rt_user_error("checkpoint: cannot create '%s': %s", path, strerror(errno));
+  fprintf(f, "{\n  \"metadata\": {\"total_size\": %lld, \"step\": %lld, \"format\": \"%s\"},\n  \"weight_map\": {",
+          (long long)total, (long long)step, CKPT_FORMAT);
+  for (int i = 0; i < n; i++) {
+    fputs(i ? ",\n    " : "\n    ", f);
+    rt_json_write_str(f, names[i]);
+    fputs(": \"model.safetensors\"", f);
+  }
+  fputs("\n  }\n}\n", f);
+  if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
+    rt_user_error("checkpoint: cannot write '%s': %s", path, strerror(errno));
+}
+
 void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep) {
   char tag[32];
   snprintf(tag, sizeof tag, "%d", (int)getpid());
@@ -415,18 +430,11 @@ void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const Rt
   int64_t total = write_st(model, p, mem, RT_T_PARAM, st, "model", &e, &n);
   write_st(optim, p, mem, RT_T_STATE, st, "optimizer", NULL, NULL);
 
-  FILE *f = fopen(index, "w");
-  if (!f) rt_user_error("checkpoint: cannot create '%s': %s", index, strerror(errno));
-  fprintf(f, "{\n  \"metadata\": {\"total_size\": %lld, \"step\": %lld, \"format\": \"%s\"},\n  \"weight_map\": {",
-          (long long)total, (long long)st->step, CKPT_FORMAT);
-  for (int i = 0; i < n; i++) {
-    fputs(i ? ",\n    " : "\n    ", f);
-    rt_json_write_str(f, e[i].name);
-    fputs(": \"model.safetensors\"", f);
-  }
-  fputs("\n  }\n}\n", f);
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
-    rt_user_error("checkpoint: cannot write '%s': %s", index, strerror(errno));
+  const char **names = rt_xcalloc((size_t)n, sizeof *names);
+  for (int i = 0; i < n; i++)
+    names[i] = e[i].name;
+  rt_ckpt_write_hf_index(index, names, n, total, st->step);
+  free(names);
   free(e);
   rt_ckpt_commit(dir, tmp, st->step, keep);
   free(model);
@@ -452,6 +460,11 @@ static void st_read_kind(RtStFile *s, const RtProgram *p, char *mem, int kind) {
   for (int i = 0; i < n; i++) {
     const RtTensor *t = e[i].t;
     int sliced = e[i].layer >= 0;
+    if (sliced && !rt_json_get(s->hdr, e[i].name) && rt_json_get(s->hdr, t->name)) {
+      /* written whole, by a trainer from before every plan wrote stacked tensors per layer */
+      if (e[i].layer == 0) rt_st_read(s, t->name, t->dtype, t->dims, t->rank, mem + t->offset);
+      continue;
+    }
     rt_st_read(s, e[i].name, t->dtype, t->dims + sliced, t->rank - sliced, mem + e[i].src);
   }
   free(e);

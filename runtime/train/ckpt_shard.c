@@ -239,29 +239,54 @@ static void json_dims(FILE *f, const int64_t *v, int n) {
   fputc(']', f);
 }
 
+/* ---- index.json's text (also written by shardc ckpt convert, ckpt_convert.c) ---- */
+
+void rt_shard_index_head(FILE *f, const char *meta, int world, const int mesh[4]) {
+  fprintf(f, "{\"format\":\"%s\",\n%s,\n\"world\":%d,\"mesh\":[%d,%d,%d,%d],\n\"tensors\":[", RT_SHARD_FORMAT, meta,
+          world, mesh[0], mesh[1], mesh[2], mesh[3]);
+}
+
+void rt_shard_index_tensor(FILE *f, int first, const char *name, int kind, int dtype, const int64_t *ld, int rank,
+                           int layers) {
+  fprintf(f, "%s\n{\"name\":", first ? "" : "]},");
+  rt_json_write_str(f, name);
+  fprintf(f, ",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":", kind == RT_T_PARAM ? "param" : "state",
+          rt_dtype_st_name(dtype));
+  json_dims(f, ld, rank);
+  if (layers) fputs(",\"layers\":true", f);
+  fputs(",\"pieces\":[", f);
+}
+
+void rt_shard_index_piece(FILE *f, int first, const char *file, const char *entry, const int64_t *start,
+                          const int64_t *len, int rank) {
+  fprintf(f, "%s{\"file\":\"%s\",\"entry\":", first ? "" : ",", file);
+  rt_json_write_str(f, entry);
+  fputs(",\"start\":", f);
+  json_dims(f, start, rank);
+  fputs(",\"shape\":", f);
+  json_dims(f, len, rank);
+  fputc('}', f);
+}
+
+void rt_shard_index_end(FILE *f, int ntensors) { fputs(ntensors ? "]}\n]}\n" : "\n]}\n", f); }
+
 /* index.json: every rank's pieces, computed here from the layout (nothing is gathered). */
 static void write_index(const RtShardSave *j, const char *meta) {
   const RtProgram *p = j->p;
   char *path = rt_xprintf("%s/" RT_SHARD_INDEX, j->tmp);
   FILE *f = fopen(path, "w");
   if (!f) rt_user_error("checkpoint: cannot create '%s': %s", path, strerror(errno));
-  fprintf(f, "{\"format\":\"%s\",\n%s,\n\"world\":%d,\"mesh\":[%d,%d,%d,%d],\n\"tensors\":[", RT_SHARD_FORMAT, meta,
-          j->world, rt_program_degree(p, RT_AX_DP), rt_program_degree(p, RT_AX_PP), rt_program_degree(p, RT_AX_CP),
-          rt_program_degree(p, RT_AX_TP));
+  int mesh[4] = {rt_program_degree(p, RT_AX_DP), rt_program_degree(p, RT_AX_PP), rt_program_degree(p, RT_AX_CP),
+                 rt_program_degree(p, RT_AX_TP)};
+  rt_shard_index_head(f, meta, j->world, mesh);
   Rect *rects = rt_xmalloc(MAX_RECTS * sizeof *rects);
-  int first = 1;
+  int nt = 0;
   for (int ti = 0; ti < p->ntensors; ti++) {
     const RtTensor *t = &p->tensors[ti];
     if (!saved_kind(t->kind)) continue;
     int64_t ld[RT_MAX_RANK];
     rt_tensor_logical_dims(p, t, ld);
-    fprintf(f, "%s\n{\"name\":", first ? "" : ",");
-    first = 0;
-    rt_json_write_str(f, t->name);
-    fprintf(f, ",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":", t->kind == RT_T_PARAM ? "param" : "state",
-            rt_dtype_st_name(t->dtype));
-    json_dims(f, ld, t->rank);
-    fputs(",\"pieces\":[", f);
+    rt_shard_index_tensor(f, !nt++, t->name, t->kind, t->dtype, ld, t->rank, rt_ckpt_per_layer(p, t));
     int np = 0;
     for (int r = 0; r < j->world; r++) {
       int coord[RT_AX_COUNT];
@@ -272,19 +297,12 @@ static void write_index(const RtShardSave *j, const char *meta) {
       for (int k = 0; k < nr; k++) {
         char nm[512];
         piece_name(nm, sizeof nm, t->name, &rects[k], t->rank);
-        fprintf(f, "%s{\"file\":\"%s\",\"entry\":", np++ ? "," : "", file);
-        rt_json_write_str(f, nm);
-        fputs(",\"start\":", f);
-        json_dims(f, rects[k].start, t->rank);
-        fputs(",\"shape\":", f);
-        json_dims(f, rects[k].len, t->rank);
-        fputc('}', f);
+        rt_shard_index_piece(f, !np++, file, nm, rects[k].start, rects[k].len, t->rank);
       }
       free(file);
     }
-    fputs("]}", f);
   }
-  fputs("\n]}\n", f);
+  rt_shard_index_end(f, nt);
   if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
     rt_user_error("checkpoint: cannot write '%s': %s", path, strerror(errno));
   free(rects);
@@ -383,7 +401,12 @@ static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, cons
   *n = 0;
   if (!src->index) { /* logical: the whole tensor, or one entry per layer */
     const char *file = t->kind == RT_T_PARAM ? src->legacy : "optimizer.safetensors";
-    if (!rt_ckpt_per_layer(p, t)) {
+    /* a stacked tensor is written per layer ("blocks.3.w"); a checkpoint from before every plan did
+     * (a 1-rank trainer that accumulated wrote "blocks.w" whole) is read whole */
+    char first[256];
+    rt_layer_name(first, sizeof first, t->name, 0);
+    if (!rt_ckpt_per_layer(p, t) ||
+        (!rt_json_get(source_file(src, file)->hdr, first) && rt_json_get(source_file(src, file)->hdr, t->name))) {
       Piece *pc = rt_xcalloc(1, sizeof *pc);
       *pc = (Piece){.file = file, .entry = t->name, .erank = t->rank};
       memcpy(pc->len, ld, sizeof pc->len);
@@ -439,6 +462,14 @@ static Piece *pieces_of(Source *src, const RtProgram *p, const RtTensor *t, cons
           rt_user_error("'%s': malformed index: a piece of '%s' lies outside the tensor", ipath, t->name);
       }
     }
+    for (int a = 0; a < ps->n; a++) /* disjoint: with the count of copied elements, every element once */
+      for (int b = a + 1; b < ps->n; b++) {
+        int meet = 1;
+        for (int d = 0; meet && d < t->rank; d++)
+          meet = pc[a].start[d] < pc[b].start[d] + pc[b].len[d] && pc[b].start[d] < pc[a].start[d] + pc[a].len[d];
+        if (meet)
+          rt_user_error("'%s': malformed index: pieces %d and %d of '%s' overlap", ipath, a, b, t->name);
+      }
     *n = ps->n;
     return pc;
   }
@@ -559,44 +590,66 @@ int rt_ckpt_is_sharded(const char *path) {
   return yes;
 }
 
-void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COUNT], const char *path, int full,
-                        RtTrainState *st) {
+/* Opens path (a checkpoint directory, or with full=0 a .safetensors file): the index of a sharded
+ * one, parsed and its format checked, or a logical one's model file. *ipath: the index's path (freed
+ * by source_close). */
+static void source_open(Source *src, const char *path, int full) {
   struct stat sb;
   if (stat(path, &sb) != 0) rt_user_error("cannot open checkpoint '%s': %s", path, strerror(errno));
-  Source src = {0};
-  char *ipath = NULL;
+  memset(src, 0, sizeof *src);
   if (S_ISDIR(sb.st_mode)) {
-    src.dir = rt_ckpt_find(path);
-    if (!src.dir) rt_user_error("'%s' holds no checkpoint (no step_* directory with a model.safetensors)", path);
-    ipath = rt_xprintf("%s/" RT_SHARD_INDEX, src.dir);
+    src->dir = rt_ckpt_find(path);
+    if (!src->dir) rt_user_error("'%s' holds no checkpoint (no step_* directory with a model.safetensors)", path);
+    char *ipath = rt_xprintf("%s/" RT_SHARD_INDEX, src->dir);
     if (stat(ipath, &sb) == 0) {
       FILE *f = fopen(ipath, "rb");
       if (!f) rt_user_error("cannot open '%s': %s", ipath, strerror(errno));
       fseek(f, 0, SEEK_END);
       long n = ftell(f);
       fseek(f, 0, SEEK_SET);
+      if (n < 0) rt_user_error("cannot read '%s'", ipath);
       char *text = rt_xmalloc((size_t)n + 1);
-      if (n < 0 || fread(text, 1, (size_t)n, f) != (size_t)n) rt_user_error("cannot read '%s'", ipath);
+      if (fread(text, 1, (size_t)n, f) != (size_t)n) rt_user_error("cannot read '%s'", ipath);
       fclose(f);
       char err[128];
-      src.index = rt_json_parse(text, (size_t)n, err, sizeof err);
-      src.ipath = ipath;
+      src->index = rt_json_parse(text, (size_t)n, err, sizeof err);
+      src->ipath = ipath;
       free(text);
-      if (!src.index || src.index->kind != RT_JSON_OBJ) rt_user_error("'%s': malformed index: %s", ipath, src.index ? "not an object" : err);
-      const RtJson *fmt = rt_json_get(src.index, "format");
+      if (!src->index || src->index->kind != RT_JSON_OBJ)
+        rt_user_error("'%s': malformed index: %s", ipath, src->index ? "not an object" : err);
+      const RtJson *fmt = rt_json_get(src->index, "format");
       if (!fmt || fmt->kind != RT_JSON_STR || strcmp(fmt->str, RT_SHARD_FORMAT) != 0)
         rt_user_error("'%s': not a \"%s\" index", ipath, RT_SHARD_FORMAT);
     } else {
-      src.legacy = "model.safetensors";
+      free(ipath);
+      src->legacy = "model.safetensors";
     }
   } else {
     if (full) rt_user_error("--resume needs a checkpoint directory, not the file '%s'", path);
-    src.legacy = path;
+    src->legacy = path;
   }
-  const char *what = src.index ? ipath : src.dir ? src.dir : path;
+}
+
+static void source_close(Source *src) {
+  for (int i = 0; i < src->nfiles; i++) {
+    rt_st_close(&src->files[i].st);
+    free(src->files[i].name), free(src->files[i].path);
+  }
+  free(src->files);
+  rt_json_free(src->index);
+  free(src->dir);
+  free((char *)src->ipath);
+  memset(src, 0, sizeof *src);
+}
+
+void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COUNT], const char *path, int full,
+                        RtTrainState *st) {
+  Source src;
+  source_open(&src, path, full);
+  const char *what = src.index ? src.ipath : src.dir ? src.dir : path;
   if (full) {
     if (src.index)
-      read_state(jget(src.index, "__metadata__", RT_JSON_OBJ, ipath), ipath, st);
+      read_state(jget(src.index, "__metadata__", RT_JSON_OBJ, src.ipath), src.ipath, st);
     else {
       const RtStFile *m = source_file(&src, src.legacy);
       read_state(rt_json_get(m->hdr, "__metadata__"), m->path, st);
@@ -607,12 +660,35 @@ void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COU
     if (!rt_tensor_held(p, t, coord[RT_AX_PP])) continue; /* another stage's: its bytes are other values' here */
     if (t->kind == RT_T_PARAM || (full && t->kind == RT_T_STATE)) load_tensor(&src, p, mem, t, coord, what);
   }
-  for (int i = 0; i < src.nfiles; i++) {
-    rt_st_close(&src.files[i].st);
-    free(src.files[i].name), free(src.files[i].path);
-  }
-  free(src.files);
-  rt_json_free(src.index);
-  free(src.dir);
-  free(ipath);
+  source_close(&src);
+}
+
+/* ---- whole logical tensors, one at a time (shardc ckpt: ckpt_convert.c) ---- */
+
+struct RtCkptSrc {
+  Source src;
+};
+
+RtCkptSrc *rt_ckpt_src_open(const char *path) {
+  RtCkptSrc *s = rt_xcalloc(1, sizeof *s);
+  source_open(&s->src, path, 0);
+  if (!s->src.index) rt_bug("rt_ckpt_src_open: '%s' is not sharded", path);
+  return s;
+}
+
+const RtJson *rt_ckpt_src_index(const RtCkptSrc *s) { return s->src.index; }
+const char *rt_ckpt_src_index_path(const RtCkptSrc *s) { return s->src.ipath; }
+const char *rt_ckpt_src_dir(const RtCkptSrc *s) { return s->src.dir; }
+
+void rt_ckpt_src_read(RtCkptSrc *s, const char *name, int dtype, int rank, const int64_t *dims, void *dst) {
+  RtTensor t = {.name = name, .kind = RT_T_PARAM, .dtype = dtype, .rank = rank};
+  memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+  RtProgram p = {.ntensors = 1, .tensors = &t};
+  int coord[RT_AX_COUNT] = {0};
+  load_tensor(&s->src, &p, dst, &t, coord, s->src.ipath);
+}
+
+void rt_ckpt_src_close(RtCkptSrc *s) {
+  source_close(&s->src);
+  free(s);
 }

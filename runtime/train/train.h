@@ -39,6 +39,7 @@ int64_t rt_vm_hwm(void);                              /* peak resident bytes of 
 int64_t rt_vm_rss(void);                              /* resident bytes now (VmRSS), -1 if unknown */
 void rt_fmt_bytes(char *out, size_t n, double bytes); /* "123.4 MiB" */
 const char *rt_dtype_st_name(int dtype); /* safetensors dtype string: "F32", "BF16", ... */
+int rt_dtype_from_st_name(const char *name); /* the RT_* dtype of a safetensors dtype string, -1: none */
 int64_t rt_tensor_numel(const RtTensor *t);
 const RtTensor *rt_find_tensor(const RtProgram *p, const char *name);
 
@@ -213,6 +214,8 @@ void rt_ckpt_check_dir(const char *dir);
 /* Writes DIR/step_NNNNNNNN/{model,optimizer}.safetensors and model.safetensors.index.json,
  * atomically (a temp directory, fsync, rename), then removes all but the newest `keep` (0: all). */
 void rt_ckpt_save(const RtProgram *p, const char *mem, const char *dir, const RtTrainState *st, int keep);
+/* Writes path: the Hugging Face weight map of a single-file checkpoint (every name in model.safetensors). */
+void rt_ckpt_write_hf_index(const char *path, const char *const *names, int n, int64_t total, int64_t step);
 /* Writes every tensor of the program (params, state, inputs, results), whole, to one
  * safetensors file at path (not atomic: for tests and debugging, --dump-steps). */
 void rt_dump_tensors(const RtProgram *p, const char *mem, const char *path, const RtTrainState *st);
@@ -255,6 +258,26 @@ int rt_ckpt_is_sharded(const char *path); /* path (a directory) holds, or is, a 
  * .safetensors file, reading only the pieces that overlap them. */
 void rt_ckpt_load_local(const RtProgram *p, char *mem, const int coord[RT_AX_COUNT], const char *path, int full,
                         RtTrainState *st);
+
+/* index.json's text: the head (format, the "__metadata__":{...} text meta, world, mesh), each tensor
+ * (layers: 1 when a logical checkpoint names its layers "blocks.3.w") followed by its pieces, the end. */
+void rt_shard_index_head(FILE *f, const char *meta, int world, const int mesh[4]);
+void rt_shard_index_tensor(FILE *f, int first, const char *name, int kind, int dtype, const int64_t *ld, int rank,
+                           int layers);
+void rt_shard_index_piece(FILE *f, int first, const char *file, const char *entry, const int64_t *start,
+                          const int64_t *len, int rank);
+void rt_shard_index_end(FILE *f, int ntensors);
+/* A sharded checkpoint read one whole logical tensor at a time (shardc ckpt, ckpt_convert.c): its
+ * index (parsed, format checked), and tensor `name` (the index's dtype, rank and logical dims)
+ * assembled from its pieces into dst — pieces read with pread, checked to be disjoint, inside the
+ * tensor and to cover it, their entries' dtype and shape checked; user errors name the file. */
+typedef struct RtCkptSrc RtCkptSrc;
+RtCkptSrc *rt_ckpt_src_open(const char *path);
+const RtJson *rt_ckpt_src_index(const RtCkptSrc *s);
+const char *rt_ckpt_src_index_path(const RtCkptSrc *s);
+const char *rt_ckpt_src_dir(const RtCkptSrc *s); /* the step directory */
+void rt_ckpt_src_read(RtCkptSrc *s, const char *name, int dtype, int rank, const int64_t *dims, void *dst);
+void rt_ckpt_src_close(RtCkptSrc *s);
 
 /* ---- dist.c ---- */
 

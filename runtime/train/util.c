@@ -113,6 +113,13 @@ const char *rt_dtype_st_name(int dtype) {
   rt_bug("unknown dtype %d", dtype);
 }
 
+int rt_dtype_from_st_name(const char *name) {
+  static const int all[] = {RT_F32, RT_BF16, RT_F16, RT_F64, RT_I32, RT_I64};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!strcmp(rt_dtype_st_name(all[i]), name)) return all[i];
+  return -1;
+}
+
 int64_t rt_tensor_numel(const RtTensor *t) {
   int64_t n = 1;
   for (int i = 0; i < t->rank; i++)

@@ -6,10 +6,11 @@
 # The tiny GPT widened to d=256, 4 layers (3.2 M parameters: 12.6 MiB of f32 weights, 37.9 MiB with
 # the AdamW moments), global batch 4 everywhere (pp=2 and one rank through accumulation).
 # Per layout, each rank under /usr/bin/time (its peak resident size, VmHWM):
-#   base   steps 1..8 uninterrupted, no checkpoint
-#   save   steps 1..6 and a sharded checkpoint at step 6
-#   load   --resume of that checkpoint, steps 7..8, no checkpoint: losses 7 and 8 bit-identical to
-#          base's
+#   base   steps 1..4 uninterrupted, no checkpoint
+#   save   steps 1..2 and a sharded checkpoint at step 2
+#   load   --resume of that checkpoint, steps 3..4, no checkpoint: losses 3 and 4 bit-identical to
+#          base's (step 3's loss checks the weights, step 4's the optimizer state and the data
+#          position: after 2 updates both have moved far beyond the tolerance)
 # Memory, per rank: what the save adds to its peak (save - base) is at most the bytes it writes
 # (its rank_R.safetensors: its own blocks, less what another dp replica writes) plus the largest
 # piece of the checkpoint (the one packed piece in flight) plus SLACK; what the load adds (load -
@@ -19,12 +20,21 @@
 # gathered whole on every rank) must exceed the bound (the measurement tells them apart).
 # SLACK: the writer thread's stack and its allocator arena, the index and the file headers (under
 # 1 MiB measured here; 4 MiB leaves room while staying far below the state).
-# Conversion: zero 3's sharded checkpoint turned into a single file by the 1-rank trainer without a
-# corpus (--data ''), resumed with step 7's loss within 1e-5.
-# Across layouts: pp=2's and zero 3's step-6 checkpoints resumed on 4 ranks (dp=2 x tp=2), 2 ranks
-# (each other's layout) and 1 rank give step 7's loss within 1e-5 of the writing layout's
+# The same step in two formats: dp=2 x tp=2's sharded step 2 turned into a single file by the
+# 1-rank trainer without a corpus (--data '') is byte for byte the logical save of the same step
+# (tensor names, order, data and metadata: a 1-rank trainer that accumulates names its layers as
+# every other plan does).
+# shardc ckpt convert (on files only) writes each layout's sharded step 2 as a single file — dp=2 x
+# tp=2's byte for byte the logical save — adding at most twice the largest tensor to its peak; the
+# single files resume on 1 rank (zero 3's) and 4 ranks (pp=2's on dp=2 x tp=2) within 1e-5; zero 3's
+# converted back to a sharded checkpoint converts again to the same files and resumes on 1 rank
+# bit-identically with zero 3's own.
+# Across layouts: pp=2's and zero 3's step-2 checkpoints resumed on 4 ranks (dp=2 x tp=2), 2 ranks
+# (each other's layout) and 1 rank give steps 3 and 4 within 1e-5 of the writing layout's
 # uninterrupted run (tests/codegen/layouts.sh justifies the tolerance, and resumes dp=2 x tp=2's
 # under dp=4, tp=2, dp=2 and on one rank).
+# Time: mpirun starts and every collective's wait on the loaded 2 cores dominate, so each run is as
+# short as its check allows (4 steps) and the 1-rank runs go without mpirun.
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
@@ -38,7 +48,7 @@ m=(models/tiny.model -D d=256 -D layers=4 -D heads=4 -D seq=32 -D micro_batch=2 
 "$shardc" build "${m[@]}" -D dp=2 -D zero=3 --world 2 -o "$t/z3" >/dev/null
 "$shardc" build "${m[@]}" --world 1 -o "$t/one" >/dev/null
 declare -A np=([dp2tp2]=4 [pp2]=2 [z3]=2 [one]=1)
-w=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --threads 1 --steps 8)
+w=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --threads 1 --steps 4)
 # timed NAME LAYOUT FLAGS...: LAYOUT's trainer on its ranks, each under /usr/bin/time; $t/NAME.R holds rank R's peak (KiB)
 timed() {
   local name=$1 l=$2
@@ -46,22 +56,30 @@ timed() {
   "${mpi[@]}" -np "${np[$l]}" bash -c 'exec /usr/bin/time -f %M -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$t/$name" \
     "$t/$l" "${w[@]}" "$@" >"$t/$name.out" 2>&1 || { cat "$t/$name.out"; echo "FAIL: $name"; exit 1; }
 }
+# on LAYOUT FLAGS...: LAYOUT's trainer on its ranks (the 1-rank one without mpirun)
+on() {
+  local l=$1
+  shift
+  if [ "${np[$l]}" = 1 ]; then "$t/$l" "${w[@]}" "$@"; else "${mpi[@]}" -np "${np[$l]}" "$t/$l" "${w[@]}" "$@"; fi
+}
 peak() { echo $(($(tail -1 "$t/$1.$2") * 1024)); }
 largest_piece() { grep -aho '"data_offsets":\[[0-9]*,[0-9]*\]' "$1"/rank_*.safetensors | tr -dc '0-9,\n' | awk -F, '{ if ($2 - $1 > m) m = $2 - $1 } END { print m + 0 }'; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
-rel() { # rel NAME GOT WANT: |GOT - WANT| / |WANT| <= 1e-5
-  awk -v a="$2" -v b="$3" -v n="$1" 'BEGIN { d = a - b; if (d < 0) d = -d;
-    printf "%-28s step 7 loss %s vs %s uninterrupted (|rel| %.1e)\n", n, a, b, d / b; exit (d / b <= 1e-5 ? 0 : 1) }'
+# close NAME LOG REF: steps 3 and 4 of LOG (2 steps) within 1e-5 relative of REF's (4 steps)
+close() {
+  paste <(losses "$3" | tail -n +3) <(losses "$2") | awk -v n="$1" '{ k++; d = $2 - $1; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5) bad++ }
+    END { printf "%-34s steps 3..4 vs uninterrupted: worst |rel| %.1e\n", n, w; exit (k == 2 && !bad ? 0 : 1) }'
 }
+ck2() { echo "$t/ck_$1/step_00000002"; }
 for l in dp2tp2 pp2 z3; do
   timed "$l.base" "$l" --save-to '' --log "$t/$l.jsonl"
-  timed "$l.save" "$l" --stop-at 6 --save-to "$t/ck_$l"
-  ck=$t/ck_$l/step_00000006
+  timed "$l.save" "$l" --stop-at 2 --save-to "$t/ck_$l"
+  ck=$(ck2 "$l")
   [ -f "$ck/index.json" ] && [ -f "$ck/rank_0000$((np[$l] - 1)).safetensors" ] || { ls -A "$t/ck_$l"; echo "FAIL: $l wrote no sharded checkpoint"; exit 1; }
   timed "$l.load" "$l" --resume "$ck" --save-to '' --log "$t/$l.r.jsonl"
   [ "$(losses "$t/$l.jsonl" | tail -n 2)" = "$(losses "$t/$l.r.jsonl")" ] && [ "$(losses "$t/$l.r.jsonl" | wc -l)" = 2 ] ||
-    { paste <(losses "$t/$l.jsonl") <(losses "$t/$l.r.jsonl"); echo "FAIL: $l: resumed in its own layout, steps 7..8 differ"; exit 1; }
-  echo "$l: step 6 resumed in its own layout: losses 7..8 bit-identical"
+    { paste <(losses "$t/$l.jsonl") <(losses "$t/$l.r.jsonl"); echo "FAIL: $l: resumed in its own layout, steps 3..4 differ"; exit 1; }
+  echo "$l: step 2 resumed in its own layout: losses 3..4 bit-identical"
   whole=$(cat "$ck"/rank_*.safetensors | wc -c)
   piece=$(largest_piece "$ck")
   for r in $(seq 0 $((np[$l] - 1))); do
@@ -75,8 +93,8 @@ for l in dp2tp2 pp2 z3; do
   done
 done
 # the negative control: a logical save gathers every tensor on every rank
-timed dp2tp2.logical dp2tp2 --stop-at 6 --save-to "$t/ck_logical" --ckpt-format logical
-ck=$t/ck_dp2tp2/step_00000006
+timed dp2tp2.logical dp2tp2 --stop-at 2 --save-to "$t/ck_logical" --ckpt-format logical
+ck=$(ck2 dp2tp2)
 piece=$(largest_piece "$ck")
 for r in 0 1 2 3; do
   own=$(stat -c %s "$ck/rank_$(printf %05d "$r").safetensors")
@@ -84,24 +102,49 @@ for r in 0 1 2 3; do
   echo "dp2tp2 rank $r, --ckpt-format logical: save +$(mib $rs) MiB (the sharded bound $(mib $((own + piece + slack))) MiB)"
   [ $rs -gt $((own + piece + slack)) ] || { echo "FAIL: the logical save's gather (rank $r, +$(mib $rs) MiB) is not told apart from a sharded save"; exit 1; }
 done
+# the same step in two formats: the conversion of the sharded step 2 without the corpus (--data '')
+# is the logical save's files, byte for byte
+"$t/one" --data '' --resume "$ck" --stop-at 2 --save-to "$t/hf" >"$t/hf.out" 2>&1 ||
+  { cat "$t/hf.out"; echo "FAIL: the conversion of a sharded checkpoint without --data"; exit 1; }
+same_ckpt "$t/hf/step_00000002" "$(ck2 logical)" ||
+  { ls -l "$t/hf/step_00000002" "$(ck2 logical)"; echo "FAIL: dp2 x tp2's step 2: its 1-rank conversion and its logical save differ"; exit 1; }
+echo "dp2tp2 step 2: the 1-rank conversion of the sharded checkpoint = the logical save, byte for byte"
+# shardc ckpt convert, on files only: each layout's sharded step 2 as a single file, dp=2 x tp=2's
+# byte for byte its logical save; memory: what the conversion adds to the peak of `shardc ckpt info`
+# of the same checkpoint (which reads the index only) is at most twice the largest tensor plus SLACK
+# (one tensor assembled at a time, a per-layer one from a second buffer), far below the whole state
+for l in dp2tp2 pp2 z3; do
+  /usr/bin/time -f %M -o "$t/conv_$l.kib" "$shardc" ckpt convert "$(ck2 "$l")" "$t/single_$l" >/dev/null
+  /usr/bin/time -f %M -o "$t/info_$l.kib" "$shardc" ckpt info "$(ck2 "$l")" >/dev/null
+  big=$(grep -o '"dtype":"F32","shape":\[[0-9,]*\]' "$(ck2 "$l")/index.json" | grep -o '\[.*\]' | tr -d '[]' |
+    awk -F, '{ n = 4; for (i = 1; i <= NF; i++) n *= $i; if (n > m) m = n } END { print m }')
+  add=$((($(tail -1 "$t/conv_$l.kib") - $(tail -1 "$t/info_$l.kib")) * 1024))
+  echo "shardc ckpt convert $l: +$(mib $add) MiB over ckpt info (bound: 2 x the largest tensor $(mib "$big") + slack $(mib $slack))"
+  [ $add -le $((2 * big + slack)) ] || { echo "FAIL: the conversion of $l held more than a tensor at a time"; exit 1; }
+done
+same_ckpt "$t/single_dp2tp2" "$(ck2 logical)" || { echo "FAIL: shardc ckpt convert of dp2 x tp2's step 2 differs from its logical save"; exit 1; }
+echo "dp2tp2 step 2: shardc ckpt convert = the logical save, byte for byte"
+# the single files resumed on 1 rank and on another layout's ranks; converted back (--format sharded)
+# they are the same files again, and resume on 1 rank bit-identically with the direct resume below
+on one --resume "$t/single_z3" --save-to '' --log "$t/s_z3.one.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: z3's single file on one rank"; exit 1; }
+close "z3 step 2 -> single -> one (1)" "$t/s_z3.one.jsonl" "$t/z3.jsonl" || { echo "FAIL: z3's single file resumed on one rank"; exit 1; }
+on dp2tp2 --resume "$t/single_pp2" --save-to '' --log "$t/s_pp2.dp2tp2.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: pp2's single file on dp2 x tp2"; exit 1; }
+close "pp2 step 2 -> single -> dp2tp2 (4)" "$t/s_pp2.dp2tp2.jsonl" "$t/pp2.jsonl" || { echo "FAIL: pp2's single file resumed on dp2 x tp2"; exit 1; }
+"$shardc" ckpt convert "$t/single_z3" "$t/back_z3" --format sharded >/dev/null
+"$shardc" ckpt convert "$t/back_z3" "$t/single_z3b" >/dev/null
+same_ckpt "$t/single_z3" "$t/single_z3b" || { echo "FAIL: z3: single -> sharded -> single changed the files"; exit 1; }
+on one --resume "$t/back_z3" --save-to '' --log "$t/b_z3.one.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: z3 converted back"; exit 1; }
 # across layouts: on 4, 2 and 1 rank(s) (dp=2 x tp=2 in tests/codegen/layouts.sh)
 for c in pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one; do
   from=${c%%:*} to=${c#*:}
-  "${mpi[@]}" -np "${np[$to]}" "$t/$to" "${w[@]}" --resume "$t/ck_$from/step_00000006" --stop-at 7 --save-to '' \
-    --log "$t/x_$from.$to.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: $from -> $to"; exit 1; }
-  rel "$from step 6 -> $to (${np[$to]})" "$(losses "$t/x_$from.$to.jsonl" | head -1)" "$(losses "$t/$from.jsonl" | sed -n 7p)" ||
+  on "$to" --resume "$(ck2 "$from")" --save-to '' --log "$t/x_$from.$to.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: $from -> $to"; exit 1; }
+  close "$from step 2 -> $to (${np[$to]} rank(s))" "$t/x_$from.$to.jsonl" "$t/$from.jsonl" ||
     { echo "FAIL: $from's checkpoint resumed under $to"; exit 1; }
 done
-# conversion without the corpus (--data ''): zero 3's sharded step 6 written as one single-file
-# (Hugging Face style) checkpoint by the 1-rank trainer, which resumes from it with step 7's loss
-"$t/one" --data '' --resume "$t/ck_z3/step_00000006" --stop-at 6 --save-to "$t/hf" >"$t/hf.out" 2>&1 ||
-  { cat "$t/hf.out"; echo "FAIL: the conversion of a sharded checkpoint without --data"; exit 1; }
-[ -f "$t/hf/step_00000006/model.safetensors" ] && [ -f "$t/hf/step_00000006/optimizer.safetensors" ] && ! ls "$t/hf/step_00000006"/rank_* >/dev/null 2>&1 ||
-  { ls -A "$t/hf/step_00000006"; echo "FAIL: the conversion wrote no single-file checkpoint"; exit 1; }
-"$t/one" "${w[@]}" --resume "$t/hf/step_00000006" --stop-at 7 --save-to '' --log "$t/hf.jsonl" >/dev/null 2>&1
-rel "z3 step 6 -> single file -> one" "$(losses "$t/hf.jsonl" | head -1)" "$(losses "$t/z3.jsonl" | sed -n 7p)" ||
-  { echo "FAIL: the converted checkpoint"; exit 1; }
+[ "$(losses "$t/b_z3.one.jsonl")" = "$(losses "$t/x_z3.one.jsonl")" ] ||
+  { echo "FAIL: z3 converted to a single file and back resumes differently from z3's own checkpoint"; exit 1; }
+echo "z3: single -> sharded -> single byte for byte; the converted-back checkpoint resumes as z3's own on one rank"
 rc=0
-"$t/one" --data '' --steps 8 --save-to '' >"$t/nodata.out" 2>&1 || rc=$?
+"$t/one" --data '' --steps 4 --save-to '' >"$t/nodata.out" 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "error: no training data: pass --data" "$t/nodata.out" || { cat "$t/nodata.out"; echo "FAIL: --data '' with steps to train (status $rc)"; exit 1; }
 echo "ckpt_sharded: dp2 x tp2, pp2 and zero 3: bit-identical in their layouts, within 1e-5 across layouts, each rank its own shards plus one piece"

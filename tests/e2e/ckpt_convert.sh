@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# shardc ckpt on one rank (label e2e; the layouts' conversions are in ckpt_sharded.sh): a single-file
+# checkpoint converted to a sharded one and back is the same files byte for byte, the trainer resumes
+# the sharded one bit-identically, `info` lists both; and bad input — a missing or truncated piece
+# file, pieces that overlap or fall short, a wrong dtype, a truncated or corrupted index (every
+# truncation length of a stride, byte flips at a stride of positions), bad arguments — ends with an
+# error naming the problem and status 1 (never a signal, never status 0 with a bad checkpoint).
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+bash scripts/gen_corpus.sh "$t/data.txt" 20000 3 >/dev/null
+"$shardc" build models/tiny.model -D seq=32 -D micro_batch=2 -D batch=4 --world 1 -o "$t/one" >/dev/null
+w=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --threads 1 --steps 4)
+"$t/one" "${w[@]}" --log "$t/base.jsonl" --save-to '' >/dev/null
+"$t/one" "${w[@]}" --stop-at 2 --save-to "$t/ck" >/dev/null
+single=$t/ck/step_00000002
+"$shardc" ckpt convert "$single" "$t/sh" --format sharded >/dev/null
+"$shardc" ckpt convert "$t/sh" "$t/back" >/dev/null
+for f in model.safetensors optimizer.safetensors model.safetensors.index.json; do
+  cmp "$single/$f" "$t/back/$f" || { echo "FAIL: single -> sharded -> single changed $f"; exit 1; }
+done
+grep -q '"layers":true' "$t/sh/index.json" || { echo "FAIL: the per-layer entries were not regrouped into stacked tensors"; exit 1; }
+"$t/one" "${w[@]}" --resume "$t/sh" --log "$t/r.jsonl" --save-to '' >/dev/null
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+[ "$(losses "$t/base.jsonl" | tail -n 2)" = "$(losses "$t/r.jsonl")" ] || { echo "FAIL: the converted sharded checkpoint resumed differently"; exit 1; }
+"$shardc" ckpt info "$t/sh" >"$t/info.txt"
+grep -q '^step 2 of 4' "$t/info.txt" && grep -q 'blocks.attention.w_qkv  *param F32  \[2, 64, 192\]  2 piece' "$t/info.txt" &&
+  grep -q '^file rank_00000.safetensors' "$t/info.txt" || { cat "$t/info.txt"; echo "FAIL: ckpt info (sharded)"; exit 1; }
+"$shardc" ckpt info "$single" >"$t/info1.txt"
+grep -q 'blocks.1.attention.w_qkv  *F32  \[64, 192\]' "$t/info1.txt" || { cat "$t/info1.txt"; echo "FAIL: ckpt info (single)"; exit 1; }
+echo "single -> sharded -> single: byte for byte; the sharded one resumes bit-identically; info lists both"
+
+n=0
+# bad CASE WANT CMD...: CMD exits 1 and says WANT (a regular expression)
+bad() {
+  local name=$1 want=$2 rc=0
+  shift 2
+  rm -rf "$t/out"
+  "$@" >"$t/bad.out" 2>&1 || rc=$?
+  [ $rc = 1 ] && grep -Eq -e "$want" "$t/bad.out" || { cat "$t/bad.out"; echo "FAIL: $name: status $rc, want 1 and /$want/"; exit 1; }
+  n=$((n + 1))
+}
+# a copy of the sharded checkpoint with index.json passed through sed EXPR
+variant() { rm -rf "$t/v"; cp -r "$t/sh" "$t/v"; sed -i "$1" "$t/v/index.json"; }
+variant 's/"start":\[1,0\],"shape":\[1,64\]/"start":[0,0],"shape":[1,64]/'
+bad overlap "pieces 0 and 1 of 'blocks.layernorm.w' overlap" "$shardc" ckpt convert "$t/v" "$t/out"
+variant 's/,{"file":"rank_00000.safetensors","entry":"blocks.1.layernorm.w","start":\[1,0\],"shape":\[1,64\]}//'
+bad short "cover 64 of the 128 elements" "$shardc" ckpt convert "$t/v" "$t/out"
+variant 's/"start":\[1,0\],"shape":\[1,64\]/"start":[2,0],"shape":[1,64]/'
+bad outside "lies outside the tensor" "$shardc" ckpt convert "$t/v" "$t/out"
+variant 's/"name":"wpe","kind":"param","dtype":"F32"/"name":"wpe","kind":"param","dtype":"BF16"/'
+bad dtype "'wpe' has dtype F32, the model needs BF16" "$shardc" ckpt convert "$t/v" "$t/out"
+variant 's/"name":"wpe","kind":"param","dtype":"F32"/"name":"wpe","kind":"param","dtype":"Q7"/'
+bad dtype-unknown 'unknown dtype "Q7"' "$shardc" ckpt convert "$t/v" "$t/out"
+variant 's/"rank_00000.safetensors","entry":"wpe"/"rank_00001.safetensors","entry":"wpe"/'
+bad missing-file "rank_00001.safetensors.*No such file" "$shardc" ckpt convert "$t/v" "$t/out"
+bad missing-file-info "piece file 'rank_00001.safetensors' is missing" "$shardc" ckpt info "$t/v"
+variant 's/"file":"rank_00000.safetensors","entry":"wpe"/"file":"..\/x","entry":"wpe"/'
+bad file-path "wrong rank or file" "$shardc" ckpt convert "$t/v" "$t/out"
+variant 's/"entry":"wpe"/"entry":"wpf"/'
+bad entry "missing tensor 'wpf'" "$shardc" ckpt convert "$t/v" "$t/out"
+variant 's/"kind":"param"/"kind":"weights"/'
+bad kind 'kind "weights" is neither param nor state' "$shardc" ckpt convert "$t/v" "$t/out"
+rm -rf "$t/v" && cp -r "$t/sh" "$t/v" && truncate -s -100 "$t/v/rank_00000.safetensors"
+bad truncated-piece-file "the file truncated|data region has" "$shardc" ckpt convert "$t/v" "$t/out"
+# the converted file and the single file's own damage
+rm -rf "$t/v" && cp -r "$single" "$t/v" && truncate -s -4 "$t/v/optimizer.safetensors"
+bad truncated-single "optimizer.safetensors.*(truncated|data region has)" "$shardc" ckpt convert "$t/v" "$t/out" --format sharded
+bad exists "'.*' exists" "$shardc" ckpt convert "$t/sh" "$t/back"
+bad already "already a single file" "$shardc" ckpt convert "$single" "$t/out"
+bad already-sharded "already a sharded checkpoint" "$shardc" ckpt convert "$t/sh" "$t/out" --format sharded
+bad format "--format 'hf' is neither single nor sharded" "$shardc" ckpt convert "$t/sh" "$t/out" --format hf
+bad option "unknown option '--fast'" "$shardc" ckpt convert "$t/sh" "$t/out" --fast
+bad nothing "holds no checkpoint|cannot open" "$shardc" ckpt convert "$t/nothing" "$t/out"
+# every truncation of index.json at a stride, and byte flips at a stride of positions: an error
+# (status 1) or, where the damage left a valid checkpoint, a conversion; never a signal
+size=$(stat -c %s "$t/sh/index.json")
+fz=0
+for ((k = 0; k < size; k += size / 12 + 1)); do
+  rm -rf "$t/v" "$t/out" && cp -r "$t/sh" "$t/v" && truncate -s "$k" "$t/v/index.json"
+  rc=0
+  "$shardc" ckpt convert "$t/v" "$t/out" >"$t/f.out" 2>&1 || rc=$?
+  [ $rc = 1 ] && grep -q "error" "$t/f.out" || { cat "$t/f.out"; echo "FAIL: index.json cut at byte $k: status $rc, want 1"; exit 1; }
+  fz=$((fz + 1))
+done
+for ((k = 0; k < size; k += size / 12 + 1)); do
+  for byte in "9" "\""; do
+    rm -rf "$t/v" "$t/out" && cp -r "$t/sh" "$t/v"
+    printf "$byte" | dd of="$t/v/index.json" bs=1 seek="$k" conv=notrunc status=none
+    rc=0
+    "$shardc" ckpt convert "$t/v" "$t/out" >"$t/f.out" 2>&1 || rc=$?
+    [ $rc = 0 ] || { [ $rc = 1 ] && grep -q "error" "$t/f.out"; } || { cat "$t/f.out"; echo "FAIL: index.json byte $k set to $byte: status $rc"; exit 1; }
+    if [ $rc = 0 ]; then # a conversion that succeeded wrote a checkpoint the trainer reads or refuses cleanly
+      rc=0
+      "$t/one" "${w[@]}" --resume "$t/out" --stop-at 2 --save-to '' >"$t/f.out" 2>&1 || rc=$?
+      [ $rc -le 1 ] || { cat "$t/f.out"; echo "FAIL: the trainer on index.json byte $k set to $byte: status $rc"; exit 1; }
+    fi
+    fz=$((fz + 1))
+  done
+done
+echo "ckpt_convert: $n bad inputs refused with their error; $fz damaged indexes: an error or a valid conversion, no crash"
