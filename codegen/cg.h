@@ -151,4 +151,14 @@ typedef struct {
 } CgEwRun;
 void cg_ew_run(Cg *c, Node *first, CgEwRun *r);
 
+/* The tensor table (codegen/emit_table.c). */
+/* The result of g named name, or NULL. */
+Value *cg_result(const Graph *g, const char *name);
+/* The output of g's node of kind op (PARAM, STATE, INPUT) named name, or NULL. */
+Value *cg_find_source(const Graph *g, OpKind op, const char *name);
+/* How the trainer sees input v: under gradient accumulation [accum * B, ...] rows of [accum, B, ...]. */
+Value cg_trainer_view(const Graph *g, const Value *v);
+/* Writes `tensors[]` (and `logits_tensor` when logits is given); returns the table's length. */
+int cg_emit_tensor_table(Cg *c, const Value *logits);
+
 #endif

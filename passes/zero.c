@@ -733,6 +733,9 @@ bool pass_zero(Module *m) {
                  dpcp ? (int8_t)RT_AX_CP : -1};
   bool off = m->plan.offload && m->target != TARGET_CPU && stage >= 1; /* (CPU: a note, passes/optimizer.c) */
   if (stage <= 0 || z.deg <= 1) {
+    if (stage > 0 && !off) /* (with offload the stage applies: the whole state moves to the host) */
+      note_at(m->plan.opt_loc[PLAN_OPT_ZERO], "zero %d: the data-parallel group is one rank (dp 1, cp 1): nothing to shard, the rank holds the whole optimizer state%s",
+              stage, stage >= 2 ? ", gradients and parameters" : "");
     if (off) offload(m->graph);
     return true;
   }

@@ -43,5 +43,14 @@ expect 1 "error: \`recompute\` needs one of none, full or selective, got \`block
 expect 1 "got \`ful\`" "note: did you mean \`full\`?" -- $m --world 1 -D recompute=ful
 for r in none selective full; do expect 0 -- models/tiny.model --world 1 -D recompute=$r; done
 expect 0 -- models/tiny.model --world 2 -D zero=3 -D batch=32 # zero 3 with accumulation: planned
-[ $fail = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused"
+# a ZeRO stage with nothing to shard over (dp 1, cp 1) says so (it is not ignored silently): where the
+# model file wrote it (gpt2-124m.model:28: `zero 1`), and for a -D; a plan that shards says nothing
+expect 0 "models/gpt2-124m.model:28:3: note: zero 1: the data-parallel group is one rank (dp 1, cp 1): nothing to shard, the rank holds the whole optimizer state" \
+  -- models/gpt2-124m.model --world 1 -D layers=1
+expect 0 "note: zero 2: the data-parallel group is one rank (dp 1, cp 1): nothing to shard, the rank holds the whole optimizer state, gradients and parameters" \
+  -- models/tiny.model --world 1 -D zero=2
+if "$shardc" plan models/tiny.model --world 2 -D zero=2 2>&1 >/dev/null | grep -q "nothing to shard"; then
+  echo "FAIL: zero 2 over dp 2 says it shards nothing"; fail=1
+fi
+[ $fail = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted"
 exit $fail
