@@ -56,7 +56,9 @@ const char *rt_launcher_name(RtLauncher l) {
  * only where the user set nothing. tcp;ofi_rxm sends up to FI_OFI_RXM_EAGER_LIMIT bytes in one
  * eager message, larger ones in 16 KiB bounce-buffer segments (to 128 KiB) or by rendezvous (a
  * round trip more); the ring's messages are up to a chunk (1 MiB), and at the default of 16 KiB a
- * 64 KiB all-reduce over tcp took 88-131 us against 35-61 us eager (docs/performance.md). Over
+ * 64 KiB all-reduce over tcp took 88-131 us against 35-61 us eager (docs/performance.md); at 1 MiB
+ * the 512 KiB-1 MiB messages of a 1-4 MiB collective copied through eager buffers lost to rendezvous
+ * on a quiet machine (all-gather 1 MiB 0.47-0.50x OpenMPI at 1 MiB, 0.81x at 256 KiB). Over
  * verbs rxm needs the eager limit equal to its buffer size, so not where the host has RDMA
  * devices or a provider setting names verbs. */
 static void libfabric_defaults(void) {
@@ -74,7 +76,7 @@ static void libfabric_defaults(void) {
     if (d) closedir(d);
     if (any) return;
   }
-  setenv("FI_OFI_RXM_EAGER_LIMIT", "1048576", 0);
+  setenv("FI_OFI_RXM_EAGER_LIMIT", "262144", 0);
 }
 
 bool rt_boot_init(RtBoot *b, int *argc, char ***argv) {
