@@ -25,6 +25,19 @@ shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
+# resumed "WHAT:LOG:REF"...: the first loss LOG logged (step 11, resumed from step 10) within 1e-5 of
+# REF's step 11 (the uninterrupted run's)
+resumed() {
+  local r what f ref got want
+  for r in "$@"; do
+    IFS=: read -r what f ref <<<"$r"
+    got=$(losses "$f" | head -1)
+    want=$(losses "$ref" | sed -n 11p)
+    awk -v a="$got" -v b="$want" -v w="$what" 'BEGIN { d = a - b; if (d < 0) d = -d;
+      printf "resume %s, step 10: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", w, a, b, d / b;
+      exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: resume $what"; exit 1; }
+  done
+}
 
 m=(models/tiny.model -D seq=64 -D layers=4 -D batch=8)
 "$shardc" build "${m[@]}" -D micro_batch=8 --world 1 -o "$t/one" 2>/dev/null
@@ -79,14 +92,7 @@ done
 "$t/one" "${run[@]}" --threads 2 --resume "$t/cks10" --stop-at 11 --log "$t/rs_one.jsonl" --save-to "$t/cks_r" >/dev/null
 "${mpi[@]}" -np 2 "$t/pp2" "${run[@]}" --stop-at 10 --save-to "$t/cke10" >/dev/null
 "${mpi[@]}" -np 2 "$t/pp2s13" "${run[@]}" --resume "$t/cke10" --stop-at 11 --log "$t/rs_s13.jsonl" --save-to "$t/cke_r" >/dev/null
-for r in "pp2 layers(1, 3) -> 1 rank:$t/rs_one.jsonl:$t/pp2s13.jsonl" "pp2 even -> pp2 layers(1, 3):$t/rs_s13.jsonl:$t/pp2.jsonl"; do
-  IFS=: read -r what f ref <<<"$r"
-  got=$(losses "$f" | head -1)
-  want=$(losses "$ref" | sed -n 11p)
-  awk -v a="$got" -v b="$want" -v w="$what" 'BEGIN { d = a - b; if (d < 0) d = -d;
-    printf "resume %s, step 10: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", w, a, b, d / b;
-    exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: resume $what"; exit 1; }
-done
+resumed "pp2 layers(1, 3) -> 1 rank:$t/rs_one.jsonl:$t/pp2s13.jsonl" "pp2 even -> pp2 layers(1, 3):$t/rs_s13.jsonl:$t/pp2.jsonl"
 # a pp=2 interleaved checkpoint (each stage holds layers 0, 2 or 1, 3) resumes on one rank
 "${mpi[@]}" -np 2 "$t/pp2int" "${run[@]}" --stop-at 10 --save-to "$t/ck10" >/dev/null
 want=$(losses "$t/pp2int.jsonl" | sed -n 11p)
@@ -105,13 +111,6 @@ awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d;
 "$t/one" "${run[@]}" --threads 2 --resume "$t/ck4" --stop-at 11 --log "$t/r4_one.jsonl" --save-to "$t/r4_one" >/dev/null
 "${mpi[@]}" -np 2 "$t/pp2" "${run[@]}" --resume "$t/ck4l" --stop-at 11 --log "$t/r4l_pp2.jsonl" --save-to "$t/r4l_pp2" >/dev/null
 "${mpi[@]}" -np 4 "$t/pp4" "${run[@]}" --resume "$t/ck1" --stop-at 11 --log "$t/r1_pp4.jsonl" --save-to "$t/r1_pp4" >/dev/null
-for r in "pp4 -> 1 rank:$t/r4_one.jsonl:$t/pp4.jsonl" "pp4 logical -> pp2:$t/r4l_pp2.jsonl:$t/pp4.jsonl" \
-  "1 rank -> pp4:$t/r1_pp4.jsonl:$t/one.jsonl"; do
-  IFS=: read -r what f ref <<<"$r"
-  got=$(losses "$f" | head -1)
-  want=$(losses "$ref" | sed -n 11p)
-  awk -v a="$got" -v b="$want" -v w="$what" 'BEGIN { d = a - b; if (d < 0) d = -d;
-    printf "resume %s, step 10: step 11 loss %s vs %s uninterrupted (|rel| %.1e)\n", w, a, b, d / b;
-    exit (d / b <= 1e-5 ? 0 : 1) }' || { echo "FAIL: resume $what"; exit 1; }
-done
+resumed "pp4 -> 1 rank:$t/r4_one.jsonl:$t/pp4.jsonl" "pp4 logical -> pp2:$t/r4l_pp2.jsonl:$t/pp4.jsonl" \
+  "1 rank -> pp4:$t/r1_pp4.jsonl:$t/one.jsonl"
 echo "pipeline parallelism: ok"

@@ -63,4 +63,15 @@ int tb_shapes_stable(Module *m);
 int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol, double jitter,
                 const char *label);
 
+/* A check of a test that counts its failures in a `failures` in scope: prints "FAIL: " and the
+ * message when cond is false. */
+#define CHECK(cond, ...)                                                                                     \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                 \
+      fputc('\n', stderr);                                                                                   \
+      failures++;                                                                                            \
+    }                                                                                                        \
+  } while (0)
+
 #endif

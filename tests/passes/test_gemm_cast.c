@@ -26,15 +26,6 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    if (!(cond)) {                                                                                           \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                 \
-      fputc('\n', stderr);                                                                                   \
-      failures++;                                                                                            \
-    }                                                                                                        \
-  } while (0)
-
 /* cast: with the gemmcast pass (A) or without it (B). */
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, bool cast) {
   FeDefine d[16] = {{"precision", "bf16"}, {"micro_batch", "2"}, {"batch", "2"}};

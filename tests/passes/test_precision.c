@@ -26,15 +26,6 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    if (!(cond)) {                                                                                           \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                 \
-      fputc('\n', stderr);                                                                                   \
-      failures++;                                                                                            \
-    }                                                                                                        \
-  } while (0)
-
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target) {
   FeDefine d[16] = {{"precision", prec}, {"micro_batch", "2"}, {"batch", "2"}};
   int n = 3;
