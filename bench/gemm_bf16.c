@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "ops.h"
+#include "bench_buf.h"
 
 static double now(void) {
   struct timespec ts;
@@ -45,16 +46,6 @@ static const Gemm G[] = {
     {"head dW    (256x50304)^T @ 256x768", 1, 0, 50304, 768, 256, 1, 0},
 };
 
-static float *buf(size_t n) {
-  float *p = malloc(n * sizeof *p);
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(1);
-  }
-  for (size_t i = 0; i < n; i++) p[i] = (float)((double)rand() / RAND_MAX - 0.5);
-  return p;
-}
-
 /* Columns: f32 (OpenBLAS); bf16 rounding both operands in the call (the step before
  * passes/gemm_cast.c); bf16 with a weight B given in bf16 (its copy made once per step); and, for
  * B^T (tb), with the copy stored transposed (B as k x n, tb = 0: the layout a transposing cast would
@@ -69,7 +60,7 @@ int main(int argc, char **argv) {
   for (size_t s = 0; s < sizeof G / sizeof G[0]; s++) {
     const Gemm *g = &G[s];
     size_t nb = (size_t)g->k * g->n;
-    float *a = buf((size_t)g->m * g->k), *b = buf(nb), *y = buf((size_t)g->m * g->n);
+    float *a = bench_rand_buf((size_t)g->m * g->k), *b = bench_rand_buf(nb), *y = bench_rand_buf((size_t)g->m * g->n);
     uint16_t *b16 = malloc(nb * 2), *bt16 = malloc(nb * 2);
     rt_cvt_f32_bf16((int64_t)nb, b, b16);
     /* B^T's copy: stored (n, k) when tb, written as (k, n) */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_buf.h"
 
 void openblas_set_num_threads(int n) __attribute__((weak));
 void bli_thread_set_num_threads(long n) __attribute__((weak));
@@ -48,20 +49,10 @@ static const Shape SHAPES[] = {
     {"fc dW        (256x768)^T @ 256x3072", 1, 0, 768, 3072, 256},
 };
 
-static float *rand_buf(size_t n) {
-  float *p = malloc(n * sizeof *p);
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(1);
-  }
-  for (size_t i = 0; i < n; i++) p[i] = (float)((double)rand() / RAND_MAX - 0.5);
-  return p;
-}
-
 static double bench_one(const Shape *s, int reps) {
   size_t am = s->ta ? (size_t)s->k : (size_t)s->m, an = s->ta ? (size_t)s->m : (size_t)s->k;
   size_t bm = s->tb ? (size_t)s->n : (size_t)s->k, bn = s->tb ? (size_t)s->k : (size_t)s->n;
-  float *A = rand_buf(am * an), *B = rand_buf(bm * bn), *C = rand_buf((size_t)s->m * s->n);
+  float *A = bench_rand_buf(am * an), *B = bench_rand_buf(bm * bn), *C = bench_rand_buf((size_t)s->m * s->n);
   double best = 1e30;
   for (int r = 0; r < reps + 1; r++) {
     double t0 = now();
@@ -79,8 +70,8 @@ static double bench_one(const Shape *s, int reps) {
 /* GEMM then an OpenMP loop over a buffer of the output's size, repeated: total time. */
 static double bench_interleaved(int reps) {
   const int m = 256, n = 3072, k = 768;
-  float *A = rand_buf((size_t)m * k), *B = rand_buf((size_t)k * n), *C = rand_buf((size_t)m * n);
-  float *D = rand_buf((size_t)m * n);
+  float *A = bench_rand_buf((size_t)m * k), *B = bench_rand_buf((size_t)k * n), *C = bench_rand_buf((size_t)m * n);
+  float *D = bench_rand_buf((size_t)m * n);
   double t0 = now();
   for (int r = 0; r < reps; r++) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);

@@ -23,27 +23,9 @@
 #include "interp.h"
 #include "pipeline.h"
 #include "tb.h"
+#include "tb_compile.h"
 
 static int failures;
-
-/* cast: with the gemmcast pass (A) or without it (B). */
-static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, bool cast) {
-  FeDefine d[16] = {{"precision", "bf16"}, {"micro_batch", "2"}, {"batch", "2"}};
-  int n = 3;
-  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
-  FeOptions o = {.defines = d, .ndefines = n, .world = 1};
-  Module *m = fe_compile(a, path, &o);
-  if (!m) return NULL;
-  m->target = TARGET_CPU;
-  m->has_topology = false;
-  PipelineOptions po = {.verify = true};
-  if (cast) return pipeline_run(m, &po) ? m : NULL;
-  const char *names[64];
-  pipeline_pass_names(names, 64);
-  for (int i = 0; names[i]; i++)
-    if (strcmp(names[i], "gemmcast") != 0 && !pipeline_run_pass(m, names[i], &po)) return NULL;
-  return m;
-}
 
 /* The PARAM a matmul operand v of graph g reads (directly, or as the row / capture of a repeat's
  * input in the top graph `top`), or NULL. */
@@ -123,7 +105,8 @@ static void run(const char *label, const char *path, const FeDefine *defs, int n
   Arena a, b;
   arena_init(&a);
   arena_init(&b);
-  Module *ma = compile(&a, path, defs, ndefs, true), *mb = compile(&b, path, defs, ndefs, false);
+  Module *ma = tb_compile(&a, path, defs, ndefs, "bf16", TARGET_CPU, NULL), /* with the gemmcast pass (A) and without (B) */
+         *mb = tb_compile(&b, path, defs, ndefs, "bf16", TARGET_CPU, "gemmcast");
   CHECK(ma && mb, "%s: does not compile", label);
   if (!ma || !mb) return;
   const Value *pa[64], *pb[64];

@@ -23,21 +23,9 @@
 #include "interp.h"
 #include "pipeline.h"
 #include "tb.h"
+#include "tb_compile.h"
 
 static int failures;
-
-static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target) {
-  FeDefine d[16] = {{"precision", prec}, {"micro_batch", "2"}, {"batch", "2"}};
-  int n = 3;
-  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
-  FeOptions o = {.defines = d, .ndefines = n, .world = 1};
-  Module *m = fe_compile(a, path, &o);
-  if (!m) return NULL;
-  m->target = target;
-  m->has_topology = false;
-  PipelineOptions po = {.verify = true};
-  return pipeline_run(m, &po) ? m : NULL;
-}
 
 /* Counts float inputs of compute ops that are not bf16, and f32 state that is not f32. */
 static void check_types(const Graph *g, const char *label, int *bf16_reads) {
@@ -116,8 +104,8 @@ static void run(const char *label, const char *path, const FeDefine *defs, int n
   Arena a, b;
   arena_init(&a);
   arena_init(&b);
-  Module *mb = compile(&a, path, defs, ndefs, "bf16", TARGET_CUDA),
-         *mf = compile(&b, path, defs, ndefs, "f32", TARGET_CUDA);
+  Module *mb = tb_compile(&a, path, defs, ndefs, "bf16", TARGET_CUDA, NULL),
+         *mf = tb_compile(&b, path, defs, ndefs, "f32", TARGET_CUDA, NULL);
   CHECK(mb && mf, "%s: does not compile", label);
   if (!mb || !mf) return;
   int reads = 0;
@@ -169,7 +157,7 @@ int main(void) {
    * its GEMMs read (passes/gemm_cast.c; tests/passes/test_gemm_cast.c) and the loop rows of them */
   Arena a;
   arena_init(&a);
-  Module *m = compile(&a, SHARDC_MODELS_DIR "/tiny.model", NULL, 0, "bf16", TARGET_CPU);
+  Module *m = tb_compile(&a, SHARDC_MODELS_DIR "/tiny.model", NULL, 0, "bf16", TARGET_CPU, NULL);
   CHECK(m, "cpu target: tiny with precision bf16 does not compile");
   int nbf16 = m ? count_bf16(m->graph) : 0, nweights = m ? count_weight_copies(m->graph) : 0;
   CHECK(nbf16 == nweights && nweights > 0, "cpu target: %d bf16 values, %d of them weights' copies", nbf16, nweights);

@@ -1,0 +1,25 @@
+/* tests/passes/tb_compile.c — see tb_compile.h. */
+#include "tb_compile.h"
+
+#include <string.h>
+
+#include "pipeline.h"
+
+Module *tb_compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target,
+                   const char *skip) {
+  FeDefine d[16] = {{"precision", prec}, {"micro_batch", "2"}, {"batch", "2"}};
+  int n = 3;
+  for (int i = 0; i < ndefs && n < 16; i++) d[n++] = defs[i];
+  FeOptions o = {.defines = d, .ndefines = n, .world = 1};
+  Module *m = fe_compile(a, path, &o);
+  if (!m) return NULL;
+  m->target = target;
+  m->has_topology = false;
+  PipelineOptions po = {.verify = true};
+  if (!skip) return pipeline_run(m, &po) ? m : NULL;
+  const char *names[64];
+  pipeline_pass_names(names, 64);
+  for (int i = 0; names[i]; i++)
+    if (strcmp(names[i], skip) != 0 && !pipeline_run_pass(m, names[i], &po)) return NULL;
+  return m;
+}
