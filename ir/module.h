@@ -142,7 +142,7 @@ typedef struct {
   struct MeshMap *mesh; /* degrees, ranks, nodes: resolved once before lowering (ir/mesh.h); NULL until then */
   BatchSizes batch;     /* sequences per rank and per step, decided with the mesh */
   struct MemPlan *memplan; /* one rank's memory, set by passes/memplan.c */
-  struct PipePlan *pipe;   /* pipeline stages and schedule, set by passes/pipe.c (NULL without pp) */
+  struct PipePlan *pipe;   /* pipeline stages and schedule, set by passes/pipe_plan.c (NULL without pp) */
 } Module;
 
 /* Defaults for a plan and a recipe (single rank, AdamW 3e-4, f32, ...). */

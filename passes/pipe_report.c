@@ -1,5 +1,5 @@
 /* passes/pipe_report.c — `shardc plan`'s pipeline section: each stage's layers, FLOPs, kept
- * activations and parameters (from passes/pipe.c's PipePlan), the cost model's predicted
+ * activations and parameters (from passes/pipe_plan.c's PipePlan), the cost model's predicted
  * instruction and transfer times and the schedule's bubble played with them (passes/cost.c's
  * CostPipe), and the schedule drawn as SVG. */
 #include <stdio.h>

@@ -91,14 +91,14 @@ void pipe_sched_inflight(const PipeSched *s, int *inflight);
 /* pipe_sched_play with one time per stage and kind: forward tf[s], backward tb[s], W tw[s] (zb;
  * NULL otherwise), transfers free: returns the makespan; *bubble, inflight[s] (may be NULL; as
  * pipe_sched_inflight), start[st][k] (may be NULL). The pass's own prediction, each stage's times in
- * proportion to its FLOPs (passes/pipe.c), before any device is known. */
+ * proportion to its FLOPs (passes/pipe_plan.c), before any device is known. */
 double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight);
 double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
                            int *inflight, double *const *start);
 
 const char *pipe_sched_name(PipeSchedule k); /* "gpipe", "1f1b", ... */
 
-/* What passes/pipe.c planned, per stage, for `shardc plan` (pipe_print). FLOPs are one rank's
+/* What passes/pipe_plan.c planned, per stage, for `shardc plan` (pipe_print). FLOPs are one rank's
  * (its tp share), per micro-batch; bytes are one rank's. */
 typedef struct {
   int64_t first_layer, nlayers; /* the layers [first_layer, first_layer + nlayers) of the model's loop, and

@@ -16,7 +16,7 @@
  *     completes them (as for ZeRO-2 over dp);
  *   - the embedding (what the forward loop's carried input is made of) is the first stage's,
  *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
- *     are held on the stages reading them (pipe.c's owned_params, passes/pipe_owners.c), their
+ *     are held on the stages reading them (passes/pipe_class.c's pipe_owned_params, passes/pipe_owners.c), their
  *     gradients whole there (a tied embedding's: exchanged between the first and the last).
  * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B
  * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
