@@ -8,9 +8,11 @@
  *                 hold a parameter outside the layers (pipe_reader_stages, pipe_owned_params)
  *   pipe_plan.c   the plan's per-stage figures (PipePlan: layers, FLOPs, kept activations, parameters,
  *                 the bubble) that passes/pipe_report.c prints
+ *   pipe_balance.c the layers' time and memory per stage by the cost model and the split balanced by
+ *                 them (PipeBalance: made by the stage pass, applied by `layers(balanced)`)
  *   pipe_owners.c a held parameter's nodes on its stages (pipe_own), a tied gradient's exchange
  *                 (pipe_pair_sum); pipe_split.c zb's B / W split; pipe_sched.c the schedules
- * Calls go one way: pipe.c -> pipe_plan.c -> pipe_class.c.
+ * Calls go one way: stage.c -> pipe_balance.c -> pipe_plan.c -> pipe_class.c; pipe.c -> pipe_plan.c.
  */
 #ifndef SHARDC_PIPE_INTERNAL_H
 #define SHARDC_PIPE_INTERNAL_H
@@ -67,5 +69,7 @@ uint64_t pipe_owner_of(const Pp *p, const Node *n);
 
 /* passes/pipe_plan.c: m->pipe, the plan's figures of p's stages under schedule s */
 void pipe_plan_report(Pp *p, const PipeSched *s);
+/* Bytes of the values nodes of class c (or the node only) make that the backward or the merges read. */
+int64_t pipe_kept_bytes(const Pp *p, char c, const Node *only);
 
 #endif

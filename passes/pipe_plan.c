@@ -39,7 +39,7 @@ static double class_flops(const Pp *p, char c) {
 }
 
 /* Bytes of the values nodes of class c (or the node only) make that the backward or the merges read. */
-static int64_t kept_bytes(const Pp *p, char c, const Node *only) {
+int64_t pipe_kept_bytes(const Pp *p, char c, const Node *only) {
   int64_t b = 0;
   const Graph *g = p->body;
   for (int i = 0; i < g->nnodes; i++) {
@@ -130,10 +130,6 @@ void pipe_plan_report(Pp *p, const PipeSched *s) {
   pl->layer_fwd = local_flops(p->F) / count;
   pl->layer_wgt = p->W ? local_flops(p->W) / count : 0;
   pl->layer_bwd = local_flops(p->B) / count;
-  pl->all_fwd = all;
-  pl->first_fwd = class_flops(p, C_FIRST);
-  pl->first_bwd = class_flops(p, C_FIRSTB);
-  pl->last_fwd = class_flops(p, C_LAST);
   for (int st = 0; st < p->pp; st++) {
     PipeStage *x = &pl->stage[st];
     bool first = st == 0, last = st == p->pp - 1;
@@ -147,8 +143,8 @@ void pipe_plan_report(Pp *p, const PipeSched *s) {
     x->fwd_flops = all + pl->layer_fwd * n + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
     x->wgt_flops = pl->layer_wgt * n;
     x->bwd_flops = pl->layer_bwd * n + x->wgt_flops + (first ? class_flops(p, C_FIRSTB) : 0);
-    x->act_bytes = (int64_t)((double)kept_bytes(p, 0, p->F) * n / count) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) +
-                   (last ? kept_bytes(p, C_LAST, NULL) : 0);
+    x->act_bytes = (int64_t)((double)pipe_kept_bytes(p, 0, p->F) * n / count) +
+                   (first ? pipe_kept_bytes(p, C_FIRST, NULL) : 0) + (last ? pipe_kept_bytes(p, C_LAST, NULL) : 0);
     x->param_bytes = params + own[st];
     /* interleaved: an instruction is one of v chunks (the embedding and head spread over them) */
     x->fwd_flops /= p->v;
@@ -158,12 +154,6 @@ void pipe_plan_report(Pp *p, const PipeSched *s) {
     tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
     tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
     tw[st] = x->wgt_flops;
-  }
-  for (int i = 0; i < p->g->nnodes; i++) { /* the layer stacks held (padded to the largest stage), per layer */
-    const Node *n = p->g->nodes[i];
-    if ((n->op != OP_PARAM && n->op != OP_STATE) || n->out[0]->sharding.split[0] != RT_AX_PP) continue;
-    int64_t b = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype) / (p->per * p->v);
-    pl->layer_bytes += n->op == OP_PARAM ? 2 * b : b; /* a parameter and its gradient */
   }
   unused_params(p, pl);
   pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
