@@ -12,7 +12,8 @@
 #   written under pp2 interleaved at step 10 resumes on one rank with the uninterrupted run's
 #   step-11 loss (checkpoints hold logical tensors: each stage its layers, interleaved ones too).
 #   Stages of unequal layer counts (pp2 layers(1, 3), pp3 layers(1, 2, 1), pp2 layers(3, 1) zb x
-#   dp2) give the single-rank curve too, and their checkpoints resume across layouts. The
+#   dp2, and pp3 layers(balanced) 1F1B: the stage pass's [1, 2, 1]) give the single-rank curve too,
+#   and their checkpoints resume across layouts. The
 #   parameters outside the layers are held on the stages reading them only: a pp4 checkpoint
 #   (sharded and logical) resumes on one rank and under pp2, a one-rank one under pp4.
 #
@@ -79,10 +80,15 @@ stages() { sed "s/^  dp auto\$/  dp auto\n  pp $1/" models/tiny.model >"$uv/$2.m
 stages "2 layers(1, 3)" s13
 stages "3 layers(1, 2, 1)" s121
 stages "2 layers(3, 1)" s31
+stages "3 layers(balanced)" sbal
 "$shardc" build "$uv/s13.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 2 -o "$t/pp2s13" 2>/dev/null
+# `layers(balanced)`: the stage pass's split by the cost model's time and memory, [1, 2, 1] here, 1F1B
+"$shardc" plan "$uv/sbal.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 3 2>/dev/null |
+  grep -q "^#   layers(balanced): \[1, 2, 1\]" || { echo "FAIL: pp3 layers(balanced) is not [1, 2, 1]"; exit 1; }
+"$shardc" build "$uv/sbal.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 3 -o "$t/pp3bal" 2>/dev/null
 "$shardc" build "$uv/s121.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 -D schedule=gpipe --world 3 -o "$t/pp3s121" 2>/dev/null
 "$shardc" build "$uv/s31.model" "${m[@]:1}" -D micro_batch=2 -D dp=2 -D schedule=zb --world 4 -o "$t/pp2s31dp2zb" 2>/dev/null
-for c in pp2s13:2 pp3s121:3 pp2s31dp2zb:4; do
+for c in pp2s13:2 pp3s121:3 pp2s31dp2zb:4 pp3bal:3; do
   n=${c%%:*}
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "tiny $n" "$t/$n.jsonl" "$t/one.jsonl"
