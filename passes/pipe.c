@@ -257,18 +257,24 @@ static void run_merges(Pp *p, int mb) {
       if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, smap(p, 0, mb), mb, u);
       else if (c == C_LAST) in[j] = lookup(p, smap(p, p->pp * p->v - 1, mb), mb, u);
       else if (c == C_LOOP) { /* each stage's own (its layers' gradients): no zeros to add */
+        bool carry = u->def == p->B && u->idx < p->B->a.ncarry; /* a gradient summed over the layers: not stacked */
         Value **chunk = ARENA_ARRAY(p->g->arena, Value *, p->v);
         for (int ch = 0; ch < p->v; ch++) {
           Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
           for (int st = 0; st < p->pp; st++) {
             if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
-            each[st] = pad_rows(p, st, (Value *)got);
+            each[st] = carry ? (Value *)got : pad_rows(p, st, (Value *)got);
           }
           chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, d->loc);
           chunk[ch]->sharding = each[0]->sharding;
         }
         in[j] = chunk[0];
-        if (p->v > 1) { /* the stage's chunks, in its local row order */
+        for (int ch = 1; carry && ch < p->v; ch++) { /* the stage's chunks' parts, summed in chunk order */
+          Value *ab[2] = {in[j], chunk[ch]};
+          in[j] = ir_emit(p->g, OP_ADD, 2, ab, u->dtype, u->shape, NULL, d->loc);
+          in[j]->sharding = u->sharding;
+        }
+        if (p->v > 1 && !carry) { /* the stage's chunks, in its local row order */
           Attrs ca = {0};
           ca.axis = 0;
           in[j] = ir_emit(p->g, OP_CONCAT, p->v, chunk, u->dtype, u->shape, &ca, d->loc);
@@ -291,9 +297,17 @@ bool pass_pipe(Module *m) {
   if (!p.A || !stage_layer_loops(p.A->body, &p.F, &p.B)) die("pipe: no micro-step region (stage runs first)");
   p.body = p.A->body;
   p.M = (int)p.A->a.count;
-  if (p.F->a.ncarry != 1 || p.B->a.ncarry != 1) {
+  if (p.F->a.ncarry != 1 || p.B->a.ncarry < 1) {
     error_at(p.F->loc, "pipeline stages pass one activation between stages: this layer loop carries %d values",
              p.F->a.ncarry);
+    return false;
+  }
+  /* the backward loop's carries after the gradient passed between stages: the gradients of parameters
+   * outside the layers that every layer reads, summed over the layers; each stage sums its own */
+  if (p.B->a.ncarry > 1 && m->plan.schedule == SCHED_ZB) {
+    error_at(p.F->loc, "the zero-bubble schedule splits a backward layer loop that carries one gradient: this one "
+             "also carries the gradients of %d parameters every layer reads", p.B->a.ncarry - 1);
+    note("write schedule 1f1b, gpipe or interleaved");
     return false;
   }
   PipeSchedule kind = m->plan.schedule;

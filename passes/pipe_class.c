@@ -50,7 +50,8 @@ bool pipe_param_cast(const Node *x) { return x->op == OP_CAST && x->in[0]->def->
 static bool reads_layer_grads(const Pp *p, const Node *x) {
   for (int l = 0; l < 2; l++) {
     const Node *r = l == 0 ? p->B : p->W;
-    for (int k = r ? r->a.ncarry : 0; r && k < r->nout; k++)
+    /* (B's carries after the first: the gradients of parameters every layer reads, each stage's part) */
+    for (int k = r && l == 0 ? 1 : r ? r->a.ncarry : 0; r && k < r->nout; k++)
       if (pipe_reads_value(x, r->out[k])) return true;
   }
   return false;

@@ -44,6 +44,7 @@
 
 static int failures;
 static const int BALANCED[1]; /* compile_stages' layers: `pp N layers(balanced)` */
+static void expect(bool ok, const char *what);
 
 /* The split balanced by time (passes/pipe_balance.c) has the least slowest stage of every split of the
  * layers over the stages (each stage one layer at least), found by trying them all. */
@@ -96,7 +97,8 @@ static Module *compile_stages(Arena *a, Target target, const char *path, const F
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"schedule", sched};
   d[n++] = (FeDefine){"cross_node_tp", "on"};
-  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp};
+  const char *dirs[] = {SHARDC_MODELS_DIR}; /* (pp_shared.model imports the standard library from there) */
+  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp, .import_dirs = dirs, .nimport_dirs = 1};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   m->target = target;
@@ -336,6 +338,87 @@ static void run_uneven(const char *label, Target target, double tol, const char 
   arena_free(&ra);
 }
 
+/* A parameter outside the layers that every layer reads (tests/passes/pp_shared.model's `gate`): held on
+ * every stage, its gradient carried through each stage's backward loop and summed over all of them
+ * (each stage's part taken by stage_select, the parts all-reduced over pp with the other sums), against
+ * the single rank: pp 2 and 4 under GPipe and 1F1B, pp 2 interleaved (2 chunks: each stage's two
+ * parts added), pp 3 `layers(1, 2, 1)`, pp 2 x dp 2; zb is refused (its split keeps one carry). */
+static void run_shared(const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S, int64_t V) {
+  const char *label = "tiny with a parameter every layer reads";
+  fprintf(stderr, "%s\n", label);
+  Arena ra;
+  arena_init(&ra);
+  Module *ref = compile(&ra, TARGET_CPU, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
+  if (!ref) {
+    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
+    failures++;
+    return;
+  }
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  static const int l121[] = {1, 2, 1};
+  static const struct {
+    int pp, dp, M;
+    const char *sched;
+    const int *layers;
+  } plans[] = {{2, 1, 4, "1f1b", NULL}, {2, 1, 2, "gpipe", NULL},       {4, 1, 4, "1f1b", NULL},
+               {4, 1, 4, "gpipe", NULL}, {2, 1, 4, "interleaved", NULL}, {3, 1, 4, "1f1b", l121},
+               {2, 2, 2, "1f1b", NULL}};
+  for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++) {
+    char what[96];
+    int pp = plans[p].pp, dp = plans[p].dp;
+    int64_t M = plans[p].M;
+    snprintf(what, sizeof what, "pp %d x dp %d, %s, %lld micro-batches%s", pp, dp, plans[p].sched, (long long)M,
+             plans[p].layers ? ", layers(1, 2, 1)" : "");
+    Arena pa;
+    arena_init(&pa);
+    Module *pm = compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, dp, 1, plans[p].sched, B / (M * dp), B,
+                                plans[p].layers);
+    if (!pm) {
+      fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
+      failures++;
+      arena_free(&pa);
+      continue;
+    }
+    int gates = 0, carried = 0; /* `gate` held on every stage; each backward loop carries its gradient */
+    for (int i = 0; i < pm->graph->nnodes; i++) {
+      const Node *n = pm->graph->nodes[i];
+      gates += n->op == OP_PARAM && n->a.name && strcmp(n->a.name, "gate") == 0 && ir_node_stages(n) == 0;
+      carried += n->op == OP_REPEAT && n->a.reverse && n->stage > 0 && n->a.ncarry == 2;
+    }
+    int v = strcmp(plans[p].sched, "interleaved") == 0 ? 2 : 1;
+    if (gates != 1 || carried != pp * v * (int)M) {
+      fprintf(stderr, "FAIL %s %s: `gate` on every stage %d time(s), %d backward loops carrying its gradient (want %d)\n",
+              label, what, gates, carried, pp * v * (int)M);
+      failures++;
+    }
+    Tensor ktok = tok, ktgt = tgt;
+    ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
+    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+    arena_free(&pa);
+  }
+  Arena za;
+  arena_init(&za);
+  char *msg = NULL;
+  size_t msglen = 0;
+  FILE *mf = open_memstream(&msg, &msglen);
+  Diag quiet;
+  diag_init(&quiet, mf, 0);
+  Diag *outer = diag_enter(&quiet);
+  Module *zb = compile_stages(&za, TARGET_CPU, path, defs, ndefs, 2, 1, 1, "zb", B / 4, B, NULL);
+  fflush(mf);
+  diag_leave(outer);
+  diag_free(&quiet);
+  fclose(mf);
+  expect(!zb && msg && strstr(msg, "the zero-bubble schedule splits a backward layer loop that carries one gradient"),
+         "zb refuses a backward layer loop carrying a parameter's gradient, with an error saying so");
+  free(msg);
+  arena_free(&za);
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
 static void expect(bool ok, const char *what) {
   if (!ok) {
     fprintf(stderr, "FAIL %s\n", what);
@@ -483,6 +566,7 @@ int main(void) {
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};
   run_model("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256);
   run_uneven("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256, false);
+  run_shared(SHARDC_PP_SHARED_MODEL, tiny, 4, 8, 8, 256);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
