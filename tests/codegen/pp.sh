@@ -15,7 +15,8 @@
 #   dp2, and pp3 layers(balanced) 1F1B: the stage pass's [1, 2, 1]) give the single-rank curve too,
 #   and their checkpoints resume across layouts. The
 #   parameters outside the layers are held on the stages reading them only: a pp4 checkpoint
-#   (sharded and logical) resumes on one rank and under pp2, a one-rank one under pp4.
+#   (sharded and logical) resumes on one rank and under pp2, a one-rank one under pp4. A parameter
+#   outside the layers that every layer reads (pp_shared.model's `gate`): pp4 against its one rank.
 #
 # Tolerance: |loss - loss_1rank| <= 1e-5 * |loss_1rank| at every step (lib.sh's, justified in
 # layouts.sh): micro-batches add their gradients in another order than one big batch, and the
@@ -119,4 +120,12 @@ awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d;
 "${mpi[@]}" -np 4 "$t/pp4" "${run[@]}" --resume "$t/ck1" --stop-at 11 --log "$t/r1_pp4.jsonl" --save-to "$t/r1_pp4" >/dev/null
 resumed "pp4 -> 1 rank:$t/r4_one.jsonl:$t/pp4.jsonl" "pp4 logical -> pp2:$t/r4l_pp2.jsonl:$t/pp4.jsonl" \
   "1 rank -> pp4:$t/r1_pp4.jsonl:$t/one.jsonl"
+# a parameter outside the layers that every layer reads (tests/passes/pp_shared.model's `gate`): held
+# on every stage, its gradient carried through each stage's backward loop and summed over the four
+sm=(tests/passes/pp_shared.model -D seq=64 -D layers=4 -D batch=8)
+"$shardc" build "${sm[@]}" -D micro_batch=8 --world 1 -o "$t/sone" 2>/dev/null
+"$shardc" build "${sm[@]}" -D micro_batch=2 -D dp=1 -D pp=4 --world 4 -o "$t/spp4" 2>/dev/null
+"$t/sone" "${run[@]}" --threads 2 --log "$t/sone.jsonl" >/dev/null
+"${mpi[@]}" -np 4 "$t/spp4" "${run[@]}" --log "$t/spp4.jsonl" >/dev/null
+compare "every layer reads gate, pp4" "$t/spp4.jsonl" "$t/sone.jsonl"
 echo "pipeline parallelism: ok"
