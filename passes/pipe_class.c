@@ -46,7 +46,8 @@ static void mark_anc(Pp *p, Value *v, char c, char *on) {
 bool pipe_param_cast(const Node *x) { return x->op == OP_CAST && x->in[0]->def->op == OP_PARAM; }
 
 /* Whether x reads a backward loop's stacked outputs (ys: every layer's parameter gradients, each
- * stage holding its own layers'): then x is per stage, like the sums those gradients go into. */
+ * stage holding its own layers') or B's carries after the first (the gradients of parameters every
+ * layer reads, each stage's part): then x is per stage, like the sums those gradients go into. */
 static bool reads_layer_grads(const Pp *p, const Node *x) {
   for (int l = 0; l < 2; l++) {
     const Node *r = l == 0 ? p->B : p->W;

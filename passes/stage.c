@@ -18,6 +18,10 @@
  *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
  *     are held on the stages reading them (passes/pipe_class.c's pipe_owned_params, passes/pipe_owners.c), their
  *     gradients whole there (a tied embedding's: exchanged between the first and the last).
+ *   - the split: even, as written (`pp N layers(a, b, ..)`), or `pp N layers(balanced)`: the one
+ *     passes/pipe_balance.c balances by the cost model's time and memory per layer, computed here for
+ *     every plan but the interleaved (Module.pipe_balance: the plan prints it, as a suggestion unless
+ *     applied).
  * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B
  * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
  * parallelism needs nothing here: its ring's sends and receives (or all-to-alls) are over cp, whose
