@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "files.h"
 
 #define MAX_RECTS 256 /* rectangles of one tensor's block */
 
