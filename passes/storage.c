@@ -66,16 +66,10 @@ void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, doub
       continue;
     }
     unsigned mask = split_mask(mm, v);
-    for (int r = 0; r < world; r++) { /* runtime/train/ckpt_shard.c's writes() */
+    for (int r = 0; r < world; r++) { /* the trainer's writers (runtime/mesh.h) */
       int coord[RT_AX_COUNT];
       rt_mesh_coords(mm, r, coord);
-      bool w = true;
-      for (int a = 0; a < RT_AX_COUNT && w; a++)
-        if (!(mask >> a & 1)) /* (along pp, a tensor held on some stages: the first of them) */
-          w = coord[a] == (a == RT_AX_DP              ? ti % mm->dim[RT_AX_DP]
-                           : a == RT_AX_PP && ir_node_stages(n) ? __builtin_ctzll(ir_node_stages(n))
-                                                                : 0);
-      if (!w) continue;
+      if (!rt_ckpt_writer(mm->dim, coord, mask, ir_node_stages(n), ti)) continue;
       rank[r] += b;
       node[rt_mesh_node(mm, r) < nodes ? rt_mesh_node(mm, r) : 0] += b;
       c->total_bytes += b;

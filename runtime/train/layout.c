@@ -70,7 +70,7 @@ unsigned rt_tensor_split_mask(const RtProgram *p, const RtTensor *t) {
 }
 
 int rt_tensor_held(const RtProgram *p, const RtTensor *t, int pp_coord) {
-  return !t->stages || rt_program_degree(p, RT_AX_PP) <= 1 || (pp_coord >= 0 && pp_coord < 64 && (t->stages >> pp_coord & 1));
+  return rt_stage_holds(t->stages, rt_program_degree(p, RT_AX_PP), pp_coord);
 }
 
 int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int coord[RT_AX_COUNT], int64_t i) {
