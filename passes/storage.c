@@ -38,7 +38,7 @@ void storage_traffic(const Module *m, const CostDevice *d, TrafficReport *t) {
 
 static double local_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
-/* The mesh axes that split v (degree > 1): runtime/train/dist.c's rt_tensor_split_mask. */
+/* The mesh axes that split v (degree > 1): runtime/train/layout.c's rt_tensor_split_mask. */
 static unsigned split_mask(const MeshMap *mm, const Value *v) { return ir_split_mask(&v->sharding, v->shape.rank, mm); }
 
 void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, double step_s, CkptReport *c) {
