@@ -143,6 +143,8 @@ typedef double (*RtCuTuneTime)(void *arg, int cand);
  * failures keep the earlier); counts it for rt_cu_tune_report. SHARDRT_GEMM_AUTOTUNE_LOG=1 prints
  * every candidate's time. */
 int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
+/* Counts a key that took an earlier run's recorded choice (gemm.c) for rt_cu_tune_report. */
+void rt_cu_tune_recorded(void);
 /* Keys tuned and timed runs so far (this process). */
 void rt_cu_tune_stats(int *shapes, int *timed);
 /* One line on stderr (rank 0) when keys were tuned since the last report: how many, the time spent,
