@@ -145,8 +145,8 @@ typedef double (*RtCuTuneTime)(void *arg, int cand);
 int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
 /* Counts a key that took an earlier run's recorded choice (gemm.c) for rt_cu_tune_report. */
 void rt_cu_tune_recorded(void);
-/* Keys tuned and timed runs so far (this process). */
-void rt_cu_tune_stats(int *shapes, int *timed);
+/* Keys tuned, timed runs, keys that took an earlier run's choice, so far (this process). */
+void rt_cu_tune_stats(int *shapes, int *timed, int *recorded);
 /* One line on stderr (rank 0) when keys were tuned since the last report: how many, the time spent,
  * how many kept another algorithm than the first candidate. device.c calls it after a step. */
 void rt_cu_tune_report(const RtCtx *ctx);

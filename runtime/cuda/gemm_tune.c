@@ -106,9 +106,10 @@ int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *
 
 void rt_cu_tune_recorded(void) { st.recorded++; }
 
-void rt_cu_tune_stats(int *shapes, int *timed) {
+void rt_cu_tune_stats(int *shapes, int *timed, int *recorded) {
   if (shapes) *shapes = st.shapes;
   if (timed) *timed = st.timed;
+  if (recorded) *recorded = st.recorded;
 }
 
 void rt_cu_tune_report(const RtCtx *ctx) {

@@ -370,7 +370,7 @@ static int test_device(const char *which) {
       for (int pass = 0; pass < passes; pass++) {
         if (pass == 1) setenv("SHARDRT_GEMM_AUTOTUNE", "8", 1);
         int keys0 = 0, keys1 = 0, timed = 0;
-        rt_cu_tune_stats(&keys0, NULL);
+        rt_cu_tune_stats(&keys0, NULL, NULL);
         for (int dt = 0; dt < 2; dt++) {
           int ab = dt ? RT_BF16 : RT_F32;
           for (int ta = 0; ta < 2; ta++)
@@ -386,7 +386,7 @@ static int test_device(const char *which) {
           matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 5);
           matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 6);
         }
-        rt_cu_tune_stats(&keys1, &timed);
+        rt_cu_tune_stats(&keys1, &timed, NULL);
         printf("gemm autotune (%s): %d GEMM keys tuned in this pass, %d timed runs in all\n",
                pass == passes - 1 ? "on" : "off", keys1 - keys0, timed);
         if (pass == passes - 1) CHECK(keys1 > keys0, "the autotuning tuned no GEMM");
@@ -431,6 +431,17 @@ static int test_device(const char *which) {
         unsetenv("SHARDRT_GEMM_BGRAD");
         unsetenv("SHARDRT_EMU_NO_EPILOGUE");
       }
+    }
+    if (round == 1 && !strcmp(which, "cuda")) { /* a GEMM key tuned by the first open: its recorded choice, not timed again */
+      int rec0 = 0, rec1 = 0, keys0 = 0, keys1 = 0;
+      rt_cu_tune_stats(&keys0, NULL, &rec0);
+      matmul_case(&ctx, M, RT_BF16, RT_BF16, 3, 8, 12, 16, 0, 0, 1, 1.0f, 0.0f);
+      rt_cu_tune_stats(&keys1, NULL, &rec1);
+      printf("gemm autotune: the second open: %d GEMM key(s) took the choice recorded by the first, %d tuned again\n",
+             rec1 - rec0, keys1 - keys0);
+      char *dir = rt_cu_cache_dir();
+      CHECK(keys1 == keys0 || !dir, "the second open tuned a GEMM key again instead of taking the recorded choice");
+      free(dir);
     }
     rt_cuda_device.close(&ctx);
     CHECK(ctx.kernels == NULL, "close left ctx->kernels set");
