@@ -88,6 +88,30 @@ static void choices_add(RtCuGemm *g, const RtCuGemmKey *key, const cublasLtMatmu
   g->tuned[g->ntuned++] = (Choice){*key, *algo};
 }
 
+/* The file's choices for keys not known yet (another rank's, another run's). */
+static void choices_read(RtCuGemm *g) {
+  size_t len = 0;
+  char *text = rt_cu_read_file(g->tuned_path, &len);
+  for (char *line = text; line && *line;) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    RtCuGemmKey k;
+    uint64_t w[8];
+    int used = 0, known = 0;
+    if (sscanf(line, CHOICE_FMT "%n", &k.batch, &k.m, &k.n, &k.k, &k.ta, &k.tb, &k.bb, &k.ab_dt, &k.y_dt, &k.align,
+               &k.epi, &used) == 11 &&
+        sscanf(line + used, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64,
+               &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7]) == 8) {
+      for (int i = 0; i < g->ntuned && !known; i++) known = rt_cu_gemm_key_eq(&g->tuned[i].key, &k);
+      cublasLtMatmulAlgo_t a;
+      memcpy(a.data, w, sizeof w);
+      if (!known) choices_add(g, &k, &a);
+    }
+    line = next;
+  }
+  free(text);
+}
+
 static void choices_load(RtCuGemm *g) {
   char *dir = rt_cu_cache_dir();
   if (!dir) return;
@@ -106,29 +130,12 @@ static void choices_load(RtCuGemm *g) {
   if (!g->tuned_path) rt_fatal(1, "out of memory");
   snprintf(g->tuned_path, n, "%s/gemm-tune-%s.txt", dir, hash);
   free(dir);
-  size_t len = 0;
-  char *text = rt_cu_read_file(g->tuned_path, &len);
-  for (char *line = text; line && *line;) {
-    char *next = strchr(line, '\n');
-    if (next) *next++ = 0;
-    RtCuGemmKey k;
-    uint64_t w[8];
-    int used = 0;
-    if (sscanf(line, CHOICE_FMT "%n", &k.batch, &k.m, &k.n, &k.k, &k.ta, &k.tb, &k.bb, &k.ab_dt, &k.y_dt, &k.align,
-               &k.epi, &used) == 11 &&
-        sscanf(line + used, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64,
-               &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7]) == 8) {
-      cublasLtMatmulAlgo_t a;
-      memcpy(a.data, w, sizeof w);
-      choices_add(g, &k, &a);
-    }
-    line = next;
-  }
-  free(text);
+  choices_read(g);
 }
 
 static void choices_save(RtCuGemm *g) {
   if (!g->tuned_path) return;
+  choices_read(g); /* what other ranks on this machine recorded since: kept */
   size_t cap = (size_t)g->ntuned * 256 + 1, len = 0;
   char *text = malloc(cap);
   if (!text) rt_fatal(1, "out of memory");
