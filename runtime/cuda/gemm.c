@@ -322,7 +322,7 @@ static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, co
     int ok = 1;
     if (rt_cu_tune_y_read(y, beta, ep)) { /* the timing runs must not change what the real one reads */
       size_t bytes = (size_t)(p->key.batch * p->key.m * p->key.n) * (p->key.y_dt == RT_BF16 ? 2 : 4);
-      ok = cudaMalloc(&scratch, bytes) == cudaSuccess;
+      ok = cudaMallocAsync(&scratch, bytes, g->stream) == cudaSuccess; /* stream-ordered: no device-wide sync */
       if (!ok) (void)cudaGetLastError();
       t.d = scratch;
     }
@@ -331,7 +331,7 @@ static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, co
       choices_add(g, &p->key, &p->algo);
       choices_save(g);
     }
-    if (scratch) CU_CHECK(cudaFree(scratch));
+    if (scratch) CU_CHECK(cudaFreeAsync(scratch, g->stream));
   }
   free(p->cand);
   p->cand = NULL;
