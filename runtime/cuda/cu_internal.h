@@ -137,6 +137,8 @@ int rt_cu_tune_candidates(int dflt);
 /* 1 when the GEMM reads its output y (beta != 0, the residual in place, GELU's backward over its
  * pre-activation): the timing runs must write a scratch copy instead. */
 int rt_cu_tune_y_read(const void *y, float beta, const RtCuEpi *ep);
+/* Monotonic seconds (the emulated device times its candidate with it). */
+double rt_cu_tune_clock(void);
 /* Seconds one call of candidate cand took (it ran to completion), or < 0 when it cannot run. */
 typedef double (*RtCuTuneTime)(void *arg, int cand);
 /* The fastest of ncand candidates (a warm-up run each, then the minimum of 3 timed runs; ties and

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm/bootstrap.h"
@@ -342,19 +341,13 @@ typedef struct {
   float alpha, beta;
 } EmuTrial;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double emu_trial(void *arg, int cand) {
   EmuTrial *t = arg;
   (void)cand;
-  double t0 = now_s();
+  double t0 = rt_cu_tune_clock();
   emu_gemm(t->e, t->d, t->y_dt, t->a, t->b, t->ab_dt, t->batch, t->m, t->n, t->k, t->ta, t->tb, t->bb, t->alpha, t->beta,
            t->ep);
-  return now_s() - t0;
+  return rt_cu_tune_clock() - t0;
 }
 
 /* SHARDRT_GEMM_AUTOTUNE=N (off by default here: one algorithm, nothing to choose) runs the tuning's

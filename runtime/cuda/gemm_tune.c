@@ -68,14 +68,14 @@ static struct {
   double wall, first_s, best_s;       /* seconds tuning; one call of every tuned key: the first candidate, the kept */
 } st;
 
-static double now(void) {
+double rt_cu_tune_clock(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key) {
-  double t0 = now(), best_t = -1, first_t = -1;
+  double t0 = rt_cu_tune_clock(), best_t = -1, first_t = -1;
   int best = 0;
   const char *v = getenv("SHARDRT_GEMM_AUTOTUNE_LOG");
   int log = v && *v && strcmp(v, "0") != 0;
@@ -100,7 +100,7 @@ int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *
   st.shapes++;
   st.moved += best != 0;
   if (first_t >= 0 && best_t >= 0) st.first_s += first_t, st.best_s += best_t;
-  st.wall += now() - t0;
+  st.wall += rt_cu_tune_clock() - t0;
   return best;
 }
 
