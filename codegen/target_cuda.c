@@ -100,11 +100,12 @@ static const char *gemm_where(Cg *c, const Node *mm) {
  * epilogue (cuBLASLt's heuristic found none), the plain GEMM into the matmul's own output and then
  * the e absorbed nodes at `at`, one kernel each, as if they had not been absorbed. They run at the
  * GEMM's place: the same bytes the epilogue would write there (passes/epilogue.c checked them), and
- * the matmul's output is read right away, by them only. */
-static void emit_unfused(Cg *c, Node *mm, const int *at, int e) {
+ * the matmul's output is read right away, by them only. Without `gemm`, the nodes only (the bias
+ * gradient the device left to the program: RT_CU_EP_NO_BGRAD). */
+static void emit_unfused(Cg *c, Node *mm, bool gemm, const int *at, int e) {
   int pos = c->pos;
   c->indent++;
-  emit_node(c, mm);
+  if (gemm) emit_node(c, mm);
   for (int k = 0; k < e; k++) {
     Node *n = mm->graph->nodes[at[k]];
     c->pos = at[k];
@@ -130,12 +131,28 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
     const Node *gb = g->nodes[at[0]];
     bool bgrad = ne == 2 && cg_runs(c, g, at[1]);
     GemmDims d = gemm_dims(mm);
-    cg_line(c, "/* matmul + GELU's backward%s in one GEMM (epilogue) */", bgrad ? " + its bias gradient" : "");
-    cg_line(c, "if (!rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s)) {",
-            gemm_where(c, mm), cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
-            cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, cg_ptr(c, gb->in[0]),
-            bgrad ? cg_ptr(c, g->nodes[at[1]]->out[0]) : "NULL");
-    emit_unfused(c, mm, at, bgrad ? 2 : 1);
+    const char *call = arena_printf(
+        c->a, "rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s)",
+        gemm_where(c, mm), cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
+        cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, cg_ptr(c, gb->in[0]),
+        bgrad ? cg_ptr(c, g->nodes[at[1]]->out[0]) : "NULL");
+    if (!bgrad) {
+      cg_line(c, "/* matmul + GELU's backward in one GEMM (epilogue) */");
+      cg_line(c, "if (!%s) {", call);
+      emit_unfused(c, mm, true, at, 1);
+      return 1;
+    }
+    /* the runtime decides (runtime/cuda/ops.c): the bias gradient in the GEMM too, or by its own kernels */
+    cg_line(c, "/* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */");
+    cg_line(c, "{");
+    c->indent++;
+    cg_line(c, "const int ep = %s;", call);
+    cg_line(c, "if (ep == RT_CU_EP_NONE) {");
+    emit_unfused(c, mm, true, at, 1);
+    cg_line(c, "if (ep != RT_CU_EP_ALL) {");
+    emit_unfused(c, mm, false, at + 1, 1);
+    c->indent--;
+    cg_line(c, "}");
     return 1;
   }
   while (e < ne && cg_runs(c, g, at[e])) e++;
@@ -157,7 +174,7 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
           gemm_where(c, mm), cg_ptr(c, stored), cg_dtype_lit(stored->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
           cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb,
           cg_ptr(c, add->in[0] == y ? add->in[1] : add->in[0]), res, aux);
-  emit_unfused(c, mm, at, e);
+  emit_unfused(c, mm, true, at, e);
   return at[e - 1] - c->pos + 1;
 }
 

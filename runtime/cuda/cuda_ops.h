@@ -50,10 +50,19 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
 int rt_cu_matmul_ep(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                      int64_t k, int ta, int tb, const void *bias, const void *c, void *aux);
 
+/* What rt_cu_matmul_ep / rt_cu_matmul_dgelu did. */
+enum {
+  RT_CU_EP_NONE = 0,     /* nothing: no algorithm for the epilogue (the caller runs the plain GEMM and the nodes) */
+  RT_CU_EP_ALL = 1,      /* everything asked */
+  RT_CU_EP_NO_BGRAD = 2, /* rt_cu_matmul_dgelu: y, not the bias gradient (the caller sums y's columns) */
+};
+
 /* One GEMM with cuBLASLt's DGELU epilogue (passes/epilogue.c), GELU's backward: with acc as above,
- * y[i, j] = gelu'(pre[i, j]) * acc (pre: the forward's pre-activation, y's dtype); and with
- * DGELU_BGRAD, unless dbias is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient).
- * Returns as rt_cu_matmul_ep. */
+ * y[i, j] = gelu'(pre[i, j]) * acc (pre: the forward's pre-activation, y's dtype); and unless dbias
+ * is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient). Returns RT_CU_EP_ALL when it
+ * did both, RT_CU_EP_NO_BGRAD when it computed y only and left the bias gradient to the caller (the
+ * default where cuBLASLt's DGELU_BGRAD is slower than a column reduction: SHARDRT_GEMM_BGRAD, ops.c),
+ * RT_CU_EP_NONE (nothing, after a note) when the device has no algorithm for DGELU(_BGRAD). */
 int rt_cu_matmul_dgelu(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                         int64_t k, int ta, int tb, const void *pre, void *dbias);
 

@@ -431,6 +431,7 @@ static void dev_run(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M) {
     d->ops->replay(d->be, fn, M, ctx);
   else
     fn(M, ctx);
+  rt_cu_tune_report(ctx); /* after the step that tuned GEMMs (the first) */
 }
 static void dev_pin(RtCtx *ctx, void *host, int64_t bytes) {
   RtCuDev *d = rt_cu_dev(ctx);
