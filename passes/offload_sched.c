@@ -18,6 +18,8 @@
  * host buffer is made live from the download's start (passes/memplan.c reads offload_issue). */
 #include "offload_sched.h"
 
+#include <stdlib.h>
+
 #include "commreport.h"
 #include "diag.h"
 
@@ -31,6 +33,34 @@ static bool has_async(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++)
     if (ir_comm_async(g->nodes[i]) || (g->nodes[i]->body && has_async(g->nodes[i]->body))) return true;
   return false;
+}
+
+/* Whether a node of g reads one of n's outputs. */
+static bool outputs_read(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j]->def == n) return true;
+  return false;
+}
+
+void offload_order(Graph *g, Node **updates, int n) {
+  for (int i = 0; i < n; i++)
+    if (outputs_read(g, updates[i])) return; /* (ZeRO-1/2 at dp > 1: the all_gather reads it where it is) */
+  int *key = calloc((size_t)n + 1, sizeof(int));
+  if (!key) die("out of memory");
+  for (int i = 0; i < n; i++) key[i] = position(g, updates[i]->in[1]->def);
+  for (int i = 1; i < n; i++) /* stable: by when the gradient is made */
+    for (int j = i; j > 0 && key[j - 1] > key[j]; j--) {
+      int k = key[j];
+      key[j] = key[j - 1], key[j - 1] = k;
+      Node *u = updates[j];
+      updates[j] = updates[j - 1], updates[j - 1] = u;
+    }
+  free(key);
+  for (int i = 0; i < n; i++) { /* each to the end, in that order */
+    ir_drop_node(g, updates[i]);
+    g->nodes[g->nnodes++] = updates[i];
+  }
 }
 
 OffloadIssue offload_issue(const Graph *g, const Node *n) {

@@ -6,6 +6,13 @@
 
 #include "ir.h"
 
+/* The order of the updates on the host: the n updates of the top graph g (passes/zero.c, before it
+ * puts their copies in) are reordered, when nothing but g's results reads what they compute, to
+ * run in the order their gradients are made (the final norm's before the layers', the embeddings'
+ * last): the host updates the parameters whose gradients landed while the last ones download.
+ * updates[] is reordered too. The values do not change (each update reads its own tensors). */
+void offload_order(Graph *g, Node **updates, int n);
+
 /* Where the download of a to_host node of the top graph g starts. */
 typedef struct {
   int after;        /* after top-graph node `after` (-1: at the step's start; the to_host's own

@@ -62,6 +62,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "offload_sched.h"
 #include "passes.h"
 #include "ptrmap.h"
 #include "zero.h"
@@ -720,6 +721,7 @@ static void offload(Graph *g) {
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
+  offload_order(g, updates, nu); /* (passes/offload_sched.c: the host's order, and when the copies run) */
   Value *hyper_host = NULL;
   for (int i = 0; i < nu; i++) offload_update(g, updates[i], &hyper_host);
 }
