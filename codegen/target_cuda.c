@@ -368,7 +368,8 @@ static int cuda_node(Cg *c, Node *n) {
 static void cuda_begin(Cg *c) { c->ts = cuk_new(c->a); }
 
 static void cuda_prologue(Cg *c) {
-  if (c->m->memplan->host_total > 0) fprintf(c->f, "#include \"prims.h\" /* the optimizer step on the host (offload) */\n");
+  if (c->m->memplan->host_total > 0) /* the optimizer step on the host (offload), a bf16 gradient made f32 there */
+    fprintf(c->f, "#include \"kernels/kernels.h\"\n#include \"prims.h\"\n");
   fprintf(c->f, "#include \"cuda_ops.h\"\n#include \"program.h\"\n\n"
                 "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n");
 }

@@ -87,10 +87,11 @@ static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
   }
   mp->host_state = off;
   Intervals p = {.a = tmp};
-  for (int i = 0; i < g->nnodes; i++) {
+  for (int i = 0; i < g->nnodes; i++) { /* (and a bf16 gradient's host cast: from the node) */
     Node *n = g->nodes[i];
-    if (n->op != OP_TO_HOST) continue;
-    int from = offload_issue(g, n).after;
+    bool cast = n->op == OP_CAST && n->out[0]->host;
+    if (n->op != OP_TO_HOST && !cast) continue;
+    int from = cast ? i : offload_issue(g, n).after;
     Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), from < 0 ? 0 : from, MEM_ACT);
     it->end = i;
     for (int j = i + 1; j < g->nnodes; j++)

@@ -11,7 +11,8 @@
 #      layer gradient starts inside the backward loop, at the end of its iteration, row i1 (beside
 #      the backward of the earlier layers), none of the host's waits is inside that loop, and the
 #      host waits for a download only after the backward loop; every upload has a device wait
-#      after it and the step has no synchronous copy;
+#      after it and the step has no synchronous copy; under precision bf16 the 12 stacked bf16
+#      gradients' rows download inside the loop and all 16 gradients are made f32 on the host;
 #   2. the losses over 2 steps equal the CPU target's (|rel| <= 1e-6, cuda_multirank.sh's f32
 #      tolerance) and so do the Adam moments after step 2 (<= 2.5e-7; measured 3.7e-9); (the
 #      parameters are not compared with the CPU's here: one weight of this batch-4 plan, its
@@ -50,6 +51,13 @@ awk -v want=12 '
     printf "step: %d parameter downloads before the first kernel, %d row downloads in the backward loop (%d outside), %d host waits (%d before the loop ends), %d uploads, %d device waits\n", params, rows, badrow, waits, early, ups, dwaits
     if (params != 16 || rows != want || badrow || early || waits == 0 || ups != 16 || dwaits != ups || pending || sync) { print "FAIL: the copies are not where passes/offload_sched.c puts them"; exit 1 }
   }' "$t/step.c"
+
+# (precision bf16: the backward loop's bf16 gradient rows downloaded inside it, made f32 on the host)
+"$shardc" plan "${m[@]}" -D precision=bf16 --target cuda --emit-c "$t/src16" >/dev/null 2>&1
+nr=$(awk '/^static void step\(/,/^}/' "$t/src16/tiny.c" | grep -c 'rt_cu_to_host_start(ctx, (H + [0-9]*) + i1' || true)
+nc=$(awk '/^static void step\(/,/^}/' "$t/src16/tiny.c" | grep -c 'rt_cvt_bf16_f32(' || true)
+echo "bf16: $nr row downloads in the backward loop, $nc gradients made f32 on the host"
+[ "$nr" -eq 12 ] && [ "$nc" -eq 16 ] || { echo "FAIL: bf16 gradients not downloaded in bf16 inside the loop"; exit 1; }
 
 # 2. against the CPU target; 3. without the overlap, bit for bit
 "$shardc" build "${m[@]}" -o "$t/cpu" 2>/dev/null
