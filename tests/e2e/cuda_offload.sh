@@ -22,7 +22,8 @@
 #      losses and checkpoints bit for bit;
 #   4. the emulator's flight check (runtime/cuda/emu.c: each copy's bytes unchanged from its start
 #      to its wait) stops a program whose row download was moved to the start of its iteration,
-#      before the kernels that write the row (a C compiler wrapper moves it): the check can fail.
+#      before the kernels that write the row, and one whose upload was moved before the host update
+#      that makes its bytes (a C compiler wrapper moves them): the check can fail.
 set -euo pipefail
 shardc=$(realpath "$1")
 st_close=$(realpath "$2")
@@ -82,23 +83,34 @@ done
 cmp -s <(losses "$t/cuda.jsonl") <(losses "$t/sync.jsonl") || { echo "FAIL: losses differ without the overlap"; exit 1; }
 echo "overlapped vs SHARDRT_OFFLOAD_SYNC=1: losses and checkpoints bit-identical"
 
-# 4. a download started before its bytes are made is caught by the emulator
+# 4. a download started before its bytes are made, an upload started before the host made its
+#    bytes: both caught by the emulator (a compiler wrapper moves the copy in the generated C)
 cat >"$t/cc.sh" <<'CC'
 #!/usr/bin/env bash
-# moves the backward loop's first row download to the start of its iteration, then compiles
+# MUTATE=row: the backward loop's first row download moves to the start of its iteration;
+# MUTATE=upload: the first upload moves before the host update that makes its bytes
 for a in "$@"; do case $a in *.c) src=$a ;; esac; done
-awk '/for \(int64_t i1 = 1; i1 >= 0; i1--\)/ && !loop { loop = NR }
-     { line[NR] = $0 }
-     loop && !row && NR > loop && /rt_cu_to_host_start\(ctx, \(H \+ [0-9]+\) \+ i1/ { row = NR }
-     END { for (i = 1; i <= NR; i++) { if (i == row) continue; print line[i]; if (i == loop) print line[row] } }' "$src" >"$src.moved"
+if [ "$MUTATE" = row ]; then
+  awk '/for \(int64_t i1 = 1; i1 >= 0; i1--\)/ && !loop { loop = NR }
+       { line[NR] = $0 }
+       loop && !row && NR > loop && /rt_cu_to_host_start\(ctx, \(H \+ [0-9]+\) \+ i1/ { row = NR }
+       END { for (i = 1; i <= NR; i++) { if (i == row) continue; print line[i]; if (i == loop) print line[row] } }' "$src" >"$src.moved"
+else
+  awk '{ line[NR] = $0 }
+       /rt_adamw_f32\(/ && !upd { upd = NR }
+       upd && !up && /rt_cu_to_device_start\(/ { up = NR }
+       END { for (i = 1; i <= NR; i++) { if (i == up) continue; if (i == upd) print line[up]; print line[i] } }' "$src" >"$src.moved"
+fi
 mv "$src.moved" "$src"
 exec cc "$@"
 CC
 chmod +x "$t/cc.sh"
-"$shardc" build "${m[@]}" --target cuda --cc "$t/cc.sh" -o "$t/bad" >/dev/null
-if SHARDRT_DEVICE=emu "$t/bad" "${run[@]}" --save-to "$t/ck_bad" >"$t/bad.out" 2>&1; then
-  echo "FAIL: a download started before its rows were made ran to the end"; exit 1
-fi
-grep -q "overwritten while in flight" "$t/bad.out" || { cat "$t/bad.out"; echo "FAIL: not stopped by the flight check"; exit 1; }
-echo "moved download: $(grep -o 'offload slot [0-9]*: the download[^(]*' "$t/bad.out" | head -1)(caught)"
+for mut in row upload; do
+  MUTATE=$mut "$shardc" build "${m[@]}" --target cuda --cc "$t/cc.sh" -o "$t/bad_$mut" >/dev/null
+  if SHARDRT_DEVICE=emu "$t/bad_$mut" "${run[@]}" --save-to "$t/ck_$mut" >"$t/$mut.out" 2>&1; then
+    echo "FAIL: the program with the $mut copy moved ran to the end"; exit 1
+  fi
+  grep -q "overwritten while in flight" "$t/$mut.out" || { cat "$t/$mut.out"; echo "FAIL: $mut: not stopped by the flight check"; exit 1; }
+  echo "moved $mut copy: $(grep -o 'offload slot [0-9]*: the [a-z]* of [0-9]* bytes' "$t/$mut.out" | head -1) was overwritten in flight (caught)"
+done
 echo "cuda offload: ok"
