@@ -18,8 +18,8 @@
 #include "commreport.h"
 #include "diag.h"
 #include "memplan.h"
-#include "offload_sched.h"
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
+#include "offload_sched.h"
 #include "pipe_sched.h"
 #include "print.h"
 #include "ptrmap.h"
