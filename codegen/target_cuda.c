@@ -359,11 +359,6 @@ static void emit_node(Cg *c, Node *n) {
 static int cuda_node(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
   /* plan offload: the optimizer step in host memory runs the CPU target's (threaded) kernels */
-  if (n->op == OP_TO_HOST || n->op == OP_TO_DEVICE) {
-    cg_line(c, "rt_cu_%s(ctx, %s, %s, %" PRId64 ");", n->op == OP_TO_HOST ? "to_host" : "to_device", cg_ptr(c, y),
-            cg_ptr(c, x), cg_bytes(y));
-    return 1;
-  }
   if (y && y->host) return cg_target_cpu.node(c, n);
   for (int i = 0; i < n->nin; i++)
     if (ir_dtype_is_float(n->in[i]->dtype) && !float_ok(c, n, n->in[i])) return 1;
@@ -390,7 +385,8 @@ static int cuda_node(Cg *c, Node *n) {
 static void cuda_begin(Cg *c) { c->ts = cuk_new(c->a); }
 
 static void cuda_prologue(Cg *c) {
-  if (c->m->memplan->host_total > 0) fprintf(c->f, "#include \"prims.h\" /* the optimizer step on the host (offload) */\n");
+  if (c->m->memplan->host_total > 0) /* the optimizer step on the host (offload), a bf16 gradient made f32 there */
+    fprintf(c->f, "#include \"kernels/kernels.h\"\n#include \"prims.h\"\n");
   fprintf(c->f, "#include \"cuda_ops.h\"\n#include \"program.h\"\n\n"
                 "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n");
 }
@@ -422,6 +418,20 @@ static void cuda_finish(Cg *c) {
 
 static void cuda_program(Cg *c) { fprintf(c->f, "  .device = &rt_cuda_device,\n  .cuda = &cuda_code,\n"); }
 
+/* plan offload's copies (codegen/emit.c: where passes/offload_sched.c puts them) */
+static void cuda_offload(Cg *c, CgOffload what, const char *dst, const char *src, int64_t bytes, int slot) {
+  switch (what) {
+  case CG_TO_HOST_START: case CG_TO_DEVICE_START:
+    cg_line(c, "rt_cu_to_%s_start(ctx, %s, %s, %" PRId64 ", %d);", what == CG_TO_HOST_START ? "host" : "device", dst, src,
+            bytes, slot);
+    return;
+  case CG_HOST_WAIT: cg_line(c, "rt_cu_host_wait(ctx, %d); /* the download of slot %d has landed */", slot, slot); return;
+  case CG_DEVICE_WAIT:
+    cg_line(c, "rt_cu_device_wait(ctx, %d); /* the device waits for the upload of slot %d */", slot, slot);
+    return;
+  }
+}
+
 const CgTarget cg_target_cuda = {
     .name = "CUDA",
     .logits_tensor = true,
@@ -432,4 +442,5 @@ const CgTarget cg_target_cuda = {
     .zero = cuda_zero,
     .finish = cuda_finish,
     .program = cuda_program,
+    .offload = cuda_offload,
 };

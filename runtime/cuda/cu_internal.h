@@ -49,6 +49,13 @@ typedef struct {
   /* height rows of width bytes, rows dpitch / spitch bytes apart */
   void (*copy2d)(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
   void (*sync)(void *be);
+  /* Plan offload's overlapped copies (kind RT_CU_D2H or RT_CU_H2D, between the allocation and pinned
+   * host memory): enqueued after the compute stream's work so far, on a copy stream that runs beside
+   * it; the copy's `slot` (an event) marks its end. A slot may hold several copies (a stacked
+   * gradient's rows, one per backward iteration): a wait waits for all of them. */
+  void (*copy_start)(void *be, void *dst, const void *src, int64_t bytes, int kind, int slot);
+  void (*host_wait)(void *be, int slot);   /* returns once slot's copies are done */
+  void (*device_wait)(void *be, int slot); /* the compute stream waits for slot's copies (the host goes on) */
   /* runs fn(M, ctx)'s device work; may record it once and replay the recording (NULL: call fn) */
   void (*replay)(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
   int64_t (*mem_in_use)(void *be, int64_t *total);

@@ -73,12 +73,17 @@ void rt_cu_zero(RtCtx *ctx, void *dst, int64_t bytes);
  * src + (o * src_dim + src_at) * inner * es to dst + (o * dst_dim + dst_at) * inner * es. */
 void rt_cu_copy_block(RtCtx *ctx, void *dst, int64_t dst_dim, int64_t dst_at, const void *src, int64_t src_dim,
                       int64_t src_at, int64_t outer, int64_t len, int64_t inner, int es);
-/* Plan offload (codegen's to_host / to_device): copies between the device and the program's host
- * allocation (RtProgram.host_bytes, rt_ctx_host_mem). to_host returns once the copy is done, after
- * everything enqueued before it (the host may read it at once); to_device returns once the host
- * buffer may be reused. */
-void rt_cu_to_host(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes);
-void rt_cu_to_device(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes);
+/* Plan offload (codegen's to_host / to_device, where passes/offload_sched.c puts them): copies
+ * between the device and the program's host allocation (RtProgram.host_bytes, rt_ctx_host_mem,
+ * pinned) on a copy stream beside the compute stream. A copy starts after the device work enqueued
+ * before the call and ends its slot (an event: the program numbers them); rt_cu_host_wait returns
+ * once the slot's copies are done (the host may read a download's bytes), rt_cu_device_wait orders
+ * the compute stream after them (an upload's readers) without blocking the host.
+ * SHARDRT_OFFLOAD_SYNC=1 makes every copy synchronous where it starts (no overlap). */
+void rt_cu_to_host_start(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes, int slot);
+void rt_cu_to_device_start(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes, int slot);
+void rt_cu_host_wait(RtCtx *ctx, int slot);
+void rt_cu_device_wait(RtCtx *ctx, int slot);
 /* Writes a host value to the device (AXIS_INDEX, small constants); enqueued like the rest. */
 void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes);
 

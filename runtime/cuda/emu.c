@@ -40,7 +40,17 @@ typedef struct {
   int threads;       /* host threads for the peak measurement */
   RtCuGemmKey *tuned; /* [ntuned]: the GEMM keys met (autotuning: each timed at its first call) */
   int ntuned, captuned;
+  struct EmuCopy *inflight; /* plan offload's copies started and not yet waited */
+  int ninflight, capinflight;
 } EmuBe;
+
+/* A copy in flight (copy_start): done at once, checked at its wait. */
+typedef struct EmuCopy {
+  void *dst;
+  const void *src;
+  int64_t bytes;
+  int kind, slot;
+} EmuCopy;
 
 /* ---- bf16 ---- */
 
@@ -413,6 +423,46 @@ static void emu_copy2d(void *be, void *dst, size_t dpitch, const void *src, size
 
 static void emu_sync(void *be) { (void)be; }
 
+/* Plan offload's overlapped copies. The emulated device has no second stream: a copy is made when
+ * it starts. What the overlap changes is when its bytes may be touched, so each copy is kept until
+ * its slot's wait, which checks that its source and destination still hold the same bytes: a
+ * source written, or a destination written or reused, while the copy would still be in flight on a
+ * GPU (where it may run any time between its start and its wait) stops the run, naming the slot. */
+static void emu_copy_start(void *be, void *dst, const void *src, int64_t bytes, int kind, int slot) {
+  EmuBe *e = be;
+  in_mem(e, kind == RT_CU_D2H ? src : dst, bytes, kind == RT_CU_D2H ? "offload download source" : "offload upload destination");
+  memmove(dst, src, (size_t)bytes);
+  if (e->ninflight == e->capinflight) {
+    int n = e->capinflight ? 2 * e->capinflight : 64;
+    EmuCopy *q = realloc(e->inflight, sizeof *q * (size_t)n);
+    if (!q) rt_fatal(1, "out of memory");
+    e->inflight = q, e->capinflight = n;
+  }
+  e->inflight[e->ninflight++] = (EmuCopy){dst, src, bytes, kind, slot};
+}
+
+static void emu_wait(EmuBe *e, int slot, int kind) {
+  int k = 0;
+  for (int i = 0; i < e->ninflight; i++) {
+    EmuCopy q = e->inflight[i];
+    if (q.slot != slot) {
+      e->inflight[k++] = q;
+      continue;
+    }
+    if (q.kind != kind)
+      rt_fatal(1, "emulated device: offload slot %d: a %s copy waited by the %s", slot, q.kind == RT_CU_D2H ? "download" : "upload",
+               kind == RT_CU_D2H ? "host" : "device");
+    if (memcmp(q.dst, q.src, (size_t)q.bytes) != 0)
+      rt_fatal(1, "emulated device: offload slot %d: the %s of %lld bytes was overwritten while in flight (its source or "
+                  "destination written between its start and its wait)",
+               slot, kind == RT_CU_D2H ? "download" : "upload", (long long)q.bytes);
+  }
+  e->ninflight = k;
+}
+
+static void emu_host_wait(void *be, int slot) { emu_wait(be, slot, RT_CU_D2H); }
+static void emu_device_wait(void *be, int slot) { emu_wait(be, slot, RT_CU_H2D); }
+
 static void emu_describe(void *be, char *out, size_t n) {
   EmuBe *e = be;
   snprintf(out, n, "emulated CUDA device (SHARDRT_DEVICE=emu): host memory, %d kernels compiled by the host C++ "
@@ -430,6 +480,7 @@ static void emu_close(void *be) {
   EmuBe *e = be;
   if (!e) return;
   free(e->base);
+  free(e->inflight);
   if (e->so) dlclose(e->so);
   free(e->fn);
   free(e->tuned);
@@ -443,6 +494,9 @@ static const RtCuOps emu_ops = {.name = "emu",
                                 .zero = emu_zero,
                                 .copy2d = emu_copy2d,
                                 .sync = emu_sync,
+                                .copy_start = emu_copy_start,
+                                .host_wait = emu_host_wait,
+                                .device_wait = emu_device_wait,
                                 .describe = emu_describe,
                                 .peak = emu_peak,
                                 .close = emu_close};

@@ -154,14 +154,40 @@ void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
   if (bytes > 0) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D_ASYNC);
 }
 
-void rt_cu_to_host(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes) {
-  RtCuDev *d = rt_cu_dev(ctx);
-  if (bytes > 0) d->ops->copy(d->be, host_dst, src, bytes, RT_CU_D2H);
+/* SHARDRT_OFFLOAD_SYNC=1: every offload copy synchronous where it is issued (the device's work
+ * before it, then the copy, done when the call returns), as before the copies overlapped the
+ * compute: the same program without the overlap, to measure what the overlap gains. */
+static int offload_sync(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("SHARDRT_OFFLOAD_SYNC");
+    v = e && *e && strcmp(e, "0") != 0;
+  }
+  return v;
 }
 
-void rt_cu_to_device(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
+void rt_cu_to_host_start(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes, int slot) {
   RtCuDev *d = rt_cu_dev(ctx);
-  if (bytes > 0) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D);
+  if (bytes <= 0) return;
+  if (offload_sync()) d->ops->copy(d->be, host_dst, src, bytes, RT_CU_D2H);
+  else d->ops->copy_start(d->be, host_dst, src, bytes, RT_CU_D2H, slot);
+}
+
+void rt_cu_to_device_start(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes, int slot) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes <= 0) return;
+  if (offload_sync()) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D);
+  else d->ops->copy_start(d->be, dst, host_src, bytes, RT_CU_H2D, slot);
+}
+
+void rt_cu_host_wait(RtCtx *ctx, int slot) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (!offload_sync()) d->ops->host_wait(d->be, slot);
+}
+
+void rt_cu_device_wait(RtCtx *ctx, int slot) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (!offload_sync()) d->ops->device_wait(d->be, slot);
 }
 
 /* ---- the CUDA backend ---- */
@@ -222,6 +248,57 @@ void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size
 void rt_cu_cuda_sync(void *be) {
   CudaBe *c = be;
   CU_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+/* Plan offload's copies: on the copy stream, after an event on the compute stream (the work
+ * enqueued before the call: what wrote the source, or last read the destination); the slot's
+ * event recorded after the copy (re-recorded by each copy of the slot: a wait covers them all,
+ * the copy stream being in order). */
+static cudaEvent_t slot_event(CudaBe *c, int slot) {
+  if (slot < 0) rt_fatal(1, "CUDA: offload copy slot %d", slot);
+  if (slot >= c->nev) {
+    int n = slot + 64;
+    cudaEvent_t *ev = realloc(c->ev, sizeof *ev * (size_t)n);
+    if (!ev) rt_fatal(1, "out of memory");
+    for (int i = c->nev; i < n; i++) CU_CHECK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
+    c->ev = ev;
+    c->nev = n;
+  }
+  return c->ev[slot];
+}
+
+void rt_cu_cuda_copy_start(void *be, void *dst, const void *src, int64_t bytes, int kind, int slot) {
+  CudaBe *c = be;
+  if (!c->copy) {
+    CU_CHECK(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
+    CU_CHECK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
+  }
+  cudaEvent_t done = slot_event(c, slot);
+  CU_CHECK(cudaEventRecord(c->issued, c->stream));
+  CU_CHECK(cudaStreamWaitEvent(c->copy, c->issued, 0));
+  CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, kind == RT_CU_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                           c->copy));
+  CU_CHECK(cudaEventRecord(done, c->copy));
+}
+
+void rt_cu_cuda_host_wait(void *be, int slot) {
+  CudaBe *c = be;
+  if (slot < c->nev) CU_CHECK(cudaEventSynchronize(c->ev[slot]));
+}
+
+void rt_cu_cuda_device_wait(void *be, int slot) {
+  CudaBe *c = be;
+  if (slot < c->nev) CU_CHECK(cudaStreamWaitEvent(c->stream, c->ev[slot], 0));
+}
+
+void rt_cu_cuda_copies_close(CudaBe *c) {
+  if (!c->copy) return;
+  CU_CHECK(cudaStreamSynchronize(c->copy));
+  for (int i = 0; i < c->nev; i++) CU_CHECK(cudaEventDestroy(c->ev[i]));
+  CU_CHECK(cudaEventDestroy(c->issued));
+  CU_CHECK(cudaStreamDestroy(c->copy));
+  free(c->ev);
+  c->ev = NULL, c->nev = 0, c->copy = NULL;
 }
 
 /* The training step as a CUDA graph: the compiled step launches the same kernels, GEMMs and copies on
