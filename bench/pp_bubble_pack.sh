@@ -97,7 +97,7 @@ elves | while read -r f; do strip --strip-debug "$f" 2>/dev/null || true; done
 # the plans of the packed shardc (stand-in LLVM, --cpu-kernels c) are the real one's (its default
 # kernels), with a profile of this machine
 "$build/bench/bench_calibrate" "$stage/check.profile" 1 >/dev/null
-PLAN_TO="$stage/plan.real" PLAN_FLAGS= PROFILE="$stage/check.profile" PP="2 4" bench/pp_bubble.sh "$build/shardc"
+PLAN_TO="$stage/plan.real" PLAN_FLAGS='' PROFILE="$stage/check.profile" PP="2 4" bench/pp_bubble.sh "$build/shardc"
 LD_LIBRARY_PATH="$r/lib" PLAN_TO="$stage/plan.packed" PROFILE="$stage/check.profile" PP="2 4" bench/pp_bubble.sh "$r/bin/shardc"
 diff -r "$stage/plan.real" "$stage/plan.packed" >/dev/null ||
   { echo "pp_bubble_pack.sh: the packed shardc's plans differ from $build/shardc's" >&2; exit 1; }
@@ -109,33 +109,33 @@ grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' |
 glibc=$(elves | while read -r f; do objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9.]*'; done | sort -uV | tail -1)
 echo "$glibc" >"$r/glibc"
 
-cat >"$r/env.sh" <<'ENV'
-# sourced (by .ppb/env.sh): the pack's OpenMPI, PMIx and libraries, from wherever the pack lies
-p=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export PATH="$p/bin:$PATH" LD_LIBRARY_PATH="$p/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export OPAL_PREFIX="$p" OPAL_EXEC_PREFIX="$p" OPAL_BINDIR="$p/bin" OPAL_SBINDIR="$p/bin" OPAL_LIBEXECDIR="$p/bin"
-export OPAL_LIBDIR="$p/lib" OPAL_PKGLIBDIR="$p/lib/openmpi3" OPAL_DATAROOTDIR="$p/share" OPAL_DATADIR="$p/share"
-export OPAL_PKGDATADIR="$p/share/openmpi" OPAL_SYSCONFDIR="$p/etc/openmpi" OPAL_INCLUDEDIR="$p/include"
-export OPAL_PKGINCLUDEDIR="$p/include" OPAL_LOCALSTATEDIR="$p/var" OPAL_SHAREDSTATEDIR="$p/var"
-export OPAL_MANDIR="$p/share" OPAL_INFODIR="$p/share"
-export OMPI_MCA_mca_base_component_path="$p/lib/openmpi3"
-export PMIX_PREFIX="$p" PMIX_EXEC_PREFIX="$p" PMIX_LIBDIR="$p/lib" PMIX_PKGLIBDIR="$p/lib/pmix" PMIX_DATADIR="$p/share"
-export PMIX_DATAROOTDIR="$p/share" PMIX_PKGDATADIR="$p/share/pmix" PMIX_SYSCONFDIR="$p/etc" PMIX_BINDIR="$p/bin"
-export PMIX_MCA_mca_base_component_path="$p/lib/pmix"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-ENV
-
 rm -rf .ppb
 mkdir -p .ppb
 tar -C "$stage" -cf - ppb | xz -T2 -6 >.ppb/ppb.tar.xz
 cat >.ppb/env.sh <<'ENV'
-# source .ppb/env.sh: unpacks ppb.tar.xz beside itself once (tar and xz, or python3), then sets up the pack
-ppb_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [ ! -x "$ppb_here/ppb/bin/orterun" ]; then
-  if command -v xz >/dev/null; then tar -C "$ppb_here" -xJf "$ppb_here/ppb.tar.xz"
-  else python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$ppb_here/ppb.tar.xz" "$ppb_here"; fi
+# source .ppb/env.sh: unpacks ppb.tar.xz beside itself once (tar and xz, or python3), then puts the
+# pack's OpenMPI, PMIx and libraries first, from wherever it lies
+ppb=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [ ! -x "$ppb/ppb/bin/orterun" ]; then
+  if command -v xz >/dev/null; then tar -C "$ppb" -xJf "$ppb/ppb.tar.xz"
+  else python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$ppb/ppb.tar.xz" "$ppb"; fi
 fi
-source "$ppb_here/ppb/env.sh"
+ppb=$ppb/ppb
+export PATH="$ppb/bin:$PATH" LD_LIBRARY_PATH="$ppb/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OPAL_PREFIX="$ppb" OPAL_EXEC_PREFIX="$ppb" OPAL_BINDIR="$ppb/bin" OPAL_SBINDIR="$ppb/bin" OPAL_LIBEXECDIR="$ppb/bin"
+export OPAL_LIBDIR="$ppb/lib" OPAL_PKGLIBDIR="$ppb/lib/openmpi3" OPAL_DATAROOTDIR="$ppb/share" OPAL_DATADIR="$ppb/share"
+export OPAL_PKGDATADIR="$ppb/share/openmpi" OPAL_SYSCONFDIR="$ppb/etc/openmpi" OPAL_INCLUDEDIR="$ppb/include"
+export OPAL_PKGINCLUDEDIR="$ppb/include" OPAL_LOCALSTATEDIR="$ppb/var" OPAL_SHAREDSTATEDIR="$ppb/var"
+export OPAL_MANDIR="$ppb/share" OPAL_INFODIR="$ppb/share"
+export OMPI_MCA_mca_base_component_path="$ppb/lib/openmpi3"
+export PMIX_PREFIX="$ppb" PMIX_EXEC_PREFIX="$ppb" PMIX_LIBDIR="$ppb/lib" PMIX_PKGLIBDIR="$ppb/lib/pmix" PMIX_DATADIR="$ppb/share"
+export PMIX_DATAROOTDIR="$ppb/share" PMIX_PKGDATADIR="$ppb/share/pmix" PMIX_SYSCONFDIR="$ppb/etc" PMIX_BINDIR="$ppb/bin"
+export PMIX_MCA_mca_base_component_path="$ppb/lib/pmix"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# OpenMPI only starts the ranks and bootstraps (the runtime's messages go over libfabric): no
+# single-copy (CMA) in its shared-memory transport, which a container without ptrace rights refuses
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+unset ppb
 ENV
 echo "pp_bubble_pack.sh: $(ls "$r/bin" | grep -c -- '-[24]-') trainers$([ -d "$r/v3" ] && echo " (+ $(ls "$r/v3/bin" | grep -c -- '-[24]-') x86-64-v3)")," \
   "$(ls "$r/lib" | grep -c '\.so') libraries, OpenMPI $(ompi_info --parsable | sed -n 's/^ompi:version:full://p');" \

@@ -39,6 +39,25 @@ if [ -n "$lack" ]; then
 else
   echo "trainers: the build machine's (-march=native, LLVM kernels)"
 fi
+shm=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print int($4 / 1024) }')
+echo "/dev/shm: ${shm:-?} MiB free (4 ranks map about 260 MiB of segments)"
+# the link first, alone (2 ranks, 30 s at most): where libfabric's shm provider cannot run with its
+# defaults (a container without process_vm_readv), without CMA, else the tcp provider in the node;
+# pp_bubble.sh's runs and its link measurement take the same setting
+pre=$(mktemp)
+link() { : >"$pre"; timeout 30 mpirun --mca pml ob1 -np 2 "$bin/p2p_link" "$pre" >"$pre.log" 2>&1; }
+if ! link; then
+  echo "p2p_link failed with libfabric's defaults:"; tail -n 5 "$pre.log"
+  export FI_SHM_DISABLE_CMA=1
+  if ! link; then
+    echo "... and with FI_SHM_DISABLE_CMA=1:"; tail -n 5 "$pre.log"
+    unset FI_SHM_DISABLE_CMA
+    export SHARDRT_FABRIC_INTRA=tcp
+    link || { echo "... and with SHARDRT_FABRIC_INTRA=tcp:"; cat "$pre.log"; exit 1; }
+  fi
+fi
+echo "link: $(cat "$pre.log")${FI_SHM_DISABLE_CMA:+ (FI_SHM_DISABLE_CMA=1)}${SHARDRT_FABRIC_INTRA:+ (SHARDRT_FABRIC_INTRA=tcp)}"
+rm -f "$pre" "$pre.log"
 keep=${KEEP:-${OUT:+$OUT/ppb}}
 PP=${PP:-4 2} BIN=$bin BUDGET=${BUDGET:-110} KEEP=$keep bench/pp_bubble.sh "$p/bin/shardc" "$steps" "$rounds"
 echo "pp_bubble_packed.sh: $SECONDS s in all${keep:+; kept in $keep}"

@@ -4,7 +4,7 @@
 # /tmp/ppbtest), then, in a private mount namespace (unshare -m: nothing outside this command sees
 # it), hides what that machine lacks — /usr/lib/x86_64-linux-gnu becomes a tmpfs holding only glibc,
 # libstdc++, libgcc_s, zlib and the libraries of the shell tools and python3 the scripts use;
-# LLVM, OpenMPI's and PMIx's files, orterun and ompi_info are covered — and runs there, with a bare
+# LLVM, OpenMPI's and PMIx's files, orterun, ompi_info and ssh are covered — and runs there, with a bare
 # environment (env -i), bench/pp_bubble_packed.sh STEPS ROUNDS (PP, TRAINERS passed on).
 #   bench/pp_bubble_packtest.sh [STEPS=3] [ROUNDS=1] [DIR=/tmp/ppbtest]     (as root)
 set -euo pipefail
@@ -37,7 +37,7 @@ unshare -m --propagation private bash -c '
   mount -t tmpfs tmpfs "$dir/fake"
   cp -a "$dir/lib"/. "$dir/fake"/
   for d in /usr/lib/llvm-19 /usr/share/openmpi /etc/openmpi; do [ -d "$d" ] && mount -t tmpfs tmpfs "$d"; done
-  for f in /usr/bin/orterun /usr/bin/ompi_info; do [ -e "$f" ] && mount --bind /dev/null "$f"; done
+  for f in /usr/bin/orterun /usr/bin/ompi_info /usr/bin/ssh /usr/bin/rsh; do [ -e "$f" ] && mount --bind /dev/null "$f"; done
   mount --bind "$dir/fake" "$lib"   # last: ld.so and the tools load from here now
   echo "hidden: $(ls "$lib" | wc -l) files left in $lib (MPI, libfabric, BLAS, LLVM, PMIx among them: $(ls "$lib" | grep -cE "lib(mpi|fabric|openblas|LLVM|pmix)"))"
   cd "$dir/tree"
