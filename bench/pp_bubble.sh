@@ -43,8 +43,8 @@ llama=(models/llama3-8b.model --topology "$t/cpu4.topo" -D vocab=256 -D seq=128 
   -D batch=8 -D micro_batch=1 -D dp=1 -D tp=1 -D sp=off -D zero=0 -D recompute=none -D precision=f32)
 run=(--data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --threads 1 --save-to "$t/ck")
 configs=()
-for model in tiny llama; do
-  for pp in $pps; do
+for pp in $pps; do # pp-major: with BUDGET, the first degree's rows of both models come first
+  for model in tiny llama; do
     for s in gpipe 1f1b interleaved zb; do configs+=("$model:$pp:$s"); done
   done
 done

@@ -135,6 +135,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # OpenMPI only starts the ranks and bootstraps (the runtime's messages go over libfabric): no
 # single-copy (CMA) in its shared-memory transport, which a container without ptrace rights refuses
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# one node: the ranks started by mpirun itself (the rsh launcher stops where no ssh or rsh is found)
+export OMPI_MCA_plm=isolated
 unset ppb
 ENV
 echo "pp_bubble_pack.sh: $(ls "$r/bin" | grep -c -- '-[24]-') trainers$([ -d "$r/v3" ] && echo " (+ $(ls "$r/v3/bin" | grep -c -- '-[24]-') x86-64-v3)")," \

@@ -11,11 +11,11 @@
 # result on stderr as it ends, then the table (measured vs predicted). With OUT set (the lent
 # machine's output folder) or KEEP=DIR, the profile, plans, measurements and traces are kept there.
 # TRAINERS=v3 takes the x86-64-v3 set whatever the CPU.
-#   bench/pp_bubble_packed.sh [STEPS=8] [ROUNDS=3]
+#   bench/pp_bubble_packed.sh [STEPS=8] [ROUNDS=4]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-8}
-rounds=${2:-3}
+rounds=${2:-4}
 [ -f .ppb/ppb.tar.xz ] || { echo "pp_bubble_packed.sh: no .ppb/ppb.tar.xz: run bench/pp_bubble_pack.sh where shardc builds and carry .ppb" >&2; exit 1; }
 # shellcheck source=/dev/null
 source .ppb/env.sh

@@ -5,7 +5,7 @@
 # it), hides what that machine lacks — /usr/lib/x86_64-linux-gnu becomes a tmpfs holding only glibc,
 # libstdc++, libgcc_s, zlib and the libraries of the shell tools and python3 the scripts use;
 # LLVM, OpenMPI's and PMIx's files, orterun, ompi_info and ssh are covered — and runs there, with a bare
-# environment (env -i), bench/pp_bubble_packed.sh STEPS ROUNDS (PP, TRAINERS passed on).
+# environment (env -i), bench/pp_bubble_packed.sh STEPS ROUNDS (PP, TRAINERS, BUDGET passed on).
 #   bench/pp_bubble_packtest.sh [STEPS=3] [ROUNDS=1] [DIR=/tmp/ppbtest]     (as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ ls -d $lib/gconv >/dev/null 2>&1 && cp -r $lib/gconv "$dir/lib/"
 # shellcheck disable=SC2016 # expanded inside the namespace
 unshare -m --propagation private bash -c '
   set -e
-  dir=$1 lib=$2 steps=$3 rounds=$4 pp=$5 trainers=$6
+  dir=$1 lib=$2 steps=$3 rounds=$4 pp=$5 trainers=$6 budget=$7
   mkdir -p "$dir/fake"
   mount -t tmpfs tmpfs "$dir/fake"
   cp -a "$dir/lib"/. "$dir/fake"/
@@ -41,6 +41,6 @@ unshare -m --propagation private bash -c '
   mount --bind "$dir/fake" "$lib"   # last: ld.so and the tools load from here now
   echo "hidden: $(ls "$lib" | wc -l) files left in $lib (MPI, libfabric, BLAS, LLVM, PMIx among them: $(ls "$lib" | grep -cE "lib(mpi|fabric|openblas|LLVM|pmix)"))"
   cd "$dir/tree"
-  exec env -i PATH=/usr/bin:/bin HOME=/root ${pp:+PP="$pp"} ${trainers:+TRAINERS="$trainers"} KEEP="$dir/keep.out" \
+  exec env -i PATH=/usr/bin:/bin HOME=/root ${pp:+PP="$pp"} ${trainers:+TRAINERS="$trainers"} ${budget:+BUDGET="$budget"} KEEP="$dir/keep.out" \
     bench/pp_bubble_packed.sh "$steps" "$rounds"
-' _ "$dir" "$lib" "$steps" "$rounds" "${PP:-}" "${TRAINERS:-}"
+' _ "$dir" "$lib" "$steps" "$rounds" "${PP:-}" "${TRAINERS:-}" "${BUDGET:-}"
