@@ -9,7 +9,8 @@
 # and the Llama shape, one thread per rank, STEPS steps (the first skipped), up to ROUNDS rounds but
 # no run started after BUDGET seconds (default 110: about 150 s in all on 16 cores); each run's
 # result on stderr as it ends, then the table (measured vs predicted). With OUT set (the lent
-# machine's output folder) or KEEP=DIR, the profile, plans, measurements and traces are kept there.
+# machine's output folder) or KEEP=DIR, the profile, plans, measurements and traces (traces.tar.gz)
+# are kept there.
 # TRAINERS=v3 takes the x86-64-v3 set whatever the CPU.
 #   bench/pp_bubble_packed.sh [STEPS=8] [ROUNDS=4]
 set -euo pipefail
@@ -60,4 +61,7 @@ echo "link: $(cat "$pre.log")${FI_SHM_DISABLE_CMA:+ (FI_SHM_DISABLE_CMA=1)}${SHA
 rm -f "$pre" "$pre.log"
 keep=${KEEP:-${OUT:+$OUT/ppb}}
 PP=${PP:-4 2} BIN=$bin BUDGET=${BUDGET:-110} KEEP=$keep bench/pp_bubble.sh "$p/bin/shardc" "$steps" "$rounds"
+if [ -n "$keep" ] && compgen -G "$keep/*.json" >/dev/null; then # the traces (~0.7 MiB a run) in one gzip'd tar
+  (cd "$keep" && tar -czf traces.tar.gz -- *.json && rm -f -- *.json)
+fi
 echo "pp_bubble_packed.sh: $SECONDS s in all${keep:+; kept in $keep}"
