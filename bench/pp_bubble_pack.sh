@@ -105,7 +105,7 @@ nplans=$(ls "$stage/plan.real" | wc -l)
 
 # this machine's instruction sets (pp_bubble_packed.sh compares the other machine's with them)
 grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' |
-  grep -E '^(avx|sse|ssse|fma|f16c|bmi|adx|gfni|vaes|vpclmulqdq|sha_ni|movbe|popcnt|abm|amx)' | grep -vx 'sse4a' | sort >"$r/cpuflags"
+  grep -E '^(avx|sse|ssse|fma|f16c|bmi|adx|gfni|vaes|vpclmulqdq|sha_ni|movbe|popcnt|abm|amx)' | grep -vx 'sse4a' | LC_ALL=C sort >"$r/cpuflags"
 glibc=$(elves | while read -r f; do objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9.]*'; done | sort -uV | tail -1)
 echo "$glibc" >"$r/glibc"
 

@@ -14,6 +14,7 @@
 # TRAINERS=v3 takes the x86-64-v3 set whatever the CPU.
 #   bench/pp_bubble_packed.sh [STEPS=8] [ROUNDS=4]
 set -euo pipefail
+export LC_ALL=C # the instruction-set lists compared in C order (the pack's is), numbers printed with a point
 cd "$(dirname "$0")/.."
 steps=${1:-8}
 rounds=${2:-4}
@@ -28,11 +29,11 @@ prefix=$(ompi_info --path prefix --parsable | sed -n 's/^path:prefix://p')
 [ "$prefix" = "$p" ] || { echo "pp_bubble_packed.sh: OpenMPI's prefix is $prefix, not the pack's $p" >&2; exit 1; }
 echo "mpirun: $(command -v mpirun) (OpenMPI $(ompi_info --parsable | sed -n 's/^ompi:version:full://p'), prefix $prefix)"
 # the instruction sets the build machine's trainers may use that this CPU lacks
-lack=$(comm -23 "$p/cpuflags" <(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' | sort) | tr '\n' ' ')
+lack=$(comm -23 "$p/cpuflags" <(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' | sort) | xargs)
 bin=$p/bin
 [ "${TRAINERS:-}" != v3 ] || lack=${lack:-"(none: TRAINERS=v3)"}
 if [ -n "$lack" ]; then
-  v3=$(comm -23 <(printf '%s\n' avx avx2 bmi1 bmi2 f16c fma movbe | sort) <(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' | sort) | tr '\n' ' ')
+  v3=$(comm -23 <(printf '%s\n' avx avx2 bmi1 bmi2 f16c fma movbe | sort) <(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' | sort) | xargs)
   [ -d "$p/v3/bin" ] && [ -z "$v3" ] ||
     { echo "pp_bubble_packed.sh: this CPU lacks ${v3:-$lack}: no packed trainers run here" >&2; exit 1; }
   bin=$p/v3/bin
