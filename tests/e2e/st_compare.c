@@ -206,8 +206,8 @@ int st_compare_adam(const char *ref_path, const char *got_path, const char *cons
     fprintf(stderr, "FAIL: %s holds no float tensors with their adam_v\n", ref_path);
     bad++;
   }
-  printf("%d tensors: max |diff| %.3g (%s); %lld element(s) beyond %g, each within its AdamW bound; closest to "
-         "it: %s[%lld] at %.2f of %.3g (sqrt(v^) %.3g at the last step)\n",
+  printf("%d tensors: max |diff| %.3g (%s); %lld element(s) beyond %g; the closest to its AdamW bound: %s[%lld] at "
+         "%.2f of %.3g (sqrt(v^) %.3g at the last step)\n",
          tensors, worst, worst_name, (long long)beyond, tol, ratio_name, (long long)ratio_at, worst_ratio, worst_bound,
          worst_vhat);
 out:
