@@ -79,6 +79,10 @@ typedef struct {
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them); nstage_layers 0: none written, every stage gets L / pp */
   int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
+  /* zb: the times its lists are made with, per stage: F, B, W of stage s at [s], [pp + s], [2 pp + s]
+   * (passes/pipe_sched.c, pipe_sched_make_timed); NULL: equal times. Set by tests today; the cost
+   * model's (a first compile's instruction times) is docs/pipeline.md's "Not yet" */
+  const double *sched_times;
   SrcLoc stage_layers_loc;
   SrcLoc loc;
   SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */

@@ -593,6 +593,7 @@ static void plan_report(Pp *p, const PipeSched *s) {
   pl->kind = s->kind;
   pl->pp = p->pp;
   pl->nmb = p->M;
+  pl->times = m->plan.sched_times;
   pl->loop = p->F->a.name;
   pl->layers = 0;
   for (int st = 0; st < p->pp; st++) pl->layers += stage_layers(p, st) * p->v;
@@ -688,7 +689,7 @@ bool pass_pipe(Module *m) {
     note("use fewer micro-batches per step (a smaller batch or a larger micro_batch)");
     return false;
   }
-  PipeSched s = pipe_sched_make(kind, pp, p.M, p.v);
+  PipeSched s = pipe_sched_make_timed(kind, pp, p.M, p.v, m->plan.sched_times);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
