@@ -24,7 +24,9 @@
  * unit roundoff (measured 7.1e-6; a stage's gradients lost or taken from another stage: 0.9).
  * Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
  * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
- * bubbles (zb within 1F1B's memory), and
+ * bubbles (zb within 1F1B's memory), zb's lists made with given stage times (Plan.sched_times: equal
+ * times give the equal-time lists; W = B / 2 a smaller bubble under those times, and their programs
+ * equal one rank, tiny pp 4 x 8 micro-batches and pp 2 x dp 2), and
  * hand-written bad schedules rejected naming the stage, rank, step and instruction.
  */
 #include <math.h>
