@@ -130,6 +130,45 @@ static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, F
   return ok ? m : NULL;
 }
 
+/* zb's lists made with the cost model's instruction times (ZB-H1 with the stages' own F, B and W,
+ * pipe_sched_make_timed; docs/pipeline.md): a quiet first compile, with equal-time lists, played by
+ * the cost model (cost_pipe, on the device the plan is printed for) gives each stage's mean F, B and
+ * W; the caller's compile makes its lists with them. NULL (equal times) without a zb pipeline, or
+ * when that compile fails (the caller's own compile reports why). */
+static const double *zb_times(Replan *r, const Module *m, const char *profile) {
+  if (m->plan.schedule != SCHED_ZB || m->plan.pp < 2 || m->plan.sched_times) return NULL;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return NULL;
+  Module *m0 = compile_with(r, r->arena, NULL, 0, null);
+  CostDevice dev;
+  CostPipe cp;
+  bool ok = m0 && m0->pipe;
+  if (ok) { /* a profile that cannot be read: said by the caller's own read, where it uses one */
+    Diag quiet;
+    diag_init(&quiet, null, 0);
+    Diag *outer = diag_enter(&quiet);
+    cost_device_defaults(m0, &dev);
+    ok = (!profile || cost_profile_read(profile, &dev)) && diag_errors() == 0;
+    diag_leave(outer);
+    diag_free(&quiet);
+  }
+  fclose(null);
+  if (!ok || !cost_pipe(m0, &dev, &cp)) return NULL;
+  int pp = cp.sched.pp, n[3 * 64] = {0};
+  double *t = pp <= 64 ? ARENA_ARRAY(r->arena, double, 3 * (size_t)pp) : NULL;
+  for (int st = 0; t && st < pp; st++)
+    for (int k = 0; k < cp.sched.len[st]; k++) {
+      char op = cp.sched.list[st][k].op;
+      int i = (op == 'F' ? 0 : op == 'B' ? 1 : 2) * pp + st;
+      t[i] += cp.t.dur[st][k], n[i]++;
+    }
+  for (int i = 0; t && i < 3 * pp; i++) t[i] = n[i] && t[i] > 0 ? t[i] / n[i] : 0;
+  for (int i = 0; t && i < 3 * pp; i++)
+    if (!(t[i] > 0)) t = NULL; /* an instruction the model cannot time: equal times */
+  cost_pipe_free(&cp);
+  return t;
+}
+
 /* Whether the source resolves its mesh and batch (the front end only) with these options, silently. */
 static bool resolves(Arena *a, const char *input, const FeOptions *fo) {
   FILE *null = fopen("/dev/null", "w");
@@ -601,8 +640,9 @@ static int compile(int argc, char **argv, Diag *diag) {
     return rc_;
   }
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
-  if (!pipeline_run(m, &po)) return 1;
   Replan rp = {&arena, input, &fo, target};
+  if (!search) m->plan.sched_times = zb_times(&rp, m, profile);
+  if (!pipeline_run(m, &po)) return 1;
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
   bool timeline = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg); /* the pipeline section or its picture */
@@ -651,6 +691,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     m = fe_compile(&arena, input, &fo);
     if (!m || diag_errors()) return 1;
     m->target = target;
+    m->plan.sched_times = zb_times(&rp, m, profile);
     if (!pipeline_run(m, &po)) return 1;
     if (dump && strcmp(dump, "final") == 0) { /* plan --pick: the table, the choice and its prediction */
       dump = NULL;

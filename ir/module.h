@@ -79,6 +79,10 @@ typedef struct {
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them); nstage_layers 0: none written, every stage gets L / pp */
   int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
+  /* zb: the times its lists are made with, per stage: F, B, W of stage s at [s], [pp + s], [2 pp + s]
+   * (passes/pipe_sched.c, pipe_sched_make_timed); NULL: equal times. The driver sets the cost
+   * model's (main.c, zb_times: a first compile's instruction times), tests their own */
+  const double *sched_times;
   /* `pp N layers(balanced)`: the stage pass splits the layers by the cost model's time and memory
    * per layer (passes/pipe_balance.c); nstage_layers is 0 then */
   bool stage_balanced;

@@ -388,7 +388,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   }
   if (cp) { /* program-order instruction -> its place in its stage's list (each stage's order is its list's) */
     memset(cp, 0, sizeof *cp);
-    cp->sched = pipe_sched_make(p->kind, p->pp, p->nmb, p->v);
+    cp->sched = pipe_sched_make_timed(p->kind, p->pp, p->nmb, p->v, p->times);
     cp->t = pipe_times_new(&cp->sched, true);
     cp->tail = calloc((size_t)nst, sizeof(double));
     cp->stage_end = calloc((size_t)nst, sizeof(double));

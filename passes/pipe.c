@@ -324,7 +324,7 @@ bool pass_pipe(Module *m) {
     note("use fewer micro-batches per step (a smaller batch or a larger micro_batch)");
     return false;
   }
-  PipeSched s = pipe_sched_make(kind, pp, p.M, p.v);
+  PipeSched s = pipe_sched_make_timed(kind, pp, p.M, p.v, m->plan.sched_times);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);

@@ -105,6 +105,7 @@ void pipe_plan_report(Pp *p, const PipeSched *s) {
   pl->kind = s->kind;
   pl->pp = p->pp;
   pl->nmb = p->M;
+  pl->times = m->plan.sched_times;
   pl->loop = p->F->a.name;
   pl->layers = 0;
   for (int st = 0; st < p->pp; st++) pl->layers += pipe_stage_layers(p, st) * p->v;

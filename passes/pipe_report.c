@@ -206,7 +206,7 @@ bool pipe_svg(FILE *f, const Module *m, const CostPipe *cp, const char *source) 
   PipeTimes t = {0};
   double **start = cp ? cp->start : NULL, bubble = cp ? cp->bubble : 0, span = cp ? cp->span : 0, first = 0;
   if (!cp) {
-    own = pipe_sched_make(p->kind, p->pp, p->nmb, p->v);
+    own = pipe_sched_make_timed(p->kind, p->pp, p->nmb, p->v, p->times);
     t = pipe_times_new(&own, false);
     start = calloc((size_t)p->pp, sizeof(double *));
     if (!start) die("out of memory");

@@ -3,6 +3,7 @@
  * and transfer times (the predicted bubble). See pipe_sched.h. */
 #include "pipe_sched.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,56 +18,74 @@ const char *pipe_sched_name(PipeSchedule k) {
 
 /* Zero bubble in the manner of ZB-H1 (within 1F1B's peak memory): the backward split into B (input
  * gradients, which the stage before waits for) and W (weight gradients, which nothing waits for).
- * Made by playing the stages with unit times: a free stage runs a B whose gradient arrived, else
- * the next F if its activation arrived and it holds fewer than pp micro-batches (forwards whose W
- * has not run: 1F1B's peak, stage 0's), else a pending W, else waits. The W's fill what 1F1B leaves
- * idle: bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), 0.172 at pp 4 with 8 micro-batches (1F1B 0.273). */
-static PipeSched make_zb(int pp, int nmb) {
+ * Made by playing the stages with the times t (F, B, W of stage s: t[s], t[pp + s], t[2 pp + s];
+ * NULL: 1 each), transfers free: the stage that can start an instruction earliest (the lower stage
+ * on a tie) runs, at that moment, a B whose gradient arrived, else the next F if its activation
+ * arrived and it holds fewer than pp micro-batches (forwards whose W has not run: 1F1B's peak,
+ * stage 0's), else its oldest pending W. The W's fill what 1F1B leaves idle: with equal times
+ * bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), 0.172 at pp 4 with 8 micro-batches (1F1B 0.273); with
+ * W half of F and B (a CPU's), 0.184 against the equal-time lists' 0.298 (1F1B 0.273). */
+static PipeSched make_zb(int pp, int nmb, const double *t) {
   PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
   int *f = calloc((size_t)pp, sizeof(int)), *w = calloc((size_t)pp, sizeof(int));
-  int *act = calloc((size_t)(pp * nmb), sizeof(int)), *grad = calloc((size_t)(pp * nmb), sizeof(int)); /* arrival time + 1 */
+  double *clock = calloc((size_t)pp, sizeof(double));
+  double *act = malloc((size_t)(pp * nmb) * sizeof(double)), *grad = malloc((size_t)(pp * nmb) * sizeof(double));
   char *bdone = calloc((size_t)(pp * nmb), 1);
-  if (!s.len || !s.list || !f || !w || !act || !grad || !bdone) die("out of memory");
+  if (!s.len || !s.list || !f || !w || !clock || !act || !grad || !bdone) die("out of memory");
+  for (int i = 0; i < pp * nmb; i++) act[i] = grad[i] = INFINITY; /* arrival times */
   for (int st = 0; st < pp; st++) {
     s.list[st] = calloc((size_t)(3 * nmb + 1), sizeof(PipeInstr));
     if (!s.list[st]) die("out of memory");
   }
-  int left = 3 * nmb * pp;
-  for (int t = 0; left > 0; t++) {
-    if (t > 8 * nmb * pp + 8 * pp) die("pipe_sched_make: the zb schedule does not finish");
-    for (int st = 0; st < pp; st++) {
-      PipeInstr in = {0, -1, 0};
-      for (int i = 0; i < nmb && in.mb < 0; i++) /* a B whose gradient arrived (last stage: its forward ran) */
-        if (!bdone[st * nmb + i] && i < f[st] && (st == pp - 1 || (grad[st * nmb + i] && grad[st * nmb + i] - 1 <= t)))
-          in = (PipeInstr){'B', i, 0};
-      if (in.mb < 0 && f[st] < nmb && f[st] - w[st] < pp &&
-          (st == 0 || (act[st * nmb + f[st]] && act[st * nmb + f[st]] - 1 <= t)))
-        in = (PipeInstr){'F', f[st], 0};
-      if (in.mb < 0 && w[st] < nmb && bdone[st * nmb + w[st]]) in = (PipeInstr){'W', w[st], 0};
-      if (in.mb < 0) continue;
-      s.list[st][s.len[st]++] = in;
-      left--;
-      if (in.op == 'F') {
-        if (st + 1 < pp) act[(st + 1) * nmb + in.mb] = t + 2; /* arrives at t + 1 */
-        f[st]++;
-      } else if (in.op == 'B') {
-        bdone[st * nmb + in.mb] = 1;
-        if (st > 0) grad[(st - 1) * nmb + in.mb] = t + 2;
-      } else {
-        w[st]++;
-      }
+  for (int left = 3 * nmb * pp; left > 0; left--) {
+    int best = -1;
+    double bt = INFINITY;
+    PipeInstr bin = {0, -1, 0};
+    for (int st = 0; st < pp; st++) { /* when each stage can start what, and what it would run then */
+      double tb = INFINITY, tf = INFINITY, tw = w[st] < nmb && bdone[st * nmb + w[st]] ? 0 : INFINITY;
+      for (int i = 0; i < f[st]; i++) /* a B whose forward ran, once its gradient arrived (last stage: at once) */
+        if (!bdone[st * nmb + i]) tb = fmin(tb, st == pp - 1 ? 0 : grad[st * nmb + i]);
+      if (f[st] < nmb && f[st] - w[st] < pp) tf = st == 0 ? 0 : act[st * nmb + f[st]];
+      double at = fmax(clock[st], fmin(tb, fmin(tf, tw)));
+      if (!(at < bt)) continue;
+      bt = at, best = st;
+      bin = tf <= at ? (PipeInstr){'F', f[st], 0} : (PipeInstr){'W', w[st], 0};
+      for (int i = 0; i < f[st]; i++) /* the first B that can run then */
+        if (!bdone[st * nmb + i] && (st == pp - 1 || grad[st * nmb + i] <= at)) {
+          bin = (PipeInstr){'B', i, 0};
+          break;
+        }
+    }
+    if (best < 0) die("pipe_sched_make: the zb schedule does not finish");
+    int st = best, k = bin.op == 'F' ? 0 : bin.op == 'B' ? 1 : 2;
+    s.list[st][s.len[st]++] = bin;
+    clock[st] = bt + (t ? t[k * pp + st] : 1);
+    if (bin.op == 'F') {
+      if (st + 1 < pp) act[(st + 1) * nmb + bin.mb] = clock[st];
+      f[st]++;
+    } else if (bin.op == 'B') {
+      bdone[st * nmb + bin.mb] = 1;
+      if (st > 0) grad[(st - 1) * nmb + bin.mb] = clock[st];
+    } else {
+      w[st]++;
     }
   }
   free(f);
   free(w);
+  free(clock);
   free(act);
   free(grad);
   free(bdone);
   return s;
 }
 
+PipeSched pipe_sched_make_timed(PipeSchedule kind, int pp, int nmb, int v, const double *times) {
+  if (kind == SCHED_ZB) return make_zb(pp, nmb, times);
+  return pipe_sched_make(kind, pp, nmb, v);
+}
+
 PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v) {
-  if (kind == SCHED_ZB) return make_zb(pp, nmb);
+  if (kind == SCHED_ZB) return make_zb(pp, nmb, NULL);
   if (kind != SCHED_GPIPE && kind != SCHED_1F1B && kind != SCHED_INTERLEAVED)
     die("pipe_sched_make: schedule %s", pipe_sched_name(kind));
   if (kind != SCHED_INTERLEAVED) v = 1;

@@ -42,6 +42,10 @@ typedef struct {
  * reverse backward; (pp - s - 1) 2 + (v - 1) pp forwards of warm-up; nmb a multiple of pp).
  * Heap; pipe_sched_free. */
 PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v);
+/* The same, zb's lists made by playing the stages with times (the F, B and W of stage s: times[s],
+ * times[pp + s], times[2 pp + s]; NULL: equal) instead of equal ones; the other schedules ignore
+ * them. */
+PipeSched pipe_sched_make_timed(PipeSchedule kind, int pp, int nmb, int v, const double *times);
 void pipe_sched_free(PipeSched *s);
 
 /* One instruction of the whole schedule, in an order every stage could run it in. */
@@ -119,6 +123,7 @@ typedef struct {
 typedef struct PipePlan {
   PipeSchedule kind;
   int pp, nmb, v;
+  const double *times; /* zb: the times its lists were made with (Plan.sched_times; NULL: equal) */
   const char *loop;   /* the layer loop's name */
   int64_t layers;     /* in the model */
   PipeStage *stage;   /* [pp] */

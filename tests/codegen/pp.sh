@@ -84,8 +84,9 @@ stages "2 layers(3, 1)" s31
 stages "3 layers(balanced)" sbal
 "$shardc" build "$uv/s13.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 2 -o "$t/pp2s13" 2>/dev/null
 # `layers(balanced)`: the stage pass's split by the cost model's time and memory, [1, 2, 1] here, 1F1B
-"$shardc" plan "$uv/sbal.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 3 2>/dev/null |
-  grep -q "^#   layers(balanced): \[1, 2, 1\]" || { echo "FAIL: pp3 layers(balanced) is not [1, 2, 1]"; exit 1; }
+# (the plan read whole first: `| grep -q` under pipefail fails when grep exits before shardc stops writing)
+bal=$("$shardc" plan "$uv/sbal.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 3 2>/dev/null)
+grep -q "^#   layers(balanced): \[1, 2, 1\]" <<<"$bal" || { echo "FAIL: pp3 layers(balanced) is not [1, 2, 1]"; exit 1; }
 "$shardc" build "$uv/sbal.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 3 -o "$t/pp3bal" 2>/dev/null
 "$shardc" build "$uv/s121.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 -D schedule=gpipe --world 3 -o "$t/pp3s121" 2>/dev/null
 "$shardc" build "$uv/s31.model" "${m[@]:1}" -D micro_batch=2 -D dp=2 -D schedule=zb --world 4 -o "$t/pp2s31dp2zb" 2>/dev/null

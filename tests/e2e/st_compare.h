@@ -18,10 +18,24 @@ typedef struct {
 int st_load(St *s, const char *path);
 void st_free(St *s);
 
-/* Every F32 / BF16 tensor of ref must be in got with the same element count. With l2 = 0 an element
+enum { ST_ABS, ST_L2, ST_RMAX }; /* st_compare's modes */
+
+/* Every F32 / BF16 tensor of ref must be in got with the same element count. With ST_ABS an element
  * is off when |got - ref| > tol, and a tensor fails when more than frac of its elements are off; with
- * l2 = 1 a tensor fails when ||got - ref|| / ||ref|| > tol. Prints the worst difference (stdout) and
- * each failure (stderr). Returns the number of failures (1 when a file cannot be read). */
-int st_compare(const char *ref, const char *got, double tol, int l2, double frac);
+ * ST_L2 a tensor fails when ||got - ref|| / ||ref|| > tol; with ST_RMAX when max |got - ref| > tol
+ * max |ref|. Prints the worst difference (stdout) and each failure (stderr). Returns the number of
+ * failures (1 when a file cannot be read). */
+int st_compare(const char *ref, const char *got, double tol, int mode, double frac);
+
+/* The parameters of two runs of `steps` AdamW steps (lr[s] at step s + 1, beta2, eps), whose clipped
+ * gradients differ by at most r times the largest of each parameter's at every step: AdamW's update
+ * lr m^ / (sqrt(v^) + eps) moves by at most 2 lr r G / (sqrt(v^) + eps) then (G >= the largest
+ * |g|; |m^| <= sqrt(v^) for two steps of betas (0.9, 0.95)), and never by more than 2 lr. Every
+ * element of every F32 tensor of ref must be within tol plus that sum over the steps, v^ taken from
+ * ref_opt[s] (the reference's optimizer file after step s + 1, its adam_v:NAME). Prints the largest
+ * difference, how many elements are beyond tol, and the one closest to its bound (stdout), each
+ * failure (stderr). Returns the number of failures. */
+int st_compare_adam(const char *ref, const char *got, const char *const *ref_opt, const double *lr, int steps,
+                    double tol, double r, double eps, double beta2);
 
 #endif

@@ -24,7 +24,9 @@
  * unit roundoff (measured 7.1e-6; a stage's gradients lost or taken from another stage: 0.9).
  * Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
  * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
- * bubbles (zb within 1F1B's memory), and
+ * bubbles (zb within 1F1B's memory), zb's lists made with given stage times (Plan.sched_times: equal
+ * times give the equal-time lists; W = B / 2 a smaller bubble under those times, and their programs
+ * equal one rank, tiny pp 4 x 8 micro-batches and pp 2 x dp 2), and
  * hand-written bad schedules rejected naming the stage, rank, step and instruction.
  */
 #include <math.h>
@@ -43,6 +45,7 @@
 #define TOL_BF16 (1.0 / 4096)
 
 static int failures;
+static const double *sched_times; /* zb's lists made with these times (Plan.sched_times; NULL: equal) */
 static const int BALANCED[1]; /* compile_stages' layers: `pp N layers(balanced)` */
 static void expect(bool ok, const char *what);
 
@@ -102,6 +105,7 @@ static Module *compile_stages(Arena *a, Target target, const char *path, const F
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   m->target = target;
+  m->plan.sched_times = sched_times;
   if (layers == BALANCED) { /* the plan's `pp N layers(balanced)` */
     m->plan.stage_balanced = true;
   } else if (layers) { /* the plan's `pp N layers(..)` (the frontend's parse is pp_plan.sh's) */
@@ -338,6 +342,60 @@ static void run_uneven(const char *label, Target target, double tol, const char 
   arena_free(&ra);
 }
 
+/* zb with Plan.sched_times set (pp 4, 8 micro-batches of 1, and pp 2 x dp 2): against the single
+ * rank, and its lists are not the equal-time ones (else this proves nothing new). */
+static void run_timed_zb(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
+                         int64_t V) {
+  fprintf(stderr, "%s\n", label);
+  Arena ra;
+  arena_init(&ra);
+  const double *keep = sched_times;
+  sched_times = NULL;
+  Module *ref = compile(&ra, TARGET_CPU, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
+  sched_times = keep;
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  static const int plans[][3] = {{4, 1, 8}, {2, 2, 4}}; /* pp, dp, micro-batches */
+  for (int p = 0; ref && p < 2; p++) {
+    int pp = plans[p][0], dp = plans[p][1], M = plans[p][2];
+    char what[96];
+    snprintf(what, sizeof what, "pp %d x dp %d, zb, %d micro-batches, lists made with W = B / 2", pp, dp, M);
+    double t[3 * 4];
+    for (int s = 0; s < pp; s++) t[s] = sched_times[s], t[pp + s] = sched_times[4 + s], t[2 * pp + s] = sched_times[8 + s];
+    const double *all = sched_times;
+    sched_times = t;
+    PipeSched u = pipe_sched_make(SCHED_ZB, pp, M, 1), x = pipe_sched_make_timed(SCHED_ZB, pp, M, 1, t);
+    int differ = 0;
+    for (int s = 0; s < pp; s++)
+      for (int k = 0; k < u.len[s]; k++) differ += x.list[s][k].op != u.list[s][k].op || x.list[s][k].mb != u.list[s][k].mb;
+    pipe_sched_free(&u);
+    pipe_sched_free(&x);
+    Arena pa;
+    arena_init(&pa);
+    Module *pm = compile(&pa, TARGET_CPU, path, defs, ndefs, pp, dp, 1, "zb", B / (M * dp), B);
+    sched_times = all;
+    if (!pm || !differ) {
+      fprintf(stderr, "FAIL %s %s: %s\n", label, what, pm ? "the same lists as equal times" : "does not compile");
+      failures++;
+      arena_free(&pa);
+      continue;
+    }
+    check_shape(pm, pp, 1, true, M, what);
+    Tensor ktok = tok, ktgt = tgt;
+    ktok.shape = ktgt.shape = tb_shape(3, M, (int)(B / M), (int)S);
+    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+    fprintf(stderr, "  %s: %d instructions in another place than the equal-time lists'\n", what, differ);
+    arena_free(&pa);
+  }
+  if (!ref) {
+    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
+    failures++;
+  }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
 /* A parameter outside the layers that every layer reads (tests/passes/pp_shared.model's `gate`): held on
  * every stage, its gradient carried through each stage's backward loop and summed over all of them
  * (each stage's part taken by stage_select, the parts all-reduced over pp with the other sums), against
@@ -477,6 +535,37 @@ static void check_schedules(void) {
       pipe_sched_free(&o);
       pipe_sched_free(&z);
     }
+  /* zb's lists made with the stages' times (W half of F and B, as on a CPU): the same lists as the
+   * equal-time ones for equal times, within 1F1B's memory, and played with those times a smaller
+   * bubble than the equal-time lists' and 1F1B's (whose B is B + W) */
+  for (int pp = 2; pp <= 8; pp *= 2)
+    for (int M = pp; M <= 16; M *= 2) {
+      double t1[24], th[24], tfb[8], bu, bt, b1;
+      for (int s = 0; s < pp; s++) t1[s] = t1[pp + s] = t1[2 * pp + s] = 1, th[s] = th[pp + s] = 1, th[2 * pp + s] = 0.5;
+      for (int s = 0; s < pp; s++) tfb[s] = th[pp + s] + th[2 * pp + s];
+      PipeSched u = pipe_sched_make(SCHED_ZB, pp, M, 1), e = pipe_sched_make_timed(SCHED_ZB, pp, M, 1, t1),
+                t = pipe_sched_make_timed(SCHED_ZB, pp, M, 1, th), o = pipe_sched_make(SCHED_1F1B, pp, M, 1);
+      bool same = true;
+      for (int s = 0; s < pp; s++)
+        for (int k = 0; k < u.len[s] && same; k++)
+          same = e.len[s] == u.len[s] && e.list[s][k].op == u.list[s][k].op && e.list[s][k].mb == u.list[s][k].mb;
+      expect(same, "zb with equal times given: the equal-time lists");
+      PipeStep order[3 * 8 * 16 + 1];
+      expect(pipe_sched_check(&t, 1, order, msg, sizeof msg), "zb made with the stages' times passes the check");
+      int it[8], i1[8];
+      pipe_sched_timeline(&u, th, th + pp, th + 2 * pp, &bu, NULL, NULL);
+      pipe_sched_timeline(&t, th, th + pp, th + 2 * pp, &bt, it, NULL);
+      pipe_sched_time(&o, th, tfb, &b1, i1);
+      expect(bt < bu - 1e-9 || (M == pp && bt <= bu), "zb made with W = B / 2: a smaller bubble than the equal-time lists'");
+      expect(bt < b1, "zb made with W = B / 2: a smaller bubble than 1f1b's");
+      for (int s = 0; s < pp; s++) expect(it[s] <= i1[0], "timed zb holds no more micro-batches than 1f1b's peak");
+      fprintf(stderr, "  zb pp %d, %d micro-batches, W = B / 2: bubble %.4f with lists made for those times, %.4f with "
+              "the equal-time lists (1f1b %.4f)\n", pp, M, bt, bu, b1);
+      pipe_sched_free(&u);
+      pipe_sched_free(&e);
+      pipe_sched_free(&t);
+      pipe_sched_free(&o);
+    }
   /* a cycle: stage 1 runs B0 first, but its forward F0 must come first; swap stage 0's order so
    * both wait: stage 0 starts with B0 (needs stage 1's B0), stage 1 with F1 (needs stage 0's F1) */
   PipeSched bad = pipe_sched_make(SCHED_GPIPE, 2, 2, 1);
@@ -559,6 +648,12 @@ int main(void) {
   const FeDefine tz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "3"}};
   run_model("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256);
   run_uneven("tiny", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256, true);
+  { /* zb's lists made with the stages' times (W half of F and B: other lists than equal times') */
+    static const double half[3 * 4] = {1, 1, 1, 1, 1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5};
+    sched_times = half;
+    run_timed_zb("tiny, zb lists made with W = B / 2", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
+    sched_times = NULL;
+  }
   run_uneven("Llama shaped", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128, false);
   run_uneven("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, true);
   run_uneven("Llama shaped, zero 2", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, false);
