@@ -696,6 +696,11 @@ void ir_print_module_header(FILE *f, const Module *m) {
             (long long)(m->batch.accum > 0 ? m->batch.accum : p->microbatches),
             p->schedule <= SCHED_ZB ? sched_names[p->schedule] : "?");
     if (p->schedule == SCHED_INTERLEAVED) fprintf(f, "(v: %d)", p->interleave);
+    if (p->schedule == SCHED_ZB && p->sched_times) { /* the stage times zb's lists were made with */
+      fprintf(f, "(times:");
+      for (int i = 0; i < 3 * p->pp; i++) fprintf(f, " %.17g", p->sched_times[i]);
+      fprintf(f, ")");
+    }
     fprintf(f, " recompute %s", p->recompute <= RECOMPUTE_SELECTIVE ? recompute_names[p->recompute] : "?");
     if (p->cp_mode != CP_RING) fprintf(f, " cp_mode %s", ir_cp_mode_names[p->cp_mode]); /* (ring: not printed) */
     fprintf(f, "\n");

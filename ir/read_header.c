@@ -126,6 +126,15 @@ static bool parse_plan(Reader *r) {
         ok = rd_expect(r, '(') && rd_keyword(r, "v") && rd_expect(r, ':') &&
              rd_int(r, &p->interleave, 1, 1 << 10, "virtual stages") && rd_expect(r, ')');
       if (!ok && diag_errors() == 0) return rd_fail(r, r->p, "expected (v: N) after interleaved");
+      if (v == SCHED_ZB && *r->p == '(') { /* (times: F of each stage, then B, then W: Plan.sched_times) */
+        if (p->pp < 2) return rd_fail(r, r->p, "zb's stage times need pp (>= 2) before the schedule");
+        double *t = ARENA_ARRAY(r->arena, double, 3 * p->pp);
+        ok = rd_expect(r, '(') && rd_keyword(r, "times") && rd_expect(r, ':');
+        for (int i = 0; ok && i < 3 * p->pp; i++) ok = rd_f64(r, &t[i], "a stage time");
+        ok = ok && rd_expect(r, ')');
+        if (!ok) return diag_errors() ? false : rd_fail(r, r->p, "expected (times: 3 x pp numbers) after zb");
+        p->sched_times = t;
+      }
       break;
     }
     case 9:
