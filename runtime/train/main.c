@@ -238,8 +238,12 @@ static void weights_init(RtRun *r) {
              (long long)cs.data_pos, t_load);
     free(dir);
   } else {
-    rt_init_tensors(r->hp, r->hmem, o->seed, &r->ctx);
-    rt_run_kinds_to_dev(r, 1 << RT_T_PARAM | 1 << RT_T_STATE);
+    /* --init-from's file sets every parameter (one it lacks is refused), so they are not
+     * initialised first: the state only (zero). Their padding rows (uneven pipeline stages) stay
+     * as mem_init left them, zero, as the init writes them. (--resume reads both kinds.) */
+    int kinds = 1 << RT_T_STATE | (o->init_from ? 0 : 1 << RT_T_PARAM);
+    rt_init_tensors(r->hp, r->hmem, o->seed, &r->ctx, kinds);
+    rt_run_kinds_to_dev(r, kinds);
     if (o->init_from) {
       rt_run_load(r, o->init_from, 0, NULL);
       if (r->ctx.rank == 0) printf("weights from %s\n", o->init_from);

@@ -116,10 +116,12 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o);
 
 /* ---- tensors.c ---- */
 int64_t rt_tensor_bytes(const RtTensor *t); /* numel x dtype size */
-/* Parameters by their init rule (element i of the whole logical tensor, key of its name), state zero.
- * A sharded parameter's local element i is logical element rt_tensor_logical_index(i) of the
- * tensor on this rank: every layout starts from the same logical weights. */
-void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx);
+/* The tensors of kinds (a mask of 1 << RT_T_PARAM, 1 << RT_T_STATE): parameters by their init rule
+ * (element i of the whole logical tensor, key of its name), state zero. A sharded parameter's local
+ * element i is logical element rt_tensor_logical_index(i) of the tensor on this rank: every layout
+ * starts from the same logical weights. Each element is a pure function of (seed, name, logical
+ * index), no stream: leaving a tensor out changes no other tensor's values. */
+void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx, int kinds);
 /* A copy of p whose tensors are packed from offset 0, 64-byte aligned (bytes: their buffer). */
 RtProgram *rt_host_program(const RtProgram *p, int64_t *bytes);
 void rt_host_program_free(RtProgram *hp);

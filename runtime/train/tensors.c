@@ -45,12 +45,13 @@ static uint16_t f32_to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx) {
+void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx, int kinds) {
   int coord[RT_AX_COUNT];
   rt_ctx_coords(ctx, coord);
   for (int k = 0; k < p->ntensors; k++) {
     const RtTensor *t = &p->tensors[k];
     int64_t n = rt_tensor_numel(t);
+    if (!(kinds >> t->kind & 1)) continue;
     if (!rt_tensor_held(p, t, coord[RT_AX_PP])) continue; /* another stage's: its bytes are other values' here */
     if (t->kind == RT_T_STATE) memset(mem + t->offset, 0, (size_t)n * rt_dtype_size(t->dtype));
     if (t->kind != RT_T_PARAM) continue;
