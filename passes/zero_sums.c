@@ -21,7 +21,8 @@
  * group (zero.h's ZeroGroup): the scatters are over it and the sums its shards.
  *
  * Under pp (no region: the schedule sums the micro-batches at the top level) the same holds for
- * the chain of adds from zeros: see scatter_chain below.
+ * the chain of adds from zeros: see scatter_chain below; each stage's own chain when the stages
+ * merge their layer gradients on their own (a stage_select of the chains: stage_chains).
  *
  * The scatters of one loop body go right after their gradient (a bf16 gradient's f32 cast moves
  * there with them) and are grouped in runs of up to the plan's bucket bytes, each run placed where
@@ -100,6 +101,7 @@ static void scatter_operand(Graph *b, Node *add, int slot, int dl, ZeroGroup z, 
     }
   }
   Node *rs = scatter_new(b, gl, dl, z, add->loc);
+  rs->stage = add->stage; /* a stage's sum (pipe.c's run_stage_merges): its dp group's scatter, on that stage */
   int at = gl->def->graph == b && gl->def->op != OP_ARG ? pos_in(b, gl->def) + 1 : 0;
   while (gl->def->op == OP_ARG && at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
   ir_move_last(b, at);
@@ -171,7 +173,9 @@ static bool mean_of_sum(const Graph *gg, const Value *y, ZeroGroup z, Node **mea
     if (gg->results[i] == x) return false;
   *mean = x->def->op == OP_SCALE ? x->def : NULL;
   Value *s2 = *mean ? (*mean)->in[0] : x;
-  if (s2->def->graph != gg || s2->def->op != OP_ADD || (*mean && ir_count_uses(gg, s2) != 1)) return false;
+  if (s2->def->graph != gg || (s2->def->op != OP_ADD && s2->def->op != OP_STAGE_SELECT) ||
+      (*mean && ir_count_uses(gg, s2) != 1))
+    return false;
   *add = s2->def;
   return true;
 }
@@ -252,6 +256,7 @@ static void hoist_scatter(Value *a, int d, ZeroGroup z) {
 static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int d) {
   const Node *n = t->def;
   if (n->graph != g || !read_once(uses, t) || d < 1) return false;
+  if (n->op == OP_REPEAT) return hoistable(g, uses, t); /* a stage's own sum: its loop's output */
   if (n->op == OP_STAGE_SELECT) {
     for (int j = 0; j < n->nin; j++)
       if (!hoistable(g, uses, n->in[j])) return false;
@@ -265,6 +270,10 @@ static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int 
 
 static void scatter_parts(Value *t, int d, ZeroGroup z) {
   Node *n = t->def;
+  if (n->op == OP_REPEAT) {
+    hoist_scatter(t, d, z);
+    return;
+  }
   for (int j = 0; j < n->nin; j++) {
     if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, z);
     else scatter_parts(n->in[j], d, z);
@@ -326,16 +335,31 @@ static bool scatter_chain(Graph *g, Node *last, int d, ZeroGroup z) {
   return true;
 }
 
+/* sel = stage_select(each stage's running sum): every input a chain of adds from zeros (is_chain). */
+static bool stage_chains(const Graph *g, const Node *sel, const Shape *shape) {
+  PtrMap uses = {0};
+  ir_use_counts(g, &uses);
+  bool ok = true;
+  for (int j = 0; j < sel->nin && ok; j++) ok = sel->in[j]->def->op == OP_ADD && is_chain(g, &uses, sel->in[j], shape);
+  ptrmap_free(&uses);
+  return ok;
+}
+
 Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
   Node *mean, *add;
   int slot = -1;
   if (!mean_of_sum(g, gr, z, &mean, &add)) return NULL;
   RegionSum o;
-  for (int s = 0; s < 2 && slot < 0; s++)
+  for (int s = 0; s < 2 && slot < 0 && add->op == OP_ADD; s++)
     if (add->in[s] != add->in[s ^ 1] && region_sum(g, add->in[s], &gr->shape, false, &o)) slot = s;
   Node *ar = gr->def;
   Value *x = ar->in[gr->idx];
-  if (slot >= 0) { /* the region's sum, then the last micro-step's */
+  if (add->op == OP_STAGE_SELECT) { /* each stage's own chain (pipe.c's run_stage_merges) */
+    if (!stage_chains(g, add, &gr->shape)) return NULL;
+    for (int j = 0; j < add->nin; j++)
+      if (!scatter_chain(g, add->in[j]->def, d, z)) die("zero: a stage's running sum changed under the scatter");
+    retype(add->out[0], d, z);
+  } else if (slot >= 0) { /* the region's sum, then the last micro-step's */
     shard_region_sum(&o, d, z);
     scatter_operand(g, add, slot ^ 1, d, z, -1);
     retype(add->out[0], d, z);
