@@ -13,9 +13,12 @@
  *   B(s, i)  stage s < pp - 1: recv of the gradient from s + 1; the backward loop over the
  *            stage's layers, reading the activations F(s, i) kept; stage s > 0: send of the
  *            input gradient to s - 1; stage 0: the embedding's backward.
- * What reads several stages' values of a micro-batch (the gradient sums, the tied embedding's
- * two contributions) runs on every rank once the micro-batch is done: a stage holds zeros in
- * the others' values, so each rank sums its own part. After the last micro-batch, the sums of
+ * Each stage merges its own part of a micro-batch (its layer gradients into its running sums:
+ * run_stage_merges, the merges pipe_stage_merges picks) as soon as it has run its instructions of
+ * it, in micro-batch order, on that stage; a stage_select after the last micro-batch gives each
+ * stage its sum. What reads several stages' values of a micro-batch (the loss, the head's and the
+ * embedding's gradients, the tied embedding's two contributions) runs on every rank once the
+ * micro-batch is done: a stage holds zeros in the others' values, so each rank sums its own part. After the last micro-batch, the sums of
  * what is not split over pp (the loss, the gradients of parameters outside the layers held on
  * every stage) are all-reduced over pp; a parameter outside the layers read on one stage only is
  * held there (pipe_owned_params, passes/pipe_class.c: its gradient's sum is whole there), one read on two (a tied
