@@ -13,9 +13,12 @@
  *   B(s, i)  stage s < pp - 1: recv of the gradient from s + 1; the backward loop over the
  *            stage's layers, reading the activations F(s, i) kept; stage s > 0: send of the
  *            input gradient to s - 1; stage 0: the embedding's backward.
- * What reads several stages' values of a micro-batch (the gradient sums, the tied embedding's
- * two contributions) runs on every rank once the micro-batch is done: a stage holds zeros in
- * the others' values, so each rank sums its own part. After the last micro-batch, the sums of
+ * Each stage merges its own part of a micro-batch (its layer gradients into its running sums:
+ * run_stage_merges, the merges pipe_stage_merges picks) as soon as it has run its instructions of
+ * it, in micro-batch order, on that stage; a stage_select after the last micro-batch gives each
+ * stage its sum. What reads several stages' values of a micro-batch (the loss, the head's and the
+ * embedding's gradients, the tied embedding's two contributions) runs on every rank once the
+ * micro-batch is done: a stage holds zeros in the others' values, so each rank sums its own part. After the last micro-batch, the sums of
  * what is not split over pp (the loss, the gradients of parameters outside the layers held on
  * every stage) are all-reduced over pp; a parameter outside the layers read on one stage only is
  * held there (pipe_owned_params, passes/pipe_class.c: its gradient's sum is whole there), one read on two (a tied
@@ -244,52 +247,112 @@ static void run_instr(Pp *p, int st, PipeInstr in) {
   }
 }
 
-/* The nodes reading several stages' values of micro-batch mb, on every rank. A stage's value
- * read here is the sum over the stages that may hold it (the others hold zeros). */
-static void run_merges(Pp *p, int mb) {
+/* Micro-batch mb's loop value u (a layer gradient, or B's carry after the first) of stage st, its
+ * chunks in the stage's local row order (interleaved; a carry's chunks added in chunk order), made
+ * on that stage (st >= 0), or every stage's own (st < 0: a stage_select of each stage's, on every rank). */
+static Value *loop_part(Pp *p, int st, int mb, Value *u, SrcLoc loc) {
+  bool carry = u->def == p->B && u->idx < p->B->a.ncarry; /* a gradient summed over the layers: not stacked */
+  Value **chunk = ARENA_ARRAY(p->g->arena, Value *, p->v);
+  intptr_t got;
+  for (int ch = 0; ch < p->v; ch++) {
+    if (st >= 0) {
+      if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
+      chunk[ch] = carry ? (Value *)got : pad_rows(p, st, (Value *)got);
+      continue;
+    }
+    Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
+    for (int s = 0; s < p->pp; s++) {
+      if (!ptrmap_get(smap(p, ch * p->pp + s, mb), u, &got)) die("pipe: a loop's value of stage %d missing", s);
+      each[s] = carry ? (Value *)got : pad_rows(p, s, (Value *)got);
+    }
+    chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, loc);
+    chunk[ch]->sharding = each[0]->sharding;
+  }
+  Value *x = chunk[0];
+  for (int ch = 1; carry && ch < p->v; ch++) { /* the stage's chunks' parts, summed in chunk order */
+    Value *ab[2] = {x, chunk[ch]};
+    x = ir_emit(p->g, OP_ADD, 2, ab, u->dtype, u->shape, NULL, loc);
+    x->sharding = u->sharding;
+    x->def->stage = st + 1;
+  }
+  if (p->v > 1 && !carry) { /* the stage's chunks, in its local row order */
+    Attrs ca = {0};
+    ca.axis = 0;
+    x = ir_emit(p->g, OP_CONCAT, p->v, chunk, u->dtype, u->shape, &ca, loc);
+    x->sharding = u->sharding;
+    x->def->stage = st + 1;
+  }
+  return x;
+}
+
+/* Stage st's merges of micro-batch mb (pipe_stage_merges' early ones), on that stage, as soon as
+ * it has run all its instructions of mb: its layer gradients added to its own running sums (the
+ * chain of local carry c in p->ssum, from zeros made here at its first merge), in micro-batch order
+ * as before, so the sums are bit-identical. */
+static void run_stage_merges(Pp *p, int st, int mb) {
   Graph *b = p->body;
+  int nc = p->A->a.ncarry;
+  PtrMap loc = {0};
+  intptr_t got;
   for (int i = 0; i < b->nnodes; i++) {
-    if (p->cls[i] != C_MERGE) continue;
+    if (!p->early[i]) continue;
     Node *d = b->nodes[i];
     Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
     for (int j = 0; j < d->nin; j++) {
       Value *u = d->in[j];
-      intptr_t got;
-      int k = u->def->graph == b && u->def->op != OP_ARG ? pipe_pos_in(b, u->def) : -1;
-      char c = k >= 0 ? p->cls[k] : C_NONE;
-      if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, smap(p, 0, mb), mb, u);
-      else if (c == C_LAST) in[j] = lookup(p, smap(p, p->pp * p->v - 1, mb), mb, u);
-      else if (c == C_LOOP) { /* each stage's own (its layers' gradients): no zeros to add */
-        bool carry = u->def == p->B && u->idx < p->B->a.ncarry; /* a gradient summed over the layers: not stacked */
-        Value **chunk = ARENA_ARRAY(p->g->arena, Value *, p->v);
-        for (int ch = 0; ch < p->v; ch++) {
-          Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
-          for (int st = 0; st < p->pp; st++) {
-            if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
-            each[st] = carry ? (Value *)got : pad_rows(p, st, (Value *)got);
+      if (ptrmap_get(&loc, u, &got)) {
+        in[j] = (Value *)got;
+      } else if (u->def->graph == b && u->def->op == OP_ARG && u->def->a.index < nc) {
+        int c = u->def->a.index;
+        Value **sum = &p->ssum[c * p->pp + st];
+        if (!*sum) { /* the stage's first merge: its sum starts here (zeros on its stage, or the carry's start) */
+          Value *z = p->A->in[c];
+          *sum = z;
+          if (z->def->op == OP_CONST && z->def->graph == p->g) {
+            *sum = ir_emit(p->g, OP_CONST, 0, NULL, z->dtype, z->shape, &z->def->a, z->def->loc);
+            (*sum)->sharding = z->sharding;
+            (*sum)->def->stage = st + 1;
           }
-          chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, d->loc);
-          chunk[ch]->sharding = each[0]->sharding;
         }
-        in[j] = chunk[0];
-        for (int ch = 1; carry && ch < p->v; ch++) { /* the stage's chunks' parts, summed in chunk order */
-          Value *ab[2] = {in[j], chunk[ch]};
-          in[j] = ir_emit(p->g, OP_ADD, 2, ab, u->dtype, u->shape, NULL, d->loc);
-          in[j]->sharding = u->sharding;
-        }
-        if (p->v > 1 && !carry) { /* the stage's chunks, in its local row order */
-          Attrs ca = {0};
-          ca.axis = 0;
-          in[j] = ir_emit(p->g, OP_CONCAT, p->v, chunk, u->dtype, u->shape, &ca, d->loc);
-          in[j]->sharding = u->sharding;
-        }
+        in[j] = *sum;
+      } else if (u->def->graph == b && u->def->op != OP_ARG && p->cls[pipe_pos_in(b, u->def)] == C_LOOP) {
+        in[j] = loop_part(p, st, mb, u, d->loc);
       } else {
         in[j] = lookup(p, NULL, mb, u);
       }
     }
+    ir_clone_node(p->g, d, in, &loc)->stage = st + 1;
+  }
+  for (int c = 0; c < nc; c++)
+    if (p->local[c]) {
+      if (!ptrmap_get(&loc, b->results[c], &got)) die("pipe: stage %d made no sum of carry %d", st, c);
+      p->ssum[c * p->pp + st] = (Value *)got;
+    }
+  ptrmap_free(&loc);
+}
+
+/* The nodes reading several stages' values of micro-batch mb, on every rank (the early ones are each
+ * stage's: run_stage_merges). A stage's value read here is the sum over the stages that may hold it
+ * (the others hold zeros). */
+static void run_merges(Pp *p, int mb) {
+  Graph *b = p->body;
+  for (int i = 0; i < b->nnodes; i++) {
+    if (p->cls[i] != C_MERGE || p->early[i]) continue;
+    Node *d = b->nodes[i];
+    Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
+    for (int j = 0; j < d->nin; j++) {
+      Value *u = d->in[j];
+      int k = u->def->graph == b && u->def->op != OP_ARG ? pipe_pos_in(b, u->def) : -1;
+      char c = k >= 0 ? p->cls[k] : C_NONE;
+      if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, smap(p, 0, mb), mb, u);
+      else if (c == C_LAST) in[j] = lookup(p, smap(p, p->pp * p->v - 1, mb), mb, u);
+      else if (c == C_LOOP) in[j] = loop_part(p, -1, mb, u, d->loc); /* each stage's own: no zeros to add */
+      else in[j] = lookup(p, NULL, mb, u);
+    }
     ir_clone_node(p->g, d, in, &p->shared[mb]);
   }
-  for (int c = 0; c < p->A->a.ncarry; c++) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
+  for (int c = 0; c < p->A->a.ncarry; c++)
+    if (!p->local[c]) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
 }
 
 bool pass_pipe(Module *m) {
@@ -344,6 +407,7 @@ bool pass_pipe(Module *m) {
     p.owned_set = ARENA_ARRAY(m->arena, uint64_t, nafter + 1);
     p.nowned = pipe_owned_params(&p, &p.g->nodes[ia + 1], nafter, p.owner, p.owned, p.owned_set);
   }
+  pipe_stage_merges(&p);
   pipe_plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
   p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
@@ -352,10 +416,13 @@ bool pass_pipe(Module *m) {
   p.shared = calloc((size_t)p.M, sizeof(PtrMap));
   int nc = p.A->a.ncarry;
   p.sum = ARENA_ARRAY(m->arena, Value *, nc + 1);
+  p.ssum = ARENA_ARRAY(m->arena, Value *, nc * pp + 1);
   int *left = calloc((size_t)p.M, sizeof(int));
-  if (!p.map || !p.shared || !p.chunks || !left) die("out of memory");
+  int *sleft = calloc((size_t)(pp * p.M), sizeof(int)), *sdone = calloc((size_t)pp, sizeof(int)); /* per stage */
+  if (!p.map || !p.shared || !p.chunks || !left || !sleft || !sdone) die("out of memory");
   for (int c = 0; c < nc; c++) p.sum[c] = p.A->in[c];
   for (int i = 0; i < p.M; i++) left[i] = (p.W ? 3 : 2) * pp * p.v;
+  for (int i = 0; i < pp * p.M; i++) sleft[i] = (p.W ? 3 : 2) * p.v;
 
   /* the graph: what came before the region, the instructions, the sums over pp, the rest */
   Graph *g = p.g;
@@ -377,8 +444,17 @@ bool pass_pipe(Module *m) {
     for (int q = n0; q < g->nnodes; q++) /* its nodes, for the trace (a receive is a wait: apart) */
       if (g->nodes[q]->op != OP_RECV) g->nodes[q]->instr = k + 1;
     left[in.mb]--;
+    int st = order[k].stage, *sd = &sdone[st];
+    sleft[st * p.M + in.mb]--;
+    while (*sd < p.M && sleft[st * p.M + *sd] == 0) run_stage_merges(&p, st, (*sd)++);
     while (done < p.M && left[done] == 0) run_merges(&p, done++);
   }
+  for (int c = 0; c < nc; c++) /* each stage's sum of its parts: its own */
+    if (p.local[c]) {
+      Value **each = &p.ssum[c * pp];
+      p.sum[c] = ir_emit(g, OP_STAGE_SELECT, pp, each, each[0]->dtype, each[0]->shape, NULL, p.A->loc);
+      p.sum[c]->sharding = each[0]->sharding;
+    }
   /* the sums not split over pp: each stage holds its part (zeros elsewhere); the loss (a scalar)
    * apart from the gradients, so that the forward alone (the eval entry) reaches it */
   for (int pass = 0; pass < 2; pass++) {
@@ -434,6 +510,8 @@ bool pass_pipe(Module *m) {
   free(p.shared);
   free(p.cls);
   free(left);
+  free(sleft);
+  free(sdone);
   free(order);
   pipe_sched_free(&s);
   ir_remove_dead(g);

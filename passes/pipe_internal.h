@@ -52,6 +52,12 @@ typedef struct {
   Node **owned;    /* [nowned]: the updates of the parameters held on some stages (owned_params) */
   uint64_t *owned_set; /* [nowned]: those stages (one, or two: a tied embedding's first and last) */
   int nowned;
+  /* each stage's part of a micro-batch merged as soon as that stage has run its instructions of it
+   * (pipe_stage_merges): the merges reading only a stage's own layer gradients, and the sums they
+   * make, one running sum per stage (stage_select'ed after the last micro-batch) */
+  char *early;    /* by body node position: a merge of one stage's values (pipe_stage_merges) */
+  bool *local;    /* [ncarry]: a sum each stage makes of its own parts (its chain in ssum) */
+  Value **ssum;   /* [ncarry * pp]: stage s's running sum of carry c at c pp + s (NULL: none yet) */
 } Pp;
 
 /* The layers stage st runs (uneven stages: its own count; else every stage's). */
@@ -66,6 +72,8 @@ bool pipe_classify(Pp *p);
 void pipe_reader_stages(const Pp *p, const Value *v, bool *on);
 int pipe_owned_params(const Pp *p, Node *const *after, int nafter, uint64_t *owner, Node **upd, uint64_t *ust);
 uint64_t pipe_owner_of(const Pp *p, const Node *n);
+/* Marks p->early and p->local: the merges and sums each stage can do on its own (pipe_class.c). */
+void pipe_stage_merges(Pp *p);
 
 /* passes/pipe_plan.c: m->pipe, the plan's figures of p's stages under schedule s */
 void pipe_plan_report(Pp *p, const PipeSched *s);

@@ -20,15 +20,17 @@ static const double act_rep_units[3] = {4.0, 1.0, 4.0};
  * over none, 0.48 1f1b and zb, 0.43 interleaved). */
 #define ACT_FULL_PP 7.5
 /* ---- the pipeline's memory in flight, from the schedule the compiler unrolls ----------------
- * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order and merges micro-batch
- * i (its layer gradients selected per stage, cast to f32 and added to the running sums) once every
- * stage has run all of i's instructions, in micro-batch order. Until then a stage holds, per
- * micro-batch (chunk): the activations its forward kept for its backward (F .. B; zb: .. W), the
- * compute-precision weight gradient of its layers (B, zb: W, .. the merge), and every rank the head's
- * and the embedding's gradient ([vocab / tp, d]: from the last stage's F, the first stage's B, ..
- * the merge), under zb what B keeps for W. A profile is the Pareto set of (activation chunks, B's
- * awaiting W, gradient chunks, head/embedding gradients, merging now) over every stage and position: a candidate's peak is the most of their
- * weighted sums (GPT-3 at pp 16: the last stage holds 7 micro-batches' gradients under 1f1b). */
+ * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order; each stage merges
+ * its part of micro-batch i (its layer gradients cast to f32 and added to its running sums) once it
+ * has run all its instructions of i, in micro-batch order (run_stage_merges), and every rank the
+ * rest of i (the head's and the embedding's gradients) once every stage has. Until then a stage
+ * holds, per micro-batch (chunk): the activations its forward kept for its backward (F .. B; zb:
+ * .. W), the compute-precision weight gradient of its layers (B, zb: W, .. its merge), and every
+ * rank the head's and the embedding's gradient ([vocab / tp, d]: from the last stage's F, the first
+ * stage's B, .. the merge), under zb what B keeps for W. A profile is the Pareto set of (activation
+ * chunks, B's awaiting W, gradient chunks, head/embedding gradients, merging now) over every stage
+ * and position: a candidate's peak is the most of their weighted sums (GPT-3 at pp 16, 1f1b: the
+ * last stage held 7 micro-batches' gradients when the stages merged together, 1 now). */
 typedef struct {
   int a, b, g, h, merge; /* b (zb): backwards whose weight gradients (W) have not run */
   int last;              /* the last stage's (it holds the logits) */
@@ -73,13 +75,15 @@ static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
   int *a = calloc((size_t)pp, sizeof(int)), *g = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int));
+  int *sleft = calloc((size_t)(pp * M), sizeof(int)), *sdone = calloc((size_t)pp, sizeof(int)); /* per stage */
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
   char msg[256];
-  if (!order || !a || !g || !left || !hm || !bw) die("plan model: out of memory");
+  if (!order || !a || !g || !left || !hm || !bw || !sleft || !sdone) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
     int last = pp * s.v - 1, h = 0, done = 0;
     for (int i = 0; i < M; i++) left[i] = (zb ? 3 : 2) * pp * s.v;
+    for (int i = 0; i < pp * M; i++) sleft[i] = (zb ? 3 : 2) * s.v;
     for (int k = 0; k < total; k++) {
       int st = order[k].stage;
       PipeInstr in = s.list[st][order[k].step];
@@ -97,16 +101,16 @@ static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int
       }
       left[in.mb]--;
       for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 0, q == pp - 1});
-      while (done < M && left[done] == 0) { /* merged: its gradients read, then gone */
-        for (int q = 0; q < pp; q++) {
-          pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 1, q == pp - 1});
-          g[q] -= s.v;
-        }
-        h -= hm[done++];
+      sleft[st * M + in.mb]--;
+      while (sdone[st] < M && sleft[st * M + sdone[st]] == 0) { /* the stage's part merged: read, then gone */
+        pareto_add(p, (PpLoad){a[st], bw[st], g[st], h, 1, st == pp - 1});
+        g[st] -= s.v;
+        sdone[st]++;
       }
+      while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
-  free(order), free(a), free(g), free(left), free(hm), free(bw);
+  free(order), free(a), free(g), free(left), free(hm), free(bw), free(sleft), free(sdone);
   pipe_sched_free(&s);
   return p;
 }

@@ -21,7 +21,8 @@
  * group (zero.h's ZeroGroup): the scatters are over it and the sums its shards.
  *
  * Under pp (no region: the schedule sums the micro-batches at the top level) the same holds for
- * the chain of adds from zeros: see scatter_chain below.
+ * the chain of adds from zeros: see scatter_chain below; each stage's own chain when the stages
+ * merge their layer gradients on their own (a stage_select of the chains, scattered together).
  *
  * The scatters of one loop body go right after their gradient (a bf16 gradient's f32 cast moves
  * there with them) and are grouped in runs of up to the plan's bucket bytes, each run placed where
@@ -85,13 +86,61 @@ static Node *scatter_new(Graph *b, Value *y, int d, ZeroGroup z, SrcLoc loc) {
   return rs;
 }
 
+/* Records that node x of b goes right after node anchor (place_after moves it there): after maps a
+ * node to the first of the nodes recorded after it, each to the next (x's key: x + 1 byte). */
+static void defer_after(Graph *b, PtrMap *after, Node *x, Node *anchor) {
+  (void)b;
+  intptr_t head = 0;
+  ptrmap_get(after, anchor, &head);
+  ptrmap_put(after, (char *)x + 1, head);
+  ptrmap_put(after, anchor, (intptr_t)x);
+}
+
+/* The nodes recorded by defer_after moved, in one pass over b: each right after its anchor (and
+ * what was recorded after it, after it in turn). */
+static void place_after(Graph *b, PtrMap *after) {
+  PtrMap moved = {0};
+  for (int i = 0; i < b->nnodes; i++) {
+    intptr_t x;
+    if (!ptrmap_get(after, b->nodes[i], &x)) continue;
+    for (; x; ptrmap_get(after, (char *)x + 1, &x)) ptrmap_put(&moved, (void *)x, 1);
+  }
+  Node **out = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+  Node **stack = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
+  int w = 0;
+  for (int i = 0; i < b->nnodes; i++) {
+    intptr_t one;
+    if (ptrmap_get(&moved, b->nodes[i], &one)) continue;
+    int sp = 0;
+    stack[sp++] = b->nodes[i];
+    while (sp) { /* the node, then what was recorded after it (depth first) */
+      Node *n = stack[--sp];
+      out[w++] = n;
+      intptr_t x = 0;
+      ptrmap_get(after, n, &x);
+      for (; x; ptrmap_get(after, (char *)x + 1, &x)) stack[sp++] = (Node *)x;
+    }
+  }
+  if (w != b->nnodes) die("zero: %d of %d nodes placed", w, b->nnodes);
+  memcpy(b->nodes, out, sizeof(Node *) * (size_t)w);
+  ptrmap_free(&moved);
+}
+
 /* add's gradient operand (in body b) is reduce-scattered over the group along dl first, right after
  * it is computed; add reads the shard. uses: the nodes of b (not their bodies) reading the operand,
  * or -1 (counted here). */
-static void scatter_operand(Graph *b, Node *add, int slot, int dl, ZeroGroup z, int uses) {
+static void scatter_operand_at(Graph *b, Node *add, int slot, int dl, ZeroGroup z, int uses, PtrMap *after) {
   Value *gl = add->in[slot];
   if (gl->def->op == OP_CAST && gl->def->graph == b && uses < 0) uses = ir_count_uses(b, gl);
   Node *cast = gl->def->op == OP_CAST && gl->def->graph == b && uses == 1 ? gl->def : NULL;
+  if (after && gl->def->graph == b && gl->def->op != OP_ARG) { /* placed later, all at once (place_after) */
+    if (cast && cast->in[0]->def->graph == b && cast->in[0]->def->op != OP_ARG) defer_after(b, after, cast, cast->in[0]->def);
+    Node *rs = scatter_new(b, gl, dl, z, add->loc);
+    rs->stage = add->stage;
+    defer_after(b, after, rs, gl->def);
+    add->in[slot] = rs->out[0];
+    return;
+  }
   if (cast && cast->in[0]->def->graph == b) { /* bf16: the f32 copy made where the gradient is */
     int from = pos_in(b, cast), to = pos_in(b, cast->in[0]->def) + 1;
     if (from > to) {
@@ -100,10 +149,15 @@ static void scatter_operand(Graph *b, Node *add, int slot, int dl, ZeroGroup z, 
     }
   }
   Node *rs = scatter_new(b, gl, dl, z, add->loc);
+  rs->stage = add->stage; /* a stage's sum (pipe.c's run_stage_merges): its dp group's scatter, on that stage */
   int at = gl->def->graph == b && gl->def->op != OP_ARG ? pos_in(b, gl->def) + 1 : 0;
   while (gl->def->op == OP_ARG && at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
   ir_move_last(b, at);
   add->in[slot] = rs->out[0];
+}
+
+static void scatter_operand(Graph *b, Node *add, int slot, int dl, ZeroGroup z, int uses) {
+  scatter_operand_at(b, add, slot, dl, z, uses, NULL);
 }
 
 /* The region's side of a running sum: carry c of `repeat accum` (acc, in g), whose output v the
@@ -171,7 +225,9 @@ static bool mean_of_sum(const Graph *gg, const Value *y, ZeroGroup z, Node **mea
     if (gg->results[i] == x) return false;
   *mean = x->def->op == OP_SCALE ? x->def : NULL;
   Value *s2 = *mean ? (*mean)->in[0] : x;
-  if (s2->def->graph != gg || s2->def->op != OP_ADD || (*mean && ir_count_uses(gg, s2) != 1)) return false;
+  if (s2->def->graph != gg || (s2->def->op != OP_ADD && s2->def->op != OP_STAGE_SELECT) ||
+      (*mean && ir_count_uses(gg, s2) != 1))
+    return false;
   *add = s2->def;
   return true;
 }
@@ -252,6 +308,7 @@ static void hoist_scatter(Value *a, int d, ZeroGroup z) {
 static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int d) {
   const Node *n = t->def;
   if (n->graph != g || !read_once(uses, t) || d < 1) return false;
+  if (n->op == OP_REPEAT) return hoistable(g, uses, t); /* a stage's own sum: its loop's output */
   if (n->op == OP_STAGE_SELECT) {
     for (int j = 0; j < n->nin; j++)
       if (!hoistable(g, uses, n->in[j])) return false;
@@ -265,6 +322,10 @@ static bool layer_parts(const Graph *g, const PtrMap *uses, const Value *t, int 
 
 static void scatter_parts(Value *t, int d, ZeroGroup z) {
   Node *n = t->def;
+  if (n->op == OP_REPEAT) {
+    hoist_scatter(t, d, z);
+    return;
+  }
   for (int j = 0; j < n->nin; j++) {
     if (n->op == OP_STAGE_SELECT) hoist_scatter(n->in[j], d, z);
     else scatter_parts(n->in[j], d, z);
@@ -272,33 +333,45 @@ static void scatter_parts(Value *t, int d, ZeroGroup z) {
   retype(t, d, z);
 }
 
-static bool scatter_chain(Graph *g, Node *last, int d, ZeroGroup z) {
-  Shape whole = last->out[0]->shape; /* (the chain's values are retyped on the way) */
+/* The chains ending in ends[0..nends) (one, or each stage's: pipe.c's run_stage_merges, under a
+ * stage_select), all found before anything changes (else false, nothing changed), then scattered. */
+static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGroup z) {
+  Shape whole = ends[0]->out[0]->shape; /* (the chain's values are retyped on the way) */
   PtrMap uses = {0};
   ir_use_counts(g, &uses);
-  /* the chain, last add first, found before anything changes: prev[k] is add k's sum operand */
+  /* the chains, each last add first, found before anything changes: prev[k] is add k's sum operand;
+   * first[e]: chain e's first entry */
   int n = 0, cap = 16;
   Node **adds = ARENA_ARRAY(g->arena, Node *, cap);
   int *prev = ARENA_ARRAY(g->arena, int, cap);
   bool *parts = ARENA_ARRAY(g->arena, bool, cap);
-  for (Node *add = last;;) {
-    int p = is_chain(g, &uses, add->in[0], &whole) ? 0 : is_chain(g, &uses, add->in[1], &whole) ? 1 : -1;
-    if (p < 0) {
+  int *first = ARENA_ARRAY(g->arena, int, nends + 1);
+  for (int e = 0; e < nends; e++) {
+    first[e] = n;
+    if (ends[e]->op != OP_ADD || !ir_shape_eq(&ends[e]->out[0]->shape, &whole)) {
       ptrmap_free(&uses);
       return false;
     }
-    if (n == cap) {
-      int c2 = cap;
-      arena_grow(g->arena, (void **)&adds, &c2, cap + 1, sizeof(Node *));
-      c2 = cap;
-      arena_grow(g->arena, (void **)&prev, &c2, cap + 1, sizeof(int));
-      arena_grow(g->arena, (void **)&parts, &cap, cap + 1, sizeof(bool));
+    for (Node *add = ends[e];;) {
+      int p = is_chain(g, &uses, add->in[0], &whole) ? 0 : is_chain(g, &uses, add->in[1], &whole) ? 1 : -1;
+      if (p < 0) {
+        ptrmap_free(&uses);
+        return false;
+      }
+      if (n == cap) {
+        int c2 = cap;
+        arena_grow(g->arena, (void **)&adds, &c2, cap + 1, sizeof(Node *));
+        c2 = cap;
+        arena_grow(g->arena, (void **)&prev, &c2, cap + 1, sizeof(int));
+        arena_grow(g->arena, (void **)&parts, &cap, cap + 1, sizeof(bool));
+      }
+      adds[n] = add, prev[n] = p, parts[n] = layer_parts(g, &uses, add->in[p ^ 1], d);
+      n++;
+      if (add->in[p]->def->op == OP_CONST) break;
+      add = add->in[p]->def;
     }
-    adds[n] = add, prev[n] = p, parts[n] = layer_parts(g, &uses, add->in[p ^ 1], d);
-    n++;
-    if (add->in[p]->def->op == OP_CONST) break;
-    add = add->in[p]->def;
   }
+  first[nends] = n;
   ptrmap_free(&uses);
   /* the gradients' readers in g itself, counted once (a chain of M adds under pp: not M walks of
    * the unrolled schedule); scattering one gradient leaves the others' counts as they were */
@@ -316,13 +389,16 @@ static bool scatter_chain(Graph *g, Node *last, int d, ZeroGroup z) {
     greaders[k] = (int)c - 1;
   }
   ptrmap_free(&count);
+  PtrMap after = {0}; /* the scatters (and bf16 casts) placed in one pass at the end, not one move each */
   for (int k = 0; k < n; k++) {
     Node *add = adds[k];
     if (parts[k]) scatter_parts(add->in[prev[k] ^ 1], d, z); /* each stage's loop yields the shards */
-    else scatter_operand(g, add, prev[k] ^ 1, d, z, greaders[k]);
+    else scatter_operand_at(g, add, prev[k] ^ 1, d, z, greaders[k], &after);
     retype(add->out[0], d, z);
   }
-  retype(adds[n - 1]->in[prev[n - 1]], d, z); /* the zeros */
+  place_after(g, &after);
+  ptrmap_free(&after);
+  for (int e = 0; e < nends; e++) retype(adds[first[e + 1] - 1]->in[prev[first[e + 1] - 1]], d, z); /* the zeros */
   return true;
 }
 
@@ -331,15 +407,20 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
   int slot = -1;
   if (!mean_of_sum(g, gr, z, &mean, &add)) return NULL;
   RegionSum o;
-  for (int s = 0; s < 2 && slot < 0; s++)
+  for (int s = 0; s < 2 && slot < 0 && add->op == OP_ADD; s++)
     if (add->in[s] != add->in[s ^ 1] && region_sum(g, add->in[s], &gr->shape, false, &o)) slot = s;
   Node *ar = gr->def;
   Value *x = ar->in[gr->idx];
-  if (slot >= 0) { /* the region's sum, then the last micro-step's */
+  if (add->op == OP_STAGE_SELECT) { /* each stage's own chain (pipe.c's run_stage_merges) */
+    Node **ends = ARENA_ARRAY(g->arena, Node *, add->nin + 1);
+    for (int j = 0; j < add->nin; j++) ends[j] = add->in[j]->def;
+    if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, ends, add->nin, d, z)) return NULL;
+    retype(add->out[0], d, z);
+  } else if (slot >= 0) { /* the region's sum, then the last micro-step's */
     shard_region_sum(&o, d, z);
     scatter_operand(g, add, slot ^ 1, d, z, -1);
     retype(add->out[0], d, z);
-  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, add, d, z)) {
+  } else if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, &add, 1, d, z)) {
     return NULL;
   }
   if (mean) retype(x, d, z);

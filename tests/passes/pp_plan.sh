@@ -15,7 +15,8 @@
 # in groups of pp, and the CUDA target (at build); recompute, zero 1 and zero 3 apply
 # under pp (fewer planned activations, half the optimizer state or parameters at dp 2), and so does
 # cp (pp 2 x cp 2 plans); the parameters outside the layers are held on their stages only; GPT-3's
-# pp 8 x tp 8 + sp plan compiles; the header's `microbatches` is the pipeline's count.
+# pp 8 x tp 8 + sp plan compiles, its planned peak falling from stage 0 to the last (each stage merges
+# its layer gradients when it is done with a micro-batch); the header's `microbatches` is the pipeline's count.
 # Usage: pp_plan.sh SHARDC
 set -uo pipefail
 shardc=$(realpath "$1")
@@ -195,6 +196,16 @@ echo "pp 2 x dp 2: parameters $p2 B under zero 2, $p3 B under zero 3"
 g3=(plan models/gpt3-175b.model -D pp=8 -D dp=4 -D batch=32)
 expect 0 "# pipeline: 8 stages over the 96 layers of \`repeat blocks\`" "fits (" -- "${g3[@]}"
 expect 0 "# pipeline: 8 stages over the 96 layers of \`repeat blocks\`" "h100_80g memory: fits (" -- "${g3[@]}" --target cuda
+# each stage merges its layer gradients of a micro-batch when it is done with it (passes/pipe.c's
+# run_stage_merges): under 1F1B stage s then holds pp - s micro-batches' activations and one
+# micro-batch's gradients, so the planned peak falls from stage 0 to the last (when every stage
+# waited for stage 0 to finish a micro-batch, the last stage held 8 micro-batches' bf16 layer
+# gradients: 60,059 MiB against stage 0's 50,285)
+peaks=$("$shardc" "${g3[@]}" --target cuda 2>&1 | sed -n 's/^#   planned peak per rank by stage: //p' | sed 's/ MiB//g')
+echo "GPT-3 pp 8 x dp 4 (CUDA, 1F1B) planned peak by stage: $peaks"
+awk -v p="$peaks" 'BEGIN { n = split(p, f, ", "); if (n != 8) exit 1; for (i = 1; i <= n; i++) { sub(/^[0-9]+: /, "", f[i]); v[i] = f[i] + 0 }
+  for (i = 2; i <= n; i++) if (v[i] > v[i - 1]) exit 1; exit 0 }' ||
+  { echo "FAIL: GPT-3 pp 8: a later stage's planned peak above an earlier one's (the merges wait for the whole micro-batch?): $peaks"; fail=1; }
 # recompute and ZeRO apply under pp: fewer activations, a dp shard of the optimizer state
 act() { "$shardc" plan "${t[@]}" "$@" 2>/dev/null |
   awk '/^#   optimizer state/ { o = $4 } /^#   activations/ { a = $3 } END { print o, a }'; }
