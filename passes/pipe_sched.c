@@ -27,11 +27,13 @@ const char *pipe_sched_name(PipeSchedule k) {
  * W half of F and B (a CPU's), 0.184 against the equal-time lists' 0.298 (1F1B 0.273). */
 static PipeSched make_zb(int pp, int nmb, const double *t) {
   PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
-  int *f = calloc((size_t)pp, sizeof(int)), *w = calloc((size_t)pp, sizeof(int));
+  /* f, w: forwards and W's run per stage; lo: its first micro-batch whose B has not run (the B's
+   * pending lie in [lo, f), fewer than pp + 1 of them: the scans below stay O(pp)) */
+  int *f = calloc((size_t)pp, sizeof(int)), *w = calloc((size_t)pp, sizeof(int)), *lo = calloc((size_t)pp, sizeof(int));
   double *clock = calloc((size_t)pp, sizeof(double));
   double *act = malloc((size_t)(pp * nmb) * sizeof(double)), *grad = malloc((size_t)(pp * nmb) * sizeof(double));
   char *bdone = calloc((size_t)(pp * nmb), 1);
-  if (!s.len || !s.list || !f || !w || !clock || !act || !grad || !bdone) die("out of memory");
+  if (!s.len || !s.list || !f || !w || !lo || !clock || !act || !grad || !bdone) die("out of memory");
   for (int i = 0; i < pp * nmb; i++) act[i] = grad[i] = INFINITY; /* arrival times */
   for (int st = 0; st < pp; st++) {
     s.list[st] = calloc((size_t)(3 * nmb + 1), sizeof(PipeInstr));
@@ -43,14 +45,14 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
     PipeInstr bin = {0, -1, 0};
     for (int st = 0; st < pp; st++) { /* when each stage can start what, and what it would run then */
       double tb = INFINITY, tf = INFINITY, tw = w[st] < nmb && bdone[st * nmb + w[st]] ? 0 : INFINITY;
-      for (int i = 0; i < f[st]; i++) /* a B whose forward ran, once its gradient arrived (last stage: at once) */
+      for (int i = lo[st]; i < f[st]; i++) /* a B whose forward ran, once its gradient arrived (last stage: at once) */
         if (!bdone[st * nmb + i]) tb = fmin(tb, st == pp - 1 ? 0 : grad[st * nmb + i]);
       if (f[st] < nmb && f[st] - w[st] < pp) tf = st == 0 ? 0 : act[st * nmb + f[st]];
       double at = fmax(clock[st], fmin(tb, fmin(tf, tw)));
       if (!(at < bt)) continue;
       bt = at, best = st;
       bin = tf <= at ? (PipeInstr){'F', f[st], 0} : (PipeInstr){'W', w[st], 0};
-      for (int i = 0; i < f[st]; i++) /* the first B that can run then */
+      for (int i = lo[st]; i < f[st]; i++) /* the first B that can run then */
         if (!bdone[st * nmb + i] && (st == pp - 1 || grad[st * nmb + i] <= at)) {
           bin = (PipeInstr){'B', i, 0};
           break;
@@ -65,6 +67,7 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
       f[st]++;
     } else if (bin.op == 'B') {
       bdone[st * nmb + bin.mb] = 1;
+      while (lo[st] < f[st] && bdone[st * nmb + lo[st]]) lo[st]++;
       if (st > 0) grad[(st - 1) * nmb + bin.mb] = clock[st];
     } else {
       w[st]++;
@@ -72,6 +75,7 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
   }
   free(f);
   free(w);
+  free(lo);
   free(clock);
   free(act);
   free(grad);
