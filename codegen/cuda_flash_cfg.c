@@ -1,0 +1,34 @@
+/* codegen/cuda_flash_cfg.c — the tiles of the tensor-core attention (runtime/cuda/kernels/shardk_flash.cuh):
+ * the configuration the compiler emits, and the candidates the kernel benchmark times side by side
+ * (`SHARDK_ATTN_SWEEP=1 cuda_kernels_gpu`, tests/cuda/flash_sweep.c) and cuda_kernels_emu checks.
+ *
+ * Limits of every candidate: the K and V (dK/dV: Q and dO) tiles, double-buffered, take 8 bt (hd + 8)
+ * bytes of static shared memory, at most 48 KiB: bt <= 64 at hd 64, bt <= 32 at hd 128 (the kernels
+ * assert it); registers without spills (ptxas -v for sm_90, docs/cuda.md). */
+#include "cuda_kernels.h"
+
+/* {fwd, kv, q}, each {m-tiles per warp, warps, streamed tile rows}; the first is the one emitted */
+static const CuFlashCfg V64[] = {
+    {{2, 4, 64}, {1, 4, 64}, {1, 4, 64}}, /* 128 query rows / 64 keys per block */
+    {{1, 4, 64}, {2, 4, 32}, {2, 4, 32}}, /* bwd: 32 rows a warp (half the ldmatrix per mma) */
+    {{1, 8, 64}, {1, 8, 64}, {1, 8, 64}}, /* 8 warps of 16 rows */
+    {{2, 4, 32}, {2, 4, 16}, {2, 4, 16}}, /* small streamed tiles */
+    {{2, 8, 64}, {2, 8, 32}, {2, 8, 32}}, /* 8 warps of 32 rows */
+    {{1, 8, 32}, {1, 4, 32}, {1, 4, 32}},
+};
+static const CuFlashCfg V128[] = {
+    {{1, 4, 32}, {1, 4, 32}, {1, 4, 32}},
+    {{1, 8, 32}, {1, 8, 32}, {1, 8, 32}},
+    {{2, 4, 32}, {1, 4, 16}, {2, 4, 16}},
+    {{1, 4, 16}, {2, 4, 16}, {1, 4, 16}},
+};
+
+int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max) {
+  const CuFlashCfg *c = hd <= 64 ? V64 : V128;
+  int n = hd <= 64 ? (int)(sizeof V64 / sizeof V64[0]) : (int)(sizeof V128 / sizeof V128[0]);
+  if (n > max) n = max;
+  for (int i = 0; i < n; i++) v[i] = c[i];
+  return n;
+}
+
+CuFlashCfg cuk_flash_cfg(int64_t hd) { return hd <= 64 ? V64[0] : V128[0]; }
