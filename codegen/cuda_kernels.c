@@ -570,31 +570,31 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   const char *t = ctype(dt), *cz = causal ? "true" : "false";
   need_ws(k, B * H * S * 4);
   const char *D = ws_at(k, 0);
+  if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
+    CuFlashCfg c = flash_cfg(k, hd);
+    Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
+    const char *lq = simple(k, &gq, cdiv(S, 16 * c.q.mt * c.q.w), H, B, 32 * c.q.w, 1,
+                            arena_printf(k->a,
+                                         "sk::flash_bwd_q<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, "
+                                         "(float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "
+                                         "(const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);",
+                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, c.q.bt, c.q.mt, c.q.w));
+    Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+    const char *lkv = simple(k, &gkv, cdiv(S, 16 * c.kv.mt * c.kv.w), KV, B, 32 * c.kv.w, 1,
+                             arena_printf(k->a,
+                                          "sk::flash_bwd_kv<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, "
+                                          "(sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "
+                                          "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7);",
+                                          (long long)S, (long long)H, (long long)KV, (long long)hd, cz, c.kv.bt, c.kv.mt,
+                                          c.kv.w));
+    return cat(k, lq, lkv);
+  }
   Args g1 = {.np = 3, .p = {D, o, dout}};
   const char *l1 = simple(k, &g1, cdiv(S, bq), H, B, bq * tpr, 1,
                           arena_printf(k->a,
                                        "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
                                        "(const %s *)p2);",
                                        t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
-  if (attn_flash(dt, hd) && !ks->qpos) {
-    CuFlashCfg c = flash_cfg(k, hd);
-    Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-    const char *l2 = simple(k, &g2, cdiv(S, 16 * c.kv.mt * c.kv.w), KV, B, 32 * c.kv.w, 1,
-                            arena_printf(k->a,
-                                         "sk::flash_bwd_kv<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, "
-                                         "(sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "
-                                         "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7);",
-                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, c.kv.bt, c.kv.mt,
-                                         c.kv.w));
-    Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
-    const char *l3 = simple(k, &g3, cdiv(S, 16 * c.q.mt * c.q.w), H, B, 32 * c.q.w, 1,
-                            arena_printf(k->a,
-                                         "sk::flash_bwd_q<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, "
-                                         "(const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, "
-                                         "(const float *)p5, (const sk::bf16 *)p6);",
-                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, c.q.bt, c.q.mt, c.q.w));
-    return cat(k, cat(k, l1, l2), l3);
-  }
   Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
   const char *pa2 = keys_args(k, ks, &g2), *tk = keys_tmpl(k, ks);
   const char *l2 = simple(

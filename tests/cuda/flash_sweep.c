@@ -133,12 +133,11 @@ int flash_sweep(const SweepHost *h) {
          "TFLOP/s", "check");
   int fails = 0;
   for (int i = 0; i < nv; i++) {
-    /* check: forward, then the backward (its dot kernel reads the kernel's own o) */
+    /* check: the forward, then the backward from the reference's o (bf16) and lse, as its reference */
     h->run(cf[i], ws);
     float *go = get_bf(h, cd[4], (int64_t)cq), *gl = malloc((size_t)nl * 4);
     h->d2h(gl, cd[7], (size_t)nl * 4);
     int ok = close_to("o", go, ro, (int64_t)cq, 1e-2, 1e-2) & close_to("lse", gl, rl, nl, 1e-5, 1e-3);
-    /* the backward reads the reference's o (bf16), as its reference did */
     uint16_t *ob = malloc(cq * 2);
     for (size_t j = 0; j < cq; j++) ob[j] = rt_f32_to_bf16_ref(ro[j]);
     h->h2d(cd[4], ob, cq * 2);
@@ -151,14 +150,14 @@ int flash_sweep(const SweepHost *h) {
     free(go), free(gl), free(gq), free(gk), free(gv);
     fails += !ok;
     /* time: the forward, each backward kernel, the whole backward */
-    const char *bl[4];
+    const char *bl[4]; /* the backward's launches: dQ (and D), then dK / dV */
     int nb = split(&a, tb[i], bl, 4);
     double uf = h->time_us(tf[i], ws), ub = h->time_us(tb[i], ws);
-    double ukv = nb == 3 ? h->time_us(bl[1], ws) : 0, uq = nb == 3 ? h->time_us(bl[2], ws) : 0;
+    double uq = nb == 2 ? h->time_us(bl[0], ws) : 0, ukv = nb == 2 ? h->time_us(bl[1], ws) : 0;
     int rf, lf, rk, lk, rq, lq;
     h->attrs(kernel_of(tf[i]), &rf, &lf);
-    h->attrs(nb == 3 ? kernel_of(bl[1]) : -1, &rk, &lk);
-    h->attrs(nb == 3 ? kernel_of(bl[2]) : -1, &rq, &lq);
+    h->attrs(nb == 2 ? kernel_of(bl[1]) : -1, &rk, &lk);
+    h->attrs(nb == 2 ? kernel_of(bl[0]) : -1, &rq, &lq);
     printf("%-3d (%d,%d,%2d) %3d/%-3d %7.1f %6.1f  (%d,%d,%2d) %3d/%-3d %7.1f %6.1f  (%d,%d,%2d) %3d/%-3d %7.1f %6.1f "
            "%9.1f %8.1f %s\n",
            i, v[i].fwd.mt, v[i].fwd.w, v[i].fwd.bt, rf, lf, uf, fa / (uf * 1e-6) / 1e12, v[i].kv.mt, v[i].kv.w, v[i].kv.bt,

@@ -19,10 +19,10 @@
  * the end of the sequence, and the heaviest blocks are launched first. Measured on an H100 at
  * B 8, T 1024, H 12, hd 64, causal: forward 111 TFLOP/s, backward 108.5 (docs/performance.md).
  *
- * Backward without atomics (the same bits every run): D = rowsum(dO o O) first
- * (sdpa_bwd_dot), then dK and dV by key blocks (looping over every query head of the group and
- * every query tile), then dQ by query blocks (recomputing P and dP: 7 products instead of 5,
- * the price of determinism).
+ * Backward without atomics (the same bits every run): dQ by query blocks first, which also
+ * computes D = rowsum(dO o O) of its rows and stores it, then dK and dV by key blocks (looping over
+ * every query head of the group and every query tile; recomputing P and dP: 7 products instead of
+ * 5, the price of determinism).
  */
 #ifndef SHARDK_FLASH_CUH
 #define SHARDK_FLASH_CUH
@@ -486,11 +486,29 @@ __device__ __forceinline__ void q_tile(float (&acc)[MT][HD / 8][4], const u32 (&
   mma_smem<MT, HD, BK / 16, LD, true>(acc, sa, ks);
 }
 
+/* The dot product of two rows' A fragments (16 rows x HD, bf16 pairs) for rows g (d0) and g + 8 (d1),
+ * summed over the 4 lanes of each row: D = rowsum(dO o O). */
+template <int HD>
+__device__ __forceinline__ void frag_dot(float &d0, float &d1, const u32 (&x)[HD / 16][4], const u32 (&y)[HD / 16][4]) {
+  d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+  for (int c = 0; c < HD / 16; c++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      float p = __int_as_float((int)(x[c][i] << 16)) * __int_as_float((int)(y[c][i] << 16)) +
+                __int_as_float((int)(x[c][i] & 0xffff0000u)) * __int_as_float((int)(y[c][i] & 0xffff0000u));
+      if (i & 1) d1 += p;
+      else d0 += p;
+    }
+  d0 = quad_sum(d0), d1 = quad_sum(d1);
+}
+
 /* dQ: grid (ceil(S / BQ), H, B) with BQ = 16 MT W, block 32 W, each warp 16 MT queries; K and V tiles of
- * BK keys, double-buffered. */
+ * BK keys, double-buffered. It runs first: D = rowsum(dO o O) of its rows, which it stores in Dd for
+ * flash_bwd_kv. */
 template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W>
-__device__ void flash_bwd_q(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse, const float *Dd,
-                            const bf16 *dout) {
+__device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *o,
+                            const float *lse, const bf16 *dout) {
   constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, KC = HD / 16, LD = HD + 8;
   static_assert(4 * BK * LD * 2 <= 48 * 1024, "flash_bwd_q: K and V tiles over 48 KiB of shared memory");
   __align__(16) __shared__ bf16 ks[2][BK * LD];
@@ -503,7 +521,8 @@ __device__ void flash_bwd_q(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *
   int q0 = fb.t * BQ, r0 = q0 + 16 * MT * w;
   const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
   u32 qa[MT][KC][4], oa[MT][KC][4];
-  const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
+  const float *lb = lse + ((i64)b * H + h) * S;
+  float *db = Dd + ((i64)b * H + h) * S;
   float la[MT][2], da[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
@@ -511,7 +530,13 @@ __device__ void flash_bwd_q(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *
     frag_rows<HD>(qa[mt], q + b * S * qstr + (i64)h * HD, qstr, rm, S);
     frag_rows<HD>(oa[mt], dout + b * S * qstr + (i64)h * HD, qstr, rm, S);
     la[mt][0] = rm + g < S ? lb[rm + g] * log2e : 0.0f, la[mt][1] = rm + g + 8 < S ? lb[rm + g + 8] * log2e : 0.0f;
-    da[mt][0] = rm + g < S ? db[rm + g] : 0.0f, da[mt][1] = rm + g + 8 < S ? db[rm + g + 8] : 0.0f;
+    u32 of[KC][4]; /* O's rows, for D only */
+    frag_rows<HD>(of, o + b * S * qstr + (i64)h * HD, qstr, rm, S);
+    frag_dot<HD>(da[mt][0], da[mt][1], oa[mt], of);
+    if ((lane & 3) == 0) {
+      if (rm + g < S) db[rm + g] = da[mt][0];
+      if (rm + g + 8 < S) db[rm + g + 8] = da[mt][1];
+    }
   }
   float acc[MT][HD / 8][4];
   zero_acc<MT, HD>(acc);
