@@ -1,9 +1,10 @@
-/* tests/cuda/flash_sweep.c — see flash_sweep.h. Every candidate runs the forward and the backward at
- * B 1, T 1024, H 12 (the timed kernels: the batch is only the grid) against
- * rt_sdpa_fwd_ref / rt_sdpa_bwd_ref (bf16 tolerance 1e-2 relative, absolute 1e-2 forward and 4e-2
- * backward, as kcases.c), then is timed at B 8, T 1024, H 12, hd 64, causal: one line per
- * candidate with each kernel's microseconds and TFLOP/s (causal FLOPs: forward 4 B H T^2 hd / 2;
- * dK/dV 4 matmuls, dQ 3, the whole backward counted as 5, the usual 2.5x the forward). */
+/* tests/cuda/flash_sweep.c — see flash_sweep.h. Shapes: B 8, T 1024, causal, GPT-2's H 12, hd 64, and
+ * the 509M Llama shape's H 16, KV 8, hd 128. Every candidate first runs the forward and the backward
+ * of the timed kernels at B 1 (the batch is only the grid) against rt_sdpa_fwd_ref / rt_sdpa_bwd_ref
+ * (bf16 tolerance 1e-2 relative, absolute 1e-2 forward and 4e-2 backward, as kcases.c), then is
+ * timed: one line per candidate with each kernel's microseconds and TFLOP/s (causal FLOPs: forward
+ * 4 B H T^2 hd / 2; dK/dV 4 matmuls, dQ 3, the whole backward counted as 5, the usual 2.5x the
+ * forward). */
 #include "flash_sweep.h"
 
 #include <math.h>
@@ -87,48 +88,50 @@ static int kernel_of(const char *launch) {
   return id;
 }
 
-int flash_sweep(const SweepHost *h) {
+/* The candidates of head dim hd at B, T 1024, H heads, KV kv heads, causal; returns the failed checks. */
+static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int64_t KV) {
   Arena a;
   arena_init(&a);
   CuK *k = cuk_new(&a);
-  const int64_t hd = 64, T = 1024, B = 8, H = 12, cB = 1, cH = H; /* the check: the timed kernels at B 1 */
+  const int64_t T = 1024, cB = 1; /* the check: the timed kernels at B 1 */
   CuFlashCfg v[NV];
   int nv = cuk_flash_variants(hd, v, NV);
-  /* the check's buffers and the timed ones (bf16; lse f32) */
-  size_t cq = (size_t)cB * T * cH * hd, tq = (size_t)B * T * H * hd;
-  void *cd[8], *td[8];
-  const char *cn[8], *tn[8];
-  for (int i = 0; i < 8; i++) cn[i] = h->buf(&a, i == 7 ? (size_t)cB * cH * T * 4 : cq * 2, &cd[i]);
-  for (int i = 0; i < 8; i++) tn[i] = h->buf(&a, i == 7 ? (size_t)B * H * T * 4 : tq * 2, &td[i]);
-  /* 0 q, 1 k, 2 v, 3 dout, 4 o, 5 dq, 6 dk, 7 lse; dv below */
-  void *cdv, *tdv;
-  const char *cdvn = h->buf(&a, cq * 2, &cdv), *tdvn = h->buf(&a, tq * 2, &tdv);
+  /* the check's buffers and the timed ones (bf16; lse f32): 0 q, 1 k, 2 v, 3 dout, 4 o, 5 dq, 6 dk, 7 dv, 8 lse */
+  size_t cq = (size_t)cB * T * H * hd, ck = (size_t)cB * T * KV * hd, tq = (size_t)B * T * H * hd,
+         tk = (size_t)B * T * KV * hd;
+  void *cd[9], *td[9];
+  const char *cn[9], *tn[9];
+  for (int i = 0; i < 9; i++) {
+    int kv = i == 1 || i == 2 || i == 6 || i == 7;
+    cn[i] = h->buf(&a, i == 8 ? (size_t)cB * H * T * 4 : (kv ? ck : cq) * 2, &cd[i]);
+    tn[i] = h->buf(&a, i == 8 ? (size_t)B * H * T * 4 : (kv ? tk : tq) * 2, &td[i]);
+  }
   const char *cf[NV], *cb[NV], *tf[NV], *tb[NV];
   for (int i = 0; i < nv; i++) {
     cuk_set_flash_cfg(k, &v[i]);
-    cf[i] = cuk_sdpa(k, cn[4], cn[7], cn[0], cn[1], cn[2], DT_BF16, cB, T, cH, cH, hd, 1);
-    cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cdvn, cn[0], cn[1], cn[2], cn[4], cn[7], cn[3], DT_BF16, cB, T, cH, cH, hd, 1);
-    tf[i] = cuk_sdpa(k, tn[4], tn[7], tn[0], tn[1], tn[2], DT_BF16, B, T, H, H, hd, 1);
-    tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tdvn, tn[0], tn[1], tn[2], tn[4], tn[7], tn[3], DT_BF16, B, T, H, H, hd, 1);
+    cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1);
+    cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1);
+    tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1);
+    tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tn[7], tn[0], tn[1], tn[2], tn[4], tn[8], tn[3], DT_BF16, B, T, H, KV, hd, 1);
   }
   char *ws = h->alloc((size_t)cuk_workspace(k));
   h->load(cuk_source(k));
   uint64_t st = 4242;
-  float *q = rnd((int64_t)cq, &st, h, cd[0]), *kk = rnd((int64_t)cq, &st, h, cd[1]), *vv = rnd((int64_t)cq, &st, h, cd[2]),
+  float *q = rnd((int64_t)cq, &st, h, cd[0]), *kk = rnd((int64_t)ck, &st, h, cd[1]), *vv = rnd((int64_t)ck, &st, h, cd[2]),
         *dout = rnd((int64_t)cq, &st, h, cd[3]);
-  for (int i = 0; i < 4; i++) free(rnd((int64_t)tq, &st, h, td[i]));
-  int64_t nl = cB * cH * T;
-  float *ro = malloc(cq * 4), *rl = malloc((size_t)nl * 4), *rdq = malloc(cq * 4), *rdk = malloc(cq * 4),
-        *rdv = malloc(cq * 4);
-  rt_sdpa_fwd_ref(cB, T, T, cH, cH, hd, 1, q, kk, vv, ro, rl);
+  for (int i = 0; i < 4; i++) free(rnd((int64_t)(i == 1 || i == 2 ? tk : tq), &st, h, td[i]));
+  int64_t nl = cB * H * T;
+  float *ro = malloc(cq * 4), *rl = malloc((size_t)nl * 4), *rdq = malloc(cq * 4), *rdk = malloc(ck * 4),
+        *rdv = malloc(ck * 4);
+  rt_sdpa_fwd_ref(cB, T, T, H, KV, hd, 1, q, kk, vv, ro, rl);
   /* the backward's reference from the reference o rounded to bf16 (the kernels read a bf16 o) */
   float *rob = malloc(cq * 4);
   for (size_t i = 0; i < cq; i++) rob[i] = bfr(ro[i]);
-  rt_sdpa_bwd_ref(cB, T, T, cH, cH, hd, 1, q, kk, vv, rob, rl, dout, rdq, rdk, rdv);
+  rt_sdpa_bwd_ref(cB, T, T, H, KV, hd, 1, q, kk, vv, rob, rl, dout, rdq, rdk, rdv);
   const double fa = 4.0 * (double)B * H * T * T * hd / 2;
-  printf("\nattention tile sweep (SHARDK_ATTN_SWEEP=1): bf16 B%lld T%lld H%lld hd%lld causal; tiles (m-tiles a warp, "
-         "warps, streamed rows); us and TFLOP/s; regs/local bytes per thread\n",
-         (long long)B, (long long)T, (long long)H, (long long)hd);
+  printf("\nattention tile sweep: bf16 B%lld T%lld H%lld KV%lld hd%lld causal; tiles (m-tiles a warp, warps, streamed "
+         "rows), regs/local bytes per thread, us, TFLOP/s\n",
+         (long long)B, (long long)T, (long long)H, (long long)KV, (long long)hd);
   printf("%-3s %-14s %18s %-14s %18s %-14s %18s %9s %8s %s\n", "#", "fwd", "", "dK/dV", "", "dQ", "", "bwd us",
          "TFLOP/s", "check");
   int fails = 0;
@@ -136,17 +139,17 @@ int flash_sweep(const SweepHost *h) {
     /* check: the forward, then the backward from the reference's o (bf16) and lse, as its reference */
     h->run(cf[i], ws);
     float *go = get_bf(h, cd[4], (int64_t)cq), *gl = malloc((size_t)nl * 4);
-    h->d2h(gl, cd[7], (size_t)nl * 4);
+    h->d2h(gl, cd[8], (size_t)nl * 4);
     int ok = close_to("o", go, ro, (int64_t)cq, 1e-2, 1e-2) & close_to("lse", gl, rl, nl, 1e-5, 1e-3);
     uint16_t *ob = malloc(cq * 2);
     for (size_t j = 0; j < cq; j++) ob[j] = rt_f32_to_bf16_ref(ro[j]);
     h->h2d(cd[4], ob, cq * 2);
-    h->h2d(cd[7], rl, (size_t)nl * 4);
+    h->h2d(cd[8], rl, (size_t)nl * 4);
     free(ob);
     h->run(cb[i], ws);
-    float *gq = get_bf(h, cd[5], (int64_t)cq), *gk = get_bf(h, cd[6], (int64_t)cq), *gv = get_bf(h, cdv, (int64_t)cq);
-    ok &= close_to("dq", gq, rdq, (int64_t)cq, 1e-2, 4e-2) & close_to("dk", gk, rdk, (int64_t)cq, 1e-2, 4e-2) &
-          close_to("dv", gv, rdv, (int64_t)cq, 1e-2, 4e-2);
+    float *gq = get_bf(h, cd[5], (int64_t)cq), *gk = get_bf(h, cd[6], (int64_t)ck), *gv = get_bf(h, cd[7], (int64_t)ck);
+    ok &= close_to("dq", gq, rdq, (int64_t)cq, 1e-2, 4e-2) & close_to("dk", gk, rdk, (int64_t)ck, 1e-2, 4e-2) &
+          close_to("dv", gv, rdv, (int64_t)ck, 1e-2, 4e-2);
     free(go), free(gl), free(gq), free(gk), free(gv);
     fails += !ok;
     /* time: the forward, each backward kernel, the whole backward */
@@ -170,4 +173,8 @@ int flash_sweep(const SweepHost *h) {
   h->free(ws);
   arena_free(&a);
   return fails;
+}
+
+int flash_sweep(const SweepHost *h) {
+  return sweep_shape(h, 64, 8, 12, 12) /* GPT-2 124M */ + sweep_shape(h, 128, 8, 16, 8) /* the 509M Llama shape */;
 }

@@ -71,7 +71,7 @@ typedef struct {
   double flops;      /* for attention */
 } Perf;
 
-static void *pbuf[64];
+static void *pbuf[128];
 static int npbuf;
 static const char *pb(Arena *a, size_t bytes) {
   pbuf[npbuf] = g_alloc(bytes);

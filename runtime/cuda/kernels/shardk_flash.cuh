@@ -6,7 +6,7 @@
  * dims): q/o [B, S, H*HD], k/v [B, S, KV*HD], lse f32 [B, H, S]; query head h reads kv head
  * h / (H/KV).
  *
- * Each block is 4 warps; each warp owns 16 MT rows (queries, or keys in dK/dV: MT m-tiles) and
+ * Each block is W warps; each warp owns 16 MT rows (queries, or keys in dK/dV: MT m-tiles) and
  * keeps them as mma A fragments in registers for the whole kernel. The other operand streams
  * through shared memory in tiles of BT rows, copied by cp.async into two buffers (the next tile's
  * copy runs under this tile's products), stored row-major with rows padded by 8 elements (the
@@ -14,10 +14,17 @@
  * product needs the tile transposed, so no transposed copy is kept. A product's fp32 accumulators
  * (the C fragment) are the next product's A fragment once rounded to bf16 (P for P V, dS for
  * dS K), as in FlashAttention-2: scores never reach shared memory. Softmax runs in base 2
- * (ex2.approx of raw scores times scale * log2 e, one FFMA). Causal: key tiles past a block's (and
- * a warp's) last row are skipped, masks are applied only on the tiles that cross the diagonal or
- * the end of the sequence, and the heaviest blocks are launched first. Measured on an H100 at
- * B 8, T 1024, H 12, hd 64, causal: forward 111 TFLOP/s, backward 108.5 (docs/performance.md).
+ * (ex2.approx of raw scores times scale * log2 e, one FFMA). The tile configuration (MT, W, BT per
+ * kernel) is chosen by codegen/cuda_flash_cfg.c; the kernel benchmark times the candidates
+ * (SHARDK_ATTN_SWEEP=1 cuda_kernels_gpu).
+ *
+ * Causal: key tiles past a block's (and a warp's) last row are skipped; each tile's body is
+ * instantiated twice, with the masks (the tiles that cross the diagonal or the end of the sequence)
+ * and without (every other tile: no index arithmetic at all; on sm_90 the forward's unmasked tile
+ * at MT 2, BT 64 is 586 instructions a warp, 128 of them HMMA, against 1076 with the masks
+ * everywhere); block indices are 32-bit; blocks are numbered tile-major so that the heaviest tiles of
+ * every head start first and the light ones fill the tail. Measured on the H200 before these changes
+ * (main at 1b0df5e, B 8, T 1024, H 12, hd 64, causal): forward 112 TFLOP/s, backward 108.
  *
  * Backward without atomics (the same bits every run): dQ by query blocks first, which also
  * computes D = rowsum(dO o O) of its rows and stores it, then dK and dV by key blocks (looping over
