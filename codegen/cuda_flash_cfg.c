@@ -7,20 +7,21 @@
  * assert it); registers without spills (ptxas -v for sm_90, docs/cuda.md). */
 #include "cuda_kernels.h"
 
-/* {fwd, kv, q}, each {m-tiles per warp, warps, streamed tile rows}; the first is the one emitted */
+/* {fwd, kv, q}, each {m-tiles per warp, warps, streamed tile rows, min blocks per SM}; the first is the one
+ * emitted */
 static const CuFlashCfg V64[] = {
-    {{2, 4, 64}, {1, 4, 64}, {1, 4, 64}}, /* 128 query rows / 64 keys per block (fwd), 64 rows (bwd) */
-    {{1, 4, 64}, {1, 4, 32}, {1, 4, 32}}, /* fewer registers (more blocks per SM) */
-    {{1, 8, 64}, {1, 8, 64}, {1, 8, 64}}, /* 8 warps of 16 rows */
-    {{2, 4, 32}, {1, 8, 32}, {2, 4, 16}}, /* 32 rows a warp (dQ: half the ldmatrix per mma) */
-    {{1, 4, 32}, {1, 2, 64}, {1, 2, 64}}, /* fwd: 127 registers, 4 blocks per SM; bwd: 32 rows per block */
-    {{1, 8, 32}, {1, 4, 16}, {1, 8, 32}}, /* fwd: 127 registers, 2 blocks of 8 warps per SM */
-    {{2, 8, 64}, {1, 2, 32}, {1, 4, 16}}, /* fwd: 256 query rows per block */
+    {{2, 4, 64, 0}, {1, 4, 64, 0}, {1, 4, 64, 0}}, /* 128 query rows / 64 keys per block (fwd), 64 rows (bwd) */
+    {{1, 4, 64, 0}, {1, 4, 32, 3}, {1, 4, 32, 0}}, /* fewer registers (fwd 3 blocks per SM; dK/dV 168: 3) */
+    {{1, 8, 64, 0}, {1, 8, 64, 0}, {1, 8, 64, 0}}, /* 8 warps of 16 rows */
+    {{2, 4, 32, 0}, {1, 8, 32, 0}, {2, 4, 16, 0}}, /* 32 rows a warp (dQ: half the ldmatrix per mma) */
+    {{1, 4, 32, 0}, {1, 2, 64, 0}, {1, 2, 64, 0}}, /* fwd: 127 registers, 4 blocks per SM; bwd: 32 rows per block */
+    {{1, 8, 32, 0}, {1, 4, 16, 0}, {1, 8, 32, 0}}, /* fwd: 127 registers, 2 blocks of 8 warps per SM */
+    {{2, 8, 64, 0}, {1, 2, 32, 0}, {1, 4, 16, 0}}, /* fwd: 256 query rows per block */
 };
 static const CuFlashCfg V128[] = {
-    {{1, 4, 32}, {1, 4, 32}, {1, 4, 32}},
-    {{1, 8, 32}, {1, 8, 32}, {1, 8, 32}},
-    {{1, 4, 16}, {1, 4, 16}, {1, 4, 16}},
+    {{1, 4, 32, 0}, {1, 4, 32, 0}, {1, 4, 32, 0}},
+    {{1, 8, 32, 0}, {1, 8, 32, 0}, {1, 8, 32, 0}},
+    {{1, 4, 16, 0}, {1, 4, 16, 0}, {1, 4, 16, 0}},
 };
 
 int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max) {

@@ -25,6 +25,7 @@ struct CuK {
   int capbodies;
   size_t kstart, bstart; /* the kernel being written: where it starts, where its name ends */
   const CuFlashCfg *flash; /* tensor-core attention tiles (NULL: cuk_flash_cfg) */
+  int minb;                /* the next kernel's minimum blocks per SM (__launch_bounds__), 0: none */
 };
 
 CuK *cuk_new(Arena *a) {
@@ -100,7 +101,8 @@ typedef struct {
 static int begin_kernel(CuK *k, const Args *g, int nt) {
   int id = k->n++;
   k->kstart = k->len;
-  out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
+  if (k->minb > 0) out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d, %d) k%d", nt, k->minb, id);
+  else out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
   k->bstart = k->len;
   out(k, "(");
   for (int i = 0; i < g->np; i++) out(k, "%schar *p%d", i ? ", " : "", i);
@@ -511,6 +513,18 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
  * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
 static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
 static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
+/* a tensor-core attention kernel: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block, with
+ * c's minimum blocks per SM */
+static const char *flash_kernel(CuK *k, const Args *g, const char *name, const CuFlashTile *c, int64_t S, int64_t H,
+                                int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
+  k->minb = c->minb;
+  const char *l = simple(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1,
+                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>(%s);", name, (long long)S,
+                                      (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", c->bt,
+                                      c->mt, c->w, args));
+  k->minb = 0;
+  return l;
+}
 
 /* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
  * block's T keys with the rows' global positions (on the CUDA-core kernels only). Its extra
@@ -532,12 +546,8 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
   if (attn_flash(dt, hd) && !ks->qpos) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
     CuFlashTile c = flash_cfg(k, hd).fwd;
-    return simple(k, &g, cdiv(S, 16 * c.mt * c.w), H, B, 32 * c.w, 1,
-                  arena_printf(k->a,
-                               "sk::flash_fwd<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, (float *)p1, "
-                               "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
-                               (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", c.bt,
-                               c.mt, c.w));
+    return flash_kernel(k, &g, "flash_fwd", &c, S, H, KV, hd, causal, H, B,
+                        "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4");
   }
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ctype(dt);
@@ -573,20 +583,13 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
     CuFlashCfg c = flash_cfg(k, hd);
     Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
-    const char *lq = simple(k, &gq, cdiv(S, 16 * c.q.mt * c.q.w), H, B, 32 * c.q.w, 1,
-                            arena_printf(k->a,
-                                         "sk::flash_bwd_q<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, "
-                                         "(float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "
-                                         "(const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);",
-                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, c.q.bt, c.q.mt, c.q.w));
+    const char *lq = flash_kernel(k, &gq, "flash_bwd_q", &c.q, S, H, KV, hd, causal, H, B,
+                                  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                  "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7");
     Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-    const char *lkv = simple(k, &gkv, cdiv(S, 16 * c.kv.mt * c.kv.w), KV, B, 32 * c.kv.w, 1,
-                             arena_printf(k->a,
-                                          "sk::flash_bwd_kv<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, "
-                                          "(sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "
-                                          "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7);",
-                                          (long long)S, (long long)H, (long long)KV, (long long)hd, cz, c.kv.bt, c.kv.mt,
-                                          c.kv.w));
+    const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", &c.kv, S, H, KV, hd, causal, KV, B,
+                                   "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                   "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7");
     return cat(k, lq, lkv);
   }
   Args g1 = {.np = 3, .p = {D, o, dout}};

@@ -111,6 +111,7 @@ const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv,
  * and bt rows of the tile streamed through shared memory (keys; queries in dK/dV). */
 typedef struct {
   int mt, w, bt;
+  int minb; /* blocks per SM asked of ptxas (__launch_bounds__' second argument: fewer registers), 0: none */
 } CuFlashTile;
 typedef struct {
   CuFlashTile fwd, kv, q; /* forward, dK/dV, dQ */
