@@ -9,7 +9,8 @@
  * Each block is W warps; each warp owns 16 MT rows (queries, or keys in dK/dV: MT m-tiles) and
  * keeps them as mma A fragments in registers for the whole kernel. The other operand streams
  * through shared memory in tiles of BT rows, copied by cp.async into two buffers (the next tile's
- * copy runs under this tile's products), stored row-major with rows padded by 8 elements (the
+ * copy, issued right after the one barrier a tile, runs under this tile's products; the dK/dV
+ * kernel's lse and D of the tile's queries come by cp.async too), stored row-major with rows padded by 8 elements (the
  * 8 rows of an ldmatrix fall in different banks); ldmatrix reads the B fragments, .trans where the
  * product needs the tile transposed, so no transposed copy is kept. A product's fp32 accumulators
  * (the C fragment) are the next product's A fragment once rounded to bf16 (P for P V, dS for
@@ -108,6 +109,15 @@ __device__ __forceinline__ void cp16(bf16 *dst, const bf16 *src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 16 : 0));
 #endif
 }
+/* 4 bytes global -> shared (cp.async.ca; zeros when !valid) */
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) {
+#ifdef SK_EMU
+  *dst = valid ? *src : 0.0f;
+#else
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 4 : 0));
+#endif
+}
 __device__ __forceinline__ void cp_commit() {
 #ifndef SK_EMU
   asm volatile("cp.async.commit_group;\n" ::);
@@ -158,13 +168,11 @@ __device__ __forceinline__ void kv_tiles_async(bf16 *kdst, bf16 *vdst, const bf1
   tile_async<BK, HD, NT>(vdst, vb, kvs, k0, S);
   cp_commit();
 }
-/* Waits for the current tile's copies (the next tile's, when one was started, stays in flight), then for
- * the whole block: the tile is in shared memory for every warp. */
-__device__ __forceinline__ void tiles_ready(bool next_in_flight) {
-  if (next_in_flight)
-    cp_wait<1>();
-  else
-    cp_wait<0>();
+/* Waits for this thread's copies (the current tile's: the only ones in flight), then for the whole block:
+ * the tile is in shared memory for every warp, and every warp is done with the previous tile, whose
+ * buffer the next tile's copy may now take (one barrier a tile). */
+__device__ __forceinline__ void tiles_ready() {
+  cp_wait<0>();
   __syncthreads();
 }
 
@@ -332,15 +340,14 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   kv_tiles_async<BK, HD, NT>(ks[0], vs[0], kb, vb, kvs, 0, S);
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK;
+    tiles_ready();
     if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks[(it + 1) & 1], vs[(it + 1) & 1], kb, vb, kvs, k0 + BK, S);
-    tiles_ready(it + 1 < ntiles);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) { /* else every key of the tile is past this warp's rows */
       if (k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0))
         fwd_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks[it & 1], vs[it & 1], k0, r0, c2);
       else
         fwd_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks[it & 1], vs[it & 1], k0, r0, c2);
     }
-    __syncthreads();
   }
   const float ln2 = 0.6931471805599453f;
   float *lb = lse + ((i64)b * H + h) * S;
@@ -377,13 +384,14 @@ __device__ __forceinline__ void p_and_ds(float (&s)[N / 8][4], float (&dp)[N / 8
 }
 
 /* One query tile of dK / dV for one warp (16 MT keys from r0): S^T and dP^T, then P and dS, then
- * dV += P^T dO and dK += dS^T Q; lse2 and D of the tile's queries in shared memory. */
+ * dV += P^T dO and dK += dS^T Q; lse (natural log) and D of the tile's queries in shared memory. */
 template <bool MASK, bool CAUSAL, int S, int HD, int BQT, int MT, int LD>
 __device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva)[MT][HD / 8][4],
                                         const u32 (&ka)[MT][HD / 16][4], const u32 (&va)[MT][HD / 16][4],
                                         const bf16 *qs, const bf16 *dos, const float *ls, const float *ds, int qt0,
                                         int r0, float c2) {
   int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const float log2e = 1.4426950408889634f; /* ls holds the natural-log lse */
   float s[MT][BQT / 8][4], dp[MT][BQT / 8][4]; /* S^T and dP^T: rows are keys, columns queries */
   zero_acc<MT, BQT>(s);
   zero_acc<MT, BQT>(dp);
@@ -396,7 +404,7 @@ __device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva
     p_and_ds<BQT, MASK, CAUSAL, S>(
         s[mt], dp[mt], c2, [&](int nt, int e) { return qt0 + nt * 8 + 2 * t + (e & 1); },
         [&](int, int e) { return rm + g + (e >= 2 ? 8 : 0); },
-        [&](int nt, int e) { return ls[nt * 8 + 2 * t + (e & 1)]; },
+        [&](int nt, int e) { return ls[nt * 8 + 2 * t + (e & 1)] * log2e; },
         [&](int nt, int e) { return ds[nt * 8 + 2 * t + (e & 1)]; });
     c_to_a<BQT>(pa[mt], s[mt]);
     c_to_a<BQT>(sa[mt], dp[mt]);
@@ -415,7 +423,7 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   __align__(16) __shared__ bf16 qs[2][BQT * LD];
   __align__(16) __shared__ bf16 dos[2][BQT * LD];
   __align__(16) __shared__ float ls[2][BQT], ds[2][BQT];
-  const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)), log2e = 1.4426950408889634f;
+  const float c2 = (float)(1.4426950408889634 / sqrt((double)HD));
   int w = (int)threadIdx.x >> 5;
   FlashBlock fb = flash_block(false);
   i64 b = fb.b;
@@ -439,26 +447,26 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
     int qt0 = qstart + (i % nqt) * BQT;
     tile_async<BQT, HD, NT>(qs[buf], q + b * S * qstr + (i64)h * HD, qstr, qt0, S);
     tile_async<BQT, HD, NT>(dos[buf], dout + b * S * qstr + (i64)h * HD, qstr, qt0, S);
-    cp_commit();
     const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
-    for (int j = (int)threadIdx.x; j < BQT; j += NT) {
-      ls[buf][j] = qt0 + j < S ? lb[qt0 + j] * log2e : 0.0f;
-      ds[buf][j] = qt0 + j < S ? db[qt0 + j] : 0.0f;
+    for (int j = (int)threadIdx.x; j < BQT; j += NT) { /* asynchronous too: no warp waits on these loads */
+      bool ok = qt0 + j < S;
+      cp4(&ls[buf][j], lb + (ok ? qt0 + j : 0), ok);
+      cp4(&ds[buf][j], db + (ok ? qt0 + j : 0), ok);
     }
+    cp_commit();
   };
   issue(0);
   for (int it = 0; it < ntiles; it++) {
     const int buf = it & 1;
     const int qt0 = qstart + (it % nqt) * BQT;
+    tiles_ready();
     if (it + 1 < ntiles) issue(it + 1);
-    tiles_ready(it + 1 < ntiles);
     if (!CAUSAL || qt0 + BQT - 1 >= r0) { /* else every query of the tile is before this warp's keys */
       if (qt0 + BQT > S || r0 + 16 * MT > S || (CAUSAL && qt0 < r0 + 16 * MT - 1))
         kv_tile<true, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs[buf], dos[buf], ls[buf], ds[buf], qt0, r0, c2);
       else
         kv_tile<false, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs[buf], dos[buf], ls[buf], ds[buf], qt0, r0, c2);
     }
-    __syncthreads();
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
 #pragma unroll
@@ -553,15 +561,14 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   kv_tiles_async<BK, HD, NT>(ks[0], vs[0], kb, vb, kvs, 0, S);
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK;
+    tiles_ready();
     if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks[(it + 1) & 1], vs[(it + 1) & 1], kb, vb, kvs, k0 + BK, S);
-    tiles_ready(it + 1 < ntiles);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) {
       if (k0 + BK > S || r0 + 16 * MT > S || (CAUSAL && k0 + BK - 1 > r0))
         q_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks[it & 1], vs[it & 1], k0, r0, c2);
       else
         q_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks[it & 1], vs[it & 1], k0, r0, c2);
     }
-    __syncthreads();
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
 #pragma unroll
