@@ -570,7 +570,8 @@ static int compile(int argc, char **argv, Diag *diag) {
                   .defines = defines,
                   .ndefines = ndefines,
                   .topology_file = topology,
-                  .world = world};
+                  .world = world,
+                  .profile_file = profile};
   int user_defines = ndefines; /* the search pins these (a base's micro_batch below is not pinned) */
   if (search && !compare && search_base_micro(&arena, input, &fo, defines, &ndefines, (int)(sizeof defines / sizeof defines[0])))
     fo.ndefines = ndefines;

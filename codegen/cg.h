@@ -32,7 +32,23 @@ typedef struct {
   int pos;        /* before this node of g */
   bool shift;     /* a ring shift's (rt_coll_shift_wait) */
   const Node *on; /* a collective some pipeline stages run (Node.stage, Node.stageset): waited on those only; NULL: every rank */
+  int upload;     /* > 0: not a collective's but plan offload's upload of copy slot upload - 1 (the device waits) */
 } Wait;
+
+/* Plan offload's copies (passes/offload_sched.c says where each goes; codegen/emit.c emits them). */
+typedef enum {
+  CG_TO_HOST_START,   /* a download (device -> host allocation) starts */
+  CG_TO_DEVICE_START, /* an upload (host allocation -> device) starts */
+  CG_HOST_WAIT,       /* the host waits for a slot's downloads */
+  CG_DEVICE_WAIT,     /* the device waits for a slot's uploads */
+} CgOffload;
+
+/* A to_host of the top graph whose download starts before it (offload_issue, not where it stands). */
+typedef struct {
+  const Node *n;    /* the to_host */
+  int after;        /* OffloadIssue.after */
+  const Node *rows; /* OffloadIssue.rows */
+} CgEarly;
 
 typedef struct CgTarget CgTarget;
 
@@ -60,6 +76,8 @@ typedef struct Cg {
                            built at the first fused run (cg_ew_run): one walk, not one a member */
   PtrMap results;       /* value -> 1 when the graph defining it yields it (cg_ew_run) */
   bool indexed;         /* uses and results are built */
+  CgEarly *early;       /* plan offload: the downloads started early (passes/offload_sched.c) */
+  int nearly;
 } Cg;
 
 /* A target: how compute nodes become code. emit.c calls only these; `node` is called for every
@@ -97,6 +115,10 @@ struct CgTarget {
   void (*finish)(Cg *c);
   /* The target's fields of the RtProgram initializer, one "  .field = value,\n" each (or none). */
   void (*program)(Cg *c);
+  /* Plan offload's copies: a statement starting a copy of `bytes` from src to dst (C pointer
+   * expressions; one in the host allocation) that ends copy slot `slot`, or waiting for a slot
+   * (dst, src: NULL). NULL: a target without host values (the CPU's: offload is a no-op there). */
+  void (*offload)(Cg *c, CgOffload what, const char *dst, const char *src, int64_t bytes, int slot);
 };
 
 extern const CgTarget cg_target_cpu;  /* codegen/target_cpu.c */

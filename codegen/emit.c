@@ -19,6 +19,7 @@
 #include "diag.h"
 #include "memplan.h"
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
+#include "offload_sched.h"
 #include "pipe_sched.h"
 #include "print.h"
 #include "ptrmap.h"
@@ -68,6 +69,14 @@ static void emit_repeat(Cg *c, Node *n) {
     if (y->def->op != OP_ARG && y->offset == n->out[r]->offset && y->stride == cg_bytes(y)) continue; /* in place */
     const char *dst = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", cg_ptr(c, n->out[r]), d, cg_bytes(y));
     copy_bytes(c, dst, cg_ptr(c, y), cg_bytes(y), false);
+  }
+  for (int e = 0; e < c->nearly && !c->need; e++) { /* plan offload: this iteration's rows of a stacked gradient */
+    if (c->early[e].rows != n) continue;
+    const Node *h = c->early[e].n;
+    int64_t row = cg_bytes(h->out[0]) / n->a.count;
+    c->t->offload(c, CG_TO_HOST_START, arena_printf(c->a, "%s + i%d * %" PRId64, cg_ptr(c, h->out[0]), d, row),
+                  arena_printf(c->a, "%s + i%d * %" PRId64, cg_ptr(c, h->in[0]), d, row), row,
+                  offload_slot(h->graph, h));
   }
   for (int k = 0; k < nc; k++) {
     const char *dst = cg_ptr(c, n->out[k]), *src = cg_ptr(c, b->results[k]);
@@ -136,7 +145,7 @@ static bool stacked_in_place(const Node *r, int k, const Value *y) {
  * wait before the group. */
 static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
-  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV, ir_node_stages(n) ? n : NULL};
+  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV, ir_node_stages(n) ? n : NULL, 0};
   const Node *r = g->owner;
   bool dead = false; /* an output nothing reads: memplan frees it at once, so wait at once */
   for (int o = 0; o < n->nout; o++) {
@@ -187,7 +196,8 @@ static void emit_waits(Cg *c, const Graph *g, int pos) {
     }
     if (w.on) cg_line(c, "if (%s)", stage_cond(c, w.on));
     if (w.on) c->indent++;
-    if (w.shift) cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
+    if (w.upload) c->t->offload(c, CG_DEVICE_WAIT, NULL, NULL, 0, w.upload - 1);
+    else if (w.shift) cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
     else cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
     if (w.on) c->indent--;
   }
@@ -422,6 +432,39 @@ static int emit_node(Cg *c, Node *n) {
   return k;
 }
 
+/* ---- plan offload's copies, where passes/offload_sched.c puts them ---- */
+
+/* The downloads that start after node `after` of the top graph (-1: at the step's start), but not
+ * row by row in a loop. */
+static void start_downloads(Cg *c, int from, int to) {
+  for (int e = 0; e < c->nearly; e++) {
+    const CgEarly *q = &c->early[e];
+    if (q->rows || q->after < from || q->after > to) continue;
+    c->t->offload(c, CG_TO_HOST_START, cg_ptr(c, q->n->out[0]), cg_ptr(c, q->n->in[0]), cg_bytes(q->n->out[0]),
+                  offload_slot(q->n->graph, q->n));
+  }
+}
+
+/* A to_host: the host waits for its download (started here unless it started early); a to_device:
+ * its upload starts, and the device waits for it before the first node that reads it. */
+static void emit_offload_copy(Cg *c, Node *n) {
+  Graph *g = n->graph;
+  int slot = offload_slot(g, n);
+  if (!c->t->offload) {
+    cg_unsupported(c, n, "no host memory on this target");
+    return;
+  }
+  if (n->op == OP_TO_HOST) {
+    if (offload_issue(g, n).after == c->pos)
+      c->t->offload(c, CG_TO_HOST_START, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[0]), cg_bytes(n->out[0]), slot);
+    c->t->offload(c, CG_HOST_WAIT, NULL, NULL, 0, slot);
+    return;
+  }
+  c->t->offload(c, CG_TO_DEVICE_START, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[0]), cg_bytes(n->out[0]), slot);
+  arena_grow(c->a, (void **)&c->waits, &c->capwaits, c->nwaits + 1, sizeof(Wait));
+  c->waits[c->nwaits++] = (Wait){.g = g, .pos = offload_upload_wait(g, n), .upload = slot + 1};
+}
+
 static int emit_node_any(Cg *c, Node *n) {
   switch (n->op) {
   case OP_REPEAT: emit_repeat(c, n); return 1;
@@ -443,6 +486,7 @@ static int emit_node_any(Cg *c, Node *n) {
     cg_line(c, "}");
     return 1;
   }
+  case OP_TO_HOST: case OP_TO_DEVICE: emit_offload_copy(c, n); return 1;
   case OP_CALL: cg_unsupported(c, n, "layer calls must be inlined first"); return 1;
   default: return c->t->node(c, n);
   }
@@ -470,12 +514,21 @@ static void trace_marks(Cg *c, int *cur, int next) {
   *cur = next;
 }
 
+/* Whether an asynchronous collective is in flight (plan offload's uploads are the device's). */
+static bool coll_in_flight(const Cg *c) {
+  for (int i = 0; i < c->nwaits; i++)
+    if (!c->waits[i].upload) return true;
+  return false;
+}
+
 static void emit_graph(Cg *c, Graph *g, const bool *need) {
   if (!g->parent) c->need = need;
   bool body_async = g->parent && has_async(g); /* earlier iterations' requests may be in flight */
   bool traced = !g->parent && !need && c->m->pipe && c->m->pipe->norder; /* the step of a pipeline program */
   int instr = 0; /* the instruction whose nodes are being emitted (Node.instr) */
   int next = 0; /* the first node not emitted yet (after a fused run: past it) */
+  bool step = !g->parent && !need; /* (plan offload's early downloads: the step's) */
+  if (step) start_downloads(c, -1, -1);
   for (int i = 0; i < g->nnodes; i++) {
     emit_waits(c, g, i);
     if (need && !need[i]) continue;
@@ -487,8 +540,9 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
     c->pos = i;
     long before = ftell(c->f);
     next = i + emit_node(c, n);
+    if (step) start_downloads(c, i, next - 1);
     bool emitted = before < 0 || ftell(c->f) != before; /* views and elided copies emit nothing */
-    if ((c->nwaits > 0 || body_async) && emitted && polls_after(n)) cg_line(c, "rt_coll_progress(ctx);");
+    if ((coll_in_flight(c) || body_async) && emitted && polls_after(n)) cg_line(c, "rt_coll_progress(ctx);");
   }
   emit_waits(c, g, g->nnodes);
   if (traced) {
@@ -499,7 +553,7 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
 
 /* Every asynchronous all-reduce is finished before an entry point returns. */
 static void end_entry(Cg *c, bool async) {
-  if (c->nwaits) die("an asynchronous all-reduce has no wait");
+  if (c->nwaits) die("an asynchronous all-reduce (or an offload upload) has no wait");
   if (async) cg_line(c, "rt_coll_wait_all(ctx);");
   if (c->m->mesh && c->m->mesh->dim[RT_AX_PP] > 1) cg_line(c, "rt_coll_send_wait_all(ctx);");
 }
@@ -575,6 +629,13 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   arena_init(&a);
   Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
   c.rstage = ARENA_ARRAY(&a, uint64_t, m->graph->next_value_id + 1);
+  c.early = ARENA_ARRAY(&a, CgEarly, m->graph->nnodes + 1);
+  for (int i = 0; i < m->graph->nnodes; i++) { /* plan offload: the downloads that start before their to_host */
+    Node *n = m->graph->nodes[i];
+    if (n->op != OP_TO_HOST) continue;
+    OffloadIssue is = offload_issue(m->graph, n);
+    if (is.after != i) c.early[c.nearly++] = (CgEarly){n, is.after, is.rows};
+  }
   ir_reader_stages(m->graph, c.rstage, m->graph->next_value_id);
   c.t->begin(&c);
   Graph *g = m->graph;

@@ -101,6 +101,10 @@ static void emit_node(Cg *c, Node *n) {
       cg_line(c, "rt_cvt_f32_bf16(%" PRId64 ", %s, (uint16_t *)%s);", ny, fp(c, x), cg_ptr(c, y));
       return;
     }
+    if (x->dtype == DT_BF16 && y->dtype == DT_F32 && y->host) { /* plan offload: a bf16 gradient made f32 on the host */
+      cg_line(c, "rt_cvt_bf16_f32(%" PRId64 ", (const uint16_t *)%s, %s);", ny, cg_ptr(c, x), fp(c, y));
+      return;
+    }
     if (x->dtype != y->dtype) return cg_unsupported(c, n, "dtype conversion (mixed precision is the CUDA target's)");
     cg_copy_if_moved(c, y, x);
     return;

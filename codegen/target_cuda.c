@@ -100,11 +100,12 @@ static const char *gemm_where(Cg *c, const Node *mm) {
  * epilogue (cuBLASLt's heuristic found none), the plain GEMM into the matmul's own output and then
  * the e absorbed nodes at `at`, one kernel each, as if they had not been absorbed. They run at the
  * GEMM's place: the same bytes the epilogue would write there (passes/epilogue.c checked them), and
- * the matmul's output is read right away, by them only. */
-static void emit_unfused(Cg *c, Node *mm, const int *at, int e) {
+ * the matmul's output is read right away, by them only. Without `gemm`, the nodes only (the bias
+ * gradient the device left to the program: RT_CU_EP_NO_BGRAD). */
+static void emit_unfused(Cg *c, Node *mm, bool gemm, const int *at, int e) {
   int pos = c->pos;
   c->indent++;
-  emit_node(c, mm);
+  if (gemm) emit_node(c, mm);
   for (int k = 0; k < e; k++) {
     Node *n = mm->graph->nodes[at[k]];
     c->pos = at[k];
@@ -130,12 +131,28 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
     const Node *gb = g->nodes[at[0]];
     bool bgrad = ne == 2 && cg_runs(c, g, at[1]);
     GemmDims d = gemm_dims(mm);
-    cg_line(c, "/* matmul + GELU's backward%s in one GEMM (epilogue) */", bgrad ? " + its bias gradient" : "");
-    cg_line(c, "if (!rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s)) {",
-            gemm_where(c, mm), cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
-            cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, cg_ptr(c, gb->in[0]),
-            bgrad ? cg_ptr(c, g->nodes[at[1]]->out[0]) : "NULL");
-    emit_unfused(c, mm, at, bgrad ? 2 : 1);
+    const char *call = arena_printf(
+        c->a, "rt_cu_matmul_dgelu(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s)",
+        gemm_where(c, mm), cg_ptr(c, gb->out[0]), cg_dtype_lit(gb->out[0]->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
+        cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, cg_ptr(c, gb->in[0]),
+        bgrad ? cg_ptr(c, g->nodes[at[1]]->out[0]) : "NULL");
+    if (!bgrad) {
+      cg_line(c, "/* matmul + GELU's backward in one GEMM (epilogue) */");
+      cg_line(c, "if (!%s) {", call);
+      emit_unfused(c, mm, true, at, 1);
+      return 1;
+    }
+    /* the runtime decides (runtime/cuda/ops.c): the bias gradient in the GEMM too, or by its own kernels */
+    cg_line(c, "/* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */");
+    cg_line(c, "{");
+    c->indent++;
+    cg_line(c, "const int ep = %s;", call);
+    cg_line(c, "if (ep == RT_CU_EP_NONE) {");
+    emit_unfused(c, mm, true, at, 1);
+    cg_line(c, "if (ep != RT_CU_EP_ALL) {");
+    emit_unfused(c, mm, false, at + 1, 1);
+    c->indent--;
+    cg_line(c, "}");
     return 1;
   }
   while (e < ne && cg_runs(c, g, at[e])) e++;
@@ -157,7 +174,7 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
           gemm_where(c, mm), cg_ptr(c, stored), cg_dtype_lit(stored->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
           cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb,
           cg_ptr(c, add->in[0] == y ? add->in[1] : add->in[0]), res, aux);
-  emit_unfused(c, mm, at, e);
+  emit_unfused(c, mm, true, at, e);
   return at[e - 1] - c->pos + 1;
 }
 
@@ -342,11 +359,6 @@ static void emit_node(Cg *c, Node *n) {
 static int cuda_node(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
   /* plan offload: the optimizer step in host memory runs the CPU target's (threaded) kernels */
-  if (n->op == OP_TO_HOST || n->op == OP_TO_DEVICE) {
-    cg_line(c, "rt_cu_%s(ctx, %s, %s, %" PRId64 ");", n->op == OP_TO_HOST ? "to_host" : "to_device", cg_ptr(c, y),
-            cg_ptr(c, x), cg_bytes(y));
-    return 1;
-  }
   if (y && y->host) return cg_target_cpu.node(c, n);
   for (int i = 0; i < n->nin; i++)
     if (ir_dtype_is_float(n->in[i]->dtype) && !float_ok(c, n, n->in[i])) return 1;
@@ -373,7 +385,8 @@ static int cuda_node(Cg *c, Node *n) {
 static void cuda_begin(Cg *c) { c->ts = cuk_new(c->a); }
 
 static void cuda_prologue(Cg *c) {
-  if (c->m->memplan->host_total > 0) fprintf(c->f, "#include \"prims.h\" /* the optimizer step on the host (offload) */\n");
+  if (c->m->memplan->host_total > 0) /* the optimizer step on the host (offload), a bf16 gradient made f32 there */
+    fprintf(c->f, "#include \"kernels/kernels.h\"\n#include \"prims.h\"\n");
   fprintf(c->f, "#include \"cuda_ops.h\"\n#include \"program.h\"\n\n"
                 "extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */\n\n");
 }
@@ -405,6 +418,20 @@ static void cuda_finish(Cg *c) {
 
 static void cuda_program(Cg *c) { fprintf(c->f, "  .device = &rt_cuda_device,\n  .cuda = &cuda_code,\n"); }
 
+/* plan offload's copies (codegen/emit.c: where passes/offload_sched.c puts them) */
+static void cuda_offload(Cg *c, CgOffload what, const char *dst, const char *src, int64_t bytes, int slot) {
+  switch (what) {
+  case CG_TO_HOST_START: case CG_TO_DEVICE_START:
+    cg_line(c, "rt_cu_to_%s_start(ctx, %s, %s, %" PRId64 ", %d);", what == CG_TO_HOST_START ? "host" : "device", dst, src,
+            bytes, slot);
+    return;
+  case CG_HOST_WAIT: cg_line(c, "rt_cu_host_wait(ctx, %d); /* the download of slot %d has landed */", slot, slot); return;
+  case CG_DEVICE_WAIT:
+    cg_line(c, "rt_cu_device_wait(ctx, %d); /* the device waits for the upload of slot %d */", slot, slot);
+    return;
+  }
+}
+
 const CgTarget cg_target_cuda = {
     .name = "CUDA",
     .logits_tensor = true,
@@ -415,4 +442,5 @@ const CgTarget cg_target_cuda = {
     .zero = cuda_zero,
     .finish = cuda_finish,
     .program = cuda_program,
+    .offload = cuda_offload,
 };

@@ -235,6 +235,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   fe.define_used = ARENA_ARRAY(a, bool, o->ndefines + 1);
   Module *m = ARENA_NEW(a, Module);
   m->arena = a;
+  m->cost_profile = o->profile_file;
   ir_plan_defaults(&m->plan);
   ir_recipe_defaults(&m->recipe);
   m->nsyms = 2;

@@ -440,12 +440,27 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
 }
 
 /* `pp N layers(a, b, ..)`: each stage's layer count, in stage order (passes/stage.c checks the count
- * against pp and the sum against the layer loop). */
+ * against pp and the sum against the layer loop); `pp N layers(balanced)`: the stage pass splits them
+ * by the cost model's time and memory per layer (passes/pipe_balance.c). */
 static void stage_layers(Cur *c, Plan *p) {
   Word *w = peek(c);
   c->i++;
   p->stage_layers_loc = w->loc;
   p->nstage_layers = 0;
+  p->stage_balanced = false;
+  const Arg *only = w->args.n == 1 ? w->args.v[0] : NULL;
+  if (only && !only->name && only->value->kind == E_IDENT) {
+    const Expr *e = only->value;
+    if (strcmp(e->name, "balanced") == 0) {
+      p->stage_balanced = true;
+      return;
+    }
+    error_at(e->loc, "`layers(..)` takes a layer count per stage or `balanced`, not `%s`", e->name);
+    const char *words[] = {"balanced"};
+    const char *hint = diag_nearest(e->name, words, 1);
+    if (hint) note("did you mean `%s`?", hint);
+    return;
+  }
   if (w->args.n < 1 || w->args.n > PLAN_MAX_STAGE_LAYERS) {
     error_at(w->loc, "`layers(..)` needs a layer count per stage, between 1 and %d of them", PLAN_MAX_STAGE_LAYERS);
     return;

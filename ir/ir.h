@@ -109,7 +109,7 @@ Sharding ir_replicated(void);
 bool ir_sharding_is_replicated(const Sharding *s);
 /* How many ranks of mesh mm split dim d of h (its axis's degree times its inner axis's; 1: none,
  * or no mesh), and the mesh axes splitting some dim (bits 1 << MeshAxis, degree > 1): the runtime's
- * rt_tensor_logical_dims and rt_tensor_split_mask (runtime/train/dist.c) for a table tensor. */
+ * rt_tensor_logical_dims and rt_tensor_split_mask (runtime/train/layout.c) for a table tensor. */
 int ir_dim_degree(const Sharding *h, int d, const MeshMap *mm);
 unsigned ir_split_mask(const Sharding *h, int rank, const MeshMap *mm);
 

@@ -79,6 +79,9 @@ typedef struct {
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them); nstage_layers 0: none written, every stage gets L / pp */
   int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
+  /* `pp N layers(balanced)`: the stage pass splits the layers by the cost model's time and memory
+   * per layer (passes/pipe_balance.c); nstage_layers is 0 then */
+  bool stage_balanced;
   SrcLoc stage_layers_loc;
   SrcLoc loc;
   SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */
@@ -142,7 +145,11 @@ typedef struct {
   struct MeshMap *mesh; /* degrees, ranks, nodes: resolved once before lowering (ir/mesh.h); NULL until then */
   BatchSizes batch;     /* sequences per rank and per step, decided with the mesh */
   struct MemPlan *memplan; /* one rank's memory, set by passes/memplan.c */
-  struct PipePlan *pipe;   /* pipeline stages and schedule, set by passes/pipe.c (NULL without pp) */
+  struct PipePlan *pipe;   /* pipeline stages and schedule, set by passes/pipe_plan.c (NULL without pp) */
+  struct PipeBalance *pipe_balance; /* the layers' time and memory per stage and the balanced split, set by
+                                       passes/stage.c (passes/pipe_balance.c; NULL without pp) */
+  const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
+                               topology's, passes/cost.c's cost_device_defaults) */
 } Module;
 
 /* Defaults for a plan and a recipe (single rank, AdamW 3e-4, f32, ...). */

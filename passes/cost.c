@@ -429,6 +429,19 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   }
 }
 
+double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *nodes, int n) {
+  Sim s = {.m = m, .d = d, .stage = -1, .mult = 1};
+  CostReport r;
+  memset(&r, 0, sizeof r);
+  s.r = &r;
+  ir_comm_volumes(m, &s.v);
+  Clock c = {0, {0, 0}};
+  for (int i = 0; i < n; i++) sim_node(&s, nodes[i], &c, true);
+  ptrmap_free(&s.pending);
+  free(s.ends);
+  return fmax(c.t, fmax(c.chan[0], c.chan[1]));
+}
+
 bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp) {
   if (!m->pipe || !m->pipe->norder) return false;
   CostReport r;

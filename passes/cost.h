@@ -93,6 +93,10 @@ typedef struct CostPipe {
 bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp);
 void cost_pipe_free(CostPipe *cp);
 
+/* One rank's seconds for nodes[0..n) run in order (a region: its body times its count), by the same
+ * rules as the step's (kernels, blocking collectives, asynchronous ones waited at the end), before
+ * or after any pass: the stage pass weighs the layers with it (passes/pipe_balance.c). */
+double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *nodes, int n);
 /* Predicts m's step (after pipeline_run). */
 void cost_estimate(const Module *m, const CostDevice *d, CostReport *r);
 /* `shardc plan --cost`: the prediction and its parts. */

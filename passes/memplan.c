@@ -27,6 +27,7 @@
 
 #include "diag.h"
 #include "memplan_pack.h"
+#include "offload_sched.h"
 #include "passes.h"
 
 const char *const memplan_class_names[MEM_COUNT] = {"params", "optimizer", "inputs", "grads",
@@ -69,10 +70,11 @@ static void mark_captures(Graph *body, Graph *outer, int pos, const int *slot, I
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
 
 /* Plan `offload`: the top graph's host values (passes/zero.c) in the host allocation. The state
- * first (persistent); then the to_host copies, each live from its copy to its last reader (or, for
- * an update's parameter shard, to the last reader of the update's result, which takes its bytes),
- * packed like the device's transients (one update's shards at a time); an update's results on
- * what it updates (in place). */
+ * first (persistent); then the to_host copies, each live from the start of its download (which
+ * passes/offload_sched.c moves early: a parameter's at the step's start, a layer gradient's rows
+ * inside the backward loop) to its last reader (or, for an update's parameter shard, to the last
+ * reader of the update's result, which takes its bytes and is uploaded from them), packed like the
+ * device's transients; an update's results on what it updates (in place). */
 static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
   int64_t off = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -85,10 +87,13 @@ static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
   }
   mp->host_state = off;
   Intervals p = {.a = tmp};
-  for (int i = 0; i < g->nnodes; i++) {
+  for (int i = 0; i < g->nnodes; i++) { /* (and a bf16 gradient's host cast: from the node) */
     Node *n = g->nodes[i];
-    if (n->op != OP_TO_HOST) continue;
-    Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), i, MEM_ACT);
+    bool cast = n->op == OP_CAST && n->out[0]->host;
+    if (n->op != OP_TO_HOST && !cast) continue;
+    int from = cast ? i : offload_issue(g, n).after;
+    Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), from < 0 ? 0 : from, MEM_ACT);
+    it->end = i;
     for (int j = i + 1; j < g->nnodes; j++)
       for (int k = 0; k < g->nodes[j]->nin; k++) {
         const Node *u = g->nodes[j];
@@ -96,7 +101,11 @@ static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
         if (is_update(u->op) && u->in[0] == n->out[0]) /* its result, in place: read after it */
           for (int q = j + 1; q < g->nnodes; q++)
             for (int r = 0; r < g->nodes[q]->nin; r++)
-              if (g->nodes[q]->in[r] == u->out[0] && q > it->end) it->end = q;
+              if (g->nodes[q]->in[r] == u->out[0]) { /* (an upload reads it until the device waits for it) */
+                int e = g->nodes[q]->op == OP_TO_DEVICE ? offload_upload_wait(g, g->nodes[q]) : q;
+                if (e > g->nnodes - 1) e = g->nnodes - 1;
+                if (e > it->end) it->end = e;
+              }
       }
   }
   int64_t size = memplan_pack(p.iv, p.n, tmp);

@@ -18,7 +18,7 @@
  * the others' values, so each rank sums its own part. After the last micro-batch, the sums of
  * what is not split over pp (the loss, the gradients of parameters outside the layers held on
  * every stage) are all-reduced over pp; a parameter outside the layers read on one stage only is
- * held there (owned_params: its gradient's sum is whole there), one read on two (a tied
+ * held there (pipe_owned_params, passes/pipe_class.c: its gradient's sum is whole there), one read on two (a tied
  * embedding) on both, its gradient's parts exchanged between them (pipe_pair_sum, in
  * passes/pipe_owners.c). Transfers are tagged PIPE_TAG + 2 (i pp v + k) for micro-batch i sent by
  * virtual stage k (+1 for gradients). Interleaved (v chunks per stage, passes/stage.c's blocked
@@ -27,163 +27,17 @@
  * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated. Uneven stages
  * (passes/stage.c's S(pp)@0/stages, padded to the largest count): stage s's loops run its own
  * count over a view of its stacks' leading rows (own_rows), its layer gradients padded back with
- * zero rows for the stage_select (pad_rows).
+ * zero rows for the stage_select (pad_rows). A parameter outside the layers that every layer reads has
+ * its gradient summed over the layers as a second carry of the backward loop: each stage's B carries its
+ * own part, merged like a layer gradient (stage_select; interleaved: the chunks' parts added) into a
+ * running sum that the all-reduce over pp completes (zb refuses it: its split keeps one carry).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "clone.h"
 #include "diag.h"
-#include "passes.h"
-#include "pipe_sched.h"
-#include "ptrmap.h"
-
-Node *stage_accum_region(Graph *g);
-bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd);
-bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw);
-void pipe_own(Graph *g, Node *update, uint64_t stages);
-Value *pipe_pair_sum(Graph *g, Value *x, int a, int b, int tag, int pp, SrcLoc loc);
-
-enum { PIPE_TAG = 1000 };
-enum { C_NONE, C_FIRST, C_LAST, C_FIRSTB, C_ALL, C_MERGE, C_LOOP };
-
-typedef struct {
-  Module *m;
-  Graph *g, *body;
-  Node *A, *F, *B;
-  Node *W;        /* zb: the weight-gradient loop split from B (passes/pipe_split.c), else NULL */
-  int pp, M;
-  char *cls;      /* by body node position */
-  PtrMap *map;    /* [pp v * M]: body value -> its clone in virtual stage k's instructions for micro-batch i */
-  PtrMap *shared; /* [M]: body value -> its clone read by every stage (inputs, ALL, merges) */
-  PtrMap *chunks; /* [v]: stacked layer value from outside -> its chunk's rows */
-  int v;          /* chunks per stage (interleaved), else 1 */
-  int64_t per;    /* layers per chunk: L / (pp v); uneven stages: the largest stage's count */
-  const int *rows; /* uneven stages (`pp N layers(..)`, RT_BLOCKS_STAGES): each stage's layers; NULL: even */
-  PtrMap *own;    /* uneven stages [pp]: stacked layer value -> its stage's rows (padding dropped) */
-  Value **sum;    /* [ncarry]: the running sums */
-  uint64_t *owner; /* [ncarry]: a sum held on one stage (its bit: the gradient of a parameter only it reads), 0: every stage's */
-  Node **owned;    /* [nowned]: the updates of the parameters held on some stages (owned_params) */
-  uint64_t *owned_set; /* [nowned]: those stages (one, or two: a tied embedding's first and last) */
-  int nowned;
-} Pp;
-
-static int pos_in(const Graph *g, const Node *n) {
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i] == n) return i;
-  return -1;
-}
-
-static bool reads_value(const Node *n, const Value *v) {
-  for (int j = 0; j < n->nin; j++)
-    if (n->in[j] == v) return true;
-  if (n->body)
-    for (int b = 0; b < n->body->nnodes; b++)
-      if (reads_value(n->body->nodes[b], v)) return true;
-  return false;
-}
-
-static bool reads_node(const Node *n, const Node *d) {
-  for (int k = 0; k < d->nout; k++)
-    if (reads_value(n, d->out[k])) return true;
-  return false;
-}
-
-/* ---- classes ---------------------------------------------------------------------------- */
-
-static void mark_anc(Pp *p, Value *v, char c, char *on) {
-  Node *d = v->def;
-  if (d->graph != p->body || d->op == OP_ARG) return;
-  int i = pos_in(p->body, d);
-  if (on[i] == c || d == p->F || d == p->B || d == p->W) return;
-  on[i] = c;
-  for (int j = 0; j < d->nin; j++) mark_anc(p, d->in[j], c, on);
-}
-
-/* A parameter's cast (the precision pass's bf16 copy, read by the first stage's embedding and the
- * last's tied head alike): computed on every stage, like the loops' other invariants. */
-static bool param_cast(const Node *x) { return x->op == OP_CAST && x->in[0]->def->op == OP_PARAM; }
-
-/* Whether x reads a backward loop's stacked outputs (ys: every layer's parameter gradients, each
- * stage holding its own layers'): then x is per stage, like the sums those gradients go into. */
-static bool reads_layer_grads(const Pp *p, const Node *x) {
-  for (int l = 0; l < 2; l++) {
-    const Node *r = l == 0 ? p->B : p->W;
-    for (int k = r ? r->a.ncarry : 0; r && k < r->nout; k++)
-      if (reads_value(x, r->out[k])) return true;
-  }
-  return false;
-}
-
-static bool classify(Pp *p) {
-  Graph *b = p->body;
-  int n = b->nnodes;
-  char *anc = calloc((size_t)n + 1, 1), *dep = calloc((size_t)n + 1, 1); /* dep bits: 1 F, 2 B, 4 LAST */
-  p->cls = calloc((size_t)n + 1, 1);
-  if (!anc || !dep || !p->cls) die("out of memory");
-  /* what the loops read besides their carries: computed on every stage */
-  for (int l = 0; l < 3; l++) {
-    Node *r = l == 0 ? p->F : l == 1 ? p->B : p->W;
-    if (!r) continue;
-    for (int j = r->a.ncarry; j < r->nin; j++) mark_anc(p, r->in[j], C_ALL, anc);
-    for (int x = 0; x < r->body->nnodes; x++)
-      for (int j = 0; j < r->body->nodes[x]->nin; j++) mark_anc(p, r->body->nodes[x]->in[j], C_ALL, anc);
-  }
-  for (int j = 0; j < p->F->a.ncarry; j++) mark_anc(p, p->F->in[j], C_FIRST, anc);
-  char *sums = calloc((size_t)n + 1, 1); /* reads a running sum (a carry argument), or what does */
-  if (!sums) die("out of memory");
-  for (int i = 0; i < n; i++) {
-    Node *x = b->nodes[i];
-    for (int c = 0; c < p->A->a.ncarry && !sums[i]; c++) sums[i] = x->op != OP_ARG && reads_value(x, b->args[c]->out[0]);
-    for (int o = 0; o < i && !sums[i]; o++) sums[i] = sums[o] && reads_node(x, b->nodes[o]);
-  }
-  for (int i = 0; i < n; i++) {
-    Node *x = b->nodes[i];
-    if (x->op == OP_ARG) continue;
-    if (x == p->F || x == p->B || (p->W && x == p->W)) {
-      p->cls[i] = C_LOOP;
-      dep[i] = x == p->F ? 1 : 2;
-      continue;
-    }
-    if (anc[i] == C_ALL || param_cast(x)) {
-      p->cls[i] = C_ALL;
-      continue;
-    }
-    for (int o = 0; o < i; o++)
-      if (dep[o] && reads_node(x, b->nodes[o])) dep[i] |= dep[o] | (p->cls[o] == C_LAST ? 4 : 0);
-    if (anc[i] == C_FIRST) p->cls[i] = C_FIRST;
-    else if (reads_layer_grads(p, x)) p->cls[i] = C_MERGE; /* each stage's own layers (bf16: their cast) */
-    else if (dep[i] & 2) p->cls[i] = dep[i] & 4 ? C_MERGE : C_FIRSTB;
-    else if (dep[i] & 1) p->cls[i] = C_LAST;
-    else if (sums[i]) p->cls[i] = C_MERGE; /* reads neither loop: the sums' own arguments */
-    else p->cls[i] = C_ALL; /* reads neither loop nor a sum (a parameter's bf16 cast): on every stage */
-    if (p->cls[i] == C_LAST) dep[i] |= 4;
-  }
-  /* the sums: every node reading a carry argument merges */
-  for (int i = 0; i < n; i++)
-    for (int c = 0; c < p->A->a.ncarry; c++)
-      if (b->nodes[i]->op != OP_ARG && reads_value(b->nodes[i], b->args[c]->out[0])) p->cls[i] = C_MERGE;
-  bool ok = true;
-  for (int i = 0; i < n && ok; i++) { /* stage-only nodes read nothing of another stage's */
-    Node *x = b->nodes[i];
-    char c = p->cls[i];
-    if (c != C_FIRST && c != C_LAST && c != C_FIRSTB) continue;
-    for (int o = 0; o < n; o++) {
-      char d = p->cls[o];
-      if (!reads_node(x, b->nodes[o])) continue;
-      if (d == C_MERGE || (c == C_LAST && (d == C_FIRST || d == C_FIRSTB)) || (c != C_LAST && d == C_LAST)) {
-        error_at(x->loc, "pipeline stages: this %s reads a value of another stage's part of the micro-step (%s)",
-                 ir_ops[x->op].name, ir_ops[b->nodes[o]->op].name);
-        ok = false;
-        break;
-      }
-    }
-  }
-  free(anc);
-  free(dep);
-  free(sums);
-  return ok;
-}
+#include "pipe_internal.h"
 
 /* ---- cloning ------------------------------------------------------------------------------ */
 
@@ -202,7 +56,7 @@ static bool step_invariant(const Pp *p, const Node *d) {
   if (d->op == OP_ARG || d->body) return false;
   for (int j = 0; j < d->nin; j++) {
     const Node *u = d->in[j]->def;
-    if (u->graph == p->body && (p->cls[pos_in(p->body, u)] != C_ALL || !step_invariant(p, u))) return false;
+    if (u->graph == p->body && (p->cls[pipe_pos_in(p->body, u)] != C_ALL || !step_invariant(p, u))) return false;
   }
   return true;
 }
@@ -220,7 +74,7 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
     ptrmap_put(&p->shared[mb], v, (intptr_t)x);
     return x;
   }
-  int i = pos_in(p->body, d);
+  int i = pipe_pos_in(p->body, d);
   if (p->cls[i] == C_ALL) { /* computed on every stage: once per micro-batch, or once per step */
     int at = step_invariant(p, d) ? 0 : mb;
     if (at != mb && ptrmap_get(&p->shared[at], v, &got)) return (Value *)got;
@@ -254,9 +108,6 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
   ptrmap_put(&p->chunks[c], x, (intptr_t)y);
   return y;
 }
-
-/* The layers stage st runs (uneven stages: its own count; else every stage's). */
-static int64_t stage_layers(const Pp *p, int st) { return p->rows ? p->rows[st] : p->per; }
 
 /* Uneven stages: stage st's rows [0, rows[st]) of a stacked layer value padded to the largest
  * count (a parameter, its bf16 cast), made once per step on that stage only. */
@@ -303,7 +154,7 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->per * p->v) in[j] = chunk_of(p, vs / p->pp, in[j]);
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
       die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
-    int64_t own = stage_layers(p, vs % p->pp);
+    int64_t own = pipe_stage_layers(p, vs % p->pp);
     if (loop && xs && p->rows && in[j]->shape.dim[0] != own) {
       if (in[j]->shape.dim[0] != p->per) die("pipe: the layer loop's stacked input %d has %lld rows", j, (long long)in[j]->shape.dim[0]);
       in[j] = own_rows(p, vs % p->pp, in[j]);
@@ -312,7 +163,7 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
   Node *c = ir_clone_node(p->g, d, in, sm);
   c->stage = vs % p->pp + 1;
   if (loop && p->rows) { /* uneven stages: the stage's own layers */
-    c->a.count = stage_layers(p, vs % p->pp);
+    c->a.count = pipe_stage_layers(p, vs % p->pp);
     for (int k = c->a.ncarry; k < c->nout; k++) c->out[k]->shape.dim[0] = c->a.count;
   }
   if (loop && p->v > 1) {
@@ -404,23 +255,29 @@ static void run_merges(Pp *p, int mb) {
     for (int j = 0; j < d->nin; j++) {
       Value *u = d->in[j];
       intptr_t got;
-      int k = u->def->graph == b && u->def->op != OP_ARG ? pos_in(b, u->def) : -1;
+      int k = u->def->graph == b && u->def->op != OP_ARG ? pipe_pos_in(b, u->def) : -1;
       char c = k >= 0 ? p->cls[k] : C_NONE;
       if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, smap(p, 0, mb), mb, u);
       else if (c == C_LAST) in[j] = lookup(p, smap(p, p->pp * p->v - 1, mb), mb, u);
       else if (c == C_LOOP) { /* each stage's own (its layers' gradients): no zeros to add */
+        bool carry = u->def == p->B && u->idx < p->B->a.ncarry; /* a gradient summed over the layers: not stacked */
         Value **chunk = ARENA_ARRAY(p->g->arena, Value *, p->v);
         for (int ch = 0; ch < p->v; ch++) {
           Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
           for (int st = 0; st < p->pp; st++) {
             if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
-            each[st] = pad_rows(p, st, (Value *)got);
+            each[st] = carry ? (Value *)got : pad_rows(p, st, (Value *)got);
           }
           chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, d->loc);
           chunk[ch]->sharding = each[0]->sharding;
         }
         in[j] = chunk[0];
-        if (p->v > 1) { /* the stage's chunks, in its local row order */
+        for (int ch = 1; carry && ch < p->v; ch++) { /* the stage's chunks' parts, summed in chunk order */
+          Value *ab[2] = {in[j], chunk[ch]};
+          in[j] = ir_emit(p->g, OP_ADD, 2, ab, u->dtype, u->shape, NULL, d->loc);
+          in[j]->sharding = u->sharding;
+        }
+        if (p->v > 1 && !carry) { /* the stage's chunks, in its local row order */
           Attrs ca = {0};
           ca.axis = 0;
           in[j] = ir_emit(p->g, OP_CONCAT, p->v, chunk, u->dtype, u->shape, &ca, d->loc);
@@ -435,235 +292,6 @@ static void run_merges(Pp *p, int mb) {
   for (int c = 0; c < p->A->a.ncarry; c++) p->sum[c] = lookup(p, NULL, mb, b->results[c]);
 }
 
-/* ---- the plan's per-stage figures (pipe_print) ---------------------------------------------- */
-
-/* One rank's FLOPs of a node (local shapes): GEMMs and attention, regions times their count. */
-static double local_flops(const Node *n) {
-  if (n->body) {
-    double t = 0;
-    for (int i = 0; i < n->body->nnodes; i++) t += local_flops(n->body->nodes[i]);
-    return (n->op == OP_REPEAT ? (double)n->a.count : 1.0) * t;
-  }
-  if (n->op == OP_MATMUL) {
-    const Shape *a = &n->in[0]->shape;
-    int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
-    return 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
-  }
-  if (n->op == OP_SDPA || n->op == OP_SDPA_BWD) { /* QK^T and AV; the backward about twice that */
-    const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
-    double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1] * (double)q->dim[2];
-    return n->op == OP_SDPA ? f : 2.0 * f;
-  }
-  return 0;
-}
-
-static double class_flops(const Pp *p, char c) {
-  double t = 0;
-  for (int i = 0; i < p->body->nnodes; i++)
-    if (p->cls[i] == c) t += local_flops(p->body->nodes[i]);
-  return t;
-}
-
-/* Bytes of the values nodes of class c (or the node only) make that the backward or the merges read. */
-static int64_t kept_bytes(const Pp *p, char c, const Node *only) {
-  int64_t b = 0;
-  const Graph *g = p->body;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *d = g->nodes[i];
-    if (only ? d != only : p->cls[i] != c) continue;
-    for (int k = 0; k < d->nout; k++) {
-      bool kept = false;
-      for (int j = 0; j < g->nnodes && !kept; j++) {
-        const Node *x = g->nodes[j];
-        if (x == p->B || (p->W && x == p->W) || p->cls[j] == C_FIRSTB || p->cls[j] == C_MERGE)
-          kept = reads_value(x, d->out[k]);
-      }
-      if (kept) b += ir_numel(&d->out[k]->shape) * ir_dtype_size(d->out[k]->dtype);
-    }
-  }
-  return b;
-}
-
-/* Marks on[s] for each stage s whose instructions read value v of the outer graph (a parameter),
- * by the class of each body node reading it: the first stage's, the last's, or every stage's (the
- * loops, what every stage computes); a parameter's bf16 cast (C_ALL) passes on its readers' stages. */
-static void reader_stages(const Pp *p, const Value *v, bool *on) {
-  const Graph *b = p->body;
-  for (int i = 0; i < b->nnodes; i++) {
-    const Node *x = b->nodes[i];
-    if (!reads_value(x, v)) continue;
-    char c = p->cls[i];
-    if (c == C_FIRST || c == C_FIRSTB) on[0] = true;
-    else if (c == C_LAST) on[p->pp - 1] = true;
-    else if (param_cast(x)) reader_stages(p, x->out[0], on);
-    else
-      for (int s = 0; s < p->pp; s++) on[s] = true;
-  }
-}
-
-/* The parameters outside the layers held only where they are read (docs/pipeline.md): for each
- * update of such a parameter after the micro-step, its gradient's running sum (the carry the
- * update's gradient comes from) and the stages whose instructions read it (reader_stages). A
- * parameter read on one stage alone is that stage's: its gradient's sum is whole there (the other
- * stages' parts are zeros), so it is not summed over pp; one read on two (a tied embedding: the
- * first stage's lookup, the last's head) is theirs, its gradient summed between the two
- * (pipe_pair_sum). owner[carry]: those stages' bits; pipe_own (passes/pipe_owners.c) then puts the
- * parameter, its state, update and the clip's sum of squares on them. Returns how many; upd[k] is
- * the k-th's update, ust[k] its stages. */
-static int owned_params(const Pp *p, Node *const *after, int nafter, uint64_t *owner, Node **upd, uint64_t *ust) {
-  int n = 0;
-  if (p->pp > 64) return 0; /* (a stage set is a 64-bit mask) */
-  bool *on = calloc((size_t)p->pp, sizeof(bool));
-  if (!on) die("out of memory");
-  for (int i = 0; i < nafter; i++) {
-    Node *u = after[i];
-    if ((u->op != OP_ADAMW_UPDATE && u->op != OP_SGD_UPDATE) || u->in[0]->def->op != OP_PARAM) continue;
-    const Value *pv = u->in[0];
-    if (pv->sharding.split[0] == RT_AX_PP && pv->shape.rank > 0) continue;
-    Value *gv = u->in[1]; /* back to the running sum: the accumulation's mean, a reduction, casts */
-    for (int d = 0; d < 16 && gv->def != p->A && gv->def->graph == p->g && gv->def->nin > 0; d++)
-      gv = gv->def->nin == gv->def->nout ? gv->def->in[gv->idx] : gv->def->in[0];
-    if (gv->def != p->A || gv->idx >= p->A->a.ncarry) continue;
-    memset(on, 0, (size_t)p->pp * sizeof(bool));
-    reader_stages(p, pv, on);
-    uint64_t mask = 0;
-    int k = 0;
-    for (int s = 0; s < p->pp; s++)
-      if (on[s]) mask |= 1ull << s, k++;
-    if (k < 1 || k > 2 || k == p->pp) continue; /* read on more stages: every stage's */
-    owner[gv->idx] = mask;
-    ust[n] = mask;
-    upd[n++] = u;
-  }
-  free(on);
-  return n;
-}
-
-/* The stages holding PARAM node n (owned_params, a bit per stage), or 0: every stage. */
-static uint64_t owner_of(const Pp *p, const Node *n) {
-  for (int k = 0; k < p->nowned; k++)
-    if (p->owned[k]->in[0]->def == n) return p->owned_set[k];
-  return 0;
-}
-
-/* Per stage: the parameters outside the layers held there (not split over pp, read on several
- * stages: a tied embedding, on every stage) that its instructions never read, with their
- * optimizer states ("<kind>:<name>") and a gradient of their size: the bytes that holding each
- * such parameter on its reader stages only would save there (docs/pipeline.md, "Not yet"). */
-static void unused_params(const Pp *p, PipePlan *pl) {
-  const Graph *g = p->g;
-  int pp = p->pp;
-  char **names = calloc((size_t)pp, sizeof(char *));
-  size_t *len = calloc((size_t)pp, sizeof(size_t));
-  bool *on = calloc((size_t)pp, sizeof(bool));
-  if (!names || !len || !on) die("out of memory");
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if (n->op != OP_PARAM || n->out[0]->sharding.split[0] == RT_AX_PP || !n->a.name || owner_of(p, n)) continue;
-    memset(on, 0, (size_t)pp * sizeof(bool));
-    reader_stages(p, n->out[0], on);
-    int64_t b = 2 * ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype); /* the parameter, its gradient */
-    for (int j = 0; j < g->nnodes; j++) {
-      const Node *st = g->nodes[j];
-      const char *c = st->op == OP_STATE && st->a.name ? strchr(st->a.name, ':') : NULL;
-      if (c && strcmp(c + 1, n->a.name) == 0) b += ir_numel(&st->out[0]->shape) * ir_dtype_size(st->out[0]->dtype);
-    }
-    for (int s = 0; s < pp; s++) {
-      if (on[s]) continue;
-      pl->stage[s].unused_bytes += b;
-      size_t k = strlen(n->a.name);
-      char *t = realloc(names[s], len[s] + k + 3);
-      if (!t) die("out of memory");
-      names[s] = t;
-      len[s] += (size_t)sprintf(t + len[s], "%s%s", len[s] ? ", " : "", n->a.name);
-    }
-  }
-  for (int s = 0; s < pp; s++) {
-    pl->stage[s].unused = arena_printf(p->m->arena, "%s", names[s] ? names[s] : "");
-    free(names[s]);
-  }
-  free(names);
-  free(len);
-  free(on);
-}
-
-static void plan_report(Pp *p, const PipeSched *s) {
-  Module *m = p->m;
-  PipePlan *pl = ARENA_NEW(m->arena, PipePlan);
-  pl->kind = s->kind;
-  pl->pp = p->pp;
-  pl->nmb = p->M;
-  pl->loop = p->F->a.name;
-  pl->layers = 0;
-  for (int st = 0; st < p->pp; st++) pl->layers += stage_layers(p, st) * p->v;
-  pl->v = p->v;
-  pl->stage = ARENA_ARRAY(m->arena, PipeStage, p->pp);
-  double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
-  double *tw = calloc((size_t)p->pp, sizeof(double));
-  int *infl = calloc((size_t)p->pp, sizeof(int));
-  if (!tf || !tb || !tw || !infl) die("out of memory");
-  int64_t params = 0; /* every stage's; and each stage's own (owner_of) */
-  int64_t *own = calloc((size_t)p->pp, sizeof(int64_t));
-  if (!own) die("out of memory");
-  for (int i = 0; i < p->g->nnodes; i++)
-    if (p->g->nodes[i]->op == OP_PARAM) {
-      int64_t b = ir_numel(&p->g->nodes[i]->out[0]->shape) * ir_dtype_size(p->g->nodes[i]->out[0]->dtype);
-      uint64_t o = owner_of(p, p->g->nodes[i]);
-      for (int s = 0; s < p->pp; s++)
-        if (o >> s & 1) own[s] += b;
-      if (!o) params += b;
-    }
-  double all = class_flops(p, C_ALL);
-  double count = (double)p->F->a.count;
-  pl->layer_fwd = local_flops(p->F) / count;
-  pl->layer_wgt = p->W ? local_flops(p->W) / count : 0;
-  pl->layer_bwd = local_flops(p->B) / count;
-  pl->all_fwd = all;
-  pl->first_fwd = class_flops(p, C_FIRST);
-  pl->first_bwd = class_flops(p, C_FIRSTB);
-  pl->last_fwd = class_flops(p, C_LAST);
-  for (int st = 0; st < p->pp; st++) {
-    PipeStage *x = &pl->stage[st];
-    bool first = st == 0, last = st == p->pp - 1;
-    double n = (double)stage_layers(p, st) * p->v; /* the stage's layers (all its chunks) */
-    x->first_layer = 0;
-    for (int o = 0; o < st; o++) x->first_layer += p->rows ? p->rows[o] : p->per;
-    x->nlayers = stage_layers(p, st);
-    x->nchunks = p->v;
-    x->embedding = first;
-    x->head = last;
-    x->fwd_flops = all + pl->layer_fwd * n + (first ? class_flops(p, C_FIRST) : 0) + (last ? class_flops(p, C_LAST) : 0);
-    x->wgt_flops = pl->layer_wgt * n;
-    x->bwd_flops = pl->layer_bwd * n + x->wgt_flops + (first ? class_flops(p, C_FIRSTB) : 0);
-    x->act_bytes = (int64_t)((double)kept_bytes(p, 0, p->F) * n / count) + (first ? kept_bytes(p, C_FIRST, NULL) : 0) +
-                   (last ? kept_bytes(p, C_LAST, NULL) : 0);
-    x->param_bytes = params + own[st];
-    /* interleaved: an instruction is one of v chunks (the embedding and head spread over them) */
-    x->fwd_flops /= p->v;
-    x->bwd_flops /= p->v;
-    x->wgt_flops /= p->v;
-    x->act_bytes /= p->v;
-    tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
-    tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
-    tw[st] = x->wgt_flops;
-  }
-  for (int i = 0; i < p->g->nnodes; i++) { /* the layer stacks held (padded to the largest stage), per layer */
-    const Node *n = p->g->nodes[i];
-    if ((n->op != OP_PARAM && n->op != OP_STATE) || n->out[0]->sharding.split[0] != RT_AX_PP) continue;
-    int64_t b = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype) / (p->per * p->v);
-    pl->layer_bytes += n->op == OP_PARAM ? 2 * b : b; /* a parameter and its gradient */
-  }
-  unused_params(p, pl);
-  pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
-  for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];
-  m->pipe = pl;
-  free(own);
-  free(tf);
-  free(tb);
-  free(tw);
-  free(infl);
-}
-
 bool pass_pipe(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
   if (pp <= 1) return true;
@@ -672,9 +300,17 @@ bool pass_pipe(Module *m) {
   if (!p.A || !stage_layer_loops(p.A->body, &p.F, &p.B)) die("pipe: no micro-step region (stage runs first)");
   p.body = p.A->body;
   p.M = (int)p.A->a.count;
-  if (p.F->a.ncarry != 1 || p.B->a.ncarry != 1) {
+  if (p.F->a.ncarry != 1 || p.B->a.ncarry < 1) {
     error_at(p.F->loc, "pipeline stages pass one activation between stages: this layer loop carries %d values",
              p.F->a.ncarry);
+    return false;
+  }
+  /* the backward loop's carries after the gradient passed between stages: the gradients of parameters
+   * outside the layers that every layer reads, summed over the layers; each stage sums its own */
+  if (p.B->a.ncarry > 1 && m->plan.schedule == SCHED_ZB) {
+    error_at(p.F->loc, "the zero-bubble schedule splits a backward layer loop that carries one gradient: this one "
+             "also carries the gradients of %d parameters every layer reads", p.B->a.ncarry - 1);
+    note("write schedule 1f1b, gpipe or interleaved");
     return false;
   }
   PipeSchedule kind = m->plan.schedule;
@@ -696,19 +332,19 @@ bool pass_pipe(Module *m) {
   if (!order) die("out of memory");
   if (!pipe_sched_check(&s, m->mesh->world / pp, order, msg, sizeof msg)) die("pipe: %s", msg);
   if (kind == SCHED_ZB && !pipe_split_backward(p.body, p.B, &p.B, &p.W)) return false;
-  if (!classify(&p)) {
+  if (!pipe_classify(&p)) {
     free(order);
     pipe_sched_free(&s);
     return false;
   }
   { /* the parameters outside the layers that one stage alone reads: held there only */
-    int ia = pos_in(p.g, p.A), nafter = p.g->nnodes - ia - 1;
+    int ia = pipe_pos_in(p.g, p.A), nafter = p.g->nnodes - ia - 1;
     p.owner = ARENA_ARRAY(m->arena, uint64_t, p.A->a.ncarry + 1);
     p.owned = ARENA_ARRAY(m->arena, Node *, nafter + 1);
     p.owned_set = ARENA_ARRAY(m->arena, uint64_t, nafter + 1);
-    p.nowned = owned_params(&p, &p.g->nodes[ia + 1], nafter, p.owner, p.owned, p.owned_set);
+    p.nowned = pipe_owned_params(&p, &p.g->nodes[ia + 1], nafter, p.owner, p.owned, p.owned_set);
   }
-  plan_report(&p, &s);
+  pipe_plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
   p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
   p.own = calloc((size_t)pp, sizeof(PtrMap));
@@ -723,7 +359,7 @@ bool pass_pipe(Module *m) {
 
   /* the graph: what came before the region, the instructions, the sums over pp, the rest */
   Graph *g = p.g;
-  int ia = pos_in(g, p.A), nn = g->nnodes;
+  int ia = pipe_pos_in(g, p.A), nn = g->nnodes;
   Node **after = ARENA_ARRAY(m->arena, Node *, nn + 1);
   int nafter = 0;
   for (int i = ia + 1; i < nn; i++) after[nafter++] = g->nodes[i];

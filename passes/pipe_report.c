@@ -1,5 +1,5 @@
 /* passes/pipe_report.c — `shardc plan`'s pipeline section: each stage's layers, FLOPs, kept
- * activations and parameters (from passes/pipe.c's PipePlan), the cost model's predicted
+ * activations and parameters (from passes/pipe_plan.c's PipePlan), the cost model's predicted
  * instruction and transfer times and the schedule's bubble played with them (passes/cost.c's
  * CostPipe), and the schedule drawn as SVG. */
 #include <stdio.h>
@@ -13,116 +13,93 @@
 
 static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
 
-/* Stage st's predicted times per micro-batch with n layers (FLOPs; transfers free). */
-static void stage_times(const PipePlan *p, int st, int64_t n, double *tf, double *tb, double *tw) {
-  *tf = p->all_fwd + (double)n * p->layer_fwd + (st == 0 ? p->first_fwd : 0) + (st == p->pp - 1 ? p->last_fwd : 0);
-  *tb = (double)n * p->layer_bwd + (st == 0 ? p->first_bwd : 0);
-  *tw = (double)n * p->layer_wgt;
-  if (*tf <= 0) *tf = 1;
-  if (*tb <= 0) *tb = 1;
-}
-
-static double stage_cost(const PipePlan *p, int st, int64_t n) {
-  double tf, tb, tw;
-  stage_times(p, st, n, &tf, &tb, &tw);
-  return tf + tb + tw;
+/* Stage st's forward, backward (and zb: weight-gradient) seconds per micro-batch with n layers, by the
+ * stage pass's figures (passes/pipe_balance.c; zb: the layers' backward split by the W share of its
+ * FLOPs, as the pipe pass split it); transfers free. */
+static void stage_times(const PipePlan *p, const PipeBalance *b, int st, int64_t n, double *tf, double *tb,
+                        double *tw) {
+  double wfrac = p->kind == SCHED_ZB && p->layer_bwd + p->layer_wgt > 0 ? p->layer_wgt / (p->layer_bwd + p->layer_wgt) : 0;
+  *tf = b->all_f + (double)n * b->layer_f + (st == 0 ? b->first_f : 0) + (st == p->pp - 1 ? b->last_f : 0);
+  *tw = (double)n * b->layer_b * wfrac;
+  *tb = (double)n * b->layer_b * (1 - wfrac) + (st == 0 ? b->first_b : 0);
+  if (*tf <= 0) *tf = 1e-9;
+  if (*tb <= 0) *tb = 1e-9;
 }
 
 /* The predicted bubble of p's schedule with n[s] layers on stage s. */
-static double bubble_of(const PipePlan *p, const int64_t *n) {
+static double bubble_of(const PipePlan *p, const PipeBalance *b, const int64_t *n) {
   PipeSched s = pipe_sched_make(p->kind, p->pp, p->nmb, 1);
   double *t = calloc(3 * (size_t)p->pp, sizeof(double)), bubble = 0;
   if (!t) die("out of memory");
-  for (int st = 0; st < p->pp; st++) stage_times(p, st, n[st], &t[st], &t[p->pp + st], &t[2 * p->pp + st]);
+  for (int st = 0; st < p->pp; st++) stage_times(p, b, st, n[st], &t[st], &t[p->pp + st], &t[2 * p->pp + st]);
   pipe_sched_timeline(&s, t, t + p->pp, p->kind == SCHED_ZB ? t + 2 * p->pp : NULL, &bubble, NULL, NULL);
   free(t);
   pipe_sched_free(&s);
   return bubble;
 }
 
-/* The split of the layers over the stages (at least one each) that makes the slowest stage's
- * forward and backward FLOPs the least (the first stage's embedding and the last's head count):
- * the least bottleneck T among the stages' costs for which every stage's most layers within T
- * cover the layers, then layers taken off the costliest stages down to the count. False when
- * there is none (fewer layers than stages). */
-static bool balanced_split(const PipePlan *p, int64_t *n) {
-  int pp = p->pp;
-  int64_t L = p->layers;
-  double unit = p->layer_fwd + p->layer_bwd + p->layer_wgt, best = -1;
-  if (unit <= 0 || L < pp) return false;
-  for (int st = 0; st < pp; st++) /* candidates: every stage's cost at every layer count */
-    for (int64_t k = 1; k <= L - pp + 1; k++) {
-      double T = stage_cost(p, st, k), sum = 0;
-      if (best >= 0 && T >= best) continue;
-      for (int q = 0; q < pp; q++) { /* every stage must take a layer within T */
-        int64_t most = 0;
-        while (most < L && stage_cost(p, q, most + 1) <= T) most++;
-        if (most == 0) {
-          sum = -1;
-          break;
-        }
-        sum += (double)most;
-      }
-      if (sum >= (double)L) best = T;
-    }
-  if (best < 0) return false;
-  int64_t total = 0;
-  for (int q = 0; q < pp; q++) {
-    n[q] = 0;
-    while (n[q] < L && stage_cost(p, q, n[q] + 1) <= best) n[q]++;
-    total += n[q];
+/* The slowest stage's seconds and the largest stage memory that depends on the split (activations in
+ * flight, the layer stacks padded to the largest count) with n[s] layers on stage s. */
+static void split_figures(const PipeBalance *b, const int64_t *n, double *slow, int64_t *peak) {
+  int64_t most = 0;
+  *slow = 0;
+  *peak = 0;
+  for (int st = 0; st < b->pp; st++) most = n[st] > most ? n[st] : most;
+  for (int st = 0; st < b->pp; st++) {
+    double t = pipe_balance_stage_s(b, st, n[st]);
+    int64_t x = pipe_balance_stage_bytes(b, st, n[st], most);
+    *slow = t > *slow ? t : *slow;
+    *peak = x > *peak ? x : *peak;
   }
-  while (total > L) { /* off the costliest stage that can spare one */
-    int w = -1;
-    for (int q = 0; q < pp; q++)
-      if (n[q] > 1 && (w < 0 || stage_cost(p, q, n[q]) > stage_cost(p, w, n[w]))) w = q;
-    n[w]--;
-    total--;
-  }
-  return true;
 }
 
-/* The balanced split, when it beats the plan's (even, or its `pp N layers(..)`): its slowest stage
- * and the schedule's bubble, printed as a suggestion to write as `layers(..)` (passes/stage.c applies
- * it), with what it costs in memory where its largest stage is larger than the plan's (each stage's
- * layer stacks are padded to that count); not weighed by memory. */
-static void print_balanced(FILE *f, const PipePlan *p) {
-  if (p->v > 1) return;
-  int64_t *n = calloc((size_t)p->pp, sizeof *n), *cur = calloc((size_t)p->pp, sizeof *cur);
-  if (!n || !cur) die("out of memory");
-  bool even = true;
+/* The split balanced by time and memory (the stage pass's, passes/pipe_balance.c): under
+ * `layers(balanced)` the plan's, printed with each stage's figures; otherwise printed as a suggestion
+ * where it beats the plan's split (even, or its `pp N layers(..)`): a faster slowest stage, or as fast
+ * with less memory. */
+static void print_balanced(FILE *f, const Module *m) {
+  const PipePlan *p = m->pipe;
+  const PipeBalance *b = m->pipe_balance;
+  if (p->v > 1 || !b || !b->split) return;
+  int64_t *cur = calloc((size_t)p->pp, sizeof *cur);
+  if (!cur) die("out of memory");
+  bool even = true, same = true;
   for (int st = 0; st < p->pp; st++) {
     cur[st] = p->stage[st].nlayers;
     even &= cur[st] == cur[0];
+    same &= cur[st] == b->split[st];
   }
-  double bal = balanced_split(p, n) ? bubble_of(p, n) : 1, bcur = bubble_of(p, cur);
-  bool same = true;
-  for (int st = 0; st < p->pp; st++) same &= n[st] == cur[st];
-  if (bal < bcur && !same) {
-    double slow = 0, slow_cur = 0;
-    for (int st = 0; st < p->pp; st++) {
-      if (stage_cost(p, st, n[st]) > slow) slow = stage_cost(p, st, n[st]);
-      if (stage_cost(p, st, cur[st]) > slow_cur) slow_cur = stage_cost(p, st, cur[st]);
-    }
+  double slow, slow_cur;
+  int64_t peak, peak_cur, most = 0;
+  char t1[32], t2[32];
+  split_figures(b, b->split, &slow, &peak);
+  split_figures(b, cur, &slow_cur, &peak_cur);
+  for (int st = 0; st < p->pp; st++) most = b->split[st] > most ? b->split[st] : most;
+  if (m->plan.stage_balanced) {
+    fprintf(f, "#   layers(balanced): [");
+    for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)b->split[st]);
+    fprintf(f, "], by the cost model's time (device: %s) and memory; per stage, its forward and backward per "
+               "micro-batch, its activations in flight and layer stacks:", b->source);
+    for (int st = 0; st < p->pp; st++)
+      fprintf(f, "%s %d: %s, %.2f MiB", st ? ";" : "", st, cost_human_time(t1, sizeof t1, pipe_balance_stage_s(b, st, b->split[st])),
+              mib(pipe_balance_stage_bytes(b, st, b->split[st], most)));
+    fprintf(f, "; bubble %.1f%%\n", 100.0 * bubble_of(p, b, b->split));
+  } else if (!same && (slow < slow_cur || (slow <= slow_cur && peak < peak_cur))) {
     const char *what = even ? "even" : "this plan's";
-    fprintf(f, "#   balanced by FLOPs: layers [");
-    for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
-    fprintf(f, "]: the slowest stage %.4g FLOP per micro-batch (%s: %.4g), bubble %.1f%% (%s: %.1f%%); a suggestion: "
-               "write `pp %d layers(",
-            slow, what, slow_cur, 100.0 * bal, what, 100.0 * bcur, p->pp);
-    for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
-    fprintf(f, ")` to apply it");
-    int64_t most = 0, most_cur = 0;
-    for (int st = 0; st < p->pp; st++) {
-      most = n[st] > most ? n[st] : most;
-      most_cur = cur[st] > most_cur ? cur[st] : most_cur;
-    }
+    int64_t most_cur = 0;
+    for (int st = 0; st < p->pp; st++) most_cur = cur[st] > most_cur ? cur[st] : most_cur;
+    fprintf(f, "#   balanced by time and memory: layers [");
+    for (int st = 0; st < p->pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)b->split[st]);
+    fprintf(f, "]: the slowest stage %s per micro-batch (%s: %s), bubble %.1f%% (%s: %.1f%%), activations in flight and "
+               "layer stacks at most %.2f MiB on a stage (%s: %.2f MiB); a suggestion: write `pp %d layers(balanced)` to "
+               "apply it",
+            cost_human_time(t1, sizeof t1, slow), what, cost_human_time(t2, sizeof t2, slow_cur),
+            100.0 * bubble_of(p, b, b->split), what, 100.0 * bubble_of(p, b, cur), mib(peak), what, mib(peak_cur), p->pp);
     if (most != most_cur) /* memory: every stage holds the largest stage's count of layers (padded) */
       fprintf(f, " (every stage then holds %lld layers' parameters, gradients and optimizer states, %+.2f MiB)",
-              (long long)most, mib((most - most_cur) * p->layer_bytes));
+              (long long)most, mib((most - most_cur) * b->layer_bytes));
     fprintf(f, "\n");
   }
-  free(n);
   free(cur);
 }
 
@@ -215,7 +192,7 @@ void pipe_print(FILE *f, const Module *m, const CostPipe *cp, const char *source
                "FLOPs, transfers free; for equal stages %s = %.1f%%)\n",
             100.0 * p->bubble, ideal, eq);
   }
-  print_balanced(f, p);
+  print_balanced(f, m);
   fprintf(f, "#   the memory plan below is the worst stage's (values of different stages share bytes); it also holds "
              "what every stage zero-fills for the gradient sums\n");
 }

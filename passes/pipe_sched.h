@@ -91,14 +91,14 @@ void pipe_sched_inflight(const PipeSched *s, int *inflight);
 /* pipe_sched_play with one time per stage and kind: forward tf[s], backward tb[s], W tw[s] (zb;
  * NULL otherwise), transfers free: returns the makespan; *bubble, inflight[s] (may be NULL; as
  * pipe_sched_inflight), start[st][k] (may be NULL). The pass's own prediction, each stage's times in
- * proportion to its FLOPs (passes/pipe.c), before any device is known. */
+ * proportion to its FLOPs (passes/pipe_plan.c), before any device is known. */
 double pipe_sched_time(const PipeSched *s, const double *tf, const double *tb, double *bubble, int *inflight);
 double pipe_sched_timeline(const PipeSched *s, const double *tf, const double *tb, const double *tw, double *bubble,
                            int *inflight, double *const *start);
 
 const char *pipe_sched_name(PipeSchedule k); /* "gpipe", "1f1b", ... */
 
-/* What passes/pipe.c planned, per stage, for `shardc plan` (pipe_print). FLOPs are one rank's
+/* What passes/pipe_plan.c planned, per stage, for `shardc plan` (pipe_print). FLOPs are one rank's
  * (its tp share), per micro-batch; bytes are one rank's. */
 typedef struct {
   int64_t first_layer, nlayers; /* the layers [first_layer, first_layer + nlayers) of the model's loop, and
@@ -124,14 +124,42 @@ typedef struct PipePlan {
   PipeStage *stage;   /* [pp] */
   double bubble;      /* predicted idle fraction (pipe_sched_time, times in proportion to FLOPs) */
   double layer_fwd, layer_bwd, layer_wgt; /* one layer's FLOPs per micro-batch (zb: W apart from B) */
-  double all_fwd;     /* what every stage computes per micro-batch besides its layers */
-  double first_fwd, first_bwd, last_fwd; /* the embedding's forward and backward, the head and loss's */
-  int64_t layer_bytes; /* one layer's parameters, their gradients and optimizer states on a rank: what each
-                          stage holds per layer of the largest stage (uneven stages pad to it) */
   PipeInstr *order;   /* [norder]: the instructions in the program's order (Node.instr = 1 + index) */
   int *order_stage;   /* [norder]: the stage running each */
   int norder;
 } PipePlan;
+
+/* The layers' time and memory by stage (passes/pipe_balance.c, made by the stage pass before it
+ * splits the layers, for every pipelined plan but the interleaved): what `pp N layers(balanced)`
+ * splits by, and what the plan prints the balanced split with. Seconds are one rank's per
+ * micro-batch by the cost model (passes/cost.h: kernels and blocking collectives) on the device of
+ * `--profile` or else the topology's figures; bytes one rank's. */
+typedef struct PipeBalance {
+  int pp;
+  int64_t layers;
+  double layer_f, layer_b;   /* one layer's forward; its backward (input and weight gradients) */
+  double all_f;              /* what every stage runs per micro-batch besides its layers */
+  double first_f, first_b;   /* the embedding's forward and backward (the first stage's) */
+  double last_f;             /* the head, the loss and their gradient (the last stage's forward) */
+  int64_t layer_act;         /* what a forward keeps for its backward, per layer */
+  int64_t first_act, last_act; /* ... the embedding's, the head's and loss's */
+  int64_t layer_bytes;       /* one layer's parameters, their gradients and optimizer states (every stage
+                                holds the largest stage's count of them: its stacks are padded to it) */
+  int *inflight;             /* [pp]: the most micro-batches the schedule holds on each stage */
+  int64_t *split;            /* [pp]: the balanced split; NULL: none (fewer layers than stages) */
+  char source[160];          /* the device's figures (CostDevice.source) */
+} PipeBalance;
+/* Stage st's forward and backward seconds per micro-batch with n layers. */
+double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n);
+/* Stage st's memory with n layers (the largest stage has most): its activations in flight and the
+ * layer stacks padded to most layers; what does not depend on the split is left out. */
+int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_t most);
+/* The split of b's layers over its stages balanced by time, then memory (passes/pipe_balance.c's header)
+ * into n[pp]; false when there is none (fewer layers than stages). */
+bool pipe_balance_split(const PipeBalance *b, int64_t *n);
+/* The stage pass's (passes/stage.c): the figures of m's micro-step region A, with its layer loops F and
+ * B not yet split, over pp stages, and the balanced split. NULL after an error (reported). */
+PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp);
 
 /* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. With cp (the
  * cost model's timeline, passes/cost.h; source: the device's), each stage's instruction and transfer

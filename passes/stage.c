@@ -16,8 +16,12 @@
  *     completes them (as for ZeRO-2 over dp);
  *   - the embedding (what the forward loop's carried input is made of) is the first stage's,
  *     the head and the loss the last's (pipe.c predicates them); parameters outside the layers
- *     are held on the stages reading them (pipe.c's owned_params, passes/pipe_owners.c), their
+ *     are held on the stages reading them (passes/pipe_class.c's pipe_owned_params, passes/pipe_owners.c), their
  *     gradients whole there (a tied embedding's: exchanged between the first and the last).
+ *   - the split: even, as written (`pp N layers(a, b, ..)`), or `pp N layers(balanced)`: the one
+ *     passes/pipe_balance.c balances by the cost model's time and memory per layer, computed here for
+ *     every plan but the interleaved (Module.pipe_balance: the plan prints it, as a suggestion unless
+ *     applied).
  * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B
  * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
  * parallelism needs nothing here: its ring's sends and receives (or all-to-alls) are over cp, whose
@@ -30,6 +34,7 @@
 
 #include "diag.h"
 #include "passes.h"
+#include "pipe_sched.h"
 #include "ptrmap.h"
 
 static SrcLoc at_opt(const Module *m, PlanOpt o) {
@@ -150,7 +155,7 @@ static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
 bool pass_stage(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
   if (m->mesh) memset(m->mesh->stage_rows, 0, sizeof m->mesh->stage_rows); /* even unless `layers(..)` says not */
-  if (pp <= 1 && m->plan.nstage_layers) {
+  if (pp <= 1 && (m->plan.nstage_layers || m->plan.stage_balanced)) {
     error_at(m->plan.stage_layers_loc, "`layers(..)` splits the layers over pipeline stages: pp 1 has one stage");
     note("write pp 2 or more, or leave `layers(..)` out");
     return false;
@@ -189,21 +194,48 @@ bool pass_stage(Module *m) {
     return false;
   }
   if (m->plan.nstage_layers && !stage_override(m, F, L, pp)) return false;
+  if (m->plan.stage_balanced && v > 1) {
+    error_at(m->plan.stage_layers_loc, "`layers(balanced)` splits the layers unevenly, which the interleaved schedule "
+             "does not do (its chunks are equal blocks of every stage's layers)");
+    note("write schedule 1f1b, gpipe or zb, or leave `layers(balanced)` out");
+    return false;
+  }
+  /* the layers' time and memory per stage, and the split balanced by them (applied by `layers(balanced)`,
+   * else printed as a suggestion) */
+  if (v == 1 && !(m->pipe_balance = pipe_balance_make(m, A, F, B, pp))) return false;
+  int counts[PLAN_MAX_STAGE_LAYERS] = {0}, ncounts = m->plan.nstage_layers;
+  for (int st = 0; st < ncounts; st++) counts[st] = m->plan.stage_layers[st];
+  if (m->plan.stage_balanced) {
+    if (pp > PLAN_MAX_STAGE_LAYERS) {
+      error_at(m->plan.stage_layers_loc, "`layers(balanced)`: stages of unequal layer counts are at most %d, this plan "
+               "has pp %d", PLAN_MAX_STAGE_LAYERS, pp);
+      return false;
+    }
+    if (!m->pipe_balance->split) {
+      error_at(m->plan.stage_layers_loc, "`layers(balanced)`: pp %d has more stages than the %lld layers of `repeat %s`",
+               pp, (long long)L, F->a.name ? F->a.name : "?");
+      note("every stage needs at least one layer: pick pp of at most %lld", (long long)L);
+      return false;
+    }
+    ncounts = pp;
+    for (int st = 0; st < pp; st++) counts[st] = (int)m->pipe_balance->split[st];
+  }
   bool uneven = false;
   int64_t most = 0;
-  for (int st = 0; st < m->plan.nstage_layers; st++) {
-    uneven |= m->plan.stage_layers[st] != m->plan.stage_layers[0];
-    if (m->plan.stage_layers[st] > most) most = m->plan.stage_layers[st];
+  for (int st = 0; st < ncounts; st++) {
+    uneven |= counts[st] != counts[0];
+    if (counts[st] > most) most = counts[st];
   }
   if (!uneven && L % pp != 0) {
     error_at(at_opt(m, PLAN_OPT_PP), "pp %d does not divide the %lld layers of `repeat %s` (%s:%d)", pp, (long long)L,
              F->a.name ? F->a.name : "?", F->loc.file ? F->loc.file : "?", F->loc.line);
-    note("pick pp dividing %lld, or write each stage's layer count: `pp %d layers(..)`", (long long)L, pp);
+    note("pick pp dividing %lld, or write each stage's layer count, `pp %d layers(..)`, or `pp %d layers(balanced)`",
+         (long long)L, pp, pp);
     return false;
   }
   St s = {.L = L, .per = uneven ? most : L / pp, .blocks = uneven ? RT_BLOCKS_STAGES : v > 1 ? v : 0};
   if (uneven) /* the layout of the stacks' dim 0 (runtime/mesh.h): the interpreter, codegen and the runtime read it */
-    for (int st = 0; st < pp; st++) m->mesh->stage_rows[st] = m->plan.stage_layers[st];
+    for (int st = 0; st < pp; st++) m->mesh->stage_rows[st] = counts[st];
   F->a.count = B->a.count = s.per;
   Node *loops[2] = {F, B};
   for (int l = 0; l < 2; l++) {

@@ -38,7 +38,7 @@ void storage_traffic(const Module *m, const CostDevice *d, TrafficReport *t) {
 
 static double local_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
-/* The mesh axes that split v (degree > 1): runtime/train/dist.c's rt_tensor_split_mask. */
+/* The mesh axes that split v (degree > 1): runtime/train/layout.c's rt_tensor_split_mask. */
 static unsigned split_mask(const MeshMap *mm, const Value *v) { return ir_split_mask(&v->sharding, v->shape.rank, mm); }
 
 void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, double step_s, CkptReport *c) {
@@ -66,16 +66,10 @@ void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, doub
       continue;
     }
     unsigned mask = split_mask(mm, v);
-    for (int r = 0; r < world; r++) { /* runtime/train/ckpt_shard.c's writes() */
+    for (int r = 0; r < world; r++) { /* the trainer's writers (runtime/mesh.h) */
       int coord[RT_AX_COUNT];
       rt_mesh_coords(mm, r, coord);
-      bool w = true;
-      for (int a = 0; a < RT_AX_COUNT && w; a++)
-        if (!(mask >> a & 1)) /* (along pp, a tensor held on some stages: the first of them) */
-          w = coord[a] == (a == RT_AX_DP              ? ti % mm->dim[RT_AX_DP]
-                           : a == RT_AX_PP && ir_node_stages(n) ? __builtin_ctzll(ir_node_stages(n))
-                                                                : 0);
-      if (!w) continue;
+      if (!rt_ckpt_writer(mm->dim, coord, mask, ir_node_stages(n), ti)) continue;
       rank[r] += b;
       node[rt_mesh_node(mm, r) < nodes ? rt_mesh_node(mm, r) : 0] += b;
       c->total_bytes += b;

@@ -9,10 +9,12 @@
  *     members on the node: a rank's bytes x devices per node / the group's members per node.
  *     The busiest link is the one with the most seconds of traffic per step.
  *   - Checkpoint: the parameters and optimizer state (the PARAM and STATE values, what
- *     runtime/train/ckpt_shard.c saves), each rank's bytes decided by ckpt_shard.c's rule: a
- *     tensor's block is written by the ranks at coordinate 0 on every axis that does not split
- *     it, except along dp, where the replica (tensor index mod dp) writes it; the tensor index is
- *     the trainer's table order (codegen/emit.c: PARAM, STATE and INPUT nodes in graph order).
+ *     runtime/train/ckpt_shard.c saves), each rank's bytes decided by the trainer's own rule,
+ *     rt_ckpt_writer (runtime/mesh.h): a tensor's block is written by the ranks at coordinate 0 on
+ *     every axis that does not split it, except along dp, where the replica (tensor index mod dp)
+ *     writes it, and along pp, where a tensor held on some stages is written by the first; the
+ *     tensor index is the trainer's table order (codegen/emit.c: PARAM, STATE and INPUT nodes in
+ *     graph order).
  *     Payload bytes (the safetensors headers and index.json, a few KiB, are left out).
  *   - Write time: storage_Bps is the storage system's aggregate bandwidth; a node reaches it over
  *     its network interfaces (the `inter` link; a one-node topology: the storage's bandwidth).

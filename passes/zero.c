@@ -62,6 +62,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "offload_sched.h"
 #include "passes.h"
 #include "ptrmap.h"
 #include "zero.h"
@@ -673,6 +674,7 @@ static void group_loop_scatters(Graph *g, int64_t cap, bool body, ZeroGroup z) {
  * Every update u of the top graph (after the sharding above: its shard of the parameter and of
  * the gradient, its 1/dp optimizer state) runs in the rank's host memory:
  *     ph  = to_host(ps)     gh = to_host(gs)     hh = to_host(hyper)   (one hh for every update)
+ *                           (gs = cast(b) from a bf16 b: gh = cast(to_host(b)) on the host)
  *     ph', m', v' = adamw_update(ph, gh, m, v, hh)   m, v: STATE values in host memory
  *     pd' = to_device(ph')                            read where ph' was: ZeRO-1/2's all_gather,
  *                                                     ZeRO-3's next:<param> (the stored shard)
@@ -692,12 +694,31 @@ static Value *copy_to(Graph *g, OpKind op, Value *x, int pos, SrcLoc loc) {
   return c->out[0];
 }
 
+/* A gradient cast from bf16 on the device (precision bf16: the backward's gradients are bf16, made
+ * f32 after the layer loop) is downloaded in bf16 and made f32 on the host: half the bytes, and its
+ * rows can start downloading inside the backward loop (passes/offload_sched.c). Exact: every bf16
+ * is an f32. Returns the host f32 gradient, or NULL for any other gradient. */
+static Value *download_bf16_grad(Graph *g, Value *gs, int *pos, SrcLoc loc) {
+  Node *c = gs->def;
+  if (c->op != OP_CAST || c->graph != g || gs->dtype != DT_F32 || c->in[0]->dtype != DT_BF16 || ir_node_stages(c))
+    return NULL;
+  Value *h = copy_to(g, OP_TO_HOST, c->in[0], (*pos)++, loc);
+  Value *y = ir_emit(g, OP_CAST, 1, &h, DT_F32, gs->shape, NULL, loc);
+  y->sharding = gs->sharding;
+  y->name = gs->name;
+  y->host = true;
+  ir_move_last(g, (*pos)++);
+  return y;
+}
+
 static void offload_update(Graph *g, Node *u, Value **hyper_host) {
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1, hi = 2 + nstate;
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u)) return;
   int pos = position(g, u);
-  for (int k = 0; k < 2; k++) u->in[k] = copy_to(g, OP_TO_HOST, u->in[k], pos++, u->loc);
+  u->in[0] = copy_to(g, OP_TO_HOST, u->in[0], pos++, u->loc);
+  Value *g32 = download_bf16_grad(g, u->in[1], &pos, u->loc);
+  u->in[1] = g32 ? g32 : copy_to(g, OP_TO_HOST, u->in[1], pos++, u->loc);
   if (!*hyper_host) {
     int hp = position(g, u->in[hi]->def) + 1; /* right after the hyper-parameters are made */
     *hyper_host = copy_to(g, OP_TO_HOST, u->in[hi], hp, u->loc);
@@ -720,6 +741,7 @@ static void offload(Graph *g) {
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
+  offload_order(g, updates, nu); /* (passes/offload_sched.c: the host's order, and when the copies run) */
   Value *hyper_host = NULL;
   for (int i = 0; i < nu; i++) offload_update(g, updates[i], &hyper_host);
 }

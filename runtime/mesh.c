@@ -154,3 +154,18 @@ bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask) {
   }
   return true;
 }
+
+bool rt_stage_holds(uint64_t stages, int pp_degree, int pp_coord) {
+  return !stages || pp_degree <= 1 || (pp_coord >= 0 && pp_coord < 64 && (stages >> pp_coord & 1));
+}
+
+bool rt_ckpt_writer(const int dim[RT_AX_COUNT], const int coord[RT_AX_COUNT], unsigned split_mask, uint64_t stages,
+                    int ti) {
+  if (!rt_stage_holds(stages, dim[RT_AX_PP], coord[RT_AX_PP])) return false;
+  for (int a = 0; a < RT_AX_COUNT; a++) {
+    if (split_mask >> a & 1) continue;
+    int want = a == RT_AX_DP ? ti % dim[RT_AX_DP] : a == RT_AX_PP && stages ? __builtin_ctzll(stages) : 0;
+    if (coord[a] != want) return false;
+  }
+  return true;
+}

@@ -110,4 +110,17 @@ int64_t rt_all_to_all_pack_bytes(int64_t x_bytes);
 /* True when every group over mask lies inside one node. */
 bool rt_mesh_group_in_node(const MeshMap *m, unsigned mask);
 
+/* Whether the ranks of pipeline stage pp_coord (of pp_degree stages) hold a tensor held on the stages
+ * of the bit mask stages (RtTensor.stages, the IR's ir_node_stages; 0: every stage). */
+bool rt_stage_holds(uint64_t stages, int pp_degree, int pp_coord);
+/* Whether the rank at coord writes its block of a tensor into a sharded checkpoint: one replica of
+ * each block writes it (runtime/train/ckpt_shard.c writes by this rule, the compiler's storage
+ * report, passes/storage.c, counts by it). The tensor is number ti of the trainer's tensor table,
+ * split over the axes of split_mask and held on the stages of the mask stages; dim: the mesh's
+ * degrees. Along an axis not splitting it the writer has coordinate 0, except along dp, where the
+ * replicas take turns by tensor (ti mod dp: data-parallel replicas share the writing), and along
+ * pp for a tensor held on some stages only, the first of them; a stage not holding it writes none. */
+bool rt_ckpt_writer(const int dim[RT_AX_COUNT], const int coord[RT_AX_COUNT], unsigned split_mask, uint64_t stages,
+                    int ti);
+
 #endif

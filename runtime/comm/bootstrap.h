@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "../base.h" /* rt_fatal, rt_log_rank, rt_now */
 #include "mesh.h"
 
 typedef enum { RT_LAUNCH_SINGLE, RT_LAUNCH_MPIRUN, RT_LAUNCH_SRUN } RtLauncher;
@@ -26,9 +27,6 @@ typedef struct {
   char host[64];       /* this host's name */
 } RtBoot;
 
-/* The rank that runtime error messages name (-1 before rt_boot_init). */
-extern int rt_log_rank;
-
 /* Fills b from the environment; initialises MPI under a launcher. Prints a message
  * and returns false when the launcher's view and MPI's disagree or MPI fails. */
 bool rt_boot_init(RtBoot *b, int *argc, char ***argv);
@@ -43,11 +41,5 @@ void rt_boot_barrier(const RtBoot *b);
  * On mismatch prints (on rank 0, or every rank when unsure) what the plan needs and
  * what was launched, and returns false. */
 bool rt_boot_check_mesh(const RtBoot *b, const MeshMap *m);
-
-/* Prints "shardrt: rank R: <message>" on stderr and ends the process with status code
- * (without MPI_Finalize: the launcher then ends the other ranks). */
-_Noreturn void rt_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Called by rt_fatal before the process ends (the comm removes its shared-memory regions). */
-extern void (*rt_fatal_hook)(void);
 
 #endif

@@ -297,7 +297,6 @@ struct RtComm {
 };
 
 /* req.c: the bottom layer (see its top for the layers) */
-double rt_now(void); /* monotonic seconds */
 void rt_req_finished(RtReq *q); /* unlinks a finished request from the active list */
 void rt_describe_req(const RtReq *q, char *buf, size_t len);
 uint16_t rt_signature(const RtReq *q);

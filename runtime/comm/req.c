@@ -15,15 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm_internal.h"
-
-double rt_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 const char *rt_redop_name(RtRedOp op) {
   static const char *const n[RT_REDOP_COUNT] = {"sum", "avg", "max"};

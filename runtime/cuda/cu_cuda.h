@@ -36,6 +36,10 @@ typedef struct {
   int graphs;                /* 1: the training step is recorded as a CUDA graph and replayed */
   int replays;               /* calls of replay */
   cudaGraphExec_t graph;     /* the recorded step (NULL: not yet) */
+  cudaStream_t copy;         /* plan offload: the copy stream of copy_start (NULL: none yet) */
+  cudaEvent_t issued;        /* recorded on the compute stream at each copy_start, waited by the copy stream */
+  cudaEvent_t *ev;           /* [nev]: the copies' slots (created at their first copy) */
+  int nev;
 } CudaBe;
 
 /* ops.c: the CUDA operations of the backend table. */
@@ -45,6 +49,10 @@ void rt_cu_cuda_zero(void *be, void *dst, int64_t bytes);
 void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                        size_t height);
 void rt_cu_cuda_sync(void *be);
+void rt_cu_cuda_copy_start(void *be, void *dst, const void *src, int64_t bytes, int kind, int slot);
+void rt_cu_cuda_host_wait(void *be, int slot);
+void rt_cu_cuda_device_wait(void *be, int slot);
+void rt_cu_cuda_copies_close(CudaBe *c); /* the copy stream and the slots' events, after a sync */
 void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
 int rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep);

@@ -4,6 +4,7 @@
  *   device.c  rt_cuda_device (picks the backend), the CUDA backend: device, NVRTC, cubin cache, memory
  *   ops.c     rt_cu_* (dispatch to the backend) and the CUDA launches, copies and fills
  *   gemm.c    rt_cu_matmul on cuBLASLt; the bf16 peak measurement
+ *   gemm_tune.c a GEMM's key (what its algorithm depends on) and the autotuning at its first call
  *   emu.c     the emulated backend: host memory, kernels compiled by the host C++ compiler
  *   common.c  what both share: hashing, the on-disk cache, the embedded kernel headers
  *   coll_dev.c the program's collectives on device memory (coll.h RtCollDevice): NCCL groups
@@ -48,6 +49,13 @@ typedef struct {
   /* height rows of width bytes, rows dpitch / spitch bytes apart */
   void (*copy2d)(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
   void (*sync)(void *be);
+  /* Plan offload's overlapped copies (kind RT_CU_D2H or RT_CU_H2D, between the allocation and pinned
+   * host memory): enqueued after the compute stream's work so far, on a copy stream that runs beside
+   * it; the copy's `slot` (an event) marks its end. A slot may hold several copies (a stacked
+   * gradient's rows, one per backward iteration): a wait waits for all of them. */
+  void (*copy_start)(void *be, void *dst, const void *src, int64_t bytes, int kind, int slot);
+  void (*host_wait)(void *be, int slot);   /* returns once slot's copies are done */
+  void (*device_wait)(void *be, int slot); /* the compute stream waits for slot's copies (the host goes on) */
   /* runs fn(M, ctx)'s device work; may record it once and replay the recording (NULL: call fn) */
   void (*replay)(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
   int64_t (*mem_in_use)(void *be, int64_t *total);
@@ -115,6 +123,42 @@ void rt_cu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * planned and free bytes and the knobs (the emulated device reports SHARDRT_EMU_MEMORY). */
 int rt_cu_check_free(const RtProgram *p, const RtCtx *ctx, int64_t bytes, int64_t free_b, int64_t total_b,
                      const char *dev);
+
+/* ---- gemm_tune.c (both backends) ---- */
+
+enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_CU_EK_DGELU_BGRAD }; /* epilogue kinds */
+/* What a GEMM's algorithm depends on: the shape after folding (a shared B with A not transposed:
+ * one GEMM over batch * m rows), the layout, the dtypes, the pointers' common alignment (bytes,
+ * at most 256) and the epilogue kind (RT_CU_EK_*; BIAS with a residual is BIAS). */
+typedef struct {
+  int64_t batch, m, n, k;
+  int ta, tb, bb, ab_dt, y_dt, align, epi;
+} RtCuGemmKey;
+RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                           int64_t n, int64_t k, int ta, int tb, int b_batched, const RtCuEpi *ep);
+int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y);
+void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n);
+/* SHARDRT_GEMM_AUTOTUNE: the candidates to time per GEMM key (0: no autotuning); dflt when unset.
+ * Fatal for a value that is not a number from 0 to 64. */
+int rt_cu_tune_candidates(int dflt);
+/* 1 when the GEMM reads its output y (beta != 0, the residual in place, GELU's backward over its
+ * pre-activation): the timing runs must write a scratch copy instead. */
+int rt_cu_tune_y_read(const void *y, float beta, const RtCuEpi *ep);
+/* Monotonic seconds (the emulated device times its candidate with it). */
+double rt_cu_tune_clock(void);
+/* Seconds one call of candidate cand took (it ran to completion), or < 0 when it cannot run. */
+typedef double (*RtCuTuneTime)(void *arg, int cand);
+/* The fastest of ncand candidates (a warm-up run each, then the minimum of 3 timed runs; ties and
+ * failures keep the earlier); counts it for rt_cu_tune_report. SHARDRT_GEMM_AUTOTUNE_LOG=1 prints
+ * every candidate's time. */
+int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
+/* Counts a key that took an earlier run's recorded choice (gemm.c) for rt_cu_tune_report. */
+void rt_cu_tune_recorded(void);
+/* Keys tuned, timed runs, keys that took an earlier run's choice, so far (this process). */
+void rt_cu_tune_stats(int *shapes, int *timed, int *recorded);
+/* One line on stderr (rank 0) when keys were tuned since the last report: how many, the time spent,
+ * how many kept another algorithm than the first candidate. device.c calls it after a step. */
+void rt_cu_tune_report(const RtCtx *ctx);
 
 /* ---- gemm.c (CUDA backend) ---- */
 typedef struct RtCuGemm RtCuGemm;

@@ -50,10 +50,19 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
 int rt_cu_matmul_ep(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                      int64_t k, int ta, int tb, const void *bias, const void *c, void *aux);
 
+/* What rt_cu_matmul_ep / rt_cu_matmul_dgelu did. */
+enum {
+  RT_CU_EP_NONE = 0,     /* nothing: no algorithm for the epilogue (the caller runs the plain GEMM and the nodes) */
+  RT_CU_EP_ALL = 1,      /* everything asked */
+  RT_CU_EP_NO_BGRAD = 2, /* rt_cu_matmul_dgelu: y, not the bias gradient (the caller sums y's columns) */
+};
+
 /* One GEMM with cuBLASLt's DGELU epilogue (passes/epilogue.c), GELU's backward: with acc as above,
- * y[i, j] = gelu'(pre[i, j]) * acc (pre: the forward's pre-activation, y's dtype); and with
- * DGELU_BGRAD, unless dbias is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient).
- * Returns as rt_cu_matmul_ep. */
+ * y[i, j] = gelu'(pre[i, j]) * acc (pre: the forward's pre-activation, y's dtype); and unless dbias
+ * is NULL, dbias[j] = the sum over i of y[i, j] (the bias gradient). Returns RT_CU_EP_ALL when it
+ * did both, RT_CU_EP_NO_BGRAD when it computed y only and left the bias gradient to the caller (the
+ * default where cuBLASLt's DGELU_BGRAD is slower than a column reduction: SHARDRT_GEMM_BGRAD, ops.c),
+ * RT_CU_EP_NONE (nothing, after a note) when the device has no algorithm for DGELU(_BGRAD). */
 int rt_cu_matmul_dgelu(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
                         int64_t k, int ta, int tb, const void *pre, void *dbias);
 
@@ -64,12 +73,17 @@ void rt_cu_zero(RtCtx *ctx, void *dst, int64_t bytes);
  * src + (o * src_dim + src_at) * inner * es to dst + (o * dst_dim + dst_at) * inner * es. */
 void rt_cu_copy_block(RtCtx *ctx, void *dst, int64_t dst_dim, int64_t dst_at, const void *src, int64_t src_dim,
                       int64_t src_at, int64_t outer, int64_t len, int64_t inner, int es);
-/* Plan offload (codegen's to_host / to_device): copies between the device and the program's host
- * allocation (RtProgram.host_bytes, rt_ctx_host_mem). to_host returns once the copy is done, after
- * everything enqueued before it (the host may read it at once); to_device returns once the host
- * buffer may be reused. */
-void rt_cu_to_host(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes);
-void rt_cu_to_device(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes);
+/* Plan offload (codegen's to_host / to_device, where passes/offload_sched.c puts them): copies
+ * between the device and the program's host allocation (RtProgram.host_bytes, rt_ctx_host_mem,
+ * pinned) on a copy stream beside the compute stream. A copy starts after the device work enqueued
+ * before the call and ends its slot (an event: the program numbers them); rt_cu_host_wait returns
+ * once the slot's copies are done (the host may read a download's bytes), rt_cu_device_wait orders
+ * the compute stream after them (an upload's readers) without blocking the host.
+ * SHARDRT_OFFLOAD_SYNC=1 makes every copy synchronous where it starts (no overlap). */
+void rt_cu_to_host_start(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes, int slot);
+void rt_cu_to_device_start(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes, int slot);
+void rt_cu_host_wait(RtCtx *ctx, int slot);
+void rt_cu_device_wait(RtCtx *ctx, int slot);
 /* Writes a host value to the device (AXIS_INDEX, small constants); enqueued like the rest. */
 void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes);
 

@@ -297,6 +297,7 @@ static void cuda_close(void *be) {
   CudaBe *c = be;
   if (!c) return;
   CU_CHECK(cudaStreamSynchronize(c->stream));
+  rt_cu_cuda_copies_close(c);
   if (c->graph) CU_CHECK(cudaGraphExecDestroy(c->graph));
   rt_cu_gemm_free(c->gemm);
   if (c->base) CU_CHECK(cudaFree(c->base));
@@ -314,6 +315,9 @@ static const RtCuOps cuda_ops = {.name = "cuda",
                                  .zero = rt_cu_cuda_zero,
                                  .copy2d = rt_cu_cuda_copy2d,
                                  .sync = rt_cu_cuda_sync,
+                                 .copy_start = rt_cu_cuda_copy_start,
+                                 .host_wait = rt_cu_cuda_host_wait,
+                                 .device_wait = rt_cu_cuda_device_wait,
                                  .replay = rt_cu_cuda_replay,
                                  .mem_in_use = cuda_mem_in_use,
                                  .pin = cuda_pin,
@@ -431,6 +435,7 @@ static void dev_run(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M) {
     d->ops->replay(d->be, fn, M, ctx);
   else
     fn(M, ctx);
+  rt_cu_tune_report(ctx); /* after the step that tuned GEMMs (the first) */
 }
 static void dev_pin(RtCtx *ctx, void *host, int64_t bytes) {
   RtCuDev *d = rt_cu_dev(ctx);

@@ -38,7 +38,19 @@ typedef struct {
   int from_cache;    /* 1: the shared object came from the cache */
   double peak;       /* measured FLOP/s (0: not yet) */
   int threads;       /* host threads for the peak measurement */
+  RtCuGemmKey *tuned; /* [ntuned]: the GEMM keys met (autotuning: each timed at its first call) */
+  int ntuned, captuned;
+  struct EmuCopy *inflight; /* plan offload's copies started and not yet waited */
+  int ninflight, capinflight;
 } EmuBe;
+
+/* A copy in flight (copy_start): done at once, checked at its wait. */
+typedef struct EmuCopy {
+  void *dst;
+  const void *src;
+  int64_t bytes;
+  int kind, slot;
+} EmuCopy;
 
 /* ---- bf16 ---- */
 
@@ -297,14 +309,10 @@ static bool emu_no_algorithm(const RtCuEpi *ep) {
   return hit;
 }
 
-static int emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                      int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
-  EmuBe *e = be;
-  if (emu_no_algorithm(ep)) return 1;
-  size_t es = ab_dt == RT_BF16 ? 2 : 4, ys = y_dt == RT_BF16 ? 2 : 4;
-  in_mem(e, a, batch * m * k * (int64_t)es, "matmul A");
-  in_mem(e, b, (b_batched ? batch : 1) * k * n * (int64_t)es, "matmul B");
-  in_mem(e, y, batch * m * n * (int64_t)ys, "matmul y");
+/* The GEMM (emu_matmul's checks done). */
+static void emu_gemm(EmuBe *e, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                     int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
+  size_t es = ab_dt == RT_BF16 ? 2 : 4;
   int64_t lda = ta ? m : k, ldb = tb ? k : n;
   float *yt = y_dt == RT_BF16 || ep ? malloc((size_t)(m * n) * sizeof *yt) : NULL;
   if ((y_dt == RT_BF16 || ep) && !yt) rt_fatal(1, "out of memory");
@@ -330,6 +338,66 @@ static int emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b,
   }
   free(bt);
   free(yt);
+}
+
+/* The autotuning's candidate run (gemm_tune.c): the emulated device's one algorithm into d. */
+typedef struct {
+  EmuBe *e;
+  void *d;
+  const void *a, *b;
+  const RtCuEpi *ep;
+  int y_dt, ab_dt, ta, tb, bb;
+  int64_t batch, m, n, k;
+  float alpha, beta;
+} EmuTrial;
+
+static double emu_trial(void *arg, int cand) {
+  EmuTrial *t = arg;
+  (void)cand;
+  double t0 = rt_cu_tune_clock();
+  emu_gemm(t->e, t->d, t->y_dt, t->a, t->b, t->ab_dt, t->batch, t->m, t->n, t->k, t->ta, t->tb, t->bb, t->alpha, t->beta,
+           t->ep);
+  return rt_cu_tune_clock() - t0;
+}
+
+/* SHARDRT_GEMM_AUTOTUNE=N (off by default here: one algorithm, nothing to choose) runs the tuning's
+ * candidate loop at a GEMM key's first call as on a GPU: its one candidate timed on the real
+ * operands, an output the GEMM reads (rt_cu_tune_y_read) copied to scratch first, so that what the
+ * real call then computes is unchanged (e2e_cuda_epilogue_fallback checks it byte for byte). */
+static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                     int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
+  if (rt_cu_tune_candidates(0) == 0) return;
+  RtCuGemmKey key = rt_cu_gemm_key(y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, ep);
+  for (int i = 0; i < e->ntuned; i++)
+    if (rt_cu_gemm_key_eq(&e->tuned[i], &key)) return;
+  if (e->ntuned == e->captuned) {
+    e->captuned = e->captuned ? 2 * e->captuned : 16;
+    RtCuGemmKey *nk = realloc(e->tuned, (size_t)e->captuned * sizeof *nk);
+    if (!nk) rt_fatal(1, "out of memory");
+    e->tuned = nk;
+  }
+  e->tuned[e->ntuned++] = key;
+  size_t bytes = (size_t)(batch * m * n) * (y_dt == RT_BF16 ? 2 : 4);
+  void *scratch = NULL;
+  if (rt_cu_tune_y_read(y, beta, ep)) {
+    if (!(scratch = malloc(bytes))) rt_fatal(1, "out of memory");
+    memcpy(scratch, y, bytes);
+  }
+  EmuTrial t = {e, scratch ? scratch : y, a, b, ep, y_dt, ab_dt, ta, tb, b_batched, batch, m, n, k, alpha, beta};
+  (void)rt_cu_tune_pick(1, emu_trial, &t, &key);
+  free(scratch);
+}
+
+static int emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                      int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
+  EmuBe *e = be;
+  if (emu_no_algorithm(ep)) return 1;
+  size_t es = ab_dt == RT_BF16 ? 2 : 4, ys = y_dt == RT_BF16 ? 2 : 4;
+  in_mem(e, a, batch * m * k * (int64_t)es, "matmul A");
+  in_mem(e, b, (b_batched ? batch : 1) * k * n * (int64_t)es, "matmul B");
+  in_mem(e, y, batch * m * n * (int64_t)ys, "matmul y");
+  emu_tune(e, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, ep);
+  emu_gemm(e, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, ep);
   return 0;
 }
 
@@ -355,6 +423,46 @@ static void emu_copy2d(void *be, void *dst, size_t dpitch, const void *src, size
 
 static void emu_sync(void *be) { (void)be; }
 
+/* Plan offload's overlapped copies. The emulated device has no second stream: a copy is made when
+ * it starts. What the overlap changes is when its bytes may be touched, so each copy is kept until
+ * its slot's wait, which checks that its source and destination still hold the same bytes: a
+ * source written, or a destination written or reused, while the copy would still be in flight on a
+ * GPU (where it may run any time between its start and its wait) stops the run, naming the slot. */
+static void emu_copy_start(void *be, void *dst, const void *src, int64_t bytes, int kind, int slot) {
+  EmuBe *e = be;
+  in_mem(e, kind == RT_CU_D2H ? src : dst, bytes, kind == RT_CU_D2H ? "offload download source" : "offload upload destination");
+  memmove(dst, src, (size_t)bytes);
+  if (e->ninflight == e->capinflight) {
+    int n = e->capinflight ? 2 * e->capinflight : 64;
+    EmuCopy *q = realloc(e->inflight, sizeof *q * (size_t)n);
+    if (!q) rt_fatal(1, "out of memory");
+    e->inflight = q, e->capinflight = n;
+  }
+  e->inflight[e->ninflight++] = (EmuCopy){dst, src, bytes, kind, slot};
+}
+
+static void emu_wait(EmuBe *e, int slot, int kind) {
+  int k = 0;
+  for (int i = 0; i < e->ninflight; i++) {
+    EmuCopy q = e->inflight[i];
+    if (q.slot != slot) {
+      e->inflight[k++] = q;
+      continue;
+    }
+    if (q.kind != kind)
+      rt_fatal(1, "emulated device: offload slot %d: a %s copy waited by the %s", slot, q.kind == RT_CU_D2H ? "download" : "upload",
+               kind == RT_CU_D2H ? "host" : "device");
+    if (memcmp(q.dst, q.src, (size_t)q.bytes) != 0)
+      rt_fatal(1, "emulated device: offload slot %d: the %s of %lld bytes was overwritten while in flight (its source or "
+                  "destination written between its start and its wait)",
+               slot, kind == RT_CU_D2H ? "download" : "upload", (long long)q.bytes);
+  }
+  e->ninflight = k;
+}
+
+static void emu_host_wait(void *be, int slot) { emu_wait(be, slot, RT_CU_D2H); }
+static void emu_device_wait(void *be, int slot) { emu_wait(be, slot, RT_CU_H2D); }
+
 static void emu_describe(void *be, char *out, size_t n) {
   EmuBe *e = be;
   snprintf(out, n, "emulated CUDA device (SHARDRT_DEVICE=emu): host memory, %d kernels compiled by the host C++ "
@@ -372,8 +480,10 @@ static void emu_close(void *be) {
   EmuBe *e = be;
   if (!e) return;
   free(e->base);
+  free(e->inflight);
   if (e->so) dlclose(e->so);
   free(e->fn);
+  free(e->tuned);
   free(e);
 }
 
@@ -384,6 +494,9 @@ static const RtCuOps emu_ops = {.name = "emu",
                                 .zero = emu_zero,
                                 .copy2d = emu_copy2d,
                                 .sync = emu_sync,
+                                .copy_start = emu_copy_start,
+                                .host_wait = emu_host_wait,
+                                .device_wait = emu_device_wait,
                                 .describe = emu_describe,
                                 .peak = emu_peak,
                                 .close = emu_close};

@@ -5,7 +5,10 @@
  * cuBLASLt's "A" is our B (op T when tb) and its "B" our A (op T when ta), with M = n, N = m.
  * Compute CUBLAS_COMPUTE_32F (fp32 accumulation; fp32 inputs exact, no TF32), fp32 scale. Batches
  * are strided; a shared B has stride 0, or when A is not transposed the batch folds into m (one
- * GEMM). One heuristic query per distinct shape, layout, epilogue and pointer alignment, cached.
+ * GEMM). One heuristic query per distinct shape, layout, epilogue and pointer alignment (RtCuGemmKey,
+ * gemm_tune.c), cached with its plan. Autotuning (SHARDRT_GEMM_AUTOTUNE, default 8): the query asks
+ * for that many candidates, and the key's first call outside a graph capture times them on its own
+ * operands (gemm_tune.c; an output the GEMM reads goes to scratch) and keeps the fastest.
  *
  * Epilogues (rt_cu_matmul_ep): our bias over y's columns is cuBLASLt's bias over its rows (M = n).
  * BIAS: D = AB + bias; with a residual, beta 1 and C = the residual (D = AB + C + bias);
@@ -18,6 +21,7 @@
  * plain GEMM and the unfused kernels (rt_cu_matmul_ep). A plain GEMM without one is fatal.
  */
 #include <cublasLt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,24 +40,132 @@
 #define GEMM_WORKSPACE (32u << 20) /* bytes */
 
 typedef struct {
-  int64_t batch, m, n, k;             /* after folding */
-  int ta, tb, bb, ab_dt, y_dt, align; /* layout, dtypes, pointer alignment (bytes) */
-  int epi;                            /* 0: none; 1: BIAS; 2: GELU_AUX_BIAS; 3: DGELU; 4: DGELU_BGRAD */
+  RtCuGemmKey key;                    /* shape after folding, layout, dtypes, alignment, epilogue */
   int none;                           /* the heuristic found no algorithm for this epilogue GEMM */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;  /* cuBLASLt's A (our B), B (our A), C = D */
-  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t algo;          /* the one used */
+  cublasLtMatmulAlgo_t *cand;         /* [ncand]: the heuristic's candidates, until the first call tunes them */
+  int ncand;
 } Plan;
+
+typedef struct { /* an autotuning's choice */
+  RtCuGemmKey key;
+  cublasLtMatmulAlgo_t algo;
+} Choice;
 
 struct RtCuGemm {
   cublasLtHandle_t lt;
   cudaStream_t stream;
   void *ws;          /* GEMM_WORKSPACE bytes of device scratch */
+  int tune;          /* candidates to time at a key's first call (SHARDRT_GEMM_AUTOTUNE; 0: the heuristic's first) */
+  cudaEvent_t ev[2]; /* the autotuning's timing */
+  char *tuned_path;  /* the choices of earlier runs on this GPU and cuBLASLt (NULL: no cache directory) */
+  Choice *tuned;     /* [ntuned]: read from it, and those made since */
+  int ntuned, captuned;
   Plan *plans;       /* [nplans] */
   int nplans, cap;
 };
 
 static cudaDataType_t cu_type(int dt) { return dt == RT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+/* ---- the autotuning's choices on disk: runs on the same GPU model and cuBLASLt make the same ones ----
+ * <cache>/gemm-tune-<hash of the GPU's name, the cuBLASLt and CUDA runtime versions, the candidate
+ * count>.txt, a line per key: its 11 fields, then the algorithm's 8 words in hex (cuBLASLt's
+ * cublasLtMatmulAlgo_t may be stored and reused with the same library version). A choice is used
+ * only where it is one of the heuristic's candidates for its key, so a stale file changes nothing
+ * but the time; without the record two runs could time two candidates in another order and train
+ * on different bits. */
+#define CHOICE_FMT "%" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %d %d %d %d %d %d %d"
+
+static void choices_add(RtCuGemm *g, const RtCuGemmKey *key, const cublasLtMatmulAlgo_t *algo) {
+  if (g->ntuned == g->captuned) {
+    g->captuned = g->captuned ? 2 * g->captuned : 32;
+    Choice *nc = realloc(g->tuned, (size_t)g->captuned * sizeof *nc);
+    if (!nc) rt_fatal(1, "out of memory");
+    g->tuned = nc;
+  }
+  g->tuned[g->ntuned++] = (Choice){*key, *algo};
+}
+
+/* The file's choices for keys not known yet (another rank's, another run's). */
+static void choices_read(RtCuGemm *g) {
+  size_t len = 0;
+  char *text = rt_cu_read_file(g->tuned_path, &len);
+  for (char *line = text; line && *line;) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    RtCuGemmKey k;
+    uint64_t w[8];
+    int used = 0, known = 0;
+    if (sscanf(line, CHOICE_FMT "%n", &k.batch, &k.m, &k.n, &k.k, &k.ta, &k.tb, &k.bb, &k.ab_dt, &k.y_dt, &k.align,
+               &k.epi, &used) == 11 &&
+        sscanf(line + used, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64,
+               &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7]) == 8) {
+      for (int i = 0; i < g->ntuned && !known; i++) known = rt_cu_gemm_key_eq(&g->tuned[i].key, &k);
+      cublasLtMatmulAlgo_t a;
+      memcpy(a.data, w, sizeof w);
+      if (!known) choices_add(g, &k, &a);
+    }
+    line = next;
+  }
+  free(text);
+}
+
+static void choices_load(RtCuGemm *g) {
+  char *dir = rt_cu_cache_dir();
+  if (!dir) return;
+  int dev = 0, rtv = 0;
+  struct cudaDeviceProp prop;
+  CU_CHECK(cudaGetDevice(&dev));
+  CU_CHECK(cudaGetDeviceProperties(&prop, dev));
+  CU_CHECK(cudaRuntimeGetVersion(&rtv));
+  char ids[128], hash[33];
+  snprintf(ids, sizeof ids, "cublasLt %zu cudart %d candidates %d", cublasLtGetVersion(), rtv, g->tune);
+  const char *parts[] = {prop.name, ids};
+  const size_t lens[] = {strlen(prop.name), strlen(ids)};
+  rt_cu_hash(hash, parts, lens, 2);
+  size_t n = strlen(dir) + 64;
+  g->tuned_path = malloc(n);
+  if (!g->tuned_path) rt_fatal(1, "out of memory");
+  snprintf(g->tuned_path, n, "%s/gemm-tune-%s.txt", dir, hash);
+  free(dir);
+  choices_read(g);
+}
+
+static void choices_save(RtCuGemm *g) {
+  if (!g->tuned_path) return;
+  choices_read(g); /* what other ranks on this machine recorded since: kept */
+  size_t cap = (size_t)g->ntuned * 256 + 1, len = 0;
+  char *text = malloc(cap);
+  if (!text) rt_fatal(1, "out of memory");
+  for (int i = 0; i < g->ntuned; i++) {
+    const RtCuGemmKey *k = &g->tuned[i].key;
+    const uint64_t *w = g->tuned[i].algo.data;
+    len += (size_t)snprintf(text + len, cap - len,
+                            "%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %d %d %d %d %d %d %d %" PRIx64 " %" PRIx64
+                            " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 "\n",
+                            k->batch, k->m, k->n, k->k, k->ta, k->tb, k->bb, k->ab_dt, k->y_dt, k->align, k->epi, w[0],
+                            w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+  }
+  if (rt_cu_write_atomic(g->tuned_path, text, len) != 0) { /* the next run tunes again */
+    fprintf(stderr, "note: the GEMM autotuning's choices could not be written to %s\n", g->tuned_path);
+    free(g->tuned_path);
+    g->tuned_path = NULL;
+  }
+  free(text);
+}
+
+/* The recorded choice for p's key when it is one of p's candidates, else NULL. */
+static const cublasLtMatmulAlgo_t *choice_of(const RtCuGemm *g, const Plan *p) {
+  for (int i = 0; i < g->ntuned; i++)
+    if (rt_cu_gemm_key_eq(&g->tuned[i].key, &p->key)) {
+      for (int c = 0; c < p->ncand; c++)
+        if (!memcmp(&p->cand[c], &g->tuned[i].algo, sizeof p->cand[c])) return &g->tuned[i].algo;
+      return NULL;
+    }
+  return NULL;
+}
 
 RtCuGemm *rt_cu_gemm_new(void *stream) {
   RtCuGemm *g = calloc(1, sizeof *g);
@@ -61,6 +173,10 @@ RtCuGemm *rt_cu_gemm_new(void *stream) {
   g->stream = (cudaStream_t)stream;
   LT_CHECK(cublasLtCreate(&g->lt));
   CU_CHECK(cudaMalloc(&g->ws, GEMM_WORKSPACE));
+  g->tune = rt_cu_tune_candidates(8);
+  CU_CHECK(cudaEventCreate(&g->ev[0]));
+  CU_CHECK(cudaEventCreate(&g->ev[1]));
+  if (g->tune > 1) choices_load(g);
   return g;
 }
 
@@ -72,7 +188,12 @@ void rt_cu_gemm_free(RtCuGemm *g) {
     LT_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
     LT_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
     LT_CHECK(cublasLtMatmulDescDestroy(p->op));
+    free(p->cand);
   }
+  CU_CHECK(cudaEventDestroy(g->ev[0]));
+  CU_CHECK(cudaEventDestroy(g->ev[1]));
+  free(g->tuned);
+  free(g->tuned_path);
   free(g->plans);
   CU_CHECK(cudaFree(g->ws));
   LT_CHECK(cublasLtDestroy(g->lt));
@@ -90,14 +211,9 @@ static cublasLtMatrixLayout_t layout(int dt, int64_t rows, int64_t cols, int64_t
   return l;
 }
 
-static Plan *plan_for(RtCuGemm *g, const Plan *key) {
-  for (int i = 0; i < g->nplans; i++) {
-    Plan *p = &g->plans[i];
-    if (p->batch == key->batch && p->m == key->m && p->n == key->n && p->k == key->k && p->ta == key->ta &&
-        p->tb == key->tb && p->bb == key->bb && p->ab_dt == key->ab_dt && p->y_dt == key->y_dt &&
-        p->align == key->align && p->epi == key->epi)
-      return p;
-  }
+static Plan *plan_for(RtCuGemm *g, const RtCuGemmKey *key) {
+  for (int i = 0; i < g->nplans; i++)
+    if (rt_cu_gemm_key_eq(&g->plans[i].key, key)) return &g->plans[i];
   if (g->nplans == g->cap) {
     g->cap = g->cap ? 2 * g->cap : 16;
     Plan *np = realloc(g->plans, (size_t)g->cap * sizeof *np);
@@ -105,7 +221,8 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
     g->plans = np;
   }
   Plan *p = &g->plans[g->nplans];
-  *p = *key;
+  memset(p, 0, sizeof *p);
+  p->key = *key;
   LT_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t opa = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -137,48 +254,104 @@ static Plan *plan_for(RtCuGemm *g, const Plan *key) {
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
-  cublasLtMatmulHeuristicResult_t res;
-  int got = 0;
-  cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &got);
+  cublasLtMatmulHeuristicResult_t res[64];
+  int got = 0, want = g->tune > 1 ? g->tune : 1;
+  cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want, res, &got);
   LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   if ((rc == CUBLAS_STATUS_SUCCESS || rc == CUBLAS_STATUS_NOT_SUPPORTED) && got == 0 && key->epi) {
     p->none = 1; /* the caller falls back to the plain GEMM and the unfused kernels */
     g->nplans++;
     return p;
   }
-  if (rc != CUBLAS_STATUS_SUCCESS || got == 0)
-    rt_fatal(1,
-             "cuBLASLt has no algorithm for the GEMM batch %lld, m %lld, n %lld, k %lld, ta %d, tb %d, %s inputs, %s "
-             "output, pointers aligned to %d bytes, epilogue %s (%s)",
-             (long long)key->batch, (long long)m, (long long)n, (long long)k, key->ta, key->tb,
-             key->ab_dt == RT_BF16 ? "bf16" : "f32", key->y_dt == RT_BF16 ? "bf16" : "f32", key->align,
-             (const char *[]){"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"}[key->epi],
+  if (rc != CUBLAS_STATUS_SUCCESS || got == 0) {
+    char desc[256];
+    rt_cu_gemm_key_str(key, desc, sizeof desc);
+    rt_fatal(1, "cuBLASLt has no algorithm for the GEMM %s (%s)", desc,
              rc != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusName(rc) : "no result");
-  p->algo = res.algo;
+  }
+  p->algo = res[0].algo;
+  if (got > 1) { /* the candidates rt_cu_gemm_run times at the first call */
+    p->cand = malloc((size_t)got * sizeof *p->cand);
+    if (!p->cand) rt_fatal(1, "out of memory");
+    for (int i = 0; i < got; i++)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= GEMM_WORKSPACE) p->cand[p->ncand++] = res[i].algo;
+  }
   g->nplans++;
   return p;
 }
 
+/* One candidate's run for the autotuning (gemm_tune.c): into d (the output, or its scratch). */
+typedef struct {
+  RtCuGemm *g;
+  Plan *p;
+  const void *a, *b, *c;
+  void *d;
+  float alpha, beta;
+} Trial;
+
+static double trial_time(void *arg, int cand) {
+  Trial *t = arg;
+  RtCuGemm *g = t->g;
+  Plan *p = t->p;
+  CU_CHECK(cudaEventRecord(g->ev[0], g->stream));
+  cublasStatus_t rc = cublasLtMatmul(g->lt, p->op, &t->alpha, t->b, p->la, t->a, p->lb, &t->beta, t->c, p->lc, t->d,
+                                     p->lc, &p->cand[cand], g->ws, GEMM_WORKSPACE, g->stream);
+  CU_CHECK(cudaEventRecord(g->ev[1], g->stream));
+  CU_CHECK(cudaEventSynchronize(g->ev[1]));
+  if (rc != CUBLAS_STATUS_SUCCESS) return -1;
+  float ms = 0;
+  CU_CHECK(cudaEventElapsedTime(&ms, g->ev[0], g->ev[1]));
+  return 1e-3 * ms;
+}
+
+/* The first call of a key with several candidates: the choice of an earlier run, or time them, keep
+ * the fastest and record it. Not while the stream is being captured (a CUDA graph: nothing may
+ * synchronize), nor when the scratch output cannot be allocated: the heuristic's first, for the
+ * rest of the run. */
+static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, const void *c, float alpha, float beta,
+                 const RtCuEpi *ep) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  CU_CHECK(cudaStreamIsCapturing(g->stream, &cs));
+  void *scratch = NULL;
+  const cublasLtMatmulAlgo_t *known = choice_of(g, p);
+  if (known) {
+    p->algo = *known;
+    rt_cu_tune_recorded();
+  } else if (cs == cudaStreamCaptureStatusNone) {
+    Trial t = {g, p, a, b, c, y, alpha, beta};
+    int ok = 1;
+    if (rt_cu_tune_y_read(y, beta, ep)) { /* the timing runs must not change what the real one reads */
+      size_t bytes = (size_t)(p->key.batch * p->key.m * p->key.n) * (p->key.y_dt == RT_BF16 ? 2 : 4);
+      ok = cudaMallocAsync(&scratch, bytes, g->stream) == cudaSuccess; /* stream-ordered: no device-wide sync */
+      if (!ok) (void)cudaGetLastError();
+      t.d = scratch;
+    }
+    if (ok) {
+      p->algo = p->cand[rt_cu_tune_pick(p->ncand, trial_time, &t, &p->key)];
+      choices_add(g, &p->key, &p->algo);
+      choices_save(g);
+    }
+    if (scratch) CU_CHECK(cudaFreeAsync(scratch, g->stream));
+  }
+  free(p->cand);
+  p->cand = NULL;
+  p->ncand = 0;
+}
+
 int rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                     int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
-  if (batch > 1 && !b_batched && !ta) m *= batch, batch = 1; /* a shared B: one GEMM over batch * m rows */
-  if (batch == 1) b_batched = 1;
-  uintptr_t bits = (uintptr_t)y | (uintptr_t)a | (uintptr_t)b | 256;
-  const void *c = y;
-  if (ep) {
-    bits |= (uintptr_t)ep->bias | (uintptr_t)ep->c | (uintptr_t)ep->aux | (uintptr_t)ep->dbias;
-    if (ep->c) c = ep->c, beta = 1.0f;
-  }
-  Plan key = {.batch = batch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .bb = b_batched, .ab_dt = ab_dt,
-              .y_dt = y_dt, .align = (int)(bits & -bits), .epi = !ep ? 0 : ep->dgelu ? (ep->dbias ? 4 : 3) : ep->aux ? 2 : 1};
+  RtCuGemmKey key = rt_cu_gemm_key(y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, ep);
   Plan *p = plan_for(g, &key);
   if (p->none) return 1;
+  const void *c = y;
   if (ep) {
+    if (ep->c) c = ep->c, beta = 1.0f;
     const void *bias = ep->dgelu ? ep->dbias : ep->bias; /* BGRAD writes the bias pointer */
     if (bias) LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (ep->aux)
       LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof ep->aux));
   }
+  if (p->ncand > 1) tune(g, p, y, a, b, c, alpha, beta, ep);
   LT_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, c, p->lc, y, p->lc, &p->algo, g->ws,
                           GEMM_WORKSPACE, g->stream));
   return 0;

@@ -40,24 +40,45 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
 }
 
 /* An epilogue GEMM through the backend: 1 when it ran; 0 when the backend has no algorithm for the
- * epilogue, after a note the first time for this GEMM (where) and epilogue. */
-static int matmul_epi(RtCtx *ctx, RtCuDev *d, const char *where, void *y, int y_dt, const void *a, const void *b,
-                      int ab_dt, int64_t m, int64_t n, int64_t k, int ta, int tb, const RtCuEpi *ep) {
-  if (!d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, 1, m, n, k, ta, tb, 1, 1.0f, 0.0f, ep)) return 1;
+ * epilogue (nothing done). */
+static int epi_ran(RtCuDev *d, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
+                   int64_t k, int ta, int tb, const RtCuEpi *ep) {
+  return !d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, 1, m, n, k, ta, tb, 1, 1.0f, 0.0f, ep);
+}
+
+/* The note, once for this GEMM (where) and epilogue, that the device had no algorithm for epi and
+ * what runs instead. */
+static void epi_note(RtCtx *ctx, RtCuDev *d, const char *where, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                     int ab_dt, const char *epi, const char *instead) {
   if (!where) where = "(unnamed)";
   enum { NOTED_MAX = 256 };
   static struct { const char *where, *epi; } noted[NOTED_MAX];
   static int nnoted;
-  const char *epi = rt_cu_epi_name(ep);
   for (int i = 0; i < nnoted; i++)
-    if (strcmp(noted[i].where, where) == 0 && strcmp(noted[i].epi, epi) == 0) return 0;
+    if (strcmp(noted[i].where, where) == 0 && strcmp(noted[i].epi, epi) == 0) return;
   if (nnoted < NOTED_MAX) noted[nnoted++].where = where, noted[nnoted - 1].epi = epi;
   fprintf(stderr,
           "note: rank %d: %s has no algorithm for the GEMM at %s (m %lld, n %lld, k %lld, ta %d, tb %d, %s) with "
-          "epilogue %s; it runs as the plain GEMM and the elementwise kernels\n",
+          "epilogue %s; it runs as %s\n",
           ctx->rank, d->ops->name[0] == 'c' ? "cuBLASLt" : "the emulated device", where, (long long)m, (long long)n,
-          (long long)k, ta, tb, ab_dt == RT_BF16 ? "bf16" : "f32", epi);
+          (long long)k, ta, tb, ab_dt == RT_BF16 ? "bf16" : "f32", epi, instead);
+}
+
+static int matmul_epi(RtCtx *ctx, RtCuDev *d, const char *where, void *y, int y_dt, const void *a, const void *b,
+                      int ab_dt, int64_t m, int64_t n, int64_t k, int ta, int tb, const RtCuEpi *ep) {
+  if (epi_ran(d, y, y_dt, a, b, ab_dt, m, n, k, ta, tb, ep)) return 1;
+  epi_note(ctx, d, where, m, n, k, ta, tb, ab_dt, rt_cu_epi_name(ep), "the plain GEMM and the elementwise kernels");
   return 0;
+}
+
+/* SHARDRT_GEMM_BGRAD: 1 for "fused" (cuBLASLt's DGELU_BGRAD first), 0 for "split" (the default:
+ * DGELU first, the caller's column reduction for the bias gradient). */
+static int bgrad_fused(void) {
+  const char *v = getenv("SHARDRT_GEMM_BGRAD");
+  if (!v || !*v || strcmp(v, "split") == 0) return 0;
+  if (strcmp(v, "fused") == 0) return 1;
+  rt_fatal(1, "SHARDRT_GEMM_BGRAD=%s: want split (GELU's backward in the GEMM, the bias gradient by the program's "
+           "column reduction: the default) or fused (cuBLASLt's DGELU_BGRAD)", v);
 }
 
 int rt_cu_matmul_ep(RtCtx *ctx, const char *where, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t m, int64_t n,
@@ -85,8 +106,23 @@ int rt_cu_matmul_dgelu(RtCtx *ctx, const char *where, void *y, int y_dt, const v
     rt_fatal(1, "rt_cu_matmul_dgelu: dtypes %d -> %d, or a pointer missing or not aligned to its element (y %p, a %p, "
              "b %p, pre %p, dbias %p)", ab_dt, y_dt, y, a, b, pre, dbias);
   if (m <= 0 || n <= 0 || k <= 0) rt_fatal(1, "rt_cu_matmul_dgelu: empty GEMM %lld x %lld x %lld", (long long)m, (long long)n, (long long)k);
-  const RtCuEpi ep = {NULL, NULL, (void *)pre, 1, dbias};
-  return matmul_epi(ctx, d, where, y, y_dt, a, b, ab_dt, m, n, k, ta, tb, &ep);
+  /* GELU's backward with its bias gradient, one decision here: cuBLASLt's DGELU_BGRAD sums the bias
+   * gradient in a separate reduction kernel of its own, measured slow (GPT-2's [16384, 3072] on an
+   * H200: 344 us, against a bytes floor of 24 us), so by default the GEMM runs with DGELU and
+   * the caller sums the columns (RT_CU_EP_NO_BGRAD); SHARDRT_GEMM_BGRAD=fused prefers DGELU_BGRAD.
+   * Where the device has no algorithm for the preferred epilogue the other is tried, then none. */
+  const RtCuEpi bg = {NULL, NULL, (void *)pre, 1, dbias}, dg = {NULL, NULL, (void *)pre, 1, NULL};
+  if (!dbias) return matmul_epi(ctx, d, where, y, y_dt, a, b, ab_dt, m, n, k, ta, tb, &dg);
+  int fused = bgrad_fused();
+  const RtCuEpi *order[2] = {fused ? &bg : &dg, fused ? &dg : &bg};
+  for (int i = 0; i < 2; i++)
+    if (epi_ran(d, y, y_dt, a, b, ab_dt, m, n, k, ta, tb, order[i])) {
+      if (i) epi_note(ctx, d, where, m, n, k, ta, tb, ab_dt, rt_cu_epi_name(order[0]),
+                      order[i]->dbias ? "the GEMM with epilogue DGELU_BGRAD" : "the GEMM with epilogue DGELU and the bias gradient's kernels");
+      return order[i]->dbias ? RT_CU_EP_ALL : RT_CU_EP_NO_BGRAD;
+    }
+  epi_note(ctx, d, where, m, n, k, ta, tb, ab_dt, "DGELU_BGRAD or DGELU", "the plain GEMM and the elementwise kernels");
+  return RT_CU_EP_NONE;
 }
 
 void rt_cu_copy(RtCtx *ctx, void *dst, const void *src, int64_t bytes) {
@@ -118,14 +154,40 @@ void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
   if (bytes > 0) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D_ASYNC);
 }
 
-void rt_cu_to_host(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes) {
-  RtCuDev *d = rt_cu_dev(ctx);
-  if (bytes > 0) d->ops->copy(d->be, host_dst, src, bytes, RT_CU_D2H);
+/* SHARDRT_OFFLOAD_SYNC=1: every offload copy synchronous where it is issued (the device's work
+ * before it, then the copy, done when the call returns), as before the copies overlapped the
+ * compute: the same program without the overlap, to measure what the overlap gains. */
+static int offload_sync(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("SHARDRT_OFFLOAD_SYNC");
+    v = e && *e && strcmp(e, "0") != 0;
+  }
+  return v;
 }
 
-void rt_cu_to_device(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
+void rt_cu_to_host_start(RtCtx *ctx, void *host_dst, const void *src, int64_t bytes, int slot) {
   RtCuDev *d = rt_cu_dev(ctx);
-  if (bytes > 0) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D);
+  if (bytes <= 0) return;
+  if (offload_sync()) d->ops->copy(d->be, host_dst, src, bytes, RT_CU_D2H);
+  else d->ops->copy_start(d->be, host_dst, src, bytes, RT_CU_D2H, slot);
+}
+
+void rt_cu_to_device_start(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes, int slot) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (bytes <= 0) return;
+  if (offload_sync()) d->ops->copy(d->be, dst, host_src, bytes, RT_CU_H2D);
+  else d->ops->copy_start(d->be, dst, host_src, bytes, RT_CU_H2D, slot);
+}
+
+void rt_cu_host_wait(RtCtx *ctx, int slot) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (!offload_sync()) d->ops->host_wait(d->be, slot);
+}
+
+void rt_cu_device_wait(RtCtx *ctx, int slot) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (!offload_sync()) d->ops->device_wait(d->be, slot);
 }
 
 /* ---- the CUDA backend ---- */
@@ -186,6 +248,57 @@ void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size
 void rt_cu_cuda_sync(void *be) {
   CudaBe *c = be;
   CU_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+/* Plan offload's copies: on the copy stream, after an event on the compute stream (the work
+ * enqueued before the call: what wrote the source, or last read the destination); the slot's
+ * event recorded after the copy (re-recorded by each copy of the slot: a wait covers them all,
+ * the copy stream being in order). */
+static cudaEvent_t slot_event(CudaBe *c, int slot) {
+  if (slot < 0) rt_fatal(1, "CUDA: offload copy slot %d", slot);
+  if (slot >= c->nev) {
+    int n = slot + 64;
+    cudaEvent_t *ev = realloc(c->ev, sizeof *ev * (size_t)n);
+    if (!ev) rt_fatal(1, "out of memory");
+    for (int i = c->nev; i < n; i++) CU_CHECK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
+    c->ev = ev;
+    c->nev = n;
+  }
+  return c->ev[slot];
+}
+
+void rt_cu_cuda_copy_start(void *be, void *dst, const void *src, int64_t bytes, int kind, int slot) {
+  CudaBe *c = be;
+  if (!c->copy) {
+    CU_CHECK(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
+    CU_CHECK(cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming));
+  }
+  cudaEvent_t done = slot_event(c, slot);
+  CU_CHECK(cudaEventRecord(c->issued, c->stream));
+  CU_CHECK(cudaStreamWaitEvent(c->copy, c->issued, 0));
+  CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, kind == RT_CU_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                           c->copy));
+  CU_CHECK(cudaEventRecord(done, c->copy));
+}
+
+void rt_cu_cuda_host_wait(void *be, int slot) {
+  CudaBe *c = be;
+  if (slot < c->nev) CU_CHECK(cudaEventSynchronize(c->ev[slot]));
+}
+
+void rt_cu_cuda_device_wait(void *be, int slot) {
+  CudaBe *c = be;
+  if (slot < c->nev) CU_CHECK(cudaStreamWaitEvent(c->stream, c->ev[slot], 0));
+}
+
+void rt_cu_cuda_copies_close(CudaBe *c) {
+  if (!c->copy) return;
+  CU_CHECK(cudaStreamSynchronize(c->copy));
+  for (int i = 0; i < c->nev; i++) CU_CHECK(cudaEventDestroy(c->ev[i]));
+  CU_CHECK(cudaEventDestroy(c->issued));
+  CU_CHECK(cudaStreamDestroy(c->copy));
+  free(c->ev);
+  c->ev = NULL, c->nev = 0, c->copy = NULL;
 }
 
 /* The training step as a CUDA graph: the compiled step launches the same kernels, GEMMs and copies on

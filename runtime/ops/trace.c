@@ -7,7 +7,7 @@
 #include "coll.h"
 #include "mesh.h"
 #include "train/ctx.h"
-#include "train/train.h" /* rt_now */
+#include "base.h" /* rt_now */
 
 enum { TRACE_MAX_EVENTS = 4 << 20 }; /* ~160 MiB: a longer run keeps its first events */
 

@@ -24,7 +24,7 @@ double rt_trace_origin(const RtTrace *t);
 void rt_trace_set_origin(RtTrace *t, double origin);
 void rt_trace_free(RtTrace *t);
 
-/* One span [t0, t1] (rt_now() seconds, train/train.h) on thread tid: what (a static string), and the
+/* One span [t0, t1] (rt_now() seconds, runtime/base.h) on thread tid: what (a static string), and the
  * mesh axis of a collective (-1: none), the micro-batch and chunk of a pipeline instruction (-1:
  * none). */
 void rt_trace_span(RtCtx *ctx, int tid, const char *what, int axis, int mb, int chunk, double t0, double t1);

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "files.h"
 
 #define CKPT_FORMAT "shardc-checkpoint-1"
 

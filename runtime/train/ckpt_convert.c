@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "ckpt_tool.h"
-#include "train.h"
+#include "files.h"
 
 typedef struct {
   const char *name;

@@ -9,9 +9,10 @@
  *                            "pieces": [{"file", "entry", "start", "shape"}]}]}
  * A tensor's block on a rank is a few rectangles of the logical tensor (one per block of each split
  * dim: RtSharding.blocks, zigzag halves). Replicas (ranks that differ only on axes not splitting a
- * tensor) hold the same bytes; one of them writes it: coordinate 0 on every axis but dp, and along
- * dp the replica (tensor index mod dp), so data-parallel replicas share the writing; along pp, for a
- * tensor held on some stages only (RtTensor.stages: the embedding, the head), the first of them.
+ * tensor) hold the same bytes; one of them writes it (rt_ckpt_writer, runtime/mesh.h, the rule the
+ * compiler's storage report counts by): coordinate 0 on every axis but dp, and along dp the replica
+ * (tensor index mod dp), so data-parallel replicas share the writing; along pp, for a tensor held on
+ * some stages only (RtTensor.stages: the embedding, the head), the first of them.
  * A rank never loads a tensor its stage does not hold (those bytes are other values' there).
  *
  * Commit: rank 0 makes DIR/.tmp-step_N-sharded-PID (PID: rank 0's, which every rank learns at
@@ -37,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "files.h"
 
 #define MAX_RECTS 256 /* rectangles of one tensor's block */
 
@@ -78,16 +79,11 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
   return n;
 }
 
-/* Whether the rank at coord writes tensor number ti (see the top of the file). */
+/* Whether the rank at coord writes tensor number ti: runtime/mesh.h's rule (see the top of the file). */
 static int writes(const RtProgram *p, const RtTensor *t, int ti, const int coord[RT_AX_COUNT]) {
-  unsigned mask = rt_tensor_split_mask(p, t);
-  if (!rt_tensor_held(p, t, coord[RT_AX_PP])) return 0;
-  for (int a = 0; a < RT_AX_COUNT; a++) {
-    if (mask >> a & 1) continue;
-    int want = a == RT_AX_DP ? ti % rt_program_degree(p, a) : a == RT_AX_PP && t->stages ? __builtin_ctzll(t->stages) : 0;
-    if (coord[a] != want) return 0;
-  }
-  return 1;
+  int dim[RT_AX_COUNT];
+  for (int a = 0; a < RT_AX_COUNT; a++) dim[a] = rt_program_degree(p, a);
+  return rt_ckpt_writer(dim, coord, rt_tensor_split_mask(p, t), t->stages, ti);
 }
 
 int rt_ckpt_shard_writes(const RtProgram *p, int ti, const int coord[RT_AX_COUNT]) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "files.h"
 
 typedef struct {
   const char *s; /* text */

@@ -5,7 +5,7 @@
  * summary → sampling (eval.c). Every rank runs the same loop (the step's collectives keep them in
  * lockstep); rank 0 prints, logs (log.c) and writes checkpoints; every rank reads its own block of
  * each batch. Weights, batches, checkpoints and dumps are logical tensors; each rank holds its
- * block (dist.c, tensors.c). run.h says how a device program's tensors reach the host.
+ * block (layout.c, dist.c, tensors.c). run.h says how a device program's tensors reach the host.
  */
 #include <errno.h>
 #include <math.h>

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "files.h"
 
 #define ST_MAX_HEADER (256ll << 20) /* bytes: a header larger than this is malformed */
 

@@ -1,12 +1,11 @@
-/* runtime/train/util.c — errors, checked allocation, clocks, resident memory, dtypes. */
+/* runtime/train/util.c — errors, checked allocation, resident memory, dtypes (the clock: ../base.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "train.h"
+#include "files.h"
 
 void rt_error_v(const char *fmt, va_list ap) {
   fflush(stdout);
@@ -67,8 +66,6 @@ char *rt_xprintf(const char *fmt, ...) {
   va_end(ap2);
   return q;
 }
-
-/* rt_now (declared in train.h) is runtime/comm/comm.c's: one monotonic clock for the library. */
 
 static int64_t proc_status_kb(const char *field) {
   FILE *f = fopen("/proc/self/status", "r");

@@ -12,9 +12,11 @@
 #   written under pp2 interleaved at step 10 resumes on one rank with the uninterrupted run's
 #   step-11 loss (checkpoints hold logical tensors: each stage its layers, interleaved ones too).
 #   Stages of unequal layer counts (pp2 layers(1, 3), pp3 layers(1, 2, 1), pp2 layers(3, 1) zb x
-#   dp2) give the single-rank curve too, and their checkpoints resume across layouts. The
+#   dp2, and pp3 layers(balanced) 1F1B: the stage pass's [1, 2, 1]) give the single-rank curve too,
+#   and their checkpoints resume across layouts. The
 #   parameters outside the layers are held on the stages reading them only: a pp4 checkpoint
-#   (sharded and logical) resumes on one rank and under pp2, a one-rank one under pp4.
+#   (sharded and logical) resumes on one rank and under pp2, a one-rank one under pp4. A parameter
+#   outside the layers that every layer reads (pp_shared.model's `gate`): pp4 against its one rank.
 #
 # Tolerance: |loss - loss_1rank| <= 1e-5 * |loss_1rank| at every step (lib.sh's, justified in
 # layouts.sh): micro-batches add their gradients in another order than one big batch, and the
@@ -79,10 +81,15 @@ stages() { sed "s/^  dp auto\$/  dp auto\n  pp $1/" models/tiny.model >"$uv/$2.m
 stages "2 layers(1, 3)" s13
 stages "3 layers(1, 2, 1)" s121
 stages "2 layers(3, 1)" s31
+stages "3 layers(balanced)" sbal
 "$shardc" build "$uv/s13.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 2 -o "$t/pp2s13" 2>/dev/null
+# `layers(balanced)`: the stage pass's split by the cost model's time and memory, [1, 2, 1] here, 1F1B
+"$shardc" plan "$uv/sbal.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 3 2>/dev/null |
+  grep -q "^#   layers(balanced): \[1, 2, 1\]" || { echo "FAIL: pp3 layers(balanced) is not [1, 2, 1]"; exit 1; }
+"$shardc" build "$uv/sbal.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 --world 3 -o "$t/pp3bal" 2>/dev/null
 "$shardc" build "$uv/s121.model" "${m[@]:1}" -D micro_batch=2 -D dp=1 -D schedule=gpipe --world 3 -o "$t/pp3s121" 2>/dev/null
 "$shardc" build "$uv/s31.model" "${m[@]:1}" -D micro_batch=2 -D dp=2 -D schedule=zb --world 4 -o "$t/pp2s31dp2zb" 2>/dev/null
-for c in pp2s13:2 pp3s121:3 pp2s31dp2zb:4; do
+for c in pp2s13:2 pp3s121:3 pp2s31dp2zb:4 pp3bal:3; do
   n=${c%%:*}
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "tiny $n" "$t/$n.jsonl" "$t/one.jsonl"
@@ -113,4 +120,12 @@ awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d;
 "${mpi[@]}" -np 4 "$t/pp4" "${run[@]}" --resume "$t/ck1" --stop-at 11 --log "$t/r1_pp4.jsonl" --save-to "$t/r1_pp4" >/dev/null
 resumed "pp4 -> 1 rank:$t/r4_one.jsonl:$t/pp4.jsonl" "pp4 logical -> pp2:$t/r4l_pp2.jsonl:$t/pp4.jsonl" \
   "1 rank -> pp4:$t/r1_pp4.jsonl:$t/one.jsonl"
+# a parameter outside the layers that every layer reads (tests/passes/pp_shared.model's `gate`): held
+# on every stage, its gradient carried through each stage's backward loop and summed over the four
+sm=(tests/passes/pp_shared.model -D seq=64 -D layers=4 -D batch=8)
+"$shardc" build "${sm[@]}" -D micro_batch=8 --world 1 -o "$t/sone" 2>/dev/null
+"$shardc" build "${sm[@]}" -D micro_batch=2 -D dp=1 -D pp=4 --world 4 -o "$t/spp4" 2>/dev/null
+"$t/sone" "${run[@]}" --threads 2 --log "$t/sone.jsonl" >/dev/null
+"${mpi[@]}" -np 4 "$t/spp4" "${run[@]}" --log "$t/spp4.jsonl" >/dev/null
+compare "every layer reads gate, pp4" "$t/spp4.jsonl" "$t/sone.jsonl"
 echo "pipeline parallelism: ok"

@@ -4,10 +4,14 @@
  *           rt_cu_launch (plain and with dynamic shared memory + __syncthreads), rt_cu_copy, zero,
  *           put, copy_block and rt_cu_matmul (f32 and bf16 in, f32 and bf16 out, ta/tb, batched,
  *           shared B, alpha/beta) and rt_cu_matmul_ep (bias; bias + GELU with the pre-activation;
- *           bias + residual, in place too) against naive references; refused epilogues
- *           (SHARDRT_EMU_NO_EPILOGUE) return 0 and write nothing; the kernel .so comes from the
+ *           bias + residual, in place too) and rt_cu_matmul_dgelu (GELU's backward; with the bias
+ *           gradient in the GEMM, SHARDRT_GEMM_BGRAD=fused, or left to the caller, the default)
+ *           against naive references; refused epilogues (SHARDRT_EMU_NO_EPILOGUE) return 0 and write
+ *           nothing, one of DGELU / DGELU_BGRAD refused runs the other; the GEMMs again with the
+ *           autotuning's candidate loop (SHARDRT_GEMM_AUTOTUNE=8); the kernel .so comes from the
  *           cache the second time
- *   gpu     the same on the real GPU (SHARDRT_DEVICE=cuda; tests/gpu/run_gpu.sh runs it)
+ *   gpu     the same on the real GPU (SHARDRT_DEVICE=cuda; tests/gpu/run_gpu.sh runs it), the GEMMs
+ *           autotuned (the default there: every GEMM key's fastest of cuBLASLt's first 8 candidates)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
  *           from the on-disk cache; a broken source prints NVRTC's log and fails
  *   nogpu   opening the real CUDA device on a machine without a driver fails with the clear message
@@ -189,7 +193,9 @@ static void matmul_case(RtCtx *ctx, char *M, int ab_dt, int y_dt, int64_t batch,
 /* rt_cu_matmul_ep (the fused GEMM epilogues of passes/epilogue.c) against a double reference: mode 0 bias,
  * 1 bias + GELU with the pre-activation in aux, 2 bias + a residual c, 3 the same with c == y (in place);
  * rt_cu_matmul_dgelu: 4 GELU's backward with c as the pre-activation, 5 the same with the bias gradient
- * (into aux; its tolerance: the sum of the elements').
+ * in the GEMM (SHARDRT_GEMM_BGRAD=fused: DGELU_BGRAD, into aux; its tolerance: the sum of the
+ * elements'), 6 the bias gradient asked with the default policy (split: y as mode 4, RT_CU_EP_NO_BGRAD
+ * returned and aux not written).
  * Tolerance: matmul_case's on t = AB + bias (plus |bias|, |c|), GELU's slope (<= 1.13) on it, bf16's
  * half ulp on each output and on the two values the unfused nodes round before it (AB, t: the
  * emulated device computes as they do), 1e-6 relative for f32 GELU's tanhf. */
@@ -206,14 +212,27 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
   char *da = M + 4096, *db = da + na * (int64_t)es, *dbias = db + nb * (int64_t)es, *dc = dbias + n * (int64_t)es;
   char *dy = mode == 3 ? dc : dc + ny * (int64_t)es, *daux = dy + ny * (int64_t)es;
   rt_cuda_device.upload(ctx, da, h, nv * (int64_t)es);
+  const unsigned char mark = 0xa5;
+  if (mode == 6) { /* aux must stay as it is */
+    memset(haux, mark, (size_t)n * es);
+    rt_cuda_device.upload(ctx, daux, haux, n * (int64_t)es);
+  }
   int ran;
+  if (mode == 5) setenv("SHARDRT_GEMM_BGRAD", "fused", 1);
   if (mode >= 4)
-    ran = rt_cu_matmul_dgelu(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode == 5 ? daux : NULL);
+    ran = rt_cu_matmul_dgelu(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode >= 5 ? daux : NULL);
   else
     ran = rt_cu_matmul_ep(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
-  CHECK(ran == 1, "matmul_ep mode %d: the device has no algorithm for the epilogue", mode);
+  unsetenv("SHARDRT_GEMM_BGRAD");
+  CHECK(ran == (mode == 6 ? RT_CU_EP_NO_BGRAD : RT_CU_EP_ALL), "matmul_ep mode %d: returned %d: the device has no algorithm for the epilogue", mode, ran);
   rt_cuda_device.download(ctx, hy, dy, ny * (int64_t)es);
-  if (mode == 1 || mode == 5) rt_cuda_device.download(ctx, haux, daux, (mode == 5 ? n : ny) * (int64_t)es);
+  if (mode == 1 || mode >= 5) rt_cuda_device.download(ctx, haux, daux, (mode >= 5 ? n : ny) * (int64_t)es);
+  if (mode == 6)
+    for (int64_t i = 0; i < n * (int64_t)es; i++)
+      if ((unsigned char)haux[i] != mark) {
+        CHECK(0, "matmul_dgelu split: the bias gradient's bytes were written (byte %lld)", (long long)i);
+        break;
+      }
   double worst = 0;
   for (int64_t j = 0; j < n; j++) {
     double db_ref = 0, db_tol = 0;
@@ -259,7 +278,8 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
   }
   printf("matmul_ep %-4s %3lld x %3lld x %3lld ta %d tb %d %s: worst error %.3f of the tolerance\n",
          dt == RT_BF16 ? "bf16" : "f32", (long long)m, (long long)n, (long long)k, ta, tb,
-         (const char *[]){"bias", "bias+gelu (aux)", "bias+residual", "bias+residual in place", "dgelu", "dgelu+bgrad"}[mode],
+         (const char *[]){"bias", "bias+gelu (aux)", "bias+residual", "bias+residual in place", "dgelu", "dgelu+bgrad",
+                          "dgelu, bgrad left"}[mode],
          worst);
   free(v), free(h), free(hy), free(haux);
 }
@@ -343,23 +363,38 @@ static int test_device(const char *which) {
     CHECK(!memcmp(got, src, sizeof src), "contiguous copy_block differs");
 
     if (round == 0) {
-      /* GEMMs */
-      for (int dt = 0; dt < 2; dt++) {
-        int ab = dt ? RT_BF16 : RT_F32;
-        for (int ta = 0; ta < 2; ta++)
-          for (int tb = 0; tb < 2; tb++) matmul_case(&ctx, M, ab, RT_F32, 1, 17, 13, 29, ta, tb, 1, 1.0f, 0.0f);
-        matmul_case(&ctx, M, ab, ab, 3, 8, 12, 16, 0, 0, 1, 1.0f, 0.0f);    /* batched */
-        matmul_case(&ctx, M, ab, ab, 3, 8, 12, 16, 0, 1, 0, 1.0f, 0.0f);    /* shared B */
-        matmul_case(&ctx, M, ab, RT_F32, 2, 9, 7, 5, 1, 0, 0, 0.5f, 1.0f); /* ta, shared B, alpha/beta */
-        matmul_case(&ctx, M, ab, ab, 2, 9, 7, 5, 1, 1, 1, 2.0f, -1.0f);     /* bf16/f32 y with beta */
-        for (int mode = 0; mode < 4; mode++) /* the epilogues; n a multiple of 8 (passes/epilogue.c) */
-          matmul_ep_case(&ctx, M, ab, 37, 24, 40, mode & 1, mode >> 1, mode);
-        matmul_ep_case(&ctx, M, ab, 64, 48, 64, 0, 0, 1); /* GPT-2's fc: gelu over a wider k */
-        matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 4);  /* its backward: dy W^T */
-        matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 5);
+      /* GEMMs; on the emulated device twice: the second time with the autotuning's candidate loop at
+       * each GEMM key's first call (SHARDRT_GEMM_AUTOTUNE=8: the default on a GPU), whose timing runs
+       * must leave what the real call reads alone (beta != 0, the residual in place) */
+      int passes = strcmp(which, "emu") == 0 ? 2 : 1;
+      for (int pass = 0; pass < passes; pass++) {
+        if (pass == 1) setenv("SHARDRT_GEMM_AUTOTUNE", "8", 1);
+        int keys0 = 0, keys1 = 0, timed = 0;
+        rt_cu_tune_stats(&keys0, NULL, NULL);
+        for (int dt = 0; dt < 2; dt++) {
+          int ab = dt ? RT_BF16 : RT_F32;
+          for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) matmul_case(&ctx, M, ab, RT_F32, 1, 17, 13, 29, ta, tb, 1, 1.0f, 0.0f);
+          matmul_case(&ctx, M, ab, ab, 3, 8, 12, 16, 0, 0, 1, 1.0f, 0.0f);    /* batched */
+          matmul_case(&ctx, M, ab, ab, 3, 8, 12, 16, 0, 1, 0, 1.0f, 0.0f);    /* shared B */
+          matmul_case(&ctx, M, ab, RT_F32, 2, 9, 7, 5, 1, 0, 0, 0.5f, 1.0f); /* ta, shared B, alpha/beta */
+          matmul_case(&ctx, M, ab, ab, 2, 9, 7, 5, 1, 1, 1, 2.0f, -1.0f);     /* bf16/f32 y with beta */
+          for (int mode = 0; mode < 4; mode++) /* the epilogues; n a multiple of 8 (passes/epilogue.c) */
+            matmul_ep_case(&ctx, M, ab, 37, 24, 40, mode & 1, mode >> 1, mode);
+          matmul_ep_case(&ctx, M, ab, 64, 48, 64, 0, 0, 1); /* GPT-2's fc: gelu over a wider k */
+          matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 4);  /* its backward: dy W^T */
+          matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 5);
+          matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 6);
+        }
+        rt_cu_tune_stats(&keys1, &timed, NULL);
+        printf("gemm autotune (%s): %d GEMM keys tuned in this pass, %d timed runs in all\n",
+               pass == passes - 1 ? "on" : "off", keys1 - keys0, timed);
+        if (pass == passes - 1) CHECK(keys1 > keys0, "the autotuning tuned no GEMM");
+        else CHECK(keys1 == keys0, "the autotuning ran though it is off on the emulated device by default");
       }
+      unsetenv("SHARDRT_GEMM_AUTOTUNE");
       if (strcmp(which, "emu") == 0) { /* no algorithm for an epilogue (SHARDRT_EMU_NO_EPILOGUE): 0, nothing written */
-        setenv("SHARDRT_EMU_NO_EPILOGUE", "BIAS_RESIDUAL,DGELU_BGRAD", 1);
+        setenv("SHARDRT_EMU_NO_EPILOGUE", "BIAS_RESIDUAL,DGELU_BGRAD,DGELU", 1);
         float ones[256], back[64];
         for (int i = 0; i < 256; i++) ones[i] = 1.0f;
         char *y = M + 8192, *a = y + 256, *b = a + 256, *bias = b + 256; /* 64 floats each */
@@ -369,12 +404,44 @@ static int test_device(const char *which) {
               "an epilogue GEMM ran though the device has no algorithm for it");
         rt_cuda_device.download(&ctx, back, y, sizeof back);
         CHECK(!memcmp(back, ones, sizeof back), "an epilogue GEMM without an algorithm wrote its output");
-        CHECK(rt_cu_matmul_dgelu(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, NULL) == 1,
-              "matmul_dgelu DGELU (not refused) did not run");
-        rt_cuda_device.download(&ctx, back, y, sizeof back);
-        CHECK(back[0] != 1.0f, "matmul_dgelu DGELU wrote nothing");
+        /* one of DGELU and DGELU_BGRAD refused: the other runs, whichever SHARDRT_GEMM_BGRAD prefers */
+        for (int fused = 0; fused < 2; fused++)
+          for (int refuse = 0; refuse < 2; refuse++) {
+            setenv("SHARDRT_GEMM_BGRAD", fused ? "fused" : "split", 1);
+            setenv("SHARDRT_EMU_NO_EPILOGUE", refuse ? "DGELU" : "DGELU_BGRAD", 1);
+            int want = refuse ? RT_CU_EP_ALL : RT_CU_EP_NO_BGRAD;
+            rt_cuda_device.upload(&ctx, y, ones, sizeof ones);
+            int got = rt_cu_matmul_dgelu(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, bias);
+            CHECK(got == want, "matmul_dgelu with SHARDRT_GEMM_BGRAD=%s and %s refused: %d, want %d",
+                  fused ? "fused" : "split", refuse ? "DGELU" : "DGELU_BGRAD", got, want);
+            rt_cuda_device.download(&ctx, back, y, sizeof back);
+            CHECK(back[0] != 1.0f, "matmul_dgelu wrote nothing");
+          }
+        unsetenv("SHARDRT_GEMM_BGRAD");
+        setenv("SHARDRT_GEMM_BGRAD", "both", 1); /* a policy that is not one is refused (in a child: fatal) */
+        pid_t pid = fork();
+        if (pid == 0) {
+          (void)freopen("/dev/null", "w", stderr);
+          rt_cu_matmul_dgelu(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, bias);
+          _exit(0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0, "SHARDRT_GEMM_BGRAD=both was not refused");
+        unsetenv("SHARDRT_GEMM_BGRAD");
         unsetenv("SHARDRT_EMU_NO_EPILOGUE");
       }
+    }
+    if (round == 1 && !strcmp(which, "cuda")) { /* a GEMM key tuned by the first open: its recorded choice, not timed again */
+      int rec0 = 0, rec1 = 0, keys0 = 0, keys1 = 0;
+      rt_cu_tune_stats(&keys0, NULL, &rec0);
+      matmul_case(&ctx, M, RT_BF16, RT_BF16, 3, 8, 12, 16, 0, 0, 1, 1.0f, 0.0f);
+      rt_cu_tune_stats(&keys1, NULL, &rec1);
+      printf("gemm autotune: the second open: %d GEMM key(s) took the choice recorded by the first, %d tuned again\n",
+             rec1 - rec0, keys1 - keys0);
+      char *dir = rt_cu_cache_dir();
+      CHECK(keys1 == keys0 || !dir, "the second open tuned a GEMM key again instead of taking the recorded choice");
+      free(dir);
     }
     rt_cuda_device.close(&ctx);
     CHECK(ctx.kernels == NULL, "close left ctx->kernels set");

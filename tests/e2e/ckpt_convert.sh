@@ -5,8 +5,13 @@
 # file, pieces that overlap or fall short, a wrong dtype, a truncated or corrupted index (every
 # truncation length of a stride, byte flips at a stride of positions), bad arguments — ends with an
 # error naming the problem and status 1 (never a signal, never status 0 with a bad checkpoint).
+# shardc links the checkpoint files library only (runtime/CMakeLists.txt): it loads neither libmpi
+# nor libfabric.
 set -euo pipefail
 shardc=$(realpath "$1")
+libs=$(ldd "$shardc")
+grep -q 'libc\.so' <<<"$libs" || { echo "$libs"; echo "FAIL: ldd could not list shardc's libraries"; exit 1; }
+! grep -E 'libmpi|libfabric|libopen-(rte|pal)' <<<"$libs" || { echo "FAIL: shardc loads MPI or libfabric (it should link libshardrt_files only)"; exit 1; }
 cd "$(dirname "$0")/../.."
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT

@@ -33,20 +33,49 @@
 # (each other's layout) and 1 rank give steps 3 and 4 within 1e-5 of the writing layout's
 # uninterrupted run (tests/codegen/layouts.sh justifies the tolerance, and resumes dp=2 x tp=2's
 # under dp=4, tp=2, dp=2 and on one rank).
-# Time: mpirun starts and every collective's wait on the loaded 2 cores dominate, so each run is as
-# short as its check allows (4 steps) and the 1-rank runs go without mpirun.
+# Time: the trainers' start (mpirun, the fabric, initialisation) dominates each run on the loaded 2
+# cores, so each run is as short as its check allows (4 steps), the 1-rank runs go without mpirun,
+# no run measures the peak FLOP/s (SHARDRT_PEAK_FLOPS: MFU is not checked here), the four trainers
+# are built at once, and independent runs go two at a time (a 2-rank start leaves a core mostly
+# idle; each run's peak resident size is its own processes', whatever runs beside it): dp=2 x tp=2's
+# runs beside pp=2's and then zero 3's, and the resumes of the converted and cross-layout
+# checkpoints in pairs. Every check reads the runs' files afterwards, in a fixed order.
 set -euo pipefail
 shardc=$(realpath "$1")
 cd "$(dirname "$0")/../.."
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
 [ -x /usr/bin/time ] || { echo "FAIL: /usr/bin/time is missing (scripts/setup.sh installs it: package 'time')"; exit 1; }
+export SHARDRT_PEAK_FLOPS=1e11
 slack=$((4 << 20))
 m=(models/tiny.model -D d=256 -D layers=4 -D heads=4 -D seq=32 -D micro_batch=2 -D batch=4)
-"$shardc" build "${m[@]}" -D dp=2 -D tp=2 --world 4 -o "$t/dp2tp2" >/dev/null
-"$shardc" build "${m[@]}" -D dp=1 -D pp=2 --world 2 -o "$t/pp2" >/dev/null
-"$shardc" build "${m[@]}" -D dp=2 -D zero=3 --world 2 -o "$t/z3" >/dev/null
-"$shardc" build "${m[@]}" --world 1 -o "$t/one" >/dev/null
+# both NAME CMD... (background) and done_all: CMD's output in $t/NAME.out, at most two at once;
+# done_all waits for every one and fails the test, after all have ended, if any failed (bash keeps
+# each one's status for `wait PID`, also after `wait -n` took it)
+pids=()
+both() {
+  local n=$1
+  shift
+  while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
+  ( "$@" >"$t/$n.out" 2>&1 || { echo "FAIL: $n (status $?):"; cat "$t/$n.out"; exit 1; } ) &
+  pids+=($!)
+}
+done_all() {
+  local p bad=0
+  for p in "${pids[@]}"; do wait "$p" || bad=1; done
+  pids=()
+  [ $bad = 0 ]
+}
+build() {
+  local o=$1
+  shift
+  "$shardc" build "${m[@]}" "$@" -o "$t/$o"
+}
+both build_dp2tp2 build dp2tp2 -D dp=2 -D tp=2 --world 4
+both build_pp2 build pp2 -D dp=1 -D pp=2 --world 2
+both build_z3 build z3 -D dp=2 -D zero=3 --world 2
+both build_one build one --world 1
+done_all
 declare -A np=([dp2tp2]=4 [pp2]=2 [z3]=2 [one]=1)
 w=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --threads 1 --steps 4)
 # timed NAME LAYOUT FLAGS...: LAYOUT's trainer on its ranks, each under /usr/bin/time; $t/NAME.R holds rank R's peak (KiB)
@@ -71,12 +100,29 @@ close() {
     END { printf "%-34s steps 3..4 vs uninterrupted: worst |rel| %.1e\n", n, w; exit (k == 2 && !bad ? 0 : 1) }'
 }
 ck2() { echo "$t/ck_$1/step_00000002"; }
-for l in dp2tp2 pp2 z3; do
+# runs LAYOUT: its base, save and load runs
+runs() {
+  local l=$1 ck
+  ck=$(ck2 "$l")
   timed "$l.base" "$l" --save-to '' --log "$t/$l.jsonl"
   timed "$l.save" "$l" --stop-at 2 --save-to "$t/ck_$l"
-  ck=$(ck2 "$l")
   [ -f "$ck/index.json" ] && [ -f "$ck/rank_0000$((np[$l] - 1)).safetensors" ] || { ls -A "$t/ck_$l"; echo "FAIL: $l wrote no sharded checkpoint"; exit 1; }
   timed "$l.load" "$l" --resume "$ck" --save-to '' --log "$t/$l.r.jsonl"
+}
+# dp=2 x tp=2's runs (and the negative control below: a logical save) beside pp=2's, then zero 3's
+runs_dp2tp2() {
+  runs dp2tp2
+  timed dp2tp2.logical dp2tp2 --stop-at 2 --save-to "$t/ck_logical" --ckpt-format logical
+}
+runs_pp2_z3() {
+  runs pp2
+  runs z3
+}
+both runs_dp2tp2 runs_dp2tp2
+both runs_pp2_z3 runs_pp2_z3
+done_all
+for l in dp2tp2 pp2 z3; do
+  ck=$(ck2 "$l")
   [ "$(losses "$t/$l.jsonl" | tail -n 2)" = "$(losses "$t/$l.r.jsonl")" ] && [ "$(losses "$t/$l.r.jsonl" | wc -l)" = 2 ] ||
     { paste <(losses "$t/$l.jsonl") <(losses "$t/$l.r.jsonl"); echo "FAIL: $l: resumed in its own layout, steps 3..4 differ"; exit 1; }
   echo "$l: step 2 resumed in its own layout: losses 3..4 bit-identical"
@@ -92,8 +138,7 @@ for l in dp2tp2 pp2 z3; do
     [ $rl -le $bl ] || { echo "FAIL: $l rank $r: the load added $(mib $rl) MiB, more than one piece ($(mib $bl) MiB)"; exit 1; }
   done
 done
-# the negative control: a logical save gathers every tensor on every rank
-timed dp2tp2.logical dp2tp2 --stop-at 2 --save-to "$t/ck_logical" --ckpt-format logical
+# the negative control: a logical save gathers every tensor on every rank (run above)
 ck=$(ck2 dp2tp2)
 piece=$(largest_piece "$ck")
 for r in 0 1 2 3; do
@@ -103,12 +148,8 @@ for r in 0 1 2 3; do
   [ $rs -gt $((own + piece + slack)) ] || { echo "FAIL: the logical save's gather (rank $r, +$(mib $rs) MiB) is not told apart from a sharded save"; exit 1; }
 done
 # the same step in two formats: the conversion of the sharded step 2 without the corpus (--data '')
-# is the logical save's files, byte for byte
-"$t/one" --data '' --resume "$ck" --stop-at 2 --save-to "$t/hf" >"$t/hf.out" 2>&1 ||
-  { cat "$t/hf.out"; echo "FAIL: the conversion of a sharded checkpoint without --data"; exit 1; }
-same_ckpt "$t/hf/step_00000002" "$(ck2 logical)" ||
-  { ls -l "$t/hf/step_00000002" "$(ck2 logical)"; echo "FAIL: dp2 x tp2's step 2: its 1-rank conversion and its logical save differ"; exit 1; }
-echo "dp2tp2 step 2: the 1-rank conversion of the sharded checkpoint = the logical save, byte for byte"
+# is the logical save's files, byte for byte (run beside the conversions below)
+both hf "$t/one" --data '' --resume "$ck" --stop-at 2 --save-to "$t/hf"
 # shardc ckpt convert, on files only: each layout's sharded step 2 as a single file, dp=2 x tp=2's
 # byte for byte its logical save; memory: what the conversion adds to the peak of `shardc ckpt info`
 # of the same checkpoint (which reads the index only) is at most twice the largest tensor plus SLACK
@@ -116,6 +157,25 @@ echo "dp2tp2 step 2: the 1-rank conversion of the sharded checkpoint = the logic
 for l in dp2tp2 pp2 z3; do
   /usr/bin/time -f %M -o "$t/conv_$l.kib" "$shardc" ckpt convert "$(ck2 "$l")" "$t/single_$l" >/dev/null
   /usr/bin/time -f %M -o "$t/info_$l.kib" "$shardc" ckpt info "$(ck2 "$l")" >/dev/null
+done
+"$shardc" ckpt convert "$t/single_z3" "$t/back_z3" --format sharded >/dev/null
+"$shardc" ckpt convert "$t/back_z3" "$t/single_z3b" >/dev/null
+# the resumes, two at a time: the single files on 1 rank and on another layout's ranks; zero 3's
+# converted back (--format sharded); each layout's step 2 across layouts, on 4, 2 and 1 rank(s)
+# (dp=2 x tp=2 in tests/codegen/layouts.sh)
+both s_z3.one on one --resume "$t/single_z3" --save-to '' --log "$t/s_z3.one.jsonl"
+both s_pp2.dp2tp2 on dp2tp2 --resume "$t/single_pp2" --save-to '' --log "$t/s_pp2.dp2tp2.jsonl"
+both b_z3.one on one --resume "$t/back_z3" --save-to '' --log "$t/b_z3.one.jsonl"
+cross=(pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one)
+for c in "${cross[@]}"; do
+  from=${c%%:*} to=${c#*:}
+  both "x_$from.$to" on "$to" --resume "$(ck2 "$from")" --save-to '' --log "$t/x_$from.$to.jsonl"
+done
+done_all
+same_ckpt "$t/hf/step_00000002" "$(ck2 logical)" ||
+  { ls -l "$t/hf/step_00000002" "$(ck2 logical)"; echo "FAIL: dp2 x tp2's step 2: its 1-rank conversion and its logical save differ"; exit 1; }
+echo "dp2tp2 step 2: the 1-rank conversion of the sharded checkpoint = the logical save, byte for byte"
+for l in dp2tp2 pp2 z3; do
   big=$(grep -o '"dtype":"F32","shape":\[[0-9,]*\]' "$(ck2 "$l")/index.json" | grep -o '\[.*\]' | tr -d '[]' |
     awk -F, '{ n = 4; for (i = 1; i <= NF; i++) n *= $i; if (n > m) m = n } END { print m }')
   add=$((($(tail -1 "$t/conv_$l.kib") - $(tail -1 "$t/info_$l.kib")) * 1024))
@@ -124,20 +184,13 @@ for l in dp2tp2 pp2 z3; do
 done
 same_ckpt "$t/single_dp2tp2" "$(ck2 logical)" || { echo "FAIL: shardc ckpt convert of dp2 x tp2's step 2 differs from its logical save"; exit 1; }
 echo "dp2tp2 step 2: shardc ckpt convert = the logical save, byte for byte"
-# the single files resumed on 1 rank and on another layout's ranks; converted back (--format sharded)
-# they are the same files again, and resume on 1 rank bit-identically with the direct resume below
-on one --resume "$t/single_z3" --save-to '' --log "$t/s_z3.one.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: z3's single file on one rank"; exit 1; }
+# the single files resumed within 1e-5; converted back they are the same files again, and resume on
+# 1 rank bit-identically with zero 3's own checkpoint
 close "z3 step 2 -> single -> one (1)" "$t/s_z3.one.jsonl" "$t/z3.jsonl" || { echo "FAIL: z3's single file resumed on one rank"; exit 1; }
-on dp2tp2 --resume "$t/single_pp2" --save-to '' --log "$t/s_pp2.dp2tp2.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: pp2's single file on dp2 x tp2"; exit 1; }
 close "pp2 step 2 -> single -> dp2tp2 (4)" "$t/s_pp2.dp2tp2.jsonl" "$t/pp2.jsonl" || { echo "FAIL: pp2's single file resumed on dp2 x tp2"; exit 1; }
-"$shardc" ckpt convert "$t/single_z3" "$t/back_z3" --format sharded >/dev/null
-"$shardc" ckpt convert "$t/back_z3" "$t/single_z3b" >/dev/null
 same_ckpt "$t/single_z3" "$t/single_z3b" || { echo "FAIL: z3: single -> sharded -> single changed the files"; exit 1; }
-on one --resume "$t/back_z3" --save-to '' --log "$t/b_z3.one.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: z3 converted back"; exit 1; }
-# across layouts: on 4, 2 and 1 rank(s) (dp=2 x tp=2 in tests/codegen/layouts.sh)
-for c in pp2:dp2tp2 pp2:z3 pp2:one z3:dp2tp2 z3:pp2 z3:one; do
+for c in "${cross[@]}"; do
   from=${c%%:*} to=${c#*:}
-  on "$to" --resume "$(ck2 "$from")" --save-to '' --log "$t/x_$from.$to.jsonl" >"$t/x.out" 2>&1 || { cat "$t/x.out"; echo "FAIL: $from -> $to"; exit 1; }
   close "$from step 2 -> $to (${np[$to]} rank(s))" "$t/x_$from.$to.jsonl" "$t/$from.jsonl" ||
     { echo "FAIL: $from's checkpoint resumed under $to"; exit 1; }
 done

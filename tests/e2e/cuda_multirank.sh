@@ -167,7 +167,7 @@ case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, an
   echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels" ;;
 esac
 case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW)
-  nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host(ctx" || true); na=$(cat "$t"/src/*.c | grep -c "rt_adamw_f32(" || true)
+  nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host_start(ctx" || true); na=$(cat "$t"/src/*.c | grep -c "rt_adamw_f32(" || true)
   [ "$nh" -gt 0 ] && [ "$na" -gt 0 ] || { echo "FAIL: $what: no host AdamW in the CUDA program ($nh copies, $na updates)"; exit 1; }
   echo "$what: $na AdamW updates on the host, $nh device->host copies" ;;
 esac

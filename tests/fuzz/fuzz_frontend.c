@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Arena a;
   arena_init(&a);
   const char *dirs[] = {SHARDC_MODELS_DIR};
-  FeOptions o = {dirs, 1, NULL, 0, NULL, 0};
+  FeOptions o = {dirs, 1, NULL, 0, NULL, 0, NULL};
   Module *m = fe_compile_source(&a, "fuzz.model", text, &o);
   if (m && pass_inline(m) && !ir_verify(m->graph, "inline")) abort();
   arena_free(&a);

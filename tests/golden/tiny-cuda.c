@@ -134,11 +134,16 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1975424)}});
       /* models/std/transformer.model:73 */
-      /* matmul + GELU's backward + its bias gradient in one GEMM (epilogue) */
-      if (!rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2565504) + i1 * 262144), (M + 4449664 + i1 * 512))) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 27, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2565504) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
-        rt_cu_launch(ctx, 28, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4449664 + i1 * 512)}, &(char *){(WS + 256)}});
+      /* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */
+      {
+        const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2565504) + i1 * 262144), (M + 4449664 + i1 * 512));
+        if (ep == RT_CU_EP_NONE) {
+          rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+          rt_cu_launch(ctx, 27, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2565504) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
+        }
+        if (ep != RT_CU_EP_ALL) {
+          rt_cu_launch(ctx, 28, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4449664 + i1 * 512)}, &(char *){(WS + 256)}});
+        }
       }
       /* models/std/transformer.model:71 */
       /* computed by a GEMM's epilogue above */

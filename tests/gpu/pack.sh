@@ -3,7 +3,9 @@
 # tests/gpu/run_gpu.sh runs on a GPU machine and packs it, with its libraries, into .gpu/ (ignored
 # by git; carry it to the GPU machine with the tree):
 #   test_cudart, cuda_kernels_gpu (from the build), tiny (CPU and CUDA), GPT-2 124M (B 16, T 1024)
-#   and the Llama-shaped 509M trainers, and llm.c's train_gpt2cu when LLMC=path/to/train_gpt2cu is set.
+#   and the Llama-shaped 509M trainers, GPT-2 124M with `zero 1 offload` (tests/gpu/run_offload.sh; with
+#   BASE_SHARDC=path/to/an/older/shardc also that shardc's build of it, gpt2_off_base: e.g. the
+#   synchronous copies before the overlap), and llm.c's train_gpt2cu when LLMC=path/to/train_gpt2cu is set.
 # Usage: tests/gpu/pack.sh [build-dir=build]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +21,13 @@ s="$build/shardc"
 "$s" build models/llama3-8b.model --world 1 --target cuda -D vocab=32000 -D layers=8 -D d=2048 -D heads=16 \
   -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 -D recompute=none -D tp=1 -D sp=off \
   -o "$t/llama509_cuda" >/dev/null
+off=(models/gpt2-124m.model --world 1 --target cuda -D micro_batch=16 -D batch=16 -D seq=1024 -D zero=1 -D offload=on)
+"$s" build "${off[@]}" -o "$t/gpt2_off" >/dev/null
+extra=()
+if [ -n "${BASE_SHARDC:-}" ]; then
+  (cd "$(dirname "$(dirname "$(realpath "$BASE_SHARDC")")")" && "$(realpath "$BASE_SHARDC")" build "${off[@]}" -o "$t/gpt2_off_base" >/dev/null)
+  extra=("$t/gpt2_off_base")
+fi
 # Packs the binaries into .gpu/bin, every shared library they need that is neither CUDA's (the GPU
 # machine has the toolkit) nor glibc's / the compiler's into .gpu/lib (OpenBLAS, OpenMPI, libfabric:
 # about 50 MiB), and writes .gpu/env.sh. (Done here rather than by ../shared/tools/gpu-pack.sh, which
@@ -26,7 +35,7 @@ s="$build/shardc"
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib
 bins=("$build/tests/cudart/test_cudart" "$build/tests/cuda/cuda_kernels_gpu" "$t/tiny_cpu" "$t/tiny_cuda" "$t/gpt2_cuda"
-      "$t/llama509_cuda")
+      "$t/llama509_cuda" "$t/gpt2_off" "${extra[@]}")
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "pack.sh: $b is not an executable" >&2; exit 1; }
   missing=$(ldd "$b" | awk '/not found/ && $1 !~ /^libcuda\.so/ {print $1}') # (the driver's: on the GPU machine)

@@ -4,7 +4,8 @@
 # flight (1F1B: pp - s on stage s, GPipe: every micro-batch) and the schedule's predicted bubble
 # (the cost model's timeline: each stage's instruction times, the transfers from their bytes over the
 # link's latency and bandwidth, which a profile sets; the SVG drawn with them),
-# and the split balanced by FLOPs where it beats the even one (a suggestion: the plan splits evenly);
+# and the split balanced by the cost model's time and memory where it beats the plan's (a suggestion,
+# applied by `pp N layers(balanced)`: printed per stage, refused with interleaved or more stages than layers);
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, a stage override
 # `pp N layers(..)` not covering the layers, with another count of stages or an empty stage (an
@@ -57,12 +58,15 @@ printf 'node_latency 1e-9\nnode_bandwidth 1e15\n' >"$prof.free"
 slow=$(bub --profile "$prof") free=$(bub --profile "$prof.free")
 awk -v s="$slow" -v f="$free" 'BEGIN { exit !(s > f + 5) }' || { echo "FAIL: bubble $slow% with 2 ms transfers, $free% with free ones: want more"; fail=1; }
 rm -f "$prof" "$prof.free"
-# the split balanced by FLOPs, printed where it beats the even one: Llama-3-8B's head (128k vocabulary)
-# makes its last stage the slowest at pp 4; the tiny GPT's head is lighter than a layer (none)
-expect 0 "#   balanced by FLOPs: layers [8, 8, 9, 7]: the slowest stage 1.577e+13 FLOP per micro-batch (even: 1.725e+13), bubble 9.9% (even: 17.2%); a suggestion: write \`pp 4 layers(8, 8, 9, 7)\` to apply it (every stage then holds 9 layers' parameters, gradients and optimizer states, +416.12 MiB)" \
+# the split balanced by time and memory, printed where it beats the even one: Llama-3-8B's head (128k
+# vocabulary) makes its last stage the slowest at pp 4: 9 layers on the middle stages, and of the 9
+# the first stage could run in that time, 7 (it holds 4 micro-batches in flight, stage 1 three); the
+# tiny GPT's head is lighter than a layer (none)
+expect 0 "#   balanced by time and memory: layers [7, 9, 9, 7]: the slowest stage " \
+  "; a suggestion: write \`pp 4 layers(balanced)\` to apply it (every stage then holds 9 layers' parameters, gradients and optimizer states, +416.12 MiB)" \
   -- plan models/llama3-8b.model -D pp=4 -D batch=64 --world 32
 out=$("$shardc" plan "${t[@]}" -D pp=4 --world 4 2>&1 || true) # (not piped into grep -q: an early exit is a SIGPIPE)
-if grep -q "balanced by FLOPs" <<<"$out"; then
+if grep -q "balanced by time" <<<"$out"; then
   echo "FAIL: a balanced split printed where the even split is the best"; fail=1
 fi
 # in flight: 1F1B stage 0 of 4 holds 4, stage 3 one; GPipe every micro-batch on every stage
@@ -96,7 +100,7 @@ g2=$(peak -D pp=2 -D schedule=gpipe --world 2)
 echo "peak bytes per rank: pp 1 $p1, pp 2 $p2 (gpipe $g2), pp 4 $p4"
 [ "$p4" -lt "$p2" ] && [ "$p2" -lt "$p1" ] && [ "$p2" -lt "$g2" ] ||
   { echo "FAIL: the peak does not fall with pp (1 $p1, 2 $p2, 4 $p4) or 1f1b ($p2) is not below gpipe ($g2)"; fail=1; }
-expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: pick pp dividing 4" \
+expect 1 "error: pp 3 does not divide the 4 layers of \`repeat blocks\`" "note: pick pp dividing 4" "or \`pp 3 layers(balanced)\`" \
   -- plan "${t[@]/batch=8/batch=6}" -D pp=3 --world 3
 expect 1 "error: the 1f1b schedule needs at least pp = 4 micro-batches per step, this plan has 2" \
   -- plan "${t[@]/micro_batch=2/micro_batch=4}" -D pp=4 --world 4
@@ -146,13 +150,13 @@ override "layers(4, 0)"
 expect 1 "t.model:24:18: error: \`layers(..)\`: stage 1 needs a whole number of layers, at least 1 (an empty stage holds nothing)" \
   -- plan "${o[@]}" --world 2
 # unequal counts are applied: each stage's layers, FLOPs and activations; the layer stacks split
-# `S(pp)@0/stages` padded to the largest stage; the split balanced by FLOPs suggested against it;
+# `S(pp)@0/stages` padded to the largest stage; the split balanced by time suggested against it;
 # refused with the interleaved schedule
 override "layers(1, 3)"
 expect 0 "#   0     0-0          embedding          1.468e+07    2.936e+07      0.50 MiB" \
   "#   1     1-3          head, loss         5.662e+07    8.808e+07      1.60 MiB" \
   "f32[3, 64, 192]{S(pp)@0/stages} = param  \"blocks.attention.w_qkv\"" \
-  "balanced by FLOPs: layers [2, 2]: the slowest stage 1.007e+08 FLOP per micro-batch (this plan's: 1.447e+08)" \
+  "balanced by time and memory: layers [2, 2]: the slowest stage " " per micro-batch (this plan's: " \
   "to apply it (every stage then holds 2 layers' parameters, gradients and optimizer states, -0.76 MiB)" \
   -- plan "${o[@]}" --world 2
 expect 1 "t.model:24:8: error: stages of unequal layer counts do not combine with the interleaved schedule" \
@@ -161,6 +165,24 @@ expect 1 "t.model:24:8: error: stages of unequal layer counts do not combine wit
 override "layers(1, 2, 1)"
 expect 0 "# pipeline: 3 stages over the 4 layers" "#   1     1-2          -" "#   2     3-3          head, loss" \
   -- plan "${o[@]}" -D pp=3 --world 3
+# `layers(balanced)`: the stage pass's split applied and printed per stage (pp 3 over 4 layers: the
+# embedding and the tied head make the outer stages' one layer the equal of the middle's two); at pp 2
+# it is the even split, the plan without it; refused with the interleaved schedule, with more stages
+# than layers, at pp 1, and a word other than `balanced`
+override "layers(balanced)"
+expect 0 "# pipeline: 3 stages over the 4 layers" "#   0     0-0          embedding" "#   1     1-2          -" \
+  "#   2     3-3          head, loss" "#   layers(balanced): [1, 2, 1], by the cost model's time (device: topology cpu defaults (CPU)) and memory; per stage, its forward and backward per micro-batch, its activations in flight and layer stacks: 0: " \
+  -- plan "${o[@]}" -D pp=3 --world 3
+a=$("$shardc" plan "${o[@]}" --world 2 2>&1 | grep -A6 "^# pipeline"); b=$("$shardc" plan "${t[@]}" -D pp=2 --world 2 2>&1 | grep -A6 "^# pipeline")
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: pp 2 layers(balanced) is not the even plan:"; echo "$a"; fail=1; }
+expect 1 "t.model:24:8: error: \`layers(balanced)\` splits the layers unevenly, which the interleaved schedule does not do" \
+  -- plan "${o[@]}" -D schedule=interleaved --world 2
+expect 1 "t.model:24:8: error: \`layers(balanced)\`: pp 5 has more stages than the 4 layers of \`repeat blocks\`" \
+  -- plan "${o[@]}" -D pp=5 -D schedule=gpipe --world 5
+expect 1 "t.model:24:8: error: \`layers(..)\` splits the layers over pipeline stages: pp 1 has one stage" -- plan "${o[@]}" -D pp=1 --world 1
+override "layers(balance)"
+expect 1 "t.model:24:15: error: \`layers(..)\` takes a layer count per stage or \`balanced\`, not \`balance\`" \
+  "did you mean \`balanced\`?" -- plan "${o[@]}" --world 2
 # ZeRO-3 under pp: each stage's parameters stored split over dp (half of zero 2's at dp 2)
 par() { "$shardc" plan "${t[@]/dp=1/dp=2}" -D pp=2 "$@" --world 4 2>/dev/null | awk '/^#   parameters/ { print $3 }'; }
 p2=$(par -D zero=2); p3=$(par -D zero=3)

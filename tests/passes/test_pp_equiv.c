@@ -43,6 +43,39 @@
 #define TOL_BF16 (1.0 / 4096)
 
 static int failures;
+static const int BALANCED[1]; /* compile_stages' layers: `pp N layers(balanced)` */
+static void expect(bool ok, const char *what);
+
+/* The split balanced by time (passes/pipe_balance.c) has the least slowest stage of every split of the
+ * layers over the stages (each stage one layer at least), found by trying them all. */
+static void check_least_bottleneck(const PipeBalance *b, const char *what) {
+  int pp = b->pp;
+  int64_t n[8], best_n[8] = {0};
+  if (pp > 8) return;
+  double best = -1, got = 0;
+  for (int s = 0; s < pp; s++) got = fmax(got, pipe_balance_stage_s(b, s, b->split[s]));
+  for (int s = 0; s < pp; s++) n[s] = 1;
+  for (;;) { /* every composition of the layers into pp positive parts */
+    int64_t sum = 0;
+    for (int s = 0; s < pp; s++) sum += n[s];
+    if (sum == b->layers) {
+      double t = 0;
+      for (int s = 0; s < pp; s++) t = fmax(t, pipe_balance_stage_s(b, s, n[s]));
+      if (best < 0 || t < best) {
+        best = t;
+        memcpy(best_n, n, sizeof n);
+      }
+    }
+    int s = 0;
+    while (s < pp && ++n[s] > b->layers - pp + 1) n[s++] = 1;
+    if (s == pp) break;
+  }
+  if (got > best) {
+    fprintf(stderr, "FAIL %s: the balanced split's slowest stage %.6g s, the split [%lld, %lld, ..] has %.6g\n", what,
+            got, (long long)best_n[0], (long long)best_n[1], best);
+    failures++;
+  }
+}
 
 static Module *compile_stages(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
                               int tp, const char *sched, int64_t micro, int64_t batch, const int *layers) {
@@ -64,11 +97,14 @@ static Module *compile_stages(Arena *a, Target target, const char *path, const F
   d[n++] = (FeDefine){"batch", sb};
   d[n++] = (FeDefine){"schedule", sched};
   d[n++] = (FeDefine){"cross_node_tp", "on"};
-  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp};
+  const char *dirs[] = {SHARDC_MODELS_DIR}; /* (pp_shared.model imports the standard library from there) */
+  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp, .import_dirs = dirs, .nimport_dirs = 1};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   m->target = target;
-  if (layers) { /* the plan's `pp N layers(..)` (the frontend's parse is pp_plan.sh's) */
+  if (layers == BALANCED) { /* the plan's `pp N layers(balanced)` */
+    m->plan.stage_balanced = true;
+  } else if (layers) { /* the plan's `pp N layers(..)` (the frontend's parse is pp_plan.sh's) */
     m->plan.nstage_layers = pp;
     for (int s = 0; s < pp; s++) m->plan.stage_layers[s] = layers[s];
   }
@@ -226,7 +262,7 @@ static void run_uneven(const char *label, Target target, double tol, const char 
   Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
   /* pp, dp, tp, micro-batches, the layers of each stage (4 in all) */
   static const int plans[][7] = {{2, 1, 1, 4, 1, 3}, {2, 1, 1, 2, 3, 1}, {3, 1, 1, 4, 1, 2, 1}, {2, 2, 1, 2, 3, 1},
-                                 {2, 1, 2, 4, 1, 3}};
+                                 {2, 1, 2, 4, 1, 3}, {3, 1, 1, 4, 0}}; /* 0: `layers(balanced)` */
   static const char *const scheds[] = {"gpipe", "1f1b", "zb"};
   bool zero = false, rc = false; /* ZeRO: the dp 2 plan only; recompute: 1f1b only */
   for (int i = 0; i < ndefs; i++) {
@@ -239,20 +275,34 @@ static void run_uneven(const char *label, Target target, double tol, const char 
       if ((zero && dp < 2) || ((rc || !all) && q != 1)) continue;
       int64_t M = plans[p][3];
       const int *layers = &plans[p][4];
-      char what[96];
-      int w = snprintf(what, sizeof what, "pp %d x dp %d x tp %d, %s, %lld micro-batches, layers(", pp, dp, tp, scheds[q],
-                       (long long)M);
-      for (int s = 0; s < pp; s++) w += snprintf(what + w, sizeof what - (size_t)w, "%s%d", s ? ", " : "", layers[s]);
-      snprintf(what + w, sizeof what - (size_t)w, ")");
+      bool bal = layers[0] == 0; /* `layers(balanced)`: the stage pass's split */
+      char what[128];
       Arena pa;
       arena_init(&pa);
-      Module *pm = compile_stages(&pa, target, path, defs, ndefs, pp, dp, tp, scheds[q], B / (M * dp), B, layers);
+      Module *pm = compile_stages(&pa, target, path, defs, ndefs, pp, dp, tp, scheds[q], B / (M * dp), B,
+                                  bal ? BALANCED : layers);
+      if (pm && bal) {
+        layers = pm->mesh->stage_rows;
+        bool same = pm->pipe_balance && pm->pipe_balance->split;
+        for (int s = 0; s < pp && same; s++) same = pm->pipe_balance->split[s] == layers[s] && layers[s] > 0;
+        if (!same) {
+          fprintf(stderr, "FAIL %s pp %d: layers(balanced) is not applied as the stage pass's split\n", label, pp);
+          failures++;
+          arena_free(&pa);
+          continue;
+        }
+      }
+      int w = snprintf(what, sizeof what, "pp %d x dp %d x tp %d, %s, %lld micro-batches, layers(%s", pp, dp, tp,
+                       scheds[q], (long long)M, bal ? "balanced: " : "");
+      for (int s = 0; s < pp; s++) w += snprintf(what + w, sizeof what - (size_t)w, "%s%d", s ? ", " : "", layers[s]);
+      snprintf(what + w, sizeof what - (size_t)w, ")");
       if (!pm) {
         fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
         failures++;
         arena_free(&pa);
         continue;
       }
+      if (bal) check_least_bottleneck(pm->pipe_balance, what);
       check_shape(pm, pp, 1, q == 2, M, what);
       /* each stage's loops run its own layers: one forward loop per stage and micro-batch, of its count */
       int bad = 0, loops = 0;
@@ -283,6 +333,87 @@ static void run_uneven(const char *label, Target target, double tol, const char 
       failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, tol, true);
       arena_free(&pa);
     }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
+/* A parameter outside the layers that every layer reads (tests/passes/pp_shared.model's `gate`): held on
+ * every stage, its gradient carried through each stage's backward loop and summed over all of them
+ * (each stage's part taken by stage_select, the parts all-reduced over pp with the other sums), against
+ * the single rank: pp 2 and 4 under GPipe and 1F1B, pp 2 interleaved (2 chunks: each stage's two
+ * parts added), pp 3 `layers(1, 2, 1)`, pp 2 x dp 2; zb is refused (its split keeps one carry). */
+static void run_shared(const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S, int64_t V) {
+  const char *label = "tiny with a parameter every layer reads";
+  fprintf(stderr, "%s\n", label);
+  Arena ra;
+  arena_init(&ra);
+  Module *ref = compile(&ra, TARGET_CPU, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
+  if (!ref) {
+    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
+    failures++;
+    return;
+  }
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  static const int l121[] = {1, 2, 1};
+  static const struct {
+    int pp, dp, M;
+    const char *sched;
+    const int *layers;
+  } plans[] = {{2, 1, 4, "1f1b", NULL}, {2, 1, 2, "gpipe", NULL},       {4, 1, 4, "1f1b", NULL},
+               {4, 1, 4, "gpipe", NULL}, {2, 1, 4, "interleaved", NULL}, {3, 1, 4, "1f1b", l121},
+               {2, 2, 2, "1f1b", NULL}};
+  for (int p = 0; p < (int)(sizeof plans / sizeof plans[0]); p++) {
+    char what[96];
+    int pp = plans[p].pp, dp = plans[p].dp;
+    int64_t M = plans[p].M;
+    snprintf(what, sizeof what, "pp %d x dp %d, %s, %lld micro-batches%s", pp, dp, plans[p].sched, (long long)M,
+             plans[p].layers ? ", layers(1, 2, 1)" : "");
+    Arena pa;
+    arena_init(&pa);
+    Module *pm = compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, dp, 1, plans[p].sched, B / (M * dp), B,
+                                plans[p].layers);
+    if (!pm) {
+      fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
+      failures++;
+      arena_free(&pa);
+      continue;
+    }
+    int gates = 0, carried = 0; /* `gate` held on every stage; each backward loop carries its gradient */
+    for (int i = 0; i < pm->graph->nnodes; i++) {
+      const Node *n = pm->graph->nodes[i];
+      gates += n->op == OP_PARAM && n->a.name && strcmp(n->a.name, "gate") == 0 && ir_node_stages(n) == 0;
+      carried += n->op == OP_REPEAT && n->a.reverse && n->stage > 0 && n->a.ncarry == 2;
+    }
+    int v = strcmp(plans[p].sched, "interleaved") == 0 ? 2 : 1;
+    if (gates != 1 || carried != pp * v * (int)M) {
+      fprintf(stderr, "FAIL %s %s: `gate` on every stage %d time(s), %d backward loops carrying its gradient (want %d)\n",
+              label, what, gates, carried, pp * v * (int)M);
+      failures++;
+    }
+    Tensor ktok = tok, ktgt = tgt;
+    ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
+    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+    arena_free(&pa);
+  }
+  Arena za;
+  arena_init(&za);
+  char *msg = NULL;
+  size_t msglen = 0;
+  FILE *mf = open_memstream(&msg, &msglen);
+  Diag quiet;
+  diag_init(&quiet, mf, 0);
+  Diag *outer = diag_enter(&quiet);
+  Module *zb = compile_stages(&za, TARGET_CPU, path, defs, ndefs, 2, 1, 1, "zb", B / 4, B, NULL);
+  fflush(mf);
+  diag_leave(outer);
+  diag_free(&quiet);
+  fclose(mf);
+  expect(!zb && msg && strstr(msg, "the zero-bubble schedule splits a backward layer loop that carries one gradient"),
+         "zb refuses a backward layer loop carrying a parameter's gradient, with an error saying so");
+  free(msg);
+  arena_free(&za);
   tensor_free(&tok);
   tensor_free(&tgt);
   arena_free(&ra);
@@ -377,8 +508,30 @@ static void check_schedules(void) {
   pipe_sched_free(&bad);
 }
 
+/* The balanced split worked out by hand: 8 layers of 1 + 2 s over 4 stages, the embedding 1 s on the
+ * first, the head 4 s on the last. The least slowest stage is 9 s (even: the last's 10): at most 2, 3,
+ * 3 and 1 layers, one too many; 1F1B's in flight (4, 3, 2, 1 micro-batches of 10 bytes a layer) has
+ * the lowest peak with it off stage 1: [2, 2, 3, 1]; with 8 in flight on the first stage, off stage 0. */
+static void check_balance(void) {
+  int infl[4] = {4, 3, 2, 1};
+  PipeBalance b = {.pp = 4, .layers = 8, .layer_f = 1, .layer_b = 2, .first_f = 0.5, .first_b = 0.5, .last_f = 4,
+                   .layer_act = 10, .layer_bytes = 1, .inflight = infl};
+  int64_t n[4] = {0};
+  expect(pipe_balance_split(&b, n) && n[0] == 2 && n[1] == 2 && n[2] == 3 && n[3] == 1,
+         "balanced: [2, 2, 3, 1] under 1f1b's in flight");
+  fprintf(stderr, "  balanced, 1f1b: [%lld, %lld, %lld, %lld]\n", (long long)n[0], (long long)n[1], (long long)n[2],
+          (long long)n[3]);
+  infl[0] = 8;
+  infl[1] = infl[2] = infl[3] = 1;
+  expect(pipe_balance_split(&b, n) && n[0] == 1 && n[1] == 3 && n[2] == 3 && n[3] == 1,
+         "balanced: [1, 3, 3, 1] with the first stage's activations the largest");
+  b.layers = 3;
+  expect(!pipe_balance_split(&b, n), "balanced: no split of 3 layers over 4 stages");
+}
+
 int main(void) {
   check_schedules();
+  check_balance();
   const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}};
   run_model("tiny byte-level GPT (vocab 256, tied head)", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
   const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
@@ -413,6 +566,7 @@ int main(void) {
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};
   run_model("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256);
   run_uneven("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256, false);
+  run_shared(SHARDC_PP_SHARED_MODEL, tiny, 4, 8, 8, 256);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

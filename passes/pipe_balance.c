@@ -1,0 +1,185 @@
+/* passes/pipe_balance.c — the layers split over the pipeline stages by time and memory
+ * (docs/pipeline.md, "Balanced stages").
+ *
+ * pipe_balance_make, called by the stage pass before it splits the layers (the micro-step is one
+ * `repeat accum` region whose layer loops still run every layer): the micro-step's parts
+ * (pipe_classify) timed by the cost model (cost_nodes_time: one layer's forward and backward, the
+ * embedding's forward and backward on the first stage, the head's and loss's on the last, what
+ * every stage runs), the activations each keeps for its backward (pipe_kept_bytes), the
+ * micro-batches the schedule holds in flight on each stage, and one layer's parameters, gradients
+ * and optimizer states. Then the balanced split (pipe_balance_split):
+ *   1. time: the least bottleneck T, the slowest stage's forward and backward per micro-batch, over
+ *      the splits giving every stage at least one layer (the candidates are every stage's time at
+ *      every layer count; T is feasible when the most layers each stage runs within T cover them);
+ *   2. memory: from those most counts, one layer at a time is taken off the stage where that leaves
+ *      the lowest peak of the stages' memory (activations in flight, the layer stacks padded to the
+ *      largest count; ties: off the slower stage), down to the layers.
+ * `pp N layers(balanced)` applies it (passes/stage.c); otherwise the plan prints it where it beats
+ * the plan's split (passes/pipe_report.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "diag.h"
+#include "pipe_internal.h"
+
+double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n) {
+  return b->all_f + (double)n * (b->layer_f + b->layer_b) + (st == 0 ? b->first_f + b->first_b : 0) +
+         (st == b->pp - 1 ? b->last_f : 0);
+}
+
+int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_t most) {
+  int64_t act = n * b->layer_act + (st == 0 ? b->first_act : 0) + (st == b->pp - 1 ? b->last_act : 0);
+  return (int64_t)b->inflight[st] * act + most * b->layer_bytes;
+}
+
+/* The most layers stage st runs within T (0: not even one). */
+static int64_t most_within(const PipeBalance *b, int st, double T) {
+  int64_t k = 0;
+  while (k < b->layers && pipe_balance_stage_s(b, st, k + 1) <= T) k++;
+  return k;
+}
+
+/* The peak over the stages of their memory with n[s] layers on stage s. */
+static int64_t peak_bytes(const PipeBalance *b, const int64_t *n) {
+  int64_t most = 0, peak = 0;
+  for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
+  for (int s = 0; s < b->pp; s++) {
+    int64_t x = pipe_balance_stage_bytes(b, s, n[s], most);
+    peak = x > peak ? x : peak;
+  }
+  return peak;
+}
+
+/* The two steps of the header: the least bottleneck in time, then layers off by memory. */
+bool pipe_balance_split(const PipeBalance *b, int64_t *n) {
+  int pp = b->pp;
+  int64_t L = b->layers;
+  double best = -1;
+  if (L < pp) return false;
+  for (int st = 0; st < pp; st++)
+    for (int64_t k = 1; k <= L - pp + 1; k++) {
+      double T = pipe_balance_stage_s(b, st, k);
+      if (best >= 0 && T >= best) continue;
+      int64_t sum = 0;
+      for (int q = 0; q < pp && sum >= 0; q++) {
+        int64_t most = most_within(b, q, T);
+        sum = most ? sum + most : -1;
+      }
+      if (sum >= L) best = T;
+    }
+  if (best < 0) return false;
+  int64_t total = 0;
+  for (int q = 0; q < pp; q++) total += n[q] = most_within(b, q, best);
+  for (; total > L; total--) {
+    int w = -1;
+    int64_t wpeak = 0;
+    for (int q = 0; q < pp; q++) {
+      if (n[q] <= 1) continue;
+      n[q]--;
+      int64_t peak = peak_bytes(b, n);
+      n[q]++;
+      if (w < 0 || peak < wpeak ||
+          (peak == wpeak && pipe_balance_stage_s(b, q, n[q]) > pipe_balance_stage_s(b, w, n[w]))) {
+        w = q;
+        wpeak = peak;
+      }
+    }
+    n[w]--;
+  }
+  return true;
+}
+
+/* The cost model's seconds of the body nodes of class c, in order. */
+static double class_time(const Pp *p, const CostDevice *d, char c) {
+  const Node **v = calloc((size_t)p->body->nnodes + 1, sizeof *v);
+  int n = 0;
+  if (!v) die("out of memory");
+  for (int i = 0; i < p->body->nnodes; i++)
+    if (p->cls[i] == c) v[n++] = p->body->nodes[i];
+  double t = cost_nodes_time(p->m, d, v, n);
+  free(v);
+  return t;
+}
+
+/* The parameter a layer loop's stacked input is (through casts: a bf16 copy), or NULL. */
+static const Node *loop_param(const Value *v) {
+  for (int d = 0; d < 8 && v; d++) {
+    const Node *n = v->def;
+    if (n->op == OP_PARAM) return n;
+    v = n->op == OP_CAST ? n->in[0] : NULL;
+  }
+  return NULL;
+}
+
+/* One layer's parameters, their gradients and optimizer states (`kind:NAME` states) on a rank. */
+static int64_t layer_bytes(const Pp *p) {
+  const Graph *g = p->g;
+  const Node **seen = calloc((size_t)p->F->nin + 1, sizeof *seen);
+  int nseen = 0;
+  int64_t total = 0;
+  if (!seen) die("out of memory");
+  for (int j = p->F->a.ncarry; j < p->F->a.ncarry + p->F->a.nxs; j++) {
+    const Node *w = loop_param(p->F->in[j]);
+    bool dup = false;
+    for (int k = 0; k < nseen; k++) dup |= seen[k] == w;
+    if (!w || dup || !w->a.name) continue;
+    seen[nseen++] = w;
+    int64_t b = 2 * ir_numel(&w->out[0]->shape) * ir_dtype_size(w->out[0]->dtype); /* it and its gradient */
+    for (int i = 0; i < g->nnodes; i++) {
+      const Node *st = g->nodes[i];
+      const char *c = st->op == OP_STATE && st->a.name ? strchr(st->a.name, ':') : NULL;
+      if (c && strcmp(c + 1, w->a.name) == 0) b += ir_numel(&st->out[0]->shape) * ir_dtype_size(st->out[0]->dtype);
+    }
+    total += b / p->F->a.count;
+  }
+  free(seen);
+  return total;
+}
+
+PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
+  Pp p = {.m = m, .g = m->graph, .body = A->body, .A = A, .F = F, .B = B, .pp = pp, .M = (int)A->a.count, .v = 1,
+          .per = F->a.count};
+  if (!pipe_classify(&p)) {
+    free(p.cls);
+    return NULL;
+  }
+  CostDevice d;
+  cost_device_defaults(m, &d);
+  if (m->cost_profile && !cost_profile_read(m->cost_profile, &d)) {
+    free(p.cls);
+    return NULL;
+  }
+  PipeBalance *b = ARENA_NEW(m->arena, PipeBalance);
+  double L = (double)F->a.count;
+  const Node *loop = F;
+  b->pp = pp;
+  b->layers = F->a.count;
+  b->layer_f = cost_nodes_time(m, &d, &loop, 1) / L;
+  loop = B;
+  b->layer_b = cost_nodes_time(m, &d, &loop, 1) / L;
+  b->all_f = class_time(&p, &d, C_ALL);
+  b->first_f = class_time(&p, &d, C_FIRST);
+  b->first_b = class_time(&p, &d, C_FIRSTB);
+  b->last_f = class_time(&p, &d, C_LAST);
+  b->layer_act = (int64_t)((double)pipe_kept_bytes(&p, 0, F) / L);
+  b->first_act = pipe_kept_bytes(&p, C_FIRST, NULL);
+  b->last_act = pipe_kept_bytes(&p, C_LAST, NULL);
+  b->layer_bytes = layer_bytes(&p);
+  b->inflight = ARENA_ARRAY(m->arena, int, pp);
+  { /* the schedule's micro-batches in flight per stage (unit times: they do not depend on them) */
+    PipeSched s = pipe_sched_make(m->plan.schedule, pp, p.M, 1);
+    double *one = malloc((size_t)pp * sizeof(double)), bubble;
+    if (!one) die("out of memory");
+    for (int st = 0; st < pp; st++) one[st] = 1;
+    pipe_sched_timeline(&s, one, one, m->plan.schedule == SCHED_ZB ? one : NULL, &bubble, b->inflight, NULL);
+    free(one);
+    pipe_sched_free(&s);
+  }
+  snprintf(b->source, sizeof b->source, "%s", d.source);
+  b->split = ARENA_ARRAY(m->arena, int64_t, pp);
+  if (!pipe_balance_split(b, b->split)) b->split = NULL;
+  free(p.cls);
+  return b;
+}

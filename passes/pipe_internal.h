@@ -1,0 +1,75 @@
+/* passes/pipe_internal.h — what the files of the pipe pass share (the pass's contract is passes.h's
+ * pass_pipe; how it works is in pipe.c's header).
+ *
+ *   pipe.c        the pass: the micro-step region replaced by the checked schedule's instructions
+ *                 (clones predicated on their stage, the transfers, the merges, the sums over pp)
+ *   pipe_class.c  which part of the micro-step each body node is (pipe_classify: the first stage's
+ *                 embedding, the last's head, every stage's, the merges) and which stages read and
+ *                 hold a parameter outside the layers (pipe_reader_stages, pipe_owned_params)
+ *   pipe_plan.c   the plan's per-stage figures (PipePlan: layers, FLOPs, kept activations, parameters,
+ *                 the bubble) that passes/pipe_report.c prints
+ *   pipe_balance.c the layers' time and memory per stage by the cost model and the split balanced by
+ *                 them (PipeBalance: made by the stage pass, applied by `layers(balanced)`)
+ *   pipe_owners.c a held parameter's nodes on its stages (pipe_own), a tied gradient's exchange
+ *                 (pipe_pair_sum); pipe_split.c zb's B / W split; pipe_sched.c the schedules
+ * Calls go one way: stage.c -> pipe_balance.c -> pipe_plan.c -> pipe_class.c; pipe.c -> pipe_plan.c.
+ */
+#ifndef SHARDC_PIPE_INTERNAL_H
+#define SHARDC_PIPE_INTERNAL_H
+
+#include "passes.h"
+#include "pipe_sched.h"
+#include "ptrmap.h"
+
+/* passes/stage.c */
+Node *stage_accum_region(Graph *g);
+bool stage_layer_loops(Graph *body, Node **fwd, Node **bwd);
+/* passes/pipe_split.c */
+bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw);
+/* passes/pipe_owners.c */
+void pipe_own(Graph *g, Node *update, uint64_t stages);
+Value *pipe_pair_sum(Graph *g, Value *x, int a, int b, int tag, int pp, SrcLoc loc);
+
+enum { PIPE_TAG = 1000 };
+enum { C_NONE, C_FIRST, C_LAST, C_FIRSTB, C_ALL, C_MERGE, C_LOOP };
+
+typedef struct {
+  Module *m;
+  Graph *g, *body;
+  Node *A, *F, *B;
+  Node *W;        /* zb: the weight-gradient loop split from B (passes/pipe_split.c), else NULL */
+  int pp, M;
+  char *cls;      /* by body node position */
+  PtrMap *map;    /* [pp v * M]: body value -> its clone in virtual stage k's instructions for micro-batch i */
+  PtrMap *shared; /* [M]: body value -> its clone read by every stage (inputs, ALL, merges) */
+  PtrMap *chunks; /* [v]: stacked layer value from outside -> its chunk's rows */
+  int v;          /* chunks per stage (interleaved), else 1 */
+  int64_t per;    /* layers per chunk: L / (pp v); uneven stages: the largest stage's count */
+  const int *rows; /* uneven stages (`pp N layers(..)`, RT_BLOCKS_STAGES): each stage's layers; NULL: even */
+  PtrMap *own;    /* uneven stages [pp]: stacked layer value -> its stage's rows (padding dropped) */
+  Value **sum;    /* [ncarry]: the running sums */
+  uint64_t *owner; /* [ncarry]: a sum held on one stage (its bit: the gradient of a parameter only it reads), 0: every stage's */
+  Node **owned;    /* [nowned]: the updates of the parameters held on some stages (owned_params) */
+  uint64_t *owned_set; /* [nowned]: those stages (one, or two: a tied embedding's first and last) */
+  int nowned;
+} Pp;
+
+/* The layers stage st runs (uneven stages: its own count; else every stage's). */
+static inline int64_t pipe_stage_layers(const Pp *p, int st) { return p->rows ? p->rows[st] : p->per; }
+
+/* passes/pipe_class.c */
+int pipe_pos_in(const Graph *g, const Node *n);
+bool pipe_reads_value(const Node *n, const Value *v);
+bool pipe_reads_node(const Node *n, const Node *d);
+bool pipe_param_cast(const Node *x);
+bool pipe_classify(Pp *p);
+void pipe_reader_stages(const Pp *p, const Value *v, bool *on);
+int pipe_owned_params(const Pp *p, Node *const *after, int nafter, uint64_t *owner, Node **upd, uint64_t *ust);
+uint64_t pipe_owner_of(const Pp *p, const Node *n);
+
+/* passes/pipe_plan.c: m->pipe, the plan's figures of p's stages under schedule s */
+void pipe_plan_report(Pp *p, const PipeSched *s);
+/* Bytes of the values nodes of class c (or the node only) make that the backward or the merges read. */
+int64_t pipe_kept_bytes(const Pp *p, char c, const Node *only);
+
+#endif

@@ -1,0 +1,125 @@
+/* runtime/cuda/gemm_tune.c — what both device backends share about a GEMM's algorithm: its key
+ * (the shape, layout, dtypes, pointer alignment and epilogue the choice depends on) and the
+ * autotuning at its first call.
+ *
+ * Autotuning (SHARDRT_GEMM_AUTOTUNE=N, default 8 on a GPU, off on the emulated device; 0: off):
+ * the first time a GEMM key is met outside a stream capture, the backend offers up to N candidate
+ * algorithms (cuBLASLt's heuristic's first N for that exact key; the emulated device has one),
+ * rt_cu_tune_pick runs each once to warm up and then TUNE_REPS times, timed one by one, and keeps
+ * the fastest (the minimum; a tie keeps the earlier, the heuristic's order) for the rest of the
+ * run. The timing calls run on the real operands; an output the GEMM also reads (beta != 0, or
+ * the residual epilogue in place: c == y) is redirected to scratch (rt_cu_tune_y_read), the other
+ * outputs (y, GELU's pre-activation, the bias gradient) are simply written again by the real call
+ * after them. rt_cu_tune_report prints one summary line after the first training step.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/bootstrap.h"
+#include "cu_internal.h"
+#include "dtype.h"
+
+enum { TUNE_REPS = 3, TUNE_MAX = 64 };
+
+RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                           int64_t n, int64_t k, int ta, int tb, int b_batched, const RtCuEpi *ep) {
+  if (batch > 1 && !b_batched && !ta) m *= batch, batch = 1; /* a shared B: one GEMM over batch * m rows */
+  if (batch == 1) b_batched = 1;
+  uintptr_t bits = (uintptr_t)y | (uintptr_t)a | (uintptr_t)b | 256;
+  if (ep) bits |= (uintptr_t)ep->bias | (uintptr_t)ep->c | (uintptr_t)ep->aux | (uintptr_t)ep->dbias;
+  return (RtCuGemmKey){.batch = batch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .bb = b_batched, .ab_dt = ab_dt,
+                       .y_dt = y_dt, .align = (int)(bits & -bits),
+                       .epi = !ep ? RT_CU_EK_NONE : ep->dgelu ? (ep->dbias ? RT_CU_EK_DGELU_BGRAD : RT_CU_EK_DGELU)
+                              : ep->aux ? RT_CU_EK_GELU_AUX_BIAS : RT_CU_EK_BIAS};
+}
+
+int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y) {
+  return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->ta == y->ta && x->tb == y->tb &&
+         x->bb == y->bb && x->ab_dt == y->ab_dt && x->y_dt == y->y_dt && x->align == y->align && x->epi == y->epi;
+}
+
+void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n) {
+  static const char *const epi[] = {"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"};
+  snprintf(out, n, "batch %lld m %lld n %lld k %lld ta %d tb %d %s -> %s align %d epilogue %s", (long long)key->batch,
+           (long long)key->m, (long long)key->n, (long long)key->k, key->ta, key->tb,
+           key->ab_dt == RT_BF16 ? "bf16" : "f32", key->y_dt == RT_BF16 ? "bf16" : "f32", key->align, epi[key->epi]);
+}
+
+int rt_cu_tune_candidates(int dflt) {
+  const char *v = getenv("SHARDRT_GEMM_AUTOTUNE");
+  if (!v || !*v) return dflt;
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*end || n < 0 || n > TUNE_MAX)
+    rt_fatal(1, "SHARDRT_GEMM_AUTOTUNE=%s: want the number of candidate algorithms to time per GEMM, 0 (off) to %d",
+             v, TUNE_MAX);
+  return (int)n;
+}
+
+int rt_cu_tune_y_read(const void *y, float beta, const RtCuEpi *ep) {
+  return beta != 0.0f || (ep && (ep->c == y || (ep->dgelu && ep->aux == y)));
+}
+
+static struct {
+  int shapes, timed, moved, reported; /* keys tuned, candidate runs timed, keys that kept another than the first */
+  int recorded;                       /* keys that took an earlier run's choice */
+  double wall, first_s, best_s;       /* seconds tuning; one call of every tuned key: the first candidate, the kept */
+} st;
+
+double rt_cu_tune_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key) {
+  double t0 = rt_cu_tune_clock(), best_t = -1, first_t = -1;
+  int best = 0;
+  const char *v = getenv("SHARDRT_GEMM_AUTOTUNE_LOG");
+  int log = v && *v && strcmp(v, "0") != 0;
+  char desc[256] = "";
+  if (log) rt_cu_gemm_key_str(key, desc, sizeof desc);
+  for (int c = 0; c < ncand; c++) {
+    double t = -1;
+    if (time(arg, c) >= 0) /* the warm-up; < 0: the candidate does not run */
+      for (int r = 0; r < TUNE_REPS; r++) {
+        double s = time(arg, c);
+        if (s < 0) {
+          t = -1;
+          break;
+        }
+        if (t < 0 || s < t) t = s;
+        st.timed++;
+      }
+    if (log) fprintf(stderr, "gemm autotune: %s: candidate %d: %.1f us\n", desc, c, t * 1e6);
+    if (c == 0) first_t = t;
+    if (t >= 0 && (best_t < 0 || t < best_t)) best_t = t, best = c;
+  }
+  st.shapes++;
+  st.moved += best != 0;
+  if (first_t >= 0 && best_t >= 0) st.first_s += first_t, st.best_s += best_t;
+  st.wall += rt_cu_tune_clock() - t0;
+  return best;
+}
+
+void rt_cu_tune_recorded(void) { st.recorded++; }
+
+void rt_cu_tune_stats(int *shapes, int *timed, int *recorded) {
+  if (shapes) *shapes = st.shapes;
+  if (timed) *timed = st.timed;
+  if (recorded) *recorded = st.recorded;
+}
+
+void rt_cu_tune_report(const RtCtx *ctx) {
+  if (st.shapes + st.recorded == st.reported) return;
+  if (!ctx || ctx->rank == 0)
+    fprintf(stderr,
+            "gemm autotune: %d GEMM shape%s tuned in %.3f s (%d timed runs), %d kept another algorithm than the "
+            "heuristic's first: one call of each %.1f -> %.1f us; %d as chosen by an earlier run "
+            "(SHARDRT_GEMM_AUTOTUNE=0: off)\n",
+            st.shapes, st.shapes == 1 ? "" : "s", st.wall, st.timed, st.moved, st.first_s * 1e6, st.best_s * 1e6,
+            st.recorded);
+  st.reported = st.shapes + st.recorded;
+}
