@@ -24,6 +24,8 @@ struct CuK {
   const char **bodies; /* [n] each kernel's text after its name: a repeat reuses the kernel */
   int capbodies;
   size_t kstart, bstart; /* the kernel being written: where it starts, where its name ends */
+  const CuFlashCfg *flash; /* tensor-core attention tiles (NULL: cuk_flash_cfg) */
+  int minb;                /* the next kernel's minimum blocks per SM (__launch_bounds__), 0: none */
 };
 
 CuK *cuk_new(Arena *a) {
@@ -39,6 +41,11 @@ CuK *cuk_new(Arena *a) {
 }
 
 const char *cuk_source(const CuK *k) { return k->src; }
+void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c) {
+  CuFlashCfg *f = c ? ARENA_NEW(k->a, CuFlashCfg) : NULL;
+  if (c) *f = *c;
+  k->flash = f;
+}
 int cuk_count(const CuK *k) { return k->n; }
 int64_t cuk_workspace(const CuK *k) { return k->ws; }
 
@@ -94,7 +101,8 @@ typedef struct {
 static int begin_kernel(CuK *k, const Args *g, int nt) {
   int id = k->n++;
   k->kstart = k->len;
-  out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
+  if (k->minb > 0) out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d, %d) k%d", nt, k->minb, id);
+  else out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
   k->bstart = k->len;
   out(k, "(");
   for (int i = 0; i < g->np; i++) out(k, "%schar *p%d", i ? ", " : "", i);
@@ -501,10 +509,22 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
   if (hd > 256) die("cuda_kernels: sdpa head dim %lld > 256", (long long)hd);
 }
 
-/* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128; 4 warps of
- * 16 (or 32) rows per block. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
+/* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128, tiles by
+ * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
 static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
-enum { FLASH_ROWS = 64, FLASH_THREADS = 128 };
+static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
+/* a tensor-core attention kernel: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block, with
+ * c's minimum blocks per SM */
+static const char *flash_kernel(CuK *k, const Args *g, const char *name, const CuFlashTile *c, int64_t S, int64_t H,
+                                int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
+  k->minb = c->minb;
+  const char *l = simple(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1,
+                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>(%s);", name, (long long)S,
+                                      (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", c->bt,
+                                      c->mt, c->w, args));
+  k->minb = 0;
+  return l;
+}
 
 /* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
  * block's T keys with the rows' global positions (on the CUDA-core kernels only). Its extra
@@ -525,13 +545,9 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
   attn_check(H, KV, hd);
   if (attn_flash(dt, hd) && !ks->qpos) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
-    int mt = hd <= 64 ? 2 : 1, bk = hd <= 64 ? 64 : 32; /* registers and shared memory (48 KiB) */
-    return simple(k, &g, cdiv(S, FLASH_ROWS * mt), H, B, FLASH_THREADS, 1,
-                  arena_printf(k->a,
-                               "sk::flash_fwd<%lldLL, %lld, %lld, %lld, %s, %d, %d>((sk::bf16 *)p0, (float *)p1, "
-                               "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
-                               (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", bk,
-                               mt));
+    CuFlashTile c = flash_cfg(k, hd).fwd;
+    return flash_kernel(k, &g, "flash_fwd", &c, S, H, KV, hd, causal, H, B,
+                        "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4");
   }
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ctype(dt);
@@ -564,33 +580,24 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   const char *t = ctype(dt), *cz = causal ? "true" : "false";
   need_ws(k, B * H * S * 4);
   const char *D = ws_at(k, 0);
+  if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
+    CuFlashCfg c = flash_cfg(k, hd);
+    Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
+    const char *lq = flash_kernel(k, &gq, "flash_bwd_q", &c.q, S, H, KV, hd, causal, H, B,
+                                  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                  "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7");
+    Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+    const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", &c.kv, S, H, KV, hd, causal, KV, B,
+                                   "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                   "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7");
+    return cat(k, lq, lkv);
+  }
   Args g1 = {.np = 3, .p = {D, o, dout}};
   const char *l1 = simple(k, &g1, cdiv(S, bq), H, B, bq * tpr, 1,
                           arena_printf(k->a,
                                        "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
                                        "(const %s *)p2);",
                                        t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
-  if (attn_flash(dt, hd) && !ks->qpos) {
-    /* tiles of the dK/dV kernel (queries) and of the dQ kernel (keys; 16 queries per warp): registers and shared
-     * memory. Measured on an H100 at hd 64 (B8 T1024 H12): dQ with 64-key tiles and one m-tile 106 TFLOP/s for
-     * the whole backward, 32-key tiles and two m-tiles 97.5 */
-    int bt = hd <= 64 ? 64 : 32, mt = 1;
-    Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-    const char *l2 = simple(k, &g2, cdiv(S, FLASH_ROWS), KV, B, FLASH_THREADS, 1,
-                            arena_printf(k->a,
-                                         "sk::flash_bwd_kv<%lldLL, %lld, %lld, %lld, %s, %d>((sk::bf16 *)p0, (sk::bf16 *)p1, "
-                                         "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, "
-                                         "(const float *)p6, (const sk::bf16 *)p7);",
-                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bt));
-    Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
-    const char *l3 = simple(k, &g3, cdiv(S, FLASH_ROWS * mt), H, B, FLASH_THREADS, 1,
-                            arena_printf(k->a,
-                                         "sk::flash_bwd_q<%lldLL, %lld, %lld, %lld, %s, %d, %d>((sk::bf16 *)p0, "
-                                         "(const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const float *)p4, "
-                                         "(const float *)p5, (const sk::bf16 *)p6);",
-                                         (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bt, mt));
-    return cat(k, cat(k, l1, l2), l3);
-  }
   Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
   const char *pa2 = keys_args(k, ks, &g2), *tk = keys_tmpl(k, ks);
   const char *l2 = simple(

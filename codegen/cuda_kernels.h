@@ -106,6 +106,24 @@ const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, cons
 const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                          const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
                          int64_t S, int64_t H, int64_t KV, int64_t hd, int causal);
+/* The tensor-core attention's tiles (bf16, hd a multiple of 16 up to 128; runtime/cuda/kernels/shardk_flash.cuh):
+ * per kernel, mt m-tiles of 16 rows per warp (queries; keys in dK/dV), w warps per block (16 mt w rows)
+ * and bt rows of the tile streamed through shared memory (keys; queries in dK/dV). */
+typedef struct {
+  int mt, w, bt;
+  int minb; /* blocks per SM asked of ptxas (__launch_bounds__' second argument: fewer registers), 0: none */
+} CuFlashTile;
+typedef struct {
+  CuFlashTile fwd, kv, q; /* forward, dK/dV, dQ */
+} CuFlashCfg;
+/* The configuration the compiler emits for head dim hd (codegen/cuda_flash_cfg.c: the one place to
+ * change after a measurement). */
+CuFlashCfg cuk_flash_cfg(int64_t hd);
+/* The candidates for head dim hd, the first being cuk_flash_cfg(hd): swept by the kernel benchmark
+ * (SHARDK_ATTN_SWEEP=1) and each checked by cuda_kernels_emu. Returns how many (at most max). */
+int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max);
+/* The tiles of the tensor-core attentions k emits from now on (NULL: cuk_flash_cfg). */
+void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c);
 /* Ring attention's pieces (context parallelism, ops.def ATTN_BLOCK, ATTN_BLOCK_BWD, ATTN_COMBINE):
  * q over a block of T keys (k/v [B, T, KV*hd]) whose rows' global positions are qpos int32 [S] and
  * kpos int32 [T] (causal: key j visible to query i when kpos[j] <= qpos[i]); a row that sees no key

@@ -513,60 +513,75 @@ static void cases_reduce_opt(KC *c) {
 
 /* ---- attention ------------------------------------------------------------------------------------------------ */
 
+/* One attention case: forward, backward twice (the same bits), against the CPU references; tensor-core
+ * tiles cfg (NULL: the compiler's choice). */
+static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, DType dt,
+                      const CuFlashCfg *cfg, const char *cname) {
+  int64_t nq = B * S * H * hd, nk = B * S * KV * hd, nl = B * H * S;
+  float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
+  round_to(dt, q, nq);
+  round_to(dt, k, nk);
+  round_to(dt, v, nk);
+  round_to(dt, dout, nq);
+  KT tq = kt_new(c, dt, nq), tk = kt_new(c, dt, nk), tv = kt_new(c, dt, nk), to = kt_new(c, dt, nq),
+     tl = kt_new(c, DT_F32, nl), tdo = kt_new(c, dt, nq), tdq = kt_new(c, dt, nq), tdk = kt_new(c, dt, nk),
+     tdv = kt_new(c, dt, nk), tdq2 = kt_new(c, dt, nq), tdk2 = kt_new(c, dt, nk), tdv2 = kt_new(c, dt, nk);
+  kt_put(c, tq, q);
+  kt_put(c, tk, k);
+  kt_put(c, tv, v);
+  kt_put(c, tdo, dout);
+  cuk_set_flash_cfg(c->k, cfg);
+  run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, H, KV, hd, causal));
+  run(c, cuk_sdpa_bwd(c->k, P(c, tdq), P(c, tdk), P(c, tdv), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                      P(c, tdo), dt, B, S, H, KV, hd, causal));
+  run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                      P(c, tdo), dt, B, S, H, KV, hd, causal));
+  cuk_set_flash_cfg(c->k, NULL);
+  if (!c->be) return;
+  const char *tag = arena_printf(c->a, "B %lld S %lld H %lld KV %lld hd %lld%s %s%s", (long long)B, (long long)S,
+                                 (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt), cname);
+  float *ro = arena_alloc(c->a, (size_t)nq * 4), *rl = arena_alloc(c->a, (size_t)nl * 4),
+        *rdq = arena_alloc(c->a, (size_t)nq * 4), *rdk = arena_alloc(c->a, (size_t)nk * 4),
+        *rdv = arena_alloc(c->a, (size_t)nk * 4);
+  rt_sdpa_fwd_ref(B, S, S, H, KV, hd, causal, q, k, v, ro, rl);
+  float *go = kt_get(c, to);
+  double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
+  cmp(c, arena_printf(c->a, "sdpa o %s", tag), go, ro, nq, rt, at);
+  cmp(c, arena_printf(c->a, "sdpa lse %s", tag), kt_get(c, tl), rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+  /* the backward from the device's own o (as the trainer runs it), in the reference's precision */
+  float *gl = kt_get(c, tl);
+  rt_sdpa_bwd_ref(B, S, S, H, KV, hd, causal, q, k, v, go, gl, dout, rdq, rdk, rdv);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), kt_get(c, tdq), rdq, nq, rt, at * 4);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), kt_get(c, tdk), rdk, nk, rt, at * 4);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), kt_get(c, tdv), rdv, nk, rt, at * 4);
+  expect(c, arena_printf(c->a, "sdpa_bwd deterministic %s", tag),
+         memcmp(kt_get(c, tdq), kt_get(c, tdq2), (size_t)nq * 4) == 0 &&
+             memcmp(kt_get(c, tdk), kt_get(c, tdk2), (size_t)nk * 4) == 0 &&
+             memcmp(kt_get(c, tdv), kt_get(c, tdv2), (size_t)nk * 4) == 0);
+}
+
+static int flash_variants = 1;
+void kc_flash_variants(int on) { flash_variants = on; }
+
 static void cases_attention(KC *c) {
   struct {
     int64_t B, S, H, KV, hd;
     int causal;
     DType dt;
-  } ac[] = {{2, 37, 4, 2, 16, 1, DT_F32},  {1, 40, 2, 1, 64, 0, DT_F32},  {1, 45, 4, 1, 16, 1, DT_F32},
+    int variants; /* also every other tile configuration of the tensor-core kernels (cuk_flash_variants) */
+  } ac[] = {{2, 37, 4, 2, 16, 1, DT_F32, 0},  {1, 40, 2, 1, 64, 0, DT_F32, 0},  {1, 45, 4, 1, 16, 1, DT_F32, 0},
             /* bf16, head dim a multiple of 16: tensor cores (partial tiles, GQA, both tile sizes) */
-            {1, 33, 2, 2, 32, 1, DT_BF16}, {2, 70, 4, 2, 64, 1, DT_BF16}, {1, 50, 2, 1, 128, 0, DT_BF16},
-            {1, 77, 4, 2, 128, 1, DT_BF16}, {1, 200, 2, 1, 64, 1, DT_BF16},
+            {1, 33, 2, 2, 32, 1, DT_BF16, 0}, {2, 70, 4, 2, 64, 1, DT_BF16, 1}, {1, 50, 2, 1, 128, 0, DT_BF16, 1},
+            {1, 77, 4, 2, 128, 1, DT_BF16, 1}, {1, 300, 2, 1, 64, 1, DT_BF16, 0}, {1, 99, 4, 2, 64, 0, DT_BF16, 1},
             /* bf16, head dim 24: the CUDA-core kernels */
-            {1, 33, 2, 1, 24, 1, DT_BF16}};
+            {1, 33, 2, 1, 24, 1, DT_BF16, 0}};
   for (size_t t = 0; t < sizeof ac / sizeof ac[0]; t++) {
-    int64_t B = ac[t].B, S = ac[t].S, H = ac[t].H, KV = ac[t].KV, hd = ac[t].hd;
-    int causal = ac[t].causal;
-    DType dt = ac[t].dt;
-    int64_t nq = B * S * H * hd, nk = B * S * KV * hd, nl = B * H * S;
-    float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
-    round_to(dt, q, nq);
-    round_to(dt, k, nk);
-    round_to(dt, v, nk);
-    round_to(dt, dout, nq);
-    KT tq = kt_new(c, dt, nq), tk = kt_new(c, dt, nk), tv = kt_new(c, dt, nk), to = kt_new(c, dt, nq),
-       tl = kt_new(c, DT_F32, nl), tdo = kt_new(c, dt, nq), tdq = kt_new(c, dt, nq), tdk = kt_new(c, dt, nk),
-       tdv = kt_new(c, dt, nk), tdq2 = kt_new(c, dt, nq), tdk2 = kt_new(c, dt, nk), tdv2 = kt_new(c, dt, nk);
-    kt_put(c, tq, q);
-    kt_put(c, tk, k);
-    kt_put(c, tv, v);
-    kt_put(c, tdo, dout);
-    run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, H, KV, hd, causal));
-    run(c, cuk_sdpa_bwd(c->k, P(c, tdq), P(c, tdk), P(c, tdv), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
-                        P(c, tdo), dt, B, S, H, KV, hd, causal));
-    run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
-                        P(c, tdo), dt, B, S, H, KV, hd, causal));
-    if (!c->be) continue;
-    const char *tag = arena_printf(c->a, "B %lld S %lld H %lld KV %lld hd %lld%s %s", (long long)B, (long long)S,
-                                   (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt));
-    float *ro = arena_alloc(c->a, (size_t)nq * 4), *rl = arena_alloc(c->a, (size_t)nl * 4),
-          *rdq = arena_alloc(c->a, (size_t)nq * 4), *rdk = arena_alloc(c->a, (size_t)nk * 4),
-          *rdv = arena_alloc(c->a, (size_t)nk * 4);
-    rt_sdpa_fwd_ref(B, S, S, H, KV, hd, causal, q, k, v, ro, rl);
-    float *go = kt_get(c, to);
-    double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
-    cmp(c, arena_printf(c->a, "sdpa o %s", tag), go, ro, nq, rt, at);
-    cmp(c, arena_printf(c->a, "sdpa lse %s", tag), kt_get(c, tl), rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
-    /* the backward from the device's own o (as the trainer runs it), in the reference's precision */
-    float *gl = kt_get(c, tl);
-    rt_sdpa_bwd_ref(B, S, S, H, KV, hd, causal, q, k, v, go, gl, dout, rdq, rdk, rdv);
-    cmp(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), kt_get(c, tdq), rdq, nq, rt, at * 4);
-    cmp(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), kt_get(c, tdk), rdk, nk, rt, at * 4);
-    cmp(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), kt_get(c, tdv), rdv, nk, rt, at * 4);
-    expect(c, arena_printf(c->a, "sdpa_bwd deterministic %s", tag),
-           memcmp(kt_get(c, tdq), kt_get(c, tdq2), (size_t)nq * 4) == 0 &&
-               memcmp(kt_get(c, tdk), kt_get(c, tdk2), (size_t)nk * 4) == 0 &&
-               memcmp(kt_get(c, tdv), kt_get(c, tdv2), (size_t)nk * 4) == 0);
+    attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL, "");
+    CuFlashCfg v[16];
+    int nv = ac[t].variants && flash_variants ? cuk_flash_variants(ac[t].hd, v, 16) : 0;
+    for (int i = 1; i < nv; i++)
+      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, &v[i],
+                arena_printf(c->a, " tiles %d", i));
   }
 }
 

@@ -25,6 +25,10 @@ typedef struct KC KC;
 /* Pass 0 with a NULL backend: returns the source of every case's kernels (arena memory) and
  * the workspace they need. */
 const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels);
+/* Whether the attention cases also run every other tile configuration of the tensor-core kernels
+ * (cuk_flash_variants) on some shapes (causal and not, GQA, odd lengths, hd 64 and 128); on unless
+ * turned off before pass 0 (cuda_nvrtc compiles the configuration the compiler emits only). */
+void kc_flash_variants(int on);
 /* Pass 1: runs and checks every case; returns the number of failed checks. */
 int kc_run_all(const KBackend *be, int64_t workspace);
 

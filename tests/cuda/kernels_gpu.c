@@ -2,13 +2,15 @@
  * arch, the CUDA driver API), then each kernel family at GPT-2 124M training shapes (B 8, T 1024,
  * bf16 activations) timed against its floor: bytes moved / the device's measured copy bandwidth
  * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/run_gpu.sh; exits non-zero when a
- * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only] */
+ * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only]; SHARDK_ATTN_SWEEP=1 adds the attention
+ * tile sweep (flash_sweep.h), SHARDK_ATTN_SWEEP=only runs the sweep alone. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuk_launch.h"
+#include "flash_sweep.h"
 #include "kcases.h"
 #include "nvrtc_util.h"
 
@@ -69,7 +71,7 @@ typedef struct {
   double flops;      /* for attention */
 } Perf;
 
-static void *pbuf[64];
+static void *pbuf[128];
 static int npbuf;
 static const char *pb(Arena *a, size_t bytes) {
   pbuf[npbuf] = g_alloc(bytes);
@@ -107,6 +109,25 @@ static void run_stmt(const char *stmt, char *ws) {
     CU_CHECK(cuLaunchKernel(fn(L[i].kernel), L[i].grid[0], L[i].grid[1], L[i].grid[2], L[i].block[0], L[i].block[1],
                             L[i].block[2], L[i].smem, NULL, args, NULL));
   }
+}
+
+/* microseconds per run of a statement: one warm-up, then 10 runs between two events */
+static double stmt_us(const char *stmt, char *ws) {
+  CUevent e0, e1;
+  CU_CHECK(cuEventCreate(&e0, 0));
+  CU_CHECK(cuEventCreate(&e1, 0));
+  run_stmt(stmt, ws);
+  CU_CHECK(cuCtxSynchronize());
+  int reps = 10;
+  CU_CHECK(cuEventRecord(e0, NULL));
+  for (int r = 0; r < reps; r++) run_stmt(stmt, ws);
+  CU_CHECK(cuEventRecord(e1, NULL));
+  CU_CHECK(cuEventSynchronize(e1));
+  float ms;
+  CU_CHECK(cuEventElapsedTime(&ms, e0, e1));
+  CU_CHECK(cuEventDestroy(e0));
+  CU_CHECK(cuEventDestroy(e1));
+  return ms * 1e3 / reps;
 }
 
 static void perf(void) {
@@ -196,15 +217,7 @@ static void perf(void) {
   CU_CHECK(cuMemFree(c1));
   printf("%-42s %10s %10s %8s\n", "kernel", "us", "floor us", "of floor");
   for (int i = 0; i < np; i++) {
-    run_stmt(p[i].stmt, ws); /* warm-up */
-    CU_CHECK(cuCtxSynchronize());
-    int reps = 10;
-    CU_CHECK(cuEventRecord(e0, NULL));
-    for (int r = 0; r < reps; r++) run_stmt(p[i].stmt, ws);
-    CU_CHECK(cuEventRecord(e1, NULL));
-    CU_CHECK(cuEventSynchronize(e1));
-    CU_CHECK(cuEventElapsedTime(&ms, e0, e1));
-    double us = ms * 1e3 / reps;
+    double us = stmt_us(p[i].stmt, ws);
     if (p[i].bytes > 0) {
       double floor_us = p[i].bytes / bw * 1e6;
       printf("%-42s %10.1f %10.1f %7.0f%%\n", p[i].name, us, floor_us, 100.0 * floor_us / us);
@@ -220,9 +233,36 @@ static void perf(void) {
   arena_free(&a);
 }
 
+/* ---- the attention tile sweep (flash_sweep.c) ---------------------------------------------------- */
+
+static const char *sweep_buf(Arena *a, size_t bytes, void **dev) {
+  const char *e = pb(a, bytes);
+  *dev = pbuf[npbuf - 1];
+  return e;
+}
+static void sweep_run(const char *stmt, char *ws) {
+  run_stmt(stmt, ws);
+  CU_CHECK(cuCtxSynchronize());
+}
+static void sweep_attrs(int kernel, int *regs, int *local) {
+  *regs = *local = -1;
+  if (kernel < 0) return;
+  CU_CHECK(cuFuncGetAttribute(regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn(kernel)));
+  CU_CHECK(cuFuncGetAttribute(local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn(kernel)));
+}
+static int sweep(void) {
+  SweepHost h = {sweep_buf, g_alloc, g_free, g_h2d, g_d2h, load, sweep_run, stmt_us, sweep_attrs};
+  int first = npbuf, fails = flash_sweep(&h);
+  for (int i = first; i < npbuf; i++) g_free(pbuf[i]);
+  npbuf = first;
+  return fails;
+}
+
 int main(int argc, char **argv) {
-  int do_perf = !(argc > 1 && strcmp(argv[1], "--no-perf") == 0),
-      do_cases = !(argc > 1 && strcmp(argv[1], "--perf-only") == 0);
+  const char *sw = getenv("SHARDK_ATTN_SWEEP");
+  int only = sw && strcmp(sw, "only") == 0, do_sweep = only || (sw && strcmp(sw, "1") == 0);
+  int do_perf = !only && !(argc > 1 && strcmp(argv[1], "--no-perf") == 0),
+      do_cases = !only && !(argc > 1 && strcmp(argv[1], "--perf-only") == 0);
   CU_CHECK(cuInit(0));
   CUdevice dev;
   CU_CHECK(cuDeviceGet(&dev, 0));
@@ -249,7 +289,8 @@ int main(int argc, char **argv) {
     arena_free(&a);
   }
   if (do_perf) perf();
-  CU_CHECK(cuModuleUnload(mod));
+  if (do_sweep) fails += sweep();
+  if (mod) CU_CHECK(cuModuleUnload(mod));
   CU_CHECK(cuDevicePrimaryCtxRelease(dev));
   return fails ? 1 : 0;
 }

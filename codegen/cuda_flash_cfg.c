@@ -1,0 +1,38 @@
+/* codegen/cuda_flash_cfg.c — the tiles of the tensor-core attention (runtime/cuda/kernels/shardk_flash.cuh):
+ * the configuration the compiler emits, and the candidates the kernel benchmark times side by side
+ * (`SHARDK_ATTN_SWEEP=1 cuda_kernels_gpu`, tests/cuda/flash_sweep.c) and cuda_kernels_emu checks.
+ *
+ * Limits of every candidate: the K and V (dK/dV: Q and dO) tiles, double-buffered, take 8 bt (hd + 8)
+ * bytes of static shared memory, at most 48 KiB: bt <= 64 at hd 64, bt <= 32 at hd 128 (the kernels
+ * assert it); registers without spills in the products' loop (ptxas -v for sm_90, docs/performance.md).
+ * Shared memory bounds the kernels with one m-tile a warp: each ldmatrix.x4 (4 cycles of the SM's
+ * 128 bytes a cycle) feeds 2 mma per m-tile, so 2 m-tiles a warp halve the ldmatrix per mma; the
+ * dK/dV kernel's 2 m-tiles (candidate 5) need 255 registers and keep a few addresses in local memory. */
+#include "cuda_kernels.h"
+
+/* {fwd, kv, q}, each {m-tiles per warp, warps, streamed tile rows, min blocks per SM}; the first is the one
+ * emitted */
+static const CuFlashCfg V64[] = {
+    {{2, 4, 64, 0}, {1, 4, 64, 0}, {1, 4, 64, 0}}, /* 128 query rows / 64 keys per block (fwd), 64 rows (bwd) */
+    {{1, 4, 64, 0}, {1, 4, 32, 3}, {1, 4, 32, 0}}, /* fewer registers (fwd 3 blocks per SM; dK/dV 168: 3) */
+    {{1, 8, 64, 0}, {1, 8, 64, 0}, {1, 8, 64, 0}}, /* 8 warps of 16 rows */
+    {{2, 4, 32, 0}, {1, 8, 32, 0}, {2, 4, 16, 0}}, /* 32 rows a warp (dQ: half the ldmatrix per mma) */
+    {{1, 4, 32, 0}, {1, 2, 64, 0}, {1, 2, 64, 0}}, /* fwd: 127 registers, 4 blocks per SM; bwd: 32 rows per block */
+    {{1, 8, 32, 0}, {2, 4, 16, 0}, {1, 8, 32, 0}}, /* fwd: 127 registers, 2 blocks of 8 warps; dK/dV: 32 keys a warp */
+    {{2, 8, 64, 0}, {1, 2, 32, 0}, {1, 4, 16, 0}}, /* fwd: 256 query rows per block */
+};
+static const CuFlashCfg V128[] = {
+    {{1, 4, 32, 0}, {1, 4, 32, 0}, {1, 4, 32, 0}},
+    {{1, 8, 32, 0}, {1, 8, 32, 0}, {1, 8, 32, 0}},
+    {{1, 4, 16, 0}, {1, 4, 16, 0}, {1, 4, 16, 0}},
+};
+
+int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max) {
+  const CuFlashCfg *c = hd <= 64 ? V64 : V128;
+  int n = hd <= 64 ? (int)(sizeof V64 / sizeof V64[0]) : (int)(sizeof V128 / sizeof V128[0]);
+  if (n > max) n = max;
+  for (int i = 0; i < n; i++) v[i] = c[i];
+  return n;
+}
+
+CuFlashCfg cuk_flash_cfg(int64_t hd) { return hd <= 64 ? V64[0] : V128[0]; }
