@@ -103,9 +103,9 @@ static int begin_kernel(CuK *k, const Args *g, int nt) {
   return id;
 }
 
-/* Ends kernel id: its emulator entry; returns its launch statement. */
-static const char *end_kernel(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
-                              int bz) {
+/* Ends kernel id: its emulator entry; returns its launch statement (smem: bytes of dynamic shared memory). */
+static const char *end_kernel_smem(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
+                                   int bz, int64_t smem) {
   if (gx < 1 || gx > 0x7fffffffLL || gy < 1 || gy > 65535 || gz < 1 || gz > 65535)
     die("cuda_kernels: grid (%lld, %lld, %lld) of k%d out of range", (long long)gx, (long long)gy, (long long)gz,
         id);
@@ -128,19 +128,28 @@ static const char *end_kernel(CuK *k, int id, const Args *g, int64_t gx, int64_t
     for (int i = 0; i < g->nl; i++) out(k, "%sSK_ARG(%d, long long)", g->np + i ? ", " : "", g->np + i);
     out(k, "))\n");
   }
-  char *s = arena_printf(k->a, "rt_cu_launch(ctx, %d, %lld, %lld, %lld, %d, %d, %d, 0, (void *[]){", id,
-                         (long long)gx, (long long)gy, (long long)gz, bx, by, bz);
+  char *s = arena_printf(k->a, "rt_cu_launch(ctx, %d, %lld, %lld, %lld, %d, %d, %d, %lld, (void *[]){", id,
+                         (long long)gx, (long long)gy, (long long)gz, bx, by, bz, (long long)smem);
   for (int i = 0; i < g->np; i++) s = arena_printf(k->a, "%s%s&(char *){%s}", s, i ? ", " : "", g->p[i]);
   for (int i = 0; i < g->nl; i++)
     s = arena_printf(k->a, "%s%s&(long long){%s}", s, g->np + i ? ", " : "", g->l[i]);
   return arena_printf(k->a, "%s});", s);
 }
 
-/* A one-statement kernel: body is the statement (uses p0.., l0..). */
-static const char *simple(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, const char *body) {
+static const char *end_kernel(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
+                              int bz) {
+  return end_kernel_smem(k, id, g, gx, gy, gz, bx, by, bz, 0);
+}
+
+/* A one-statement kernel: body is the statement (uses p0.., l0..); smem bytes of dynamic shared memory. */
+static const char *simple_smem(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, int64_t smem,
+                               const char *body) {
   int id = begin_kernel(k, g, bx * by);
   out(k, "  %s\n", body);
-  return end_kernel(k, id, g, gx, gy, gz, bx, by, 1);
+  return end_kernel_smem(k, id, g, gx, gy, gz, bx, by, 1, smem);
+}
+static const char *simple(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, const char *body) {
+  return simple_smem(k, g, gx, gy, gz, bx, by, 0, body);
 }
 
 static const char *cat(CuK *k, const char *a, const char *b) { return arena_printf(k->a, "%s %s", a, b); }
@@ -298,6 +307,40 @@ static int merge_axes(const Shape *xs, const int64_t *xstr, const int *ds, int n
   return m;
 }
 
+/* A colsum launch (shardk.cuh): y [P, cols] (P = 1: y [cols]) = the column sums of x [rows, cols] (rows ld apart)
+ * over P chunks of rows. */
+static const char *colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
+                                 int64_t cols, int64_t ld, int64_t P, double scale) {
+  int vw = xdt == DT_BF16 ? 8 : 4;
+  Args g = {.np = 2, .p = {y, x}};
+  return simple(k, &g, cdiv(cols / vw, 32), P, 1, 32, 8,
+                arena_printf(k->a, "sk::colsum<%s, %s, %lldLL, %lldLL, %lldLL, %d>((%s *)p0, (const %s *)p1, %s);",
+                             ctype(ydt), ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P,
+                             ctype(ydt), ctype(xdt), fl(k, scale)));
+}
+
+/* y [cols] = scale * the column sums of x [rows, cols] (rows ld apart; cols a multiple of 16 / sizeof(x), x
+ * 16-byte aligned): partial sums of chunks of rows into the workspace at 0 (enough threads in flight, chunks of
+ * at least 64 rows), then their column sums in chunk order. y2, x2 (or NULL): a second sum of the same shape at
+ * once (stage 1 and 2 launched for each). Deterministic: fixed orders throughout. */
+static const char *colsum_2stage(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
+                                 int64_t cols, int64_t ld, double scale, const char *y2, const char *x2) {
+  int vw = xdt == DT_BF16 ? 8 : 4;
+  int64_t P = imax(1, imin(cdiv(rows, 64), cdiv(131072, cdiv(cols / vw, 32) * 256)));
+  if (P == 1) {
+    const char *l = colsum_launch(k, y, ydt, x, xdt, rows, cols, ld, 1, scale);
+    return y2 ? cat(k, l, colsum_launch(k, y2, ydt, x2, xdt, rows, cols, ld, 1, scale)) : l;
+  }
+  int64_t part = P * cols * 4;
+  need_ws(k, (y2 ? 2 : 1) * part);
+  const char *l = cat(k, colsum_launch(k, ws_at(k, 0), DT_F32, x, xdt, rows, cols, ld, P, 1.0),
+                      colsum_launch(k, y, ydt, ws_at(k, 0), DT_F32, P, cols, cols, 1, scale));
+  if (!y2) return l;
+  return cat(k, l,
+             cat(k, colsum_launch(k, ws_at(k, part), DT_F32, x2, xdt, rows, cols, ld, P, 1.0),
+                 colsum_launch(k, y2, ydt, ws_at(k, part), DT_F32, P, cols, cols, 1, scale)));
+}
+
 const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, const char *x, DType xdt, const Shape *xs) {
   /* align ys to xs on the right; kept dims (equal) and summed dims (1 or missing in ys) */
   int r = xs->rank;
@@ -327,6 +370,9 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
   Axis ka[IR_MAX_RANK], sa[IR_MAX_RANK];
   nk = merge_axes(xs, xstr, kept, nk, ka);
   ns = merge_axes(xs, xstr, summed, ns, sa);
+  if (nk == 1 && ns == 1 && ka[0].stride == 1 && sa[0].stride == ka[0].size && (xdt == DT_BF16 || xdt == DT_F32) &&
+      ny % (xdt == DT_BF16 ? 8 : 4) == 0) /* x [nr, ny] summed over its rows (a bias gradient): 16-byte loads */
+    return colsum_2stage(k, y, ydt, x, xdt, nr, ny, ny, 1.0, NULL, NULL);
   /* P chunks of the summed index: enough threads, at least 32 terms a chunk */
   int64_t P = imax(1, imin(4096, imin(cdiv(65536, ny), cdiv(nr, 32))));
   int64_t chunk = cdiv(nr, P);
@@ -421,12 +467,19 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, cons
                             const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
   int nt = row_threads(d);
   int nper = (int)cdiv(d, nt);
-  int64_t P = imax(1, imin(rows, 256));
+  int vec = ln && xdt == DT_BF16 && d % 256 == 0 && d <= 1024; /* layernorm_bwd_vec: 4 warps a block, 3 blocks an SM */
+  int64_t P = vec ? imax(1, imin(cdiv(rows, 4), 384)) : imax(1, imin(rows, 256));
   int64_t m = ln ? 2 * d : d;
   need_ws(k, P * m * 4);
   const char *xt = ctype(xdt), *wt = ctype(wdt);
   Args g = {.np = 5, .p = {dx, ws_at(k, 0), x, w, dy}};
-  const char *l1 = ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
+  const char *l1 = vec /* a warp per row, 16-byte vectors */
+                       ? simple(k, &g, P, 1, 1, 128, 1,
+                                arena_printf(k->a,
+                                             "sk::layernorm_bwd_vec<%s, %lldLL, %lldLL, %d, 4>((sk::bf16 *)p0, (float *)p1, "
+                                             "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
+                                             wt, (long long)rows, (long long)d, (int)P, wt, fl(k, eps)))
+                   : ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
                        ? simple(k, &g, P, 1, 1, 256, 1,
                                 arena_printf(k->a,
                                              "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, "
@@ -442,7 +495,11 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, cons
   /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
   Args g2 = {.np = 2, .p = {dw, ws_at(k, 0)}};
   const char *l2 = NULL;
-  if (ln) {
+  if (d % 4 == 0) /* the parts' column sums in 16-byte loads, chunk order (shardk.cuh colsum) */
+    l2 = ln ? cat(k, colsum_launch(k, dw, wdt, ws_at(k, 0), DT_F32, P, d, 2 * d, 1, 1.0),
+                  colsum_launch(k, db, wdt, ws_at(k, 4 * d), DT_F32, P, d, 2 * d, 1, 1.0))
+            : colsum_launch(k, dw, wdt, ws_at(k, 0), DT_F32, P, d, d, 1, 1.0);
+  else if (ln) {
     /* one kernel over 2d columns would need dw and db adjacent: sum each half separately */
     int id = begin_kernel(k, &(Args){.np = 3, .p = {dw, db, ws_at(k, 0)}}, 256);
     out(k, "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\n");
@@ -637,6 +694,11 @@ const char *cuk_attn_combine(CuK *k, const char *o, const char *lse, const char 
 /* ---- cross-entropy ---------------------------------------------------------------------------------- */
 
 #define CE_NT 256
+/* ce_fused_rows_smem: threads, 16-byte vectors each keeps in registers, and the most shared memory the rest may
+ * take (96 KiB: a block fits the 99 KiB of sm_86 / sm_89; two per SM on sm_90's 228 KiB at GPT-2's V: 82 KiB) */
+#define CE_SMEM_NT 512
+#define CE_SMEM_KR 2
+#define CE_SMEM_MAX (96 * 1024)
 
 /* The mean loss over the rows with a target, from the row losses `rows` (a workspace slice). */
 static const char *ce_loss_mean(CuK *k, const char *loss, const char *rows, const char *targets, int64_t n) {
@@ -692,6 +754,15 @@ const char *cuk_cross_entropy_fused(CuK *k, const char *loss, const char *dlogit
   const char *t = ctype(ldt);
   const char *l1 = ce_grad_scale(k, targets, dloss, n);
   Args g2 = {.np = 6, .p = {dlogits, ws_at(k, 64), logits, targets, ws_at(k, 0), "WS"}};
+  int64_t smem = 16 * imax(0, cdiv(len > 0 ? len : V, 8) - CE_SMEM_KR * CE_SMEM_NT);
+  if (ldt == DT_BF16 && V % 8 == 0 && smem <= CE_SMEM_MAX) { /* the row in shared memory: the logits read once */
+    const char *l2 = simple_smem(k, &g2, n, 1, 1, CE_SMEM_NT, 1, smem,
+                                 arena_printf(k->a,
+                                              "sk::ce_fused_rows_smem<%lldLL, %lldLL, %d, %d, 4>((sk::bf16 *)p0, (float *)p1, "
+                                              "(const sk::bf16 *)p2, (const int *)p3, (const float *)p4, (int *)p5);",
+                                              (long long)V, (long long)len, CE_SMEM_NT, CE_SMEM_KR));
+    return cat(k, cat(k, l1, l2), ce_loss_mean(k, loss, ws_at(k, 64), targets, n));
+  }
   const char *l2 = simple(k, &g2, n, 1, 1, CE_NT, 1,
                           arena_printf(k->a,
                                        "sk::ce_fused_rows<%s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, (const %s *)p2, "

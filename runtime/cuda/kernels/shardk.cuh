@@ -51,6 +51,9 @@ typedef unsigned u32;
 struct __align__(16) u32x4 {
   u32 x, y, z, w;
 };
+struct __align__(16) f32x4 {
+  float x, y, z, w;
+};
 __device__ __forceinline__ void unpack8(float (&v)[8], const u32x4 &q) {
   const u32 w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -189,6 +192,49 @@ __device__ void sum_parts(TY *y, const float *part, float scale) {
   float acc = 0.0f;
   for (i64 p = 0; p < P; p++) acc += part[p * M + j];
   st(y + j, acc * scale);
+}
+
+/* VW = 16 / sizeof(T) consecutive values at p (16-byte aligned) as floats: one 16-byte load. */
+__device__ __forceinline__ void ldv(float (&v)[8], const bf16 *p) { unpack8(v, *(const u32x4 *)p); }
+__device__ __forceinline__ void ldv(float (&v)[4], const float *p) {
+  const f32x4 q = *(const f32x4 *)p;
+  v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+
+/* Column sums of x [R, C] with rows LD apart (C, LD multiples of VW = 16 / sizeof(T), x 16-byte aligned):
+ * y[p * C + j] = scale * (the sum of x[i, j] over the rows i of chunk p), P chunks of ceil(R / P) rows. Block
+ * (32, 8): thread (tx, ty) holds the VW columns of vector tx, sums rows ty, ty + 8, ... of its chunk in order
+ * (16-byte loads, 4 rows in flight), then the 8 row slices add in ty order (fixed: the same bits every run).
+ * grid (ceil(C / VW / 32), P). */
+template <class TY, class T, i64 R, i64 C, i64 LD, int P>
+__device__ void colsum(TY *y, const T *x, float scale) {
+  constexpr int VW = 16 / (int)sizeof(T);
+  constexpr i64 CH = (R + P - 1) / P;
+  __shared__ float part[8][32 * VW];
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+  const i64 cv = (i64)blockIdx.x * 32 + tx, lo = (i64)blockIdx.y * CH, hi = lo + CH < R ? lo + CH : R;
+  float acc[VW];
+#pragma unroll
+  for (int k = 0; k < VW; k++) acc[k] = 0.0f;
+  if (cv < C / VW) {
+#pragma unroll 4
+    for (i64 i = lo + ty; i < hi; i += 8) {
+      float v[VW];
+      ldv(v, x + i * LD + cv * VW);
+#pragma unroll
+      for (int k = 0; k < VW; k++) acc[k] += v[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VW; k++) part[ty][tx * VW + k] = acc[k];
+  __syncthreads();
+  const i64 c0 = (i64)blockIdx.x * 32 * VW;
+  for (int e = ty * 32 + tx; e < 32 * VW; e += 256) {
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 8; r++) s += part[r][e];
+    if (c0 + e < C) st(y + (i64)blockIdx.y * C + c0 + e, s * scale);
+  }
 }
 
 /* ---- embeddings ------------------------------------------------------------------------ */
@@ -389,6 +435,99 @@ __device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w
     if (wp == v)
 #pragma unroll
       for (int k = 0; k < E; k++) red[lane + 32 * k] += dwa[k], red[D + lane + 32 * k] += dba[k];
+  }
+  __syncthreads();
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
+}
+
+/* layernorm_bwd_warp for bf16 rows of D a multiple of 256: lane holds the 8 columns of vectors lane + 32 j
+ * (16-byte loads and stores, kept packed: few registers), w in shared memory; the next row's loads are issued
+ * before this row's math. W warps per block; partials as layernorm_bwd_warp. */
+template <class TW, i64 ROWS, i64 D, int P, int W>
+__device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
+  constexpr int J = (int)(D / 256);
+  __shared__ float red[2 * D];
+  __shared__ f32x4 wsv[D / 4]; /* w as floats, 16-byte aligned */
+  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
+  for (int i = (int)threadIdx.x; i < (int)D; i += 32 * W) ((float *)wsv)[i] = ld(w + i);
+  float dwa[J][8], dba[J][8];
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) dwa[j][i] = 0.0f, dba[j][i] = 0.0f;
+  __syncthreads();
+  i64 row = (i64)blockIdx.x * W + wp;
+  u32x4 qx[J], qg[J];
+  if (row < ROWS)
+#pragma unroll
+    for (int j = 0; j < J; j++)
+      qx[j] = *(const u32x4 *)(x + row * D + 8 * (lane + 32 * j)), qg[j] = *(const u32x4 *)(dy + row * D + 8 * (lane + 32 * j));
+  for (; row < ROWS; row += (i64)P * W) {
+    const u32x4 *cx = qx, *cg = qg; /* this row; qx, qg take the next */
+    u32x4 px[J], pg[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) px[j] = cx[j], pg[j] = cg[j];
+    const i64 nxt = row + (i64)P * W;
+    if (nxt < ROWS) /* the next row in flight during this one's math */
+#pragma unroll
+      for (int j = 0; j < J; j++)
+        qx[j] = *(const u32x4 *)(x + nxt * D + 8 * (lane + 32 * j)), qg[j] = *(const u32x4 *)(dy + nxt * D + 8 * (lane + 32 * j));
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float v[8];
+      unpack8(v, px[j]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += v[i];
+    }
+    float mean = warp_sum(s) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float v[8];
+      unpack8(v, px[j]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
+    }
+    float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps), s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
+        s1 += g;
+        s2 += g * xh;
+        dwa[j][i] += gv[i] * xh;
+        dba[j][i] += gv[i];
+      }
+    }
+    s1 = warp_sum(s1) * (1.0f / (float)D);
+    s2 = warp_sum(s2) * (1.0f / (float)D);
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8], o[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) o[i] = rstd * (gv[i] * wv[i] - s1 - ((xv[i] - mean) * rstd) * s2);
+      const u32x4 st4 = {pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
+      *(u32x4 *)(dx + row * D + 8 * (lane + 32 * j)) = st4;
+    }
+  }
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
+  for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
+    __syncthreads();
+    if (wp == v)
+#pragma unroll
+      for (int j = 0; j < J; j++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) red[8 * (lane + 32 * j) + i] += dwa[j][i], red[D + 8 * (lane + 32 * j) + i] += dba[j][i];
   }
   __syncthreads();
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
@@ -641,6 +780,91 @@ __device__ void ce_fused_rows(T *dl, float *rowloss, const T *logits, const int 
     rowloss[r] = t >= 0 && t < nv ? m + logf(s) - xt : 0.0f;
   }
   ce_grad_row<T, V, NT>(dl + r * V, xr, t, nv, m, s, scale[0]);
+}
+
+/* One 16-byte vector (columns 8c..8c+7) into the online max m and sum s of the valid columns (< nv; 8c < nv). */
+template <i64 NV>
+__device__ __forceinline__ void lse_add8(float &m, float &s, const u32x4 &q, i64 c) {
+  float v[8], cm = ninf();
+  unpack8(v, q);
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    if (8 * c + i >= NV) v[i] = ninf();
+    cm = fmaxv(cm, v[i]);
+  }
+  if (cm > m) {
+    s *= expf(m - cm);
+    m = cm;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; i++) s += expf(v[i] - m);
+}
+/* The gradient of one vector (columns 8c..8c+7; see ce_grad_row). */
+template <i64 NV>
+__device__ __forceinline__ u32x4 ce_grad8(const u32x4 &q, i64 c, int t, float m, float inv, float sc) {
+  float v[8];
+  unpack8(v, q);
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const i64 j = 8 * c + i;
+    v[i] = j < NV ? sc * (expf(v[i] - m) * inv - (j == t ? 1.0f : 0.0f)) : 0.0f;
+  }
+  return u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
+}
+
+/* ce_fused_rows for bf16 rows of V a multiple of 8, the row held on chip: the logits are read from device memory
+ * once, with the online max and sum, and the gradient is computed from the copy. Of the valid columns' 16-byte
+ * vectors (NVV = ceil(nv / 8)), thread t keeps t + NT u (u < KR) in registers, the rest go to dynamic shared
+ * memory (16 * (NVV - KR NT) bytes), read U per thread in flight. dl may be the logits. */
+template <i64 V, i64 LEN, int NT, int KR, int U>
+__device__ void ce_fused_rows_smem(bf16 *dl, float *rowloss, const bf16 *logits, const int *targets, const float *scale,
+                                   int *err) {
+  __shared__ float red[64];
+  u32x4 *row = (u32x4 *)SK_DYN_SMEM();
+  constexpr i64 nv = LEN > 0 ? LEN : V, NVV = (nv + 7) / 8, R0 = (i64)KR * NT;
+  const i64 r = blockIdx.x;
+  const bf16 *xr = logits + r * V;
+  const int t = targets[r];
+  float xt = threadIdx.x == 0 && t >= 0 && t < nv ? ld(xr + t) : 0.0f, m = ninf(), s = 0.0f;
+  u32x4 qr[KR];
+#pragma unroll
+  for (int u = 0; u < KR; u++) {
+    const i64 c = threadIdx.x + (i64)u * NT;
+    if (c < NVV) qr[u] = *(const u32x4 *)(xr + 8 * c);
+  }
+  for (i64 c0 = R0 + threadIdx.x; c0 < NVV; c0 += (i64)NT * U) {
+    u32x4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (c0 + (i64)u * NT < NVV) q[u] = *(const u32x4 *)(xr + 8 * (c0 + (i64)u * NT));
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const i64 c = c0 + (i64)u * NT;
+      if (c < NVV) {
+        row[c - R0] = q[u];
+        lse_add8<nv>(m, s, q[u], c);
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < KR; u++) {
+    const i64 c = threadIdx.x + (i64)u * NT;
+    if (c < NVV) lse_add8<nv>(m, s, qr[u], c);
+  }
+  block_lse<NT>(m, s, red); /* ends in a barrier: row[] is complete */
+  if (threadIdx.x == 0) {
+    if (t >= nv) *err = SK_ERR_TARGET;
+    rowloss[r] = t >= 0 && t < nv ? m + logf(s) - xt : 0.0f;
+  }
+  const float inv = 1.0f / s, sc = scale[0];
+  u32x4 *dlr = (u32x4 *)(dl + r * V);
+  const u32x4 zero = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int u = 0; u < KR; u++) {
+    const i64 c = threadIdx.x + (i64)u * NT;
+    if (c < V / 8) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(qr[u], c, t, m, inv, sc) : zero;
+  }
+  for (i64 c = R0 + threadIdx.x; c < V / 8; c += NT) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(row[c - R0], c, t, m, inv, sc) : zero;
 }
 
 /* ---- reductions to an f32 scalar: stage 1, grid P, block NT: part[p] = the sum of chunk p;
