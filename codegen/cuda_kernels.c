@@ -426,6 +426,25 @@ const char *cuk_embed(CuK *k, const char *y, DType ydt, const char *table, DType
 
 const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
                           int64_t n, int64_t d, int64_t V, const char *row0) {
+  int64_t Rb = imax(64, cdiv(V, 4096)), NB = cdiv(V, Rb);
+  if (d % 8 == 0 && (tdt == DT_BF16 || tdt == DT_F32) && (dydt == DT_BF16 || dydt == DT_F32) && Rb * n < (1LL << 31)) {
+    /* by buckets of Rb rows (shardk.cuh embed_bucket, embed_bwd_rows): the bucket starts at 0, the keys after */
+    int64_t kat = cdiv((NB + 1) * 4, 64) * 64;
+    need_ws(k, kat + n * 4);
+    int nt = (int)imin(256, cdiv(d / 8, 32) * 32);
+    Args g1 = {.np = 3, .nl = 1, .p = {ws_at(k, 0), ws_at(k, kat), idx}, .l = {row0}};
+    Args g2 = {.np = 4, .p = {dtable, ws_at(k, kat), ws_at(k, 0), dy}};
+    return cat(k,
+               simple(k, &g1, 1, 1, 1, 1024, 1,
+                      arena_printf(k->a, "sk::embed_bucket<%lldLL, %lldLL, %d, %d>((int *)p0, (int *)p1, (const int *)p2, l0);",
+                                   (long long)n, (long long)V, (int)Rb, (int)NB)),
+               simple(k, &g2, NB, 1, 1, nt, 1,
+                      arena_printf(k->a,
+                                   "sk::embed_bwd_rows<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, 2048>((%s *)p0, (int *)p1, "
+                                   "(const int *)p2, (const %s *)p3);",
+                                   ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)Rb, nt,
+                                   ctype(tdt), ctype(dydt))));
+  }
   int64_t dc = imin(d, 8192), R = imax(1, imin(32, 8192 / dc));
   Args g = {.np = 3, .nl = 1, .p = {dtable, idx, dy}, .l = {row0}};
   return simple(k, &g, cdiv(V, R), cdiv(d, dc), 1, 256, 1,

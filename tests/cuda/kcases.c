@@ -222,15 +222,22 @@ static void cases_movement(KC *c) {
 /* ---- embeddings ---------------------------------------------------------------------------------------- */
 
 static void cases_embed(KC *c) {
+  /* d 100: embed_bwd scanning the ids; d a multiple of 8: by buckets (sorted in shared memory; n 3000 with most
+   * ids on 3 rows: a bucket past the shared-memory sort's 2048 keys, sorted in device memory) */
+  struct {
+    int64_t n, d, V;
+  } ec[] = {{300, 100, 97}, {300, 96, 97}, {3000, 16, 150}};
+  for (size_t t = 0; t < sizeof ec / sizeof ec[0]; t++)
   for (int bfv = 0; bfv < 2; bfv++) {
     DType dt = bfv ? DT_BF16 : DT_F32;
     for (int sharded = 0; sharded < 2; sharded++) {
-      int64_t n = 300, d = 100, V = 97, row0 = sharded ? 40 : 0, Vall = sharded ? 200 : V;
+      int64_t n = ec[t].n, d = ec[t].d, V = ec[t].V, row0 = sharded ? 40 : 0, Vall = sharded ? 200 : V;
       float *table = fvec(c, V * d, 1.0f), *dy = fvec(c, n * d, 1.0f);
       round_to(dt, table, V * d);
       round_to(dt, dy, n * d);
       int32_t *idx = arena_alloc(c->a, (size_t)n * 4);
-      for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 7919 + i / 3) % Vall);
+      for (int64_t i = 0; i < n; i++)
+        idx[i] = (int32_t)(n > 1000 && i % 5 ? row0 + 3 + i % 3 : (i * 7919 + i / 3) % Vall);
       idx[5] = idx[6] = idx[200] = (int32_t)(row0 + 3); /* a repeated row */
       KT tt = kt_new(c, dt, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, dt, n * d), tdy = kt_new(c, dt, n * d),
          tdt = kt_new(c, dt, V * d);
@@ -253,10 +260,10 @@ static void cases_embed(KC *c) {
       }
       for (int64_t i = 0; i < V * d; i++) rdt[i] = (float)acc[i];
       free(acc);
-      cmp(c, arena_printf(c->a, "embed %s%s", dn(dt), sharded ? " sharded" : ""), y, ry, n * d, 0, 0);
-      cmp(c, arena_printf(c->a, "embed_bwd %s%s", dn(dt), sharded ? " sharded" : ""), dtab, rdt, V * d, tol(dt),
-          bfv ? 1e-2 : 1e-5);
-      expect(c, arena_printf(c->a, "embed %s%s: no error flag", dn(dt), sharded ? " sharded" : ""), dev_flag(c) == 0);
+      const char *tag = arena_printf(c->a, "n %lld d %lld %s%s", (long long)n, (long long)d, dn(dt), sharded ? " sharded" : "");
+      cmp(c, arena_printf(c->a, "embed %s", tag), y, ry, n * d, 0, 0);
+      cmp(c, arena_printf(c->a, "embed_bwd %s", tag), dtab, rdt, V * d, tol(dt), bfv ? 1e-2 : 1e-5);
+      expect(c, arena_printf(c->a, "embed %s: no error flag", tag), dev_flag(c) == 0);
     }
   }
   { /* an id out of range raises the flag */

@@ -42,8 +42,14 @@ static CUfunction fn(int kernel) {
   CU_CHECK(cuModuleGetFunction(&f, mod, name));
   return f;
 }
+/* above 48 KiB of dynamic shared memory a kernel must opt in (as runtime/cuda/ops.c does) */
+static CUfunction fn_smem(int kernel, unsigned smem) {
+  CUfunction f = fn(kernel);
+  if (smem > 48 * 1024) CU_CHECK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+  return f;
+}
 static void g_launch(int kernel, const unsigned g[3], const unsigned b[3], unsigned smem, void **args) {
-  CU_CHECK(cuLaunchKernel(fn(kernel), g[0], g[1], g[2], b[0], b[1], b[2], smem, NULL, args, NULL));
+  CU_CHECK(cuLaunchKernel(fn_smem(kernel, smem), g[0], g[1], g[2], b[0], b[1], b[2], smem, NULL, args, NULL));
   CU_CHECK(cuCtxSynchronize());
 }
 
@@ -104,7 +110,7 @@ static void run_stmt(const char *stmt, char *ws) {
       }
       args[j] = &ptrs[j];
     }
-    CU_CHECK(cuLaunchKernel(fn(L[i].kernel), L[i].grid[0], L[i].grid[1], L[i].grid[2], L[i].block[0], L[i].block[1],
+    CU_CHECK(cuLaunchKernel(fn_smem(L[i].kernel, L[i].smem), L[i].grid[0], L[i].grid[1], L[i].grid[2], L[i].block[0], L[i].block[1],
                             L[i].block[2], L[i].smem, NULL, args, NULL));
   }
 }

@@ -288,6 +288,125 @@ __device__ void embed_bwd(TT *dtable, const int *idx, const TD *dy, i64 row0) {
     for (int c = t; c < nc; c += NT) st(dtable + (lo + rr) * D + c0 + c, acc[rr * DC + c]);
 }
 
+/* Eight consecutive values (16-byte aligned) as floats, and back. */
+__device__ __forceinline__ void ld8(float (&v)[8], const bf16 *p) { unpack8(v, *(const u32x4 *)p); }
+__device__ __forceinline__ void ld8(float (&v)[8], const float *p) {
+  const f32x4 a = *(const f32x4 *)p, b = *(const f32x4 *)(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void st8(bf16 *p, const float (&v)[8]) {
+  *(u32x4 *)p = u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
+}
+__device__ __forceinline__ void st8(float *p, const float (&v)[8]) {
+  *(f32x4 *)p = f32x4{v[0], v[1], v[2], v[3]};
+  *(f32x4 *)(p + 4) = f32x4{v[4], v[5], v[6], v[7]};
+}
+
+/* Embedding backward by buckets (deterministic, no float atomics): the ids in range go to NB buckets of R table
+ * rows (bucket b: rows [R b, R b + R)). embed_bucket (one block of 1024 threads): the count of each bucket
+ * (shared-memory integer atomics: exact), their exclusive scan into bstart[0..NB], and each id's key, (its row in
+ * the bucket) * N + i, at a place of its bucket in keys (in the atomics' order: embed_bwd_rows sorts them). */
+template <i64 N, i64 V, int R, int NB>
+__device__ void embed_bucket(int *bstart, int *keys, const int *idx, i64 row0) {
+  __shared__ int cnt[NB], cur[NB], wsum[32];
+  constexpr int PER = (NB + 1023) / 1024;
+  const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
+  for (int b = t; b < NB; b += 1024) cnt[b] = 0;
+  __syncthreads();
+  for (i64 i = t; i < N; i += 1024) {
+    const i64 r = (i64)idx[i] - row0;
+    if (r >= 0 && r < V) atomicAdd(&cnt[r / R], 1);
+  }
+  __syncthreads();
+  int loc = 0; /* thread t: buckets [PER t, PER t + PER) */
+  for (int k = 0; k < PER; k++) loc += PER * t + k < NB ? cnt[PER * t + k] : 0;
+  int v = loc;
+  for (int d = 1; d < 32; d <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += u;
+  }
+  if (lane == 31) wsum[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    int x = wsum[lane];
+    for (int d = 1; d < 32; d <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, x, d);
+      if (lane >= d) x += u;
+    }
+    wsum[lane] = x;
+  }
+  __syncthreads();
+  int ex = v - loc + (w > 0 ? wsum[w - 1] : 0);
+  for (int k = 0; k < PER; k++) {
+    const int b = PER * t + k;
+    if (b < NB) {
+      bstart[b] = ex;
+      cur[b] = ex;
+      ex += cnt[b];
+    }
+  }
+  if (t == 1023) bstart[NB] = ex;
+  __syncthreads();
+  for (i64 i = t; i < N; i += 1024) {
+    const i64 r = (i64)idx[i] - row0;
+    if (r >= 0 && r < V) keys[atomicAdd(&cur[r / R], 1)] = (int)((r % R) * N + i);
+  }
+}
+
+/* Ascending sort of key[0..n) by one block of NT threads (bitonic, every compare-exchange putting the smaller at
+ * the lower index, so the padding to a power of two is virtual: +inf that never moves). key may be shared or
+ * device memory (the block's own). */
+template <int NT>
+__device__ void block_sort(int *key, int n) {
+  int p2 = 1;
+  while (p2 < n) p2 <<= 1;
+  for (int k = 2; k <= p2; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int e = (int)threadIdx.x; e < p2 / 2; e += NT) {
+        const int blk = e / j, off = e % j;
+        const int lo = j == k >> 1 ? blk * k + off : blk * 2 * j + off, hi = j == k >> 1 ? blk * k + k - 1 - off : lo + j;
+        if (hi < n) {
+          const int a = key[lo], c = key[hi];
+          if (a > c) key[lo] = c, key[hi] = a;
+        }
+      }
+      __syncthreads();
+    }
+}
+
+/* embed_bwd_rows (grid NB, NT threads): block b sorts its bucket's keys (by row, then by i; in shared memory when
+ * at most CAP, else in place in keys), then writes table rows [R b, R b + R): row r = the sum of dy[i] over its ids
+ * in increasing i (zeros when none). Thread t: the 8 columns of vectors t, t + NT, ... (16-byte loads, stores). */
+template <class TT, class TD, i64 N, i64 D, i64 V, int R, int NT, int CAP>
+__device__ void embed_bwd_rows(TT *dtable, int *keys, const int *bstart, const TD *dy) {
+  __shared__ int ks[CAP];
+  const int b = (int)blockIdx.x, t = (int)threadIdx.x;
+  const int k0 = bstart[b], n = bstart[b + 1] - k0;
+  int *key = n <= CAP ? ks : keys + k0;
+  if (n <= CAP)
+    for (int e = t; e < n; e += NT) ks[e] = keys[k0 + e];
+  __syncthreads();
+  block_sort<NT>(key, n);
+  const i64 lo = (i64)b * R;
+  const int nr = (int)(V - lo < R ? V - lo : R);
+  int k = 0;
+  for (int r = 0; r < nr; r++) {
+    int ke = k;
+    while (ke < n && key[ke] / (int)N == r) ke++;
+    for (int cv = t; cv < (int)(D / 8); cv += NT) {
+      float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      for (int q = k; q < ke; q++) {
+        float v[8];
+        ld8(v, dy + (i64)(key[q] % (int)N) * D + 8 * cv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] += v[i];
+      }
+      st8(dtable + (lo + r) * D + 8 * cv, acc);
+    }
+    k = ke;
+  }
+}
+
 /* ---- norms: one block per row (forward), NT threads, thread t owns columns t + NT*k ---------- */
 template <class TX, class TW, i64 D, int NT, int NPER>
 __device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float eps) {
