@@ -194,19 +194,68 @@ static const char *op_expr(CuK *k, const CuEwOp *o, const char *a, const char *b
   }
 }
 
+/* The chain's ops, one `float tJ = ...;` line each over inputs xI and earlier tJ (indent: the lines' prefix). */
+static const char *ew_ops(CuK *k, const CuEwChain *c, const char *indent) {
+  const char *body = "";
+  for (int j = 0; j < c->nops; j++) {
+    const CuEwOp *o = &c->ops[j];
+    const char *a[2] = {"0.0f", "0.0f"};
+    for (int q = 0; q < 2; q++) {
+      int r = o->in[q];
+      if (o->op == OP_CONST) break;
+      if (q == 1 && !(o->op == OP_ADD || o->op == OP_SUB || o->op == OP_MUL || o->op == OP_DIV || o->op == OP_MAXIMUM ||
+                      o->op == OP_MINIMUM || o->op == OP_GELU_BWD || o->op == OP_SILU_BWD))
+        break;
+      if (r >= j) die("cuda_kernels: chain op %d reads op %d", j, r);
+      a[q] = r >= 0 ? arena_printf(k->a, "t%d", r) : arena_printf(k->a, "x%d", -1 - r);
+      if (r < 0 && -1 - r >= c->nin) die("cuda_kernels: chain op %d reads input %d", j, -1 - r);
+    }
+    const char *e = op_expr(k, o, a[0], a[1]);
+    if (o->dt == DT_BF16) e = arena_printf(k->a, "sk::rbf(%s)", e);
+    else if (o->dt == DT_I32) e = arena_printf(k->a, "rintf(%s)", e);
+    else if (o->dt != DT_F32) die("cuda_kernels: chain op of dtype %s", ir_dtype_name(o->dt));
+    body = arena_printf(k->a, "%s%sfloat t%d = %s;\n", body, indent, j, e);
+  }
+  return body;
+}
+
 const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
   const Shape *s = &c->shape;
   int64_t n = ir_numel(s);
   if (c->nin + c->nout > 16) die("cuda_kernels: elementwise chain with %d inputs and outputs", c->nin + c->nout);
+  for (int i = 0; i < c->nout; i++)
+    if (c->out_op[i] < 0 || c->out_op[i] >= c->nops) die("cuda_kernels: output %d stores op %d", i, c->out_op[i]);
   Args g = {0};
   for (int i = 0; i < c->nin; i++) g.p[g.np++] = c->in[i].ptr;
   for (int i = 0; i < c->nout; i++) g.p[g.np++] = c->out_ptr[i];
   int id = begin_kernel(k, &g, 256);
-  out(k, "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < %lldLL; i += (long long)gridDim.x * 256) {\n",
-      (long long)n);
   /* coordinates, when an input broadcasts */
   int coords = 0;
   for (int i = 0; i < c->nin; i++) coords |= ir_numel(&c->in[i].shape) != n;
+  /* no broadcast, 8 elements a thread where every pointer is 16-byte aligned: 16-byte loads and stores (bf16) */
+  int vec = !coords && n % 8 == 0;
+  for (int i = 0; i < c->nin; i++) vec &= c->in[i].dt == DT_BF16 || c->in[i].dt == DT_F32;
+  for (int i = 0; i < c->nout; i++) vec &= c->ops[c->out_op[i]].dt == DT_BF16 || c->ops[c->out_op[i]].dt == DT_F32;
+  if (vec) {
+    out(k, "  if (((0");
+    for (int i = 0; i < g.np; i++) out(k, " | (unsigned long long)p%d", i);
+    out(k, ") & 15) == 0) {\n");
+    out(k, "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < %lldLL; v += (long long)gridDim.x * 256) {\n",
+        (long long)(n / 8));
+    for (int i = 0; i < c->nin; i++)
+      out(k, "      float xv%d[8];\n      sk::ld8(xv%d, (const %s *)p%d + 8 * v);\n", i, i, ctype(c->in[i].dt), i);
+    for (int i = 0; i < c->nout; i++) out(k, "      float ov%d[8];\n", i);
+    out(k, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n");
+    for (int i = 0; i < c->nin; i++) out(k, "        float x%d = xv%d[e];\n", i, i);
+    out(k, "%s", ew_ops(k, c, "        "));
+    for (int i = 0; i < c->nout; i++) out(k, "        ov%d[e] = t%d;\n", i, c->out_op[i]);
+    out(k, "      }\n");
+    for (int i = 0; i < c->nout; i++)
+      out(k, "      sk::st8((%s *)p%d + 8 * v, ov%d);\n", ctype(c->ops[c->out_op[i]].dt), c->nin + i, i);
+    out(k, "    }\n    return;\n  }\n");
+  }
+  out(k, "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < %lldLL; i += (long long)gridDim.x * 256) {\n",
+      (long long)n);
   if (coords) {
     int used[IR_MAX_RANK] = {0}, lo = s->rank;
     for (int i = 0; i < c->nin; i++) {
@@ -241,32 +290,11 @@ const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
     }
     out(k, "    float x%d = sk::ld((const %s *)p%d + (%s));\n", i, ctype(c->in[i].dt), i, idx);
   }
-  for (int j = 0; j < c->nops; j++) {
-    const CuEwOp *o = &c->ops[j];
-    const char *a[2] = {"0.0f", "0.0f"};
-    for (int q = 0; q < 2; q++) {
-      int r = o->in[q];
-      if (o->op == OP_CONST) break;
-      if (q == 1 && !(o->op == OP_ADD || o->op == OP_SUB || o->op == OP_MUL || o->op == OP_DIV || o->op == OP_MAXIMUM ||
-                      o->op == OP_MINIMUM || o->op == OP_GELU_BWD || o->op == OP_SILU_BWD))
-        break;
-      if (r >= j) die("cuda_kernels: chain op %d reads op %d", j, r);
-      a[q] = r >= 0 ? arena_printf(k->a, "t%d", r) : arena_printf(k->a, "x%d", -1 - r);
-      if (r < 0 && -1 - r >= c->nin) die("cuda_kernels: chain op %d reads input %d", j, -1 - r);
-    }
-    const char *e = op_expr(k, o, a[0], a[1]);
-    if (o->dt == DT_BF16) e = arena_printf(k->a, "sk::rbf(%s)", e);
-    else if (o->dt == DT_I32) e = arena_printf(k->a, "rintf(%s)", e);
-    else if (o->dt != DT_F32) die("cuda_kernels: chain op of dtype %s", ir_dtype_name(o->dt));
-    out(k, "    float t%d = %s;\n", j, e);
-  }
-  for (int i = 0; i < c->nout; i++) {
-    int j = c->out_op[i];
-    if (j < 0 || j >= c->nops) die("cuda_kernels: output %d stores op %d", i, j);
-    out(k, "    sk::st((%s *)p%d + i, t%d);\n", ctype(c->ops[j].dt), c->nin + i, j);
-  }
+  out(k, "%s", ew_ops(k, c, "    "));
+  for (int i = 0; i < c->nout; i++)
+    out(k, "    sk::st((%s *)p%d + i, t%d);\n", ctype(c->ops[c->out_op[i]].dt), c->nin + i, c->out_op[i]);
   out(k, "  }\n");
-  return end_kernel(k, id, &g, stride_grid(n), 1, 1, 256, 1, 1);
+  return end_kernel(k, id, &g, stride_grid(vec ? n / 8 : n), 1, 1, 256, 1, 1);
 }
 
 /* ---- data movement ------------------------------------------------------------------------ */
@@ -474,6 +502,15 @@ static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x
 
 const char *cuk_layernorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, const char *b, DType wdt,
                           int64_t rows, int64_t d, double eps) {
+  if (xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && d % 256 == 0 && d <= 1024) { /* a warp per row */
+    Args g = {.np = 4, .p = {y, x, w, b}};
+    const char *wt = ctype(wdt);
+    return simple(k, &g, cdiv(rows, 8), 1, 1, 256, 1,
+                  arena_printf(k->a,
+                               "sk::layernorm_vec<%s, %lldLL, %lldLL>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const %s *)p2, "
+                               "(const %s *)p3, %s);",
+                               wt, (long long)rows, (long long)d, wt, wt, fl(k, eps)));
+  }
   return norm_fwd(k, "layernorm", y, x, xdt, w, b, wdt, rows, d, eps);
 }
 

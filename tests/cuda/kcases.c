@@ -153,6 +153,24 @@ static void cases_elementwise(KC *c) {
     u2.out_op[3] = 20;
     u2.out_op[4] = 21;
     case_chain(c, arena_printf(c->a, "ew unary %s", dn(dt)), &u2, hin, tin, bfv ? 2e-2 : 1e-5, bfv ? 2e-2 : 1e-5);
+    { /* the same ops with no broadcast over a multiple of 8 elements: 8 a thread, 16-byte loads and stores */
+      int64_t n8 = 6 * 48;
+      float *xa = fvec(c, n8, 2.0f), *ya = fvec(c, n8, 1.5f);
+      round_to(dt, xa, n8);
+      for (int64_t i = 0; i < n8; i++) ya[i] += ya[i] >= 0 ? 0.25f : -0.25f;
+      round_to(dt, ya, n8);
+      KT txa = kt_new(c, dt, n8), tya = kt_new(c, dt, n8);
+      kt_put(c, txa, xa);
+      kt_put(c, tya, ya);
+      float *hin8[2] = {xa, ya};
+      KT tin8[2] = {txa, tya};
+      CuEwChain u8 = u2;
+      u8.shape = ir_shape(2, (int64_t[]){6, 48});
+      u8.in[0] = (CuEwIn){.dt = dt, .shape = u8.shape};
+      u8.in[1] = (CuEwIn){.dt = dt, .shape = u8.shape};
+      case_chain(c, arena_printf(c->a, "ew unary vectorized %s", dn(dt)), &u8, hin8, tin8, bfv ? 2e-2 : 1e-5,
+                 bfv ? 2e-2 : 1e-5);
+    }
   }
 }
 

@@ -435,6 +435,40 @@ __device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float ep
   }
 }
 
+/* layernorm for bf16 rows of D a multiple of 256 (up to 1024): a warp per row (8 a block, grid ceil(ROWS / 8)),
+ * lane holding the 8 columns of vectors lane + 32 j (16-byte loads and stores); the sums are warp shuffles. */
+template <class TW, i64 ROWS, i64 D>
+__device__ void layernorm_vec(bf16 *y, const bf16 *x, const TW *w, const TW *b, float eps) {
+  constexpr int J = (int)(D / 256);
+  const int lane = (int)threadIdx.x & 31;
+  const i64 row = (i64)blockIdx.x * 8 + ((int)threadIdx.x >> 5);
+  if (row >= ROWS) return; /* whole warps: the shuffles below stay uniform */
+  float xv[J][8], s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    ld8(xv[j], x + row * D + 8 * (lane + 32 * j));
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += xv[j][i];
+  }
+  const float mean = warp_sum(s) * (1.0f / (float)D);
+  float q = 0.0f;
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) q += (xv[j][i] - mean) * (xv[j][i] - mean);
+  const float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps);
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const i64 c = 8 * (lane + 32 * j);
+    float wv[8], bv[8], o[8];
+    ld8(wv, w + c);
+    ld8(bv, b + c);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = (xv[j][i] - mean) * rstd * wv[i] + bv[i];
+    st8(y + row * D + c, o);
+  }
+}
+
 template <class TX, class TW, i64 D, int NT, int NPER>
 __device__ void rmsnorm(TX *y, const TX *x, const TW *w, float eps) {
   __shared__ float red[64];
