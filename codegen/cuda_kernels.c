@@ -337,14 +337,19 @@ static int merge_axes(const Shape *xs, const int64_t *xstr, const int *ds, int n
 
 /* A colsum launch (shardk.cuh): y [P, cols] (P = 1: y [cols]) = the column sums of x [rows, cols] (rows ld apart)
  * over P chunks of rows. */
+static const char *colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t cols, int64_t ld, int64_t P,
+                               int ry, double scale, const char *yarg, const char *xarg) {
+  return arena_printf(k->a, "sk::colsum<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d>((%s *)%s, (const %s *)%s, %s);",
+                      ctype(ydt), ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P, ry, ctype(ydt),
+                      yarg, ctype(xdt), xarg, fl(k, scale));
+}
+/* (ry: the block's row slices: 8 for many rows, 32 for the few rows of partial sums) */
 static const char *colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
                                  int64_t cols, int64_t ld, int64_t P, double scale) {
-  int vw = xdt == DT_BF16 ? 8 : 4;
+  int vw = xdt == DT_BF16 ? 8 : 4, ry = P > 1 || rows >= 1024 ? 8 : 32;
   Args g = {.np = 2, .p = {y, x}};
-  return simple(k, &g, cdiv(cols / vw, 32), P, 1, 32, 8,
-                arena_printf(k->a, "sk::colsum<%s, %s, %lldLL, %lldLL, %lldLL, %d>((%s *)p0, (const %s *)p1, %s);",
-                             ctype(ydt), ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P,
-                             ctype(ydt), ctype(xdt), fl(k, scale)));
+  return simple(k, &g, cdiv(cols / vw, 256 / ry), P, 1, 256 / ry, ry,
+                colsum_call(k, ydt, xdt, rows, cols, ld, P, ry, scale, "p0", "p1"));
 }
 
 /* y [cols] = scale * the column sums of x [rows, cols] (rows ld apart; cols a multiple of 16 / sizeof(x), x
@@ -551,11 +556,16 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, cons
   /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
   Args g2 = {.np = 2, .p = {dw, ws_at(k, 0)}};
   const char *l2 = NULL;
-  if (d % 4 == 0) /* the parts' column sums in 16-byte loads, chunk order (shardk.cuh colsum) */
-    l2 = ln ? cat(k, colsum_launch(k, dw, wdt, ws_at(k, 0), DT_F32, P, d, 2 * d, 1, 1.0),
-                  colsum_launch(k, db, wdt, ws_at(k, 4 * d), DT_F32, P, d, 2 * d, 1, 1.0))
-            : colsum_launch(k, dw, wdt, ws_at(k, 0), DT_F32, P, d, d, 1, 1.0);
-  else if (ln) {
+  if (d % 4 == 0 && ln) { /* the parts' column sums (shardk.cuh colsum): dw (blockIdx.z 0) and db (1) in one launch */
+    Args g3 = {.np = 3, .p = {dw, db, ws_at(k, 0)}};
+    int id = begin_kernel(k, &g3, 256);
+    out(k, "  if (blockIdx.z == 0) %s\n  else %s\n", colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p0", "p2"),
+        colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p1",
+                    arena_printf(k->a, "((float *)p2 + %lldLL)", (long long)d)));
+    l2 = end_kernel(k, id, &g3, cdiv(d / 4, 8), 1, 2, 8, 32, 1);
+  } else if (d % 4 == 0) {
+    l2 = colsum_launch(k, dw, wdt, ws_at(k, 0), DT_F32, P, d, d, 1, 1.0);
+  } else if (ln) {
     /* one kernel over 2d columns would need dw and db adjacent: sum each half separately */
     int id = begin_kernel(k, &(Args){.np = 3, .p = {dw, db, ws_at(k, 0)}}, 256);
     out(k, "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\n");

@@ -117,7 +117,7 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 4384128), RT_BF16, (M + 1713280), (M + 4138368), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(WS + 512)}});
+  rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 24, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4451712)}, &(char *){(M + 4451968)}});
@@ -130,7 +130,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:9 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2041088)}});
       /* models/std/transformer.model:76 */
-      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){c1_0}}); rt_cu_launch(ctx, 25, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4453504 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){c1_0}}); rt_cu_launch(ctx, 25, 2, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4453504 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1975424)}});
       /* models/std/transformer.model:73 */
@@ -138,7 +138,7 @@ static void step(char *M, RtCtx *ctx) {
       if (!rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2565504) + i1 * 262144), (M + 4449664 + i1 * 512))) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 27, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2565504) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
-        rt_cu_launch(ctx, 29, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 28, 2, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4449664 + i1 * 512)}, &(char *){(WS + 256)}});
+        rt_cu_launch(ctx, 29, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 28, 8, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4449664 + i1 * 512)}, &(char *){(WS + 256)}});
       }
       /* models/std/transformer.model:71 */
       /* computed by a GEMM's epilogue above */
@@ -160,11 +160,11 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 4203904 + i1 * 32768), RT_BF16, (M + 1516672), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220864) + i1 * 65536)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4452992 + i1 * 128)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4453248 + i1 * 128)}, &(char *){(WS + 512)}});
+      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220864) + i1 * 65536)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452992 + i1 * 128)}, &(char *){(M + 4453248 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1647744)}}); rt_cu_launch(ctx, 25, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4452736 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1647744)}}); rt_cu_launch(ctx, 25, 2, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452736 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
@@ -181,7 +181,7 @@ static void step(char *M, RtCtx *ctx) {
       rt_cu_copy_block(ctx, (M + 1451136), 192, 64, (M + 1778816), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 128, (M + 1844352), 64, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 34, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 33, 2, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4450688 + i1 * 384)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 34, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 33, 6, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4450688 + i1 * 384)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:26 */
       rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1778816)}});
       /* models/std/transformer.model:27 */
@@ -192,7 +192,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 4334976 + i1 * 24576), RT_BF16, (M + 1778816), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007296) + i1 * 65536)}, &(char *){(M + 2041088)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4452224 + i1 * 128)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4452480 + i1 * 128)}, &(char *){(WS + 512)}});
+      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007296) + i1 * 65536)}, &(char *){(M + 2041088)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 23, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452224 + i1 * 128)}, &(char *){(M + 4452480 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
       rt_cu_copy(ctx, (M + 4138368), (M + 1647744), 65536);
@@ -220,7 +220,7 @@ static void step(char *M, RtCtx *ctx) {
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 42, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4452480)}, &(char *){(M + 4452224)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 43, 16, 1, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4138368)}});
+  rt_cu_launch(ctx, 43, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4138368)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 45, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4451456)}, &(long long){0}}); rt_cu_launch(ctx, 44, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:12 */
@@ -871,10 +871,11 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k22, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1) {\012"
-  "  sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1, char *p2) {\012"
+  "  if (blockIdx.z == 0) sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p0, (const float *)p2, 1.000000000e+00f);\012"
+  "  else sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p1, (const float *)((float *)p2 + 64LL), 1.000000000e+00f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k24(char *p0, char *p1, char *p2, char *p3) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
@@ -911,12 +912,12 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k24, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1) {\012"
-  "  sk::colsum<sk::bf16, float, 8LL, 64LL, 64LL, 1>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::colsum<sk::bf16, float, 8LL, 64LL, 64LL, 1, 32>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k26(char *p0, char *p1) {\012"
-  "  sk::colsum<float, sk::bf16, 512LL, 64LL, 64LL, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
+  "  sk::colsum<float, sk::bf16, 512LL, 64LL, 64LL, 8, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k26, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
@@ -949,12 +950,12 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k28(char *p0, char *p1) {\012"
-  "  sk::colsum<sk::bf16, float, 8LL, 256LL, 256LL, 1>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::colsum<sk::bf16, float, 8LL, 256LL, 256LL, 1, 32>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k29(char *p0, char *p1) {\012"
-  "  sk::colsum<float, sk::bf16, 512LL, 256LL, 256LL, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
+  "  sk::colsum<float, sk::bf16, 512LL, 256LL, 256LL, 8, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
@@ -974,12 +975,12 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k33(char *p0, char *p1) {\012"
-  "  sk::colsum<sk::bf16, float, 8LL, 192LL, 192LL, 1>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::colsum<sk::bf16, float, 8LL, 192LL, 192LL, 1, 32>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k34(char *p0, char *p1) {\012"
-  "  sk::colsum<float, sk::bf16, 512LL, 192LL, 192LL, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
+  "  sk::colsum<float, sk::bf16, 512LL, 192LL, 192LL, 8, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
@@ -1206,7 +1207,7 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k42, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k43(char *p0, char *p1) {\012"
-  "  sk::colsum<sk::bf16, sk::bf16, 8LL, 4096LL, 4096LL, 1>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
+  "  sk::colsum<sk::bf16, sk::bf16, 8LL, 4096LL, 4096LL, 1, 32>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"

@@ -62,9 +62,31 @@ __device__ __forceinline__ void unpack8(float (&v)[8], const u32x4 &q) {
     v[2 * i + 1] = __int_as_float((int)(w[i] & 0xffff0000u));
   }
 }
-__device__ __forceinline__ u32 pack2(float lo, float hi) {
-  return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+/* element i (< 8) of a vector of eight bf16, as a float */
+__device__ __forceinline__ float ld_lane(const u32x4 &q, int i) {
+  const u32 w = i < 2 ? q.x : i < 4 ? q.y : i < 6 ? q.z : q.w;
+  return __int_as_float((int)(i & 1 ? w & 0xffff0000u : w << 16));
 }
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+#ifdef SK_EMU
+  return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+#else /* one cvt.rn.bf16x2.f32: the same rounding (nearest, ties to even) */
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *(const u32 *)&h;
+#endif
+}
+/* 2^x on the special-function unit (ex2.approx: relative error ~2^-22, flushes denormal results; -inf
+ * gives 0), one instruction where exp2f handles denormals in several (the cross-entropy, shardk_flash.cuh) */
+__device__ __forceinline__ float ex2(float x) {
+#ifdef SK_EMU
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+#define SK_LOG2E 1.4426950408889634f
 
 /* ---- elementwise math (ops.def) -------------------------------------------------------- */
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -203,22 +225,22 @@ __device__ __forceinline__ void ldv(float (&v)[4], const float *p) {
 
 /* Column sums of x [R, C] with rows LD apart (C, LD multiples of VW = 16 / sizeof(T), x 16-byte aligned):
  * y[p * C + j] = scale * (the sum of x[i, j] over the rows i of chunk p), P chunks of ceil(R / P) rows. Block
- * (32, 8): thread (tx, ty) holds the VW columns of vector tx, sums rows ty, ty + 8, ... of its chunk in order
- * (16-byte loads, 4 rows in flight), then the 8 row slices add in ty order (fixed: the same bits every run).
- * grid (ceil(C / VW / 32), P). */
-template <class TY, class T, i64 R, i64 C, i64 LD, int P>
+ * (CX = 256 / RY, RY): thread (tx, ty) holds the VW columns of vector tx, sums rows ty, ty + RY, ... of its chunk in
+ * order (16-byte loads, 4 rows in flight), then the RY row slices add in ty order (fixed: the same bits every run).
+ * grid (ceil(C / VW / CX), P). RY 8 suits many rows (wide rows of a warp), RY 32 few (more blocks). */
+template <class TY, class T, i64 R, i64 C, i64 LD, int P, int RY>
 __device__ void colsum(TY *y, const T *x, float scale) {
-  constexpr int VW = 16 / (int)sizeof(T);
+  constexpr int VW = 16 / (int)sizeof(T), CX = 256 / RY;
   constexpr i64 CH = (R + P - 1) / P;
-  __shared__ float part[8][32 * VW];
+  __shared__ float part[RY][CX * VW];
   const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
-  const i64 cv = (i64)blockIdx.x * 32 + tx, lo = (i64)blockIdx.y * CH, hi = lo + CH < R ? lo + CH : R;
+  const i64 cv = (i64)blockIdx.x * CX + tx, lo = (i64)blockIdx.y * CH, hi = lo + CH < R ? lo + CH : R;
   float acc[VW];
 #pragma unroll
   for (int k = 0; k < VW; k++) acc[k] = 0.0f;
   if (cv < C / VW) {
 #pragma unroll 4
-    for (i64 i = lo + ty; i < hi; i += 8) {
+    for (i64 i = lo + ty; i < hi; i += RY) {
       float v[VW];
       ldv(v, x + i * LD + cv * VW);
 #pragma unroll
@@ -228,11 +250,11 @@ __device__ void colsum(TY *y, const T *x, float scale) {
 #pragma unroll
   for (int k = 0; k < VW; k++) part[ty][tx * VW + k] = acc[k];
   __syncthreads();
-  const i64 c0 = (i64)blockIdx.x * 32 * VW;
-  for (int e = ty * 32 + tx; e < 32 * VW; e += 256) {
+  const i64 c0 = (i64)blockIdx.x * CX * VW;
+  for (int e = ty * CX + tx; e < CX * VW; e += 256) {
     float s = 0.0f;
 #pragma unroll
-    for (int r = 0; r < 8; r++) s += part[r][e];
+    for (int r = 0; r < RY; r++) s += part[r][e];
     if (c0 + e < C) st(y + (i64)blockIdx.y * C + c0 + e, s * scale);
   }
 }
@@ -935,33 +957,39 @@ __device__ void ce_fused_rows(T *dl, float *rowloss, const T *logits, const int 
   ce_grad_row<T, V, NT>(dl + r * V, xr, t, nv, m, s, scale[0]);
 }
 
-/* One 16-byte vector (columns 8c..8c+7) into the online max m and sum s of the valid columns (< nv; 8c < nv). */
+/* One 16-byte vector (columns 8c..8c+7, 8c < NV) into the online max m and sum s of exp(x - m) over the valid
+ * columns (< NV; masked only in the last vector). exp as ex2((x - m) log2 e): three instructions. */
 template <i64 NV>
-__device__ __forceinline__ void lse_add8(float &m, float &s, const u32x4 &q, i64 c) {
-  float v[8], cm = ninf();
+__device__ __forceinline__ void lse_add8(float &m, float &s, const u32x4 &q, int c) {
+  float v[8];
   unpack8(v, q);
+  if ((i64)8 * c + 8 > NV)
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
-    if (8 * c + i >= NV) v[i] = ninf();
-    cm = fmaxv(cm, v[i]);
-  }
+    for (int i = 0; i < 8; i++)
+      if ((i64)8 * c + i >= NV) v[i] = ninf();
+  const float cm = fmaxv(fmaxv(fmaxv(v[0], v[1]), fmaxv(v[2], v[3])), fmaxv(fmaxv(v[4], v[5]), fmaxv(v[6], v[7])));
   if (cm > m) {
-    s *= expf(m - cm);
+    s *= ex2((m - cm) * SK_LOG2E);
     m = cm;
   }
 #pragma unroll
-  for (int i = 0; i < 8; i++) s += expf(v[i] - m);
+  for (int i = 0; i < 8; i++) s += ex2((v[i] - m) * SK_LOG2E);
 }
-/* The gradient of one vector (columns 8c..8c+7; see ce_grad_row). */
+/* The gradient of one vector (columns 8c..8c+7): sc * (exp(x - m) / s - onehot(t)) on valid columns, 0 past NV;
+ * g = sc * inv: the onehot (and the mask) only in the vectors that hold t or NV. */
 template <i64 NV>
-__device__ __forceinline__ u32x4 ce_grad8(const u32x4 &q, i64 c, int t, float m, float inv, float sc) {
+__device__ __forceinline__ u32x4 ce_grad8(const u32x4 &q, int c, int t, float m, float inv, float sc) {
   float v[8];
   unpack8(v, q);
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
-    const i64 j = 8 * c + i;
-    v[i] = j < NV ? sc * (expf(v[i] - m) * inv - (j == t ? 1.0f : 0.0f)) : 0.0f;
-  }
+  for (int i = 0; i < 8; i++) v[i] = sc * (ex2((v[i] - m) * SK_LOG2E) * inv);
+  if ((i64)8 * c + 8 > NV || (t >> 3) == c)
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const i64 j = (i64)8 * c + i;
+      if (j >= NV) v[i] = 0.0f;
+      else if (j == t) v[i] = sc * (ex2((ld_lane(q, i) - m) * SK_LOG2E) * inv - 1.0f);
+    }
   return u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
 }
 
@@ -974,38 +1002,33 @@ __device__ void ce_fused_rows_smem(bf16 *dl, float *rowloss, const bf16 *logits,
                                    int *err) {
   __shared__ float red[64];
   u32x4 *row = (u32x4 *)SK_DYN_SMEM();
-  constexpr i64 nv = LEN > 0 ? LEN : V, NVV = (nv + 7) / 8, R0 = (i64)KR * NT;
+  constexpr i64 nv = LEN > 0 ? LEN : V;
+  constexpr int NVV = (int)((nv + 7) / 8), NV8 = (int)(V / 8), R0 = KR * NT;
   const i64 r = blockIdx.x;
   const bf16 *xr = logits + r * V;
-  const int t = targets[r];
-  float xt = threadIdx.x == 0 && t >= 0 && t < nv ? ld(xr + t) : 0.0f, m = ninf(), s = 0.0f;
+  const int t = targets[r], tid = (int)threadIdx.x;
+  float xt = tid == 0 && t >= 0 && t < nv ? ld(xr + t) : 0.0f, m = ninf(), s = 0.0f;
   u32x4 qr[KR];
 #pragma unroll
-  for (int u = 0; u < KR; u++) {
-    const i64 c = threadIdx.x + (i64)u * NT;
-    if (c < NVV) qr[u] = *(const u32x4 *)(xr + 8 * c);
-  }
-  for (i64 c0 = R0 + threadIdx.x; c0 < NVV; c0 += (i64)NT * U) {
+  for (int u = 0; u < KR; u++)
+    if (tid + u * NT < NVV) qr[u] = *(const u32x4 *)(xr + 8 * (tid + u * NT));
+  for (int c0 = R0 + tid; c0 < NVV; c0 += NT * U) {
     u32x4 q[U];
 #pragma unroll
     for (int u = 0; u < U; u++)
-      if (c0 + (i64)u * NT < NVV) q[u] = *(const u32x4 *)(xr + 8 * (c0 + (i64)u * NT));
+      if (c0 + u * NT < NVV) q[u] = *(const u32x4 *)(xr + 8 * (c0 + u * NT));
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      const i64 c = c0 + (i64)u * NT;
-      if (c < NVV) {
-        row[c - R0] = q[u];
-        lse_add8<nv>(m, s, q[u], c);
+    for (int u = 0; u < U; u++)
+      if (c0 + u * NT < NVV) {
+        row[c0 + u * NT - R0] = q[u];
+        lse_add8<nv>(m, s, q[u], c0 + u * NT);
       }
-    }
   }
 #pragma unroll
-  for (int u = 0; u < KR; u++) {
-    const i64 c = threadIdx.x + (i64)u * NT;
-    if (c < NVV) lse_add8<nv>(m, s, qr[u], c);
-  }
+  for (int u = 0; u < KR; u++)
+    if (tid + u * NT < NVV) lse_add8<nv>(m, s, qr[u], tid + u * NT);
   block_lse<NT>(m, s, red); /* ends in a barrier: row[] is complete */
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     if (t >= nv) *err = SK_ERR_TARGET;
     rowloss[r] = t >= 0 && t < nv ? m + logf(s) - xt : 0.0f;
   }
@@ -1014,10 +1037,10 @@ __device__ void ce_fused_rows_smem(bf16 *dl, float *rowloss, const bf16 *logits,
   const u32x4 zero = {0u, 0u, 0u, 0u};
 #pragma unroll
   for (int u = 0; u < KR; u++) {
-    const i64 c = threadIdx.x + (i64)u * NT;
-    if (c < V / 8) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(qr[u], c, t, m, inv, sc) : zero;
+    const int c = tid + u * NT;
+    if (c < NV8) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(qr[u], c, t, m, inv, sc) : zero;
   }
-  for (i64 c = R0 + threadIdx.x; c < V / 8; c += NT) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(row[c - R0], c, t, m, inv, sc) : zero;
+  for (int c = R0 + tid; c < NV8; c += NT) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(row[c - R0], c, t, m, inv, sc) : zero;
 }
 
 /* ---- reductions to an f32 scalar: stage 1, grid P, block NT: part[p] = the sum of chunk p;
