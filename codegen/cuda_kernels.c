@@ -464,18 +464,18 @@ const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx
     /* by buckets of Rb rows (shardk.cuh embed_bucket, embed_bwd_rows): the bucket starts at 0, the keys after */
     int64_t kat = cdiv((NB + 1) * 4, 64) * 64;
     need_ws(k, kat + n * 4);
-    int nt = (int)imin(256, cdiv(d / 8, 32) * 32);
+    int vt = (int)imin(256, cdiv(d / 8, 32) * 32), G = 4; /* 4 groups of rows a block */
     Args g1 = {.np = 3, .nl = 1, .p = {ws_at(k, 0), ws_at(k, kat), idx}, .l = {row0}};
     Args g2 = {.np = 4, .p = {dtable, ws_at(k, kat), ws_at(k, 0), dy}};
     return cat(k,
                simple(k, &g1, 1, 1, 1, 1024, 1,
                       arena_printf(k->a, "sk::embed_bucket<%lldLL, %lldLL, %d, %d>((int *)p0, (int *)p1, (const int *)p2, l0);",
                                    (long long)n, (long long)V, (int)Rb, (int)NB)),
-               simple(k, &g2, NB, 1, 1, nt, 1,
+               simple(k, &g2, NB, 1, 1, G * vt, 1,
                       arena_printf(k->a,
-                                   "sk::embed_bwd_rows<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, 2048>((%s *)p0, (int *)p1, "
+                                   "sk::embed_bwd_rows<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, %d, 2048>((%s *)p0, (int *)p1, "
                                    "(const int *)p2, (const %s *)p3);",
-                                   ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)Rb, nt,
+                                   ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)Rb, vt, G,
                                    ctype(tdt), ctype(dydt))));
   }
   int64_t dc = imin(d, 8192), R = imax(1, imin(32, 8192 / dc));

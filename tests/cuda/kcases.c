@@ -265,6 +265,8 @@ static void cases_embed(KC *c) {
       const char *r0 = sharded ? "40" : "0";
       run(c, cuk_embed(c->k, P(c, ty), dt, P(c, tt), dt, P(c, ti), n, d, V, r0));
       run(c, cuk_embed_bwd(c->k, P(c, tdt), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
+      KT tdt2 = kt_new(c, dt, V * d); /* determinism: again into another buffer */
+      run(c, cuk_embed_bwd(c->k, P(c, tdt2), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
       if (!c->be) continue;
       float *y = kt_get(c, ty), *dtab = kt_get(c, tdt);
       float *ry = arena_alloc(c->a, (size_t)(n * d) * 4), *rdt = arena_alloc(c->a, (size_t)(V * d) * 4);
@@ -281,6 +283,8 @@ static void cases_embed(KC *c) {
       const char *tag = arena_printf(c->a, "n %lld d %lld %s%s", (long long)n, (long long)d, dn(dt), sharded ? " sharded" : "");
       cmp(c, arena_printf(c->a, "embed %s", tag), y, ry, n * d, 0, 0);
       cmp(c, arena_printf(c->a, "embed_bwd %s", tag), dtab, rdt, V * d, tol(dt), bfv ? 1e-2 : 1e-5);
+      expect(c, arena_printf(c->a, "embed_bwd deterministic %s", tag),
+             memcmp(dtab, kt_get(c, tdt2), (size_t)(V * d) * 4) == 0);
       expect(c, arena_printf(c->a, "embed %s: no error flag", tag), dev_flag(c) == 0);
     }
   }

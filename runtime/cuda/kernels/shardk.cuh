@@ -396,28 +396,38 @@ __device__ void block_sort(int *key, int n) {
     }
 }
 
-/* embed_bwd_rows (grid NB, NT threads): block b sorts its bucket's keys (by row, then by i; in shared memory when
- * at most CAP, else in place in keys), then writes table rows [R b, R b + R): row r = the sum of dy[i] over its ids
- * in increasing i (zeros when none). Thread t: the 8 columns of vectors t, t + NT, ... (16-byte loads, stores). */
-template <class TT, class TD, i64 N, i64 D, i64 V, int R, int NT, int CAP>
+/* The first index e of the ascending key[0..n) with key[e] >= v (n if none). */
+__device__ __forceinline__ int lower_bound(const int *key, int n, int v) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (key[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* embed_bwd_rows (grid NB, G * VT threads): block b sorts its bucket's keys (by row, then by i; in shared memory
+ * when at most CAP, else in place in keys), then writes table rows [R b, R b + R): row r = the sum of dy[i] over
+ * its ids in increasing i (zeros when none). Thread (g, v) = (t / VT, t % VT): rows g, g + G, ... (each row's
+ * keys found by binary search), the 8 columns of vectors v, v + VT, ... (16-byte loads and stores). */
+template <class TT, class TD, i64 N, i64 D, i64 V, int R, int VT, int G, int CAP>
 __device__ void embed_bwd_rows(TT *dtable, int *keys, const int *bstart, const TD *dy) {
   __shared__ int ks[CAP];
-  const int b = (int)blockIdx.x, t = (int)threadIdx.x;
+  const int b = (int)blockIdx.x, t = (int)threadIdx.x, g = t / VT, vt = t % VT;
   const int k0 = bstart[b], n = bstart[b + 1] - k0;
   int *key = n <= CAP ? ks : keys + k0;
   if (n <= CAP)
-    for (int e = t; e < n; e += NT) ks[e] = keys[k0 + e];
+    for (int e = t; e < n; e += G * VT) ks[e] = keys[k0 + e];
   __syncthreads();
-  block_sort<NT>(key, n);
+  block_sort<G * VT>(key, n);
   const i64 lo = (i64)b * R;
   const int nr = (int)(V - lo < R ? V - lo : R);
-  int k = 0;
-  for (int r = 0; r < nr; r++) {
-    int ke = k;
-    while (ke < n && key[ke] / (int)N == r) ke++;
-    for (int cv = t; cv < (int)(D / 8); cv += NT) {
+  for (int r = g; r < nr; r += G) {
+    const int ka = n ? lower_bound(key, n, r * (int)N) : 0, ke = n ? lower_bound(key, n, (r + 1) * (int)N) : 0;
+    for (int cv = vt; cv < (int)(D / 8); cv += VT) {
       float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      for (int q = k; q < ke; q++) {
+      for (int q = ka; q < ke; q++) {
         float v[8];
         ld8(v, dy + (i64)(key[q] % (int)N) * D + 8 * cv);
 #pragma unroll
@@ -425,7 +435,6 @@ __device__ void embed_bwd_rows(TT *dtable, int *keys, const int *bstart, const T
       }
       st8(dtable + (lo + r) * D + 8 * cv, acc);
     }
-    k = ke;
   }
 }
 
