@@ -785,25 +785,54 @@ __device__ __forceinline__ i64 ce_nvalid(i64 col0) {
   i64 n = LEN - col0;
   return n < 0 ? 0 : n > V ? V : n;
 }
+/* One 16-byte vector of bf16 (columns 8c..8c+7, 8c < NV) into the online max m and sum s of exp(x - m) over the
+ * valid columns (< NV; masked only in the last vector). exp as ex2((x - m) log2 e): three instructions. */
+__device__ __forceinline__ void lse_add8(float &m, float &s, const u32x4 &q, int c, i64 NV) {
+  float v[8];
+  unpack8(v, q);
+  if ((i64)8 * c + 8 > NV)
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      if ((i64)8 * c + i >= NV) v[i] = ninf();
+  const float cm = fmaxv(fmaxv(fmaxv(v[0], v[1]), fmaxv(v[2], v[3])), fmaxv(fmaxv(v[4], v[5]), fmaxv(v[6], v[7])));
+  if (cm > m) {
+    s *= ex2((m - cm) * SK_LOG2E);
+    m = cm;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; i++) s += ex2((v[i] - m) * SK_LOG2E);
+}
+/* The gradient of one vector (columns 8c..8c+7): sc * (exp(x - m) / s - onehot(t)) on valid columns, 0 past NV;
+ * g = sc * inv: the onehot (and the mask) only in the vectors that hold t or NV. */
+__device__ __forceinline__ u32x4 ce_grad8(const u32x4 &q, int c, int t, float m, float inv, float sc, i64 NV) {
+  float v[8];
+  unpack8(v, q);
+#pragma unroll
+  for (int i = 0; i < 8; i++) v[i] = sc * (ex2((v[i] - m) * SK_LOG2E) * inv);
+  if ((i64)8 * c + 8 > NV || (t >> 3) == c)
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const i64 j = (i64)8 * c + i;
+      if (j >= NV) v[i] = 0.0f;
+      else if (j == t) v[i] = sc * (ex2((ld_lane(q, i) - m) * SK_LOG2E) * inv - 1.0f);
+    }
+  return u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
+}
+
 template <class T, i64 NV, int NT>
 __device__ __forceinline__ void row_lse(const T *xr, i64 nv, float &m, float &s, float *red) {
   m = ninf();
   s = 0.0f;
-  if constexpr (sizeof(T) == 2 && NV % 8 == 0) { /* bf16 rows: 16-byte loads, one rescale per 8 values */
-    for (i64 c = threadIdx.x; c < (nv + 7) / 8; c += NT) {
-      float v[8], cm = ninf();
-      unpack8(v, *(const u32x4 *)(xr + 8 * c));
+  if constexpr (sizeof(T) == 2 && NV % 8 == 0) { /* bf16 rows: 16-byte loads (4 in flight), a rescale per 8 values */
+    const int nvv = (int)((nv + 7) / 8);
+    for (int c0 = (int)threadIdx.x; c0 < nvv; c0 += 4 * NT) {
+      u32x4 q[4];
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        if (8 * c + i >= nv) v[i] = ninf();
-        cm = fmaxv(cm, v[i]);
-      }
-      if (cm > m) {
-        s *= expf(m - cm);
-        m = cm;
-      }
+      for (int u = 0; u < 4; u++)
+        if (c0 + u * NT < nvv) q[u] = *(const u32x4 *)(xr + 8 * (c0 + u * NT));
 #pragma unroll
-      for (int i = 0; i < 8; i++) s += expf(v[i] - m);
+      for (int u = 0; u < 4; u++)
+        if (c0 + u * NT < nvv) lse_add8(m, s, q[u], c0 + u * NT, nv);
     }
   } else {
     for (i64 j = threadIdx.x; j < nv; j += NT) {
@@ -916,17 +945,19 @@ __device__ void ce_grad(T *dl, const T *logits, const int *targets, const float 
 template <class T, i64 V, int NT>
 __device__ __forceinline__ void ce_grad_row(T *dlr, const T *xr, int t, i64 nv, float m, float s, float sc) {
   float inv = 1.0f / s;
-  if constexpr (sizeof(T) == 2 && V % 8 == 0) {
-    for (i64 c = threadIdx.x; c < V / 8; c += NT) {
-      float v[8];
-      unpack8(v, *(const u32x4 *)(xr + 8 * c));
+  if constexpr (sizeof(T) == 2 && V % 8 == 0) { /* 4 vectors a thread in flight, each read before it is written */
+    const int nvv = (int)((nv + 7) / 8);
+    const u32x4 zero = {0u, 0u, 0u, 0u};
+    for (int c0 = (int)threadIdx.x; c0 < (int)(V / 8); c0 += 4 * NT) {
+      u32x4 q[4];
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        i64 j = 8 * c + i;
-        v[i] = t >= 0 && j < nv ? sc * (expf(v[i] - m) * inv - (j == t ? 1.0f : 0.0f)) : 0.0f;
+      for (int u = 0; u < 4; u++)
+        if (c0 + u * NT < nvv && t >= 0) q[u] = *(const u32x4 *)(xr + 8 * (c0 + u * NT));
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const int c = c0 + u * NT;
+        if (c < (int)(V / 8)) *(u32x4 *)(dlr + 8 * c) = t >= 0 && c < nvv ? ce_grad8(q[u], c, t, m, inv, sc, nv) : zero;
       }
-      u32x4 o = {pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
-      *(u32x4 *)(dlr + 8 * c) = o;
     }
   } else {
     for (i64 j = threadIdx.x; j < V; j += NT) {
@@ -966,42 +997,6 @@ __device__ void ce_fused_rows(T *dl, float *rowloss, const T *logits, const int 
   ce_grad_row<T, V, NT>(dl + r * V, xr, t, nv, m, s, scale[0]);
 }
 
-/* One 16-byte vector (columns 8c..8c+7, 8c < NV) into the online max m and sum s of exp(x - m) over the valid
- * columns (< NV; masked only in the last vector). exp as ex2((x - m) log2 e): three instructions. */
-template <i64 NV>
-__device__ __forceinline__ void lse_add8(float &m, float &s, const u32x4 &q, int c) {
-  float v[8];
-  unpack8(v, q);
-  if ((i64)8 * c + 8 > NV)
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-      if ((i64)8 * c + i >= NV) v[i] = ninf();
-  const float cm = fmaxv(fmaxv(fmaxv(v[0], v[1]), fmaxv(v[2], v[3])), fmaxv(fmaxv(v[4], v[5]), fmaxv(v[6], v[7])));
-  if (cm > m) {
-    s *= ex2((m - cm) * SK_LOG2E);
-    m = cm;
-  }
-#pragma unroll
-  for (int i = 0; i < 8; i++) s += ex2((v[i] - m) * SK_LOG2E);
-}
-/* The gradient of one vector (columns 8c..8c+7): sc * (exp(x - m) / s - onehot(t)) on valid columns, 0 past NV;
- * g = sc * inv: the onehot (and the mask) only in the vectors that hold t or NV. */
-template <i64 NV>
-__device__ __forceinline__ u32x4 ce_grad8(const u32x4 &q, int c, int t, float m, float inv, float sc) {
-  float v[8];
-  unpack8(v, q);
-#pragma unroll
-  for (int i = 0; i < 8; i++) v[i] = sc * (ex2((v[i] - m) * SK_LOG2E) * inv);
-  if ((i64)8 * c + 8 > NV || (t >> 3) == c)
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const i64 j = (i64)8 * c + i;
-      if (j >= NV) v[i] = 0.0f;
-      else if (j == t) v[i] = sc * (ex2((ld_lane(q, i) - m) * SK_LOG2E) * inv - 1.0f);
-    }
-  return u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
-}
-
 /* ce_fused_rows for bf16 rows of V a multiple of 8, the row held on chip: the logits are read from device memory
  * once, with the online max and sum, and the gradient is computed from the copy. Of the valid columns' 16-byte
  * vectors (NVV = ceil(nv / 8)), thread t keeps t + NT u (u < KR) in registers, the rest go to dynamic shared
@@ -1030,12 +1025,12 @@ __device__ void ce_fused_rows_smem(bf16 *dl, float *rowloss, const bf16 *logits,
     for (int u = 0; u < U; u++)
       if (c0 + u * NT < NVV) {
         row[c0 + u * NT - R0] = q[u];
-        lse_add8<nv>(m, s, q[u], c0 + u * NT);
+        lse_add8(m, s, q[u], c0 + u * NT, nv);
       }
   }
 #pragma unroll
   for (int u = 0; u < KR; u++)
-    if (tid + u * NT < NVV) lse_add8<nv>(m, s, qr[u], tid + u * NT);
+    if (tid + u * NT < NVV) lse_add8(m, s, qr[u], tid + u * NT, nv);
   block_lse<NT>(m, s, red); /* ends in a barrier: row[] is complete */
   if (tid == 0) {
     if (t >= nv) *err = SK_ERR_TARGET;
@@ -1047,9 +1042,9 @@ __device__ void ce_fused_rows_smem(bf16 *dl, float *rowloss, const bf16 *logits,
 #pragma unroll
   for (int u = 0; u < KR; u++) {
     const int c = tid + u * NT;
-    if (c < NV8) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(qr[u], c, t, m, inv, sc) : zero;
+    if (c < NV8) dlr[c] = t >= 0 && c < NVV ? ce_grad8(qr[u], c, t, m, inv, sc, nv) : zero;
   }
-  for (int c = R0 + tid; c < NV8; c += NT) dlr[c] = t >= 0 && c < NVV ? ce_grad8<nv>(row[c - R0], c, t, m, inv, sc) : zero;
+  for (int c = R0 + tid; c < NV8; c += NT) dlr[c] = t >= 0 && c < NVV ? ce_grad8(row[c - R0], c, t, m, inv, sc, nv) : zero;
 }
 
 /* ---- reductions to an f32 scalar: stage 1, grid P, block NT: part[p] = the sum of chunk p;
