@@ -459,25 +459,26 @@ const char *cuk_embed(CuK *k, const char *y, DType ydt, const char *table, DType
 
 const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
                           int64_t n, int64_t d, int64_t V, const char *row0) {
-  int64_t Rb = imax(32, cdiv(V, 4096)), NB = cdiv(V, Rb);
+  int64_t Rb = imax(64, cdiv(V, 4096)), NB = cdiv(V, Rb);
   if (d % 8 == 0 && (tdt == DT_BF16 || tdt == DT_F32) && (dydt == DT_BF16 || dydt == DT_F32) && Rb * n < (1LL << 31)) {
     /* by buckets of Rb rows (shardk.cuh embed_bucket, embed_bwd_rows): the bucket starts at 0, the keys after */
     int64_t kat = cdiv((NB + 1) * 4, 64) * 64;
     need_ws(k, kat + n * 4);
-    /* a block per bucket of 32 rows, its rows in turn (measured on an H200 at 8192 ids: 4 groups of rows a block
-     * of 64 rows, 55.5 us; one group, 47.4) */
-    int vt = (int)imin(256, cdiv(d / 8, 32) * 32), G = 1;
+    /* a block per bucket, its rows in turn. Measured on an H200 (8192 / 16384 ids, V 50304, d 768): this, 47.4 /
+     * 63.5 us; 4 groups of rows a block (binary search for each row's keys) 55.5 / 74.5; buckets of 32 rows with
+     * the ids loaded 8 a thread at once 51.2 / 66.1 */
+    int nt = (int)imin(256, cdiv(d / 8, 32) * 32);
     Args g1 = {.np = 3, .nl = 1, .p = {ws_at(k, 0), ws_at(k, kat), idx}, .l = {row0}};
     Args g2 = {.np = 4, .p = {dtable, ws_at(k, kat), ws_at(k, 0), dy}};
     return cat(k,
                simple(k, &g1, 1, 1, 1, 1024, 1,
                       arena_printf(k->a, "sk::embed_bucket<%lldLL, %lldLL, %d, %d>((int *)p0, (int *)p1, (const int *)p2, l0);",
                                    (long long)n, (long long)V, (int)Rb, (int)NB)),
-               simple(k, &g2, NB, 1, 1, G * vt, 1,
+               simple(k, &g2, NB, 1, 1, nt, 1,
                       arena_printf(k->a,
-                                   "sk::embed_bwd_rows<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, %d, 2048>((%s *)p0, (int *)p1, "
+                                   "sk::embed_bwd_rows<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, 2048>((%s *)p0, (int *)p1, "
                                    "(const int *)p2, (const %s *)p3);",
-                                   ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)Rb, vt, G,
+                                   ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)Rb, nt,
                                    ctype(tdt), ctype(dydt))));
   }
   int64_t dc = imin(d, 8192), R = imax(1, imin(32, 8192 / dc));
@@ -530,8 +531,10 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, cons
                             const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
   int nt = row_threads(d);
   int nper = (int)cdiv(d, nt);
-  int vec = ln && xdt == DT_BF16 && d % 256 == 0 && d <= 1024; /* layernorm_bwd_vec: 4 warps a block, 4-5 blocks an SM */
-  int64_t P = vec ? imax(1, imin(cdiv(rows, 4), 512)) : imax(1, imin(rows, 256));
+  /* layernorm_bwd_vec: 4 warps a block, 3 blocks an SM (H200, [8192 | 16384, 768]: 19.3 | 33.3 us; with the dw / db
+   * sums in shared memory, 114 registers instead of 164 and 512 blocks: 21.0 | 33.8) */
+  int vec = ln && xdt == DT_BF16 && d % 256 == 0 && d <= 1024;
+  int64_t P = vec ? imax(1, imin(cdiv(rows, 4), 384)) : imax(1, imin(rows, 256));
   int64_t m = ln ? 2 * d : d;
   need_ws(k, P * m * 4);
   const char *xt = ctype(xdt), *wt = ctype(wdt);

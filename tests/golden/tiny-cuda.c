@@ -222,11 +222,11 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 43, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4138368)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 45, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4451456)}, &(long long){0}}); rt_cu_launch(ctx, 44, 2, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 45, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4451456)}, &(long long){0}}); rt_cu_launch(ctx, 44, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:12 */
   rt_cu_launch(ctx, 46, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 48, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 47, 8, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4138368)}});
+  rt_cu_launch(ctx, 48, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 47, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4138368)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 49, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4384128)}, &(char *){(M + 1811584)}, &(char *){(M + 4384128)}});
   /* models/tiny.model:11 */
@@ -1212,12 +1212,12 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(32) k44(char *p0, char *p1, char *p2, char *p3) {\012"
-  "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 32, 32, 1, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
+  "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
   "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(1024) k45(char *p0, char *p1, char *p2, long long l0) {\012"
-  "  sk::embed_bucket<64LL, 64LL, 32, 2>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
+  "  sk::embed_bucket<64LL, 64LL, 64, 1>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
   "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
@@ -1246,12 +1246,12 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(32) k47(char *p0, char *p1, char *p2, char *p3) {\012"
-  "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 32, 32, 1, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
+  "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
   "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(1024) k48(char *p0, char *p1, char *p2, long long l0) {\012"
-  "  sk::embed_bucket<512LL, 256LL, 32, 8>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
+  "  sk::embed_bucket<512LL, 256LL, 64, 4>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
   "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"

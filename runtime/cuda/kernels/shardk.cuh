@@ -333,16 +333,11 @@ __device__ void embed_bucket(int *bstart, int *keys, const int *idx, i64 row0) {
   __shared__ int cnt[NB], cur[NB], wsum[32];
   constexpr int PER = (NB + 1023) / 1024;
   const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
-  constexpr int K = 8; /* ids a thread loads at once (one round trip for 8192 ids) */
   for (int b = t; b < NB; b += 1024) cnt[b] = 0;
   __syncthreads();
-  for (i64 base = 0; base < N; base += 1024 * K) {
-    i64 r[K];
-#pragma unroll
-    for (int u = 0; u < K; u++) r[u] = base + u * 1024 + t < N ? (i64)idx[base + u * 1024 + t] - row0 : -1;
-#pragma unroll
-    for (int u = 0; u < K; u++)
-      if (r[u] >= 0 && r[u] < V) atomicAdd(&cnt[r[u] / R], 1);
+  for (i64 i = t; i < N; i += 1024) {
+    const i64 r = (i64)idx[i] - row0;
+    if (r >= 0 && r < V) atomicAdd(&cnt[r / R], 1);
   }
   __syncthreads();
   int loc = 0; /* thread t: buckets [PER t, PER t + PER) */
@@ -374,13 +369,9 @@ __device__ void embed_bucket(int *bstart, int *keys, const int *idx, i64 row0) {
   }
   if (t == 1023) bstart[NB] = ex;
   __syncthreads();
-  for (i64 base = 0; base < N; base += 1024 * K) {
-    i64 r[K];
-#pragma unroll
-    for (int u = 0; u < K; u++) r[u] = base + u * 1024 + t < N ? (i64)idx[base + u * 1024 + t] - row0 : -1;
-#pragma unroll
-    for (int u = 0; u < K; u++)
-      if (r[u] >= 0 && r[u] < V) keys[atomicAdd(&cur[r[u] / R], 1)] = (int)((r[u] % R) * N + base + u * 1024 + t);
+  for (i64 i = t; i < N; i += 1024) {
+    const i64 r = (i64)idx[i] - row0;
+    if (r >= 0 && r < V) keys[atomicAdd(&cur[r / R], 1)] = (int)((r % R) * N + i);
   }
 }
 
@@ -405,38 +396,28 @@ __device__ void block_sort(int *key, int n) {
     }
 }
 
-/* The first index e of the ascending key[0..n) with key[e] >= v (n if none). */
-__device__ __forceinline__ int lower_bound(const int *key, int n, int v) {
-  int lo = 0, hi = n;
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (key[mid] < v) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-/* embed_bwd_rows (grid NB, G * VT threads): block b sorts its bucket's keys (by row, then by i; in shared memory
- * when at most CAP, else in place in keys), then writes table rows [R b, R b + R): row r = the sum of dy[i] over
- * its ids in increasing i (zeros when none). Thread (g, v) = (t / VT, t % VT): rows g, g + G, ... (each row's
- * keys found by binary search), the 8 columns of vectors v, v + VT, ... (16-byte loads and stores). */
-template <class TT, class TD, i64 N, i64 D, i64 V, int R, int VT, int G, int CAP>
+/* embed_bwd_rows (grid NB, NT threads): block b sorts its bucket's keys (by row, then by i; in shared memory when
+ * at most CAP, else in place in keys), then writes table rows [R b, R b + R): row r = the sum of dy[i] over its ids
+ * in increasing i (zeros when none). Thread t: the 8 columns of vectors t, t + NT, ... (16-byte loads, stores). */
+template <class TT, class TD, i64 N, i64 D, i64 V, int R, int NT, int CAP>
 __device__ void embed_bwd_rows(TT *dtable, int *keys, const int *bstart, const TD *dy) {
   __shared__ int ks[CAP];
-  const int b = (int)blockIdx.x, t = (int)threadIdx.x, g = t / VT, vt = t % VT;
+  const int b = (int)blockIdx.x, t = (int)threadIdx.x;
   const int k0 = bstart[b], n = bstart[b + 1] - k0;
   int *key = n <= CAP ? ks : keys + k0;
   if (n <= CAP)
-    for (int e = t; e < n; e += G * VT) ks[e] = keys[k0 + e];
+    for (int e = t; e < n; e += NT) ks[e] = keys[k0 + e];
   __syncthreads();
-  block_sort<G * VT>(key, n);
+  block_sort<NT>(key, n);
   const i64 lo = (i64)b * R;
   const int nr = (int)(V - lo < R ? V - lo : R);
-  for (int r = g; r < nr; r += G) {
-    const int ka = n ? lower_bound(key, n, r * (int)N) : 0, ke = n ? lower_bound(key, n, (r + 1) * (int)N) : 0;
-    for (int cv = vt; cv < (int)(D / 8); cv += VT) {
+  int k = 0;
+  for (int r = 0; r < nr; r++) {
+    int ke = k;
+    while (ke < n && key[ke] / (int)N == r) ke++;
+    for (int cv = t; cv < (int)(D / 8); cv += NT) {
       float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      for (int q = ka; q < ke; q++) {
+      for (int q = k; q < ke; q++) {
         float v[8];
         ld8(v, dy + (i64)(key[q] % (int)N) * D + 8 * cv);
 #pragma unroll
@@ -444,6 +425,7 @@ __device__ void embed_bwd_rows(TT *dtable, int *keys, const int *bstart, const T
       }
       st8(dtable + (lo + r) * D + 8 * cv, acc);
     }
+    k = ke;
   }
 }
 
@@ -634,22 +616,20 @@ __device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w
 }
 
 /* layernorm_bwd_warp for bf16 rows of D a multiple of 256: lane holds the 8 columns of vectors lane + 32 j
- * (16-byte loads and stores, kept packed), w in shared memory, the dw / db sums of each warp in shared memory
- * (few registers: more warps an SM); the next row's loads are issued before this row's math. W warps a block;
- * partials as layernorm_bwd_warp (each warp's rows in order, then the warps in order). */
+ * (16-byte loads and stores, kept packed: few registers), w in shared memory; the next row's loads are issued
+ * before this row's math. W warps per block; partials as layernorm_bwd_warp. */
 template <class TW, i64 ROWS, i64 D, int P, int W>
 __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
   constexpr int J = (int)(D / 256);
-  __shared__ f32x4 wsv[D / 4];       /* w as floats */
-  __shared__ f32x4 acc[W][2][D / 4]; /* warp's dw, db */
+  __shared__ float red[2 * D];
+  __shared__ f32x4 wsv[D / 4]; /* w as floats, 16-byte aligned */
   const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
   for (int i = (int)threadIdx.x; i < (int)D; i += 32 * W) ((float *)wsv)[i] = ld(w + i);
-  const f32x4 z4 = {0.0f, 0.0f, 0.0f, 0.0f};
+  float dwa[J][8], dba[J][8];
 #pragma unroll
-  for (int j = 0; j < J; j++) {
-    const int v = 2 * (lane + 32 * j);
-    acc[wp][0][v] = z4, acc[wp][0][v + 1] = z4, acc[wp][1][v] = z4, acc[wp][1][v + 1] = z4;
-  }
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) dwa[j][i] = 0.0f, dba[j][i] = 0.0f;
   __syncthreads();
   i64 row = (i64)blockIdx.x * W + wp;
   u32x4 qx[J], qg[J];
@@ -658,9 +638,10 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
     for (int j = 0; j < J; j++)
       qx[j] = *(const u32x4 *)(x + row * D + 8 * (lane + 32 * j)), qg[j] = *(const u32x4 *)(dy + row * D + 8 * (lane + 32 * j));
   for (; row < ROWS; row += (i64)P * W) {
-    u32x4 px[J], pg[J]; /* this row; qx, qg take the next */
+    const u32x4 *cx = qx, *cg = qg; /* this row; qx, qg take the next */
+    u32x4 px[J], pg[J];
 #pragma unroll
-    for (int j = 0; j < J; j++) px[j] = qx[j], pg[j] = qg[j];
+    for (int j = 0; j < J; j++) px[j] = cx[j], pg[j] = cg[j];
     const i64 nxt = row + (i64)P * W;
     if (nxt < ROWS) /* the next row in flight during this one's math */
 #pragma unroll
@@ -674,8 +655,7 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
 #pragma unroll
       for (int i = 0; i < 8; i++) s += v[i];
     }
-    const float mean = warp_sum(s) * (1.0f / (float)D);
-    float q = 0.0f;
+    float mean = warp_sum(s) * (1.0f / (float)D), q = 0.0f;
 #pragma unroll
     for (int j = 0; j < J; j++) {
       float v[8];
@@ -683,50 +663,49 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
 #pragma unroll
       for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
     }
-    const float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps);
-    float s1 = 0.0f, s2 = 0.0f;
+    float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps), s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int j = 0; j < J; j++) {
-      const int vi = 2 * (lane + 32 * j);
       float xv[8], gv[8];
       unpack8(xv, px[j]);
       unpack8(gv, pg[j]);
-      const f32x4 w0 = wsv[vi], w1 = wsv[vi + 1];
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
       const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-      const f32x4 a0 = acc[wp][0][vi], a1 = acc[wp][0][vi + 1], b0 = acc[wp][1][vi], b1 = acc[wp][1][vi + 1];
-      float da[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, db[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
       for (int i = 0; i < 8; i++) {
-        const float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
+        float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
         s1 += g;
         s2 += g * xh;
-        da[i] += gv[i] * xh;
-        db[i] += gv[i];
+        dwa[j][i] += gv[i] * xh;
+        dba[j][i] += gv[i];
       }
-      acc[wp][0][vi] = f32x4{da[0], da[1], da[2], da[3]}, acc[wp][0][vi + 1] = f32x4{da[4], da[5], da[6], da[7]};
-      acc[wp][1][vi] = f32x4{db[0], db[1], db[2], db[3]}, acc[wp][1][vi + 1] = f32x4{db[4], db[5], db[6], db[7]};
     }
     s1 = warp_sum(s1) * (1.0f / (float)D);
     s2 = warp_sum(s2) * (1.0f / (float)D);
 #pragma unroll
     for (int j = 0; j < J; j++) {
-      const int vi = 2 * (lane + 32 * j);
       float xv[8], gv[8], o[8];
       unpack8(xv, px[j]);
       unpack8(gv, pg[j]);
-      const f32x4 w0 = wsv[vi], w1 = wsv[vi + 1];
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
       const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
       for (int i = 0; i < 8; i++) o[i] = rstd * (gv[i] * wv[i] - s1 - ((xv[i] - mean) * rstd) * s2);
-      st8(dx + row * D + 8 * (lane + 32 * j), o);
+      const u32x4 st4 = {pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
+      *(u32x4 *)(dx + row * D + 8 * (lane + 32 * j)) = st4;
     }
   }
-  __syncthreads();
-  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) { /* the warps in order: the same sum every run */
-    float t = 0.0f;
-    for (int v = 0; v < W; v++) t += ((const float *)acc[v][i / (int)D])[i % (int)D];
-    part[(i64)blockIdx.x * 2 * D + i] = t;
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
+  for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
+    __syncthreads();
+    if (wp == v)
+#pragma unroll
+      for (int j = 0; j < J; j++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) red[8 * (lane + 32 * j) + i] += dwa[j][i], red[D + 8 * (lane + 32 * j) + i] += dba[j][i];
   }
+  __syncthreads();
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
 }
 
 template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
