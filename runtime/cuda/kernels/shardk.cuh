@@ -777,7 +777,8 @@ __device__ __forceinline__ i64 ce_nvalid(i64 col0) {
   return n < 0 ? 0 : n > V ? V : n;
 }
 /* One 16-byte vector of bf16 (columns 8c..8c+7, 8c < NV) into the online max m and sum s of exp(x - m) over the
- * valid columns (< NV; masked only in the last vector). exp as ex2((x - m) log2 e): three instructions. */
+ * valid columns (< NV; masked only in the last vector). exp(x - m) as ex2(x log2 e - m log2 e): an FFMA and the
+ * special-function unit (the rounding of m log2 e, |m| 2^-24 relative, is common to a row's terms). */
 __device__ __forceinline__ void lse_add8(float &m, float &s, const u32x4 &q, int c, i64 NV) {
   float v[8];
   unpack8(v, q);
@@ -790,22 +791,24 @@ __device__ __forceinline__ void lse_add8(float &m, float &s, const u32x4 &q, int
     s *= ex2((m - cm) * SK_LOG2E);
     m = cm;
   }
+  const float ml = m * SK_LOG2E;
 #pragma unroll
-  for (int i = 0; i < 8; i++) s += ex2((v[i] - m) * SK_LOG2E);
+  for (int i = 0; i < 8; i++) s += ex2(fmaf(v[i], SK_LOG2E, -ml));
 }
-/* The gradient of one vector (columns 8c..8c+7): sc * (exp(x - m) / s - onehot(t)) on valid columns, 0 past NV;
- * g = sc * inv: the onehot (and the mask) only in the vectors that hold t or NV. */
+/* The gradient of one vector (columns 8c..8c+7): sc * (exp(x - m) / s - onehot(t)) on valid columns, 0 past NV,
+ * as (sc / s) exp(x - m) (exp as in lse_add8); the onehot (and the mask) only in the vectors that hold t or NV. */
 __device__ __forceinline__ u32x4 ce_grad8(const u32x4 &q, int c, int t, float m, float inv, float sc, i64 NV) {
   float v[8];
   unpack8(v, q);
+  const float ml = m * SK_LOG2E, g = sc * inv;
 #pragma unroll
-  for (int i = 0; i < 8; i++) v[i] = sc * (ex2((v[i] - m) * SK_LOG2E) * inv);
+  for (int i = 0; i < 8; i++) v[i] = g * ex2(fmaf(v[i], SK_LOG2E, -ml));
   if ((i64)8 * c + 8 > NV || (t >> 3) == c)
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       const i64 j = (i64)8 * c + i;
       if (j >= NV) v[i] = 0.0f;
-      else if (j == t) v[i] = sc * (ex2((ld_lane(q, i) - m) * SK_LOG2E) * inv - 1.0f);
+      else if (j == t) v[i] = sc * (ex2(fmaf(ld_lane(q, i), SK_LOG2E, -ml)) * inv - 1.0f);
     }
   return u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
 }
