@@ -153,6 +153,24 @@ static void cases_elementwise(KC *c) {
     u2.out_op[3] = 20;
     u2.out_op[4] = 21;
     case_chain(c, arena_printf(c->a, "ew unary %s", dn(dt)), &u2, hin, tin, bfv ? 2e-2 : 1e-5, bfv ? 2e-2 : 1e-5);
+    { /* the same ops with no broadcast over a multiple of 8 elements: 8 a thread, 16-byte loads and stores */
+      int64_t n8 = 6 * 48;
+      float *xa = fvec(c, n8, 2.0f), *ya = fvec(c, n8, 1.5f);
+      round_to(dt, xa, n8);
+      for (int64_t i = 0; i < n8; i++) ya[i] += ya[i] >= 0 ? 0.25f : -0.25f;
+      round_to(dt, ya, n8);
+      KT txa = kt_new(c, dt, n8), tya = kt_new(c, dt, n8);
+      kt_put(c, txa, xa);
+      kt_put(c, tya, ya);
+      float *hin8[2] = {xa, ya};
+      KT tin8[2] = {txa, tya};
+      CuEwChain u8 = u2;
+      u8.shape = ir_shape(2, (int64_t[]){6, 48});
+      u8.in[0] = (CuEwIn){.dt = dt, .shape = u8.shape};
+      u8.in[1] = (CuEwIn){.dt = dt, .shape = u8.shape};
+      case_chain(c, arena_printf(c->a, "ew unary vectorized %s", dn(dt)), &u8, hin8, tin8, bfv ? 2e-2 : 1e-5,
+                 bfv ? 2e-2 : 1e-5);
+    }
   }
 }
 
@@ -222,41 +240,54 @@ static void cases_movement(KC *c) {
 /* ---- embeddings ---------------------------------------------------------------------------------------- */
 
 static void cases_embed(KC *c) {
-  for (int bfv = 0; bfv < 2; bfv++) {
-    DType dt = bfv ? DT_BF16 : DT_F32;
-    for (int sharded = 0; sharded < 2; sharded++) {
-      int64_t n = 300, d = 100, V = 97, row0 = sharded ? 40 : 0, Vall = sharded ? 200 : V;
-      float *table = fvec(c, V * d, 1.0f), *dy = fvec(c, n * d, 1.0f);
-      round_to(dt, table, V * d);
-      round_to(dt, dy, n * d);
-      int32_t *idx = arena_alloc(c->a, (size_t)n * 4);
-      for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 7919 + i / 3) % Vall);
-      idx[5] = idx[6] = idx[200] = (int32_t)(row0 + 3); /* a repeated row */
-      KT tt = kt_new(c, dt, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, dt, n * d), tdy = kt_new(c, dt, n * d),
-         tdt = kt_new(c, dt, V * d);
-      kt_put(c, tt, table);
-      kt_put_i32(c, ti, idx);
-      kt_put(c, tdy, dy);
-      const char *r0 = sharded ? "40" : "0";
-      run(c, cuk_embed(c->k, P(c, ty), dt, P(c, tt), dt, P(c, ti), n, d, V, r0));
-      run(c, cuk_embed_bwd(c->k, P(c, tdt), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
-      if (!c->be) continue;
-      float *y = kt_get(c, ty), *dtab = kt_get(c, tdt);
-      float *ry = arena_alloc(c->a, (size_t)(n * d) * 4), *rdt = arena_alloc(c->a, (size_t)(V * d) * 4);
-      double *acc = calloc((size_t)(V * d), sizeof(double));
-      for (int64_t i = 0; i < n; i++) {
-        int64_t r = idx[i] - row0;
-        for (int64_t j = 0; j < d; j++) {
-          ry[i * d + j] = r >= 0 && r < V ? table[r * d + j] : 0.0f;
-          if (r >= 0 && r < V) acc[r * d + j] += dy[i * d + j];
+  /* d 100: embed_bwd scanning the ids; d a multiple of 8: by buckets (sorted in shared memory; n 3000 with most
+   * ids on 3 rows: a bucket past the shared-memory sort's 2048 keys, sorted in device memory) */
+  struct {
+    int64_t n, d, V;
+  } ec[] = {{300, 100, 97}, {300, 96, 97}, {3000, 16, 150}};
+  for (size_t t = 0; t < sizeof ec / sizeof ec[0]; t++) {
+    for (int bfv = 0; bfv < 2; bfv++) {
+      DType dt = bfv ? DT_BF16 : DT_F32;
+      for (int sharded = 0; sharded < 2; sharded++) {
+        int64_t n = ec[t].n, d = ec[t].d, V = ec[t].V, row0 = sharded ? 40 : 0, Vall = sharded ? 200 : V;
+        float *table = fvec(c, V * d, 1.0f), *dy = fvec(c, n * d, 1.0f);
+        round_to(dt, table, V * d);
+        round_to(dt, dy, n * d);
+        int32_t *idx = arena_alloc(c->a, (size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+          idx[i] = (int32_t)(n > 1000 && i % 5 ? row0 + 3 + i % 3 : (i * 7919 + i / 3) % Vall);
+        idx[5] = idx[6] = idx[200] = (int32_t)(row0 + 3); /* a repeated row */
+        KT tt = kt_new(c, dt, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, dt, n * d), tdy = kt_new(c, dt, n * d),
+           tdt = kt_new(c, dt, V * d);
+        kt_put(c, tt, table);
+        kt_put_i32(c, ti, idx);
+        kt_put(c, tdy, dy);
+        const char *r0 = sharded ? "40" : "0";
+        run(c, cuk_embed(c->k, P(c, ty), dt, P(c, tt), dt, P(c, ti), n, d, V, r0));
+        run(c, cuk_embed_bwd(c->k, P(c, tdt), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
+        KT tdt2 = kt_new(c, dt, V * d); /* determinism: again into another buffer */
+        run(c, cuk_embed_bwd(c->k, P(c, tdt2), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
+        if (!c->be) continue;
+        float *y = kt_get(c, ty), *dtab = kt_get(c, tdt);
+        float *ry = arena_alloc(c->a, (size_t)(n * d) * 4), *rdt = arena_alloc(c->a, (size_t)(V * d) * 4);
+        double *acc = calloc((size_t)(V * d), sizeof(double));
+        for (int64_t i = 0; i < n; i++) {
+          int64_t r = idx[i] - row0;
+          for (int64_t j = 0; j < d; j++) {
+            ry[i * d + j] = r >= 0 && r < V ? table[r * d + j] : 0.0f;
+            if (r >= 0 && r < V) acc[r * d + j] += dy[i * d + j];
+          }
         }
+        for (int64_t i = 0; i < V * d; i++) rdt[i] = (float)acc[i];
+        free(acc);
+        const char *tag =
+            arena_printf(c->a, "n %lld d %lld %s%s", (long long)n, (long long)d, dn(dt), sharded ? " sharded" : "");
+        cmp(c, arena_printf(c->a, "embed %s", tag), y, ry, n * d, 0, 0);
+        cmp(c, arena_printf(c->a, "embed_bwd %s", tag), dtab, rdt, V * d, tol(dt), bfv ? 1e-2 : 1e-5);
+        expect(c, arena_printf(c->a, "embed_bwd deterministic %s", tag),
+               memcmp(dtab, kt_get(c, tdt2), (size_t)(V * d) * 4) == 0);
+        expect(c, arena_printf(c->a, "embed %s: no error flag", tag), dev_flag(c) == 0);
       }
-      for (int64_t i = 0; i < V * d; i++) rdt[i] = (float)acc[i];
-      free(acc);
-      cmp(c, arena_printf(c->a, "embed %s%s", dn(dt), sharded ? " sharded" : ""), y, ry, n * d, 0, 0);
-      cmp(c, arena_printf(c->a, "embed_bwd %s%s", dn(dt), sharded ? " sharded" : ""), dtab, rdt, V * d, tol(dt),
-          bfv ? 1e-2 : 1e-5);
-      expect(c, arena_printf(c->a, "embed %s%s: no error flag", dn(dt), sharded ? " sharded" : ""), dev_flag(c) == 0);
     }
   }
   { /* an id out of range raises the flag */

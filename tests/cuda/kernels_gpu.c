@@ -44,8 +44,14 @@ static CUfunction fn(int kernel) {
   CU_CHECK(cuModuleGetFunction(&f, mod, name));
   return f;
 }
+/* above 48 KiB of dynamic shared memory a kernel must opt in (as runtime/cuda/ops.c does) */
+static CUfunction fn_smem(int kernel, unsigned smem) {
+  CUfunction f = fn(kernel);
+  if (smem > 48 * 1024) CU_CHECK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+  return f;
+}
 static void g_launch(int kernel, const unsigned g[3], const unsigned b[3], unsigned smem, void **args) {
-  CU_CHECK(cuLaunchKernel(fn(kernel), g[0], g[1], g[2], b[0], b[1], b[2], smem, NULL, args, NULL));
+  CU_CHECK(cuLaunchKernel(fn_smem(kernel, smem), g[0], g[1], g[2], b[0], b[1], b[2], smem, NULL, args, NULL));
   CU_CHECK(cuCtxSynchronize());
 }
 
@@ -106,7 +112,7 @@ static void run_stmt(const char *stmt, char *ws) {
       }
       args[j] = &ptrs[j];
     }
-    CU_CHECK(cuLaunchKernel(fn(L[i].kernel), L[i].grid[0], L[i].grid[1], L[i].grid[2], L[i].block[0], L[i].block[1],
+    CU_CHECK(cuLaunchKernel(fn_smem(L[i].kernel, L[i].smem), L[i].grid[0], L[i].grid[1], L[i].grid[2], L[i].block[0], L[i].block[1],
                             L[i].block[2], L[i].smem, NULL, args, NULL));
   }
 }
@@ -135,7 +141,7 @@ static void perf(void) {
   arena_init(&a);
   CuK *k = cuk_new(&a);
   const int64_t B = 8, T = 1024, C = 768, V = 50304, Vr = 50257, H = 12, hd = 64, N = B * T, NP = 124475904;
-  Perf p[32];
+  Perf p[48];
   int np = 0;
   /* buffers (bf16 activations, f32 master weights and moments) */
   const char *x = pb(&a, (size_t)N * 4 * C * 2), *y = pb(&a, (size_t)N * 4 * C * 2), *z = pb(&a, (size_t)N * 4 * C * 2);
@@ -186,6 +192,26 @@ static void perf(void) {
                    cuk_cross_entropy_bwd(k, dlg, lg, DT_BF16, ids, sc, N, V, Vr), 2 * nV * 2, 0};
   p[np++] = (Perf){"cross_entropy fused fwd+bwd bf16 [8192, 50304]",
                    cuk_cross_entropy_fused(k, loss, dlg, lg, DT_BF16, ids, sc, N, V, Vr), 2 * nV * 2, 0};
+  { /* GPT-2 124M's training step (B 16, T 1024): the shapes it launches */
+    const int64_t N2 = 2 * N;
+    const char *x2 = pb(&a, (size_t)N2 * 4 * C * 2), *y2 = pb(&a, (size_t)N2 * C * 2), *z2 = pb(&a, (size_t)N2 * C * 2),
+               *ids2 = pb(&a, (size_t)N2 * 4), *lg2 = pb(&a, (size_t)N2 * V * 2);
+    int32_t *h = malloc((size_t)N2 * 4);
+    for (int64_t i = 0; i < N2; i++) h[i] = (int32_t)((i * 7919) % Vr);
+    g_h2d(pbuf[atoi(ids2 + 1)], h, (size_t)N2 * 4);
+    free(h);
+    Shape x2s = ir_shape(2, (int64_t[]){N2, 4 * C}), y2s = ir_shape(1, (int64_t[]){4 * C});
+    p[np++] = (Perf){"reduce_to bf16 [16384, 3072] -> [3072]",
+                     cuk_reduce_to(k, dw, DT_F32, &y2s, x2, DT_BF16, &x2s), (double)N2 * 4 * C * 2, 0};
+    p[np++] = (Perf){"layernorm bf16 [16384, 768]", cuk_layernorm(k, y2, x2, DT_BF16, w, bb, DT_F32, N2, C, 1e-5),
+                     2.0 * N2 * C * 2, 0};
+    p[np++] = (Perf){"layernorm_bwd bf16 [16384, 768]",
+                     cuk_layernorm_bwd(k, z2, dw, db, x2, DT_BF16, w, DT_F32, y2, N2, C, 1e-5), 3.0 * N2 * C * 2, 0};
+    p[np++] = (Perf){"embed_bwd bf16 16384 ids V 50304", cuk_embed_bwd(k, dtab, DT_BF16, ids2, x2, DT_BF16, N2, C, V, "0"),
+                     (double)N2 * C * 2 + (double)V * C * 2, 0};
+    p[np++] = (Perf){"cross_entropy fused in place bf16 [16384, 50304]",
+                     cuk_cross_entropy_fused(k, loss, lg2, lg2, DT_BF16, ids2, sc, N2, V, Vr), 2.0 * N2 * V * 2, 0};
+  }
   p[np++] = (Perf){"sumsq f32 124M", cuk_sumsq(k, sc, pp, DT_F32, NP), (double)NP * 4, 0};
   p[np++] = (Perf){"adamw 124M (g bf16)", cuk_adamw(k, pp, pg, DT_BF16, pm, pv, hyper, NP, 0.9, 0.95, 1e-8, 0.1),
                    (double)NP * 26, 0};

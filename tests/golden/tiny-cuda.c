@@ -13,13 +13,13 @@ extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (o
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
+  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4203904)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4451456)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4451456)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
@@ -47,7 +47,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3876224 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 48, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
@@ -63,33 +63,33 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:53 */
       rt_cu_launch(ctx, 12, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
+        rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2041216 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2565504 + i1 * 262144))) {
         rt_cu_matmul(ctx, (M + 2565504 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 15, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2565504 + i1 * 262144)}});
-        rt_cu_launch(ctx, 16, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
+        rt_cu_launch(ctx, 16, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
       }
       rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
       rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
@@ -107,7 +107,7 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 18, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2041088)}});
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
-  rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1448960)}, &(char *){(M + 2041088)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 20, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 320)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453760)}, &(char *){(WS + 320)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1448960)}, &(char *){(M + 2041088)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 20, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 320)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453760)}, &(char *){(WS + 320)}, &(char *){(M + 1448960)}});
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
@@ -117,7 +117,7 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 4384128), RT_BF16, (M + 1713280), (M + 4138368), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 24, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4451712)}, &(char *){(M + 4451968)}});
@@ -130,19 +130,19 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:9 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2041088)}});
       /* models/std/transformer.model:76 */
-      rt_cu_launch(ctx, 25, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){c1_0}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453504 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){c1_0}}); rt_cu_launch(ctx, 25, 2, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4453504 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1975424)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1975424)}});
       /* models/std/transformer.model:73 */
       /* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */
       {
         const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2565504) + i1 * 262144), (M + 4449664 + i1 * 512));
         if (ep == RT_CU_EP_NONE) {
           rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
-          rt_cu_launch(ctx, 27, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2565504) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
+          rt_cu_launch(ctx, 27, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2565504) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
         }
         if (ep != RT_CU_EP_ALL) {
-          rt_cu_launch(ctx, 28, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4449664 + i1 * 512)}, &(char *){(WS + 256)}});
+          rt_cu_launch(ctx, 29, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 28, 8, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4449664 + i1 * 512)}, &(char *){(WS + 256)}});
         }
       }
       /* models/std/transformer.model:71 */
@@ -156,7 +156,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:73 */
       rt_cu_matmul(ctx, (M + 4269440 + i1 * 32768), RT_BF16, (M + 1451136), (M + 1975424), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1516672)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1713280), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
@@ -165,13 +165,13 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 4203904 + i1 * 32768), RT_BF16, (M + 1516672), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220864) + i1 * 65536)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4452992 + i1 * 128)}, &(char *){(M + 4453248 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220864) + i1 * 65536)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 23, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452992 + i1 * 128)}, &(char *){(M + 4453248 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 25, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1647744)}}); rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4452736 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1647744)}}); rt_cu_launch(ctx, 25, 2, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452736 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1647744), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
@@ -186,9 +186,9 @@ static void step(char *M, RtCtx *ctx) {
       rt_cu_copy_block(ctx, (M + 1451136), 192, 64, (M + 1778816), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 128, (M + 1844352), 64, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 32, 1, 16, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 33, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4450688 + i1 * 384)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 32, 6, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 4450688 + i1 * 384)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 48, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1778816)}});
+      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1778816)}});
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 1713280), RT_BF16, (M + 1451136), (M + 1778816), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
@@ -197,9 +197,9 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 4334976 + i1 * 24576), RT_BF16, (M + 1778816), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007296) + i1 * 65536)}, &(char *){(M + 2041088)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 23, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4452224 + i1 * 128)}, &(char *){(M + 4452480 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 22, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007296) + i1 * 65536)}, &(char *){(M + 2041088)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 23, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452224 + i1 * 128)}, &(char *){(M + 4452480 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
       rt_cu_copy(ctx, (M + 4138368), (M + 1647744), 65536);
       c1_0 = (M + 4138368);
     }
@@ -207,82 +207,82 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:75 */
   rt_cu_launch(ctx, 34, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453504)}, &(char *){(M + 1929856)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 35, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4269440)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 35, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4269440)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 36, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4449664)}, &(char *){(M + 1926272)}});
+  rt_cu_launch(ctx, 36, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4449664)}, &(char *){(M + 1926272)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 35, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4203904)}, &(char *){(M + 1582208)}});
+  rt_cu_launch(ctx, 35, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4203904)}, &(char *){(M + 1582208)}});
   /* models/std/transformer.model:10 */
   /* 3 elementwise ops in one kernel */
   rt_cu_launch(ctx, 37, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453248)}, &(char *){(M + 4452992)}, &(char *){(M + 4452736)}, &(char *){(M + 1930368)}, &(char *){(M + 1930880)}, &(char *){(M + 1931392)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 38, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4433280)}, &(char *){(M + 1877120)}});
+  rt_cu_launch(ctx, 38, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4433280)}, &(char *){(M + 1877120)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 39, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4450688)}, &(char *){(M + 1928320)}});
+  rt_cu_launch(ctx, 39, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4450688)}, &(char *){(M + 1928320)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 40, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4334976)}, &(char *){(M + 1713280)}});
+  rt_cu_launch(ctx, 40, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4334976)}, &(char *){(M + 1713280)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
   rt_cu_launch(ctx, 41, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4452480)}, &(char *){(M + 4452224)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 42, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4138368)}});
+  rt_cu_launch(ctx, 42, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4138368)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 43, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 4451456)}, &(char *){(M + 1811584)}, &(long long){0}});
+  rt_cu_launch(ctx, 44, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4451456)}, &(long long){0}}); rt_cu_launch(ctx, 43, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 44, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 45, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 45, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 1446912)}, &(char *){(M + 4138368)}, &(long long){0}});
+  rt_cu_launch(ctx, 47, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 46, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4138368)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 46, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4384128)}, &(char *){(M + 1811584)}, &(char *){(M + 4384128)}});
+  rt_cu_launch(ctx, 48, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4384128)}, &(char *){(M + 1811584)}, &(char *){(M + 4384128)}});
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 47, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4384128)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 49, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4384128)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 48, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 49, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 50, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1909888)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932992)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 50, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1932416)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933056)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1909888)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932992)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931904)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933120)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1932416)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933056)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 53, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933184)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931904)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933120)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 55, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1928320)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933248)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 55, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933184)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 56, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1877120)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933312)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1928320)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933248)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931392)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933376)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1877120)}}); rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933312)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930880)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933440)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931392)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933376)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930368)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933504)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930880)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933440)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1582208)}}); rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933568)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930368)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933504)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1926272)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933632)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 60, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1582208)}}); rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933568)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933696)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 62, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1926272)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933632)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1929856)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933760)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 60, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933696)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4451968)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1929856)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933760)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4451712)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4451968)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
+  /* models/tiny.model:26 */
+  /* models/tiny.model:26 */
+  rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4451712)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   rt_cu_copy_block(ctx, (M + 1933952), 16, 0, (M + 1932928), 1, 0, 1, 1, 1, 4);
@@ -302,10 +302,10 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1933952), 16, 14, (M + 1933824), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1933952), 16, 15, (M + 1933888), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 62, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1933952)}}); rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 64, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1933952)}}); rt_cu_launch(ctx, 53, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(M + 1932992)}, &(char *){(M + 1933056)}});
+  rt_cu_launch(ctx, 65, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(M + 1932992)}, &(char *){(M + 1933056)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
@@ -314,49 +314,49 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1932928), 3, 1, (M + 1933056), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1932928), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 64, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1811584)}, &(char *){(M + 482304)}, &(char *){(M + 547840)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 66, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1811584)}, &(char *){(M + 482304)}, &(char *){(M + 547840)}, &(char *){(M + 1932928)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 65, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1909888)}, &(char *){(M + 613376)}, &(char *){(M + 629760)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 67, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1909888)}, &(char *){(M + 613376)}, &(char *){(M + 629760)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 1932416)}, &(char *){(M + 646144)}, &(char *){(M + 646656)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 1932416)}, &(char *){(M + 646144)}, &(char *){(M + 646656)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 1931904)}, &(char *){(M + 647168)}, &(char *){(M + 647680)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 1931904)}, &(char *){(M + 647168)}, &(char *){(M + 647680)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 67, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1713280)}, &(char *){(M + 648192)}, &(char *){(M + 746496)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 69, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1713280)}, &(char *){(M + 648192)}, &(char *){(M + 746496)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 68, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1928320)}, &(char *){(M + 844800)}, &(char *){(M + 846336)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 70, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1928320)}, &(char *){(M + 844800)}, &(char *){(M + 846336)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 69, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 1877120)}, &(char *){(M + 847872)}, &(char *){(M + 880640)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 71, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 1877120)}, &(char *){(M + 847872)}, &(char *){(M + 880640)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:57 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 1931392)}, &(char *){(M + 913408)}, &(char *){(M + 913920)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 1931392)}, &(char *){(M + 913408)}, &(char *){(M + 913920)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 1930880)}, &(char *){(M + 914432)}, &(char *){(M + 914944)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 1930880)}, &(char *){(M + 914432)}, &(char *){(M + 914944)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 1930368)}, &(char *){(M + 915456)}, &(char *){(M + 915968)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 1930368)}, &(char *){(M + 915456)}, &(char *){(M + 915968)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 70, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1582208)}, &(char *){(M + 916480)}, &(char *){(M + 1047552)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 72, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1582208)}, &(char *){(M + 916480)}, &(char *){(M + 1047552)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 71, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1926272)}, &(char *){(M + 1178624)}, &(char *){(M + 1180672)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 73, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1926272)}, &(char *){(M + 1178624)}, &(char *){(M + 1180672)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 70, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1451136)}, &(char *){(M + 1182720)}, &(char *){(M + 1313792)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 72, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1451136)}, &(char *){(M + 1182720)}, &(char *){(M + 1313792)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1929856)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1929856)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4451968)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 74, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4451968)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4451712)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 74, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4451712)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
 }
 
 static void eval(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
+  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4203904)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4451456)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4451456)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
@@ -384,7 +384,7 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3876224 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 48, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
@@ -400,33 +400,33 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:53 */
       rt_cu_launch(ctx, 12, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
+        rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2041216 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2565504 + i1 * 262144))) {
         rt_cu_matmul(ctx, (M + 2565504 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 15, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2565504 + i1 * 262144)}});
-        rt_cu_launch(ctx, 16, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
+        rt_cu_launch(ctx, 16, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
       }
       rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
       rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
@@ -441,19 +441,19 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4138368), (M + 4203904), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 73, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453760)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 75, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 21, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453760)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
+  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4203904)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4451456)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
   rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4451456)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
@@ -481,7 +481,7 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3876224 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 48, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
@@ -497,33 +497,33 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:53 */
       rt_cu_launch(ctx, 12, 1, 4, 8, 128, 1, 1, 0, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
+        rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2041216 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2565504 + i1 * 262144))) {
         rt_cu_matmul(ctx, (M + 2565504 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 15, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2565504 + i1 * 262144)}});
-        rt_cu_launch(ctx, 16, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
+        rt_cu_launch(ctx, 16, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 13, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 14, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 14, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
       }
       rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
       rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
@@ -544,6 +544,21 @@ static const char cuda_source[] =
   "#include \"shardk.cuh\"\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k0(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = sk::rbf(x0);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 16384LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sk::rbf(x0);\012"
@@ -563,6 +578,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k2, (SK_ARG(0, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k3(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 512LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = sk::rbf(x0);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 4096LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sk::rbf(x0);\012"
@@ -591,6 +621,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k5, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k6(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = sk::rbf(x0);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 64LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sk::rbf(x0);\012"
@@ -600,6 +645,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k6, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k7(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 32LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = sk::rbf(x0);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 256LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sk::rbf(x0);\012"
@@ -609,6 +669,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k7, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k8(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 24LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = sk::rbf(x0);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 192LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sk::rbf(x0);\012"
@@ -623,6 +698,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k9, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k10(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 1536LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = sk::rbf(x0);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 12288LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sk::rbf(x0);\012"
@@ -661,6 +751,24 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k13, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k14(char *p0, char *p1, char *p2) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 4096LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float xv1[8];\012"
+  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float x1 = xv1[e];\012"
+  "        float t0 = sk::rbf(x0 + x1);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p2 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 32768LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
@@ -683,6 +791,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k15, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k16(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16384LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = sk::rbf(sk::gelu(x0));\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 131072LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = sk::rbf(sk::gelu(x0));\012"
@@ -692,6 +815,28 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k16, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k17(char *p0, char *p1, char *p2, char *p3) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
+  "      float xv1[8];\012"
+  "      sk::ld8(xv1, (const float *)p1 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "      float ov1[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float x1 = xv1[e];\012"
+  "        float t0 = sk::rbf(x0);\012"
+  "        float t1 = sk::rbf(x1);\012"
+  "        ov0[e] = t0;\012"
+  "        ov1[e] = t1;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p2 + 8 * v, ov0);\012"
+  "      sk::st8((sk::bf16 *)p3 + 8 * v, ov1);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 64LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float x1 = sk::ld((const float *)p1 + (i));\012"
@@ -716,8 +861,8 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k19, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k20(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::ce_fused_rows<sk::bf16, 256LL, 0LL, 256>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const int *)p3, (const float *)p4, (int *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(512) k20(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::ce_fused_rows_smem<256LL, 0LL, 512, 2, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const int *)p3, (const float *)p4, (int *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k20, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
@@ -732,15 +877,34 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k22, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1, char *p2) {\012"
-  "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\012"
-  "  if (j >= 128LL) return;\012"
-  "  float acc = 0.0f;\012"
-  "  for (long long p = 0; p < 256LL; p++) acc += ((const float *)p2)[p * 128LL + j];\012"
-  "  if (j < 64LL) sk::st((sk::bf16 *)p0 + j, acc); else sk::st((sk::bf16 *)p1 + (j - 64LL), acc);\012"
+  "  if (blockIdx.z == 0) sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p0, (const float *)p2, 1.000000000e+00f);\012"
+  "  else sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p1, (const float *)((float *)p2 + 64LL), 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k24(char *p0, char *p1, char *p2, char *p3) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float xv1[8];\012"
+  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "      float ov1[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float x1 = xv1[e];\012"
+  "        float t0 = x0;\012"
+  "        float t1 = x1;\012"
+  "        ov0[e] = t0;\012"
+  "        ov1[e] = t1;\012"
+  "      }\012"
+  "      sk::st8((float *)p2 + 8 * v, ov0);\012"
+  "      sk::st8((float *)p3 + 8 * v, ov1);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 64LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
@@ -753,28 +917,34 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k24, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1) {\012"
-  "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\012"
-  "  if (o >= 64LL) return;\012"
-  "  long long base = 0;\012"
-  "  long long r = o;\012"
-  "  base += (r % 64LL) * 1LL;\012"
-  "  float acc = 0.0f;\012"
-  "#pragma unroll 8\012"
-  "  for (long long j = p * 32LL; j < (p + 1) * 32LL && j < 512LL; j++) {\012"
-  "    long long off = base;\012"
-  "    off += j * 64LL;\012"
-  "    acc += sk::ld((const sk::bf16 *)p1 + off);\012"
-  "  }\012"
-  "  sk::st((float *)p0 + p * 64LL + o, acc);\012"
+  "  sk::colsum<sk::bf16, float, 8LL, 64LL, 64LL, 1, 32>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k26(char *p0, char *p1) {\012"
-  "  sk::sum_parts<sk::bf16, 64LL, 16LL>((sk::bf16 *)p0, (const float *)p1, 1.0f);\012"
+  "  sk::colsum<float, sk::bf16, 512LL, 64LL, 64LL, 8, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k26, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k27(char *p0, char *p1, char *p2) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16384LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float xv1[8];\012"
+  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float x1 = xv1[e];\012"
+  "        float t0 = sk::rbf(sk::gelu_bwd(x0, x1));\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p2 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 131072LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
@@ -785,24 +955,12 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k28(char *p0, char *p1) {\012"
-  "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\012"
-  "  if (o >= 256LL) return;\012"
-  "  long long base = 0;\012"
-  "  long long r = o;\012"
-  "  base += (r % 256LL) * 1LL;\012"
-  "  float acc = 0.0f;\012"
-  "#pragma unroll 8\012"
-  "  for (long long j = p * 32LL; j < (p + 1) * 32LL && j < 512LL; j++) {\012"
-  "    long long off = base;\012"
-  "    off += j * 256LL;\012"
-  "    acc += sk::ld((const sk::bf16 *)p1 + off);\012"
-  "  }\012"
-  "  sk::st((float *)p0 + p * 256LL + o, acc);\012"
+  "  sk::colsum<sk::bf16, float, 8LL, 256LL, 256LL, 1, 32>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k29(char *p0, char *p1) {\012"
-  "  sk::sum_parts<sk::bf16, 256LL, 16LL>((sk::bf16 *)p0, (const float *)p1, 1.0f);\012"
+  "  sk::colsum<float, sk::bf16, 512LL, 256LL, 256LL, 8, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
@@ -817,28 +975,31 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k31, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k32(char *p0, char *p1) {\012"
-  "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\012"
-  "  if (o >= 192LL) return;\012"
-  "  long long base = 0;\012"
-  "  long long r = o;\012"
-  "  base += (r % 192LL) * 1LL;\012"
-  "  float acc = 0.0f;\012"
-  "#pragma unroll 8\012"
-  "  for (long long j = p * 32LL; j < (p + 1) * 32LL && j < 512LL; j++) {\012"
-  "    long long off = base;\012"
-  "    off += j * 192LL;\012"
-  "    acc += sk::ld((const sk::bf16 *)p1 + off);\012"
-  "  }\012"
-  "  sk::st((float *)p0 + p * 192LL + o, acc);\012"
+  "  sk::colsum<sk::bf16, float, 8LL, 192LL, 192LL, 1, 32>((sk::bf16 *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k33(char *p0, char *p1) {\012"
-  "  sk::sum_parts<sk::bf16, 192LL, 16LL>((sk::bf16 *)p0, (const float *)p1, 1.0f);\012"
+  "  sk::colsum<float, sk::bf16, 512LL, 192LL, 192LL, 8, 8>((float *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k34(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 128LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
@@ -848,6 +1009,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k35(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 4096LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 32768LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
@@ -857,6 +1033,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k36(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 64LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 512LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
@@ -866,6 +1057,35 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3 | (unsigned long long)p4 | (unsigned long long)p5) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float xv1[8];\012"
+  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
+  "      float xv2[8];\012"
+  "      sk::ld8(xv2, (const sk::bf16 *)p2 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "      float ov1[8];\012"
+  "      float ov2[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float x1 = xv1[e];\012"
+  "        float x2 = xv2[e];\012"
+  "        float t0 = x0;\012"
+  "        float t1 = x1;\012"
+  "        float t2 = x2;\012"
+  "        ov0[e] = t0;\012"
+  "        ov1[e] = t1;\012"
+  "        ov2[e] = t2;\012"
+  "      }\012"
+  "      sk::st8((float *)p3 + 8 * v, ov0);\012"
+  "      sk::st8((float *)p4 + 8 * v, ov1);\012"
+  "      sk::st8((float *)p5 + 8 * v, ov2);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 128LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
@@ -881,6 +1101,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k37, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k38(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 1024LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 8192LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
@@ -890,6 +1125,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k39(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 48LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 384LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
@@ -899,6 +1149,21 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k39, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k40(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 3072LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 24576LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
@@ -908,6 +1173,28 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k40, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k41(char *p0, char *p1, char *p2, char *p3) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float xv1[8];\012"
+  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "      float ov1[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float x1 = xv1[e];\012"
+  "        float t0 = x0;\012"
+  "        float t1 = x1;\012"
+  "        ov0[e] = t0;\012"
+  "        ov1[e] = t1;\012"
+  "      }\012"
+  "      sk::st8((float *)p2 + 8 * v, ov0);\012"
+  "      sk::st8((float *)p3 + 8 * v, ov1);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 128LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
@@ -920,42 +1207,73 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k41, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k42(char *p0, char *p1) {\012"
-  "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\012"
-  "  if (o >= 4096LL) return;\012"
-  "  long long base = 0;\012"
-  "  long long r = o;\012"
-  "  base += (r % 4096LL) * 1LL;\012"
-  "  float acc = 0.0f;\012"
-  "#pragma unroll 8\012"
-  "  for (long long j = p * 8LL; j < (p + 1) * 8LL && j < 8LL; j++) {\012"
-  "    long long off = base;\012"
-  "    off += j * 4096LL;\012"
-  "    acc += sk::ld((const sk::bf16 *)p1 + off);\012"
-  "  }\012"
-  "  sk::st((sk::bf16 *)p0 + p * 4096LL + o, acc);\012"
+  "  sk::colsum<sk::bf16, sk::bf16, 8LL, 4096LL, 4096LL, 1, 32>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k42, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k43(char *p0, char *p1, char *p2, long long l0) {\012"
-  "  sk::embed_bwd<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 32, 64, 256>((sk::bf16 *)p0, (const int *)p1, (const sk::bf16 *)p2, l0);\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k43(char *p0, char *p1, char *p2, char *p3) {\012"
+  "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k44(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k44(char *p0, char *p1, char *p2, long long l0) {\012"
+  "  sk::embed_bucket<64LL, 64LL, 64, 1>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k45(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 512LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 4096LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k45(char *p0, char *p1, char *p2, long long l0) {\012"
-  "  sk::embed_bwd<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 32, 64, 256>((sk::bf16 *)p0, (const int *)p1, (const sk::bf16 *)p2, l0);\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k46(char *p0, char *p1, char *p2, char *p3) {\012"
+  "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k46(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k47(char *p0, char *p1, char *p2, long long l0) {\012"
+  "  sk::embed_bucket<512LL, 256LL, 64, 4>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float xv1[8];\012"
+  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float x1 = xv1[e];\012"
+  "        float t0 = sk::rbf(x0 + x1);\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((sk::bf16 *)p2 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 16384LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
@@ -963,93 +1281,108 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k47(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k49(char *p0, char *p1) {\012"
+  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
+  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
+  "      float xv0[8];\012"
+  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
+  "      float ov0[8];\012"
+  "#pragma unroll\012"
+  "      for (int e = 0; e < 8; e++) {\012"
+  "        float x0 = xv0[e];\012"
+  "        float t0 = x0;\012"
+  "        ov0[e] = t0;\012"
+  "      }\012"
+  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
+  "    }\012"
+  "    return;\012"
+  "  }\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 16384LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
   "    float t0 = x0;\012"
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16384LL, 4, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k49(char *p0, char *p1) {\012"
-  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
   "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k50(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 4096LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 16384LL, 4, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k51(char *p0, char *p1) {\012"
-  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k52(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 128LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 4096LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 24576LL, 6, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1) {\012"
-  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 128LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 384LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 24576LL, 6, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 8192LL, 2, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
-  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 384LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 32768LL, 8, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 8192LL, 2, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k59(char *p0, char *p1) {\012"
-  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 512LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 32768LL, 8, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k61(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 64LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k62(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 512LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 64LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sqrtf(x0);\012"
@@ -1062,59 +1395,59 @@ static const char cuda_source[] =
   "    sk::st((float *)p2 + i, t5);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 16384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 4096LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k66(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 128LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "  sk::adamw<float, 16384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 24576LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "  sk::adamw<float, 4096LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k68(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "  sk::adamw<float, 128LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k69(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 8192LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "  sk::adamw<float, 24576LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 32768LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "  sk::adamw<float, 384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 512LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "  sk::adamw<float, 8192LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k71, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k72(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 64LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f);\012"
+  "  sk::adamw<float, 32768LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k72, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k73(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k73(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 512LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k73, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k74(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 64LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k74, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k75(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::ce_rows<sk::bf16, 256LL, 0LL, 256>((float *)p0, (const sk::bf16 *)p1, (const int *)p2, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k73, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k75, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   ;
-static const RtCudaCode cuda_code = {cuda_source, 74};
+static const RtCudaCode cuda_code = {cuda_source, 76};
 
 static int64_t workspace_bytes(void) {
   int64_t n = 0, k;

@@ -51,6 +51,9 @@ typedef unsigned u32;
 struct __align__(16) u32x4 {
   u32 x, y, z, w;
 };
+struct __align__(16) f32x4 {
+  float x, y, z, w;
+};
 __device__ __forceinline__ void unpack8(float (&v)[8], const u32x4 &q) {
   const u32 w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -59,9 +62,31 @@ __device__ __forceinline__ void unpack8(float (&v)[8], const u32x4 &q) {
     v[2 * i + 1] = __int_as_float((int)(w[i] & 0xffff0000u));
   }
 }
-__device__ __forceinline__ u32 pack2(float lo, float hi) {
-  return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+/* element i (< 8) of a vector of eight bf16, as a float */
+__device__ __forceinline__ float ld_lane(const u32x4 &q, int i) {
+  const u32 w = i < 2 ? q.x : i < 4 ? q.y : i < 6 ? q.z : q.w;
+  return __int_as_float((int)(i & 1 ? w & 0xffff0000u : w << 16));
 }
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+#ifdef SK_EMU
+  return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+#else /* one cvt.rn.bf16x2.f32: the same rounding (nearest, ties to even) */
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *(const u32 *)&h;
+#endif
+}
+/* 2^x on the special-function unit (ex2.approx: relative error ~2^-22, flushes denormal results; -inf
+ * gives 0), one instruction where exp2f handles denormals in several (the cross-entropy, shardk_flash.cuh) */
+__device__ __forceinline__ float ex2(float x) {
+#ifdef SK_EMU
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+#define SK_LOG2E 1.4426950408889634f
 
 /* ---- elementwise math (ops.def) -------------------------------------------------------- */
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -191,6 +216,49 @@ __device__ void sum_parts(TY *y, const float *part, float scale) {
   st(y + j, acc * scale);
 }
 
+/* VW = 16 / sizeof(T) consecutive values at p (16-byte aligned) as floats: one 16-byte load. */
+__device__ __forceinline__ void ldv(float (&v)[8], const bf16 *p) { unpack8(v, *(const u32x4 *)p); }
+__device__ __forceinline__ void ldv(float (&v)[4], const float *p) {
+  const f32x4 q = *(const f32x4 *)p;
+  v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+
+/* Column sums of x [R, C] with rows LD apart (C, LD multiples of VW = 16 / sizeof(T), x 16-byte aligned):
+ * y[p * C + j] = scale * (the sum of x[i, j] over the rows i of chunk p), P chunks of ceil(R / P) rows. Block
+ * (CX = 256 / RY, RY): thread (tx, ty) holds the VW columns of vector tx, sums rows ty, ty + RY, ... of its chunk in
+ * order (16-byte loads, 4 rows in flight), then the RY row slices add in ty order (fixed: the same bits every run).
+ * grid (ceil(C / VW / CX), P). RY 8 suits many rows (wide rows of a warp), RY 32 few (more blocks). */
+template <class TY, class T, i64 R, i64 C, i64 LD, int P, int RY>
+__device__ void colsum(TY *y, const T *x, float scale) {
+  constexpr int VW = 16 / (int)sizeof(T), CX = 256 / RY;
+  constexpr i64 CH = (R + P - 1) / P;
+  __shared__ float part[RY][CX * VW];
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+  const i64 cv = (i64)blockIdx.x * CX + tx, lo = (i64)blockIdx.y * CH, hi = lo + CH < R ? lo + CH : R;
+  float acc[VW];
+#pragma unroll
+  for (int k = 0; k < VW; k++) acc[k] = 0.0f;
+  if (cv < C / VW) {
+#pragma unroll 4
+    for (i64 i = lo + ty; i < hi; i += RY) {
+      float v[VW];
+      ldv(v, x + i * LD + cv * VW);
+#pragma unroll
+      for (int k = 0; k < VW; k++) acc[k] += v[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VW; k++) part[ty][tx * VW + k] = acc[k];
+  __syncthreads();
+  const i64 c0 = (i64)blockIdx.x * CX * VW;
+  for (int e = ty * CX + tx; e < CX * VW; e += 256) {
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < RY; r++) s += part[r][e];
+    if (c0 + e < C) st(y + (i64)blockIdx.y * C + c0 + e, s * scale);
+  }
+}
+
 /* ---- embeddings ------------------------------------------------------------------------ */
 /* y[i, :] = table[idx[i] - row0, :]; one block per row i (grid N), NT threads.
  * CHECK: ids outside [0, V) raise SK_ERR_EMBED_ID; else ids outside the table give zeros. */
@@ -242,6 +310,125 @@ __device__ void embed_bwd(TT *dtable, const int *idx, const TD *dy, i64 row0) {
     for (int c = t; c < nc; c += NT) st(dtable + (lo + rr) * D + c0 + c, acc[rr * DC + c]);
 }
 
+/* Eight consecutive values (16-byte aligned) as floats, and back. */
+__device__ __forceinline__ void ld8(float (&v)[8], const bf16 *p) { unpack8(v, *(const u32x4 *)p); }
+__device__ __forceinline__ void ld8(float (&v)[8], const float *p) {
+  const f32x4 a = *(const f32x4 *)p, b = *(const f32x4 *)(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void st8(bf16 *p, const float (&v)[8]) {
+  *(u32x4 *)p = u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
+}
+__device__ __forceinline__ void st8(float *p, const float (&v)[8]) {
+  *(f32x4 *)p = f32x4{v[0], v[1], v[2], v[3]};
+  *(f32x4 *)(p + 4) = f32x4{v[4], v[5], v[6], v[7]};
+}
+
+/* Embedding backward by buckets (deterministic, no float atomics): the ids in range go to NB buckets of R table
+ * rows (bucket b: rows [R b, R b + R)). embed_bucket (one block of 1024 threads): the count of each bucket
+ * (shared-memory integer atomics: exact), their exclusive scan into bstart[0..NB], and each id's key, (its row in
+ * the bucket) * N + i, at a place of its bucket in keys (in the atomics' order: embed_bwd_rows sorts them). */
+template <i64 N, i64 V, int R, int NB>
+__device__ void embed_bucket(int *bstart, int *keys, const int *idx, i64 row0) {
+  __shared__ int cnt[NB], cur[NB], wsum[32];
+  constexpr int PER = (NB + 1023) / 1024;
+  const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
+  for (int b = t; b < NB; b += 1024) cnt[b] = 0;
+  __syncthreads();
+  for (i64 i = t; i < N; i += 1024) {
+    const i64 r = (i64)idx[i] - row0;
+    if (r >= 0 && r < V) atomicAdd(&cnt[r / R], 1);
+  }
+  __syncthreads();
+  int loc = 0; /* thread t: buckets [PER t, PER t + PER) */
+  for (int k = 0; k < PER; k++) loc += PER * t + k < NB ? cnt[PER * t + k] : 0;
+  int v = loc;
+  for (int d = 1; d < 32; d <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += u;
+  }
+  if (lane == 31) wsum[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    int x = wsum[lane];
+    for (int d = 1; d < 32; d <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, x, d);
+      if (lane >= d) x += u;
+    }
+    wsum[lane] = x;
+  }
+  __syncthreads();
+  int ex = v - loc + (w > 0 ? wsum[w - 1] : 0);
+  for (int k = 0; k < PER; k++) {
+    const int b = PER * t + k;
+    if (b < NB) {
+      bstart[b] = ex;
+      cur[b] = ex;
+      ex += cnt[b];
+    }
+  }
+  if (t == 1023) bstart[NB] = ex;
+  __syncthreads();
+  for (i64 i = t; i < N; i += 1024) {
+    const i64 r = (i64)idx[i] - row0;
+    if (r >= 0 && r < V) keys[atomicAdd(&cur[r / R], 1)] = (int)((r % R) * N + i);
+  }
+}
+
+/* Ascending sort of key[0..n) by one block of NT threads (bitonic, every compare-exchange putting the smaller at
+ * the lower index, so the padding to a power of two is virtual: +inf that never moves). key may be shared or
+ * device memory (the block's own). */
+template <int NT>
+__device__ void block_sort(int *key, int n) {
+  int p2 = 1;
+  while (p2 < n) p2 <<= 1;
+  for (int k = 2; k <= p2; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int e = (int)threadIdx.x; e < p2 / 2; e += NT) {
+        const int blk = e / j, off = e % j;
+        const int lo = j == k >> 1 ? blk * k + off : blk * 2 * j + off, hi = j == k >> 1 ? blk * k + k - 1 - off : lo + j;
+        if (hi < n) {
+          const int a = key[lo], c = key[hi];
+          if (a > c) key[lo] = c, key[hi] = a;
+        }
+      }
+      __syncthreads();
+    }
+}
+
+/* embed_bwd_rows (grid NB, NT threads): block b sorts its bucket's keys (by row, then by i; in shared memory when
+ * at most CAP, else in place in keys), then writes table rows [R b, R b + R): row r = the sum of dy[i] over its ids
+ * in increasing i (zeros when none). Thread t: the 8 columns of vectors t, t + NT, ... (16-byte loads, stores). */
+template <class TT, class TD, i64 N, i64 D, i64 V, int R, int NT, int CAP>
+__device__ void embed_bwd_rows(TT *dtable, int *keys, const int *bstart, const TD *dy) {
+  __shared__ int ks[CAP];
+  const int b = (int)blockIdx.x, t = (int)threadIdx.x;
+  const int k0 = bstart[b], n = bstart[b + 1] - k0;
+  int *key = n <= CAP ? ks : keys + k0;
+  if (n <= CAP)
+    for (int e = t; e < n; e += NT) ks[e] = keys[k0 + e];
+  __syncthreads();
+  block_sort<NT>(key, n);
+  const i64 lo = (i64)b * R;
+  const int nr = (int)(V - lo < R ? V - lo : R);
+  int k = 0;
+  for (int r = 0; r < nr; r++) {
+    int ke = k;
+    while (ke < n && key[ke] / (int)N == r) ke++;
+    for (int cv = t; cv < (int)(D / 8); cv += NT) {
+      float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      for (int q = k; q < ke; q++) {
+        float v[8];
+        ld8(v, dy + (i64)(key[q] % (int)N) * D + 8 * cv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] += v[i];
+      }
+      st8(dtable + (lo + r) * D + 8 * cv, acc);
+    }
+    k = ke;
+  }
+}
+
 /* ---- norms: one block per row (forward), NT threads, thread t owns columns t + NT*k ---------- */
 template <class TX, class TW, i64 D, int NT, int NPER>
 __device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float eps) {
@@ -267,6 +454,40 @@ __device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float ep
   for (int k = 0; k < NPER; k++) {
     i64 c = threadIdx.x + (i64)NT * k;
     if (c < D) st(y + row * D + c, (xv[k] - mean) * rstd * ld(w + c) + ld(b + c));
+  }
+}
+
+/* layernorm for bf16 rows of D a multiple of 256 (up to 1024): a warp per row (8 a block, grid ceil(ROWS / 8)),
+ * lane holding the 8 columns of vectors lane + 32 j (16-byte loads and stores); the sums are warp shuffles. */
+template <class TW, i64 ROWS, i64 D>
+__device__ void layernorm_vec(bf16 *y, const bf16 *x, const TW *w, const TW *b, float eps) {
+  constexpr int J = (int)(D / 256);
+  const int lane = (int)threadIdx.x & 31;
+  const i64 row = (i64)blockIdx.x * 8 + ((int)threadIdx.x >> 5);
+  if (row >= ROWS) return; /* whole warps: the shuffles below stay uniform */
+  float xv[J][8], s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    ld8(xv[j], x + row * D + 8 * (lane + 32 * j));
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += xv[j][i];
+  }
+  const float mean = warp_sum(s) * (1.0f / (float)D);
+  float q = 0.0f;
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) q += (xv[j][i] - mean) * (xv[j][i] - mean);
+  const float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps);
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const i64 c = 8 * (lane + 32 * j);
+    float wv[8], bv[8], o[8];
+    ld8(wv, w + c);
+    ld8(bv, b + c);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = (xv[j][i] - mean) * rstd * wv[i] + bv[i];
+    st8(y + row * D + c, o);
   }
 }
 
@@ -394,6 +615,99 @@ __device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
 }
 
+/* layernorm_bwd_warp for bf16 rows of D a multiple of 256: lane holds the 8 columns of vectors lane + 32 j
+ * (16-byte loads and stores, kept packed: few registers), w in shared memory; the next row's loads are issued
+ * before this row's math. W warps per block; partials as layernorm_bwd_warp. */
+template <class TW, i64 ROWS, i64 D, int P, int W>
+__device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
+  constexpr int J = (int)(D / 256);
+  __shared__ float red[2 * D];
+  __shared__ f32x4 wsv[D / 4]; /* w as floats, 16-byte aligned */
+  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
+  for (int i = (int)threadIdx.x; i < (int)D; i += 32 * W) ((float *)wsv)[i] = ld(w + i);
+  float dwa[J][8], dba[J][8];
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) dwa[j][i] = 0.0f, dba[j][i] = 0.0f;
+  __syncthreads();
+  i64 row = (i64)blockIdx.x * W + wp;
+  u32x4 qx[J], qg[J];
+  if (row < ROWS)
+#pragma unroll
+    for (int j = 0; j < J; j++)
+      qx[j] = *(const u32x4 *)(x + row * D + 8 * (lane + 32 * j)), qg[j] = *(const u32x4 *)(dy + row * D + 8 * (lane + 32 * j));
+  for (; row < ROWS; row += (i64)P * W) {
+    const u32x4 *cx = qx, *cg = qg; /* this row; qx, qg take the next */
+    u32x4 px[J], pg[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) px[j] = cx[j], pg[j] = cg[j];
+    const i64 nxt = row + (i64)P * W;
+    if (nxt < ROWS) /* the next row in flight during this one's math */
+#pragma unroll
+      for (int j = 0; j < J; j++)
+        qx[j] = *(const u32x4 *)(x + nxt * D + 8 * (lane + 32 * j)), qg[j] = *(const u32x4 *)(dy + nxt * D + 8 * (lane + 32 * j));
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float v[8];
+      unpack8(v, px[j]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += v[i];
+    }
+    float mean = warp_sum(s) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float v[8];
+      unpack8(v, px[j]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
+    }
+    float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps), s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
+        s1 += g;
+        s2 += g * xh;
+        dwa[j][i] += gv[i] * xh;
+        dba[j][i] += gv[i];
+      }
+    }
+    s1 = warp_sum(s1) * (1.0f / (float)D);
+    s2 = warp_sum(s2) * (1.0f / (float)D);
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8], o[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) o[i] = rstd * (gv[i] * wv[i] - s1 - ((xv[i] - mean) * rstd) * s2);
+      const u32x4 st4 = {pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
+      *(u32x4 *)(dx + row * D + 8 * (lane + 32 * j)) = st4;
+    }
+  }
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
+  for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
+    __syncthreads();
+    if (wp == v)
+#pragma unroll
+      for (int j = 0; j < J; j++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) red[8 * (lane + 32 * j) + i] += dwa[j][i], red[D + 8 * (lane + 32 * j) + i] += dba[j][i];
+  }
+  __syncthreads();
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
+}
+
 template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
 __device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   __shared__ float red[64];
@@ -454,195 +768,6 @@ __device__ void rope(T *y, const T *x, double theta, i64 start, const int *pos =
   }
 }
 
-/* ---- cross-entropy: one block per row, NT threads; LEN: valid columns (0: all) -------------- */
-/* Valid local columns given the logical column of local column 0. */
-template <i64 V, i64 LEN>
-__device__ __forceinline__ i64 ce_nvalid(i64 col0) {
-  if (LEN <= 0) return V;
-  i64 n = LEN - col0;
-  return n < 0 ? 0 : n > V ? V : n;
-}
-template <class T, i64 NV, int NT>
-__device__ __forceinline__ void row_lse(const T *xr, i64 nv, float &m, float &s, float *red) {
-  m = ninf();
-  s = 0.0f;
-  if constexpr (sizeof(T) == 2 && NV % 8 == 0) { /* bf16 rows: 16-byte loads, one rescale per 8 values */
-    for (i64 c = threadIdx.x; c < (nv + 7) / 8; c += NT) {
-      float v[8], cm = ninf();
-      unpack8(v, *(const u32x4 *)(xr + 8 * c));
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        if (8 * c + i >= nv) v[i] = ninf();
-        cm = fmaxv(cm, v[i]);
-      }
-      if (cm > m) {
-        s *= expf(m - cm);
-        m = cm;
-      }
-#pragma unroll
-      for (int i = 0; i < 8; i++) s += expf(v[i] - m);
-    }
-  } else {
-    for (i64 j = threadIdx.x; j < nv; j += NT) {
-      float v = ld(xr + j);
-      if (v > m) {
-        s = s * expf(m - v) + 1.0f;
-        m = v;
-      } else {
-        s += expf(v - m);
-      }
-    }
-  }
-  block_lse<NT>(m, s, red);
-}
-
-/* rowloss[r] = logsumexp(logits[r, :LEN]) - logits[r, t] for t = targets[r] >= 0, else 0. */
-template <class T, i64 V, i64 LEN, int NT>
-__device__ void ce_rows(float *rowloss, const T *logits, const int *targets, int *err) {
-  __shared__ float red[64];
-  i64 r = blockIdx.x;
-  const T *xr = logits + r * V;
-  int t = targets[r];
-  const i64 nv = LEN > 0 ? LEN : V;
-  float m, s;
-  row_lse<T, V, NT>(xr, nv, m, s, red);
-  if (threadIdx.x == 0) {
-    if (t >= nv) *err = SK_ERR_TARGET;
-    rowloss[r] = t >= 0 && t < nv ? m + logf(s) - ld(xr + t) : 0.0f;
-  }
-}
-/* One block: loss = sum of rowloss / count of targets >= 0 (0 when none); cnt_out (if not
- * NULL) = dloss[0] / count — the scale of the gradient. */
-template <i64 N, int NT>
-__device__ void ce_mean(float *loss, const float *rowloss, const int *targets, const float *dloss, float *scale_out) {
-  __shared__ float red[64];
-  float s = 0.0f, c = 0.0f;
-  for (i64 i = threadIdx.x; i < N; i += NT) {
-    if (rowloss) s += rowloss[i];
-    c += targets[i] >= 0 ? 1.0f : 0.0f;
-  }
-  block_sum2<NT>(s, c, red);
-  if (threadIdx.x == 0) {
-    if (loss) loss[0] = c > 0.0f ? s / c : 0.0f;
-    if (scale_out) scale_out[0] = c > 0.0f ? dloss[0] / c : 0.0f;
-  }
-}
-/* CE_MAX: m[r] = max over valid local columns (-inf if none). */
-template <class T, i64 V, i64 LEN, int NT>
-__device__ void ce_max(float *m, const T *logits, i64 col0) {
-  __shared__ float red[64];
-  i64 r = blockIdx.x, nv = ce_nvalid<V, LEN>(col0);
-  float mx = ninf();
-  for (i64 j = threadIdx.x; j < nv; j += NT) mx = fmaxv(mx, ld(logits + r * V + j));
-  mx = warp_max(mx);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float a = ninf();
-    for (int i = 0; i < NT / 32; i++) a = fmaxv(a, red[i]);
-    m[r] = a;
-  }
-}
-/* CE_SUMS: st[r] = (sum of exp(l - m[r]) over valid local columns, the target's logit if held here). */
-template <class T, i64 V, i64 LEN, int NT>
-__device__ void ce_sums(float *st2, const T *logits, const int *targets, const float *m, i64 col0) {
-  __shared__ float red[64];
-  i64 r = blockIdx.x, nv = ce_nvalid<V, LEN>(col0);
-  float mr = m[r], s = 0.0f;
-  for (i64 j = threadIdx.x; j < nv; j += NT) s += expf(ld(logits + r * V + j) - mr);
-  s = block_sum<NT>(s, red);
-  if (threadIdx.x == 0) {
-    i64 t = (i64)targets[r] - col0;
-    st2[2 * r] = s;
-    st2[2 * r + 1] = t >= 0 && t < nv ? ld(logits + r * V + t) : 0.0f;
-  }
-}
-/* CE_LOSS (one block): out = (sum over rows with target >= 0 of log st0 + m - st1, their count). */
-template <i64 N, i64 LEN, int NT>
-__device__ void ce_loss(float *out, const float *st2, const float *m, const int *targets, int *err) {
-  __shared__ float red[64];
-  float s = 0.0f, c = 0.0f;
-  for (i64 r = threadIdx.x; r < N; r += NT) {
-    int t = targets[r];
-    if (t < 0) continue;
-    if (LEN > 0 && t >= LEN) *err = SK_ERR_TARGET;
-    s += logf(st2[2 * r]) + m[r] - st2[2 * r + 1];
-    c += 1.0f;
-  }
-  block_sum2<NT>(s, c, red);
-  if (threadIdx.x == 0) {
-    out[0] = s;
-    out[1] = c;
-  }
-}
-/* CE_GRAD: dl = scale * (exp(l - m) / st0 - onehot) on valid columns of rows with target >= 0, else 0. */
-template <class T, i64 V, i64 LEN, int NT>
-__device__ void ce_grad(T *dl, const T *logits, const int *targets, const float *m, const float *st2,
-                        const float *scale, i64 col0) {
-  i64 r = blockIdx.x, nv = ce_nvalid<V, LEN>(col0), t = (i64)targets[r] - col0;
-  bool on = targets[r] >= 0;
-  float mr = m[r], inv = 1.0f / st2[2 * r], sc = scale[0];
-  for (i64 j = threadIdx.x; j < V; j += NT) {
-    float d = 0.0f;
-    if (on && j < nv) d = sc * (expf(ld(logits + r * V + j) - mr) * inv - (j == t ? 1.0f : 0.0f));
-    st(dl + r * V + j, d);
-  }
-}
-/* One row's gradient after row_lse (m, s): dlr = sc * (softmax - onehot(t)) on columns < nv, 0
- * elsewhere and where t < 0. Each thread reads a column (or 8) and writes the same: dlr may be xr. */
-template <class T, i64 V, int NT>
-__device__ __forceinline__ void ce_grad_row(T *dlr, const T *xr, int t, i64 nv, float m, float s, float sc) {
-  float inv = 1.0f / s;
-  if constexpr (sizeof(T) == 2 && V % 8 == 0) {
-    for (i64 c = threadIdx.x; c < V / 8; c += NT) {
-      float v[8];
-      unpack8(v, *(const u32x4 *)(xr + 8 * c));
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        i64 j = 8 * c + i;
-        v[i] = t >= 0 && j < nv ? sc * (expf(v[i] - m) * inv - (j == t ? 1.0f : 0.0f)) : 0.0f;
-      }
-      u32x4 o = {pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
-      *(u32x4 *)(dlr + 8 * c) = o;
-    }
-  } else {
-    for (i64 j = threadIdx.x; j < V; j += NT) {
-      float d = 0.0f;
-      if (t >= 0 && j < nv) d = sc * (expf(ld(xr + j) - m) * inv - (j == t ? 1.0f : 0.0f));
-      st(dlr + j, d);
-    }
-  }
-}
-/* CROSS_ENTROPY_BWD per row: dl = scale[0] * (softmax - onehot) on columns < LEN, 0 elsewhere
- * and on rows with target < 0 (scale = dloss / count, from ce_mean). */
-template <class T, i64 V, i64 LEN, int NT>
-__device__ void ce_bwd_rows(T *dl, const T *logits, const int *targets, const float *scale) {
-  __shared__ float red[64];
-  i64 r = blockIdx.x;
-  const i64 nv = LEN > 0 ? LEN : V;
-  float m, s;
-  row_lse<T, V, NT>(logits + r * V, nv, m, s, red);
-  ce_grad_row<T, V, NT>(dl + r * V, logits + r * V, targets[r], nv, m, s, scale[0]);
-}
-/* CROSS_ENTROPY and its CROSS_ENTROPY_BWD in one pass over the logits (passes/fuse_ce.c): rowloss as
- * ce_rows, dl as ce_bwd_rows. dl may be the logits themselves: the target's logit is read first and
- * row_lse ends in a barrier, after which each thread rewrites only what it reads. */
-template <class T, i64 V, i64 LEN, int NT>
-__device__ void ce_fused_rows(T *dl, float *rowloss, const T *logits, const int *targets, const float *scale, int *err) {
-  __shared__ float red[64];
-  i64 r = blockIdx.x;
-  const T *xr = logits + r * V;
-  int t = targets[r];
-  const i64 nv = LEN > 0 ? LEN : V;
-  float xt = threadIdx.x == 0 && t >= 0 && t < nv ? ld(xr + t) : 0.0f, m, s;
-  row_lse<T, V, NT>(xr, nv, m, s, red);
-  if (threadIdx.x == 0) {
-    if (t >= nv) *err = SK_ERR_TARGET;
-    rowloss[r] = t >= 0 && t < nv ? m + logf(s) - xt : 0.0f;
-  }
-  ce_grad_row<T, V, NT>(dl + r * V, xr, t, nv, m, s, scale[0]);
-}
-
 /* ---- reductions to an f32 scalar: stage 1, grid P, block NT: part[p] = the sum of chunk p;
  * stage 2 (one block): y = scale * the sum of the parts ------------------------------------- */
 template <class T, i64 N, int P, int NT, bool SQ>
@@ -700,6 +825,7 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
 
 } // namespace sk
 
+#include "shardk_ce.cuh"
 #include "shardk_attn.cuh"
 #include "shardk_flash.cuh"
 

@@ -50,17 +50,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const u32 (&a)[4], const
 #endif
 }
 
-/* 2^x on the special-function unit (ex2.approx: relative error ~2^-22, flushes denormal results; -inf
- * gives 0), one instruction where exp2f handles denormals in several */
-__device__ __forceinline__ float ex2(float x) {
-#ifdef SK_EMU
-  return exp2f(x);
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
+/* ex2 (2^x on the special-function unit): shardk.cuh */
 
 __device__ __forceinline__ u32 ld2(const bf16 *p) { return *(const u32 *)p; }
 

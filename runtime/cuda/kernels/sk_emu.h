@@ -293,6 +293,8 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   (void)mask;
   sk_emu::syncwarp();
 }
+/* integer atomics: a block's fibers switch only at barriers and shuffles, but blocks may run on several host threads */
+inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 
