@@ -12,21 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda_kernels_int.h"
 #include "diag.h"
 
-struct CuK {
-  Arena *a;
-  char *src;    /* the source so far */
-  size_t len;   /* bytes in src */
-  size_t cap;   /* bytes allocated for src */
-  int n;        /* kernels emitted */
-  int64_t ws;   /* bytes of scratch needed at WS (flags included) */
-  const char **bodies; /* [n] each kernel's text after its name: a repeat reuses the kernel */
-  int capbodies;
-  size_t kstart, bstart; /* the kernel being written: where it starts, where its name ends */
-  const CuFlashCfg *flash; /* tensor-core attention tiles (NULL: cuk_flash_cfg) */
-  int minb;                /* the next kernel's minimum blocks per SM (__launch_bounds__), 0: none */
-};
+
 
 CuK *cuk_new(Arena *a) {
   CuK *k = ARENA_NEW(a, CuK);
@@ -49,7 +38,7 @@ void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c) {
 int cuk_count(const CuK *k) { return k->n; }
 int64_t cuk_workspace(const CuK *k) { return k->ws; }
 
-__attribute__((format(printf, 2, 3))) static void out(CuK *k, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) void ck_out(CuK *k, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
@@ -69,12 +58,12 @@ __attribute__((format(printf, 2, 3))) static void out(CuK *k, const char *fmt, .
   k->len += (size_t)n;
 }
 
-static void need_ws(CuK *k, int64_t bytes) {
+void ck_need_ws(CuK *k, int64_t bytes) {
   if (CUK_WS_FLAGS + bytes > k->ws) k->ws = CUK_WS_FLAGS + bytes;
 }
 
 /* the kernel library's storage type of a dtype */
-static const char *ctype(DType dt) {
+const char *ck_ctype(DType dt) {
   switch (dt) {
   case DT_F32: return "float";
   case DT_BF16: return "sk::bf16";
@@ -83,41 +72,32 @@ static const char *ctype(DType dt) {
   }
 }
 
-static const char *fl(CuK *k, double v) { return arena_printf(k->a, "%.9ef", v); }
+const char *ck_fl(CuK *k, double v) { return arena_printf(k->a, "%.9ef", v); }
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Kernel arguments: the pointers first (char *), then the int64 host values (long long). */
-typedef struct {
-  int np, nl;
-  const char *p[16]; /* host C expressions of device addresses */
-  const char *l[4];  /* host C int64 expressions */
-} Args;
 
 /* Starts kernel N: its signature; the body follows (ending with end_kernel). Parameters are
  * named p0.. and l0... Returns N. */
-static int begin_kernel(CuK *k, const Args *g, int nt) {
+int ck_begin(CuK *k, const Args *g, int nt) {
   int id = k->n++;
   k->kstart = k->len;
-  if (k->minb > 0) out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d, %d) k%d", nt, k->minb, id);
-  else out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
+  if (k->minb > 0) ck_out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d, %d) k%d", nt, k->minb, id);
+  else ck_out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
   k->bstart = k->len;
-  out(k, "(");
-  for (int i = 0; i < g->np; i++) out(k, "%schar *p%d", i ? ", " : "", i);
-  for (int i = 0; i < g->nl; i++) out(k, "%slong long l%d", g->np + i ? ", " : "", i);
-  out(k, ") {\n");
+  ck_out(k, "(");
+  for (int i = 0; i < g->np; i++) ck_out(k, "%schar *p%d", i ? ", " : "", i);
+  for (int i = 0; i < g->nl; i++) ck_out(k, "%slong long l%d", g->np + i ? ", " : "", i);
+  ck_out(k, ") {\n");
   return id;
 }
 
 /* Ends kernel id: its emulator entry; returns its launch statement (smem: bytes of dynamic shared memory). */
-static const char *end_kernel_smem(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
+const char *ck_end_smem(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
                                    int bz, int64_t smem) {
   if (gx < 1 || gx > 0x7fffffffLL || gy < 1 || gy > 65535 || gz < 1 || gz > 65535)
     die("cuda_kernels: grid (%lld, %lld, %lld) of k%d out of range", (long long)gx, (long long)gy, (long long)gz,
         id);
-  out(k, "}\n");
+  ck_out(k, "}\n");
   /* the same kernel as an earlier one (same template, shapes and signature): launch that one */
   const char *body = k->src + k->bstart;
   int dup = -1;
@@ -131,10 +111,10 @@ static const char *end_kernel_smem(CuK *k, int id, const Args *g, int64_t gx, in
   } else {
     arena_grow(k->a, (void **)&k->bodies, &k->capbodies, id + 1, sizeof(char *));
     k->bodies[id] = arena_strdup(k->a, body);
-    out(k, "SK_EMU_ENTRY(k%d, (", id);
-    for (int i = 0; i < g->np; i++) out(k, "%sSK_ARG(%d, char *)", i ? ", " : "", i);
-    for (int i = 0; i < g->nl; i++) out(k, "%sSK_ARG(%d, long long)", g->np + i ? ", " : "", g->np + i);
-    out(k, "))\n");
+    ck_out(k, "SK_EMU_ENTRY(k%d, (", id);
+    for (int i = 0; i < g->np; i++) ck_out(k, "%sSK_ARG(%d, char *)", i ? ", " : "", i);
+    for (int i = 0; i < g->nl; i++) ck_out(k, "%sSK_ARG(%d, long long)", g->np + i ? ", " : "", g->np + i);
+    ck_out(k, "))\n");
   }
   char *s = arena_printf(k->a, "rt_cu_launch(ctx, %d, %lld, %lld, %lld, %d, %d, %d, %lld, (void *[]){", id,
                          (long long)gx, (long long)gy, (long long)gz, bx, by, bz, (long long)smem);
@@ -144,33 +124,33 @@ static const char *end_kernel_smem(CuK *k, int id, const Args *g, int64_t gx, in
   return arena_printf(k->a, "%s});", s);
 }
 
-static const char *end_kernel(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
+const char *ck_end(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by,
                               int bz) {
-  return end_kernel_smem(k, id, g, gx, gy, gz, bx, by, bz, 0);
+  return ck_end_smem(k, id, g, gx, gy, gz, bx, by, bz, 0);
 }
 
 /* A one-statement kernel: body is the statement (uses p0.., l0..); smem bytes of dynamic shared memory. */
-static const char *simple_smem(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, int64_t smem,
+const char *ck_simple_smem(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, int64_t smem,
                                const char *body) {
-  int id = begin_kernel(k, g, bx * by);
-  out(k, "  %s\n", body);
-  return end_kernel_smem(k, id, g, gx, gy, gz, bx, by, 1, smem);
+  int id = ck_begin(k, g, bx * by);
+  ck_out(k, "  %s\n", body);
+  return ck_end_smem(k, id, g, gx, gy, gz, bx, by, 1, smem);
 }
-static const char *simple(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, const char *body) {
-  return simple_smem(k, g, gx, gy, gz, bx, by, 0, body);
+const char *ck_simple(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, const char *body) {
+  return ck_simple_smem(k, g, gx, gy, gz, bx, by, 0, body);
 }
 
-static const char *cat(CuK *k, const char *a, const char *b) { return arena_printf(k->a, "%s %s", a, b); }
+const char *ck_cat(CuK *k, const char *a, const char *b) { return arena_printf(k->a, "%s %s", a, b); }
 
-static const char *ws_at(CuK *k, int64_t off) {
+const char *ck_ws_at(CuK *k, int64_t off) {
   return arena_printf(k->a, "(WS + %lld)", (long long)(CUK_WS_FLAGS + off));
 }
 
 /* grid of a grid-stride loop over n elements with 256 threads */
-static int64_t stride_grid(int64_t n) { return imax(1, imin(cdiv(n, 256), 8192)); }
+int64_t ck_stride_grid(int64_t n) { return imax(1, imin(cdiv(n, 256), 8192)); }
 
 /* Threads of a row kernel over d columns: a multiple of 32 with about 4 columns each. */
-static int row_threads(int64_t d) { return (int)imin(1024, imax(32, cdiv(cdiv(d, 4), 32) * 32)); }
+int ck_row_threads(int64_t d) { return (int)imin(1024, imax(32, cdiv(cdiv(d, 4), 32) * 32)); }
 
 /* ---- fused elementwise chains --------------------------------------------------------------- */
 
@@ -183,8 +163,8 @@ static const char *op_expr(CuK *k, const CuEwOp *o, const char *a, const char *b
   case OP_MAXIMUM: return arena_printf(k->a, "sk::fmaxv(%s, %s)", a, b);
   case OP_MINIMUM: return arena_printf(k->a, "sk::fminv(%s, %s)", a, b);
   case OP_NEG: return arena_printf(k->a, "-%s", a);
-  case OP_SCALE: return arena_printf(k->a, "%s * %s", fl(k, o->scalar), a);
-  case OP_ADD_SCALAR: return arena_printf(k->a, "%s + %s", a, fl(k, o->scalar));
+  case OP_SCALE: return arena_printf(k->a, "%s * %s", ck_fl(k, o->scalar), a);
+  case OP_ADD_SCALAR: return arena_printf(k->a, "%s + %s", a, ck_fl(k, o->scalar));
   case OP_EXP: return arena_printf(k->a, "expf(%s)", a);
   case OP_LOG: return arena_printf(k->a, "logf(%s)", a);
   case OP_SQRT: return arena_printf(k->a, "sqrtf(%s)", a);
@@ -197,7 +177,7 @@ static const char *op_expr(CuK *k, const CuEwOp *o, const char *a, const char *b
   case OP_GELU_BWD: return arena_printf(k->a, "sk::gelu_bwd(%s, %s)", a, b);
   case OP_SILU_BWD: return arena_printf(k->a, "sk::silu_bwd(%s, %s)", a, b);
   case OP_CAST: return arena_printf(k->a, "%s", a);
-  case OP_CONST: return fl(k, o->scalar);
+  case OP_CONST: return ck_fl(k, o->scalar);
   default: die("cuda_kernels: %s is not an elementwise op", ir_ops[o->op].name);
   }
 }
@@ -236,7 +216,7 @@ const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
   Args g = {0};
   for (int i = 0; i < c->nin; i++) g.p[g.np++] = c->in[i].ptr;
   for (int i = 0; i < c->nout; i++) g.p[g.np++] = c->out_ptr[i];
-  int id = begin_kernel(k, &g, 256);
+  int id = ck_begin(k, &g, 256);
   /* coordinates, when an input broadcasts */
   int coords = 0;
   for (int i = 0; i < c->nin; i++) coords |= ir_numel(&c->in[i].shape) != n;
@@ -245,24 +225,24 @@ const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
   for (int i = 0; i < c->nin; i++) vec &= c->in[i].dt == DT_BF16 || c->in[i].dt == DT_F32;
   for (int i = 0; i < c->nout; i++) vec &= c->ops[c->out_op[i]].dt == DT_BF16 || c->ops[c->out_op[i]].dt == DT_F32;
   if (vec) {
-    out(k, "  if (((0");
-    for (int i = 0; i < g.np; i++) out(k, " | (unsigned long long)p%d", i);
-    out(k, ") & 15) == 0) {\n");
-    out(k, "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < %lldLL; v += (long long)gridDim.x * 256) {\n",
+    ck_out(k, "  if (((0");
+    for (int i = 0; i < g.np; i++) ck_out(k, " | (unsigned long long)p%d", i);
+    ck_out(k, ") & 15) == 0) {\n");
+    ck_out(k, "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < %lldLL; v += (long long)gridDim.x * 256) {\n",
         (long long)(n / 8));
     for (int i = 0; i < c->nin; i++)
-      out(k, "      float xv%d[8];\n      sk::ld8(xv%d, (const %s *)p%d + 8 * v);\n", i, i, ctype(c->in[i].dt), i);
-    for (int i = 0; i < c->nout; i++) out(k, "      float ov%d[8];\n", i);
-    out(k, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n");
-    for (int i = 0; i < c->nin; i++) out(k, "        float x%d = xv%d[e];\n", i, i);
-    out(k, "%s", ew_ops(k, c, "        "));
-    for (int i = 0; i < c->nout; i++) out(k, "        ov%d[e] = t%d;\n", i, c->out_op[i]);
-    out(k, "      }\n");
+      ck_out(k, "      float xv%d[8];\n      sk::ld8(xv%d, (const %s *)p%d + 8 * v);\n", i, i, ck_ctype(c->in[i].dt), i);
+    for (int i = 0; i < c->nout; i++) ck_out(k, "      float ov%d[8];\n", i);
+    ck_out(k, "#pragma unroll\n      for (int e = 0; e < 8; e++) {\n");
+    for (int i = 0; i < c->nin; i++) ck_out(k, "        float x%d = xv%d[e];\n", i, i);
+    ck_out(k, "%s", ew_ops(k, c, "        "));
+    for (int i = 0; i < c->nout; i++) ck_out(k, "        ov%d[e] = t%d;\n", i, c->out_op[i]);
+    ck_out(k, "      }\n");
     for (int i = 0; i < c->nout; i++)
-      out(k, "      sk::st8((%s *)p%d + 8 * v, ov%d);\n", ctype(c->ops[c->out_op[i]].dt), c->nin + i, i);
-    out(k, "    }\n    return;\n  }\n");
+      ck_out(k, "      sk::st8((%s *)p%d + 8 * v, ov%d);\n", ck_ctype(c->ops[c->out_op[i]].dt), c->nin + i, i);
+    ck_out(k, "    }\n    return;\n  }\n");
   }
-  out(k, "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < %lldLL; i += (long long)gridDim.x * 256) {\n",
+  ck_out(k, "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < %lldLL; i += (long long)gridDim.x * 256) {\n",
       (long long)n);
   if (coords) {
     int used[IR_MAX_RANK] = {0}, lo = s->rank;
@@ -274,10 +254,10 @@ const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
     }
     for (int d = 0; d < s->rank; d++)
       if (used[d] && d < lo) lo = d;
-    if (lo < s->rank) out(k, "    long long r = i;\n");
+    if (lo < s->rank) ck_out(k, "    long long r = i;\n");
     for (int d = s->rank - 1; d >= lo; d--) {
-      if (used[d]) out(k, "    long long c%d = r %% %lldLL;\n", d, (long long)s->dim[d]);
-      if (d > lo) out(k, "    r /= %lldLL;\n", (long long)s->dim[d]);
+      if (used[d]) ck_out(k, "    long long c%d = r %% %lldLL;\n", d, (long long)s->dim[d]);
+      if (d > lo) ck_out(k, "    r /= %lldLL;\n", (long long)s->dim[d]);
     }
   }
   for (int i = 0; i < c->nin; i++) {
@@ -296,28 +276,28 @@ const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
         stride *= is->dim[d];
       }
     }
-    out(k, "    float x%d = sk::ld((const %s *)p%d + (%s));\n", i, ctype(c->in[i].dt), i, idx);
+    ck_out(k, "    float x%d = sk::ld((const %s *)p%d + (%s));\n", i, ck_ctype(c->in[i].dt), i, idx);
   }
-  out(k, "%s", ew_ops(k, c, "    "));
+  ck_out(k, "%s", ew_ops(k, c, "    "));
   for (int i = 0; i < c->nout; i++)
-    out(k, "    sk::st((%s *)p%d + i, t%d);\n", ctype(c->ops[c->out_op[i]].dt), c->nin + i, c->out_op[i]);
-  out(k, "  }\n");
-  return end_kernel(k, id, &g, stride_grid(vec ? n / 8 : n), 1, 1, 256, 1, 1);
+    ck_out(k, "    sk::st((%s *)p%d + i, t%d);\n", ck_ctype(c->ops[c->out_op[i]].dt), c->nin + i, c->out_op[i]);
+  ck_out(k, "  }\n");
+  return ck_end(k, id, &g, ck_stride_grid(vec ? n / 8 : n), 1, 1, 256, 1, 1);
 }
 
 /* ---- data movement ------------------------------------------------------------------------ */
 
 const char *cuk_iota(CuK *k, const char *y, int64_t n, int64_t start) {
   Args g = {.np = 1, .p = {y}};
-  return simple(k, &g, stride_grid(n), 1, 1, 256, 1,
+  return ck_simple(k, &g, ck_stride_grid(n), 1, 1, 256, 1,
                 arena_printf(k->a, "sk::iota<%lldLL>((int *)p0, %lldLL);", (long long)n, (long long)start));
 }
 
 const char *cuk_transpose(CuK *k, const char *y, const char *x, DType dt, int64_t batch, int64_t rows, int64_t cols) {
   Args g = {.np = 2, .p = {y, x}};
-  const char *t = ctype(dt);
+  const char *t = ck_ctype(dt);
   if (cdiv(rows, 32) > 65535) die("cuda_kernels: transpose of %lld rows", (long long)rows);
-  return simple(k, &g, cdiv(cols, 32), cdiv(rows, 32), imin(batch, 65535), 32, 8,
+  return ck_simple(k, &g, cdiv(cols, 32), cdiv(rows, 32), imin(batch, 65535), 32, 8,
                 arena_printf(k->a, "sk::transpose<%s, %lldLL, %lldLL, %lldLL>((%s *)p0, (const %s *)p1);", t,
                              (long long)batch, (long long)rows, (long long)cols, t, t));
 }
@@ -348,15 +328,15 @@ static int merge_axes(const Shape *xs, const int64_t *xstr, const int *ds, int n
 static const char *colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t cols, int64_t ld, int64_t P,
                                int ry, double scale, const char *yarg, const char *xarg) {
   return arena_printf(k->a, "sk::colsum<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d>((%s *)%s, (const %s *)%s, %s);",
-                      ctype(ydt), ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P, ry, ctype(ydt),
-                      yarg, ctype(xdt), xarg, fl(k, scale));
+                      ck_ctype(ydt), ck_ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P, ry, ck_ctype(ydt),
+                      yarg, ck_ctype(xdt), xarg, ck_fl(k, scale));
 }
 /* (ry: the block's row slices: 8 for many rows, 32 for the few rows of partial sums) */
 static const char *colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
                                  int64_t cols, int64_t ld, int64_t P, double scale) {
   int vw = xdt == DT_BF16 ? 8 : 4, ry = P > 1 || rows >= 1024 ? 8 : 32;
   Args g = {.np = 2, .p = {y, x}};
-  return simple(k, &g, cdiv(cols / vw, 256 / ry), P, 1, 256 / ry, ry,
+  return ck_simple(k, &g, cdiv(cols / vw, 256 / ry), P, 1, 256 / ry, ry,
                 colsum_call(k, ydt, xdt, rows, cols, ld, P, ry, scale, "p0", "p1"));
 }
 
@@ -370,16 +350,16 @@ static const char *colsum_2stage(CuK *k, const char *y, DType ydt, const char *x
   int64_t P = imax(1, imin(cdiv(rows, 64), cdiv(131072, cdiv(cols / vw, 32) * 256)));
   if (P == 1) {
     const char *l = colsum_launch(k, y, ydt, x, xdt, rows, cols, ld, 1, scale);
-    return y2 ? cat(k, l, colsum_launch(k, y2, ydt, x2, xdt, rows, cols, ld, 1, scale)) : l;
+    return y2 ? ck_cat(k, l, colsum_launch(k, y2, ydt, x2, xdt, rows, cols, ld, 1, scale)) : l;
   }
   int64_t part = P * cols * 4;
-  need_ws(k, (y2 ? 2 : 1) * part);
-  const char *l = cat(k, colsum_launch(k, ws_at(k, 0), DT_F32, x, xdt, rows, cols, ld, P, 1.0),
-                      colsum_launch(k, y, ydt, ws_at(k, 0), DT_F32, P, cols, cols, 1, scale));
+  ck_need_ws(k, (y2 ? 2 : 1) * part);
+  const char *l = ck_cat(k, colsum_launch(k, ck_ws_at(k, 0), DT_F32, x, xdt, rows, cols, ld, P, 1.0),
+                      colsum_launch(k, y, ydt, ck_ws_at(k, 0), DT_F32, P, cols, cols, 1, scale));
   if (!y2) return l;
-  return cat(k, l,
-             cat(k, colsum_launch(k, ws_at(k, part), DT_F32, x2, xdt, rows, cols, ld, P, 1.0),
-                 colsum_launch(k, y2, ydt, ws_at(k, part), DT_F32, P, cols, cols, 1, scale)));
+  return ck_cat(k, l,
+             ck_cat(k, colsum_launch(k, ck_ws_at(k, part), DT_F32, x2, xdt, rows, cols, ld, P, 1.0),
+                 colsum_launch(k, y2, ydt, ck_ws_at(k, part), DT_F32, P, cols, cols, 1, scale)));
 }
 
 const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, const char *x, DType xdt, const Shape *xs) {
@@ -418,36 +398,36 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
   int64_t P = imax(1, imin(4096, imin(cdiv(65536, ny), cdiv(nr, 32))));
   int64_t chunk = cdiv(nr, P);
   P = cdiv(nr, chunk);
-  Args g = {.np = 2, .p = {P > 1 ? ws_at(k, 0) : y, x}};
-  const char *yt = P > 1 ? "float" : ctype(ydt);
-  int id = begin_kernel(k, &g, 256);
-  out(k, "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\n");
-  out(k, "  if (o >= %lldLL) return;\n  long long base = 0;\n", (long long)ny);
-  if (nk) out(k, "  long long r = o;\n");
+  Args g = {.np = 2, .p = {P > 1 ? ck_ws_at(k, 0) : y, x}};
+  const char *yt = P > 1 ? "float" : ck_ctype(ydt);
+  int id = ck_begin(k, &g, 256);
+  ck_out(k, "  long long o = (long long)blockIdx.x * 256 + threadIdx.x, p = blockIdx.y;\n");
+  ck_out(k, "  if (o >= %lldLL) return;\n  long long base = 0;\n", (long long)ny);
+  if (nk) ck_out(k, "  long long r = o;\n");
   for (int i = nk - 1; i >= 0; i--) {
-    out(k, "  base += (r %% %lldLL) * %lldLL;\n", (long long)ka[i].size, (long long)ka[i].stride);
-    if (i) out(k, "  r /= %lldLL;\n", (long long)ka[i].size);
+    ck_out(k, "  base += (r %% %lldLL) * %lldLL;\n", (long long)ka[i].size, (long long)ka[i].stride);
+    if (i) ck_out(k, "  r /= %lldLL;\n", (long long)ka[i].size);
   }
-  out(k, "  float acc = 0.0f;\n");
-  out(k, "#pragma unroll 8\n  for (long long j = p * %lldLL; j < (p + 1) * %lldLL && j < %lldLL; j++) {\n",
+  ck_out(k, "  float acc = 0.0f;\n");
+  ck_out(k, "#pragma unroll 8\n  for (long long j = p * %lldLL; j < (p + 1) * %lldLL && j < %lldLL; j++) {\n",
       (long long)chunk, (long long)chunk, (long long)nr);
-  out(k, "    long long off = base;\n");
-  if (ns == 1) out(k, "    off += j * %lldLL;\n", (long long)sa[0].stride);
-  if (ns > 1) out(k, "    long long q = j;\n");
+  ck_out(k, "    long long off = base;\n");
+  if (ns == 1) ck_out(k, "    off += j * %lldLL;\n", (long long)sa[0].stride);
+  if (ns > 1) ck_out(k, "    long long q = j;\n");
   for (int i = ns - 1; i >= 0 && ns > 1; i--) {
-    out(k, "    off += (q %% %lldLL) * %lldLL;\n", (long long)sa[i].size, (long long)sa[i].stride);
-    if (i) out(k, "    q /= %lldLL;\n", (long long)sa[i].size);
+    ck_out(k, "    off += (q %% %lldLL) * %lldLL;\n", (long long)sa[i].size, (long long)sa[i].stride);
+    if (i) ck_out(k, "    q /= %lldLL;\n", (long long)sa[i].size);
   }
-  out(k, "    acc += sk::ld((const %s *)p1 + off);\n  }\n", ctype(xdt));
-  out(k, "  sk::st((%s *)p0 + p * %lldLL + o, acc);\n", yt, (long long)ny);
-  const char *l1 = end_kernel(k, id, &g, cdiv(ny, 256), P, 1, 256, 1, 1);
+  ck_out(k, "    acc += sk::ld((const %s *)p1 + off);\n  }\n", ck_ctype(xdt));
+  ck_out(k, "  sk::st((%s *)p0 + p * %lldLL + o, acc);\n", yt, (long long)ny);
+  const char *l1 = ck_end(k, id, &g, cdiv(ny, 256), P, 1, 256, 1, 1);
   if (P == 1) return l1;
-  need_ws(k, P * ny * 4);
-  Args g2 = {.np = 2, .p = {y, ws_at(k, 0)}};
-  return cat(k, l1,
-             simple(k, &g2, cdiv(ny, 256), 1, 1, 256, 1,
+  ck_need_ws(k, P * ny * 4);
+  Args g2 = {.np = 2, .p = {y, ck_ws_at(k, 0)}};
+  return ck_cat(k, l1,
+             ck_simple(k, &g2, cdiv(ny, 256), 1, 1, 256, 1,
                     arena_printf(k->a, "sk::sum_parts<%s, %lldLL, %lldLL>((%s *)p0, (const float *)p1, 1.0f);",
-                                 ctype(ydt), (long long)ny, (long long)P, ctype(ydt))));
+                                 ck_ctype(ydt), (long long)ny, (long long)P, ck_ctype(ydt))));
 }
 
 /* ---- embeddings ------------------------------------------------------------------------------ */
@@ -457,12 +437,12 @@ const char *cuk_embed(CuK *k, const char *y, DType ydt, const char *table, DType
   int check = strcmp(row0, "0") == 0;
   Args g = {.np = 4, .nl = 1, .p = {y, table, idx, "WS"}, .l = {row0}};
   int nt = (int)imin(256, imax(32, cdiv(d, 32) * 32));
-  return simple(k, &g, n, 1, 1, nt, 1,
+  return ck_simple(k, &g, n, 1, 1, nt, 1,
                 arena_printf(k->a,
                              "sk::embed<%s, %s, %lldLL, %lldLL, %d, %s>((%s *)p0, (const %s *)p1, (const int *)p2, l0, "
                              "(int *)p3);",
-                             ctype(ydt), ctype(tdt), (long long)d, (long long)V, nt, check ? "true" : "false",
-                             ctype(ydt), ctype(tdt)));
+                             ck_ctype(ydt), ck_ctype(tdt), (long long)d, (long long)V, nt, check ? "true" : "false",
+                             ck_ctype(ydt), ck_ctype(tdt)));
 }
 
 const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
@@ -471,61 +451,61 @@ const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx
   if (d % 8 == 0 && (tdt == DT_BF16 || tdt == DT_F32) && (dydt == DT_BF16 || dydt == DT_F32) && Rb * n < (1LL << 31)) {
     /* by buckets of Rb rows (shardk.cuh embed_bucket, embed_bwd_rows): the bucket starts at 0, the keys after */
     int64_t kat = cdiv((NB + 1) * 4, 64) * 64;
-    need_ws(k, kat + n * 4);
+    ck_need_ws(k, kat + n * 4);
     /* a block per bucket, its rows in turn. Measured on an H200 (8192 / 16384 ids, V 50304, d 768): this, 47.4 /
      * 63.5 us; 4 groups of rows a block (binary search for each row's keys) 55.5 / 74.5; buckets of 32 rows with
      * the ids loaded 8 a thread at once 51.2 / 66.1 */
     int nt = (int)imin(256, cdiv(d / 8, 32) * 32);
-    Args g1 = {.np = 3, .nl = 1, .p = {ws_at(k, 0), ws_at(k, kat), idx}, .l = {row0}};
-    Args g2 = {.np = 4, .p = {dtable, ws_at(k, kat), ws_at(k, 0), dy}};
-    return cat(k,
-               simple(k, &g1, 1, 1, 1, 1024, 1,
+    Args g1 = {.np = 3, .nl = 1, .p = {ck_ws_at(k, 0), ck_ws_at(k, kat), idx}, .l = {row0}};
+    Args g2 = {.np = 4, .p = {dtable, ck_ws_at(k, kat), ck_ws_at(k, 0), dy}};
+    return ck_cat(k,
+               ck_simple(k, &g1, 1, 1, 1, 1024, 1,
                       arena_printf(k->a, "sk::embed_bucket<%lldLL, %lldLL, %d, %d>((int *)p0, (int *)p1, (const int *)p2, l0);",
                                    (long long)n, (long long)V, (int)Rb, (int)NB)),
-               simple(k, &g2, NB, 1, 1, nt, 1,
+               ck_simple(k, &g2, NB, 1, 1, nt, 1,
                       arena_printf(k->a,
                                    "sk::embed_bwd_rows<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, 2048>((%s *)p0, (int *)p1, "
                                    "(const int *)p2, (const %s *)p3);",
-                                   ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)Rb, nt,
-                                   ctype(tdt), ctype(dydt))));
+                                   ck_ctype(tdt), ck_ctype(dydt), (long long)n, (long long)d, (long long)V, (int)Rb, nt,
+                                   ck_ctype(tdt), ck_ctype(dydt))));
   }
   int64_t dc = imin(d, 8192), R = imax(1, imin(32, 8192 / dc));
   Args g = {.np = 3, .nl = 1, .p = {dtable, idx, dy}, .l = {row0}};
-  return simple(k, &g, cdiv(V, R), cdiv(d, dc), 1, 256, 1,
+  return ck_simple(k, &g, cdiv(V, R), cdiv(d, dc), 1, 256, 1,
                 arena_printf(k->a,
                              "sk::embed_bwd<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, 256>((%s *)p0, (const int *)p1, "
                              "(const %s *)p2, l0);",
-                             ctype(tdt), ctype(dydt), (long long)n, (long long)d, (long long)V, (int)R, (int)dc,
-                             ctype(tdt), ctype(dydt)));
+                             ck_ctype(tdt), ck_ctype(dydt), (long long)n, (long long)d, (long long)V, (int)R, (int)dc,
+                             ck_ctype(tdt), ck_ctype(dydt)));
 }
 
 /* ---- norms ------------------------------------------------------------------------------------ */
 
 static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x, DType xdt, const char *w,
                             const char *b, DType wdt, int64_t rows, int64_t d, double eps) {
-  int nt = row_threads(d);
+  int nt = ck_row_threads(d);
   int nper = (int)cdiv(d, nt);
   Args g = {.np = b ? 4 : 3, .p = {y, x, w, b}};
-  const char *xt = ctype(xdt), *wt = ctype(wdt);
+  const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
   const char *call =
       b ? arena_printf(k->a,
                        "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, (const %s *)p3, %s);",
-                       fn, xt, wt, (long long)d, nt, nper, xt, xt, wt, wt, fl(k, eps))
+                       fn, xt, wt, (long long)d, nt, nper, xt, xt, wt, wt, ck_fl(k, eps))
         : arena_printf(k->a, "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, %s);", fn,
-                       xt, wt, (long long)d, nt, nper, xt, xt, wt, fl(k, eps));
-  return simple(k, &g, rows, 1, 1, nt, 1, call);
+                       xt, wt, (long long)d, nt, nper, xt, xt, wt, ck_fl(k, eps));
+  return ck_simple(k, &g, rows, 1, 1, nt, 1, call);
 }
 
 const char *cuk_layernorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, const char *b, DType wdt,
                           int64_t rows, int64_t d, double eps) {
   if (xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && d % 256 == 0 && d <= 1024) { /* a warp per row */
     Args g = {.np = 4, .p = {y, x, w, b}};
-    const char *wt = ctype(wdt);
-    return simple(k, &g, cdiv(rows, 8), 1, 1, 256, 1,
+    const char *wt = ck_ctype(wdt);
+    return ck_simple(k, &g, cdiv(rows, 8), 1, 1, 256, 1,
                   arena_printf(k->a,
                                "sk::layernorm_vec<%s, %lldLL, %lldLL>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const %s *)p2, "
                                "(const %s *)p3, %s);",
-                               wt, (long long)rows, (long long)d, wt, wt, fl(k, eps)));
+                               wt, (long long)rows, (long long)d, wt, wt, ck_fl(k, eps)));
   }
   return norm_fwd(k, "layernorm", y, x, xdt, w, b, wdt, rows, d, eps);
 }
@@ -537,63 +517,63 @@ const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const c
 
 static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
                             const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  int nt = row_threads(d);
+  int nt = ck_row_threads(d);
   int nper = (int)cdiv(d, nt);
   /* layernorm_bwd_vec: 4 warps a block, 3 blocks an SM (H200, [8192 | 16384, 768]: 19.3 | 33.3 us; with the dw / db
    * sums in shared memory, 114 registers instead of 164 and 512 blocks: 21.0 | 33.8) */
   int vec = ln && xdt == DT_BF16 && d % 256 == 0 && d <= 1024;
   int64_t P = vec ? imax(1, imin(cdiv(rows, 4), 384)) : imax(1, imin(rows, 256));
   int64_t m = ln ? 2 * d : d;
-  need_ws(k, P * m * 4);
-  const char *xt = ctype(xdt), *wt = ctype(wdt);
-  Args g = {.np = 5, .p = {dx, ws_at(k, 0), x, w, dy}};
+  ck_need_ws(k, P * m * 4);
+  const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
+  Args g = {.np = 5, .p = {dx, ck_ws_at(k, 0), x, w, dy}};
   const char *l1 = vec /* a warp per row, 16-byte vectors */
-                       ? simple(k, &g, P, 1, 1, 128, 1,
+                       ? ck_simple(k, &g, P, 1, 1, 128, 1,
                                 arena_printf(k->a,
                                              "sk::layernorm_bwd_vec<%s, %lldLL, %lldLL, %d, 4>((sk::bf16 *)p0, (float *)p1, "
                                              "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
-                                             wt, (long long)rows, (long long)d, (int)P, wt, fl(k, eps)))
+                                             wt, (long long)rows, (long long)d, (int)P, wt, ck_fl(k, eps)))
                    : ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
-                       ? simple(k, &g, P, 1, 1, 256, 1,
+                       ? ck_simple(k, &g, P, 1, 1, 256, 1,
                                 arena_printf(k->a,
                                              "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, "
                                              "(const %s *)p2, (const %s *)p3, (const %s *)p4, %s);",
-                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, xt, wt, xt, fl(k, eps)))
-                       : simple(
+                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, xt, wt, xt, ck_fl(k, eps)))
+                       : ck_simple(
       k, &g, P, 1, 1, nt, 1,
       arena_printf(k->a,
                    "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (float *)p1, (const %s *)p2, (const %s *)p3, "
                    "(const %s *)p4, %s);",
                    ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P, xt,
-                   xt, wt, xt, fl(k, eps)));
+                   xt, wt, xt, ck_fl(k, eps)));
   /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
-  Args g2 = {.np = 2, .p = {dw, ws_at(k, 0)}};
+  Args g2 = {.np = 2, .p = {dw, ck_ws_at(k, 0)}};
   const char *l2 = NULL;
   if (d % 4 == 0 && ln) { /* the parts' column sums (shardk.cuh colsum): dw (blockIdx.z 0) and db (1) in one launch */
-    Args g3 = {.np = 3, .p = {dw, db, ws_at(k, 0)}};
-    int id = begin_kernel(k, &g3, 256);
-    out(k, "  if (blockIdx.z == 0) %s\n  else %s\n", colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p0", "p2"),
+    Args g3 = {.np = 3, .p = {dw, db, ck_ws_at(k, 0)}};
+    int id = ck_begin(k, &g3, 256);
+    ck_out(k, "  if (blockIdx.z == 0) %s\n  else %s\n", colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p0", "p2"),
         colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p1",
                     arena_printf(k->a, "((float *)p2 + %lldLL)", (long long)d)));
-    l2 = end_kernel(k, id, &g3, cdiv(d / 4, 8), 1, 2, 8, 32, 1);
+    l2 = ck_end(k, id, &g3, cdiv(d / 4, 8), 1, 2, 8, 32, 1);
   } else if (d % 4 == 0) {
-    l2 = colsum_launch(k, dw, wdt, ws_at(k, 0), DT_F32, P, d, d, 1, 1.0);
+    l2 = colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0);
   } else if (ln) {
     /* one kernel over 2d columns would need dw and db adjacent: sum each half separately */
-    int id = begin_kernel(k, &(Args){.np = 3, .p = {dw, db, ws_at(k, 0)}}, 256);
-    out(k, "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\n");
-    out(k, "  if (j >= %lldLL) return;\n", (long long)(2 * d));
-    out(k, "  float acc = 0.0f;\n  for (long long p = 0; p < %lldLL; p++) acc += ((const float *)p2)[p * %lldLL + j];\n",
+    int id = ck_begin(k, &(Args){.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}, 256);
+    ck_out(k, "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\n");
+    ck_out(k, "  if (j >= %lldLL) return;\n", (long long)(2 * d));
+    ck_out(k, "  float acc = 0.0f;\n  for (long long p = 0; p < %lldLL; p++) acc += ((const float *)p2)[p * %lldLL + j];\n",
         (long long)P, (long long)(2 * d));
-    out(k, "  if (j < %lldLL) sk::st((%s *)p0 + j, acc); else sk::st((%s *)p1 + (j - %lldLL), acc);\n", (long long)d,
+    ck_out(k, "  if (j < %lldLL) sk::st((%s *)p0 + j, acc); else sk::st((%s *)p1 + (j - %lldLL), acc);\n", (long long)d,
         wt, wt, (long long)d);
-    l2 = end_kernel(k, id, &(Args){.np = 3, .p = {dw, db, ws_at(k, 0)}}, cdiv(2 * d, 256), 1, 1, 256, 1, 1);
+    l2 = ck_end(k, id, &(Args){.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}, cdiv(2 * d, 256), 1, 1, 256, 1, 1);
   } else {
-    l2 = simple(k, &g2, cdiv(d, 256), 1, 1, 256, 1,
+    l2 = ck_simple(k, &g2, cdiv(d, 256), 1, 1, 256, 1,
                 arena_printf(k->a, "sk::sum_parts<%s, %lldLL, %lldLL>((%s *)p0, (const float *)p1, 1.0f);", wt,
                              (long long)d, (long long)P, wt));
   }
-  return cat(k, l1, l2);
+  return ck_cat(k, l1, l2);
 }
 
 const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
@@ -611,8 +591,8 @@ const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *
 const char *cuk_rope_at(CuK *k, const char *y, const char *x, const char *pos, DType dt, int64_t B, int64_t S,
                         int64_t H, int64_t hd, double theta, int64_t start, int inverse) {
   Args g = {.np = pos ? 3 : 2, .p = {y, x, pos}};
-  const char *t = ctype(dt);
-  return simple(k, &g, stride_grid(B * S * (hd / 2)), 1, 1, 256, 1,
+  const char *t = ck_ctype(dt);
+  return ck_simple(k, &g, ck_stride_grid(B * S * (hd / 2)), 1, 1, 256, 1,
                 arena_printf(k->a, "sk::rope<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s>((%s *)p0, (const %s *)p1, %.17g, %lldLL%s);",
                              t, (long long)B, (long long)S, (long long)H, (long long)hd, inverse ? "true" : "false", t,
                              t, theta, (long long)start, pos ? ", (const int *)p2" : ""));
@@ -623,289 +603,21 @@ const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, 
   return cuk_rope_at(k, y, x, NULL, dt, B, S, H, hd, theta, start, inverse);
 }
 
-/* ---- attention ----------------------------------------------------------------------------------- */
-
-/* threads per row: a power of two <= hd/16 dividing hd (each thread holds hd/TPR dims) */
-static int attn_tpr(int64_t hd) {
-  int t = 1;
-  while (t * 2 <= 8 && t * 2 * 16 <= hd && hd % (t * 2) == 0) t *= 2;
-  return t;
-}
-
-static void attn_check(int64_t H, int64_t KV, int64_t hd) {
-  if (KV < 1 || H % KV != 0) die("cuda_kernels: sdpa with %lld heads and %lld kv heads", (long long)H, (long long)KV);
-  if (hd > 256) die("cuda_kernels: sdpa head dim %lld > 256", (long long)hd);
-}
-
-/* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128, tiles by
- * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
-static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
-static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
-/* a tensor-core attention kernel: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block, with
- * c's minimum blocks per SM */
-static const char *flash_kernel(CuK *k, const Args *g, const char *name, const CuFlashTile *c, int64_t S, int64_t H,
-                                int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
-  k->minb = c->minb;
-  const char *l = simple(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1,
-                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>(%s);", name, (long long)S,
-                                      (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", c->bt,
-                                      c->mt, c->w, args));
-  k->minb = 0;
-  return l;
-}
-
-/* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
- * block's T keys with the rows' global positions (on the CUDA-core kernels only). Its extra
- * template argument, and its kernel arguments appended to g. */
-static const char *keys_tmpl(CuK *k, const CuAttnKeys *ks) {
-  return ks->qpos ? arena_printf(k->a, ", %lldLL", (long long)ks->T) : "";
-}
-static const char *keys_args(CuK *k, const CuAttnKeys *ks, Args *g) {
-  if (!ks->qpos) return "";
-  g->p[g->np++] = ks->qpos;
-  g->p[g->np++] = ks->kpos;
-  return arena_printf(k->a, ", (const int *)p%d, (const int *)p%d", g->np - 2, g->np - 1);
-}
-
-static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
-                            DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
-                            int causal) {
-  attn_check(H, KV, hd);
-  if (attn_flash(dt, hd) && !ks->qpos) {
-    Args g = {.np = 5, .p = {o, lse, q, kk, v}};
-    CuFlashTile c = flash_cfg(k, hd).fwd;
-    return flash_kernel(k, &g, "flash_fwd", &c, S, H, KV, hd, causal, H, B,
-                        "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4");
-  }
-  int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
-  const char *t = ctype(dt);
-  Args g = {.np = 5, .p = {o, lse, q, kk, v}};
-  const char *pa = keys_args(k, ks, &g);
-  return simple(k, &g, cdiv(S, bq), H, B, bq * tpr, 1,
-                arena_printf(k->a,
-                             "sk::sdpa_fwd<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (float *)p1, "
-                             "(const %s *)p2, (const %s *)p3, (const %s *)p4%s);",
-                             t, (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", bq,
-                             bk, tpr, keys_tmpl(k, ks), t, t, t, t, pa));
-}
-
-const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
-                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
-  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
-}
-
-const char *cuk_attn_block(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
-                           DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
-                           int causal) {
-  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, ks, H, KV, hd, causal);
-}
-
-static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
-                            const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
-                            int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
-  attn_check(H, KV, hd);
-  int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
-  const char *t = ctype(dt), *cz = causal ? "true" : "false";
-  need_ws(k, B * H * S * 4);
-  const char *D = ws_at(k, 0);
-  if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
-    CuFlashCfg c = flash_cfg(k, hd);
-    Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
-    const char *lq = flash_kernel(k, &gq, "flash_bwd_q", &c.q, S, H, KV, hd, causal, H, B,
-                                  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                                  "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7");
-    Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-    const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", &c.kv, S, H, KV, hd, causal, KV, B,
-                                   "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                                   "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7");
-    return cat(k, lq, lkv);
-  }
-  Args g1 = {.np = 3, .p = {D, o, dout}};
-  const char *l1 = simple(k, &g1, cdiv(S, bq), H, B, bq * tpr, 1,
-                          arena_printf(k->a,
-                                       "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
-                                       "(const %s *)p2);",
-                                       t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
-  Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-  const char *pa2 = keys_args(k, ks, &g2), *tk = keys_tmpl(k, ks);
-  const char *l2 = simple(
-      k, &g2, cdiv(ks->T, bq), KV, B, bq * tpr, 1,
-      arena_printf(k->a,
-                   "sk::sdpa_bwd_kv<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (%s *)p1, (const %s *)p2, "
-                   "(const %s *)p3, (const %s *)p4, (const float *)p5, (const float *)p6, (const %s *)p7%s);",
-                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, t,
-                   pa2));
-  Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
-  const char *pa3 = keys_args(k, ks, &g3);
-  const char *l3 = simple(
-      k, &g3, cdiv(S, bq), H, B, bq * tpr, 1,
-      arena_printf(k->a,
-                   "sk::sdpa_bwd_q<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (const %s *)p1, (const %s *)p2, "
-                   "(const %s *)p3, (const float *)p4, (const float *)p5, (const %s *)p6%s);",
-                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, pa3));
-  return cat(k, cat(k, l1, l2), l3);
-}
-
-const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
-                         const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
-                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
-  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
-}
-
-const char *cuk_attn_block_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
-                               const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
-                               int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
-  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, ks, H, KV, hd, causal);
-}
-
-const char *cuk_attn_combine(CuK *k, const char *o, const char *lse, const char *o1, const char *lse1, const char *o2,
-                             const char *lse2, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd) {
-  Args g = {.np = 6, .p = {o, lse, o1, lse1, o2, lse2}};
-  const char *t = ctype(dt);
-  return simple(k, &g, stride_grid(B * H * S), 1, 1, 256, 1,
-                arena_printf(k->a,
-                             "sk::attn_combine<%s, %lldLL, %lldLL, %lld, %lld>((%s *)p0, (float *)p1, (const %s *)p2, "
-                             "(const float *)p3, (const %s *)p4, (const float *)p5);",
-                             t, (long long)B, (long long)S, (long long)H, (long long)hd, t, t, t));
-}
-
-/* ---- cross-entropy ---------------------------------------------------------------------------------- */
-
-#define CE_NT 256
-/* ce_fused_rows_smem: threads, 16-byte vectors each keeps in registers, and the most shared memory the rest may
- * take (96 KiB: a block fits the 99 KiB of sm_86 / sm_89; two per SM on sm_90's 228 KiB at GPT-2's V: 82 KiB) */
-#define CE_SMEM_NT 512
-#define CE_SMEM_KR 2
-#define CE_SMEM_MAX (96 * 1024)
-
-/* The mean loss over the rows with a target, from the row losses `rows` (a workspace slice). */
-static const char *ce_loss_mean(CuK *k, const char *loss, const char *rows, const char *targets, int64_t n) {
-  Args g = {.np = 3, .p = {loss, rows, targets}};
-  return simple(k, &g, 1, 1, 1, CE_NT, 1,
-                arena_printf(k->a,
-                             "sk::ce_mean<%lldLL, %d>((float *)p0, (const float *)p1, (const int *)p2, "
-                             "(const float *)0, (float *)0);",
-                             (long long)n, CE_NT));
-}
-
-const char *cuk_cross_entropy(CuK *k, const char *loss, const char *logits, DType ldt, const char *targets, int64_t n,
-                              int64_t V, int64_t len) {
-  need_ws(k, n * 4);
-  const char *t = ctype(ldt);
-  Args g1 = {.np = 4, .p = {ws_at(k, 0), logits, targets, "WS"}};
-  const char *l1 = simple(k, &g1, n, 1, 1, CE_NT, 1,
-                          arena_printf(k->a,
-                                       "sk::ce_rows<%s, %lldLL, %lldLL, %d>((float *)p0, (const %s *)p1, (const int *)p2, "
-                                       "(int *)p3);",
-                                       t, (long long)V, (long long)len, CE_NT, t));
-  const char *l2 = ce_loss_mean(k, loss, ws_at(k, 0), targets, n);
-  return cat(k, l1, l2);
-}
-
-/* The gradient's scale (dloss over the rows with a target) into the workspace at 0. */
-static const char *ce_grad_scale(CuK *k, const char *targets, const char *dloss, int64_t n) {
-  Args g1 = {.np = 3, .p = {targets, dloss, ws_at(k, 0)}};
-  return simple(k, &g1, 1, 1, 1, CE_NT, 1,
-                arena_printf(k->a,
-                             "sk::ce_mean<%lldLL, %d>((float *)0, (const float *)0, (const int *)p0, "
-                             "(const float *)p1, (float *)p2);",
-                             (long long)n, CE_NT));
-}
-
-const char *cuk_cross_entropy_bwd(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets,
-                                  const char *dloss, int64_t n, int64_t V, int64_t len) {
-  need_ws(k, 4);
-  const char *t = ctype(ldt);
-  const char *l1 = ce_grad_scale(k, targets, dloss, n);
-  Args g2 = {.np = 4, .p = {dlogits, logits, targets, ws_at(k, 0)}};
-  const char *l2 = simple(k, &g2, n, 1, 1, CE_NT, 1,
-                          arena_printf(k->a,
-                                       "sk::ce_bwd_rows<%s, %lldLL, %lldLL, %d>((%s *)p0, (const %s *)p1, "
-                                       "(const int *)p2, (const float *)p3);",
-                                       t, (long long)V, (long long)len, CE_NT, t, t));
-  return cat(k, l1, l2);
-}
-
-const char *cuk_cross_entropy_fused(CuK *k, const char *loss, const char *dlogits, const char *logits, DType ldt,
-                                    const char *targets, const char *dloss, int64_t n, int64_t V, int64_t len) {
-  need_ws(k, 64 + n * 4); /* the gradient's scale at 0, the row losses from 64 */
-  const char *t = ctype(ldt);
-  const char *l1 = ce_grad_scale(k, targets, dloss, n);
-  Args g2 = {.np = 6, .p = {dlogits, ws_at(k, 64), logits, targets, ws_at(k, 0), "WS"}};
-  int64_t smem = 16 * imax(0, cdiv(len > 0 ? len : V, 8) - CE_SMEM_KR * CE_SMEM_NT);
-  if (ldt == DT_BF16 && V % 8 == 0 && smem <= CE_SMEM_MAX) { /* the row in shared memory: the logits read once */
-    const char *l2 = simple_smem(k, &g2, n, 1, 1, CE_SMEM_NT, 1, smem,
-                                 arena_printf(k->a,
-                                              "sk::ce_fused_rows_smem<%lldLL, %lldLL, %d, %d, 4>((sk::bf16 *)p0, (float *)p1, "
-                                              "(const sk::bf16 *)p2, (const int *)p3, (const float *)p4, (int *)p5);",
-                                              (long long)V, (long long)len, CE_SMEM_NT, CE_SMEM_KR));
-    return cat(k, cat(k, l1, l2), ce_loss_mean(k, loss, ws_at(k, 64), targets, n));
-  }
-  const char *l2 = simple(k, &g2, n, 1, 1, CE_NT, 1,
-                          arena_printf(k->a,
-                                       "sk::ce_fused_rows<%s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, (const %s *)p2, "
-                                       "(const int *)p3, (const float *)p4, (int *)p5);",
-                                       t, (long long)V, (long long)len, CE_NT, t, t));
-  const char *l3 = ce_loss_mean(k, loss, ws_at(k, 64), targets, n);
-  return cat(k, cat(k, l1, l2), l3);
-}
-
-const char *cuk_ce_max(CuK *k, const char *m, const char *logits, DType ldt, int64_t n, int64_t V, int64_t len,
-                       const char *col0) {
-  const char *t = ctype(ldt);
-  Args g = {.np = 2, .nl = 1, .p = {m, logits}, .l = {col0}};
-  return simple(k, &g, n, 1, 1, CE_NT, 1,
-                arena_printf(k->a, "sk::ce_max<%s, %lldLL, %lldLL, %d>((float *)p0, (const %s *)p1, l0);", t,
-                             (long long)V, (long long)len, CE_NT, t));
-}
-
-const char *cuk_ce_sums(CuK *k, const char *st, const char *logits, DType ldt, const char *targets, const char *m,
-                        int64_t n, int64_t V, int64_t len, const char *col0) {
-  const char *t = ctype(ldt);
-  Args g = {.np = 4, .nl = 1, .p = {st, logits, targets, m}, .l = {col0}};
-  return simple(k, &g, n, 1, 1, CE_NT, 1,
-                arena_printf(k->a,
-                             "sk::ce_sums<%s, %lldLL, %lldLL, %d>((float *)p0, (const %s *)p1, (const int *)p2, "
-                             "(const float *)p3, l0);",
-                             t, (long long)V, (long long)len, CE_NT, t));
-}
-
-const char *cuk_ce_loss(CuK *k, const char *outp, const char *st, const char *m, const char *targets, int64_t n,
-                        int64_t len) {
-  Args g = {.np = 5, .p = {outp, st, m, targets, "WS"}};
-  return simple(k, &g, 1, 1, 1, CE_NT, 1,
-                arena_printf(k->a,
-                             "sk::ce_loss<%lldLL, %lldLL, %d>((float *)p0, (const float *)p1, (const float *)p2, "
-                             "(const int *)p3, (int *)p4);",
-                             (long long)n, (long long)len, CE_NT));
-}
-
-const char *cuk_ce_grad(CuK *k, const char *dlogits, const char *logits, DType ldt, const char *targets, const char *m,
-                        const char *st, const char *scale, int64_t n, int64_t V, int64_t len, const char *col0) {
-  const char *t = ctype(ldt);
-  Args g = {.np = 6, .nl = 1, .p = {dlogits, logits, targets, m, st, scale}, .l = {col0}};
-  return simple(k, &g, n, 1, 1, CE_NT, 1,
-                arena_printf(k->a,
-                             "sk::ce_grad<%s, %lldLL, %lldLL, %d>((%s *)p0, (const %s *)p1, (const int *)p2, "
-                             "(const float *)p3, (const float *)p4, (const float *)p5, l0);",
-                             t, (long long)V, (long long)len, CE_NT, t, t));
-}
-
 /* ---- reductions -------------------------------------------------------------------------------------- */
 
 static const char *reduce(CuK *k, const char *y, const char *x, DType xdt, int64_t n, int sq, double scale) {
   int64_t P = imax(1, imin(1024, cdiv(n, 4096)));
-  need_ws(k, P * 4);
-  const char *t = ctype(xdt);
-  Args g1 = {.np = 2, .p = {ws_at(k, 0), x}};
-  const char *l1 = simple(k, &g1, P, 1, 1, 256, 1,
+  ck_need_ws(k, P * 4);
+  const char *t = ck_ctype(xdt);
+  Args g1 = {.np = 2, .p = {ck_ws_at(k, 0), x}};
+  const char *l1 = ck_simple(k, &g1, P, 1, 1, 256, 1,
                           arena_printf(k->a, "sk::reduce_parts<%s, %lldLL, %d, 256, %s>((float *)p0, (const %s *)p1);",
                                        t, (long long)n, (int)P, sq ? "true" : "false", t));
-  Args g2 = {.np = 2, .p = {y, ws_at(k, 0)}};
-  const char *l2 = simple(k, &g2, 1, 1, 1, 256, 1,
+  Args g2 = {.np = 2, .p = {y, ck_ws_at(k, 0)}};
+  const char *l2 = ck_simple(k, &g2, 1, 1, 1, 256, 1,
                           arena_printf(k->a, "sk::reduce_final<%d, 256>((float *)p0, (const float *)p1, %s);", (int)P,
-                                       fl(k, scale)));
-  return cat(k, l1, l2);
+                                       ck_fl(k, scale)));
+  return ck_cat(k, l1, l2);
 }
 
 const char *cuk_sum(CuK *k, const char *y, const char *x, DType xdt, int64_t n) { return reduce(k, y, x, xdt, n, 0, 1.0); }
@@ -921,18 +633,18 @@ const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n
 const char *cuk_adamw(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *v, const char *hyper,
                       int64_t n, double beta1, double beta2, double eps, double wd) {
   Args a = {.np = 5, .p = {p, g, m, v, hyper}};
-  return simple(k, &a, stride_grid(n), 1, 1, 256, 1,
+  return ck_simple(k, &a, ck_stride_grid(n), 1, 1, 256, 1,
                 arena_printf(k->a,
                              "sk::adamw<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (float *)p3, "
                              "(const float *)p4, %s, %s, %s, %s);",
-                             ctype(gdt), (long long)n, ctype(gdt), fl(k, beta1), fl(k, beta2), fl(k, eps), fl(k, wd)));
+                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, beta1), ck_fl(k, beta2), ck_fl(k, eps), ck_fl(k, wd)));
 }
 
 const char *cuk_sgd(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *hyper, int64_t n,
                     double momentum, double wd) {
   Args a = {.np = 4, .p = {p, g, m, hyper}};
-  return simple(k, &a, stride_grid(n), 1, 1, 256, 1,
+  return ck_simple(k, &a, ck_stride_grid(n), 1, 1, 256, 1,
                 arena_printf(k->a,
                              "sk::sgd<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (const float *)p3, %s, %s);",
-                             ctype(gdt), (long long)n, ctype(gdt), fl(k, momentum), fl(k, wd)));
+                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, momentum), ck_fl(k, wd)));
 }

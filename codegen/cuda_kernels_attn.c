@@ -1,0 +1,156 @@
+/* codegen/cuda_kernels_attn.c — the attention kernels' emitters (codegen/cuda_kernels.h): the
+ * tensor-core kernels of runtime/cuda/kernels/shardk_flash.cuh in the tiles of cuda_flash_cfg.c, the
+ * CUDA-core ones of shardk_attn.cuh, the ring blocks and their merge (cp). */
+#include "cuda_kernels_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "diag.h"
+
+/* ---- attention ----------------------------------------------------------------------------------- */
+
+/* threads per row: a power of two <= hd/16 dividing hd (each thread holds hd/TPR dims) */
+static int attn_tpr(int64_t hd) {
+  int t = 1;
+  while (t * 2 <= 8 && t * 2 * 16 <= hd && hd % (t * 2) == 0) t *= 2;
+  return t;
+}
+
+static void attn_check(int64_t H, int64_t KV, int64_t hd) {
+  if (KV < 1 || H % KV != 0) die("cuda_kernels: sdpa with %lld heads and %lld kv heads", (long long)H, (long long)KV);
+  if (hd > 256) die("cuda_kernels: sdpa head dim %lld > 256", (long long)hd);
+}
+
+/* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128, tiles by
+ * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
+static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
+static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
+/* a tensor-core attention kernel: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block, with
+ * c's minimum blocks per SM */
+static const char *flash_kernel(CuK *k, const Args *g, const char *name, const CuFlashTile *c, int64_t S, int64_t H,
+                                int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
+  k->minb = c->minb;
+  const char *l = ck_simple(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1,
+                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>(%s);", name, (long long)S,
+                                      (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", c->bt,
+                                      c->mt, c->w, args));
+  k->minb = 0;
+  return l;
+}
+
+/* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
+ * block's T keys with the rows' global positions (on the CUDA-core kernels only). Its extra
+ * template argument, and its kernel arguments appended to g. */
+static const char *keys_tmpl(CuK *k, const CuAttnKeys *ks) {
+  return ks->qpos ? arena_printf(k->a, ", %lldLL", (long long)ks->T) : "";
+}
+static const char *keys_args(CuK *k, const CuAttnKeys *ks, Args *g) {
+  if (!ks->qpos) return "";
+  g->p[g->np++] = ks->qpos;
+  g->p[g->np++] = ks->kpos;
+  return arena_printf(k->a, ", (const int *)p%d, (const int *)p%d", g->np - 2, g->np - 1);
+}
+
+static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
+                            DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
+                            int causal) {
+  attn_check(H, KV, hd);
+  if (attn_flash(dt, hd) && !ks->qpos) {
+    Args g = {.np = 5, .p = {o, lse, q, kk, v}};
+    CuFlashTile c = flash_cfg(k, hd).fwd;
+    return flash_kernel(k, &g, "flash_fwd", &c, S, H, KV, hd, causal, H, B,
+                        "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4");
+  }
+  int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
+  const char *t = ck_ctype(dt);
+  Args g = {.np = 5, .p = {o, lse, q, kk, v}};
+  const char *pa = keys_args(k, ks, &g);
+  return ck_simple(k, &g, cdiv(S, bq), H, B, bq * tpr, 1,
+                arena_printf(k->a,
+                             "sk::sdpa_fwd<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (float *)p1, "
+                             "(const %s *)p2, (const %s *)p3, (const %s *)p4%s);",
+                             t, (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", bq,
+                             bk, tpr, keys_tmpl(k, ks), t, t, t, t, pa));
+}
+
+const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
+                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
+}
+
+const char *cuk_attn_block(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
+                           DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
+                           int causal) {
+  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, ks, H, KV, hd, causal);
+}
+
+static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                            const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                            int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
+  attn_check(H, KV, hd);
+  int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
+  const char *t = ck_ctype(dt), *cz = causal ? "true" : "false";
+  ck_need_ws(k, B * H * S * 4);
+  const char *D = ck_ws_at(k, 0);
+  if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
+    CuFlashCfg c = flash_cfg(k, hd);
+    Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
+    const char *lq = flash_kernel(k, &gq, "flash_bwd_q", &c.q, S, H, KV, hd, causal, H, B,
+                                  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                  "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7");
+    Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+    const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", &c.kv, S, H, KV, hd, causal, KV, B,
+                                   "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                   "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7");
+    return ck_cat(k, lq, lkv);
+  }
+  Args g1 = {.np = 3, .p = {D, o, dout}};
+  const char *l1 = ck_simple(k, &g1, cdiv(S, bq), H, B, bq * tpr, 1,
+                          arena_printf(k->a,
+                                       "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
+                                       "(const %s *)p2);",
+                                       t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
+  Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+  const char *pa2 = keys_args(k, ks, &g2), *tk = keys_tmpl(k, ks);
+  const char *l2 = ck_simple(
+      k, &g2, cdiv(ks->T, bq), KV, B, bq * tpr, 1,
+      arena_printf(k->a,
+                   "sk::sdpa_bwd_kv<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (%s *)p1, (const %s *)p2, "
+                   "(const %s *)p3, (const %s *)p4, (const float *)p5, (const float *)p6, (const %s *)p7%s);",
+                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, t,
+                   pa2));
+  Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
+  const char *pa3 = keys_args(k, ks, &g3);
+  const char *l3 = ck_simple(
+      k, &g3, cdiv(S, bq), H, B, bq * tpr, 1,
+      arena_printf(k->a,
+                   "sk::sdpa_bwd_q<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (const %s *)p1, (const %s *)p2, "
+                   "(const %s *)p3, (const float *)p4, (const float *)p5, (const %s *)p6%s);",
+                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, pa3));
+  return ck_cat(k, ck_cat(k, l1, l2), l3);
+}
+
+const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                         const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
+  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
+}
+
+const char *cuk_attn_block_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
+                               const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
+                               int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
+  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, ks, H, KV, hd, causal);
+}
+
+const char *cuk_attn_combine(CuK *k, const char *o, const char *lse, const char *o1, const char *lse1, const char *o2,
+                             const char *lse2, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd) {
+  Args g = {.np = 6, .p = {o, lse, o1, lse1, o2, lse2}};
+  const char *t = ck_ctype(dt);
+  return ck_simple(k, &g, ck_stride_grid(B * H * S), 1, 1, 256, 1,
+                arena_printf(k->a,
+                             "sk::attn_combine<%s, %lldLL, %lldLL, %lld, %lld>((%s *)p0, (float *)p1, (const %s *)p2, "
+                             "(const float *)p3, (const %s *)p4, (const float *)p5);",
+                             t, (long long)B, (long long)S, (long long)H, (long long)hd, t, t, t));
+}
+

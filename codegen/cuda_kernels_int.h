@@ -1,0 +1,65 @@
+/* codegen/cuda_kernels_int.h — what the files of the CUDA kernel emitters share (cuda_kernels.c: the
+ * kernel text and its launch, the elementwise, data-movement, norm, embedding, reduction and optimizer
+ * families; cuda_kernels_attn.c: attention; cuda_kernels_ce.c: cross-entropy). Not for other users:
+ * codegen/cuda_kernels.h is the interface. */
+#ifndef SHARDC_CUDA_KERNELS_INT_H
+#define SHARDC_CUDA_KERNELS_INT_H
+
+#include <stdint.h>
+
+#include "cuda_kernels.h"
+
+struct CuK {
+  Arena *a;
+  char *src;    /* the source so far */
+  size_t len;   /* bytes in src */
+  size_t cap;   /* bytes allocated for src */
+  int n;        /* kernels emitted */
+  int64_t ws;   /* bytes of scratch needed at WS (flags included) */
+  const char **bodies; /* [n] each kernel's text after its name: a repeat reuses the kernel */
+  int capbodies;
+  size_t kstart, bstart; /* the kernel being written: where it starts, where its name ends */
+  const CuFlashCfg *flash; /* tensor-core attention tiles (NULL: cuk_flash_cfg) */
+  int minb;                /* the next kernel's minimum blocks per SM (__launch_bounds__), 0: none */
+};
+
+/* Kernel arguments: the pointers first (char *), then the int64 host values (long long). */
+typedef struct {
+  int np, nl;
+  const char *p[16]; /* host C expressions of device addresses */
+  const char *l[4];  /* host C int64 expressions */
+} Args;
+
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* appends to the program's kernel source */
+__attribute__((format(printf, 2, 3))) void ck_out(CuK *k, const char *fmt, ...);
+/* the kernels' scratch at WS must hold bytes (beyond the flags) */
+void ck_need_ws(CuK *k, int64_t bytes);
+/* the kernel library's storage type of a dtype */
+const char *ck_ctype(DType dt);
+/* a float literal */
+const char *ck_fl(CuK *k, double v);
+/* Starts kernel N: its signature (parameters p0.., l0..); the body follows, ended by ck_end. Returns N. */
+int ck_begin(CuK *k, const Args *g, int nt);
+/* Ends kernel id (a repeat of an earlier kernel launches that one) and returns its launch statement;
+ * smem: bytes of dynamic shared memory. */
+const char *ck_end_smem(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, int bz,
+                        int64_t smem);
+const char *ck_end(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, int bz);
+/* a one-statement kernel */
+const char *ck_simple_smem(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, int64_t smem,
+                           const char *body);
+const char *ck_simple(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz, int bx, int by, const char *body);
+/* two launch statements on one line */
+const char *ck_cat(CuK *k, const char *a, const char *b);
+/* the address of the kernels' scratch at off */
+const char *ck_ws_at(CuK *k, int64_t off);
+/* grid of a grid-stride loop over n elements with 256 threads */
+int64_t ck_stride_grid(int64_t n);
+/* threads of a row kernel over d columns: a multiple of 32 with about 4 columns each */
+int ck_row_threads(int64_t d);
+
+#endif
