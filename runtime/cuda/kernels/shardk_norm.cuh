@@ -1,0 +1,332 @@
+/* runtime/cuda/kernels/shardk_norm.cuh — LayerNorm and RMSNorm, forward and backward (included by
+ * shardk.cuh): one block per row, or one warp per row in 16-byte vectors for bf16 rows of a multiple of
+ * 256; the weight and bias gradients from per-block partials summed in order (colsum / sum_parts: no
+ * float atomics). Uses shardk.cuh's loads, vectors and block reductions. */
+#ifndef SHARDK_NORM_CUH
+#define SHARDK_NORM_CUH
+
+namespace sk {
+
+/* ---- norms: one block per row (forward), NT threads, thread t owns columns t + NT*k ---------- */
+template <class TX, class TW, i64 D, int NT, int NPER>
+__device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float eps) {
+  __shared__ float red[64];
+  i64 row = blockIdx.x;
+  const TX *xr = x + row * D;
+  float xv[NPER], s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    xv[k] = c < D ? ld(xr + c) : 0.0f;
+    s += xv[k];
+  }
+  float mean = block_sum<NT>(s, red) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    float dv = xv[k] - mean;
+    q += c < D ? dv * dv : 0.0f;
+  }
+  float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) st(y + row * D + c, (xv[k] - mean) * rstd * ld(w + c) + ld(b + c));
+  }
+}
+
+/* layernorm for bf16 rows of D a multiple of 256 (up to 1024): a warp per row (8 a block, grid ceil(ROWS / 8)),
+ * lane holding the 8 columns of vectors lane + 32 j (16-byte loads and stores); the sums are warp shuffles. */
+template <class TW, i64 ROWS, i64 D>
+__device__ void layernorm_vec(bf16 *y, const bf16 *x, const TW *w, const TW *b, float eps) {
+  constexpr int J = (int)(D / 256);
+  const int lane = (int)threadIdx.x & 31;
+  const i64 row = (i64)blockIdx.x * 8 + ((int)threadIdx.x >> 5);
+  if (row >= ROWS) return; /* whole warps: the shuffles below stay uniform */
+  float xv[J][8], s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    ld8(xv[j], x + row * D + 8 * (lane + 32 * j));
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += xv[j][i];
+  }
+  const float mean = warp_sum(s) * (1.0f / (float)D);
+  float q = 0.0f;
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) q += (xv[j][i] - mean) * (xv[j][i] - mean);
+  const float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps);
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const i64 c = 8 * (lane + 32 * j);
+    float wv[8], bv[8], o[8];
+    ld8(wv, w + c);
+    ld8(bv, b + c);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = (xv[j][i] - mean) * rstd * wv[i] + bv[i];
+    st8(y + row * D + c, o);
+  }
+}
+
+template <class TX, class TW, i64 D, int NT, int NPER>
+__device__ void rmsnorm(TX *y, const TX *x, const TW *w, float eps) {
+  __shared__ float red[64];
+  i64 row = blockIdx.x;
+  float xv[NPER], q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
+    q += xv[k] * xv[k];
+  }
+  float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) st(y + row * D + c, xv[k] * rstd * ld(w + c));
+  }
+}
+
+/* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx, and its partial
+ * weight gradients part[p, 0:D] (dw) and part[p, D:2D] (db) — summed by sum_parts. */
+template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
+__device__ void layernorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+  __shared__ float red[64];
+  float wv[NPER], dwa[NPER], dba[NPER];
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    wv[k] = c < D ? ld(w + c) : 0.0f;
+    dwa[k] = 0.0f;
+    dba[k] = 0.0f;
+  }
+  for (i64 row = blockIdx.x; row < ROWS; row += P) {
+    float xv[NPER], gv[NPER], s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
+      gv[k] = c < D ? ld(dy + row * D + c) : 0.0f;
+      s += xv[k];
+    }
+    float mean = block_sum<NT>(s, red) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      float dv = xv[k] - mean;
+      q += c < D ? dv * dv : 0.0f;
+    }
+    float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      float xh = (xv[k] - mean) * rstd, g = gv[k] * wv[k];
+      s1 += g;
+      s2 += g * xh;
+      dwa[k] += gv[k] * xh;
+      dba[k] += gv[k];
+      xv[k] = xh;
+    }
+    block_sum2<NT>(s1, s2, red);
+    s1 *= 1.0f / (float)D;
+    s2 *= 1.0f / (float)D;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      if (c < D) st(dx + row * D + c, rstd * (gv[k] * wv[k] - s1 - xv[k] * s2));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) {
+      part[(i64)blockIdx.x * 2 * D + c] = dwa[k];
+      part[(i64)blockIdx.x * 2 * D + D + c] = dba[k];
+    }
+  }
+}
+
+/* LayerNorm backward for rows of D <= 1024 (a multiple of 32): one warp per row, lane holding columns
+ * lane + 32 k, so a row's three sums are warp shuffles without block barriers; 8 warps per block, grid P.
+ * Each block's dw / db partials (summed over its rows in row order, then over its warps in warp order)
+ * go to part[blockIdx.x] as with layernorm_bwd. */
+template <class TX, class TW, i64 ROWS, i64 D, int P>
+__device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+  constexpr int E = (int)(D / 32), W = 8;
+  __shared__ float red[2 * D];
+  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
+  float wv[E], dwa[E], dba[E];
+#pragma unroll
+  for (int k = 0; k < E; k++) wv[k] = ld(w + lane + 32 * k), dwa[k] = 0.0f, dba[k] = 0.0f;
+  for (i64 row = (i64)blockIdx.x * W + wp; row < ROWS; row += (i64)P * W) {
+    const TX *xr = x + row * D, *gr = dy + row * D;
+    float xv[E], gv[E], s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++) xv[k] = ld(xr + lane + 32 * k), gv[k] = ld(gr + lane + 32 * k), s += xv[k];
+    float mean = warp_sum(s) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++) q += (xv[k] - mean) * (xv[k] - mean);
+    float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps), s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+      float xh = (xv[k] - mean) * rstd, g = gv[k] * wv[k];
+      s1 += g;
+      s2 += g * xh;
+      dwa[k] += gv[k] * xh;
+      dba[k] += gv[k];
+      xv[k] = xh;
+    }
+    s1 = warp_sum(s1) * (1.0f / (float)D);
+    s2 = warp_sum(s2) * (1.0f / (float)D);
+#pragma unroll
+    for (int k = 0; k < E; k++) st(dx + row * D + lane + 32 * k, rstd * (gv[k] * wv[k] - s1 - xv[k] * s2));
+  }
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
+  for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
+    __syncthreads();
+    if (wp == v)
+#pragma unroll
+      for (int k = 0; k < E; k++) red[lane + 32 * k] += dwa[k], red[D + lane + 32 * k] += dba[k];
+  }
+  __syncthreads();
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
+}
+
+/* layernorm_bwd_warp for bf16 rows of D a multiple of 256: lane holds the 8 columns of vectors lane + 32 j
+ * (16-byte loads and stores, kept packed: few registers), w in shared memory; the next row's loads are issued
+ * before this row's math. W warps per block; partials as layernorm_bwd_warp. */
+template <class TW, i64 ROWS, i64 D, int P, int W>
+__device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
+  constexpr int J = (int)(D / 256);
+  __shared__ float red[2 * D];
+  __shared__ f32x4 wsv[D / 4]; /* w as floats, 16-byte aligned */
+  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
+  for (int i = (int)threadIdx.x; i < (int)D; i += 32 * W) ((float *)wsv)[i] = ld(w + i);
+  float dwa[J][8], dba[J][8];
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) dwa[j][i] = 0.0f, dba[j][i] = 0.0f;
+  __syncthreads();
+  i64 row = (i64)blockIdx.x * W + wp;
+  u32x4 qx[J], qg[J];
+  if (row < ROWS)
+#pragma unroll
+    for (int j = 0; j < J; j++)
+      qx[j] = *(const u32x4 *)(x + row * D + 8 * (lane + 32 * j)), qg[j] = *(const u32x4 *)(dy + row * D + 8 * (lane + 32 * j));
+  for (; row < ROWS; row += (i64)P * W) {
+    const u32x4 *cx = qx, *cg = qg; /* this row; qx, qg take the next */
+    u32x4 px[J], pg[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) px[j] = cx[j], pg[j] = cg[j];
+    const i64 nxt = row + (i64)P * W;
+    if (nxt < ROWS) /* the next row in flight during this one's math */
+#pragma unroll
+      for (int j = 0; j < J; j++)
+        qx[j] = *(const u32x4 *)(x + nxt * D + 8 * (lane + 32 * j)), qg[j] = *(const u32x4 *)(dy + nxt * D + 8 * (lane + 32 * j));
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float v[8];
+      unpack8(v, px[j]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += v[i];
+    }
+    float mean = warp_sum(s) * (1.0f / (float)D), q = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float v[8];
+      unpack8(v, px[j]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
+    }
+    float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps), s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
+        s1 += g;
+        s2 += g * xh;
+        dwa[j][i] += gv[i] * xh;
+        dba[j][i] += gv[i];
+      }
+    }
+    s1 = warp_sum(s1) * (1.0f / (float)D);
+    s2 = warp_sum(s2) * (1.0f / (float)D);
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8], o[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = wsv[2 * (lane + 32 * j)], w1 = wsv[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) o[i] = rstd * (gv[i] * wv[i] - s1 - ((xv[i] - mean) * rstd) * s2);
+      const u32x4 st4 = {pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
+      *(u32x4 *)(dx + row * D + 8 * (lane + 32 * j)) = st4;
+    }
+  }
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
+  for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
+    __syncthreads();
+    if (wp == v)
+#pragma unroll
+      for (int j = 0; j < J; j++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) red[8 * (lane + 32 * j) + i] += dwa[j][i], red[D + 8 * (lane + 32 * j) + i] += dba[j][i];
+  }
+  __syncthreads();
+  for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
+}
+
+template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
+__device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+  __shared__ float red[64];
+  float wv[NPER], dwa[NPER];
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    wv[k] = c < D ? ld(w + c) : 0.0f;
+    dwa[k] = 0.0f;
+  }
+  for (i64 row = blockIdx.x; row < ROWS; row += P) {
+    float xv[NPER], gv[NPER], q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
+      gv[k] = c < D ? ld(dy + row * D + c) : 0.0f;
+      q += xv[k] * xv[k];
+    }
+    float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps), s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      float xh = xv[k] * rstd;
+      s2 += gv[k] * wv[k] * xh;
+      dwa[k] += gv[k] * xh;
+      xv[k] = xh;
+    }
+    s2 = block_sum<NT>(s2, red) * (1.0f / (float)D);
+#pragma unroll
+    for (int k = 0; k < NPER; k++) {
+      i64 c = threadIdx.x + (i64)NT * k;
+      if (c < D) st(dx + row * D + c, rstd * (gv[k] * wv[k] - xv[k] * s2));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    if (c < D) part[(i64)blockIdx.x * D + c] = dwa[k];
+  }
+}
+
+} // namespace sk
+
+#endif
