@@ -24,19 +24,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # llm.c's uint16 token shard: a repeated random sequence of 4096 ids below the vocabulary
-tokens() {
-  python3 - "$1" "$2" <<'PY'
-import random, struct, sys
-random.seed(1)
-base = [random.randrange(int(sys.argv[2])) for _ in range(4096)]
-toks = (base * 200)[:800000]
-hdr = [0] * 256
-hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(struct.pack("<%dH" % len(toks), *toks))
-PY
-}
+tokens() { python3 bench/gpt2_tokens.py "$1" 800000 --vocab "$2" --repeat 4096; }
 tokens "$t/gpt2.bin" 50257
 tokens "$t/llama.bin" 32000
 # median ms/step of a shardc trainer's log after its first step

@@ -51,17 +51,7 @@ run tiny
 
 # GPT-2 124M on one GPU: a repeated random token sequence (the loss must fall well below ln(50257) = 10.8).
 gpt2() {
-  python3 - "$t/tok.bin" <<'PY' || return 1
-import random, struct, sys
-random.seed(1)
-base = [random.randrange(50257) for _ in range(4096)]
-toks = (base * 200)[:800000]
-hdr = [0] * 256
-hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(struct.pack("<%dH" % len(toks), *toks))
-PY
+  python3 bench/gpt2_tokens.py "$t/tok.bin" 800000 --vocab 50257 --repeat 4096 || return 1
   "$bin/gpt2_cuda" --data "$t/tok.bin" --steps "$steps" --eval-every 0 --val-batches 1 --log "$t/gpt2.jsonl" |
     grep -E "^(model|device|steps|step +[0-9]+/|done|memory)" || return 1
   python3 - "$t/gpt2.jsonl" <<'PY'

@@ -17,17 +17,7 @@ nproc
 export SHARDRT_CUBIN_CACHE=${SHARDRT_CUBIN_CACHE:-/tmp/shardc-cubin}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
-python3 - "$t/tok.bin" <<'PY' || exit 1
-import random, struct, sys
-random.seed(1)
-base = [random.randrange(50257) for _ in range(4096)]
-toks = (base * 200)[:800000]
-hdr = [0] * 256
-hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(struct.pack("<%dH" % len(toks), *toks))
-PY
+python3 bench/gpt2_tokens.py "$t/tok.bin" 800000 --vocab 50257 --repeat 4096 || exit 1
 runs=("overlap:gpt2_off" "sync:gpt2_off:SHARDRT_OFFLOAD_SYNC=1")
 [ -x "$bin/gpt2_off_base" ] && runs+=("base:gpt2_off_base")
 [ -x "$bin/gpt2_cuda" ] && runs+=("no-offload:gpt2_cuda")
