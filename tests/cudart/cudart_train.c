@@ -17,6 +17,7 @@
 #include "train/train.h"
 #include "st_compare.h"
 #include "cudart_test.h"
+#include "train_child.h"
 
 /* ---- train: a device program through rt_train_main ---- */
 
@@ -139,22 +140,8 @@ static Result run_trainer(const char *first, ...) {
   va_end(ap);
   argv[argc] = NULL;
   char *out = path_of("stdout.txt"), *err = path_of("stderr.txt");
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) exit(2);
-  if (pid == 0) {
-    int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0) _exit(99);
-    int rc = rt_train_main(argc, (char **)argv, &bprog);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(rc);
-  }
-  int ws;
-  if (waitpid(pid, &ws, 0) != pid) exit(2);
   size_t n;
-  Result r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws), rt_cu_read_file(out, &n), rt_cu_read_file(err, &n)};
+  Result r = {train_child(&bprog, argc, argv, out, err), rt_cu_read_file(out, &n), rt_cu_read_file(err, &n)};
   if (!r.out) r.out = strdup("");
   if (!r.err) r.err = strdup("");
   free(out);

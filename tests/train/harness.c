@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "train_child.h"
 #include "rng.h"
 
 /* ---- checks ---- */
@@ -252,27 +253,7 @@ Result run_trainer(const char *first, ...) {
   va_end(ap);
   argv[argc] = NULL;
   char *out = path_of("stdout.txt"), *err = path_of("stderr.txt");
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    perror("fork");
-    exit(2);
-  }
-  if (pid == 0) {
-    int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0) _exit(99);
-    int rc = rt_train_main(argc, (char **)argv, &prog);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(rc);
-  }
-  int ws;
-  if (waitpid(pid, &ws, 0) != pid) {
-    perror("waitpid");
-    exit(2);
-  }
-  Result r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws), read_text(out), read_text(err)};
+  Result r = {train_child(&prog, argc, argv, out, err), read_text(out), read_text(err)};
   free(out);
   free(err);
   return r;
