@@ -146,6 +146,17 @@ const char *ck_ws_at(CuK *k, int64_t off) {
   return arena_printf(k->a, "(WS + %lld)", (long long)(CUK_WS_FLAGS + off));
 }
 
+const char *ck_counters(CuK *k, int n) {
+  if (n < 1 || n > CUK_MAX_COUNTERS) die("cuda_kernels: %d arrival counters (at most %d)", n, CUK_MAX_COUNTERS);
+  return arena_printf(k->a, "(WS + %d)", CUK_WS_COUNTERS);
+}
+
+const char *const cuk_variant_names[CUK_NVARIANTS] = {"default", "main", "two-launch"};
+void cuk_set_variant(CuK *k, int v) {
+  if (v < 0 || v >= CUK_NVARIANTS) die("cuda_kernels: variant %d", v);
+  k->variant = v;
+}
+
 /* grid of a grid-stride loop over n elements with 256 threads */
 int64_t ck_stride_grid(int64_t n) { return imax(1, imin(cdiv(n, 256), 8192)); }
 
@@ -325,41 +336,48 @@ static int merge_axes(const Shape *xs, const int64_t *xstr, const int *ds, int n
 
 /* A colsum launch (shardk.cuh): y [P, cols] (P = 1: y [cols]) = the column sums of x [rows, cols] (rows ld apart)
  * over P chunks of rows. */
-static const char *colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t cols, int64_t ld, int64_t P,
+const char *ck_colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t cols, int64_t ld, int64_t P,
                                int ry, double scale, const char *yarg, const char *xarg) {
   return arena_printf(k->a, "sk::colsum<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d>((%s *)%s, (const %s *)%s, %s);",
                       ck_ctype(ydt), ck_ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P, ry, ck_ctype(ydt),
                       yarg, ck_ctype(xdt), xarg, ck_fl(k, scale));
 }
 /* (ry: the block's row slices: 8 for many rows, 32 for the few rows of partial sums) */
-static const char *colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
+const char *ck_colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
                                  int64_t cols, int64_t ld, int64_t P, double scale) {
   int vw = xdt == DT_BF16 ? 8 : 4, ry = P > 1 || rows >= 1024 ? 8 : 32;
   Args g = {.np = 2, .p = {y, x}};
   return ck_simple(k, &g, cdiv(cols / vw, 256 / ry), P, 1, 256 / ry, ry,
-                colsum_call(k, ydt, xdt, rows, cols, ld, P, ry, scale, "p0", "p1"));
+                ck_colsum_call(k, ydt, xdt, rows, cols, ld, P, ry, scale, "p0", "p1"));
 }
 
-/* y [cols] = scale * the column sums of x [rows, cols] (rows ld apart; cols a multiple of 16 / sizeof(x), x
- * 16-byte aligned): partial sums of chunks of rows into the workspace at 0 (enough threads in flight, chunks of
- * at least 64 rows), then their column sums in chunk order. y2, x2 (or NULL): a second sum of the same shape at
- * once (stage 1 and 2 launched for each). Deterministic: fixed orders throughout. */
-static const char *colsum_2stage(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
-                                 int64_t cols, int64_t ld, double scale, const char *y2, const char *x2) {
+/* y [cols] = scale * the column sums of x [rows, cols] (rows ld apart; cols a multiple of 16 / sizeof(x), x 16-byte
+ * aligned): chunks of rows (enough threads in flight, chunks of at least 64 rows) summed into partials in the
+ * workspace, then the partials' column sums in chunk order. In one launch (shardk.cuh colsum_tree: the last block of
+ * each group of 16 chunks sums the group, the last group the groups) where its counters fit, else (and in
+ * CUK_VAR_MAIN) in two. Deterministic: fixed orders throughout. Bytes at [8192, 768] bf16: 12.6 MB read once, the
+ * partials 0.4 MB written and read back from L2. */
+static const char *colsum_sum(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows, int64_t cols,
+                              int64_t ld, double scale) {
   int vw = xdt == DT_BF16 ? 8 : 4;
   int64_t P = imax(1, imin(cdiv(rows, 64), cdiv(131072, cdiv(cols / vw, 32) * 256)));
-  if (P == 1) {
-    const char *l = colsum_launch(k, y, ydt, x, xdt, rows, cols, ld, 1, scale);
-    return y2 ? ck_cat(k, l, colsum_launch(k, y2, ydt, x2, xdt, rows, cols, ld, 1, scale)) : l;
+  if (P == 1) return ck_colsum_launch(k, y, ydt, x, xdt, rows, cols, ld, 1, scale);
+  const int G = 16, ry = 8, cx = 256 / ry;
+  const int64_t tiles = cdiv(cols / vw, cx), m = (int64_t)cx * vw, ng = cdiv(P, G);
+  const int nc = (int)(P <= G ? 1 : ng + 1);
+  if (k->variant != CUK_VAR_MAIN && tiles * nc <= CUK_MAX_COUNTERS) {
+    ck_need_ws(k, tiles * (P + ng) * m * 4);
+    Args g = {.np = 5, .p = {y, x, ck_ws_at(k, 0), ck_ws_at(k, tiles * P * m * 4), ck_counters(k, (int)(tiles * nc))}};
+    return ck_simple(k, &g, tiles, P, 1, cx, ry,
+                     arena_printf(k->a,
+                                  "sk::colsum_tree<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (const %s *)p1, %s, "
+                                  "(float *)p2, (float *)p3, (int *)p4);",
+                                  ck_ctype(ydt), ck_ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P,
+                                  ry, G, ck_ctype(ydt), ck_ctype(xdt), ck_fl(k, scale)));
   }
-  int64_t part = P * cols * 4;
-  ck_need_ws(k, (y2 ? 2 : 1) * part);
-  const char *l = ck_cat(k, colsum_launch(k, ck_ws_at(k, 0), DT_F32, x, xdt, rows, cols, ld, P, 1.0),
-                      colsum_launch(k, y, ydt, ck_ws_at(k, 0), DT_F32, P, cols, cols, 1, scale));
-  if (!y2) return l;
-  return ck_cat(k, l,
-             ck_cat(k, colsum_launch(k, ck_ws_at(k, part), DT_F32, x2, xdt, rows, cols, ld, P, 1.0),
-                 colsum_launch(k, y2, ydt, ck_ws_at(k, part), DT_F32, P, cols, cols, 1, scale)));
+  ck_need_ws(k, P * cols * 4);
+  return ck_cat(k, ck_colsum_launch(k, ck_ws_at(k, 0), DT_F32, x, xdt, rows, cols, ld, P, 1.0),
+                ck_colsum_launch(k, y, ydt, ck_ws_at(k, 0), DT_F32, P, cols, cols, 1, scale));
 }
 
 const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, const char *x, DType xdt, const Shape *xs) {
@@ -393,7 +411,7 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
   ns = merge_axes(xs, xstr, summed, ns, sa);
   if (nk == 1 && ns == 1 && ka[0].stride == 1 && sa[0].stride == ka[0].size && (xdt == DT_BF16 || xdt == DT_F32) &&
       ny % (xdt == DT_BF16 ? 8 : 4) == 0) /* x [nr, ny] summed over its rows (a bias gradient): 16-byte loads */
-    return colsum_2stage(k, y, ydt, x, xdt, nr, ny, ny, 1.0, NULL, NULL);
+    return colsum_sum(k, y, ydt, x, xdt, nr, ny, ny, 1.0);
   /* P chunks of the summed index: enough threads, at least 32 terms a chunk */
   int64_t P = imax(1, imin(4096, imin(cdiv(65536, ny), cdiv(nr, 32))));
   int64_t chunk = cdiv(nr, P);
@@ -479,119 +497,21 @@ const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx
                              ck_ctype(tdt), ck_ctype(dydt)));
 }
 
-/* ---- norms ------------------------------------------------------------------------------------ */
-
-static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x, DType xdt, const char *w,
-                            const char *b, DType wdt, int64_t rows, int64_t d, double eps) {
-  int nt = ck_row_threads(d);
-  int nper = (int)cdiv(d, nt);
-  Args g = {.np = b ? 4 : 3, .p = {y, x, w, b}};
-  const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
-  const char *call =
-      b ? arena_printf(k->a,
-                       "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, (const %s *)p3, %s);",
-                       fn, xt, wt, (long long)d, nt, nper, xt, xt, wt, wt, ck_fl(k, eps))
-        : arena_printf(k->a, "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, %s);", fn,
-                       xt, wt, (long long)d, nt, nper, xt, xt, wt, ck_fl(k, eps));
-  return ck_simple(k, &g, rows, 1, 1, nt, 1, call);
-}
-
-const char *cuk_layernorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, const char *b, DType wdt,
-                          int64_t rows, int64_t d, double eps) {
-  if (xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && d % 256 == 0 && d <= 1024) { /* a warp per row */
-    Args g = {.np = 4, .p = {y, x, w, b}};
-    const char *wt = ck_ctype(wdt);
-    return ck_simple(k, &g, cdiv(rows, 8), 1, 1, 256, 1,
-                  arena_printf(k->a,
-                               "sk::layernorm_vec<%s, %lldLL, %lldLL>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const %s *)p2, "
-                               "(const %s *)p3, %s);",
-                               wt, (long long)rows, (long long)d, wt, wt, ck_fl(k, eps)));
-  }
-  return norm_fwd(k, "layernorm", y, x, xdt, w, b, wdt, rows, d, eps);
-}
-
-const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, DType wdt, int64_t rows,
-                        int64_t d, double eps) {
-  return norm_fwd(k, "rmsnorm", y, x, xdt, w, NULL, wdt, rows, d, eps);
-}
-
-static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
-                            const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  int nt = ck_row_threads(d);
-  int nper = (int)cdiv(d, nt);
-  /* layernorm_bwd_vec: 4 warps a block, 3 blocks an SM (H200, [8192 | 16384, 768]: 19.3 | 33.3 us; with the dw / db
-   * sums in shared memory, 114 registers instead of 164 and 512 blocks: 21.0 | 33.8) */
-  int vec = ln && xdt == DT_BF16 && d % 256 == 0 && d <= 1024;
-  int64_t P = vec ? imax(1, imin(cdiv(rows, 4), 384)) : imax(1, imin(rows, 256));
-  int64_t m = ln ? 2 * d : d;
-  ck_need_ws(k, P * m * 4);
-  const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
-  Args g = {.np = 5, .p = {dx, ck_ws_at(k, 0), x, w, dy}};
-  const char *l1 = vec /* a warp per row, 16-byte vectors */
-                       ? ck_simple(k, &g, P, 1, 1, 128, 1,
-                                arena_printf(k->a,
-                                             "sk::layernorm_bwd_vec<%s, %lldLL, %lldLL, %d, 4>((sk::bf16 *)p0, (float *)p1, "
-                                             "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
-                                             wt, (long long)rows, (long long)d, (int)P, wt, ck_fl(k, eps)))
-                   : ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
-                       ? ck_simple(k, &g, P, 1, 1, 256, 1,
-                                arena_printf(k->a,
-                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, "
-                                             "(const %s *)p2, (const %s *)p3, (const %s *)p4, %s);",
-                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, xt, wt, xt, ck_fl(k, eps)))
-                       : ck_simple(
-      k, &g, P, 1, 1, nt, 1,
-      arena_printf(k->a,
-                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (float *)p1, (const %s *)p2, (const %s *)p3, "
-                   "(const %s *)p4, %s);",
-                   ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P, xt,
-                   xt, wt, xt, ck_fl(k, eps)));
-  /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
-  Args g2 = {.np = 2, .p = {dw, ck_ws_at(k, 0)}};
-  const char *l2 = NULL;
-  if (d % 4 == 0 && ln) { /* the parts' column sums (shardk.cuh colsum): dw (blockIdx.z 0) and db (1) in one launch */
-    Args g3 = {.np = 3, .p = {dw, db, ck_ws_at(k, 0)}};
-    int id = ck_begin(k, &g3, 256);
-    ck_out(k, "  if (blockIdx.z == 0) %s\n  else %s\n", colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p0", "p2"),
-        colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p1",
-                    arena_printf(k->a, "((float *)p2 + %lldLL)", (long long)d)));
-    l2 = ck_end(k, id, &g3, cdiv(d / 4, 8), 1, 2, 8, 32, 1);
-  } else if (d % 4 == 0) {
-    l2 = colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0);
-  } else if (ln) {
-    /* one kernel over 2d columns would need dw and db adjacent: sum each half separately */
-    int id = ck_begin(k, &(Args){.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}, 256);
-    ck_out(k, "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\n");
-    ck_out(k, "  if (j >= %lldLL) return;\n", (long long)(2 * d));
-    ck_out(k, "  float acc = 0.0f;\n  for (long long p = 0; p < %lldLL; p++) acc += ((const float *)p2)[p * %lldLL + j];\n",
-        (long long)P, (long long)(2 * d));
-    ck_out(k, "  if (j < %lldLL) sk::st((%s *)p0 + j, acc); else sk::st((%s *)p1 + (j - %lldLL), acc);\n", (long long)d,
-        wt, wt, (long long)d);
-    l2 = ck_end(k, id, &(Args){.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}, cdiv(2 * d, 256), 1, 1, 256, 1, 1);
-  } else {
-    l2 = ck_simple(k, &g2, cdiv(d, 256), 1, 1, 256, 1,
-                arena_printf(k->a, "sk::sum_parts<%s, %lldLL, %lldLL>((%s *)p0, (const float *)p1, 1.0f);", wt,
-                             (long long)d, (long long)P, wt));
-  }
-  return ck_cat(k, l1, l2);
-}
-
-const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
-                              const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  return norm_bwd(k, 1, dx, dw, db, x, xdt, w, wdt, dy, rows, d, eps);
-}
-
-const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *x, DType xdt, const char *w, DType wdt,
-                            const char *dy, int64_t rows, int64_t d, double eps) {
-  return norm_bwd(k, 0, dx, dw, NULL, x, xdt, w, wdt, dy, rows, d, eps);
-}
-
 /* ---- rotary embedding ---------------------------------------------------------------------------- */
 
 const char *cuk_rope_at(CuK *k, const char *y, const char *x, const char *pos, DType dt, int64_t B, int64_t S,
                         int64_t H, int64_t hd, double theta, int64_t start, int inverse) {
   Args g = {.np = pos ? 3 : 2, .p = {y, x, pos}};
   const char *t = ck_ctype(dt);
+  const int vw = dt == DT_BF16 ? 8 : 4, R = 16;
+  if (k->variant != CUK_VAR_MAIN && (dt == DT_BF16 || dt == DT_F32) && hd % (2 * vw) == 0 && cdiv(B * S, R) <= 0x7fffffffLL)
+    /* rows of 16-byte vector pairs, the angles once a block (shardk.cuh rope_vec) */
+    return ck_simple(k, &g, cdiv(B * S, R), 1, 1, 256, 1,
+                     arena_printf(k->a,
+                                  "sk::rope_vec<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s, %d>((%s *)p0, (const %s *)p1, %.17g, "
+                                  "%lldLL%s);",
+                                  t, (long long)B, (long long)S, (long long)H, (long long)hd, inverse ? "true" : "false", R, t,
+                                  t, theta, (long long)start, pos ? ", (const int *)p2" : ""));
   return ck_simple(k, &g, ck_stride_grid(B * S * (hd / 2)), 1, 1, 256, 1,
                 arena_printf(k->a, "sk::rope<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s>((%s *)p0, (const %s *)p1, %.17g, %lldLL%s);",
                              t, (long long)B, (long long)S, (long long)H, (long long)hd, inverse ? "true" : "false", t,

@@ -35,8 +35,24 @@ int64_t cuk_workspace(const CuK *k);
  * it; it must be 0 at start). Kernels' own scratch starts at WS + CUK_WS_FLAGS. A launch
  * statement may hold several rt_cu_launch calls on its one line (two-pass reductions). */
 #define CUK_WS_FLAGS 256
+/* Ints at WS + CUK_WS_COUNTERS up to WS + CUK_WS_FLAGS: the arrival counters of the reductions done in one launch
+ * (shardk.cuh tree_sum): 0 at start and between kernels (the last block to arrive at one resets it); kernels run one
+ * at a time on the stream, so each may use them all. */
+#define CUK_WS_COUNTERS 64
+#define CUK_MAX_COUNTERS ((CUK_WS_FLAGS - CUK_WS_COUNTERS) / 4)
 #define CUK_ERR_EMBED_ID 1 /* an embedding id outside [0, V) (unsharded embed) */
 #define CUK_ERR_TARGET 2   /* a cross-entropy target >= len */
+
+/* The bytes-bound kernels' variants, for the kernel benchmark to time side by side (cuda_kernels_gpu with
+ * SHARDK_BYTES_SWEEP=1; every variant is checked by cuda_kernels_emu): CUK_VAR_DEFAULT is what the compiler emits;
+ * CUK_VAR_MAIN the kernels before the one-launch rewrite (issue 17: LayerNorm's backward by layernorm_bwd_vec and
+ * RMSNorm's by blocks, each with a second launch for dw / db; reduce_to's colsum in two launches; RMSNorm's forward
+ * by blocks; rope a thread per angle); CUK_VAR_TWO_LAUNCH the default's norm backward with its dw / db column sums as
+ * a second launch instead of the in-kernel tree. */
+enum { CUK_VAR_DEFAULT, CUK_VAR_MAIN, CUK_VAR_TWO_LAUNCH, CUK_NVARIANTS };
+extern const char *const cuk_variant_names[CUK_NVARIANTS];
+/* The variant of the kernels k emits from now on. */
+void cuk_set_variant(CuK *k, int v);
 
 /* ---- fused elementwise chains ----
  * One kernel computes a chain of elementwise ops at every index of `shape` (numpy

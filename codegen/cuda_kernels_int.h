@@ -21,6 +21,7 @@ struct CuK {
   size_t kstart, bstart; /* the kernel being written: where it starts, where its name ends */
   const CuFlashCfg *flash; /* tensor-core attention tiles (NULL: cuk_flash_cfg) */
   int minb;                /* the next kernel's minimum blocks per SM (__launch_bounds__), 0: none */
+  int variant;             /* CUK_VAR_*: the bytes-bound kernels' variant */
 };
 
 /* Kernel arguments: the pointers first (char *), then the int64 host values (long long). */
@@ -57,6 +58,15 @@ const char *ck_simple(CuK *k, const Args *g, int64_t gx, int64_t gy, int64_t gz,
 const char *ck_cat(CuK *k, const char *a, const char *b);
 /* the address of the kernels' scratch at off */
 const char *ck_ws_at(CuK *k, int64_t off);
+/* the arrival counters of one-launch reductions (int *; the kernel may use n <= CUK_MAX_COUNTERS of them) */
+const char *ck_counters(CuK *k, int n);
+/* A colsum (shardk.cuh) of x [rows, cols] (rows ld apart) over P chunks of rows into y [P, cols] (P 1: y [cols]),
+ * times scale: its call (ry row slices a block; yarg, xarg the kernel's expressions) and a launch of it (ry 8 for many
+ * rows or several chunks, else 32). */
+const char *ck_colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t cols, int64_t ld, int64_t P, int ry,
+                           double scale, const char *yarg, const char *xarg);
+const char *ck_colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows, int64_t cols,
+                             int64_t ld, int64_t P, double scale);
 /* grid of a grid-stride loop over n elements with 256 threads */
 int64_t ck_stride_grid(int64_t n);
 /* threads of a row kernel over d columns: a multiple of 32 with about 4 columns each */

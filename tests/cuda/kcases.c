@@ -204,7 +204,9 @@ static void cases_movement(KC *c) {
     int rx, ry;
     int64_t xd[3], yd[3];
   } rc[] = {{3, 1, {6, 33, 40}, {40}},       {3, 3, {6, 33, 40}, {6, 1, 40}}, {3, 2, {6, 33, 40}, {33, 1}},
-            {2, 1, {3000, 20}, {20}},        {2, 0, {50, 21}, {0}},           {3, 3, {5, 7, 9}, {5, 7, 9}}};
+            {2, 1, {3000, 20}, {20}},        {2, 0, {50, 21}, {0}},           {3, 3, {5, 7, 9}, {5, 7, 9}},
+            /* column sums in one launch (colsum_tree): one group of chunks; 2 column tiles of 3 groups each */
+            {2, 1, {1000, 48}, {48}},        {2, 1, {2200, 264}, {264}}};
   for (size_t t = 0; t < sizeof rc / sizeof rc[0]; t++)
     for (int bfv = 0; bfv < 2; bfv++) {
       DType dt = bfv ? DT_BF16 : DT_F32;
@@ -309,7 +311,9 @@ static void cases_norms(KC *c) {
   } nc[] = {{37, 100, DT_F32, DT_F32}, {300, 33, DT_F32, DT_F32}, {5, 768, DT_F32, DT_F32},
             {37, 100, DT_BF16, DT_F32}, {300, 70, DT_BF16, DT_BF16}, {3, 1500, DT_F32, DT_F32},
             /* d a multiple of 32 up to 1024: LayerNorm's backward by warps (rows not a multiple of 8) */
-            {301, 256, DT_BF16, DT_BF16}, {37, 1024, DT_BF16, DT_F32}};
+            {301, 256, DT_BF16, DT_BF16}, {37, 1024, DT_BF16, DT_F32},
+            /* the backward's ring of 4 rows (D 768; 301 rows above: 19 blocks, a tree of 2 groups); RMSNorm by warps at 2048 */
+            {100, 768, DT_BF16, DT_F32}, {20, 2048, DT_BF16, DT_F32}};
   for (size_t t = 0; t < sizeof nc / sizeof nc[0]; t++) {
     int64_t rows = nc[t].rows, d = nc[t].d, n = rows * d;
     DType xdt = nc[t].xdt, wdt = nc[t].wdt;
@@ -364,24 +368,25 @@ static void cases_norms(KC *c) {
 /* ---- rope ------------------------------------------------------------------------------------------------- */
 
 static void cases_rope(KC *c) {
-  for (int bfv = 0; bfv < 2; bfv++)
-    for (int inv = 0; inv < 2; inv++) {
-      DType dt = bfv ? DT_BF16 : DT_F32;
-      int64_t B = 2, S = 5, H = 3, hd = 16, n = B * S * H * hd, start = inv ? 1000 : 3;
-      float *x = fvec(c, n, 1.0f);
-      round_to(dt, x, n);
-      KT tx = kt_new(c, dt, n), ty = kt_new(c, dt, n);
-      kt_put(c, tx, x);
-      run(c, cuk_rope(c->k, P(c, ty), P(c, tx), dt, B, S, H, hd, 10000.0, start, inv));
-      run(c, cuk_rope(c->k, P(c, tx), P(c, tx), dt, B, S, H, hd, 10000.0, start, inv)); /* in place */
-      if (!c->be) continue;
-      float *ref = arena_alloc(c->a, (size_t)n * 4);
-      rt_rope_ref(B, S, H, hd, 10000.0, start, inv, x, ref);
-      cmp(c, arena_printf(c->a, "rope %s%s start %lld", dn(dt), inv ? " inverse" : "", (long long)start), kt_get(c, ty),
-          ref, n, tol(dt), bfv ? 1e-2 : 1e-5);
-      cmp(c, arena_printf(c->a, "rope in place %s%s", dn(dt), inv ? " inverse" : ""), kt_get(c, tx), ref, n, tol(dt),
-          bfv ? 1e-2 : 1e-5);
-    }
+  /* big: rope_vec's blocks of 16 rows, 3 vector pairs a thread, the last block part */
+  for (int v = 0; v < 8; v++) {
+    int big = v >> 2, bfv = v >> 1 & 1, inv = v & 1;
+    DType dt = bfv ? DT_BF16 : DT_F32;
+    int64_t B = 2, S = big ? 37 : 5, H = big ? 12 : 3, hd = big ? 64 : 16, n = B * S * H * hd, start = inv ? 1000 : 3;
+    float *x = fvec(c, n, 1.0f);
+    round_to(dt, x, n);
+    KT tx = kt_new(c, dt, n), ty = kt_new(c, dt, n);
+    kt_put(c, tx, x);
+    run(c, cuk_rope(c->k, P(c, ty), P(c, tx), dt, B, S, H, hd, 10000.0, start, inv));
+    run(c, cuk_rope(c->k, P(c, tx), P(c, tx), dt, B, S, H, hd, 10000.0, start, inv)); /* in place */
+    if (!c->be) continue;
+    float *ref = arena_alloc(c->a, (size_t)n * 4);
+    rt_rope_ref(B, S, H, hd, 10000.0, start, inv, x, ref);
+    cmp(c, arena_printf(c->a, "rope %s%s start %lld S %lld", dn(dt), inv ? " inverse" : "", (long long)start, (long long)S),
+        kt_get(c, ty), ref, n, tol(dt), bfv ? 1e-2 : 1e-5);
+    cmp(c, arena_printf(c->a, "rope in place %s%s", dn(dt), inv ? " inverse" : ""), kt_get(c, tx), ref, n, tol(dt),
+        bfv ? 1e-2 : 1e-5);
+  }
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------------------ */
@@ -721,6 +726,15 @@ static void all_cases(KC *c) {
   cases_reduce_opt(c);
   cases_attention(c);
   cases_ring(c);
+  for (int v = 0; v < CUK_NVARIANTS; v++) { /* the bytes-bound kernels' other variants (cuk_set_variant) */
+    if (v == CUK_VAR_DEFAULT) continue;
+    if (c->be) printf("-- variant %s\n", cuk_variant_names[v]);
+    cuk_set_variant(c->k, v);
+    cases_movement(c);
+    cases_norms(c);
+    cases_rope(c);
+  }
+  cuk_set_variant(c->k, CUK_VAR_DEFAULT);
 }
 
 const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels) {
@@ -745,6 +759,12 @@ int kc_run_all(const KBackend *be, int64_t workspace) {
   c.ws_bytes = workspace;
   c.ws = be->alloc((size_t)workspace);
   all_cases(&c);
+  { /* every one-launch reduction left its arrival counters at 0 (the next kernel's start) */
+    int cnt[CUK_MAX_COUNTERS], zero = 1;
+    be->d2h(cnt, c.ws + CUK_WS_COUNTERS, sizeof cnt);
+    for (int i = 0; i < CUK_MAX_COUNTERS; i++) zero &= cnt[i] == 0;
+    expect(&c, "the arrival counters are back at 0", zero);
+  }
   for (int i = 0; i < c.nbuf; i++) be->free(c.buf[i]);
   be->free(c.ws);
   printf("%d of %d checks failed\n", c.fails, c.checks);

@@ -88,6 +88,39 @@ __device__ __forceinline__ float ex2(float x) {
 }
 #define SK_LOG2E 1.4426950408889634f
 
+/* 16 bytes global -> shared without passing through registers (cp.async; zeros when !valid) */
+__device__ __forceinline__ void cp16(bf16 *dst, const bf16 *src, bool valid) {
+#ifdef SK_EMU
+  u32x4 w = {0u, 0u, 0u, 0u};
+  if (valid) w = *(const u32x4 *)src;
+  *(u32x4 *)dst = w;
+#else
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+/* 4 bytes global -> shared (cp.async.ca; zeros when !valid) */
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) {
+#ifdef SK_EMU
+  *dst = valid ? *src : 0.0f;
+#else
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 4 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#ifndef SK_EMU
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+/* waits until at most N committed groups of this thread are in flight */
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+#ifndef SK_EMU
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 /* ---- elementwise math (ops.def) -------------------------------------------------------- */
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gelu(float x) {
@@ -176,6 +209,75 @@ __device__ __forceinline__ void block_lse(float &m, float &s, float *red) {
   __syncthreads();
 }
 
+/* ---- one-launch cross-block sums (deterministic: fixed orders; only integer atomics, on counters) ------
+ * The counters are ints in the flags area of the workspace (codegen/cuda_kernels.h CUK_WS_COUNTERS): zero between
+ * kernels, since the last block to arrive at one sets it back to zero. Kernels run one at a time on the stream, so
+ * every kernel may use them from the first. */
+
+/* a load that bypasses L1 (the value another block wrote in this launch, after its fence) */
+__device__ __forceinline__ float ldcg(const float *p) {
+#ifdef SK_EMU
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
+
+/* Every thread of the block calls it after writing its part of the block's result: true in the block that arrives
+ * n-th (the last of n) at *cnt, which then sees every earlier block's writes; *cnt is zero again after it. */
+__device__ __forceinline__ bool arrive_last(int *cnt, int n) {
+  __shared__ int ticket;
+  __threadfence(); /* this thread's writes, device-wide, before the count */
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const int t = atomicAdd(cnt, 1);
+    if (t == n - 1) atomicExch(cnt, 0); /* every block has arrived: ready for the next kernel */
+    ticket = t;
+  }
+  __syncthreads();
+  const bool last = ticket == n - 1;
+  if (last) __threadfence();
+  return last;
+}
+
+/* The sum over NB blocks of their rows part[b * M + j] (j < M, f32; block b wrote row b, then calls this, every
+ * thread of the block): blocks in groups of G by index; the last block of a group to arrive sums the group's rows in
+ * index order into gpart[g * M + j], and the last group to finish sums those in group order and calls out(j, sum) for
+ * every j. cnt: ceil(NB / G) + 1 counters (one when NB <= G). The same sums in the same order whichever block is
+ * last: the same bits every run. NT threads (linear index x + y X + z X Y). */
+template <int NT, i64 M, int NB, int G, class F>
+__device__ void tree_sum(const float *part, float *gpart, int *cnt, int b, F out) {
+  constexpr int NG = (NB + G - 1) / G;
+  const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  if (NG == 1) {
+    if (!arrive_last(cnt, NB)) return;
+    for (i64 j = tid; j < M; j += NT) {
+      float s = 0.0f;
+#pragma unroll 8
+      for (int r = 0; r < NB; r++) s += ldcg(part + (i64)r * M + j);
+      out(j, s);
+    }
+    return;
+  }
+  const int g = b / G, lo = g * G, n = NB - lo < G ? NB - lo : G;
+  if (!arrive_last(cnt + g, n)) return;
+  for (i64 j = tid; j < M; j += NT) {
+    float v[G], s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < G; r++) v[r] = r < n ? ldcg(part + (i64)(lo + r) * M + j) : 0.0f; /* all in flight */
+#pragma unroll
+    for (int r = 0; r < G; r++) s += r < n ? v[r] : 0.0f;
+    gpart[(i64)g * M + j] = s;
+  }
+  if (!arrive_last(cnt + NG, NG)) return;
+  for (i64 j = tid; j < M; j += NT) {
+    float s = 0.0f;
+#pragma unroll 8
+    for (int q = 0; q < NG; q++) s += ldcg(gpart + (i64)q * M + j);
+    out(j, s);
+  }
+}
+
 /* ---- iota, transpose, the second stage of column sums ----------------------------------- */
 template <i64 N>
 __device__ void iota(int *y, i64 start) {
@@ -223,13 +325,20 @@ __device__ __forceinline__ void ldv(float (&v)[4], const float *p) {
   v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
 }
 
-/* Column sums of x [R, C] with rows LD apart (C, LD multiples of VW = 16 / sizeof(T), x 16-byte aligned):
- * y[p * C + j] = scale * (the sum of x[i, j] over the rows i of chunk p), P chunks of ceil(R / P) rows. Block
- * (CX = 256 / RY, RY): thread (tx, ty) holds the VW columns of vector tx, sums rows ty, ty + RY, ... of its chunk in
- * order (16-byte loads, 4 rows in flight), then the RY row slices add in ty order (fixed: the same bits every run).
- * grid (ceil(C / VW / CX), P). RY 8 suits many rows (wide rows of a warp), RY 32 few (more blocks). */
-template <class TY, class T, i64 R, i64 C, i64 LD, int P, int RY>
-__device__ void colsum(TY *y, const T *x, float scale) {
+/* ... and VW values back (16-byte aligned): one 16-byte store. */
+__device__ __forceinline__ void stv(bf16 *p, const float (&v)[8]) {
+  *(u32x4 *)p = u32x4{pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7])};
+}
+__device__ __forceinline__ void stv(float *p, const float (&v)[4]) { *(f32x4 *)p = f32x4{v[0], v[1], v[2], v[3]}; }
+
+/* Column sums of x [R, C] with rows LD apart (C, LD multiples of VW = 16 / sizeof(T), x 16-byte aligned), one block's
+ * share: P chunks of ceil(R / P) rows, block (CX = 256 / RY, RY) of grid (ceil(C / VW / CX), P) sums the CX VW columns
+ * from c0 = blockIdx.x CX VW of chunk blockIdx.y: thread (tx, ty) holds the VW columns of vector tx, sums rows ty, ty + RY,
+ * ... of its chunk in order (16-byte loads, 4 rows in flight), then the RY row slices add in ty order (fixed: the same
+ * bits every run); emit(e, sum) for e < CX VW (columns past C: 0). RY 8 suits many rows (wide rows of a warp), RY 32
+ * few (more blocks). */
+template <class T, i64 R, i64 C, i64 LD, int P, int RY, class F>
+__device__ void colsum_blk(const T *x, F emit) {
   constexpr int VW = 16 / (int)sizeof(T), CX = 256 / RY;
   constexpr i64 CH = (R + P - 1) / P;
   __shared__ float part[RY][CX * VW];
@@ -250,13 +359,40 @@ __device__ void colsum(TY *y, const T *x, float scale) {
 #pragma unroll
   for (int k = 0; k < VW; k++) part[ty][tx * VW + k] = acc[k];
   __syncthreads();
-  const i64 c0 = (i64)blockIdx.x * CX * VW;
   for (int e = ty * CX + tx; e < CX * VW; e += 256) {
     float s = 0.0f;
 #pragma unroll
     for (int r = 0; r < RY; r++) s += part[r][e];
-    if (c0 + e < C) st(y + (i64)blockIdx.y * C + c0 + e, s * scale);
+    emit(e, s);
   }
+}
+
+/* y[p * C + j] = scale * (the sum of x[i, j] over the rows i of chunk p): colsum_blk's sums stored (P = 1: y [C]). */
+template <class TY, class T, i64 R, i64 C, i64 LD, int P, int RY>
+__device__ void colsum(TY *y, const T *x, float scale) {
+  constexpr int VW = 16 / (int)sizeof(T), CX = 256 / RY;
+  const i64 c0 = (i64)blockIdx.x * CX * VW;
+  colsum_blk<T, R, C, LD, P, RY>(x, [&](int e, float s) {
+    if (c0 + e < C) st(y + (i64)blockIdx.y * C + c0 + e, s * scale);
+  });
+}
+
+/* Counters tree_sum takes for NB blocks in groups of G. */
+__host__ __device__ constexpr int tree_counters(int nb, int g) { return nb <= g ? 1 : (nb + g - 1) / g + 1; }
+
+/* y [C] = scale * the column sums of x in ONE launch: colsum_blk's sums of chunk p into part (per column tile, P rows
+ * of M = CX VW floats), then tree_sum over the P chunks of each tile (groups of G; gpart: ceil(P / G) rows a tile;
+ * cnt: tree_counters(P, G) a tile). Same grid and block as colsum. */
+template <class TY, class T, i64 R, i64 C, i64 LD, int P, int RY, int G>
+__device__ void colsum_tree(TY *y, const T *x, float scale, float *part, float *gpart, int *cnt) {
+  constexpr int VW = 16 / (int)sizeof(T), CX = 256 / RY, M = CX * VW, NG = (P + G - 1) / G;
+  const int tile = (int)blockIdx.x, p = (int)blockIdx.y;
+  float *mine = part + (i64)tile * P * M;
+  colsum_blk<T, R, C, LD, P, RY>(x, [&](int e, float s) { mine[(i64)p * M + e] = s; });
+  const i64 c0 = (i64)tile * M;
+  tree_sum<256, M, P, G>(mine, gpart + (i64)tile * NG * M, cnt + tile * tree_counters(P, G), p, [&](i64 j, float s) {
+    if (c0 + j < C) st(y + c0 + j, s * scale);
+  });
 }
 
 /* ---- embeddings ------------------------------------------------------------------------ */
@@ -444,6 +580,67 @@ __device__ void rope(T *y, const T *x, double theta, i64 start, const int *pos =
       float a = ld(x + o), c = ld(x + o + half);
       st(y + o, a * cs - c * sn);
       st(y + o + half, c * cs + a * sn);
+    }
+  }
+}
+
+/* rope for rows of H heads whose half head is a multiple of VW = 16 / sizeof(T): a block of 256 threads does R rows
+ * (b, s) (grid ceil(B S / R)). First the R half angles' cos and sin into shared memory (the same double formula as
+ * rope, once per position and frequency), then the rows' vector pairs (VW values of the first half of a head and
+ * the VW across from them in the second half): every one of a thread's loads issued before its stores (16 bytes
+ * each; in place allowed: a pair is read and written by one thread). Pointers not 16-byte aligned: element by element. */
+template <class T, i64 B, i64 S, i64 H, i64 HD, bool INV, int R>
+__device__ void rope_vec(T *y, const T *x, double theta, i64 start, const int *pos = nullptr) {
+  constexpr int VW = 16 / (int)sizeof(T), HALF = (int)(HD / 2), NV = HALF / VW, TASKS = R * (int)H * NV,
+                TPT = (TASKS + 255) / 256;
+  static_assert(HALF % VW == 0, "rope_vec: half a head of whole vectors");
+  __shared__ float cs[R][HALF], sn[R][HALF];
+  const i64 row0 = (i64)blockIdx.x * R;
+  const int t = (int)threadIdx.x;
+  for (int e = t; e < R * HALF; e += 256) {
+    const int r = e / HALF, i = e % HALF;
+    const i64 s = (row0 + r) % S;
+    double ang = (double)((pos ? (i64)pos[s] : s) + start) * pow(theta, -2.0 * (double)i / (double)HD);
+    if (INV) ang = -ang;
+    cs[r][i] = (float)cos(ang);
+    sn[r][i] = (float)sin(ang);
+  }
+  __syncthreads();
+  if ((((unsigned long long)x | (unsigned long long)y) & 15) != 0) { /* misaligned: one value at a time */
+    for (int e = t; e < R * (int)H * HALF; e += 256) {
+      const int r = e / ((int)H * HALF), h = e / HALF % (int)H, i = e % HALF;
+      if (row0 + r >= B * S) continue;
+      const i64 o = (row0 + r) * H * HD + h * HD + i;
+      const float a = ld(x + o), c = ld(x + o + HALF);
+      st(y + o, a * cs[r][i] - c * sn[r][i]);
+      st(y + o + HALF, c * cs[r][i] + a * sn[r][i]);
+    }
+    return;
+  }
+  float a[TPT][VW], c[TPT][VW];
+#pragma unroll
+  for (int k = 0; k < TPT; k++) { /* task e = t + 256 k: row e / (H NV), head e / NV % H, vector e % NV */
+    const int e = t + 256 * k, r = e / ((int)H * NV), h = e / NV % (int)H, v = e % NV;
+    if (e < TASKS && row0 + r < B * S) {
+      const i64 o = (row0 + r) * H * HD + h * HD + v * VW;
+      ldv(a[k], x + o);
+      ldv(c[k], x + o + HALF);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < TPT; k++) {
+    const int e = t + 256 * k, r = e / ((int)H * NV), h = e / NV % (int)H, v = e % NV;
+    if (e < TASKS && row0 + r < B * S) {
+      const i64 o = (row0 + r) * H * HD + h * HD + v * VW;
+      float lo[VW], hi[VW];
+#pragma unroll
+      for (int q = 0; q < VW; q++) {
+        const float cq = cs[r][v * VW + q], sq = sn[r][v * VW + q];
+        lo[q] = a[k][q] * cq - c[k][q] * sq;
+        hi[q] = c[k][q] * cq + a[k][q] * sq;
+      }
+      stv(y + o, lo);
+      stv(y + o + HALF, hi);
     }
   }
 }

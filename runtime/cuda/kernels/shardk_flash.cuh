@@ -88,38 +88,7 @@ __device__ __forceinline__ void ldsm4(u32 (&r)[4], SmemRef m) {
 #endif
 }
 
-/* 16 bytes global -> shared without passing through registers (cp.async; zeros when !valid) */
-__device__ __forceinline__ void cp16(bf16 *dst, const bf16 *src, bool valid) {
-#ifdef SK_EMU
-  u32x4 w = {0u, 0u, 0u, 0u};
-  if (valid) w = *(const u32x4 *)src;
-  *(u32x4 *)dst = w;
-#else
-  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 16 : 0));
-#endif
-}
-/* 4 bytes global -> shared (cp.async.ca; zeros when !valid) */
-__device__ __forceinline__ void cp4(float *dst, const float *src, bool valid) {
-#ifdef SK_EMU
-  *dst = valid ? *src : 0.0f;
-#else
-  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a), "l"(src), "r"(valid ? 4 : 0));
-#endif
-}
-__device__ __forceinline__ void cp_commit() {
-#ifndef SK_EMU
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-/* waits until at most N committed groups of this thread are in flight */
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-#ifndef SK_EMU
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
+/* cp16, cp4, cp_commit, cp_wait (cp.async): shardk.cuh */
 
 /* A fragments of 16 rows x HD (row r at src + r * rs; rows at or past n read as zeros), lane 4g + t:
  * frag[c] = rows g, g+8 at columns 16c + 2t (+1) and 16c + 8 + 2t (+1). */

@@ -35,10 +35,11 @@ __device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float ep
   }
 }
 
-/* layernorm for bf16 rows of D a multiple of 256 (up to 1024): a warp per row (8 a block, grid ceil(ROWS / 8)),
- * lane holding the 8 columns of vectors lane + 32 j (16-byte loads and stores); the sums are warp shuffles. */
-template <class TW, i64 ROWS, i64 D>
-__device__ void layernorm_vec(bf16 *y, const bf16 *x, const TW *w, const TW *b, float eps) {
+/* LayerNorm (LN) or RMSNorm for bf16 rows of D a multiple of 256 (up to 2048): a warp per row (8 a block, grid
+ * ceil(ROWS / 8)), lane holding the 8 columns of vectors lane + 32 j (16-byte loads and stores); the sums are warp
+ * shuffles. b: LayerNorm's bias (unused by RMSNorm). */
+template <bool LN, class TW, i64 ROWS, i64 D>
+__device__ void norm_vec(bf16 *y, const bf16 *x, const TW *w, const TW *b, float eps) {
   constexpr int J = (int)(D / 256);
   const int lane = (int)threadIdx.x & 31;
   const i64 row = (i64)blockIdx.x * 8 + ((int)threadIdx.x >> 5);
@@ -48,23 +49,26 @@ __device__ void layernorm_vec(bf16 *y, const bf16 *x, const TW *w, const TW *b, 
   for (int j = 0; j < J; j++) {
     ld8(xv[j], x + row * D + 8 * (lane + 32 * j));
 #pragma unroll
-    for (int i = 0; i < 8; i++) s += xv[j][i];
+    for (int i = 0; i < 8; i++) s += LN ? xv[j][i] : xv[j][i] * xv[j][i];
   }
-  const float mean = warp_sum(s) * (1.0f / (float)D);
-  float q = 0.0f;
+  float mean = 0.0f, q = s;
+  if (LN) {
+    mean = warp_sum(s) * (1.0f / (float)D);
+    q = 0.0f;
 #pragma unroll
-  for (int j = 0; j < J; j++)
+    for (int j = 0; j < J; j++)
 #pragma unroll
-    for (int i = 0; i < 8; i++) q += (xv[j][i] - mean) * (xv[j][i] - mean);
+      for (int i = 0; i < 8; i++) q += (xv[j][i] - mean) * (xv[j][i] - mean);
+  }
   const float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps);
 #pragma unroll
   for (int j = 0; j < J; j++) {
     const i64 c = 8 * (lane + 32 * j);
-    float wv[8], bv[8], o[8];
+    float wv[8], bv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, o[8];
     ld8(wv, w + c);
-    ld8(bv, b + c);
+    if (LN) ld8(bv, b + c);
 #pragma unroll
-    for (int i = 0; i < 8; i++) o[i] = (xv[j][i] - mean) * rstd * wv[i] + bv[i];
+    for (int i = 0; i < 8; i++) o[i] = LN ? (xv[j][i] - mean) * rstd * wv[i] + bv[i] : xv[j][i] * rstd * wv[i];
     st8(y + row * D + c, o);
   }
 }
@@ -284,6 +288,146 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
   }
   __syncthreads();
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
+}
+
+/* LayerNorm (LN) or RMSNorm backward for bf16 rows of D a multiple of 256 (up to 1024), the whole of it in one launch
+ * when G > 0. Bytes: x and dy read once, dx written once (3 ROWS D 2: the floor), and the blocks' dw (/ db) partials,
+ * P M floats (M = 2D, or D) written once and read once by tree_sum (L2-resident: 1.6 MB at P 264, D 768, against
+ * the floor's 37.7 MB at [8192, 768]).
+ * Grid P blocks of W warps, dynamic shared memory norm_bwd_ring_smem(D, W, S). Warp v of block b does rows
+ * b W + v + P W i (i = 0, 1, ...): the same rows in the same order every run. A warp streams its rows through a ring
+ * of S stages in shared memory (cp.async: S - 1 rows in flight while one is computed; a lane copies and reads only its
+ * own 16-byte pieces, so the ring needs no barrier); per row mean and rstd once, reused for dx and the sums; the
+ * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order, and
+ * with G > 0 tree_sum over the blocks (groups of G) writes dw, db; with G = 0 the block's row of part is left for
+ * the emitter's column sum (a second launch). */
+__host__ __device__ constexpr i64 norm_bwd_ring_smem(i64 d, int w, int s) { return 4 * d + (i64)w * s * 4 * d; }
+template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int G>
+__device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpart, int *cnt, const bf16 *x, const TW *w,
+                              const bf16 *dy, float eps) {
+  constexpr int J = (int)(D / 256);
+  constexpr i64 M = LN ? 2 * D : D;
+  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
+  float *wsm = (float *)SK_DYN_SMEM();
+  bf16 *ring = (bf16 *)(wsm + D) + (i64)wp * S * 2 * D; /* this warp's S stages: x row, then dy row */
+  for (int i = (int)threadIdx.x; i < (int)D; i += 32 * W) wsm[i] = ld(w + i);
+  float dwa[J][8], dba[J][8];
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) dwa[j][i] = 0.0f, dba[j][i] = 0.0f;
+  __syncthreads();
+  const i64 r0 = (i64)blockIdx.x * W + wp, step = (i64)P * W;
+#pragma unroll
+  for (int s = 0; s < S - 1; s++) { /* the first S - 1 rows in flight */
+    const i64 r = r0 + s * step;
+    if (r < ROWS)
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const i64 c = 8 * (lane + 32 * j);
+        cp16(ring + (i64)s * 2 * D + c, x + r * D + c, true);
+        cp16(ring + (i64)s * 2 * D + D + c, dy + r * D + c, true);
+      }
+    cp_commit();
+  }
+  int it = 0;
+  for (i64 r = r0; r < ROWS; r += step, it++) {
+    const i64 rn = r + (S - 1) * step; /* the row S - 1 ahead, into the stage the previous row left */
+    if (rn < ROWS) {
+      bf16 *st4 = ring + (i64)((it + S - 1) % S) * 2 * D;
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const i64 c = 8 * (lane + 32 * j);
+        cp16(st4 + c, x + rn * D + c, true);
+        cp16(st4 + D + c, dy + rn * D + c, true);
+      }
+    }
+    cp_commit();
+    cp_wait<S - 1>(); /* this row's copies have landed */
+    const bf16 *cx = ring + (i64)(it % S) * 2 * D;
+    u32x4 px[J], pg[J];
+#pragma unroll
+    for (int j = 0; j < J; j++)
+      px[j] = *(const u32x4 *)(cx + 8 * (lane + 32 * j)), pg[j] = *(const u32x4 *)(cx + D + 8 * (lane + 32 * j));
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float v[8];
+      unpack8(v, px[j]);
+#pragma unroll
+      for (int i = 0; i < 8; i++) s += LN ? v[i] : v[i] * v[i];
+    }
+    float mean = 0.0f, q = s;
+    if (LN) {
+      mean = warp_sum(s) * (1.0f / (float)D);
+      q = 0.0f;
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        float v[8];
+        unpack8(v, px[j]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
+      }
+    }
+    const float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps);
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = ((const f32x4 *)wsm)[2 * (lane + 32 * j)], w1 = ((const f32x4 *)wsm)[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
+        s1 += g;
+        s2 += g * xh;
+        dwa[j][i] += gv[i] * xh;
+        dba[j][i] += gv[i];
+      }
+    }
+    if (LN) s1 = warp_sum(s1) * (1.0f / (float)D);
+    s2 = warp_sum(s2) * (1.0f / (float)D);
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      float xv[8], gv[8], o[8];
+      unpack8(xv, px[j]);
+      unpack8(gv, pg[j]);
+      const f32x4 w0 = ((const f32x4 *)wsm)[2 * (lane + 32 * j)], w1 = ((const f32x4 *)wsm)[2 * (lane + 32 * j) + 1];
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float xh = (xv[i] - mean) * rstd;
+        o[i] = LN ? rstd * (gv[i] * wv[i] - s1 - xh * s2) : rstd * (gv[i] * wv[i] - xh * s2);
+      }
+      *(u32x4 *)(dx + r * D + 8 * (lane + 32 * j)) =
+          u32x4{pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
+    }
+  }
+  cp_wait<0>();
+  __syncwarp(); /* every lane of the warp done with its ring: it now holds the warp's sums */
+  float *red = (float *)ring;
+#pragma unroll
+  for (int j = 0; j < J; j++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      red[8 * (lane + 32 * j) + i] = dwa[j][i];
+      if constexpr (LN) red[D + 8 * (lane + 32 * j) + i] = dba[j][i];
+    }
+  __syncthreads();
+  float *mine = part + (i64)blockIdx.x * M;
+  for (i64 c = threadIdx.x; c < M; c += 32 * W) { /* the warps' sums in warp order */
+    float s = 0.0f;
+#pragma unroll
+    for (int v = 0; v < W; v++) s += ((const float *)((bf16 *)(wsm + D) + (i64)v * S * 2 * D))[c];
+    mine[c] = s;
+  }
+  if constexpr (G > 0)
+    tree_sum<32 * W, M, P, G>(part, gpart, cnt, (int)blockIdx.x, [&](i64 j, float s) {
+      if (j < D) st(dw + j, s);
+      else st(db + (j - D), s);
+    });
 }
 
 template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>

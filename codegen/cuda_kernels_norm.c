@@ -1,0 +1,150 @@
+/* codegen/cuda_kernels_norm.c — the CUDA kernels of LayerNorm and RMSNorm, forward and backward
+ * (runtime/cuda/kernels/shardk_norm.cuh; codegen/cuda_kernels.h). bf16 rows of D a multiple of 256: a warp per
+ * row in 16-byte vectors; the backward (D up to 1024) in one launch, its weight gradients from per-block partials
+ * summed by the last blocks to finish (shardk.cuh tree_sum). Other shapes: a block per row, the partials' column
+ * sums a second launch. Deterministic throughout: fixed orders, no float atomics. */
+#include "cuda_kernels_int.h"
+
+static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x, DType xdt, const char *w,
+                            const char *b, DType wdt, int64_t rows, int64_t d, double eps) {
+  int nt = ck_row_threads(d);
+  int nper = (int)cdiv(d, nt);
+  Args g = {.np = b ? 4 : 3, .p = {y, x, w, b}};
+  const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
+  const char *call =
+      b ? arena_printf(k->a,
+                       "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, (const %s *)p3, %s);",
+                       fn, xt, wt, (long long)d, nt, nper, xt, xt, wt, wt, ck_fl(k, eps))
+        : arena_printf(k->a, "sk::%s<%s, %s, %lldLL, %d, %d>((%s *)p0, (const %s *)p1, (const %s *)p2, %s);", fn,
+                       xt, wt, (long long)d, nt, nper, xt, xt, wt, ck_fl(k, eps));
+  return ck_simple(k, &g, rows, 1, 1, nt, 1, call);
+}
+
+/* a warp per row, 16-byte vectors (shardk_norm.cuh norm_vec) */
+static const char *norm_vec(CuK *k, int ln, const char *y, const char *x, const char *w, const char *b, DType wdt,
+                            int64_t rows, int64_t d, double eps) {
+  Args g = {.np = 4, .p = {y, x, w, ln ? b : w}}; /* (RMSNorm reads no bias) */
+  const char *wt = ck_ctype(wdt);
+  return ck_simple(k, &g, cdiv(rows, 8), 1, 1, 256, 1,
+                   arena_printf(k->a,
+                                "sk::norm_vec<%s, %s, %lldLL, %lldLL>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const %s *)p2, "
+                                "(const %s *)p3, %s);",
+                                ln ? "true" : "false", wt, (long long)rows, (long long)d, wt, wt, ck_fl(k, eps)));
+}
+
+const char *cuk_layernorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, const char *b, DType wdt,
+                          int64_t rows, int64_t d, double eps) {
+  if (xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && d % 256 == 0 && d <= 1024)
+    return norm_vec(k, 1, y, x, w, b, wdt, rows, d, eps);
+  return norm_fwd(k, "layernorm", y, x, xdt, w, b, wdt, rows, d, eps);
+}
+
+const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, DType wdt, int64_t rows,
+                        int64_t d, double eps) {
+  if (k->variant != CUK_VAR_MAIN && xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && d % 256 == 0 && d <= 2048)
+    return norm_vec(k, 0, y, x, w, NULL, wdt, rows, d, eps);
+  return norm_fwd(k, "rmsnorm", y, x, xdt, w, NULL, wdt, rows, d, eps);
+}
+
+/* The backward by norm_bwd_ring (bf16, D a multiple of 256 up to 1024): 8 warps a block, 264 blocks (two an SM on
+ * a 132-SM H100 / H200: one wave) or fewer for fewer rows (at least 2 rows a warp), rings of 4 rows (3 past D 768),
+ * dw / db by tree_sum over groups of 16 blocks (CUK_VAR_TWO_LAUNCH: by a colsum launch of the partials). */
+static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x,
+                                 const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
+  const int W = 8, S = d <= 768 ? 4 : 3, G = k->variant == CUK_VAR_TWO_LAUNCH ? 0 : 16;
+  const int64_t P = imax(1, imin(cdiv(rows, 2 * W), 264)), m = ln ? 2 * d : d, ng = G ? cdiv(P, G) : 0;
+  const int64_t smem = 4 * d + (int64_t)W * S * 4 * d;
+  ck_need_ws(k, (P + ng) * m * 4);
+  const char *wt = ck_ctype(wdt);
+  Args g = {.np = 9,
+            .p = {dx, dw, ln ? db : dw, ck_ws_at(k, 0), ck_ws_at(k, P * m * 4), /* (RMSNorm: no db; G 0: no counters) */
+                  G ? ck_counters(k, (int)(P <= G ? 1 : ng + 1)) : ck_ws_at(k, 0), x, w, dy}};
+  k->minb = 2; /* two blocks an SM: 128 registers a thread */
+  const char *l1 = ck_simple_smem(
+      k, &g, P, 1, 1, 32 * W, 1, smem,
+      arena_printf(k->a,
+                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d, %d>((sk::bf16 *)p0, (%s *)p1, (%s *)p2, (float *)p3, "
+                   "(float *)p4, (int *)p5, (const sk::bf16 *)p6, (const %s *)p7, (const sk::bf16 *)p8, %s);",
+                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, G, wt, wt, wt, ck_fl(k, eps)));
+  k->minb = 0;
+  if (G) return l1;
+  if (!ln) return ck_cat(k, l1, ck_colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0));
+  Args g3 = {.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}; /* dw (blockIdx.z 0) and db (1) in one launch */
+  int id = ck_begin(k, &g3, 256);
+  ck_out(k, "  if (blockIdx.z == 0) %s\n  else %s\n", ck_colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p0", "p2"),
+         ck_colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p1", arena_printf(k->a, "((float *)p2 + %lldLL)", (long long)d)));
+  return ck_cat(k, l1, ck_end(k, id, &g3, cdiv(d / 4, 8), 1, 2, 8, 32, 1));
+}
+
+static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
+                            const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
+  if (k->variant != CUK_VAR_MAIN && xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && d % 256 == 0 && d <= 1024)
+    return norm_bwd_ring(k, ln, dx, dw, db, x, w, wdt, dy, rows, d, eps);
+  int nt = ck_row_threads(d);
+  int nper = (int)cdiv(d, nt);
+  /* CUK_VAR_MAIN's layernorm_bwd_vec: 4 warps a block, 3 blocks an SM (H200, [8192 | 16384, 768]: 19.3 | 33.3 us; with
+   * the dw / db sums in shared memory, 114 registers instead of 164 and 512 blocks: 21.0 | 33.8) */
+  int vec = ln && xdt == DT_BF16 && d % 256 == 0 && d <= 1024;
+  int64_t P = vec ? imax(1, imin(cdiv(rows, 4), 384)) : imax(1, imin(rows, 256));
+  int64_t m = ln ? 2 * d : d;
+  ck_need_ws(k, P * m * 4);
+  const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
+  Args g = {.np = 5, .p = {dx, ck_ws_at(k, 0), x, w, dy}};
+  const char *l1 = vec /* a warp per row, 16-byte vectors */
+                       ? ck_simple(k, &g, P, 1, 1, 128, 1,
+                                arena_printf(k->a,
+                                             "sk::layernorm_bwd_vec<%s, %lldLL, %lldLL, %d, 4>((sk::bf16 *)p0, (float *)p1, "
+                                             "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
+                                             wt, (long long)rows, (long long)d, (int)P, wt, ck_fl(k, eps)))
+                   : ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
+                       ? ck_simple(k, &g, P, 1, 1, 256, 1,
+                                arena_printf(k->a,
+                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, "
+                                             "(const %s *)p2, (const %s *)p3, (const %s *)p4, %s);",
+                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, xt, wt, xt, ck_fl(k, eps)))
+                       : ck_simple(
+      k, &g, P, 1, 1, nt, 1,
+      arena_printf(k->a,
+                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (float *)p1, (const %s *)p2, (const %s *)p3, "
+                   "(const %s *)p4, %s);",
+                   ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P, xt,
+                   xt, wt, xt, ck_fl(k, eps)));
+  /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
+  Args g2 = {.np = 2, .p = {dw, ck_ws_at(k, 0)}};
+  const char *l2 = NULL;
+  if (d % 4 == 0 && ln) { /* the parts' column sums (shardk.cuh colsum): dw (blockIdx.z 0) and db (1) in one launch */
+    Args g3 = {.np = 3, .p = {dw, db, ck_ws_at(k, 0)}};
+    int id = ck_begin(k, &g3, 256);
+    ck_out(k, "  if (blockIdx.z == 0) %s\n  else %s\n", ck_colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p0", "p2"),
+        ck_colsum_call(k, wdt, DT_F32, P, d, 2 * d, 1, 32, 1.0, "p1",
+                    arena_printf(k->a, "((float *)p2 + %lldLL)", (long long)d)));
+    l2 = ck_end(k, id, &g3, cdiv(d / 4, 8), 1, 2, 8, 32, 1);
+  } else if (d % 4 == 0) {
+    l2 = ck_colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0);
+  } else if (ln) {
+    /* one kernel over 2d columns would need dw and db adjacent: sum each half separately */
+    int id = ck_begin(k, &(Args){.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}, 256);
+    ck_out(k, "  long long j = (long long)blockIdx.x * 256 + threadIdx.x;\n");
+    ck_out(k, "  if (j >= %lldLL) return;\n", (long long)(2 * d));
+    ck_out(k, "  float acc = 0.0f;\n  for (long long p = 0; p < %lldLL; p++) acc += ((const float *)p2)[p * %lldLL + j];\n",
+        (long long)P, (long long)(2 * d));
+    ck_out(k, "  if (j < %lldLL) sk::st((%s *)p0 + j, acc); else sk::st((%s *)p1 + (j - %lldLL), acc);\n", (long long)d,
+        wt, wt, (long long)d);
+    l2 = ck_end(k, id, &(Args){.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}, cdiv(2 * d, 256), 1, 1, 256, 1, 1);
+  } else {
+    l2 = ck_simple(k, &g2, cdiv(d, 256), 1, 1, 256, 1,
+                arena_printf(k->a, "sk::sum_parts<%s, %lldLL, %lldLL>((%s *)p0, (const float *)p1, 1.0f);", wt,
+                             (long long)d, (long long)P, wt));
+  }
+  return ck_cat(k, l1, l2);
+}
+
+const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
+                              const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
+  return norm_bwd(k, 1, dx, dw, db, x, xdt, w, wdt, dy, rows, d, eps);
+}
+
+const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *x, DType xdt, const char *w, DType wdt,
+                            const char *dy, int64_t rows, int64_t d, double eps) {
+  return norm_bwd(k, 0, dx, dw, NULL, x, xdt, w, wdt, dy, rows, d, eps);
+}
