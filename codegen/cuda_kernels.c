@@ -503,9 +503,11 @@ const char *cuk_rope_at(CuK *k, const char *y, const char *x, const char *pos, D
                         int64_t H, int64_t hd, double theta, int64_t start, int inverse) {
   Args g = {.np = pos ? 3 : 2, .p = {y, x, pos}};
   const char *t = ck_ctype(dt);
-  const int vw = dt == DT_BF16 ? 8 : 4, R = 16;
+  const int vw = dt == DT_BF16 ? 8 : 4;
+  /* rows of 16-byte vector pairs, the angles once a block (shardk.cuh rope_vec): up to 16 rows a block, at most 3 vector
+   * pairs a thread (GPT-2's H 12, hd 64: 16 rows; hd 128, H 16: 6) */
+  const int R = (int)imax(1, imin(16, 768 / imax(1, H * (hd / 2 / vw))));
   if (k->variant != CUK_VAR_MAIN && (dt == DT_BF16 || dt == DT_F32) && hd % (2 * vw) == 0 && cdiv(B * S, R) <= 0x7fffffffLL)
-    /* rows of 16-byte vector pairs, the angles once a block (shardk.cuh rope_vec) */
     return ck_simple(k, &g, cdiv(B * S, R), 1, 1, 256, 1,
                      arena_printf(k->a,
                                   "sk::rope_vec<%s, %lldLL, %lldLL, %lldLL, %lldLL, %s, %d>((%s *)p0, (const %s *)p1, %.17g, "

@@ -716,6 +716,9 @@ static void cases_ring(KC *c) {
 
 /* ---- driver ------------------------------------------------------------------------------------------------------ */
 
+static int bytes_variants = 1;
+void kc_bytes_variants(int on) { bytes_variants = on; }
+
 static void all_cases(KC *c) {
   cases_elementwise(c);
   cases_movement(c);
@@ -726,7 +729,7 @@ static void all_cases(KC *c) {
   cases_reduce_opt(c);
   cases_attention(c);
   cases_ring(c);
-  for (int v = 0; v < CUK_NVARIANTS; v++) { /* the bytes-bound kernels' other variants (cuk_set_variant) */
+  for (int v = 0; v < CUK_NVARIANTS && bytes_variants; v++) { /* the bytes-bound kernels' other variants (cuk_set_variant) */
     if (v == CUK_VAR_DEFAULT) continue;
     if (c->be) printf("-- variant %s\n", cuk_variant_names[v]);
     cuk_set_variant(c->k, v);

@@ -29,6 +29,9 @@ const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels);
  * (cuk_flash_variants) on some shapes (causal and not, GQA, odd lengths, hd 64 and 128); on unless
  * turned off before pass 0 (cuda_nvrtc compiles the configuration the compiler emits only). */
 void kc_flash_variants(int on);
+/* Whether the norm, reduce_to and rope cases run again for every other variant of the bytes-bound kernels
+ * (cuk_set_variant); on unless turned off before pass 0. */
+void kc_bytes_variants(int on);
 /* Pass 1: runs and checks every case; returns the number of failed checks. */
 int kc_run_all(const KBackend *be, int64_t workspace);
 

@@ -3,7 +3,8 @@
  * bf16 activations) timed against its floor: bytes moved / the device's measured copy bandwidth
  * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/run_gpu.sh; exits non-zero when a
  * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only]; SHARDK_ATTN_SWEEP=1 adds the attention
- * tile sweep (flash_sweep.h), SHARDK_ATTN_SWEEP=only runs the sweep alone. */
+ * tile sweep (flash_sweep.h), SHARDK_ATTN_SWEEP=only runs the sweep alone; SHARDK_BYTES_SWEEP=1 (or only) the same
+ * for the bytes-bound kernels' variants (cuk_set_variant: norms, rope, reduce_to, each variant checked by the cases). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,31 @@ static double stmt_us(const char *stmt, char *ws) {
   return ms * 1e3 / reps;
 }
 
+/* the copy floor: a 1 GiB device-to-device copy (read + write), bytes per second */
+static double copy_bw(void) {
+  CUevent e0, e1;
+  CU_CHECK(cuEventCreate(&e0, 0));
+  CU_CHECK(cuEventCreate(&e1, 0));
+  size_t cb = (size_t)1 << 30;
+  CUdeviceptr c0, c1;
+  CU_CHECK(cuMemAlloc(&c0, cb));
+  CU_CHECK(cuMemAlloc(&c1, cb));
+  CU_CHECK(cuMemcpyDtoD(c1, c0, cb));
+  CU_CHECK(cuEventRecord(e0, NULL));
+  for (int r = 0; r < 5; r++) CU_CHECK(cuMemcpyDtoD(c1, c0, cb));
+  CU_CHECK(cuEventRecord(e1, NULL));
+  CU_CHECK(cuEventSynchronize(e1));
+  float ms;
+  CU_CHECK(cuEventElapsedTime(&ms, e0, e1));
+  double bw = 5.0 * 2.0 * (double)cb / (ms * 1e-3);
+  printf("\ncopy bandwidth %.0f GB/s (1 GiB cuMemcpyDtoD)\n", bw / 1e9);
+  CU_CHECK(cuMemFree(c0));
+  CU_CHECK(cuMemFree(c1));
+  CU_CHECK(cuEventDestroy(e0));
+  CU_CHECK(cuEventDestroy(e1));
+  return bw;
+}
+
 static void perf(void) {
   Arena a;
   arena_init(&a);
@@ -180,6 +206,8 @@ static void perf(void) {
   p[np++] = (Perf){"layernorm_bwd bf16 [8192, 768]",
                    cuk_layernorm_bwd(k, z, dw, db, x, DT_BF16, w, DT_F32, y, N, C, 1e-5), 3 * nC * 2, 0};
   p[np++] = (Perf){"rmsnorm bf16 [8192, 768]", cuk_rmsnorm(k, y, x, DT_BF16, w, DT_F32, N, C, 1e-5), 2 * nC * 2, 0};
+  p[np++] = (Perf){"rmsnorm_bwd bf16 [8192, 768]",
+                   cuk_rmsnorm_bwd(k, z, dw, x, DT_BF16, w, DT_F32, y, N, C, 1e-5), 3 * nC * 2, 0};
   p[np++] = (Perf){"rope bf16 [8, 1024, 12*64]", cuk_rope(k, y, x, DT_BF16, B, T, H, hd, 10000.0, 0, 0), 2 * nC * 2, 0};
   p[np++] = (Perf){"transpose bf16 [8192, 768]", cuk_transpose(k, y, x, DT_BF16, 1, N, C), 2 * nC * 2, 0};
   Shape xs = ir_shape(2, (int64_t[]){N, C}), ys = ir_shape(1, (int64_t[]){C});
@@ -222,25 +250,7 @@ static void perf(void) {
                    cuk_sdpa_bwd(k, dq, dk, dv, q, kk, v, o, lse, x, DT_BF16, B, T, H, H, hd, 1), 0, 2.5 * fa};
   char *ws = g_alloc((size_t)cuk_workspace(k));
   load(cuk_source(k));
-  /* the copy floor: a 1 GiB device-to-device copy (read + write) */
-  CUevent e0, e1;
-  CU_CHECK(cuEventCreate(&e0, 0));
-  CU_CHECK(cuEventCreate(&e1, 0));
-  size_t cb = (size_t)1 << 30;
-  CUdeviceptr c0, c1;
-  CU_CHECK(cuMemAlloc(&c0, cb));
-  CU_CHECK(cuMemAlloc(&c1, cb));
-  CU_CHECK(cuMemcpyDtoD(c1, c0, cb));
-  CU_CHECK(cuEventRecord(e0, NULL));
-  for (int r = 0; r < 5; r++) CU_CHECK(cuMemcpyDtoD(c1, c0, cb));
-  CU_CHECK(cuEventRecord(e1, NULL));
-  CU_CHECK(cuEventSynchronize(e1));
-  float ms;
-  CU_CHECK(cuEventElapsedTime(&ms, e0, e1));
-  double bw = 5.0 * 2.0 * (double)cb / (ms * 1e-3);
-  printf("\ncopy bandwidth %.0f GB/s (1 GiB cuMemcpyDtoD)\n", bw / 1e9);
-  CU_CHECK(cuMemFree(c0));
-  CU_CHECK(cuMemFree(c1));
+  double bw = copy_bw();
   printf("%-42s %10s %10s %8s\n", "kernel", "us", "floor us", "of floor");
   for (int i = 0; i < np; i++) {
     double us = stmt_us(p[i].stmt, ws);
@@ -256,6 +266,93 @@ static void perf(void) {
   if (flag) printf("(device error flag %d)\n", flag);
   g_free(ws);
   for (int i = 0; i < npbuf; i++) g_free(pbuf[i]);
+  npbuf = 0;
+  arena_free(&a);
+}
+
+/* ---- the bytes-bound kernels' variants side by side (SHARDK_BYTES_SWEEP) -------------------------------------- */
+
+/* the registers / local bytes of a statement's kernels, "k12 128/40 k13 32/0" */
+static const char *kernel_attrs(Arena *a, const char *stmt) {
+  CukLaunch L[8];
+  int n = cukl_parse(stmt, L, 8);
+  const char *s = "";
+  for (int i = 0; i < n; i++) {
+    int regs, local;
+    CU_CHECK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn(L[i].kernel)));
+    CU_CHECK(cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn(L[i].kernel)));
+    s = arena_printf(a, "%s%sk%d %d/%d", s, i ? " " : "", L[i].kernel, regs, local);
+  }
+  return s;
+}
+
+/* Each case's statement in every variant (cuk_set_variant; each checked by the cases above, cuda_kernels_emu too),
+ * timed in 5 interleaved rounds (case by case, variant after variant); the median round per variant. */
+static void bytes_sweep(void) {
+  enum { NC = 12, ROUNDS = 5 };
+  Arena a;
+  arena_init(&a);
+  CuK *k = cuk_new(&a);
+  const int64_t B = 8, T = 1024, C = 768, N = B * T, N2 = 2 * N, L = 2048;
+  const char *x = pb(&a, (size_t)N2 * 4 * C * 2), *y = pb(&a, (size_t)N2 * 4 * C * 2), *z = pb(&a, (size_t)N2 * 4 * C * 2);
+  const char *w = pb(&a, (size_t)4 * C * 4), *bb = pb(&a, (size_t)4 * C * 4), *dw = pb(&a, (size_t)4 * C * 4),
+             *db = pb(&a, (size_t)4 * C * 4);
+  struct {
+    const char *name;
+    double bytes;
+    const char *stmt[CUK_NVARIANTS];
+  } c[NC];
+  Shape xs = ir_shape(2, (int64_t[]){N, C}), ys = ir_shape(1, (int64_t[]){C}), x2s = ir_shape(2, (int64_t[]){N2, C}),
+        x3s = ir_shape(2, (int64_t[]){N2, 4 * C}), y3s = ir_shape(1, (int64_t[]){4 * C});
+  for (int v = 0; v < CUK_NVARIANTS; v++) {
+    int i = 0;
+    cuk_set_variant(k, v);
+#define BCASE(nm, by, st) (c[i].name = (nm), c[i].bytes = (by), c[i++].stmt[v] = (st))
+    BCASE("layernorm_bwd bf16 [8192, 768]", 3.0 * N * C * 2, cuk_layernorm_bwd(k, z, dw, db, x, DT_BF16, w, DT_F32, y, N, C, 1e-5));
+    BCASE("layernorm_bwd bf16 [16384, 768]", 3.0 * N2 * C * 2,
+          cuk_layernorm_bwd(k, z, dw, db, x, DT_BF16, w, DT_F32, y, N2, C, 1e-5));
+    BCASE("rmsnorm bf16 [8192, 768]", 2.0 * N * C * 2, cuk_rmsnorm(k, y, x, DT_BF16, w, DT_F32, N, C, 1e-5));
+    BCASE("rmsnorm_bwd bf16 [8192, 768]", 3.0 * N * C * 2, cuk_rmsnorm_bwd(k, z, dw, x, DT_BF16, w, DT_F32, y, N, C, 1e-5));
+    BCASE("rmsnorm bf16 [8192, 2048]", 2.0 * N * L * 2, cuk_rmsnorm(k, y, x, DT_BF16, w, DT_F32, N, L, 1e-5));
+    BCASE("rmsnorm_bwd bf16 [8192, 2048]", 3.0 * N * L * 2, cuk_rmsnorm_bwd(k, z, dw, x, DT_BF16, w, DT_F32, y, N, L, 1e-5));
+    BCASE("rope bf16 [8, 1024, 12*64]", 2.0 * N * C * 2, cuk_rope(k, y, x, DT_BF16, B, T, 12, 64, 10000.0, 0, 0));
+    BCASE("rope bf16 [8, 1024, 16*128]", 2.0 * N * L * 2, cuk_rope(k, y, x, DT_BF16, B, T, 16, 128, 500000.0, 0, 0));
+    BCASE("reduce_to bf16 [8192, 768] -> [768]", 1.0 * N * C * 2, cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &xs));
+    BCASE("reduce_to bf16 [16384, 768] -> [768]", 1.0 * N2 * C * 2, cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &x2s));
+    BCASE("reduce_to bf16 [16384, 3072] -> [3072]", 4.0 * N2 * C * 2, cuk_reduce_to(k, dw, DT_F32, &y3s, x, DT_BF16, &x3s));
+    BCASE("layernorm bf16 [8192, 768] (the same in all)", 2.0 * N * C * 2,
+          cuk_layernorm(k, y, x, DT_BF16, w, bb, DT_F32, N, C, 1e-5));
+#undef BCASE
+  }
+  cuk_set_variant(k, CUK_VAR_DEFAULT);
+  char *ws = g_alloc((size_t)cuk_workspace(k));
+  load(cuk_source(k));
+  double bw = copy_bw();
+  printf("bytes-bound kernels, variants side by side (median of %d interleaved rounds; regs/local bytes per kernel)\n",
+         ROUNDS);
+  printf("%-46s %-11s %9s %9s %8s  %s\n", "kernel", "variant", "us", "floor us", "of floor", "kernels");
+  for (int i = 0; i < NC; i++) {
+    double us[CUK_NVARIANTS][ROUNDS];
+    for (int r = 0; r < ROUNDS; r++)
+      for (int v = 0; v < CUK_NVARIANTS; v++) us[v][r] = stmt_us(c[i].stmt[v], ws);
+    for (int v = 0; v < CUK_NVARIANTS; v++) {
+      for (int r = 1; r < ROUNDS; r++) /* sort the rounds */
+        for (int q = r; q > 0 && us[v][q] < us[v][q - 1]; q--) {
+          double s = us[v][q];
+          us[v][q] = us[v][q - 1], us[v][q - 1] = s;
+        }
+      double med = us[v][ROUNDS / 2], fl = c[i].bytes / bw * 1e6;
+      printf("%-46s %-11s %9.1f %9.1f %7.0f%%  %s\n", v ? "" : c[i].name, cuk_variant_names[v], med, fl, 100.0 * fl / med,
+             kernel_attrs(&a, c[i].stmt[v]));
+    }
+    fflush(stdout);
+  }
+  int flag = 0;
+  g_d2h(&flag, ws, 4);
+  if (flag) printf("(device error flag %d)\n", flag);
+  g_free(ws);
+  for (int i = 0; i < npbuf; i++) g_free(pbuf[i]);
+  npbuf = 0;
   arena_free(&a);
 }
 
@@ -285,8 +382,10 @@ static int sweep(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *sw = getenv("SHARDK_ATTN_SWEEP");
-  int only = sw && strcmp(sw, "only") == 0, do_sweep = only || (sw && strcmp(sw, "1") == 0);
+  const char *sw = getenv("SHARDK_ATTN_SWEEP"), *bs = getenv("SHARDK_BYTES_SWEEP");
+  int only = (sw && strcmp(sw, "only") == 0) || (bs && strcmp(bs, "only") == 0);
+  int do_sweep = sw && (strcmp(sw, "only") == 0 || strcmp(sw, "1") == 0),
+      do_bytes = bs && (strcmp(bs, "only") == 0 || strcmp(bs, "1") == 0);
   int do_perf = !only && !(argc > 1 && strcmp(argv[1], "--no-perf") == 0),
       do_cases = !only && !(argc > 1 && strcmp(argv[1], "--perf-only") == 0);
   CU_CHECK(cuInit(0));
@@ -315,6 +414,7 @@ int main(int argc, char **argv) {
     arena_free(&a);
   }
   if (do_perf) perf();
+  if (do_bytes) bytes_sweep();
   if (do_sweep) fails += sweep();
   if (mod) CU_CHECK(cuModuleUnload(mod));
   CU_CHECK(cuDevicePrimaryCtxRelease(dev));

@@ -109,6 +109,7 @@ int main(int argc, char **argv) {
   int64_t ws;
   int nk;
   kc_flash_variants(0); /* the attention tiles the compiler emits (the others: cuda_kernels_emu, the GPU sweep) */
+  kc_bytes_variants(0);  /* the same for the bytes-bound kernels */
   const char *src = kc_emit_all(&a, &ws, &nk);
   printf("%d kernels, %zu bytes of source\n", nk, strlen(src));
   Job jobs[4] = {{.arch = "compute_80"}, {.arch = "sm_90"}, {.arch = "compute_90"}, {.arch = "sm_80"}};

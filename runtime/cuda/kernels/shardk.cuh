@@ -121,6 +121,25 @@ __device__ __forceinline__ void cp_wait() {
 #endif
 }
 
+/* 16 bytes from shared memory, read again at every call (not kept in registers by the compiler: for a row that stays
+ * in shared memory while it is used in several passes) */
+__device__ __forceinline__ u32x4 lds16(const void *p) {
+#ifdef SK_EMU
+  return *(const u32x4 *)p;
+#else
+  u32x4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"((unsigned)__cvta_generic_to_shared(p)));
+  return v;
+#endif
+}
+__device__ __forceinline__ void lds8f(float (&v)[8], const float *p) { /* 8 floats (two 16-byte reads) */
+  const u32x4 a = lds16(p), b = lds16(p + 4);
+  v[0] = __int_as_float((int)a.x), v[1] = __int_as_float((int)a.y), v[2] = __int_as_float((int)a.z), v[3] = __int_as_float((int)a.w);
+  v[4] = __int_as_float((int)b.x), v[5] = __int_as_float((int)b.y), v[6] = __int_as_float((int)b.z), v[7] = __int_as_float((int)b.w);
+}
+
 /* ---- elementwise math (ops.def) -------------------------------------------------------- */
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gelu(float x) {
@@ -585,47 +604,53 @@ __device__ void rope(T *y, const T *x, double theta, i64 start, const int *pos =
 }
 
 /* rope for rows of H heads whose half head is a multiple of VW = 16 / sizeof(T): a block of 256 threads does R rows
- * (b, s) (grid ceil(B S / R)). First the R half angles' cos and sin into shared memory (the same double formula as
- * rope, once per position and frequency), then the rows' vector pairs (VW values of the first half of a head and
- * the VW across from them in the second half): every one of a thread's loads issued before its stores (16 bytes
- * each; in place allowed: a pair is read and written by one thread). Pointers not 16-byte aligned: element by element. */
+ * (b, s) (grid ceil(B S / R)). Its loads first (each thread's vector pairs: VW values of the first half of a head and
+ * the VW across from them in the second half, 16 bytes each), then while they fly the R rows' cos and sin into shared
+ * memory (the same double formula as rope: theta^(-2i / HD) once a block per frequency, sincos once per position and
+ * frequency), then the rotations and the stores (in place allowed: a pair is read and written by one thread).
+ * Pointers not 16-byte aligned: element by element. */
 template <class T, i64 B, i64 S, i64 H, i64 HD, bool INV, int R>
 __device__ void rope_vec(T *y, const T *x, double theta, i64 start, const int *pos = nullptr) {
   constexpr int VW = 16 / (int)sizeof(T), HALF = (int)(HD / 2), NV = HALF / VW, TASKS = R * (int)H * NV,
                 TPT = (TASKS + 255) / 256;
   static_assert(HALF % VW == 0, "rope_vec: half a head of whole vectors");
   __shared__ float cs[R][HALF], sn[R][HALF];
+  __shared__ double fr[HALF];
   const i64 row0 = (i64)blockIdx.x * R;
   const int t = (int)threadIdx.x;
-  for (int e = t; e < R * HALF; e += 256) {
-    const int r = e / HALF, i = e % HALF;
-    const i64 s = (row0 + r) % S;
-    double ang = (double)((pos ? (i64)pos[s] : s) + start) * pow(theta, -2.0 * (double)i / (double)HD);
-    if (INV) ang = -ang;
-    cs[r][i] = (float)cos(ang);
-    sn[r][i] = (float)sin(ang);
-  }
-  __syncthreads();
-  if ((((unsigned long long)x | (unsigned long long)y) & 15) != 0) { /* misaligned: one value at a time */
-    for (int e = t; e < R * (int)H * HALF; e += 256) {
-      const int r = e / ((int)H * HALF), h = e / HALF % (int)H, i = e % HALF;
-      if (row0 + r >= B * S) continue;
-      const i64 o = (row0 + r) * H * HD + h * HD + i;
-      const float a = ld(x + o), c = ld(x + o + HALF);
-      st(y + o, a * cs[r][i] - c * sn[r][i]);
-      st(y + o + HALF, c * cs[r][i] + a * sn[r][i]);
-    }
-    return;
-  }
+  const bool al = ((((unsigned long long)x | (unsigned long long)y) & 15) == 0);
+  for (int i = t; i < HALF; i += 256) fr[i] = pow(theta, -2.0 * (double)i / (double)HD);
   float a[TPT][VW], c[TPT][VW];
 #pragma unroll
   for (int k = 0; k < TPT; k++) { /* task e = t + 256 k: row e / (H NV), head e / NV % H, vector e % NV */
     const int e = t + 256 * k, r = e / ((int)H * NV), h = e / NV % (int)H, v = e % NV;
-    if (e < TASKS && row0 + r < B * S) {
+    if (al && e < TASKS && row0 + r < B * S) {
       const i64 o = (row0 + r) * H * HD + h * HD + v * VW;
       ldv(a[k], x + o);
       ldv(c[k], x + o + HALF);
     }
+  }
+  __syncthreads();
+  for (int e = t; e < R * HALF; e += 256) {
+    const int r = e / HALF, i = e % HALF;
+    const i64 s = (row0 + r) % S;
+    double ang = (double)((pos ? (i64)pos[s] : s) + start) * fr[i], sd, cd;
+    if (INV) ang = -ang;
+    sincos(ang, &sd, &cd);
+    cs[r][i] = (float)cd;
+    sn[r][i] = (float)sd;
+  }
+  __syncthreads();
+  if (!al) { /* misaligned: one value at a time */
+    for (int e = t; e < R * (int)H * HALF; e += 256) {
+      const int r = e / ((int)H * HALF), h = e / HALF % (int)H, i = e % HALF;
+      if (row0 + r >= B * S) continue;
+      const i64 o = (row0 + r) * H * HD + h * HD + i;
+      const float av = ld(x + o), cv = ld(x + o + HALF);
+      st(y + o, av * cs[r][i] - cv * sn[r][i]);
+      st(y + o + HALF, cv * cs[r][i] + av * sn[r][i]);
+    }
+    return;
   }
 #pragma unroll
   for (int k = 0; k < TPT; k++) {

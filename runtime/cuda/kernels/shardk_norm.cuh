@@ -344,16 +344,14 @@ __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpar
     }
     cp_commit();
     cp_wait<S - 1>(); /* this row's copies have landed */
-    const bf16 *cx = ring + (i64)(it % S) * 2 * D;
-    u32x4 px[J], pg[J];
-#pragma unroll
-    for (int j = 0; j < J; j++)
-      px[j] = *(const u32x4 *)(cx + 8 * (lane + 32 * j)), pg[j] = *(const u32x4 *)(cx + D + 8 * (lane + 32 * j));
+    /* the row stays in the ring: each pass reads its 16-byte pieces again (few registers: two blocks an SM) */
+    const u32x4 *cx = (const u32x4 *)(ring + (i64)(it % S) * 2 * D) + lane, *cg = cx + D / 8;
+    const float *wq = wsm + 8 * lane;
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < J; j++) {
       float v[8];
-      unpack8(v, px[j]);
+      unpack8(v, lds16(cx + 32 * j));
 #pragma unroll
       for (int i = 0; i < 8; i++) s += LN ? v[i] : v[i] * v[i];
     }
@@ -364,7 +362,7 @@ __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpar
 #pragma unroll
       for (int j = 0; j < J; j++) {
         float v[8];
-        unpack8(v, px[j]);
+        unpack8(v, lds16(cx + 32 * j));
 #pragma unroll
         for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
       }
@@ -374,10 +372,10 @@ __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpar
 #pragma unroll
     for (int j = 0; j < J; j++) {
       float xv[8], gv[8];
-      unpack8(xv, px[j]);
-      unpack8(gv, pg[j]);
-      const f32x4 w0 = ((const f32x4 *)wsm)[2 * (lane + 32 * j)], w1 = ((const f32x4 *)wsm)[2 * (lane + 32 * j) + 1];
-      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      unpack8(xv, lds16(cx + 32 * j));
+      unpack8(gv, lds16(cg + 32 * j));
+      float wv[8];
+      lds8f(wv, wq + 256 * j);
 #pragma unroll
       for (int i = 0; i < 8; i++) {
         const float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
@@ -392,10 +390,10 @@ __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpar
 #pragma unroll
     for (int j = 0; j < J; j++) {
       float xv[8], gv[8], o[8];
-      unpack8(xv, px[j]);
-      unpack8(gv, pg[j]);
-      const f32x4 w0 = ((const f32x4 *)wsm)[2 * (lane + 32 * j)], w1 = ((const f32x4 *)wsm)[2 * (lane + 32 * j) + 1];
-      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      unpack8(xv, lds16(cx + 32 * j));
+      unpack8(gv, lds16(cg + 32 * j));
+      float wv[8];
+      lds8f(wv, wq + 256 * j);
 #pragma unroll
       for (int i = 0; i < 8; i++) {
         const float xh = (xv[i] - mean) * rstd;
