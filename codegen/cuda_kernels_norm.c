@@ -47,11 +47,12 @@ const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const c
 }
 
 /* The backward by norm_bwd_ring (bf16, D a multiple of 256 up to 1024): 8 warps a block, 264 blocks (two an SM on
- * a 132-SM H100 / H200: one wave) or fewer for fewer rows (at least 2 rows a warp), rings of 4 rows (3 past D 768),
- * dw / db by tree_sum over groups of 16 blocks (CUK_VAR_TWO_LAUNCH: by a colsum launch of the partials). */
+ * a 132-SM H100 / H200: one wave) or fewer for fewer rows (at least 2 rows a warp), rings of up to 4 rows within 99 KiB
+ * of shared memory a block (what sm_86 / sm_89 allow; two blocks an SM on sm_90: D 768 4 rows, D 1024 2), dw / db by
+ * tree_sum over groups of 16 blocks (CUK_VAR_TWO_LAUNCH: by a colsum launch of the partials). */
 static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x,
                                  const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  const int W = 8, S = d <= 768 ? 4 : 3, G = k->variant == CUK_VAR_TWO_LAUNCH ? 0 : 16;
+  const int W = 8, S = (int)imax(2, imin(4, (99 * 1024 - 4 * d) / (W * 4 * d))), G = k->variant == CUK_VAR_TWO_LAUNCH ? 0 : 16;
   const int64_t P = imax(1, imin(cdiv(rows, 2 * W), 264)), m = ln ? 2 * d : d, ng = G ? cdiv(P, G) : 0;
   const int64_t smem = 4 * d + (int64_t)W * S * 4 * d;
   ck_need_ws(k, (P + ng) * m * 4);

@@ -353,7 +353,7 @@ __device__ __forceinline__ void stv(float *p, const float (&v)[4]) { *(f32x4 *)p
 /* Column sums of x [R, C] with rows LD apart (C, LD multiples of VW = 16 / sizeof(T), x 16-byte aligned), one block's
  * share: P chunks of ceil(R / P) rows, block (CX = 256 / RY, RY) of grid (ceil(C / VW / CX), P) sums the CX VW columns
  * from c0 = blockIdx.x CX VW of chunk blockIdx.y: thread (tx, ty) holds the VW columns of vector tx, sums rows ty, ty + RY,
- * ... of its chunk in order (16-byte loads, 4 rows in flight), then the RY row slices add in ty order (fixed: the same
+ * ... of its chunk in order (16-byte loads, 8 rows in flight), then the RY row slices add in ty order (fixed: the same
  * bits every run); emit(e, sum) for e < CX VW (columns past C: 0). RY 8 suits many rows (wide rows of a warp), RY 32
  * few (more blocks). */
 template <class T, i64 R, i64 C, i64 LD, int P, int RY, class F>
@@ -367,7 +367,7 @@ __device__ void colsum_blk(const T *x, F emit) {
 #pragma unroll
   for (int k = 0; k < VW; k++) acc[k] = 0.0f;
   if (cv < C / VW) {
-#pragma unroll 4
+#pragma unroll 8
     for (i64 i = lo + ty; i < hi; i += RY) {
       float v[VW];
       ldv(v, x + i * LD + cv * VW);
