@@ -336,19 +336,19 @@ static int merge_axes(const Shape *xs, const int64_t *xstr, const int *ds, int n
 
 /* A colsum launch (shardk.cuh): y [P, cols] (P = 1: y [cols]) = the column sums of x [rows, cols] (rows ld apart)
  * over P chunks of rows. */
-const char *ck_colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t cols, int64_t ld, int64_t P,
-                               int ry, double scale, const char *yarg, const char *xarg) {
+const char *ck_colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t cols, int64_t ld, int64_t P, int ry,
+                           double scale, const char *yarg, const char *xarg) {
   return arena_printf(k->a, "sk::colsum<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d>((%s *)%s, (const %s *)%s, %s);",
                       ck_ctype(ydt), ck_ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P, ry, ck_ctype(ydt),
                       yarg, ck_ctype(xdt), xarg, ck_fl(k, scale));
 }
 /* (ry: the block's row slices: 8 for many rows, 32 for the few rows of partial sums) */
-const char *ck_colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows,
-                                 int64_t cols, int64_t ld, int64_t P, double scale) {
+const char *ck_colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows, int64_t cols,
+                             int64_t ld, int64_t P, double scale) {
   int vw = xdt == DT_BF16 ? 8 : 4, ry = P > 1 || rows >= 1024 ? 8 : 32;
   Args g = {.np = 2, .p = {y, x}};
   return ck_simple(k, &g, cdiv(cols / vw, 256 / ry), P, 1, 256 / ry, ry,
-                ck_colsum_call(k, ydt, xdt, rows, cols, ld, P, ry, scale, "p0", "p1"));
+                   ck_colsum_call(k, ydt, xdt, rows, cols, ld, P, ry, scale, "p0", "p1"));
 }
 
 /* y [cols] = scale * the column sums of x [rows, cols] (rows ld apart; cols a multiple of 16 / sizeof(x), x 16-byte

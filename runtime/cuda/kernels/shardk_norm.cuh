@@ -1,7 +1,8 @@
 /* runtime/cuda/kernels/shardk_norm.cuh — LayerNorm and RMSNorm, forward and backward (included by
  * shardk.cuh): one block per row, or one warp per row in 16-byte vectors for bf16 rows of a multiple of
- * 256; the weight and bias gradients from per-block partials summed in order (colsum / sum_parts: no
- * float atomics). Uses shardk.cuh's loads, vectors and block reductions. */
+ * 256; the weight and bias gradients from per-block partials summed in order (in the same launch by
+ * tree_sum, or by a colsum / sum_parts launch: no float atomics). Uses shardk.cuh's loads, vectors, cp.async
+ * and reductions. */
 #ifndef SHARDK_NORM_CUH
 #define SHARDK_NORM_CUH
 
@@ -294,14 +295,13 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
  * when G > 0. Bytes: x and dy read once, dx written once (3 ROWS D 2: the floor), and the blocks' dw (/ db) partials,
  * P M floats (M = 2D, or D) written once and read once by tree_sum (L2-resident: 1.6 MB at P 264, D 768, against
  * the floor's 37.7 MB at [8192, 768]).
- * Grid P blocks of W warps, dynamic shared memory norm_bwd_ring_smem(D, W, S). Warp v of block b does rows
+ * Grid P blocks of W warps, dynamic shared memory 4 D + 4 W S D bytes (w as floats, the rings). Warp v of block b does rows
  * b W + v + P W i (i = 0, 1, ...): the same rows in the same order every run. A warp streams its rows through a ring
  * of S stages in shared memory (cp.async: S - 1 rows in flight while one is computed; a lane copies and reads only its
  * own 16-byte pieces, so the ring needs no barrier); per row mean and rstd once, reused for dx and the sums; the
  * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order, and
  * with G > 0 tree_sum over the blocks (groups of G) writes dw, db; with G = 0 the block's row of part is left for
  * the emitter's column sum (a second launch). */
-__host__ __device__ constexpr i64 norm_bwd_ring_smem(i64 d, int w, int s) { return 4 * d + (i64)w * s * 4 * d; }
 template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int G>
 __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpart, int *cnt, const bf16 *x, const TW *w,
                               const bf16 *dy, float eps) {
