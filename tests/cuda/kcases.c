@@ -387,6 +387,20 @@ static void cases_rope(KC *c) {
     cmp(c, arena_printf(c->a, "rope in place %s%s", dn(dt), inv ? " inverse" : ""), kt_get(c, tx), ref, n, tol(dt),
         bfv ? 1e-2 : 1e-5);
   }
+  { /* x and y one element past 16-byte alignment: rope_vec's element-by-element path */
+    int64_t B = 1, S = 20, H = 2, hd = 16, n = B * S * H * hd;
+    float *x = fvec(c, n + 1, 1.0f);
+    round_to(DT_BF16, x, n + 1);
+    KT tx = kt_new(c, DT_BF16, n + 1), ty = kt_new(c, DT_BF16, n + 1);
+    kt_put(c, tx, x);
+    run(c, cuk_rope(c->k, arena_printf(c->a, "(b%d + 2)", ty.id), arena_printf(c->a, "(b%d + 2)", tx.id), DT_BF16, B, S, H,
+                    hd, 10000.0, 3, 0));
+    if (c->be) {
+      float *ref = arena_alloc(c->a, (size_t)n * 4);
+      rt_rope_ref(B, S, H, hd, 10000.0, 3, 0, x + 1, ref);
+      cmp(c, "rope bf16 misaligned", kt_get(c, ty) + 1, ref, n, 1e-2, 1e-2);
+    }
+  }
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------------------------ */

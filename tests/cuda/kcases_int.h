@@ -116,6 +116,7 @@ static inline float *kt_get(KC *c, KT t) {
 static inline void *resolve(KC *c, const char *e) {
   int id;
   long long off;
+  if (sscanf(e, "(b%d + %lld)", &id, &off) == 2 && id >= 0 && id < c->nbuf) return (char *)c->buf[id] + off; /* bytes in */
   if (sscanf(e, "b%d", &id) == 1 && id >= 0 && id < c->nbuf) return c->buf[id];
   if (strcmp(e, "WS") == 0) return c->ws;
   if (sscanf(e, "(WS + %lld)", &off) == 1) return c->ws + off;
