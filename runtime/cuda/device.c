@@ -128,8 +128,11 @@ static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx, size_t *o
   const char *inc = getenv("SHARDRT_CUDA_INCLUDE");
   snprintf(incopt, sizeof incopt, "-I%s", inc && *inc ? inc : SHARDRT_CUDA_INCLUDE);
   snprintf(ver, sizeof ver, "nvrtc %d.%d", major, minor);
-  const char *opts[] = {archopt, "-std=c++17", "-default-device", incopt, "-DSK_ATTN_TUNE"};
-  int nopts = (int)(sizeof opts / sizeof opts[0]) - !c->attn_tune; /* the attention's tile candidates (attn_tune.c) */
+  /* -split-compile=0: the kernels optimized on every core (the same SASS, kernel by kernel, as one thread's:
+   * checked with nvdisasm on GPT-2's program for sm_90); dropped when this NVRTC does not know it */
+  const char *opts[6] = {archopt, "-std=c++17", "-default-device", incopt, "-split-compile=0"};
+  int nopts = 5;
+  if (c->attn_tune) opts[nopts++] = "-DSK_ATTN_TUNE"; /* the attention's tile candidates (attn_tune.c) */
 
   /* the key: source, headers, options, NVRTC version */
   int nparts = 0;
@@ -178,6 +181,12 @@ static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx, size_t *o
   for (int i = 0; i < nh; i++) hsrc[i] = rt_cu_header_source(i), hname[i] = rt_cu_header_name(i);
   NVRTC_OK(nvrtcCreateProgram(&prog, code->source, "shardc_program.cu", nh, hsrc, hname), "nvrtcCreateProgram");
   nvrtcResult rc = nvrtcCompileProgram(prog, nopts, opts);
+  if (rc == NVRTC_ERROR_INVALID_OPTION) { /* an NVRTC without -split-compile: one thread */
+    nvrtcDestroyProgram(&prog);
+    opts[4] = opts[--nopts];
+    NVRTC_OK(nvrtcCreateProgram(&prog, code->source, "shardc_program.cu", nh, hsrc, hname), "nvrtcCreateProgram");
+    rc = nvrtcCompileProgram(prog, nopts, opts);
+  }
   if (rc != NVRTC_SUCCESS) {
     size_t ll = 0;
     char *log = NULL;
