@@ -282,8 +282,12 @@ static void cuda_describe(void *be, char *out, size_t n) {
   CudaBe *c = be;
   char mem[32];
   fmt_gib(mem, sizeof mem, (double)c->total_mem);
-  snprintf(out, n, "%s, sm_%d%d, %s (device %d of %d); %d kernels for %s%s", c->name, c->major, c->minor, mem,
-           c->device, c->ndev, c->nk, c->arch[0] ? c->arch : "-", c->from_cache ? " from the cache" : "");
+  char how[96];
+  if (c->from_cache) snprintf(how, sizeof how, " from the cache");
+  else snprintf(how, sizeof how, " compiled by NVRTC in %.1f s", c->compile_s);
+  snprintf(out, n, "%s, sm_%d%d, %s (device %d of %d); %d kernels for %s%s%s", c->name, c->major, c->minor, mem,
+           c->device, c->ndev, c->nk, c->arch[0] ? c->arch : "-", c->nk ? how : "",
+           c->attn_tune ? " (with the attention's tile candidates: SHARDRT_ATTN_AUTOTUNE)" : "");
 }
 
 /* What the attention autotuning's choices depend on: the GPU model and the toolkit. */
