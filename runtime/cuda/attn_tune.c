@@ -14,9 +14,10 @@
  * own, each picks its tiles independently.
  *
  * The record: <cache>/attn-tune-<hash of the backend's tune_id (GPU name, NVRTC and CUDA runtime
- * versions)>.txt, a line per key: the key, a tab, the tiles. A resumed run reads it and launches the
- * same tiles, so it computes the same bits; without it two runs could time the candidates in another
- * order of noise and train on different bits. Other ranks' lines are merged at each write.
+ * versions)>.txt, a line per key (with several ranks, per key and rank: ranks time on their own and
+ * may keep different tiles): the key, a tab, the tiles. A resumed run reads it and launches the same
+ * tiles, so it computes the same bits; without it two runs could time the candidates in another order
+ * of noise and train on different bits. Other ranks' lines are merged at each write.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,8 +215,11 @@ static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncan
                   unsigned gy, unsigned gz, int nargs, void **args, const long long *bytes, int nout) {
   for (int i = 0; i < t->nseen; i++)
     if (t->seen[i].key == key || !strcmp(t->seen[i].key, key)) return t->seen[i].cand;
+  char rkey[320]; /* several ranks: each its own record line, so that a resumed run gives every rank its tiles */
+  if (ctx->world > 1) snprintf(rkey, sizeof rkey, "%s rank %d", key, ctx->rank);
+  else snprintf(rkey, sizeof rkey, "%s", key);
   int c = -1;
-  const char *how = NULL, *rec = rec_of(t, key);
+  const char *how = NULL, *rec = rec_of(t, rkey);
   for (int i = 0; rec && i < ncand && c < 0; i++)
     if (!strcmp(cand[i].tiles, rec)) c = i, how = "as recorded by an earlier run", st.recorded++;
   if (c < 0 && d->ops->capturing && d->ops->capturing(d->be)) {
@@ -226,7 +230,7 @@ static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncan
       c = 0, how = "the compiled default (no scratch for the timing runs)";
     } else {
       how = "the fastest";
-      rec_set(t, key, cand[c].tiles);
+      rec_set(t, rkey, cand[c].tiles);
       recs_save(t);
     }
   }

@@ -4,7 +4,8 @@
  * `w` so the test sees which one ran: k0 the compiled default, k1 (slow: a long loop per thread) and k2
  * (another block size) inside #ifdef SK_ATTN_TUNE, as the compiler emits them. On the device `which`
  * (emu; cuda on a GPU machine), with SHARDRT_CUBIN_CACHE a fresh directory:
- *   - SHARDRT_ATTN_AUTOTUNE=0: k0 runs, nothing is timed or recorded (the candidates not even compiled);
+ *   - SHARDRT_ATTN_AUTOTUNE=0, and unset on the emulated device (its default): k0 runs, nothing is
+ *     timed or recorded (the candidates not even compiled);
  *   - =1: the three are timed at the key's first launch (3 timed runs each), the slow k1 is not kept, y
  *     is y + x exactly (the timing runs wrote scratch), the second launch times nothing, and the record
  *     file names the kept tiles;
@@ -116,13 +117,19 @@ int test_attn_tune(const char *which) {
   setenv("SHARDRT_CUBIN_CACHE", dir, 1);
   int tuned0, timed0, rec0, tuned1, timed1, rec1, y_ok = 0;
 
-  setenv("SHARDRT_ATTN_AUTOTUNE", "0", 1);
-  rt_cu_attn_tune_stats(&tuned0, &timed0, &rec0);
-  int w = run(1, &y_ok);
-  rt_cu_attn_tune_stats(&tuned1, &timed1, &rec1);
-  CHECK(w == 0 && y_ok, "SHARDRT_ATTN_AUTOTUNE=0: candidate %d ran (want the default, 0), y %s", w, y_ok ? "ok" : "wrong");
-  CHECK(tuned1 == tuned0 && timed1 == timed0 && record_path(dir, rec, sizeof rec) != 0,
-        "SHARDRT_ATTN_AUTOTUNE=0: %d kernels tuned, a record written", tuned1 - tuned0);
+  int w = 0;
+  for (int pass = 0; pass < 2; pass++) { /* off: explicitly, and the emulated device's default (a GPU's is on) */
+    if (pass == 0) setenv("SHARDRT_ATTN_AUTOTUNE", "0", 1);
+    else if (!strcmp(which, "emu")) unsetenv("SHARDRT_ATTN_AUTOTUNE");
+    else break;
+    rt_cu_attn_tune_stats(&tuned0, &timed0, &rec0);
+    w = run(1, &y_ok);
+    rt_cu_attn_tune_stats(&tuned1, &timed1, &rec1);
+    CHECK(w == 0 && y_ok, "autotuning off (%s): candidate %d ran (want the default, 0), y %s", pass ? "unset" : "0", w,
+          y_ok ? "ok" : "wrong");
+    CHECK(tuned1 == tuned0 && timed1 == timed0 && record_path(dir, rec, sizeof rec) != 0,
+          "autotuning off (%s): %d kernels tuned, a record written", pass ? "unset" : "0", tuned1 - tuned0);
+  }
 
   setenv("SHARDRT_ATTN_AUTOTUNE", "1", 1);
   w = run(2, &y_ok);
