@@ -287,7 +287,7 @@ static void cuda_describe(void *be, char *out, size_t n) {
   else snprintf(how, sizeof how, " compiled by NVRTC in %.1f s", c->compile_s);
   snprintf(out, n, "%s, sm_%d%d, %s (device %d of %d); %d kernels for %s%s%s", c->name, c->major, c->minor, mem,
            c->device, c->ndev, c->nk, c->arch[0] ? c->arch : "-", c->nk ? how : "",
-           c->attn_tune ? " (with the attention's tile candidates: SHARDRT_ATTN_AUTOTUNE)" : "");
+           c->nk && c->attn_tune ? " (with the attention's tile candidates: SHARDRT_ATTN_AUTOTUNE)" : "");
 }
 
 /* What the attention autotuning's choices depend on: the GPU model and the toolkit. */
