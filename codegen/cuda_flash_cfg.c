@@ -1,6 +1,8 @@
 /* codegen/cuda_flash_cfg.c — the tiles of the tensor-core attention (runtime/cuda/kernels/shardk_flash.cuh):
  * the configuration the compiler emits, and the candidates the kernel benchmark times side by side
- * (`SHARDK_ATTN_SWEEP=1 cuda_kernels_gpu`, tests/cuda/flash_sweep.c) and cuda_kernels_emu checks.
+ * (`SHARDK_ATTN_SWEEP=1 cuda_kernels_gpu`, tests/cuda/flash_sweep.c) and cuda_kernels_emu checks. A
+ * trainer carries them all and times them at each kernel's first call (SHARDRT_ATTN_AUTOTUNE,
+ * runtime/cuda/attn_tune.c); the first is what runs without the autotuning.
  *
  * Limits of every candidate: the K and V (dK/dV: Q and dO) tiles, double-buffered, take 8 bt (hd + 8)
  * bytes of static shared memory, at most 48 KiB: bt <= 64 at hd 64, bt <= 32 at hd 128 (the kernels

@@ -35,6 +35,7 @@ void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c) {
   if (c) *f = *c;
   k->flash = f;
 }
+void cuk_set_attn_tune(CuK *k, int on) { k->attn_tune = on; }
 int cuk_count(const CuK *k) { return k->n; }
 int64_t cuk_workspace(const CuK *k) { return k->ws; }
 
@@ -81,6 +82,7 @@ const char *ck_fl(CuK *k, double v) { return arena_printf(k->a, "%.9ef", v); }
 int ck_begin(CuK *k, const Args *g, int nt) {
   int id = k->n++;
   k->kstart = k->len;
+  if (k->guard) ck_out(k, "\n#ifdef SK_ATTN_TUNE");
   if (k->minb > 0) ck_out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d, %d) k%d", nt, k->minb, id);
   else ck_out(k, "\nextern \"C\" __global__ void __launch_bounds__(%d) k%d", nt, id);
   k->bstart = k->len;
@@ -101,21 +103,30 @@ const char *ck_end_smem(CuK *k, int id, const Args *g, int64_t gx, int64_t gy, i
   /* the same kernel as an earlier one (same template, shapes and signature): launch that one */
   const char *body = k->src + k->bstart;
   int dup = -1;
-  for (int i = 0; i < id && dup < 0; i++)
-    if (strcmp(k->bodies[i], body) == 0) dup = i;
+  for (int i = 0; i < id && dup < 0; i++) /* not a candidate compiled only for the autotuning, unless this is one */
+    if ((k->guard || !k->guarded[i]) && strcmp(k->bodies[i], body) == 0) dup = i;
   if (dup >= 0) {
     k->len = k->kstart;
     k->src[k->len] = 0;
     k->n--;
     id = dup;
   } else {
+    int cap = k->capbodies;
     arena_grow(k->a, (void **)&k->bodies, &k->capbodies, id + 1, sizeof(char *));
+    if (k->capbodies != cap) {
+      char *g = arena_alloc(k->a, (size_t)k->capbodies);
+      if (cap) memcpy(g, k->guarded, (size_t)cap);
+      k->guarded = g;
+    }
     k->bodies[id] = arena_strdup(k->a, body);
+    k->guarded[id] = (char)k->guard;
     ck_out(k, "SK_EMU_ENTRY(k%d, (", id);
     for (int i = 0; i < g->np; i++) ck_out(k, "%sSK_ARG(%d, char *)", i ? ", " : "", i);
     for (int i = 0; i < g->nl; i++) ck_out(k, "%sSK_ARG(%d, long long)", g->np + i ? ", " : "", g->np + i);
     ck_out(k, "))\n");
+    if (k->guard) ck_out(k, "#endif\n");
   }
+  k->last = id;
   char *s = arena_printf(k->a, "rt_cu_launch(ctx, %d, %lld, %lld, %lld, %d, %d, %d, %lld, (void *[]){", id,
                          (long long)gx, (long long)gy, (long long)gz, bx, by, bz, (long long)smem);
   for (int i = 0; i < g->np; i++) s = arena_printf(k->a, "%s%s&(char *){%s}", s, i ? ", " : "", g->p[i]);

@@ -140,6 +140,11 @@ CuFlashCfg cuk_flash_cfg(int64_t hd);
 int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max);
 /* The tiles of the tensor-core attentions k emits from now on (NULL: cuk_flash_cfg). */
 void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c);
+/* on: with cuk_flash_cfg's tiles (no cuk_set_flash_cfg), each tensor-core attention kernel is also
+ * emitted in the other tiles of cuk_flash_variants (each inside `#ifdef SK_ATTN_TUNE`: compiled only
+ * when the runtime autotunes them) and launched by rt_cu_launch_tuned (runtime/cuda/cuda_ops.h), which
+ * picks the fastest at its first call. Off (the default): one kernel, rt_cu_launch. */
+void cuk_set_attn_tune(CuK *k, int on);
 /* Ring attention's pieces (context parallelism, ops.def ATTN_BLOCK, ATTN_BLOCK_BWD, ATTN_COMBINE):
  * q over a block of T keys (k/v [B, T, KV*hd]) whose rows' global positions are qpos int32 [S] and
  * kpos int32 [T] (causal: key j visible to query i when kpos[j] <= qpos[i]); a row that sees no key

@@ -28,8 +28,8 @@ static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 ==
 static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
 /* a tensor-core attention kernel: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block, with
  * c's minimum blocks per SM */
-static const char *flash_kernel(CuK *k, const Args *g, const char *name, const CuFlashTile *c, int64_t S, int64_t H,
-                                int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
+static const char *flash_one(CuK *k, const Args *g, const char *name, const CuFlashTile *c, int64_t S, int64_t H,
+                             int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
   k->minb = c->minb;
   const char *l = ck_simple(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1,
                          arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>(%s);", name, (long long)S,
@@ -37,6 +37,45 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, const C
                                       c->mt, c->w, args));
   k->minb = 0;
   return l;
+}
+
+/* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
+ * cuk_set_attn_tune the candidates of cuk_flash_variants (those with distinct tiles for this kernel; the
+ * first compiled always, the others under SK_ATTN_TUNE) launched by rt_cu_launch_tuned. bytes[i]: the
+ * size of pointer argument i; the first two arguments are the kernel's outputs. */
+static const char *flash_kernel(CuK *k, const Args *g, const char *name, int which, int64_t S, int64_t H, int64_t KV,
+                                int64_t hd, int causal, int64_t gy, int64_t gz, const int64_t *bytes, const char *args) {
+  CuFlashCfg v[16];
+  int nv = k->attn_tune && !k->flash ? cuk_flash_variants(hd, v, 16) : 0;
+  if (nv == 0) v[0] = flash_cfg(k, hd), nv = 1;
+  CuFlashTile t[16];
+  int nt = 0;
+  const char *cands = "";
+  for (int i = 0; i < nv; i++) {
+    CuFlashTile c = which == 0 ? v[i].fwd : which == 1 ? v[i].kv : v[i].q;
+    int seen = 0;
+    for (int j = 0; j < nt && !seen; j++) seen = !memcmp(&t[j], &c, sizeof c);
+    if (seen) continue;
+    t[nt++] = c;
+    k->guard = i > 0;
+    const char *l = flash_one(k, g, name, &c, S, H, KV, hd, causal, gy, gz, args);
+    k->guard = 0;
+    if (nv == 1) return l;
+    int id = k->last;
+    cands = arena_printf(k->a, "%s%s{%d, %lld, %d, \"%dx%dx%d/%d\"}", cands, nt > 1 ? ", " : "", id,
+                         (long long)cdiv(S, 16 * c.mt * c.w), 32 * c.w, c.mt, c.w, c.bt, c.minb);
+  }
+  if (nt == 1) return flash_one(k, g, name, &t[0], S, H, KV, hd, causal, gy, gz, args); /* reuses the kernel */
+  const char *ptrs = "", *sizes = "";
+  for (int i = 0; i < g->np; i++) {
+    ptrs = arena_printf(k->a, "%s%s&(char *){%s}", ptrs, i ? ", " : "", g->p[i]);
+    sizes = arena_printf(k->a, "%s%s%lldLL", sizes, i ? ", " : "", (long long)bytes[i]);
+  }
+  return arena_printf(k->a,
+                      "rt_cu_launch_tuned(ctx, \"%s S %lld H %lld KV %lld hd %lld%s B %lld\", %d, (const RtCuTileCand[]){%s}, "
+                      "%lld, %lld, %d, (void *[]){%s}, (const long long[]){%s}, 2);",
+                      name, (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "",
+                      (long long)gz, nt, cands, (long long)gy, (long long)gz, g->np, ptrs, sizes);
 }
 
 /* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
@@ -58,8 +97,8 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
   attn_check(H, KV, hd);
   if (attn_flash(dt, hd) && !ks->qpos) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
-    CuFlashTile c = flash_cfg(k, hd).fwd;
-    return flash_kernel(k, &g, "flash_fwd", &c, S, H, KV, hd, causal, H, B,
+    int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;
+    return flash_kernel(k, &g, "flash_fwd", 0, S, H, KV, hd, causal, H, B, (const int64_t[]){nq, nl, nq, nk, nk},
                         "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4");
   }
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
@@ -94,13 +133,15 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   ck_need_ws(k, B * H * S * 4);
   const char *D = ck_ws_at(k, 0);
   if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
-    CuFlashCfg c = flash_cfg(k, hd);
+    int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;
     Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
-    const char *lq = flash_kernel(k, &gq, "flash_bwd_q", &c.q, S, H, KV, hd, causal, H, B,
+    const char *lq = flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
+                                  (const int64_t[]){nq, nl, nq, nk, nk, nq, nl, nq},
                                   "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
                                   "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7");
     Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-    const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", &c.kv, S, H, KV, hd, causal, KV, B,
+    const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
+                                   (const int64_t[]){nk, nk, nq, nk, nk, nl, nl, nq},
                                    "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
                                    "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7");
     return ck_cat(k, lq, lkv);

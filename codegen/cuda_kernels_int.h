@@ -22,6 +22,10 @@ struct CuK {
   const CuFlashCfg *flash; /* tensor-core attention tiles (NULL: cuk_flash_cfg) */
   int minb;                /* the next kernel's minimum blocks per SM (__launch_bounds__), 0: none */
   int variant;             /* CUK_VAR_*: the bytes-bound kernels' variant */
+  int attn_tune;           /* cuk_set_attn_tune: the tensor-core attentions' other tile candidates too */
+  int guard;               /* the kernel being written is such a candidate: inside #ifdef SK_ATTN_TUNE */
+  int last;                /* the kernel the last ck_end launches (a repeat: the earlier one) */
+  char *guarded;           /* [capbodies]: kernel i is a guarded candidate (never reused by an unguarded one) */
 };
 
 /* Kernel arguments: the pointers first (char *), then the int64 host values (long long). */

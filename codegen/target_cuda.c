@@ -382,7 +382,10 @@ static int cuda_node(Cg *c, Node *n) {
   return 1;
 }
 
-static void cuda_begin(Cg *c) { c->ts = cuk_new(c->a); }
+static void cuda_begin(Cg *c) {
+  c->ts = cuk_new(c->a);
+  cuk_set_attn_tune(c->ts, 1); /* the attention tiles autotuned at run time (SHARDRT_ATTN_AUTOTUNE, docs/cuda.md) */
+}
 
 static void cuda_prologue(Cg *c) {
   if (c->m->memplan->host_total > 0) /* the optimizer step on the host (offload), a bf16 gradient made f32 there */

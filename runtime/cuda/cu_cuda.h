@@ -32,6 +32,8 @@ typedef struct {
   double peak;               /* measured bf16 FLOP/s (0: not yet) */
   char arch[32];             /* "sm_90": what the kernels were built for */
   int from_cache;            /* 1: the kernels came from the cubin cache */
+  int attn_tune;             /* the attention's tile candidates compiled (SHARDRT_ATTN_AUTOTUNE, attn_tune.c) */
+  cudaEvent_t tev[2];        /* their timing (created at the first) */
   double compile_s;          /* seconds NVRTC took (0 from the cache) */
   int graphs;                /* 1: the training step is recorded as a CUDA graph and replayed */
   int replays;               /* calls of replay */
@@ -44,6 +46,12 @@ typedef struct {
 
 /* ops.c: the CUDA operations of the backend table. */
 void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args);
+/* the attention autotuning's (cu_internal.h RtCuOps) */
+double rt_cu_cuda_time_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                              void **args);
+void *rt_cu_cuda_scratch(void *be, int64_t bytes);
+void rt_cu_cuda_scratch_free(void *be, void *p);
+int rt_cu_cuda_capturing(void *be);
 void rt_cu_cuda_copy(void *be, void *dst, const void *src, int64_t bytes, int kind);
 void rt_cu_cuda_zero(void *be, void *dst, int64_t bytes);
 void rt_cu_cuda_copy2d(void *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,

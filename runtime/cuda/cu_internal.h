@@ -61,6 +61,15 @@ typedef struct {
   int64_t (*mem_in_use)(void *be, int64_t *total);
   void (*pin)(void *be, void *host, int64_t bytes, int on); /* cudaHostRegister / Unregister; NULL: none */ /* device bytes in use (cudaMemGetInfo); NULL: host memory */
   void (*describe)(void *be, char *out, size_t n);
+  /* the attention autotuning (attn_tune.c): seconds one launch of kernel k took (it ran to completion;
+   * < 0: it could not be launched); device scratch of bytes (NULL: none free) and its release; what
+   * the choices depend on (the GPU's name and the toolkit's versions); 1 while the compute stream is
+   * being captured (a CUDA graph: nothing may synchronize) */
+  double (*time_launch)(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args);
+  void *(*scratch)(void *be, int64_t bytes);
+  void (*scratch_free)(void *be, void *p);
+  void (*tune_id)(void *be, char *out, size_t n);
+  int (*capturing)(void *be);
   double (*peak)(void *be);
   void (*close)(void *be);
 } RtCuOps;
@@ -72,6 +81,7 @@ typedef struct {
   void *be;           /* its state */
   void *stream;       /* the compute stream (cudaStream_t) of the CUDA backend; NULL: emulated */
   RtGroup *dpcp;                /* the NCCL group over dp x cp (the gradient all-reduce, RT_AX_GROUP), or NULL */
+  void *attn;                   /* the attention autotuning's state (attn_tune.c), NULL until its first launch */
   RtGroup *groups[RT_AX_COUNT]; /* NCCL groups of the program's collectives per mesh axis (coll_dev.c);
                                    NULL: one member, or the emulated device (ctx->groups: host memory) */
 } RtCuDev;
@@ -148,8 +158,13 @@ int rt_cu_tune_y_read(const void *y, float beta, const RtCuEpi *ep);
 double rt_cu_tune_clock(void);
 /* Seconds one call of candidate cand took (it ran to completion), or < 0 when it cannot run. */
 typedef double (*RtCuTuneTime)(void *arg, int cand);
-/* The fastest of ncand candidates (a warm-up run each, then the minimum of 3 timed runs; ties and
- * failures keep the earlier); counts it for rt_cu_tune_report. SHARDRT_GEMM_AUTOTUNE_LOG=1 prints
+/* The fastest of ncand candidates: a warm-up run each, then the minimum of 3 timed runs; ties and
+ * failures keep the earlier. *first_t / *best_t: candidate 0's and the kept one's seconds (< 0: did
+ * not run); *timed counts the timed runs; log != NULL prints "<log>: candidate i: t us" for each.
+ * The one timing loop of the GEMM and the attention autotuning. */
+int rt_cu_tune_fastest(int ncand, RtCuTuneTime time, void *arg, const char *log, double *first_t, double *best_t,
+                       int *timed);
+/* rt_cu_tune_fastest for a GEMM key; counts it for rt_cu_tune_report. SHARDRT_GEMM_AUTOTUNE_LOG=1 prints
  * every candidate's time. */
 int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
 /* Counts a key that took an earlier run's recorded choice (gemm.c) for rt_cu_tune_report. */
@@ -159,6 +174,20 @@ void rt_cu_tune_stats(int *shapes, int *timed, int *recorded);
 /* One line on stderr (rank 0) when keys were tuned since the last report: how many, the time spent,
  * how many kept another algorithm than the first candidate. device.c calls it after a step. */
 void rt_cu_tune_report(const RtCtx *ctx);
+
+/* ---- attn_tune.c (both backends): rt_cu_launch_tuned ---- */
+
+/* SHARDRT_ATTN_AUTOTUNE: 1 (the default on a GPU) times the tile candidates of every tensor-core
+ * attention kernel at its first call and keeps the fastest; 0 (the default on the emulated device,
+ * emu 1) launches the compiled default. The backends compile the candidates (-DSK_ATTN_TUNE) only
+ * when it is on. Fatal for another value. */
+int rt_cu_attn_tune_on(int emu);
+/* Kernels tuned (timed), timed runs, kernels that took an earlier run's recorded tiles, so far. */
+void rt_cu_attn_tune_stats(int *tuned, int *timed, int *recorded);
+/* The summary line after a step that tuned (rank 0), like rt_cu_tune_report. */
+void rt_cu_attn_tune_report(const RtCtx *ctx);
+/* Frees dev->attn (the device's close). */
+void rt_cu_attn_tune_close(RtCuDev *dev);
 
 /* ---- gemm.c (CUDA backend) ---- */
 typedef struct RtCuGemm RtCuGemm;

@@ -30,6 +30,23 @@
 void rt_cu_launch(RtCtx *ctx, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                   unsigned smem, void **args);
 
+/* A kernel with several tile configurations (the tensor-core attention, codegen/cuda_kernels_attn.c):
+ * candidate i is kernel cand[i].k with grid (cand[i].gx, gy, gz) and block (cand[i].bx, 1, 1), tiles
+ * cand[i].tiles (its name in the record); cand[0] is the compiled default (the only one compiled
+ * unless SHARDRT_ATTN_AUTOTUNE is on). args: nargs pointers (device addresses of bytes[i] bytes), the
+ * first nout of them written. key names the kernel and its shapes. With the autotuning on, the first
+ * launch of a key outside a graph capture takes the tiles an earlier run on this GPU model and toolkit
+ * recorded (when they are a candidate), or times every candidate on these operands (an output that
+ * overlaps an input goes to scratch), keeps the fastest and records it (runtime/cuda/attn_tune.c). */
+typedef struct {
+  int k;
+  long long gx;
+  unsigned bx;
+  const char *tiles;
+} RtCuTileCand;
+void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
+                        int nargs, void **args, const long long *bytes, int nout);
+
 /* y[batch][m, n] = alpha * op(A)[m, k] op(B)[k, n] + beta * y, all row-major (the IR's MATMUL):
  * A is [batch, m, k] ([batch, k, m] when ta), B is [batch?, k, n] ([.., n, k] when tb), with
  * B shared by every batch entry unless b_batched. ab_dt: RT_F32 or RT_BF16 (A and B);

@@ -128,8 +128,11 @@ static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx, size_t *o
   const char *inc = getenv("SHARDRT_CUDA_INCLUDE");
   snprintf(incopt, sizeof incopt, "-I%s", inc && *inc ? inc : SHARDRT_CUDA_INCLUDE);
   snprintf(ver, sizeof ver, "nvrtc %d.%d", major, minor);
-  const char *opts[] = {archopt, "-std=c++17", "-default-device", incopt};
-  int nopts = (int)(sizeof opts / sizeof opts[0]);
+  /* -split-compile=0: the kernels optimized on every core (the same SASS, kernel by kernel, as one thread's:
+   * checked with nvdisasm on GPT-2's program for sm_90); dropped when this NVRTC does not know it */
+  const char *opts[6] = {archopt, "-std=c++17", "-default-device", incopt, "-split-compile=0"};
+  int nopts = 5;
+  if (c->attn_tune) opts[nopts++] = "-DSK_ATTN_TUNE"; /* the attention's tile candidates (attn_tune.c) */
 
   /* the key: source, headers, options, NVRTC version */
   int nparts = 0;
@@ -178,6 +181,12 @@ static char *build_kernels(CudaBe *c, const RtCudaCode *code, int ptx, size_t *o
   for (int i = 0; i < nh; i++) hsrc[i] = rt_cu_header_source(i), hname[i] = rt_cu_header_name(i);
   NVRTC_OK(nvrtcCreateProgram(&prog, code->source, "shardc_program.cu", nh, hsrc, hname), "nvrtcCreateProgram");
   nvrtcResult rc = nvrtcCompileProgram(prog, nopts, opts);
+  if (rc == NVRTC_ERROR_INVALID_OPTION) { /* an NVRTC without -split-compile: one thread */
+    nvrtcDestroyProgram(&prog);
+    opts[4] = opts[--nopts];
+    NVRTC_OK(nvrtcCreateProgram(&prog, code->source, "shardc_program.cu", nh, hsrc, hname), "nvrtcCreateProgram");
+    rc = nvrtcCompileProgram(prog, nopts, opts);
+  }
   if (rc != NVRTC_SUCCESS) {
     size_t ll = 0;
     char *log = NULL;
@@ -219,6 +228,7 @@ fail:
 
 static int load_kernels(CudaBe *c, const RtCudaCode *code) {
   c->nk = code ? code->nkernels : 0;
+  c->attn_tune = rt_cu_attn_tune_on(0);
   if (!code || c->nk == 0) return 0;
   int ptx;
   if (pick_arch(c, &ptx) != 0) return -1;
@@ -241,6 +251,11 @@ static int load_kernels(CudaBe *c, const RtCudaCode *code) {
     char name[32];
     snprintf(name, sizeof name, "k%d", k);
     rc = cudaLibraryGetKernel(&c->kern[k], c->lib, name);
+    if (rc != cudaSuccess && !c->attn_tune) { /* an attention tile candidate, compiled only for the autotuning */
+      (void)cudaGetLastError();
+      c->kern[k] = NULL;
+      continue;
+    }
     if (rc != cudaSuccess) {
       rt_cu_error("CUDA: the program's kernels have no \"%s\": %s", name, cudaGetErrorString(rc));
       return -1;
@@ -255,6 +270,7 @@ char *rt_cu_nvrtc_build(const RtCudaCode *code, const char *arch, size_t *len, i
   memset(&c, 0, sizeof c);
   snprintf(c.arch, sizeof c.arch, "%s", arch);
   snprintf(c.name, sizeof c.name, "%s", arch);
+  c.attn_tune = rt_cu_attn_tune_on(0);
   char *img = build_kernels(&c, code, !strncmp(arch, "compute_", 8), len);
   *from_cache = c.from_cache;
   return img;
@@ -266,8 +282,21 @@ static void cuda_describe(void *be, char *out, size_t n) {
   CudaBe *c = be;
   char mem[32];
   fmt_gib(mem, sizeof mem, (double)c->total_mem);
-  snprintf(out, n, "%s, sm_%d%d, %s (device %d of %d); %d kernels for %s%s", c->name, c->major, c->minor, mem,
-           c->device, c->ndev, c->nk, c->arch[0] ? c->arch : "-", c->from_cache ? " from the cache" : "");
+  char how[96];
+  if (c->from_cache) snprintf(how, sizeof how, " from the cache");
+  else snprintf(how, sizeof how, " compiled by NVRTC in %.1f s", c->compile_s);
+  snprintf(out, n, "%s, sm_%d%d, %s (device %d of %d); %d kernels for %s%s%s", c->name, c->major, c->minor, mem,
+           c->device, c->ndev, c->nk, c->arch[0] ? c->arch : "-", c->nk ? how : "",
+           c->nk && c->attn_tune ? " (with the attention's tile candidates: SHARDRT_ATTN_AUTOTUNE)" : "");
+}
+
+/* What the attention autotuning's choices depend on: the GPU model and the toolkit. */
+static void cuda_tune_id(void *be, char *out, size_t n) {
+  CudaBe *c = be;
+  int major = 0, minor = 0, rtv = 0;
+  (void)nvrtcVersion(&major, &minor);
+  (void)cudaRuntimeGetVersion(&rtv);
+  snprintf(out, n, "%s nvrtc %d.%d cudart %d", c->name, major, minor, rtv);
 }
 
 static int64_t cuda_mem_in_use(void *be, int64_t *total) {
@@ -298,6 +327,8 @@ static void cuda_close(void *be) {
   if (!c) return;
   CU_CHECK(cudaStreamSynchronize(c->stream));
   rt_cu_cuda_copies_close(c);
+  for (int i = 0; i < 2; i++)
+    if (c->tev[i]) CU_CHECK(cudaEventDestroy(c->tev[i]));
   if (c->graph) CU_CHECK(cudaGraphExecDestroy(c->graph));
   rt_cu_gemm_free(c->gemm);
   if (c->base) CU_CHECK(cudaFree(c->base));
@@ -322,6 +353,11 @@ static const RtCuOps cuda_ops = {.name = "cuda",
                                  .mem_in_use = cuda_mem_in_use,
                                  .pin = cuda_pin,
                                  .describe = cuda_describe,
+                                 .time_launch = rt_cu_cuda_time_launch,
+                                 .scratch = rt_cu_cuda_scratch,
+                                 .scratch_free = rt_cu_cuda_scratch_free,
+                                 .tune_id = cuda_tune_id,
+                                 .capturing = rt_cu_cuda_capturing,
                                  .peak = cuda_peak,
                                  .close = cuda_close};
 
@@ -436,6 +472,7 @@ static void dev_run(RtCtx *ctx, void (*fn)(char *M, RtCtx *ctx), char *M) {
   else
     fn(M, ctx);
   rt_cu_tune_report(ctx); /* after the step that tuned GEMMs (the first) */
+  rt_cu_attn_tune_report(ctx);
 }
 static void dev_pin(RtCtx *ctx, void *host, int64_t bytes) {
   RtCuDev *d = rt_cu_dev(ctx);
@@ -464,6 +501,7 @@ static void dev_close(RtCtx *ctx) {
   rt_coll_reap(1);
   rt_coll_set_device(NULL);
   rt_cu_nccl_close(d);
+  rt_cu_attn_tune_close(d);
   d->ops->close(d->be);
   free(d);
   ctx->kernels = NULL;

@@ -102,7 +102,8 @@ static int load_kernels(EmuBe *e, const RtCudaCode *code) {
   const char *inc = getenv("SHARDRT_CUDA_INCLUDE");
   if (!inc || !*inc) inc = SHARDRT_CUDA_INCLUDE;
   char flags[4400];
-  snprintf(flags, sizeof flags, "-std=c++17 -O1 -shared -fPIC -DSK_EMU -I'%s'", inc);
+  int tune = rt_cu_attn_tune_on(1); /* the attention's tile candidates compiled too (attn_tune.c) */
+  snprintf(flags, sizeof flags, "-std=c++17 -O1 -shared -fPIC -DSK_EMU%s -I'%s'", tune ? " -DSK_ATTN_TUNE" : "", inc);
 
   int nh = rt_cu_header_count(), nparts = 0;
   const char **parts = malloc(sizeof *parts * (size_t)(2 * nh + 4));
@@ -191,6 +192,7 @@ static int load_kernels(EmuBe *e, const RtCudaCode *code) {
     char name[32];
     snprintf(name, sizeof name, "k%d_emu", k);
     void *sym = dlsym(e->so, name);
+    if (!sym && !tune) continue; /* an attention tile candidate, compiled only for the autotuning */
     if (!sym) {
       rt_cu_error("emulated device: the program's kernels have no \"%s\" (compiled with -DSK_EMU)", name);
       return -1;
@@ -208,6 +210,9 @@ static void emu_launch(void *be, int k, const unsigned grid[3], const unsigned b
   if ((uint64_t)block[0] * block[1] * block[2] > 1024)
     rt_fatal(1, "emulated device: launch of kernel k%d: block %u x %u x %u has more than 1024 threads", k, block[0],
              block[1], block[2]);
+  if (!e->fn[k])
+    rt_fatal(1, "emulated device: kernel k%d is an attention tile candidate, compiled only with SHARDRT_ATTN_AUTOTUNE=1",
+             k);
   e->fn[k](grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, args);
 }
 
@@ -463,6 +468,28 @@ static void emu_wait(EmuBe *e, int slot, int kind) {
 static void emu_host_wait(void *be, int slot) { emu_wait(be, slot, RT_CU_D2H); }
 static void emu_device_wait(void *be, int slot) { emu_wait(be, slot, RT_CU_H2D); }
 
+/* The attention autotuning (attn_tune.c): a launch runs to completion here, timed by the host clock. */
+static double emu_time_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                              void **args) {
+  EmuBe *e = be;
+  if (k < 0 || k >= e->nk || !e->fn[k]) return -1;
+  double t0 = rt_cu_tune_clock();
+  emu_launch(be, k, grid, block, smem, args);
+  return rt_cu_tune_clock() - t0;
+}
+static void *emu_scratch(void *be, int64_t bytes) {
+  (void)be;
+  return malloc((size_t)bytes);
+}
+static void emu_scratch_free(void *be, void *p) {
+  (void)be;
+  free(p);
+}
+static void emu_tune_id(void *be, char *out, size_t n) {
+  (void)be;
+  snprintf(out, n, "emu");
+}
+
 static void emu_describe(void *be, char *out, size_t n) {
   EmuBe *e = be;
   snprintf(out, n, "emulated CUDA device (SHARDRT_DEVICE=emu): host memory, %d kernels compiled by the host C++ "
@@ -498,6 +525,10 @@ static const RtCuOps emu_ops = {.name = "emu",
                                 .host_wait = emu_host_wait,
                                 .device_wait = emu_device_wait,
                                 .describe = emu_describe,
+                                .time_launch = emu_time_launch,
+                                .scratch = emu_scratch,
+                                .scratch_free = emu_scratch_free,
+                                .tune_id = emu_tune_id,
                                 .peak = emu_peak,
                                 .close = emu_close};
 

@@ -74,13 +74,10 @@ double rt_cu_tune_clock(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key) {
-  double t0 = rt_cu_tune_clock(), best_t = -1, first_t = -1;
+int rt_cu_tune_fastest(int ncand, RtCuTuneTime time, void *arg, const char *log, double *first_t, double *best_t,
+                       int *timed) {
   int best = 0;
-  const char *v = getenv("SHARDRT_GEMM_AUTOTUNE_LOG");
-  int log = v && *v && strcmp(v, "0") != 0;
-  char desc[256] = "";
-  if (log) rt_cu_gemm_key_str(key, desc, sizeof desc);
+  *first_t = *best_t = -1;
   for (int c = 0; c < ncand; c++) {
     double t = -1;
     if (time(arg, c) >= 0) /* the warm-up; < 0: the candidate does not run */
@@ -91,12 +88,22 @@ int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *
           break;
         }
         if (t < 0 || s < t) t = s;
-        st.timed++;
+        (*timed)++;
       }
-    if (log) fprintf(stderr, "gemm autotune: %s: candidate %d: %.1f us\n", desc, c, t * 1e6);
-    if (c == 0) first_t = t;
-    if (t >= 0 && (best_t < 0 || t < best_t)) best_t = t, best = c;
+    if (log) fprintf(stderr, "%s: candidate %d: %.1f us\n", log, c, t * 1e6);
+    if (c == 0) *first_t = t;
+    if (t >= 0 && (*best_t < 0 || t < *best_t)) *best_t = t, best = c;
   }
+  return best;
+}
+
+int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key) {
+  double t0 = rt_cu_tune_clock(), best_t = -1, first_t = -1;
+  const char *v = getenv("SHARDRT_GEMM_AUTOTUNE_LOG");
+  char desc[280] = "gemm autotune: ";
+  if (v && *v && strcmp(v, "0") != 0) rt_cu_gemm_key_str(key, desc + strlen(desc), sizeof desc - strlen(desc));
+  else desc[0] = 0;
+  int best = rt_cu_tune_fastest(ncand, time, arg, desc[0] ? desc : NULL, &first_t, &best_t, &st.timed);
   st.shapes++;
   st.moved += best != 0;
   if (first_t >= 0 && best_t >= 0) st.first_s += first_t, st.best_s += best_t;

@@ -195,6 +195,8 @@ void rt_cu_device_wait(RtCtx *ctx, int slot) {
 void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args) {
   CudaBe *c = be;
   if (k < 0 || k >= c->nk) rt_fatal(1, "CUDA: launch of kernel k%d: the program has %d kernels", k, c->nk);
+  if (!c->kern[k])
+    rt_fatal(1, "CUDA: kernel k%d is an attention tile candidate, compiled only with SHARDRT_ATTN_AUTOTUNE=1", k);
   if (smem > c->smem_max[k]) { /* above 48 KiB a kernel must opt in */
     cudaError_t rc = cudaKernelSetAttributeForDevice(c->kern[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)smem, c->device);
@@ -214,6 +216,47 @@ void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned b
     rc = cudaStreamSynchronize(c->stream);
     if (rc != cudaSuccess) rt_fatal(1, "CUDA: kernel k%d failed: %s (%s)", k, cudaGetErrorName(rc), cudaGetErrorString(rc));
   }
+}
+
+double rt_cu_cuda_time_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                              void **args) {
+  CudaBe *c = be;
+  if (k < 0 || k >= c->nk || !c->kern[k] || smem > c->smem_max[k]) return -1;
+  for (int i = 0; i < 2; i++)
+    if (!c->tev[i]) CU_CHECK(cudaEventCreate(&c->tev[i]));
+  dim3 g = {grid[0], grid[1], grid[2]}, b = {block[0], block[1], block[2]};
+  CU_CHECK(cudaEventRecord(c->tev[0], c->stream));
+  if (cudaLaunchKernel((const void *)c->kern[k], g, b, args, smem, c->stream) != cudaSuccess) {
+    (void)cudaGetLastError(); /* e.g. too many resources requested: not a candidate here */
+    return -1;
+  }
+  CU_CHECK(cudaEventRecord(c->tev[1], c->stream));
+  CU_CHECK(cudaEventSynchronize(c->tev[1]));
+  float ms = 0;
+  CU_CHECK(cudaEventElapsedTime(&ms, c->tev[0], c->tev[1]));
+  return 1e-3 * ms;
+}
+
+void *rt_cu_cuda_scratch(void *be, int64_t bytes) {
+  CudaBe *c = be;
+  void *p = NULL;
+  if (cudaMallocAsync(&p, (size_t)bytes, c->stream) != cudaSuccess) { /* stream-ordered: no device-wide sync */
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+
+void rt_cu_cuda_scratch_free(void *be, void *p) {
+  CudaBe *c = be;
+  CU_CHECK(cudaFreeAsync(p, c->stream));
+}
+
+int rt_cu_cuda_capturing(void *be) {
+  CudaBe *c = be;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  CU_CHECK(cudaStreamIsCapturing(c->stream, &cs));
+  return cs != cudaStreamCaptureStatusNone;
 }
 
 void rt_cu_cuda_copy(void *be, void *dst, const void *src, int64_t bytes, int kind) {

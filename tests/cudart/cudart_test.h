@@ -19,6 +19,7 @@ extern const char *kSource; /* the hand-made program's two kernels */
   } while (0)
 
 int test_train(void);    /* rt_train_main on a device program against the CPU program */
-int trainer_nogpu(void); /* the trainer of a device program without a GPU: exit 1, the message */
+int trainer_nogpu(void);
+int test_attn_tune(const char *which); /* rt_cu_launch_tuned on the device which (cudart_attn_tune.c) */ /* the trainer of a device program without a GPU: exit 1, the message */
 
 #endif

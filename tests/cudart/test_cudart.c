@@ -11,7 +11,9 @@
  *           autotuning's candidate loop (SHARDRT_GEMM_AUTOTUNE=8); the kernel .so comes from the
  *           cache the second time
  *   gpu     the same on the real GPU (SHARDRT_DEVICE=cuda; tests/gpu/run_gpu.sh runs it), the GEMMs
- *           autotuned (the default there: every GEMM key's fastest of cuBLASLt's first 8 candidates)
+ *           autotuned (the default there: every GEMM key's fastest of cuBLASLt's first 8 candidates),
+ *           and attn's checks there
+ *   attn    the attention tile autotuning's launch, rt_cu_launch_tuned (cudart_attn_tune.c)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
  *           from the on-disk cache; a broken source prints NVRTC's log and fails
  *   nogpu   opening the real CUDA device on a machine without a driver fails with the clear message
@@ -529,14 +531,17 @@ static int test_nogpu(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s emu|gpu|nvrtc|nogpu|train\n", argv[0]);
+    fprintf(stderr, "usage: %s emu|gpu|nvrtc|nogpu|train|attn\n", argv[0]);
     return 2;
   }
   int rc;
   if (!strcmp(argv[1], "emu"))
     rc = test_device("emu");
-  else if (!strcmp(argv[1], "gpu")) /* on a GPU machine (tests/gpu/run_gpu.sh) */
+  else if (!strcmp(argv[1], "gpu")) { /* on a GPU machine (tests/gpu/run_gpu.sh) */
     rc = test_device("cuda");
+    if (rc == 0) rc = test_attn_tune("cuda");
+  } else if (!strcmp(argv[1], "attn"))
+    rc = test_attn_tune("emu");
   else if (!strcmp(argv[1], "nvrtc"))
     rc = test_nvrtc();
   else if (!strcmp(argv[1], "nogpu")) {

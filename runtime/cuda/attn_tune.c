@@ -1,0 +1,270 @@
+/* runtime/cuda/attn_tune.c — rt_cu_launch_tuned (cuda_ops.h): the tensor-core attention's tiles
+ * chosen at a kernel's first call on the device it runs on, as the GEMMs' algorithms are (gemm_tune.c).
+ *
+ * The compiler emits every kernel of an attention in each tile configuration of cuk_flash_variants
+ * (codegen/cuda_flash_cfg.c, the one list), the compiled default first; the others sit inside
+ * `#ifdef SK_ATTN_TUNE`, which the backends define only when SHARDRT_ATTN_AUTOTUNE is on, so with it
+ * off nothing more is compiled. With it on, the first launch of a key (the kernel and its shapes)
+ * outside a graph capture takes the tiles an earlier run on the same GPU model and toolkit recorded,
+ * when they are one of the candidates, or else times each candidate (rt_cu_tune_fastest: a warm-up,
+ * then the minimum of 3) on the call's own operands, keeps the fastest (a tie keeps the earlier, the
+ * compiled default first) and records it. An output that overlaps an input the kernel reads goes to
+ * scratch during the timing runs; the others are written again by the real launch after them (the
+ * kernels write every element of their outputs). The forward, dK/dV and dQ kernels are keys of their
+ * own, each picks its tiles independently.
+ *
+ * The record: <cache>/attn-tune-<hash of the backend's tune_id (GPU name, NVRTC and CUDA runtime
+ * versions)>.txt, a line per key (with several ranks, per key and rank: ranks time on their own and
+ * may keep different tiles): the key, a tab, the tiles. A resumed run reads it and launches the same
+ * tiles, so it computes the same bits; without it two runs could time the candidates in another order
+ * of noise and train on different bits. Other ranks' lines are merged at each write.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/bootstrap.h"
+#include "cu_internal.h"
+#include "cuda_ops.h"
+
+enum { ARGS_MAX = 16 };
+
+typedef struct {
+  char *key, *tiles;
+} Rec;
+
+typedef struct {
+  int on;          /* SHARDRT_ATTN_AUTOTUNE */
+  char *path;      /* the record (NULL: no cache directory, or it could not be written) */
+  Rec *recs;       /* [nrecs]: read from it, and those made since */
+  int nrecs, caprecs;
+  struct {         /* the keys met in this run and the candidate each launches */
+    const char *key; /* the generated code's string literal */
+    int cand;
+  } *seen;
+  int nseen, capseen;
+} AttnTune;
+
+static struct {
+  int tuned, timed, recorded, moved, reported;
+  double wall, first_s, best_s;
+} st;
+
+int rt_cu_attn_tune_on(int emu) {
+  const char *v = getenv("SHARDRT_ATTN_AUTOTUNE");
+  if (!v || !*v) return !emu;
+  if (!strcmp(v, "0") || !strcmp(v, "1")) return v[0] == '1';
+  rt_fatal(1, "SHARDRT_ATTN_AUTOTUNE=%s: want 1 (time the attention kernels' tile candidates at their first call) "
+              "or 0 (the compiled default)",
+           v);
+}
+
+void rt_cu_attn_tune_stats(int *tuned, int *timed, int *recorded) {
+  if (tuned) *tuned = st.tuned;
+  if (timed) *timed = st.timed;
+  if (recorded) *recorded = st.recorded;
+}
+
+static char *xstrdup(const char *s) {
+  char *d = strdup(s);
+  if (!d) rt_fatal(1, "out of memory");
+  return d;
+}
+
+static const char *rec_of(const AttnTune *t, const char *key) {
+  for (int i = 0; i < t->nrecs; i++)
+    if (!strcmp(t->recs[i].key, key)) return t->recs[i].tiles;
+  return NULL;
+}
+
+/* A record for key (this run's choice: replaces a stale one). */
+static void rec_set(AttnTune *t, const char *key, const char *tiles) {
+  for (int i = 0; i < t->nrecs; i++)
+    if (!strcmp(t->recs[i].key, key)) {
+      free(t->recs[i].tiles);
+      t->recs[i].tiles = xstrdup(tiles);
+      return;
+    }
+  if (t->nrecs == t->caprecs) {
+    t->caprecs = t->caprecs ? 2 * t->caprecs : 16;
+    Rec *r = realloc(t->recs, (size_t)t->caprecs * sizeof *r);
+    if (!r) rt_fatal(1, "out of memory");
+    t->recs = r;
+  }
+  t->recs[t->nrecs++] = (Rec){xstrdup(key), xstrdup(tiles)};
+}
+
+/* The record's lines for keys not known yet. */
+static void recs_read(AttnTune *t) {
+  size_t len = 0;
+  char *text = t->path ? rt_cu_read_file(t->path, &len) : NULL;
+  for (char *line = text; line && *line;) {
+    char *next = strchr(line, '\n'), *tab = strchr(line, '\t');
+    if (next) *next++ = 0;
+    if (tab && tab != line && tab[1]) {
+      *tab = 0;
+      if (!rec_of(t, line)) rec_set(t, line, tab + 1); /* what this process knows wins */
+    }
+    line = next;
+  }
+  free(text);
+}
+
+static void recs_save(AttnTune *t) {
+  if (!t->path) return;
+  recs_read(t); /* what other ranks recorded since: kept */
+  size_t cap = 1, len = 0;
+  for (int i = 0; i < t->nrecs; i++) cap += strlen(t->recs[i].key) + strlen(t->recs[i].tiles) + 2;
+  char *text = malloc(cap);
+  if (!text) rt_fatal(1, "out of memory");
+  for (int i = 0; i < t->nrecs; i++) len += (size_t)snprintf(text + len, cap - len, "%s\t%s\n", t->recs[i].key, t->recs[i].tiles);
+  if (rt_cu_write_atomic(t->path, text, len) != 0) { /* the next run tunes again */
+    fprintf(stderr, "note: the attention autotuning's choices could not be written to %s\n", t->path);
+    free(t->path);
+    t->path = NULL;
+  }
+  free(text);
+}
+
+static AttnTune *state(RtCuDev *d) {
+  if (d->attn) return d->attn;
+  AttnTune *t = calloc(1, sizeof *t);
+  if (!t) rt_fatal(1, "out of memory");
+  t->on = rt_cu_attn_tune_on(d->ops->name[0] == 'e');
+  char *dir = t->on ? rt_cu_cache_dir() : NULL;
+  if (dir) {
+    char id[512], hash[33];
+    d->ops->tune_id(d->be, id, sizeof id);
+    const char *parts[] = {id};
+    const size_t lens[] = {strlen(id)};
+    rt_cu_hash(hash, parts, lens, 1);
+    size_t n = strlen(dir) + 64;
+    t->path = malloc(n);
+    if (!t->path) rt_fatal(1, "out of memory");
+    snprintf(t->path, n, "%s/attn-tune-%s.txt", dir, hash);
+    free(dir);
+    recs_read(t);
+  }
+  d->attn = t;
+  return t;
+}
+
+void rt_cu_attn_tune_close(RtCuDev *d) {
+  AttnTune *t = d->attn;
+  if (!t) return;
+  for (int i = 0; i < t->nrecs; i++) free(t->recs[i].key), free(t->recs[i].tiles);
+  free(t->recs);
+  free(t->seen);
+  free(t->path);
+  free(t);
+  d->attn = NULL;
+}
+
+/* One timing run of a candidate (rt_cu_tune_fastest). */
+typedef struct {
+  RtCuDev *d;
+  const RtCuTileCand *cand;
+  unsigned gy, gz;
+  void **args;
+} Trial;
+
+static double trial_time(void *arg, int c) {
+  Trial *tr = arg;
+  const unsigned grid[3] = {(unsigned)tr->cand[c].gx, tr->gy, tr->gz}, block[3] = {tr->cand[c].bx, 1, 1};
+  return tr->d->ops->time_launch(tr->d->be, tr->cand[c].k, grid, block, 0, tr->args);
+}
+
+/* Times the candidates on the call's operands (outputs overlapping an input to scratch); the index of
+ * the fastest, or -1 when the scratch could not be had (the default then). */
+static int tune(RtCuDev *d, const char *key, int ncand, const RtCuTileCand *cand, unsigned gy, unsigned gz, int nargs,
+                void **args, const long long *bytes, int nout) {
+  char *addr[ARGS_MAX], *scratch[ARGS_MAX] = {0};
+  void *targs[ARGS_MAX];
+  int ok = 1;
+  for (int i = 0; i < nargs; i++) addr[i] = *(char **)args[i], targs[i] = &addr[i];
+  for (int o = 0; o < nout && ok; o++) {
+    char *p = *(char **)args[o];
+    int clash = 0;
+    for (int i = nout; i < nargs; i++) {
+      char *q = *(char **)args[i];
+      clash |= p < q + bytes[i] && q < p + bytes[o];
+    }
+    if (clash) ok = (scratch[o] = addr[o] = d->ops->scratch(d->be, bytes[o])) != NULL;
+  }
+  int best = -1;
+  if (ok) {
+    const char *v = getenv("SHARDRT_ATTN_AUTOTUNE_LOG");
+    char log[300];
+    snprintf(log, sizeof log, "attn autotune: %s", key);
+    double t0 = rt_cu_tune_clock(), first_t, best_t;
+    Trial tr = {d, cand, gy, gz, targs};
+    best = rt_cu_tune_fastest(ncand, trial_time, &tr, v && *v && strcmp(v, "0") ? log : NULL, &first_t, &best_t,
+                              &st.timed);
+    st.tuned++;
+    st.moved += best != 0;
+    if (first_t >= 0 && best_t >= 0) st.first_s += first_t, st.best_s += best_t;
+    st.wall += rt_cu_tune_clock() - t0;
+  }
+  for (int o = 0; o < nout; o++)
+    if (scratch[o]) d->ops->scratch_free(d->be, scratch[o]);
+  return best;
+}
+
+/* The candidate key launches in this run: decided at its first launch. */
+static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand, const RtCuTileCand *cand,
+                  unsigned gy, unsigned gz, int nargs, void **args, const long long *bytes, int nout) {
+  for (int i = 0; i < t->nseen; i++)
+    if (t->seen[i].key == key || !strcmp(t->seen[i].key, key)) return t->seen[i].cand;
+  char rkey[320]; /* several ranks: each its own record line, so that a resumed run gives every rank its tiles */
+  if (ctx->world > 1) snprintf(rkey, sizeof rkey, "%s rank %d", key, ctx->rank);
+  else snprintf(rkey, sizeof rkey, "%s", key);
+  int c = -1;
+  const char *how = NULL, *rec = rec_of(t, rkey);
+  for (int i = 0; rec && i < ncand && c < 0; i++)
+    if (!strcmp(cand[i].tiles, rec)) c = i, how = "as recorded by an earlier run", st.recorded++;
+  if (c < 0 && d->ops->capturing && d->ops->capturing(d->be)) {
+    c = 0, how = "the compiled default (first met inside a graph capture: not timed)";
+  } else if (c < 0) {
+    c = tune(d, key, ncand, cand, gy, gz, nargs, args, bytes, nout);
+    if (c < 0) {
+      c = 0, how = "the compiled default (no scratch for the timing runs)";
+    } else {
+      how = "the fastest";
+      rec_set(t, rkey, cand[c].tiles);
+      recs_save(t);
+    }
+  }
+  if (ctx->rank == 0)
+    fprintf(stderr, "attn autotune: %s: tiles %s (candidate %d of %d, default %s), %s\n", key, cand[c].tiles, c, ncand,
+            cand[0].tiles, how);
+  if (t->nseen == t->capseen) {
+    t->capseen = t->capseen ? 2 * t->capseen : 16;
+    void *s = realloc(t->seen, (size_t)t->capseen * sizeof *t->seen);
+    if (!s) rt_fatal(1, "out of memory");
+    t->seen = s;
+  }
+  t->seen[t->nseen].key = key;
+  t->seen[t->nseen++].cand = c;
+  return c;
+}
+
+void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
+                        int nargs, void **args, const long long *bytes, int nout) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  if (ncand < 1 || nargs > ARGS_MAX || nout > nargs)
+    rt_fatal(1, "rt_cu_launch_tuned(%s): %d candidates, %d arguments (%d written)", key, ncand, nargs, nout);
+  AttnTune *t = state(d);
+  int c = t->on ? choose(ctx, d, t, key, ncand, cand, (unsigned)gy, (unsigned)gz, nargs, args, bytes, nout) : 0;
+  rt_cu_launch(ctx, cand[c].k, (unsigned)cand[c].gx, (unsigned)gy, (unsigned)gz, cand[c].bx, 1, 1, 0, args);
+}
+
+void rt_cu_attn_tune_report(const RtCtx *ctx) {
+  if (st.tuned + st.recorded == st.reported) return;
+  if (!ctx || ctx->rank == 0)
+    fprintf(stderr,
+            "attn autotune: %d attention kernel%s tuned in %.3f s (%d timed runs), %d kept other tiles than the compiled "
+            "default: one call of each %.1f -> %.1f us; %d as recorded by an earlier run (SHARDRT_ATTN_AUTOTUNE=0: off)\n",
+            st.tuned, st.tuned == 1 ? "" : "s", st.wall, st.timed, st.moved, st.first_s * 1e6, st.best_s * 1e6,
+            st.recorded);
+  st.reported = st.tuned + st.recorded;
+}
