@@ -137,8 +137,12 @@ int st_compare(const char *ref_path, const char *got_path, double tol, int mode,
   return bad;
 }
 
+double st_adam_bound(double lr, double dg, double vhat, double eps) {
+  return fmin(2 * lr, 2 * lr * dg / (vhat + eps));
+}
+
 /* The AdamW-aware parameter check (st_compare.h): element e of parameter p may differ by
- *   tol + sum_s min(2 lr_s, 2 lr_s r G_s / (sqrt(v^_s,e) + eps)),
+ *   tol + sum_s st_adam_bound(lr_s, r G_s, sqrt(v^_s,e), eps),
  * v^_s = v_s / (1 - beta2^s) from REF's adam_v:p after step s, G_s = max_e sqrt(v_s,e / (1 - beta2)) (>= the
  * largest |g_s| of p). */
 int st_compare_adam(const char *ref_path, const char *got_path, const char *const *ref_opt, const double *lr,
@@ -187,7 +191,7 @@ int st_compare_adam(const char *ref_path, const char *got_path, const char *cons
       double bound = tol, vh = 0;
       for (int s = 0; s < steps; s++) {
         vh = sqrt(fmax(at(pv[s], 0, i), 0) / (1 - pow(beta2, s + 1)));
-        bound += fmin(2 * lr[s], 2 * lr[s] * r * gmax[s] / (vh + eps));
+        bound += st_adam_bound(lr[s], r * gmax[s], vh, eps);
       }
       double d = fabs(at(pr, br, i) - at(pg, bg, i));
       if (d > worst || d != d) worst = d, worst_name = name;
