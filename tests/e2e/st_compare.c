@@ -41,6 +41,19 @@ static int st_view(const St *s, const RtJson *e, const char **p, int *bf16, int6
   return s->data + (size_t)off->items[1]->inum <= s->len;
 }
 
+/* Tensor k of ref and got's tensor of that name: 1 when both are F32 / BF16 of one element count
+ * (their views in *pr, *br, *pg, *bg, *n), 0 when ref's is not a float tensor (not compared), -1 when
+ * got lacks it or holds another count (printed: a failure). */
+static int st_pair(const St *ref, const St *got, int k, const char *got_path, const char **pr, int *br,
+                   const char **pg, int *bg, int64_t *n) {
+  int64_t ng;
+  if (!st_view(ref, ref->hdr->items[k], pr, br, n)) return 0;
+  const RtJson *e = rt_json_get(got->hdr, ref->hdr->keys[k]);
+  if (e && st_view(got, e, pg, bg, &ng) && ng == *n) return 1;
+  fprintf(stderr, "FAIL: %s: tensor %s missing or of another size\n", got_path, ref->hdr->keys[k]);
+  return -1;
+}
+
 static double at(const char *p, int bf16, int64_t i) {
   if (bf16) {
     uint16_t h;
@@ -73,12 +86,10 @@ int st_compare(const char *ref_path, const char *got_path, double tol, int mode,
     const char *name = ref.hdr->keys[k];
     const char *pr, *pg;
     int br, bg;
-    int64_t nr, ng;
-    if (!st_view(&ref, ref.hdr->items[k], &pr, &br, &nr)) continue;
-    const RtJson *e = rt_json_get(got.hdr, name);
-    if (!e || !st_view(&got, e, &pg, &bg, &ng) || ng != nr) {
-      fprintf(stderr, "FAIL: %s: tensor %s missing or of another size\n", got_path, name);
-      bad++;
+    int64_t nr;
+    int paired = st_pair(&ref, &got, k, got_path, &pr, &br, &pg, &bg, &nr);
+    if (paired <= 0) {
+      bad += paired < 0;
       continue;
     }
     tensors++;
@@ -164,12 +175,10 @@ int st_compare_adam(const char *ref_path, const char *got_path, const char *cons
     const char *name = ref.hdr->keys[k];
     const char *pr, *pg, *pv[8];
     int br, bg, bv;
-    int64_t nr, ng, nv;
-    if (!st_view(&ref, ref.hdr->items[k], &pr, &br, &nr)) continue;
-    const RtJson *e = rt_json_get(got.hdr, name);
-    if (!e || !st_view(&got, e, &pg, &bg, &ng) || ng != nr) {
-      fprintf(stderr, "FAIL: %s: tensor %s missing or of another size\n", got_path, name);
-      bad++;
+    int64_t nr, nv;
+    int paired = st_pair(&ref, &got, k, got_path, &pr, &br, &pg, &bg, &nr);
+    if (paired <= 0) {
+      bad += paired < 0;
       continue;
     }
     char vname[512];
