@@ -6,6 +6,10 @@
 # kernels on the same values, so nothing may differ, not even in bf16). Step 1 recomputes from the
 # initial weights, step 2 from updated ones with Adam's moments live: a recompute that read a value
 # saved by the step before would differ there (a third step, run before 2026-11-26, proved nothing more).
+# What each build proves: none is the reference (every activation kept); selective recomputes
+# attention and the cheap elementwise ops in the backward loop (the fused elementwise kernels and the
+# flash attention forward run again on the device, GEMM epilogues included); full recomputes each
+# layer's whole forward from its carried input (the tp + sp all-gathers run again too).
 #
 #   cuda_recompute.sh SHARDC
 set -euo pipefail
