@@ -7,9 +7,11 @@
 # initial weights, step 2 from updated ones with Adam's moments live: a recompute that read a value
 # saved by the step before would differ there (a third step, run before 2026-11-26, proved nothing more).
 # What each build proves: none is the reference (every activation kept); selective recomputes
-# attention and the cheap elementwise ops in the backward loop (the fused elementwise kernels and the
-# flash attention forward run again on the device, GEMM epilogues included); full recomputes each
-# layer's whole forward from its carried input (the tp + sp all-gathers run again too).
+# attention (sdpa) and the cheap ops around it (elementwise, rope, copies) in the backward loop: the
+# flash attention forward and fused elementwise kernels run again, some as kernels of their own where
+# the forward ran them in a GEMM epilogue (bit-identical on the emulated device only: docs/cuda.md);
+# full re-runs each layer's whole forward from its carried input, its tp + sp collectives included
+# (passes/recompute.c).
 #
 #   cuda_recompute.sh SHARDC
 set -euo pipefail
