@@ -3,12 +3,12 @@
  * (c++ -std=c++17 -DSK_EMU) and run on the CPU. A test tool, not product code.
  *
  * Model: blocks run one after another; inside a block every thread is a cooperative fiber
- * (SK_EMU_FAST_SWITCH below, else ucontext), run in thread order until it finishes or reaches a barrier. __syncthreads waits
- * for every live thread of the block, __syncwarp and the warp collectives (shuffles, ballot)
- * for every live thread of the warp. `__shared__` variables are `static thread_local` (one copy,
- * and blocks never overlap); dynamic shared memory is a buffer of the launch. Atomics are plain
- * read-modify-writes: fibers never run at the same time. Emulator state is thread_local, so
- * several host threads may each run launches.
+ * (switched as SK_EMU_FAST_SWITCH below says), run in thread order until it finishes or reaches a
+ * barrier. __syncthreads waits for every live thread of the block, __syncwarp and the warp
+ * collectives (shuffles, ballot) for every live thread of the warp. `__shared__` variables are
+ * `static thread_local` (one copy, and blocks never overlap); dynamic shared memory is a buffer of
+ * the launch. Atomics are plain read-modify-writes: fibers never run at the same time. Emulator
+ * state is thread_local, so several host threads may each run launches.
  */
 #ifndef SK_EMU_H
 #define SK_EMU_H
