@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "comm/bootstrap.h"
+#include "comm/comm.h" /* rt_f32_to_bf16, rt_bf16_to_f32 */
 #include "cu_internal.h"
 #include "dtype.h"
 #include "kernels/kernels.h"
@@ -51,23 +52,6 @@ typedef struct EmuCopy {
   int64_t bytes;
   int kind, slot;
 } EmuCopy;
-
-/* ---- bf16 ---- */
-
-static float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-  u += 0x7fff + ((u >> 16) & 1);                                          /* round to nearest even */
-  return (uint16_t)(u >> 16);
-}
 
 /* ---- kernels: host C++ ---- */
 
@@ -229,24 +213,24 @@ static const float *as_f32(const void *x, int dt, int64_t n, float **tmp) {
   float *t = malloc((size_t)n * sizeof *t);
   if (!t) rt_fatal(1, "out of memory");
   const uint16_t *h = x;
-  for (int64_t i = 0; i < n; i++) t[i] = bf16_to_f32(h[i]);
+  for (int64_t i = 0; i < n; i++) t[i] = rt_bf16_to_f32(h[i]);
   *tmp = t;
   return t;
 }
 
 /* An element of a y_dt tensor as f32, and stored. */
 static float ld_el(const void *p, int dt, int64_t i) {
-  return dt == RT_BF16 ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+  return dt == RT_BF16 ? rt_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 static void st_el(void *p, int dt, int64_t i, float v) {
   if (dt == RT_BF16)
-    ((uint16_t *)p)[i] = f32_to_bf16(v);
+    ((uint16_t *)p)[i] = rt_f32_to_bf16(v);
   else
     ((float *)p)[i] = v;
 }
 
 /* v rounded to dt. */
-static float rnd(int dt, float v) { return dt == RT_BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+static float rnd(int dt, float v) { return dt == RT_BF16 ? rt_bf16_to_f32(rt_f32_to_bf16(v)) : v; }
 
 /* The epilogue of rt_cu_matmul_ep / _dgelu on the fp32 result acc[m, n] as the nodes it replaces
  * compute it (the IR's semantics): the GEMM's result rounded to y's dtype, then each op in float
@@ -334,9 +318,9 @@ static void emu_gemm(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
       rt_gemm(ta, tb, m, n, k, alpha, af, lda, bb, ldb, beta, (float *)y + i * m * n, n);
     } else {
       uint16_t *yh = (uint16_t *)y + i * m * n;
-      for (int64_t j = 0; j < m * n; j++) yt[j] = beta != 0 ? bf16_to_f32(yh[j]) : 0;
+      for (int64_t j = 0; j < m * n; j++) yt[j] = beta != 0 ? rt_bf16_to_f32(yh[j]) : 0;
       rt_gemm(ta, tb, m, n, k, alpha, af, lda, bb, ldb, beta, yt, n);
-      for (int64_t j = 0; j < m * n; j++) yh[j] = f32_to_bf16(yt[j]);
+      for (int64_t j = 0; j < m * n; j++) yh[j] = rt_f32_to_bf16(yt[j]);
     }
     free(at);
     free(bi);

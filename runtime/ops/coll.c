@@ -172,6 +172,15 @@ static void print_stats(void) {
           (long long)pend.started, (long long)pend.early, pend.inflight_s, pend.exposed_s, pend.progress_s, pend.copy_s);
 }
 
+/* SHARDRT_COLL_STATS=1 (coll.h): print runs at exit. */
+static void stats_at_exit(void (*print)(void)) {
+  const char *st = getenv("SHARDRT_COLL_STATS");
+  if (st && strcmp(st, "1") == 0 && atexit(print) != 0) {
+    fprintf(stderr, "shardrt: atexit failed\n");
+    exit(1);
+  }
+}
+
 static int dp_mode(void) {
   if (pend.mode >= 0) return pend.mode;
   const char *s = getenv("SHARDRT_DP_COMM");
@@ -183,11 +192,7 @@ static int dp_mode(void) {
     fprintf(stderr, "shardrt: SHARDRT_DP_COMM=%s: want async, blocking, member or lazy\n", s);
     exit(1);
   }
-  const char *st = getenv("SHARDRT_COLL_STATS");
-  if (st && strcmp(st, "1") == 0 && atexit(print_stats) != 0) {
-    fprintf(stderr, "shardrt: atexit failed\n");
-    exit(1);
-  }
+  stats_at_exit(print_stats);
   return pend.mode;
 }
 
@@ -518,11 +523,7 @@ static int cp_blocking(void) {
     fprintf(stderr, "shardrt: SHARDRT_CP_COMM=%s: want async or blocking\n", s);
     exit(1);
   }
-  const char *st = getenv("SHARDRT_COLL_STATS");
-  if (st && strcmp(st, "1") == 0 && atexit(print_ring_stats) != 0) {
-    fprintf(stderr, "shardrt: atexit failed\n");
-    exit(1);
-  }
+  stats_at_exit(print_ring_stats);
   return ring.mode;
 }
 

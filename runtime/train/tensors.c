@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../comm/comm.h" /* rt_f32_to_bf16 */
 #include "../rng.h"
 #include "coll.h"
 #include "run.h"
@@ -35,14 +36,6 @@ static double get_scalar(const char *mem, const RtTensor *t) {
     return d;
   }
   rt_bug("scalar result \"%s\" is neither f32 nor f64", t->name);
-}
-
-static uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-  u += 0x7fff + ((u >> 16) & 1);                                          /* round to nearest even */
-  return (uint16_t)(u >> 16);
 }
 
 void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *ctx, int kinds) {
@@ -77,7 +70,7 @@ void rt_init_tensors(const RtProgram *p, char *mem, uint64_t seed, const RtCtx *
       switch (t->dtype) {
       case RT_F32: ((float *)dst)[i] = (float)x; break;
       case RT_F64: ((double *)dst)[i] = x; break;
-      case RT_BF16: ((uint16_t *)dst)[i] = f32_to_bf16((float)x); break;
+      case RT_BF16: ((uint16_t *)dst)[i] = rt_f32_to_bf16((float)x); break;
       }
     }
   }

@@ -11,18 +11,9 @@
 
 #include "../../ir/mesh.h"
 #include "diag.h"
+#include "../check.h" /* CHECK */
 
 static int failures;
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, "\n");                                      \
-      failures++;                                                 \
-    }                                                             \
-  } while (0)
-
 static void check_mapping(int dp, int pp, int cp, int tp, int dpn) {
   MeshMap m;
   CHECK(rt_mesh_init(&m, dp, pp, cp, tp, dpn), "init");

@@ -4,19 +4,10 @@
 #define CUDART_TEST_H
 
 #include <stdio.h>
+#include "../check.h" /* CHECK */
 
 extern int failures;
 extern const char *kSource; /* the hand-made program's two kernels */
-
-#define CHECK(cond, ...)                                                                                               \
-  do {                                                                                                                 \
-    if (!(cond)) {                                                                                                     \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                         \
-      fprintf(stderr, __VA_ARGS__);                                                                                    \
-      fputc('\n', stderr);                                                                                             \
-      failures++;                                                                                                      \
-    }                                                                                                                  \
-  } while (0)
 
 int test_train(void);    /* rt_train_main on a device program against the CPU program */
 int trainer_nogpu(void);

@@ -41,6 +41,19 @@ static int st_view(const St *s, const RtJson *e, const char **p, int *bf16, int6
   return s->data + (size_t)off->items[1]->inum <= s->len;
 }
 
+/* Tensor k of ref and got's tensor of that name: 1 when both are F32 / BF16 of one element count
+ * (their views in *pr, *br, *pg, *bg, *n), 0 when ref's is not a float tensor (not compared), -1 when
+ * got lacks it or holds another count (printed: a failure). */
+static int st_pair(const St *ref, const St *got, int k, const char *got_path, const char **pr, int *br,
+                   const char **pg, int *bg, int64_t *n) {
+  int64_t ng;
+  if (!st_view(ref, ref->hdr->items[k], pr, br, n)) return 0;
+  const RtJson *e = rt_json_get(got->hdr, ref->hdr->keys[k]);
+  if (e && st_view(got, e, pg, bg, &ng) && ng == *n) return 1;
+  fprintf(stderr, "FAIL: %s: tensor %s missing or of another size\n", got_path, ref->hdr->keys[k]);
+  return -1;
+}
+
 static double at(const char *p, int bf16, int64_t i) {
   if (bf16) {
     uint16_t h;
@@ -73,12 +86,10 @@ int st_compare(const char *ref_path, const char *got_path, double tol, int mode,
     const char *name = ref.hdr->keys[k];
     const char *pr, *pg;
     int br, bg;
-    int64_t nr, ng;
-    if (!st_view(&ref, ref.hdr->items[k], &pr, &br, &nr)) continue;
-    const RtJson *e = rt_json_get(got.hdr, name);
-    if (!e || !st_view(&got, e, &pg, &bg, &ng) || ng != nr) {
-      fprintf(stderr, "FAIL: %s: tensor %s missing or of another size\n", got_path, name);
-      bad++;
+    int64_t nr;
+    int paired = st_pair(&ref, &got, k, got_path, &pr, &br, &pg, &bg, &nr);
+    if (paired <= 0) {
+      bad += paired < 0;
       continue;
     }
     tensors++;
@@ -137,8 +148,12 @@ int st_compare(const char *ref_path, const char *got_path, double tol, int mode,
   return bad;
 }
 
+double st_adam_bound(double lr, double dg, double vhat, double eps) {
+  return fmin(2 * lr, 2 * lr * dg / (vhat + eps));
+}
+
 /* The AdamW-aware parameter check (st_compare.h): element e of parameter p may differ by
- *   tol + sum_s min(2 lr_s, 2 lr_s r G_s / (sqrt(v^_s,e) + eps)),
+ *   tol + sum_s st_adam_bound(lr_s, r G_s, sqrt(v^_s,e), eps),
  * v^_s = v_s / (1 - beta2^s) from REF's adam_v:p after step s, G_s = max_e sqrt(v_s,e / (1 - beta2)) (>= the
  * largest |g_s| of p). */
 int st_compare_adam(const char *ref_path, const char *got_path, const char *const *ref_opt, const double *lr,
@@ -160,12 +175,10 @@ int st_compare_adam(const char *ref_path, const char *got_path, const char *cons
     const char *name = ref.hdr->keys[k];
     const char *pr, *pg, *pv[8];
     int br, bg, bv;
-    int64_t nr, ng, nv;
-    if (!st_view(&ref, ref.hdr->items[k], &pr, &br, &nr)) continue;
-    const RtJson *e = rt_json_get(got.hdr, name);
-    if (!e || !st_view(&got, e, &pg, &bg, &ng) || ng != nr) {
-      fprintf(stderr, "FAIL: %s: tensor %s missing or of another size\n", got_path, name);
-      bad++;
+    int64_t nr, nv;
+    int paired = st_pair(&ref, &got, k, got_path, &pr, &br, &pg, &bg, &nr);
+    if (paired <= 0) {
+      bad += paired < 0;
       continue;
     }
     char vname[512];
@@ -187,7 +200,7 @@ int st_compare_adam(const char *ref_path, const char *got_path, const char *cons
       double bound = tol, vh = 0;
       for (int s = 0; s < steps; s++) {
         vh = sqrt(fmax(at(pv[s], 0, i), 0) / (1 - pow(beta2, s + 1)));
-        bound += fmin(2 * lr[s], 2 * lr[s] * r * gmax[s] / (vh + eps));
+        bound += st_adam_bound(lr[s], r * gmax[s], vh, eps);
       }
       double d = fabs(at(pr, br, i) - at(pg, bg, i));
       if (d > worst || d != d) worst = d, worst_name = name;

@@ -27,10 +27,19 @@ enum { ST_ABS, ST_L2, ST_RMAX }; /* st_compare's modes */
  * failures (1 when a file cannot be read). */
 int st_compare(const char *ref, const char *got, double tol, int mode, double frac);
 
+/* AdamW's sensitivity to its gradient: how far one element's update lr m^ / (sqrt(v^) + eps) moves when
+ * the gradients behind m^ and v^ move by at most dg (each step's, at this element), sqrt(v^) = vhat the
+ * reference's. |m^ - m^'| <= dg and |sqrt(v^) - sqrt(v^')| <= dg (v^ is a weighted sum of squares: the
+ * triangle inequality), and |m^'| <= sqrt(v^') (equal at step 1; by Cauchy-Schwarz within 0.04% for two
+ * steps of betas (0.9, 0.95), the most the tests compare), so the update moves by at most
+ *   |dm| / (vhat + eps) + |m^'| |ds| / ((vhat + eps) (sqrt(v^') + eps)) <= 2 lr dg / (vhat + eps),
+ * and never by more than 2 lr (each update is at most lr in size). Near vhat ~ eps a gradient
+ * difference far below lr is amplified by lr / eps: the bound says by how much. */
+double st_adam_bound(double lr, double dg, double vhat, double eps);
+
 /* The parameters of two runs of `steps` AdamW steps (lr[s] at step s + 1, beta2, eps), whose clipped
- * gradients differ by at most r times the largest of each parameter's at every step: AdamW's update
- * lr m^ / (sqrt(v^) + eps) moves by at most 2 lr r G / (sqrt(v^) + eps) then (G >= the largest
- * |g|; |m^| <= sqrt(v^) for two steps of betas (0.9, 0.95)), and never by more than 2 lr. Every
+ * gradients differ by at most r times the largest of each parameter's at every step: each step's
+ * update moves by at most st_adam_bound(lr, r G, sqrt(v^), eps) (G >= the largest |g|). Every
  * element of every F32 tensor of ref must be within tol plus that sum over the steps, v^ taken from
  * ref_opt[s] (the reference's optimizer file after step s + 1, its adam_v:NAME). Prints the largest
  * difference, how many elements are beyond tol, and the one closest to its bound (stdout), each

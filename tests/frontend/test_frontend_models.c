@@ -14,18 +14,9 @@
 #include "frontend.h"
 #include "passes.h"
 #include "print.h"
+#include "../check.h" /* CHECK */
 
 static int failures;
-
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-      fprintf(stderr, __VA_ARGS__);                         \
-      fputc('\n', stderr);                                  \
-      failures++;                                           \
-    }                                                       \
-  } while (0)
 
 static bool close_to(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }
 

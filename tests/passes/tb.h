@@ -4,6 +4,7 @@
 
 #include "interp.h"
 #include "module.h"
+#include "../check.h" /* CHECK */
 
 /* A fresh module with an empty top graph, default plan and recipe. */
 Module *tb_module(Arena *a, const char *name);
@@ -62,16 +63,5 @@ int tb_shapes_stable(Module *m);
  * <= tol * max(1, |grad|), and must not be zero everywhere. Prints a line per param; returns the number of failures. */
 int tb_fd_check(Module *m, int nfeed, const TbFeed *feeds, int per_param, double h, double tol, double jitter,
                 const char *label);
-
-/* A check of a test that counts its failures in a `failures` in scope: prints "FAIL: " and the
- * message when cond is false. */
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    if (!(cond)) {                                                                                           \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                 \
-      fputc('\n', stderr);                                                                                   \
-      failures++;                                                                                            \
-    }                                                                                                        \
-  } while (0)
 
 #endif

@@ -30,16 +30,7 @@
 #include "pipeline.h"
 #include "tb.h"
 
-static int failures;
-#define EXPECT(cond, ...)                                                                                          \
-  do {                                                                                                             \
-    if (!(cond)) {                                                                                                 \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                         \
-      fprintf(stderr, __VA_ARGS__);                                                                                \
-      fprintf(stderr, "\n");                                                                                       \
-      failures++;                                                                                                  \
-    }                                                                                                              \
-  } while (0)
+static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 static bool elementwise(const Node *n) {
   return n->op == OP_CONST || n->op == OP_BROADCAST_TO || (ir_ops[n->op].flags & F_EW);
@@ -79,14 +70,14 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
       continue;
     }
     while (end < g->nnodes && g->nodes[end]->group == id) end++;
-    EXPECT(end - i >= 2 && end - i <= FUSE_MAX_NODES, "%s: group %d has %d nodes", label, id, end - i);
-    for (int k = end; k < g->nnodes; k++) EXPECT(g->nodes[k]->group != id, "%s: group %d is not consecutive", label, id);
+    CHECK(end - i >= 2 && end - i <= FUSE_MAX_NODES, "%s: group %d has %d nodes", label, id, end - i);
+    for (int k = end; k < g->nnodes; k++) CHECK(g->nodes[k]->group != id, "%s: group %d is not consecutive", label, id);
     const Value *ext[2 * FUSE_MAX_NODES];
     int next = 0;
     for (int k = i; k < end; k++) {
       const Node *n = g->nodes[k];
-      EXPECT(elementwise(n), "%s: group %d holds %s", label, id, ir_ops[n->op].name);
-      EXPECT(ir_shape_eq(&n->out[0]->shape, &g->nodes[i]->out[0]->shape), "%s: group %d mixes shapes", label, id);
+      CHECK(elementwise(n), "%s: group %d holds %s", label, id, ir_ops[n->op].name);
+      CHECK(ir_shape_eq(&n->out[0]->shape, &g->nodes[i]->out[0]->shape), "%s: group %d mixes shapes", label, id);
       for (int j = 0; j < n->nin; j++) {
         const Node *d = n->in[j]->def;
         bool inside = false;
@@ -95,10 +86,10 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
         if (!inside) ext[next++] = n->in[j];
       }
     }
-    EXPECT(next <= FUSE_MAX_INPUTS, "%s: group %d reads %d values from outside", label, id, next);
+    CHECK(next <= FUSE_MAX_INPUTS, "%s: group %d reads %d values from outside", label, id, next);
     for (int k = i; k < end && placed; k++)
       for (int e = 0; e < next; e++)
-        EXPECT(!overlaps(g->nodes[k]->out[0], ext[e]),
+        CHECK(!overlaps(g->nodes[k]->out[0], ext[e]),
                "%s: group %d: %s %%%d [%lld, +%lld) overwrites %%%d [%lld, +%lld), which the group reads", label, id,
                ir_ops[g->nodes[k]->op].name, g->nodes[k]->out[0]->id, (long long)g->nodes[k]->out[0]->offset,
                (long long)bytes_of(g->nodes[k]->out[0]), ext[e]->id, (long long)ext[e]->offset,
@@ -123,38 +114,38 @@ static int check_epilogues(const Graph *g, const char *label) {
     if (!mm->a.epilogue) continue;
     count++;
     int at[2], e = epilogue_nodes(g, i, at);
-    EXPECT(mm->op == OP_MATMUL && e >= 1 && e <= 2, "%s: %s with epilogue %d", label, ir_ops[mm->op].name, e);
+    CHECK(mm->op == OP_MATMUL && e >= 1 && e <= 2, "%s: %s with epilogue %d", label, ir_ops[mm->op].name, e);
     if (mm->a.epilogue >= EPI_DGELU) { /* GELU's backward (+ its bias gradient), later */
       const Node *gb = g->nodes[at[0]];
-      EXPECT(gb->op == OP_GELU_BWD && gb->in[1] == mm->out[0] && gb->group == 0, "%s: DGELU without its gelu_bwd", label);
+      CHECK(gb->op == OP_GELU_BWD && gb->in[1] == mm->out[0] && gb->group == 0, "%s: DGELU without its gelu_bwd", label);
       for (int k = 0; k < e; k++) {
         const Value *w = g->nodes[at[k]]->out[0];
-        EXPECT(epilogue_gemm(g, at[k]) == i, "%s: epilogue_gemm does not find the GEMM", label);
-        EXPECT(!meets(w, mm->in[0]) && !meets(w, mm->in[1]) && !meets(w, gb->in[0]) && (k == 0 || !meets(w, gb->out[0])),
+        CHECK(epilogue_gemm(g, at[k]) == i, "%s: epilogue_gemm does not find the GEMM", label);
+        CHECK(!meets(w, mm->in[0]) && !meets(w, mm->in[1]) && !meets(w, gb->in[0]) && (k == 0 || !meets(w, gb->out[0])),
                "%s: the DGELU GEMM stores %%%d over what it reads", label, w->id);
         for (int q = i + 1; q < at[k]; q++)
           for (int o = 0; o < g->nodes[q]->nout; o++)
-            EXPECT(!meets(w, g->nodes[q]->out[o]), "%s: %%%d, written early, meets %%%d", label, w->id, g->nodes[q]->out[o]->id);
+            CHECK(!meets(w, g->nodes[q]->out[o]), "%s: %%%d, written early, meets %%%d", label, w->id, g->nodes[q]->out[o]->id);
       }
-      if (e == 2) EXPECT(g->nodes[at[1]]->op == OP_REDUCE_SUM && g->nodes[at[1]]->in[0] == gb->out[0], "%s: BGRAD without its reduce", label);
+      if (e == 2) CHECK(g->nodes[at[1]]->op == OP_REDUCE_SUM && g->nodes[at[1]]->in[0] == gb->out[0], "%s: BGRAD without its reduce", label);
       continue;
     }
     const Node *add = g->nodes[at[0]];
-    EXPECT(add->op == OP_ADD && (add->in[0] == mm->out[0] || add->in[1] == mm->out[0]), "%s: the epilogue's first node is no bias add", label);
+    CHECK(add->op == OP_ADD && (add->in[0] == mm->out[0] || add->in[1] == mm->out[0]), "%s: the epilogue's first node is no bias add", label);
     const Value *bias = add->in[0] == mm->out[0] ? add->in[1] : add->in[0];
-    EXPECT(bias->shape.rank == 1 && ir_count_uses_deep(g, mm->out[0]) == 1, "%s: bias rank %d, matmul output read %d times", label,
+    CHECK(bias->shape.rank == 1 && ir_count_uses_deep(g, mm->out[0]) == 1, "%s: bias rank %d, matmul output read %d times", label,
            bias->shape.rank, ir_count_uses_deep(g, mm->out[0]));
     for (int k = 0; k < e; k++) {
       const Node *n = g->nodes[at[k]];
-      EXPECT(n->group == 0, "%s: an absorbed %s is in fusion group %d", label, ir_ops[n->op].name, n->group);
+      CHECK(n->group == 0, "%s: an absorbed %s is in fusion group %d", label, ir_ops[n->op].name, n->group);
       for (int q = 0; q < 3; q++) {
         const Value *r = q == 2 ? bias : mm->in[q];
         bool stored = k == e - 1 || g->nodes[at[e - 1]]->op == OP_GELU; /* a residual's h is not stored */
-        EXPECT(!stored || !meets(n->out[0], r), "%s: the GEMM stores %%%d over %%%d, which it reads", label, n->out[0]->id, r->id);
+        CHECK(!stored || !meets(n->out[0], r), "%s: the GEMM stores %%%d over %%%d, which it reads", label, n->out[0]->id, r->id);
       }
     }
     if (e == 2 && g->nodes[at[1]]->op == OP_GELU)
-      EXPECT(!meets(g->nodes[at[1]]->out[0], add->out[0]), "%s: GELU's output meets its pre-activation", label);
+      CHECK(!meets(g->nodes[at[1]]->out[0], add->out[0]), "%s: GELU's output meets its pre-activation", label);
   }
   return count;
 }
@@ -167,13 +158,13 @@ static int check_fused_ce(const Graph *g, const char *label) {
     if (f->body) count += check_fused_ce(f->body, label);
     if (f->op != OP_CROSS_ENTROPY || !f->a.fused_bwd) continue;
     int b = fuse_ce_partner(g, i);
-    EXPECT(b > i && fuse_ce_partner(g, b) == i, "%s: the fused cross-entropy at %d has no backward after it", label, i);
+    CHECK(b > i && fuse_ce_partner(g, b) == i, "%s: the fused cross-entropy at %d has no backward after it", label, i);
     if (b <= i) continue;
     count++;
     const Value *dl = g->nodes[b]->out[0], *lg = f->in[0], *dloss = g->nodes[b]->in[2];
-    EXPECT(!meets(dl, f->in[1]) && !meets(dl, f->out[0]) && !meets(dl, dloss) && !overlaps(dl, lg),
+    CHECK(!meets(dl, f->in[1]) && !meets(dl, f->out[0]) && !meets(dl, dloss) && !overlaps(dl, lg),
            "%s: the fused cross-entropy's gradient %%%d meets what the forward reads or writes", label, dl->id);
-    for (int q = i + 1; q < b; q++) EXPECT(dloss->def != g->nodes[q], "%s: dloss is defined after the forward", label);
+    for (int q = i + 1; q < b; q++) CHECK(dloss->def != g->nodes[q], "%s: dloss is defined after the forward", label);
   }
   return count;
 }
@@ -213,32 +204,32 @@ static void built_graphs(void) {
   Value *l1 = tb_op2(g, OP_ADD, sr, sv, NULL), *l2 = tb_op2(g, OP_ADD, sz, st, NULL);
   ir_add_result(g, tb_op2(g, OP_ADD, l1, l2, NULL), "loss");
 
-  EXPECT(pass_fuse(m), "pass_fuse failed");
-  EXPECT(p->def->group && p->def->group == q->def->group && q->def->group == r->def->group,
+  CHECK(pass_fuse(m), "pass_fuse failed");
+  CHECK(p->def->group && p->def->group == q->def->group && q->def->group == r->def->group,
          "add, gelu, mul: groups %d %d %d", p->def->group, q->def->group, r->def->group);
-  EXPECT(sr->def->group == 0, "a sum in group %d", sr->def->group);
-  EXPECT(v->def->group == 0 && v1->def->group && v1->def->group == v2->def->group,
+  CHECK(sr->def->group == 0, "a sum in group %d", sr->def->group);
+  CHECK(v->def->group == 0 && v1->def->group && v1->def->group == v2->def->group,
          "cast, tanh, exp: groups %d %d %d (a view starts no group)", v->def->group, v1->def->group, v2->def->group);
-  EXPECT(v1->def->group != r->def->group, "a reduction between two chains ends a group");
+  CHECK(v1->def->group != r->def->group, "a reduction between two chains ends a group");
   for (int i = 1; i < 40; i++)
-    EXPECT((chain[i]->group == chain[0]->group) == (i < FUSE_MAX_NODES), "40 tanh: op %d in group %d (first %d)", i,
+    CHECK((chain[i]->group == chain[0]->group) == (i < FUSE_MAX_NODES), "40 tanh: op %d in group %d (first %d)", i,
            chain[i]->group, chain[0]->group);
-  EXPECT(chain[FUSE_MAX_NODES]->group && chain[FUSE_MAX_NODES]->group == chain[39]->group,
+  CHECK(chain[FUSE_MAX_NODES]->group && chain[FUSE_MAX_NODES]->group == chain[39]->group,
          "40 tanh: the rest is one group");
-  EXPECT(ea->def->group && ea->def->group == tb->def->group && tb->def->group == tc->def->group,
+  CHECK(ea->def->group && ea->def->group == tb->def->group && tb->def->group == tc->def->group,
          "add, tanh, tanh: groups %d %d %d", ea->def->group, tb->def->group, tc->def->group);
   int before = check_groups(g, "after fuse", false);
-  EXPECT(before == 6, "%d groups after fuse, want 6 (the last: the scalar adds of the loss)", before);
+  CHECK(before == 6, "%d groups after fuse, want 6 (the last: the scalar adds of the loss)", before);
 
-  EXPECT(pass_memplan(m), "pass_memplan failed");
-  EXPECT(overlaps(tb->def->out[0], t), "the plan was meant to put b over t's dead bytes: t at %lld, a %lld, b %lld",
+  CHECK(pass_memplan(m), "pass_memplan failed");
+  CHECK(overlaps(tb->def->out[0], t), "the plan was meant to put b over t's dead bytes: t at %lld, a %lld, b %lld",
          (long long)t->offset, (long long)ea->offset, (long long)tb->offset);
-  EXPECT(ea->def->group != tb->def->group, "b would overwrite t, which a reads: groups %d %d %d", ea->def->group,
+  CHECK(ea->def->group != tb->def->group, "b would overwrite t, which a reads: groups %d %d %d", ea->def->group,
          tb->def->group, tc->def->group);
-  EXPECT(p->def->group && p->def->group == r->def->group, "a chain over persistent inputs is cut");
-  EXPECT(chain[0]->group && chain[0]->group == chain[FUSE_MAX_NODES - 1]->group, "the 32-op group is cut");
+  CHECK(p->def->group && p->def->group == r->def->group, "a chain over persistent inputs is cut");
+  CHECK(chain[0]->group && chain[0]->group == chain[FUSE_MAX_NODES - 1]->group, "the 32-op group is cut");
   int after = check_groups(g, "after memplan", true);
-  EXPECT(after >= 3, "%d groups after memplan", after);
+  CHECK(after >= 3, "%d groups after memplan", after);
   arena_free(&a);
 }
 
@@ -247,16 +238,16 @@ static void model(const char *label, const char *file, const FeDefine *defs, int
   arena_init(&a);
   FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
   Module *m = fe_compile(&a, file, &o);
-  EXPECT(m, "%s: does not compile", label);
+  CHECK(m, "%s: does not compile", label);
   if (!m) return;
   m->target = TARGET_CUDA;
   PipelineOptions po = {.verify = true};
-  EXPECT(pipeline_run(m, &po), "%s: the pipeline failed", label);
+  CHECK(pipeline_run(m, &po), "%s: the pipeline failed", label);
   int groups = check_groups(m->graph, label, true), epi = check_epilogues(m->graph, label);
   int ce = check_fused_ce(m->graph, label);
-  EXPECT(ce == fused_ce, "%s: %d fused cross-entropies, want %d", label, ce, fused_ce);
-  EXPECT(groups + epi >= 3, "%s: only %d fusion groups and %d GEMM epilogues", label, groups, epi);
-  EXPECT(epilogues < 0 || epi == epilogues, "%s: %d GEMM epilogues, want %d", label, epi, epilogues);
+  CHECK(ce == fused_ce, "%s: %d fused cross-entropies, want %d", label, ce, fused_ce);
+  CHECK(groups + epi >= 3, "%s: only %d fusion groups and %d GEMM epilogues", label, groups, epi);
+  CHECK(epilogues < 0 || epi == epilogues, "%s: %d GEMM epilogues, want %d", label, epi, epilogues);
   printf("%s: %d fusion groups, %d GEMM epilogues, %d fused cross-entropies\n", label, groups, epi, ce);
   arena_free(&a);
 }

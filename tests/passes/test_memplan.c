@@ -16,16 +16,7 @@
 #include "passes.h"
 #include "tb.h"
 
-static int failures;
-#define EXPECT(cond, ...)                                                                                          \
-  do {                                                                                                             \
-    if (!(cond)) {                                                                                                 \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                         \
-      fprintf(stderr, __VA_ARGS__);                                                                                \
-      fprintf(stderr, "\n");                                                                                       \
-      failures++;                                                                                                  \
-    }                                                                                                              \
-  } while (0)
+static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 static int pos_of(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
@@ -78,12 +69,12 @@ static void check_no_overlap(const Graph *g) {
           bool live = pos_of(g, v->def) <= last_use(g, u) && pos_of(g, u->def) <= last_use(g, v);
           bool shared = u->offset < v->offset + bytes_of(v) && v->offset < u->offset + bytes_of(u);
           checked++;
-          EXPECT(!(live && shared) || planned_alias(g, u, v),
+          CHECK(!(live && shared) || planned_alias(g, u, v),
                  "values %%%d [%lld, +%lld) and %%%d [%lld, +%lld) are live together and share bytes", u->id,
                  (long long)u->offset, (long long)bytes_of(u), v->id, (long long)v->offset, (long long)bytes_of(v));
         }
     }
-  EXPECT(checked > 10, "only %d pairs checked", checked);
+  CHECK(checked > 10, "only %d pairs checked", checked);
 }
 
 /* ZeRO-1's update: p' = all_gather over dp of sgd_update(shard_slice(p), ..) is the result next:p.
@@ -121,12 +112,12 @@ static void zero_gather_case(Arena *a) {
     failures++;
     return;
   }
-  EXPECT(next[0]->offset == w->offset, "next:w gathered into w: at %lld, w at %lld", (long long)next[0]->offset,
+  CHECK(next[0]->offset == w->offset, "next:w gathered into w: at %lld, w at %lld", (long long)next[0]->offset,
          (long long)w->offset);
-  EXPECT(next[1]->offset != u->offset, "next:u: u is read after the gather, yet both at %lld",
+  CHECK(next[1]->offset != u->offset, "next:u: u is read after the gather, yet both at %lld",
          (long long)u->offset);
   for (int k = 0; k < 2; k++)
-    EXPECT(updated[k]->offset == shard[k]->offset, "the shard's update in place: at %lld, the shard at %lld",
+    CHECK(updated[k]->offset == shard[k]->offset, "the shard's update in place: at %lld, the shard at %lld",
            (long long)updated[k]->offset, (long long)shard[k]->offset);
   check_no_overlap(g);
 }
@@ -170,15 +161,15 @@ static void carry_case(Arena *a) {
     failures++;
     return;
   }
-  EXPECT(s1->offset == r->out[0]->offset && s1->stride == 0, "s + x written into the output: at %lld, output at %lld",
+  CHECK(s1->offset == r->out[0]->offset && s1->stride == 0, "s + x written into the output: at %lld, output at %lld",
          (long long)s1->offset, (long long)r->out[0]->offset);
-  EXPECT(r->out[0]->offset == init[0]->offset, "the output takes its zeros' place: at %lld, zeros at %lld",
+  CHECK(r->out[0]->offset == init[0]->offset, "the output takes its zeros' place: at %lld, zeros at %lld",
          (long long)r->out[0]->offset, (long long)init[0]->offset);
-  EXPECT(mean->offset == r->out[0]->offset, "the mean in place: at %lld, the sum at %lld", (long long)mean->offset,
+  CHECK(mean->offset == r->out[0]->offset, "the mean in place: at %lld, the sum at %lld", (long long)mean->offset,
          (long long)r->out[0]->offset);
-  EXPECT(a1->offset != r->out[1]->offset, "a + tanh(a) (a read twice) written into the output at %lld",
+  CHECK(a1->offset != r->out[1]->offset, "a + tanh(a) (a read twice) written into the output at %lld",
          (long long)a1->offset);
-  EXPECT(r->out[1]->offset != init[1]->offset, "a's output on its zeros although b copies from a: at %lld",
+  CHECK(r->out[1]->offset != init[1]->offset, "a's output on its zeros although b copies from a: at %lld",
          (long long)init[1]->offset);
   check_no_overlap(g);
 }
@@ -233,26 +224,26 @@ static void scratch_case(Arena *a) {
   }
   const MemPlan *mp = m->memplan;
   Node *gy = y->def, *gz = z->def, *rsn = rs->def;
-  EXPECT(memplan_scratch_bytes(gy) == 384 && gy->scratch_bytes == 384, "the dim-1 gather's scratch: %lld bytes "
+  CHECK(memplan_scratch_bytes(gy) == 384 && gy->scratch_bytes == 384, "the dim-1 gather's scratch: %lld bytes "
          "planned, %lld needed (384: the gathered tensor)", (long long)gy->scratch_bytes,
          (long long)memplan_scratch_bytes(gy));
-  EXPECT(memplan_scratch_bytes(gz) == 0 && gz->scratch_bytes == 0, "the dim-0 gather (contiguous) got %lld bytes",
+  CHECK(memplan_scratch_bytes(gz) == 0 && gz->scratch_bytes == 0, "the dim-0 gather (contiguous) got %lld bytes",
          (long long)gz->scratch_bytes);
-  EXPECT(rsn->scratch_bytes == 384, "the loop's dim-1 reduce-scatter: %lld bytes of scratch (384: its input)",
+  CHECK(rsn->scratch_bytes == 384, "the loop's dim-1 reduce-scatter: %lld bytes of scratch (384: its input)",
          (long long)rsn->scratch_bytes);
   for (int k = 0; k < 2; k++) {
     const Node *n = k ? rsn : gy;
-    EXPECT(n->scratch_at >= mp->persistent && n->scratch_at + n->scratch_bytes <= mp->total,
+    CHECK(n->scratch_at >= mp->persistent && n->scratch_at + n->scratch_bytes <= mp->total,
            "scratch [%lld, +%lld) outside the arena [%lld, %lld)", (long long)n->scratch_at,
            (long long)n->scratch_bytes, (long long)mp->persistent, (long long)mp->total);
   }
   const Value *hit = meets_live(g, pos_of(g, gy), gy->scratch_at, gy->scratch_bytes);
-  EXPECT(!hit, "the gather's scratch meets %%%d, live at the gather", hit ? hit->id : -1);
+  CHECK(!hit, "the gather's scratch meets %%%d, live at the gather", hit ? hit->id : -1);
   hit = meets_live(body, pos_of(body, rsn), rsn->scratch_at, rsn->scratch_bytes);
-  EXPECT(!hit, "the loop's scratch meets the body's %%%d, live at the scatter", hit ? hit->id : -1);
+  CHECK(!hit, "the loop's scratch meets the body's %%%d, live at the scatter", hit ? hit->id : -1);
   hit = meets_live(g, pos_of(g, r), rsn->scratch_at, rsn->scratch_bytes);
-  EXPECT(!hit, "the loop's scratch meets %%%d, live at the loop", hit ? hit->id : -1);
-  EXPECT(mp->largest[MEM_COMM] == 384, "largest communication buffer %lld", (long long)mp->largest[MEM_COMM]);
+  CHECK(!hit, "the loop's scratch meets %%%d, live at the loop", hit ? hit->id : -1);
+  CHECK(mp->largest[MEM_COMM] == 384, "largest communication buffer %lld", (long long)mp->largest[MEM_COMM]);
   check_no_overlap(g);
 
   /* the gather is the peak: a, y and the scratch live (192 + 384 + 384 bytes) */
@@ -266,9 +257,9 @@ static void scratch_case(Arena *a) {
     failures++;
     return;
   }
-  EXPECT(m2->memplan->by_class[MEM_COMM] == 384, "communication at the peak: %lld bytes (384: the scratch)",
+  CHECK(m2->memplan->by_class[MEM_COMM] == 384, "communication at the peak: %lld bytes (384: the scratch)",
          (long long)m2->memplan->by_class[MEM_COMM]);
-  EXPECT(m2->memplan->peak - m2->memplan->persistent == 192 + 384 + 384, "peak %lld transient bytes, 960 planned",
+  CHECK(m2->memplan->peak - m2->memplan->persistent == 192 + 384 + 384, "peak %lld transient bytes, 960 planned",
          (long long)(m2->memplan->peak - m2->memplan->persistent));
 
   /* the loop alone: its block (tanh(x_i) and the scratch, 384 + 384) beside the stacked output (384)
@@ -286,7 +277,7 @@ static void scratch_case(Arena *a) {
     return;
   }
   const MemPlan *p3 = m3->memplan;
-  EXPECT(p3->peak - p3->persistent == 384 + 384 + 384 && p3->by_class[MEM_COMM] == 384 &&
+  CHECK(p3->peak - p3->persistent == 384 + 384 + 384 && p3->by_class[MEM_COMM] == 384 &&
              p3->by_class[MEM_ACT] == 768,
          "the loop's peak: %lld transient bytes (1152 planned), communication %lld (384), activations %lld (768)",
          (long long)(p3->peak - p3->persistent), (long long)p3->by_class[MEM_COMM], (long long)p3->by_class[MEM_ACT]);
@@ -319,12 +310,12 @@ int main(void) {
     fprintf(stderr, "pass_memplan failed\n");
     return 1;
   }
-  EXPECT(y->offset == av->offset, "y = all_reduce(a), a dead after: y at %lld, a at %lld", (long long)y->offset,
+  CHECK(y->offset == av->offset, "y = all_reduce(a), a dead after: y at %lld, a at %lld", (long long)y->offset,
          (long long)av->offset);
-  EXPECT(d->offset != c->offset, "d = all_reduce(c), c read after: both at %lld", (long long)d->offset);
-  EXPECT(e->offset == c->offset, "e = c + d, c dead after: e at %lld, c at %lld", (long long)e->offset,
+  CHECK(d->offset != c->offset, "d = all_reduce(c), c read after: both at %lld", (long long)d->offset);
+  CHECK(e->offset == c->offset, "e = c + d, c dead after: e at %lld, c at %lld", (long long)e->offset,
          (long long)c->offset);
-  EXPECT(two->out[0]->offset != two->out[1]->offset, "all_reduce(f, f): both outputs at %lld",
+  CHECK(two->out[0]->offset != two->out[1]->offset, "all_reduce(f, f): both outputs at %lld",
          (long long)two->out[0]->offset);
   check_no_overlap(g);
   zero_gather_case(&a);

@@ -77,17 +77,6 @@ static int count_weight_copies(const Graph *g) {
   return n;
 }
 
-static double rel_err(const Tensor *ref, const Tensor *t) {
-  int64_t n = ir_numel(&ref->shape);
-  double mx = 0, d = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double a = fabs(ref->data[i]), e = fabs(ref->data[i] - t->data[i]);
-    mx = a > mx ? a : mx;
-    d = e > d || e != e ? e : d;
-  }
-  return mx > 0 ? d / mx : d;
-}
-
 static void feed(Interp *it, const Tensor *tok, const Tensor *tgt) {
   interp_set_input(it, -1, "tokens", tok);
   interp_set_input(it, -1, "targets", tgt);
@@ -130,7 +119,7 @@ static void run(const char *label, const char *path, const FeDefine *defs, int n
     const Tensor *gb = interp_get(ib, 0, nm), *gf = interp_get(iff, 0, nm);
     CHECK(gb && gf && gb->dtype == DT_F32, "%s: gradient %s missing or not f32", label, nm);
     if (!gb || !gf) continue;
-    double e = rel_err(gf, gb);
+    double e = tb_rel_err(gf, gb);
     CHECK(e <= 2e-2, "%s: %s relative error %.3g > 2e-2", label, nm, e);
     worst = e > worst ? e : worst;
     least = e < least ? e : least;

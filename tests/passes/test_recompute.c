@@ -22,16 +22,7 @@
 
 #define MAXDEF 24
 
-static int failures;
-#define EXPECT(cond, ...)                                                                                          \
-  do {                                                                                                             \
-    if (!(cond)) {                                                                                                 \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                         \
-      fprintf(stderr, __VA_ARGS__);                                                                                \
-      fprintf(stderr, "\n");                                                                                       \
-      failures++;                                                                                                  \
-    }                                                                                                              \
-  } while (0)
+static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 static const char *const modes[3] = {"none", "selective", "full"};
 
@@ -90,11 +81,11 @@ static int compare_exact(const Graph *ref, const Interp *ri, const Interp *pi, c
     for (int r = 0; r < interp_nranks(ri); r++) {
       const Tensor *a = interp_get(ri, r, name), *b = interp_get(pi, r, name);
       if (!a) continue;
-      EXPECT(b && ir_shape_eq(&a->shape, &b->shape), "%s: '%s' missing or reshaped on rank %d", what, name, r);
+      CHECK(b && ir_shape_eq(&a->shape, &b->shape), "%s: '%s' missing or reshaped on rank %d", what, name, r);
       if (!b || !ir_shape_eq(&a->shape, &b->shape)) continue;
       int64_t n = ir_numel(&a->shape), bad = 0;
       for (int64_t k = 0; k < n; k++) bad += memcmp(&a->data[k], &b->data[k], sizeof(double)) != 0;
-      EXPECT(bad == 0, "%s: '%s' differs on rank %d at %lld of %lld elements", what, name, r, (long long)bad,
+      CHECK(bad == 0, "%s: '%s' differs on rank %d at %lld of %lld elements", what, name, r, (long long)bad,
              (long long)n);
       checked++;
     }
@@ -122,7 +113,7 @@ static void equal_programs(const char *label, const char *path, const FeDefine *
     for (int k = 0; k < 3; k++) {
       arena_init(&ar[k]);
       m[k] = compile(&ar[k], path, defs, ndefs, plans[p].dp, plans[p].tp, plans[p].sp, modes[k], B);
-      EXPECT(m[k], "%s recompute %s: does not compile", what, modes[k]);
+      CHECK(m[k], "%s recompute %s: does not compile", what, modes[k]);
       ok = ok && m[k];
     }
     if (ok) {
@@ -130,15 +121,15 @@ static void equal_programs(const char *label, const char *path, const FeDefine *
         nsaved[k] = saved(m[k], &big[k]);
         it[k] = interp_new(m[k]->graph, m[k]->mesh, 7);
       }
-      EXPECT(nsaved[2] == 1, "%s: full recompute saves %d activations per layer, not just the block's input", what,
+      CHECK(nsaved[2] == 1, "%s: full recompute saves %d activations per layer, not just the block's input", what,
              nsaved[2]);
-      EXPECT(nsaved[1] < nsaved[0] && nsaved[1] > nsaved[2], "%s: saved activations none %d, selective %d, full %d",
+      CHECK(nsaved[1] < nsaved[0] && nsaved[1] > nsaved[2], "%s: saved activations none %d, selective %d, full %d",
              what, nsaved[0], nsaved[1], nsaved[2]);
       int checked = 0;
       for (int step = 1; step <= 2; step++) {
         for (int k = 0; k < 3; k++) {
           tb_feed_step(it[k], &tok, &tgt, step);
-          EXPECT(interp_step(it[k]), "%s recompute %s: interpreter error at step %d", what, modes[k], step);
+          CHECK(interp_step(it[k]), "%s recompute %s: interpreter error at step %d", what, modes[k], step);
         }
         for (int k = 1; k < 3; k++) {
           char w2[128];
@@ -146,7 +137,7 @@ static void equal_programs(const char *label, const char *path, const FeDefine *
           checked += compare_exact(m[0]->graph, it[0], it[k], w2);
         }
       }
-      EXPECT(checked >= 20, "%s: only %d tensors compared", what, checked);
+      CHECK(checked >= 20, "%s: only %d tensors compared", what, checked);
       fprintf(stderr, "  %-44s saved per layer: none %2d, selective %2d, full %d; %d tensors bit-identical\n", what,
               nsaved[0], nsaved[1], nsaved[2], checked);
       for (int k = 0; k < 3; k++) interp_free(it[k]);
@@ -164,14 +155,14 @@ static void memory_drops(const char *label, const char *path, const FeDefine *de
     Arena a;
     arena_init(&a);
     Module *m = compile(&a, path, defs, ndefs, 1, tp, tp > 1, modes[k], 0);
-    EXPECT(m && m->memplan, "%s recompute %s: does not compile", label, modes[k]);
+    CHECK(m && m->memplan, "%s recompute %s: does not compile", label, modes[k]);
     act[k] = m && m->memplan ? m->memplan->by_class[MEM_ACT] : 0;
     peak[k] = m && m->memplan ? m->memplan->peak : 0;
     arena_free(&a);
   }
-  EXPECT(act[2] < act[1] && act[1] < act[0], "%s: activations none %lld, selective %lld, full %lld B", label,
+  CHECK(act[2] < act[1] && act[1] < act[0], "%s: activations none %lld, selective %lld, full %lld B", label,
          (long long)act[0], (long long)act[1], (long long)act[2]);
-  EXPECT(peak[2] < peak[1] && peak[1] < peak[0], "%s: peaks none %lld, selective %lld, full %lld B", label,
+  CHECK(peak[2] < peak[1] && peak[1] < peak[0], "%s: peaks none %lld, selective %lld, full %lld B", label,
          (long long)peak[0], (long long)peak[1], (long long)peak[2]);
   fprintf(stderr, "  %-44s activations at the peak: none %.2f MiB, selective %.2f MiB, full %.2f MiB\n", label,
           act[0] / 1048576.0, act[1] / 1048576.0, act[2] / 1048576.0);

@@ -7,21 +7,12 @@
 #include <stdio.h>
 
 #include "train/train.h"
+#include "../check.h" /* CHECK */
 
 /* ---- checks ---- */
 
 extern int failures;      /* checks failed so far */
 extern char tmpdir[256];  /* this test's temporary folder (main makes it) */
-
-#define CHECK(cond, ...)                                                                                               \
-  do {                                                                                                                 \
-    if (!(cond)) {                                                                                                     \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                         \
-      fprintf(stderr, __VA_ARGS__);                                                                                    \
-      fputc('\n', stderr);                                                                                             \
-      failures++;                                                                                                      \
-    }                                                                                                                  \
-  } while (0)
 
 char *path_of(const char *name); /* tmpdir/name */
 char *read_text(const char *path); /* the whole file ("" when unreadable); caller frees */

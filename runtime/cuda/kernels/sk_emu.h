@@ -3,17 +3,33 @@
  * (c++ -std=c++17 -DSK_EMU) and run on the CPU. A test tool, not product code.
  *
  * Model: blocks run one after another; inside a block every thread is a cooperative fiber
- * (ucontext), run in thread order until it finishes or reaches a barrier. __syncthreads waits
- * for every live thread of the block, __syncwarp and the warp collectives (shuffles, ballot)
- * for every live thread of the warp. `__shared__` variables are `static thread_local` (one copy,
- * and blocks never overlap); dynamic shared memory is a buffer of the launch. Atomics are plain
- * read-modify-writes: fibers never run at the same time. Emulator state is thread_local, so
- * several host threads may each run launches.
+ * (switched as SK_EMU_FAST_SWITCH below says), run in thread order until it finishes or reaches a
+ * barrier. __syncthreads waits for every live thread of the block, __syncwarp and the warp
+ * collectives (shuffles, ballot) for every live thread of the warp. `__shared__` variables are
+ * `static thread_local` (one copy, and blocks never overlap); dynamic shared memory is a buffer of
+ * the launch. Atomics are plain read-modify-writes: fibers never run at the same time. Emulator
+ * state is thread_local, so several host threads may each run launches.
  */
 #ifndef SK_EMU_H
 #define SK_EMU_H
 
+/* Fiber switches. ucontext's swapcontext saves and restores the signal mask, a system call per
+ * switch (and a warp shuffle is two switches per lane): 3/4 of the emulator's time on a tiny tp 2
+ * training step (perf, 2026-11-26). With GCC or Clang on x86-64 or AArch64 a switch is instead
+ * __builtin_setjmp / __builtin_longjmp (the stack and frame pointers and the resume address; the
+ * compiler treats every other register as clobbered at the receiver, so nothing else needs
+ * keeping), and a fiber starts on its own stack by an instruction pair; elsewhere, or with
+ * -DSK_EMU_FAST_SWITCH=0 (SHARDRT_EMU_CXX="c++ -DSK_EMU_FAST_SWITCH=0": to compare), ucontext. */
+#ifndef SK_EMU_FAST_SWITCH
+#if (defined(__x86_64__) || defined(__aarch64__)) && (defined(__GNUC__) || defined(__clang__))
+#define SK_EMU_FAST_SWITCH 1
+#else
+#define SK_EMU_FAST_SWITCH 0
+#endif
+#endif
+#if !SK_EMU_FAST_SWITCH
 #include <ucontext.h>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -54,7 +70,12 @@ namespace sk_emu {
 enum { ST_RUN, ST_BLOCK_BAR, ST_WARP_BAR, ST_DONE };
 
 struct Fiber {
+#if SK_EMU_FAST_SWITCH
+  void *jb[5];     /* where the fiber resumes (__builtin_setjmp's buffer) */
+  int started;     /* 0: not yet entered in this block */
+#else
   ucontext_t ctx;  /* the fiber's saved registers */
+#endif
   int state;       /* ST_* */
   sk_emu_dim3 tid; /* threadIdx */
   int linear;      /* thread index in the block */
@@ -63,7 +84,11 @@ struct Fiber {
 struct Block {
   std::vector<Fiber> fibers;      /* one per thread of the block */
   std::vector<char *> stacks;     /* fiber stacks, reused across blocks and launches */
+#if SK_EMU_FAST_SWITCH
+  void *sched_jb[5];              /* where the scheduler resumes */
+#else
   ucontext_t sched;               /* the scheduler's context */
+#endif
   int cur = -1;                   /* the running fiber */
   uint64_t shfl[1024];            /* per-thread exchange slot of the warp collectives */
   uint32_t frag[2][1024][6];      /* per-thread A and B fragments of a warp's mma, by call parity */
@@ -82,6 +107,46 @@ inline Block &blk() {
 }
 inline Fiber &me() { return blk().fibers[(size_t)blk().cur]; }
 
+#if SK_EMU_FAST_SWITCH
+/* Continues where jb was set (by __builtin_setjmp in another function, as the builtins require). */
+[[noreturn]] __attribute__((noinline)) inline void jump(void **jb) { __builtin_longjmp(jb, 1); }
+
+[[noreturn]] inline void fiber_main() {
+  Block &b = blk();
+  (*b.body)();
+  b.fibers[(size_t)b.cur].state = ST_DONE;
+  jump(b.sched_jb);
+}
+
+/* Enters fiber_main on the stack that ends at top (16-byte aligned); never returns here. */
+[[noreturn]] __attribute__((noinline)) inline void start_on(char *top) {
+#if defined(__x86_64__)
+  asm volatile("mov %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(&fiber_main) : "memory");
+#else
+  asm volatile("mov sp, %0\n\tblr %1\n\tbrk #0" : : "r"(top), "r"(&fiber_main) : "memory");
+#endif
+  __builtin_unreachable();
+}
+
+inline void yield(int state) {
+  Block &b = blk();
+  Fiber &f = b.fibers[(size_t)b.cur];
+  f.state = state;
+  if (__builtin_setjmp(f.jb) == 0) jump(b.sched_jb);
+}
+
+/* Runs fiber t until it yields or finishes. */
+__attribute__((noinline)) inline void resume(int t) {
+  Block &b = blk();
+  Fiber &f = b.fibers[(size_t)t];
+  b.cur = t;
+  if (__builtin_setjmp(b.sched_jb) == 0) {
+    if (f.started) jump(f.jb);
+    f.started = 1;
+    start_on(b.stacks[(size_t)t] + STACK_BYTES);
+  }
+}
+#else
 inline void fiber_main() {
   Block &b = blk();
   (*b.body)();
@@ -99,6 +164,16 @@ inline void yield(int state) {
   }
 }
 
+inline void resume(int t) {
+  Block &b = blk();
+  b.cur = t;
+  if (swapcontext(&b.sched, &b.fibers[(size_t)t].ctx) != 0) {
+    perror("sk_emu: swapcontext");
+    abort();
+  }
+}
+#endif
+
 inline void syncthreads() { yield(ST_BLOCK_BAR); }
 inline void syncwarp() { yield(ST_WARP_BAR); }
 
@@ -114,6 +189,9 @@ inline void run_block(int nthreads) {
     f.tid.x = (unsigned)t % b.block_dim.x;
     f.tid.y = ((unsigned)t / b.block_dim.x) % b.block_dim.y;
     f.tid.z = (unsigned)t / (b.block_dim.x * b.block_dim.y);
+#if SK_EMU_FAST_SWITCH
+    f.started = 0;
+#else
     if (getcontext(&f.ctx) != 0) {
       perror("sk_emu: getcontext");
       abort();
@@ -122,16 +200,12 @@ inline void run_block(int nthreads) {
     f.ctx.uc_stack.ss_size = STACK_BYTES;
     f.ctx.uc_link = &b.sched;
     makecontext(&f.ctx, fiber_main, 0);
+#endif
   }
   int nwarps = (nthreads + 31) / 32;
   for (;;) {
     for (int t = 0; t < nthreads; t++) {
-      if (b.fibers[(size_t)t].state != ST_RUN) continue;
-      b.cur = t;
-      if (swapcontext(&b.sched, &b.fibers[(size_t)t].ctx) != 0) {
-        perror("sk_emu: swapcontext");
-        abort();
-      }
+      if (b.fibers[(size_t)t].state == ST_RUN) resume(t);
     }
     b.cur = -1;
     int done = 0, at_block = 0, released = 0;
