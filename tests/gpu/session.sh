@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tests/gpu/session.sh — everything one lent GPU call measures for issue 17, in one command, each part
+# under its own time limit and all of them under BUDGET seconds, so a session spends its few device
+# minutes in a single prepared run (the device tool allows 600 s a command). Build and pack first on
+# the build machine:  bash scripts/build.sh && LLMC=/path/to/train_gpt2cu tests/gpu/pack.sh build
+# then on the GPU machine (carry .gpu):  source .gpu/env.sh && tests/gpu/session.sh [OUT=$OUT or .gpu/out] [BUDGET=540]
+# Parts, in order of what they decide (a part that would start with under its minimum left is skipped
+# and says so):
+#   check   tests/gpu/run_gpu.sh: the runtime and every kernel against their references, tiny
+#           against the CPU, GPT-2's loss falling (correctness before any timing)
+#   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
+#           (the candidates timed at the first call), tuned again from the record (a resumed run),
+#           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
+#   sweep   cuda_kernels_gpu's attention tile sweep and the bytes-bound kernels' variants side by side
+#   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
+#           509M Llama shape
+#   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
+#   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
+# Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-${OUT:-.gpu/out}}
+budget=${2:-540}
+bin=$(cd .gpu/bin && pwd) || { echo "session.sh: no .gpu/bin (tests/gpu/pack.sh)" >&2; exit 1; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export SHARDRT_CUBIN_CACHE=${SHARDRT_CUBIN_CACHE:-/tmp/shardc-cubin}
+start=$(date +%s)
+left() { echo $((budget - ($(date +%s) - start))); }
+sum="$out/summary.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc; git log --oneline -1 2>/dev/null; } > "$sum"
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+python3 bench/gpt2_tokens.py "$t/gpt2.bin" 800000 --vocab 50257 --repeat 4096 >/dev/null
+
+# part NAME MIN MAX CMD...: runs CMD with at most min(MAX, what is left) seconds when MIN are left
+part() {
+  local name=$1 min=$2 max=$3 l
+  shift 3
+  l=$(left)
+  if [ "$l" -lt "$min" ]; then
+    echo "== $name: skipped ($l s left, needs $min)" | tee -a "$sum"
+    return
+  fi
+  [ "$l" -lt "$max" ] && max=$l
+  local t0=$(date +%s)
+  echo "== $name (limit $max s)" | tee -a "$sum"
+  timeout -k 5 "$max" bash -c '"$@"' _ "$@" > "$out/$name.log" 2>&1 # (bash: the parts below are functions)
+  local rc=$?
+  echo "-- $name: exit $rc in $(($(date +%s) - t0)) s" | tee -a "$sum"
+}
+
+# one GPT-2 run: median ms/step after step 1 and the autotune lines
+gpt2() {
+  local label=$1
+  shift
+  env "$@" "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps 12 --eval-every 0 --val-batches 1 --log "$t/g.jsonl" > "$t/g.out" 2>&1
+  local rc=$?
+  grep -E "^(device|attn autotune: [0-9]|gemm autotune: [0-9])" "$t/g.out"
+  python3 - "$t/g.jsonl" "$label" "$rc" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l] if sys.argv[3] == "0" else []
+if not rows: print("gpt2 %s: FAILED (exit %s)" % (sys.argv[2], sys.argv[3])); sys.exit(1)
+ms = statistics.median(r["ms"] for r in rows[1:] or rows)
+print("gpt2 %s: median %.2f ms/step (steps 2..%d), loss %.3f -> %.3f" % (sys.argv[2], ms, len(rows), rows[0]["loss"], rows[-1]["loss"]))
+PY
+}
+tune() { # the records sit beside the cubins: the attention's removed so that its first run tunes
+  rm -f "$SHARDRT_CUBIN_CACHE"/attn-tune-*.txt
+  gpt2 "attn default, gemm tuned" SHARDRT_ATTN_AUTOTUNE=0
+  gpt2 "attn tuned (first run)" SHARDRT_ATTN_AUTOTUNE=1
+  gpt2 "attn tuned (from the record)" SHARDRT_ATTN_AUTOTUNE=1
+  gpt2 "gemm heuristic, own bias gradient" SHARDRT_GEMM_AUTOTUNE=0
+  gpt2 "gemm heuristic, cuBLASLt DGELU_BGRAD" SHARDRT_GEMM_AUTOTUNE=0 SHARDRT_GEMM_BGRAD=fused
+  gpt2 "all tuned (again)" SHARDRT_ATTN_AUTOTUNE=1
+}
+sweep() {
+  SHARDK_ATTN_SWEEP=only "$bin/cuda_kernels_gpu"
+  SHARDK_BYTES_SWEEP=only "$bin/cuda_kernels_gpu"
+}
+ncu_step() { # the kernels of a 3-step run past the launches of a 2-step run: the third step's
+  command -v ncu >/dev/null || { echo "no ncu"; return 0; }
+  local s
+  for s in 2 3; do
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps $s \
+      --eval-every 0 --val-batches 1 > "$t/ncu$s.csv" 2>/dev/null
+  done
+  python3 - "$t/ncu2.csv" "$t/ncu3.csv" <<'PY'
+import csv, collections, sys
+def rows(f):
+    return [r for r in csv.DictReader(l for l in open(f) if l.startswith('"')) if r.get("Metric Name") == "gpu__time_duration.sum"]
+n2 = len(rows(sys.argv[1])); r3 = rows(sys.argv[2])[n2:]
+tot = collections.Counter(); n = collections.Counter()
+for r in r3:
+    v = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}.get(r["Metric Unit"], 1)
+    k = r["Kernel Name"][:70]; tot[k] += v; n[k] += 1
+print("kernels of the third step: %.2f ms in %d launches (ncu, clocks not locked)" % (sum(tot.values()) / 1e3, sum(n.values())))
+for k, v in tot.most_common(25): print("%9.1f us %4d x  %s" % (v, n[k], k))
+PY
+}
+
+export bin t out
+export -f gpt2 tune sweep ncu_step
+part check 120 200 tests/gpu/run_gpu.sh "$bin" 20
+grep -E "^(gpt2-124m|[0-9]+ failure)" "$out/check.log" >> "$sum"
+part tune 60 150 tune
+grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9])" "$out/tune.log" >> "$sum"
+part sweep 40 90 sweep
+part peers 120 240 bench/gpu_compare.sh "$bin" 20 shardc,llama,llmc,torch,torchllama
+grep -E "median" "$out/peers.log" >> "$sum"
+part offload 60 90 tests/gpu/run_offload.sh "$bin" 12 2
+grep -E "median|over the rounds" "$out/offload.log" >> "$sum"
+part ncu 50 90 ncu_step
+head -12 "$out/ncu.log" >> "$sum" 2>/dev/null
+echo "== $(($(date +%s) - start)) s in all" >> "$sum"
+cat "$sum"
