@@ -24,62 +24,85 @@ const char *pipe_sched_name(PipeSchedule k) {
  * arrived and it holds fewer than pp micro-batches (forwards whose W has not run: 1F1B's peak,
  * stage 0's), else its oldest pending W. The W's fill what 1F1B leaves idle: with equal times
  * bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), 0.172 at pp 4 with 8 micro-batches (1F1B 0.273); with
- * W half of F and B (a CPU's), 0.184 against the equal-time lists' 0.298 (1F1B 0.273). */
+ * W half of F and B (a CPU's), 0.184 against the equal-time lists' 0.298 (1F1B 0.273).
+ * A stage's choice (when, what) depends on its own state and the arrivals from its neighbours only:
+ * it is kept per stage and made again for the stage that ran and the neighbour it sent to, so a
+ * step costs O(pp) (the plan search makes lists for thousands of candidates: plan_model.c). */
+typedef struct {
+  int pp, nmb;
+  int *f, *w, *lo;       /* forwards and W's run per stage; its first micro-batch whose B has not run */
+  double *clock, *act, *grad; /* a stage's free time; arrival times of activations and gradients */
+  char *bdone;
+  double *at;            /* per stage: when it can start its next instruction (INFINITY: nothing) */
+  PipeInstr *next;       /* ... and which */
+} Zb;
+
+/* Stage st's next instruction and when it can start it. The B's pending lie in [lo, f), fewer than
+ * pp + 1 of them: the scans stay O(pp). */
+static void zb_choose(Zb *z, int st) {
+  int pp = z->pp, nmb = z->nmb, *f = z->f, *w = z->w, *lo = z->lo;
+  double tb = INFINITY, tf = INFINITY, tw = w[st] < nmb && z->bdone[st * nmb + w[st]] ? 0 : INFINITY;
+  for (int i = lo[st]; i < f[st]; i++) /* a B whose forward ran, once its gradient arrived (last stage: at once) */
+    if (!z->bdone[st * nmb + i]) tb = fmin(tb, st == pp - 1 ? 0 : z->grad[st * nmb + i]);
+  if (f[st] < nmb && f[st] - w[st] < pp) tf = st == 0 ? 0 : z->act[st * nmb + f[st]];
+  double at = fmax(z->clock[st], fmin(tb, fmin(tf, tw)));
+  PipeInstr bin = tf <= at ? (PipeInstr){'F', f[st], 0} : (PipeInstr){'W', w[st], 0};
+  for (int i = lo[st]; i < f[st]; i++) /* the first B that can run then */
+    if (!z->bdone[st * nmb + i] && (st == pp - 1 || z->grad[st * nmb + i] <= at)) {
+      bin = (PipeInstr){'B', i, 0};
+      break;
+    }
+  z->at[st] = at;
+  z->next[st] = bin;
+}
+
 static PipeSched make_zb(int pp, int nmb, const double *t) {
   PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
-  /* f, w: forwards and W's run per stage; lo: its first micro-batch whose B has not run (the B's
-   * pending lie in [lo, f), fewer than pp + 1 of them: the scans below stay O(pp)) */
-  int *f = calloc((size_t)pp, sizeof(int)), *w = calloc((size_t)pp, sizeof(int)), *lo = calloc((size_t)pp, sizeof(int));
-  double *clock = calloc((size_t)pp, sizeof(double));
-  double *act = malloc((size_t)(pp * nmb) * sizeof(double)), *grad = malloc((size_t)(pp * nmb) * sizeof(double));
-  char *bdone = calloc((size_t)(pp * nmb), 1);
-  if (!s.len || !s.list || !f || !w || !lo || !clock || !act || !grad || !bdone) die("out of memory");
-  for (int i = 0; i < pp * nmb; i++) act[i] = grad[i] = INFINITY; /* arrival times */
+  Zb z = {pp, nmb, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(int)),
+          calloc((size_t)pp, sizeof(double)), malloc((size_t)(pp * nmb) * sizeof(double)),
+          malloc((size_t)(pp * nmb) * sizeof(double)), calloc((size_t)(pp * nmb), 1), calloc((size_t)pp, sizeof(double)),
+          calloc((size_t)pp, sizeof(PipeInstr))};
+  if (!s.len || !s.list || !z.f || !z.w || !z.lo || !z.clock || !z.act || !z.grad || !z.bdone || !z.at || !z.next)
+    die("out of memory");
+  for (int i = 0; i < pp * nmb; i++) z.act[i] = z.grad[i] = INFINITY; /* arrival times */
   for (int st = 0; st < pp; st++) {
     s.list[st] = calloc((size_t)(3 * nmb + 1), sizeof(PipeInstr));
     if (!s.list[st]) die("out of memory");
+    zb_choose(&z, st);
   }
   for (int left = 3 * nmb * pp; left > 0; left--) {
-    int best = -1;
+    int st = -1;
     double bt = INFINITY;
-    PipeInstr bin = {0, -1, 0};
-    for (int st = 0; st < pp; st++) { /* when each stage can start what, and what it would run then */
-      double tb = INFINITY, tf = INFINITY, tw = w[st] < nmb && bdone[st * nmb + w[st]] ? 0 : INFINITY;
-      for (int i = lo[st]; i < f[st]; i++) /* a B whose forward ran, once its gradient arrived (last stage: at once) */
-        if (!bdone[st * nmb + i]) tb = fmin(tb, st == pp - 1 ? 0 : grad[st * nmb + i]);
-      if (f[st] < nmb && f[st] - w[st] < pp) tf = st == 0 ? 0 : act[st * nmb + f[st]];
-      double at = fmax(clock[st], fmin(tb, fmin(tf, tw)));
-      if (!(at < bt)) continue;
-      bt = at, best = st;
-      bin = tf <= at ? (PipeInstr){'F', f[st], 0} : (PipeInstr){'W', w[st], 0};
-      for (int i = lo[st]; i < f[st]; i++) /* the first B that can run then */
-        if (!bdone[st * nmb + i] && (st == pp - 1 || grad[st * nmb + i] <= at)) {
-          bin = (PipeInstr){'B', i, 0};
-          break;
-        }
-    }
-    if (best < 0) die("pipe_sched_make: the zb schedule does not finish");
-    int st = best, k = bin.op == 'F' ? 0 : bin.op == 'B' ? 1 : 2;
+    for (int q = 0; q < pp; q++) /* the stage that can start earliest; the lower on a tie */
+      if (z.at[q] < bt) bt = z.at[q], st = q;
+    if (st < 0) die("pipe_sched_make: the zb schedule does not finish");
+    PipeInstr bin = z.next[st];
+    int k = bin.op == 'F' ? 0 : bin.op == 'B' ? 1 : 2;
     s.list[st][s.len[st]++] = bin;
-    clock[st] = bt + (t ? t[k * pp + st] : 1);
+    z.clock[st] = bt + (t ? t[k * pp + st] : 1);
+    int other = -1; /* the neighbour whose arrivals changed */
     if (bin.op == 'F') {
-      if (st + 1 < pp) act[(st + 1) * nmb + bin.mb] = clock[st];
-      f[st]++;
+      if (st + 1 < pp) z.act[(st + 1) * nmb + bin.mb] = z.clock[st], other = st + 1;
+      z.f[st]++;
     } else if (bin.op == 'B') {
-      bdone[st * nmb + bin.mb] = 1;
-      while (lo[st] < f[st] && bdone[st * nmb + lo[st]]) lo[st]++;
-      if (st > 0) grad[(st - 1) * nmb + bin.mb] = clock[st];
+      z.bdone[st * nmb + bin.mb] = 1;
+      while (z.lo[st] < z.f[st] && z.bdone[st * nmb + z.lo[st]]) z.lo[st]++;
+      if (st > 0) z.grad[(st - 1) * nmb + bin.mb] = z.clock[st], other = st - 1;
     } else {
-      w[st]++;
+      z.w[st]++;
     }
+    zb_choose(&z, st);
+    if (other >= 0) zb_choose(&z, other);
   }
-  free(f);
-  free(w);
-  free(lo);
-  free(clock);
-  free(act);
-  free(grad);
-  free(bdone);
+  free(z.f);
+  free(z.w);
+  free(z.lo);
+  free(z.clock);
+  free(z.act);
+  free(z.grad);
+  free(z.bdone);
+  free(z.at);
+  free(z.next);
   return s;
 }
 
