@@ -97,9 +97,13 @@ typedef struct {
   Target target;
 } Replan;
 
+static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
+
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
- * `diag` (not the terminal); NULL when it did not compile. The error count is reset after. */
-static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
+ * `diag` (not the terminal); NULL when it did not compile. The error count is reset after. A zb
+ * pipeline's lists are made with the cost model's times (zb_times) unless `equal` (zb_times' own
+ * compile). */
+static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag, bool equal) {
   enum { MAXD = 160 };
   FeDefine d[MAXD];
   int nd = r->fo->ndefines;
@@ -119,27 +123,49 @@ static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, F
   Diag *outer = diag_enter(&quiet);
   Module *m = fe_compile(a, r->input, &o);
   bool ok = m && diag_errors() == 0;
+  diag_leave(outer);
   if (ok) {
     m->target = r->target;
+    if (!equal) m->plan.sched_times = zb_times(r, a, kv, n, m); /* its own quiet compile, outside this one's diag */
+    diag_enter(&quiet);
     PipelineOptions po = {.dump = diag, .verify = false};
     ok = pipeline_run(m, &po) && diag_errors() == 0;
+    diag_leave(outer);
   }
   fflush(diag);
-  diag_leave(outer);
   diag_free(&quiet);
   return ok ? m : NULL;
 }
 
+static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
+  return compile_as(r, a, kv, n, diag, false);
+}
+
 /* zb's lists made with the cost model's instruction times (ZB-H1 with the stages' own F, B and W,
- * pipe_sched_make_timed; docs/pipeline.md): a quiet first compile, with equal-time lists, played by
- * the cost model (cost_pipe, on the device the plan is printed for) gives each stage's mean F, B and
- * W; the caller's compile makes its lists with them. NULL (equal times) without a zb pipeline, or
- * when that compile fails (the caller's own compile reports why). */
-static const double *zb_times(Replan *r, const Module *m, const char *profile) {
-  if (m->plan.schedule != SCHED_ZB || m->plan.pp < 2 || m->plan.sched_times) return NULL;
+ * pipe_sched_make_timed; docs/pipeline.md), the one place every compile of the driver takes them
+ * from (`plan`, `build`, --pick, the search's confirmations, --compare): m (compiled by the front
+ * end with the overrides kv) compiled again quietly with equal-time lists and at most pp
+ * micro-batches (an instruction's nodes do not depend on how many there are: the stages' mean F, B
+ * and W of tiny at pp 4 are the same to 0.1 % at 4, 8 and 16; the unrolled schedule, and the
+ * compile's time, are pp x the micro-batches), played by the cost model (cost_pipe, on the device
+ * the plan is printed for: the topology's, or the profile's) gives each stage's mean F, B and W.
+ * NULL (equal times) without a zb pipeline, or when that compile fails (the caller's own compile
+ * reports why). */
+static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m) {
+  if (m->plan.schedule != SCHED_ZB || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 || m->plan.sched_times) return NULL;
+  enum { MAXKV = 64 };
+  int pp = m->mesh->dim[RT_AX_PP];
+  int64_t M = m->batch.accum, few = M < pp ? M : pp;
+  if (n + 2 > MAXKV) return NULL;
+  const char *kv2[MAXKV];
+  char bkv[64], mkv[64];
+  for (int i = 0; i < n; i++) kv2[i] = kv[i];
+  snprintf(bkv, sizeof bkv, "batch=%lld", (long long)(m->batch.global / M * few));
+  snprintf(mkv, sizeof mkv, "microbatches=%lld", (long long)few);
+  kv2[n] = bkv, kv2[n + 1] = mkv;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return NULL;
-  Module *m0 = compile_with(r, r->arena, NULL, 0, null);
+  Module *m0 = compile_as(r, a, kv2, n + 2, null, true);
   CostDevice dev;
   CostPipe cp;
   bool ok = m0 && m0->pipe;
@@ -148,21 +174,21 @@ static const double *zb_times(Replan *r, const Module *m, const char *profile) {
     diag_init(&quiet, null, 0);
     Diag *outer = diag_enter(&quiet);
     cost_device_defaults(m0, &dev);
-    ok = (!profile || cost_profile_read(profile, &dev)) && diag_errors() == 0;
+    ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, &dev)) && diag_errors() == 0;
     diag_leave(outer);
     diag_free(&quiet);
   }
   fclose(null);
   if (!ok || !cost_pipe(m0, &dev, &cp)) return NULL;
-  int pp = cp.sched.pp, n[3 * 64] = {0};
-  double *t = pp <= 64 ? ARENA_ARRAY(r->arena, double, 3 * (size_t)pp) : NULL;
+  int n3[3 * 64] = {0};
+  double *t = pp <= 64 ? ARENA_ARRAY(a, double, 3 * (size_t)pp) : NULL;
   for (int st = 0; t && st < pp; st++)
     for (int k = 0; k < cp.sched.len[st]; k++) {
       char op = cp.sched.list[st][k].op;
       int i = (op == 'F' ? 0 : op == 'B' ? 1 : 2) * pp + st;
-      t[i] += cp.t.dur[st][k], n[i]++;
+      t[i] += cp.t.dur[st][k], n3[i]++;
     }
-  for (int i = 0; t && i < 3 * pp; i++) t[i] = n[i] && t[i] > 0 ? t[i] / n[i] : 0;
+  for (int i = 0; t && i < 3 * pp; i++) t[i] = n3[i] && t[i] > 0 ? t[i] / n3[i] : 0;
   for (int i = 0; t && i < 3 * pp; i++)
     if (!(t[i] > 0)) t = NULL; /* an instruction the model cannot time: equal times */
   cost_pipe_free(&cp);
@@ -641,7 +667,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   Replan rp = {&arena, input, &fo, target};
-  if (!search) m->plan.sched_times = zb_times(&rp, m, profile);
+  if (!search) m->plan.sched_times = zb_times(&rp, &arena, NULL, 0, m);
   if (!pipeline_run(m, &po)) return 1;
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
@@ -691,7 +717,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     m = fe_compile(&arena, input, &fo);
     if (!m || diag_errors()) return 1;
     m->target = target;
-    m->plan.sched_times = zb_times(&rp, m, profile);
+    m->plan.sched_times = zb_times(&rp, &arena, NULL, 0, m);
     if (!pipeline_run(m, &po)) return 1;
     if (dump && strcmp(dump, "final") == 0) { /* plan --pick: the table, the choice and its prediction */
       dump = NULL;

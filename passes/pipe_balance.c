@@ -168,13 +168,9 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
   b->last_act = pipe_kept_bytes(&p, C_LAST, NULL);
   b->layer_bytes = layer_bytes(&p);
   b->inflight = ARENA_ARRAY(m->arena, int, pp);
-  { /* the schedule's micro-batches in flight per stage (unit times: they do not depend on them) */
-    PipeSched s = pipe_sched_make(m->plan.schedule, pp, p.M, 1);
-    double *one = malloc((size_t)pp * sizeof(double)), bubble;
-    if (!one) die("out of memory");
-    for (int st = 0; st < pp; st++) one[st] = 1;
-    pipe_sched_timeline(&s, one, one, m->plan.schedule == SCHED_ZB ? one : NULL, &bubble, b->inflight, NULL);
-    free(one);
+  { /* the micro-batches in flight per stage on the lists the pipe pass makes (zb: with the plan's times) */
+    PipeSched s = pipe_sched_make_timed(m->plan.schedule, pp, p.M, 1, m->plan.sched_times);
+    pipe_sched_inflight(&s, b->inflight);
     pipe_sched_free(&s);
   }
   snprintf(b->source, sizeof b->source, "%s", d.source);

@@ -26,12 +26,13 @@ static void stage_times(const PipePlan *p, const PipeBalance *b, int st, int64_t
   if (*tb <= 0) *tb = 1e-9;
 }
 
-/* The predicted bubble of p's schedule with n[s] layers on stage s. */
+/* The predicted bubble of p's schedule with n[s] layers on stage s (zb: its lists made with these
+ * times, as the pipe pass makes them with the plan's). */
 static double bubble_of(const PipePlan *p, const PipeBalance *b, const int64_t *n) {
-  PipeSched s = pipe_sched_make(p->kind, p->pp, p->nmb, 1);
   double *t = calloc(3 * (size_t)p->pp, sizeof(double)), bubble = 0;
   if (!t) die("out of memory");
   for (int st = 0; st < p->pp; st++) stage_times(p, b, st, n[st], &t[st], &t[p->pp + st], &t[2 * p->pp + st]);
+  PipeSched s = pipe_sched_make_timed(p->kind, p->pp, p->nmb, 1, t);
   pipe_sched_timeline(&s, t, t + p->pp, p->kind == SCHED_ZB ? t + 2 * p->pp : NULL, &bubble, NULL, NULL);
   free(t);
   pipe_sched_free(&s);

@@ -43,8 +43,10 @@ typedef struct {
  * Heap; pipe_sched_free. */
 PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v);
 /* The same, zb's lists made by playing the stages with times (the F, B and W of stage s: times[s],
- * times[pp + s], times[2 pp + s]; NULL: equal) instead of equal ones; the other schedules ignore
- * them. */
+ * times[pp + s], times[2 pp + s]; NULL: equal) instead of equal ones, or the equal-time lists where
+ * those finish sooner under the times; the other schedules ignore them. The one list maker of every
+ * zb prediction: the pipe pass (Plan.sched_times), the balanced split's bubbles, the plan search's
+ * analytic model. */
 PipeSched pipe_sched_make_timed(PipeSchedule kind, int pp, int nmb, int v, const double *times);
 void pipe_sched_free(PipeSched *s);
 
