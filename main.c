@@ -98,12 +98,26 @@ typedef struct {
 } Replan;
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
+static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+
+/* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
+ * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory). */
+typedef struct {
+  const double *sched_times;
+  const int64_t *stage_fixed;
+  double stage_cap;
+} PlanInputs;
+
+static void plan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  m->plan.sched_times = zb_times(r, a, kv, n, m);
+  stage_memory(r, a, kv, n, m);
+}
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
- * `diag` (not the terminal); NULL when it did not compile. The error count is reset after. A zb
- * pipeline's lists are made with the cost model's times (zb_times) unless `equal` (zb_times' own
- * compile). */
-static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag, bool equal) {
+ * `diag` (not the terminal); NULL when it did not compile. The error count is reset after. The
+ * plan's inputs from a first compile (plan_inputs: zb's times, the balanced split's memory) are
+ * decided as for the command line's plan, or taken from `in` (the first compiles' own). */
+static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag, const PlanInputs *in) {
   enum { MAXD = 160 };
   FeDefine d[MAXD];
   int nd = r->fo->ndefines;
@@ -126,7 +140,13 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   diag_leave(outer);
   if (ok) {
     m->target = r->target;
-    if (!equal) m->plan.sched_times = zb_times(r, a, kv, n, m); /* its own quiet compile, outside this one's diag */
+    if (in) {
+      m->plan.sched_times = in->sched_times;
+      m->plan.stage_fixed = in->stage_fixed;
+      m->plan.stage_cap = in->stage_cap;
+    } else {
+      plan_inputs(r, a, kv, n, m); /* their own quiet compiles, outside this one's diag */
+    }
     diag_enter(&quiet);
     PipelineOptions po = {.dump = diag, .verify = false};
     ok = pipeline_run(m, &po) && diag_errors() == 0;
@@ -138,7 +158,7 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
 }
 
 static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
-  return compile_as(r, a, kv, n, diag, false);
+  return compile_as(r, a, kv, n, diag, NULL);
 }
 
 /* zb's lists made with the cost model's instruction times (ZB-H1 with the stages' own F, B and W,
@@ -165,7 +185,8 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
   kv2[n] = bkv, kv2[n + 1] = mkv;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return NULL;
-  Module *m0 = compile_as(r, a, kv2, n + 2, null, true);
+  static const PlanInputs equal = {0};
+  Module *m0 = compile_as(r, a, kv2, n + 2, null, &equal);
   CostDevice dev;
   CostPipe cp;
   bool ok = m0 && m0->pipe;
@@ -193,6 +214,38 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
     if (!(t[i] > 0)) t = NULL; /* an instruction the model cannot time: equal times */
   cost_pipe_free(&cp);
   return t;
+}
+
+/* `layers(balanced)` against the device's memory (passes/pipe_balance.c): where the time-balanced
+ * split's plan does not fit the device or its first stage is the largest (the embedding, the most
+ * micro-batches in flight and, since each stage merges its own gradients, their sums), a quiet
+ * compile of that split gives each stage's planned bytes (the memory plan's stage peaks, times its
+ * allocation over its peak); what the balance's own model (activations in flight, the layer stacks
+ * padded to the largest count) leaves out of them is each stage's `stage_fixed`, and the device's
+ * memory the `stage_cap` every stage of the split must fit. Nothing without `layers(balanced)`, a
+ * device memory, or when that compile fails (the caller's own reports why). */
+static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2) return;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return;
+  PlanInputs in = {m->plan.sched_times, NULL, 0};
+  Module *m0 = compile_as(r, a, kv, n, null, &in);
+  fclose(null);
+  const PipeBalance *b = m0 ? m0->pipe_balance : NULL;
+  const MemPlan *mp = m0 ? m0->memplan : NULL;
+  int pp = m->mesh->dim[RT_AX_PP];
+  if (!b || !b->split || !mp || !mp->stage_peak || mp->nstages != pp || mp->peak <= 0) return;
+  double cap = memplan_capacity(m0, NULL, 0);
+  int top = 0;
+  for (int s = 1; s < pp; s++) top = mp->stage_peak[s] > mp->stage_peak[top] ? s : top;
+  if (!(cap > 0) || (fit_plan_fits(m0, NULL, NULL) && top != 0)) return;
+  int64_t most = 0, *fixed = ARENA_ARRAY(a, int64_t, pp);
+  for (int s = 0; s < pp; s++) most = b->split[s] > most ? b->split[s] : most;
+  double scale = (double)mp->total / (double)mp->peak; /* the allocation over its peak: the fit check's */
+  for (int s = 0; s < pp; s++)
+    fixed[s] = (int64_t)((double)mp->stage_peak[s] * scale) - pipe_balance_stage_bytes(b, s, b->split[s], most);
+  m->plan.stage_fixed = fixed;
+  m->plan.stage_cap = cap;
 }
 
 /* Whether the source resolves its mesh and batch (the front end only) with these options, silently. */
@@ -667,7 +720,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   Replan rp = {&arena, input, &fo, target};
-  if (!search) m->plan.sched_times = zb_times(&rp, &arena, NULL, 0, m);
+  if (!search) plan_inputs(&rp, &arena, NULL, 0, m);
   if (!pipeline_run(m, &po)) return 1;
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
@@ -717,7 +770,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     m = fe_compile(&arena, input, &fo);
     if (!m || diag_errors()) return 1;
     m->target = target;
-    m->plan.sched_times = zb_times(&rp, &arena, NULL, 0, m);
+    plan_inputs(&rp, &arena, NULL, 0, m);
     if (!pipeline_run(m, &po)) return 1;
     if (dump && strcmp(dump, "final") == 0) { /* plan --pick: the table, the choice and its prediction */
       dump = NULL;

@@ -86,6 +86,12 @@ typedef struct {
   /* `pp N layers(balanced)`: the stage pass splits the layers by the cost model's time and memory
    * per layer (passes/pipe_balance.c); nstage_layers is 0 then */
   bool stage_balanced;
+  /* `layers(balanced)` against the device's memory (passes/pipe_balance.c): each stage's bytes the
+   * balance's own memory model leaves out (stage_fixed[s], [pp]) and the bytes every stage must fit
+   * (stage_cap), both from a first compile of the time-balanced split (main.c, stage_memory); NULL:
+   * time first, memory only as a tie-break */
+  const int64_t *stage_fixed;
+  double stage_cap;
   SrcLoc stage_layers_loc;
   SrcLoc loc;
   SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */

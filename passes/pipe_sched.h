@@ -154,6 +154,12 @@ typedef struct PipeBalance {
                                 holds the largest stage's count of them: its stacks are padded to it) */
   int *inflight;             /* [pp]: the most micro-batches the schedule holds on each stage */
   int64_t *split;            /* [pp]: the balanced split; NULL: none (fewer layers than stages) */
+  /* against the device's memory (Plan.stage_fixed, stage_cap): fixed[s] + pipe_balance_stage_bytes
+   * is stage s's planned bytes by the model calibrated on the time-balanced split's memory plan */
+  const int64_t *fixed;      /* [pp]; NULL: memory only breaks ties among the fastest splits */
+  double cap;
+  int64_t *by_time;          /* [pp]: the split by time alone (then memory as the tie-break) */
+  bool fits;                 /* with fixed: some split's every stage fits cap (else split is by_time's) */
   char source[160];          /* the device's figures (CostDevice.source) */
 } PipeBalance;
 /* Stage st's forward and backward seconds per micro-batch with n layers. */
@@ -162,8 +168,11 @@ double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n);
  * layer stacks padded to most layers; what does not depend on the split is left out. */
 int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_t most);
 /* The split of b's layers over its stages balanced by time, then memory (passes/pipe_balance.c's header)
- * into n[pp]; false when there is none (fewer layers than stages). */
+ * into n[pp]; with b->fixed, the fastest whose every stage fits b->cap (where one does); false when
+ * there is none (fewer layers than stages). */
 bool pipe_balance_split(const PipeBalance *b, int64_t *n);
+/* Whether every stage of split n fits b->cap by the calibrated model (true without b->fixed). */
+bool pipe_balance_fits(const PipeBalance *b, const int64_t *n);
 /* The stage pass's (passes/stage.c): the figures of m's micro-step region A, with its layer loops F and
  * B not yet split, over pp stages, and the balanced split. NULL after an error (reported). */
 PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp);
