@@ -216,14 +216,12 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
   return t;
 }
 
-/* `layers(balanced)` against the device's memory (passes/pipe_balance.c): where the time-balanced
- * split's plan does not fit the device or its first stage is the largest (the embedding, the most
- * micro-batches in flight and, since each stage merges its own gradients, their sums), a quiet
- * compile of that split gives each stage's planned bytes (the memory plan's stage peaks, times its
- * allocation over its peak); what the balance's own model (activations in flight, the layer stacks
- * padded to the largest count) leaves out of them is each stage's `stage_fixed`, and the device's
- * memory the `stage_cap` every stage of the split must fit. Nothing without `layers(balanced)`, a
- * device memory, or when that compile fails (the caller's own reports why). */
+/* `layers(balanced)` against the device's memory (passes/pipe_balance.c, pipe_balance_calibrate): a
+ * quiet compile of the time-balanced split; where its plan does not fit the device or its first
+ * stage is the largest (the embedding, the most micro-batches in flight and, since each stage merges
+ * its own gradients, their sums), each stage's bytes beyond the balance's own model
+ * (Plan.stage_fixed) and the device's memory (stage_cap) for the caller's compile. Nothing without
+ * `layers(balanced)`, a device memory, or when that compile fails (the caller's own reports why). */
 static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2) return;
   FILE *null = fopen("/dev/null", "w");
@@ -231,21 +229,12 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
   PlanInputs in = {m->plan.sched_times, NULL, 0};
   Module *m0 = compile_as(r, a, kv, n, null, &in);
   fclose(null);
-  const PipeBalance *b = m0 ? m0->pipe_balance : NULL;
-  const MemPlan *mp = m0 ? m0->memplan : NULL;
-  int pp = m->mesh->dim[RT_AX_PP];
-  if (!b || !b->split || !mp || !mp->stage_peak || mp->nstages != pp || mp->peak <= 0) return;
-  double cap = memplan_capacity(m0, NULL, 0);
-  int top = 0;
-  for (int s = 1; s < pp; s++) top = mp->stage_peak[s] > mp->stage_peak[top] ? s : top;
-  if (!(cap > 0) || (fit_plan_fits(m0, NULL, NULL) && top != 0)) return;
-  int64_t most = 0, *fixed = ARENA_ARRAY(a, int64_t, pp);
-  for (int s = 0; s < pp; s++) most = b->split[s] > most ? b->split[s] : most;
-  double scale = (double)mp->total / (double)mp->peak; /* the allocation over its peak: the fit check's */
-  for (int s = 0; s < pp; s++)
-    fixed[s] = (int64_t)((double)mp->stage_peak[s] * scale) - pipe_balance_stage_bytes(b, s, b->split[s], most);
-  m->plan.stage_fixed = fixed;
-  m->plan.stage_cap = cap;
+  double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
+  const int64_t *fixed = m0 ? pipe_balance_calibrate(m0, cap, a) : NULL;
+  if (fixed) {
+    m->plan.stage_fixed = fixed;
+    m->plan.stage_cap = cap;
+  }
 }
 
 /* Whether the source resolves its mesh and batch (the front end only) with these options, silently. */

@@ -22,6 +22,7 @@
 
 #include "cost.h"
 #include "diag.h"
+#include "memplan.h"
 #include "pipe_internal.h"
 
 double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n) {
@@ -255,4 +256,22 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
   }
   free(p.cls);
   return b;
+}
+
+const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a) {
+  const PipeBalance *b = m0->pipe_balance;
+  const MemPlan *mp = m0->memplan;
+  int pp = b ? b->pp : 0;
+  if (!m0->plan.stage_balanced || !b || !b->split || !mp || !mp->stage_peak || mp->nstages != pp || mp->peak <= 0 ||
+      !(cap > 0))
+    return NULL;
+  double scale = (double)mp->total / (double)mp->peak; /* the allocation over its peak: what the fit check weighs */
+  int top = 0;
+  for (int s = 1; s < pp; s++) top = mp->stage_peak[s] > mp->stage_peak[top] ? s : top;
+  if ((double)mp->stage_peak[top] * scale <= cap && top != 0) return NULL;
+  int64_t most = 0, *fixed = ARENA_ARRAY(a, int64_t, pp);
+  for (int s = 0; s < pp; s++) most = b->split[s] > most ? b->split[s] : most;
+  for (int s = 0; s < pp; s++)
+    fixed[s] = (int64_t)((double)mp->stage_peak[s] * scale) - pipe_balance_stage_bytes(b, s, b->split[s], most);
+  return fixed;
 }

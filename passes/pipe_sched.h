@@ -171,6 +171,13 @@ int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_
  * into n[pp]; with b->fixed, the fastest whose every stage fits b->cap (where one does); false when
  * there is none (fewer layers than stages). */
 bool pipe_balance_split(const PipeBalance *b, int64_t *n);
+/* `layers(balanced)` against the device's memory: m0 compiled with the split by time (Plan.stage_fixed
+ * NULL); where its plan does not fit cap (the allocation, scaled from each stage's peak as the memory
+ * plan's total is from its peak) or its first stage is the largest, each stage's planned bytes less
+ * what the balance's model counts of them (activations in flight, layer stacks padded to the most
+ * layers): Plan.stage_fixed for a compile with stage_cap = cap. NULL: nothing to weigh (not
+ * `layers(balanced)`, no capacity, the plan fits and a later stage is the largest). */
+const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a);
 /* Whether every stage of split n fits b->cap by the calibrated model (true without b->fixed). */
 bool pipe_balance_fits(const PipeBalance *b, const int64_t *n);
 /* The stage pass's (passes/stage.c): the figures of m's micro-step region A, with its layer loops F and
