@@ -5,7 +5,8 @@
 # (the cost model's timeline: each stage's instruction times, the transfers from their bytes over the
 # link's latency and bandwidth, which a profile sets; the SVG drawn with them),
 # and the split balanced by the cost model's time and memory where it beats the plan's (a suggestion,
-# applied by `pp N layers(balanced)`: printed per stage, refused with interleaved or more stages than layers);
+# applied by `pp N layers(balanced)`: printed per stage, refused with interleaved or more stages than layers;
+# against the device's memory: the fastest split that fits where the split by time does not, and why);
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, a stage override
 # `pp N layers(..)` not covering the layers, with another count of stages or an empty stage (an

@@ -26,8 +26,10 @@
  * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
  * bubbles (zb within 1F1B's memory), zb's lists made with given stage times (Plan.sched_times: equal
  * times give the equal-time lists; W = B / 2 a smaller bubble under those times, and their programs
- * equal one rank, tiny pp 4 x 8 micro-batches and pp 2 x dp 2), and
- * hand-written bad schedules rejected naming the stage, rank, step and instruction.
+ * equal one rank, tiny pp 4 x 8 micro-batches and pp 2 x dp 2; never longer under the times than
+ * the equal-time lists: GPT-3's pp 32 x 192 and 200 random), `layers(balanced)` against a device's
+ * memory (tiny, 8 layers, pp 4: the split that fits chosen, applied, within the device, equal to one
+ * rank), and hand-written bad schedules rejected naming the stage, rank, step and instruction.
  */
 #include <math.h>
 #include <stdio.h>
