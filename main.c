@@ -161,58 +161,75 @@ static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, F
   return compile_as(r, a, kv, n, diag, NULL);
 }
 
-/* zb's lists made with the cost model's instruction times (ZB-H1 with the stages' own F, B and W,
- * pipe_sched_make_timed; docs/pipeline.md), the one place every compile of the driver takes them
- * from (`plan`, `build`, --pick, the search's confirmations, --compare): m (compiled by the front
- * end with the overrides kv) compiled again quietly with equal-time lists and at most pp
- * micro-batches (an instruction's nodes do not depend on how many there are: the stages' mean F, B
- * and W of tiny at pp 4 are the same to 0.1 % at 4, 8 and 16; the unrolled schedule, and the
- * compile's time, are pp x the micro-batches), played by the cost model (cost_pipe, on the device
- * the plan is printed for: the topology's, or the profile's) gives each stage's mean F, B and W.
- * NULL (equal times) without a zb pipeline, or when that compile fails (the caller's own compile
- * reports why). */
-static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m) {
-  if (m->plan.schedule != SCHED_ZB || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 || m->plan.sched_times) return NULL;
-  enum { MAXKV = 64 };
-  int pp = m->mesh->dim[RT_AX_PP];
-  int64_t M = m->batch.accum, few = M < pp ? M : pp;
-  if (n + 2 > MAXKV) return NULL;
-  const char *kv2[MAXKV];
-  char bkv[64], mkv[64];
-  for (int i = 0; i < n; i++) kv2[i] = kv[i];
-  snprintf(bkv, sizeof bkv, "batch=%lld", (long long)(m->batch.global / M * few));
-  snprintf(mkv, sizeof mkv, "microbatches=%lld", (long long)few);
-  kv2[n] = bkv, kv2[n + 1] = mkv;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return NULL;
-  static const PlanInputs equal = {0};
-  Module *m0 = compile_as(r, a, kv2, n + 2, null, &equal);
+/* The cost model's seconds of m0's instructions, summed per kind and stage (t[k pp + st], k: F, B,
+ * W); false when there is no pipeline to play. */
+static bool instr_sums(Replan *r, Module *m0, int pp, double *t, int *cnt) {
   CostDevice dev;
   CostPipe cp;
-  bool ok = m0 && m0->pipe;
-  if (ok) { /* a profile that cannot be read: said by the caller's own read, where it uses one */
-    Diag quiet;
-    diag_init(&quiet, null, 0);
-    Diag *outer = diag_enter(&quiet);
-    cost_device_defaults(m0, &dev);
-    ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, &dev)) && diag_errors() == 0;
-    diag_leave(outer);
-    diag_free(&quiet);
-  }
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return false;
+  Diag quiet; /* a profile that cannot be read: said by the caller's own read, where it uses one */
+  diag_init(&quiet, null, 0);
+  Diag *outer = diag_enter(&quiet);
+  cost_device_defaults(m0, &dev);
+  bool ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, &dev)) && diag_errors() == 0;
+  diag_leave(outer);
+  diag_free(&quiet);
   fclose(null);
-  if (!ok || !cost_pipe(m0, &dev, &cp)) return NULL;
-  int n3[3 * 64] = {0};
-  double *t = pp <= 64 ? ARENA_ARRAY(a, double, 3 * (size_t)pp) : NULL;
-  for (int st = 0; t && st < pp; st++)
+  if (!ok || !cost_pipe(m0, &dev, &cp) || cp.sched.pp != pp) return false;
+  for (int i = 0; i < 3 * pp; i++) t[i] = 0, cnt[i] = 0;
+  for (int st = 0; st < pp; st++)
     for (int k = 0; k < cp.sched.len[st]; k++) {
       char op = cp.sched.list[st][k].op;
       int i = (op == 'F' ? 0 : op == 'B' ? 1 : 2) * pp + st;
-      t[i] += cp.t.dur[st][k], n3[i]++;
+      t[i] += cp.t.dur[st][k], cnt[i]++;
     }
-  for (int i = 0; t && i < 3 * pp; i++) t[i] = n3[i] && t[i] > 0 ? t[i] / n3[i] : 0;
-  for (int i = 0; t && i < 3 * pp; i++)
-    if (!(t[i] > 0)) t = NULL; /* an instruction the model cannot time: equal times */
   cost_pipe_free(&cp);
+  return true;
+}
+
+/* zb's lists made with the cost model's instruction times (ZB-H1 with the stages' own F, B and W,
+ * pipe_sched_make_timed; docs/pipeline.md), the one place every compile of the driver takes them
+ * from (`plan`, `build`, --pick, the search's confirmations, --compare): m (compiled by the front
+ * end with the overrides kv) compiled again quietly with equal-time lists at 1 and at 2 micro-batches
+ * (an instruction's nodes do not depend on how many there are, but a stage's first instruction also
+ * holds what runs once per step, the weights' casts: GPT-3's stage 0 F is 32.7 ms at 1, 29.8 at 192),
+ * each played by the cost model (cost_pipe, on the device the plan is printed for: the topology's,
+ * or the profile's); the difference of the two compiles' sums per kind and stage is one
+ * instruction's steady time (tiny's stage means the same at 1, 4, 8 and 16). `layers(balanced)`:
+ * at min(M, pp) and min(M, pp + 1) micro-batches, where the split's in-flight counts are those of M
+ * (its memory weighs them). The compiles are pp x the micro-batches long, not pp x M (GPT-3 at pp 32,
+ * 192 micro-batches: 32 and 64 instructions a kind, not 6,144). NULL (equal times) without a zb
+ * pipeline, or when a compile fails (the caller's own compile reports why). */
+static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m) {
+  if (m->plan.schedule != SCHED_ZB || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 || m->plan.sched_times) return NULL;
+  enum { MAXKV = 64, MAXPP = 64 };
+  int pp = m->mesh->dim[RT_AX_PP];
+  int64_t M = m->batch.accum, lo = m->plan.stage_balanced ? (M < pp ? M : pp) : 1, hi = lo < M ? lo + 1 : lo;
+  if (n + 2 > MAXKV || pp > MAXPP) return NULL;
+  static const PlanInputs equal = {0};
+  double sum[2][3 * MAXPP];
+  int cnt[2][3 * MAXPP];
+  for (int j = 0; j < (hi > lo ? 2 : 1); j++) {
+    int64_t few = j ? hi : lo;
+    const char *kv2[MAXKV];
+    char bkv[64], mkv[64];
+    for (int i = 0; i < n; i++) kv2[i] = kv[i];
+    snprintf(bkv, sizeof bkv, "batch=%lld", (long long)(m->batch.global / M * few));
+    snprintf(mkv, sizeof mkv, "microbatches=%lld", (long long)few);
+    kv2[n] = bkv, kv2[n + 1] = mkv;
+    FILE *null = fopen("/dev/null", "w");
+    if (!null) return NULL;
+    Module *m0 = compile_as(r, a, kv2, n + 2, null, &equal);
+    fclose(null);
+    if (!m0 || !m0->pipe || !instr_sums(r, m0, pp, sum[j], cnt[j])) return NULL;
+  }
+  double *t = ARENA_ARRAY(a, double, 3 * (size_t)pp);
+  for (int i = 0; i < 3 * pp; i++) {
+    bool two = hi > lo && cnt[1][i] > cnt[0][i];
+    t[i] = two ? (sum[1][i] - sum[0][i]) / (cnt[1][i] - cnt[0][i]) : cnt[0][i] ? sum[0][i] / cnt[0][i] : 0;
+    if (!(t[i] > 0)) return NULL; /* an instruction the model cannot time: equal times */
+  }
   return t;
 }
 

@@ -37,23 +37,30 @@ typedef struct {
   PipeInstr *next;       /* ... and which */
 } Zb;
 
-/* Stage st's next instruction and when it can start it. The B's pending lie in [lo, f), fewer than
- * pp + 1 of them: the scans stay O(pp). */
+/* Stage st's next instruction and when it can start it. Every stage runs its B's in micro-batch order
+ * (the last stage its first pending one; a stage before it the first whose gradient arrived, and
+ * those arrive in the order the stage after ran its B's), so its first B not run (lo) is the one
+ * whose gradient arrives first: the choice is O(1). */
 static void zb_choose(Zb *z, int st) {
-  int pp = z->pp, nmb = z->nmb, *f = z->f, *w = z->w, *lo = z->lo;
-  double tb = INFINITY, tf = INFINITY, tw = w[st] < nmb && z->bdone[st * nmb + w[st]] ? 0 : INFINITY;
-  for (int i = lo[st]; i < f[st]; i++) /* a B whose forward ran, once its gradient arrived (last stage: at once) */
-    if (!z->bdone[st * nmb + i]) tb = fmin(tb, st == pp - 1 ? 0 : z->grad[st * nmb + i]);
-  if (f[st] < nmb && f[st] - w[st] < pp) tf = st == 0 ? 0 : z->act[st * nmb + f[st]];
+  int pp = z->pp, nmb = z->nmb, *f = z->f, *w = z->w, lo = z->lo[st];
+  double tb = lo < f[st] ? (st == pp - 1 ? 0 : z->grad[st * nmb + lo]) : INFINITY;
+  double tf = f[st] < nmb && f[st] - w[st] < pp ? (st == 0 ? 0 : z->act[st * nmb + f[st]]) : INFINITY;
+  double tw = w[st] < nmb && z->bdone[st * nmb + w[st]] ? 0 : INFINITY;
   double at = fmax(z->clock[st], fmin(tb, fmin(tf, tw)));
-  PipeInstr bin = tf <= at ? (PipeInstr){'F', f[st], 0} : (PipeInstr){'W', w[st], 0};
-  for (int i = lo[st]; i < f[st]; i++) /* the first B that can run then */
-    if (!z->bdone[st * nmb + i] && (st == pp - 1 || z->grad[st * nmb + i] <= at)) {
-      bin = (PipeInstr){'B', i, 0};
-      break;
-    }
   z->at[st] = at;
-  z->next[st] = bin;
+  z->next[st] = tb <= at ? (PipeInstr){'B', lo, 0} : tf <= at ? (PipeInstr){'F', f[st], 0} : (PipeInstr){'W', w[st], 0};
+}
+
+/* The stage that can start earliest, the lower on a tie: a tournament over the stages (tree[1] the
+ * winner; leaves at [n + st]), replayed from a leaf up when its stage's choice changes. */
+static int zb_better(const Zb *z, int a, int b) {
+  if (a < 0) return b;
+  if (b < 0) return a;
+  return z->at[b] < z->at[a] || (z->at[b] == z->at[a] && b < a) ? b : a;
+}
+
+static void zb_replay(Zb *z, int *tree, int n, int st) {
+  for (int i = (n + st) / 2; i >= 1; i /= 2) tree[i] = zb_better(z, tree[2 * i], tree[2 * i + 1]);
 }
 
 static PipeSched make_zb(int pp, int nmb, const double *t) {
@@ -65,17 +72,22 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
   if (!s.len || !s.list || !z.f || !z.w || !z.lo || !z.clock || !z.act || !z.grad || !z.bdone || !z.at || !z.next)
     die("out of memory");
   for (int i = 0; i < pp * nmb; i++) z.act[i] = z.grad[i] = INFINITY; /* arrival times */
+  int n = 1;
+  while (n < pp) n *= 2;
+  int *tree = malloc(2 * (size_t)n * sizeof *tree);
+  if (!tree) die("out of memory");
+  for (int i = 0; i < 2 * n; i++) tree[i] = -1;
   for (int st = 0; st < pp; st++) {
     s.list[st] = calloc((size_t)(3 * nmb + 1), sizeof(PipeInstr));
     if (!s.list[st]) die("out of memory");
     zb_choose(&z, st);
+    tree[n + st] = st;
   }
+  for (int i = n - 1; i >= 1; i--) tree[i] = zb_better(&z, tree[2 * i], tree[2 * i + 1]);
   for (int left = 3 * nmb * pp; left > 0; left--) {
-    int st = -1;
-    double bt = INFINITY;
-    for (int q = 0; q < pp; q++) /* the stage that can start earliest; the lower on a tie */
-      if (z.at[q] < bt) bt = z.at[q], st = q;
-    if (st < 0) die("pipe_sched_make: the zb schedule does not finish");
+    int st = tree[1]; /* the stage that can start earliest; the lower on a tie */
+    double bt = st >= 0 ? z.at[st] : INFINITY;
+    if (st < 0 || !(bt < INFINITY)) die("pipe_sched_make: the zb schedule does not finish");
     PipeInstr bin = z.next[st];
     int k = bin.op == 'F' ? 0 : bin.op == 'B' ? 1 : 2;
     s.list[st][s.len[st]++] = bin;
@@ -92,8 +104,13 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
       z.w[st]++;
     }
     zb_choose(&z, st);
-    if (other >= 0) zb_choose(&z, other);
+    zb_replay(&z, tree, n, st);
+    if (other >= 0) {
+      zb_choose(&z, other);
+      zb_replay(&z, tree, n, other);
+    }
   }
+  free(tree);
   free(z.f);
   free(z.w);
   free(z.lo);

@@ -64,10 +64,9 @@ static void pareto_add(PpProfile *p, PpLoad x) {
   p->load[p->n++] = x;
 }
 
-/* zb's times, B and W over F, rounded to 1/16 of F: the profiles met are kept, and looked up, by
- * them (GPT-3's search on p4de-x128 meets 312, 590 at 1/64: 0.23 s more of the analytic ranking's
- * 0.7 CPU s). */
-static double zb_ratio(double x) { return x > 0 ? (double)(int64_t)(x * 16 + 0.5) / 16 : 0; }
+/* zb's times, B and W over F, rounded to 1/8 of F: the profiles met are kept, and looked up, by
+ * them (GPT-3's search on p4de-x128: the analytic ranking 0.5 -> 0.85 CPU s; 1/16: 1.07). */
+static double zb_ratio(double x) { return x > 0 ? (double)(int64_t)(x * 8 + 0.5) / 8 : 0; }
 
 /* zb (rb, rw: B and W over F, equal on every stage, as the bubble's closed forms of the other schedules
  * assume): the lists the pipe pass makes with those times (pipe_sched_make_timed), and the bubble of
@@ -293,17 +292,25 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
   /* zb: a stage's F, B and W in proportion (the same on every stage, as the other schedules' closed
-   * forms have them): the layers' GEMMs a third each (dX in B, dW in W; full recompute's forward again
-   * in B), attention's forward in F and its backward (twice) in B (recompute: its forward again in B),
-   * the bandwidth-bound work and the kernel calls a third each */
+   * forms have them), its layers' parts: the GEMMs a third each (dX in B, dW in W; full recompute's
+   * forward again in B); attention's forward in F, its backward (twice) in B (recompute: its forward
+   * again in B); the elementwise work half in F, half in B (recompute's again in B); the weights'
+   * bytes read in F and in B at the compute precision, the rest of them (the f32 gradient's sum) in
+   * W; the kernel calls half in F, half in B */
   double zb_rb = 0, zb_rw = 0;
   if (c->pp > 1 && c->sched == SCHED_ZB) {
     double sg = pm->k_gemm / grate, sa = dev->attn_flops > 0 ? pm->k_attn / dev->attn_flops : 0;
-    double rest = (e->mem_s + e->kern_s) / 3;
-    double tf = sg * gemm_layers / 3 + sa * attn_once / 3 + rest;
-    double tb = sg * (gemm_layers / 3 + gemm_layers * (rec_gemm - 1)) + sa * (attn_once * 2 / 3 + attn_f - attn_once) + rest;
-    double tw = sg * gemm_layers / 3 + rest;
+    double sm = pm->k_mem / dev->bytes_per_s;
+    double el = sm * lst * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
+    double wb = sm * p_layer * lst / 4, wall = cb < 4 ? 18 : 12; /* bytes per parameter per micro-batch */
+    double kern = pm->k_kern * lst * kern_layer[r] * dev->op_overhead_s;
+    double g1 = sg * gemm_layers / accum / 3, a1 = sa * attn_once / accum;
+    double tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2;
+    double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum + el0 / 2 + (elr - el0) +
+                wb * cb + kern / 2;
+    double tw = g1 + wb * (wall - 2 * cb);
     if (tf > 0) zb_rb = zb_ratio(tb / tf), zb_rw = zb_ratio(tw / tf);
+    e->zb_b = zb_rb, e->zb_w = zb_rw;
   }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
     const PpProfile *pr = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, zb_rb, zb_rw);

@@ -45,6 +45,7 @@ typedef struct {
   double gemm_s, attn_s, mem_s, kern_s, compute_s;
   double tp_s, dp_s, exposed_s; /* blocking collectives, asynchronous ones, exposed communication */
   double bubble, step_s;
+  double zb_b, zb_w;     /* zb: the B and W times over F its lists are made and played with (rounded) */
 } PlanEstimate;
 
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
