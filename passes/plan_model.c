@@ -294,21 +294,21 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   /* zb: a stage's F, B and W in proportion (the same on every stage, as the other schedules' closed
    * forms have them), its layers' parts: the GEMMs a third each (dX in B, dW in W; full recompute's
    * forward again in B); attention's forward in F, its backward (twice) in B (recompute: its forward
-   * again in B); the elementwise work half in F, half in B (recompute's again in B); the weights'
-   * bytes read in F and in B at the compute precision, the rest of them (the f32 gradient's sum) in
-   * W; the kernel calls half in F, half in B */
+   * again in B); the elementwise work half in F, half in B (recompute's again in B); the weights read
+   * in F and in B, their gradient written in W, at the compute precision (its f32 sum is the merge's,
+   * between instructions); the kernel calls half in F, half in B */
   double zb_rb = 0, zb_rw = 0;
   if (c->pp > 1 && c->sched == SCHED_ZB) {
     double sg = pm->k_gemm / grate, sa = dev->attn_flops > 0 ? pm->k_attn / dev->attn_flops : 0;
     double sm = pm->k_mem / dev->bytes_per_s;
     double el = sm * lst * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
-    double wb = sm * p_layer * lst / 4, wall = cb < 4 ? 18 : 12; /* bytes per parameter per micro-batch */
+    double wb = sm * p_layer * lst / 4; /* per byte of a parameter at the compute precision */
     double kern = pm->k_kern * lst * kern_layer[r] * dev->op_overhead_s;
     double g1 = sg * gemm_layers / accum / 3, a1 = sa * attn_once / accum;
     double tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum + el0 / 2 + (elr - el0) +
                 wb * cb + kern / 2;
-    double tw = g1 + wb * (wall - 2 * cb);
+    double tw = g1 + wb * cb;
     if (tf > 0) zb_rb = zb_ratio(tb / tf), zb_rw = zb_ratio(tw / tf);
     e->zb_b = zb_rb, e->zb_w = zb_rw;
   }
