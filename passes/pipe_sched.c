@@ -26,8 +26,9 @@ const char *pipe_sched_name(PipeSchedule k) {
  * bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), 0.172 at pp 4 with 8 micro-batches (1F1B 0.273); with
  * W half of F and B (a CPU's), 0.184 against the equal-time lists' 0.298 (1F1B 0.273).
  * A stage's choice (when, what) depends on its own state and the arrivals from its neighbours only:
- * it is kept per stage and made again for the stage that ran and the neighbour it sent to, so a
- * step costs O(pp) (the plan search makes lists for thousands of candidates: plan_model.c). */
+ * it is kept per stage and made again (in O(1): zb_choose) for the stage that ran and the neighbour
+ * it sent to, and the earliest stage is a tournament's winner, so a step costs O(log pp) (the plan
+ * search makes lists for hundreds of candidates: plan_model.c). */
 typedef struct {
   int pp, nmb;
   int *f, *w, *lo;       /* forwards and W's run per stage; its first micro-batch whose B has not run */
