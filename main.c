@@ -23,6 +23,7 @@
 #include "plan_svg.h"
 #include "storage.h"
 #include "print.h"
+#include "replan.h"
 #include "runtime/train/ckpt_tool.h"
 
 #ifndef SHARDC_MODELS_DIR
@@ -87,88 +88,6 @@ static void usage(FILE *f) {
           "  -h, --help            this text\n");
 }
 
-/* The fit check's re-planning (passes/fit.h): the same source and options plus a few -D
- * overrides, compiled and planned on a fresh Module, silently. Its Modules stay in the
- * driver's arena (the diagnostics keep pointers to their source texts). */
-typedef struct {
-  Arena *arena;
-  const char *input;    /* the .model path */
-  const FeOptions *fo;  /* the command line's front-end options */
-  Target target;
-} Replan;
-
-/* Compiles the source again with n extra overrides into arena a, its diagnostics written to
- * `diag` (not the terminal); NULL when it did not compile. The error count is reset after. */
-static Module *compile_with(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
-  enum { MAXD = 160 };
-  FeDefine d[MAXD];
-  int nd = r->fo->ndefines;
-  if (nd + n > MAXD) return NULL;
-  for (int i = 0; i < nd; i++) d[i] = r->fo->defines[i];
-  for (int i = 0; i < n; i++) {
-    const char *eq = strchr(kv[i], '=');
-    if (!eq) die("replan: '%s' is not key=value", kv[i]);
-    d[nd + i].key = arena_strndup(a, kv[i], (size_t)(eq - kv[i]));
-    d[nd + i].value = arena_strdup(a, eq + 1);
-  }
-  FeOptions o = *r->fo;
-  o.defines = d;
-  o.ndefines = nd + n;
-  Diag quiet; /* the re-plan's own diagnostics, to `diag` (not the terminal) */
-  diag_init(&quiet, diag, 0);
-  Diag *outer = diag_enter(&quiet);
-  Module *m = fe_compile(a, r->input, &o);
-  bool ok = m && diag_errors() == 0;
-  if (ok) {
-    m->target = r->target;
-    PipelineOptions po = {.dump = diag, .verify = false};
-    ok = pipeline_run(m, &po) && diag_errors() == 0;
-  }
-  fflush(diag);
-  diag_leave(outer);
-  diag_free(&quiet);
-  return ok ? m : NULL;
-}
-
-/* zb's lists made with the cost model's instruction times (ZB-H1 with the stages' own F, B and W,
- * pipe_sched_make_timed; docs/pipeline.md): a quiet first compile, with equal-time lists, played by
- * the cost model (cost_pipe, on the device the plan is printed for) gives each stage's mean F, B and
- * W; the caller's compile makes its lists with them. NULL (equal times) without a zb pipeline, or
- * when that compile fails (the caller's own compile reports why). */
-static const double *zb_times(Replan *r, const Module *m, const char *profile) {
-  if (m->plan.schedule != SCHED_ZB || m->plan.pp < 2 || m->plan.sched_times) return NULL;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return NULL;
-  Module *m0 = compile_with(r, r->arena, NULL, 0, null);
-  CostDevice dev;
-  CostPipe cp;
-  bool ok = m0 && m0->pipe;
-  if (ok) { /* a profile that cannot be read: said by the caller's own read, where it uses one */
-    Diag quiet;
-    diag_init(&quiet, null, 0);
-    Diag *outer = diag_enter(&quiet);
-    cost_device_defaults(m0, &dev);
-    ok = (!profile || cost_profile_read(profile, &dev)) && diag_errors() == 0;
-    diag_leave(outer);
-    diag_free(&quiet);
-  }
-  fclose(null);
-  if (!ok || !cost_pipe(m0, &dev, &cp)) return NULL;
-  int pp = cp.sched.pp, n[3 * 64] = {0};
-  double *t = pp <= 64 ? ARENA_ARRAY(r->arena, double, 3 * (size_t)pp) : NULL;
-  for (int st = 0; t && st < pp; st++)
-    for (int k = 0; k < cp.sched.len[st]; k++) {
-      char op = cp.sched.list[st][k].op;
-      int i = (op == 'F' ? 0 : op == 'B' ? 1 : 2) * pp + st;
-      t[i] += cp.t.dur[st][k], n[i]++;
-    }
-  for (int i = 0; t && i < 3 * pp; i++) t[i] = n[i] && t[i] > 0 ? t[i] / n[i] : 0;
-  for (int i = 0; t && i < 3 * pp; i++)
-    if (!(t[i] > 0)) t = NULL; /* an instruction the model cannot time: equal times */
-  cost_pipe_free(&cp);
-  return t;
-}
-
 /* Whether the source resolves its mesh and batch (the front end only) with these options, silently. */
 static bool resolves(Arena *a, const char *input, const FeOptions *fo) {
   FILE *null = fopen("/dev/null", "w");
@@ -207,15 +126,6 @@ static bool search_base_micro(Arena *a, const char *input, const FeOptions *fo, 
 static void first_error(const char *diag_text, char *out, size_t cap) {
   const char *e = diag_text ? strstr(diag_text, "error: ") : NULL;
   if (e) snprintf(out, cap, "%.*s", (int)strcspn(e + 7, "\n"), e + 7);
-}
-
-static int64_t replan(void *ctx, const char *const *kv, int n) {
-  Replan *r = ctx;
-  FILE *null = fopen("/dev/null", "w");
-  if (!null) return -1;
-  Module *m = compile_with(r, r->arena, kv, n, null);
-  fclose(null);
-  return m && m->memplan ? m->memplan->total : -1;
 }
 
 /* CPU seconds (user + system) process pid has run, from /proc (-1: gone). */
@@ -269,7 +179,7 @@ static void search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njo
       FILE *ms = open_memstream(&buf, &len);
       Arena a;
       arena_init(&a);
-      Module *m = ms ? compile_with(ctx, &a, jobs[k].kv, jobs[k].n, ms) : NULL;
+      Module *m = ms ? replan_compile(ctx, &a, jobs[k].kv, jobs[k].n, ms) : NULL;
       if (ms) fclose(ms);
       if (m && m->memplan) plan_cand_measure(m, dev, c);
       else first_error(buf, c->err, sizeof c->err);
@@ -366,7 +276,7 @@ static int run_compare(Replan *r, const char *spec, const char *profile, double 
     char *buf = NULL;
     size_t len = 0;
     FILE *ms = open_memstream(&buf, &len);
-    Module *m = ms ? compile_with(&one, r->arena, kv, cols[i].nkv, ms) : NULL;
+    Module *m = ms ? replan_compile(&one, r->arena, kv, cols[i].nkv, ms) : NULL;
     if (ms) fclose(ms);
     if (m && m->memplan) {
       CostDevice dev;
@@ -641,7 +551,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   Replan rp = {&arena, input, &fo, target};
-  if (!search) m->plan.sched_times = zb_times(&rp, m, profile);
+  if (!search) replan_inputs(&rp, &arena, NULL, 0, m);
   if (!pipeline_run(m, &po)) return 1;
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
@@ -691,7 +601,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     m = fe_compile(&arena, input, &fo);
     if (!m || diag_errors()) return 1;
     m->target = target;
-    m->plan.sched_times = zb_times(&rp, m, profile);
+    replan_inputs(&rp, &arena, NULL, 0, m);
     if (!pipeline_run(m, &po)) return 1;
     if (dump && strcmp(dump, "final") == 0) { /* plan --pick: the table, the choice and its prediction */
       dump = NULL;
@@ -744,7 +654,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (piped) cost_pipe_free(&cpipe);
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
-  if (!fit_check(m, replan, &rp)) return 1;
+  if (!fit_check(m, replan_total, &rp)) return 1;
   if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */
     cg.source_path = input;
     if (!cg_emit_file(m, cg.emit_dir, &cg)) return 1;

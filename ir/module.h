@@ -81,11 +81,17 @@ typedef struct {
   int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
   /* zb: the times its lists are made with, per stage: F, B, W of stage s at [s], [pp + s], [2 pp + s]
    * (passes/pipe_sched.c, pipe_sched_make_timed); NULL: equal times. The driver sets the cost
-   * model's (main.c, zb_times: a first compile's instruction times), tests their own */
+   * model's (replan.c, zb_times: two small compiles' instruction times), tests their own */
   const double *sched_times;
   /* `pp N layers(balanced)`: the stage pass splits the layers by the cost model's time and memory
    * per layer (passes/pipe_balance.c); nstage_layers is 0 then */
   bool stage_balanced;
+  /* `layers(balanced)` against the device's memory (passes/pipe_balance.c): each stage's bytes the
+   * balance's own memory model leaves out (stage_fixed[s], [pp]) and the bytes every stage must fit
+   * (stage_cap), both from a first compile of the time-balanced split (replan.c, stage_memory); NULL:
+   * time first, memory only as a tie-break */
+  const int64_t *stage_fixed;
+  double stage_cap;
   SrcLoc stage_layers_loc;
   SrcLoc loc;
   SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */

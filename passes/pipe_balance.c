@@ -22,6 +22,7 @@
 
 #include "cost.h"
 #include "diag.h"
+#include "memplan.h"
 #include "pipe_internal.h"
 
 double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n) {
@@ -41,19 +42,84 @@ static int64_t most_within(const PipeBalance *b, int st, double T) {
   return k;
 }
 
-/* The peak over the stages of their memory with n[s] layers on stage s. */
+/* The peak over the stages of their memory with n[s] layers on stage s (with b->fixed: each stage's
+ * planned bytes by the calibrated model). */
 static int64_t peak_bytes(const PipeBalance *b, const int64_t *n) {
   int64_t most = 0, peak = 0;
   for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
   for (int s = 0; s < b->pp; s++) {
-    int64_t x = pipe_balance_stage_bytes(b, s, n[s], most);
+    int64_t x = pipe_balance_stage_bytes(b, s, n[s], most) + (b->fixed ? b->fixed[s] : 0);
     peak = x > peak ? x : peak;
   }
   return peak;
 }
 
+/* From the most counts n (summing to total), one layer at a time off the stage where that leaves
+ * the lowest peak, ties off the slower stage, down to the layers. */
+static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
+  for (; total > b->layers; total--) {
+    int w = -1;
+    int64_t wpeak = 0;
+    for (int q = 0; q < b->pp; q++) {
+      if (n[q] <= 1) continue;
+      n[q]--;
+      int64_t peak = peak_bytes(b, n);
+      n[q]++;
+      if (w < 0 || peak < wpeak ||
+          (peak == wpeak && pipe_balance_stage_s(b, q, n[q]) > pipe_balance_stage_s(b, w, n[w]))) {
+        w = q;
+        wpeak = peak;
+      }
+    }
+    n[w]--;
+  }
+}
+
+/* With the device's memory: the most layers each stage runs within T whose every stage fits cap with
+ * its layer stacks padded to `most` (0 on a stage: none fits); their sum. */
+static int64_t fit_within(const PipeBalance *b, double T, int64_t most, int64_t *u) {
+  int64_t sum = 0;
+  for (int s = 0; s < b->pp; s++) {
+    int64_t k = most_within(b, s, T);
+    if (k > most) k = most;
+    while (k >= 1 && (double)(b->fixed[s] + pipe_balance_stage_bytes(b, s, k, most)) > b->cap) k--;
+    u[s] = k;
+    if (!k) return 0;
+    sum += k;
+  }
+  return sum;
+}
+
+/* The fastest split whose every stage fits b->cap by the calibrated model: the least T, and at it
+ * the least padding `most`, for which the stages' most layers within T that fit cover the layers;
+ * then layers off by memory. False when no split fits. */
+static bool split_fitting(const PipeBalance *b, int64_t *n) {
+  int pp = b->pp;
+  int64_t L = b->layers, lo = (L + pp - 1) / pp;
+  double best = -1;
+  int64_t bmost = 0;
+  int64_t *u = calloc((size_t)pp, sizeof *u);
+  if (!u) die("out of memory");
+  for (int st = 0; st < pp; st++)
+    for (int64_t k = 1; k <= L - pp + 1; k++) {
+      double T = pipe_balance_stage_s(b, st, k);
+      if (best >= 0 && T >= best) continue;
+      for (int64_t most = lo; most <= L - pp + 1; most++)
+        if (fit_within(b, T, most, u) >= L) {
+          best = T, bmost = most;
+          break;
+        }
+    }
+  if (best >= 0) {
+    int64_t total = fit_within(b, best, bmost, n);
+    layers_off(b, n, total);
+  }
+  free(u);
+  return best >= 0;
+}
+
 /* The two steps of the header: the least bottleneck in time, then layers off by memory. */
-bool pipe_balance_split(const PipeBalance *b, int64_t *n) {
+static bool split_by_time(const PipeBalance *b, int64_t *n) {
   int pp = b->pp;
   int64_t L = b->layers;
   double best = -1;
@@ -72,22 +138,27 @@ bool pipe_balance_split(const PipeBalance *b, int64_t *n) {
   if (best < 0) return false;
   int64_t total = 0;
   for (int q = 0; q < pp; q++) total += n[q] = most_within(b, q, best);
-  for (; total > L; total--) {
-    int w = -1;
-    int64_t wpeak = 0;
-    for (int q = 0; q < pp; q++) {
-      if (n[q] <= 1) continue;
-      n[q]--;
-      int64_t peak = peak_bytes(b, n);
-      n[q]++;
-      if (w < 0 || peak < wpeak ||
-          (peak == wpeak && pipe_balance_stage_s(b, q, n[q]) > pipe_balance_stage_s(b, w, n[w]))) {
-        w = q;
-        wpeak = peak;
-      }
-    }
-    n[w]--;
+  layers_off(b, n, total);
+  return true;
+}
+
+bool pipe_balance_split(const PipeBalance *b, int64_t *n) {
+  if (!split_by_time(b, n)) return false;
+  if (b->fixed && b->cap > 0) {
+    int64_t *f = malloc((size_t)b->pp * sizeof *f);
+    if (!f) die("out of memory");
+    if (split_fitting(b, f)) memcpy(n, f, (size_t)b->pp * sizeof *n);
+    free(f);
   }
+  return true;
+}
+
+bool pipe_balance_fits(const PipeBalance *b, const int64_t *n) {
+  if (!b->fixed || !(b->cap > 0)) return true;
+  int64_t most = 0;
+  for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
+  for (int s = 0; s < b->pp; s++)
+    if ((double)(b->fixed[s] + pipe_balance_stage_bytes(b, s, n[s], most)) > b->cap) return false;
   return true;
 }
 
@@ -168,18 +239,39 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
   b->last_act = pipe_kept_bytes(&p, C_LAST, NULL);
   b->layer_bytes = layer_bytes(&p);
   b->inflight = ARENA_ARRAY(m->arena, int, pp);
-  { /* the schedule's micro-batches in flight per stage (unit times: they do not depend on them) */
-    PipeSched s = pipe_sched_make(m->plan.schedule, pp, p.M, 1);
-    double *one = malloc((size_t)pp * sizeof(double)), bubble;
-    if (!one) die("out of memory");
-    for (int st = 0; st < pp; st++) one[st] = 1;
-    pipe_sched_timeline(&s, one, one, m->plan.schedule == SCHED_ZB ? one : NULL, &bubble, b->inflight, NULL);
-    free(one);
+  { /* the micro-batches in flight per stage on the lists the pipe pass makes (zb: with the plan's times) */
+    PipeSched s = pipe_sched_make_timed(m->plan.schedule, pp, p.M, 1, m->plan.sched_times);
+    pipe_sched_inflight(&s, b->inflight);
     pipe_sched_free(&s);
   }
   snprintf(b->source, sizeof b->source, "%s", d.source);
   b->split = ARENA_ARRAY(m->arena, int64_t, pp);
-  if (!pipe_balance_split(b, b->split)) b->split = NULL;
+  b->by_time = ARENA_ARRAY(m->arena, int64_t, pp);
+  if (!split_by_time(b, b->by_time)) b->split = b->by_time = NULL;
+  if (b->split) {
+    b->fixed = m->plan.stage_fixed;
+    b->cap = m->plan.stage_cap;
+    pipe_balance_split(b, b->split);
+    b->fits = pipe_balance_fits(b, b->split);
+  }
   free(p.cls);
   return b;
+}
+
+const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a) {
+  const PipeBalance *b = m0->pipe_balance;
+  const MemPlan *mp = m0->memplan;
+  int pp = b ? b->pp : 0;
+  if (!m0->plan.stage_balanced || !b || !b->split || !mp || !mp->stage_peak || mp->nstages != pp || mp->peak <= 0 ||
+      !(cap > 0))
+    return NULL;
+  double scale = (double)mp->total / (double)mp->peak; /* the allocation over its peak: what the fit check weighs */
+  int top = 0;
+  for (int s = 1; s < pp; s++) top = mp->stage_peak[s] > mp->stage_peak[top] ? s : top;
+  if ((double)mp->stage_peak[top] * scale <= cap && top != 0) return NULL;
+  int64_t most = 0, *fixed = ARENA_ARRAY(a, int64_t, pp);
+  for (int s = 0; s < pp; s++) most = b->split[s] > most ? b->split[s] : most;
+  for (int s = 0; s < pp; s++)
+    fixed[s] = (int64_t)((double)mp->stage_peak[s] * scale) - pipe_balance_stage_bytes(b, s, b->split[s], most);
+  return fixed;
 }

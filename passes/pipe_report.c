@@ -2,6 +2,7 @@
  * activations and parameters (from passes/pipe_plan.c's PipePlan), the cost model's predicted
  * instruction and transfer times and the schedule's bubble played with them (passes/cost.c's
  * CostPipe), and the schedule drawn as SVG. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,12 +27,13 @@ static void stage_times(const PipePlan *p, const PipeBalance *b, int st, int64_t
   if (*tb <= 0) *tb = 1e-9;
 }
 
-/* The predicted bubble of p's schedule with n[s] layers on stage s. */
+/* The predicted bubble of p's schedule with n[s] layers on stage s (zb: its lists made with these
+ * times, as the pipe pass makes them with the plan's). */
 static double bubble_of(const PipePlan *p, const PipeBalance *b, const int64_t *n) {
-  PipeSched s = pipe_sched_make(p->kind, p->pp, p->nmb, 1);
   double *t = calloc(3 * (size_t)p->pp, sizeof(double)), bubble = 0;
   if (!t) die("out of memory");
   for (int st = 0; st < p->pp; st++) stage_times(p, b, st, n[st], &t[st], &t[p->pp + st], &t[2 * p->pp + st]);
+  PipeSched s = pipe_sched_make_timed(p->kind, p->pp, p->nmb, 1, t);
   pipe_sched_timeline(&s, t, t + p->pp, p->kind == SCHED_ZB ? t + 2 * p->pp : NULL, &bubble, NULL, NULL);
   free(t);
   pipe_sched_free(&s);
@@ -50,6 +52,54 @@ static void split_figures(const PipeBalance *b, const int64_t *n, double *slow, 
     int64_t x = pipe_balance_stage_bytes(b, st, n[st], most);
     *slow = t > *slow ? t : *slow;
     *peak = x > *peak ? x : *peak;
+  }
+}
+
+/* Stage bytes of split n by the calibrated model (b->fixed): the largest and its stage. */
+static int64_t fixed_peak(const PipeBalance *b, const int64_t *n, int *at) {
+  int64_t most = 0, peak = -1;
+  for (int st = 0; st < b->pp; st++) most = n[st] > most ? n[st] : most;
+  for (int st = 0; st < b->pp; st++) {
+    int64_t x = b->fixed[st] + pipe_balance_stage_bytes(b, st, n[st], most);
+    if (x > peak) peak = x, *at = st;
+  }
+  return peak;
+}
+
+static void print_split(FILE *f, const int64_t *n, int pp) {
+  fprintf(f, "[");
+  for (int st = 0; st < pp; st++) fprintf(f, "%s%lld", st ? ", " : "", (long long)n[st]);
+  fprintf(f, "]");
+}
+
+/* Why `layers(balanced)` chose its split against the device's memory (b->fixed: the time-balanced
+ * split did not fit, or its first stage was the largest). */
+static void print_memory_choice(FILE *f, const PipePlan *p, const PipeBalance *b) {
+  char t1[32], t2[32];
+  int at0 = 0, at1 = 0;
+  int64_t p0 = fixed_peak(b, b->by_time, &at0), p1 = fixed_peak(b, b->split, &at1);
+  double slow0 = 0, slow1 = 0;
+  for (int st = 0; st < p->pp; st++) {
+    slow0 = fmax(slow0, pipe_balance_stage_s(b, st, b->by_time[st]));
+    slow1 = fmax(slow1, pipe_balance_stage_s(b, st, b->split[st]));
+  }
+  fprintf(f, "#   layers(balanced) against the device's memory (%.2f MiB): by time alone ", mib((int64_t)b->cap));
+  print_split(f, b->by_time, p->pp);
+  fprintf(f, ", whose memory plan needs %.2f MiB on stage %d (%s); ", mib(p0), at0,
+          (double)p0 > b->cap ? "over the device's" : "the first stage the largest");
+  bool same = true;
+  for (int st = 0; st < p->pp; st++) same &= b->split[st] == b->by_time[st];
+  if (!b->fits) {
+    fprintf(f, "no split fits every stage by that plan's figures: the split by time kept\n");
+  } else if (same) {
+    fprintf(f, "it is the fastest split whose every stage fits (by that plan's figures: at most %.2f MiB, stage %d)\n",
+            mib(p1), at1);
+  } else {
+    print_split(f, b->split, p->pp);
+    fprintf(f, " is the fastest split whose every stage fits by that plan's figures (at most %.2f MiB, stage %d): the "
+               "slowest stage %s per micro-batch against %s, bubble %.1f%% against %.1f%%\n",
+            mib(p1), at1, cost_human_time(t1, sizeof t1, slow1), cost_human_time(t2, sizeof t2, slow0),
+            100.0 * bubble_of(p, b, b->split), 100.0 * bubble_of(p, b, b->by_time));
   }
 }
 
@@ -84,6 +134,7 @@ static void print_balanced(FILE *f, const Module *m) {
       fprintf(f, "%s %d: %s, %.2f MiB", st ? ";" : "", st, cost_human_time(t1, sizeof t1, pipe_balance_stage_s(b, st, b->split[st])),
               mib(pipe_balance_stage_bytes(b, st, b->split[st], most)));
     fprintf(f, "; bubble %.1f%%\n", 100.0 * bubble_of(p, b, b->split));
+    if (b->fixed) print_memory_choice(f, p, b);
   } else if (!same && (slow < slow_cur || (slow <= slow_cur && peak < peak_cur))) {
     const char *what = even ? "even" : "this plan's";
     int64_t most_cur = 0;

@@ -43,8 +43,10 @@ typedef struct {
  * Heap; pipe_sched_free. */
 PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v);
 /* The same, zb's lists made by playing the stages with times (the F, B and W of stage s: times[s],
- * times[pp + s], times[2 pp + s]; NULL: equal) instead of equal ones; the other schedules ignore
- * them. */
+ * times[pp + s], times[2 pp + s]; NULL: equal) instead of equal ones, or the equal-time lists where
+ * those finish sooner under the times; the other schedules ignore them. The one list maker of every
+ * zb prediction: the pipe pass (Plan.sched_times), the balanced split's bubbles, the plan search's
+ * analytic model. */
 PipeSched pipe_sched_make_timed(PipeSchedule kind, int pp, int nmb, int v, const double *times);
 void pipe_sched_free(PipeSched *s);
 
@@ -152,6 +154,12 @@ typedef struct PipeBalance {
                                 holds the largest stage's count of them: its stacks are padded to it) */
   int *inflight;             /* [pp]: the most micro-batches the schedule holds on each stage */
   int64_t *split;            /* [pp]: the balanced split; NULL: none (fewer layers than stages) */
+  /* against the device's memory (Plan.stage_fixed, stage_cap): fixed[s] + pipe_balance_stage_bytes
+   * is stage s's planned bytes by the model calibrated on the time-balanced split's memory plan */
+  const int64_t *fixed;      /* [pp]; NULL: memory only breaks ties among the fastest splits */
+  double cap;
+  int64_t *by_time;          /* [pp]: the split by time alone (then memory as the tie-break) */
+  bool fits;                 /* with fixed: some split's every stage fits cap (else split is by_time's) */
   char source[160];          /* the device's figures (CostDevice.source) */
 } PipeBalance;
 /* Stage st's forward and backward seconds per micro-batch with n layers. */
@@ -160,8 +168,18 @@ double pipe_balance_stage_s(const PipeBalance *b, int st, int64_t n);
  * layer stacks padded to most layers; what does not depend on the split is left out. */
 int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_t most);
 /* The split of b's layers over its stages balanced by time, then memory (passes/pipe_balance.c's header)
- * into n[pp]; false when there is none (fewer layers than stages). */
+ * into n[pp]; with b->fixed, the fastest whose every stage fits b->cap (where one does); false when
+ * there is none (fewer layers than stages). */
 bool pipe_balance_split(const PipeBalance *b, int64_t *n);
+/* `layers(balanced)` against the device's memory: m0 compiled with the split by time (Plan.stage_fixed
+ * NULL); where its plan does not fit cap (the allocation, scaled from each stage's peak as the memory
+ * plan's total is from its peak) or its first stage is the largest, each stage's planned bytes less
+ * what the balance's model counts of them (activations in flight, layer stacks padded to the most
+ * layers): Plan.stage_fixed for a compile with stage_cap = cap. NULL: nothing to weigh (not
+ * `layers(balanced)`, no capacity, the plan fits and a later stage is the largest). */
+const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a);
+/* Whether every stage of split n fits b->cap by the calibrated model (true without b->fixed). */
+bool pipe_balance_fits(const PipeBalance *b, const int64_t *n);
 /* The stage pass's (passes/stage.c): the figures of m's micro-step region A, with its layer loops F and
  * B not yet split, over pp stages, and the balanced split. NULL after an error (reported). */
 PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp);

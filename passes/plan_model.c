@@ -38,6 +38,8 @@ typedef struct {
 struct PpProfile {
   PipeSchedule kind;
   int pp, M, v, n, cap;
+  double rb, rw;          /* zb: the B and W times over F its lists were made with (0: not zb) */
+  double bubble;          /* zb: its lists played with those times */
   PpLoad *load;
   struct PpProfile *next;
 };
@@ -62,14 +64,29 @@ static void pareto_add(PpProfile *p, PpLoad x) {
   p->load[p->n++] = x;
 }
 
-static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v) {
+/* zb's times, B and W over F, rounded to 1/8 of F: the profiles met are kept, and looked up, by
+ * them (GPT-3's search on p4de-x128: the analytic ranking 0.5 -> 0.85 CPU s; 1/16: 1.07). */
+static double zb_ratio(double x) { return x > 0 ? (double)(int64_t)(x * 8 + 0.5) / 8 : 0; }
+
+/* zb (rb, rw: B and W over F, equal on every stage, as the bubble's closed forms of the other schedules
+ * assume): the lists the pipe pass makes with those times (pipe_sched_make_timed), and the bubble of
+ * those lists played with them. */
+static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, double rb, double rw) {
+  if (kind != SCHED_ZB) rb = rw = 0;
   for (PpProfile *p = pm->profiles; p; p = p->next)
-    if (p->kind == kind && p->pp == pp && p->M == M && p->v == v) return p;
+    if (p->kind == kind && p->pp == pp && p->M == M && p->v == v && p->rb == rb && p->rw == rw) return p;
   PpProfile *p = calloc(1, sizeof *p);
   if (!p) die("plan model: out of memory");
-  *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles};
+  *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .rb = rb, .rw = rw, .next = pm->profiles};
   pm->profiles = p;
-  PipeSched s = pipe_sched_make(kind, pp, M, v);
+  double *t = NULL;
+  if (kind == SCHED_ZB) {
+    if (!(t = calloc(3 * (size_t)pp + 1, sizeof *t))) die("plan model: out of memory");
+    for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = rb, t[2 * pp + st] = rw;
+  }
+  PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
+  if (t) pipe_sched_timeline(&s, t, t + pp, t + 2 * pp, &p->bubble, NULL, NULL);
+  free(t);
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
@@ -251,8 +268,53 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   double head = tok * (pm->vocab / tp * 4 + 2 * d * cb);         /* the logits in f32, the final norm */
   double copies = cb < 4 ? p_other / 2 : 0;                      /* the compute-precision copy of the embeddings */
   double gather = c->zero >= 3 ? 2 * p_layer * cb / 4 : 0;       /* ZeRO-3: a layer gathered, the next prefetched */
+  /* ---- compute (the last stage: its layers and the head) per step ---- */
+  double rec_gemm = c->rec == RECOMPUTE_FULL ? 4.0 / 3.0 : 1.0;
+  double gemm_layers = accum * tok / tp * 6 * pm->pl_mat * lst; /* the layers' GEMMs, once */
+  double gemm_f = gemm_layers * rec_gemm + accum * tok / tp * 6 * pm->vocab * d;
+  double gsize = 2 * tok * d * d / tp; /* a typical GEMM's FLOPs: the rate at that size */
+  double grate = dev->gemm_flops * (dev->gemm_half_flops > 0 ? gsize / (gsize + dev->gemm_half_flops) : 1);
+  e->gemm_s = pm->k_gemm * gemm_f / grate;
+  double attn_once = accum * lst * tok / tp * 7 * pm->seq * d;
+  double attn_f = attn_once * (c->rec == RECOMPUTE_NONE ? 1 : 8.0 / 7.0);
+  e->attn_s = dev->attn_flops > 0 ? pm->k_attn * attn_f / dev->attn_flops : 0;
+  double sp_div = c->sp || tp == 1 ? tp : 1;
+  double bytes = accum * (lst * unit * mem_units[r] / sp_div + p_layer * lst * (cb < 4 ? 18 : 12) / 4 +
+                          tok * pm->vocab / tp * 4 * 4) +
+                 (p_rank / zd1) * (1 + pm->state_ratio) * 3;
+  e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
+  if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the whole
+                    * sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
+    double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20;
+    e->mem_s += dev->elem_s[COST_EL_EXP] > 0 ? el * dev->elem_s[COST_EL_EXP] : el * 4 / dev->bytes_per_s;
+  }
+  double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + pm->ntensors * KERN_OPT_PER_TENSOR / pp;
+  e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
+  e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
+  /* zb: a stage's F, B and W in proportion (the same on every stage, as the other schedules' closed
+   * forms have them), its layers' parts: the GEMMs a third each (dX in B, dW in W; full recompute's
+   * forward again in B); attention's forward in F, its backward (twice) in B (recompute: its forward
+   * again in B); the elementwise work half in F, half in B (recompute's again in B); the weights read
+   * in F and in B, their gradient written in W, at the compute precision (its f32 sum is the merge's,
+   * between instructions); the kernel calls half in F, half in B */
+  double zb_rb = 0, zb_rw = 0;
+  if (c->pp > 1 && c->sched == SCHED_ZB) {
+    double sg = pm->k_gemm / grate, sa = dev->attn_flops > 0 ? pm->k_attn / dev->attn_flops : 0;
+    double sm = pm->k_mem / dev->bytes_per_s;
+    double el = sm * lst * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
+    double wb = sm * p_layer * lst / 4; /* per byte of a parameter at the compute precision */
+    double kern = pm->k_kern * lst * kern_layer[r] * dev->op_overhead_s;
+    double g1 = sg * gemm_layers / accum / 3, a1 = sa * attn_once / accum;
+    double tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2;
+    double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum + el0 / 2 + (elr - el0) +
+                wb * cb + kern / 2;
+    double tw = g1 + wb * cb;
+    if (tf > 0) zb_rb = zb_ratio(tb / tf), zb_rw = zb_ratio(tw / tf);
+    e->zb_b = zb_rb, e->zb_w = zb_rw;
+  }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
-    const PpProfile *pr = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v);
+    const PpProfile *pr = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, zb_rb, zb_rw);
+    e->bubble = pr->bubble; /* zb: its lists played; the others below */
     double A = per_layer * lst / c->v;          /* a chunk's activations of one micro-batch */
     double G = p_layer * lst / c->v * cb / 4;   /* a chunk's weight gradient of one micro-batch */
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
@@ -279,27 +341,6 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     e->total += e->cls[k];
     if (e->cls[k] > e->cls[e->largest]) e->largest = (MemClass)k;
   }
-  /* ---- compute (the last stage: its layers and the head) per step ---- */
-  double rec_gemm = c->rec == RECOMPUTE_FULL ? 4.0 / 3.0 : 1.0;
-  double gemm_f = accum * tok / tp * (6 * pm->pl_mat * lst * rec_gemm + 6 * pm->vocab * d);
-  double gsize = 2 * tok * d * d / tp; /* a typical GEMM's FLOPs: the rate at that size */
-  double grate = dev->gemm_flops * (dev->gemm_half_flops > 0 ? gsize / (gsize + dev->gemm_half_flops) : 1);
-  e->gemm_s = pm->k_gemm * gemm_f / grate;
-  double attn_f = accum * lst * tok / tp * 7 * pm->seq * d * (c->rec == RECOMPUTE_NONE ? 1 : 8.0 / 7.0);
-  e->attn_s = dev->attn_flops > 0 ? pm->k_attn * attn_f / dev->attn_flops : 0;
-  double sp_div = c->sp || tp == 1 ? tp : 1;
-  double bytes = accum * (lst * unit * mem_units[r] / sp_div + p_layer * lst * (cb < 4 ? 18 : 12) / 4 +
-                          tok * pm->vocab / tp * 4 * 4) +
-                 (p_rank / zd1) * (1 + pm->state_ratio) * 3;
-  e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
-  if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the whole
-                    * sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
-    double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20;
-    e->mem_s += dev->elem_s[COST_EL_EXP] > 0 ? el * dev->elem_s[COST_EL_EXP] : el * 4 / dev->bytes_per_s;
-  }
-  double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + pm->ntensors * KERN_OPT_PER_TENSOR / pp;
-  e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
-  e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
   /* ---- communication ---- */
   const CostLink *in = &dev->link[0], *net = &dev->link[1];
   /* tp: 4 all-reduces (or scatter + gather) of a hidden state per layer per micro-step, 2 more under full recompute */
@@ -327,8 +368,8 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
   /* ---- the pipeline ---- */
-  if (c->pp > 1) {
-    double units = c->sched == SCHED_INTERLEAVED ? (double)c->v * accum : c->sched == SCHED_ZB ? 3.0 * accum : accum;
+  if (c->pp > 1 && c->sched != SCHED_ZB) { /* equal stages: (pp-1)/(M+pp-1), interleaved M x v; zb's lists played above */
+    double units = c->sched == SCHED_INTERLEAVED ? (double)c->v * accum : accum;
     e->bubble = (pp - 1) / (units + pp - 1);
   }
   e->step_s = (e->compute_s + e->exposed_s) / (1 - e->bubble);

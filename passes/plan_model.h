@@ -13,7 +13,8 @@
  * the device's rates, bandwidth-bound bytes and kernel calls, each scaled once so that the base
  * plan's analytic figures equal its compiled cost model's (the calibration absorbs the target's
  * constant factors); tp collectives block, dp/ZeRO ones overlap the backward of the last
- * micro-step (ZeRO-3's gathers the whole step); the pipeline's ideal bubble. */
+ * micro-step (ZeRO-3's gathers the whole step); the pipeline's bubble with equal stages (zb: its lists
+ * made with the model's F, B and W, pipe_sched_make_timed, played). */
 #ifndef SHARDC_PLAN_MODEL_H
 #define SHARDC_PLAN_MODEL_H
 
@@ -44,6 +45,7 @@ typedef struct {
   double gemm_s, attn_s, mem_s, kern_s, compute_s;
   double tp_s, dp_s, exposed_s; /* blocking collectives, asynchronous ones, exposed communication */
   double bubble, step_s;
+  double zb_b, zb_w;     /* zb: the B and W times over F its lists are made and played with (rounded) */
 } PlanEstimate;
 
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */

@@ -355,6 +355,12 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
     /* the next `jobs` candidates worth compiling, by what is known so far; the analytic best alone
      * first (unless the compile limit is given), so that it may take the whole budget */
     int nb = 0, want = r->compiled == 0 && !(o && o->compile_limit_s > 0) ? 1 : jobs;
+    if (!(o && o->compile_limit_s > 0)) { /* no more compiles than the budget left gives a second each
+                                           * (each gets at least one: 4 on 2 s left overran it by 2 s) */
+      double left0 = budget - (cpu_s() - c0);
+      int most = left0 > 1 ? (int)left0 : 1;
+      if (want > most) want = most;
+    }
     for (; i < l.n && nb < want; i++) {
       PlanCand *c = &l.v[i];
       if (r->capacity > 0 && c->bound > r->capacity) {

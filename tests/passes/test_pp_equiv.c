@@ -26,8 +26,9 @@
  * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
  * bubbles (zb within 1F1B's memory), zb's lists made with given stage times (Plan.sched_times: equal
  * times give the equal-time lists; W = B / 2 a smaller bubble under those times, and their programs
- * equal one rank, tiny pp 4 x 8 micro-batches and pp 2 x dp 2), and
- * hand-written bad schedules rejected naming the stage, rank, step and instruction.
+ * equal one rank, tiny pp 4 x 8 micro-batches and pp 2 x dp 2), `layers(balanced)` against a device's
+ * memory (tiny, 8 layers, pp 4: the split that fits chosen, applied, within the device, equal to one
+ * rank), and hand-written bad schedules rejected naming the stage, rank, step and instruction.
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include "diag.h"
 #include "frontend.h"
 #include "interp.h"
+#include "memplan.h"
 #include "pipe_sched.h"
 #include "pipeline.h"
 #include "tb.h"
@@ -47,6 +49,8 @@
 static int failures;
 static const double *sched_times; /* zb's lists made with these times (Plan.sched_times; NULL: equal) */
 static const int BALANCED[1]; /* compile_stages' layers: `pp N layers(balanced)` */
+static const int64_t *stage_fixed; /* `layers(balanced)` against a device's memory (Plan.stage_fixed, stage_cap) */
+static double stage_cap;
 static void expect(bool ok, const char *what);
 
 /* The split balanced by time (passes/pipe_balance.c) has the least slowest stage of every split of the
@@ -106,6 +110,8 @@ static Module *compile_stages(Arena *a, Target target, const char *path, const F
   if (!m) return NULL;
   m->target = target;
   m->plan.sched_times = sched_times;
+  m->plan.stage_fixed = stage_fixed;
+  m->plan.stage_cap = stage_cap;
   if (layers == BALANCED) { /* the plan's `pp N layers(balanced)` */
     m->plan.stage_balanced = true;
   } else if (layers) { /* the plan's `pp N layers(..)` (the frontend's parse is pp_plan.sh's) */
@@ -337,6 +343,75 @@ static void run_uneven(const char *label, Target target, double tol, const char 
       failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, tol, true);
       arena_free(&pa);
     }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
+/* `layers(balanced)` against a device's memory (passes/pipe_balance.c, split_fitting): tiny with 8
+ * layers at pp 4, 1F1B, 8 micro-batches of 8; the split by time ([2, 2, 2, 2]) compiled, then a
+ * device of 95 % of its largest stage's allocation (pipe_balance_calibrate's figures, as the driver's
+ * stage_memory takes them): the stage pass applies another split ([1, 2, 3, 2]), the fastest whose
+ * every stage fits by those figures, whose memory plan does fit that device (1.644 MiB within
+ * 1.679; by time 1.768), and which equals the single rank (1.2e-11). (zb: no split fits 95 %: what
+ * B keeps for W is not in the balance's model.) */
+static void run_memory_split(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
+                             int64_t V) {
+  fprintf(stderr, "%s, layers(balanced) against a device's memory\n", label);
+  static const char *const scheds[] = {"1f1b"};
+  Arena ra;
+  arena_init(&ra);
+  Module *ref = compile(&ra, TARGET_CPU, path, defs, ndefs, 1, 1, 1, "1f1b", B, B);
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  for (int q = 0; q < 1 && ref; q++) {
+    int pp = 4;
+    int64_t M = 8;
+    Arena pa;
+    arena_init(&pa);
+    Module *m0 = compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, 1, 1, scheds[q], B / M, B, BALANCED);
+    if (!m0 || !m0->memplan || !m0->memplan->stage_peak) {
+      fprintf(stderr, "FAIL %s %s: the split by time does not compile\n", label, scheds[q]);
+      failures++;
+      arena_free(&pa);
+      continue;
+    }
+    double top = 0, scale = (double)m0->memplan->total / (double)m0->memplan->peak;
+    for (int s = 0; s < pp; s++) top = fmax(top, (double)m0->memplan->stage_peak[s] * scale);
+    double cap = 0.95 * top;
+    stage_fixed = pipe_balance_calibrate(m0, cap, &pa);
+    stage_cap = cap;
+    Module *pm = stage_fixed ? compile_stages(&pa, TARGET_CPU, path, defs, ndefs, pp, 1, 1, scheds[q], B / M, B, BALANCED) : NULL;
+    stage_fixed = NULL;
+    stage_cap = 0;
+    if (!pm) {
+      fprintf(stderr, "FAIL %s %s: %s\n", label, scheds[q], m0 ? "the split against the memory does not compile" : "no calibration");
+      failures++;
+      arena_free(&pa);
+      continue;
+    }
+    const PipeBalance *b = pm->pipe_balance;
+    char what[160];
+    int w = snprintf(what, sizeof what, "pp 4, %s, 8 micro-batches, layers(balanced) within %.3f MiB: [", scheds[q],
+                     cap / 1048576.0);
+    bool same = true, applied = true;
+    for (int s = 0; s < pp; s++) {
+      w += snprintf(what + w, sizeof what - (size_t)w, "%s%lld", s ? ", " : "", (long long)b->split[s]);
+      same &= b->split[s] == b->by_time[s];
+      applied &= pm->mesh->stage_rows[s] == b->split[s];
+    }
+    snprintf(what + w, sizeof what - (size_t)w, "] (by time [%lld, %lld, %lld, %lld], %.3f MiB)", (long long)b->by_time[0],
+             (long long)b->by_time[1], (long long)b->by_time[2], (long long)b->by_time[3], top / 1048576.0);
+    fprintf(stderr, "  %s: planned %.3f MiB\n", what, (double)pm->memplan->total / 1048576.0);
+    expect(b->fits && !same, "layers(balanced) against the memory: another split than by time, fitting by the model");
+    expect(applied, "layers(balanced) against the memory: the stage pass applies its split");
+    expect((double)pm->memplan->total <= cap, "layers(balanced) against the memory: the memory plan fits the device");
+    check_shape(pm, pp, 1, false, M, what);
+    Tensor ktok = tok, ktgt = tgt;
+    ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
+    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+    arena_free(&pa);
+  }
   tensor_free(&tok);
   tensor_free(&tgt);
   arena_free(&ra);
@@ -654,6 +729,8 @@ int main(void) {
     run_timed_zb("tiny, zb lists made with W = B / 2", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256);
     sched_times = NULL;
   }
+  const FeDefine tiny8[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "8"}};
+  run_memory_split("tiny, 8 layers", SHARDC_MODELS_DIR "/tiny.model", tiny8, 4, 64, 8, 256);
   run_uneven("Llama shaped", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128, false);
   run_uneven("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, true);
   run_uneven("Llama shaped, zero 2", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, false);

@@ -73,6 +73,17 @@ for c in 1 2 3 4; do
   step=$("$shardc" plan models/tiny.model -D zero=$((c - 1)) --cost 2>&1 | sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p')
   expect "$out" "step" $c "$step"
 done
+# 1b. a zb column is the plan `shardc plan` makes: its lists made with the cost model's times (tiny, 8
+# layers, pp 4 x 8 micro-batches: 3.3 ms of bubble; with the equal-time lists, which --compare made
+# before, 5.03 ms), its bubble and step `--cost`'s
+zb=(models/tiny.model -D layers=8 -D micro_batch=1 -D batch=8 -D dp=1 -D pp=4 --world 4)
+zout=$("$shardc" plan "${zb[@]}" --compare "schedule=1f1b,zb" 2>&1)
+zcost=$("$shardc" plan "${zb[@]}" -D schedule=zb --cost 2>&1)
+zbub=$(echo "$zcost" | sed -n 's/^#   pipeline bubble  *\([0-9.e+]* [mu]*s\) .*/\1/p')
+zstep=$(echo "$zcost" | sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p')
+[ -n "$zbub" ] && [ "$zbub" != "5.03 ms" ] || bad "zb --cost bubble '$zbub' (5.03 ms: the equal-time lists)"
+expect "$zout" "pipeline bubble" 2 "$zbub"
+expect "$zout" "step" 2 "$zstep"
 for c in 1 2 3; do expect "$out" "memory params" $c "471 KiB"; done
 p3=$(echo "$out" | cell "memory params" 4)
 case "$p3" in *KiB) awk -v p="${p3% KiB}" 'BEGIN { exit !(p < 471) }' || bad "ZeRO-3 parameters $p3, not under 471 KiB" ;;

@@ -1,0 +1,179 @@
+/* replan.c — the driver's compiles of the command line's source with a few -D overrides (see replan.h). */
+#include "replan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "diag.h"
+#include "memplan.h"
+#include "pipe_sched.h"
+#include "pipeline.h"
+
+static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
+static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+
+/* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
+ * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory). */
+typedef struct {
+  const double *sched_times;
+  const int64_t *stage_fixed;
+  double stage_cap;
+} PlanInputs;
+
+void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  m->plan.sched_times = zb_times(r, a, kv, n, m);
+  stage_memory(r, a, kv, n, m);
+}
+
+/* Compiles the source again with n extra overrides into arena a, its diagnostics written to
+ * `diag` (not the terminal); NULL when it did not compile. The error count is reset after. The
+ * plan's inputs from a first compile (replan_inputs: zb's times, the balanced split's memory) are
+ * decided as for the command line's plan, or taken from `in` (the first compiles' own). */
+static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag, const PlanInputs *in) {
+  enum { MAXD = 160 };
+  FeDefine d[MAXD];
+  int nd = r->fo->ndefines;
+  if (nd + n > MAXD) return NULL;
+  for (int i = 0; i < nd; i++) d[i] = r->fo->defines[i];
+  for (int i = 0; i < n; i++) {
+    const char *eq = strchr(kv[i], '=');
+    if (!eq) die("replan: '%s' is not key=value", kv[i]);
+    d[nd + i].key = arena_strndup(a, kv[i], (size_t)(eq - kv[i]));
+    d[nd + i].value = arena_strdup(a, eq + 1);
+  }
+  FeOptions o = *r->fo;
+  o.defines = d;
+  o.ndefines = nd + n;
+  Diag quiet; /* the re-plan's own diagnostics, to `diag` (not the terminal) */
+  diag_init(&quiet, diag, 0);
+  Diag *outer = diag_enter(&quiet);
+  Module *m = fe_compile(a, r->input, &o);
+  bool ok = m && diag_errors() == 0;
+  diag_leave(outer);
+  if (ok) {
+    m->target = r->target;
+    if (in) {
+      m->plan.sched_times = in->sched_times;
+      m->plan.stage_fixed = in->stage_fixed;
+      m->plan.stage_cap = in->stage_cap;
+    } else {
+      replan_inputs(r, a, kv, n, m); /* their own quiet compiles, outside this one's diag */
+    }
+    diag_enter(&quiet);
+    PipelineOptions po = {.dump = diag, .verify = false};
+    ok = pipeline_run(m, &po) && diag_errors() == 0;
+    diag_leave(outer);
+  }
+  fflush(diag);
+  diag_free(&quiet);
+  return ok ? m : NULL;
+}
+
+Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag) {
+  return compile_as(r, a, kv, n, diag, NULL);
+}
+
+/* The cost model's seconds of m0's instructions, summed per kind and stage (t[k pp + st], k: F, B,
+ * W); false when there is no pipeline to play. */
+static bool instr_sums(Replan *r, Module *m0, int pp, double *t, int *cnt) {
+  CostDevice dev;
+  CostPipe cp;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return false;
+  Diag quiet; /* a profile that cannot be read: said by the caller's own read, where it uses one */
+  diag_init(&quiet, null, 0);
+  Diag *outer = diag_enter(&quiet);
+  cost_device_defaults(m0, &dev);
+  bool ok = (!r->fo->profile_file || cost_profile_read(r->fo->profile_file, &dev)) && diag_errors() == 0;
+  diag_leave(outer);
+  diag_free(&quiet);
+  fclose(null);
+  if (!ok || !cost_pipe(m0, &dev, &cp) || cp.sched.pp != pp) return false;
+  for (int i = 0; i < 3 * pp; i++) t[i] = 0, cnt[i] = 0;
+  for (int st = 0; st < pp; st++)
+    for (int k = 0; k < cp.sched.len[st]; k++) {
+      char op = cp.sched.list[st][k].op;
+      int i = (op == 'F' ? 0 : op == 'B' ? 1 : 2) * pp + st;
+      t[i] += cp.t.dur[st][k], cnt[i]++;
+    }
+  cost_pipe_free(&cp);
+  return true;
+}
+
+/* zb's lists made with the cost model's instruction times (ZB-H1 with the stages' own F, B and W,
+ * pipe_sched_make_timed; docs/pipeline.md), the one place every compile of the driver takes them
+ * from (`plan`, `build`, --pick, the search's confirmations, --compare): m (compiled by the front
+ * end with the overrides kv) compiled again quietly with equal-time lists at 1 and at 2 micro-batches
+ * (an instruction's nodes do not depend on how many there are, but a stage's first instruction also
+ * holds what runs once per step, the weights' casts: GPT-3's stage 0 F is 32.7 ms at 1, 29.8 at 192),
+ * each played by the cost model (cost_pipe, on the device the plan is printed for: the topology's,
+ * or the profile's); the difference of the two compiles' sums per kind and stage is one
+ * instruction's steady time (tiny's stage means the same at 1, 4, 8 and 16). `layers(balanced)`:
+ * at min(M, pp) and min(M, pp + 1) micro-batches, where the split's in-flight counts are those of M
+ * (its memory weighs them). The compiles are pp x the micro-batches long, not pp x M (GPT-3 at pp 32,
+ * 192 micro-batches: 32 and 64 instructions a kind, not 6,144). NULL (equal times) without a zb
+ * pipeline, or when a compile fails (the caller's own compile reports why). */
+static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m) {
+  if (m->plan.schedule != SCHED_ZB || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 || m->plan.sched_times) return NULL;
+  enum { MAXKV = 64, MAXPP = 64 };
+  int pp = m->mesh->dim[RT_AX_PP];
+  int64_t M = m->batch.accum, lo = m->plan.stage_balanced ? (M < pp ? M : pp) : 1, hi = lo < M ? lo + 1 : lo;
+  if (n + 2 > MAXKV || pp > MAXPP) return NULL;
+  static const PlanInputs equal = {0};
+  double sum[2][3 * MAXPP];
+  int cnt[2][3 * MAXPP];
+  for (int j = 0; j < (hi > lo ? 2 : 1); j++) {
+    int64_t few = j ? hi : lo;
+    const char *kv2[MAXKV];
+    char bkv[64], mkv[64];
+    for (int i = 0; i < n; i++) kv2[i] = kv[i];
+    snprintf(bkv, sizeof bkv, "batch=%lld", (long long)(m->batch.global / M * few));
+    snprintf(mkv, sizeof mkv, "microbatches=%lld", (long long)few);
+    kv2[n] = bkv, kv2[n + 1] = mkv;
+    FILE *null = fopen("/dev/null", "w");
+    if (!null) return NULL;
+    Module *m0 = compile_as(r, a, kv2, n + 2, null, &equal);
+    fclose(null);
+    if (!m0 || !m0->pipe || !instr_sums(r, m0, pp, sum[j], cnt[j])) return NULL;
+  }
+  double *t = ARENA_ARRAY(a, double, 3 * (size_t)pp);
+  for (int i = 0; i < 3 * pp; i++) {
+    bool two = hi > lo && cnt[1][i] > cnt[0][i];
+    t[i] = two ? (sum[1][i] - sum[0][i]) / (cnt[1][i] - cnt[0][i]) : cnt[0][i] ? sum[0][i] / cnt[0][i] : 0;
+    if (!(t[i] > 0)) return NULL; /* an instruction the model cannot time: equal times */
+  }
+  return t;
+}
+
+/* `layers(balanced)` against the device's memory (passes/pipe_balance.c, pipe_balance_calibrate): a
+ * quiet compile of the time-balanced split; where its plan does not fit the device or its first
+ * stage is the largest (the embedding, the most micro-batches in flight and, since each stage merges
+ * its own gradients, their sums), each stage's bytes beyond the balance's own model
+ * (Plan.stage_fixed) and the device's memory (stage_cap) for the caller's compile. Nothing without
+ * `layers(balanced)`, a device memory, or when that compile fails (the caller's own reports why). */
+static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2) return;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return;
+  PlanInputs in = {m->plan.sched_times, NULL, 0};
+  Module *m0 = compile_as(r, a, kv, n, null, &in);
+  fclose(null);
+  double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
+  const int64_t *fixed = m0 ? pipe_balance_calibrate(m0, cap, a) : NULL;
+  if (fixed) {
+    m->plan.stage_fixed = fixed;
+    m->plan.stage_cap = cap;
+  }
+}
+
+int64_t replan_total(void *ctx, const char *const *kv, int n) {
+  Replan *r = ctx;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return -1;
+  Module *m = replan_compile(r, r->arena, kv, n, null);
+  fclose(null);
+  return m && m->memplan ? m->memplan->total : -1;
+}
+

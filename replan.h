@@ -1,0 +1,36 @@
+/* replan.h — the driver's compiles of the command line's source again, with a few -D overrides, on
+ * a fresh Module, silently: the fit check's re-planning of its knobs (passes/fit.h), the plan
+ * search's confirmations (passes/plan_search.h), `--compare`'s columns; and what the driver decides
+ * for any plan from first compiles of it (replan_inputs): zb's list times (Plan.sched_times) and
+ * `layers(balanced)` against the device's memory (Plan.stage_fixed, stage_cap), the same for the
+ * command line's plan and every re-planned one. Modules stay in the given arena (the diagnostics
+ * keep pointers to their source texts). */
+#ifndef SHARDC_REPLAN_H
+#define SHARDC_REPLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "frontend.h"
+#include "module.h"
+
+typedef struct {
+  Arena *arena;
+  const char *input;    /* the .model path */
+  const FeOptions *fo;  /* the command line's front-end options (its --profile among them) */
+  Target target;
+} Replan;
+
+/* The source compiled again with the overrides kv[0..n) ("key=value") into arena a, its plan's
+ * inputs decided (replan_inputs), planned (pipeline_run, no per-pass verify), its diagnostics
+ * written to diag; NULL when it did not compile. The error count is reset after. */
+Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag);
+/* m, compiled by the front end with the overrides kv: zb's list times (the cost model's, from two
+ * small quiet compiles) and `layers(balanced)`'s memory figures (from a quiet compile of the split
+ * by time), set in m->plan before its passes run. */
+void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+/* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does
+ * not compile. ctx: a Replan. */
+int64_t replan_total(void *ctx, const char *const *kv, int n);
+
+#endif
