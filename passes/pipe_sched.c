@@ -330,13 +330,23 @@ void pipe_sched_inflight(const PipeSched *s, int *inflight) {
 }
 
 double pipe_sched_play(const PipeSched *s, const PipeTimes *t, double *bubble, double *const *start, double *stage_end) {
-  int pp = s->pp, M = s->nmb, nvs = pp * s->v, total = 0;
-  for (int st = 0; st < pp; st++) total += s->len[st];
+  int total = 0;
+  for (int st = 0; st < s->pp; st++) total += s->len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
-  double *end = calloc((size_t)(nvs * 3 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
-  if (!order || !end || !free_at) die("out of memory");
+  if (!order) die("out of memory");
   char msg[256];
   if (!pipe_sched_check(s, 1, order, msg, sizeof msg)) die("pipe_sched_play: %s", msg);
+  double span = pipe_sched_play_order(s, order, t, bubble, start, stage_end);
+  free(order);
+  return span;
+}
+
+double pipe_sched_play_order(const PipeSched *s, const PipeStep *order, const PipeTimes *t, double *bubble,
+                             double *const *start, double *stage_end) {
+  int pp = s->pp, M = s->nmb, nvs = pp * s->v, total = 0;
+  for (int st = 0; st < pp; st++) total += s->len[st];
+  double *end = calloc((size_t)(nvs * 3 * M + 1), sizeof(double)), *free_at = calloc((size_t)pp + 1, sizeof(double));
+  if (!end || !free_at) die("out of memory");
   double first = -1, last = 0, busy = 0;
   for (int k = 0; k < total; k++) {
     int st = order[k].stage, j = order[k].step;
@@ -359,7 +369,6 @@ double pipe_sched_play(const PipeSched *s, const PipeTimes *t, double *bubble, d
   if (bubble) *bubble = span > 0 ? 1.0 - busy / ((double)pp * span) : 0;
   if (stage_end)
     for (int st = 0; st < pp; st++) stage_end[st] = free_at[st];
-  free(order);
   free(end);
   free(free_at);
   return span;

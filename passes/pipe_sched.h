@@ -86,6 +86,10 @@ typedef struct {
  * start[st][k] (may be NULL; room for len[st]): each instruction's start (from the step's start,
  * time 0); stage_end[st] (may be NULL): when stage st's last instruction ends. */
 double pipe_sched_play(const PipeSched *s, const PipeTimes *t, double *bubble, double *const *start, double *stage_end);
+/* The same with the order pipe_sched_check gave (played many times with different times: the plan
+ * search's analytic model). */
+double pipe_sched_play_order(const PipeSched *s, const PipeStep *order, const PipeTimes *t, double *bubble,
+                             double *const *start, double *stage_end);
 
 /* PipeTimes with room for s (zeros), and their release. */
 PipeTimes pipe_times_new(const PipeSched *s, bool transfers);

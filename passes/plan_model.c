@@ -6,7 +6,7 @@
 
 #include "diag.h"
 #include "mesh.h"
-#include "pipe_sched.h"
+
 #include "plan_search.h"
 
 /* Activations a layer keeps per token for its backward, in units of hidden x the compute dtype's
@@ -35,12 +35,20 @@ typedef struct {
   int a, b, g, h, merge; /* b (zb): backwards whose weight gradients (W) have not run */
   int last;              /* the last stage's (it holds the logits) */
 } PpLoad;
+typedef struct PpPlay {
+  double key[PP_KEYS];    /* the stage times the lists were played with, over a middle stage's F (pp_key) */
+  double bubble;          /* the idle fraction, as the cost model's timeline has it */
+  double span, busy;      /* the makespan and the last stage's instructions and work between (units of F) */
+  struct PpPlay *next;
+} PpPlay;
 struct PpProfile {
   PipeSchedule kind;
   int pp, M, v, n, cap;
-  double rb, rw;          /* zb: the B and W times over F its lists were made with (0: not zb) */
-  double bubble;          /* zb: its lists played with those times */
+  double lkey[PK_MERGE];  /* zb: the stage times its lists were made with (key[0 .. PK_MERGE)); else 0 */
+  PipeSched s;            /* the lists */
+  PipeStep *order;        /* pipe_sched_check's order of them */
   PpLoad *load;
+  PpPlay *plays;          /* the lists played with the times met */
   struct PpProfile *next;
 };
 
@@ -64,29 +72,76 @@ static void pareto_add(PpProfile *p, PpLoad x) {
   p->load[p->n++] = x;
 }
 
-/* zb's times, B and W over F, rounded to 1/8 of F: the profiles met are kept, and looked up, by
- * them (GPT-3's search on p4de-x128: the analytic ranking 0.5 -> 0.85 CPU s; 1/16: 1.07). */
-static double zb_ratio(double x) { return x > 0 ? (double)(int64_t)(x * 8 + 0.5) / 8 : 0; }
+/* The stage times a schedule is played with, over a middle stage's F of one chunk, each rounded to
+ * 1/8 (the profiles met are kept, and looked up, by them: candidates that share pp, micro-batches,
+ * chunks and these share the lists, the play and the memory profile). */
+static double pp_round(double x) { return x > 0 ? (double)(int64_t)(x * 8 + 0.5) / 8 : 0; }
 
-/* zb (rb, rw: B and W over F, equal on every stage, as the bubble's closed forms of the other schedules
- * assume): the lists the pipe pass makes with those times (pipe_sched_make_timed), and the bubble of
- * those lists played with them. */
-static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, double rb, double rw) {
-  if (kind != SCHED_ZB) rb = rw = 0;
-  for (PpProfile *p = pm->profiles; p; p = p->next)
-    if (p->kind == kind && p->pp == pp && p->M == M && p->v == v && p->rb == rb && p->rw == rw) return p;
-  PpProfile *p = calloc(1, sizeof *p);
-  if (!p) die("plan model: out of memory");
-  *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .rb = rb, .rw = rw, .next = pm->profiles};
-  pm->profiles = p;
-  double *t = NULL;
-  if (kind == SCHED_ZB) {
-    if (!(t = calloc(3 * (size_t)pp + 1, sizeof *t))) die("plan model: out of memory");
-    for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = rb, t[2 * pp + st] = rw;
-  }
+/* The lists as the pipe pass makes them: zb's with the stage times of key (per stage F, B, W; the
+ * first's F and B with the embedding, the last's F with the head), the others' without times. */
+static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key) {
+  if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, M, v);
+  double *t = calloc(3 * (size_t)pp + 1, sizeof *t);
+  if (!t) die("plan model: out of memory");
+  for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = key[PK_B], t[2 * pp + st] = key[PK_W];
+  t[0] += key[PK_F0], t[pp] += key[PK_B0], t[pp - 1] += key[PK_FL];
   PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
-  if (t) pipe_sched_timeline(&s, t, t + pp, t + 2 * pp, &p->bubble, NULL, NULL);
   free(t);
+  return s;
+}
+
+/* Lists s (checked: order) played with key's times: each instruction its stage's F, B or W (a chunk's;
+ * the first virtual stage's F and B with the embedding, the last's F with the head), the merge of a
+ * micro-batch before the stage's instruction after its last one of it (chunk 0's B; zb: W), each
+ * receive's latency and copy. */
+static double play_lists(const PipeSched *s, const PipeStep *order, const double *key, double *busy_last, double *bubble) {
+  int pp = s->pp, nvs = pp * s->v;
+  PipeTimes pt = pipe_times_new(s, true);
+  char last_op = s->kind == SCHED_ZB ? 'W' : 'B';
+  for (int st = 0; st < pp; st++)
+    for (int k = 0; k < s->len[st]; k++) {
+      PipeInstr in = s->list[st][k];
+      int vs = in.chunk * pp + st;
+      double d = in.op == 'F' ? 1 : in.op == 'B' ? key[PK_B] : key[PK_W];
+      if (in.op == 'F' && vs == 0) d += key[PK_F0];
+      if (in.op == 'B' && vs == 0) d += key[PK_B0];
+      if (in.op == 'F' && vs == nvs - 1) d += key[PK_FL];
+      pt.dur[st][k] = d;
+      if ((in.op == 'F' && vs > 0) || (in.op == 'B' && vs < nvs - 1)) pt.lat[st][k] = key[PK_LAT], pt.recv[st][k] = key[PK_RECV];
+      if (k + 1 < s->len[st] && in.op == last_op && in.chunk == 0) pt.pre[st][k + 1] += key[PK_MERGE];
+    }
+  double b = 0, span = pipe_sched_play_order(s, order, &pt, &b, NULL, NULL);
+  if (busy_last) {
+    *busy_last = 0;
+    for (int k = 0; k < s->len[pp - 1]; k++) *busy_last += pt.dur[pp - 1][k] + pt.pre[pp - 1][k];
+  }
+  if (bubble) *bubble = b;
+  pipe_times_free(s, &pt);
+  return span;
+}
+
+double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, PipeSched *lists, double *busy_last,
+                    double *bubble) {
+  PipeSched s = pp_lists(kind, pp, M, v, key);
+  int total = 0;
+  for (int st = 0; st < pp; st++) total += s.len[st];
+  PipeStep *order = calloc((size_t)total + 1, sizeof *order);
+  char msg[256];
+  if (!order) die("plan model: out of memory");
+  if (!pipe_sched_check(&s, 1, order, msg, sizeof msg)) die("plan model: %s", msg);
+  double span = play_lists(&s, order, key, busy_last, bubble);
+  free(order);
+  if (lists) *lists = s;
+  else pipe_sched_free(&s);
+  return span;
+}
+
+/* p's lists (made with key's times under zb), their order and their loads in flight. */
+static void pp_loads(PpProfile *p, const double *key) {
+  PipeSchedule kind = p->kind;
+  int pp = p->pp, M = p->M;
+  p->s = pp_lists(kind, pp, M, p->v, key);
+  PipeSched s = p->s;
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
@@ -127,14 +182,46 @@ static const PpProfile *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
-  free(order), free(a), free(g), free(left), free(hm), free(bw), free(sleft), free(sdone);
-  pipe_sched_free(&s);
-  return p;
+  if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
+  else free(order);
+  free(a), free(g), free(left), free(hm), free(bw), free(sleft), free(sdone);
+}
+
+/* The lists of a schedule as the pipe pass makes them (pp_lists), their loads in flight (kept by
+ * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with), and their play
+ * with the stage times key (kept by key). */
+static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
+                                const PpProfile **prof) {
+  double lkey[PK_MERGE] = {0};
+  if (kind == SCHED_ZB) memcpy(lkey, key, sizeof lkey);
+  PpProfile *p = pm->profiles;
+  while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey))) p = p->next;
+  if (!p) {
+    if (!(p = calloc(1, sizeof *p))) die("plan model: out of memory");
+    *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles};
+    memcpy(p->lkey, lkey, sizeof lkey);
+    pm->profiles = p;
+    pp_loads(p, key);
+  }
+  *prof = p;
+  for (PpPlay *q = p->plays; q; q = q->next)
+    if (!memcmp(q->key, key, sizeof q->key)) return q;
+  PpPlay *q = calloc(1, sizeof *q);
+  if (!q) die("plan model: out of memory");
+  memcpy(q->key, key, sizeof q->key);
+  q->next = p->plays;
+  p->plays = q;
+  if (p->order) q->span = play_lists(&p->s, p->order, key, &q->busy, &q->bubble);
+  else q->span = q->busy = (double)M * v * pp * (1 + key[PK_B] + key[PK_W]), q->bubble = 1 - 1.0 / pp; /* one stage at a time */
+  return q;
 }
 
 void plan_model_free(PlanModel *pm) {
   for (PpProfile *p = pm->profiles, *n; p; p = n) {
     n = p->next;
+    for (PpPlay *q = p->plays, *nq; q; q = nq) nq = q->next, free(q);
+    pipe_sched_free(&p->s);
+    free(p->order);
     free(p->load);
     free(p);
   }
@@ -291,30 +378,63 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + pm->ntensors * KERN_OPT_PER_TENSOR / pp;
   e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
-  /* zb: a stage's F, B and W in proportion (the same on every stage, as the other schedules' closed
-   * forms have them), its layers' parts: the GEMMs a third each (dX in B, dW in W; full recompute's
-   * forward again in B); attention's forward in F, its backward (twice) in B (recompute: its forward
-   * again in B); the elementwise work half in F, half in B (recompute's again in B); the weights read
-   * in F and in B, their gradient written in W, at the compute precision (its f32 sum is the merge's,
-   * between instructions); the kernel calls half in F, half in B */
-  double zb_rb = 0, zb_rw = 0;
-  if (c->pp > 1 && c->sched == SCHED_ZB) {
+  /* ---- the pipeline's instructions (pp_key) ---- */
+  double key[PP_KEYS] = {0}, tf = 0, opt_s = 0;
+  if (c->pp > 1) {
+    /* a chunk's layers (lst / v of them) per micro-batch, their parts: the GEMMs a third each (dX in B,
+     * dW in B, zb: in W; full recompute's forward again in B); attention's forward in F, its backward
+     * (twice) in B (recompute: its forward again in B); the elementwise work half in F, half in B
+     * (recompute's again in B); the weights read in F and in B, their gradient written in W (B), at the
+     * compute precision; the kernel calls half in F, half in B; the tp collectives 2 in F, the rest in
+     * B (cp's ring: one pass in F, two in B). The first stage's F and B: the embedding's lookup and
+     * its gradient ([vocab / tp, d], made per micro-batch); the last stage's F: the head, the loss
+     * and their gradient (its GEMMs, the logits in f32, KERN_HEAD calls). Between a stage's
+     * instructions: the merge of a finished micro-batch (its layers' gradient cast to f32 and added,
+     * the head's and embedding's too). Each receive: the link's latency and its bytes (a hidden state
+     * of the micro-batch, / tp with sp) over its bandwidth, the node's network shared by the stage's
+     * ranks on it when the stages' ranks are on different nodes (pp is the outermost axis). */
+    double cv = c->v;
     double sg = pm->k_gemm / grate, sa = dev->attn_flops > 0 ? pm->k_attn / dev->attn_flops : 0;
-    double sm = pm->k_mem / dev->bytes_per_s;
-    double el = sm * lst * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
-    double wb = sm * p_layer * lst / 4; /* per byte of a parameter at the compute precision */
-    double kern = pm->k_kern * lst * kern_layer[r] * dev->op_overhead_s;
-    double g1 = sg * gemm_layers / accum / 3, a1 = sa * attn_once / accum;
-    double tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2;
-    double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum + el0 / 2 + (elr - el0) +
-                wb * cb + kern / 2;
+    double sm = pm->k_mem / dev->bytes_per_s, ko = pm->k_kern * dev->op_overhead_s;
+    double el = sm * lst / cv * unit / sp_div, el0 = el * mem_units[RECOMPUTE_NONE], elr = el * mem_units[r];
+    double wb = sm * p_layer * lst / cv / 4; /* per byte of a parameter at the compute precision */
+    double kern = ko * lst / cv * kern_layer[r];
+    double g1 = sg * gemm_layers / accum / cv / 3, a1 = sa * attn_once / accum / cv;
+    double ring = ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s) * lst / cv;
+    double ntp = c->rec == RECOMPUTE_FULL ? 6 : 4, cpr = 0;
+    if (c->cp > 1) {
+      bool cp_in = c->tp * c->cp <= dpn;
+      const CostLink *l = &dev->link[cp_in ? 0 : 1];
+      cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
+    }
+    tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr;
+    double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
+                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr;
     double tw = g1 + wb * cb;
-    if (tf > 0) zb_rb = zb_ratio(tb / tf), zb_rw = zb_ratio(tw / tf);
-    e->zb_b = zb_rb, e->zb_w = zb_rw;
+    if (c->sched != SCHED_ZB) tb += tw, tw = 0;
+    double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
+    double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
+    double merge = sm * (p_layer * lst * (cb / 4 + 2) + pm->vocab / tp * d * (cb + 8)) + 4 * ko;
+    int rps = c->dp * c->cp * c->tp;
+    const CostLink *pl = &dev->link[rps >= dpn && dpn > 1 ? 1 : 0];
+    double share = rps >= dpn && dpn > 1 ? dpn : 1;
+    if (tf > 0) {
+      double raw[PP_KEYS] = {[PK_B] = tb, [PK_W] = tw, [PK_F0] = sm * 2 * unit + 2 * ko, [PK_B0] = emb, [PK_FL] = headf,
+                             [PK_MERGE] = merge, [PK_LAT] = pl->latency_s,
+                             [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
+      for (int i = 0; i < PP_KEYS; i++) key[i] = pp_round(raw[i] / tf);
+    }
+    e->zb_b = key[PK_B], e->zb_w = key[PK_W];
+    memcpy(e->pp_key, key, sizeof key);
+    /* after the last instruction: the optimizer's update (its bytes and calls) */
+    opt_s = sm * (p_rank / zd1) * (1 + pm->state_ratio) * 3 + ko * pm->ntensors * KERN_OPT_PER_TENSOR / pp;
   }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
-    const PpProfile *pr = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, zb_rb, zb_rw);
-    e->bubble = pr->bubble; /* zb: its lists played; the others below */
+    const PpProfile *pr;
+    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, &pr);
+    e->bubble = play->bubble; /* the lists played with the stages' times */
+    e->pp_span_s = play->span * tf;
+    e->pp_busy_s = play->busy * tf;
     double A = per_layer * lst / c->v;          /* a chunk's activations of one micro-batch */
     double G = p_layer * lst / c->v * cb / 4;   /* a chunk's weight gradient of one micro-batch */
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
@@ -367,10 +487,11 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
-  /* ---- the pipeline ---- */
-  if (c->pp > 1 && c->sched != SCHED_ZB) { /* equal stages: (pp-1)/(M+pp-1), interleaved M x v; zb's lists played above */
-    double units = c->sched == SCHED_INTERLEAVED ? (double)c->v * accum : accum;
-    e->bubble = (pp - 1) / (units + pp - 1);
+  /* ---- the pipeline: the lists played (pp_profile), then the update and the dp collectives not hidden ---- */
+  if (c->pp > 1) {
+    double dp_exposed = e->exposed_s - e->tp_s; /* the tp (and cp) collectives are in the instructions */
+    e->step_s = e->pp_span_s + opt_s + (dp_exposed > 0 ? dp_exposed : 0);
+    return;
   }
   e->step_s = (e->compute_s + e->exposed_s) / (1 - e->bubble);
 }

@@ -20,6 +20,7 @@
 
 #include "cost.h"
 #include "memplan.h"
+#include "pipe_sched.h"
 #include "module.h"
 
 struct PlanCand;
@@ -38,6 +39,12 @@ typedef struct {
   PpProfile *profiles;        /* the schedules' loads met so far, by schedule, pp, micro-batches, chunks */
 } PlanModel;
 
+/* A pipelined candidate's stage times, over a middle stage's F of one chunk (rounded to 1/8): its B
+ * (zb: without W), W (zb), the first stage's F and B more (the embedding), the last stage's F more
+ * (the head and loss), the merge of a finished micro-batch between a stage's instructions, and each
+ * receive's latency and bytes over the link. */
+enum { PK_B, PK_W, PK_F0, PK_B0, PK_FL, PK_MERGE, PK_LAT, PK_RECV, PP_KEYS };
+
 typedef struct {
   double cls[MEM_COUNT]; /* bytes per rank at the peak, by class */
   double total;          /* their sum */
@@ -45,7 +52,9 @@ typedef struct {
   double gemm_s, attn_s, mem_s, kern_s, compute_s;
   double tp_s, dp_s, exposed_s; /* blocking collectives, asynchronous ones, exposed communication */
   double bubble, step_s;
-  double zb_b, zb_w;     /* zb: the B and W times over F its lists are made and played with (rounded) */
+  double zb_b, zb_w;     /* pp: the B and W times over F its lists are made and played with (rounded; W: zb) */
+  double pp_key[PP_KEYS]; /* pp: the stage times (above) the schedule is played with */
+  double pp_span_s, pp_busy_s; /* pp: the played makespan; the last stage's instructions and work between */
 } PlanEstimate;
 
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
@@ -57,5 +66,11 @@ double plan_zero_group(const struct PlanCand *c);
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
                          PlanEstimate *e);
 void plan_model_free(PlanModel *pm);
+/* The lists of a schedule as the pipe pass makes them (pipe_sched_make_timed, zb's from the stage
+ * times key), played with key's times (units of a middle stage's F): returns the makespan; *lists (may
+ * be NULL: freed), *busy_last (the last stage's instructions and work between), *bubble (the idle
+ * fraction, as pipe_sched_play's). */
+double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, PipeSched *lists, double *busy_last,
+                    double *bubble);
 
 #endif
