@@ -85,14 +85,19 @@ static double pp_round(double x) {
   return ldexp(floor(m * 16 + 0.5) / 16, ex);
 }
 
+/* zb's lists are made with its stage times to 1/8 of F (the list maker is the profiles' cost: GPT-3's
+ * analytic ranking on p4de-x128 took 1.6 CPU s with them to 4 significant bits, 1.0 so). */
+static double pp_lkey(double x) { return floor(x * 8 + 0.5) / 8; }
+
 /* The lists as the pipe pass makes them: zb's with the stage times of key (per stage F, B, W; the
  * first's F and B with the embedding, the last's F with the head), the others' without times. */
 static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key) {
   if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, M, v);
-  double *t = calloc(3 * (size_t)pp + 1, sizeof *t);
+  double *t = calloc(3 * (size_t)pp + 1, sizeof *t), k[PK_MERGE];
   if (!t) die("plan model: out of memory");
-  for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = key[PK_B], t[2 * pp + st] = key[PK_W];
-  t[0] += key[PK_F0], t[pp] += key[PK_B0], t[pp - 1] += key[PK_FL];
+  for (int i = 0; i < PK_MERGE; i++) k[i] = pp_lkey(key[i]);
+  for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = k[PK_B], t[2 * pp + st] = k[PK_W];
+  t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL];
   PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
   free(t);
   return s;
@@ -200,9 +205,9 @@ static void pp_loads(PpProfile *p, const double *key) {
  * with the stage times key (kept by key). */
 static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
                                 const PpProfile **prof) {
-  double lkey[PP_KEYS] = {0}; /* zb's lists made with its F, B and W to 1/8 of F (the lists' maker is their cost) */
+  double lkey[PP_KEYS] = {0};
   if (kind == SCHED_ZB)
-    for (int i = 0; i < PK_MERGE; i++) lkey[i] = floor(key[i] * 8 + 0.5) / 8;
+    for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(key[i]);
   PpProfile *p = pm->profiles;
   while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey))) p = p->next;
   if (!p) {
