@@ -13,8 +13,11 @@
  * the device's rates, bandwidth-bound bytes and kernel calls, each scaled once so that the base
  * plan's analytic figures equal its compiled cost model's (the calibration absorbs the target's
  * constant factors); tp collectives block, dp/ZeRO ones overlap the backward of the last
- * micro-step (ZeRO-3's gathers the whole step); the pipeline's bubble with equal stages (zb: its lists
- * made with the model's F, B and W, pipe_sched_make_timed, played). */
+ * micro-step (ZeRO-3's gathers the whole step); under pp the schedule's lists as the pipe pass makes
+ * them (zb's with the model's stage times: pipe_sched_make_timed) played with the model's per-stage F,
+ * B (and W): the embedding on the first stage, the head and loss on the last, the merges between
+ * instructions, the transfers over the link (plan_pp_play), memoised by pp, micro-batches, chunks and
+ * those times rounded; the step is that makespan, then the update and the dp collectives not hidden. */
 #ifndef SHARDC_PLAN_MODEL_H
 #define SHARDC_PLAN_MODEL_H
 
