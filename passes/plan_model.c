@@ -74,7 +74,7 @@ static void pareto_add(PpProfile *p, PpLoad x) {
 }
 
 /* The stage times a schedule is played with, over a middle stage's F of one chunk, each rounded to
- * 4 significant bits (within 1/32 of itself; under 1/1024 of F: none): the profiles met are kept, and
+ * 4 significant bits (within 1/16 of itself; under 1/1024 of F: none): the profiles met are kept, and
  * looked up, by them (candidates that share pp, micro-batches, chunks and these share the lists, the
  * play and the memory profile). GPT-3 on p4de-x128: 1/8 of F rounded its transfers of 0.066 F to
  * 0.125 (its pp 32 zb step 23.8 s, compiled 22.4 s). */
