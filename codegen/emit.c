@@ -528,7 +528,7 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
   bool traced = !g->parent && !need && c->m->pipe && c->m->pipe->norder; /* the step of a pipeline program */
   int instr = 0; /* the instruction whose nodes are being emitted (Node.instr) */
   /* a pipeline program's instructions, each a run of statements codegen/outline.c may write once */
-  bool marks = !g->parent && c->m->pipe && c->m->pipe->norder;
+  bool marks = c->outline && !g->parent && c->m->pipe && c->m->pipe->norder;
   int run = 0; /* the instruction of the run being emitted */
   int next = 0; /* the first node not emitted yet (after a fused run: past it) */
   bool step = !g->parent && !need; /* (plan offload's early downloads: the step's) */
@@ -633,7 +633,8 @@ static bool uses_multi_rank(const Graph *g) {
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
-  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
+  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path,
+         .outline = !o->no_outline};
   c.rstage = ARENA_ARRAY(&a, uint64_t, m->graph->next_value_id + 1);
   c.early = ARENA_ARRAY(&a, CgEarly, m->graph->nnodes + 1);
   for (int i = 0; i < m->graph->nnodes; i++) { /* plan offload: the downloads that start before their to_host */
