@@ -17,10 +17,11 @@
  * overlapping its compute as before.
  *
  * Not lifted (part of the shape): numbers in string and character literals, floating literals,
- * suffixed, hex and octal ones, digits inside identifiers, and every number on a line that starts
- * with `static` or `case` (constant expressions). A number in a comment that differs between the
+ * suffixed, hex and octal ones, digits inside identifiers, and every number after `static` or
+ * `case` on its line (constant expressions). A number in a comment that differs between the
  * runs of a group is written `?` in the function. A run whose braces or parentheses do not
- * balance is left where it is.
+ * balance, or that declares a static variable (not `static const`: each run would lose its own),
+ * is left where it is.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -42,7 +43,8 @@ typedef struct {
   size_t nshape;
   int64_t *v; /* those literals, in order */
   int nv;
-  bool closed;  /* braces and parentheses balance: a function body can hold it */
+  bool closed;  /* braces and parentheses balance, and no static variable (one per run) is in it:
+                   a function body shared by the runs can hold it */
   bool marked;  /* follows a mark (false: an entry point's head, before its first mark) */
   uint64_t h;   /* of the shape */
   int group;    /* its group's index */
@@ -88,11 +90,7 @@ static void scan(Outline *o, Run *r) {
   int cap = 0, depth = 0;
   bool fixed = false, ok = true, note = false;
   for (size_t i = 0; i < n;) {
-    if (i == 0 || s[i - 1] == '\n') { /* a line's first token */
-      size_t j = i;
-      while (j < n && s[j] == ' ') j++;
-      fixed = (n - j > 7 && memcmp(s + j, "static ", 7) == 0) || (n - j > 5 && memcmp(s + j, "case ", 5) == 0);
-    }
+    if (i == 0 || s[i - 1] == '\n') fixed = false;
     char ch = s[i];
     if (!note && ch == '/' && i + 1 < n && s[i + 1] == '*') {
       note = true;
@@ -125,6 +123,9 @@ static void scan(Outline *o, Run *r) {
     } else if (ident_char(ch)) { /* digits inside a name stay */
       size_t j = i;
       while (j < n && ident_char(s[j])) j++;
+      bool st = !note && j - i == 6 && memcmp(s + i, "static", 6) == 0;
+      if (st || (!note && j - i == 4 && memcmp(s + i, "case", 4) == 0)) fixed = true; /* the line's rest is constant */
+      if (st) ok &= n - j > 7 && memcmp(s + j, " const ", 7) == 0; /* a static variable: each run's own */
       put(r->shape, &k, s + i, j - i), i = j;
     } else {
       if (!note) {

@@ -2,7 +2,7 @@
  * lifts into a[] (code literals that differ between the runs of a shape; two that differ alike
  * share one), which it leaves (floating, hex, octal, suffixed literals, strings, characters, digits
  * in names, lines starting `static` or `case`), a comment's differing number written `?`, a run
- * whose braces do not balance left in place, the marks removed, and text without marks unchanged. */
+ * whose braces do not balance or that declares a static variable left in place, the marks removed, and text without marks unchanged. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +68,12 @@ int main(void) {
   char *o2 = outline(stat, "");
   has(o2, "ol_body", 0, "a static initializer's literal is not lifted");
   has(o2, "  static const int x[] = {1};\n  static const int x[] = {2};\n}\n", 1, "... and both runs stay");
+  /* a static variable is each run's own: runs declaring one stay */
+  const char *var = "static void step(char *M, RtCtx *ctx) {\n  /*@outline*/\n  { static int once; f(1, &once); }\n"
+                    "  /*@outline*/\n  { static int once; f(2, &once); }\n}\n\n";
+  char *o4 = outline(var, "");
+  has(o4, "ol_body", 0, "a run declaring a static variable is not outlined");
+  free(o4);
   /* text without marks: unchanged */
   const char *plain = "static void step(char *M, RtCtx *ctx) {\n  f(M + 1);\n}\n\nstatic void eval(char *M, RtCtx *ctx) {\n}\n\n";
   char *o3 = outline(plain, "");
