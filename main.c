@@ -46,6 +46,8 @@ static void usage(FILE *f) {
           "                        built by LLVM for this machine's CPU (default where LLVM can) or the\n"
           "                        runtime's C kernels\n"
           "  --emit-c DIR          keep the generated C source in DIR (with plan: write it, compile nothing)\n"
+          "  --no-outline          write every pipeline instruction out in the trainer's C (the same program,\n"
+          "                        as large as the schedule), not its recurring ones once each\n"
           "  --schedule-svg FILE   draw the pipeline schedule (one lane per stage, blocks to scale) as SVG\n"
           "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
           "  -v                    print the C compiler command\n"
@@ -435,6 +437,8 @@ static int compile(int argc, char **argv, Diag *diag) {
       svg = argv[++i];
     } else if (strcmp(a, "--emit-c") == 0 && i + 1 < argc) {
       cg.emit_dir = argv[++i];
+    } else if (strcmp(a, "--no-outline") == 0) {
+      cg.no_outline = true;
     } else if (strcmp(a, "--cc") == 0 && i + 1 < argc) {
       cg.cc = argv[++i];
     } else if (strcmp(a, "--cflags") == 0 && i + 1 < argc) {
@@ -486,6 +490,10 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (diag_errors()) return 1;
   if (cpu_kernels < 0) cpu_kernels = target == TARGET_CPU && cg_default_llvm_kernels();
   cg.llvm_kernels = cpu_kernels == 1;
+  if (cg.no_outline && !build && !out && !cg.emit_dir) {
+    error_plain("--no-outline shapes the trainer's C: use it with `shardc build`, -o FILE or --emit-c DIR");
+    return 1;
+  }
   if (cg.llvm_kernels && target != TARGET_CPU) {
     error_plain("--cpu-kernels llvm: the LLVM kernels are the CPU target's; leave it out with --target cuda");
     return 1;

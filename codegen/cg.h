@@ -76,6 +76,7 @@ typedef struct Cg {
                            built at the first fused run (cg_ew_run): one walk, not one a member */
   PtrMap results;       /* value -> 1 when the graph defining it yields it (cg_ew_run) */
   bool indexed;         /* uses and results are built */
+  bool outline;         /* mark a pipeline's instructions, for codegen/outline.c to write the recurring ones once */
   CgEarly *early;       /* plan offload: the downloads started early (passes/offload_sched.c) */
   int nearly;
 } Cg;

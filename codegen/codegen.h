@@ -16,6 +16,7 @@ typedef struct {
   const char *runtime_lib;     /* the folder of libshardrt.a (and libshardrt_cuda.a); NULL: the build tree's */
   bool llvm_kernels;       /* --cpu-kernels llvm: the CPU target's elementwise runs and AdamW built by LLVM */
   const char *obj_path;    /* where those kernels' object file goes (build.c sets it); NULL: nowhere */
+  bool no_outline;         /* --no-outline: a pipeline's instructions each written out (codegen/outline.c) */
 } CgOptions;
 
 /* The CPU kernels when --cpu-kernels is not given: LLVM's (true) where LLVM can build for this host,

@@ -20,6 +20,7 @@
 #include "memplan.h"
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
 #include "offload_sched.h"
+#include "outline.h"
 #include "pipe_sched.h"
 #include "print.h"
 #include "ptrmap.h"
@@ -526,6 +527,9 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
   bool body_async = g->parent && has_async(g); /* earlier iterations' requests may be in flight */
   bool traced = !g->parent && !need && c->m->pipe && c->m->pipe->norder; /* the step of a pipeline program */
   int instr = 0; /* the instruction whose nodes are being emitted (Node.instr) */
+  /* a pipeline program's instructions, each a run of statements codegen/outline.c may write once */
+  bool marks = c->outline && !g->parent && c->m->pipe && c->m->pipe->norder;
+  int run = 0; /* the instruction of the run being emitted */
   int next = 0; /* the first node not emitted yet (after a fused run: past it) */
   bool step = !g->parent && !need; /* (plan offload's early downloads: the step's) */
   if (step) start_downloads(c, -1, -1);
@@ -535,6 +539,8 @@ static void emit_graph(Cg *c, Graph *g, const bool *need) {
     if (i < next) continue; /* inside a fused run already emitted */
     Node *n = g->nodes[i];
     if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) continue;
+    if (marks && n->instr != run) cg_line(c, "%s", CG_OUTLINE_MARK);
+    run = n->instr;
     if (traced) trace_marks(c, &instr, n->instr);
     if (n->loc.file) cg_line(c, "/* %s:%d */", n->loc.file, n->loc.line);
     c->pos = i;
@@ -627,7 +633,8 @@ static bool uses_multi_rank(const Graph *g) {
 bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   Arena a;
   arena_init(&a);
-  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path};
+  Cg c = {.f = f, .m = m, .a = &a, .t = cg_target_of(m->target, o->llvm_kernels), .ok = true, .obj_path = o->obj_path,
+         .outline = !o->no_outline};
   c.rstage = ARENA_ARRAY(&a, uint64_t, m->graph->next_value_id + 1);
   c.early = ARENA_ARRAY(&a, CgEarly, m->graph->nnodes + 1);
   for (int i = 0; i < m->graph->nnodes; i++) { /* plan offload: the downloads that start before their to_host */
@@ -681,7 +688,12 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   bool async = has_async(g);
   /* plan offload: the values in host memory are at offsets into the host allocation H */
   const char *host_base = m->memplan->host_total > 0 ? "  char *H = rt_ctx_host_mem(ctx);\n  (void)H;\n" : "";
-  fprintf(f, "static void step(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
+  /* the entry points go through codegen/outline.c, which writes the runs they repeat once */
+  char *entries = NULL;
+  size_t nentries = 0;
+  c.f = open_memstream(&entries, &nentries);
+  if (!c.f) die("out of memory");
+  fprintf(c.f, "static void step(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
   c.indent = 1;
   emit_graph(&c, g, NULL);
   end_entry(&c, async);
@@ -696,20 +708,24 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
     cg_copy_if_moved(&c, dst, g->results[r]);
     if (own) cg_line(&c, "}");
   }
-  fprintf(f, "}\n\n");
+  fprintf(c.f, "}\n\n");
 
   need_closure(g, loss, need);
-  fprintf(f, "static void eval(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
+  fprintf(c.f, "static void eval(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
   emit_graph(&c, g, need);
   end_entry(&c, async);
-  fprintf(f, "}\n\n");
+  fprintf(c.f, "}\n\n");
 
   memset(need, 0, sizeof(bool) * (size_t)g->nnodes);
   if (logits) need_closure(g, logits, need);
-  fprintf(f, "static void logits(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
+  fprintf(c.f, "static void logits(char *M, RtCtx *ctx) {\n  (void)ctx;\n%s", host_base);
   if (logits) emit_graph(&c, g, need);
   end_entry(&c, async);
-  fprintf(f, "}\n\n");
+  fprintf(c.f, "}\n\n");
+  fclose(c.f);
+  c.f = f;
+  cg_outline_write(f, entries, nentries, host_base);
+  free(entries);
 
   c.t->finish(&c);
   fprintf(f, "static int64_t workspace_bytes(void) {\n  int64_t n = 0, k;\n");
