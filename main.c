@@ -494,6 +494,11 @@ static int compile(int argc, char **argv, Diag *diag) {
     error_plain("--no-outline shapes the trainer's C: use it with `shardc build`, -o FILE or --emit-c DIR");
     return 1;
   }
+  if ((cg.cc || cg.cflags) && !build && !out) {
+    error_plain("%s compiles the trainer: use it with `shardc build` or -o FILE (plan --emit-c writes the C only)",
+                cg.cc ? "--cc" : "--cflags");
+    return 1;
+  }
   if (cg.llvm_kernels && target != TARGET_CPU) {
     error_plain("--cpu-kernels llvm: the LLVM kernels are the CPU target's; leave it out with --target cuda");
     return 1;

@@ -62,4 +62,6 @@ expect out_missing_dir 1 "error: -o $tmp/no/t: cannot write into '$tmp/no'" 2000
 expect out_is_dir 1 "error: -o $tmp: is a directory" 2000 -- build "$tiny" --world 1 -o "$tmp"
 expect cc_missing 1 'error: the C compiler `no-such-cc` (from --cc) was not found' 2000 -- build "$tiny" --world 1 --cc no-such-cc -o "$tmp/t"
 expect cflags_bad 1 'check --cflags (with the default compiler and flags' 4000 -- build "$tiny" --world 1 --cflags -fno-such-flag-here -o "$tmp/t"
+expect cc_plan 1 'error: --cc compiles the trainer: use it with `shardc build` or -o FILE' 2000 -- plan "$tiny" --cc gcc
+expect cflags_plan 1 'error: --cflags compiles the trainer' 2000 -- plan "$tiny" --cflags -O3 --emit-c "$tmp/e"
 exit $status
