@@ -230,6 +230,22 @@ static Module *tiny_one(Arena *a) {
   return pipeline_run(m, &po) ? m : NULL;
 }
 
+/* The analytic model of tiny's one-rank plan (the base of checks 4 and 5) in a, on the generic CPU;
+ * false (a failure counted, a freed) when tiny does not compile. */
+static bool analytic_base(Arena *a, const char *what, Module **base, CostDevice *dev, PlanModel *pm) {
+  arena_init(a);
+  *base = tiny_one(a);
+  if (!*base) {
+    fprintf(stderr, "FAIL %s: tiny does not compile\n", what);
+    failures++;
+    arena_free(a);
+    return false;
+  }
+  cost_device_defaults(*base, dev);
+  plan_model_init(pm, *base, dev);
+  return true;
+}
+
 /* 4. The plan search's analytic model plays every schedule's lists as the pipe pass makes them
  * (zb's made with its own F, B and W: pipe_sched_make_timed), not the ideal (pp-1)/(3M+pp-1): tiny
  * (the base plan, one rank, the generic CPU), zb candidates pp 2 and 4 x 8-32 micro-batches, full
@@ -238,18 +254,10 @@ static Module *tiny_one(Arena *a) {
 static void check_analytic_zb(void) {
   fprintf(stderr, "the plan search's analytic model: zb's lists made with its times\n");
   Arena a;
-  arena_init(&a);
-  Module *base = tiny_one(&a);
-  if (!base) {
-    fprintf(stderr, "FAIL analytic zb: tiny does not compile\n");
-    failures++;
-    arena_free(&a);
-    return;
-  }
+  Module *base;
   CostDevice dev;
-  cost_device_defaults(base, &dev);
   PlanModel pm;
-  plan_model_init(&pm, base, &dev);
+  if (!analytic_base(&a, "analytic zb", &base, &dev, &pm)) return;
   int differ = 0, n = 0;
   for (int pp = 2; pp <= 4; pp *= 2)
     for (int M = 8; M <= 32; M *= 2)
@@ -291,18 +299,10 @@ static void check_analytic_zb(void) {
 static void check_analytic_vs_compiled(void) {
   fprintf(stderr, "the plan search's analytic model against the compiled timeline\n");
   Arena a;
-  arena_init(&a);
-  Module *base = tiny_one(&a);
-  if (!base) {
-    fprintf(stderr, "FAIL analytic vs compiled: tiny does not compile\n");
-    failures++;
-    arena_free(&a);
-    return;
-  }
+  Module *base;
   CostDevice dev;
-  cost_device_defaults(base, &dev);
   PlanModel pm;
-  plan_model_init(&pm, base, &dev);
+  if (!analytic_base(&a, "analytic vs compiled", &base, &dev, &pm)) return;
   static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
   int far = 0;
   for (int q = 0; q < 4; q++)
