@@ -1,6 +1,6 @@
 /* codegen/cuda_kernels_norm.c — the CUDA kernels of LayerNorm and RMSNorm, forward and backward
  * (runtime/cuda/kernels/shardk_norm.cuh; codegen/cuda_kernels.h). bf16 rows of D a multiple of 256: a warp per
- * row in 16-byte vectors; the backward (D up to 1024) in one launch, its weight gradients from per-block partials
+ * row in 16-byte vectors; the backward (D up to 2048) in one launch, its weight gradients from per-block partials
  * summed by the last blocks to finish (shardk.cuh tree_sum). Other shapes: a block per row, the partials' column
  * sums a second launch. Deterministic throughout: fixed orders, no float atomics. */
 #include "cuda_kernels_int.h"
@@ -46,15 +46,23 @@ const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const c
   return norm_fwd(k, "rmsnorm", y, x, xdt, w, NULL, wdt, rows, d, eps);
 }
 
-/* The backward by norm_bwd_ring (bf16, D a multiple of 256 up to 1024): 8 warps a block, 264 blocks (two an SM on
- * a 132-SM H100 / H200: one wave) or fewer for fewer rows (at least 2 rows a warp), rings of up to 4 rows within 99 KiB
- * of shared memory a block (what sm_86 / sm_89 allow; two blocks an SM on sm_90: D 768 4 rows, D 1024 2), dw / db by
- * tree_sum over groups of 16 blocks (CUK_VAR_TWO_LAUNCH: by a colsum launch of the partials). */
+/* The warps a row of the backward by norm_bwd_ring: 1 for D a multiple of 256 up to 1024, 2 for D a multiple of 512
+ * up to 2048 (Llama's 2048: one warp's 64 columns a lane would need 255 registers and spill, ptxas -v for sm_90; two
+ * warps of 32: 122 registers RMSNorm, 128 LayerNorm, no spills); 0: not by the ring. */
+static int ring_h(int64_t d) { return d % 256 == 0 && d <= 1024 ? 1 : d % 512 == 0 && d <= 2048 ? 2 : 0; }
+
+/* The backward by norm_bwd_ring (bf16, D as ring_h says): 8 warps a block (8 / H rows at once), 264 blocks (two an
+ * SM on a 132-SM H100 / H200: one wave) or fewer for fewer rows (at least 2 rows a warp), rings of up to 4 rows within
+ * 99 KiB of shared memory a block (what sm_86 / sm_89 allow; two blocks an SM on sm_90: D 768 4 rows, D 1024 2, D 2048
+ * 2 halves a warp), dw / db by tree_sum over groups of 16 blocks (CUK_VAR_TWO_LAUNCH: by a colsum launch of the
+ * partials). Bytes at RMSNorm [8192, 2048] (Llama 509M): x, dy read and dx written, 100.7 MB = the floor (23.7 us at
+ * the H200's 4,247 GB/s); the partials 264 x 8 KiB = 2.2 MB written and read back in L2 (2 % over). */
 static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x,
                                  const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  const int W = 8, S = (int)imax(2, imin(4, (99 * 1024 - 4 * d) / (W * 4 * d))), G = k->variant == CUK_VAR_TWO_LAUNCH ? 0 : 16;
-  const int64_t P = imax(1, imin(cdiv(rows, 2 * W), 264)), m = ln ? 2 * d : d, ng = G ? cdiv(P, G) : 0;
-  const int64_t smem = 4 * d + (int64_t)W * S * 4 * d;
+  const int W = 8, H = ring_h(d), X = H > 1 ? 16 * W : 0; /* X: the row sums' exchange (H > 1) */
+  const int S = (int)imax(2, imin(4, (99 * 1024 - 4 * d - X) / (W * 4 * d / H))), G = k->variant == CUK_VAR_TWO_LAUNCH ? 0 : 16;
+  const int64_t P = imax(1, imin(cdiv(rows, 2 * W / H), 264)), m = ln ? 2 * d : d, ng = G ? cdiv(P, G) : 0;
+  const int64_t smem = 4 * d + (int64_t)W * S * 4 * d / H + X;
   ck_need_ws(k, (P + ng) * m * 4);
   const char *wt = ck_ctype(wdt);
   Args g = {.np = 9,
@@ -64,9 +72,10 @@ static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw,
   const char *l1 = ck_simple_smem(
       k, &g, P, 1, 1, 32 * W, 1, smem,
       arena_printf(k->a,
-                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d, %d>((sk::bf16 *)p0, (%s *)p1, (%s *)p2, (float *)p3, "
+                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d, %d%s>((sk::bf16 *)p0, (%s *)p1, (%s *)p2, (float *)p3, "
                    "(float *)p4, (int *)p5, (const sk::bf16 *)p6, (const %s *)p7, (const sk::bf16 *)p8, %s);",
-                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, G, wt, wt, wt, ck_fl(k, eps)));
+                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, G, H > 1 ? ", 2" : "", wt, wt,
+                   wt, ck_fl(k, eps)));
   k->minb = 0;
   if (G) return l1;
   if (!ln) return ck_cat(k, l1, ck_colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0));
@@ -79,7 +88,7 @@ static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw,
 
 static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
                             const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  if (k->variant != CUK_VAR_MAIN && xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && d % 256 == 0 && d <= 1024)
+  if (k->variant != CUK_VAR_MAIN && xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && ring_h(d))
     return norm_bwd_ring(k, ln, dx, dw, db, x, w, wdt, dy, rows, d, eps);
   int nt = ck_row_threads(d);
   int nper = (int)cdiv(d, nt);

@@ -313,7 +313,10 @@ static void cases_norms(KC *c) {
             /* d a multiple of 32 up to 1024: LayerNorm's backward by warps (rows not a multiple of 8) */
             {301, 256, DT_BF16, DT_BF16}, {37, 1024, DT_BF16, DT_F32},
             /* the backward's ring of 4 rows (D 768; 301 rows above: 19 blocks, a tree of 2 groups); RMSNorm by warps at 2048 */
-            {100, 768, DT_BF16, DT_F32}, {20, 2048, DT_BF16, DT_F32}};
+            {100, 768, DT_BF16, DT_F32}, {20, 2048, DT_BF16, DT_F32},
+            /* D 2048: the backward's rows split over 2 warps; 150 rows: 19 blocks of 4 rows at once (a tree of 2
+               groups), block 18's second rows only half there (a pair past the end passing the barriers) */
+            {150, 2048, DT_BF16, DT_BF16}};
   for (size_t t = 0; t < sizeof nc / sizeof nc[0]; t++) {
     int64_t rows = nc[t].rows, d = nc[t].d, n = rows * d;
     DType xdt = nc[t].xdt, wdt = nc[t].wdt;
@@ -327,7 +330,7 @@ static void cases_norms(KC *c) {
     KT tx = kt_new(c, xdt, n), tw = kt_new(c, wdt, d), tb = kt_new(c, wdt, d), tdy = kt_new(c, xdt, n);
     KT ty = kt_new(c, xdt, n), tdx = kt_new(c, xdt, n), tdw = kt_new(c, wdt, d), tdb = kt_new(c, wdt, d);
     KT ty2 = kt_new(c, xdt, n), tdx2 = kt_new(c, xdt, n), tdw2 = kt_new(c, wdt, d), tdx3 = kt_new(c, xdt, n),
-       tdw3 = kt_new(c, wdt, d), tdb3 = kt_new(c, wdt, d);
+       tdw3 = kt_new(c, wdt, d), tdb3 = kt_new(c, wdt, d), tdx4 = kt_new(c, xdt, n), tdw4 = kt_new(c, wdt, d);
     kt_put(c, tx, x);
     kt_put(c, tw, w);
     kt_put(c, tb, b);
@@ -341,6 +344,7 @@ static void cases_norms(KC *c) {
     /* determinism: the layernorm backward again into other buffers */
     run(c, cuk_layernorm_bwd(c->k, P(c, tdx3), P(c, tdw3), P(c, tdb3), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows,
                              d, eps));
+    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx4), P(c, tdw4), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d, eps));
     if (!c->be) continue;
     float *ry = arena_alloc(c->a, (size_t)n * 4), *rdx = arena_alloc(c->a, (size_t)n * 4),
           *rdw = arena_alloc(c->a, (size_t)d * 4), *rdb = arena_alloc(c->a, (size_t)d * 4);
@@ -362,6 +366,9 @@ static void cases_norms(KC *c) {
     rt_rmsnorm_bwd_ref(rows, d, eps, x, w, dy, rdx, rdw, 0.0f);
     cmp(c, arena_printf(c->a, "rmsnorm_bwd dx %s", tag), kt_get(c, tdx2), rdx, n, rt, at * 2);
     cmp(c, arena_printf(c->a, "rmsnorm_bwd dw %s", tag), kt_get(c, tdw2), rdw, d, rt, at * sqrt((double)rows));
+    expect(c, arena_printf(c->a, "rmsnorm_bwd deterministic %s", tag),
+           memcmp(kt_get(c, tdw2), kt_get(c, tdw4), (size_t)d * 4) == 0 &&
+               memcmp(kt_get(c, tdx2), kt_get(c, tdx4), (size_t)n * 4) == 0);
   }
 }
 

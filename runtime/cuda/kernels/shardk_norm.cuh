@@ -291,25 +291,32 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
 }
 
-/* LayerNorm (LN) or RMSNorm backward for bf16 rows of D a multiple of 256 (up to 1024), the whole of it in one launch
- * when G > 0. Bytes: x and dy read once, dx written once (3 ROWS D 2: the floor), and the blocks' dw (/ db) partials,
- * P M floats (M = 2D, or D) written once and read once by tree_sum (L2-resident: 1.6 MB at P 264, D 768, against
- * the floor's 37.7 MB at [8192, 768]).
- * Grid P blocks of W warps, dynamic shared memory 4 D + 4 W S D bytes (w as floats, the rings). Warp v of block b does rows
- * b W + v + P W i (i = 0, 1, ...): the same rows in the same order every run. A warp streams its rows through a ring
- * of S stages in shared memory (cp.async: S - 1 rows in flight while one is computed; a lane copies and reads only its
- * own 16-byte pieces, so the ring needs no barrier); per row mean and rstd once, reused for dx and the sums; the
- * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order, and
- * with G > 0 tree_sum over the blocks (groups of G) writes dw, db; with G = 0 the block's row of part is left for
- * the emitter's column sum (a second launch). */
-template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int G>
+/* LayerNorm (LN) or RMSNorm backward for bf16 rows of D a multiple of 256 H (up to 1024 H), the whole of it in one
+ * launch when G > 0. Bytes: x and dy read once, dx written once (3 ROWS D 2: the floor), and the blocks' dw (/ db)
+ * partials, P M floats (M = 2D, or D) written once and read once by tree_sum (L2-resident: 1.6 MB at P 264, D 768,
+ * against the floor's 37.7 MB at [8192, 768]; RMSNorm at [8192, 2048]: 2.2 MB at P 264 against 100.7 MB, 2 %).
+ * Grid P blocks of W warps, dynamic shared memory 4 D + 4 W S D / H bytes (w as floats, the rings; with H > 1 16 W more). A row is split over
+ * H warps (H 1 up to D 1024; H 2 at D 2048, where one warp's 8 J columns a lane would not fit 255 registers), the
+ * W / H rows of a block in flight at once: warp v = H u + h of block b does half h (columns h D / H ..) of rows
+ * b W / H + u + P (W / H) i (i = 0, 1, ...): the same rows in the same order every run. A warp streams its part of
+ * its rows through a ring of S stages in shared memory (cp.async: S - 1 rows in flight while one is computed; a lane
+ * copies and reads only its own 16-byte pieces, so the ring needs no barrier); per row mean and rstd once, reused for
+ * dx and the sums (with H 2 each row sum is the two warps' sums added through shared memory after a __syncthreads:
+ * every warp of the block goes through the same iterations, a pair past the last row only passing the barriers); the
+ * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order, and with G > 0
+ * tree_sum over the blocks (groups of G) writes dw, db; with G = 0 the block's row of part is left for the emitter's
+ * column sum (a second launch). */
+template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int G, int H = 1>
 __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpart, int *cnt, const bf16 *x, const TW *w,
                               const bf16 *dy, float eps) {
-  constexpr int J = (int)(D / 256);
+  constexpr i64 DH = D / H; /* a warp's columns of a row */
+  constexpr int J = (int)(DH / 256), WR = W / H;
+  static_assert(DH % 256 == 0 && W % H == 0 && S >= 2, "norm_bwd_ring: D / H a multiple of 256, W a multiple of H");
   constexpr i64 M = LN ? 2 * D : D;
-  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
+  const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5, h = wp % H, u = wp / H;
   float *wsm = (float *)SK_DYN_SMEM();
-  bf16 *ring = (bf16 *)(wsm + D) + (i64)wp * S * 2 * D; /* this warp's S stages: x row, then dy row */
+  float *xch = wsm + D + (i64)W * S * DH; /* H > 1: the warps' row sums after the rings, 4 W floats (a slot a sum) */
+  bf16 *ring = (bf16 *)(wsm + D) + (i64)wp * S * 2 * DH; /* this warp's S stages: its part of the x row, then of dy */
   for (int i = (int)threadIdx.x; i < (int)D; i += 32 * W) wsm[i] = ld(w + i);
   float dwa[J][8], dba[J][8];
 #pragma unroll
@@ -317,108 +324,127 @@ __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpar
 #pragma unroll
     for (int i = 0; i < 8; i++) dwa[j][i] = 0.0f, dba[j][i] = 0.0f;
   __syncthreads();
-  const i64 r0 = (i64)blockIdx.x * W + wp, step = (i64)P * W;
+  const i64 b0 = (i64)blockIdx.x * WR, step = (i64)P * WR, col = h * DH; /* b0 + it step: the block's first row */
+  const bf16 *xh0 = x + col, *dy0 = dy + col;
 #pragma unroll
   for (int s = 0; s < S - 1; s++) { /* the first S - 1 rows in flight */
-    const i64 r = r0 + s * step;
+    const i64 r = b0 + u + s * step;
     if (r < ROWS)
 #pragma unroll
       for (int j = 0; j < J; j++) {
         const i64 c = 8 * (lane + 32 * j);
-        cp16(ring + (i64)s * 2 * D + c, x + r * D + c, true);
-        cp16(ring + (i64)s * 2 * D + D + c, dy + r * D + c, true);
+        cp16(ring + (i64)s * 2 * DH + c, xh0 + r * D + c, true);
+        cp16(ring + (i64)s * 2 * DH + DH + c, dy0 + r * D + c, true);
       }
     cp_commit();
   }
+  /* the row sum of v: over the warp, then (H > 1) over the row's H warps in h order */
+  auto rowsum = [&](float v, int k) {
+    v = warp_sum(v);
+    if constexpr (H > 1) {
+      if (lane == 0) xch[k * W + wp] = v;
+      __syncthreads();
+      v = 0.0f;
+#pragma unroll
+      for (int q = 0; q < H; q++) v += xch[k * W + u * H + q];
+    }
+    return v;
+  };
   int it = 0;
-  for (i64 r = r0; r < ROWS; r += step, it++) {
-    const i64 rn = r + (S - 1) * step; /* the row S - 1 ahead, into the stage the previous row left */
+  for (i64 rb = b0; rb < ROWS; rb += step, it++) { /* the same trip count for every warp of the block */
+    const i64 r = rb + u, rn = r + (S - 1) * step; /* rn: the row S - 1 ahead, into the stage the previous row left */
+    const bool act = r < ROWS;
     if (rn < ROWS) {
-      bf16 *st4 = ring + (i64)((it + S - 1) % S) * 2 * D;
+      bf16 *st4 = ring + (i64)((it + S - 1) % S) * 2 * DH;
 #pragma unroll
       for (int j = 0; j < J; j++) {
         const i64 c = 8 * (lane + 32 * j);
-        cp16(st4 + c, x + rn * D + c, true);
-        cp16(st4 + D + c, dy + rn * D + c, true);
+        cp16(st4 + c, xh0 + rn * D + c, true);
+        cp16(st4 + DH + c, dy0 + rn * D + c, true);
       }
     }
     cp_commit();
     cp_wait<S - 1>(); /* this row's copies have landed */
     /* the row stays in the ring: each pass reads its 16-byte pieces again (few registers: two blocks an SM) */
-    const u32x4 *cx = (const u32x4 *)(ring + (i64)(it % S) * 2 * D) + lane, *cg = cx + D / 8;
-    const float *wq = wsm + 8 * lane;
+    const u32x4 *cx = (const u32x4 *)(ring + (i64)(it % S) * 2 * DH) + lane, *cg = cx + DH / 8;
+    const float *wq = wsm + col + 8 * lane;
     float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      float v[8];
-      unpack8(v, lds16(cx + 32 * j));
-#pragma unroll
-      for (int i = 0; i < 8; i++) s += LN ? v[i] : v[i] * v[i];
-    }
-    float mean = 0.0f, q = s;
-    if (LN) {
-      mean = warp_sum(s) * (1.0f / (float)D);
-      q = 0.0f;
+    if (act)
 #pragma unroll
       for (int j = 0; j < J; j++) {
         float v[8];
         unpack8(v, lds16(cx + 32 * j));
 #pragma unroll
-        for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
+        for (int i = 0; i < 8; i++) s += LN ? v[i] : v[i] * v[i];
       }
+    float mean = 0.0f, q = s;
+    if (LN) {
+      mean = rowsum(s, 0) * (1.0f / (float)D);
+      q = 0.0f;
+      if (act)
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+          float v[8];
+          unpack8(v, lds16(cx + 32 * j));
+#pragma unroll
+          for (int i = 0; i < 8; i++) q += (v[i] - mean) * (v[i] - mean);
+        }
     }
-    const float rstd = 1.0f / sqrtf(warp_sum(q) * (1.0f / (float)D) + eps);
+    const float rstd = 1.0f / sqrtf(rowsum(q, 1) * (1.0f / (float)D) + eps);
     float s1 = 0.0f, s2 = 0.0f;
+    if (act)
 #pragma unroll
-    for (int j = 0; j < J; j++) {
-      float xv[8], gv[8];
-      unpack8(xv, lds16(cx + 32 * j));
-      unpack8(gv, lds16(cg + 32 * j));
-      float wv[8];
-      lds8f(wv, wq + 256 * j);
+      for (int j = 0; j < J; j++) {
+        float xv[8], gv[8];
+        unpack8(xv, lds16(cx + 32 * j));
+        unpack8(gv, lds16(cg + 32 * j));
+        float wv[8];
+        lds8f(wv, wq + 256 * j);
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
-        s1 += g;
-        s2 += g * xh;
-        dwa[j][i] += gv[i] * xh;
-        dba[j][i] += gv[i];
+        for (int i = 0; i < 8; i++) {
+          const float xh = (xv[i] - mean) * rstd, g = gv[i] * wv[i];
+          s1 += g;
+          s2 += g * xh;
+          dwa[j][i] += gv[i] * xh;
+          dba[j][i] += gv[i];
+        }
       }
-    }
-    if (LN) s1 = warp_sum(s1) * (1.0f / (float)D);
-    s2 = warp_sum(s2) * (1.0f / (float)D);
+    if (LN) s1 = rowsum(s1, 2) * (1.0f / (float)D);
+    s2 = rowsum(s2, 3) * (1.0f / (float)D);
+    if (act)
 #pragma unroll
-    for (int j = 0; j < J; j++) {
-      float xv[8], gv[8], o[8];
-      unpack8(xv, lds16(cx + 32 * j));
-      unpack8(gv, lds16(cg + 32 * j));
-      float wv[8];
-      lds8f(wv, wq + 256 * j);
+      for (int j = 0; j < J; j++) {
+        float xv[8], gv[8], o[8];
+        unpack8(xv, lds16(cx + 32 * j));
+        unpack8(gv, lds16(cg + 32 * j));
+        float wv[8];
+        lds8f(wv, wq + 256 * j);
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const float xh = (xv[i] - mean) * rstd;
-        o[i] = LN ? rstd * (gv[i] * wv[i] - s1 - xh * s2) : rstd * (gv[i] * wv[i] - xh * s2);
+        for (int i = 0; i < 8; i++) {
+          const float xh = (xv[i] - mean) * rstd;
+          o[i] = LN ? rstd * (gv[i] * wv[i] - s1 - xh * s2) : rstd * (gv[i] * wv[i] - xh * s2);
+        }
+        *(u32x4 *)(dx + r * D + col + 8 * (lane + 32 * j)) =
+            u32x4{pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
       }
-      *(u32x4 *)(dx + r * D + 8 * (lane + 32 * j)) =
-          u32x4{pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
-    }
   }
   cp_wait<0>();
-  __syncwarp(); /* every lane of the warp done with its ring: it now holds the warp's sums */
+  __syncwarp(); /* every lane of the warp done with its ring: it now holds the warp's sums (its DH columns of dw, db) */
   float *red = (float *)ring;
 #pragma unroll
   for (int j = 0; j < J; j++)
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       red[8 * (lane + 32 * j) + i] = dwa[j][i];
-      if constexpr (LN) red[D + 8 * (lane + 32 * j) + i] = dba[j][i];
+      if constexpr (LN) red[DH + 8 * (lane + 32 * j) + i] = dba[j][i];
     }
   __syncthreads();
   float *mine = part + (i64)blockIdx.x * M;
   for (i64 c = threadIdx.x; c < M; c += 32 * W) { /* the warps' sums in warp order */
+    const i64 t = c >= D, cc = c - t * D, hc = cc / DH, lc = t * DH + cc % DH; /* dw (t 0) or db column cc: half hc */
     float s = 0.0f;
 #pragma unroll
-    for (int v = 0; v < W; v++) s += ((const float *)((bf16 *)(wsm + D) + (i64)v * S * 2 * D))[c];
+    for (int v = 0; v < WR; v++) s += ((const float *)((bf16 *)(wsm + D) + (i64)(v * H + hc) * S * 2 * DH))[lc];
     mine[c] = s;
   }
   if constexpr (G > 0)
