@@ -51,17 +51,19 @@ const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const c
  * warps of 32: 122 registers RMSNorm, 128 LayerNorm, no spills); 0: not by the ring. */
 static int ring_h(int64_t d) { return d % 256 == 0 && d <= 1024 ? 1 : d % 512 == 0 && d <= 2048 ? 2 : 0; }
 
-/* The backward by norm_bwd_ring (bf16, D as ring_h says): 8 warps a block (8 / H rows at once), 264 blocks (two an
- * SM on a 132-SM H100 / H200: one wave) or fewer for fewer rows (at least 2 rows a warp), rings of up to 4 rows within
+/* The backward by norm_bwd_ring (bf16, D as ring_h says): 8 warps a block (8 / H rows at once), up to 264 blocks (two
+ * an SM on a 132-SM H100 / H200: one wave; 256 at 8192 rows) or fewer for fewer rows (at least 2 rows a warp), rings of up to 4 rows within
  * 99 KiB of shared memory a block (what sm_86 / sm_89 allow; two blocks an SM on sm_90: D 768 4 rows, D 1024 2, D 2048
  * 2 halves a warp), dw / db by tree_sum over groups of 16 blocks (CUK_VAR_TWO_LAUNCH: by a colsum launch of the
  * partials). Bytes at RMSNorm [8192, 2048] (Llama 509M): x, dy read and dx written, 100.7 MB = the floor (23.7 us at
- * the H200's 4,247 GB/s); the partials 264 x 8 KiB = 2.2 MB written and read back in L2 (2 % over). */
+ * the H200's 4,247 GB/s); the partials 256 x 8 KiB = 2.1 MB written and read back in L2 (2 % over). */
 static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x,
                                  const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
   const int W = 8, H = ring_h(d), X = H > 1 ? 16 * W : 0; /* X: the row sums' exchange (H > 1) */
   const int S = (int)imax(2, imin(4, (99 * 1024 - 4 * d - X) / (W * 4 * d / H))), G = k->variant == CUK_VAR_TWO_LAUNCH ? 0 : 16;
-  const int64_t P = imax(1, imin(cdiv(rows, 2 * W / H), 264)), m = ln ? 2 * d : d, ng = G ? cdiv(P, G) : 0;
+  /* up to 264 blocks (at least 2 rows a warp), then as few as give every warp the same passes (8192 rows: 256) */
+  const int64_t P0 = imax(1, imin(cdiv(rows, 2 * W / H), 264)), P = cdiv(rows, W / H * cdiv(rows, W / H * P0));
+  const int64_t m = ln ? 2 * d : d, ng = G ? cdiv(P, G) : 0;
   const int64_t smem = 4 * d + (int64_t)W * S * 4 * d / H + X;
   ck_need_ws(k, (P + ng) * m * 4);
   const char *wt = ck_ctype(wdt);

@@ -292,6 +292,17 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
 
 int main(int argc, char **argv) {
   const FeDefine tiny[] = {{"micro_batch", "4"}, {"seq", "32"}};
+  /* `cuda-wide`, by hand (2.5 min here: too long for CI): d 2048, the Llama 509M's width, RMSNorm's backward by
+   * norm_bwd_ring with a row over 2 warps (64 rows: 8 blocks) in a whole trainer on the emulated device */
+  if (argc > 1 && strcmp(argv[1], "cuda-wide") == 0) {
+    const FeDefine wide[] = {{"vocab", "300"}, {"seq", "32"}, {"d", "2048"},        {"heads", "16"}, {"kv_heads", "8"},
+                             {"layers", "1"},  {"ffn", "96"}, {"micro_batch", "2"}, {"batch", "2"},  {"tp", "1"},
+                             {"sp", "off"}};
+    run_case("Llama-shaped at d 2048, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", wide, 11,
+             false, (Variant){TARGET_CUDA, true});
+    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+    return failures != 0;
+  }
   if (argc > 1 && strcmp(argv[1], "cuda") == 0) { /* the CUDA target on the emulated device */
     run_case("tiny, CUDA target (emulated), f32", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true,
              (Variant){TARGET_CUDA, false});
