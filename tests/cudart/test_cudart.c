@@ -14,6 +14,7 @@
  *           autotuned (the default there: every GEMM key's fastest of cuBLASLt's first 8 candidates),
  *           and attn's checks there
  *   attn    the attention tile autotuning's launch, rt_cu_launch_tuned (cudart_attn_tune.c)
+ *   gemmrec the GEMM autotuning's record per rank (cudart_gemm_tune.c)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
  *           from the on-disk cache; a broken source prints NVRTC's log and fails
  *   nogpu   opening the real CUDA device on a machine without a driver fails with the clear message
@@ -540,8 +541,11 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "gpu")) { /* on a GPU machine (tests/gpu/run_gpu.sh) */
     rc = test_device("cuda");
     if (rc == 0) rc = test_attn_tune("cuda");
+    if (rc == 0) rc = test_gemm_tune("cuda");
   } else if (!strcmp(argv[1], "attn"))
     rc = test_attn_tune("emu");
+  else if (!strcmp(argv[1], "gemmrec"))
+    rc = test_gemm_tune("emu");
   else if (!strcmp(argv[1], "nvrtc"))
     rc = test_nvrtc();
   else if (!strcmp(argv[1], "nogpu")) {
