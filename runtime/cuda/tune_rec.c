@@ -8,11 +8,16 @@
  * line without a tab (the GEMM record's first format) reads its first key_words space-separated words
  * as the key and the rest as the choice; a save rewrites it with a tab. A save merges the lines other
  * processes (ranks on this machine) wrote since — for keys this process does not know: its own choice
- * wins — and replaces the file atomically.
+ * wins — and replaces the file atomically, under an exclusive flock of <cache>/.<record>.lock so that two ranks
+ * saving at once cannot drop each other's line (where the lock cannot be had, the save goes on
+ * without it).
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "comm/bootstrap.h"
 #include "cu_internal.h"
@@ -92,6 +97,15 @@ void rt_cu_rec_open(RtCuRec *r, const char *kind, const char *const *parts, cons
 
 void rt_cu_rec_save(RtCuRec *r, const char *what) {
   if (!r->path) return;
+  size_t pl = strlen(r->path) + 7;
+  char *lock = malloc(pl);
+  if (!lock) rt_fatal(1, "out of memory");
+  const char *base = strrchr(r->path, '/');
+  base = base ? base + 1 : r->path;
+  snprintf(lock, pl, "%.*s.%s.lock", (int)(base - r->path), r->path, base); /* hidden: <dir>/.<record>.lock */
+  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(lock);
+  if (fd >= 0 && flock(fd, LOCK_EX) != 0) close(fd), fd = -1;
   rec_read(r); /* what other ranks recorded since: kept */
   size_t cap = 1, len = 0;
   for (int i = 0; i < r->n; i++) cap += strlen(r->keys[i]) + strlen(r->vals[i]) + 2;
@@ -104,6 +118,7 @@ void rt_cu_rec_save(RtCuRec *r, const char *what) {
     r->path = NULL;
   }
   free(text);
+  if (fd >= 0) close(fd); /* releases the lock */
 }
 
 void rt_cu_rec_free(RtCuRec *r) {
