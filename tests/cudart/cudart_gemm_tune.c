@@ -86,13 +86,6 @@ static char *line_of(const char *t, const char *s) {
   return strndup(b, (size_t)((e ? e + 1 : at + strlen(at)) - b));
 }
 
-static void write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (!f) return;
-  fputs(text, f);
-  fclose(f);
-}
-
 int test_gemm_tune(const char *which) {
   setenv("SHARDRT_DEVICE", which, 1);
   setenv("SHARDRT_GEMM_AUTOTUNE", "8", 1);
@@ -127,7 +120,7 @@ int test_gemm_tune(const char *which) {
   if (r1) {
     char *eol = strchr(r1, '\n');
     snprintf(edited, sizeof edited, "%.*s rank 1\t9\n%s", (int)(r1 - t), t, eol ? eol + 1 : "");
-    write_text(path, edited);
+    cudart_write_text(path, edited);
   }
   char *rank0 = line_of(t, " rank 0\t");
   free(t);
@@ -149,7 +142,7 @@ int test_gemm_tune(const char *which) {
   CHECK(gemm_once(0, 1, &tu, &re) == 0 && tu == 0 && re == 1, "world 1, resumed: %d tuned, %d recorded", tu, re);
   if (t) {
     *strchr(t, '\t') = ' ';
-    write_text(path, t);
+    cudart_write_text(path, t);
   }
   free(t);
   CHECK(gemm_once(0, 1, &tu, &re) == 0 && tu == 0 && re == 1, "world 1, the first format: %d tuned, %d recorded", tu,
