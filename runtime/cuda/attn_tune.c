@@ -17,7 +17,8 @@
  * versions)>.txt, a line per key (with several ranks, per key and rank: ranks time on their own and
  * may keep different tiles): the key, a tab, the tiles. A resumed run reads it and launches the same
  * tiles, so it computes the same bits; without it two runs could time the candidates in another order
- * of noise and train on different bits. Other ranks' lines are merged at each write.
+ * of noise and train on different bits. Other ranks' lines are merged at each write (tune_rec.c, the
+ * one record implementation, shared with the GEMMs).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +31,8 @@
 enum { ARGS_MAX = 16 };
 
 typedef struct {
-  char *key, *tiles;
-} Rec;
-
-typedef struct {
   int on;          /* SHARDRT_ATTN_AUTOTUNE */
-  char *path;      /* the record (NULL: no cache directory, or it could not be written) */
-  Rec *recs;       /* [nrecs]: read from it, and those made since */
-  int nrecs, caprecs;
+  RtCuRec rec;     /* the record (tune_rec.c) */
   struct {         /* the keys met in this run and the candidate each launches */
     const char *key; /* the generated code's string literal */
     int cand;
@@ -65,85 +60,17 @@ void rt_cu_attn_tune_stats(int *tuned, int *timed, int *recorded) {
   if (recorded) *recorded = st.recorded;
 }
 
-static char *xstrdup(const char *s) {
-  char *d = strdup(s);
-  if (!d) rt_fatal(1, "out of memory");
-  return d;
-}
-
-static const char *rec_of(const AttnTune *t, const char *key) {
-  for (int i = 0; i < t->nrecs; i++)
-    if (!strcmp(t->recs[i].key, key)) return t->recs[i].tiles;
-  return NULL;
-}
-
-/* A record for key (this run's choice: replaces a stale one). */
-static void rec_set(AttnTune *t, const char *key, const char *tiles) {
-  for (int i = 0; i < t->nrecs; i++)
-    if (!strcmp(t->recs[i].key, key)) {
-      free(t->recs[i].tiles);
-      t->recs[i].tiles = xstrdup(tiles);
-      return;
-    }
-  if (t->nrecs == t->caprecs) {
-    t->caprecs = t->caprecs ? 2 * t->caprecs : 16;
-    Rec *r = realloc(t->recs, (size_t)t->caprecs * sizeof *r);
-    if (!r) rt_fatal(1, "out of memory");
-    t->recs = r;
-  }
-  t->recs[t->nrecs++] = (Rec){xstrdup(key), xstrdup(tiles)};
-}
-
-/* The record's lines for keys not known yet. */
-static void recs_read(AttnTune *t) {
-  size_t len = 0;
-  char *text = t->path ? rt_cu_read_file(t->path, &len) : NULL;
-  for (char *line = text; line && *line;) {
-    char *next = strchr(line, '\n'), *tab = strchr(line, '\t');
-    if (next) *next++ = 0;
-    if (tab && tab != line && tab[1]) {
-      *tab = 0;
-      if (!rec_of(t, line)) rec_set(t, line, tab + 1); /* what this process knows wins */
-    }
-    line = next;
-  }
-  free(text);
-}
-
-static void recs_save(AttnTune *t) {
-  if (!t->path) return;
-  recs_read(t); /* what other ranks recorded since: kept */
-  size_t cap = 1, len = 0;
-  for (int i = 0; i < t->nrecs; i++) cap += strlen(t->recs[i].key) + strlen(t->recs[i].tiles) + 2;
-  char *text = malloc(cap);
-  if (!text) rt_fatal(1, "out of memory");
-  for (int i = 0; i < t->nrecs; i++) len += (size_t)snprintf(text + len, cap - len, "%s\t%s\n", t->recs[i].key, t->recs[i].tiles);
-  if (rt_cu_write_atomic(t->path, text, len) != 0) { /* the next run tunes again */
-    fprintf(stderr, "note: the attention autotuning's choices could not be written to %s\n", t->path);
-    free(t->path);
-    t->path = NULL;
-  }
-  free(text);
-}
-
 static AttnTune *state(RtCuDev *d) {
   if (d->attn) return d->attn;
   AttnTune *t = calloc(1, sizeof *t);
   if (!t) rt_fatal(1, "out of memory");
   t->on = rt_cu_attn_tune_on(d->ops->name[0] == 'e');
-  char *dir = t->on ? rt_cu_cache_dir() : NULL;
-  if (dir) {
-    char id[512], hash[33];
+  if (t->on) {
+    char id[512];
     d->ops->tune_id(d->be, id, sizeof id);
     const char *parts[] = {id};
     const size_t lens[] = {strlen(id)};
-    rt_cu_hash(hash, parts, lens, 1);
-    size_t n = strlen(dir) + 64;
-    t->path = malloc(n);
-    if (!t->path) rt_fatal(1, "out of memory");
-    snprintf(t->path, n, "%s/attn-tune-%s.txt", dir, hash);
-    free(dir);
-    recs_read(t);
+    rt_cu_rec_open(&t->rec, "attn-tune", parts, lens, 1, 0);
   }
   d->attn = t;
   return t;
@@ -152,10 +79,8 @@ static AttnTune *state(RtCuDev *d) {
 void rt_cu_attn_tune_close(RtCuDev *d) {
   AttnTune *t = d->attn;
   if (!t) return;
-  for (int i = 0; i < t->nrecs; i++) free(t->recs[i].key), free(t->recs[i].tiles);
-  free(t->recs);
+  rt_cu_rec_free(&t->rec);
   free(t->seen);
-  free(t->path);
   free(t);
   d->attn = NULL;
 }
@@ -216,10 +141,9 @@ static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncan
   for (int i = 0; i < t->nseen; i++)
     if (t->seen[i].key == key || !strcmp(t->seen[i].key, key)) return t->seen[i].cand;
   char rkey[320]; /* several ranks: each its own record line, so that a resumed run gives every rank its tiles */
-  if (ctx->world > 1) snprintf(rkey, sizeof rkey, "%s rank %d", key, ctx->rank);
-  else snprintf(rkey, sizeof rkey, "%s", key);
+  rt_cu_rec_key(rkey, sizeof rkey, key, ctx->rank, ctx->world);
   int c = -1;
-  const char *how = NULL, *rec = rec_of(t, rkey);
+  const char *how = NULL, *rec = rt_cu_rec_get(&t->rec, rkey);
   for (int i = 0; rec && i < ncand && c < 0; i++)
     if (!strcmp(cand[i].tiles, rec)) c = i, how = "as recorded by an earlier run", st.recorded++;
   if (c < 0 && d->ops->capturing && d->ops->capturing(d->be)) {
@@ -230,8 +154,8 @@ static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncan
       c = 0, how = "the compiled default (no scratch for the timing runs)";
     } else {
       how = "the fastest";
-      rec_set(t, rkey, cand[c].tiles);
-      recs_save(t);
+      rt_cu_rec_set(&t->rec, rkey, cand[c].tiles);
+      rt_cu_rec_save(&t->rec, "attention");
     }
   }
   if (ctx->rank == 0)

@@ -134,6 +134,26 @@ void rt_cu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int rt_cu_check_free(const RtProgram *p, const RtCtx *ctx, int64_t bytes, int64_t free_b, int64_t total_b,
                      const char *dev);
 
+/* ---- tune_rec.c (both backends): the autotuning's record, shared by gemm.c, emu.c and attn_tune.c ---- */
+typedef struct {
+  char *path;        /* <cache>/<kind>-<hash>.txt (NULL: no cache directory, or it could not be written) */
+  char **keys, **vals; /* [n]: read from it, and those set since */
+  int n, cap, key_words;
+} RtCuRec;
+/* Opens kind's record for the hash of parts (what the choices depend on) and reads it; no cache
+ * directory: an empty record that saves nothing. key_words > 0: a line without a tab is key_words
+ * space-separated words of key, then the choice (the GEMM record's first format). */
+void rt_cu_rec_open(RtCuRec *r, const char *kind, const char *const *parts, const size_t *lens, int nparts,
+                    int key_words);
+/* The record key of key for this rank: key itself with one rank, "key rank R" with several. */
+void rt_cu_rec_key(char *out, size_t n, const char *key, int rank, int world);
+const char *rt_cu_rec_get(const RtCuRec *r, const char *key); /* NULL: none */
+void rt_cu_rec_set(RtCuRec *r, const char *key, const char *val);
+/* Writes the record atomically, merged with the lines other processes wrote since (for keys this one
+ * does not know); on failure a note naming `what` and the record is not written again. */
+void rt_cu_rec_save(RtCuRec *r, const char *what);
+void rt_cu_rec_free(RtCuRec *r);
+
 /* ---- gemm_tune.c (both backends) ---- */
 
 enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_CU_EK_DGELU_BGRAD }; /* epilogue kinds */
@@ -148,6 +168,10 @@ RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b
                            int64_t n, int64_t k, int ta, int tb, int b_batched, const RtCuEpi *ep);
 int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y);
 void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n);
+/* The key's record key (tune_rec.c): its RT_CU_GEMM_KEY_WORDS fields as numbers, " rank R" with several
+ * ranks (rt_cu_rec_key). The one GEMM record format, for gemm.c and the emulated device. */
+enum { RT_CU_GEMM_KEY_WORDS = 11 };
+void rt_cu_gemm_rec_key(const RtCuGemmKey *key, int rank, int world, char *out, size_t n);
 /* SHARDRT_GEMM_AUTOTUNE: the candidates to time per GEMM key (0: no autotuning); dflt when unset.
  * Fatal for a value that is not a number from 0 to 64. */
 int rt_cu_tune_candidates(int dflt);
@@ -191,7 +215,7 @@ void rt_cu_attn_tune_close(RtCuDev *dev);
 
 /* ---- gemm.c (CUDA backend) ---- */
 typedef struct RtCuGemm RtCuGemm;
-RtCuGemm *rt_cu_gemm_new(void *stream); /* cudaStream_t */
+RtCuGemm *rt_cu_gemm_new(void *stream, int rank, int world); /* cudaStream_t; the rank picks its record lines */
 void rt_cu_gemm_free(RtCuGemm *g);
 /* 0; 1 (nothing done) when cuBLASLt has no algorithm for ep's epilogue; fatal for a plain GEMM. */
 int rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,

@@ -399,7 +399,7 @@ int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, R
   c->bytes = bytes;
   CU_CHECK(cudaMemsetAsync(c->base, 0, (size_t)(bytes > 0 ? bytes : 256), c->stream));
   CU_CHECK(cudaStreamSynchronize(c->stream));
-  c->gemm = rt_cu_gemm_new(c->stream);
+  c->gemm = rt_cu_gemm_new(c->stream, ctx->rank, ctx->world);
   /* one rank: the step as a CUDA graph (SHARDRT_CUDA_GRAPHS=0 turns it off; several ranks interleave
    * the step with host collectives and checks, which a graph cannot hold) */
   const char *gr = getenv("SHARDRT_CUDA_GRAPHS");

@@ -41,6 +41,8 @@ typedef struct {
   int threads;       /* host threads for the peak measurement */
   RtCuGemmKey *tuned; /* [ntuned]: the GEMM keys met (autotuning: each timed at its first call) */
   int ntuned, captuned;
+  RtCuRec rec;        /* the GEMM autotuning's record (tune_rec.c), opened at the first tuned key */
+  int rec_open, rank, world;
   struct EmuCopy *inflight; /* plan offload's copies started and not yet waited */
   int ninflight, capinflight;
 } EmuBe;
@@ -352,7 +354,9 @@ static double emu_trial(void *arg, int cand) {
 /* SHARDRT_GEMM_AUTOTUNE=N (off by default here: one algorithm, nothing to choose) runs the tuning's
  * candidate loop at a GEMM key's first call as on a GPU: its one candidate timed on the real
  * operands, an output the GEMM reads (rt_cu_tune_y_read) copied to scratch first, so that what the
- * real call then computes is unchanged (e2e_cuda_epilogue_fallback checks it byte for byte). */
+ * real call then computes is unchanged (e2e_cuda_epilogue_fallback checks it byte for byte). The
+ * choice (candidate "0") is recorded as gemm.c records a GPU's (gemm-tune-<hash of "emu">.txt, a line
+ * per key and, with several ranks, per rank); a key whose line names it is taken without timing. */
 static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                      int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   if (rt_cu_tune_candidates(0) == 0) return;
@@ -366,6 +370,19 @@ static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
     e->tuned = nk;
   }
   e->tuned[e->ntuned++] = key;
+  if (!e->rec_open) {
+    const char *parts[] = {"emu gemm"};
+    const size_t lens[] = {8};
+    rt_cu_rec_open(&e->rec, "gemm-tune", parts, lens, 1, RT_CU_GEMM_KEY_WORDS);
+    e->rec_open = 1;
+  }
+  char rkey[320];
+  rt_cu_gemm_rec_key(&key, e->rank, e->world, rkey, sizeof rkey);
+  const char *known = rt_cu_rec_get(&e->rec, rkey);
+  if (known && !strcmp(known, "0")) { /* the one algorithm, as an earlier run chose */
+    rt_cu_tune_recorded();
+    return;
+  }
   size_t bytes = (size_t)(batch * m * n) * (y_dt == RT_BF16 ? 2 : 4);
   void *scratch = NULL;
   if (rt_cu_tune_y_read(y, beta, ep)) {
@@ -375,6 +392,8 @@ static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
   EmuTrial t = {e, scratch ? scratch : y, a, b, ep, y_dt, ab_dt, ta, tb, b_batched, batch, m, n, k, alpha, beta};
   (void)rt_cu_tune_pick(1, emu_trial, &t, &key);
   free(scratch);
+  rt_cu_rec_set(&e->rec, rkey, "0");
+  rt_cu_rec_save(&e->rec, "GEMM");
 }
 
 static int emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
@@ -495,6 +514,7 @@ static void emu_close(void *be) {
   if (e->so) dlclose(e->so);
   free(e->fn);
   free(e->tuned);
+  rt_cu_rec_free(&e->rec);
   free(e);
 }
 
@@ -538,6 +558,7 @@ int rt_cu_open_emu(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, Rt
   EmuBe *e = calloc(1, sizeof *e);
   if (!e) rt_fatal(1, "out of memory");
   e->threads = ctx->threads > 0 ? ctx->threads : 1;
+  e->rank = ctx->rank, e->world = ctx->world;
   int64_t cap = emu_memory(); /* the plan against the memory the emulated device says it has free */
   if (cap < -1 || (cap >= 0 && rt_cu_check_free(p, ctx, bytes, cap, cap, "the emulated device") != 0)) {
     emu_close(e);

@@ -49,20 +49,14 @@ typedef struct {
   int ncand;
 } Plan;
 
-typedef struct { /* an autotuning's choice */
-  RtCuGemmKey key;
-  cublasLtMatmulAlgo_t algo;
-} Choice;
-
 struct RtCuGemm {
   cublasLtHandle_t lt;
   cudaStream_t stream;
   void *ws;          /* GEMM_WORKSPACE bytes of device scratch */
   int tune;          /* candidates to time at a key's first call (SHARDRT_GEMM_AUTOTUNE; 0: the heuristic's first) */
   cudaEvent_t ev[2]; /* the autotuning's timing */
-  char *tuned_path;  /* the choices of earlier runs on this GPU and cuBLASLt (NULL: no cache directory) */
-  Choice *tuned;     /* [ntuned]: read from it, and those made since */
-  int ntuned, captuned;
+  RtCuRec rec;       /* the choices of earlier runs on this GPU and cuBLASLt, and those made since (tune_rec.c) */
+  int rank, world;   /* this process's: with several ranks a record line per key and rank */
   Plan *plans;       /* [nplans] */
   int nplans, cap;
 };
@@ -71,105 +65,55 @@ static cudaDataType_t cu_type(int dt) { return dt == RT_BF16 ? CUDA_R_16BF : CUD
 
 /* ---- the autotuning's choices on disk: runs on the same GPU model and cuBLASLt make the same ones ----
  * <cache>/gemm-tune-<hash of the GPU's name, the cuBLASLt and CUDA runtime versions, the candidate
- * count>.txt, a line per key: its 11 fields, then the algorithm's 8 words in hex (cuBLASLt's
- * cublasLtMatmulAlgo_t may be stored and reused with the same library version). A choice is used
- * only where it is one of the heuristic's candidates for its key, so a stale file changes nothing
- * but the time; without the record two runs could time two candidates in another order and train
- * on different bits. */
-#define CHOICE_FMT "%" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %d %d %d %d %d %d %d"
-
-static void choices_add(RtCuGemm *g, const RtCuGemmKey *key, const cublasLtMatmulAlgo_t *algo) {
-  if (g->ntuned == g->captuned) {
-    g->captuned = g->captuned ? 2 * g->captuned : 32;
-    Choice *nc = realloc(g->tuned, (size_t)g->captuned * sizeof *nc);
-    if (!nc) rt_fatal(1, "out of memory");
-    g->tuned = nc;
-  }
-  g->tuned[g->ntuned++] = (Choice){*key, *algo};
-}
-
-/* The file's choices for keys not known yet (another rank's, another run's). */
-static void choices_read(RtCuGemm *g) {
-  size_t len = 0;
-  char *text = rt_cu_read_file(g->tuned_path, &len);
-  for (char *line = text; line && *line;) {
-    char *next = strchr(line, '\n');
-    if (next) *next++ = 0;
-    RtCuGemmKey k;
-    uint64_t w[8];
-    int used = 0, known = 0;
-    if (sscanf(line, CHOICE_FMT "%n", &k.batch, &k.m, &k.n, &k.k, &k.ta, &k.tb, &k.bb, &k.ab_dt, &k.y_dt, &k.align,
-               &k.epi, &used) == 11 &&
-        sscanf(line + used, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64,
-               &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7]) == 8) {
-      for (int i = 0; i < g->ntuned && !known; i++) known = rt_cu_gemm_key_eq(&g->tuned[i].key, &k);
-      cublasLtMatmulAlgo_t a;
-      memcpy(a.data, w, sizeof w);
-      if (!known) choices_add(g, &k, &a);
-    }
-    line = next;
-  }
-  free(text);
-}
+ * count>.txt (tune_rec.c), a line per key (with several ranks per key and rank: each times on its own
+ * GPU and may keep another algorithm): its 11 fields (rt_cu_gemm_rec_key), a tab, the algorithm's 8
+ * words in hex (cuBLASLt's cublasLtMatmulAlgo_t may be stored and reused with the same library
+ * version). A choice is used only where it is one of the heuristic's candidates for its key, so a
+ * stale file changes nothing but the time; without the record two runs could time two candidates in
+ * another order and train on different bits. */
 
 static void choices_load(RtCuGemm *g) {
-  char *dir = rt_cu_cache_dir();
-  if (!dir) return;
   int dev = 0, rtv = 0;
   struct cudaDeviceProp prop;
   CU_CHECK(cudaGetDevice(&dev));
   CU_CHECK(cudaGetDeviceProperties(&prop, dev));
   CU_CHECK(cudaRuntimeGetVersion(&rtv));
-  char ids[128], hash[33];
+  char ids[128];
   snprintf(ids, sizeof ids, "cublasLt %zu cudart %d candidates %d", cublasLtGetVersion(), rtv, g->tune);
   const char *parts[] = {prop.name, ids};
   const size_t lens[] = {strlen(prop.name), strlen(ids)};
-  rt_cu_hash(hash, parts, lens, 2);
-  size_t n = strlen(dir) + 64;
-  g->tuned_path = malloc(n);
-  if (!g->tuned_path) rt_fatal(1, "out of memory");
-  snprintf(g->tuned_path, n, "%s/gemm-tune-%s.txt", dir, hash);
-  free(dir);
-  choices_read(g);
+  rt_cu_rec_open(&g->rec, "gemm-tune", parts, lens, 2, RT_CU_GEMM_KEY_WORDS);
 }
 
-static void choices_save(RtCuGemm *g) {
-  if (!g->tuned_path) return;
-  choices_read(g); /* what other ranks on this machine recorded since: kept */
-  size_t cap = (size_t)g->ntuned * 256 + 1, len = 0;
-  char *text = malloc(cap);
-  if (!text) rt_fatal(1, "out of memory");
-  for (int i = 0; i < g->ntuned; i++) {
-    const RtCuGemmKey *k = &g->tuned[i].key;
-    const uint64_t *w = g->tuned[i].algo.data;
-    len += (size_t)snprintf(text + len, cap - len,
-                            "%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %d %d %d %d %d %d %d %" PRIx64 " %" PRIx64
-                            " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 "\n",
-                            k->batch, k->m, k->n, k->k, k->ta, k->tb, k->bb, k->ab_dt, k->y_dt, k->align, k->epi, w[0],
-                            w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
-  }
-  if (rt_cu_write_atomic(g->tuned_path, text, len) != 0) { /* the next run tunes again */
-    fprintf(stderr, "note: the GEMM autotuning's choices could not be written to %s\n", g->tuned_path);
-    free(g->tuned_path);
-    g->tuned_path = NULL;
-  }
-  free(text);
+/* The recorded choice for p's key (this rank's) into *algo when it is one of p's candidates: 1, else 0. */
+static int choice_of(const RtCuGemm *g, const Plan *p, cublasLtMatmulAlgo_t *algo) {
+  char key[320];
+  rt_cu_gemm_rec_key(&p->key, g->rank, g->world, key, sizeof key);
+  const char *v = rt_cu_rec_get(&g->rec, key);
+  uint64_t w[8];
+  if (!v || sscanf(v, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64,
+                   &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7]) != 8)
+    return 0;
+  memcpy(algo->data, w, sizeof w);
+  for (int c = 0; c < p->ncand; c++)
+    if (!memcmp(&p->cand[c], algo, sizeof p->cand[c])) return 1;
+  return 0;
 }
 
-/* The recorded choice for p's key when it is one of p's candidates, else NULL. */
-static const cublasLtMatmulAlgo_t *choice_of(const RtCuGemm *g, const Plan *p) {
-  for (int i = 0; i < g->ntuned; i++)
-    if (rt_cu_gemm_key_eq(&g->tuned[i].key, &p->key)) {
-      for (int c = 0; c < p->ncand; c++)
-        if (!memcmp(&p->cand[c], &g->tuned[i].algo, sizeof p->cand[c])) return &g->tuned[i].algo;
-      return NULL;
-    }
-  return NULL;
+static void choice_record(RtCuGemm *g, const Plan *p) {
+  char key[320], val[160];
+  const uint64_t *w = p->algo.data;
+  rt_cu_gemm_rec_key(&p->key, g->rank, g->world, key, sizeof key);
+  snprintf(val, sizeof val, "%" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64,
+           w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+  rt_cu_rec_set(&g->rec, key, val);
+  rt_cu_rec_save(&g->rec, "GEMM");
 }
 
-RtCuGemm *rt_cu_gemm_new(void *stream) {
+RtCuGemm *rt_cu_gemm_new(void *stream, int rank, int world) {
   RtCuGemm *g = calloc(1, sizeof *g);
   if (!g) rt_fatal(1, "out of memory");
+  g->rank = rank, g->world = world;
   g->stream = (cudaStream_t)stream;
   LT_CHECK(cublasLtCreate(&g->lt));
   CU_CHECK(cudaMalloc(&g->ws, GEMM_WORKSPACE));
@@ -192,8 +136,7 @@ void rt_cu_gemm_free(RtCuGemm *g) {
   }
   CU_CHECK(cudaEventDestroy(g->ev[0]));
   CU_CHECK(cudaEventDestroy(g->ev[1]));
-  free(g->tuned);
-  free(g->tuned_path);
+  rt_cu_rec_free(&g->rec);
   free(g->plans);
   CU_CHECK(cudaFree(g->ws));
   LT_CHECK(cublasLtDestroy(g->lt));
@@ -313,9 +256,9 @@ static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, co
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   CU_CHECK(cudaStreamIsCapturing(g->stream, &cs));
   void *scratch = NULL;
-  const cublasLtMatmulAlgo_t *known = choice_of(g, p);
-  if (known) {
-    p->algo = *known;
+  cublasLtMatmulAlgo_t known;
+  if (choice_of(g, p, &known)) {
+    p->algo = known;
     rt_cu_tune_recorded();
   } else if (cs == cudaStreamCaptureStatusNone) {
     Trial t = {g, p, a, b, c, y, alpha, beta};
@@ -328,8 +271,7 @@ static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, co
     }
     if (ok) {
       p->algo = p->cand[rt_cu_tune_pick(p->ncand, trial_time, &t, &p->key)];
-      choices_add(g, &p->key, &p->algo);
-      choices_save(g);
+      choice_record(g, p);
     }
     if (scratch) CU_CHECK(cudaFreeAsync(scratch, g->stream));
   }

@@ -47,6 +47,13 @@ void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n) {
            key->ab_dt == RT_BF16 ? "bf16" : "f32", key->y_dt == RT_BF16 ? "bf16" : "f32", key->align, epi[key->epi]);
 }
 
+void rt_cu_gemm_rec_key(const RtCuGemmKey *key, int rank, int world, char *out, size_t n) {
+  char k[256];
+  snprintf(k, sizeof k, "%lld %lld %lld %lld %d %d %d %d %d %d %d", (long long)key->batch, (long long)key->m,
+           (long long)key->n, (long long)key->k, key->ta, key->tb, key->bb, key->ab_dt, key->y_dt, key->align, key->epi);
+  rt_cu_rec_key(out, n, k, rank, world);
+}
+
 int rt_cu_tune_candidates(int dflt) {
   const char *v = getenv("SHARDRT_GEMM_AUTOTUNE");
   if (!v || !*v) return dflt;

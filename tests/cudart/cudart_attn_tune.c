@@ -103,7 +103,7 @@ static int record_path(const char *dir, char *out, size_t n) {
   return found;
 }
 
-static void write_text(const char *path, const char *text) {
+void cudart_write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   if (!f) return;
   fputs(text, f);
@@ -147,7 +147,7 @@ int test_attn_tune(const char *which) {
   free(text);
 
   snprintf(line, sizeof line, "%s\t%s\n", kKey, kCand[1].tiles); /* the slow one: honoured all the same */
-  write_text(rec, line);
+  cudart_write_text(rec, line);
   w = run(1, &y_ok);
   rt_cu_attn_tune_stats(&tuned1, &timed1, &rec1);
   CHECK(w == 1 && y_ok, "the recorded tiles '%s' were not honoured: candidate %d ran", kCand[1].tiles, w);
@@ -155,7 +155,7 @@ int test_attn_tune(const char *which) {
         tuned1 - tuned0, rec1 - rec0);
 
   snprintf(line, sizeof line, "%s\tnot-a-candidate\n", kKey);
-  write_text(rec, line);
+  cudart_write_text(rec, line);
   w = run(1, &y_ok);
   rt_cu_attn_tune_stats(&tuned0, &timed0, &rec0);
   CHECK((w == 0 || w == 2) && y_ok && tuned0 == tuned1 + 1, "a record of no candidate: candidate %d, %d tuned", w,

@@ -14,6 +14,7 @@
  *           autotuned (the default there: every GEMM key's fastest of cuBLASLt's first 8 candidates),
  *           and attn's checks there
  *   attn    the attention tile autotuning's launch, rt_cu_launch_tuned (cudart_attn_tune.c)
+ *   gemmrec the GEMM autotuning's record per rank (cudart_gemm_tune.c)
  *   nvrtc   the same source compiled by NVRTC for sm_80 and sm_90 (cubins: ELF), the second time
  *           from the on-disk cache; a broken source prints NVRTC's log and fails
  *   nogpu   opening the real CUDA device on a machine without a driver fails with the clear message
@@ -361,8 +362,12 @@ static int test_device(const char *which) {
        * each GEMM key's first call (SHARDRT_GEMM_AUTOTUNE=8: the default on a GPU), whose timing runs
        * must leave what the real call reads alone (beta != 0, the residual in place) */
       int passes = strcmp(which, "emu") == 0 ? 2 : 1;
+      const char *cache0 = getenv("SHARDRT_CUBIN_CACHE");
+      char *cache_keep = cache0 ? strdup(cache0) : NULL, rec_dir[] = "/tmp/cudart-gemmrec-XXXXXX";
       for (int pass = 0; pass < passes; pass++) {
         if (pass == 1) setenv("SHARDRT_GEMM_AUTOTUNE", "8", 1);
+        if (pass == passes - 1 && mkdtemp(rec_dir)) /* the tuned pass: no earlier run's record (its choices are taken untimed) */
+          setenv("SHARDRT_CUBIN_CACHE", rec_dir, 1);
         int keys0 = 0, keys1 = 0, timed = 0;
         rt_cu_tune_stats(&keys0, NULL, NULL);
         for (int dt = 0; dt < 2; dt++) {
@@ -387,6 +392,14 @@ static int test_device(const char *which) {
         else CHECK(keys1 == keys0, "the autotuning ran though it is off on the emulated device by default");
       }
       unsetenv("SHARDRT_GEMM_AUTOTUNE");
+      if (cache_keep) setenv("SHARDRT_CUBIN_CACHE", cache_keep, 1);
+      else unsetenv("SHARDRT_CUBIN_CACHE");
+      free(cache_keep);
+      if (strcmp(rec_dir + strlen(rec_dir) - 6, "XXXXXX")) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", rec_dir);
+        if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", rec_dir);
+      }
       if (strcmp(which, "emu") == 0) { /* no algorithm for an epilogue (SHARDRT_EMU_NO_EPILOGUE): 0, nothing written */
         setenv("SHARDRT_EMU_NO_EPILOGUE", "BIAS_RESIDUAL,DGELU_BGRAD,DGELU", 1);
         float ones[256], back[64];
@@ -540,8 +553,11 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "gpu")) { /* on a GPU machine (tests/gpu/run_gpu.sh) */
     rc = test_device("cuda");
     if (rc == 0) rc = test_attn_tune("cuda");
+    if (rc == 0) rc = test_gemm_tune("cuda");
   } else if (!strcmp(argv[1], "attn"))
     rc = test_attn_tune("emu");
+  else if (!strcmp(argv[1], "gemmrec"))
+    rc = test_gemm_tune("emu");
   else if (!strcmp(argv[1], "nvrtc"))
     rc = test_nvrtc();
   else if (!strcmp(argv[1], "nogpu")) {
