@@ -162,6 +162,17 @@ static double copy_bw(void) {
   return bw;
 }
 
+/* The end of a timing pass: the device's error flag (workspace word 0) reported, its buffers freed. */
+static void perf_end(Arena *a, char *ws) {
+  int flag = 0;
+  g_d2h(&flag, ws, 4);
+  if (flag) printf("(device error flag %d)\n", flag);
+  g_free(ws);
+  for (int i = 0; i < npbuf; i++) g_free(pbuf[i]);
+  npbuf = 0;
+  arena_free(a);
+}
+
 static void perf(void) {
   Arena a;
   arena_init(&a);
@@ -261,13 +272,7 @@ static void perf(void) {
       printf("%-42s %10.1f %10s %6.1f TFLOP/s\n", p[i].name, us, "-", p[i].flops / (us * 1e-6) / 1e12);
     }
   }
-  int flag = 0;
-  g_d2h(&flag, ws, 4);
-  if (flag) printf("(device error flag %d)\n", flag);
-  g_free(ws);
-  for (int i = 0; i < npbuf; i++) g_free(pbuf[i]);
-  npbuf = 0;
-  arena_free(&a);
+  perf_end(&a, ws);
 }
 
 /* ---- the bytes-bound kernels' variants side by side (SHARDK_BYTES_SWEEP) -------------------------------------- */
@@ -347,13 +352,7 @@ static void bytes_sweep(void) {
     }
     fflush(stdout);
   }
-  int flag = 0;
-  g_d2h(&flag, ws, 4);
-  if (flag) printf("(device error flag %d)\n", flag);
-  g_free(ws);
-  for (int i = 0; i < npbuf; i++) g_free(pbuf[i]);
-  npbuf = 0;
-  arena_free(&a);
+  perf_end(&a, ws);
 }
 
 /* ---- the attention tile sweep (flash_sweep.c) ---------------------------------------------------- */
