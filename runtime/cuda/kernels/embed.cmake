@@ -35,7 +35,7 @@ endif()
 set(SK_KERNELS_DIR ${CMAKE_CURRENT_LIST_DIR} CACHE INTERNAL "runtime/cuda/kernels")
 
 function(sk_embed_headers out_var)
-  file(GLOB hdrs CONFIGURE_DEPENDS ${SK_KERNELS_DIR}/*.cuh ${SK_KERNELS_DIR}/sk_emu.h)
+  file(GLOB hdrs CONFIGURE_DEPENDS ${SK_KERNELS_DIR}/*.cuh ${SK_KERNELS_DIR}/sk_emu*.h)
   list(SORT hdrs)
   set(out ${CMAKE_CURRENT_BINARY_DIR}/sk_headers.c)
   add_custom_command(OUTPUT ${out}

@@ -93,9 +93,12 @@ struct Block {
   uint64_t shfl[1024];            /* per-thread exchange slot of the warp collectives */
   uint32_t frag[2][1024][6];      /* per-thread A and B fragments of a warp's mma, by call parity */
   const void *rows[2][1024];      /* per-thread row addresses of a warp's ldmatrix, by call parity */
+  uint32_t wgfrag[2][1024][4];    /* per-thread register A fragments of a warp's wgmma, by call parity */
+  unsigned char wgnew[1024];      /* per-thread: its wgmma state (sk_emu_wgmma.h) is a previous block's */
   unsigned parity[1024];          /* per-thread count of those calls (selects the buffer) */
   const std::function<void()> *body = nullptr;
   unsigned char *dyn_smem = nullptr; /* dynamic shared memory of the launch */
+  size_t dyn_bytes = 0;
   sk_emu_dim3 block_idx, block_dim, grid_dim;
 };
 
@@ -186,6 +189,7 @@ inline void run_block(int nthreads) {
     f.state = ST_RUN;
     f.linear = t;
     b.parity[t] = 0;
+    b.wgnew[t] = 1;
     f.tid.x = (unsigned)t % b.block_dim.x;
     f.tid.y = ((unsigned)t / b.block_dim.x) % b.block_dim.y;
     f.tid.z = (unsigned)t / (b.block_dim.x * b.block_dim.y);
@@ -258,8 +262,11 @@ inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
     }
     b.stacks.push_back(s);
   }
-  std::vector<unsigned char> dyn((size_t)smem + 16);
-  b.dyn_smem = dyn.data();
+  /* the shared window: dynamic shared memory at window address 0, 1024-aligned like the hardware's
+   * swizzle atoms (sk_emu_wgmma.h decodes wgmma descriptors against it) */
+  std::vector<unsigned char> dyn((size_t)smem + 1024 + 16);
+  b.dyn_smem = dyn.data() + ((1024 - ((uintptr_t)dyn.data() & 1023)) & 1023);
+  b.dyn_bytes = smem;
   b.body = &body;
   b.block_dim = {bx, by, bz};
   b.grid_dim = {gx, gy, gz};
@@ -455,6 +462,8 @@ inline unsigned __float_as_uint(float f) {
 
 /* Dynamic shared memory of the running launch. */
 #define SK_DYN_SMEM() ((void *)sk_emu::blk().dyn_smem)
+
+#include "sk_emu_wgmma.h"
 
 /* kN_emu: the launcher entry of kernel name; callargs is the parenthesised argument list of
  * the call, written with SK_ARG(i, type). */
