@@ -1,0 +1,22 @@
+/* codegen/cuda_wgmma_cfg.c — the tiles of the attention forward on Hopper's warpgroup MMA
+ * (runtime/cuda/kernels/shardk_wgmma.cuh, sm_90a): the candidates cuda_kernels_emu checks and the kernel
+ * benchmark's sweep times (`SHARDK_ATTN_SWEEP=only cuda_kernels_gpu`, tests/cuda/flash_sweep.c).
+ *
+ * Dynamic shared memory: Q (64 NWG rows) once and K and V tiles of BK keys double-buffered, 128 NWG hd +
+ * 8 BK hd bytes and 1024 of alignment (SK_WG_FWD_SMEM): hd 64: BK 64 NWG 1 41 KiB, BK 128 NWG 2 81 KiB;
+ * hd 128: BK 64 NWG 1 81 KiB, BK 128 NWG 2 161 KiB (under the 227 KiB of an sm_90 block). */
+#include "cuda_kernels.h"
+
+static const CuWgTile W64[] = {{128, 2}, {64, 2}, {64, 1}, {128, 1}};
+static const CuWgTile W128[] = {{64, 2}, {128, 1}, {64, 1}};
+
+int cuk_wg_variants(int64_t hd, CuWgTile *v, int max) {
+  if (hd != 64 && hd != 128) return 0;
+  const CuWgTile *c = hd == 64 ? W64 : W128;
+  int n = hd == 64 ? (int)(sizeof W64 / sizeof W64[0]) : (int)(sizeof W128 / sizeof W128[0]);
+  if (n > max) n = max;
+  for (int i = 0; i < n; i++) v[i] = c[i];
+  return n;
+}
+
+int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t) { return 1024 + 128 * t->nwg * hd + 8 * t->bk * hd; }
