@@ -731,5 +731,6 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
 #include "shardk_ce.cuh"
 #include "shardk_attn.cuh"
 #include "shardk_flash.cuh"
+#include "shardk_wgmma.cuh"
 
 #endif
