@@ -35,6 +35,11 @@ void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c) {
   if (c) *f = *c;
   k->flash = f;
 }
+void cuk_set_flash_wg(CuK *k, const CuWgTile *t) {
+  CuWgTile *w = t ? ARENA_NEW(k->a, CuWgTile) : NULL;
+  if (t) *w = *t;
+  k->wg = w;
+}
 void cuk_set_attn_tune(CuK *k, int on) { k->attn_tune = on; }
 int cuk_count(const CuK *k) { return k->n; }
 int64_t cuk_workspace(const CuK *k) { return k->ws; }

@@ -140,6 +140,17 @@ CuFlashCfg cuk_flash_cfg(int64_t hd);
 int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max);
 /* The tiles of the tensor-core attentions k emits from now on (NULL: cuk_flash_cfg). */
 void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c);
+/* The attention forward on Hopper's warpgroup MMA (runtime/cuda/kernels/shardk_wgmma.cuh; bf16, hd 64
+ * or 128; built for sm_90a only, a trap elsewhere): bk keys a streamed tile, nwg warpgroups of 64 query
+ * rows a block. cuk_wg_variants: the candidates for hd (codegen/cuda_wgmma_cfg.c; 0 for other head
+ * dims); cuk_wg_smem: the bytes of dynamic shared memory a tile needs; cuk_set_flash_wg: the forward of
+ * every attention k emits from now on that it can take runs it (NULL: the mma.sync kernels). */
+typedef struct {
+  int bk, nwg;
+} CuWgTile;
+int cuk_wg_variants(int64_t hd, CuWgTile *v, int max);
+int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t);
+void cuk_set_flash_wg(CuK *k, const CuWgTile *t);
 /* on: with cuk_flash_cfg's tiles (no cuk_set_flash_cfg), each tensor-core attention kernel is also
  * emitted in the other tiles of cuk_flash_variants (each inside `#ifdef SK_ATTN_TUNE`: compiled only
  * when the runtime autotunes them) and launched by rt_cu_launch_tuned (runtime/cuda/cuda_ops.h), which

@@ -95,6 +95,14 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
                             DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
                             int causal) {
   attn_check(H, KV, hd);
+  if (k->wg && attn_flash(dt, hd) && !ks->qpos && (hd == 64 || hd == 128)) /* Hopper's wgmma (shardk_wgmma.cuh) */
+    return ck_simple_smem(k, &(Args){.np = 5, .p = {o, lse, q, kk, v}}, cdiv(S, 64 * k->wg->nwg), H, B,
+                          128 * k->wg->nwg, 1, cuk_wg_smem(hd, k->wg),
+                          arena_printf(k->a,
+                                       "sk::flash_fwd_wg<%lldLL, %lld, %lld, %lld, %s, %d, %d>((sk::bf16 *)p0, (float *)p1, "
+                                       "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
+                                       (long long)S, (long long)H, (long long)KV, (long long)hd,
+                                       causal ? "true" : "false", k->wg->bk, k->wg->nwg));
   if (attn_flash(dt, hd) && !ks->qpos) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
     int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;
