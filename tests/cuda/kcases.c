@@ -639,6 +639,14 @@ static void cases_attention(KC *c) {
     for (int i = 1; i < nv; i++)
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, &v[i],
                 arena_printf(c->a, " tiles %d", i));
+    CuWgTile w[8]; /* the forward on Hopper's wgmma (shardk_wgmma.cuh), each of its tiles */
+    int nw = ac[t].dt == DT_BF16 && flash_variants ? cuk_wg_variants(ac[t].hd, w, 8) : 0;
+    for (int i = 0; i < nw; i++) {
+      cuk_set_flash_wg(c->k, &w[i]);
+      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL,
+                arena_printf(c->a, " wgmma bk %d nwg %d", w[i].bk, w[i].nwg));
+      cuk_set_flash_wg(c->k, NULL);
+    }
   }
 }
 
