@@ -80,7 +80,7 @@ static int find_device(CudaBe *c, const RtCtx *ctx) {
     }                                                                                                              \
   } while (0)
 
-/* The architecture to build for: sm_XY when NVRTC supports it (a cubin), else PTX for the newest
+/* The architecture to build for: sm_XY when NVRTC supports it (a cubin; sm_90a on compute capability 9.0), else PTX for the newest
  * one it supports below (the driver compiles it). SHARDRT_CUDA_ARCH=sm_90a overrides. */
 static int pick_arch(CudaBe *c, int *ptx) {
   const char *env = getenv("SHARDRT_CUDA_ARCH");
@@ -111,7 +111,8 @@ static int pick_arch(CudaBe *c, int *ptx) {
     return -1;
   }
   *ptx = best != want;
-  snprintf(c->arch, sizeof c->arch, "%s_%d", *ptx ? "compute" : "sm", best);
+  /* compute capability 9.0: sm_90a, the architecture-specific features (wgmma: shardk_wgmma.cuh) */
+  snprintf(c->arch, sizeof c->arch, "%s_%d%s", *ptx ? "compute" : "sm", best, !*ptx && best == 90 ? "a" : "");
   return 0;
 }
 
