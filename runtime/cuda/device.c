@@ -80,8 +80,9 @@ static int find_device(CudaBe *c, const RtCtx *ctx) {
     }                                                                                                              \
   } while (0)
 
-/* The architecture to build for: sm_XY when NVRTC supports it (a cubin; sm_90a on compute capability 9.0), else PTX for the newest
- * one it supports below (the driver compiles it). SHARDRT_CUDA_ARCH=sm_90a overrides. */
+/* The architecture to build for: sm_XY when NVRTC supports it (a cubin; sm_90a on compute capability
+ * 9.0), else PTX for the newest one it supports below (the driver compiles it). SHARDRT_CUDA_ARCH=sm_90
+ * overrides. */
 static int pick_arch(CudaBe *c, int *ptx) {
   const char *env = getenv("SHARDRT_CUDA_ARCH");
   *ptx = 0;
