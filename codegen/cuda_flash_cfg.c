@@ -12,21 +12,32 @@
  * dK/dV kernel's 2 m-tiles (candidate 5) need 255 registers and keep a few addresses in local memory. */
 #include "cuda_kernels.h"
 
-/* {fwd, kv, q}, each {m-tiles per warp, warps, streamed tile rows, min blocks per SM}; the first is the one
- * emitted */
+#include "../runtime/cuda/kernels/shardk_flash_smem.cuh" /* the kernels' layout */
+
+/* {fwd, kv, q}, each {m-tiles per warp, warps, streamed tile rows, min blocks per SM, operand rows in shared
+ * memory}; the first is the one emitted */
 static const CuFlashCfg V64[] = {
-    {{2, 4, 64, 0}, {1, 4, 64, 0}, {1, 4, 64, 0}}, /* 128 query rows / 64 keys per block (fwd), 64 rows (bwd) */
-    {{1, 4, 64, 0}, {1, 4, 32, 3}, {1, 4, 32, 0}}, /* fewer registers (fwd 3 blocks per SM; dK/dV 168: 3) */
-    {{1, 8, 64, 0}, {1, 8, 64, 0}, {1, 8, 64, 0}}, /* 8 warps of 16 rows */
-    {{2, 4, 32, 0}, {1, 8, 32, 0}, {2, 4, 16, 0}}, /* 32 rows a warp (dQ: half the ldmatrix per mma) */
-    {{1, 4, 32, 0}, {1, 2, 64, 0}, {1, 2, 64, 0}}, /* fwd: 127 registers, 4 blocks per SM; bwd: 32 rows per block */
-    {{1, 8, 32, 0}, {2, 4, 16, 0}, {1, 8, 32, 0}}, /* fwd: 127 registers, 2 blocks of 8 warps; dK/dV: 32 keys a warp */
-    {{2, 8, 64, 0}, {1, 2, 32, 0}, {1, 4, 16, 0}}, /* fwd: 256 query rows per block */
+    {{2, 4, 64, 0, 0}, {1, 4, 64, 0, 0}, {1, 4, 64, 0, 0}}, /* 128 query rows / 64 keys per block (fwd), 64 rows (bwd) */
+    {{1, 4, 64, 0, 0}, {1, 4, 32, 3, 0}, {1, 4, 32, 0, 0}}, /* fewer registers (fwd 3 blocks per SM; dK/dV 168: 3) */
+    {{1, 8, 64, 0, 0}, {1, 8, 64, 0, 0}, {1, 8, 64, 0, 0}}, /* 8 warps of 16 rows */
+    {{2, 4, 32, 0, 0}, {1, 8, 32, 0, 0}, {2, 4, 16, 0, 0}}, /* 32 rows a warp (dQ: half the ldmatrix per mma) */
+    {{1, 4, 32, 0, 0}, {1, 2, 64, 0, 0}, {1, 2, 64, 0, 0}}, /* fwd: 127 registers, 4 blocks per SM; bwd: 32 rows per block */
+    {{1, 8, 32, 0, 0}, {2, 4, 16, 0, 0}, {1, 8, 32, 0, 0}}, /* fwd: 127 registers, 2 blocks of 8 warps; dK/dV: 32 keys a warp */
+    {{2, 8, 64, 0, 0}, {1, 2, 32, 0, 0}, {1, 4, 16, 0, 0}}, /* fwd: 256 query rows per block */
+    /* tiles over 48 KiB (dynamic shared memory) */
+    {{1, 4, 128, 0, 0}, {1, 4, 128, 0, 1}, {1, 4, 128, 0, 0}}, /* 128-row tiles: 72 KiB fwd / dQ, dK/dV 92 KiB (K, V resident) */
+    {{1, 8, 128, 0, 0}, {1, 8, 128, 0, 1}, {1, 8, 128, 0, 0}}, /* the same, 8 warps (dK/dV 110 KiB) */
+    {{2, 4, 64, 0, 0}, {2, 4, 32, 0, 1}, {1, 4, 64, 0, 0}},    /* dK/dV: 32 keys a warp without #5's spill (K, V resident) */
 };
 static const CuFlashCfg V128[] = {
-    {{1, 4, 32, 0}, {1, 4, 32, 0}, {1, 4, 32, 0}},
-    {{1, 8, 32, 0}, {1, 8, 32, 0}, {1, 8, 32, 0}},
-    {{1, 4, 16, 0}, {1, 4, 16, 0}, {1, 4, 16, 0}},
+    {{1, 4, 32, 0, 0}, {1, 4, 32, 0, 0}, {1, 4, 32, 0, 0}},
+    {{1, 8, 32, 0, 0}, {1, 8, 32, 0, 0}, {1, 8, 32, 0, 0}},
+    {{1, 4, 16, 0, 0}, {1, 4, 16, 0, 0}, {1, 4, 16, 0, 0}},
+    /* tiles over 48 KiB (dynamic shared memory); dK/dV and dQ with their own rows resident in shared memory */
+    {{1, 4, 64, 0, 0}, {1, 4, 64, 0, 1}, {1, 4, 64, 0, 1}},  /* 64-row tiles: fwd 68 KiB, dK/dV 103 KiB, dQ 102 KiB */
+    {{1, 8, 64, 0, 0}, {1, 8, 64, 0, 1}, {1, 8, 64, 0, 1}},  /* the same, 8 warps (dK/dV 137 KiB, dQ 136 KiB) */
+    {{1, 4, 128, 0, 0}, {1, 4, 32, 0, 1}, {1, 4, 32, 0, 1}}, /* fwd: 128 keys (136 KiB); bwd: #0's tiles, no spill */
+    {{1, 8, 128, 0, 0}, {1, 8, 32, 0, 1}, {1, 4, 64, 0, 1}}, /* fwd: 8 warps, 128 keys; dK/dV: #1's tiles, no spill */
 };
 
 int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max) {
@@ -38,3 +49,10 @@ int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max) {
 }
 
 CuFlashCfg cuk_flash_cfg(int64_t hd) { return hd <= 64 ? V64[0] : V128[0]; }
+
+int64_t cuk_flash_smem(int which, int64_t hd, const CuFlashTile *t) {
+  int64_t bt = t->bt, mt = t->mt, w = t->w, rs = t->rs != 0;
+  return which == 0   ? SK_FLASH_SMEM_FWD(bt, hd, mt, w, rs)
+         : which == 1 ? SK_FLASH_SMEM_KV(bt, hd, mt, w, rs)
+                      : SK_FLASH_SMEM_Q(bt, hd, mt, w, rs);
+}
