@@ -4,12 +4,20 @@
  * trainer carries them all and times them at each kernel's first call (SHARDRT_ATTN_AUTOTUNE,
  * runtime/cuda/attn_tune.c); the first is what runs without the autotuning.
  *
- * Limits of every candidate: the K and V (dK/dV: Q and dO) tiles, double-buffered, take 8 bt (hd + 8)
- * bytes of static shared memory, at most 48 KiB: bt <= 64 at hd 64, bt <= 32 at hd 128 (the kernels
- * assert it); registers without spills in the products' loop (ptxas -v for sm_90, docs/performance.md).
+ * Limits of every candidate: the tiles live in dynamic shared memory as runtime/cuda/kernels/shardk_flash_smem.cuh
+ * lays them out (the K and V, or Q and dO, tiles double-buffered: 8 bt (hd + 8) bytes; with rs the warps' own
+ * rows too), at most 227 KiB a block (sm_90; the runtime sets the kernel's MaxDynamicSharedMemorySize at its
+ * first launch, and the autotuning skips a candidate a smaller GPU cannot give). The first entry stays
+ * within 48 KiB, so that the compiled default launches on every sm_80+ GPU. Registers without spills in the
+ * products' loop (ptxas -v for sm_90, docs/performance.md: every candidate added with the dynamic tiles has
+ * none at all; #0 and #1's dK/dV at hd 128 keep 20 bytes, their rs twins #5 and #6 none).
  * Shared memory bounds the kernels with one m-tile a warp: each ldmatrix.x4 (4 cycles of the SM's
  * 128 bytes a cycle) feeds 2 mma per m-tile, so 2 m-tiles a warp halve the ldmatrix per mma; the
- * dK/dV kernel's 2 m-tiles (candidate 5) need 255 registers and keep a few addresses in local memory. */
+ * dK/dV kernel's 2 m-tiles (candidate 5) need 255 registers and keep a few addresses in local memory
+ * (candidate 9: the same with K and V in shared memory, no spill). rs reads the resident operand by one more
+ * ldmatrix.x4 per m-tile and k-chunk (at 64-row tiles, 1 for every 4 of the streamed operand) to free
+ * 4 mt hd / 16 registers a thread a resident matrix: FlashAttention-2's layout for the hd-128 backward.
+ */
 #include "cuda_kernels.h"
 
 #include "../runtime/cuda/kernels/shardk_flash_smem.cuh" /* the kernels' layout */
