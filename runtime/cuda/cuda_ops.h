@@ -43,6 +43,7 @@ typedef struct {
   long long gx;
   unsigned bx;
   const char *tiles;
+  unsigned smem; /* bytes of dynamic shared memory */
 } RtCuTileCand;
 void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
                         int nargs, void **args, const long long *bytes, int nout);

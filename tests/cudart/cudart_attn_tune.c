@@ -53,7 +53,7 @@ static const char *kTuneSource =
     "#endif\n";
 
 static const char *kKey = "test_add N 256";
-static const RtCuTileCand kCand[] = {{0, 2, 128, "a"}, {1, 2, 128, "slow"}, {2, 4, 64, "b"}};
+static const RtCuTileCand kCand[] = {{0, 2, 128, "a", 0}, {1, 2, 128, "slow", 0}, {2, 4, 64, "b", 0}};
 
 /* One open of the device: `launches` tuned launches of the key; the number the last kernel wrote, and
  * whether y came out as y0 + launches x exactly. -1 when the open failed. */

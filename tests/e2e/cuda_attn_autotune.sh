@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The attention tile autotuning in a trainer (labels cuda, mpi, e2e; runtime/cuda/attn_tune.c): the tiny GPT
-# in bf16 (tensor-core attention at head dim 16: 7 tile candidates for each of its forward, dK/dV and
-# dQ kernels, codegen/cuda_flash_cfg.c) on the emulated device, micro-batch 1, with a kernel cache of
+# in bf16 (tensor-core attention at head dim 16: each of its forward, dK/dV and dQ kernels in the distinct
+# tiles of codegen/cuda_flash_cfg.c's list, 9, 10 and 9 candidates, read from the generated launches) on the
+# emulated device, micro-batch 1, with a kernel cache of
 # its own (the record of the choices lives there):
 #   - tuned: SHARDRT_ATTN_AUTOTUNE=1, 4 steps, a checkpoint at 2: each of the 3 kernels timed at its
 #     first call (a line each, "the fastest", and the summary after step 1), the record holds 3 lines;
 #   - resumed: from tuned's step 2 with the record: the 3 kernels take the recorded tiles (nothing
 #     timed), so steps 3 and 4 and the final checkpoint are byte-identical to tuned's;
-#   - plain: the record edited to name each kernel's compiled default: honoured ("candidate 0 of 7");
+#   - plain: the record edited to name each kernel's compiled default: honoured ("candidate 0 of N");
 #     tuned's losses agree with it within 1e-4 relative (other tiles sum in another order; measured:
 #     identical, as at S 16 every candidate streams a single key tile);
-#   - forced: the record edited to name each kernel's last candidate: honoured ("candidate 6 of 7",
-#     as recorded), the losses within 1e-4 relative of plain's;
+#   - forced: the record edited to name each kernel's last candidate: honoured ("candidate N-1 of N",
+#     as recorded; dK/dV's: K and V in dynamic shared memory), the losses within 1e-4 relative of plain's;
 # (the emulated device's default, autotuning off, is cudart_attn's);
 #   - SHARDRT_ATTN_AUTOTUNE=yes is refused;
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
@@ -37,11 +38,18 @@ close() { # a b what: the losses within 1e-4 relative
   paste -d' ' <(losses "$t/$1.jsonl") <(losses "$t/$2.jsonl") | awk -v w="$3" '{ d = $1 - $2; if (d < 0) d = -d;
     if (d > 1e-4 * ($1 < 0 ? -$1 : $1)) { print "FAIL: " w ": loss " $2 " against " $1; bad = 1 } } END { exit bad }'
 }
+# the generated launches: each tuned kernel's key and candidates
+"$shardc" plan models/tiny.model -D seq=16 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+  --emit-c "$t/src" >/dev/null 2>&1
+launches() { grep -ho 'rt_cu_launch_tuned(ctx, "[^"]*", [0-9]*, (const RtCuTileCand\[\]){[^;]*' "$t"/src/*.c; }
+ncand=$(launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)", ([0-9]*),.*$/\1 \2/' | sort -u |
+  awk '{ n++; s += $NF } END { if (n == 3) print s }')
+[ -n "$ncand" ] || { launches; echo "FAIL: the generated launches do not name 3 tuned kernels"; exit 1; }
 run tuned 1 --ckpt-every 2
 [ "$(losses "$t/tuned.jsonl" | wc -l)" = 4 ] || { echo "FAIL: $(losses "$t/tuned.jsonl" | wc -l) steps logged, want 4"; exit 1; }
 [ "$(grep -c '^attn autotune: flash_.*, the fastest$' "$t/tuned.out")" = 3 ] || { cat "$t/tuned.out"; echo "FAIL: tuned: not 3 kernels timed"; exit 1; }
-grep -q "^attn autotune: 3 attention kernels tuned in .* s (63 timed runs)" "$t/tuned.out" ||
-  { cat "$t/tuned.out"; echo "FAIL: tuned: no summary of 3 kernels x 7 candidates x 3 runs"; exit 1; }
+grep -q "^attn autotune: 3 attention kernels tuned in .* s ($((3 * ncand)) timed runs)" "$t/tuned.out" ||
+  { cat "$t/tuned.out"; echo "FAIL: tuned: no summary of 3 kernels x their $ncand candidates x 3 runs"; exit 1; }
 rec=$(ls "$t"/cache/attn-tune-*.txt)
 [ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; echo "FAIL: the record does not hold 3 choices"; exit 1; }
 run resumed 1 --resume "$t/ck_tuned/step_00000002"
@@ -54,18 +62,16 @@ for f in model.safetensors optimizer.safetensors; do
 done
 # the record edited to every kernel's first candidate (the compiled default), then to its last (the
 # generated launches list them)
-"$shardc" plan models/tiny.model -D seq=16 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
-  --emit-c "$t/src" >/dev/null 2>&1
-launches() { grep -ho 'rt_cu_launch_tuned(ctx, "[^"]*", 7, (const RtCuTileCand\[\]){[^;]*' "$t"/src/*.c; }
 launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)"[^"]*"([^"]*)".*$/\1\t\2/' | sort -u >"$rec"
 [ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; echo "FAIL: the generated launches do not name 3 kernels"; exit 1; }
 run plain 1
-[ "$(grep -c '^attn autotune: flash_.*(candidate 0 of 7, .*as recorded by an earlier run$' "$t/plain.out")" = 3 ] ||
+[ "$(grep -c '^attn autotune: flash_.*(candidate 0 of [0-9]*, .*as recorded by an earlier run$' "$t/plain.out")" = 3 ] ||
   { cat "$rec" "$t/plain.out"; echo "FAIL: plain: the recorded default tiles not honoured"; exit 1; }
 close plain tuned "tuned against the compiled default"
-launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)".*"([^"]*)"\}\}.*$/\1\t\2/' | sort -u >"$rec"
+launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)".*"([^"]*)", [0-9]*\}\}.*$/\1\t\2/' | sort -u >"$rec"
 run forced 1
-[ "$(grep -c '^attn autotune: flash_.*(candidate 6 of 7, .*as recorded by an earlier run$' "$t/forced.out")" = 3 ] ||
+[ "$(grep '^attn autotune: flash_.*as recorded by an earlier run$' "$t/forced.out" |
+  sed -E 's/.*\(candidate ([0-9]*) of ([0-9]*),.*/\1 \2/' | awk '$1 == $2 - 1' | wc -l)" = 3 ] ||
   { cat "$rec" "$t/forced.out"; echo "FAIL: forced: the recorded tiles not honoured"; exit 1; }
 close plain forced "the last candidates against the compiled default"
 if SHARDRT_ATTN_AUTOTUNE=yes "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
@@ -89,4 +95,4 @@ done
 [ "$(losses "$t/mr1.jsonl")" = "$(losses "$t/mr2.jsonl")" ] || { echo "FAIL: 2 ranks: the recorded run's loss differs"; exit 1; }
 grep "^attn autotune" "$t/tuned.out" "$t/forced.out"
 paste <(losses "$t/plain.jsonl") <(losses "$t/tuned.jsonl") <(losses "$t/forced.jsonl")
-echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x 7 tile candidates timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"
+echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x their tile candidates ($ncand) timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"

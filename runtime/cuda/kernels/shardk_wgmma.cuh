@@ -230,7 +230,7 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
 #if SK_HAVE_WGMMA
   constexpr int S = (int)S_, BQ = 64 * NWG, NT = 128 * NWG, QB = 64 * HD * 2, KB = BK * HD * 2;
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)); /* scale * log2 e */
-  unsigned char *base = (unsigned char *)SK_DYN_SMEM();
+  unsigned char *base = (unsigned char *)dyn_smem(SK_WG_FWD_SMEM(HD, BK, NWG));
   base += (1024u - (smem_u32(base) & 1023u)) & 1023u; /* the swizzle atoms' alignment */
   unsigned char *qs = base, *ks = base + NWG * QB, *vs = ks + 2 * KB;
   const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31, w = ((int)threadIdx.x >> 5) & 3;

@@ -81,7 +81,7 @@ inline uint32_t wgmma_elem_addr(uint64_t desc, int mn, int k, int mn_major) {
 inline float wgmma_smem_bf16(uint32_t addr) {
   Block &b = blk();
   if ((size_t)addr + 2 > b.dyn_bytes || (addr & 1u)) {
-    fprintf(stderr, "sk_emu: wgmma operand at shared address %u outside the %zu bytes of dynamic shared memory\n",
+    fprintf(stderr, "sk_emu: wgmma operand at shared address %u outside the %u bytes of dynamic shared memory\n",
             addr, b.dyn_bytes);
     abort();
   }
