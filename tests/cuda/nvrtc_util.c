@@ -18,6 +18,10 @@
   } while (0)
 
 int cudak_nvrtc(const char *src, const char *arch, char **image, size_t *bytes, char **log) {
+  return cudak_nvrtc_opt(src, arch, NULL, image, bytes, log);
+}
+
+int cudak_nvrtc_opt(const char *src, const char *arch, const char *opt, char **image, size_t *bytes, char **log) {
   nvrtcProgram prog;
   *image = NULL;
   *log = NULL;
@@ -26,8 +30,8 @@ int cudak_nvrtc(const char *src, const char *arch, char **image, size_t *bytes, 
   char archopt[64], inc[4096];
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
   snprintf(inc, sizeof inc, "-I%s", CUDA_INCLUDE_DIR);
-  const char *opts[] = {archopt, inc, "-std=c++17"};
-  nvrtcResult rc = nvrtcCompileProgram(prog, 3, opts);
+  const char *opts[] = {archopt, inc, "-std=c++17", opt};
+  nvrtcResult rc = nvrtcCompileProgram(prog, opt ? 4 : 3, opts);
   size_t n = 0;
   NVRTC_TRY(nvrtcGetProgramLogSize(prog, &n));
   *log = calloc(1, n + 1);

@@ -8,5 +8,7 @@
 /* arch: "compute_90" (PTX) or "sm_90" (cubin). Returns 0 and the image (malloc'd; *bytes) and the
  * log (malloc'd, may be empty), or -1 with the log. */
 int cudak_nvrtc(const char *src, const char *arch, char **image, size_t *bytes, char **log);
+/* ... with one more NVRTC option (NULL: none), e.g. "--ptxas-options=-v" */
+int cudak_nvrtc_opt(const char *src, const char *arch, const char *opt, char **image, size_t *bytes, char **log);
 
 #endif

@@ -56,7 +56,8 @@ static void *compile(void *arg) {
 
 /* The kernels whose source calls a tensor-core template (sk::flash_*) must hold HMMA instructions in
  * the sm_90 cubin: nvdisasm's listing, section .text.kN per kernel. Returns the number of failures. */
-static int sass_check(const char *nvdisasm, const char *src, const char *img, size_t bytes) {
+static int sass_check(const char *nvdisasm, const char *src, const char *img, size_t bytes, const char *tmpl,
+                      const char *insn, const char *arch) {
   char path[] = "/tmp/shardc-sass-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0 || write(fd, img, bytes) != (ssize_t)bytes) {
@@ -73,7 +74,7 @@ static int sass_check(const char *nvdisasm, const char *src, const char *img, si
   while (p && text && fgets(line, sizeof line, p)) {
     int k;
     if (sscanf(line, ".text.k%d:", &k) == 1 && k >= 0 && k < 4096) cur = k;
-    else if (cur >= 0 && strstr(line, "HMMA")) hmma[cur]++;
+    else if (cur >= 0 && strstr(line, insn)) hmma[cur]++;
     if (len < 200) len += (size_t)snprintf(text + len, cap - len, "%s", line); /* the start, for errors */
   }
   int rc = p ? pclose(p) : -1;
@@ -85,7 +86,7 @@ static int sass_check(const char *nvdisasm, const char *src, const char *img, si
   }
   free(text);
   int fails = 0, tc = 0;
-  for (const char *at = strstr(src, "sk::flash_"); at; at = strstr(at + 1, "sk::flash_")) {
+  for (const char *at = strstr(src, tmpl); at; at = strstr(at + 1, tmpl)) {
     const char *h = NULL;
     for (const char *q = strstr(src, "__global__ void"); q && q < at; q = strstr(q + 1, "__global__ void")) h = q;
     int k = -1;
@@ -93,12 +94,65 @@ static int sass_check(const char *nvdisasm, const char *src, const char *img, si
     if (!name || sscanf(name, ") k%d(", &k) != 1 || k < 0 || k >= 4096) continue;
     tc++;
     if (hmma[k] == 0) {
-      printf("FAIL sass: k%d (%.40s...) has no HMMA instruction in the sm_90 cubin\n", k, at);
+      printf("FAIL sass: k%d (%.40s...) has no %s instruction in the %s cubin\n", k, at, insn, arch);
       fails++;
     }
   }
   if (tc == 0) printf("FAIL sass: no tensor-core attention kernel among the cases\n"), fails++;
-  if (!fails) printf("ok   sass: the %d tensor-core attention kernels hold HMMA instructions (sm_90, nvdisasm)\n", tc);
+  if (!fails) printf("ok   sass: the %d tensor-core attention kernels (%s) hold %s instructions (%s, nvdisasm)\n", tc, tmpl, insn, arch);
+  return fails;
+}
+
+/* The attention forward on wgmma (shardk_wgmma.cuh) in each of its tiles, hd 64 and 128, causal or not, with
+ * GQA: compiles with no warning for sm_90a (ptxas -v: its registers and spills, printed; no spill
+ * allowed) and, as a trap, for sm_80, compute_90 and sm_90; with nvdisasm, each sm_90a kernel holds HGMMA.
+ * Returns the number of failures. */
+static int wgmma_check(const char *nvdisasm) {
+  Arena a;
+  arena_init(&a);
+  CuK *k = cuk_new(&a);
+  int64_t hds[] = {64, 128};
+  for (int i = 0; i < 2; i++) {
+    CuWgTile w[8];
+    int nw = cuk_wg_variants(hds[i], w, 8);
+    for (int j = 0; j < nw; j++) {
+      cuk_set_flash_wg(k, &w[j]);
+      cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1);
+      cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 2, 1000, 16, 8, hds[i], 0);
+    }
+  }
+  cuk_set_flash_wg(k, NULL);
+  const char *src = cuk_source(k);
+  int fails = 0;
+  const char *archs[] = {"sm_90a", "sm_80", "compute_90", "sm_90"};
+  for (int i = 0; i < 4; i++) {
+    char *img = NULL, *log = NULL;
+    size_t bytes = 0;
+    int rc = cudak_nvrtc_opt(src, archs[i], i == 0 ? "--ptxas-options=-v" : NULL, &img, &bytes, &log);
+    /* warnings, and ptxas' advice that it serialized the wgmma (accumulators it could not keep in place) */
+    int warn = log && (strstr(log, "arning") != NULL || strstr(log, "erformance") != NULL), spill = 0;
+    if (i == 0 && log) /* ptxas -v: "Used N registers ..." and "N bytes spill stores, N bytes spill loads" a kernel */
+      for (const char *l = log; (l = strstr(l, "Compiling entry function")) != NULL; l++) {
+        const char *f = strstr(l, "spill stores"), *u = strstr(l, "Used ");
+        if (!f || !u) continue;
+        const char *ls = f;
+        while (ls > l && ls[-1] != '\n') ls--;
+        int stack = 0, st = 0, ld = 0;
+        if (sscanf(ls, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &stack, &st, &ld) == 3)
+          spill += st + ld > 0;
+        printf("     %.*s: %.*s, %d + %d bytes spilled\n", (int)strcspn(l, "\n"), l, (int)strcspn(u, "\n"), u, st, ld);
+      }
+    if (rc != 0 || warn || spill) {
+      printf("FAIL wgmma %s: %s\n%s\n", archs[i], rc ? "does not compile" : warn ? "warnings" : "spills", log ? log : "");
+      fails++;
+    } else {
+      printf("ok   wgmma %s: %d kernels, %zu bytes\n", archs[i], cuk_count(k), bytes);
+      if (i == 0 && nvdisasm) fails += sass_check(nvdisasm, src, img, bytes, "sk::flash_fwd_wg", "HGMMA", "sm_90a");
+    }
+    free(img);
+    free(log);
+  }
+  arena_free(&a);
   return fails;
 }
 
@@ -139,9 +193,10 @@ int main(int argc, char **argv) {
     free(jobs[i].log);
   }
   if (argc > 1) {
-    if (jobs[1].img) fails += sass_check(argv[1], src, jobs[1].img, jobs[1].bytes);
+    if (jobs[1].img) fails += sass_check(argv[1], src, jobs[1].img, jobs[1].bytes, "sk::flash_", "HMMA", "sm_90");
     free(jobs[1].img);
   }
+  fails += wgmma_check(argc > 1 ? argv[1] : NULL);
   arena_free(&a);
   return fails ? 1 : 0;
 }
