@@ -107,14 +107,18 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     cn[i] = h->buf(&a, i == 8 ? (size_t)cB * H * T * 4 : (kv ? ck : cq) * 2, &cd[i]);
     tn[i] = h->buf(&a, i == 8 ? (size_t)B * H * T * 4 : (kv ? tk : tq) * 2, &td[i]);
   }
-  const char *cf[NV], *cb[NV], *tf[NV], *tb[NV];
-  for (int i = 0; i < nv; i++) {
-    cuk_set_flash_cfg(k, &v[i]);
+  CuWgTile wt[NV]; /* on sm_90a, after the mma.sync rows: the wgmma forward's tiles, with the first row's backward */
+  int nw = h->wgmma ? cuk_wg_variants(hd, wt, NV) : 0;
+  const char *cf[2 * NV], *cb[2 * NV], *tf[2 * NV], *tb[2 * NV];
+  for (int i = 0; i < nv + nw; i++) {
+    cuk_set_flash_cfg(k, &v[i < nv ? i : 0]);
+    cuk_set_flash_wg(k, i < nv ? NULL : &wt[i - nv]);
     cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1);
     cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1);
     tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1);
     tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tn[7], tn[0], tn[1], tn[2], tn[4], tn[8], tn[3], DT_BF16, B, T, H, KV, hd, 1);
   }
+  cuk_set_flash_wg(k, NULL);
   char *ws = h->alloc((size_t)cuk_workspace(k));
   h->load(cuk_source(k));
   uint64_t st = 4242;
@@ -136,7 +140,8 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
   printf("%-3s %-16s %18s %-16s %18s %-16s %18s %9s %8s %8s %s\n", "#", "fwd", "", "dK/dV", "", "dQ", "", "bwd us",
          "TFLOP/s", "fwd+bwd", "check");
   int fails = 0;
-  for (int i = 0; i < nv; i++) {
+  for (int i = 0; i < nv + nw; i++) {
+    const CuFlashCfg *c = &v[i < nv ? i : 0];
     /* check: the forward, then the backward from the reference's o (bf16) and lse, as its reference */
     h->run(cf[i], ws);
     float *go = get_bf(h, cd[4], (int64_t)cq), *gl = malloc((size_t)nl * 4);
@@ -162,16 +167,19 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     h->attrs(kernel_of(tf[i]), &rf, &lf);
     h->attrs(nb == 2 ? kernel_of(bl[1]) : -1, &rk, &lk);
     h->attrs(nb == 2 ? kernel_of(bl[0]) : -1, &rq, &lq);
-    printf("%-3d (%d,%d,%3d,%d%s) %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d "
+    const char *fl = i < nv ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->fwd.mt, c->fwd.w, c->fwd.bt, c->fwd.minb,
+                                           c->fwd.rs ? "s" : "")
+                            : arena_printf(&a, "wg(%d,%d)", wt[i - nv].bk, wt[i - nv].nwg);
+    printf("%-3d %-12s %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d "
            "%7.1f %6.1f %9.1f %8.1f %8.1f %s\n",
-           i, v[i].fwd.mt, v[i].fwd.w, v[i].fwd.bt, v[i].fwd.minb, v[i].fwd.rs ? "s" : "", rf, lf, uf,
-           fa / (uf * 1e-6) / 1e12, v[i].kv.mt, v[i].kv.w, v[i].kv.bt, v[i].kv.minb, v[i].kv.rs ? "s" : "", rk, lk, ukv,
-           2 * fa / (ukv * 1e-6) / 1e12, v[i].q.mt, v[i].q.w, v[i].q.bt, v[i].q.minb, v[i].q.rs ? "s" : "", rq, lq, uq,
+           i, fl, rf, lf, uf, fa / (uf * 1e-6) / 1e12, c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb, c->kv.rs ? "s" : "", rk,
+           lk, ukv, 2 * fa / (ukv * 1e-6) / 1e12, c->q.mt, c->q.w, c->q.bt, c->q.minb, c->q.rs ? "s" : "", rq, lq, uq,
            1.5 * fa / (uq * 1e-6) / 1e12, ub, 2.5 * fa / (ub * 1e-6) / 1e12,
            3.5 * fa / ((uf + ub) * 1e-6) / 1e12, ok ? "ok" : "FAIL");
     fflush(stdout);
   }
-  printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c)\n");
+  printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c%s)\n",
+         nw ? "; wg(keys a tile, warpgroups): the forward on wgmma, codegen/cuda_wgmma_cfg.c, with line 0's backward" : "");
   free(q), free(kk), free(vv), free(dout), free(ro), free(rl), free(rdq), free(rdk), free(rdv), free(rob);
   h->free(ws);
   arena_free(&a);

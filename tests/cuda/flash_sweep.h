@@ -19,6 +19,7 @@ typedef struct {
   void (*run)(const char *stmt, char *ws);         /* launches a statement's kernels */
   double (*time_us)(const char *stmt, char *ws);   /* its time per run (after a warm-up) */
   void (*attrs)(int kernel, int *regs, int *local); /* registers per thread, local (spill) bytes */
+  int wgmma; /* the program is built for sm_90a: the wgmma forward's tiles too (cuk_wg_variants) */
 } SweepHost;
 
 /* Returns the number of candidates that failed their check. */

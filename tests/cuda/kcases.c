@@ -619,6 +619,8 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
 
 static int flash_variants = 1;
 void kc_flash_variants(int on) { flash_variants = on; }
+static int wgmma_on = 1;
+void kc_wgmma(int on) { wgmma_on = on; }
 
 static void cases_attention(KC *c) {
   struct {
@@ -640,7 +642,7 @@ static void cases_attention(KC *c) {
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, &v[i],
                 arena_printf(c->a, " tiles %d", i));
     CuWgTile w[8]; /* the forward on Hopper's wgmma (shardk_wgmma.cuh), each of its tiles */
-    int nw = ac[t].dt == DT_BF16 && flash_variants ? cuk_wg_variants(ac[t].hd, w, 8) : 0;
+    int nw = ac[t].dt == DT_BF16 && flash_variants && wgmma_on ? cuk_wg_variants(ac[t].hd, w, 8) : 0;
     for (int i = 0; i < nw; i++) {
       cuk_set_flash_wg(c->k, &w[i]);
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL,

@@ -29,6 +29,9 @@ const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels);
  * (cuk_flash_variants) on some shapes (causal and not, GQA, odd lengths, hd 64 and 128); on unless
  * turned off before pass 0 (cuda_nvrtc compiles the configuration the compiler emits only). */
 void kc_flash_variants(int on);
+/* on (the default): the attention forward on Hopper's wgmma too (shardk_wgmma.cuh; sm_90a only: a GPU of
+ * another compute capability turns it off) */
+void kc_wgmma(int on);
 /* Whether the norm, reduce_to and rope cases run again for every other variant of the bytes-bound kernels
  * (cuk_set_variant); on unless turned off before pass 0. */
 void kc_bytes_variants(int on);

@@ -373,7 +373,7 @@ static void sweep_attrs(int kernel, int *regs, int *local) {
   CU_CHECK(cuFuncGetAttribute(local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn(kernel)));
 }
 static int sweep(void) {
-  SweepHost h = {sweep_buf, g_alloc, g_free, g_h2d, g_d2h, load, sweep_run, stmt_us, sweep_attrs};
+  SweepHost h = {sweep_buf, g_alloc, g_free, g_h2d, g_d2h, load, sweep_run, stmt_us, sweep_attrs, !strcmp(arch, "sm_90a")};
   int first = npbuf, fails = flash_sweep(&h);
   for (int i = first; i < npbuf; i++) g_free(pbuf[i]);
   npbuf = first;
@@ -395,7 +395,8 @@ int main(int argc, char **argv) {
   CU_CHECK(cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   char name[256];
   CU_CHECK(cuDeviceGetName(name, sizeof name, dev));
-  snprintf(arch, sizeof arch, "sm_%d%d", maj, min);
+  snprintf(arch, sizeof arch, "sm_%d%d%s", maj, min, maj == 9 && min == 0 ? "a" : ""); /* 9.0: sm_90a, as the runtime */
+  kc_wgmma(maj == 9 && min == 0); /* the wgmma attention (shardk_wgmma.cuh) where it is built */
   printf("device: %s (%s)\n", name, arch);
   CUcontext ctx;
   CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
