@@ -172,12 +172,22 @@ static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncan
   return c;
 }
 
+int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *out, int max) {
+  int m = 0;
+  for (int i = 0; i < n && m < max; i++)
+    if (wgmma || strncmp(cand[i].tiles, "wg", 2) != 0) out[m++] = cand[i];
+  return m;
+}
+
 void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
                         int nargs, void **args, const long long *bytes, int nout) {
   RtCuDev *d = rt_cu_dev(ctx);
   if (ncand < 1 || nargs > ARGS_MAX || nout > nargs)
     rt_fatal(1, "rt_cu_launch_tuned(%s): %d candidates, %d arguments (%d written)", key, ncand, nargs, nout);
   AttnTune *t = state(d);
+  RtCuTileCand avail[64];
+  int n = rt_cu_tile_avail(cand, ncand, d->ops->wgmma && d->ops->wgmma(d->be), avail, 64);
+  if (n != ncand) cand = avail, ncand = n;
   int c = t->on ? choose(ctx, d, t, key, ncand, cand, (unsigned)gy, (unsigned)gz, nargs, args, bytes, nout) : 0;
   rt_cu_launch(ctx, cand[c].k, (unsigned)cand[c].gx, (unsigned)gy, (unsigned)gz, cand[c].bx, 1, 1, cand[c].smem, args);
 }

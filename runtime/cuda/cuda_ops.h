@@ -45,6 +45,9 @@ typedef struct {
   const char *tiles;
   unsigned smem; /* bytes of dynamic shared memory */
 } RtCuTileCand;
+/* The candidates the device runs (attn_tune.c): all, less the attention's wgmma ones (tiles "wg...",
+ * built for sm_90a only) unless wgmma (RtCuOps.wgmma); at most max, into out. Returns how many. */
+int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *out, int max);
 void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
                         int nargs, void **args, const long long *bytes, int nout);
 

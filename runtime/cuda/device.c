@@ -341,6 +341,8 @@ static void cuda_close(void *be) {
   free(c);
 }
 
+static int cuda_wgmma(void *be) { return !strcmp(((CudaBe *)be)->arch, "sm_90a"); }
+
 static const RtCuOps cuda_ops = {.name = "cuda",
                                  .launch = rt_cu_cuda_launch,
                                  .matmul = rt_cu_cuda_matmul,
@@ -361,7 +363,8 @@ static const RtCuOps cuda_ops = {.name = "cuda",
                                  .tune_id = cuda_tune_id,
                                  .capturing = rt_cu_cuda_capturing,
                                  .peak = cuda_peak,
-                                 .close = cuda_close};
+                                 .close = cuda_close,
+                                 .wgmma = cuda_wgmma};
 
 int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, RtCuDev *dev) {
   CudaBe *c = calloc(1, sizeof *c);

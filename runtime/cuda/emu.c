@@ -518,6 +518,11 @@ static void emu_close(void *be) {
   free(e);
 }
 
+static int emu_wgmma(void *be) { /* sk_emu_wgmma.h */
+  (void)be;
+  return 1;
+}
+
 static const RtCuOps emu_ops = {.name = "emu",
                                 .launch = emu_launch,
                                 .matmul = emu_matmul,
@@ -534,7 +539,8 @@ static const RtCuOps emu_ops = {.name = "emu",
                                 .scratch_free = emu_scratch_free,
                                 .tune_id = emu_tune_id,
                                 .peak = emu_peak,
-                                .close = emu_close};
+                                .close = emu_close,
+                                .wgmma = emu_wgmma};
 
 /* The emulated device's memory, free at start: SHARDRT_EMU_MEMORY (bytes, or with a K, M or G
  * suffix: KiB, MiB, GiB); -1 when unset (unbounded: host memory); -2 after an error. */
