@@ -39,6 +39,17 @@ static const char *flash_one(CuK *k, const Args *g, const char *name, int which,
   return l;
 }
 
+/* the attention forward on wgmma (shardk_wgmma.cuh) in tiles t: grid (S / 64 nwg, H, B) */
+static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, int64_t H, int64_t KV, int64_t hd,
+                          int causal, int64_t B) {
+  return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), H, B, 128 * t->nwg, 1, cuk_wg_smem(hd, t),
+                        arena_printf(k->a,
+                                     "sk::flash_fwd_wg<%lldLL, %lld, %lld, %lld, %s, %d, %d>((sk::bf16 *)p0, (float *)p1, "
+                                     "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
+                                     (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false",
+                                     t->bk, t->nwg));
+}
+
 /* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
  * cuk_set_attn_tune the candidates of cuk_flash_variants (those with distinct tiles for this kernel; the
  * first compiled always, the others under SK_ATTN_TUNE) launched by rt_cu_launch_tuned. bytes[i]: the
@@ -66,6 +77,16 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
                          (long long)cdiv(S, 16 * c.mt * c.w), 32 * c.w, c.mt, c.w, c.bt, c.minb, c.rs ? "s" : "",
                          (long long)cuk_flash_smem(which, hd, &c));
   }
+  CuWgTile w[8]; /* the forward: also its wgmma tiles (offered by the runtime on sm_90a only: RtCuOps.wgmma) */
+  int nw = which == 0 && k->attn_tune && !k->flash ? cuk_wg_variants(hd, w, 8) : 0;
+  for (int i = 0; i < nw; i++) {
+    k->guard = 1;
+    wg_one(k, g, &w[i], S, H, KV, hd, causal, gz);
+    k->guard = 0;
+    cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d\", %lld}", cands, k->last, (long long)cdiv(S, 64 * w[i].nwg),
+                         128 * w[i].nwg, w[i].bk, w[i].nwg, (long long)cuk_wg_smem(hd, &w[i]));
+  }
+  nt += nw;
   if (nt == 1) return flash_one(k, g, name, which, &t[0], S, H, KV, hd, causal, gy, gz, args); /* reuses the kernel */
   const char *ptrs = "", *sizes = "";
   for (int i = 0; i < g->np; i++) {
@@ -97,13 +118,7 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
                             int causal) {
   attn_check(H, KV, hd);
   if (k->wg && attn_flash(dt, hd) && !ks->qpos && (hd == 64 || hd == 128)) /* Hopper's wgmma (shardk_wgmma.cuh) */
-    return ck_simple_smem(k, &(Args){.np = 5, .p = {o, lse, q, kk, v}}, cdiv(S, 64 * k->wg->nwg), H, B,
-                          128 * k->wg->nwg, 1, cuk_wg_smem(hd, k->wg),
-                          arena_printf(k->a,
-                                       "sk::flash_fwd_wg<%lldLL, %lld, %lld, %lld, %s, %d, %d>((sk::bf16 *)p0, (float *)p1, "
-                                       "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
-                                       (long long)S, (long long)H, (long long)KV, (long long)hd,
-                                       causal ? "true" : "false", k->wg->bk, k->wg->nwg));
+    return wg_one(k, &(Args){.np = 5, .p = {o, lse, q, kk, v}}, k->wg, S, H, KV, hd, causal, B);
   if (attn_flash(dt, hd) && !ks->qpos) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
     int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;

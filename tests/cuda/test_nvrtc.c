@@ -122,8 +122,22 @@ static int wgmma_check(const char *nvdisasm) {
     }
   }
   cuk_set_flash_wg(k, NULL);
-  const char *src = cuk_source(k);
   int fails = 0;
+  /* autotuned: the forward's candidates end with the wgmma tiles ("wg<bk>x<nwg>", their dynamic shared
+   * memory), the backward's have none */
+  cuk_set_attn_tune(k, 1);
+  const char *fw = cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1);
+  const char *bw = cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1);
+  cuk_set_attn_tune(k, 0);
+  CuWgTile w0[8];
+  int nw0 = cuk_wg_variants(64, w0, 8);
+  for (int j = 0; j < nw0; j++) {
+    char want[64];
+    snprintf(want, sizeof want, "\"wg%dx%d\", %lld}", w0[j].bk, w0[j].nwg, (long long)cuk_wg_smem(64, &w0[j]));
+    if (!strstr(fw, want)) printf("FAIL wgmma: the tuned forward has no candidate %s: %s\n", want, fw), fails++;
+  }
+  if (strstr(bw, "\"wg")) printf("FAIL wgmma: a wgmma candidate in the backward: %s\n", bw), fails++;
+  const char *src = cuk_source(k);
   const char *archs[] = {"sm_90a", "sm_80", "compute_90", "sm_90"};
   for (int i = 0; i < 4; i++) {
     char *img = NULL, *log = NULL;
