@@ -96,6 +96,18 @@ __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
+/* Waits for this thread's cp.async copies, makes them visible to the async proxy that wgmma reads
+ * shared memory through (fence.proxy.async: cp.async writes by the generic proxy), then for the block:
+ * the tile is ready for every warpgroup, and every warpgroup is done with the previous one (its products
+ * waited for), whose buffer the next copy may take. */
+__device__ __forceinline__ void wg_tiles_ready() {
+  cp_wait<0>();
+#ifndef SK_EMU
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+  __syncthreads();
+}
+
 /* keeps the compiler from moving accumulator reads or writes across the asynchronous products */
 template <int N>
 __device__ __forceinline__ void wg_regs(float (&d)[N]) {
@@ -254,7 +266,7 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
   const int ntiles = (kend + BK - 1) / BK;
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, buf = it & 1;
-    tiles_ready();
+    wg_tiles_ready();
     if (it + 1 < ntiles) {
       sw_tile_async<BK, HD, NT>(ks + (buf ^ 1) * KB, kb, kvs, k0 + BK, S);
       sw_tile_async<BK, HD, NT>(vs + (buf ^ 1) * KB, vb, kvs, k0 + BK, S);

@@ -32,7 +32,10 @@
  * operand before waiting reads the new bits, as the GPU may). Until then the accumulators keep their old
  * values, so a kernel that reads them before waiting computes garbage here too. A wgmma with no
  * wgmma.fence since the thread's last wait (or its start) aborts, as does a block whose size is not a
- * multiple of 128 (warpgroups) or an operand outside the shared window.
+ * multiple of 128 (warpgroups) or an operand outside the shared window. Not modelled: the proxies
+ * (on the GPU wgmma reads shared memory through the async proxy, so a kernel fences its own stores and
+ * cp.async copies with fence.proxy.async before the barrier that publishes them: shardk_wgmma.cuh's
+ * wg_tiles_ready; the emulator cannot tell a missing one).
  */
 #ifndef SK_EMU_WGMMA_H
 #define SK_EMU_WGMMA_H
