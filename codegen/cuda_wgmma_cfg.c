@@ -3,8 +3,9 @@
  * benchmark's sweep times (`SHARDK_ATTN_SWEEP=only cuda_kernels_gpu`, tests/cuda/flash_sweep.c).
  *
  * Dynamic shared memory: Q (64 NWG rows) once and K and V tiles of BK keys double-buffered, 128 NWG hd +
- * 8 BK hd bytes and 1024 of alignment (SK_WG_FWD_SMEM): hd 64: BK 64 NWG 1 41 KiB, BK 128 NWG 2 81 KiB;
- * hd 128: BK 64 NWG 1 81 KiB, BK 128 NWG 2 161 KiB (under the 227 KiB of an sm_90 block). */
+ * 8 BK hd bytes and 1024 of alignment (SK_WG_FWD_SMEM; the list's order, as {BK, NWG}): hd 64: 81, 49, 41
+ * and 73 KiB; hd 128: 99, 148 and 81 KiB (under the 227 KiB of an sm_90 block). Registers (ptxas -v,
+ * sm_90a): docs/performance.md. The order is a guess until the sweep has timed them. */
 #include "cuda_kernels.h"
 
 static const CuWgTile W64[] = {{128, 2}, {64, 2}, {64, 1}, {128, 1}};
