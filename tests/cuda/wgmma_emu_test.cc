@@ -9,11 +9,16 @@
  *  3. the asynchrony: accumulators unchanged until wait_group, wait_group 1 completing all but the last
  *     group, scale-d 0 ignoring the accumulators;
  *  4. a descriptor with the wrong swizzle mode or SBO computes something else (the model reads what the
- *     bits say).
+ *     bits say);
+ *  5. refused (the run stops): warps of one warpgroup giving different descriptors, a wgmma without a
+ *     wgmma.fence before it.
  */
 #include "sk_emu.h"
 
 #include <cstdio>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int fails, checks;
 static void expect(bool ok, const char *what) {
@@ -221,6 +226,27 @@ static void async_and_wrong() {
   expect(bad == 0, what);
 }
 
+/* 5. body, run in a child, must stop the run */
+static void refused(const char *what, int diverge, int fence) {
+  fflush(stdout);
+  pid_t p = fork();
+  if (p == 0) {
+    if (!freopen("/dev/null", "w", stderr)) _exit(3);
+    sk_emu::launch(1, 1, 1, 128, 1, 1, 8192, [&]() {
+      float d[4] = {0, 0, 0, 0};
+      if (fence) sk_emu::wgmma_fence();
+      uint64_t bd = desc(diverge && threadIdx.x >= 32 ? 1024 : 0, 16, 1024, 1);
+      sk_emu::wgmma_ss<8>(d, desc(0, 16, 1024, 1), bd, 1, 0, 0);
+      sk_emu::wgmma_commit();
+      sk_emu::wgmma_wait(0);
+    });
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(p, &st, 0);
+  expect(WIFSIGNALED(st), what);
+}
+
 int main() {
   addresses();
   const char *mn[] = {"none", "128B", "64B", "32B"};
@@ -237,6 +263,25 @@ int main() {
   product<128>(1, 2, 1, "swizzle 128B, A registers, B MN-major (two 64-column atoms at LBO)");
   product<128>(1, 0, 0, "swizzle 128B, A K-major, B K-major");
   async_and_wrong();
+  refused("refused: a warpgroup whose warps give different descriptors", 1, 1);
+  refused("refused: a wgmma with no wgmma.fence before it", 0, 0);
+  { /* and the same run with the fence and one descriptor is not */
+    fflush(stdout);
+    pid_t p = fork();
+    if (p == 0) {
+      sk_emu::launch(1, 1, 1, 128, 1, 1, 8192, [&]() {
+        float d[4] = {0, 0, 0, 0};
+        sk_emu::wgmma_fence();
+        sk_emu::wgmma_ss<8>(d, desc(0, 16, 1024, 1), desc(0, 16, 1024, 1), 1, 0, 0);
+        sk_emu::wgmma_commit();
+        sk_emu::wgmma_wait(0);
+      });
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the same wgmma with a fence and one descriptor runs");
+  }
   printf("%s: %d of %d wgmma model checks\n", fails ? "FAIL" : "ok", checks - fails, checks);
   return fails != 0;
 }

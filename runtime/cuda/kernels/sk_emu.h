@@ -97,6 +97,7 @@ struct Block {
   const void *rows[2][1024];      /* per-thread row addresses of a warp's ldmatrix, by call parity */
   uint32_t wgfrag[2][1024][4];    /* per-thread register A fragments of a warp's wgmma, by call parity */
   unsigned char wgnew[1024];      /* per-thread: its wgmma state (sk_emu_wgmma.h) is a previous block's */
+  unsigned long long blocks_run = 0; /* blocks started by this host thread (tells a block's state from an earlier one's) */
   unsigned parity[1024];          /* per-thread count of those calls (selects the buffer) */
   const std::function<void()> *body = nullptr;
   unsigned char *dyn_smem = nullptr; /* dynamic shared memory of the launch */
@@ -189,6 +190,7 @@ inline void syncwarp() { yield(ST_WARP_BAR); }
  * the whole block at their barriers, until all are done. */
 inline void run_block(int nthreads) {
   Block &b = blk();
+  b.blocks_run++;
   for (int t = 0; t < nthreads; t++) {
     Fiber &f = b.fibers[(size_t)t];
     f.state = ST_RUN;

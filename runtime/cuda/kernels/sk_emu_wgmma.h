@@ -102,10 +102,20 @@ struct WgOp {
   uint64_t adesc, bdesc;
   uint32_t slab[32][4]; /* register A: the warp's fragments at issue */
 };
+/* a warpgroup's wgmma, as its first thread to issue it gave it: the others must give the same */
+struct WgIssued {
+  unsigned long long block; /* Block::blocks_run when issued */
+  unsigned seq;             /* the issuing thread's count of wgmmas in the block */
+  uint64_t adesc, bdesc;
+  int n, a_reg, ta, tb, scale_d;
+};
+enum { WG_RING = 256 }; /* a thread may run this many wgmmas ahead of its warpgroup's slowest */
 struct WgState {
   std::vector<WgOp> ops[1024]; /* per thread, in issue order */
   int groups[1024];            /* groups committed so far */
   int fenced[1024];            /* a wgmma.fence since the last wait */
+  unsigned seq[1024];          /* wgmmas issued in the block */
+  WgIssued ring[8][WG_RING];   /* per warpgroup of the block */
 };
 inline WgState &wg() {
   static thread_local WgState *s = new WgState();
@@ -120,6 +130,7 @@ inline int wg_me() {
     s.ops[t].clear();
     s.groups[t] = 0;
     s.fenced[t] = 0;
+    s.seq[t] = 0;
     b.wgnew[t] = 0;
   }
   return t;
@@ -178,6 +189,21 @@ inline void wgmma_issue(WgOp &o) {
   }
   if (!s.fenced[t]) {
     fprintf(stderr, "sk_emu: wgmma without a wgmma.fence since the thread's last wait_group\n");
+    abort();
+  }
+  /* .sync.aligned: the warpgroup's 128 threads issue the same wgmma, its descriptors (and shape, flags)
+   * one operand of the whole warpgroup */
+  WgIssued &r = s.ring[t / 128][s.seq[t] % WG_RING];
+  const WgIssued mine = {b.blocks_run, s.seq[t]++, o.a_reg ? 0 : o.adesc, o.bdesc, o.n, o.a_reg, o.ta, o.tb, o.scale_d};
+  if (r.block != mine.block || r.seq != mine.seq) {
+    r = mine;
+  } else if (r.adesc != mine.adesc || r.bdesc != mine.bdesc || r.n != mine.n || r.a_reg != mine.a_reg ||
+             r.ta != mine.ta || r.tb != mine.tb || r.scale_d != mine.scale_d) {
+    fprintf(stderr,
+            "sk_emu: thread %d's wgmma #%u differs from its warpgroup's (descriptors %#llx %#llx, want %#llx %#llx; "
+            "n %d / %d)\n",
+            t, mine.seq, (unsigned long long)mine.adesc, (unsigned long long)mine.bdesc, (unsigned long long)r.adesc,
+            (unsigned long long)r.bdesc, mine.n, r.n);
     abort();
   }
   o.group = -1;
