@@ -245,8 +245,10 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
   unsigned char *base = (unsigned char *)dyn_smem(SK_WG_FWD_SMEM(HD, BK, NWG));
   base += (1024u - (smem_u32(base) & 1023u)) & 1023u; /* the swizzle atoms' alignment */
   unsigned char *qs = base, *ks = base + NWG * QB, *vs = ks + 2 * KB;
-  const int wg = (int)threadIdx.x >> 7, lane = (int)threadIdx.x & 31, w = ((int)threadIdx.x >> 5) & 3;
-  const int g = lane >> 2, t = lane & 3;
+  /* the warpgroup by a shuffle from lane 0: ptxas then knows it (and every branch on it) uniform in the
+   * warp, so no wgmma sits on a path it takes for divergent */
+  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0), lane = (int)threadIdx.x & 31;
+  const int w = ((int)threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
   FlashBlock fb = flash_block(CAUSAL);
   i64 b = fb.b;
   int h = fb.h, kvh = h / (H / KV);
