@@ -170,8 +170,10 @@ static int wgmma_check(const char *nvdisasm) {
   return fails;
 }
 
-/* test_cuda_nvrtc [NVDISASM]: with nvdisasm, the tensor-core check of the sm_90 cubin too */
+/* test_cuda_nvrtc [NVDISASM [wgmma]]: with nvdisasm, the tensor-core check of the sm_90 cubin too; with
+ * "wgmma", only the wgmma kernels' checks (a quicker look at their registers) */
 int main(int argc, char **argv) {
+  if (argc > 2 && !strcmp(argv[2], "wgmma")) return wgmma_check(argv[1]) ? 1 : 0;
   Arena a;
   arena_init(&a);
   int64_t ws;
