@@ -146,11 +146,12 @@ int64_t cuk_flash_smem(int which, int64_t hd, const CuFlashTile *t);
 void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c);
 /* The attention forward on Hopper's warpgroup MMA (runtime/cuda/kernels/shardk_wgmma.cuh; bf16, hd 64
  * or 128; built for sm_90a only, a trap elsewhere): bk keys a streamed tile, nwg warpgroups of 64 query
- * rows a block. cuk_wg_variants: the candidates for hd (codegen/cuda_wgmma_cfg.c; 0 for other head
+ * rows a block, pipe: the pipelined order. cuk_wg_variants: the candidates for hd (codegen/cuda_wgmma_cfg.c; 0 for other head
  * dims); cuk_wg_smem: the bytes of dynamic shared memory a tile needs; cuk_set_flash_wg: the forward of
  * every attention k emits from now on that it can take runs it (NULL: the mma.sync kernels). */
 typedef struct {
   int bk, nwg;
+  int pipe; /* 1: FlashAttention-3's order inside a warpgroup (tile j's S and softmax under tile j - 1's P V) */
 } CuWgTile;
 int cuk_wg_variants(int64_t hd, CuWgTile *v, int max);
 int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t);

@@ -44,10 +44,10 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
                           int causal, int64_t B) {
   return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), H, B, 128 * t->nwg, 1, cuk_wg_smem(hd, t),
                         arena_printf(k->a,
-                                     "sk::flash_fwd_wg<%lldLL, %lld, %lld, %lld, %s, %d, %d>((sk::bf16 *)p0, (float *)p1, "
-                                     "(const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
+                                     "sk::flash_fwd_wg<%lldLL, %lld, %lld, %lld, %s, %d, %d, %s>((sk::bf16 *)p0, "
+                                     "(float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
                                      (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false",
-                                     t->bk, t->nwg));
+                                     t->bk, t->nwg, t->pipe ? "true" : "false"));
 }
 
 /* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
@@ -83,8 +83,9 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
     k->guard = 1;
     wg_one(k, g, &w[i], S, H, KV, hd, causal, gz);
     k->guard = 0;
-    cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d\", %lld}", cands, k->last, (long long)cdiv(S, 64 * w[i].nwg),
-                         128 * w[i].nwg, w[i].bk, w[i].nwg, (long long)cuk_wg_smem(hd, &w[i]));
+    cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
+                         (long long)cdiv(S, 64 * w[i].nwg), 128 * w[i].nwg, w[i].bk, w[i].nwg, w[i].pipe ? "p" : "",
+                         (long long)cuk_wg_smem(hd, &w[i]));
   }
   nt += nw;
   if (nt == 1) return flash_one(k, g, name, which, &t[0], S, H, KV, hd, causal, gy, gz, args); /* reuses the kernel */

@@ -2,14 +2,15 @@
  * (runtime/cuda/kernels/shardk_wgmma.cuh, sm_90a): the candidates cuda_kernels_emu checks and the kernel
  * benchmark's sweep times (`SHARDK_ATTN_SWEEP=only cuda_kernels_gpu`, tests/cuda/flash_sweep.c).
  *
- * Dynamic shared memory: Q (64 NWG rows) once and K and V tiles of BK keys double-buffered, 128 NWG hd +
- * 8 BK hd bytes and 1024 of alignment (SK_WG_FWD_SMEM; the list's order, as {BK, NWG}): hd 64: 81, 49, 41
- * and 73 KiB; hd 128: 99, 148 and 81 KiB (under the 227 KiB of an sm_90 block). Registers (ptxas -v,
- * sm_90a): docs/performance.md. The order is a guess until the sweep has timed them. */
+ * Dynamic shared memory: Q (64 NWG rows) once and K and V tiles of BK keys double-buffered (pipelined:
+ * V in three buffers), 128 NWG hd + 8 BK hd (10 BK hd) bytes and 1024 of alignment (SK_WG_FWD_SMEM; in the
+ * lists' order, {BK, NWG, pipelined}): hd 64: 81, 49, 41, 73, 97, 57 and 89 KiB; hd 128: 99, 148, 81,
+ * 113 and 97 KiB (under the 227 KiB of an sm_90 block). Registers (ptxas -v, sm_90a):
+ * docs/performance.md. The order is a guess until the sweep has timed them. */
 #include "cuda_kernels.h"
 
-static const CuWgTile W64[] = {{128, 2}, {64, 2}, {64, 1}, {128, 1}};
-static const CuWgTile W128[] = {{64, 2}, {128, 1}, {64, 1}};
+static const CuWgTile W64[] = {{128, 2, 0}, {64, 2, 0}, {64, 1, 0}, {128, 1, 0}, {128, 2, 1}, {64, 2, 1}, {128, 1, 1}};
+static const CuWgTile W128[] = {{64, 2, 0}, {128, 1, 0}, {64, 1, 0}, {64, 2, 1}, {64, 1, 1}};
 
 int cuk_wg_variants(int64_t hd, CuWgTile *v, int max) {
   if (hd != 64 && hd != 128) return 0;
@@ -20,4 +21,4 @@ int cuk_wg_variants(int64_t hd, CuWgTile *v, int max) {
   return n;
 }
 
-int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t) { return 1024 + 128 * t->nwg * hd + 8 * t->bk * hd; }
+int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t) { return 1024 + 128 * t->nwg * hd + (t->pipe ? 10 : 8) * t->bk * hd; }

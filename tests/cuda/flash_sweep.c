@@ -169,7 +169,7 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     h->attrs(nb == 2 ? kernel_of(bl[0]) : -1, &rq, &lq);
     const char *fl = i < nv ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->fwd.mt, c->fwd.w, c->fwd.bt, c->fwd.minb,
                                            c->fwd.rs ? "s" : "")
-                            : arena_printf(&a, "wg(%d,%d)", wt[i - nv].bk, wt[i - nv].nwg);
+                            : arena_printf(&a, "wg(%d,%d%s)", wt[i - nv].bk, wt[i - nv].nwg, wt[i - nv].pipe ? ",p" : "");
     printf("%-3d %-12s %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d "
            "%7.1f %6.1f %9.1f %8.1f %8.1f %s\n",
            i, fl, rf, lf, uf, fa / (uf * 1e-6) / 1e12, c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb, c->kv.rs ? "s" : "", rk,

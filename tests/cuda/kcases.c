@@ -646,7 +646,7 @@ static void cases_attention(KC *c) {
     for (int i = 0; i < nw; i++) {
       cuk_set_flash_wg(c->k, &w[i]);
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL,
-                arena_printf(c->a, " wgmma bk %d nwg %d", w[i].bk, w[i].nwg));
+                arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""));
       cuk_set_flash_wg(c->k, NULL);
     }
   }

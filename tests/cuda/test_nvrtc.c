@@ -133,7 +133,8 @@ static int wgmma_check(const char *nvdisasm) {
   int nw0 = cuk_wg_variants(64, w0, 8);
   for (int j = 0; j < nw0; j++) {
     char want[64];
-    snprintf(want, sizeof want, "\"wg%dx%d\", %lld}", w0[j].bk, w0[j].nwg, (long long)cuk_wg_smem(64, &w0[j]));
+    snprintf(want, sizeof want, "\"wg%dx%d%s\", %lld}", w0[j].bk, w0[j].nwg, w0[j].pipe ? "p" : "",
+             (long long)cuk_wg_smem(64, &w0[j]));
     if (!strstr(fw, want)) printf("FAIL wgmma: the tuned forward has no candidate %s: %s\n", want, fw), fails++;
   }
   if (strstr(bw, "\"wg")) printf("FAIL wgmma: a wgmma candidate in the backward: %s\n", bw), fails++;

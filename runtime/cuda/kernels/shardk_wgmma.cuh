@@ -36,8 +36,9 @@
 
 namespace sk {
 
-/* bytes of dynamic shared memory flash_fwd_wg<.., HD, .., BK, NWG> needs (with the 1024 of its alignment) */
-#define SK_WG_FWD_SMEM(HD, BK, NWG) (1024 + 2 * 64 * (NWG) * (HD) + 8 * (BK) * (HD))
+/* bytes of dynamic shared memory flash_fwd_wg<.., HD, .., BK, NWG, PIPE> needs (with the 1024 of its
+ * alignment): Q, two K tiles, two V tiles (PIPE: three) */
+#define SK_WG_FWD_SMEM(HD, BK, NWG, PIPE) (1024 + 2 * 64 * (NWG) * (HD) + ((PIPE) ? 10 : 8) * (BK) * (HD))
 
 #if SK_HAVE_WGMMA
 
@@ -119,6 +120,19 @@ __device__ __forceinline__ void wg_regs(float (&d)[N]) {
 #endif
 }
 
+/* ... and the A operand in registers of a product in flight: kept as they are until its wait */
+template <int K>
+__device__ __forceinline__ void wg_regs_a(u32 (&a)[K][4]) {
+#ifndef SK_EMU
+#pragma unroll
+  for (int i = 0; i < K; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) asm volatile("" : "+r"(a[i][j])::"memory");
+#else
+  (void)a;
+#endif
+}
+
 /* d (m64nN f32) op= A B: A (64 x 16) and B (N x 16) K-major from shared memory (scale_d 0: d = A B) */
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long ad, unsigned long long bd, int scale_d);
@@ -171,15 +185,11 @@ __device__ __forceinline__ float (&flat(float (&c)[N / 8][4]))[N / 2] {
   return *reinterpret_cast<float(*)[N / 2]>(&c);
 }
 
-/* One key tile of the forward for one warpgroup (rows r0 .. r0 + 63; this warp's 16 from r0 + 16 w):
- * S = Q K^T, the online softmax (masked when MASK), O += P V. qa: the warpgroup's Q tile, ka / va: the
- * key tile's K and V (shared addresses). */
-template <bool MASK, bool CAUSAL, int S, int HD, int BK>
-__device__ __forceinline__ void wg_fwd_tile(float (&acc)[HD / 8][4], float (&m)[2], float (&l)[2], u32 qa, u32 ka,
-                                            u32 va, int k0, int r0, float c2) {
-  const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = ((int)threadIdx.x >> 5) & 3;
-  float s[BK / 8][4];
-  wg_fence();
+/* The pieces of a key tile's work for one warpgroup (rows r0 .. r0 + 63; this warp's 16 from r0 + 16 w).
+ * wg_scores issues S = Q K^T (qa: the warpgroup's Q tile, ka: the key tile's K; shared addresses) and
+ * commits it; wg_pv issues O += P V (va: the tile's V) and commits it; the caller fences before and waits. */
+template <int HD, int BK>
+__device__ __forceinline__ void wg_scores(float (&s)[BK / 8][4], u32 qa, u32 ka) {
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) { /* 16 columns of Q and K: atom kk / 4, 32 bytes each */
     const u32 off = (u32)(kk & 3) * 32;
@@ -187,8 +197,22 @@ __device__ __forceinline__ void wg_fwd_tile(float (&acc)[HD / 8][4], float (&m)[
                  wg_desc(ka + (u32)(kk >> 2) * BK * 128 + off, 16), kk > 0);
   }
   wg_commit();
-  wg_wait<0>();
-  wg_regs<BK / 2>(flat<BK>(s));
+}
+template <int HD, int BK>
+__device__ __forceinline__ void wg_pv(float (&acc)[HD / 8][4], const u32 (&pa)[BK / 16][4], u32 va) {
+#pragma unroll
+  for (int j = 0; j < BK / 16; j++) /* keys 16 j ..: rows of V's tile, 2048 bytes a step; 64 columns an atom (LBO) */
+    wgmma_rs<HD>(flat<HD>(acc), pa[j], wg_desc(va + (u32)j * 2048, BK * 128));
+  wg_commit();
+}
+
+/* The online softmax of a tile's raw scores s (masked when MASK: keys at or past S, causal keys past the
+ * row): the running max m and sum l updated, s becomes P = exp2(s c2 - m) (fp32; c_to_a makes it the A
+ * operand); returns in f the factor the accumulators of O take for the new max (the caller applies it). */
+template <bool MASK, bool CAUSAL, int S, int BK>
+__device__ __forceinline__ void wg_softmax(float (&s)[BK / 8][4], float (&m)[2], float (&l)[2], float (&f)[2], int k0,
+                                           int r0, float c2) {
+  const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = ((int)threadIdx.x >> 5) & 3;
   const int ra = r0 + 16 * w + g; /* this thread's rows: ra, ra + 8 */
   if (MASK) {
 #pragma unroll
@@ -208,41 +232,84 @@ __device__ __forceinline__ void wg_fwd_tile(float (&acc)[HD / 8][4], float (&m)[
   float n0 = fmx(m[0], quad_max(x0) * c2), n1 = fmx(m[1], quad_max(x1) * c2);
   float u0 = n0, u1 = n1;
   if (MASK) u0 = n0 == ninf() ? 0.0f : n0, u1 = n1 == ninf() ? 0.0f : n1; /* a row masked so far */
-  float f0 = ex2(m[0] - u0), f1 = ex2(m[1] - u1);
+  f[0] = ex2(m[0] - u0), f[1] = ex2(m[1] - u1);
   m[0] = n0, m[1] = n1;
-  l[0] *= f0, l[1] *= f1;
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; nt++) acc[nt][0] *= f0, acc[nt][1] *= f0, acc[nt][2] *= f1, acc[nt][3] *= f1;
+  l[0] *= f[0], l[1] *= f[1];
 #pragma unroll
   for (int nt = 0; nt < BK / 8; nt++) {
     s[nt][0] = ex2(fmaf(s[nt][0], c2, -u0)), s[nt][1] = ex2(fmaf(s[nt][1], c2, -u0));
     s[nt][2] = ex2(fmaf(s[nt][2], c2, -u1)), s[nt][3] = ex2(fmaf(s[nt][3], c2, -u1));
     l[0] += s[nt][0] + s[nt][1], l[1] += s[nt][2] + s[nt][3];
   }
+}
+
+template <int HD>
+__device__ __forceinline__ void wg_rescale(float (&acc)[HD / 8][4], const float (&f)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; nt++) acc[nt][0] *= f[0], acc[nt][1] *= f[0], acc[nt][2] *= f[1], acc[nt][3] *= f[1];
+}
+
+/* One key tile, each product waited for: S, the softmax, O rescaled, O += P V. */
+template <bool MASK, bool CAUSAL, int S, int HD, int BK>
+__device__ __forceinline__ void wg_fwd_tile(float (&acc)[HD / 8][4], float (&m)[2], float (&l)[2], u32 qa, u32 ka,
+                                            u32 va, int k0, int r0, float c2) {
+  float s[BK / 8][4], f[2];
   u32 pa[BK / 16][4];
+  wg_fence();
+  wg_scores<HD, BK>(s, qa, ka);
+  wg_wait<0>();
+  wg_regs<BK / 2>(flat<BK>(s));
+  wg_softmax<MASK, CAUSAL, S, BK>(s, m, l, f, k0, r0, c2);
   c_to_a<BK>(pa, s);
+  wg_rescale<HD>(acc, f);
   wg_regs<HD / 2>(flat<HD>(acc));
   wg_fence();
-#pragma unroll
-  for (int j = 0; j < BK / 16; j++) /* keys 16 j ..: rows of V's tile, 2048 bytes a step; 64 columns an atom (LBO) */
-    wgmma_rs<HD>(flat<HD>(acc), pa[j], wg_desc(va + (u32)j * 2048, BK * 128));
-  wg_commit();
+  wg_pv<HD, BK>(acc, pa, va);
   wg_wait<0>();
   wg_regs<HD / 2>(flat<HD>(acc));
 }
 
+/* Pipelined (FlashAttention-3's order inside a warpgroup): tile j's S and tile j - 1's P V are issued
+ * together, the softmax of tile j runs on S's fp32 accumulators while P V still computes; once it is
+ * done, O takes tile j's factor and P of tile j is packed into pa (the A registers of the P V in flight:
+ * written only after its wait, as ptxas wants, else it serializes the wgmma). pa holds P of tile j - 1 on
+ * entry (have: there is one), P of tile j on return; vp: tile j - 1's V. */
+template <bool MASK, bool CAUSAL, int S, int HD, int BK>
+__device__ __forceinline__ void wg_fwd_tile_pipe(float (&acc)[HD / 8][4], float (&m)[2], float (&l)[2],
+                                                 u32 (&pa)[BK / 16][4], bool have, u32 qa, u32 ka, u32 vp, int k0,
+                                                 int r0, float c2) {
+  float s[BK / 8][4], f[2];
+  wg_fence();
+  wg_scores<HD, BK>(s, qa, ka);
+  if (have) {
+    wg_pv<HD, BK>(acc, pa, vp);
+    wg_wait<1>(); /* S done, P V in flight */
+  } else {
+    wg_wait<0>();
+  }
+  wg_regs<BK / 2>(flat<BK>(s));
+  wg_softmax<MASK, CAUSAL, S, BK>(s, m, l, f, k0, r0, c2);
+  wg_wait<0>();
+  wg_regs_a<BK / 16>(pa);
+  wg_regs<HD / 2>(flat<HD>(acc));
+  wg_rescale<HD>(acc, f);
+  c_to_a<BK>(pa, s);
+}
+
 #endif /* SK_HAVE_WGMMA */
 
-/* Forward: grid (ceil(S / (64 NWG)), H, B), block 128 NWG, SK_WG_FWD_SMEM(HD, BK, NWG) bytes of dynamic
- * shared memory; each warpgroup 64 query rows; K and V tiles of BK keys double-buffered. */
-template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int NWG>
+/* Forward: grid (ceil(S / (64 NWG)), H, B), block 128 NWG, SK_WG_FWD_SMEM(HD, BK, NWG, PIPE) bytes of
+ * dynamic shared memory; each warpgroup 64 query rows; K and V tiles of BK keys, the next tile's copy
+ * issued after the one barrier a tile. PIPE: wg_fwd_tile_pipe's order, so tile j - 1's V is read while
+ * tile j + 1's copy lands: V takes three buffers (K two); else wg_fwd_tile's, two of each. */
+template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int NWG, bool PIPE = false>
 __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v) {
   static_assert(HD == 64 || HD == 128, "flash_fwd_wg: head dim 64 or 128");
   static_assert(BK == 64 || BK == 128, "flash_fwd_wg: key tiles of 64 or 128");
 #if SK_HAVE_WGMMA
-  constexpr int S = (int)S_, BQ = 64 * NWG, NT = 128 * NWG, QB = 64 * HD * 2, KB = BK * HD * 2;
+  constexpr int S = (int)S_, BQ = 64 * NWG, NT = 128 * NWG, QB = 64 * HD * 2, KB = BK * HD * 2, NVB = PIPE ? 3 : 2;
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)); /* scale * log2 e */
-  unsigned char *base = (unsigned char *)dyn_smem(SK_WG_FWD_SMEM(HD, BK, NWG));
+  unsigned char *base = (unsigned char *)dyn_smem(SK_WG_FWD_SMEM(HD, BK, NWG, PIPE));
   base += (1024u - (smem_u32(base) & 1023u)) & 1023u; /* the swizzle atoms' alignment */
   unsigned char *qs = base, *ks = base + NWG * QB, *vs = ks + 2 * KB;
   /* the warpgroup by a shuffle from lane 0: ptxas then knows it (and every branch on it) uniform in the
@@ -263,24 +330,44 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
   float acc[HD / 8][4], m[2] = {ninf(), ninf()}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < HD / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  u32 pa[BK / 16][4]; /* PIPE: P of the last tile, its P V not yet issued (when have) */
+  bool have = false;
   const u32 qa = smem_u32(qs + wg * QB);
   const int kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (kend + BK - 1) / BK;
   for (int it = 0; it < ntiles; it++) {
-    const int k0 = it * BK, buf = it & 1;
-    wg_tiles_ready();
+    const int k0 = it * BK;
+    wg_tiles_ready(); /* tile it landed; every warpgroup is done with the buffers the next copy takes */
     if (it + 1 < ntiles) {
-      sw_tile_async<BK, HD, NT>(ks + (buf ^ 1) * KB, kb, kvs, k0 + BK, S);
-      sw_tile_async<BK, HD, NT>(vs + (buf ^ 1) * KB, vb, kvs, k0 + BK, S);
+      sw_tile_async<BK, HD, NT>(ks + ((it + 1) & 1) * KB, kb, kvs, k0 + BK, S);
+      sw_tile_async<BK, HD, NT>(vs + ((it + 1) % NVB) * KB, vb, kvs, k0 + BK, S);
       cp_commit();
     }
+    const u32 ka = smem_u32(ks + (it & 1) * KB), va = smem_u32(vs + (it % NVB) * KB);
     if (r0 < S && (!CAUSAL || k0 <= r0 + 63)) { /* else every key of the tile is past this warpgroup's rows */
-      const u32 ka = smem_u32(ks + buf * KB), va = smem_u32(vs + buf * KB);
-      if (k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0))
-        wg_fwd_tile<true, CAUSAL, S, HD, BK>(acc, m, l, qa, ka, va, k0, r0, c2);
-      else
-        wg_fwd_tile<false, CAUSAL, S, HD, BK>(acc, m, l, qa, ka, va, k0, r0, c2);
+      const bool mask = k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0);
+      if (PIPE) {
+        const u32 vp = smem_u32(vs + ((it + NVB - 1) % NVB) * KB);
+        if (mask) wg_fwd_tile_pipe<true, CAUSAL, S, HD, BK>(acc, m, l, pa, have, qa, ka, vp, k0, r0, c2);
+        else wg_fwd_tile_pipe<false, CAUSAL, S, HD, BK>(acc, m, l, pa, have, qa, ka, vp, k0, r0, c2);
+        have = true;
+      } else {
+        if (mask) wg_fwd_tile<true, CAUSAL, S, HD, BK>(acc, m, l, qa, ka, va, k0, r0, c2);
+        else wg_fwd_tile<false, CAUSAL, S, HD, BK>(acc, m, l, qa, ka, va, k0, r0, c2);
+      }
+    } else if (PIPE && have) { /* the warpgroup's last tile was the previous one: its P V now */
+      wg_fence();
+      wg_pv<HD, BK>(acc, pa, smem_u32(vs + ((it + NVB - 1) % NVB) * KB));
+      wg_wait<0>();
+      wg_regs<HD / 2>(flat<HD>(acc));
+      have = false;
     }
+  }
+  if (PIPE && have) { /* the last tile's P V (its V stays: no copy after it) */
+    wg_fence();
+    wg_pv<HD, BK>(acc, pa, smem_u32(vs + ((ntiles - 1) % NVB) * KB));
+    wg_wait<0>();
+    wg_regs<HD / 2>(flat<HD>(acc));
   }
   const float ln2 = 0.6931471805599453f;
   float *lb = lse + ((i64)b * H + h) * S;
