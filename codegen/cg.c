@@ -33,6 +33,11 @@ const char *cg_ptr(Cg *c, const Value *v) {
     die("ARG %%%d has no binding", v->id);
   }
   if (v->offset == IR_OFFSET_VIEW) return cg_ptr(c, v->def->in[0]); /* a view of a region's argument */
+  if (v->last_in) { /* a carry in its loop's stack: the next slice, and the loop's output in the last iteration */
+    int d = cg_depth_of(v->def->graph);
+    return arena_printf(c->a, "(i%d < %" PRId64 " ? (M + %" PRId64 " + i%d * %" PRId64 ") : %s)", d,
+                        v->def->graph->owner->a.count - 1, v->offset, d, v->stride, cg_ptr(c, v->last_in));
+  }
   if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
   if (v->host) return arena_printf(c->a, "(H + %" PRId64 ")", v->offset); /* plan offload: the host allocation */
   if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, cg_depth_of(v->def->graph), v->stride);

@@ -144,6 +144,10 @@ struct Value {
 #define IR_OFFSET_VIEW ((int64_t)-3)
   int64_t stride; /* bytes per REPEAT iteration */
   int mclass;     /* MemClass (passes/memplan.h) */
+  /* A loop's carry kept in the stack its body saves the carry into (memplan_carry_in_stack): in
+   * iteration i it lives at offset + i * stride (the stack's slice i + 1, where the next
+   * iteration's input is saved), but in the last iteration at last_in (the loop's output). */
+  const Value *last_in;
 };
 
 typedef enum { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_CONST } InitKind;

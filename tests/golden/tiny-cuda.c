@@ -83,17 +83,18 @@ static void step(char *M, RtCtx *ctx) {
         rt_cu_launch(ctx, 22, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
-      rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 4105600), (M + 1516672), 65536);
-      c1_0 = (M + 4105600);
+      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      }
+      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
     }
   }
   /* models/std/transformer.model:9 */
@@ -415,17 +416,18 @@ static void eval(char *M, RtCtx *ctx) {
         rt_cu_launch(ctx, 22, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
-      rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 4105600), (M + 1516672), 65536);
-      c1_0 = (M + 4105600);
+      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      }
+      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
     }
   }
   /* models/std/transformer.model:9 */
@@ -512,17 +514,18 @@ static void logits(char *M, RtCtx *ctx) {
         rt_cu_launch(ctx, 22, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
-      rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 4105600), (M + 1516672), 65536);
-      c1_0 = (M + 4105600);
+      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      }
+      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
     }
   }
   /* models/std/transformer.model:9 */

@@ -57,10 +57,11 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:76 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3679360), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
-      memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
-      memmove((M + 6694016), (M + 3679360), 131072);
-      c1_0 = (M + 6694016);
+      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      if (c1_0 != ((M + 6431872) + i1 * 131072)) {
+        memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
+      }
+      c1_0 = (i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016));
     }
   }
   /* models/std/transformer.model:11 */
@@ -313,10 +314,11 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:76 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3679360), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
-      memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
-      memmove((M + 6694016), (M + 3679360), 131072);
-      c1_0 = (M + 6694016);
+      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      if (c1_0 != ((M + 6431872) + i1 * 131072)) {
+        memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
+      }
+      c1_0 = (i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016));
     }
   }
   /* models/std/transformer.model:11 */
@@ -374,10 +376,11 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:76 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3679360), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
-      memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
-      memmove((M + 6694016), (M + 3679360), 131072);
-      c1_0 = (M + 6694016);
+      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      if (c1_0 != ((M + 6431872) + i1 * 131072)) {
+        memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
+      }
+      c1_0 = (i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016));
     }
   }
   /* models/std/transformer.model:11 */
