@@ -32,7 +32,7 @@
  * e^x, tanh and sigmoid are the runtime's polynomial, their multiply-adds contracted otherwise: a
  * few ulps, within the fp32 roundings above. Seen (2026-11-26): gradients <= 5.3e-7, clipped
  * gradients <= 7.2e-7 of the largest (llama's w_v, 12u), parameters at most 0.94 of the bound;
- * 1.5 eps in the LLVM AdamW fails all three cases. About 9 s here (the C kernels' run: 6 s).
+ * 1.5 eps in the LLVM AdamW fails all three cases. About 6 s here, as the C kernels' run.
  *
  * With the argument `cuda` it checks the CUDA target instead: the same trainers compiled with
  * --target cuda run on the emulated device (SHARDRT_DEVICE=emu: the generated kernels compiled
