@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bigram_prog.h"
 #include "train/train.h"
 #include "../check.h" /* CHECK */
 
@@ -24,15 +25,9 @@ void write_shard(const char *path, int magic, int version, int elem, const uint3
 
 /* ---- the bigram program ---- */
 
-enum { NLAYER = 2, MB = 4, SEQ = 8 };
+enum { NLAYER = BG_LAYERS, MB = 4, SEQ = 8 };
 
-typedef struct {
-  int64_t V, VP; /* vocabulary, padded logits width */
-  int64_t o_wte, o_bias, o_mw, o_vw, o_mb, o_vb, o_tok, o_tgt, o_lr, o_step, o_loss, o_gn, o_logits, o_gw,
-      o_gb; /* bytes */
-} Layout;
-
-extern Layout lay;     /* the program's offsets (make_program) */
+extern BgLayout lay;   /* the program's offsets (make_program) */
 extern RtProgram prog; /* the program (make_program) */
 
 #define F32(off) ((float *)(M + (off)))
