@@ -1,0 +1,30 @@
+# tests/lib.sh — the preamble the end-to-end test scripts share (tests/e2e/*.sh; tests/codegen/lib.sh
+# builds on it). A script sources it first, then names its arguments:
+#   source "$(dirname "$0")/../lib.sh"
+#   shardc=$(abspath "$1")
+# It stops the script on the first error (set -euo pipefail), goes to the repository root, makes a
+# temporary folder $t (removed on exit; a script with its own EXIT trap removes it there), lets
+# mpirun run as root and oversubscribe, and defines:
+#   abspath PATH   PATH as the script was given it (relative to where it started), made absolute
+#   mpi            the mpirun command, an array: "${mpi[@]}" -np 2 ...
+#   fail MSG...    prints "FAIL: MSG" and exits 1
+#   losses LOG     the losses of a trainer's JSONL log, one a line
+#   corpus BYTES   a text corpus of BYTES bytes in $t/data.txt (scripts/gen_corpus.sh, seed 3)
+# Sourced twice (a script, then tests/codegen/lib.sh), it does this once.
+# shellcheck shell=bash disable=SC2034 # (the variables are the sourcing script's)
+[ -z "${SHARDC_TESTS_LIB:-}" ] || return 0
+SHARDC_TESTS_LIB=1
+set -euo pipefail
+tests_start_dir=$PWD
+abspath() { (cd "$tests_start_dir" && realpath "$1"); }
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpi=(mpirun --mca pml ob1)
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+corpus() { bash scripts/gen_corpus.sh "$t/data.txt" "$1" 3 >/dev/null; }
