@@ -10,6 +10,11 @@
 #   fail MSG...    prints "FAIL: MSG" and exits 1
 #   losses LOG     the losses of a trainer's JSONL log, one a line
 #   corpus BYTES   a text corpus of BYTES bytes in $t/data.txt (scripts/gen_corpus.sh, seed 3)
+#   expect_shardc WANT_EXIT NEEDLE... -- ARGS...
+#                  `$shardc ARGS` must exit WANT_EXIT and its stderr (stdout too where the script set
+#                  expect_stdout=1) hold each NEEDLE, a fixed string; else it prints FAIL lines and
+#                  the output, sets status=1 and returns 1 (a script that collects its failures in
+#                  $status runs with set +e: `status=0`, `exit $status`). The output is left in $out.
 # Sourced twice (a script, then tests/codegen/lib.sh), it does this once.
 # shellcheck shell=bash disable=SC2034 # (the variables are the sourcing script's)
 [ -z "${SHARDC_TESTS_LIB:-}" ] || return 0
@@ -28,3 +33,19 @@ fail() {
 }
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 corpus() { bash scripts/gen_corpus.sh "$t/data.txt" "$1" 3 >/dev/null; }
+expect_shardc() {
+  local want=$1 needles=() n rc ok=0
+  shift
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  if [ "${expect_stdout:-0}" = 1 ]; then
+    out=$("$shardc" "$@" 2>&1) && rc=0 || rc=$?
+  else
+    out=$("$shardc" "$@" 2>&1 >/dev/null) && rc=0 || rc=$?
+  fi
+  if [ "$rc" != "$want" ]; then echo "FAIL: shardc $* exited $rc, want $want"; tail -40 <<<"$out"; status=1; return 1; fi
+  for n in "${needles[@]}"; do
+    grep -qF -- "$n" <<<"$out" || { echo "FAIL: shardc $*: no '$n' in:"; tail -40 <<<"$out"; status=1; ok=1; }
+  done
+  return $ok
+}
