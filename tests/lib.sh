@@ -1,5 +1,6 @@
-# tests/lib.sh — the preamble the end-to-end test scripts share (tests/e2e/*.sh; tests/codegen/lib.sh
-# builds on it). A script sources it first, then names its arguments:
+# tests/lib.sh — the preamble the test scripts share (tests/e2e/*.sh, the golden and IR scripts of
+# tests/golden and tests/passes; tests/codegen/lib.sh builds on it). A script sources it first, then
+# names its arguments:
 #   source "$(dirname "$0")/../lib.sh"
 #   shardc=$(abspath "$1")
 # It stops the script on the first error (set -euo pipefail), goes to the repository root, makes a

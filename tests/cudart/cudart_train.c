@@ -64,32 +64,16 @@ static void make_bigram(int device, RtCudaCode *code) {
   bprog.cuda = device ? code : NULL;
 }
 
-typedef struct {
-  int status;      /* exit status */
-  char *out, *err; /* captured stdout, stderr */
-} Result;
-
 static char tmpdir[] = "/tmp/cudart-train-XXXXXX";
 
 static char *path_of(const char *name) { return rt_xprintf("%s/%s", tmpdir, name); }
 
 /* rt_train_main(bprog) in a child with the NULL-terminated arguments */
 static Result run_trainer(const char *first, ...) {
-  const char *argv[64];
-  int argc = 0;
-  argv[argc++] = "test_cudart";
   va_list ap;
   va_start(ap, first);
-  for (const char *a = first; a; a = va_arg(ap, const char *)) argv[argc++] = a;
+  Result r = train_run(&bprog, tmpdir, "test_cudart", first, ap);
   va_end(ap);
-  argv[argc] = NULL;
-  char *out = path_of("stdout.txt"), *err = path_of("stderr.txt");
-  size_t n;
-  Result r = {train_child(&bprog, argc, argv, out, err), rt_cu_read_file(out, &n), rt_cu_read_file(err, &n)};
-  if (!r.out) r.out = strdup("");
-  if (!r.err) r.err = strdup("");
-  free(out);
-  free(err);
   return r;
 }
 

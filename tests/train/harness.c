@@ -22,19 +22,6 @@ char tmpdir[256];
 
 char *path_of(const char *name) { return rt_xprintf("%s/%s", tmpdir, name); }
 
-char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return rt_xstrdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = rt_xmalloc((size_t)n + 1);
-  size_t got = fread(s, 1, (size_t)n, f);
-  s[got] = 0;
-  fclose(f);
-  return s;
-}
-
 void write_bytes(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
@@ -107,19 +94,10 @@ void free_result(Result *r) {
 
 /* Runs rt_train_main(prog) with the NULL-terminated arguments. */
 Result run_trainer(const char *first, ...) {
-  const char *argv[64];
-  int argc = 0;
-  argv[argc++] = "test_train";
   va_list ap;
   va_start(ap, first);
-  for (const char *a = first; a; a = va_arg(ap, const char *))
-    argv[argc++] = a;
+  Result r = train_run(&prog, tmpdir, "test_train", first, ap);
   va_end(ap);
-  argv[argc] = NULL;
-  char *out = path_of("stdout.txt"), *err = path_of("stderr.txt");
-  Result r = {train_child(&prog, argc, argv, out, err), read_text(out), read_text(err)};
-  free(out);
-  free(err);
   return r;
 }
 

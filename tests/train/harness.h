@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "bigram_prog.h"
+#include "train_child.h" /* Result, read_text */
 #include "train/train.h"
 #include "../check.h" /* CHECK */
 
@@ -16,7 +17,6 @@ extern int failures;      /* checks failed so far */
 extern char tmpdir[256];  /* this test's temporary folder (main makes it) */
 
 char *path_of(const char *name); /* tmpdir/name */
-char *read_text(const char *path); /* the whole file ("" when unreadable); caller frees */
 void write_bytes(const char *path, const void *data, size_t n);
 /* An llm.c shard: header (magic, version, count) then tokens of elem bytes. count_override >= 0
  * writes that count in the header instead of n. */
@@ -38,10 +38,6 @@ void make_program(int64_t V, int schedule, int64_t warmup, int64_t steps);
 
 /* ---- running the trainer in a child ---- */
 
-typedef struct {
-  int status;      /* exit status, or 128 + signal */
-  char *out, *err; /* captured stdout, stderr */
-} Result;
 
 void free_result(Result *r);
 /* Runs rt_train_main(prog) with the NULL-terminated arguments. */
