@@ -17,40 +17,37 @@
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
 #
 #   cuda_attn_autotune.sh SHARDC
-set -euo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 export SHARDRT_CUBIN_CACHE="$t/cache" SHARDRT_DEVICE=emu
-bash scripts/gen_corpus.sh "$t/data.txt" 30000 3 >/dev/null
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+corpus 30000
 "$shardc" build models/tiny.model -D seq=16 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   -o "$t/tb" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
 run() { # name, SHARDRT_ATTN_AUTOTUNE, extra flags
   local name=$1 tune=$2
   shift 2
   SHARDRT_ATTN_AUTOTUNE="$tune" "$t/tb" --data "$t/data.txt" --steps 4 --eval-every 0 --val-batches 1 \
-    --log "$t/$name.jsonl" --save-to "$t/ck_$name" "$@" >"$t/$name.out" 2>&1 || { cat "$t/$name.out"; echo "FAIL: $name"; exit 1; }
+    --log "$t/$name.jsonl" --save-to "$t/ck_$name" "$@" >"$t/$name.out" 2>&1 || { cat "$t/$name.out"; fail "$name"; }
 }
 close() { # a b what: the losses within 1e-4 relative
   paste -d' ' <(losses "$t/$1.jsonl") <(losses "$t/$2.jsonl") | awk -v w="$3" '{ d = $1 - $2; if (d < 0) d = -d;
     if (d > 1e-4 * ($1 < 0 ? -$1 : $1)) { print "FAIL: " w ": loss " $2 " against " $1; bad = 1 } } END { exit bad }'
 }
 run tuned 1 --ckpt-every 2
-[ "$(losses "$t/tuned.jsonl" | wc -l)" = 4 ] || { echo "FAIL: $(losses "$t/tuned.jsonl" | wc -l) steps logged, want 4"; exit 1; }
-[ "$(grep -c '^attn autotune: flash_.*, the fastest$' "$t/tuned.out")" = 3 ] || { cat "$t/tuned.out"; echo "FAIL: tuned: not 3 kernels timed"; exit 1; }
+[ "$(losses "$t/tuned.jsonl" | wc -l)" = 4 ] || fail "$(losses "$t/tuned.jsonl" | wc -l) steps logged, want 4"
+[ "$(grep -c '^attn autotune: flash_.*, the fastest$' "$t/tuned.out")" = 3 ] || { cat "$t/tuned.out"; fail "tuned: not 3 kernels timed"; }
 grep -q "^attn autotune: 3 attention kernels tuned in .* s (63 timed runs)" "$t/tuned.out" ||
-  { cat "$t/tuned.out"; echo "FAIL: tuned: no summary of 3 kernels x 7 candidates x 3 runs"; exit 1; }
+  { cat "$t/tuned.out"; fail "tuned: no summary of 3 kernels x 7 candidates x 3 runs"; }
 rec=$(ls "$t"/cache/attn-tune-*.txt)
-[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; echo "FAIL: the record does not hold 3 choices"; exit 1; }
+[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; fail "the record does not hold 3 choices"; }
 run resumed 1 --resume "$t/ck_tuned/step_00000002"
 [ "$(grep -c '^attn autotune: flash_.*, as recorded by an earlier run$' "$t/resumed.out")" = 3 ] &&
-  ! grep -q "the fastest" "$t/resumed.out" || { cat "$t/resumed.out"; echo "FAIL: resumed: the recorded tiles not taken"; exit 1; }
+  ! grep -q "the fastest" "$t/resumed.out" || { cat "$t/resumed.out"; fail "resumed: the recorded tiles not taken"; }
 [ "$(losses "$t/tuned.jsonl" | tail -2)" = "$(losses "$t/resumed.jsonl")" ] || {
-  paste <(losses "$t/tuned.jsonl" | tail -2) <(losses "$t/resumed.jsonl"); echo "FAIL: resumed: losses differ from tuned's"; exit 1; }
+  paste <(losses "$t/tuned.jsonl" | tail -2) <(losses "$t/resumed.jsonl"); fail "resumed: losses differ from tuned's"; }
 for f in model.safetensors optimizer.safetensors; do
-  cmp -s "$t/ck_tuned/step_00000004/$f" "$t/ck_resumed/step_00000004/$f" || { echo "FAIL: resumed: $f differs"; exit 1; }
+  cmp -s "$t/ck_tuned/step_00000004/$f" "$t/ck_resumed/step_00000004/$f" || fail "resumed: $f differs"
 done
 # the record edited to every kernel's first candidate (the compiled default), then to its last (the
 # generated launches list them)
@@ -58,35 +55,34 @@ done
   --emit-c "$t/src" >/dev/null 2>&1
 launches() { grep -ho 'rt_cu_launch_tuned(ctx, "[^"]*", 7, (const RtCuTileCand\[\]){[^;]*' "$t"/src/*.c; }
 launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)"[^"]*"([^"]*)".*$/\1\t\2/' | sort -u >"$rec"
-[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; echo "FAIL: the generated launches do not name 3 kernels"; exit 1; }
+[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; fail "the generated launches do not name 3 kernels"; }
 run plain 1
 [ "$(grep -c '^attn autotune: flash_.*(candidate 0 of 7, .*as recorded by an earlier run$' "$t/plain.out")" = 3 ] ||
-  { cat "$rec" "$t/plain.out"; echo "FAIL: plain: the recorded default tiles not honoured"; exit 1; }
+  { cat "$rec" "$t/plain.out"; fail "plain: the recorded default tiles not honoured"; }
 close plain tuned "tuned against the compiled default"
 launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)".*"([^"]*)"\}\}.*$/\1\t\2/' | sort -u >"$rec"
 run forced 1
 [ "$(grep -c '^attn autotune: flash_.*(candidate 6 of 7, .*as recorded by an earlier run$' "$t/forced.out")" = 3 ] ||
-  { cat "$rec" "$t/forced.out"; echo "FAIL: forced: the recorded tiles not honoured"; exit 1; }
+  { cat "$rec" "$t/forced.out"; fail "forced: the recorded tiles not honoured"; }
 close plain forced "the last candidates against the compiled default"
 if SHARDRT_ATTN_AUTOTUNE=yes "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_ATTN_AUTOTUNE=yes: want 1" "$t/bad.out"; then
-  cat "$t/bad.out"; echo "FAIL: SHARDRT_ATTN_AUTOTUNE=yes was not refused"; exit 1
+  cat "$t/bad.out"; fail "SHARDRT_ATTN_AUTOTUNE=yes was not refused"
 fi
 # two ranks (dp 2 under mpirun): a record line per key and rank; a second run takes them
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 "$shardc" build models/tiny.model -D seq=16 -D micro_batch=1 -D dp=2 -D precision=bf16 --world 2 --target cuda \
   -o "$t/tb2r" >"$t/build2.out" 2>&1 || { cat "$t/build2.out"; exit 1; }
 for r in 1 2; do
-  SHARDRT_ATTN_AUTOTUNE=1 mpirun --mca pml ob1 -np 2 "$t/tb2r" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
-    --log "$t/mr$r.jsonl" >"$t/mr$r.out" 2>&1 || { cat "$t/mr$r.out"; echo "FAIL: 2 ranks, run $r"; exit 1; }
+  SHARDRT_ATTN_AUTOTUNE=1 "${mpi[@]}" -np 2 "$t/tb2r" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
+    --log "$t/mr$r.jsonl" >"$t/mr$r.out" 2>&1 || { cat "$t/mr$r.out"; fail "2 ranks, run $r"; }
 done
 for k in 0 1; do
-  [ "$(grep -c "B 1 rank $k	" "$rec")" = 3 ] || { cat "$rec"; echo "FAIL: 2 ranks: rank $k has not 3 record lines"; exit 1; }
+  [ "$(grep -c "B 1 rank $k	" "$rec")" = 3 ] || { cat "$rec"; fail "2 ranks: rank $k has not 3 record lines"; }
 done
 [ "$(grep -c '^attn autotune: flash_.*, the fastest$' "$t/mr1.out")" = 3 ] &&
   [ "$(grep -c '^attn autotune: flash_.*, as recorded by an earlier run$' "$t/mr2.out")" = 3 ] ||
-  { cat "$t/mr1.out" "$t/mr2.out"; echo "FAIL: 2 ranks: rank 0 did not tune, then take its record"; exit 1; }
-[ "$(losses "$t/mr1.jsonl")" = "$(losses "$t/mr2.jsonl")" ] || { echo "FAIL: 2 ranks: the recorded run's loss differs"; exit 1; }
+  { cat "$t/mr1.out" "$t/mr2.out"; fail "2 ranks: rank 0 did not tune, then take its record"; }
+[ "$(losses "$t/mr1.jsonl")" = "$(losses "$t/mr2.jsonl")" ] || fail "2 ranks: the recorded run's loss differs"
 grep "^attn autotune" "$t/tuned.out" "$t/forced.out"
 paste <(losses "$t/plain.jsonl") <(losses "$t/tuned.jsonl") <(losses "$t/forced.jsonl")
 echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x 7 tile candidates timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"
