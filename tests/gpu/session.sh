@@ -16,6 +16,7 @@
 #           509M Llama shape
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
+#           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
 # Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -81,22 +82,11 @@ sweep() {
 ncu_step() { # the kernels of a 3-step run past the launches of a 2-step run: the third step's
   command -v ncu >/dev/null || { echo "no ncu"; return 0; }
   local s
-  for s in 2 3; do
-    ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps $s \
-      --eval-every 0 --val-batches 1 > "$t/ncu$s.csv" 2>/dev/null
+  for s in 2 3; do # LC_ALL=C: the numbers as tests/gpu/ncu_sum.py reads them (its CI test: ncu_sum_test.sh)
+    LC_ALL=C ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin/gpt2_cuda" --data "$t/gpt2.bin" \
+      --steps $s --eval-every 0 --val-batches 1 > "$out/ncu$s.csv" 2>/dev/null
   done
-  python3 - "$t/ncu2.csv" "$t/ncu3.csv" <<'PY'
-import csv, collections, sys
-def rows(f):
-    return [r for r in csv.DictReader(l for l in open(f) if l.startswith('"')) if r.get("Metric Name") == "gpu__time_duration.sum"]
-n2 = len(rows(sys.argv[1])); r3 = rows(sys.argv[2])[n2:]
-tot = collections.Counter(); n = collections.Counter()
-for r in r3:
-    v = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}.get(r["Metric Unit"], 1)
-    k = r["Kernel Name"][:70]; tot[k] += v; n[k] += 1
-print("kernels of the third step: %.2f ms in %d launches (ncu, clocks not locked)" % (sum(tot.values()) / 1e3, sum(n.values())))
-for k, v in tot.most_common(25): print("%9.1f us %4d x  %s" % (v, n[k], k))
-PY
+  python3 tests/gpu/ncu_sum.py "$out/ncu2.csv" "$out/ncu3.csv"
 }
 
 export bin t out
