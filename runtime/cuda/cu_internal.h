@@ -199,6 +199,21 @@ void rt_cu_tune_stats(int *shapes, int *timed, int *recorded);
  * how many kept another algorithm than the first candidate. device.c calls it after a step. */
 void rt_cu_tune_report(const RtCtx *ctx);
 
+/* ---- tune_check.c (both backends): a candidate's outputs against the default's ---- */
+typedef struct {
+  int ok;            /* every element within its tolerance */
+  int64_t at;        /* the element furthest past (or nearest to) its tolerance; -1: no elements */
+  double err, tol;   /* |cand - def| there and its tolerance */
+  double max_err;    /* the largest |cand - def| */
+  double max_ref;    /* the largest finite |def| */
+} RtCuAgree;
+/* count elements of dtype dt (RT_*): 1 when every |cand_i - def_i| <= 2 u |def_i| + 2 (terms 2^-24 +
+ * rounds 2^-9) max |def| (u: half an ulp of dt, 2^-8 bf16, 2^-24 f32; integers exact; NaN / Inf the same
+ * in both), else 0; *a says where and by how much (tune_check.c derives the bound). terms: the
+ * accumulation length in fp32; rounds: intermediate values rounded to bf16 on the way. */
+int rt_cu_tune_agree(const void *def, const void *cand, int dt, int64_t count, long long terms, int rounds,
+                     RtCuAgree *a);
+
 /* ---- attn_tune.c (both backends): rt_cu_launch_tuned ---- */
 
 /* SHARDRT_ATTN_AUTOTUNE: 1 (the default on a GPU) times the tile candidates of every tensor-core
@@ -208,6 +223,9 @@ void rt_cu_tune_report(const RtCtx *ctx);
 int rt_cu_attn_tune_on(int emu);
 /* Kernels tuned (timed), timed runs, kernels that took an earlier run's recorded tiles, so far. */
 void rt_cu_attn_tune_stats(int *tuned, int *timed, int *recorded);
+/* Candidates checked against the default (a run and a compare each), refused by the check, and skipped
+ * without a run because the record says an earlier run refused them, so far; seconds spent checking. */
+void rt_cu_attn_tune_checks(int *checked, int *refused, int *skipped, double *seconds);
 /* The summary line after a step that tuned (rank 0), like rt_cu_tune_report. */
 void rt_cu_attn_tune_report(const RtCtx *ctx);
 /* Frees dev->attn (the device's close). */

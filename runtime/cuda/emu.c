@@ -45,6 +45,10 @@ typedef struct {
   int rec_open, rank, world;
   struct EmuCopy *inflight; /* plan offload's copies started and not yet waited */
   int ninflight, capinflight;
+  struct {                  /* the autotuning's scratch (emu_scratch), device memory as the allocation is */
+    char *p;
+    int64_t bytes;
+  } scratch[8];
 } EmuBe;
 
 /* A copy in flight (copy_start): done at once, checked at its wait. */
@@ -89,7 +93,17 @@ static int load_kernels(EmuBe *e, const RtCudaCode *code) {
   if (!inc || !*inc) inc = SHARDRT_CUDA_INCLUDE;
   char flags[4400];
   int tune = rt_cu_attn_tune_on(1); /* the attention's tile candidates compiled too (attn_tune.c) */
-  snprintf(flags, sizeof flags, "-std=c++17 -O1 -shared -fPIC -DSK_EMU%s -I'%s'", tune ? " -DSK_ATTN_TUNE" : "", inc);
+  char wrong[64] = "";
+  const char *wv = getenv("SHARDRT_EMU_WRONG_ATTN"); /* test only: a forward tile candidate made wrong */
+  if (wv && *wv) {
+    int mt, w, bk;
+    if (sscanf(wv, "%dx%dx%d", &mt, &w, &bk) != 3 || mt < 1 || mt > 9 || w < 1 || w > 99 || bk < 1 || bk > 999)
+      rt_fatal(1, "SHARDRT_EMU_WRONG_ATTN=%s: want the tiles (MTxWxBK, as the autotuning names them) of the forward "
+                  "candidate to compile with a wrong scale (a test of the autotuning's check)", wv);
+    snprintf(wrong, sizeof wrong, " -DSK_TEST_WRONG_FWD=%d", mt * 100000 + w * 1000 + bk);
+  }
+  snprintf(flags, sizeof flags, "-std=c++17 -O1 -shared -fPIC -DSK_EMU%s%s -I'%s'", tune ? " -DSK_ATTN_TUNE" : "", wrong,
+           inc);
 
   int nh = rt_cu_header_count(), nparts = 0;
   const char **parts = malloc(sizeof *parts * (size_t)(2 * nh + 4));
@@ -205,6 +219,8 @@ static void emu_launch(void *be, int k, const unsigned grid[3], const unsigned b
 /* Checks that [p, p + bytes) lies in the allocation (the emulation's stand-in for a fault). */
 static void in_mem(const EmuBe *e, const void *p, int64_t bytes, const char *what) {
   const char *c = p;
+  for (int i = 0; i < 8; i++)
+    if (e->scratch[i].p && c >= e->scratch[i].p && c + bytes <= e->scratch[i].p + e->scratch[i].bytes) return;
   if (c < e->base || c + bytes > e->base + e->bytes)
     rt_fatal(1, "emulated device: %s of %lld bytes at %p is outside the device allocation [%p, +%lld)", what,
              (long long)bytes, p, (void *)e->base, (long long)e->bytes);
@@ -481,11 +497,19 @@ static double emu_time_launch(void *be, int k, const unsigned grid[3], const uns
   return rt_cu_tune_clock() - t0;
 }
 static void *emu_scratch(void *be, int64_t bytes) {
-  (void)be;
-  return malloc((size_t)bytes);
+  EmuBe *e = be;
+  for (int i = 0; i < 8; i++)
+    if (!e->scratch[i].p) {
+      e->scratch[i].p = malloc((size_t)bytes);
+      e->scratch[i].bytes = bytes;
+      return e->scratch[i].p;
+    }
+  return NULL; /* more than 8 at once: none (the caller runs the default) */
 }
 static void emu_scratch_free(void *be, void *p) {
-  (void)be;
+  EmuBe *e = be;
+  for (int i = 0; i < 8; i++)
+    if (e->scratch[i].p == p) e->scratch[i].p = NULL;
   free(p);
 }
 static void emu_tune_id(void *be, char *out, size_t n) {
