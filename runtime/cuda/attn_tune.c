@@ -52,7 +52,7 @@ typedef struct {
 static struct {
   int tuned, timed, recorded, moved, reported;
   int checked, refused, skipped; /* candidates compared with the default; refused; skipped (refused before) */
-  double wall, first_s, best_s, check_s;
+  double wall, first_s, best_s, check_s, closest; /* closest: the largest error / tolerance that agreed */
 } st;
 
 int rt_cu_attn_tune_on(int emu) {
@@ -70,7 +70,8 @@ void rt_cu_attn_tune_stats(int *tuned, int *timed, int *recorded) {
   if (recorded) *recorded = st.recorded;
 }
 
-void rt_cu_attn_tune_checks(int *checked, int *refused, int *skipped, double *seconds) {
+void rt_cu_attn_tune_checks(int *checked, int *refused, int *skipped, double *seconds, double *closest) {
+  if (closest) *closest = st.closest;
   if (checked) *checked = st.checked;
   if (refused) *refused = st.refused;
   if (skipped) *skipped = st.skipped;
@@ -169,8 +170,10 @@ static void check(RtCtx *ctx, AttnTune *t, Trial *tr, const char *key, int ncand
     for (int o = 0; o < nout && ok[c]; off += bytes[o], o++) {
       size_t es = rt_dtype_size((RtDType)outs[o].dt);
       RtCuAgree a;
-      if (es && rt_cu_tune_agree(ref + off, got + off, outs[o].dt, bytes[o] / (long long)es, outs[o].terms, outs[o].rounds, &a))
+      if (es && rt_cu_tune_agree(ref + off, got + off, outs[o].dt, bytes[o] / (long long)es, outs[o].terms, outs[o].rounds, &a)) {
+        if (a.ratio > st.closest) st.closest = a.ratio;
         continue;
+      }
       ok[c] = 0, st.refused++;
       char why[200], rank[24] = "";
       if (ctx->world > 1) snprintf(rank, sizeof rank, " (rank %d)", ctx->rank);
@@ -280,8 +283,8 @@ void rt_cu_attn_tune_report(const RtCtx *ctx) {
             "attn autotune: %d attention kernel%s tuned in %.3f s (%d timed runs), %d kept other tiles than the compiled "
             "default: one call of each %.1f -> %.1f us; %d as recorded by an earlier run; %d candidates checked against "
             "the compiled default in %.3f s (a run and a compare each), %d refused, %d skipped as refused by an earlier "
-            "run (SHARDRT_ATTN_AUTOTUNE=0: off)\n",
+            "run, the others within %.2g of their tolerance (SHARDRT_ATTN_AUTOTUNE=0: off)\n",
             st.tuned, st.tuned == 1 ? "" : "s", st.wall, st.timed, st.moved, st.first_s * 1e6, st.best_s * 1e6,
-            st.recorded, st.checked, st.check_s, st.refused, st.skipped);
+            st.recorded, st.checked, st.check_s, st.refused, st.skipped, st.closest);
   st.reported = st.tuned + st.recorded;
 }

@@ -206,6 +206,7 @@ typedef struct {
   double err, tol;   /* |cand - def| there and its tolerance */
   double max_err;    /* the largest |cand - def| */
   double max_ref;    /* the largest finite |def| */
+  double ratio;      /* the largest |cand - def| / tolerance (<= 1: agrees) */
 } RtCuAgree;
 /* count elements of dtype dt (RT_*): 1 when every |cand_i - def_i| <= 2 u |def_i| + 2 (terms 2^-24 +
  * rounds 2^-9) max |def| (u: half an ulp of dt, 2^-8 bf16, 2^-24 f32; integers exact; NaN / Inf the same
@@ -224,8 +225,9 @@ int rt_cu_attn_tune_on(int emu);
 /* Kernels tuned (timed), timed runs, kernels that took an earlier run's recorded tiles, so far. */
 void rt_cu_attn_tune_stats(int *tuned, int *timed, int *recorded);
 /* Candidates checked against the default (a run and a compare each), refused by the check, and skipped
- * without a run because the record says an earlier run refused them, so far; seconds spent checking. */
-void rt_cu_attn_tune_checks(int *checked, int *refused, int *skipped, double *seconds);
+ * without a run because the record says an earlier run refused them, so far; seconds spent checking;
+ * the largest error / tolerance of a candidate that agreed (how close the check came to refusing). */
+void rt_cu_attn_tune_checks(int *checked, int *refused, int *skipped, double *seconds, double *closest);
 /* The summary line after a step that tuned (rank 0), like rt_cu_tune_report. */
 void rt_cu_attn_tune_report(const RtCtx *ctx);
 /* Frees dev->attn (the device's close). */

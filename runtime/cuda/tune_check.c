@@ -61,6 +61,7 @@ int rt_cu_tune_agree(const void *def, const void *cand, int dt, int64_t count, l
     else
       e = fabs(c - d);
     if (e > a->max_err) a->max_err = e;
+    if (e > 0 && (tol <= 0 || e / tol > a->ratio)) a->ratio = tol > 0 ? e / tol : INFINITY;
     if (e - tol > worst) worst = e - tol, a->at = i, a->err = e, a->tol = tol;
   }
   a->ok = count == 0 || worst <= 0;

@@ -159,10 +159,10 @@ int test_attn_tune(const char *which) {
   setenv("SHARDRT_ATTN_AUTOTUNE", "1", 1);
   int chk0, ref0, skip0, chk1, ref1, skip1;
   double sec;
-  rt_cu_attn_tune_checks(&chk0, &ref0, &skip0, &sec);
+  rt_cu_attn_tune_checks(&chk0, &ref0, &skip0, &sec, NULL);
   w = run(2, &y_ok);
   rt_cu_attn_tune_stats(&tuned0, &timed0, &rec0);
-  rt_cu_attn_tune_checks(&chk1, &ref1, &skip1, &sec);
+  rt_cu_attn_tune_checks(&chk1, &ref1, &skip1, &sec, NULL);
   printf("attn autotune (%s): candidate %d kept, %d timed runs, %d checked against the default in %.4f s, %d refused\n",
          which, w, timed0 - timed1, chk1 - chk0, sec, ref1 - ref0);
   CHECK(w == 0 || w == 2, "the autotuning kept candidate %d (the slow one is 1, the wrong ones 3 and 4)", w);
@@ -199,10 +199,10 @@ int test_attn_tune(const char *which) {
 
   snprintf(line, sizeof line, "%s%s\tnot-a-candidate\n", refused, kKey); /* stale: tuned again, refusals kept */
   cudart_write_text(rec, line);
-  rt_cu_attn_tune_checks(&chk0, &ref0, &skip0, &sec);
+  rt_cu_attn_tune_checks(&chk0, &ref0, &skip0, &sec, NULL);
   w = run(1, &y_ok);
   rt_cu_attn_tune_stats(&tuned0, &timed0, &rec0);
-  rt_cu_attn_tune_checks(&chk1, &ref1, &skip1, &sec);
+  rt_cu_attn_tune_checks(&chk1, &ref1, &skip1, &sec, NULL);
   CHECK((w == 0 || w == 2) && y_ok && tuned0 == tuned1 + 1, "a record of no candidate: candidate %d, %d tuned", w,
         tuned0 - tuned1);
   CHECK(skip1 - skip0 == 2 && chk1 - chk0 == 2 && ref1 == ref0,

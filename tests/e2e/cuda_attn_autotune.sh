@@ -12,6 +12,11 @@
 #     identical, as at S 16 every candidate streams a single key tile);
 #   - forced: the record edited to name each kernel's last candidate: honoured ("candidate 6 of 7",
 #     as recorded), the losses within 1e-4 relative of plain's;
+#   - wrong: a forward candidate made wrong (test hook SHARDRT_EMU_WRONG_ATTN=1x8x64: tiles 1x8x64
+#     compiled with twice the scale), a fresh record: the check (runtime/cuda/tune_check.c) refuses it
+#     with a warning naming the kernel, the candidate and the error, it is never timed nor kept (60
+#     timed runs, not 63), the record has its "refused" line, the losses are plain's within 1e-4; tuned
+#     again with only that line left: skipped without a run ("1 skipped"), no warning;
 # (the emulated device's default, autotuning off, is cudart_attn's);
 #   - SHARDRT_ATTN_AUTOTUNE=yes is refused;
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
@@ -68,6 +73,23 @@ run forced 1
 [ "$(grep -c '^attn autotune: flash_.*(candidate 6 of 7, .*as recorded by an earlier run$' "$t/forced.out")" = 3 ] ||
   { cat "$rec" "$t/forced.out"; echo "FAIL: forced: the recorded tiles not honoured"; exit 1; }
 close plain forced "the last candidates against the compiled default"
+mkdir -p "$t/wcache"
+SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong 1
+wk="flash_fwd S 16 H 4 KV 4 hd 16 causal B 1"
+grep -q "^warning: attn autotune: $wk: candidate 2 (tiles 1x8x64/0) refused, not what the compiled default (2x4x64/0) computes: output 0: |diff| " "$t/wrong.out" &&
+  grep -q "^attn autotune: 3 attention kernels tuned in .* s (60 timed runs), .* 18 candidates checked against the compiled default in .* s (a run and a compare each), 1 refused, 0 skipped" "$t/wrong.out" &&
+  ! grep -q "tiles 1x8x64/0 (candidate 2 of 7" "$t/wrong.out" || { cat "$t/wrong.out"; echo "FAIL: wrong: the wrong candidate was not refused"; exit 1; }
+wrec=$(ls "$t"/wcache/attn-tune-*.txt)
+grep -q "^$wk refused 1x8x64/0	output 0: |diff| " "$wrec" || { cat "$wrec"; echo "FAIL: wrong: no refused line in the record"; exit 1; }
+close plain wrong "with the wrong candidate refused against the compiled default"
+grep " refused " "$wrec" >"$t/refused.txt" && cp "$t/refused.txt" "$wrec"
+SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong2 1
+grep -q "candidates checked against the compiled default in .* s (a run and a compare each), 0 refused, 1 skipped as refused by an earlier run" "$t/wrong2.out" &&
+  ! grep -q "^warning: attn autotune" "$t/wrong2.out" || { cat "$t/wrong2.out"; echo "FAIL: wrong2: the recorded refusal was not honoured"; exit 1; }
+if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
+  ! grep -q "SHARDRT_EMU_WRONG_ATTN=8: want the tiles" "$t/bad.out"; then
+  cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_WRONG_ATTN=8 was not refused"; exit 1
+fi
 if SHARDRT_ATTN_AUTOTUNE=yes "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_ATTN_AUTOTUNE=yes: want 1" "$t/bad.out"; then
   cat "$t/bad.out"; echo "FAIL: SHARDRT_ATTN_AUTOTUNE=yes was not refused"; exit 1
@@ -88,5 +110,6 @@ done
   { cat "$t/mr1.out" "$t/mr2.out"; echo "FAIL: 2 ranks: rank 0 did not tune, then take its record"; exit 1; }
 [ "$(losses "$t/mr1.jsonl")" = "$(losses "$t/mr2.jsonl")" ] || { echo "FAIL: 2 ranks: the recorded run's loss differs"; exit 1; }
 grep "^attn autotune" "$t/tuned.out" "$t/forced.out"
+grep "^warning: attn autotune" "$t/wrong.out"
 paste <(losses "$t/plain.jsonl") <(losses "$t/tuned.jsonl") <(losses "$t/forced.jsonl")
 echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x 7 tile candidates timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"
