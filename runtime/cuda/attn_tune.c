@@ -126,67 +126,48 @@ static void refused_key(char *out, size_t n, const char *key, const char *tiles,
   rt_cu_rec_key(out, n, k, ctx->rank, ctx->world);
 }
 
-/* Candidate c's outputs (addr: where this call's runs write them) into host, each filled with NaN bytes
- * before the run; 0, or -1 when it could not be launched. */
-static int run_once(Trial *tr, int c, char *const *addr, const long long *bytes, int nout, char *host, char *poison) {
-  RtCuDev *d = tr->d;
-  long long off = 0;
-  for (int o = 0; o < nout; o++) d->ops->copy(d->be, addr[o], poison, bytes[o], RT_CU_H2D);
+static double check_run(void *arg, int c) { /* a check's run: time_launch, run to completion */
+  Trial *tr = arg;
   const unsigned grid[3] = {(unsigned)tr->cand[c].gx, tr->gy, tr->gz}, block[3] = {tr->cand[c].bx, 1, 1};
-  if (d->ops->time_launch(d->be, tr->cand[c].k, grid, block, 0, tr->args) < 0) return -1;
-  for (int o = 0; o < nout; o++) d->ops->copy(d->be, host + off, addr[o], bytes[o], RT_CU_D2H), off += bytes[o];
-  return 0;
+  return tr->d->ops->time_launch(tr->d->be, tr->cand[c].k, grid, block, 0, tr->args);
 }
 
-/* The check: every candidate the record has not refused runs once and is compared with the default
- * (tune_check.c); tr->ok[c] = 0 for those refused (now or by an earlier run) or that do not launch. */
+static void check_copy(void *carg, void *dst, const void *src, int64_t bytes, int kind) {
+  RtCuDev *d = carg;
+  d->ops->copy(d->be, dst, src, bytes, kind);
+}
+
+/* The check (tune_check.c): every candidate the record has not refused runs once and is compared with
+ * the default; ok[c] = 0 for those refused (now: a warning and a record line; or by an earlier run) or
+ * that do not launch. */
 static void check(RtCtx *ctx, AttnTune *t, Trial *tr, const char *key, int ncand, char *const *addr,
                   const long long *bytes, int nout, const RtCuTuneOut *outs, char *ok) {
-  char rk[600];
-  int any = 0;
+  char rk[600], (*why)[RT_CU_WHY] = calloc((size_t)ncand, RT_CU_WHY);
+  RtCuCheckOut co[ARGS_MAX];
+  if (!why) rt_fatal(1, "out of memory");
   for (int c = 1; c < ncand; c++) {
     refused_key(rk, sizeof rk, key, tr->cand[c].tiles, ctx);
     if (rt_cu_rec_get(&t->rec, rk)) ok[c] = 0, st.skipped++;
-    any |= ok[c];
   }
-  if (!any) return;
+  for (int o = 0; o < nout; o++)
+    co[o] = (RtCuCheckOut){addr[o], bytes[o], outs[o].dt, outs[o].terms, outs[o].rounds, NULL, NULL};
   double t0 = rt_cu_tune_clock();
-  long long total = 0, big = 0;
-  for (int o = 0; o < nout; o++) total += bytes[o], big = bytes[o] > big ? bytes[o] : big;
-  char *ref = malloc((size_t)total), *got = malloc((size_t)total), *poison = malloc((size_t)big);
-  if (!ref || !got || !poison) rt_fatal(1, "attn autotune: %s: out of host memory for the check (%lld bytes)", key, 2 * total);
-  memset(poison, 0xff, (size_t)big); /* NaN in bf16 and f32 */
-  if (run_once(tr, 0, addr, bytes, nout, ref, poison) != 0) { /* no reference: nothing is checked, nothing kept */
-    for (int c = 1; c < ncand; c++) ok[c] = 0;
-  }
-  for (int c = 1; c < ncand; c++) {
-    if (!ok[c]) continue;
-    if (run_once(tr, c, addr, bytes, nout, got, poison) != 0) {
-      ok[c] = 0;
-      continue;
-    }
-    st.checked++;
-    long long off = 0;
-    for (int o = 0; o < nout && ok[c]; off += bytes[o], o++) {
-      size_t es = rt_dtype_size((RtDType)outs[o].dt);
-      RtCuAgree a;
-      if (es && rt_cu_tune_agree(ref + off, got + off, outs[o].dt, bytes[o] / (long long)es, outs[o].terms, outs[o].rounds, &a)) {
-        if (a.ratio > st.closest) st.closest = a.ratio;
-        continue;
-      }
-      ok[c] = 0, st.refused++;
-      char why[200], rank[24] = "";
-      if (ctx->world > 1) snprintf(rank, sizeof rank, " (rank %d)", ctx->rank);
-      snprintf(why, sizeof why, "output %d: |diff| %.3g at element %lld, tolerance %.3g (largest |diff| %.3g, largest |default| %.3g)",
-               o, a.err, (long long)a.at, a.tol, a.max_err, a.max_ref);
-      fprintf(stderr, "warning: attn autotune: %s%s: candidate %d (tiles %s) refused, not what the compiled default (%s) computes: %s\n",
-              key, rank, c, tr->cand[c].tiles, tr->cand[0].tiles, why);
-      refused_key(rk, sizeof rk, key, tr->cand[c].tiles, ctx);
-      rt_cu_rec_set(&t->rec, rk, why);
-    }
-  }
-  free(ref), free(got), free(poison);
+  RtCuCheck ck = {check_run, tr, check_copy, tr->d, co, nout};
+  char was[64];
+  memcpy(was, ok, (size_t)ncand);
+  st.checked += rt_cu_tune_check(&ck, ncand, ok, why, &st.closest);
   st.check_s += rt_cu_tune_clock() - t0;
+  for (int c = 1; c < ncand; c++) {
+    if (!was[c] || ok[c] || !why[c][0]) continue;
+    st.refused++;
+    char rank[24] = "";
+    if (ctx->world > 1) snprintf(rank, sizeof rank, " (rank %d)", ctx->rank);
+    fprintf(stderr, "warning: attn autotune: %s%s: candidate %d (tiles %s) refused, not what the compiled default (%s) computes: %s\n",
+            key, rank, c, tr->cand[c].tiles, tr->cand[0].tiles, why[c]);
+    refused_key(rk, sizeof rk, key, tr->cand[c].tiles, ctx);
+    rt_cu_rec_set(&t->rec, rk, why[c]);
+  }
+  free(why);
 }
 
 /* Checks and times the candidates on the call's operands (outputs overlapping an input to scratch); the

@@ -214,6 +214,35 @@ typedef struct {
  * accumulation length in fp32; rounds: intermediate values rounded to bf16 on the way. */
 int rt_cu_tune_agree(const void *def, const void *cand, int dt, int64_t count, long long terms, int rounds,
                      RtCuAgree *a);
+/* An output the check reads back: the device address the candidates' runs write (the output or its
+ * scratch), its bytes, what rt_cu_tune_agree needs, and init: NULL (filled with NaN before each run, so
+ * an element a run does not write cannot pass for the default's) or a device address it is copied from
+ * first (a scratch output the GEMM also reads, beta != 0 on the emulated device). */
+typedef struct {
+  void *p;
+  int64_t bytes;
+  int dt;
+  long long terms;
+  int rounds;
+  const void *init;
+  const char *name; /* in the refusal beside the output's index ("y", "aux", ...), or NULL */
+} RtCuCheckOut;
+/* The autotuning's check (both kinds, both backends): run(arg, c) runs candidate c once to completion
+ * (< 0: it cannot), copy(carg, dst, src, bytes, RT_CU_H2D / D2H / D2D) moves bytes, synchronously. */
+typedef struct {
+  RtCuTuneTime run;
+  void *arg;
+  void (*copy)(void *carg, void *dst, const void *src, int64_t bytes, int kind);
+  void *carg;
+  const RtCuCheckOut *outs;
+  int nout;
+} RtCuCheck;
+enum { RT_CU_WHY = 200 };
+/* Runs candidate 0 (the default) and every other c with ok[c] once, reads the outputs back and compares
+ * (rt_cu_tune_agree); ok[c] = 0 for a candidate outside the tolerance (why[c]: which output, the error,
+ * the tolerance) or that does not run (why[c] left empty; all when the default does not run). Returns
+ * the candidates compared; *closest = max(*closest, the largest error / tolerance of those that agreed). */
+int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU_WHY], double *closest);
 
 /* ---- attn_tune.c (both backends): rt_cu_launch_tuned ---- */
 

@@ -19,7 +19,11 @@
  * tile edge or alignment moves elements by a good part of the output's scale and is far outside.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "comm/bootstrap.h"
 
 #include "cu_internal.h"
 #include "dtype.h"
@@ -66,4 +70,50 @@ int rt_cu_tune_agree(const void *def, const void *cand, int dt, int64_t count, l
   }
   a->ok = count == 0 || worst <= 0;
   return a->ok;
+}
+
+int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU_WHY], double *closest) {
+  int any = 0, checked = 0;
+  for (int c = 1; c < ncand; c++) any |= ok[c];
+  if (!any) return 0;
+  int64_t total = 0, big = 0;
+  for (int o = 0; o < ck->nout; o++) total += ck->outs[o].bytes, big = ck->outs[o].bytes > big ? ck->outs[o].bytes : big;
+  char *ref = malloc((size_t)total), *got = malloc((size_t)total), *poison = malloc((size_t)big);
+  if (!ref || !got || !poison) rt_fatal(1, "autotune: out of host memory for the check (%lld bytes)", (long long)(2 * total));
+  memset(poison, 0xff, (size_t)big); /* NaN in bf16, f32 and f64 */
+  for (int c = 0; c < ncand; c++) {
+    if (c > 0 && !ok[c]) continue;
+    for (int o = 0; o < ck->nout; o++) { /* NaN first (an element the run does not write stays NaN), or its input */
+      const RtCuCheckOut *out = &ck->outs[o];
+      if (out->init) ck->copy(ck->carg, out->p, out->init, out->bytes, RT_CU_D2D);
+      else ck->copy(ck->carg, out->p, poison, out->bytes, RT_CU_H2D);
+    }
+    char *host = c == 0 ? ref : got;
+    if (ck->run(ck->arg, c) < 0) { /* not launchable: without the default nothing is checked, nothing kept */
+      if (c == 0) memset(ok + 1, 0, (size_t)(ncand - 1));
+      else ok[c] = 0;
+      if (c == 0) break;
+      continue;
+    }
+    int64_t off = 0;
+    for (int o = 0; o < ck->nout; o++) ck->copy(ck->carg, host + off, ck->outs[o].p, ck->outs[o].bytes, RT_CU_D2H), off += ck->outs[o].bytes;
+    if (c == 0) continue;
+    checked++;
+    off = 0;
+    for (int o = 0; o < ck->nout && ok[c]; off += ck->outs[o].bytes, o++) {
+      const RtCuCheckOut *out = &ck->outs[o];
+      size_t es = rt_dtype_size((RtDType)out->dt);
+      RtCuAgree a;
+      if (es && rt_cu_tune_agree(ref + off, got + off, out->dt, out->bytes / (int64_t)es, out->terms, out->rounds, &a)) {
+        if (closest && a.ratio > *closest) *closest = a.ratio;
+        continue;
+      }
+      ok[c] = 0;
+      snprintf(why[c], RT_CU_WHY, "output %d%s%s%s: |diff| %.3g at element %lld, tolerance %.3g (largest |diff| %.3g, largest |default| %.3g)",
+               o, out->name ? " (" : "", out->name ? out->name : "", out->name ? ")" : "", a.err, (long long)a.at, a.tol,
+               a.max_err, a.max_ref);
+    }
+  }
+  free(ref), free(got), free(poison);
+  return checked;
 }
