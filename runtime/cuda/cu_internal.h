@@ -154,52 +154,9 @@ void rt_cu_rec_set(RtCuRec *r, const char *key, const char *val);
 void rt_cu_rec_save(RtCuRec *r, const char *what);
 void rt_cu_rec_free(RtCuRec *r);
 
-/* ---- gemm_tune.c (both backends) ---- */
-
-enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_CU_EK_DGELU_BGRAD }; /* epilogue kinds */
-/* What a GEMM's algorithm depends on: the shape after folding (a shared B with A not transposed:
- * one GEMM over batch * m rows), the layout, the dtypes, the pointers' common alignment (bytes,
- * at most 256) and the epilogue kind (RT_CU_EK_*; BIAS with a residual is BIAS). */
-typedef struct {
-  int64_t batch, m, n, k;
-  int ta, tb, bb, ab_dt, y_dt, align, epi;
-} RtCuGemmKey;
-RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
-                           int64_t n, int64_t k, int ta, int tb, int b_batched, const RtCuEpi *ep);
-int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y);
-void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n);
-/* The key's record key (tune_rec.c): its RT_CU_GEMM_KEY_WORDS fields as numbers, " rank R" with several
- * ranks (rt_cu_rec_key). The one GEMM record format, for gemm.c and the emulated device. */
-enum { RT_CU_GEMM_KEY_WORDS = 11 };
-void rt_cu_gemm_rec_key(const RtCuGemmKey *key, int rank, int world, char *out, size_t n);
-/* SHARDRT_GEMM_AUTOTUNE: the candidates to time per GEMM key (0: no autotuning); dflt when unset.
- * Fatal for a value that is not a number from 0 to 64. */
-int rt_cu_tune_candidates(int dflt);
-/* 1 when the GEMM reads its output y (beta != 0, the residual in place, GELU's backward over its
- * pre-activation): the timing runs must write a scratch copy instead. */
-int rt_cu_tune_y_read(const void *y, float beta, const RtCuEpi *ep);
-/* Monotonic seconds (the emulated device times its candidate with it). */
-double rt_cu_tune_clock(void);
+/* ---- tune_check.c (both backends): a candidate's outputs against the default's ---- */
 /* Seconds one call of candidate cand took (it ran to completion), or < 0 when it cannot run. */
 typedef double (*RtCuTuneTime)(void *arg, int cand);
-/* The fastest of ncand candidates: a warm-up run each, then the minimum of 3 timed runs; ties and
- * failures keep the earlier. *first_t / *best_t: candidate 0's and the kept one's seconds (< 0: did
- * not run); *timed counts the timed runs; log != NULL prints "<log>: candidate i: t us" for each.
- * The one timing loop of the GEMM and the attention autotuning. */
-int rt_cu_tune_fastest(int ncand, RtCuTuneTime time, void *arg, const char *log, double *first_t, double *best_t,
-                       int *timed);
-/* rt_cu_tune_fastest for a GEMM key; counts it for rt_cu_tune_report. SHARDRT_GEMM_AUTOTUNE_LOG=1 prints
- * every candidate's time. */
-int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
-/* Counts a key that took an earlier run's recorded choice (gemm.c) for rt_cu_tune_report. */
-void rt_cu_tune_recorded(void);
-/* Keys tuned, timed runs, keys that took an earlier run's choice, so far (this process). */
-void rt_cu_tune_stats(int *shapes, int *timed, int *recorded);
-/* One line on stderr (rank 0) when keys were tuned since the last report: how many, the time spent,
- * how many kept another algorithm than the first candidate. device.c calls it after a step. */
-void rt_cu_tune_report(const RtCtx *ctx);
-
-/* ---- tune_check.c (both backends): a candidate's outputs against the default's ---- */
 typedef struct {
   int ok;            /* every element within its tolerance */
   int64_t at;        /* the element furthest past (or nearest to) its tolerance; -1: no elements */
@@ -243,6 +200,63 @@ enum { RT_CU_WHY = 200 };
  * the tolerance) or that does not run (why[c] left empty; all when the default does not run). Returns
  * the candidates compared; *closest = max(*closest, the largest error / tolerance of those that agreed). */
 int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU_WHY], double *closest);
+
+/* ---- gemm_tune.c (both backends) ---- */
+
+enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_CU_EK_DGELU_BGRAD }; /* epilogue kinds */
+/* What a GEMM's algorithm depends on: the shape after folding (a shared B with A not transposed:
+ * one GEMM over batch * m rows), the layout, the dtypes, the pointers' common alignment (bytes,
+ * at most 256) and the epilogue kind (RT_CU_EK_*; BIAS with a residual is BIAS). */
+typedef struct {
+  int64_t batch, m, n, k;
+  int ta, tb, bb, ab_dt, y_dt, align, epi;
+} RtCuGemmKey;
+RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
+                           int64_t n, int64_t k, int ta, int tb, int b_batched, const RtCuEpi *ep);
+int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y);
+void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n);
+/* The key's record key (tune_rec.c): its RT_CU_GEMM_KEY_WORDS fields as numbers, " rank R" with several
+ * ranks (rt_cu_rec_key). The one GEMM record format, for gemm.c and the emulated device. */
+enum { RT_CU_GEMM_KEY_WORDS = 11 };
+void rt_cu_gemm_rec_key(const RtCuGemmKey *key, int rank, int world, char *out, size_t n);
+/* SHARDRT_GEMM_AUTOTUNE: the candidates to time per GEMM key (0: no autotuning); dflt when unset.
+ * Fatal for a value that is not a number from 0 to 64. */
+int rt_cu_tune_candidates(int dflt);
+/* 1 when the GEMM reads its output y (beta != 0, the residual in place, GELU's backward over its
+ * pre-activation): the timing runs must write a scratch copy instead. */
+int rt_cu_tune_y_read(const void *y, float beta, const RtCuEpi *ep);
+/* Monotonic seconds (the emulated device times its candidate with it). */
+double rt_cu_tune_clock(void);
+/* The fastest of ncand candidates: a warm-up run each, then the minimum of 3 timed runs; ties and
+ * failures keep the earlier. *first_t / *best_t: candidate 0's and the kept one's seconds (< 0: did
+ * not run); *timed counts the timed runs; log != NULL prints "<log>: candidate i: t us" for each.
+ * The one timing loop of the GEMM and the attention autotuning. */
+int rt_cu_tune_fastest(int ncand, RtCuTuneTime time, void *arg, const char *log, double *first_t, double *best_t,
+                       int *timed);
+/* rt_cu_tune_fastest for a GEMM key; counts it for rt_cu_tune_report. SHARDRT_GEMM_AUTOTUNE_LOG=1 prints
+ * every candidate's time. */
+int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
+/* The GEMM's outputs as the check reads them: y written at d (the output, or its scratch;
+ * d_init: where the scratch's content comes from before each run, NULL: NaN-filled), the pre-activation
+ * GELU_AUX_BIAS writes, the bias gradient DGELU_BGRAD writes. y: k + 2 terms (products, bias, C), one
+ * bf16 rounding where y is bf16 (a split-K reduction in place rounds a partial sum to y's type); the
+ * bias gradient m more terms and one more rounding. Returns how many (out: room for 3). */
+int rt_cu_gemm_check_outs(const RtCuGemmKey *key, void *d, const void *d_init, const RtCuEpi *ep, RtCuCheckOut *out);
+/* The record key of a refused algorithm (choice: as the record writes it): "<11 fields> refused <choice>"
+ * and the rank suffix; the check's refusal warning (and its count for rt_cu_tune_report); the check's
+ * counts. */
+void rt_cu_gemm_refused_key(const RtCuGemmKey *key, const char *choice, int rank, int world, char *out, size_t n);
+void rt_cu_tune_refused(const RtCuGemmKey *key, int cand, const char *choice, const char *why, int rank, int world);
+void rt_cu_tune_checked(int checked, int skipped, double seconds, double closest);
+/* Candidates checked, refused, skipped as refused by an earlier run, so far (this process). */
+void rt_cu_tune_checks(int *checked, int *refused, int *skipped);
+/* Counts a key that took an earlier run's recorded choice (gemm.c) for rt_cu_tune_report. */
+void rt_cu_tune_recorded(void);
+/* Keys tuned, timed runs, keys that took an earlier run's choice, so far (this process). */
+void rt_cu_tune_stats(int *shapes, int *timed, int *recorded);
+/* One line on stderr (rank 0) when keys were tuned since the last report: how many, the time spent,
+ * how many kept another algorithm than the first candidate. device.c calls it after a step. */
+void rt_cu_tune_report(const RtCtx *ctx);
 
 /* ---- attn_tune.c (both backends): rt_cu_launch_tuned ---- */
 

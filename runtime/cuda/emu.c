@@ -347,7 +347,9 @@ static void emu_gemm(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
   free(yt);
 }
 
-/* The autotuning's candidate run (gemm_tune.c): the emulated device's one algorithm into d. */
+/* The autotuning's candidate run (gemm_tune.c): the emulated device's one algorithm into d; with the
+ * test hook SHARDRT_EMU_WRONG_GEMM=1 a second candidate, the same GEMM with its last element of y wrong
+ * (1.0625 y + 0.0625, as a misaligned tail might be): the check must refuse it. */
 typedef struct {
   EmuBe *e;
   void *d;
@@ -356,23 +358,51 @@ typedef struct {
   int y_dt, ab_dt, ta, tb, bb;
   int64_t batch, m, n, k;
   float alpha, beta;
+  const char *ok; /* [ncand]: 0 for a candidate the check refused (not timed) */
 } EmuTrial;
 
 static double emu_trial(void *arg, int cand) {
   EmuTrial *t = arg;
-  (void)cand;
+  if (!t->ok[cand]) return -1;
   double t0 = rt_cu_tune_clock();
   emu_gemm(t->e, t->d, t->y_dt, t->a, t->b, t->ab_dt, t->batch, t->m, t->n, t->k, t->ta, t->tb, t->bb, t->alpha, t->beta,
            t->ep);
+  if (cand == 1) {
+    int64_t last = t->batch * t->m * t->n - 1;
+    if (t->y_dt == RT_BF16) {
+      uint16_t *y = t->d;
+      y[last] = rt_f32_to_bf16(1.0625f * rt_bf16_to_f32(y[last]) + 0.0625f);
+    } else {
+      float *y = t->d;
+      y[last] = 1.0625f * y[last] + 0.0625f;
+    }
+  }
   return rt_cu_tune_clock() - t0;
 }
 
+static double emu_check_run(void *arg, int cand) { return emu_trial(arg, cand); }
+static void emu_check_copy(void *carg, void *dst, const void *src, int64_t bytes, int kind) {
+  (void)carg, (void)kind;
+  memmove(dst, src, (size_t)bytes);
+}
+
+static int emu_wrong_gemm(void) {
+  const char *v = getenv("SHARDRT_EMU_WRONG_GEMM");
+  if (!v || !*v || !strcmp(v, "0")) return 0;
+  if (strcmp(v, "1") != 0)
+    rt_fatal(1, "SHARDRT_EMU_WRONG_GEMM=%s: want 1 (a second, wrong GEMM candidate: a test of the autotuning's check) "
+                "or 0", v);
+  return 1;
+}
+
 /* SHARDRT_GEMM_AUTOTUNE=N (off by default here: one algorithm, nothing to choose) runs the tuning's
- * candidate loop at a GEMM key's first call as on a GPU: its one candidate timed on the real
- * operands, an output the GEMM reads (rt_cu_tune_y_read) copied to scratch first, so that what the
- * real call then computes is unchanged (e2e_cuda_epilogue_fallback checks it byte for byte). The
- * choice (candidate "0") is recorded as gemm.c records a GPU's (gemm-tune-<hash of "emu">.txt, a line
- * per key and, with several ranks, per rank); a key whose line names it is taken without timing. */
+ * candidate loop at a GEMM key's first call as on a GPU: its candidates checked against the first
+ * (tune_check.c; only with SHARDRT_EMU_WRONG_GEMM is there a second) and timed on the real operands,
+ * an output the GEMM reads (rt_cu_tune_y_read) copied to scratch first, so that what the real call then
+ * computes is unchanged (e2e_cuda_epilogue_fallback checks it byte for byte). The choice (candidate "0")
+ * is recorded as gemm.c records a GPU's (gemm-tune-<hash of "emu gemm checked">.txt, a line per key and,
+ * with several ranks, per rank), a refused candidate too ("<key> refused 1"); a key whose line names
+ * the choice is taken without timing, a refused candidate is not run again. */
 static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                      int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   if (rt_cu_tune_candidates(0) == 0) return;
@@ -387,12 +417,12 @@ static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
   }
   e->tuned[e->ntuned++] = key;
   if (!e->rec_open) {
-    const char *parts[] = {"emu gemm"};
-    const size_t lens[] = {8};
-    rt_cu_rec_open(&e->rec, "gemm-tune", parts, lens, 1, RT_CU_GEMM_KEY_WORDS);
+    const char *parts[] = {"emu gemm", "checked"}; /* records from before the check: not read (tune_check.c) */
+    const size_t lens[] = {8, 7};
+    rt_cu_rec_open(&e->rec, "gemm-tune", parts, lens, 2, RT_CU_GEMM_KEY_WORDS);
     e->rec_open = 1;
   }
-  char rkey[320];
+  char rkey[320], fkey[600];
   rt_cu_gemm_rec_key(&key, e->rank, e->world, rkey, sizeof rkey);
   const char *known = rt_cu_rec_get(&e->rec, rkey);
   if (known && !strcmp(known, "0")) { /* the one algorithm, as an earlier run chose */
@@ -405,10 +435,27 @@ static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
     if (!(scratch = malloc(bytes))) rt_fatal(1, "out of memory");
     memcpy(scratch, y, bytes);
   }
-  EmuTrial t = {e, scratch ? scratch : y, a, b, ep, y_dt, ab_dt, ta, tb, b_batched, batch, m, n, k, alpha, beta};
-  (void)rt_cu_tune_pick(1, emu_trial, &t, &key);
+  int ncand = emu_wrong_gemm() ? 2 : 1, skipped = 0;
+  char ok[2] = {1, 1}, why[2][RT_CU_WHY] = {"", ""};
+  EmuTrial t = {e, scratch ? scratch : y, a, b, ep, y_dt, ab_dt, ta, tb, b_batched, batch, m, n, k, alpha, beta, ok};
+  if (ncand > 1) {
+    rt_cu_gemm_refused_key(&key, "1", e->rank, e->world, fkey, sizeof fkey);
+    if (rt_cu_rec_get(&e->rec, fkey)) ok[1] = 0, skipped = 1;
+    RtCuCheckOut co[3];
+    int nout = rt_cu_gemm_check_outs(&key, t.d, scratch ? y : NULL, ep, co);
+    RtCuCheck ck = {emu_check_run, &t, emu_check_copy, e, co, nout};
+    double t0 = rt_cu_tune_clock(), closest = 0;
+    int checked = rt_cu_tune_check(&ck, ncand, ok, why, &closest);
+    if (!ok[1] && why[1][0]) {
+      rt_cu_tune_refused(&key, 1, "1", why[1], e->rank, e->world);
+      rt_cu_rec_set(&e->rec, fkey, why[1]);
+    }
+    if (scratch) memcpy(scratch, y, bytes); /* the timing runs read what the real call will */
+    rt_cu_tune_checked(checked, skipped, rt_cu_tune_clock() - t0, closest);
+  }
+  int best = rt_cu_tune_pick(ncand, emu_trial, &t, &key);
   free(scratch);
-  rt_cu_rec_set(&e->rec, rkey, "0");
+  rt_cu_rec_set(&e->rec, rkey, best ? "1" : "0");
   rt_cu_rec_save(&e->rec, "GEMM");
 }
 
