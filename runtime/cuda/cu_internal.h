@@ -159,7 +159,7 @@ void rt_cu_rec_free(RtCuRec *r);
 typedef double (*RtCuTuneTime)(void *arg, int cand);
 typedef struct {
   int ok;            /* every element within its tolerance */
-  int64_t at;        /* the element furthest past (or nearest to) its tolerance; -1: no elements */
+  int64_t at;        /* the element of the largest |cand - def| / tolerance; -1: no elements */
   double err, tol;   /* |cand - def| there and its tolerance */
   double max_err;    /* the largest |cand - def| */
   double max_ref;    /* the largest finite |def| */

@@ -16,10 +16,13 @@
  *   - the record edited to name k1's tiles: a new open launches k1 (honoured though slow), times nothing;
  *   - the record naming tiles that are no candidate: tuned again, k3 and k4 skipped without a run (the
  *     record refused them), a valid choice recorded;
- *   - SHARDRT_ATTN_AUTOTUNE=2 is refused (fatal, in a child).
+ *   - SHARDRT_ATTN_AUTOTUNE=2 is refused (fatal, in a child);
+ *   - rt_cu_tune_agree (the check's tolerance) on its own: agree_case.
  * Checked to fail with the check removed (k3 or k4, the fastest, kept: y wrong).
  */
 #include <dirent.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -135,7 +138,40 @@ void cudart_write_text(const char *path, const char *text) {
   fclose(f);
 }
 
+/* rt_cu_tune_agree (tune_check.c) itself, on 3 M bf16 elements (the OpenMP path) of values v_i in
+ * [1, 2): with terms 1000 and 1 rounding the tolerance is 2^-7 |v_i| + 2 (1000 2^-24 + 2^-9) max |v|.
+ * A change of one bf16 ulp (2^-7 at 1..2) on every third passes; 13 ulps (0.1) at element 2,345,678 is
+ * refused, found there; a NaN where the default is finite is refused; integers must be equal. */
+static void agree_case(void) {
+  enum { NE = 3 << 20 };
+  uint16_t *d = malloc(NE * 2), *c = malloc(NE * 2);
+  if (!d || !c) return;
+  for (int i = 0; i < NE; i++) d[i] = (uint16_t)(0x3f80 + i % 128), c[i] = d[i] + (i % 3 == 0); /* +1 ulp */
+  RtCuAgree a;
+  CHECK(rt_cu_tune_agree(d, c, RT_BF16, NE, 1000, 1, &a) && a.ratio < 1, "one ulp refused: ratio %g at %lld", a.ratio,
+        (long long)a.at);
+  int at = 2345678;
+  c[at] = (uint16_t)(d[at] + 13); /* 13 ulps (2^-7 each at 1..2) away: about 0.1 */
+  float want = 0;
+  { /* the error there, as a float */
+    uint32_t x = (uint32_t)c[at] << 16, y = (uint32_t)d[at] << 16;
+    float fx, fy;
+    memcpy(&fx, &x, 4), memcpy(&fy, &y, 4);
+    want = fx - fy;
+  }
+  CHECK(!rt_cu_tune_agree(d, c, RT_BF16, NE, 1000, 1, &a) && a.at == at && fabs(a.err - want) < 1e-6,
+        "a wrong element not refused or not found: ok %d at %lld err %g (want %d, %g)", a.ok, (long long)a.at, a.err, at,
+        want);
+  c[at] = d[at], c[17] = 0xffc0; /* NaN */
+  CHECK(!rt_cu_tune_agree(d, c, RT_BF16, NE, 1000, 1, &a) && a.at == 17, "a NaN not refused: ok %d at %lld", a.ok,
+        (long long)a.at);
+  int32_t di[4] = {1, 2, 3, 4}, ci[4] = {1, 2, 3, 5};
+  CHECK(!rt_cu_tune_agree(di, ci, RT_I32, 4, 1000, 1, &a) && a.at == 3, "integers not compared exactly");
+  free(d), free(c);
+}
+
 int test_attn_tune(const char *which) {
+  agree_case();
   setenv("SHARDRT_DEVICE", which, 1);
   char dir[] = "/tmp/cudart-attn-XXXXXX", rec[4200], line[1400];
   if (!mkdtemp(dir)) return 1;
