@@ -9,7 +9,8 @@
 #   check   tests/gpu/run_gpu.sh: the runtime and every kernel against their references, tiny
 #           against the CPU, GPT-2's loss falling (correctness before any timing)
 #   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
-#           (the candidates timed at the first call), tuned again from the record (a resumed run),
+#           (the candidates checked against the default, then timed, at the first call: the summaries
+#           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
 #           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
 #   sweep   cuda_kernels_gpu's attention tile sweep and the bytes-bound kernels' variants side by side
 #   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
@@ -57,7 +58,7 @@ gpt2() {
   shift
   env "$@" "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps 12 --eval-every 0 --val-batches 1 --log "$t/g.jsonl" > "$t/g.out" 2>&1
   local rc=$?
-  grep -E "^(device|attn autotune: [0-9]|gemm autotune: [0-9])" "$t/g.out"
+  grep -E "^(device|attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$t/g.out"
   python3 - "$t/g.jsonl" "$label" "$rc" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l] if sys.argv[3] == "0" else []
@@ -94,7 +95,7 @@ export -f gpt2 tune sweep ncu_step
 part check 120 200 tests/gpu/run_gpu.sh "$bin" 20
 grep -E "^(gpt2-124m|[0-9]+ failure)" "$out/check.log" >> "$sum"
 part tune 60 150 tune
-grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9])" "$out/tune.log" >> "$sum"
+grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
 part sweep 40 90 sweep
 part peers 120 240 bench/gpu_compare.sh "$bin" 20 shardc,llama,llmc,torch,torchllama
 grep -E "median" "$out/peers.log" >> "$sum"
