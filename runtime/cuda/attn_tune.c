@@ -126,12 +126,6 @@ static void refused_key(char *out, size_t n, const char *key, const char *tiles,
   rt_cu_rec_key(out, n, k, ctx->rank, ctx->world);
 }
 
-static double check_run(void *arg, int c) { /* a check's run: time_launch, run to completion */
-  Trial *tr = arg;
-  const unsigned grid[3] = {(unsigned)tr->cand[c].gx, tr->gy, tr->gz}, block[3] = {tr->cand[c].bx, 1, 1};
-  return tr->d->ops->time_launch(tr->d->be, tr->cand[c].k, grid, block, 0, tr->args);
-}
-
 static void check_copy(void *carg, void *dst, const void *src, int64_t bytes, int kind) {
   RtCuDev *d = carg;
   d->ops->copy(d->be, dst, src, bytes, kind);
@@ -152,8 +146,9 @@ static void check(RtCtx *ctx, AttnTune *t, Trial *tr, const char *key, int ncand
   for (int o = 0; o < nout; o++)
     co[o] = (RtCuCheckOut){addr[o], bytes[o], outs[o].dt, outs[o].terms, outs[o].rounds, NULL, NULL};
   double t0 = rt_cu_tune_clock();
-  RtCuCheck ck = {check_run, tr, check_copy, tr->d, co, nout};
-  char was[64];
+  RtCuCheck ck = {trial_time, tr, check_copy, tr->d, co, nout}; /* a check's run: the timing's, to completion */
+  char *was = malloc((size_t)ncand);
+  if (!was) rt_fatal(1, "out of memory");
   memcpy(was, ok, (size_t)ncand);
   st.checked += rt_cu_tune_check(&ck, ncand, ok, why, &st.closest);
   st.check_s += rt_cu_tune_clock() - t0;
@@ -162,12 +157,14 @@ static void check(RtCtx *ctx, AttnTune *t, Trial *tr, const char *key, int ncand
     st.refused++;
     char rank[24] = "";
     if (ctx->world > 1) snprintf(rank, sizeof rank, " (rank %d)", ctx->rank);
-    fprintf(stderr, "warning: attn autotune: %s%s: candidate %d (tiles %s) refused, not what the compiled default (%s) computes: %s\n",
+    fprintf(stderr,
+            "warning: attn autotune: %s%s: candidate %d (tiles %s) refused, not what the compiled default (%s) "
+            "computes: %s\n",
             key, rank, c, tr->cand[c].tiles, tr->cand[0].tiles, why[c]);
     refused_key(rk, sizeof rk, key, tr->cand[c].tiles, ctx);
     rt_cu_rec_set(&t->rec, rk, why[c]);
   }
-  free(why);
+  free(why), free(was);
 }
 
 /* Checks and times the candidates on the call's operands (outputs overlapping an input to scratch); the
@@ -175,9 +172,10 @@ static void check(RtCtx *ctx, AttnTune *t, Trial *tr, const char *key, int ncand
  * default then). */
 static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand, const RtCuTileCand *cand, unsigned gy,
                 unsigned gz, int nargs, void **args, const long long *bytes, int nout, const RtCuTuneOut *outs) {
-  char *addr[ARGS_MAX], *scratch[ARGS_MAX] = {0}, ok[64];
+  char *addr[ARGS_MAX], *scratch[ARGS_MAX] = {0}, *ok = malloc((size_t)ncand);
   void *targs[ARGS_MAX];
-  int good = ncand <= (int)sizeof ok;
+  int good = 1;
+  if (!ok) rt_fatal(1, "out of memory");
   for (int i = 0; i < nargs; i++) addr[i] = *(char **)args[i], targs[i] = &addr[i];
   for (int o = 0; o < nout && good; o++) {
     char *p = *(char **)args[o];
@@ -194,7 +192,7 @@ static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand,
     char log[300];
     snprintf(log, sizeof log, "attn autotune: %s", key);
     double t0 = rt_cu_tune_clock(), first_t, best_t;
-    memset(ok, 1, sizeof ok);
+    memset(ok, 1, (size_t)ncand);
     Trial tr = {d, cand, gy, gz, targs, ok};
     check(ctx, t, &tr, key, ncand, addr, bytes, nout, outs, ok);
     best = rt_cu_tune_fastest(ncand, trial_time, &tr, v && *v && strcmp(v, "0") ? log : NULL, &first_t, &best_t,
@@ -206,6 +204,7 @@ static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand,
   }
   for (int o = 0; o < nout; o++)
     if (scratch[o]) d->ops->scratch_free(d->be, scratch[o]);
+  free(ok);
   return best;
 }
 

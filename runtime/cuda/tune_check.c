@@ -63,6 +63,12 @@ int rt_cu_tune_agree(const void *def, const void *cand, int dt, int64_t count, l
                      RtCuAgree *a) {
   memset(a, 0, sizeof *a);
   a->at = -1;
+  if (dt != RT_F32 && dt != RT_BF16 && dt != RT_F64 && dt != RT_I32 && dt != RT_I64) { /* another type: the same bytes */
+    size_t es = rt_dtype_size((RtDType)dt);
+    a->ok = !memcmp(def, cand, (size_t)count * (es ? es : 1));
+    a->ratio = a->ok ? 0 : INFINITY;
+    return a->ok;
+  }
   double u = dt == RT_BF16 ? 0x1p-8 : dt == RT_F32 ? 0x1p-24 : dt == RT_F64 ? 0x1p-53 : 0;
   int fl = rt_dtype_is_float((RtDType)dt);
   double big = 0;
@@ -104,7 +110,8 @@ int rt_cu_tune_agree(const void *def, const void *cand, int dt, int64_t count, l
 #pragma omp critical
     {
       if (tme > me) me = tme;
-      if (tat >= 0 && (tr > r || a->at < 0 || (tr == r && tat < a->at))) r = tr, a->at = tat, a->err = terr, a->tol = ttol;
+      if (tat >= 0 && (tr > r || a->at < 0 || (tr == r && tat < a->at)))
+        r = tr, a->at = tat, a->err = terr, a->tol = ttol;
     }
   }
   a->max_err = me, a->ratio = r;
@@ -119,7 +126,8 @@ int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU
   int64_t total = 0, big = 0;
   for (int o = 0; o < ck->nout; o++) total += ck->outs[o].bytes, big = ck->outs[o].bytes > big ? ck->outs[o].bytes : big;
   char *ref = malloc((size_t)total), *got = malloc((size_t)total), *poison = malloc((size_t)big);
-  if (!ref || !got || !poison) rt_fatal(1, "autotune: out of host memory for the check (%lld bytes)", (long long)(2 * total));
+  if (!ref || !got || !poison)
+    rt_fatal(1, "autotune: out of host memory for the check (%lld bytes)", (long long)(2 * total + big));
   memset(poison, 0xff, (size_t)big); /* NaN in bf16, f32 and f64 */
   for (int c = 0; c < ncand; c++) {
     if (c > 0 && !ok[c]) continue;
@@ -136,20 +144,23 @@ int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU
       continue;
     }
     int64_t off = 0;
-    for (int o = 0; o < ck->nout; o++) ck->copy(ck->carg, host + off, ck->outs[o].p, ck->outs[o].bytes, RT_CU_D2H), off += ck->outs[o].bytes;
+    for (int o = 0; o < ck->nout; off += ck->outs[o].bytes, o++)
+      ck->copy(ck->carg, host + off, ck->outs[o].p, ck->outs[o].bytes, RT_CU_D2H);
     if (c == 0) continue;
     checked++;
     off = 0;
     for (int o = 0; o < ck->nout && ok[c]; off += ck->outs[o].bytes, o++) {
       const RtCuCheckOut *out = &ck->outs[o];
-      size_t es = rt_dtype_size((RtDType)out->dt);
+      int64_t es = (int64_t)rt_dtype_size((RtDType)out->dt);
       RtCuAgree a;
-      if (es && rt_cu_tune_agree(ref + off, got + off, out->dt, out->bytes / (int64_t)es, out->terms, out->rounds, &a)) {
+      if (rt_cu_tune_agree(ref + off, got + off, out->dt, out->bytes / (es ? es : 1), out->terms, out->rounds, &a)) {
         if (closest && a.ratio > *closest) *closest = a.ratio;
         continue;
       }
       ok[c] = 0;
-      snprintf(why[c], RT_CU_WHY, "output %d%s%s%s: |diff| %.3g at element %lld, tolerance %.3g (largest |diff| %.3g, largest |default| %.3g)",
+      snprintf(why[c], RT_CU_WHY,
+               "output %d%s%s%s: |diff| %.3g at element %lld, tolerance %.3g (largest |diff| %.3g, largest |default| "
+               "%.3g)",
                o, out->name ? " (" : "", out->name ? out->name : "", out->name ? ")" : "", a.err, (long long)a.at, a.tol,
                a.max_err, a.max_ref);
     }
