@@ -277,6 +277,20 @@ static void check(RtCuGemm *g, Plan *p, Trial *t, const void *y, const RtCuEpi *
   }
   RtCuCheckOut co[3];
   int nout = rt_cu_gemm_check_outs(&p->key, t->d, NULL, ep, co);
+  if (p->key.y_dt == RT_BF16) /* split-K in place adds its parts up in y's type: a bf16 rounding each after the first */
+    for (int c = 0; c < p->ncand; c++) {
+      int32_t splits = 1;
+      uint32_t scheme = 0;
+      size_t w = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&p->cand[c], CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits, &w) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigGetAttribute(&p->cand[c], CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme,
+                                               &w) != CUBLAS_STATUS_SUCCESS)
+        continue;
+      int more = splits - 1 - co[0].rounds; /* beyond the one every bf16 output is allowed */
+      if (scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE && more > 0)
+        for (int o = 0; o < nout; o++) co[o].rounds += more;
+    }
   (void)y; /* a scratch d is written whole (C is read from the real y): NaN-filled like the others */
   RtCuCheck ck = {trial_time, t, check_copy, g, co, nout};
   double t0 = rt_cu_tune_clock(), closest = 0;
