@@ -258,13 +258,15 @@ void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCa
 
 void rt_cu_attn_tune_report(const RtCtx *ctx) {
   if (st.tuned + st.recorded == st.reported) return;
+  char chk[300];
+  rt_cu_tune_check_line(chk, sizeof chk, "the compiled default", st.checked, st.check_s, st.refused, st.skipped,
+                        st.closest);
   if (!ctx || ctx->rank == 0)
     fprintf(stderr,
             "attn autotune: %d attention kernel%s tuned in %.3f s (%d timed runs), %d kept other tiles than the compiled "
-            "default: one call of each %.1f -> %.1f us; %d as recorded by an earlier run; %d candidates checked against "
-            "the compiled default in %.3f s (a run and a compare each), %d refused, %d skipped as refused by an earlier "
-            "run, the others within %.2g of their tolerance (SHARDRT_ATTN_AUTOTUNE=0: off)\n",
+            "default: one call of each %.1f -> %.1f us; %d as recorded by an earlier run; %s (SHARDRT_ATTN_AUTOTUNE=0: "
+            "off)\n",
             st.tuned, st.tuned == 1 ? "" : "s", st.wall, st.timed, st.moved, st.first_s * 1e6, st.best_s * 1e6,
-            st.recorded, st.checked, st.check_s, st.refused, st.skipped, st.closest);
+            st.recorded, chk);
   st.reported = st.tuned + st.recorded;
 }

@@ -200,6 +200,11 @@ enum { RT_CU_WHY = 200 };
  * the tolerance) or that does not run (why[c] left empty; all when the default does not run). Returns
  * the candidates compared; *closest = max(*closest, the largest error / tolerance of those that agreed). */
 int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU_WHY], double *closest);
+/* The check's part of an autotuning summary line (attn_tune.c, gemm_tune.c): "N candidates checked
+ * against <against> in S s (a run and a compare each), R refused, K skipped as refused by an earlier
+ * run, the others within Q of their tolerance". */
+void rt_cu_tune_check_line(char *out, size_t n, const char *against, int checked, double seconds, int refused,
+                           int skipped, double closest);
 
 /* ---- gemm_tune.c (both backends) ---- */
 

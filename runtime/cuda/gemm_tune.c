@@ -134,14 +134,16 @@ void rt_cu_tune_stats(int *shapes, int *timed, int *recorded) {
 
 void rt_cu_tune_report(const RtCtx *ctx) {
   if (st.shapes + st.recorded == st.reported) return;
+  char chk[300];
+  rt_cu_tune_check_line(chk, sizeof chk, "the heuristic's first", st.checked, st.check_s, st.refused, st.skipped,
+                        st.closest);
   if (!ctx || ctx->rank == 0)
     fprintf(stderr,
             "gemm autotune: %d GEMM shape%s tuned in %.3f s (%d timed runs), %d kept another algorithm than the "
-            "heuristic's first: one call of each %.1f -> %.1f us; %d as chosen by an earlier run; %d candidates "
-            "checked against the heuristic's first in %.3f s (a run and a compare each), %d refused, %d skipped as "
-            "refused by an earlier run, the others within %.2g of their tolerance (SHARDRT_GEMM_AUTOTUNE=0: off)\n",
+            "heuristic's first: one call of each %.1f -> %.1f us; %d as chosen by an earlier run; %s "
+            "(SHARDRT_GEMM_AUTOTUNE=0: off)\n",
             st.shapes, st.shapes == 1 ? "" : "s", st.wall, st.timed, st.moved, st.first_s * 1e6, st.best_s * 1e6,
-            st.recorded, st.checked, st.check_s, st.refused, st.skipped, st.closest);
+            st.recorded, chk);
   st.reported = st.shapes + st.recorded;
 }
 

@@ -168,3 +168,11 @@ int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU
   free(ref), free(got), free(poison);
   return checked;
 }
+
+void rt_cu_tune_check_line(char *out, size_t n, const char *against, int checked, double seconds, int refused,
+                           int skipped, double closest) {
+  snprintf(out, n,
+           "%d candidates checked against %s in %.3f s (a run and a compare each), %d refused, %d skipped as refused "
+           "by an earlier run, the others within %.2g of their tolerance",
+           checked, against, seconds, refused, skipped, closest);
+}

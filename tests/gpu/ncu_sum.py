@@ -50,6 +50,19 @@ def micro(value, unit, where):
     return number(value, where) * US[unit]
 
 
+def body(path, rows):
+    """The rows after the header, each with where it is ("PATH: CSV row N"): a repeated header skipped,
+    a row of another width refused."""
+    head = rows[0]
+    for n, r in enumerate(rows[1:], 2):
+        if r == head:
+            continue
+        where = "%s: CSV row %d" % (path, n)
+        if len(r) != len(head):
+            raise Bad("%s: %d fields, the header has %d" % (where, len(r), len(head)))
+        yield where, r
+
+
 def launches(path):
     """The launches of one ncu CSV log, in order: (kernel name, microseconds)."""
     try:
@@ -68,12 +81,7 @@ def launches(path):
     out = []
     if METRIC in col:  # the raw page: a units row, then a row per launch
         unit = None
-        for n, r in enumerate(rows[1:], 2):
-            if r == head:
-                continue
-            where = "%s: CSV row %d" % (path, n)
-            if len(r) != len(head):
-                raise Bad("%s: %d fields, the header has %d" % (where, len(r), len(head)))
+        for where, r in body(path, rows):
             if r[kname] == "" or (col.get("ID") is not None and r[col["ID"]] == ""):
                 unit = r[col[METRIC]]
                 continue
@@ -84,12 +92,7 @@ def launches(path):
         for need in ("Metric Name", "Metric Unit", "Metric Value"):
             if need not in col:
                 raise Bad("%s:1: no \"%s\" column and no %s column" % (path, need, METRIC))
-        for n, r in enumerate(rows[1:], 2):
-            if r == head:
-                continue
-            where = "%s: CSV row %d" % (path, n)
-            if len(r) != len(head):
-                raise Bad("%s: %d fields, the header has %d" % (where, len(r), len(head)))
+        for where, r in body(path, rows):
             if r[col["Metric Name"]] == METRIC:
                 out.append((r[kname], micro(r[col["Metric Value"]], r[col["Metric Unit"]], where)))
     if not out:
