@@ -100,7 +100,12 @@ static int choice_of(const RtCuGemm *g, const Plan *p, cublasLtMatmulAlgo_t *alg
   return 0;
 }
 
-static void algo_str(const cublasLtMatmulAlgo_t *a, char *out, size_t n);
+/* An algorithm as the record writes it: its 8 words in hex. */
+static void algo_str(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
+  const uint64_t *w = a->data;
+  snprintf(out, n, "%" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64, w[0],
+           w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+}
 
 static void choice_record(RtCuGemm *g, const Plan *p) {
   char key[320], val[160];
@@ -257,16 +262,9 @@ static void check_copy(void *carg, void *dst, const void *src, int64_t bytes, in
   CU_CHECK(cudaStreamSynchronize(g->stream));
 }
 
-/* An algorithm as the record writes it: its 8 words in hex. */
-static void algo_str(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
-  const uint64_t *w = a->data;
-  snprintf(out, n, "%" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64, w[0],
-           w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
-}
-
 /* The check (tune_check.c) of p's candidates on the call's operands against the heuristic's first: ok[c]
  * = 0 for those refused now (a warning and a record line) or by an earlier run (skipped, not run). */
-static void check(RtCuGemm *g, Plan *p, Trial *t, const void *y, const RtCuEpi *ep, char *ok) {
+static void check(RtCuGemm *g, Plan *p, Trial *t, const RtCuEpi *ep, char *ok) {
   char fkey[600], choice[160], (*why)[RT_CU_WHY] = calloc((size_t)p->ncand, RT_CU_WHY);
   if (!why) rt_fatal(1, "out of memory");
   int skipped = 0;
@@ -291,7 +289,7 @@ static void check(RtCuGemm *g, Plan *p, Trial *t, const void *y, const RtCuEpi *
       if (scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE && more > 0)
         for (int o = 0; o < nout; o++) co[o].rounds += more;
     }
-  (void)y; /* a scratch d is written whole (C is read from the real y): NaN-filled like the others */
+  /* a scratch d (y read: beta != 0, the residual in place) is NaN-filled too: C is read from the real y */
   RtCuCheck ck = {trial_time, t, check_copy, g, co, nout};
   double t0 = rt_cu_tune_clock(), closest = 0;
   int checked = rt_cu_tune_check(&ck, p->ncand, ok, why, &closest);
@@ -332,7 +330,7 @@ static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, co
       t.d = scratch;
     }
     if (ok) {
-      check(g, p, &t, y, ep, cok);
+      check(g, p, &t, ep, cok);
       p->algo = p->cand[rt_cu_tune_pick(p->ncand, trial_time, &t, &p->key)];
       choice_record(g, p);
     }
