@@ -32,6 +32,7 @@ const char *cg_ptr(Cg *c, const Value *v) {
       if (c->binds[i].arg == v->def) return c->binds[i].expr;
     die("ARG %%%d has no binding", v->id);
   }
+  if (v->offset == IR_OFFSET_VIEW) return cg_ptr(c, v->def->in[0]); /* a view of a region's argument */
   if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
   if (v->host) return arena_printf(c->a, "(H + %" PRId64 ")", v->offset); /* plan offload: the host allocation */
   if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, cg_depth_of(v->def->graph), v->stride);

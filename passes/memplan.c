@@ -394,6 +394,12 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
         view[i] = true; /* persistent memory: always there */
         continue;
       }
+      if (d->graph == g && !ir_slice_is_view(n) && (d->op == OP_ARG || in->offset == IR_OFFSET_VIEW)) {
+        /* a region's argument (a stacked input's slice, a carry, a capture) lives the whole
+         * iteration outside the region's transients: the view is its bytes, not a copy */
+        n->out[0]->offset = IR_OFFSET_VIEW;
+        continue;
+      }
     }
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
