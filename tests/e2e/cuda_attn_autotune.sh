@@ -12,6 +12,13 @@
 #     identical, as at S 16 every candidate streams a single key tile);
 #   - forced: the record edited to name each kernel's last candidate: honoured ("candidate 6 of 7",
 #     as recorded), the losses within 1e-4 relative of plain's;
+#   - wrong: a forward candidate made wrong (test hook SHARDRT_EMU_WRONG_ATTN=1x8x64: tiles 1x8x64
+#     compiled with twice the scale), a fresh record: the check (runtime/cuda/tune_check.c) refuses it
+#     with a warning naming the kernel, the candidate and the error, it is never timed nor kept (60
+#     timed runs, not 63), the record has its "refused" line, the losses are plain's within 1e-4; tuned
+#     again with only that line left: skipped without a run ("1 skipped"), no warning;
+#   - S 64 (the candidates' key tiles stream differently, so they sum in other orders): all 18 checked
+#     candidates agree (no false refusal; measured within 0.24 of their tolerance);
 # (the emulated device's default, autotuning off, is cudart_attn's);
 #   - SHARDRT_ATTN_AUTOTUNE=yes is refused;
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
@@ -65,6 +72,32 @@ run forced 1
 [ "$(grep -c '^attn autotune: flash_.*(candidate 6 of 7, .*as recorded by an earlier run$' "$t/forced.out")" = 3 ] ||
   { cat "$rec" "$t/forced.out"; fail "forced: the recorded tiles not honoured"; }
 close plain forced "the last candidates against the compiled default"
+mkdir -p "$t/wcache"
+SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong 1
+wk="flash_fwd S 16 H 4 KV 4 hd 16 causal B 1"
+grep -q "^warning: attn autotune: $wk: candidate [1-9] (tiles 1x8x64/0) refused, not what the compiled default ([0-9x/]*) computes: output 0: |diff| " "$t/wrong.out" &&
+  grep -q "^attn autotune: 3 attention kernels tuned in .* s (60 timed runs), .* 18 candidates checked against the compiled default in .* s (a run and a compare each), 1 refused, 0 skipped" "$t/wrong.out" &&
+  ! grep -q "tiles 1x8x64/0 (candidate" "$t/wrong.out" || { cat "$t/wrong.out"; echo "FAIL: wrong: the wrong candidate was not refused"; exit 1; }
+wrec=$(ls "$t"/wcache/attn-tune-*.txt)
+grep -q "^$wk refused 1x8x64/0	output 0: |diff| " "$wrec" || { cat "$wrec"; echo "FAIL: wrong: no refused line in the record"; exit 1; }
+close plain wrong "with the wrong candidate refused against the compiled default"
+grep " refused " "$wrec" >"$t/refused.txt" && cp "$t/refused.txt" "$wrec"
+SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong2 1
+grep -q "candidates checked against the compiled default in .* s (a run and a compare each), 0 refused, 1 skipped as refused by an earlier run" "$t/wrong2.out" &&
+  ! grep -q "^warning: attn autotune" "$t/wrong2.out" || { cat "$t/wrong2.out"; echo "FAIL: wrong2: the recorded refusal was not honoured"; exit 1; }
+# no false refusal where the candidates sum in other orders: tiny at S 64 (key tiles of 16, 32 and 64
+# rows stream differently; at S 16 every candidate computes the same bits): all 18 agree
+"$shardc" build models/tiny.model -D seq=64 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+  -o "$t/t64" >"$t/build64.out" 2>&1 || { cat "$t/build64.out"; exit 1; }
+mkdir -p "$t/c64"
+SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
+  >"$t/s64.out" 2>&1 || { cat "$t/s64.out"; echo "FAIL: S 64"; exit 1; }
+grep -q "^attn autotune: 3 attention kernels tuned in .* (63 timed runs), .* 18 candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
+  { cat "$t/s64.out"; echo "FAIL: S 64: a correct candidate refused (or not all checked)"; exit 1; }
+if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
+  ! grep -q "SHARDRT_EMU_WRONG_ATTN=8: want the tiles" "$t/bad.out"; then
+  cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_WRONG_ATTN=8 was not refused"; exit 1
+fi
 if SHARDRT_ATTN_AUTOTUNE=yes "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_ATTN_AUTOTUNE=yes: want 1" "$t/bad.out"; then
   cat "$t/bad.out"; fail "SHARDRT_ATTN_AUTOTUNE=yes was not refused"
@@ -84,5 +117,7 @@ done
   { cat "$t/mr1.out" "$t/mr2.out"; fail "2 ranks: rank 0 did not tune, then take its record"; }
 [ "$(losses "$t/mr1.jsonl")" = "$(losses "$t/mr2.jsonl")" ] || fail "2 ranks: the recorded run's loss differs"
 grep "^attn autotune" "$t/tuned.out" "$t/forced.out"
+grep "^warning: attn autotune" "$t/wrong.out"
+grep "^attn autotune: [0-9]" "$t/s64.out"
 paste <(losses "$t/plain.jsonl") <(losses "$t/tuned.jsonl") <(losses "$t/forced.jsonl")
 echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x 7 tile candidates timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"

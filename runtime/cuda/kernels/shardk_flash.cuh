@@ -279,7 +279,11 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   static_assert(4 * BK * LD * 2 <= 48 * 1024, "flash_fwd: K and V tiles over 48 KiB of shared memory");
   __align__(16) __shared__ bf16 ks[2][BK * LD];
   __align__(16) __shared__ bf16 vs[2][BK * LD];
-  const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)); /* scale * log2 e */
+  const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)) /* scale * log2 e */
+#ifdef SK_TEST_WRONG_FWD /* a test's deliberately wrong candidate (emu.c, SHARDRT_EMU_WRONG_ATTN): twice the scale */
+                   * (MT * 100000 + W * 1000 + BK == SK_TEST_WRONG_FWD ? 2.0f : 1.0f)
+#endif
+      ;
   int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   FlashBlock fb = flash_block(CAUSAL);
   i64 b = fb.b;
