@@ -128,6 +128,7 @@ const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv,
 typedef struct {
   int mt, w, bt;
   int minb; /* blocks per SM asked of ptxas (__launch_bounds__' second argument: fewer registers), 0: none */
+  int rs;   /* 1: the warps' own rows (Q; Q and dO in dQ; K and V in dK/dV) in shared memory, not registers */
 } CuFlashTile;
 typedef struct {
   CuFlashTile fwd, kv, q; /* forward, dK/dV, dQ */
@@ -138,6 +139,9 @@ CuFlashCfg cuk_flash_cfg(int64_t hd);
 /* The candidates for head dim hd, the first being cuk_flash_cfg(hd): swept by the kernel benchmark
  * (SHARDK_ATTN_SWEEP=1) and each checked by cuda_kernels_emu. Returns how many (at most max). */
 int cuk_flash_variants(int64_t hd, CuFlashCfg *v, int max);
+/* The bytes of dynamic shared memory kernel `which` (0 forward, 1 dK/dV, 2 dQ) in tiles t takes at head
+ * dim hd (runtime/cuda/kernels/shardk_flash_smem.cuh: the kernels' layout), what its launch gives. */
+int64_t cuk_flash_smem(int which, int64_t hd, const CuFlashTile *t);
 /* The tiles of the tensor-core attentions k emits from now on (NULL: cuk_flash_cfg). */
 void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c);
 /* on: with cuk_flash_cfg's tiles (no cuk_set_flash_cfg), each tensor-core attention kernel is also

@@ -26,15 +26,15 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
  * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
 static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
 static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
-/* a tensor-core attention kernel: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block, with
- * c's minimum blocks per SM */
-static const char *flash_one(CuK *k, const Args *g, const char *name, const CuFlashTile *c, int64_t S, int64_t H,
-                             int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
+/* a tensor-core attention kernel `which`: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block,
+ * with c's minimum blocks per SM and its dynamic shared memory */
+static const char *flash_one(CuK *k, const Args *g, const char *name, int which, const CuFlashTile *c, int64_t S,
+                             int64_t H, int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
   k->minb = c->minb;
-  const char *l = ck_simple(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1,
-                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>(%s);", name, (long long)S,
-                                      (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", c->bt,
-                                      c->mt, c->w, args));
+  const char *l = ck_simple_smem(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1, cuk_flash_smem(which, hd, c),
+                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d, %s>(%s);", name,
+                                      (long long)S, (long long)H, (long long)KV, (long long)hd,
+                                      causal ? "true" : "false", c->bt, c->mt, c->w, c->rs ? "true" : "false", args));
   k->minb = 0;
   return l;
 }
@@ -60,14 +60,15 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
     if (seen) continue;
     t[nt++] = c;
     k->guard = i > 0;
-    const char *l = flash_one(k, g, name, &c, S, H, KV, hd, causal, gy, gz, args);
+    const char *l = flash_one(k, g, name, which, &c, S, H, KV, hd, causal, gy, gz, args);
     k->guard = 0;
     if (nv == 1) return l;
     int id = k->last;
-    cands = arena_printf(k->a, "%s%s{%d, %lld, %d, \"%dx%dx%d/%d\"}", cands, nt > 1 ? ", " : "", id,
-                         (long long)cdiv(S, 16 * c.mt * c.w), 32 * c.w, c.mt, c.w, c.bt, c.minb);
+    cands = arena_printf(k->a, "%s%s{%d, %lld, %d, \"%dx%dx%d/%d%s\", %lld}", cands, nt > 1 ? ", " : "", id,
+                         (long long)cdiv(S, 16 * c.mt * c.w), 32 * c.w, c.mt, c.w, c.bt, c.minb, c.rs ? "s" : "",
+                         (long long)cuk_flash_smem(which, hd, &c));
   }
-  if (nt == 1) return flash_one(k, g, name, &t[0], S, H, KV, hd, causal, gy, gz, args); /* reuses the kernel */
+  if (nt == 1) return flash_one(k, g, name, which, &t[0], S, H, KV, hd, causal, gy, gz, args); /* reuses the kernel */
   const char *ptrs = "", *sizes = "";
   for (int i = 0; i < g->np; i++) {
     ptrs = arena_printf(k->a, "%s%s&(char *){%s}", ptrs, i ? ", " : "", g->p[i]);

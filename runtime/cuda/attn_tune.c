@@ -116,7 +116,7 @@ static double trial_time(void *arg, int c) {
   Trial *tr = arg;
   if (!tr->ok[c]) return -1;
   const unsigned grid[3] = {(unsigned)tr->cand[c].gx, tr->gy, tr->gz}, block[3] = {tr->cand[c].bx, 1, 1};
-  return tr->d->ops->time_launch(tr->d->be, tr->cand[c].k, grid, block, 0, tr->args);
+  return tr->d->ops->time_launch(tr->d->be, tr->cand[c].k, grid, block, tr->cand[c].smem, tr->args);
 }
 
 /* The record key of candidate c's refusal: "<key> refused <tiles>" (and the rank suffix). */
@@ -253,7 +253,7 @@ void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCa
     rt_fatal(1, "rt_cu_launch_tuned(%s): %d candidates, %d arguments (%d written)", key, ncand, nargs, nout);
   AttnTune *t = state(d);
   int c = t->on ? choose(ctx, d, t, key, ncand, cand, (unsigned)gy, (unsigned)gz, nargs, args, bytes, nout, outs) : 0;
-  rt_cu_launch(ctx, cand[c].k, (unsigned)cand[c].gx, (unsigned)gy, (unsigned)gz, cand[c].bx, 1, 1, 0, args);
+  rt_cu_launch(ctx, cand[c].k, (unsigned)cand[c].gx, (unsigned)gy, (unsigned)gz, cand[c].bx, 1, 1, cand[c].smem, args);
 }
 
 void rt_cu_attn_tune_report(const RtCtx *ctx) {

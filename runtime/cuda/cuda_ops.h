@@ -44,6 +44,7 @@ typedef struct {
   long long gx;
   unsigned bx;
   const char *tiles;
+  unsigned smem; /* bytes of dynamic shared memory */
 } RtCuTileCand;
 /* What the autotuning's check needs of output i (outs[i], i < nout): before a candidate may be timed,
  * its outputs are compared with the default's on the same operands (runtime/cuda/tune_check.c): dt its

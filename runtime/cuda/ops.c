@@ -192,19 +192,24 @@ void rt_cu_device_wait(RtCtx *ctx, int slot) {
 
 /* ---- the CUDA backend ---- */
 
+/* Lets kernel k have smem bytes of dynamic shared memory: above 48 KiB a kernel must opt in, once (its
+ * attribute stays set for the largest launch so far). */
+static cudaError_t allow_smem(CudaBe *c, int k, unsigned smem) {
+  if (smem <= c->smem_max[k]) return cudaSuccess;
+  cudaError_t rc =
+      cudaKernelSetAttributeForDevice(c->kern[k], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem, c->device);
+  if (rc == cudaSuccess) c->smem_max[k] = smem;
+  return rc;
+}
+
 void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem, void **args) {
   CudaBe *c = be;
   if (k < 0 || k >= c->nk) rt_fatal(1, "CUDA: launch of kernel k%d: the program has %d kernels", k, c->nk);
   if (!c->kern[k])
     rt_fatal(1, "CUDA: kernel k%d is an attention tile candidate, compiled only with SHARDRT_ATTN_AUTOTUNE=1", k);
-  if (smem > c->smem_max[k]) { /* above 48 KiB a kernel must opt in */
-    cudaError_t rc = cudaKernelSetAttributeForDevice(c->kern[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem, c->device);
-    if (rc != cudaSuccess)
-      rt_fatal(1, "CUDA: kernel k%d: cannot allow %u bytes of dynamic shared memory: %s", k, smem,
-               cudaGetErrorString(rc));
-    c->smem_max[k] = smem;
-  }
+  cudaError_t arc = allow_smem(c, k, smem);
+  if (arc != cudaSuccess)
+    rt_fatal(1, "CUDA: kernel k%d: cannot allow %u bytes of dynamic shared memory: %s", k, smem, cudaGetErrorString(arc));
   dim3 g = {grid[0], grid[1], grid[2]}, b = {block[0], block[1], block[2]};
   cudaError_t rc = cudaLaunchKernel((const void *)c->kern[k], g, b, args, smem, c->stream);
   if (rc != cudaSuccess)
@@ -221,7 +226,11 @@ void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned b
 double rt_cu_cuda_time_launch(void *be, int k, const unsigned grid[3], const unsigned block[3], unsigned smem,
                               void **args) {
   CudaBe *c = be;
-  if (k < 0 || k >= c->nk || !c->kern[k] || smem > c->smem_max[k]) return -1;
+  if (k < 0 || k >= c->nk || !c->kern[k]) return -1;
+  if (allow_smem(c, k, smem) != cudaSuccess) { /* more than this GPU gives a block: not a candidate here */
+    (void)cudaGetLastError();
+    return -1;
+  }
   for (int i = 0; i < 2; i++)
     if (!c->tev[i]) CU_CHECK(cudaEventCreate(&c->tev[i]));
   dim3 g = {grid[0], grid[1], grid[2]}, b = {block[0], block[1], block[2]};

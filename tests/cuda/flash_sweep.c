@@ -131,7 +131,7 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
   rt_sdpa_bwd_ref(cB, T, T, H, KV, hd, 1, q, kk, vv, rob, rl, dout, rdq, rdk, rdv);
   const double fa = 4.0 * (double)B * H * T * T * hd / 2;
   printf("\nattention tile sweep: bf16 B%lld T%lld H%lld KV%lld hd%lld causal; tiles (m-tiles a warp, warps, streamed "
-         "rows, min blocks per SM), regs/local bytes per thread, us, TFLOP/s\n",
+         "rows, min blocks per SM; s: the warps' own rows in shared memory), regs/local bytes per thread, us, TFLOP/s\n",
          (long long)B, (long long)T, (long long)H, (long long)KV, (long long)hd);
   printf("%-3s %-16s %18s %-16s %18s %-16s %18s %9s %8s %8s %s\n", "#", "fwd", "", "dK/dV", "", "dQ", "", "bwd us",
          "TFLOP/s", "fwd+bwd", "check");
@@ -162,11 +162,12 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     h->attrs(kernel_of(tf[i]), &rf, &lf);
     h->attrs(nb == 2 ? kernel_of(bl[1]) : -1, &rk, &lk);
     h->attrs(nb == 2 ? kernel_of(bl[0]) : -1, &rq, &lq);
-    printf("%-3d (%d,%d,%2d,%d) %3d/%-3d %7.1f %6.1f  (%d,%d,%2d,%d) %3d/%-3d %7.1f %6.1f  (%d,%d,%2d,%d) %3d/%-3d %7.1f "
-           "%6.1f %9.1f %8.1f %8.1f %s\n",
-           i, v[i].fwd.mt, v[i].fwd.w, v[i].fwd.bt, v[i].fwd.minb, rf, lf, uf, fa / (uf * 1e-6) / 1e12, v[i].kv.mt,
-           v[i].kv.w, v[i].kv.bt, v[i].kv.minb, rk, lk, ukv, 2 * fa / (ukv * 1e-6) / 1e12, v[i].q.mt, v[i].q.w, v[i].q.bt,
-           v[i].q.minb, rq, lq, uq, 1.5 * fa / (uq * 1e-6) / 1e12, ub, 2.5 * fa / (ub * 1e-6) / 1e12,
+    printf("%-3d (%d,%d,%3d,%d%s) %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d "
+           "%7.1f %6.1f %9.1f %8.1f %8.1f %s\n",
+           i, v[i].fwd.mt, v[i].fwd.w, v[i].fwd.bt, v[i].fwd.minb, v[i].fwd.rs ? "s" : "", rf, lf, uf,
+           fa / (uf * 1e-6) / 1e12, v[i].kv.mt, v[i].kv.w, v[i].kv.bt, v[i].kv.minb, v[i].kv.rs ? "s" : "", rk, lk, ukv,
+           2 * fa / (ukv * 1e-6) / 1e12, v[i].q.mt, v[i].q.w, v[i].q.bt, v[i].q.minb, v[i].q.rs ? "s" : "", rq, lq, uq,
+           1.5 * fa / (uq * 1e-6) / 1e12, ub, 2.5 * fa / (ub * 1e-6) / 1e12,
            3.5 * fa / ((uf + ub) * 1e-6) / 1e12, ok ? "ok" : "FAIL");
     fflush(stdout);
   }

@@ -682,9 +682,11 @@ static void cases_attention(KC *c) {
     DType dt;
     int variants; /* also every other tile configuration of the tensor-core kernels (cuk_flash_variants) */
   } ac[] = {{2, 37, 4, 2, 16, 1, DT_F32, 0},  {1, 40, 2, 1, 64, 0, DT_F32, 0},  {1, 45, 4, 1, 16, 1, DT_F32, 0},
-            /* bf16, head dim a multiple of 16: tensor cores (partial tiles, GQA, both tile sizes) */
-            {1, 33, 2, 2, 32, 1, DT_BF16, 0}, {2, 70, 4, 2, 64, 1, DT_BF16, 1}, {1, 50, 2, 1, 128, 0, DT_BF16, 1},
-            {1, 77, 4, 2, 128, 1, DT_BF16, 1}, {1, 300, 2, 1, 64, 1, DT_BF16, 0}, {1, 99, 4, 2, 64, 0, DT_BF16, 1},
+            /* bf16, head dim a multiple of 16: tensor cores (partial tiles, GQA, both tile sizes; S 300 and 200:
+             * several tiles of 128 rows, the last partial) */
+            {1, 33, 2, 2, 32, 1, DT_BF16, 1}, {2, 70, 4, 2, 64, 1, DT_BF16, 1}, {1, 50, 2, 1, 128, 0, DT_BF16, 1},
+            {1, 77, 4, 2, 128, 1, DT_BF16, 1}, {1, 300, 2, 1, 64, 1, DT_BF16, 1}, {1, 99, 4, 2, 64, 0, DT_BF16, 1},
+            {1, 200, 2, 1, 128, 1, DT_BF16, 1},
             /* bf16, head dim 24: the CUDA-core kernels */
             {1, 33, 2, 1, 24, 1, DT_BF16, 0}};
   for (size_t t = 0; t < sizeof ac / sizeof ac[0]; t++) {

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # The attention tile autotuning in a trainer (labels cuda, mpi, e2e; runtime/cuda/attn_tune.c): the tiny GPT
-# in bf16 (tensor-core attention at head dim 16: 7 tile candidates for each of its forward, dK/dV and
-# dQ kernels, codegen/cuda_flash_cfg.c) on the emulated device, micro-batch 1, with a kernel cache of
+# in bf16 (tensor-core attention at head dim 16: each of its forward, dK/dV and dQ kernels in the distinct
+# tiles of codegen/cuda_flash_cfg.c's list, 9, 10 and 9 candidates, read from the generated launches) on the
+# emulated device, micro-batch 1, with a kernel cache of
 # its own (the record of the choices lives there):
 #   - tuned: SHARDRT_ATTN_AUTOTUNE=1, 4 steps, a checkpoint at 2: each of the 3 kernels timed at its
 #     first call (a line each, "the fastest", and the summary after step 1), the record holds 3 lines;
 #   - resumed: from tuned's step 2 with the record: the 3 kernels take the recorded tiles (nothing
 #     timed), so steps 3 and 4 and the final checkpoint are byte-identical to tuned's;
-#   - plain: the record edited to name each kernel's compiled default: honoured ("candidate 0 of 7");
+#   - plain: the record edited to name each kernel's compiled default: honoured ("candidate 0 of N");
 #     tuned's losses agree with it within 1e-4 relative (other tiles sum in another order; measured:
 #     identical, as at S 16 every candidate streams a single key tile);
-#   - forced: the record edited to name each kernel's last candidate: honoured ("candidate 6 of 7",
-#     as recorded), the losses within 1e-4 relative of plain's;
+#   - forced: the record edited to name each kernel's last candidate: honoured ("candidate N-1 of N",
+#     as recorded; dK/dV's: K and V in dynamic shared memory), the losses within 1e-4 relative of plain's;
 #   - wrong: a forward candidate made wrong (test hook SHARDRT_EMU_WRONG_ATTN=1x8x64: tiles 1x8x64
 #     compiled with twice the scale), a fresh record: the check (runtime/cuda/tune_check.c) refuses it
-#     with a warning naming the kernel, the candidate and the error, it is never timed nor kept (60
-#     timed runs, not 63), the record has its "refused" line, the losses are plain's within 1e-4; tuned
+#     with a warning naming the kernel, the candidate and the error, it is never timed nor kept (3 timed
+#     runs fewer), the record has its "refused" line, the losses are plain's within 1e-4; tuned
 #     again with only that line left: skipped without a run ("1 skipped"), no warning;
-#   - S 64 (the candidates' key tiles stream differently, so they sum in other orders): all 18 checked
-#     candidates agree (no false refusal; measured within 0.24 of their tolerance);
+#   - S 64 (the candidates' key tiles stream differently, so they sum in other orders): every checked
+#     candidate agrees (no false refusal; measured within 0.24 of their tolerance);
 # (the emulated device's default, autotuning off, is cudart_attn's);
 #   - SHARDRT_ATTN_AUTOTUNE=yes is refused;
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
@@ -41,11 +42,19 @@ close() { # a b what: the losses within 1e-4 relative
   paste -d' ' <(losses "$t/$1.jsonl") <(losses "$t/$2.jsonl") | awk -v w="$3" '{ d = $1 - $2; if (d < 0) d = -d;
     if (d > 1e-4 * ($1 < 0 ? -$1 : $1)) { print "FAIL: " w ": loss " $2 " against " $1; bad = 1 } } END { exit bad }'
 }
+# the generated launches: each tuned kernel's key and candidates
+"$shardc" plan models/tiny.model -D seq=16 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+  --emit-c "$t/src" >/dev/null 2>&1
+launches() { grep -ho 'rt_cu_launch_tuned(ctx, "[^"]*", [0-9]*, (const RtCuTileCand\[\]){[^;]*' "$t"/${1:-src}/*.c; }
+count() { launches "$@" | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)", ([0-9]*),.*$/\1 \2/' | sort -u |
+  awk '{ n++; s += $NF } END { if (n == 3) print s }'; }
+ncand=$(count)
+[ -n "$ncand" ] || { launches; echo "FAIL: the generated launches do not name 3 tuned kernels"; exit 1; }
 run tuned 1 --ckpt-every 2
-[ "$(losses "$t/tuned.jsonl" | wc -l)" = 4 ] || fail "$(losses "$t/tuned.jsonl" | wc -l) steps logged, want 4"
-[ "$(grep -c '^attn autotune: flash_.*, the fastest$' "$t/tuned.out")" = 3 ] || { cat "$t/tuned.out"; fail "tuned: not 3 kernels timed"; }
-grep -q "^attn autotune: 3 attention kernels tuned in .* s (63 timed runs)" "$t/tuned.out" ||
-  { cat "$t/tuned.out"; fail "tuned: no summary of 3 kernels x 7 candidates x 3 runs"; }
+[ "$(losses "$t/tuned.jsonl" | wc -l)" = 4 ] || { echo "FAIL: $(losses "$t/tuned.jsonl" | wc -l) steps logged, want 4"; exit 1; }
+[ "$(grep -c '^attn autotune: flash_.*, the fastest$' "$t/tuned.out")" = 3 ] || { cat "$t/tuned.out"; echo "FAIL: tuned: not 3 kernels timed"; exit 1; }
+grep -q "^attn autotune: 3 attention kernels tuned in .* s ($((3 * ncand)) timed runs)" "$t/tuned.out" ||
+  { cat "$t/tuned.out"; echo "FAIL: tuned: no summary of 3 kernels x their $ncand candidates x 3 runs"; exit 1; }
 rec=$(ls "$t"/cache/attn-tune-*.txt)
 [ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; fail "the record does not hold 3 choices"; }
 run resumed 1 --resume "$t/ck_tuned/step_00000002"
@@ -58,25 +67,23 @@ for f in model.safetensors optimizer.safetensors; do
 done
 # the record edited to every kernel's first candidate (the compiled default), then to its last (the
 # generated launches list them)
-"$shardc" plan models/tiny.model -D seq=16 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
-  --emit-c "$t/src" >/dev/null 2>&1
-launches() { grep -ho 'rt_cu_launch_tuned(ctx, "[^"]*", 7, (const RtCuTileCand\[\]){[^;]*' "$t"/src/*.c; }
 launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)"[^"]*"([^"]*)".*$/\1\t\2/' | sort -u >"$rec"
 [ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; fail "the generated launches do not name 3 kernels"; }
 run plain 1
-[ "$(grep -c '^attn autotune: flash_.*(candidate 0 of 7, .*as recorded by an earlier run$' "$t/plain.out")" = 3 ] ||
-  { cat "$rec" "$t/plain.out"; fail "plain: the recorded default tiles not honoured"; }
+[ "$(grep -c '^attn autotune: flash_.*(candidate 0 of [0-9]*, .*as recorded by an earlier run$' "$t/plain.out")" = 3 ] ||
+  { cat "$rec" "$t/plain.out"; echo "FAIL: plain: the recorded default tiles not honoured"; exit 1; }
 close plain tuned "tuned against the compiled default"
-launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)".*"([^"]*)"\}\}.*$/\1\t\2/' | sort -u >"$rec"
+launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)".*"([^"]*)", [0-9]*\}\}.*$/\1\t\2/' | sort -u >"$rec"
 run forced 1
-[ "$(grep -c '^attn autotune: flash_.*(candidate 6 of 7, .*as recorded by an earlier run$' "$t/forced.out")" = 3 ] ||
-  { cat "$rec" "$t/forced.out"; fail "forced: the recorded tiles not honoured"; }
+[ "$(grep '^attn autotune: flash_.*as recorded by an earlier run$' "$t/forced.out" |
+  sed -E 's/.*\(candidate ([0-9]*) of ([0-9]*),.*/\1 \2/' | awk '$1 == $2 - 1' | wc -l)" = 3 ] ||
+  { cat "$rec" "$t/forced.out"; echo "FAIL: forced: the recorded tiles not honoured"; exit 1; }
 close plain forced "the last candidates against the compiled default"
 mkdir -p "$t/wcache"
 SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong 1
 wk="flash_fwd S 16 H 4 KV 4 hd 16 causal B 1"
 grep -q "^warning: attn autotune: $wk: candidate [1-9] (tiles 1x8x64/0) refused, not what the compiled default ([0-9x/]*) computes: output 0: |diff| " "$t/wrong.out" &&
-  grep -q "^attn autotune: 3 attention kernels tuned in .* s (60 timed runs), .* 18 candidates checked against the compiled default in .* s (a run and a compare each), 1 refused, 0 skipped" "$t/wrong.out" &&
+  grep -q "^attn autotune: 3 attention kernels tuned in .* s ($((3 * ncand - 3)) timed runs), .* $((ncand - 3)) candidates checked against the compiled default in .* s (a run and a compare each), 1 refused, 0 skipped" "$t/wrong.out" &&
   ! grep -q "tiles 1x8x64/0 (candidate" "$t/wrong.out" || { cat "$t/wrong.out"; echo "FAIL: wrong: the wrong candidate was not refused"; exit 1; }
 wrec=$(ls "$t"/wcache/attn-tune-*.txt)
 grep -q "^$wk refused 1x8x64/0	output 0: |diff| " "$wrec" || { cat "$wrec"; echo "FAIL: wrong: no refused line in the record"; exit 1; }
@@ -86,13 +93,17 @@ SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong2 1
 grep -q "candidates checked against the compiled default in .* s (a run and a compare each), 0 refused, 1 skipped as refused by an earlier run" "$t/wrong2.out" &&
   ! grep -q "^warning: attn autotune" "$t/wrong2.out" || { cat "$t/wrong2.out"; echo "FAIL: wrong2: the recorded refusal was not honoured"; exit 1; }
 # no false refusal where the candidates sum in other orders: tiny at S 64 (key tiles of 16, 32 and 64
-# rows stream differently; at S 16 every candidate computes the same bits): all 18 agree
+# rows stream differently; at S 16 every candidate computes the same bits): all agree
 "$shardc" build models/tiny.model -D seq=64 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   -o "$t/t64" >"$t/build64.out" 2>&1 || { cat "$t/build64.out"; exit 1; }
 mkdir -p "$t/c64"
 SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
   >"$t/s64.out" 2>&1 || { cat "$t/s64.out"; echo "FAIL: S 64"; exit 1; }
-grep -q "^attn autotune: 3 attention kernels tuned in .* (63 timed runs), .* 18 candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
+"$shardc" plan models/tiny.model -D seq=64 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+  --emit-c "$t/src64" >/dev/null 2>&1
+n64=$(count src64)
+[ -n "$n64" ] || { launches src64; fail "S 64: the generated launches do not name 3 tuned kernels"; }
+grep -q "^attn autotune: 3 attention kernels tuned in .* ($((3 * n64)) timed runs), .* $((n64 - 3)) candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
   { cat "$t/s64.out"; echo "FAIL: S 64: a correct candidate refused (or not all checked)"; exit 1; }
 if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_EMU_WRONG_ATTN=8: want the tiles" "$t/bad.out"; then
@@ -120,4 +131,4 @@ grep "^attn autotune" "$t/tuned.out" "$t/forced.out"
 grep "^warning: attn autotune" "$t/wrong.out"
 grep "^attn autotune: [0-9]" "$t/s64.out"
 paste <(losses "$t/plain.jsonl") <(losses "$t/tuned.jsonl") <(losses "$t/forced.jsonl")
-echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x 7 tile candidates timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"
+echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x their tile candidates ($ncand) timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"

@@ -61,15 +61,15 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 7, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0"}, {13, 1, 128, "1x4x64/0"}, {14, 1, 256, "1x8x64/0"}, {15, 1, 128, "2x4x32/0"}, {16, 1, 128, "1x4x32/0"}, {17, 1, 256, "1x8x32/0"}, {18, 1, 256, "2x8x64/0"}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
@@ -79,8 +79,8 @@ static void step(char *M, RtCtx *ctx) {
       /* matmul + bias + GELU in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
         rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
-        rt_cu_launch(ctx, 22, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
@@ -88,8 +88,8 @@ static void step(char *M, RtCtx *ctx) {
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
       if (c1_0 != ((M + 3974528) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
@@ -99,16 +99,16 @@ static void step(char *M, RtCtx *ctx) {
   }
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 23, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
   rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 24, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2008320)}});
+  rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2008320)}});
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1448960)}, &(char *){(M + 2008320)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 26, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 320)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 320)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1448960)}, &(char *){(M + 2008320)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 28, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 320)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 320)}, &(char *){(M + 1448960)}});
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
@@ -118,10 +118,10 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 4351360), RT_BF16, (M + 1713280), (M + 4171136), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(WS + 256)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 29, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(WS + 256)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 30, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4418944)}, &(char *){(M + 4419200)}});
+  rt_cu_launch(ctx, 32, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4418944)}, &(char *){(M + 4419200)}});
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
     char *c1_0 = (M + 4171136);
@@ -131,7 +131,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:9 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2008320)}});
       /* models/std/transformer.model:76 */
-      rt_cu_launch(ctx, 31, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4420736 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4420736 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1975424)}});
       /* models/std/transformer.model:73 */
@@ -140,10 +140,10 @@ static void step(char *M, RtCtx *ctx) {
         const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2532736) + i1 * 262144), (M + 4416896 + i1 * 512));
         if (ep == RT_CU_EP_NONE) {
           rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
-          rt_cu_launch(ctx, 32, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2532736) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
+          rt_cu_launch(ctx, 34, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2532736) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
         }
         if (ep != RT_CU_EP_ALL) {
-          rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4416896 + i1 * 512)}, &(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+          rt_cu_launch(ctx, 35, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4416896 + i1 * 512)}, &(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
         }
       }
       /* models/std/transformer.model:71 */
@@ -163,11 +163,11 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 4105600 + i1 * 32768), RT_BF16, ((M + 3057024) + i1 * 65536), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3188096) + i1 * 65536)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 29, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4420224 + i1 * 128)}, &(char *){(M + 4420480 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3188096) + i1 * 65536)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4420224 + i1 * 128)}, &(char *){(M + 4420480 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 31, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4419968 + i1 * 128)}, &(char *){(M + 1647744)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4419968 + i1 * 128)}, &(char *){(M + 1647744)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
@@ -177,13 +177,13 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 4400512 + i1 * 8192), RT_BF16, ((M + 3319168) + i1 * 65536), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 7, (const RtCuTileCand[]){{34, 1, 128, "1x4x64/0"}, {35, 1, 128, "1x4x32/0"}, {36, 1, 256, "1x8x64/0"}, {37, 1, 128, "2x4x16/0"}, {38, 2, 64, "1x2x64/0"}, {39, 1, 256, "1x8x32/0"}, {40, 1, 128, "1x4x16/0"}}, 4, 8, 8, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 3319168) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_F32, 16LL, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 7, (const RtCuTileCand[]){{41, 1, 128, "1x4x64/0"}, {42, 1, 128, "1x4x32/3"}, {43, 1, 256, "1x8x64/0"}, {44, 1, 256, "1x8x32/0"}, {45, 2, 64, "1x2x64/0"}, {46, 1, 128, "2x4x16/0"}, {47, 2, 64, "1x2x32/0"}}, 4, 8, 8, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_BF16, 96LL, 1}});
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{36, 1, 128, "1x4x64/0", 12288}, {37, 1, 128, "1x4x32/0", 6144}, {38, 1, 256, "1x8x64/0", 12288}, {39, 1, 128, "2x4x16/0", 3072}, {40, 2, 64, "1x2x64/0", 12288}, {41, 1, 256, "1x8x32/0", 6144}, {42, 1, 128, "1x4x16/0", 3072}, {43, 1, 128, "1x4x128/0", 24576}, {44, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 3319168) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_F32, 16LL, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{45, 1, 128, "1x4x64/0", 13312}, {46, 1, 128, "1x4x32/3", 6656}, {47, 1, 256, "1x8x64/0", 13312}, {48, 1, 256, "1x8x32/0", 6656}, {49, 2, 64, "1x2x64/0", 13312}, {50, 1, 128, "2x4x16/0", 3328}, {51, 2, 64, "1x2x32/0", 6656}, {52, 1, 128, "1x4x128/0s", 32768}, {53, 1, 256, "1x8x128/0s", 38912}, {54, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_BF16, 96LL, 1}});
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 1451136), 192, 0, (M + 1713280), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 64, (M + 1778816), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 128, (M + 1844352), 64, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4417920 + i1 * 384)}, &(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 55, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4417920 + i1 * 384)}, &(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:26 */
       rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1778816)}});
       /* models/std/transformer.model:27 */
@@ -193,92 +193,92 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 4302208 + i1 * 24576), RT_BF16, ((M + 3843456) + i1 * 65536), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 3974528) + i1 * 65536)}, &(char *){(M + 2008320)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 29, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4419456 + i1 * 128)}, &(char *){(M + 4419712 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 3974528) + i1 * 65536)}, &(char *){(M + 2008320)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4419456 + i1 * 128)}, &(char *){(M + 4419712 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
       rt_cu_copy(ctx, (M + 4171136), (M + 1647744), 65536);
       c1_0 = (M + 4171136);
     }
   }
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 49, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420736)}, &(char *){(M + 1929856)}});
+  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420736)}, &(char *){(M + 1929856)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 50, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4236672)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4236672)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4416896)}, &(char *){(M + 1926272)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4416896)}, &(char *){(M + 1926272)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 50, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1582208)}});
+  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1582208)}});
   /* models/std/transformer.model:10 */
   /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420480)}, &(char *){(M + 4420224)}, &(char *){(M + 4419968)}, &(char *){(M + 1930368)}, &(char *){(M + 1930880)}, &(char *){(M + 1931392)}});
+  rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420480)}, &(char *){(M + 4420224)}, &(char *){(M + 4419968)}, &(char *){(M + 1930368)}, &(char *){(M + 1930880)}, &(char *){(M + 1931392)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 53, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4400512)}, &(char *){(M + 1877120)}});
+  rt_cu_launch(ctx, 60, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4400512)}, &(char *){(M + 1877120)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4417920)}, &(char *){(M + 1928320)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4417920)}, &(char *){(M + 1928320)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 55, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4302208)}, &(char *){(M + 1713280)}});
+  rt_cu_launch(ctx, 62, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4302208)}, &(char *){(M + 1713280)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4419712)}, &(char *){(M + 4419456)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
+  rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4419712)}, &(char *){(M + 4419456)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 57, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4171136)}});
+  rt_cu_launch(ctx, 64, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4171136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 59, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4418688)}, &(long long){0}}); rt_cu_launch(ctx, 58, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 66, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4418688)}, &(long long){0}}); rt_cu_launch(ctx, 65, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 60, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 67, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 62, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 61, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4171136)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 68, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4171136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 63, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}, &(char *){(M + 4351360)}});
+  rt_cu_launch(ctx, 70, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}, &(char *){(M + 4351360)}});
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 64, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 71, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 65, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1909888)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932992)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 72, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 73, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1932416)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933056)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 74, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1909888)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932992)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931904)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933120)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1932416)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933056)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 70, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933184)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931904)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933120)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1928320)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933248)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 77, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933184)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 73, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1877120)}}); rt_cu_launch(ctx, 74, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933312)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 79, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1928320)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933248)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931392)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933376)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 80, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1877120)}}); rt_cu_launch(ctx, 81, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933312)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930880)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933440)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931392)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933376)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930368)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933504)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930880)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933440)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 75, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1582208)}}); rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933568)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930368)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933504)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 77, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1926272)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933632)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 82, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1582208)}}); rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933568)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 75, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933696)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 84, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1926272)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933632)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1929856)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933760)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 82, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933696)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4419200)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1929856)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933760)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4418944)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4419200)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
+  /* models/tiny.model:26 */
+  /* models/tiny.model:26 */
+  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4418944)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   rt_cu_copy_block(ctx, (M + 1933952), 16, 0, (M + 1932928), 1, 0, 1, 1, 1, 4);
@@ -298,10 +298,10 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1933952), 16, 14, (M + 1933824), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1933952), 16, 15, (M + 1933888), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 79, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1933952)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 86, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1933952)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 80, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(M + 1932992)}, &(char *){(M + 1933056)}});
+  rt_cu_launch(ctx, 87, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(M + 1932992)}, &(char *){(M + 1933056)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
@@ -310,37 +310,37 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1932928), 3, 1, (M + 1933056), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1932928), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 81, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1811584)}, &(char *){(M + 482304)}, &(char *){(M + 547840)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 88, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1811584)}, &(char *){(M + 482304)}, &(char *){(M + 547840)}, &(char *){(M + 1932928)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 82, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1909888)}, &(char *){(M + 613376)}, &(char *){(M + 629760)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 89, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1909888)}, &(char *){(M + 613376)}, &(char *){(M + 629760)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 1932416)}, &(char *){(M + 646144)}, &(char *){(M + 646656)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 1932416)}, &(char *){(M + 646144)}, &(char *){(M + 646656)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 1931904)}, &(char *){(M + 647168)}, &(char *){(M + 647680)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 1931904)}, &(char *){(M + 647168)}, &(char *){(M + 647680)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 84, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1713280)}, &(char *){(M + 648192)}, &(char *){(M + 746496)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 91, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1713280)}, &(char *){(M + 648192)}, &(char *){(M + 746496)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 85, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1928320)}, &(char *){(M + 844800)}, &(char *){(M + 846336)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 92, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1928320)}, &(char *){(M + 844800)}, &(char *){(M + 846336)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 86, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 1877120)}, &(char *){(M + 847872)}, &(char *){(M + 880640)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 93, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 1877120)}, &(char *){(M + 847872)}, &(char *){(M + 880640)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:57 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 1931392)}, &(char *){(M + 913408)}, &(char *){(M + 913920)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 1931392)}, &(char *){(M + 913408)}, &(char *){(M + 913920)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 1930880)}, &(char *){(M + 914432)}, &(char *){(M + 914944)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 1930880)}, &(char *){(M + 914432)}, &(char *){(M + 914944)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 1930368)}, &(char *){(M + 915456)}, &(char *){(M + 915968)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 1930368)}, &(char *){(M + 915456)}, &(char *){(M + 915968)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 87, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1582208)}, &(char *){(M + 916480)}, &(char *){(M + 1047552)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 94, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1582208)}, &(char *){(M + 916480)}, &(char *){(M + 1047552)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 88, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1926272)}, &(char *){(M + 1178624)}, &(char *){(M + 1180672)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 95, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1926272)}, &(char *){(M + 1178624)}, &(char *){(M + 1180672)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 87, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1451136)}, &(char *){(M + 1182720)}, &(char *){(M + 1313792)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 94, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1451136)}, &(char *){(M + 1182720)}, &(char *){(M + 1313792)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1929856)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1929856)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 89, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4419200)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4419200)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 89, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4418944)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4418944)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
 }
 
 static void eval(char *M, RtCtx *ctx) {
@@ -394,15 +394,15 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 7, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0"}, {13, 1, 128, "1x4x64/0"}, {14, 1, 256, "1x8x64/0"}, {15, 1, 128, "2x4x32/0"}, {16, 1, 128, "1x4x32/0"}, {17, 1, 256, "1x8x32/0"}, {18, 1, 256, "2x8x64/0"}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
@@ -412,8 +412,8 @@ static void eval(char *M, RtCtx *ctx) {
       /* matmul + bias + GELU in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
         rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
-        rt_cu_launch(ctx, 22, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
@@ -421,8 +421,8 @@ static void eval(char *M, RtCtx *ctx) {
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
       if (c1_0 != ((M + 3974528) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
@@ -432,13 +432,13 @@ static void eval(char *M, RtCtx *ctx) {
   }
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 23, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
   rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 90, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 97, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
@@ -492,15 +492,15 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 7, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0"}, {13, 1, 128, "1x4x64/0"}, {14, 1, 256, "1x8x64/0"}, {15, 1, 128, "2x4x32/0"}, {16, 1, 128, "1x4x32/0"}, {17, 1, 256, "1x8x32/0"}, {18, 1, 256, "2x8x64/0"}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
@@ -510,8 +510,8 @@ static void logits(char *M, RtCtx *ctx) {
       /* matmul + bias + GELU in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
         rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
-        rt_cu_launch(ctx, 22, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
@@ -519,8 +519,8 @@ static void logits(char *M, RtCtx *ctx) {
       /* matmul + bias + residual in one GEMM (epilogue) */
       if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 19, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 20, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
       if (c1_0 != ((M + 3974528) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
@@ -530,7 +530,7 @@ static void logits(char *M, RtCtx *ctx) {
   }
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 23, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
   rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
@@ -732,53 +732,67 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k11, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k12(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k12, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k13(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k13, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k14(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 8>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k14, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k15(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 2, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k15, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k16(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k16, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k17(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 8>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k17, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k18(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 8>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
   "}\012"
   "SK_EMU_ENTRY(k18, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k19(char *p0, char *p1, char *p2) {\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k19(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k19, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k20(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k20, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k21(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 32768LL; i += (long long)gridDim.x * 256) {\012"
   "    long long r = i;\012"
   "    long long c2 = r % 64LL;\012"
@@ -788,9 +802,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k19, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k21, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k20(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k22(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 4096LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -816,9 +830,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k20, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k22, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k21(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 131072LL; i += (long long)gridDim.x * 256) {\012"
   "    long long r = i;\012"
   "    long long c2 = r % 256LL;\012"
@@ -828,9 +842,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k21, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k22(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k24(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16384LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -852,9 +866,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k22, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k24, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1, char *p2, char *p3) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -886,43 +900,43 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p3 + i, t1);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k24(char *p0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k26(char *p0) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float t0 = 1.000000000e+00f;\012"
   "    sk::st((float *)p0 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k24, (SK_ARG(0, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1, char *p2) {\012"
-  "  sk::ce_mean<512LL, 256>((float *)0, (const float *)0, (const int *)p0, (const float *)p1, (float *)p2);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(512) k26(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::ce_fused_rows_smem<256LL, 0LL, 512, 2, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const int *)p3, (const float *)p4, (int *)p5);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k26, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k26, (SK_ARG(0, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k27(char *p0, char *p1, char *p2) {\012"
-  "  sk::ce_mean<512LL, 256>((float *)p0, (const float *)p1, (const int *)p2, (const float *)0, (float *)0);\012"
+  "  sk::ce_mean<512LL, 256>((float *)0, (const float *)0, (const int *)p0, (const float *)p1, (float *)p2);\012"
   "}\012"
   "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k28(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::layernorm_bwd_warp<sk::bf16, sk::bf16, 512LL, 64LL, 256>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(512) k28(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::ce_fused_rows_smem<256LL, 0LL, 512, 2, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const int *)p3, (const float *)p4, (int *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k29(char *p0, char *p1, char *p2) {\012"
-  "  if (blockIdx.z == 0) sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p0, (const float *)p2, 1.000000000e+00f);\012"
-  "  else sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p1, (const float *)((float *)p2 + 64LL), 1.000000000e+00f);\012"
+  "  sk::ce_mean<512LL, 256>((float *)p0, (const float *)p1, (const int *)p2, (const float *)0, (float *)0);\012"
   "}\012"
   "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k30(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k30(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::layernorm_bwd_warp<sk::bf16, sk::bf16, 512LL, 64LL, 256>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k30, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k31(char *p0, char *p1, char *p2) {\012"
+  "  if (blockIdx.z == 0) sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p0, (const float *)p2, 1.000000000e+00f);\012"
+  "  else sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p1, (const float *)((float *)p2 + 64LL), 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k31, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k32(char *p0, char *p1, char *p2, char *p3) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -954,14 +968,14 @@ static const char cuda_source[] =
   "    sk::st((float *)p3 + i, t1);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k30, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k31(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k33(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 64LL, 64LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k31, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k32(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k34(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16384LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -987,113 +1001,148 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k33(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k35(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 256LL, 256LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k34(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k35(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k37, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k39, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k40(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k40(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k40, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k41, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128, 3) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k42, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128, 3) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k47(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k47(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
   "}\012"
   "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k49(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k50(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k51(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k52(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k54(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 192LL, 192LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k49(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1115,9 +1164,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k50(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 4096LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1139,9 +1188,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k51(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 64LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1163,9 +1212,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k52(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k59(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3 | (unsigned long long)p4 | (unsigned long long)p5) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1207,9 +1256,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p5 + i, t2);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 1024LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1231,9 +1280,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k61(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 48LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1255,9 +1304,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k62(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 3072LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1279,9 +1328,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2, char *p3) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1313,24 +1362,24 @@ static const char cuda_source[] =
   "    sk::st((float *)p3 + i, t1);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1) {\012"
   "  sk::colsum<sk::bf16, sk::bf16, 8LL, 4096LL, 4096LL, 1, 32>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k58(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k65(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k59(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k66(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<64LL, 64LL, 64, 1>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 512LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1352,19 +1401,19 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k61(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k68(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k62(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k69(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<512LL, 256LL, 64, 4>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1390,9 +1439,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1414,84 +1463,84 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16384LL, 4, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k66(char *p0, char *p1) {\012"
-  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 4096LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k68(char *p0, char *p1) {\012"
-  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k69(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 128LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 24576LL, 6, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1) {\012"
-  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
   "SK_EMU_ENTRY(k71, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k72(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 384LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 16384LL, 4, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k72, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k73(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 8192LL, 2, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k73, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k74(char *p0, char *p1) {\012"
-  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 4096LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k74, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k75(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 32768LL, 8, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k75, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k76(char *p0, char *p1) {\012"
-  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 128LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k76, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k77(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 512LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 24576LL, 6, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k77, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k78(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 64LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k78, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k79(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 384LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k79, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k80(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k80(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 8192LL, 2, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k80, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k81(char *p0, char *p1) {\012"
+  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k81, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k82(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 32768LL, 8, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k82, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k83(char *p0, char *p1) {\012"
+  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k83, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k84(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 512LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k84, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k85(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 64LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k85, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k86(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k86, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k87(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sqrtf(x0);\012"
@@ -1504,59 +1553,59 @@ static const char cuda_source[] =
   "    sk::st((float *)p2 + i, t5);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k80, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k81(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 16384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k81, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k82(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 4096LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k82, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k83(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 128LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k83, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k84(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 24576LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k84, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k85(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k85, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k86(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 8192LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k86, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k87(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 32768LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k87, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k87, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k88(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 512LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "  sk::adamw<float, 16384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k88, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k89(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 64LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f);\012"
+  "  sk::adamw<float, 4096LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
   "}\012"
   "SK_EMU_ENTRY(k89, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k90(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k90(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 128LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k90, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k91(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 24576LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k91, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k92(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k92, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k93(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 8192LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k93, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k94(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 32768LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k94, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k95(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 512LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k95, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k96(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::adamw<float, 64LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k96, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k97(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::ce_rows<sk::bf16, 256LL, 0LL, 256>((float *)p0, (const sk::bf16 *)p1, (const int *)p2, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k90, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k97, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   ;
-static const RtCudaCode cuda_code = {cuda_source, 91};
+static const RtCudaCode cuda_code = {cuda_source, 98};
 
 static int64_t workspace_bytes(void) {
   int64_t n = 0, k;

@@ -26,6 +26,22 @@ extern __shared__ __align__(16) unsigned char sk_dyn_smem_[];
 #define SK_DYN_SMEM() ((void *)sk_dyn_smem_)
 #endif
 
+namespace sk {
+/* The launch's dynamic shared memory for a kernel that uses need bytes of it; a launch that gave fewer
+ * stops there: on the emulator with a message, on the GPU by a trap (one read of %dynamic_smem_size a
+ * thread, instead of reading and writing past the block's shared memory). */
+__device__ __forceinline__ void *dyn_smem(unsigned need) {
+#ifdef SK_EMU
+  return sk_emu::dyn_smem(need);
+#else
+  unsigned have;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
+  if (have < need) __trap();
+  return SK_DYN_SMEM();
+#endif
+}
+} // namespace sk
+
 /* Error flag codes (int at WS + 0; 0: no error). */
 #define SK_ERR_EMBED_ID 1  /* an embedding id outside [0, V) */
 #define SK_ERR_TARGET 2    /* a cross-entropy target at or past len (the valid vocabulary) */

@@ -7,7 +7,9 @@
  * h / (H/KV).
  *
  * Each block is W warps; each warp owns 16 MT rows (queries, or keys in dK/dV: MT m-tiles) and
- * keeps them as mma A fragments in registers for the whole kernel. The other operand streams
+ * keeps them as mma A fragments in registers for the whole kernel, or with RS in shared memory,
+ * read by ldmatrix at each use (ARows below: FlashAttention-2's choice for the backward at hd 128,
+ * where K, V and the dK, dV accumulators do not all fit in 255 registers). The other operand streams
  * through shared memory in tiles of BT rows, copied by cp.async into two buffers (the next tile's
  * copy, issued right after the one barrier a tile, runs under this tile's products; the dK/dV
  * kernel's lse and D of the tile's queries come by cp.async too), stored row-major with rows padded by 8 elements (the
@@ -18,6 +20,12 @@
  * (ex2.approx of raw scores times scale * log2 e, one FFMA). The tile configuration (MT, W, BT per
  * kernel) is chosen by codegen/cuda_flash_cfg.c; the kernel benchmark times the candidates
  * (SHARDK_ATTN_SWEEP=1 cuda_kernels_gpu).
+ *
+ * Shared memory is the launch's dynamic shared memory, laid out as shardk_flash_smem.cuh says (the
+ * launch gives what the same macros compute; above 48 KiB the runtime sets the kernel's
+ * MaxDynamicSharedMemorySize attribute at its first launch): so tiles may take up to 227 KiB a block
+ * on sm_90 (static shared memory stops at 48 KiB). A kernel asks for its bytes (sk::dyn_smem) and stops
+ * when the launch gave fewer.
  *
  * Causal: key tiles past a block's (and a warp's) last row are skipped; each tile's body is
  * instantiated twice, with the masks (the tiles that cross the diagonal or the end of the sequence)
@@ -34,6 +42,8 @@
  */
 #ifndef SHARDK_FLASH_CUH
 #define SHARDK_FLASH_CUH
+
+#include "shardk_flash_smem.cuh"
 
 namespace sk {
 
@@ -135,15 +145,55 @@ __device__ __forceinline__ void tiles_ready() {
   __syncthreads();
 }
 
-/* acc[mt][N/8][4] += A[mt] (16 x 16 KC each) times B (16 KC x N) read from shared memory m with
+/* The A fragments of a left operand held in registers: get(r, mt, kc) gives m-tile mt's k-chunk kc. */
+template <int MT, int KC>
+struct AFrags {
+  const u32 (&a)[MT][KC][4];
+  __device__ __forceinline__ void get(u32 (&r)[4], int mt, int kc) const {
+    r[0] = a[mt][kc][0], r[1] = a[mt][kc][1], r[2] = a[mt][kc][2], r[3] = a[mt][kc][3];
+  }
+};
+
+/* A warp's 16 MT rows x HD of a resident left operand (Q; dO; K, V in dK/dV; row r at src + r * rs,
+ * rows at or past n zeros): as A fragments in registers (RS false, frag_rows at init), or (RS true)
+ * where the block copied them into shared memory (rows of LD elements from m: the kernel's cp.async,
+ * zeros past n too), read by one ldmatrix.x4 per m-tile and k-chunk at each use: 4 MT HD / 16 registers
+ * a thread fewer. */
+template <bool RS, int MT, int HD, int LD>
+struct ARows;
+template <int MT, int HD, int LD>
+struct ARows<false, MT, HD, LD> {
+  u32 a[MT][HD / 16][4];
+  __device__ __forceinline__ void init(const bf16 *src, i64 rs, i64 r0, i64 n, const bf16 *) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) frag_rows<HD>(a[mt], src, rs, r0 + 16 * mt, n);
+  }
+  __device__ __forceinline__ void get(u32 (&r)[4], int mt, int kc) const { AFrags<MT, HD / 16>{a}.get(r, mt, kc); }
+};
+template <int MT, int HD, int LD>
+struct ARows<true, MT, HD, LD> {
+  const bf16 *p; /* this lane's row of matrix lane / 8 of an ldmatrix.x4: rows 0-15, columns 0 and 8 */
+  __device__ __forceinline__ void init(const bf16 *, i64, i64, i64, const bf16 *m) {
+    int lane = (int)threadIdx.x & 31;
+    p = m + (lane & 15) * LD + 8 * (lane >> 4);
+  }
+  __device__ __forceinline__ void get(u32 (&r)[4], int mt, int kc) const {
+    ldsm4<false>(r, SmemRef(p).at(16 * mt * LD + 16 * kc));
+  }
+};
+
+/* acc[mt][N/8][4] += A[mt] (16 x 16 KC each, a.get) times B (16 KC x N) read from shared memory m with
  * leading dimension LD: B^T row-major (m[n][k], TR false) or B row-major (m[k][n], TR true). One
  * ldmatrix.x4 gives the B fragments of two column tiles, used by every m-tile. */
-template <int MT, int N, int KC, int LD, bool TR>
-__device__ __forceinline__ void mma_smem(float (&acc)[MT][N / 8][4], const u32 (&a)[MT][KC][4], const bf16 *m) {
+template <int MT, int N, int KC, int LD, bool TR, class A>
+__device__ __forceinline__ void mma_op(float (&acc)[MT][N / 8][4], const A &a, const bf16 *m) {
   int lane = (int)threadIdx.x & 31, r8 = lane & 7, hi = (lane >> 3) & 1, q = lane >> 4;
   const SmemRef base(m + (TR ? (r8 + 8 * hi) * LD + 8 * q : (r8 + 8 * q) * LD + 8 * hi)); /* this lane's row */
 #pragma unroll
-  for (int kc = 0; kc < KC; kc++)
+  for (int kc = 0; kc < KC; kc++) {
+    u32 af[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) a.get(af[mt], mt, kc);
 #pragma unroll
     for (int np = 0; np < N / 16; np++) {
       u32 r[4];
@@ -154,10 +204,15 @@ __device__ __forceinline__ void mma_smem(float (&acc)[MT][N / 8][4], const u32 (
       u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
-        mma16816(acc[mt][2 * np], a[mt][kc], b0);
-        mma16816(acc[mt][2 * np + 1], a[mt][kc], b1);
+        mma16816(acc[mt][2 * np], af[mt], b0);
+        mma16816(acc[mt][2 * np + 1], af[mt], b1);
       }
     }
+  }
+}
+template <int MT, int N, int KC, int LD, bool TR>
+__device__ __forceinline__ void mma_smem(float (&acc)[MT][N / 8][4], const u32 (&a)[MT][KC][4], const bf16 *m) {
+  mma_op<MT, N, KC, LD, TR>(acc, AFrags<MT, KC>{a}, m);
 }
 
 /* C fragments (16 x N fp32) as bf16 A fragments of a 16 x N left operand */
@@ -225,14 +280,13 @@ __device__ __forceinline__ FlashBlock flash_block(bool rev) {
 
 /* One key tile of the forward for one warp: scores, online softmax (masked when MASK: keys at or past
  * S, and causal keys past the row), acc += P V. */
-template <bool MASK, bool CAUSAL, int S, int HD, int BK, int MT, int LD>
+template <bool MASK, bool CAUSAL, int S, int HD, int BK, int MT, int LD, class QA>
 __device__ __forceinline__ void fwd_tile(float (&acc)[MT][HD / 8][4], float (&m)[MT][2], float (&l)[MT][2],
-                                         const u32 (&qa)[MT][HD / 16][4], const bf16 *ks, const bf16 *vs, int k0,
-                                         int r0, float c2) {
+                                         const QA &qa, const bf16 *ks, const bf16 *vs, int k0, int r0, float c2) {
   int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float s[MT][BK / 8][4];
   zero_acc<MT, BK>(s);
-  mma_smem<MT, BK, HD / 16, LD, false>(s, qa, ks);
+  mma_op<MT, BK, HD / 16, LD, false>(s, qa, ks);
   u32 pa[MT][BK / 16][4];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
@@ -271,14 +325,16 @@ __device__ __forceinline__ void fwd_tile(float (&acc)[MT][HD / 8][4], float (&m)
   mma_smem<MT, HD, BK / 16, LD, true>(acc, pa, vs);
 }
 
-/* Forward: grid (ceil(S / BQ), H, B) with BQ = 16 MT W, block 32 W; each warp 16 MT query rows; K and V
- * tiles of BK keys double-buffered (the next tile's copy runs under this tile's products). */
-template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W>
+/* Forward: grid (ceil(S / BQ), H, B) with BQ = 16 MT W, block 32 W; each warp 16 MT query rows (RS: in
+ * shared memory); K and V tiles of BK keys double-buffered (the next tile's copy runs under this tile's
+ * products). Dynamic shared memory: SK_FLASH_SMEM_FWD. */
+template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS>
 __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v) {
-  constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, KC = HD / 16, LD = HD + 8;
-  static_assert(4 * BK * LD * 2 <= 48 * 1024, "flash_fwd: K and V tiles over 48 KiB of shared memory");
-  __align__(16) __shared__ bf16 ks[2][BK * LD];
-  __align__(16) __shared__ bf16 vs[2][BK * LD];
+  constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, LD = HD + 8, TL = BK * LD;
+  constexpr unsigned SMEM = SK_FLASH_SMEM_FWD(BK, HD, MT, W, RS ? 1 : 0);
+  static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_fwd: tiles over the shared memory of a block");
+  bf16 *const sm = (bf16 *)dyn_smem(SMEM); /* K [2], V [2], (RS) Q's rows */
+  bf16 *const ks = sm, *const vs = sm + 2 * TL, *const rsm = sm + 4 * TL;
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)) /* scale * log2 e */
 #ifdef SK_TEST_WRONG_FWD /* a test's deliberately wrong candidate (emu.c, SHARDRT_EMU_WRONG_ATTN): twice the scale */
                    * (MT * 100000 + W * 1000 + BK == SK_TEST_WRONG_FWD ? 2.0f : 1.0f)
@@ -290,9 +346,10 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   int h = fb.h, kvh = h / (H / KV);
   int q0 = fb.t * BQ, r0 = q0 + 16 * MT * w;
   const i64 qs = (i64)H * HD, kvs = (i64)KV * HD;
-  u32 qa[MT][KC][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) frag_rows<HD>(qa[mt], q + b * S * qs + (i64)h * HD, qs, r0 + 16 * mt, S);
+  const bf16 *qsrc = q + b * S * qs + (i64)h * HD;
+  if (RS) tile_async<BQ, HD, NT>(rsm, qsrc, qs, q0, S); /* committed with the first K and V tiles */
+  ARows<RS, MT, HD, LD> qa;
+  qa.init(qsrc, qs, r0, S, rsm + (r0 - q0) * LD);
   float acc[MT][HD / 8][4], m[MT][2], l[MT][2];
   zero_acc<MT, HD>(acc);
 #pragma unroll
@@ -300,16 +357,16 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
   const int kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (kend + BK - 1) / BK;
-  kv_tiles_async<BK, HD, NT>(ks[0], vs[0], kb, vb, kvs, 0, S);
+  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, kvs, 0, S);
   for (int it = 0; it < ntiles; it++) {
-    const int k0 = it * BK;
+    const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
-    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks[(it + 1) & 1], vs[(it + 1) & 1], kb, vb, kvs, k0 + BK, S);
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, kvs, k0 + BK, S);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) { /* else every key of the tile is past this warp's rows */
       if (k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0))
-        fwd_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks[it & 1], vs[it & 1], k0, r0, c2);
+        fwd_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2);
       else
-        fwd_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks[it & 1], vs[it & 1], k0, r0, c2);
+        fwd_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2);
     }
   }
   const float ln2 = 0.6931471805599453f;
@@ -348,18 +405,17 @@ __device__ __forceinline__ void p_and_ds(float (&s)[N / 8][4], float (&dp)[N / 8
 
 /* One query tile of dK / dV for one warp (16 MT keys from r0): S^T and dP^T, then P and dS, then
  * dV += P^T dO and dK += dS^T Q; lse (natural log) and D of the tile's queries in shared memory. */
-template <bool MASK, bool CAUSAL, int S, int HD, int BQT, int MT, int LD>
-__device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva)[MT][HD / 8][4],
-                                        const u32 (&ka)[MT][HD / 16][4], const u32 (&va)[MT][HD / 16][4],
-                                        const bf16 *qs, const bf16 *dos, const float *ls, const float *ds, int qt0,
+template <bool MASK, bool CAUSAL, int S, int HD, int BQT, int MT, int LD, class KA>
+__device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva)[MT][HD / 8][4], const KA &ka,
+                                        const KA &va, const bf16 *qs, const bf16 *dos, const float *ls, const float *ds, int qt0,
                                         int r0, float c2) {
   int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const float log2e = 1.4426950408889634f; /* ls holds the natural-log lse */
   float s[MT][BQT / 8][4], dp[MT][BQT / 8][4]; /* S^T and dP^T: rows are keys, columns queries */
   zero_acc<MT, BQT>(s);
   zero_acc<MT, BQT>(dp);
-  mma_smem<MT, BQT, HD / 16, LD, false>(s, ka, qs);
-  mma_smem<MT, BQT, HD / 16, LD, false>(dp, va, dos);
+  mma_op<MT, BQT, HD / 16, LD, false>(s, ka, qs);
+  mma_op<MT, BQT, HD / 16, LD, false>(dp, va, dos);
   u32 pa[MT][BQT / 16][4], sa[MT][BQT / 16][4];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
@@ -376,16 +432,19 @@ __device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva
   mma_smem<MT, HD, BQT / 16, LD, true>(dka, sa, qs);
 }
 
-/* dK and dV: grid (ceil(S / BKV), KV, B) with BKV = 16 MT W, block 32 W, each warp 16 MT keys; Q and dO
- * tiles of BQT queries of every head of the group, double-buffered. */
-template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BQT, int MT, int W>
+/* dK and dV: grid (ceil(S / BKV), KV, B) with BKV = 16 MT W, block 32 W, each warp 16 MT keys (RS: K and V
+ * in shared memory); Q and dO tiles of BQT queries of every head of the group, double-buffered. Dynamic
+ * shared memory: SK_FLASH_SMEM_KV. */
+template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BQT, int MT, int W, bool RS>
 __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
                              const float *Dd, const bf16 *dout) {
-  constexpr int S = (int)S_, BKV = 16 * MT * W, NT = 32 * W, KC = HD / 16, G = H / KV, LD = HD + 8;
-  static_assert(4 * BQT * LD * 2 + 16 * BQT <= 48 * 1024, "flash_bwd_kv: Q and dO tiles over 48 KiB of shared memory");
-  __align__(16) __shared__ bf16 qs[2][BQT * LD];
-  __align__(16) __shared__ bf16 dos[2][BQT * LD];
-  __align__(16) __shared__ float ls[2][BQT], ds[2][BQT];
+  constexpr int S = (int)S_, BKV = 16 * MT * W, NT = 32 * W, G = H / KV, LD = HD + 8, TL = BQT * LD;
+  constexpr unsigned SMEM = SK_FLASH_SMEM_KV(BQT, HD, MT, W, RS ? 1 : 0);
+  static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_bwd_kv: tiles over the shared memory of a block");
+  bf16 *const sm = (bf16 *)dyn_smem(SMEM); /* Q [2], dO [2], lse [2], D [2], (RS) K's and V's rows */
+  bf16 *const qs = sm, *const dos = sm + 2 * TL;
+  float *const ls = (float *)(sm + 4 * TL), *const ds = ls + 2 * BQT;
+  bf16 *const rsm = (bf16 *)(ds + 2 * BQT);
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD));
   int w = (int)threadIdx.x >> 5;
   FlashBlock fb = flash_block(false);
@@ -393,12 +452,14 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   int kvh = fb.h;
   int kb0 = fb.t * BKV, r0 = kb0 + 16 * MT * w;
   const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
-  u32 ka[MT][KC][4], va[MT][KC][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-    frag_rows<HD>(ka[mt], k + b * S * kvs + (i64)kvh * HD, kvs, r0 + 16 * mt, S);
-    frag_rows<HD>(va[mt], v + b * S * kvs + (i64)kvh * HD, kvs, r0 + 16 * mt, S);
+  const bf16 *ksrc = k + b * S * kvs + (i64)kvh * HD, *vsrc = v + b * S * kvs + (i64)kvh * HD;
+  if (RS) { /* committed with the first Q and dO tiles */
+    tile_async<BKV, HD, NT>(rsm, ksrc, kvs, kb0, S);
+    tile_async<BKV, HD, NT>(rsm + BKV * LD, vsrc, kvs, kb0, S);
   }
+  ARows<RS, MT, HD, LD> ka, va;
+  ka.init(ksrc, kvs, r0, S, rsm + (r0 - kb0) * LD);
+  va.init(vsrc, kvs, r0, S, rsm + (BKV + r0 - kb0) * LD);
   float dka[MT][HD / 8][4], dva[MT][HD / 8][4];
   zero_acc<MT, HD>(dka);
   zero_acc<MT, HD>(dva);
@@ -408,27 +469,27 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   auto issue = [&](int i) {
     int h = kvh * G + i / nqt, buf = i & 1;
     int qt0 = qstart + (i % nqt) * BQT;
-    tile_async<BQT, HD, NT>(qs[buf], q + b * S * qstr + (i64)h * HD, qstr, qt0, S);
-    tile_async<BQT, HD, NT>(dos[buf], dout + b * S * qstr + (i64)h * HD, qstr, qt0, S);
+    tile_async<BQT, HD, NT>(qs + buf * TL, q + b * S * qstr + (i64)h * HD, qstr, qt0, S);
+    tile_async<BQT, HD, NT>(dos + buf * TL, dout + b * S * qstr + (i64)h * HD, qstr, qt0, S);
     const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
     for (int j = (int)threadIdx.x; j < BQT; j += NT) { /* asynchronous too: no warp waits on these loads */
       bool ok = qt0 + j < S;
-      cp4(&ls[buf][j], lb + (ok ? qt0 + j : 0), ok);
-      cp4(&ds[buf][j], db + (ok ? qt0 + j : 0), ok);
+      cp4(&ls[buf * BQT + j], lb + (ok ? qt0 + j : 0), ok);
+      cp4(&ds[buf * BQT + j], db + (ok ? qt0 + j : 0), ok);
     }
     cp_commit();
   };
   issue(0);
   for (int it = 0; it < ntiles; it++) {
-    const int buf = it & 1;
+    const int buf = it & 1, cur = buf * TL, cl = buf * BQT;
     const int qt0 = qstart + (it % nqt) * BQT;
     tiles_ready();
     if (it + 1 < ntiles) issue(it + 1);
     if (!CAUSAL || qt0 + BQT - 1 >= r0) { /* else every query of the tile is before this warp's keys */
       if (qt0 + BQT > S || r0 + 16 * MT > S || (CAUSAL && qt0 < r0 + 16 * MT - 1))
-        kv_tile<true, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs[buf], dos[buf], ls[buf], ds[buf], qt0, r0, c2);
+        kv_tile<true, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs + cur, dos + cur, ls + cl, ds + cl, qt0, r0, c2);
       else
-        kv_tile<false, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs[buf], dos[buf], ls[buf], ds[buf], qt0, r0, c2);
+        kv_tile<false, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs + cur, dos + cur, ls + cl, ds + cl, qt0, r0, c2);
     }
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
@@ -440,17 +501,16 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
 }
 
 /* One key tile of dQ for one warp (16 MT queries from r0): S and dP, P and dS, acc += dS K. */
-template <bool MASK, bool CAUSAL, int S, int HD, int BK, int MT, int LD>
-__device__ __forceinline__ void q_tile(float (&acc)[MT][HD / 8][4], const u32 (&qa)[MT][HD / 16][4],
-                                       const u32 (&oa)[MT][HD / 16][4], const float (&la)[MT][2],
-                                       const float (&da)[MT][2], const bf16 *ks, const bf16 *vs, int k0, int r0,
-                                       float c2) {
+template <bool MASK, bool CAUSAL, int S, int HD, int BK, int MT, int LD, class QA>
+__device__ __forceinline__ void q_tile(float (&acc)[MT][HD / 8][4], const QA &qa, const QA &oa,
+                                       const float (&la)[MT][2], const float (&da)[MT][2], const bf16 *ks,
+                                       const bf16 *vs, int k0, int r0, float c2) {
   int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float s[MT][BK / 8][4], dp[MT][BK / 8][4];
   zero_acc<MT, BK>(s);
   zero_acc<MT, BK>(dp);
-  mma_smem<MT, BK, HD / 16, LD, false>(s, qa, ks);
-  mma_smem<MT, BK, HD / 16, LD, false>(dp, oa, vs);
+  mma_op<MT, BK, HD / 16, LD, false>(s, qa, ks);
+  mma_op<MT, BK, HD / 16, LD, false>(dp, oa, vs);
   u32 sa[MT][BK / 16][4];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
@@ -481,16 +541,17 @@ __device__ __forceinline__ void frag_dot(float &d0, float &d1, const u32 (&x)[HD
   d0 = quad_sum(d0), d1 = quad_sum(d1);
 }
 
-/* dQ: grid (ceil(S / BQ), H, B) with BQ = 16 MT W, block 32 W, each warp 16 MT queries; K and V tiles of
- * BK keys, double-buffered. It runs first: D = rowsum(dO o O) of its rows, which it stores in Dd for
- * flash_bwd_kv. */
-template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W>
+/* dQ: grid (ceil(S / BQ), H, B) with BQ = 16 MT W, block 32 W, each warp 16 MT queries (RS: Q and dO in
+ * shared memory); K and V tiles of BK keys, double-buffered. It runs first: D = rowsum(dO o O) of its rows,
+ * which it stores in Dd for flash_bwd_kv. Dynamic shared memory: SK_FLASH_SMEM_Q. */
+template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS>
 __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *o,
                             const float *lse, const bf16 *dout) {
-  constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, KC = HD / 16, LD = HD + 8;
-  static_assert(4 * BK * LD * 2 <= 48 * 1024, "flash_bwd_q: K and V tiles over 48 KiB of shared memory");
-  __align__(16) __shared__ bf16 ks[2][BK * LD];
-  __align__(16) __shared__ bf16 vs[2][BK * LD];
+  constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, KC = HD / 16, LD = HD + 8, TL = BK * LD;
+  constexpr unsigned SMEM = SK_FLASH_SMEM_Q(BK, HD, MT, W, RS ? 1 : 0);
+  static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_bwd_q: tiles over the shared memory of a block");
+  bf16 *const sm = (bf16 *)dyn_smem(SMEM); /* K [2], V [2], (RS) Q's and dO's rows */
+  bf16 *const ks = sm, *const vs = sm + 2 * TL, *const rsm = sm + 4 * TL;
   const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)), log2e = 1.4426950408889634f;
   int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5, g = lane >> 2;
   FlashBlock fb = flash_block(CAUSAL);
@@ -498,19 +559,32 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   int h = fb.h, kvh = h / (H / KV);
   int q0 = fb.t * BQ, r0 = q0 + 16 * MT * w;
   const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
-  u32 qa[MT][KC][4], oa[MT][KC][4];
+  const bf16 *qsrc = q + b * S * qstr + (i64)h * HD, *osrc = dout + b * S * qstr + (i64)h * HD;
+  const bf16 *const kb = k + b * S * kvs + (i64)kvh * HD, *const vb = v + b * S * kvs + (i64)kvh * HD;
+  if (RS) { /* committed with the first K and V tiles */
+    tile_async<BQ, HD, NT>(rsm, qsrc, qstr, q0, S);
+    tile_async<BQ, HD, NT>(rsm + BQ * LD, osrc, qstr, q0, S);
+  }
+  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, kvs, 0, S);
+  ARows<RS, MT, HD, LD> qa, oa;
+  qa.init(qsrc, qstr, r0, S, rsm + (r0 - q0) * LD);
+  oa.init(osrc, qstr, r0, S, rsm + (BQ + r0 - q0) * LD);
   const float *lb = lse + ((i64)b * H + h) * S;
   float *db = Dd + ((i64)b * H + h) * S;
   float la[MT][2], da[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
     int rm = r0 + 16 * mt;
-    frag_rows<HD>(qa[mt], q + b * S * qstr + (i64)h * HD, qstr, rm, S);
-    frag_rows<HD>(oa[mt], dout + b * S * qstr + (i64)h * HD, qstr, rm, S);
     la[mt][0] = rm + g < S ? lb[rm + g] * log2e : 0.0f, la[mt][1] = rm + g + 8 < S ? lb[rm + g + 8] * log2e : 0.0f;
-    u32 of[KC][4]; /* O's rows, for D only */
+    u32 of[KC][4]; /* O's rows, for D only (and dO's with RS) */
     frag_rows<HD>(of, o + b * S * qstr + (i64)h * HD, qstr, rm, S);
-    frag_dot<HD>(da[mt][0], da[mt][1], oa[mt], of);
+    if constexpr (RS) {
+      u32 dof[KC][4];
+      frag_rows<HD>(dof, osrc, qstr, rm, S);
+      frag_dot<HD>(da[mt][0], da[mt][1], dof, of);
+    } else {
+      frag_dot<HD>(da[mt][0], da[mt][1], oa.a[mt], of);
+    }
     if ((lane & 3) == 0) {
       if (rm + g < S) db[rm + g] = da[mt][0];
       if (rm + g + 8 < S) db[rm + g + 8] = da[mt][1];
@@ -518,19 +592,17 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   }
   float acc[MT][HD / 8][4];
   zero_acc<MT, HD>(acc);
-  const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
   const int kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (kend + BK - 1) / BK;
-  kv_tiles_async<BK, HD, NT>(ks[0], vs[0], kb, vb, kvs, 0, S);
   for (int it = 0; it < ntiles; it++) {
-    const int k0 = it * BK;
+    const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
-    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks[(it + 1) & 1], vs[(it + 1) & 1], kb, vb, kvs, k0 + BK, S);
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, kvs, k0 + BK, S);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) {
       if (k0 + BK > S || r0 + 16 * MT > S || (CAUSAL && k0 + BK - 1 > r0))
-        q_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks[it & 1], vs[it & 1], k0, r0, c2);
+        q_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2);
       else
-        q_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks[it & 1], vs[it & 1], k0, r0, c2);
+        q_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2);
     }
   }
   const float scale = (float)(1.0 / sqrt((double)HD));

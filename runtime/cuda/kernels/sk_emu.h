@@ -7,7 +7,9 @@
  * barrier. __syncthreads waits for every live thread of the block, __syncwarp and the warp
  * collectives (shuffles, ballot) for every live thread of the warp. `__shared__` variables are
  * `static thread_local` (one copy, and blocks never overlap); dynamic shared memory is a buffer of
- * the launch. Atomics are plain read-modify-writes: fibers never run at the same time. Emulator
+ * the launch's size exactly: a kernel that asks for more (sk::dyn_smem) stops the run, a launch above
+ * the device's most (SK_EMU_SMEM_MAX) is refused, and a guard after the buffer, checked after every
+ * block, stops a kernel that wrote past it. Atomics are plain read-modify-writes: fibers never run at the same time. Emulator
  * state is thread_local, so several host threads may each run launches.
  */
 #ifndef SK_EMU_H
@@ -96,10 +98,14 @@ struct Block {
   unsigned parity[1024];          /* per-thread count of those calls (selects the buffer) */
   const std::function<void()> *body = nullptr;
   unsigned char *dyn_smem = nullptr; /* dynamic shared memory of the launch */
+  unsigned dyn_bytes = 0;            /* its size: what the launch gave */
   sk_emu_dim3 block_idx, block_dim, grid_dim;
 };
 
 enum { STACK_BYTES = 256 * 1024 };
+/* The most dynamic shared memory a block may have (sm_90's, with the opt-in attribute the runtime sets
+ * at launch: cudaDevAttrMaxSharedMemoryPerBlockOptin), and the guard bytes after the launch's buffer. */
+enum { SMEM_MAX = 227 * 1024, SMEM_GUARD = 64, SMEM_GUARD_BYTE = 0xa5 };
 
 inline Block &blk() {
   static thread_local Block b;
@@ -258,8 +264,16 @@ inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
     }
     b.stacks.push_back(s);
   }
-  std::vector<unsigned char> dyn((size_t)smem + 16);
+  if (smem > SMEM_MAX) {
+    fprintf(stderr, "sk_emu: launch with %u bytes of dynamic shared memory: a block may have at most %d\n", smem,
+            (int)SMEM_MAX);
+    abort();
+  }
+  /* 16-byte aligned as the GPU's (the vector's storage is new's: at least 16 on the hosts we run) */
+  std::vector<unsigned char> dyn((size_t)smem + SMEM_GUARD);
+  memset(dyn.data() + smem, SMEM_GUARD_BYTE, SMEM_GUARD);
   b.dyn_smem = dyn.data();
+  b.dyn_bytes = smem;
   b.body = &body;
   b.block_dim = {bx, by, bz};
   b.grid_dim = {gx, gy, gz};
@@ -268,9 +282,16 @@ inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
       for (unsigned x = 0; x < gx; x++) {
         b.block_idx = {x, y, z};
         run_block(nthreads);
+        for (int i = 0; i < SMEM_GUARD; i++)
+          if (dyn[(size_t)smem + (size_t)i] != SMEM_GUARD_BYTE) {
+            fprintf(stderr, "sk_emu: block (%u,%u,%u) wrote past the %u bytes of dynamic shared memory of its launch\n",
+                    x, y, z, smem);
+            abort();
+          }
       }
   b.body = nullptr;
   b.dyn_smem = nullptr;
+  b.dyn_bytes = 0;
 }
 
 inline int lane() { return me().linear & 31; }
@@ -455,6 +476,19 @@ inline unsigned __float_as_uint(float f) {
 
 /* Dynamic shared memory of the running launch. */
 #define SK_DYN_SMEM() ((void *)sk_emu::blk().dyn_smem)
+namespace sk_emu {
+/* The launch's dynamic shared memory for a kernel that uses need bytes of it: stops the run when the
+ * launch gave fewer (on the GPU the kernel would read and write past its block's shared memory). */
+inline void *dyn_smem(unsigned need) {
+  Block &b = blk();
+  if (need > b.dyn_bytes) {
+    fprintf(stderr, "sk_emu: block (%u,%u,%u) uses %u bytes of dynamic shared memory, its launch gave %u\n",
+            b.block_idx.x, b.block_idx.y, b.block_idx.z, need, b.dyn_bytes);
+    abort();
+  }
+  return b.dyn_smem;
+}
+} // namespace sk_emu
 
 /* kN_emu: the launcher entry of kernel name; callargs is the parenthesised argument list of
  * the call, written with SK_ARG(i, type). */
