@@ -15,7 +15,7 @@
  *                    per element over 128 Ki floats: rt_binary_f32 flat, through broadcast indices
  *                    ([8,64,256] + [8,1,256]), rt_reduce_to_f32 through indices ([512,256] -> [512,1]),
  *                    rt_unary_f32 gelu (libm tanhf) and exp, on activation-sized inputs (|x| < 0.25).
- * peak_flops (MFU's denominator) stays the topology's: rt_measure_peak_flops times wall-clock.
+ * peak_flops (MFU's denominator) stays the topology's (rt_measure_peak_flops: the trainer's, per thread CPU time).
  * The links are not measured here (comm_bench measures the collectives; docs/planner.md): the profile
  * leaves them out, so the topology's figures stay; overlap is 0 (a CPU rank progresses its own
  * asynchronous collectives between kernels).

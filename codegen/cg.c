@@ -32,6 +32,12 @@ const char *cg_ptr(Cg *c, const Value *v) {
       if (c->binds[i].arg == v->def) return c->binds[i].expr;
     die("ARG %%%d has no binding", v->id);
   }
+  if (v->offset == IR_OFFSET_VIEW) return cg_ptr(c, v->def->in[0]); /* a view of a region's argument */
+  if (v->last_in) { /* a carry in its loop's stack: the next slice, and the loop's output in the last iteration */
+    int d = cg_depth_of(v->def->graph);
+    return arena_printf(c->a, "(i%d < %" PRId64 " ? (M + %" PRId64 " + i%d * %" PRId64 ") : %s)", d,
+                        v->def->graph->owner->a.count - 1, v->offset, d, v->stride, cg_ptr(c, v->last_in));
+  }
   if (v->offset < 0) die("value %%%d (%s) was not placed by memplan", v->id, ir_ops[v->def->op].name);
   if (v->host) return arena_printf(c->a, "(H + %" PRId64 ")", v->offset); /* plan offload: the host allocation */
   if (v->stride) return arena_printf(c->a, "(M + %" PRId64 " + i%d * %" PRId64 ")", v->offset, cg_depth_of(v->def->graph), v->stride);
@@ -81,6 +87,42 @@ void cg_ws_need(Cg *c, const char *expr) {
 void cg_copy_if_moved(Cg *c, const Value *dst, const Value *src) {
   const char *d = cg_ptr(c, dst), *s = cg_ptr(c, src);
   if (strcmp(d, s) != 0) c->t->copy(c, d, s, cg_bytes(src), false);
+}
+
+/* One strided block copy: `rows` of `inner` elements from src's rows [sat, sat + rows) of srows
+ * into dst's rows [dat, dat + rows) of drows, for each of `outer` blocks. */
+static void block_copy(Cg *c, const char *copy, const Value *dst, int64_t drows, int64_t dat, const Value *src,
+                       int64_t srows, int64_t sat, int64_t outer, int64_t rows, int64_t inner, int es) {
+  cg_line(c, "%s%s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
+          copy, cg_ptr(c, dst), drows, dat, cg_ptr(c, src), srows, sat, outer, rows, inner, es);
+}
+
+void cg_block_copies(Cg *c, const Node *n, const char *copy) {
+  const Value *y = n->out[0], *x = n->in[0];
+  const Attrs *a = &n->a;
+  int ax = a->axis;
+  if (n->op == OP_CONCAT) {
+    int64_t outer = cg_prod(&y->shape, 0, ax), inner = cg_prod(&y->shape, ax + 1, y->shape.rank), at = 0;
+    for (int i = 0; i < n->nin; i++) {
+      int64_t len = n->in[i]->shape.dim[ax];
+      block_copy(c, copy, y, y->shape.dim[ax], at, n->in[i], len, 0, outer, len, inner, ir_dtype_size(y->dtype));
+      at += len;
+    }
+    return;
+  }
+  if (ir_slice_is_view(n)) { /* the leading rows, in place (the memory plan's view) */
+    cg_copy_if_moved(c, y, x);
+    return;
+  }
+  const Shape *xs = &x->shape;
+  int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank), rows = xs->dim[ax];
+  int es = ir_dtype_size(x->dtype);
+  if (n->op == OP_SLICE) {
+    block_copy(c, copy, y, a->len, 0, x, rows, a->start, outer, a->len, inner, es);
+  } else { /* OP_PAD: zeros around x's rows */
+    c->t->zero(c, cg_ptr(c, y), cg_bytes(y));
+    block_copy(c, copy, y, a->len, a->start, x, rows, 0, outer, rows, inner, es);
+  }
 }
 
 int64_t cg_prod(const Shape *s, int from, int to) {

@@ -140,6 +140,11 @@ const char *cg_cstr(Cg *c, const char *s);
 void cg_ws_need(Cg *c, const char *expr);
 /* dst = src when they live in different places (the target's copy). */
 void cg_copy_if_moved(Cg *c, const Value *dst, const Value *src);
+/* OP_SLICE, OP_PAD and OP_CONCAT as strided block copies, each a call of `copy`: the runtime's block
+ * copy up to its first argument ("rt_copy_block(" on the CPU, "rt_cu_copy_block(ctx, " on the device),
+ * which takes (dst, dst rows, dst at, src, src rows, src at, outer, rows, inner, element bytes); a
+ * pad's y zeroed first (the target's zero); a slice that is a view of x: the copy if it moved. */
+void cg_block_copies(Cg *c, const Node *n, const char *copy);
 /* Reports that the target cannot run n (an error at n's location); emission goes on. */
 void cg_unsupported(Cg *c, const Node *n, const char *why);
 const char *cg_axis_lit(int axis);

@@ -161,6 +161,11 @@ void cuk_set_flash_wg(CuK *k, const CuWgTile *t);
  * when the runtime autotunes them) and launched by rt_cu_launch_tuned (runtime/cuda/cuda_ops.h), which
  * picks the fastest at its first call. Off (the default): one kernel, rt_cu_launch. */
 void cuk_set_attn_tune(CuK *k, int on);
+/* What the autotuning's check (runtime/cuda/tune_check.c) is told of the two outputs of the tensor-core
+ * attention kernel `which` (0 forward: o, lse; 1 dK/dV: dk, dv; 2 dQ: dq, D): each one's fp32
+ * accumulation length (terms) and values rounded to bf16 on the way (rounds). The one place these are
+ * decided: the emitted launches carry them (RtCuTuneOut), tests/cuda's variant cases use them. */
+void cuk_flash_check(int which, int64_t S, int64_t H, int64_t KV, int64_t hd, long long terms[2], int rounds[2]);
 /* Ring attention's pieces (context parallelism, ops.def ATTN_BLOCK, ATTN_BLOCK_BWD, ATTN_COMBINE):
  * q over a block of T keys (k/v [B, T, KV*hd]) whose rows' global positions are qpos int32 [S] and
  * kpos int32 [T] (causal: key j visible to query i when kpos[j] <= qpos[i]); a row that sees no key

@@ -53,9 +53,11 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
 /* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
  * cuk_set_attn_tune the candidates of cuk_flash_variants (those with distinct tiles for this kernel; the
  * first compiled always, the others under SK_ATTN_TUNE) launched by rt_cu_launch_tuned. bytes[i]: the
- * size of pointer argument i; the first two arguments are the kernel's outputs. */
+ * size of pointer argument i; the first two arguments are the kernel's outputs, outs what the runtime's
+ * check of a candidate against the default needs of them (RtCuTuneOut, flash_outs). */
 static const char *flash_kernel(CuK *k, const Args *g, const char *name, int which, int64_t S, int64_t H, int64_t KV,
-                                int64_t hd, int causal, int64_t gy, int64_t gz, const int64_t *bytes, const char *args) {
+                                int64_t hd, int causal, int64_t gy, int64_t gz, const int64_t *bytes, const char *args,
+                                const char *outs) {
   CuFlashCfg v[16];
   int nv = k->attn_tune && !k->flash ? cuk_flash_variants(hd, v, 16) : 0;
   if (nv == 0) v[0] = flash_cfg(k, hd), nv = 1;
@@ -96,9 +98,29 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
   }
   return arena_printf(k->a,
                       "rt_cu_launch_tuned(ctx, \"%s S %lld H %lld KV %lld hd %lld%s B %lld\", %d, (const RtCuTileCand[]){%s}, "
-                      "%lld, %lld, %d, (void *[]){%s}, (const long long[]){%s}, 2);",
+                      "%lld, %lld, %d, (void *[]){%s}, (const long long[]){%s}, 2, (const RtCuTuneOut[]){%s});",
                       name, (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "",
-                      (long long)gz, nt, cands, (long long)gy, (long long)gz, g->np, ptrs, sizes);
+                      (long long)gz, nt, cands, (long long)gy, (long long)gz, g->np, ptrs, sizes, outs);
+}
+
+/* The forward's o sums S keys' bf16-rounded probabilities times V, each probability from an hd-long score
+ * (S + hd terms, 1 rounding); its lse sums the unrounded probabilities (S + hd, 0). dQ sums S keys' dS K,
+ * dK a GQA group's S H/KV queries' dS Q, dV their P dO, dS and P rounded to bf16 first, each from an
+ * hd-long score and an hd-long dO . V (+ 2 hd, 1); D = rowsum(dO o O) sums hd products (hd, 0). */
+void cuk_flash_check(int which, int64_t S, int64_t H, int64_t KV, int64_t hd, long long terms[2], int rounds[2]) {
+  int64_t grp = S * (H / KV) + 2 * hd; /* the queries of a GQA group */
+  if (which == 0) terms[0] = terms[1] = S + hd, rounds[0] = 1, rounds[1] = 0;
+  else if (which == 1) terms[0] = terms[1] = grp, rounds[0] = rounds[1] = 1;
+  else terms[0] = S + 2 * hd, terms[1] = hd, rounds[0] = 1, rounds[1] = 0;
+}
+
+/* The kernel's two outputs as the launch tells the check (RtCuTuneOut): bf16 o/dq/dk/dv, f32 lse/D. */
+static const char *flash_outs(CuK *k, int which, int64_t S, int64_t H, int64_t KV, int64_t hd) {
+  long long terms[2];
+  int rounds[2];
+  cuk_flash_check(which, S, H, KV, hd, terms, rounds);
+  const char *t1 = which == 1 ? "RT_BF16" : "RT_F32"; /* dK/dV: two bf16 outputs; else o / dq and f32 lse / D */
+  return arena_printf(k->a, "{RT_BF16, %lldLL, %d}, {%s, %lldLL, %d}", terms[0], rounds[0], t1, terms[1], rounds[1]);
 }
 
 /* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
@@ -124,7 +146,8 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
     int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;
     return flash_kernel(k, &g, "flash_fwd", 0, S, H, KV, hd, causal, H, B, (const int64_t[]){nq, nl, nq, nk, nk},
-                        "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4");
+                        "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4",
+                        flash_outs(k, 0, S, H, KV, hd));
   }
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ck_ctype(dt);
@@ -163,12 +186,14 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
     const char *lq = flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
                                   (const int64_t[]){nq, nl, nq, nk, nk, nq, nl, nq},
                                   "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                                  "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7");
+                                  "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7",
+                                  flash_outs(k, 2, S, H, KV, hd));
     Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
     const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
                                    (const int64_t[]){nk, nk, nq, nk, nk, nl, nl, nq},
                                    "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                                   "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7");
+                                   "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7",
+                                   flash_outs(k, 1, S, H, KV, hd));
     return ck_cat(k, lq, lkv);
   }
   Args g1 = {.np = 3, .p = {D, o, dout}};

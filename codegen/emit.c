@@ -69,7 +69,16 @@ static void emit_repeat(Cg *c, Node *n) {
     Value *y = b->results[r];
     if (y->def->op != OP_ARG && y->offset == n->out[r]->offset && y->stride == cg_bytes(y)) continue; /* in place */
     const char *dst = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", cg_ptr(c, n->out[r]), d, cg_bytes(y));
+    bool stack = y->def->op == OP_ARG && y->def->a.index < nc && memplan_carry_in_stack(n, y->def->a.index) == r;
+    if (stack) { /* the carry is there already but for the first iteration's input */
+      cg_line(c, "if (%s != %s) {", cg_ptr(c, y), dst);
+      c->indent++;
+    }
     copy_bytes(c, dst, cg_ptr(c, y), cg_bytes(y), false);
+    if (stack) {
+      c->indent--;
+      cg_line(c, "}");
+    }
   }
   for (int e = 0; e < c->nearly && !c->need; e++) { /* plan offload: this iteration's rows of a stacked gradient */
     if (c->early[e].rows != n) continue;
@@ -81,6 +90,10 @@ static void emit_repeat(Cg *c, Node *n) {
   }
   for (int k = 0; k < nc; k++) {
     const char *dst = cg_ptr(c, n->out[k]), *src = cg_ptr(c, b->results[k]);
+    if (b->results[k]->last_in) { /* in the stack: the next iteration's input is where it was made */
+      cg_line(c, "c%d_%d = %s;", d, k, src);
+      continue;
+    }
     if (strcmp(dst, src) != 0) copy_bytes(c, dst, src, cg_bytes(n->out[k]), true);
     cg_line(c, "c%d_%d = %s;", d, k, dst);
   }

@@ -192,35 +192,7 @@ static void emit_node(Cg *c, Node *n) {
     return stmt(c, cuk_transpose(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_prod(&x->shape, 0, r - 2),
                                  x->shape.dim[r - 2], x->shape.dim[r - 1]));
   }
-  case OP_SLICE: case OP_PAD: {
-    if (ir_slice_is_view(n)) { /* the leading rows, in place (the memory plan's view) */
-      cg_copy_if_moved(c, y, x);
-      return;
-    }
-    const Shape *xs = &x->shape;
-    int ax = a->axis, es = ir_dtype_size(x->dtype);
-    int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank);
-    if (n->op == OP_SLICE)
-      cg_line(c, "rt_cu_copy_block(ctx, %s, %" PRId64 ", 0, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-              cg_ptr(c, y), a->len, cg_ptr(c, x), xs->dim[ax], a->start, outer, a->len, inner, es);
-    else {
-      cg_line(c, "rt_cu_zero(ctx, %s, %" PRId64 ");", cg_ptr(c, y), cg_bytes(y));
-      cg_line(c, "rt_cu_copy_block(ctx, %s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-              cg_ptr(c, y), a->len, a->start, cg_ptr(c, x), xs->dim[ax], outer, xs->dim[ax], inner, es);
-    }
-    return;
-  }
-  case OP_CONCAT: {
-    int ax = a->axis, es = ir_dtype_size(y->dtype);
-    int64_t outer = cg_prod(&y->shape, 0, ax), inner = cg_prod(&y->shape, ax + 1, y->shape.rank), at = 0;
-    for (int i = 0; i < n->nin; i++) {
-      int64_t len = n->in[i]->shape.dim[ax];
-      cg_line(c, "rt_cu_copy_block(ctx, %s, %" PRId64 ", %" PRId64 ", %s, %" PRId64 ", 0, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d);",
-              cg_ptr(c, y), y->shape.dim[ax], at, cg_ptr(c, n->in[i]), len, outer, len, inner, es);
-      at += len;
-    }
-    return;
-  }
+  case OP_SLICE: case OP_PAD: case OP_CONCAT: return cg_block_copies(c, n, "rt_cu_copy_block(ctx, ");
   case OP_REDUCE_SUM:
     return stmt(c, cuk_reduce_to(k, cg_ptr(c, y), y->dtype, &y->shape, cg_ptr(c, x), x->dtype, &x->shape));
   case OP_MATMUL: {

@@ -137,10 +137,17 @@ struct Value {
   /* Set by passes/memplan.c: where the value lives in its rank's one allocation.
    * Values in a REPEAT body that are stacked ys live at offset + i * stride bytes in
    * iteration i (stride 0: the same place every iteration). offset -1: not placed
-   * (an alias: ARGs, values that never need memory). */
+   * (an alias: ARGs, values that never need memory); IR_OFFSET_VIEW: a view (reshape, a cast to
+   * its own dtype) of a region's argument, or of such a view, at its input's place, whatever
+   * binds it. */
   int64_t offset; /* bytes from the rank's base */
+#define IR_OFFSET_VIEW ((int64_t)-3)
   int64_t stride; /* bytes per REPEAT iteration */
   int mclass;     /* MemClass (passes/memplan.h) */
+  /* A loop's carry kept in the stack its body saves the carry into (memplan_carry_in_stack): in
+   * iteration i it lives at offset + i * stride (the stack's slice i + 1, where the next
+   * iteration's input is saved), but in the last iteration at last_in (the loop's output). */
+  const Value *last_in;
 };
 
 typedef enum { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_CONST } InitKind;

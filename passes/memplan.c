@@ -295,13 +295,31 @@ static int xs_in_place(const Node *rep, int k) {
   return value_bytes(a) == value_bytes(body->results[k]) ? q : -1;
 }
 
+int memplan_carry_in_stack(const Node *rep, int k) {
+  if (rep->op != OP_REPEAT || rep->a.reverse || rep->a.count < 2 || k >= rep->a.ncarry) return -1;
+  const Graph *body = rep->body;
+  const Value *a = body->args[k]->out[0], *y = body->results[k];
+  /* the next value: made in the body by a node with its own place (not a view, not in place) */
+  if (y->def->graph != body || y->def->op == OP_ARG || is_view(y->def) || value_bytes(y) != value_bytes(a)) return -1;
+  int j = -1;
+  for (int r = 0; r < body->nresults; r++) {
+    if (r != k && body->results[r] == y) return -1;
+    if (j < 0 && r >= rep->a.ncarry && body->results[r] == a) j = r;
+  }
+  if (j < 0) return -1;
+  const Value *stack = rep->out[j], *out = rep->out[k];
+  if (stack->host || out->host || stack->offset == -2 || out->offset == -2) return -1; /* placed elsewhere */
+  return value_bytes(stack) == rep->a.count * value_bytes(a) ? j : -1;
+}
+
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
                        int64_t by_class[MEM_COUNT], bool epi) {
   Graph *body = rep->body;
   /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
   int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
   for (int r = 0; rep->op == OP_REPEAT && r < ncarry; r++)
-    if (carry_in_place(rep, r)) body->results[r]->offset = -2; /* in the output: place_stacked */
+    if (carry_in_place(rep, r) || memplan_carry_in_stack(rep, r) >= 0)
+      body->results[r]->offset = -2; /* in the output, or in the stack: place_stacked */
   for (int r = ncarry; rep->op == OP_REPEAT && r < body->nresults; r++) {
     Value *y = body->results[r];
     if (y->def->graph != body || y->def->op == OP_ARG) continue; /* copied by codegen */
@@ -392,6 +410,12 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       }
       if (d->graph == g && (d->op == OP_PARAM || d->op == OP_STATE || d->op == OP_INPUT)) {
         view[i] = true; /* persistent memory: always there */
+        continue;
+      }
+      if (d->graph == g && !ir_slice_is_view(n) && (d->op == OP_ARG || in->offset == IR_OFFSET_VIEW)) {
+        /* a region's argument (a stacked input's slice, a carry, a capture) lives the whole
+         * iteration outside the region's transients: the view is its bytes, not a copy */
+        n->out[0]->offset = IR_OFFSET_VIEW;
         continue;
       }
     }
@@ -570,12 +594,14 @@ static void place_stacked(Graph *g) {
     Node *n = g->nodes[i];
     if (!n->body) continue;
     if (n->op == OP_REPEAT)
-      for (int r = 0; r < n->a.ncarry; r++) { /* a carry updated in place (carry_in_place) */
+      for (int r = 0; r < n->a.ncarry; r++) { /* a carry updated in place (carry_in_place) or in the stack */
         Value *y = n->body->results[r];
         if (y->offset != -2 || y->def->graph != n->body) continue;
-        y->offset = n->out[r]->offset;
-        y->stride = 0;
-        y->mclass = n->out[r]->mclass;
+        int j = memplan_carry_in_stack(n, r);
+        y->offset = j < 0 ? n->out[r]->offset : n->out[j]->offset + value_bytes(y);
+        y->stride = j < 0 ? 0 : value_bytes(y);
+        y->mclass = n->out[j < 0 ? r : j]->mclass;
+        y->last_in = j < 0 ? NULL : n->out[r];
       }
     if (n->op == OP_REPEAT)
       for (int r = n->a.ncarry; r < n->body->nresults; r++) {
@@ -603,6 +629,7 @@ static void reset_offsets(Graph *g) {
     for (int k = 0; k < n->nout; k++) {
       n->out[k]->offset = -1;
       n->out[k]->stride = 0;
+      n->out[k]->last_in = NULL;
     }
     if (n->body) reset_offsets(n->body);
   }

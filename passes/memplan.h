@@ -48,6 +48,13 @@ double memplan_capacity(const Module *m, char *what, size_t cap);
 
 /* The bytes v occupies over its graph's iterations: [lo, hi). ARGs (bound to memory of the
  * enclosing graph, live through the whole loop) and unplaced values: none (false). */
+/* The stacked result of repeat rep that its carry k is kept in, or -1: the body saves its input
+ * (arg k) as stacked result j each iteration, so the carry's next value is written straight into
+ * the stack's next slice (the next iteration's input, already saved there) and, in the last
+ * iteration, into the loop's output: no copy of the saved input nor of the carry per iteration
+ * (a layer loop's residual stream). Forward loops of 2 or more iterations. */
+int memplan_carry_in_stack(const Node *rep, int k);
+
 bool memplan_span(const Value *v, int64_t *lo, int64_t *hi);
 /* Whether a kernel writing w at every index while reading x at every index can race (w's and x's
  * bytes meet, unless x is w's very tensor updated index for index). */

@@ -158,6 +158,58 @@ void rt_cu_rec_set(RtCuRec *r, const char *key, const char *val);
 void rt_cu_rec_save(RtCuRec *r, const char *what);
 void rt_cu_rec_free(RtCuRec *r);
 
+/* ---- tune_check.c (both backends): a candidate's outputs against the default's ---- */
+/* Seconds one call of candidate cand took (it ran to completion), or < 0 when it cannot run. */
+typedef double (*RtCuTuneTime)(void *arg, int cand);
+typedef struct {
+  int ok;            /* every element within its tolerance */
+  int64_t at;        /* the element of the largest |cand - def| / tolerance; -1: no elements */
+  double err, tol;   /* |cand - def| there and its tolerance */
+  double max_err;    /* the largest |cand - def| */
+  double max_ref;    /* the largest finite |def| */
+  double ratio;      /* the largest |cand - def| / tolerance (<= 1: agrees) */
+} RtCuAgree;
+/* count elements of dtype dt (RT_*): 1 when every |cand_i - def_i| <= 2 u |def_i| + 2 (terms 2^-24 +
+ * rounds 2^-9) max |def| (u: half an ulp of dt, 2^-8 bf16, 2^-24 f32; integers exact; NaN / Inf the same
+ * in both), else 0; *a says where and by how much (tune_check.c derives the bound). terms: the
+ * accumulation length in fp32; rounds: intermediate values rounded to bf16 on the way. */
+int rt_cu_tune_agree(const void *def, const void *cand, int dt, int64_t count, long long terms, int rounds,
+                     RtCuAgree *a);
+/* An output the check reads back: the device address the candidates' runs write (the output or its
+ * scratch), its bytes, what rt_cu_tune_agree needs, and init: NULL (filled with NaN before each run, so
+ * an element a run does not write cannot pass for the default's) or a device address it is copied from
+ * first (a scratch output the GEMM also reads, beta != 0 on the emulated device). */
+typedef struct {
+  void *p;
+  int64_t bytes;
+  int dt;
+  long long terms;
+  int rounds;
+  const void *init;
+  const char *name; /* in the refusal beside the output's index ("y", "aux", ...), or NULL */
+} RtCuCheckOut;
+/* The autotuning's check (both kinds, both backends): run(arg, c) runs candidate c once to completion
+ * (< 0: it cannot), copy(carg, dst, src, bytes, RT_CU_H2D / D2H / D2D) moves bytes, synchronously. */
+typedef struct {
+  RtCuTuneTime run;
+  void *arg;
+  void (*copy)(void *carg, void *dst, const void *src, int64_t bytes, int kind);
+  void *carg;
+  const RtCuCheckOut *outs;
+  int nout;
+} RtCuCheck;
+enum { RT_CU_WHY = 200 };
+/* Runs candidate 0 (the default) and every other c with ok[c] once, reads the outputs back and compares
+ * (rt_cu_tune_agree); ok[c] = 0 for a candidate outside the tolerance (why[c]: which output, the error,
+ * the tolerance) or that does not run (why[c] left empty; all when the default does not run). Returns
+ * the candidates compared; *closest = max(*closest, the largest error / tolerance of those that agreed). */
+int rt_cu_tune_check(const RtCuCheck *ck, int ncand, char *ok, char (*why)[RT_CU_WHY], double *closest);
+/* The check's part of an autotuning summary line (attn_tune.c, gemm_tune.c): "N candidates checked
+ * against <against> in S s (a run and a compare each), R refused, K skipped as refused by an earlier
+ * run, the others within Q of their tolerance". */
+void rt_cu_tune_check_line(char *out, size_t n, const char *against, int checked, double seconds, int refused,
+                           int skipped, double closest);
+
 /* ---- gemm_tune.c (both backends) ---- */
 
 enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_CU_EK_DGELU_BGRAD }; /* epilogue kinds */
@@ -184,8 +236,6 @@ int rt_cu_tune_candidates(int dflt);
 int rt_cu_tune_y_read(const void *y, float beta, const RtCuEpi *ep);
 /* Monotonic seconds (the emulated device times its candidate with it). */
 double rt_cu_tune_clock(void);
-/* Seconds one call of candidate cand took (it ran to completion), or < 0 when it cannot run. */
-typedef double (*RtCuTuneTime)(void *arg, int cand);
 /* The fastest of ncand candidates: a warm-up run each, then the minimum of 3 timed runs; ties and
  * failures keep the earlier. *first_t / *best_t: candidate 0's and the kept one's seconds (< 0: did
  * not run); *timed counts the timed runs; log != NULL prints "<log>: candidate i: t us" for each.
@@ -195,6 +245,20 @@ int rt_cu_tune_fastest(int ncand, RtCuTuneTime time, void *arg, const char *log,
 /* rt_cu_tune_fastest for a GEMM key; counts it for rt_cu_tune_report. SHARDRT_GEMM_AUTOTUNE_LOG=1 prints
  * every candidate's time. */
 int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
+/* The GEMM's outputs as the check reads them: y written at d (the output, or its scratch;
+ * d_init: where the scratch's content comes from before each run, NULL: NaN-filled), the pre-activation
+ * GELU_AUX_BIAS writes, the bias gradient DGELU_BGRAD writes. y: k + 2 terms (products, bias, C), one
+ * bf16 rounding where y is bf16 (a split-K reduction in place rounds a partial sum to y's type); the
+ * bias gradient m more terms and one more rounding. Returns how many (out: room for 3). */
+int rt_cu_gemm_check_outs(const RtCuGemmKey *key, void *d, const void *d_init, const RtCuEpi *ep, RtCuCheckOut *out);
+/* The record key of a refused algorithm (choice: as the record writes it): "<11 fields> refused <choice>"
+ * and the rank suffix; the check's refusal warning (and its count for rt_cu_tune_report); the check's
+ * counts. */
+void rt_cu_gemm_refused_key(const RtCuGemmKey *key, const char *choice, int rank, int world, char *out, size_t n);
+void rt_cu_tune_refused(const RtCuGemmKey *key, int cand, const char *choice, const char *why, int rank, int world);
+void rt_cu_tune_checked(int checked, int skipped, double seconds, double closest);
+/* Candidates checked, refused, skipped as refused by an earlier run, so far (this process). */
+void rt_cu_tune_checks(int *checked, int *refused, int *skipped);
 /* Counts a key that took an earlier run's recorded choice (gemm.c) for rt_cu_tune_report. */
 void rt_cu_tune_recorded(void);
 /* Keys tuned, timed runs, keys that took an earlier run's choice, so far (this process). */
@@ -212,6 +276,10 @@ void rt_cu_tune_report(const RtCtx *ctx);
 int rt_cu_attn_tune_on(int emu);
 /* Kernels tuned (timed), timed runs, kernels that took an earlier run's recorded tiles, so far. */
 void rt_cu_attn_tune_stats(int *tuned, int *timed, int *recorded);
+/* Candidates checked against the default (a run and a compare each), refused by the check, and skipped
+ * without a run because the record says an earlier run refused them, so far; seconds spent checking;
+ * the largest error / tolerance of a candidate that agreed (how close the check came to refusing). */
+void rt_cu_attn_tune_checks(int *checked, int *refused, int *skipped, double *seconds, double *closest);
 /* The summary line after a step that tuned (rank 0), like rt_cu_tune_report. */
 void rt_cu_attn_tune_report(const RtCtx *ctx);
 /* Frees dev->attn (the device's close). */

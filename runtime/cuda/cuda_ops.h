@@ -36,8 +36,9 @@ void rt_cu_launch(RtCtx *ctx, int k, unsigned gx, unsigned gy, unsigned gz, unsi
  * unless SHARDRT_ATTN_AUTOTUNE is on). args: nargs pointers (device addresses of bytes[i] bytes), the
  * first nout of them written. key names the kernel and its shapes. With the autotuning on, the first
  * launch of a key outside a graph capture takes the tiles an earlier run on this GPU model and toolkit
- * recorded (when they are a candidate), or times every candidate on these operands (an output that
- * overlaps an input goes to scratch), keeps the fastest and records it (runtime/cuda/attn_tune.c). */
+ * recorded (when they are a candidate), or checks every candidate against the default (outs) and times
+ * those that agree on these operands (an output that overlaps an input goes to scratch), keeps the
+ * fastest and records it (runtime/cuda/attn_tune.c). */
 typedef struct {
   int k;
   long long gx;
@@ -48,8 +49,17 @@ typedef struct {
 /* The candidates the device runs (attn_tune.c): all, less the attention's wgmma ones (tiles "wg...",
  * built for sm_90a only) unless wgmma (RtCuOps.wgmma); at most max, into out. Returns how many. */
 int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *out, int max);
+/* What the autotuning's check needs of output i (outs[i], i < nout): before a candidate may be timed,
+ * its outputs are compared with the default's on the same operands (runtime/cuda/tune_check.c): dt its
+ * element type (RT_*, runtime/dtype.h), terms the fp32 accumulation length of an element, rounds the
+ * intermediate values rounded to bf16 on its way. A candidate outside the tolerance is refused. */
+typedef struct {
+  int dt;
+  long long terms;
+  int rounds;
+} RtCuTuneOut;
 void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
-                        int nargs, void **args, const long long *bytes, int nout);
+                        int nargs, void **args, const long long *bytes, int nout, const RtCuTuneOut *outs);
 
 /* y[batch][m, n] = alpha * op(A)[m, k] op(B)[k, n] + beta * y, all row-major (the IR's MATMUL):
  * A is [batch, m, k] ([batch, k, m] when ta), B is [batch?, k, n] ([.., n, k] when tb), with

@@ -45,6 +45,10 @@ typedef struct {
   int rec_open, rank, world;
   struct EmuCopy *inflight; /* plan offload's copies started and not yet waited */
   int ninflight, capinflight;
+  struct {                  /* the autotuning's scratch (emu_scratch), device memory as the allocation is */
+    char *p;
+    int64_t bytes;
+  } scratch[8];
 } EmuBe;
 
 /* A copy in flight (copy_start): done at once, checked at its wait. */
@@ -89,7 +93,17 @@ static int load_kernels(EmuBe *e, const RtCudaCode *code) {
   if (!inc || !*inc) inc = SHARDRT_CUDA_INCLUDE;
   char flags[4400];
   int tune = rt_cu_attn_tune_on(1); /* the attention's tile candidates compiled too (attn_tune.c) */
-  snprintf(flags, sizeof flags, "-std=c++17 -O1 -shared -fPIC -DSK_EMU%s -I'%s'", tune ? " -DSK_ATTN_TUNE" : "", inc);
+  char wrong[64] = "";
+  const char *wv = getenv("SHARDRT_EMU_WRONG_ATTN"); /* test only: a forward tile candidate made wrong */
+  if (wv && *wv) {
+    int mt, w, bk;
+    if (sscanf(wv, "%dx%dx%d", &mt, &w, &bk) != 3 || mt < 1 || mt > 9 || w < 1 || w > 99 || bk < 1 || bk > 999)
+      rt_fatal(1, "SHARDRT_EMU_WRONG_ATTN=%s: want the tiles (MTxWxBK, as the autotuning names them) of the forward "
+                  "candidate to compile with a wrong scale (a test of the autotuning's check)", wv);
+    snprintf(wrong, sizeof wrong, " -DSK_TEST_WRONG_FWD=%d", mt * 100000 + w * 1000 + bk);
+  }
+  snprintf(flags, sizeof flags, "-std=c++17 -O1 -shared -fPIC -DSK_EMU%s%s -I'%s'", tune ? " -DSK_ATTN_TUNE" : "", wrong,
+           inc);
 
   int nh = rt_cu_header_count(), nparts = 0;
   const char **parts = malloc(sizeof *parts * (size_t)(2 * nh + 4));
@@ -205,6 +219,8 @@ static void emu_launch(void *be, int k, const unsigned grid[3], const unsigned b
 /* Checks that [p, p + bytes) lies in the allocation (the emulation's stand-in for a fault). */
 static void in_mem(const EmuBe *e, const void *p, int64_t bytes, const char *what) {
   const char *c = p;
+  for (int i = 0; i < 8; i++)
+    if (e->scratch[i].p && c >= e->scratch[i].p && c + bytes <= e->scratch[i].p + e->scratch[i].bytes) return;
   if (c < e->base || c + bytes > e->base + e->bytes)
     rt_fatal(1, "emulated device: %s of %lld bytes at %p is outside the device allocation [%p, +%lld)", what,
              (long long)bytes, p, (void *)e->base, (long long)e->bytes);
@@ -331,7 +347,9 @@ static void emu_gemm(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
   free(yt);
 }
 
-/* The autotuning's candidate run (gemm_tune.c): the emulated device's one algorithm into d. */
+/* The autotuning's candidate run (gemm_tune.c): the emulated device's one algorithm into d; with the
+ * test hook SHARDRT_EMU_WRONG_GEMM=1 a second candidate, the same GEMM with its last element of y wrong
+ * (1.0625 y + 0.0625, as a misaligned tail might be): the check must refuse it. */
 typedef struct {
   EmuBe *e;
   void *d;
@@ -340,23 +358,51 @@ typedef struct {
   int y_dt, ab_dt, ta, tb, bb;
   int64_t batch, m, n, k;
   float alpha, beta;
+  const char *ok; /* [ncand]: 0 for a candidate the check refused (not timed) */
 } EmuTrial;
 
 static double emu_trial(void *arg, int cand) {
   EmuTrial *t = arg;
-  (void)cand;
+  if (!t->ok[cand]) return -1;
   double t0 = rt_cu_tune_clock();
   emu_gemm(t->e, t->d, t->y_dt, t->a, t->b, t->ab_dt, t->batch, t->m, t->n, t->k, t->ta, t->tb, t->bb, t->alpha, t->beta,
            t->ep);
+  if (cand == 1) {
+    int64_t last = t->batch * t->m * t->n - 1;
+    if (t->y_dt == RT_BF16) {
+      uint16_t *y = t->d;
+      y[last] = rt_f32_to_bf16(1.0625f * rt_bf16_to_f32(y[last]) + 0.0625f);
+    } else {
+      float *y = t->d;
+      y[last] = 1.0625f * y[last] + 0.0625f;
+    }
+  }
   return rt_cu_tune_clock() - t0;
 }
 
+static double emu_check_run(void *arg, int cand) { return emu_trial(arg, cand); }
+static void emu_check_copy(void *carg, void *dst, const void *src, int64_t bytes, int kind) {
+  (void)carg, (void)kind;
+  memmove(dst, src, (size_t)bytes);
+}
+
+static int emu_wrong_gemm(void) {
+  const char *v = getenv("SHARDRT_EMU_WRONG_GEMM");
+  if (!v || !*v || !strcmp(v, "0")) return 0;
+  if (strcmp(v, "1") != 0)
+    rt_fatal(1, "SHARDRT_EMU_WRONG_GEMM=%s: want 1 (a second, wrong GEMM candidate: a test of the autotuning's check) "
+                "or 0", v);
+  return 1;
+}
+
 /* SHARDRT_GEMM_AUTOTUNE=N (off by default here: one algorithm, nothing to choose) runs the tuning's
- * candidate loop at a GEMM key's first call as on a GPU: its one candidate timed on the real
- * operands, an output the GEMM reads (rt_cu_tune_y_read) copied to scratch first, so that what the
- * real call then computes is unchanged (e2e_cuda_epilogue_fallback checks it byte for byte). The
- * choice (candidate "0") is recorded as gemm.c records a GPU's (gemm-tune-<hash of "emu">.txt, a line
- * per key and, with several ranks, per rank); a key whose line names it is taken without timing. */
+ * candidate loop at a GEMM key's first call as on a GPU: its candidates checked against the first
+ * (tune_check.c; only with SHARDRT_EMU_WRONG_GEMM is there a second) and timed on the real operands,
+ * an output the GEMM reads (rt_cu_tune_y_read) copied to scratch first, so that what the real call then
+ * computes is unchanged (e2e_cuda_epilogue_fallback checks it byte for byte). The choice (candidate "0")
+ * is recorded as gemm.c records a GPU's (gemm-tune-<hash of "emu gemm checked">.txt, a line per key and,
+ * with several ranks, per rank), a refused candidate too ("<key> refused 1"); a key whose line names
+ * the choice is taken without timing, a refused candidate is not run again. */
 static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                      int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep) {
   if (rt_cu_tune_candidates(0) == 0) return;
@@ -371,12 +417,12 @@ static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
   }
   e->tuned[e->ntuned++] = key;
   if (!e->rec_open) {
-    const char *parts[] = {"emu gemm"};
-    const size_t lens[] = {8};
-    rt_cu_rec_open(&e->rec, "gemm-tune", parts, lens, 1, RT_CU_GEMM_KEY_WORDS);
+    const char *parts[] = {"emu gemm", "checked"}; /* records from before the check: not read (tune_check.c) */
+    const size_t lens[] = {8, 7};
+    rt_cu_rec_open(&e->rec, "gemm-tune", parts, lens, 2, RT_CU_GEMM_KEY_WORDS);
     e->rec_open = 1;
   }
-  char rkey[320];
+  char rkey[320], fkey[600];
   rt_cu_gemm_rec_key(&key, e->rank, e->world, rkey, sizeof rkey);
   const char *known = rt_cu_rec_get(&e->rec, rkey);
   if (known && !strcmp(known, "0")) { /* the one algorithm, as an earlier run chose */
@@ -389,10 +435,27 @@ static void emu_tune(EmuBe *e, void *y, int y_dt, const void *a, const void *b, 
     if (!(scratch = malloc(bytes))) rt_fatal(1, "out of memory");
     memcpy(scratch, y, bytes);
   }
-  EmuTrial t = {e, scratch ? scratch : y, a, b, ep, y_dt, ab_dt, ta, tb, b_batched, batch, m, n, k, alpha, beta};
-  (void)rt_cu_tune_pick(1, emu_trial, &t, &key);
+  int ncand = emu_wrong_gemm() ? 2 : 1, skipped = 0;
+  char ok[2] = {1, 1}, why[2][RT_CU_WHY] = {"", ""};
+  EmuTrial t = {e, scratch ? scratch : y, a, b, ep, y_dt, ab_dt, ta, tb, b_batched, batch, m, n, k, alpha, beta, ok};
+  if (ncand > 1) {
+    rt_cu_gemm_refused_key(&key, "1", e->rank, e->world, fkey, sizeof fkey);
+    if (rt_cu_rec_get(&e->rec, fkey)) ok[1] = 0, skipped = 1;
+    RtCuCheckOut co[3];
+    int nout = rt_cu_gemm_check_outs(&key, t.d, scratch ? y : NULL, ep, co);
+    RtCuCheck ck = {emu_check_run, &t, emu_check_copy, e, co, nout};
+    double t0 = rt_cu_tune_clock(), closest = 0;
+    int checked = rt_cu_tune_check(&ck, ncand, ok, why, &closest);
+    if (!ok[1] && why[1][0]) {
+      rt_cu_tune_refused(&key, 1, "1", why[1], e->rank, e->world);
+      rt_cu_rec_set(&e->rec, fkey, why[1]);
+    }
+    if (scratch) memcpy(scratch, y, bytes); /* the timing runs read what the real call will */
+    rt_cu_tune_checked(checked, skipped, rt_cu_tune_clock() - t0, closest);
+  }
+  int best = rt_cu_tune_pick(ncand, emu_trial, &t, &key);
   free(scratch);
-  rt_cu_rec_set(&e->rec, rkey, "0");
+  rt_cu_rec_set(&e->rec, rkey, best ? "1" : "0");
   rt_cu_rec_save(&e->rec, "GEMM");
 }
 
@@ -481,11 +544,19 @@ static double emu_time_launch(void *be, int k, const unsigned grid[3], const uns
   return rt_cu_tune_clock() - t0;
 }
 static void *emu_scratch(void *be, int64_t bytes) {
-  (void)be;
-  return malloc((size_t)bytes);
+  EmuBe *e = be;
+  for (int i = 0; i < 8; i++)
+    if (!e->scratch[i].p) {
+      e->scratch[i].p = malloc((size_t)bytes);
+      e->scratch[i].bytes = bytes;
+      return e->scratch[i].p;
+    }
+  return NULL; /* more than 8 at once: none (the caller runs the default) */
 }
 static void emu_scratch_free(void *be, void *p) {
-  (void)be;
+  EmuBe *e = be;
+  for (int i = 0; i < 8; i++)
+    if (e->scratch[i].p == p) e->scratch[i].p = NULL;
   free(p);
 }
 static void emu_tune_id(void *be, char *out, size_t n) {

@@ -79,7 +79,7 @@ static void choices_load(RtCuGemm *g) {
   CU_CHECK(cudaGetDeviceProperties(&prop, dev));
   CU_CHECK(cudaRuntimeGetVersion(&rtv));
   char ids[128];
-  snprintf(ids, sizeof ids, "cublasLt %zu cudart %d candidates %d", cublasLtGetVersion(), rtv, g->tune);
+  snprintf(ids, sizeof ids, "cublasLt %zu cudart %d candidates %d checked", cublasLtGetVersion(), rtv, g->tune);
   const char *parts[] = {prop.name, ids};
   const size_t lens[] = {strlen(prop.name), strlen(ids)};
   rt_cu_rec_open(&g->rec, "gemm-tune", parts, lens, 2, RT_CU_GEMM_KEY_WORDS);
@@ -100,12 +100,17 @@ static int choice_of(const RtCuGemm *g, const Plan *p, cublasLtMatmulAlgo_t *alg
   return 0;
 }
 
+/* An algorithm as the record writes it: its 8 words in hex. */
+static void algo_str(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
+  const uint64_t *w = a->data;
+  snprintf(out, n, "%" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64, w[0],
+           w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+}
+
 static void choice_record(RtCuGemm *g, const Plan *p) {
   char key[320], val[160];
-  const uint64_t *w = p->algo.data;
   rt_cu_gemm_rec_key(&p->key, g->rank, g->world, key, sizeof key);
-  snprintf(val, sizeof val, "%" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64,
-           w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+  algo_str(&p->algo, val, sizeof val);
   rt_cu_rec_set(&g->rec, key, val);
   rt_cu_rec_save(&g->rec, "GEMM");
 }
@@ -223,19 +228,22 @@ static Plan *plan_for(RtCuGemm *g, const RtCuGemmKey *key) {
   return p;
 }
 
-/* One candidate's run for the autotuning (gemm_tune.c): into d (the output, or its scratch). */
+/* One candidate's run for the autotuning (gemm_tune.c): into d (the output, or its scratch); < 0 (not
+ * run) for a candidate the check refused. */
 typedef struct {
   RtCuGemm *g;
   Plan *p;
   const void *a, *b, *c;
   void *d;
   float alpha, beta;
+  const char *ok; /* [p->ncand] */
 } Trial;
 
 static double trial_time(void *arg, int cand) {
   Trial *t = arg;
   RtCuGemm *g = t->g;
   Plan *p = t->p;
+  if (!t->ok[cand]) return -1;
   CU_CHECK(cudaEventRecord(g->ev[0], g->stream));
   cublasStatus_t rc = cublasLtMatmul(g->lt, p->op, &t->alpha, t->b, p->la, t->a, p->lb, &t->beta, t->c, p->lc, t->d,
                                      p->lc, &p->cand[cand], g->ws, GEMM_WORKSPACE, g->stream);
@@ -247,10 +255,59 @@ static double trial_time(void *arg, int cand) {
   return 1e-3 * ms;
 }
 
-/* The first call of a key with several candidates: the choice of an earlier run, or time them, keep
- * the fastest and record it. Not while the stream is being captured (a CUDA graph: nothing may
- * synchronize), nor when the scratch output cannot be allocated: the heuristic's first, for the
- * rest of the run. */
+static void check_copy(void *carg, void *dst, const void *src, int64_t bytes, int kind) {
+  RtCuGemm *g = carg;
+  (void)kind;
+  CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, g->stream));
+  CU_CHECK(cudaStreamSynchronize(g->stream));
+}
+
+/* The check (tune_check.c) of p's candidates on the call's operands against the heuristic's first: ok[c]
+ * = 0 for those refused now (a warning and a record line) or by an earlier run (skipped, not run). */
+static void check(RtCuGemm *g, Plan *p, Trial *t, const RtCuEpi *ep, char *ok) {
+  char fkey[600], choice[160], (*why)[RT_CU_WHY] = calloc((size_t)p->ncand, RT_CU_WHY);
+  if (!why) rt_fatal(1, "out of memory");
+  int skipped = 0;
+  for (int c = 1; c < p->ncand; c++) {
+    algo_str(&p->cand[c], choice, sizeof choice);
+    rt_cu_gemm_refused_key(&p->key, choice, g->rank, g->world, fkey, sizeof fkey);
+    if (rt_cu_rec_get(&g->rec, fkey)) ok[c] = 0, skipped++;
+  }
+  RtCuCheckOut co[3];
+  int nout = rt_cu_gemm_check_outs(&p->key, t->d, NULL, ep, co);
+  if (p->key.y_dt == RT_BF16) /* split-K in place adds its parts up in y's type: a bf16 rounding each after the first */
+    for (int c = 0; c < p->ncand; c++) {
+      int32_t splits = 1;
+      uint32_t scheme = 0;
+      size_t w = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&p->cand[c], CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits, &w) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigGetAttribute(&p->cand[c], CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme,
+                                               &w) != CUBLAS_STATUS_SUCCESS)
+        continue;
+      int more = splits - 1 - co[0].rounds; /* beyond the one every bf16 output is allowed */
+      if (scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE && more > 0)
+        for (int o = 0; o < nout; o++) co[o].rounds += more;
+    }
+  /* a scratch d (y read: beta != 0, the residual in place) is NaN-filled too: C is read from the real y */
+  RtCuCheck ck = {trial_time, t, check_copy, g, co, nout};
+  double t0 = rt_cu_tune_clock(), closest = 0;
+  int checked = rt_cu_tune_check(&ck, p->ncand, ok, why, &closest);
+  for (int c = 1; c < p->ncand; c++) {
+    if (ok[c] || !why[c][0]) continue;
+    algo_str(&p->cand[c], choice, sizeof choice);
+    rt_cu_tune_refused(&p->key, c, choice, why[c], g->rank, g->world);
+    rt_cu_gemm_refused_key(&p->key, choice, g->rank, g->world, fkey, sizeof fkey);
+    rt_cu_rec_set(&g->rec, fkey, why[c]);
+  }
+  rt_cu_tune_checked(checked, skipped, rt_cu_tune_clock() - t0, closest);
+  free(why);
+}
+
+/* The first call of a key with several candidates: the choice of an earlier run, or check them against
+ * the heuristic's first, time those that agree, keep the fastest and record it. Not while the stream is
+ * being captured (a CUDA graph: nothing may synchronize), nor when the scratch output cannot be
+ * allocated: the heuristic's first, for the rest of the run. */
 static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, const void *c, float alpha, float beta,
                  const RtCuEpi *ep) {
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -261,7 +318,10 @@ static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, co
     p->algo = known;
     rt_cu_tune_recorded();
   } else if (cs == cudaStreamCaptureStatusNone) {
-    Trial t = {g, p, a, b, c, y, alpha, beta};
+    char *cok = malloc((size_t)p->ncand);
+    if (!cok) rt_fatal(1, "out of memory");
+    memset(cok, 1, (size_t)p->ncand);
+    Trial t = {g, p, a, b, c, y, alpha, beta, cok};
     int ok = 1;
     if (rt_cu_tune_y_read(y, beta, ep)) { /* the timing runs must not change what the real one reads */
       size_t bytes = (size_t)(p->key.batch * p->key.m * p->key.n) * (p->key.y_dt == RT_BF16 ? 2 : 4);
@@ -270,10 +330,12 @@ static void tune(RtCuGemm *g, Plan *p, void *y, const void *a, const void *b, co
       t.d = scratch;
     }
     if (ok) {
+      check(g, p, &t, ep, cok);
       p->algo = p->cand[rt_cu_tune_pick(p->ncand, trial_time, &t, &p->key)];
       choice_record(g, p);
     }
     if (scratch) CU_CHECK(cudaFreeAsync(scratch, g->stream));
+    free(cok);
   }
   free(p->cand);
   p->cand = NULL;

@@ -10,7 +10,11 @@
  * run. The timing calls run on the real operands; an output the GEMM also reads (beta != 0, or
  * the residual epilogue in place: c == y) is redirected to scratch (rt_cu_tune_y_read), the other
  * outputs (y, GELU's pre-activation, the bias gradient) are simply written again by the real call
- * after them. rt_cu_tune_report prints one summary line after the first training step.
+ * after them. Before the timing, each candidate's outputs are checked against the heuristic's first's
+ * on the same operands (tune_check.c, rt_cu_gemm_check_outs: y, and the pre-activation or the bias
+ * gradient an epilogue writes): one outside the tolerance is refused (a warning, a "refused" record
+ * line that later runs skip: rt_cu_gemm_refused_key) and never timed. rt_cu_tune_report prints one
+ * summary line after the first training step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +77,8 @@ static struct {
   int shapes, timed, moved, reported; /* keys tuned, candidate runs timed, keys that kept another than the first */
   int recorded;                       /* keys that took an earlier run's choice */
   double wall, first_s, best_s;       /* seconds tuning; one call of every tuned key: the first candidate, the kept */
+  int checked, refused, skipped;      /* candidates compared with the first (tune_check.c), refused; skipped: refused before */
+  double check_s, closest;            /* seconds checking; the largest error / tolerance that agreed */
 } st;
 
 double rt_cu_tune_clock(void) {
@@ -128,12 +134,57 @@ void rt_cu_tune_stats(int *shapes, int *timed, int *recorded) {
 
 void rt_cu_tune_report(const RtCtx *ctx) {
   if (st.shapes + st.recorded == st.reported) return;
+  char chk[300];
+  rt_cu_tune_check_line(chk, sizeof chk, "the heuristic's first", st.checked, st.check_s, st.refused, st.skipped,
+                        st.closest);
   if (!ctx || ctx->rank == 0)
     fprintf(stderr,
             "gemm autotune: %d GEMM shape%s tuned in %.3f s (%d timed runs), %d kept another algorithm than the "
-            "heuristic's first: one call of each %.1f -> %.1f us; %d as chosen by an earlier run "
+            "heuristic's first: one call of each %.1f -> %.1f us; %d as chosen by an earlier run; %s "
             "(SHARDRT_GEMM_AUTOTUNE=0: off)\n",
             st.shapes, st.shapes == 1 ? "" : "s", st.wall, st.timed, st.moved, st.first_s * 1e6, st.best_s * 1e6,
-            st.recorded);
+            st.recorded, chk);
   st.reported = st.shapes + st.recorded;
+}
+
+int rt_cu_gemm_check_outs(const RtCuGemmKey *key, void *d, const void *d_init, const RtCuEpi *ep, RtCuCheckOut *out) {
+  int64_t ys = key->y_dt == RT_BF16 ? 2 : 4, mn = key->batch * key->m * key->n;
+  int r = key->y_dt == RT_BF16; /* a split-K reduction in place rounds a partial sum to y's type */
+  long long kk = key->k + 2;    /* the products, then the bias and C (or the residual) */
+  int n = 0;
+  out[n++] = (RtCuCheckOut){d, mn * ys, key->y_dt, kk, r, d_init, "y"};
+  if (ep && ep->aux && !ep->dgelu) /* GELU_AUX_BIAS writes the pre-activation (DGELU reads it) */
+    out[n++] = (RtCuCheckOut){ep->aux, mn * ys, key->y_dt, kk, r, NULL, "pre-activation"};
+  if (ep && ep->dgelu && ep->dbias) /* DGELU_BGRAD: y's column sums over m rows */
+    out[n++] = (RtCuCheckOut){ep->dbias, key->n * ys, key->y_dt, kk + key->m, r + 1, NULL, "bias gradient"};
+  return n;
+}
+
+void rt_cu_gemm_refused_key(const RtCuGemmKey *key, const char *choice, int rank, int world, char *out, size_t n) {
+  char k[256], rk[480];
+  rt_cu_gemm_rec_key(key, 0, 1, k, sizeof k); /* the 11 fields, no rank */
+  snprintf(rk, sizeof rk, "%s refused %s", k, choice);
+  rt_cu_rec_key(out, n, rk, rank, world);
+}
+
+void rt_cu_tune_refused(const RtCuGemmKey *key, int cand, const char *choice, const char *why, int rank, int world) {
+  char desc[256];
+  rt_cu_gemm_key_str(key, desc, sizeof desc);
+  char rk[24] = "";
+  if (world > 1) snprintf(rk, sizeof rk, " (rank %d)", rank);
+  fprintf(stderr,
+          "warning: gemm autotune: %s%s: candidate %d (algorithm %s) refused, not what the heuristic's first computes: %s\n",
+          desc, rk, cand, choice, why);
+  st.refused++;
+}
+
+void rt_cu_tune_checked(int checked, int skipped, double seconds, double closest) {
+  st.checked += checked, st.skipped += skipped, st.check_s += seconds;
+  if (closest > st.closest) st.closest = closest;
+}
+
+void rt_cu_tune_checks(int *checked, int *refused, int *skipped) {
+  if (checked) *checked = st.checked;
+  if (refused) *refused = st.refused;
+  if (skipped) *skipped = st.skipped;
 }

@@ -245,16 +245,27 @@ void rt_coll_all_reduce_v(RtCtx *ctx, int axis, void *const *ys, const void *con
   if (counts != stack) free(counts);
 }
 
-static void pend_reserve(void) {
-  if (pend.n < pend.cap) return;
-  int cap = pend.cap ? 2 * pend.cap : 64;
-  Pending *p = realloc(pend.p, (size_t)cap * sizeof *p);
-  if (!p) {
-    fprintf(stderr, "shardrt: out of memory\n");
-    exit(1);
+/* req (started at t0, tag: as Pending's) joins the requests in flight. */
+static void pend_push(RtReq *req, int tag, double t0) {
+  if (pend.n == pend.cap) {
+    int cap = pend.cap ? 2 * pend.cap : 64;
+    Pending *p = realloc(pend.p, (size_t)cap * sizeof *p);
+    if (!p) {
+      fprintf(stderr, "shardrt: out of memory\n");
+      exit(1);
+    }
+    pend.p = p;
+    pend.cap = cap;
   }
-  pend.p = p;
-  pend.cap = cap;
+  pend.p[pend.n++] = (Pending){req, tag, t0};
+}
+
+/* An asynchronous collective `what` on axis, req, started at t0: in flight, and its start counted
+ * as exposed time. */
+static void pend_started(RtCtx *ctx, RtReq *req, int tag, const char *what, int axis, double t0) {
+  pend_push(req, tag, t0);
+  pend.started++;
+  pend.exposed_s += spent(ctx, what, axis, t0);
 }
 
 void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, const void *const *xs,
@@ -269,11 +280,8 @@ void rt_coll_all_reduce_start(RtCtx *ctx, int axis, int tag, void *const *ys, co
   double t0 = now();
   RtGroup *g = bucket_prepare(ctx, axis, ys, xs, ns, count, dtype, counts);
   if (g) {
-    pend_reserve();
-    pend.p[pend.n++] = (Pending){rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red), tag, t0};
-    pend.started++;
-    double dt = spent(ctx, "all_reduce start", axis, t0);
-    pend.exposed_s += dt;
+    pend_started(ctx, rt_all_reduce_v_start(g, ys, counts, count, (RtDType)dtype, (RtRedOp)red), tag,
+                 "all_reduce start", axis, t0);
   }
   if (counts != stack) free(counts);
 }
@@ -406,11 +414,8 @@ void rt_coll_reduce_scatter_start(RtCtx *ctx, int axis, int tag, void *y, const 
     return rt_coll_reduce_scatter(ctx, axis, y, x, outer, nl, inner, blocks, dtype, ws);
   size_t count = (size_t)(nl * inner) * (size_t)rt_group_size(g);
   double t0 = now();
-  pend_reserve();
-  pend.p[pend.n++] = (Pending){rt_reduce_scatter_start(g, x, y, count, (RtDType)dtype, RT_SUM), tag, t0};
-  pend.started++;
-  double dt = spent(ctx, "reduce_scatter start", axis, t0);
-  pend.exposed_s += dt;
+  pend_started(ctx, rt_reduce_scatter_start(g, x, y, count, (RtDType)dtype, RT_SUM), tag, "reduce_scatter start", axis,
+               t0);
 }
 
 void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void *x, int64_t outer, int64_t nl,
@@ -422,11 +427,7 @@ void rt_coll_all_gather_start(RtCtx *ctx, int axis, int tag, void *y, const void
   size_t words = (size_t)(nl * inner) * (size_t)rt_group_size(g);
   RtDType mt = move_dtype(dtype, &words);
   double t0 = now();
-  pend_reserve();
-  pend.p[pend.n++] = (Pending){rt_all_gather_start(g, x, y, words, mt), tag, t0};
-  pend.started++;
-  double dt = spent(ctx, "all_gather start", axis, t0);
-  pend.exposed_s += dt;
+  pend_started(ctx, rt_all_gather_start(g, x, y, words, mt), tag, "all_gather start", axis, t0);
 }
 
 void rt_coll_broadcast(RtCtx *ctx, int axis, void *y, const void *x, int64_t n, int dtype, int root) {
@@ -550,10 +551,8 @@ void rt_coll_shift_start(RtCtx *ctx, int axis, int64_t offset, int tag, void *y,
   }
   int to, from;
   ring_peers(ctx, g, axis, offset, &to, &from);
-  pend_reserve();
-  pend.p[pend.n++] = (Pending){rt_recv_start(g, from, y, (size_t)bytes, msg_tag), -1 - tag, t0};
-  pend_reserve();
-  pend.p[pend.n++] = (Pending){rt_send_start(g, to, x, (size_t)bytes, msg_tag), -1 - tag, t0};
+  pend_push(rt_recv_start(g, from, y, (size_t)bytes, msg_tag), -1 - tag, t0);
+  pend_push(rt_send_start(g, to, x, (size_t)bytes, msg_tag), -1 - tag, t0);
   double dt = now() - t0;
   ctx->comm_s += dt;
   ring_exposed(ctx, dt);

@@ -1,14 +1,12 @@
-# tests/codegen/lib.sh — sourced by the mpirun end-to-end scripts (layouts.sh, buckets.sh) after
-# `shardc=...` and `cd` to the repository root: a temporary folder $t, the mpirun command $mpi,
-# a corpus and the common trainer flags $run, and the loss-curve comparison.
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-mpi=(mpirun --mca pml ob1)
-bash scripts/gen_corpus.sh "$t/data.txt" 60000 3 >/dev/null
+# tests/codegen/lib.sh — sourced by the mpirun end-to-end scripts (layouts.sh, buckets.sh, and some of
+# tests/e2e) after `shardc=...` and `cd` to the repository root: tests/lib.sh's preamble (a temporary
+# folder $t, the mpirun command $mpi, fail, losses), a 60000-byte corpus and the common trainer flags
+# $run, and the loss-curve comparison.
+# shellcheck shell=bash
+source tests/lib.sh
+corpus 60000
 run=(--data "$t/data.txt" --steps 20 --eval-every 0 --val-batches 1)
 
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 # same_ckpt DIR_A DIR_B: two checkpoint directories hold the same files, byte for byte (a sharded
 # checkpoint's rank files and index, or a logical one's model and optimizer files)
 same_ckpt() {

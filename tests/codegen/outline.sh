@@ -15,11 +15,9 @@
 #                            bit, and so are the checkpoints written after step 3 (parameters and
 #                            optimizer state, byte for byte): the same statements run in the same
 #                            order on the same bytes.
-set -euo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 # code NAME.c: the bytes outside the outlined runs' tables (ol_args, ol_rows)
 code() { awk '/^static const (int64_t ol_args|int32_t ol_rows)/ { skip = 1 } !skip { n += length($0) + 1 } skip && /^};/ { skip = 0 } END { print n + 0 }' "$1"; }
 bodies() { grep -c '^static void ol_body_' "$1" || true; }
@@ -47,8 +45,7 @@ if [ "$2" = size ]; then
   exit
 fi
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-bash scripts/gen_corpus.sh "$t/data.txt" 60000 3 >/dev/null
+corpus 60000
 m=(models/tiny.model -D seq=64 -D layers=4 -D batch=8 -D micro_batch=2)
 plans=("zb|-D dp=1 -D pp=4 -D schedule=zb --world 4|4" "dp2z2|-D dp=2 -D pp=2 -D zero=2 --world 4|4")
 for p in "${plans[@]}"; do
@@ -57,21 +54,20 @@ for p in "${plans[@]}"; do
     # shellcheck disable=SC2086
     "$shardc" build "${m[@]}" $flags $([ $how = flat ] && echo --no-outline) --emit-c "$t/$name.$how" \
       -o "$t/$name.$how.bin" >/dev/null 2>&1
-    mpirun --mca pml ob1 -np "$np" "$t/$name.$how.bin" --data "$t/data.txt" --steps 3 --eval-every 3 --val-batches 1 \
+    "${mpi[@]}" -np "$np" "$t/$name.$how.bin" --data "$t/data.txt" --steps 3 --eval-every 3 --val-batches 1 \
       --log "$t/$name.$how.jsonl" --save-to "$t/$name.$how.ck" >/dev/null
     grep -o '"\(val_\)\?loss":[^,}]*' "$t/$name.$how.jsonl" >"$t/$name.$how.losses"
   done
   n=$(bodies "$t/$name.outlined/tiny.c")
-  [ "$n" -gt 0 ] || { echo "FAIL $name: nothing outlined"; exit 1; }
+  [ "$n" -gt 0 ] || fail "$name: nothing outlined"
   [ "$(grep -c '"loss"' "$t/$name.outlined.losses")" = 3 ] && grep -q val_loss "$t/$name.outlined.losses" ||
-    { echo "FAIL $name: 3 losses and a validation loss expected"; cat "$t/$name.outlined.jsonl"; exit 1; }
+    { cat "$t/$name.outlined.jsonl"; fail "$name: 3 losses and a validation loss expected"; }
   if ! cmp -s "$t/$name.outlined.losses" "$t/$name.flat.losses"; then
-    echo "FAIL $name: the outlined trainer's losses differ from the written-out one's"
     paste "$t/$name.outlined.losses" "$t/$name.flat.losses"
-    exit 1
+    fail "$name: the outlined trainer's losses differ from the written-out one's"
   fi
   for f in "$t/$name.flat.ck"/*/*; do
-    cmp -s "$f" "$t/$name.outlined.ck/${f#"$t/$name.flat.ck/"}" || { echo "FAIL $name: checkpoint file ${f##*/} differs"; exit 1; }
+    cmp -s "$f" "$t/$name.outlined.ck/${f#"$t/$name.flat.ck/"}" || fail "$name: checkpoint file ${f##*/} differs"
   done
   echo "$name: $n outlined functions, the step-3 checkpoints ($(ls "$t/$name.flat.ck"/*/* | wc -l) files) the same bytes and the losses bit-identical to --no-outline's: $(tr '\n' ' ' <"$t/$name.outlined.losses")"
 done

@@ -6,6 +6,9 @@
 
 #include "kcases_int.h"
 
+#include "cu_internal.h" /* rt_cu_tune_agree: the autotuning's check (runtime/cuda/tune_check.c) */
+#include "dtype.h"
+
 /* ---- elementwise chains: a host evaluator of the same chain ----------------------------------- */
 
 static double ew_host(const CuEwOp *o, double a, double b) {
@@ -570,10 +573,41 @@ static void cases_reduce_opt(KC *c) {
 
 /* ---- attention ------------------------------------------------------------------------------------------------ */
 
+/* The compiled tiles' outputs of an attention case (attn_case with cfg NULL fills them), which each other
+ * candidate of cuk_flash_variants must match on the same inputs within the autotuning's check
+ * (runtime/cuda/tune_check.c, with cuk_flash_check's terms and roundings): what a trainer's first call
+ * compares before it may time a candidate. The backward is compared from the default's o and lse, so
+ * that each kernel sees the same inputs, as at the check. */
+typedef struct {
+  float *o, *l, *dq, *dk, *dv;
+} AttnOut;
+
+/* The check on got against def (floats holding dt's values): expect() with the largest error/tolerance. */
+static void tune_agree(KC *c, const char *what, const float *def, const float *got, int64_t n, DType dt,
+                       long long terms, int rounds) {
+  size_t es = dt == DT_BF16 ? 2 : 4;
+  unsigned char *d = malloc((size_t)n * es + 2), *g = malloc((size_t)n * es + 2);
+  for (int64_t i = 0; i < n; i++) {
+    if (dt == DT_BF16) {
+      uint16_t x = rt_f32_to_bf16_ref(def[i]), y = rt_f32_to_bf16_ref(got[i]); /* exact: they hold bf16 values */
+      memcpy(d + 2 * i, &x, 2), memcpy(g + 2 * i, &y, 2);
+    } else {
+      memcpy(d + 4 * i, &def[i], 4), memcpy(g + 4 * i, &got[i], 4);
+    }
+  }
+  RtCuAgree a;
+  int ok = rt_cu_tune_agree(d, g, dt == DT_BF16 ? RT_BF16 : RT_F32, n, terms, rounds, &a);
+  expect(c, arena_printf(c->a, "%s: the autotuning's check, |diff| / tolerance %.2g (largest |diff| %.3g)", what,
+                         a.ratio, a.max_err),
+         ok);
+  free(d), free(g);
+}
+
 /* One attention case: forward, backward twice (the same bits), against the CPU references; tensor-core
- * tiles cfg (NULL: the compiler's choice). */
+ * tiles cfg (NULL: the compiler's choice). io (NULL: none): cfg NULL fills it with the outputs; else the
+ * outputs are checked against it (AttnOut). */
 static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, DType dt,
-                      const CuFlashCfg *cfg, const char *cname) {
+                      const CuFlashCfg *cfg, const char *cname, AttnOut *io) {
   int64_t nq = B * S * H * hd, nk = B * S * KV * hd, nl = B * H * S;
   float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
   round_to(dt, q, nq);
@@ -593,10 +627,31 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
                       P(c, tdo), dt, B, S, H, KV, hd, causal));
   run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
                       P(c, tdo), dt, B, S, H, KV, hd, causal));
+  KT to0 = to, tl0 = tl, tdq0 = tdq, tdk0 = tdk, tdv0 = tdv;
+  if (io && cfg) { /* the candidate's backward from the default's o and lse */
+    to0 = kt_new(c, dt, nq), tl0 = kt_new(c, DT_F32, nl), tdq0 = kt_new(c, dt, nq), tdk0 = kt_new(c, dt, nk),
+    tdv0 = kt_new(c, dt, nk);
+    if (io->o) kt_put(c, to0, io->o), kt_put(c, tl0, io->l);
+    run(c, cuk_sdpa_bwd(c->k, P(c, tdq0), P(c, tdk0), P(c, tdv0), P(c, tq), P(c, tk), P(c, tv), P(c, to0), P(c, tl0),
+                        P(c, tdo), dt, B, S, H, KV, hd, causal));
+  }
   cuk_set_flash_cfg(c->k, NULL);
   if (!c->be) return;
   const char *tag = arena_printf(c->a, "B %lld S %lld H %lld KV %lld hd %lld%s %s%s", (long long)B, (long long)S,
                                  (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt), cname);
+  if (io && !cfg) {
+    io->o = kt_get(c, to), io->l = kt_get(c, tl);
+    io->dq = kt_get(c, tdq), io->dk = kt_get(c, tdk), io->dv = kt_get(c, tdv);
+  } else if (io && io->o) {
+    long long tm[3][2];
+    int rd[3][2];
+    for (int w = 0; w < 3; w++) cuk_flash_check(w, S, H, KV, hd, tm[w], rd[w]);
+    tune_agree(c, arena_printf(c->a, "sdpa o %s", tag), io->o, kt_get(c, to), nq, dt, tm[0][0], rd[0][0]);
+    tune_agree(c, arena_printf(c->a, "sdpa lse %s", tag), io->l, kt_get(c, tl), nl, DT_F32, tm[0][1], rd[0][1]);
+    tune_agree(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), io->dq, kt_get(c, tdq0), nq, dt, tm[2][0], rd[2][0]);
+    tune_agree(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), io->dk, kt_get(c, tdk0), nk, dt, tm[1][0], rd[1][0]);
+    tune_agree(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), io->dv, kt_get(c, tdv0), nk, dt, tm[1][1], rd[1][1]);
+  }
   float *ro = arena_alloc(c->a, (size_t)nq * 4), *rl = arena_alloc(c->a, (size_t)nl * 4),
         *rdq = arena_alloc(c->a, (size_t)nq * 4), *rdk = arena_alloc(c->a, (size_t)nk * 4),
         *rdv = arena_alloc(c->a, (size_t)nk * 4);
@@ -629,24 +684,33 @@ static void cases_attention(KC *c) {
     DType dt;
     int variants; /* also every other tile configuration of the tensor-core kernels (cuk_flash_variants) */
   } ac[] = {{2, 37, 4, 2, 16, 1, DT_F32, 0},  {1, 40, 2, 1, 64, 0, DT_F32, 0},  {1, 45, 4, 1, 16, 1, DT_F32, 0},
-            /* bf16, head dim a multiple of 16: tensor cores (partial tiles, GQA, both tile sizes) */
-            {1, 33, 2, 2, 32, 1, DT_BF16, 0}, {2, 70, 4, 2, 64, 1, DT_BF16, 1}, {1, 50, 2, 1, 128, 0, DT_BF16, 1},
-            {1, 77, 4, 2, 128, 1, DT_BF16, 1}, {1, 300, 2, 1, 64, 1, DT_BF16, 0}, {1, 99, 4, 2, 64, 0, DT_BF16, 1},
+            /* bf16, head dim a multiple of 16: tensor cores (partial tiles, GQA, both tile sizes; S 300 and 200:
+             * several tiles of 128 rows, the last partial) */
+            {1, 33, 2, 2, 32, 1, DT_BF16, 1}, {2, 70, 4, 2, 64, 1, DT_BF16, 1}, {1, 50, 2, 1, 128, 0, DT_BF16, 1},
+            {1, 77, 4, 2, 128, 1, DT_BF16, 1}, {1, 300, 2, 1, 64, 1, DT_BF16, 1}, {1, 99, 4, 2, 64, 0, DT_BF16, 1},
+            {1, 200, 2, 1, 128, 1, DT_BF16, 1},
             /* bf16, head dim 24: the CUDA-core kernels */
             {1, 33, 2, 1, 24, 1, DT_BF16, 0}};
   for (size_t t = 0; t < sizeof ac / sizeof ac[0]; t++) {
-    attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL, "");
     CuFlashCfg v[16];
     int nv = ac[t].variants && flash_variants ? cuk_flash_variants(ac[t].hd, v, 16) : 0;
-    for (int i = 1; i < nv; i++)
+    uint64_t rng = c->rng; /* every candidate on the default's inputs */
+    AttnOut io = {0};
+    attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL, "", nv > 1 ? &io : NULL);
+    for (int i = 1; i < nv; i++) {
+      c->rng = rng;
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, &v[i],
-                arena_printf(c->a, " tiles %d", i));
-    CuWgTile w[8]; /* the forward on Hopper's wgmma (shardk_wgmma.cuh), each of its tiles */
+                arena_printf(c->a, " tiles %d", i), &io);
+    }
+    CuWgTile w[8]; /* the forward on Hopper's wgmma (shardk_wgmma.cuh), each of its tiles, on the default's inputs */
     int nw = ac[t].dt == DT_BF16 && flash_variants && wgmma_on ? cuk_wg_variants(ac[t].hd, w, 8) : 0;
     for (int i = 0; i < nw; i++) {
+      c->rng = rng;
       cuk_set_flash_wg(c->k, &w[i]);
-      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL,
-                arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""));
+      /* the default's tiles for the backward; with its outputs at hand (nv > 1), the autotuning's check too */
+      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL,
+                arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""),
+                nv > 1 ? &io : NULL);
       cuk_set_flash_wg(c->k, NULL);
     }
   }

@@ -8,7 +8,9 @@
  *   - rank 1's line edited to name no candidate: rank 0 still takes its line, rank 1 times again and
  *     rewrites only its own line (rank 0's kept);
  *   - world 1: one line, no rank suffix, taken by a second world-1 run; the same line in the first
- *     format (a space instead of the tab) still taken.
+ *     format (a space instead of the tab) still taken;
+ *   - (emu) the check: a second candidate, wrong in y's last element (SHARDRT_EMU_WRONG_GEMM=1), refused
+ *     (a warning, a "<key> refused 1" line, the first kept); tuned again with only that line: skipped.
  */
 #include <dirent.h>
 #include <math.h>
@@ -147,6 +149,32 @@ int test_gemm_tune(const char *which) {
   free(t);
   CHECK(gemm_once(0, 1, &tu, &re) == 0 && tu == 0 && re == 1, "world 1, the first format: %d tuned, %d recorded", tu,
         re);
+
+  /* the check (tune_check.c) on the emulated device: a second, wrong candidate (SHARDRT_EMU_WRONG_GEMM=1,
+   * emu.c: y's last element off) refused, the record says so and keeps the first; tuned again with only
+   * the refusal left: skipped without a run */
+  if (!strcmp(which, "emu")) {
+    remove(path);
+    setenv("SHARDRT_EMU_WRONG_GEMM", "1", 1);
+    int c0, f0, k0, c1, f1, k1;
+    rt_cu_tune_checks(&c0, &f0, &k0);
+    CHECK(gemm_once(0, 1, &tu, &re) == 0 && tu == 1, "a wrong candidate: the GEMM failed, or %d tuned", tu);
+    rt_cu_tune_checks(&c1, &f1, &k1);
+    CHECK(c1 - c0 == 1 && f1 - f0 == 1 && k1 == k0, "a wrong candidate: %d checked, %d refused, %d skipped (want 1, 1, 0)",
+          c1 - c0, f1 - f0, k1 - k0);
+    t = record(dir, path, sizeof path);
+    char *ref = line_of(t, " refused 1\toutput 0 (y): |diff| ");
+    CHECK(t && lines(t) == 2 && ref && strstr(t, "\t0\n"), "a wrong candidate: the record: %s", t ? t : "(nothing)");
+    if (ref) cudart_write_text(path, ref);
+    free(t), free(ref);
+    rt_cu_tune_checks(&c0, &f0, &k0);
+    CHECK(gemm_once(0, 1, &tu, &re) == 0 && tu == 1, "the refusal recorded: the GEMM failed, or %d tuned", tu);
+    rt_cu_tune_checks(&c1, &f1, &k1);
+    CHECK(c1 == c0 && f1 == f0 && k1 - k0 == 1,
+          "the refusal recorded: %d checked, %d refused, %d skipped (want 0, 0, 1: not run again)", c1 - c0, f1 - f0,
+          k1 - k0);
+    unsetenv("SHARDRT_EMU_WRONG_GEMM");
+  }
 done:
   unsetenv("SHARDRT_GEMM_AUTOTUNE");
   char cmd[4300];

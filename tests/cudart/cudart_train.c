@@ -21,11 +21,11 @@
 
 /* ---- train: a device program through rt_train_main ---- */
 
-#include "bigram.h" /* the CPU side of the model */
+#include "bigram_prog.h" /* the model (its CPU side) and its layout */
 
 enum { BG_V = 256, BG_MB = 4, BG_SEQ = 8 };
 static BgLayout bl;
-static RtTensor btens[16];
+static RtTensor btens[BG_NTENSORS];
 static RtProgram bprog;
 
 static void cpu_step(char *M, RtCtx *ctx) { bg_step(M, bl); }
@@ -47,83 +47,22 @@ static const char *kBigramKernels =
     "extern \"C\" __global__ void k2(char *M, BgLayout L) { bg_forward(M, L); }\n"
     "SK_EMU_ENTRY(k2, (SK_ARG(0, char *), SK_ARG(1, BgLayout)))\n";
 
-static long long place(long long *top, long long bytes) {
-  long long at = *top;
-  *top += (bytes + 255) / 256 * 256;
-  return at;
-}
-
-static RtTensor tensor(const char *name, int kind, int rank, int64_t d0, int64_t d1, int64_t off, int stacked,
-                       int init, double a, double b, int dtype) {
-  RtTensor t = {.name = name, .kind = kind, .dtype = dtype, .rank = rank, .offset = off, .stacked = stacked,
-                .init = init, .init_a = a, .init_b = b};
-  t.dims[0] = d0;
-  t.dims[1] = d1;
-  return t;
-}
-
 static void make_bigram(int device, RtCudaCode *code) {
-  long long top = 4096, V = BG_V; /* something before the first tensor: offsets differ from the host copy's */
-  bl.V = V;
-  bl.VP = V + 8;
-  bl.BT = BG_MB * BG_SEQ;
-  bl.o_wte = place(&top, V * V * 4);
-  bl.o_bias = place(&top, 2 * V * 4);
-  bl.o_mw = place(&top, V * V * 4);
-  bl.o_vw = place(&top, V * V * 4);
-  bl.o_mb = place(&top, 2 * V * 4);
-  bl.o_vb = place(&top, 2 * V * 4);
-  bl.o_tok = place(&top, bl.BT * 4);
-  bl.o_tgt = place(&top, bl.BT * 4);
-  bl.o_lr = place(&top, 4);
-  bl.o_step = place(&top, 4);
-  bl.o_loss = place(&top, 4);
-  bl.o_gn = place(&top, 4);
-  bl.o_logits = place(&top, bl.BT * bl.VP * 4);
-  bl.o_gw = place(&top, V * V * 4);
-  bl.o_gb = place(&top, 2 * V * 4);
-  int n = 0;
-  btens[n++] = tensor("wte", RT_T_PARAM, 2, V, V, bl.o_wte, 0, RT_INIT_NORMAL, 0, 0.02, RT_F32);
-  btens[n++] = tensor("blocks.bias", RT_T_PARAM, 2, 2, V, bl.o_bias, 1, RT_INIT_UNIFORM, -0.01, 0.01, RT_F32);
-  btens[n++] = tensor("adam_m:wte", RT_T_STATE, 2, V, V, bl.o_mw, 0, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("adam_v:wte", RT_T_STATE, 2, V, V, bl.o_vw, 0, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("adam_m:blocks.bias", RT_T_STATE, 2, 2, V, bl.o_mb, 1, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("adam_v:blocks.bias", RT_T_STATE, 2, 2, V, bl.o_vb, 1, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("tokens", RT_T_INPUT, 2, BG_MB, BG_SEQ, bl.o_tok, 0, 0, 0, 0, RT_I32);
-  btens[n++] = tensor("targets", RT_T_INPUT, 2, BG_MB, BG_SEQ, bl.o_tgt, 0, 0, 0, 0, RT_I32);
-  btens[n++] = tensor("lr", RT_T_INPUT, 0, 0, 0, bl.o_lr, 0, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("step", RT_T_INPUT, 0, 0, 0, bl.o_step, 0, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("loss", RT_T_RESULT, 0, 0, 0, bl.o_loss, 0, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("grad_norm", RT_T_RESULT, 0, 0, 0, bl.o_gn, 0, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("grad:wte", RT_T_RESULT, 2, V, V, bl.o_gw, 0, 0, 0, 0, RT_F32);
-  btens[n++] = tensor("grad:blocks.bias", RT_T_RESULT, 2, 2, V, bl.o_gb, 1, 0, 0, 0, RT_F32);
-  bprog = (RtProgram){.model = "bigram", /* the same in both: checkpoints carry it */
-                      .source = "tests/cudart/bigram.h",
-                      .mem_bytes = top,
-                      .mem_peak = top,
-                      .batch = BG_MB,
-                      .seq = BG_SEQ,
-                      .vocab = V,
-                      .vocab_padded = bl.VP,
-                      .byte_level = 1,
-                      .nparams = V * V + 2 * V,
-                      .flops_per_token = 6.0 * (double)(V * V + 2 * V),
-                      .ntensors = n,
-                      .tensors = btens,
-                      .logits_offset = bl.o_logits,
-                      .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 1e-2, .min_lr = 1e-3, .lr_schedule = RT_LR_COSINE,
-                                 .warmup = 2, .steps = 10, .seed = 1337},
-                      .step = device ? dev_step : cpu_step,
-                      .eval = device ? dev_eval : cpu_eval,
-                      .logits = device ? dev_logits : cpu_logits,
-                      .device = device ? &rt_cuda_device : NULL,
-                      .cuda = device ? code : NULL};
+  /* something before the first tensor: offsets differ from the host copy's */
+  BgShape s = {.V = BG_V, .VP = BG_V + 8, .mb = BG_MB, .seq = BG_SEQ, .base = 4096, .align = 256, .v_stacked = true};
+  bg_program(&s, &bl, btens, &bprog);
+  bprog.model = "bigram"; /* the same in both: checkpoints carry it */
+  bprog.source = "tests/train/bigram.h";
+  bprog.byte_level = 1;
+  bprog.recipe.lr_schedule = RT_LR_COSINE;
+  bprog.recipe.warmup = 2;
+  bprog.recipe.steps = 10;
+  bprog.step = device ? dev_step : cpu_step;
+  bprog.eval = device ? dev_eval : cpu_eval;
+  bprog.logits = device ? dev_logits : cpu_logits;
+  bprog.device = device ? &rt_cuda_device : NULL;
+  bprog.cuda = device ? code : NULL;
 }
-
-typedef struct {
-  int status;      /* exit status */
-  char *out, *err; /* captured stdout, stderr */
-} Result;
 
 static char tmpdir[] = "/tmp/cudart-train-XXXXXX";
 
@@ -131,21 +70,10 @@ static char *path_of(const char *name) { return rt_xprintf("%s/%s", tmpdir, name
 
 /* rt_train_main(bprog) in a child with the NULL-terminated arguments */
 static Result run_trainer(const char *first, ...) {
-  const char *argv[64];
-  int argc = 0;
-  argv[argc++] = "test_cudart";
   va_list ap;
   va_start(ap, first);
-  for (const char *a = first; a; a = va_arg(ap, const char *)) argv[argc++] = a;
+  Result r = train_run(&bprog, tmpdir, "test_cudart", first, ap);
   va_end(ap);
-  argv[argc] = NULL;
-  char *out = path_of("stdout.txt"), *err = path_of("stderr.txt");
-  size_t n;
-  Result r = {train_child(&bprog, argc, argv, out, err), rt_cu_read_file(out, &n), rt_cu_read_file(err, &n)};
-  if (!r.out) r.out = strdup("");
-  if (!r.err) r.err = strdup("");
-  free(out);
-  free(err);
   return r;
 }
 
@@ -217,8 +145,8 @@ int test_train(void) {
   int gpu = !strcmp(getenv("SHARDRT_DEVICE"), "cuda");
   /* the kernels: the model's source pasted after shardk.cuh */
   size_t n;
-  char *body = rt_cu_read_file(CUDART_TEST_DIR "/bigram.h", &n);
-  CHECK(body != NULL, "cannot read %s", CUDART_TEST_DIR "/bigram.h");
+  char *body = rt_cu_read_file(BIGRAM_H, &n);
+  CHECK(body != NULL, "cannot read %s", BIGRAM_H);
   if (!body) return 1;
   char *src = rt_xprintf("#include \"shardk.cuh\"\n#define BG_FN __device__\n%s\n%s", body, kBigramKernels);
   RtCudaCode code = {.source = src, .nkernels = 3};

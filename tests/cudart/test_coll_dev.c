@@ -20,18 +20,9 @@
 #include "device.h"
 #include "dtype.h"
 #include "mesh.h"
+#include "../check.h" /* CHECK_RANK */
 
 static int failures, me;
-
-#define CHECK(cond, ...)                                                                                               \
-  do {                                                                                                                 \
-    if (!(cond)) {                                                                                                     \
-      fprintf(stderr, "FAIL rank %d %s:%d: ", me, __FILE__, __LINE__);                                                \
-      fprintf(stderr, __VA_ARGS__);                                                                                    \
-      fputc('\n', stderr);                                                                                             \
-      failures++;                                                                                                      \
-    }                                                                                                                  \
-  } while (0)
 
 static char *M;     /* the device allocation (host memory on the emulated device) */
 static size_t used; /* bytes of it handed out */
@@ -74,7 +65,7 @@ static void both(RtCtx *ctx, const char *what, Op op, const void *in, size_t xby
   memcpy(hx, in, xbytes);
   memset(host_y, 0x55, ybytes);
   op(ctx, host_y, hx, hws);
-  CHECK(memcmp(dy, host_y, ybytes) == 0, "%s: the device result differs from the host path", what);
+  CHECK_RANK(me, memcmp(dy, host_y, ybytes) == 0, "%s: the device result differs from the host path", what);
   free(hx);
   free(hws);
   used = 0;
@@ -137,7 +128,7 @@ static void one_case(RtCtx *ctx, int deg) {
                 int64_t gl = rt_block_index(g_nl, g_blocks, deg, m, l);
                 bad += get(hy, g_dt, (o * n + gl) * g_inner + i) != get(xm, g_dt, (o * g_nl + l) * g_inner + i);
               }
-          CHECK(bad == 0, "%s: %d elements of member %d misplaced", what, bad, m);
+          CHECK_RANK(me, bad == 0, "%s: %d elements of member %d misplaced", what, bad, m);
           free(xm);
         }
         /* reduce-scatter of the logical buffer; shard slice of it */
@@ -155,7 +146,7 @@ static void one_case(RtCtx *ctx, int deg) {
               int64_t gl = rt_block_index(g_nl, g_blocks, deg, ctx->tp_rank, l);
               bad += get(hy, g_dt, (o * g_nl + l) * g_inner + i) != get(in, g_dt, (o * n + gl) * g_inner + i);
             }
-        CHECK(bad == 0, "%s: %d elements misplaced", what, bad);
+        CHECK_RANK(me, bad == 0, "%s: %d elements misplaced", what, bad);
         /* whole-buffer ops */
         snprintf(what, sizeof what, "all_reduce %s", rt_dtype_name((RtDType)g_dt));
         both(ctx, what, op_all_reduce, in, local, local, 0, hy);
@@ -182,10 +173,11 @@ static void cases(RtCtx *ctx, int deg) {
    * on 2 members: chunks of 8 rows and 1), through a scratch of 64 MiB, not the tensor's 72 */
   g_dt = RT_F32, g_outer = 9, g_nl = 4, g_inner = (1 << 19) / deg, g_blocks = 0;
   int64_t whole = g_outer * g_nl * g_inner * deg * 4, rows = rt_pack_rows(g_outer, g_blocks, whole);
-  CHECK(rows > 1 && rows < g_outer && rt_pack_bytes(g_outer, g_blocks, whole) == rows * (whole / g_outer) &&
-            rt_pack_bytes(g_outer, g_blocks, whole) <= RT_PACK_CHUNK,
-        "chunked packing: %lld rows of %lld, %lld bytes of scratch", (long long)rows, (long long)g_outer,
-        (long long)rt_pack_bytes(g_outer, g_blocks, whole));
+  CHECK_RANK(me,
+             rows > 1 && rows < g_outer && rt_pack_bytes(g_outer, g_blocks, whole) == rows * (whole / g_outer) &&
+                 rt_pack_bytes(g_outer, g_blocks, whole) <= RT_PACK_CHUNK,
+             "chunked packing: %lld rows of %lld, %lld bytes of scratch", (long long)rows, (long long)g_outer,
+             (long long)rt_pack_bytes(g_outer, g_blocks, whole));
   one_case(ctx, deg);
 }
 

@@ -7,15 +7,13 @@
 # error naming the problem and status 1 (never a signal, never status 0 with a bad checkpoint).
 # shardc links the checkpoint files library only (runtime/CMakeLists.txt): it loads neither libmpi
 # nor libfabric.
-set -euo pipefail
-shardc=$(realpath "$1")
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 libs=$(ldd "$shardc")
-grep -q 'libc\.so' <<<"$libs" || { echo "$libs"; echo "FAIL: ldd could not list shardc's libraries"; exit 1; }
-! grep -E 'libmpi|libfabric|libopen-(rte|pal)' <<<"$libs" || { echo "FAIL: shardc loads MPI or libfabric (it should link libshardrt_files only)"; exit 1; }
-cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-bash scripts/gen_corpus.sh "$t/data.txt" 20000 3 >/dev/null
+grep -q 'libc\.so' <<<"$libs" || { echo "$libs"; fail "ldd could not list shardc's libraries"; }
+! grep -E 'libmpi|libfabric|libopen-(rte|pal)' <<<"$libs" || fail "shardc loads MPI or libfabric (it should link libshardrt_files only)"
+corpus 20000
 "$shardc" build models/tiny.model -D seq=32 -D micro_batch=2 -D batch=4 --world 1 -o "$t/one" >/dev/null
 w=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --threads 1 --steps 4)
 "$t/one" "${w[@]}" --log "$t/base.jsonl" --save-to '' >/dev/null
@@ -24,17 +22,16 @@ single=$t/ck/step_00000002
 "$shardc" ckpt convert "$single" "$t/sh" --format sharded >/dev/null
 "$shardc" ckpt convert "$t/sh" "$t/back" >/dev/null
 for f in model.safetensors optimizer.safetensors model.safetensors.index.json; do
-  cmp "$single/$f" "$t/back/$f" || { echo "FAIL: single -> sharded -> single changed $f"; exit 1; }
+  cmp "$single/$f" "$t/back/$f" || fail "single -> sharded -> single changed $f"
 done
-grep -q '"layers":true' "$t/sh/index.json" || { echo "FAIL: the per-layer entries were not regrouped into stacked tensors"; exit 1; }
+grep -q '"layers":true' "$t/sh/index.json" || fail "the per-layer entries were not regrouped into stacked tensors"
 "$t/one" "${w[@]}" --resume "$t/sh" --log "$t/r.jsonl" --save-to '' >/dev/null
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-[ "$(losses "$t/base.jsonl" | tail -n 2)" = "$(losses "$t/r.jsonl")" ] || { echo "FAIL: the converted sharded checkpoint resumed differently"; exit 1; }
+[ "$(losses "$t/base.jsonl" | tail -n 2)" = "$(losses "$t/r.jsonl")" ] || fail "the converted sharded checkpoint resumed differently"
 "$shardc" ckpt info "$t/sh" >"$t/info.txt"
 grep -q '^step 2 of 4' "$t/info.txt" && grep -q 'blocks.attention.w_qkv  *param F32  \[2, 64, 192\]  2 piece' "$t/info.txt" &&
-  grep -q '^file rank_00000.safetensors' "$t/info.txt" || { cat "$t/info.txt"; echo "FAIL: ckpt info (sharded)"; exit 1; }
+  grep -q '^file rank_00000.safetensors' "$t/info.txt" || { cat "$t/info.txt"; fail "ckpt info (sharded)"; }
 "$shardc" ckpt info "$single" >"$t/info1.txt"
-grep -q 'blocks.1.attention.w_qkv  *F32  \[64, 192\]' "$t/info1.txt" || { cat "$t/info1.txt"; echo "FAIL: ckpt info (single)"; exit 1; }
+grep -q 'blocks.1.attention.w_qkv  *F32  \[64, 192\]' "$t/info1.txt" || { cat "$t/info1.txt"; fail "ckpt info (single)"; }
 echo "single -> sharded -> single: byte for byte; the sharded one resumes bit-identically; info lists both"
 
 n=0
@@ -44,7 +41,7 @@ bad() {
   shift 2
   rm -rf "$t/out"
   "$@" >"$t/bad.out" 2>&1 || rc=$?
-  [ $rc = 1 ] && grep -Eq -e "$want" "$t/bad.out" || { cat "$t/bad.out"; echo "FAIL: $name: status $rc, want 1 and /$want/"; exit 1; }
+  [ $rc = 1 ] && grep -Eq -e "$want" "$t/bad.out" || { cat "$t/bad.out"; fail "$name: status $rc, want 1 and /$want/"; }
   n=$((n + 1))
 }
 # a copy of the sharded checkpoint with index.json passed through sed EXPR
@@ -87,7 +84,7 @@ for ((k = 0; k < size; k += size / 12 + 1)); do
   rm -rf "$t/v" "$t/out" && cp -r "$t/sh" "$t/v" && truncate -s "$k" "$t/v/index.json"
   rc=0
   "$shardc" ckpt convert "$t/v" "$t/out" >"$t/f.out" 2>&1 || rc=$?
-  [ $rc = 1 ] && grep -q "error" "$t/f.out" || { cat "$t/f.out"; echo "FAIL: index.json cut at byte $k: status $rc, want 1"; exit 1; }
+  [ $rc = 1 ] && grep -q "error" "$t/f.out" || { cat "$t/f.out"; fail "index.json cut at byte $k: status $rc, want 1"; }
   fz=$((fz + 1))
 done
 for ((k = 0; k < size; k += size / 12 + 1)); do
@@ -96,11 +93,11 @@ for ((k = 0; k < size; k += size / 12 + 1)); do
     printf "$byte" | dd of="$t/v/index.json" bs=1 seek="$k" conv=notrunc status=none
     rc=0
     "$shardc" ckpt convert "$t/v" "$t/out" >"$t/f.out" 2>&1 || rc=$?
-    [ $rc = 0 ] || { [ $rc = 1 ] && grep -q "error" "$t/f.out"; } || { cat "$t/f.out"; echo "FAIL: index.json byte $k set to $byte: status $rc"; exit 1; }
+    [ $rc = 0 ] || { [ $rc = 1 ] && grep -q "error" "$t/f.out"; } || { cat "$t/f.out"; fail "index.json byte $k set to $byte: status $rc"; }
     if [ $rc = 0 ]; then # a conversion that succeeded wrote a checkpoint the trainer reads or refuses cleanly
       rc=0
       "$t/one" "${w[@]}" --resume "$t/out" --stop-at 2 --save-to '' >"$t/f.out" 2>&1 || rc=$?
-      [ $rc -le 1 ] || { cat "$t/f.out"; echo "FAIL: the trainer on index.json byte $k set to $byte: status $rc"; exit 1; }
+      [ $rc -le 1 ] || { cat "$t/f.out"; fail "the trainer on index.json byte $k set to $byte: status $rc"; }
     fi
     fz=$((fz + 1))
   done

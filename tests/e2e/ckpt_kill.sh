@@ -14,15 +14,15 @@
 #     checkpoint the kill before it left (the first starting fresh);
 #   - every loss any attempt logged equals the undisturbed run's for its step (bit-identical: the
 #     same layout), the step-24 checkpoint is byte-identical, and no temp directory is left.
-set -euo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
 "$shardc" build models/tiny.model -D seq=32 -D micro_batch=4 -D dp=2 -D tp=1 --world 2 -o "$t/dp2" >/dev/null
 ck=("${run[@]}" --steps 24 --ckpt-every 2 --threads 1)
 "${mpi[@]}" -np 2 "$t/dp2" "${ck[@]}" --keep 0 --save-to "$t/ref" --log "$t/ref.jsonl" >"$t/ref.out" 2>&1 ||
-  { cat "$t/ref.out"; echo "FAIL: the undisturbed run"; exit 1; }
+  { cat "$t/ref.out"; fail "the undisturbed run"; }
 # the kills: step point rank how (rank: kill -9 the stalled rank; all: every rank at once) and the
 # steps the newest complete checkpoint may then be at
 plan=(
@@ -60,25 +60,25 @@ for k in "${plan[@]}"; do
   read -r step point rank how allowed <<<"$k"
   mark=$t/mark.$i n=0
   while [ ! -s "$mark" ] && kill -0 $launcher 2>/dev/null && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
-  [ -s "$mark" ] || { gone; cat "$t/launch.out"; echo "FAIL: kill $i: the writer never reached '$point' of step $step on rank $rank"; exit 1; }
+  [ -s "$mark" ] || { gone; cat "$t/launch.out"; fail "kill $i: the writer never reached '$point' of step $step on rank $rank"; }
   kill -STOP $launcher # it restarts only once the checks below are done
   pids=$(pgrep -f "^$t/dp2 " || true)
-  [ "$(echo "$pids" | wc -w)" = 2 ] || { gone; cat "$t/launch.out"; echo "FAIL: kill $i: 2 ranks not found ($pids)"; exit 1; }
+  [ "$(echo "$pids" | wc -w)" = 2 ] || { gone; cat "$t/launch.out"; fail "kill $i: 2 ranks not found ($pids)"; }
   if [ "$how" = all ]; then kill -9 $pids; else kill -9 "$(cat "$mark")"; fi
   n=0
   while pgrep -f "^$t/dp2 " >/dev/null && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
-  ! pgrep -f "^$t/dp2 " >/dev/null || { gone; echo "FAIL: kill $i: the ranks did not end"; exit 1; }
+  ! pgrep -f "^$t/dp2 " >/dev/null || { gone; fail "kill $i: the ranks did not end"; }
   # every visible checkpoint is complete, the newest is an allowed one, the one before it kept
   got=$(newest)
   got=${got#step_}
   got=$((10#${got:-0}))
-  [[ ",$allowed," == *",$got,"* ]] || { gone; ls -A "$t/ck"; echo "FAIL: kill $i at $point of step $step (rank $rank): newest checkpoint at step $got, want $allowed"; exit 1; }
+  [[ ",$allowed," == *",$got,"* ]] || { gone; ls -A "$t/ck"; fail "kill $i at $point of step $step (rank $rank): newest checkpoint at step $got, want $allowed"; }
   for d in "$t"/ck/step_*; do
     [ -e "$d" ] || continue
-    same_ckpt "$d" "$t/ref/${d##*/}" || { gone; ls -la "$d"; echo "FAIL: kill $i at $point of step $step: ${d##*/} is visible but not the complete checkpoint"; exit 1; }
+    same_ckpt "$d" "$t/ref/${d##*/}" || { gone; ls -la "$d"; fail "kill $i at $point of step $step: ${d##*/} is visible but not the complete checkpoint"; }
   done
   if [ "$got" -ge 4 ]; then
-    [ -d "$t/ck/step_$(printf %08d $((got - 2)))" ] || { gone; ls -A "$t/ck"; echo "FAIL: kill $i: the checkpoint before step $got is lost"; exit 1; }
+    [ -d "$t/ck/step_$(printf %08d $((got - 2)))" ] || { gone; ls -A "$t/ck"; fail "kill $i: the checkpoint before step $got is lost"; }
   fi
   echo "kill $i: -9 of $how at '$point' of step $step's write on rank $rank: newest complete checkpoint step $got, $(find "$t/ck" -maxdepth 1 -name '.tmp-*' | wc -l) temp dir(s) left, every visible checkpoint complete"
   if [ "$got" = 0 ]; then want+=("--resume auto: no checkpoint in $t/ck"); else want+=("--resume auto: resuming from $t/ck/step_$(printf %08d "$got")"); fi
@@ -86,19 +86,19 @@ for k in "${plan[@]}"; do
 done
 rc=0
 wait $launcher || rc=$?
-[ $rc = 0 ] || { cat "$t/launch.out"; echo "FAIL: the launcher exited $rc after 10 kills"; exit 1; }
+[ $rc = 0 ] || { cat "$t/launch.out"; fail "the launcher exited $rc after 10 kills"; }
 [ "$(grep -c '^launch.sh: attempt [0-9]* failed with status' "$t/launch.out")" = 10 ] ||
-  { cat "$t/launch.out"; echo "FAIL: the launcher did not restart 10 times"; exit 1; }
+  { cat "$t/launch.out"; fail "the launcher did not restart 10 times"; }
 # each attempt resumed from what the kill before it left
 [ "$(grep -- '^--resume auto: ' "$t/launch.out")" = "$(printf '%s\n' "${want[@]}")" ] ||
-  { grep -- '--resume auto' "$t/launch.out"; printf 'want:\n'; printf '%s\n' "${want[@]}"; echo "FAIL: the attempts did not resume from the newest complete checkpoints"; exit 1; }
+  { grep -- '--resume auto' "$t/launch.out"; printf 'want:\n'; printf '%s\n' "${want[@]}"; fail "the attempts did not resume from the newest complete checkpoints"; }
 # every logged loss (complete lines of every run) against the undisturbed run's for that step
 steploss() { grep -h '^{.*}$' "$@" | grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' | awk -F'[:,]' '{ print $2, $6 }'; }
 steploss "$t/ref.jsonl" >"$t/ref.loss"
 steploss "$t/run.jsonl" | awk 'NR == FNR { want[$1] = $2; next } { n++; if (want[$1] != $2) { bad++; print "step " $1 ": " $2 ", undisturbed " want[$1] } }
   END { printf "%d logged losses over the 11 attempts\n", n; exit (bad || n < 24) }' "$t/ref.loss" - ||
-  { echo "FAIL: a resumed run's losses differ"; exit 1; }
-same_ckpt "$t/ck/step_00000024" "$t/ref/step_00000024" || { echo "FAIL: the step-24 checkpoint differs"; exit 1; }
+  fail "a resumed run's losses differ"
+same_ckpt "$t/ck/step_00000024" "$t/ref/step_00000024" || fail "the step-24 checkpoint differs"
 left=$(find "$t/ck" -maxdepth 1 -name '.tmp-*')
-[ -z "$left" ] || { echo "FAIL: temp directories left: $left"; exit 1; }
+[ -z "$left" ] || fail "temp directories left: $left"
 echo "ckpt_kill: 10/10 kill -9s during sharded writes, restarted by the launcher, lost nothing; losses and the final checkpoint bit-identical"

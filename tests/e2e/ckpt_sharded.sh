@@ -40,12 +40,12 @@
 # idle; each run's peak resident size is its own processes', whatever runs beside it): dp=2 x tp=2's
 # runs beside pp=2's and then zero 3's, and the resumes of the converted and cross-layout
 # checkpoints in pairs. Every check reads the runs' files afterwards, in a fixed order.
-set -euo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
-[ -x /usr/bin/time ] || { echo "FAIL: /usr/bin/time is missing (scripts/setup.sh installs it: package 'time')"; exit 1; }
+[ -x /usr/bin/time ] || fail "/usr/bin/time is missing (scripts/setup.sh installs it: package 'time')"
 export SHARDRT_PEAK_FLOPS=1e11
 slack=$((4 << 20))
 m=(models/tiny.model -D d=256 -D layers=4 -D heads=4 -D seq=32 -D micro_batch=2 -D batch=4)
@@ -83,7 +83,7 @@ timed() {
   local name=$1 l=$2
   shift 2
   "${mpi[@]}" -np "${np[$l]}" bash -c 'exec /usr/bin/time -f %M -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$t/$name" \
-    "$t/$l" "${w[@]}" "$@" >"$t/$name.out" 2>&1 || { cat "$t/$name.out"; echo "FAIL: $name"; exit 1; }
+    "$t/$l" "${w[@]}" "$@" >"$t/$name.out" 2>&1 || { cat "$t/$name.out"; fail "$name"; }
 }
 # on LAYOUT FLAGS...: LAYOUT's trainer on its ranks (the 1-rank one without mpirun)
 on() {
@@ -106,7 +106,7 @@ runs() {
   ck=$(ck2 "$l")
   timed "$l.base" "$l" --save-to '' --log "$t/$l.jsonl"
   timed "$l.save" "$l" --stop-at 2 --save-to "$t/ck_$l"
-  [ -f "$ck/index.json" ] && [ -f "$ck/rank_0000$((np[$l] - 1)).safetensors" ] || { ls -A "$t/ck_$l"; echo "FAIL: $l wrote no sharded checkpoint"; exit 1; }
+  [ -f "$ck/index.json" ] && [ -f "$ck/rank_0000$((np[$l] - 1)).safetensors" ] || { ls -A "$t/ck_$l"; fail "$l wrote no sharded checkpoint"; }
   timed "$l.load" "$l" --resume "$ck" --save-to '' --log "$t/$l.r.jsonl"
 }
 # dp=2 x tp=2's runs (and the negative control below: a logical save) beside pp=2's, then zero 3's
@@ -124,7 +124,7 @@ done_all
 for l in dp2tp2 pp2 z3; do
   ck=$(ck2 "$l")
   [ "$(losses "$t/$l.jsonl" | tail -n 2)" = "$(losses "$t/$l.r.jsonl")" ] && [ "$(losses "$t/$l.r.jsonl" | wc -l)" = 2 ] ||
-    { paste <(losses "$t/$l.jsonl") <(losses "$t/$l.r.jsonl"); echo "FAIL: $l: resumed in its own layout, steps 3..4 differ"; exit 1; }
+    { paste <(losses "$t/$l.jsonl") <(losses "$t/$l.r.jsonl"); fail "$l: resumed in its own layout, steps 3..4 differ"; }
   echo "$l: step 2 resumed in its own layout: losses 3..4 bit-identical"
   whole=$(cat "$ck"/rank_*.safetensors | wc -c)
   piece=$(largest_piece "$ck")
@@ -134,8 +134,8 @@ for l in dp2tp2 pp2 z3; do
     rs=$(($(peak "$l.save" "$r") - base)) rl=$(($(peak "$l.load" "$r") - base))
     bs=$((own + piece + slack)) bl=$((piece + slack))
     echo "$l rank $r: save +$(mib $rs) MiB (bound: its file $(mib "$own") + largest piece $(mib "$piece") + slack $(mib $slack)), load +$(mib $rl) MiB (bound $(mib $bl)); the whole state $(mib "$whole") MiB, base peak $(mib "$base") MiB"
-    [ $rs -le $bs ] || { echo "FAIL: $l rank $r: the save added $(mib $rs) MiB, more than its own shards plus one piece ($(mib $bs) MiB)"; exit 1; }
-    [ $rl -le $bl ] || { echo "FAIL: $l rank $r: the load added $(mib $rl) MiB, more than one piece ($(mib $bl) MiB)"; exit 1; }
+    [ $rs -le $bs ] || fail "$l rank $r: the save added $(mib $rs) MiB, more than its own shards plus one piece ($(mib $bs) MiB)"
+    [ $rl -le $bl ] || fail "$l rank $r: the load added $(mib $rl) MiB, more than one piece ($(mib $bl) MiB)"
   done
 done
 # the negative control: a logical save gathers every tensor on every rank (run above)
@@ -145,7 +145,7 @@ for r in 0 1 2 3; do
   own=$(stat -c %s "$ck/rank_$(printf %05d "$r").safetensors")
   rs=$(($(peak dp2tp2.logical "$r") - $(peak dp2tp2.base "$r")))
   echo "dp2tp2 rank $r, --ckpt-format logical: save +$(mib $rs) MiB (the sharded bound $(mib $((own + piece + slack))) MiB)"
-  [ $rs -gt $((own + piece + slack)) ] || { echo "FAIL: the logical save's gather (rank $r, +$(mib $rs) MiB) is not told apart from a sharded save"; exit 1; }
+  [ $rs -gt $((own + piece + slack)) ] || fail "the logical save's gather (rank $r, +$(mib $rs) MiB) is not told apart from a sharded save"
 done
 # the same step in two formats: the conversion of the sharded step 2 without the corpus (--data '')
 # is the logical save's files, byte for byte (run beside the conversions below)
@@ -173,31 +173,31 @@ for c in "${cross[@]}"; do
 done
 done_all
 same_ckpt "$t/hf/step_00000002" "$(ck2 logical)" ||
-  { ls -l "$t/hf/step_00000002" "$(ck2 logical)"; echo "FAIL: dp2 x tp2's step 2: its 1-rank conversion and its logical save differ"; exit 1; }
+  { ls -l "$t/hf/step_00000002" "$(ck2 logical)"; fail "dp2 x tp2's step 2: its 1-rank conversion and its logical save differ"; }
 echo "dp2tp2 step 2: the 1-rank conversion of the sharded checkpoint = the logical save, byte for byte"
 for l in dp2tp2 pp2 z3; do
   big=$(grep -o '"dtype":"F32","shape":\[[0-9,]*\]' "$(ck2 "$l")/index.json" | grep -o '\[.*\]' | tr -d '[]' |
     awk -F, '{ n = 4; for (i = 1; i <= NF; i++) n *= $i; if (n > m) m = n } END { print m }')
   add=$((($(tail -1 "$t/conv_$l.kib") - $(tail -1 "$t/info_$l.kib")) * 1024))
   echo "shardc ckpt convert $l: +$(mib $add) MiB over ckpt info (bound: 2 x the largest tensor $(mib "$big") + slack $(mib $slack))"
-  [ $add -le $((2 * big + slack)) ] || { echo "FAIL: the conversion of $l held more than a tensor at a time"; exit 1; }
+  [ $add -le $((2 * big + slack)) ] || fail "the conversion of $l held more than a tensor at a time"
 done
-same_ckpt "$t/single_dp2tp2" "$(ck2 logical)" || { echo "FAIL: shardc ckpt convert of dp2 x tp2's step 2 differs from its logical save"; exit 1; }
+same_ckpt "$t/single_dp2tp2" "$(ck2 logical)" || fail "shardc ckpt convert of dp2 x tp2's step 2 differs from its logical save"
 echo "dp2tp2 step 2: shardc ckpt convert = the logical save, byte for byte"
 # the single files resumed within 1e-5; converted back they are the same files again, and resume on
 # 1 rank bit-identically with zero 3's own checkpoint
-close "z3 step 2 -> single -> one (1)" "$t/s_z3.one.jsonl" "$t/z3.jsonl" || { echo "FAIL: z3's single file resumed on one rank"; exit 1; }
-close "pp2 step 2 -> single -> dp2tp2 (4)" "$t/s_pp2.dp2tp2.jsonl" "$t/pp2.jsonl" || { echo "FAIL: pp2's single file resumed on dp2 x tp2"; exit 1; }
-same_ckpt "$t/single_z3" "$t/single_z3b" || { echo "FAIL: z3: single -> sharded -> single changed the files"; exit 1; }
+close "z3 step 2 -> single -> one (1)" "$t/s_z3.one.jsonl" "$t/z3.jsonl" || fail "z3's single file resumed on one rank"
+close "pp2 step 2 -> single -> dp2tp2 (4)" "$t/s_pp2.dp2tp2.jsonl" "$t/pp2.jsonl" || fail "pp2's single file resumed on dp2 x tp2"
+same_ckpt "$t/single_z3" "$t/single_z3b" || fail "z3: single -> sharded -> single changed the files"
 for c in "${cross[@]}"; do
   from=${c%%:*} to=${c#*:}
   close "$from step 2 -> $to (${np[$to]} rank(s))" "$t/x_$from.$to.jsonl" "$t/$from.jsonl" ||
-    { echo "FAIL: $from's checkpoint resumed under $to"; exit 1; }
+    fail "$from's checkpoint resumed under $to"
 done
 [ "$(losses "$t/b_z3.one.jsonl")" = "$(losses "$t/x_z3.one.jsonl")" ] ||
-  { echo "FAIL: z3 converted to a single file and back resumes differently from z3's own checkpoint"; exit 1; }
+  fail "z3 converted to a single file and back resumes differently from z3's own checkpoint"
 echo "z3: single -> sharded -> single byte for byte; the converted-back checkpoint resumes as z3's own on one rank"
 rc=0
 "$t/one" --data '' --steps 4 --save-to '' >"$t/nodata.out" 2>&1 || rc=$?
-[ $rc = 1 ] && grep -q "error: no training data: pass --data" "$t/nodata.out" || { cat "$t/nodata.out"; echo "FAIL: --data '' with steps to train (status $rc)"; exit 1; }
+[ $rc = 1 ] && grep -q "error: no training data: pass --data" "$t/nodata.out" || { cat "$t/nodata.out"; fail "--data '' with steps to train (status $rc)"; }
 echo "ckpt_sharded: dp2 x tp2, pp2 and zero 3: bit-identical in their layouts, within 1e-5 across layouts, each rank its own shards plus one piece"

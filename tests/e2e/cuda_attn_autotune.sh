@@ -13,26 +13,30 @@
 #     identical, as at S 16 every candidate streams a single key tile);
 #   - forced: the record edited to name each kernel's last candidate: honoured ("candidate N-1 of N",
 #     as recorded; dK/dV's: K and V in dynamic shared memory), the losses within 1e-4 relative of plain's;
+#   - wrong: a forward candidate made wrong (test hook SHARDRT_EMU_WRONG_ATTN=1x8x64: tiles 1x8x64
+#     compiled with twice the scale), a fresh record: the check (runtime/cuda/tune_check.c) refuses it
+#     with a warning naming the kernel, the candidate and the error, it is never timed nor kept (3 timed
+#     runs fewer), the record has its "refused" line, the losses are plain's within 1e-4; tuned
+#     again with only that line left: skipped without a run ("1 skipped"), no warning;
+#   - S 64 (the candidates' key tiles stream differently, so they sum in other orders): every checked
+#     candidate agrees (no false refusal; measured within 0.24 of their tolerance);
 # (the emulated device's default, autotuning off, is cudart_attn's);
 #   - SHARDRT_ATTN_AUTOTUNE=yes is refused;
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
 #
 #   cuda_attn_autotune.sh SHARDC
-set -euo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 export SHARDRT_CUBIN_CACHE="$t/cache" SHARDRT_DEVICE=emu
-bash scripts/gen_corpus.sh "$t/data.txt" 30000 3 >/dev/null
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+corpus 30000
 "$shardc" build models/tiny.model -D seq=16 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   -o "$t/tb" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
 run() { # name, SHARDRT_ATTN_AUTOTUNE, extra flags
   local name=$1 tune=$2
   shift 2
   SHARDRT_ATTN_AUTOTUNE="$tune" "$t/tb" --data "$t/data.txt" --steps 4 --eval-every 0 --val-batches 1 \
-    --log "$t/$name.jsonl" --save-to "$t/ck_$name" "$@" >"$t/$name.out" 2>&1 || { cat "$t/$name.out"; echo "FAIL: $name"; exit 1; }
+    --log "$t/$name.jsonl" --save-to "$t/ck_$name" "$@" >"$t/$name.out" 2>&1 || { cat "$t/$name.out"; fail "$name"; }
 }
 close() { # a b what: the losses within 1e-4 relative
   paste -d' ' <(losses "$t/$1.jsonl") <(losses "$t/$2.jsonl") | awk -v w="$3" '{ d = $1 - $2; if (d < 0) d = -d;
@@ -41,9 +45,10 @@ close() { # a b what: the losses within 1e-4 relative
 # the generated launches: each tuned kernel's key and candidates
 "$shardc" plan models/tiny.model -D seq=16 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   --emit-c "$t/src" >/dev/null 2>&1
-launches() { grep -ho 'rt_cu_launch_tuned(ctx, "[^"]*", [0-9]*, (const RtCuTileCand\[\]){[^;]*' "$t"/src/*.c; }
-ncand=$(launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)", ([0-9]*),.*$/\1 \2/' | sort -u |
-  awk '{ n++; s += $NF } END { if (n == 3) print s }')
+launches() { grep -ho 'rt_cu_launch_tuned(ctx, "[^"]*", [0-9]*, (const RtCuTileCand\[\]){[^;]*' "$t"/${1:-src}/*.c; }
+count() { launches "$@" | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)", ([0-9]*),.*$/\1 \2/' | sort -u |
+  awk '{ n++; s += $NF } END { if (n == 3) print s }'; }
+ncand=$(count)
 [ -n "$ncand" ] || { launches; echo "FAIL: the generated launches do not name 3 tuned kernels"; exit 1; }
 run tuned 1 --ckpt-every 2
 [ "$(losses "$t/tuned.jsonl" | wc -l)" = 4 ] || { echo "FAIL: $(losses "$t/tuned.jsonl" | wc -l) steps logged, want 4"; exit 1; }
@@ -51,19 +56,19 @@ run tuned 1 --ckpt-every 2
 grep -q "^attn autotune: 3 attention kernels tuned in .* s ($((3 * ncand)) timed runs)" "$t/tuned.out" ||
   { cat "$t/tuned.out"; echo "FAIL: tuned: no summary of 3 kernels x their $ncand candidates x 3 runs"; exit 1; }
 rec=$(ls "$t"/cache/attn-tune-*.txt)
-[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; echo "FAIL: the record does not hold 3 choices"; exit 1; }
+[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; fail "the record does not hold 3 choices"; }
 run resumed 1 --resume "$t/ck_tuned/step_00000002"
 [ "$(grep -c '^attn autotune: flash_.*, as recorded by an earlier run$' "$t/resumed.out")" = 3 ] &&
-  ! grep -q "the fastest" "$t/resumed.out" || { cat "$t/resumed.out"; echo "FAIL: resumed: the recorded tiles not taken"; exit 1; }
+  ! grep -q "the fastest" "$t/resumed.out" || { cat "$t/resumed.out"; fail "resumed: the recorded tiles not taken"; }
 [ "$(losses "$t/tuned.jsonl" | tail -2)" = "$(losses "$t/resumed.jsonl")" ] || {
-  paste <(losses "$t/tuned.jsonl" | tail -2) <(losses "$t/resumed.jsonl"); echo "FAIL: resumed: losses differ from tuned's"; exit 1; }
+  paste <(losses "$t/tuned.jsonl" | tail -2) <(losses "$t/resumed.jsonl"); fail "resumed: losses differ from tuned's"; }
 for f in model.safetensors optimizer.safetensors; do
-  cmp -s "$t/ck_tuned/step_00000004/$f" "$t/ck_resumed/step_00000004/$f" || { echo "FAIL: resumed: $f differs"; exit 1; }
+  cmp -s "$t/ck_tuned/step_00000004/$f" "$t/ck_resumed/step_00000004/$f" || fail "resumed: $f differs"
 done
 # the record edited to every kernel's first candidate (the compiled default), then to its last (the
 # generated launches list them)
 launches | sed -E 's/^rt_cu_launch_tuned\(ctx, "([^"]*)"[^"]*"([^"]*)".*$/\1\t\2/' | sort -u >"$rec"
-[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; echo "FAIL: the generated launches do not name 3 kernels"; exit 1; }
+[ "$(wc -l <"$rec")" = 3 ] || { cat "$rec"; fail "the generated launches do not name 3 kernels"; }
 run plain 1
 [ "$(grep -c '^attn autotune: flash_.*(candidate 0 of [0-9]*, .*as recorded by an earlier run$' "$t/plain.out")" = 3 ] ||
   { cat "$rec" "$t/plain.out"; echo "FAIL: plain: the recorded default tiles not honoured"; exit 1; }
@@ -74,25 +79,56 @@ run forced 1
   sed -E 's/.*\(candidate ([0-9]*) of ([0-9]*),.*/\1 \2/' | awk '$1 == $2 - 1' | wc -l)" = 3 ] ||
   { cat "$rec" "$t/forced.out"; echo "FAIL: forced: the recorded tiles not honoured"; exit 1; }
 close plain forced "the last candidates against the compiled default"
+mkdir -p "$t/wcache"
+SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong 1
+wk="flash_fwd S 16 H 4 KV 4 hd 16 causal B 1"
+grep -q "^warning: attn autotune: $wk: candidate [1-9] (tiles 1x8x64/0) refused, not what the compiled default ([0-9x/]*) computes: output 0: |diff| " "$t/wrong.out" &&
+  grep -q "^attn autotune: 3 attention kernels tuned in .* s ($((3 * ncand - 3)) timed runs), .* $((ncand - 3)) candidates checked against the compiled default in .* s (a run and a compare each), 1 refused, 0 skipped" "$t/wrong.out" &&
+  ! grep -q "tiles 1x8x64/0 (candidate" "$t/wrong.out" || { cat "$t/wrong.out"; echo "FAIL: wrong: the wrong candidate was not refused"; exit 1; }
+wrec=$(ls "$t"/wcache/attn-tune-*.txt)
+grep -q "^$wk refused 1x8x64/0	output 0: |diff| " "$wrec" || { cat "$wrec"; echo "FAIL: wrong: no refused line in the record"; exit 1; }
+close plain wrong "with the wrong candidate refused against the compiled default"
+grep " refused " "$wrec" >"$t/refused.txt" && cp "$t/refused.txt" "$wrec"
+SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong2 1
+grep -q "candidates checked against the compiled default in .* s (a run and a compare each), 0 refused, 1 skipped as refused by an earlier run" "$t/wrong2.out" &&
+  ! grep -q "^warning: attn autotune" "$t/wrong2.out" || { cat "$t/wrong2.out"; echo "FAIL: wrong2: the recorded refusal was not honoured"; exit 1; }
+# no false refusal where the candidates sum in other orders: tiny at S 64 (key tiles of 16, 32 and 64
+# rows stream differently; at S 16 every candidate computes the same bits): all agree
+"$shardc" build models/tiny.model -D seq=64 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+  -o "$t/t64" >"$t/build64.out" 2>&1 || { cat "$t/build64.out"; exit 1; }
+mkdir -p "$t/c64"
+SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
+  >"$t/s64.out" 2>&1 || { cat "$t/s64.out"; echo "FAIL: S 64"; exit 1; }
+"$shardc" plan models/tiny.model -D seq=64 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+  --emit-c "$t/src64" >/dev/null 2>&1
+n64=$(count src64)
+[ -n "$n64" ] || { launches src64; fail "S 64: the generated launches do not name 3 tuned kernels"; }
+grep -q "^attn autotune: 3 attention kernels tuned in .* ($((3 * n64)) timed runs), .* $((n64 - 3)) candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
+  { cat "$t/s64.out"; echo "FAIL: S 64: a correct candidate refused (or not all checked)"; exit 1; }
+if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
+  ! grep -q "SHARDRT_EMU_WRONG_ATTN=8: want the tiles" "$t/bad.out"; then
+  cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_WRONG_ATTN=8 was not refused"; exit 1
+fi
 if SHARDRT_ATTN_AUTOTUNE=yes "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_ATTN_AUTOTUNE=yes: want 1" "$t/bad.out"; then
-  cat "$t/bad.out"; echo "FAIL: SHARDRT_ATTN_AUTOTUNE=yes was not refused"; exit 1
+  cat "$t/bad.out"; fail "SHARDRT_ATTN_AUTOTUNE=yes was not refused"
 fi
 # two ranks (dp 2 under mpirun): a record line per key and rank; a second run takes them
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 "$shardc" build models/tiny.model -D seq=16 -D micro_batch=1 -D dp=2 -D precision=bf16 --world 2 --target cuda \
   -o "$t/tb2r" >"$t/build2.out" 2>&1 || { cat "$t/build2.out"; exit 1; }
 for r in 1 2; do
-  SHARDRT_ATTN_AUTOTUNE=1 mpirun --mca pml ob1 -np 2 "$t/tb2r" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
-    --log "$t/mr$r.jsonl" >"$t/mr$r.out" 2>&1 || { cat "$t/mr$r.out"; echo "FAIL: 2 ranks, run $r"; exit 1; }
+  SHARDRT_ATTN_AUTOTUNE=1 "${mpi[@]}" -np 2 "$t/tb2r" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
+    --log "$t/mr$r.jsonl" >"$t/mr$r.out" 2>&1 || { cat "$t/mr$r.out"; fail "2 ranks, run $r"; }
 done
 for k in 0 1; do
-  [ "$(grep -c "B 1 rank $k	" "$rec")" = 3 ] || { cat "$rec"; echo "FAIL: 2 ranks: rank $k has not 3 record lines"; exit 1; }
+  [ "$(grep -c "B 1 rank $k	" "$rec")" = 3 ] || { cat "$rec"; fail "2 ranks: rank $k has not 3 record lines"; }
 done
 [ "$(grep -c '^attn autotune: flash_.*, the fastest$' "$t/mr1.out")" = 3 ] &&
   [ "$(grep -c '^attn autotune: flash_.*, as recorded by an earlier run$' "$t/mr2.out")" = 3 ] ||
-  { cat "$t/mr1.out" "$t/mr2.out"; echo "FAIL: 2 ranks: rank 0 did not tune, then take its record"; exit 1; }
-[ "$(losses "$t/mr1.jsonl")" = "$(losses "$t/mr2.jsonl")" ] || { echo "FAIL: 2 ranks: the recorded run's loss differs"; exit 1; }
+  { cat "$t/mr1.out" "$t/mr2.out"; fail "2 ranks: rank 0 did not tune, then take its record"; }
+[ "$(losses "$t/mr1.jsonl")" = "$(losses "$t/mr2.jsonl")" ] || fail "2 ranks: the recorded run's loss differs"
 grep "^attn autotune" "$t/tuned.out" "$t/forced.out"
+grep "^warning: attn autotune" "$t/wrong.out"
+grep "^attn autotune: [0-9]" "$t/s64.out"
 paste <(losses "$t/plain.jsonl") <(losses "$t/tuned.jsonl") <(losses "$t/forced.jsonl")
 echo "cuda attention autotuning (emulated device, tiny bf16): 3 kernels x their tile candidates ($ncand) timed, recorded, honoured on resume (byte-identical) and when edited; losses within 1e-4 of the compiled default's"

@@ -21,19 +21,16 @@
 # parameter by about lr at most; st_close). Measured on the emulated device: byte-identical.
 #
 #   cuda_epilogue_fallback.sh SHARDC ST_CLOSE
-set -euo pipefail
-shardc=$(realpath "$1")
-st_close=$(realpath "$2")
-cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-bash scripts/gen_corpus.sh "$t/data.txt" 30000 3 >/dev/null
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
+st_close=$(abspath "$2")
+corpus 30000
 "$shardc" build models/tiny.model -D seq=16 -D micro_batch=4 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   -o "$t/tb" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
 run() { # name, SHARDRT_EMU_NO_EPILOGUE, SHARDRT_GEMM_BGRAD, SHARDRT_GEMM_AUTOTUNE
   SHARDRT_DEVICE=emu SHARDRT_EMU_NO_EPILOGUE="$2" SHARDRT_GEMM_BGRAD="${3:-}" SHARDRT_GEMM_AUTOTUNE="${4:-}" "$t/tb" --data "$t/data.txt" --steps 2 --eval-every 0 --val-batches 1 \
-    --log "$t/$1.jsonl" --save-to "$t/ck_$1" --ckpt-format logical >"$t/$1.out" 2>&1 || { cat "$t/$1.out"; echo "FAIL: $1"; exit 1; }
+    --log "$t/$1.jsonl" --save-to "$t/ck_$1" --ckpt-format logical >"$t/$1.out" 2>&1 || { cat "$t/$1.out"; fail "$1"; }
 }
 run fused ""
 run bgrad "" fused
@@ -41,40 +38,40 @@ rm -f "${SHARDRT_CUBIN_CACHE:-$HOME/.cache/shardc/cubin}"/gemm-tune-*.txt # the 
 run tuned "" "" 8
 run all all
 run fwd BIAS,BIAS_RESIDUAL,GELU_AUX_BIAS
-[ "$(losses "$t/fused.jsonl" | wc -l)" = 2 ] || { echo "FAIL: $(losses "$t/fused.jsonl" | wc -l) steps logged, want 2"; exit 1; }
+[ "$(losses "$t/fused.jsonl" | wc -l)" = 2 ] || fail "$(losses "$t/fused.jsonl" | wc -l) steps logged, want 2"
 notes() { grep -c "^note: rank 0: the emulated device has no algorithm for the GEMM at .* with epilogue $2;" "$t/$1.out" || true; }
 for r in fused bgrad tuned; do
-  [ "$(grep -c '^note: .*no algorithm' "$t/$r.out" || true)" = 0 ] || { echo "FAIL: the $r run fell back"; exit 1; }
+  [ "$(grep -c '^note: .*no algorithm' "$t/$r.out" || true)" = 0 ] || fail "the $r run fell back"
 done
 for want in "all:BIAS:1" "all:BIAS_RESIDUAL:2" "all:GELU_AUX_BIAS:1" "all:DGELU_BGRAD or DGELU:1" "fwd:BIAS_RESIDUAL:2" \
   "fwd:DGELU_BGRAD or DGELU:0"; do
   IFS=: read -r -a f <<<"$want"
   set -- "${f[@]}"
-  [ "$(notes "$1" "$2")" = "$3" ] || { grep note "$t/$1.out" || true; echo "FAIL: $1: $(notes "$1" "$2") notes for $2, want $3 (once per GEMM)"; exit 1; }
+  [ "$(notes "$1" "$2")" = "$3" ] || { grep note "$t/$1.out" || true; fail "$1: $(notes "$1" "$2") notes for $2, want $3 (once per GEMM)"; }
 done
 same() { # run, what: byte-identical losses and checkpoints to fused
   [ "$(losses "$t/fused.jsonl")" = "$(losses "$t/$1.jsonl")" ] || {
-    paste <(losses "$t/fused.jsonl") <(losses "$t/$1.jsonl"); echo "FAIL: $2: losses differ"; exit 1; }
+    paste <(losses "$t/fused.jsonl") <(losses "$t/$1.jsonl"); fail "$2: losses differ"; }
   for f in model.safetensors optimizer.safetensors; do
-    cmp -s "$t/ck_fused/step_00000002/$f" "$t/ck_$1/step_00000002/$f" || { echo "FAIL: $2: $f differs"; exit 1; }
+    cmp -s "$t/ck_fused/step_00000002/$f" "$t/ck_$1/step_00000002/$f" || fail "$2: $f differs"
   done
 }
 same fwd "forward fallback"
 same all "fallback"
 same tuned "autotuned"
-grep -q "^gemm autotune: [1-9][0-9]* GEMM shapes tuned in .* s (" "$t/tuned.out" || { cat "$t/tuned.out"; echo "FAIL: no autotune summary"; exit 1; }
-! grep -q "^gemm autotune" "$t/fused.out" || { echo "FAIL: the emulated device tuned by default"; exit 1; }
+grep -q "^gemm autotune: [1-9][0-9]* GEMM shapes tuned in .* s (" "$t/tuned.out" || { cat "$t/tuned.out"; fail "no autotune summary"; }
+! grep -q "^gemm autotune" "$t/fused.out" || fail "the emulated device tuned by default"
 [ "$(losses "$t/bgrad.jsonl" | head -1)" = "$(losses "$t/all.jsonl" | head -1)" ] || {
-  paste <(losses "$t/bgrad.jsonl") <(losses "$t/all.jsonl"); echo "FAIL: DGELU_BGRAD: the step-1 losses differ"; exit 1; }
+  paste <(losses "$t/bgrad.jsonl") <(losses "$t/all.jsonl"); fail "DGELU_BGRAD: the step-1 losses differ"; }
 paste -d' ' <(losses "$t/bgrad.jsonl") <(losses "$t/all.jsonl") | awk '{ d = $1 - $2; if (d < 0) d = -d;
   if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) { print "FAIL: DGELU_BGRAD: loss " $1 " against the fallback " $2; bad = 1 } } END { exit bad }'
 for f in model.safetensors optimizer.safetensors; do
-  "$st_close" "$t/ck_bgrad/step_00000002/$f" "$t/ck_all/step_00000002/$f" 3e-4 || { echo "FAIL: DGELU_BGRAD: $f"; exit 1; }
+  "$st_close" "$t/ck_bgrad/step_00000002/$f" "$t/ck_all/step_00000002/$f" 3e-4 || fail "DGELU_BGRAD: $f"
 done
 # a name that is no epilogue is refused, not ignored
 if SHARDRT_DEVICE=emu SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU: 'GELU' is no epilogue" "$t/bad.out"; then
-  cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU was not refused"; exit 1
+  cat "$t/bad.out"; fail "SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU was not refused"
 fi
 grep "^gemm autotune" "$t/tuned.out"
 echo "cuda epilogue fallback (emulated device, tiny bf16, 5 epilogue GEMMs): the forward's unfused, all unfused and the autotuned byte-identical to fused (DGELU + the column reduction); DGELU_BGRAD within tolerance"

@@ -81,16 +81,12 @@
 #                                         a gradient within bf16 noise of zero flips its weight's step:
 #                                         many weights do here, e.g. the zero-initialised biases; so
 #                                         this only bounds each update; measured 1.5e-4, now 1.2e-4)
-set -euo pipefail
-shardc=$(realpath "$1")
-st_close=$(realpath "$2")
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
+st_close=$(abspath "$2")
 what=$3
-cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-mpi=(mpirun --mca pml ob1)
-bash scripts/gen_corpus.sh "$t/data.txt" 20000 3 >/dev/null
+corpus 20000
 run=(--data "$t/data.txt" --steps 2 --eval-every 0 --val-batches 1 --ckpt-every 1 --keep 2)
 
 m=(models/tiny.model -D seq=32)
@@ -98,10 +94,10 @@ if [ "$what" = nogpu ]; then
   if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; then echo "a GPU is here: skipped"; exit 77; fi
   "$shardc" build "${m[@]}" -D micro_batch=8 -D dp=1 -D tp=2 --world 2 --target cuda -o "$t/cuda"
   if timeout 120 "${mpi[@]}" -np 2 "$t/cuda" "${run[@]}" --save-to "$t/ck" >"$t/out" 2>&1; then
-    cat "$t/out"; echo "FAIL: the CUDA trainer ran without a GPU"; exit 1
+    cat "$t/out"; fail "the CUDA trainer ran without a GPU"
   fi
   n=$(grep -c "error: no CUDA GPU: cudaGetDeviceCount returned" "$t/out" || true)
-  [ "$n" -ge 1 ] || { cat "$t/out"; echo "FAIL: no rank printed the no-GPU message"; exit 1; }
+  [ "$n" -ge 1 ] || { cat "$t/out"; fail "no rank printed the no-GPU message"; }
   echo "no GPU: the job stops with the no-GPU message ($n rank(s) printed it before mpirun ended the job)"
   exit 0
 fi
@@ -146,16 +142,16 @@ esac
 # logical checkpoints (gathered, model and optimizer files apart: their tolerances differ)
 "${mpi[@]}" -np "$np" "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" --ckpt-format logical >/dev/null
 SHARDRT_DEVICE=emu "${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np "$np" "$t/cuda" "${run[@]}" \
-  --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" --ckpt-format logical >"$t/cuda.out" || { cat "$t/cuda.out"; echo "FAIL: $what: the CUDA trainer"; exit 1; }
+  --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" --ckpt-format logical >"$t/cuda.out" || { cat "$t/cuda.out"; fail "$what: the CUDA trainer"; }
 # the CUDA program communicates (a plan the shard pass left replicated would pass vacuously)
 "$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --emit-c "$t/src" >/dev/null 2>&1
 ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)
-[ "$ncoll" -gt 0 ] || { echo "FAIL: $what: the CUDA program has no collectives"; exit 1; }
+[ "$ncoll" -gt 0 ] || fail "$what: the CUDA program has no collectives"
 echo "$what: the CUDA program makes $ncoll collective calls ($(cat "$t"/src/*.c | grep -o "rt_coll_[a-z_]*(ctx" |
   sort | uniq -c | awk '{printf "%s%s x%d", (NR > 1 ? ", " : ""), substr($2, 9, length($2) - 12), $1}'))"
 case $what in zero3*) # ZeRO-3: each layer's parameters gathered one layer ahead (an `arg next` in the loops)
   nn=$("$shardc" plan "${m[@]}" "${plan[@]}" --world 2 --target cuda --dump-ir 2>/dev/null | grep -c "= arg [0-9]* next" || true)
-  [ "$nn" -gt 0 ] || { echo "FAIL: $what: no layer parameter gathered one layer ahead"; exit 1; }
+  [ "$nn" -gt 0 ] || fail "$what: no layer parameter gathered one layer ahead"
   echo "$what: $nn layer parameters gathered one layer ahead" ;;
 esac
 case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, and the ring's kernels on the device
@@ -164,15 +160,15 @@ case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, an
   nb=$(cat "$t"/src/*.c | grep -c "sk::sdpa_fwd<.*(const int \*)p" || true) # attention blocks at positions
   nm=$(cat "$t"/src/*.c | grep -c "sk::attn_combine<" || true)                # their merges
   [ "$nc" -gt 0 ] && { [ "$what" = cp2a2a ] || { [ "$nb" -gt 0 ] && [ "$nm" -gt 0 ]; }; } ||
-    { echo "FAIL: $what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels"; exit 1; }
+    fail "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels"
   if [ "$what" = cp2tp2sp ]; then # sp: the tp blocks' outputs reduce-scattered within each cp rank's sequence
     nr=$(cat "$t"/src/*.c | grep -c "rt_coll_reduce_scatter[a-z_]*(ctx, RT_AX_TP" || true)
-    [ "$nr" -gt 0 ] || { echo "FAIL: $what: no reduce-scatter over tp"; exit 1; }
+    [ "$nr" -gt 0 ] || fail "$what: no reduce-scatter over tp"
   fi
   if [ "$what" = cp2dp2 ]; then # the gradients over the dp x cp group, in one all-reduce per bucket
     ng=$(cat "$t"/src/*.c | grep -c "rt_coll_all_reduce[a-z_]*(ctx, RT_AX_GROUP(RT_MESH_DP | RT_MESH_CP)" || true)
     nx=$(cat "$t"/src/*.c | grep -c "rt_coll_all_reduce[a-z_]*(ctx, RT_AX_\(DP\|CP\)," || true)
-    [ "$ng" -gt 0 ] && [ "$nx" -eq 0 ] || { echo "FAIL: $what: $ng all-reduces over dp x cp, $nx over dp or cp alone"; exit 1; }
+    [ "$ng" -gt 0 ] && [ "$nx" -eq 0 ] || fail "$what: $ng all-reduces over dp x cp, $nx over dp or cp alone"
     echo "$what: $ng all-reduces over the dp x cp group, none over dp or cp alone"
   fi
   if [ "$what" = cp2dp2z3 ]; then # ZeRO-3 over the dp x cp group: scatters and gathers over it, nothing over dp or cp alone
@@ -181,18 +177,17 @@ case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, an
     na=$(cat "$t"/src/*.c | grep -cF "rt_coll_all_gather_start$grp" || true)
     nx=$(cat "$t"/src/*.c | grep -c "rt_coll_\(reduce_scatter\|all_gather\|all_reduce\)[a-z_]*(ctx, RT_AX_\(DP\|CP\)," || true)
     [ "$nr" -gt 0 ] && [ "$na" -gt 0 ] && [ "$nx" -eq 0 ] ||
-      { echo "FAIL: $what: $nr reduce-scatters and $na all-gathers over dp x cp, $nx collectives over dp or cp alone"; exit 1; }
+      fail "$what: $nr reduce-scatters and $na all-gathers over dp x cp, $nx collectives over dp or cp alone"
     echo "$what: $nr reduce-scatters and $na all-gathers over the dp x cp group, none over dp or cp alone"
   fi
   echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels" ;;
 esac
 case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW)
   nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host_start(ctx" || true); na=$(cat "$t"/src/*.c | grep -c "rt_adamw_f32(" || true)
-  [ "$nh" -gt 0 ] && [ "$na" -gt 0 ] || { echo "FAIL: $what: no host AdamW in the CUDA program ($nh copies, $na updates)"; exit 1; }
+  [ "$nh" -gt 0 ] && [ "$na" -gt 0 ] || fail "$what: no host AdamW in the CUDA program ($nh copies, $na updates)"
   echo "$what: $na AdamW updates on the host, $nh device->host copies" ;;
 esac
 
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 paste <(losses "$t/cpu.jsonl") <(losses "$t/cuda.jsonl") | awk -v name="$what" -v tol="$tol_loss" -v np="$np" '
   { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > tol) bad++ }
   END { if (n != 2) { printf "FAIL %s: %d steps logged, want 2\n", name, n; exit 1 }
@@ -202,7 +197,7 @@ ck1=step_00000001 ck2=step_00000002 refopt=()
 if [ "$tol_model" = adam ]; then # f32: the gradients (step 1's moments), then the parameters within AdamW's bound
   printf "%-6s %-9s " "$what" "gradients:"
   "$st_close" "$t/ck_cpu/$ck1/optimizer.safetensors" "$t/ck_cuda/$ck1/optimizer.safetensors" "rmax:$tol_grad" ||
-    { echo "FAIL: $what: the step-1 optimizer state (the gradients) differs"; exit 1; }
+    fail "$what: the step-1 optimizer state (the gradients) differs"
   # the recipe's AdamW (betas (b1, b2), eps) and the steps' learning rates
   opt=$(grep -o "adamw([^)]*)[^)]*)" "${m[0]}") b2=$(sed 's/.*betas: *([^,]*, *\([^)]*\)).*/\1/' <<<"$opt")
   eps=$(sed 's/.*eps: *\([^,)]*\).*/\1/' <<<"$opt") lrs=$(grep -o '"lr":[^,]*' "$t/cpu.jsonl" | cut -d: -f2 | paste -sd,)
@@ -210,8 +205,8 @@ if [ "$tol_model" = adam ]; then # f32: the gradients (step 1's moments), then t
 fi
 printf "%-6s %-9s " "$what" "model:"
 "$st_close" "$t/ck_cpu/$ck2/model.safetensors" "$t/ck_cuda/$ck2/model.safetensors" "$tol_model" "${refopt[@]}" ||
-  { echo "FAIL: $what: model state differs"; exit 1; }
+  fail "$what: model state differs"
 printf "%-6s %-9s " "$what" "optimizer:"
 "$st_close" "$t/ck_cpu/$ck2/optimizer.safetensors" "$t/ck_cuda/$ck2/optimizer.safetensors" "$tol_opt" ||
-  { echo "FAIL: $what: optimizer state differs"; exit 1; }
+  fail "$what: optimizer state differs"
 echo "cuda multi-rank ($what): ok"

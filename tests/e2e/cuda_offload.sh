@@ -24,13 +24,11 @@
 #      to its wait) stops a program whose row download was moved to the start of its iteration,
 #      before the kernels that write the row, and one whose upload was moved before the host update
 #      that makes its bytes (a C compiler wrapper moves them): the check can fail.
-set -euo pipefail
-shardc=$(realpath "$1")
-st_close=$(realpath "$2")
-cd "$(dirname "$0")/../.."
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-bash scripts/gen_corpus.sh "$t/data.txt" 20000 3 >/dev/null
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
+st_close=$(abspath "$2")
+corpus 20000
 run=(--data "$t/data.txt" --steps 2 --eval-every 0 --val-batches 1 --ckpt-format logical)
 m=(models/tiny.model -D seq=32 -D micro_batch=4 -D zero=1 -D offload=on --world 1)
 
@@ -58,29 +56,28 @@ awk -v want=12 '
 nr=$(awk '/^static void step\(/,/^}/' "$t/src16/tiny.c" | grep -c 'rt_cu_to_host_start(ctx, (H + [0-9]*) + i1' || true)
 nc=$(awk '/^static void step\(/,/^}/' "$t/src16/tiny.c" | grep -c 'rt_cvt_bf16_f32(' || true)
 echo "bf16: $nr row downloads in the backward loop, $nc gradients made f32 on the host"
-[ "$nr" -eq 12 ] && [ "$nc" -eq 16 ] || { echo "FAIL: bf16 gradients not downloaded in bf16 inside the loop"; exit 1; }
+[ "$nr" -eq 12 ] && [ "$nc" -eq 16 ] || fail "bf16 gradients not downloaded in bf16 inside the loop"
 
 # 2. against the CPU target; 3. without the overlap, bit for bit
 "$shardc" build "${m[@]}" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" --target cuda -o "$t/cuda" >/dev/null
 "$t/cpu" "${run[@]}" --log "$t/cpu.jsonl" --save-to "$t/ck_cpu" >/dev/null
 SHARDRT_DEVICE=emu "$t/cuda" "${run[@]}" --log "$t/cuda.jsonl" --save-to "$t/ck_cuda" >"$t/cuda.out" 2>&1 ||
-  { cat "$t/cuda.out"; echo "FAIL: the offload trainer on the emulated device"; exit 1; }
+  { cat "$t/cuda.out"; fail "the offload trainer on the emulated device"; }
 SHARDRT_DEVICE=emu SHARDRT_OFFLOAD_SYNC=1 "$t/cuda" "${run[@]}" --log "$t/sync.jsonl" --save-to "$t/ck_sync" >"$t/sync.out" 2>&1 ||
-  { cat "$t/sync.out"; echo "FAIL: the offload trainer with SHARDRT_OFFLOAD_SYNC=1"; exit 1; }
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+  { cat "$t/sync.out"; fail "the offload trainer with SHARDRT_OFFLOAD_SYNC=1"; }
 paste <(losses "$t/cpu.jsonl") <(losses "$t/cuda.jsonl") | awk '
   { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > 1e-6) bad++ }
   END { printf "loss: worst |rel| offload (emulated CUDA, overlapped copies) vs CPU over %d steps %.2e (tolerance 1e-6)\n", n, w
         if (n != 2 || bad) { print "FAIL: losses"; exit 1 } }'
 printf "optimizer: "
 "$st_close" "$t/ck_cpu/step_00000002/optimizer.safetensors" "$t/ck_cuda/step_00000002/optimizer.safetensors" 2.5e-7 ||
-  { echo "FAIL: the moments differ from the CPU target's"; exit 1; }
+  fail "the moments differ from the CPU target's"
 for f in model optimizer; do
   cmp -s "$t/ck_cuda/step_00000002/$f.safetensors" "$t/ck_sync/step_00000002/$f.safetensors" ||
-    { echo "FAIL: $f state differs without the overlap"; exit 1; }
+    fail "$f state differs without the overlap"
 done
-cmp -s <(losses "$t/cuda.jsonl") <(losses "$t/sync.jsonl") || { echo "FAIL: losses differ without the overlap"; exit 1; }
+cmp -s <(losses "$t/cuda.jsonl") <(losses "$t/sync.jsonl") || fail "losses differ without the overlap"
 echo "overlapped vs SHARDRT_OFFLOAD_SYNC=1: losses and checkpoints bit-identical"
 
 # 4. a download started before its bytes are made, an upload started before the host made its
@@ -108,9 +105,9 @@ chmod +x "$t/cc.sh"
 for mut in row upload; do
   MUTATE=$mut "$shardc" build "${m[@]}" --target cuda --cc "$t/cc.sh" -o "$t/bad_$mut" >/dev/null
   if SHARDRT_DEVICE=emu "$t/bad_$mut" "${run[@]}" --save-to "$t/ck_$mut" >"$t/$mut.out" 2>&1; then
-    echo "FAIL: the program with the $mut copy moved ran to the end"; exit 1
+    fail "the program with the $mut copy moved ran to the end"
   fi
-  grep -q "overwritten while in flight" "$t/$mut.out" || { cat "$t/$mut.out"; echo "FAIL: $mut: not stopped by the flight check"; exit 1; }
+  grep -q "overwritten while in flight" "$t/$mut.out" || { cat "$t/$mut.out"; fail "$mut: not stopped by the flight check"; }
   echo "moved $mut copy: $(grep -o 'offload slot [0-9]*: the [a-z]* of [0-9]* bytes' "$t/$mut.out" | head -1) was overwritten in flight (caught)"
 done
 echo "cuda offload: ok"

@@ -15,9 +15,9 @@
 #     the restart is refused (status 1: not restarted again);
 #   - a trainer that stops on its own error (status 1) is not restarted; one that fails every time
 #     (status 3) is restarted --max-restarts times, then its status returned.
-set -euo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
 m=(models/tiny.model -D seq=32)
@@ -26,7 +26,7 @@ m=(models/tiny.model -D seq=32)
 "$shardc" build "${m[@]}" -D micro_batch=4 -D batch=8 --world 1 -o "$t/one" >/dev/null
 # (the plan captured first: piped into grep -q, shardc could die of SIGPIPE when grep exits early)
 plan=$("$shardc" plan "${m[@]}" -D micro_batch=4 -D batch=8 --world 1)
-grep -q "repeat accum x2" <<<"$plan" || { echo "FAIL: the 1-rank plan does not accumulate"; exit 1; }
+grep -q "repeat accum x2" <<<"$plan" || fail "the 1-rank plan does not accumulate"
 # and one of another global batch (4), which a restart must refuse rather than train on
 "$shardc" build "${m[@]}" -D micro_batch=4 -D batch=4 --world 1 -o "$t/half" >/dev/null
 ck=(--ckpt-every 4 --threads 1)
@@ -51,55 +51,55 @@ killed() {
   kill -9 "$(echo "$pids" | tail -1)"
   local rc=0
   wait $job || rc=$?
-  grep -q "launch.sh: attempt 1 failed with status" "$t/$name.out" || { cat "$t/$name.out"; echo "FAIL: $name: no restart"; exit 1; }
-  [ $rc = "${EXPECT_RC:-0}" ] || { cat "$t/$name.out"; echo "FAIL: $name: the launcher exited $rc"; exit 1; }
-  grep -q -- "--resume auto: resuming from $t/$name/step_" "$t/$name.out" || { cat "$t/$name.out"; echo "FAIL: $name: the restart did not resume"; exit 1; }
+  grep -q "launch.sh: attempt 1 failed with status" "$t/$name.out" || { cat "$t/$name.out"; fail "$name: no restart"; }
+  [ $rc = "${EXPECT_RC:-0}" ] || { cat "$t/$name.out"; fail "$name: the launcher exited $rc"; }
+  grep -q -- "--resume auto: resuming from $t/$name/step_" "$t/$name.out" || { cat "$t/$name.out"; fail "$name: the restart did not resume"; }
 }
 killed B
-[ "$(last_losses "$t/a.jsonl")" = "$(last_losses "$t/B.jsonl")" ] || { paste <(last_losses "$t/a.jsonl") <(last_losses "$t/B.jsonl"); echo "FAIL: restarted losses differ"; exit 1; }
-same_ckpt "$t/A/step_00000020" "$t/B/step_00000020" || { echo "FAIL: the restarted run's step-20 checkpoint differs"; exit 1; }
+[ "$(last_losses "$t/a.jsonl")" = "$(last_losses "$t/B.jsonl")" ] || { paste <(last_losses "$t/a.jsonl") <(last_losses "$t/B.jsonl"); fail "restarted losses differ"; }
+same_ckpt "$t/A/step_00000020" "$t/B/step_00000020" || fail "the restarted run's step-20 checkpoint differs"
 echo "restart after kill -9: $(grep -c 'launch.sh: attempt' "$t/B.out") restart(s), losses and step-20 checkpoint bit-identical to the undisturbed run"
 killed E --elastic "1:$t/one"
 paste <(last_losses "$t/a.jsonl") <(last_losses "$t/E.jsonl") | awk '
   { n++; d = $2 - $1; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5 || $2 == "") bad++ }
   END { printf "elastic restart on 1 rank after kill -9: worst |rel| loss difference %.2e over %d steps\n", w, n; exit (bad || n != 20) }' ||
-  { echo "FAIL: elastic restart"; exit 1; }
-grep -q "^model tiny .*batch 8 x 32 tokens" "$t/E.out" || { cat "$t/E.out"; echo "FAIL: the elastic restart's global batch"; exit 1; }
+  fail "elastic restart"
+grep -q "^model tiny .*batch 8 x 32 tokens" "$t/E.out" || { cat "$t/E.out"; fail "the elastic restart's global batch"; }
 # re-planned by the launcher: --elastic 1 --model builds the 1-rank trainer itself at dp2's global batch of 8
 # (shardc --pick for 1 rank, the micro-batch of 4 kept as given: 2 accumulation micro-steps)
 killed R --elastic 1 --model "${m[*]} -D micro_batch=4" --shardc "$shardc"
 grep -qF "launch.sh: restarts after a failure run $t/dp2.world-1: Compiled for 1 rank(s) (dp 1 x pp 1 x cp 1 x tp 1); global batch 8 sequences per optimizer step (2 accumulation micro-step(s))" "$t/R.out" ||
-  { cat "$t/R.out"; echo "FAIL: the launcher did not re-plan for 1 rank at the global batch of 8"; exit 1; }
-grep -q "^model tiny .*batch 8 x 32 tokens" "$t/R.out" || { cat "$t/R.out"; echo "FAIL: the re-planned restart's global batch"; exit 1; }
+  { cat "$t/R.out"; fail "the launcher did not re-plan for 1 rank at the global batch of 8"; }
+grep -q "^model tiny .*batch 8 x 32 tokens" "$t/R.out" || { cat "$t/R.out"; fail "the re-planned restart's global batch"; }
 paste <(last_losses "$t/a.jsonl") <(last_losses "$t/R.jsonl") | awk '
   { n++; d = $2 - $1; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; if (r > 1e-5 || $2 == "") bad++ }
   END { printf "elastic restart re-planned by the launcher for 1 rank after kill -9: worst |rel| loss difference %.2e over %d steps\n", w, n; exit (bad || n != 20) }' ||
-  { echo "FAIL: the re-planned elastic restart"; exit 1; }
+  fail "the re-planned elastic restart"
 # a world that cannot keep the global batch (8 sequences of micro-batch 4 over 3 ranks): refused before any training
 rc=0
 bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" --elastic 3 --model "${m[*]} -D micro_batch=4" --shardc "$shardc" -- \
   "$t/dp2" "${run[@]}" "${ck[@]}" --save-to "$t/T" >"$t/T.out" 2>&1 || rc=$?
 [ $rc = 2 ] && grep -q "launch.sh: --elastic 3: cannot re-plan .* for 3 rank(s) keeping the global batch of 8 sequences" "$t/T.out" && [ ! -e "$t/T" ] ||
-  { cat "$t/T.out"; echo "FAIL: an elastic world that cannot keep the global batch was not refused before training (status $rc)"; exit 1; }
+  { cat "$t/T.out"; fail "an elastic world that cannot keep the global batch was not refused before training (status $rc)"; }
 echo "elastic re-plan for 3 ranks (global batch 8, micro-batch 4): refused before training: $(grep -A1 'cannot re-plan' "$t/T.out" | tail -1)"
 # 4 ranks at the global batch of 8: the file's micro-batch of 8 cannot be kept, the re-plan chooses one
 # (the job itself stops on a user error here: a missing --data, not restarted)
 rc=0
 bash scripts/launch.sh --np 2 --elastic 4 --model "${m[*]}" --shardc "$shardc" -- "$t/dp2" --data "$t/missing.txt" --save-to "$t/F" >"$t/F.out" 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "launch.sh: restarts after a failure run $t/dp2.world-4: Compiled for 4 rank(s) (.*); global batch 8 sequences" "$t/F.out" ||
-  { cat "$t/F.out"; echo "FAIL: the launcher did not re-plan for 4 ranks at the global batch of 8 (status $rc)"; exit 1; }
+  { cat "$t/F.out"; fail "the launcher did not re-plan for 4 ranks at the global batch of 8 (status $rc)"; }
 echo "elastic re-plan for 4 ranks: $(grep -o 'Compiled for 4 rank.*' "$t/F.out")"
 rc=0
 bash scripts/launch.sh --np 2 --elastic 1 -- "$t/dp2" --save-to "$t/T" >"$t/T.out" 2>&1 || rc=$?
-[ $rc = 2 ] && grep -q "give --model" "$t/T.out" || { cat "$t/T.out"; echo "FAIL: --elastic M without --model (status $rc)"; exit 1; }
+[ $rc = 2 ] && grep -q "give --model" "$t/T.out" || { cat "$t/T.out"; fail "--elastic M without --model (status $rc)"; }
 rc=0
 EXPECT_RC=1 killed H --elastic "1:$t/half"
 grep -q "was written with batch 8 x 32 tokens, this run has 4 x 32" "$t/H.out" && grep -q "not restarting" "$t/H.out" ||
-  { cat "$t/H.out"; echo "FAIL: an elastic restart with another global batch was not refused"; exit 1; }
+  { cat "$t/H.out"; fail "an elastic restart with another global batch was not refused"; }
 echo "elastic restart with another global batch (4 instead of 8): refused, not restarted"
 rc=0
 bash scripts/launch.sh --np 2 --launcher "${mpi[*]}" -- "$t/dp2" --data "$t/missing.txt" --save-to "$t/C" >"$t/C.out" 2>&1 || rc=$?
-[ $rc = 1 ] && grep -q "not restarting" "$t/C.out" || { cat "$t/C.out"; echo "FAIL: a user error was restarted (status $rc)"; exit 1; }
+[ $rc = 1 ] && grep -q "not restarting" "$t/C.out" || { cat "$t/C.out"; fail "a user error was restarted (status $rc)"; }
 # a job that keeps failing is restarted --max-restarts times, then its status is returned
 printf '#!/bin/sh\necho "$*" >>"%s/crash.count"\nexit 3\n' "$t" >"$t/crash.sh"
 chmod +x "$t/crash.sh"
@@ -107,6 +107,6 @@ rc=0
 bash scripts/launch.sh --np 1 --launcher "" --max-restarts 2 --delay 0 -- "$t/crash.sh" --save-to "$t/K" >"$t/K.out" 2>&1 || rc=$?
 [ $rc = 3 ] && [ "$(grep -c -- '--save-to .* --resume auto$' "$t/crash.count")" = 3 ] &&
   grep -q "launch.sh: attempt 3 failed with status 3; no restart left (--max-restarts 2)" "$t/K.out" ||
-  { cat "$t/K.out" "$t/crash.count"; echo "FAIL: --max-restarts 2 (status $rc)"; exit 1; }
+  { cat "$t/K.out" "$t/crash.count"; fail "--max-restarts 2 (status $rc)"; }
 echo "a job failing every time: 1 attempt + 2 restarts (--max-restarts 2), then its status 3"
 echo "restart: ok"

@@ -15,14 +15,13 @@
 # the uninterrupted run's later losses bit-identically; dp2 x tp2 x zero 1 gives the one-rank
 # losses within 1e-5 relative (layouts.sh's tolerance); more consecutive skips than max_skips stop
 # the run with status 1 and no checkpoint of that state.
-set -euo pipefail
-shardc=$(realpath "$1")
-st_close=$(realpath "$2")
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
+st_close=$(abspath "$2")
 mode=${3:-cpu}
-cd "$(dirname "$0")/../.."
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
-fail() { echo "FAIL: $*"; exit 1; }
 
 m=(models/tiny.model -D seq=32 -D on_nonfinite=skip)
 flags=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --keep 0 --ckpt-every 1)

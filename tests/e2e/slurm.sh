@@ -9,26 +9,26 @@
 #     step 6 its launcher restarts the step with --resume auto: every step's loss and the step-12
 #     checkpoint bit-identical to an mpirun run's;
 #   - srun with the wrong task count is refused with the count to use.
-set -euo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
 src=$PWD
 # shellcheck source=tests/codegen/lib.sh
 source tests/codegen/lib.sh
 export PATH="$src/tests/e2e/fake-slurm:$PATH"
 "$shardc" build models/tiny.model -D seq=32 -D micro_batch=4 -D dp=2 -D tp=1 --world 2 -o "$t/dp2" --sbatch "$t/job.sh" 2>"$t/build.err" >/dev/null ||
-  { cat "$t/build.err"; echo "FAIL: build --sbatch"; exit 1; }
+  { cat "$t/build.err"; fail "build --sbatch"; }
 want() { # want FILE LINE...: each line is in FILE
   local f=$1 l
   shift
-  for l in "$@"; do grep -qxF -- "$l" "$f" || { cat "$f"; echo "FAIL: '$l' not in $f"; exit 1; }; done
+  for l in "$@"; do grep -qxF -- "$l" "$f" || { cat "$f"; fail "'$l' not in $f"; }; done
 }
 want "$t/job.sh" "#SBATCH --nodes=1" "#SBATCH --ntasks=2" "#SBATCH --ntasks-per-node=2"
-! grep -q -- "--gpus-per-task" "$t/job.sh" || { echo "FAIL: a GPU asked for a CPU trainer"; exit 1; }
+! grep -q -- "--gpus-per-task" "$t/job.sh" || fail "a GPU asked for a CPU trainer"
 "$shardc" plan models/tiny.model --topology models/topo/p4d-x4.topo --target cuda --sbatch "$t/job32.sh" >/dev/null 2>&1 ||
-  { echo "FAIL: plan --sbatch"; exit 1; }
+  fail "plan --sbatch"
 want "$t/job32.sh" "#SBATCH --nodes=4" "#SBATCH --ntasks=32" "#SBATCH --ntasks-per-node=8" "#SBATCH --gpus-per-task=1"
-grep -qF "/train_tiny'}" "$t/job32.sh" || { cat "$t/job32.sh"; echo "FAIL: plan --sbatch: not for train_tiny"; exit 1; }
+grep -qF "/train_tiny'}" "$t/job32.sh" || { cat "$t/job32.sh"; fail "plan --sbatch: not for train_tiny"; }
 echo "sbatch scripts: 1 node x 2 tasks (dp=2, CPU); 4 nodes x 8 tasks, 1 GPU each (p4d-x4, CUDA)"
 
 ck=(--steps 12 --ckpt-every 4 --threads 1)
@@ -39,19 +39,19 @@ job=$! i=0
 logged() { local n; n=$(grep -c '"loss"' "$t/b.jsonl" 2>/dev/null || true); echo "${n:-0}"; }
 while [ "$(logged)" -lt 6 ] && [ $i -lt 1200 ] && kill -0 $job 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
 pids=$(pgrep -f "^$t/dp2 " || true)
-[ "$(echo "$pids" | wc -w)" = 2 ] || { kill $job; cat "$t/b.out"; echo "FAIL: 2 ranks not found ($pids)"; exit 1; }
+[ "$(echo "$pids" | wc -w)" = 2 ] || { kill $job; cat "$t/b.out"; fail "2 ranks not found ($pids)"; }
 kill -9 "$(echo "$pids" | tail -1)"
 rc=0
 wait $job || rc=$?
-[ $rc = 0 ] || { cat "$t/b.out"; echo "FAIL: the batch script exited $rc"; exit 1; }
-grep -q "via srun" "$t/b.out" || { cat "$t/b.out"; echo "FAIL: the ranks did not bootstrap from srun's variables"; exit 1; }
+[ $rc = 0 ] || { cat "$t/b.out"; fail "the batch script exited $rc"; }
+grep -q "via srun" "$t/b.out" || { cat "$t/b.out"; fail "the ranks did not bootstrap from srun's variables"; }
 grep -q "launch.sh: attempt 1 failed" "$t/b.out" && grep -q -- "--resume auto: resuming from $t/B/step_" "$t/b.out" ||
-  { cat "$t/b.out"; echo "FAIL: no restart from a checkpoint"; exit 1; }
+  { cat "$t/b.out"; fail "no restart from a checkpoint"; }
 last() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1" | awk -F'[:,]' '{ v[$2] = $6 } END { for (s = 1; s <= 12; s++) print v[s] }'; }
-[ "$(last "$t/a.jsonl")" = "$(last "$t/b.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/b.jsonl"); echo "FAIL: losses differ from mpirun's"; exit 1; }
-same_ckpt "$t/A/step_00000012" "$t/B/step_00000012" || { echo "FAIL: the step-12 checkpoint differs from mpirun's"; exit 1; }
+[ "$(last "$t/a.jsonl")" = "$(last "$t/b.jsonl")" ] || { paste <(last "$t/a.jsonl") <(last "$t/b.jsonl"); fail "losses differ from mpirun's"; }
+same_ckpt "$t/A/step_00000012" "$t/B/step_00000012" || fail "the step-12 checkpoint differs from mpirun's"
 echo "sbatch under fake Slurm: srun bootstrap, a kill -9 restarted; losses and step-12 checkpoint bit-identical to mpirun's"
 rc=0
 srun -n 3 "$t/dp2" "${run[@]}" --steps 1 --save-to '' >"$t/c.out" 2>&1 || rc=$?
-[ $rc != 0 ] && grep -q "launch it with srun -n 2" "$t/c.out" || { cat "$t/c.out"; echo "FAIL: srun -n 3 of a 2-rank trainer (status $rc)"; exit 1; }
+[ $rc != 0 ] && grep -q "launch it with srun -n 2" "$t/c.out" || { cat "$t/c.out"; fail "srun -n 3 of a 2-rank trainer (status $rc)"; }
 echo "slurm: ok"

@@ -26,6 +26,14 @@
  *                  1.4 to 9.6 of the bound; the flat bound missed it in two)
  *   loss, 10 steps: |rel| <= 1e-6 (the fp32 rounding above, carried through 10 updates; seen 5e-8)
  *
+ * With the argument `llvm` it checks the same three cases with the CPU kernels LLVM builds
+ * (--cpu-kernels llvm, codegen/llvm_kernels.c: elementwise runs, norms, cross-entropy, AdamW) under
+ * the same bounds, and that each trainer holds LLVM kernels (nm: shardc_llk*; 16 in each case). Their
+ * e^x, tanh and sigmoid are the runtime's polynomial, their multiply-adds contracted otherwise: a
+ * few ulps, within the fp32 roundings above. Seen (2026-11-26): gradients <= 5.3e-7, clipped
+ * gradients <= 7.2e-7 of the largest (llama's w_v, 12u), parameters at most 0.94 of the bound;
+ * 1.5 eps in the LLVM AdamW fails all three cases. About 6 s here, as the C kernels' run.
+ *
  * With the argument `cuda` it checks the CUDA target instead: the same trainers compiled with
  * --target cuda run on the emulated device (SHARDRT_DEVICE=emu: the generated kernels compiled
  * for the host and run by the CPU emulator, cuBLASLt replaced by the CPU BLAS), in f32 with
@@ -132,7 +140,19 @@ static void write_shard(const char *path, int64_t n, int vocab, uint64_t seed) {
 typedef struct {
   Target target;
   bool bf16;
+  bool llvm; /* the CPU target's kernels built by LLVM (--cpu-kernels llvm), not the C ones */
 } Variant;
+
+/* How many LLVM-built kernels (shardc_llk* functions) the trainer exe holds; -1 if nm fails. */
+static int llvm_kernels_in(const char *exe) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "nm '%s' 2>/dev/null | grep -c ' T shardc_llk'", exe);
+  FILE *p = popen(cmd, "r");
+  int n = -1;
+  if (!p || fscanf(p, "%d", &n) != 1) n = -1;
+  if (p) pclose(p);
+  return n;
+}
 
 static void run_case(const char *label, const char *model, const FeDefine *defs0, int ndefs0, bool bytes, Variant var) {
   FeDefine defs[32];
@@ -163,8 +183,13 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
   CHECK(pipeline_run(m, &po), "%s: passes failed", label);
   char exe[512], data[512], cmd[2048];
   snprintf(exe, sizeof exe, "%s/train", dir);
-  CgOptions co = {.source_path = model};
+  CgOptions co = {.source_path = model, .llvm_kernels = var.llvm};
   CHECK(cg_build(m, exe, &co), "%s: codegen failed", label);
+  if (var.llvm) { /* else the C kernels would pass for them */
+    int k = llvm_kernels_in(exe);
+    CHECK(k > 0, "%s: no LLVM kernel in the trainer (nm: %d)", label, k);
+    fprintf(stderr, "  %d LLVM kernels\n", k);
+  }
 
   snprintf(data, sizeof data, "%s/data.bin", dir);
   if (bytes)
@@ -292,6 +317,10 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
 
 int main(int argc, char **argv) {
   const FeDefine tiny[] = {{"micro_batch", "4"}, {"seq", "32"}};
+  /* the Llama-shaped cases (CPU and CUDA): RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head */
+  const FeDefine llama[] = {{"vocab", "300"}, {"seq", "32"}, {"d", "64"},          {"heads", "4"},  {"kv_heads", "2"},
+                            {"layers", "2"},  {"ffn", "96"}, {"micro_batch", "2"}, {"batch", "2"}, {"tp", "1"},
+                            {"sp", "off"}};
   /* `cuda-wide`, by hand (2.5 min here: too long for CI): d 2048, the Llama 509M's width, RMSNorm's backward by
    * norm_bwd_ring with a row over 2 warps (64 rows: 8 blocks) in a whole trainer on the emulated device */
   if (argc > 1 && strcmp(argv[1], "cuda-wide") == 0) {
@@ -299,34 +328,34 @@ int main(int argc, char **argv) {
                              {"layers", "1"},  {"ffn", "96"}, {"micro_batch", "2"}, {"batch", "2"},  {"tp", "1"},
                              {"sp", "off"}};
     run_case("Llama-shaped at d 2048, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", wide, 11,
-             false, (Variant){TARGET_CUDA, true});
+             false, (Variant){TARGET_CUDA, true, false});
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     return failures != 0;
   }
   if (argc > 1 && strcmp(argv[1], "cuda") == 0) { /* the CUDA target on the emulated device */
     run_case("tiny, CUDA target (emulated), f32", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true,
-             (Variant){TARGET_CUDA, false});
+             (Variant){TARGET_CUDA, false, false});
     run_case("tiny, CUDA target (emulated), bf16 mixed precision", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true,
-             (Variant){TARGET_CUDA, true});
-    const FeDefine llama[] = {{"vocab", "300"}, {"seq", "32"}, {"d", "64"},          {"heads", "4"},  {"kv_heads", "2"},
-                              {"layers", "2"},  {"ffn", "96"}, {"micro_batch", "2"}, {"batch", "2"}, {"tp", "1"},
-                              {"sp", "off"}};
+             (Variant){TARGET_CUDA, true, false});
     run_case("Llama-shaped, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false,
-             (Variant){TARGET_CUDA, true});
+             (Variant){TARGET_CUDA, true, false});
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else fprintf(stderr, "CUDA trainers (emulated) match the interpreter\n");
     return failures != 0;
   }
-  run_case("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true, (Variant){TARGET_CPU, false});
+  /* `llvm`: the same cases with the LLVM-built CPU kernels (--cpu-kernels llvm), the same bounds */
+  bool llvm = argc > 1 && strcmp(argv[1], "llvm") == 0;
+  const char *kernels = llvm ? ", LLVM kernels" : "";
+  char label[200];
+  snprintf(label, sizeof label, "tiny byte-level GPT%s", kernels);
+  run_case(label, SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true, (Variant){TARGET_CPU, false, llvm});
   const FeDefine gpt2[] = {{"vocab_size", "1000"}, {"seq", "32"}, {"d", "64"},         {"heads", "4"},
                            {"layers", "2"},        {"micro_batch", "2"}, {"batch", "2"}};
-  run_case("GPT-2 shaped (padded vocab 1000 -> 1024, tied head)", SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 7,
-           false, (Variant){TARGET_CPU, false});
-  const FeDefine llama[] = {{"vocab", "300"}, {"seq", "32"}, {"d", "64"},          {"heads", "4"},  {"kv_heads", "2"},
-                            {"layers", "2"},  {"ffn", "96"}, {"micro_batch", "2"}, {"batch", "2"}, {"tp", "1"},
-                            {"sp", "off"}};
-  run_case("Llama-shaped (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head)",
-           SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false, (Variant){TARGET_CPU, false});
+  snprintf(label, sizeof label, "GPT-2 shaped (padded vocab 1000 -> 1024, tied head)%s", kernels);
+  run_case(label, SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 7, false, (Variant){TARGET_CPU, false, llvm});
+  snprintf(label, sizeof label, "Llama-shaped (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head)%s",
+           kernels);
+  run_case(label, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false, (Variant){TARGET_CPU, false, llvm});
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

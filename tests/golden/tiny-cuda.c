@@ -7,26 +7,26 @@
 
 extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */
 
-/* memory plan: 4453824 bytes (peak 4453824 live); kernel scratch follows it */
-#define WS (M + 4453824)
+/* memory plan: 4421056 bytes (peak 4421056 live); kernel scratch follows it */
+#define WS (M + 4421056)
 
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
+  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1975424)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4203904)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1975424)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4451456)}});
+  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4418688)}});
   /* models/tiny.model:12 */
   rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4451456)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4418688)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 1459328)}, &(char *){(M + 1975424)}});
+  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1459328)}, &(char *){(M + 4105600)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 1975424);
+    char *c1_0 = (M + 4105600);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
@@ -45,104 +45,105 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:9 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 1451264)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3876224 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
       rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1672832)}, &(char *){(M + 1451136)}});
       }
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3483008 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3450240 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3614080 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3581312 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3745152 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2);
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2041216 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2565504 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2565504 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2565504 + i1 * 262144)}});
-        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
-      rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
-      c1_0 = (M + 1975424);
+      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      }
+      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
     }
   }
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4138368), (M + 4203904), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2041088)}});
+  rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2008320)}});
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
-  rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1448960)}, &(char *){(M + 2041088)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 28, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 320)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453760)}, &(char *){(WS + 320)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1448960)}, &(char *){(M + 2008320)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 28, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 320)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 320)}, &(char *){(M + 1448960)}});
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1713280), (M + 4203904), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1713280), (M + 1975424), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 4384128), RT_BF16, (M + 1713280), (M + 4138368), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 4351360), RT_BF16, (M + 1713280), (M + 4171136), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(WS + 256)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(WS + 256)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 32, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4451712)}, &(char *){(M + 4451968)}});
+  rt_cu_launch(ctx, 32, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4418944)}, &(char *){(M + 4419200)}});
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
-    char *c1_0 = (M + 4138368);
+    char *c1_0 = (M + 4171136);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 2040960)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 2008192)}});
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2041088)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2008320)}});
       /* models/std/transformer.model:76 */
-      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4453504 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4420736 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1975424)}});
       /* models/std/transformer.model:73 */
       /* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */
       {
-        const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2565504) + i1 * 262144), (M + 4449664 + i1 * 512));
+        const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2532736) + i1 * 262144), (M + 4416896 + i1 * 512));
         if (ep == RT_CU_EP_NONE) {
           rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
-          rt_cu_launch(ctx, 34, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2565504) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
+          rt_cu_launch(ctx, 34, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2532736) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
         }
         if (ep != RT_CU_EP_ALL) {
-          rt_cu_launch(ctx, 35, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4449664 + i1 * 512)}, &(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+          rt_cu_launch(ctx, 35, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4416896 + i1 * 512)}, &(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
         }
       }
       /* models/std/transformer.model:71 */
@@ -150,92 +151,87 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:69 */
       /* computed by a GEMM's epilogue above */
       /* models/std/transformer.model:73 */
-      rt_cu_copy(ctx, (M + 1451136), ((M + 2041216) + i1 * 262144), 262144);
       /* models/std/transformer.model:73 */
-      rt_cu_copy(ctx, (M + 1975424), c1_0, 65536);
       /* models/std/transformer.model:73 */
-      rt_cu_matmul(ctx, (M + 4269440 + i1 * 32768), RT_BF16, (M + 1451136), (M + 1975424), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4236672 + i1 * 32768), RT_BF16, ((M + 2008448) + i1 * 262144), c1_0, RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1713280), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
-      rt_cu_copy(ctx, (M + 1516672), ((M + 3089792) + i1 * 65536), 65536);
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 4203904 + i1 * 32768), RT_BF16, (M + 1516672), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4105600 + i1 * 32768), RT_BF16, ((M + 3057024) + i1 * 65536), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3220864) + i1 * 65536)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452992 + i1 * 128)}, &(char *){(M + 4453248 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3188096) + i1 * 65536)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4420224 + i1 * 128)}, &(char *){(M + 4420480 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4452736 + i1 * 128)}, &(char *){(M + 1647744)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4419968 + i1 * 128)}, &(char *){(M + 1647744)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1647744), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
-      rt_cu_copy(ctx, (M + 1516672), ((M + 3351936) + i1 * 65536), 65536);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 4433280 + i1 * 8192), RT_BF16, (M + 1516672), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4400512 + i1 * 8192), RT_BF16, ((M + 3319168) + i1 * 65536), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{36, 1, 128, "1x4x64/0", 12288}, {37, 1, 128, "1x4x32/0", 6144}, {38, 1, 256, "1x8x64/0", 12288}, {39, 1, 128, "2x4x16/0", 3072}, {40, 2, 64, "1x2x64/0", 12288}, {41, 1, 256, "1x8x32/0", 6144}, {42, 1, 128, "1x4x16/0", 3072}, {43, 1, 128, "1x4x128/0", 24576}, {44, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){((M + 3483008) + i1 * 65536)}, &(char *){((M + 3614080) + i1 * 65536)}, &(char *){((M + 3745152) + i1 * 65536)}, &(char *){((M + 3351936) + i1 * 65536)}, &(char *){((M + 4416896) + i1 * 8192)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 65536LL}, 2); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{45, 1, 128, "1x4x64/0", 13312}, {46, 1, 128, "1x4x32/3", 6656}, {47, 1, 256, "1x8x64/0", 13312}, {48, 1, 256, "1x8x32/0", 6656}, {49, 2, 64, "1x2x64/0", 13312}, {50, 1, 128, "2x4x16/0", 3328}, {51, 2, 64, "1x2x32/0", 6656}, {52, 1, 128, "1x4x128/0s", 32768}, {53, 1, 256, "1x8x128/0s", 38912}, {54, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3483008) + i1 * 65536)}, &(char *){((M + 3614080) + i1 * 65536)}, &(char *){((M + 3745152) + i1 * 65536)}, &(char *){((M + 4416896) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 8192LL, 65536LL}, 2);
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{36, 1, 128, "1x4x64/0", 12288}, {37, 1, 128, "1x4x32/0", 6144}, {38, 1, 256, "1x8x64/0", 12288}, {39, 1, 128, "2x4x16/0", 3072}, {40, 2, 64, "1x2x64/0", 12288}, {41, 1, 256, "1x8x32/0", 6144}, {42, 1, 128, "1x4x16/0", 3072}, {43, 1, 128, "1x4x128/0", 24576}, {44, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 3319168) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_F32, 16LL, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{45, 1, 128, "1x4x64/0", 13312}, {46, 1, 128, "1x4x32/3", 6656}, {47, 1, 256, "1x8x64/0", 13312}, {48, 1, 256, "1x8x32/0", 6656}, {49, 2, 64, "1x2x64/0", 13312}, {50, 1, 128, "2x4x16/0", 3328}, {51, 2, 64, "1x2x32/0", 6656}, {52, 1, 128, "1x4x128/0s", 32768}, {53, 1, 256, "1x8x128/0s", 38912}, {54, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_BF16, 96LL, 1}});
       /* models/std/transformer.model:32 */
       rt_cu_copy_block(ctx, (M + 1451136), 192, 0, (M + 1713280), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 64, (M + 1778816), 64, 0, 512, 64, 1, 2);
       rt_cu_copy_block(ctx, (M + 1451136), 192, 128, (M + 1844352), 64, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 55, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4450688 + i1 * 384)}, &(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 55, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4417920 + i1 * 384)}, &(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:26 */
       rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1778816)}});
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 1713280), RT_BF16, (M + 1451136), (M + 1778816), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
-      rt_cu_copy(ctx, (M + 1778816), ((M + 3876224) + i1 * 65536), 65536);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 4334976 + i1 * 24576), RT_BF16, (M + 1778816), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4302208 + i1 * 24576), RT_BF16, ((M + 3843456) + i1 * 65536), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 4007296) + i1 * 65536)}, &(char *){(M + 2041088)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4452224 + i1 * 128)}, &(char *){(M + 4452480 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 3974528) + i1 * 65536)}, &(char *){(M + 2008320)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4419456 + i1 * 128)}, &(char *){(M + 4419712 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
-      rt_cu_copy(ctx, (M + 4138368), (M + 1647744), 65536);
-      c1_0 = (M + 4138368);
+      rt_cu_copy(ctx, (M + 4171136), (M + 1647744), 65536);
+      c1_0 = (M + 4171136);
     }
   }
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453504)}, &(char *){(M + 1929856)}});
+  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420736)}, &(char *){(M + 1929856)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4269440)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4236672)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4449664)}, &(char *){(M + 1926272)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4416896)}, &(char *){(M + 1926272)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4203904)}, &(char *){(M + 1582208)}});
+  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1582208)}});
   /* models/std/transformer.model:10 */
   /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453248)}, &(char *){(M + 4452992)}, &(char *){(M + 4452736)}, &(char *){(M + 1930368)}, &(char *){(M + 1930880)}, &(char *){(M + 1931392)}});
+  rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420480)}, &(char *){(M + 4420224)}, &(char *){(M + 4419968)}, &(char *){(M + 1930368)}, &(char *){(M + 1930880)}, &(char *){(M + 1931392)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 60, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4433280)}, &(char *){(M + 1877120)}});
+  rt_cu_launch(ctx, 60, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4400512)}, &(char *){(M + 1877120)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4450688)}, &(char *){(M + 1928320)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4417920)}, &(char *){(M + 1928320)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 62, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4334976)}, &(char *){(M + 1713280)}});
+  rt_cu_launch(ctx, 62, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4302208)}, &(char *){(M + 1713280)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4452480)}, &(char *){(M + 4452224)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
+  rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4419712)}, &(char *){(M + 4419456)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 64, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4138368)}});
+  rt_cu_launch(ctx, 64, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4171136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4451456)}, &(long long){0}}); rt_cu_launch(ctx, 65, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 66, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4418688)}, &(long long){0}}); rt_cu_launch(ctx, 65, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:12 */
   rt_cu_launch(ctx, 67, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 68, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4138368)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 68, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4171136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 70, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4384128)}, &(char *){(M + 1811584)}, &(char *){(M + 4384128)}});
+  rt_cu_launch(ctx, 70, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}, &(char *){(M + 4351360)}});
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 71, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4384128)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 71, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}});
   /* models/tiny.model:26 */
   rt_cu_launch(ctx, 72, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 73, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
@@ -279,10 +275,10 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1929856)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933760)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4451968)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4419200)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4451712)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4418944)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   rt_cu_copy_block(ctx, (M + 1933952), 16, 0, (M + 1932928), 1, 0, 1, 1, 1, 4);
@@ -342,28 +338,28 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:75 */
   rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1929856)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4451968)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4419200)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4451712)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4418944)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
 }
 
 static void eval(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
+  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1975424)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4203904)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1975424)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4451456)}});
+  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4418688)}});
   /* models/tiny.model:12 */
   rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4451456)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4418688)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 1459328)}, &(char *){(M + 1975424)}});
+  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1459328)}, &(char *){(M + 4105600)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 1975424);
+    char *c1_0 = (M + 4105600);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
@@ -382,85 +378,86 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:9 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 1451264)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3876224 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
       rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1672832)}, &(char *){(M + 1451136)}});
       }
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3483008 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3450240 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3614080 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3581312 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3745152 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2);
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2041216 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2565504 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2565504 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2565504 + i1 * 262144)}});
-        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
-      rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
-      c1_0 = (M + 1975424);
+      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      }
+      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
     }
   }
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4138368), (M + 4203904), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 97, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4453760)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 97, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
   (void)ctx;
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4203904)}});
+  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1975424)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 4203904)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1975424)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4451456)}});
+  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4418688)}});
   /* models/tiny.model:12 */
   rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4451456)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4418688)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1975424)}, &(char *){(M + 1459328)}, &(char *){(M + 1975424)}});
+  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1459328)}, &(char *){(M + 4105600)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 1975424);
+    char *c1_0 = (M + 4105600);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
@@ -479,64 +476,65 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:9 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 1451264)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3876224 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
       rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3876224 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1672832)}, &(char *){(M + 1451136)}});
       }
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3483008 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3450240 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3614080 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3581312 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3745152 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
+      rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3351936 + i1 * 65536)}, &(char *){(M + 4416896 + i1 * 8192)}, &(char *){(M + 3483008 + i1 * 65536)}, &(char *){(M + 3614080 + i1 * 65536)}, &(char *){(M + 3745152 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2);
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3220864 + i1 * 65536), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3351936 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3220864 + i1 * 65536)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3089792 + i1 * 65536)}, &(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2041216 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2565504 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2565504 + i1 * 262144), RT_BF16, (M + 3089792 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2565504 + i1 * 262144)}});
-        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2565504 + i1 * 262144)}, &(char *){(M + 2041216 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1582208)}});
+      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (M + 1516672), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3220864 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2041216 + i1 * 262144), (M + 1582208), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
         rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3220864 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(M + 1516672)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
-      rt_cu_copy(ctx, ((M + 4007296) + i1 * 65536), c1_0, 65536);
-      rt_cu_copy(ctx, (M + 1975424), (M + 1516672), 65536);
-      c1_0 = (M + 1975424);
+      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      }
+      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
     }
   }
   /* models/std/transformer.model:9 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4138368)}, &(char *){(M + 1975424)}, &(char *){(M + 2040960)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4138368), (M + 4203904), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
 }
 
 /* the program's kernels: compiled by NVRTC at start for the GPU found, cubins cached */
@@ -1669,7 +1667,7 @@ static const RtTensor tensors[] = {
   {"adam_v:layernorm.w", RT_T_STATE, 0, 1, {64}, 1446144, 0, 0, 0, 0},
   {"adam_m:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446400, 0, 0, 0, 0},
   {"adam_v:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446656, 0, 0, 0, 0},
-  {"loss", RT_T_RESULT, 0, 0, {}, 4453760, 0, 0, 0, 0},
+  {"loss", RT_T_RESULT, 0, 0, {}, 4420992, 0, 0, 0, 0},
   {"grad:wte", RT_T_RESULT, 0, 2, {256, 64}, 1811584, 0, 0, 0, 0},
   {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 1909888, 0, 0, 0, 0},
   {"grad:blocks.layernorm.w", RT_T_RESULT, 0, 2, {2, 64}, 1932416, 1, 0, 0, 0},
@@ -1684,8 +1682,8 @@ static const RtTensor tensors[] = {
   {"grad:blocks.mlp.b_fc", RT_T_RESULT, 0, 2, {2, 256}, 1926272, 1, 0, 0, 0},
   {"grad:blocks.mlp.w_proj", RT_T_RESULT, 0, 3, {2, 256, 64}, 1451136, 1, 0, 0, 0},
   {"grad:blocks.mlp.b_proj", RT_T_RESULT, 0, 2, {2, 64}, 1929856, 1, 0, 0, 0},
-  {"grad:layernorm.w", RT_T_RESULT, 0, 1, {64}, 4451968, 0, 0, 0, 0},
-  {"grad:layernorm.b", RT_T_RESULT, 0, 1, {64}, 4451712, 0, 0, 0, 0},
+  {"grad:layernorm.w", RT_T_RESULT, 0, 1, {64}, 4419200, 0, 0, 0, 0},
+  {"grad:layernorm.b", RT_T_RESULT, 0, 1, {64}, 4418944, 0, 0, 0, 0},
   {"grad_norm", RT_T_RESULT, 0, 0, {}, 1932992, 0, 0, 0, 0},
 };
 
@@ -1696,9 +1694,9 @@ static const RtTensor logits_tensor =
 static const RtProgram program = {
   .model = "tiny",
   .source = "models/tiny.model",
-  .mem_bytes = 4453824,
+  .mem_bytes = 4421056,
   .workspace_bytes = workspace_bytes,
-  .mem_peak = 4453824,
+  .mem_peak = 4421056,
   .batch = 8,
   .seq = 64,
   .global_batch = 8,

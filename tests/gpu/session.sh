@@ -9,13 +9,15 @@
 #   check   tests/gpu/run_gpu.sh: the runtime and every kernel against their references, tiny
 #           against the CPU, GPT-2's loss falling (correctness before any timing)
 #   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
-#           (the candidates timed at the first call), tuned again from the record (a resumed run),
+#           (the candidates checked against the default, then timed, at the first call: the summaries
+#           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
 #           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
 #   sweep   cuda_kernels_gpu's attention tile sweep and the bytes-bound kernels' variants side by side
 #   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
 #           509M Llama shape
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
+#           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
 # Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,7 +58,7 @@ gpt2() {
   shift
   env "$@" "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps 12 --eval-every 0 --val-batches 1 --log "$t/g.jsonl" > "$t/g.out" 2>&1
   local rc=$?
-  grep -E "^(device|attn autotune: [0-9]|gemm autotune: [0-9])" "$t/g.out"
+  grep -E "^(device|attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$t/g.out"
   python3 - "$t/g.jsonl" "$label" "$rc" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l] if sys.argv[3] == "0" else []
@@ -81,22 +83,11 @@ sweep() {
 ncu_step() { # the kernels of a 3-step run past the launches of a 2-step run: the third step's
   command -v ncu >/dev/null || { echo "no ncu"; return 0; }
   local s
-  for s in 2 3; do
-    ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps $s \
-      --eval-every 0 --val-batches 1 > "$t/ncu$s.csv" 2>/dev/null
+  for s in 2 3; do # LC_ALL=C: the numbers as tests/gpu/ncu_sum.py reads them (its CI test: ncu_sum_test.sh)
+    LC_ALL=C ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin/gpt2_cuda" --data "$t/gpt2.bin" \
+      --steps $s --eval-every 0 --val-batches 1 > "$out/ncu$s.csv" 2>/dev/null
   done
-  python3 - "$t/ncu2.csv" "$t/ncu3.csv" <<'PY'
-import csv, collections, sys
-def rows(f):
-    return [r for r in csv.DictReader(l for l in open(f) if l.startswith('"')) if r.get("Metric Name") == "gpu__time_duration.sum"]
-n2 = len(rows(sys.argv[1])); r3 = rows(sys.argv[2])[n2:]
-tot = collections.Counter(); n = collections.Counter()
-for r in r3:
-    v = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}.get(r["Metric Unit"], 1)
-    k = r["Kernel Name"][:70]; tot[k] += v; n[k] += 1
-print("kernels of the third step: %.2f ms in %d launches (ncu, clocks not locked)" % (sum(tot.values()) / 1e3, sum(n.values())))
-for k, v in tot.most_common(25): print("%9.1f us %4d x  %s" % (v, n[k], k))
-PY
+  python3 tests/gpu/ncu_sum.py "$out/ncu2.csv" "$out/ncu3.csv"
 }
 
 export bin t out
@@ -104,7 +95,7 @@ export -f gpt2 tune sweep ncu_step
 part check 120 200 tests/gpu/run_gpu.sh "$bin" 20
 grep -E "^(gpt2-124m|[0-9]+ failure)" "$out/check.log" >> "$sum"
 part tune 60 150 tune
-grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9])" "$out/tune.log" >> "$sum"
+grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
 part sweep 40 90 sweep
 part peers 120 240 bench/gpu_compare.sh "$bin" 20 shardc,llama,llmc,torch,torchllama
 grep -E "median" "$out/peers.log" >> "$sum"

@@ -2,7 +2,7 @@
 # The textual IR reader against the printer, on the bundled models (label: passes, golden).
 #   usage: ir_roundtrip.sh SHARDC IR_OPT
 # 1. Round trip: print(read(T)) == T byte for byte, for
-#    - the `shardc plan` text of every golden case (tests/golden/golden.sh's list) less its
+#    - the `shardc plan` text of every golden case (tests/golden/cases.sh) less its
 #      reports, which are computed from the IR and not read back: `#` lines (rank classes,
 #      communication, memory), the `parameters:` table and `flops per token:`;
 #    - the IR after every pass (--dump-ir=after:all), whole.
@@ -13,20 +13,15 @@
 #    without locations for that pass), and memplan's run prints the memory summary (`#` lines).
 #    The passes after memplan that read its placement (epilogue, fuse_ce), which the IR text does
 #    not carry, are replayed with memplan run again first.
-set -euo pipefail
-shardc=$(realpath "$1")
-opt=$(realpath "$2")
-cd "$(dirname "$0")/../.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+shardc=$(abspath "$1")
+opt=$(abspath "$2")
+status=0
+# shellcheck source=tests/golden/cases.sh
+source tests/golden/cases.sh
 cases=(
-  "tiny|models/tiny.model"
-  "gpt2-124m|models/gpt2-124m.model"
-  "gpt2-124m-tp8|models/gpt2-124m.model|-D tp=8"
-  "gpt2-124m-dp4-tp8|models/gpt2-124m.model|-D tp=8 --topology models/topo/p4d-x4.topo"
-  "llama3-8b|models/llama3-8b.model"
-  "gpt3-175b|models/gpt3-175b.model"
+  "${golden_cases[@]}"
   "tiny-cuda-bf16|models/tiny.model|--world 1 --target cuda -D precision=bf16"
   "tiny-zero3-dp2|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=3 --world 2"
   "tiny-cuda-zero2-offload|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=2 -D offload=on --world 2 --target cuda"
@@ -46,54 +41,54 @@ for c in "${cases[@]}"; do
   IFS='|' read -r name model flags <<<"$c"
   # shellcheck disable=SC2086
   # (a plan that does not fit its devices exits 1 after printing itself: tests/report/fit.sh)
-  "$shardc" plan "$model" $flags >"$tmp/$name.plan" 2>/dev/null || true
-  ir_part "$tmp/$name.plan" >"$tmp/$name.want"
-  if ! "$opt" "$tmp/$name.plan" >"$tmp/$name.got" 2>"$tmp/err" || ! cmp -s "$tmp/$name.want" "$tmp/$name.got"; then
+  "$shardc" plan "$model" $flags >"$t/$name.plan" 2>/dev/null || true
+  ir_part "$t/$name.plan" >"$t/$name.want"
+  if ! "$opt" "$t/$name.plan" >"$t/$name.got" 2>"$t/err" || ! cmp -s "$t/$name.want" "$t/$name.got"; then
     echo "round trip FAILED: $name (shardc plan $model $flags)"
-    cat "$tmp/err"
-    diff "$tmp/$name.want" "$tmp/$name.got" | head -20 || true
-    fail=1
+    cat "$t/err"
+    diff "$t/$name.want" "$t/$name.got" | head -20 || true
+    status=1
   fi
-  sed -n '1,/^$/p' "$tmp/$name.plan" >"$tmp/$name.header"
+  sed -n '1,/^$/p' "$t/$name.plan" >"$t/$name.header"
   replay_flags=() # what the plan was made with that the module header does not say
   [[ "$flags" == *"--target cuda"* ]] && replay_flags+=(--target cuda)
   [[ "$flags" =~ --world\ ([0-9]+) ]] && replay_flags+=(--world "${BASH_REMATCH[1]}")
   # shellcheck disable=SC2086
   "$shardc" plan "$model" $flags --dump-ir=after:all 2>/dev/null |
-    awk -v d="$tmp" -v n="$name" '/^# ---- after /{f = d "/" n ".after." $4; print $4 >> (d "/" n ".passes"); next} {print > f}' || true
+    awk -v d="$t" -v n="$name" '/^# ---- after /{f = d "/" n ".after." $4; print $4 >> (d "/" n ".passes"); next} {print > f}' || true
   prev=
   while read -r p; do
-    f="$tmp/$name.after.$p"
+    f="$t/$name.after.$p"
     npass=$((npass + 1))
-    if ! "$opt" "$f" >"$tmp/got" 2>"$tmp/err" || ! cmp -s "$f" "$tmp/got"; then
+    if ! "$opt" "$f" >"$t/got" 2>"$t/err" || ! cmp -s "$f" "$t/got"; then
       echo "round trip FAILED: $name after $p"
-      cat "$tmp/err"
-      diff "$f" "$tmp/got" | head -20 || true
-      fail=1
+      cat "$t/err"
+      diff "$f" "$t/got" | head -20 || true
+      status=1
     fi
     if [ -n "$prev" ]; then
-      cat "$tmp/$name.header" "$tmp/$name.after.$prev" >"$tmp/in.ir"
+      cat "$t/$name.header" "$t/$name.after.$prev" >"$t/in.ir"
       placed=()
       [[ "$p" = epilogue || "$p" = fuse_ce ]] && placed=(--pass memplan)
-      if ! "$opt" "$tmp/in.ir" "${placed[@]}" --pass "$p" --graph-only "${replay_flags[@]}" 2>"$tmp/err" | grep -v '^#' >"$tmp/got"; then
+      if ! "$opt" "$t/in.ir" "${placed[@]}" --pass "$p" --graph-only "${replay_flags[@]}" 2>"$t/err" | grep -v '^#' >"$t/got"; then
         echo "replay FAILED: $name: pass $p on the IR after $prev"
-        cat "$tmp/err"
-        fail=1
+        cat "$t/err"
+        status=1
       else
         want="$f"
         if [ "$p" = optimizer ]; then
-          no_locs "$f" >"$tmp/want.nl" && no_locs "$tmp/got" >"$tmp/got.nl"
-          want="$tmp/want.nl" && cp "$tmp/got.nl" "$tmp/got"
+          no_locs "$f" >"$t/want.nl" && no_locs "$t/got" >"$t/got.nl"
+          want="$t/want.nl" && cp "$t/got.nl" "$t/got"
         fi
-        if ! cmp -s "$want" "$tmp/got"; then
+        if ! cmp -s "$want" "$t/got"; then
           echo "replay FAILED: $name: pass $p on the IR after $prev differs from the pipeline's"
-          diff "$want" "$tmp/got" | head -20 || true
-          fail=1
+          diff "$want" "$t/got" | head -20 || true
+          status=1
         fi
       fi
     fi
     prev=$p
-  done <"$tmp/$name.passes"
+  done <"$t/$name.passes"
 done
-[ $fail = 0 ] && echo "ir round trip: ${#cases[@]} plans and $npass after-pass dumps read back identical; every pass replayed"
-exit $fail
+[ $status = 0 ] && echo "ir round trip: ${#cases[@]} plans and $npass after-pass dumps read back identical; every pass replayed"
+exit $status

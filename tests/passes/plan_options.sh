@@ -4,26 +4,18 @@
 # no-op with a note on the CPU target, applied on the CUDA target (the optimizer state leaves the
 # device plan for the host one: the device total drops by exactly that state), and an error
 # without a ZeRO stage. Usage: plan_options.sh SHARDC
-set -uo pipefail
-shardc=$(realpath "$1")
-cd "$(dirname "$0")/../.."
-fail=0
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+set +e # every case runs: $status collects the failures
+shardc=$(abspath "$1")
+status=0
 m=tests/passes/plan/offload.model
-expect() { # expect WANT_EXIT "needle" ... -- shardc plan args
-  local want=$1; shift
-  local needles=()
-  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
-  shift
-  local out rc
-  out=$("$shardc" plan "$@" 2>&1 >/dev/null); rc=$?
-  if [ "$rc" != "$want" ]; then echo "FAIL: shardc plan $* exited $rc, want $want"; echo "$out"; fail=1; return; fi
-  for n in "${needles[@]}"; do
-    if ! grep -qF -- "$n" <<<"$out"; then echo "FAIL: shardc plan $*: no '$n' in:"; echo "$out"; fail=1; fi
-  done
-  if grep -qi "warning.*recompute" <<<"$out"; then echo "FAIL: shardc plan $*: a warning names recompute:"; echo "$out"; fail=1; fi
+expect() { # expect WANT_EXIT "needle" ... -- shardc args: expect_shardc's checks, and no warning names recompute
+  expect_shardc "$@"
+  if grep -qi "warning.*recompute" <<<"$out"; then echo "FAIL: shardc $*: a warning names recompute:"; echo "$out"; status=1; fi
 }
-expect 0 "$m:25:10: note: offload: on the CPU target the optimizer state already lives in host memory" -- $m --world 1
-expect 0 -- $m --world 1 --target cuda
+expect 0 "$m:25:10: note: offload: on the CPU target the optimizer state already lives in host memory" -- plan $m --world 1
+expect 0 -- plan $m --world 1 --target cuda
 bytes() { grep -m1 -A100 "$3" <<<"$1" | grep -m1 "^#   $2 " | awk '{ for (i = 1; i <= NF; i++) if ($i == "B") { print $(i - 1); exit } }'; }
 on=$("$shardc" plan $m --world 1 --target cuda 2>/dev/null); off=$("$shardc" plan $m --world 1 --target cuda -D offload=off 2>/dev/null)
 dev_on=$(bytes "$on" total "^# memory per rank"); dev_off=$(bytes "$off" total "^# memory per rank")
@@ -31,26 +23,26 @@ opt_off=$(bytes "$off" "optimizer state" "^# memory per rank"); opt_on=$(bytes "
 host_opt=$(bytes "$on" "optimizer state" "^# host memory per rank")
 if [ -z "$host_opt" ] || [ "$opt_on" != 0 ] || [ "$host_opt" != "$opt_off" ] || [ $((dev_off - dev_on)) != "$opt_off" ]; then
   echo "FAIL: offload on CUDA: device total $dev_off -> $dev_on, optimizer state $opt_off -> $opt_on on the device, ${host_opt:-none} on the host"
-  fail=1
+  status=1
 fi
 ir=$("$shardc" plan $m --world 1 --target cuda --dump-ir 2>/dev/null)
 for op in "= to_host(" "= to_device(" "@host = state  \"adam_m:"; do
-  grep -qF -- "$op" <<<"$ir" || { echo "FAIL: offload on CUDA: no '$op' in --dump-ir"; fail=1; }
+  grep -qF -- "$op" <<<"$ir" || { echo "FAIL: offload on CUDA: no '$op' in --dump-ir"; status=1; }
 done
 expect 1 "error: \`offload\` moves ZeRO's sharded optimizer state to the host: it needs zero 1, 2 or 3 (the plan has zero 0)" \
-  -- models/tiny.model --world 1 -D offload=on
-expect 1 "error: \`recompute\` needs one of none, full or selective, got \`block\`" -- $m --world 1 -D recompute=block
-expect 1 "got \`ful\`" "note: did you mean \`full\`?" -- $m --world 1 -D recompute=ful
-for r in none selective full; do expect 0 -- models/tiny.model --world 1 -D recompute=$r; done
-expect 0 -- models/tiny.model --world 2 -D zero=3 -D batch=32 # zero 3 with accumulation: planned
+  -- plan models/tiny.model --world 1 -D offload=on
+expect 1 "error: \`recompute\` needs one of none, full or selective, got \`block\`" -- plan $m --world 1 -D recompute=block
+expect 1 "got \`ful\`" "note: did you mean \`full\`?" -- plan $m --world 1 -D recompute=ful
+for r in none selective full; do expect 0 -- plan models/tiny.model --world 1 -D recompute=$r; done
+expect 0 -- plan models/tiny.model --world 2 -D zero=3 -D batch=32 # zero 3 with accumulation: planned
 # a ZeRO stage with nothing to shard over (dp 1, cp 1) says so (it is not ignored silently): where the
 # model file wrote it (gpt2-124m.model:28: `zero 1`), and for a -D; a plan that shards says nothing
 expect 0 "models/gpt2-124m.model:28:3: note: zero 1: the data-parallel group is one rank (dp 1, cp 1): nothing to shard, the rank holds the whole optimizer state" \
-  -- models/gpt2-124m.model --world 1 -D layers=1
+  -- plan models/gpt2-124m.model --world 1 -D layers=1
 expect 0 "note: zero 2: the data-parallel group is one rank (dp 1, cp 1): nothing to shard, the rank holds the whole optimizer state, gradients and parameters" \
-  -- models/tiny.model --world 1 -D zero=2
+  -- plan models/tiny.model --world 1 -D zero=2
 if "$shardc" plan models/tiny.model --world 2 -D zero=2 2>&1 >/dev/null | grep -q "nothing to shard"; then
-  echo "FAIL: zero 2 over dp 2 says it shards nothing"; fail=1
+  echo "FAIL: zero 2 over dp 2 says it shards nothing"; status=1
 fi
-[ $fail = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted"
-exit $fail
+[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted"
+exit $status

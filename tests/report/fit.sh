@@ -46,8 +46,8 @@ acts() { # recompute mode, layers -> activation bytes at the peak
     awk '/^#   activations / { print $3 }'
 }
 sbh=$((2048 * 12288 / 8))
-for mode in none:32 selective:22 full:6; do
-  r=${mode%%:*} want=${mode##*:}
+for rmode in none:32 selective:22 full:6; do
+  r=${rmode%%:*} want=${rmode##*:}
   a96=$(acts "$r" 96)
   a48=$(acts "$r" 48)
   eval "a_$r=\${a96:-0}"

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bigram_prog.h"
+#include "train_child.h" /* Result, read_text */
 #include "train/train.h"
 #include "../check.h" /* CHECK */
 
@@ -15,7 +17,6 @@ extern int failures;      /* checks failed so far */
 extern char tmpdir[256];  /* this test's temporary folder (main makes it) */
 
 char *path_of(const char *name); /* tmpdir/name */
-char *read_text(const char *path); /* the whole file ("" when unreadable); caller frees */
 void write_bytes(const char *path, const void *data, size_t n);
 /* An llm.c shard: header (magic, version, count) then tokens of elem bytes. count_override >= 0
  * writes that count in the header instead of n. */
@@ -24,15 +25,9 @@ void write_shard(const char *path, int magic, int version, int elem, const uint3
 
 /* ---- the bigram program ---- */
 
-enum { NLAYER = 2, MB = 4, SEQ = 8 };
+enum { NLAYER = BG_LAYERS, MB = 4, SEQ = 8 };
 
-typedef struct {
-  int64_t V, VP; /* vocabulary, padded logits width */
-  int64_t o_wte, o_bias, o_mw, o_vw, o_mb, o_vb, o_tok, o_tgt, o_lr, o_step, o_loss, o_gn, o_logits, o_gw,
-      o_gb; /* bytes */
-} Layout;
-
-extern Layout lay;     /* the program's offsets (make_program) */
+extern BgLayout lay;   /* the program's offsets (make_program) */
 extern RtProgram prog; /* the program (make_program) */
 
 #define F32(off) ((float *)(M + (off)))
@@ -43,10 +38,6 @@ void make_program(int64_t V, int schedule, int64_t warmup, int64_t steps);
 
 /* ---- running the trainer in a child ---- */
 
-typedef struct {
-  int status;      /* exit status, or 128 + signal */
-  char *out, *err; /* captured stdout, stderr */
-} Result;
 
 void free_result(Result *r);
 /* Runs rt_train_main(prog) with the NULL-terminated arguments. */

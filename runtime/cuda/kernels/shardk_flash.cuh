@@ -335,7 +335,11 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_fwd: tiles over the shared memory of a block");
   bf16 *const sm = (bf16 *)dyn_smem(SMEM); /* K [2], V [2], (RS) Q's rows */
   bf16 *const ks = sm, *const vs = sm + 2 * TL, *const rsm = sm + 4 * TL;
-  const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)); /* scale * log2 e */
+  const float c2 = (float)(1.4426950408889634 / sqrt((double)HD)) /* scale * log2 e */
+#ifdef SK_TEST_WRONG_FWD /* a test's deliberately wrong candidate (emu.c, SHARDRT_EMU_WRONG_ATTN): twice the scale */
+                   * (MT * 100000 + W * 1000 + BK == SK_TEST_WRONG_FWD ? 2.0f : 1.0f)
+#endif
+      ;
   int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   FlashBlock fb = flash_block(CAUSAL);
   i64 b = fb.b;

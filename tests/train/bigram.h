@@ -1,12 +1,15 @@
-/* tests/cudart/bigram.h — a bigram language model over the offsets of one allocation, in code that
- * is both C (the CPU program of test_cudart's `train`) and CUDA C++ (the device program's kernels:
- * the file is pasted into its RtCudaCode source after `#define BG_FN __device__`), so the two
- * programs compute the same thing: logits[i] = wte[tokens[i]] + bias[0] + bias[1] (bias stacked,
+/* tests/train/bigram.h — a bigram language model over the offsets of one allocation, in code that
+ * is both C (the CPU program of the trainer's tests and of test_cudart's `train`) and CUDA C++ (the
+ * device program's kernels of test_cudart's `train`: the file is pasted into its RtCudaCode source
+ * after `#define BG_FN __device__`), so the programs compute the same thing (bigram_prog.h lays
+ * them out): logits[i] = wte[tokens[i]] + bias[0] + bias[1] (bias stacked,
  * 2 layers), mean softmax cross-entropy, AdamW with bias correction from the "step" input.
  * Serial on purpose (one thread): the test is about the trainer moving tensors, not the kernels.
  */
+#ifndef SHARDC_TESTS_BIGRAM_H
+#define SHARDC_TESTS_BIGRAM_H
 #ifndef BG_FN
-#define BG_FN static
+#define BG_FN static inline /* inline: a file may use a few of them */
 #endif
 
 typedef struct {
@@ -83,3 +86,5 @@ BG_FN void bg_eval(char *M, BgLayout L) {
   bg_forward(M, L);
   *BG_F32(M, L.o_loss) = bg_xent(M, L, 0);
 }
+
+#endif
