@@ -13,7 +13,7 @@
 #include "kcases.h"
 #include "ref.h"
 
-#define KC_MAX_BUFS 2048
+#define KC_MAX_BUFS 4096
 
 struct KC {
   const KBackend *be; /* NULL in pass 0 */
