@@ -147,22 +147,23 @@ inline void wgmma_commit() {
 
 inline void wgmma_complete(const WgOp &o) {
   const int l = lane(), g = l >> 2, t = l & 3, w = (me().linear >> 5) & 3;
-  for (int i = 0; i < o.n / 8; i++)
+  float a[2][16], bcol[2][16]; /* this thread's two rows of A, and the two columns of B of a column tile */
+  for (int h = 0; h < 2; h++) {
+    const int row = 16 * w + g + 8 * h;
+    for (int k = 0; k < 16; k++)
+      a[h][k] = o.a_reg ? bf16_lo(o.slab[g * 4 + (k % 8) / 2][h + 2 * (k >= 8)], k & 1)
+                        : wgmma_smem_bf16(wgmma_elem_addr(o.adesc, row, k, o.ta));
+  }
+  for (int i = 0; i < o.n / 8; i++) {
+    for (int j = 0; j < 2; j++)
+      for (int k = 0; k < 16; k++) bcol[j][k] = wgmma_smem_bf16(wgmma_elem_addr(o.bdesc, 8 * i + 2 * t + j, k, o.tb));
     for (int v = 0; v < 4; v++) {
-      const int row = 16 * w + g + 8 * (v >> 1), col = 8 * i + 2 * t + (v & 1), r16 = row % 16;
+      const int h = v >> 1, j = v & 1;
       float acc = o.scale_d ? o.d[4 * i + v] : 0.0f;
-      for (int k = 0; k < 16; k++) {
-        float a;
-        if (o.a_reg) {
-          uint32_t word = o.slab[(r16 % 8) * 4 + (k % 8) / 2][(r16 >= 8) + 2 * (k >= 8)];
-          a = bf16_lo(word, k & 1);
-        } else {
-          a = wgmma_smem_bf16(wgmma_elem_addr(o.adesc, row, k, o.ta));
-        }
-        acc = fmaf(a, wgmma_smem_bf16(wgmma_elem_addr(o.bdesc, col, k, o.tb)), acc);
-      }
+      for (int k = 0; k < 16; k++) acc = fmaf(a[h][k], bcol[j][k], acc);
       o.d[4 * i + v] = acc;
     }
+  }
 }
 
 /* wgmma.wait_group n: every group but the n most recent complete */
