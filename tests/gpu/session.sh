@@ -12,9 +12,10 @@
 #           (the candidates checked against the default, then timed, at the first call: the summaries
 #           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
 #           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
-#   sweep   cuda_kernels_gpu's attention tile sweep and the bytes-bound kernels' variants side by side
 #   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
 #           509M Llama shape
+#   sweep   cuda_kernels_gpu's attention tile sweep (mma.sync tiles in dynamic shared memory, the
+#           wgmma forward's on sm_90a) and the bytes-bound kernels' variants side by side
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
 #           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
@@ -94,11 +95,11 @@ export bin t out
 export -f gpt2 tune sweep ncu_step
 part check 120 200 tests/gpu/run_gpu.sh "$bin" 20
 grep -E "^(gpt2-124m|[0-9]+ failure)" "$out/check.log" >> "$sum"
-part tune 60 150 tune
+part tune 60 200 tune
 grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
-part sweep 40 90 sweep
 part peers 120 240 bench/gpu_compare.sh "$bin" 20 shardc,llama,llmc,torch,torchllama
 grep -E "median" "$out/peers.log" >> "$sum"
+part sweep 40 150 sweep
 part offload 60 90 tests/gpu/run_offload.sh "$bin" 12 2
 grep -E "median|over the rounds" "$out/offload.log" >> "$sum"
 part ncu 50 90 ncu_step
