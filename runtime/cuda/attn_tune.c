@@ -246,8 +246,19 @@ static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncan
   return c;
 }
 
+/* SHARDRT_ATTN_WGMMA=0 keeps the wgmma candidates out where the device would run them (the forward
+ * on mma.sync alone): a fallback should one of them fault on a GPU, which the output check cannot
+ * catch (the fault ends the process). */
+static int wgmma_allowed(void) {
+  const char *v = getenv("SHARDRT_ATTN_WGMMA");
+  if (!v || !*v) return 1;
+  if (!strcmp(v, "0") || !strcmp(v, "1")) return v[0] == '1';
+  rt_fatal(1, "SHARDRT_ATTN_WGMMA=%s: want 0 (no wgmma attention candidates) or 1 (where the device runs them)", v);
+}
+
 int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *out, int max) {
   int m = 0;
+  wgmma = wgmma && wgmma_allowed();
   for (int i = 0; i < n && m < max; i++)
     if (wgmma || strncmp(cand[i].tiles, "wg", 2) != 0) out[m++] = cand[i];
   return m;

@@ -47,7 +47,8 @@ typedef struct {
   unsigned smem; /* bytes of dynamic shared memory */
 } RtCuTileCand;
 /* The candidates the device runs (attn_tune.c): all, less the attention's wgmma ones (tiles "wg...",
- * built for sm_90a only) unless wgmma (RtCuOps.wgmma); at most max, into out. Returns how many. */
+ * built for sm_90a only) unless wgmma (RtCuOps.wgmma) and SHARDRT_ATTN_WGMMA is not 0; at most max,
+ * into out. Returns how many. */
 int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *out, int max);
 /* What the autotuning's check needs of output i (outs[i], i < nout): before a candidate may be timed,
  * its outputs are compared with the default's on the same operands (runtime/cuda/tune_check.c): dt its

@@ -178,6 +178,10 @@ int test_attn_tune(const char *which) {
     CHECK(n0 == 2 && out[0].k == 0 && out[1].k == 2, "without wgmma: %d candidates (want k0 and k2)", n0);
     n1 = rt_cu_tile_avail(c, 3, 1, out, 4);
     CHECK(n1 == 3 && out[1].k == 1 && out[1].smem == 82944, "with wgmma: %d candidates (want all 3)", n1);
+    setenv("SHARDRT_ATTN_WGMMA", "0", 1); /* the fallback should a wgmma kernel fault on a GPU */
+    n1 = rt_cu_tile_avail(c, 3, 1, out, 4);
+    CHECK(n1 == 2 && out[0].k == 0 && out[1].k == 2, "SHARDRT_ATTN_WGMMA=0: %d candidates (want k0 and k2)", n1);
+    unsetenv("SHARDRT_ATTN_WGMMA");
   }
   agree_case();
   setenv("SHARDRT_DEVICE", which, 1);

@@ -7,7 +7,9 @@
 # Parts, in order of what they decide (a part that would start with under its minimum left is skipped
 # and says so):
 #   check   tests/gpu/run_gpu.sh: the runtime and every kernel against their references, tiny
-#           against the CPU, GPT-2's loss falling (correctness before any timing)
+#           against the CPU, GPT-2's loss falling (correctness before any timing); then a probe:
+#           GPT-2's first 2 steps with every attention candidate offered, else without the wgmma
+#           tiles (SHARDRT_ATTN_WGMMA=0), else without autotuning, the rest run under what started
 #   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
 #           (the candidates checked against the default, then timed, at the first call: the summaries
 #           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
@@ -91,10 +93,28 @@ ncu_step() { # the kernels of a 3-step run past the launches of a 2-step run: th
   python3 tests/gpu/ncu_sum.py "$out/ncu2.csv" "$out/ncu3.csv"
 }
 
+probe() { # GPT-2's start with every candidate offered: the first settings under which 2 steps run
+  local v
+  for v in "" "SHARDRT_ATTN_WGMMA=0" "SHARDRT_ATTN_WGMMA=0 SHARDRT_ATTN_AUTOTUNE=0"; do
+    # shellcheck disable=SC2086 # v: variable assignments for env
+    env $v timeout -k 5 150 "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps 2 --eval-every 0 --val-batches 1 \
+      > "$out/probe${v:+-${v%%=*}}.log" 2>&1 && { echo "settings: ${v:-all candidates}"; return 0; }
+  done
+  return 1
+}
+
 export bin t out
-export -f gpt2 tune sweep ncu_step
+export -f gpt2 tune sweep ncu_step probe
 part check 120 200 tests/gpu/run_gpu.sh "$bin" 20
 grep -E "^(gpt2-124m|[0-9]+ failure)" "$out/check.log" >> "$sum"
+# Should a candidate fault on the GPU (a fault ends the process; the autotuning's output check cannot
+# catch it), the parts after this one run without the wgmma tiles, or without autotuning, and say so
+settings=$(probe) || settings="settings: GPT-2 does not start even without autotuning (probe*.log)"
+echo "$settings" | tee -a "$sum"
+case $settings in
+  *"SHARDRT_ATTN_AUTOTUNE=0"*) export SHARDRT_ATTN_WGMMA=0 SHARDRT_ATTN_AUTOTUNE=0 ;;
+  *"SHARDRT_ATTN_WGMMA=0"*) export SHARDRT_ATTN_WGMMA=0 ;;
+esac
 part tune 60 200 tune
 grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
 part peers 120 240 bench/gpu_compare.sh "$bin" 20 shardc,llama,llmc,torch,torchllama
