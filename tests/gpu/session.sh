@@ -10,12 +10,12 @@
 #           against the CPU, GPT-2's loss falling (correctness before any timing); then a probe:
 #           GPT-2's first 2 steps with every attention candidate offered, else without the wgmma
 #           tiles (SHARDRT_ATTN_WGMMA=0), else without autotuning, the rest run under what started
+#   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
+#           509M Llama shape
 #   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
 #           (the candidates checked against the default, then timed, at the first call: the summaries
 #           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
 #           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
-#   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
-#           509M Llama shape
 #   sweep   cuda_kernels_gpu's attention tile sweep (mma.sync tiles in dynamic shared memory, the
 #           wgmma forward's on sm_90a) and the bytes-bound kernels' variants side by side
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
@@ -77,7 +77,6 @@ tune() { # the records sit beside the cubins: the attention's removed so that it
   gpt2 "attn tuned (from the record)" SHARDRT_ATTN_AUTOTUNE=1
   gpt2 "gemm heuristic, own bias gradient" SHARDRT_GEMM_AUTOTUNE=0
   gpt2 "gemm heuristic, cuBLASLt DGELU_BGRAD" SHARDRT_GEMM_AUTOTUNE=0 SHARDRT_GEMM_BGRAD=fused
-  gpt2 "all tuned (again)" SHARDRT_ATTN_AUTOTUNE=1
 }
 sweep() {
   SHARDK_ATTN_SWEEP=only "$bin/cuda_kernels_gpu"
@@ -115,10 +114,10 @@ case $settings in
   *"SHARDRT_ATTN_AUTOTUNE=0"*) export SHARDRT_ATTN_WGMMA=0 SHARDRT_ATTN_AUTOTUNE=0 ;;
   *"SHARDRT_ATTN_WGMMA=0"*) export SHARDRT_ATTN_WGMMA=0 ;;
 esac
-part tune 60 200 tune
-grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
 part peers 120 240 bench/gpu_compare.sh "$bin" 20 shardc,llama,llmc,torch,torchllama
 grep -E "median" "$out/peers.log" >> "$sum"
+part tune 60 200 tune
+grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
 part sweep 40 150 sweep
 part offload 60 90 tests/gpu/run_offload.sh "$bin" 12 2
 grep -E "median|over the rounds" "$out/offload.log" >> "$sum"
