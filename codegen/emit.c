@@ -69,7 +69,8 @@ static void emit_repeat(Cg *c, Node *n) {
     Value *y = b->results[r];
     if (y->def->op != OP_ARG && y->offset == n->out[r]->offset && y->stride == cg_bytes(y)) continue; /* in place */
     const char *dst = arena_printf(c->a, "(%s + i%d * %" PRId64 ")", cg_ptr(c, n->out[r]), d, cg_bytes(y));
-    bool stack = y->def->op == OP_ARG && y->def->a.index < nc && memplan_carry_in_stack(n, y->def->a.index) == r;
+    bool stack = y->def->op == OP_ARG && y->def->a.index < nc && b->results[y->def->a.index]->last_in &&
+                 memplan_carry_in_stack(n, y->def->a.index) == r;
     if (stack) { /* the carry is there already but for the first iteration's input */
       cg_line(c, "if (%s != %s) {", cg_ptr(c, y), dst);
       c->indent++;
