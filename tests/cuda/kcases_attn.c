@@ -1,0 +1,248 @@
+/* tests/cuda/kcases_attn.c — the kernel cases of attention (the CUDA-core and tensor-core kernels, every
+ * tile candidate, the wgmma forward) and of ring attention's pieces (context parallelism); the rest
+ * and the driver in kcases.c, whose header comment states the tolerances. */
+#include "kcases.h"
+
+#include "kcases_int.h"
+
+#include "cu_internal.h" /* rt_cu_tune_agree: the autotuning's check (runtime/cuda/tune_check.c) */
+#include "dtype.h"
+
+/* ---- attention ------------------------------------------------------------------------------------------------ */
+
+/* The compiled tiles' outputs of an attention case (attn_case with cfg NULL fills them), which each other
+ * candidate of cuk_flash_variants must match on the same inputs within the autotuning's check
+ * (runtime/cuda/tune_check.c, with cuk_flash_check's terms and roundings): what a trainer's first call
+ * compares before it may time a candidate. The backward is compared from the default's o and lse, so
+ * that each kernel sees the same inputs, as at the check. */
+typedef struct {
+  float *o, *l, *dq, *dk, *dv;
+} AttnOut;
+
+/* The check on got against def (floats holding dt's values): expect() with the largest error/tolerance. */
+static void tune_agree(KC *c, const char *what, const float *def, const float *got, int64_t n, DType dt,
+                       long long terms, int rounds) {
+  size_t es = dt == DT_BF16 ? 2 : 4;
+  unsigned char *d = malloc((size_t)n * es + 2), *g = malloc((size_t)n * es + 2);
+  for (int64_t i = 0; i < n; i++) {
+    if (dt == DT_BF16) {
+      uint16_t x = rt_f32_to_bf16_ref(def[i]), y = rt_f32_to_bf16_ref(got[i]); /* exact: they hold bf16 values */
+      memcpy(d + 2 * i, &x, 2), memcpy(g + 2 * i, &y, 2);
+    } else {
+      memcpy(d + 4 * i, &def[i], 4), memcpy(g + 4 * i, &got[i], 4);
+    }
+  }
+  RtCuAgree a;
+  int ok = rt_cu_tune_agree(d, g, dt == DT_BF16 ? RT_BF16 : RT_F32, n, terms, rounds, &a);
+  expect(c, arena_printf(c->a, "%s: the autotuning's check, |diff| / tolerance %.2g (largest |diff| %.3g)", what,
+                         a.ratio, a.max_err),
+         ok);
+  free(d), free(g);
+}
+
+/* One attention case: forward, backward twice (the same bits), against the CPU references; tensor-core
+ * tiles cfg (NULL: the compiler's choice). io (NULL: none): cfg NULL fills it with the outputs; else the
+ * outputs are checked against it (AttnOut). */
+static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, DType dt,
+                      const CuFlashCfg *cfg, const char *cname, AttnOut *io) {
+  int64_t nq = B * S * H * hd, nk = B * S * KV * hd, nl = B * H * S;
+  float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
+  round_to(dt, q, nq);
+  round_to(dt, k, nk);
+  round_to(dt, v, nk);
+  round_to(dt, dout, nq);
+  KT tq = kt_new(c, dt, nq), tk = kt_new(c, dt, nk), tv = kt_new(c, dt, nk), to = kt_new(c, dt, nq),
+     tl = kt_new(c, DT_F32, nl), tdo = kt_new(c, dt, nq), tdq = kt_new(c, dt, nq), tdk = kt_new(c, dt, nk),
+     tdv = kt_new(c, dt, nk), tdq2 = kt_new(c, dt, nq), tdk2 = kt_new(c, dt, nk), tdv2 = kt_new(c, dt, nk);
+  kt_put(c, tq, q);
+  kt_put(c, tk, k);
+  kt_put(c, tv, v);
+  kt_put(c, tdo, dout);
+  cuk_set_flash_cfg(c->k, cfg);
+  run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, H, KV, hd, causal));
+  run(c, cuk_sdpa_bwd(c->k, P(c, tdq), P(c, tdk), P(c, tdv), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                      P(c, tdo), dt, B, S, H, KV, hd, causal));
+  run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                      P(c, tdo), dt, B, S, H, KV, hd, causal));
+  KT to0 = to, tl0 = tl, tdq0 = tdq, tdk0 = tdk, tdv0 = tdv;
+  if (io && cfg) { /* the candidate's backward from the default's o and lse */
+    to0 = kt_new(c, dt, nq), tl0 = kt_new(c, DT_F32, nl), tdq0 = kt_new(c, dt, nq), tdk0 = kt_new(c, dt, nk),
+    tdv0 = kt_new(c, dt, nk);
+    if (io->o) kt_put(c, to0, io->o), kt_put(c, tl0, io->l);
+    run(c, cuk_sdpa_bwd(c->k, P(c, tdq0), P(c, tdk0), P(c, tdv0), P(c, tq), P(c, tk), P(c, tv), P(c, to0), P(c, tl0),
+                        P(c, tdo), dt, B, S, H, KV, hd, causal));
+  }
+  cuk_set_flash_cfg(c->k, NULL);
+  if (!c->be) return;
+  const char *tag = arena_printf(c->a, "B %lld S %lld H %lld KV %lld hd %lld%s %s%s", (long long)B, (long long)S,
+                                 (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt), cname);
+  if (io && !cfg) {
+    io->o = kt_get(c, to), io->l = kt_get(c, tl);
+    io->dq = kt_get(c, tdq), io->dk = kt_get(c, tdk), io->dv = kt_get(c, tdv);
+  } else if (io && io->o) {
+    long long tm[3][2];
+    int rd[3][2];
+    for (int w = 0; w < 3; w++) cuk_flash_check(w, S, H, KV, hd, tm[w], rd[w]);
+    tune_agree(c, arena_printf(c->a, "sdpa o %s", tag), io->o, kt_get(c, to), nq, dt, tm[0][0], rd[0][0]);
+    tune_agree(c, arena_printf(c->a, "sdpa lse %s", tag), io->l, kt_get(c, tl), nl, DT_F32, tm[0][1], rd[0][1]);
+    tune_agree(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), io->dq, kt_get(c, tdq0), nq, dt, tm[2][0], rd[2][0]);
+    tune_agree(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), io->dk, kt_get(c, tdk0), nk, dt, tm[1][0], rd[1][0]);
+    tune_agree(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), io->dv, kt_get(c, tdv0), nk, dt, tm[1][1], rd[1][1]);
+  }
+  float *ro = arena_alloc(c->a, (size_t)nq * 4), *rl = arena_alloc(c->a, (size_t)nl * 4),
+        *rdq = arena_alloc(c->a, (size_t)nq * 4), *rdk = arena_alloc(c->a, (size_t)nk * 4),
+        *rdv = arena_alloc(c->a, (size_t)nk * 4);
+  rt_sdpa_fwd_ref(B, S, S, H, KV, hd, causal, q, k, v, ro, rl);
+  float *go = kt_get(c, to);
+  double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
+  cmp(c, arena_printf(c->a, "sdpa o %s", tag), go, ro, nq, rt, at);
+  cmp(c, arena_printf(c->a, "sdpa lse %s", tag), kt_get(c, tl), rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+  /* the backward from the device's own o (as the trainer runs it), in the reference's precision */
+  float *gl = kt_get(c, tl);
+  rt_sdpa_bwd_ref(B, S, S, H, KV, hd, causal, q, k, v, go, gl, dout, rdq, rdk, rdv);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), kt_get(c, tdq), rdq, nq, rt, at * 4);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), kt_get(c, tdk), rdk, nk, rt, at * 4);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), kt_get(c, tdv), rdv, nk, rt, at * 4);
+  expect(c, arena_printf(c->a, "sdpa_bwd deterministic %s", tag),
+         memcmp(kt_get(c, tdq), kt_get(c, tdq2), (size_t)nq * 4) == 0 &&
+             memcmp(kt_get(c, tdk), kt_get(c, tdk2), (size_t)nk * 4) == 0 &&
+             memcmp(kt_get(c, tdv), kt_get(c, tdv2), (size_t)nk * 4) == 0);
+}
+
+static int flash_variants = 1;
+void kc_flash_variants(int on) { flash_variants = on; }
+static int wgmma_on = 1;
+void kc_wgmma(int on) { wgmma_on = on; }
+
+void kc_cases_attention(KC *c) {
+  struct {
+    int64_t B, S, H, KV, hd;
+    int causal;
+    DType dt;
+    int variants; /* also every other tile configuration of the tensor-core kernels (cuk_flash_variants) */
+  } ac[] = {{2, 37, 4, 2, 16, 1, DT_F32, 0},  {1, 40, 2, 1, 64, 0, DT_F32, 0},  {1, 45, 4, 1, 16, 1, DT_F32, 0},
+            /* bf16, head dim a multiple of 16: tensor cores (partial tiles, GQA, both tile sizes; S 300 and 200:
+             * several tiles of 128 rows, the last partial) */
+            {1, 33, 2, 2, 32, 1, DT_BF16, 1}, {2, 70, 4, 2, 64, 1, DT_BF16, 1}, {1, 50, 2, 1, 128, 0, DT_BF16, 1},
+            {1, 77, 4, 2, 128, 1, DT_BF16, 1}, {1, 300, 2, 1, 64, 1, DT_BF16, 1}, {1, 99, 4, 2, 64, 0, DT_BF16, 1},
+            {1, 200, 2, 1, 128, 1, DT_BF16, 1},
+            /* bf16, head dim 24: the CUDA-core kernels */
+            {1, 33, 2, 1, 24, 1, DT_BF16, 0}};
+  for (size_t t = 0; t < sizeof ac / sizeof ac[0]; t++) {
+    CuFlashCfg v[16];
+    int nv = ac[t].variants && flash_variants ? cuk_flash_variants(ac[t].hd, v, 16) : 0;
+    uint64_t rng = c->rng; /* every candidate on the default's inputs */
+    AttnOut io = {0};
+    attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL, "", nv > 1 ? &io : NULL);
+    for (int i = 1; i < nv; i++) {
+      c->rng = rng;
+      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, &v[i],
+                arena_printf(c->a, " tiles %d", i), &io);
+    }
+    CuWgTile w[8]; /* the forward on Hopper's wgmma (shardk_wgmma.cuh), each of its tiles, on the default's inputs */
+    int nw = ac[t].dt == DT_BF16 && flash_variants && wgmma_on ? cuk_wg_variants(ac[t].hd, w, 8) : 0;
+    for (int i = 0; i < nw; i++) {
+      c->rng = rng;
+      cuk_set_flash_wg(c->k, &w[i]);
+      /* the default's tiles for the backward; with its outputs at hand (nv > 1), the autotuning's check too */
+      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL,
+                arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""),
+                nv > 1 ? &io : NULL);
+      cuk_set_flash_wg(c->k, NULL);
+    }
+  }
+}
+
+/* ---- ring attention's pieces (context parallelism) ------------------------------------------------------------- */
+
+/* rows [B, n, C] of x [B, N, C] in the zigzag chunks `ch` (two of four chunks of N / 4 rows) <-> a
+ * contiguous [B, N / 2, C]; to_part: x -> part, else part -> x */
+static void zz_rows(float *x, float *part, int64_t B, int64_t N, int64_t C, const int *ch, int to_part) {
+  int64_t q = N / 4;
+  for (int64_t b = 0; b < B; b++)
+    for (int j = 0; j < 2; j++)
+      for (int64_t r = 0; r < q; r++) {
+        float *xr = x + (b * N + ch[j] * q + r) * C, *pr = part + (b * 2 * q + j * q + r) * C;
+        if (to_part) memcpy(pr, xr, (size_t)C * 4);
+        else memcpy(xr, pr, (size_t)C * 4);
+      }
+}
+
+/* The sequence of N tokens in four chunks, cp = 2 zigzag: rank 0 holds chunks {0, 3}, rank 1 {1, 2}.
+ * Rank 0's queries (rope_at at their positions; attention over its own keys and then rank 1's,
+ * merged in place) against the whole-sequence references: rope, sdpa's o and lse of those rows, and
+ * the backward of the two blocks (dq summed, dk / dv of each block's rows) against sdpa_bwd with dO
+ * zero outside rank 0's rows. */
+void kc_cases_ring(KC *c) {
+  struct {
+    int64_t B, N, H, KV, hd;
+    int causal;
+    DType dt;
+  } rc[] = {{2, 40, 4, 2, 16, 1, DT_F32}, {1, 48, 2, 1, 32, 0, DT_F32}, {1, 40, 4, 2, 32, 1, DT_BF16}};
+  static const int own[2] = {0, 3}, other[2] = {1, 2};
+  for (size_t t = 0; t < sizeof rc / sizeof rc[0]; t++) {
+    int64_t B = rc[t].B, N = rc[t].N, H = rc[t].H, KV = rc[t].KV, hd = rc[t].hd, S = N / 2, qC = H * hd, kC = KV * hd;
+    int causal = rc[t].causal;
+    DType dt = rc[t].dt;
+    int64_t nq = B * N * qC, nk = B * N * kC, nl = B * H * N, sq = nq / 2, sk = nk / 2, sl = nl / 2;
+    float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
+    round_to(dt, q, nq), round_to(dt, k, nk), round_to(dt, v, nk), round_to(dt, dout, nq);
+    for (int64_t b = 0; b < B; b++) /* dO zero outside rank 0's rows */
+      for (int64_t r = N / 4; r < 3 * N / 4; r++) memset(dout + (b * N + r) * qC, 0, (size_t)qC * 4);
+    float *q0 = fvec(c, sq, 0), *do0 = fvec(c, sq, 0), *k0 = fvec(c, sk, 0), *v0 = fvec(c, sk, 0), *k1 = fvec(c, sk, 0),
+          *v1 = fvec(c, sk, 0);
+    zz_rows(q, q0, B, N, qC, own, 1), zz_rows(dout, do0, B, N, qC, own, 1);
+    zz_rows(k, k0, B, N, kC, own, 1), zz_rows(v, v0, B, N, kC, own, 1);
+    zz_rows(k, k1, B, N, kC, other, 1), zz_rows(v, v1, B, N, kC, other, 1);
+    int32_t pos0[256], pos1[256];
+    for (int64_t j = 0; j < S; j++) {
+      pos0[j] = (int32_t)(own[j / (N / 4)] * (N / 4) + j % (N / 4));
+      pos1[j] = (int32_t)(other[j / (N / 4)] * (N / 4) + j % (N / 4));
+    }
+    KT tq = kt_new(c, dt, sq), tk0 = kt_new(c, dt, sk), tv0 = kt_new(c, dt, sk), tk1 = kt_new(c, dt, sk),
+       tv1 = kt_new(c, dt, sk), tp0 = kt_new(c, DT_I32, S), tp1 = kt_new(c, DT_I32, S), to = kt_new(c, dt, sq),
+       tl = kt_new(c, DT_F32, sl), to1 = kt_new(c, dt, sq), tl1 = kt_new(c, DT_F32, sl), tdo = kt_new(c, dt, sq),
+       tr = kt_new(c, dt, sq), tdq[2], tdk[2], tdv[2];
+    for (int i = 0; i < 2; i++) tdq[i] = kt_new(c, dt, sq), tdk[i] = kt_new(c, dt, sk), tdv[i] = kt_new(c, dt, sk);
+    kt_put(c, tq, q0), kt_put(c, tk0, k0), kt_put(c, tv0, v0), kt_put(c, tk1, k1), kt_put(c, tv1, v1);
+    kt_put(c, tdo, do0), kt_put_i32(c, tp0, pos0), kt_put_i32(c, tp1, pos1);
+    CuAttnKeys ks[2] = {{S, P(c, tp0), P(c, tp0)}, {S, P(c, tp0), P(c, tp1)}};
+    run(c, cuk_rope_at(c->k, P(c, tr), P(c, tq), P(c, tp0), dt, B, S, H, hd, 10000.0, 0, 0));
+    run(c, cuk_attn_block(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk0), P(c, tv0), dt, B, S, &ks[0], H, KV, hd, causal));
+    run(c, cuk_attn_block(c->k, P(c, to1), P(c, tl1), P(c, tq), P(c, tk1), P(c, tv1), dt, B, S, &ks[1], H, KV, hd, causal));
+    run(c, cuk_attn_combine(c->k, P(c, to), P(c, tl), P(c, to), P(c, tl), P(c, to1), P(c, tl1), dt, B, S, H, hd));
+    for (int i = 0; i < 2; i++)
+      run(c, cuk_attn_block_bwd(c->k, P(c, tdq[i]), P(c, tdk[i]), P(c, tdv[i]), P(c, tq), P(c, i ? tk1 : tk0),
+                                P(c, i ? tv1 : tv0), P(c, to), P(c, tl), P(c, tdo), dt, B, S, &ks[i], H, KV, hd, causal));
+    if (!c->be) continue;
+    const char *tag = arena_printf(c->a, "B %lld N %lld H %lld KV %lld hd %lld%s %s", (long long)B, (long long)N,
+                                   (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt));
+    double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
+    float *ref = fvec(c, nq, 0), *part = fvec(c, sq, 0);
+    rt_rope_ref(B, N, H, hd, 10000.0, 0, 0, q, ref);
+    zz_rows(ref, part, B, N, qC, own, 1);
+    cmp(c, arena_printf(c->a, "rope_at %s", tag), kt_get(c, tr), part, sq, rt, at);
+    float *ro = fvec(c, nq, 0), *rl = fvec(c, nl, 0), *rlp = fvec(c, sl, 0);
+    rt_sdpa_fwd_ref(B, N, N, H, KV, hd, causal, q, k, v, ro, rl);
+    zz_rows(ro, part, B, N, qC, own, 1);
+    float *go = kt_get(c, to), *gl = kt_get(c, tl);
+    cmp(c, arena_printf(c->a, "ring o %s", tag), go, part, sq, rt, at);
+    zz_rows(rl, rlp, B * H, N, 1, own, 1); /* lse [B, H, N]: rows of each (b, h) */
+    cmp(c, arena_printf(c->a, "ring lse %s", tag), gl, rlp, sl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+    /* the backward from the device's o and lse on rank 0's rows (as the trainer runs it) */
+    zz_rows(ro, go, B, N, qC, own, 0), zz_rows(rl, gl, B * H, N, 1, own, 0);
+    float *rdq = fvec(c, nq, 0), *rdk = fvec(c, nk, 0), *rdv = fvec(c, nk, 0), *kp = fvec(c, sk, 0);
+    rt_sdpa_bwd_ref(B, N, N, H, KV, hd, causal, q, k, v, ro, rl, dout, rdq, rdk, rdv);
+    float *dq = kt_get(c, tdq[0]), *dq1 = kt_get(c, tdq[1]);
+    for (int64_t i = 0; i < sq; i++) dq[i] += dq1[i];
+    zz_rows(rdq, part, B, N, qC, own, 1);
+    cmp(c, arena_printf(c->a, "ring dq %s", tag), dq, part, sq, rt, at * 4);
+    for (int i = 0; i < 2; i++) {
+      zz_rows(rdk, kp, B, N, kC, i ? other : own, 1);
+      cmp(c, arena_printf(c->a, "ring dk block %d %s", i, tag), kt_get(c, tdk[i]), kp, sk, rt, at * 4);
+      zz_rows(rdv, kp, B, N, kC, i ? other : own, 1);
+      cmp(c, arena_printf(c->a, "ring dv block %d %s", i, tag), kt_get(c, tdv[i]), kp, sk, rt, at * 4);
+    }
+  }
+}
+
