@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Context parallelism's ring hops, blocking against overlapped, on the same binary and work (the
-# runtime switch SHARDRT_CP_COMM, runtime/ops/coll.h rt_coll_shift_start):
-#   blocking  each hop one blocking shift (receive and send posted, both waited) between blocks:
-#             the ring before overlap
+# Context parallelism's communication, blocking against overlapped, on the same binary and work (the
+# runtime switches SHARDRT_CP_COMM for the ring hops, runtime/ops/coll.h rt_coll_shift_start, and
+# SHARDRT_DP_COMM for the weight gradients' all-reduces, over cp alone at dp 1):
+#   blocking  each hop one blocking shift (receive and send posted, both waited) between blocks, and
+#             each gradient bucket one blocking all-reduce: the ring before overlap
+#   hops      the hops overlapped, the gradient buckets blocking (the runtime before the gradients'
+#             all-reduces over cp alone were asynchronous)
 #   async     each hop started before the block it overlaps (passes/shard_cp.c issues it there),
-#             progressed between kernels, waited before its first reader (the default)
+#             each gradient bucket started in the backward loop where its layer's gradients are
+#             made (passes/grad_buckets.c), progressed between kernels, waited before its first
+#             reader (the default)
 # Model: Llama-shaped (RMSNorm, SwiGLU, RoPE, GQA) at SEQ tokens (default 1024), d=128, 2 layers,
 # one sequence per step, cp = each of CPS (default "2 4": 4 ranks oversubscribe a 2-core machine),
 # 1 compute thread per rank. Rounds are interleaved so machine noise hits both modes alike.
@@ -35,8 +40,11 @@ echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), seq $seq, $steps st
 printf '%-6s %-3s %-9s %9s %9s %6s %9s %6s %10s\n' round cp mode ms/step comm_ms comm% ring_ms ring% "final loss"
 for r in $(seq 1 "$rounds"); do
   for cp in ${CPS:-2 4}; do
-    for mode in blocking async; do
-      SHARDRT_CP_COMM=$mode SHARDRT_COLL_STATS=1 mpirun -x SHARDRT_CP_COMM -x SHARDRT_COLL_STATS --mca pml ob1 \
+    for mode in ${MODES:-blocking hops async}; do
+      hop=$mode grad=$mode
+      [ "$mode" = hops ] && hop=async grad=blocking
+      SHARDRT_CP_COMM=$hop SHARDRT_DP_COMM=$grad SHARDRT_COLL_STATS=1 mpirun -x SHARDRT_CP_COMM -x SHARDRT_DP_COMM \
+        -x SHARDRT_COLL_STATS --mca pml ob1 \
         -np "$cp" "$t/cp$cp" "${run[@]}" --log "$t/log.jsonl" >/dev/null 2>"$t/err"
       ms=$(field "$t/log.jsonl" ms | median)
       cm=$(field "$t/log.jsonl" comm_ms | median)

@@ -62,7 +62,9 @@ int ir_comm_ring_steps(OpKind op, int n) {
 
 bool ir_comm_async(const Node *n) {
   if (n->op == OP_RECV) return !n->stage; /* a ring shift's (cp), started at the receive; a pipeline's blocks */
-  if (n->a.mesh_axis != RT_AX_DP) return false;
+  /* the gradient-reduction group: dp (with cp: dp x cp), or cp alone at dp 1 (its gradients'
+   * all-reduces and ZeRO's scatters and gathers over cp, passes/shard_cp.c) */
+  if (n->a.mesh_axis != RT_AX_DP && !(n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with)) return false;
   if (n->op == OP_ALL_GATHER) return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG;
   return n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER;
 }

@@ -60,9 +60,9 @@ double ir_comm_bus_factor(OpKind op, int n);
 /* Latency-bound steps of the ring algorithm for one collective over n ranks (send: 1). */
 int ir_comm_ring_steps(OpKind op, int n);
 /* Whether the trainer runs collective n asynchronously, overlapped with what follows until its
- * first reader (codegen/emit.c): dp all-reduces and reduce-scatters, and dp all-gathers of a
- * parameter (ZeRO-3's, reading the stored shard or a layer loop's slice of it), and the receive of a
- * ring shift (cp's hops). */
+ * first reader (codegen/emit.c): the all-reduces and reduce-scatters over dp (dp x cp) or over cp
+ * alone, the all-gathers over those of a parameter (ZeRO-3's, reading the stored shard or a layer
+ * loop's slice of it), and the receive of a ring shift (cp's hops). */
 bool ir_comm_async(const Node *n);
 /* Ranks in a group over mesh axis `axis`: the mesh's degree, else the plan's (1 unknown). */
 int ir_comm_group_size(const Module *m, int axis);

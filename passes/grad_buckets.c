@@ -1,5 +1,6 @@
-/* passes/grad_buckets.c — the `buckets` pass: data-parallel gradient all-reduces, overlapped
- * with backward and bucketed (what DDP does).
+/* passes/grad_buckets.c — the `buckets` pass: the gradient all-reduces, overlapped with backward
+ * and bucketed (what DDP does): over dp, over dp x cp, or over cp alone at dp 1 (context
+ * parallelism's weight gradients are partial sums over the sequence chunks).
  *
  * The shard pass settles a gradient's Partial(dp) where it is first read, after the
  * whole backward (the clip's sumsq, the update). This pass moves and groups those
@@ -186,7 +187,8 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
 }
 
 bool pass_grad_buckets(Module *m) {
-  if (!m->mesh || m->mesh->dim[RT_AX_DP] <= 1) return true;
+  /* the gradients' group: dp (dp x cp), or cp alone at dp 1 */
+  if (!m->mesh || (m->mesh->dim[RT_AX_DP] <= 1 && m->mesh->dim[RT_AX_CP] <= 1)) return true;
   Graph *g = m->graph;
   while (hoist_one(g)) {
   }

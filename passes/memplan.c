@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commreport.h"
 #include "diag.h"
 #include "memplan_pack.h"
 #include "offload_sched.h"
@@ -446,7 +447,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     p.iv[slot[v->id] - 1].end = g->nnodes;
     if (name && strncmp(name, "grad:", 5) == 0) p.iv[slot[v->id] - 1].mclass = MEM_GRAD;
   }
-  /* an asynchronous reduce-scatter (dp: ZeRO-2's gradient shards) reads its input until it is
+  /* an asynchronous reduce-scatter (ZeRO-2's gradient shards) reads its input until it is
    * waited — codegen/emit.c's add_wait: before the first reader of its output in this graph, else
    * at the graph's end — so the input stays live until then */
   for (int i = 0; i < g->nnodes; i++) {
@@ -455,7 +456,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
      * sends until it is waited, before the first reader of what it receives */
     bool shift = n->op == OP_SEND && !n->stage && i + 1 < g->nnodes && g->nodes[i + 1]->op == OP_RECV;
     if (shift) n = g->nodes[i + 1];
-    else if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != RT_AX_DP) continue; /* (async gathers read parameters) */
+    else if (n->op != OP_REDUCE_SCATTER || !ir_comm_async(n)) continue; /* (async gathers read parameters) */
     Value *x = shift ? g->nodes[i]->in[0] : n->in[0];
     if (x->def->graph != g || !slot[x->id]) continue;
     int w = g->nnodes;

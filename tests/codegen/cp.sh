@@ -4,7 +4,8 @@
 #
 #   a Llama-shaped model (RMSNorm, SwiGLU, RoPE, GQA, untied head) at 256 tokens with small dims:
 #   cp=2, cp=2 x tp=2, cp=2 x dp=2 and cp=4 give the single-rank loss curve over 20 AdamW steps
-#   (cp=4 with overlapped ring hops bit-identical to blocking ones), and so do cp_mode all2all's
+#   (cp=4 with overlapped ring hops and asynchronous gradient buckets over cp bit-identical to
+#   blocking ones), and so do cp_mode all2all's
 #   cp=4 and cp=2 x tp=2 (a model with 8 heads / 4 kv heads); at 1024 tokens
 #   cp=2 and cp=2 x tp=2 ring and cp=2 all2all give the single-rank losses over 10 steps; and so
 #   does cp=2 of the tiny GPT (learned position embeddings, fused QKV), and cp=2 x dp=2 of it with
@@ -48,12 +49,22 @@ echo "cp2dp2: $ng all-reduces over the dp x cp group (x4), none over dp or cp al
 # its first reader (rt_coll_shift_start); SHARDRT_CP_COMM=blocking runs the same binary with
 # blocking shifts (the ring before overlap): the losses and the checkpoint (parameters and Adam
 # moments) must be bit-identical, and both match the single rank.
-"$shardc" build "${m[@]}" -D tp=1 -D cp=4 --world 4 -o "$t/cp4" 2>/dev/null
+# At dp 1 the weight gradients' all-reduces run over cp alone, bucketed and asynchronous like dp's
+# (passes/grad_buckets.c, ir_comm_async): one bucket per layer inside the backward loop, started
+# there and waited before its first reader; the blocking run also makes them blocking
+# (SHARDRT_DP_COMM=blocking), and the async run must have started some (SHARDRT_COLL_STATS).
+"$shardc" build "${m[@]}" -D tp=1 -D cp=4 --world 4 -o "$t/cp4" --emit-c "$t/cp4src" 2>/dev/null
+grep -q 'rt_coll_all_reduce_start(ctx, RT_AX_CP, [0-9]*, ys, xs, ns, [2-9]' "$t/cp4src/"*.c ||
+  { echo "FAIL: cp4: no asynchronous multi-member gradient bucket over cp"; exit 1; }
 for mode in async blocking; do
-  SHARDRT_CP_COMM=$mode "${mpi[@]}" -x SHARDRT_CP_COMM -np 4 "$t/cp4" "${run[@]}" --log "$t/cp4_$mode.jsonl" \
-    --save-to "$t/ck_cp4_$mode" >/dev/null
+  SHARDRT_CP_COMM=$mode SHARDRT_DP_COMM=$mode SHARDRT_COLL_STATS=1 "${mpi[@]}" -x SHARDRT_CP_COMM -x SHARDRT_DP_COMM \
+    -x SHARDRT_COLL_STATS -np 4 "$t/cp4" "${run[@]}" --log "$t/cp4_$mode.jsonl" --save-to "$t/ck_cp4_$mode" \
+    >/dev/null 2>"$t/cp4_$mode.err"
   compare "llama seq 256 cp4 $mode" "$t/cp4_$mode.jsonl" "$t/one.jsonl"
 done
+na=$(grep -m1 -o 'async all-reduces [0-9]*' "$t/cp4_async.err" | awk '{ print $3 }')
+[ "${na:-0}" -gt 0 ] || { echo "FAIL: cp4: no asynchronous all-reduce started"; cat "$t/cp4_async.err"; exit 1; }
+echo "cp4: $na asynchronous gradient all-reduces over cp started by rank 0"
 cmp -s <(losses "$t/cp4_async.jsonl") <(losses "$t/cp4_blocking.jsonl") ||
   { echo "FAIL: cp4 losses differ between overlapped and blocking ring hops"; exit 1; }
 nck=0
@@ -63,7 +74,7 @@ for f in "$t"/ck_cp4_blocking/step_00000020/*; do
   nck=$((nck + 1))
 done
 [ "$nck" -gt 0 ] || { echo "FAIL: no cp4 checkpoint written"; exit 1; }
-echo "cp4 overlapped ring hops: losses and $nck checkpoint files bit-identical to blocking hops"
+echo "cp4 overlapped ring hops and gradient buckets: losses and $nck checkpoint files bit-identical to blocking ones"
 # cp_mode all2all (Ulysses: the sequence split exchanged for a split of the heads around attention):
 # a GQA model with 8 heads / 4 kv heads under cp=4 and cp=2 x tp=2 (cp=2 at 1024 tokens below)
 m8=("${m[@]/heads=4/heads=8}")
