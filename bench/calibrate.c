@@ -6,6 +6,10 @@
  * What it measures, each the best of 5 rounds of at least 50 ms of CPU time (per thread):
  *   gemm_flops, gemm_half_flops   rt_matmul at trainer-sized GEMMs (k 64 ones of small models up
  *                    to GPT-2's 1024 x 3072 x 768): a least-squares line t = (f + half) / rate;
+ *   gemm_cold_bytes  the weight-gradient GEMMs (x^T dy at tiny's layer shapes) once with their operands
+ *                    in the caches and once after 128 MiB were written (what a backward finds when it
+ *                    reads the forward's saved activations): operand bytes over the extra time, the
+ *                    medians of 31 rounds (0 when there is none);
  *   attention_flops  rt_sdpa_fwd, causal, B 8 x S 64 x 4 heads x 16 (tiny's): counted as the
  *                    model counts it (4 B S T C, half of it causal);
  *   bandwidth        rt_add over 64 Ki floats (768 KiB moved per call: the tensors of small models
@@ -101,6 +105,45 @@ static void run_elem(void *p) {
   }
 }
 
+static float *randv(int64_t n);
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* gemm_cold_bytes (see the top): bytes/s of the extra time a GEMM takes when its operands come from
+ * memory rather than the caches; 0 when no extra time shows. */
+static double cold_rate(void) {
+  static const int64_t ws[][3] = {{128, 384, 128}, {128, 128, 128}, {128, 512, 128}, {512, 128, 128}}; /* m n k, ta */
+  enum { R = 31 };
+  size_t fb = (size_t)128 << 20;
+  char *flush = malloc(fb);
+  if (!flush) return 0;
+  double extra = 0, bytes = 0;
+  for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+    Gemm g = {ws[i][0], ws[i][1], ws[i][2], NULL, NULL, NULL};
+    g.a = randv(g.k * g.m), g.b = randv(g.k * g.n), g.c = randv(g.m * g.n);
+    double hot[R], cold[R];
+    for (int r = 0; r < R; r++) {
+      rt_matmul(1, 1, g.m, g.n, g.k, 1, 0, g.a, g.b, 0.0f, g.c);
+      double t0 = now();
+      rt_matmul(1, 1, g.m, g.n, g.k, 1, 0, g.a, g.b, 0.0f, g.c);
+      hot[r] = now() - t0;
+      memset(flush, r, fb);
+      t0 = now();
+      rt_matmul(1, 1, g.m, g.n, g.k, 1, 0, g.a, g.b, 0.0f, g.c);
+      cold[r] = now() - t0;
+    }
+    qsort(hot, R, sizeof *hot, cmp_double);
+    qsort(cold, R, sizeof *cold, cmp_double);
+    extra += cold[R / 2] - hot[R / 2];
+    bytes += 4.0 * (double)(g.k * (g.m + g.n));
+    free(g.a), free(g.b), free(g.c);
+  }
+  free(flush);
+  return extra > 0 ? bytes / extra : 0;
+}
+
 static float *randv(int64_t n) {
   float *v = malloc((size_t)n * sizeof *v);
   if (!v) {
@@ -137,6 +180,7 @@ int main(int argc, char **argv) {
   }
   double slope = (NS * sxy - sx * sy) / (NS * sxx - sx * sx), icpt = (sy - slope * sx) / NS;
   double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
+  double cold = cold_rate();
   Attn at = {8, 64, 4, 16, NULL, NULL, NULL, NULL, NULL};
   int64_t qn = at.B * at.S * at.H * at.hd;
   at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
@@ -166,6 +210,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NS; i++) fprintf(f, " %lldx%lldx%lld %.3g", (long long)shapes[i][0], (long long)shapes[i][1],
                                        (long long)shapes[i][2], fx[i] / ty[i]);
   fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM of this many FLOPs runs at half the rate\n", half);
+  fprintf(f, "gemm_cold_bytes  %.4g   # bytes/s of a GEMM operand read from memory, on top (0: none seen)\n", cold);
   fprintf(f, "attention_flops  %.4g\n", attn);
   fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
   fprintf(f, "kernel_overhead  %.4g   # s, rt_add over 16 floats\n", overhead);
@@ -176,8 +221,9 @@ int main(int argc, char **argv) {
     perror(argv[1]);
     return 1;
   }
-  printf("gemm %.2f GFLOP/s (half at %.3g FLOP), attention %.2f GFLOP/s, bandwidth %.2f GB/s, overhead %.2f us -> %s\n",
-         gemm * 1e-9, half, attn * 1e-9, bw * 1e-9, overhead * 1e6, argv[1]);
+  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s, "
+         "bandwidth %.2f GB/s, overhead %.2f us -> %s\n",
+         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, bw * 1e-9, overhead * 1e6, argv[1]);
   free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse);
   free(big.a), free(big.b), free(big.y);
   return 0;

@@ -102,6 +102,20 @@ static int cpu_elem(const Node *n, double *count) {
 
 typedef enum { T_FREE, T_GEMM, T_ATTN, T_MEM } TimeKind;
 
+/* Whether a GEMM operand v is read from another loop's stack: the row of a stacked input of the
+ * loop v's body belongs to, made by a loop (a saved activation of the forward, or what a
+ * zero-bubble B hands its W), not a parameter's row. By the time the backward reads it the
+ * caches hold other work (bench/calibrate.c measures the rate of such reads). */
+static bool cold_operand(const Value *v) {
+  const Node *a = v->def;
+  const Node *r = a->graph ? a->graph->owner : NULL;
+  if (a->op != OP_ARG || !r || r->op != OP_REPEAT) return false;
+  int j = a->a.index;
+  if (j < r->a.ncarry || j >= r->a.ncarry + r->a.nxs || j >= r->nin) return false;
+  const Node *src = r->in[j]->def;
+  return src && src->op == OP_REPEAT;
+}
+
 /* Seconds of one non-collective leaf node; *kind says which rate bounds it. */
 static double op_time(const Module *m, const CostDevice *d, const Node *n, TimeKind *kind) {
   *kind = T_FREE;
@@ -121,7 +135,12 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, TimeK
     int64_t k = n->a.ta ? a->dim[a->rank - 2] : a->dim[a->rank - 1];
     double fl = 2.0 * (double)ir_numel(&n->out[0]->shape) * (double)k;
     *kind = T_GEMM;
-    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem); /* rate gemm_flops x fl / (fl + half) */
+    double cold = 0;
+    if (d->gemm_cold_bytes_per_s > 0)
+      for (int j = 0; j < 2; j++)
+        if (cold_operand(n->in[j]) || (n->in[j]->def->op == OP_RESHAPE && cold_operand(n->in[j]->def->in[0])))
+          cold += value_bytes(n->in[j]) / d->gemm_cold_bytes_per_s;
+    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem) + cold; /* rate gemm_flops x fl / (fl + half) */
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
     double fl = attn_flops(n) * (n->a.causal ? 0.5 : 1.0);

@@ -46,6 +46,9 @@ typedef struct {
   char source[160];    /* where the figures come from: "topology p4d_x128 defaults", "profile FILE" */
   double gemm_flops;   /* FLOP/s per rank for large GEMMs at the plan's compute precision */
   double gemm_half_flops; /* a GEMM of this many FLOPs runs at half gemm_flops (rate f / (f + half)); 0: flat */
+  double gemm_cold_bytes_per_s; /* a GEMM operand read from another loop's stack (a saved activation, B's hand-off
+                                   to W: out of the caches by then) costs its bytes at this rate on top; 0: not
+                                   modelled (the defaults: calibrate measures it) */
   double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block and their backwards) */
   double bytes_per_s;  /* bytes read + written per second by bandwidth-bound kernels */
   double op_overhead_s; /* per kernel call (launch, dispatch, loop overhead) */

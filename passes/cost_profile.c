@@ -21,6 +21,7 @@ typedef struct {
 static const ProfileKey keys[] = {
     {"gemm_flops", F(gemm_flops), "FLOP/s per rank, large GEMMs"},
     {"gemm_half_flops", F(gemm_half_flops), "FLOPs of a GEMM that runs at half gemm_flops"},
+    {"gemm_cold_bytes", F(gemm_cold_bytes_per_s), "bytes/s of a GEMM operand out of the caches (a saved activation), on top"},
     {"attention_flops", F(attn_flops), "FLOP/s per rank, attention"},
     {"bandwidth", F(bytes_per_s), "bytes/s read + written by bandwidth-bound kernels"},
     {"kernel_overhead", F(op_overhead_s), "seconds per kernel call"},
@@ -105,7 +106,7 @@ bool cost_profile_read(const char *path, CostDevice *d) {
         double x = strtod(v, &num_end);
         while (isspace((unsigned char)*num_end)) num_end++;
         bool frac = strcmp(k, "overlap") == 0;
-        if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (!frac && x <= 0 && strcmp(k, "kernel_overhead") != 0 && strcmp(k, "gemm_half_flops") != 0 &&
+        if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (!frac && x <= 0 && strcmp(k, "kernel_overhead") != 0 && strcmp(k, "gemm_half_flops") != 0 && strcmp(k, "gemm_cold_bytes") != 0 &&
                                                                     strncmp(k, "elem_", 5) != 0)) {
           SrcLoc vl = {path, line, (int)(v - buf) + 1};
           error_at(vl, "profile key '%s' needs %s, got '%s'", k, frac ? "a fraction in [0, 1]" : "a positive number", v);

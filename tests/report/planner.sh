@@ -3,7 +3,8 @@
 #  1. more tp on NVLink cuts a rank's GEMM and attention time (GPT-2 124M, tp 1 -> 2 -> 4 on one
 #     p4d node, CUDA target: each at most 0.6 x the one before) and the tp collectives appear;
 #  2. a profile file replaces the device's figures: GEMM time scales with 1 / gemm_flops exactly,
-#     the CPU's gelu loop with elem_tanh_s (262,144 elements per step on tiny);
+#     the CPU's gelu loop with elem_tanh_s (262,144 elements per step on tiny), the weight-gradient
+#     GEMMs' saved operands with gemm_cold_bytes (1,835,008 bytes per step on tiny);
 #     a bad key or value is an error at file:line:col;
 #  3. the search on tiny with a 6 MiB device drops every plan that does not fit (some do not) and
 #     ranks the rest fastest first
@@ -78,6 +79,20 @@ b1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t1.profile" 2>&1
 b2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t2.profile" 2>&1 | bwb)
 awk -v a="$b1" -v b="$b2" 'BEGIN { d = b - a; exit !(d > 0.2611 && d < 0.2632) }' ||
   bad "elem_tanh_s 1e-6 -> 2e-6: bandwidth-bound $b1 s -> $b2 s, want +0.262144 s (262,144 gelu elements)"
+# gemm_cold_bytes: a weight-gradient GEMM's saved operand (the forward loop's stack, read by the backward
+# loop) costs its bytes at that rate on top: tiny's backward reads per layer the saved inputs of w_qkv,
+# w_o, w_fc (64 wide) and w_proj (256 wide) over 512 tokens, 2 layers: 1,835,008 bytes a step, so
+# 1.835 ms more at 1 GB/s and half of it at 2 GB/s (GEMMs and bandwidth fast, so the rest is 352 us:
+# printed to 3 digits)
+for c in 0 1e9 2e9; do
+  printf 'gemm_flops 1e12\nbandwidth 1e12\ngemm_cold_bytes %s\n' "$c" >"$tmp/cold$c.profile"
+done
+c0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold0.profile" 2>&1 | gemm)
+c1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold1e9.profile" 2>&1 | gemm)
+c2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold2e9.profile" 2>&1 | gemm)
+awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { d1 = b - a; d2 = c - a
+  exit !(d1 > 1.829e-3 && d1 < 1.841e-3 && d2 > 0.9125e-3 && d2 < 0.9235e-3) }' ||
+  bad "gemm_cold_bytes 0 / 1e9 / 2e9: GEMM $c0 / $c1 / $c2 s, want +1.835 ms and +0.9175 ms"
 printf 'elem_flat_s 0\n' >"$tmp/z.profile"
 "$shardc" plan models/tiny.model --world 1 --profile "$tmp/z.profile" >/dev/null 2>&1 || bad "elem_flat_s 0 (bandwidth only) was refused"
 
