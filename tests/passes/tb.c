@@ -262,6 +262,13 @@ double tb_rel_err(const Tensor *ref, const Tensor *t) {
   return mx > 0 ? d / mx : d;
 }
 
+int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, int64_t m,
+                   const char *label, const char *what, double tol, bool replicas) {
+  Tensor mtok = *tok, mtgt = *tgt;
+  mtok.shape = mtgt.shape = tb_shape(3, (int)m, (int)(tok->shape.dim[0] / m), (int)tok->shape.dim[1]);
+  return tb_equiv_steps(ref, pm, tok, tgt, &mtok, &mtgt, label, what, tol, replicas);
+}
+
 int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
                    const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas) {
   int failures = 0;

@@ -37,6 +37,11 @@ Tensor tb_randint(Shape s, uint64_t seed, int64_t lo, int64_t hi);
 int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
                    const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas);
 
+/* tb_equiv_steps with pm's inputs the same batch split into m micro-steps: tok / tgt [B, S] viewed as
+ * [m, B / m, S] (the accumulation and pipeline programs' inputs). */
+int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, int64_t m,
+                   const char *label, const char *what, double tol, bool replicas);
+
 /* Sets a training step's inputs on every rank: tokens, targets, lr = 1e-2, step. */
 void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step);
 /* max |ref - t| / max |ref| (the absolute difference when ref is 0); infinity when shapes differ. */

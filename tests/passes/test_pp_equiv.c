@@ -244,9 +244,7 @@ static void run_model(const char *label, Target target, double tol, const char *
                 label, what, pm->plan.zero, dp_scatters_in_loops(pm->graph, true));
         failures++;
       }
-      Tensor ktok = tok, ktgt = tgt;
-      ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
-      failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, tol, true);
+      failures += tb_equiv_micro(ref, pm, &tok, &tgt, M, label, what, tol, true);
       arena_free(&pa);
     }
   tensor_free(&tok);
@@ -338,9 +336,7 @@ static void run_uneven(const char *label, Target target, double tol, const char 
                 pp * (int)M, bad);
         failures++;
       }
-      Tensor ktok = tok, ktgt = tgt;
-      ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
-      failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, tol, true);
+      failures += tb_equiv_micro(ref, pm, &tok, &tgt, M, label, what, tol, true);
       arena_free(&pa);
     }
   tensor_free(&tok);
@@ -407,9 +403,7 @@ static void run_memory_split(const char *label, const char *path, const FeDefine
     expect(applied, "layers(balanced) against the memory: the stage pass applies its split");
     expect((double)pm->memplan->total <= cap, "layers(balanced) against the memory: the memory plan fits the device");
     check_shape(pm, pp, 1, false, M, what);
-    Tensor ktok = tok, ktgt = tgt;
-    ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
-    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+    failures += tb_equiv_micro(ref, pm, &tok, &tgt, M, label, what, TOL, true);
     arena_free(&pa);
   }
   tensor_free(&tok);
@@ -456,9 +450,7 @@ static void run_timed_zb(const char *label, const char *path, const FeDefine *de
       continue;
     }
     check_shape(pm, pp, 1, true, M, what);
-    Tensor ktok = tok, ktgt = tgt;
-    ktok.shape = ktgt.shape = tb_shape(3, M, (int)(B / M), (int)S);
-    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+    failures += tb_equiv_micro(ref, pm, &tok, &tgt, M, label, what, TOL, true);
     fprintf(stderr, "  %s: %d instructions in another place than the equal-time lists'\n", what, differ);
     arena_free(&pa);
   }
@@ -525,9 +517,7 @@ static void run_shared(const char *path, const FeDefine *defs, int ndefs, int64_
               label, what, gates, carried, pp * v * (int)M);
       failures++;
     }
-    Tensor ktok = tok, ktgt = tgt;
-    ktok.shape = ktgt.shape = tb_shape(3, (int)M, (int)(B / M), (int)S);
-    failures += tb_equiv_steps(ref, pm, &tok, &tgt, &ktok, &ktgt, label, what, TOL, true);
+    failures += tb_equiv_micro(ref, pm, &tok, &tgt, M, label, what, TOL, true);
     arena_free(&pa);
   }
   Arena za;
