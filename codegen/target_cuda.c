@@ -242,14 +242,14 @@ static void emit_node(Cg *c, Node *n) {
     if (n->in[1]->dtype != x->dtype || n->in[2]->dtype != x->dtype) return cg_unsupported(c, n, "q, k, v of different dtypes");
     return stmt(c, cuk_sdpa(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, x), cg_ptr(c, n->in[1]),
                             cg_ptr(c, n->in[2]), x->dtype, s->dim[0], s->dim[1], a->heads, a->kv_heads,
-                            s->dim[2] / a->heads, a->causal));
+                            s->dim[2] / a->heads, a->causal, NULL));
   }
   case OP_SDPA_BWD: {
     const Shape *s = &x->shape;
     return stmt(c, cuk_sdpa_bwd(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, n->out[2]), cg_ptr(c, x),
                                 cg_ptr(c, n->in[1]), cg_ptr(c, n->in[2]), cg_ptr(c, n->in[3]), cg_ptr(c, n->in[4]),
                                 cg_ptr(c, n->in[5]), x->dtype, s->dim[0], s->dim[1], a->heads, a->kv_heads,
-                                s->dim[2] / a->heads, a->causal));
+                                s->dim[2] / a->heads, a->causal, NULL));
   }
   case OP_ROPE_AT: {
     const Shape *s = &x->shape;
