@@ -37,7 +37,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_copy_block((M + 5907584 + i1 * 131072), 64, 0, (M + 3548288), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
-      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1);
+      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1, 0, 0, 0, 0);
       /* models/std/transformer.model:55 */
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5121152 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
@@ -112,17 +112,14 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:58 */
       rt_reduce_to_f32((float *)(M + 7304832 + i1 * 256), &(RtShape){1, {64}}, (float *)(M + 3941504), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 3941504), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 1, 0);
+      rt_matmul_f32((float *)(M + 4072576), (float *)(M + 3941504), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 1, 0);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       rt_matmul_f32((float *)(M + 7251072 + i1 * 16384), (float *)((M + 5121152) + i1 * 131072), (float *)(M + 3941504), 1, 64, 64, 512, 1, 0, 0);
       /* models/std/transformer.model:53 */
-      rt_sdpa_bwd_f32((float *)(M + 4072576), (float *)(M + 4203648), (float *)(M + 4334720), (float *)((M + 5383296) + i1 * 131072), (float *)((M + 5645440) + i1 * 131072), (float *)((M + 5907584) + i1 * 131072), (float *)((M + 5121152) + i1 * 131072), (float *)((M + 7283840) + i1 * 8192), (float *)(M + 3548288), 8, 64, 4, 4, 16, 1);
+      rt_sdpa_bwd_f32((float *)(M + 3548288), (float *)(M + 3548544), (float *)(M + 3548800), (float *)((M + 5383296) + i1 * 131072), (float *)((M + 5645440) + i1 * 131072), (float *)((M + 5907584) + i1 * 131072), (float *)((M + 5121152) + i1 * 131072), (float *)((M + 7283840) + i1 * 8192), (float *)(M + 4072576), 8, 64, 4, 4, 16, 1, 0, 0, 0, 0, 0, 192, 192, 192);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 3548288), 192, 0, (M + 4072576), 64, 0, 512, 64, 1, 4);
-      rt_copy_block((M + 3548288), 192, 64, (M + 4203648), 64, 0, 512, 64, 1, 4);
-      rt_copy_block((M + 3548288), 192, 128, (M + 4334720), 64, 0, 512, 64, 1, 4);
       /* models/std/transformer.model:30 */
       rt_reduce_to_f32((float *)(M + 7302272 + i1 * 768), &(RtShape){1, {192}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}});
       /* models/std/transformer.model:27 */
@@ -294,7 +291,7 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_copy_block((M + 5907584 + i1 * 131072), 64, 0, (M + 3548288), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
-      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1);
+      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1, 0, 0, 0, 0);
       /* models/std/transformer.model:55 */
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5121152 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
@@ -356,7 +353,7 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       rt_copy_block((M + 5907584 + i1 * 131072), 64, 0, (M + 3548288), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
-      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1);
+      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1, 0, 0, 0, 0);
       /* models/std/transformer.model:55 */
       rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5121152 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
