@@ -8,7 +8,8 @@
 
 #include "cg.h"
 #include "diag.h"
-#include "passes.h" /* FUSE_MAX_* */
+#include "memplan_views.h" /* memplan_col_at */
+#include "passes.h"        /* FUSE_MAX_* */
 
 void cg_line(Cg *c, const char *fmt, ...) {
   for (int i = 0; i < c->indent; i++) fputs("  ", c->f);
@@ -32,7 +33,10 @@ const char *cg_ptr(Cg *c, const Value *v) {
       if (c->binds[i].arg == v->def) return c->binds[i].expr;
     die("ARG %%%d has no binding", v->id);
   }
-  if (v->offset == IR_OFFSET_VIEW) return cg_ptr(c, v->def->in[0]); /* a view of a region's argument */
+  if (v->offset == IR_OFFSET_VIEW) { /* a view of a region's argument; a column view at its first column */
+    const char *p = cg_ptr(c, v->def->in[0]);
+    return v->ld ? arena_printf(c->a, "(%s + %" PRId64 ")", p, memplan_col_at(v->def, 0)) : p;
+  }
   if (v->last_in) { /* a carry in its loop's stack: the next slice, and the loop's output in the last iteration */
     int d = cg_depth_of(v->def->graph);
     return arena_printf(c->a, "(i%d < %" PRId64 " ? (M + %" PRId64 " + i%d * %" PRId64 ") : %s)", d,

@@ -423,10 +423,17 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
         view[i] = true; /* persistent memory: always there */
         continue;
       }
+      if (in->offset == -2 && memplan_col_slice(n)) { /* a column view of a stacked y: placed with it */
+        n->out[0]->offset = -2;
+        n->out[0]->ld = in->shape.dim[in->shape.rank - 1];
+        continue;
+      }
       if (d->graph == g && !ir_slice_is_view(n) && (d->op == OP_ARG || in->offset == IR_OFFSET_VIEW)) {
         /* a region's argument (a stacked input's slice, a carry, a capture) lives the whole
-         * iteration outside the region's transients: the view is its bytes, not a copy */
+         * iteration outside the region's transients: the view is its bytes, not a copy (a column view:
+         * its columns, at the argument's row stride; codegen adds the first column, memplan_col_at) */
         n->out[0]->offset = IR_OFFSET_VIEW;
+        n->out[0]->ld = memplan_col_slice(n) ? in->shape.dim[in->shape.rank - 1] : 0;
         continue;
       }
     }
@@ -652,6 +659,14 @@ static void place_stacked(Graph *g) {
           x->mclass = y->mclass;
         }
       }
+    for (int j = 0; j < n->body->nnodes; j++) { /* column views of a stacked y: its columns in the stack */
+      Node *c = n->body->nodes[j];
+      Value *x = c->op == OP_SLICE ? c->in[0] : NULL, *v = c->out[0];
+      if (!x || v->offset != -2 || x->offset < 0) continue;
+      v->offset = x->offset + memplan_col_at(c, 0);
+      v->stride = x->stride;
+      v->mclass = x->mclass;
+    }
     place_stacked(n->body);
   }
 }

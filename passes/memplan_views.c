@@ -48,13 +48,17 @@ static bool placed_here(const Value *x, const Graph *g) {
   const Node *d = x->def;
   return d->graph == g && d->op != OP_ARG && d->op != OP_PARAM && d->op != OP_STATE && d->op != OP_INPUT && !x->host;
 }
+/* a slice's source: a value placed in g or g's argument (a loop's saved QKV, re-sliced: its iteration's rows) */
+static bool slice_source(const Value *x, const Graph *g) {
+  return placed_here(x, g) || (x->def->graph == g && x->def->op == OP_ARG);
+}
 
 bool memplan_col_slice(const Node *n) {
   if (n->op != OP_SLICE) return false;
   const Value *x = n->in[0], *y = n->out[0];
   const Graph *g = n->graph;
   int ax = x->shape.rank - 1;
-  if (ax < 1 || n->a.axis != ax || x->dtype != y->dtype || !placed_here(x, g) || x->ld) return false;
+  if (ax < 1 || n->a.axis != ax || x->dtype != y->dtype || !slice_source(x, g) || x->ld) return false;
   if (n->a.start % MEMPLAN_LD_ALIGN || x->shape.dim[ax] % MEMPLAN_LD_ALIGN) return false;
   if (is_result(g, y) || captured(g, y)) return false;
   int readers = 0;
