@@ -16,9 +16,11 @@
  * body result add(arg, x) is written into the output (gradient accumulation's running sums).
  * A collective that packs its members' chunks (memplan_scratch_bytes) gets a scratch buffer of the
  * plan, class communication, live at its node: the runtime packs there, not in a hidden workspace.
+ * Column views (memplan_views.c): a last-axis slice its readers take at a row stride shares its
+ * source's bytes (Value.ld), and a concat of stride-writing outputs has them written into its columns.
  * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
  * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
- * one kernel race (cut_groups, at the end).
+ * one kernel race (memplan_groups.c, at the end).
  */
 #include "memplan.h"
 
