@@ -50,7 +50,7 @@ static bool placed_here(const Value *x, const Graph *g) {
 }
 /* a slice's source: a value placed in g or g's argument (a loop's saved QKV, re-sliced: its iteration's rows) */
 static bool slice_source(const Value *x, const Graph *g) {
-  return placed_here(x, g) || (x->def->graph == g && x->def->op == OP_ARG);
+  return placed_here(x, g) || (x->def->graph == g && x->def->op == OP_ARG && !x->host);
 }
 
 bool memplan_col_slice(const Node *n) {
