@@ -13,8 +13,9 @@
  *    column slots: the concat's buffer lives from its first producer on, its inputs are column views of
  *    it, and codegen copies nothing.
  * Everything else keeps its copy: a slice another op reads, one the graph returns (a loop's saved
- * activation: its own stack), or captured by a nested region; a concat input read twice; ring
- * attention's blocks (cp), the Ulysses all-to-all and rope take no stride, so their slices stay copies.
+ * activation: its own stack), or captured by a nested region; a concat input read twice, a concat the
+ * graph returns; ring attention's blocks (cp), the Ulysses all-to-all and rope take no stride, so their
+ * slices stay copies.
  * Column offsets and row strides are multiples of MEMPLAN_LD_ALIGN elements (16-byte rows in bf16, what
  * the tensor-core attention's cp.async copies need). The decision is this file's; memplan.c places what
  * it decides; a view never changes a result (the interpreter ignores the plan).
@@ -77,6 +78,7 @@ bool memplan_col_concat(const Node *n) {
   const Graph *g = n->graph;
   int ax = y->shape.rank - 1;
   if (ax < 1 || n->a.axis != ax || y->shape.dim[ax] % MEMPLAN_LD_ALIGN || !placed_here(y, g)) return false;
+  if (is_result(g, y)) return false; /* a loop's stacked y lives in the loop's output, placed outside */
   int64_t at = 0;
   for (int i = 0; i < n->nin; i++) {
     const Value *x = n->in[i];

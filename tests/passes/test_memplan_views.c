@@ -9,9 +9,10 @@
  *   qkv = tanh(x) [2, 16, 96]; q, k, v = slice(qkv) at columns 0, 32, 64
  *   o, lse = sdpa(q, k, v); kc = slice(qkv) at 32, also read by tanh (a copy)
  *   dout = tanh(o); dq, dk, dv = sdpa_bwd(q, k, v, o, lse, dout); dqkv = concat(dq, dk, dv)
- *   eq, ek, ev = sdpa_bwd(q, k, v, o, lse, dqkv's first 32 columns ... as dout2); e = concat(eq, ek, ev),
+ *   dout2 = tanh(dout); eq, ek, ev = sdpa_bwd(q, k, v, o, lse, dout2); e = concat(eq, ek, ev),
  *   eq also read by tanh (so e copies)
  *   loss = sum(dqkv) + sum(tanh(kc)) + sum(e) + sum(tanh(eq))
+ *   fq, fk, fv = sdpa_bwd(..., tanh(dout2)); r = concat(fq, fk, fv), returned (so it copies)
  */
 #include <stdio.h>
 #include <string.h>
@@ -84,6 +85,10 @@ int main(void) {
         *s4 = tb_op1(g, OP_SUM, teq, NULL);
   Value *loss = tb_op2(g, OP_ADD, tb_op2(g, OP_ADD, s1, s2, NULL), tb_op2(g, OP_ADD, s3, s4, NULL), NULL);
   ir_add_result(g, loss, "loss");
+  Value *dout3 = tb_op1(g, OP_TANH, dout2, NULL); /* a concat the graph returns: copies */
+  Node *bw3 = tb_node(g, OP_SDPA_BWD, 6, (Value *[]){q, k, v, fw->out[0], fw->out[1], dout3}, 3, &sa);
+  Value *r = concat_last(g, bw3->out);
+  ir_add_result(g, r, "r");
   if (!pass_memplan(m)) {
     fprintf(stderr, "pass_memplan failed\n");
     return 1;
@@ -118,6 +123,9 @@ int main(void) {
   for (int i = 0; i < 3; i++)
     CHECK(bw2->out[i]->ld == 0 && disjoint(bw2->out[i], e), "second sdpa_bwd output %d: ld %lld (0), at %lld (e at %lld)",
           i, (long long)bw2->out[i]->ld, (long long)bw2->out[i]->offset, (long long)e->offset);
+  for (int i = 0; i < 3; i++)
+    CHECK(bw3->out[i]->ld == 0 && disjoint(bw3->out[i], r), "a returned concat's input %d: ld %lld (0), at %lld (r at %lld)",
+          i, (long long)bw3->out[i]->ld, (long long)bw3->out[i]->offset, (long long)r->offset);
   arena_free(&ar);
   if (failures) fprintf(stderr, "test_memplan_views: %d failures\n", failures);
   else printf("test_memplan_views: ok\n");
