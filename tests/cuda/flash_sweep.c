@@ -113,10 +113,10 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
   for (int i = 0; i < nv + nw; i++) {
     cuk_set_flash_cfg(k, &v[i < nv ? i : 0]);
     cuk_set_flash_wg(k, i < nv ? NULL : &wt[i - nv]);
-    cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1);
-    cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1);
-    tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1);
-    tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tn[7], tn[0], tn[1], tn[2], tn[4], tn[8], tn[3], DT_BF16, B, T, H, KV, hd, 1);
+    cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1, NULL);
+    cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1, NULL);
+    tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1, NULL);
+    tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tn[7], tn[0], tn[1], tn[2], tn[4], tn[8], tn[3], DT_BF16, B, T, H, KV, hd, 1, NULL);
   }
   cuk_set_flash_wg(k, NULL);
   char *ws = h->alloc((size_t)cuk_workspace(k));
