@@ -50,6 +50,29 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
                                      t->bk, t->nwg, t->pipe ? "true" : "false"));
 }
 
+/* the attention backward's kernel `which` (1 dK/dV, 2 dQ) on wgmma (shardk_wgmma_bwd.cuh) in tiles t: grid
+ * (S / 64 nwg, KV or H, B); every operand's row stride an argument (today's layouts: H hd, KV hd) */
+static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *t, int64_t S, int64_t H, int64_t KV,
+                           int64_t hd, int causal, int64_t B) {
+  const long long qs = (long long)(H * hd), kvs = (long long)(KV * hd);
+  const char *tmpl = arena_printf(k->a, "<%lldLL, %lld, %lld, %lld, %s, %d, %d>", (long long)S, (long long)H,
+                                  (long long)KV, (long long)hd, causal ? "true" : "false", t->bt, t->nwg);
+  const char *call =
+      which == 1
+          ? arena_printf(k->a,
+                         "sk::flash_bwd_kv_wg%s((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                         "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, %lldLL, "
+                         "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL);",
+                         tmpl, qs, kvs, kvs, qs, kvs, kvs)
+          : arena_printf(k->a,
+                         "sk::flash_bwd_q_wg%s((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                         "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, %lldLL, "
+                         "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL);",
+                         tmpl, qs, kvs, kvs, qs, qs, qs);
+  return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), which == 1 ? KV : H, B, 128 * t->nwg, 1,
+                        cuk_wg_bwd_smem(which, hd, t), call);
+}
+
 /* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
  * cuk_set_attn_tune the candidates of cuk_flash_variants (those with distinct tiles for this kernel; the
  * first compiled always, the others under SK_ATTN_TUNE) launched by rt_cu_launch_tuned. bytes[i]: the
@@ -79,15 +102,24 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
                          (long long)cdiv(S, 16 * c.mt * c.w), 32 * c.w, c.mt, c.w, c.bt, c.minb, c.rs ? "s" : "",
                          (long long)cuk_flash_smem(which, hd, &c));
   }
-  CuWgTile w[8]; /* the forward: also its wgmma tiles (offered by the runtime on sm_90a only: RtCuOps.wgmma) */
-  int nw = which == 0 && k->attn_tune && !k->flash ? cuk_wg_variants(hd, w, 8) : 0;
+  /* also the wgmma tiles (offered by the runtime on sm_90a only: RtCuOps.wgmma; tiles "wg...") */
+  CuWgTile w[8];
+  CuWgBwdTile wb[8];
+  int tuned = k->attn_tune && !k->flash;
+  int nw = !tuned ? 0 : which == 0 ? cuk_wg_variants(hd, w, 8) : cuk_wg_bwd_variants(which, hd, wb, 8);
   for (int i = 0; i < nw; i++) {
     k->guard = 1;
-    wg_one(k, g, &w[i], S, H, KV, hd, causal, gz);
+    if (which == 0) wg_one(k, g, &w[i], S, H, KV, hd, causal, gz);
+    else wgb_one(k, g, which, &wb[i], S, H, KV, hd, causal, gz);
     k->guard = 0;
-    cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
-                         (long long)cdiv(S, 64 * w[i].nwg), 128 * w[i].nwg, w[i].bk, w[i].nwg, w[i].pipe ? "p" : "",
-                         (long long)cuk_wg_smem(hd, &w[i]));
+    if (which == 0)
+      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
+                           (long long)cdiv(S, 64 * w[i].nwg), 128 * w[i].nwg, w[i].bk, w[i].nwg, w[i].pipe ? "p" : "",
+                           (long long)cuk_wg_smem(hd, &w[i]));
+    else
+      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d\", %lld}", cands, k->last,
+                           (long long)cdiv(S, 64 * wb[i].nwg), 128 * wb[i].nwg, wb[i].bt, wb[i].nwg,
+                           (long long)cuk_wg_bwd_smem(which, hd, &wb[i]));
   }
   nt += nw;
   if (nt == 1) return flash_one(k, g, name, which, &t[0], S, H, KV, hd, causal, gy, gz, args); /* reuses the kernel */
@@ -172,6 +204,14 @@ const char *cuk_attn_block(CuK *k, const char *o, const char *lse, const char *q
   return attn_fwd(k, o, lse, q, kk, v, dt, B, S, ks, H, KV, hd, causal);
 }
 
+/* the arguments of the mma.sync backward's kernels (shardk_flash.cuh) */
+#define FLASH_Q_ARGS                                                                                               \
+  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "                \
+  "(const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7"
+#define FLASH_KV_ARGS                                                                                              \
+  "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "             \
+  "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7"
+
 static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                             const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
                             int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
@@ -183,17 +223,16 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
     int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;
     Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
-    const char *lq = flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
-                                  (const int64_t[]){nq, nl, nq, nk, nk, nq, nl, nq},
-                                  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                                  "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7",
-                                  flash_outs(k, 2, S, H, KV, hd));
     Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-    const char *lkv = flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
-                                   (const int64_t[]){nk, nk, nq, nk, nk, nl, nl, nq},
-                                   "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                                   "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7",
-                                   flash_outs(k, 1, S, H, KV, hd));
+    const int wg = hd == 64 || hd == 128; /* on Hopper's wgmma where set (shardk_wgmma_bwd.cuh) */
+    const char *lq = wg && k->wgq ? wgb_one(k, &gq, 2, k->wgq, S, H, KV, hd, causal, B)
+                                  : flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
+                                                 (const int64_t[]){nq, nl, nq, nk, nk, nq, nl, nq}, FLASH_Q_ARGS,
+                                                 flash_outs(k, 2, S, H, KV, hd));
+    const char *lkv = wg && k->wgkv ? wgb_one(k, &gkv, 1, k->wgkv, S, H, KV, hd, causal, B)
+                                    : flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
+                                                   (const int64_t[]){nk, nk, nq, nk, nk, nl, nl, nq}, FLASH_KV_ARGS,
+                                                   flash_outs(k, 1, S, H, KV, hd));
     return ck_cat(k, lq, lkv);
   }
   Args g1 = {.np = 3, .p = {D, o, dout}};
