@@ -182,9 +182,9 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
                                                      wt[i - nv].pipe ? ",p" : "");
     const char *kl = j < 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb,
                                           c->kv.rs ? "s" : "")
-                           : arena_printf(&a, "wg(%d,%d)", bk[j % nbk].bt, bk[j % nbk].nwg);
+                           : arena_printf(&a, "wg(%d,%d%s)", bk[j % nbk].bt, bk[j % nbk].nwg, bk[j % nbk].pipe ? ",p" : "");
     const char *ql = j < 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->q.mt, c->q.w, c->q.bt, c->q.minb, c->q.rs ? "s" : "")
-                           : arena_printf(&a, "wg(%d,%d)", bq[j % nbq].bt, bq[j % nbq].nwg);
+                           : arena_printf(&a, "wg(%d,%d%s)", bq[j % nbq].bt, bq[j % nbq].nwg, bq[j % nbq].pipe ? ",p" : "");
     printf("%-3d %-12s %3d/%-3d %7.1f %6.1f  %-12s %3d/%-3d %7.1f %6.1f  %-12s %3d/%-3d "
            "%7.1f %6.1f %9.1f %8.1f %8.1f %s\n",
            i, fl, rf, lf, uf, fa / (uf * 1e-6) / 1e12, kl, rk, lk, ukv, 2 * fa / (ukv * 1e-6) / 1e12, ql, rq, lq, uq,

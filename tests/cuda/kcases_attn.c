@@ -159,7 +159,9 @@ void kc_cases_attention(KC *c) {
       c->rng = rng;
       cuk_set_flash_wg_bwd(c->k, a, b);
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL,
-                arena_printf(c->a, " wgmma bwd dK/dV %dx%d dQ %dx%d", a->bt, a->nwg, b->bt, b->nwg), nv > 1 ? &io : NULL);
+                arena_printf(c->a, " wgmma bwd dK/dV %dx%d%s dQ %dx%d%s", a->bt, a->nwg, a->pipe ? "p" : "", b->bt, b->nwg,
+                             b->pipe ? "p" : ""),
+                nv > 1 ? &io : NULL);
       cuk_set_flash_wg_bwd(c->k, NULL, NULL);
     }
   }

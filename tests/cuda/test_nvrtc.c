@@ -152,7 +152,8 @@ static int wgmma_check(const char *nvdisasm) {
     int nb = cuk_wg_bwd_variants(which, 64, b, 8);
     for (int j = 0; j < nb; j++) {
       char want[64];
-      snprintf(want, sizeof want, "\"wg%dx%d\", %lld}", b[j].bt, b[j].nwg, (long long)cuk_wg_bwd_smem(which, 64, &b[j]));
+      snprintf(want, sizeof want, "\"wg%dx%d%s\", %lld}", b[j].bt, b[j].nwg, b[j].pipe ? "p" : "",
+               (long long)cuk_wg_bwd_smem(which, 64, &b[j]));
       const char *at = strstr(bw, which == 1 ? "\"flash_bwd_kv " : "\"flash_bwd_q "), *end = at ? strstr(at, "});") : NULL;
       const char *hit = at ? strstr(at, want) : NULL;
       if (!hit || hit > end)
