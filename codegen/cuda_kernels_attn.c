@@ -50,26 +50,28 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
                                      t->bk, t->nwg, t->pipe ? "true" : "false"));
 }
 
+/* the pointer arguments of the backward's kernels (dQ, dK/dV; shardk_flash.cuh, shardk_wgmma_bwd.cuh) */
+#define FLASH_Q_ARGS                                                                                               \
+  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "                \
+  "(const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7"
+#define FLASH_KV_ARGS                                                                                              \
+  "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "             \
+  "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7"
+
 /* the attention backward's kernel `which` (1 dK/dV, 2 dQ) on wgmma (shardk_wgmma_bwd.cuh) in tiles t: grid
- * (S / 64 nwg, KV or H, B); every operand's row stride an argument (today's layouts: H hd, KV hd) */
+ * (S / 64 nwg, KV or H, B); the operands' row strides in the kernel's order (ld: dK/dV: dk, dv, q, k, v, dout;
+ * dQ: dq, q, k, v, o, dout), today's layouts' H hd and KV hd */
 static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *t, int64_t S, int64_t H, int64_t KV,
                            int64_t hd, int causal, int64_t B) {
-  const long long qs = (long long)(H * hd), kvs = (long long)(KV * hd);
+  const long long q = (long long)(H * hd), kv = (long long)(KV * hd);
+  const char *ld = which == 1 ? arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", kv, kv, q, kv, kv, q)
+                              : arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", q, q, kv, kv, q, q);
   const char *tmpl = arena_printf(k->a, "<%lldLL, %lld, %lld, %lld, %s, %d, %d%s>", (long long)S, (long long)H,
                                   (long long)KV, (long long)hd, causal ? "true" : "false", t->bt, t->nwg,
                                   t->pipe ? ", true" : "");
-  const char *call =
-      which == 1
-          ? arena_printf(k->a,
-                         "sk::flash_bwd_kv_wg%s((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                         "(const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, %lldLL, "
-                         "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL);",
-                         tmpl, qs, kvs, kvs, qs, kvs, kvs)
-          : arena_printf(k->a,
-                         "sk::flash_bwd_q_wg%s((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
-                         "(const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, %lldLL, "
-                         "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL);",
-                         tmpl, qs, kvs, kvs, qs, qs, qs);
+  const char *call = arena_printf(
+      k->a, "sk::%s%s(%s, %s);", which == 1 ? "flash_bwd_kv_wg" : "flash_bwd_q_wg", tmpl,
+      which == 1 ? FLASH_KV_ARGS : FLASH_Q_ARGS, ld);
   return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), which == 1 ? KV : H, B, 128 * t->nwg, 1,
                         cuk_wg_bwd_smem(which, hd, t), call);
 }
@@ -204,14 +206,6 @@ const char *cuk_attn_block(CuK *k, const char *o, const char *lse, const char *q
                            int causal) {
   return attn_fwd(k, o, lse, q, kk, v, dt, B, S, ks, H, KV, hd, causal);
 }
-
-/* the arguments of the mma.sync backward's kernels (shardk_flash.cuh) */
-#define FLASH_Q_ARGS                                                                                               \
-  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "                \
-  "(const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7"
-#define FLASH_KV_ARGS                                                                                              \
-  "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "             \
-  "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7"
 
 static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                             const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,

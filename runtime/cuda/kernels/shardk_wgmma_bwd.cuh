@@ -5,8 +5,9 @@
  * D = rowsum(dO o O) f32 [B, H, S] stored by dQ, which runs first; query head h reads kv head h / (H/KV);
  * dK and dV summed over the group's heads inside the kernel; no atomics: the same bits every run; bf16,
  * HD 64 or 128), on wgmma.mma_async.m64nNk16 (sm_90a). Every operand's row stride (elements between
- * consecutive tokens) is a kernel argument: today's callers pass H HD for q, o, dO, dq and KV HD for k, v,
- * dk, dv; a fused [B, S, 3 d] QKV tensor and its gradient pass 3 d. Rows of batch b start at b S stride.
+ * consecutive tokens) is a kernel argument after the pointers, in their order (ld<name>, as shardk_flash.cuh's
+ * kernels on branch wip-qkvs): H HD for q, o, dO, dq and KV HD for k, v, dk, dv when contiguous; a fused
+ * [B, S, 3 d] QKV tensor and its gradient pass 3 d. Rows of batch b start at b S ld.
  *
  * dK/dV (flash_bwd_kv_wg): a block is NWG warpgroups, each owning 64 key rows, whose K and V sit in
  * dynamic shared memory in the 128-byte swizzle (shardk_wgmma.cuh's layout) for the whole kernel; Q and dO
@@ -20,6 +21,9 @@
  * dQ (flash_bwd_q_wg): a warpgroup owns 64 query rows (Q and dO swizzled in shared memory, D of its rows
  * computed from O and dO first and stored), K and V tiles of BK keys streamed: S = Q K^T, dP = dO V^T,
  * P, dS = P o (dP - D), dQ += dS K (B = K MN-major).
+ * Each in a pipelined form too (PIPE, FlashAttention-3's order inside a warpgroup): tile j's S^T and dP^T
+ * (S and dP) issued with tile j - 1's dV and dK (dQ) products, tile j's P^T and dS^T computed under them;
+ * the tiles those products read take a third buffer.
  *
  * Causal: the query tiles before a warpgroup's first key (dK/dV), the key tiles past its last query (dQ),
  * are skipped by the warpgroup; masks run only on the tiles that cross the diagonal or the end of the
@@ -234,12 +238,13 @@ __device__ __forceinline__ void wg_kv_flush(float (&dka)[HD / 8][4], float (&dva
 #endif /* SK_HAVE_WGMMA */
 
 /* dK and dV: grid (ceil(S / (64 NWG)), KV, B), block 128 NWG, SK_WG_KV_SMEM(HD, BQ, NWG, PIPE) bytes of
- * dynamic shared memory. Strides (elements between tokens): sq of q, sk of k, sv of v, sdo of dout, sdk of
- * dk, sdv of dv. PIPE: wg_kv_tile_pipe's order, the streamed tiles in three buffers (tile j - 1's products
+ * dynamic shared memory. Row strides (elements between consecutive tokens), after the pointers in their
+ * order: lddk of dk, lddv of dv, ldq of q, ldk of k, ldv of v, lddo of dout. PIPE: wg_kv_tile_pipe's order, the streamed tiles in three buffers (tile j - 1's products
  * read its Q and dO while tile j + 1's copy lands in the third). */
 template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BQ, int NWG, bool PIPE = false>
 __device__ void flash_bwd_kv_wg(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
-                                const float *Dd, const bf16 *dout, i64 sq, i64 sk, i64 sv, i64 sdo, i64 sdk, i64 sdv) {
+                                const float *Dd, const bf16 *dout, i64 lddk, i64 lddv, i64 ldq, i64 ldk, i64 ldv,
+                                i64 lddo) {
   static_assert(HD == 64 || HD == 128, "flash_bwd_kv_wg: head dim 64 or 128");
   static_assert(BQ == 64 || BQ == 128, "flash_bwd_kv_wg: query tiles of 64 or 128");
 #if SK_HAVE_WGMMA
@@ -254,18 +259,18 @@ __device__ void flash_bwd_kv_wg(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k
   FlashBlock fb = flash_block(false);
   const i64 b = fb.b;
   const int kvh = fb.h, kb0 = fb.t * BKV, r0 = kb0 + 64 * wg;
-  const bf16 *ksrc = k + b * S * sk + (i64)kvh * HD, *vsrc = v + b * S * sv + (i64)kvh * HD;
+  const bf16 *ksrc = k + b * S * ldk + (i64)kvh * HD, *vsrc = v + b * S * ldv + (i64)kvh * HD;
   for (int x = 0; x < NWG; x++) { /* committed with the first Q and dO tiles */
-    sw_tile_async<64, HD, NT>(ks + x * RB, ksrc, sk, kb0 + 64 * x, S);
-    sw_tile_async<64, HD, NT>(vs + x * RB, vsrc, sv, kb0 + 64 * x, S);
+    sw_tile_async<64, HD, NT>(ks + x * RB, ksrc, ldk, kb0 + 64 * x, S);
+    sw_tile_async<64, HD, NT>(vs + x * RB, vsrc, ldv, kb0 + 64 * x, S);
   }
   const int qstart = CAUSAL ? kb0 / BQ * BQ : 0;
   const int nqt = (S - qstart + BQ - 1) / BQ, ntiles = G * nqt;
   /* tile i: head kvh G + i / nqt, queries from qstart + (i % nqt) BQ */
   auto issue = [&](int i) {
     const int h = kvh * G + i / nqt, buf = i % NB, qt0 = qstart + (i % nqt) * BQ;
-    sw_tile_async<BQ, HD, NT>(qs + buf * TB, q + b * S * sq + (i64)h * HD, sq, qt0, S);
-    sw_tile_async<BQ, HD, NT>(os + buf * TB, dout + b * S * sdo + (i64)h * HD, sdo, qt0, S);
+    sw_tile_async<BQ, HD, NT>(qs + buf * TB, q + b * S * ldq + (i64)h * HD, ldq, qt0, S);
+    sw_tile_async<BQ, HD, NT>(os + buf * TB, dout + b * S * lddo + (i64)h * HD, lddo, qt0, S);
     const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
     for (int j = (int)threadIdx.x; j < BQ; j += NT) {
       const bool ok = qt0 + j < S;
@@ -313,21 +318,23 @@ __device__ void flash_bwd_kv_wg(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k
     wg_kv_flush<HD, BQ>(dka, dva, pa, sa, smem_u32(qs + (ntiles - 1) % NB * TB), smem_u32(os + (ntiles - 1) % NB * TB));
   const float scale = (float)(1.0 / sqrt((double)HD));
   const int rm = r0 + 16 * w;
-  store_rows<HD>(dk + b * S * sdk + (i64)kvh * HD, sdk, rm, S, dka, scale, scale);
-  store_rows<HD>(dv + b * S * sdv + (i64)kvh * HD, sdv, rm, S, dva, 1.0f, 1.0f);
+  store_rows<HD>(dk + b * S * lddk + (i64)kvh * HD, lddk, rm, S, dka, scale, scale);
+  store_rows<HD>(dv + b * S * lddv + (i64)kvh * HD, lddv, rm, S, dva, 1.0f, 1.0f);
 #else
   (void)dk, (void)dv, (void)q, (void)k, (void)v, (void)lse, (void)Dd, (void)dout;
-  (void)sq, (void)sk, (void)sv, (void)sdo, (void)sdk, (void)sdv;
+  (void)lddk, (void)lddv, (void)ldq, (void)ldk, (void)ldv, (void)lddo;
   __trap(); /* not built for this architecture: the runtime offers it on sm_90a only */
 #endif
 }
 
 /* dQ (and D): grid (ceil(S / (64 NWG)), H, B), block 128 NWG, SK_WG_Q_SMEM(HD, BK, NWG, PIPE) bytes of
- * dynamic shared memory. Strides: sq of q, sk of k, sv of v, so of o, sdo of dout, sdq of dq. PIPE:
+ * dynamic shared memory. Row strides, after the pointers in their order: lddq of dq, ldq of q, ldk of k, ldv
+ * of v, ldo of o, lddo of dout. PIPE:
  * wg_q_tile_pipe's order, K in three buffers (tile j - 1's product reads its K while tile j + 1's lands). */
 template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int NWG, bool PIPE = false>
 __device__ void flash_bwd_q_wg(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *o,
-                               const float *lse, const bf16 *dout, i64 sq, i64 sk, i64 sv, i64 so, i64 sdo, i64 sdq) {
+                               const float *lse, const bf16 *dout, i64 lddq, i64 ldq, i64 ldk, i64 ldv, i64 ldo,
+                               i64 lddo) {
   static_assert(HD == 64 || HD == 128, "flash_bwd_q_wg: head dim 64 or 128");
   static_assert(BK == 64 || BK == 128, "flash_bwd_q_wg: key tiles of 64 or 128");
 #if SK_HAVE_WGMMA
@@ -341,22 +348,22 @@ __device__ void flash_bwd_q_wg(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k
   FlashBlock fb = flash_block(CAUSAL);
   const i64 b = fb.b;
   const int h = fb.h, kvh = h / (H / KV), q0 = fb.t * BQ, r0 = q0 + 64 * wg;
-  const bf16 *qsrc = q + b * S * sq + (i64)h * HD, *dsrc = dout + b * S * sdo + (i64)h * HD;
-  const bf16 *const kb = k + b * S * sk + (i64)kvh * HD, *const vb = v + b * S * sv + (i64)kvh * HD;
+  const bf16 *qsrc = q + b * S * ldq + (i64)h * HD, *dsrc = dout + b * S * lddo + (i64)h * HD;
+  const bf16 *const kb = k + b * S * ldk + (i64)kvh * HD, *const vb = v + b * S * ldv + (i64)kvh * HD;
   for (int x = 0; x < NWG; x++) { /* committed with the first K and V tiles */
-    sw_tile_async<64, HD, NT>(qs + x * RB, qsrc, sq, q0 + 64 * x, S);
-    sw_tile_async<64, HD, NT>(os + x * RB, dsrc, sdo, q0 + 64 * x, S);
+    sw_tile_async<64, HD, NT>(qs + x * RB, qsrc, ldq, q0 + 64 * x, S);
+    sw_tile_async<64, HD, NT>(os + x * RB, dsrc, lddo, q0 + 64 * x, S);
   }
-  sw_tile_async<BK, HD, NT>(ks, kb, sk, 0, S);
-  sw_tile_async<BK, HD, NT>(vs, vb, sv, 0, S);
+  sw_tile_async<BK, HD, NT>(ks, kb, ldk, 0, S);
+  sw_tile_async<BK, HD, NT>(vs, vb, ldv, 0, S);
   cp_commit();
   /* D = rowsum(dO o O) of this warp's 16 rows (rows g and g + 8 of each thread), stored for dK/dV */
   const int rm = r0 + 16 * w;
   float la[2], da[2];
   {
     u32 of[HD / 16][4], df[HD / 16][4];
-    frag_rows<HD>(of, o + b * S * so + (i64)h * HD, so, rm, S);
-    frag_rows<HD>(df, dsrc, sdo, rm, S);
+    frag_rows<HD>(of, o + b * S * ldo + (i64)h * HD, ldo, rm, S);
+    frag_rows<HD>(df, dsrc, lddo, rm, S);
     frag_dot<HD>(da[0], da[1], df, of);
     const float *lb = lse + ((i64)b * H + h) * S;
     float *db = Dd + ((i64)b * H + h) * S;
@@ -379,8 +386,8 @@ __device__ void flash_bwd_q_wg(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k
     const u32 kp = smem_u32(ks + (it + NKB - 1) % NKB * TB); /* PIPE: the last tile's K */
     wg_tiles_ready();
     if (it + 1 < ntiles) {
-      sw_tile_async<BK, HD, NT>(ks + (it + 1) % NKB * TB, kb, sk, k0 + BK, S);
-      sw_tile_async<BK, HD, NT>(vs + (1 - vbuf) * TB, vb, sv, k0 + BK, S);
+      sw_tile_async<BK, HD, NT>(ks + (it + 1) % NKB * TB, kb, ldk, k0 + BK, S);
+      sw_tile_async<BK, HD, NT>(vs + (1 - vbuf) * TB, vb, ldv, k0 + BK, S);
       cp_commit();
     }
     if (r0 < S && (!CAUSAL || k0 <= r0 + 63)) { /* else every key of the tile is past these queries */
@@ -409,10 +416,10 @@ __device__ void flash_bwd_q_wg(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k
     wg_regs<HD / 2>(flat<HD>(acc));
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
-  store_rows<HD>(dq + b * S * sdq + (i64)h * HD, sdq, rm, S, acc, scale, scale);
+  store_rows<HD>(dq + b * S * lddq + (i64)h * HD, lddq, rm, S, acc, scale, scale);
 #else
   (void)dq, (void)Dd, (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout;
-  (void)sq, (void)sk, (void)sv, (void)so, (void)sdo, (void)sdq;
+  (void)lddq, (void)ldq, (void)ldk, (void)ldv, (void)ldo, (void)lddo;
   __trap(); /* not built for this architecture: the runtime offers it on sm_90a only */
 #endif
 }
