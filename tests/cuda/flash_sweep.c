@@ -113,7 +113,7 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
    * the first row's forward */
   CuWgBwdTile bk[NV], bq[NV];
   int nbk = h->wgmma ? cuk_wg_bwd_variants(1, hd, bk, NV) : 0, nbq = h->wgmma ? cuk_wg_bwd_variants(2, hd, bq, NV) : 0;
-  int nb = nbk > nbq ? nbk : nbq, nr = nv + nw + nb;
+  int nwb = nbk > nbq ? nbk : nbq, nr = nv + nw + nwb;
   const char *cf[3 * NV], *cb[3 * NV], *tf[3 * NV], *tb[3 * NV];
   for (int i = 0; i < nr; i++) {
     cuk_set_flash_cfg(k, &v[i < nv ? i : 0]);
@@ -194,7 +194,7 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
   }
   printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c%s%s)\n",
          nw ? "; wg(keys a tile, warpgroups): the forward on wgmma, codegen/cuda_wgmma_cfg.c, with line 0's backward" : "",
-         nb ? "; dK/dV and dQ wg(streamed rows a tile, warpgroups): the backward on wgmma, with line 0's forward" : "");
+         nwb ? "; dK/dV and dQ wg(streamed rows a tile, warpgroups): the backward on wgmma, with line 0's forward" : "");
   free(q), free(kk), free(vv), free(dout), free(ro), free(rl), free(rdq), free(rdk), free(rdv), free(rob);
   h->free(ws);
   arena_free(&a);
