@@ -8,7 +8,8 @@
 
 #include "cg.h"
 #include "diag.h"
-#include "passes.h" /* FUSE_MAX_* */
+#include "memplan_views.h" /* memplan_col_at */
+#include "passes.h"        /* FUSE_MAX_* */
 
 void cg_line(Cg *c, const char *fmt, ...) {
   for (int i = 0; i < c->indent; i++) fputs("  ", c->f);
@@ -32,7 +33,10 @@ const char *cg_ptr(Cg *c, const Value *v) {
       if (c->binds[i].arg == v->def) return c->binds[i].expr;
     die("ARG %%%d has no binding", v->id);
   }
-  if (v->offset == IR_OFFSET_VIEW) return cg_ptr(c, v->def->in[0]); /* a view of a region's argument */
+  if (v->offset == IR_OFFSET_VIEW) { /* a view of a region's argument; a column view at its first column */
+    const char *p = cg_ptr(c, v->def->in[0]);
+    return v->ld ? arena_printf(c->a, "(%s + %" PRId64 ")", p, memplan_col_at(v->def, 0)) : p;
+  }
   if (v->last_in) { /* a carry in its loop's stack: the next slice, and the loop's output in the last iteration */
     int d = cg_depth_of(v->def->graph);
     return arena_printf(c->a, "(i%d < %" PRId64 " ? (M + %" PRId64 " + i%d * %" PRId64 ") : %s)", d,
@@ -103,9 +107,13 @@ void cg_block_copies(Cg *c, const Node *n, const char *copy) {
   int ax = a->axis;
   if (n->op == OP_CONCAT) {
     int64_t outer = cg_prod(&y->shape, 0, ax), inner = cg_prod(&y->shape, ax + 1, y->shape.rank), at = 0;
+    int es = ir_dtype_size(y->dtype);
     for (int i = 0; i < n->nin; i++) {
-      int64_t len = n->in[i]->shape.dim[ax];
-      block_copy(c, copy, y, y->shape.dim[ax], at, n->in[i], len, 0, outer, len, inner, ir_dtype_size(y->dtype));
+      const Value *in = n->in[i];
+      int64_t len = in->shape.dim[ax];
+      /* an input the memory plan placed in its column slot (memplan_views.c): its producer wrote it there */
+      bool in_slot = ax == y->shape.rank - 1 && in->ld && in->ld == y->shape.dim[ax] && in->offset == y->offset + at * es && in->stride == y->stride;
+      if (!in_slot) block_copy(c, copy, y, y->shape.dim[ax], at, in, len, 0, outer, len, inner, es);
       at += len;
     }
     return;
@@ -114,6 +122,7 @@ void cg_block_copies(Cg *c, const Node *n, const char *copy) {
     cg_copy_if_moved(c, y, x);
     return;
   }
+  if (n->op == OP_SLICE && y->ld) return; /* a column view (memplan_views.c): its readers take the row stride */
   const Shape *xs = &x->shape;
   int64_t outer = cg_prod(xs, 0, ax), inner = cg_prod(xs, ax + 1, xs->rank), rows = xs->dim[ax];
   int es = ir_dtype_size(x->dtype);

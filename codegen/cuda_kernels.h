@@ -116,12 +116,18 @@ const char *cuk_rope_at(CuK *k, const char *y, const char *x, const char *pos, D
                         int64_t H, int64_t hd, double theta, int64_t start, int inverse);
 
 /* ---- attention (flash-style: online softmax, never the [S, S] scores in memory) ----
- * q/o [B, S, H*hd], k/v [B, S, KV*hd], lse f32 [B, H, S]; dq/dk/dv like q/k/v. */
+ * q/o [B, S, H*hd], k/v [B, S, KV*hd], lse f32 [B, H, S]; dq/dk/dv like q/k/v. Each token-major operand
+ * may be a column slice of a wider tensor (memplan's strided views: q, k, v read out of the fused QKV,
+ * dq, dk, dv written into dqkv): ld gives its row stride in elements (0 or a NULL ld: contiguous, H*hd
+ * or KV*hd); the tensor-core kernels want it a multiple of 8 (ir_row_stride_ok). */
+typedef struct {
+  int64_t q, k, v, o, dout, dq, dk, dv;
+} CuAttnLd;
 const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
-                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal);
+                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, const CuAttnLd *ld);
 const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                          const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
-                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal);
+                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, const CuAttnLd *ld);
 /* The tensor-core attention's tiles (bf16, hd a multiple of 16 up to 128; runtime/cuda/kernels/shardk_flash.cuh):
  * per kernel, mt m-tiles of 16 rows per warp (queries; keys in dK/dV), w warps per block (16 mt w rows)
  * and bt rows of the tile streamed through shared memory (keys; queries in dK/dV). */

@@ -25,6 +25,17 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
 /* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128, tiles by
  * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
 static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
+
+/* The operands' row strides (CuAttnLd; 0: contiguous), resolved: H hd for q, o, dout, dq; KV hd for the rest. */
+static CuAttnLd attn_ld(const CuAttnLd *ld, int64_t H, int64_t KV, int64_t hd) {
+  CuAttnLd r = ld ? *ld : (CuAttnLd){0};
+  int64_t qw = H * hd, kw = KV * hd;
+  r.q = r.q ? r.q : qw, r.o = r.o ? r.o : qw, r.dout = r.dout ? r.dout : qw, r.dq = r.dq ? r.dq : qw;
+  r.k = r.k ? r.k : kw, r.v = r.v ? r.v : kw, r.dk = r.dk ? r.dk : kw, r.dv = r.dv ? r.dv : kw;
+  return r;
+}
+/* the bytes an operand of rows rows of w elements at row stride ld spans */
+static int64_t span(int64_t rows, int64_t w, int64_t ld, DType dt) { return ((rows - 1) * ld + w) * ir_dtype_size(dt); }
 static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
 /* a tensor-core attention kernel `which`: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block,
  * with c's minimum blocks per SM and its dynamic shared memory */
@@ -41,13 +52,13 @@ static const char *flash_one(CuK *k, const Args *g, const char *name, int which,
 
 /* the attention forward on wgmma (shardk_wgmma.cuh) in tiles t: grid (S / 64 nwg, H, B) */
 static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, int64_t H, int64_t KV, int64_t hd,
-                          int causal, int64_t B) {
+                          int causal, int64_t B, const char *lds) {
   return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), H, B, 128 * t->nwg, 1, cuk_wg_smem(hd, t),
                         arena_printf(k->a,
                                      "sk::flash_fwd_wg<%lldLL, %lld, %lld, %lld, %s, %d, %d, %s>((sk::bf16 *)p0, "
-                                     "(float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);",
+                                     "(float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4%s);",
                                      (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false",
-                                     t->bk, t->nwg, t->pipe ? "true" : "false"));
+                                     t->bk, t->nwg, t->pipe ? "true" : "false", lds));
 }
 
 /* the pointer arguments of the backward's kernels (dQ, dK/dV; shardk_flash.cuh, shardk_wgmma_bwd.cuh) */
@@ -59,19 +70,15 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
   "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7"
 
 /* the attention backward's kernel `which` (1 dK/dV, 2 dQ) on wgmma (shardk_wgmma_bwd.cuh) in tiles t: grid
- * (S / 64 nwg, KV or H, B); the operands' row strides in the kernel's order (ld: dK/dV: dk, dv, q, k, v, dout;
- * dQ: dq, q, k, v, o, dout), today's layouts' H hd and KV hd */
+ * (S / 64 nwg, KV or H, B); lds: the operands' row strides in the kernel's order (", ldA, ..."; dK/dV: dk, dv,
+ * q, k, v, dout; dQ: dq, q, k, v, o, dout), as the mma.sync kernels take them */
 static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *t, int64_t S, int64_t H, int64_t KV,
-                           int64_t hd, int causal, int64_t B) {
-  const long long q = (long long)(H * hd), kv = (long long)(KV * hd);
-  const char *ld = which == 1 ? arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", kv, kv, q, kv, kv, q)
-                              : arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", q, q, kv, kv, q, q);
+                           int64_t hd, int causal, int64_t B, const char *lds) {
   const char *tmpl = arena_printf(k->a, "<%lldLL, %lld, %lld, %lld, %s, %d, %d%s>", (long long)S, (long long)H,
                                   (long long)KV, (long long)hd, causal ? "true" : "false", t->bt, t->nwg,
                                   t->pipe ? ", true" : "");
-  const char *call = arena_printf(
-      k->a, "sk::%s%s(%s, %s);", which == 1 ? "flash_bwd_kv_wg" : "flash_bwd_q_wg", tmpl,
-      which == 1 ? FLASH_KV_ARGS : FLASH_Q_ARGS, ld);
+  const char *call = arena_printf(k->a, "sk::%s%s(%s%s);", which == 1 ? "flash_bwd_kv_wg" : "flash_bwd_q_wg", tmpl,
+                                  which == 1 ? FLASH_KV_ARGS : FLASH_Q_ARGS, lds);
   return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), which == 1 ? KV : H, B, 128 * t->nwg, 1,
                         cuk_wg_bwd_smem(which, hd, t), call);
 }
@@ -79,11 +86,12 @@ static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *
 /* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
  * cuk_set_attn_tune the candidates of cuk_flash_variants (those with distinct tiles for this kernel; the
  * first compiled always, the others under SK_ATTN_TUNE) launched by rt_cu_launch_tuned. bytes[i]: the
- * size of pointer argument i; the first two arguments are the kernel's outputs, outs what the runtime's
- * check of a candidate against the default needs of them (RtCuTuneOut, flash_outs). */
+ * bytes pointer argument i spans; the first two arguments are the kernel's outputs, outs what the
+ * runtime's check of a candidate against the default needs of them (RtCuTuneOut, flash_outs); wlds the
+ * forward's row strides as the wgmma candidates take them. */
 static const char *flash_kernel(CuK *k, const Args *g, const char *name, int which, int64_t S, int64_t H, int64_t KV,
                                 int64_t hd, int causal, int64_t gy, int64_t gz, const int64_t *bytes, const char *args,
-                                const char *outs) {
+                                const char *outs, const char *wlds) {
   CuFlashCfg v[16];
   int nv = k->attn_tune && !k->flash ? cuk_flash_variants(hd, v, 16) : 0;
   if (nv == 0) v[0] = flash_cfg(k, hd), nv = 1;
@@ -112,8 +120,8 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
   int nw = !tuned ? 0 : which == 0 ? cuk_wg_variants(hd, w, 8) : cuk_wg_bwd_variants(which, hd, wb, 8);
   for (int i = 0; i < nw; i++) {
     k->guard = 1;
-    if (which == 0) wg_one(k, g, &w[i], S, H, KV, hd, causal, gz);
-    else wgb_one(k, g, which, &wb[i], S, H, KV, hd, causal, gz);
+    if (which == 0) wg_one(k, g, &w[i], S, H, KV, hd, causal, gz, wlds);
+    else wgb_one(k, g, which, &wb[i], S, H, KV, hd, causal, gz, wlds);
     k->guard = 0;
     if (which == 0)
       cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
@@ -149,13 +157,15 @@ void cuk_flash_check(int which, int64_t S, int64_t H, int64_t KV, int64_t hd, lo
   else terms[0] = S + 2 * hd, terms[1] = hd, rounds[0] = 1, rounds[1] = 0;
 }
 
-/* The kernel's two outputs as the launch tells the check (RtCuTuneOut): bf16 o/dq/dk/dv, f32 lse/D. */
-static const char *flash_outs(CuK *k, int which, int64_t S, int64_t H, int64_t KV, int64_t hd) {
+/* The kernel's two outputs as the launch tells the check (RtCuTuneOut): bf16 o/dq/dk/dv, f32 lse/D;
+ * slice0 / slice1: the output is a column slice of a wider tensor (its row stride more than its width). */
+static const char *flash_outs(CuK *k, int which, int64_t S, int64_t H, int64_t KV, int64_t hd, int slice0, int slice1) {
   long long terms[2];
   int rounds[2];
   cuk_flash_check(which, S, H, KV, hd, terms, rounds);
   const char *t1 = which == 1 ? "RT_BF16" : "RT_F32"; /* dK/dV: two bf16 outputs; else o / dq and f32 lse / D */
-  return arena_printf(k->a, "{RT_BF16, %lldLL, %d}, {%s, %lldLL, %d}", terms[0], rounds[0], t1, terms[1], rounds[1]);
+  return arena_printf(k->a, "{RT_BF16, %lldLL, %d, %d}, {%s, %lldLL, %d, %d}", terms[0], rounds[0], slice0, t1, terms[1],
+                      rounds[1], slice1);
 }
 
 /* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
@@ -173,16 +183,22 @@ static const char *keys_args(CuK *k, const CuAttnKeys *ks, Args *g) {
 
 static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
                             DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
-                            int causal) {
+                            int causal, const CuAttnLd *ld0) {
   attn_check(H, KV, hd);
+  CuAttnLd ld = attn_ld(ld0, H, KV, hd);
+  const char *lds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL", (long long)ld.o, (long long)ld.q,
+                                 (long long)ld.k, (long long)ld.v);
   if (k->wg && attn_flash(dt, hd) && !ks->qpos && (hd == 64 || hd == 128)) /* Hopper's wgmma (shardk_wgmma.cuh) */
-    return wg_one(k, &(Args){.np = 5, .p = {o, lse, q, kk, v}}, k->wg, S, H, KV, hd, causal, B);
+    return wg_one(k, &(Args){.np = 5, .p = {o, lse, q, kk, v}}, k->wg, S, H, KV, hd, causal, B, lds);
   if (attn_flash(dt, hd) && !ks->qpos) {
     Args g = {.np = 5, .p = {o, lse, q, kk, v}};
-    int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;
-    return flash_kernel(k, &g, "flash_fwd", 0, S, H, KV, hd, causal, H, B, (const int64_t[]){nq, nl, nq, nk, nk},
-                        "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4",
-                        flash_outs(k, 0, S, H, KV, hd));
+    int64_t n = B * S, qw = H * hd, kw = KV * hd, nl = B * H * S * 4;
+    return flash_kernel(k, &g, "flash_fwd", 0, S, H, KV, hd, causal, H, B,
+                        (const int64_t[]){span(n, qw, ld.o, dt), nl, span(n, qw, ld.q, dt), span(n, kw, ld.k, dt),
+                                          span(n, kw, ld.v, dt)},
+                        arena_printf(k->a, "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                           "(const sk::bf16 *)p4%s", lds),
+                        flash_outs(k, 0, S, H, KV, hd, ld.o != qw, 0), lds);
   }
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ck_ctype(dt);
@@ -191,81 +207,98 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
   return ck_simple(k, &g, cdiv(S, bq), H, B, bq * tpr, 1,
                 arena_printf(k->a,
                              "sk::sdpa_fwd<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (float *)p1, "
-                             "(const %s *)p2, (const %s *)p3, (const %s *)p4%s);",
+                             "(const %s *)p2, (const %s *)p3, (const %s *)p4%s%s);",
                              t, (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", bq,
-                             bk, tpr, keys_tmpl(k, ks), t, t, t, t, pa));
+                             bk, tpr, keys_tmpl(k, ks), t, t, t, t, lds, pa));
 }
 
 const char *cuk_sdpa(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v, DType dt,
-                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
-  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
+                     int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, const CuAttnLd *ld) {
+  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal, ld);
 }
 
 const char *cuk_attn_block(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
                            DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
                            int causal) {
-  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, ks, H, KV, hd, causal);
+  return attn_fwd(k, o, lse, q, kk, v, dt, B, S, ks, H, KV, hd, causal, NULL);
 }
 
 static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                             const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
-                            int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
+                            int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal,
+                            const CuAttnLd *ld0) {
   attn_check(H, KV, hd);
+  CuAttnLd ld = attn_ld(ld0, H, KV, hd);
+  const long long Ldq = ld.q, Ldk = ld.k, Ldv = ld.v, Ldo = ld.o, Lddo = ld.dout, Lddq = ld.dq, Lddk = ld.dk, Lddv = ld.dv;
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ck_ctype(dt), *cz = causal ? "true" : "false";
   ck_need_ws(k, B * H * S * 4);
   const char *D = ck_ws_at(k, 0);
   if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
-    int64_t nq = B * S * H * hd * 2, nk = B * S * KV * hd * 2, nl = B * H * S * 4;
+    int64_t n = B * S, qw = H * hd, kw = KV * hd, nl = B * H * S * 4;
     Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
     Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
+    const char *qlds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddq, Ldq, Ldk, Ldv, Ldo, Lddo);
+    const char *kvlds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddk, Lddv, Ldq, Ldk, Ldv,
+                                     Lddo);
     const int wg = hd == 64 || hd == 128; /* on Hopper's wgmma where set (shardk_wgmma_bwd.cuh) */
-    const char *lq = wg && k->wgq ? wgb_one(k, &gq, 2, k->wgq, S, H, KV, hd, causal, B)
-                                  : flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
-                                                 (const int64_t[]){nq, nl, nq, nk, nk, nq, nl, nq}, FLASH_Q_ARGS,
-                                                 flash_outs(k, 2, S, H, KV, hd));
-    const char *lkv = wg && k->wgkv ? wgb_one(k, &gkv, 1, k->wgkv, S, H, KV, hd, causal, B)
-                                    : flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
-                                                   (const int64_t[]){nk, nk, nq, nk, nk, nl, nl, nq}, FLASH_KV_ARGS,
-                                                   flash_outs(k, 1, S, H, KV, hd));
+    const char *lq =
+        wg && k->wgq
+            ? wgb_one(k, &gq, 2, k->wgq, S, H, KV, hd, causal, B, qlds)
+            : flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
+                           (const int64_t[]){span(n, qw, Lddq, dt), nl, span(n, qw, Ldq, dt), span(n, kw, Ldk, dt),
+                                             span(n, kw, Ldv, dt), span(n, qw, Ldo, dt), nl, span(n, qw, Lddo, dt)},
+                           arena_printf(k->a, "%s%s", FLASH_Q_ARGS, qlds), flash_outs(k, 2, S, H, KV, hd, Lddq != qw, 0),
+                           qlds);
+    const char *lkv =
+        wg && k->wgkv
+            ? wgb_one(k, &gkv, 1, k->wgkv, S, H, KV, hd, causal, B, kvlds)
+            : flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
+                           (const int64_t[]){span(n, kw, Lddk, dt), span(n, kw, Lddv, dt), span(n, qw, Ldq, dt),
+                                             span(n, kw, Ldk, dt), span(n, kw, Ldv, dt), nl, nl, span(n, qw, Lddo, dt)},
+                           arena_printf(k->a, "%s%s", FLASH_KV_ARGS, kvlds),
+                           flash_outs(k, 1, S, H, KV, hd, Lddk != kw, Lddv != kw), kvlds);
     return ck_cat(k, lq, lkv);
   }
   Args g1 = {.np = 3, .p = {D, o, dout}};
   const char *l1 = ck_simple(k, &g1, cdiv(S, bq), H, B, bq * tpr, 1,
                           arena_printf(k->a,
                                        "sk::sdpa_bwd_dot<%s, %lldLL, %lld, %lld, %d, %d>((float *)p0, (const %s *)p1, "
-                                       "(const %s *)p2);",
-                                       t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t));
+                                       "(const %s *)p2, %lldLL, %lldLL);",
+                                       t, (long long)S, (long long)H, (long long)hd, bq, tpr, t, t, Ldo, Lddo));
   Args g2 = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
   const char *pa2 = keys_args(k, ks, &g2), *tk = keys_tmpl(k, ks);
   const char *l2 = ck_simple(
       k, &g2, cdiv(ks->T, bq), KV, B, bq * tpr, 1,
       arena_printf(k->a,
                    "sk::sdpa_bwd_kv<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (%s *)p1, (const %s *)p2, "
-                   "(const %s *)p3, (const %s *)p4, (const float *)p5, (const float *)p6, (const %s *)p7%s);",
+                   "(const %s *)p3, (const %s *)p4, (const float *)p5, (const float *)p6, (const %s *)p7, %lldLL, "
+                   "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL%s);",
                    t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, t,
-                   pa2));
+                   Lddk, Lddv, Ldq, Ldk, Ldv, Lddo, pa2));
   Args g3 = {.np = 7, .p = {dq, q, kk, v, lse, D, dout}};
   const char *pa3 = keys_args(k, ks, &g3);
   const char *l3 = ck_simple(
       k, &g3, cdiv(S, bq), H, B, bq * tpr, 1,
       arena_printf(k->a,
                    "sk::sdpa_bwd_q<%s, %lldLL, %lld, %lld, %lld, %s, %d, %d, %d%s>((%s *)p0, (const %s *)p1, (const %s *)p2, "
-                   "(const %s *)p3, (const float *)p4, (const float *)p5, (const %s *)p6%s);",
-                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, pa3));
+                   "(const %s *)p3, (const float *)p4, (const float *)p5, (const %s *)p6, %lldLL, %lldLL, %lldLL, "
+                   "%lldLL, %lldLL%s);",
+                   t, (long long)S, (long long)H, (long long)KV, (long long)hd, cz, bq, bk, tpr, tk, t, t, t, t, t, Lddq,
+                   Ldq, Ldk, Ldv, Lddo, pa3));
   return ck_cat(k, ck_cat(k, l1, l2), l3);
 }
 
 const char *cuk_sdpa_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                          const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
-                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal) {
-  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal);
+                         int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, const CuAttnLd *ld) {
+  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, &(CuAttnKeys){.T = S}, H, KV, hd, causal, ld);
 }
 
 const char *cuk_attn_block_bwd(CuK *k, const char *dq, const char *dk, const char *dv, const char *q, const char *kk,
                                const char *v, const char *o, const char *lse, const char *dout, DType dt, int64_t B,
                                int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd, int causal) {
-  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, ks, H, KV, hd, causal);
+  return attn_bwd(k, dq, dk, dv, q, kk, v, o, lse, dout, dt, B, S, ks, H, KV, hd, causal, NULL);
 }
 
 const char *cuk_attn_combine(CuK *k, const char *o, const char *lse, const char *o1, const char *lse1, const char *o2,

@@ -188,15 +188,19 @@ static void emit_node(Cg *c, Node *n) {
   case OP_SDPA: case OP_SDPA_BWD: {
     const Shape *s = &x->shape;
     int64_t hd = s->dim[2] / a->heads;
+    /* the row strides of the operands memplan made column views (Value.ld; 0: contiguous) */
     if (n->op == OP_SDPA)
-      cg_line(c, "rt_sdpa_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);", fp(c, n->out[0]),
-           fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), s->dim[0], s->dim[1], a->heads,
-           a->kv_heads, hd, a->causal);
+      cg_line(c, "rt_sdpa_f32(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d, %" PRId64 ", %" PRId64
+           ", %" PRId64 ", %" PRId64 ");",
+           fp(c, n->out[0]), fp(c, n->out[1]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]), s->dim[0], s->dim[1],
+           a->heads, a->kv_heads, hd, a->causal, x->ld, n->in[1]->ld, n->in[2]->ld, n->out[0]->ld);
     else
-      cg_line(c, "rt_sdpa_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d);",
+      cg_line(c, "rt_sdpa_bwd_f32(%s, %s, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %d, %" PRId64
+           ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ");",
            fp(c, n->out[0]), fp(c, n->out[1]), fp(c, n->out[2]), fp(c, x), fp(c, n->in[1]), fp(c, n->in[2]),
            fp(c, n->in[3]), fp(c, n->in[4]), fp(c, n->in[5]), s->dim[0], s->dim[1], a->heads, a->kv_heads, hd,
-           a->causal);
+           a->causal, x->ld, n->in[1]->ld, n->in[2]->ld, n->in[3]->ld, n->in[5]->ld, n->out[0]->ld, n->out[1]->ld,
+           n->out[2]->ld);
     return;
   }
   case OP_ROPE_AT: {

@@ -242,14 +242,17 @@ static void emit_node(Cg *c, Node *n) {
     if (n->in[1]->dtype != x->dtype || n->in[2]->dtype != x->dtype) return cg_unsupported(c, n, "q, k, v of different dtypes");
     return stmt(c, cuk_sdpa(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, x), cg_ptr(c, n->in[1]),
                             cg_ptr(c, n->in[2]), x->dtype, s->dim[0], s->dim[1], a->heads, a->kv_heads,
-                            s->dim[2] / a->heads, a->causal));
+                            s->dim[2] / a->heads, a->causal,
+                            &(CuAttnLd){.q = x->ld, .k = n->in[1]->ld, .v = n->in[2]->ld, .o = n->out[0]->ld}));
   }
   case OP_SDPA_BWD: {
     const Shape *s = &x->shape;
     return stmt(c, cuk_sdpa_bwd(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, n->out[2]), cg_ptr(c, x),
                                 cg_ptr(c, n->in[1]), cg_ptr(c, n->in[2]), cg_ptr(c, n->in[3]), cg_ptr(c, n->in[4]),
                                 cg_ptr(c, n->in[5]), x->dtype, s->dim[0], s->dim[1], a->heads, a->kv_heads,
-                                s->dim[2] / a->heads, a->causal));
+                                s->dim[2] / a->heads, a->causal,
+                                &(CuAttnLd){x->ld, n->in[1]->ld, n->in[2]->ld, n->in[3]->ld, n->in[5]->ld,
+                                            n->out[0]->ld, n->out[1]->ld, n->out[2]->ld}));
   }
   case OP_ROPE_AT: {
     const Shape *s = &x->shape;

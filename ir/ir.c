@@ -345,3 +345,15 @@ Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc
 bool ir_slice_is_view(const Node *n) {
   return n->op == OP_SLICE && n->stage && n->a.axis == 0 && n->a.start == 0 && n->in[0]->dtype == n->out[0]->dtype;
 }
+
+bool ir_reads_row_stride(const Node *n, int k) {
+  if (n->op == OP_SDPA) return k >= 0 && k < 3;               /* q, k, v */
+  if (n->op == OP_SDPA_BWD) return k >= 0 && k < 6 && k != 4; /* q, k, v, o, dout (not lse [B, H, S]) */
+  return false;
+}
+
+bool ir_writes_row_stride(const Node *n, int k) {
+  if (n->op == OP_SDPA) return k == 0;                 /* o (not lse) */
+  if (n->op == OP_SDPA_BWD) return k >= 0 && k < 3; /* dq, dk, dv */
+  return false;
+}

@@ -143,6 +143,9 @@ struct Value {
   int64_t offset; /* bytes from the rank's base */
 #define IR_OFFSET_VIEW ((int64_t)-3)
   int64_t stride; /* bytes per REPEAT iteration */
+  int64_t ld;     /* elements between consecutive rows (the last axis's) where the value is a column slice of
+                     a wider tensor at offset (memplan's strided views, passes/memplan_views.c); 0: its rows
+                     are contiguous */
   int mclass;     /* MemClass (passes/memplan.h) */
   /* A loop's carry kept in the stack its body saves the carry into (memplan_carry_in_stack): in
    * iteration i it lives at offset + i * stride (the stack's slice i + 1, where the next
@@ -246,6 +249,11 @@ Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc
  * memory plan gives it its input's offset, codegen copies only if it moved): a pipeline stage's
  * own leading rows of a layer stack padded over uneven stages (passes/pipe.c, Node.stage set). */
 bool ir_slice_is_view(const Node *n);
+/* Whether input k of n may be read, or output k written, at a row stride (a last-axis column slice of a
+ * wider tensor, Value.ld): what every target's kernel of the op takes (sdpa and sdpa_bwd: their
+ * token-major operands, on the CPU and CUDA targets). memplan places such views (memplan_views.c). */
+bool ir_reads_row_stride(const Node *n, int k);
+bool ir_writes_row_stride(const Node *n, int k);
 Node *ir_add_arg(Graph *body, DType dt, Shape shape, const char *name);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */

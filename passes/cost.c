@@ -9,6 +9,7 @@
 #include "commreport.h"
 #include "diag.h"
 #include "memplan.h"
+#include "memplan_views.h"
 #include "mesh.h"
 #include "pipe_sched.h"
 #include "print.h"
@@ -108,6 +109,7 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, TimeK
   if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) return 0;
   if (n->op == OP_RESHAPE) return 0; /* a view */
   if (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) return 0;
+  if (memplan_col_slice(n) || memplan_col_concat(n)) return 0; /* column views (memplan_views.c): no copy */
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
   double bytes = 0;
   bool grouped = m->target == TARGET_CUDA && n->group > 0; /* one kernel: intermediates stay in registers */

@@ -16,9 +16,11 @@
  * body result add(arg, x) is written into the output (gradient accumulation's running sums).
  * A collective that packs its members' chunks (memplan_scratch_bytes) gets a scratch buffer of the
  * plan, class communication, live at its node: the runtime packs there, not in a hidden workspace.
+ * Column views (memplan_views.c): a last-axis slice its readers take at a row stride shares its
+ * source's bytes (Value.ld), and a concat of stride-writing outputs has them written into its columns.
  * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
  * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
- * one kernel race (cut_groups, at the end).
+ * one kernel race (memplan_groups.c, at the end).
  */
 #include "memplan.h"
 
@@ -27,6 +29,7 @@
 
 #include "diag.h"
 #include "memplan_pack.h"
+#include "memplan_views.h"
 #include "offload_sched.h"
 #include "passes.h"
 
@@ -218,10 +221,11 @@ static bool is_result(const Graph *g, const Value *v) {
   return false;
 }
 
-/* A view that can share its input's memory: same bytes, no copy. */
-static bool is_view(const Node *n) {
-  return (n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) || ir_slice_is_view(n));
+bool memplan_is_view(const Node *n) {
+  return n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) || ir_slice_is_view(n) ||
+         memplan_col_slice(n);
 }
+#define is_view memplan_is_view
 
 /* Carry k of repeat rep updated in place: the body's result k is add(arg k, x) (or the stacked
  * output of a loop that adds arg k's slices in place, xs_in_place) and nothing else in the body
@@ -367,6 +371,15 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   bool *view = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
   uint64_t *rmask = ARENA_ARRAY(tmp, uint64_t, nv + 1); /* the stages reading each value (ir_reader_stages) */
   ir_reader_stages(g, rmask, nv);
+  /* concats whose producers write into their column slots (memplan_views.c): the inputs get no interval of
+   * their own; the concat's starts at its first producer */
+  bool *slotted = ARENA_ARRAY(tmp, bool, nv + 1), *colcat = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
+  int *made = ARENA_ARRAY(tmp, int, nv + 1); /* the position defining each value */
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nout; k++) made[g->nodes[i]->out[k]->id] = i;
+  for (int i = 0; i < g->nnodes; i++)
+    if ((colcat[i] = memplan_col_concat(g->nodes[i])))
+      for (int k = 0; k < g->nodes[i]->nin; k++) slotted[g->nodes[i]->in[k]->id] = true;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     int last = n->op == OP_SEND ? i + 1 : i; /* a send's data lives through its receive (one ring shift) */
@@ -412,16 +425,33 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
         view[i] = true; /* persistent memory: always there */
         continue;
       }
+      if (in->offset == -2 && memplan_col_slice(n)) { /* a column view of a stacked y: placed with it */
+        n->out[0]->offset = -2;
+        n->out[0]->ld = in->shape.dim[in->shape.rank - 1];
+        continue;
+      }
       if (d->graph == g && !ir_slice_is_view(n) && (d->op == OP_ARG || in->offset == IR_OFFSET_VIEW)) {
         /* a region's argument (a stacked input's slice, a carry, a capture) lives the whole
-         * iteration outside the region's transients: the view is its bytes, not a copy */
+         * iteration outside the region's transients: the view is its bytes, not a copy (a column view:
+         * its columns, at the argument's row stride; codegen adds the first column, memplan_col_at) */
         n->out[0]->offset = IR_OFFSET_VIEW;
+        n->out[0]->ld = memplan_col_slice(n) ? in->shape.dim[in->shape.rank - 1] : 0;
         continue;
       }
     }
+    if (colcat[i]) { /* live from its first producer; its inputs share it */
+      int from = i;
+      for (int k = 0; k < n->nin; k++) from = made[n->in[k]->id] < from ? made[n->in[k]->id] : from;
+      Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), from, MEM_ACT);
+      it->end = i;
+      if (ir_node_stages(n) && !(rmask[n->out[0]->id] & ~ir_node_stages(n))) it->stage = n->stage, it->set = n->stageset;
+      slot[n->out[0]->id] = p.n;
+      for (int k = 0; k < n->nin; k++) slot[n->in[k]->id] = p.n;
+      continue;
+    }
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
-      if (n->op == OP_ARG || v->offset == -2 || v->host) continue; /* (host values: place_host) */
+      if (n->op == OP_ARG || v->offset == -2 || v->host || slotted[v->id]) continue; /* (host values: place_host) */
       Interval *it = add_interval(&p, v, value_bytes(v), i, MEM_ACT);
       /* a pipeline stage's value that only its stages read (codegen zeroes the others' on the
        * other stages: those every rank touches) */
@@ -577,14 +607,27 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (p.iv[i].v) continue;
     shift_body(g->nodes[p.iv[i].start]->body, base + p.iv[i].offset);
   }
-  /* views share their input's place (in node order, so chains resolve) */
-  for (int i = 0; i < g->nnodes; i++)
+  /* views share their input's place (in node order, so chains resolve); a column view at its first column,
+   * with its source's rows (memplan_views.c) */
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
     if (view[i]) {
-      Value *in = g->nodes[i]->in[0], *out = g->nodes[i]->out[0];
-      out->offset = in->offset;
+      Value *in = n->in[0], *out = n->out[0];
+      bool col = memplan_col_slice(n);
+      out->offset = in->offset + (col ? memplan_col_at(n, 0) : 0);
       out->stride = 0;
+      out->ld = col ? in->shape.dim[in->shape.rank - 1] : 0;
       out->mclass = in->mclass;
     }
+    if (colcat[i]) /* the concat's inputs in their column slots */
+      for (int k = 0; k < n->nin; k++) {
+        Value *y = n->out[0], *x = n->in[k];
+        x->offset = y->offset + memplan_col_at(n, k);
+        x->stride = 0;
+        x->ld = y->shape.dim[y->shape.rank - 1];
+        x->mclass = y->mclass;
+      }
+  }
   return size;
 }
 
@@ -618,6 +661,14 @@ static void place_stacked(Graph *g) {
           x->mclass = y->mclass;
         }
       }
+    for (int j = 0; j < n->body->nnodes; j++) { /* column views of a stacked y: its columns in the stack */
+      Node *c = n->body->nodes[j];
+      Value *x = c->op == OP_SLICE ? c->in[0] : NULL, *v = c->out[0];
+      if (!x || v->offset != -2 || x->offset < 0) continue;
+      v->offset = x->offset + memplan_col_at(c, 0);
+      v->stride = x->stride;
+      v->mclass = x->mclass;
+    }
     place_stacked(n->body);
   }
 }
@@ -629,117 +680,10 @@ static void reset_offsets(Graph *g) {
     for (int k = 0; k < n->nout; k++) {
       n->out[k]->offset = -1;
       n->out[k]->stride = 0;
+      n->out[k]->ld = 0;
       n->out[k]->last_in = NULL;
     }
     if (n->body) reset_offsets(n->body);
-  }
-}
-
-/* ---- fusion groups (passes/fuse.c) ----
- * A target runs a group as one kernel: every index at once, intermediates in registers. The plan
- * lets a value reuse the bytes of one that died earlier, which is harmless node by node but not
- * inside one kernel, where a member writing bytes another index still reads races with it. The
- * placement stays as planned; instead a group is cut before a member that would write over a value
- * the group reads from outside (unless it is that very tensor, updated index for index), or that
- * reads from outside a value an earlier member writes over. The rest of the group is a new group,
- * starting at its first member that can start one (not a view); a group left with one node is
- * none. Values inside a group keep their bytes: an entry point that runs only part of a group
- * (codegen's eval and logits) stores them. */
-
-bool memplan_span(const Value *v, int64_t *lo, int64_t *hi) {
-  if (v->def->op == OP_ARG || v->offset < 0) return false;
-  int64_t iters = 1;
-  const Node *r = v->def->graph->owner;
-  if (v->stride && r && r->op == OP_REPEAT) iters = r->a.count;
-  *lo = v->offset;
-  *hi = v->offset + (iters - 1) * v->stride + value_bytes(v);
-  return true;
-}
-
-bool memplan_clobbers(const Value *w, const Value *x) {
-  if (w == x) return false;
-  if (w->offset == x->offset && w->stride == x->stride && w->def->op != OP_ARG && x->def->op != OP_ARG &&
-      ir_shape_eq(&w->shape, &x->shape) && ir_dtype_size(w->dtype) == ir_dtype_size(x->dtype))
-    return false; /* in place, index for index */
-  int64_t wl, wh, xl, xh;
-  if (!memplan_span(w, &wl, &wh) || !memplan_span(x, &xl, &xh)) return false;
-  return wl < xh && xl < wh;
-}
-
-typedef struct {
-  Node *mem[FUSE_MAX_NODES];         /* the members kept so far, in order */
-  int n;                             /* how many */
-  const Value *ext[FUSE_MAX_INPUTS]; /* values they read from outside, as passes/fuse.c counts them */
-  int next;                          /* how many */
-} Run;
-
-static bool in_run(const Run *r, const Value *v) {
-  for (int i = 0; i < r->n; i++)
-    if (r->mem[i]->out[0] == v) return true;
-  for (int i = 0; i < r->next; i++)
-    if (r->ext[i] == v) return true;
-  return false;
-}
-
-/* Adds n to the run unless that could race (or overflow the inputs); the first member always. */
-static bool run_add(Run *r, Node *n) {
-  const Value *fresh[2];
-  int nfresh = 0;
-  for (int k = 0; k < n->nin; k++) {
-    const Value *v = n->in[k];
-    if (in_run(r, v)) continue;
-    for (int i = 0; i < r->n; i++)
-      if (memplan_clobbers(r->mem[i]->out[0], v)) return false;
-    fresh[nfresh++] = v;
-  }
-  if (r->next + nfresh > FUSE_MAX_INPUTS) return false;
-  if (r->n > 0) {
-    const Value *y = n->out[0];
-    for (int i = 0; i < r->next; i++)
-      if (memplan_clobbers(y, r->ext[i])) return false;
-    for (int i = 0; i < nfresh; i++)
-      if (memplan_clobbers(y, fresh[i])) return false;
-  }
-  for (int i = 0; i < nfresh; i++) r->ext[r->next++] = fresh[i];
-  r->mem[r->n++] = n;
-  return true;
-}
-
-static void max_group(const Graph *g, int *id) {
-  for (int i = 0; i < g->nnodes; i++) {
-    if (g->nodes[i]->group > *id) *id = g->nodes[i]->group;
-    if (g->nodes[i]->body) max_group(g->nodes[i]->body, id);
-  }
-}
-
-static void cut_groups(Graph *g, int *next_id) {
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->body) cut_groups(g->nodes[i]->body, next_id);
-  for (int i = 0; i < g->nnodes;) {
-    int id = g->nodes[i]->group, end = i + 1;
-    if (!id) {
-      i++;
-      continue;
-    }
-    while (end < g->nnodes && g->nodes[end]->group == id) end++;
-    Run r = {0};
-    for (int k = i; k < end; k++) {
-      Node *n = g->nodes[k];
-      if (r.n == 0 && is_view(n)) {
-        n->group = 0; /* a view starts no group: the next member does */
-        continue;
-      }
-      if (run_add(&r, n)) {
-        n->group = id;
-        continue;
-      }
-      if (r.n == 1) r.mem[0]->group = 0;
-      r = (Run){0};
-      id = ++*next_id;
-      k--; /* n starts the next group */
-    }
-    if (r.n == 1) r.mem[0]->group = 0;
-    i = end;
   }
 }
 
@@ -774,9 +718,7 @@ bool pass_memplan(Module *m) {
   int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA);
   arena_free(&tmp);
   place_stacked(g);
-  int next_id = 0;
-  max_group(g, &next_id);
-  cut_groups(g, &next_id);
+  memplan_cut_groups(g);
   for (int i = 0; i < MEM_COUNT; i++) mp->by_class[i] += by_class[i];
   mp->peak = off + peak;
   for (int s = 0; s < mp->nstages; s++) mp->stage_peak[s] += off;

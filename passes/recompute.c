@@ -13,7 +13,14 @@
  *              the attention core (sdpa) and the cheap ops between them: elementwise ops,
  *              rope, and copies (slice, concat, reshape, transpose, pad, broadcast_to) —
  *              Megatron's selective recompute, with our flash-style sdpa as the core;
- *   none       the pass does nothing.
+ *   none       recomputes nothing but column slices (below).
+ *
+ * Column slices, in every mode: a residual that is a last-axis slice of an F-body value X (q, k, v out of
+ * the fused QKV projection) is not saved as a copy when the slices B reads of X cover X's every column
+ * and each of B's reads takes a row stride (ir_reads_row_stride: sdpa_bwd's q, k, v): F saves X once,
+ * B re-slices it, and memplan makes both sides' slices column views (passes/memplan_views.c), so the
+ * forward copies nothing into the save stacks and the backward nothing out of them. Where the slices
+ * do not cover X (Llama's v, its q and k saved after rope) X stays unsaved: saving it would cost more.
  *
  * A value the recomputation needs that F does not yield yet (a GEMM output under selective,
  * the carried input if the backward did not need it) becomes a new residual; a stacked or
@@ -39,6 +46,7 @@
 
 typedef struct {
   RecomputeKind kind;
+  PtrMap cols;  /* the column slices re-sliced in B (cols_of) */
   Node *F, *B;  /* the forward REPEAT and its backward */
   Graph *fb;    /* F's body */
   Graph *bb;    /* B's body */
@@ -177,6 +185,9 @@ static void replace_deep(Graph *g, const Value *from, Value *to) {
 /* Whether the output of n is recomputed in the backward (else kept as a residual). */
 static bool recomputed(const Rc *r, const Node *n) {
   if (n->body || n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_SOURCE)) return false;
+  intptr_t one;
+  if (ptrmap_get((PtrMap *)&r->cols, n, &one)) return true;
+  if (r->kind == RECOMPUTE_NONE) return false;
   if (r->kind == RECOMPUTE_FULL) return true;
   if (ir_ops[n->op].flags & F_EW) return true;
   switch (n->op) {
@@ -274,11 +285,58 @@ static Value *materialize(Rc *r, Value *v) {
   return res;
 }
 
+/* Whether every read of v in B's body takes a row stride (and there is one: no result, no nested body). */
+static bool strided_reads(const Graph *bb, const Value *v) {
+  int reads = 0;
+  for (int i = 0; i < bb->nnodes; i++) {
+    const Node *n = bb->nodes[i];
+    if (n->body && uses(n->body, v)) return false;
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v) {
+        if (!ir_reads_row_stride(n, j)) return false;
+        reads++;
+      }
+  }
+  for (int i = 0; i < bb->nresults; i++)
+    if (bb->results[i] == v) return false;
+  return reads > 0;
+}
+
+/* The column slices B re-slices (the header's "Column slices"): the last-axis slices of an F-body value
+ * X that F saves for B, when B reads them only at a row stride and they cover X's columns. */
+static void cols_of(Rc *r) {
+  Node *F = r->F, *B = r->B;
+  int nc = B->a.ncarry, nx = B->a.nxs;
+  for (int i = nc; i < nc + nx; i++) {
+    Value *y = B->in[i];
+    if (y->def != F || y->idx < F->a.ncarry) continue;
+    Node *d = F->body->results[y->idx]->def, *same[16];
+    if (d->op != OP_SLICE || d->graph != F->body || d->in[0]->def->op == OP_ARG) continue;
+    const Value *X = d->in[0];
+    int ax = X->shape.rank - 1, ns = 0;
+    if (d->a.axis != ax) continue;
+    int64_t covered = 0;
+    bool ok = true;
+    for (int j = nc; j < nc + nx && ok; j++) { /* every saved slice of X B reads, each once */
+      Value *z = B->in[j];
+      if (z->def != F || z->idx < F->a.ncarry) continue;
+      Node *e = F->body->results[z->idx]->def;
+      if (e->op != OP_SLICE || e->in[0] != X || e->a.axis != ax) continue;
+      for (int k = 0; k < ns && ok; k++) ok = same[k] != e;
+      if (!ok || ns == 16 || !strided_reads(r->bb, r->bb->args[j]->out[0])) ok = false;
+      else same[ns++] = e, covered += e->a.len;
+    }
+    if (!ok || covered != X->shape.dim[ax]) continue; /* (distinct slices summing to the width: the columns) */
+    for (int k = 0; k < ns; k++) ptrmap_put(&r->cols, same[k], 1);
+  }
+}
+
 /* Recomputes in B's body what B reads of F that the mode does not keep; drops the rest. */
 static void recompute_pair(RecomputeKind kind, Node *F, Node *B, PtrMap *outer) {
   Rc r = {.kind = kind, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer};
   Graph *bb = B->body;
   int nc = B->a.ncarry, nx0 = B->a.nxs;
+  cols_of(&r);
   /* the residual arguments to replace: stacked outputs of F whose body value is not kept */
   Value **old = ARENA_ARRAY(bb->arena, Value *, nx0 + 1); /* B args replaced */
   int nold = 0;
@@ -293,6 +351,7 @@ static void recompute_pair(RecomputeKind kind, Node *F, Node *B, PtrMap *outer) 
   }
   if (!nold) {
     ptrmap_free(&r.recomp);
+    ptrmap_free(&r.cols);
     return;
   }
   /* rebuild B's body: its arguments first (a clone may read any), then its nodes, each
@@ -338,6 +397,7 @@ static void recompute_pair(RecomputeKind kind, Node *F, Node *B, PtrMap *outer) 
   ir_remove_dead(F->body);
   ptrmap_free(&r.memo);
   ptrmap_free(&r.recomp);
+  ptrmap_free(&r.cols);
 }
 
 /* The forward REPEAT whose stacked outputs B reads as stacked inputs, or NULL. */
@@ -372,7 +432,6 @@ static void recompute_graph(RecomputeKind kind, Graph *g) {
 }
 
 bool pass_recompute(Module *m) {
-  if (m->plan.recompute == RECOMPUTE_NONE) return true;
-  recompute_graph(m->plan.recompute, m->graph);
+  recompute_graph(m->plan.recompute, m->graph); /* none: the column slices only */
   return true;
 }

@@ -184,7 +184,7 @@ static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand,
       char *q = *(char **)args[i];
       clash |= p < q + bytes[i] && q < p + bytes[o];
     }
-    if (clash) good = (scratch[o] = addr[o] = d->ops->scratch(d->be, bytes[o])) != NULL;
+    if (clash || outs[o].slice) good = (scratch[o] = addr[o] = d->ops->scratch(d->be, bytes[o])) != NULL;
   }
   int best = -1;
   if (good) {

@@ -58,6 +58,8 @@ typedef struct {
   int dt;
   long long terms;
   int rounds;
+  int slice; /* a column slice of a wider tensor (row stride above its width; memplan's strided views): its
+              * bytes span its neighbours' columns, so the candidates write a scratch copy, never the tensor */
 } RtCuTuneOut;
 void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
                         int nargs, void **args, const long long *bytes, int nout, const RtCuTuneOut *outs);

@@ -84,16 +84,42 @@ static inline int64_t key_end(int causal, int64_t T, const int32_t *qpos, const 
   return lo;
 }
 
-void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
-                 const float *k, const float *v, float *o, float *lse) {
-  rt_attn_block_fwd(B, S, T, H, KV, hd, causal, q, k, v, NULL, NULL, o, lse);
+/* The row strides, 0 resolved: H hd for q, o, dout, dq; KV hd for k, v, dk, dv. */
+static RtAttnLd resolve_ld(const RtAttnLd *ld, int64_t H, int64_t KV, int64_t hd) {
+  RtAttnLd r = ld ? *ld : (RtAttnLd){0};
+  const int64_t qw = H * hd, kw = KV * hd;
+  r.q = r.q ? r.q : qw, r.o = r.o ? r.o : qw, r.dout = r.dout ? r.dout : qw, r.dq = r.dq ? r.dq : qw;
+  r.k = r.k ? r.k : kw, r.v = r.v ? r.v : kw, r.dk = r.dk ? r.dk : kw, r.dv = r.dv ? r.dv : kw;
+  return r;
 }
 
+static void attn_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                     const float *k, const float *v, const int32_t *qpos, const int32_t *kpos, float *o, float *lse,
+                     const RtAttnLd *ld0);
+static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                     const float *k, const float *v, const float *o, const float *lse, const float *dout,
+                     const int32_t *qpos, const int32_t *kpos, float *dq, float *dk, float *dv, const RtAttnLd *ld0);
+
+void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                 const float *k, const float *v, float *o, float *lse) {
+  attn_fwd(B, S, T, H, KV, hd, causal, q, k, v, NULL, NULL, o, lse, NULL);
+}
+void rt_sdpa_fwd_ld(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                    const float *k, const float *v, float *o, float *lse, const RtAttnLd *ld) {
+  attn_fwd(B, S, T, H, KV, hd, causal, q, k, v, NULL, NULL, o, lse, ld);
+}
 void rt_attn_block_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
                        const float *q, const float *k, const float *v, const int32_t *qpos, const int32_t *kpos,
                        float *o, float *lse) {
+  attn_fwd(B, S, T, H, KV, hd, causal, q, k, v, qpos, kpos, o, lse, NULL);
+}
+
+static void attn_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                     const float *k, const float *v, const int32_t *qpos, const int32_t *kpos, float *o, float *lse,
+                     const RtAttnLd *ld0) {
   check_hd(hd);
-  const int64_t grp = H / KV, qC = H * hd, kC = KV * hd;
+  const RtAttnLd ld = resolve_ld(ld0, H, KV, hd);
+  const int64_t grp = H / KV, ldq = ld.q, ldk = ld.k, ldv = ld.v, ldo = ld.o;
   const float scale = 1.0f / sqrtf((float)hd);
   const int64_t nqb = (S + RT_ATTN_BLOCK - 1) / RT_ATTN_BLOCK;
   float *ms = lse; /* running max per row, kept in lse until the end; l in a local array */
@@ -103,25 +129,25 @@ void rt_attn_block_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, i
       for (int64_t qb = 0; qb < nqb; qb++) {
         const int64_t kh = h / grp, s0 = qb * RT_ATTN_BLOCK;
         const int64_t s1 = s0 + RT_ATTN_BLOCK < S ? s0 + RT_ATTN_BLOCK : S;
-        const float *kbase = k + b * T * kC + kh * hd, *vbase = v + b * T * kC + kh * hd;
+        const float *kbase = k + b * T * ldk + kh * hd, *vbase = v + b * T * ldv + kh * hd;
         float kt[RT_ATTN_MAX_HD * RT_ATTN_BLOCK] __attribute__((aligned(64)));
         float sc[RT_ATTN_BLOCK], ls[RT_ATTN_BLOCK];
         float *mrow = ms + (b * H + h) * S;
         for (int64_t s = s0; s < s1; s++) {
           mrow[s] = -INFINITY;
           ls[s - s0] = 0.0f;
-          memset(o + (b * S + s) * qC + h * hd, 0, (size_t)hd * sizeof(float));
+          memset(o + (b * S + s) * ldo + h * hd, 0, (size_t)hd * sizeof(float));
         }
         int64_t tmax = key_end(causal, T, qpos, kpos, s1 - 1); /* keys any row of the block sees */
         for (int64_t t0 = 0; t0 < tmax; t0 += RT_ATTN_BLOCK) {
           int64_t ntb = tmax - t0 < RT_ATTN_BLOCK ? tmax - t0 : RT_ATTN_BLOCK;
-          transpose_block(kbase, kC, t0, ntb, hd, kt);
+          transpose_block(kbase, ldk, t0, ntb, hd, kt);
           for (int64_t s = s0; s < s1; s++) {
             int64_t tend = key_end(causal, T, qpos, kpos, s);
             int64_t nt = tend - t0 < ntb ? tend - t0 : ntb;
             if (nt <= 0) continue;
-            const float *qr = q + (b * S + s) * qC + h * hd;
-            float *acc = o + (b * S + s) * qC + h * hd; /* o accumulates unnormalised */
+            const float *qr = q + (b * S + s) * ldq + h * hd;
+            float *acc = o + (b * S + s) * ldo + h * hd; /* o accumulates unnormalised */
             scores(qr, kt, nt, hd, scale, sc);
             float bm = -INFINITY;
             for (int64_t j = 0; j < nt; j++) bm = sc[j] > bm ? sc[j] : bm;
@@ -133,14 +159,14 @@ void rt_attn_block_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, i
               sc[j] = rt_fexp(sc[j] - mn);
               l += sc[j];
             }
-            accum_rows(acc, corr, sc, vbase + t0 * kC, kC, nt, hd);
+            accum_rows(acc, corr, sc, vbase + t0 * ldv, ldv, nt, hd);
             ls[s - s0] = l;
             mrow[s] = mn;
           }
         }
         for (int64_t s = s0; s < s1; s++) {
           float l = ls[s - s0], inv = l > 0.0f ? 1.0f / l : 0.0f;
-          float *orow = o + (b * S + s) * qC + h * hd;
+          float *orow = o + (b * S + s) * ldo + h * hd;
           for (int64_t d = 0; d < hd; d++) orow[d] *= inv;
           mrow[s] = l > 0.0f ? mrow[s] + logf(l) : -INFINITY;
         }
@@ -150,41 +176,53 @@ void rt_attn_block_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, i
 void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, const float *o, const float *lse, const float *dout, float *dq,
                  float *dk, float *dv) {
-  rt_attn_block_bwd(B, S, T, H, KV, hd, causal, q, k, v, o, lse, dout, NULL, NULL, dq, dk, dv);
+  attn_bwd(B, S, T, H, KV, hd, causal, q, k, v, o, lse, dout, NULL, NULL, dq, dk, dv, NULL);
 }
-
+void rt_sdpa_bwd_ld(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                    const float *k, const float *v, const float *o, const float *lse, const float *dout, float *dq,
+                    float *dk, float *dv, const RtAttnLd *ld) {
+  attn_bwd(B, S, T, H, KV, hd, causal, q, k, v, o, lse, dout, NULL, NULL, dq, dk, dv, ld);
+}
 void rt_attn_block_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
                        const float *q, const float *k, const float *v, const float *o, const float *lse,
                        const float *dout, const int32_t *qpos, const int32_t *kpos, float *dq, float *dk, float *dv) {
+  attn_bwd(B, S, T, H, KV, hd, causal, q, k, v, o, lse, dout, qpos, kpos, dq, dk, dv, NULL);
+}
+
+static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                     const float *k, const float *v, const float *o, const float *lse, const float *dout,
+                     const int32_t *qpos, const int32_t *kpos, float *dq, float *dk, float *dv, const RtAttnLd *ld0) {
   check_hd(hd);
-  const int64_t grp = H / KV, qC = H * hd, kC = KV * hd;
+  const RtAttnLd ld = resolve_ld(ld0, H, KV, hd);
+  const int64_t grp = H / KV, ldq = ld.q, ldk = ld.k, ldv = ld.v, ldo = ld.o, lddo = ld.dout, lddq = ld.dq,
+                lddk = ld.dk, lddv = ld.dv;
   const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t b = 0; b < B; b++)
     for (int64_t kh = 0; kh < KV; kh++) {
-      const float *kbase = k + b * T * kC + kh * hd, *vbase = v + b * T * kC + kh * hd;
-      float *dkbase = dk + b * T * kC + kh * hd, *dvbase = dv + b * T * kC + kh * hd;
+      const float *kbase = k + b * T * ldk + kh * hd, *vbase = v + b * T * ldv + kh * hd;
+      float *dkbase = dk + b * T * lddk + kh * hd, *dvbase = dv + b * T * lddv + kh * hd;
       float kt[RT_ATTN_MAX_HD * RT_ATTN_BLOCK] __attribute__((aligned(64)));
       float vt[RT_ATTN_MAX_HD * RT_ATTN_BLOCK] __attribute__((aligned(64)));
       float P[RT_ATTN_BLOCK], dP[RT_ATTN_BLOCK];
       for (int64_t t = 0; t < T; t++) {
-        memset(dkbase + t * kC, 0, (size_t)hd * sizeof(float));
-        memset(dvbase + t * kC, 0, (size_t)hd * sizeof(float));
+        memset(dkbase + t * lddk, 0, (size_t)hd * sizeof(float));
+        memset(dvbase + t * lddv, 0, (size_t)hd * sizeof(float));
       }
       for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
-        for (int64_t s = 0; s < S; s++) memset(dq + (b * S + s) * qC + h * hd, 0, (size_t)hd * sizeof(float));
+        for (int64_t s = 0; s < S; s++) memset(dq + (b * S + s) * lddq + h * hd, 0, (size_t)hd * sizeof(float));
       for (int64_t t0 = 0; t0 < T; t0 += RT_ATTN_BLOCK) {
         int64_t ntb = T - t0 < RT_ATTN_BLOCK ? T - t0 : RT_ATTN_BLOCK;
-        transpose_block(kbase, kC, t0, ntb, hd, kt);
-        transpose_block(vbase, kC, t0, ntb, hd, vt);
+        transpose_block(kbase, ldk, t0, ntb, hd, kt);
+        transpose_block(vbase, ldv, t0, ntb, hd, vt);
         for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
           for (int64_t s = causal && !qpos ? (t0 < S ? t0 : S) : 0; s < S; s++) { /* causal: rows s >= t0 see the block */
             int64_t tend = key_end(causal, T, qpos, kpos, s);
             int64_t nt = tend - t0 < ntb ? tend - t0 : ntb;
             if (nt <= 0) continue;
-            const float *qr = q + (b * S + s) * qC + h * hd, *orow = o + (b * S + s) * qC + h * hd,
-                        *dor = dout + (b * S + s) * qC + h * hd;
-            float *dqr = dq + (b * S + s) * qC + h * hd;
+            const float *qr = q + (b * S + s) * ldq + h * hd, *orow = o + (b * S + s) * ldo + h * hd,
+                        *dor = dout + (b * S + s) * lddo + h * hd;
+            float *dqr = dq + (b * S + s) * lddq + h * hd;
             float L = lse[(b * H + h) * S + s];
             float Di = dot(dor, orow, hd);
             scores(qr, kt, nt, hd, scale, P);
@@ -195,9 +233,9 @@ void rt_attn_block_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, i
               P[j] = p;
               dP[j] = p * (dP[j] - Di) * scale; /* dS */
             }
-            accum_rows(dqr, 1.0f, dP, kbase + t0 * kC, kC, nt, hd); /* dq += dS K */
+            accum_rows(dqr, 1.0f, dP, kbase + t0 * ldk, ldk, nt, hd); /* dq += dS K */
             for (int64_t j = 0; j < nt; j++) {
-              float *dkr = dkbase + (t0 + j) * kC, *dvr = dvbase + (t0 + j) * kC;
+              float *dkr = dkbase + (t0 + j) * lddk, *dvr = dvbase + (t0 + j) * lddv;
               const float p = P[j], ds = dP[j];
 #pragma omp simd
               for (int64_t d = 0; d < hd; d++) {

@@ -157,6 +157,18 @@ void rt_sdpa_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t
                  const float *k, const float *v, const float *o, const float *lse, const float *dout, float *dq,
                  float *dk, float *dv);
 
+/* The same on strided operands (a column slice of a wider tensor, memplan's views: q, k, v read out of
+ * the fused QKV, dq, dk, dv written into dqkv): each token-major operand's row stride in elements, 0 (or
+ * a NULL ld) for contiguous (H*hd for q, o, dout, dq; KV*hd for k, v, dk, dv). */
+typedef struct {
+  int64_t q, k, v, o, dout, dq, dk, dv;
+} RtAttnLd;
+void rt_sdpa_fwd_ld(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                    const float *k, const float *v, float *o, float *lse, const RtAttnLd *ld);
+void rt_sdpa_bwd_ld(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
+                    const float *k, const float *v, const float *o, const float *lse, const float *dout, float *dq,
+                    float *dk, float *dv, const RtAttnLd *ld);
+
 /* Ring attention's pieces (context parallelism): attention of q over one block of keys whose
  * global positions are kpos [T], the queries' qpos [S], both strictly increasing (a zigzag chunk
  * pair is); causal: key t is visible to query s when kpos[t] <= qpos[s]. NULL positions are the

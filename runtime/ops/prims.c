@@ -49,14 +49,17 @@ void rt_rope_f32(float *y, const float *x, int64_t B, int64_t S, int64_t H, int6
 }
 
 void rt_sdpa_f32(float *o, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t S,
-                 int64_t H, int64_t KV, int64_t hd, int causal) {
-  rt_sdpa_fwd(B, S, S, H, KV, hd, causal, q, k, v, o, lse);
+                 int64_t H, int64_t KV, int64_t hd, int causal, int64_t ldq, int64_t ldk, int64_t ldv,
+                 int64_t ldo) {
+  rt_sdpa_fwd_ld(B, S, S, H, KV, hd, causal, q, k, v, o, lse, &(RtAttnLd){.q = ldq, .k = ldk, .v = ldv, .o = ldo});
 }
 
 void rt_sdpa_bwd_f32(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, int64_t B, int64_t S, int64_t H,
-                     int64_t KV, int64_t hd, int causal) {
-  rt_sdpa_bwd(B, S, S, H, KV, hd, causal, q, k, v, o, lse, dout, dq, dk, dv);
+                     int64_t KV, int64_t hd, int causal, int64_t ldq, int64_t ldk, int64_t ldv, int64_t ldo,
+                     int64_t lddo, int64_t lddq, int64_t lddk, int64_t lddv) {
+  rt_sdpa_bwd_ld(B, S, S, H, KV, hd, causal, q, k, v, o, lse, dout, dq, dk, dv,
+                 &(RtAttnLd){ldq, ldk, ldv, ldo, lddo, lddq, lddk, lddv});
 }
 
 void rt_rope_at_f32(float *y, const float *x, const int32_t *pos, int64_t B, int64_t S, int64_t H, int64_t hd,

@@ -27,12 +27,16 @@ void rt_rmsnorm_bwd_f32(float *dx, float *dw, const float *x, const float *w, co
 /* x, y: [B, S, H*hd]. */
 void rt_rope_f32(float *y, const float *x, int64_t B, int64_t S, int64_t H, int64_t hd, double theta,
                  int64_t start, int inverse, void *ws);
-/* q: [B, S, H*hd], k, v: [B, S, KV*hd] -> o: [B, S, H*hd], lse: [B, H, S]. */
+/* q: [B, S, H*hd], k, v: [B, S, KV*hd] -> o: [B, S, H*hd], lse: [B, H, S]. ld*: the row strides of q, k,
+ * v, o (and dq, dk, dv) in elements, 0 for contiguous (a column slice of the fused QKV / dqkv: memplan's
+ * strided views, RtAttnLd); the backward's o and dout likewise. */
 void rt_sdpa_f32(float *o, float *lse, const float *q, const float *k, const float *v, int64_t B, int64_t S,
-                 int64_t H, int64_t KV, int64_t hd, int causal);
+                 int64_t H, int64_t KV, int64_t hd, int causal, int64_t ldq, int64_t ldk, int64_t ldv,
+                 int64_t ldo);
 void rt_sdpa_bwd_f32(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, int64_t B, int64_t S, int64_t H,
-                     int64_t KV, int64_t hd, int causal);
+                     int64_t KV, int64_t hd, int causal, int64_t ldq, int64_t ldk, int64_t ldv, int64_t ldo,
+                     int64_t lddo, int64_t lddq, int64_t lddk, int64_t lddv);
 /* Ring attention's pieces (ops.def rope_at, attn_block, attn_block_bwd, attn_combine): positions
  * pos / qpos [S], kpos [T] strictly increasing; k, v [B, T, KV*hd]. */
 void rt_rope_at_f32(float *y, const float *x, const int32_t *pos, int64_t B, int64_t S, int64_t H, int64_t hd,

@@ -120,10 +120,10 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     cuk_set_flash_wg(k, i < nv || i >= nv + nw ? NULL : &wt[i - nv]);
     int j = i - nv - nw;
     cuk_set_flash_wg_bwd(k, j >= 0 ? &bk[j % nbk] : NULL, j >= 0 ? &bq[j % nbq] : NULL);
-    cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1);
-    cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1);
-    tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1);
-    tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tn[7], tn[0], tn[1], tn[2], tn[4], tn[8], tn[3], DT_BF16, B, T, H, KV, hd, 1);
+    cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1, NULL);
+    cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1, NULL);
+    tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1, NULL);
+    tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tn[7], tn[0], tn[1], tn[2], tn[4], tn[8], tn[3], DT_BF16, B, T, H, KV, hd, 1, NULL);
   }
   cuk_set_flash_wg(k, NULL);
   cuk_set_flash_wg_bwd(k, NULL, NULL);

@@ -59,18 +59,18 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
   kt_put(c, tv, v);
   kt_put(c, tdo, dout);
   cuk_set_flash_cfg(c->k, cfg);
-  run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, H, KV, hd, causal));
+  run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, H, KV, hd, causal, NULL));
   run(c, cuk_sdpa_bwd(c->k, P(c, tdq), P(c, tdk), P(c, tdv), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
-                      P(c, tdo), dt, B, S, H, KV, hd, causal));
+                      P(c, tdo), dt, B, S, H, KV, hd, causal, NULL));
   run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
-                      P(c, tdo), dt, B, S, H, KV, hd, causal));
+                      P(c, tdo), dt, B, S, H, KV, hd, causal, NULL));
   KT to0 = to, tl0 = tl, tdq0 = tdq, tdk0 = tdk, tdv0 = tdv;
   if (io && cfg) { /* the candidate's backward from the default's o and lse */
     to0 = kt_new(c, dt, nq), tl0 = kt_new(c, DT_F32, nl), tdq0 = kt_new(c, dt, nq), tdk0 = kt_new(c, dt, nk),
     tdv0 = kt_new(c, dt, nk);
     if (io->o) kt_put(c, to0, io->o), kt_put(c, tl0, io->l);
     run(c, cuk_sdpa_bwd(c->k, P(c, tdq0), P(c, tdk0), P(c, tdv0), P(c, tq), P(c, tk), P(c, tv), P(c, to0), P(c, tl0),
-                        P(c, tdo), dt, B, S, H, KV, hd, causal));
+                        P(c, tdo), dt, B, S, H, KV, hd, causal, NULL));
   }
   cuk_set_flash_cfg(c->k, NULL);
   if (!c->be) return;
@@ -107,6 +107,109 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
          memcmp(kt_get(c, tdq), kt_get(c, tdq2), (size_t)nq * 4) == 0 &&
              memcmp(kt_get(c, tdk), kt_get(c, tdk2), (size_t)nk * 4) == 0 &&
              memcmp(kt_get(c, tdv), kt_get(c, tdv2), (size_t)nk * 4) == 0);
+}
+
+/* columns [c0, c0 + w) of the rows of x (row stride ld) as a contiguous [rows, w] */
+static float *cols_of(KC *c, const float *x, int64_t rows, int64_t ld, int64_t c0, int64_t w) {
+  float *r = arena_alloc(c->a, (size_t)(rows * w) * 4 + 4);
+  for (int64_t i = 0; i < rows; i++) memcpy(r + i * w, x + i * ld + c0, (size_t)w * 4);
+  return r;
+}
+/* whether columns [c0, ld) of every row of x still hold the sentinel v */
+static int cols_are(const float *x, int64_t rows, int64_t ld, int64_t c0, float v) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = c0; j < ld; j++)
+      if (x[i * ld + j] != v) return 0;
+  return 1;
+}
+
+/* An attention case on strided operands (memplan's views, docs/memory.md): q, k, v column slices of one
+ * fused [B, S, W] tensor at columns 0, H hd and (H + KV) hd, W = (H + 2 KV) hd + 8 (a row stride above
+ * the three widths together); o and dO at row stride H hd + 8; dq, dk, dv written into the same slots of
+ * a fused [B, S, W] gradient whose other columns (and o's) hold a sentinel the kernels must leave alone.
+ * Against the CPU references, as attn_case. */
+static void attn_case_strided(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, DType dt,
+                              const char *cname) {
+  const int64_t n = B * S, qw = H * hd, kw = KV * hd, W = qw + 2 * kw + 8, lo = qw + 8, nl = B * H * S;
+  const int64_t es = ir_dtype_size(dt);
+  const float sent = 7.0f; /* exact in bf16 */
+  float *f = fvec(c, n * W, 1.0f), *dof = fvec(c, n * lo, 1.0f), *fill = arena_alloc(c->a, (size_t)(n * W) * 4);
+  round_to(dt, f, n * W);
+  round_to(dt, dof, n * lo);
+  for (int64_t i = 0; i < n * W; i++) fill[i] = sent;
+  float *q = cols_of(c, f, n, W, 0, qw), *k = cols_of(c, f, n, W, qw, kw), *v = cols_of(c, f, n, W, qw + kw, kw),
+        *dout = cols_of(c, dof, n, lo, 0, qw);
+  KT tf = kt_new(c, dt, n * W), to = kt_new(c, dt, n * lo), tl = kt_new(c, DT_F32, nl), tdo = kt_new(c, dt, n * lo),
+     tg = kt_new(c, dt, n * W);
+  kt_put(c, tf, f);
+  kt_put(c, tdo, dof);
+  kt_put(c, to, fill);
+  kt_put(c, tg, fill);
+  const char *Q = P(c, tf), *K = arena_printf(c->a, "(b%d + %lld)", tf.id, (long long)(qw * es)),
+             *V = arena_printf(c->a, "(b%d + %lld)", tf.id, (long long)((qw + kw) * es)), *DQ = P(c, tg),
+             *DK = arena_printf(c->a, "(b%d + %lld)", tg.id, (long long)(qw * es)),
+             *DV = arena_printf(c->a, "(b%d + %lld)", tg.id, (long long)((qw + kw) * es));
+  CuAttnLd ld = {.q = W, .k = W, .v = W, .o = lo, .dout = lo, .dq = W, .dk = W, .dv = W};
+  run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), Q, K, V, dt, B, S, H, KV, hd, causal, &ld));
+  run(c, cuk_sdpa_bwd(c->k, DQ, DK, DV, Q, K, V, P(c, to), P(c, tl), P(c, tdo), dt, B, S, H, KV, hd, causal, &ld));
+  if (!c->be) return;
+  const char *tag = arena_printf(c->a, "B %lld S %lld H %lld KV %lld hd %lld%s %s strided%s", (long long)B, (long long)S,
+                                 (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt), cname);
+  float *go = kt_get(c, to), *gg = kt_get(c, tg), *gl = kt_get(c, tl);
+  float *o = cols_of(c, go, n, lo, 0, qw);
+  float *ro = arena_alloc(c->a, (size_t)(n * qw) * 4), *rl = arena_alloc(c->a, (size_t)nl * 4),
+        *rdq = arena_alloc(c->a, (size_t)(n * qw) * 4), *rdk = arena_alloc(c->a, (size_t)(n * kw) * 4),
+        *rdv = arena_alloc(c->a, (size_t)(n * kw) * 4);
+  rt_sdpa_fwd_ref(B, S, S, H, KV, hd, causal, q, k, v, ro, rl);
+  double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
+  cmp(c, arena_printf(c->a, "sdpa o %s", tag), o, ro, n * qw, rt, at);
+  cmp(c, arena_printf(c->a, "sdpa lse %s", tag), gl, rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+  expect(c, arena_printf(c->a, "sdpa o's other columns untouched %s", tag), cols_are(go, n, lo, qw, sent));
+  rt_sdpa_bwd_ref(B, S, S, H, KV, hd, causal, q, k, v, o, gl, dout, rdq, rdk, rdv);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), cols_of(c, gg, n, W, 0, qw), rdq, n * qw, rt, at * 4);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), cols_of(c, gg, n, W, qw, kw), rdk, n * kw, rt, at * 4);
+  cmp(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), cols_of(c, gg, n, W, qw + kw, kw), rdv, n * kw, rt, at * 4);
+  expect(c, arena_printf(c->a, "sdpa_bwd dqkv's other columns untouched %s", tag), cols_are(gg, n, W, qw + 2 * kw, sent));
+}
+
+/* Strided operands on every attention kernel: the CUDA-core ones (f32, bf16 hd 24), the tensor-core ones in
+ * each tile candidate (registers and RS: shared-memory rows), the wgmma forward in each of its tiles. */
+static void attn_strided_cases(KC *c, int variants, int wgmma) {
+  attn_case_strided(c, 2, 37, 4, 2, 16, 1, DT_F32, "");
+  attn_case_strided(c, 1, 33, 2, 1, 24, 1, DT_BF16, "");
+  const struct {
+    int64_t B, S, H, KV, hd;
+    int causal;
+  } fc[] = {{2, 70, 4, 2, 64, 1}, {1, 77, 4, 2, 128, 1}, {1, 50, 2, 1, 128, 0}};
+  for (size_t t = 0; t < sizeof fc / sizeof fc[0]; t++) {
+    CuFlashCfg v[16];
+    int nv = variants ? cuk_flash_variants(fc[t].hd, v, 16) : 0;
+    attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16, "");
+    for (int i = 1; i < nv; i++) {
+      cuk_set_flash_cfg(c->k, &v[i]);
+      attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
+                        arena_printf(c->a, " tiles %d", i));
+      cuk_set_flash_cfg(c->k, NULL);
+    }
+    CuWgTile w[8];
+    int nw = variants && wgmma ? cuk_wg_variants(fc[t].hd, w, 8) : 0;
+    for (int i = 0; i < nw; i++) {
+      cuk_set_flash_wg(c->k, &w[i]);
+      attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
+                        arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""));
+      cuk_set_flash_wg(c->k, NULL);
+    }
+    CuWgBwdTile wkv[8], wq[8]; /* the backward on wgmma: each dK/dV tile with a dQ tile, as kc_cases_attention */
+    int nkv = nw ? cuk_wg_bwd_variants(1, fc[t].hd, wkv, 8) : 0, nq = nw ? cuk_wg_bwd_variants(2, fc[t].hd, wq, 8) : 0;
+    for (int i = 0; i < (nkv > nq ? nkv : nq); i++) {
+      const CuWgBwdTile *a = &wkv[i % nkv], *b = &wq[i % nq];
+      cuk_set_flash_wg_bwd(c->k, a, b);
+      attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
+                        arena_printf(c->a, " wgmma bwd dK/dV %dx%d%s dQ %dx%d%s", a->bt, a->nwg, a->pipe ? "p" : "",
+                                     b->bt, b->nwg, b->pipe ? "p" : ""));
+      cuk_set_flash_wg_bwd(c->k, NULL, NULL);
+    }
+  }
 }
 
 static int flash_variants = 1;
@@ -165,6 +268,7 @@ void kc_cases_attention(KC *c) {
       cuk_set_flash_wg_bwd(c->k, NULL, NULL);
     }
   }
+  attn_strided_cases(c, flash_variants, wgmma_on);
 }
 
 /* ---- ring attention's pieces (context parallelism) ------------------------------------------------------------- */

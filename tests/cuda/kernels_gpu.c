@@ -256,9 +256,9 @@ static void perf(void) {
                    (double)NP * 26, 0};
   double fa = 4.0 * (double)B * H * T * T * hd / 2; /* causal: half the score matrix, 2 matmuls */
   p[np++] = (Perf){"sdpa fwd bf16 B8 T1024 H12 hd64 causal",
-                   cuk_sdpa(k, o, lse, q, kk, v, DT_BF16, B, T, H, H, hd, 1), 0, fa};
+                   cuk_sdpa(k, o, lse, q, kk, v, DT_BF16, B, T, H, H, hd, 1, NULL), 0, fa};
   p[np++] = (Perf){"sdpa bwd bf16 B8 T1024 H12 hd64 causal",
-                   cuk_sdpa_bwd(k, dq, dk, dv, q, kk, v, o, lse, x, DT_BF16, B, T, H, H, hd, 1), 0, 2.5 * fa};
+                   cuk_sdpa_bwd(k, dq, dk, dv, q, kk, v, o, lse, x, DT_BF16, B, T, H, H, hd, 1, NULL), 0, 2.5 * fa};
   char *ws = g_alloc((size_t)cuk_workspace(k));
   load(cuk_source(k));
   double bw = copy_bw();

@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
   cfg.kv = (CuFlashTile){2, 4, 32, 0, 1};
   cuk_set_flash_cfg(k, &cfg);
   const int64_t B = 1, S = 40, H = 2, KV = 1, hd = 64;
-  const char *fwd = cuk_sdpa(k, "b0", "b1", "b2", "b3", "b4", DT_BF16, B, S, H, KV, hd, 1);
-  const char *bwd = cuk_sdpa_bwd(k, "b5", "b6", "b7", "b2", "b3", "b4", "b0", "b1", "b8", DT_BF16, B, S, H, KV, hd, 1);
+  const char *fwd = cuk_sdpa(k, "b0", "b1", "b2", "b3", "b4", DT_BF16, B, S, H, KV, hd, 1, NULL);
+  const char *bwd = cuk_sdpa_bwd(k, "b5", "b6", "b7", "b2", "b3", "b4", "b0", "b1", "b8", DT_BF16, B, S, H, KV, hd, 1, NULL);
   CukLaunch lf, lb[2];
   if (cukl_parse(fwd, &lf, 1) != 1 || cukl_parse(bwd, lb, 2) != 2) {
     fprintf(stderr, "FAIL: the launches do not parse:\n%s\n%s\n", fwd, bwd);

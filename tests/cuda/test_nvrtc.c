@@ -117,8 +117,8 @@ static int wgmma_check(const char *nvdisasm) {
     int nw = cuk_wg_variants(hds[i], w, 8);
     for (int j = 0; j < nw; j++) {
       cuk_set_flash_wg(k, &w[j]);
-      cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1);
-      cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 2, 1000, 16, 8, hds[i], 0);
+      cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1, NULL);
+      cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 2, 1000, 16, 8, hds[i], 0, NULL);
     }
   }
   cuk_set_flash_wg(k, NULL);
@@ -127,8 +127,8 @@ static int wgmma_check(const char *nvdisasm) {
     int nkv = cuk_wg_bwd_variants(1, hds[i], kv, 8), nq = cuk_wg_bwd_variants(2, hds[i], q, 8);
     for (int j = 0; j < (nkv > nq ? nkv : nq); j++) {
       cuk_set_flash_wg_bwd(k, j < nkv ? &kv[j] : NULL, j < nq ? &q[j] : NULL);
-      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1);
-      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 2, 1000, 16, 8, hds[i], 0);
+      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1, NULL);
+      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 2, 1000, 16, 8, hds[i], 0, NULL);
     }
   }
   cuk_set_flash_wg_bwd(k, NULL, NULL);
@@ -136,8 +136,8 @@ static int wgmma_check(const char *nvdisasm) {
   /* autotuned: the forward's candidates end with the wgmma tiles ("wg<bk>x<nwg>", their dynamic shared
    * memory), the backward's have none */
   cuk_set_attn_tune(k, 1);
-  const char *fw = cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1);
-  const char *bw = cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1);
+  const char *fw = cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1, NULL);
+  const char *bw = cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1, NULL);
   cuk_set_attn_tune(k, 0);
   CuWgTile w0[8];
   int nw0 = cuk_wg_variants(64, w0, 8);

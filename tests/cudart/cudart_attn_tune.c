@@ -81,7 +81,7 @@ static const char *kTuneSource =
 static const char *kKey = "test_add N 256";
 static const RtCuTileCand kCand[] = {{0, 2, 128, "a", 0}, {1, 2, 128, "slow", 0}, {2, 4, 64, "b", 0},
                                      {3, 2, 128, "wrong", 0}, {4, 2, 128, "holes", 0}};
-static const RtCuTuneOut kOut[] = {{RT_F32, 2, 0}}; /* y = yi + x: one sum of two terms */
+static const RtCuTuneOut kOut[] = {{RT_F32, 2, 0, 0}}; /* y = yi + x: one sum of two terms */
 
 /* One open of the device: `launches` tuned launches of the key; the number the last kernel wrote, and
  * whether y came out as y0 + launches x exactly. -1 when the open failed. */

@@ -29,17 +29,17 @@ static void step(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 4105600);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1549440)}});
       /* models/std/transformer.model:68 */
-      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1672320)}});
+      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1524864)}});
       /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1525376)}});
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673472)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1525504)}});
       /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673600)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1525632)}});
       /* models/std/transformer.model:29 */
-      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1672832)}});
+      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1475712)}});
       /* models/std/transformer.model:10 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82432) + i1 * 256)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:9 */
@@ -47,49 +47,46 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1672832)}, &(char *){(M + 1451136)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 512, 192, 64, 0, 0, (M + 1475712), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 1475712)}, &(char *){(M + 3057024 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3450240 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3581312 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3712384 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 3057152 + i1 * 196608)}, &(char *){(M + 3057280 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3581312 + i1 * 65536), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1525632), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1525632)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3581312 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1525504)}, &(char *){(M + 1525376)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1524864), NULL, (M + 2532736 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1524864)}, &(char *){(M + 2532736 + i1 * 262144)}});
         rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1549440), (M + 3581312 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1549440)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
       if (c1_0 != ((M + 3974528) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
@@ -127,9 +124,8 @@ static void step(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 4171136);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 2008192)}});
-      /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2008320)}});
+      /* 2 elementwise ops in one kernel */
+      rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2008192)}, &(char *){(M + 2008320)}});
       /* models/std/transformer.model:76 */
       rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4420736 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:72 */
@@ -161,27 +157,27 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 4105600 + i1 * 32768), RT_BF16, ((M + 3057024) + i1 * 65536), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4105600 + i1 * 32768), RT_BF16, ((M + 3450240) + i1 * 65536), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3188096) + i1 * 65536)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4420224 + i1 * 128)}, &(char *){(M + 4420480 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4420224 + i1 * 128)}, &(char *){(M + 4420480 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
       /* models/std/transformer.model:58 */
       rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4419968 + i1 * 128)}, &(char *){(M + 1647744)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1647744), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 1713280), RT_BF16, (M + 1647744), (M + 1451136), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 4400512 + i1 * 8192), RT_BF16, ((M + 3319168) + i1 * 65536), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
-      /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{36, 1, 128, "1x4x64/0", 12288}, {37, 1, 128, "1x4x32/0", 6144}, {38, 1, 256, "1x8x64/0", 12288}, {39, 1, 128, "2x4x16/0", 3072}, {40, 2, 64, "1x2x64/0", 12288}, {41, 1, 256, "1x8x32/0", 6144}, {42, 1, 128, "1x4x16/0", 3072}, {43, 1, 128, "1x4x128/0", 24576}, {44, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 3319168) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_F32, 16LL, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{45, 1, 128, "1x4x64/0", 13312}, {46, 1, 128, "1x4x32/3", 6656}, {47, 1, 256, "1x8x64/0", 13312}, {48, 1, 256, "1x8x32/0", 6656}, {49, 2, 64, "1x2x64/0", 13312}, {50, 1, 128, "2x4x16/0", 3328}, {51, 2, 64, "1x2x32/0", 6656}, {52, 1, 128, "1x4x128/0s", 32768}, {53, 1, 256, "1x8x128/0s", 38912}, {54, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 1778816)}, &(char *){(M + 1844352)}, &(char *){((M + 3450240) + i1 * 65536)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1451136)}}, (const long long[]){65536LL, 65536LL, 65536LL, 65536LL, 65536LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1}, {RT_BF16, 96LL, 1}});
+      rt_cu_matmul(ctx, (M + 4400512 + i1 * 8192), RT_BF16, ((M + 3712384) + i1 * 65536), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 1451136), 192, 0, (M + 1713280), 64, 0, 512, 64, 1, 2);
-      rt_cu_copy_block(ctx, (M + 1451136), 192, 64, (M + 1778816), 64, 0, 512, 64, 1, 2);
-      rt_cu_copy_block(ctx, (M + 1451136), 192, 128, (M + 1844352), 64, 0, 512, 64, 1, 2);
+      /* models/std/transformer.model:32 */
+      /* models/std/transformer.model:32 */
+      /* models/std/transformer.model:53 */
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{36, 1, 128, "1x4x64/0", 12288}, {37, 1, 128, "1x4x32/0", 6144}, {38, 1, 256, "1x8x64/0", 12288}, {39, 1, 128, "2x4x16/0", 3072}, {40, 2, 64, "1x2x64/0", 12288}, {41, 1, 256, "1x8x32/0", 6144}, {42, 1, 128, "1x4x16/0", 3072}, {43, 1, 128, "1x4x128/0", 24576}, {44, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(((M + 3057024) + i1 * 196608) + 0)}, &(char *){(((M + 3057024) + i1 * 196608) + 128)}, &(char *){(((M + 3057024) + i1 * 196608) + 256)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(M + 1713280)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{45, 1, 128, "1x4x64/0", 13312}, {46, 1, 128, "1x4x32/3", 6656}, {47, 1, 256, "1x8x64/0", 13312}, {48, 1, 256, "1x8x32/0", 6656}, {49, 2, 64, "1x2x64/0", 13312}, {50, 1, 128, "2x4x16/0", 3328}, {51, 2, 64, "1x2x32/0", 6656}, {52, 1, 128, "1x4x128/0s", 32768}, {53, 1, 256, "1x8x128/0s", 38912}, {54, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 1451264)}, &(char *){(M + 1451392)}, &(char *){(((M + 3057024) + i1 * 196608) + 0)}, &(char *){(((M + 3057024) + i1 * 196608) + 128)}, &(char *){(((M + 3057024) + i1 * 196608) + 256)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1713280)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
+      /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
       rt_cu_launch(ctx, 55, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4417920 + i1 * 384)}, &(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:26 */
@@ -362,17 +358,17 @@ static void eval(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 4105600);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1549440)}});
       /* models/std/transformer.model:68 */
-      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1672320)}});
+      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1524864)}});
       /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1525376)}});
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673472)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1525504)}});
       /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673600)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1525632)}});
       /* models/std/transformer.model:29 */
-      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1672832)}});
+      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1475712)}});
       /* models/std/transformer.model:10 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82432) + i1 * 256)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:9 */
@@ -380,49 +376,46 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1672832)}, &(char *){(M + 1451136)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 512, 192, 64, 0, 0, (M + 1475712), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 1475712)}, &(char *){(M + 3057024 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3450240 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3581312 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3712384 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 3057152 + i1 * 196608)}, &(char *){(M + 3057280 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3581312 + i1 * 65536), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1525632), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1525632)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3581312 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1525504)}, &(char *){(M + 1525376)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1524864), NULL, (M + 2532736 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1524864)}, &(char *){(M + 2532736 + i1 * 262144)}});
         rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1549440), (M + 3581312 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1549440)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
       if (c1_0 != ((M + 3974528) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
@@ -460,17 +453,17 @@ static void logits(char *M, RtCtx *ctx) {
     char *c1_0 = (M + 4105600);
     for (int64_t i1 = 0; i1 < 2; i1++) {
       /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1673216)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1549440)}});
       /* models/std/transformer.model:68 */
-      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1672320)}});
+      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1524864)}});
       /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1525376)}});
       /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1673472)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1525504)}});
       /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1673600)}});
+      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1525632)}});
       /* models/std/transformer.model:29 */
-      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1672832)}});
+      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1475712)}});
       /* models/std/transformer.model:10 */
       rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82432) + i1 * 256)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:9 */
@@ -478,49 +471,46 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 512, 192, 64, 0, 0, (M + 1672832), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1647744), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1672832)}, &(char *){(M + 1451136)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 512, 192, 64, 0, 0, (M + 1475712), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 1475712)}, &(char *){(M + 3057024 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3450240 + i1 * 65536), 64, 0, (M + 1451136), 192, 0, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3581312 + i1 * 65536), 64, 0, (M + 1451136), 192, 64, 512, 64, 1, 2);
       /* models/std/transformer.model:32 */
-      rt_cu_copy_block(ctx, (M + 3712384 + i1 * 65536), 64, 0, (M + 1451136), 192, 128, 512, 64, 1, 2);
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3319168 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 3712384 + i1 * 65536)}}, (const long long[]){65536LL, 8192LL, 65536LL, 65536LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1}, {RT_F32, 80LL, 0}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3712384 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 3057152 + i1 * 196608)}, &(char *){(M + 3057280 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:54 */
       rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3188096 + i1 * 65536), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1673600), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3319168 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673600)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3188096 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3581312 + i1 * 65536), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1525632), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1525632)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3581312 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 65536)}, &(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1673472)}, &(char *){(M + 1673344)}});
+      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1525504)}, &(char *){(M + 1525376)}});
       /* models/std/transformer.model:65 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1672320), NULL, (M + 2532736 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3057024 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1672320)}, &(char *){(M + 2532736 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1524864), NULL, (M + 2532736 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1524864)}, &(char *){(M + 2532736 + i1 * 262144)}});
         rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
       }
       /* models/std/transformer.model:72 */
       rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1673216), (M + 3188096 + i1 * 65536), NULL)) {
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1549440), (M + 3581312 + i1 * 65536), NULL)) {
         rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1673216)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3188096 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1549440)}, &(char *){(M + 1451136)}});
+        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
       }
       if (c1_0 != ((M + 3974528) + i1 * 65536)) {
         rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
@@ -732,62 +722,62 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k11, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k12(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k12, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k13(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k13, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k14(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k14, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k15(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k15, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k16(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k16, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k17(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k17, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k18(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k18, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k19(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k19, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k20(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k20, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
@@ -1009,130 +999,130 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k37, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k39, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(64) k40(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k40, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k41, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k42, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128, 3) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k47(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(64) k49(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k50(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(64) k51(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k52(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k54(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"

@@ -27,27 +27,24 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_layernorm_f32((float *)(M + 6169728 + i1 * 131072), (float *)c1_0, (float *)((M + 81920) + i1 * 256), (float *)((M + 82432) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:27 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 4596864 + i1 * 393216), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
+      rt_binary_f32(RT_ADD, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5383296 + i1 * 131072), 64, 0, (M + 3548288), 192, 0, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5645440 + i1 * 131072), 64, 0, (M + 3548288), 192, 64, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5907584 + i1 * 131072), 64, 0, (M + 3548288), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
-      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1);
+      rt_sdpa_f32((float *)(M + 5907584 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 4596864 + i1 * 393216), (float *)(M + 4597120 + i1 * 393216), (float *)(M + 4597376 + i1 * 393216), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0);
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5121152 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5907584 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
-      rt_binary_f32(RT_ADD, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
-      rt_layernorm_f32((float *)(M + 4596864 + i1 * 131072), (float *)(M + 4859008 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
+      rt_layernorm_f32((float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
-      rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 4596864 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 5383296 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
       rt_binary_f32(RT_ADD, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
@@ -57,7 +54,7 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:76 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       if (c1_0 != ((M + 6431872) + i1 * 131072)) {
         memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
       }
@@ -104,25 +101,25 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
-      rt_matmul_f32((float *)(M + 6694016 + i1 * 65536), (float *)((M + 4596864) + i1 * 131072), (float *)(M + 4072576), 1, 64, 256, 512, 1, 0, 0);
+      rt_matmul_f32((float *)(M + 6694016 + i1 * 65536), (float *)((M + 5383296) + i1 * 131072), (float *)(M + 4072576), 1, 64, 256, 512, 1, 0, 0);
       /* models/std/transformer.model:11 */
-      rt_layernorm_bwd_f32((float *)(M + 3679360), (float *)(M + 7305344 + i1 * 256), (float *)(M + 7305856 + i1 * 256), (float *)((M + 4859008) + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)(M + 3548288), 512, 64, (float)1.0000000000000001e-05, WS);
+      rt_layernorm_bwd_f32((float *)(M + 3679360), (float *)(M + 7305344 + i1 * 256), (float *)(M + 7305856 + i1 * 256), (float *)((M + 5645440) + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)(M + 3548288), 512, 64, (float)1.0000000000000001e-05, WS);
       /* models/std/transformer.model:11 */
       rt_binary_f32(RT_ADD, (float *)(M + 3941504), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3679360), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:58 */
       rt_reduce_to_f32((float *)(M + 7304832 + i1 * 256), &(RtShape){1, {64}}, (float *)(M + 3941504), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 3941504), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 1, 0);
+      rt_matmul_f32((float *)(M + 4072576), (float *)(M + 3941504), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 1, 0);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 7251072 + i1 * 16384), (float *)((M + 5121152) + i1 * 131072), (float *)(M + 3941504), 1, 64, 64, 512, 1, 0, 0);
-      /* models/std/transformer.model:53 */
-      rt_sdpa_bwd_f32((float *)(M + 4072576), (float *)(M + 4203648), (float *)(M + 4334720), (float *)((M + 5383296) + i1 * 131072), (float *)((M + 5645440) + i1 * 131072), (float *)((M + 5907584) + i1 * 131072), (float *)((M + 5121152) + i1 * 131072), (float *)((M + 7283840) + i1 * 8192), (float *)(M + 3548288), 8, 64, 4, 4, 16, 1);
+      rt_matmul_f32((float *)(M + 7251072 + i1 * 16384), (float *)((M + 5907584) + i1 * 131072), (float *)(M + 3941504), 1, 64, 64, 512, 1, 0, 0);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 3548288), 192, 0, (M + 4072576), 64, 0, 512, 64, 1, 4);
-      rt_copy_block((M + 3548288), 192, 64, (M + 4203648), 64, 0, 512, 64, 1, 4);
-      rt_copy_block((M + 3548288), 192, 128, (M + 4334720), 64, 0, 512, 64, 1, 4);
+      /* models/std/transformer.model:32 */
+      /* models/std/transformer.model:32 */
+      /* models/std/transformer.model:53 */
+      rt_sdpa_bwd_f32((float *)(M + 3548288), (float *)(M + 3548544), (float *)(M + 3548800), (float *)(((M + 4596864) + i1 * 393216) + 0), (float *)(((M + 4596864) + i1 * 393216) + 256), (float *)(((M + 4596864) + i1 * 393216) + 512), (float *)((M + 5907584) + i1 * 131072), (float *)((M + 7283840) + i1 * 8192), (float *)(M + 4072576), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0, 0, 192, 192, 192);
+      /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
       rt_reduce_to_f32((float *)(M + 7302272 + i1 * 768), &(RtShape){1, {192}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}});
       /* models/std/transformer.model:27 */
@@ -284,27 +281,24 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_layernorm_f32((float *)(M + 6169728 + i1 * 131072), (float *)c1_0, (float *)((M + 81920) + i1 * 256), (float *)((M + 82432) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:27 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 4596864 + i1 * 393216), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
+      rt_binary_f32(RT_ADD, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5383296 + i1 * 131072), 64, 0, (M + 3548288), 192, 0, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5645440 + i1 * 131072), 64, 0, (M + 3548288), 192, 64, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5907584 + i1 * 131072), 64, 0, (M + 3548288), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
-      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1);
+      rt_sdpa_f32((float *)(M + 5907584 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 4596864 + i1 * 393216), (float *)(M + 4597120 + i1 * 393216), (float *)(M + 4597376 + i1 * 393216), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0);
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5121152 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5907584 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
-      rt_binary_f32(RT_ADD, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
-      rt_layernorm_f32((float *)(M + 4596864 + i1 * 131072), (float *)(M + 4859008 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
+      rt_layernorm_f32((float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
-      rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 4596864 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 5383296 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
       rt_binary_f32(RT_ADD, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
@@ -314,7 +308,7 @@ static void eval(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:76 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       if (c1_0 != ((M + 6431872) + i1 * 131072)) {
         memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
       }
@@ -346,27 +340,24 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_layernorm_f32((float *)(M + 6169728 + i1 * 131072), (float *)c1_0, (float *)((M + 81920) + i1 * 256), (float *)((M + 82432) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:27 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 4596864 + i1 * 393216), (float *)(M + 6169728 + i1 * 131072), (float *)((M + 82944) + i1 * 49152), 8, 64, 192, 64, 0, 0, 0);
       /* models/std/transformer.model:30 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
+      rt_binary_f32(RT_ADD, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)(M + 4596864 + i1 * 393216), &(RtShape){3, {8, 64, 192}}, (float *)((M + 181248) + i1 * 768), &(RtShape){1, {192}});
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5383296 + i1 * 131072), 64, 0, (M + 3548288), 192, 0, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5645440 + i1 * 131072), 64, 0, (M + 3548288), 192, 64, 512, 64, 1, 4);
       /* models/std/transformer.model:32 */
-      rt_copy_block((M + 5907584 + i1 * 131072), 64, 0, (M + 3548288), 192, 128, 512, 64, 1, 4);
       /* models/std/transformer.model:53 */
-      rt_sdpa_f32((float *)(M + 5121152 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)(M + 5907584 + i1 * 131072), 8, 64, 4, 4, 16, 1);
+      rt_sdpa_f32((float *)(M + 5907584 + i1 * 131072), (float *)(M + 7283840 + i1 * 8192), (float *)(M + 4596864 + i1 * 393216), (float *)(M + 4597120 + i1 * 393216), (float *)(M + 4597376 + i1 * 393216), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0);
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5121152 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 3548288), (float *)(M + 5907584 + i1 * 131072), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 0, 0);
       /* models/std/transformer.model:58 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 215552) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:16 */
-      rt_binary_f32(RT_ADD, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:11 */
-      rt_layernorm_f32((float *)(M + 4596864 + i1 * 131072), (float *)(M + 4859008 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
+      rt_layernorm_f32((float *)(M + 5383296 + i1 * 131072), (float *)(M + 5645440 + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)((M + 216576) + i1 * 256), 512, 64, (float)1.0000000000000001e-05);
       /* models/std/transformer.model:66 */
-      rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 4596864 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
+      rt_matmul_f32((float *)(M + 2499712 + i1 * 524288), (float *)(M + 5383296 + i1 * 131072), (float *)((M + 217088) + i1 * 65536), 8, 64, 256, 64, 0, 0, 0);
       /* models/std/transformer.model:69 */
       rt_binary_f32(RT_ADD, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)(M + 2499712 + i1 * 524288), &(RtShape){3, {8, 64, 256}}, (float *)((M + 348160) + i1 * 1024), &(RtShape){1, {256}});
       /* models/std/transformer.model:71 */
@@ -376,7 +367,7 @@ static void logits(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:76 */
       rt_binary_f32(RT_ADD, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}}, (float *)((M + 481280) + i1 * 256), &(RtShape){1, {64}});
       /* models/tiny.model:17 */
-      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 4859008 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(i1 < 1 ? (M + 6562944 + i1 * 131072) : (M + 6694016)), &(RtShape){3, {8, 64, 64}}, (float *)(M + 5645440 + i1 * 131072), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       if (c1_0 != ((M + 6431872) + i1 * 131072)) {
         memcpy(((M + 6431872) + i1 * 131072), c1_0, 131072);
       }

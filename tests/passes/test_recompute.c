@@ -9,6 +9,11 @@
  * also have done something: the forward loop saves fewer activations (full: only the block's
  * input) and the memory plan's activations at the peak drop, full < selective < none, for the tiny
  * GPT at its real size and a Llama-shaped model at d 256, seq 256.
+ *
+ * Column slices (every mode, `none` included): the tiny GPT's forward saves its fused QKV once
+ * instead of the three slices q, k, v, and the backward re-slices it; the program is interpreted
+ * against the same pipeline without the recompute pass (before that change), bit for bit, for
+ * dp 1, tp 2 and tp 2 + sp.
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,8 +32,16 @@ static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 static const char *const modes[3] = {"none", "selective", "full"};
 
 /* batch: the logical sequences per step (0: the model's own micro_batch and batch). */
+static Module *compile_opt(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
+                           const char *mode, int64_t batch, bool skip_recompute);
 static Module *compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
                        const char *mode, int64_t batch) {
+  return compile_opt(a, path, defs, ndefs, dp, tp, sp, mode, batch, false);
+}
+
+/* ... every pass but recompute when skip_recompute */
+static Module *compile_opt(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
+                           const char *mode, int64_t batch, bool skip_recompute) {
   FeDefine d[MAXDEF];
   int n = 0;
   char sdp[16], stp[16], smb[16], sb[16];
@@ -50,7 +63,11 @@ static Module *compile(Arena *a, const char *path, const FeDefine *defs, int nde
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   PipelineOptions po = {.verify = true};
-  if (!pipeline_run(m, &po)) return NULL;
+  if (!skip_recompute) return pipeline_run(m, &po) ? m : NULL;
+  const char *names[64];
+  pipeline_pass_names(names, 64);
+  for (int i = 0; names[i]; i++)
+    if (strcmp(names[i], "recompute") && !pipeline_run_pass(m, names[i], &po)) return NULL;
   return m;
 }
 
@@ -148,6 +165,67 @@ static void equal_programs(const char *label, const char *path, const FeDefine *
   tensor_free(&tgt);
 }
 
+/* Whether the forward loop saves a stack of rows w wide. */
+static bool saves_row(const Module *m, int64_t w) {
+  for (int i = 0; i < m->graph->nnodes; i++) {
+    const Node *r = m->graph->nodes[i];
+    if (r->op != OP_REPEAT || r->a.reverse) continue;
+    for (int o = r->a.ncarry; o < r->nout; o++)
+      if (r->out[o]->shape.dim[r->out[o]->shape.rank - 1] == w) return true;
+  }
+  return false;
+}
+
+/* The column slices: the forward saves the fused QKV [.., 3d] instead of q, k, v (two stacks fewer, the
+ * widest saved row 3d), bit-identical to the program without the recompute pass. */
+static void column_saves(const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S, int64_t V,
+                         int64_t d) {
+  static const struct {
+    int tp;
+    bool sp;
+  } plans[] = {{1, false}, {2, false}, {2, true}};
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 301, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 302, 0, V);
+  for (size_t p = 0; p < sizeof plans / sizeof plans[0]; p++) {
+    Arena ar[2];
+    Module *m[2];
+    char what[64];
+    snprintf(what, sizeof what, "tiny column saves tp %d%s", plans[p].tp, plans[p].sp ? " sp" : "");
+    for (int k = 0; k < 2; k++) {
+      arena_init(&ar[k]);
+      m[k] = compile_opt(&ar[k], path, defs, ndefs, 1, plans[p].tp, plans[p].sp, "none", B, k == 0);
+      CHECK(m[k], "%s: does not compile (%s)", what, k ? "with recompute" : "without");
+    }
+    if (m[0] && m[1]) {
+      int64_t big[2];
+      int n0 = saved(m[0], &big[0]), n1 = saved(m[1], &big[1]);
+      (void)S;
+      int64_t w = 3 * d / plans[p].tp; /* the rank's fused QKV row */
+      CHECK(n1 == n0 - 2 && saves_row(m[1], w) && !saves_row(m[0], w),
+            "%s: saved %d stacks (want %d), a %lld-wide one: %d (before: %d)", what, n1, n0 - 2, (long long)w,
+            saves_row(m[1], w), saves_row(m[0], w));
+      Interp *it[2] = {interp_new(m[0]->graph, m[0]->mesh, 7), interp_new(m[1]->graph, m[1]->mesh, 7)};
+      int checked = 0;
+      for (int step = 1; step <= 2; step++) {
+        for (int k = 0; k < 2; k++) {
+          tb_feed_step(it[k], &tok, &tgt, step);
+          CHECK(interp_step(it[k]), "%s: interpreter error at step %d", what, step);
+        }
+        char w2[96];
+        snprintf(w2, sizeof w2, "%s step %d", what, step);
+        checked += compare_exact(m[0]->graph, it[0], it[1], w2);
+      }
+      CHECK(checked >= 20, "%s: only %d tensors compared", what, checked);
+      fprintf(stderr, "  %-44s saved per layer %d -> %d stacks; %d tensors bit-identical\n", what, n0, n1, checked);
+      interp_free(it[0]);
+      interp_free(it[1]);
+    }
+    for (int k = 0; k < 2; k++) arena_free(&ar[k]);
+  }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+}
+
 /* The memory plan's activations at the peak: full < selective < none. */
 static void memory_drops(const char *label, const char *path, const FeDefine *defs, int ndefs, int tp) {
   int64_t act[3], peak[3];
@@ -172,6 +250,7 @@ int main(void) {
   const char *tiny = SHARDC_MODELS_DIR "/tiny.model", *llama = SHARDC_MODELS_DIR "/llama3-8b.model";
   const FeDefine tiny_small[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
   equal_programs("tiny", tiny, tiny_small, 4, 4, 8, 256);
+  column_saves(tiny, tiny_small, 4, 4, 8, 256, 32);
   const FeDefine llama_small[] = {{"vocab", "128"}, {"seq", "8"}, {"d", "32"},          {"heads", "4"},
                                   {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"precision", "f32"}};
   equal_programs("llama", llama, llama_small, 8, 4, 8, 128);

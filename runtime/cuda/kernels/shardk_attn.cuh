@@ -1,7 +1,10 @@
 /* runtime/cuda/kernels/shardk_attn.cuh — flash-style attention (included by shardk.cuh).
  *
  * q/o [B, S, H*HD], k/v [B, S, KV*HD], lse f32 [B, H, S]; query head h reads kv head
- * h / (H/KV). Scores never reach memory: K/V (or Q/dO) tiles go through shared memory as
+ * h / (H/KV). Every token-major operand comes with its row stride (ld*: elements between consecutive
+ * tokens, H*HD or KV*HD when contiguous, more where it is a column slice of a wider tensor such as the
+ * fused QKV [B, S, 3 H HD]; memplan's strided views, docs/memory.md): the strides follow the pointers,
+ * in the pointers' order, lse and D having none. Batch b's rows start at b * S * ld. Scores never reach memory: K/V (or Q/dO) tiles go through shared memory as
  * fp32, each query (or key) row is TPR threads, thread `part` holding dims e*TPR + part,
  * e < HD/TPR; dot products are partial sums reduced over the TPR threads with shuffles.
  * Simple CUDA-core fp32 math (no tensor cores yet). Backward without atomics: dK/dV by key
@@ -32,8 +35,8 @@ __device__ __forceinline__ bool attn_sees(i64 qi, i64 kj, const int *qpos, const
 
 /* Forward: grid (ceil(S/BQ), H, B), block BQ*TPR. */
 template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BQ, int BK, int TPR, i64 TK = S>
-__device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v, const int *qpos = nullptr,
-                         const int *kpos = nullptr) {
+__device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v, i64 ldo, i64 ldq, i64 ldk, i64 ldv,
+                         const int *qpos = nullptr, const int *kpos = nullptr) {
   constexpr int E = HD / TPR, NT = BQ * TPR;
   __shared__ float ks[BK][HD];
   __shared__ float vs[BK][HD];
@@ -46,7 +49,7 @@ __device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v, c
   float qv[E], ov[E];
 #pragma unroll
   for (int e = 0; e < E; e++) {
-    qv[e] = live ? ld(q + ((b * S + qi) * H + h) * HD + e * TPR + part) : 0.0f;
+    qv[e] = live ? ld(q + (b * S + qi) * ldq + h * HD + e * TPR + part) : 0.0f;
     ov[e] = 0.0f;
   }
   float m = ninf(), l = 0.0f;
@@ -55,8 +58,8 @@ __device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v, c
     for (int idx = t; idx < BK * HD; idx += NT) {
       int j = idx / HD, d = idx % HD;
       i64 kj = k0 + j;
-      ks[j][d] = kj < TK ? ld(k + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
-      vs[j][d] = kj < TK ? ld(v + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
+      ks[j][d] = kj < TK ? ld(k + (b * TK + kj) * ldk + kvh * HD + d) : 0.0f;
+      vs[j][d] = kj < TK ? ld(v + (b * TK + kj) * ldv + kvh * HD + d) : 0.0f;
     }
     __syncthreads();
     float sc[BK], tmax = ninf();
@@ -91,14 +94,14 @@ __device__ void sdpa_fwd(T *o, float *lse, const T *q, const T *k, const T *v, c
   if (live) {
     float inv = l > 0.0f ? 1.0f / l : 0.0f; /* l 0: the row sees no key of this block */
 #pragma unroll
-    for (int e = 0; e < E; e++) st(o + ((b * S + qi) * H + h) * HD + e * TPR + part, ov[e] * inv);
+    for (int e = 0; e < E; e++) st(o + (b * S + qi) * ldo + h * HD + e * TPR + part, ov[e] * inv);
     if (part == 0) lse[((i64)b * H + h) * S + qi] = l > 0.0f ? m + logf(l) : ninf();
   }
 }
 
 /* Backward, stage 1: Dd[b, h, s] = sum over dims of dO * O. Grid (ceil(S/BQ), H, B), block BQ*TPR. */
 template <class T, i64 S, int H, int HD, int BQ, int TPR>
-__device__ void sdpa_bwd_dot(float *Dd, const T *o, const T *dout) {
+__device__ void sdpa_bwd_dot(float *Dd, const T *o, const T *dout, i64 ldo, i64 lddo) {
   constexpr int E = HD / TPR;
   int t = (int)threadIdx.x, part = t % TPR;
   i64 b = blockIdx.z;
@@ -108,8 +111,8 @@ __device__ void sdpa_bwd_dot(float *Dd, const T *o, const T *dout) {
   float s = 0.0f;
 #pragma unroll
   for (int e = 0; e < E; e++) {
-    i64 off = ((b * S + qi) * H + h) * HD + e * TPR + part;
-    s += live ? ld(o + off) * ld(dout + off) : 0.0f;
+    i64 off = h * HD + e * TPR + part;
+    s += live ? ld(o + (b * S + qi) * ldo + off) * ld(dout + (b * S + qi) * lddo + off) : 0.0f;
   }
   s = group_sum<TPR>(s);
   if (live && part == 0) Dd[((i64)b * H + h) * S + qi] = s;
@@ -119,7 +122,8 @@ __device__ void sdpa_bwd_dot(float *Dd, const T *o, const T *dout) {
  * query of every head of its group (tiles of BQT queries in shared memory). */
 template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BKV, int BQT, int TPR, i64 TK = S>
 __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, const float *lse, const float *Dd,
-                            const T *dout, const int *qpos = nullptr, const int *kpos = nullptr) {
+                            const T *dout, i64 lddk, i64 lddv, i64 ldq, i64 ldk, i64 ldv, i64 lddo,
+                            const int *qpos = nullptr, const int *kpos = nullptr) {
   constexpr int E = HD / TPR, NT = BKV * TPR, G = H / KV;
   __shared__ float qs[BQT][HD];
   __shared__ float dos[BQT][HD];
@@ -134,9 +138,9 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
   float kv[E], vv[E], dka[E], dva[E];
 #pragma unroll
   for (int e = 0; e < E; e++) {
-    i64 off = ((b * TK + kj) * KV + kvh) * HD + e * TPR + part;
-    kv[e] = live ? ld(k + off) : 0.0f;
-    vv[e] = live ? ld(v + off) : 0.0f;
+    i64 off = kvh * HD + e * TPR + part;
+    kv[e] = live ? ld(k + (b * TK + kj) * ldk + off) : 0.0f;
+    vv[e] = live ? ld(v + (b * TK + kj) * ldv + off) : 0.0f;
     dka[e] = 0.0f;
     dva[e] = 0.0f;
   }
@@ -145,9 +149,9 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
     for (i64 qt = CAUSAL && !qpos ? (k0 / BQT) * BQT : 0; qt < S; qt += BQT) {
       for (int idx = t; idx < BQT * HD; idx += NT) {
         int i = idx / HD, d = idx % HD;
-        i64 qi = qt + i, off = ((b * S + qi) * H + h) * HD + d;
-        qs[i][d] = qi < S ? ld(q + off) : 0.0f;
-        dos[i][d] = qi < S ? ld(dout + off) : 0.0f;
+        i64 qi = qt + i, off = h * HD + d;
+        qs[i][d] = qi < S ? ld(q + (b * S + qi) * ldq + off) : 0.0f;
+        dos[i][d] = qi < S ? ld(dout + (b * S + qi) * lddo + off) : 0.0f;
       }
       for (int i = t; i < BQT; i += NT) {
         i64 qi = qt + i;
@@ -179,9 +183,9 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
   if (live) {
 #pragma unroll
     for (int e = 0; e < E; e++) {
-      i64 off = ((b * TK + kj) * KV + kvh) * HD + e * TPR + part;
-      st(dk + off, dka[e] * scale);
-      st(dv + off, dva[e]);
+      i64 off = kvh * HD + e * TPR + part;
+      st(dk + (b * TK + kj) * lddk + off, dka[e] * scale);
+      st(dv + (b * TK + kj) * lddv + off, dva[e]);
     }
   }
 }
@@ -189,7 +193,8 @@ __device__ void sdpa_bwd_kv(T *dk, T *dv, const T *q, const T *k, const T *v, co
 /* Backward, dQ: grid (ceil(S/BQ), H, B), block BQ*TPR; K/V tiles of BK keys in shared memory. */
 template <class T, i64 S, int H, int KV, int HD, bool CAUSAL, int BQ, int BK, int TPR, i64 TK = S>
 __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const float *lse, const float *Dd,
-                           const T *dout, const int *qpos = nullptr, const int *kpos = nullptr) {
+                           const T *dout, i64 lddq, i64 ldq, i64 ldk, i64 ldv, i64 lddo, const int *qpos = nullptr,
+                           const int *kpos = nullptr) {
   constexpr int E = HD / TPR, NT = BQ * TPR;
   __shared__ float ks[BK][HD];
   __shared__ float vs[BK][HD];
@@ -202,9 +207,9 @@ __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const floa
   float qv[E], dov[E], dqa[E];
 #pragma unroll
   for (int e = 0; e < E; e++) {
-    i64 off = ((b * S + qi) * H + h) * HD + e * TPR + part;
-    qv[e] = live ? ld(q + off) : 0.0f;
-    dov[e] = live ? ld(dout + off) : 0.0f;
+    i64 off = h * HD + e * TPR + part;
+    qv[e] = live ? ld(q + (b * S + qi) * ldq + off) : 0.0f;
+    dov[e] = live ? ld(dout + (b * S + qi) * lddo + off) : 0.0f;
     dqa[e] = 0.0f;
   }
   float li = live ? lse[((i64)b * H + h) * S + qi] : 0.0f, di = live ? Dd[((i64)b * H + h) * S + qi] : 0.0f;
@@ -213,8 +218,8 @@ __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const floa
     for (int idx = t; idx < BK * HD; idx += NT) {
       int j = idx / HD, d = idx % HD;
       i64 kj = k0 + j;
-      ks[j][d] = kj < TK ? ld(k + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
-      vs[j][d] = kj < TK ? ld(v + ((b * TK + kj) * KV + kvh) * HD + d) : 0.0f;
+      ks[j][d] = kj < TK ? ld(k + (b * TK + kj) * ldk + kvh * HD + d) : 0.0f;
+      vs[j][d] = kj < TK ? ld(v + (b * TK + kj) * ldv + kvh * HD + d) : 0.0f;
     }
     __syncthreads();
     for (int j = 0; j < BK; j++) {
@@ -236,7 +241,7 @@ __device__ void sdpa_bwd_q(T *dq, const T *q, const T *k, const T *v, const floa
   }
   if (live) {
 #pragma unroll
-    for (int e = 0; e < E; e++) st(dq + ((b * S + qi) * H + h) * HD + e * TPR + part, dqa[e] * scale);
+    for (int e = 0; e < E; e++) st(dq + (b * S + qi) * lddq + h * HD + e * TPR + part, dqa[e] * scale);
   }
 }
 

@@ -4,7 +4,8 @@
  * on mma.sync.m16n8k16 (bf16 inputs, fp32 accumulation; sm_80 and later). The layouts and the
  * semantics are those of shardk_attn.cuh's CUDA-core kernels (which stay for f32 and other head
  * dims): q/o [B, S, H*HD], k/v [B, S, KV*HD], lse f32 [B, H, S]; query head h reads kv head
- * h / (H/KV).
+ * h / (H/KV); every token-major operand with its row stride (ld*, elements between consecutive tokens,
+ * after the pointers in their order: shardk_attn.cuh), a multiple of 8 (16-byte cp.async rows).
  *
  * Each block is W warps; each warp owns 16 MT rows (queries, or keys in dK/dV: MT m-tiles) and
  * keeps them as mma A fragments in registers for the whole kernel, or with RS in shared memory,
@@ -129,12 +130,13 @@ __device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *src, i64 rs, i
   }
 }
 
-/* Starts copying key rows [k0, k0 + BK) of K and of V into kdst and vdst (one cp.async group). */
+/* Starts copying key rows [k0, k0 + BK) of K and of V (row strides ldk, ldv) into kdst and vdst (one
+ * cp.async group). */
 template <int BK, int HD, int NT>
-__device__ __forceinline__ void kv_tiles_async(bf16 *kdst, bf16 *vdst, const bf16 *kb, const bf16 *vb, i64 kvs, i64 k0,
-                                               i64 S) {
-  tile_async<BK, HD, NT>(kdst, kb, kvs, k0, S);
-  tile_async<BK, HD, NT>(vdst, vb, kvs, k0, S);
+__device__ __forceinline__ void kv_tiles_async(bf16 *kdst, bf16 *vdst, const bf16 *kb, const bf16 *vb, i64 ldk, i64 ldv,
+                                               i64 k0, i64 S) {
+  tile_async<BK, HD, NT>(kdst, kb, ldk, k0, S);
+  tile_async<BK, HD, NT>(vdst, vb, ldv, k0, S);
   cp_commit();
 }
 /* Waits for this thread's copies (the current tile's: the only ones in flight), then for the whole block:
@@ -329,7 +331,8 @@ __device__ __forceinline__ void fwd_tile(float (&acc)[MT][HD / 8][4], float (&m)
  * shared memory); K and V tiles of BK keys double-buffered (the next tile's copy runs under this tile's
  * products). Dynamic shared memory: SK_FLASH_SMEM_FWD. */
 template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS>
-__device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v) {
+__device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, i64 ldo, i64 ldq, i64 ldk,
+                          i64 ldv) {
   constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, LD = HD + 8, TL = BK * LD;
   constexpr unsigned SMEM = SK_FLASH_SMEM_FWD(BK, HD, MT, W, RS ? 1 : 0);
   static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_fwd: tiles over the shared memory of a block");
@@ -345,23 +348,22 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   i64 b = fb.b;
   int h = fb.h, kvh = h / (H / KV);
   int q0 = fb.t * BQ, r0 = q0 + 16 * MT * w;
-  const i64 qs = (i64)H * HD, kvs = (i64)KV * HD;
-  const bf16 *qsrc = q + b * S * qs + (i64)h * HD;
-  if (RS) tile_async<BQ, HD, NT>(rsm, qsrc, qs, q0, S); /* committed with the first K and V tiles */
+  const bf16 *qsrc = q + b * S * ldq + (i64)h * HD;
+  if (RS) tile_async<BQ, HD, NT>(rsm, qsrc, ldq, q0, S); /* committed with the first K and V tiles */
   ARows<RS, MT, HD, LD> qa;
-  qa.init(qsrc, qs, r0, S, rsm + (r0 - q0) * LD);
+  qa.init(qsrc, ldq, r0, S, rsm + (r0 - q0) * LD);
   float acc[MT][HD / 8][4], m[MT][2], l[MT][2];
   zero_acc<MT, HD>(acc);
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = ninf(), l[mt][0] = l[mt][1] = 0.0f;
-  const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
+  const bf16 *kb = k + b * S * ldk + (i64)kvh * HD, *vb = v + b * S * ldv + (i64)kvh * HD;
   const int kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (kend + BK - 1) / BK;
-  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, kvs, 0, S);
+  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, S);
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
-    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, kvs, k0 + BK, S);
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, S);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) { /* else every key of the tile is past this warp's rows */
       if (k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0))
         fwd_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2);
@@ -375,7 +377,7 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   for (int mt = 0; mt < MT; mt++) {
     float l0 = quad_sum(l[mt][0]), l1 = quad_sum(l[mt][1]);
     int rm = r0 + 16 * mt;
-    store_rows<HD>(o + b * S * qs + (i64)h * HD, qs, rm, S, acc[mt], 1.0f / l0, 1.0f / l1);
+    store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], 1.0f / l0, 1.0f / l1);
     if (t == 0) {
       if (rm + g < S) lb[rm + g] = m[mt][0] * ln2 + logf(l0);
       if (rm + g + 8 < S) lb[rm + g + 8] = m[mt][1] * ln2 + logf(l1);
@@ -437,7 +439,8 @@ __device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva
  * shared memory: SK_FLASH_SMEM_KV. */
 template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BQT, int MT, int W, bool RS>
 __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
-                             const float *Dd, const bf16 *dout) {
+                             const float *Dd, const bf16 *dout, i64 lddk, i64 lddv, i64 ldq, i64 ldk, i64 ldv,
+                             i64 lddo) {
   constexpr int S = (int)S_, BKV = 16 * MT * W, NT = 32 * W, G = H / KV, LD = HD + 8, TL = BQT * LD;
   constexpr unsigned SMEM = SK_FLASH_SMEM_KV(BQT, HD, MT, W, RS ? 1 : 0);
   static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_bwd_kv: tiles over the shared memory of a block");
@@ -451,15 +454,14 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   i64 b = fb.b;
   int kvh = fb.h;
   int kb0 = fb.t * BKV, r0 = kb0 + 16 * MT * w;
-  const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
-  const bf16 *ksrc = k + b * S * kvs + (i64)kvh * HD, *vsrc = v + b * S * kvs + (i64)kvh * HD;
+  const bf16 *ksrc = k + b * S * ldk + (i64)kvh * HD, *vsrc = v + b * S * ldv + (i64)kvh * HD;
   if (RS) { /* committed with the first Q and dO tiles */
-    tile_async<BKV, HD, NT>(rsm, ksrc, kvs, kb0, S);
-    tile_async<BKV, HD, NT>(rsm + BKV * LD, vsrc, kvs, kb0, S);
+    tile_async<BKV, HD, NT>(rsm, ksrc, ldk, kb0, S);
+    tile_async<BKV, HD, NT>(rsm + BKV * LD, vsrc, ldv, kb0, S);
   }
   ARows<RS, MT, HD, LD> ka, va;
-  ka.init(ksrc, kvs, r0, S, rsm + (r0 - kb0) * LD);
-  va.init(vsrc, kvs, r0, S, rsm + (BKV + r0 - kb0) * LD);
+  ka.init(ksrc, ldk, r0, S, rsm + (r0 - kb0) * LD);
+  va.init(vsrc, ldv, r0, S, rsm + (BKV + r0 - kb0) * LD);
   float dka[MT][HD / 8][4], dva[MT][HD / 8][4];
   zero_acc<MT, HD>(dka);
   zero_acc<MT, HD>(dva);
@@ -469,8 +471,8 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   auto issue = [&](int i) {
     int h = kvh * G + i / nqt, buf = i & 1;
     int qt0 = qstart + (i % nqt) * BQT;
-    tile_async<BQT, HD, NT>(qs + buf * TL, q + b * S * qstr + (i64)h * HD, qstr, qt0, S);
-    tile_async<BQT, HD, NT>(dos + buf * TL, dout + b * S * qstr + (i64)h * HD, qstr, qt0, S);
+    tile_async<BQT, HD, NT>(qs + buf * TL, q + b * S * ldq + (i64)h * HD, ldq, qt0, S);
+    tile_async<BQT, HD, NT>(dos + buf * TL, dout + b * S * lddo + (i64)h * HD, lddo, qt0, S);
     const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
     for (int j = (int)threadIdx.x; j < BQT; j += NT) { /* asynchronous too: no warp waits on these loads */
       bool ok = qt0 + j < S;
@@ -495,8 +497,8 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   const float scale = (float)(1.0 / sqrt((double)HD));
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
-    store_rows<HD>(dk + b * S * kvs + (i64)kvh * HD, kvs, r0 + 16 * mt, S, dka[mt], scale, scale);
-    store_rows<HD>(dv + b * S * kvs + (i64)kvh * HD, kvs, r0 + 16 * mt, S, dva[mt], 1.0f, 1.0f);
+    store_rows<HD>(dk + b * S * lddk + (i64)kvh * HD, lddk, r0 + 16 * mt, S, dka[mt], scale, scale);
+    store_rows<HD>(dv + b * S * lddv + (i64)kvh * HD, lddv, r0 + 16 * mt, S, dva[mt], 1.0f, 1.0f);
   }
 }
 
@@ -546,7 +548,8 @@ __device__ __forceinline__ void frag_dot(float &d0, float &d1, const u32 (&x)[HD
  * which it stores in Dd for flash_bwd_kv. Dynamic shared memory: SK_FLASH_SMEM_Q. */
 template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS>
 __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *o,
-                            const float *lse, const bf16 *dout) {
+                            const float *lse, const bf16 *dout, i64 lddq, i64 ldq, i64 ldk, i64 ldv, i64 ldo,
+                            i64 lddo) {
   constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, KC = HD / 16, LD = HD + 8, TL = BK * LD;
   constexpr unsigned SMEM = SK_FLASH_SMEM_Q(BK, HD, MT, W, RS ? 1 : 0);
   static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_bwd_q: tiles over the shared memory of a block");
@@ -558,17 +561,16 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   i64 b = fb.b;
   int h = fb.h, kvh = h / (H / KV);
   int q0 = fb.t * BQ, r0 = q0 + 16 * MT * w;
-  const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
-  const bf16 *qsrc = q + b * S * qstr + (i64)h * HD, *osrc = dout + b * S * qstr + (i64)h * HD;
-  const bf16 *const kb = k + b * S * kvs + (i64)kvh * HD, *const vb = v + b * S * kvs + (i64)kvh * HD;
+  const bf16 *qsrc = q + b * S * ldq + (i64)h * HD, *osrc = dout + b * S * lddo + (i64)h * HD;
+  const bf16 *const kb = k + b * S * ldk + (i64)kvh * HD, *const vb = v + b * S * ldv + (i64)kvh * HD;
   if (RS) { /* committed with the first K and V tiles */
-    tile_async<BQ, HD, NT>(rsm, qsrc, qstr, q0, S);
-    tile_async<BQ, HD, NT>(rsm + BQ * LD, osrc, qstr, q0, S);
+    tile_async<BQ, HD, NT>(rsm, qsrc, ldq, q0, S);
+    tile_async<BQ, HD, NT>(rsm + BQ * LD, osrc, lddo, q0, S);
   }
-  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, kvs, 0, S);
+  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, S);
   ARows<RS, MT, HD, LD> qa, oa;
-  qa.init(qsrc, qstr, r0, S, rsm + (r0 - q0) * LD);
-  oa.init(osrc, qstr, r0, S, rsm + (BQ + r0 - q0) * LD);
+  qa.init(qsrc, ldq, r0, S, rsm + (r0 - q0) * LD);
+  oa.init(osrc, lddo, r0, S, rsm + (BQ + r0 - q0) * LD);
   const float *lb = lse + ((i64)b * H + h) * S;
   float *db = Dd + ((i64)b * H + h) * S;
   float la[MT][2], da[MT][2];
@@ -577,10 +579,10 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
     int rm = r0 + 16 * mt;
     la[mt][0] = rm + g < S ? lb[rm + g] * log2e : 0.0f, la[mt][1] = rm + g + 8 < S ? lb[rm + g + 8] * log2e : 0.0f;
     u32 of[KC][4]; /* O's rows, for D only (and dO's with RS) */
-    frag_rows<HD>(of, o + b * S * qstr + (i64)h * HD, qstr, rm, S);
+    frag_rows<HD>(of, o + b * S * ldo + (i64)h * HD, ldo, rm, S);
     if constexpr (RS) {
       u32 dof[KC][4];
-      frag_rows<HD>(dof, osrc, qstr, rm, S);
+      frag_rows<HD>(dof, osrc, lddo, rm, S);
       frag_dot<HD>(da[mt][0], da[mt][1], dof, of);
     } else {
       frag_dot<HD>(da[mt][0], da[mt][1], oa.a[mt], of);
@@ -597,7 +599,7 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
-    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, kvs, k0 + BK, S);
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, S);
     if (!CAUSAL || k0 <= r0 + 16 * MT - 1) {
       if (k0 + BK > S || r0 + 16 * MT > S || (CAUSAL && k0 + BK - 1 > r0))
         q_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2);
@@ -608,7 +610,7 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   const float scale = (float)(1.0 / sqrt((double)HD));
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
-    store_rows<HD>(dq + b * S * qstr + (i64)h * HD, qstr, r0 + 16 * mt, S, acc[mt], scale, scale);
+    store_rows<HD>(dq + b * S * lddq + (i64)h * HD, lddq, r0 + 16 * mt, S, acc[mt], scale, scale);
 }
 
 } // namespace sk

@@ -303,7 +303,8 @@ __device__ __forceinline__ void wg_fwd_tile_pipe(float (&acc)[HD / 8][4], float 
  * issued after the one barrier a tile. PIPE: wg_fwd_tile_pipe's order, so tile j - 1's V is read while
  * tile j + 1's copy lands: V takes three buffers (K two); else wg_fwd_tile's, two of each. */
 template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int NWG, bool PIPE = false>
-__device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v) {
+__device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, i64 ldo, i64 ldq,
+                             i64 ldk, i64 ldv) {
   static_assert(HD == 64 || HD == 128, "flash_fwd_wg: head dim 64 or 128");
   static_assert(BK == 64 || BK == 128, "flash_fwd_wg: key tiles of 64 or 128");
 #if SK_HAVE_WGMMA
@@ -320,12 +321,11 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
   i64 b = fb.b;
   int h = fb.h, kvh = h / (H / KV);
   const int q0 = fb.t * BQ, r0 = q0 + 64 * wg;
-  const i64 qstr = (i64)H * HD, kvs = (i64)KV * HD;
-  const bf16 *kb = k + b * S * kvs + (i64)kvh * HD, *vb = v + b * S * kvs + (i64)kvh * HD;
+  const bf16 *kb = k + b * S * ldk + (i64)kvh * HD, *vb = v + b * S * ldv + (i64)kvh * HD;
   for (int x = 0; x < NWG; x++)
-    sw_tile_async<64, HD, NT>(qs + x * QB, q + b * S * qstr + (i64)h * HD, qstr, q0 + 64 * x, S);
-  sw_tile_async<BK, HD, NT>(ks, kb, kvs, 0, S);
-  sw_tile_async<BK, HD, NT>(vs, vb, kvs, 0, S);
+    sw_tile_async<64, HD, NT>(qs + x * QB, q + b * S * ldq + (i64)h * HD, ldq, q0 + 64 * x, S);
+  sw_tile_async<BK, HD, NT>(ks, kb, ldk, 0, S);
+  sw_tile_async<BK, HD, NT>(vs, vb, ldv, 0, S);
   cp_commit();
   float acc[HD / 8][4], m[2] = {ninf(), ninf()}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -339,8 +339,8 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
     const int k0 = it * BK;
     wg_tiles_ready(); /* tile it landed; every warpgroup is done with the buffers the next copy takes */
     if (it + 1 < ntiles) {
-      sw_tile_async<BK, HD, NT>(ks + ((it + 1) & 1) * KB, kb, kvs, k0 + BK, S);
-      sw_tile_async<BK, HD, NT>(vs + ((it + 1) % NVB) * KB, vb, kvs, k0 + BK, S);
+      sw_tile_async<BK, HD, NT>(ks + ((it + 1) & 1) * KB, kb, ldk, k0 + BK, S);
+      sw_tile_async<BK, HD, NT>(vs + ((it + 1) % NVB) * KB, vb, ldv, k0 + BK, S);
       cp_commit();
     }
     const u32 ka = smem_u32(ks + (it & 1) * KB), va = smem_u32(vs + (it % NVB) * KB);
@@ -373,13 +373,13 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
   float *lb = lse + ((i64)b * H + h) * S;
   float l0 = quad_sum(l[0]), l1 = quad_sum(l[1]);
   const int rm = r0 + 16 * w;
-  store_rows<HD>(o + b * S * qstr + (i64)h * HD, qstr, rm, S, acc, 1.0f / l0, 1.0f / l1);
+  store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc, 1.0f / l0, 1.0f / l1);
   if (t == 0) {
     if (rm + g < S) lb[rm + g] = m[0] * ln2 + logf(l0);
     if (rm + g + 8 < S) lb[rm + g + 8] = m[1] * ln2 + logf(l1);
   }
 #else
-  (void)o, (void)lse, (void)q, (void)k, (void)v;
+  (void)o, (void)lse, (void)q, (void)k, (void)v, (void)ldo, (void)ldq, (void)ldk, (void)ldv;
   __trap(); /* not built for this architecture: the runtime offers it on sm_90a only */
 #endif
 }

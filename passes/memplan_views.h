@@ -1,0 +1,23 @@
+/* passes/memplan_views.h — the memory plan's column views (memplan_views.c), which memplan.c places. */
+#ifndef SHARDC_MEMPLAN_VIEWS_H
+#define SHARDC_MEMPLAN_VIEWS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir.h"
+
+/* Whether slice n is a column view of its input (no copy: its readers take the row stride). */
+bool memplan_col_slice(const Node *n);
+/* Whether concat n's inputs are written by their producers into their column slots (no copy). */
+bool memplan_col_concat(const Node *n);
+/* The byte offset of a column view from its tensor's: slice n's own, or concat n's input i. */
+int64_t memplan_col_at(const Node *n, int i);
+
+/* A view that shares its input's memory (a reshape, a cast to its own dtype, a pipeline stage's leading rows,
+ * a column view): no bytes of its own, no copy. */
+bool memplan_is_view(const Node *n);
+/* Cuts the fusion groups where the placement would make their one kernel race (memplan_groups.c). */
+void memplan_cut_groups(Graph *g);
+
+#endif
