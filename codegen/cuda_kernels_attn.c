@@ -64,8 +64,9 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
 static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *t, int64_t S, int64_t H, int64_t KV,
                            int64_t hd, int causal, int64_t B) {
   const long long q = (long long)(H * hd), kv = (long long)(KV * hd);
-  const char *ld = which == 1 ? arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", kv, kv, q, kv, kv, q)
-                              : arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", q, q, kv, kv, q, q);
+  const char *ld = which == 1
+                       ? arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", kv, kv, q, kv, kv, q)
+                       : arena_printf(k->a, "%lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", q, q, kv, kv, q, q);
   const char *tmpl = arena_printf(k->a, "<%lldLL, %lld, %lld, %lld, %s, %d, %d%s>", (long long)S, (long long)H,
                                   (long long)KV, (long long)hd, causal ? "true" : "false", t->bt, t->nwg,
                                   t->pipe ? ", true" : "");
@@ -121,7 +122,8 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
                            (long long)cuk_wg_smem(hd, &w[i]));
     else
       cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
-                           (long long)cdiv(S, 64 * wb[i].nwg), 128 * wb[i].nwg, wb[i].bt, wb[i].nwg, wb[i].pipe ? "p" : "",
+                           (long long)cdiv(S, 64 * wb[i].nwg), 128 * wb[i].nwg, wb[i].bt, wb[i].nwg,
+                           wb[i].pipe ? "p" : "",
                            (long long)cuk_wg_bwd_smem(which, hd, &wb[i]));
   }
   nt += nw;
