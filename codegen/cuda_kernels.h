@@ -166,9 +166,9 @@ void cuk_set_flash_wg(CuK *k, const CuWgTile *t);
  * only): kernel `which` (1 dK/dV, 2 dQ) with nwg warpgroups of 64 rows a block (keys in dK/dV, queries in
  * dQ) and bt rows a streamed tile (queries in dK/dV, keys in dQ). cuk_wg_bwd_variants: the candidates
  * (codegen/cuda_wgmma_cfg.c; 0 for other head dims), each emitted with the autotuning as a "wg<bt>x<nwg>"
- * candidate of its kernel ("p" at the end when pipelined); cuk_wg_bwd_smem: their dynamic shared memory; cuk_set_flash_wg_bwd: the dK/dV
- * (kv) and dQ (q) kernels of every attention backward k emits from now on that can take them (NULL: the
- * mma.sync kernel). */
+ * candidate of its kernel ("p" at the end when pipelined); cuk_wg_bwd_smem: their dynamic shared memory;
+ * cuk_set_flash_wg_bwd: the dK/dV (kv) and dQ (q) kernels of every attention backward k emits from now on
+ * that can take them (NULL: the mma.sync kernel). */
 typedef struct {
   int bt, nwg;
   int pipe; /* 1: tile j's S^T and dP^T (dQ: S and dP) issued with tile j - 1's dV and dK (dQ) products */

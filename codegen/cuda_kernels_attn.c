@@ -129,7 +129,8 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
                            (long long)cuk_wg_smem(hd, &w[i]));
     else
       cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
-                           (long long)cdiv(S, 64 * wb[i].nwg), 128 * wb[i].nwg, wb[i].bt, wb[i].nwg, wb[i].pipe ? "p" : "",
+                           (long long)cdiv(S, 64 * wb[i].nwg), 128 * wb[i].nwg, wb[i].bt, wb[i].nwg,
+                           wb[i].pipe ? "p" : "",
                            (long long)cuk_wg_bwd_smem(which, hd, &wb[i]));
   }
   nt += nw;

@@ -1,6 +1,7 @@
 /* codegen/cuda_wgmma_cfg.c — the tiles of the attention forward and backward on Hopper's warpgroup MMA
- * (runtime/cuda/kernels/shardk_wgmma.cuh, shardk_wgmma_bwd.cuh; sm_90a): the candidates cuda_kernels_emu checks and the kernel
- * benchmark's sweep times (`SHARDK_ATTN_SWEEP=only cuda_kernels_gpu`, tests/cuda/flash_sweep.c).
+ * (runtime/cuda/kernels/shardk_wgmma.cuh, shardk_wgmma_bwd.cuh; sm_90a): the candidates cuda_kernels_emu
+ * checks and the kernel benchmark's sweep times (`SHARDK_ATTN_SWEEP=only cuda_kernels_gpu`,
+ * tests/cuda/flash_sweep.c).
  *
  * Dynamic shared memory: Q (64 NWG rows) once and K and V tiles of BK keys double-buffered (pipelined:
  * V in three buffers), 128 NWG hd + 8 BK hd (10 BK hd) bytes and 1024 of alignment (SK_WG_FWD_SMEM; in the
