@@ -40,6 +40,15 @@ void cuk_set_flash_wg(CuK *k, const CuWgTile *t) {
   if (t) *w = *t;
   k->wg = w;
 }
+static const CuWgBwdTile *wgb_copy(CuK *k, const CuWgBwdTile *t) {
+  CuWgBwdTile *w = t ? ARENA_NEW(k->a, CuWgBwdTile) : NULL;
+  if (t) *w = *t;
+  return w;
+}
+void cuk_set_flash_wg_bwd(CuK *k, const CuWgBwdTile *kv, const CuWgBwdTile *q) {
+  k->wgkv = wgb_copy(k, kv);
+  k->wgq = wgb_copy(k, q);
+}
 void cuk_set_attn_tune(CuK *k, int on) { k->attn_tune = on; }
 int cuk_count(const CuK *k) { return k->n; }
 int64_t cuk_workspace(const CuK *k) { return k->ws; }

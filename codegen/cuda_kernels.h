@@ -162,6 +162,20 @@ typedef struct {
 int cuk_wg_variants(int64_t hd, CuWgTile *v, int max);
 int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t);
 void cuk_set_flash_wg(CuK *k, const CuWgTile *t);
+/* The attention backward on wgmma (runtime/cuda/kernels/shardk_wgmma_bwd.cuh; bf16, hd 64 or 128; sm_90a
+ * only): kernel `which` (1 dK/dV, 2 dQ) with nwg warpgroups of 64 rows a block (keys in dK/dV, queries in
+ * dQ) and bt rows a streamed tile (queries in dK/dV, keys in dQ). cuk_wg_bwd_variants: the candidates
+ * (codegen/cuda_wgmma_cfg.c; 0 for other head dims), each emitted with the autotuning as a "wg<bt>x<nwg>"
+ * candidate of its kernel ("p" at the end when pipelined); cuk_wg_bwd_smem: their dynamic shared memory;
+ * cuk_set_flash_wg_bwd: the dK/dV (kv) and dQ (q) kernels of every attention backward k emits from now on
+ * that can take them (NULL: the mma.sync kernel). */
+typedef struct {
+  int bt, nwg;
+  int pipe; /* 1: tile j's S^T and dP^T (dQ: S and dP) issued with tile j - 1's dV and dK (dQ) products */
+} CuWgBwdTile;
+int cuk_wg_bwd_variants(int which, int64_t hd, CuWgBwdTile *v, int max);
+int64_t cuk_wg_bwd_smem(int which, int64_t hd, const CuWgBwdTile *t);
+void cuk_set_flash_wg_bwd(CuK *k, const CuWgBwdTile *kv, const CuWgBwdTile *q);
 /* on: with cuk_flash_cfg's tiles (no cuk_set_flash_cfg), each tensor-core attention kernel is also
  * emitted in the other tiles of cuk_flash_variants (each inside `#ifdef SK_ATTN_TUNE`: compiled only
  * when the runtime autotunes them) and launched by rt_cu_launch_tuned (runtime/cuda/cuda_ops.h), which

@@ -61,6 +61,28 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
                                      t->bk, t->nwg, t->pipe ? "true" : "false", lds));
 }
 
+/* the pointer arguments of the backward's kernels (dQ, dK/dV; shardk_flash.cuh, shardk_wgmma_bwd.cuh) */
+#define FLASH_Q_ARGS                                                                                               \
+  "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "                \
+  "(const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7"
+#define FLASH_KV_ARGS                                                                                              \
+  "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "             \
+  "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7"
+
+/* the attention backward's kernel `which` (1 dK/dV, 2 dQ) on wgmma (shardk_wgmma_bwd.cuh) in tiles t: grid
+ * (S / 64 nwg, KV or H, B); lds: the operands' row strides in the kernel's order (", ldA, ..."; dK/dV: dk, dv,
+ * q, k, v, dout; dQ: dq, q, k, v, o, dout), as the mma.sync kernels take them */
+static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *t, int64_t S, int64_t H, int64_t KV,
+                           int64_t hd, int causal, int64_t B, const char *lds) {
+  const char *tmpl = arena_printf(k->a, "<%lldLL, %lld, %lld, %lld, %s, %d, %d%s>", (long long)S, (long long)H,
+                                  (long long)KV, (long long)hd, causal ? "true" : "false", t->bt, t->nwg,
+                                  t->pipe ? ", true" : "");
+  const char *call = arena_printf(k->a, "sk::%s%s(%s%s);", which == 1 ? "flash_bwd_kv_wg" : "flash_bwd_q_wg", tmpl,
+                                  which == 1 ? FLASH_KV_ARGS : FLASH_Q_ARGS, lds);
+  return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), which == 1 ? KV : H, B, 128 * t->nwg, 1,
+                        cuk_wg_bwd_smem(which, hd, t), call);
+}
+
 /* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
  * cuk_set_attn_tune the candidates of cuk_flash_variants (those with distinct tiles for this kernel; the
  * first compiled always, the others under SK_ATTN_TUNE) launched by rt_cu_launch_tuned. bytes[i]: the
@@ -91,15 +113,25 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
                          (long long)cdiv(S, 16 * c.mt * c.w), 32 * c.w, c.mt, c.w, c.bt, c.minb, c.rs ? "s" : "",
                          (long long)cuk_flash_smem(which, hd, &c));
   }
-  CuWgTile w[8]; /* the forward: also its wgmma tiles (offered by the runtime on sm_90a only: RtCuOps.wgmma) */
-  int nw = which == 0 && k->attn_tune && !k->flash ? cuk_wg_variants(hd, w, 8) : 0;
+  /* also the wgmma tiles (offered by the runtime on sm_90a only: RtCuOps.wgmma; tiles "wg...") */
+  CuWgTile w[8];
+  CuWgBwdTile wb[8];
+  int tuned = k->attn_tune && !k->flash;
+  int nw = !tuned ? 0 : which == 0 ? cuk_wg_variants(hd, w, 8) : cuk_wg_bwd_variants(which, hd, wb, 8);
   for (int i = 0; i < nw; i++) {
     k->guard = 1;
-    wg_one(k, g, &w[i], S, H, KV, hd, causal, gz, wlds);
+    if (which == 0) wg_one(k, g, &w[i], S, H, KV, hd, causal, gz, wlds);
+    else wgb_one(k, g, which, &wb[i], S, H, KV, hd, causal, gz, wlds);
     k->guard = 0;
-    cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
-                         (long long)cdiv(S, 64 * w[i].nwg), 128 * w[i].nwg, w[i].bk, w[i].nwg, w[i].pipe ? "p" : "",
-                         (long long)cuk_wg_smem(hd, &w[i]));
+    if (which == 0)
+      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
+                           (long long)cdiv(S, 64 * w[i].nwg), 128 * w[i].nwg, w[i].bk, w[i].nwg, w[i].pipe ? "p" : "",
+                           (long long)cuk_wg_smem(hd, &w[i]));
+    else
+      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
+                           (long long)cdiv(S, 64 * wb[i].nwg), 128 * wb[i].nwg, wb[i].bt, wb[i].nwg,
+                           wb[i].pipe ? "p" : "",
+                           (long long)cuk_wg_bwd_smem(which, hd, &wb[i]));
   }
   nt += nw;
   if (nt == 1) return flash_one(k, g, name, which, &t[0], S, H, KV, hd, causal, gy, gz, args); /* reuses the kernel */
@@ -206,27 +238,27 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
     int64_t n = B * S, qw = H * hd, kw = KV * hd, nl = B * H * S * 4;
     Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
-    const char *lq = flash_kernel(
-        k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
-        (const int64_t[]){span(n, qw, Lddq, dt), nl, span(n, qw, Ldq, dt), span(n, kw, Ldk, dt), span(n, kw, Ldv, dt),
-                          span(n, qw, Ldo, dt), nl, span(n, qw, Lddo, dt)},
-        arena_printf(k->a,
-                     "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "
-                     "(const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, %lldLL, %lldLL, %lldLL, %lldLL, "
-                     "%lldLL, %lldLL",
-                     Lddq, Ldq, Ldk, Ldv, Ldo, Lddo),
-        flash_outs(k, 2, S, H, KV, hd, Lddq != qw, 0), NULL);
     Args gkv = {.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}};
-    const char *lkv = flash_kernel(
-        k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
-        (const int64_t[]){span(n, kw, Lddk, dt), span(n, kw, Lddv, dt), span(n, qw, Ldq, dt), span(n, kw, Ldk, dt),
-                          span(n, kw, Ldv, dt), nl, nl, span(n, qw, Lddo, dt)},
-        arena_printf(k->a,
-                     "(sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, "
-                     "(const float *)p5, (const float *)p6, (const sk::bf16 *)p7, %lldLL, %lldLL, %lldLL, %lldLL, "
-                     "%lldLL, %lldLL",
-                     Lddk, Lddv, Ldq, Ldk, Ldv, Lddo),
-        flash_outs(k, 1, S, H, KV, hd, Lddk != kw, Lddv != kw), NULL);
+    const char *qlds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddq, Ldq, Ldk, Ldv, Ldo, Lddo);
+    const char *kvlds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddk, Lddv, Ldq, Ldk, Ldv,
+                                     Lddo);
+    const int wg = hd == 64 || hd == 128; /* on Hopper's wgmma where set (shardk_wgmma_bwd.cuh) */
+    const char *lq =
+        wg && k->wgq
+            ? wgb_one(k, &gq, 2, k->wgq, S, H, KV, hd, causal, B, qlds)
+            : flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
+                           (const int64_t[]){span(n, qw, Lddq, dt), nl, span(n, qw, Ldq, dt), span(n, kw, Ldk, dt),
+                                             span(n, kw, Ldv, dt), span(n, qw, Ldo, dt), nl, span(n, qw, Lddo, dt)},
+                           arena_printf(k->a, "%s%s", FLASH_Q_ARGS, qlds), flash_outs(k, 2, S, H, KV, hd, Lddq != qw, 0),
+                           qlds);
+    const char *lkv =
+        wg && k->wgkv
+            ? wgb_one(k, &gkv, 1, k->wgkv, S, H, KV, hd, causal, B, kvlds)
+            : flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
+                           (const int64_t[]){span(n, kw, Lddk, dt), span(n, kw, Lddv, dt), span(n, qw, Ldq, dt),
+                                             span(n, kw, Ldk, dt), span(n, kw, Ldv, dt), nl, nl, span(n, qw, Lddo, dt)},
+                           arena_printf(k->a, "%s%s", FLASH_KV_ARGS, kvlds),
+                           flash_outs(k, 1, S, H, KV, hd, Lddk != kw, Lddv != kw), kvlds);
     return ck_cat(k, lq, lkv);
   }
   Args g1 = {.np = 3, .p = {D, o, dout}};

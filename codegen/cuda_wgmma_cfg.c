@@ -1,6 +1,7 @@
-/* codegen/cuda_wgmma_cfg.c — the tiles of the attention forward on Hopper's warpgroup MMA
- * (runtime/cuda/kernels/shardk_wgmma.cuh, sm_90a): the candidates cuda_kernels_emu checks and the kernel
- * benchmark's sweep times (`SHARDK_ATTN_SWEEP=only cuda_kernels_gpu`, tests/cuda/flash_sweep.c).
+/* codegen/cuda_wgmma_cfg.c — the tiles of the attention forward and backward on Hopper's warpgroup MMA
+ * (runtime/cuda/kernels/shardk_wgmma.cuh, shardk_wgmma_bwd.cuh; sm_90a): the candidates cuda_kernels_emu
+ * checks and the kernel benchmark's sweep times (`SHARDK_ATTN_SWEEP=only cuda_kernels_gpu`,
+ * tests/cuda/flash_sweep.c).
  *
  * Dynamic shared memory: Q (64 NWG rows) once and K and V tiles of BK keys double-buffered (pipelined:
  * V in three buffers), 128 NWG hd + 8 BK hd (10 BK hd) bytes and 1024 of alignment (SK_WG_FWD_SMEM; in the
@@ -22,3 +23,29 @@ int cuk_wg_variants(int64_t hd, CuWgTile *v, int max) {
 }
 
 int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t) { return 1024 + 128 * t->nwg * hd + (t->pipe ? 10 : 8) * t->bk * hd; }
+
+/* The backward (shardk_wgmma_bwd.cuh), {bt, nwg, pipelined}: dK/dV (which 1) holds K and V of 64 nwg keys
+ * and streams Q and dO tiles of bt queries with their lse and D (SK_WG_KV_SMEM: 256 nwg hd + (4 bt hd + 8 bt)
+ * a buffer, two buffers, three pipelined, and 1024 of alignment): hd 64: 66, 50, 82.5 and 66.5 KiB; hd 128:
+ * 130, 98 and 162.5 KiB; dQ (which 2) holds Q and dO of 64 nwg queries and streams K and V tiles of bt keys
+ * (SK_WG_Q_SMEM: 256 nwg hd + 8 bt hd, pipelined 10 bt hd): hd 64: 97, 65, 49, 113 and 73 KiB; hd 128: 129,
+ * 97 and 145 KiB. Registers (ptxas -v, sm_90a): docs/performance.md. The order is a guess until the sweep
+ * has timed them. */
+static const CuWgBwdTile KV64[] = {{64, 2, 0}, {64, 1, 0}, {64, 2, 1}, {64, 1, 1}};
+static const CuWgBwdTile KV128[] = {{64, 2, 0}, {64, 1, 0}, {64, 2, 1}};
+static const CuWgBwdTile Q64[] = {{128, 2, 0}, {64, 2, 0}, {64, 1, 0}, {128, 2, 1}, {64, 2, 1}};
+static const CuWgBwdTile Q128[] = {{64, 2, 0}, {64, 1, 0}, {64, 2, 1}};
+
+int cuk_wg_bwd_variants(int which, int64_t hd, CuWgBwdTile *v, int max) {
+  if ((hd != 64 && hd != 128) || (which != 1 && which != 2)) return 0;
+  const CuWgBwdTile *c = which == 1 ? (hd == 64 ? KV64 : KV128) : hd == 64 ? Q64 : Q128;
+  int n = which == 1 ? (hd == 64 ? 4 : 3) : hd == 64 ? 5 : 3;
+  if (n > max) n = max;
+  for (int i = 0; i < n; i++) v[i] = c[i];
+  return n;
+}
+
+int64_t cuk_wg_bwd_smem(int which, int64_t hd, const CuWgBwdTile *t) {
+  if (which == 1) return 1024 + 256 * t->nwg * hd + (t->pipe ? 3 : 2) * (4 * t->bt * hd + 8 * t->bt);
+  return 1024 + 256 * t->nwg * hd + (t->pipe ? 10 : 8) * t->bt * hd;
+}

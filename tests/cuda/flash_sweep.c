@@ -109,16 +109,24 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
   }
   CuWgTile wt[NV]; /* on sm_90a, after the mma.sync rows: the wgmma forward's tiles, with the first row's backward */
   int nw = h->wgmma ? cuk_wg_variants(hd, wt, NV) : 0;
-  const char *cf[2 * NV], *cb[2 * NV], *tf[2 * NV], *tb[2 * NV];
-  for (int i = 0; i < nv + nw; i++) {
+  /* ... then the wgmma backward's: the i-th dK/dV tile with the i-th dQ tile (the shorter list's again), with
+   * the first row's forward */
+  CuWgBwdTile bk[NV], bq[NV];
+  int nbk = h->wgmma ? cuk_wg_bwd_variants(1, hd, bk, NV) : 0, nbq = h->wgmma ? cuk_wg_bwd_variants(2, hd, bq, NV) : 0;
+  int nwb = nbk > nbq ? nbk : nbq, nr = nv + nw + nwb;
+  const char *cf[3 * NV], *cb[3 * NV], *tf[3 * NV], *tb[3 * NV];
+  for (int i = 0; i < nr; i++) {
     cuk_set_flash_cfg(k, &v[i < nv ? i : 0]);
-    cuk_set_flash_wg(k, i < nv ? NULL : &wt[i - nv]);
+    cuk_set_flash_wg(k, i < nv || i >= nv + nw ? NULL : &wt[i - nv]);
+    int j = i - nv - nw;
+    cuk_set_flash_wg_bwd(k, j >= 0 ? &bk[j % nbk] : NULL, j >= 0 ? &bq[j % nbq] : NULL);
     cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1, NULL);
     cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1, NULL);
     tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1, NULL);
     tb[i] = cuk_sdpa_bwd(k, tn[5], tn[6], tn[7], tn[0], tn[1], tn[2], tn[4], tn[8], tn[3], DT_BF16, B, T, H, KV, hd, 1, NULL);
   }
   cuk_set_flash_wg(k, NULL);
+  cuk_set_flash_wg_bwd(k, NULL, NULL);
   char *ws = h->alloc((size_t)cuk_workspace(k));
   h->load(cuk_source(k));
   uint64_t st = 4242;
@@ -140,7 +148,7 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
   printf("%-3s %-16s %18s %-16s %18s %-16s %18s %9s %8s %8s %s\n", "#", "fwd", "", "dK/dV", "", "dQ", "", "bwd us",
          "TFLOP/s", "fwd+bwd", "check");
   int fails = 0;
-  for (int i = 0; i < nv + nw; i++) {
+  for (int i = 0; i < nr; i++) {
     const CuFlashCfg *c = &v[i < nv ? i : 0];
     /* check: the forward, then the backward from the reference's o (bf16) and lse, as its reference */
     h->run(cf[i], ws);
@@ -167,19 +175,26 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     h->attrs(kernel_of(tf[i]), &rf, &lf);
     h->attrs(nb == 2 ? kernel_of(bl[1]) : -1, &rk, &lk);
     h->attrs(nb == 2 ? kernel_of(bl[0]) : -1, &rq, &lq);
-    const char *fl = i < nv ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->fwd.mt, c->fwd.w, c->fwd.bt, c->fwd.minb,
-                                           c->fwd.rs ? "s" : "")
-                            : arena_printf(&a, "wg(%d,%d%s)", wt[i - nv].bk, wt[i - nv].nwg, wt[i - nv].pipe ? ",p" : "");
-    printf("%-3d %-12s %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d %7.1f %6.1f  (%d,%d,%3d,%d%s) %3d/%-3d "
+    const int j = i - nv - nw;
+    const char *fl = i < nv || j >= 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->fwd.mt, c->fwd.w, c->fwd.bt,
+                                                     c->fwd.minb, c->fwd.rs ? "s" : "")
+                                      : arena_printf(&a, "wg(%d,%d%s)", wt[i - nv].bk, wt[i - nv].nwg,
+                                                     wt[i - nv].pipe ? ",p" : "");
+    const char *kl = j < 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb,
+                                          c->kv.rs ? "s" : "")
+                           : arena_printf(&a, "wg(%d,%d%s)", bk[j % nbk].bt, bk[j % nbk].nwg, bk[j % nbk].pipe ? ",p" : "");
+    const char *ql = j < 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->q.mt, c->q.w, c->q.bt, c->q.minb, c->q.rs ? "s" : "")
+                           : arena_printf(&a, "wg(%d,%d%s)", bq[j % nbq].bt, bq[j % nbq].nwg, bq[j % nbq].pipe ? ",p" : "");
+    printf("%-3d %-12s %3d/%-3d %7.1f %6.1f  %-12s %3d/%-3d %7.1f %6.1f  %-12s %3d/%-3d "
            "%7.1f %6.1f %9.1f %8.1f %8.1f %s\n",
-           i, fl, rf, lf, uf, fa / (uf * 1e-6) / 1e12, c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb, c->kv.rs ? "s" : "", rk,
-           lk, ukv, 2 * fa / (ukv * 1e-6) / 1e12, c->q.mt, c->q.w, c->q.bt, c->q.minb, c->q.rs ? "s" : "", rq, lq, uq,
+           i, fl, rf, lf, uf, fa / (uf * 1e-6) / 1e12, kl, rk, lk, ukv, 2 * fa / (ukv * 1e-6) / 1e12, ql, rq, lq, uq,
            1.5 * fa / (uq * 1e-6) / 1e12, ub, 2.5 * fa / (ub * 1e-6) / 1e12,
            3.5 * fa / ((uf + ub) * 1e-6) / 1e12, ok ? "ok" : "FAIL");
     fflush(stdout);
   }
-  printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c%s)\n",
-         nw ? "; wg(keys a tile, warpgroups): the forward on wgmma, codegen/cuda_wgmma_cfg.c, with line 0's backward" : "");
+  printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c%s%s)\n",
+         nw ? "; wg(keys a tile, warpgroups): the forward on wgmma, codegen/cuda_wgmma_cfg.c, with line 0's backward" : "",
+         nwb ? "; dK/dV and dQ wg(streamed rows a tile, warpgroups): the backward on wgmma, with line 0's forward" : "");
   free(q), free(kk), free(vv), free(dout), free(ro), free(rl), free(rdq), free(rdk), free(rdv), free(rob);
   h->free(ws);
   arena_free(&a);

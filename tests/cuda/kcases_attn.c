@@ -1,5 +1,5 @@
 /* tests/cuda/kcases_attn.c — the kernel cases of attention (the CUDA-core and tensor-core kernels, every
- * tile candidate, the wgmma forward) and of ring attention's pieces (context parallelism); the rest
+ * tile candidate, the wgmma forward and backward) and of ring attention's pieces (context parallelism); the rest
  * and the driver in kcases.c, whose header comment states the tolerances. */
 #include "kcases.h"
 
@@ -199,6 +199,16 @@ static void attn_strided_cases(KC *c, int variants, int wgmma) {
                         arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""));
       cuk_set_flash_wg(c->k, NULL);
     }
+    CuWgBwdTile wkv[8], wq[8]; /* the backward on wgmma: each dK/dV tile with a dQ tile, as kc_cases_attention */
+    int nkv = nw ? cuk_wg_bwd_variants(1, fc[t].hd, wkv, 8) : 0, nq = nw ? cuk_wg_bwd_variants(2, fc[t].hd, wq, 8) : 0;
+    for (int i = 0; i < (nkv > nq ? nkv : nq); i++) {
+      const CuWgBwdTile *a = &wkv[i % nkv], *b = &wq[i % nq];
+      cuk_set_flash_wg_bwd(c->k, a, b);
+      attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
+                        arena_printf(c->a, " wgmma bwd dK/dV %dx%d%s dQ %dx%d%s", a->bt, a->nwg, a->pipe ? "p" : "",
+                                     b->bt, b->nwg, b->pipe ? "p" : ""));
+      cuk_set_flash_wg_bwd(c->k, NULL, NULL);
+    }
   }
 }
 
@@ -242,6 +252,20 @@ void kc_cases_attention(KC *c) {
                 arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""),
                 nv > 1 ? &io : NULL);
       cuk_set_flash_wg(c->k, NULL);
+    }
+    /* the backward on wgmma (shardk_wgmma_bwd.cuh): each dK/dV tile with a dQ tile (the i-th of each list,
+     * the shorter one's tiles again), the forward the default's */
+    CuWgBwdTile wkv[8], wq[8];
+    int nkv = nw ? cuk_wg_bwd_variants(1, ac[t].hd, wkv, 8) : 0, nq = nw ? cuk_wg_bwd_variants(2, ac[t].hd, wq, 8) : 0;
+    for (int i = 0; i < (nkv > nq ? nkv : nq); i++) {
+      const CuWgBwdTile *a = &wkv[i % nkv], *b = &wq[i % nq];
+      c->rng = rng;
+      cuk_set_flash_wg_bwd(c->k, a, b);
+      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL,
+                arena_printf(c->a, " wgmma bwd dK/dV %dx%d%s dQ %dx%d%s", a->bt, a->nwg, a->pipe ? "p" : "", b->bt, b->nwg,
+                             b->pipe ? "p" : ""),
+                nv > 1 ? &io : NULL);
+      cuk_set_flash_wg_bwd(c->k, NULL, NULL);
     }
   }
   attn_strided_cases(c, flash_variants, wgmma_on);

@@ -103,8 +103,8 @@ static int sass_check(const char *nvdisasm, const char *src, const char *img, si
   return fails;
 }
 
-/* The attention forward on wgmma (shardk_wgmma.cuh) in each of its tiles, hd 64 and 128, causal or not, with
- * GQA: compiles with no warning for sm_90a (ptxas -v: its registers and spills, printed; no spill
+/* The attention forward and backward on wgmma (shardk_wgmma.cuh, shardk_wgmma_bwd.cuh) in each of their tiles,
+ * hd 64 and 128, causal or not, with GQA: compiles with no warning for sm_90a (ptxas -v: its registers and spills, printed; no spill
  * allowed) and, as a trap, for sm_80, compute_90 and sm_90; with nvdisasm, each sm_90a kernel holds HGMMA.
  * Returns the number of failures. */
 static int wgmma_check(const char *nvdisasm) {
@@ -122,6 +122,16 @@ static int wgmma_check(const char *nvdisasm) {
     }
   }
   cuk_set_flash_wg(k, NULL);
+  for (int i = 0; i < 2; i++) { /* the backward (shardk_wgmma_bwd.cuh): each dK/dV tile, each dQ tile */
+    CuWgBwdTile kv[8], q[8];
+    int nkv = cuk_wg_bwd_variants(1, hds[i], kv, 8), nq = cuk_wg_bwd_variants(2, hds[i], q, 8);
+    for (int j = 0; j < (nkv > nq ? nkv : nq); j++) {
+      cuk_set_flash_wg_bwd(k, j < nkv ? &kv[j] : NULL, j < nq ? &q[j] : NULL);
+      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1, NULL);
+      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 2, 1000, 16, 8, hds[i], 0, NULL);
+    }
+  }
+  cuk_set_flash_wg_bwd(k, NULL, NULL);
   int fails = 0;
   /* autotuned: the forward's candidates end with the wgmma tiles ("wg<bk>x<nwg>", their dynamic shared
    * memory), the backward's have none */
@@ -137,7 +147,19 @@ static int wgmma_check(const char *nvdisasm) {
              (long long)cuk_wg_smem(64, &w0[j]));
     if (!strstr(fw, want)) printf("FAIL wgmma: the tuned forward has no candidate %s: %s\n", want, fw), fails++;
   }
-  if (strstr(bw, "\"wg")) printf("FAIL wgmma: a wgmma candidate in the backward: %s\n", bw), fails++;
+  for (int which = 1; which <= 2; which++) { /* the backward's: each kernel's wgmma tiles */
+    CuWgBwdTile b[8];
+    int nb = cuk_wg_bwd_variants(which, 64, b, 8);
+    for (int j = 0; j < nb; j++) {
+      char want[64];
+      snprintf(want, sizeof want, "\"wg%dx%d%s\", %lld}", b[j].bt, b[j].nwg, b[j].pipe ? "p" : "",
+               (long long)cuk_wg_bwd_smem(which, 64, &b[j]));
+      const char *at = strstr(bw, which == 1 ? "\"flash_bwd_kv " : "\"flash_bwd_q "), *end = at ? strstr(at, "});") : NULL;
+      const char *hit = at ? strstr(at, want) : NULL;
+      if (!hit || hit > end)
+        printf("FAIL wgmma: the tuned %s has no candidate %s: %s\n", which == 1 ? "dK/dV" : "dQ", want, bw), fails++;
+    }
+  }
   const char *src = cuk_source(k);
   const char *archs[] = {"sm_90a", "sm_80", "compute_90", "sm_90"};
   for (int i = 0; i < 4; i++) {
@@ -162,7 +184,7 @@ static int wgmma_check(const char *nvdisasm) {
       fails++;
     } else {
       printf("ok   wgmma %s: %d kernels, %zu bytes\n", archs[i], cuk_count(k), bytes);
-      if (i == 0 && nvdisasm) fails += sass_check(nvdisasm, src, img, bytes, "sk::flash_fwd_wg", "HGMMA", "sm_90a");
+      if (i == 0 && nvdisasm) fails += sass_check(nvdisasm, src, img, bytes, "_wg<", "HGMMA", "sm_90a");
     }
     free(img);
     free(log);

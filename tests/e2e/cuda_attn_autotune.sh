@@ -92,17 +92,21 @@ grep " refused " "$wrec" >"$t/refused.txt" && cp "$t/refused.txt" "$wrec"
 SHARDRT_CUBIN_CACHE="$t/wcache" SHARDRT_EMU_WRONG_ATTN=1x8x64 run wrong2 1
 grep -q "candidates checked against the compiled default in .* s (a run and a compare each), 0 refused, 1 skipped as refused by an earlier run" "$t/wrong2.out" &&
   ! grep -q "^warning: attn autotune" "$t/wrong2.out" || { cat "$t/wrong2.out"; echo "FAIL: wrong2: the recorded refusal was not honoured"; exit 1; }
-# no false refusal where the candidates sum in other orders: tiny at S 64 (key tiles of 16, 32 and 64
-# rows stream differently; at S 16 every candidate computes the same bits): all agree
-"$shardc" build models/tiny.model -D seq=64 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+# no false refusal where the candidates sum in other orders: tiny at S 64 and d 256 (head dim 64: key tiles
+# of 16 to 128 rows stream differently; at S 16 every candidate computes the same bits; and the wgmma forward,
+# dK/dV and dQ candidates, which the emulated device runs): all agree
+"$shardc" build models/tiny.model -D seq=64 -D d=256 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   -o "$t/t64" >"$t/build64.out" 2>&1 || { cat "$t/build64.out"; exit 1; }
 mkdir -p "$t/c64"
 SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
   >"$t/s64.out" 2>&1 || { cat "$t/s64.out"; echo "FAIL: S 64"; exit 1; }
-"$shardc" plan models/tiny.model -D seq=64 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
+"$shardc" plan models/tiny.model -D seq=64 -D d=256 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   --emit-c "$t/src64" >/dev/null 2>&1
 n64=$(count src64)
 [ -n "$n64" ] || { launches src64; fail "S 64: the generated launches do not name 3 tuned kernels"; }
+for kn in flash_fwd flash_bwd_q flash_bwd_kv; do # each with its wgmma candidates (codegen/cuda_wgmma_cfg.c)
+  launches src64 | grep "\"$kn S 64 " | grep -q '"wg[0-9]*x[0-9]p*", [0-9]*}' || { launches src64; fail "S 64: $kn has no wgmma candidate"; }
+done
 grep -q "^attn autotune: 3 attention kernels tuned in .* ($((3 * n64)) timed runs), .* $((n64 - 3)) candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
   { cat "$t/s64.out"; echo "FAIL: S 64: a correct candidate refused (or not all checked)"; exit 1; }
 if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||

@@ -17,7 +17,7 @@
 #           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
 #           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
 #   sweep   cuda_kernels_gpu's attention tile sweep (mma.sync tiles in dynamic shared memory, the
-#           wgmma forward's on sm_90a) and the bytes-bound kernels' variants side by side
+#           wgmma forward's and backward's on sm_90a) and the bytes-bound kernels' variants side by side
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
 #           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
