@@ -13,6 +13,10 @@ status=0
 for r in $(seq 0 $((np - 1))); do
   [ -s "$pidfile.$r" ] || { echo "shm_leak.sh: FAIL: rank $r wrote no pid"; status=1; continue; }
   pid=$(cat "$pidfile.$r")
+  # a rank mpirun ended may still be exiting (on a loaded machine, past mpirun's own exit): what it
+  # leaves counts once it is gone (up to 10 s)
+  w=0
+  while kill -0 "$pid" 2>/dev/null && [ $w -lt 100 ]; do sleep 0.1; w=$((w + 1)); done
   left=$(ls /dev/shm 2>/dev/null | grep "^shardrt-$pid-")
   if [ -n "$left" ]; then echo "shm_leak.sh: FAIL: rank $r (pid $pid) left $left"; status=1; fi
   rm -f "$pidfile.$r"
