@@ -357,3 +357,7 @@ bool ir_writes_row_stride(const Node *n, int k) {
   if (n->op == OP_SDPA_BWD) return k >= 0 && k < 3; /* dq, dk, dv */
   return false;
 }
+
+const char *ir_copy_source(const char *state_name) {
+  return state_name && strncmp(state_name, "bf16:", 5) == 0 ? state_name + 5 : NULL;
+}
