@@ -510,6 +510,17 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       p.iv[i].v = NULL;
     }
   }
+  /* a parameter's persistent bf16 copy (passes/wshadow.c: the cast of the updated parameter, result
+   * "next:bf16:<param>") is written into the copy's own bytes */
+  for (int i = 0; i < p.n; i++) {
+    Value *v = p.iv[i].v;
+    Value *target = v && v->def->op == OP_CAST ? ir_copy_written(g, v) : NULL;
+    if (!target || read_after(g, v->def, target)) continue;
+    p.iv[i].bytes = 0;
+    onto_y[nonto] = v;
+    onto_x[nonto++] = target;
+    p.iv[i].v = NULL;
+  }
   /* ZeRO's parameter all-gather writes the parameter's own storage (no second full copy) */
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
