@@ -713,11 +713,12 @@ bool pass_memplan(Module *m) {
       if (n->op != order[o] || n->out[0]->host || ir_node_stages(n)) continue; /* (some stages': plan_graph) */
       Value *v = n->out[0];
       v->offset = off;
-      v->mclass = cls[o];
+      int c = n->op == OP_STATE && ir_copy_source(n->a.name) ? MEM_PARAM : cls[o]; /* a weight's bf16 copy: weights */
+      v->mclass = c;
       int64_t b = align_up(value_bytes(v));
       off += b;
-      mp->by_class[cls[o]] += b;
-      if (b > mp->largest[cls[o]]) mp->largest[cls[o]] = b;
+      mp->by_class[c] += b;
+      if (b > mp->largest[c]) mp->largest[c] = b;
       mp->nvalues++;
     }
   mp->persistent = off;
