@@ -10,6 +10,7 @@
 #include "fit.h"
 #include "memplan.h"
 #include "pipe_sched.h"
+#include "passes.h"
 #include "pipeline.h"
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
@@ -182,8 +183,8 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
  * that plan does not fit. Nothing without a device memory, or when that compile fails or makes no
  * copies (the caller's own compile reports why). */
 static void wcopy_fit(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
-  if (m->plan.weight_copy != WCOPY_AUTO || m->target != TARGET_CUDA || !m->has_recipe ||
-      m->recipe.precision != PREC_BF16 || m->plan.wcopy_fit_total || memplan_capacity(m, NULL, 0) <= 0)
+  if (m->plan.weight_copy != WCOPY_AUTO || !wshadow_may_persist(m) || m->plan.wcopy_fit_total ||
+      memplan_capacity(m, NULL, 0) <= 0)
     return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;

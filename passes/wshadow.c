@@ -85,6 +85,11 @@ static bool refuse(const Module *m, const char *why) {
   return false;
 }
 
+bool wshadow_may_persist(const Module *m) {
+  const MeshMap *mm = m->mesh;
+  return bf16_weights(m) && !(mm && mm->dim[RT_AX_PP] > 1) && !(m->plan.zero >= 3 && mm && mm->dim[RT_AX_DP] > 1);
+}
+
 bool pass_wshadow(Module *m) {
   memset(&m->wcopy, 0, sizeof m->wcopy);
   WeightCopy want = m->plan.weight_copy;
