@@ -390,7 +390,8 @@ void fe_topology(Fe *fe, const Decl *d) {
 
 /* ---- parallel plan ------------------------------------------------------------------ */
 static const char *const plan_keys[] = {"tp", "pp", "cp", "dp", "sp", "zero", "offload", "microbatches", "schedule",
-                                        "interleave", "recompute", "bucket", "cross_node_tp", "cp_mode", "weight_copy", NULL};
+                                        "interleave", "recompute", "bucket", "cross_node_tp", "cp_mode",
+                                        "weight_copy", NULL};
 
 /* Named numeric arguments of a settings call, e.g. adamw(lr: 6e-4, betas: (0.9, 0.95)). */
 static bool expr_num(const Expr *e, double *out) {
