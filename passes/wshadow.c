@@ -79,8 +79,9 @@ static void make_persistent(Graph *g, Node *c) {
 /* Where a hand-written choice cannot be applied: the error at the option. */
 static bool refuse(const Module *m, const char *why) {
   SrcLoc at = m->plan.opt_loc[PLAN_OPT_WEIGHT_COPY];
-  if (at.file) error_at(at, "`weight_copy %s`: %s", m->plan.weight_copy == WCOPY_PERSISTENT ? "persistent" : "per_layer", why);
-  else error_plain("-D weight_copy=%s: %s", m->plan.weight_copy == WCOPY_PERSISTENT ? "persistent" : "per_layer", why);
+  const char *v = m->plan.weight_copy == WCOPY_PERSISTENT ? "persistent" : "per_layer";
+  if (at.file) error_at(at, "`weight_copy %s`: %s", v, why);
+  else error_plain("-D weight_copy=%s: %s", v, why);
   note("leave `weight_copy` out (auto) to let shardc choose");
   return false;
 }
@@ -89,6 +90,8 @@ bool wshadow_may_persist(const Module *m) {
   const MeshMap *mm = m->mesh;
   return bf16_weights(m) && !(mm && mm->dim[RT_AX_PP] > 1) && !(m->plan.zero >= 3 && mm && mm->dim[RT_AX_DP] > 1);
 }
+
+static double mib(double b) { return b / (1 << 20); }
 
 bool pass_wshadow(Module *m) {
   memset(&m->wcopy, 0, sizeof m->wcopy);
@@ -104,34 +107,30 @@ bool pass_wshadow(Module *m) {
   for (int i = 0; i < g->nnodes; i++)
     if (weight_cast(g, g->nodes[i])) bytes += ir_numel(&g->nodes[i]->out[0]->shape) * ir_dtype_size(DT_BF16);
   m->wcopy.bytes = bytes;
-  const MeshMap *mm = m->mesh;
-  bool pp = mm && mm->dim[RT_AX_PP] > 1, z3 = m->plan.zero >= 3 && mm && mm->dim[RT_AX_DP] > 1;
-  if (pp) {
-    if (want != WCOPY_AUTO) return refuse(m, "not with pipeline stages yet (each stage casts its weights once per step)");
+  const Plan *p = &m->plan;
+  if (!wshadow_may_persist(m) && m->mesh->dim[RT_AX_PP] > 1) {
+    if (want != WCOPY_AUTO) return refuse(m, "not with pipeline stages yet (each stage casts its weights once a step)");
     m->wcopy.why = "pipeline stages: each stage casts its weights at the top of the step";
     return true;
   }
-  if (z3) {
+  if (!wshadow_may_persist(m)) { /* ZeRO-3 over dp */
     if (want == WCOPY_PERSISTENT)
       return refuse(m, "zero 3 splits the parameters over dp and gathers each layer's bf16 rows where it is read");
     m->wcopy.why = "zero 3: each layer's bf16 rows gathered (from a split copy) where they are read";
     return true;
   }
-  if (want == WCOPY_PER_LAYER) {
-    m->wcopy.why = "weight_copy per_layer (the plan)";
-    return true;
-  }
-  if (want == WCOPY_AUTO && m->plan.wcopy_fit_total > 0 && m->plan.wcopy_fit_total > m->plan.wcopy_fit_cap) {
-    m->wcopy.why = arena_printf(m->arena, "the plan with the persistent copy (%.1f MiB) needs %.1f MiB per rank, over the "
-                                          "device's %.1f MiB",
-                                bytes / 1048576.0, m->plan.wcopy_fit_total / 1048576.0, m->plan.wcopy_fit_cap / 1048576.0);
-    return true;
-  }
-  if (want == WCOPY_PERSISTENT) m->wcopy.why = "weight_copy persistent (the plan)";
-  else if (m->plan.wcopy_fit_total > 0)
+  bool unfit = p->wcopy_fit_total > 0 && p->wcopy_fit_total > p->wcopy_fit_cap;
+  if (want == WCOPY_PER_LAYER) m->wcopy.why = "weight_copy per_layer (the plan)";
+  else if (want == WCOPY_PERSISTENT) m->wcopy.why = "weight_copy persistent (the plan)";
+  else if (unfit)
+    m->wcopy.why = arena_printf(m->arena, "the plan with the persistent copy (%.1f MiB) needs %.1f MiB per rank, over "
+                                "the device's %.1f MiB", mib((double)bytes), mib((double)p->wcopy_fit_total),
+                                mib(p->wcopy_fit_cap));
+  else if (p->wcopy_fit_total > 0)
     m->wcopy.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with it, of the device's %.1f MiB",
-                                m->plan.wcopy_fit_total / 1048576.0, m->plan.wcopy_fit_cap / 1048576.0);
+                                mib((double)p->wcopy_fit_total), mib(p->wcopy_fit_cap));
   else m->wcopy.why = "auto (no device memory to check it against)";
+  if (want == WCOPY_PER_LAYER || (want == WCOPY_AUTO && unfit)) return true; /* passes/wcast.c's casts */
   m->wcopy.persistent = true;
   for (int i = 0; i < g->nnodes; i++)
     if (weight_cast(g, g->nodes[i])) make_persistent(g, g->nodes[i--]);
