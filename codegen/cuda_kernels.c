@@ -589,10 +589,11 @@ const char *cuk_adamw(CuK *k, const char *p, const char *g, DType gdt, const cha
 }
 
 const char *cuk_sgd(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *hyper, int64_t n,
-                    double momentum, double wd) {
-  Args a = {.np = 4, .p = {p, g, m, hyper}};
+                    double momentum, double wd, const char *copy) {
+  Args a = {.np = copy ? 5 : 4, .p = {p, g, m, hyper, copy}};
   return ck_simple(k, &a, ck_stride_grid(n), 1, 1, 256, 1,
                 arena_printf(k->a,
-                             "sk::sgd<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (const float *)p3, %s, %s);",
-                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, momentum), ck_fl(k, wd)));
+                             "sk::sgd<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (const float *)p3, %s, %s%s);",
+                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, momentum), ck_fl(k, wd),
+                             copy ? ", (sk::bf16 *)p4" : ""));
 }

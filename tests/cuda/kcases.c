@@ -553,7 +553,12 @@ static void cases_reduce_opt(KC *c) {
     kt_put(c, sm, m);
     run(c, cuk_adamw(c->k, P(c, tp), P(c, tg), gdt, P(c, tm), P(c, tv), P(c, th), n, 0.9, 0.95, 1e-8, 0.1, NULL));
     run(c, cuk_adamw(c->k, P(c, cp), P(c, tg), gdt, P(c, cm), P(c, cv), P(c, th), n, 0.9, 0.95, 1e-8, 0.1, P(c, cc)));
-    run(c, cuk_sgd(c->k, P(c, sp), P(c, tg), gdt, P(c, sm), P(c, th), n, 0.9, 0.01));
+    run(c, cuk_sgd(c->k, P(c, sp), P(c, tg), gdt, P(c, sm), P(c, th), n, 0.9, 0.01, NULL));
+    KT csp = kt_new(c, DT_F32, n), csm = kt_new(c, DT_F32, n), csc = kt_new(c, DT_BF16, n);
+    kt_put(c, csp, p);
+    kt_put(c, csm, m);
+    kt_put(c, csc, c0);
+    run(c, cuk_sgd(c->k, P(c, csp), P(c, tg), gdt, P(c, csm), P(c, th), n, 0.9, 0.01, P(c, csc)));
     if (!c->be) continue;
     {
       size_t b = (size_t)n * 4;
@@ -565,6 +570,12 @@ static void cases_reduce_opt(KC *c) {
                              dn(gdt), bfv == 2 ? " (a skipped step: left as it was)" : ""),
              same && !memcmp(up, kt_get(c, tp), b) && !memcmp(kt_get(c, cm), kt_get(c, tm), b) &&
                  !memcmp(kt_get(c, cv), kt_get(c, tv), b));
+      const float *sup = kt_get(c, csp), *sgot = kt_get(c, csc);
+      same = true;
+      for (int64_t i = 0; i < n; i++) same &= sgot[i] == (bfv == 2 ? 3.0f : bf(sup[i]));
+      expect(c, arena_printf(c->a, "sgd with its bf16 copy (g %s): p, m as without it, the copy p rounded%s", dn(gdt),
+                             bfv == 2 ? " (a skipped step: left as it was)" : ""),
+             same && !memcmp(sup, kt_get(c, sp), b) && !memcmp(kt_get(c, csm), kt_get(c, sm), b));
     }
     if (bfv == 2) {
       size_t b = (size_t)n * 4;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The weights' persistent bf16 copies (passes/wshadow.c) on the emulated CUDA device (labels cuda, e2e):
 #
-#   cuda_wshadow.sh SHARDC one | zero1 | zero2
+#   cuda_wshadow.sh SHARDC one | zero1 | zero2 | sgd
 #
 # The tiny GPT (seq 32) under `precision bf16`, compiled twice with the same plan, `-D
 # weight_copy=persistent` and `-D weight_copy=per_layer`, 3 AdamW steps each on the emulated device
@@ -15,6 +15,7 @@
 #   zero1  dp 2 under mpirun, ZeRO 1 (the update on each rank's half, the f32 parameter gathered, the
 #          copy cast from it), logical checkpoints
 #   zero2  the same with ZeRO 2 (gradients reduce-scattered)
+#   sgd    one rank, SGD with momentum (its kernel storing the copy too)
 # Also checked: the persistent program's AdamW kernels store the copies (the casts fused into them)
 # and the per-layer one has no copy; `shardc plan` names the decision.
 # shellcheck source=tests/lib.sh
@@ -28,7 +29,8 @@ case $what in
   one) plan=(-D micro_batch=4 -D batch=8) ;;
   zero1) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1) np=2 ;;
   zero2) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2) np=2 ;;
-  *) echo "usage: cuda_wshadow.sh SHARDC one|zero1|zero2" >&2; exit 2 ;;
+  sgd) plan=(-D micro_batch=4 -D batch=4 -D optimizer=sgd -D momentum=0.9) ;;
+  *) echo "usage: cuda_wshadow.sh SHARDC one|zero1|zero2|sgd" >&2; exit 2 ;;
 esac
 launch=()
 [ "$np" -gt 1 ] && launch=("${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np "$np")
@@ -45,7 +47,7 @@ nofuse=$(cat "$t"/src_per_layer/*.c | grep -c "stored by the update above" || tr
 # one rank: each update's kernel stores its copy; under ZeRO the update is on a shard and the copy is
 # cast from the gathered parameter (a kernel of its own)
 want=16
-[ "$what" = one ] || want=0
+[ "$what" = one ] || [ "$what" = sgd ] || want=0
 [ "$fused" = "$want" ] && [ "$nofuse" = 0 ] || fail "$what: $fused AdamW kernels store a copy (want $want), $nofuse per layer"
 lp=$(losses "$t/persistent.jsonl" | tr '\n' ' ') ll=$(losses "$t/per_layer.jsonl" | tr '\n' ' ')
 [ "$(losses "$t/persistent.jsonl" | wc -l)" = 3 ] && [ "$lp" = "$ll" ] || fail "$what: losses $lp (persistent) and $ll (per layer)"

@@ -732,7 +732,7 @@ __device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hy
   }
 }
 template <class TG, i64 N>
-__device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float mom, float wd) {
+__device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float mom, float wd, bf16 *pc = nullptr) {
   float lr = hyper[0], gs = hyper[1];
   if (!(fabsf(gs) <= 3.402823466e38f)) return; /* a skipped step */
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
@@ -740,7 +740,9 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
     float gi = gs * ld(g + i) + wd * pi;
     float mi = mom * m[i] + gi;
     m[i] = mi;
-    p[i] = pi - lr * mi;
+    float po = pi - lr * mi;
+    p[i] = po;
+    if (pc) st(pc + i, po);
   }
 }
 
