@@ -15,7 +15,6 @@
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
 static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
-static void wcopy_fit(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
@@ -31,7 +30,7 @@ typedef struct {
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   m->plan.sched_times = zb_times(r, a, kv, n, m);
   stage_memory(r, a, kv, n, m);
-  wcopy_fit(r, a, kv, n, m);
+  replan_weight_copy(r, a, kv, n, m);
 }
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
@@ -67,8 +66,9 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.stage_cap = in->stage_cap;
       m->plan.wcopy_fit_total = in->wcopy_fit_total;
       m->plan.wcopy_fit_cap = in->wcopy_fit_cap;
-    } else {
-      replan_inputs(r, a, kv, n, m); /* their own quiet compiles, outside this one's diag */
+    } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
+      m->plan.sched_times = zb_times(r, a, kv, n, m);
+      stage_memory(r, a, kv, n, m);
     }
     diag_enter(&quiet);
     PipelineOptions po = {.dump = diag, .verify = false};
@@ -77,6 +77,15 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   }
   fflush(diag);
   diag_free(&quiet);
+  /* `weight_copy auto` (passes/wshadow.c): planned with the persistent copies, which this plan does
+   * not fit: planned again with the per-layer casts, as replan_inputs decides for the command line's
+   * plan (one compile where the copies fit, two where they do not) */
+  double total = 0, cap = 0;
+  if (ok && !in && m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent && !fit_plan_fits(m, &total, &cap) &&
+      cap > 0) {
+    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, (int64_t)total, cap};
+    return compile_as(r, a, kv, n, diag, &again);
+  }
   return ok ? m : NULL;
 }
 
@@ -182,7 +191,7 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
  * check's own test) in Plan.wcopy_fit_*, so that the caller's compile takes the per-layer casts where
  * that plan does not fit. Nothing without a device memory, or when that compile fails or makes no
  * copies (the caller's own compile reports why). */
-static void wcopy_fit(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   if (m->plan.weight_copy != WCOPY_AUTO || !wshadow_may_persist(m) || m->plan.wcopy_fit_total ||
       memplan_capacity(m, NULL, 0) <= 0)
     return;

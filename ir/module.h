@@ -81,9 +81,10 @@ typedef struct {
   RecomputeKind recompute;
   CpMode cp_mode;     /* with cp > 1 (ring: the default) */
   WeightCopy weight_copy; /* as written (auto: the default); passes/wshadow.c decides, Module.wcopy says what */
-  /* auto: the driver's first compile of the plan with the persistent copy (replan.c, wcopy_fit): its
-   * planned total per rank and the device's memory (0: not measured: no device memory known, or a
-   * test's module); passes/wshadow.c takes the per-layer casts where the total exceeds it */
+  /* auto: the driver's compile of the plan with the persistent copies (replan.c: replan_weight_copy, or
+   * the first of compile_as's two): its planned total per rank and the device's memory (0: not measured:
+   * no device memory known, or a test's module); passes/wshadow.c takes the per-layer casts where the
+   * total exceeds it */
   int64_t wcopy_fit_total;
   double wcopy_fit_cap;
   bool allow_cross_node_tp;
