@@ -60,6 +60,12 @@ static void make_persistent(Graph *g, Node *c) {
   Value *p = c->in[0], *x = c->out[0];
   const char *name = p->def->a.name;
   Attrs sa = {.name = arena_printf(g->arena, "bf16:%s", name)};
+  for (int i = 0; i < g->nnodes; i++) /* a second cast of the same parameter (written by hand): the same copy */
+    if (g->nodes[i]->op == OP_STATE && strcmp(g->nodes[i]->a.name, sa.name) == 0) {
+      ir_replace_uses(g, x, g->nodes[i]->out[0]);
+      ir_drop_node(g, c);
+      return;
+    }
   Value *s = ir_emit(g, OP_STATE, 0, NULL, DT_BF16, x->shape, &sa, p->def->loc);
   s->sharding = x->sharding;
   s->name = x->name;
