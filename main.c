@@ -565,6 +565,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
   Replan rp = {&arena, input, &fo, target};
   if (!search) replan_inputs(&rp, &arena, NULL, 0, m);
+  else replan_weight_copy(&rp, &arena, NULL, 0, m); /* the base's bf16 copies as its build would keep them */
   if (!pipeline_run(m, &po)) return 1;
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */

@@ -7,24 +7,30 @@
 
 #include "cost.h"
 #include "diag.h"
+#include "fit.h"
 #include "memplan.h"
 #include "pipe_sched.h"
+#include "passes.h"
 #include "pipeline.h"
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
 static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
- * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory). */
+ * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
+ * the plan with the weights' persistent bf16 copies against it). */
 typedef struct {
   const double *sched_times;
   const int64_t *stage_fixed;
   double stage_cap;
+  int64_t wcopy_fit_total;
+  double wcopy_fit_cap;
 } PlanInputs;
 
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   m->plan.sched_times = zb_times(r, a, kv, n, m);
   stage_memory(r, a, kv, n, m);
+  replan_weight_copy(r, a, kv, n, m);
 }
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
@@ -58,8 +64,11 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.sched_times = in->sched_times;
       m->plan.stage_fixed = in->stage_fixed;
       m->plan.stage_cap = in->stage_cap;
-    } else {
-      replan_inputs(r, a, kv, n, m); /* their own quiet compiles, outside this one's diag */
+      m->plan.wcopy_fit_total = in->wcopy_fit_total;
+      m->plan.wcopy_fit_cap = in->wcopy_fit_cap;
+    } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
+      m->plan.sched_times = zb_times(r, a, kv, n, m);
+      stage_memory(r, a, kv, n, m);
     }
     diag_enter(&quiet);
     PipelineOptions po = {.dump = diag, .verify = false};
@@ -68,6 +77,15 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   }
   fflush(diag);
   diag_free(&quiet);
+  /* `weight_copy auto` (passes/wshadow.c): planned with the persistent copies, which this plan does
+   * not fit: planned again with the per-layer casts, as replan_inputs decides for the command line's
+   * plan (one compile where the copies fit, two where they do not) */
+  double total = 0, cap = 0;
+  if (ok && !in && m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent && !fit_plan_fits(m, &total, &cap) &&
+      cap > 0) {
+    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, (int64_t)total, cap};
+    return compile_as(r, a, kv, n, diag, &again);
+  }
   return ok ? m : NULL;
 }
 
@@ -157,7 +175,7 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
   if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2) return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  PlanInputs in = {m->plan.sched_times, NULL, 0};
+  PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0};
   Module *m0 = compile_as(r, a, kv, n, null, &in);
   fclose(null);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
@@ -166,6 +184,28 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
     m->plan.stage_fixed = fixed;
     m->plan.stage_cap = cap;
   }
+}
+
+/* `weight_copy auto` under bf16 on the CUDA target (passes/wshadow.c): a quiet compile of the plan
+ * with the persistent copies; its planned total and the device's memory (fit_plan_fits, the fit
+ * check's own test) in Plan.wcopy_fit_*, so that the caller's compile takes the per-layer casts where
+ * that plan does not fit. Nothing without a device memory, or when that compile fails or makes no
+ * copies (the caller's own compile reports why). */
+void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  if (m->plan.weight_copy != WCOPY_AUTO || !wshadow_may_persist(m) || m->plan.wcopy_fit_total ||
+      memplan_capacity(m, NULL, 0) <= 0)
+    return;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return;
+  PlanInputs in = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0};
+  Module *m0 = compile_as(r, a, kv, n, null, &in); /* auto without the figures: the persistent copies */
+  fclose(null);
+  double total = 0, cap = 0;
+  if (!m0 || !m0->memplan || !m0->wcopy.persistent) return;
+  fit_plan_fits(m0, &total, &cap);
+  if (cap <= 0) return;
+  m->plan.wcopy_fit_total = (int64_t)total;
+  m->plan.wcopy_fit_cap = cap;
 }
 
 int64_t replan_total(void *ctx, const char *const *kv, int n) {

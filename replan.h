@@ -22,13 +22,20 @@ typedef struct {
 } Replan;
 
 /* The source compiled again with the overrides kv[0..n) ("key=value") into arena a, its plan's
- * inputs decided (replan_inputs), planned (pipeline_run, no per-pass verify), its diagnostics
- * written to diag; NULL when it did not compile. The error count is reset after. */
+ * inputs decided (replan_inputs; `weight_copy auto` from this compile: planned again with the
+ * per-layer casts where the plan with the persistent copies does not fit), planned (pipeline_run, no
+ * per-pass verify), its diagnostics written to diag; NULL when it did not compile. The error count
+ * is reset after. */
 Module *replan_compile(Replan *r, Arena *a, const char *const *kv, int n, FILE *diag);
 /* m, compiled by the front end with the overrides kv: zb's list times (the cost model's, from two
  * small quiet compiles) and `layers(balanced)`'s memory figures (from a quiet compile of the split
  * by time), set in m->plan before its passes run. */
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+/* `weight_copy auto` under bf16 on the CUDA target (passes/wshadow.c), part of replan_inputs: a quiet
+ * compile of m's plan with the weights' persistent bf16 copies; its planned total and the device's
+ * memory into m->plan (wcopy_fit_*), so that m's own compile keeps per-layer casts where the plan with
+ * the copies does not fit. Nothing without a device memory. */
+void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 /* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does
  * not compile. ctx: a Replan. */
 int64_t replan_total(void *ctx, const char *const *kv, int n);

@@ -14,12 +14,12 @@
 #   llm.c (github.com/karpathy/llm.c): make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 NO_USE_MPI=1
 # tests/gpu/pack.sh builds the two shardc trainers and packs them (.gpu/bin, with LLMC=path/to/train_gpt2cu
 # llm.c's too) with their libraries for the GPU machine: source .gpu/env.sh && bench/gpu_compare.sh .gpu/bin
-#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,llama,llmc,torch,torchllama]
+#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,perlayer,llama,llmc,torch,torchllama]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${1:?usage: bench/gpu_compare.sh BIN [steps] [parts]}" && pwd)
 steps=${2:-30}
-parts=${3:-shardc,llama,llmc,torch,torchllama}
+parts=${3:-shardc,perlayer,llama,llmc,torch,torchllama}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -42,8 +42,13 @@ print("%s: median %.1f ms/step, %.0f tokens/s, MFU %.1f%%, loss %.3f -> %.3f" % 
 PY
 }
 case ",$parts," in *,shardc,*) shardc_run "shardc gpt2-124m B=16 T=1024" "$bin/gpt2_cuda" "$t/gpt2.bin" 16384 ;; esac
+# the same trainers with the weights' bf16 copies cast per layer (weight_copy per_layer), side by side
+case ",$parts," in *,perlayer,*) [ -x "$bin/gpt2_cuda_perlayer" ] &&
+  shardc_run "shardc gpt2-124m B=16 T=1024 per-layer casts" "$bin/gpt2_cuda_perlayer" "$t/gpt2.bin" 16384 ;; esac
 case ",$parts," in *,llama,*) [ -x "$bin/llama509_cuda" ] &&
   shardc_run "shardc llama-509m B=8 T=1024" "$bin/llama509_cuda" "$t/llama.bin" 8192 ;; esac
+case ",$parts," in *,perlayer,*) [ -x "$bin/llama509_cuda_perlayer" ] &&
+  shardc_run "shardc llama-509m B=8 T=1024 per-layer casts" "$bin/llama509_cuda_perlayer" "$t/llama.bin" 8192 ;; esac
 case ",$parts," in *,llmc,*) if [ -x "$bin/train_gpt2cu" ]; then
   (cd "$t" && "$bin/train_gpt2cu" -e d12 -i gpt2.bin -j gpt2.bin -b 16 -t 1024 -d 16384 -x "$steps" -v 100000 \
     -s 100000 -h 0 -o "$t/llmc" > llmc.txt 2>&1) || tail -5 "$t/llmc.txt"

@@ -578,20 +578,22 @@ const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n
 /* ---- optimizers ---------------------------------------------------------------------------------------- */
 
 const char *cuk_adamw(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *v, const char *hyper,
-                      int64_t n, double beta1, double beta2, double eps, double wd) {
-  Args a = {.np = 5, .p = {p, g, m, v, hyper}};
+                      int64_t n, double beta1, double beta2, double eps, double wd, const char *copy) {
+  Args a = {.np = copy ? 6 : 5, .p = {p, g, m, v, hyper, copy}};
   return ck_simple(k, &a, ck_stride_grid(n), 1, 1, 256, 1,
                 arena_printf(k->a,
                              "sk::adamw<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (float *)p3, "
-                             "(const float *)p4, %s, %s, %s, %s);",
-                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, beta1), ck_fl(k, beta2), ck_fl(k, eps), ck_fl(k, wd)));
+                             "(const float *)p4, %s, %s, %s, %s%s);",
+                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, beta1), ck_fl(k, beta2), ck_fl(k, eps),
+                             ck_fl(k, wd), copy ? ", (sk::bf16 *)p5" : ""));
 }
 
 const char *cuk_sgd(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *hyper, int64_t n,
-                    double momentum, double wd) {
-  Args a = {.np = 4, .p = {p, g, m, hyper}};
+                    double momentum, double wd, const char *copy) {
+  Args a = {.np = copy ? 5 : 4, .p = {p, g, m, hyper, copy}};
   return ck_simple(k, &a, ck_stride_grid(n), 1, 1, 256, 1,
                 arena_printf(k->a,
-                             "sk::sgd<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (const float *)p3, %s, %s);",
-                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, momentum), ck_fl(k, wd)));
+                             "sk::sgd<%s, %lldLL>((float *)p0, (const %s *)p1, (float *)p2, (const float *)p3, %s, %s%s);",
+                             ck_ctype(gdt), (long long)n, ck_ctype(gdt), ck_fl(k, momentum), ck_fl(k, wd),
+                             copy ? ", (sk::bf16 *)p4" : ""));
 }

@@ -230,10 +230,12 @@ const char *cuk_mean(CuK *k, const char *y, const char *x, DType xdt, int64_t n)
 const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n);
 
 /* ---- optimizer updates, in place (p, m, v updated where they are; hyper: f32 device
- * array as in ops.def); p f32 master weights, g of gdt, moments f32 ---- */
+ * array as in ops.def); p f32 master weights, g of gdt, moments f32; copy (NULL: none): where
+ * the update also stores the updated p rounded to bf16 (the persistent copy, passes/wshadow.c; left
+ * as it is by a skipped step, as p is) ---- */
 const char *cuk_adamw(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *v,
-                      const char *hyper, int64_t n, double beta1, double beta2, double eps, double wd);
+                      const char *hyper, int64_t n, double beta1, double beta2, double eps, double wd, const char *copy);
 const char *cuk_sgd(CuK *k, const char *p, const char *g, DType gdt, const char *m, const char *hyper, int64_t n,
-                    double momentum, double wd);
+                    double momentum, double wd, const char *copy);
 
 #endif

@@ -57,18 +57,20 @@ static uint64_t held_on(const Cg *c, const Value *v, const char *name) {
 }
 
 /* One RtTensor initializer, then `end` (",\n" in the table). */
+/* copy_of: a persistent bf16 copy's parameter's index in the table (RT_T_COPY), else -1 */
 static void emit_tensor_end(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked,
-                            const char *end) {
+                            int copy_of, const char *end) {
   fprintf(c->f, "  {%s, %s, %d, %d, {", cg_cstr(c, name), kind, (int)v->dtype, v->shape.rank);
   for (int i = 0; i < v->shape.rank; i++) fprintf(c->f, "%s%" PRId64, i ? ", " : "", v->shape.dim[i]);
   uint64_t st = held_on(c, v, name);
-  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
+  fprintf(c->f, "}, %" PRId64 ", %d, %d, %.17g, %.17g%s%s%s%s}%s", v->offset, stacked, src ? (int)src->a.init : 0,
           src ? src->a.init_a : 0.0, src ? src->a.init_b : 0.0, shard_init(c, v), v->host ? ", .host = 1" : "",
-          st ? arena_printf(c->a, ", .stages = 0x%llxull", (unsigned long long)st) : "", end);
+          st ? arena_printf(c->a, ", .stages = 0x%llxull", (unsigned long long)st) : "",
+          copy_of >= 0 ? arena_printf(c->a, ", .copy_of = %d", copy_of) : "", end);
 }
 
 static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kind, const Node *src, bool stacked) {
-  emit_tensor_end(c, v, name, kind, src, stacked, ",\n");
+  emit_tensor_end(c, v, name, kind, src, stacked, -1, ",\n");
 }
 
 /* A PARAM is stacked when it feeds a REPEAT as one of its xs. */
@@ -78,6 +80,11 @@ static void emit_tensor(Cg *c, const Value *v, const char *name, const char *kin
  * ("blocks.3.w") are the model's whatever the plan: a 1-rank trainer that accumulates and a 2-rank one
  * that does not must write, and read, the same tensors. */
 static bool is_stacked(const Graph *g, const Value *v) {
+  /* a parameter with a persistent bf16 copy (passes/wshadow.c): the loops read the copy */
+  if (v->def->op == OP_PARAM && v->def->graph == g && !g->parent) {
+    const Value *cp = cg_find_source(g, OP_STATE, arena_printf(g->arena, "bf16:%s", v->def->a.name));
+    if (cp && is_stacked(g, cp)) return true;
+  }
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->body && is_stacked(n->body, v)) return true;
@@ -132,9 +139,18 @@ int cg_emit_tensor_table(Cg *c, const Value *logits) {
   const Graph *g = c->m->graph;
   fprintf(f, "static const RtTensor tensors[] = {\n");
   int ntensors = 0;
+  const char **params = ARENA_ARRAY(c->a, const char *, g->nnodes + 1); /* by table index: a parameter's name */
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
+    if (n->op == OP_PARAM) params[ntensors] = n->a.name;
     if (n->op == OP_PARAM) emit_tensor(c, n->out[0], n->a.name, "RT_T_PARAM", n, is_stacked(g, n->out[0]));
+    else if (n->op == OP_STATE && ir_copy_source(n->a.name)) { /* a persistent bf16 copy: derived, not saved */
+      int of = -1;
+      for (int k = 0; k < ntensors; k++)
+        if (params[k] && strcmp(params[k], ir_copy_source(n->a.name)) == 0) of = k;
+      if (of < 0) die("emit: the copy %s before its parameter in the table", n->a.name);
+      emit_tensor_end(c, n->out[0], n->a.name, "RT_T_COPY", NULL, false, of, ",\n");
+    }
     else if (n->op == OP_STATE) emit_tensor(c, n->out[0], n->a.name, "RT_T_STATE", NULL, false);
     else if (n->op == OP_INPUT) {
       Value w = cg_trainer_view(g, n->out[0]);
@@ -159,7 +175,7 @@ int cg_emit_tensor_table(Cg *c, const Value *logits) {
   if (logits) {
     fprintf(f, "/* the logits the logits() entry leaves, with their sharding (sampling gathers them) */\n");
     fprintf(f, "static const RtTensor logits_tensor =\n");
-    emit_tensor_end(c, logits, "logits", "RT_T_RESULT", NULL, false, ";\n\n");
+    emit_tensor_end(c, logits, "logits", "RT_T_RESULT", NULL, false, -1, ";\n\n");
   }
   return ntensors;
 }

@@ -179,6 +179,37 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
 }
 
 /* A node that is not elementwise. */
+/* AdamW or SGD update n in place; copy: where the same kernel also stores the updated parameter's bf16
+ * copy (its persistent copy, passes/wshadow.c), NULL: nowhere. */
+static void emit_update(Cg *c, const Node *n, const char *copy) {
+  const Attrs *a = &n->a;
+  int nst = n->op == OP_ADAMW_UPDATE ? 2 : 1;
+  for (int i = 0; i <= nst; i++) cg_copy_if_moved(c, n->out[i], n->in[i == 0 ? 0 : i + 1]);
+  int64_t numel = ir_numel(&n->in[0]->shape);
+  if (n->op == OP_ADAMW_UPDATE)
+    stmt(c, cuk_adamw(c->ts, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->out[1]),
+                      cg_ptr(c, n->out[2]), cg_ptr(c, n->in[4]), numel, a->beta1, a->beta2, a->eps, a->weight_decay,
+                      copy));
+  else
+    stmt(c, cuk_sgd(c->ts, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->out[1]),
+                    cg_ptr(c, n->in[3]), numel, a->momentum, a->weight_decay, copy));
+}
+
+/* The cast right after update u (at c->pos) that makes its parameter's persistent bf16 copy
+ * (passes/wshadow.c: result "next:bf16:<param>"), when the update's kernel can store it: the entry
+ * point runs it, it reads the updated parameter itself (not a ZeRO all-gather of it), and the memory
+ * plan put it in the copy's own bytes (nothing else lives there while the update runs). NULL otherwise. */
+static const Node *copy_cast(Cg *c, const Node *u) {
+  const Graph *g = u->graph;
+  int at = c->pos + 1;
+  if (at >= g->nnodes || g->nodes[at - 1] != u || !cg_runs(c, g, at)) return NULL;
+  const Node *x = g->nodes[at];
+  if (x->op != OP_CAST || x->in[0] != u->out[0] || x->out[0]->dtype != DT_BF16 || x->out[0]->host || u->out[0]->host)
+    return NULL;
+  const Value *st = ir_copy_written(g, x->out[0]);
+  return st && strcmp(cg_ptr(c, st), cg_ptr(c, x->out[0])) == 0 ? x : NULL;
+}
+
 static void emit_node(Cg *c, Node *n) {
   CuK *k = c->ts;
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
@@ -314,15 +345,10 @@ static void emit_node(Cg *c, Node *n) {
   case OP_SUMSQ: return stmt(c, cuk_sumsq(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, ir_numel(&x->shape)));
   case OP_ADAMW_UPDATE:
     if (x->dtype != DT_F32) return cg_unsupported(c, n, "AdamW on non-f32 weights (the master weights are f32)");
-    for (int i = 0; i < 3; i++) cg_copy_if_moved(c, n->out[i], n->in[i == 0 ? 0 : i + 1]);
-    return stmt(c, cuk_adamw(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->out[1]),
-                             cg_ptr(c, n->out[2]), cg_ptr(c, n->in[4]), ir_numel(&x->shape), a->beta1, a->beta2, a->eps,
-                             a->weight_decay));
+    return emit_update(c, n, NULL);
   case OP_SGD_UPDATE:
     if (x->dtype != DT_F32) return cg_unsupported(c, n, "SGD on non-f32 weights (the master weights are f32)");
-    for (int i = 0; i < 2; i++) cg_copy_if_moved(c, n->out[i], n->in[i == 0 ? 0 : 2]);
-    return stmt(c, cuk_sgd(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->out[1]),
-                           cg_ptr(c, n->in[3]), ir_numel(&x->shape), a->momentum, a->weight_decay));
+    return emit_update(c, n, NULL);
   case OP_AXIS_INDEX:
     cg_line(c, "{ int32_t coord = rt_ctx_coord(ctx, %s); rt_cu_put(ctx, %s, &coord, 4); }", cg_axis_lit(a->mesh_axis),
             cg_ptr(c, y));
@@ -346,6 +372,14 @@ static int cuda_node(Cg *c, Node *n) {
     if (gm >= 0 && cg_runs(c, n->graph, gm)) {
       cg_line(c, "/* computed by a GEMM's epilogue above */");
       return 1;
+    }
+  }
+  if ((n->op == OP_ADAMW_UPDATE || n->op == OP_SGD_UPDATE) && x->dtype == DT_F32) { /* with its bf16 copy: one kernel */
+    const Node *cc = copy_cast(c, n);
+    if (cc) {
+      emit_update(c, n, cg_ptr(c, cc->out[0]));
+      cg_line(c, "/* (the cast: its bf16 copy, stored by the update above) */");
+      return 2;
     }
   }
   if (cg_elementwise(n)) return emit_run(c, n);

@@ -390,7 +390,8 @@ void fe_topology(Fe *fe, const Decl *d) {
 
 /* ---- parallel plan ------------------------------------------------------------------ */
 static const char *const plan_keys[] = {"tp", "pp", "cp", "dp", "sp", "zero", "offload", "microbatches", "schedule",
-                                        "interleave", "recompute", "bucket", "cross_node_tp", "cp_mode", NULL};
+                                        "interleave", "recompute", "bucket", "cross_node_tp", "cp_mode",
+                                        "weight_copy", NULL};
 
 /* Named numeric arguments of a settings call, e.g. adamw(lr: 6e-4, betas: (0.9, 0.95)). */
 static bool expr_num(const Expr *e, double *out) {
@@ -538,6 +539,9 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "cp_mode") == 0) {
     int i = get_choice(c, key, ir_cp_mode_names, 2);
     if (i >= 0) p->cp_mode = (CpMode)i;
+  } else if (strcmp(key, "weight_copy") == 0) {
+    int i = get_choice(c, key, ir_weight_copy_names, 3);
+    if (i >= 0) p->weight_copy = (WeightCopy)i;
   } else if (strcmp(key, "cross_node_tp") == 0) get_bool(c, key, &p->allow_cross_node_tp);
   else unknown_key(c, k, "parallel", plan_keys);
 }

@@ -200,10 +200,32 @@ static Interp *interp_make(const Graph *g, const MeshMap *mesh, uint64_t seed) {
   return it;
 }
 
+/* The persistent bf16 copies (STATE "bf16:<param>", passes/wshadow.c) of parameter `param` (NULL:
+ * every parameter) on rank `rank` (-1: every rank): the parameter's value cast, as the trainer
+ * derives them at start and after loading weights (never read from a checkpoint). */
+static void derive_copies(Interp *it, const char *param, int rank) {
+  for (int i = 0; i < it->nsrc; i++) {
+    const Node *n = it->src[i].node;
+    const char *of = n->op == OP_STATE ? ir_copy_source(n->a.name) : NULL;
+    if (!of || (param && strcmp(of, param) != 0)) continue;
+    Source *p = find_source(it, of, NULL);
+    if (!p || p->node->op != OP_PARAM) die("interp: the copy %s has no parameter %s", n->a.name, of);
+    for (int r = 0; r < it->nranks; r++) {
+      if (rank >= 0 && r != rank) continue;
+      Tensor *c = &it->src[i].val[r];
+      const Tensor *w = &p->val[r];
+      int64_t cnt = ir_numel(&c->shape);
+      if (!w->data || ir_numel(&w->shape) != cnt) die("interp: the copy %s is not its parameter's shape", n->a.name);
+      for (int64_t k = 0; k < cnt; k++) c->data[k] = interp_round(c->dtype, w->data[k]);
+    }
+  }
+}
+
 Interp *interp_new(const Graph *g, const MeshMap *mesh, uint64_t seed) {
   Interp *it = interp_make(g, mesh, seed);
   int cap = 0;
   collect_sources(it, g, &cap);
+  derive_copies(it, NULL, -1);
   return it;
 }
 
@@ -250,6 +272,7 @@ void interp_set_state(Interp *it, int rank, const char *name, const Tensor *t) {
   if (!s || s->node->op == OP_INPUT) die("interp_set_state: no PARAM/STATE named '%s'", name);
   for (int r = 0; r < it->nranks; r++)
     if (rank < 0 || r == rank) store_block(it, s->node->out[0], r, t, &s->val[r]);
+  if (s->node->op == OP_PARAM) derive_copies(it, name, rank); /* its bf16 copy follows it */
 }
 
 const Tensor *interp_get(const Interp *it, int rank, const char *name) {

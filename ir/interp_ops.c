@@ -73,6 +73,8 @@ static double to_dtype(DType dt, double x) {
   }
 }
 
+double interp_round(DType dt, double x) { return to_dtype(dt, x); }
+
 /* ---- elementwise ------------------------------------------------------------- */
 
 static double gelu(double x) {

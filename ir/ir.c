@@ -357,3 +357,18 @@ bool ir_writes_row_stride(const Node *n, int k) {
   if (n->op == OP_SDPA_BWD) return k >= 0 && k < 3; /* dq, dk, dv */
   return false;
 }
+
+const char *ir_copy_source(const char *state_name) {
+  return state_name && strncmp(state_name, "bf16:", 5) == 0 ? state_name + 5 : NULL;
+}
+
+Value *ir_copy_written(const Graph *g, const Value *v) {
+  for (int r = 0; r < g->nresults; r++) {
+    const char *nm = g->result_names ? g->result_names[r] : NULL;
+    if (g->results[r] != v || !nm || strncmp(nm, "next:", 5) != 0 || !ir_copy_source(nm + 5)) continue;
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i]->op == OP_STATE && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, nm + 5) == 0)
+        return g->nodes[i]->out[0];
+  }
+  return NULL;
+}

@@ -255,6 +255,12 @@ bool ir_slice_is_view(const Node *n);
 bool ir_reads_row_stride(const Node *n, int k);
 bool ir_writes_row_stride(const Node *n, int k);
 Node *ir_add_arg(Graph *body, DType dt, Shape shape, const char *name);
+/* The parameter whose persistent bf16 copy a STATE of this name is ("bf16:<param>", passes/wshadow.c:
+ * derived by a cast of it, never checkpointed), or NULL for any other state. */
+const char *ir_copy_source(const char *state_name);
+/* The persistent bf16 copy (its STATE) that v, a value of g, is the next value of (result
+ * "next:bf16:<param>"), or NULL. */
+Value *ir_copy_written(const Graph *g, const Value *v);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
 void ir_replace_uses(Graph *g, Value *from, Value *to);

@@ -47,6 +47,11 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE } RecomputeKi
  * ring; all2all (Ulysses) exchanges the sequence split for a split of the heads before attention
  * and back after it. */
 typedef enum { CP_RING, CP_ALL2ALL } CpMode;
+/* Where compute's bf16 copy of the f32 master weights comes from under `precision bf16` on the CUDA
+ * target (passes/wshadow.c decides): auto: persistent where the plan with it fits the device, else per
+ * layer; persistent: one copy per parameter kept across steps, written by the optimizer's update;
+ * per_layer: cast again in every loop that reads it, one layer at a time (passes/wcast.c). */
+typedef enum { WCOPY_AUTO, WCOPY_PERSISTENT, WCOPY_PER_LAYER } WeightCopy;
 
 /* The plan options a pass may or may not apply yet (ir/plan_options.c: which ones the
  * compiler applies, and the error for the others). */
@@ -59,6 +64,7 @@ typedef enum {
   PLAN_OPT_MICROBATCHES, /* `microbatches N`: pipeline micro-batches in flight */
   PLAN_OPT_SCHEDULE,     /* `schedule gpipe | 1f1b | interleaved | zb`: the pipeline schedule */
   PLAN_OPT_CP_MODE,      /* `cp_mode ring | all2all`: how context parallelism runs attention */
+  PLAN_OPT_WEIGHT_COPY,  /* `weight_copy auto | persistent | per_layer`: the bf16 copy of the weights */
   PLAN_OPT_COUNT
 } PlanOpt;
 
@@ -74,6 +80,13 @@ typedef struct {
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */
   RecomputeKind recompute;
   CpMode cp_mode;     /* with cp > 1 (ring: the default) */
+  WeightCopy weight_copy; /* as written (auto: the default); passes/wshadow.c decides, Module.wcopy says what */
+  /* auto: the driver's compile of the plan with the persistent copies (replan.c: replan_weight_copy, or
+   * the first of compile_as's two): its planned total per rank and the device's memory (0: not measured:
+   * no device memory known, or a test's module); passes/wshadow.c takes the per-layer casts where the
+   * total exceeds it */
+  int64_t wcopy_fit_total;
+  double wcopy_fit_cap;
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
@@ -158,6 +171,14 @@ typedef struct {
   struct PipePlan *pipe;   /* pipeline stages and schedule, set by passes/pipe_plan.c (NULL without pp) */
   struct PipeBalance *pipe_balance; /* the layers' time and memory per stage and the balanced split, set by
                                        passes/stage.c (passes/pipe_balance.c; NULL without pp) */
+  /* passes/wshadow.c's decision: whether compute reads persistent bf16 copies of the parameters
+   * (STATE "bf16:<param>", written by the update), their bytes per rank, and why (NULL: no bf16
+   * weights to copy: f32, or the CPU target) */
+  struct {
+    bool persistent;
+    int64_t bytes;
+    const char *why;
+  } wcopy;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
                                topology's, passes/cost.c's cost_device_defaults) */
 } Module;

@@ -23,9 +23,11 @@ static const OptRow rows[PLAN_OPT_COUNT] = {
     [PLAN_OPT_MICROBATCHES] = {"microbatches", true, "pipeline micro-batching", "microbatches 1"},
     [PLAN_OPT_SCHEDULE] = {"schedule", true, "a pipeline schedule", "schedule 1f1b"},
     [PLAN_OPT_CP_MODE] = {"cp_mode", true, "all-to-all (Ulysses) context parallelism", "cp_mode ring"},
+    [PLAN_OPT_WEIGHT_COPY] = {"weight_copy", true, "the weights' bf16 copy chosen by hand", "weight_copy auto"},
 };
 
 const char *const ir_cp_mode_names[2] = {"ring", "all2all"};
+const char *const ir_weight_copy_names[3] = {"auto", "persistent", "per_layer"};
 
 PlanOpt ir_plan_opt_of_key(const char *key) {
   if (strcmp(key, "interleave") == 0) return PLAN_OPT_SCHEDULE;
@@ -46,6 +48,7 @@ bool ir_plan_opt_is_set(const Plan *p, PlanOpt o) {
   case PLAN_OPT_MICROBATCHES: return p->microbatches > 1;
   case PLAN_OPT_SCHEDULE: return p->schedule != SCHED_1F1B || p->interleave > 1;
   case PLAN_OPT_CP_MODE: return p->cp_mode != CP_RING;
+  case PLAN_OPT_WEIGHT_COPY: return p->weight_copy != WCOPY_AUTO;
   case PLAN_OPT_COUNT: break;
   }
   die("plan option %d", (int)o);
@@ -66,6 +69,7 @@ void ir_plan_opt_format(const Plan *p, PlanOpt o, char *buf, size_t cap) {
     else snprintf(buf, cap, "schedule %s", sc[p->schedule]);
     return;
   case PLAN_OPT_CP_MODE: snprintf(buf, cap, "cp_mode %s", ir_cp_mode_names[p->cp_mode]); return;
+  case PLAN_OPT_WEIGHT_COPY: snprintf(buf, cap, "weight_copy %s", ir_weight_copy_names[p->weight_copy]); return;
   case PLAN_OPT_COUNT: break;
   }
   die("plan option %d", (int)o);

@@ -510,6 +510,17 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       p.iv[i].v = NULL;
     }
   }
+  /* a parameter's persistent bf16 copy (passes/wshadow.c: the cast of the updated parameter, result
+   * "next:bf16:<param>") is written into the copy's own bytes */
+  for (int i = 0; i < p.n; i++) {
+    Value *v = p.iv[i].v;
+    Value *target = v && v->def->op == OP_CAST ? ir_copy_written(g, v) : NULL;
+    if (!target || read_after(g, v->def, target)) continue;
+    p.iv[i].bytes = 0;
+    onto_y[nonto] = v;
+    onto_x[nonto++] = target;
+    p.iv[i].v = NULL;
+  }
   /* ZeRO's parameter all-gather writes the parameter's own storage (no second full copy) */
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
@@ -702,11 +713,12 @@ bool pass_memplan(Module *m) {
       if (n->op != order[o] || n->out[0]->host || ir_node_stages(n)) continue; /* (some stages': plan_graph) */
       Value *v = n->out[0];
       v->offset = off;
-      v->mclass = cls[o];
+      int c = n->op == OP_STATE && ir_copy_source(n->a.name) ? MEM_PARAM : cls[o]; /* a weight's bf16 copy: weights */
+      v->mclass = c;
       int64_t b = align_up(value_bytes(v));
       off += b;
-      mp->by_class[cls[o]] += b;
-      if (b > mp->largest[cls[o]]) mp->largest[cls[o]] = b;
+      mp->by_class[c] += b;
+      if (b > mp->largest[c]) mp->largest[c] = b;
       mp->nvalues++;
     }
   mp->persistent = off;

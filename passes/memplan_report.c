@@ -41,6 +41,12 @@ void memplan_print(FILE *f, const Module *m) {
   if (cap > 0)
     fprintf(f, "#   %-16s %16.0f B %12.2f MiB  %s: %s (%.0f%% of it)\n", "capacity", cap, cap / (1 << 20), what,
             (double)p->total <= cap ? "fits" : "does not fit", 100.0 * (double)p->total / cap);
+  if (m->wcopy.why) /* passes/wshadow.c's decision */
+    fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "bf16 weights", (long long)m->wcopy.bytes,
+            (double)m->wcopy.bytes / (1 << 20),
+            m->wcopy.persistent ? "persistent copies (in params), written by the update: one cast a step"
+                                : "cast where read (per layer in the loops); kept, they would hold this",
+            m->wcopy.why);
   if (p->host_total > 0) { /* plan offload */
     fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
     row(f, "optimizer state", p->host_state, "the moments of this rank's shard");

@@ -11,6 +11,10 @@ bool pass_precision(Module *m); /* bf16 mixed precision on the CUDA target: bf16
 bool pass_autodiff(Module *m);  /* appends the backward graph: results "grad:<param>" */
 bool pass_optimizer(Module *m); /* appends clipping, lr, the update: results "next:<state>" */
 bool pass_shard(Module *m);     /* data, tensor and sequence parallelism: the per-rank SPMD program */
+bool pass_wshadow(Module *m);   /* bf16 compute: the weights' bf16 copies kept, written by the update (or cast per layer) */
+/* Whether the plan may hold the weights' persistent bf16 copies at all (bf16 on the CUDA target, no
+ * pipeline stages, not ZeRO-3 over dp): where `weight_copy auto` has a choice to make. */
+bool wshadow_may_persist(const Module *m);
 bool pass_accum(Module *m);     /* gradient accumulation: the micro-step in a `repeat accum` region summing the gradients */
 bool pass_peel(Module *m);      /* accumulation with dp: the last micro-step after the region, its backward overlapping the reduction */
 bool pass_sums(Module *m);      /* accumulation: each micro-step's layer gradients added to the sums inside the backward loop */

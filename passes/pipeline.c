@@ -25,6 +25,7 @@ static const Pass passes[] = {
     {"optimizer", pass_optimizer},  /* clip, lr, update */
     {"gemmcast", pass_gemm_cast},   /* CPU bf16 GEMMs: each weight's bf16 copy made once per step, read by its GEMMs */
     {"shard", pass_shard},          /* dp/tp/sp: per-rank shapes, collectives */
+    {"wshadow", pass_wshadow},      /* bf16 compute: weights' bf16 copies kept, written by the update (or per-layer casts) */
     {"accum", pass_accum},          /* gradient accumulation: accum micro-steps in a region, one update */
     {"peel", pass_peel},            /* accumulation over dp: the last micro-step out of the region (overlap) */
     {"sums", pass_sums},            /* accumulation: the micro-step's layer gradients summed inside the backward loop */

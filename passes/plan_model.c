@@ -309,7 +309,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   double sbytes = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op != OP_STATE) continue;
+    if (n->op != OP_STATE || ir_copy_source(n->a.name)) continue; /* (a weight's bf16 copy: no optimizer state) */
     double numel = 1;
     for (int d = 0; d < n->out[0]->shape.rank; d++) numel *= logical_dim(base, n->out[0], d);
     sbytes += numel * ir_dtype_size(n->out[0]->dtype);

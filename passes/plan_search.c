@@ -280,7 +280,9 @@ static double logical_bytes(const Module *m, OpKind op) {
   double sum = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op != op) continue;
+    /* (a weight's persistent bf16 copy, passes/wshadow.c, is no optimizer state: the model counts the
+     * per-layer casts a plan falls back to where the copies do not fit) */
+    if (n->op != op || (op == OP_STATE && ir_copy_source(n->a.name))) continue;
     const Value *v = n->out[0];
     double b = (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
     for (int d = 0; d < v->shape.rank; d++) b *= ir_dim_degree(&v->sharding, d, m->mesh);

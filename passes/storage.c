@@ -55,7 +55,7 @@ void storage_ckpt(const Module *m, const CostDevice *d, double storage_Bps, doub
     const Node *n = g->nodes[i];
     if (n->op != OP_PARAM && n->op != OP_STATE && n->op != OP_INPUT) continue;
     ti++;
-    if (n->op == OP_INPUT) continue;
+    if (n->op == OP_INPUT || (n->op == OP_STATE && ir_copy_source(n->a.name))) continue; /* (copies: not saved) */
     const Value *v = n->out[0];
     double b = local_bytes(v);
     c->ntensors++;

@@ -8,7 +8,9 @@
  * the top of its body (one layer's bf16 copy, a transient of the body). The same bits: the cast is
  * the same, done once per loop instead of once per micro-step (a pass over the weights per loop,
  * cheap beside the layer's matmuls). Not under ZeRO-3, whose layer loops gather the bf16 copy's
- * rows already (the loops would gather the f32 rows instead: twice the bytes).
+ * rows already (the loops would gather the f32 rows instead: twice the bytes). Where passes/wshadow.c
+ * keeps persistent bf16 copies of the weights (`weight_copy`, decided per plan) there is no cast left
+ * to move: compute reads the copies; this pass moves the casts of a plan that keeps none.
  */
 #include <string.h>
 

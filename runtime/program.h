@@ -13,7 +13,10 @@
 #include "dtype.h"    /* RT_F32, RT_BF16, ... (the IR's DType order) */
 #include "schedule.h" /* RT_LR_* */
 enum { RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_CONST }; /* = InitKind */
-enum { RT_T_PARAM, RT_T_STATE, RT_T_INPUT, RT_T_RESULT };
+/* RT_T_COPY: a parameter's persistent bf16 copy (the compiler's STATE "bf16:<param>"): derived from
+ * its parameter tensors[copy_of] by a cast at start and whenever weights are loaded, written by the
+ * step's update; never checkpointed, dumped or initialised on its own */
+enum { RT_T_PARAM, RT_T_STATE, RT_T_INPUT, RT_T_RESULT, RT_T_COPY };
 enum { RT_OPT_SGD, RT_OPT_ADAMW };
 enum { RT_NONFINITE_STOP, RT_NONFINITE_SKIP }; /* = the IR's NonfiniteAction */
 
@@ -51,6 +54,7 @@ typedef struct {
   uint64_t stages;          /* pipeline parallelism: the pp coordinates whose ranks hold it (bit per stage: a
                                parameter outside the layers, its state and gradient on the stages reading it;
                                its bytes are other values' elsewhere); 0: every rank (rt_tensor_held) */
+  int copy_of;              /* RT_T_COPY: the index in the table of the parameter it is the bf16 copy of */
 } RtTensor;
 
 typedef struct {

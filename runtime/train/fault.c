@@ -52,6 +52,7 @@ void rt_fault_before_step(RtRun *r, int64_t s) {
   if (F.rank >= 0 && F.rank != r->ctx.rank) return;
   x[0] = NAN;
   rt_run_to_dev(r, F.t);
+  rt_run_derive_copies(r, F.t); /* compute reads its bf16 copy, where there is one */
   fprintf(stderr, "rank %d: SHARDRT_FAULT_NAN: '%s' element 0 is NaN for step %lld\n", r->ctx.rank, F.t->name,
           (long long)s);
 }
@@ -62,4 +63,5 @@ void rt_fault_after_step(RtRun *r) {
   rt_run_from_dev(r, F.t);
   ((float *)rt_run_hptr(r, F.t))[0] = F.saved;
   rt_run_to_dev(r, F.t);
+  rt_run_derive_copies(r, F.t);
 }

@@ -244,6 +244,7 @@ static void weights_init(RtRun *r) {
     int kinds = 1 << RT_T_STATE | (o->init_from ? 0 : 1 << RT_T_PARAM);
     rt_init_tensors(r->hp, r->hmem, o->seed, &r->ctx, kinds);
     rt_run_kinds_to_dev(r, kinds);
+    rt_run_derive_copies(r, NULL); /* (--init-from's load derives them again) */
     if (o->init_from) {
       rt_run_load(r, o->init_from, 0, NULL);
       if (r->ctx.rank == 0) printf("weights from %s\n", o->init_from);

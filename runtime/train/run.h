@@ -135,6 +135,10 @@ void rt_fault_before_step(RtRun *r, int64_t s);
 void rt_fault_after_step(RtRun *r);
 /* Every tensor of the kinds (bits 1 << RT_T_*). */
 void rt_run_kinds_to_dev(RtRun *r, int kinds);
+/* The persistent bf16 copies (RT_T_COPY) of parameter `param` (NULL: of every parameter) cast from
+ * its host copy, as the step's update casts them, and sent to the device: after the parameters are
+ * initialised, loaded or changed outside the step. */
+void rt_run_derive_copies(RtRun *r, const RtTensor *param);
 /* The kernels' error flags (an int at the start of the kernel scratch, runtime/cuda/cuda_ops.h):
  * bit 1, an embedding id outside its table; bit 2, a target outside the vocabulary. */
 void rt_run_check_device_flags(RtRun *r, const char *what);

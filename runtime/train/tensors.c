@@ -118,6 +118,23 @@ void rt_run_check_device_flags(RtRun *r, const char *what) {
                 (flags & 3) == 3 ? " and " : "", flags & 2 ? "a target outside the vocabulary" : "", (unsigned)flags);
 }
 
+void rt_run_derive_copies(RtRun *r, const RtTensor *param) {
+  const RtProgram *p = r->p;
+  for (int k = 0; k < p->ntensors; k++) {
+    const RtTensor *t = &p->tensors[k];
+    if (t->kind != RT_T_COPY || (param && &p->tensors[t->copy_of] != param)) continue;
+    const RtTensor *src = &p->tensors[t->copy_of];
+    if (src->kind != RT_T_PARAM || src->dtype != RT_F32 || t->dtype != RT_BF16 || rt_tensor_numel(src) != rt_tensor_numel(t))
+      rt_bug("the copy %s is no bf16 copy of an f32 parameter (%s)", t->name, src->name);
+    if (!rt_tensor_held(p, t, rt_ctx_coord(&r->ctx, RT_AX_PP))) continue;
+    const float *x = (const float *)rt_run_hptr(r, src);
+    uint16_t *y = (uint16_t *)rt_run_hptr(r, t);
+    int64_t n = rt_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16(x[i]); /* the device's cast: nearest, ties to even */
+    rt_run_to_dev(r, t);
+  }
+}
+
 void rt_run_kinds_to_dev(RtRun *r, int kinds) {
   for (int k = 0; r->dev && k < r->p->ntensors; k++)
     if (kinds >> r->p->tensors[k].kind & 1) rt_run_to_dev(r, &r->p->tensors[k]);
@@ -368,6 +385,7 @@ void rt_run_load(RtRun *r, const char *path, int full, RtTrainState *st) {
     rt_ckpt_load_local(r->hp, r->hmem, coord, path, full, st);
   }
   rt_run_kinds_to_dev(r, kinds);
+  rt_run_derive_copies(r, NULL); /* made from the loaded parameters, never read from the checkpoint */
 }
 
 void rt_run_dump(RtRun *r, const char *path) {

@@ -536,6 +536,14 @@ static void cases_reduce_opt(KC *c) {
     KT tp = kt_new(c, DT_F32, n), tg = kt_new(c, gdt, n), tm = kt_new(c, DT_F32, n), tv = kt_new(c, DT_F32, n),
        th = kt_new(c, DT_F32, 3);
     KT sp = kt_new(c, DT_F32, n), sm = kt_new(c, DT_F32, n);
+    /* the same update storing the parameter's bf16 copy too (passes/wshadow.c), over a copy of 3s */
+    KT cp = kt_new(c, DT_F32, n), cm = kt_new(c, DT_F32, n), cv = kt_new(c, DT_F32, n), cc = kt_new(c, DT_BF16, n);
+    float *c0 = arena_alloc(c->a, (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) c0[i] = 3.0f;
+    kt_put(c, cp, p);
+    kt_put(c, cm, m);
+    kt_put(c, cv, v);
+    kt_put(c, cc, c0);
     kt_put(c, tp, p);
     kt_put(c, tg, g);
     kt_put(c, tm, m);
@@ -543,9 +551,32 @@ static void cases_reduce_opt(KC *c) {
     kt_put(c, th, hyper);
     kt_put(c, sp, p);
     kt_put(c, sm, m);
-    run(c, cuk_adamw(c->k, P(c, tp), P(c, tg), gdt, P(c, tm), P(c, tv), P(c, th), n, 0.9, 0.95, 1e-8, 0.1));
-    run(c, cuk_sgd(c->k, P(c, sp), P(c, tg), gdt, P(c, sm), P(c, th), n, 0.9, 0.01));
+    run(c, cuk_adamw(c->k, P(c, tp), P(c, tg), gdt, P(c, tm), P(c, tv), P(c, th), n, 0.9, 0.95, 1e-8, 0.1, NULL));
+    run(c, cuk_adamw(c->k, P(c, cp), P(c, tg), gdt, P(c, cm), P(c, cv), P(c, th), n, 0.9, 0.95, 1e-8, 0.1, P(c, cc)));
+    run(c, cuk_sgd(c->k, P(c, sp), P(c, tg), gdt, P(c, sm), P(c, th), n, 0.9, 0.01, NULL));
+    KT csp = kt_new(c, DT_F32, n), csm = kt_new(c, DT_F32, n), csc = kt_new(c, DT_BF16, n);
+    kt_put(c, csp, p);
+    kt_put(c, csm, m);
+    kt_put(c, csc, c0);
+    run(c, cuk_sgd(c->k, P(c, csp), P(c, tg), gdt, P(c, csm), P(c, th), n, 0.9, 0.01, P(c, csc)));
     if (!c->be) continue;
+    {
+      size_t b = (size_t)n * 4;
+      const float *up = kt_get(c, cp);
+      const float *got = kt_get(c, cc);
+      bool same = true;
+      for (int64_t i = 0; i < n; i++) same &= got[i] == (bfv == 2 ? 3.0f : bf(up[i]));
+      expect(c, arena_printf(c->a, "adamw with its bf16 copy (g %s): p, m, v as without it, the copy p rounded%s",
+                             dn(gdt), bfv == 2 ? " (a skipped step: left as it was)" : ""),
+             same && !memcmp(up, kt_get(c, tp), b) && !memcmp(kt_get(c, cm), kt_get(c, tm), b) &&
+                 !memcmp(kt_get(c, cv), kt_get(c, tv), b));
+      const float *sup = kt_get(c, csp), *sgot = kt_get(c, csc);
+      same = true;
+      for (int64_t i = 0; i < n; i++) same &= sgot[i] == (bfv == 2 ? 3.0f : bf(sup[i]));
+      expect(c, arena_printf(c->a, "sgd with its bf16 copy (g %s): p, m as without it, the copy p rounded%s", dn(gdt),
+                             bfv == 2 ? " (a skipped step: left as it was)" : ""),
+             same && !memcmp(sup, kt_get(c, sp), b) && !memcmp(kt_get(c, csm), kt_get(c, sm), b));
+    }
     if (bfv == 2) {
       size_t b = (size_t)n * 4;
       expect(c, "adamw, gscale NaN: p, m, v unchanged",

@@ -252,7 +252,7 @@ static void perf(void) {
                      cuk_cross_entropy_fused(k, loss, lg2, lg2, DT_BF16, ids2, sc, N2, V, Vr), 2.0 * N2 * V * 2, 0};
   }
   p[np++] = (Perf){"sumsq f32 124M", cuk_sumsq(k, sc, pp, DT_F32, NP), (double)NP * 4, 0};
-  p[np++] = (Perf){"adamw 124M (g bf16)", cuk_adamw(k, pp, pg, DT_BF16, pm, pv, hyper, NP, 0.9, 0.95, 1e-8, 0.1),
+  p[np++] = (Perf){"adamw 124M (g bf16)", cuk_adamw(k, pp, pg, DT_BF16, pm, pv, hyper, NP, 0.9, 0.95, 1e-8, 0.1, NULL),
                    (double)NP * 26, 0};
   double fa = 4.0 * (double)B * H * T * T * hd / 2; /* causal: half the score matrix, 2 matmuls */
   p[np++] = (Perf){"sdpa fwd bf16 B8 T1024 H12 hd64 causal",

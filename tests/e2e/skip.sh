@@ -6,7 +6,8 @@
 #   skip.sh SHARDC ST_CLOSE        the CPU target: one rank with 2 accumulation micro-steps, and
 #                                  dp=2 x tp=2 with zero 1 and 2 micro-steps under mpirun (the NaN
 #                                  on rank 1 only); the consecutive-skip limit; the flags' errors
-#   skip.sh SHARDC ST_CLOSE cuda   the CUDA target on the emulated device: dp=2 x zero 1 under mpirun
+#   skip.sh SHARDC ST_CLOSE cuda   the CUDA target on the emulated device: dp=2 x zero 1 under mpirun, f32
+#                                  and bf16 with the weights' persistent copies
 #
 # What is asserted: the skipped step's checkpoint holds exactly the tensors (parameters, AdamW
 # moments) of the step before it, while the next step's differs (the comparison can fail); the
@@ -59,6 +60,14 @@ if [ "$mode" = cuda ]; then
     --log "$t/cu.jsonl" >"$t/cu.out" 2>&1 || { cat "$t/cu.out"; fail "the emulated-device run failed"; }
   check_skip "$t/cu.jsonl" "$t/ck_cu" 2
   echo "cuda (emulated device), dp=2 x zero 1, the NaN on rank 1 only: step 2 skipped on both, its checkpoint equal to step 1's"
+  # bf16 with the weights' persistent copies (passes/wshadow.c): compute reads wte's bf16 copy, which the
+  # fault makes again from the poisoned parameter (and after the step from the restored one)
+  "$shardc" build "${m[@]}" -D micro_batch=2 -D dp=2 -D zero=1 -D precision=bf16 -D weight_copy=persistent --world 2 \
+    --target cuda -o "$t/cub" >/dev/null 2>&1
+  SHARDRT_DEVICE=emu SHARDRT_FAULT_NAN=2:wte:1 "${mpi[@]}" -np 2 "$t/cub" "${flags[@]}" --steps 3 --save-to "$t/ck_cub" \
+    --log "$t/cub.jsonl" >"$t/cub.out" 2>&1 || { cat "$t/cub.out"; fail "the emulated-device bf16 run failed"; }
+  check_skip "$t/cub.jsonl" "$t/ck_cub" 2
+  echo "cuda bf16 with persistent weight copies: the same"
   exit 0
 fi
 

@@ -7,139 +7,103 @@
 
 extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */
 
-/* memory plan: 4421056 bytes (peak 4421056 live); kernel scratch follows it */
-#define WS (M + 4421056)
+/* memory plan: 4629184 bytes (peak 4629184 live); kernel scratch follows it */
+#define WS (M + 4629184)
 
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
-  /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1975424)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1975424)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4418688)}});
-  /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4418688)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1459328)}, &(char *){(M + 4105600)}});
+  rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 4105600);
+    char *c1_0 = (M + 4313728);
     for (int64_t i1 = 0; i1 < 2; i1++) {
-      /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1549440)}});
-      /* models/std/transformer.model:68 */
-      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1524864)}});
-      /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1525376)}});
-      /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1525504)}});
-      /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1525632)}});
-      /* models/std/transformer.model:29 */
-      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1475712)}});
-      /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82432) + i1 * 256)}, &(char *){(M + 1451136)}});
-      /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 1451264)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
-      /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4051584 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 523264) + i1 * 128)}, &(char *){((M + 523520) + i1 * 128)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 512, 192, 64, 0, 0, (M + 1475712), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 1475712)}, &(char *){(M + 3057024 + i1 * 196608)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3712384 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 3057152 + i1 * 196608)}, &(char *){(M + 3057280 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
-      /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3581312 + i1 * 65536), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1525632), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1525632)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3581312 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1525504)}, &(char *){(M + 1525376)}});
-      /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3658368 + i1 * 65536)}, &(char *){(M + 3789440 + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){((M + 590592) + i1 * 128)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1524864), NULL, (M + 2532736 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1524864)}, &(char *){(M + 2532736 + i1 * 262144)}});
-        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 1692288 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 0, ((M + 656384) + i1 * 512), NULL, (M + 2216576 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2216576 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 17, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){((M + 656384) + i1 * 512)}, &(char *){(M + 2216576 + i1 * 262144)}});
+        rt_cu_launch(ctx, 18, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){(M + 1692288 + i1 * 262144)}});
       }
-      /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1549440), (M + 3581312 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1549440)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
-      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
-        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      if (c1_0 != ((M + 4182656) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 4182656) + i1 * 65536), c1_0, 65536);
       }
-      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
+      c1_0 = (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728));
     }
   }
-  /* models/std/transformer.model:9 */
-  /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 26, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2008320)}});
+  rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4444800)}});
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
-  rt_cu_launch(ctx, 27, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1448960)}, &(char *){(M + 2008320)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 28, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 1713280)}, &(char *){(WS + 320)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 320)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 20, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1690112)}, &(char *){(M + 4444800)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 21, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 3003008)}, &(char *){(WS + 320)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4629120)}, &(char *){(WS + 320)}, &(char *){(M + 1690112)}});
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1713280), (M + 1975424), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3003008), (M + 482304), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 4351360), RT_BF16, (M + 1713280), (M + 4171136), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 4559488), RT_BF16, (M + 3003008), (M + 4379264), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(WS + 256)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(M + 1516800)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 2806400)}, &(char *){(M + 2806528)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 32, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516800)}, &(char *){(M + 1516672)}, &(char *){(M + 4418944)}, &(char *){(M + 4419200)}});
+  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2806528)}, &(char *){(M + 2806400)}, &(char *){(M + 4627072)}, &(char *){(M + 4627328)}});
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
-    char *c1_0 = (M + 4171136);
+    char *c1_0 = (M + 4379264);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
-      /* models/std/transformer.model:9 */
-      /* 2 elementwise ops in one kernel */
-      rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 2008192)}, &(char *){(M + 2008320)}});
       /* models/std/transformer.model:76 */
-      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4420736 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
-      /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1975424)}});
+      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628864 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:73 */
       /* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */
       {
-        const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 1713280), RT_BF16, c1_0, (M + 1975424), RT_BF16, 512, 256, 64, 0, 1, ((M + 2532736) + i1 * 262144), (M + 4416896 + i1 * 512));
+        const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 3003008), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 1, ((M + 2216576) + i1 * 262144), (M + 4625024 + i1 * 512));
         if (ep == RT_CU_EP_NONE) {
-          rt_cu_matmul(ctx, (M + 1451136), RT_BF16, c1_0, (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
-          rt_cu_launch(ctx, 34, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2532736) + i1 * 262144)}, &(char *){(M + 1451136)}, &(char *){(M + 1713280)}});
+          rt_cu_matmul(ctx, (M + 2740864), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+          rt_cu_launch(ctx, 27, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2216576) + i1 * 262144)}, &(char *){(M + 2740864)}, &(char *){(M + 3003008)}});
         }
         if (ep != RT_CU_EP_ALL) {
-          rt_cu_launch(ctx, 35, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4416896 + i1 * 512)}, &(char *){(M + 1713280)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+          rt_cu_launch(ctx, 28, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4625024 + i1 * 512)}, &(char *){(M + 3003008)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
         }
       }
       /* models/std/transformer.model:71 */
@@ -149,452 +113,352 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:73 */
       /* models/std/transformer.model:73 */
       /* models/std/transformer.model:73 */
-      rt_cu_matmul(ctx, (M + 4236672 + i1 * 32768), RT_BF16, ((M + 2008448) + i1 * 262144), c1_0, RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
-      /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1516672)}});
+      rt_cu_matmul(ctx, (M + 4444800 + i1 * 32768), RT_BF16, ((M + 1692288) + i1 * 262144), c1_0, RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 1713280), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3003008), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
       /* models/std/transformer.model:66 */
-      rt_cu_matmul(ctx, (M + 4105600 + i1 * 32768), RT_BF16, ((M + 3450240) + i1 * 65536), (M + 1713280), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4313728 + i1 * 32768), RT_BF16, ((M + 3658368) + i1 * 65536), (M + 3003008), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1516672)}, &(char *){(WS + 256)}, &(char *){((M + 3581312) + i1 * 65536)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4420224 + i1 * 128)}, &(char *){(M + 4420480 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2806400)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4628352 + i1 * 128)}, &(char *){(M + 4628608 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1516672)}, &(char *){(M + 1647744)}});
+      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2806400)}, &(char *){(M + 2937472)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 33, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4419968 + i1 * 128)}, &(char *){(M + 1647744)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
-      /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628096 + i1 * 128)}, &(char *){(M + 2937472)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 1713280), RT_BF16, (M + 1647744), (M + 1451136), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 3003008), RT_BF16, (M + 2937472), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 4400512 + i1 * 8192), RT_BF16, ((M + 3712384) + i1 * 65536), (M + 1647744), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4608640 + i1 * 8192), RT_BF16, ((M + 3920512) + i1 * 65536), (M + 2937472), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{36, 1, 128, "1x4x64/0", 12288}, {37, 1, 128, "1x4x32/0", 6144}, {38, 1, 256, "1x8x64/0", 12288}, {39, 1, 128, "2x4x16/0", 3072}, {40, 2, 64, "1x2x64/0", 12288}, {41, 1, 256, "1x8x32/0", 6144}, {42, 1, 128, "1x4x16/0", 3072}, {43, 1, 128, "1x4x128/0", 24576}, {44, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(((M + 3057024) + i1 * 196608) + 0)}, &(char *){(((M + 3057024) + i1 * 196608) + 128)}, &(char *){(((M + 3057024) + i1 * 196608) + 256)}, &(char *){((M + 3712384) + i1 * 65536)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(M + 1713280)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{45, 1, 128, "1x4x64/0", 13312}, {46, 1, 128, "1x4x32/3", 6656}, {47, 1, 256, "1x8x64/0", 13312}, {48, 1, 256, "1x8x32/0", 6656}, {49, 2, 64, "1x2x64/0", 13312}, {50, 1, 128, "2x4x16/0", 3328}, {51, 2, 64, "1x2x32/0", 6656}, {52, 1, 128, "1x4x128/0s", 32768}, {53, 1, 256, "1x8x128/0s", 38912}, {54, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 1451264)}, &(char *){(M + 1451392)}, &(char *){(((M + 3057024) + i1 * 196608) + 0)}, &(char *){(((M + 3057024) + i1 * 196608) + 128)}, &(char *){(((M + 3057024) + i1 * 196608) + 256)}, &(char *){((M + 4384128) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 1713280)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 3003008)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 3003008)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 55, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4417920 + i1 * 384)}, &(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
-      /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1778816)}});
+      rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 1713280), RT_BF16, (M + 1451136), (M + 1778816), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 3003008), RT_BF16, (M + 2740864), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 4302208 + i1 * 24576), RT_BF16, ((M + 3843456) + i1 * 65536), (M + 1451136), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4510336 + i1 * 24576), RT_BF16, ((M + 4051584) + i1 * 65536), (M + 2740864), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 30, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(WS + 256)}, &(char *){((M + 3974528) + i1 * 65536)}, &(char *){(M + 2008320)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 31, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4419456 + i1 * 128)}, &(char *){(M + 4419712 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 3003008)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4627840 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1647744)}, &(char *){(M + 1451136)}, &(char *){(M + 1647744)}});
-      rt_cu_copy(ctx, (M + 4171136), (M + 1647744), 65536);
-      c1_0 = (M + 4171136);
+      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2937472)}, &(char *){(M + 2740864)}, &(char *){(M + 2937472)}});
+      rt_cu_copy(ctx, (M + 4379264), (M + 2937472), 65536);
+      c1_0 = (M + 4379264);
     }
   }
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420736)}, &(char *){(M + 1929856)}});
+  rt_cu_launch(ctx, 49, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(M + 2171008)}});
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4236672)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 50, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4444800)}, &(char *){(M + 1692288)}});
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4416896)}, &(char *){(M + 1926272)}});
+  rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4625024)}, &(char *){(M + 2167424)}});
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 57, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1582208)}});
+  rt_cu_launch(ctx, 50, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1823360)}});
   /* models/std/transformer.model:10 */
   /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 59, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420480)}, &(char *){(M + 4420224)}, &(char *){(M + 4419968)}, &(char *){(M + 1930368)}, &(char *){(M + 1930880)}, &(char *){(M + 1931392)}});
+  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628608)}, &(char *){(M + 4628352)}, &(char *){(M + 4628096)}, &(char *){(M + 2171520)}, &(char *){(M + 2172032)}, &(char *){(M + 2172544)}});
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 60, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4400512)}, &(char *){(M + 1877120)}});
+  rt_cu_launch(ctx, 53, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4608640)}, &(char *){(M + 2118272)}});
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4417920)}, &(char *){(M + 1928320)}});
+  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626048)}, &(char *){(M + 2169472)}});
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 62, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4302208)}, &(char *){(M + 1713280)}});
+  rt_cu_launch(ctx, 55, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4510336)}, &(char *){(M + 1954432)}});
   /* models/std/transformer.model:10 */
   /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4419712)}, &(char *){(M + 4419456)}, &(char *){(M + 1931904)}, &(char *){(M + 1932416)}});
+  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4627840)}, &(char *){(M + 4627584)}, &(char *){(M + 2173056)}, &(char *){(M + 2173568)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 64, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(M + 4171136)}});
+  rt_cu_launch(ctx, 57, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 2052736)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4418688)}, &(long long){0}}); rt_cu_launch(ctx, 65, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 59, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4626816)}, &(long long){0}}); rt_cu_launch(ctx, 58, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 2060928)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 2052736)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 67, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1819776)}, &(char *){(M + 1909888)}});
+  rt_cu_launch(ctx, 60, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2060928)}, &(char *){(M + 2151040)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1446912)}, &(long long){0}}); rt_cu_launch(ctx, 68, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1811584)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4171136)}});
+  rt_cu_launch(ctx, 62, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 61, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 2052736)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 70, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}, &(char *){(M + 4351360)}});
+  rt_cu_launch(ctx, 63, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 2052736)}, &(char *){(M + 4559488)}});
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 71, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4351360)}, &(char *){(M + 1811584)}});
+  rt_cu_launch(ctx, 64, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 2052736)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 72, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1811584)}}); rt_cu_launch(ctx, 73, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 74, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1909888)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932992)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 65, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2052736)}}); rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174080)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1932416)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933056)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2151040)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174144)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931904)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933120)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2173568)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174208)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 77, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1713280)}}); rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933184)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2173056)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174272)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 79, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1928320)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933248)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 70, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1954432)}}); rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174336)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 80, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1877120)}}); rt_cu_launch(ctx, 81, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933312)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2169472)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174400)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1931392)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933376)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 73, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2118272)}}); rt_cu_launch(ctx, 74, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174464)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930880)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933440)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2172544)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174528)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1930368)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933504)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2172032)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174592)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 82, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1582208)}}); rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933568)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2171520)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174656)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 84, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1926272)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933632)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 75, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1823360)}}); rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174720)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 82, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}}); rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933696)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 77, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2167424)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174784)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1929856)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933760)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 75, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1692288)}}); rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174848)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4419200)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933824)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2171008)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174912)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 85, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4418944)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1933888)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627328)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174976)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 0, (M + 1932928), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 1, (M + 1932992), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 2, (M + 1933056), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 3, (M + 1933120), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 4, (M + 1933184), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 5, (M + 1933248), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 6, (M + 1933312), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 7, (M + 1933376), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 8, (M + 1933440), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 9, (M + 1933504), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 10, (M + 1933568), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 11, (M + 1933632), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 12, (M + 1933696), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 13, (M + 1933760), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 14, (M + 1933824), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1933952), 16, 15, (M + 1933888), 1, 0, 1, 1, 1, 4);
+  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627072)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2175040)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 86, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1933952)}}); rt_cu_launch(ctx, 75, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(WS + 256)}});
+  /* models/tiny.model:26 */
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 0, (M + 2174080), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 1, (M + 2174144), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 2, (M + 2174208), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 3, (M + 2174272), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 4, (M + 2174336), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 5, (M + 2174400), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 6, (M + 2174464), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 7, (M + 2174528), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 8, (M + 2174592), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 9, (M + 2174656), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 10, (M + 2174720), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 11, (M + 2174784), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 12, (M + 2174848), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 13, (M + 2174912), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 14, (M + 2174976), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2175104), 16, 15, (M + 2175040), 1, 0, 1, 1, 1, 4);
+  /* models/tiny.model:26 */
+  rt_cu_launch(ctx, 79, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2175104)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174080)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 87, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1932928)}, &(char *){(M + 1932992)}, &(char *){(M + 1933056)}});
+  rt_cu_launch(ctx, 80, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174080)}, &(char *){(M + 2174144)}, &(char *){(M + 2174208)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_copy_block(ctx, (M + 1932928), 3, 0, (M + 1451008), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1932928), 3, 1, (M + 1933056), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1932928), 3, 2, (M + 1451072), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2174080), 3, 0, (M + 1692160), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2174080), 3, 1, (M + 2174208), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 2174080), 3, 2, (M + 1692224), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 88, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1811584)}, &(char *){(M + 482304)}, &(char *){(M + 547840)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 81, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 2052736)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 2174080)}, &(char *){(M + 482304)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 89, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1909888)}, &(char *){(M + 613376)}, &(char *){(M + 629760)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 82, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 2151040)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 2174080)}, &(char *){(M + 515072)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 1932416)}, &(char *){(M + 646144)}, &(char *){(M + 646656)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 2173568)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 2174080)}, &(char *){(M + 523264)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 1931904)}, &(char *){(M + 647168)}, &(char *){(M + 647680)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 2173056)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 2174080)}, &(char *){(M + 523520)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 91, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1713280)}, &(char *){(M + 648192)}, &(char *){(M + 746496)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 84, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1954432)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 2174080)}, &(char *){(M + 523776)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 92, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 1928320)}, &(char *){(M + 844800)}, &(char *){(M + 846336)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 85, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 2169472)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 2174080)}, &(char *){(M + 572928)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 93, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 1877120)}, &(char *){(M + 847872)}, &(char *){(M + 880640)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 86, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 2118272)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 2174080)}, &(char *){(M + 573696)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:57 */
-  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 1931392)}, &(char *){(M + 913408)}, &(char *){(M + 913920)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 2172544)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 2174080)}, &(char *){(M + 590080)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 1930880)}, &(char *){(M + 914432)}, &(char *){(M + 914944)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 2172032)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 2174080)}, &(char *){(M + 590336)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 1930368)}, &(char *){(M + 915456)}, &(char *){(M + 915968)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 2171520)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 2174080)}, &(char *){(M + 590592)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 94, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1582208)}, &(char *){(M + 916480)}, &(char *){(M + 1047552)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 87, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1823360)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 2174080)}, &(char *){(M + 590848)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 95, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 1926272)}, &(char *){(M + 1178624)}, &(char *){(M + 1180672)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 88, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 2167424)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 2174080)}, &(char *){(M + 656384)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 94, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1451136)}, &(char *){(M + 1182720)}, &(char *){(M + 1313792)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 87, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1692288)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 2174080)}, &(char *){(M + 657408)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 90, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 1929856)}, &(char *){(M + 1444864)}, &(char *){(M + 1445376)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 2171008)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 2174080)}, &(char *){(M + 722944)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4419200)}, &(char *){(M + 1445888)}, &(char *){(M + 1446144)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 89, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4627328)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 2174080)}, &(char *){(M + 723200)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 96, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4418944)}, &(char *){(M + 1446400)}, &(char *){(M + 1446656)}, &(char *){(M + 1932928)}});
+  rt_cu_launch(ctx, 89, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4627072)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 2174080)}, &(char *){(M + 723328)}});
+  /* (the cast: its bf16 copy, stored by the update above) */
 }
 
 static void eval(char *M, RtCtx *ctx) {
   (void)ctx;
-  /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1975424)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1975424)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4418688)}});
-  /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4418688)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1459328)}, &(char *){(M + 4105600)}});
+  rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 4105600);
+    char *c1_0 = (M + 4313728);
     for (int64_t i1 = 0; i1 < 2; i1++) {
-      /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1549440)}});
-      /* models/std/transformer.model:68 */
-      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1524864)}});
-      /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1525376)}});
-      /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1525504)}});
-      /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1525632)}});
-      /* models/std/transformer.model:29 */
-      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1475712)}});
-      /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82432) + i1 * 256)}, &(char *){(M + 1451136)}});
-      /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 1451264)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
-      /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4051584 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 523264) + i1 * 128)}, &(char *){((M + 523520) + i1 * 128)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 512, 192, 64, 0, 0, (M + 1475712), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 1475712)}, &(char *){(M + 3057024 + i1 * 196608)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3712384 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 3057152 + i1 * 196608)}, &(char *){(M + 3057280 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
-      /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3581312 + i1 * 65536), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1525632), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1525632)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3581312 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1525504)}, &(char *){(M + 1525376)}});
-      /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3658368 + i1 * 65536)}, &(char *){(M + 3789440 + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){((M + 590592) + i1 * 128)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1524864), NULL, (M + 2532736 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1524864)}, &(char *){(M + 2532736 + i1 * 262144)}});
-        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 1692288 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 0, ((M + 656384) + i1 * 512), NULL, (M + 2216576 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2216576 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 17, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){((M + 656384) + i1 * 512)}, &(char *){(M + 2216576 + i1 * 262144)}});
+        rt_cu_launch(ctx, 18, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){(M + 1692288 + i1 * 262144)}});
       }
-      /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1549440), (M + 3581312 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1549440)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
-      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
-        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      if (c1_0 != ((M + 4182656) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 4182656) + i1 * 65536), c1_0, 65536);
       }
-      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
+      c1_0 = (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728));
     }
   }
-  /* models/std/transformer.model:9 */
-  /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 97, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1451136)}, &(char *){(M + 1448960)}, &(char *){WS}}); rt_cu_launch(ctx, 29, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4420992)}, &(char *){(WS + 256)}, &(char *){(M + 1448960)}});
+  rt_cu_launch(ctx, 90, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4629120)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
   (void)ctx;
-  /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 1975424)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 1, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1975424)}, &(char *){(M + 1446912)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 0, 512, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 482304)}, &(char *){(M + 1688064)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 2, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4418688)}});
-  /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 1, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626816)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 4, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1459328)}, &(char *){(M + 1451136)}, &(char *){(M + 4418688)}, &(char *){WS}, &(long long){0}});
+  rt_cu_launch(ctx, 2, 64, 1, 1, 64, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 515072)}, &(char *){(M + 4626816)}, &(char *){WS}, &(long long){0}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 5, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4105600)}, &(char *){(M + 1459328)}, &(char *){(M + 4105600)}});
+  rt_cu_launch(ctx, 3, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1692288)}, &(char *){(M + 4313728)}});
   /* models/tiny.model:15 */
   { /* repeat blocks x2 */
-    char *c1_0 = (M + 4105600);
+    char *c1_0 = (M + 4313728);
     for (int64_t i1 = 0; i1 < 2; i1++) {
-      /* models/std/transformer.model:75 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 481280) + i1 * 256)}, &(char *){(M + 1549440)}});
-      /* models/std/transformer.model:68 */
-      rt_cu_launch(ctx, 7, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 348160) + i1 * 1024)}, &(char *){(M + 1524864)}});
-      /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216576) + i1 * 256)}, &(char *){(M + 1525376)}});
-      /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 216064) + i1 * 256)}, &(char *){(M + 1525504)}});
-      /* models/std/transformer.model:57 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 215552) + i1 * 256)}, &(char *){(M + 1525632)}});
-      /* models/std/transformer.model:29 */
-      rt_cu_launch(ctx, 8, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 181248) + i1 * 768)}, &(char *){(M + 1475712)}});
-      /* models/std/transformer.model:10 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82432) + i1 * 256)}, &(char *){(M + 1451136)}});
-      /* models/std/transformer.model:9 */
-      rt_cu_launch(ctx, 6, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 81920) + i1 * 256)}, &(char *){(M + 1451264)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3843456 + i1 * 65536)}, &(char *){c1_0}, &(char *){(M + 1451264)}, &(char *){(M + 1451136)}});
-      /* models/std/transformer.model:26 */
-      rt_cu_launch(ctx, 10, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 82944) + i1 * 49152)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4051584 + i1 * 65536)}, &(char *){c1_0}, &(char *){((M + 523264) + i1 * 128)}, &(char *){((M + 523520) + i1 * 128)}});
       /* models/std/transformer.model:27 */
       /* matmul + bias in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 512, 192, 64, 0, 0, (M + 1475712), NULL, NULL)) {
-        rt_cu_matmul(ctx, (M + 3057024 + i1 * 196608), RT_BF16, (M + 3843456 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 11, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 1475712)}, &(char *){(M + 3057024 + i1 * 196608)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:27", (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 512, 192, 64, 0, 0, ((M + 572928) + i1 * 384), NULL, NULL)) {
+        rt_cu_matmul(ctx, (M + 3265152 + i1 * 196608), RT_BF16, (M + 4051584 + i1 * 65536), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 192, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 5, 384, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3265152 + i1 * 196608)}, &(char *){((M + 572928) + i1 * 384)}, &(char *){(M + 3265152 + i1 * 196608)}});
       }
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{12, 1, 128, "2x4x64/0", 12288}, {13, 1, 128, "1x4x64/0", 12288}, {14, 1, 256, "1x8x64/0", 12288}, {15, 1, 128, "2x4x32/0", 6144}, {16, 1, 128, "1x4x32/0", 6144}, {17, 1, 256, "1x8x32/0", 6144}, {18, 1, 256, "2x8x64/0", 12288}, {19, 1, 128, "1x4x128/0", 24576}, {20, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3712384 + i1 * 65536)}, &(char *){(M + 4384128 + i1 * 8192)}, &(char *){(M + 3057024 + i1 * 196608)}, &(char *){(M + 3057152 + i1 * 196608)}, &(char *){(M + 3057280 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
-      /* models/std/transformer.model:54 */
-      rt_cu_launch(ctx, 3, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 182784) + i1 * 16384)}, &(char *){(M + 1516672)}});
+      rt_cu_launch_tuned(ctx, "flash_fwd S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{6, 1, 128, "2x4x64/0", 12288}, {7, 1, 128, "1x4x64/0", 12288}, {8, 1, 256, "1x8x64/0", 12288}, {9, 1, 128, "2x4x32/0", 6144}, {10, 1, 128, "1x4x32/0", 6144}, {11, 1, 256, "1x8x32/0", 6144}, {12, 1, 256, "2x8x64/0", 12288}, {13, 1, 128, "1x4x128/0", 24576}, {14, 1, 256, "1x8x128/0", 24576}}, 4, 8, 5, (void *[]){&(char *){(M + 3920512 + i1 * 65536)}, &(char *){(M + 4592256 + i1 * 8192)}, &(char *){(M + 3265152 + i1 * 196608)}, &(char *){(M + 3265280 + i1 * 196608)}, &(char *){(M + 3265408 + i1 * 196608)}}, (const long long[]){65536LL, 8192LL, 196352LL, 196352LL, 196352LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 80LL, 1, 0}, {RT_F32, 80LL, 0, 0}});
       /* models/std/transformer.model:55 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3581312 + i1 * 65536), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 512, 64, 64, 0, 0, (M + 1525632), c1_0, NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 3712384 + i1 * 65536), (M + 1516672), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1525632)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 1451136)}, &(char *){(M + 3581312 + i1 * 65536)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:55", (M + 3789440 + i1 * 65536), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 512, 64, 64, 0, 0, ((M + 590080) + i1 * 128), c1_0, NULL)) {
+        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 3920512 + i1 * 65536), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 590080) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2740864)}, &(char *){(M + 3789440 + i1 * 65536)}});
       }
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3450240 + i1 * 65536)}, &(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1525504)}, &(char *){(M + 1525376)}});
-      /* models/std/transformer.model:65 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 217088) + i1 * 65536)}, &(char *){(M + 1451136)}});
+      rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 3658368 + i1 * 65536)}, &(char *){(M + 3789440 + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){((M + 590592) + i1 * 128)}});
       /* models/std/transformer.model:66 */
       /* matmul + bias + GELU in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 2008448 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 512, 256, 64, 0, 0, (M + 1524864), NULL, (M + 2532736 + i1 * 262144))) {
-        rt_cu_matmul(ctx, (M + 2532736 + i1 * 262144), RT_BF16, (M + 3450240 + i1 * 65536), (M + 1451136), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 23, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 1524864)}, &(char *){(M + 2532736 + i1 * 262144)}});
-        rt_cu_launch(ctx, 24, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2532736 + i1 * 262144)}, &(char *){(M + 2008448 + i1 * 262144)}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:66", (M + 1692288 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 0, ((M + 656384) + i1 * 512), NULL, (M + 2216576 + i1 * 262144))) {
+        rt_cu_matmul(ctx, (M + 2216576 + i1 * 262144), RT_BF16, (M + 3658368 + i1 * 65536), ((M + 590848) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 17, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){((M + 656384) + i1 * 512)}, &(char *){(M + 2216576 + i1 * 262144)}});
+        rt_cu_launch(ctx, 18, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2216576 + i1 * 262144)}, &(char *){(M + 1692288 + i1 * 262144)}});
       }
-      /* models/std/transformer.model:72 */
-      rt_cu_launch(ctx, 0, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 350208) + i1 * 65536)}, &(char *){(M + 1516672)}});
       /* models/std/transformer.model:73 */
       /* matmul + bias + residual in one GEMM (epilogue) */
-      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600)), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 512, 64, 256, 0, 0, (M + 1549440), (M + 3581312 + i1 * 65536), NULL)) {
-        rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 2008448 + i1 * 262144), (M + 1516672), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
-        rt_cu_launch(ctx, 21, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1451136)}, &(char *){(M + 1549440)}, &(char *){(M + 1451136)}});
-        rt_cu_launch(ctx, 22, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3581312 + i1 * 65536)}, &(char *){(M + 1451136)}, &(char *){(i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600))}});
+      if (!rt_cu_matmul_ep(ctx, "models/std/transformer.model:73", (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728)), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 512, 64, 256, 0, 0, ((M + 722944) + i1 * 128), (M + 3789440 + i1 * 65536), NULL)) {
+        rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 1692288 + i1 * 262144), ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 64, 256, 0, 0, 0, 1.0f, 0.0f);
+        rt_cu_launch(ctx, 15, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){((M + 722944) + i1 * 128)}, &(char *){(M + 2740864)}});
+        rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 3789440 + i1 * 65536)}, &(char *){(M + 2740864)}, &(char *){(i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728))}});
       }
-      if (c1_0 != ((M + 3974528) + i1 * 65536)) {
-        rt_cu_copy(ctx, ((M + 3974528) + i1 * 65536), c1_0, 65536);
+      if (c1_0 != ((M + 4182656) + i1 * 65536)) {
+        rt_cu_copy(ctx, ((M + 4182656) + i1 * 65536), c1_0, 65536);
       }
-      c1_0 = (i1 < 1 ? (M + 4040064 + i1 * 65536) : (M + 4105600));
+      c1_0 = (i1 < 1 ? (M + 4248192 + i1 * 65536) : (M + 4313728));
     }
   }
-  /* models/std/transformer.model:9 */
-  /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 482048)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 9, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4171136)}, &(char *){(M + 4105600)}, &(char *){(M + 2008192)}, &(char *){(M + 1451136)}});
+  rt_cu_launch(ctx, 4, 512, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 723328)}});
   /* models/tiny.model:19 */
-  rt_cu_matmul(ctx, (M + 1451136), RT_BF16, (M + 4171136), (M + 1975424), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
 }
 
 /* the program's kernels: compiled by NVRTC at start for the GPU found, cubins cached */
 static const char cuda_source[] =
   "#include \"shardk.cuh\"\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k0(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = sk::rbf(x0);\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 16384LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const float *)p0 + (i));\012"
-  "    float t0 = sk::rbf(x0);\012"
-  "    sk::st((sk::bf16 *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k0, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k1(char *p0, char *p1, char *p2, char *p3, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k0(char *p0, char *p1, char *p2, char *p3, long long l0) {\012"
   "  sk::embed<sk::bf16, sk::bf16, 64LL, 256LL, 64, true>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const int *)p2, l0, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k1, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, long long)))\012"
+  "SK_EMU_ENTRY(k0, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k2(char *p0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k1(char *p0) {\012"
   "  sk::iota<64LL>((int *)p0, 0LL);\012"
   "}\012"
-  "SK_EMU_ENTRY(k2, (SK_ARG(0, char *)))\012"
+  "SK_EMU_ENTRY(k1, (SK_ARG(0, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k3(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 512LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = sk::rbf(x0);\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 4096LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const float *)p0 + (i));\012"
-  "    float t0 = sk::rbf(x0);\012"
-  "    sk::st((sk::bf16 *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k3, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k4(char *p0, char *p1, char *p2, char *p3, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k2(char *p0, char *p1, char *p2, char *p3, long long l0) {\012"
   "  sk::embed<sk::bf16, sk::bf16, 64LL, 64LL, 64, true>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const int *)p2, l0, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k4, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, long long)))\012"
+  "SK_EMU_ENTRY(k2, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k5(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k3(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 32768LL; i += (long long)gridDim.x * 256) {\012"
   "    long long r = i;\012"
   "    long long c2 = r % 64LL;\012"
@@ -606,110 +470,14 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k5, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k3, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k6(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = sk::rbf(x0);\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 64LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const float *)p0 + (i));\012"
-  "    float t0 = sk::rbf(x0);\012"
-  "    sk::st((sk::bf16 *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k6, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k7(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 32LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = sk::rbf(x0);\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 256LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const float *)p0 + (i));\012"
-  "    float t0 = sk::rbf(x0);\012"
-  "    sk::st((sk::bf16 *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k7, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k8(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 24LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = sk::rbf(x0);\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 192LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const float *)p0 + (i));\012"
-  "    float t0 = sk::rbf(x0);\012"
-  "    sk::st((sk::bf16 *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k8, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k9(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k4(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::layernorm<sk::bf16, sk::bf16, 64LL, 32, 2>((sk::bf16 *)p0, (const sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, 1.000000000e-05f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k9, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k4, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k10(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 1536LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = sk::rbf(x0);\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((sk::bf16 *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 12288LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const float *)p0 + (i));\012"
-  "    float t0 = sk::rbf(x0);\012"
-  "    sk::st((sk::bf16 *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k10, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k11(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k5(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 98304LL; i += (long long)gridDim.x * 256) {\012"
   "    long long r = i;\012"
   "    long long c2 = r % 192LL;\012"
@@ -719,70 +487,70 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k11, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k5, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k12(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k6(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
+  "SK_EMU_ENTRY(k6, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k7(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k7, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k8(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k8, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k9(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k9, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k10(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k10, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k11(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k11, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k12(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "}\012"
   "SK_EMU_ENTRY(k12, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k13(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k13, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k14(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
+  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k14, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "#endif\012"
   "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k15(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k15, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k16(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k16, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k17(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k17, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k18(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 64, 2, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k18, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k19(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k19, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k20(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::flash_fwd<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 64LL, 192LL, 192LL, 192LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k20, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
-  "#endif\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k21(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k15(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 32768LL; i += (long long)gridDim.x * 256) {\012"
   "    long long r = i;\012"
   "    long long c2 = r % 64LL;\012"
@@ -792,9 +560,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k21, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k15, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k22(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k16(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 4096LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -820,9 +588,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k22, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k16, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k17(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 131072LL; i += (long long)gridDim.x * 256) {\012"
   "    long long r = i;\012"
   "    long long c2 = r % 256LL;\012"
@@ -832,9 +600,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k17, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k24(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k18(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16384LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -856,77 +624,43 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k24, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k18, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1, char *p2, char *p3) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const float *)p0 + 8 * v);\012"
-  "      float xv1[8];\012"
-  "      sk::ld8(xv1, (const float *)p1 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "      float ov1[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float x1 = xv1[e];\012"
-  "        float t0 = sk::rbf(x0);\012"
-  "        float t1 = sk::rbf(x1);\012"
-  "        ov0[e] = t0;\012"
-  "        ov1[e] = t1;\012"
-  "      }\012"
-  "      sk::st8((sk::bf16 *)p2 + 8 * v, ov0);\012"
-  "      sk::st8((sk::bf16 *)p3 + 8 * v, ov1);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 64LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const float *)p0 + (i));\012"
-  "    float x1 = sk::ld((const float *)p1 + (i));\012"
-  "    float t0 = sk::rbf(x0);\012"
-  "    float t1 = sk::rbf(x1);\012"
-  "    sk::st((sk::bf16 *)p2 + i, t0);\012"
-  "    sk::st((sk::bf16 *)p3 + i, t1);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k26(char *p0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k19(char *p0) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float t0 = 1.000000000e+00f;\012"
   "    sk::st((float *)p0 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k26, (SK_ARG(0, char *)))\012"
+  "SK_EMU_ENTRY(k19, (SK_ARG(0, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k27(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k20(char *p0, char *p1, char *p2) {\012"
   "  sk::ce_mean<512LL, 256>((float *)0, (const float *)0, (const int *)p0, (const float *)p1, (float *)p2);\012"
   "}\012"
-  "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k20, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(512) k28(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(512) k21(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::ce_fused_rows_smem<256LL, 0LL, 512, 2, 4>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const int *)p3, (const float *)p4, (int *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k21, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k29(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k22(char *p0, char *p1, char *p2) {\012"
   "  sk::ce_mean<512LL, 256>((float *)p0, (const float *)p1, (const int *)p2, (const float *)0, (float *)0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k22, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k30(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::layernorm_bwd_warp<sk::bf16, sk::bf16, 512LL, 64LL, 256>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k30, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k31(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k24(char *p0, char *p1, char *p2) {\012"
   "  if (blockIdx.z == 0) sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p0, (const float *)p2, 1.000000000e+00f);\012"
   "  else sk::colsum<sk::bf16, float, 256LL, 64LL, 128LL, 1, 32>((sk::bf16 *)p1, (const float *)((float *)p2 + 64LL), 1.000000000e+00f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k31, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k24, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k32(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1, char *p2, char *p3) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -958,14 +692,14 @@ static const char cuda_source[] =
   "    sk::st((float *)p3 + i, t1);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k33(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k26(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 64LL, 64LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k26, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k34(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k27(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16384LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -991,148 +725,148 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k35(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k28(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 256LL, 256LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k29(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
   "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
-  "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k30(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
   "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k30, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k31(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k31, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k32(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k33(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k34(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k35(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k37, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128, 3) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k39, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k40(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k40(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k40, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k41, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k42, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
+  "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128, 3) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k47(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k47(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k49(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k50(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k51(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k52(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k54(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 192LL, 192LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k49(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1154,9 +888,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k50(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 4096LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1178,9 +912,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k51(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 64LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1202,9 +936,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k59(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k52(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3 | (unsigned long long)p4 | (unsigned long long)p5) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1246,9 +980,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p5 + i, t2);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 1024LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1270,9 +1004,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k61(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 48LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1294,9 +1028,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k62(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 3072LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1318,9 +1052,9 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1, char *p2, char *p3) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1352,24 +1086,24 @@ static const char cuda_source[] =
   "    sk::st((float *)p3 + i, t1);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
   "  sk::colsum<sk::bf16, sk::bf16, 8LL, 4096LL, 4096LL, 1, 32>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k65(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k58(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k66(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k59(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<64LL, 64LL, 64, 1>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 512LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1391,19 +1125,19 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k68(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k61(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k69(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k62(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<512LL, 256LL, 64, 4>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1429,9 +1163,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1453,84 +1187,84 @@ static const char cuda_source[] =
   "    sk::st((float *)p1 + i, t0);\012"
   "  }\012"
   "}\012"
+  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 16384LL, 4, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k66(char *p0, char *p1) {\012"
+  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 4096LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k68(char *p0, char *p1) {\012"
+  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k69(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 128LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<float, 24576LL, 6, 256, true>((float *)p0, (const float *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1) {\012"
+  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
   "SK_EMU_ENTRY(k71, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k72(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16384LL, 4, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 384LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k72, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k73(char *p0, char *p1) {\012"
-  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 8192LL, 2, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k73, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k74(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 4096LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k74, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k75(char *p0, char *p1) {\012"
-  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 32768LL, 8, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k75, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k76(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 128LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k76, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k77(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 24576LL, 6, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 512LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k77, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k78(char *p0, char *p1) {\012"
-  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 64LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k78, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k79(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 384LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k79, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k80(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 8192LL, 2, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k80, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k81(char *p0, char *p1) {\012"
-  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k81, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k82(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 32768LL, 8, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k82, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k83(char *p0, char *p1) {\012"
-  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k83, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k84(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 512LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k84, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k85(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 64LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k85, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k86(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k86, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k87(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k80(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sqrtf(x0);\012"
@@ -1543,59 +1277,59 @@ static const char cuda_source[] =
   "    sk::st((float *)p2 + i, t5);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k87, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k80, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k88(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 16384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k81(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 16384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k88, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k81, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k89(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 4096LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k82(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 4096LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k89, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k82, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k90(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 128LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k83(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 128LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k90, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k83, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k91(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 24576LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k84(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 24576LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k91, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k84, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k92(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k85(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k92, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k85, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k93(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 8192LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k86(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 8192LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k93, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k86, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k94(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 32768LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k87(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 32768LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k94, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k87, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k95(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 512LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k88(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 512LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k95, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k88, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k96(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::adamw<float, 64LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k89(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<float, 64LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k96, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k89, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k97(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k90(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::ce_rows<sk::bf16, 256LL, 0LL, 256>((float *)p0, (const sk::bf16 *)p1, (const int *)p2, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k97, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k90, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   ;
-static const RtCudaCode cuda_code = {cuda_source, 98};
+static const RtCudaCode cuda_code = {cuda_source, 91};
 
 static int64_t workspace_bytes(void) {
   int64_t n = 0, k;
@@ -1605,10 +1339,12 @@ static int64_t workspace_bytes(void) {
 }
 
 static const RtTensor tensors[] = {
-  {"tokens", RT_T_INPUT, 4, 2, {8, 64}, 1446912, 0, 0, 0, 0},
-  {"targets", RT_T_INPUT, 4, 2, {8, 64}, 1448960, 0, 0, 0, 0},
+  {"tokens", RT_T_INPUT, 4, 2, {8, 64}, 1688064, 0, 0, 0, 0},
+  {"targets", RT_T_INPUT, 4, 2, {8, 64}, 1690112, 0, 0, 0, 0},
   {"wte", RT_T_PARAM, 0, 2, {256, 64}, 0, 0, 2, 0, 0.02},
   {"wpe", RT_T_PARAM, 0, 2, {64, 64}, 65536, 0, 2, 0, 0.02},
+  {"bf16:wte", RT_T_COPY, 1, 2, {256, 64}, 482304, 0, 0, 0, 0, .copy_of = 2},
+  {"bf16:wpe", RT_T_COPY, 1, 2, {64, 64}, 515072, 0, 0, 0, 0, .copy_of = 3},
   {"blocks.layernorm.w", RT_T_PARAM, 0, 2, {2, 64}, 81920, 1, 1, 0, 0.02},
   {"blocks.layernorm.b", RT_T_PARAM, 0, 2, {2, 64}, 82432, 1, 0, 0, 0.02},
   {"blocks.attention.w_qkv", RT_T_PARAM, 0, 3, {2, 64, 192}, 82944, 1, 2, 0, 0.02},
@@ -1621,72 +1357,86 @@ static const RtTensor tensors[] = {
   {"blocks.mlp.b_fc", RT_T_PARAM, 0, 2, {2, 256}, 348160, 1, 0, 0, 0.02},
   {"blocks.mlp.w_proj", RT_T_PARAM, 0, 3, {2, 256, 64}, 350208, 1, 2, 0, 0.01},
   {"blocks.mlp.b_proj", RT_T_PARAM, 0, 2, {2, 64}, 481280, 1, 0, 0, 0.02},
+  {"bf16:blocks.layernorm.w", RT_T_COPY, 1, 2, {2, 64}, 523264, 0, 0, 0, 0, .copy_of = 6},
+  {"bf16:blocks.layernorm.b", RT_T_COPY, 1, 2, {2, 64}, 523520, 0, 0, 0, 0, .copy_of = 7},
+  {"bf16:blocks.attention.w_qkv", RT_T_COPY, 1, 3, {2, 64, 192}, 523776, 0, 0, 0, 0, .copy_of = 8},
+  {"bf16:blocks.attention.b_qkv", RT_T_COPY, 1, 2, {2, 192}, 572928, 0, 0, 0, 0, .copy_of = 9},
+  {"bf16:blocks.attention.w_o", RT_T_COPY, 1, 3, {2, 64, 64}, 573696, 0, 0, 0, 0, .copy_of = 10},
+  {"bf16:blocks.attention.b_o", RT_T_COPY, 1, 2, {2, 64}, 590080, 0, 0, 0, 0, .copy_of = 11},
+  {"bf16:blocks.layernorm_2.w", RT_T_COPY, 1, 2, {2, 64}, 590336, 0, 0, 0, 0, .copy_of = 12},
+  {"bf16:blocks.layernorm_2.b", RT_T_COPY, 1, 2, {2, 64}, 590592, 0, 0, 0, 0, .copy_of = 13},
+  {"bf16:blocks.mlp.w_fc", RT_T_COPY, 1, 3, {2, 64, 256}, 590848, 0, 0, 0, 0, .copy_of = 14},
+  {"bf16:blocks.mlp.b_fc", RT_T_COPY, 1, 2, {2, 256}, 656384, 0, 0, 0, 0, .copy_of = 15},
+  {"bf16:blocks.mlp.w_proj", RT_T_COPY, 1, 3, {2, 256, 64}, 657408, 0, 0, 0, 0, .copy_of = 16},
+  {"bf16:blocks.mlp.b_proj", RT_T_COPY, 1, 2, {2, 64}, 722944, 0, 0, 0, 0, .copy_of = 17},
   {"layernorm.w", RT_T_PARAM, 0, 1, {64}, 481792, 0, 1, 0, 0.02},
   {"layernorm.b", RT_T_PARAM, 0, 1, {64}, 482048, 0, 0, 0, 0.02},
-  {"lr", RT_T_INPUT, 0, 0, {}, 1451008, 0, 0, 0, 0},
-  {"step", RT_T_INPUT, 0, 0, {}, 1451072, 0, 0, 0, 0},
-  {"adam_m:wte", RT_T_STATE, 0, 2, {256, 64}, 482304, 0, 0, 0, 0},
-  {"adam_v:wte", RT_T_STATE, 0, 2, {256, 64}, 547840, 0, 0, 0, 0},
-  {"adam_m:wpe", RT_T_STATE, 0, 2, {64, 64}, 613376, 0, 0, 0, 0},
-  {"adam_v:wpe", RT_T_STATE, 0, 2, {64, 64}, 629760, 0, 0, 0, 0},
-  {"adam_m:blocks.layernorm.w", RT_T_STATE, 0, 2, {2, 64}, 646144, 0, 0, 0, 0},
-  {"adam_v:blocks.layernorm.w", RT_T_STATE, 0, 2, {2, 64}, 646656, 0, 0, 0, 0},
-  {"adam_m:blocks.layernorm.b", RT_T_STATE, 0, 2, {2, 64}, 647168, 0, 0, 0, 0},
-  {"adam_v:blocks.layernorm.b", RT_T_STATE, 0, 2, {2, 64}, 647680, 0, 0, 0, 0},
-  {"adam_m:blocks.attention.w_qkv", RT_T_STATE, 0, 3, {2, 64, 192}, 648192, 0, 0, 0, 0},
-  {"adam_v:blocks.attention.w_qkv", RT_T_STATE, 0, 3, {2, 64, 192}, 746496, 0, 0, 0, 0},
-  {"adam_m:blocks.attention.b_qkv", RT_T_STATE, 0, 2, {2, 192}, 844800, 0, 0, 0, 0},
-  {"adam_v:blocks.attention.b_qkv", RT_T_STATE, 0, 2, {2, 192}, 846336, 0, 0, 0, 0},
-  {"adam_m:blocks.attention.w_o", RT_T_STATE, 0, 3, {2, 64, 64}, 847872, 0, 0, 0, 0},
-  {"adam_v:blocks.attention.w_o", RT_T_STATE, 0, 3, {2, 64, 64}, 880640, 0, 0, 0, 0},
-  {"adam_m:blocks.attention.b_o", RT_T_STATE, 0, 2, {2, 64}, 913408, 0, 0, 0, 0},
-  {"adam_v:blocks.attention.b_o", RT_T_STATE, 0, 2, {2, 64}, 913920, 0, 0, 0, 0},
-  {"adam_m:blocks.layernorm_2.w", RT_T_STATE, 0, 2, {2, 64}, 914432, 0, 0, 0, 0},
-  {"adam_v:blocks.layernorm_2.w", RT_T_STATE, 0, 2, {2, 64}, 914944, 0, 0, 0, 0},
-  {"adam_m:blocks.layernorm_2.b", RT_T_STATE, 0, 2, {2, 64}, 915456, 0, 0, 0, 0},
-  {"adam_v:blocks.layernorm_2.b", RT_T_STATE, 0, 2, {2, 64}, 915968, 0, 0, 0, 0},
-  {"adam_m:blocks.mlp.w_fc", RT_T_STATE, 0, 3, {2, 64, 256}, 916480, 0, 0, 0, 0},
-  {"adam_v:blocks.mlp.w_fc", RT_T_STATE, 0, 3, {2, 64, 256}, 1047552, 0, 0, 0, 0},
-  {"adam_m:blocks.mlp.b_fc", RT_T_STATE, 0, 2, {2, 256}, 1178624, 0, 0, 0, 0},
-  {"adam_v:blocks.mlp.b_fc", RT_T_STATE, 0, 2, {2, 256}, 1180672, 0, 0, 0, 0},
-  {"adam_m:blocks.mlp.w_proj", RT_T_STATE, 0, 3, {2, 256, 64}, 1182720, 0, 0, 0, 0},
-  {"adam_v:blocks.mlp.w_proj", RT_T_STATE, 0, 3, {2, 256, 64}, 1313792, 0, 0, 0, 0},
-  {"adam_m:blocks.mlp.b_proj", RT_T_STATE, 0, 2, {2, 64}, 1444864, 0, 0, 0, 0},
-  {"adam_v:blocks.mlp.b_proj", RT_T_STATE, 0, 2, {2, 64}, 1445376, 0, 0, 0, 0},
-  {"adam_m:layernorm.w", RT_T_STATE, 0, 1, {64}, 1445888, 0, 0, 0, 0},
-  {"adam_v:layernorm.w", RT_T_STATE, 0, 1, {64}, 1446144, 0, 0, 0, 0},
-  {"adam_m:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446400, 0, 0, 0, 0},
-  {"adam_v:layernorm.b", RT_T_STATE, 0, 1, {64}, 1446656, 0, 0, 0, 0},
-  {"loss", RT_T_RESULT, 0, 0, {}, 4420992, 0, 0, 0, 0},
-  {"grad:wte", RT_T_RESULT, 0, 2, {256, 64}, 1811584, 0, 0, 0, 0},
-  {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 1909888, 0, 0, 0, 0},
-  {"grad:blocks.layernorm.w", RT_T_RESULT, 0, 2, {2, 64}, 1932416, 1, 0, 0, 0},
-  {"grad:blocks.layernorm.b", RT_T_RESULT, 0, 2, {2, 64}, 1931904, 1, 0, 0, 0},
-  {"grad:blocks.attention.w_qkv", RT_T_RESULT, 0, 3, {2, 64, 192}, 1713280, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 0, 2, {2, 192}, 1928320, 1, 0, 0, 0},
-  {"grad:blocks.attention.w_o", RT_T_RESULT, 0, 3, {2, 64, 64}, 1877120, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_o", RT_T_RESULT, 0, 2, {2, 64}, 1931392, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 0, 2, {2, 64}, 1930880, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 0, 2, {2, 64}, 1930368, 1, 0, 0, 0},
-  {"grad:blocks.mlp.w_fc", RT_T_RESULT, 0, 3, {2, 64, 256}, 1582208, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 0, 2, {2, 256}, 1926272, 1, 0, 0, 0},
-  {"grad:blocks.mlp.w_proj", RT_T_RESULT, 0, 3, {2, 256, 64}, 1451136, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 0, 2, {2, 64}, 1929856, 1, 0, 0, 0},
-  {"grad:layernorm.w", RT_T_RESULT, 0, 1, {64}, 4419200, 0, 0, 0, 0},
-  {"grad:layernorm.b", RT_T_RESULT, 0, 1, {64}, 4418944, 0, 0, 0, 0},
-  {"grad_norm", RT_T_RESULT, 0, 0, {}, 1932992, 0, 0, 0, 0},
+  {"bf16:layernorm.w", RT_T_COPY, 1, 1, {64}, 723200, 0, 0, 0, 0, .copy_of = 30},
+  {"bf16:layernorm.b", RT_T_COPY, 1, 1, {64}, 723328, 0, 0, 0, 0, .copy_of = 31},
+  {"lr", RT_T_INPUT, 0, 0, {}, 1692160, 0, 0, 0, 0},
+  {"step", RT_T_INPUT, 0, 0, {}, 1692224, 0, 0, 0, 0},
+  {"adam_m:wte", RT_T_STATE, 0, 2, {256, 64}, 723456, 0, 0, 0, 0},
+  {"adam_v:wte", RT_T_STATE, 0, 2, {256, 64}, 788992, 0, 0, 0, 0},
+  {"adam_m:wpe", RT_T_STATE, 0, 2, {64, 64}, 854528, 0, 0, 0, 0},
+  {"adam_v:wpe", RT_T_STATE, 0, 2, {64, 64}, 870912, 0, 0, 0, 0},
+  {"adam_m:blocks.layernorm.w", RT_T_STATE, 0, 2, {2, 64}, 887296, 0, 0, 0, 0},
+  {"adam_v:blocks.layernorm.w", RT_T_STATE, 0, 2, {2, 64}, 887808, 0, 0, 0, 0},
+  {"adam_m:blocks.layernorm.b", RT_T_STATE, 0, 2, {2, 64}, 888320, 0, 0, 0, 0},
+  {"adam_v:blocks.layernorm.b", RT_T_STATE, 0, 2, {2, 64}, 888832, 0, 0, 0, 0},
+  {"adam_m:blocks.attention.w_qkv", RT_T_STATE, 0, 3, {2, 64, 192}, 889344, 0, 0, 0, 0},
+  {"adam_v:blocks.attention.w_qkv", RT_T_STATE, 0, 3, {2, 64, 192}, 987648, 0, 0, 0, 0},
+  {"adam_m:blocks.attention.b_qkv", RT_T_STATE, 0, 2, {2, 192}, 1085952, 0, 0, 0, 0},
+  {"adam_v:blocks.attention.b_qkv", RT_T_STATE, 0, 2, {2, 192}, 1087488, 0, 0, 0, 0},
+  {"adam_m:blocks.attention.w_o", RT_T_STATE, 0, 3, {2, 64, 64}, 1089024, 0, 0, 0, 0},
+  {"adam_v:blocks.attention.w_o", RT_T_STATE, 0, 3, {2, 64, 64}, 1121792, 0, 0, 0, 0},
+  {"adam_m:blocks.attention.b_o", RT_T_STATE, 0, 2, {2, 64}, 1154560, 0, 0, 0, 0},
+  {"adam_v:blocks.attention.b_o", RT_T_STATE, 0, 2, {2, 64}, 1155072, 0, 0, 0, 0},
+  {"adam_m:blocks.layernorm_2.w", RT_T_STATE, 0, 2, {2, 64}, 1155584, 0, 0, 0, 0},
+  {"adam_v:blocks.layernorm_2.w", RT_T_STATE, 0, 2, {2, 64}, 1156096, 0, 0, 0, 0},
+  {"adam_m:blocks.layernorm_2.b", RT_T_STATE, 0, 2, {2, 64}, 1156608, 0, 0, 0, 0},
+  {"adam_v:blocks.layernorm_2.b", RT_T_STATE, 0, 2, {2, 64}, 1157120, 0, 0, 0, 0},
+  {"adam_m:blocks.mlp.w_fc", RT_T_STATE, 0, 3, {2, 64, 256}, 1157632, 0, 0, 0, 0},
+  {"adam_v:blocks.mlp.w_fc", RT_T_STATE, 0, 3, {2, 64, 256}, 1288704, 0, 0, 0, 0},
+  {"adam_m:blocks.mlp.b_fc", RT_T_STATE, 0, 2, {2, 256}, 1419776, 0, 0, 0, 0},
+  {"adam_v:blocks.mlp.b_fc", RT_T_STATE, 0, 2, {2, 256}, 1421824, 0, 0, 0, 0},
+  {"adam_m:blocks.mlp.w_proj", RT_T_STATE, 0, 3, {2, 256, 64}, 1423872, 0, 0, 0, 0},
+  {"adam_v:blocks.mlp.w_proj", RT_T_STATE, 0, 3, {2, 256, 64}, 1554944, 0, 0, 0, 0},
+  {"adam_m:blocks.mlp.b_proj", RT_T_STATE, 0, 2, {2, 64}, 1686016, 0, 0, 0, 0},
+  {"adam_v:blocks.mlp.b_proj", RT_T_STATE, 0, 2, {2, 64}, 1686528, 0, 0, 0, 0},
+  {"adam_m:layernorm.w", RT_T_STATE, 0, 1, {64}, 1687040, 0, 0, 0, 0},
+  {"adam_v:layernorm.w", RT_T_STATE, 0, 1, {64}, 1687296, 0, 0, 0, 0},
+  {"adam_m:layernorm.b", RT_T_STATE, 0, 1, {64}, 1687552, 0, 0, 0, 0},
+  {"adam_v:layernorm.b", RT_T_STATE, 0, 1, {64}, 1687808, 0, 0, 0, 0},
+  {"loss", RT_T_RESULT, 0, 0, {}, 4629120, 0, 0, 0, 0},
+  {"grad:wte", RT_T_RESULT, 0, 2, {256, 64}, 2052736, 0, 0, 0, 0},
+  {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 2151040, 0, 0, 0, 0},
+  {"grad:blocks.layernorm.w", RT_T_RESULT, 0, 2, {2, 64}, 2173568, 1, 0, 0, 0},
+  {"grad:blocks.layernorm.b", RT_T_RESULT, 0, 2, {2, 64}, 2173056, 1, 0, 0, 0},
+  {"grad:blocks.attention.w_qkv", RT_T_RESULT, 0, 3, {2, 64, 192}, 1954432, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 0, 2, {2, 192}, 2169472, 1, 0, 0, 0},
+  {"grad:blocks.attention.w_o", RT_T_RESULT, 0, 3, {2, 64, 64}, 2118272, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_o", RT_T_RESULT, 0, 2, {2, 64}, 2172544, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 0, 2, {2, 64}, 2172032, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 0, 2, {2, 64}, 2171520, 1, 0, 0, 0},
+  {"grad:blocks.mlp.w_fc", RT_T_RESULT, 0, 3, {2, 64, 256}, 1823360, 1, 0, 0, 0},
+  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 0, 2, {2, 256}, 2167424, 1, 0, 0, 0},
+  {"grad:blocks.mlp.w_proj", RT_T_RESULT, 0, 3, {2, 256, 64}, 1692288, 1, 0, 0, 0},
+  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 0, 2, {2, 64}, 2171008, 1, 0, 0, 0},
+  {"grad:layernorm.w", RT_T_RESULT, 0, 1, {64}, 4627328, 0, 0, 0, 0},
+  {"grad:layernorm.b", RT_T_RESULT, 0, 1, {64}, 4627072, 0, 0, 0, 0},
+  {"grad_norm", RT_T_RESULT, 0, 0, {}, 2174144, 0, 0, 0, 0},
 };
 
 /* the logits the logits() entry leaves, with their sharding (sampling gathers them) */
 static const RtTensor logits_tensor =
-  {"logits", RT_T_RESULT, 1, 3, {8, 64, 256}, 1451136, 0, 0, 0, 0};
+  {"logits", RT_T_RESULT, 1, 3, {8, 64, 256}, 2740864, 0, 0, 0, 0};
 
 static const RtProgram program = {
   .model = "tiny",
   .source = "models/tiny.model",
-  .mem_bytes = 4421056,
+  .mem_bytes = 4629184,
   .workspace_bytes = workspace_bytes,
-  .mem_peak = 4421056,
+  .mem_peak = 4629184,
   .batch = 8,
   .seq = 64,
   .global_batch = 8,
@@ -1697,9 +1447,9 @@ static const RtProgram program = {
   .byte_level = 1,
   .nparams = 120576,
   .flops_per_token = 786432,
-  .ntensors = 70,
+  .ntensors = 86,
   .tensors = tensors,
-  .logits_offset = 1451136,
+  .logits_offset = 2740864,
   .logits_tensor = &logits_tensor,
   .recipe = {.optimizer = RT_OPT_ADAMW, .lr = 0.001, .min_lr = 0.0001, .lr_schedule = RT_LR_COSINE, .warmup = 20, .steps = 300, .seed = 1337u, .grad_clip = 1,
              .data = "data/tiny/train.txt", .val = "data/tiny/val.txt", .ckpt_every = 100, .ckpt_dir = "ckpt/tiny", .ckpt_keep = 2},

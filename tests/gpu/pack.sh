@@ -21,6 +21,13 @@ s="$build/shardc"
 "$s" build models/llama3-8b.model --world 1 --target cuda -D vocab=32000 -D layers=8 -D d=2048 -D heads=16 \
   -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 -D recompute=none -D tp=1 -D sp=off \
   -o "$t/llama509_cuda" >/dev/null
+# the same two with the weights' bf16 copies cast per layer (docs/performance.md, "The weights' bf16 copies
+# kept across steps"): the default builds above keep persistent copies written by the update
+"$s" build models/gpt2-124m.model --world 1 --target cuda -D micro_batch=16 -D batch=16 -D seq=1024 -D zero=0 \
+  -D weight_copy=per_layer -o "$t/gpt2_cuda_perlayer" >/dev/null
+"$s" build models/llama3-8b.model --world 1 --target cuda -D vocab=32000 -D layers=8 -D d=2048 -D heads=16 \
+  -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 -D recompute=none -D tp=1 -D sp=off \
+  -D weight_copy=per_layer -o "$t/llama509_cuda_perlayer" >/dev/null
 off=(models/gpt2-124m.model --world 1 --target cuda -D micro_batch=16 -D batch=16 -D seq=1024 -D zero=1 -D offload=on)
 "$s" build "${off[@]}" -o "$t/gpt2_off" >/dev/null
 extra=()
@@ -35,7 +42,7 @@ fi
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib
 bins=("$build/tests/cudart/test_cudart" "$build/tests/cuda/cuda_kernels_gpu" "$t/tiny_cpu" "$t/tiny_cuda" "$t/gpt2_cuda"
-      "$t/llama509_cuda" "$t/gpt2_off" "${extra[@]}")
+      "$t/llama509_cuda" "$t/gpt2_cuda_perlayer" "$t/llama509_cuda_perlayer" "$t/gpt2_off" "${extra[@]}")
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "pack.sh: $b is not an executable" >&2; exit 1; }
   missing=$(ldd "$b" | awk '/not found/ && $1 !~ /^libcuda\.so/ {print $1}') # (the driver's: on the GPU machine)

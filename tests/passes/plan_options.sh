@@ -3,7 +3,8 @@
 # its kinds are none, selective and full (anything else is an error with a hint); `offload` is a
 # no-op with a note on the CPU target, applied on the CUDA target (the optimizer state leaves the
 # device plan for the host one: the device total drops by exactly that state), and an error
-# without a ZeRO stage. Usage: plan_options.sh SHARDC
+# without a ZeRO stage; `weight_copy` decided against the device's memory, chosen by hand, refused where
+# it cannot apply. Usage: plan_options.sh SHARDC
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 set +e # every case runs: $status collects the failures
@@ -44,5 +45,23 @@ expect 0 "note: zero 2: the data-parallel group is one rank (dp 1, cp 1): nothin
 if "$shardc" plan models/tiny.model --world 2 -D zero=2 2>&1 >/dev/null | grep -q "nothing to shard"; then
   echo "FAIL: zero 2 over dp 2 says it shards nothing"; status=1
 fi
-[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted"
+# weight_copy (passes/wshadow.c), decided by the driver against the device's memory: GPT-3 175B at tp 32 fits
+# with the persistent bf16 copies and keeps them; at tp 16 the plan with them (113,172 MiB) does not fit the
+# H100's 80 GiB and the per-layer casts are kept (92,372 MiB: the fit check then refuses it, exit 1, with the
+# report printed first); by hand, either; refused where it cannot apply
+g3=(models/gpt3-175b.model --target cuda -D cross_node_tp=on)
+expect_stdout=1 expect 0 "#   bf16 weights          10975322112 B     10466.88 MiB  persistent copies (in params)" "it fits: 59406.4 MiB" \
+  -- plan "${g3[@]}" -D tp=32
+expect_stdout=1 expect 1 "cast where read (per layer in the loops)" "the plan with the persistent copy (20872.2 MiB) needs 113172.0 MiB per rank, over the device's 81920.0 MiB" \
+  "the plan does not fit: 92,372 MiB per rank" -- plan "${g3[@]}" -D tp=16
+expect_stdout=1 expect 1 "weight_copy persistent (the plan)" "the plan does not fit: 113,172 MiB per rank" \
+  -- plan "${g3[@]}" -D tp=16 -D weight_copy=persistent
+expect_stdout=1 expect 0 "weight_copy per_layer (the plan)" -- plan "${g3[@]}" -D tp=32 -D weight_copy=per_layer
+expect 1 "error: -D weight_copy=persistent: the weights' bf16 copy is made under \`precision bf16\` on the CUDA target" \
+  -- plan models/tiny.model --world 1 --target cuda -D weight_copy=persistent
+expect 1 "error: -D weight_copy=persistent: zero 3 splits the parameters over dp" \
+  -- plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D zero=3 -D weight_copy=persistent
+expect 1 "error: \`weight_copy\` needs one of auto, persistent or per_layer, got \`always\`" \
+  -- plan models/tiny.model --world 1 -D weight_copy=always
+[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy decided and refused"
 exit $status

@@ -41,6 +41,11 @@ static void check_types(const Graph *g, const char *label, int *bf16_reads) {
       }
       break;
     case OP_PARAM: case OP_STATE:
+      if (n->op == OP_STATE && ir_copy_source(n->a.name)) { /* a persistent bf16 copy (passes/wshadow.c) */
+        CHECK(n->out[0]->dtype == DT_BF16, "%s: copy %s is %s", label, n->a.name, ir_dtype_name(n->out[0]->dtype));
+        (*bf16_reads)++;
+        break;
+      }
       CHECK(n->out[0]->dtype == DT_F32, "%s: %s %s is %s, want f32 (master copy)", label, ir_ops[n->op].name,
             n->a.name, ir_dtype_name(n->out[0]->dtype));
       break;

@@ -711,9 +711,10 @@ __device__ void reduce_final(float *y, const float *part, float scale) {
 }
 
 /* ---- optimizers (ops.def), in place; hyper = (lr, gscale, step); gscale NaN / Inf: no change - */
+/* pc (nullptr: none): the updated p rounded to bf16, stored beside it (the parameter's persistent copy) */
 template <class TG, i64 N>
 __device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hyper, float b1, float b2, float eps,
-                      float wd) {
+                      float wd, bf16 *pc = nullptr) {
   float lr = hyper[0], gs = hyper[1];
   if (!(fabsf(gs) <= 3.402823466e38f)) return; /* gscale NaN / Inf: a skipped step (ops.def) */
   double step = (double)hyper[2];
@@ -723,13 +724,15 @@ __device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hy
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     float pi = p[i];
-    p[i] = pi - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * pi);
+    float po = pi - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * pi);
+    p[i] = po;
+    if (pc) st(pc + i, po);
     m[i] = mi;
     v[i] = vi;
   }
 }
 template <class TG, i64 N>
-__device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float mom, float wd) {
+__device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float mom, float wd, bf16 *pc = nullptr) {
   float lr = hyper[0], gs = hyper[1];
   if (!(fabsf(gs) <= 3.402823466e38f)) return; /* a skipped step */
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
@@ -737,7 +740,9 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
     float gi = gs * ld(g + i) + wd * pi;
     float mi = mom * m[i] + gi;
     m[i] = mi;
-    p[i] = pi - lr * mi;
+    float po = pi - lr * mi;
+    p[i] = po;
+    if (pc) st(pc + i, po);
   }
 }
 
