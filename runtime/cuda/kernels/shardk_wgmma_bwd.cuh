@@ -45,6 +45,33 @@ namespace sk {
 
 #if SK_HAVE_WGMMA
 
+/* One probability of a dK/dV tile (S^T: rows keys, columns queries): element (nt, e) of this thread's
+ * fragment, keys rk, rk + 8, the tile's queries from qt0; ls the tile's lse (natural log); 0 past S or
+ * above the diagonal (MASK). */
+template <bool MASK, bool CAUSAL, int S>
+__device__ __forceinline__ float wg_prob_kv(float sv, const float *ls, int nt, int e, int rk, int qt0, int t, float c2) {
+  const float log2e = 1.4426950408889634f;
+  const int col = nt * 8 + 2 * t + (e & 1);
+  float p = ex2(fmaf(sv, c2, -ls[col] * log2e));
+  if (MASK) {
+    const int qi = qt0 + col, kj = rk + (e >= 2 ? 8 : 0);
+    if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
+  }
+  return p;
+}
+
+/* One probability of a dQ tile (S: rows queries, columns keys): element (nt, e), queries rq, rq + 8 with
+ * their lse in base 2 (la), the tile's keys from k0; masked as wg_prob_kv. */
+template <bool MASK, bool CAUSAL, int S>
+__device__ __forceinline__ float wg_prob_q(float sv, const float (&la)[2], int nt, int e, int rq, int k0, int t, float c2) {
+  float p = ex2(fmaf(sv, c2, -la[e >> 1]));
+  if (MASK) {
+    const int qi = rq + (e >= 2 ? 8 : 0), kj = k0 + nt * 8 + 2 * t + (e & 1);
+    if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
+  }
+  return p;
+}
+
 /* One query tile of dK / dV for one warpgroup (keys r0 .. r0 + 63; this warp's 16 from r0 + 16 w): ka, va
  * its K and V, qa, oa the tile's Q and dO (shared addresses); ls, ds the tile's lse (natural log) and D;
  * qt0 its first query. */
@@ -52,7 +79,6 @@ template <bool MASK, bool CAUSAL, int S, int HD, int BQ>
 __device__ __forceinline__ void wg_kv_tile(float (&dka)[HD / 8][4], float (&dva)[HD / 8][4], u32 ka, u32 va, u32 qa,
                                            u32 oa, const float *ls, const float *ds, int qt0, int r0, float c2) {
   const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = ((int)threadIdx.x >> 5) & 3;
-  const float log2e = 1.4426950408889634f;
   float s[BQ / 8][4], dp[BQ / 8][4]; /* S^T and dP^T: rows keys, columns queries */
   u32 pa[BQ / 16][4], sa[BQ / 16][4];
   wg_fence();
@@ -64,15 +90,7 @@ __device__ __forceinline__ void wg_kv_tile(float (&dka)[HD / 8][4], float (&dva)
 #pragma unroll
   for (int nt = 0; nt < BQ / 8; nt++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int col = nt * 8 + 2 * t + (e & 1);
-      float p = ex2(fmaf(s[nt][e], c2, -ls[col] * log2e));
-      if (MASK) {
-        const int qi = qt0 + col, kj = rk + (e >= 2 ? 8 : 0);
-        if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
-      }
-      s[nt][e] = p;
-    }
+    for (int e = 0; e < 4; e++) s[nt][e] = wg_prob_kv<MASK, CAUSAL, S>(s[nt][e], ls, nt, e, rk, qt0, t, c2);
   c_to_a<BQ>(pa, s);
   wg_fence();
   wg_pv<HD, BQ>(dva, pa, oa); /* dV += P^T dO */
@@ -109,14 +127,7 @@ __device__ __forceinline__ void wg_q_tile(float (&acc)[HD / 8][4], u32 qa, u32 o
 #pragma unroll
   for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float p = ex2(fmaf(s[nt][e], c2, -la[e >> 1]));
-      if (MASK) {
-        const int qi = rq + (e >= 2 ? 8 : 0), kj = k0 + nt * 8 + 2 * t + (e & 1);
-        if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
-      }
-      s[nt][e] = p;
-    }
+    for (int e = 0; e < 4; e++) s[nt][e] = wg_prob_q<MASK, CAUSAL, S>(s[nt][e], la, nt, e, rq, k0, t, c2);
   wg_wait<0>();
   wg_regs<BK / 2>(flat<BK>(dp));
 #pragma unroll
@@ -155,14 +166,8 @@ __device__ __forceinline__ void wg_q_tile_pipe(float (&acc)[HD / 8][4], u32 (&sa
 #pragma unroll
   for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float p = ex2(fmaf(s[nt][e], c2, -la[e >> 1]));
-      if (MASK) {
-        const int qi = rq + (e >= 2 ? 8 : 0), kj = k0 + nt * 8 + 2 * t + (e & 1);
-        if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
-      }
-      dp[nt][e] = p * (dp[nt][e] - da[e >> 1]);
-    }
+    for (int e = 0; e < 4; e++)
+      dp[nt][e] = wg_prob_q<MASK, CAUSAL, S>(s[nt][e], la, nt, e, rq, k0, t, c2) * (dp[nt][e] - da[e >> 1]);
   wg_wait<0>();
   wg_regs_a<BK / 16>(sa);
   wg_regs<HD / 2>(flat<HD>(acc));
@@ -182,7 +187,6 @@ __device__ __forceinline__ void wg_kv_tile_pipe(float (&dka)[HD / 8][4], float (
                                                 u32 va, u32 qa, u32 oa, u32 qp, u32 op, const float *ls,
                                                 const float *ds, int qt0, int r0, float c2) {
   const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = ((int)threadIdx.x >> 5) & 3;
-  const float log2e = 1.4426950408889634f;
   float s[BQ / 8][4], dp[BQ / 8][4];
   wg_fence();
   wg_scores<HD, BQ>(s, ka, qa);
@@ -199,15 +203,7 @@ __device__ __forceinline__ void wg_kv_tile_pipe(float (&dka)[HD / 8][4], float (
 #pragma unroll
   for (int nt = 0; nt < BQ / 8; nt++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int col = nt * 8 + 2 * t + (e & 1);
-      float p = ex2(fmaf(s[nt][e], c2, -ls[col] * log2e));
-      if (MASK) {
-        const int qi = qt0 + col, kj = rk + (e >= 2 ? 8 : 0);
-        if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
-      }
-      s[nt][e] = p;
-    }
+    for (int e = 0; e < 4; e++) s[nt][e] = wg_prob_kv<MASK, CAUSAL, S>(s[nt][e], ls, nt, e, rk, qt0, t, c2);
   wg_regs<BQ / 2>(flat<BQ>(dp));
 #pragma unroll
   for (int nt = 0; nt < BQ / 8; nt++)
