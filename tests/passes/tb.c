@@ -262,6 +262,24 @@ double tb_rel_err(const Tensor *ref, const Tensor *t) {
   return mx > 0 ? d / mx : d;
 }
 
+int tb_pos_of(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+int tb_last_use(const Graph *g, const Value *v) {
+  for (int r = 0; r < g->nresults; r++)
+    if (g->results[r] == v) return g->nnodes;
+  int last = tb_pos_of(g, v->def);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v) last = i;
+  return last;
+}
+
+int64_t tb_bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
 int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, int64_t m,
                    const char *label, const char *what, double tol, bool replicas) {
   Tensor mtok = *tok, mtgt = *tgt;

@@ -29,6 +29,15 @@ Shape tb_shape(int rank, ...); /* dims as int */
 Tensor tb_randn(DType dt, Shape s, uint64_t seed, double scale);
 Tensor tb_randint(Shape s, uint64_t seed, int64_t lo, int64_t hi);
 
+/* ---- a memory plan's facts (the memplan tests) ---- */
+
+/* Position of node n in g (-1: not there). */
+int tb_pos_of(const Graph *g, const Node *n);
+/* The last position of g reading v (g->nnodes when v is a result; its def's position when unread). */
+int tb_last_use(const Graph *g, const Value *v);
+/* Bytes of v's tensor. */
+int64_t tb_bytes_of(const Value *v);
+
 /* ---- equivalence of a partitioned program with the single-rank one (the *_equiv tests) ---- */
 
 /* Two training steps of ref (one rank) and of the partitioned pm on the same batch (ptok / ptgt: how

@@ -18,24 +18,6 @@
 
 static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
-static int pos_of(const Graph *g, const Node *n) {
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i] == n) return i;
-  return -1;
-}
-
-/* Last position reading v (nnodes when v is a result). */
-static int last_use(const Graph *g, const Value *v) {
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r] == v) return g->nnodes;
-  int last = pos_of(g, v->def);
-  for (int i = 0; i < g->nnodes; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == v) last = i;
-  return last;
-}
-
-static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
 /* u's bytes may be v's while both live only when v is an all-reduce output (or an update's
  * result, a scale's, an add's into its first operand, a repeat's carry) whose input u (or the
@@ -44,14 +26,14 @@ static bool planned_alias(const Graph *g, const Value *u, const Value *v) {
   for (int pass = 0; pass < 2; pass++) {
     const Value *x = pass ? v : u, *y = pass ? u : v;
     const Node *n = y->def;
-    if (n->op == OP_ALL_REDUCE && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n)) return true;
-    if (n->op == OP_SCALE && x == n->in[0] && last_use(g, x) == pos_of(g, n)) return true;
-    if (n->op == OP_ADD && x == n->in[0] && ir_shape_eq(&x->shape, &y->shape) && last_use(g, x) == pos_of(g, n))
+    if (n->op == OP_ALL_REDUCE && x == n->in[y->idx] && tb_last_use(g, x) == tb_pos_of(g, n)) return true;
+    if (n->op == OP_SCALE && x == n->in[0] && tb_last_use(g, x) == tb_pos_of(g, n)) return true;
+    if (n->op == OP_ADD && x == n->in[0] && ir_shape_eq(&x->shape, &y->shape) && tb_last_use(g, x) == tb_pos_of(g, n))
       return true;
-    if (n->op == OP_REPEAT && y->idx < n->a.ncarry && x == n->in[y->idx] && last_use(g, x) == pos_of(g, n))
+    if (n->op == OP_REPEAT && y->idx < n->a.ncarry && x == n->in[y->idx] && tb_last_use(g, x) == tb_pos_of(g, n))
       return true;
     bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAMW_UPDATE;
-    if (upd && x == n->in[y->idx ? y->idx + 1 : 0] && last_use(g, x) == pos_of(g, n)) return true;
+    if (upd && x == n->in[y->idx ? y->idx + 1 : 0] && tb_last_use(g, x) == tb_pos_of(g, n)) return true;
   }
   return false;
 }
@@ -66,12 +48,12 @@ static void check_no_overlap(const Graph *g) {
         for (int l = 0; l < g->nodes[j]->nout; l++) {
           const Value *v = g->nodes[j]->out[l];
           if (v == u || v->offset < 0 || (j == i && l <= k)) continue;
-          bool live = pos_of(g, v->def) <= last_use(g, u) && pos_of(g, u->def) <= last_use(g, v);
-          bool shared = u->offset < v->offset + bytes_of(v) && v->offset < u->offset + bytes_of(u);
+          bool live = tb_pos_of(g, v->def) <= tb_last_use(g, u) && tb_pos_of(g, u->def) <= tb_last_use(g, v);
+          bool shared = u->offset < v->offset + tb_bytes_of(v) && v->offset < u->offset + tb_bytes_of(u);
           checked++;
           CHECK(!(live && shared) || planned_alias(g, u, v),
                  "values %%%d [%lld, +%lld) and %%%d [%lld, +%lld) are live together and share bytes", u->id,
-                 (long long)u->offset, (long long)bytes_of(u), v->id, (long long)v->offset, (long long)bytes_of(v));
+                 (long long)u->offset, (long long)tb_bytes_of(u), v->id, (long long)v->offset, (long long)tb_bytes_of(v));
         }
     }
   CHECK(checked > 10, "only %d pairs checked", checked);
@@ -181,7 +163,7 @@ static const Value *meets_live(const Graph *g, int i, int64_t at, int64_t bytes)
     for (int k = 0; k < g->nodes[j]->nout; k++) {
       const Value *v = g->nodes[j]->out[k];
       int64_t lo, hi;
-      if (j > i || last_use(g, v) < i || !memplan_span(v, &lo, &hi)) continue;
+      if (j > i || tb_last_use(g, v) < i || !memplan_span(v, &lo, &hi)) continue;
       if (at < hi && lo < at + bytes) return v;
     }
   return NULL;
@@ -237,11 +219,11 @@ static void scratch_case(Arena *a) {
            "scratch [%lld, +%lld) outside the arena [%lld, %lld)", (long long)n->scratch_at,
            (long long)n->scratch_bytes, (long long)mp->persistent, (long long)mp->total);
   }
-  const Value *hit = meets_live(g, pos_of(g, gy), gy->scratch_at, gy->scratch_bytes);
+  const Value *hit = meets_live(g, tb_pos_of(g, gy), gy->scratch_at, gy->scratch_bytes);
   CHECK(!hit, "the gather's scratch meets %%%d, live at the gather", hit ? hit->id : -1);
-  hit = meets_live(body, pos_of(body, rsn), rsn->scratch_at, rsn->scratch_bytes);
+  hit = meets_live(body, tb_pos_of(body, rsn), rsn->scratch_at, rsn->scratch_bytes);
   CHECK(!hit, "the loop's scratch meets the body's %%%d, live at the scatter", hit ? hit->id : -1);
-  hit = meets_live(g, pos_of(g, r), rsn->scratch_at, rsn->scratch_bytes);
+  hit = meets_live(g, tb_pos_of(g, r), rsn->scratch_at, rsn->scratch_bytes);
   CHECK(!hit, "the loop's scratch meets %%%d, live at the loop", hit ? hit->id : -1);
   CHECK(mp->largest[MEM_COMM] == 384, "largest communication buffer %lld", (long long)mp->largest[MEM_COMM]);
   check_no_overlap(g);

@@ -37,25 +37,8 @@ static Value *concat_last(Graph *g, Value *const *in) {
   return tb_op(g, OP_CONCAT, 3, in, &a);
 }
 
-static int pos_of(const Graph *g, const Node *n) {
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i] == n) return i;
-  return -1;
-}
-/* last position reading v (nnodes when v is a result) */
-static int last_use(const Graph *g, const Value *v) {
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r] == v) return g->nnodes;
-  int last = pos_of(g, v->def);
-  for (int i = 0; i < g->nnodes; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == v) last = i;
-  return last;
-}
-
-static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 static bool disjoint(const Value *u, const Value *v) {
-  return u->offset + bytes_of(u) <= v->offset || v->offset + bytes_of(v) <= u->offset;
+  return u->offset + tb_bytes_of(u) <= v->offset || v->offset + tb_bytes_of(v) <= u->offset;
 }
 
 int main(void) {
@@ -107,14 +90,14 @@ int main(void) {
     CHECK(bw->out[i]->ld == 96 && bw->out[i]->offset == dqkv->offset + i * d * 4,
           "sdpa_bwd output %d: ld %lld (96), at %lld (dqkv at %lld + %lld)", i, (long long)bw->out[i]->ld,
           (long long)bw->out[i]->offset, (long long)dqkv->offset, (long long)(i * d * 4));
-  int at = pos_of(g, bw), checked = 0;
+  int at = tb_pos_of(g, bw), checked = 0;
   for (int i = 0; i < g->nnodes; i++)
     for (int j = 0; j < g->nodes[i]->nout; j++) {
       const Value *u = g->nodes[i]->out[j];
-      if (u->offset < 0 || u->ld || u == dqkv || i > at || last_use(g, u) < at) continue;
+      if (u->offset < 0 || u->ld || u == dqkv || i > at || tb_last_use(g, u) < at) continue;
       checked++;
       CHECK(disjoint(dqkv, u), "dqkv [%lld, +%lld) overlaps %%%d [%lld, +%lld), live at its producer",
-            (long long)dqkv->offset, (long long)bytes_of(dqkv), u->id, (long long)u->offset, (long long)bytes_of(u));
+            (long long)dqkv->offset, (long long)tb_bytes_of(dqkv), u->id, (long long)u->offset, (long long)tb_bytes_of(u));
     }
   CHECK(checked >= 4, "only %d values live at the sdpa_bwd checked (o, lse, dout, tanh(kc))", checked);
   CHECK(disjoint(dqkv, qkv), "dqkv at %lld overlaps qkv at %lld, whose views the sdpa_bwd reads", (long long)dqkv->offset,
