@@ -15,6 +15,7 @@
 #   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
 #           (the candidates checked against the default, then timed, at the first call: the summaries
 #           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
+#           the same with the weights' bf16 copies cast per layer (weight_copy per_layer: the persistent copies' gain),
 #           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
 #   sweep   cuda_kernels_gpu's attention tile sweep (mma.sync tiles in dynamic shared memory, the
 #           wgmma forward's and backward's on sm_90a) and the bytes-bound kernels' variants side by side
@@ -57,9 +58,10 @@ part() {
 
 # one GPT-2 run: median ms/step after step 1 and the autotune lines
 gpt2() {
-  local label=$1
+  local label=$1 exe=$bin/gpt2_cuda
   shift
-  env "$@" "$bin/gpt2_cuda" --data "$t/gpt2.bin" --steps 12 --eval-every 0 --val-batches 1 --log "$t/g.jsonl" > "$t/g.out" 2>&1
+  if [ "${1:-}" = --perlayer ]; then exe=$bin/gpt2_cuda_perlayer; shift; fi # weight_copy per_layer's build
+  env "$@" "$exe" --data "$t/gpt2.bin" --steps 12 --eval-every 0 --val-batches 1 --log "$t/g.jsonl" > "$t/g.out" 2>&1
   local rc=$?
   grep -E "^(device|attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$t/g.out"
   python3 - "$t/g.jsonl" "$label" "$rc" <<'PY'
@@ -75,6 +77,7 @@ tune() { # the records sit beside the cubins: the attention's removed so that it
   gpt2 "attn default, gemm tuned" SHARDRT_ATTN_AUTOTUNE=0
   gpt2 "attn tuned (first run)" SHARDRT_ATTN_AUTOTUNE=1
   gpt2 "attn tuned (from the record)" SHARDRT_ATTN_AUTOTUNE=1
+  gpt2 "attn tuned, weight copies cast per layer" --perlayer SHARDRT_ATTN_AUTOTUNE=1
   gpt2 "gemm heuristic, own bias gradient" SHARDRT_GEMM_AUTOTUNE=0
   gpt2 "gemm heuristic, cuBLASLt DGELU_BGRAD" SHARDRT_GEMM_AUTOTUNE=0 SHARDRT_GEMM_BGRAD=fused
 }
