@@ -202,12 +202,9 @@ static void emit_update(Cg *c, const Node *n, const char *copy) {
 static const Node *copy_cast(Cg *c, const Node *u) {
   const Graph *g = u->graph;
   int at = c->pos + 1;
-  if (at >= g->nnodes || g->nodes[at - 1] != u || !cg_runs(c, g, at)) return NULL;
+  if (at >= g->nnodes || g->nodes[at - 1] != u || !cg_runs(c, g, at) || !ir_update_casts_copy(g, at)) return NULL;
   const Node *x = g->nodes[at];
-  if (x->op != OP_CAST || x->in[0] != u->out[0] || x->out[0]->dtype != DT_BF16 || x->out[0]->host || u->out[0]->host)
-    return NULL;
-  const Value *st = ir_copy_written(g, x->out[0]);
-  return st && strcmp(cg_ptr(c, st), cg_ptr(c, x->out[0])) == 0 ? x : NULL;
+  return strcmp(cg_ptr(c, ir_copy_written(g, x->out[0])), cg_ptr(c, x->out[0])) == 0 ? x : NULL;
 }
 
 static void emit_node(Cg *c, Node *n) {

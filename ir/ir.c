@@ -372,3 +372,10 @@ Value *ir_copy_written(const Graph *g, const Value *v) {
   }
   return NULL;
 }
+
+bool ir_update_casts_copy(const Graph *g, int i) {
+  if (i < 1 || i >= g->nnodes) return false;
+  const Node *u = g->nodes[i - 1], *x = g->nodes[i];
+  return (u->op == OP_ADAMW_UPDATE || u->op == OP_SGD_UPDATE) && x->op == OP_CAST && x->in[0] == u->out[0] &&
+         x->out[0]->dtype == DT_BF16 && !x->out[0]->host && !u->out[0]->host && ir_copy_written(g, x->out[0]);
+}

@@ -261,6 +261,11 @@ const char *ir_copy_source(const char *state_name);
 /* The persistent bf16 copy (its STATE) that v, a value of g, is the next value of (result
  * "next:bf16:<param>"), or NULL. */
 Value *ir_copy_written(const Graph *g, const Value *v);
+/* Whether g->nodes[i] is the cast that makes a persistent bf16 copy out of the parameter the update
+ * right before it just updated (device values, the copy's STATE written by it): the one kernel the
+ * update and the cast can be (codegen/target_cuda.c stores the copy in the update's kernel where the
+ * memory plan put the cast in the copy's bytes; passes/cost.c charges no second kernel). */
+bool ir_update_casts_copy(const Graph *g, int i);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
 void ir_replace_uses(Graph *g, Value *from, Value *to);

@@ -118,7 +118,9 @@ static bool cold_operand(const Value *v) {
 }
 
 /* Seconds of one non-collective leaf node; *kind says which rate bounds it. */
-static double op_time(const Module *m, const CostDevice *d, const Node *n, TimeKind *kind) {
+/* in_update: n is the cast of an updated parameter into its persistent bf16 copy, which the CUDA
+ * update's own kernel stores (ir_update_casts_copy): it reads nothing (the update's registers). */
+static double op_time(const Module *m, const CostDevice *d, const Node *n, bool in_update, TimeKind *kind) {
   *kind = T_FREE;
   if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) return 0;
   if (n->op == OP_RESHAPE) return 0; /* a view */
@@ -128,7 +130,7 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, TimeK
   double bytes = 0;
   bool grouped = m->target == TARGET_CUDA && n->group > 0; /* one kernel: intermediates stay in registers */
   for (int j = 0; j < n->nin; j++)
-    if (!(grouped && n->in[j]->def && n->in[j]->def->group == n->group)) bytes += value_bytes(n->in[j]);
+    if (!in_update && !(grouped && n->in[j]->def && n->in[j]->def->group == n->group)) bytes += value_bytes(n->in[j]);
   for (int j = 0; j < n->nout; j++) bytes += value_bytes(n->out[j]);
   double mem = bytes / d->bytes_per_s;
   switch (n->op) {
@@ -179,6 +181,7 @@ typedef struct {
   /* the pipeline's timeline (sim_rank of a stage, pt set): each instruction's time and what precedes it */
   PipeTimes *pt;
   const int *pos; /* [norder]: program-order instruction -> its index in its stage's list */
+  bool copy_in_update; /* the node simulated is the cast the update before it stores (sim_graph) */
   int cur;        /* the instruction (Node.instr) whose nodes ran last on this stage; 0: none yet */
   double gap;     /* time on other nodes since then (the next instruction's pre) */
   double rlat, rcopy; /* a pipeline receive's transfer, for the instruction that follows it */
@@ -312,7 +315,7 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
     return;
   }
   TimeKind kind;
-  double dt = op_time(s->m, s->d, n, &kind);
+  double dt = op_time(s->m, s->d, n, s->copy_in_update, &kind);
   if (kind == T_FREE) return;
   double oh = launch ? s->d->op_overhead_s : 0;
   c->t += dt + oh;
@@ -373,9 +376,11 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
       }
       continue;
     }
-    bool launch = !(cuda && n->group > 0 && i > 0 && g->nodes[i - 1]->group == n->group);
+    s->copy_in_update = cuda && ir_update_casts_copy(g, i); /* one kernel with the update */
+    bool launch = !(cuda && n->group > 0 && i > 0 && g->nodes[i - 1]->group == n->group) && !s->copy_in_update;
     double t0 = c->t;
     sim_node(s, n, c, launch);
+    s->copy_in_update = false;
     if (top) record(s, n, c->t - t0, c->t);
   }
 }
