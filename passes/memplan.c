@@ -236,15 +236,62 @@ bool memplan_is_view(const Node *n) {
  * sum += this micro-step's gradient, one buffer instead of the output and a sum per iteration. */
 static int xs_in_place(const Node *rep, int k);
 
+/* Whether v, a value of g, or a view of it (of a view ...) is read by a node from position `from` on
+ * (nested bodies included), or by an asynchronous collective anywhere (it reads after its position). */
+static bool live_from(const Graph *g, int from, const Value *v) {
+  if (read_from(g, from, v)) return true;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v && (ir_comm_async(n) || (is_view(n) && live_from(g, from, n->out[0])))) return true;
+  }
+  return false;
+}
+
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+/* The residual stream's gradient carried by the backward layer loop: result k is a chain of adds
+ * y = add(v_1, t_1), v_1 = add(v_2, t_2), ..., v_n = add(arg k, t_n), in which each add is the last
+ * reader of the v it adds to (the others read v before it: the branches of the layer), so each sum
+ * can be written over the one before, and the first over arg k: the whole chain lives in the
+ * region's output k. The values v_1 .. v_n are stored in mids (at most `max`), *n their count. An
+ * add whose other operand a matmul makes is taken only where it is v's one reader (passes/epilogue.c
+ * may fold it into the GEMM, which then writes the sum where the matmul stands, before v's other
+ * readers; alone it is gradient accumulation's sum += dW, a GEMM accumulating in place). */
+static bool carry_chain(const Node *rep, int k, Value **mids, int max, int *n) {
+  const Graph *body = rep->body;
+  Value *a = body->args[k]->out[0], *v = body->results[k];
+  *n = 0;
+  for (;;) {
+    const Node *d = v->def;
+    if (d->graph != body || d->op != OP_ADD || d->in[0] == d->in[1] || value_bytes(v) != value_bytes(a)) return false;
+    int at = d->in[1] == a ? 1 : 0, pos = position(body, d);
+    Value *x = d->in[at], *t = d->in[1 - at];
+    if (live_from(body, pos + 1, x) || is_result(body, x) || (t->def->op == OP_MATMUL && readers(body, x) > 1))
+      return false;
+    if (x == a) return true;
+    if (*n == max || x->def->graph != body || is_view(x->def) || x->host || value_bytes(x) != value_bytes(a)) return false;
+    mids[(*n)++] = x;
+    v = x;
+  }
+}
+enum { CARRY_CHAIN_MAX = 8 };
+
 static bool carry_in_place(const Node *rep, int k) {
   const Graph *body = rep->body;
   Value *y = body->results[k], *a = body->args[k]->out[0];
-  if (y->def->graph != body || readers(body, a) != 1 || is_result(body, a)) return false;
+  if (y->def->graph != body || is_result(body, a)) return false;
   if (y->def->op == OP_REPEAT) { /* a loop's stacked output made in place on arg k (passes/sums.c) */
     int q = xs_in_place(y->def, y->idx);
-    if (q < 0 || y->def->in[q] != a || readers(body, y) != 0) return false;
-  } else if (y->def->op != OP_ADD || (y->def->in[0] != a && y->def->in[1] != a) || y->def->in[0] == y->def->in[1]) {
-    return false;
+    if (q < 0 || y->def->in[q] != a || readers(body, y) != 0 || readers(body, a) != 1) return false;
+  } else {
+    Value *mids[CARRY_CHAIN_MAX];
+    int n;
+    if (!carry_chain(rep, k, mids, CARRY_CHAIN_MAX, &n)) return false;
   }
   for (int r = 0; r < body->nresults; r++)
     if (r != k && body->results[r] == y) return false;
@@ -323,8 +370,13 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
   /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
   int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
   for (int r = 0; rep->op == OP_REPEAT && r < ncarry; r++)
-    if (carry_in_place(rep, r) || memplan_carry_in_stack(rep, r) >= 0)
+    if (carry_in_place(rep, r) || memplan_carry_in_stack(rep, r) >= 0) {
       body->results[r]->offset = -2; /* in the output, or in the stack: place_stacked */
+      Value *mids[CARRY_CHAIN_MAX];
+      int n = 0;
+      if (body->results[r]->def->op == OP_ADD && carry_in_place(rep, r)) carry_chain(rep, r, mids, CARRY_CHAIN_MAX, &n);
+      for (int j = 0; j < n; j++) mids[j]->offset = -2; /* the sums before it: there too */
+    }
   for (int r = ncarry; rep->op == OP_REPEAT && r < body->nresults; r++) {
     Value *y = body->results[r];
     if (y->def->graph != body || y->def->op == OP_ARG) continue; /* copied by codegen */
@@ -431,10 +483,11 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
         n->out[0]->ld = in->shape.dim[in->shape.rank - 1];
         continue;
       }
-      if (d->graph == g && !ir_slice_is_view(n) && (d->op == OP_ARG || in->offset == IR_OFFSET_VIEW)) {
+      if (d->graph == g && !ir_slice_is_view(n) && (d->op == OP_ARG || in->offset == IR_OFFSET_VIEW || in->offset == -2)) {
         /* a region's argument (a stacked input's slice, a carry, a capture) lives the whole
          * iteration outside the region's transients: the view is its bytes, not a copy (a column view:
-         * its columns, at the argument's row stride; codegen adds the first column, memplan_col_at) */
+         * its columns, at the argument's row stride; codegen adds the first column, memplan_col_at);
+         * so does a value placed in the region's outputs (-2: a stacked y, a carry's sums) */
         n->out[0]->offset = IR_OFFSET_VIEW;
         n->out[0]->ld = memplan_col_slice(n) ? in->shape.dim[in->shape.rank - 1] : 0;
         continue;
@@ -657,6 +710,14 @@ static void place_stacked(Graph *g) {
         y->stride = j < 0 ? 0 : value_bytes(y);
         y->mclass = n->out[j < 0 ? r : j]->mclass;
         y->last_in = j < 0 ? NULL : n->out[r];
+        Value *mids[CARRY_CHAIN_MAX];
+        int nm = 0;
+        if (j < 0 && y->def->op == OP_ADD) carry_chain(n, r, mids, CARRY_CHAIN_MAX, &nm);
+        for (int q = 0; q < nm; q++) { /* carry_chain's sums, in the output with it */
+          mids[q]->offset = y->offset;
+          mids[q]->stride = 0;
+          mids[q]->mclass = y->mclass;
+        }
       }
     if (n->op == OP_REPEAT)
       for (int r = n->a.ncarry; r < n->body->nresults; r++) {

@@ -123,34 +123,33 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2806400)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4628352 + i1 * 128)}, &(char *){(M + 4628608 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2806400)}, &(char *){(M + 2937472)}});
+      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2806400)}, &(char *){(M + 4379264)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628096 + i1 * 128)}, &(char *){(M + 2937472)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628096 + i1 * 128)}, &(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 3003008), RT_BF16, (M + 2937472), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 4379264), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
-      rt_cu_matmul(ctx, (M + 4608640 + i1 * 8192), RT_BF16, ((M + 3920512) + i1 * 65536), (M + 2937472), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 4608640 + i1 * 8192), RT_BF16, ((M + 3920512) + i1 * 65536), (M + 4379264), RT_BF16, 1, 64, 64, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 3003008)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 3003008)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
       rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:27 */
-      rt_cu_matmul(ctx, (M + 3003008), RT_BF16, (M + 2740864), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
+      rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 2740864), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 4510336 + i1 * 24576), RT_BF16, ((M + 4051584) + i1 * 65536), (M + 2740864), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 3003008)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4627840 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 2937472)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4627840 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2937472)}, &(char *){(M + 2740864)}, &(char *){(M + 2937472)}});
-      rt_cu_copy(ctx, (M + 4379264), (M + 2937472), 65536);
+      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 2740864)}, &(char *){(M + 4379264)}});
       c1_0 = (M + 4379264);
     }
   }

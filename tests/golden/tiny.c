@@ -105,34 +105,33 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:11 */
       rt_layernorm_bwd_f32((float *)(M + 3679360), (float *)(M + 7305344 + i1 * 256), (float *)(M + 7305856 + i1 * 256), (float *)((M + 5645440) + i1 * 131072), (float *)((M + 216064) + i1 * 256), (float *)(M + 3548288), 512, 64, (float)1.0000000000000001e-05, WS);
       /* models/std/transformer.model:11 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3941504), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3679360), &(RtShape){3, {8, 64, 64}});
+      rt_binary_f32(RT_ADD, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}}, (float *)c1_0, &(RtShape){3, {8, 64, 64}}, (float *)(M + 3679360), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:58 */
-      rt_reduce_to_f32((float *)(M + 7304832 + i1 * 256), &(RtShape){1, {64}}, (float *)(M + 3941504), &(RtShape){3, {8, 64, 64}});
+      rt_reduce_to_f32((float *)(M + 7304832 + i1 * 256), &(RtShape){1, {64}}, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}});
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 4072576), (float *)(M + 3941504), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 1, 0);
+      rt_matmul_f32((float *)(M + 3941504), (float *)(M + 6825088), (float *)((M + 182784) + i1 * 16384), 8, 64, 64, 64, 0, 1, 0);
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
       /* models/std/transformer.model:55 */
-      rt_matmul_f32((float *)(M + 7251072 + i1 * 16384), (float *)((M + 5907584) + i1 * 131072), (float *)(M + 3941504), 1, 64, 64, 512, 1, 0, 0);
+      rt_matmul_f32((float *)(M + 7251072 + i1 * 16384), (float *)((M + 5907584) + i1 * 131072), (float *)(M + 6825088), 1, 64, 64, 512, 1, 0, 0);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_sdpa_bwd_f32((float *)(M + 3548288), (float *)(M + 3548544), (float *)(M + 3548800), (float *)(((M + 4596864) + i1 * 393216) + 0), (float *)(((M + 4596864) + i1 * 393216) + 256), (float *)(((M + 4596864) + i1 * 393216) + 512), (float *)((M + 5907584) + i1 * 131072), (float *)((M + 7283840) + i1 * 8192), (float *)(M + 4072576), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0, 0, 192, 192, 192);
+      rt_sdpa_bwd_f32((float *)(M + 3548288), (float *)(M + 3548544), (float *)(M + 3548800), (float *)(((M + 4596864) + i1 * 393216) + 0), (float *)(((M + 4596864) + i1 * 393216) + 256), (float *)(((M + 4596864) + i1 * 393216) + 512), (float *)((M + 5907584) + i1 * 131072), (float *)((M + 7283840) + i1 * 8192), (float *)(M + 3941504), 8, 64, 4, 4, 16, 1, 192, 192, 192, 0, 0, 192, 192, 192);
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
       rt_reduce_to_f32((float *)(M + 7302272 + i1 * 768), &(RtShape){1, {192}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 192}});
       /* models/std/transformer.model:27 */
-      rt_matmul_f32((float *)(M + 4072576), (float *)(M + 3548288), (float *)((M + 82944) + i1 * 49152), 8, 64, 64, 192, 0, 1, 0);
+      rt_matmul_f32((float *)(M + 3941504), (float *)(M + 3548288), (float *)((M + 82944) + i1 * 49152), 8, 64, 64, 192, 0, 1, 0);
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       /* models/std/transformer.model:27 */
       rt_matmul_f32((float *)(M + 7087232 + i1 * 49152), (float *)((M + 6169728) + i1 * 131072), (float *)(M + 3548288), 1, 64, 192, 512, 1, 0, 0);
       /* models/std/transformer.model:11 */
-      rt_layernorm_bwd_f32((float *)(M + 3548288), (float *)(M + 7303808 + i1 * 256), (float *)(M + 7304320 + i1 * 256), (float *)((M + 6431872) + i1 * 131072), (float *)((M + 81920) + i1 * 256), (float *)(M + 4072576), 512, 64, (float)1.0000000000000001e-05, WS);
+      rt_layernorm_bwd_f32((float *)(M + 3548288), (float *)(M + 7303808 + i1 * 256), (float *)(M + 7304320 + i1 * 256), (float *)((M + 6431872) + i1 * 131072), (float *)((M + 81920) + i1 * 256), (float *)(M + 3941504), 512, 64, (float)1.0000000000000001e-05, WS);
       /* models/std/transformer.model:11 */
-      rt_binary_f32(RT_ADD, (float *)(M + 3941504), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3941504), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
-      memmove((M + 6825088), (M + 3941504), 131072);
+      rt_binary_f32(RT_ADD, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}}, (float *)(M + 6825088), &(RtShape){3, {8, 64, 64}}, (float *)(M + 3548288), &(RtShape){3, {8, 64, 64}});
       c1_0 = (M + 6825088);
     }
   }

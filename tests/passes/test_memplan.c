@@ -108,7 +108,7 @@ static void zero_gather_case(Arena *a) {
  * xs x [3, 4, 8]:
  *   s' = s + x          (arg s read by the add only: the sum is written into the output, which
  *                        takes the zeros' place: one buffer)
- *   a' = a + tanh(a)    (arg a read twice: the sum gets its own bytes)
+ *   a' = a + tanh(a)    (arg a also yielded as b: the sum gets its own bytes)
  *   b' = a              (arg a yielded as another carry: a's output keeps its own bytes, since the
  *                        copy into it would overwrite what b still copies from)
  * and mean = scale(s_out), s_out dead after it: in place. */
@@ -153,6 +153,55 @@ static void carry_case(Arena *a) {
          (long long)a1->offset);
   CHECK(r->out[1]->offset != init[1]->offset, "a's output on its zeros although b copies from a: at %lld",
          (long long)init[1]->offset);
+  check_no_overlap(g);
+}
+
+/* The residual stream's gradient through a backward layer loop (memplan's carry_chain): carry r,
+ *   f = r + x;  m = r + f            (the add is r's last reader: m over r's bytes)
+ *   g = tanh(m);  h = reshape(tanh(reshape(m)))   (m read by two branches, one through a view)
+ *   y = m + (g + h)                  (m's last reader: y over m's bytes) -> the next r
+ * so m and y are written into the loop's output (no copy at the iteration's end) and the view of m is
+ * m's bytes. With `late` a stacked z = tanh(m) read after y keeps m alive: nothing goes in place. */
+static void chain_case(Arena *a, bool late) {
+  Module *m = tb_module(a, late ? "memplan_chain_late" : "memplan_chain");
+  Graph *g = m->graph;
+  Shape s = tb_shape(3, 2, 4, 8);
+  Value *xs = tb_input(g, "xs", DT_F32, tb_shape(4, 3, 2, 4, 8));
+  Value *init = tb_op1(g, OP_TANH, tb_input(g, "dy", DT_F32, s), NULL);
+  Graph *body = ir_graph_new(a, g);
+  Value *r = ir_add_arg(body, DT_F32, s, "r")->out[0];
+  Value *x = ir_add_arg(body, DT_F32, s, "x")->out[0];
+  Value *f = tb_op2(body, OP_ADD, r, x, NULL);
+  Value *mid = tb_op2(body, OP_ADD, r, f, NULL);
+  Value *gg = tb_op1(body, OP_TANH, mid, NULL);
+  Value *view = tb_shaped(body, OP_RESHAPE, 1, &mid, DT_F32, tb_shape(2, 8, 8), NULL);
+  Value *hv = tb_op1(body, OP_TANH, view, NULL);
+  Value *h = tb_shaped(body, OP_RESHAPE, 1, &hv, DT_F32, s, NULL);
+  Value *y = tb_op2(body, OP_ADD, mid, tb_op2(body, OP_ADD, gg, h, NULL), NULL);
+  ir_add_result(body, y, NULL);
+  if (late) ir_add_result(body, tb_op1(body, OP_TANH, mid, NULL), NULL);
+  Value *in[2] = {init, xs};
+  Node *rep = tb_repeat(g, body, 2, in, 3, 1, 1, "blocks.grad");
+  Value *t = rep->out[0]; /* (the step goes on: values to check the plan's overlaps on) */
+  for (int k = 0; k < 4; k++) t = tb_op2(g, OP_ADD, t, tb_op1(g, OP_TANH, t, NULL), NULL);
+  ir_add_result(g, t, "dx");
+  if (late) ir_add_result(g, rep->out[1], "z");
+  if (!pass_memplan(m)) {
+    fprintf(stderr, "pass_memplan failed\n");
+    failures++;
+    return;
+  }
+  int64_t out = rep->out[0]->offset;
+  if (!late) {
+    CHECK(y->offset == out && mid->offset == out && y->stride == 0 && mid->stride == 0,
+          "the chain in the output (%lld): y at %lld, m at %lld", (long long)out, (long long)y->offset,
+          (long long)mid->offset);
+    CHECK(view->offset == IR_OFFSET_VIEW, "the view of m is m's bytes: at %lld", (long long)view->offset);
+    CHECK(f->offset != out && gg->offset != out && hv->offset != out, "a branch's value on the carry's bytes");
+  } else {
+    CHECK(y->offset != out && mid->offset != out, "m read after y, yet the chain is in the output (%lld)",
+          (long long)out);
+  }
   check_no_overlap(g);
 }
 
@@ -302,6 +351,8 @@ int main(void) {
   check_no_overlap(g);
   zero_gather_case(&a);
   carry_case(&a);
+  chain_case(&a, false);
+  chain_case(&a, true);
   scratch_case(&a);
   arena_free(&a);
   if (failures) fprintf(stderr, "test_memplan: %d failures\n", failures);
