@@ -23,6 +23,8 @@
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
 #           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
 # Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
+# PARTS=sweep,offload,ncu (a comma list) runs only those (the probe always): the parts a first call's
+# budget left out, run by a second call on the same warm machine (its cubin cache is kept there).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-.gpu/out}}
@@ -43,6 +45,7 @@ python3 bench/gpt2_tokens.py "$t/gpt2.bin" 800000 --vocab 50257 --repeat 4096 >/
 part() {
   local name=$1 min=$2 max=$3 l
   shift 3
+  case ",${PARTS:-$name}," in *",$name,"*) ;; *) echo "== $name: not in PARTS" >> "$sum"; return ;; esac
   l=$(left)
   if [ "$l" -lt "$min" ]; then
     echo "== $name: skipped ($l s left, needs $min)" | tee -a "$sum"
