@@ -163,6 +163,7 @@ int cg_emit_tensor_table(Cg *c, const Value *logits) {
     const char *nm = g->result_names[r];
     if (!nm || strncmp(nm, "next:", 5) == 0) continue;
     Value *v = g->results[r];
+    if (c->m->target == TARGET_CUDA) v = (Value *)ir_unfold_cast(v); /* a folded cast: its bf16 source's bytes */
     bool stacked = false;
     if (strncmp(nm, "grad:", 5) == 0) {
       Value *p = cg_find_source(g, OP_PARAM, nm + 5);

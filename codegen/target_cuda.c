@@ -186,12 +186,13 @@ static void emit_update(Cg *c, const Node *n, const char *copy) {
   int nst = n->op == OP_ADAMW_UPDATE ? 2 : 1;
   for (int i = 0; i <= nst; i++) cg_copy_if_moved(c, n->out[i], n->in[i == 0 ? 0 : i + 1]);
   int64_t numel = ir_numel(&n->in[0]->shape);
+  const Value *g = ir_unfold_cast(n->in[1]); /* a folded cast's bf16 source, widened in the kernel */
   if (n->op == OP_ADAMW_UPDATE)
-    stmt(c, cuk_adamw(c->ts, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->out[1]),
+    stmt(c, cuk_adamw(c->ts, cg_ptr(c, n->out[0]), cg_ptr(c, g), g->dtype, cg_ptr(c, n->out[1]),
                       cg_ptr(c, n->out[2]), cg_ptr(c, n->in[4]), numel, a->beta1, a->beta2, a->eps, a->weight_decay,
                       copy));
   else
-    stmt(c, cuk_sgd(c->ts, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->out[1]),
+    stmt(c, cuk_sgd(c->ts, cg_ptr(c, n->out[0]), cg_ptr(c, g), g->dtype, cg_ptr(c, n->out[1]),
                     cg_ptr(c, n->in[3]), numel, a->momentum, a->weight_decay, copy));
 }
 
@@ -339,7 +340,10 @@ static void emit_node(Cg *c, Node *n) {
                                first_index(c, n, last_dim(x))));
   case OP_SUM: return stmt(c, cuk_sum(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, ir_numel(&x->shape)));
   case OP_MEAN: return stmt(c, cuk_mean(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, ir_numel(&x->shape)));
-  case OP_SUMSQ: return stmt(c, cuk_sumsq(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, ir_numel(&x->shape)));
+  case OP_SUMSQ: {
+    const Value *src = ir_unfold_cast(x); /* a folded cast's bf16 source, widened in the kernel */
+    return stmt(c, cuk_sumsq(k, cg_ptr(c, y), cg_ptr(c, src), src->dtype, ir_numel(&x->shape)));
+  }
   case OP_ADAMW_UPDATE:
     if (x->dtype != DT_F32) return cg_unsupported(c, n, "AdamW on non-f32 weights (the master weights are f32)");
     return emit_update(c, n, NULL);
@@ -360,6 +364,10 @@ static int cuda_node(Cg *c, Node *n) {
   if (y && y->host) return cg_target_cpu.node(c, n);
   for (int i = 0; i < n->nin; i++)
     if (ir_dtype_is_float(n->in[i]->dtype) && !float_ok(c, n, n->in[i])) return 1;
+  if (ir_cast_folded(n)) { /* its readers read the bf16 source (ir_cast_folded) */
+    cg_line(c, "/* (the cast to f32: its readers widen its source themselves) */");
+    return 1;
+  }
   if (n->op == OP_CAST && x->dtype == y->dtype) { /* a view: a copy only if it was not planned in place */
     cg_copy_if_moved(c, y, x);
     return 1;

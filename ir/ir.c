@@ -373,6 +373,37 @@ Value *ir_copy_written(const Graph *g, const Value *v) {
   return NULL;
 }
 
+static bool read_in(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nnodes; i++) {
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v) return true;
+    if (g->nodes[i]->body && read_in(g->nodes[i]->body, v)) return true;
+  }
+  return false;
+}
+
+bool ir_cast_folded(const Node *c) {
+  if (c->op != OP_CAST || c->in[0]->dtype != DT_BF16 || c->out[0]->dtype != DT_F32 || c->in[0]->host ||
+      c->out[0]->host)
+    return false;
+  const Graph *g = c->graph;
+  const Value *y = c->out[0];
+  int readers = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      if (n->in[j] != y) continue;
+      bool widens = (n->op == OP_SUMSQ && j == 0) || ((n->op == OP_ADAMW_UPDATE || n->op == OP_SGD_UPDATE) && j == 1);
+      if (!widens || n->out[0]->host) return false;
+      readers++;
+    }
+    if (n->body && read_in(n->body, y)) return false;
+  }
+  return readers > 0;
+}
+
+const Value *ir_unfold_cast(const Value *v) { return ir_cast_folded(v->def) ? v->def->in[0] : v; }
+
 bool ir_update_casts_copy(const Graph *g, int i) {
   if (i < 1 || i >= g->nnodes) return false;
   const Node *u = g->nodes[i - 1], *x = g->nodes[i];

@@ -266,6 +266,16 @@ Value *ir_copy_written(const Graph *g, const Value *v);
  * update and the cast can be (codegen/target_cuda.c stores the copy in the update's kernel where the
  * memory plan put the cast in the copy's bytes; passes/cost.c charges no second kernel). */
 bool ir_update_casts_copy(const Graph *g, int i);
+/* Whether cast c widens a bf16 gradient to f32 only for readers that read bf16 as well and widen it
+ * themselves, exactly: a sum of squares (the clip's) and an optimizer update's gradient. On the CUDA
+ * target such a cast makes no tensor (passes/memplan.c gives it its source's place, codegen/target_cuda.c
+ * hands the readers the source and emits nothing, passes/cost.c charges nothing): the same values,
+ * 6 B per element not moved; a result (the gradient "grad:<param>") is its source in the trainer's table
+ * (codegen/emit_table.c). Not for a cast read by anything else or on the host; passes/fuse.c never puts
+ * one in a fusion group. */
+bool ir_cast_folded(const Node *c);
+/* v, or the source of the folded cast that makes it (ir_cast_folded). */
+const Value *ir_unfold_cast(const Value *v);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
 void ir_replace_uses(Graph *g, Value *from, Value *to);

@@ -125,12 +125,14 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
   if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) return 0;
   if (n->op == OP_RESHAPE) return 0; /* a view */
   if (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) return 0;
+  if (m->target == TARGET_CUDA && ir_cast_folded(n)) return 0; /* its readers widen its source */
   if (memplan_col_slice(n) || memplan_col_concat(n)) return 0; /* column views (memplan_views.c): no copy */
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
   double bytes = 0;
   bool grouped = m->target == TARGET_CUDA && n->group > 0; /* one kernel: intermediates stay in registers */
   for (int j = 0; j < n->nin; j++)
-    if (!in_update && !(grouped && n->in[j]->def && n->in[j]->def->group == n->group)) bytes += value_bytes(n->in[j]);
+    if (!in_update && !(grouped && n->in[j]->def && n->in[j]->def->group == n->group))
+      bytes += value_bytes(m->target == TARGET_CUDA ? ir_unfold_cast(n->in[j]) : n->in[j]);
   for (int j = 0; j < n->nout; j++) bytes += value_bytes(n->out[j]);
   double mem = bytes / d->bytes_per_s;
   switch (n->op) {

@@ -29,9 +29,10 @@
 #include "infer.h"
 #include "passes.h"
 
-/* (a node in host memory, plan offload's host cast of a bf16 gradient, runs on the CPU: never fused) */
+/* (a node in host memory, plan offload's host cast of a bf16 gradient, runs on the CPU: never fused; nor
+ * a cast its readers widen themselves, ir_cast_folded: no kernel makes it) */
 static bool elementwise(const Node *n) {
-  if (n->nout && n->out[0]->host) return false;
+  if ((n->nout && n->out[0]->host) || ir_cast_folded(n)) return false;
   return n->op == OP_CONST || n->op == OP_BROADCAST_TO || (ir_ops[n->op].flags & F_EW) != 0;
 }
 

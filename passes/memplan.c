@@ -466,7 +466,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       }
       continue;
     }
-    if (is_view(n) && n->out[0]->offset != -2) {
+    if ((is_view(n) || (epi && ir_cast_folded(n))) && n->out[0]->offset != -2) { /* (a folded cast: its source's place) */
       Value *in = n->in[0];
       Node *d = in->def;
       if (d->graph == g && slot[in->id]) { /* share the input's interval */

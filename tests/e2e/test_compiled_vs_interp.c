@@ -79,11 +79,18 @@ static bool st_get(const St *s, const char *name, Tensor *t, DType dt) {
   *t = tensor_new(dt, ir_shape(shape->n, dims));
   const char *p = s->buf + s->data + offs->items[0]->inum;
   int64_t n = ir_numel(&t->shape);
-  bool is_int = strcmp(dtype->str, "I32") == 0;
+  bool is_int = strcmp(dtype->str, "I32") == 0, is_bf16 = strcmp(dtype->str, "BF16") == 0;
   for (int64_t i = 0; i < n; i++) {
     if (is_int) {
       int32_t v;
       memcpy(&v, p + 4 * i, 4);
+      t->data[i] = v;
+    } else if (is_bf16) { /* (a bf16 gradient the optimizer widens itself: ir_cast_folded) */
+      uint16_t h;
+      memcpy(&h, p + 2 * i, 2);
+      uint32_t w = (uint32_t)h << 16;
+      float v;
+      memcpy(&v, &w, 4);
       t->data[i] = v;
     } else {
       float v;

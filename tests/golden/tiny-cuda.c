@@ -7,8 +7,8 @@
 
 extern const RtDevice rt_cuda_device; /* runtime/cuda: the GPU found at start (or its emulation) */
 
-/* memory plan: 4629184 bytes (peak 4629184 live); kernel scratch follows it */
-#define WS (M + 4629184)
+/* memory plan: 4628928 bytes (peak 4628928 live); kernel scratch follows it */
+#define WS (M + 4628928)
 
 static void step(char *M, RtCtx *ctx) {
   (void)ctx;
@@ -74,7 +74,7 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_launch(ctx, 19, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4444800)}});
   /* models/tiny.model:19 */
   /* the cross-entropy's forward and backward in one pass over the logits */
-  rt_cu_launch(ctx, 20, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1690112)}, &(char *){(M + 4444800)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 21, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 3003008)}, &(char *){(WS + 320)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4629120)}, &(char *){(WS + 320)}, &(char *){(M + 1690112)}});
+  rt_cu_launch(ctx, 20, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1690112)}, &(char *){(M + 4444800)}, &(char *){(WS + 256)}}); rt_cu_launch(ctx, 21, 512, 1, 1, 512, 1, 1, 0, (void *[]){&(char *){(M + 3003008)}, &(char *){(WS + 320)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){(WS + 256)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 320)}, &(char *){(M + 1690112)}});
   /* models/tiny.model:19 */
   /* computed with the loss (fused cross-entropy) */
   /* models/tiny.model:19 */
@@ -84,26 +84,27 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 4559488), RT_BF16, (M + 3003008), (M + 4379264), RT_BF16, 1, 256, 64, 512, 1, 0, 0, 1.0f, 0.0f);
   /* models/std/transformer.model:11 */
-  rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 2806400)}, &(char *){(M + 2806528)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(M + 4313728)}, &(char *){(M + 723200)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4628608)}, &(char *){(M + 4628736)}, &(char *){(WS + 256)}});
   /* models/std/transformer.model:10 */
-  /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 25, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2806528)}, &(char *){(M + 2806400)}, &(char *){(M + 4627072)}, &(char *){(M + 4627328)}});
+  /* (the cast to f32: its readers widen its source themselves) */
+  /* models/std/transformer.model:9 */
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:15 */
   { /* repeat blocks.grad x2 */
     char *c1_0 = (M + 4379264);
     for (int64_t i1 = 1; i1 >= 0; i1--) {
       /* models/std/transformer.model:76 */
-      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628864 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628352 + i1 * 128)}, &(char *){c1_0}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:73 */
       /* matmul + GELU's backward in one GEMM (epilogue), its bias gradient there too or after it */
       {
         const int ep = rt_cu_matmul_dgelu(ctx, "models/std/transformer.model:73", (M + 3003008), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 512, 256, 64, 0, 1, ((M + 2216576) + i1 * 262144), (M + 4625024 + i1 * 512));
         if (ep == RT_CU_EP_NONE) {
           rt_cu_matmul(ctx, (M + 2740864), RT_BF16, c1_0, ((M + 657408) + i1 * 32768), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
-          rt_cu_launch(ctx, 27, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2216576) + i1 * 262144)}, &(char *){(M + 2740864)}, &(char *){(M + 3003008)}});
+          rt_cu_launch(ctx, 26, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){((M + 2216576) + i1 * 262144)}, &(char *){(M + 2740864)}, &(char *){(M + 3003008)}});
         }
         if (ep != RT_CU_EP_ALL) {
-          rt_cu_launch(ctx, 28, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4625024 + i1 * 512)}, &(char *){(M + 3003008)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+          rt_cu_launch(ctx, 27, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4625024 + i1 * 512)}, &(char *){(M + 3003008)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
         }
       }
       /* models/std/transformer.model:71 */
@@ -121,11 +122,11 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 4313728 + i1 * 32768), RT_BF16, ((M + 3658368) + i1 * 65536), (M + 3003008), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2806400)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4628352 + i1 * 128)}, &(char *){(M + 4628608 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2806400)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627840 + i1 * 128)}, &(char *){(M + 4628096 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2806400)}, &(char *){(M + 4379264)}});
       /* models/std/transformer.model:58 */
-      rt_cu_launch(ctx, 26, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4628096 + i1 * 128)}, &(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:55 */
       rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 4379264), ((M + 573696) + i1 * 8192), RT_BF16, 1, 512, 64, 64, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:55 */
@@ -136,10 +137,10 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{28, 1, 128, "1x4x64/0", 12288}, {29, 1, 128, "1x4x32/0", 6144}, {30, 1, 256, "1x8x64/0", 12288}, {31, 1, 128, "2x4x16/0", 3072}, {32, 2, 64, "1x2x64/0", 12288}, {33, 1, 256, "1x8x32/0", 6144}, {34, 1, 128, "1x4x16/0", 3072}, {35, 1, 128, "1x4x128/0", 24576}, {36, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{37, 1, 128, "1x4x64/0", 13312}, {38, 1, 128, "1x4x32/3", 6656}, {39, 1, 256, "1x8x64/0", 13312}, {40, 1, 256, "1x8x32/0", 6656}, {41, 2, 64, "1x2x64/0", 13312}, {42, 1, 128, "2x4x16/0", 3328}, {43, 2, 64, "1x2x32/0", 6656}, {44, 1, 128, "1x4x128/0s", 32768}, {45, 1, 256, "1x8x128/0s", 38912}, {46, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 47, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 2740864), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
@@ -147,168 +148,172 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 4510336 + i1 * 24576), RT_BF16, ((M + 4051584) + i1 * 65536), (M + 2740864), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 2937472)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4627840 + i1 * 128)}, &(char *){(WS + 256)}});
+      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 2937472)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627072 + i1 * 128)}, &(char *){(M + 4627328 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
       rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 2740864)}, &(char *){(M + 4379264)}});
       c1_0 = (M + 4379264);
     }
   }
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 49, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(M + 2171008)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 50, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4444800)}, &(char *){(M + 1692288)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 51, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4625024)}, &(char *){(M + 2167424)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 50, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4313728)}, &(char *){(M + 1823360)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:10 */
-  /* 3 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628608)}, &(char *){(M + 4628352)}, &(char *){(M + 4628096)}, &(char *){(M + 2171520)}, &(char *){(M + 2172032)}, &(char *){(M + 2172544)}});
+  /* (the cast to f32: its readers widen its source themselves) */
+  /* models/std/transformer.model:9 */
+  /* (the cast to f32: its readers widen its source themselves) */
+  /* models/std/transformer.model:57 */
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 53, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4608640)}, &(char *){(M + 2118272)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 54, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4626048)}, &(char *){(M + 2169472)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 55, 12, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4510336)}, &(char *){(M + 1954432)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/std/transformer.model:10 */
-  /* 2 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4627840)}, &(char *){(M + 4627584)}, &(char *){(M + 2173056)}, &(char *){(M + 2173568)}});
+  /* (the cast to f32: its readers widen its source themselves) */
+  /* models/std/transformer.model:9 */
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 57, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 2052736)}, &(char *){(M + 4379264)}});
+  rt_cu_launch(ctx, 48, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 59, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4626816)}, &(long long){0}}); rt_cu_launch(ctx, 58, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 2060928)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 2052736)}});
+  rt_cu_launch(ctx, 50, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4626816)}, &(long long){0}}); rt_cu_launch(ctx, 49, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1725056)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1692288)}});
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 60, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2060928)}, &(char *){(M + 2151040)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 62, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 61, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 2052736)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4379264)}});
+  rt_cu_launch(ctx, 52, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 51, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 63, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 2052736)}, &(char *){(M + 4559488)}});
+  rt_cu_launch(ctx, 53, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 1692288)}, &(char *){(M + 4559488)}});
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 64, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 2052736)}});
+  /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 65, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2052736)}}); rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174080)}, &(char *){(WS + 256)}});
-  /* models/tiny.model:26 */
-  /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2151040)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174144)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 54, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4559488)}}); rt_cu_launch(ctx, 55, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2173568)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174208)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1725056)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692352)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2173056)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174272)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627072)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692416)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 70, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1954432)}}); rt_cu_launch(ctx, 71, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174336)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627328)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692480)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2169472)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174400)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 59, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4510336)}}); rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692544)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 73, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2118272)}}); rt_cu_launch(ctx, 74, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174464)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4626048)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692608)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2172544)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174528)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 62, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4608640)}}); rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692672)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2172032)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174592)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627584)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692736)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2171520)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174656)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627840)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692800)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 75, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1823360)}}); rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174720)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628096)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692864)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 77, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2167424)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174784)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 64, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4313728)}}); rt_cu_launch(ctx, 65, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692928)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 75, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1692288)}}); rt_cu_launch(ctx, 76, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174848)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4625024)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692992)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2171008)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174912)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 64, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4444800)}}); rt_cu_launch(ctx, 65, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693056)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627328)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174976)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628352)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693120)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627072)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2175040)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628608)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693184)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 0, (M + 2174080), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 1, (M + 2174144), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 2, (M + 2174208), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 3, (M + 2174272), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 4, (M + 2174336), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 5, (M + 2174400), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 6, (M + 2174464), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 7, (M + 2174528), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 8, (M + 2174592), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 9, (M + 2174656), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 10, (M + 2174720), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 11, (M + 2174784), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 12, (M + 2174848), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 13, (M + 2174912), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 14, (M + 2174976), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2175104), 16, 15, (M + 2175040), 1, 0, 1, 1, 1, 4);
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628736)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693248)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 79, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2175104)}}); rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174080)}, &(char *){(WS + 256)}});
+  /* models/tiny.model:26 */
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 0, (M + 1692288), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 1, (M + 1692352), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 2, (M + 1692416), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 3, (M + 1692480), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 4, (M + 1692544), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 5, (M + 1692608), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 6, (M + 1692672), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 7, (M + 1692736), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 8, (M + 1692800), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 9, (M + 1692864), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 10, (M + 1692928), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 11, (M + 1692992), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 12, (M + 1693056), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 13, (M + 1693120), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 14, (M + 1693184), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1693312), 16, 15, (M + 1693248), 1, 0, 1, 1, 1, 4);
+  /* models/tiny.model:26 */
+  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1693312)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 80, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2174080)}, &(char *){(M + 2174144)}, &(char *){(M + 2174208)}});
+  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 1692352)}, &(char *){(M + 1692416)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_copy_block(ctx, (M + 2174080), 3, 0, (M + 1692160), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2174080), 3, 1, (M + 2174208), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 2174080), 3, 2, (M + 1692224), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1692288), 3, 0, (M + 1692160), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1692288), 3, 1, (M + 1692416), 1, 0, 1, 1, 1, 4);
+  rt_cu_copy_block(ctx, (M + 1692288), 3, 2, (M + 1692224), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 81, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 2052736)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 2174080)}, &(char *){(M + 482304)}});
+  rt_cu_launch(ctx, 70, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4559488)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 82, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 2151040)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 2174080)}, &(char *){(M + 515072)}});
+  rt_cu_launch(ctx, 71, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1725056)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 1692288)}, &(char *){(M + 515072)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 2173568)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 2174080)}, &(char *){(M + 523264)}});
+  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4627072)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 2173056)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 2174080)}, &(char *){(M + 523520)}});
+  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4627328)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 84, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 1954432)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 2174080)}, &(char *){(M + 523776)}});
+  rt_cu_launch(ctx, 73, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4510336)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 85, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 2169472)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 2174080)}, &(char *){(M + 572928)}});
+  rt_cu_launch(ctx, 74, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4626048)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 86, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 2118272)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 2174080)}, &(char *){(M + 573696)}});
+  rt_cu_launch(ctx, 75, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4608640)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:57 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 2172544)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 2174080)}, &(char *){(M + 590080)}});
+  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4627584)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 2172032)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 2174080)}, &(char *){(M + 590336)}});
+  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4627840)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 2171520)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 2174080)}, &(char *){(M + 590592)}});
+  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4628096)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 87, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 1823360)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 2174080)}, &(char *){(M + 590848)}});
+  rt_cu_launch(ctx, 76, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4313728)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 88, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 2167424)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 2174080)}, &(char *){(M + 656384)}});
+  rt_cu_launch(ctx, 77, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4625024)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 87, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 1692288)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 2174080)}, &(char *){(M + 657408)}});
+  rt_cu_launch(ctx, 76, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4444800)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 83, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 2171008)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 2174080)}, &(char *){(M + 722944)}});
+  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4628352)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 89, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4627328)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 2174080)}, &(char *){(M + 723200)}});
+  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4628608)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 89, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4627072)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 2174080)}, &(char *){(M + 723328)}});
+  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4628736)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
   /* (the cast: its bf16 copy, stored by the update above) */
 }
 
@@ -373,7 +378,7 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 90, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4629120)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
+  rt_cu_launch(ctx, 79, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
@@ -659,46 +664,12 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k24, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1, char *p2, char *p3) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 8LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float xv1[8];\012"
-  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "      float ov1[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float x1 = xv1[e];\012"
-  "        float t0 = x0;\012"
-  "        float t1 = x1;\012"
-  "        ov0[e] = t0;\012"
-  "        ov1[e] = t1;\012"
-  "      }\012"
-  "      sk::st8((float *)p2 + 8 * v, ov0);\012"
-  "      sk::st8((float *)p3 + 8 * v, ov1);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 64LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
-  "    float t0 = x0;\012"
-  "    float t1 = x1;\012"
-  "    sk::st((float *)p2 + i, t0);\012"
-  "    sk::st((float *)p3 + i, t1);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k26(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k25(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 64LL, 64LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k26, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k25, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k27(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k26(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16384LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -724,419 +695,173 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k26, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k28(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k27(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 256LL, 256LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k29(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k28(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
   "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
-  "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k30(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k29(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
   "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k30(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k30, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k31(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k31(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k31, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k32(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k32(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k33(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k33(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k34(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k34(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k35(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k37, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
   "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
-  "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "SK_EMU_ENTRY(k37, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128, 3) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(128, 3) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
   "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k39, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k40(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k40, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k41, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k42, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k47(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k47(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 192LL, 192LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k49(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 128LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k50(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 4096LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 32768LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k51(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 64LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 512LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k52(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3 | (unsigned long long)p4 | (unsigned long long)p5) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float xv1[8];\012"
-  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
-  "      float xv2[8];\012"
-  "      sk::ld8(xv2, (const sk::bf16 *)p2 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "      float ov1[8];\012"
-  "      float ov2[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float x1 = xv1[e];\012"
-  "        float x2 = xv2[e];\012"
-  "        float t0 = x0;\012"
-  "        float t1 = x1;\012"
-  "        float t2 = x2;\012"
-  "        ov0[e] = t0;\012"
-  "        ov1[e] = t1;\012"
-  "        ov2[e] = t2;\012"
-  "      }\012"
-  "      sk::st8((float *)p3 + 8 * v, ov0);\012"
-  "      sk::st8((float *)p4 + 8 * v, ov1);\012"
-  "      sk::st8((float *)p5 + 8 * v, ov2);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 128LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
-  "    float x2 = sk::ld((const sk::bf16 *)p2 + (i));\012"
-  "    float t0 = x0;\012"
-  "    float t1 = x1;\012"
-  "    float t2 = x2;\012"
-  "    sk::st((float *)p3 + i, t0);\012"
-  "    sk::st((float *)p4 + i, t1);\012"
-  "    sk::st((float *)p5 + i, t2);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 1024LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 8192LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 48LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 384LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 3072LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 24576LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1, char *p2, char *p3) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2 | (unsigned long long)p3) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 16LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float xv1[8];\012"
-  "      sk::ld8(xv1, (const sk::bf16 *)p1 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "      float ov1[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float x1 = xv1[e];\012"
-  "        float t0 = x0;\012"
-  "        float t1 = x1;\012"
-  "        ov0[e] = t0;\012"
-  "        ov1[e] = t1;\012"
-  "      }\012"
-  "      sk::st8((float *)p2 + 8 * v, ov0);\012"
-  "      sk::st8((float *)p3 + 8 * v, ov1);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 128LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float x1 = sk::ld((const sk::bf16 *)p1 + (i));\012"
-  "    float t0 = x0;\012"
-  "    float t1 = x1;\012"
-  "    sk::st((float *)p2 + i, t0);\012"
-  "    sk::st((float *)p3 + i, t1);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1) {\012"
   "  sk::colsum<sk::bf16, sk::bf16, 8LL, 4096LL, 4096LL, 1, 32>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k58(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k49(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k59(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k50(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<64LL, 64LL, 64, 1>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 512LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 4096LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
-  "}\012"
-  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k61(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k51(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k62(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k52(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<512LL, 256LL, 64, 4>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -1162,108 +887,84 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<sk::bf16, 16384LL, 4, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1) {\012"
+  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<sk::bf16, 4096LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
+  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<sk::bf16, 128LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k59(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<sk::bf16, 24576LL, 6, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
+  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k61(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<sk::bf16, 384LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k62(char *p0, char *p1) {\012"
+  "  sk::reduce_parts<sk::bf16, 8192LL, 2, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1) {\012"
+  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1) {\012"
-  "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1) & 15) == 0) {\012"
-  "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
-  "      float xv0[8];\012"
-  "      sk::ld8(xv0, (const sk::bf16 *)p0 + 8 * v);\012"
-  "      float ov0[8];\012"
-  "#pragma unroll\012"
-  "      for (int e = 0; e < 8; e++) {\012"
-  "        float x0 = xv0[e];\012"
-  "        float t0 = x0;\012"
-  "        ov0[e] = t0;\012"
-  "      }\012"
-  "      sk::st8((float *)p1 + 8 * v, ov0);\012"
-  "    }\012"
-  "    return;\012"
-  "  }\012"
-  "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 16384LL; i += (long long)gridDim.x * 256) {\012"
-  "    float x0 = sk::ld((const sk::bf16 *)p0 + (i));\012"
-  "    float t0 = x0;\012"
-  "    sk::st((float *)p1 + i, t0);\012"
-  "  }\012"
+  "  sk::reduce_parts<sk::bf16, 32768LL, 8, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16384LL, 4, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k66(char *p0, char *p1) {\012"
-  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<sk::bf16, 512LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 4096LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
+  "  sk::reduce_parts<sk::bf16, 64LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k68(char *p0, char *p1) {\012"
-  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k69(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 128LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 24576LL, 6, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1) {\012"
-  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k71, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k72(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 384LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k72, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k73(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 8192LL, 2, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k73, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k74(char *p0, char *p1) {\012"
-  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k74, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k75(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 32768LL, 8, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k75, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k76(char *p0, char *p1) {\012"
-  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k76, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k77(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 512LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k77, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k78(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 64LL, 1, 256, true>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k78, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k79(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k79, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k80(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k69(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sqrtf(x0);\012"
@@ -1276,59 +977,59 @@ static const char cuda_source[] =
   "    sk::st((float *)p2 + i, t5);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k80, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k81(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 16384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 16384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k81, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k82(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 4096LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 4096LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k82, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k71, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k83(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 128LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k72(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 128LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k83, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k72, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k84(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 24576LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k73(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 24576LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k84, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k73, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k85(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 384LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k74(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k85, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k74, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k86(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 8192LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k75(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 8192LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k86, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k75, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k87(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 32768LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k76(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 32768LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k87, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k76, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k88(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 512LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k77(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 512LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k88, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k77, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k89(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<float, 64LL>((float *)p0, (const float *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f, (sk::bf16 *)p5);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k78(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 64LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k89, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k78, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k90(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k79(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::ce_rows<sk::bf16, 256LL, 0LL, 256>((float *)p0, (const sk::bf16 *)p1, (const int *)p2, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k90, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k79, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   ;
-static const RtCudaCode cuda_code = {cuda_source, 91};
+static const RtCudaCode cuda_code = {cuda_source, 80};
 
 static int64_t workspace_bytes(void) {
   int64_t n = 0, k;
@@ -1406,24 +1107,24 @@ static const RtTensor tensors[] = {
   {"adam_v:layernorm.w", RT_T_STATE, 0, 1, {64}, 1687296, 0, 0, 0, 0},
   {"adam_m:layernorm.b", RT_T_STATE, 0, 1, {64}, 1687552, 0, 0, 0, 0},
   {"adam_v:layernorm.b", RT_T_STATE, 0, 1, {64}, 1687808, 0, 0, 0, 0},
-  {"loss", RT_T_RESULT, 0, 0, {}, 4629120, 0, 0, 0, 0},
-  {"grad:wte", RT_T_RESULT, 0, 2, {256, 64}, 2052736, 0, 0, 0, 0},
-  {"grad:wpe", RT_T_RESULT, 0, 2, {64, 64}, 2151040, 0, 0, 0, 0},
-  {"grad:blocks.layernorm.w", RT_T_RESULT, 0, 2, {2, 64}, 2173568, 1, 0, 0, 0},
-  {"grad:blocks.layernorm.b", RT_T_RESULT, 0, 2, {2, 64}, 2173056, 1, 0, 0, 0},
-  {"grad:blocks.attention.w_qkv", RT_T_RESULT, 0, 3, {2, 64, 192}, 1954432, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 0, 2, {2, 192}, 2169472, 1, 0, 0, 0},
-  {"grad:blocks.attention.w_o", RT_T_RESULT, 0, 3, {2, 64, 64}, 2118272, 1, 0, 0, 0},
-  {"grad:blocks.attention.b_o", RT_T_RESULT, 0, 2, {2, 64}, 2172544, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 0, 2, {2, 64}, 2172032, 1, 0, 0, 0},
-  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 0, 2, {2, 64}, 2171520, 1, 0, 0, 0},
-  {"grad:blocks.mlp.w_fc", RT_T_RESULT, 0, 3, {2, 64, 256}, 1823360, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 0, 2, {2, 256}, 2167424, 1, 0, 0, 0},
-  {"grad:blocks.mlp.w_proj", RT_T_RESULT, 0, 3, {2, 256, 64}, 1692288, 1, 0, 0, 0},
-  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 0, 2, {2, 64}, 2171008, 1, 0, 0, 0},
-  {"grad:layernorm.w", RT_T_RESULT, 0, 1, {64}, 4627328, 0, 0, 0, 0},
-  {"grad:layernorm.b", RT_T_RESULT, 0, 1, {64}, 4627072, 0, 0, 0, 0},
-  {"grad_norm", RT_T_RESULT, 0, 0, {}, 2174144, 0, 0, 0, 0},
+  {"loss", RT_T_RESULT, 0, 0, {}, 4628864, 0, 0, 0, 0},
+  {"grad:wte", RT_T_RESULT, 1, 2, {256, 64}, 4559488, 0, 0, 0, 0},
+  {"grad:wpe", RT_T_RESULT, 1, 2, {64, 64}, 1725056, 0, 0, 0, 0},
+  {"grad:blocks.layernorm.w", RT_T_RESULT, 1, 2, {2, 64}, 4627072, 1, 0, 0, 0},
+  {"grad:blocks.layernorm.b", RT_T_RESULT, 1, 2, {2, 64}, 4627328, 1, 0, 0, 0},
+  {"grad:blocks.attention.w_qkv", RT_T_RESULT, 1, 3, {2, 64, 192}, 4510336, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_qkv", RT_T_RESULT, 1, 2, {2, 192}, 4626048, 1, 0, 0, 0},
+  {"grad:blocks.attention.w_o", RT_T_RESULT, 1, 3, {2, 64, 64}, 4608640, 1, 0, 0, 0},
+  {"grad:blocks.attention.b_o", RT_T_RESULT, 1, 2, {2, 64}, 4627584, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.w", RT_T_RESULT, 1, 2, {2, 64}, 4627840, 1, 0, 0, 0},
+  {"grad:blocks.layernorm_2.b", RT_T_RESULT, 1, 2, {2, 64}, 4628096, 1, 0, 0, 0},
+  {"grad:blocks.mlp.w_fc", RT_T_RESULT, 1, 3, {2, 64, 256}, 4313728, 1, 0, 0, 0},
+  {"grad:blocks.mlp.b_fc", RT_T_RESULT, 1, 2, {2, 256}, 4625024, 1, 0, 0, 0},
+  {"grad:blocks.mlp.w_proj", RT_T_RESULT, 1, 3, {2, 256, 64}, 4444800, 1, 0, 0, 0},
+  {"grad:blocks.mlp.b_proj", RT_T_RESULT, 1, 2, {2, 64}, 4628352, 1, 0, 0, 0},
+  {"grad:layernorm.w", RT_T_RESULT, 1, 1, {64}, 4628608, 0, 0, 0, 0},
+  {"grad:layernorm.b", RT_T_RESULT, 1, 1, {64}, 4628736, 0, 0, 0, 0},
+  {"grad_norm", RT_T_RESULT, 0, 0, {}, 1692352, 0, 0, 0, 0},
 };
 
 /* the logits the logits() entry leaves, with their sharding (sampling gathers them) */
@@ -1433,9 +1134,9 @@ static const RtTensor logits_tensor =
 static const RtProgram program = {
   .model = "tiny",
   .source = "models/tiny.model",
-  .mem_bytes = 4629184,
+  .mem_bytes = 4628928,
   .workspace_bytes = workspace_bytes,
-  .mem_peak = 4629184,
+  .mem_peak = 4628928,
   .batch = 8,
   .seq = 64,
   .global_batch = 8,
