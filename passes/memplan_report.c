@@ -49,8 +49,12 @@ void memplan_print(FILE *f, const Module *m) {
             m->wcopy.why);
   if (p->host_total > 0) { /* plan offload */
     fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
-    row(f, "optimizer state", p->host_state, "the moments of this rank's shard");
-    row(f, "update copies", p->host_total - p->host_state, "the shards of parameters and gradients, and the step's hyper-parameters");
+    if (p->host_params > 0) row(f, "parameters", p->host_params, "the f32 master weights of this rank's shard (the device: their bf16 copies)");
+    row(f, "optimizer state", p->host_state - p->host_params, "the moments of this rank's shard");
+    row(f, "update copies", p->host_total - p->host_state,
+        p->host_params > 0 ? "the shards of gradients (and of parameters kept on the device), the bf16 casts uploaded, "
+                             "the step's hyper-parameters"
+                           : "the shards of parameters and gradients, and the step's hyper-parameters");
     row(f, "host total", p->host_total, NULL);
   }
 }

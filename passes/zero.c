@@ -711,10 +711,111 @@ static Value *download_bf16_grad(Graph *g, Value *gs, int *pos, SrcLoc loc) {
   return y;
 }
 
+/* ---- the f32 master weights on the host (DeepSpeed's layout under mixed precision) ----
+ * Under `precision bf16` with the weights' persistent bf16 copies (passes/wshadow.c: STATE
+ * "bf16:<param>", the updated parameter cast into it after the update) the device reads a parameter
+ * only through its copy; the f32 parameter is read by its update alone. Offloaded, it then lives in
+ * the host allocation (the master weights, with the optimizer state; initialised, checkpointed and
+ * resumed from there), and the host casts its updated shard to bf16 (rt_cvt_f32_bf16: the same
+ * rounding as the device's cast) and uploads that: 2 B per parameter, not 4, no download of the
+ * parameter at the step's start, and no f32 parameter on the device:
+ *     P' , m', v' = adamw_update(P, gh, m, v, hh)   P: PARAM in host memory (the rank's shard)
+ *     bh  = cast(P') to=bf16                        on the host
+ *     bd  = to_device(bh)                           -> next:bf16:P (dp 1: the copy's own bytes)
+ *     b   = all_gather(bd) over dp along d          (ZeRO-1/2 at dp > 1) -> next:bf16:P
+ * ZeRO-1/2 at dp > 1 keep the rank's shard of the master only (the PARAM typed as the shard, as
+ * ZeRO-3 stores it): the bf16 shard is uploaded and gathered over the group in bf16 into the whole
+ * copy, where the gather of today's f32 update was (P (dp-1)/dp x 2 B of gather traffic instead
+ * of 4; the host would need the whole master to upload the copy whole). The values are those of the
+ * device path bit for bit (a cast commutes with a gather; the host's and the device's roundings are
+ * the same). Any other reader of the parameter (per-layer casts, ZeRO-3's split copy gathered per
+ * layer, pipeline stages' casts) keeps today's layout: the f32 parameter on the device. */
+
+/* v's readers in g and its bodies, counted; *only: the one reader when there is one. */
+static int readers(const Graph *g, const Value *v, Node **only) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v) c++, *only = n;
+    if (n->body) c += readers(n->body, v, only) ? 2 : 0; /* (a body's reader is never the one) */
+  }
+  return c;
+}
+
+/* The master's plan for update u: *slice (ZeRO-1/2's shard_slice of the parameter, or NULL),
+ * *gather (their all_gather of the updated shard, or NULL) and the cast into the persistent bf16
+ * copy; NULL when the parameter has another reader (then it stays on the device). */
+static Node *master_cast(Graph *g, Node *u, Node **slice, Node **gather) {
+  Value *p = u->in[0];
+  Node *only = NULL;
+  *slice = *gather = NULL;
+  if (p->def->op == OP_SHARD_SLICE && readers(g, p, &only) == 1) *slice = p->def, p = p->def->in[0];
+  if (p->def->op != OP_PARAM || p->dtype != DT_F32 || readers(g, p, &only) != 1) return NULL;
+  Value *y = u->out[0];
+  if (readers(g, y, &only) != 1) return NULL;
+  if (*slice) {
+    if (only->op != OP_ALL_GATHER || only->in[0] != y) return NULL;
+    *gather = only;
+    y = only->out[0];
+    if (readers(g, y, &only) != 1) return NULL;
+  }
+  Value *cw = only->out[0];
+  if (only->op != OP_CAST || cw->dtype != DT_BF16 || !ir_copy_written(g, cw)) return NULL;
+  return only;
+}
+
+/* The update's parameter becomes the host master; its updated shard is cast to bf16 on the host,
+ * uploaded (and gathered) into the copy. Runs after offload_update moved the update to the host. */
+static void master_on_host(Graph *g, Node *u, Node *slice, Node *gather, Node *cast) {
+  Value *ph = u->in[0]; /* offload_update's download of the parameter (or of its shard) */
+  Value *p = slice ? slice->in[0] : ph->def->in[0];
+  if (slice) { /* the parameter is stored as this rank's shard */
+    p->shape = slice->out[0]->shape;
+    p->sharding = slice->out[0]->sharding;
+    ir_drop_node(g, slice);
+  }
+  p->host = true;
+  ir_drop_node(g, ph->def); /* (no download: the host holds it) */
+  u->in[0] = p;
+  Value *y = u->out[0], *copy = cast->out[0];
+  if (gather) {
+    ir_replace_uses(g, gather->out[0], y); /* next:<param>: the host shard */
+    ir_drop_node(g, gather);
+  }
+  Value *to_dev = NULL;
+  for (int i = 0; i < g->nnodes && !to_dev; i++) /* offload_update's upload of y: the cast's input */
+    if (g->nodes[i]->op == OP_TO_DEVICE && g->nodes[i]->in[0] == y) to_dev = g->nodes[i]->out[0];
+  if (to_dev) {
+    ir_replace_uses(g, to_dev, y);
+    ir_drop_node(g, to_dev->def);
+  }
+  ir_drop_node(g, cast);
+  int pos = position(g, u) + 1;
+  Value *bh = ir_emit(g, OP_CAST, 1, &y, DT_BF16, y->shape, &cast->a, u->loc);
+  bh->sharding = y->sharding;
+  bh->name = copy->name;
+  bh->host = true;
+  ir_move_last(g, pos++);
+  Value *b = copy_to(g, OP_TO_DEVICE, bh, pos++, u->loc);
+  if (gather) {
+    Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &b, 1, u->loc);
+    ag->a = gather->a;
+    ag->out[0]->dtype = DT_BF16;
+    ag->out[0]->shape = copy->shape;
+    ag->out[0]->sharding = copy->sharding;
+    ag->out[0]->name = copy->name;
+    ir_move_last(g, pos++);
+    b = ag->out[0];
+  }
+  ir_replace_uses(g, copy, b); /* next:bf16:<param> */
+}
+
 static void offload_update(Graph *g, Node *u, Value **hyper_host) {
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1, hi = 2 + nstate;
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u)) return;
+  Node *slice, *gather, *cast = master_cast(g, u, &slice, &gather);
   int pos = position(g, u);
   u->in[0] = copy_to(g, OP_TO_HOST, u->in[0], pos++, u->loc);
   Value *g32 = download_bf16_grad(g, u->in[1], &pos, u->loc);
@@ -734,6 +835,7 @@ static void offload_update(Graph *g, Node *u, Value **hyper_host) {
       if (g->nodes[i]->in[j] == ph && g->nodes[i] != pd->def) g->nodes[i]->in[j] = pd;
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == ph) g->results[i] = pd;
+  if (cast) master_on_host(g, u, slice, gather, cast);
 }
 
 static void offload(Graph *g) {
