@@ -56,6 +56,15 @@ void memplan_print(FILE *f, const Module *m) {
                              "the step's hyper-parameters"
                            : "the shards of parameters and gradients, and the step's hyper-parameters");
     row(f, "host total", p->host_total, NULL);
+    int64_t d2h = 0, h2d = 0; /* the step's copies (a stacked gradient's rows: all of them) */
+    for (int i = 0; i < m->graph->nnodes; i++) {
+      const Node *n = m->graph->nodes[i];
+      if (n->op == OP_TO_HOST) d2h += ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);
+      if (n->op == OP_TO_DEVICE) h2d += ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);
+    }
+    row(f, "copies D2H", d2h, "per step: the gradients' shards (and parameters kept on the device), hyper-parameters");
+    row(f, "copies H2D", h2d, p->host_params > 0 ? "per step: the updated shards, cast to bf16 on the host"
+                                                  : "per step: the updated parameters' shards");
   }
 }
 
