@@ -743,64 +743,112 @@ static int readers(const Graph *g, const Value *v, Node **only) {
   return c;
 }
 
-/* The master's plan for update u: *slice (ZeRO-1/2's shard_slice of the parameter, or NULL),
- * *gather (their all_gather of the updated shard, or NULL) and the cast into the persistent bf16
- * copy; NULL when the parameter has another reader (then it stays on the device). */
-static Node *master_cast(Graph *g, Node *u, Node **slice, Node **gather) {
+/* The master's plan for an update: ZeRO-1/2's shard_slice of the parameter and all_gather of the
+ * updated shard (or NULL), and either the cast of the updated parameter into its persistent bf16
+ * copy (passes/wshadow.c) or, under ZeRO-3 over dp (no persistent copy: the step casts the stored
+ * shard once at the top, and the layer loops gather that cast's rows), that top-level cast. */
+enum { MASTER_CASTS = 8 };
+typedef struct {
+  Node *slice, *gather, *cast;
+  Node *top[MASTER_CASTS]; /* ZeRO-3: the casts of the stored shard */
+  int ntop;
+} Master;
+
+/* The bf16 casts of p (of p's own shape) in g and its bodies (a micro-step region casts it for
+ * each micro-step, the last micro-step after it again), into casts[] (at most cap); their count. */
+static int casts_of(Graph *g, const Value *p, Node **casts, int n, int cap) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *c = g->nodes[i];
+    if (c->body) n = casts_of(c->body, p, casts, n, cap);
+    if (c->op == OP_CAST && c->in[0] == p && c->out[0]->dtype == DT_BF16 && ir_shape_eq(&c->out[0]->shape, &p->shape) &&
+        n < cap)
+      casts[n++] = c;
+  }
+  return n;
+}
+
+/* Whether update u's parameter can become the host master (then *mm says how); zero3: ZeRO-3 over
+ * dp with the weights' copies not refused by hand (`weight_copy per_layer` keeps the device's). */
+static bool master_plan(Graph *g, Node *u, Master *mm, bool zero3) {
   Value *p = u->in[0];
   Node *only = NULL;
-  *slice = *gather = NULL;
-  if (p->def->op == OP_SHARD_SLICE && readers(g, p, &only) == 1) *slice = p->def, p = p->def->in[0];
-  if (p->def->op != OP_PARAM || p->dtype != DT_F32 || readers(g, p, &only) != 1) return NULL;
+  *mm = (Master){0};
+  if (p->def->op == OP_SHARD_SLICE && readers(g, p, &only) == 1) mm->slice = p->def, p = p->def->in[0];
+  if (p->def->op != OP_PARAM || p->dtype != DT_F32) return false;
+  int rp = ir_count_uses_deep(g, p);
+  if (zero3 && rp > 1) mm->ntop = casts_of(g, p, mm->top, 0, MASTER_CASTS);
+  if (rp != mm->ntop + 1 || (mm->ntop == 0 && readers(g, p, &only) != 1)) return false;
   Value *y = u->out[0];
-  if (readers(g, y, &only) != 1) return NULL;
-  if (*slice) {
-    if (only->op != OP_ALL_GATHER || only->in[0] != y) return NULL;
-    *gather = only;
+  int ry = readers(g, y, &only);
+  if (mm->slice) {
+    if (ry != 1 || only->op != OP_ALL_GATHER || only->in[0] != y) return false;
+    mm->gather = only;
     y = only->out[0];
-    if (readers(g, y, &only) != 1) return NULL;
+    ry = readers(g, y, &only);
   }
-  Value *cw = only->out[0];
-  if (only->op != OP_CAST || cw->dtype != DT_BF16 || !ir_copy_written(g, cw)) return NULL;
-  return only;
+  if (mm->ntop) return ry == 0; /* (the updated parameter: the result next:<param> only) */
+  Value *cw = ry == 1 ? only->out[0] : NULL;
+  if (!cw || only->op != OP_CAST || cw->dtype != DT_BF16 || !ir_copy_written(g, cw)) return false;
+  mm->cast = only;
+  return true;
+}
+
+/* ZeRO-3's casts of parameter p (the stored shard, or a small parameter kept whole) become one
+ * persistent copy, STATE "bf16:<p>" (as passes/wshadow.c makes it), for the host to write; returns it. */
+static Value *persist_casts(Graph *g, const Master *mm, const Value *p) {
+  Value *x = mm->top[0]->out[0];
+  Attrs sa = {.name = arena_printf(g->arena, "bf16:%s", p->def->a.name)};
+  Value *st = ir_emit(g, OP_STATE, 0, NULL, DT_BF16, x->shape, &sa, p->def->loc);
+  st->sharding = x->sharding;
+  st->name = x->name;
+  st->def->stage = p->def->stage;
+  st->def->stageset = p->def->stageset;
+  ir_move_last(g, position(g, p->def) + 1);
+  for (int k = 0; k < mm->ntop; k++) {
+    Node *c = mm->top[k];
+    ir_replace_uses(c->graph, c->out[0], st);
+    ir_drop_node(c->graph, c);
+  }
+  return st;
 }
 
 /* The update's parameter becomes the host master; its updated shard is cast to bf16 on the host,
  * uploaded (and gathered) into the copy. Runs after offload_update moved the update to the host. */
-static void master_on_host(Graph *g, Node *u, Node *slice, Node *gather, Node *cast) {
+static void master_on_host(Graph *g, Node *u, const Master *mm) {
   Value *ph = u->in[0]; /* offload_update's download of the parameter (or of its shard) */
-  Value *p = slice ? slice->in[0] : ph->def->in[0];
-  if (slice) { /* the parameter is stored as this rank's shard */
-    p->shape = slice->out[0]->shape;
-    p->sharding = slice->out[0]->sharding;
-    ir_drop_node(g, slice);
+  Value *p = mm->slice ? mm->slice->in[0] : ph->def->in[0];
+  Value *copy = mm->cast ? mm->cast->out[0] : persist_casts(g, mm, p);
+  if (mm->slice) { /* the parameter is stored as this rank's shard */
+    p->shape = mm->slice->out[0]->shape;
+    p->sharding = mm->slice->out[0]->sharding;
+    ir_drop_node(g, mm->slice);
   }
   p->host = true;
   ir_drop_node(g, ph->def); /* (no download: the host holds it) */
   u->in[0] = p;
-  Value *y = u->out[0], *copy = cast->out[0];
-  if (gather) {
-    ir_replace_uses(g, gather->out[0], y); /* next:<param>: the host shard */
-    ir_drop_node(g, gather);
+  Value *y = u->out[0];
+  if (mm->gather) {
+    ir_replace_uses(g, mm->gather->out[0], y); /* next:<param>: the host shard */
+    ir_drop_node(g, mm->gather);
   }
   Value *to_dev = NULL;
-  for (int i = 0; i < g->nnodes && !to_dev; i++) /* offload_update's upload of y: the cast's input */
+  for (int i = 0; i < g->nnodes && !to_dev; i++) /* offload_update's upload of y */
     if (g->nodes[i]->op == OP_TO_DEVICE && g->nodes[i]->in[0] == y) to_dev = g->nodes[i]->out[0];
   if (to_dev) {
     ir_replace_uses(g, to_dev, y);
     ir_drop_node(g, to_dev->def);
   }
-  ir_drop_node(g, cast);
+  if (mm->cast) ir_drop_node(g, mm->cast);
   int pos = position(g, u) + 1;
-  Value *bh = ir_emit(g, OP_CAST, 1, &y, DT_BF16, y->shape, &cast->a, u->loc);
+  Value *bh = ir_emit(g, OP_CAST, 1, &y, DT_BF16, y->shape, mm->cast ? &mm->cast->a : &mm->top[0]->a, u->loc);
   bh->sharding = y->sharding;
   bh->name = copy->name;
   bh->host = true;
   ir_move_last(g, pos++);
   Value *b = copy_to(g, OP_TO_DEVICE, bh, pos++, u->loc);
-  if (gather) {
+  if (mm->gather) {
     Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &b, 1, u->loc);
-    ag->a = gather->a;
+    ag->a = mm->gather->a;
     ag->out[0]->dtype = DT_BF16;
     ag->out[0]->shape = copy->shape;
     ag->out[0]->sharding = copy->sharding;
@@ -808,14 +856,16 @@ static void master_on_host(Graph *g, Node *u, Node *slice, Node *gather, Node *c
     ir_move_last(g, pos++);
     b = ag->out[0];
   }
-  ir_replace_uses(g, copy, b); /* next:bf16:<param> */
+  if (mm->cast) ir_replace_uses(g, copy, b); /* next:bf16:<param> */
+  else ir_add_result(g, b, arena_printf(g->arena, "next:%s", copy->def->a.name));
 }
 
-static void offload_update(Graph *g, Node *u, Value **hyper_host) {
+static void offload_update(Graph *g, Node *u, Value **hyper_host, bool zero3) {
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1, hi = 2 + nstate;
   for (int k = 0; k < nstate; k++)
     if (!only_reader(g, u->in[2 + k], u)) return;
-  Node *slice, *gather, *cast = master_cast(g, u, &slice, &gather);
+  Master mm;
+  bool master = master_plan(g, u, &mm, zero3);
   int pos = position(g, u);
   u->in[0] = copy_to(g, OP_TO_HOST, u->in[0], pos++, u->loc);
   Value *g32 = download_bf16_grad(g, u->in[1], &pos, u->loc);
@@ -835,17 +885,18 @@ static void offload_update(Graph *g, Node *u, Value **hyper_host) {
       if (g->nodes[i]->in[j] == ph && g->nodes[i] != pd->def) g->nodes[i]->in[j] = pd;
   for (int i = 0; i < g->nresults; i++)
     if (g->results[i] == ph) g->results[i] = pd;
-  if (cast) master_on_host(g, u, slice, gather, cast);
+  if (master) master_on_host(g, u, &mm);
 }
 
-static void offload(Graph *g) {
+/* zero3: ZeRO-3 over dp (its top-level casts of the stored shards may become the host-written copies) */
+static void offload(Graph *g, bool zero3) {
   int n = g->nnodes, nu = 0;
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
   offload_order(g, updates, nu); /* (passes/offload_sched.c: the host's order, and when the copies run) */
   Value *hyper_host = NULL;
-  for (int i = 0; i < nu; i++) offload_update(g, updates[i], &hyper_host);
+  for (int i = 0; i < nu; i++) offload_update(g, updates[i], &hyper_host, zero3);
 }
 
 bool pass_zero(Module *m) {
@@ -860,7 +911,7 @@ bool pass_zero(Module *m) {
     if (stage > 0 && !off) /* (with offload the stage applies: the whole state moves to the host) */
       note_at(m->plan.opt_loc[PLAN_OPT_ZERO], "zero %d: the data-parallel group is one rank (dp 1, cp 1): nothing to shard, the rank holds the whole optimizer state%s",
               stage, stage >= 2 ? ", gradients and parameters" : "");
-    if (off) offload(m->graph);
+    if (off) offload(m->graph, false);
     return true;
   }
   Graph *g = m->graph;
@@ -876,6 +927,7 @@ bool pass_zero(Module *m) {
     group_loop_scatters(g, cap, true, z);
     bucket_scatters(g, z, cap);
   }
-  if (off) offload(g);
+  if (off) offload(g, stage >= 3 && m->plan.weight_copy != WCOPY_PER_LAYER && m->target == TARGET_CUDA && m->has_recipe &&
+                         m->recipe.precision == PREC_BF16);
   return true;
 }

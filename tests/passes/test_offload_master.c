@@ -7,13 +7,14 @@
  *     device, downloaded and uploaded in f32, cast per layer),
  *   - D: the same plan without offload (the persistent copies, the update on the device),
  *   - R: the single-rank program (no offload, bf16, the persistent copies),
- * for 1 rank (with and without accumulation), dp 2 with ZeRO 1 and 2 (with and without
- * accumulation) and ZeRO 3 (whose split copy is gathered per layer: the master stays on the device),
- * and tp 2:
- *   - structure: M's parameters with a copy are host values (the rank's shard under ZeRO-1/2 at
- *     dp > 1), no to_host reads a parameter, each copy is written by a bf16 upload (and a bf16
- *     all_gather over dp at dp > 1); M uploads half of L's bytes and downloads no parameter; the
- *     device plan's parameters are D's less every f32 parameter, the host plan holds the masters;
+ * for 1 rank (with and without accumulation), dp 2 with ZeRO 1, 2 and 3 (with and without
+ * accumulation; ZeRO-3: the stored shard's bf16 cast becomes a persistent split copy, written by the
+ * host, that the layer loops gather as before), and tp 2:
+ *   - structure: M's parameters are host values (the rank's shard under ZeRO at dp > 1), no
+ *     to_host reads a parameter, each copy is written by a bf16 upload (ZeRO-1/2 at dp > 1: and a
+ *     bf16 all_gather over dp); M uploads half of L's bytes and downloads no parameter; the device
+ *     plan's parameters are D's less every f32 parameter (the copies aside), the host plan holds the
+ *     masters;
  *   - numbers: the fp64 interpreter runs M, L and D on their simulated ranks for 3 AdamW steps: every
  *     result of L and of D (loss, grad norm, gradients, next parameters and optimizer state) equals
  *     M's bit for bit (tolerance 0), and M equals R within 1e-3 relative (dp 2 adds the gradients in
@@ -102,12 +103,21 @@ static void copies(const Graph *g, int64_t *h2d, int64_t *d2h, int *param_downlo
   }
 }
 
+/* Bytes of g's persistent bf16 copies (STATE "bf16:<param>"). */
+static int64_t copy_bytes(const Graph *g) {
+  int64_t b = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_STATE && ir_copy_source(g->nodes[i]->a.name)) b += tb_bytes_of(g->nodes[i]->out[0]);
+  return b;
+}
+
 /* M's structure against L (today's offload) and D (no offload); want_master: the masters move. */
 static void check_structure(const Module *m, const Module *l, const Module *dv, const char *what, bool want_master,
                             bool gathered) {
   const Graph *g = m->graph;
   int host_params = 0, dev_params = 0, writes = 0, bf16_gathers = 0;
   int64_t f32_moved = 0; /* D's f32 bytes of the parameters M keeps on the host */
+  int64_t mcopies = copy_bytes(g), dcopies = copy_bytes(dv->graph);
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op != OP_PARAM) continue;
@@ -146,9 +156,11 @@ static void check_structure(const Module *m, const Module *l, const Module *dv, 
   CHECKM(!gathered || bf16_gathers == writes, "%s: %d bf16 gathers, %d uploads", what, bf16_gathers, writes);
   CHECKM(mpd == 0 && lpd == host_params, "%s: %d parameter downloads (per layer: %d)", what, mpd, lpd);
   CHECKM(2 * mh == lh, "%s: uploads %lld B, not half of %lld", what, (long long)mh, (long long)lh);
-  CHECKM(mp->by_class[MEM_PARAM] + f32_moved == dp->by_class[MEM_PARAM],
-         "%s: device parameters %lld B + the f32 %lld B != %lld B without offload", what,
-         (long long)mp->by_class[MEM_PARAM], (long long)f32_moved, (long long)dp->by_class[MEM_PARAM]);
+  /* the device's parameters: D's less the f32 masters (the copies aside: ZeRO-3's are persistent in M only) */
+  CHECKM(mp->by_class[MEM_PARAM] - mcopies + f32_moved == dp->by_class[MEM_PARAM] - dcopies,
+         "%s: device parameters %lld B (copies %lld) + the f32 %lld B != %lld B (copies %lld) without offload", what,
+         (long long)mp->by_class[MEM_PARAM], (long long)mcopies, (long long)f32_moved,
+         (long long)dp->by_class[MEM_PARAM], (long long)dcopies);
   CHECKM(mp->host_params > 0 && mp->host_params <= mp->host_state, "%s: host masters %lld B", what,
          (long long)mp->host_params);
 }
@@ -218,11 +230,14 @@ int main(void) {
   run(&tiny, "tiny, dp 2, zero 2", (FeDefine[]){{"micro_batch", "2"}, {"dp", "2"}, {"zero", "2"}}, 3, 2, true, true);
   run(&tiny, "tiny, dp 2, zero 2, accum 2", (FeDefine[]){{"micro_batch", "1"}, {"dp", "2"}, {"zero", "2"}}, 3, 2,
       true, true);
-  run(&tiny, "tiny, dp 2, zero 3", (FeDefine[]){{"micro_batch", "2"}, {"dp", "2"}, {"zero", "3"}}, 3, 2, false, false);
+  run(&tiny, "tiny, dp 2, zero 3", (FeDefine[]){{"micro_batch", "2"}, {"dp", "2"}, {"zero", "3"}}, 3, 2, true, false);
+  run(&tiny, "tiny, dp 2, zero 3, accum 2", (FeDefine[]){{"micro_batch", "1"}, {"dp", "2"}, {"zero", "3"}}, 3, 2, true,
+      false);
   run(&tiny, "tiny, tp 2", (FeDefine[]){{"micro_batch", "4"}, {"tp", "2"}}, 2, 2, true, false);
   run(&llama, "Llama, 1 rank", (FeDefine[]){{"micro_batch", "4"}}, 1, 1, true, false);
   run(&llama, "Llama, dp 2, zero 1, accum 2", (FeDefine[]){{"micro_batch", "1"}, {"dp", "2"}, {"zero", "1"}}, 3, 2,
       true, true);
+  run(&llama, "Llama, dp 2, zero 3", (FeDefine[]){{"micro_batch", "2"}, {"dp", "2"}, {"zero", "3"}}, 3, 2, true, false);
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);
   else fprintf(stderr, "offload master: all checks passed\n");
   return failures != 0;
