@@ -2,7 +2,7 @@
 # ZeRO-Offload under `precision bf16` with the f32 master weights on the host (passes/zero.c, "the
 # f32 master weights on the host") on the emulated CUDA device (labels cuda, e2e):
 #
-#   cuda_offload_master.sh SHARDC ST_CLOSE one | zero2
+#   cuda_offload_master.sh SHARDC ST_CLOSE one | zero2 | zero3
 #
 # The tiny GPT (seq 32) in bf16 with `offload`, compiled twice with the same plan: `weight_copy
 # auto` (M: the masters on the host, the host casts each updated shard to bf16 and uploads it into
@@ -22,6 +22,8 @@
 #          uploaded and gathered over dp); resumes across layouts: a one-rank trainer without
 #          offload from M's step-2 checkpoint, and M from the one-rank trainer's (step 3's loss
 #          within 1e-6 of the writer's: the same weights, the loss reduced over dp in another order)
+#   zero3  dp 2, ZeRO 3 with 2 micro-steps a step (the masters' halves on the host, their bf16 casts
+#          uploaded into the split copies that the layer loops gather); the same resumes as zero2
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 shardc=$(abspath "$1")
@@ -33,7 +35,8 @@ np=1
 case $what in
   one) plan=(-D micro_batch=4 -D batch=8) ;;
   zero2) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2) np=2 ;;
-  *) echo "usage: cuda_offload_master.sh SHARDC ST_CLOSE one|zero2" >&2; exit 2 ;;
+  zero3) plan=(-D micro_batch=2 -D batch=8 -D dp=2 -D tp=1 -D zero=3) np=2 ;;
+  *) echo "usage: cuda_offload_master.sh SHARDC ST_CLOSE one|zero2|zero3" >&2; exit 2 ;;
 esac
 launch=()
 [ "$np" -gt 1 ] && launch=("${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np "$np")
@@ -102,9 +105,9 @@ else
   "$shardc" build models/tiny.model -D seq=32 -D precision=bf16 -D micro_batch=8 --world 1 --target cuda -o "$t/one" >/dev/null
   "$t/one" "${run[@]}" --steps 3 --log "$t/one.jsonl" --save-to "$t/ck_one" >"$t/one.out" 2>&1 ||
     { cat "$t/one.out"; fail "the one-rank trainer"; }
-  resume "$t/one" 1 "$t/ck_auto" one_from_zero2off
-  same_loss one_from_zero2off auto 1e-6
-  resume "$t/auto" 2 "$t/ck_one" zero2off_from_one
-  same_loss zero2off_from_one one 1e-6
+  resume "$t/one" 1 "$t/ck_auto" one_from_offload
+  same_loss one_from_offload auto 1e-6
+  resume "$t/auto" 2 "$t/ck_one" offload_from_one
+  same_loss offload_from_one one 1e-6
 fi
 echo "cuda offload master ($what): ok"
