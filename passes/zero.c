@@ -682,7 +682,8 @@ static void group_loop_scatters(Graph *g, int64_t cap, bool body, ZeroGroup z) {
  * of its own space only, to_host / to_device excepted; memplan places them in the rank's host
  * allocation; the CUDA target runs the update with the CPU target's threaded kernel. With dp 1 the
  * shard is the whole parameter. A state another node reads, or an update inside a region, stays
- * on the device (none today). */
+ * on the device (none today). Under bf16 the parameter itself moves to the host (below: "the f32
+ * master weights on the host"). */
 static Value *copy_to(Graph *g, OpKind op, Value *x, int pos, SrcLoc loc) {
   Node *c = ir_node_new(g, op, 1, &x, 1, loc);
   c->out[0]->dtype = x->dtype;
