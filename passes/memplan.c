@@ -73,7 +73,7 @@ static void mark_captures(Graph *body, Graph *outer, int pos, const int *slot, I
 
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
 
-/* Plan `offload`: the top graph's host values (passes/zero.c) in the host allocation. The state
+/* Plan `offload`: the top graph's host values (passes/zero_offload.c) in the host allocation. The state
  * first (persistent); then the to_host copies, each live from the start of its download (which
  * passes/offload_sched.c moves early: a parameter's at the step's start, a layer gradient's rows
  * inside the backward loop) to its last reader (or, for an update's parameter shard, to the last

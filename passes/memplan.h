@@ -27,7 +27,7 @@ typedef struct MemPlan {
   int64_t by_class[MEM_COUNT];      /* bytes live at the peak, by class */
   int64_t largest[MEM_COUNT];       /* largest single value, by class */
   int nvalues;                      /* values placed */
-  /* plan `offload` on a device target (passes/zero.c): the values marked host, in the rank's host
+  /* plan `offload` on a device target (passes/zero_offload.c): the values marked host, in the rank's host
    * allocation (pinned), apart from `total` */
   int64_t host_total;               /* bytes of the host allocation */
   int64_t host_state;               /* of which the persistent state (the rest: the update's copies) */

@@ -1,4 +1,4 @@
-/* passes/offload_sched.c — when plan offload's copies run (passes/zero.c puts them in the IR:
+/* passes/offload_sched.c — when plan offload's copies run (passes/zero_offload.c puts them in the IR:
  * to_host of a parameter's and a gradient's shard, the update on the host, to_device of the result).
  *
  * The IR says what is copied; this file says when, as ZeRO-Offload overlaps it:
@@ -36,7 +36,7 @@ static bool has_async(const Graph *g) {
 }
 
 /* The cast of update n's parameter into its persistent bf16 copy (passes/wshadow.c), which moves
- * with the update: the host makes it (passes/zero.c, the master weights on the host). */
+ * with the update: the host makes it (passes/zero_offload.c, the master weights on the host). */
 static bool copy_cast(const Graph *g, const Node *c, const Node *n) {
   return c->op == OP_CAST && c->in[0] == n->out[0] && ir_copy_written(g, c->out[0]);
 }
