@@ -97,6 +97,8 @@ static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
     bool cast = n->op == OP_CAST && n->out[0]->host;
     if (n->op != OP_TO_HOST && !cast) continue;
     int from = cast ? i : offload_issue(g, n).after;
+    if (cast && i > 0 && g->nodes[i - 1] == n->in[0]->def && is_update(g->nodes[i - 1]->op))
+      from = i - 1; /* the bf16 copy of the master the update makes: codegen stores it in the update's pass */
     Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), from < 0 ? 0 : from, MEM_ACT);
     it->end = i;
     for (int j = i + 1; j < g->nnodes; j++)

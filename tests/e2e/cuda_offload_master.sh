@@ -12,7 +12,7 @@
 # rt_cvt_f32_bf16, the device's cast: nearest, ties to even), so they agree bit for bit: the same
 # losses and byte-identical model and optimizer checkpoints after step 3. Cases:
 #   one    one rank, 2 micro-steps a step; M's generated step downloads no parameter and casts the
-#          16 updated parameters on the host; `shardc plan` prints the masters in the host plan.
+#          16 updated parameters on the host (in its AdamW's pass: rt_adamw_f32_copy); `shardc plan` prints the masters in the host plan.
 #          Resumes (the copies derived from the loaded masters): M from its own step-2 checkpoint
 #          (step 3's loss and checkpoint byte-identical to the uninterrupted runs), the trainer
 #          without offload (D) from M's step-2 checkpoint and M from D's: step 3's loss, computed
@@ -50,7 +50,7 @@ done
 "$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --emit-c "$t/src" >"$t/plan.txt" 2>&1
 step=$(awk '/^static void step\(/,/^}/' "$t"/src/tiny.c)
 downloads=$(awk '/rt_cu_launch|rt_cu_matmul/ { exit } /rt_cu_to_host_start/ { n++ } END { print n + 0 }' <<<"$step")
-hcasts=$(grep -c 'rt_cvt_f32_bf16(' <<<"$step" || true)
+hcasts=$(grep -c 'rt_adamw_f32_copy(' <<<"$step" || true) # (the host's AdamW storing the bf16 copy it uploads)
 ups=$(grep -c 'rt_cu_to_device_start(' <<<"$step" || true)
 echo "$what: the step downloads $downloads parameters before its first kernel, casts $hcasts on the host, uploads $ups"
 [ "$downloads" = 0 ] && [ "$hcasts" = 16 ] && [ "$ups" = 16 ] || fail "$what: the masters are not on the host"
