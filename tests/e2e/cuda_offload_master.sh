@@ -17,7 +17,8 @@
 #          (step 3's loss and checkpoint byte-identical to the uninterrupted runs), the trainer
 #          without offload (D) from M's step-2 checkpoint and M from D's: step 3's loss, computed
 #          from the loaded weights, bit for bit the writer's, and the step-3 checkpoints within
-#          st_close of the writer's (the host's AdamW against the device's)
+#          st_close of the writer's (the host's AdamW against the device's); M and D initialised by
+#          --init-from M's step-2 weights: the same first loss bit for bit, the second within 1e-6
 #   zero2  dp 2 under mpirun, ZeRO 2 (each rank's half of the masters on the host, the bf16 halves
 #          uploaded and gathered over dp); resumes across layouts: a one-rank trainer without
 #          offload from M's step-2 checkpoint, and M from the one-rank trainer's (step 3's loss
@@ -93,6 +94,16 @@ if [ "$what" = one ]; then
   same_loss dev_from_offload auto 0
   resume "$t/auto" 1 "$t/ck_dev" offload_from_dev
   same_loss offload_from_dev dev 0
+  # --init-from (the weights only, fresh moments, the data from the start): M and D from M's step-2
+  # model, 2 steps: the first loss (the loaded weights) bit for bit, the second within 1e-6
+  for b in auto dev; do
+    "$t/$b" "${run[@]}" --steps 2 --init-from "$t/ck_auto/step_00000002/model.safetensors" --log "$t/init_$b.jsonl" \
+      --save-to "" >"$t/init_$b.out" 2>&1 || { cat "$t/init_$b.out"; fail "--init-from ($b)"; }
+  done
+  paste <(losses "$t/init_auto.jsonl") <(losses "$t/init_dev.jsonl") | awk '
+    { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (n == 1 && $1 != $2) bad++; if (r > 1e-6) bad++
+      printf "--init-from, step %d: loss %s with offload, %s without (|rel| %.2e)\n", n, $1, $2, r }
+    END { if (n != 2 || bad) exit 1 }' || fail "--init-from: offload and no offload differ"
   for f in model optimizer; do
     printf "no offload from offload, step 3 %s: " $f
     "$st_close" "$t/ck_auto/step_00000003/$f.safetensors" "$t/ck_dev_from_offload/step_00000003/$f.safetensors" 1e-6 ||
