@@ -22,7 +22,8 @@
 #   zero2  dp 2 under mpirun, ZeRO 2 (each rank's half of the masters on the host, the bf16 halves
 #          uploaded and gathered over dp); resumes across layouts: a one-rank trainer without
 #          offload from M's step-2 checkpoint, and M from the one-rank trainer's (step 3's loss
-#          within 1e-6 of the writer's: the same weights, the loss reduced over dp in another order)
+#          within 1e-6 of the writer's: the same weights, the loss reduced over dp in another order);
+#          and the one-rank trainer from M's sharded checkpoint (every rank's blocks of its masters)
 #   zero3  dp 2, ZeRO 3 with 2 micro-steps a step (the masters' halves on the host, their bf16 casts
 #          uploaded into the split copies that the layer loops gather); the same resumes as zero2
 # shellcheck source=tests/lib.sh
@@ -120,5 +121,11 @@ else
   same_loss one_from_offload auto 1e-6
   resume "$t/auto" 2 "$t/ck_one" offload_from_one
   same_loss offload_from_one one 1e-6
+  if [ "$what" = zero2 ]; then # sharded checkpoints (each rank writes its blocks of the host masters)
+    "${launch[@]}" "$t/auto" "${run[@]/logical/sharded}" --steps 2 --log "$t/sh.jsonl" --save-to "$t/ck_sh" >"$t/sh.out" 2>&1 ||
+      { cat "$t/sh.out"; fail "$what: sharded checkpoints"; }
+    resume "$t/one" 1 "$t/ck_sh" one_from_sharded
+    same_loss one_from_sharded auto 1e-6
+  fi
 fi
 echo "cuda offload master ($what): ok"
