@@ -2,7 +2,7 @@
 # ZeRO-Offload under `precision bf16` with the f32 master weights on the host (passes/zero.c, "the
 # f32 master weights on the host") on the emulated CUDA device (labels cuda, e2e):
 #
-#   cuda_offload_master.sh SHARDC ST_CLOSE one | zero2 | zero3
+#   cuda_offload_master.sh SHARDC ST_CLOSE one | zero2 | zero3 | pp2z3
 #
 # The tiny GPT (seq 32) in bf16 with `offload`, compiled twice with the same plan: `weight_copy
 # auto` (M: the masters on the host, the host casts each updated shard to bf16 and uploads it into
@@ -26,6 +26,10 @@
 #          and the one-rank trainer from M's sharded checkpoint (every rank's blocks of its masters)
 #   zero3  dp 2, ZeRO 3 with 2 micro-steps a step (the masters' halves on the host, their bf16 casts
 #          uploaded into the split copies that the layer loops gather); the same resumes as zero2
+#   pp2z3  pp 2 x dp 2, ZeRO 3, 4 ranks (each stage's masters on its ranks' hosts; a small parameter
+#          kept whole has its copy derived by a gather every rank joins): against the plan without
+#          offload (pipeline stages refuse `weight_copy per_layer`), losses within 1e-6 and the
+#          step-3 checkpoints within st_close's 1e-6 (the host's AdamW against the device's)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 shardc=$(abspath "$1")
@@ -38,8 +42,31 @@ case $what in
   one) plan=(-D micro_batch=4 -D batch=8) ;;
   zero2) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2) np=2 ;;
   zero3) plan=(-D micro_batch=2 -D batch=8 -D dp=2 -D tp=1 -D zero=3) np=2 ;;
-  *) echo "usage: cuda_offload_master.sh SHARDC ST_CLOSE one|zero2|zero3" >&2; exit 2 ;;
+  pp2z3) plan=(-D micro_batch=1 -D dp=2 -D pp=2 -D microbatches=2 -D tp=1 -D zero=3) np=4 ;;
+  *) echo "usage: cuda_offload_master.sh SHARDC ST_CLOSE one|zero2|zero3|pp2z3" >&2; exit 2 ;;
 esac
+if [ "$what" = pp2z3 ]; then # (pipeline stages refuse `weight_copy per_layer`: against the plan without offload)
+  export SHARDRT_DEVICE=emu
+  launch=("${mpi[@]}" --oversubscribe -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np 4)
+  run=(--data "$t/data.txt" --eval-every 0 --val-batches 1 --steps 3 --ckpt-format logical)
+  for w in on off; do
+    "$shardc" build "${m[@]}" "${plan[@]}" -D offload=$w --world 4 --target cuda -o "$t/$w" >/dev/null
+    "${launch[@]}" "$t/$w" "${run[@]}" --log "$t/$w.jsonl" --save-to "$t/ck_$w" >"$t/$w.out" 2>&1 ||
+      { cat "$t/$w.out"; fail "$what: offload $w"; }
+  done
+  "$shardc" plan "${m[@]}" "${plan[@]}" --world 4 --target cuda >"$t/plan.txt" 2>&1
+  grep -q "parameters .*the f32 master weights" "$t/plan.txt" || fail "$what: shardc plan prints no host masters"
+  paste <(losses "$t/on.jsonl") <(losses "$t/off.jsonl") | awk '
+    { n++; d = $2 - $1; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; if (r > 1e-6) bad++ }
+    END { printf "pp2z3: losses with the masters on the host against no offload over %d steps: worst |rel| %.2e (tolerance 1e-6)\n", n, w
+          if (n != 3 || bad) exit 1 }' || fail "$what: losses"
+  for f in model optimizer; do
+    printf "pp2z3, step 3 %s: " $f
+    "$st_close" "$t/ck_off/step_00000003/$f.safetensors" "$t/ck_on/step_00000003/$f.safetensors" 1e-6 || fail "$what: $f after step 3"
+  done
+  echo "cuda offload master ($what): ok"
+  exit 0
+fi
 launch=()
 [ "$np" -gt 1 ] && launch=("${mpi[@]}" -x SHARDRT_DEVICE -x SHARDRT_CUBIN_CACHE -np "$np")
 export SHARDRT_DEVICE=emu
