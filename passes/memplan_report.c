@@ -45,7 +45,9 @@ void memplan_print(FILE *f, const Module *m) {
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "bf16 weights", (long long)m->wcopy.bytes,
             (double)m->wcopy.bytes / (1 << 20),
             m->wcopy.persistent ? "persistent copies (in params), written by the update: one cast a step"
-                                : "cast where read (per layer in the loops); kept, they would hold this",
+            : p->host_params > 0 /* ZeRO-3's split casts made the host's copies (passes/zero_offload.c) */
+                ? "kept split over dp (in params), written by the host's update (offload); whole, they would hold this"
+                : "cast where read (per layer in the loops); kept, they would hold this",
             m->wcopy.why);
   if (p->host_total > 0) { /* plan offload */
     fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
