@@ -60,9 +60,10 @@ static Value *download_bf16_grad(Graph *g, Value *gs, int *pos, SrcLoc loc) {
  * "bf16:<param>", the updated parameter cast into it after the update) the device reads a parameter
  * only through its copy; the f32 parameter is read by its update alone. Offloaded, it then lives in
  * the host allocation (the master weights, with the optimizer state; initialised, checkpointed and
- * resumed from there), and the host casts its updated shard to bf16 (rt_cvt_f32_bf16: the same
- * rounding as the device's cast) and uploads that: 2 B per parameter, not 4, no download of the
- * parameter at the step's start, and no f32 parameter on the device:
+ * resumed from there), and the host casts its updated shard to bf16 (the same rounding as the
+ * device's cast; codegen/target_cuda.c stores it in the AdamW's pass, rt_adamw_f32_copy) and uploads
+ * that: 2 B per parameter, not 4, no download of the parameter at the step's start, and no f32
+ * parameter on the device:
  *     P' , m', v' = adamw_update(P, gh, m, v, hh)   P: PARAM in host memory (the rank's shard)
  *     bh  = cast(P') to=bf16                        on the host
  *     bd  = to_device(bh)                           -> next:bf16:P (dp 1: the copy's own bytes)
@@ -72,25 +73,24 @@ static Value *download_bf16_grad(Graph *g, Value *gs, int *pos, SrcLoc loc) {
  * copy, where the gather of today's f32 update was (P (dp-1)/dp x 2 B of gather traffic instead
  * of 4; the host would need the whole master to upload the copy whole). The values are those of the
  * device path bit for bit (a cast commutes with a gather; the host's and the device's roundings are
- * the same). Any other reader of the parameter (per-layer casts, ZeRO-3's split copy gathered per
- * layer, pipeline stages' casts) keeps today's layout: the f32 parameter on the device. */
+ * the same). ZeRO-3 over dp has no persistent copy (its layer loops gather the rows of a split cast
+ * of the stored shard, made at the top of the step and per micro-step): those casts become one
+ * persistent split copy, STATE "bf16:<param>", that the host writes the same way. Any other reader
+ * of the parameter (per-layer casts, pipeline stages' casts below ZeRO-3) keeps the f32 parameter
+ * on the device, downloaded and uploaded as above. */
 
-/* v's readers in g and its bodies, counted; *only: the one reader when there is one. */
-static int readers(const Graph *g, const Value *v, Node **only) {
-  int c = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++)
-      if (n->in[j] == v) c++, *only = n;
-    if (n->body) c += readers(n->body, v, only) ? 2 : 0; /* (a body's reader is never the one) */
-  }
-  return c;
+/* v's one reader when v has exactly one (in g and its bodies) and it is a node of g, else NULL. */
+static Node *sole_reader(const Graph *g, const Value *v) {
+  if (ir_count_uses_deep(g, v) != 1) return NULL;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v) return g->nodes[i];
+  return NULL;
 }
 
 /* The master's plan for an update: ZeRO-1/2's shard_slice of the parameter and all_gather of the
  * updated shard (or NULL), and either the cast of the updated parameter into its persistent bf16
- * copy (passes/wshadow.c) or, under ZeRO-3 over dp (no persistent copy: the step casts the stored
- * shard once at the top, and the layer loops gather that cast's rows), that top-level cast. */
+ * copy (passes/wshadow.c) or, under ZeRO-3 over dp, the casts of the stored parameter. */
 enum { MASTER_CASTS = 8 };
 typedef struct {
   Node *slice, *gather, *cast;
@@ -115,25 +115,23 @@ static int casts_of(Graph *g, const Value *p, Node **casts, int n, int cap) {
  * dp with the weights' copies not refused by hand (`weight_copy per_layer` keeps the device's). */
 static bool master_plan(Graph *g, Node *u, Master *mm, bool zero3) {
   Value *p = u->in[0];
-  Node *only = NULL;
   *mm = (Master){0};
-  if (p->def->op == OP_SHARD_SLICE && readers(g, p, &only) == 1) mm->slice = p->def, p = p->def->in[0];
+  if (p->def->op == OP_SHARD_SLICE && sole_reader(g, p) == u) mm->slice = p->def, p = p->def->in[0];
   if (p->def->op != OP_PARAM || p->dtype != DT_F32) return false;
   int rp = ir_count_uses_deep(g, p);
   if (zero3 && rp > 1) mm->ntop = casts_of(g, p, mm->top, 0, MASTER_CASTS);
-  if (rp != mm->ntop + 1 || (mm->ntop == 0 && readers(g, p, &only) != 1)) return false;
+  if (rp != mm->ntop + 1) return false; /* (its one other reader: the update, or ZeRO-1/2's slice) */
   Value *y = u->out[0];
-  int ry = readers(g, y, &only);
   if (mm->slice) {
-    if (ry != 1 || only->op != OP_ALL_GATHER || only->in[0] != y) return false;
-    mm->gather = only;
-    y = only->out[0];
-    ry = readers(g, y, &only);
+    Node *ag = sole_reader(g, y);
+    if (!ag || ag->op != OP_ALL_GATHER) return false;
+    mm->gather = ag;
+    y = ag->out[0];
   }
-  if (mm->ntop) return ry == 0; /* (the updated parameter: the result next:<param> only) */
-  Value *cw = ry == 1 ? only->out[0] : NULL;
-  if (!cw || only->op != OP_CAST || cw->dtype != DT_BF16 || !ir_copy_written(g, cw)) return false;
-  mm->cast = only;
+  if (mm->ntop) return ir_count_uses_deep(g, y) == 0; /* (the updated parameter: the result next:<param> only) */
+  Node *c = sole_reader(g, y);
+  if (!c || c->op != OP_CAST || c->out[0]->dtype != DT_BF16 || !ir_copy_written(g, c->out[0])) return false;
+  mm->cast = c;
   return true;
 }
 
