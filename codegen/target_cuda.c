@@ -358,10 +358,34 @@ static void emit_node(Cg *c, Node *n) {
   }
 }
 
+/* Plan offload under bf16 (passes/zero_offload.c): the host's AdamW u (at c->pos) and the cast of
+ * its updated master into the bf16 copy it uploads, right after it, in one pass over the master:
+ * rt_adamw_f32_copy (the same arithmetic and rounding as rt_adamw_f32 and rt_cvt_f32_bf16). */
+static int host_update_copy(Cg *c, Node *u) {
+  const Graph *g = u->graph;
+  int at = c->pos + 1;
+  if (u->op != OP_ADAMW_UPDATE || u->in[0]->dtype != DT_F32 || at >= g->nnodes || g->nodes[at - 1] != u ||
+      !cg_runs(c, g, at))
+    return 0;
+  const Node *x = g->nodes[at];
+  if (x->op != OP_CAST || x->in[0] != u->out[0] || x->out[0]->dtype != DT_BF16 || !x->out[0]->host) return 0;
+  for (int k = 0; k < 3; k++) cg_copy_if_moved(c, u->out[k], u->in[k == 0 ? 0 : k + 1]);
+  const Attrs *a = &u->a;
+  cg_line(c, "rt_adamw_f32_copy((float *)%s, (float *)%s, (float *)%s, (float *)%s, (float *)%s, %" PRId64
+          ", (float)%.17g, (float)%.17g, (float)%.17g, (float)%.17g, (uint16_t *)%s);",
+          cg_ptr(c, u->out[0]), cg_ptr(c, u->in[1]), cg_ptr(c, u->out[1]), cg_ptr(c, u->out[2]), cg_ptr(c, u->in[4]),
+          ir_numel(&u->in[0]->shape), a->beta1, a->beta2, a->eps, a->weight_decay, cg_ptr(c, x->out[0]));
+  cg_line(c, "/* (the cast: the bf16 copy to upload, stored by the update above) */");
+  return 2;
+}
+
 static int cuda_node(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
   /* plan offload: the optimizer step in host memory runs the CPU target's (threaded) kernels */
-  if (y && y->host) return cg_target_cpu.node(c, n);
+  if (y && y->host) {
+    int k = host_update_copy(c, n);
+    return k ? k : cg_target_cpu.node(c, n);
+  }
   for (int i = 0; i < n->nin; i++)
     if (ir_dtype_is_float(n->in[i]->dtype) && !float_ok(c, n, n->in[i])) return 1;
   if (ir_cast_folded(n)) { /* its readers read the bf16 source (ir_cast_folded) */

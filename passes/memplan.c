@@ -73,7 +73,7 @@ static void mark_captures(Graph *body, Graph *outer, int pos, const int *slot, I
 
 static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
 
-/* Plan `offload`: the top graph's host values (passes/zero.c) in the host allocation. The state
+/* Plan `offload`: the top graph's host values (passes/zero_offload.c) in the host allocation. The state
  * first (persistent); then the to_host copies, each live from the start of its download (which
  * passes/offload_sched.c moves early: a parameter's at the step's start, a layer gradient's rows
  * inside the backward loop) to its last reader (or, for an update's parameter shard, to the last
@@ -85,8 +85,9 @@ static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
     Value *v = g->nodes[i]->nout ? g->nodes[i]->out[0] : NULL;
     if (!v || !v->host || !(ir_ops[g->nodes[i]->op].flags & F_SOURCE)) continue;
     v->offset = off;
-    v->mclass = MEM_OPTIM;
+    v->mclass = g->nodes[i]->op == OP_PARAM ? MEM_PARAM : MEM_OPTIM; /* (the f32 master weights: passes/zero.c) */
     off += align_up(value_bytes(v));
+    if (g->nodes[i]->op == OP_PARAM) mp->host_params += align_up(value_bytes(v));
     mp->nvalues++;
   }
   mp->host_state = off;
@@ -96,12 +97,16 @@ static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
     bool cast = n->op == OP_CAST && n->out[0]->host;
     if (n->op != OP_TO_HOST && !cast) continue;
     int from = cast ? i : offload_issue(g, n).after;
+    if (cast && i > 0 && g->nodes[i - 1] == n->in[0]->def && is_update(g->nodes[i - 1]->op))
+      from = i - 1; /* the bf16 copy of the master the update makes: codegen stores it in the update's pass */
     Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), from < 0 ? 0 : from, MEM_ACT);
     it->end = i;
     for (int j = i + 1; j < g->nnodes; j++)
       for (int k = 0; k < g->nodes[j]->nin; k++) {
         const Node *u = g->nodes[j];
-        if (u->in[k] == n->out[0] && j > it->end) it->end = j;
+        if (u->in[k] == n->out[0] && j > it->end) /* (an upload reads it until the device waits for it) */
+          it->end = u->op == OP_TO_DEVICE ? offload_upload_wait(g, u) : j;
+        if (it->end > g->nnodes - 1) it->end = g->nnodes - 1;
         if (is_update(u->op) && u->in[0] == n->out[0]) /* its result, in place: read after it */
           for (int q = j + 1; q < g->nnodes; q++)
             for (int r = 0; r < g->nodes[q]->nin; r++)
@@ -564,10 +569,12 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
   }
   /* a parameter's persistent bf16 copy (passes/wshadow.c: the cast of the updated parameter, result
-   * "next:bf16:<param>") is written into the copy's own bytes */
+   * "next:bf16:<param>"; offload: its upload from the host, or the gather of the uploaded shards) is
+   * written into the copy's own bytes */
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
-    Value *target = v && v->def->op == OP_CAST ? ir_copy_written(g, v) : NULL;
+    OpKind op = v ? v->def->op : OP_CAST;
+    Value *target = v && (op == OP_CAST || op == OP_TO_DEVICE || op == OP_ALL_GATHER) ? ir_copy_written(g, v) : NULL;
     if (!target || read_after(g, v->def, target)) continue;
     p.iv[i].bytes = 0;
     onto_y[nonto] = v;

@@ -27,10 +27,11 @@ typedef struct MemPlan {
   int64_t by_class[MEM_COUNT];      /* bytes live at the peak, by class */
   int64_t largest[MEM_COUNT];       /* largest single value, by class */
   int nvalues;                      /* values placed */
-  /* plan `offload` on a device target (passes/zero.c): the values marked host, in the rank's host
+  /* plan `offload` on a device target (passes/zero_offload.c): the values marked host, in the rank's host
    * allocation (pinned), apart from `total` */
   int64_t host_total;               /* bytes of the host allocation */
-  int64_t host_state;               /* of which the optimizer state (the rest: the update's copies) */
+  int64_t host_state;               /* of which the persistent state (the rest: the update's copies) */
+  int64_t host_params;              /* of host_state: the f32 master weights (bf16 copies on the device) */
   int nstages;                      /* pipeline parallelism: pp (0 without) */
   int64_t *stage_peak;              /* [nstages]: each stage's peak (peak is the largest); NULL without pp */
 } MemPlan;

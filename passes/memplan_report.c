@@ -45,13 +45,28 @@ void memplan_print(FILE *f, const Module *m) {
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "bf16 weights", (long long)m->wcopy.bytes,
             (double)m->wcopy.bytes / (1 << 20),
             m->wcopy.persistent ? "persistent copies (in params), written by the update: one cast a step"
-                                : "cast where read (per layer in the loops); kept, they would hold this",
+            : p->host_params > 0 /* ZeRO-3's split casts made the host's copies (passes/zero_offload.c) */
+                ? "kept split over dp (in params), written by the host's update (offload); whole, they would hold this"
+                : "cast where read (per layer in the loops); kept, they would hold this",
             m->wcopy.why);
   if (p->host_total > 0) { /* plan offload */
     fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
-    row(f, "optimizer state", p->host_state, "the moments of this rank's shard");
-    row(f, "update copies", p->host_total - p->host_state, "the shards of parameters and gradients, and the step's hyper-parameters");
+    if (p->host_params > 0) row(f, "parameters", p->host_params, "the f32 master weights of this rank's shard (the device: their bf16 copies)");
+    row(f, "optimizer state", p->host_state - p->host_params, "the moments of this rank's shard");
+    row(f, "update copies", p->host_total - p->host_state,
+        p->host_params > 0 ? "the shards of gradients (and of parameters kept on the device), the bf16 casts uploaded, "
+                             "the step's hyper-parameters"
+                           : "the shards of parameters and gradients, and the step's hyper-parameters");
     row(f, "host total", p->host_total, NULL);
+    int64_t d2h = 0, h2d = 0; /* the step's copies (a stacked gradient's rows: all of them) */
+    for (int i = 0; i < m->graph->nnodes; i++) {
+      const Node *n = m->graph->nodes[i];
+      if (n->op == OP_TO_HOST) d2h += ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);
+      if (n->op == OP_TO_DEVICE) h2d += ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);
+    }
+    row(f, "copies D2H", d2h, "per step: the gradients' shards (and parameters kept on the device), hyper-parameters");
+    row(f, "copies H2D", h2d, p->host_params > 0 ? "per step: the updated shards, cast to bf16 on the host"
+                                                  : "per step: the updated parameters' shards");
   }
 }
 

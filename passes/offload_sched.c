@@ -1,4 +1,4 @@
-/* passes/offload_sched.c — when plan offload's copies run (passes/zero.c puts them in the IR:
+/* passes/offload_sched.c — when plan offload's copies run (passes/zero_offload.c puts them in the IR:
  * to_host of a parameter's and a gradient's shard, the update on the host, to_device of the result).
  *
  * The IR says what is copied; this file says when, as ZeRO-Offload overlaps it:
@@ -35,11 +35,17 @@ static bool has_async(const Graph *g) {
   return false;
 }
 
-/* Whether a node of g reads one of n's outputs. */
+/* The cast of update n's parameter into its persistent bf16 copy (passes/wshadow.c), which moves
+ * with the update: the host makes it (passes/zero_offload.c, the master weights on the host). */
+static bool copy_cast(const Graph *g, const Node *c, const Node *n) {
+  return c->op == OP_CAST && c->in[0] == n->out[0] && ir_copy_written(g, c->out[0]);
+}
+
+/* Whether a node of g reads one of n's outputs (its copy's cast aside). */
 static bool outputs_read(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j]->def == n) return true;
+      if (g->nodes[i]->in[j]->def == n && !copy_cast(g, g->nodes[i], n)) return true;
   return false;
 }
 
@@ -57,9 +63,16 @@ void offload_order(Graph *g, Node **updates, int n) {
       updates[j] = updates[j - 1], updates[j - 1] = u;
     }
   free(key);
-  for (int i = 0; i < n; i++) { /* each to the end, in that order */
+  for (int i = 0; i < n; i++) { /* each to the end, in that order (its copy's cast after it) */
     ir_drop_node(g, updates[i]);
     g->nodes[g->nnodes++] = updates[i];
+    for (int k = 0; k < g->nnodes - 1; k++)
+      if (copy_cast(g, g->nodes[k], updates[i])) {
+        Node *c = g->nodes[k];
+        ir_drop_node(g, c);
+        g->nodes[g->nnodes++] = c;
+        break;
+      }
   }
 }
 

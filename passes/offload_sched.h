@@ -6,8 +6,9 @@
 
 #include "ir.h"
 
-/* The order of the updates on the host: the n updates of the top graph g (passes/zero.c, before it
- * puts their copies in) are reordered, when nothing but g's results reads what they compute, to
+/* The order of the updates on the host: the n updates of the top graph g (passes/zero_offload.c, before it
+ * puts their copies in) are reordered, when nothing but g's results reads what they compute (but
+ * the cast of an updated parameter into its persistent bf16 copy, which moves with it), to
  * run in the order their gradients are made (the final norm's before the layers', the embeddings'
  * last): the host updates the parameters whose gradients landed while the last ones download.
  * updates[] is reordered too. The values do not change (each update reads its own tensors). */

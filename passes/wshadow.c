@@ -24,6 +24,9 @@
  * the f32 parameter after it: the cast reads the gathered parameter (the bf16 copy is not what is
  * gathered yet: every rank still holds the whole f32 parameters). Not under ZeRO-3 (its layer loops
  * gather the bf16 copy's rows of a split cast already) nor pipeline stages (their casts stay per step).
+ * With `offload` the copy is what lets the f32 parameter leave the device: passes/zero_offload.c makes it the
+ * host's master and the host casts and uploads the copy (under ZeRO-3 it turns the split cast into
+ * such a copy itself).
  */
 #include <string.h>
 

@@ -62,7 +62,6 @@
 #include <string.h>
 
 #include "diag.h"
-#include "offload_sched.h"
 #include "passes.h"
 #include "ptrmap.h"
 #include "zero.h"
@@ -111,8 +110,7 @@ static Value *slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc l
   return s->out[0];
 }
 
-/* True when v (a STATE or CONST source) is read by `u` only: its type may change in place. */
-static bool only_reader(const Graph *g, const Value *v, const Node *u) {
+bool zero_only_reader(const Graph *g, const Value *v, const Node *u) {
   if (v->def->op != OP_STATE && v->def->op != OP_CONST) return false;
   for (int i = 0; i < g->nnodes; i++)
     for (int j = 0; j < g->nodes[i]->nin; j++)
@@ -460,7 +458,7 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage) {
   if (d < 0 || p->def->op != OP_PARAM) return false;
   if (!ir_shape_eq(&gr->shape, &p->shape) || gr->sharding.split[d] >= 0) return false;
   for (int k = 0; k < nstate; k++)
-    if (!only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
+    if (!zero_only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
   Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, z) : NULL;
   bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, stacked);
   if (split_p) {
@@ -670,82 +668,6 @@ static void group_loop_scatters(Graph *g, int64_t cap, bool body, ZeroGroup z) {
   if (has) zero_group_scatters(g, cap, z);
 }
 
-/* ---- ZeRO-Offload (plan `offload`, a device target) ----
- * Every update u of the top graph (after the sharding above: its shard of the parameter and of
- * the gradient, its 1/dp optimizer state) runs in the rank's host memory:
- *     ph  = to_host(ps)     gh = to_host(gs)     hh = to_host(hyper)   (one hh for every update)
- *                           (gs = cast(b) from a bf16 b: gh = cast(to_host(b)) on the host)
- *     ph', m', v' = adamw_update(ph, gh, m, v, hh)   m, v: STATE values in host memory
- *     pd' = to_device(ph')                            read where ph' was: ZeRO-1/2's all_gather,
- *                                                     ZeRO-3's next:<param> (the stored shard)
- * Host values are marked Value.host (printed `@host`); verify checks that a node reads values
- * of its own space only, to_host / to_device excepted; memplan places them in the rank's host
- * allocation; the CUDA target runs the update with the CPU target's threaded kernel. With dp 1 the
- * shard is the whole parameter. A state another node reads, or an update inside a region, stays
- * on the device (none today). */
-static Value *copy_to(Graph *g, OpKind op, Value *x, int pos, SrcLoc loc) {
-  Node *c = ir_node_new(g, op, 1, &x, 1, loc);
-  c->out[0]->dtype = x->dtype;
-  c->out[0]->shape = x->shape;
-  c->out[0]->sharding = x->sharding;
-  c->out[0]->name = x->name;
-  c->out[0]->host = op == OP_TO_HOST;
-  ir_move_last(g, pos);
-  return c->out[0];
-}
-
-/* A gradient cast from bf16 on the device (precision bf16: the backward's gradients are bf16, made
- * f32 after the layer loop) is downloaded in bf16 and made f32 on the host: half the bytes, and its
- * rows can start downloading inside the backward loop (passes/offload_sched.c). Exact: every bf16
- * is an f32. Returns the host f32 gradient, or NULL for any other gradient. */
-static Value *download_bf16_grad(Graph *g, Value *gs, int *pos, SrcLoc loc) {
-  Node *c = gs->def;
-  if (c->op != OP_CAST || c->graph != g || gs->dtype != DT_F32 || c->in[0]->dtype != DT_BF16 || ir_node_stages(c))
-    return NULL;
-  Value *h = copy_to(g, OP_TO_HOST, c->in[0], (*pos)++, loc);
-  Value *y = ir_emit(g, OP_CAST, 1, &h, DT_F32, gs->shape, NULL, loc);
-  y->sharding = gs->sharding;
-  y->name = gs->name;
-  y->host = true;
-  ir_move_last(g, (*pos)++);
-  return y;
-}
-
-static void offload_update(Graph *g, Node *u, Value **hyper_host) {
-  int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1, hi = 2 + nstate;
-  for (int k = 0; k < nstate; k++)
-    if (!only_reader(g, u->in[2 + k], u)) return;
-  int pos = position(g, u);
-  u->in[0] = copy_to(g, OP_TO_HOST, u->in[0], pos++, u->loc);
-  Value *g32 = download_bf16_grad(g, u->in[1], &pos, u->loc);
-  u->in[1] = g32 ? g32 : copy_to(g, OP_TO_HOST, u->in[1], pos++, u->loc);
-  if (!*hyper_host) {
-    int hp = position(g, u->in[hi]->def) + 1; /* right after the hyper-parameters are made */
-    *hyper_host = copy_to(g, OP_TO_HOST, u->in[hi], hp, u->loc);
-    pos++;
-  }
-  u->in[hi] = *hyper_host;
-  for (int k = 0; k < nstate; k++) u->in[2 + k]->host = true;
-  for (int k = 0; k < u->nout; k++) u->out[k]->host = true;
-  Value *ph = u->out[0];
-  Value *pd = copy_to(g, OP_TO_DEVICE, ph, pos + 1, u->loc);
-  for (int i = 0; i < g->nnodes; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == ph && g->nodes[i] != pd->def) g->nodes[i]->in[j] = pd;
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == ph) g->results[i] = pd;
-}
-
-static void offload(Graph *g) {
-  int n = g->nnodes, nu = 0;
-  Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);
-  for (int i = 0; i < n; i++)
-    if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
-  offload_order(g, updates, nu); /* (passes/offload_sched.c: the host's order, and when the copies run) */
-  Value *hyper_host = NULL;
-  for (int i = 0; i < nu; i++) offload_update(g, updates[i], &hyper_host);
-}
-
 bool pass_zero(Module *m) {
   int stage = m->plan.zero;
   int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1, cp = m->mesh ? m->mesh->dim[RT_AX_CP] : 1;
@@ -758,7 +680,7 @@ bool pass_zero(Module *m) {
     if (stage > 0 && !off) /* (with offload the stage applies: the whole state moves to the host) */
       note_at(m->plan.opt_loc[PLAN_OPT_ZERO], "zero %d: the data-parallel group is one rank (dp 1, cp 1): nothing to shard, the rank holds the whole optimizer state%s",
               stage, stage >= 2 ? ", gradients and parameters" : "");
-    if (off) offload(m->graph);
+    if (off) zero_offload(m->graph, false);
     return true;
   }
   Graph *g = m->graph;
@@ -774,6 +696,7 @@ bool pass_zero(Module *m) {
     group_loop_scatters(g, cap, true, z);
     bucket_scatters(g, z, cap);
   }
-  if (off) offload(g);
+  if (off) zero_offload(g, stage >= 3 && m->plan.weight_copy != WCOPY_PER_LAYER && m->target == TARGET_CUDA && m->has_recipe &&
+                         m->recipe.precision == PREC_BF16);
   return true;
 }

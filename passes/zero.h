@@ -1,4 +1,4 @@
-/* passes/zero.h — the `zero` pass's pieces shared between its files (passes/zero.c, zero_sums.c). */
+/* passes/zero.h — the `zero` pass's pieces shared between its files (passes/zero.c, zero_sums.c, zero_offload.c). */
 #ifndef SHARDC_ZERO_H
 #define SHARDC_ZERO_H
 
@@ -31,6 +31,12 @@ Value *zero_scatter_sums(Graph *g, Node *R2, Value *gr, int d, ZeroGroup z);
 /* The same for a gradient all-reduced at the top (gr: the all-reduce's output in g): the
  * embedding's, the head's, the final norm's. Returns the shard that stands for gr, or NULL. */
 Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z);
+/* True when v (a STATE or CONST source) is read by `u` only: its type may change in place. */
+bool zero_only_reader(const Graph *g, const Value *v, const Node *u);
+/* Plan `offload` (passes/zero_offload.c): every update of the top graph g on the host, the copies
+ * around it; under bf16 the masters on the host. zero3: ZeRO-3 over dp with the weights' copies
+ * not refused by hand (its casts of the stored shards may become the host-written copies). */
+void zero_offload(Graph *g, bool zero3);
 /* Groups the group's reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
 void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z);
 

@@ -220,6 +220,10 @@ void rt_ce_grad(int64_t N, int64_t V, int64_t nv, int64_t lo, const float *logit
  * p and the state unchanged when gscale is NaN / Inf (a skipped step). */
 void rt_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
               float beta1, float beta2, float eps, float weight_decay);
+/* rt_adamw, and copy = the updated p rounded to bf16 (rt_cvt_f32_bf16's rounding; a skipped step: p's):
+ * plan offload's host update writing the weights' bf16 copy it uploads (passes/zero_offload.c). */
+void rt_adamw_copy(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
+                   float beta1, float beta2, float eps, float weight_decay, uint16_t *copy);
 /* SGD with momentum (ops.def SGD_UPDATE): g' = gscale*g + wd*p; m = momentum*m + g'; p -= lr*m. */
 void rt_sgd(int64_t n, float *p, const float *g, float *m, float lr, float gscale, float momentum,
             float weight_decay);

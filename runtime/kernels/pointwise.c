@@ -319,19 +319,42 @@ void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64
 
 /* ---- optimizers ------------------------------------------------------------------------------ */
 
+/* One element of AdamW (rt_adamw and rt_adamw_copy: the same arithmetic, the same bits). */
+static inline float adamw_1(float p, float g, float *m, float *v, float lr, float gscale, float bc1, float bc2,
+                            float beta1, float beta2, float eps, float weight_decay) {
+  float gi = gscale * g;
+  float mi = beta1 * *m + (1.0f - beta1) * gi;
+  float vi = beta2 * *v + (1.0f - beta2) * gi * gi;
+  *m = mi;
+  *v = vi;
+  return p - lr * (mi * bc1 / (sqrtf(vi * bc2) + eps) + weight_decay * p);
+}
+
 void rt_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
               float beta1, float beta2, float eps, float weight_decay) {
   if (!isfinite(gscale)) return; /* a skipped step (passes/optimizer.c: on_nonfinite skip) */
   float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
   float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+  for (int64_t i = 0; i < n; i++)
+    p[i] = adamw_1(p[i], g[i], &m[i], &v[i], lr, gscale, bc1, bc2, beta1, beta2, eps, weight_decay);
+}
+
+static inline uint16_t bf16_of(float x);
+
+void rt_adamw_copy(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
+                   float beta1, float beta2, float eps, float weight_decay, uint16_t *copy) {
+  if (!isfinite(gscale)) { /* a skipped step: the copy of the parameter as it is */
+    rt_cvt_f32_bf16(n, p, copy);
+    return;
+  }
+  float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
+  float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (int64_t i = 0; i < n; i++) {
-    float gi = gscale * g[i];
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] -= lr * (mi * bc1 / (sqrtf(vi * bc2) + eps) + weight_decay * p[i]);
+    float pi = adamw_1(p[i], g[i], &m[i], &v[i], lr, gscale, bc1, bc2, beta1, beta2, eps, weight_decay);
+    p[i] = pi;
+    copy[i] = bf16_of(pi);
   }
 }
 

@@ -119,6 +119,11 @@ void rt_adamw_f32(float *p, const float *g, float *m, float *v, const float *hyp
   rt_adamw(n, p, g, m, v, hyper[0], hyper[1], (double)hyper[2], beta1, beta2, eps, weight_decay);
 }
 
+void rt_adamw_f32_copy(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,
+                       float beta2, float eps, float weight_decay, uint16_t *copy) {
+  rt_adamw_copy(n, p, g, m, v, hyper[0], hyper[1], (double)hyper[2], beta1, beta2, eps, weight_decay, copy);
+}
+
 void rt_sgd_f32(float *p, const float *g, float *m, const float *hyper, int64_t n, float momentum,
                 float weight_decay) {
   rt_sgd(n, p, g, m, hyper[0], hyper[1], momentum, weight_decay);

@@ -68,6 +68,9 @@ void rt_xent_rows_f32(void (*rows)(int64_t, int64_t, void **), float *loss, floa
 /* In place; hyper = (lr, gscale, step). */
 void rt_adamw_f32(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,
                   float beta2, float eps, float weight_decay);
+/* rt_adamw_f32, and copy = the updated p in bf16 (plan offload under bf16: the host's upload). */
+void rt_adamw_f32_copy(float *p, const float *g, float *m, float *v, const float *hyper, int64_t n, float beta1,
+                       float beta2, float eps, float weight_decay, uint16_t *copy);
 /* In place; hyper = (lr, gscale). */
 void rt_sgd_f32(float *p, const float *g, float *m, const float *hyper, int64_t n, float momentum,
                 float weight_decay);

@@ -44,15 +44,22 @@ static void parse(RtRun *r) {
 
 void rt_fault_before_step(RtRun *r, int64_t s) {
   if (!F.parsed) parse(r);
-  if (!F.t || s != F.step || !rt_tensor_held(r->p, F.t, rt_ctx_coord(&r->ctx, RT_AX_PP))) return; /* (another stage's bytes) */
-  rt_run_from_dev(r, F.t);
-  float *x = (float *)rt_run_hptr(r, F.t);
-  F.saved = x[0];
-  F.armed = 1;
-  if (F.rank >= 0 && F.rank != r->ctx.rank) return;
-  x[0] = NAN;
-  rt_run_to_dev(r, F.t);
-  rt_run_derive_copies(r, F.t); /* compute reads its bf16 copy, where there is one */
+  if (!F.t || s != F.step) return;
+  F.armed = 1; /* (every rank: each derives the copies again after the step, a collective for a sharded master) */
+  bool held = rt_tensor_held(r->p, F.t, rt_ctx_coord(&r->ctx, RT_AX_PP)) != 0; /* (else another stage's bytes) */
+  bool mine = held && (F.rank < 0 || F.rank == r->ctx.rank);
+  if (held) {
+    rt_run_from_dev(r, F.t);
+    float *x = (float *)rt_run_hptr(r, F.t);
+    F.saved = x[0];
+    if (mine) {
+      x[0] = NAN;
+      rt_run_to_dev(r, F.t);
+    }
+  }
+  rt_run_derive_copies(r, F.t); /* compute reads its bf16 copy, where there is one (on every rank: a master
+                                   kept as shards derives it by a gather) */
+  if (!mine) return;
   fprintf(stderr, "rank %d: SHARDRT_FAULT_NAN: '%s' element 0 is NaN for step %lld\n", r->ctx.rank, F.t->name,
           (long long)s);
 }
@@ -60,8 +67,10 @@ void rt_fault_before_step(RtRun *r, int64_t s) {
 void rt_fault_after_step(RtRun *r) {
   if (!F.armed) return;
   F.armed = 0;
-  rt_run_from_dev(r, F.t);
-  ((float *)rt_run_hptr(r, F.t))[0] = F.saved;
-  rt_run_to_dev(r, F.t);
+  if (rt_tensor_held(r->p, F.t, rt_ctx_coord(&r->ctx, RT_AX_PP))) {
+    rt_run_from_dev(r, F.t);
+    ((float *)rt_run_hptr(r, F.t))[0] = F.saved;
+    rt_run_to_dev(r, F.t);
+  }
   rt_run_derive_copies(r, F.t);
 }

@@ -124,13 +124,33 @@ void rt_run_derive_copies(RtRun *r, const RtTensor *param) {
     const RtTensor *t = &p->tensors[k];
     if (t->kind != RT_T_COPY || (param && &p->tensors[t->copy_of] != param)) continue;
     const RtTensor *src = &p->tensors[t->copy_of];
-    if (src->kind != RT_T_PARAM || src->dtype != RT_F32 || t->dtype != RT_BF16 || rt_tensor_numel(src) != rt_tensor_numel(t))
+    int64_t ldims[RT_MAX_RANK], lcopy[RT_MAX_RANK];
+    if (src->kind != RT_T_PARAM || src->dtype != RT_F32 || t->dtype != RT_BF16 ||
+        rt_tensor_logical_dims(p, src, ldims) != rt_tensor_logical_dims(p, t, lcopy))
       rt_bug("the copy %s is no bf16 copy of an f32 parameter (%s)", t->name, src->name);
-    if (!rt_tensor_held(p, t, rt_ctx_coord(&r->ctx, RT_AX_PP))) continue;
+    int held = rt_tensor_held(p, t, rt_ctx_coord(&r->ctx, RT_AX_PP));
     const float *x = (const float *)rt_run_hptr(r, src);
     uint16_t *y = (uint16_t *)rt_run_hptr(r, t);
     int64_t n = rt_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16(x[i]); /* the device's cast: nearest, ties to even */
+    if (rt_tensor_numel(src) != n) {
+      /* the f32 master kept as this rank's shard on the host (plan offload under ZeRO, passes/zero_offload.c),
+       * the copy whole over the group: the copy's elements of the gathered logical parameter (a
+       * collective: every rank joins it, those of a pipeline stage without the tensor too, as for a
+       * checkpoint) */
+      float *whole = rt_xmalloc((size_t)rt_tensor_logical_dims(p, src, ldims) * sizeof(float));
+      rt_tensor_gather(&r->ctx, p, src, x, whole);
+      int coord[RT_AX_COUNT];
+      rt_ctx_coords(&r->ctx, coord);
+      for (int64_t i = 0; held && i < n; i++) {
+        int64_t li = rt_tensor_logical_index(p, t, coord, i);
+        y[i] = li < 0 ? 0 : rt_f32_to_bf16(whole[li]);
+      }
+      free(whole);
+      if (!held) continue;
+    } else {
+      if (!held) continue;
+      for (int64_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16(x[i]); /* the device's cast: nearest, ties to even */
+    }
     rt_run_to_dev(r, t);
   }
 }

@@ -182,8 +182,8 @@ case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, an
   fi
   echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels" ;;
 esac
-case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW)
-  nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host_start(ctx" || true); na=$(cat "$t"/src/*.c | grep -c "rt_adamw_f32(" || true)
+case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW; under bf16 storing the copy it uploads)
+  nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host_start(ctx" || true); na=$(cat "$t"/src/*.c | grep -cE "rt_adamw_f32(_copy)?\(" || true)
   [ "$nh" -gt 0 ] && [ "$na" -gt 0 ] || fail "$what: no host AdamW in the CUDA program ($nh copies, $na updates)"
   echo "$what: $na AdamW updates on the host, $nh device->host copies" ;;
 esac

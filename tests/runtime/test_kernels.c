@@ -637,6 +637,25 @@ static void test_optim(void) {
     fprintf(stderr, "FAIL: adamw / sgd with a non-finite gscale changed p, m or v\n");
     g_fail++;
   }
+  /* rt_adamw_copy (plan offload's host update, storing the bf16 copy it uploads): rt_adamw and
+     rt_cvt_f32_bf16 bit for bit, a skipped step's copy that of p unchanged */
+  g[7] = 0.25f;
+  uint16_t *cp = malloc((size_t)n * sizeof *cp), *cr = malloc((size_t)n * sizeof *cr);
+  if (!cp || !cr) exit(2);
+  memcpy(pr, p, (size_t)n * sizeof *p), memcpy(mr, m, (size_t)n * sizeof *m), memcpy(vr, v, (size_t)n * sizeof *v);
+  for (int step = 4; step <= 6; step++) {
+    float gs = step == 5 ? NAN : 0.5f;
+    rt_adamw_copy(n, p, g, m, v, 1e-3f, gs, step, 0.9f, 0.95f, 1e-8f, 0.1f, cp);
+    rt_adamw(n, pr, g, mr, vr, 1e-3f, gs, step, 0.9f, 0.95f, 1e-8f, 0.1f);
+    rt_cvt_f32_bf16(n, pr, cr);
+    if (memcmp(p, pr, (size_t)n * sizeof *p) || memcmp(m, mr, (size_t)n * sizeof *m) ||
+        memcmp(v, vr, (size_t)n * sizeof *v) || memcmp(cp, cr, (size_t)n * sizeof *cp)) {
+      fprintf(stderr, "FAIL: adamw_copy differs from adamw + the bf16 cast at step %d%s\n", step,
+              step == 5 ? " (skipped)" : "");
+      g_fail++;
+    }
+  }
+  free(cp), free(cr);
   free(p), free(g), free(m), free(v), free(pr), free(mr), free(vr);
 }
 
