@@ -210,6 +210,16 @@ static void derive_copies(Interp *it, const char *param, int rank) {
     if (!of || (param && strcmp(of, param) != 0)) continue;
     Source *p = find_source(it, of, NULL);
     if (!p || p->node->op != OP_PARAM) die("interp: the copy %s has no parameter %s", n->a.name, of);
+    if (ir_numel(&p->node->out[0]->shape) != ir_numel(&n->out[0]->shape)) {
+      /* the f32 master stored split (passes/zero_master.c): the copy is cast from the gathered parameter */
+      Tensor full;
+      if (!interp_get_logical(it, of, &full, NULL)) die("interp: the copy %s: no parameter %s", n->a.name, of);
+      for (int64_t k = 0, cnt = ir_numel(&full.shape); k < cnt; k++) full.data[k] = interp_round(n->out[0]->dtype, full.data[k]);
+      for (int r = 0; r < it->nranks; r++)
+        if (rank < 0 || r == rank) store_block(it, n->out[0], r, &full, &it->src[i].val[r]);
+      tensor_free(&full);
+      continue;
+    }
     for (int r = 0; r < it->nranks; r++) {
       if (rank >= 0 && r != rank) continue;
       Tensor *c = &it->src[i].val[r];

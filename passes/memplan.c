@@ -564,10 +564,11 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
   }
   /* a parameter's persistent bf16 copy (passes/wshadow.c: the cast of the updated parameter, result
-   * "next:bf16:<param>") is written into the copy's own bytes */
+   * "next:bf16:<param>"; passes/zero_master.c: the all-gather of the updated shard's cast) is written
+   * into the copy's own bytes */
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
-    Value *target = v && v->def->op == OP_CAST ? ir_copy_written(g, v) : NULL;
+    Value *target = v && (v->def->op == OP_CAST || v->def->op == OP_ALL_GATHER) ? ir_copy_written(g, v) : NULL;
     if (!target || read_after(g, v->def, target)) continue;
     p.iv[i].bytes = 0;
     onto_y[nonto] = v;
