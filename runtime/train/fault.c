@@ -49,10 +49,15 @@ void rt_fault_before_step(RtRun *r, int64_t s) {
   float *x = (float *)rt_run_hptr(r, F.t);
   F.saved = x[0];
   F.armed = 1;
-  if (F.rank >= 0 && F.rank != r->ctx.rank) return;
+  /* compute reads its bf16 copy, where there is one: every rank derives it (a master stored split
+   * is gathered for it, passes/zero_master.c) */
+  if (F.rank >= 0 && F.rank != r->ctx.rank) {
+    rt_run_derive_copies(r, F.t);
+    return;
+  }
   x[0] = NAN;
   rt_run_to_dev(r, F.t);
-  rt_run_derive_copies(r, F.t); /* compute reads its bf16 copy, where there is one */
+  rt_run_derive_copies(r, F.t);
   fprintf(stderr, "rank %d: SHARDRT_FAULT_NAN: '%s' element 0 is NaN for step %lld\n", r->ctx.rank, F.t->name,
           (long long)s);
 }

@@ -124,13 +124,26 @@ void rt_run_derive_copies(RtRun *r, const RtTensor *param) {
     const RtTensor *t = &p->tensors[k];
     if (t->kind != RT_T_COPY || (param && &p->tensors[t->copy_of] != param)) continue;
     const RtTensor *src = &p->tensors[t->copy_of];
-    if (src->kind != RT_T_PARAM || src->dtype != RT_F32 || t->dtype != RT_BF16 || rt_tensor_numel(src) != rt_tensor_numel(t))
+    /* (a master stored split over the ZeRO group, passes/zero_master.c: fewer elements than its copy) */
+    int split = rt_tensor_numel(src) != rt_tensor_numel(t);
+    if (src->kind != RT_T_PARAM || src->dtype != RT_F32 || t->dtype != RT_BF16 ||
+        (split && !rt_tensor_split_mask(p, src)))
       rt_bug("the copy %s is no bf16 copy of an f32 parameter (%s)", t->name, src->name);
     if (!rt_tensor_held(p, t, rt_ctx_coord(&r->ctx, RT_AX_PP))) continue;
     const float *x = (const float *)rt_run_hptr(r, src);
     uint16_t *y = (uint16_t *)rt_run_hptr(r, t);
     int64_t n = rt_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16(x[i]); /* the device's cast: nearest, ties to even */
+    if (split) { /* cast from the gathered parameter (every rank of the group derives its copies together) */
+      int64_t dims[RT_MAX_RANK];
+      float *whole = rt_xmalloc((size_t)rt_tensor_logical_dims(p, src, dims) * sizeof *whole);
+      rt_tensor_gather(&r->ctx, p, src, x, whole);
+      int coord[RT_AX_COUNT];
+      rt_ctx_coords(&r->ctx, coord);
+      for (int64_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16(whole[rt_tensor_logical_index(p, t, coord, i)]);
+      free(whole);
+    } else {
+      for (int64_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16(x[i]); /* the device's cast: nearest, ties to even */
+    }
     rt_run_to_dev(r, t);
   }
 }
