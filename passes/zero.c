@@ -14,7 +14,9 @@
  *     ps', m', v' = adamw_update(ps, gs, m, v)   m, v: STATE values 1/dp the size, S(dp)@d
  *     p'  = all_gather(ps') over dp along d      (every rank's parameter rebuilt)
  * (memplan runs the update on ps's bytes and gathers p' into p's own storage: at the step a rank
- * holds ps and, under zero 1, gs beside the whole parameters, no second full copy.)
+ * holds ps and, under zero 1, gs beside the whole parameters, no second full copy.) Under bf16 with
+ * persistent weight copies (passes/wshadow.c) the f32 parameter is instead stored split (the master
+ * shard, updated in place) and the bf16 copy is what is gathered (passes/zero_master.c).
  * ZeRO-2 (zero >= 2): the gradient's all-reduce becomes a reduce_scatter over dp along d, where
  * the all-reduce was (the member leaves its bucket), so only 1/dp of each gradient is kept (a
  * layer's gradients: the backward loop's stacked outputs are 1/dp) and gs is that shard. The
