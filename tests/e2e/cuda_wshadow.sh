@@ -16,8 +16,9 @@
 #          (passes/zero_master.c: each rank's update casts its shard, an all-gather of the bf16
 #          shards writes the copy), per_layer keeps the whole f32 parameters (the updated shard
 #          gathered, cast where read); logical checkpoints; and the checkpoints across stages: a
-#          zero 0 trainer resumed from persistent's step-2 checkpoint, and persistent from the zero 0
-#          trainer's, write the same step-3 loss and checkpoint as the uninterrupted runs
+#          zero 0 trainer resumed from persistent's step-2 checkpoint (sharded), and
+#          persistent from the zero 0 trainer's (sharded), write the same step-3 loss and checkpoint
+#          as the uninterrupted runs
 #   zero2  the same with ZeRO 2 (gradients reduce-scattered), across stages with zero 3
 #   sgd    one rank, SGD with momentum (its kernel storing the copy too)
 # Also checked: the persistent program's AdamW kernels store the copies (the casts fused into them)
@@ -81,10 +82,13 @@ if [ "$what" = zero1 ] || [ "$what" = zero2 ]; then
   [ "$what" = zero2 ] && other=3
   op=("${plan[@]/zero=?/zero=$other}")
   "$shardc" build "${m[@]}" "${op[@]}" --world "$np" --target cuda -o "$t/other" >/dev/null
-  "${launch[@]}" "$t/other" "${run[@]}" --steps 2 --log "$t/other.jsonl" --save-to "$t/ck_other" >"$t/other.out" 2>&1 ||
-    { cat "$t/other.out"; fail "$what: the zero $other trainer"; }
+  # (sharded checkpoints here: every rank its blocks, the split masters' included)
+  "${launch[@]}" "$t/other" "${run[@]}" --ckpt-format sharded --steps 2 --log "$t/other.jsonl" --save-to "$t/ck_other" \
+    >"$t/other.out" 2>&1 || { cat "$t/other.out"; fail "$what: the zero $other trainer"; }
+  "${launch[@]}" "$t/persistent" "${run[@]}" --ckpt-format sharded --steps 2 --log "$t/psh.jsonl" --save-to "$t/ck_psh" \
+    >"$t/psh.out" 2>&1 || { cat "$t/psh.out"; fail "$what: the persistent trainer, sharded checkpoints"; }
   l3=$(losses "$t/per_layer.jsonl" | tail -1)
-  for dir in persistent:other other:persistent; do
+  for dir in psh:other other:persistent; do
     from=${dir%%:*} to=${dir##*:}
     rm -rf "$t/from2" "$t/ck_x"; mkdir -p "$t/from2"
     cp -r "$t/ck_$from/step_00000002" "$t/from2/"
