@@ -21,8 +21,8 @@
  * checkpoint of any stage resumes under any other; the copies are derived from the gathered
  * parameter at start, on resume and after loading weights (ir/interp.c, runtime/train/tensors.c).
  *
- * Where it applies (decided once, zero_master_wanted): ZeRO 1 / 2 over a group of more than one rank
- * with the persistent copies, not with `offload` (the update runs on the host; its copies are the
+ * Where it applies (decided once, zero_master_wanted and zero_master_split): ZeRO 1 / 2 over a group of
+ * more than one rank, for each parameter with a persistent copy, not with `offload` (the update runs on the host; its copies are the
  * offload path's). A parameter that another node reads in f32, or whose updated value anything but
  * the copy's cast reads, keeps zero.c's gathered f32 path (exact, only without the saving). Without
  * the persistent copies (f32 precision, the CPU target, `weight_copy per_layer`: compute casts the f32
@@ -34,9 +34,9 @@
 #include "passes.h"
 #include "zero.h"
 
-bool zero_master_wanted(const Module *m) {
-  return m->wcopy.persistent && !m->plan.offload && m->plan.zero >= 1 && m->plan.zero <= 2;
-}
+/* (the persistent copies themselves are read off the IR, zero_master_split's copy_cast: the STATE
+ * "bf16:<param>" that passes/wshadow.c made, so a pass replayed on the textual IR decides the same) */
+bool zero_master_wanted(const Module *m) { return !m->plan.offload && m->plan.zero >= 1 && m->plan.zero <= 2; }
 
 static bool is_result(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nresults; i++)
