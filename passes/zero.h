@@ -37,8 +37,9 @@ Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup 
 /* y = shard_slice(x) over the group along d, placed at pos. */
 Value *zero_slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc);
 
-/* ZeRO-1/2 with the persistent bf16 weight copies (passes/zero_master.c): whether the plan stores the
- * f32 masters split and gathers the bf16 copies instead (decided once, here). */
+/* ZeRO-1/2 with the persistent bf16 weight copies (passes/zero_master.c): whether the plan may store the
+ * f32 masters split and gather the bf16 copies instead (stage 1 / 2, no offload); zero_master_split
+ * then decides per parameter (one with a persistent copy, read in f32 by its update alone). */
 bool zero_master_wanted(const Module *m);
 /* Update u's f32 parameter stored split along d (the master shard) when compute reads only its bf16
  * copy; adds the bytes saved to *saved. False: nothing changed (zero.c's gathered f32 path). */
