@@ -199,13 +199,24 @@ static void emit_update(Cg *c, const Node *n, const char *copy) {
 /* The cast right after update u (at c->pos) that makes its parameter's persistent bf16 copy
  * (passes/wshadow.c: result "next:bf16:<param>"), when the update's kernel can store it: the entry
  * point runs it, it reads the updated parameter itself (not a ZeRO all-gather of it), and the memory
- * plan put it in the copy's own bytes (nothing else lives there while the update runs). NULL otherwise. */
+ * plan put it in the copy's own bytes (nothing else lives there while the update runs), or in bytes of
+ * its own that an all-gather then writes into the copy. NULL otherwise. */
 static const Node *copy_cast(Cg *c, const Node *u) {
   const Graph *g = u->graph;
   int at = c->pos + 1;
   if (at >= g->nnodes || g->nodes[at - 1] != u || !cg_runs(c, g, at) || !ir_update_casts_copy(g, at)) return NULL;
   const Node *x = g->nodes[at];
-  return strcmp(cg_ptr(c, ir_copy_written(g, x->out[0])), cg_ptr(c, x->out[0])) == 0 ? x : NULL;
+  const Value *st = ir_copy_written(g, x->out[0]), *y = x->out[0];
+  if (st) return strcmp(cg_ptr(c, st), cg_ptr(c, y)) == 0 ? x : NULL;
+  /* ZeRO 1 / 2 with the f32 masters split (passes/zero_master.c): the cast of the updated shard, which an
+   * all-gather writes into the copy, when its bytes are none of the update's (memplan.c keeps them apart) */
+  if (y->offset < 0) return NULL;
+  for (int k = 0; k < u->nin + u->nout; k++) {
+    const Value *v = k < u->nin ? u->in[k] : u->out[k - u->nin];
+    if (v->offset < 0 || v->host || v->offset >= y->offset + cg_bytes(y) || y->offset >= v->offset + cg_bytes(v)) continue;
+    return NULL;
+  }
+  return x;
 }
 
 static void emit_node(Cg *c, Node *n) {

@@ -211,8 +211,8 @@ static void derive_copies(Interp *it, const char *param, int rank) {
     Source *p = find_source(it, of, NULL);
     if (!p || p->node->op != OP_PARAM) die("interp: the copy %s has no parameter %s", n->a.name, of);
     if (ir_numel(&p->node->out[0]->shape) != ir_numel(&n->out[0]->shape)) {
-      /* a master kept as the rank's shard (offload under ZeRO, passes/zero.c), the copy whole: the
-       * copy's block of the rounded logical parameter */
+      /* a master kept as the rank's shard (offload under ZeRO, passes/zero_offload.c; ZeRO 1 / 2's split
+       * masters, passes/zero_master.c), the copy whole: the copy's block of the rounded logical parameter */
       Tensor t;
       if (!interp_get_logical(it, of, &t, NULL)) die("interp: no logical %s", of);
       for (int64_t k = 0; k < ir_numel(&t.shape); k++) t.data[k] = interp_round(n->out[0]->dtype, t.data[k]);

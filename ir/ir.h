@@ -262,7 +262,8 @@ const char *ir_copy_source(const char *state_name);
  * "next:bf16:<param>"), or NULL. */
 Value *ir_copy_written(const Graph *g, const Value *v);
 /* Whether g->nodes[i] is the cast that makes a persistent bf16 copy out of the parameter the update
- * right before it just updated (device values, the copy's STATE written by it): the one kernel the
+ * right before it just updated (device values, the copy's STATE written by it, or under ZeRO 1 / 2 with
+ * the masters split by an all-gather of it: ir_copy_gathered): the one kernel the
  * update and the cast can be (codegen/target_cuda.c stores the copy in the update's kernel where the
  * memory plan put the cast in the copy's bytes; passes/cost.c charges no second kernel). */
 bool ir_update_casts_copy(const Graph *g, int i);
@@ -276,6 +277,9 @@ bool ir_update_casts_copy(const Graph *g, int i);
 bool ir_cast_folded(const Node *c);
 /* v, or the source of the folded cast that makes it (ir_cast_folded). */
 const Value *ir_unfold_cast(const Value *v);
+/* The persistent bf16 copy (its STATE) that an all-gather of v writes (passes/zero_master.c: v the bf16
+ * cast of an updated f32 master shard, gathered into the whole copy), or NULL. */
+Value *ir_copy_gathered(const Graph *g, const Value *v);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
 void ir_replace_uses(Graph *g, Value *from, Value *to);

@@ -178,6 +178,9 @@ typedef struct {
     bool persistent;
     int64_t bytes;
     const char *why;
+    /* passes/zero_master.c: the f32 master bytes per rank ZeRO-1/2 saved by storing them split and
+     * gathering the bf16 copies instead (0: none) */
+    int64_t master_saved;
   } wcopy;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
                                topology's, passes/cost.c's cost_device_defaults) */

@@ -535,6 +535,15 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     p.iv[slot[v->id] - 1].end = g->nnodes;
     if (name && strncmp(name, "grad:", 5) == 0) p.iv[slot[v->id] - 1].mclass = MEM_GRAD;
   }
+  /* the bf16 cast of an updated master shard that an all-gather writes into its persistent copy
+   * (passes/zero_master.c) is stored by the update's own kernel (codegen/target_cuda.c): live from the
+   * update on, it shares no bytes with what the update reads */
+  for (int i = 1; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_CAST || g->nodes[i - 1] != n->in[0]->def || !is_update(n->in[0]->def->op) || !slot[n->out[0]->id])
+      continue;
+    if (ir_copy_gathered(g, n->out[0])) p.iv[slot[n->out[0]->id] - 1].start = i - 1;
+  }
   /* an asynchronous reduce-scatter (ZeRO-2's gradient shards) reads its input until it is
    * waited — codegen/emit.c's add_wait: before the first reader of its output in this graph, else
    * at the graph's end — so the input stays live until then */
@@ -569,8 +578,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
   }
   /* a parameter's persistent bf16 copy (passes/wshadow.c: the cast of the updated parameter, result
-   * "next:bf16:<param>"; offload: its upload from the host, or the gather of the uploaded shards) is
-   * written into the copy's own bytes */
+   * "next:bf16:<param>"; offload: its upload from the host, or the gather of the uploaded shards;
+   * passes/zero_master.c: the all-gather of the updated shard's cast) is written into the copy's own bytes */
   for (int i = 0; i < p.n; i++) {
     Value *v = p.iv[i].v;
     OpKind op = v ? v->def->op : OP_CAST;

@@ -49,6 +49,10 @@ void memplan_print(FILE *f, const Module *m) {
                 ? "kept split over dp (in params), written by the host's update (offload); whole, they would hold this"
                 : "cast where read (per layer in the loops); kept, they would hold this",
             m->wcopy.why);
+  if (m->wcopy.master_saved > 0) /* passes/zero_master.c */
+    fprintf(f, "#   %-16s %16lld B %12.2f MiB  saved: the f32 master weights stored split over the ZeRO group, the bf16 "
+            "copies gathered (in parameters: 4 B x P / group)\n", "f32 masters", (long long)m->wcopy.master_saved,
+            (double)m->wcopy.master_saved / (1 << 20));
   if (p->host_total > 0) { /* plan offload */
     fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
     if (p->host_params > 0) row(f, "parameters", p->host_params, "the f32 master weights of this rank's shard (the device: their bf16 copies)");

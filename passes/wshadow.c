@@ -20,9 +20,10 @@
  *
  * Runs after shard (the cast's per-rank type and sharding are the copy's) and before accum (the
  * micro-step's region captures the copy like a parameter; the update and the new cast stay outside
- * it: once per optimizer step). With ZeRO 1 / 2 the update is on a shard and passes/zero.c gathers
- * the f32 parameter after it: the cast reads the gathered parameter (the bf16 copy is not what is
- * gathered yet: every rank still holds the whole f32 parameters). Not under ZeRO-3 (its layer loops
+ * it: once per optimizer step). With ZeRO 1 / 2 the update is on a shard: passes/zero_master.c then
+ * stores the f32 parameter split (the master shard), the cast reads the updated shard and an
+ * all-gather of the bf16 shards writes the copy (half the bytes of gathering the f32 parameter, which
+ * zero.c does where that does not apply, the cast then reading the gathered parameter). Not under ZeRO-3 (its layer loops
  * gather the bf16 copy's rows of a split cast already) nor pipeline stages (their casts stay per step).
  * With `offload` the copy is what lets the f32 parameter leave the device: passes/zero_offload.c makes it the
  * host's master and the host casts and uploads the copy (under ZeRO-3 it turns the split cast into

@@ -14,7 +14,9 @@
  *     ps', m', v' = adamw_update(ps, gs, m, v)   m, v: STATE values 1/dp the size, S(dp)@d
  *     p'  = all_gather(ps') over dp along d      (every rank's parameter rebuilt)
  * (memplan runs the update on ps's bytes and gathers p' into p's own storage: at the step a rank
- * holds ps and, under zero 1, gs beside the whole parameters, no second full copy.)
+ * holds ps and, under zero 1, gs beside the whole parameters, no second full copy.) Under bf16 with
+ * persistent weight copies (passes/wshadow.c) the f32 parameter is instead stored split (the master
+ * shard, updated in place) and the bf16 copy is what is gathered (passes/zero_master.c).
  * ZeRO-2 (zero >= 2): the gradient's all-reduce becomes a reduce_scatter over dp along d, where
  * the all-reduce was (the member leaves its bucket), so only 1/dp of each gradient is kept (a
  * layer's gradients: the backward loop's stacked outputs are 1/dp) and gs is that shard. The
@@ -101,7 +103,7 @@ static void over_group(Node *n, ZeroGroup z) {
 }
 
 /* y = shard_slice(x) over the group along d, placed at pos. */
-static Value *slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc) {
+Value *zero_slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc) {
   Node *s = ir_node_new(g, OP_SHARD_SLICE, 1, &x, 1, loc);
   over_group(s, z);
   s->a.axis = d;
@@ -237,7 +239,7 @@ static bool can_split_param(const Graph *g, const Value *p, const Node *u, int d
 }
 
 /* y = all_gather(x) over the group along d, typed `whole`, appended to g. */
-static Value *gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc) {
+Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc) {
   Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &x, 1, loc);
   over_group(ag, z);
   ag->a.axis = d;
@@ -262,7 +264,7 @@ static void gather_for_readers(Graph *g, Value *x, const Value *whole, int d, Ze
   int pa = position(g, an);
   memmove(&g->nodes[1], &g->nodes[0], sizeof(Node *) * (size_t)pa);
   g->nodes[0] = an;
-  Node *ag = gather_new(g, x, whole, d, z, first->loc)->def;
+  Node *ag = zero_gather_new(g, x, whole, d, z, first->loc)->def;
   int at = 0;
   while (at < g->nnodes - 1 && g->nodes[at]->op == OP_ARG) at++;
   ir_move_last(g, at);
@@ -329,7 +331,7 @@ static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, 
   Value *r0 = ir_emit(g, OP_RESHAPE, 1, &row, x->dtype, x->shape, NULL, loc);
   r0->sharding = x->sharding;
   ir_move_last(g, pos++);
-  Value *w0 = gather_new(g, r0, whole, dl, z, loc);
+  Value *w0 = zero_gather_new(g, r0, whole, dl, z, loc);
   ir_move_last(g, pos++);
   /* a new carry, the last one: input w0, output the last gathered layer, body argument wc */
   Arena *A = g->arena;
@@ -360,7 +362,7 @@ static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, 
   int pa = position(b, an); /* the argument to the front, the gather right after the arguments */
   memmove(&b->nodes[1], &b->nodes[0], sizeof(Node *) * (size_t)pa);
   b->nodes[0] = an;
-  Value *wn = gather_new(b, x, whole, dl, z, loc);
+  Value *wn = zero_gather_new(b, x, whole, dl, z, loc);
   int at = 0;
   while (at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
   ir_move_last(b, at);
@@ -425,7 +427,7 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         gather_uses(g, y, &wy, u, d, z);
         break;
       } else { /* this reader's own gather, right before it */
-        Value *whole_p = gather_new(g, p, whole, d, z, n->loc);
+        Value *whole_p = zero_gather_new(g, p, whole, d, z, n->loc);
         ir_move_last(g, i++);
         for (int k = 0; k < n->nin; k++)
           if (n->in[k] == p) n->in[k] = whole_p;
@@ -445,7 +447,8 @@ static void split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z) {
 }
 
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
-static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage) {
+/* saved: non-NULL where the f32 masters may be stored split (zero_master_wanted), their bytes saved. */
+static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *saved) {
   Value *p = u->in[0], *gr = u->in[1];
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1;
   bool looped = gr->def->op == OP_REPEAT; /* a layer's gradient, from the backward loop */
@@ -476,8 +479,10 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage) {
     return true; /* next:<param> is the updated shard: the parameter stays split */
   }
   int pos = position(g, u);
-  u->in[0] = slice_at(g, p, d, z, pos++, u->loc);
-  u->in[1] = gs ? gs : slice_at(g, gr, d, z, pos++, u->loc);
+  /* bf16 copies: the f32 master stored split, the copy gathered (passes/zero_master.c) */
+  bool master = saved && zero_master_split(g, u, d, z, saved);
+  if (!master) u->in[0] = zero_slice_at(g, p, d, z, pos++, u->loc);
+  u->in[1] = gs ? gs : zero_slice_at(g, gr, d, z, pos++, u->loc);
   for (int k = 0; k < nstate; k++) {
     Value *s = u->in[2 + k];
     Value old = *s;
@@ -486,6 +491,10 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage) {
   for (int k = 0; k < u->nout; k++) {
     Value old = *u->out[k];
     zero_split_type(u->out[k], &old, d, z);
+  }
+  if (master) {
+    zero_master_gather_copy(g, u, d, z);
+    return true; /* next:<param> is the updated master shard */
   }
   Value *ps = u->out[0];
   Node *ag = ir_node_new(g, OP_ALL_GATHER, 1, &ps, 1, u->loc);
@@ -689,7 +698,8 @@ bool pass_zero(Module *m) {
   int nu = 0;
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
-  for (int i = 0; i < nu; i++) shard_update(g, updates[i], z, stage);
+  int64_t *saved = zero_master_wanted(m) ? &m->wcopy.master_saved : NULL;
+  for (int i = 0; i < nu; i++) shard_update(g, updates[i], z, stage, saved);
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
     complete_sumsq(g, z);

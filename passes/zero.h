@@ -3,6 +3,7 @@
 #define SHARDC_ZERO_H
 
 #include "ir.h"
+#include "module.h"
 
 /* The group ZeRO shards over: dp, or under context parallelism the dp x cp group (Megatron's
  * distributed optimizer: the cp ranks of a replica hold the same parameters), cp alone at dp 1.
@@ -37,6 +38,22 @@ bool zero_only_reader(const Graph *g, const Value *v, const Node *u);
  * around it; under bf16 the masters on the host. zero3: ZeRO-3 over dp with the weights' copies
  * not refused by hand (its casts of the stored shards may become the host-written copies). */
 void zero_offload(Graph *g, bool zero3);
+/* y = all_gather(x) over the group along d, typed `whole`, appended to g (placed by the caller). */
+Value *zero_gather_new(Graph *g, Value *x, const Value *whole, int d, ZeroGroup z, SrcLoc loc);
+/* y = shard_slice(x) over the group along d, placed at pos. */
+Value *zero_slice_at(Graph *g, Value *x, int d, ZeroGroup z, int pos, SrcLoc loc);
+
+/* ZeRO-1/2 with the persistent bf16 weight copies (passes/zero_master.c): whether the plan may store the
+ * f32 masters split and gather the bf16 copies instead (stage 1 / 2, no offload); zero_master_split
+ * then decides per parameter (one with a persistent copy, read in f32 by its update alone). */
+bool zero_master_wanted(const Module *m);
+/* Update u's f32 parameter stored split along d (the master shard) when compute reads only its bf16
+ * copy; adds the bytes saved to *saved. False: nothing changed (zero.c's gathered f32 path). */
+bool zero_master_split(Graph *g, Node *u, int d, ZeroGroup z, int64_t *saved);
+/* After zero_master_split and the update's retyping: the copy's cast reads the updated shard and an
+ * all-gather of that bf16 shard writes the whole copy (result "next:bf16:<param>"). */
+void zero_master_gather_copy(Graph *g, Node *u, int d, ZeroGroup z);
+
 /* Groups the group's reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
 void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z);
 

@@ -14,8 +14,10 @@
 #include "schedule.h" /* RT_LR_* */
 enum { RT_INIT_ZEROS, RT_INIT_ONES, RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_CONST }; /* = InitKind */
 /* RT_T_COPY: a parameter's persistent bf16 copy (the compiler's STATE "bf16:<param>"): derived from
- * its parameter tensors[copy_of] by a cast at start and whenever weights are loaded, written by the
- * step's update; never checkpointed, dumped or initialised on its own */
+ * its parameter tensors[copy_of] by a cast at start and whenever weights are loaded (a parameter
+ * stored split over the ZeRO group, the copy whole: from the gathered parameter), written by the
+ * step's update (or the all-gather of the updated shards' casts); never checkpointed, dumped or
+ * initialised on its own */
 enum { RT_T_PARAM, RT_T_STATE, RT_T_INPUT, RT_T_RESULT, RT_T_COPY };
 enum { RT_OPT_SGD, RT_OPT_ADAMW };
 enum { RT_NONFINITE_STOP, RT_NONFINITE_SKIP }; /* = the IR's NonfiniteAction */

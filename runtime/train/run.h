@@ -137,7 +137,8 @@ void rt_fault_after_step(RtRun *r);
 void rt_run_kinds_to_dev(RtRun *r, int kinds);
 /* The persistent bf16 copies (RT_T_COPY) of parameter `param` (NULL: of every parameter) cast from
  * its host copy, as the step's update casts them, and sent to the device: after the parameters are
- * initialised, loaded or changed outside the step. */
+ * initialised, loaded or changed outside the step. A parameter stored split (ZeRO 1 / 2's f32 master
+ * shard, passes/zero_master.c) is gathered first: every rank of its group calls this together. */
 void rt_run_derive_copies(RtRun *r, const RtTensor *param);
 /* The kernels' error flags (an int at the start of the kernel scratch, runtime/cuda/cuda_ops.h):
  * bit 1, an embedding id outside its table; bit 2, a target outside the vocabulary. */

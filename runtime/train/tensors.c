@@ -133,7 +133,8 @@ void rt_run_derive_copies(RtRun *r, const RtTensor *param) {
     uint16_t *y = (uint16_t *)rt_run_hptr(r, t);
     int64_t n = rt_tensor_numel(t);
     if (rt_tensor_numel(src) != n) {
-      /* the f32 master kept as this rank's shard on the host (plan offload under ZeRO, passes/zero_offload.c),
+      /* the f32 master kept as this rank's shard (on the host: plan offload under ZeRO, passes/zero_offload.c;
+       * on the device: ZeRO 1 / 2's split masters, passes/zero_master.c),
        * the copy whole over the group: the copy's elements of the gathered logical parameter (a
        * collective: every rank joins it, those of a pipeline stage without the tensor too, as for a
        * checkpoint) */

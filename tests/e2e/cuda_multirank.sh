@@ -15,7 +15,10 @@
 # sequence parallelism: reduce-scatter and all-gather along an inner axis, packed on the device), bf16 (tp2sp with `precision bf16`: the
 # CUDA program computes in bf16 with f32 master weights and gradients, its tp collectives carry
 # bf16 activations; the CPU target runs its GEMMs in bf16 (inputs rounded, f32 accumulation) and
-# keeps f32 activations). Both run
+# keeps f32 activations); zero1bf16, zero2bf16, zero1tp2bf16, cp2dp2z1bf16 (ZeRO 1 / 2 in bf16, over dp
+# (tp 2 x dp 2: the masters split over dp and tp, gathered over both for the copies at start) and over the
+# dp x cp group: the CUDA program stores the f32 master weights split and all-gathers the bf16 copies
+# the updates cast from their shards, passes/zero_master.c; the CPU target keeps whole f32 weights). Both run
 # 2 AdamW steps under mpirun -np 2, the CUDA one on the emulated device (SHARDRT_DEVICE=emu: its
 # generated kernels on the CPU emulator, its collectives on the host groups). Checked: the loss of
 # every step, every parameter and optimizer state after step 2, and in f32 the optimizer state after
@@ -107,6 +110,9 @@ case $what in
   zero1) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1) ;;
   zero2) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2) ;;
   zero3) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3) ;;
+  zero1bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  zero2bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  zero1tp2bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=1 -D precision=bf16) np=4 tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero3bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero1off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 -D offload=on) ;;
   zero2off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D offload=on) ;;
@@ -130,12 +136,13 @@ case $what in
       cp2a2a) plan+=(-D cp_mode=all2all) ;;
       cp2bf16) plan+=(-D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
       cp2dp2) plan=(-D batch=2 -D micro_batch=1 -D dp=2 -D tp=1 -D cp=2) np=4 ;;
+      cp2dp2z1bf16) plan=(-D batch=2 -D micro_batch=1 -D dp=2 -D tp=1 -D cp=2 -D zero=1 -D precision=bf16) np=4 tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
       cp2dp2z3) plan=(-D batch=2 -D micro_batch=1 -D dp=2 -D tp=1 -D cp=2 -D zero=3) np=4 ;;
       cp2pp2) plan=(-D batch=2 -D micro_batch=1 -D dp=1 -D tp=1 -D cp=2 -D pp=2) np=4 ;;
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"
@@ -153,6 +160,12 @@ case $what in zero3*) # ZeRO-3: each layer's parameters gathered one layer ahead
   nn=$("$shardc" plan "${m[@]}" "${plan[@]}" --world 2 --target cuda --dump-ir 2>/dev/null | grep -c "= arg [0-9]* next" || true)
   [ "$nn" -gt 0 ] || fail "$what: no layer parameter gathered one layer ahead"
   echo "$what: $nn layer parameters gathered one layer ahead" ;;
+esac
+case $what in zero1bf16|zero2bf16|zero1tp2bf16|cp2dp2z1bf16) # the f32 masters split, the bf16 copies gathered (passes/zero_master.c)
+  nb=$(cat "$t"/src/*.c | grep -c "rt_coll_all_gather[a-z_]*(ctx, .*RT_BF16" || true)
+  nf=$(cat "$t"/src/*.c | grep -c "rt_coll_all_gather[a-z_]*(ctx, .*RT_F32" || true)
+  [ "$nb" -gt 0 ] && [ "$nf" -eq 0 ] || fail "$what: $nb bf16 all-gathers (the copies), $nf f32 ones (want none)"
+  echo "$what: $nb all-gathers of bf16 copies, none of f32 parameters" ;;
 esac
 case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, and the ring's kernels on the device
   want=shift_start; [ "$what" = cp2a2a ] && want=all_to_all

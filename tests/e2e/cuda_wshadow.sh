@@ -12,9 +12,14 @@
 #   one    one rank, 2 micro-steps a step (gradient accumulation); and a resume: the persistent
 #          trainer restarted from its step-2 checkpoint (its copies made again from the loaded
 #          parameters) writes the same step-3 loss and checkpoint as the uninterrupted runs
-#   zero1  dp 2 under mpirun, ZeRO 1 (the update on each rank's half, the f32 parameter gathered, the
-#          copy cast from it), logical checkpoints
-#   zero2  the same with ZeRO 2 (gradients reduce-scattered)
+#   zero1  dp 2 under mpirun, ZeRO 1: persistent stores the f32 masters split and gathers the copies
+#          (passes/zero_master.c: each rank's update casts its shard, an all-gather of the bf16
+#          shards writes the copy), per_layer keeps the whole f32 parameters (the updated shard
+#          gathered, cast where read); logical checkpoints; and the checkpoints across stages: a
+#          zero 0 trainer resumed from persistent's step-2 checkpoint (sharded), and
+#          persistent from the zero 0 trainer's (sharded), write the same step-3 loss and checkpoint
+#          as the uninterrupted runs
+#   zero2  the same with ZeRO 2 (gradients reduce-scattered), across stages with zero 3
 #   sgd    one rank, SGD with momentum (its kernel storing the copy too)
 # Also checked: the persistent program's AdamW kernels store the copies (the casts fused into them)
 # and the per-layer one has no copy; `shardc plan` names the decision.
@@ -44,10 +49,8 @@ for w in persistent per_layer; do
 done
 fused=$(cat "$t"/src_persistent/*.c | grep -c "stored by the update above" || true)
 nofuse=$(cat "$t"/src_per_layer/*.c | grep -c "stored by the update above" || true)
-# one rank: each update's kernel stores its copy; under ZeRO the update is on a shard and the copy is
-# cast from the gathered parameter (a kernel of its own)
+# each update's kernel stores its copy (under ZeRO the cast of its shard, then gathered)
 want=16
-[ "$what" = one ] || [ "$what" = sgd ] || want=0
 [ "$fused" = "$want" ] && [ "$nofuse" = 0 ] || fail "$what: $fused AdamW kernels store a copy (want $want), $nofuse per layer"
 lp=$(losses "$t/persistent.jsonl" | tr '\n' ' ') ll=$(losses "$t/per_layer.jsonl" | tr '\n' ' ')
 [ "$(losses "$t/persistent.jsonl" | wc -l)" = 3 ] && [ "$lp" = "$ll" ] || fail "$what: losses $lp (persistent) and $ll (per layer)"
@@ -71,4 +74,33 @@ if [ "$what" = one ]; then
   echo "resumed from step 2 with persistent copies: step 3 loss $lr and checkpoint byte-identical to the uninterrupted runs"
   out=$("$shardc" plan "${m[@]}" "${plan[@]}" --world 1 --target cuda 2>&1)
   grep -q "bf16 weights .*persistent copies" <<<"$out" || fail "shardc plan does not name the decision"
+fi
+if [ "$what" = zero1 ] || [ "$what" = zero2 ]; then
+  # checkpoints across stages: persistent's step-2 checkpoint resumed by another stage, and the other
+  # stage's own step-2 checkpoint resumed by persistent
+  other=0
+  [ "$what" = zero2 ] && other=3
+  op=("${plan[@]/zero=?/zero=$other}")
+  "$shardc" build "${m[@]}" "${op[@]}" --world "$np" --target cuda -o "$t/other" >/dev/null
+  # (sharded checkpoints here: every rank its blocks, the split masters' included)
+  "${launch[@]}" "$t/other" "${run[@]}" --ckpt-format sharded --steps 2 --log "$t/other.jsonl" --save-to "$t/ck_other" \
+    >"$t/other.out" 2>&1 || { cat "$t/other.out"; fail "$what: the zero $other trainer"; }
+  "${launch[@]}" "$t/persistent" "${run[@]}" --ckpt-format sharded --steps 2 --log "$t/psh.jsonl" --save-to "$t/ck_psh" \
+    >"$t/psh.out" 2>&1 || { cat "$t/psh.out"; fail "$what: the persistent trainer, sharded checkpoints"; }
+  l3=$(losses "$t/per_layer.jsonl" | tail -1)
+  for dir in psh:other other:persistent; do
+    from=${dir%%:*} to=${dir##*:}
+    rm -rf "$t/from2" "$t/ck_x"; mkdir -p "$t/from2"
+    cp -r "$t/ck_$from/step_00000002" "$t/from2/"
+    "${launch[@]}" "$t/$to" "${run[@]}" --steps 3 --resume "$t/from2" --log "$t/x.jsonl" --save-to "$t/ck_x" \
+      >"$t/x.out" 2>&1 || { cat "$t/x.out"; fail "$what: $to resumed from $from"; }
+    lr=$(losses "$t/x.jsonl" | tail -1)
+    [ "$lr" = "$l3" ] || fail "$what: $to (zero $other: other) resumed from $from's step 2: step 3's loss $lr, uninterrupted $l3"
+    for f in model.safetensors optimizer.safetensors; do
+      cmp -s "$t/ck_x/step_00000003/$f" "$t/ck_per_layer/step_00000003/$f" || fail "$what: $to resumed from $from: $f differs after step 3"
+    done
+  done
+  echo "$what: across stages (zero $other <-> split masters): step 3 loss $l3 and checkpoint byte-identical to the uninterrupted runs"
+  out=$("$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda 2>&1)
+  grep -q "f32 masters .*saved" <<<"$out" || fail "shardc plan does not print the f32 masters saved"
 fi

@@ -25,6 +25,7 @@ cases=(
   "tiny-cuda-bf16|models/tiny.model|--world 1 --target cuda -D precision=bf16"
   "tiny-zero3-dp2|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=3 --world 2"
   "tiny-cuda-zero2-offload|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=2 -D offload=on --world 2 --target cuda"
+  "tiny-cuda-bf16-zero1-dp2|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=1 -D precision=bf16 --world 2 --target cuda"
   "tiny-cuda-bf16-offload|models/tiny.model|-D seq=32 -D micro_batch=4 -D zero=1 -D offload=on -D precision=bf16 --world 1 --target cuda"
   "tiny-pp2-zb|models/tiny.model|-D layers=4 -D micro_batch=2 -D batch=8 -D dp=1 -D pp=2 -D schedule=zb --world 2"
   "tiny-pp2-interleaved-tp2|models/tiny.model|-D layers=4 -D micro_batch=2 -D batch=8 -D dp=1 -D tp=2 -D pp=2 -D schedule=interleaved --world 4"

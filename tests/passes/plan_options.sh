@@ -45,17 +45,32 @@ expect 0 "note: zero 2: the data-parallel group is one rank (dp 1, cp 1): nothin
 if "$shardc" plan models/tiny.model --world 2 -D zero=2 2>&1 >/dev/null | grep -q "nothing to shard"; then
   echo "FAIL: zero 2 over dp 2 says it shards nothing"; status=1
 fi
-# weight_copy (passes/wshadow.c), decided by the driver against the device's memory: GPT-3 175B at tp 32 fits
-# with the persistent bf16 copies and keeps them; at tp 16 the plan with them (113,172 MiB) does not fit the
-# H100's 80 GiB and the per-layer casts are kept (92,372 MiB: the fit check then refuses it, exit 1, with the
-# report printed first); by hand, either; refused where it cannot apply
+# weight_copy (passes/wshadow.c), decided by the driver against the device's memory: GPT-3 175B at tp 32 and
+# tp 16 (ZeRO 1 over dp 32 / 16) fits with the persistent bf16 copies and keeps them, its f32 masters split
+# (passes/zero_master.c: at tp 16 39,135 MiB saved, 74,034 MiB per rank, where the whole masters with the
+# per-layer casts needed 92,369); at tp 16 under zero 0 (no split masters) the plan with them (191,440 MiB)
+# does not fit the H100's 80 GiB and the per-layer casts are kept (170,640 MiB: the fit check then refuses
+# it, exit 1, with the report printed first); by hand, either; refused where it cannot apply
 g3=(models/gpt3-175b.model --target cuda -D cross_node_tp=on)
-expect_stdout=1 expect 0 "#   bf16 weights          10975322112 B     10466.88 MiB  persistent copies (in params)" "it fits: 59406.4 MiB" \
-  -- plan "${g3[@]}" -D tp=32
-expect_stdout=1 expect 1 "cast where read (per layer in the loops)" "the plan with the persistent copy (20872.2 MiB) needs 113172.0 MiB per rank, over the device's 81920.0 MiB" \
-  "the plan does not fit: 92,372 MiB per rank" -- plan "${g3[@]}" -D tp=16
-expect_stdout=1 expect 1 "weight_copy persistent (the plan)" "the plan does not fit: 113,172 MiB per rank" \
-  -- plan "${g3[@]}" -D tp=16 -D weight_copy=persistent
+expect_stdout=1 expect 0 "#   bf16 weights          10975322112 B     10466.88 MiB  persistent copies (in params)" "it fits: 41087.8 MiB" \
+  "#   f32 masters           19206813696 B     18317.04 MiB  saved" -- plan "${g3[@]}" -D tp=32
+expect_stdout=1 expect 0 "it fits: 74033.5 MiB" "#   f32 masters           41036451840 B     39135.41 MiB  saved" -- plan "${g3[@]}" -D tp=16
+expect_stdout=1 expect 1 "cast where read (per layer in the loops)" "the plan with the persistent copy (20872.2 MiB) needs 191439.8 MiB per rank, over the device's 81920.0 MiB" \
+  "the plan does not fit: 170,640 MiB per rank" -- plan "${g3[@]}" -D tp=16 -D zero=0
+expect_stdout=1 expect 1 "weight_copy persistent (the plan)" "the plan does not fit: 191,440 MiB per rank" \
+  -- plan "${g3[@]}" -D tp=16 -D zero=0 -D weight_copy=persistent
+# ZeRO 1 with the persistent copies (passes/zero_master.c): GPT-2 124M at dp 8 stores its f32 masters split
+# (parameters: 4 B x P / 8 + the 2 B x P copies, against 4 B x P whole with per-layer casts; the saving
+# printed, 4 B x P x 7/8) and its optimizer all-gather moves the bf16 copies, half the f32 gather's bytes
+gs=$("$shardc" plan models/gpt2-124m.model --target cuda -D zero=1 2>/dev/null)
+gw=$("$shardc" plan models/gpt2-124m.model --target cuda -D zero=1 -D weight_copy=per_layer 2>/dev/null)
+ps=$(bytes "$gs" parameters "^# memory per rank") pw=$(bytes "$gw" parameters "^# memory per rank")
+sv=$(grep -m1 "^#   f32 masters " <<<"$gs" | awk '{ print $4 }')
+ags=$(grep -m1 "optimizer  all_gather" <<<"$gs" | awk '{ print $5 }') agw=$(grep -m1 "optimizer  all_gather" <<<"$gw" | awk '{ print $5 }')
+if [ -z "$ps" ] || [ -z "$pw" ] || [ "$ps" != $((pw / 8 + pw / 2)) ] || [ "$sv" != $((pw / 8 * 7)) ] ||
+  ! awk -v a="$ags" -v b="$agw" 'BEGIN { exit !(a > 0 && 2 * a - b < 0.15 && b - 2 * a < 0.15) }'; then
+  echo "FAIL: GPT-2 zero 1 split masters: parameters $ps B (whole $pw), saved ${sv:-none} B, all-gather $ags MiB (whole $agw)"; status=1
+fi
 expect_stdout=1 expect 0 "weight_copy per_layer (the plan)" -- plan "${g3[@]}" -D tp=32 -D weight_copy=per_layer
 expect 1 "error: -D weight_copy=persistent: the weights' bf16 copy is made under \`precision bf16\` on the CUDA target" \
   -- plan models/tiny.model --world 1 --target cuda -D weight_copy=persistent

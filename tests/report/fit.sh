@@ -41,8 +41,10 @@ grep -q '^#   capacity .*host memory per rank (dgx_h100_superpod node / 8; the C
 # holds up to 4 more per layer, see there); and at 96 layers none > selective > full, with neither
 # the micro-step's whole gradient (passes/sums.c) nor the bf16 weight stacks (passes/wcast.c) among
 # them: full's activations stay under 2 GiB
+# (the bf16 weights cast per layer at both depths: with ZeRO 1's split f32 masters the persistent copies
+# fit at 48 layers but not at 96, and weight_copy auto would compare two kinds of plan)
 acts() { # recompute mode, layers -> activation bytes at the peak
-  "$shardc" plan models/gpt3-175b.model --target cuda -D recompute="$1" -D layers="$2" 2>/dev/null |
+  "$shardc" plan models/gpt3-175b.model --target cuda -D recompute="$1" -D layers="$2" -D weight_copy=per_layer 2>/dev/null |
     awk '/^#   activations / { print $3 }'
 }
 sbh=$((2048 * 12288 / 8))

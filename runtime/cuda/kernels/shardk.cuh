@@ -711,12 +711,17 @@ __device__ void reduce_final(float *y, const float *part, float scale) {
 }
 
 /* ---- optimizers (ops.def), in place; hyper = (lr, gscale, step); gscale NaN / Inf: no change - */
-/* pc (nullptr: none): the updated p rounded to bf16, stored beside it (the parameter's persistent copy) */
+/* pc (nullptr: none): the updated p rounded to bf16, stored beside it (the parameter's persistent copy, or
+ * under ZeRO 1 / 2 the shard of it that an all-gather then writes into the copy: written on a skipped
+ * step too, as p's unchanged value) */
 template <class TG, i64 N>
 __device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hyper, float b1, float b2, float eps,
                       float wd, bf16 *pc = nullptr) {
   float lr = hyper[0], gs = hyper[1];
-  if (!(fabsf(gs) <= 3.402823466e38f)) return; /* gscale NaN / Inf: a skipped step (ops.def) */
+  if (!(fabsf(gs) <= 3.402823466e38f)) { /* gscale NaN / Inf: a skipped step (ops.def); the copy is p's */
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; pc && i < N; i += (i64)gridDim.x * blockDim.x) st(pc + i, p[i]);
+    return;
+  }
   double step = (double)hyper[2];
   float bc1 = (float)(1.0 - pow((double)b1, step)), bc2 = (float)(1.0 - pow((double)b2, step));
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
@@ -734,7 +739,10 @@ __device__ void adamw(float *p, const TG *g, float *m, float *v, const float *hy
 template <class TG, i64 N>
 __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float mom, float wd, bf16 *pc = nullptr) {
   float lr = hyper[0], gs = hyper[1];
-  if (!(fabsf(gs) <= 3.402823466e38f)) return; /* a skipped step */
+  if (!(fabsf(gs) <= 3.402823466e38f)) { /* a skipped step; the copy is p's */
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; pc && i < N; i += (i64)gridDim.x * blockDim.x) st(pc + i, p[i]);
+    return;
+  }
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (i64)gridDim.x * blockDim.x) {
     float pi = p[i];
     float gi = gs * ld(g + i) + wd * pi;
