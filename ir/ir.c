@@ -373,34 +373,40 @@ Value *ir_copy_written(const Graph *g, const Value *v) {
   return NULL;
 }
 
-static bool read_in(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nnodes; i++) {
-    for (int j = 0; j < g->nodes[i]->nin; j++)
-      if (g->nodes[i]->in[j] == v) return true;
-    if (g->nodes[i]->body && read_in(g->nodes[i]->body, v)) return true;
-  }
-  return false;
+static bool widening_cast(const Node *c) {
+  return c->op == OP_CAST && c->in[0]->dtype == DT_BF16 && c->out[0]->dtype == DT_F32 && !c->in[0]->host &&
+         !c->out[0]->host;
 }
 
-bool ir_cast_folded(const Node *c) {
-  if (c->op != OP_CAST || c->in[0]->dtype != DT_BF16 || c->out[0]->dtype != DT_F32 || c->in[0]->host ||
-      c->out[0]->host)
-    return false;
-  const Graph *g = c->graph;
-  const Value *y = c->out[0];
-  int readers = 0;
+/* Whether node n's input j reads a bf16 operand as well (widening it itself, exactly). */
+static bool widens(const Node *n, int j) {
+  return !n->out[0]->host &&
+         ((n->op == OP_SUMSQ && j == 0) || ((n->op == OP_ADAMW_UPDATE || n->op == OP_SGD_UPDATE) && j == 1));
+}
+
+void ir_mark_folded_casts(Graph *g) {
+  PtrMap all = {0}, good = {0}; /* a widening cast's output -> its readers, and those that widen */
+  ir_use_counts(g, &all);
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++) {
-      if (n->in[j] != y) continue;
-      bool widens = (n->op == OP_SUMSQ && j == 0) || ((n->op == OP_ADAMW_UPDATE || n->op == OP_SGD_UPDATE) && j == 1);
-      if (!widens || n->out[0]->host) return false;
-      readers++;
+      intptr_t k = 0;
+      if (!widening_cast(n->in[j]->def) || !widens(n, j)) continue;
+      ptrmap_get(&good, n->in[j], &k);
+      ptrmap_put(&good, n->in[j], k + 1);
     }
-    if (n->body && read_in(n->body, y)) return false;
   }
-  return readers > 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *c = g->nodes[i];
+    intptr_t na = 0, ng = 0;
+    c->cast_folded = widening_cast(c) && ptrmap_get(&good, c->out[0], &ng) && ptrmap_get(&all, c->out[0], &na) &&
+                     na == ng;
+  }
+  ptrmap_free(&all);
+  ptrmap_free(&good);
 }
+
+bool ir_cast_folded(const Node *c) { return c->cast_folded; }
 
 const Value *ir_unfold_cast(const Value *v) { return ir_cast_folded(v->def) ? v->def->in[0] : v; }
 

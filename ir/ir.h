@@ -213,6 +213,7 @@ struct Node {
   uint64_t stageset; /* pipeline predicate over several stages (passes/pipe_owners.c: a tied embedding held on the first
                         and the last stage): bit s: stage s runs it, the others hold zeros; 0: `stage` decides. Never
                         both; ir_node_stages reads either */
+  bool cast_folded; /* a cast its readers widen themselves (ir_mark_folded_casts): it makes no tensor */
   int instr;    /* pipeline (passes/pipe.c): k > 0: part of the schedule's instruction Module.pipe->order[k - 1]
                    (its receive excepted), which the trainer's --trace times; 0: none */
   /* Set by passes/memplan.c: the node's own scratch in the rank's allocation, live while it runs (a
@@ -267,13 +268,15 @@ Value *ir_copy_written(const Graph *g, const Value *v);
  * update and the cast can be (codegen/target_cuda.c stores the copy in the update's kernel where the
  * memory plan put the cast in the copy's bytes; passes/cost.c charges no second kernel). */
 bool ir_update_casts_copy(const Graph *g, int i);
-/* Whether cast c widens a bf16 gradient to f32 only for readers that read bf16 as well and widen it
- * themselves, exactly: a sum of squares (the clip's) and an optimizer update's gradient. On the CUDA
- * target such a cast makes no tensor (passes/memplan.c gives it its source's place, codegen/target_cuda.c
- * hands the readers the source and emits nothing, passes/cost.c charges nothing): the same values,
- * 6 B per element not moved; a result (the gradient "grad:<param>") is its source in the trainer's table
- * (codegen/emit_table.c). Not for a cast read by anything else or on the host; passes/fuse.c never puts
- * one in a fusion group. */
+/* Marks (Node.cast_folded) each cast of g's top level that widens a bf16 gradient to f32 only for
+ * readers that read bf16 as well and widen it themselves, exactly: a sum of squares (the clip's) and
+ * an optimizer update's gradient; not one read by anything else, in a nested body, or on the host.
+ * passes/fuse.c marks them on the CUDA target (and groups none of them); there such a cast makes no
+ * tensor (passes/memplan.c gives it its source's place, codegen/target_cuda.c hands the readers the
+ * source and emits nothing, passes/cost.c charges nothing): the same values, 6 B per element not
+ * moved; a result (the gradient "grad:<param>") is its source in the trainer's table
+ * (codegen/emit_table.c). */
+void ir_mark_folded_casts(Graph *g);
 bool ir_cast_folded(const Node *c);
 /* v, or the source of the folded cast that makes it (ir_cast_folded). */
 const Value *ir_unfold_cast(const Value *v);

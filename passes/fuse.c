@@ -144,7 +144,10 @@ static void hoist_gelu_bwd(Graph *g) {
 
 bool pass_fuse(Module *m) {
   int next_id = 0;
-  if (m->target == TARGET_CUDA) hoist_gelu_bwd(m->graph);
+  if (m->target == TARGET_CUDA) {
+    hoist_gelu_bwd(m->graph);
+    ir_mark_folded_casts(m->graph); /* (before grouping: none of them joins a group) */
+  }
   fuse_graph(m->graph, &next_id);
   return true;
 }

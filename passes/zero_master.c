@@ -36,7 +36,13 @@
 
 /* (the persistent copies themselves are read off the IR, zero_master_split's copy_cast: the STATE
  * "bf16:<param>" that passes/wshadow.c made, so a pass replayed on the textual IR decides the same) */
-bool zero_master_wanted(const Module *m) { return !m->plan.offload && m->plan.zero >= 1 && m->plan.zero <= 2; }
+bool zero_master_wanted(const Module *m) {
+  if (m->plan.offload || m->plan.zero < 1 || m->plan.zero > 2) return false;
+  const Graph *g = m->graph;
+  for (int i = 0; i < g->nnodes; i++) /* (one walk: a plan without copies asks nothing per update) */
+    if (g->nodes[i]->op == OP_STATE && ir_copy_source(g->nodes[i]->a.name)) return true;
+  return false;
+}
 
 static bool is_result(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nresults; i++)
