@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # The test command: set up, build, and run every test (CTest). Extra arguments go to ctest
-# (e.g. scripts/test.sh -L frontend).
+# (e.g. scripts/test.sh -L frontend). At the end: the 10 slowest tests of this run (from ctest's
+# output, also kept in build/Testing/ctest.log), so each CI log shows where its time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 cd build
-ctest --output-on-failure -j 2 "$@"
+mkdir -p Testing
+rc=0
+ctest --output-on-failure -j 2 "$@" 2>&1 | tee Testing/ctest.log || rc=$?
+# "  3/181 Test  #14: name ......   Passed   12.34 sec" -> "  12.34 s  name  (Passed)"
+echo "The 10 slowest tests:"
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .*]*(.+[^ ]) +([0-9.]+) sec$/\3 \1 \2/p' Testing/ctest.log |
+  sort -rn | head -10 | awk '{printf "  %8.2f s  %s  (%s)\n", $1, $2, $3}'
+exit "$rc"

@@ -10,11 +10,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,6 +85,9 @@ static void remove_tree(const char *dir, int nh) {
   rmdir(dir);
 }
 
+static int load_so(EmuBe *e, const RtCudaCode *code, const char *cxx, const char *flags, int nh, const char *cpath,
+                   const char *so_path, int tune);
+
 /* Compiles (or finds in the cache) and dlopens the program's kernels. */
 static int load_kernels(EmuBe *e, const RtCudaCode *code) {
   e->nk = code ? code->nkernels : 0;
@@ -120,7 +125,7 @@ static int load_kernels(EmuBe *e, const RtCudaCode *code) {
   free(parts);
   free(lens);
 
-  char *cache = rt_cu_cache_dir(), cpath[4200] = "", tmpl[] = "/tmp/shardc-emu-XXXXXX", path[4300];
+  char *cache = rt_cu_cache_dir(), cpath[4200] = "", path[4300];
   if (cache) snprintf(cpath, sizeof cpath, "%s/%s-emu.so", cache, key);
   free(cache);
   const char *so_path = NULL;
@@ -129,6 +134,30 @@ static int load_kernels(EmuBe *e, const RtCudaCode *code) {
     so_path = cpath;
     e->from_cache = 1;
   }
+  /* One compile of a program among the processes sharing the cache (the ranks of a run, which start
+   * together and would each compile the same program): the first to take the key's lock compiles and
+   * fills the cache, the others wait for it and load what it wrote (a lock that cannot be had: each
+   * compiles, as without a cache). The lock goes with the descriptor, at the end of this function. */
+  int lockfd = -1;
+  if (!so_path && cpath[0]) {
+    snprintf(path, sizeof path, "%s.lock", cpath);
+    lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lockfd >= 0 && flock(lockfd, LOCK_EX) != 0) close(lockfd), lockfd = -1;
+    if (lockfd >= 0 && stat(cpath, &sb) == 0 && sb.st_size > 0) {
+      so_path = cpath;
+      e->from_cache = 1;
+    }
+  }
+  int rc = load_so(e, code, cxx, flags, nh, cpath, so_path, tune);
+  if (lockfd >= 0) close(lockfd);
+  return rc;
+}
+
+/* load_kernels' second half: compiles into cpath (the cache's path, "" without a cache) unless so_path
+ * is already there, and dlopens it. */
+static int load_so(EmuBe *e, const RtCudaCode *code, const char *cxx, const char *flags, int nh, const char *cpath,
+                   const char *so_path, int tune) {
+  char tmpl[] = "/tmp/shardc-emu-XXXXXX", path[4300];
   int made_tmp = 0;
   if (!so_path) {
     if (!mkdtemp(tmpl)) {

@@ -83,6 +83,14 @@ struct Fiber {
   int linear;      /* thread index in the block */
 };
 
+/* A warp's A (16 x 16) and B (16 x 8) of one mma call, widened from the fragments its lanes published:
+ * by the first of its lanes past the barrier, read by all (mma_bf16_16816). */
+struct MmaWide {
+  float a[16][16], b[16][8];
+  unsigned long long block; /* Block::blocks_run of the call (0: none yet) */
+  unsigned call;            /* the lanes' count of warp calls (Block::parity) at it */
+};
+
 struct Block {
   std::vector<Fiber> fibers;      /* one per thread of the block */
   std::vector<char *> stacks;     /* fiber stacks, reused across blocks and launches */
@@ -99,13 +107,23 @@ struct Block {
   unsigned char wgnew[1024];      /* per-thread: its wgmma state (sk_emu_wgmma.h) is a previous block's */
   unsigned long long blocks_run = 0; /* blocks started by this host thread (tells a block's state from an earlier one's) */
   unsigned parity[1024];          /* per-thread count of those calls (selects the buffer) */
+  MmaWide wide[2][32];            /* per warp, by call parity: its mma operands widened */
   const std::function<void()> *body = nullptr;
   unsigned char *dyn_smem = nullptr; /* dynamic shared memory of the launch */
   unsigned dyn_bytes = 0;            /* its size: what the launch gave */
   sk_emu_dim3 block_idx, block_dim, grid_dim;
 };
 
-enum { STACK_BYTES = 256 * 1024 };
+/* A fiber's stack: STACK_BYTES, aligned to STACK_BYTES, its lowest bytes a StackHead naming its block and
+ * thread (a stack serves one thread index of one host thread's Block), so code on a fiber finds its
+ * context from any of its own stack addresses (ctx()) instead of a thread_local lookup, which in the
+ * dlopened object is a call to __tls_get_addr: a tenth of an emulated training step's time (perf,
+ * 2026-11-26). The scheduler, on the host thread's stack, uses blk(). */
+enum { STACK_BYTES = 256 * 1024, STACK_HEAD = 64 };
+struct StackHead {
+  Block *b;
+  int t;
+};
 /* The most dynamic shared memory a block may have (sm_90's, with the opt-in attribute the runtime sets
  * at launch: cudaDevAttrMaxSharedMemoryPerBlockOptin), and the guard bytes after the launch's buffer. */
 enum { SMEM_MAX = 227 * 1024, SMEM_GUARD = 64, SMEM_GUARD_BYTE = 0xa5 };
@@ -114,16 +132,28 @@ inline Block &blk() {
   static thread_local Block b;
   return b;
 }
-inline Fiber &me() { return blk().fibers[(size_t)blk().cur]; }
+/* on a fiber: the head of the stack it runs on */
+__attribute__((always_inline)) inline StackHead &ctx() {
+  char here;
+  uintptr_t a = (uintptr_t)&here;
+  asm("" : "+r"(a)); /* opaque: else the compiler takes the head for `here` itself, a local it may drop stores to */
+  return *(StackHead *)(a & ~(uintptr_t)(STACK_BYTES - 1));
+}
+/* on a fiber: its block (blk() of the host thread running it) and its Fiber */
+__attribute__((always_inline)) inline Block &fblk() { return *ctx().b; }
+__attribute__((always_inline)) inline Fiber &me() {
+  StackHead &h = ctx();
+  return h.b->fibers[(size_t)h.t];
+}
 
 #if SK_EMU_FAST_SWITCH
 /* Continues where jb was set (by __builtin_setjmp in another function, as the builtins require). */
 [[noreturn]] __attribute__((noinline)) inline void jump(void **jb) { __builtin_longjmp(jb, 1); }
 
 [[noreturn]] inline void fiber_main() {
-  Block &b = blk();
+  Block &b = fblk();
   (*b.body)();
-  b.fibers[(size_t)b.cur].state = ST_DONE;
+  me().state = ST_DONE;
   jump(b.sched_jb);
 }
 
@@ -138,15 +168,14 @@ inline Fiber &me() { return blk().fibers[(size_t)blk().cur]; }
 }
 
 inline void yield(int state) {
-  Block &b = blk();
-  Fiber &f = b.fibers[(size_t)b.cur];
+  Block &b = fblk();
+  Fiber &f = me();
   f.state = state;
   if (__builtin_setjmp(f.jb) == 0) jump(b.sched_jb);
 }
 
 /* Runs fiber t until it yields or finishes. */
-__attribute__((noinline)) inline void resume(int t) {
-  Block &b = blk();
+__attribute__((noinline)) inline void resume(Block &b, int t) {
   Fiber &f = b.fibers[(size_t)t];
   b.cur = t;
   if (__builtin_setjmp(b.sched_jb) == 0) {
@@ -157,15 +186,15 @@ __attribute__((noinline)) inline void resume(int t) {
 }
 #else
 inline void fiber_main() {
-  Block &b = blk();
+  Block &b = fblk();
   (*b.body)();
-  b.fibers[(size_t)b.cur].state = ST_DONE;
+  me().state = ST_DONE;
   /* returning continues at uc_link: the scheduler */
 }
 
 inline void yield(int state) {
-  Block &b = blk();
-  Fiber &f = b.fibers[(size_t)b.cur];
+  Block &b = fblk();
+  Fiber &f = me();
   f.state = state;
   if (swapcontext(&f.ctx, &b.sched) != 0) {
     perror("sk_emu: swapcontext");
@@ -173,8 +202,7 @@ inline void yield(int state) {
   }
 }
 
-inline void resume(int t) {
-  Block &b = blk();
+inline void resume(Block &b, int t) {
   b.cur = t;
   if (swapcontext(&b.sched, &b.fibers[(size_t)t].ctx) != 0) {
     perror("sk_emu: swapcontext");
@@ -207,8 +235,8 @@ inline void run_block(int nthreads) {
       perror("sk_emu: getcontext");
       abort();
     }
-    f.ctx.uc_stack.ss_sp = b.stacks[(size_t)t];
-    f.ctx.uc_stack.ss_size = STACK_BYTES;
+    f.ctx.uc_stack.ss_sp = b.stacks[(size_t)t] + STACK_HEAD;
+    f.ctx.uc_stack.ss_size = STACK_BYTES - STACK_HEAD;
     f.ctx.uc_link = &b.sched;
     makecontext(&f.ctx, fiber_main, 0);
 #endif
@@ -216,7 +244,7 @@ inline void run_block(int nthreads) {
   int nwarps = (nthreads + 31) / 32;
   for (;;) {
     for (int t = 0; t < nthreads; t++) {
-      if (b.fibers[(size_t)t].state == ST_RUN) resume(t);
+      if (b.fibers[(size_t)t].state == ST_RUN) resume(b, t);
     }
     b.cur = -1;
     int done = 0, at_block = 0, released = 0;
@@ -262,11 +290,14 @@ inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
   }
   if (b.fibers.size() < (size_t)nthreads) b.fibers.resize((size_t)nthreads);
   while (b.stacks.size() < (size_t)nthreads) {
-    char *s = (char *)malloc(STACK_BYTES);
+    char *s = (char *)aligned_alloc(STACK_BYTES, STACK_BYTES);
     if (!s) {
       fprintf(stderr, "sk_emu: out of memory for fiber stacks\n");
       abort();
     }
+    StackHead *h = (StackHead *)s;
+    h->b = &b;
+    h->t = (int)b.stacks.size();
     b.stacks.push_back(s);
   }
   if (smem > SMEM_MAX) {
@@ -304,7 +335,8 @@ inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
 inline int lane() { return me().linear & 31; }
 inline int warp_base() { return me().linear & ~31; }
 inline int warp_size_live() {
-  int n = (int)(blk().block_dim.x * blk().block_dim.y * blk().block_dim.z) - warp_base();
+  Block &b = fblk();
+  int n = (int)(b.block_dim.x * b.block_dim.y * b.block_dim.z) - warp_base();
   return n < 32 ? n : 32;
 }
 
@@ -313,7 +345,7 @@ inline int warp_size_live() {
 template <class T>
 inline T exchange(T v, int src) {
   static_assert(sizeof(T) <= 8, "sk_emu: shuffle of a type wider than 8 bytes");
-  Block &b = blk();
+  Block &b = fblk();
   uint64_t bits = 0;
   memcpy(&bits, &v, sizeof(T));
   b.shfl[me().linear] = bits;
@@ -338,26 +370,50 @@ inline float bf16_lo(uint32_t w, int hi) {
 /* One warp barrier per call: a lane publishes into the buffer of its call's parity, so the next
  * call's writes go to the other buffer while slower lanes still read this one (and no lane passes
  * the next call's barrier before every lane has finished reading). */
-inline unsigned next_parity() { return blk().parity[me().linear]++ & 1u; }
+inline unsigned next_parity() { return fblk().parity[me().linear]++ & 1u; }
+
+/* acc + a[0] b[0] + ... + a[15] b[15 bs], one fmaf at a time in k order: with the host's FMA instruction
+ * where it has one (x86-64: checked at run time; the same correctly rounded results as libm's fmaf,
+ * without a call per product), else fmaf */
+inline float fma16_lib(const float *a, const float *b, int bs, float acc) {
+  for (int k = 0; k < 16; k++) acc = fmaf(a[k], b[k * bs], acc);
+  return acc;
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("fma"))) inline float fma16_hw(const float *a, const float *b, int bs, float acc) {
+  for (int k = 0; k < 16; k++) acc = __builtin_fmaf(a[k], b[k * bs], acc);
+  return acc;
+}
+inline float fma16(const float *a, const float *b, int bs, float acc) {
+  return __builtin_cpu_supports("fma") ? fma16_hw(a, b, bs, acc) : fma16_lib(a, b, bs, acc);
+}
+#else
+inline float fma16(const float *a, const float *b, int bs, float acc) { return fma16_lib(a, b, bs, acc); }
+#endif
+
 
 inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-  Block &bk = blk();
-  const unsigned par = next_parity();
+  Block &bk = fblk();
+  const int me_t = me().linear;
+  const unsigned call = bk.parity[me_t]++, par = call & 1u;
   uint32_t(*fr)[6] = bk.frag[par];
-  uint32_t *mine = fr[me().linear];
+  uint32_t *mine = fr[me_t];
   for (int i = 0; i < 4; i++) mine[i] = a[i];
   mine[4] = b[0], mine[5] = b[1];
   syncwarp();
-  const int base = warp_base(), l = lane(), g = l >> 2, t = l & 3;
+  const int base = me_t & ~31, l = me_t & 31, g = l >> 2, t = l & 3;
+  MmaWide &w = bk.wide[par][base >> 5];
+  if (w.block != bk.blocks_run || w.call != call) {
+    for (int r = 0; r < 16; r++)
+      for (int kk = 0; kk < 16; kk++)
+        w.a[r][kk] = bf16_lo(fr[base + (r % 8) * 4 + (kk % 8) / 2][(r >= 8) + 2 * (kk >= 8)], kk & 1);
+    for (int kk = 0; kk < 16; kk++)
+      for (int c = 0; c < 8; c++) w.b[kk][c] = bf16_lo(fr[base + c * 4 + (kk % 8) / 2][4 + (kk >= 8)], kk & 1);
+    w.block = bk.blocks_run, w.call = call;
+  }
   for (int o = 0; o < 4; o++) {
     int r = g + (o >= 2 ? 8 : 0), c = 2 * t + (o & 1);
-    float acc = d[o];
-    for (int kk = 0; kk < 16; kk++) {
-      const uint32_t *fa = fr[base + (r % 8) * 4 + (kk % 8) / 2], *fb = fr[base + c * 4 + (kk % 8) / 2];
-      float av = bf16_lo(fa[(r >= 8) + 2 * (kk >= 8)], kk & 1), bv = bf16_lo(fb[4 + (kk >= 8)], kk & 1);
-      acc = fmaf(av, bv, acc);
-    }
-    d[o] = acc;
+    d[o] = fma16(w.a[r], &w.b[0][c], 8, d[o]);
   }
 }
 
@@ -365,7 +421,7 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
  * matrix i; lane 4g + t receives r[i] = row g, columns 2t, 2t+1 of matrix i (with trans: rows 2t,
  * 2t+1 of column g). */
 inline void ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
-  Block &bk = blk();
+  Block &bk = fblk();
   const void **rows = bk.rows[next_parity()];
   rows[me().linear] = row;
   syncwarp();
@@ -385,9 +441,9 @@ inline void ldmatrix_x4(uint32_t r[4], const void *row, bool trans) {
 } // namespace sk_emu
 
 #define threadIdx (sk_emu::me().tid)
-#define blockIdx (sk_emu::blk().block_idx)
-#define blockDim (sk_emu::blk().block_dim)
-#define gridDim (sk_emu::blk().grid_dim)
+#define blockIdx (sk_emu::fblk().block_idx)
+#define blockDim (sk_emu::fblk().block_dim)
+#define gridDim (sk_emu::fblk().grid_dim)
 #define warpSize 32
 
 inline void __syncthreads() { sk_emu::syncthreads(); }
@@ -426,7 +482,7 @@ inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
 }
 inline unsigned __ballot_sync(unsigned mask, int pred) {
   (void)mask;
-  sk_emu::Block &b = sk_emu::blk();
+  sk_emu::Block &b = sk_emu::fblk();
   b.shfl[sk_emu::me().linear] = pred != 0;
   __syncwarp();
   unsigned r = 0;
@@ -482,12 +538,12 @@ inline unsigned __float_as_uint(float f) {
 }
 
 /* Dynamic shared memory of the running launch. */
-#define SK_DYN_SMEM() ((void *)sk_emu::blk().dyn_smem)
+#define SK_DYN_SMEM() ((void *)sk_emu::fblk().dyn_smem)
 namespace sk_emu {
 /* The launch's dynamic shared memory for a kernel that uses need bytes of it: stops the run when the
  * launch gave fewer (on the GPU the kernel would read and write past its block's shared memory). */
 inline void *dyn_smem(unsigned need) {
-  Block &b = blk();
+  Block &b = fblk();
   if (need > b.dyn_bytes) {
     fprintf(stderr, "sk_emu: block (%u,%u,%u) uses %u bytes of dynamic shared memory, its launch gave %u\n",
             b.block_idx.x, b.block_idx.y, b.block_idx.z, need, b.dyn_bytes);

@@ -46,7 +46,7 @@ namespace sk_emu {
 
 /* the window address of p in the launch's dynamic shared memory */
 inline uint32_t smem_addr(const void *p) {
-  Block &b = blk();
+  Block &b = fblk();
   const unsigned char *c = (const unsigned char *)p;
   if (!b.dyn_smem || c < b.dyn_smem || c > b.dyn_smem + b.dyn_bytes) {
     fprintf(stderr, "sk_emu: smem_addr of a pointer outside the dynamic shared memory\n");
@@ -82,7 +82,7 @@ inline uint32_t wgmma_elem_addr(uint64_t desc, int mn, int k, int mn_major) {
 }
 
 inline float wgmma_smem_bf16(uint32_t addr) {
-  Block &b = blk();
+  Block &b = fblk();
   if ((size_t)addr + 2 > b.dyn_bytes || (addr & 1u)) {
     fprintf(stderr, "sk_emu: wgmma operand at shared address %u outside the %u bytes of dynamic shared memory\n",
             addr, b.dyn_bytes);
@@ -124,7 +124,7 @@ inline WgState &wg() {
 /* this thread's index, its state reset at its first wgmma instruction in a block */
 inline int wg_me() {
   WgState &s = wg();
-  Block &b = blk();
+  Block &b = fblk();
   int t = me().linear;
   if (b.wgnew[t]) {
     s.ops[t].clear();
@@ -160,7 +160,7 @@ inline void wgmma_complete(const WgOp &o) {
     for (int v = 0; v < 4; v++) {
       const int h = v >> 1, j = v & 1;
       float acc = o.scale_d ? o.d[4 * i + v] : 0.0f;
-      for (int k = 0; k < 16; k++) acc = fmaf(a[h][k], bcol[j][k], acc);
+      acc = fma16(a[h], bcol[j], 1, acc);
       o.d[4 * i + v] = acc;
     }
   }
@@ -182,7 +182,7 @@ inline void wgmma_wait(int n) {
 inline void wgmma_issue(WgOp &o) {
   WgState &s = wg();
   int t = wg_me();
-  Block &b = blk();
+  Block &b = fblk();
   if ((b.block_dim.x * b.block_dim.y * b.block_dim.z) % 128 != 0) {
     fprintf(stderr, "sk_emu: wgmma in a block of %u threads (not whole warpgroups)\n",
             b.block_dim.x * b.block_dim.y * b.block_dim.z);
@@ -223,7 +223,7 @@ inline void wgmma_ss(float (&d)[N / 2], uint64_t adesc, uint64_t bdesc, int scal
 template <int N>
 inline void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t bdesc, int scale_d, int tb) {
   static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma: N a multiple of 8 up to 256");
-  Block &bk = blk();
+  Block &bk = fblk();
   uint32_t(*fr)[4] = bk.wgfrag[next_parity()];
   for (int i = 0; i < 4; i++) fr[me().linear][i] = a[i];
   syncwarp();
