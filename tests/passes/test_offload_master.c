@@ -35,16 +35,7 @@
 #include "pipeline.h"
 #include "tb.h"
 
-static int failures;
-
-#define CHECKM(cond, ...)                                                                                              \
-  do {                                                                                                                 \
-    if (!(cond)) {                                                                                                     \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                           \
-      fprintf(stderr, "\n");                                                                                           \
-      failures++;                                                                                                      \
-    }                                                                                                                  \
-  } while (0)
+static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 enum { S = 8, V = 256, B = 4 };
 
@@ -147,24 +138,24 @@ static void check_structure(const Module *m, const Module *l, const Module *dv, 
           what, host_params, dev_params, (long long)mh, (long long)lh, (long long)md, (long long)ld, mpd, lpd,
           (long long)mp->by_class[MEM_PARAM], (long long)dp->by_class[MEM_PARAM], (long long)mp->host_params);
   if (!want_master) {
-    CHECKM(host_params == 0 && mh == lh && mpd == lpd, "%s: the master moved (%d) where it must stay", what,
+    CHECK(host_params == 0 && mh == lh && mpd == lpd, "%s: the master moved (%d) where it must stay", what,
            host_params);
     return;
   }
-  CHECKM(host_params > 0 && dev_params == 0, "%s: %d parameters on the host, %d on the device", what, host_params,
+  CHECK(host_params > 0 && dev_params == 0, "%s: %d parameters on the host, %d on the device", what, host_params,
          dev_params);
-  CHECKM(writes == host_params, "%s: %d copies written by a bf16 upload, %d masters", what, writes, host_params);
-  CHECKM(!gathered || bf16_gathers == writes, "%s: %d bf16 gathers, %d uploads", what, bf16_gathers, writes);
-  CHECKM(mpd == 0 && (!l || lpd == host_params), "%s: %d parameter downloads (per layer: %d)", what, mpd, lpd);
-  CHECKM(!l || 2 * mh == lh, "%s: uploads %lld B, not half of %lld", what, (long long)mh, (long long)lh);
+  CHECK(writes == host_params, "%s: %d copies written by a bf16 upload, %d masters", what, writes, host_params);
+  CHECK(!gathered || bf16_gathers == writes, "%s: %d bf16 gathers, %d uploads", what, bf16_gathers, writes);
+  CHECK(mpd == 0 && (!l || lpd == host_params), "%s: %d parameter downloads (per layer: %d)", what, mpd, lpd);
+  CHECK(!l || 2 * mh == lh, "%s: uploads %lld B, not half of %lld", what, (long long)mh, (long long)lh);
   /* the device's parameters: D's less the f32 masters (the copies aside: ZeRO-3's are persistent in M only;
      pipeline stages: a rank holds its stage's only, the graph's sums are every stage's) */
   bool staged = m->mesh && m->mesh->dim[RT_AX_PP] > 1;
-  CHECKM(staged || mp->by_class[MEM_PARAM] - mcopies + f32_moved == dp->by_class[MEM_PARAM] - dcopies,
+  CHECK(staged || mp->by_class[MEM_PARAM] - mcopies + f32_moved == dp->by_class[MEM_PARAM] - dcopies,
          "%s: device parameters %lld B (copies %lld) + the f32 %lld B != %lld B (copies %lld) without offload", what,
          (long long)mp->by_class[MEM_PARAM], (long long)mcopies, (long long)f32_moved,
          (long long)dp->by_class[MEM_PARAM], (long long)dcopies);
-  CHECKM(mp->host_params > 0 && mp->host_params <= mp->host_state, "%s: host masters %lld B", what,
+  CHECK(mp->host_params > 0 && mp->host_params <= mp->host_state, "%s: host masters %lld B", what,
          (long long)mp->host_params);
 }
 
@@ -193,7 +184,7 @@ static void run(const ModelCase *mc, const char *what, const FeDefine *defs, int
   Module *dv = compile(&ad, mc, "auto", false, defs, ndefs, world);
   const FeDefine one[] = {{"micro_batch", "4"}};
   Module *r = compile(&ar, mc, "auto", false, one, 1, 1);
-  CHECKM(m && (l || !with_l) && dv && r, "%s: does not compile", what);
+  CHECK(m && (l || !with_l) && dv && r, "%s: does not compile", what);
   if (m && (l || !with_l) && dv && r) {
     check_structure(m, l, dv, what, want_master, gathered);
     Tensor tok = tb_randint(tb_shape(2, B, S), 31, 0, V), tgt = tb_randint(tb_shape(2, B, S), 32, 0, V);
@@ -210,7 +201,7 @@ static void run(const ModelCase *mc, const char *what, const FeDefine *defs, int
         tb_feed_step(all[k], k == 3 ? &tok : &ktok, k == 3 ? &tgt : &ktgt, step);
         ok = ok && interp_step(all[k]);
       }
-      CHECKM(ok, "%s: interpreter error at step %d", what, step);
+      CHECK(ok, "%s: interpreter error at step %d", what, step);
       if (!ok) break;
       if (l) failures += tb_compare_runs(l->graph, il, im, what, step, 0.0, false);
       failures += tb_compare_runs(dv->graph, id, im, "  ... against no offload", step, 0.0, false);

@@ -26,16 +26,7 @@
 #include "pipeline.h"
 #include "tb.h"
 
-static int failures;
-
-#define CHECKW(cond, ...)                                                                                              \
-  do {                                                                                                                 \
-    if (!(cond)) {                                                                                                     \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                           \
-      fprintf(stderr, "\n");                                                                                           \
-      failures++;                                                                                                      \
-    }                                                                                                                  \
-  } while (0)
+static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 enum { S = 8, V = 256, B = 4 };
 
@@ -80,7 +71,7 @@ static void check_structure(const Module *p, const Module *l, const char *what) 
     const Node *n = g->nodes[i];
     if (n->op == OP_STATE && ir_copy_source(n->a.name)) {
       copies++;
-      CHECKW(n->out[0]->dtype == DT_BF16, "%s: copy %s is %s", what, n->a.name, ir_dtype_name(n->out[0]->dtype));
+      CHECK(n->out[0]->dtype == DT_BF16, "%s: copy %s is %s", what, n->a.name, ir_dtype_name(n->out[0]->dtype));
     }
   }
   for (int r = 0; r < g->nresults; r++) {
@@ -90,13 +81,13 @@ static void check_structure(const Module *p, const Module *l, const char *what) 
     writes++;
     /* (ZeRO 1 / 2: the all-gather of the cast of the updated master shard, passes/zero_master.c) */
     const Value *w = v->def->op == OP_ALL_GATHER ? v->def->in[0] : v;
-    CHECKW(w->def->op == OP_CAST && w->def->graph == g && ir_copy_written(g, v), "%s: %s is not a top-level cast",
+    CHECK(w->def->op == OP_CAST && w->def->graph == g && ir_copy_written(g, v), "%s: %s is not a top-level cast",
            what, nm);
   }
   int cast_p = weight_casts(g, false, &casts_p_body), cast_l = weight_casts(l->graph, false, &casts_l_body);
-  CHECKW(copies >= 16 && writes == copies, "%s: %d copies, %d written by the step", what, copies, writes);
-  CHECKW(casts_p_body == 0, "%s: the persistent program casts %d weights inside loop bodies", what, casts_p_body);
-  CHECKW(p->wcopy.persistent && !l->wcopy.persistent && p->wcopy.bytes > 0 && p->wcopy.bytes == l->wcopy.bytes,
+  CHECK(copies >= 16 && writes == copies, "%s: %d copies, %d written by the step", what, copies, writes);
+  CHECK(casts_p_body == 0, "%s: the persistent program casts %d weights inside loop bodies", what, casts_p_body);
+  CHECK(p->wcopy.persistent && !l->wcopy.persistent && p->wcopy.bytes > 0 && p->wcopy.bytes == l->wcopy.bytes,
          "%s: decided %d / %d, %lld / %lld bytes", what, p->wcopy.persistent, l->wcopy.persistent,
          (long long)p->wcopy.bytes, (long long)l->wcopy.bytes);
   fprintf(stderr, "  %-26s %d copies (%lld B per rank); per layer: %d casts (%d in loop bodies), persistent: %d (%d)\n",
@@ -124,7 +115,7 @@ static void equal_runs(const char *what, const FeDefine *defs, int ndefs, int wo
   arena_init(&b);
   Module *p = compile(&a, "persistent", defs, ndefs, world, "bf16", TARGET_CUDA, 0, 0);
   Module *l = compile(&b, "per_layer", defs, ndefs, world, "bf16", TARGET_CUDA, 0, 0);
-  CHECKW(p && l, "%s: does not compile", what);
+  CHECK(p && l, "%s: does not compile", what);
   if (p && l) {
     check_structure(p, l, what);
     Tensor tok = tb_randint(tb_shape(2, B, S), 31, 0, V), tgt = tb_randint(tb_shape(2, B, S), 32, 0, V);
@@ -136,7 +127,7 @@ static void equal_runs(const char *what, const FeDefine *defs, int ndefs, int wo
       tb_feed_step(il, &ktok, &ktgt, step);
       if (ir) tb_feed_step(ir, &ktok, &ktgt, step);
       bool ok = interp_step(ip) && interp_step(il) && (!ir || interp_step(ir));
-      CHECKW(ok, "%s: interpreter error at step %d", what, step);
+      CHECK(ok, "%s: interpreter error at step %d", what, step);
       if (!ok) break;
       failures += tb_compare_runs(l->graph, il, ip, what, step, 0.0, false);
       if (ir) failures += tb_compare_runs(l->graph, il, ir, "  ... resumed after step 1", step, 0.0, false);
@@ -168,11 +159,11 @@ static void decision(const char *what, const char *wc, const FeDefine *defs, int
   diag_leave(outer);
   diag_free(&quiet);
   fclose(null);
-  CHECKW((m != NULL) == want_ok && (want_ok || errors > 0), "%s: compiles: %d, want %d", what, m != NULL, want_ok);
+  CHECK((m != NULL) == want_ok && (want_ok || errors > 0), "%s: compiles: %d, want %d", what, m != NULL, want_ok);
   if (m && want_ok) {
-    CHECKW(m->wcopy.persistent == want_persistent, "%s: persistent %d, want %d", what, m->wcopy.persistent,
+    CHECK(m->wcopy.persistent == want_persistent, "%s: persistent %d, want %d", what, m->wcopy.persistent,
            want_persistent);
-    CHECKW(!why || (m->wcopy.why && strstr(m->wcopy.why, why)), "%s: why \"%s\", want \"%s\"", what,
+    CHECK(!why || (m->wcopy.why && strstr(m->wcopy.why, why)), "%s: why \"%s\", want \"%s\"", what,
            m->wcopy.why ? m->wcopy.why : "(none)", why);
     fprintf(stderr, "  %-40s %s: %s\n", what, m->wcopy.persistent ? "persistent" : "per layer",
             m->wcopy.why ? m->wcopy.why : "");

@@ -30,16 +30,7 @@
 #include "pipeline.h"
 #include "tb.h"
 
-static int failures;
-
-#define CHECKM(cond, ...)                                                                                              \
-  do {                                                                                                                 \
-    if (!(cond)) {                                                                                                     \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);                                                                           \
-      fprintf(stderr, "\n");                                                                                           \
-      failures++;                                                                                                      \
-    }                                                                                                                  \
-  } while (0)
+static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 enum { V = 256, B = 4 };
 
@@ -98,25 +89,25 @@ static void check_structure(const Module *m, const Module *l, const Case *c) {
     bool ok = v->def->op == OP_ALL_GATHER && v->dtype == DT_BF16 && v->def->in[0]->def->op == OP_CAST &&
               v->def->in[0]->def->in[0]->def->op == OP_ADAMW_UPDATE && ir_copy_written(g, v);
     copy_gathers += ok;
-    CHECKM(ok, "%s: %s is not the gather of the updated shard's bf16 cast", c->what, nm);
+    CHECK(ok, "%s: %s is not the gather of the updated shard's bf16 cast", c->what, nm);
     const Value *p = v->def->in[0]->def->in[0]->def->in[0];
     whole_bytes += ir_numel(&v->shape) * 4;
     shard_bytes += ir_numel(&p->shape) * 4;
   }
   int deg = c->dp * c->cp;
-  CHECKM(params >= 16 && split == params && copy_gathers == params && f32_gathers == 0,
+  CHECK(params >= 16 && split == params && copy_gathers == params && f32_gathers == 0,
          "%s: %d updates, %d masters split, %d copies gathered, %d f32 gathers", c->what, params, split, copy_gathers,
          f32_gathers);
-  CHECKM(m->wcopy.master_saved == whole_bytes - shard_bytes && shard_bytes * deg == whole_bytes,
+  CHECK(m->wcopy.master_saved == whole_bytes - shard_bytes && shard_bytes * deg == whole_bytes,
          "%s: saved %lld B, want %lld - %lld (group %d)", c->what, (long long)m->wcopy.master_saved,
          (long long)whole_bytes, (long long)shard_bytes, deg);
-  CHECKM(l->wcopy.master_saved == 0 && !l->wcopy.persistent, "%s: per_layer saved %lld", c->what,
+  CHECK(l->wcopy.master_saved == 0 && !l->wcopy.persistent, "%s: per_layer saved %lld", c->what,
          (long long)l->wcopy.master_saved);
   /* memplan: M's parameters (f32 shards and the bf16 copies) are L's whole f32 parameters, less the
    * saving, plus the copies */
   int64_t pm = m->memplan->by_class[MEM_PARAM], pl = l->memplan->by_class[MEM_PARAM];
   int64_t want = pl - m->wcopy.master_saved + m->wcopy.bytes; /* (each tensor's bytes rounded up to 64) */
-  CHECKM(pm >= want && pm <= want + 64 * params, "%s: parameters %lld B, per_layer %lld - %lld + %lld",
+  CHECK(pm >= want && pm <= want + 64 * params, "%s: parameters %lld B, per_layer %lld - %lld + %lld",
          c->what, (long long)pm, (long long)pl, (long long)m->wcopy.master_saved, (long long)m->wcopy.bytes);
   fprintf(stderr, "  %-24s %d masters split over %d; f32 masters %lld -> %lld B per rank; parameters class %lld B "
                   "(per_layer %lld, copies %lld)\n",
@@ -132,7 +123,7 @@ static Interp *resumed(const Module *q, const Interp *from) {
     const Node *n = g->nodes[i];
     if ((n->op != OP_PARAM && n->op != OP_STATE) || ir_copy_source(n->a.name)) continue;
     Tensor t;
-    CHECKM(interp_get_logical(from, n->a.name, &t, NULL), "no %s in the checkpoint", n->a.name);
+    CHECK(interp_get_logical(from, n->a.name, &t, NULL), "no %s in the checkpoint", n->a.name);
     interp_set_state(it, -1, n->a.name, &t);
     tensor_free(&t);
   }
@@ -160,7 +151,7 @@ static void one_case(const Case *c) {
   Module *m = compile(&am, c, c->zero, c->dp, c->tp, c->cp, c->mb, NULL);
   Module *l = compile(&al, c, c->zero, c->dp, c->tp, c->cp, c->mb, "per_layer");
   Module *r = compile(&ar, c, 0, 1, 1, 1, B, NULL);
-  CHECKM(m && l && r, "%s: does not compile", c->what);
+  CHECK(m && l && r, "%s: does not compile", c->what);
   if (m && l && r) {
     check_structure(m, l, c);
     Tensor tok = tb_randint(tb_shape(2, B, c->seq), 31, 0, V), tgt = tb_randint(tb_shape(2, B, c->seq), 32, 0, V);
@@ -168,14 +159,14 @@ static void one_case(const Case *c) {
     Interp *ir = interp_new(r->graph, r->mesh, 7);
     for (int step = 1; step <= 3; step++) {
       bool ok = run(im, m, &tok, &tgt, step) && run(il, l, &tok, &tgt, step) && run(ir, r, &tok, &tgt, step);
-      CHECKM(ok, "%s: interpreter error at step %d", c->what, step);
+      CHECK(ok, "%s: interpreter error at step %d", c->what, step);
       if (!ok) break;
       failures += tb_compare_runs(l->graph, il, im, c->what, step, 0.0, false);
       char w[96];
       snprintf(w, sizeof w, "  ... against one rank");
       failures += tb_compare_runs(r->graph, ir, im, w, step, 1e-4, false);
       const Tensor *lr = interp_get(ir, 0, "loss"), *lm = interp_get(im, 0, "loss");
-      CHECKM(lr && lm && fabs(lr->data[0] - lm->data[0]) <= 1e-5 * fabs(lr->data[0]), "%s: loss %.9g, one rank %.9g",
+      CHECK(lr && lm && fabs(lr->data[0] - lm->data[0]) <= 1e-5 * fabs(lr->data[0]), "%s: loss %.9g, one rank %.9g",
              c->what, lm ? lm->data[0] : NAN, lr ? lr->data[0] : NAN);
     }
     interp_free(im);
@@ -199,15 +190,15 @@ static void cross_resume(const Case *c, int za, int zb) {
   Module *b = compile(&ab, c, zb, c->dp, c->tp, c->cp, c->mb, NULL);
   char what[96];
   snprintf(what, sizeof what, "%s: zero %d -> zero %d", c->what, za, zb);
-  CHECKM(a && b, "%s: does not compile", what);
+  CHECK(a && b, "%s: does not compile", what);
   if (a && b) {
-    CHECKM((a->wcopy.master_saved > 0) == (za == 1 || za == 2) && (b->wcopy.master_saved > 0) == (zb == 1 || zb == 2),
+    CHECK((a->wcopy.master_saved > 0) == (za == 1 || za == 2) && (b->wcopy.master_saved > 0) == (zb == 1 || zb == 2),
            "%s: masters split %lld / %lld", what, (long long)a->wcopy.master_saved, (long long)b->wcopy.master_saved);
     Tensor tok = tb_randint(tb_shape(2, B, c->seq), 41, 0, V), tgt = tb_randint(tb_shape(2, B, c->seq), 42, 0, V);
     Interp *ia = interp_new(a->graph, a->mesh, 7), *ib = NULL;
     for (int step = 1; step <= 3; step++) {
       bool ok = run(ia, a, &tok, &tgt, step) && (!ib || run(ib, b, &tok, &tgt, step));
-      CHECKM(ok, "%s: interpreter error at step %d", what, step);
+      CHECK(ok, "%s: interpreter error at step %d", what, step);
       if (!ok) break;
       /* (b's own results: zero 3's graph has no result a lacks, and the other way round) */
       if (ib) failures += tb_compare_runs(b->graph, ib, ia, what, step, 0.0, false);
