@@ -371,3 +371,21 @@ void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
   tensor_free(&lr);
   tensor_free(&st);
 }
+
+Interp *tb_resumed(const Module *m, const Interp *from, int *missing) {
+  Interp *it = interp_new(m->graph, m->mesh, 99); /* another seed: every parameter comes from `from` */
+  const Graph *g = m->graph;
+  if (missing) *missing = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if ((n->op != OP_PARAM && n->op != OP_STATE) || ir_copy_source(n->a.name)) continue;
+    Tensor t;
+    if (!interp_get_logical(from, n->a.name, &t, NULL)) {
+      if (missing) ++*missing;
+      continue;
+    }
+    interp_set_state(it, -1, n->a.name, &t);
+    tensor_free(&t);
+  }
+  return it;
+}

@@ -46,6 +46,11 @@ int64_t tb_bytes_of(const Value *v);
 int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
                    const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas);
 
+/* A fresh interpreter of m holding from's parameters and optimizer state, not the weights' bf16 copies
+ * (derived again from the parameters, as a resumed trainer does): a resume. *missing (if non-NULL):
+ * how many of m's parameters and states `from` lacks (left at m's initialization). */
+Interp *tb_resumed(const Module *m, const Interp *from, int *missing);
+
 /* tb_equiv_steps with pm's inputs the same batch split into m micro-steps: tok / tgt [B, S] viewed as
  * [m, B / m, S] (the accumulation and pipeline programs' inputs). */
 int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, int64_t m,

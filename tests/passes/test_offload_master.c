@@ -159,21 +159,6 @@ static void check_structure(const Module *m, const Module *l, const Module *dv, 
          (long long)mp->host_params);
 }
 
-/* A fresh interpreter of m given from's parameters and optimizer state (no copies): a resume. */
-static Interp *resumed(const Module *m, const Interp *from) {
-  Interp *it = interp_new(m->graph, m->mesh, 99); /* another seed: every parameter comes from `from` */
-  const Graph *g = m->graph;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if ((n->op != OP_PARAM && n->op != OP_STATE) || ir_copy_source(n->a.name)) continue;
-    Tensor t;
-    if (!interp_get_logical(from, n->a.name, &t, NULL)) continue;
-    interp_set_state(it, -1, n->a.name, &t);
-    tensor_free(&t);
-  }
-  return it;
-}
-
 /* with_l: whether the plan takes `weight_copy per_layer` (pipeline stages refuse it: M against D only) */
 static void run(const ModelCase *mc, const char *what, const FeDefine *defs, int ndefs, int world, bool want_master,
                 bool gathered, bool with_l) {
@@ -208,7 +193,7 @@ static void run(const ModelCase *mc, const char *what, const FeDefine *defs, int
       failures += tb_compare_runs(r->graph, ir, im, "  ... against one rank", step, 1e-3, false);
       if (rm) failures += tb_compare_runs(dv->graph, id, rm, "  ... offload resumed from no offload", step, 0.0, false);
       if (rd) failures += tb_compare_runs(dv->graph, id, rd, "  ... no offload resumed from offload", step, 0.0, false);
-      if (step == 1) rm = resumed(m, id), rd = resumed(dv, im);
+      if (step == 1) rm = tb_resumed(m, id, NULL), rd = tb_resumed(dv, im, NULL);
     }
     interp_free(im), interp_free(il), interp_free(id), interp_free(ir), interp_free(rm), interp_free(rd);
     tensor_free(&tok);

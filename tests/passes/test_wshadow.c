@@ -94,21 +94,6 @@ static void check_structure(const Module *p, const Module *l, const char *what) 
           what, copies, (long long)p->wcopy.bytes, cast_l, casts_l_body, cast_p, casts_p_body);
 }
 
-/* P's parameters and optimizer state (not its copies) into a fresh interpreter: a resume. */
-static Interp *resumed(const Module *p, const Interp *from) {
-  Interp *it = interp_new(p->graph, p->mesh, 99); /* another seed: every parameter comes from `from` */
-  const Graph *g = p->graph;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if ((n->op != OP_PARAM && n->op != OP_STATE) || ir_copy_source(n->a.name)) continue;
-    Tensor t;
-    if (!interp_get_logical(from, n->a.name, &t, NULL)) continue;
-    interp_set_state(it, -1, n->a.name, &t);
-    tensor_free(&t);
-  }
-  return it;
-}
-
 static void equal_runs(const char *what, const FeDefine *defs, int ndefs, int world) {
   Arena a, b;
   arena_init(&a);
@@ -131,7 +116,7 @@ static void equal_runs(const char *what, const FeDefine *defs, int ndefs, int wo
       if (!ok) break;
       failures += tb_compare_runs(l->graph, il, ip, what, step, 0.0, false);
       if (ir) failures += tb_compare_runs(l->graph, il, ir, "  ... resumed after step 1", step, 0.0, false);
-      if (step == 1) ir = resumed(p, ip);
+      if (step == 1) ir = tb_resumed(p, ip, NULL);
     }
     interp_free(ip);
     interp_free(il);

@@ -115,18 +115,11 @@ static void check_structure(const Module *m, const Module *l, const Case *c) {
           (long long)m->wcopy.bytes);
 }
 
-/* The parameters and optimizer state of `from` (logical: a checkpoint) into a fresh interpreter of q. */
-static Interp *resumed(const Module *q, const Interp *from) {
-  Interp *it = interp_new(q->graph, q->mesh, 99); /* another seed: every parameter comes from `from` */
-  const Graph *g = q->graph;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if ((n->op != OP_PARAM && n->op != OP_STATE) || ir_copy_source(n->a.name)) continue;
-    Tensor t;
-    CHECK(interp_get_logical(from, n->a.name, &t, NULL), "no %s in the checkpoint", n->a.name);
-    interp_set_state(it, -1, n->a.name, &t);
-    tensor_free(&t);
-  }
+/* A resume (tb_resumed) that finds every parameter and state in the checkpoint. */
+static Interp *resumed_all(const Module *q, const Interp *from) {
+  int missing;
+  Interp *it = tb_resumed(q, from, &missing);
+  CHECK(missing == 0, "%d parameters or states not in the checkpoint", missing);
   return it;
 }
 
@@ -202,7 +195,7 @@ static void cross_resume(const Case *c, int za, int zb) {
       if (!ok) break;
       /* (b's own results: zero 3's graph has no result a lacks, and the other way round) */
       if (ib) failures += tb_compare_runs(b->graph, ib, ia, what, step, 0.0, false);
-      if (step == 1) ib = resumed(b, ia);
+      if (step == 1) ib = resumed_all(b, ia);
     }
     interp_free(ia);
     interp_free(ib);
