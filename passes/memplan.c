@@ -37,26 +37,11 @@
 const char *const memplan_class_names[MEM_COUNT] = {"params", "optimizer", "inputs", "grads",
                                                     "activations", "workspace", "comm"};
 
-typedef struct {
-  Arena *a;
-  Interval *iv;
-  int n, cap;
-} Intervals;
+static int64_t align_up(int64_t x) { return memplan_align(x); }
 
-static int64_t align_up(int64_t x) { return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }
+#define value_bytes memplan_bytes
 
-static int64_t value_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
-
-static Interval *add_interval(Intervals *p, Value *v, int64_t bytes, int start, int mclass) {
-  arena_grow(p->a, (void **)&p->iv, &p->cap, p->n + 1, sizeof(Interval));
-  Interval *it = &p->iv[p->n++];
-  memset(it, 0, sizeof *it);
-  it->v = v;
-  it->bytes = align_up(bytes);
-  it->start = it->end = start;
-  it->mclass = mclass;
-  return it;
-}
+#define add_interval memplan_add_interval
 
 /* Marks every value of an enclosing graph that `body` (or its nested bodies) reads as
  * used at position pos of the outer plan. */
@@ -71,70 +56,7 @@ static void mark_captures(Graph *body, Graph *outer, int pos, const int *slot, I
   }
 }
 
-static bool is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
-
-/* Plan `offload`: the top graph's host values (passes/zero_offload.c) in the host allocation. The state
- * first (persistent); then the to_host copies, each live from the start of its download (which
- * passes/offload_sched.c moves early: a parameter's at the step's start, a layer gradient's rows
- * inside the backward loop) to its last reader (or, for an update's parameter shard, to the last
- * reader of the update's result, which takes its bytes and is uploaded from them), packed like the
- * device's transients; an update's results on what it updates (in place). */
-static void place_host(Graph *g, MemPlan *mp, Arena *tmp) {
-  int64_t off = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    Value *v = g->nodes[i]->nout ? g->nodes[i]->out[0] : NULL;
-    if (!v || !v->host || !(ir_ops[g->nodes[i]->op].flags & F_SOURCE)) continue;
-    v->offset = off;
-    v->mclass = g->nodes[i]->op == OP_PARAM ? MEM_PARAM : MEM_OPTIM; /* (the f32 master weights: passes/zero.c) */
-    off += align_up(value_bytes(v));
-    if (g->nodes[i]->op == OP_PARAM) mp->host_params += align_up(value_bytes(v));
-    mp->nvalues++;
-  }
-  mp->host_state = off;
-  Intervals p = {.a = tmp};
-  for (int i = 0; i < g->nnodes; i++) { /* (and a bf16 gradient's host cast: from the node) */
-    Node *n = g->nodes[i];
-    bool cast = n->op == OP_CAST && n->out[0]->host;
-    if (n->op != OP_TO_HOST && !cast) continue;
-    int from = cast ? i : offload_issue(g, n).after;
-    if (cast && i > 0 && g->nodes[i - 1] == n->in[0]->def && is_update(g->nodes[i - 1]->op))
-      from = i - 1; /* the bf16 copy of the master the update makes: codegen stores it in the update's pass */
-    Interval *it = add_interval(&p, n->out[0], value_bytes(n->out[0]), from < 0 ? 0 : from, MEM_ACT);
-    it->end = i;
-    for (int j = i + 1; j < g->nnodes; j++)
-      for (int k = 0; k < g->nodes[j]->nin; k++) {
-        const Node *u = g->nodes[j];
-        if (u->in[k] == n->out[0] && j > it->end) /* (an upload reads it until the device waits for it) */
-          it->end = u->op == OP_TO_DEVICE ? offload_upload_wait(g, u) : j;
-        if (it->end > g->nnodes - 1) it->end = g->nnodes - 1;
-        if (is_update(u->op) && u->in[0] == n->out[0]) /* its result, in place: read after it */
-          for (int q = j + 1; q < g->nnodes; q++)
-            for (int r = 0; r < g->nodes[q]->nin; r++)
-              if (g->nodes[q]->in[r] == u->out[0]) { /* (an upload reads it until the device waits for it) */
-                int e = g->nodes[q]->op == OP_TO_DEVICE ? offload_upload_wait(g, g->nodes[q]) : q;
-                if (e > g->nnodes - 1) e = g->nnodes - 1;
-                if (e > it->end) it->end = e;
-              }
-      }
-  }
-  int64_t size = memplan_pack(p.iv, p.n, tmp);
-  for (int i = 0; i < p.n; i++) {
-    p.iv[i].v->offset = off + p.iv[i].offset;
-    p.iv[i].v->mclass = MEM_ACT;
-    mp->nvalues++;
-  }
-  for (int i = 0; i < g->nnodes; i++) { /* an update's results: on what it updates */
-    Node *n = g->nodes[i];
-    if (!is_update(n->op) || !n->out[0]->host) continue;
-    for (int k = 0; k < n->nout; k++) {
-      const Value *x = n->in[k == 0 ? 0 : k + 1]; /* p' <- p, m' <- m, v' <- v */
-      n->out[k]->offset = x->offset;
-      n->out[k]->mclass = x->mclass;
-      mp->nvalues++;
-    }
-  }
-  mp->host_total = off + size;
-}
+#define is_update memplan_is_update
 
 /* Does any node after `n` in g read `v`? (Then n cannot overwrite v in place.) */
 static bool read_after(const Graph *g, const Node *n, const Value *v) {
@@ -801,7 +723,7 @@ bool pass_memplan(Module *m) {
   mp->persistent = off;
   Arena tmp;
   arena_init(&tmp);
-  place_host(g, mp, &tmp);
+  memplan_place_host(g, mp, &tmp);
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
   mp->nstages = m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 0;
   mp->stage_peak = mp->nstages ? ARENA_ARRAY(m->arena, int64_t, mp->nstages) : NULL;

@@ -239,3 +239,16 @@ int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_C
     }
   return top < 0 ? 0 : top;
 }
+
+int64_t memplan_align(int64_t x) { return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }
+
+Interval *memplan_add_interval(Intervals *p, Value *v, int64_t bytes, int start, int mclass) {
+  arena_grow(p->a, (void **)&p->iv, &p->cap, p->n + 1, sizeof(Interval));
+  Interval *it = &p->iv[p->n++];
+  memset(it, 0, sizeof *it);
+  it->v = v;
+  it->bytes = memplan_align(bytes);
+  it->start = it->end = start;
+  it->mclass = mclass;
+  return it;
+}

@@ -20,6 +20,25 @@ typedef struct {
                      the first and the last stage, passes/pipe_owners.c); 0: every rank */
 } Interval;
 
+/* A growing list of intervals (in an arena). */
+typedef struct {
+  Arena *a;
+  Interval *iv;
+  int n, cap;
+} Intervals;
+
+/* A value's bytes; whether op updates its parameter in place (AdamW, SGD). */
+static inline int64_t memplan_bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+static inline bool memplan_is_update(OpKind op) { return op == OP_ADAMW_UPDATE || op == OP_SGD_UPDATE; }
+
+/* x rounded up to MEMPLAN_ALIGN. */
+int64_t memplan_align(int64_t x);
+/* Appends v's interval (bytes aligned), live at `start` only so far. */
+Interval *memplan_add_interval(Intervals *p, Value *v, int64_t bytes, int start, int mclass);
+
+/* Plan `offload`: the top graph's host values in the host allocation (memplan_host.c). */
+void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);
+
 /* Assigns every interval an offset from the transient base; returns the arena's size. */
 int64_t memplan_pack(Interval *iv, int n, Arena *a);
 
