@@ -8,22 +8,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "comm.h"
 
-uint16_t rt_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1);                                            /* round to nearest even */
-  return (uint16_t)(u >> 16);
-}
+uint16_t rt_f32_to_bf16(float f) { return rt_bf16_of(f); }
 
-float rt_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+float rt_bf16_to_f32(uint16_t h) { return rt_f32_of_bf16(h); }
 
 static void reduce_f32(float *dst, const float *a, const float *b, size_t n, RtRedOp op, float scale) {
   if (op == RT_MAX) {

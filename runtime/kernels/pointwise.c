@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dtype.h" /* rt_bf16_of: the one f32 -> bf16 rounding */
 #include "fastmath.h"
 #include "kernels.h"
 
@@ -340,8 +341,6 @@ void rt_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr,
     p[i] = adamw_1(p[i], g[i], &m[i], &v[i], lr, gscale, bc1, bc2, beta1, beta2, eps, weight_decay);
 }
 
-static inline uint16_t bf16_of(float x);
-
 void rt_adamw_copy(int64_t n, float *p, const float *g, float *m, float *v, float lr, float gscale, double step,
                    float beta1, float beta2, float eps, float weight_decay, uint16_t *copy) {
   if (!isfinite(gscale)) { /* a skipped step: the copy of the parameter as it is */
@@ -354,7 +353,7 @@ void rt_adamw_copy(int64_t n, float *p, const float *g, float *m, float *v, floa
   for (int64_t i = 0; i < n; i++) {
     float pi = adamw_1(p[i], g[i], &m[i], &v[i], lr, gscale, bc1, bc2, beta1, beta2, eps, weight_decay);
     p[i] = pi;
-    copy[i] = bf16_of(pi);
+    copy[i] = rt_bf16_of(pi);
   }
 }
 
@@ -372,27 +371,12 @@ void rt_sgd(int64_t n, float *p, const float *g, float *m, float lr, float gscal
 
 /* ---- bf16 ------------------------------------------------------------------------------------ */
 
-static inline uint16_t bf16_of(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                                  /* nearest, ties to even */
-  return (uint16_t)(u >> 16);
-}
-
-static inline float f32_of_bf16(uint16_t x) {
-  uint32_t u = (uint32_t)x << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 void rt_cvt_f32_bf16(int64_t n, const float *x, uint16_t *y) {
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (int64_t i = 0; i < n; i++) y[i] = bf16_of(x[i]);
+  for (int64_t i = 0; i < n; i++) y[i] = rt_bf16_of(x[i]);
 }
 
 void rt_cvt_bf16_f32(int64_t n, const uint16_t *x, float *y) {
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (int64_t i = 0; i < n; i++) y[i] = f32_of_bf16(x[i]);
+  for (int64_t i = 0; i < n; i++) y[i] = rt_f32_of_bf16(x[i]);
 }
