@@ -339,6 +339,22 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
 
 double plan_zero_group(const PlanCand *c) { return (double)c->dp * c->cp; }
 
+double plan_param_share(const Module *base, const PlanCand *c, double cb, bool *persistent) {
+  double zg = plan_zero_group(c), z3 = c->zero >= 3 ? zg : 1;
+  bool off = base->plan.offload;
+  *persistent = false;
+  if (base->target != TARGET_CUDA || cb >= 4 || (c->pp > 1 && c->zero < 3) || base->plan.weight_copy == WCOPY_PER_LAYER)
+    return 1 / z3;
+  if (off) { /* the masters on the host: the device holds the copies (ZeRO-3: split) */
+    *persistent = true;
+    return cb / 4 / z3;
+  }
+  if (c->zero >= 3 || c->pp > 1) return 1 / z3; /* (ZeRO-3 gathers the bf16 rows of a split cast per layer) */
+  double copies = (c->zero >= 1 ? 1 / zg : 1) + cb / 4;
+  *persistent = base->plan.weight_copy == WCOPY_PERSISTENT || copies < 1;
+  return *persistent ? copies : 1;
+}
+
 /* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
 static double ring_s(double bytes, double factor, int n, double bw, double lat) {
   if (n <= 1 || bw <= 0) return 0;
@@ -359,10 +375,11 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   double p_other = pm->po_split / tp + pm->po_rep;   /* outside the layers: held on every stage */
   double p_rank = p_layer * lst + p_other;
   double zg = plan_zero_group(c);                 /* ZeRO's group: dp, under cp dp x cp (passes/zero.c) */
-  double zd3 = c->zero >= 3 ? zg : 1, zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
-  e->cls[MEM_PARAM] = p_rank / zd3;
+  double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
+  bool persistent;
+  e->cls[MEM_PARAM] = p_rank * plan_param_share(base, c, pm->cb, &persistent);
   e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0); /* ZeRO-2/3: one layer unreduced */
-  e->cls[MEM_OPTIM] = p_rank * pm->state_ratio / zd1;
+  e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
   double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : act_units[r];
   double per_layer = unit * (c->sp || tp == 1 ? au / tp : au / tp + act_rep_units[r] * (1 - 1 / tp));
@@ -467,7 +484,9 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double wcopy = cb < 4 && c->zero < 3 ? p_layer * lst * cb / 4 : 0;
     e->cls[MEM_ACT] = most + copies + gather + wcopy;
   } else {
-    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather;
+    /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
+    double wcast = cb < 4 && !persistent && c->zero < 3 && base->target == TARGET_CUDA ? p_layer * cb / 4 : 0;
+    e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast;
   }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
   e->largest = MEM_PARAM;

@@ -65,6 +65,13 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev);
 /* How many ranks ZeRO shards c's optimizer state (and gradients, parameters) over: dp, and under
  * cp the dp x cp group (passes/zero.c; cp alone at dp 1). */
 double plan_zero_group(const struct PlanCand *c);
+/* A rank's device bytes of parameters per f32 byte of its tp x pp share, under plan c: the f32 masters
+ * (ZeRO-3: split), or, where the weights' bf16 copies may be persistent (passes/wshadow.c: the CUDA
+ * target under bf16, no pipeline stages below ZeRO-3), the copies beside the masters (ZeRO 1 / 2 then
+ * store the masters split, passes/zero_master.c; offload keeps them on the host, passes/zero_offload.c).
+ * *persistent: whether that variant is taken (`weight_copy auto`: the smaller; the compile decides
+ * whether it fits). One rule for plan_model_estimate and the search's memory bound. */
+double plan_param_share(const Module *base, const struct PlanCand *c, double cb, bool *persistent);
 /* Candidate c's analytic memory and time. */
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
                          PlanEstimate *e);

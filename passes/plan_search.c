@@ -293,11 +293,15 @@ static double logical_bytes(const Module *m, OpKind op) {
 
 /* A lower bound of c's persistent bytes per rank: every parameter and state byte is held by some
  * rank of each tp x pp group (split at most tp x pp ways), and ZeRO splits the state (1, 2) and the
- * parameters too (3) at most dp ways more (dp x cp under cp). */
-static double memory_bound(const SearchResult *r, const PlanCand *c) {
+ * parameters too (3) at most dp ways more (dp x cp under cp); the parameters' device share as
+ * plan_param_share has it (the bf16 copies beside split or host masters). */
+static double memory_bound(const Module *base, const SearchResult *r, PlanCand *c) {
   double split = (double)c->tp * c->pp;
   double zg = plan_zero_group(c);
-  return r->param_bytes / (split * (c->zero >= 3 ? zg : 1)) + r->state_bytes / (split * (c->zero >= 1 ? zg : 1));
+  bool persistent; /* (auto: the smaller of the two variants, so the bound stays below either) */
+  double share = plan_param_share(base, c, base->recipe.precision == PREC_BF16 ? 2 : 4, &persistent);
+  c->bound_pshare = share * (c->zero >= 3 ? zg : 1); /* (per the parameters over tp x pp) */
+  return r->param_bytes * share / split + r->state_bytes / (split * (c->zero >= 1 ? zg : 1));
 }
 
 /* The analytic memory is held to the capacity with this much over it still compiled (the model's
@@ -341,7 +345,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
     c->est_s = c->ana.step_s;
     c->ana_fits = r->capacity <= 0 || c->ana.total * ana_frag(c) <= r->capacity;
     r->ana_fit += c->ana_fits;
-    c->bound = memory_bound(r, c);
+    c->bound = memory_bound(base, r, c);
   }
   qsort(l.v, (size_t)l.n, sizeof *l.v, by_estimate);
   r->analytic_s = now_s() - t0;

@@ -62,6 +62,7 @@ struct PlanCand {
   PlanEstimate ana;                /* the analytic model's memory and time (passes/plan_model.c) */
   bool ana_fits;                   /* its analytic memory fits the capacity */
   double bound;                    /* bytes per rank its parameters and optimizer state need at least */
+  double bound_pshare;             /* of which the parameters' device share (plan_param_share), 1: the f32 masters */
   CandStatus status;
   double mem_total, capacity;      /* bytes per rank (memory plan), and what it must fit */
   int64_t by_class[MEM_COUNT];     /* bytes live at the peak, by class */

@@ -138,9 +138,13 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
     if (r->cand[i].status == CAND_BOUND) {
       const PlanCand *p = &r->cand[i];
       plan_cand_label(p, lab, sizeof lab);
+      char sh[96] = "";
+      if (p->bound_pshare != 1) /* the bf16 copies beside split masters, or the copies alone (offload) */
+        snprintf(sh, sizeof sh, " x %.3g on the device (the bf16 copies and the masters%s)", p->bound_pshare,
+                 base->plan.offload ? " on the host" : p->zero >= 1 && p->zero < 3 ? " split" : "");
       fprintf(f, "# over the memory bound, e.g. %s: its parameters and optimizer state need at least %s per rank "
-                 "(%s of parameters and %s of state over tp x pp%s) over %s\n",
-              lab, gib(a, sizeof a, p->bound), gib(b, sizeof b, r->param_bytes), gib(c, sizeof c, r->state_bytes),
+                 "(%s of parameters%s and %s of state over tp x pp%s) over %s\n",
+              lab, gib(a, sizeof a, p->bound), gib(b, sizeof b, r->param_bytes), sh, gib(c, sizeof c, r->state_bytes),
               p->zero >= 3 ? (p->cp > 1 ? " x dp x cp" : " x dp") : p->zero >= 1 ? (p->cp > 1 ? ", the state x dp x cp" : ", the state x dp") : "",
               gib(d, sizeof d, r->capacity));
       break;
