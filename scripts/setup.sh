@@ -8,7 +8,7 @@ PKGS=(
   flex bison
   llvm-19-dev libzstd-dev
   libopenblas-dev libopenblas-openmp-dev libblis-dev
-  libdnnl-dev
+  libdnnl-dev ocl-icd-opencl-dev   # dnnl's CMake config requires OpenCL (a Recommends, skipped by --no-install-recommends)
   openmpi-bin libopenmpi-dev
   libfabric-dev libfabric-bin
   clang libclang-rt-14-dev
