@@ -12,6 +12,10 @@
 #     -D heads=16 -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 \
 #     -D recompute=none -D tp=1 -D sp=off -o BIN/llama509_cuda
 #   llm.c (github.com/karpathy/llm.c): make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 NO_USE_MPI=1
+#     with CUDA 13 on the CPU machine (no GPU, no NVML): GPU_COMPUTE_CAPABILITY=90 as well; cudaMemAdvise's
+#     location is a cudaMemLocation now ({cudaMemLocationTypeHost, 0} for cudaCpuDeviceId in llmc/cuda_utils.cuh),
+#     and without nvml.h it needs no -lnvidia-ml: nvcc -c train_gpt2.cu (the make line's flags), then
+#     nvcc train_gpt2.o -lcublas -lcublasLt -o train_gpt2cu
 # tests/gpu/pack.sh builds the two shardc trainers and packs them (.gpu/bin, with LLMC=path/to/train_gpt2cu
 # llm.c's too) with their libraries for the GPU machine: source .gpu/env.sh && bench/gpu_compare.sh .gpu/bin
 #   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,perlayer,llama,llmc,torch,torchllama]
