@@ -294,7 +294,7 @@ static void run_uneven(const char *label, Target target, double tol, const char 
         bool same = pm->pipe_balance && pm->pipe_balance->split;
         for (int s = 0; s < pp && same; s++) same = pm->pipe_balance->split[s] == layers[s] && layers[s] > 0;
         if (!same) {
-          fprintf(stderr, "FAIL %s pp %d: layers(balanced) is not applied as the stage pass's split\n", label, pp);
+          fprintf(stderr, "FAIL %s pp %d: the stage pass split differs from layers(balanced)\n", label, pp);
           failures++;
           arena_free(&pa);
           continue;
