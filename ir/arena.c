@@ -31,21 +31,38 @@ void arena_free(Arena *a) {
   a->total = 0;
 }
 
+/* Every block comes from calloc and a block's bytes are handed out once (no reuse), so what
+ * arena_alloc returns is already zero: no memset. The pages of a large block that calloc took from
+ * the system (zero by the kernel) are not touched until used, so a sparse table (a per-stage
+ * index of which only some slots are ever written: passes/memplan_pack.c) costs no page faults
+ * for the rest. An allocation larger than a quarter of a block gets a block of its own, placed
+ * behind the head so that the head's free room stays in use. */
+enum { ARENA_BLOCK = 1u << 20 };
+
+static ArenaBlock *block_new(size_t size) {
+  ArenaBlock *b = calloc(1, sizeof(ArenaBlock) + size);
+  if (!b) die("out of memory allocating %zu bytes", size);
+  b->size = size;
+  return b;
+}
+
 void *arena_alloc(Arena *a, size_t n) {
   n = (n + 15) & ~(size_t)15;
+  a->total += n;
+  if (n > ARENA_BLOCK / 4 && a->head) { /* its own block, behind the head */
+    ArenaBlock *b = block_new(n);
+    b->used = n;
+    b->next = a->head->next;
+    a->head->next = b;
+    return b->data;
+  }
   if (!a->head || a->head->used + n > a->head->size) {
-    size_t size = n > (1u << 20) ? n : (1u << 20);
-    ArenaBlock *b = malloc(sizeof(ArenaBlock) + size);
-    if (!b) die("out of memory allocating %zu bytes", size);
+    ArenaBlock *b = block_new(n > ARENA_BLOCK ? n : ARENA_BLOCK);
     b->next = a->head;
-    b->used = 0;
-    b->size = size;
     a->head = b;
   }
   void *p = a->head->data + a->head->used;
   a->head->used += n;
-  a->total += n;
-  memset(p, 0, n);
   return p;
 }
 

@@ -15,28 +15,28 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "diag.h"
 #include "ir.h"
-#include "ptrmap.h"
 
 #define MAX_REPORTS 20
 
+/* A graph's node positions by node id (ids are unique within a graph and below its next_node_id:
+ * ir_node_new and every pass that moves a node keep it so), for the graph being checked and the
+ * graphs around it: the regions being checked form a stack, the top one innermost. */
 typedef struct {
-  PtrMap pos;        /* Node* -> position in its graph */
+  const Graph *g;
+  int *pos; /* [g->next_node_id]: id -> position, -1: none */
+} Scope;
+
+typedef struct {
+  Scope *scope;      /* [depth]: the top graph first */
+  int depth, cap;
   const char *pass;  /* for messages */
   int errors;        /* problems found */
 } Verifier;
-
-/* Node* -> position in its graph (ir/ptrmap.h). */
-static void map_put(PtrMap *m, const void *k, int v) { ptrmap_put(m, k, v); }
-
-static bool map_get(const PtrMap *m, const void *k, int *v) {
-  intptr_t x;
-  if (!ptrmap_get(m, k, &x)) return false;
-  *v = (int)x;
-  return true;
-}
 
 static void report(Verifier *vf, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -54,29 +54,59 @@ static void report(Verifier *vf, const Node *n, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
-static void index_graph(Verifier *vf, const Graph *g) {
+/* Enters g: its nodes' positions by id, checked to be listed once each under ids of their own. */
+static void push_graph(Verifier *vf, const Graph *g) {
+  if (vf->depth == vf->cap) {
+    vf->cap = vf->cap ? 2 * vf->cap : 8;
+    vf->scope = realloc(vf->scope, (size_t)vf->cap * sizeof *vf->scope);
+    if (!vf->scope) die("out of memory verifying the IR");
+  }
+  int ids = g->next_node_id > 0 ? g->next_node_id : 1;
+  int *pos = malloc((size_t)ids * sizeof *pos);
+  if (!pos) die("out of memory verifying the IR");
+  memset(pos, 0xff, (size_t)ids * sizeof *pos);
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (!n) {
       report(vf, NULL, "graph slot %d is NULL", i);
       continue;
     }
-    int old;
-    if (map_get(&vf->pos, n, &old)) report(vf, n, "listed twice (positions %d and %d)", old, i);
-    map_put(&vf->pos, n, i);
-    if (n->body) index_graph(vf, n->body);
+    if (n->id < 0 || n->id >= ids) {
+      report(vf, n, "id %d outside its graph's ids [0, %d)", n->id, g->next_node_id);
+      continue;
+    }
+    int old = pos[n->id];
+    if (old >= 0)
+      report(vf, n, g->nodes[old] == n ? "listed twice (positions %d and %d)" : "shares its id with the node at %d (here %d)",
+             old, i);
+    else pos[n->id] = i;
   }
+  vf->scope[vf->depth++] = (Scope){g, pos};
 }
 
-/* Is v visible to a use at position `at` of graph g? */
+static void pop_graph(Verifier *vf) { free(vf->scope[--vf->depth].pos); }
+
+/* n's position in its graph, a graph on the scope stack, or -1. */
+static int position(const Verifier *vf, const Node *n) {
+  for (int d = vf->depth - 1; d >= 0; d--) {
+    const Scope *sc = &vf->scope[d];
+    if (sc->g != n->graph) continue;
+    if (n->id < 0 || n->id >= sc->g->next_node_id) return -1;
+    int p = sc->pos[n->id];
+    return p >= 0 && sc->g->nodes[p] == n ? p : -1;
+  }
+  return -1;
+}
+
+/* Is v visible to a use at position `at` of graph g (the top of the scope stack)? */
 static bool in_scope(Verifier *vf, const Value *v, const Graph *g, int at) {
   if (!v || !v->def) return false;
-  int p;
-  if (!map_get(&vf->pos, v->def, &p)) return false;
+  int p = position(vf, v->def);
+  if (p < 0) return false;
   for (const Graph *s = g; s; s = s->parent) {
     if (v->def->graph == s) return p < at;
     if (!s->owner) return false;
-    if (!map_get(&vf->pos, s->owner, &at)) return false;
+    if ((at = position(vf, s->owner)) < 0) return false;
   }
   return false;
 }
@@ -179,6 +209,7 @@ static void check_region(Verifier *vf, const Graph *g, const Node *n) {
 }
 
 static void verify_graph(Verifier *vf, const Graph *g) {
+  push_graph(vf, g);
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (!n) continue;
@@ -235,6 +266,7 @@ static void verify_graph(Verifier *vf, const Graph *g) {
     else if (!in_scope(vf, r, g, g->nnodes))
       report(vf, g->owner, "result %d (%%%d) is not defined in scope", i, r->id);
   }
+  pop_graph(vf);
 }
 
 static void check_names(Verifier *vf, const Graph *g) {
@@ -254,12 +286,11 @@ static void check_names(Verifier *vf, const Graph *g) {
 
 bool ir_verify(const Graph *g, const char *after_pass) {
   Verifier vf = {.pass = after_pass};
-  index_graph(&vf, g);
   verify_graph(&vf, g);
   if (!g->parent) check_names(&vf, g);
   if (vf.errors > MAX_REPORTS)
     fprintf(stderr, "shardc: IR verification after %s: %d more problems\n", after_pass ? after_pass : "?",
             vf.errors - MAX_REPORTS);
-  ptrmap_free(&vf.pos);
+  free(vf.scope);
   return vf.errors == 0;
 }
