@@ -19,27 +19,24 @@ void ptrmap_put(PtrMap *m, const void *key, intptr_t val) {
     PtrMap old = *m;
     m->cap = old.cap ? old.cap * 2 : 64;
     m->count = 0;
-    m->keys = calloc((size_t)m->cap, sizeof(void *));
-    m->vals = calloc((size_t)m->cap, sizeof(intptr_t));
-    if (!m->keys || !m->vals) die("out of memory growing a map to %d slots", m->cap);
+    m->slots = calloc((size_t)m->cap, sizeof *m->slots);
+    if (!m->slots) die("out of memory growing a map to %d slots", m->cap);
     for (int i = 0; i < old.cap; i++)
-      if (old.keys[i]) ptrmap_put(m, old.keys[i], old.vals[i]);
-    free(old.keys);
-    free(old.vals);
+      if (old.slots[i].key) ptrmap_put(m, old.slots[i].key, old.slots[i].val);
+    free(old.slots);
   }
   uint64_t i = hash_ptr(key) & (uint64_t)(m->cap - 1);
-  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (uint64_t)(m->cap - 1);
-  if (!m->keys[i]) m->count++;
-  m->keys[i] = key;
-  m->vals[i] = val;
+  while (m->slots[i].key && m->slots[i].key != key) i = (i + 1) & (uint64_t)(m->cap - 1);
+  if (!m->slots[i].key) m->count++;
+  m->slots[i] = (PtrSlot){key, val};
 }
 
 bool ptrmap_get(const PtrMap *m, const void *key, intptr_t *val) {
   if (!m->cap) return false;
   uint64_t i = hash_ptr(key) & (uint64_t)(m->cap - 1);
-  while (m->keys[i]) {
-    if (m->keys[i] == key) {
-      if (val) *val = m->vals[i];
+  while (m->slots[i].key) {
+    if (m->slots[i].key == key) {
+      if (val) *val = m->slots[i].val;
       return true;
     }
     i = (i + 1) & (uint64_t)(m->cap - 1);
@@ -48,7 +45,6 @@ bool ptrmap_get(const PtrMap *m, const void *key, intptr_t *val) {
 }
 
 void ptrmap_free(PtrMap *m) {
-  free(m->keys);
-  free(m->vals);
+  free(m->slots);
   memset(m, 0, sizeof *m);
 }

@@ -7,9 +7,13 @@
 #include <stdint.h>
 
 typedef struct {
-  const void **keys; /* [cap], NULL = empty slot */
-  intptr_t *vals;    /* [cap] */
-  int cap;           /* slots, a power of two */
+  const void *key; /* NULL: an empty slot */
+  intptr_t val;
+} PtrSlot;
+
+typedef struct {
+  PtrSlot *slots; /* [cap]: a key beside its value, so that a hit reads one cache line */
+  int cap;        /* slots, a power of two */
   int count;         /* keys stored */
 } PtrMap;
 

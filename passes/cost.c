@@ -189,6 +189,10 @@ typedef struct {
   double rlat, rcopy; /* a pipeline receive's transfer, for the instruction that follows it */
   double last_end; /* the stage's clock when its last instruction ended */
   uint64_t *rstage; /* [top graph value id]: the stages reading it (ir_reader_stages' masks); NULL without pp */
+  /* under pp, per top-level node (by position), found once for every stage's walk: the stages it
+   * runs on (ir_node_stages; 0: every one) and the bytes the others zero-fill (zero_fill_bytes) */
+  uint64_t *top_stages;
+  double *top_zero;
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -366,10 +370,13 @@ static double zero_fill_bytes(const Sim *s, const Node *n) {
 
 static void sim_graph(Sim *s, const Graph *g, Clock *c) {
   bool cuda = s->m->target == TARGET_CUDA, top = s->pt && g == s->m->graph;
+  bool known = s->top_stages && g == s->m->graph && s->stage >= 0 && s->stage < 64; /* the top level's masks found once */
+  uint64_t bit = known ? 1ull << s->stage : 0;
   for (int i = 0; i < g->nnodes; i++) {
+    if (known && s->top_stages[i] && !(s->top_stages[i] & bit) && !(s->top_zero[i] > 0)) continue;
     const Node *n = g->nodes[i];
     if (!runs_here(s, n)) {
-      double z = zero_fill_bytes(s, n);
+      double z = known ? s->top_zero[i] : zero_fill_bytes(s, n);
       if (z > 0) { /* a memset, between this stage's instructions */
         double dt = z / s->d->bytes_per_s + s->d->op_overhead_s;
         c->t += dt;
@@ -413,6 +420,14 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
     s.rstage = calloc((size_t)m->graph->next_value_id + 1, sizeof(uint64_t));
     if (!s.rstage) die("cost: out of memory");
     ir_reader_stages(m->graph, s.rstage, m->graph->next_value_id);
+    const Graph *g = m->graph;
+    s.top_stages = calloc((size_t)g->nnodes + 1, sizeof *s.top_stages);
+    s.top_zero = calloc((size_t)g->nnodes + 1, sizeof *s.top_zero);
+    if (!s.top_stages || !s.top_zero) die("cost: out of memory");
+    for (int i = 0; i < g->nnodes; i++) {
+      s.top_stages[i] = ir_node_stages(g->nodes[i]);
+      s.top_zero[i] = zero_fill_bytes(&s, g->nodes[i]);
+    }
   }
   if (cp) { /* program-order instruction -> its place in its stage's list (each stage's order is its list's) */
     memset(cp, 0, sizeof *cp);
@@ -449,6 +464,8 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   }
   free(s.ends);
   free(s.rstage);
+  free(s.top_stages);
+  free(s.top_zero);
   free(pos);
   if (cp) {
     cp->span = pipe_sched_play(&cp->sched, &cp->t, &cp->bubble, cp->start, cp->stage_end);
