@@ -14,16 +14,60 @@ static uint64_t hash_ptr(const void *p) {
   return x;
 }
 
+/* The slot arrays of large maps freed last, kept for the next maps of their size: a pass builds and
+ * drops a map of every value of a large program many times over, and a fresh array from the system
+ * costs a page fault per 4 KiB to zero (GPT-3's pp 32 plan: 2^21 slots, 32 MiB, past what glibc keeps
+ * in its heap). Zeroing a kept one touches pages already there. */
+enum { SPARE_SLOTS = 4, SPARE_MIN_BYTES = 1 << 20 };
+static _Thread_local struct {
+  PtrSlot *p;
+  int cap;
+} spare[SPARE_SLOTS];
+
+static PtrSlot *slots_new(int cap) {
+  for (int i = 0; i < SPARE_SLOTS; i++)
+    if (spare[i].p && spare[i].cap == cap) {
+      PtrSlot *p = spare[i].p;
+      spare[i].p = NULL;
+      memset(p, 0, (size_t)cap * sizeof *p);
+      return p;
+    }
+  PtrSlot *p = calloc((size_t)cap, sizeof *p);
+  if (!p) die("out of memory growing a map to %d slots", cap);
+  return p;
+}
+
+static void slots_free(PtrSlot *p, int cap) {
+  if (!p) return;
+  if ((size_t)cap * sizeof *p < SPARE_MIN_BYTES) {
+    free(p);
+    return;
+  }
+  int k = 0; /* an empty place, else the smallest kept */
+  for (int i = 0; i < SPARE_SLOTS; i++) {
+    if (!spare[i].p) {
+      k = i;
+      break;
+    }
+    if (spare[i].cap < spare[k].cap) k = i;
+  }
+  if (spare[k].p && spare[k].cap > cap) {
+    free(p);
+    return;
+  }
+  free(spare[k].p);
+  spare[k].p = p, spare[k].cap = cap;
+}
+
 void ptrmap_put(PtrMap *m, const void *key, intptr_t val) {
   if ((m->count + 1) * 2 > m->cap) {
     PtrMap old = *m;
     m->cap = old.cap ? old.cap * 2 : 64;
     m->count = 0;
-    m->slots = calloc((size_t)m->cap, sizeof *m->slots);
-    if (!m->slots) die("out of memory growing a map to %d slots", m->cap);
+    m->slots = slots_new(m->cap);
     for (int i = 0; i < old.cap; i++)
       if (old.slots[i].key) ptrmap_put(m, old.slots[i].key, old.slots[i].val);
-    free(old.slots);
+    slots_free(old.slots, old.cap);
   }
   uint64_t i = hash_ptr(key) & (uint64_t)(m->cap - 1);
   while (m->slots[i].key && m->slots[i].key != key) i = (i + 1) & (uint64_t)(m->cap - 1);
@@ -45,6 +89,6 @@ bool ptrmap_get(const PtrMap *m, const void *key, intptr_t *val) {
 }
 
 void ptrmap_free(PtrMap *m) {
-  free(m->slots);
+  slots_free(m->slots, m->cap);
   memset(m, 0, sizeof *m);
 }
