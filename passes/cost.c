@@ -314,6 +314,8 @@ static double copy_on(Sim *s, Clock *c, int dir, double ready, double bytes) {
   s->r->h2d_s += dir ? s->mult * dt : 0;
   s->r->d2h_bytes += dir ? 0 : s->mult * bytes;
   s->r->h2d_bytes += dir ? s->mult * bytes : 0;
+  s->r->d2h_copies += dir ? 0 : s->mult;
+  s->r->h2d_copies += dir ? s->mult : 0;
   double start = fmax(ready, c->link[dir]);
   if (s->d->offload_sync) start = fmax(start, fmax(c->t, c->host));
   c->link[dir] = start + dt;

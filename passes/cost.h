@@ -81,6 +81,7 @@ typedef struct {
   double host_s;          /* plan offload: the host's work per step (its update, casts), on its own clock */
   double d2h_s, h2d_s;    /* plan offload: copy time per step on the host link, device -> host and back */
   double d2h_bytes, h2d_bytes; /* their bytes */
+  double d2h_copies, h2d_copies; /* and how many copies (a stacked gradient's rows each one) */
   double offload_exposed_s; /* the step's time over what it would be with free copies and host work */
   double bubble;          /* pipeline idle fraction (0 without pp) */
   double bubble_s;        /* seconds of it per step */
