@@ -341,12 +341,14 @@ static void issue_downloads(Sim *s, Clock *c, int after, double t0) {
   if (!end) die("cost: out of memory");
   double t1 = c->t;
   for (int64_t i = 0; i < count; i++)
-    for (int k = 0; k < s->ndl; k++)
-      if (s->dl[k].at.after == after && s->dl[k].at.rows == loop && runs_here(s, s->dl[k].n))
-        end[k] = copy_on(s, c, 0, t0 + (t1 - t0) * (double)(i + 1) / (double)count,
-                         value_bytes(s->dl[k].n->in[0]) / (double)count);
+    for (int k = 0; k < s->ndl; k++) {
+      const Download *w = &s->dl[k];
+      if (w->at.after == after && w->at.rows == loop && runs_here(s, w->n))
+        end[k] = copy_on(s, c, 0, t0 + (t1 - t0) * (double)(i + 1) / (double)count, value_bytes(w->n->in[0]) / (double)count);
+    }
   for (int k = 0; k < s->ndl; k++)
-    if (s->dl[k].at.after == after && s->dl[k].at.rows == loop && runs_here(s, s->dl[k].n)) set_pending(s, s->dl[k].n->out[0], end[k]);
+    if (s->dl[k].at.after == after && s->dl[k].at.rows == loop && runs_here(s, s->dl[k].n))
+      set_pending(s, s->dl[k].n->out[0], end[k]);
   free(end);
 }
 
