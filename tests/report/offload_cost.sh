@@ -10,6 +10,7 @@
 #  3. overlapped (passes/offload_sched.c's schedule): faster than synchronous, slower than without
 #     offload by at least the host update (it waits for every gradient: the clip) less that device
 #     update, and its exposed offload time less than the copies and the update together;
+#     with a free host update at least half the downloads are hidden behind the compute, no upload;
 #  4. the planner's analytic model prices the same: the offload plan's analytic step over the plan
 #     without offload by at least 0.9 x the host update, and within 15 % of its compiled prediction;
 #  5. a bad offload_sync or a negative host_link_latency in a profile is an error at file:line:col.
@@ -92,6 +93,19 @@ le "$(awk -v h="$h" -v s="$saved" 'BEGIN { print h - s }')" "$(awk -v a="$s_on" 
   bad "overlapped: step $s_on - $s_off under the host update $h - $saved"
 awk -v x="$x_on" -v d="$dn" -v u="$up" -v h="$h" 'BEGIN { exit !(x < d + u + h && x >= h) }' ||
   bad "overlapped: exposed $x_on not in [host $h, copies + host)"
+
+# 3b. the downloads overlap the compute as scheduled: with a free host update, at least half of them
+# hidden (the parameters' beside the forward, the layer gradients' rows beside the backward), the
+# uploads not (they follow the update, which follows the backward)
+printf 'host_bandwidth 1e15\n' >"$tmp/fast.profile"
+for v in "-D layers=12" "-D weight_copy=per_layer"; do
+  # shellcheck disable=SC2086
+  plan "$tmp/f.txt" -D offload=on $v --profile "$tmp/fast.profile"
+  x=$(exposed "$tmp/f.txt") dn=$(d2h "$tmp/f.txt") up=$(h2d "$tmp/f.txt")
+  echo "$v, free host: exposed $x s of D2H $dn + H2D $up"
+  awk -v x="$x" -v d="$dn" -v u="$up" 'BEGIN { exit !(x >= u && x <= u + 0.5 * d) }' ||
+    bad "$v, free host: exposed $x not in [H2D $up, H2D + D2H / 2]"
+done
 
 # 4. the analytic model
 ana() { # the first row of the analytic-vs-compiled table: "analytic compiled" in seconds
