@@ -339,7 +339,8 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     pm->off_d2h = r.d2h_bytes / e.shard;
     pm->off_h2d = r.h2d_bytes / e.shard;
     pm->off_host = r.host_s * dev->host_bytes_per_s / e.shard;
-    pm->off_copies = (r.d2h_copies + r.h2d_copies) * (c.pp > 1 ? c.pp : 1);
+    pm->off_copies[0] = r.d2h_copies * (c.pp > 1 ? c.pp : 1); /* (r: the busiest stage's) */
+    pm->off_copies[1] = r.h2d_copies * (c.pp > 1 ? c.pp : 1);
   }
 }
 
@@ -536,9 +537,8 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
   /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */
   if (off) {
-    double n = pm->off_copies / pp, per = n > 0 ? n : 1;
+    double down = pm->off_copies[0] / pp, up = pm->off_copies[1] / pp; /* copies per stage */
     double d2h = pm->off_d2h * e->shard, h2d = pm->off_h2d * e->shard;
-    double down = d2h + h2d > 0 ? per * d2h / (d2h + h2d) : 0, up = per - down;
     e->d2h_s = down > 0 ? down * cost_copy_time(dev, d2h / down) : 0;
     e->h2d_s = up > 0 ? up * cost_copy_time(dev, h2d / up) : 0;
     e->host_s = cost_host_time(dev, pm->off_host * e->shard);

@@ -44,7 +44,7 @@ typedef struct {
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
   double off_d2h, off_h2d, off_host; /* plan offload: the base plan's compiled bytes downloaded, uploaded and
                                         read + written by the host per byte of its shard (CostReport) */
-  double off_copies;          /* ... and its copies (both ways) per step, per pipeline stage */
+  double off_copies[2];       /* ... and its copies per step (device -> host, host -> device), all stages' */
   PpProfile *profiles;        /* the schedules' loads met so far, by schedule, pp, micro-batches, chunks */
 } PlanModel;
 
