@@ -15,6 +15,9 @@
  *   bandwidth        rt_add over 64 Ki floats (768 KiB moved per call: the tensors of small models
  *                    live in the caches);
  *   kernel_overhead  rt_add over 16 floats;
+ *   host_bandwidth   rt_adamw over 16 Mi parameters (7 x 4 B each read or written): plan offload's update on
+ *                    the host (a CUDA plan's profile takes this line from a run on the GPU machine's host,
+ *                    its threads those of the trainer's host, e.g. its cores);
  *   elem_*_s         the C elementwise kernels the CPU trainers call (runtime/ops/ops.c), seconds
  *                    per element over 128 Ki floats: rt_binary_f32 flat, through broadcast indices
  *                    ([8,64,256] + [8,1,256]), rt_reduce_to_f32 through indices ([512,256] -> [512,1]),
@@ -105,6 +108,17 @@ static void run_elem(void *p) {
   }
 }
 
+/* plan offload's host update (passes/zero_offload.c: rt_adamw_f32 on the host's threads): rt_adamw over
+ * 16 Mi parameters, 64 MiB a stream (out of the caches, as GPT-2's 124M are) */
+typedef struct {
+  int64_t n;
+  float *p, *g, *m, *v;
+} Adam;
+static void run_adamw(void *a) {
+  Adam *x = a;
+  rt_adamw(x->n, x->p, x->g, x->m, x->v, 1e-4f, 1.0f, 10.0, 0.9f, 0.95f, 1e-8f, 0.1f);
+}
+
 static float *randv(int64_t n);
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -192,6 +206,15 @@ int main(int argc, char **argv) {
   double bw = 3.0 * 4.0 * (double)big.n / time_call(run_add, &big);
   double overhead = time_call(run_add, &small);
 
+  Adam ad = {16 << 20, randv(16 << 20), randv(16 << 20), NULL, NULL};
+  ad.m = calloc((size_t)ad.n, sizeof(float)), ad.v = calloc((size_t)ad.n, sizeof(float));
+  if (!ad.m || !ad.v) {
+    fprintf(stderr, "calibrate: out of memory\n");
+    return 1;
+  }
+  double host = 28.0 * (double)ad.n / time_call(run_adamw, &ad); /* reads p g m v, writes p m v: 7 x 4 B */
+  free(ad.p), free(ad.g), free(ad.m), free(ad.v);
+
   double elem[5];
   Elem el = {0, randv(ELEM_N), randv(ELEM_N), randv(ELEM_N)};
   for (int i = 0; i < ELEM_N; i++) el.x[i] *= 0.5f; /* |x| < 0.25: activations, tanhf's common range */
@@ -215,6 +238,7 @@ int main(int argc, char **argv) {
   fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
   fprintf(f, "kernel_overhead  %.4g   # s, rt_add over 16 floats\n", overhead);
   fprintf(f, "overlap          0\n");
+  fprintf(f, "host_bandwidth   %.4g   # bytes/s read + written, rt_adamw over 16 Mi parameters (plan offload's host update)\n", host);
   static const char *const ek[] = {"elem_flat_s   ", "elem_indexed_s", "elem_reduce_s ", "elem_tanh_s   ", "elem_exp_s    "};
   for (int i = 0; i < 5; i++) fprintf(f, "%s   %.4g   # s per element, runtime/ops/ops.c\n", ek[i], elem[i]);
   if (fclose(f) != 0) {
@@ -222,8 +246,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s, "
-         "bandwidth %.2f GB/s, overhead %.2f us -> %s\n",
-         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, bw * 1e-9, overhead * 1e6, argv[1]);
+         "bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s -> %s\n",
+         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, bw * 1e-9, overhead * 1e6, host * 1e-9, argv[1]);
   free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse);
   free(big.a), free(big.b), free(big.y);
   return 0;

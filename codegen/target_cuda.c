@@ -375,11 +375,8 @@ static void emit_node(Cg *c, Node *n) {
 static int host_update_copy(Cg *c, Node *u) {
   const Graph *g = u->graph;
   int at = c->pos + 1;
-  if (u->op != OP_ADAMW_UPDATE || u->in[0]->dtype != DT_F32 || at >= g->nnodes || g->nodes[at - 1] != u ||
-      !cg_runs(c, g, at))
-    return 0;
+  if (at >= g->nnodes || g->nodes[at - 1] != u || !ir_host_update_casts_copy(g, at) || !cg_runs(c, g, at)) return 0;
   const Node *x = g->nodes[at];
-  if (x->op != OP_CAST || x->in[0] != u->out[0] || x->out[0]->dtype != DT_BF16 || !x->out[0]->host) return 0;
   for (int k = 0; k < 3; k++) cg_copy_if_moved(c, u->out[k], u->in[k == 0 ? 0 : k + 1]);
   const Attrs *a = &u->a;
   cg_line(c, "rt_adamw_f32_copy((float *)%s, (float *)%s, (float *)%s, (float *)%s, (float *)%s, %" PRId64

@@ -418,6 +418,13 @@ bool ir_update_casts_copy(const Graph *g, int i) {
          (ir_copy_written(g, x->out[0]) || ir_copy_gathered(g, x->out[0]));
 }
 
+bool ir_host_update_casts_copy(const Graph *g, int i) {
+  if (i < 1 || i >= g->nnodes) return false;
+  const Node *u = g->nodes[i - 1], *x = g->nodes[i];
+  return u->op == OP_ADAMW_UPDATE && u->in[0]->dtype == DT_F32 && x->op == OP_CAST && x->in[0] == u->out[0] &&
+         x->out[0]->dtype == DT_BF16 && x->out[0]->host;
+}
+
 Value *ir_copy_gathered(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_ALL_GATHER && g->nodes[i]->in[0] == v) return ir_copy_written(g, g->nodes[i]->out[0]);

@@ -268,6 +268,10 @@ Value *ir_copy_written(const Graph *g, const Value *v);
  * update and the cast can be (codegen/target_cuda.c stores the copy in the update's kernel where the
  * memory plan put the cast in the copy's bytes; passes/cost.c charges no second kernel). */
 bool ir_update_casts_copy(const Graph *g, int i);
+/* Whether node i of g is the host's cast of the host AdamW just before it (plan offload under bf16,
+ * passes/zero_offload.c: the bf16 copy it uploads), which the update's own pass stores
+ * (codegen/target_cuda.c, rt_adamw_f32_copy; passes/cost.c charges its write only). */
+bool ir_host_update_casts_copy(const Graph *g, int i);
 /* Marks (Node.cast_folded) each cast of g's top level that widens a bf16 gradient to f32 only for
  * readers that read bf16 as well and widen it themselves, exactly: a sum of squares (the clip's) and
  * an optimizer update's gradient; not one read by anything else, in a nested body, or on the host.

@@ -11,6 +11,7 @@
 #include "memplan.h"
 #include "memplan_views.h"
 #include "mesh.h"
+#include "offload_sched.h"
 #include "pipe_sched.h"
 #include "print.h"
 #include "ptrmap.h"
@@ -59,6 +60,20 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
     d->link[side].bytes_per_s =
         m->has_topology && l->bytes_per_s > 0 ? (l->count > 1 ? l->count : 1) * l->bytes_per_s : side ? 1e9 : 5e9;
   }
+  /* The host link (plan offload's copies), per direction: the topology's `pcie` (the link's raw rate
+   * per direction: 64 GB/s for PCIe gen5 x16, 32 for gen4 x16) at 80 %, what pinned copies reach
+   * after the link's 128b/130b coding and packet headers (NVIDIA's bandwidthTest: ~26 GB/s of gen4
+   * x16's 32, ~50-55 of gen5's 64); without one, gen4 x16's. 10 us a copy: a cudaMemcpyAsync's
+   * issue and DMA set-up, the order of what the runtime's per-copy event pair adds. */
+  double pcie = m->has_topology && t->pcie_bytes_per_s > 0 ? t->pcie_bytes_per_s : 32e9;
+  d->host_link.bytes_per_s = 0.8 * pcie;
+  d->host_link.latency_s = 10e-6;
+  /* The host's kernels (plan offload's AdamW: rt_adamw_f32 on every core through OpenMP, 7 streams
+   * of 4 B a parameter) are bound by the host's DRAM: 75 GB/s read + written, a GPU's share of an
+   * 8-GPU server's (2 sockets x 8-12 DDR5-4800 channels: 614-922 GB/s peak, ~80 % of it sustained
+   * by STREAM's triad, over 8 GPUs: 61-92 GB/s). A profile's `host_bandwidth` replaces it. */
+  d->host_bytes_per_s = 75e9;
+  d->offload_sync = 0;
   snprintf(d->source, sizeof d->source, "%s%s defaults (%s)", m->has_topology ? "topology " : "no topology",
            m->has_topology && t->name ? t->name : "", gpu ? "GPU" : "CPU");
 }
@@ -66,6 +81,12 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
 /* ---- one node --------------------------------------------------------------------- */
 
 static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+double cost_copy_time(const CostDevice *d, double bytes) {
+  return bytes > 0 ? d->host_link.latency_s + bytes / d->host_link.bytes_per_s : 0;
+}
+
+double cost_host_time(const CostDevice *d, double bytes) { return bytes / d->host_bytes_per_s; }
 
 /* Attention FLOPs of q[B, S, H hd] over k[B, T, .]: QK^T and AV, 2 x 2 B S T H hd. */
 static double attn_flops(const Node *n) {
@@ -168,7 +189,16 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
 typedef struct {
   double t;       /* the compute stream */
   double chan[2]; /* when each communication channel (in node, across nodes) is free */
+  double host;    /* plan offload: where the host thread is (device nodes start no earlier: it enqueues them) */
+  double link[2]; /* plan offload: when the host link is free, device -> host [0] and host -> device [1] */
 } Clock;
+
+/* A download of plan offload (a to_host of the top graph) and where passes/offload_sched.c starts it. */
+typedef struct {
+  const Node *n;
+  OffloadIssue at;
+  int own;        /* the to_host's position (where it stands: started there, sim_offload) */
+} Download;
 
 typedef struct {
   const Module *m;
@@ -184,6 +214,7 @@ typedef struct {
   PipeTimes *pt;
   const int *pos; /* [norder]: program-order instruction -> its index in its stage's list */
   bool copy_in_update; /* the node simulated is the cast the update before it stores (sim_graph) */
+  bool host_copy_cast; /* ... the host's cast its host update stores (ir_host_update_casts_copy) */
   int cur;        /* the instruction (Node.instr) whose nodes ran last on this stage; 0: none yet */
   double gap;     /* time on other nodes since then (the next instruction's pre) */
   double rlat, rcopy; /* a pipeline receive's transfer, for the instruction that follows it */
@@ -193,6 +224,8 @@ typedef struct {
    * runs on (ir_node_stages; 0: every one) and the bytes the others zero-fill (zero_fill_bytes) */
   uint64_t *top_stages;
   double *top_zero;
+  Download *dl;   /* plan offload: the top graph's downloads (NULL: none) */
+  int ndl;
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -270,9 +303,98 @@ static bool has_async(const Graph *g) {
 
 static void sim_graph(Sim *s, const Graph *g, Clock *c);
 
+/* ---- plan offload (passes/zero_offload.c puts the copies in, passes/offload_sched.c says when) ---- */
+
+/* A node the host runs: one that makes a host value from host values (the update, the casts). */
+static bool host_node(const Node *n) {
+  return n->nout > 0 && n->out[0]->host && n->op != OP_TO_HOST && !(ir_ops[n->op].flags & F_SOURCE);
+}
+
+/* A copy of `bytes` on the host link, direction dir (0: to the host, 1: to the device), that may start
+ * at `ready`: its end. Under offload_sync the device and the host wait for it where it starts. */
+static double copy_on(Sim *s, Clock *c, int dir, double ready, double bytes) {
+  double dt = cost_copy_time(s->d, bytes);
+  s->r->d2h_s += dir ? 0 : s->mult * dt;
+  s->r->h2d_s += dir ? s->mult * dt : 0;
+  s->r->d2h_bytes += dir ? 0 : s->mult * bytes;
+  s->r->h2d_bytes += dir ? s->mult * bytes : 0;
+  s->r->d2h_copies += dir ? 0 : s->mult;
+  s->r->h2d_copies += dir ? s->mult : 0;
+  double start = fmax(ready, c->link[dir]);
+  if (s->d->offload_sync) start = fmax(start, fmax(c->t, c->host));
+  c->link[dir] = start + dt;
+  if (s->d->offload_sync) c->t = c->host = c->link[dir];
+  return c->link[dir];
+}
+
+/* The downloads offload_sched starts after top-graph node `after` (-1: at the step's start), the
+ * compute stream at c->t (the copies follow the device work enqueued before them); t0: when node
+ * `after` started. A stacked gradient's rows start at the end of each iteration of the loop that
+ * makes them (its iterations taken as equal), the rows of every such gradient of the loop in turn. */
+static void issue_downloads(Sim *s, Clock *c, int after, double t0) {
+  const Node *loop = NULL;
+  for (int k = 0; k < s->ndl; k++) {
+    const Download *w = &s->dl[k];
+    if (w->at.after != after || w->at.after == w->own || !runs_here(s, w->n)) continue;
+    if (w->at.rows) loop = w->at.rows;
+    else set_pending(s, w->n->out[0], copy_on(s, c, 0, after < 0 ? 0 : c->t, value_bytes(w->n->in[0])));
+  }
+  if (!loop) return;
+  int64_t count = loop->a.count;
+  double *end = calloc((size_t)s->ndl + 1, sizeof *end);
+  if (!end) die("cost: out of memory");
+  double t1 = c->t;
+  for (int64_t i = 0; i < count; i++)
+    for (int k = 0; k < s->ndl; k++) {
+      const Download *w = &s->dl[k];
+      if (w->at.after == after && w->at.rows == loop && runs_here(s, w->n))
+        end[k] = copy_on(s, c, 0, t0 + (t1 - t0) * (double)(i + 1) / (double)count, value_bytes(w->n->in[0]) / (double)count);
+    }
+  for (int k = 0; k < s->ndl; k++)
+    if (s->dl[k].at.after == after && s->dl[k].at.rows == loop && runs_here(s, s->dl[k].n))
+      set_pending(s, s->dl[k].n->out[0], end[k]);
+  free(end);
+}
+
+/* A host wait on value v's copy (where a to_host or a host node reads it). */
+static void host_wait(Sim *s, const Value *v, Clock *c) {
+  intptr_t i;
+  if (ptrmap_get(&s->pending, v, &i) && s->ends[i] > c->host) c->host = s->ends[i];
+}
+
+/* n, a to_host, a to_device or a host node of plan offload: advances the host, the link, the pending
+ * copies; false for any other node. copy_cast: n is the cast the host update before it stores. */
+static bool sim_offload(Sim *s, const Node *n, Clock *c, bool copy_cast) {
+  if (n->op == OP_TO_HOST) {
+    intptr_t i;
+    if (!ptrmap_get(&s->pending, n->out[0], &i)) /* started where it stands */
+      set_pending(s, n->out[0], copy_on(s, c, 0, c->t, value_bytes(n->in[0])));
+    host_wait(s, n->out[0], c);
+    return true;
+  }
+  if (n->op == OP_TO_DEVICE) { /* issued by the host once there; the device waits at its first reader */
+    host_wait(s, n->in[0], c);
+    set_pending(s, n->out[0], copy_on(s, c, 1, fmax(c->host, c->t), value_bytes(n->in[0])));
+    return true;
+  }
+  if (!host_node(n)) return false;
+  double bytes = 0;
+  for (int j = 0; j < n->nin && !copy_cast; j++) {
+    host_wait(s, n->in[j], c);
+    bytes += value_bytes(n->in[j]);
+  }
+  for (int j = 0; j < n->nout; j++) bytes += value_bytes(n->out[j]);
+  double dt = cost_host_time(s->d, bytes);
+  c->host += dt;
+  s->r->host_s += s->mult * dt;
+  return true;
+}
+
 /* launch: false for a member of a CUDA fusion group after its first (one kernel runs the group) */
 static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
+  if (sim_offload(s, n, c, s->host_copy_cast)) return;
   for (int j = 0; j < n->nin; j++) wait_for(s, n->in[j], c);
+  if (c->host > c->t) c->t = c->host; /* enqueued once the host got here */
   if (n->op == OP_REPEAT || n->op == OP_CALL) {
     int64_t count = n->op == OP_REPEAT ? n->a.count : 1;
     double outer = s->mult;
@@ -369,9 +491,10 @@ static double zero_fill_bytes(const Sim *s, const Node *n) {
 }
 
 static void sim_graph(Sim *s, const Graph *g, Clock *c) {
-  bool cuda = s->m->target == TARGET_CUDA, top = s->pt && g == s->m->graph;
+  bool cuda = s->m->target == TARGET_CUDA, top = s->pt && g == s->m->graph, offload = s->dl && g == s->m->graph;
   bool known = s->top_stages && g == s->m->graph && s->stage >= 0 && s->stage < 64; /* the top level's masks found once */
   uint64_t bit = known ? 1ull << s->stage : 0;
+  if (offload) issue_downloads(s, c, -1, 0);
   for (int i = 0; i < g->nnodes; i++) {
     if (known && s->top_stages[i] && !(s->top_stages[i] & bit) && !(s->top_zero[i] > 0)) continue;
     const Node *n = g->nodes[i];
@@ -386,11 +509,13 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
       continue;
     }
     s->copy_in_update = cuda && ir_update_casts_copy(g, i); /* one kernel with the update */
+    s->host_copy_cast = cuda && ir_host_update_casts_copy(g, i);
     bool launch = !(cuda && n->group > 0 && i > 0 && g->nodes[i - 1]->group == n->group) && !s->copy_in_update;
     double t0 = c->t;
     sim_node(s, n, c, launch);
-    s->copy_in_update = false;
+    s->copy_in_update = s->host_copy_cast = false;
     if (top) record(s, n, c->t - t0, c->t);
+    if (offload) issue_downloads(s, c, i, t0);
   }
 }
 
@@ -399,12 +524,21 @@ static double sim_rank(Sim *s, int stage, CostReport *r) {
   s->stage = stage;
   s->r = r;
   s->mult = 1;
-  Clock c = {0, {0, 0}};
-  sim_graph(s, s->m->graph, &c);
+  Clock c = {0};
+  const Graph *g = s->m->graph;
+  s->ndl = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_TO_HOST) {
+      if (!s->dl && !(s->dl = calloc((size_t)g->nnodes, sizeof *s->dl))) die("cost: out of memory");
+      s->dl[s->ndl++] = (Download){g->nodes[i], offload_issue(g, g->nodes[i]), offload_slot(g, g->nodes[i])};
+    }
+  sim_graph(s, g, &c);
   ptrmap_free(&s->pending);
   memset(&s->pending, 0, sizeof s->pending);
   s->nends = 0;
-  return fmax(c.t, fmax(c.chan[0], c.chan[1]));
+  free(s->dl);
+  s->dl = NULL;
+  return fmax(fmax(c.t, c.host), fmax(fmax(c.chan[0], c.chan[1]), fmax(c.link[0], c.link[1])));
 }
 
 /* Every stage simulated (or the rank, without pp); with cp, the pipeline's timeline recorded and
@@ -480,11 +614,11 @@ double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *
   memset(&r, 0, sizeof r);
   s.r = &r;
   ir_comm_volumes(m, &s.v);
-  Clock c = {0, {0, 0}};
+  Clock c = {0};
   for (int i = 0; i < n; i++) sim_node(&s, nodes[i], &c, true);
   ptrmap_free(&s.pending);
   free(s.ends);
-  return fmax(c.t, fmax(c.chan[0], c.chan[1]));
+  return fmax(fmax(c.t, c.host), fmax(fmax(c.chan[0], c.chan[1]), fmax(c.link[0], c.link[1])));
 }
 
 bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp) {
@@ -520,6 +654,18 @@ void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
     r->bubble_s = step - busy_sum / p->pp;
     cost_pipe_free(&cp);
   }
+  if (r->d2h_s + r->h2d_s + r->host_s > 0) { /* plan offload: the same step with free copies and host work */
+    CostDevice free_copies = *d;
+    free_copies.host_link = (CostLink){0, INFINITY};
+    free_copies.host_bytes_per_s = INFINITY;
+    free_copies.offload_sync = 0;
+    CostReport r0;
+    double free_max, free_sum;
+    memset(&r0, 0, sizeof r0);
+    sim_stages(m, &free_copies, &r0, NULL, &free_max, &free_sum);
+    r->offload_exposed_s = busy_max > free_max ? busy_max - free_max : 0;
+    busy_max = free_max; /* (the communication exposed: that step's) */
+  }
   r->exposed_comm_s = busy_max - r->compute_s > 1e-9 * busy_max ? busy_max - r->compute_s : 0;
   r->step_s = step;
   r->tokens = ir_tokens_per_step(m);
@@ -551,6 +697,15 @@ void cost_print(FILE *f, const Module *m, const CostDevice *d, const CostReport 
           cost_human_time(a, sizeof a, r->comm_s[0] + r->comm_s[1]), cost_human_time(b, sizeof b, r->comm_s[0]),
           cost_human_time(c, sizeof c, r->comm_s[1]), cost_human_time(e, sizeof e, r->comm_async_s),
           cost_human_time((char[32]){0}, 32, r->exposed_comm_s));
+  if (r->d2h_bytes + r->h2d_bytes + r->host_s > 0) {
+    fprintf(f, "#   offload        %10s  exposed: host update %s (%.4g GB/s), copies D2H %s (%.4g MB), H2D %s (%.4g MB) "
+               "over %.4g GB/s + %s a copy, %s\n",
+            cost_human_time(a, sizeof a, r->offload_exposed_s), cost_human_time(b, sizeof b, r->host_s),
+            d->host_bytes_per_s * 1e-9, cost_human_time(c, sizeof c, r->d2h_s), r->d2h_bytes * 1e-6,
+            cost_human_time(e, sizeof e, r->h2d_s), r->h2d_bytes * 1e-6, d->host_link.bytes_per_s * 1e-9,
+            cost_human_time((char[32]){0}, 32, d->host_link.latency_s),
+            d->offload_sync ? "synchronous (offload_sync)" : "overlapped (passes/offload_sched.c)");
+  }
   if (m->pipe)
     fprintf(f, "#   pipeline bubble %9s  %.1f%% of the step idle (schedule %s)\n", cost_human_time(a, sizeof a, r->bubble_s),
             100 * r->bubble, pipe_sched_name(m->pipe->kind));

@@ -19,7 +19,16 @@
  *     each transfer's (its bytes over the pp link: the latency on the wire, the bytes / bandwidth
  *     on the receiver); the schedule played with them (pipe_sched_play): the bubble, and the step
  *     the latest stage's end of its last instruction plus what follows it (cost_pipe);
- *   - offload: none is compiled yet (the CPU target's is a no-op, CUDA refuses it): nothing added.
+ *   - offload (plan `offload`, passes/zero_offload.c): the copies' times on the host link (a
+ *     channel per direction, cost_copy_time: latency + bytes / the link's bandwidth) and the host's
+ *     nodes (the update, the casts) at the host's memory bandwidth (cost_host_time) on the host's
+ *     own clock, at the places passes/offload_sched.c gives them: a download issued where the
+ *     schedule starts it (the step's start, after the node that makes its value, row by row at the
+ *     end of each iteration of the loop that makes a stacked gradient), the host waiting for it at
+ *     its to_host, an upload issued at its to_device once the host got there, the device waiting
+ *     for it at its first reader (or at the step's end); a device node starts no earlier than the
+ *     host enqueued it (after the host work before it in the program). With `offload_sync 1` (the
+ *     trainer's SHARDRT_OFFLOAD_SYNC=1) every copy blocks the device and the host where it starts.
  * The device's rates are the topology's figures at fixed efficiencies (cost_device_defaults) or a
  * measured profile (bench_calibrate's file, cost_profile_read).
  */
@@ -56,6 +65,11 @@ typedef struct {
   CostLink link[2];    /* [0] inside a node, [1] across nodes */
   double peak_flops;   /* the device's peak at the plan's precision: MFU's denominator */
   double elem_s[COST_EL_COUNT]; /* seconds per element of those loops (0: bandwidth only, the GPU's) */
+  CostLink host_link;  /* host <-> device (PCIe), per direction (the two directions run at once): latency per
+                          copy, bytes/s */
+  double host_bytes_per_s; /* bytes read + written per second by the host's kernels (plan offload's update on
+                              the CPU, its threads together) */
+  double offload_sync; /* 1: every offload copy synchronous where it starts (SHARDRT_OFFLOAD_SYNC=1); 0: overlapped */
 } CostDevice;
 
 typedef struct {
@@ -64,6 +78,11 @@ typedef struct {
   double comm_s[2];       /* collective time per step in node [0] and across nodes [1] */
   double comm_async_s;    /* the part of comm_s run asynchronously */
   double exposed_comm_s;  /* communication not hidden behind compute (critical path - compute) */
+  double host_s;          /* plan offload: the host's work per step (its update, casts), on its own clock */
+  double d2h_s, h2d_s;    /* plan offload: copy time per step on the host link, device -> host and back */
+  double d2h_bytes, h2d_bytes; /* their bytes */
+  double d2h_copies, h2d_copies; /* and how many copies (a stacked gradient's rows each one) */
+  double offload_exposed_s; /* the step's time over what it would be with free copies and host work */
   double bubble;          /* pipeline idle fraction (0 without pp) */
   double bubble_s;        /* seconds of it per step */
   double step_s;          /* predicted seconds per optimizer step */
@@ -78,6 +97,12 @@ void cost_device_defaults(const Module *m, CostDevice *d);
 /* Overrides d's figures with those a profile file gives (passes/cost_profile.c; format in
  * docs/planner.md). Reports `file:line:col` errors and returns false on a bad file. */
 bool cost_profile_read(const char *path, CostDevice *d);
+
+/* Plan offload's prices, one rule for the cost model's timeline and the planner's analytic model
+ * (passes/plan_model.c): seconds of one copy of `bytes` over the host link (one direction), and of
+ * host kernels reading and writing `bytes` in all. */
+double cost_copy_time(const CostDevice *d, double bytes);
+double cost_host_time(const CostDevice *d, double bytes);
 
 /* The pipeline's predicted timeline (m->pipe, after pipeline_run): its schedule, each instruction's
  * times from the cost model (sched's lists; docs/pipeline.md "The predicted timeline"), each

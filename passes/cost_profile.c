@@ -36,6 +36,10 @@ static const ProfileKey keys[] = {
     {"elem_reduce_s", F(elem_s[COST_EL_REDUCE]), "seconds per input element, CPU reductions through computed indices"},
     {"elem_tanh_s", F(elem_s[COST_EL_TANH]), "seconds per element, CPU tanh and gelu (libm tanhf)"},
     {"elem_exp_s", F(elem_s[COST_EL_EXP]), "seconds per element, CPU exp, log, sigmoid, silu (libm)"},
+    {"host_link_bandwidth", F(host_link.bytes_per_s), "bytes/s per direction between host and device (PCIe), plan offload's copies"},
+    {"host_link_latency", F(host_link.latency_s), "seconds per host <-> device copy"},
+    {"host_bandwidth", F(host_bytes_per_s), "bytes/s read + written by the host's kernels (plan offload's update)"},
+    {"offload_sync", F(offload_sync), "1: plan offload's copies synchronous where they start (SHARDRT_OFFLOAD_SYNC=1), 0: overlapped"},
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -105,11 +109,15 @@ bool cost_profile_read(const char *path, CostDevice *d) {
         char *num_end;
         double x = strtod(v, &num_end);
         while (isspace((unsigned char)*num_end)) num_end++;
-        bool frac = strcmp(k, "overlap") == 0;
-        if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (!frac && x <= 0 && strcmp(k, "kernel_overhead") != 0 && strcmp(k, "gemm_half_flops") != 0 && strcmp(k, "gemm_cold_bytes") != 0 &&
-                                                                    strncmp(k, "elem_", 5) != 0)) {
+        bool frac = strcmp(k, "overlap") == 0, flag = strcmp(k, "offload_sync") == 0;
+        static const char *const may_be_zero[] = {"kernel_overhead", "gemm_half_flops", "gemm_cold_bytes", "host_link_latency"};
+        bool zero_ok = frac || flag || strncmp(k, "elem_", 5) == 0;
+        for (size_t z = 0; z < sizeof may_be_zero / sizeof *may_be_zero; z++) zero_ok |= strcmp(k, may_be_zero[z]) == 0;
+        if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (flag && x != 0 && x != 1) ||
+            (!zero_ok && x <= 0)) {
           SrcLoc vl = {path, line, (int)(v - buf) + 1};
-          error_at(vl, "profile key '%s' needs %s, got '%s'", k, frac ? "a fraction in [0, 1]" : "a positive number", v);
+          error_at(vl, "profile key '%s' needs %s, got '%s'", k,
+                   flag ? "0 or 1" : frac ? "a fraction in [0, 1]" : "a positive number", v);
           ok = false;
         } else {
           *(double *)((char *)&out + pk->off) = x;

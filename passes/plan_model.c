@@ -335,6 +335,19 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
       double f = got[i] / ana[i];
       *k[i] = f < 0.2 ? 0.2 : f > 5 ? 5 : f;
     }
+  if (base->plan.offload && e.shard > 0) { /* the compiled copies and host work, per byte of the shard */
+    pm->off_d2h = r.d2h_bytes / e.shard;
+    pm->off_h2d = r.h2d_bytes / e.shard;
+    pm->off_host = r.host_s * dev->host_bytes_per_s / e.shard;
+    pm->off_copies[0] = r.d2h_copies * (c.pp > 1 ? c.pp : 1); /* (r: the busiest stage's) */
+    pm->off_copies[1] = r.h2d_copies * (c.pp > 1 ? c.pp : 1);
+  }
+}
+
+double plan_offload_time(double compute_s, double d2h_s, double host_s, double h2d_s, int n, bool sync) {
+  if (sync) return d2h_s + host_s + h2d_s;
+  double hidden = d2h_s < compute_s ? d2h_s : compute_s, each = n > 1 ? n : 1;
+  return d2h_s - hidden + (host_s > h2d_s ? host_s + h2d_s / each : h2d_s + host_s / each);
 }
 
 double plan_zero_group(const PlanCand *c) { return (double)c->dp * c->cp; }
@@ -397,16 +410,18 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   double attn_f = attn_once * (c->rec == RECOMPUTE_NONE ? 1 : 8.0 / 7.0);
   e->attn_s = dev->attn_flops > 0 ? pm->k_attn * attn_f / dev->attn_flops : 0;
   double sp_div = c->sp || tp == 1 ? tp : 1;
+  bool off = base->plan.offload;
+  e->shard = p_rank / zd1;
   double bytes = accum * (lst * unit * mem_units[r] / sp_div + p_layer * lst * (cb < 4 ? 18 : 12) / 4 +
                           tok * pm->vocab / tp * 4 * 4) +
-                 (p_rank / zd1) * (1 + pm->state_ratio) * 3;
+                 (off ? 0 : e->shard * (1 + pm->state_ratio) * 3); /* (offload: the update is the host's) */
   e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
   if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the whole
                     * sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
     double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20;
     e->mem_s += dev->elem_s[COST_EL_EXP] > 0 ? el * dev->elem_s[COST_EL_EXP] : el * 4 / dev->bytes_per_s;
   }
-  double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + pm->ntensors * KERN_OPT_PER_TENSOR / pp;
+  double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + (off ? 0 : pm->ntensors * KERN_OPT_PER_TENSOR / pp);
   e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
   /* ---- the pipeline's instructions (pp_key) ---- */
@@ -458,7 +473,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     e->zb_b = key[PK_B], e->zb_w = key[PK_W];
     memcpy(e->pp_key, key, sizeof key);
     /* after the last instruction: the optimizer's update (its bytes and calls) */
-    opt_s = sm * (p_rank / zd1) * (1 + pm->state_ratio) * 3 + ko * pm->ntensors * KERN_OPT_PER_TENSOR / pp;
+    opt_s = off ? 0 : sm * (p_rank / zd1) * (1 + pm->state_ratio) * 3 + ko * pm->ntensors * KERN_OPT_PER_TENSOR / pp;
   }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
     const PpProfile *pr;
@@ -520,11 +535,22 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
+  /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */
+  if (off) {
+    double down = pm->off_copies[0] / pp, up = pm->off_copies[1] / pp; /* copies per stage */
+    double d2h = pm->off_d2h * e->shard, h2d = pm->off_h2d * e->shard;
+    e->d2h_s = down > 0 ? down * cost_copy_time(dev, d2h / down) : 0;
+    e->h2d_s = up > 0 ? up * cost_copy_time(dev, h2d / up) : 0;
+    e->host_s = cost_host_time(dev, pm->off_host * e->shard);
+    int ntensors = pm->ntensors / c->pp > 1 ? pm->ntensors / c->pp : 1;
+    e->offload_s = plan_offload_time(c->pp > 1 ? e->pp_span_s : e->compute_s, e->d2h_s, e->host_s, e->h2d_s, ntensors,
+                                     dev->offload_sync != 0);
+  }
   /* ---- the pipeline: the lists played (pp_profile), then the update and the dp collectives not hidden ---- */
   if (c->pp > 1) {
     double dp_exposed = e->exposed_s - e->tp_s; /* the tp (and cp) collectives are in the instructions */
-    e->step_s = e->pp_span_s + opt_s + (dp_exposed > 0 ? dp_exposed : 0);
+    e->step_s = e->pp_span_s + opt_s + (dp_exposed > 0 ? dp_exposed : 0) + e->offload_s;
     return;
   }
-  e->step_s = (e->compute_s + e->exposed_s) / (1 - e->bubble);
+  e->step_s = (e->compute_s + e->exposed_s) / (1 - e->bubble) + e->offload_s;
 }

@@ -17,7 +17,10 @@
  * them (zb's with the model's stage times: pipe_sched_make_timed) played with the model's per-stage F,
  * B (and W): the embedding on the first stage, the head and loss on the last, the merges between
  * instructions, the transfers over the link (plan_pp_play), memoised by pp, micro-batches, chunks and
- * those times rounded; the step is that makespan, then the update and the dp collectives not hidden. */
+ * those times rounded; the step is that makespan, then the update and the dp collectives not hidden.
+ * Plan offload (the base's: the search keeps it): the compiled base's copies and host bytes per byte
+ * of its updated shard, scaled to the candidate's shard and priced by the cost model's rules
+ * (cost_copy_time, cost_host_time); plan_offload_time says what of them the step waits for. */
 #ifndef SHARDC_PLAN_MODEL_H
 #define SHARDC_PLAN_MODEL_H
 
@@ -39,6 +42,9 @@ typedef struct {
   double state_ratio;         /* optimizer state bytes per parameter byte */
   int ntensors;               /* parameter tensors (optimizer kernels) */
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
+  double off_d2h, off_h2d, off_host; /* plan offload: the base plan's compiled bytes downloaded, uploaded and
+                                        read + written by the host per byte of its shard (CostReport) */
+  double off_copies[2];       /* ... and its copies per step (device -> host, host -> device), all stages' */
   PpProfile *profiles;        /* the schedules' loads met so far, by schedule, pp, micro-batches, chunks */
 } PlanModel;
 
@@ -54,6 +60,9 @@ typedef struct {
   MemClass largest;
   double gemm_s, attn_s, mem_s, kern_s, compute_s;
   double tp_s, dp_s, exposed_s; /* blocking collectives, asynchronous ones, exposed communication */
+  double shard;          /* f32 bytes of the parameters a rank updates (its tp x pp share over ZeRO's group) */
+  double host_s, d2h_s, h2d_s, offload_s; /* plan offload: the host's update, the copies each way, their
+                                             time the step adds (plan_offload_time) */
   double bubble, step_s;
   double zb_b, zb_w;     /* pp: the B and W times over F its lists are made and played with (rounded; W: zb) */
   double pp_key[PP_KEYS]; /* pp: the stage times (above) the schedule is played with */
@@ -72,6 +81,11 @@ double plan_zero_group(const struct PlanCand *c);
  * *persistent: whether that variant is taken (`weight_copy auto`: the smaller; the compile decides
  * whether it fits). One rule for plan_model_estimate and the search's memory bound. */
 double plan_param_share(const Module *base, const struct PlanCand *c, double cb, bool *persistent);
+/* Plan offload's time added to a step of device work compute_s: downloads d2h_s overlapped with that
+ * work, then the host's update host_s (it needs every gradient: the clip's norm) with the uploads h2d_s
+ * beside it, n tensors in turn (the last one's upload after its update); sync (offload_sync): every
+ * copy and the update in turn. The analytic form of passes/cost.c's timeline. */
+double plan_offload_time(double compute_s, double d2h_s, double host_s, double h2d_s, int n, bool sync);
 /* Candidate c's analytic memory and time. */
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
                          PlanEstimate *e);

@@ -81,7 +81,7 @@ static void push(CandList *l, const PlanCand *c) {
 /* Every combination: degrees powers of two (tp inside a node, cp at most 8, pp at most 64), sp
  * on and off when tp > 1, with cp too (each cp rank's sequence split again over tp: sp has the
  * traffic of tp's all-reduces and less memory, so it goes first at equal estimates; sp off is there
- * for plans the compiler refuses sp in), zero up to 3 when dp > 1, the three recompute modes, micro-batches that divide the
+ * for plans the compiler refuses sp in), zero up to 3 when dp > 1 (at least 1 under plan offload), the three recompute modes, micro-batches that divide the
  * global batch per replica, and with pp the schedules 1f1b, interleaved (2 chunks) and zb (gpipe
  * has 1f1b's bubble and more activations in flight: dominated). */
 static void enumerate(const Module *base, const bool *pin, CandList *out) {
@@ -89,6 +89,7 @@ static void enumerate(const Module *base, const bool *pin, CandList *out) {
   const Plan *bp = &base->plan;
   int world = mm->world, dpn = mm->devices_per_node > 0 ? mm->devices_per_node : 1;
   int64_t global = base->batch.global;
+  int zlo = bp->offload ? 1 : 0; /* plan offload needs ZeRO (frontend/settings.c): at dp 1, zero 1 */
   for (int tp = 1; tp <= dpn && tp <= 64; tp *= 2) {
     if (world % tp || (pin[PIN_TP] && tp != mm->dim[RT_AX_TP])) continue;
     for (int pp = 1; pp <= 64 && world % (tp * pp) == 0; pp *= 2) {
@@ -103,7 +104,7 @@ static void enumerate(const Module *base, const bool *pin, CandList *out) {
           for (int sp = tp > 1; sp >= 0; sp--) { /* sp on first (sp off: where the compiler refuses it) */
             if (pin[PIN_SP] && sp != bp->sp) continue;
             for (int s = 0; s < nsched; s++)
-              for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+              for (int zero = zlo; zero <= (dp > 1 ? 3 : zlo); zero++)
                 for (int r = 0; r < 3; r++) {
                   static const PipeSchedule scheds[] = {SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB};
                   PlanCand c = {.tp = tp, .pp = pp, .cp = cp, .dp = dp, .zero = zero, .mb = mb, .accum = accum,

@@ -42,6 +42,36 @@ static void *grow(void **p, size_t *cap, size_t bytes) {
   return *p;
 }
 
+static inline float widen(uint16_t h) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {.u = (uint32_t)h << 16};
+  return v.f;
+}
+
+/* The operand as f32 values that bf16 holds exactly: rounded (f32) or widened (bf16) into scratch. */
+static const float *rounded(void **scr, size_t *cap, const void *x, int is_bf16, int64_t n) {
+  float *r = grow(scr, cap, (size_t)n * 4);
+  uint16_t *h = (uint16_t *)r; /* bf16 codes written into the first half, widened back from the end down */
+  if (is_bf16)
+    memcpy(h, x, (size_t)n * 2);
+  else
+    rt_cvt_f32_bf16(n, x, h);
+  for (int64_t i = n - 1; i >= 0; i--) r[i] = widen(h[i]);
+  return r;
+}
+
+/* The f32 GEMM on A and B rounded to bf16: the build without oneDNN's, and the oneDNN build's on a
+ * CPU for which oneDNN has no bf16 matmul (it answers `unimplemented` on x86 CPUs without AVX-512:
+ * an AVX2-only EPYC) — the same numbers up to the accumulation order, at the f32 speed. */
+static void matmul_rounded(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
+                           int64_t n, int64_t k, int ta, int tb, int b_batched) {
+  int64_t na = batch * m * k, nb = (b_batched ? batch : 1) * k * n;
+  const float *ar = rounded(&scr_a, &cap_a, a, a_bf16, na), *br = rounded(&scr_b, &cap_b, b, b_bf16, nb);
+  rt_matmul_f32(y, ar, br, batch, m, n, k, ta, tb, b_batched);
+}
+
 #ifdef SHARDRT_HAVE_DNNL
 #include <dnnl.h>
 
@@ -102,7 +132,12 @@ static Gemm *gemm_for(int64_t batch, int64_t bbatch, int64_t m, int64_t n, int64
   dnnl_matmul_desc_t d;
   DNNL_OK(dnnl_matmul_desc_init(&d, &a_md, &b_md, NULL, &y_md));
   dnnl_primitive_desc_t pd;
-  DNNL_OK(dnnl_primitive_desc_create(&pd, &d, NULL, eng, NULL));
+  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &d, NULL, eng, NULL);
+  if (st == dnnl_unimplemented) { /* no bf16 matmul on this CPU: matmul_rounded (g->prim stays NULL) */
+    snprintf(g->impl, sizeof g->impl, "f32 sgemm on bf16-rounded inputs (no oneDNN bf16 matmul here)");
+    return g;
+  }
+  DNNL_OK(st);
   const char *impl = NULL;
   DNNL_OK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
   snprintf(g->impl, sizeof g->impl, "%s", impl ? impl : "?");
@@ -124,6 +159,17 @@ void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b
     rt_fill_f32(y, batch * m * n, 0.0f);
     return;
   }
+  int64_t gb = batch, gm = m;
+  if (bbatch == 1 && !ta) { /* shared B: one (batch*m) x k GEMM */
+    gm *= batch;
+    gb = 1;
+  }
+  Gemm *g = gemm_for(gb, bbatch, gm, n, k, ta, tb);
+  last_impl = g->impl;
+  if (!g->prim) {
+    matmul_rounded(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched);
+    return;
+  }
   const uint16_t *a16 = a, *b16 = b; /* an operand already in bf16 is read as it is */
   if (!a_bf16) {
     uint16_t *s = grow(&scr_a, &cap_a, (size_t)(batch * m * k) * 2);
@@ -135,12 +181,6 @@ void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b
     rt_cvt_f32_bf16(bbatch * k * n, b, s);
     b16 = s;
   }
-  if (bbatch == 1 && !ta) { /* shared B: one (batch*m) x k GEMM */
-    m *= batch;
-    batch = 1;
-  }
-  Gemm *g = gemm_for(batch, bbatch, m, n, k, ta, tb);
-  last_impl = g->impl;
   DNNL_OK(dnnl_memory_set_data_handle(g->src, (void *)a16));
   DNNL_OK(dnnl_memory_set_data_handle(g->wei, (void *)b16));
   DNNL_OK(dnnl_memory_set_data_handle(g->dst, y));
@@ -151,33 +191,11 @@ void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b
 
 const char *rt_matmul_bf16_impl(void) { return last_impl; }
 
-#else /* no oneDNN: round the inputs to bf16, then the f32 GEMM */
-
-static inline float widen(uint16_t h) {
-  union {
-    uint32_t u;
-    float f;
-  } v = {.u = (uint32_t)h << 16};
-  return v.f;
-}
-
-/* The operand as f32 values that bf16 holds exactly: rounded (f32) or widened (bf16) into scratch. */
-static const float *rounded(void **scr, size_t *cap, const void *x, int is_bf16, int64_t n) {
-  float *r = grow(scr, cap, (size_t)n * 4);
-  uint16_t *h = (uint16_t *)r; /* bf16 codes written into the first half, widened back from the end down */
-  if (is_bf16)
-    memcpy(h, x, (size_t)n * 2);
-  else
-    rt_cvt_f32_bf16(n, x, h);
-  for (int64_t i = n - 1; i >= 0; i--) r[i] = widen(h[i]);
-  return r;
-}
+#else /* no oneDNN: the f32 GEMM on the inputs rounded to bf16 */
 
 void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched) {
-  int64_t na = batch * m * k, nb = (b_batched ? batch : 1) * k * n;
-  const float *ar = rounded(&scr_a, &cap_a, a, a_bf16, na), *br = rounded(&scr_b, &cap_b, b, b_bf16, nb);
-  rt_matmul_f32(y, ar, br, batch, m, n, k, ta, tb, b_batched);
+  matmul_rounded(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched);
 }
 
 const char *rt_matmul_bf16_impl(void) { return "f32 sgemm on bf16-rounded inputs (built without oneDNN)"; }
