@@ -1,5 +1,6 @@
 /* tests/passes/test_fuse_sumsq.c — the gradient clip's sums of squares in the concat's kernel (passes/fuse_sumsq.c).
  *
+ * A built graph: a SUMSQ whose input the plan gives to a value written before the concat stays out, the other joins.
  * Real models through the whole pipeline. For the CUDA target, in every plan: each SUMSQ marked sumsq_fused is read
  * by one [1] reshape that the clip's concat (marked too) alone reads, in the same graph and stage, and
  * fuse_sumsq_piece finds it at that piece; its gradient (a folded cast's bf16 source) is f32 or bf16 in device
@@ -139,7 +140,39 @@ static Count plan(const char *label, const char *file, const FeDefine *defs, int
   return k;
 }
 
+/* A built graph where the plan puts a value written between a SUMSQ and the concat over that SUMSQ's input (dead
+ * after it in the IR): the sum may not move to the concat, so that piece stays as it is; the other joins. */
+static void built_graph(void) {
+  Arena a;
+  arena_init(&a);
+  Module *m = tb_module(&a, "fuse_sumsq");
+  m->target = TARGET_CUDA;
+  Graph *g = m->graph;
+  Shape s = tb_shape(1, 1024), one = tb_shape(1, 1);
+  Value *in = tb_input(g, "in", DT_F32, s), *in2 = tb_input(g, "in2", DT_F32, s);
+  Value *x = tb_op1(g, OP_TANH, in, NULL);
+  Value *sx = tb_shaped(g, OP_SUMSQ, 1, &x, DT_F32, ir_scalar_shape(), NULL);
+  Value *rx = tb_shaped(g, OP_RESHAPE, 1, &sx, DT_F32, one, NULL);
+  Value *w = tb_op1(g, OP_EXP, in2, NULL); /* x is dead: the plan may give w its bytes */
+  Value *sw = tb_shaped(g, OP_SUMSQ, 1, &w, DT_F32, ir_scalar_shape(), NULL);
+  Value *rw = tb_shaped(g, OP_RESHAPE, 1, &sw, DT_F32, one, NULL);
+  Value *pieces[2] = {rx, rw};
+  Attrs cat = {.axis = 0};
+  Value *all = tb_shaped(g, OP_CONCAT, 2, pieces, DT_F32, tb_shape(1, 2), &cat);
+  ir_add_result(g, tb_op1(g, OP_SUM, all, NULL), "loss");
+  CHECK(pass_memplan(m), "pass_memplan failed");
+  CHECK(meets(w, x), "the plan was meant to put w over x's dead bytes: x at %lld, w at %lld", (long long)x->offset,
+        (long long)w->offset);
+  CHECK(pass_fuse_sumsq(m), "pass_fuse_sumsq failed");
+  CHECK(!sx->def->a.sumsq_fused && fuse_sumsq_piece(all->def, 0) == NULL,
+        "built: the SUMSQ whose input a later node overwrites is fused");
+  CHECK(sw->def->a.sumsq_fused && fuse_sumsq_piece(all->def, 1) == sw->def && all->def->a.sumsq_fused,
+        "built: the SUMSQ with nothing written over its input between is not fused");
+  arena_free(&a);
+}
+
 int main(void) {
+  built_graph();
   const char *tiny = SHARDC_MODELS_DIR "/tiny.model";
   FeDefine one[] = {{"dp", "1"}}, bf16[] = {{"dp", "1"}, {"precision", "bf16"}};
   FeDefine tp[] = {{"dp", "1"}, {"tp", "2"}, {"sp", "on"}, {"precision", "bf16"}};
