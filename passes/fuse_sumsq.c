@@ -69,6 +69,14 @@ static Node *member(const Graph *g, const Node *cat, int c, const Value *p) {
   return s;
 }
 
+/* Every mark cleared (an IR read back may carry them: this pass decides them again, or none for the CPU target). */
+static void clear_graph(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    g->nodes[i]->a.sumsq_fused = false;
+    if (g->nodes[i]->body) clear_graph(g->nodes[i]->body);
+  }
+}
+
 static void fuse_graph(Graph *g) {
   for (int c = 0; c < g->nnodes; c++) {
     Node *cat = g->nodes[c];
@@ -95,6 +103,7 @@ bool fuse_sumsq_member(const Node *n) {
 }
 
 bool pass_fuse_sumsq(Module *m) {
+  clear_graph(m->graph);
   if (m->target != TARGET_CUDA) return true;
   if (!m->memplan) die("fuse_sumsq: the memory plan has not run");
   fuse_graph(m->graph);
