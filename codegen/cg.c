@@ -113,7 +113,9 @@ void cg_block_copies(Cg *c, const Node *n, const char *copy) {
       int64_t len = in->shape.dim[ax];
       /* an input the memory plan placed in its column slot (memplan_views.c): its producer wrote it there */
       bool in_slot = ax == y->shape.rank - 1 && in->ld && in->ld == y->shape.dim[ax] && in->offset == y->offset + at * es && in->stride == y->stride;
-      if (!in_slot) block_copy(c, copy, y, y->shape.dim[ax], at, in, len, 0, outer, len, inner, es);
+      /* or a sum of squares the CUDA target's kernel writes there (passes/fuse_sumsq.c) */
+      bool written = c->m->target == TARGET_CUDA && fuse_sumsq_piece(n, i);
+      if (!in_slot && !written) block_copy(c, copy, y, y->shape.dim[ax], at, in, len, 0, outer, len, inner, es);
       at += len;
     }
     return;

@@ -552,8 +552,11 @@ const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, 
 
 /* ---- reductions -------------------------------------------------------------------------------------- */
 
+/* the chunks (blocks) of a reduction over n elements */
+static int64_t reduce_chunks(int64_t n) { return imax(1, imin(1024, cdiv(n, 4096))); }
+
 static const char *reduce(CuK *k, const char *y, const char *x, DType xdt, int64_t n, int sq, double scale) {
-  int64_t P = imax(1, imin(1024, cdiv(n, 4096)));
+  int64_t P = reduce_chunks(n);
   ck_need_ws(k, P * 4);
   const char *t = ck_ctype(xdt);
   Args g1 = {.np = 2, .p = {ck_ws_at(k, 0), x}};
@@ -573,6 +576,41 @@ const char *cuk_mean(CuK *k, const char *y, const char *x, DType xdt, int64_t n)
 }
 const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n) {
   return reduce(k, y, x, xdt, n, 1, 1.0);
+}
+
+/* Up to CUK_SUMSQ_MULTI tensors in one launch: p0 y, p1 the parts (at WS), p2 the arrival counters, p3.. the tensors;
+ * the blocks of tensor i follow those of tensor i - 1, and a chain of comparisons (uniform over a block) finds its. */
+_Static_assert(CUK_SUMSQ_MULTI <= CUK_MAX_COUNTERS, "a counter a tensor");
+_Static_assert(3 + CUK_SUMSQ_MULTI <= (int)(sizeof(((Args *)0)->p) / sizeof(char *)), "the pointers fit Args");
+
+static const char *sumsq_launch(CuK *k, const char *y, int n, const CuSumsqIn *in) {
+  Args g = {.np = 3 + n, .p = {y, ck_ws_at(k, 0), ck_counters(k, n)}};
+  for (int i = 0; i < n; i++) g.p[3 + i] = in[i].x;
+  int id = ck_begin(k, &g, 256);
+  ck_out(k, "  __shared__ float red[64];\n  const int b = (int)blockIdx.x;\n");
+  int64_t b0 = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t P = reduce_chunks(in[i].n);
+    const char *t = ck_ctype(in[i].xdt);
+    if (in[i].xdt != DT_F32 && in[i].xdt != DT_BF16) die("cuda_kernels: sumsq of %s", ir_dtype_name(in[i].xdt));
+    ck_out(k, "  %sif (b < %lld) sk::sumsq_multi_part<%s, %lldLL, %d, 256>((float *)p0 + %lld, (float *)p1 + %lld, "
+              "(int *)p2 + %d, (const %s *)p%d, b - %lld, red);\n",
+           i ? "else " : "", (long long)(b0 + P), t, (long long)in[i].n, (int)P, (long long)in[i].at, (long long)b0, i, t,
+           3 + i, (long long)b0);
+    b0 += P;
+  }
+  ck_need_ws(k, b0 * 4);
+  return ck_end(k, id, &g, b0, 1, 1, 256, 1, 1);
+}
+
+const char *cuk_sumsq_multi(CuK *k, const char *y, int n, const CuSumsqIn *in) {
+  if (n < 1) die("cuda_kernels: a multi-tensor sum of squares of %d tensors", n);
+  const char *s = NULL;
+  for (int i = 0; i < n; i += CUK_SUMSQ_MULTI) {
+    const char *l = sumsq_launch(k, y, (int)imin(CUK_SUMSQ_MULTI, n - i), in + i);
+    s = s ? ck_cat(k, s, l) : l;
+  }
+  return s;
 }
 
 /* ---- optimizers ---------------------------------------------------------------------------------------- */

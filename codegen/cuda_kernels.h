@@ -228,6 +228,17 @@ const char *cuk_ce_grad(CuK *k, const char *dlogits, const char *logits, DType l
 const char *cuk_sum(CuK *k, const char *y, const char *x, DType xdt, int64_t n);
 const char *cuk_mean(CuK *k, const char *y, const char *x, DType xdt, int64_t n);
 const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n);
+/* Many sums of squares in one launch (the gradient clip's, passes/fuse_sumsq.c): y[in[i].at] (f32) = the sum of
+ * squares of in[i].x (n elements of xdt, f32 or bf16, widened to f32), each the bits cuk_sumsq writes (the same
+ * chunks and orders); one launch per CUK_SUMSQ_MULTI tensors (the arrival counters: one a tensor). */
+#define CUK_SUMSQ_MULTI 32
+typedef struct {
+  const char *x; /* device address */
+  DType xdt;
+  int64_t n;  /* elements */
+  int64_t at; /* the element of y written */
+} CuSumsqIn;
+const char *cuk_sumsq_multi(CuK *k, const char *y, int n, const CuSumsqIn *in);
 
 /* ---- optimizer updates, in place (p, m, v updated where they are; hyper: f32 device
  * array as in ops.def); p f32 master weights, g of gdt, moments f32; copy (NULL: none): where

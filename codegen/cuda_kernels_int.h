@@ -33,7 +33,7 @@ struct CuK {
 /* Kernel arguments: the pointers first (char *), then the int64 host values (long long). */
 typedef struct {
   int np, nl;
-  const char *p[16]; /* host C expressions of device addresses */
+  const char *p[40]; /* host C expressions of device addresses (cuk_sumsq_multi: 3 + CUK_SUMSQ_MULTI) */
   const char *l[4];  /* host C int64 expressions */
 } Args;
 

@@ -219,6 +219,21 @@ static const Node *copy_cast(Cg *c, const Node *u) {
   return x;
 }
 
+/* passes/fuse_sumsq.c: the concat's pieces that are sums of squares, in one kernel writing each into its element */
+static void emit_sumsq_concat(Cg *c, const Node *cat) {
+  CuSumsqIn *in = ARENA_ARRAY(c->a, CuSumsqIn, cat->nin);
+  int n = 0;
+  int64_t at = 0; /* piece i's first element */
+  for (int i = 0; i < cat->nin; at += ir_numel(&cat->in[i]->shape), i++) {
+    const Node *s = fuse_sumsq_piece(cat, i);
+    if (!s) continue;
+    const Value *src = ir_unfold_cast(s->in[0]); /* a folded cast's bf16 source, widened in the kernel */
+    in[n++] = (CuSumsqIn){cg_ptr(c, src), src->dtype, ir_numel(&src->shape), at};
+  }
+  cg_line(c, "/* %d sums of squares in one kernel, into the concat's elements */", n);
+  stmt(c, cuk_sumsq_multi(c->ts, cg_ptr(c, cat->out[0]), n, in));
+}
+
 static void emit_node(Cg *c, Node *n) {
   CuK *k = c->ts;
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
@@ -232,7 +247,10 @@ static void emit_node(Cg *c, Node *n) {
     return stmt(c, cuk_transpose(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_prod(&x->shape, 0, r - 2),
                                  x->shape.dim[r - 2], x->shape.dim[r - 1]));
   }
-  case OP_SLICE: case OP_PAD: case OP_CONCAT: return cg_block_copies(c, n, "rt_cu_copy_block(ctx, ");
+  case OP_CONCAT:
+    if (a->sumsq_fused) emit_sumsq_concat(c, n);
+    return cg_block_copies(c, n, "rt_cu_copy_block(ctx, "); /* the other pieces */
+  case OP_SLICE: case OP_PAD: return cg_block_copies(c, n, "rt_cu_copy_block(ctx, ");
   case OP_REDUCE_SUM:
     return stmt(c, cuk_reduce_to(k, cg_ptr(c, y), y->dtype, &y->shape, cg_ptr(c, x), x->dtype, &x->shape));
   case OP_MATMUL: {
@@ -402,6 +420,10 @@ static int cuda_node(Cg *c, Node *n) {
   }
   if (n->op == OP_CAST && x->dtype == y->dtype) { /* a view: a copy only if it was not planned in place */
     cg_copy_if_moved(c, y, x);
+    return 1;
+  }
+  if (fuse_sumsq_member(n)) { /* passes/fuse_sumsq.c */
+    if (n->op == OP_SUMSQ) cg_line(c, "/* (its sum of squares: in the kernel of the concat below) */");
     return 1;
   }
   if (n->op == OP_GELU_BWD || n->op == OP_REDUCE_SUM) { /* passes/epilogue.c: done by an earlier GEMM? */

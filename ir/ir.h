@@ -193,6 +193,8 @@ typedef struct {
                              counted) its GEMM computes; 0: none */
   bool fused_bwd;         /* CROSS_ENTROPY and its CROSS_ENTROPY_BWD (CUDA target, passes/fuse_ce.c): the forward's
                              kernel computes both (fuse_ce_partner pairs them) */
+  bool sumsq_fused;       /* SUMSQ and the CONCAT its reshape to [1] feeds (CUDA target, passes/fuse_sumsq.c): the
+                             concat's kernel computes its members' sums of squares straight into its elements */
 } Attrs;
 
 struct Node {

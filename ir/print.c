@@ -155,7 +155,8 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_SLICE: case OP_PAD:
     bprintf(b, "  axis=%d start=%lld len=%lld", a->axis, (long long)a->start, (long long)a->len);
     break;
-  case OP_CONCAT: bprintf(b, "  axis=%d", a->axis); break;
+  case OP_CONCAT: bprintf(b, "  axis=%d%s", a->axis, a->sumsq_fused ? " sumsq_fused" : ""); break; /* CUDA: fuse_sumsq.c */
+  case OP_SUMSQ: if (a->sumsq_fused) bprintf(b, "  sumsq_fused"); break;
   case OP_MATMUL:
     bprintf(b, "  ta=%d tb=%d", a->ta, a->tb);
     if (a->epilogue) bprintf(b, " epilogue=%d", a->epilogue); /* CUDA target (passes/epilogue.c) */

@@ -346,7 +346,10 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     ok = attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) && attr_i64(r, al, "start", &a->start, 0, BIG) &&
          attr_i64(r, al, "len", &a->len, 0, BIG);
     break;
-  case OP_CONCAT: ok = attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1); break;
+  case OP_CONCAT:
+    ok = attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) && attr_flag(al, "sumsq_fused", &a->sumsq_fused);
+    break;
+  case OP_SUMSQ: ok = attr_flag(al, "sumsq_fused", &a->sumsq_fused); break;
   case OP_MATMUL:
     ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb) && attr_int(r, al, "epilogue", &a->epilogue, 0, 4);
     break;

@@ -12,6 +12,7 @@
 #include "memplan_views.h"
 #include "mesh.h"
 #include "offload_sched.h"
+#include "passes.h" /* fuse_sumsq_* */
 #include "pipe_sched.h"
 #include "print.h"
 #include "ptrmap.h"
@@ -149,7 +150,12 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
   if (m->target == TARGET_CUDA && ir_cast_folded(n)) return 0; /* its readers widen its source */
   if (memplan_col_slice(n) || memplan_col_concat(n)) return 0; /* column views (memplan_views.c): no copy */
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
+  if (m->target == TARGET_CUDA && fuse_sumsq_member(n)) return 0; /* in the concat's kernel (passes/fuse_sumsq.c) */
   double bytes = 0;
+  for (int j = 0; j < n->nin && m->target == TARGET_CUDA; j++) { /* ... which reads the members' gradients */
+    const Node *s = fuse_sumsq_piece(n, j);
+    if (s) bytes += value_bytes(ir_unfold_cast(s->in[0]));
+  }
   bool grouped = m->target == TARGET_CUDA && n->group > 0; /* one kernel: intermediates stay in registers */
   for (int j = 0; j < n->nin; j++)
     if (!in_update && !(grouped && n->in[j]->def && n->in[j]->def->group == n->group))

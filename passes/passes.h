@@ -34,6 +34,7 @@ bool pass_memplan(Module *m);   /* places every value at an offset in one alloca
                                    groups where a member would overwrite bytes its group still reads */
 bool pass_epilogue(Module *m); /* CUDA target: a matmul's bias add, and a GELU or residual add after it, into its GEMM */
 bool pass_fuse_ce(Module *m);  /* CUDA target: a cross-entropy's forward and backward in one kernel (Attrs.fused_bwd) */
+bool pass_fuse_sumsq(Module *m); /* CUDA target: the clip's sums of squares in the kernel of the concat they feed (Attrs.sumsq_fused) */
 bool pass_verify(Module *m);    /* every rank's collectives match its group peers' (dies on a mismatch: a compiler bug) */
 /* The positions in g of the nodes the matmul at i computes in its GEMM's epilogue (Attrs.epilogue of
  * them: the bias add, then a GELU or a residual add; argument nodes may lie between); returns how many. */
@@ -52,6 +53,11 @@ int epilogue_reach(const Graph *g, const PtrMap *uses, int i, int at[2]);
 /* The position in g of the node paired with the cross-entropy (forward or backward) at i by
  * passes/fuse_ce.c; -1 when it is not fused. */
 int fuse_ce_partner(const Graph *g, int i);
+/* passes/fuse_sumsq.c: the SUMSQ whose sum of squares the concat's kernel computes as its piece i, or NULL
+ * (the piece is then copied as in any concat). */
+const Node *fuse_sumsq_piece(const Node *cat, int i);
+/* Whether n is a SUMSQ that a concat's kernel computes (or the RESHAPE of one): it emits nothing itself. */
+bool fuse_sumsq_member(const Node *n);
 /* A fusion group's limits: at most this many nodes, and values read from outside the group. */
 enum { FUSE_MAX_NODES = 32, FUSE_MAX_INPUTS = 32 };
 

@@ -4,7 +4,7 @@
 #ifndef TESTS_CUK_LAUNCH_H
 #define TESTS_CUK_LAUNCH_H
 
-#define CUKL_MAX_ARGS 16
+#define CUKL_MAX_ARGS 40 /* cuk_sumsq_multi: 3 + CUK_SUMSQ_MULTI pointers */
 
 typedef struct {
   int kernel;                       /* N of kN */

@@ -523,6 +523,49 @@ static void cases_reduce_opt(KC *c) {
       cmp(c, arena_printf(c->a, "sumsq %s", tag), kt_get(c, tq), &rq, 1, 1e-5, at);
       expect(c, arena_printf(c->a, "sum deterministic %s", tag), memcmp(kt_get(c, ts), kt_get(c, ts2), 4) == 0);
     }
+  { /* the clip's sums of squares in one kernel (passes/fuse_sumsq.c): 35 tensors of both dtypes (two launches, 32 + 3)
+       into elements of one y, every 9th element another piece's (left as it was); each sum the bits of cuk_sumsq's */
+    enum { NT = 35, NY = NT + NT / 8 + 1 };
+    static const int64_t lens[] = {1, 10, 300, 4097, 9000, 20000, 4096};
+    CuSumsqIn in[NT];
+    KT tx[NT], t1[NT], ty = kt_new(c, DT_F32, NY);
+    float *x[NT], y0[NY], want[NY];
+    for (int j = 0; j < NY; j++) y0[j] = want[j] = 7.0f;
+    for (int i = 0; i < NT; i++) {
+      DType dt = i % 3 == 1 ? DT_F32 : DT_BF16;
+      int64_t n = lens[i % 7], at = i + i / 8;
+      x[i] = fvec(c, n, i % 5 == 0 ? 4.0f : 1.0f);
+      round_to(dt, x[i], n);
+      tx[i] = kt_new(c, dt, n);
+      t1[i] = kt_new(c, DT_F32, 1);
+      kt_put(c, tx[i], x[i]);
+      in[i] = (CuSumsqIn){P(c, tx[i]), dt, n, at};
+      want[at] = (float)rt_sumsq_ref(n, x[i]);
+    }
+    kt_put(c, ty, y0);
+    run(c, cuk_sumsq_multi(c->k, P(c, ty), NT, in));
+    for (int i = 0; i < NT; i++) run(c, cuk_sumsq(c->k, P(c, t1[i]), P(c, tx[i]), in[i].xdt, in[i].n));
+    if (c->be) {
+      const float *got = kt_get(c, ty);
+      cmp(c, "sumsq_multi (35 tensors, f32 and bf16)", got, want, NY, 1e-5, 1e-6 * sqrt(20000.0));
+      int same = 1, kept = 1;
+      for (int i = 0; i < NT; i++) same &= memcmp(&got[in[i].at], kt_get(c, t1[i]), 4) == 0;
+      for (int j = 8; j < NY; j += 9) kept &= got[j] == 7.0f;
+      expect(c, "sumsq_multi: each sum the bits of cuk_sumsq's", same);
+      expect(c, "sumsq_multi: the other pieces' elements untouched", kept);
+    }
+    /* a non-finite gradient makes its sum non-finite (on_nonfinite skip's gate), the others' stay as they are */
+    float *xn = fvec(c, 5000, 1.0f);
+    xn[4321] = NAN;
+    KT tn = kt_new(c, DT_F32, 5000), tyn = kt_new(c, DT_F32, 2);
+    kt_put(c, tn, xn);
+    CuSumsqIn nin[2] = {{P(c, tx[0]), in[0].xdt, in[0].n, 0}, {P(c, tn), DT_F32, 5000, 1}};
+    run(c, cuk_sumsq_multi(c->k, P(c, tyn), 2, nin));
+    if (c->be) {
+      const float *got = kt_get(c, tyn);
+      expect(c, "sumsq_multi: a NaN gradient's sum is NaN, the other's finite", isnan(got[1]) && isfinite(got[0]));
+    }
+  }
   /* bfv 2: a NaN gscale (on_nonfinite skip's gate, passes/optimizer.c) and a NaN gradient: adamw
      and sgd change nothing */
   for (int bfv = 0; bfv < 3; bfv++) {

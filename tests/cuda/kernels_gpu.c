@@ -86,8 +86,8 @@ static const char *pb(Arena *a, size_t bytes) {
 }
 
 static void run_stmt(const char *stmt, char *ws) {
-  CukLaunch L[8];
-  int n = cukl_parse(stmt, L, 8);
+  static CukLaunch L[40]; /* (the perf table's 16 sums of squares a kernel each: 32 launches) */
+  int n = cukl_parse(stmt, L, 40);
   if (n <= 0) {
     fprintf(stderr, "cannot parse %s\n", stmt);
     exit(1);
@@ -104,7 +104,8 @@ static void run_stmt(const char *stmt, char *ws) {
         args[j] = &ints[j];
         continue;
       }
-      if (sscanf(e, "b%d", &id) == 1) ptrs[j] = pbuf[id];
+      if (sscanf(e, "(b%d + %lld)", &id, &off) == 2) ptrs[j] = (char *)pbuf[id] + off;
+      else if (sscanf(e, "b%d", &id) == 1) ptrs[j] = pbuf[id];
       else if (strcmp(e, "WS") == 0) ptrs[j] = ws;
       else if (sscanf(e, "(WS + %lld)", &off) == 1) ptrs[j] = ws + off;
       else {
@@ -252,6 +253,21 @@ static void perf(void) {
                      cuk_cross_entropy_fused(k, loss, lg2, lg2, DT_BF16, ids2, sc, N2, V, Vr), 2.0 * N2 * V * 2, 0};
   }
   p[np++] = (Perf){"sumsq f32 124M", cuk_sumsq(k, sc, pp, DT_F32, NP), (double)NP * 4, 0};
+  { /* the gradient clip's sums of squares of GPT-2 124M's 16 bf16 gradients: a kernel pair each, or one launch
+       (passes/fuse_sumsq.c) */
+    static const int64_t len[16] = {38633472, 786432, 9216, 9216, 21233664, 27648, 7077888, 9216,
+                                    9216,     9216,   28311552, 36864, 28311552, 9216, 768, 768};
+    CuSumsqIn in[16];
+    const char *each = "", *ysq = pb(&a, 16 * 4);
+    int64_t off = 0;
+    for (int i = 0; i < 16; off += len[i], i++) {
+      in[i] = (CuSumsqIn){arena_printf(&a, "(%s + %lld)", pg, (long long)off * 2), DT_BF16, len[i], i};
+      each = arena_printf(&a, "%s%s%s", each, i ? " " : "", cuk_sumsq(k, arena_printf(&a, "(%s + %d)", ysq, 4 * i),
+                                                                       in[i].x, DT_BF16, len[i]));
+    }
+    p[np++] = (Perf){"clip sumsq 16 grads bf16, 2 launches each", each, (double)NP * 2, 0};
+    p[np++] = (Perf){"clip sumsq_multi 16 grads bf16, 1 launch", cuk_sumsq_multi(k, ysq, 16, in), (double)NP * 2, 0};
+  }
   p[np++] = (Perf){"adamw 124M (g bf16)", cuk_adamw(k, pp, pg, DT_BF16, pm, pv, hyper, NP, 0.9, 0.95, 1e-8, 0.1, NULL),
                    (double)NP * 26, 0};
   double fa = 4.0 * (double)B * H * T * T * hd / 2; /* causal: half the score matrix, 2 matmuls */

@@ -191,75 +191,61 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:11 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 54, 4, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4559488)}}); rt_cu_launch(ctx, 55, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1725056)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692352)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627072)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692416)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627328)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692480)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 59, 6, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4510336)}}); rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692544)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4626048)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692608)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 62, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4608640)}}); rt_cu_launch(ctx, 63, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692672)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627584)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692736)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4627840)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692800)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628096)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692864)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 64, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4313728)}}); rt_cu_launch(ctx, 65, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692928)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4625024)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692992)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 64, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4444800)}}); rt_cu_launch(ctx, 65, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693056)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628352)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693120)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628608)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693184)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 4628736)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693248)}, &(char *){(WS + 256)}});
+  /* (its sum of squares: in the kernel of the concat below) */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 0, (M + 1692288), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 1, (M + 1692352), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 2, (M + 1692416), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 3, (M + 1692480), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 4, (M + 1692544), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 5, (M + 1692608), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 6, (M + 1692672), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 7, (M + 1692736), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 8, (M + 1692800), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 9, (M + 1692864), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 10, (M + 1692928), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 11, (M + 1692992), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 12, (M + 1693056), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 13, (M + 1693120), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 14, (M + 1693184), 1, 0, 1, 1, 1, 4);
-  rt_cu_copy_block(ctx, (M + 1693312), 16, 15, (M + 1693248), 1, 0, 1, 1, 1, 4);
+  /* 16 sums of squares in one kernel, into the concat's elements */
+  rt_cu_launch(ctx, 54, 39, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693312)}, &(char *){(WS + 256)}, &(char *){(WS + 64)}, &(char *){(M + 4559488)}, &(char *){(M + 1725056)}, &(char *){(M + 4627072)}, &(char *){(M + 4627328)}, &(char *){(M + 4510336)}, &(char *){(M + 4626048)}, &(char *){(M + 4608640)}, &(char *){(M + 4627584)}, &(char *){(M + 4627840)}, &(char *){(M + 4628096)}, &(char *){(M + 4313728)}, &(char *){(M + 4625024)}, &(char *){(M + 4444800)}, &(char *){(M + 4628352)}, &(char *){(M + 4628608)}, &(char *){(M + 4628736)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 68, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1693312)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 55, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1693312)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 69, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 1692352)}, &(char *){(M + 1692416)}});
+  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 1692352)}, &(char *){(M + 1692416)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
@@ -268,52 +254,52 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1692288), 3, 1, (M + 1692416), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1692288), 3, 2, (M + 1692224), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 70, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4559488)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
+  rt_cu_launch(ctx, 58, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4559488)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 71, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1725056)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 1692288)}, &(char *){(M + 515072)}});
+  rt_cu_launch(ctx, 59, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1725056)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 1692288)}, &(char *){(M + 515072)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4627072)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
+  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4627072)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4627328)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
+  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4627328)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 73, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4510336)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
+  rt_cu_launch(ctx, 61, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4510336)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 74, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4626048)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
+  rt_cu_launch(ctx, 62, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4626048)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 75, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4608640)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
+  rt_cu_launch(ctx, 63, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4608640)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:57 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4627584)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
+  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4627584)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4627840)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
+  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4627840)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4628096)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
+  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4628096)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 76, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4313728)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
+  rt_cu_launch(ctx, 64, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4313728)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 77, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4625024)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
+  rt_cu_launch(ctx, 65, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4625024)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 76, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4444800)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
+  rt_cu_launch(ctx, 64, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4444800)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 72, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4628352)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
+  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4628352)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4628608)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
+  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4628608)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 78, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4628736)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
+  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4628736)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
   /* (the cast: its bf16 copy, stored by the update above) */
 }
 
@@ -378,7 +364,7 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 79, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
+  rt_cu_launch(ctx, 67, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
@@ -889,82 +875,39 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 16384LL, 4, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7, char *p8, char *p9, char *p10, char *p11, char *p12, char *p13, char *p14, char *p15, char *p16, char *p17, char *p18) {\012"
+  "  __shared__ float red[64];\012"
+  "  const int b = (int)blockIdx.x;\012"
+  "  if (b < 4) sk::sumsq_multi_part<sk::bf16, 16384LL, 4, 256>((float *)p0 + 0, (float *)p1 + 0, (int *)p2 + 0, (const sk::bf16 *)p3, b - 0, red);\012"
+  "  else if (b < 5) sk::sumsq_multi_part<sk::bf16, 4096LL, 1, 256>((float *)p0 + 1, (float *)p1 + 4, (int *)p2 + 1, (const sk::bf16 *)p4, b - 4, red);\012"
+  "  else if (b < 6) sk::sumsq_multi_part<sk::bf16, 128LL, 1, 256>((float *)p0 + 2, (float *)p1 + 5, (int *)p2 + 2, (const sk::bf16 *)p5, b - 5, red);\012"
+  "  else if (b < 7) sk::sumsq_multi_part<sk::bf16, 128LL, 1, 256>((float *)p0 + 3, (float *)p1 + 6, (int *)p2 + 3, (const sk::bf16 *)p6, b - 6, red);\012"
+  "  else if (b < 13) sk::sumsq_multi_part<sk::bf16, 24576LL, 6, 256>((float *)p0 + 4, (float *)p1 + 7, (int *)p2 + 4, (const sk::bf16 *)p7, b - 7, red);\012"
+  "  else if (b < 14) sk::sumsq_multi_part<sk::bf16, 384LL, 1, 256>((float *)p0 + 5, (float *)p1 + 13, (int *)p2 + 5, (const sk::bf16 *)p8, b - 13, red);\012"
+  "  else if (b < 16) sk::sumsq_multi_part<sk::bf16, 8192LL, 2, 256>((float *)p0 + 6, (float *)p1 + 14, (int *)p2 + 6, (const sk::bf16 *)p9, b - 14, red);\012"
+  "  else if (b < 17) sk::sumsq_multi_part<sk::bf16, 128LL, 1, 256>((float *)p0 + 7, (float *)p1 + 16, (int *)p2 + 7, (const sk::bf16 *)p10, b - 16, red);\012"
+  "  else if (b < 18) sk::sumsq_multi_part<sk::bf16, 128LL, 1, 256>((float *)p0 + 8, (float *)p1 + 17, (int *)p2 + 8, (const sk::bf16 *)p11, b - 17, red);\012"
+  "  else if (b < 19) sk::sumsq_multi_part<sk::bf16, 128LL, 1, 256>((float *)p0 + 9, (float *)p1 + 18, (int *)p2 + 9, (const sk::bf16 *)p12, b - 18, red);\012"
+  "  else if (b < 27) sk::sumsq_multi_part<sk::bf16, 32768LL, 8, 256>((float *)p0 + 10, (float *)p1 + 19, (int *)p2 + 10, (const sk::bf16 *)p13, b - 19, red);\012"
+  "  else if (b < 28) sk::sumsq_multi_part<sk::bf16, 512LL, 1, 256>((float *)p0 + 11, (float *)p1 + 27, (int *)p2 + 11, (const sk::bf16 *)p14, b - 27, red);\012"
+  "  else if (b < 36) sk::sumsq_multi_part<sk::bf16, 32768LL, 8, 256>((float *)p0 + 12, (float *)p1 + 28, (int *)p2 + 12, (const sk::bf16 *)p15, b - 28, red);\012"
+  "  else if (b < 37) sk::sumsq_multi_part<sk::bf16, 128LL, 1, 256>((float *)p0 + 13, (float *)p1 + 36, (int *)p2 + 13, (const sk::bf16 *)p16, b - 36, red);\012"
+  "  else if (b < 38) sk::sumsq_multi_part<sk::bf16, 64LL, 1, 256>((float *)p0 + 14, (float *)p1 + 37, (int *)p2 + 14, (const sk::bf16 *)p17, b - 37, red);\012"
+  "  else if (b < 39) sk::sumsq_multi_part<sk::bf16, 64LL, 1, 256>((float *)p0 + 15, (float *)p1 + 38, (int *)p2 + 15, (const sk::bf16 *)p18, b - 38, red);\012"
   "}\012"
-  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *), SK_ARG(8, char *), SK_ARG(9, char *), SK_ARG(10, char *), SK_ARG(11, char *), SK_ARG(12, char *), SK_ARG(13, char *), SK_ARG(14, char *), SK_ARG(15, char *), SK_ARG(16, char *), SK_ARG(17, char *), SK_ARG(18, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1) {\012"
-  "  sk::reduce_final<4, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 4096LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
+  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
   "}\012"
   "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
-  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 128LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k59(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 24576LL, 6, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1) {\012"
-  "  sk::reduce_final<6, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k61(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 384LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k62(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 8192LL, 2, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1) {\012"
-  "  sk::reduce_final<2, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 32768LL, 8, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1) {\012"
-  "  sk::reduce_final<8, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k66(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 512LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<sk::bf16, 64LL, 1, 256, true>((float *)p0, (const sk::bf16 *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k68(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k69(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sqrtf(x0);\012"
@@ -977,59 +920,59 @@ static const char cuda_source[] =
   "    sk::st((float *)p2 + i, t5);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k69, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k70(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 16384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k70, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k71(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k59(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 4096LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k71, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k72(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 128LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k72, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k73(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k61(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 24576LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k73, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k74(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k62(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k74, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k75(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 8192LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k75, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k76(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 32768LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k76, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k77(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 512LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k77, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k78(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k66(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
   "  sk::adamw<sk::bf16, 64LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f, (sk::bf16 *)p5);\012"
   "}\012"
-  "SK_EMU_ENTRY(k78, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k79(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::ce_rows<sk::bf16, 256LL, 0LL, 256>((float *)p0, (const sk::bf16 *)p1, (const int *)p2, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k79, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   ;
-static const RtCudaCode cuda_code = {cuda_source, 80};
+static const RtCudaCode cuda_code = {cuda_source, 68};
 
 static int64_t workspace_bytes(void) {
   int64_t n = 0, k;

@@ -688,26 +688,50 @@ __device__ void rope_vec(T *y, const T *x, double theta, i64 start, const int *p
 
 /* ---- reductions to an f32 scalar: stage 1, grid P, block NT: part[p] = the sum of chunk p;
  * stage 2 (one block): y = scale * the sum of the parts ------------------------------------- */
+/* The sum (SQ: of squares) of chunk p of P of x[0, N), every thread of the block gets it. red: __shared__ float[64]. */
 template <class T, i64 N, int P, int NT, bool SQ>
-__device__ void reduce_parts(float *part, const T *x) {
-  __shared__ float red[64];
+__device__ __forceinline__ float reduce_chunk(const T *x, int p, float *red) {
   const i64 chunk = (N + P - 1) / P;
-  i64 lo = (i64)blockIdx.x * chunk, hi = lo + chunk < N ? lo + chunk : N;
+  i64 lo = (i64)p * chunk, hi = lo + chunk < N ? lo + chunk : N;
   float s = 0.0f;
   for (i64 i = lo + threadIdx.x; i < hi; i += NT) {
     float v = ld(x + i);
     s += SQ ? v * v : v;
   }
-  s = block_sum<NT>(s, red);
+  return block_sum<NT>(s, red);
+}
+/* The sum of part[0, P) in a fixed order (strided over the NT threads, then block_sum); every thread gets it. */
+template <int NT>
+__device__ __forceinline__ float reduce_parts_sum(const float *part, int P, float *red) {
+  float s = 0.0f;
+  for (int i = (int)threadIdx.x; i < P; i += NT) s += ldcg(part + i);
+  return block_sum<NT>(s, red);
+}
+template <class T, i64 N, int P, int NT, bool SQ>
+__device__ void reduce_parts(float *part, const T *x) {
+  __shared__ float red[64];
+  float s = reduce_chunk<T, N, P, NT, SQ>(x, (int)blockIdx.x, red);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 template <int P, int NT>
 __device__ void reduce_final(float *y, const float *part, float scale) {
   __shared__ float red[64];
-  float s = 0.0f;
-  for (int i = (int)threadIdx.x; i < P; i += NT) s += part[i];
-  s = block_sum<NT>(s, red);
+  float s = reduce_parts_sum<NT>(part, P, red);
   if (threadIdx.x == 0) y[0] = s * scale;
+}
+
+/* One tensor of a multi-tensor sum of squares in one launch (codegen/cuda_kernels.c cuk_sumsq_multi; the gradient
+ * clip's, passes/fuse_sumsq.c): its P blocks are blocks [b0, b0 + P) of the grid, this one p of them. Block p writes
+ * the sum of squares of chunk p of x[0, N) to part[p]; the last of the P to arrive (at *cnt) sums part[0, P) into *y.
+ * The chunks, their sums and the final order are reduce_parts' and reduce_final's (the bits of cuk_sumsq's two
+ * launches) whichever block is last. red: the kernel's __shared__ float[64]. */
+template <class T, i64 N, int P, int NT>
+__device__ void sumsq_multi_part(float *y, float *part, int *cnt, const T *x, int p, float *red) {
+  float s = reduce_chunk<T, N, P, NT, true>(x, p, red);
+  if (threadIdx.x == 0) part[p] = s;
+  if (!arrive_last(cnt, P)) return;
+  s = reduce_parts_sum<NT>(part, P, red);
+  if (threadIdx.x == 0) y[0] = s;
 }
 
 /* ---- optimizers (ops.def), in place; hyper = (lr, gscale, step); gscale NaN / Inf: no change - */
