@@ -181,6 +181,27 @@ void ir_replace_uses(Graph *g, Value *from, Value *to) {
     if (g->results[i] == from) g->results[i] = to;
 }
 
+void ir_replace_uses_many(Graph *g, int n, Value *const *from, Value *const *to) {
+  if (n <= 2) {
+    for (int i = 0; i < n; i++) ir_replace_uses(g, from[i], to[i]);
+    return;
+  }
+  PtrMap map = {0};
+  for (int i = 0; i < n; i++)
+    if (from[i] != to[i]) ptrmap_put(&map, from[i], (intptr_t)to[i]);
+  for (int i = 0; i < n; i++)
+    if (from[i] != to[i] && ptrmap_get(&map, to[i], NULL)) die("ir_replace_uses_many: a replacement is itself replaced");
+  intptr_t t;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *x = g->nodes[i];
+    for (int j = 0; j < x->nin; j++)
+      if (ptrmap_get(&map, x->in[j], &t)) x->in[j] = (Value *)t;
+  }
+  for (int i = 0; i < g->nresults; i++)
+    if (ptrmap_get(&map, g->results[i], &t)) g->results[i] = (Value *)t;
+  ptrmap_free(&map);
+}
+
 int ir_count_uses(const Graph *g, const Value *v) {
   int c = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -197,16 +218,23 @@ int ir_count_uses_deep(const Graph *g, const Value *v) {
   return c;
 }
 
-void ir_use_counts(const Graph *g, PtrMap *counts) {
+static int count_inputs(const Graph *g) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) k += g->nodes[i]->nin + (g->nodes[i]->body ? count_inputs(g->nodes[i]->body) : 0);
+  return k;
+}
+
+static void add_uses(const Graph *g, PtrMap *counts) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    for (int j = 0; j < n->nin; j++) {
-      intptr_t c = 0;
-      ptrmap_get(counts, n->in[j], &c);
-      ptrmap_put(counts, n->in[j], c + 1);
-    }
-    if (n->body) ir_use_counts(n->body, counts);
+    for (int j = 0; j < n->nin; j++) ptrmap_add(counts, n->in[j], 1);
+    if (n->body) add_uses(n->body, counts);
   }
+}
+
+void ir_use_counts(const Graph *g, PtrMap *counts) {
+  ptrmap_reserve(counts, counts->count + count_inputs(g)); /* at most one key a use: no growing */
+  add_uses(g, counts);
 }
 
 static bool has_effect(const Node *n) {

@@ -292,6 +292,8 @@ Value *ir_copy_gathered(const Graph *g, const Value *v);
 void ir_add_result(Graph *g, Value *v, const char *name);
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
 void ir_replace_uses(Graph *g, Value *from, Value *to);
+/* ir_replace_uses for n pairs in one walk of g: from[i] -> to[i] (the froms distinct, no to another pair's from; a pair from == to is none). */
+void ir_replace_uses_many(Graph *g, int n, Value *const *from, Value *const *to);
 /* Moves g's last node (just appended) to position pos, after nodes[pos - 1]. */
 void ir_move_last(Graph *g, int pos);
 /* Restores topological order after nodes were moved or merged: stable, a node moves only behind

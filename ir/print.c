@@ -650,6 +650,14 @@ int64_t ir_tokens_per_step(const Module *m) {
   return tok;
 }
 
+double ir_training_flops(const Module *m, int64_t *tokens_per_step) {
+  double fwd;
+  int64_t tok;
+  step_flops(m, &fwd, &tok);
+  *tokens_per_step = tok;
+  return 3.0 * (tok > 0 ? fwd / (double)tok : fwd);
+}
+
 /* ---- module --------------------------------------------------------------------------- */
 
 static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb"};

@@ -35,5 +35,7 @@ int64_t ir_param_count(const Module *m);
 double ir_flops_per_token(const Module *m, bool training);
 /* Tokens one optimizer step trains on, over every rank (the targets of the loss's cross-entropies). */
 int64_t ir_tokens_per_step(const Module *m);
+/* Both of the above from one walk of the program: returns the training FLOPs per token. */
+double ir_training_flops(const Module *m, int64_t *tokens_per_step);
 
 #endif

@@ -59,20 +59,41 @@ static void slots_free(PtrSlot *p, int cap) {
   spare[k].p = p, spare[k].cap = cap;
 }
 
-void ptrmap_put(PtrMap *m, const void *key, intptr_t val) {
-  if ((m->count + 1) * 2 > m->cap) {
-    PtrMap old = *m;
-    m->cap = old.cap ? old.cap * 2 : 64;
-    m->count = 0;
-    m->slots = slots_new(m->cap);
-    for (int i = 0; i < old.cap; i++)
-      if (old.slots[i].key) ptrmap_put(m, old.slots[i].key, old.slots[i].val);
-    slots_free(old.slots, old.cap);
-  }
+/* Room for `need` keys at most half the slots (rehashed into a larger array when short). */
+static void grow_for(PtrMap *m, int need) {
+  if (need * 2 <= m->cap) return;
+  PtrMap old = *m;
+  int cap = old.cap ? old.cap : 64;
+  while (need * 2 > cap) cap *= 2;
+  m->cap = cap;
+  m->count = 0;
+  m->slots = slots_new(m->cap);
+  for (int i = 0; i < old.cap; i++)
+    if (old.slots[i].key) ptrmap_put(m, old.slots[i].key, old.slots[i].val);
+  slots_free(old.slots, old.cap);
+}
+
+/* key's slot: its own, or the empty one where it goes. */
+static PtrSlot *slot_of(const PtrMap *m, const void *key) {
   uint64_t i = hash_ptr(key) & (uint64_t)(m->cap - 1);
   while (m->slots[i].key && m->slots[i].key != key) i = (i + 1) & (uint64_t)(m->cap - 1);
-  if (!m->slots[i].key) m->count++;
-  m->slots[i] = (PtrSlot){key, val};
+  return &m->slots[i];
+}
+
+void ptrmap_reserve(PtrMap *m, int n) { grow_for(m, n); }
+
+void ptrmap_put(PtrMap *m, const void *key, intptr_t val) {
+  grow_for(m, m->count + 1);
+  PtrSlot *sl = slot_of(m, key);
+  if (!sl->key) m->count++;
+  *sl = (PtrSlot){key, val};
+}
+
+intptr_t ptrmap_add(PtrMap *m, const void *key, intptr_t delta) {
+  grow_for(m, m->count + 1);
+  PtrSlot *sl = slot_of(m, key);
+  if (!sl->key) m->count++, *sl = (PtrSlot){key, 0};
+  return sl->val += delta;
 }
 
 bool ptrmap_get(const PtrMap *m, const void *key, intptr_t *val) {

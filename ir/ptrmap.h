@@ -19,6 +19,10 @@ typedef struct {
 
 void ptrmap_put(PtrMap *m, const void *key, intptr_t val); /* inserts or replaces */
 bool ptrmap_get(const PtrMap *m, const void *key, intptr_t *val);
+/* Adds delta to key's value (0 when absent) in one probe; returns the sum. */
+intptr_t ptrmap_add(PtrMap *m, const void *key, intptr_t delta);
+/* Room for n keys in all without growing (a map about to take that many). */
+void ptrmap_reserve(PtrMap *m, int n);
 void ptrmap_free(PtrMap *m);
 
 #endif

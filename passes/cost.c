@@ -674,10 +674,10 @@ void cost_estimate(const Module *m, const CostDevice *d, CostReport *r) {
   }
   r->exposed_comm_s = busy_max - r->compute_s > 1e-9 * busy_max ? busy_max - r->compute_s : 0;
   r->step_s = step;
-  r->tokens = ir_tokens_per_step(m);
+  double flops = ir_training_flops(m, &r->tokens); /* per token; one walk for both */
   r->tokens_per_s = step > 0 ? (double)r->tokens / step : 0;
   int world = m->mesh ? m->mesh->world : 1;
-  r->mfu = step > 0 && d->peak_flops > 0 ? ir_flops_per_token(m, true) * r->tokens_per_s / (world * d->peak_flops) : 0;
+  r->mfu = step > 0 && d->peak_flops > 0 ? flops * r->tokens_per_s / (world * d->peak_flops) : 0;
 }
 
 const char *cost_human_time(char *buf, size_t size, double s) {

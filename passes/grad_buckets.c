@@ -18,6 +18,7 @@
  * ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) are not this pass: they
  * are still to come (a plan asking for them compiles without them, with a warning).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -160,6 +161,8 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
       Node *m = ir_node_new(g, OP_ALL_REDUCE, nin, ins, nin, c[i].n->loc);
       m->a = c[i].n->a;
       at = 0;
+      Value **from = malloc(((size_t)nin + 1) * sizeof *from);
+      if (!from) die("buckets: out of memory");
       for (int k = i; k < j; k++)
         for (int q = 0; q < c[k].n->nout; q++) {
           Value *o = c[k].n->out[q];
@@ -167,9 +170,10 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
           m->out[at]->shape = o->shape;
           m->out[at]->sharding = o->sharding;
           m->out[at]->name = o->name;
-          ir_replace_uses(g, o, m->out[at]);
-          at++;
+          from[at++] = o;
         }
+      ir_replace_uses_many(g, at, from, m->out);
+      free(from);
       for (int k = i; k < j; k++) remove_node(g, c[k].n);
       /* right after the last input's producer (never before the body's arguments) */
       int p = 0;

@@ -494,11 +494,7 @@ bool pass_pipe(Module *m) {
     arena_grow(g->arena, (void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof(Node *));
     g->nodes[g->nnodes++] = after[i];
   }
-  for (int c = 0; c < nc; c++) {
-    ir_replace_uses(g, p.A->out[c], p.sum[c]);
-    for (int r = 0; r < g->nresults; r++)
-      if (g->results[r] == p.A->out[c]) g->results[r] = p.sum[c];
-  }
+  ir_replace_uses_many(g, nc, p.A->out, p.sum); /* (the results too) */
   for (int k = 0; k < p.nowned; k++) pipe_own(g, p.owned[k], p.owned_set[k]);
   for (int i = 0; i < pp * p.v * p.M; i++) ptrmap_free(&p.map[i]);
   for (int i = 0; i < p.v; i++) ptrmap_free(&p.chunks[i]);

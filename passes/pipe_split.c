@@ -157,8 +157,11 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
   free(bset);
   free(wset);
   /* in the outer graph: R's place, B then W; R's readers read theirs */
-  for (int c = 0; c < nc; c++) ir_replace_uses(outer, R->out[c], B->out[c]);
-  for (int r = nc; r < R->nout; r++) ir_replace_uses(outer, R->out[r], W->out[r - nc]);
+  Value **to = malloc(((size_t)R->nout + 1) * sizeof *to);
+  if (!to) die("pipe: out of memory");
+  for (int r = 0; r < R->nout; r++) to[r] = r < nc ? B->out[r] : W->out[r - nc];
+  ir_replace_uses_many(outer, R->nout, R->out, to);
+  free(to);
   int pos = 0;
   while (outer->nodes[pos] != R) pos++;
   /* ir_node_new appended B and W at the end: move them to R's place */

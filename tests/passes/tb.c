@@ -280,6 +280,15 @@ int tb_last_use(const Graph *g, const Value *v) {
 
 int64_t tb_bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
+bool tb_span(const Value *v, int64_t *lo, int64_t *hi) {
+  if (v->def->op == OP_ARG || v->offset < 0) return false;
+  const Node *r = v->def->graph->owner;
+  int64_t iters = v->stride && r && r->op == OP_REPEAT ? r->a.count : 1;
+  *lo = v->offset;
+  *hi = v->offset + (iters - 1) * v->stride + tb_bytes_of(v);
+  return true;
+}
+
 int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, int64_t m,
                    const char *label, const char *what, double tol, bool replicas) {
   Tensor mtok = *tok, mtgt = *tgt;

@@ -37,6 +37,9 @@ int tb_pos_of(const Graph *g, const Node *n);
 int tb_last_use(const Graph *g, const Value *v);
 /* Bytes of v's tensor. */
 int64_t tb_bytes_of(const Value *v);
+/* The bytes v occupies over every iteration of its graph (a stacked value: offset + i x stride):
+ * [lo, hi); false for ARGs and unplaced values (the memory plan's layout, read independently of it). */
+bool tb_span(const Value *v, int64_t *lo, int64_t *hi);
 
 /* ---- equivalence of a partitioned program with the single-rank one (the *_equiv tests) ---- */
 

@@ -36,17 +36,6 @@ static bool elementwise(const Node *n) {
   return n->op == OP_CONST || n->op == OP_BROADCAST_TO || (ir_ops[n->op].flags & F_EW);
 }
 
-static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
-
-/* The bytes v occupies over all iterations of its graph: [lo, hi); false for ARGs. */
-static bool span(const Value *v, int64_t *lo, int64_t *hi) {
-  if (v->def->op == OP_ARG || v->offset < 0) return false;
-  const Node *r = v->def->graph->owner;
-  int64_t iters = v->stride && r && r->op == OP_REPEAT ? r->a.count : 1;
-  *lo = v->offset;
-  *hi = v->offset + (iters - 1) * v->stride + bytes_of(v);
-  return true;
-}
 
 static bool overlaps(const Value *w, const Value *x) {
   if (w == x) return false;
@@ -54,7 +43,7 @@ static bool overlaps(const Value *w, const Value *x) {
       ir_shape_eq(&w->shape, &x->shape) && ir_dtype_size(w->dtype) == ir_dtype_size(x->dtype))
     return false; /* the same tensor, index for index */
   int64_t wl, wh, xl, xh;
-  if (!span(w, &wl, &wh) || !span(x, &xl, &xh)) return false;
+  if (!tb_span(w, &wl, &wh) || !tb_span(x, &xl, &xh)) return false;
   return wl < xh && xl < wh;
 }
 
@@ -92,8 +81,8 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
         CHECK(!overlaps(g->nodes[k]->out[0], ext[e]),
                "%s: group %d: %s %%%d [%lld, +%lld) overwrites %%%d [%lld, +%lld), which the group reads", label, id,
                ir_ops[g->nodes[k]->op].name, g->nodes[k]->out[0]->id, (long long)g->nodes[k]->out[0]->offset,
-               (long long)bytes_of(g->nodes[k]->out[0]), ext[e]->id, (long long)ext[e]->offset,
-               (long long)bytes_of(ext[e]));
+               (long long)tb_bytes_of(g->nodes[k]->out[0]), ext[e]->id, (long long)ext[e]->offset,
+               (long long)tb_bytes_of(ext[e]));
     groups++;
     i = end;
   }
@@ -102,7 +91,7 @@ static int check_groups(const Graph *g, const char *label, bool placed) {
 
 static bool meets(const Value *a, const Value *b) {
   int64_t al, ah, bl, bh;
-  return span(a, &al, &ah) && span(b, &bl, &bh) && al < bh && bl < ah;
+  return tb_span(a, &al, &ah) && tb_span(b, &bl, &bh) && al < bh && bl < ah;
 }
 
 /* Checks every matmul epilogue of g (and its bodies); returns how many there are. */

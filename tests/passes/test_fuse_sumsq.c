@@ -25,21 +25,10 @@
 
 static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
-static int64_t bytes_of(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
-
-/* The bytes v occupies over all iterations of its graph: [lo, hi); false for ARGs and unplaced values. */
-static bool span(const Value *v, int64_t *lo, int64_t *hi) {
-  if (v->def->op == OP_ARG || v->offset < 0) return false;
-  const Node *r = v->def->graph->owner;
-  int64_t iters = v->stride && r && r->op == OP_REPEAT ? r->a.count : 1;
-  *lo = v->offset;
-  *hi = v->offset + (iters - 1) * v->stride + bytes_of(v);
-  return true;
-}
 
 static bool meets(const Value *a, const Value *b) {
   int64_t al, ah, bl, bh;
-  return span(a, &al, &ah) && span(b, &bl, &bh) && al < bh && bl < ah;
+  return tb_span(a, &al, &ah) && tb_span(b, &bl, &bh) && al < bh && bl < ah;
 }
 
 static int position(const Graph *g, const Node *n) {
