@@ -218,23 +218,14 @@ int ir_count_uses_deep(const Graph *g, const Value *v) {
   return c;
 }
 
-static int count_inputs(const Graph *g) {
-  int k = 0;
-  for (int i = 0; i < g->nnodes; i++) k += g->nodes[i]->nin + (g->nodes[i]->body ? count_inputs(g->nodes[i]->body) : 0);
-  return k;
-}
-
-static void add_uses(const Graph *g, PtrMap *counts) {
+/* (A body may be the body of many nodes — the pipeline's instructions share theirs — and is walked
+ * for each, as its uses are that many: no map is sized by that walk.) */
+void ir_use_counts(const Graph *g, PtrMap *counts) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++) ptrmap_add(counts, n->in[j], 1);
-    if (n->body) add_uses(n->body, counts);
+    if (n->body) ir_use_counts(n->body, counts);
   }
-}
-
-void ir_use_counts(const Graph *g, PtrMap *counts) {
-  ptrmap_reserve(counts, counts->count + count_inputs(g)); /* at most one key a use: no growing */
-  add_uses(g, counts);
 }
 
 static bool has_effect(const Node *n) {

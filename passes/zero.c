@@ -447,8 +447,9 @@ static void split_param(Graph *g, Value *p, const Node *u, int d, ZeroGroup z) {
 }
 
 /* Shards one update u (adamw_update: p, g, m, v, hyper; sgd_update: p, g, m, hyper). */
-/* saved: non-NULL where the f32 masters may be stored split (zero_master_wanted), their bytes saved. */
-static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *saved) {
+/* saved: non-NULL where the f32 masters may be stored split (zero_master_wanted), their bytes saved.
+ * sole: u is the only reader of its optimizer state (zero_only_reader, found for every update at once). */
+static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *saved, bool sole) {
   Value *p = u->in[0], *gr = u->in[1];
   int nstate = u->op == OP_ADAMW_UPDATE ? 2 : 1;
   bool looped = gr->def->op == OP_REPEAT; /* a layer's gradient, from the backward loop */
@@ -461,7 +462,7 @@ static bool shard_update(Graph *g, Node *u, ZeroGroup z, int stage, int64_t *sav
   if (d < 0 || p->def->op != OP_PARAM) return false;
   if (!ir_shape_eq(&gr->shape, &p->shape) || gr->sharding.split[d] >= 0) return false;
   for (int k = 0; k < nstate; k++)
-    if (!zero_only_reader(g, u->in[2 + k], u) || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
+    if (!sole || !ir_shape_eq(&u->in[2 + k]->shape, &p->shape)) return false;
   Value *gs = stage >= 2 ? scatter_grad(g, gr, u, d, z) : NULL;
   bool split_p = stage >= 3 && gs && can_split_param(g, p, u, d, stacked);
   if (split_p) {
@@ -699,7 +700,26 @@ bool pass_zero(Module *m) {
   for (int i = 0; i < n; i++)
     if (g->nodes[i]->op == OP_ADAMW_UPDATE || g->nodes[i]->op == OP_SGD_UPDATE) updates[nu++] = g->nodes[i];
   int64_t *saved = zero_master_wanted(m) ? &m->wcopy.master_saved : NULL;
-  for (int i = 0; i < nu; i++) shard_update(g, updates[i], z, stage, saved);
+  /* whether each update is its state's only reader (zero_only_reader), found in one walk before any
+   * update is sharded: sharding one update adds no reader to another's state */
+  PtrMap uses = {0};
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++) ptrmap_add(&uses, g->nodes[i]->in[j], 1);
+  for (int i = 0; i < g->nresults; i++) ptrmap_add(&uses, g->results[i], n + 1); /* a result: never sole */
+  for (int i = 0; i < nu; i++) {
+    Node *u = updates[i];
+    bool sole = true;
+    for (int k = 2; k < 2 + (u->op == OP_ADAMW_UPDATE ? 2 : 1) && sole; k++) {
+      Value *v = u->in[k];
+      int mine = 0;
+      for (int j = 0; j < u->nin; j++) mine += u->in[j] == v;
+      intptr_t c = 0;
+      ptrmap_get(&uses, v, &c);
+      sole = (v->def->op == OP_STATE || v->def->op == OP_CONST) && c == mine;
+    }
+    shard_update(g, u, z, stage, saved, sole);
+  }
+  ptrmap_free(&uses);
   if (stage >= 2) {
     int64_t cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
     complete_sumsq(g, z);
