@@ -17,15 +17,7 @@
 # Usage: tests/report/offload_cost.sh SHARDC
 set -uo pipefail
 shardc=${1:?usage: offload_cost.sh SHARDC}
-shardc=$(cd "$(dirname "$shardc")" && pwd)/$(basename "$shardc")
-cd "$(dirname "$0")/../.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-
-# seconds from "1.23 ms" / "850 us" / "1.2 s"
-secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
+source "$(dirname "$0")/lib.sh"
 field() { sed -n "s/^#   $1.*/&/p" "$2"; }
 step() { sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p' "$1" | secs; }
 compute() { sed -n 's/^#   compute  *\([0-9.e+]* [mu]*s\) .*/\1/p' "$1" | secs; }

@@ -23,15 +23,7 @@
 # Usage: tests/report/planner.sh SHARDC [update]
 set -uo pipefail
 shardc=${1:?usage: planner.sh SHARDC [update]}
-shardc=$(cd "$(dirname "$shardc")" && pwd)/$(basename "$shardc")
-cd "$(dirname "$0")/../.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-
-# seconds from "1.23 ms" / "850 us" / "1.2 s"
-secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
+source "$(dirname "$0")/lib.sh"
 gemm() { sed -n 's/^#   compute .* GEMM \([0-9.e+]* [mu]*s\),.*/\1/p' | secs; }
 attn() { sed -n 's/^#   compute .* attention \([0-9.e+]* [mu]*s\),.*/\1/p' | secs; }
 step() { sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p' | secs; }

@@ -1,0 +1,11 @@
+# tests/report/lib.sh — sourced by the report tests after setting $shardc: the repository root as the
+# working directory, a temporary directory $tmp removed at exit, failures counted by bad(), and secs().
+shardc=$(cd "$(dirname "$shardc")" && pwd)/$(basename "$shardc")
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# seconds from "1.23 ms" / "850 us" / "1.2 s"
+secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
