@@ -50,7 +50,7 @@ static void usage(FILE *f) {
           "  --no-outline          write every pipeline instruction out in the trainer's C (the same program,\n"
           "                        as large as the schedule), not its recurring ones once each\n"
           "  --schedule-svg FILE   draw the pipeline schedule (one lane per stage, blocks to scale) as SVG\n"
-          "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O2)\n"
+          "  --cc CC, --cflags F   the C compiler and flags for the trainer (default: $CC or cc, -O1)\n"
           "  -v                    print the C compiler command\n"
           "  -D KEY=VALUE          override a plan/recipe field or a model constant (-D tp=4 -D zero=1)\n"
           "  --topology FILE       use this topology instead of the file's own\n"

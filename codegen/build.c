@@ -113,7 +113,9 @@ bool cg_build(const Module *m, const char *out, const CgOptions *o) {
   const char *cc = o->cc ? o->cc : getenv("CC");
   const char *chosen = o->cc ? "--cc" : (cc && *cc ? "CC" : NULL); /* who chose the compiler, if not shardc */
   if (!cc || !*cc) cc = "cc";
-  const char *cflags = o->cflags ? o->cflags : "-O2";
+  /* -O1: the generated C is the step's glue (calls into the runtime's kernels, BLAS and the LLVM kernels'
+   * object), compiled in half -O2's time with the same step time (docs/performance.md, "The trainer's C at -O1") */
+  const char *cflags = o->cflags ? o->cflags : "-O1";
   char *qsrc = shell_quoted(src), *qout = shell_quoted(out), *qobj = *obj ? shell_quoted(obj) : NULL;
   /* the runtime's headers and libraries: the install prefix's (the driver found them) or the build tree's */
   const char *inc = o->runtime_include ? o->runtime_include : CG_TREE_RUNTIME_INCLUDE;

@@ -10,7 +10,7 @@ typedef struct {
   const char *source_path; /* the .model path, recorded in the binary */
   const char *emit_dir;    /* keep the generated C here (--emit-c DIR); NULL: a temporary folder */
   const char *cc;          /* C compiler; NULL: $CC or "cc" */
-  const char *cflags;      /* extra flags; NULL: "-O2" */
+  const char *cflags;      /* extra flags; NULL: "-O1" */
   bool verbose;            /* print the compiler command */
   const char *runtime_include; /* the runtime's headers (program.h, ops/, cuda/); NULL: the build tree's */
   const char *runtime_lib;     /* the folder of libshardrt.a (and libshardrt_cuda.a); NULL: the build tree's */

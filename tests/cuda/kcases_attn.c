@@ -42,9 +42,10 @@ static void tune_agree(KC *c, const char *what, const float *def, const float *g
 
 /* One attention case: forward, backward twice (the same bits), against the CPU references; tensor-core
  * tiles cfg (NULL: the compiler's choice). io (NULL: none): cfg NULL fills it with the outputs; else the
- * outputs are checked against it (AttnOut). */
+ * outputs are checked against it (AttnOut). fwd_only: the forward alone (a forward tile candidate whose
+ * backward is the default's, already checked on these inputs). */
 static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, DType dt,
-                      const CuFlashCfg *cfg, const char *cname, AttnOut *io) {
+                      const CuFlashCfg *cfg, const char *cname, AttnOut *io, int fwd_only) {
   int64_t nq = B * S * H * hd, nk = B * S * KV * hd, nl = B * H * S;
   float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f);
   round_to(dt, q, nq);
@@ -60,12 +61,14 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
   kt_put(c, tdo, dout);
   cuk_set_flash_cfg(c->k, cfg);
   run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, H, KV, hd, causal, NULL));
-  run(c, cuk_sdpa_bwd(c->k, P(c, tdq), P(c, tdk), P(c, tdv), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
-                      P(c, tdo), dt, B, S, H, KV, hd, causal, NULL));
-  run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
-                      P(c, tdo), dt, B, S, H, KV, hd, causal, NULL));
+  if (!fwd_only) {
+    run(c, cuk_sdpa_bwd(c->k, P(c, tdq), P(c, tdk), P(c, tdv), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                        P(c, tdo), dt, B, S, H, KV, hd, causal, NULL));
+    run(c, cuk_sdpa_bwd(c->k, P(c, tdq2), P(c, tdk2), P(c, tdv2), P(c, tq), P(c, tk), P(c, tv), P(c, to), P(c, tl),
+                        P(c, tdo), dt, B, S, H, KV, hd, causal, NULL));
+  }
   KT to0 = to, tl0 = tl, tdq0 = tdq, tdk0 = tdk, tdv0 = tdv;
-  if (io && cfg) { /* the candidate's backward from the default's o and lse */
+  if (io && cfg && !fwd_only) { /* the candidate's backward from the default's o and lse */
     to0 = kt_new(c, dt, nq), tl0 = kt_new(c, DT_F32, nl), tdq0 = kt_new(c, dt, nq), tdk0 = kt_new(c, dt, nk),
     tdv0 = kt_new(c, dt, nk);
     if (io->o) kt_put(c, to0, io->o), kt_put(c, tl0, io->l);
@@ -85,9 +88,9 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
     for (int w = 0; w < 3; w++) cuk_flash_check(w, S, H, KV, hd, tm[w], rd[w]);
     tune_agree(c, arena_printf(c->a, "sdpa o %s", tag), io->o, kt_get(c, to), nq, dt, tm[0][0], rd[0][0]);
     tune_agree(c, arena_printf(c->a, "sdpa lse %s", tag), io->l, kt_get(c, tl), nl, DT_F32, tm[0][1], rd[0][1]);
-    tune_agree(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), io->dq, kt_get(c, tdq0), nq, dt, tm[2][0], rd[2][0]);
-    tune_agree(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), io->dk, kt_get(c, tdk0), nk, dt, tm[1][0], rd[1][0]);
-    tune_agree(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), io->dv, kt_get(c, tdv0), nk, dt, tm[1][1], rd[1][1]);
+    if (!fwd_only) tune_agree(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), io->dq, kt_get(c, tdq0), nq, dt, tm[2][0], rd[2][0]);
+    if (!fwd_only) tune_agree(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), io->dk, kt_get(c, tdk0), nk, dt, tm[1][0], rd[1][0]);
+    if (!fwd_only) tune_agree(c, arena_printf(c->a, "sdpa_bwd dv %s", tag), io->dv, kt_get(c, tdv0), nk, dt, tm[1][1], rd[1][1]);
   }
   float *ro = arena_alloc(c->a, (size_t)nq * 4), *rl = arena_alloc(c->a, (size_t)nl * 4),
         *rdq = arena_alloc(c->a, (size_t)nq * 4), *rdk = arena_alloc(c->a, (size_t)nk * 4),
@@ -97,6 +100,7 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
   double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
   cmp(c, arena_printf(c->a, "sdpa o %s", tag), go, ro, nq, rt, at);
   cmp(c, arena_printf(c->a, "sdpa lse %s", tag), kt_get(c, tl), rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+  if (fwd_only) return;
   /* the backward from the device's own o (as the trainer runs it), in the reference's precision */
   float *gl = kt_get(c, tl);
   rt_sdpa_bwd_ref(B, S, S, H, KV, hd, causal, q, k, v, go, gl, dout, rdq, rdk, rdv);
@@ -127,9 +131,9 @@ static int cols_are(const float *x, int64_t rows, int64_t ld, int64_t c0, float 
  * fused [B, S, W] tensor at columns 0, H hd and (H + KV) hd, W = (H + 2 KV) hd + 8 (a row stride above
  * the three widths together); o and dO at row stride H hd + 8; dq, dk, dv written into the same slots of
  * a fused [B, S, W] gradient whose other columns (and o's) hold a sentinel the kernels must leave alone.
- * Against the CPU references, as attn_case. */
+ * Against the CPU references, as attn_case; fwd_only: the forward alone, as there. */
 static void attn_case_strided(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, DType dt,
-                              const char *cname) {
+                              const char *cname, int fwd_only) {
   const int64_t n = B * S, qw = H * hd, kw = KV * hd, W = qw + 2 * kw + 8, lo = qw + 8, nl = B * H * S;
   const int64_t es = ir_dtype_size(dt);
   const float sent = 7.0f; /* exact in bf16 */
@@ -151,7 +155,7 @@ static void attn_case_strided(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV
              *DV = arena_printf(c->a, "(b%d + %lld)", tg.id, (long long)((qw + kw) * es));
   CuAttnLd ld = {.q = W, .k = W, .v = W, .o = lo, .dout = lo, .dq = W, .dk = W, .dv = W};
   run(c, cuk_sdpa(c->k, P(c, to), P(c, tl), Q, K, V, dt, B, S, H, KV, hd, causal, &ld));
-  run(c, cuk_sdpa_bwd(c->k, DQ, DK, DV, Q, K, V, P(c, to), P(c, tl), P(c, tdo), dt, B, S, H, KV, hd, causal, &ld));
+  if (!fwd_only) run(c, cuk_sdpa_bwd(c->k, DQ, DK, DV, Q, K, V, P(c, to), P(c, tl), P(c, tdo), dt, B, S, H, KV, hd, causal, &ld));
   if (!c->be) return;
   const char *tag = arena_printf(c->a, "B %lld S %lld H %lld KV %lld hd %lld%s %s strided%s", (long long)B, (long long)S,
                                  (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", dn(dt), cname);
@@ -165,6 +169,7 @@ static void attn_case_strided(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV
   cmp(c, arena_printf(c->a, "sdpa o %s", tag), o, ro, n * qw, rt, at);
   cmp(c, arena_printf(c->a, "sdpa lse %s", tag), gl, rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
   expect(c, arena_printf(c->a, "sdpa o's other columns untouched %s", tag), cols_are(go, n, lo, qw, sent));
+  if (fwd_only) return;
   rt_sdpa_bwd_ref(B, S, S, H, KV, hd, causal, q, k, v, o, gl, dout, rdq, rdk, rdv);
   cmp(c, arena_printf(c->a, "sdpa_bwd dq %s", tag), cols_of(c, gg, n, W, 0, qw), rdq, n * qw, rt, at * 4);
   cmp(c, arena_printf(c->a, "sdpa_bwd dk %s", tag), cols_of(c, gg, n, W, qw, kw), rdk, n * kw, rt, at * 4);
@@ -175,8 +180,8 @@ static void attn_case_strided(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV
 /* Strided operands on every attention kernel: the CUDA-core ones (f32, bf16 hd 24), the tensor-core ones in
  * each tile candidate (registers and RS: shared-memory rows), the wgmma forward in each of its tiles. */
 static void attn_strided_cases(KC *c, int variants, int wgmma) {
-  attn_case_strided(c, 2, 37, 4, 2, 16, 1, DT_F32, "");
-  attn_case_strided(c, 1, 33, 2, 1, 24, 1, DT_BF16, "");
+  attn_case_strided(c, 2, 37, 4, 2, 16, 1, DT_F32, "", 0);
+  attn_case_strided(c, 1, 33, 2, 1, 24, 1, DT_BF16, "", 0);
   const struct {
     int64_t B, S, H, KV, hd;
     int causal;
@@ -184,11 +189,11 @@ static void attn_strided_cases(KC *c, int variants, int wgmma) {
   for (size_t t = 0; t < sizeof fc / sizeof fc[0]; t++) {
     CuFlashCfg v[16];
     int nv = variants ? cuk_flash_variants(fc[t].hd, v, 16) : 0;
-    attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16, "");
+    attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16, "", 0);
     for (int i = 1; i < nv; i++) {
       cuk_set_flash_cfg(c->k, &v[i]);
       attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
-                        arena_printf(c->a, " tiles %d", i));
+                        arena_printf(c->a, " tiles %d", i), 0);
       cuk_set_flash_cfg(c->k, NULL);
     }
     CuWgTile w[8];
@@ -196,7 +201,7 @@ static void attn_strided_cases(KC *c, int variants, int wgmma) {
     for (int i = 0; i < nw; i++) {
       cuk_set_flash_wg(c->k, &w[i]);
       attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
-                        arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""));
+                        arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""), 1);
       cuk_set_flash_wg(c->k, NULL);
     }
     CuWgBwdTile wkv[8], wq[8]; /* the backward on wgmma: each dK/dV tile with a dQ tile, as kc_cases_attention */
@@ -206,7 +211,7 @@ static void attn_strided_cases(KC *c, int variants, int wgmma) {
       cuk_set_flash_wg_bwd(c->k, a, b);
       attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
                         arena_printf(c->a, " wgmma bwd dK/dV %dx%d%s dQ %dx%d%s", a->bt, a->nwg, a->pipe ? "p" : "",
-                                     b->bt, b->nwg, b->pipe ? "p" : ""));
+                                     b->bt, b->nwg, b->pipe ? "p" : ""), 0);
       cuk_set_flash_wg_bwd(c->k, NULL, NULL);
     }
   }
@@ -236,21 +241,22 @@ void kc_cases_attention(KC *c) {
     int nv = ac[t].variants && flash_variants ? cuk_flash_variants(ac[t].hd, v, 16) : 0;
     uint64_t rng = c->rng; /* every candidate on the default's inputs */
     AttnOut io = {0};
-    attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL, "", nv > 1 ? &io : NULL);
+    attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, NULL, "", nv > 1 ? &io : NULL, 0);
     for (int i = 1; i < nv; i++) {
       c->rng = rng;
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, &v[i],
-                arena_printf(c->a, " tiles %d", i), &io);
+                arena_printf(c->a, " tiles %d", i), &io, 0);
     }
     CuWgTile w[8]; /* the forward on Hopper's wgmma (shardk_wgmma.cuh), each of its tiles, on the default's inputs */
     int nw = ac[t].dt == DT_BF16 && flash_variants && wgmma_on ? cuk_wg_variants(ac[t].hd, w, 8) : 0;
     for (int i = 0; i < nw; i++) {
       c->rng = rng;
       cuk_set_flash_wg(c->k, &w[i]);
-      /* the default's tiles for the backward; with its outputs at hand (nv > 1), the autotuning's check too */
+      /* the forward alone (its backward is the default's); with the default's outputs at hand (nv > 1), the
+       * autotuning's check too */
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL,
                 arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""),
-                nv > 1 ? &io : NULL);
+                nv > 1 ? &io : NULL, 1);
       cuk_set_flash_wg(c->k, NULL);
     }
     /* the backward on wgmma (shardk_wgmma_bwd.cuh): each dK/dV tile with a dQ tile (the i-th of each list,
@@ -264,7 +270,7 @@ void kc_cases_attention(KC *c) {
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL,
                 arena_printf(c->a, " wgmma bwd dK/dV %dx%d%s dQ %dx%d%s", a->bt, a->nwg, a->pipe ? "p" : "", b->bt, b->nwg,
                              b->pipe ? "p" : ""),
-                nv > 1 ? &io : NULL);
+                nv > 1 ? &io : NULL, 0);
       cuk_set_flash_wg_bwd(c->k, NULL, NULL);
     }
   }
