@@ -16,7 +16,7 @@
 #define SK_EMU_H
 
 /* Fiber switches. ucontext's swapcontext saves and restores the signal mask, a system call per
- * switch (and a warp shuffle is two switches per lane): 3/4 of the emulator's time on a tiny tp 2
+ * switch (and a warp shuffle was two switches per lane, one since 2026-11-26): 3/4 of the emulator's time on a tiny tp 2
  * training step (perf, 2026-11-26). With GCC or Clang on x86-64 or AArch64 a switch is instead
  * __builtin_setjmp / __builtin_longjmp (the stack and frame pointers and the resume address; the
  * compiler treats every other register as clobbered at the receiver, so nothing else needs
@@ -100,7 +100,9 @@ struct Block {
   ucontext_t sched;               /* the scheduler's context */
 #endif
   int cur = -1;                   /* the running fiber */
-  uint64_t shfl[1024];            /* per-thread exchange slot of the warp collectives */
+  int nthreads = 0;               /* the running block's threads */
+  uint64_t shfl[2][1024];         /* per-thread exchange slots of the warp collectives, by call parity */
+  unsigned sparity[1024];         /* per-thread count of its warp collectives (selects shfl's buffer) */
   uint32_t frag[2][1024][6];      /* per-thread A and B fragments of a warp's mma, by call parity */
   const void *rows[2][1024];      /* per-thread row addresses of a warp's ldmatrix, by call parity */
   uint32_t wgfrag[2][1024][4];    /* per-thread register A fragments of a warp's wgmma, by call parity */
@@ -150,11 +152,13 @@ __attribute__((always_inline)) inline Fiber &me() {
 /* Continues where jb was set (by __builtin_setjmp in another function, as the builtins require). */
 [[noreturn]] __attribute__((noinline)) inline void jump(void **jb) { __builtin_longjmp(jb, 1); }
 
+[[noreturn]] inline void to_next(Block &b, int from);
 [[noreturn]] inline void fiber_main() {
   Block &b = fblk();
   (*b.body)();
-  me().state = ST_DONE;
-  jump(b.sched_jb);
+  Fiber &f = me();
+  f.state = ST_DONE;
+  to_next(b, f.linear);
 }
 
 /* Enters fiber_main on the stack that ends at top (16-byte aligned); never returns here. */
@@ -167,22 +171,31 @@ __attribute__((always_inline)) inline Fiber &me() {
   __builtin_unreachable();
 }
 
-inline void yield(int state) {
-  Block &b = fblk();
-  Fiber &f = me();
-  f.state = state;
-  if (__builtin_setjmp(f.jb) == 0) jump(b.sched_jb);
-}
-
-/* Runs fiber t until it yields or finishes. */
-__attribute__((noinline)) inline void resume(Block &b, int t) {
-  Fiber &f = b.fibers[(size_t)t];
-  b.cur = t;
-  if (__builtin_setjmp(b.sched_jb) == 0) {
+/* Continues the first runnable fiber after fiber `from` (-1: from the first), else the scheduler: a
+ * fiber that stops hands on to the next one directly, one jump a switch instead of two through the
+ * scheduler, in the scheduler's order (thread order), so every run goes as it went through it. */
+[[noreturn]] inline void to_next(Block &b, int from) {
+  for (int t = from + 1; t < b.nthreads; t++) {
+    Fiber &f = b.fibers[(size_t)t];
+    if (f.state != ST_RUN) continue;
+    b.cur = t;
     if (f.started) jump(f.jb);
     f.started = 1;
     start_on(b.stacks[(size_t)t] + STACK_BYTES);
   }
+  jump(b.sched_jb);
+}
+
+inline void yield(int state) {
+  Block &b = fblk();
+  Fiber &f = me();
+  f.state = state;
+  if (__builtin_setjmp(f.jb) == 0) to_next(b, f.linear);
+}
+
+/* Runs every runnable fiber, in thread order, until each yields or finishes. */
+__attribute__((noinline)) inline void run_round(Block &b) {
+  if (__builtin_setjmp(b.sched_jb) == 0) to_next(b, -1);
 }
 #else
 inline void fiber_main() {
@@ -219,11 +232,13 @@ inline void syncwarp() { yield(ST_WARP_BAR); }
 inline void run_block(int nthreads) {
   Block &b = blk();
   b.blocks_run++;
+  b.nthreads = nthreads;
   for (int t = 0; t < nthreads; t++) {
     Fiber &f = b.fibers[(size_t)t];
     f.state = ST_RUN;
     f.linear = t;
     b.parity[t] = 0;
+    b.sparity[t] = 0;
     b.wgnew[t] = 1;
     f.tid.x = (unsigned)t % b.block_dim.x;
     f.tid.y = ((unsigned)t / b.block_dim.x) % b.block_dim.y;
@@ -243,9 +258,13 @@ inline void run_block(int nthreads) {
   }
   int nwarps = (nthreads + 31) / 32;
   for (;;) {
+#if SK_EMU_FAST_SWITCH
+    run_round(b);
+#else
     for (int t = 0; t < nthreads; t++) {
       if (b.fibers[(size_t)t].state == ST_RUN) resume(b, t);
     }
+#endif
     b.cur = -1;
     int done = 0, at_block = 0, released = 0;
     for (int t = 0; t < nthreads; t++) {
@@ -340,19 +359,28 @@ inline int warp_size_live() {
   return n < 32 ? n : 32;
 }
 
+/* A warp collective's slots: the buffer of this call's parity, one barrier a call. A lane publishes into the
+ * buffer of its call's parity, so the next call's writes go to the other buffer while slower lanes still read
+ * this one, and no lane writes this buffer again (two calls on) before every lane has passed the next call's
+ * barrier, after its read of this one. The warp's lanes make the same sequence of collectives (as CUDA's
+ * *_sync with the full mask requires). */
+inline uint64_t *collective_slots() {
+  Block &b = fblk();
+  const int t = me().linear;
+  return b.shfl[b.sparity[t]++ & 1u];
+}
+
 /* Every live lane of the warp publishes v; returns the value of lane src (v itself when src
  * is outside the warp's live lanes). */
 template <class T>
 inline T exchange(T v, int src) {
   static_assert(sizeof(T) <= 8, "sk_emu: shuffle of a type wider than 8 bytes");
-  Block &b = fblk();
-  uint64_t bits = 0;
+  uint64_t *slot = collective_slots(), bits = 0;
   memcpy(&bits, &v, sizeof(T));
-  b.shfl[me().linear] = bits;
+  slot[me().linear] = bits;
   syncwarp();
   T r = v;
-  if (src >= 0 && src < warp_size_live()) memcpy(&r, &b.shfl[warp_base() + src], sizeof(T));
-  syncwarp();
+  if (src >= 0 && src < warp_size_live()) memcpy(&r, &slot[warp_base() + src], sizeof(T));
   return r;
 }
 
@@ -482,13 +510,12 @@ inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
 }
 inline unsigned __ballot_sync(unsigned mask, int pred) {
   (void)mask;
-  sk_emu::Block &b = sk_emu::fblk();
-  b.shfl[sk_emu::me().linear] = pred != 0;
+  uint64_t *slot = sk_emu::collective_slots();
+  slot[sk_emu::me().linear] = pred != 0;
   __syncwarp();
   unsigned r = 0;
   int n = sk_emu::warp_size_live(), base = sk_emu::warp_base();
-  for (int i = 0; i < n; i++) r |= (unsigned)(b.shfl[base + i] != 0) << i;
-  __syncwarp();
+  for (int i = 0; i < n; i++) r |= (unsigned)(slot[base + i] != 0) << i;
   return r;
 }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
