@@ -602,7 +602,7 @@ static void emu_describe(void *be, char *out, size_t n) {
 
 static double emu_peak(void *be) {
   EmuBe *e = be;
-  if (e->peak <= 0) e->peak = rt_measure_peak_flops(e->threads, 0.1);
+  if (e->peak <= 0) e->peak = rt_measure_peak_flops(e->threads, 0.04);
   return e->peak;
 }
 

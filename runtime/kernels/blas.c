@@ -135,18 +135,19 @@ static double fma_run(int64_t iters, float *sink) {
 double rt_measure_peak_flops(int threads, double seconds) {
   if (threads <= 0) threads = rt_get_threads();
   if (seconds <= 0) seconds = 0.2;
-  /* calibrate on one thread: iterations for ~seconds/4 */
+  /* calibrate on one thread: iterations for ~seconds/4 (doubling from 2^16 until a run takes 2 ms: about
+   * 4 ms in all, where growing by 4x to 20 ms spent up to 0.1 s of every trainer's start) */
   float sink = 0;
   int64_t iters = 1 << 16;
   for (;;) {
     double t0 = now_s();
     fma_run(iters, &sink);
     double t = now_s() - t0;
-    if (t > 0.02 || iters > ((int64_t)1 << 40)) {
+    if (t > 0.002 || iters > ((int64_t)1 << 40)) {
       iters = (int64_t)((double)iters * (seconds / 4) / (t > 1e-9 ? t : 1e-9)) + 1;
       break;
     }
-    iters *= 4;
+    iters *= 2;
   }
   /* Each thread's FLOPs over its own CPU time (CLOCK_THREAD_CPUTIME_ID), summed: what the threads
    * do while they run, so a machine shared with other work (time-sliced cores) does not lower the
