@@ -2,6 +2,8 @@
 #ifndef SHARDRT_CHECK_H
 #define SHARDRT_CHECK_H
 
+#include "fabric_dl.h" /* (first: fi_strerror is the loader's) */
+
 #include <rdma/fi_errno.h>
 
 #include "comm.h"

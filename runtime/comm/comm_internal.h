@@ -15,6 +15,8 @@
 #ifndef SHARDRT_COMM_INTERNAL_H
 #define SHARDRT_COMM_INTERNAL_H
 
+#include "fabric_dl.h" /* (first: libfabric's entry points renamed to the loader's) */
+
 #include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
