@@ -236,13 +236,11 @@ int main(int argc, char **argv) {
   }
   jobs[1].keep = argc > 1;
   int fails = 0;
-  pthread_t t;
-  if (pthread_create(&t, NULL, compile, &jobs[0]) != 0) compile(&jobs[0]);
-  else {
-    compile(&jobs[1]);
-    pthread_join(t, NULL);
-  }
-  if (!jobs[1].msg[0]) compile(&jobs[1]);
+  pthread_t t; /* sm_80 on a thread, sm_90 here */
+  int threaded = pthread_create(&t, NULL, compile, &jobs[0]) == 0;
+  if (!threaded) compile(&jobs[0]);
+  compile(&jobs[1]);
+  if (threaded) pthread_join(t, NULL);
   for (int i = 0; i < 2; i++) {
     printf("%s\n", jobs[i].msg);
     if (!jobs[i].ok) {
