@@ -91,7 +91,7 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
 }
 
 /* The stage map of virtual stage vs (chunk vs / pp of stage vs % pp) for micro-batch mb. */
-static PtrMap *smap(Pp *p, int vs, int mb) { return &p->map[vs * p->M + mb]; }
+#define smap pipe_smap
 
 /* Chunk c of a stacked layer value read from outside the micro-step (a parameter, [L/pp, ..]
  * locally): rows [c L/(pp v), (c+1) L/(pp v)), the layers of virtual stage c pp + s. Made once
@@ -222,6 +222,7 @@ static void run_instr(Pp *p, int st, PipeInstr in) {
   intptr_t got;
   if (in.op == 'W') { /* zb: the weight gradients of the stage's layers, after its B */
     run_node(p, vs, mb, p->W);
+    pipe_fold_run(p, vs, mb, p->W);
     return;
   }
   if (in.op == 'F') {
@@ -239,6 +240,7 @@ static void run_instr(Pp *p, int st, PipeInstr in) {
   if (vs < last) p2p(p, vs, mb, NULL, vs + 1, true, p->B->in[0]);
   else if (!ptrmap_get(sm, p->B->in[0], &got)) die("pipe: the last stage made no gradient for the layers");
   run_node(p, vs, mb, p->B);
+  pipe_fold_run(p, vs, mb, p->B);
   if (vs > 0) {
     ptrmap_get(sm, p->B->out[0], &got);
     p2p(p, vs, mb, (Value *)got, vs - 1, true, NULL);
@@ -295,7 +297,7 @@ static void run_stage_merges(Pp *p, int st, int mb) {
   PtrMap loc = {0};
   intptr_t got;
   for (int i = 0; i < b->nnodes; i++) {
-    if (!p->early[i]) continue;
+    if (!p->early[i] || p->folded[i]) continue; /* (folded: the loop did it, pipe_fold.c) */
     Node *d = b->nodes[i];
     Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
     for (int j = 0; j < d->nin; j++) {
@@ -324,7 +326,7 @@ static void run_stage_merges(Pp *p, int st, int mb) {
     ir_clone_node(p->g, d, in, &loc)->stage = st + 1;
   }
   for (int c = 0; c < nc; c++)
-    if (p->local[c]) {
+    if (p->local[c] && !p->fold[c]) {
       if (!ptrmap_get(&loc, b->results[c], &got)) die("pipe: stage %d made no sum of carry %d", st, c);
       p->ssum[c * p->pp + st] = (Value *)got;
     }
@@ -408,6 +410,7 @@ bool pass_pipe(Module *m) {
     p.nowned = pipe_owned_params(&p, &p.g->nodes[ia + 1], nafter, p.owner, p.owned, p.owned_set);
   }
   pipe_stage_merges(&p);
+  pipe_fold_plan(&p, &s);
   pipe_plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
   p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
@@ -441,8 +444,11 @@ bool pass_pipe(Module *m) {
     run_instr(&p, order[k].stage, in);
     m->pipe->order[k] = in;
     m->pipe->order_stage[k] = order[k].stage;
-    for (int q = n0; q < g->nnodes; q++) /* its nodes, for the trace (a receive is a wait: apart) */
-      if (g->nodes[q]->op != OP_RECV) g->nodes[q]->instr = k + 1;
+    for (int q = n0; q < g->nnodes; q++) { /* its nodes, for the trace (a receive is a wait: apart; the
+                                             * zeros a stage's first B sums into, pipe_fold.c: before it) */
+      Node *x = g->nodes[q];
+      if (x->op != OP_RECV && !(x->op == OP_CONST && x->stage)) x->instr = k + 1;
+    }
     left[in.mb]--;
     int st = order[k].stage, *sd = &sdone[st];
     sleft[st * p.M + in.mb]--;
@@ -452,6 +458,7 @@ bool pass_pipe(Module *m) {
   for (int c = 0; c < nc; c++) /* each stage's sum of its parts: its own */
     if (p.local[c]) {
       Value **each = &p.ssum[c * pp];
+      for (int st = 0; st < pp && p.fold[c]; st++) each[st] = pad_rows(&p, st, pipe_fold_sum(&p, c, st));
       p.sum[c] = ir_emit(g, OP_STAGE_SELECT, pp, each, each[0]->dtype, each[0]->shape, NULL, p.A->loc);
       p.sum[c]->sharding = each[0]->sharding;
     }

@@ -12,6 +12,7 @@
  *                 them (PipeBalance: made by the stage pass, applied by `layers(balanced)`)
  *   pipe_owners.c a held parameter's nodes on its stages (pipe_own), a tied gradient's exchange
  *                 (pipe_pair_sum); pipe_split.c zb's B / W split; pipe_sched.c the schedules
+ *   pipe_fold.c   a stage's layer gradients summed inside its backward loops (the merges folded)
  * Calls go one way: stage.c -> pipe_balance.c -> pipe_plan.c -> pipe_class.c; pipe.c -> pipe_plan.c.
  */
 #ifndef SHARDC_PIPE_INTERNAL_H
@@ -58,7 +59,15 @@ typedef struct {
   char *early;    /* by body node position: a merge of one stage's values (pipe_stage_merges) */
   bool *local;    /* [ncarry]: a sum each stage makes of its own parts (its chain in ssum) */
   Value **ssum;   /* [ncarry * pp]: stage s's running sum of carry c at c pp + s (NULL: none yet) */
+  /* the merges folded into the loops making their gradients (pipe_fold_plan) */
+  Value **fold;   /* [ncarry]: the body's stacked loop output (B's, zb: W's) whose merge into carry c is folded, or NULL */
+  Node **fold_cast; /* [ncarry]: the body's cast of it to the sum's precision, or NULL */
+  char *folded;   /* by body node position: a merge node the loop does (run_stage_merges skips it) */
+  Value **csum;   /* [ncarry * pp * v]: chunk ch of stage s's running sum of a folded carry c at (c pp + s) v + ch */
 } Pp;
+
+/* Virtual stage vs's map (body value -> its clone) for micro-batch mb. */
+static inline PtrMap *pipe_smap(Pp *p, int vs, int mb) { return &p->map[vs * p->M + mb]; }
 
 /* The layers stage st runs (uneven stages: its own count; else every stage's). */
 static inline int64_t pipe_stage_layers(const Pp *p, int st) { return p->rows ? p->rows[st] : p->per; }
@@ -74,6 +83,14 @@ int pipe_owned_params(const Pp *p, Node *const *after, int nafter, uint64_t *own
 uint64_t pipe_owner_of(const Pp *p, const Node *n);
 /* Marks p->early and p->local: the merges and sums each stage can do on its own (pipe_class.c). */
 void pipe_stage_merges(Pp *p);
+
+/* passes/pipe_fold.c: the merges each stage's loops do (p->fold: a local carry's add of a stacked
+ * loop output read by it alone, where the lists run the loop's instructions in micro-batch order),
+ * each done as virtual stage vs's loop `loop` (a body node) of micro-batch mb has run, and a folded
+ * carry's sum of stage st after the last micro-batch (its chunks concatenated; uneven: its own rows) */
+void pipe_fold_plan(Pp *p, const PipeSched *s);
+void pipe_fold_run(Pp *p, int vs, int mb, const Node *loop);
+Value *pipe_fold_sum(Pp *p, int c, int st);
 
 /* passes/pipe_plan.c: m->pipe, the plan's figures of p's stages under schedule s */
 void pipe_plan_report(Pp *p, const PipeSched *s);

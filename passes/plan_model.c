@@ -21,19 +21,19 @@ static const double act_rep_units[3] = {4.0, 1.0, 4.0};
  * over none, 0.48 1f1b and zb, 0.43 interleaved). */
 #define ACT_FULL_PP 7.5
 /* ---- the pipeline's memory in flight, from the schedule the compiler unrolls ----------------
- * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order; each stage merges
- * its part of micro-batch i (its layer gradients cast to f32 and added to its running sums) once it
- * has run all its instructions of i, in micro-batch order (run_stage_merges), and every rank the
- * rest of i (the head's and the embedding's gradients) once every stage has. Until then a stage
- * holds, per micro-batch (chunk): the activations its forward kept for its backward (F .. B; zb:
- * .. W), the compute-precision weight gradient of its layers (B, zb: W, .. its merge), and every
- * rank the head's and the embedding's gradient ([vocab / tp, d]: from the last stage's F, the first
- * stage's B, .. the merge), under zb what B keeps for W. A profile is the Pareto set of (activation
- * chunks, B's awaiting W, gradient chunks, head/embedding gradients, merging now) over every stage
- * and position: a candidate's peak is the most of their weighted sums (GPT-3 at pp 16, 1f1b: the
- * last stage held 7 micro-batches' gradients when the stages merged together, 1 now). */
+ * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order; each stage's
+ * backward loops (zb: W's) add its layer gradients of micro-batch i to its running sums layer by
+ * layer (passes/pipe_fold.c: no stage gradient held between instructions), and every rank merges
+ * the rest of i (the head's and the embedding's gradients) once every stage has run its
+ * instructions of i. Until then a stage holds, per micro-batch (chunk): the activations its forward
+ * kept for its backward (F .. B; zb: .. W), and every rank the head's and the embedding's gradient
+ * ([vocab / tp, d]: from the last stage's F, the first stage's B, .. the merge), under zb what B
+ * keeps for W. A profile is the Pareto set of (activation chunks, B's awaiting W, head/embedding
+ * gradients) over every stage and position: a candidate's peak is the most of their weighted sums
+ * (GPT-3 at pp 16, 1f1b: the last stage held 7 micro-batches' layer gradients when the stages
+ * merged together, 1 when each merged its own, none inside its loops). */
 typedef struct {
-  int a, b, g, h, merge; /* b (zb): backwards whose weight gradients (W) have not run */
+  int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
   int last;              /* the last stage's (it holds the logits) */
 } PpLoad;
 typedef struct PpPlay {
@@ -56,12 +56,12 @@ struct PpProfile {
 static void pareto_add(PpProfile *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (y->a >= x.a && y->b >= x.b && y->g >= x.g && y->h >= x.h && y->merge >= x.merge && y->last >= x.last) return;
+    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.g >= y->g && x.h >= y->h && x.merge >= y->merge && x.last >= y->last))
+    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last))
       p->load[k++] = *y;
   }
   p->n = k;
@@ -158,17 +158,15 @@ static void pp_loads(PpProfile *p, const double *key) {
   int total = 0;
   for (int st = 0; st < pp; st++) total += s.len[st];
   PipeStep *order = calloc((size_t)total + 1, sizeof *order);
-  int *a = calloc((size_t)pp, sizeof(int)), *g = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
+  int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int));
-  int *sleft = calloc((size_t)(pp * M), sizeof(int)), *sdone = calloc((size_t)pp, sizeof(int)); /* per stage */
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
   char msg[256];
-  if (!order || !a || !g || !left || !hm || !bw || !sleft || !sdone) die("plan model: out of memory");
+  if (!order || !a || !left || !hm || !bw) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
     int last = pp * s.v - 1, h = 0, done = 0;
     for (int i = 0; i < M; i++) left[i] = (zb ? 3 : 2) * pp * s.v;
-    for (int i = 0; i < pp * M; i++) sleft[i] = (zb ? 3 : 2) * s.v;
     for (int k = 0; k < total; k++) {
       int st = order[k].stage;
       PipeInstr in = s.list[st][order[k].step];
@@ -178,26 +176,20 @@ static void pp_loads(PpProfile *p, const double *key) {
         a[st]++;
         if (vs == last) h++, hm[in.mb]++, all = true;
       } else if (in.op == 'B') {
-        if (!zb) a[st]--, g[st]++;
+        if (!zb) a[st]--;
         else bw[st]++;
         if (vs == 0) h++, hm[in.mb]++, all = true;
       } else {
-        a[st]--, bw[st]--, g[st]++;
+        a[st]--, bw[st]--;
       }
       left[in.mb]--;
-      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], g[q], h, 0, q == pp - 1});
-      sleft[st * M + in.mb]--;
-      while (sdone[st] < M && sleft[st * M + sdone[st]] == 0) { /* the stage's part merged: read, then gone */
-        pareto_add(p, (PpLoad){a[st], bw[st], g[st], h, 1, st == pp - 1});
-        g[st] -= s.v;
-        sdone[st]++;
-      }
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], h, q == pp - 1});
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
-  free(a), free(g), free(left), free(hm), free(bw), free(sleft), free(sdone);
+  free(a), free(left), free(hm), free(bw);
 }
 
 /* The lists of a schedule as the pipe pass makes them (pp_lists), their loads in flight (kept by
@@ -456,11 +448,13 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
                 (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr;
-    double tw = g1 + wb * cb;
+    /* the chunk's layer gradients added to the stage's sums (cast to f32 and read, the sums read and
+     * written), inside the loop making them: W under zb, else B (passes/pipe_fold.c) */
+    double tw = g1 + wb * cb + sm * p_layer * lst / cv * (cb / 4 + 2);
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
-    double merge = sm * (p_layer * lst * (cb / 4 + 2) + pm->vocab / tp * d * (cb + 8)) + 4 * ko;
+    double merge = sm * pm->vocab / tp * d * (cb + 8) + 4 * ko; /* the head's and the embedding's gradients */
     int rps = c->dp * c->cp * c->tp;
     const CostLink *pl = &dev->link[rps >= dpn && dpn > 1 ? 1 : 0];
     double share = rps >= dpn && dpn > 1 ? dpn : 1;
@@ -482,9 +476,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     e->pp_span_s = play->span * tf;
     e->pp_busy_s = play->busy * tf;
     double A = per_layer * lst / c->v;          /* a chunk's activations of one micro-batch */
-    double G = p_layer * lst / c->v * cb / 4;   /* a chunk's weight gradient of one micro-batch */
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
-    double T = p_layer * lst;                   /* merging: the stage's gradient in f32 */
     /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
      * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
      * none's 16) */
@@ -492,7 +484,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double most = 0;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
-      double x = l->a * A + l->b * S + l->g * G + l->h * H + l->merge * T + l->last * head;
+      double x = l->a * A + l->b * S + l->h * H + l->last * head;
       if (x > most) most = x;
     }
     /* the stage's layer weights in the compute precision, cast once per step (ZeRO-3: gathered) */

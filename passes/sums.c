@@ -30,11 +30,18 @@ Value *loop_sum(Graph *g, Value *sum, Value *grad, const Node *add, const Node *
   /* bf16 compute (passes/precision.c): the loop yields the bf16 gradient, cast to f32 here; the
    * cast moves into the loop with the add, and the loop yields f32 */
   Node *cast = grad->def->op == OP_CAST && read_once(g, grad) ? grad->def : NULL;
-  Value *top = grad;
   if (cast) grad = cast->in[0];
+  if (grad->def->op != OP_REPEAT || !read_once(g, grad)) return NULL;
+  Value *looped = loop_sum_in(g, sum, grad, cast, add->loc, mean);
+  if (looped && cast) ir_drop_node(g, cast);
+  return looped;
+}
+
+Value *loop_sum_in(Graph *g, Value *sum, Value *grad, const Node *cast, SrcLoc loc, const Node *mean) {
   Node *R = grad->def;
-  if (R->op != OP_REPEAT || grad->idx < R->a.ncarry || !ir_shape_eq(&sum->shape, &grad->shape)) return NULL;
-  if (!read_once(g, grad) || sum->dtype != top->dtype) return NULL;
+  DType top = cast ? cast->out[0]->dtype : grad->dtype;
+  if (R->op != OP_REPEAT || grad->idx < R->a.ncarry) return NULL;
+  if (!ir_shape_eq(&sum->shape, &grad->shape) || sum->dtype != top) return NULL;
   Graph *b = R->body;
   Value *y = b->results[grad->idx];
   if (y->def->graph != b || y->def->op == OP_ARG) return NULL;
@@ -47,7 +54,7 @@ Value *loop_sum(Graph *g, Value *sum, Value *grad, const Node *add, const Node *
   R->in = in;
   R->nin++;
   R->a.nxs++;
-  Node *an = ir_add_arg(b, y->dtype, y->shape, "sum"); /* appended as args[nargs - 1]: move it to `at` */
+  Node *an = ir_add_arg(b, top, y->shape, "sum"); /* appended as args[nargs - 1]: move it to `at` */
   for (int k = b->nargs - 1; k > at; k--) {
     b->args[k] = b->args[k - 1];
     b->args[k]->a.index = k;
@@ -55,25 +62,24 @@ Value *loop_sum(Graph *g, Value *sum, Value *grad, const Node *add, const Node *
   b->args[at] = an;
   an->a.index = at;
   an->out[0]->sharding = y->sharding;
-  an->out[0]->dtype = sum->dtype;
-  if (cast) {
-    Value *yc = ir_emit(b, OP_CAST, 1, &y, top->dtype, y->shape, &cast->a, cast->loc);
+  if (cast) { /* the cast per layer, inside the loop: it yields f32 */
+    Value *yc = ir_emit(b, OP_CAST, 1, &y, top, y->shape, &cast->a, cast->loc);
     yc->sharding = y->sharding;
     y = yc;
-    grad->dtype = top->dtype; /* the loop's stacked output: f32 now */
-    ir_drop_node(g, cast);
+    grad->dtype = top;
   }
   /* sum_l + g_l, as in the region; memplan gives the loop's output the sum's own stacked buffer
    * when nothing reads the sum after the loop (passes/memplan.c, xs_in_place): slice l is read
    * and written by this add only, index for index */
   Value *ab[2] = {an->out[0], y};
-  Value *s = ir_emit(b, OP_ADD, 2, ab, y->dtype, y->shape, NULL, add->loc);
-  s->sharding = y->sharding;
+  y = ir_emit(b, OP_ADD, 2, ab, y->dtype, y->shape, NULL, loc);
+  y->sharding = ab[1]->sharding;
   if (mean) {
-    s = ir_emit(b, OP_SCALE, 1, &s, y->dtype, y->shape, &mean->a, mean->loc);
+    Value *s = ir_emit(b, OP_SCALE, 1, &y, y->dtype, y->shape, &mean->a, mean->loc);
     s->sharding = y->sharding;
+    y = s;
   }
-  b->results[grad->idx] = s;
+  b->results[grad->idx] = y;
   return grad;
 }
 

@@ -22,7 +22,9 @@
  *
  * Under pp (no region: the schedule sums the micro-batches at the top level) the same holds for
  * the chain of adds from zeros: see scatter_chain below; each stage's own chain when the stages
- * merge their layer gradients on their own (a stage_select of the chains, scattered together).
+ * merge their layer gradients on their own (a stage_select of the chains, scattered together);
+ * and for a chain of backward loops each adding to the sum so far (scatter_folded: the stages'
+ * merges folded into their loops, passes/pipe_fold.c).
  *
  * The scatters of one loop body go right after their gradient (a bf16 gradient's f32 cast moves
  * there with them) and are grouped in runs of up to the plan's bucket bytes, each run placed where
@@ -402,6 +404,69 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
   return true;
 }
 
+/* ---- the sums folded into the pipeline's backward loops (passes/pipe_fold.c) ----
+ * Each stage's running sum of a layer gradient made by its loops: R_i reads the sum so far (R_{i-1}'s
+ * stacked output; R_1: zeros, each read once) as its stacked argument "sum" and yields sum_l + g_l.
+ * Interleaved, each chunk its own chain (concatenated along the layers); uneven stages, each its own
+ * rows (padded). As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
+ * body, and the chain sums the shards. */
+
+/* v ends such a chain: its loops' outputs, last first, then the zeros, appended to *out (*n of cap). */
+static bool folded_chain(const PtrMap *uses, Value *v, Value **out, int *n, int cap) {
+  for (Shape sh = v->shape;;) {
+    Node *R = v->def;
+    if (!read_once(uses, v) || !ir_shape_eq(&v->shape, &sh) || *n == cap) return false;
+    if (R->op == OP_CONST && R->a.scalar == 0) return out[(*n)++] = v, true;
+    if (R->op != OP_REPEAT || v->idx < R->a.ncarry) return false;
+    const Graph *b = R->body;
+    const Value *y = b->results[v->idx];
+    if (y->def->graph != b || !yielded_once(b, y)) return false;
+    int slot, j = sum_arg(R, y->def, &slot);
+    const char *nm = j >= 0 ? b->args[j]->out[0]->name : NULL;
+    if (!nm || strcmp(nm, "sum") != 0) return false;
+    out[(*n)++] = v;
+    v = R->in[j];
+  }
+}
+
+/* sel (stage_select) of each stage's folded chains, under a pad or a concat along the layers:
+ * all found before anything changes (else false, nothing changed), then each loop scatters. */
+static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
+  if (d < 1) return false;
+  PtrMap uses = {0};
+  ir_use_counts(g, &uses);
+  int cap = g->nnodes, n = 0, nw = 0; /* (the loops and zeros: fewer than g's nodes) */
+  Value **chain = ARENA_ARRAY(g->arena, Value *, cap + 1);
+  Value **wrap = ARENA_ARRAY(g->arena, Value *, 2 * sel->nin + 1); /* the pads and concats */
+  bool ok = true;
+  for (int s = 0; s < sel->nin && ok; s++) {
+    Value *v = sel->in[s];
+    if (v->def->op == OP_PAD && v->def->a.axis == 0 && read_once(&uses, v)) wrap[nw++] = v, v = v->def->in[0];
+    Node *c = v->def;
+    bool cat = c->op == OP_CONCAT && c->a.axis == 0 && read_once(&uses, v);
+    if (cat) wrap[nw++] = v;
+    for (int k = 0; k < (cat ? c->nin : 1) && ok; k++) ok = folded_chain(&uses, cat ? c->in[k] : v, chain, &n, cap);
+  }
+  ptrmap_free(&uses);
+  if (!ok) return false;
+  for (int k = 0; k < n; k++) {
+    Value *v = chain[k];
+    if (v->def->op == OP_CONST) { /* the zeros: a shard */
+      retype(v, d, z);
+      continue;
+    }
+    Graph *b = v->def->body;
+    Value *y = b->results[v->idx];
+    int slot, j = sum_arg(v->def, y->def, &slot);
+    scatter_operand(b, y->def, slot ^ 1, d - 1, z, -1);
+    retype(b->args[j]->out[0], d - 1, z);
+    retype(y, d - 1, z);
+    retype(v, d, z);
+  }
+  for (int k = nw - 1; k >= 0; k--) retype(wrap[k], d, z);
+  return true;
+}
+
 Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
   Node *mean, *add;
   int slot = -1;
@@ -414,7 +479,9 @@ Value *zero_scatter_sums_top(Graph *g, Value *gr, int d, ZeroGroup z) {
   if (add->op == OP_STAGE_SELECT) { /* each stage's own chain (pipe.c's run_stage_merges) */
     Node **ends = ARENA_ARRAY(g->arena, Node *, add->nin + 1);
     for (int j = 0; j < add->nin; j++) ends[j] = add->in[j]->def;
-    if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) || !scatter_chain(g, ends, add->nin, d, z)) return NULL;
+    if (!ir_shape_eq(&add->out[0]->shape, &gr->shape) ||
+        (!scatter_folded(g, add, d, z) && !scatter_chain(g, ends, add->nin, d, z)))
+      return NULL;
     retype(add->out[0], d, z);
   } else if (slot >= 0) { /* the region's sum, then the last micro-step's */
     shard_region_sum(&o, d, z);

@@ -293,9 +293,11 @@ static void check_analytic_zb(void) {
  * passes/cost.c) for every schedule: tiny (seq 8, d 32, 4 layers: the head and loss on the last stage
  * weigh about two layers, the merges between instructions as much again) at pp 2 x 4 and 8
  * micro-batches of 1, the model calibrated on the one-rank plan. The analytic bubble within 0.07 of
- * the compiled (measured: 0.013-0.057) and the step within 15 % (0.97-1.14), where the closed forms
- * (pp-1)/(M+pp-1) (interleaved M v; zb 3M) miss the compiled bubble by 0.18-0.32: interleaved's by
- * over three times the tolerance (the test fails with them). */
+ * the compiled (measured: 0.008-0.058) and the step within 15 % (1.03-1.13), and nearer it than the
+ * closed forms (pp-1)/(M+pp-1) (interleaved M v; zb 3M) in every case: they miss the compiled bubble
+ * by 0.08-0.14, over the tolerance (the test fails with them). (Before each stage's gradient sums
+ * were folded into its backward loops, passes/pipe_fold.c, the merges between instructions made the
+ * compiled bubbles 0.08-0.2 larger and the closed forms missed by 0.18-0.32.) */
 static void check_analytic_vs_compiled(void) {
   fprintf(stderr, "the plan search's analytic model against the compiled timeline\n");
   Arena a;
@@ -336,12 +338,11 @@ static void check_analytic_vs_compiled(void) {
               e.step_s / r.step_s);
       expect(fabs(e.bubble - r.bubble) < 0.07, "analytic bubble within 0.07 of the compiled");
       expect(e.step_s > 0.85 * r.step_s && e.step_s < 1.15 * r.step_s, "analytic step within 15 % of the compiled");
-      far += fabs(closed - r.bubble) > 0.15;
-      if (q == 2) expect(fabs(closed - r.bubble) > 0.21, "interleaved: the closed form misses the compiled bubble by over 0.21");
+      far += fabs(closed - r.bubble) > 0.07 && fabs(closed - r.bubble) > fabs(e.bubble - r.bubble);
       arena_free(&ca);
     }
-  fprintf(stderr, "  %d of 8 closed forms off the compiled bubble by over 0.15\n", far);
-  expect(far == 8, "every closed form off the compiled bubble by over 0.15");
+  fprintf(stderr, "  %d of 8 closed forms off the compiled bubble by over 0.07 and the analytic's miss\n", far);
+  expect(far == 8, "every closed form off the compiled bubble by over 0.07 and the analytic's miss");
   plan_model_free(&pm);
   arena_free(&a);
 }
