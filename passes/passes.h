@@ -23,7 +23,8 @@ bool pass_sums(Module *m);      /* accumulation: each micro-step's layer gradien
 Value *loop_sum(Graph *g, Value *sum, Value *grad, const Node *add, const Node *mean);
 /* loop_sum's fold, for a caller that knows g reads grad (a repeat's stacked output) nowhere else
  * (passes/pipe_fold.c): cast (NULL, or a cast node of any graph: its attributes) is applied per
- * layer in the loop before the add, and the add is at loc. */
+ * layer in the loop before the add, and the add is at loc; sum NULL: the loop yields the (cast)
+ * gradient itself, a sum's first term. */
 Value *loop_sum_in(Graph *g, Value *sum, Value *grad, const Node *cast, SrcLoc loc, const Node *mean);
 bool pass_gemm_cast(Module *m); /* CPU target, precision bf16: each weight's bf16 copy cast once per step for its GEMMs */
 bool pass_wcast(Module *m);     /* bf16 compute: a stacked weight's bf16 copy made per layer inside the loops reading it */

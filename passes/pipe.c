@@ -444,11 +444,8 @@ bool pass_pipe(Module *m) {
     run_instr(&p, order[k].stage, in);
     m->pipe->order[k] = in;
     m->pipe->order_stage[k] = order[k].stage;
-    for (int q = n0; q < g->nnodes; q++) { /* its nodes, for the trace (a receive is a wait: apart; the
-                                             * zeros a stage's first B sums into, pipe_fold.c: before it) */
-      Node *x = g->nodes[q];
-      if (x->op != OP_RECV && !(x->op == OP_CONST && x->stage)) x->instr = k + 1;
-    }
+    for (int q = n0; q < g->nnodes; q++) /* its nodes, for the trace (a receive is a wait: apart) */
+      if (g->nodes[q]->op != OP_RECV) g->nodes[q]->instr = k + 1;
     left[in.mb]--;
     int st = order[k].stage, *sd = &sdone[st];
     sleft[st * p.M + in.mb]--;

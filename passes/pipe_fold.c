@@ -9,11 +9,13 @@
  * instead, as gradient accumulation without pp does (passes/sums.c's loop_sum_in): B(s, i) reads the
  * stage's sum as one more stacked input and yields sum_l + g_l per layer, which memplan writes into
  * the sum's own buffer (xs_in_place), so the gradient lives one layer at a time. Micro-batch 0's
- * loop adds to zeros made on its stage, as the merge did (the same program as the other
- * micro-batches' B, outlined once, and 0 + g exactly as before: a memset per step). Interleaved, each chunk's loop sums its own rows (a running sum per chunk, concatenated in the
+ * loop yields g_l itself (its f32 cast under bf16), which becomes the sum: no zeros, and no sum
+ * alive during that first backward (the stage's peak under 1F1B and GPipe, all its micro-batches'
+ * activations in flight). Interleaved, each chunk's loop sums its own rows (a running sum per chunk, concatenated in the
  * stage's row order after the last micro-batch); uneven stages sum their own rows (padded after
  * the last). The same adds in the same order (each chunk's loops run in micro-batch order on its
- * stage: pipe_fold_plan checks the lists), so the sums are bit-identical. Under ZeRO-2/3 each loop then
+ * stage: pipe_fold_plan checks the lists), so the sums are bit-identical (but for an element
+ * whose every micro-batch's gradient is -0: 0 + -0 was +0). Under ZeRO-2/3 each loop then
  * reduce-scatters g_l and sums the shards (passes/zero_sums.c, scatter_folded). A merge that does
  * not fold (a parameter every layer reads: B's carry, not stacked; g read by another merge) stays
  * run_stage_merges' add.
@@ -54,7 +56,7 @@ void pipe_fold_plan(Pp *p, const PipeSched *s) {
   for (int c = 0; c < nc; c++) {
     Value *sum = b->args[c]->out[0], *fin = b->results[c];
     Node *add = fin->def;
-    const Value *z = p->A->in[c]; /* the sum's start: zeros (made again per stage and chunk) */
+    const Value *z = p->A->in[c]; /* the sum's start: zeros (the first micro-batch's gradient is the sum) */
     if (!p->local[c] || z->def->op != OP_CONST || z->def->a.scalar != 0) continue;
     if (add->graph != b || add->op != OP_ADD || add->in[0] == add->in[1]) continue;
     if (add->in[0] != sum && add->in[1] != sum) continue;
@@ -86,16 +88,7 @@ void pipe_fold_run(Pp *p, int vs, int mb, const Node *loop) {
     Value *g = (Value *)got, **sum = &p->csum[(c * p->pp + st) * p->v + ch];
     const Node *cast = p->fold_cast[c];
     SrcLoc loc = p->body->results[c]->def->loc;
-    if (!*sum) { /* the stage's (chunk's) first: zeros on its stage, its rows, before the loop */
-      const Value *z = p->A->in[c];
-      int at = p->g->nnodes - 1;
-      while (at > 0 && p->g->nodes[at] != g->def) at--;
-      *sum = ir_emit(p->g, OP_CONST, 0, NULL, z->dtype, g->shape, &z->def->a, z->def->loc);
-      (*sum)->sharding = g->sharding;
-      (*sum)->def->stage = st + 1;
-      ir_move_last(p->g, at);
-    }
-    *sum = loop_sum_in(p->g, *sum, g, cast, loc, NULL); /* (pipe_fold_plan checked what it needs) */
+    *sum = loop_sum_in(p->g, *sum, g, cast, loc, NULL); /* (the first: no sum yet; pipe_fold_plan checked the rest) */
     if (!*sum) die("pipe: stage %d's loop cannot sum carry %d", st, c);
   }
 }

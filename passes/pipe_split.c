@@ -6,8 +6,9 @@
  * only, as soon as it can, and W, the weight gradients, where the stage would otherwise idle.
  * pipe_split_backward cuts the loop R in two reverse loops over the same layers:
  *   Rb  R's body without what only the weight gradients need; its outputs: the carry, and
- *       stacked per layer the values the weight gradients read from it (the hand-off);
- *   Rw  no carry; reads R's stacked inputs and the hand-off; yields R's stacked outputs.
+ *       stacked per layer the values the weight gradients read from it (the hand-off), and the
+ *       weight gradients it makes itself (a norm's, made with its input's gradient);
+ *   Rw  no carry; reads R's stacked inputs and the hand-off; yields R's other stacked outputs.
  * Every node is a clone of one of R's body (the same op, attributes, shapes and shardings), each
  * computed once, so the gradients are bit-identical to R's.
  */
@@ -82,14 +83,25 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
       h[nh++] = u;
     }
   }
-  for (int r = nc; r < g->nresults; r++) { /* a weight gradient B makes itself: handed off as it is */
+  /* a weight gradient B makes itself: B yields it (after the hand-off; W reads it only if its
+   * nodes do), so that B's loop can add it to the stage's sum (passes/pipe_fold.c) */
+  int nhw = nh; /* the hand-off W reads: h[0 .. nhw) */
+  char *own = calloc((size_t)g->nresults + 1, 1); /* result r: B's (at h[own_at[r]]) */
+  int *own_at = calloc((size_t)g->nresults + 1, sizeof(int));
+  if (!own || !own_at) die("out of memory");
+  for (int r = nc; r < g->nresults; r++) {
     Value *u = g->results[r];
     bool from_b = u->def->graph == g && (u->def->op == OP_ARG ? u->def->a.index < nc : false);
     for (int k = 0; k < n && !from_b; k++) from_b = g->nodes[k] == u->def && bset[k];
-    if (from_b && !in_list(h, nh, u)) {
+    if (!from_b) continue;
+    own[r] = 1;
+    int k = 0;
+    while (k < nh && h[k] != u) k++;
+    if (k == nh) {
       arena_grow(outer->arena, (void **)&h, &caph, nh + 1, sizeof(Value *));
       h[nh++] = u;
     }
+    own_at[r] = k;
   }
   /* Rb: R's arguments, the B nodes; yields the carry and the hand-off */
   PtrMap mb = {0}, mw = {0};
@@ -117,16 +129,16 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
     o->shape = ir_stacked_shape(h[k]->shape, R->a.count);
     o->sharding = stacked_sharding(h[k]->sharding);
   }
-  /* Rw: R's xs and the hand-off as xs, R's captured values; the W nodes; yields R's ys */
+  /* Rw: R's xs and the hand-off as xs, R's captured values; the W nodes; yields R's other ys */
   Graph *wb = ir_graph_new(outer->arena, outer);
-  int nin = nx + nh + (R->nin - nc - nx);
+  int nin = nx + nhw + (R->nin - nc - nx);
   Value **win = ARENA_ARRAY(outer->arena, Value *, nin + 1);
   int q = 0;
   for (int i = nc; i < nc + nx; i++) {
     win[q++] = R->in[i];
     arg_like(wb, g->args[i]->out[0], &mw);
   }
-  for (int k = 0; k < nh; k++) {
+  for (int k = 0; k < nhw; k++) {
     win[q++] = B->out[nc + k];
     arg_like(wb, h[k], &mw);
   }
@@ -136,21 +148,26 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
   }
   for (int i = 0; i < n; i++)
     if (wset[i] && g->nodes[i]->op != OP_ARG) clone(wb, g->nodes[i], &mw);
+  int nw = 0, *w_at = calloc((size_t)g->nresults + 1, sizeof(int)); /* result r: W's output w_at[r] */
+  if (!w_at) die("out of memory");
   for (int r = nc; r < g->nresults; r++) {
     intptr_t got;
+    if (own[r]) continue;
     if (!ptrmap_get(&mw, g->results[r], &got)) die("pipe: a weight gradient of the backward loop has no value in W");
     ir_add_result(wb, (Value *)got, NULL);
+    w_at[r] = nw++;
   }
-  Node *W = ir_node_new(outer, OP_REPEAT, nin, win, g->nresults - nc, R->loc);
+  Node *W = ir_node_new(outer, OP_REPEAT, nin, win, nw, R->loc);
   W->a = R->a;
   W->a.ncarry = 0;
-  W->a.nxs = nx + nh;
+  W->a.nxs = nx + nhw;
   W->body = wb;
   wb->owner = W;
   for (int r = nc; r < R->nout; r++) {
-    W->out[r - nc]->dtype = R->out[r]->dtype;
-    W->out[r - nc]->shape = R->out[r]->shape;
-    W->out[r - nc]->sharding = R->out[r]->sharding;
+    if (own[r]) continue;
+    W->out[w_at[r]]->dtype = R->out[r]->dtype;
+    W->out[w_at[r]]->shape = R->out[r]->shape;
+    W->out[w_at[r]]->sharding = R->out[r]->sharding;
   }
   ptrmap_free(&mb);
   ptrmap_free(&mw);
@@ -159,7 +176,10 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
   /* in the outer graph: R's place, B then W; R's readers read theirs */
   Value **to = malloc(((size_t)R->nout + 1) * sizeof *to);
   if (!to) die("pipe: out of memory");
-  for (int r = 0; r < R->nout; r++) to[r] = r < nc ? B->out[r] : W->out[r - nc];
+  for (int r = 0; r < R->nout; r++) to[r] = r < nc ? B->out[r] : own[r] ? B->out[nc + own_at[r]] : W->out[w_at[r]];
+  free(own);
+  free(own_at);
+  free(w_at);
   ir_replace_uses_many(outer, R->nout, R->out, to);
   free(to);
   int pos = 0;

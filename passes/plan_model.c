@@ -448,9 +448,10 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
                 (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr;
-    /* the chunk's layer gradients added to the stage's sums (cast to f32 and read, the sums read and
-     * written), inside the loop making them: W under zb, else B (passes/pipe_fold.c) */
-    double tw = g1 + wb * cb + sm * p_layer * lst / cv * (cb / 4 + 2);
+    /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
+     * else B: passes/pipe_fold.c), a layer at a time: the sums read and written (the gradient, just
+     * written, is read back from the cache) */
+    double tw = g1 + wb * cb + sm * p_layer * lst / cv * 2;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;

@@ -41,39 +41,43 @@ Value *loop_sum_in(Graph *g, Value *sum, Value *grad, const Node *cast, SrcLoc l
   Node *R = grad->def;
   DType top = cast ? cast->out[0]->dtype : grad->dtype;
   if (R->op != OP_REPEAT || grad->idx < R->a.ncarry) return NULL;
-  if (!ir_shape_eq(&sum->shape, &grad->shape) || sum->dtype != top) return NULL;
+  if (sum && (!ir_shape_eq(&sum->shape, &grad->shape) || sum->dtype != top)) return NULL;
   Graph *b = R->body;
   Value *y = b->results[grad->idx];
   if (y->def->graph != b || y->def->op == OP_ARG) return NULL;
   for (int k = 0; k < b->nresults; k++)
     if (k != grad->idx && b->results[k] == y) return NULL;
-  /* a new stacked input at ncarry + nxs: later inputs and arguments move up one */
-  int at = R->a.ncarry + R->a.nxs;
-  Value **in = ARENA_ARRAY(g->arena, Value *, R->nin + 1);
-  for (int j = 0, k = 0; j <= R->nin; j++) in[j] = j == at ? sum : R->in[k++];
-  R->in = in;
-  R->nin++;
-  R->a.nxs++;
-  Node *an = ir_add_arg(b, top, y->shape, "sum"); /* appended as args[nargs - 1]: move it to `at` */
-  for (int k = b->nargs - 1; k > at; k--) {
-    b->args[k] = b->args[k - 1];
-    b->args[k]->a.index = k;
+  Node *an = NULL;
+  if (sum) { /* a new stacked input at ncarry + nxs: later inputs and arguments move up one */
+    int at = R->a.ncarry + R->a.nxs;
+    Value **in = ARENA_ARRAY(g->arena, Value *, R->nin + 1);
+    for (int j = 0, k = 0; j <= R->nin; j++) in[j] = j == at ? sum : R->in[k++];
+    R->in = in;
+    R->nin++;
+    R->a.nxs++;
+    an = ir_add_arg(b, top, y->shape, "sum"); /* appended as args[nargs - 1]: move it to `at` */
+    for (int k = b->nargs - 1; k > at; k--) {
+      b->args[k] = b->args[k - 1];
+      b->args[k]->a.index = k;
+    }
+    b->args[at] = an;
+    an->a.index = at;
+    an->out[0]->sharding = y->sharding;
   }
-  b->args[at] = an;
-  an->a.index = at;
-  an->out[0]->sharding = y->sharding;
   if (cast) { /* the cast per layer, inside the loop: it yields f32 */
     Value *yc = ir_emit(b, OP_CAST, 1, &y, top, y->shape, &cast->a, cast->loc);
     yc->sharding = y->sharding;
     y = yc;
     grad->dtype = top;
   }
-  /* sum_l + g_l, as in the region; memplan gives the loop's output the sum's own stacked buffer
-   * when nothing reads the sum after the loop (passes/memplan.c, xs_in_place): slice l is read
-   * and written by this add only, index for index */
-  Value *ab[2] = {an->out[0], y};
-  y = ir_emit(b, OP_ADD, 2, ab, y->dtype, y->shape, NULL, loc);
-  y->sharding = ab[1]->sharding;
+  if (an) {
+    /* sum_l + g_l, as in the region; memplan gives the loop's output the sum's own stacked buffer
+     * when nothing reads the sum after the loop (passes/memplan.c, xs_in_place): slice l is read
+     * and written by this add only, index for index */
+    Value *ab[2] = {an->out[0], y};
+    y = ir_emit(b, OP_ADD, 2, ab, y->dtype, y->shape, NULL, loc);
+    y->sharding = ab[1]->sharding;
+  }
   if (mean) {
     Value *s = ir_emit(b, OP_SCALE, 1, &y, y->dtype, y->shape, &mean->a, mean->loc);
     s->sharding = y->sharding;

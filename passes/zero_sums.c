@@ -406,25 +406,24 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
 
 /* ---- the sums folded into the pipeline's backward loops (passes/pipe_fold.c) ----
  * Each stage's running sum of a layer gradient made by its loops: R_i reads the sum so far (R_{i-1}'s
- * stacked output; R_1: zeros, each read once) as its stacked argument "sum" and yields sum_l + g_l.
+ * stacked output, read once) as its stacked argument "sum" and yields sum_l + g_l; R_1 yields g_l.
  * Interleaved, each chunk its own chain (concatenated along the layers); uneven stages, each its own
  * rows (padded). As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
  * body, and the chain sums the shards. */
 
-/* v ends such a chain: its loops' outputs, last first, then the zeros, appended to *out (*n of cap). */
+/* v ends such a chain: its loops' outputs, last first, appended to *out (*n of cap). */
 static bool folded_chain(const PtrMap *uses, Value *v, Value **out, int *n, int cap) {
   for (Shape sh = v->shape;;) {
     Node *R = v->def;
     if (!read_once(uses, v) || !ir_shape_eq(&v->shape, &sh) || *n == cap) return false;
-    if (R->op == OP_CONST && R->a.scalar == 0) return out[(*n)++] = v, true;
     if (R->op != OP_REPEAT || v->idx < R->a.ncarry) return false;
     const Graph *b = R->body;
     const Value *y = b->results[v->idx];
-    if (y->def->graph != b || !yielded_once(b, y)) return false;
+    if (y->def->graph != b || y->def->op == OP_ARG || !yielded_once(b, y)) return false;
+    out[(*n)++] = v;
     int slot, j = sum_arg(R, y->def, &slot);
     const char *nm = j >= 0 ? b->args[j]->out[0]->name : NULL;
-    if (!nm || strcmp(nm, "sum") != 0) return false;
-    out[(*n)++] = v;
+    if (!nm || strcmp(nm, "sum") != 0) return true; /* the first: g_l itself */
     v = R->in[j];
   }
 }
@@ -435,7 +434,7 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
   if (d < 1) return false;
   PtrMap uses = {0};
   ir_use_counts(g, &uses);
-  int cap = g->nnodes, n = 0, nw = 0; /* (the loops and zeros: fewer than g's nodes) */
+  int cap = g->nnodes, n = 0, nw = 0; /* (the loops: fewer than g's nodes) */
   Value **chain = ARENA_ARRAY(g->arena, Value *, cap + 1);
   Value **wrap = ARENA_ARRAY(g->arena, Value *, 2 * sel->nin + 1); /* the pads and concats */
   bool ok = true;
@@ -451,13 +450,13 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
   if (!ok) return false;
   for (int k = 0; k < n; k++) {
     Value *v = chain[k];
-    if (v->def->op == OP_CONST) { /* the zeros: a shard */
-      retype(v, d, z);
-      continue;
-    }
     Graph *b = v->def->body;
     Value *y = b->results[v->idx];
     int slot, j = sum_arg(v->def, y->def, &slot);
+    if (j < 0 || strcmp(b->args[j]->out[0]->name, "sum") != 0) {
+      hoist_scatter(v, d, z); /* the first: the loop yields g_l's shard */
+      continue;
+    }
     scatter_operand(b, y->def, slot ^ 1, d - 1, z, -1);
     retype(b->args[j]->out[0], d - 1, z);
     retype(y, d - 1, z);
