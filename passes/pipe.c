@@ -15,7 +15,8 @@
  *            input gradient to s - 1; stage 0: the embedding's backward.
  * Each stage merges its own part of a micro-batch (its layer gradients into its running sums:
  * run_stage_merges, the merges pipe_stage_merges picks) as soon as it has run its instructions of
- * it, in micro-batch order, on that stage; a stage_select after the last micro-batch gives each
+ * it, in micro-batch order, on that stage (a layer gradient's merge inside the backward loop making
+ * it, where it folds: passes/pipe_fold.c); a stage_select after the last micro-batch gives each
  * stage its sum. What reads several stages' values of a micro-batch (the loss, the head's and the
  * embedding's gradients, the tied embedding's two contributions) runs on every rank once the
  * micro-batch is done: a stage holds zeros in the others' values, so each rank sums its own part. After the last micro-batch, the sums of
