@@ -91,8 +91,6 @@ static Value *lookup(Pp *p, PtrMap *stage_map, int mb, Value *v) {
   die("pipe: value %%%d (%s) is read before its instruction ran", v->id, ir_ops[d->op].name);
 }
 
-/* The stage map of virtual stage vs (chunk vs / pp of stage vs % pp) for micro-batch mb. */
-#define smap pipe_smap
 
 /* Chunk c of a stacked layer value read from outside the micro-step (a parameter, [L/pp, ..]
  * locally): rows [c L/(pp v), (c+1) L/(pp v)), the layers of virtual stage c pp + s. Made once
@@ -148,7 +146,7 @@ static Value *pad_rows(Pp *p, int st, Value *y) {
 /* Clones body node d for virtual stage vs's instruction on micro-batch mb, predicated on its stage.
  * A layer loop of an interleaved schedule runs its chunk: L/(pp v) iterations over the chunk's rows. */
 static Value *run_node(Pp *p, int vs, int mb, Node *d) {
-  PtrMap *sm = smap(p, vs, mb);
+  PtrMap *sm = pipe_smap(p, vs, mb);
   bool loop = d == p->F || d == p->B || (p->W && d == p->W);
   Value **in = ARENA_ARRAY(p->g->arena, Value *, d->nin + 1);
   for (int j = 0; j < d->nin; j++) {
@@ -209,7 +207,7 @@ static void p2p(Pp *p, int vs, int mb, Value *v, int peer_vs, bool grad, Value *
   r->out[0]->dtype = body_v->dtype;
   r->out[0]->shape = body_v->shape;
   r->out[0]->sharding = body_v->sharding;
-  ptrmap_put(smap(p, vs, mb), body_v, (intptr_t)r->out[0]);
+  ptrmap_put(pipe_smap(p, vs, mb), body_v, (intptr_t)r->out[0]);
 }
 
 static void run_class(Pp *p, int vs, int mb, char cls) {
@@ -219,7 +217,7 @@ static void run_class(Pp *p, int vs, int mb, char cls) {
 
 static void run_instr(Pp *p, int st, PipeInstr in) {
   int mb = in.mb, vs = in.chunk * p->pp + st, last = p->pp * p->v - 1;
-  PtrMap *sm = smap(p, vs, mb);
+  PtrMap *sm = pipe_smap(p, vs, mb);
   intptr_t got;
   if (in.op == 'W') { /* zb: the weight gradients of the stage's layers, after its B */
     run_node(p, vs, mb, p->W);
@@ -259,13 +257,13 @@ static Value *loop_part(Pp *p, int st, int mb, Value *u, SrcLoc loc) {
   intptr_t got;
   for (int ch = 0; ch < p->v; ch++) {
     if (st >= 0) {
-      if (!ptrmap_get(smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
+      if (!ptrmap_get(pipe_smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
       chunk[ch] = carry ? (Value *)got : pad_rows(p, st, (Value *)got);
       continue;
     }
     Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
     for (int s = 0; s < p->pp; s++) {
-      if (!ptrmap_get(smap(p, ch * p->pp + s, mb), u, &got)) die("pipe: a loop's value of stage %d missing", s);
+      if (!ptrmap_get(pipe_smap(p, ch * p->pp + s, mb), u, &got)) die("pipe: a loop's value of stage %d missing", s);
       each[s] = carry ? (Value *)got : pad_rows(p, s, (Value *)got);
     }
     chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, loc);
@@ -347,8 +345,8 @@ static void run_merges(Pp *p, int mb) {
       Value *u = d->in[j];
       int k = u->def->graph == b && u->def->op != OP_ARG ? pipe_pos_in(b, u->def) : -1;
       char c = k >= 0 ? p->cls[k] : C_NONE;
-      if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, smap(p, 0, mb), mb, u);
-      else if (c == C_LAST) in[j] = lookup(p, smap(p, p->pp * p->v - 1, mb), mb, u);
+      if (c == C_FIRST || c == C_FIRSTB) in[j] = lookup(p, pipe_smap(p, 0, mb), mb, u);
+      else if (c == C_LAST) in[j] = lookup(p, pipe_smap(p, p->pp * p->v - 1, mb), mb, u);
       else if (c == C_LOOP) in[j] = loop_part(p, -1, mb, u, d->loc); /* each stage's own: no zeros to add */
       else in[j] = lookup(p, NULL, mb, u);
     }

@@ -66,7 +66,7 @@ typedef struct {
   Value **csum;   /* [ncarry * pp * v]: chunk ch of stage s's running sum of a folded carry c at (c pp + s) v + ch */
 } Pp;
 
-/* Virtual stage vs's map (body value -> its clone) for micro-batch mb. */
+/* The stage map of virtual stage vs (chunk vs / pp of stage vs % pp) for micro-batch mb: body value -> its clone. */
 static inline PtrMap *pipe_smap(Pp *p, int vs, int mb) { return &p->map[vs * p->M + mb]; }
 
 /* The layers stage st runs (uneven stages: its own count; else every stage's). */
