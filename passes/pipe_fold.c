@@ -11,9 +11,9 @@
  * the sum's own buffer (xs_in_place), so the gradient lives one layer at a time. Micro-batch 0's
  * loop yields g_l itself (its f32 cast under bf16), which becomes the sum: no zeros, and no sum
  * alive during that first backward (the stage's peak under 1F1B and GPipe, all its micro-batches'
- * activations in flight). Interleaved, each chunk's loop sums its own rows (a running sum per chunk, concatenated in the
- * stage's row order after the last micro-batch); uneven stages sum their own rows (padded after
- * the last). The same adds in the same order (each chunk's loops run in micro-batch order on its
+ * activations in flight). Interleaved, each chunk's loop sums its own rows (a running sum per
+ * chunk, concatenated in the stage's row order after the last micro-batch); uneven stages sum their
+ * own rows (padded after the last). The same adds in the same order (each chunk's loops run in micro-batch order on its
  * stage: pipe_fold_plan checks the lists), so the sums are bit-identical (but for an element
  * whose every micro-batch's gradient is -0: 0 + -0 was +0). Under ZeRO-2/3 each loop then
  * reduce-scatters g_l and sums the shards (passes/zero_sums.c, scatter_folded). A merge that does

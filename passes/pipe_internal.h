@@ -13,7 +13,8 @@
  *   pipe_owners.c a held parameter's nodes on its stages (pipe_own), a tied gradient's exchange
  *                 (pipe_pair_sum); pipe_split.c zb's B / W split; pipe_sched.c the schedules
  *   pipe_fold.c   a stage's layer gradients summed inside its backward loops (the merges folded)
- * Calls go one way: stage.c -> pipe_balance.c -> pipe_plan.c -> pipe_class.c; pipe.c -> pipe_plan.c.
+ * Calls go one way: stage.c -> pipe_balance.c -> pipe_plan.c -> pipe_class.c; pipe.c -> pipe_plan.c,
+ * pipe_fold.c.
  */
 #ifndef SHARDC_PIPE_INTERNAL_H
 #define SHARDC_PIPE_INTERNAL_H
