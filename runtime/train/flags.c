@@ -19,8 +19,8 @@ typedef struct {
 static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
   fprintf(f, "usage: %s [flags]\n", prog);
   fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n",
-          p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams, (long long)p->batch,
-          (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
+          p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams,
+          (long long)(p->micro_batch > 0 ? p->micro_batch : p->batch), (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
   /* scripts/launch.sh reads this line (an elastic re-plan keeps the global batch) */
   fprintf(f, "Compiled for %d rank(s) (dp %d x pp %d x cp %d x tp %d); global batch %lld sequences per optimizer step "
              "(%lld accumulation micro-step(s)).\n\n",
@@ -95,7 +95,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
       {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
       {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
-      {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks"},
+      {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks x accumulation steps (fixed at compile time)"},
       {"init-from", 0, &o->init_from, NULL, "FILE",
        "initialise the weights from a .safetensors file or checkpoint dir"},
       {"save-to", 0, &o->save_to, &o->save_set, "DIR",

@@ -341,6 +341,15 @@ static void test_log(void) {
   CHECK(strstr(r.out, "memory at start: planned ") && strstr(r.out, "memory at end: planned "), "memory report");
   CHECK(strstr(r.out, "validation: the last 10% of '") != NULL, "hold-out not reported:\n%s", r.out);
   free_result(&r);
+  /* --help under accumulation: the micro-batch is one micro-step's rows, not the step's */
+  prog.micro_batch = 1, prog.accum = MB, prog.global_batch = MB;
+  r = run_trainer("--help", NULL);
+  expect_ok(&r, "--help");
+  CHECK(strstr(r.out, "micro-batch 1 x 8 tokens") != NULL, "--help's micro-batch:\n%s", r.out);
+  CHECK(strstr(r.out, "global batch 4 sequences per optimizer step (4 accumulation micro-step(s))") != NULL,
+        "--help's global batch:\n%s", r.out);
+  free_result(&r);
+  prog.micro_batch = 0, prog.accum = 0, prog.global_batch = 0;
   free(data);
   free(log);
 }
