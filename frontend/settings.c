@@ -651,6 +651,7 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
       return;
     }
     r->precision = i == 0 ? PREC_BF16 : PREC_F32;
+    r->precision_loc = k->loc; /* passes/precision.c's note on the CPU target */
     r->master_f32 = true;
     if (is_ident(peek(c), "master")) {
       c->i++;

@@ -64,4 +64,7 @@ expect cc_missing 1 'error: the C compiler `no-such-cc` (from --cc) was not foun
 expect cflags_bad 1 'check --cflags (with the default compiler and flags' 4000 -- build "$tiny" --world 1 --cflags -fno-such-flag-here -o "$tmp/t"
 expect cc_plan 1 'error: --cc compiles the trainer: use it with `shardc build` or -o FILE' 2000 -- plan "$tiny" --cc gcc
 expect cflags_plan 1 'error: --cflags compiles the trainer' 2000 -- plan "$tiny" --cflags -O3 --emit-c "$tmp/e"
+# 8. A warning points at what it warns about: bf16 on the CPU target pointed at `train {`.
+sed 's/^  precision f32$/  precision bf16/' "$tiny" >"$tmp/bf16.model"
+expect bf16_cpu_loc 0 'bf16.model:33:3: warning: precision bf16 on the CPU target' 2000 -- plan "$tmp/bf16.model" -I "$(dirname "$tiny")"
 exit $status
