@@ -396,6 +396,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
 
   run_init(r, &argc, &argv);
   if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */
+  if (o->sample) rt_run_sample_check(r);         /* so does a --sample the program cannot serve */
   if (mem_init(r) != 0) {
     run_free(r);
     return 1;

@@ -189,6 +189,9 @@ void rt_run_dump(RtRun *r, const char *path);
 double rt_run_evaluate(RtRun *r);
 /* --sample: generates o.sample tokens; rank 0 prints them. */
 void rt_run_sample(RtRun *r);
+/* --sample's program requirements (logits outside an accumulation loop, their layout), checked at
+ * the start so that a run is not refused after its training. */
+void rt_run_sample_check(const RtRun *r);
 
 /* ---- log.c ---- */
 /* Opens --log (rank 0), decides the peak FLOP/s (when training), prints the start. */

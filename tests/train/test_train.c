@@ -306,6 +306,17 @@ static void test_errors(void) {
   free(b);
   free(p);
 
+  /* --sample a program cannot serve (no logits outside an accumulation loop) is refused at the
+   * start, not after the training */
+  int64_t lo = prog.logits_offset;
+  prog.logits_offset = -1;
+  Result rs = run_trainer("--data", good, "--steps", "3", "--sample", "4", "--save-to", "", NULL);
+  CHECK(rs.status == 1 && strstr(rs.err, "error: --sample: this program has no logits to sample from") != NULL,
+        "--sample without logits: status %d, stderr:\n%s", rs.status, rs.err);
+  CHECK(strstr(rs.out, "step ") == NULL, "--sample without logits trained first:\n%s", rs.out);
+  free_result(&rs);
+  prog.logits_offset = lo;
+
   /* a byte-level model reads any file as bytes; a text file is not an error there */
   make_program(256, RT_LR_COSINE, 2, 3);
   p = path_of("words.txt");
