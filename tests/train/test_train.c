@@ -276,6 +276,12 @@ static void test_errors(void) {
   EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp' (see --help)"), "--data", good, "--stesp", "10", NULL);
   EXPECT_ERROR(rt_xstrdup("--data needs a value (PATH|GLOB)"), "--data", NULL);
   EXPECT_ERROR(rt_xstrdup("no training data: pass --data PATH|GLOB"), NULL);
+  /* the recipe's data, relative to where the trainer runs: the error says where the path came from */
+  prog.recipe.data = "/nonexistent/recipe.bin";
+  EXPECT_ERROR(rt_xstrdup("data (the model's train block; --data overrides): cannot open '/nonexistent/recipe.bin': No "
+                          "such file or directory"),
+               NULL);
+  prog.recipe.data = NULL;
 
   p = path_of("nockpt");
   mkdir(p, 0755);
