@@ -100,7 +100,10 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
     printf("model %s (%s): %.2fM parameters, vocabulary %lld%s, batch %lld x %lld tokens", p->model ? p->model : "?",
            p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab, p->byte_level ? " (bytes)" : "",
            (long long)gbatch, (long long)T);
-    if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
+    if (p->accum > 1 && p->micro_batch > 0) /* each rank's B rows are accum micro-steps of micro_batch */
+      printf(" (%d data-parallel rank(s) x %lld accumulation micro-steps x %lld)", r->ctx.dp_size,
+             (long long)p->accum, (long long)p->micro_batch);
+    else if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
     printf(", seed %llu\n", (unsigned long long)o->seed);
     if (r->ctx.world > 1)
       printf("ranks: %d (dp %d x pp %d x cp %d x tp %d) via %s, %s; %d thread(s) per rank\n", r->ctx.world,

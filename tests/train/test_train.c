@@ -366,6 +366,11 @@ static void test_log(void) {
   CHECK(strstr(r.out, "global batch 4 sequences per optimizer step (4 accumulation micro-step(s))") != NULL,
         "--help's global batch:\n%s", r.out);
   free_result(&r);
+  r = run_trainer("--data", data, "--steps", "1", "--save-to", "", NULL);
+  expect_ok(&r, "accumulation run");
+  CHECK(strstr(r.out, "batch 4 x 8 tokens (1 data-parallel rank(s) x 4 accumulation micro-steps x 1)") != NULL,
+        "the start line under accumulation:\n%s", r.out);
+  free_result(&r);
   prog.micro_batch = 0, prog.accum = 0, prog.global_batch = 0;
   free(data);
   free(log);
