@@ -31,7 +31,7 @@
 #define SHARDC_MODELS_DIR "models"
 #endif
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const char *models) {
   fprintf(f,
           "usage: shardc build FILE.model -o TRAINER [options]   compile a trainer executable\n"
           "       shardc plan FILE.model [options]                print the plan (IR, memory, FLOPs)\n"
@@ -61,7 +61,7 @@ static void usage(FILE *f) {
           "  -I DIR                add an import directory (default: %s)\n"
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
-          SHARDC_MODELS_DIR);
+          models);
   const char *names[32];
   pipeline_pass_names(names, 32);
   for (const char *const *p = names; *p; p++) fprintf(f, " %s", *p);
@@ -378,11 +378,13 @@ static int compile(int argc, char **argv, Diag *diag) {
   int world = 0; /* --world: ranks to plan for (0: the topology's) */
   Arena arena;
   arena_init(&arena);
+  Home home; /* installed: <prefix>/share/shardc/models (--help names it), not the build tree's */
+  find_home(&home);
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      usage(stdout);
+      usage(stdout, home.models);
       return 0;
     } else if (strcmp(a, "plan") == 0 && !input) {
       dump = dump ? dump : "final";
@@ -485,7 +487,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     }
   }
   if (!input && diag_errors() == 0) {
-    usage(stderr);
+    usage(stderr, home.models);
     return 1;
   }
   if (diag_errors()) return 1;
@@ -520,8 +522,6 @@ static int compile(int argc, char **argv, Diag *diag) {
     error_plain("--dump-ir=%s: expected after:PASS, dot or mesh", dump);
     return 1;
   }
-  Home home;
-  find_home(&home);
   import_dirs[nimport++] = home.models;
   if (home.installed) {
     cg.runtime_include = home.include;
