@@ -692,6 +692,19 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
         c->i++;
         if (!get_int32(c, "checkpoint keep", 1, 1 << 20, &r->ckpt_keep)) return;
       } else {
+        /* a misspelt clause read as the next train setting said `unknown train setting `kep``, no hint */
+        static const char *const clauses[] = {"every", "to", "keep"};
+        const Word *w = peek(c);
+        bool setting = false;
+        for (int i = 0; w && w->kind == W_IDENT && recipe_keys[i] && !setting; i++)
+          setting = !strcmp(w->s, recipe_keys[i]);
+        const char *hint = w && w->kind == W_IDENT && !setting ? diag_nearest(w->s, clauses, 3) : NULL;
+        if (hint) {
+          error_at(w->loc, "unknown `checkpoint` clause `%s`", w->s);
+          note("did you mean `%s`? (checkpoint every N to \"dir\" keep K)", hint);
+          c->i = c->w->n;
+          return;
+        }
         break;
       }
       any = true;
