@@ -101,8 +101,8 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
            p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab, p->byte_level ? " (bytes)" : "",
            (long long)gbatch, (long long)T);
     if (p->accum > 1 && p->micro_batch > 0) /* each rank's B rows are accum micro-steps of micro_batch */
-      printf(" (%d data-parallel rank(s) x %lld accumulation micro-steps x %lld)", r->ctx.dp_size,
-             (long long)p->accum, (long long)p->micro_batch);
+      printf(" (%d data-parallel rank(s) x %lld %s x %lld)", r->ctx.dp_size, (long long)p->accum,
+             r->ctx.pp_size > 1 ? "pipeline micro-batches" : "accumulation micro-steps", (long long)p->micro_batch);
     else if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
     printf(", seed %llu\n", (unsigned long long)o->seed);
     if (r->ctx.world > 1)
