@@ -163,8 +163,9 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
   }
   for (int k = 0; k < nmsg; k++) {
     plan_cand_label(&r->cand[first[k]], lab, sizeof lab);
-    fprintf(f, "# refused %d x, e.g. %s: %s\n", count[k], lab, r->cand[first[k]].err[0] ? r->cand[first[k]].err : "(no message)");
+    fprintf(f, "# refused by the compiler: %d candidate%s, e.g. %s: %s\n", count[k], count[k] == 1 ? "" : "s", lab,
+            r->cand[first[k]].err[0] ? r->cand[first[k]].err : "(no message)");
   }
-  if (more) fprintf(f, "# refused %d more with other messages\n", more);
+  if (more) fprintf(f, "# refused by the compiler: %d more candidate%s with other messages\n", more, more == 1 ? "" : "s");
   print_analytic(f, r, top);
 }
