@@ -101,7 +101,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"save-to", 0, &o->save_to, &o->save_set, "DIR",
        "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights; '': "
        "none"},
-      {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
+      {"ckpt-every", 1, &o->ckpt_every, &o->ckpt_every_set, "N", "also checkpoint every N steps (0: only at the end)"},
       {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
       {"resume", 0, &o->resume, NULL, "DIR|auto",
        "continue from the newest checkpoint in DIR (weights, optimizer, step, data); auto: from --save-to's "

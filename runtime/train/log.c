@@ -96,6 +96,10 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
     r->peak = rt_measure_peak_flops(r->ctx.threads, 0.04); /* best of 4 runs of 10 ms: within 2 % of 0.1 s's */
   }
 
+  if (r->ctx.rank == 0 && o->ckpt_every_set && o->ckpt_every > 0 && !o->save_to) /* a shared flag set may say so */
+    fprintf(stderr, "warning: --ckpt-every %lld writes nothing: no checkpoint directory (the recipe names none, or "
+                    "--save-to '' turned it off)\n",
+            (long long)o->ckpt_every);
   if (r->ctx.rank == 0) {
     printf("model %s (%s): %.2fM parameters, vocabulary %lld%s, batch %lld x %lld tokens", p->model ? p->model : "?",
            p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab, p->byte_level ? " (bytes)" : "",

@@ -46,6 +46,7 @@ typedef struct {
   int steps_set, seed_set; /* given on the command line */
   int data_set, val_set;   /* given on the command line */
   int save_set;            /* --save-to given on the command line */
+  int ckpt_every_set;      /* --ckpt-every given */
   int threads_set;         /* --threads given */
   const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
   const char *ckpt_format; /* --ckpt-format: "sharded" or "logical" (NULL: sharded under several ranks) */

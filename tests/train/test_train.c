@@ -276,6 +276,13 @@ static void test_errors(void) {
   EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp' (see --help)"), "--data", good, "--stesp", "10", NULL);
   EXPECT_ERROR(rt_xstrdup("--data needs a value (PATH|GLOB)"), "--data", NULL);
   EXPECT_ERROR(rt_xstrdup("no training data: pass --data PATH|GLOB"), NULL);
+  { /* --ckpt-every with nowhere to write: a warning (a script's shared flags may turn saving off), not silence */
+    Result rc = run_trainer("--data", good, "--steps", "2", "--ckpt-every", "1", "--save-to", "", NULL);
+    expect_ok(&rc, "--ckpt-every with --save-to ''");
+    CHECK(strstr(rc.err, "warning: --ckpt-every 1 writes nothing: no checkpoint directory") != NULL,
+          "--ckpt-every without a directory:\n%s", rc.err);
+    free_result(&rc);
+  }
   /* the recipe's data, relative to where the trainer runs: the error says where the path came from */
   prog.recipe.data = "/nonexistent/recipe.bin";
   EXPECT_ERROR(rt_xstrdup("data (the model's train block; --data overrides): cannot open '/nonexistent/recipe.bin': No "
