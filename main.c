@@ -40,7 +40,7 @@ static void usage(FILE *f, const char *models) {
           "Compiles a .model file (model, topology, parallel plan, training recipe).\n"
           "\n"
           "options:\n"
-          "  -o FILE               the trainer to write (build)\n"
+          "  -o FILE               the trainer to write (build; default: train_MODEL in this folder)\n"
           "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
           "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups), norms and AdamW: kernels\n"
@@ -479,7 +479,24 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--no-verify") == 0) {
       po.verify = false;
     } else if (a[0] == '-') {
-      error_plain("unknown option '%s' (see shardc --help)", a);
+      /* the options above (those taking a value match only when one follows) */
+      static const char *const known[] = {"-o", "--target", "--cpu-kernels", "--top", "--compile-limit", "--confirm",
+                                          "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
+                                          "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c",
+                                          "--cc", "--cflags", "--topology", "--world", "--max-errors", "-I",
+                                          "--dump-ir", "--search", "--pick", "--cost", "--no-outline", "--time-passes",
+                                          "--no-verify", "--help"};
+      enum { NVALUED = 22 }; /* known's first, which take a value */
+      bool needs = false;
+      for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, known[k]);
+      if (needs) {
+        error_plain("%s needs a value (see shardc --help)", a);
+      } else {
+        const char *hint = diag_nearest(a, known, (int)(sizeof known / sizeof known[0]));
+        error_plain("unknown option '%s'%s%s%s (see shardc --help)", a, hint ? ": did you mean '" : "", hint ? hint : "",
+                    hint ? "'?" : "");
+      }
+      break; /* its value, if any, would read as an input file */
     } else if (!input) {
       input = a;
     } else {

@@ -67,6 +67,10 @@ expect cflags_plan 1 'error: --cflags compiles the trainer' 2000 -- plan "$tiny"
 # 8. A warning points at what it warns about: bf16 on the CPU target pointed at `train {`.
 sed 's/^  precision f32$/  precision bf16/' "$tiny" >"$tmp/bf16.model"
 expect bf16_cpu_loc 0 'bf16.model:33:3: warning: precision bf16 on the CPU target' 2000 -- plan "$tmp/bf16.model" -I "$(dirname "$tiny")"
+# 8a. An option without its value was an unknown option; a misspelt one gets a hint and no cascade
+#     (its value read as a second input file).
+expect world_no_value 1 'error: --world needs a value' 2000 -- plan "$tiny" --world
+expect option_typo 1 "error: unknown option '--wrld': did you mean '--world'?" 300 -- plan "$tiny" --wrld 2
 # 8b. A negative recipe value names which one (it may come from -D): "lr, grad_clip and weight_decay".
 expect negative_wd 1 'error: train: `weight_decay` must not be negative, got -0.5' 2000 -- plan "$tiny" --world 1 -D weight_decay=-0.5
 # 9. A value assigned and never read was dropped without a word (`y = x + mlp(..)` in a repeat body
