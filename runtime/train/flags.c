@@ -16,6 +16,21 @@ typedef struct {
   const char *arg, *help; /* usage text */
 } Flag;
 
+/* Edit distance between a[0..n) and b (insertions, deletions, substitutions), at most 32 long each. */
+static int edit_distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n > 32 || m > 32) return 99;
+  int d[33][33];
+  for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1, z = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      d[i][j] = x < y ? (x < z ? x : z) : (y < z ? y : z);
+    }
+  return d[n][m];
+}
+
 static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
   fprintf(f, "usage: %s [flags]\n", prog);
   fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n",
@@ -141,7 +156,20 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
     const Flag *fl = NULL;
     for (int k = 0; k < nflags; k++)
       if (strlen(flags[k].name) == len && !strncmp(flags[k].name, name, len)) fl = &flags[k];
-    if (!fl) rt_user_error("unknown flag '%.*s' (see --help)", (int)(len + 2), a);
+    if (!fl) { /* a hint: the flag the name begins (--save for --save-to), else the nearest within 2 edits (1
+                  for names of 3 letters or fewer) */
+      const char *near = NULL, *prefix = NULL;
+      for (int k = 0; k < nflags && !prefix; k++)
+        if (len >= 3 && !strncmp(flags[k].name, name, len)) prefix = flags[k].name;
+      int best = len < 4 ? 1 : 2;
+      for (int k = 0; k < nflags; k++) {
+        int dk = edit_distance(name, len, flags[k].name);
+        if (dk <= best) best = dk - 1, near = flags[k].name;
+      }
+      if (prefix) near = prefix;
+      if (near) rt_user_error("unknown flag '%.*s': did you mean '--%s'? (see --help)", (int)(len + 2), a, near);
+      rt_user_error("unknown flag '%.*s' (see --help)", (int)(len + 2), a);
+    }
     const char *v = eq ? eq + 1 : NULL;
     if (!v) {
       if (i + 1 >= argc) rt_user_error("--%s needs a value (%s)", fl->name, fl->arg);

@@ -273,7 +273,11 @@ static void test_errors(void) {
                  "change it"),
       "--data", good, "--batch", "8", NULL);
   EXPECT_ERROR(rt_xstrdup("--steps: 'ten' is not a non-negative integer"), "--data", good, "--steps", "ten", NULL);
-  EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp' (see --help)"), "--data", good, "--stesp", "10", NULL);
+  EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp': did you mean '--steps'? (see --help)"), "--data", good, "--stesp",
+               "10", NULL);
+  EXPECT_ERROR(rt_xstrdup("unknown flag '--fast' (see --help)"), "--data", good, "--fast", NULL);
+  EXPECT_ERROR(rt_xstrdup("unknown flag '--save': did you mean '--save-to'? (see --help)"), "--data", good, "--save",
+               "ck", NULL);
   EXPECT_ERROR(rt_xstrdup("--data needs a value (PATH|GLOB)"), "--data", NULL);
   EXPECT_ERROR(rt_xstrdup("no training data: pass --data PATH|GLOB"), NULL);
   { /* --ckpt-every with nowhere to write: a warning (a script's shared flags may turn saving off), not silence */
