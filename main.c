@@ -31,7 +31,7 @@
 #define SHARDC_MODELS_DIR "models"
 #endif
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const char *models) {
   fprintf(f,
           "usage: shardc build FILE.model -o TRAINER [options]   compile a trainer executable\n"
           "       shardc plan FILE.model [options]                print the plan (IR, memory, FLOPs)\n"
@@ -40,7 +40,7 @@ static void usage(FILE *f) {
           "Compiles a .model file (model, topology, parallel plan, training recipe).\n"
           "\n"
           "options:\n"
-          "  -o FILE               the trainer to write (build)\n"
+          "  -o FILE               the trainer to write (build; default: train_MODEL in this folder)\n"
           "  --target cpu|cuda     what the trainer runs on (default cpu): cuda emits GPU kernels (NVRTC at\n"
           "                        start), cuBLASLt GEMMs and bf16 mixed precision when the recipe asks for it\n"
           "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups), norms and AdamW: kernels\n"
@@ -61,7 +61,7 @@ static void usage(FILE *f) {
           "  -I DIR                add an import directory (default: %s)\n"
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
-          SHARDC_MODELS_DIR);
+          models);
   const char *names[32];
   pipeline_pass_names(names, 32);
   for (const char *const *p = names; *p; p++) fprintf(f, " %s", *p);
@@ -378,11 +378,13 @@ static int compile(int argc, char **argv, Diag *diag) {
   int world = 0; /* --world: ranks to plan for (0: the topology's) */
   Arena arena;
   arena_init(&arena);
+  Home home; /* installed: <prefix>/share/shardc/models (--help names it), not the build tree's */
+  find_home(&home);
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      usage(stdout);
+      usage(stdout, home.models);
       return 0;
     } else if (strcmp(a, "plan") == 0 && !input) {
       dump = dump ? dump : "final";
@@ -477,7 +479,24 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--no-verify") == 0) {
       po.verify = false;
     } else if (a[0] == '-') {
-      error_plain("unknown option '%s' (see shardc --help)", a);
+      /* the options above (those taking a value match only when one follows) */
+      static const char *const known[] = {"-o", "--target", "--cpu-kernels", "--top", "--compile-limit", "--confirm",
+                                          "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
+                                          "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c",
+                                          "--cc", "--cflags", "--topology", "--world", "--max-errors", "-I",
+                                          "--dump-ir", "--search", "--pick", "--cost", "--no-outline", "--time-passes",
+                                          "--no-verify", "--help"};
+      enum { NVALUED = 22 }; /* known's first, which take a value */
+      bool needs = false;
+      for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, known[k]);
+      if (needs) {
+        error_plain("%s needs a value (see shardc --help)", a);
+      } else {
+        const char *hint = diag_nearest(a, known, (int)(sizeof known / sizeof known[0]));
+        error_plain("unknown option '%s'%s%s%s (see shardc --help)", a, hint ? ": did you mean '" : "", hint ? hint : "",
+                    hint ? "'?" : "");
+      }
+      break; /* its value, if any, would read as an input file */
     } else if (!input) {
       input = a;
     } else {
@@ -485,7 +504,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     }
   }
   if (!input && diag_errors() == 0) {
-    usage(stderr);
+    usage(stderr, home.models);
     return 1;
   }
   if (diag_errors()) return 1;
@@ -520,8 +539,6 @@ static int compile(int argc, char **argv, Diag *diag) {
     error_plain("--dump-ir=%s: expected after:PASS, dot or mesh", dump);
     return 1;
   }
-  Home home;
-  find_home(&home);
   import_dirs[nimport++] = home.models;
   if (home.installed) {
     cg.runtime_include = home.include;

@@ -110,3 +110,20 @@ const char *fe_instance_name(Lower *L, Scope *s, const char *base) {
   s->counters = c;
   return base;
 }
+
+void fe_warn_unread_one(const Binding *b) {
+  if (!b->assigned || b->read || b->v.kind != V_TENSOR || b->name[0] == '_') return;
+  warning_at(b->set_at, "`%s` is assigned but never read: what computes this value is dropped", b->name);
+  note("read it (e.g. `x = x + ...` to carry it), or name it `_%s` to keep it unused", b->name);
+}
+
+void fe_warn_unread(Scope *s, const char *except) {
+  /* newest first: report in source order */
+  int n = 0;
+  for (Binding *b = s->vars; b; b = b->next) n++;
+  for (int i = n - 1; i >= 0; i--) {
+    Binding *b = s->vars;
+    for (int k = 0; k < i; k++) b = b->next;
+    if (!except || strcmp(b->name, except) != 0) fe_warn_unread_one(b);
+  }
+}

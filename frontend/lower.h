@@ -48,7 +48,10 @@ struct Binding {
   const char *name; /* the name bound */
   Val v;            /* its value */
   bool is_const;    /* a `const` (or a shape-pattern dim): cannot be assigned */
+  bool assigned;    /* its value comes from `name = ...` (not a param, input, argument or carry) */
+  bool read;        /* its current value has been read (fe_warn_unread) */
   SrcLoc loc;       /* where it was bound */
+  SrcLoc set_at;    /* where its current value was assigned (assigned) */
   Binding *next;    /* the scope's earlier binding */
 };
 
@@ -96,6 +99,12 @@ Binding *fe_lookup(Scope *s, const char *name, bool *crossed);
 /* Looks a name up within the current function (the layer or the model), not beyond. */
 Binding *fe_lookup_fn(Scope *s, const char *name, Scope **where);
 Binding *fe_bind(Lower *L, Scope *s, const char *name, Val v, bool is_const, SrcLoc loc);
+/* Warns of every tensor s's `=` bound whose value nothing read (what computed it is dropped, e.g.
+ * `y = x + mlp(x)` in a repeat body that carries x): at the end of a model (but `loss`), layer or
+ * repeat body. Names starting with `_` are exempt. */
+void fe_warn_unread(Scope *s, const char *except);
+/* The same for one binding about to be assigned again (its value unread). */
+void fe_warn_unread_one(const Binding *b);
 /* `base` the first time in s, then `base_2`, `base_3`, ... */
 const char *fe_instance_name(Lower *L, Scope *s, const char *base);
 

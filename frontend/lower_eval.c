@@ -57,6 +57,7 @@ static Val eval_ident(Lower *L, Scope *s, const Expr *e) {
   bool crossed;
   Binding *b = fe_lookup(s, e->name, &crossed);
   if (b) {
+    b->read = true;
     if (crossed && b->v.kind == V_TENSOR) {
       error_at(e->loc, "`%s` is a tensor of the model; a layer sees only its arguments and the model's constants", e->name);
       return fe_none_val;
@@ -289,6 +290,7 @@ Val fe_call_layer(Lower *L, Scope *s, const LayerDecl *ld, const Expr *call, Val
     error_at(ld->loc, "layer `%s` ends without `return`", ld->name);
     return fe_none_val;
   }
+  fe_warn_unread(ls, NULL);
 
   /* Tensor results become the CALL's outputs; other values pass through. */
   int nr = ret.kind == V_TUPLE ? ret.n : 1;
@@ -415,7 +417,9 @@ static void assign(Lower *L, Scope *s, const char *name, Val v, SrcLoc loc) {
     return;
   }
   if (b && where == s) {
+    if (v.kind != V_NONE) fe_warn_unread_one(b);
     b->v = v;
+    b->assigned = true, b->read = false, b->set_at = loc;
     return;
   }
   if (b && b->v.kind != V_NONE) { /* an outer non-tensor: a repeat body runs once at compile time */
@@ -423,7 +427,8 @@ static void assign(Lower *L, Scope *s, const char *name, Val v, SrcLoc loc) {
              fe_describe(L, &b->v));
     return;
   }
-  fe_bind(L, s, name, v, false, loc);
+  Binding *nb = fe_bind(L, s, name, v, false, loc);
+  nb->assigned = true, nb->set_at = loc;
 }
 
 static void lower_const(Lower *L, Scope *s, const Stmt *st) {
@@ -571,6 +576,7 @@ static void lower_repeat(Lower *L, Scope *s, const Stmt *st) {
   for (int i = 0; i < names.n; i++) {
     Binding *b = fe_lookup_fn(s, names.v[i], NULL);
     if (!b || b->v.kind != V_TENSOR) continue;
+    b->read = true; /* the carry's initial value */
     Value *init = fe_use(L, s, b->v.t);
     Node *arg = ir_add_arg(r->body, init->dtype, init->shape, names.v[i]);
     arg->loc = st->loc;
@@ -588,6 +594,7 @@ static void lower_repeat(Lower *L, Scope *s, const Stmt *st) {
   bool ok = count > 0;
   for (int i = 0; i < nc && ok; i++) {
     Binding *b = fe_find_local(bs, carried.v[i]);
+    b->read = true; /* carried out of the body */
     Value *init = inits.v[i];
     if (b->v.kind != V_TENSOR) {
       if (b->v.kind != V_NONE)
@@ -610,6 +617,7 @@ static void lower_repeat(Lower *L, Scope *s, const Stmt *st) {
     for (int i = 0; i < nc; i++) assign(L, s, carried.v[i], fe_none_val, st->loc);
     return;
   }
+  fe_warn_unread(bs, NULL); /* a body's value neither carried nor read: its computation is dropped */
   int nin = nc + r->cap_from.n;
   Value **ins = ARENA_ARRAY(L->a, Value *, nin + 1);
   for (int i = 0; i < nc; i++) ins[i] = inits.v[i];

@@ -42,6 +42,7 @@ void fe_lower(Fe *fe) {
       error_at(fe->model->loc, "model `%s` defines no `loss` (e.g. `loss = cross_entropy(logits, targets)`)", m->name);
     return;
   }
+  if (diag_errors() == fe->errors0) fe_warn_unread(L.model, "loss");
   if (loss->v.kind == V_NONE) return;
   if (loss->v.kind != V_TENSOR || loss->v.t->shape.rank != 0) {
     error_at(loss->loc, "`loss` must be a scalar tensor, got %s", fe_describe(&L, &loss->v));

@@ -265,7 +265,12 @@ static void finish_line(Cur *c) {
 /* Walks every line of a block, calling fn on each key in turn. */
 typedef void (*KeyFn)(Cur *c, Word *key, void *ctx);
 
-static void walk(Fe *fe, const PtrVec *lines, KeyFn fn, void *ctx) {
+/* block: the block's name when each key may be set once in it (parallel, train; a second
+ * `micro_batch` silently replaced the first), NULL when keys repeat (a node's devices). */
+static void walk(Fe *fe, const PtrVec *lines, KeyFn fn, void *ctx, const char *block) {
+  enum { SEEN_MAX = 64 };
+  const Word *seen[SEEN_MAX]; /* the keys set so far without an error */
+  int nseen = 0;
   for (int l = 0; l < lines->n; l++) {
     const Setting *st = lines->v[l];
     Cur c = {fe, &st->words, 0, st->loc, st, false};
@@ -274,8 +279,18 @@ static void walk(Fe *fe, const PtrVec *lines, KeyFn fn, void *ctx) {
       c.end = k->loc;
       c.i++;
       int before = diag_errors();
+      const Word *first = NULL;
+      for (int i = 0; block && k->kind == W_IDENT && i < nseen && !first; i++)
+        if (strcmp(seen[i]->s, k->s) == 0) first = seen[i];
+      if (first) {
+        error_at(k->loc, "`%s` is set twice in `%s`", k->s, block);
+        note("the first is at %s:%d:%d; keep one (-D %s=... overrides the file's)", first->loc.file, first->loc.line,
+             first->loc.col, k->s);
+        break;
+      }
       fn(&c, k, ctx);
       if (diag_errors() != before) break; /* the rest of the line is unreliable */
+      if (block && k->kind == W_IDENT && nseen < SEEN_MAX) seen[nseen++] = k;
     }
     finish_line(&c);
   }
@@ -339,7 +354,7 @@ static void node_key(Cur *c, Word *k, void *ctx) {
     }
     t->devices_per_node = (int)count;
     const PtrVec *b = take_block(c, k->s);
-    if (b) walk(c->fe, b, dev_key, t);
+    if (b) walk(c->fe, b, dev_key, t, NULL);
   } else if (is_ident(k, "link")) {
     get_link(c, "link", &t->intra);
   } else if (is_ident(k, "host")) {
@@ -362,7 +377,7 @@ static void topo_key(Cur *c, Word *k, void *ctx) {
     get_int32(c, "nodes", 1, 1 << 20, &t->nodes);
   } else if (is_ident(k, "node")) {
     const PtrVec *b = take_block(c, "node");
-    if (b) walk(c->fe, b, node_key, t);
+    if (b) walk(c->fe, b, node_key, t, NULL);
   } else if (is_ident(k, "network")) {
     get_link(c, "network", &t->inter);
   } else {
@@ -377,7 +392,7 @@ void fe_topology(Fe *fe, const Decl *d) {
   t->nodes = 1;
   t->loc = d->loc;
   int before = diag_errors();
-  walk(fe, &d->body, topo_key, t);
+  walk(fe, &d->body, topo_key, t, NULL);
   if (diag_errors() != before) return;
   if (t->devices_per_node == 0) {
     error_at(d->loc, "topology `%s` names no devices: add `gpu NAME x N { ... }` or `cpu x N { ... }` to its `node` block",
@@ -549,7 +564,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
 void fe_plan(Fe *fe, const Decl *d) {
   fe->m->plan.loc = d->loc;
   fe->m->has_plan = true;
-  walk(fe, &d->body, plan_key, &fe->m->plan);
+  walk(fe, &d->body, plan_key, &fe->m->plan, "parallel");
 }
 
 /* ZeRO's settings, checked once the plan and the -D overrides are in (passes/zero.c applies them). */
@@ -651,6 +666,7 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
       return;
     }
     r->precision = i == 0 ? PREC_BF16 : PREC_F32;
+    r->precision_loc = k->loc; /* passes/precision.c's note on the CPU target */
     r->master_f32 = true;
     if (is_ident(peek(c), "master")) {
       c->i++;
@@ -676,6 +692,19 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
         c->i++;
         if (!get_int32(c, "checkpoint keep", 1, 1 << 20, &r->ckpt_keep)) return;
       } else {
+        /* a misspelt clause read as the next train setting said `unknown train setting `kep``, no hint */
+        static const char *const clauses[] = {"every", "to", "keep"};
+        const Word *w = peek(c);
+        bool setting = false;
+        for (int i = 0; w && w->kind == W_IDENT && recipe_keys[i] && !setting; i++)
+          setting = !strcmp(w->s, recipe_keys[i]);
+        const char *hint = w && w->kind == W_IDENT && !setting ? diag_nearest(w->s, clauses, 3) : NULL;
+        if (hint) {
+          error_at(w->loc, "unknown `checkpoint` clause `%s`", w->s);
+          note("did you mean `%s`? (checkpoint every N to \"dir\" keep K)", hint);
+          c->i = c->w->n;
+          return;
+        }
         break;
       }
       any = true;
@@ -687,7 +716,7 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
 void fe_recipe(Fe *fe, const Decl *d) {
   fe->m->recipe.loc = d->loc;
   fe->m->has_recipe = true;
-  walk(fe, &d->body, recipe_key, &fe->m->recipe);
+  walk(fe, &d->body, recipe_key, &fe->m->recipe, "train");
 }
 
 /* ---- -D overrides ------------------------------------------------------------------------ */

@@ -128,6 +128,19 @@ static int top_of(const PtrMap *top, const Value *v) {
   return v && v->def && ptrmap_get(top, v->def, &t) ? (int)t : -1;
 }
 
+/* A pipeline's send and its receive (passes/pipe.c: top-level nodes, paired by mesh axis and tag)
+ * are an edge the graph does not hold: the receive's value comes from the send's input. (Sends
+ * inside bodies, cp's ring, pair within their own top node.) */
+static const void *pair_key(const Node *n) {
+  return (const void *)(uintptr_t)((((uint64_t)(uint32_t)n->a.tag << 8) | (uint8_t)n->a.mesh_axis) + 1);
+}
+
+/* g's top-level sends -> their index, keyed by pair_key. */
+static void index_sends(PtrMap *sends, const Graph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_SEND) ptrmap_put(sends, pair_key(g->nodes[i]), i);
+}
+
 /* Marks, within the subtree of one top node, the top nodes its inputs come from. */
 static void mark_inputs(const PtrMap *top, const Node *n, int self, bool *mark) {
   for (int j = 0; j < n->nin; j++) {
@@ -143,10 +156,22 @@ static void mark_inputs(const PtrMap *top, const Node *n, int self, bool *mark) 
   }
 }
 
-/* Graphs are topological: one backward sweep closes the marks over inputs. */
-static void close_marks(const PtrMap *top, const Graph *g, bool *mark) {
-  for (int i = g->nnodes - 1; i >= 0; i--)
-    if (mark[i]) mark_inputs(top, g->nodes[i], i, mark);
+/* Graphs are topological: a backward sweep closes the marks over inputs (and a top-level
+ * receive's send); another one follows only when a receive marked a send after it. */
+static void close_marks(const PtrMap *top, const PtrMap *sends, const Graph *g, bool *mark) {
+  bool again = true;
+  while (again) {
+    again = false;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+      if (!mark[i]) continue;
+      mark_inputs(top, g->nodes[i], i, mark);
+      intptr_t s;
+      if (g->nodes[i]->op == OP_RECV && ptrmap_get(sends, pair_key(g->nodes[i]), &s) && !mark[s]) {
+        mark[s] = true;
+        again |= s > i;
+      }
+    }
+  }
 }
 
 static bool seed_updates(const PtrMap *top, const Graph *g, bool *mark) {
@@ -173,19 +198,22 @@ static void classify(const Graph *g, int *region) {
   }
   bool *fwd = calloc((size_t)n + 1, sizeof *fwd), *bwd = calloc((size_t)n + 1, sizeof *bwd);
   if (!fwd || !bwd) die("commreport: out of memory");
+  PtrMap sends = {0};
+  index_sends(&sends, g);
   bool have_loss = false;
   for (int i = 0; i < g->nresults; i++)
     if (g->result_names && g->result_names[i] && strcmp(g->result_names[i], "loss") == 0) {
       int t = top_of(&top, g->results[i]);
       if (t >= 0) fwd[t] = have_loss = true;
     }
-  close_marks(&top, g, fwd);
+  close_marks(&top, &sends, g, fwd);
   bool have_updates = seed_updates(&top, g, bwd);
-  close_marks(&top, g, bwd);
+  close_marks(&top, &sends, g, bwd);
   for (int i = 0; i < n; i++)
     region[i] = !have_loss || fwd[i] ? CR_FORWARD : bwd[i] || !have_updates ? CR_BACKWARD : CR_OPTIMIZER;
   free(fwd);
   free(bwd);
+  ptrmap_free(&sends);
   ptrmap_free(&top);
 }
 
@@ -214,7 +242,10 @@ static int *classify_accum(const Graph *g, const Node *n) {
   }
   int t = c >= 0 && c < b->nresults ? top_of(&top, b->results[c]) : -1;
   if (t >= 0) fwd[t] = true;
-  close_marks(&top, b, fwd);
+  PtrMap sends = {0};
+  index_sends(&sends, b);
+  close_marks(&top, &sends, b, fwd);
+  ptrmap_free(&sends);
   for (int i = 0; i < b->nnodes; i++) region[i] = fwd[i] ? CR_FORWARD : CR_BACKWARD;
   free(fwd);
   ptrmap_free(&top);

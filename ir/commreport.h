@@ -14,7 +14,8 @@
  *     broadcast 1 x bytes (pipelined chain); send 1 x bytes (recv 0: counted at the sender);
  *     all_to_all (N-1)/N x its input (every chunk but its own leaves the rank).
  *   regions: forward (what the loss depends on), backward (what the optimizer's gradients
- *     depend on, the rest), optimizer (everything after: gradient-norm sums, the update);
+ *     depend on, the rest), optimizer (everything after: gradient-norm sums, the update); a
+ *     receive depends on its send (the pipeline's, paired by axis and tag);
  *     a repeat region belongs to one region as a whole, and its collectives count `count`
  *     times.
  */

@@ -111,6 +111,9 @@ bool ir_mesh_resolve(Module *m, int world) {
     error_at(loc, "the plan uses dp %d x tp %d x pp %d x cp %d = %d ranks but %s has %d", dp, tp, pp, cp, dp * model,
              wsrc, world);
     if (world % model == 0) note("use `dp auto` (dp %d) or -D dp=%d", world / model, world / model);
+    if (!explicit_world)
+      note("or plan for %d ranks with --world %d (ranks past the topology's devices fill more nodes like its own)",
+           dp * model, dp * model);
     return false;
   }
   MeshMap *mm = ARENA_NEW(m->arena, MeshMap);

@@ -128,6 +128,7 @@ typedef struct {
   double min_lr;
   double grad_clip;    /* 0: off */
   Precision precision; /* compute dtype */
+  SrcLoc precision_loc; /* where `precision` was written (file NULL: the default, or -D) */
   bool master_f32;
   int64_t steps;
   const char *data, *val; /* paths or globs */

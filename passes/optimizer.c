@@ -124,8 +124,10 @@ bool pass_optimizer(Module *m) {
     error_at(L, "adamw: betas must lie in [0, 1), got (%g, %g)", r.beta1, r.beta2);
     return false;
   }
-  if (r.lr < 0 || r.grad_clip < 0 || r.weight_decay < 0) {
-    error_at(L, "train: lr, grad_clip and weight_decay must not be negative");
+  const char *neg = r.lr < 0 ? "lr" : r.grad_clip < 0 ? "grad_clip" : r.weight_decay < 0 ? "weight_decay" : NULL;
+  if (neg) { /* which one, and its value: it may come from -D (L is the train block then) */
+    error_at(L, "train: `%s` must not be negative, got %g", neg,
+             neg[0] == 'l' ? r.lr : neg[0] == 'g' ? r.grad_clip : r.weight_decay);
     return false;
   }
   if (r.max_skips_set && r.on_nonfinite != NONFINITE_SKIP) {

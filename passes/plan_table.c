@@ -47,7 +47,8 @@ static void why(const PlanCand *c, const PlanCand *b, char *buf, size_t cap) {
  * (memory 15 %, step 30 %) or a verdict the compiled plan does not share. */
 static void print_analytic(FILE *f, const SearchResult *r, int top) {
   char a[32], b[32], c[32], d[32], lab[96];
-  fprintf(f, "# analytic ranking vs compiled (memory per rank at the peak, by class; step)\n");
+  fprintf(f, "# analytic ranking vs compiled (memory per rank at the peak, by class; step; !: memory off by over 15 %%, "
+             "step by over 30 %%, or another verdict)\n");
   fprintf(f, "# %2s  %-38s %10s %10s %6s %9s %9s %6s  %s\n", "#", "plan", "mem ana", "compiled", "ratio", "step ana",
           "compiled", "ratio", "compiled verdict");
   int shown = 0, afit = 0;
@@ -79,9 +80,9 @@ static void print_analytic(FILE *f, const SearchResult *r, int top) {
 void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int top) {
   const MeshMap *mm = base->mesh;
   char a[32], b[32], c[32], d[32], e1[32], e2[32], lab[96];
-  fprintf(f, "# plan search: %s on %s, %d ranks (%d nodes x %d), global batch %lld sequences, %lld tokens per step\n",
+  fprintf(f, "# plan search: %s on %s, %d ranks (%d node%s x %d), global batch %lld sequences, %lld tokens per step\n",
           base->name ? base->name : "model", base->has_topology && base->topo.name ? base->topo.name : "no topology",
-          mm->world, mm->nodes, mm->devices_per_node, (long long)base->batch.global,
+          mm->world, mm->nodes, mm->nodes == 1 ? "" : "s", mm->devices_per_node, (long long)base->batch.global,
           (long long)ir_tokens_per_step(base));
   fprintf(f, "# device: %s\n", r->dev.source);
   fprintf(f, "# %d candidates (%d more whose pipeline stages do not divide the layers) ranked by the analytic model in "
@@ -162,8 +163,9 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
   }
   for (int k = 0; k < nmsg; k++) {
     plan_cand_label(&r->cand[first[k]], lab, sizeof lab);
-    fprintf(f, "# refused %d x, e.g. %s: %s\n", count[k], lab, r->cand[first[k]].err[0] ? r->cand[first[k]].err : "(no message)");
+    fprintf(f, "# refused by the compiler: %d candidate%s, e.g. %s: %s\n", count[k], count[k] == 1 ? "" : "s", lab,
+            r->cand[first[k]].err[0] ? r->cand[first[k]].err : "(no message)");
   }
-  if (more) fprintf(f, "# refused %d more with other messages\n", more);
+  if (more) fprintf(f, "# refused by the compiler: %d more candidate%s with other messages\n", more, more == 1 ? "" : "s");
   print_analytic(f, r, top);
 }

@@ -82,7 +82,7 @@ bool pass_precision(Module *m) {
   if (!m || !m->graph) die("pass_precision: no graph");
   if (!m->has_recipe || m->recipe.precision != PREC_BF16) return true;
   if (m->target != TARGET_CUDA) {
-    warning_at(m->recipe.loc, "precision bf16 on the CPU target: bf16 GEMMs, f32 activations and other ops (bf16 activations are the CUDA target's: --target cuda)");
+    warning_at(m->recipe.precision_loc.file ? m->recipe.precision_loc : m->recipe.loc, "precision bf16 on the CPU target: bf16 GEMMs, f32 activations and other ops (bf16 activations are the CUDA target's: --target cuda)");
     return true;
   }
   lower_graph(m->graph);

@@ -35,8 +35,12 @@ launcher="mpirun"
 elastic=""
 model=""
 shardc=${SHARDC:-}
+usage_text() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 while [ $# -gt 0 ]; do
   case $1 in
+    -h|--help) usage_text; exit 0 ;;
+    --np|--max-restarts|--delay|--launcher|--elastic|--model|--shardc)
+      [ $# -ge 2 ] || { echo "launch.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;&
     --np) np=$2; shift 2 ;;
     --max-restarts) max=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
@@ -45,7 +49,7 @@ while [ $# -gt 0 ]; do
     --model) model=$2; shift 2 ;;
     --shardc) shardc=$2; shift 2 ;;
     --) shift; break ;;
-    *) echo "launch.sh: unknown option '$1' (see the top of scripts/launch.sh)" >&2; exit 2 ;;
+    *) echo "launch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }

@@ -399,6 +399,25 @@ static void print_dims(const int64_t *d, int rank) {
   putchar(']');
 }
 
+/* What the checkpoint's run was, from its metadata (the fields it has; an older one may lack some):
+ * `model gpt2 (models/gpt2-124m.model), batch 4 x 64 tokens, seed 1337, data position 12, loss 10.34`. */
+static void print_run(const RtJson *m) {
+  static const char *const keys[] = {"model", "source", "batch", "seq", "seed", "data_position", "loss"};
+  const char *v[7];
+  for (int i = 0; i < 7; i++) {
+    const RtJson *e = rt_json_get(m, keys[i]);
+    v[i] = e && e->kind == RT_JSON_STR ? e->str : NULL;
+  }
+  const char *sep = "";
+  if (v[0]) printf("model %s", v[0]), sep = ", ";
+  if (v[0] && v[1]) printf(" (%s)", v[1]);
+  if (v[2] && v[3]) printf("%sbatch %s x %s tokens", sep, v[2], v[3]), sep = ", ";
+  if (v[4]) printf("%sseed %s", sep, v[4]), sep = ", ";
+  if (v[5]) printf("%sdata position %s", sep, v[5]), sep = ", ";
+  if (v[6]) printf("%sloss %s", sep, v[6]), sep = ", ";
+  if (*sep) putchar('\n');
+}
+
 static void info(const char *path) {
   struct stat sb;
   if (stat(path, &sb) != 0) rt_user_error("cannot open checkpoint '%s': %s", path, strerror(errno));
@@ -416,7 +435,10 @@ static void info(const char *path) {
       }
       RtStFile s;
       rt_st_open(&s, p);
-      if (!k) printf("step %s of %s\n", rt_st_meta(&s, "step"), rt_st_meta(&s, "steps"));
+      if (!k) {
+        printf("step %s of %s\n", rt_st_meta(&s, "step"), rt_st_meta(&s, "steps"));
+        print_run(rt_json_get(s.hdr, "__metadata__"));
+      }
       printf("%s: %lld bytes\n", parts[k], (long long)(s.data_start + s.data_bytes));
       for (int i = 0; i < s.hdr->n; i++) {
         if (!strcmp(s.hdr->keys[i], "__metadata__")) continue;
@@ -449,6 +471,7 @@ static void info(const char *path) {
     printf(" (dp %lld x pp %lld x cp %lld x tp %lld)", (long long)mesh->items[0]->inum, (long long)mesh->items[1]->inum,
            (long long)mesh->items[2]->inum, (long long)mesh->items[3]->inum);
   putchar('\n');
+  print_run(m);
   /* the files the pieces name, with their sizes */
   const RtJson *tj = rt_json_get(idx, "tensors");
   const char **files = NULL;
@@ -491,7 +514,10 @@ static int tool_usage(FILE *f) {
 int rt_ckpt_tool(int argc, char **argv) {
   if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) return tool_usage(argc < 1 ? stderr : stdout);
   if (!strcmp(argv[0], "info")) {
-    if (argc != 2) return tool_usage(stderr);
+    if (argc != 2) {
+      fprintf(stderr, "error: shardc ckpt info takes one checkpoint directory (got %d argument(s))\n", argc - 1);
+      return tool_usage(stderr);
+    }
     info(argv[1]);
     return 0;
   }
@@ -515,7 +541,10 @@ int rt_ckpt_tool(int argc, char **argv) {
       rt_user_error("shardc ckpt convert: one SRC and one DST (got '%s' too)", argv[i]);
     }
   }
-  if (np != 2) return tool_usage(stderr);
+  if (np != 2) {
+    fprintf(stderr, "error: shardc ckpt convert needs SRC and DST (got %d)\n", np);
+    return tool_usage(stderr);
+  }
   if (strcmp(format, "single") != 0 && strcmp(format, "sharded") != 0)
     rt_user_error("shardc ckpt convert: --format '%s' is neither single nor sharded", format);
   struct stat sb;

@@ -32,10 +32,20 @@ double rt_run_evaluate(RtRun *r) {
  * runs the logits function (its collectives need them all); a multi-rank program's logits are
  * gathered to the logical [batch, seq, vocab] (vocab-parallel logits are split over tp), and rank
  * 0's choice is broadcast so every rank feeds the same next window. */
+void rt_run_sample_check(const RtRun *r) {
+  const RtProgram *p = r->p;
+  if (!p->logits) rt_user_error("--sample: this program has no logits function");
+  if (p->logits_offset < 0)
+    rt_user_error("--sample: this program has no logits to sample from (under gradient accumulation the forward "
+                  "runs inside the micro-step loop); build it with batch = micro_batch x dp to sample");
+  if (r->multi && !p->logits_tensor)
+    rt_user_error("--sample: this program does not describe its logits' layout; recompile it");
+}
+
 void rt_run_sample(RtRun *r) {
   const RtProgram *p = r->p;
   int64_t T = r->gseq, N = r->o.sample, V = p->vocab, VP = p->vocab_padded > 0 ? p->vocab_padded : p->vocab;
-  if (!p->logits) rt_user_error("--sample: this program has no logits function");
+  rt_run_sample_check(r);
   int64_t cap = N + T + 64, len = 0;
   int32_t *toks = rt_xmalloc((size_t)cap * sizeof *toks);
   if (r->o.prompt && p->byte_level) {
@@ -57,12 +67,8 @@ void rt_run_sample(RtRun *r) {
     free(seq);
   }
   int64_t prompt_len = len;
-  if (p->logits_offset < 0)
-    rt_user_error("--sample: this program has no logits to sample from (under gradient accumulation the forward "
-                  "runs inside the micro-step loop); build it with batch = micro_batch x dp to sample");
   int32_t *in = (int32_t *)rt_run_hptr(r, r->tokens);
   const RtTensor *lt = r->multi ? p->logits_tensor : NULL;
-  if (r->multi && !lt) rt_user_error("--sample: this program does not describe its logits' layout; recompile it");
   int32_t *win = r->multi ? rt_xmalloc((size_t)(r->gbatch * T) * sizeof *win) : in; /* the logical tokens */
   int64_t ldims[RT_MAX_RANK];
   /* a device program's logits may be bf16; a CPU program's are f32 */

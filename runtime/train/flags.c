@@ -16,11 +16,26 @@ typedef struct {
   const char *arg, *help; /* usage text */
 } Flag;
 
+/* Edit distance between a[0..n) and b (insertions, deletions, substitutions), at most 32 long each. */
+static int edit_distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n > 32 || m > 32) return 99;
+  int d[33][33];
+  for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1, z = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      d[i][j] = x < y ? (x < z ? x : z) : (y < z ? y : z);
+    }
+  return d[n][m];
+}
+
 static void usage(FILE *f, const char *prog, const RtProgram *p, const Flag *flags, int nflags) {
   fprintf(f, "usage: %s [flags]\n", prog);
   fprintf(f, "Trains %s (compiled from %s): %lld parameters, micro-batch %lld x %lld tokens, vocabulary %lld%s.\n",
-          p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams, (long long)p->batch,
-          (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
+          p->model ? p->model : "?", p->source ? p->source : "?", (long long)p->nparams,
+          (long long)(p->micro_batch > 0 ? p->micro_batch : p->batch), (long long)p->seq, (long long)p->vocab, p->byte_level ? " (bytes)" : "");
   /* scripts/launch.sh reads this line (an elastic re-plan keeps the global batch) */
   fprintf(f, "Compiled for %d rank(s) (dp %d x pp %d x cp %d x tp %d); global batch %lld sequences per optimizer step "
              "(%lld accumulation micro-step(s)).\n\n",
@@ -95,13 +110,13 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
       {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
       {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
-      {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks"},
+      {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks x accumulation steps (fixed at compile time)"},
       {"init-from", 0, &o->init_from, NULL, "FILE",
        "initialise the weights from a .safetensors file or checkpoint dir"},
       {"save-to", 0, &o->save_to, &o->save_set, "DIR",
        "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights; '': "
        "none"},
-      {"ckpt-every", 1, &o->ckpt_every, NULL, "N", "also checkpoint every N steps (0: only at the end)"},
+      {"ckpt-every", 1, &o->ckpt_every, &o->ckpt_every_set, "N", "also checkpoint every N steps (0: only at the end)"},
       {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
       {"resume", 0, &o->resume, NULL, "DIR|auto",
        "continue from the newest checkpoint in DIR (weights, optimizer, step, data); auto: from --save-to's "
@@ -141,7 +156,20 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
     const Flag *fl = NULL;
     for (int k = 0; k < nflags; k++)
       if (strlen(flags[k].name) == len && !strncmp(flags[k].name, name, len)) fl = &flags[k];
-    if (!fl) rt_user_error("unknown flag '%.*s' (see --help)", (int)(len + 2), a);
+    if (!fl) { /* a hint: the flag the name begins (--save for --save-to), else the nearest within 2 edits (1
+                  for names of 3 letters or fewer) */
+      const char *near = NULL, *prefix = NULL;
+      for (int k = 0; k < nflags && !prefix; k++)
+        if (len >= 3 && !strncmp(flags[k].name, name, len)) prefix = flags[k].name;
+      int best = len < 4 ? 1 : 2;
+      for (int k = 0; k < nflags; k++) {
+        int dk = edit_distance(name, len, flags[k].name);
+        if (dk <= best) best = dk - 1, near = flags[k].name;
+      }
+      if (prefix) near = prefix;
+      if (near) rt_user_error("unknown flag '%.*s': did you mean '--%s'? (see --help)", (int)(len + 2), a, near);
+      rt_user_error("unknown flag '%.*s' (see --help)", (int)(len + 2), a);
+    }
     const char *v = eq ? eq + 1 : NULL;
     if (!v) {
       if (i + 1 >= argc) rt_user_error("--%s needs a value (%s)", fl->name, fl->arg);

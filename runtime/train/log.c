@@ -96,11 +96,18 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
     r->peak = rt_measure_peak_flops(r->ctx.threads, 0.04); /* best of 4 runs of 10 ms: within 2 % of 0.1 s's */
   }
 
+  if (r->ctx.rank == 0 && o->ckpt_every_set && o->ckpt_every > 0 && !o->save_to) /* a shared flag set may say so */
+    fprintf(stderr, "warning: --ckpt-every %lld writes nothing: no checkpoint directory (the recipe names none, or "
+                    "--save-to '' turned it off)\n",
+            (long long)o->ckpt_every);
   if (r->ctx.rank == 0) {
     printf("model %s (%s): %.2fM parameters, vocabulary %lld%s, batch %lld x %lld tokens", p->model ? p->model : "?",
            p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab, p->byte_level ? " (bytes)" : "",
            (long long)gbatch, (long long)T);
-    if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
+    if (p->accum > 1 && p->micro_batch > 0) /* each rank's B rows are accum micro-steps of micro_batch */
+      printf(" (%d data-parallel rank(s) x %lld %s x %lld)", r->ctx.dp_size, (long long)p->accum,
+             r->ctx.pp_size > 1 ? "pipeline micro-batches" : "accumulation micro-steps", (long long)p->micro_batch);
+    else if (r->ctx.dp_size > 1) printf(" (%d data-parallel ranks x %lld)", r->ctx.dp_size, (long long)B);
     printf(", seed %llu\n", (unsigned long long)o->seed);
     if (r->ctx.world > 1)
       printf("ranks: %d (dp %d x pp %d x cp %d x tp %d) via %s, %s; %d thread(s) per rank\n", r->ctx.world,

@@ -259,12 +259,14 @@ static void data_init(RtRun *r, int training) {
   RtDataOpts dopt = {.T = r->gseq, .vocab = p->vocab, .byte_level = p->byte_level};
   if (!o->data && (training || o->sample)) rt_user_error("no training data: pass --data PATH|GLOB");
   if (o->data) {
-    rt_data_open(&r->train, "--data", o->data, &dopt);
+    /* a path from the recipe is relative to where the trainer runs: say where it came from */
+    const char *what = o->data_set ? "--data" : "data (the model's train block; --data overrides)";
+    rt_data_open(&r->train, what, o->data, &dopt);
     r->train.shuffle = 1;
     r->train.seed = o->seed;
   }
   if (o->val) {
-    rt_data_open(&r->val, "--val", o->val, &dopt);
+    rt_data_open(&r->val, o->val_set ? "--val" : "val (the model's train block; --val overrides)", o->val, &dopt);
     r->has_val = 1;
     snprintf(r->val_desc, sizeof r->val_desc, "'%s': %d file(s), %lld tokens, %lld sequences", o->val, r->val.nfiles,
              (long long)r->val.ntok, (long long)r->val.nwin);
@@ -396,6 +398,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
 
   run_init(r, &argc, &argv);
   if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */
+  if (o->sample) rt_run_sample_check(r);         /* so does a --sample the program cannot serve */
   if (mem_init(r) != 0) {
     run_free(r);
     return 1;

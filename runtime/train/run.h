@@ -46,6 +46,7 @@ typedef struct {
   int steps_set, seed_set; /* given on the command line */
   int data_set, val_set;   /* given on the command line */
   int save_set;            /* --save-to given on the command line */
+  int ckpt_every_set;      /* --ckpt-every given */
   int threads_set;         /* --threads given */
   const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
   const char *ckpt_format; /* --ckpt-format: "sharded" or "logical" (NULL: sharded under several ranks) */
@@ -189,6 +190,9 @@ void rt_run_dump(RtRun *r, const char *path);
 double rt_run_evaluate(RtRun *r);
 /* --sample: generates o.sample tokens; rank 0 prints them. */
 void rt_run_sample(RtRun *r);
+/* --sample's program requirements (logits outside an accumulation loop, their layout), checked at
+ * the start so that a run is not refused after its training. */
+void rt_run_sample_check(const RtRun *r);
 
 /* ---- log.c ---- */
 /* Opens --log (rank 0), decides the peak FLOP/s (when training), prints the start. */

@@ -32,6 +32,18 @@ grep -q '^step 2 of 4' "$t/info.txt" && grep -q 'blocks.attention.w_qkv  *param 
   grep -q '^file rank_00000.safetensors' "$t/info.txt" || { cat "$t/info.txt"; fail "ckpt info (sharded)"; }
 "$shardc" ckpt info "$single" >"$t/info1.txt"
 grep -q 'blocks.1.attention.w_qkv  *F32  \[64, 192\]' "$t/info1.txt" || { cat "$t/info1.txt"; fail "ckpt info (single)"; }
+# what run wrote it: the model, its batch, seed, data position and loss (both formats)
+for f in info info1; do
+  grep -Eq '^model tiny \(.*models/tiny.model\), batch 4 x 32 tokens, seed [0-9]+, data position 8, loss [0-9.]+$' "$t/$f.txt" ||
+    { cat "$t/$f.txt"; fail "ckpt info ($f): no run line"; }
+done
+# a wrong argument count says what is wrong before the usage
+rc=0; "$shardc" ckpt info "$t/sh" extra >/dev/null 2>"$t/usage.txt" || rc=$?
+[ $rc = 2 ] && grep -q '^error: shardc ckpt info takes one checkpoint directory (got 2' "$t/usage.txt" ||
+  { cat "$t/usage.txt"; fail "ckpt info with two arguments: status $rc"; }
+rc=0; "$shardc" ckpt convert "$t/sh" >/dev/null 2>"$t/usage.txt" || rc=$?
+[ $rc = 2 ] && grep -q '^error: shardc ckpt convert needs SRC and DST (got 1)' "$t/usage.txt" ||
+  { cat "$t/usage.txt"; fail "ckpt convert without DST: status $rc"; }
 echo "single -> sharded -> single: byte for byte; the sharded one resumes bit-identically; info lists both"
 
 n=0

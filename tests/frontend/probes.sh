@@ -64,4 +64,32 @@ expect cc_missing 1 'error: the C compiler `no-such-cc` (from --cc) was not foun
 expect cflags_bad 1 'check --cflags (with the default compiler and flags' 4000 -- build "$tiny" --world 1 --cflags -fno-such-flag-here -o "$tmp/t"
 expect cc_plan 1 'error: --cc compiles the trainer: use it with `shardc build` or -o FILE' 2000 -- plan "$tiny" --cc gcc
 expect cflags_plan 1 'error: --cflags compiles the trainer' 2000 -- plan "$tiny" --cflags -O3 --emit-c "$tmp/e"
+# 8. A warning points at what it warns about: bf16 on the CPU target pointed at `train {`.
+sed 's/^  precision f32$/  precision bf16/' "$tiny" >"$tmp/bf16.model"
+expect bf16_cpu_loc 0 'bf16.model:33:3: warning: precision bf16 on the CPU target' 2000 -- plan "$tmp/bf16.model" -I "$(dirname "$tiny")"
+# 8a. An option without its value was an unknown option; a misspelt one gets a hint and no cascade
+#     (its value read as a second input file).
+expect world_no_value 1 'error: --world needs a value' 2000 -- plan "$tiny" --world
+expect option_typo 1 "error: unknown option '--wrld': did you mean '--world'?" 300 -- plan "$tiny" --wrld 2
+# 8b. A negative recipe value names which one (it may come from -D): "lr, grad_clip and weight_decay".
+expect negative_wd 1 'error: train: `weight_decay` must not be negative, got -0.5' 2000 -- plan "$tiny" --world 1 -D weight_decay=-0.5
+# 9. A value assigned and never read was dropped without a word (`y = x + mlp(..)` in a repeat body
+#    that carries x: the MLP vanished from the model).
+sed 's/^    x = x + mlp(/    y = x + mlp(/' "$tiny" >"$tmp/unread.model"
+expect unread_repeat 0 'unread.model:17:5: warning: `y` is assigned but never read' 2000 -- plan "$tmp/unread.model" -I "$(dirname "$tiny")"
+sed 's/^  loss = cross_entropy(layernorm(x)/  h = x * 2\n  h = x * 3\n  loss = cross_entropy(layernorm(h)/' "$tiny" >"$tmp/reassigned.model"
+expect unread_reassigned 0 'reassigned.model:19:3: warning: `h` is assigned but never read' 2000 -- plan "$tmp/reassigned.model" -I "$(dirname "$tiny")"
+sed 's/^    x = x + mlp(/    _y = x + mlp(/' "$tiny" >"$tmp/exempt.model"
+if "$shardc" plan "$tmp/exempt.model" -I "$(dirname "$tiny")" 2>&1 >/dev/null | grep -q 'never read'; then
+  echo "FAIL unread_exempt: a name starting with _ was reported"
+  status=1
+else
+  echo "ok   unread_exempt"
+fi
+if "$shardc" plan "$tiny" 2>&1 >/dev/null | grep -q 'never read'; then
+  echo "FAIL unread_tiny: models/tiny.model reported"
+  status=1
+else
+  echo "ok   unread_tiny"
+fi
 exit $status

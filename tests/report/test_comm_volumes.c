@@ -251,6 +251,49 @@ static void cp_only(const char *label, const FeDefine *defs, int ndefs, int cp, 
   arena_free(&a);
 }
 
+/* pp 2 (dp 1, tp 1), M micro-batches of b sequences: per micro-batch one activation b s h x 4 bytes
+ * forward (stage 0 to 1) and its gradient backward, each a send and a recv (bytes at both, bus
+ * traffic at the send); a receive belongs to its send's region, so none is the optimizer's. */
+static void pp_only(const char *label, const FeDefine *defs, int ndefs, int64_t M, int64_t b, int64_t s, int64_t h) {
+  FeDefine d[MAXDEF];
+  int n = 0;
+  char smb[16], sb[16], sm[16];
+  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
+  snprintf(smb, sizeof smb, "%lld", (long long)b);
+  snprintf(sb, sizeof sb, "%lld", (long long)(b * M));
+  snprintf(sm, sizeof sm, "%lld", (long long)M);
+  d[n++] = (FeDefine){"pp", "2"};
+  d[n++] = (FeDefine){"dp", "1"};
+  d[n++] = (FeDefine){"microbatches", sm};
+  d[n++] = (FeDefine){"micro_batch", smb};
+  d[n++] = (FeDefine){"batch", sb};
+  d[n++] = (FeDefine){"zero", "0"};
+  FeOptions o = {.defines = d, .ndefines = n, .world = 2};
+  Arena a;
+  arena_init(&a);
+  Module *m = fe_compile(&a, SHARDC_MODELS_DIR "/gpt2-124m.model", &o);
+  if (!m) die("the model does not compile");
+  PipelineOptions po = {.verify = true};
+  if (!pipeline_run(m, &po)) die("the pipeline failed");
+  CommVolumes v;
+  ir_comm_volumes(m, &v);
+  double bsh = (double)(b * s * h) * 4;
+  char w[160];
+  for (int r = CR_FORWARD; r <= CR_BACKWARD; r++) {
+    const CommCell *c = cell(&v, RT_AX_PP, r, CK_SEND_RECV);
+    snprintf(w, sizeof w, "%s pp 2 x %lld: %s send/recv = a send and a recv per micro-batch", label, (long long)M,
+             ir_comm_region_names[r]);
+    eq(w, (double)c->count, 2.0 * (double)M);
+    eq(w, (double)c->bytes, 2.0 * (double)M * bsh);
+    eq(w, c->bus_bytes, (double)M * bsh);
+  }
+  snprintf(w, sizeof w, "%s pp 2 x %lld: no optimizer send/recv", label, (long long)M);
+  eq(w, (double)cell(&v, RT_AX_PP, CR_OPTIMIZER, CK_SEND_RECV)->count, 0);
+  fprintf(stderr, "  %-28s pp 2 x %lld: forward and backward %lld send/recv of %.0f B each\n", label, (long long)M,
+          (long long)cell(&v, RT_AX_PP, CR_FORWARD, CK_SEND_RECV)->count, bsh);
+  arena_free(&a);
+}
+
 static void link_classes(void) {
   topology_file = SHARDC_MODELS_DIR "/topo/p4d-x4.topo";
   Arena a;
@@ -301,6 +344,7 @@ int main(void) {
     cp_only("small", small, 5, cp, false, 2, 8, 32, 4, 2);
     cp_only("small", small, 5, cp, true, 2, 8, 32, 4, 2);
   }
+  pp_only("small", small, 5, 4, 2, 8, 32);
   link_classes();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);

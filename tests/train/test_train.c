@@ -273,9 +273,26 @@ static void test_errors(void) {
                  "change it"),
       "--data", good, "--batch", "8", NULL);
   EXPECT_ERROR(rt_xstrdup("--steps: 'ten' is not a non-negative integer"), "--data", good, "--steps", "ten", NULL);
-  EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp' (see --help)"), "--data", good, "--stesp", "10", NULL);
+  EXPECT_ERROR(rt_xstrdup("unknown flag '--stesp': did you mean '--steps'? (see --help)"), "--data", good, "--stesp",
+               "10", NULL);
+  EXPECT_ERROR(rt_xstrdup("unknown flag '--fast' (see --help)"), "--data", good, "--fast", NULL);
+  EXPECT_ERROR(rt_xstrdup("unknown flag '--save': did you mean '--save-to'? (see --help)"), "--data", good, "--save",
+               "ck", NULL);
   EXPECT_ERROR(rt_xstrdup("--data needs a value (PATH|GLOB)"), "--data", NULL);
   EXPECT_ERROR(rt_xstrdup("no training data: pass --data PATH|GLOB"), NULL);
+  { /* --ckpt-every with nowhere to write: a warning (a script's shared flags may turn saving off), not silence */
+    Result rc = run_trainer("--data", good, "--steps", "2", "--ckpt-every", "1", "--save-to", "", NULL);
+    expect_ok(&rc, "--ckpt-every with --save-to ''");
+    CHECK(strstr(rc.err, "warning: --ckpt-every 1 writes nothing: no checkpoint directory") != NULL,
+          "--ckpt-every without a directory:\n%s", rc.err);
+    free_result(&rc);
+  }
+  /* the recipe's data, relative to where the trainer runs: the error says where the path came from */
+  prog.recipe.data = "/nonexistent/recipe.bin";
+  EXPECT_ERROR(rt_xstrdup("data (the model's train block; --data overrides): cannot open '/nonexistent/recipe.bin': No "
+                          "such file or directory"),
+               NULL);
+  prog.recipe.data = NULL;
 
   p = path_of("nockpt");
   mkdir(p, 0755);
@@ -305,6 +322,17 @@ static void test_errors(void) {
                "--init-from", p, NULL);
   free(b);
   free(p);
+
+  /* --sample a program cannot serve (no logits outside an accumulation loop) is refused at the
+   * start, not after the training */
+  int64_t lo = prog.logits_offset;
+  prog.logits_offset = -1;
+  Result rs = run_trainer("--data", good, "--steps", "3", "--sample", "4", "--save-to", "", NULL);
+  CHECK(rs.status == 1 && strstr(rs.err, "error: --sample: this program has no logits to sample from") != NULL,
+        "--sample without logits: status %d, stderr:\n%s", rs.status, rs.err);
+  CHECK(strstr(rs.out, "step ") == NULL, "--sample without logits trained first:\n%s", rs.out);
+  free_result(&rs);
+  prog.logits_offset = lo;
 
   /* a byte-level model reads any file as bytes; a text file is not an error there */
   make_program(256, RT_LR_COSINE, 2, 3);
@@ -341,6 +369,20 @@ static void test_log(void) {
   CHECK(strstr(r.out, "memory at start: planned ") && strstr(r.out, "memory at end: planned "), "memory report");
   CHECK(strstr(r.out, "validation: the last 10% of '") != NULL, "hold-out not reported:\n%s", r.out);
   free_result(&r);
+  /* --help under accumulation: the micro-batch is one micro-step's rows, not the step's */
+  prog.micro_batch = 1, prog.accum = MB, prog.global_batch = MB;
+  r = run_trainer("--help", NULL);
+  expect_ok(&r, "--help");
+  CHECK(strstr(r.out, "micro-batch 1 x 8 tokens") != NULL, "--help's micro-batch:\n%s", r.out);
+  CHECK(strstr(r.out, "global batch 4 sequences per optimizer step (4 accumulation micro-step(s))") != NULL,
+        "--help's global batch:\n%s", r.out);
+  free_result(&r);
+  r = run_trainer("--data", data, "--steps", "1", "--save-to", "", NULL);
+  expect_ok(&r, "accumulation run");
+  CHECK(strstr(r.out, "batch 4 x 8 tokens (1 data-parallel rank(s) x 4 accumulation micro-steps x 1)") != NULL,
+        "the start line under accumulation:\n%s", r.out);
+  free_result(&r);
+  prog.micro_batch = 0, prog.accum = 0, prog.global_batch = 0;
   free(data);
   free(log);
 }
