@@ -206,6 +206,11 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
     rt_user_error("--threads %lld: this machine has %ld online CPU%s; compute threads beyond that only slow the kernels "
                   "down (use at most %ld)",
                   (long long)o->threads, nproc, nproc == 1 ? "" : "s", nproc);
+  /* a last step past the schedule's would be ignored (the run ends with the schedule): refused */
+  if (o->stop_at > o->steps)
+    rt_user_error("--stop-at %lld is past the schedule's last step (%lld, %s): the run would end there; raise --steps "
+                  "or lower --stop-at",
+                  (long long)o->stop_at, (long long)o->steps, o->steps_set ? "--steps" : "the recipe's steps");
   if (seen_help) {
     usage(stdout, argv[0] ? argv[0] : "trainer", p, flags, nflags);
     return 1;

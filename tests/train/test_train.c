@@ -278,6 +278,9 @@ static void test_errors(void) {
   EXPECT_ERROR(rt_xstrdup("unknown flag '--fast' (see --help)"), "--data", good, "--fast", NULL);
   EXPECT_ERROR(rt_xstrdup("unknown flag '--save': did you mean '--save-to'? (see --help)"), "--data", good, "--save",
                "ck", NULL);
+  EXPECT_ERROR(rt_xstrdup("--stop-at 12 is past the schedule's last step (10, --steps): the run would end there; raise "
+                          "--steps or lower --stop-at"),
+               "--data", good, "--steps", "10", "--stop-at", "12", NULL);
   EXPECT_ERROR(rt_xstrdup("--data needs a value (PATH|GLOB)"), "--data", NULL);
   EXPECT_ERROR(rt_xstrdup("no training data: pass --data PATH|GLOB"), NULL);
   { /* --ckpt-every with nowhere to write: a warning (a script's shared flags may turn saving off), not silence */
