@@ -18,13 +18,13 @@ const char *pipe_sched_name(PipeSchedule k) {
 
 /* Zero bubble in the manner of ZB-H1 (within 1F1B's peak memory): the backward split into B (input
  * gradients, which the stage before waits for) and W (weight gradients, which nothing waits for).
- * Made by playing the stages with the times t (F, B, W of stage s: t[s], t[pp + s], t[2 pp + s];
- * NULL: 1 each), transfers free: the stage that can start an instruction earliest (the lower stage
- * on a tie) runs, at that moment, a B whose gradient arrived, else the next F if its activation
+ * Two makers, whose lists zb_best chooses among. The greedy one (make_zb) plays the stages with the
+ * times t (F, B, W of stage s: t[s], t[pp + s], t[2 pp + s]; NULL: 1 each), transfers free: the
+ * stage that can start an instruction earliest (the lower stage on a tie) runs, at that moment, a B whose gradient arrived, else the next F if its activation
  * arrived and it holds fewer than pp micro-batches (forwards whose W has not run: 1F1B's peak,
  * stage 0's), else its oldest pending W. The W's fill what 1F1B leaves idle: with equal times
- * bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), 0.172 at pp 4 with 8 micro-batches (1F1B 0.273); with
- * W half of F and B (a CPU's), 0.184 against the equal-time lists' 0.298 (1F1B 0.273).
+ * bubble (pp-1)/(3M+pp-1) at pp 2 (ZB-H1's), but 0.172 at pp 4 with 8 micro-batches (ZB-H1 0.111,
+ * 1F1B 0.273); with W half of F and B (a CPU's), 0.184 against the equal-time lists' 0.298.
  * A stage's choice (when, what) depends on its own state and the arrivals from its neighbours only:
  * it is kept per stage and made again (in O(1): zb_choose) for the stage that ran and the neighbour
  * it sent to, and the earliest stage is a tournament's winner, so a step costs O(log pp) (the plan
@@ -124,31 +124,78 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
   return s;
 }
 
+/* ZB-H1's lists, made directly: stage s runs 1F1B's order of F and B (pp - s - 1 forwards of warm-up,
+ * then one forward and one B in turn, then the remaining B's), each B(i) followed by W(i - s), and the
+ * last s W's after its last B. A W lags its B by s micro-batches, so stage s holds (F run, W not) at
+ * most pp - s - 1 + 1 + s = pp micro-batches: 1F1B's peak (stage 0's), the greedy maker's bound too;
+ * and the s + 1 W's after the last B fill the time the gradient takes to come back from the later
+ * stages. With equal F, B and W every stage starts at its first activation and the step is 3M + pp - 1
+ * long: bubble (pp-1)/(3M+pp-1) for every pp and M >= pp (0.111 at pp 4 x 8; test_pp_equiv). */
+static PipeSched make_zb_h1(int pp, int nmb) {
+  PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
+  if (!s.len || !s.list) die("out of memory");
+  for (int st = 0; st < pp; st++) {
+    PipeInstr *l = calloc((size_t)(3 * nmb + 1), sizeof *l);
+    if (!l) die("out of memory");
+    int n = 0, f = 0, b = 0, warm = pp - st - 1 < nmb ? pp - st - 1 : nmb;
+    while (f < warm) l[n++] = (PipeInstr){'F', f++, 0};
+    while (b < nmb) {
+      if (f < nmb) l[n++] = (PipeInstr){'F', f++, 0};
+      if (b - st >= 0) l[n++] = (PipeInstr){'B', b, 0}, l[n++] = (PipeInstr){'W', b - st, 0};
+      else l[n++] = (PipeInstr){'B', b, 0};
+      b++;
+    }
+    for (int i = nmb - st > 0 ? nmb - st : 0; i < nmb; i++) l[n++] = (PipeInstr){'W', i, 0};
+    s.len[st] = n;
+    s.list[st] = l;
+  }
+  return s;
+}
+
 /* The span of s played with times t (transfers free). */
 static double span_of(const PipeSched *s, const double *t) {
   return pipe_sched_timeline(s, t, t + s->pp, t + 2 * s->pp, NULL, NULL, NULL);
 }
 
-/* zb with times: the lists made with them, or the equal-time ones where those finish sooner under
- * the times. The greedy maker is not monotone in its times: with F, B and W within a few percent of
+/* zb's lists for times t (NULL: equal): of the candidates, the greedy lists made with t, the greedy
+ * lists made with equal times and ZB-H1's, the one with the shortest span played with t, the earlier
+ * on a tie. The greedy maker is not monotone in its times: with F, B and W within a few percent of
  * each other its choices can leave more idle than the equal-time lists do (GPT-3's stages at pp 32
  * x 192 micro-batches, B = 1.02 F, W = 0.91 F: 11.8 % idle against 9.7 %), while where W is well
- * below F and B the timed lists win (W = F / 2 at pp 4 x 8: 18.4 % against 29.8 %). */
+ * below F and B the timed lists win (W = F / 2 at pp 4 x 8: 18.4 % against 29.8 %); ZB-H1's reach
+ * (pp-1)/(3M+pp-1) with equal times where the greedy ones leave more at pp > 2. */
+static PipeSched zb_best(int pp, int nmb, const double *times) {
+  PipeSched best = make_zb(pp, nmb, times);
+  double *eq = NULL;
+  if (!times) {
+    if (!(eq = malloc(3 * (size_t)pp * sizeof *eq))) die("out of memory");
+    for (int i = 0; i < 3 * pp; i++) eq[i] = 1;
+  }
+  const double *t = times ? times : eq;
+  double span = span_of(&best, t);
+  for (int c = times ? 0 : 1; c < 2; c++) {
+    PipeSched o = c == 0 ? make_zb(pp, nmb, NULL) : make_zb_h1(pp, nmb);
+    double so = span_of(&o, t);
+    if (so < span * (1 - 1e-12)) {
+      pipe_sched_free(&best);
+      best = o, span = so;
+    } else {
+      pipe_sched_free(&o);
+    }
+  }
+  free(eq);
+  return best;
+}
+
+PipeSched pipe_sched_zb_greedy(int pp, int nmb, const double *times) { return make_zb(pp, nmb, times); }
+
 PipeSched pipe_sched_make_timed(PipeSchedule kind, int pp, int nmb, int v, const double *times) {
   if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, nmb, v);
-  PipeSched t = make_zb(pp, nmb, times);
-  if (!times) return t;
-  PipeSched e = make_zb(pp, nmb, NULL);
-  if (span_of(&e, times) < span_of(&t, times) * (1 - 1e-12)) {
-    pipe_sched_free(&t);
-    return e;
-  }
-  pipe_sched_free(&e);
-  return t;
+  return zb_best(pp, nmb, times);
 }
 
 PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v) {
-  if (kind == SCHED_ZB) return make_zb(pp, nmb, NULL);
+  if (kind == SCHED_ZB) return zb_best(pp, nmb, NULL);
   if (kind != SCHED_GPIPE && kind != SCHED_1F1B && kind != SCHED_INTERLEAVED)
     die("pipe_sched_make: schedule %s", pipe_sched_name(kind));
   if (kind != SCHED_INTERLEAVED) v = 1;

@@ -42,12 +42,16 @@ typedef struct {
  * reverse backward; (pp - s - 1) 2 + (v - 1) pp forwards of warm-up; nmb a multiple of pp).
  * Heap; pipe_sched_free. */
 PipeSched pipe_sched_make(PipeSchedule kind, int pp, int nmb, int v);
-/* The same, zb's lists made by playing the stages with times (the F, B and W of stage s: times[s],
- * times[pp + s], times[2 pp + s]; NULL: equal) instead of equal ones, or the equal-time lists where
- * those finish sooner under the times; the other schedules ignore them. The one list maker of every
+/* The same, zb's lists chosen for times (the F, B and W of stage s: times[s], times[pp + s],
+ * times[2 pp + s]; NULL: equal): of the greedy lists made by playing the stages with the times, the
+ * greedy lists made with equal times and ZB-H1's lists, the one with the shortest span under the
+ * times (the earlier on a tie); the other schedules ignore them. The one list maker of every
  * zb prediction: the pipe pass (Plan.sched_times), the balanced split's bubbles, the plan search's
  * analytic model. */
 PipeSched pipe_sched_make_timed(PipeSchedule kind, int pp, int nmb, int v, const double *times);
+/* zb's greedy lists alone (made with times, NULL: equal), one of the candidates pipe_sched_make_timed
+ * chooses among (with ZB-H1's, made directly): what zb's lists were before ZB-H1's; tests compare. */
+PipeSched pipe_sched_zb_greedy(int pp, int nmb, const double *times);
 void pipe_sched_free(PipeSched *s);
 
 /* One instruction of the whole schedule, in an order every stage could run it in. */

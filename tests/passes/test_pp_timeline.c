@@ -15,6 +15,10 @@
  * 3. zb's lists made with times never longer under them than the equal-time lists (GPT-3's stages at
  *    pp 32 x 192 micro-batches, where the greedy play with the times alone leaves more idle; 200
  *    random times).
+ * 3b. zb's lists reach ZB-H1's bubble (pp-1)/(3M+pp-1) with equal times for pp 2-8 x M pp-24 (the
+ *    greedy lists alone leave 0.172 at pp 4 x 8 against 0.111), pass the check and hold no more
+ *    micro-batches than 1F1B's peak (pp); under 300 random times never longer than the greedy lists
+ *    (made with those times or equal ones), shorter in some.
  * 4. The plan search's analytic model: a zb candidate's bubble is that of the lists made with its
  *    F / B / W (tiny's candidates at pp 2 and 4 x 8-32 micro-batches: every one's lists differ from
  *    the equal-time ones), not the ideal (pp-1)/(3M+pp-1).
@@ -224,6 +228,62 @@ static void zb_timed_lists(void) {
   }
 }
 
+static void zb_h1_lists(void) {
+  char msg[256];
+  int better = 0;
+  for (int pp = 2; pp <= 8; pp++)
+    for (int M = pp; M <= 24; M++) {
+      double t[24], bz, bg;
+      int inflight[8];
+      for (int i = 0; i < 3 * pp; i++) t[i] = 1;
+      PipeSched z = pipe_sched_make(SCHED_ZB, pp, M, 1), g = pipe_sched_zb_greedy(pp, M, NULL);
+      PipeStep order[3 * 8 * 24 + 1];
+      bool ok = pipe_sched_check(&z, 1, order, msg, sizeof msg);
+      expect(ok, "zb's lists pass the check");
+      if (!ok) fprintf(stderr, "  pp %d, %d micro-batches: %s\n", pp, M, msg);
+      pipe_sched_timeline(&z, t, t + pp, t + 2 * pp, &bz, inflight, NULL);
+      pipe_sched_timeline(&g, t, t + pp, t + 2 * pp, &bg, NULL, NULL);
+      double h1 = (pp - 1.0) / (3.0 * M + pp - 1);
+      if (bz > h1 + 1e-12) fprintf(stderr, "  pp %d, %d micro-batches: bubble %.4f, ZB-H1 %.4f\n", pp, M, bz, h1);
+      expect(bz <= h1 + 1e-12, "zb with equal times: bubble at most ZB-H1's (pp-1)/(3M+pp-1)");
+      expect(bz <= bg + 1e-12, "zb with equal times: bubble at most the greedy lists'");
+      better += bz < bg - 1e-9;
+      for (int s = 0; s < pp; s++) expect(inflight[s] <= pp, "zb holds at most 1F1B's peak, pp micro-batches");
+      if ((pp == 4 || pp == 8) && (M == 8 || M == 16))
+        fprintf(stderr, "  zb pp %d, %d micro-batches, equal times: bubble %.4f (ZB-H1 %.4f; greedy lists %.4f)\n", pp, M, bz,
+                h1, bg);
+      if (pp == 4 && M == 8) expect(fabs(bz - 3.0 / 27) < 1e-12, "zb pp 4 x 8, equal times: bubble 3/27");
+      pipe_sched_free(&z);
+      pipe_sched_free(&g);
+    }
+  expect(better > 0, "zb with equal times: ZB-H1's lists beat the greedy ones somewhere");
+  fprintf(stderr, "  equal times: %d of 161 (pp, M) shorter than the greedy lists\n", better);
+  srand(11);
+  int shorter = 0;
+  for (int r = 0; r < 300; r++) {
+    int pp = 2 + rand() % 7, M = 1 + rand() % 24;
+    double t[24];
+    int inflight[8];
+    for (int i = 0; i < 3 * pp; i++) t[i] = 0.2 + (rand() % 100) / 25.0;
+    PipeSched x = pipe_sched_make_timed(SCHED_ZB, pp, M, 1, t), g = pipe_sched_zb_greedy(pp, M, t),
+              e = pipe_sched_zb_greedy(pp, M, NULL);
+    PipeStep order[3 * 8 * 24 + 1];
+    expect(pipe_sched_check(&x, 1, order, msg, sizeof msg), "zb with random times passes the check");
+    double sx = pipe_sched_timeline(&x, t, t + pp, t + 2 * pp, NULL, inflight, NULL);
+    double sg = pipe_sched_timeline(&g, t, t + pp, t + 2 * pp, NULL, NULL, NULL);
+    double se = pipe_sched_timeline(&e, t, t + pp, t + 2 * pp, NULL, NULL, NULL);
+    double old = sg < se ? sg : se;
+    expect(sx <= old * (1 + 1e-12), "zb with random times: never longer than the greedy lists under them");
+    shorter += sx < old * (1 - 1e-9);
+    for (int s = 0; s < pp; s++) expect(inflight[s] <= pp, "zb with random times holds at most pp micro-batches");
+    pipe_sched_free(&x);
+    pipe_sched_free(&g);
+    pipe_sched_free(&e);
+  }
+  expect(shorter > 0, "zb with random times: ZB-H1's lists shorter than the greedy ones in some");
+  fprintf(stderr, "  random times: %d of 300 shorter than the greedy lists\n", shorter);
+}
+
 static Module *tiny_one(Arena *a) {
   FeDefine d[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"micro_batch", "8"}, {"batch", "8"},
                   {"dp", "1"}, {"pp", "1"}};
@@ -356,6 +416,7 @@ int main(void) {
   hand_timelines();
   plan_timeline();
   zb_timed_lists();
+  zb_h1_lists();
   check_analytic_zb();
   check_analytic_vs_compiled();
   if (failures) {
