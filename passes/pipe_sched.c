@@ -130,7 +130,7 @@ static PipeSched make_zb(int pp, int nmb, const double *t) {
  * most pp - s - 1 + 1 + s = pp micro-batches: 1F1B's peak (stage 0's), the greedy maker's bound too;
  * and the s + 1 W's after the last B fill the time the gradient takes to come back from the later
  * stages. With equal F, B and W every stage starts at its first activation and the step is 3M + pp - 1
- * long: bubble (pp-1)/(3M+pp-1) for every pp and M >= pp (0.111 at pp 4 x 8; test_pp_equiv). */
+ * long: bubble (pp-1)/(3M+pp-1) for every pp and M >= pp (0.111 at pp 4 x 8; test_pp_timeline). */
 static PipeSched make_zb_h1(int pp, int nmb) {
   PipeSched s = {pp, nmb, 1, SCHED_ZB, calloc((size_t)pp, sizeof(int)), calloc((size_t)pp, sizeof(PipeInstr *))};
   if (!s.len || !s.list) die("out of memory");
