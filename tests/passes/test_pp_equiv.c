@@ -25,7 +25,8 @@
  * Then the schedule checker: the GPipe/1F1B lists, their bubble (GPipe
  * (pp-1)/(M+pp-1)), 1F1B's in-flight bound (pp - s on stage s), interleaved's and zb's smaller
  * bubbles (zb within 1F1B's memory), zb's lists made with given stage times (Plan.sched_times: equal
- * times give the equal-time lists; W = B / 2 a smaller bubble under those times, and their programs
+ * times give the equal-time lists; W = B / 2 no larger a bubble under those times (smaller at pp 2,
+ * where the equal-time lists are the greedy ones; at pp > 2 they are ZB-H1's), and their programs
  * equal one rank, tiny pp 4 x 8 micro-batches and pp 2 x dp 2), `layers(balanced)` against a device's
  * memory (tiny, 8 layers, pp 4: the split that fits chosen, applied, within the device, equal to one
  * rank), and hand-written bad schedules rejected naming the stage, rank, step and instruction.
@@ -601,8 +602,8 @@ static void check_schedules(void) {
       pipe_sched_free(&z);
     }
   /* zb's lists made with the stages' times (W half of F and B, as on a CPU): the same lists as the
-   * equal-time ones for equal times, within 1F1B's memory, and played with those times a smaller
-   * bubble than the equal-time lists' and 1F1B's (whose B is B + W) */
+   * equal-time ones for equal times, within 1F1B's memory, and played with those times no larger a
+   * bubble than the equal-time lists' and a smaller one than 1F1B's (whose B is B + W) */
   for (int pp = 2; pp <= 8; pp *= 2)
     for (int M = pp; M <= 16; M *= 2) {
       double t1[24], th[24], tfb[8], bu, bt, b1;
