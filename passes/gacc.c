@@ -19,9 +19,11 @@
  *     index for index; both buffers outer values, live through the loop), or
  *   - the sum and the add's output are placed at the same bytes in this graph, the sum made before
  *     the matmul and read by the add alone (placed_write_early: nothing in between touches them);
- * and the GEMM the target runs can accumulate: rank-2 f32 output, f32 inputs on the CPU (its
- * `precision bf16` GEMMs, runtime/ops/gemm_dnnl.c, write without beta: not taken there), f32 or
- * bf16 inputs on CUDA. Runs before passes/epilogue.c, which leaves a matmul with an accumulator alone.
+ * and the GEMM the target runs can accumulate: rank-2 f32 output; on the CPU f32 inputs
+ * (rt_matmul_acc_f32), under `precision bf16` f32 or bf16 ones (rt_matmul_bf16_acc_in: bf16
+ * products summed in f32 into C, oneDNN's sum post-op, runtime/ops/gemm_dnnl.c); on CUDA f32 or bf16
+ * inputs (cuBLASLt, f32 accumulation). Runs before passes/epilogue.c, which leaves a matmul with an
+ * accumulator alone.
  */
 #include "diag.h"
 #include "memplan.h"
@@ -56,10 +58,12 @@ static int position(const Graph *g, const Node *n) {
 /* The target's GEMM can accumulate into C for matmul mm writing dtype `out`. */
 static bool gemm_accumulates(const Module *m, const Node *mm, DType out) {
   const Value *A = mm->in[0], *B = mm->in[1];
-  if (mm->nin != 2 || mm->a.epilogue || out != DT_F32 || mm->out[0]->shape.rank != 2 || A->dtype != B->dtype) return false;
-  if (m->target == TARGET_CUDA) return A->dtype == DT_F32 || A->dtype == DT_BF16;
-  bool bf16 = m->has_recipe && m->recipe.precision == PREC_BF16;
-  return !bf16 && A->dtype == DT_F32;
+  if (mm->nin != 2 || mm->a.epilogue || out != DT_F32 || mm->out[0]->shape.rank != 2) return false;
+  bool f32 = A->dtype == DT_F32 && B->dtype == DT_F32, bf16 = A->dtype == DT_BF16 && B->dtype == DT_BF16;
+  if (m->target == TARGET_CUDA) return f32 || bf16; /* rt_cu_matmul: C = D, beta 1 */
+  /* the CPU: rt_matmul_acc_f32; under `precision bf16` rt_matmul_bf16_acc_in (either operand a bf16 copy) */
+  bool prec16 = m->has_recipe && m->recipe.precision == PREC_BF16;
+  return prec16 ? (A->dtype == DT_F32 || A->dtype == DT_BF16) && (B->dtype == DT_F32 || B->dtype == DT_BF16) : f32;
 }
 
 /* The memory plan writes w (the add's output, result of g) into s's bytes, s read by the add only:

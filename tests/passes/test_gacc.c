@@ -2,7 +2,7 @@
  * accumulates into the running sum.
  *
  * The tiny GPT (2 layers, 4 weight matrices a layer) under accumulation (4 micro-steps on one rank:
- * f32 on the CPU target, bf16 compute on the CUDA target) and under pp 2 (1F1B, 4 micro-batches,
+ * f32 and `precision bf16` on the CPU target, bf16 compute on the CUDA target) and under pp 2 (1F1B, 4 micro-batches,
  * the sums folded into each stage's backward loop, passes/pipe_fold.c) is compiled twice: with every
  * pass, and with every pass but gacc. Checked:
  *   - the shape: in the fused program every backward loop that sums a layer's weight gradients has
@@ -10,8 +10,8 @@
  *     is an add(sum, dW) (or add(sum, cast(dW))) fewer than in the unfused program; the loop's output
  *     still takes the sum's slices in place (memplan_xs_in_place);
  *   - the numbers: the fp64 interpreter runs both for two AdamW steps on the same micro-batches and
- *     every gradient, parameter and optimizer state agrees: exactly in f32 (the oracle adds C after
- *     the product: the same sums in the same order), within 1e-5 under bf16 compute (the unfused
+ *     every gradient, parameter and optimizer state agrees: exactly in f32 and on the CPU's bf16 (the
+ *     oracle adds C after the product: the same sums in the same order), within 1e-5 under bf16 compute (the unfused
  *     cast's f32 rounding of each micro-step's gradient, which the fused GEMM skips); the compiled
  *     GEMMs' rounding is the e2e tests' (their trainers against this oracle); and the pp program
  *     agrees with the single-rank big batch within 1e-10 (as test_pp_equiv).
@@ -141,6 +141,8 @@ out:
 int main(void) {
   /* f32: the oracle adds C after the product, as the add did: the same sums, exactly */
   run("accum 4, f32, cpu", TARGET_CPU, "f32", 1, 2, 1, 0.0);
+  /* the CPU's `precision bf16`: f32 gradients from GEMMs on bf16-rounded operands, no cast: exactly too */
+  run("accum 4, bf16, cpu", TARGET_CPU, "bf16", 1, 2, 1, 0.0);
   /* bf16 compute: the unfused program rounds each micro-step's gradient to f32 in its cast (2^-24
    * relative) before adding it; the fused one adds the fp64 product: that much per micro-step, carried
    * through two AdamW steps */
