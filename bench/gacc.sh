@@ -5,7 +5,8 @@
 #   2. tiny pp 2 1F1B on 2 CPU ranks (4 layers, seq 64, 8 micro-batches of 1), with each rank's median
 #      F, B and time between its instructions per step from --trace (bench/pp_gaps.py).
 # The trainers alternate ROUNDS times, STEPS steps each, 1 thread a rank; per run the median step
-# (the first excluded) and the minimum.
+# (the first excluded) and the minimum; for the 1-rank run also its CPU time (user + system, the
+# process's own: less disturbed than the wall time by the other jobs of a shared machine).
 #   bench/gacc.sh BEFORE_SHARDC AFTER_SHARDC [ROUNDS] [STEPS] [D]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +30,10 @@ print('%.2f ms/step (min %.2f)' % (statistics.median(ms), min(ms)))"
 }
 for r in $(seq "$rounds"); do
   for s in before after; do
-    "$t/accum-$s" --data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --threads 1 \
-      --log "$t/a.jsonl" --save-to "$t/ck" </dev/null >/dev/null 2>&1
-    echo "round $r accum 8 $s: $(median "$t/a.jsonl")"
+    TIMEFORMAT=%U+%S
+    cpu=$( { time "$t/accum-$s" --data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --threads 1 \
+      --log "$t/a.jsonl" --save-to "$t/ck" </dev/null >/dev/null 2>&1; } 2>&1)
+    echo "round $r accum 8 $s: $(median "$t/a.jsonl"); CPU $(python3 -c "print('%.2f' % ($cpu))") s for $steps steps"
   done
   for s in before after; do
     mpirun -np 2 "$t/pp-$s" --data "$t/data.txt" --steps "$steps" --eval-every 0 --val-batches 1 --threads 1 \
