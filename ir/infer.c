@@ -88,16 +88,6 @@ static bool infer_ew(Node *n) {
   }
   if ((n->op == OP_GELU_BWD || n->op == OP_SILU_BWD) && (!need_float(n, 0, "x") || !need_float(n, 1, "dy")))
     return false;
-  if (n->nin == 3) { /* y = C + AB (passes/gacc.c): C's type, the product accumulated in it */
-    if (!need_float(n, 2, "accumulator")) return false;
-    const Value *c = in(n, 2);
-    if (!ir_shape_eq(&c->shape, &r)) {
-      error_at(n->loc, "matmul: the accumulator is %s, the product %s", shp(&c->shape), shp(&r));
-      return false;
-    }
-    set_out(n, 0, c->dtype, r);
-    return true;
-  }
   set_out(n, 0, ir_promote(in(n, 0)->dtype, in(n, 1)->dtype), r);
   return true;
 }
