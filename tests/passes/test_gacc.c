@@ -23,8 +23,8 @@
 #include "frontend.h"
 #include "interp.h"
 #include "memplan.h"
-#include "pipeline.h"
 #include "tb.h"
+#include "tb_compile.h"
 
 static int failures;
 
@@ -35,22 +35,10 @@ static Module *compile(Arena *a, Target target, const char *prec, int pp, int64_
   char smb[24], spp[16];
   snprintf(smb, sizeof smb, "%lld", (long long)micro);
   snprintf(spp, sizeof spp, "%d", pp);
-  FeDefine d[] = {{"seq", "8"},          {"d", "32"},          {"heads", "4"},      {"layers", "2"},
-                  {"precision", prec},   {"micro_batch", smb}, {"batch", "8"},      {"pp", spp},
-                  {"dp", "1"},           {"tp", "1"},          {"zero", "0"},       {"recompute", "none"},
-                  {"schedule", "1f1b"},  {"cross_node_tp", "on"}};
-  FeOptions o = {.defines = d, .ndefines = (int)(sizeof d / sizeof d[0]), .world = pp};
-  Module *m = fe_compile(a, SHARDC_MODELS_DIR "/tiny.model", &o);
-  if (!m) return NULL;
-  m->target = target;
-  m->has_topology = false;
-  PipelineOptions po = {.verify = true};
-  if (!skip) return pipeline_run(m, &po) ? m : NULL;
-  const char *names[64];
-  pipeline_pass_names(names, 64);
-  for (int i = 0; names[i]; i++)
-    if (strcmp(names[i], skip) != 0 && !pipeline_run_pass(m, names[i], &po)) return NULL;
-  return m;
+  FeDefine d[] = {{"seq", "8"},         {"d", "32"},       {"heads", "4"}, {"layers", "2"},         {"micro_batch", smb},
+                  {"batch", "8"},       {"pp", spp},       {"dp", "1"},    {"tp", "1"},             {"zero", "0"},
+                  {"recompute", "none"}, {"schedule", "1f1b"}, {"cross_node_tp", "on"}};
+  return tb_compile_on(a, SHARDC_MODELS_DIR "/tiny.model", d, (int)(sizeof d / sizeof d[0]), prec, target, skip, pp);
 }
 
 typedef struct {
