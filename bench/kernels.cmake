@@ -45,3 +45,9 @@ endif()
 add_executable(bench_gemm_bf16 ${CMAKE_CURRENT_SOURCE_DIR}/gemm_bf16.c)
 target_link_libraries(bench_gemm_bf16 PRIVATE shardrt)
 shardc_warnings(bench_gemm_bf16)
+
+# Gradient-accumulation fusion (passes/gacc.c): a layer's weight-gradient GEMMs, then the sums' adds,
+# against the GEMMs accumulating into the sums, one thread: bench_gacc_kernels [rounds] [reps]
+add_executable(bench_gacc_kernels ${CMAKE_CURRENT_SOURCE_DIR}/gacc_kernels.c)
+target_link_libraries(bench_gacc_kernels PRIVATE shardrt)
+shardc_warnings(bench_gacc_kernels)

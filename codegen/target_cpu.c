@@ -134,6 +134,16 @@ static void emit_node(Cg *c, Node *n) {
     bool bf16 = c->m->has_recipe && c->m->recipe.precision == PREC_BF16;
     bool a16 = x->dtype == DT_BF16, b16 = n->in[1]->dtype == DT_BF16;
     if (y->dtype != DT_F32 || (!bf16 && (a16 || b16))) return cg_unsupported(c, n, "a matmul other than f32 = f32 @ f32, or a bf16 operand under precision bf16");
+    if (n->nin == 3) { /* y = C + AB: the GEMM accumulates into the running sum (passes/gacc.c) */
+      if (n->in[2]->dtype != DT_F32) return cg_unsupported(c, n, "an accumulator other than f32");
+      if (bf16)
+        cg_line(c, "rt_matmul_bf16_acc_in(%s, %s, %s, %d, %s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);",
+             fp(c, y), fp(c, n->in[2]), cg_ptr(c, x), a16, cg_ptr(c, n->in[1]), b16, batch, m, nn, k, a->ta, a->tb, bbatch != 1);
+      else
+        cg_line(c, "rt_matmul_acc_f32(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);",
+             fp(c, y), fp(c, n->in[2]), fp(c, x), fp(c, n->in[1]), batch, m, nn, k, a->ta, a->tb, bbatch != 1);
+      return;
+    }
     if (a16 || b16) /* an operand's bf16 copy made once per step (passes/gemm_cast.c): not rounded again */
       cg_line(c, "rt_matmul_bf16_in(%s, %s, %d, %s, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d);",
            fp(c, y), cg_ptr(c, x), a16, cg_ptr(c, n->in[1]), b16, batch, m, nn, k, a->ta, a->tb, bbatch != 1);

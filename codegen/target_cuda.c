@@ -261,9 +261,18 @@ static void emit_node(Cg *c, Node *n) {
       return cg_unsupported(c, n, "matmul broadcasting B over part of A's batch dims");
     if (x->dtype != b->dtype) return cg_unsupported(c, n, "matmul of two dtypes (cast one first)");
     GemmDims d = gemm_dims(n);
-    cg_line(c, "rt_cu_matmul(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, 1.0f, 0.0f);",
+    if (n->nin == 3) { /* y = C + AB, C = D and beta 1 (passes/gacc.c); C copied into y where it lives elsewhere */
+      const char *yp = cg_ptr(c, y), *cp = cg_ptr(c, n->in[2]);
+      if (strcmp(yp, cp) != 0) {
+        cg_line(c, "if ((const void *)(%s) != (const void *)(%s))", yp, cp);
+        c->indent++;
+        c->t->copy(c, yp, cp, cg_bytes(y), false);
+        c->indent--;
+      }
+    }
+    cg_line(c, "rt_cu_matmul(ctx, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %d, 1.0f, %s);",
             cg_ptr(c, y), cg_dtype_lit(y->dtype), cg_ptr(c, x), cg_ptr(c, b), cg_dtype_lit(x->dtype), d.batch, d.m, d.n,
-            d.k, a->ta, a->tb, d.b_batched);
+            d.k, a->ta, a->tb, d.b_batched, n->nin == 3 ? "1.0f" : "0.0f");
     return;
   }
   case OP_EMBED: {

@@ -93,6 +93,10 @@ static bool infer_ew(Node *n) {
 }
 
 static bool infer_matmul(Node *n) {
+  if (n->nin != 2 && n->nin != 3) {
+    error_at(n->loc, "matmul: takes 2 inputs (A, B) or 3 (A, B and the accumulator C), not %d", n->nin);
+    return false;
+  }
   if (!need_float(n, 0, "left operand") || !need_float(n, 1, "right operand")) return false;
   const Shape *a = &in(n, 0)->shape, *b = &in(n, 1)->shape;
   if (a->rank < 2 || b->rank < 2) {
@@ -124,6 +128,16 @@ static bool infer_matmul(Node *n) {
   r.sym[lead.rank] = a->sym[am];
   r.dim[lead.rank + 1] = b->dim[bn];
   r.sym[lead.rank + 1] = b->sym[bn];
+  if (n->nin == 3) { /* y = C + AB (passes/gacc.c): C's type, the product accumulated in it */
+    if (!need_float(n, 2, "accumulator")) return false;
+    const Value *c = in(n, 2);
+    if (!ir_shape_eq(&c->shape, &r)) {
+      error_at(n->loc, "matmul: the accumulator is %s, the product %s", shp(&c->shape), shp(&r));
+      return false;
+    }
+    set_out(n, 0, c->dtype, r);
+    return true;
+  }
   set_out(n, 0, ir_promote(in(n, 0)->dtype, in(n, 1)->dtype), r);
   return true;
 }

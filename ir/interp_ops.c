@@ -307,6 +307,8 @@ static bool ev_matmul(const Node *n, Tensor *const *x, Tensor *y) {
       }
     }
   }
+  if (n->nin == 3) /* y = C + AB: the accumulator added to the product (passes/gacc.c), rounded once to y's dtype */
+    for (int64_t e = 0; e < nb * M * N; e++) y->data[e] += x[2]->data[e];
   return true;
 }
 

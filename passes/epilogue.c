@@ -136,7 +136,7 @@ static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
  * GELU's backward (dgelu_of). Without `placed`, as far as the ops, types and stages allow. */
 static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], bool placed) {
   const Node *mm = g->nodes[i];
-  if (mm->op != OP_MATMUL) return 0;
+  if (mm->op != OP_MATMUL || mm->nin != 2) return 0; /* (an accumulating GEMM, passes/gacc.c: none) */
   const Value *y = mm->out[0], *A = mm->in[0], *B = mm->in[1];
   int ra = A->shape.rank;
   if (B->shape.rank != 2 || (ra > 2 && mm->a.ta) || A->dtype != B->dtype) return 0; /* not one GEMM */

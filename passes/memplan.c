@@ -156,12 +156,11 @@ bool memplan_is_view(const Node *n) {
 #define is_view memplan_is_view
 
 /* Carry k of repeat rep updated in place: the body's result k is add(arg k, x) (or the stacked
- * output of a loop that adds arg k's slices in place, xs_in_place) and nothing else in the body
+ * output of a loop that adds arg k's slices in place, memplan_xs_in_place) and nothing else in the body
  * reads arg k (nor yields it), so the sum can be written straight into the region's
  * output k, which is what arg k points at from the second iteration on (codegen's emit_repeat:
  * the carry pointer moves to the output after the first). Gradient accumulation's running sums:
  * sum += this micro-step's gradient, one buffer instead of the output and a sum per iteration. */
-static int xs_in_place(const Node *rep, int k);
 
 /* Whether v, a value of g, or a view of it (of a view ...) is read by a node from position `from` on
  * (nested bodies included), or by an asynchronous collective anywhere (it reads after its position). */
@@ -213,7 +212,7 @@ static bool carry_in_place(const Node *rep, int k) {
   Value *y = body->results[k], *a = body->args[k]->out[0];
   if (y->def->graph != body || is_result(body, a)) return false;
   if (y->def->op == OP_REPEAT) { /* a loop's stacked output made in place on arg k (passes/sums.c) */
-    int q = xs_in_place(y->def, y->idx);
+    int q = memplan_xs_in_place(y->def, y->idx);
     if (q < 0 || y->def->in[q] != a || readers(body, y) != 0 || readers(body, a) != 1) return false;
   } else {
     Value *mids[CARRY_CHAIN_MAX];
@@ -254,17 +253,19 @@ static Value *chain_in(const Value *y) {
  * iteration then reads slice i of input q once, in that add, and writes slice i of output k from
  * it, index for index (passes/peel.c: the last micro-step's sum_l + g_l into the sum's buffer).
  * Returns q, or -1. */
-static int xs_in_place(const Node *rep, int k) {
+int memplan_xs_in_place(const Node *rep, int k) {
   const Graph *body = rep->body;
   if (k < rep->a.ncarry || k >= body->nresults) return -1;
   const Value *v = body->results[k];
-  while (v->def->graph == body && v->def->op != OP_ADD) {
+  while (v->def->graph == body && v->def->op != OP_ADD && !(v->def->op == OP_MATMUL && v->def->nin == 3)) {
     const Value *x = chain_in(v);
     if (!x) return -1;
     v = x;
   }
-  if (v->def->graph != body || v->def->op != OP_ADD) return -1;
-  const Value *a = v->def->in[0];
+  /* (after passes/gacc.c: the matmul accumulating into arg q, in place as the add was) */
+  bool acc = v->def->graph == body && v->def->op == OP_MATMUL && v->def->nin == 3;
+  if (v->def->graph != body || (v->def->op != OP_ADD && !acc)) return -1;
+  const Value *a = v->def->in[acc ? 2 : 0];
   if (a->def->op != OP_ARG || a->def->graph != body || a->def->a.next || !ir_shape_eq(&a->shape, &v->shape)) return -1;
   int q = a->def->a.index;
   if (q < rep->a.ncarry || q >= rep->a.ncarry + rep->a.nxs) return -1;
@@ -538,7 +539,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     bool ew = n->op == OP_SCALE || (n->op == OP_ADD && ir_shape_eq(&n->in[0]->shape, &n->out[0]->shape));
     if (n->op != OP_ALL_REDUCE && !ew && !upd && !rep) continue;
     for (int k = 0; k < n->nout && (upd || rep || k < n->nin) && (!ew || k < 1); k++) {
-      int q = rep && k >= n->a.ncarry ? xs_in_place(n, k) : k; /* a stacked output: on its input's slices */
+      int q = rep && k >= n->a.ncarry ? memplan_xs_in_place(n, k) : k; /* a stacked output: on its input's slices */
       if (q < 0) continue;
       int xi = upd && k ? k + 1 : q;
       Value *x = n->in[xi], *y = n->out[k]; /* update: p' <- p, m' <- m, v' <- v */

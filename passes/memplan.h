@@ -56,6 +56,10 @@ double memplan_capacity(const Module *m, char *what, size_t cap);
  * (a layer loop's residual stream). Forward loops of 2 or more iterations. */
 int memplan_carry_in_stack(const Node *rep, int k);
 
+/* The stacked input of repeat rep whose slices its stacked output k takes, in place (the body's
+ * result k is sum_l + g_l over arg q's slice, or a chain of in-place ops from it), or -1. */
+int memplan_xs_in_place(const Node *rep, int k);
+
 bool memplan_span(const Value *v, int64_t *lo, int64_t *hi);
 /* Whether a kernel writing w at every index while reading x at every index can race (w's and x's
  * bytes meet, unless x is w's very tensor updated index for index). */

@@ -37,6 +37,7 @@ bool pass_owners(Module *m);    /* pipeline: nodes only one stage needs predicat
 bool pass_fuse(Module *m);      /* groups consecutive elementwise nodes over one shape (Node.group) */
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank; cuts fusion
                                    groups where a member would overwrite bytes its group still reads */
+bool pass_gacc(Module *m);     /* gradient accumulation fusion: a weight-gradient GEMM accumulates into the running sum (beta 1) */
 bool pass_epilogue(Module *m); /* CUDA target: a matmul's bias add, and a GELU or residual add after it, into its GEMM */
 bool pass_fuse_ce(Module *m);  /* CUDA target: a cross-entropy's forward and backward in one kernel (Attrs.fused_bwd) */
 bool pass_fuse_sumsq(Module *m); /* CUDA target: the clip's sums of squares in the kernel of the concat they feed (Attrs.sumsq_fused) */

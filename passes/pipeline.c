@@ -38,6 +38,7 @@ static const Pass passes[] = {
     {"owners", pass_owners},        /* pipeline: what one stage alone needs (its own parameters' updates) on that stage */
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */
+    {"gacc", pass_gacc},            /* a weight-gradient GEMM accumulates into the running sum: add(sum, dW) gone */
     {"epilogue", pass_epilogue},    /* a matmul's bias add (+ GELU / residual) into its GEMM (CUDA target) */
     {"fuse_ce", pass_fuse_ce},      /* a cross-entropy's forward and backward in one kernel */
     {"fuse_sumsq", pass_fuse_sumsq}, /* the clip's sums of squares in one kernel, into the concat (CUDA target) */

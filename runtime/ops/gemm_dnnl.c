@@ -66,10 +66,10 @@ static const float *rounded(void **scr, size_t *cap, const void *x, int is_bf16,
  * CPU for which oneDNN has no bf16 matmul (it answers `unimplemented` on x86 CPUs without AVX-512:
  * an AVX2-only EPYC) — the same numbers up to the accumulation order, at the f32 speed. */
 static void matmul_rounded(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
-                           int64_t n, int64_t k, int ta, int tb, int b_batched) {
+                           int64_t n, int64_t k, int ta, int tb, int b_batched, int acc) {
   int64_t na = batch * m * k, nb = (b_batched ? batch : 1) * k * n;
   const float *ar = rounded(&scr_a, &cap_a, a, a_bf16, na), *br = rounded(&scr_b, &cap_b, b, b_bf16, nb);
-  rt_matmul_f32(y, ar, br, batch, m, n, k, ta, tb, b_batched);
+  rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, ar, br, acc ? 1.0f : 0.0f, y);
 }
 
 #ifdef SHARDRT_HAVE_DNNL
@@ -86,7 +86,7 @@ static void matmul_rounded(float *y, const void *a, int a_bf16, const void *b, i
 
 typedef struct {
   int64_t batch, bbatch, m, n, k;
-  int ta, tb;
+  int ta, tb, acc; /* acc: y += the product (a sum post-op: beta 1) */
   dnnl_primitive_t prim;
   dnnl_memory_t src, wei, dst;
   char impl[64];
@@ -104,11 +104,11 @@ static void md3(dnnl_memory_desc_t *md, dnnl_data_type_t dt, int64_t batch, int6
   DNNL_OK(dnnl_memory_desc_init_by_strides(md, 3, dims, dt, strides));
 }
 
-static Gemm *gemm_for(int64_t batch, int64_t bbatch, int64_t m, int64_t n, int64_t k, int ta, int tb) {
+static Gemm *gemm_for(int64_t batch, int64_t bbatch, int64_t m, int64_t n, int64_t k, int ta, int tb, int acc) {
   for (int i = 0; i < ncache; i++) {
     Gemm *g = &cache[i];
     if (g->batch == batch && g->bbatch == bbatch && g->m == m && g->n == n && g->k == k && g->ta == ta &&
-        g->tb == tb)
+        g->tb == tb && g->acc == acc)
       return g;
   }
   if (!eng) {
@@ -124,7 +124,7 @@ static Gemm *gemm_for(int64_t batch, int64_t bbatch, int64_t m, int64_t n, int64
     }
   }
   Gemm *g = &cache[ncache++];
-  *g = (Gemm){.batch = batch, .bbatch = bbatch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb};
+  *g = (Gemm){.batch = batch, .bbatch = bbatch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .acc = acc};
   dnnl_memory_desc_t a_md, b_md, y_md;
   md3(&a_md, dnnl_bf16, batch, m, k, ta);
   md3(&b_md, dnnl_bf16, bbatch, k, n, tb); /* bbatch 1 under batch > 1: oneDNN broadcasts it */
@@ -132,7 +132,17 @@ static Gemm *gemm_for(int64_t batch, int64_t bbatch, int64_t m, int64_t n, int64
   dnnl_matmul_desc_t d;
   DNNL_OK(dnnl_matmul_desc_init(&d, &a_md, &b_md, NULL, &y_md));
   dnnl_primitive_desc_t pd;
-  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &d, NULL, eng, NULL);
+  dnnl_primitive_attr_t attr = NULL;
+  if (acc) { /* dst = the product + 1 x dst */
+    dnnl_post_ops_t po;
+    DNNL_OK(dnnl_post_ops_create(&po));
+    DNNL_OK(dnnl_post_ops_append_sum(po, 1.0f));
+    DNNL_OK(dnnl_primitive_attr_create(&attr));
+    DNNL_OK(dnnl_primitive_attr_set_post_ops(attr, po));
+    DNNL_OK(dnnl_post_ops_destroy(po));
+  }
+  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &d, attr, eng, NULL);
+  if (attr) DNNL_OK(dnnl_primitive_attr_destroy(attr));
   if (st == dnnl_unimplemented) { /* no bf16 matmul on this CPU: matmul_rounded (g->prim stays NULL) */
     snprintf(g->impl, sizeof g->impl, "f32 sgemm on bf16-rounded inputs (no oneDNN bf16 matmul here)");
     return g;
@@ -151,12 +161,12 @@ static Gemm *gemm_for(int64_t batch, int64_t bbatch, int64_t m, int64_t n, int64
 
 static _Thread_local const char *last_impl = "none";
 
-void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
-                       int64_t n, int64_t k, int ta, int tb, int b_batched) {
+static void matmul_bf16(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
+                        int64_t n, int64_t k, int ta, int tb, int b_batched, int acc) {
   int64_t bbatch = b_batched ? batch : 1;
   if (batch == 0 || m == 0 || n == 0) return;
   if (k == 0) {
-    rt_fill_f32(y, batch * m * n, 0.0f);
+    if (!acc) rt_fill_f32(y, batch * m * n, 0.0f);
     return;
   }
   int64_t gb = batch, gm = m;
@@ -164,10 +174,10 @@ void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b
     gm *= batch;
     gb = 1;
   }
-  Gemm *g = gemm_for(gb, bbatch, gm, n, k, ta, tb);
+  Gemm *g = gemm_for(gb, bbatch, gm, n, k, ta, tb, acc);
   last_impl = g->impl;
   if (!g->prim) {
-    matmul_rounded(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched);
+    matmul_rounded(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched, acc);
     return;
   }
   const uint16_t *a16 = a, *b16 = b; /* an operand already in bf16 is read as it is */
@@ -193,14 +203,25 @@ const char *rt_matmul_bf16_impl(void) { return last_impl; }
 
 #else /* no oneDNN: the f32 GEMM on the inputs rounded to bf16 */
 
-void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
-                       int64_t n, int64_t k, int ta, int tb, int b_batched) {
-  matmul_rounded(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched);
+static void matmul_bf16(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
+                        int64_t n, int64_t k, int ta, int tb, int b_batched, int acc) {
+  matmul_rounded(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched, acc);
 }
 
 const char *rt_matmul_bf16_impl(void) { return "f32 sgemm on bf16-rounded inputs (built without oneDNN)"; }
 
 #endif
+
+void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb, int b_batched) {
+  matmul_bf16(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched, 0);
+}
+
+void rt_matmul_bf16_acc_in(float *y, const float *c, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch,
+                           int64_t m, int64_t n, int64_t k, int ta, int tb, int b_batched) {
+  if (y != c) memmove(y, c, (size_t)(batch * m * n) * sizeof(float));
+  matmul_bf16(y, a, a_bf16, b, b_bf16, batch, m, n, k, ta, tb, b_batched, 1);
+}
 
 void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                     int ta, int tb, int b_batched) {

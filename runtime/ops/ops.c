@@ -188,3 +188,9 @@ void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int6
                    int ta, int tb, int b_batched) {
   rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, a, b, 0.0f, y);
 }
+
+void rt_matmul_acc_f32(float *y, const float *c, const float *a, const float *b, int64_t batch, int64_t m, int64_t n,
+                       int64_t k, int ta, int tb, int b_batched) {
+  if (y != c) memmove(y, c, (size_t)(batch * m * n) * sizeof(float));
+  rt_matmul(batch, b_batched ? batch : 1, m, n, k, ta, tb, a, b, 1.0f, y);
+}

@@ -56,6 +56,10 @@ void rt_sumsq_f32(float *y, const float *x, int64_t n);
  * (or (n, k) when tb), batched when b_batched, else shared. C = A @ B of (batch, m, n). */
 void rt_matmul_f32(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
                    int ta, int tb, int b_batched);
+/* y = c + op(A) @ op(B), the GEMM accumulating (beta 1) into y; c copied into y first when it lives
+ * elsewhere (passes/gacc.c: gradient accumulation's running sum, y normally c itself). */
+void rt_matmul_acc_f32(float *y, const float *c, const float *a, const float *b, int64_t batch, int64_t m, int64_t n,
+                       int64_t k, int ta, int tb, int b_batched);
 /* The same under `precision bf16` (runtime/ops/gemm_dnnl.c): A and B rounded to bf16, f32
  * accumulation and result; through oneDNN's bf16 matmul when built with it. */
 void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int64_t m, int64_t n, int64_t k,
@@ -64,6 +68,10 @@ void rt_matmul_bf16(float *y, const float *a, const float *b, int64_t batch, int
  * codes, read as it is), the other f32 (rounded here); rt_matmul_bf16 is both f32. */
 void rt_matmul_bf16_in(float *y, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched);
+/* y = c + the product of rt_matmul_bf16_in (f32 accumulation into y: oneDNN's sum post-op, or the
+ * f32 GEMM's beta 1); c copied into y first when it lives elsewhere (passes/gacc.c). */
+void rt_matmul_bf16_acc_in(float *y, const float *c, const void *a, int a_bf16, const void *b, int b_bf16, int64_t batch,
+                           int64_t m, int64_t n, int64_t k, int ta, int tb, int b_batched);
 /* The implementation this thread's last rt_matmul_bf16 ran (oneDNN's name, e.g.
  * "brg:avx512_core_bf16"), or a sentence when built without oneDNN. */
 const char *rt_matmul_bf16_impl(void);

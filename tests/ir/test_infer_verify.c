@@ -47,6 +47,15 @@ static void test_infer_errors(Arena *A) {
   Value *x = t_input(g, "x", DT_F32, S(3, 4, 64, 768)), *w = t_input(g, "w", DT_F32, S(2, 512, 3072));
   expect_infer_error(g, OP_MATMUL, 2, (Value *[]){x, w}, 1, NULL, S(0),
                      "m.model:14:9: error: matmul: inner dimensions differ: [4, 64, 768] @ [512, 3072] (768 vs 512)\n");
+  /* the accumulator (passes/gacc.c): the product's shape; 2 or 3 inputs */
+  Value *xa = t_input(g, "xa", DT_F32, S(2, 4, 8)), *dy = t_input(g, "dy", DT_F32, S(2, 4, 3));
+  Value *sum = t_input(g, "sum", DT_F32, S(2, 3, 8));
+  Attrs ta = {0};
+  ta.ta = true;
+  expect_infer_error(g, OP_MATMUL, 3, (Value *[]){xa, dy, sum}, 1, &ta, S(0),
+                     "m.model:14:9: error: matmul: the accumulator is [3, 8], the product [8, 3]\n");
+  expect_infer_error(g, OP_MATMUL, 4, (Value *[]){xa, dy, sum, sum}, 1, &ta, S(0),
+                     "m.model:14:9: error: matmul: takes 2 inputs (A, B) or 3 (A, B and the accumulator C), not 4\n");
   Value *a = t_input(g, "a", DT_F32, S(2, 4, 64)), *b = t_input(g, "b", DT_F32, S(1, 32));
   expect_infer_error(g, OP_ADD, 2, (Value *[]){a, b}, 1, NULL, S(0),
                      "m.model:14:9: error: add: shapes cannot be broadcast: [4, 64] and [32] (64 vs 32)\n");

@@ -121,6 +121,23 @@ static void test_matmul(Arena *A) {
     tensor_free(&in[0]);
     tensor_free(&in[1]);
   }
+  { /* a third input accumulates (passes/gacc.c): y = C + A^T B */
+    Graph *g = ir_graph_new(A, NULL);
+    Value *x = t_input(g, "x0", DT_F32, S(2, 2, 2)), *w = t_input(g, "x1", DT_F32, S(2, 2, 2)),
+          *c = t_input(g, "x2", DT_F32, S(2, 2, 2));
+    Node *n = ir_node_new(g, OP_MATMUL, 3, (Value *[]){x, w, c}, 1, (SrcLoc){0});
+    n->a.ta = true;
+    CHECK(ir_infer(n) && n->out[0]->dtype == DT_F32);
+    ir_add_result(g, n->out[0], "y");
+    Tensor in[3] = {t_tensor(DT_F32, S(2, 2, 2), a), t_tensor(DT_F32, S(2, 2, 2), b),
+                    t_tensor(DT_F32, S(2, 2, 2), (double[]){1, -1, 0.5, 100})},
+           out;
+    CHECK(run(g, 3, in, &out));
+    double want[] = {26 + 1, 30 - 1, 38 + 0.5, 44 + 100};
+    for (int i = 0; i < 4; i++) CHECK_NEAR(out.data[i], want[i], TOL);
+    tensor_free(&out);
+    for (int i = 0; i < 3; i++) tensor_free(&in[i]);
+  }
 }
 
 static void test_embed_norms(Arena *A) {

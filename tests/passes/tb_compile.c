@@ -7,10 +7,15 @@
 
 Module *tb_compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target,
                    const char *skip) {
-  FeDefine d[16] = {{"precision", prec}, {"micro_batch", "2"}, {"batch", "2"}};
+  return tb_compile_on(a, path, defs, ndefs, prec, target, skip, 1);
+}
+
+Module *tb_compile_on(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target,
+                      const char *skip, int world) {
+  FeDefine d[24] = {{"precision", prec}, {"micro_batch", "2"}, {"batch", "2"}};
   int n = 3;
-  for (int i = 0; i < ndefs && n < 16; i++) d[n++] = defs[i];
-  FeOptions o = {.defines = d, .ndefines = n, .world = 1};
+  for (int i = 0; i < ndefs && n < 24; i++) d[n++] = defs[i];
+  FeOptions o = {.defines = d, .ndefines = n, .world = world};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
   m->target = target;

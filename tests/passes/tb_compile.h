@@ -11,5 +11,8 @@
  * target (no topology), verified; every pass of the pipeline but `skip` (NULL: all). NULL on an error. */
 Module *tb_compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target,
                    const char *skip);
+/* The same on `world` ranks (defs give the plan: dp, pp, ...). */
+Module *tb_compile_on(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target,
+                      const char *skip, int world);
 
 #endif

@@ -84,6 +84,36 @@ static void check(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb
   }
   free(a16);
   free(b16);
+  /* y = c + the product (passes/gacc.c: the weight gradient accumulated into its running sum): in
+   * place and from c elsewhere, the same bits; each within the product's bound plus c's rounding */
+  float *c = malloc(sizeof(float) * (size_t)(batch * m * n)), *y3 = malloc(sizeof(float) * (size_t)(batch * m * n));
+  for (int64_t i = 0; i < batch * m * n; i++) y2[i] = c[i] = urand() * (float)k;
+  rt_matmul_bf16_acc_in(y2, y2, a, 0, b, 0, batch, m, n, k, ta, tb, b_batched);
+  memset(y3, 0xff, sizeof(float) * (size_t)(batch * m * n));
+  rt_matmul_bf16_acc_in(y3, c, a, 0, b, 0, batch, m, n, k, ta, tb, b_batched);
+  int acc_same = memcmp(y2, y3, sizeof(float) * (size_t)(batch * m * n)) == 0;
+  int64_t acc_bad = 0;
+  for (int64_t p = 0; p < batch; p++) {
+    const float *A = a + p * m * k, *B = b + (p % bb) * k * n;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        int64_t at = (p * m + i) * n + j;
+        double s = c[at], sa = fabs(c[at]);
+        for (int64_t l = 0; l < k; l++) {
+          double x = bf(ta ? A[l * m + i] : A[i * k + l]), w = bf(tb ? B[j * k + l] : B[l * n + j]);
+          s += x * w;
+          sa += fabs(x * w);
+        }
+        double tol = (double)(k + 1) * ldexp(1.0, -24) * sa + ldexp(1.0, -24) * fabs(s) + 1e-30;
+        if (!(fabs(y2[at] - s) <= tol) && acc_bad++ < 3)
+          printf("     acc [%lld,%lld,%lld] got %.9g want %.9g (tol %.3g)\n", (long long)p, (long long)i, (long long)j,
+                 y2[at], s, tol);
+      }
+  }
+  free(c);
+  free(y3);
+  bad += acc_bad;
+  same &= acc_same;
   char name[96];
   snprintf(name, sizeof name, "b%lld %lldx%lldx%lld ta%d tb%d %s", (long long)batch, (long long)m, (long long)n,
            (long long)k, ta, tb, b_batched ? "batched B" : "shared B");
