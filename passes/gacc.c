@@ -98,14 +98,16 @@ static bool fuse(const Module *m, Graph *g, Node *add) {
   for (int j = 0; j < 2; j++) {
     Value *s = add->in[j], *t = add->in[1 - j];
     Node *cast = NULL, *mm = t->def;
-    if (mm->graph == g && mm->op == OP_CAST && read_once(g, t)) {
+    if (mm->graph == g && mm->op == OP_CAST) {
       cast = mm;
       mm = cast->in[0]->def;
     }
+    /* the shapes first, the uses (a walk of g) last: g may be an unrolled schedule's thousands of adds */
     if (mm->graph != g || mm->op != OP_MATMUL || ir_node_stages(mm) != ir_node_stages(add)) continue;
-    if (!read_once(g, mm->out[0]) || (cast && ir_node_stages(cast) != ir_node_stages(add))) continue;
+    if (cast && ir_node_stages(cast) != ir_node_stages(add)) continue;
     if (s->dtype != w->dtype || !ir_shape_eq(&s->shape, &w->shape) || !ir_shape_eq(&mm->out[0]->shape, &w->shape)) continue;
-    if (!gemm_accumulates(m, mm, w->dtype) || mm->in[0] == s || mm->in[1] == s || !read_once(g, s)) continue;
+    if (!gemm_accumulates(m, mm, w->dtype) || mm->in[0] == s || mm->in[1] == s) continue;
+    if ((cast && !read_once(g, t)) || !read_once(g, mm->out[0]) || !read_once(g, s)) continue;
     int at = position(g, mm);
     if (!in_place(g, s, w, at)) continue;
     int sa = position(g, s->def);
@@ -132,10 +134,14 @@ static bool fuse(const Module *m, Graph *g, Node *add) {
   return false;
 }
 
-static int gacc_graph(const Module *m, Graph *g) {
+/* Each graph once: a body may be many nodes' (the pipeline's instructions share theirs). */
+static int gacc_graph(const Module *m, Graph *g, PtrMap *seen) {
   int fused = 0;
+  intptr_t got;
+  if (ptrmap_get(seen, g, &got)) return 0;
+  ptrmap_put(seen, g, 1);
   for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->body) fused += gacc_graph(m, g->nodes[i]->body);
+    if (g->nodes[i]->body) fused += gacc_graph(m, g->nodes[i]->body, seen);
   for (int i = g->nnodes - 1; i >= 0; i--) /* (a fused add leaves; the nodes before it stay where they are) */
     if (i < g->nnodes && fuse(m, g, g->nodes[i])) fused++;
   return fused;
@@ -143,6 +149,8 @@ static int gacc_graph(const Module *m, Graph *g) {
 
 bool pass_gacc(Module *m) {
   if (!m->memplan) die("gacc: the memory plan has not run");
-  gacc_graph(m, m->graph);
+  PtrMap seen = {0};
+  gacc_graph(m, m->graph, &seen);
+  ptrmap_free(&seen);
   return true;
 }

@@ -287,7 +287,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     bool layer = v->shape.rank >= 2 && logical_dim(base, v, 0) == pm->layers;
     if (layer) {
       bool tp = tp_known ? split_by_tp(v) : v->shape.rank >= 3;
-      if (v->shape.rank >= 3) pm->pl_mat += numel / pm->layers;
+      if (v->shape.rank >= 3) pm->pl_mat += numel / pm->layers, pm->nl_mat++;
       *(tp ? &pm->pl_split : &pm->pl_rep) += b / pm->layers;
     } else {
       double d0 = logical_dim(base, v, 0), dl = logical_dim(base, v, v->shape.rank - 1);
@@ -449,9 +449,11 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
                 (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
-     * else B: passes/pipe_fold.c), a layer at a time: the sums read and written (the gradient, just
-     * written, is read back from the cache) */
-    double tw = g1 + wb * cb + sm * p_layer * lst / cv * 2;
+     * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
+     * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
+     * the rest read and written (the gradient, just written, is read back from the cache) */
+    double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp);
+    double tw = g1 + wb * cb + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;

@@ -39,6 +39,7 @@ typedef struct {
   double pl_split, pl_rep;    /* f32 bytes of one layer's parameters split by tp / not */
   double po_split, po_rep;    /* the same outside the layers (embeddings, final norm) */
   double pl_mat;              /* one layer's matrix parameters (elements): 6 x FLOPs per token */
+  int nl_mat;                 /* one layer's matrix parameters (tensors): GEMMs that accumulate their gradients */
   double state_ratio;         /* optimizer state bytes per parameter byte */
   int ntensors;               /* parameter tensors (optimizer kernels) */
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
