@@ -120,7 +120,7 @@ int main(void) {
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   CHECK(f != NULL);
-  ir_print_module(f, m);
+  ir_print_module(f, m, true);
   CHECK(fclose(f) == 0);
   if (strcmp(text, EXPECTED) != 0) {
     fprintf(stderr, "printer output differs; got:\n%s\n--- expected:\n%s\n", text, EXPECTED);
