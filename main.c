@@ -34,7 +34,7 @@
 static void usage(FILE *f, const char *models) {
   fprintf(f,
           "usage: shardc build FILE.model -o TRAINER [options]   compile a trainer executable\n"
-          "       shardc plan FILE.model [options]                print the plan (IR, memory, FLOPs)\n"
+          "       shardc plan FILE.model [options]                print the plan (memory, FLOPs, communication)\n"
           "       shardc ckpt info DIR | convert SRC DST [--format single|sharded]   checkpoints (shardc ckpt --help)\n"
           "\n"
           "Compiles a .model file (model, topology, parallel plan, training recipe).\n"
@@ -59,6 +59,8 @@ static void usage(FILE *f, const char *models) {
           "                        srun under the restart launcher; plan: for the trainer -o names)\n"
           "  --max-errors N        errors shown before the rest are only counted (default 50, 0: all)\n"
           "  -I DIR                add an import directory (default: %s)\n"
+          "  --ir                  plan: print the program's IR too (each rank class's graph, before the\n"
+          "                        parameter table; pipelines unroll it per micro-batch)\n"
           "  --dump-ir             print the final IR, parameter counts and FLOPs, then stop\n"
           "  --dump-ir=after:PASS  print the IR after PASS (or 'all'); passes:",
           models);
@@ -366,6 +368,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   double storage_Bps = 0;     /* --storage GB/s (0: no storage report; --compare's default 10 GB/s) */
   SvgPaths psvg = {0};
   bool build = false, cost = false, search = false, pick = false;
+  bool ir = false, dump_ir = false; /* --ir; --dump-ir (final): the program's IR with the plan */
   SearchOptions so = {.top = 10};
   Target target = TARGET_CPU;
   CgOptions cg = {0};
@@ -472,6 +475,9 @@ static int compile(int argc, char **argv, Diag *diag) {
       if (nimport < 15) import_dirs[nimport++] = argv[++i];
     } else if (strcmp(a, "--dump-ir") == 0) {
       dump = "final";
+      dump_ir = true;
+    } else if (strcmp(a, "--ir") == 0) {
+      ir = true;
     } else if (strncmp(a, "--dump-ir=", 10) == 0) {
       dump = a + 10;
     } else if (strcmp(a, "--time-passes") == 0) {
@@ -485,7 +491,7 @@ static int compile(int argc, char **argv, Diag *diag) {
                                           "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c",
                                           "--cc", "--cflags", "--topology", "--world", "--max-errors", "-I",
                                           "--dump-ir", "--search", "--pick", "--cost", "--no-outline", "--time-passes",
-                                          "--no-verify", "--help"};
+                                          "--no-verify", "--ir", "--help"};
       enum { NVALUED = 22 }; /* known's first, which take a value */
       bool needs = false;
       for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, known[k]);
@@ -521,6 +527,11 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (cg.llvm_kernels && target != TARGET_CPU) {
     error_plain("--cpu-kernels llvm: the LLVM kernels are the CPU target's; leave it out with --target cuda");
+    return 1;
+  }
+  if (ir && (!dump || strcmp(dump, "final") != 0 || search || compare)) {
+    error_plain("--ir prints the program's IR in `shardc plan`'s output: use it with `shardc plan FILE`, without "
+                "--search, --pick, --compare or --dump-ir=...");
     return 1;
   }
   if (dump && strncmp(dump, "after:", 6) == 0) {
@@ -645,7 +656,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   CostPipe cpipe; /* the pipeline's predicted timeline (passes/cost.c), printed and drawn */
   bool piped = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg) && cost_pipe(m, &dev, &cpipe);
   if (dump && strcmp(dump, "final") == 0) {
-    ir_print_module(stdout, m);
+    ir_print_module(stdout, m, ir || dump_ir);
     pipe_print(stdout, m, piped ? &cpipe : NULL, dev.source);
     memplan_print(stdout, m);
   }

@@ -4,7 +4,8 @@
 # micro-batches per step, unrolled) and a pp-free plan (dp 128 tp 8+sp zero 1), each two ways:
 #   confirm  `plan --search` with every knob pinned: one candidate compiled in a child the way the
 #            search confirms one (passes without the per-pass verify, then the cost model)
-#   plan     `shardc plan` (verify after every pass, the IR and its reports printed)
+#   plan     `shardc plan` (verify after every pass, its reports printed; the IR is printed only
+#            with --ir since 2026-11-26: figures before that include printing it)
 # CPU seconds (user + sys, children included) of one run each: on the shared 2-core machine the
 # wall clock is several times that and says more about the load than about shardc.
 #   bench/gpt3_compile.sh [SHARDC] [BASE]

@@ -14,7 +14,8 @@ base=${3:-}
 base_max=${4:-128}
 sizes=(64 128 256 512)
 m=(models/llama3-8b.model -D pp=4 --world 32)
-wall() { # prints seconds and peak resident MiB of one `shardc plan`
+wall() { # prints seconds and peak resident MiB of one `shardc plan` (its IR printed only with --ir
+  # since 2026-11-26: a BASE from before prints the unrolled program too)
   local t0 t1 kb f
   f=$(mktemp)
   t0=$(date +%s.%N)

@@ -731,11 +731,20 @@ void ir_print_module_header(FILE *f, const Module *m) {
   }
 }
 
-void ir_print_module(FILE *f, const Module *m) {
+static int64_t count_nodes(const Graph *g) {
+  int64_t n = g->nnodes;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) n += count_nodes(g->nodes[i]->body);
+  return n;
+}
+
+void ir_print_module(FILE *f, const Module *m, bool with_ir) {
   ir_print_module_header(f, m);
   fprintf(f, "\n");
   ir_print_rank_classes(f, m);
-  print_top(f, m->graph, m);
+  if (with_ir) print_top(f, m->graph, m);
+  else /* one line per node, each body's once: what --ir would print */
+    fprintf(f, "# the program's IR: %lld nodes (shardc plan --ir prints it)\n", (long long)count_nodes(m->graph));
   fprintf(f, "\n");
   print_params(f, m);
   double fw = ir_flops_per_token(m, false), tr = ir_flops_per_token(m, true);

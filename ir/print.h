@@ -16,7 +16,9 @@
 
 #include "module.h"
 
-void ir_print_module(FILE *f, const Module *m);
+/* The header, the rank classes, the graph (with_ir; else one line that counts its nodes), then the
+ * parameter table, FLOPs and communication reports (`shardc plan` without and with --ir). */
+void ir_print_module(FILE *f, const Module *m, bool with_ir);
 /* Its first lines: `module NAME` and the topology, plan and recipe (what ir/read.c reads back). */
 void ir_print_module_header(FILE *f, const Module *m);
 /* How a location's file is shown: the path after models/ (or its last part). */

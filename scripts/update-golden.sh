@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Refreshes the golden files under tests/golden/ from the current compiler:
-#   <model>.ir   `shardc plan models/<model>.model` (the --dump-ir text: IR, parameters, FLOPs, memory)
+#   <model>.ir   `shardc plan models/<model>.model --ir` (the plan with its IR: IR, parameters, FLOPs, memory)
 #   tiny.c       the C host program emitted for models/tiny.model
 #   tests/passes/ir/<pass>/*.expected.ir and tests/passes/ir/errors/*.err   (ir_opt)
 # Review the diff (git diff tests/golden tests/passes/ir) before committing: a refactor should change nothing.

@@ -25,7 +25,7 @@ m=(models/tiny.model -D seq=32)
 # the elastic restart's trainer: 1 rank keeps the global batch of 8 through 2 accumulation micro-steps of 4
 "$shardc" build "${m[@]}" -D micro_batch=4 -D batch=8 --world 1 -o "$t/one" >/dev/null
 # (the plan captured first: piped into grep -q, shardc could die of SIGPIPE when grep exits early)
-plan=$("$shardc" plan "${m[@]}" -D micro_batch=4 -D batch=8 --world 1)
+plan=$("$shardc" plan "${m[@]}" -D micro_batch=4 -D batch=8 --world 1 --ir)
 grep -q "repeat accum x2" <<<"$plan" || fail "the 1-rank plan does not accumulate"
 # and one of another global batch (4), which a restart must refuse rather than train on
 "$shardc" build "${m[@]}" -D micro_batch=4 -D batch=4 --world 1 -o "$t/half" >/dev/null

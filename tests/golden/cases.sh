@@ -1,4 +1,4 @@
-# tests/golden/cases.sh — the golden cases: NAME|MODEL|SHARDC-FLAGS, one `shardc plan` each, whose
+# tests/golden/cases.sh — the golden cases: NAME|MODEL|SHARDC-FLAGS, one `shardc plan --ir` each, whose
 # output golden.sh keeps in tests/golden/NAME.ir and ir_roundtrip.sh reads back (with more cases).
 # shellcheck shell=bash disable=SC2034 # (the sourcing script's)
 golden_cases=(

@@ -12,8 +12,8 @@ for c in "${golden_cases[@]}"; do
   IFS='|' read -r name model flags <<<"$c"
   # shellcheck disable=SC2086
   # a plan that does not fit its devices (gpt3-175b today) prints itself, then exits 1: its
-  # status and error are tests/report/fit.sh's
-  "$shardc" plan "$model" $flags >"$t/$name.ir" 2>/dev/null || true
+  # status and error are tests/report/fit.sh's; --ir: the plan with the program's IR
+  "$shardc" plan "$model" $flags --ir >"$t/$name.ir" 2>/dev/null || true
 done
 # the C kernels' program (--cpu-kernels c): the default LLVM kernels are an object file, not C
 "$shardc" build models/tiny.model --world 1 --cpu-kernels c --emit-c "$t/c" -o "$t/train_tiny" >/dev/null 2>&1

@@ -120,13 +120,33 @@ int main(void) {
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   CHECK(f != NULL);
-  ir_print_module(f, m);
+  ir_print_module(f, m, true);
   CHECK(fclose(f) == 0);
   if (strcmp(text, EXPECTED) != 0) {
     fprintf(stderr, "printer output differs; got:\n%s\n--- expected:\n%s\n", text, EXPECTED);
     t_failures++;
   }
   free(text);
+  /* without the IR (shardc plan's default): the graph and its results become one line counting
+   * the nodes, by hand 16: 7 at the top before the repeat's end (%0-%6), 7 in its body (%7-%13),
+   * %14 and %15; the rest as above */
+  {
+    const char *g = strstr(EXPECTED, "graph {\n"), *r = strstr(EXPECTED, "  loss = %15\n");
+    CHECK(g && r);
+    char want[4096];
+    snprintf(want, sizeof want, "%.*s# the program's IR: 16 nodes (shardc plan --ir prints it)\n%s", (int)(g - EXPECTED),
+             EXPECTED, r + strlen("  loss = %15\n"));
+    text = NULL;
+    f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    ir_print_module(f, m, false);
+    CHECK(fclose(f) == 0);
+    if (strcmp(text, want) != 0) {
+      fprintf(stderr, "printer output without the IR differs; got:\n%s\n--- expected:\n%s\n", text, want);
+      t_failures++;
+    }
+    free(text);
+  }
   /* hand counts: wte 16*8 (tp-split, logical) + 3*8*8 + 3*8 = 344; FLOPs: the repeat's matmul
    * 2*(2*4*8)*8 = 1024 x 3 iterations, the head 2*(2*4*8)*8 = 1024 -> 4096 over 8 tokens = 512 */
   CHECK(ir_param_count(m) == 344);

@@ -2,7 +2,7 @@
 # The textual IR reader against the printer, on the bundled models (label: passes, golden).
 #   usage: ir_roundtrip.sh SHARDC IR_OPT
 # 1. Round trip: print(read(T)) == T byte for byte, for
-#    - the `shardc plan` text of every golden case (tests/golden/cases.sh) less its
+#    - the `shardc plan --ir` text of every golden case (tests/golden/cases.sh) less its
 #      reports, which are computed from the IR and not read back: `#` lines (rank classes,
 #      communication, memory), the `parameters:` table and `flops per token:`;
 #    - the IR after every pass (--dump-ir=after:all), whole.
@@ -42,7 +42,7 @@ for c in "${cases[@]}"; do
   IFS='|' read -r name model flags <<<"$c"
   # shellcheck disable=SC2086
   # (a plan that does not fit its devices exits 1 after printing itself: tests/report/fit.sh)
-  "$shardc" plan "$model" $flags >"$t/$name.plan" 2>/dev/null || true
+  "$shardc" plan "$model" $flags --ir >"$t/$name.plan" 2>/dev/null || true
   ir_part "$t/$name.plan" >"$t/$name.want"
   if ! "$opt" "$t/$name.plan" >"$t/$name.got" 2>"$t/err" || ! cmp -s "$t/$name.want" "$t/$name.got"; then
     echo "round trip FAILED: $name (shardc plan $model $flags)"

@@ -142,7 +142,7 @@ override "layers(4, 0)"
 expect_shardc 1 "t.model:24:18: error: \`layers(..)\`: stage 1 needs a whole number of layers, at least 1 (an empty stage holds nothing)" \
   -- plan "${o[@]}" --world 2
 # unequal counts are applied: each stage's layers, FLOPs and activations; the layer stacks split
-# `S(pp)@0/stages` padded to the largest stage; the split balanced by time suggested against it;
+# `S(pp)@0/stages` padded to the largest stage (in the IR: --ir); the split balanced by time suggested against it;
 # refused with the interleaved schedule
 override "layers(1, 3)"
 expect_shardc 0 "#   0     0-0          embedding          1.468e+07    2.936e+07      0.50 MiB" \
@@ -150,7 +150,7 @@ expect_shardc 0 "#   0     0-0          embedding          1.468e+07    2.936e+0
   "f32[3, 64, 192]{S(pp)@0/stages} = param  \"blocks.attention.w_qkv\"" \
   "balanced by time and memory: layers [2, 2]: the slowest stage " " per micro-batch (this plan's: " \
   "to apply it (every stage then holds 2 layers' parameters, gradients and optimizer states, -0.76 MiB)" \
-  -- plan "${o[@]}" --world 2
+  -- plan "${o[@]}" --world 2 --ir
 expect_shardc 1 "t.model:24:8: error: stages of unequal layer counts do not combine with the interleaved schedule" \
   "note: write schedule 1f1b, gpipe or zb, or equal counts" -- plan "${o[@]}" -D schedule=interleaved --world 2
 # pp 3 over 4 layers (refused without `layers(..)`, above): applied with it
