@@ -13,5 +13,12 @@ echo "== shardc build models/tiny.model -D tp=2 -D dp=2 --world 4 -o build/train
 ./build/shardc build models/tiny.model -D tp=2 -D dp=2 --world 4 -o build/train_tiny
 # as root OpenMPI wants these; 4 ranks on a 2-core machine need oversubscription
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-echo "== mpirun -np 4 build/train_tiny --steps 1000 --eval-every 250 --sample 300${*:+ $*}"
-mpirun --mca pml ob1 -np 4 ./build/train_tiny --steps 1000 --eval-every 250 --sample 300 "$@"
+# the demo's flags, less those the arguments give again (the command shown is the one run)
+flags=()
+for f in --steps=1000 --eval-every=250 --sample=300; do
+  given=0
+  for a in "$@"; do [[ $a == "${f%%=*}" || $a == "${f%%=*}="* ]] && given=1; done
+  [[ $given == 1 ]] || flags+=("${f%%=*}" "${f#*=}")
+done
+echo "== mpirun -np 4 build/train_tiny ${flags[*]}${*:+ $*}"
+mpirun --mca pml ob1 -np 4 ./build/train_tiny "${flags[@]}" "$@"
