@@ -11,7 +11,8 @@ stderr together are fine: only lines that start with a quote are CSV). Two layou
     launches (other metrics' rows are skipped);
   - the raw page (`--page raw`): a header whose columns are "Kernel Name" and the metrics, then a units
     row (its ID cell empty), then a row per launch.
-Values are in the unit beside them (ncu scales each one: nsecond, usecond, msecond, second), with the C
+Values are in the unit beside them (ncu scales each one: nsecond, usecond, msecond, second; ns, us, ms, s in
+ncu 2025 (CUDA 13), measured on the H100), with the C
 locale's thousands separators ("2,812.61"); anything else (another unit, "n/a", a decimal comma) is
 refused, never read as a guess. Kernel names are CSV-quoted and may hold commas (C++ signatures).
 
@@ -29,7 +30,8 @@ import re
 import sys
 
 METRIC = "gpu__time_duration.sum"
-US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
+      "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}  # the long names (ncu 2023-2024) or the short (ncu 2025+)
 NUMBER = re.compile(r"^[0-9]{1,3}(,[0-9]{3})*(\.[0-9]+)?$|^[0-9]+(\.[0-9]+)?$")
 
 
@@ -117,18 +119,24 @@ def main(argv):
     if len(files) not in (1, 2):
         raise Bad("usage: ncu_sum.py [--tsv] [--top N] [BASE.csv] RUN.csv")
     run = launches(files[-1])
-    skip = 0
+    skip, end = 0, len(run)
     if len(files) == 2:
         base = launches(files[0])
         if len(base) >= len(run):
             raise Bad("%s has %d launches, %s %d: no step past the base" % (files[0], len(base), files[1], len(run)))
-        for j, (b, r) in enumerate(zip(base, run)):
-            if b[0] != r[0]:
-                raise Bad("launch %d is %s in %s but %s in %s: the runs launched different sequences" %
-                          (j + 1, b[0][:60], files[0], r[0][:60], files[1]))
-        skip = len(base)
+        # the base's launches are the run's first, but for its end-of-run tail (the validation both runs
+        # make after their last step): that tail must be the run's last launches, in order
+        pre = 0
+        while pre < len(base) and base[pre][0] == run[pre][0]:
+            pre += 1
+        tail = base[pre:]
+        if tail and [b[0] for b in tail] != [r[0] for r in run[len(run) - len(tail):]]:
+            raise Bad("launch %d is %s in %s but %s in %s, and the rest of %s is not %s's end: "
+                      "the runs launched different sequences" %
+                      (pre + 1, base[pre][0][:60], files[0], run[pre][0][:60], files[1], files[0], files[1]))
+        skip, end = pre, len(run) - len(tail)
     tot, cnt = collections.defaultdict(float), collections.Counter()
-    for name, us in run[skip:]:
+    for name, us in run[skip:end]:
         tot[name] += us
         cnt[name] += 1
     order = sorted(tot, key=lambda k: (-tot[k], k))
