@@ -17,8 +17,9 @@ locale's thousands separators ("2,812.61"); anything else (another unit, "n/a", 
 refused, never read as a guess. Kernel names are CSV-quoted and may hold commas (C++ signatures).
 
 BASE.csv: the same program run for one step fewer: its launches must be the first of RUN.csv, in order,
-kernel by kernel (else refused: the runs did not launch the same sequence); the rest of RUN.csv's
-launches are the last step's. The sums are per full kernel name (launches of one name: one line).
+kernel by kernel, but for a tail after its last step (the trainer's end-of-run validation) that must be
+RUN.csv's last launches, in order (else refused: the runs did not launch the same sequence); the RUN.csv
+launches between are the last step's. The sums are per full kernel name (launches of one name: one line).
 
 Output: "kernels of the last step: T ms in N launches", then the top N (default 25) kernels by time,
 "%9.1f us %4d x  name" (a name over 70 characters shown as its first 40 and last 27); --tsv: every kernel, a line

@@ -7,6 +7,8 @@
 # signature), several launches of one name (k12 three times, splitKreduce and the xmma GEMM twice each),
 # two names equal in their first 70 characters (cutlass GemmUniversal ...WarpSpecialized<4, ...> and
 # ...Pingpong<2, ...>), values in nsecond, usecond and msecond, with thousands separators ("7,456").
+# Made from them here: the same with ncu 2025's short units (ns, us, ms), and both runs followed by two
+# validation launches (the trainer's end-of-run validation, as the H100's runs of 2026-11-27 had).
 # The sums, by hand, of the third step's launches (rows ID 6..15 of ncu_run.csv):
 #   k12            812.45 us + 809.55 us + 0.80 ms          = 2422.000 us, 3 launches
 #   xmma GEMM      1.25 ms + 998.00 us                      = 2248.000 us, 2
@@ -43,6 +45,27 @@ check "raw page (units row): the same sums" $?
 $sum "$d/ncu_base.csv" "$d/ncu_run.csv" > "$t/report.txt"
 grep -qx 'kernels of the last step: 6.02 ms in 10 launches (ncu, clocks not locked)' "$t/report.txt"
 check "the report's first line: 6.02 ms in 10 launches" $?
+# ncu 2025 (CUDA 13, the H100 of 2026-11-27) writes the units short: ns, us, ms
+sed 's/"nsecond"/"ns"/; s/"usecond"/"us"/; s/"msecond"/"ms"/' "$d/ncu_base.csv" > "$t/base_short.csv"
+sed 's/"nsecond"/"ns"/; s/"usecond"/"us"/; s/"msecond"/"ms"/' "$d/ncu_run.csv" > "$t/run_short.csv"
+grep -q '"ns","7,456"' "$t/run_short.csv" && grep -q '"ms","0.80"' "$t/run_short.csv"
+check "the short-unit samples hold ns and ms values" $?
+$sum --tsv "$t/base_short.csv" "$t/run_short.csv" | cmp -s - "$d/ncu_run.expected"
+check "short units (ns, us, ms): the same sums" $?
+# both runs validate after their last step (the trainer's end-of-run validation): the base's launches are
+# the run's first but for that tail, which is the run's end too; the step between is the third
+val() { # val FIRST-ID: two validation launches (kval_fwd 3 us, kval_loss 2 us) with IDs FIRST-ID, FIRST-ID + 1
+  local n=$1
+  printf '"%d","41877","gpt2_cuda","127.0.0.1","kval_fwd","1","13","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","3.00"\n' "$n"
+  printf '"%d","41877","gpt2_cuda","127.0.0.1","kval_loss","1","13","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","2.00"\n' "$((n + 1))"
+}
+{ cat "$d/ncu_base.csv"; val 6; } > "$t/base_val.csv"
+{ cat "$d/ncu_run.csv"; val 16; } > "$t/run_val.csv"
+$sum --tsv "$t/base_val.csv" "$t/run_val.csv" | cmp -s - "$d/ncu_run.expected"
+check "a validation tail after both runs' last step: the third step's sums, the tail left out" $?
+n=$($sum --tsv "$t/run_val.csv" | awk -F'\t' '{n += $3} END {print n}')
+[ "$n" = 18 ]
+check "the tail is read (18 launches without a base: $n)" $?
 n=$($sum --tsv "$d/ncu_run.csv" | awk -F'\t' '{n += $3} END {print n}')
 [ "$n" = 16 ]
 check "without a base: all 16 launches ($n)" $?
@@ -63,6 +86,7 @@ sed 's/"usecond","6.50"/"usecond","6,50"/' "$d/ncu_run.csv" > "$t/comma.csv"
 refused "a decimal comma" "not a number" "$t/comma.csv"
 sed '0,/"k30"/s//"k31"/' "$d/ncu_base.csv" > "$t/other.csv"
 refused "a base run of another launch sequence" "different sequences" "$t/other.csv" "$d/ncu_run.csv"
+refused "a base whose tail is not the run's end" "different sequences" "$t/base_val.csv" "$d/ncu_run.csv"
 refused "a base no shorter than the run" "no step past the base" "$d/ncu_run.csv" "$d/ncu_run.csv"
 grep -v gpu__time_duration "$d/ncu_run.csv" > "$t/none.csv"
 refused "no gpu__time_duration.sum rows" "no gpu__time_duration.sum values" "$t/none.csv"
