@@ -22,8 +22,9 @@
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
 #           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
+#   ncullama the same for the Llama-shaped 509M trainer
 # Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
-# PARTS=sweep,offload,ncu (a comma list) runs only those (the probe always): the parts a first call's
+# PARTS=sweep,offload,ncu,ncullama (a comma list) runs only those (the probe always): the parts a first call's
 # budget left out, run by a second call on the same warm machine (its cubin cache is kept there).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,6 +41,7 @@ sum="$out/summary.txt"
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 python3 bench/gpt2_tokens.py "$t/gpt2.bin" 800000 --vocab 50257 --repeat 4096 >/dev/null
+python3 bench/gpt2_tokens.py "$t/llama.bin" 800000 --vocab 32000 --repeat 4096 >/dev/null # the Llama shape's vocabulary
 
 # part NAME MIN MAX CMD...: runs CMD with at most min(MAX, what is left) seconds when MIN are left
 part() {
@@ -88,14 +90,16 @@ sweep() {
   SHARDK_ATTN_SWEEP=only "$bin/cuda_kernels_gpu"
   SHARDK_BYTES_SWEEP=only "$bin/cuda_kernels_gpu"
 }
-ncu_step() { # the kernels of a 3-step run past the launches of a 2-step run: the third step's
+ncu_step() { # ncu_step [TRAINER=gpt2_cuda]: the kernels of a 3-step run past the launches of a 2-step run:
+  # the third step's (both runs validate at their end: ncu_sum.py leaves that tail out)
   command -v ncu >/dev/null || { echo "no ncu"; return 0; }
-  local s
+  local s exe=${1:-gpt2_cuda} data=$t/gpt2.bin
+  [ "$exe" = gpt2_cuda ] || data=$t/llama.bin
   for s in 2 3; do # LC_ALL=C: the numbers as tests/gpu/ncu_sum.py reads them (its CI test: ncu_sum_test.sh)
-    LC_ALL=C ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin/gpt2_cuda" --data "$t/gpt2.bin" \
-      --steps $s --eval-every 0 --val-batches 1 > "$out/ncu$s.csv" 2>/dev/null
+    LC_ALL=C ncu --clock-control none --metrics gpu__time_duration.sum --csv "$bin/$exe" --data "$data" \
+      --steps $s --eval-every 0 --val-batches 1 > "$out/ncu-$exe-$s.csv" 2>/dev/null
   done
-  python3 tests/gpu/ncu_sum.py "$out/ncu2.csv" "$out/ncu3.csv"
+  python3 tests/gpu/ncu_sum.py "$out/ncu-$exe-2.csv" "$out/ncu-$exe-3.csv"
 }
 
 probe() { # GPT-2's start with every candidate offered: the first settings under which 2 steps run
@@ -129,5 +133,7 @@ part offload 60 90 tests/gpu/run_offload.sh "$bin" 12 2
 grep -E "median|over the rounds" "$out/offload.log" >> "$sum"
 part ncu 50 90 ncu_step
 head -12 "$out/ncu.log" >> "$sum" 2>/dev/null
+part ncullama 50 90 ncu_step llama509_cuda
+head -12 "$out/ncullama.log" >> "$sum" 2>/dev/null
 echo "== $(($(date +%s) - start)) s in all" >> "$sum"
 cat "$sum"
