@@ -690,6 +690,10 @@ void ir_print_module_header(FILE *f, const Module *m) {
     if (t->device_memory > 0) fprintf(f, " (%g GiB)", t->device_memory / (1024.0 * 1024 * 1024));
     print_link(f, "intra", &t->intra);
     print_link(f, "inter", &t->inter);
+    /* --world past (or short of) the topology's devices: the mesh fills nodes like its own (ir/mesh.c) */
+    if (m->mesh && m->mesh->nodes != t->nodes)
+      fprintf(f, "  # planned on %d node%s like it: --world %d", m->mesh->nodes, m->mesh->nodes == 1 ? "" : "s",
+              m->mesh->world);
     fprintf(f, "\n");
   }
   if (m->has_plan) {

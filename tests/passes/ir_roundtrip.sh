@@ -27,6 +27,7 @@ cases=(
   "tiny-cuda-zero2-offload|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=2 -D offload=on --world 2 --target cuda"
   "tiny-cuda-bf16-zero1-dp2|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=2 -D zero=1 -D precision=bf16 --world 2 --target cuda"
   "tiny-cuda-bf16-offload|models/tiny.model|-D seq=32 -D micro_batch=4 -D zero=1 -D offload=on -D precision=bf16 --world 1 --target cuda"
+  "tiny-dp4-2nodes|models/tiny.model|-D seq=32 -D micro_batch=4 -D dp=4 --world 4"
   "tiny-pp2-zb|models/tiny.model|-D layers=4 -D micro_batch=2 -D batch=8 -D dp=1 -D pp=2 -D schedule=zb --world 2"
   "tiny-pp2-interleaved-tp2|models/tiny.model|-D layers=4 -D micro_batch=2 -D batch=8 -D dp=1 -D tp=2 -D pp=2 -D schedule=interleaved --world 4"
   "llama-cp2-tp2|models/llama3-8b.model|-D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D batch=2 -D micro_batch=2 -D dp=1 -D zero=0 -D sp=off -D tp=2 -D cp=2 --world 4"

@@ -10,6 +10,7 @@
 #      prints what --ir does.
 #   3. --ir where there is no plan to print it in (--search, --compare, --dump-ir=after:PASS, build
 #      without --dump-ir) is refused.
+#   4. --world past the topology's devices: the topology line's note (below).
 # Usage: tests/report/plan_ir.sh SHARDC
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -53,6 +54,14 @@ for c in "${golden_cases[@]}"; do
   "$shardc" plan "$model" $flags >"$t/$name.plan" 2>/dev/null || true
   check "$name" "$t/$name.plan" "tests/golden/$name.ir"
 done
+
+# 4. --world past the topology's devices (tiny's cpu topology: 1 node x 2): the header says how many
+#    nodes like it the plan fills; a world inside it says nothing more
+"$shardc" plan models/tiny.model -D seq=32 -D micro_batch=4 -D dp=4 --world 4 >"$t/w4.plan" 2>/dev/null
+grep -q '^  topology cpu: 1 node x 2 cpu ranks.*  # planned on 2 nodes like it: --world 4$' "$t/w4.plan" ||
+  bad "--world 4 on 1 node x 2: no '# planned on 2 nodes like it' on the topology line: $(grep -m1 topology "$t/w4.plan")"
+"$shardc" plan models/tiny.model --world 2 >"$t/w2.plan" 2>/dev/null
+grep -q 'planned on' "$t/w2.plan" && bad "--world 2 on 1 node x 2: a 'planned on' note: $(grep -m1 topology "$t/w2.plan")"
 
 pp=(models/tiny.model -D layers=4 -D micro_batch=2 -D batch=8 -D dp=1 -D pp=2 -D schedule=interleaved --world 2 --cost)
 "$shardc" plan "${pp[@]}" >"$t/pp.plan" 2>/dev/null || bad "plan ${pp[*]} failed"
