@@ -585,6 +585,10 @@ static void lower_repeat(Lower *L, Scope *s, const Stmt *st) {
     vec_push(L->a, &inits, init);
   }
   int nc = carried.n;
+  if (count < 1) { /* refused above: the body is not evaluated (its expressions may divide by the count) */
+    for (int i = 0; i < nc; i++) assign(L, s, carried.v[i], fe_none_val, st->loc);
+    return;
+  }
   fe_lower_block(L, bs, &st->body);
   if (L->returned) {
     L->returned = false;
