@@ -247,9 +247,9 @@ int rt_cu_tune_fastest(int ncand, RtCuTuneTime time, void *arg, const char *log,
 int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key);
 /* The GEMM's outputs as the check reads them: y written at d (the output, or its scratch;
  * d_init: where the scratch's content comes from before each run, NULL: NaN-filled), the pre-activation
- * GELU_AUX_BIAS writes, the bias gradient DGELU_BGRAD writes. y: k + 2 terms (products, bias, C), one
- * bf16 rounding where y is bf16 (a split-K reduction in place rounds a partial sum to y's type); the
- * bias gradient m more terms and one more rounding. Returns how many (out: room for 3). */
+ * GELU_AUX_BIAS writes, the bias gradient DGELU_BGRAD writes. y: k + 2 terms (products, bias, C), no
+ * rounding on the way (a bf16 y's split-K parts are added up in fp32: gemm.c excludes the reduction in
+ * place in y's type); the bias gradient m more terms and one rounding. Returns how many (out: room for 3). */
 int rt_cu_gemm_check_outs(const RtCuGemmKey *key, void *d, const void *d_init, const RtCuEpi *ep, RtCuCheckOut *out);
 /* The record key of a refused algorithm (choice: as the record writes it): "<11 fields> refused <choice>"
  * and the rank suffix; the check's refusal warning (and its count for rt_cu_tune_report); the check's

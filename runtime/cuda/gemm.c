@@ -10,6 +10,10 @@
  * for that many candidates, and the key's first call outside a graph capture times them on its own
  * operands (gemm_tune.c; an output the GEMM reads goes to scratch) and keeps the fastest.
  *
+ * A bf16 y is rounded once: the preference excludes the split-K reductions in y's type (in place in y,
+ * or a bf16 workspace), which round each partial sum (the H100 of 2026-11-27 gave test_cudart's bias +
+ * residual in place 1.08x its one-rounding bound that way); split-K adds its parts up in fp32.
+ *
  * Epilogues (rt_cu_matmul_ep): our bias over y's columns is cuBLASLt's bias over its rows (M = n).
  * BIAS: D = AB + bias; with a residual, beta 1 and C = the residual (D = AB + C + bias);
  * GELU_AUX_BIAS: aux = AB + bias (the pre-activation, leading dimension n), D = gelu(aux). The bias
@@ -202,6 +206,10 @@ static Plan *plan_for(RtCuGemm *g, const RtCuGemmKey *key) {
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+  if (key->y_dt == RT_BF16) { /* split-K parts added up in fp32 (a workspace) or not split: y rounded once */
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+  }
   cublasLtMatmulHeuristicResult_t res[64];
   int got = 0, want = g->tune > 1 ? g->tune : 1;
   cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want, res, &got);
@@ -275,20 +283,6 @@ static void check(RtCuGemm *g, Plan *p, Trial *t, const RtCuEpi *ep, char *ok) {
   }
   RtCuCheckOut co[3];
   int nout = rt_cu_gemm_check_outs(&p->key, t->d, NULL, ep, co);
-  if (p->key.y_dt == RT_BF16) /* split-K in place adds its parts up in y's type: a bf16 rounding each after the first */
-    for (int c = 0; c < p->ncand; c++) {
-      int32_t splits = 1;
-      uint32_t scheme = 0;
-      size_t w = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&p->cand[c], CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits, &w) !=
-              CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigGetAttribute(&p->cand[c], CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme,
-                                               &w) != CUBLAS_STATUS_SUCCESS)
-        continue;
-      int more = splits - 1 - co[0].rounds; /* beyond the one every bf16 output is allowed */
-      if (scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE && more > 0)
-        for (int o = 0; o < nout; o++) co[o].rounds += more;
-    }
   /* a scratch d (y read: beta != 0, the residual in place) is NaN-filled too: C is read from the real y */
   RtCuCheck ck = {trial_time, t, check_copy, g, co, nout};
   double t0 = rt_cu_tune_clock(), closest = 0;

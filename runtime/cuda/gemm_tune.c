@@ -149,7 +149,7 @@ void rt_cu_tune_report(const RtCtx *ctx) {
 
 int rt_cu_gemm_check_outs(const RtCuGemmKey *key, void *d, const void *d_init, const RtCuEpi *ep, RtCuCheckOut *out) {
   int64_t ys = key->y_dt == RT_BF16 ? 2 : 4, mn = key->batch * key->m * key->n;
-  int r = key->y_dt == RT_BF16; /* a split-K reduction in place rounds a partial sum to y's type */
+  int r = 0; /* no value rounded on the way: bf16 y's split-K parts are added up in fp32 (gemm.c's preference) */
   long long kk = key->k + 2;    /* the products, then the bias and C (or the residual) */
   int n = 0;
   out[n++] = (RtCuCheckOut){d, mn * ys, key->y_dt, kk, r, d_init, "y"};
