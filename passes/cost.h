@@ -58,7 +58,10 @@ typedef struct {
   double gemm_cold_bytes_per_s; /* a GEMM operand read from another loop's stack (a saved activation, B's hand-off
                                    to W: out of the caches by then) costs its bytes at this rate on top; 0: not
                                    modelled (the defaults: calibrate measures it) */
-  double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block and their backwards) */
+  double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block; their backwards at attn_bwd_ratio x) */
+  double attn_bwd_ratio; /* the backward's rate over the forward's (1: the same) */
+  double attn_bwd_score_flops; /* the backward's work per score element (its softmax again) beyond its FLOPs, in
+                                  FLOPs at its rate (0: none) */
   double bytes_per_s;  /* bytes read + written per second by bandwidth-bound kernels */
   double op_overhead_s; /* per kernel call (launch, dispatch, loop overhead) */
   double overlap;      /* fraction (0..1) of an asynchronous collective hidden behind compute */
