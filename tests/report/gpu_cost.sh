@@ -12,6 +12,8 @@
 #  - the Llama shape (509M: 8 layers, d 2048, 16 heads / 8 KV, ffn 5632, vocab 32000), B 8 x 1024: the
 #    step 47.9 ms; its attention from the tile sweep (PARTS=sweep, B 8 hd 128, the tiles the trainer
 #    tunes: forward wg(64,2) 146.0 us, backward 372.6) x 8 layers: 4.15 ms.
+# The model's kernel calls equal the launches of the program codegen writes for the plan (its C counted
+# by tests/report/cuda_launches.py), for these two and GPT-2 under full recompute and accumulation.
 # Each predicted class within its tolerance of the measurement: GEMMs and attention 10 %, the rest
 # (bandwidth-bound kernels) 15 %, kernel calls 5 % of 339 (the launches less cuBLASLt's 12 split-K
 # reductions, which the model counts in their GEMMs), their overhead 20 % of the 1.0 ms, steps 10 %.
@@ -65,6 +67,34 @@ echo "Llama 509M, B 8 x 1024, one H100 (the step; attention from the tile sweep)
 l=$tmp/llama.txt
 near "attention (s)" "$(part "$l" attn)" 4.15e-3 0.10
 near "step (s)" "$(part "$l" step)" 47.9e-3 0.10
+
+# the model's kernel calls are the program's launches: the same plans' C (codegen/target_cuda.c) counted
+# on the runtime's default path (tests/report/cuda_launches.py)
+"$shardc" plan models/gpt2-124m.model --topology models/topo/p5.topo --world 1 --target cuda \
+  -D micro_batch=16 -D batch=16 -D seq=1024 -D zero=0 --emit-c "$tmp/gpt2c" >/dev/null || bad "gpt2: --emit-c failed"
+"$shardc" plan models/llama3-8b.model --topology models/topo/p5.topo --world 1 --target cuda -D vocab=32000 \
+  -D layers=8 -D d=2048 -D heads=16 -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 \
+  -D recompute=none -D tp=1 -D sp=off --emit-c "$tmp/llamac" >/dev/null || bad "llama: --emit-c failed"
+# (and GPT-2 under full recompute, its layers' forward again in the backward, and with 2 accumulation
+# micro-steps, the accumulation loop)
+for v in recompute=full batch=32; do
+  "$shardc" plan models/gpt2-124m.model --topology models/topo/p5.topo --world 1 --target cuda -D micro_batch=16 \
+    -D batch=16 -D seq=1024 -D zero=0 -D $v --cost >"$tmp/gpt2-$v.txt" || bad "gpt2 $v: plan failed"
+  "$shardc" plan models/gpt2-124m.model --topology models/topo/p5.topo --world 1 --target cuda -D micro_batch=16 \
+    -D batch=16 -D seq=1024 -D zero=0 -D $v --emit-c "$tmp/gpt2c-$v" >/dev/null || bad "gpt2 $v: --emit-c failed"
+done
+for x in "gpt2 $g $tmp/gpt2c/gpt2.c" "llama $l $tmp/llamac/llama3_8b.c" \
+  "gpt2-recompute $tmp/gpt2-recompute=full.txt $tmp/gpt2c-recompute=full/gpt2.c" \
+  "gpt2-accumulation $tmp/gpt2-batch=32.txt $tmp/gpt2c-batch=32/gpt2.c"; do
+  set -- $x
+  launched=$(python3 tests/report/cuda_launches.py "$3") || bad "$1: cuda_launches.py failed"
+  predicted=$(part "$2" calls)
+  if [ -n "$launched" ] && [ "$launched" = "$predicted" ]; then
+    echo "  $1: kernel calls $predicted, the program launches $launched"
+  else
+    bad "$1: the model counts $predicted kernel calls, the program launches ${launched:-?}"
+  fi
+done
 
 # the head dim's effect comes from the backward's per-score work: at hd 128 the attention's rate is
 # above hd 64's (the sweep: 232 against 190 TFLOP/s, fwd + bwd), not one flat fraction of the peak
