@@ -141,7 +141,7 @@ typedef enum { T_FREE, T_GEMM, T_ATTN, T_MEM } TimeKind;
  * codegen/target_cuda.c emits them after the passes that fuse: 0 where another node's kernel computes
  * it (a GEMM's epilogue: passes/epilogue.c's epilogue_owner; the fused cross-entropy's backward:
  * passes/fuse_ce.c), else how many it launches: the attention backward's two on the flash path (dQ,
- * then dK/dV: codegen/cuda_kernels_attn.c attn_bwd), the fused cross-entropy's three (the gradient's
+ * then dK/dV: codegen/cuda_kernels_attn.c attn_bwd; ir_attn_flash), three off it, the fused cross-entropy's three (the gradient's
  * scale, the rows, the mean: cuda_kernels_ce.c), the embedding gradient's two (the buckets, the rows:
  * cuda_kernels.c cuk_embed_bwd). *extra: the bytes its kernel moves beyond n's own operands: what a
  * GEMM's epilogue reads (the bias, the residual, GELU's pre-activation) and stores instead of the
@@ -179,7 +179,9 @@ static int cuda_kernels(const Node *n, int pos, double *extra) {
       return 3;
     }
   }
-  if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) return 2;
+  if (n->op == OP_SDPA_BWD) /* (a block of ring attention has positions: never the flash kernels) */
+    return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
+  if (n->op == OP_ATTN_BLOCK_BWD) return 3;
   if (n->op == OP_EMBED_BWD) return 2;
   return 1;
 }
