@@ -36,7 +36,7 @@ def count(path):
         s = line.strip()
         if s.startswith("/*") or not s:
             continue
-        if s == "}":
+        if s in ("}", "};"):  # (a block, or an array's initializer)
             mult.pop()
             if not mult:
                 return total
