@@ -30,12 +30,12 @@
  * run (the step's 30.6 ms less its kernels' 29.6, over 351 launches). */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
-  double gemm, attn, bw, overhead_s, overlap;
+  double gemm, gemm_fixed_s, attn, bw, overhead_s, overlap;
   double attn_bwd_ratio, attn_bwd_score_flops; /* the backward's rate / the forward's; its work per score element */
   double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
 } eff[2] = {
-    [KIND_GPU] = {0.70, 0.235, 0.80, 2.85e-6, 1.0, 0.332 / 0.235, 544, {0}},
-    [KIND_CPU] = {0.60, 0.25, 0.70, 1e-6, 0.0, 1, 0, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
+    [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0.332 / 0.235, 544, {0}},
+    [KIND_CPU] = {0.60, 0, 0.25, 0.70, 1e-6, 0.0, 1, 0, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
 };
 
 void cost_device_defaults(const Module *m, CostDevice *d) {
@@ -57,6 +57,7 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
   if (hbm <= 0) hbm = 10e9;
   d->peak_flops = peak;
   d->gemm_flops = eff[k].gemm * peak;
+  d->gemm_half_flops = eff[k].gemm_fixed_s * d->gemm_flops; /* each GEMM's fixed time, as FLOPs at its rate */
   d->attn_flops = eff[k].attn * peak;
   d->attn_bwd_ratio = eff[k].attn_bwd_ratio;
   d->attn_bwd_score_flops = eff[k].attn_bwd_score_flops;
@@ -213,7 +214,7 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
   if (memplan_col_slice(n) || memplan_col_concat(n)) return 0; /* column views (memplan_views.c): no copy */
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
   if (m->target == TARGET_CUDA && fuse_sumsq_member(n)) return 0; /* in the concat's kernel (passes/fuse_sumsq.c) */
-  double bytes = extra;
+  double bytes = n->op == OP_MATMUL ? 0 : extra; /* (a GEMM's epilogue: after its main loop, below) */
   for (int j = 0; j < n->nin && m->target == TARGET_CUDA; j++) { /* ... which reads the members' gradients */
     const Node *s = fuse_sumsq_piece(n, j);
     if (s) bytes += value_bytes(ir_unfold_cast(s->in[0]));
@@ -235,7 +236,8 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
       for (int j = 0; j < 2; j++)
         if (cold_operand(n->in[j]) || (n->in[j]->def->op == OP_RESHAPE && cold_operand(n->in[j]->def->in[0])))
           cold += value_bytes(n->in[j]) / d->gemm_cold_bytes_per_s;
-    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem) + cold; /* rate gemm_flops x fl / (fl + half) */
+    /* rate gemm_flops x fl / (fl + half); the epilogue's own bytes after the main loop, not hidden by it */
+    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem) + cold + extra / d->bytes_per_s;
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
     double scores, fl = attn_flops(n, &scores) * (n->a.causal ? 0.5 : 1.0), rate = d->attn_flops;
