@@ -20,8 +20,10 @@
 /* Fractions of the topology's peak figures a step reaches when nothing was measured (the figures
  * to replace with `shardc calibrate`'s profile): large GEMMs reach most of the peak, memory-bound
  * kernels most of the bandwidth, a CPU kernel call costs about a microsecond.
- * The GPU's attention and kernel calls, from the CUDA trainers on one H100 80GB HBM3 (2026-11-27,
- * docs/performance.md "The GPU cost model against the H100"): the flash forward (wgmma, the tiles the
+ * The GPU's GEMMs, attention and kernel calls, from the CUDA trainers on one H100 80GB HBM3 (2026-11-27,
+ * docs/performance.md "The GPU cost model against the H100"): a GEMM at 0.86 of the peak plus 16.4 us
+ * (its fixed time: the last wave's tail; fitted to the LM head's 1266 GFLOP GEMMs at 843 TFLOP/s and
+ * the layers' 77 GFLOP ones at 723), its epilogue's bytes after that (op_time); the flash forward (wgmma, the tiles the
  * trainer tunes) runs at 0.235 of the bf16 peak whatever the head dim (hd 64: 227 TFLOP/s, hd 128:
  * 235); the backward's two kernels (dQ, dK/dV: each recomputes the scores and their softmax) at 0.332
  * of it on its 2.5 x the forward's FLOPs plus, per score element kept, the work of 544 FLOPs at that

@@ -4,8 +4,13 @@
  * An analysis (docs/planner.md): it reads Module.graph, Module.mesh, Module.pipe and the topology
  * and changes nothing. Every number comes from the program the trainer would run:
  *   - each op's time: GEMMs (matmul) max(FLOPs / gemm rate, bytes / bandwidth), attention (sdpa,
- *     its ring blocks, their backwards) FLOPs / attention rate (causal: half the score matrix),
- *     every other kernel its bytes read and written / bandwidth; plus a per-kernel overhead. Local
+ *     its ring blocks) FLOPs / attention rate (causal: half the score matrix), their backwards at
+ *     their own rate with their work per score element, every other kernel its bytes read and
+ *     written / bandwidth; plus a per-kernel overhead. On the CUDA target the kernels are the ones
+ *     codegen/target_cuda.c launches: a GEMM's epilogue computes the nodes passes/epilogue.c gave it
+ *     (their bytes the GEMM's, after its main loop), the fused cross-entropy's backward is its
+ *     forward's pass, a node of several kernels (the attention backward, the embedding gradient)
+ *     costs each one's overhead. Local
  *     (per-rank) shapes, repeat bodies times their count, so recompute's clones count as they run;
  *   - each collective: the ring algorithm over its group (ir/commreport.c's factors): latency per
  *     ring step plus bus bytes / the link's bandwidth, the link in node or across nodes by the
