@@ -140,55 +140,6 @@ static int cpu_elem(const Node *n, double *count) {
 
 typedef enum { T_FREE, T_GEMM, T_ATTN, T_MEM } TimeKind;
 
-/* The CUDA target's kernels for node n at position pos of its graph (-1: not known: one kernel), as
- * codegen/target_cuda.c emits them after the passes that fuse: 0 where another node's kernel computes
- * it (a GEMM's epilogue: passes/epilogue.c's epilogue_owner; the fused cross-entropy's backward:
- * passes/fuse_ce.c), else how many it launches: the attention backward's two on the flash path (dQ,
- * then dK/dV: codegen/cuda_kernels_attn.c attn_bwd; ir_attn_flash), three off it, the fused cross-entropy's three (the gradient's
- * scale, the rows, the mean: cuda_kernels_ce.c), the embedding gradient's two (the buckets, the rows:
- * cuda_kernels.c cuk_embed_bwd). *extra: the bytes its kernel moves beyond n's own operands: what a
- * GEMM's epilogue reads (the bias, the residual, GELU's pre-activation) and stores instead of the
- * product (the last absorbed node's value, and a GELU's pre-activation: GELU_AUX_BIAS); the fused
- * cross-entropy's gradient. */
-static int cuda_kernels(const Node *n, int pos, double *extra) {
-  *extra = 0;
-  if (pos < 0) return 1;
-  const Graph *g = n->graph;
-  int o = epilogue_owner(g, pos);
-  if (o >= 0 && o != pos) /* the bias gradient after GELU's backward: by the program's column sums, the runtime's
-                           * default (runtime/cuda/ops.c, SHARDRT_GEMM_BGRAD=split: measured faster on the H100) */
-    return n->op == OP_REDUCE_SUM ? 1 : 0;
-  if (n->op == OP_MATMUL && n->a.epilogue) {
-    int at[2], e = epilogue_nodes(g, pos, at);
-    const Node *last = NULL;
-    for (int k = 0; k < e; k++) {
-      const Node *x = g->nodes[at[k]];
-      if (x->op == OP_REDUCE_SUM) continue;
-      for (int j = 0; j < x->nin; j++)
-        if (x->in[j]->def != n && (!last || x->in[j]->def != last)) *extra += value_bytes(x->in[j]);
-      last = x;
-    }
-    if (last) {
-      *extra += value_bytes(last->out[0]) - value_bytes(n->out[0]);
-      if (last->op == OP_GELU) *extra += value_bytes(last->in[0]);
-    }
-    return 1;
-  }
-  if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
-    int b = fuse_ce_partner(g, pos);
-    if (b >= 0 && n->op == OP_CROSS_ENTROPY_BWD) return 0;
-    if (b >= 0) {
-      *extra = value_bytes(g->nodes[b]->out[0]);
-      return 3;
-    }
-  }
-  if (n->op == OP_SDPA_BWD) /* (a block of ring attention has positions: never the flash kernels) */
-    return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
-  if (n->op == OP_ATTN_BLOCK_BWD) return 3;
-  if (n->op == OP_EMBED_BWD) return 2;
-  return 1;
-}
-
 /* Whether a GEMM operand v is read from another loop's stack: the row of a stacked input of the
  * loop v's body belongs to, made by a loop (a saved activation of the forward, or what a
  * zero-bubble B hands its W), not a parameter's row. By the time the backward reads it the
@@ -523,7 +474,7 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   double extra = 0;
   int kernels = launch ? 1 : 0;
   if (s->m->target == TARGET_CUDA && launch) {
-    kernels = cuda_kernels(n, s->at, &extra);
+    kernels = cost_cuda_kernels(n, s->at, &extra);
     if (!kernels) return; /* computed in another node's kernel */
   }
   double dt = op_time(s->m, s->d, n, s->copy_in_update, extra, &kind);

@@ -100,6 +100,12 @@ typedef struct {
   double mfu;             /* model FLOPs per token (training) x tokens/s / (world x peak) */
 } CostReport;
 
+/* The CUDA target's kernels for node n at position pos of its graph (-1: not known: one), as
+ * codegen/target_cuda.c emits them after the passes that fuse (passes/cost_cuda.c): 0 where another
+ * node's kernel computes it, else how many it launches; *extra: the bytes its kernel moves beyond n's
+ * own operands (a GEMM's epilogue's, the fused cross-entropy's gradient). */
+int cost_cuda_kernels(const Node *n, int pos, double *extra);
+
 /* The device from m's topology (no topology: a generic CPU core), at the efficiencies of cost.c. */
 void cost_device_defaults(const Module *m, CostDevice *d);
 /* Overrides d's figures with those a profile file gives (passes/cost_profile.c; format in
