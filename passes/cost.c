@@ -20,16 +20,16 @@
 /* Fractions of the topology's peak figures a step reaches when nothing was measured (the figures
  * to replace with `shardc calibrate`'s profile): large GEMMs reach most of the peak, memory-bound
  * kernels most of the bandwidth, a CPU kernel call costs about a microsecond.
- * The GPU's GEMMs, attention and kernel calls, from the CUDA trainers on one H100 80GB HBM3 (2026-11-27,
- * docs/performance.md "The GPU cost model against the H100"): a GEMM at 0.86 of the peak plus 16.4 us
- * (its fixed time: the last wave's tail; fitted to the LM head's 1266 GFLOP GEMMs at 843 TFLOP/s and
- * the layers' 77 GFLOP ones at 723), its epilogue's bytes after that (op_time); the flash forward (wgmma, the tiles the
- * trainer tunes) runs at 0.235 of the bf16 peak whatever the head dim (hd 64: 227 TFLOP/s, hd 128:
- * 235); the backward's two kernels (dQ, dK/dV: each recomputes the scores and their softmax) at 0.332
- * of it on its 2.5 x the forward's FLOPs plus, per score element kept, the work of 544 FLOPs at that
- * rate (the softmax's exp and dS elementwise, head-dim-free: what makes hd 64's backward 177 TFLOP/s
- * and hd 128's 231, fitted to the two); a kernel of the replayed CUDA graph costs 2.85 us beside its
- * run (the step's 30.6 ms less its kernels' 29.6, over 351 launches). */
+ * The GPU's GEMMs, attention and kernel calls, from the CUDA trainers on one H100 80GB HBM3
+ * (2026-11-27, docs/performance.md "The GPU cost model against the H100"): a GEMM at 0.86 of the peak
+ * plus 16.4 us (its fixed time: the last wave's tail; fitted to the LM head's 1266 GFLOP GEMMs at 843
+ * TFLOP/s and the layers' 77 GFLOP ones at 723), its epilogue's bytes after that (op_time); the flash
+ * forward (wgmma, the tiles the trainer tunes) runs at 0.235 of the bf16 peak whatever the head dim (hd
+ * 64: 227 TFLOP/s, hd 128: 235); the backward's two kernels (dQ, dK/dV: each recomputes the scores and
+ * their softmax) at 0.332 of it on its 2.5 x the forward's FLOPs plus, per score element kept, the work
+ * of 544 FLOPs at that rate (the softmax's exp and dS elementwise, head-dim-free: what makes hd 64's
+ * backward 177 TFLOP/s and hd 128's 231, fitted to the two); a kernel of the replayed CUDA graph costs
+ * 2.85 us beside its run (the step's 30.6 ms less its kernels' 29.6, over 351 launches). */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
   double gemm, gemm_fixed_s, attn, bw, overhead_s, overlap;
