@@ -24,7 +24,7 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
 
 /* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128, tiles by
  * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
-static int attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
+static int attn_flash(DType dt, int64_t hd) { return ir_attn_flash(dt, hd); }
 
 /* The operands' row strides (CuAttnLd; 0: contiguous), resolved: H hd for q, o, dout, dq; KV hd for the rest. */
 static CuAttnLd attn_ld(const CuAttnLd *ld, int64_t H, int64_t KV, int64_t hd) {

@@ -429,6 +429,8 @@ bool ir_cast_folded(const Node *c) { return c->cast_folded; }
 
 const Value *ir_unfold_cast(const Value *v) { return ir_cast_folded(v->def) ? v->def->in[0] : v; }
 
+bool ir_attn_flash(DType dt, int64_t hd) { return dt == DT_BF16 && hd % 16 == 0 && hd <= 128; }
+
 bool ir_update_casts_copy(const Graph *g, int i) {
   if (i < 1 || i >= g->nnodes) return false;
   const Node *u = g->nodes[i - 1], *x = g->nodes[i];

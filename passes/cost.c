@@ -18,17 +18,26 @@
 #include "ptrmap.h"
 
 /* Fractions of the topology's peak figures a step reaches when nothing was measured (the figures
- * to replace with `shardc calibrate`'s profile): large GEMMs reach most of the peak, attention
- * kernels about half (softmax, masking, the backward's recomputation of the scores), memory-bound
- * kernels most of the bandwidth; a GPU kernel launch costs microseconds (fewer under CUDA graphs),
- * a CPU kernel call about one. */
+ * to replace with `shardc calibrate`'s profile): large GEMMs reach most of the peak, memory-bound
+ * kernels most of the bandwidth, a CPU kernel call costs about a microsecond.
+ * The GPU's GEMMs, attention and kernel calls, from the CUDA trainers on one H100 80GB HBM3
+ * (2026-11-27, docs/performance.md "The GPU cost model against the H100"): a GEMM at 0.86 of the peak
+ * plus 16.4 us (its fixed time: the last wave's tail; fitted to the LM head's 1266 GFLOP GEMMs at 843
+ * TFLOP/s and the layers' 77 GFLOP ones at 723), its epilogue's bytes after that (op_time); the flash
+ * forward (wgmma, the tiles the trainer tunes) runs at 0.235 of the bf16 peak whatever the head dim (hd
+ * 64: 227 TFLOP/s, hd 128: 235); the backward's two kernels (dQ, dK/dV: each recomputes the scores and
+ * their softmax) at 0.332 of it on its 2.5 x the forward's FLOPs plus, per score element kept, the work
+ * of 544 FLOPs at that rate (the softmax's exp and dS elementwise, head-dim-free: what makes hd 64's
+ * backward 177 TFLOP/s and hd 128's 231, fitted to the two); a kernel of the replayed CUDA graph costs
+ * 2.85 us beside its run (the step's 30.6 ms less its kernels' 29.6, over 351 launches). */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
-  double gemm, attn, bw, overhead_s, overlap;
+  double gemm, gemm_fixed_s, attn, bw, overhead_s, overlap;
+  double attn_bwd_ratio, attn_bwd_score_flops; /* the backward's rate / the forward's; its work per score element */
   double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
 } eff[2] = {
-    [KIND_GPU] = {0.70, 0.40, 0.80, 4e-6, 1.0, {0}},
-    [KIND_CPU] = {0.60, 0.25, 0.70, 1e-6, 0.0, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
+    [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0.332 / 0.235, 544, {0}},
+    [KIND_CPU] = {0.60, 0, 0.25, 0.70, 1e-6, 0.0, 1, 0, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
 };
 
 void cost_device_defaults(const Module *m, CostDevice *d) {
@@ -50,7 +59,10 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
   if (hbm <= 0) hbm = 10e9;
   d->peak_flops = peak;
   d->gemm_flops = eff[k].gemm * peak;
+  d->gemm_half_flops = eff[k].gemm_fixed_s * d->gemm_flops; /* each GEMM's fixed time, as FLOPs at its rate */
   d->attn_flops = eff[k].attn * peak;
+  d->attn_bwd_ratio = eff[k].attn_bwd_ratio;
+  d->attn_bwd_score_flops = eff[k].attn_bwd_score_flops;
   d->bytes_per_s = eff[k].bw * hbm;
   d->op_overhead_s = eff[k].overhead_s;
   d->overlap = eff[k].overlap;
@@ -89,10 +101,13 @@ double cost_copy_time(const CostDevice *d, double bytes) {
 
 double cost_host_time(const CostDevice *d, double bytes) { return bytes / d->host_bytes_per_s; }
 
-/* Attention FLOPs of q[B, S, H hd] over k[B, T, .]: QK^T and AV, 2 x 2 B S T H hd. */
-static double attn_flops(const Node *n) {
+/* Attention FLOPs of q[B, S, H hd] over k[B, T, .]: QK^T and AV, 2 x 2 B S T H hd; *scores: the score
+ * elements, B S T H. */
+static double attn_flops(const Node *n, double *scores) {
   const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
-  return 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1] * (double)q->dim[2];
+  double bst = (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1];
+  *scores = bst * (n->a.heads > 0 ? n->a.heads : 1);
+  return 4.0 * bst * (double)q->dim[2];
 }
 
 /* The CPU target's elementwise loop of node n and its element count (runtime/ops/ops.c's choice of
@@ -142,7 +157,8 @@ static bool cold_operand(const Value *v) {
 /* Seconds of one non-collective leaf node; *kind says which rate bounds it. */
 /* in_update: n is the cast of an updated parameter into its persistent bf16 copy, which the CUDA
  * update's own kernel stores (ir_update_casts_copy): it reads nothing (the update's registers). */
-static double op_time(const Module *m, const CostDevice *d, const Node *n, bool in_update, TimeKind *kind) {
+static double op_time(const Module *m, const CostDevice *d, const Node *n, bool in_update, double extra,
+                      TimeKind *kind) {
   *kind = T_FREE;
   if (ir_ops[n->op].flags & F_SOURCE && n->op != OP_CONST && n->op != OP_IOTA) return 0;
   if (n->op == OP_RESHAPE) return 0; /* a view */
@@ -151,7 +167,7 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
   if (memplan_col_slice(n) || memplan_col_concat(n)) return 0; /* column views (memplan_views.c): no copy */
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
   if (m->target == TARGET_CUDA && fuse_sumsq_member(n)) return 0; /* in the concat's kernel (passes/fuse_sumsq.c) */
-  double bytes = 0;
+  double bytes = n->op == OP_MATMUL ? 0 : extra; /* (a GEMM's epilogue: after its main loop, below) */
   for (int j = 0; j < n->nin && m->target == TARGET_CUDA; j++) { /* ... which reads the members' gradients */
     const Node *s = fuse_sumsq_piece(n, j);
     if (s) bytes += value_bytes(ir_unfold_cast(s->in[0]));
@@ -173,13 +189,18 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
       for (int j = 0; j < 2; j++)
         if (cold_operand(n->in[j]) || (n->in[j]->def->op == OP_RESHAPE && cold_operand(n->in[j]->def->in[0])))
           cold += value_bytes(n->in[j]) / d->gemm_cold_bytes_per_s;
-    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem) + cold; /* rate gemm_flops x fl / (fl + half) */
+    /* rate gemm_flops x fl / (fl + half); the epilogue's own bytes after the main loop, not hidden by it */
+    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem) + cold + extra / d->bytes_per_s;
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
-    double fl = attn_flops(n) * (n->a.causal ? 0.5 : 1.0);
-    if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) fl *= 2.5; /* scores again, dV, dP, dQ, dK */
+    double scores, fl = attn_flops(n, &scores) * (n->a.causal ? 0.5 : 1.0), rate = d->attn_flops;
+    scores *= n->a.causal ? 0.5 : 1.0;
+    if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) { /* scores again, dV, dP, dQ, dK; the softmax's again */
+      fl = 2.5 * fl + scores * d->attn_bwd_score_flops;
+      rate *= d->attn_bwd_ratio > 0 ? d->attn_bwd_ratio : 1;
+    }
     *kind = T_ATTN;
-    return fmax(fl / d->attn_flops, mem);
+    return fmax(fl / rate, mem);
   }
   default: {
     *kind = T_MEM;
@@ -219,6 +240,7 @@ typedef struct {
   /* the pipeline's timeline (sim_rank of a stage, pt set): each instruction's time and what precedes it */
   PipeTimes *pt;
   const int *pos; /* [norder]: program-order instruction -> its index in its stage's list */
+  int at;         /* the node simulated: its position in its graph (sim_graph; -1: not known) */
   bool copy_in_update; /* the node simulated is the cast the update before it stores (sim_graph) */
   bool host_copy_cast; /* ... the host's cast its host update stores (ir_host_update_casts_copy) */
   int cur;        /* the instruction (Node.instr) whose nodes ran last on this stage; 0: none yet */
@@ -449,16 +471,22 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
     return;
   }
   TimeKind kind;
-  double dt = op_time(s->m, s->d, n, s->copy_in_update, &kind);
+  double extra = 0;
+  int kernels = launch ? 1 : 0;
+  if (s->m->target == TARGET_CUDA && launch) {
+    kernels = cost_cuda_kernels(n, s->at, &extra);
+    if (!kernels) return; /* computed in another node's kernel */
+  }
+  double dt = op_time(s->m, s->d, n, s->copy_in_update, extra, &kind);
   if (kind == T_FREE) return;
-  double oh = launch ? s->d->op_overhead_s : 0;
+  double oh = kernels * s->d->op_overhead_s;
   c->t += dt + oh;
   double w = s->mult;
   if (kind == T_GEMM) s->r->gemm_s += w * dt;
   else if (kind == T_ATTN) s->r->attn_s += w * dt;
   else s->r->mem_s += w * dt;
   s->r->overhead_s += w * oh;
-  if (launch) s->r->kernels += (int64_t)w;
+  s->r->kernels += (int64_t)w * kernels;
 }
 
 /* The pipeline's timeline, one top-level node of a stage at a time: an instruction's nodes
@@ -518,6 +546,7 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
     s->host_copy_cast = cuda && ir_host_update_casts_copy(g, i);
     bool launch = !(cuda && n->group > 0 && i > 0 && g->nodes[i - 1]->group == n->group) && !s->copy_in_update;
     double t0 = c->t;
+    s->at = i;
     sim_node(s, n, c, launch);
     s->copy_in_update = s->host_copy_cast = false;
     if (top) record(s, n, c->t - t0, c->t);
@@ -615,7 +644,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
 }
 
 double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *nodes, int n) {
-  Sim s = {.m = m, .d = d, .stage = -1, .mult = 1};
+  Sim s = {.m = m, .d = d, .stage = -1, .mult = 1, .at = -1};
   CostReport r;
   memset(&r, 0, sizeof r);
   s.r = &r;

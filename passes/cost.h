@@ -4,8 +4,13 @@
  * An analysis (docs/planner.md): it reads Module.graph, Module.mesh, Module.pipe and the topology
  * and changes nothing. Every number comes from the program the trainer would run:
  *   - each op's time: GEMMs (matmul) max(FLOPs / gemm rate, bytes / bandwidth), attention (sdpa,
- *     its ring blocks, their backwards) FLOPs / attention rate (causal: half the score matrix),
- *     every other kernel its bytes read and written / bandwidth; plus a per-kernel overhead. Local
+ *     its ring blocks) FLOPs / attention rate (causal: half the score matrix), their backwards at
+ *     their own rate with their work per score element, every other kernel its bytes read and
+ *     written / bandwidth; plus a per-kernel overhead. On the CUDA target the kernels are the ones
+ *     codegen/target_cuda.c launches: a GEMM's epilogue computes the nodes passes/epilogue.c gave it
+ *     (their bytes the GEMM's, after its main loop), the fused cross-entropy's backward is its
+ *     forward's pass, a node of several kernels (the attention backward, the embedding gradient)
+ *     costs each one's overhead. Local
  *     (per-rank) shapes, repeat bodies times their count, so recompute's clones count as they run;
  *   - each collective: the ring algorithm over its group (ir/commreport.c's factors): latency per
  *     ring step plus bus bytes / the link's bandwidth, the link in node or across nodes by the
@@ -58,7 +63,10 @@ typedef struct {
   double gemm_cold_bytes_per_s; /* a GEMM operand read from another loop's stack (a saved activation, B's hand-off
                                    to W: out of the caches by then) costs its bytes at this rate on top; 0: not
                                    modelled (the defaults: calibrate measures it) */
-  double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block and their backwards) */
+  double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block; their backwards at attn_bwd_ratio x) */
+  double attn_bwd_ratio; /* the backward's rate over the forward's (1: the same) */
+  double attn_bwd_score_flops; /* the backward's work per score element (its softmax again) beyond its FLOPs, in
+                                  FLOPs at its rate (0: none) */
   double bytes_per_s;  /* bytes read + written per second by bandwidth-bound kernels */
   double op_overhead_s; /* per kernel call (launch, dispatch, loop overhead) */
   double overlap;      /* fraction (0..1) of an asynchronous collective hidden behind compute */
@@ -91,6 +99,12 @@ typedef struct {
   double tokens_per_s;
   double mfu;             /* model FLOPs per token (training) x tokens/s / (world x peak) */
 } CostReport;
+
+/* The CUDA target's kernels for node n at position pos of its graph (-1: not known: one), as
+ * codegen/target_cuda.c emits them after the passes that fuse (passes/cost_cuda.c): 0 where another
+ * node's kernel computes it, else how many it launches; *extra: the bytes its kernel moves beyond n's
+ * own operands (a GEMM's epilogue's, the fused cross-entropy's gradient). */
+int cost_cuda_kernels(const Node *n, int pos, double *extra);
 
 /* The device from m's topology (no topology: a generic CPU core), at the efficiencies of cost.c. */
 void cost_device_defaults(const Module *m, CostDevice *d);

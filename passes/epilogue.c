@@ -103,6 +103,25 @@ int epilogue_gemm(const Graph *g, int i) {
   return -1;
 }
 
+int epilogue_owner(const Graph *g, int i) {
+  int p = epilogue_gemm(g, i);
+  if (p >= 0) return p;
+  const Node *n = g->nodes[i];
+  if (n->op != OP_ADD && n->op != OP_GELU) return -1;
+  for (int j = i - 1, ops = 0; j >= 0 && ops < 2; j--) { /* the matmul is one or two computing nodes back */
+    const Node *mm = g->nodes[j];
+    if (enters(mm)) continue;
+    if (mm->op == OP_MATMUL && mm->a.epilogue > 0 && mm->a.epilogue < EPI_DGELU) {
+      int at[2], e = epilogue_nodes(g, j, at);
+      for (int k = 0; k < e; k++)
+        if (at[k] == i) return j;
+      return -1;
+    }
+    ops++;
+  }
+  return -1;
+}
+
 /* GELU's backward of the matmul at i (whose output only it reads) as its GEMM's epilogue, the bias
  * gradient right after it too where possible: EPI_DGELU, EPI_DGELU_BGRAD or 0 (positions: at). Without
  * `placed` only what the ops, types and stages allow (before the memory plan: epilogue_reach). */

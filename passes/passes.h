@@ -51,6 +51,10 @@ enum { EPI_DGELU = 3, EPI_DGELU_BGRAD = 4 };
 /* The position of the matmul whose GEMM computes the node at i of g as a later epilogue node
  * (GELU's backward, its bias gradient), or -1. */
 int epilogue_gemm(const Graph *g, int i);
+/* The position of the matmul whose GEMM computes the node at i of g in its epilogue, an earlier node
+ * (the bias add, a GELU or residual add after it) or a later one (epilogue_gemm's), or -1; from
+ * epilogue_nodes, as codegen/target_cuda.c's emit_matmul_ep: the cost model's kernels (passes/cost.c). */
+int epilogue_owner(const Graph *g, int i);
 /* Before the memory plan: the nodes after the matmul at i of g that its GEMM may compute as far as
  * the ops, types and stages allow (positions: at; at most 2), how many. The memory plan keeps
  * every value they and the matmul read alive through the last of them, so that the GEMM may store

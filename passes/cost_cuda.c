@@ -1,0 +1,55 @@
+/* passes/cost_cuda.c — the cost model's kernels of the CUDA target (see cost.h, cost_cuda_kernels): what
+ * codegen/target_cuda.c launches for a node once the passes that fuse have run, asked of those passes
+ * (passes/epilogue.c's epilogue_owner and epilogue_nodes, passes/fuse_ce.c's fuse_ce_partner) and of
+ * ir_attn_flash, not decided again here. */
+#include "cost.h"
+
+#include "passes.h" /* epilogue_owner, epilogue_nodes, fuse_ce_partner */
+
+static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* 0 for a node a GEMM's epilogue computes (epilogue_owner) and for the fused cross-entropy's backward;
+ * the attention backward's two kernels on the flash path (dQ, then dK/dV: codegen/cuda_kernels_attn.c
+ * attn_bwd), three off it; the fused cross-entropy's three (the gradient's scale, the rows, the mean:
+ * cuda_kernels_ce.c); the embedding gradient's two (the buckets, the rows: cuda_kernels.c
+ * cuk_embed_bwd). A GEMM's *extra: what its epilogue reads besides the product (the bias, the
+ * residual, GELU's pre-activation) and stores instead of it (the last absorbed node's value, and a
+ * GELU's pre-activation: GELU_AUX_BIAS); the fused cross-entropy's: its gradient. */
+int cost_cuda_kernels(const Node *n, int pos, double *extra) {
+  *extra = 0;
+  if (pos < 0) return 1;
+  const Graph *g = n->graph;
+  int o = epilogue_owner(g, pos);
+  if (o >= 0 && o != pos) /* the bias gradient after GELU's backward: by the program's column sums, the runtime's
+                           * default (runtime/cuda/ops.c, SHARDRT_GEMM_BGRAD=split: measured faster on the H100) */
+    return n->op == OP_REDUCE_SUM ? 1 : 0;
+  if (n->op == OP_MATMUL && n->a.epilogue) {
+    int at[2], e = epilogue_nodes(g, pos, at);
+    const Node *last = NULL;
+    for (int k = 0; k < e; k++) {
+      const Node *x = g->nodes[at[k]];
+      if (x->op == OP_REDUCE_SUM) continue;
+      for (int j = 0; j < x->nin; j++)
+        if (x->in[j]->def != n && (!last || x->in[j]->def != last)) *extra += value_bytes(x->in[j]);
+      last = x;
+    }
+    if (last) {
+      *extra += value_bytes(last->out[0]) - value_bytes(n->out[0]);
+      if (last->op == OP_GELU) *extra += value_bytes(last->in[0]);
+    }
+    return 1;
+  }
+  if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
+    int b = fuse_ce_partner(g, pos);
+    if (b >= 0 && n->op == OP_CROSS_ENTROPY_BWD) return 0;
+    if (b >= 0) {
+      *extra = value_bytes(g->nodes[b]->out[0]);
+      return 3;
+    }
+  }
+  if (n->op == OP_SDPA_BWD) /* (a block of ring attention has positions: never the flash kernels) */
+    return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
+  if (n->op == OP_ATTN_BLOCK_BWD) return 3;
+  if (n->op == OP_EMBED_BWD) return 2;
+  return 1;
+}
