@@ -177,9 +177,10 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
     double fl = attn_flops(n) * (n->a.causal ? 0.5 : 1.0);
-    if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) fl *= 2.5; /* scores again, dV, dP, dQ, dK */
+    bool bwd = n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD;
+    if (bwd) fl *= 2.5; /* scores again, dV, dP, dQ, dK */
     *kind = T_ATTN;
-    return fmax(fl / d->attn_flops, mem);
+    return fmax(fl / (bwd && d->attn_bwd_flops > 0 ? d->attn_bwd_flops : d->attn_flops), mem);
   }
   default: {
     *kind = T_MEM;

@@ -59,6 +59,8 @@ typedef struct {
                                    to W: out of the caches by then) costs its bytes at this rate on top; 0: not
                                    modelled (the defaults: calibrate measures it) */
   double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block and their backwards) */
+  double attn_bwd_flops; /* the backwards' own rate (their FLOPs counted 2.5 forwards'), where the kernel's
+                            efficiency differs from the forward's (bench_calibrate measures both); 0: attn_flops */
   double bytes_per_s;  /* bytes read + written per second by bandwidth-bound kernels */
   double op_overhead_s; /* per kernel call (launch, dispatch, loop overhead) */
   double overlap;      /* fraction (0..1) of an asynchronous collective hidden behind compute */

@@ -85,6 +85,13 @@ c2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold2e9.profile"
 awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { d1 = b - a; d2 = c - a
   exit !(d1 > 1.829e-3 && d1 < 1.841e-3 && d2 > 0.9125e-3 && d2 < 0.9235e-3) }' ||
   bad "gemm_cold_bytes 0 / 1e9 / 2e9: GEMM $c0 / $c1 / $c2 s, want +1.835 ms and +0.9175 ms"
+# attention_bwd_flops: the backward's own rate (its FLOPs counted 2.5 forwards'): at 1e9 for both, attention
+# takes 1 + 2.5 forward-times; with the backward at 2.5e9, 1 + 1: the attention time 3.5 / 2 = 1.75 times less
+for b in 0 2.5e9; do printf 'gemm_flops 1e12\nbandwidth 1e12\nattention_flops 1e9\nattention_bwd_flops %s\n' "$b" >"$tmp/ab$b.profile"; done
+a0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab0.profile" 2>&1 | attn)
+a1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab2.5e9.profile" 2>&1 | attn)
+awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b > 0 && a / b > 1.74 && a / b < 1.76) }' ||
+  bad "attention_bwd_flops 0 -> 2.5e9: attention $a0 s -> $a1 s, want 1.75 times less"
 printf 'elem_flat_s 0\n' >"$tmp/z.profile"
 "$shardc" plan models/tiny.model --world 1 --profile "$tmp/z.profile" >/dev/null 2>&1 || bad "elem_flat_s 0 (bandwidth only) was refused"
 
