@@ -15,6 +15,12 @@
  *   attention_bwd_flops  rt_sdpa_bwd at that shape, its FLOPs counted as the model counts them (2.5
  *                    forwards'): its own rate, as its efficiency is not the forward's (1.65-1.75x the
  *                    forward's time on an AVX2 EPYC, not 2.5x);
+ *   time_spread, time_spread_block  how much an instruction-sized block of work varies on this machine
+ *                    as it is (its own jitter, its co-runners): 61 blocks (the first dropped) of 4 x (4
+ *                    GEMMs 128 x 512 x 128 and a causal attention 1 x 128 x 4 heads x 32, a Llama-shaped
+ *                    layer's forward at 128 tokens), in wall-clock time, unlike the rest (the trainers'
+ *                    spans are wall clock): 1.4826 x their median absolute deviation / their median,
+ *                    and the median (the plan spreads a pipeline's instruction times by it: its bubble);
  *   bandwidth        rt_add over 64 Ki floats (768 KiB moved per call: the tensors of small models
  *                    live in the caches);
  *   kernel_overhead  rt_add over 16 floats;
@@ -30,6 +36,7 @@
  * leaves them out, so the topology's figures stay; overlap is 0 (a CPU rank progresses its own
  * asynchronous collectives between kernels).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +172,32 @@ static double cold_rate(void) {
   return extra > 0 ? bytes / extra : 0;
 }
 
+/* time_spread (see the top): the robust coefficient of variation of a block's wall time; *block its median. */
+static double spread_rate(double *block) {
+  enum { NB = 61 };
+  int64_t m = 128, n = 512, k = 128, S = 128, H = 4, hd = 32;
+  float *a = randv(m * k), *b = randv(k * n), *c = randv(m * n);
+  float *q = randv(S * H * hd), *kk = randv(S * H * hd), *v = randv(S * H * hd), *o = randv(S * H * hd), *lse = randv(H * S);
+  double t[NB], dev[NB];
+  for (int r = 0; r < NB; r++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int j = 0; j < 4; j++) {
+      for (int g = 0; g < 4; g++) rt_matmul(1, 1, m, n, k, 0, 0, a, b, 0.0f, c);
+      rt_sdpa_fwd(1, S, S, H, H, hd, 1, q, kk, v, o, lse);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  }
+  qsort(t + 1, NB - 1, sizeof(double), cmp_double); /* t[0]: the warm-up */
+  double med = t[1 + (NB - 1) / 2];
+  for (int r = 1; r < NB; r++) dev[r - 1] = fabs(t[r] - med);
+  qsort(dev, NB - 1, sizeof(double), cmp_double);
+  free(a), free(b), free(c), free(q), free(kk), free(v), free(o), free(lse);
+  *block = med;
+  return med > 0 ? 1.4826 * dev[(NB - 1) / 2] / med : 0;
+}
+
 static float *randv(int64_t n) {
   float *v = malloc((size_t)n * sizeof *v);
   if (!v) {
@@ -205,6 +238,7 @@ int main(int argc, char **argv) {
   double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx), icpt = (sy - slope * sx) / sw;
   double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
   double cold = cold_rate();
+  double block, spread = spread_rate(&block);
   Attn at = {8, 64, 4, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   int64_t qn = at.B * at.S * at.H * at.hd;
   at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
@@ -249,6 +283,8 @@ int main(int argc, char **argv) {
   fprintf(f, "gemm_cold_bytes  %.4g   # bytes/s of a GEMM operand read from memory, on top (0: none seen)\n", cold);
   fprintf(f, "attention_flops  %.4g\n", attn);
   fprintf(f, "attention_bwd_flops  %.4g   # the backward's FLOPs counted 2.5 forwards'\n", attn_bwd);
+  fprintf(f, "time_spread      %.4g   # robust coefficient of variation of a block's wall time\n", spread);
+  fprintf(f, "time_spread_block  %.4g   # s, that block's median\n", block);
   fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
   fprintf(f, "kernel_overhead  %.4g   # s, rt_add over 16 floats\n", overhead);
   fprintf(f, "overlap          0\n");
@@ -260,8 +296,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s "
-         "(backward %.2f), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s -> %s\n",
-         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_bwd * 1e-9, bw * 1e-9, overhead * 1e6, host * 1e-9, argv[1]);
+         "(backward %.2f), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s, spread %.3f over %.3g ms -> %s\n",
+         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_bwd * 1e-9, bw * 1e-9, overhead * 1e6, host * 1e-9, spread,
+         block * 1e3, argv[1]);
   free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse), free(at.dout), free(at.dq), free(at.dk), free(at.dv);
   free(big.a), free(big.b), free(big.y);
   return 0;

@@ -92,6 +92,16 @@ a0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab0.profile" 2>&
 a1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab2.5e9.profile" 2>&1 | attn)
 awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b > 0 && a / b > 1.74 && a / b < 1.76) }' ||
   bad "attention_bwd_flops 0 -> 2.5e9: attention $a0 s -> $a1 s, want 1.75 times less"
+# time_spread: the pipeline's bubble with the instruction times spread by the device's variation (the median
+# of 101 plays, passes/pipe_sched.c; test_pp_timeline checks the plays) above the steady one it prints beside
+printf 'time_spread 0.2\ntime_spread_block 1e-3\n' >"$tmp/ts.profile"
+line=$("$shardc" plan models/tiny.model -D pp=2 -D batch=8 -D micro_batch=2 -D dp=1 --world 2 --profile "$tmp/ts.profile" 2>&1 |
+  grep '^#   bubble:')
+echo "$line" | awk '{ sub(/%.*/, "", $3); b = $3; if (!match($0, /plays; [0-9.]+%/)) exit 1
+  s = substr($0, RSTART + 7, RLENGTH - 8); exit !(b > s + 0.5) }' || bad "time_spread 0.2 over 1 ms: want the bubble above the steady one: $line"
+printf 'time_spread_block 0\n' >"$tmp/ts0.profile"
+err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ts0.profile" 2>&1) && bad "time_spread_block 0 was accepted"
+echo "$err" | grep -q "ts0.profile:1:19: error: profile key 'time_spread_block' needs a positive number" || bad "time_spread_block 0: $err"
 printf 'elem_flat_s 0\n' >"$tmp/z.profile"
 "$shardc" plan models/tiny.model --world 1 --profile "$tmp/z.profile" >/dev/null 2>&1 || bad "elem_flat_s 0 (bandwidth only) was refused"
 
