@@ -12,6 +12,15 @@
  *                    medians of 31 rounds (0 when there is none);
  *   attention_flops  rt_sdpa_fwd, causal, B 8 x S 64 x 4 heads x 16 (tiny's): counted as the
  *                    model counts it (4 B S T C, half of it causal);
+ *   attention_bwd_ratio  rt_sdpa_bwd at that shape, its FLOPs counted as the model counts them (2.5
+ *                    forwards'): its rate over the forward's, as its efficiency is not the forward's
+ *                    (1.65-1.75x the forward's time on an AVX2 EPYC, not 2.5x);
+ *   time_spread, time_spread_block  how much an instruction-sized block of work varies on this machine
+ *                    as it is (its own jitter, its co-runners): 61 blocks (the first dropped) of 4 x (4
+ *                    GEMMs 128 x 512 x 128 and a causal attention 1 x 128 x 4 heads x 32, a Llama-shaped
+ *                    layer's forward at 128 tokens), in wall-clock time, unlike the rest (the trainers'
+ *                    spans are wall clock): 1.4826 x their median absolute deviation / their median,
+ *                    and the median (the plan spreads a pipeline's instruction times by it: its bubble);
  *   bandwidth        rt_add over 64 Ki floats (768 KiB moved per call: the tensors of small models
  *                    live in the caches);
  *   kernel_overhead  rt_add over 16 floats;
@@ -27,6 +36,7 @@
  * leaves them out, so the topology's figures stay; overlap is 0 (a CPU rank progresses its own
  * asynchronous collectives between kernels).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,11 +93,15 @@ static void run_add(void *p) {
 
 typedef struct {
   int64_t B, S, H, hd;
-  float *q, *k, *v, *o, *lse;
+  float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
 } Attn;
 static void run_attn(void *p) {
   Attn *x = p;
   rt_sdpa_fwd(x->B, x->S, x->S, x->H, x->H, x->hd, 1, x->q, x->k, x->v, x->o, x->lse);
+}
+static void run_attn_bwd(void *p) {
+  Attn *x = p;
+  rt_sdpa_bwd(x->B, x->S, x->S, x->H, x->H, x->hd, 1, x->q, x->k, x->v, x->o, x->lse, x->dout, x->dq, x->dk, x->dv);
 }
 
 /* the elementwise loops: which one, over what */
@@ -158,6 +172,32 @@ static double cold_rate(void) {
   return extra > 0 ? bytes / extra : 0;
 }
 
+/* time_spread (see the top): the robust coefficient of variation of a block's wall time; *block its median. */
+static double spread_rate(double *block) {
+  enum { NB = 61 };
+  int64_t m = 128, n = 512, k = 128, S = 128, H = 4, hd = 32;
+  float *a = randv(m * k), *b = randv(k * n), *c = randv(m * n);
+  float *q = randv(S * H * hd), *kk = randv(S * H * hd), *v = randv(S * H * hd), *o = randv(S * H * hd), *lse = randv(H * S);
+  double t[NB], dev[NB];
+  for (int r = 0; r < NB; r++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int j = 0; j < 4; j++) {
+      for (int g = 0; g < 4; g++) rt_matmul(1, 1, m, n, k, 0, 0, a, b, 0.0f, c);
+      rt_sdpa_fwd(1, S, S, H, H, hd, 1, q, kk, v, o, lse);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  }
+  qsort(t + 1, NB - 1, sizeof(double), cmp_double); /* t[0]: the warm-up */
+  double med = t[1 + (NB - 1) / 2];
+  for (int r = 1; r < NB; r++) dev[r - 1] = fabs(t[r] - med);
+  qsort(dev, NB - 1, sizeof(double), cmp_double);
+  free(a), free(b), free(c), free(q), free(kk), free(v), free(o), free(lse);
+  *block = med;
+  return med > 0 ? 1.4826 * dev[(NB - 1) / 2] / med : 0;
+}
+
 static float *randv(int64_t n) {
   float *v = malloc((size_t)n * sizeof *v);
   if (!v) {
@@ -179,26 +219,33 @@ int main(int argc, char **argv) {
   nthreads = threads;
 
   /* GEMM time against FLOPs is a line, t = (f + half) / rate: least squares over trainer-sized
-   * shapes (small models' k = 64 ones up to GPT-2's) */
+   * shapes (small models' k = 64 ones up to GPT-2's), each point weighted 1 / t^2 (its relative
+   * error: unweighted, a 1 % change in the largest shape's 60 ms moved the intercept by 5e6-1e7
+   * FLOPs, the small shapes' whole time, and half came out 0 to 1.8e7 between runs) */
   static const int64_t shapes[][3] = {{512, 192, 64}, {512, 64, 64},   {512, 256, 64},  {512, 64, 256},
                                       {512, 256, 256}, {1024, 768, 768}, {1024, 3072, 768}};
   enum { NS = sizeof shapes / sizeof shapes[0] };
-  double fx[NS], ty[NS], sx = 0, sy = 0, sxx = 0, sxy = 0;
+  double fx[NS], ty[NS], sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (int i = 0; i < NS; i++) {
     Gemm g = {shapes[i][0], shapes[i][1], shapes[i][2], NULL, NULL, NULL};
     g.a = randv(g.m * g.k), g.b = randv(g.k * g.n), g.c = randv(g.m * g.n);
     fx[i] = 2.0 * (double)(g.m * g.n * g.k);
     ty[i] = time_call(run_gemm, &g);
     free(g.a), free(g.b), free(g.c);
-    sx += fx[i], sy += ty[i], sxx += fx[i] * fx[i], sxy += fx[i] * ty[i];
+    double w = 1 / (ty[i] * ty[i]);
+    sw += w, sx += w * fx[i], sy += w * ty[i], sxx += w * fx[i] * fx[i], sxy += w * fx[i] * ty[i];
   }
-  double slope = (NS * sxy - sx * sy) / (NS * sxx - sx * sx), icpt = (sy - slope * sx) / NS;
+  double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx), icpt = (sy - slope * sx) / sw;
   double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
   double cold = cold_rate();
-  Attn at = {8, 64, 4, 16, NULL, NULL, NULL, NULL, NULL};
+  double block, spread = spread_rate(&block);
+  Attn at = {8, 64, 4, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   int64_t qn = at.B * at.S * at.H * at.hd;
   at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
   double attn = 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd) / time_call(run_attn, &at);
+  at.dout = randv(qn), at.dq = randv(qn), at.dk = randv(qn), at.dv = randv(qn);
+  run_attn(&at); /* o and lse of these q, k, v: the backward's inputs */
+  double attn_bwd = 2.5 * 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd) / time_call(run_attn_bwd, &at);
 
   Add big = {64 * 1024, NULL, NULL, NULL}, small = {16, NULL, NULL, NULL};
   big.a = randv(big.n), big.b = randv(big.n), big.y = randv(big.n);
@@ -235,6 +282,10 @@ int main(int argc, char **argv) {
   fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM of this many FLOPs runs at half the rate\n", half);
   fprintf(f, "gemm_cold_bytes  %.4g   # bytes/s of a GEMM operand read from memory, on top (0: none seen)\n", cold);
   fprintf(f, "attention_flops  %.4g\n", attn);
+  fprintf(f, "attention_bwd_ratio  %.4g   # the backward's rate over the forward's (its FLOPs counted 2.5 forwards'): %.4g\n",
+          attn_bwd / attn, attn_bwd);
+  fprintf(f, "time_spread      %.4g   # robust coefficient of variation of a block's wall time\n", spread);
+  fprintf(f, "time_spread_block  %.4g   # s, that block's median\n", block);
   fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
   fprintf(f, "kernel_overhead  %.4g   # s, rt_add over 16 floats\n", overhead);
   fprintf(f, "overlap          0\n");
@@ -245,10 +296,11 @@ int main(int argc, char **argv) {
     perror(argv[1]);
     return 1;
   }
-  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s, "
-         "bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s -> %s\n",
-         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, bw * 1e-9, overhead * 1e6, host * 1e-9, argv[1]);
-  free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse);
+  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s "
+         "(backward %.2f), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s, spread %.3f over %.3g ms -> %s\n",
+         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_bwd * 1e-9, bw * 1e-9, overhead * 1e6, host * 1e-9, spread,
+         block * 1e3, argv[1]);
+  free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse), free(at.dout), free(at.dq), free(at.dk), free(at.dv);
   free(big.a), free(big.b), free(big.y);
   return 0;
 }

@@ -15,8 +15,16 @@ replayed:  the step's instructions played again in each stage's measured order, 
            predict with the measured F / B / W times in place of its FLOP-proportional ones, so
            measured / replayed is the schedule model's error alone, apart from the cost model's.
 
-Prints the median of the measured bubbles over the steps, their min and max, the step count, and
-the median of the replayed ones. With --times, instead, what the plan's "predicted instruction
+steady:    the same replay with each instruction taking its kind's median duration over the steps
+           (per stage, F / B / W, chunk) in place of its own: the schedule with steady times. It
+           splits measured / predicted in three: measured / replayed is what the transfers and
+           waits add, replayed / steady what the instructions' spread adds (a noisy run's
+           makespan follows its slowest paths: the bubble of varying times exceeds that of their
+           medians), steady / predicted the cost model's per-stage times against the medians.
+
+Prints the median of the measured bubbles over the steps, their min and max, the step count, the
+median of the replayed ones, that of the steady ones, and the instructions' spread: the root mean
+square over the kinds of each kind's coefficient of variation (standard deviation / mean). With --times, instead, what the plan's "predicted instruction
 times" lines predict, measured: per stage the median F, B (and W) span, the median transfer into
 its F's and B's (the instruction's start less its producer's end, where the stage was free before the
 producer ended: the wire, the receive and the work between two instructions).
@@ -112,8 +120,17 @@ if "--times" in sys.argv[2:]:
                          for s, pid in stage_rank.items()})
     times(per_step, pp)
     sys.exit(0)
-out, rep = [], []
-for k in steps[1:] if len(steps) > 1 else steps:
+used = steps[1:] if len(steps) > 1 else steps
+kind = lambda e: (e["pid"], e["cat"], e["args"]["chunk"])
+durs = {}
+for e in ins:
+    if e["args"]["step"] in used:
+        durs.setdefault(kind(e), []).append(e["dur"])
+steady_dur = {k: statistics.median(v) for k, v in durs.items()}
+cv = [statistics.pstdev(v) / statistics.mean(v) for v in durs.values() if len(v) > 1 and statistics.mean(v) > 0]
+spread = (sum(c * c for c in cv) / len(cv)) ** 0.5 if cv else 0.0
+out, rep, std = [], [], []
+for k in used:
     mine = [e for e in ins if e["args"]["step"] == k]
     lo = min(e["ts"] for e in mine)
     hi = max(e["ts"] + e["dur"] for e in mine)
@@ -121,4 +138,7 @@ for k in steps[1:] if len(steps) > 1 else steps:
     out.append(1 - busy / (pp * (hi - lo)))
     per = {s: sorted((e for e in mine if e["pid"] == pid), key=lambda e: e["ts"]) for s, pid in stage_rank.items()}
     rep.append(1 - busy / (pp * replay(per, pp)))
-print(f"{statistics.median(out):.4f} {min(out):.4f} {max(out):.4f} {len(out)} {statistics.median(rep):.4f}")
+    per = {s: [dict(e, dur=steady_dur[kind(e)]) for e in lst] for s, lst in per.items()}
+    std.append(1 - sum(e["dur"] for lst in per.values() for e in lst) / (pp * replay(per, pp)))
+print(f"{statistics.median(out):.4f} {min(out):.4f} {max(out):.4f} {len(out)} {statistics.median(rep):.4f} "
+      f"{statistics.median(std):.4f} {spread:.4f}")

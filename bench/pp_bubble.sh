@@ -5,12 +5,15 @@
 # each transfer's from its bytes over the link, measured by bench/p2p_link.c: docs/pipeline.md "The
 # predicted timeline") and to the
 # same schedule replayed with the run's own measured instruction times, transfers free
-# (pp_bubble.py's replay): GPipe, 1F1B, interleaved (2 chunks) and zb, at pp 2 and pp 4, for the
-# tiny GPT and a Llama-shaped model (8 layers, untied, RoPE, GQA), 8 micro-batches of one sequence,
+# (pp_bubble.py's replay), and replayed with each kind of instruction's median time (steady: what
+# the spread of the times adds is replayed - steady, what the cost model misses steady - predicted):
+# GPipe, 1F1B, interleaved (2 chunks) and zb, at pp 2 and pp 4, for the tiny GPT and a Llama-shaped
+# model (8 layers, untied, RoPE, GQA), 8 micro-batches of one sequence,
 # 1 thread per rank, STEPS steps (the first skipped), the configurations interleaved over ROUNDS
 # rounds; printed: the median over the rounds of each run's median over its steps (measured and
-# replayed), the ratios measured / predicted and measured / replayed, and the range of the single
-# measured steps. PP (default "2 4") picks the pipeline degrees; DETAIL=1 adds, per configuration, the
+# replayed, steady), the ratios measured / predicted, steady / predicted and measured / replayed, the
+# instructions' spread (pp_bubble.py: the RMS coefficient of variation of each kind's times) and the
+# range of the single measured steps. PP (default "2 4") picks the pipeline degrees; DETAIL=1 adds, per configuration, the
 # plan's predicted per-stage instruction and transfer times and the last round's measured ones. At pp 4 a machine with fewer than 4
 # free cores is oversubscribed: ranks wait for a core, which no prediction counts.
 # For a machine that cannot build (bench/pp_bubble_pack.sh packs what this needs, with OpenMPI, and
@@ -94,24 +97,29 @@ for r in $(seq 1 "$rounds"); do
     mpirun --mca pml ob1 -np "$pp" "$t/$model-$pp-$s" "${run[@]}" --trace "$t/$model-$pp-$s.$r.json" >/dev/null
     python3 bench/pp_bubble.py "$t/$model-$pp-$s.$r.json" >>"$t/$model-$pp-$s.meas"
     tail -n 1 "$t/$model-$pp-$s.meas" | awk -v h="[$SECONDS s] round $r $model pp $pp $s" -v p="$(cat "$t/$model-$pp-$s.pred")" \
-      '{ printf "%s: measured %.1f%% (steps %.1f..%.1f%%), replayed %.1f%%, predicted %s%%\n", h, 100 * $1, 100 * $2, 100 * $3, 100 * $5, p }' >&2
+      '{ printf "%s: measured %.1f%% (steps %.1f..%.1f%%), replayed %.1f%%, steady %.1f%% (spread %.2f), predicted %s%%\n", h, 100 * $1,
+         100 * $2, 100 * $3, 100 * $5, 100 * $6, $7, p }' >&2
   done
   last=$r
 done
-printf '%-7s %-3s %-12s %10s %10s %10s %9s %9s %18s\n' model pp schedule predicted replayed measured "m/pred" "m/repl" \
-  "per-step min..max"
+printf '%-7s %-3s %-12s %10s %8s %10s %10s %9s %9s %9s %7s %18s\n' model pp schedule predicted steady replayed measured "m/pred" \
+  "st/pred" "m/repl" spread "per-step min..max"
 for c in "${configs[@]}"; do
   IFS=: read -r model pp s <<<"$c"
   [ -s "$t/$model-$pp-$s.meas" ] || { printf '%-7s %-3s %-12s %9.1f%%   (not run: BUDGET)\n' "$model" "$pp" "$s" "$(cat "$t/$model-$pp-$s.pred")"; continue; }
   pred=$(cat "$t/$model-$pp-$s.pred")
-  repl=$(awk '{ print $5 }' "$t/$model-$pp-$s.meas" | sort -g | awk '{ v[n++] = $1 }
-    END { print n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }')
-  sort -g "$t/$model-$pp-$s.meas" | awk -v model="$model" -v pp="$pp" -v s="$s" -v pred="$pred" -v r="$repl" '
+  col() { # the median over the rounds of a .meas column
+    awk -v c="$1" '{ print $c }' "$t/$model-$pp-$s.meas" | sort -g | awk '{ v[n++] = $1 }
+      END { print n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
+  }
+  repl=$(col 5) steady=$(col 6) spread=$(col 7)
+  sort -g "$t/$model-$pp-$s.meas" | awk -v model="$model" -v pp="$pp" -v s="$s" -v pred="$pred" -v r="$repl" -v st="$steady" \
+    -v sp="$spread" '
     BEGIN { n = 0 }
     { med[n] = $1; if (n == 0 || $2 < lo) lo = $2; if ($3 > hi) hi = $3; n++ }
     END { m = n % 2 ? med[(n - 1) / 2] : (med[n / 2 - 1] + med[n / 2]) / 2
-          printf "%-7s %-3s %-12s %9.1f%% %9.1f%% %9.1f%% %9.2f %9.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * r, 100 * m,
-                 100 * m / pred, m / r, 100 * lo, 100 * hi }'
+          printf "%-7s %-3s %-12s %9.1f%% %7.1f%% %9.1f%% %9.1f%% %9.2f %9.2f %9.2f %7.2f %8.1f..%.1f%%\n", model, pp, s, pred, 100 * st,
+                 100 * r, 100 * m, 100 * m / pred, 100 * st / pred, m / r, sp, 100 * lo, 100 * hi }'
 done
 if [ -n "${DETAIL:-}" ] && [ "$last" -gt 0 ]; then # per configuration: the plan's instruction and transfer times, and the last round's measured ones
   for c in "${configs[@]}"; do

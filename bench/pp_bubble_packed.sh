@@ -7,15 +7,36 @@
 # this machine (bench_calibrate, p2p_link), plans each configuration with that profile (the
 # prediction) and runs pp PP (default "4 2": pp 4 first) for GPipe, 1F1B, interleaved and zb, tiny
 # and the Llama shape, one thread per rank, STEPS steps (the first skipped), up to ROUNDS rounds but
-# no run started after BUDGET seconds (default 110: about 150 s in all on 16 cores); each run's
+# no run started after BUDGET seconds (default 110: about 150 s in all on 16 cores), with DETAIL=1
+# (DETAIL= turns it off: the per-stage predicted and measured times after the table); each run's
 # result on stderr as it ends, then the table (measured vs predicted). With OUT set (the lent
-# machine's output folder) or KEEP=DIR, the profile, plans, measurements and traces (traces.tar.gz)
-# are kept there.
+# machine's output folder) or KEEP=DIR, everything the run kept — this script's output (stdout and
+# stderr, pp_bubble_packed.log), the calibration and link logs, the profile, each configuration's
+# plan, prediction, measurements and traces — lands in ONE archive, DIR/ppb.tar.gz (KEEP's DIR, else
+# $OUT): the device tool returns at most 8 files from $OUT, so loose files were lost. Made even when
+# the run fails; over 15 MiB (the tool's limit is 16 a file) only the first round's traces stay in it.
 # TRAINERS=v3 takes the x86-64-v3 set whatever the CPU.
 #   bench/pp_bubble_packed.sh [STEPS=8] [ROUNDS=4]
 set -euo pipefail
 export LC_ALL=C # the instruction-set lists compared in C order (the pack's is), numbers printed with a point
 cd "$(dirname "$0")/.."
+dest=${KEEP:-${OUT:-}}
+if [ -n "$dest" ] && [ -z "${PPB_STAGE:-}" ]; then # this script again, its output logged into a staging folder, then packed
+  stage=$(mktemp -d)
+  set +e
+  PPB_STAGE=$stage bash "$0" "$@" 2>&1 | tee "$stage/pp_bubble_packed.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  mkdir -p "$dest"
+  tar -C "$stage" -czf "$dest/ppb.tar.gz" .
+  if [ "$(stat -c %s "$dest/ppb.tar.gz")" -gt $((15 << 20)) ]; then
+    (cd "$stage" && tar -czf "$dest/ppb.tar.gz" --exclude='*.[2-9].json' --exclude='*.[1-9][0-9].json' .)
+    echo "pp_bubble_packed.sh: the archive was over 15 MiB: only the first round's traces kept" | tee -a "$stage/pp_bubble_packed.log"
+  fi
+  echo "pp_bubble_packed.sh: kept in $dest/ppb.tar.gz ($(stat -c %s "$dest/ppb.tar.gz") bytes, $(tar -tzf "$dest/ppb.tar.gz" | grep -vc '/$') files; tar -xzf to read)"
+  rm -rf "$stage"
+  exit "$rc"
+fi
 steps=${1:-8}
 rounds=${2:-4}
 [ -f .ppb/ppb.tar.xz ] || { echo "pp_bubble_packed.sh: no .ppb/ppb.tar.xz: run bench/pp_bubble_pack.sh where shardc builds and carry .ppb" >&2; exit 1; }
@@ -60,9 +81,6 @@ if ! link; then
 fi
 echo "link: $(cat "$pre.log")${FI_SHM_DISABLE_CMA:+ (FI_SHM_DISABLE_CMA=1)}${SHARDRT_FABRIC_INTRA:+ (SHARDRT_FABRIC_INTRA=tcp)}"
 rm -f "$pre" "$pre.log"
-keep=${KEEP:-${OUT:+$OUT/ppb}}
-PP=${PP:-4 2} BIN=$bin BUDGET=${BUDGET:-110} KEEP=$keep bench/pp_bubble.sh "$p/bin/shardc" "$steps" "$rounds"
-if [ -n "$keep" ] && compgen -G "$keep/*.json" >/dev/null; then # the traces (~0.7 MiB a run) in one gzip'd tar
-  (cd "$keep" && tar -czf traces.tar.gz -- *.json && rm -f -- *.json)
-fi
-echo "pp_bubble_packed.sh: $SECONDS s in all${keep:+; kept in $keep}"
+keep=${PPB_STAGE:-} # the staging folder that the first invocation packs (above)
+PP=${PP:-4 2} BIN=$bin BUDGET=${BUDGET:-110} KEEP=$keep DETAIL=${DETAIL-1} bench/pp_bubble.sh "$p/bin/shardc" "$steps" "$rounds"
+echo "pp_bubble_packed.sh: $SECONDS s in all"

@@ -638,8 +638,14 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
   free(pos);
   if (cp) {
     cp->span = pipe_sched_play(&cp->sched, &cp->t, &cp->bubble, cp->start, cp->stage_end);
+    cp->bubble_steady = cp->bubble;
     for (int st = 0; st < nst; st++)
       if (cp->stage_end[st] + cp->tail[st] > cp->step_s) cp->step_s = cp->stage_end[st] + cp->tail[st];
+    if (d->time_spread > 0 && d->time_spread_s > 0) { /* the machine's spread: the median of 101 plays */
+      cp->spread = d->time_spread, cp->spread_s = d->time_spread_s;
+      double span = pipe_sched_play_spread(&cp->sched, &cp->t, cp->spread, cp->spread_s, 101, &cp->bubble);
+      cp->step_s += span - cp->span;
+    }
   }
 }
 

@@ -78,6 +78,11 @@ typedef struct {
   double host_bytes_per_s; /* bytes read + written per second by the host's kernels (plan offload's update on
                               the CPU, its threads together) */
   double offload_sync; /* 1: every offload copy synchronous where it starts (SHARDRT_OFFLOAD_SYNC=1); 0: overlapped */
+  double time_spread;  /* how much a block of work of time_spread_s seconds varies from run to run on this machine
+                          (robust coefficient of variation, wall clock: its own jitter and its co-runners'); the
+                          pipeline's bubble is the median over plays with the instructions' times spread so
+                          (pipe_sched_play_spread); 0: none, each instruction takes its time */
+  double time_spread_s;
 } CostDevice;
 
 typedef struct {
@@ -128,8 +133,11 @@ typedef struct CostPipe {
   double *stage_end; /* [pp]: the end of each stage's last instruction */
   double *tail;      /* [pp]: what each stage runs after it (the sums over pp, the clip, the update) */
   double span;       /* first instruction's start to the last one's end */
-  double bubble;     /* 1 - the instructions' time / (pp x span) */
-  double step_s;     /* the latest stage_end + tail */
+  double bubble;     /* 1 - the instructions' time / (pp x span); with the device's time_spread, the median
+                        over plays with the times spread (pipe_sched_play_spread) */
+  double bubble_steady; /* the bubble of the times as they are (= bubble without a spread) */
+  double spread, spread_s; /* the device's time_spread and its block (0: none) */
+  double step_s;     /* the latest stage_end + tail (+ what the spread adds to the median makespan) */
 } CostPipe;
 /* False (nothing filled) without a pipeline. */
 bool cost_pipe(const Module *m, const CostDevice *d, CostPipe *cp);

@@ -41,6 +41,8 @@ static const ProfileKey keys[] = {
     {"host_link_bandwidth", F(host_link.bytes_per_s), "bytes/s per direction between host and device (PCIe), plan offload's copies"},
     {"host_link_latency", F(host_link.latency_s), "seconds per host <-> device copy"},
     {"host_bandwidth", F(host_bytes_per_s), "bytes/s read + written by the host's kernels (plan offload's update)"},
+    {"time_spread", F(time_spread), "robust coefficient of variation of a block of work of time_spread_block seconds (wall clock); 0: none"},
+    {"time_spread_block", F(time_spread_s), "seconds of the block time_spread was measured on"},
     {"offload_sync", F(offload_sync), "1: plan offload's copies synchronous where they start (SHARDRT_OFFLOAD_SYNC=1), 0: overlapped"},
 };
 #undef F
@@ -113,7 +115,7 @@ bool cost_profile_read(const char *path, CostDevice *d) {
         while (isspace((unsigned char)*num_end)) num_end++;
         bool frac = strcmp(k, "overlap") == 0, flag = strcmp(k, "offload_sync") == 0;
         static const char *const may_be_zero[] = {"kernel_overhead", "gemm_half_flops", "gemm_cold_bytes", "host_link_latency",
-                                                   "attention_bwd_score_flops"};
+                                                   "attention_bwd_ratio", "attention_bwd_score_flops", "time_spread"};
         bool zero_ok = frac || flag || strncmp(k, "elem_", 5) == 0;
         for (size_t z = 0; z < sizeof may_be_zero / sizeof *may_be_zero; z++) zero_ok |= strcmp(k, may_be_zero[z]) == 0;
         if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (flag && x != 0 && x != 1) ||

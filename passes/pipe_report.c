@@ -235,9 +235,14 @@ void pipe_print(FILE *f, const Module *m, const CostPipe *cp, const char *source
   double eq = 100.0 * (p->pp - 1) / (double)(units + p->pp - 1);
   if (cp) {
     print_times(f, p, cp, source);
-    fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: the schedule played with these times, as --trace measures "
+    char sp[160] = "";
+    if (cp->spread > 0)
+      snprintf(sp, sizeof sp, ", each time spread as the device varies (time_spread %.3g over %s blocks: the median of 101 "
+                              "plays; %.1f%% with the times as they are)", cp->spread,
+               cost_human_time((char[32]){0}, 32, cp->spread_s), 100.0 * cp->bubble_steady);
+    fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: the schedule played with these times%s, as --trace measures "
                "it; with times in proportion to FLOPs and transfers free %.1f%%; for equal stages %s = %.1f%%)\n",
-            100.0 * cp->bubble, 100.0 * p->bubble, ideal, eq);
+            100.0 * cp->bubble, sp, 100.0 * p->bubble, ideal, eq);
   } else {
     fprintf(f, "#   bubble: %.1f%% of the step idle (predicted: each stage's forward and backward in proportion to its "
                "FLOPs, transfers free; for equal stages %s = %.1f%%)\n",

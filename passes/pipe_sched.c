@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,6 +419,50 @@ double pipe_sched_play_order(const PipeSched *s, const PipeStep *order, const Pi
     for (int st = 0; st < pp; st++) stage_end[st] = free_at[st];
   free(end);
   free(free_at);
+  return span;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* splitmix64: the plays' draws, the same from run to run */
+static double uniform01(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return ((double)(z >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+}
+
+double pipe_sched_play_spread(const PipeSched *s, const PipeTimes *t, double cv, double ref, int plays, double *bubble) {
+  int total = 0;
+  for (int st = 0; st < s->pp; st++) total += s->len[st];
+  PipeStep *order = calloc((size_t)total + 1, sizeof *order);
+  double *spans = calloc((size_t)plays + 1, sizeof(double)), *bubbles = calloc((size_t)plays + 1, sizeof(double));
+  if (!order || !spans || !bubbles) die("out of memory");
+  char msg[256];
+  if (!pipe_sched_check(s, 1, order, msg, sizeof msg)) die("pipe_sched_play_spread: %s", msg);
+  PipeTimes u = *t;
+  u.dur = per_instr(s);
+  uint64_t seed = 0x5eed;
+  for (int p = 0; p < plays; p++) {
+    for (int st = 0; st < s->pp; st++)
+      for (int k = 0; k < s->len[st]; k++) {
+        double d = t->dur[st][k], z = sqrt(-2 * log(uniform01(&seed))) * cos(6.283185307179586 * uniform01(&seed));
+        u.dur[st][k] = d > 0 ? fmax(0.1 * d, d * (1 + cv * sqrt(ref / d) * z)) : d;
+      }
+    spans[p] = pipe_sched_play_order(s, order, &u, &bubbles[p], NULL, NULL);
+  }
+  qsort(spans, (size_t)plays, sizeof(double), cmp_double);
+  qsort(bubbles, (size_t)plays, sizeof(double), cmp_double);
+  double span = plays > 0 ? spans[plays / 2] : 0;
+  if (bubble) *bubble = plays > 0 ? bubbles[plays / 2] : 0;
+  free_per_instr(s, u.dur);
+  free(order);
+  free(spans);
+  free(bubbles);
   return span;
 }
 

@@ -95,6 +95,15 @@ double pipe_sched_play(const PipeSched *s, const PipeTimes *t, double *bubble, d
 double pipe_sched_play_order(const PipeSched *s, const PipeStep *order, const PipeTimes *t, double *bubble,
                              double *const *start, double *stage_end);
 
+/* The same played `plays` times (a fixed seed: the same figures every run), each instruction's duration
+ * drawn around its t->dur d as d x (1 + cv sqrt(ref / d) z), z standard normal, at least d / 10: a
+ * block of work of ref seconds varies by cv (bench_calibrate's time_spread), a shorter one more (the
+ * machine's independent slices of noise averaging over a longer one). A step's makespan follows its
+ * slowest chain, so its bubble with varying times exceeds the bubble of their means. Returns the
+ * median makespan; *bubble (may be NULL): the median bubble (the bench takes the median over the
+ * steps). */
+double pipe_sched_play_spread(const PipeSched *s, const PipeTimes *t, double cv, double ref, int plays, double *bubble);
+
 /* PipeTimes with room for s (zeros), and their release. */
 PipeTimes pipe_times_new(const PipeSched *s, bool transfers);
 void pipe_times_free(const PipeSched *s, PipeTimes *t);

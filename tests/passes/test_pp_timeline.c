@@ -131,6 +131,32 @@ static void hand_timelines(void) {
   }
 }
 
+/* pipe_sched_play_spread: the times spread by cv over blocks of ref (each d x (1 + cv sqrt(ref / d) z)). */
+static void spread_timelines(void) {
+  PipeSched s = pipe_sched_make(SCHED_GPIPE, 4, 8, 1);
+  PipeTimes t = hand_times(&s, 0, 0);
+  double steady, b0, b1, b2, b3, b4, b5;
+  double span = pipe_sched_play(&s, &t, &steady, NULL, NULL);
+  double s0 = pipe_sched_play_spread(&s, &t, 0, 1, 101, &b0);
+  expect(near(s0, span) && near(b0, steady) && near(steady, 3.0 / 11),
+         "spread 0: the steady makespan and bubble ((pp-1)/(M+pp-1) = 3/11)");
+  pipe_sched_play_spread(&s, &t, 0.1, 1, 101, &b1);
+  double s2 = pipe_sched_play_spread(&s, &t, 0.2, 1, 101, &b2);
+  pipe_sched_play_spread(&s, &t, 0.2, 1, 101, &b3);
+  expect(b1 > steady + 0.005 && b2 > b1 + 0.005 && s2 > span, "spread 0.1, 0.2: the bubble above the steady one, growing with it");
+  expect(b3 == b2, "the same spread twice: the same median bubble (a fixed seed)");
+  /* every time and the block twice as long: the same relative spread, the same bubble; the block as it
+   * was, times twice as long: a spread of 0.2 / sqrt(2) each, a smaller bubble */
+  for (int st = 0; st < s.pp; st++)
+    for (int k = 0; k < s.len[st]; k++) t.dur[st][k] *= 2;
+  pipe_sched_play_spread(&s, &t, 0.2, 2, 101, &b4);
+  pipe_sched_play_spread(&s, &t, 0.2, 1, 101, &b5);
+  expect(fabs(b4 - b2) < 1e-12 && b5 < b2 - 0.002 && b5 > steady, "times and block x 2: the same bubble; times alone: less");
+  fprintf(stderr, "  gpipe pp 4 x 8, F 1 B 2, spread over blocks of 1: 0 %.4f, 0.1 %.4f, 0.2 %.4f; times x 2: %.4f\n", b0, b1, b2, b5);
+  pipe_times_free(&s, &t);
+  pipe_sched_free(&s);
+}
+
 static Module *tiny_pp2(Arena *a) {
   FeDefine d[] = {{"layers", "4"}, {"micro_batch", "2"}, {"batch", "8"}, {"dp", "1"}, {"pp", "2"},
                   {"schedule", "gpipe"}};
@@ -415,6 +441,7 @@ static void check_analytic_vs_compiled(void) {
 
 int main(void) {
   hand_timelines();
+  spread_timelines();
   plan_timeline();
   zb_timed_lists();
   zb_h1_lists();

@@ -85,6 +85,23 @@ c2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold2e9.profile"
 awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { d1 = b - a; d2 = c - a
   exit !(d1 > 1.829e-3 && d1 < 1.841e-3 && d2 > 0.9125e-3 && d2 < 0.9235e-3) }' ||
   bad "gemm_cold_bytes 0 / 1e9 / 2e9: GEMM $c0 / $c1 / $c2 s, want +1.835 ms and +0.9175 ms"
+# attention_bwd_ratio: the backward's rate over the forward's (its FLOPs counted 2.5 forwards'): at 1 (0: 1),
+# attention takes 1 + 2.5 forward-times; with the backward 2.5 times faster, 1 + 1: 3.5 / 2 = 1.75 times less
+for b in 0 2.5; do printf 'gemm_flops 1e12\nbandwidth 1e12\nattention_flops 1e9\nattention_bwd_ratio %s\n' "$b" >"$tmp/ab$b.profile"; done
+a0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab0.profile" 2>&1 | attn)
+a1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab2.5.profile" 2>&1 | attn)
+awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b > 0 && a / b > 1.74 && a / b < 1.76) }' ||
+  bad "attention_bwd_ratio 0 -> 2.5: attention $a0 s -> $a1 s, want 1.75 times less"
+# time_spread: the pipeline's bubble with the instruction times spread by the device's variation (the median
+# of 101 plays, passes/pipe_sched.c; test_pp_timeline checks the plays) above the steady one it prints beside
+printf 'time_spread 0.2\ntime_spread_block 1e-3\n' >"$tmp/ts.profile"
+line=$("$shardc" plan models/tiny.model -D pp=2 -D batch=8 -D micro_batch=2 -D dp=1 --world 2 --profile "$tmp/ts.profile" 2>&1 |
+  grep '^#   bubble:')
+echo "$line" | awk '{ sub(/%.*/, "", $3); b = $3; if (!match($0, /plays; [0-9.]+%/)) exit 1
+  s = substr($0, RSTART + 7, RLENGTH - 8); exit !(b > s + 0.5) }' || bad "time_spread 0.2 over 1 ms: want the bubble above the steady one: $line"
+printf 'time_spread_block 0\n' >"$tmp/ts0.profile"
+err=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ts0.profile" 2>&1) && bad "time_spread_block 0 was accepted"
+echo "$err" | grep -q "ts0.profile:1:19: error: profile key 'time_spread_block' needs a positive number" || bad "time_spread_block 0: $err"
 printf 'elem_flat_s 0\n' >"$tmp/z.profile"
 "$shardc" plan models/tiny.model --world 1 --profile "$tmp/z.profile" >/dev/null 2>&1 || bad "elem_flat_s 0 (bandwidth only) was refused"
 
