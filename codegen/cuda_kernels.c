@@ -176,7 +176,7 @@ const char *ck_counters(CuK *k, int n) {
   return arena_printf(k->a, "(WS + %d)", CUK_WS_COUNTERS);
 }
 
-const char *const cuk_variant_names[CUK_NVARIANTS] = {"default", "main", "two-launch"};
+const char *const cuk_variant_names[CUK_NVARIANTS] = {"default", "main"};
 void cuk_set_variant(CuK *k, int v) {
   if (v < 0 || v >= CUK_NVARIANTS) die("cuda_kernels: variant %d", v);
   k->variant = v;

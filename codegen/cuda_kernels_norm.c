@@ -1,8 +1,8 @@
 /* codegen/cuda_kernels_norm.c — the CUDA kernels of LayerNorm and RMSNorm, forward and backward
  * (runtime/cuda/kernels/shardk_norm.cuh; codegen/cuda_kernels.h). bf16 rows of D a multiple of 256: a warp per
- * row in 16-byte vectors; the backward (D up to 2048) in one launch, its weight gradients from per-block partials
- * summed by the last blocks to finish (shardk.cuh tree_sum). Other shapes: a block per row, the partials' column
- * sums a second launch. Deterministic throughout: fixed orders, no float atomics. */
+ * row in 16-byte vectors; the backward (D up to 2048) by warps streaming their rows, its weight gradients from
+ * per-block partials summed by a second launch (column sums). Other shapes: a block per row, the partials' column
+ * sums a second launch too. Deterministic throughout: fixed orders, no float atomics. */
 #include "cuda_kernels_int.h"
 
 static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x, DType xdt, const char *w,
@@ -54,32 +54,29 @@ static int ring_h(int64_t d) { return d % 256 == 0 && d <= 1024 ? 1 : d % 512 ==
 /* The backward by norm_bwd_ring (bf16, D as ring_h says): 8 warps a block (8 / H rows at once), up to 264 blocks (two
  * an SM on a 132-SM H100 / H200: one wave; 256 at 8192 rows) or fewer for fewer rows (at least 2 rows a warp), rings of up to 4 rows within
  * 99 KiB of shared memory a block (what sm_86 / sm_89 allow; two blocks an SM on sm_90: D 768 4 rows, D 1024 2, D 2048
- * 2 halves a warp), dw / db by tree_sum over groups of 16 blocks (CUK_VAR_TWO_LAUNCH: by a colsum launch of the
- * partials). Bytes at RMSNorm [8192, 2048] (Llama 509M): x, dy read and dx written, 100.7 MB = the floor (23.7 us at
+ * 2 halves a warp), dw / db by a colsum launch of the blocks' partials (on the H100 of 2026-11-27 faster than their
+ * sums over the blocks inside the first launch, by arrival counters: docs/performance.md). Bytes at RMSNorm [8192, 2048] (Llama 509M): x, dy read and dx written, 100.7 MB = the floor (23.7 us at
  * the H200's 4,247 GB/s); the partials 256 x 8 KiB = 2.1 MB written and read back in L2 (2 % over). */
 static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x,
                                  const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
   const int W = 8, H = ring_h(d), X = H > 1 ? 16 * W : 0; /* X: the row sums' exchange (H > 1) */
-  const int S = (int)imax(2, imin(4, (99 * 1024 - 4 * d - X) / (W * 4 * d / H))), G = k->variant == CUK_VAR_TWO_LAUNCH ? 0 : 16;
+  const int S = (int)imax(2, imin(4, (99 * 1024 - 4 * d - X) / (W * 4 * d / H)));
   /* up to 264 blocks (at least 2 rows a warp), then as few as give every warp the same passes (8192 rows: 256) */
   const int64_t P0 = imax(1, imin(cdiv(rows, 2 * W / H), 264)), P = cdiv(rows, W / H * cdiv(rows, W / H * P0));
-  const int64_t m = ln ? 2 * d : d, ng = G ? cdiv(P, G) : 0;
+  const int64_t m = ln ? 2 * d : d;
   const int64_t smem = 4 * d + (int64_t)W * S * 4 * d / H + X;
-  ck_need_ws(k, (P + ng) * m * 4);
+  ck_need_ws(k, P * m * 4);
   const char *wt = ck_ctype(wdt);
-  Args g = {.np = 9,
-            .p = {dx, dw, ln ? db : dw, ck_ws_at(k, 0), ck_ws_at(k, P * m * 4), /* (RMSNorm: no db; G 0: no counters) */
-                  G ? ck_counters(k, (int)(P <= G ? 1 : ng + 1)) : ck_ws_at(k, 0), x, w, dy}};
+  Args g = {.np = 5, .p = {dx, ck_ws_at(k, 0), x, w, dy}};
   k->minb = 2; /* two blocks an SM: 128 registers a thread */
   const char *l1 = ck_simple_smem(
       k, &g, P, 1, 1, 32 * W, 1, smem,
       arena_printf(k->a,
-                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d, %d%s>((sk::bf16 *)p0, (%s *)p1, (%s *)p2, (float *)p3, "
-                   "(float *)p4, (int *)p5, (const sk::bf16 *)p6, (const %s *)p7, (const sk::bf16 *)p8, %s);",
-                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, G, H > 1 ? ", 2" : "", wt, wt,
-                   wt, ck_fl(k, eps)));
+                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d%s>((sk::bf16 *)p0, (float *)p1, "
+                   "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
+                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, H > 1 ? ", 2" : "", wt,
+                   ck_fl(k, eps)));
   k->minb = 0;
-  if (G) return l1;
   if (!ln) return ck_cat(k, l1, ck_colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0));
   Args g3 = {.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}; /* dw (blockIdx.z 0) and db (1) in one launch */
   int id = ck_begin(k, &g3, 256);

@@ -1,7 +1,7 @@
 /* runtime/cuda/kernels/shardk_norm.cuh — LayerNorm and RMSNorm, forward and backward (included by
  * shardk.cuh): one block per row, or one warp per row in 16-byte vectors for bf16 rows of a multiple of
- * 256; the weight and bias gradients from per-block partials summed in order (in the same launch by
- * tree_sum, or by a colsum / sum_parts launch: no float atomics). Uses shardk.cuh's loads, vectors, cp.async
+ * 256; the weight and bias gradients from per-block partials summed in order (by a colsum / sum_parts
+ * launch: no float atomics). Uses shardk.cuh's loads, vectors, cp.async
  * and reductions. */
 #ifndef SHARDK_NORM_CUH
 #define SHARDK_NORM_CUH
@@ -291,10 +291,13 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) part[(i64)blockIdx.x * 2 * D + i] = red[i];
 }
 
-/* LayerNorm (LN) or RMSNorm backward for bf16 rows of D a multiple of 256 H (up to 1024 H), the whole of it in one
- * launch when G > 0. Bytes: x and dy read once, dx written once (3 ROWS D 2: the floor), and the blocks' dw (/ db)
- * partials, P M floats (M = 2D, or D) written once and read once by tree_sum (L2-resident: 1.6 MB at P 264, D 768,
- * against the floor's 37.7 MB at [8192, 768]; RMSNorm at [8192, 2048]: 2.2 MB at P 264 against 100.7 MB, 2 %).
+/* LayerNorm (LN) or RMSNorm backward for bf16 rows of D a multiple of 256 H (up to 1024 H): dx, and each block's dw
+ * (/ db) partial sums for the emitter's column-sum launch (on the H100 of 2026-11-27 two launches beat the sums over
+ * the blocks in this one by arrival counters at every shape timed: 20.0 against 28.9 us at LayerNorm [8192, 768], 44.1
+ * against 55.2 at RMSNorm [8192, 2048]; docs/performance.md). Bytes: x and dy read once, dx written once (3 ROWS D 2:
+ * the floor), and the blocks' partials, P M floats (M = 2D, or D) written once and read once by the column sums
+ * (L2-resident: 1.6 MB at P 264, D 768, against the floor's 37.7 MB at [8192, 768]; RMSNorm at [8192, 2048]: 2.2 MB
+ * at P 264 against 100.7 MB, 2 %).
  * Grid P blocks of W warps, dynamic shared memory 4 D + 4 W S D / H bytes (w as floats, the rings; with H > 1 16 W more). A row is split over
  * H warps (H 1 up to D 1024; H 2 at D 2048, where one warp's 8 J columns a lane would not fit 255 registers), the
  * W / H rows of a block in flight at once: warp v = H u + h of block b does half h (columns h D / H ..) of rows
@@ -303,12 +306,10 @@ __device__ void layernorm_bwd_vec(bf16 *dx, float *part, const bf16 *x, const TW
  * copies and reads only its own 16-byte pieces, so the ring needs no barrier); per row mean and rstd once, reused for
  * dx and the sums (with H 2 each row sum is the two warps' sums added through shared memory after a __syncthreads:
  * every warp of the block goes through the same iterations, a pair past the last row only passing the barriers); the
- * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order, and with G > 0
- * tree_sum over the blocks (groups of G) writes dw, db; with G = 0 the block's row of part is left for the emitter's
- * column sum (a second launch). */
-template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int G, int H = 1>
-__device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpart, int *cnt, const bf16 *x, const TW *w,
-                              const bf16 *dy, float eps) {
+ * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order: the block's row
+ * of part, for the emitter's column sum (the second launch). */
+template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int H = 1>
+__device__ void norm_bwd_ring(bf16 *dx, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
   constexpr i64 DH = D / H; /* a warp's columns of a row */
   constexpr int J = (int)(DH / 256), WR = W / H;
   static_assert(DH % 256 == 0 && W % H == 0 && S >= 2, "norm_bwd_ring: D / H a multiple of 256, W a multiple of H");
@@ -447,11 +448,6 @@ __device__ void norm_bwd_ring(bf16 *dx, TW *dw, TW *db, float *part, float *gpar
     for (int v = 0; v < WR; v++) s += ((const float *)((bf16 *)(wsm + D) + (i64)(v * H + hc) * S * 2 * DH))[lc];
     mine[c] = s;
   }
-  if constexpr (G > 0)
-    tree_sum<32 * W, M, P, G>(part, gpart, cnt, (int)blockIdx.x, [&](i64 j, float s) {
-      if (j < D) st(dw + j, s);
-      else st(db + (j - D), s);
-    });
 }
 
 template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
