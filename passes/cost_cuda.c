@@ -12,7 +12,8 @@ static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) *
  * the attention backward's two kernels on the flash path (dQ, then dK/dV: codegen/cuda_kernels_attn.c
  * attn_bwd), three off it; the fused cross-entropy's three (the gradient's scale, the rows, the mean:
  * cuda_kernels_ce.c); the embedding gradient's two (the buckets, the rows: cuda_kernels.c
- * cuk_embed_bwd). A GEMM's *extra: what its epilogue reads besides the product (the bias, the
+ * cuk_embed_bwd); the norms' backward two (the rows with the blocks' dw / db partials, their column sums:
+ * cuda_kernels_norm.c). A GEMM's *extra: what its epilogue reads besides the product (the bias, the
  * residual, GELU's pre-activation) and stores instead of it (the last absorbed node's value, and a
  * GELU's pre-activation: GELU_AUX_BIAS); the fused cross-entropy's: its gradient. */
 int cost_cuda_kernels(const Node *n, int pos, double *extra) {
@@ -51,5 +52,6 @@ int cost_cuda_kernels(const Node *n, int pos, double *extra) {
     return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
   if (n->op == OP_ATTN_BLOCK_BWD) return 3;
   if (n->op == OP_EMBED_BWD) return 2;
+  if (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD) return 2; /* the rows, then dw / db's column sums */
   return 1;
 }
