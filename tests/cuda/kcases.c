@@ -651,23 +651,34 @@ static void cases_reduce_opt(KC *c) {
 static int bytes_variants = 1;
 void kc_bytes_variants(int on) { bytes_variants = on; }
 
+/* A group of cases, with a progress line when it runs (pass 1): the seconds since kc_run_all began and the checks so
+ * far, so a run cut short shows where it was (the callers' stdout is line-buffered). */
+static void group(KC *c, const char *name, void (*cases)(KC *)) {
+  if (c->be) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    printf("== %s (at %.1f s, %d checks so far)\n", name,
+           (double)(t.tv_sec - c->t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - c->t0.tv_nsec), c->checks);
+  }
+  cases(c);
+}
+
 static void all_cases(KC *c) {
-  cases_elementwise(c);
-  cases_movement(c);
-  cases_embed(c);
-  cases_norms(c);
-  cases_rope(c);
-  cases_ce(c);
-  cases_reduce_opt(c);
-  kc_cases_attention(c);
-  kc_cases_ring(c);
+  group(c, "elementwise", cases_elementwise);
+  group(c, "movement", cases_movement);
+  group(c, "embed", cases_embed);
+  group(c, "norms", cases_norms);
+  group(c, "rope", cases_rope);
+  group(c, "cross-entropy", cases_ce);
+  group(c, "reductions and optimizers", cases_reduce_opt);
+  group(c, "attention", kc_cases_attention);
+  group(c, "ring attention", kc_cases_ring);
   for (int v = 0; v < CUK_NVARIANTS && bytes_variants; v++) { /* the bytes-bound kernels' other variants (cuk_set_variant) */
     if (v == CUK_VAR_DEFAULT) continue;
-    if (c->be) printf("-- variant %s\n", cuk_variant_names[v]);
     cuk_set_variant(c->k, v);
-    cases_movement(c);
-    cases_norms(c);
-    cases_rope(c);
+    group(c, arena_printf(c->a, "variant %s: movement", cuk_variant_names[v]), cases_movement);
+    group(c, arena_printf(c->a, "variant %s: norms", cuk_variant_names[v]), cases_norms);
+    group(c, arena_printf(c->a, "variant %s: rope", cuk_variant_names[v]), cases_rope);
   }
   cuk_set_variant(c->k, CUK_VAR_DEFAULT);
 }
@@ -693,6 +704,7 @@ int kc_run_all(const KBackend *be, int64_t workspace) {
   c.rng = 12345;
   c.ws_bytes = workspace;
   c.ws = be->alloc((size_t)workspace);
+  clock_gettime(CLOCK_MONOTONIC, &c.t0);
   all_cases(&c);
   { /* every one-launch reduction left its arrival counters at 0 (the next kernel's start) */
     int cnt[CUK_MAX_COUNTERS], zero = 1;

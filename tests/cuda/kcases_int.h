@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuk_launch.h"
 #include "kcases.h"
@@ -26,6 +27,7 @@ struct KC {
   int64_t ws_bytes;
   int fails, checks;
   uint64_t rng;
+  struct timespec t0;      /* pass 1's start (progress lines) */
 };
 
 typedef struct {

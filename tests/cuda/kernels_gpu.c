@@ -2,7 +2,7 @@
  * arch, the CUDA driver API), then each kernel family at GPT-2 124M training shapes (B 8, T 1024,
  * bf16 activations) timed against its floor: bytes moved / the device's measured copy bandwidth
  * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/run_gpu.sh; exits non-zero when a
- * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only]; SHARDK_ATTN_SWEEP=1 adds the attention
+ * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only | --compile ARCH [DIR]]; SHARDK_ATTN_SWEEP=1 adds the attention
  * tile sweep (flash_sweep.h), SHARDK_ATTN_SWEEP=only runs the sweep alone; SHARDK_BYTES_SWEEP=1 (or only) the same
  * for the bytes-bound kernels' variants (cuk_set_variant: norms, rope, reduce_to, each variant checked by the cases). */
 #include <cuda.h>
@@ -13,7 +13,7 @@
 #include "cuk_launch.h"
 #include "flash_sweep.h"
 #include "kcases.h"
-#include "nvrtc_util.h"
+#include "nvrtc_parts.h"
 
 #define CU_CHECK(call)                                                                 \
   do {                                                                                 \
@@ -26,7 +26,8 @@
     }                                                                                  \
   } while (0)
 
-static CUmodule mod;
+static CUmodule mods[CUDAK_PARTS]; /* the loaded program's parts (nvrtc_parts.h) */
+static int nmods, *part_of, nkern;
 static char arch[32];
 
 static void *g_alloc(size_t n) {
@@ -42,7 +43,11 @@ static CUfunction fn(int kernel) {
   char name[32];
   CUfunction f;
   snprintf(name, sizeof name, "k%d", kernel);
-  CU_CHECK(cuModuleGetFunction(&f, mod, name));
+  if (kernel < 0 || kernel >= nkern) {
+    fprintf(stderr, "no kernel %s in the loaded program (%d kernels)\n", name, nkern);
+    exit(1);
+  }
+  CU_CHECK(cuModuleGetFunction(&f, mods[part_of[kernel]], name));
   return f;
 }
 /* above 48 KiB of dynamic shared memory a kernel must opt in (as runtime/cuda/ops.c does) */
@@ -56,17 +61,29 @@ static void g_launch(int kernel, const unsigned g[3], const unsigned b[3], unsig
   CU_CHECK(cuCtxSynchronize());
 }
 
+static void parts_line(const CudakParts *p) {
+  printf("%d kernels for %s in %d parts: %d compiled by NVRTC on %d threads (%.1f s of compiles, the slowest part %.1f s), "
+         "%d from the cache; %.1f s\n",
+         p->nkernels, arch, p->nparts, p->compiled, p->threads, p->part_sum, p->part_max, p->cached, p->seconds);
+}
+
+static void unload(void) {
+  for (int j = 0; j < nmods; j++) CU_CHECK(cuModuleUnload(mods[j]));
+  nmods = nkern = 0;
+  free(part_of);
+  part_of = NULL;
+}
+
+/* the program's kernels: compiled in parts on every core, or from the cubin cache (nvrtc_parts.h) */
 static void load(const char *src) {
-  char *img, *log;
-  size_t bytes;
-  if (cudak_nvrtc(src, arch, &img, &bytes, &log) != 0) {
-    fprintf(stderr, "NVRTC failed for %s:\n%s\n", arch, log ? log : "");
-    exit(1);
-  }
-  if (mod) CU_CHECK(cuModuleUnload(mod));
-  CU_CHECK(cuModuleLoadData(&mod, img));
-  free(img);
-  free(log);
+  CudakParts p;
+  if (cudak_nvrtc_parts(src, arch, &p) != 0) exit(1);
+  unload();
+  for (int j = 0; j < p.nparts; j++) CU_CHECK(cuModuleLoadData(&mods[j], p.img[j]));
+  nmods = p.nparts, nkern = p.nkernels, part_of = p.part_of;
+  p.part_of = NULL;
+  parts_line(&p);
+  cudak_parts_free(&p);
 }
 
 /* ---- timing at training shapes ------------------------------------------------------------------ */
@@ -396,7 +413,27 @@ static int sweep(void) {
   return fails;
 }
 
+/* --compile ARCH [DIR]: the case program compiled in parts into the cubin cache (no device needed), its parts also
+ * written to DIR: tests/gpu/pack.sh carries them to the GPU machine, whose run then compiles nothing */
+static int compile_only(const char *a, const char *dir) {
+  snprintf(arch, sizeof arch, "%s", a);
+  kc_wgmma(!strcmp(arch, "sm_90a"));
+  Arena ar;
+  arena_init(&ar);
+  int64_t ws;
+  int nk;
+  CudakParts p;
+  int rc = cudak_nvrtc_parts(kc_emit_all(&ar, &ws, &nk), arch, &p);
+  if (rc == 0) parts_line(&p);
+  if (rc == 0 && dir) rc = cudak_parts_save(&p, dir);
+  cudak_parts_free(&p);
+  arena_free(&ar);
+  return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* line by line, also into a file: a run cut short shows where it was */
+  if (argc > 2 && !strcmp(argv[1], "--compile")) return compile_only(argv[2], argc > 3 ? argv[3] : NULL);
   const char *sw = getenv("SHARDK_ATTN_SWEEP"), *bs = getenv("SHARDK_BYTES_SWEEP");
   int only = (sw && strcmp(sw, "only") == 0) || (bs && strcmp(bs, "only") == 0);
   int do_sweep = sw && (strcmp(sw, "only") == 0 || strcmp(sw, "1") == 0),
@@ -432,7 +469,7 @@ int main(int argc, char **argv) {
   if (do_perf) perf();
   if (do_bytes) bytes_sweep();
   if (do_sweep) fails += sweep();
-  if (mod) CU_CHECK(cuModuleUnload(mod));
+  unload();
   CU_CHECK(cuDevicePrimaryCtxRelease(dev));
   return fails ? 1 : 0;
 }

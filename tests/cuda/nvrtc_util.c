@@ -21,17 +21,23 @@ int cudak_nvrtc(const char *src, const char *arch, char **image, size_t *bytes, 
   return cudak_nvrtc_opt(src, arch, NULL, image, bytes, log);
 }
 
+int cudak_nvrtc_options(const char *arch, const char *opt, char store[2][4096], const char *opts[4]) {
+  snprintf(store[0], 4096, "--gpu-architecture=%s", arch);
+  snprintf(store[1], 4096, "-I%s", CUDA_INCLUDE_DIR);
+  opts[0] = store[0], opts[1] = store[1], opts[2] = "-std=c++17", opts[3] = opt;
+  return opt ? 4 : 3;
+}
+
 int cudak_nvrtc_opt(const char *src, const char *arch, const char *opt, char **image, size_t *bytes, char **log) {
   nvrtcProgram prog;
   *image = NULL;
   *log = NULL;
   NVRTC_TRY(nvrtcCreateProgram(&prog, src, "program.cu", sk_nheaders, (const char *const *)sk_header_sources,
                                (const char *const *)sk_header_names));
-  char archopt[64], inc[4096];
-  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
-  snprintf(inc, sizeof inc, "-I%s", CUDA_INCLUDE_DIR);
-  const char *opts[] = {archopt, inc, "-std=c++17", opt};
-  nvrtcResult rc = nvrtcCompileProgram(prog, opt ? 4 : 3, opts);
+  char store[2][4096];
+  const char *opts[4];
+  int nopts = cudak_nvrtc_options(arch, opt, store, opts);
+  nvrtcResult rc = nvrtcCompileProgram(prog, nopts, opts);
   size_t n = 0;
   NVRTC_TRY(nvrtcGetProgramLogSize(prog, &n));
   *log = calloc(1, n + 1);

@@ -11,4 +11,8 @@ int cudak_nvrtc(const char *src, const char *arch, char **image, size_t *bytes, 
 /* ... with one more NVRTC option (NULL: none), e.g. "--ptxas-options=-v" */
 int cudak_nvrtc_opt(const char *src, const char *arch, const char *opt, char **image, size_t *bytes, char **log);
 
+/* The options those compile with (arch, the toolkit's include directory, C++17, opt unless NULL) into
+ * opts, their text in store; returns how many. */
+int cudak_nvrtc_options(const char *arch, const char *opt, char store[2][4096], const char *opts[4]);
+
 #endif

@@ -42,6 +42,7 @@ static void h_launch(int kernel, const unsigned g[3], const unsigned b[3], unsig
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* line by line, also into a file: a run cut short shows where it was */
   const char *dir = argc > 1 ? argv[1] : ".";
   Arena a;
   arena_init(&a);
