@@ -45,10 +45,10 @@ int64_t cuk_workspace(const CuK *k);
 
 /* The bytes-bound kernels' variants, for the kernel benchmark to time side by side (cuda_kernels_gpu with
  * SHARDK_BYTES_SWEEP=1; every variant is checked by cuda_kernels_emu): CUK_VAR_DEFAULT is what the compiler emits;
- * CUK_VAR_MAIN the kernels before the one-launch rewrite (issue 17: LayerNorm's backward by layernorm_bwd_vec and
- * RMSNorm's by blocks, each with a second launch for dw / db; reduce_to's colsum in two launches; RMSNorm's forward
- * by blocks; rope a thread per angle). (CUK_VAR_TWO_LAUNCH, the norm backward's dw / db column sums in a second
- * launch instead of the ring's in-kernel tree, won on the H100 of 2026-11-27 and is the default's now.) */
+ * CUK_VAR_MAIN the kernels before the one-launch rewrite (issue 17: reduce_to's colsum in two launches; RMSNorm's
+ * forward by blocks; rope a thread per angle). The norms' backward is one form in both: the ring with a colsum launch
+ * for dw / db (CUK_VAR_TWO_LAUNCH, its dw / db in a second launch, beat the in-kernel tree and CUK_VAR_MAIN's block per
+ * row / layernorm_bwd_vec at every shape on the H100 of 2026-11-27; both losers deleted). */
 enum { CUK_VAR_DEFAULT, CUK_VAR_MAIN, CUK_NVARIANTS };
 extern const char *const cuk_variant_names[CUK_NVARIANTS];
 /* The variant of the kernels k emits from now on. */

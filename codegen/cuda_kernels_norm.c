@@ -87,25 +87,17 @@ static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw,
 
 static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
                             const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  if (k->variant != CUK_VAR_MAIN && xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && ring_h(d))
+  /* every variant: the ring (CUK_VAR_MAIN's block per row and layernorm_bwd_vec lost to it on the H100, issue 17) */
+  if (xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && ring_h(d))
     return norm_bwd_ring(k, ln, dx, dw, db, x, w, wdt, dy, rows, d, eps);
   int nt = ck_row_threads(d);
   int nper = (int)cdiv(d, nt);
-  /* CUK_VAR_MAIN's layernorm_bwd_vec: 4 warps a block, 3 blocks an SM (H200, [8192 | 16384, 768]: 19.3 | 33.3 us; with
-   * the dw / db sums in shared memory, 114 registers instead of 164 and 512 blocks: 21.0 | 33.8) */
-  int vec = ln && xdt == DT_BF16 && d % 256 == 0 && d <= 1024;
-  int64_t P = vec ? imax(1, imin(cdiv(rows, 4), 384)) : imax(1, imin(rows, 256));
+  int64_t P = imax(1, imin(rows, 256));
   int64_t m = ln ? 2 * d : d;
   ck_need_ws(k, P * m * 4);
   const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
   Args g = {.np = 5, .p = {dx, ck_ws_at(k, 0), x, w, dy}};
-  const char *l1 = vec /* a warp per row, 16-byte vectors */
-                       ? ck_simple(k, &g, P, 1, 1, 128, 1,
-                                arena_printf(k->a,
-                                             "sk::layernorm_bwd_vec<%s, %lldLL, %lldLL, %d, 4>((sk::bf16 *)p0, (float *)p1, "
-                                             "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
-                                             wt, (long long)rows, (long long)d, (int)P, wt, ck_fl(k, eps)))
-                   : ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
+  const char *l1 = ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
                        ? ck_simple(k, &g, P, 1, 1, 256, 1,
                                 arena_printf(k->a,
                                              "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, "
