@@ -112,16 +112,23 @@ static const char *EXPECTED =
     "# communication per rank, per step (one step = one micro-batch through the graph)\n"
     "#   none\n";
 
-int main(void) {
-  Arena A;
-  arena_init(&A);
-  Module *m = build(&A);
+/* the module as ir_print_module writes it (with the IR or without), malloc'd */
+static char *printed(Module *m, bool ir) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   CHECK(f != NULL);
-  ir_print_module(f, m, true);
+  if (!f) return strdup("");
+  ir_print_module(f, m, ir);
   CHECK(fclose(f) == 0);
+  return text;
+}
+
+int main(void) {
+  Arena A;
+  arena_init(&A);
+  Module *m = build(&A);
+  char *text = printed(m, true);
   if (strcmp(text, EXPECTED) != 0) {
     fprintf(stderr, "printer output differs; got:\n%s\n--- expected:\n%s\n", text, EXPECTED);
     t_failures++;
@@ -136,11 +143,7 @@ int main(void) {
     char want[4096];
     snprintf(want, sizeof want, "%.*s# the program's IR: 16 nodes (shardc plan --ir prints it)\n%s", (int)(g - EXPECTED),
              EXPECTED, r + strlen("  loss = %15\n"));
-    text = NULL;
-    f = open_memstream(&text, &len);
-    CHECK(f != NULL);
-    ir_print_module(f, m, false);
-    CHECK(fclose(f) == 0);
+    text = printed(m, false);
     if (strcmp(text, want) != 0) {
       fprintf(stderr, "printer output without the IR differs; got:\n%s\n--- expected:\n%s\n", text, want);
       t_failures++;
@@ -152,8 +155,9 @@ int main(void) {
   CHECK(ir_param_count(m) == 344);
   CHECK(ir_flops_per_token(m, false) == 512);
   CHECK(ir_flops_per_token(m, true) == 1536);
+  size_t len = 0;
   text = NULL;
-  f = open_memstream(&text, &len);
+  FILE *f = open_memstream(&text, &len);
   CHECK(f != NULL);
   ir_print_dot(f, m);
   CHECK(fclose(f) == 0);
