@@ -147,6 +147,7 @@ bool pass_fuse(Module *m) {
   if (m->target == TARGET_CUDA) {
     hoist_gelu_bwd(m->graph);
     ir_mark_folded_casts(m->graph); /* (before grouping: none of them joins a group) */
+    fuse_order(m->graph);           /* elementwise nodes next to those they feed, over GEMMs (passes/fuse_order.c) */
   }
   fuse_graph(m->graph, &next_id);
   return true;

@@ -35,6 +35,9 @@ bool pass_recompute(Module *m); /* plan recompute full|selective: backward loops
 bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradients, parameters sharded over dp */
 bool pass_owners(Module *m);    /* pipeline: nodes only one stage needs predicated on it (passes/pipe_owners.c) */
 bool pass_fuse(Module *m);      /* groups consecutive elementwise nodes over one shape (Node.group) */
+/* (passes/fuse_order.c, CUDA target, before the grouping) elementwise nodes of g and its bodies moved next to
+ * the elementwise nodes they feed or read, over the GEMMs between, where the stages, the kernels and memory allow */
+void fuse_order(Graph *g);
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank; cuts fusion
                                    groups where a member would overwrite bytes its group still reads */
 bool pass_gacc(Module *m);     /* gradient accumulation fusion: a weight-gradient GEMM accumulates into the running sum (beta 1) */
