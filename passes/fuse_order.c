@@ -124,49 +124,57 @@ static bool may_move(const Graph *g, int i) {
   return ew(n) && !(n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) && !pinned(g, i);
 }
 
-static void hoist(Graph *g, int j) {
+/* The next computing node after position i of g (g->nnodes: none). */
+static int next_op(const Graph *g, int i) {
+  while (++i < g->nnodes && enters(g->nodes[i])) {
+  }
+  return i;
+}
+
+static bool hoist(Graph *g, int j) {
   Node *c = g->nodes[j];
-  if (!may_move(g, j)) return;
+  if (!may_move(g, j)) return false;
   int i = -1;
   for (int k = 0; k < c->nin; k++) {
     const Node *d = c->in[k]->def;
     int at = d->graph == g && !enters(d) ? position(g, d, 0, j) : -1;
     if (at > i) i = at;
   }
-  if (i < 0 || !compat(g->nodes[i], c) || pinned(g, i)) return;
+  if (i < 0) return false;
+  const Node *p = g->nodes[i];
+  int nx = next_op(g, i); /* c's successor there */
+  bool before = compat(p, c) && !pinned(g, i), after = nx < j && compat(g->nodes[nx], c) && !pinned(g, nx);
+  if ((!before && !after) || (nx < j && pinned(g, nx))) return false;
+  if (p->op == OP_MATMUL && (c->op == OP_ADD || c->op == OP_GELU || c->op == OP_GELU_BWD) && reads(c, p->out[0]))
+    return false; /* c would be the GEMM's epilogue there, out of its group */
   bool between = false; /* a node between that ends a group */
   for (int q = i + 1; q < j; q++) {
     const Node *n = g->nodes[q];
-    if (enters(n) && n->op != OP_ARG && reads(c, n->out[0])) return;
-    if (!enters(n) && !passable(n, c)) return;
+    if (enters(n) && n->op != OP_ARG && reads(c, n->out[0])) return false;
+    if (!enters(n) && !passable(n, c)) return false;
     between |= !enters(n) && !compat(n, c);
   }
-  if (!between || bytes(c->out[0]) > dying_inputs(g, j)) return;
-  for (int q = i + 1; q < j; q++) /* the ARGs c reads, before p */
+  if (!between || bytes(c->out[0]) > dying_inputs(g, j)) return false;
+  for (int q = i + 1; q < j; q++) /* the ARGs c reads, before p (which stays next to c) */
     if (g->nodes[q]->op == OP_ARG && reads(c, g->nodes[q]->out[0])) move(g, q, i++);
   move(g, j, i + 1);
+  return true;
 }
 
-static void sink(Graph *g, int i) {
+static bool sink(Graph *g, int i) {
   Node *p = g->nodes[i];
-  if (!may_move(g, i)) return;
+  if (!may_move(g, i)) return false;
   int j = i + 1;
   while (j < g->nnodes && !reads(g->nodes[j], p->out[0])) j++;
-  if (j == g->nnodes || !compat(p, g->nodes[j]) || pinned(g, j)) return;
+  if (j == g->nnodes || !compat(p, g->nodes[j]) || pinned(g, j)) return false;
   bool between = false;
   for (int q = i + 1; q < j; q++) {
-    if (!enters(g->nodes[q]) && !passable(g->nodes[q], p)) return;
+    if (!enters(g->nodes[q]) && !passable(g->nodes[q], p)) return false;
     between |= !enters(g->nodes[q]) && !compat(g->nodes[q], p);
   }
-  if (!between || dying_inputs(g, i) > bytes(p->out[0])) return;
+  if (!between || dying_inputs(g, i) > bytes(p->out[0])) return false;
   move(g, i, j - 1);
-}
-
-/* The next computing node after position i of g (g->nnodes: none). */
-static int next_op(const Graph *g, int i) {
-  while (++i < g->nnodes && enters(g->nodes[i])) {
-  }
-  return i;
+  return true;
 }
 
 static void close_gaps(Graph *g) {
@@ -184,7 +192,13 @@ static void close_gaps(Graph *g) {
 void fuse_order(Graph *g) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) fuse_order(g->nodes[i]->body);
-  for (int j = 0; j < g->nnodes; j++) hoist(g, j);
-  for (int i = g->nnodes - 1; i >= 0; i--) sink(g, i);
+  for (bool moved = true; moved;) { /* nodes only rise: a move can let an earlier node rise next sweep */
+    moved = false;
+    for (int j = 0; j < g->nnodes; j++) moved |= hoist(g, j);
+  }
+  for (bool moved = true; moved;) { /* then only sink */
+    moved = false;
+    for (int i = g->nnodes - 1; i >= 0; i--) moved |= sink(g, i);
+  }
   close_gaps(g);
 }

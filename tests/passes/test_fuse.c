@@ -222,7 +222,131 @@ static void built_graphs(void) {
   arena_free(&a);
 }
 
-static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world, int epilogues, int fused_ce) {
+/* SwiGLU's pieces around its GEMMs, built (CUDA target: passes/fuse_order.c moves them before the grouping). */
+typedef struct {
+  Arena a;
+  Module *m;
+  Graph *g;
+  Value *x, *wg, *wu, *wd;
+} Swiglu;
+
+static void swiglu_begin(Swiglu *t, const char *name) {
+  arena_init(&t->a);
+  t->m = tb_module(&t->a, name);
+  t->m->target = TARGET_CUDA;
+  t->g = t->m->graph;
+  t->x = tb_input(t->g, "x", DT_F32, tb_shape(2, 16, 8));
+  t->wg = tb_param(t->g, "wg", DT_F32, tb_shape(2, 8, 12), INIT_ZEROS, 0, 0);
+  t->wu = tb_param(t->g, "wu", DT_F32, tb_shape(2, 8, 12), INIT_ZEROS, 0, 0);
+  t->wd = tb_param(t->g, "wd", DT_F32, tb_shape(2, 12, 8), INIT_ZEROS, 0, 0);
+}
+
+static bool same_group(const Node *a, const Node *b) { return a->group && a->group == b->group; }
+
+static void swiglu_graphs(void) {
+  Swiglu t;
+  /* forward: gate = x wg; s = silu(gate); u = x wu; h = s * u; y = h wd. silu sinks below u's GEMM */
+  swiglu_begin(&t, "swiglu_fwd");
+  Value *gate = tb_op2(t.g, OP_MATMUL, t.x, t.wg, NULL), *s = tb_op1(t.g, OP_SILU, gate, NULL);
+  Value *u = tb_op2(t.g, OP_MATMUL, t.x, t.wu, NULL), *h = tb_op2(t.g, OP_MUL, s, u, NULL);
+  Value *y = tb_op2(t.g, OP_MATMUL, h, t.wd, NULL);
+  ir_add_result(t.g, y, "y");
+  ir_add_result(t.g, s, "s"); /* (the backward reads it) */
+  CHECK(pass_fuse(t.m) && ir_verify(t.g, "fuse"), "swiglu forward: fuse failed");
+  CHECK(same_group(s->def, h->def), "swiglu forward: silu and mul in groups %d %d", s->def->group, h->def->group);
+  CHECK(tb_pos_of(t.g, u->def) < tb_pos_of(t.g, s->def) && tb_pos_of(t.g, s->def) + 1 == tb_pos_of(t.g, h->def),
+        "swiglu forward: silu at %d, u's GEMM at %d, mul at %d", tb_pos_of(t.g, s->def), tb_pos_of(t.g, u->def),
+        tb_pos_of(t.g, h->def));
+  arena_free(&t.a);
+
+  /* refused: a GEMM between reads silu's output (z = s wd2), so neither moves */
+  swiglu_begin(&t, "swiglu_reader");
+  gate = tb_op2(t.g, OP_MATMUL, t.x, t.wg, NULL), s = tb_op1(t.g, OP_SILU, gate, NULL);
+  Value *z = tb_op2(t.g, OP_MATMUL, s, t.wd, NULL);
+  u = tb_op2(t.g, OP_MATMUL, t.x, t.wu, NULL), h = tb_op2(t.g, OP_MUL, s, u, NULL);
+  ir_add_result(t.g, tb_op2(t.g, OP_ADD, tb_op2(t.g, OP_MATMUL, h, t.wd, NULL), z, NULL), "y");
+  CHECK(pass_fuse(t.m) && ir_verify(t.g, "fuse"), "swiglu with a reader: fuse failed");
+  CHECK(!same_group(s->def, h->def) && tb_pos_of(t.g, s->def) < tb_pos_of(t.g, z->def),
+        "swiglu with a reader between: silu moved (at %d, its reader at %d; groups %d %d)", tb_pos_of(t.g, s->def),
+        tb_pos_of(t.g, z->def), s->def->group, h->def->group);
+  arena_free(&t.a);
+
+  /* refused: u's GEMM runs on another pipeline stage */
+  swiglu_begin(&t, "swiglu_stage");
+  gate = tb_op2(t.g, OP_MATMUL, t.x, t.wg, NULL), s = tb_op1(t.g, OP_SILU, gate, NULL);
+  u = tb_op2(t.g, OP_MATMUL, t.x, t.wu, NULL), h = tb_op2(t.g, OP_MUL, s, u, NULL);
+  ir_add_result(t.g, tb_op2(t.g, OP_MATMUL, h, t.wd, NULL), "y");
+  u->def->stage = 2;
+  CHECK(pass_fuse(t.m), "swiglu over stages: fuse failed");
+  CHECK(!same_group(s->def, h->def) && tb_pos_of(t.g, s->def) < tb_pos_of(t.g, u->def),
+        "swiglu over stages: silu moved over another stage's GEMM (at %d, the GEMM at %d)", tb_pos_of(t.g, s->def),
+        tb_pos_of(t.g, u->def));
+  arena_free(&t.a);
+
+  /* backward: dh = dy wd'; ds = dh * u; du = dh * s; dxu = du wu'; dg = silu_bwd(gate, ds); dxg = dg wg';
+   * dx = dxu + dxg. silu_bwd rises to just after the first mul: ds, dg, du one group (dg and du stored, ds
+   * not); the add stays right after the GEMM it reads (a GEMM epilogue candidate) */
+  swiglu_begin(&t, "swiglu_bwd");
+  Shape hs = tb_shape(2, 16, 12);
+  Value *dy = tb_input(t.g, "dy", DT_F32, tb_shape(2, 16, 8)), *gin = tb_input(t.g, "gate", DT_F32, hs);
+  Value *uin = tb_input(t.g, "u", DT_F32, hs), *sin = tb_input(t.g, "s", DT_F32, hs);
+  Attrs tbt = {.tb = 1};
+  Value *dh = tb_op2(t.g, OP_MATMUL, dy, t.wd, &tbt);
+  Value *ds = tb_op2(t.g, OP_MUL, dh, uin, NULL), *du = tb_op2(t.g, OP_MUL, dh, sin, NULL);
+  Value *dxu = tb_op2(t.g, OP_MATMUL, du, t.wu, &tbt);
+  Value *dg = tb_op2(t.g, OP_SILU_BWD, gin, ds, NULL);
+  Value *dxg = tb_op2(t.g, OP_MATMUL, dg, t.wg, &tbt);
+  Value *dx = tb_op2(t.g, OP_ADD, dxu, dxg, NULL);
+  ir_add_result(t.g, dx, "dx");
+  CHECK(pass_fuse(t.m) && ir_verify(t.g, "fuse"), "swiglu backward: fuse failed");
+  CHECK(same_group(ds->def, dg->def) && same_group(dg->def, du->def), "swiglu backward: mul, silu_bwd, mul in groups %d %d %d",
+        ds->def->group, dg->def->group, du->def->group);
+  CHECK(tb_pos_of(t.g, dxg->def) + 1 == tb_pos_of(t.g, dx->def), "swiglu backward: the add left its GEMM");
+  CHECK(pass_memplan(t.m), "swiglu backward: memplan failed");
+  CHECK(same_group(ds->def, dg->def) && same_group(dg->def, du->def), "swiglu backward: the plan cut the group (%d %d %d)",
+        ds->def->group, dg->def->group, du->def->group);
+  check_groups(t.g, "swiglu backward", true);
+  arena_free(&t.a);
+
+  /* refused: t = tanh(x2) is first read by the add right after a GEMM (r = t + x wg): it stays
+   * before the GEMM, which keeps its epilogue candidate next to it */
+  swiglu_begin(&t, "epilogue_kept");
+  Value *x2 = tb_input(t.g, "x2", DT_F32, hs);
+  Value *th = tb_op1(t.g, OP_TANH, x2, NULL);
+  Value *mm = tb_op2(t.g, OP_MATMUL, t.x, t.wg, NULL), *r = tb_op2(t.g, OP_ADD, th, mm, NULL);
+  ir_add_result(t.g, r, "r");
+  CHECK(pass_fuse(t.m), "epilogue kept: fuse failed");
+  CHECK(tb_pos_of(t.g, th->def) < tb_pos_of(t.g, mm->def) && tb_pos_of(t.g, mm->def) + 1 == tb_pos_of(t.g, r->def),
+        "epilogue kept: tanh at %d, GEMM at %d, add at %d", tb_pos_of(t.g, th->def), tb_pos_of(t.g, mm->def),
+        tb_pos_of(t.g, r->def));
+  arena_free(&t.a);
+}
+
+/* How many groups of g (and its bodies) hold silu and a mul, no silu_bwd (SwiGLU's forward), and silu_bwd and two muls
+ * (its backward; under selective recompute with the recomputed silu and mul too). */
+static void swiglu_groups(const Graph *g, int *fwd, int *bwd) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) swiglu_groups(g->nodes[i]->body, fwd, bwd);
+  for (int i = 0; i < g->nnodes;) {
+    int id = g->nodes[i]->group, end = i + 1, silu = 0, sbwd = 0, mul = 0;
+    if (!id) {
+      i++;
+      continue;
+    }
+    while (end < g->nnodes && g->nodes[end]->group == id) end++;
+    for (int k = i; k < end; k++) {
+      silu += g->nodes[k]->op == OP_SILU;
+      sbwd += g->nodes[k]->op == OP_SILU_BWD;
+      mul += g->nodes[k]->op == OP_MUL;
+    }
+    *fwd += silu && mul && !sbwd;
+    *bwd += sbwd && mul >= 2;
+    i = end;
+  }
+}
+
+static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world, int epilogues, int fused_ce,
+                  int swiglu) {
   Arena a;
   arena_init(&a);
   FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
@@ -233,7 +357,10 @@ static void model(const char *label, const char *file, const FeDefine *defs, int
   PipelineOptions po = {.verify = true};
   CHECK(pipeline_run(m, &po), "%s: the pipeline failed", label);
   int groups = check_groups(m->graph, label, true), epi = check_epilogues(m->graph, label);
-  int ce = check_fused_ce(m->graph, label);
+  int ce = check_fused_ce(m->graph, label), sw_fwd = 0, sw_bwd = 0;
+  swiglu_groups(m->graph, &sw_fwd, &sw_bwd);
+  CHECK(sw_fwd == swiglu && sw_bwd == swiglu, "%s: %d SwiGLU forward groups and %d backward ones, want %d", label, sw_fwd,
+        sw_bwd, swiglu);
   CHECK(ce == fused_ce, "%s: %d fused cross-entropies, want %d", label, ce, fused_ce);
   CHECK(groups + epi >= 3, "%s: only %d fusion groups and %d GEMM epilogues", label, groups, epi);
   CHECK(epilogues < 0 || epi == epilogues, "%s: %d GEMM epilogues, want %d", label, epi, epilogues);
@@ -243,20 +370,23 @@ static void model(const char *label, const char *file, const FeDefine *defs, int
 
 int main(void) {
   built_graphs();
+  swiglu_graphs();
   const char *tiny = SHARDC_MODELS_DIR "/tiny.model";
   FeDefine one[] = {{"dp", "1"}}, bf16[] = {{"dp", "1"}, {"precision", "bf16"}};
   FeDefine tp[] = {{"dp", "1"}, {"tp", "2"}, {"sp", "on"}, {"precision", "bf16"}};
   FeDefine llama[] = {{"tp", "1"}, {"dp", "1"}, {"sp", "off"}, {"layers", "2"}, {"seq", "64"}, {"micro_batch", "1"},
                       {"batch", "1"}};
-  model("tiny f32", tiny, one, 1, 1, 5, 1);
+  model("tiny f32", tiny, one, 1, 1, 5, 1, 0);
   /* bf16: all 5 too — the MLP's dgelu GEMM in backward reads its layer's bf16 weight row, a
    * transient of the loop body (passes/wcast.c), which the memory plan keeps alive through GELU's
    * backward and the bias gradient (epilogue_reach), so dh does not take its bytes */
-  model("tiny bf16", tiny, bf16, 2, 1, 5, 1);
+  model("tiny bf16", tiny, bf16, 2, 1, 5, 1, 0);
   /* tp: the column-parallel GEMMs' (qkv: bias; fc: bias + GELU; its backward: DGELU_BGRAD); the
    * row-parallel ones' sums are reduced before the bias. Vocab-parallel: the CE_* parts, no fused CE */
-  model("tiny tp=2 sp bf16", tiny, tp, 4, 2, 3, 0);
-  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0, 1);
+  model("tiny tp=2 sp bf16", tiny, tp, 4, 2, 3, 0, 0);
+  /* Llama: SwiGLU's silu and mul one group in the layers' forward loop, the backward's mul, silu_bwd, mul one in
+   * theirs (passes/fuse_order.c, over the GEMMs between), whole after the memory plan */
+  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0, 1, 1);
   if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
   else printf("test_fuse: ok\n");
   return failures ? 1 : 0;
