@@ -48,6 +48,10 @@
  *                   flip its weight's step: among the others at most 1% of a tensor's weights
  *                   may differ by more than 1e-3 lr + 1e-7
  *   loss, 10 steps: |rel| <= u / 4 (seen 1.5e-4)
+ * The CUDA cases: tiny in f32 and bf16, the Llama shape in bf16 with the model's selective recompute and
+ * with none; in both Llama programs every silu is in a fusion group of 2 or more nodes and every
+ * silu_bwd in one of 3 or more (SwiGLU's elementwise parts as one kernel over the GEMMs between them:
+ * passes/fuse_order.c), so those kernels are what the interpreter is matched against.
  */
 #include <errno.h>
 #include <math.h>
@@ -148,7 +152,29 @@ typedef struct {
   Target target;
   bool bf16;
   bool llvm; /* the CPU target's kernels built by LLVM (--cpu-kernels llvm), not the C ones */
+  bool swiglu; /* CUDA: SwiGLU's elementwise parts fused over the GEMMs between (passes/fuse_order.c), checked */
 } Variant;
+
+/* The members of n's fusion group in its graph (1 when in none). */
+static int group_size(const Node *n) {
+  int k = 0;
+  for (int i = 0; i < n->graph->nnodes && n->group; i++) k += n->graph->nodes[i]->group == n->group;
+  return n->group ? k : 1;
+}
+
+/* How many SILU nodes of g (and its bodies) are in no group of 2 or more, and SILU_BWD nodes in none of 3
+ * or more (SwiGLU: silu with its mul; silu_bwd with the backward's two muls); *seen: how many there are. */
+static int swiglu_unfused(const Graph *g, int *seen) {
+  int bad = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) bad += swiglu_unfused(n->body, seen);
+    if (n->op != OP_SILU && n->op != OP_SILU_BWD) continue;
+    ++*seen;
+    bad += group_size(n) < (n->op == OP_SILU ? 2 : 3);
+  }
+  return bad;
+}
 
 /* How many LLVM-built kernels (shardc_llk* functions) the trainer exe holds; -1 if nm fails. */
 static int llvm_kernels_in(const char *exe) {
@@ -188,6 +214,10 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
   m->target = var.target;
   PipelineOptions po = {.dump = stderr, .verify = true}; /* the single-rank program */
   CHECK(pipeline_run(m, &po), "%s: passes failed", label);
+  if (var.swiglu) {
+    int seen = 0, bad = swiglu_unfused(m->graph, &seen);
+    CHECK(seen >= 2 && bad == 0, "%s: %d of %d silu / silu_bwd nodes outside their SwiGLU fusion group", label, bad, seen);
+  }
   char exe[512], data[512], cmd[2048];
   snprintf(exe, sizeof exe, "%s/train", dir);
   CgOptions co = {.source_path = model, .llvm_kernels = var.llvm};
@@ -335,17 +365,24 @@ int main(int argc, char **argv) {
                              {"layers", "1"},  {"ffn", "96"}, {"micro_batch", "2"}, {"batch", "2"},  {"tp", "1"},
                              {"sp", "off"}};
     run_case("Llama-shaped at d 2048, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", wide, 11,
-             false, (Variant){TARGET_CUDA, true, false});
+             false, (Variant){TARGET_CUDA, true, false, false});
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     return failures != 0;
   }
   if (argc > 1 && strcmp(argv[1], "cuda") == 0) { /* the CUDA target on the emulated device */
     run_case("tiny, CUDA target (emulated), f32", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true,
-             (Variant){TARGET_CUDA, false, false});
+             (Variant){TARGET_CUDA, false, false, false});
     run_case("tiny, CUDA target (emulated), bf16 mixed precision", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true,
-             (Variant){TARGET_CUDA, true, false});
+             (Variant){TARGET_CUDA, true, false, false});
+    /* SwiGLU's silu and mul one kernel over the up projection's GEMM, the backward's mul, silu_bwd and mul
+     * one (with selective recompute's silu and mul: the model's default; without: recompute none) */
     run_case("Llama-shaped, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false,
-             (Variant){TARGET_CUDA, true, false});
+             (Variant){TARGET_CUDA, true, false, true});
+    FeDefine whole[16];
+    for (int i = 0; i < 11; i++) whole[i] = llama[i];
+    whole[11] = (FeDefine){"recompute", "none"};
+    run_case("Llama-shaped, CUDA target (emulated), bf16, recompute none", SHARDC_MODELS_DIR "/llama3-8b.model", whole, 12,
+             false, (Variant){TARGET_CUDA, true, false, true});
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else fprintf(stderr, "CUDA trainers (emulated) match the interpreter\n");
     return failures != 0;
@@ -355,14 +392,14 @@ int main(int argc, char **argv) {
   const char *kernels = llvm ? ", LLVM kernels" : "";
   char label[200];
   snprintf(label, sizeof label, "tiny byte-level GPT%s", kernels);
-  run_case(label, SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true, (Variant){TARGET_CPU, false, llvm});
+  run_case(label, SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true, (Variant){TARGET_CPU, false, llvm, false});
   const FeDefine gpt2[] = {{"vocab_size", "1000"}, {"seq", "32"}, {"d", "64"},         {"heads", "4"},
                            {"layers", "2"},        {"micro_batch", "2"}, {"batch", "2"}};
   snprintf(label, sizeof label, "GPT-2 shaped (padded vocab 1000 -> 1024, tied head)%s", kernels);
-  run_case(label, SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 7, false, (Variant){TARGET_CPU, false, llvm});
+  run_case(label, SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 7, false, (Variant){TARGET_CPU, false, llvm, false});
   snprintf(label, sizeof label, "Llama-shaped (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head)%s",
            kernels);
-  run_case(label, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false, (Variant){TARGET_CPU, false, llvm});
+  run_case(label, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false, (Variant){TARGET_CPU, false, llvm, false});
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
