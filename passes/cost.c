@@ -254,6 +254,8 @@ typedef struct {
   double *top_zero;
   Download *dl;   /* plan offload: the top graph's downloads (NULL: none) */
   int ndl;
+  PtrMap uses;    /* CUDA fusion groups: cost_cuda_group_uses, counted when first needed (counted) */
+  bool counted;
 } Sim;
 
 static void set_pending(Sim *s, const Value *v, double end) {
@@ -477,6 +479,11 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
     kernels = cost_cuda_kernels(n, s->at, &extra);
     if (!kernels) return; /* computed in another node's kernel */
   }
+  if (s->m->target == TARGET_CUDA && n->group > 0 && n->op != OP_MATMUL) {
+    if (!s->counted) cost_cuda_group_uses(s->m, &s->uses);
+    s->counted = true;
+    extra -= cost_cuda_group_unmoved(n, s->at, &s->uses);
+  }
   double dt = op_time(s->m, s->d, n, s->copy_in_update, extra, &kind);
   if (kind == T_FREE) return;
   double oh = kernels * s->d->op_overhead_s;
@@ -632,6 +639,7 @@ static void sim_stages(const Module *m, const CostDevice *d, CostReport *r, Cost
     }
   }
   free(s.ends);
+  ptrmap_free(&s.uses);
   free(s.rstage);
   free(s.top_stages);
   free(s.top_zero);
@@ -658,6 +666,7 @@ double cost_nodes_time(const Module *m, const CostDevice *d, const Node *const *
   Clock c = {0};
   for (int i = 0; i < n; i++) sim_node(&s, nodes[i], &c, true);
   ptrmap_free(&s.pending);
+  ptrmap_free(&s.uses);
   free(s.ends);
   return fmax(fmax(c.t, c.host), fmax(fmax(c.chan[0], c.chan[1]), fmax(c.link[0], c.link[1])));
 }

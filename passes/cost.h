@@ -110,6 +110,15 @@ typedef struct {
  * node's kernel computes it, else how many it launches; *extra: the bytes its kernel moves beyond n's
  * own operands (a GEMM's epilogue's, the fused cross-entropy's gradient). */
 int cost_cuda_kernels(const Node *n, int pos, double *extra);
+/* A member of a CUDA fusion group at pos of its graph: the bytes its kernel does not move for it that reading
+ * each input and writing its output would (the inputs a member defines aside: passes/cost.c skips those): an
+ * input from outside that an earlier member read (the kernel loads it once), its output when no node outside
+ * the group reads it and it is no result (uses: cost_cuda_group_uses; kept in registers: codegen/cg.c cg_ew_run stores only what is
+ * read outside). 0 for a node in no group. */
+double cost_cuda_group_unmoved(const Node *n, int pos, const PtrMap *uses);
+/* What cost_cuda_group_unmoved reads: how many nodes read each value of m (ir_use_counts), plus one per
+ * graph yielding it. */
+void cost_cuda_group_uses(const Module *m, PtrMap *uses);
 
 /* The device from m's topology (no topology: a generic CPU core), at the efficiencies of cost.c. */
 void cost_device_defaults(const Module *m, CostDevice *d);

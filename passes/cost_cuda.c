@@ -55,3 +55,40 @@ int cost_cuda_kernels(const Node *n, int pos, double *extra) {
   if (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD) return 2; /* the rows, then dw / db's column sums */
   return 1;
 }
+
+static int reads(const Node *n, const Value *v) {
+  int k = 0;
+  for (int j = 0; j < n->nin; j++) k += n->in[j] == v;
+  return k;
+}
+
+static void count_results(const Graph *g, PtrMap *uses) {
+  for (int i = 0; i < g->nresults; i++) ptrmap_add(uses, g->results[i], 1);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) count_results(g->nodes[i]->body, uses);
+}
+
+void cost_cuda_group_uses(const Module *m, PtrMap *uses) {
+  ir_use_counts(m->graph, uses);
+  count_results(m->graph, uses);
+}
+
+double cost_cuda_group_unmoved(const Node *n, int pos, const PtrMap *uses) {
+  const Graph *g = n->graph;
+  if (!n->group || pos < 0) return 0;
+  int first = pos, end = pos + 1;
+  while (first > 0 && g->nodes[first - 1]->group == n->group) first--;
+  while (end < g->nnodes && g->nodes[end]->group == n->group) end++;
+  double b = 0;
+  for (int j = 0; j < n->nin; j++) { /* an input from outside an earlier member read: loaded once */
+    const Value *v = n->in[j];
+    bool again = false;
+    for (int q = first; q < pos && !again; q++) again = reads(g->nodes[q], v) > 0;
+    if (again && v->def->group != n->group) b += value_bytes(ir_unfold_cast(v));
+  }
+  const Value *y = n->out[0];
+  intptr_t all = 0, inside = 0;
+  ptrmap_get(uses, y, &all);
+  for (int q = pos + 1; q < end; q++) inside += reads(g->nodes[q], y);
+  return all > inside ? b : b + value_bytes(y); /* read inside the group only: kept in registers, never stored */
+}

@@ -25,6 +25,16 @@
  */
 #include "passes.h"
 
+/* How far a node moves at most (positions): SwiGLU's moves span a dozen nodes; the bound keeps the pass
+ * linear in the graph's size (a pipeline's unrolled top graph holds tens of thousands of nodes). */
+enum { FUSE_ORDER_SPAN = 64 };
+
+typedef struct {
+  Graph *g;
+  PtrMap last; /* Value* defined in g -> the node of g reading it last (itself or in its body); -1: g yields it */
+  bool counted; /* last is built (when first needed) */
+} Order;
+
 static bool enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }
 
 /* What passes/fuse.c may put in a group (elementwise, one device output, no folded cast). */
@@ -39,13 +49,10 @@ static bool compat(const Node *a, const Node *b) {
          a->instr == b->instr;
 }
 
-/* Whether n (or a node of its body) reads v. */
+/* Whether n reads v itself (not in a body). */
 static bool reads(const Node *n, const Value *v) {
   for (int k = 0; k < n->nin; k++)
     if (n->in[k] == v) return true;
-  if (n->body)
-    for (int i = 0; i < n->body->nnodes; i++)
-      if (reads(n->body->nodes[i], v)) return true;
   return false;
 }
 
@@ -56,15 +63,23 @@ static int prev_op(const Graph *g, int i) {
   return i;
 }
 
+/* The next computing node after position i of g (g->nnodes: none). */
+static int next_op(const Graph *g, int i) {
+  while (++i < g->nnodes && enters(g->nodes[i])) {
+  }
+  return i;
+}
+
 /* Whether node i of g is computed with the node before it by one kernel: it neither moves nor gets
  * a node put in front of it. (A GEMM's epilogue may take two nodes: a bias add, then a GELU or a
  * residual add reading it.) */
 static bool pinned(const Graph *g, int i) {
   const Node *n = g->nodes[i];
+  bool epi = n->op == OP_ADD || n->op == OP_GELU;
+  if (!epi && n->op != OP_GELU_BWD && n->op != OP_CAST) return false;
   int at = prev_op(g, i);
   if (at < 0 || g->nodes[at]->nout < 1 || !reads(n, g->nodes[at]->out[0])) return false;
   const Node *p = g->nodes[at];
-  bool epi = n->op == OP_ADD || n->op == OP_GELU;
   if (p->op == OP_MATMUL) return epi || n->op == OP_GELU_BWD;
   int m = prev_op(g, at); /* p a bias add right after its GEMM */
   if (epi && p->op == OP_ADD && m >= 0 && g->nodes[m]->op == OP_MATMUL && reads(p, g->nodes[m]->out[0])) return true;
@@ -83,28 +98,38 @@ static bool passable(const Node *q, const Node *n) {
 
 static int64_t bytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
+/* Records reader as the last reader so far of what n and its body read (values of o->g). */
+static void note_reads(Order *o, const Node *n, const Node *reader) {
+  for (int k = 0; k < n->nin; k++)
+    if (n->in[k]->def->graph == o->g) ptrmap_put(&o->last, n->in[k], (intptr_t)reader);
+  for (int i = 0; n->body && i < n->body->nnodes; i++) note_reads(o, n->body->nodes[i], reader);
 }
 
-/* The bytes of the inputs of the node at i that die there: computed in g, no result, read by no later node. */
-static int64_t dying_inputs(const Graph *g, int i) {
-  const Node *n = g->nodes[i];
+static void count_last(Order *o) {
+  const Graph *g = o->g;
+  for (int i = 0; i < g->nnodes; i++) note_reads(o, g->nodes[i], g->nodes[i]);
+  for (int i = 0; i < g->nresults; i++) ptrmap_put(&o->last, g->results[i], -1);
+  o->counted = true;
+}
+
+/* The bytes of the inputs of n that die there: computed in g, no result, read by no later node. */
+static int64_t dying_inputs(Order *o, const Node *n) {
+  if (!o->counted) count_last(o);
   int64_t sum = 0;
   for (int k = 0; k < n->nin; k++) {
     const Value *v = n->in[k];
-    bool dies = v->def->graph == g && !enters(v->def) && !v->host && !is_result(g, v);
+    intptr_t last = 0;
+    bool dies = v->def->graph == o->g && !enters(v->def) && !v->host && ptrmap_get(&o->last, v, &last) &&
+                last == (intptr_t)n;
     for (int j = 0; j < k && dies; j++) dies = n->in[j] != v; /* counted once */
-    for (int q = i + 1; q < g->nnodes && dies; q++) dies = !reads(g->nodes[q], v);
     if (dies) sum += bytes(v);
   }
   return sum;
 }
 
-/* Moves the node at `from` to position `to`, shifting those between one place. */
-static void move(Graph *g, int from, int to) {
+/* Moves the node at `from` to position `to`, shifting those between one place; the positions follow. */
+static void move(Order *o, int from, int to) {
+  Graph *g = o->g;
   Node *n = g->nodes[from];
   if (from > to)
     for (int q = from; q > to; q--) g->nodes[q] = g->nodes[q - 1];
@@ -113,32 +138,22 @@ static void move(Graph *g, int from, int to) {
   g->nodes[to] = n;
 }
 
-static int position(const Graph *g, const Node *n, int from, int to) {
-  for (int q = from; q < to; q++)
-    if (g->nodes[q] == n) return q;
-  return -1;
-}
-
 static bool may_move(const Graph *g, int i) {
   const Node *n = g->nodes[i];
   return ew(n) && !(n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) && !pinned(g, i);
 }
 
-/* The next computing node after position i of g (g->nnodes: none). */
-static int next_op(const Graph *g, int i) {
-  while (++i < g->nnodes && enters(g->nodes[i])) {
-  }
-  return i;
-}
-
-static bool hoist(Graph *g, int j) {
+static bool hoist(Order *o, int j) {
+  Graph *g = o->g;
   Node *c = g->nodes[j];
   if (!may_move(g, j)) return false;
-  int i = -1;
+  int i = -1; /* the position of the last input's computing node */
   for (int k = 0; k < c->nin; k++) {
     const Node *d = c->in[k]->def;
-    int at = d->graph == g && !enters(d) ? position(g, d, 0, j) : -1;
-    if (at > i) i = at;
+    if (d->graph != g || enters(d)) continue;
+    int at = j - 1;
+    while (at >= 0 && j - at <= FUSE_ORDER_SPAN && g->nodes[at] != d) at--;
+    if (at >= 0 && j - at <= FUSE_ORDER_SPAN && at > i) i = at; /* (one further back is not the last) */
   }
   if (i < 0) return false;
   const Node *p = g->nodes[i];
@@ -154,51 +169,67 @@ static bool hoist(Graph *g, int j) {
     if (!enters(n) && !passable(n, c)) return false;
     between |= !enters(n) && !compat(n, c);
   }
-  if (!between || bytes(c->out[0]) > dying_inputs(g, j)) return false;
+  if (!between || bytes(c->out[0]) > dying_inputs(o, c)) return false;
   for (int q = i + 1; q < j; q++) /* the ARGs c reads, before p (which stays next to c) */
-    if (g->nodes[q]->op == OP_ARG && reads(c, g->nodes[q]->out[0])) move(g, q, i++);
-  move(g, j, i + 1);
+    if (g->nodes[q]->op == OP_ARG && reads(c, g->nodes[q]->out[0])) move(o, q, i++);
+  move(o, j, i + 1);
+  for (int k = 0; k < c->nin; k++) { /* c read its inputs last: now a node it rose over may */
+    intptr_t last = 0;
+    if (!ptrmap_get(&o->last, c->in[k], &last) || last != (intptr_t)c) continue;
+    for (int q = i + 2; q <= j; q++)
+      if (reads(g->nodes[q], c->in[k])) ptrmap_put(&o->last, c->in[k], (intptr_t)g->nodes[q]);
+  }
   return true;
 }
 
-static bool sink(Graph *g, int i) {
+static bool sink(Order *o, int i) {
+  Graph *g = o->g;
   Node *p = g->nodes[i];
   if (!may_move(g, i)) return false;
   int j = i + 1;
-  while (j < g->nnodes && !reads(g->nodes[j], p->out[0])) j++;
-  if (j == g->nnodes || !compat(p, g->nodes[j]) || pinned(g, j)) return false;
-  bool between = false;
-  for (int q = i + 1; q < j; q++) {
-    if (!enters(g->nodes[q]) && !passable(g->nodes[q], p)) return false;
-    between |= !enters(g->nodes[q]) && !compat(g->nodes[q], p);
+  bool between = false; /* a node between that ends a group */
+  for (; j < g->nnodes && j - i <= FUSE_ORDER_SPAN && !reads(g->nodes[j], p->out[0]); j++) {
+    const Node *q = g->nodes[j];
+    if (!enters(q) && !passable(q, p)) return false; /* (a region: it might read p in its body) */
+    between |= !enters(q) && !compat(q, p);
   }
-  if (!between || dying_inputs(g, i) > bytes(p->out[0])) return false;
-  move(g, i, j - 1);
+  if (j == g->nnodes || j - i > FUSE_ORDER_SPAN || !compat(p, g->nodes[j]) || pinned(g, j)) return false;
+  if (!between || dying_inputs(o, p) > bytes(p->out[0])) return false;
+  move(o, i, j - 1);
+  for (int k = 0; k < p->nin; k++) { /* p now reads its inputs after the nodes it sank past */
+    intptr_t last = 0;
+    if (!ptrmap_get(&o->last, p->in[k], &last) || last == -1 || last == (intptr_t)p) continue;
+    for (int q = i; q < j - 1; q++) /* (a last reader before p's old place cannot be: p read it later) */
+      if (last == (intptr_t)g->nodes[q]) ptrmap_put(&o->last, p->in[k], (intptr_t)p);
+  }
   return true;
 }
 
-static void close_gaps(Graph *g) {
+static void close_gaps(Order *o) {
+  Graph *g = o->g;
   for (int k = 1; k < g->nnodes; k++) {
     if (g->nodes[k]->op != OP_ARG) continue;
     int a = k - 1, b = next_op(g, k);
     while (a >= 0 && enters(g->nodes[a])) a--;
     if (a < 0 || b == g->nnodes || !compat(g->nodes[a], g->nodes[b])) continue;
     int s = a;
-    while (s > 0 && compat(g->nodes[s - 1], g->nodes[a])) s--;
-    move(g, k, s);
+    while (s > 0 && a - s < FUSE_ORDER_SPAN && compat(g->nodes[s - 1], g->nodes[a])) s--;
+    move(o, k, s);
   }
 }
 
 void fuse_order(Graph *g) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) fuse_order(g->nodes[i]->body);
+  Order o = {.g = g};
   for (bool moved = true; moved;) { /* nodes only rise: a move can let an earlier node rise next sweep */
     moved = false;
-    for (int j = 0; j < g->nnodes; j++) moved |= hoist(g, j);
+    for (int j = 0; j < g->nnodes; j++) moved |= hoist(&o, j);
   }
   for (bool moved = true; moved;) { /* then only sink */
     moved = false;
-    for (int i = g->nnodes - 1; i >= 0; i--) moved |= sink(g, i);
+    for (int i = g->nnodes - 1; i >= 0; i--) moved |= sink(&o, i);
   }
-  close_gaps(g);
+  close_gaps(&o);
+  ptrmap_free(&o.last);
 }
