@@ -13,7 +13,13 @@
  *              the attention core (sdpa) and the cheap ops between them: elementwise ops,
  *              rope, and copies (slice, concat, reshape, transpose, pad, broadcast_to) —
  *              Megatron's selective recompute, with our flash-style sdpa as the core;
- *   none       recomputes nothing but column slices (below).
+ *   none       recomputes nothing but column slices (below) and, on the CUDA target, fused unaries.
+ *
+ * Fused unaries, on the CUDA target in every mode (fused_unary): a unary elementwise op whose input B
+ * reads as a residual anyway and whose output B reads only in elementwise nodes, one of them also reading
+ * that input (SwiGLU's silu(g) beside silu_bwd(g, .)): recomputed in B, where it joins their fusion group
+ * (passes/fuse_order.c), which loads the input already; F stores it no more (its own group keeps it in
+ * registers). Not on the CPU target, which runs node by node (a clone there is one more pass).
  *
  * Column slices, in every mode: a residual that is a last-axis slice of an F-body value X (q, k, v out of
  * the fused QKV projection) is not saved as a copy when the slices B reads of X cover X's every column
@@ -46,6 +52,9 @@
 
 typedef struct {
   RecomputeKind kind;
+  bool cuda;    /* the CUDA target (fused_unary) */
+  PtrMap unary; /* fused_unary's answers (Node* -> 1 or 2: yes or no), asked before B's body is rebuilt */
+  bool frozen;  /* B's body is being rebuilt: fused_unary answers from unary alone */
   PtrMap cols;  /* the column slices re-sliced in B (cols_of) */
   Node *F, *B;  /* the forward REPEAT and its backward */
   Graph *fb;    /* F's body */
@@ -182,12 +191,64 @@ static void replace_deep(Graph *g, const Value *from, Value *to) {
 
 /* ---- what to keep ------------------------------------------------------------------------ */
 
+static Value *b_arg_of(const Rc *r, const Value *x, int lo, int hi);
+
+/* B's argument reading F-body value v as a residual (stacked by F), or NULL. */
+static Value *residual_arg(const Rc *r, const Value *v) {
+  for (int k = r->F->a.ncarry; k < r->fb->nresults; k++)
+    if (r->fb->results[k] == v) {
+      Value *a = b_arg_of(r, r->F->out[k], r->B->a.ncarry, r->B->a.ncarry + r->B->a.nxs);
+      if (a) return a;
+    }
+  return NULL;
+}
+
+/* How many nodes of B's body read a, and how many of them are elementwise (-1: a body or a result reads it). */
+static int ew_reads(const Rc *r, const Value *a, int *ew) {
+  int n = 0;
+  *ew = 0;
+  for (int i = 0; i < r->bb->nnodes; i++) {
+    const Node *q = r->bb->nodes[i];
+    if (q->body && uses(q->body, a)) return -1;
+    bool reads = false;
+    for (int j = 0; j < q->nin; j++) reads |= q->in[j] == a;
+    n += reads;
+    *ew += reads && (ir_ops[q->op].flags & F_EW);
+  }
+  for (int i = 0; i < r->bb->nresults; i++)
+    if (r->bb->results[i] == a) return -1;
+  return n;
+}
+
+/* In every mode on the CUDA target: a unary elementwise n (not a cast) whose input x B reads as a residual anyway,
+ * where only elementwise nodes of B read n's output and one reads x: recomputed from x (SwiGLU's silu(g), read by
+ * the backward's mul beside silu_bwd(g, .)), its clone joins their fusion group (passes/fuse_order.c), which
+ * loads x already: the forward stores n's output no more and the backward does not load it. */
+static bool fused_unary_now(const Rc *r, const Node *n) {
+  if (!r->cuda || n->nin != 1 || n->nout != 1 || !(ir_ops[n->op].flags & F_EW) || n->op == OP_CAST) return false;
+  const Value *x = n->in[0];
+  if (x->def->graph != r->fb || x->def->op == OP_ARG) return false;
+  Value *ax = residual_arg(r, x), *ay = residual_arg(r, n->out[0]);
+  int ewx, ewy;
+  if (!ax || !ay || ew_reads(r, ax, &ewx) < 1 || ewx < 1) return false;
+  int ny = ew_reads(r, ay, &ewy);
+  return ny >= 1 && ewy == ny;
+}
+
+static bool fused_unary(const Rc *r, const Node *n) {
+  intptr_t got = 0;
+  if (ptrmap_get(&r->unary, n, &got) || r->frozen) return got == 1;
+  bool yes = fused_unary_now(r, n);
+  ptrmap_put((PtrMap *)&r->unary, n, yes ? 1 : 2);
+  return yes;
+}
+
 /* Whether the output of n is recomputed in the backward (else kept as a residual). */
 static bool recomputed(const Rc *r, const Node *n) {
   if (n->body || n->op == OP_SEND || n->op == OP_RECV || (ir_ops[n->op].flags & F_SOURCE)) return false;
   intptr_t one;
   if (ptrmap_get((PtrMap *)&r->cols, n, &one)) return true;
-  if (r->kind == RECOMPUTE_NONE) return false;
+  if (r->kind == RECOMPUTE_NONE) return fused_unary(r, n);
   if (r->kind == RECOMPUTE_FULL) return true;
   if (ir_ops[n->op].flags & F_EW) return true;
   switch (n->op) {
@@ -332,8 +393,8 @@ static void cols_of(Rc *r) {
 }
 
 /* Recomputes in B's body what B reads of F that the mode does not keep; drops the rest. */
-static void recompute_pair(RecomputeKind kind, Node *F, Node *B, PtrMap *outer) {
-  Rc r = {.kind = kind, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer};
+static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrMap *outer) {
+  Rc r = {.kind = kind, .cuda = cuda, .F = F, .B = B, .fb = F->body, .bb = B->body, .outer = outer};
   Graph *bb = B->body;
   int nc = B->a.ncarry, nx0 = B->a.nxs;
   cols_of(&r);
@@ -349,9 +410,11 @@ static void recompute_pair(RecomputeKind kind, Node *F, Node *B, PtrMap *outer) 
     ptrmap_put(&r.recomp, bb->args[i]->out[0], (intptr_t)v);
     old[nold++] = bb->args[i]->out[0];
   }
+  r.frozen = true;
   if (!nold) {
     ptrmap_free(&r.recomp);
     ptrmap_free(&r.cols);
+    ptrmap_free(&r.unary);
     return;
   }
   /* rebuild B's body: its arguments first (a clone may read any), then its nodes, each
@@ -398,6 +461,7 @@ static void recompute_pair(RecomputeKind kind, Node *F, Node *B, PtrMap *outer) 
   ptrmap_free(&r.memo);
   ptrmap_free(&r.recomp);
   ptrmap_free(&r.cols);
+  ptrmap_free(&r.unary);
 }
 
 /* The forward REPEAT whose stacked outputs B reads as stacked inputs, or NULL. */
@@ -413,7 +477,7 @@ static Node *forward_of(const Node *B) {
 
 /* Pairs in g, and in the bodies of g's other regions (the accumulation region's micro-step holds
  * the layers' forward and backward loops). */
-static void recompute_graph(RecomputeKind kind, Graph *g) {
+static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
   PtrMap outer = {0}; /* the reads of g's values, made at the first pair */
   bool counted = false;
   for (int i = 0; i < g->nnodes; i++) {
@@ -421,17 +485,18 @@ static void recompute_graph(RecomputeKind kind, Graph *g) {
     if (B->op != OP_REPEAT) continue;
     Node *F = forward_of(B);
     if (!F) {
-      recompute_graph(kind, B->body);
+      recompute_graph(kind, cuda, B->body);
       continue;
     }
     if (!counted) count_uses(g, &outer);
     counted = true;
-    recompute_pair(kind, F, B, &outer);
+    recompute_pair(kind, cuda, F, B, &outer);
   }
   ptrmap_free(&outer);
 }
 
 bool pass_recompute(Module *m) {
-  recompute_graph(m->plan.recompute, m->graph); /* none: the column slices only */
+  /* none: the column slices only (and fused_unary's, on the CUDA target) */
+  recompute_graph(m->plan.recompute, m->target == TARGET_CUDA, m->graph);
   return true;
 }

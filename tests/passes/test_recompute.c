@@ -14,6 +14,10 @@
  * instead of the three slices q, k, v, and the backward re-slices it; the program is interpreted
  * against the same pipeline without the recompute pass (before that change), bit for bit, for
  * dp 1, tp 2 and tp 2 + sp.
+ *
+ * Fused unaries (CUDA target, `none` included): the Llama shape's silu(g) is recomputed in the backward
+ * (one stack fewer saved, a silu in the backward loop), bit for bit against the CUDA program without
+ * the recompute pass; the CPU target saves it.
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +34,7 @@
 static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
 
 static const char *const modes[3] = {"none", "selective", "full"};
+static Target compile_target = TARGET_CPU; /* the target compile_opt compiles for */
 
 /* batch: the logical sequences per step (0: the model's own micro_batch and batch). */
 static Module *compile_opt(Arena *a, const char *path, const FeDefine *defs, int ndefs, int dp, int tp, bool sp,
@@ -62,6 +67,7 @@ static Module *compile_opt(Arena *a, const char *path, const FeDefine *defs, int
   FeOptions o = {.defines = d, .ndefines = n, .world = dp * tp};
   Module *m = fe_compile(a, path, &o);
   if (!m) return NULL;
+  m->target = compile_target;
   PipelineOptions po = {.verify = true};
   if (!skip_recompute) return pipeline_run(m, &po) ? m : NULL;
   const char *names[64];
@@ -226,6 +232,57 @@ static void column_saves(const char *path, const FeDefine *defs, int ndefs, int6
   tensor_free(&tgt);
 }
 
+/* How many SILU nodes the backward loops' bodies hold. */
+static int backward_silus(const Module *m) {
+  int k = 0;
+  for (int i = 0; i < m->graph->nnodes; i++) {
+    const Node *r = m->graph->nodes[i];
+    for (int j = 0; r->op == OP_REPEAT && r->a.reverse && j < r->body->nnodes; j++) k += r->body->nodes[j]->op == OP_SILU;
+  }
+  return k;
+}
+
+/* The CUDA target under `none`: SwiGLU's silu(g), read in the backward only by a mul beside silu_bwd(g, .), is
+ * recomputed there from g (passes/recompute.c fused_unary: its clone joins their fusion group, which reads g
+ * anyway): the forward saves one stack fewer, the backward holds a silu, and the program is bit-identical to
+ * the one without the recompute pass. The CPU target (node by node: a recompute would be one more pass) saves it. */
+static void cuda_unary(const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t V) {
+  Tensor tok = tb_randint(tb_shape(2, (int)B, 8), 311, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, 8), 312, 0, V);
+  Arena ar[3];
+  Module *m[3];
+  for (int k = 0; k < 3; k++) { /* CUDA without the pass, CUDA, CPU */
+    arena_init(&ar[k]);
+    compile_target = k < 2 ? TARGET_CUDA : TARGET_CPU;
+    m[k] = compile_opt(&ar[k], path, defs, ndefs, 1, 1, false, "none", B, k == 0);
+    CHECK(m[k], "llama none (%d): does not compile", k);
+  }
+  compile_target = TARGET_CPU;
+  if (m[0] && m[1] && m[2]) {
+    int64_t big;
+    int n0 = saved(m[0], &big), n1 = saved(m[1], &big), n2 = saved(m[2], &big);
+    int s0 = backward_silus(m[0]), s1 = backward_silus(m[1]), s2 = backward_silus(m[2]);
+    CHECK(n1 == n0 - 1 && s0 == 0 && s1 == 1, "llama none, CUDA: saved %d -> %d stacks, backward silus %d -> %d", n0, n1, s0, s1);
+    CHECK(n2 == n0 && s2 == 0, "llama none, CPU: saved %d stacks (CUDA before: %d), backward silus %d", n2, n0, s2);
+    Interp *it[2] = {interp_new(m[0]->graph, m[0]->mesh, 7), interp_new(m[1]->graph, m[1]->mesh, 7)};
+    int checked = 0;
+    for (int step = 1; step <= 2; step++) {
+      for (int k = 0; k < 2; k++) {
+        tb_feed_step(it[k], &tok, &tgt, step);
+        CHECK(interp_step(it[k]), "llama none, CUDA: interpreter error at step %d", step);
+      }
+      checked += compare_exact(m[0]->graph, it[0], it[1], step == 1 ? "llama none CUDA step 1" : "llama none CUDA step 2");
+    }
+    CHECK(checked >= 20, "llama none, CUDA: only %d tensors compared", checked);
+    fprintf(stderr, "  %-44s saved per layer %d -> %d stacks; %d tensors bit-identical\n", "llama none, CUDA (silu recomputed)", n0,
+            n1, checked);
+    for (int k = 0; k < 2; k++) interp_free(it[k]);
+  }
+  for (int k = 0; k < 3; k++) arena_free(&ar[k]);
+  tensor_free(&tok);
+  tensor_free(&tgt);
+}
+
 /* The memory plan's activations at the peak: full < selective < none. */
 static void memory_drops(const char *label, const char *path, const FeDefine *defs, int ndefs, int tp) {
   int64_t act[3], peak[3];
@@ -254,6 +311,7 @@ int main(void) {
   const FeDefine llama_small[] = {{"vocab", "128"}, {"seq", "8"}, {"d", "32"},          {"heads", "4"},
                                   {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"precision", "f32"}};
   equal_programs("llama", llama, llama_small, 8, 4, 8, 128);
+  cuda_unary(llama, llama_small, 8, 4, 128);
   const FeDefine tiny_real[] = {{"layers", "2"}};
   memory_drops("tiny (2 layers)", tiny, tiny_real, 1, 1);
   memory_drops("tiny (2 layers) tp 2 sp", tiny, tiny_real, 1, 2);
