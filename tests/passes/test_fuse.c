@@ -7,10 +7,16 @@
  *     pass_fuse, but the plan puts b over t's dead bytes, so one kernel would write what other
  *     indices still read: pass_memplan cuts the group before b; chains that read only
  *     persistent memory stay whole.
+ * SwiGLU around its GEMMs on the CUDA target (passes/fuse_order.c moves the nodes before grouping): the
+ * forward's silu sinks below the up projection's GEMM into one group with the mul; the backward's
+ * silu_bwd rises over two GEMMs into one group with both muls, whole after the memory plan, the add
+ * after the gate's dX GEMM left next to it; refused: a GEMM between reading silu's output, the up
+ * GEMM on another pipeline stage, an add right after the GEMM it reads (an epilogue candidate).
  * Real models (tiny f32 and bf16, tiny tp=2 + sp, Llama-3-8B with 2 layers) through the whole pipeline
  * for the CUDA target: every group is consecutive elementwise nodes over one shape within the
  * limits, and no member's output overlaps a value its group reads from outside (except the
- * same tensor updated index for index) — the condition for running it as one kernel.
+ * same tensor updated index for index) — the condition for running it as one kernel. In Llama's
+ * layers one group holds SwiGLU's forward silu and mul, one its backward's silu_bwd and muls.
  * GEMM epilogues (passes/epilogue.c, after memplan): tiny's four matmuls per layer take their bias
  * add (qkv), bias + GELU (fc) and bias + residual (both projections); what the GEMM stores meets
  * none of A, B and the bias, a GELU's output not its pre-activation, and the absorbed nodes are in
