@@ -6,11 +6,16 @@
  * elementwise parts (SwiGLU: `s = silu(x @ w_gate); u = x @ w_up; h = s * u`, and its backward's two
  * muls and silu_bwd around the gate's and the up projection's GEMMs). In each graph (region bodies
  * too, each on its own) three sweeps, each deterministic:
- *   1. hoist (first to last): an elementwise node c moves up to just after the elementwise node p that
- *      defines the last of its inputs, when p may share c's group (elementwise, c's shape and stage)
- *      and every node between is movable over (below); the ARGs between that c reads move just before p.
- *   2. sink (last to first): an elementwise node p moves down to just before the first node r that
- *      reads it, when r may share p's group and every node between is movable over.
+ *   1. hoist (first to last, repeated until nothing moves: a rise can leave an earlier node's input
+ *      dying where it is read): an elementwise node c moves up to just after the node p that defines
+ *      the last of its inputs, when p or the node after p may share c's group (elementwise over c's
+ *      shape, c's stage) and every node between is movable over (below); the ARGs between that c
+ *      reads move just before p.
+ *   2. sink (last to first, repeated until nothing moves): an elementwise node p moves down to just
+ *      before the first node r that reads it, when r may share p's group and every node between is
+ *      movable over.
+ *   A move crosses at least one node that would end the group (else the nodes group already) and at
+ *   most FUSE_ORDER_SPAN positions.
  *   3. ARGs (a region's inputs: no inputs, no code, no memory of their own) that lie between two
  *      elementwise nodes that may share a group move up to just before the run the first belongs to.
  * A node is moved over only nodes of its own pipeline stage and schedule instruction (Node.instr),
