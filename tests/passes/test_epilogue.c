@@ -18,6 +18,7 @@
 #include "cost.h"
 #include "memplan.h"
 #include "passes.h"
+#include "placed.h"
 #include "tb.h"
 
 static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
@@ -40,7 +41,7 @@ int main(void) {
   m->target = TARGET_CUDA;
   Graph *g = m->graph;
   Shape act = tb_shape(2, 16, 32), wide = tb_shape(2, 16, 64);
-  Value *x = tb_input(g, "x", DT_BF16, act), *o = tb_input(g, "o", DT_BF16, act), *g1 = tb_input(g, "g1", DT_BF16, wide), *g2 = tb_input(g, "g2", DT_BF16, wide);
+  Value *o = tb_input(g, "o", DT_BF16, act), *x = tb_input(g, "x", DT_BF16, act), *g1 = tb_input(g, "g1", DT_BF16, wide), *g2 = tb_input(g, "g2", DT_BF16, wide);
   Value *w_o = tb_input(g, "w_o", DT_BF16, tb_shape(2, 32, 32)), *w_p = tb_input(g, "w_p", DT_BF16, tb_shape(2, 32, 32));
   Value *w_g = tb_input(g, "w_g", DT_BF16, tb_shape(2, 32, 64)), *w_u = tb_input(g, "w_u", DT_BF16, tb_shape(2, 32, 64));
   Value *h = mm(g, o, w_o, false, false);
@@ -99,7 +100,8 @@ int main(void) {
   reepilogue(m);
   CHECK(h->def->a.epilogue == EPI_RESIDUAL, "r over x's very bytes (in place): epilogue %d, want %d", h->def->a.epilogue,
         EPI_RESIDUAL);
-  r->offset = x->offset + 16 * 2;
+  r->offset = x->offset + 16 * 2; /* (o lies before x: r meets x and what follows it, not the GEMM's A or B) */
+  CHECK(!placed_meets(r, o) && !placed_meets(r, w_o), "the shifted r meets the GEMM's operands");
   reepilogue(m);
   CHECK(h->def->a.epilogue == 0, "r over half of x's rows, shifted: epilogue %d, want 0", h->def->a.epilogue);
   r->offset = o->offset;
