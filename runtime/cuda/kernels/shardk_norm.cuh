@@ -93,10 +93,15 @@ __device__ void rmsnorm(TX *y, const TX *x, const TW *w, float eps) {
   }
 }
 
-/* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx, and its partial
+/* The backward's dx at element i, plus the residual gradient's carry res[i] where res is given (passes/fuse_normres.c:
+ * the add after the norm's backward done by its kernel, the sum rounded once to dx's dtype; res may be dx's very
+ * tensor, each element read by the thread that then stores it). */
+template <class T> __device__ __forceinline__ float with_res(float v, const T *res, i64 i) { return res ? v + ld(res + i) : v; }
+
+/* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx (+ res: with_res), and its partial
  * weight gradients part[p, 0:D] (dw) and part[p, D:2D] (db) — summed by sum_parts. */
 template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
-__device__ void layernorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+__device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   __shared__ float red[64];
   float wv[NPER], dwa[NPER], dba[NPER];
 #pragma unroll
@@ -139,7 +144,7 @@ __device__ void layernorm_bwd(TX *dx, float *part, const TX *x, const TW *w, con
 #pragma unroll
     for (int k = 0; k < NPER; k++) {
       i64 c = threadIdx.x + (i64)NT * k;
-      if (c < D) st(dx + row * D + c, rstd * (gv[k] * wv[k] - s1 - xv[k] * s2));
+      if (c < D) st(dx + row * D + c, with_res(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + c));
     }
   }
 #pragma unroll
@@ -157,7 +162,7 @@ __device__ void layernorm_bwd(TX *dx, float *part, const TX *x, const TW *w, con
  * Each block's dw / db partials (summed over its rows in row order, then over its warps in warp order)
  * go to part[blockIdx.x] as with layernorm_bwd. */
 template <class TX, class TW, i64 ROWS, i64 D, int P>
-__device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+__device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   constexpr int E = (int)(D / 32), W = 8;
   __shared__ float red[2 * D];
   const int lane = (int)threadIdx.x & 31, wp = (int)threadIdx.x >> 5;
@@ -185,7 +190,8 @@ __device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w
     s1 = warp_sum(s1) * (1.0f / (float)D);
     s2 = warp_sum(s2) * (1.0f / (float)D);
 #pragma unroll
-    for (int k = 0; k < E; k++) st(dx + row * D + lane + 32 * k, rstd * (gv[k] * wv[k] - s1 - xv[k] * s2));
+    for (int k = 0; k < E; k++)
+      st(dx + row * D + lane + 32 * k, with_res(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + lane + 32 * k));
   }
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
   for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
@@ -216,7 +222,7 @@ __device__ void layernorm_bwd_warp(TX *dx, float *part, const TX *x, const TW *w
  * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order: the block's row
  * of part, for the emitter's column sum (the second launch). */
 template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int H = 1>
-__device__ void norm_bwd_ring(bf16 *dx, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
+__device__ void norm_bwd_ring(bf16 *dx, const bf16 *res, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
   constexpr i64 DH = D / H; /* a warp's columns of a row */
   constexpr int J = (int)(DH / 256), WR = W / H;
   static_assert(DH % 256 == 0 && W % H == 0 && S >= 2, "norm_bwd_ring: D / H a multiple of 256, W a multiple of H");
@@ -332,6 +338,12 @@ __device__ void norm_bwd_ring(bf16 *dx, float *part, const bf16 *x, const TW *w,
           const float xh = (xv[i] - mean) * rstd;
           o[i] = LN ? rstd * (gv[i] * wv[i] - s1 - xh * s2) : rstd * (gv[i] * wv[i] - xh * s2);
         }
+        if (res) { /* the residual gradient's carry, these 8 columns read before they are stored (res may be dx) */
+          float rv[8];
+          ld8(rv, res + r * D + col + 8 * (lane + 32 * j));
+#pragma unroll
+          for (int i = 0; i < 8; i++) o[i] += rv[i];
+        }
         *(u32x4 *)(dx + r * D + col + 8 * (lane + 32 * j)) =
             u32x4{pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
       }
@@ -358,7 +370,7 @@ __device__ void norm_bwd_ring(bf16 *dx, float *part, const bf16 *x, const TW *w,
 }
 
 template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
-__device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+__device__ void rmsnorm_bwd(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   __shared__ float red[64];
   float wv[NPER], dwa[NPER];
 #pragma unroll
@@ -388,7 +400,7 @@ __device__ void rmsnorm_bwd(TX *dx, float *part, const TX *x, const TW *w, const
 #pragma unroll
     for (int k = 0; k < NPER; k++) {
       i64 c = threadIdx.x + (i64)NT * k;
-      if (c < D) st(dx + row * D + c, rstd * (gv[k] * wv[k] - xv[k] * s2));
+      if (c < D) st(dx + row * D + c, with_res(rstd * (gv[k] * wv[k] - xv[k] * s2), res, row * D + c));
     }
   }
 #pragma unroll
