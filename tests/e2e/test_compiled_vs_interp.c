@@ -48,6 +48,8 @@
  *                   flip its weight's step: among the others at most 1% of a tensor's weights
  *                   may differ by more than 1e-3 lr + 1e-7
  *   loss, 10 steps: |rel| <= u / 4 (seen 1.5e-4)
+ * On the CUDA target each case's layers' norms' backward add the residual gradient's carry in their kernel
+ * (passes/fuse_normres.c; checked to be so: the add's sum is then rounded once, not twice).
  */
 #include <errno.h>
 #include <math.h>
@@ -161,6 +163,18 @@ static int llvm_kernels_in(const char *exe) {
   return n;
 }
 
+/* The norms' backward in g (and its bodies) that add the residual gradient's carry in their kernel (Attrs.normres,
+ * passes/fuse_normres.c). */
+static int normres_count(const Graph *g) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) k += normres_count(n->body);
+    k += n->a.normres && (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD);
+  }
+  return k;
+}
+
 static void run_case(const char *label, const char *model, const FeDefine *defs0, int ndefs0, bool bytes, Variant var) {
   FeDefine defs[32];
   int ndefs = 0;
@@ -188,6 +202,11 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
   m->target = var.target;
   PipelineOptions po = {.dump = stderr, .verify = true}; /* the single-rank program */
   CHECK(pipeline_run(m, &po), "%s: passes failed", label);
+  if (var.target == TARGET_CUDA) { /* the layers' norms' backward add the residual gradient themselves */
+    int nr = normres_count(m->graph);
+    CHECK(nr >= 2, "%s: %d norms' backward with the residual gradient's add (fuse_normres), 2 expected", label, nr);
+    fprintf(stderr, "  %d norms' backward add the residual gradient (fuse_normres)\n", nr);
+  }
   char exe[512], data[512], cmd[2048];
   snprintf(exe, sizeof exe, "%s/train", dir);
   CgOptions co = {.source_path = model, .llvm_kernels = var.llvm};
