@@ -2,7 +2,8 @@
  * (runtime/cuda/kernels/shardk_norm.cuh; codegen/cuda_kernels.h). bf16 rows of D a multiple of 256: a warp per
  * row in 16-byte vectors; the backward (D up to 2048) by warps streaming their rows, its weight gradients from
  * per-block partials summed by a second launch (column sums). Other shapes: a block per row, the partials' column
- * sums a second launch too. Deterministic throughout: fixed orders, no float atomics. */
+ * sums a second launch too. Deterministic throughout: fixed orders, no float atomics. Every backward form may add the
+ * residual gradient's carry to dx as it stores it (res, parameter p5: passes/fuse_normres.c). */
 #include "cuda_kernels_int.h"
 
 static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x, DType xdt, const char *w,

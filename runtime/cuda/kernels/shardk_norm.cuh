@@ -160,7 +160,7 @@ __device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, c
 /* LayerNorm backward for rows of D <= 1024 (a multiple of 32): one warp per row, lane holding columns
  * lane + 32 k, so a row's three sums are warp shuffles without block barriers; 8 warps per block, grid P.
  * Each block's dw / db partials (summed over its rows in row order, then over its warps in warp order)
- * go to part[blockIdx.x] as with layernorm_bwd. */
+ * go to part[blockIdx.x] as with layernorm_bwd; dx + res as with_res says. */
 template <class TX, class TW, i64 ROWS, i64 D, int P>
 __device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   constexpr int E = (int)(D / 32), W = 8;
@@ -220,7 +220,8 @@ __device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX 
  * dx and the sums (with H 2 each row sum is the two warps' sums added through shared memory after a __syncthreads:
  * every warp of the block goes through the same iterations, a pair past the last row only passing the barriers); the
  * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order: the block's row
- * of part, for the emitter's column sum (the second launch). */
+ * of part, for the emitter's column sum (the second launch). res (or nullptr): the residual gradient's carry, its 8
+ * columns of a row loaded (16 bytes) just before they are stored with dx added (with_res's rule): 4 ROWS D 2 bytes. */
 template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int H = 1>
 __device__ void norm_bwd_ring(bf16 *dx, const bf16 *res, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
   constexpr i64 DH = D / H; /* a warp's columns of a row */
