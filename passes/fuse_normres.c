@@ -11,6 +11,10 @@
  * rounded once (codegen/cuda_kernels_norm.c, shardk_norm.cuh with_res); dx is never written and the
  * add emits nothing.
  *
+ * Where other nodes lie between them (the f32 casts of dw and db where the gradients stay f32: ZeRO, offload),
+ * the add moves up to just after the norm's backward if its carry is made before it and no node in between
+ * owns a region body or touches r's bytes (r is then written earlier than planned: placed_write_early).
+ *
  * Runs after the memory plan, because the kernel now writes r while it reads x, w, dy and the carry:
  * r must meet none of x, w, dy, nor dw / db (written by the second launch, after r), and may meet
  * the carry only as its very tensor, updated index for index (memplan_clobbers: each element of the
@@ -82,17 +86,39 @@ static bool fusable(const Graph *g, const PtrMap *uses, int i, int j) {
   return !memplan_clobbers(r, carry);
 }
 
+/* The position of the first node after i in g that reads v, or g->nnodes. */
+static int reader(const Graph *g, int i, const Value *v) {
+  for (int j = i + 1; j < g->nnodes; j++)
+    for (int k = 0; k < g->nodes[j]->nin; k++)
+      if (g->nodes[j]->in[k] == v) return j;
+  return g->nnodes;
+}
+
+/* Whether the add at j (a later node than the next computing one) may move to just after the norm's backward at
+ * i: its carry is made before i (or outside g), and no node in between owns a region body or reads or writes a
+ * byte of its output (placed_write_early: the output is then written earlier than planned). Its inputs are only
+ * read earlier, while they already hold their values. */
+static bool movable(const Graph *g, int i, int j) {
+  const Node *add = g->nodes[j];
+  const Value *carry = carry_of(g->nodes[i], add);
+  for (int q = i + 1; q < j; q++)
+    if (g->nodes[q] == carry->def) return false;
+  return placed_write_early(g, add->out[0], i, NULL);
+}
+
 static void normres_graph(Graph *g, const PtrMap *uses) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n->body) normres_graph(n->body, uses);
     if (!is_norm_bwd(n)) continue;
-    int j = next_computing(g, i);
-    if (j < g->nnodes && fusable(g, uses, i, j)) {
-      n->a.normres = g->nodes[j]->a.normres = true;
-      g->nodes[j]->group = 0;
-      i = j;
-    }
+    int j = reader(g, i, n->out[0]), at = next_computing(g, i);
+    if (j >= g->nnodes || !fusable(g, uses, i, j) || (j > at && !movable(g, i, j))) continue;
+    Node *add = g->nodes[j];
+    for (int q = j; q > at; q--) g->nodes[q] = g->nodes[q - 1]; /* (the f32 casts of dw, db: ZeRO, offload) */
+    g->nodes[at] = add;
+    n->a.normres = add->a.normres = true;
+    add->group = 0;
+    i = at;
   }
 }
 

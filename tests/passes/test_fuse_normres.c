@@ -8,8 +8,10 @@
  * target: nothing marked. In every graph the pair is marked exactly
  * when r meets none of x, w, dy, dw, db and meets the carry only as its very tensor, checked from the
  * plan's offsets here (tb_span), not by the pass's own helpers.
- * Real models through the whole pipeline (tiny f32 and bf16, tiny tp=2 + sp bf16, Llama-3-8B with 2
- * layers): the layer loop body's two norms' backward take the add after them (2 pairs), the pairs are
+ * Real models through the whole pipeline (tiny f32 and bf16, tiny tp=2 + sp bf16, tiny dp=2 ZeRO 3 bf16 with 2
+ * accumulation micro-steps (two backward loops; the f32 casts of dw and db between the norm's backward and its
+ * add: the add moved up), Llama-3-8B with 2 layers):
+ * each layer loop body's two norms' backward take the add after them (2 pairs a loop), the pairs are
  * what fuse_normres_partner says both ways, with the same placement rule, and the add is in no group.
  */
 #include <stdio.h>
@@ -142,6 +144,10 @@ int main(void) {
   model("tiny f32", tiny, one, 1, 1, 2);
   model("tiny bf16", tiny, bf16, 2, 1, 2);
   model("tiny tp=2 sp bf16", tiny, tp, 4, 2, 2);
+  /* ZeRO 3 over dp 2 with 2 accumulation micro-steps (the last peeled: two backward loops): the f32 casts of dw and
+   * db lie between each norm's backward and its add, which moves up */
+  FeDefine z3[] = {{"dp", "2"}, {"zero", "3"}, {"precision", "bf16"}, {"micro_batch", "2"}, {"batch", "8"}};
+  model("tiny dp=2 zero=3 accum 2 bf16", tiny, z3, 5, 2, 4);
   model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 2);
   if (failures) fprintf(stderr, "test_fuse_normres: %d failures\n", failures);
   else printf("test_fuse_normres: ok\n");
