@@ -306,6 +306,17 @@ static void cases_embed(KC *c) {
 
 /* ---- norms ----------------------------------------------------------------------------------------------- */
 
+/* Whether got[i] is dx[i] + cr[i] (dx as stored by the backward without the carry) in f32, rounded to dt, bit for bit:
+ * the two nodes the fused backward replaces (passes/fuse_normres.c). */
+static bool same_sum(const float *got, const float *dx, const float *cr, int64_t n, DType dt) {
+  for (int64_t i = 0; i < n; i++) {
+    float s = dx[i] + cr[i];
+    if (dt == DT_BF16) s = bf(s);
+    if (memcmp(&s, &got[i], 4) != 0) return false;
+  }
+  return true;
+}
+
 static void cases_norms(KC *c) {
   struct {
     int64_t rows, d;
@@ -380,6 +391,8 @@ static void cases_norms(KC *c) {
            memcmp(kt_get(c, tdw), kt_get(c, tdw3), (size_t)d * 4) == 0 &&
                memcmp(kt_get(c, tdb), kt_get(c, tdb3), (size_t)d * 4) == 0 &&
                memcmp(kt_get(c, tdx), kt_get(c, tdx3), (size_t)n * 4) == 0);
+    expect(c, arena_printf(c->a, "layernorm_bwd dx + carry: the bits of dx stored, then added %s", tag),
+           same_sum(kt_get(c, tdx5), kt_get(c, tdx), cr, n, xdt));
     for (int64_t i = 0; i < n; i++) rdx[i] += cr[i];
     cmp(c, arena_printf(c->a, "layernorm_bwd dx + carry %s", tag), kt_get(c, tdx5), rdx, n, rt, at * 2);
     expect(c, arena_printf(c->a, "layernorm_bwd dx + carry in place, same bits; dw, db unchanged %s", tag),
@@ -391,6 +404,8 @@ static void cases_norms(KC *c) {
     rt_rmsnorm_bwd_ref(rows, d, eps, x, w, dy, rdx, rdw, 0.0f);
     cmp(c, arena_printf(c->a, "rmsnorm_bwd dx %s", tag), kt_get(c, tdx2), rdx, n, rt, at * 2);
     cmp(c, arena_printf(c->a, "rmsnorm_bwd dw %s", tag), kt_get(c, tdw2), rdw, d, rt, at * sqrt((double)rows));
+    expect(c, arena_printf(c->a, "rmsnorm_bwd dx + carry: the bits of dx stored, then added %s", tag),
+           same_sum(kt_get(c, tdx7), kt_get(c, tdx2), cr, n, xdt));
     for (int64_t i = 0; i < n; i++) rdx[i] += cr[i];
     cmp(c, arena_printf(c->a, "rmsnorm_bwd dx + carry %s", tag), kt_get(c, tdx7), rdx, n, rt, at * 2);
     expect(c, arena_printf(c->a, "rmsnorm_bwd dx + carry in place, same bits; dw unchanged %s", tag),

@@ -93,10 +93,18 @@ __device__ void rmsnorm(TX *y, const TX *x, const TW *w, float eps) {
   }
 }
 
+/* v rounded to T's precision (dx as the norm's backward alone would store it). */
+__device__ __forceinline__ float as_dt(float v, const float *) { return v; }
+__device__ __forceinline__ float as_dt(float v, const bf16 *) { return rbf(v); }
+
 /* The backward's dx at element i, plus the residual gradient's carry res[i] where res is given (passes/fuse_normres.c:
- * the add after the norm's backward done by its kernel, the sum rounded once to dx's dtype; res may be dx's very
- * tensor, each element read by the thread that then stores it). */
-template <class T> __device__ __forceinline__ float with_res(float v, const T *res, i64 i) { return res ? v + ld(res + i) : v; }
+ * the add after the norm's backward done by its kernel): dx rounded to its dtype, then the sum in f32, stored
+ * rounded: the bits of the two nodes it replaces (the norm's dx stored, then the add), so a program keeps its
+ * numbers with the fusion or without. res may be dx's very tensor, each element read by the thread that then stores
+ * it. */
+template <class T> __device__ __forceinline__ float with_res(float v, const T *res, i64 i) {
+  return res ? as_dt(v, res) + ld(res + i) : v;
+}
 
 /* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx (+ res: with_res), and its partial
  * weight gradients part[p, 0:D] (dw) and part[p, D:2D] (db) — summed by sum_parts. */
@@ -343,7 +351,7 @@ __device__ void norm_bwd_ring(bf16 *dx, const bf16 *res, float *part, const bf16
           float rv[8];
           ld8(rv, res + r * D + col + 8 * (lane + 32 * j));
 #pragma unroll
-          for (int i = 0; i < 8; i++) o[i] += rv[i];
+          for (int i = 0; i < 8; i++) o[i] = rbf(o[i]) + rv[i]; /* (with_res's rule) */
         }
         *(u32x4 *)(dx + r * D + col + 8 * (lane + 32 * j)) =
             u32x4{pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
