@@ -7,9 +7,9 @@
  * add is the norm's backward's next computing node (only argument nodes between, which compute
  * nothing), dx is read by it alone (and is no result of the graph), the carry, dx and r have one
  * shape and dtype in device memory and both nodes one pipeline stage, both get Attrs.normres: the
- * norm's backward kernel reads the carry as it stores its dx and stores dx + carry in r instead,
- * rounded once (codegen/cuda_kernels_norm.c, shardk_norm.cuh with_res); dx is never written and the
- * add emits nothing.
+ * norm's backward kernel reads the carry as it stores its dx and stores dx + carry in r instead, with
+ * the bits of the two nodes (dx rounded to its dtype, the sum in f32, rounded: codegen/cuda_kernels_norm.c,
+ * shardk_norm.cuh with_res); dx is never written and the add emits nothing.
  *
  * Where other nodes lie between them (the f32 casts of dw and db where the gradients stay f32: ZeRO, offload),
  * the add moves up to just after the norm's backward if its carry is made before it and no node in between

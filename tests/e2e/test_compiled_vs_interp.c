@@ -42,15 +42,14 @@
  * in another order and keeps attention's probabilities in registers, so single bf16 ulps,
  * u = 2^-8, differ here and there and are carried forward):
  *   loss, step 1:   |rel| <= u / 8 (a mean over B*T positions averages the ulp flips out; seen 1e-5)
- *   gradients:      relative L2 <= 4u per tensor (seen 1.9u at worst; 1.95u, Llama's w_q, since the norms'
- *                   backward add the residual gradient rounding once, 2026-11-27)
+ *   gradients:      relative L2 <= 4u per tensor (seen 1.9u at worst)
  *   parameters:     AdamW's first step is about lr * sign(g), so a gradient within bf16 noise of
  *                   zero (|g| <= u max|g|, e.g. the key bias, whose exact gradient is 0) may
  *                   flip its weight's step: among the others at most 1% of a tensor's weights
  *                   may differ by more than 1e-3 lr + 1e-7
  *   loss, 10 steps: |rel| <= u / 4 (seen 1.5e-4)
  * On the CUDA target each case's layers' norms' backward add the residual gradient's carry in their kernel
- * (passes/fuse_normres.c; checked to be so: the add's sum is then rounded once, not twice).
+ * (passes/fuse_normres.c; checked to be so: the same bits as the two nodes, cuda_kernels_emu).
  */
 #include <errno.h>
 #include <math.h>
