@@ -126,7 +126,7 @@ static void emit_unfused(Cg *c, Node *mm, bool gemm, const int *at, int e) {
 static int emit_matmul_ep(Cg *c, Node *mm) {
   const Graph *g = mm->graph;
   int at[2], ne = epilogue_nodes(g, c->pos, at), e = 0;
-  if (mm->a.epilogue >= EPI_DGELU) { /* GELU's backward (and the bias gradient), later nodes that then emit nothing */
+  if (epi_dgelu(mm->a.epilogue)) { /* GELU's backward (and the bias gradient), later nodes that then emit nothing */
     if (!cg_runs(c, g, at[0])) return 0;
     const Node *gb = g->nodes[at[0]];
     bool bgrad = ne == 2 && cg_runs(c, g, at[1]);
@@ -159,7 +159,9 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
   if (!e) return 0;
   const Node *add = g->nodes[at[0]];
   const Value *y = mm->out[0], *h = add->out[0], *stored = h;
-  const char *res = "NULL", *aux = "NULL";
+  const char *res = "NULL", *aux = "NULL", *bias = cg_ptr(c, add->in[0] == y ? add->in[1] : add->in[0]);
+  if (mm->a.epilogue == EPI_RESIDUAL) /* no bias: the add's other operand is the GEMM's C */
+    res = bias, bias = "NULL";
   if (e == 2) {
     const Node *f = g->nodes[at[1]];
     stored = f->out[0];
@@ -169,11 +171,11 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
       res = cg_ptr(c, f->in[0] == h ? f->in[1] : f->in[0]);
   }
   GemmDims d = gemm_dims(mm);
-  cg_line(c, "/* matmul + %s in one GEMM (epilogue) */", e == 1 ? "bias" : strcmp(aux, "NULL") ? "bias + GELU" : "bias + residual");
+  cg_line(c, "/* matmul + %s in one GEMM (epilogue) */",
+          mm->a.epilogue == EPI_RESIDUAL ? "residual" : e == 1 ? "bias" : strcmp(aux, "NULL") ? "bias + GELU" : "bias + residual");
   cg_line(c, "if (!rt_cu_matmul_ep(ctx, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d, %s, %s, %s)) {",
           gemm_where(c, mm), cg_ptr(c, stored), cg_dtype_lit(stored->dtype), cg_ptr(c, mm->in[0]), cg_ptr(c, mm->in[1]),
-          cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb,
-          cg_ptr(c, add->in[0] == y ? add->in[1] : add->in[0]), res, aux);
+          cg_dtype_lit(mm->in[0]->dtype), d.m, d.n, d.k, mm->a.ta, mm->a.tb, bias, res, aux);
   emit_unfused(c, mm, true, at, e);
   return at[e - 1] - c->pos + 1;
 }

@@ -190,7 +190,8 @@ typedef struct {
   int split_blocks;       /* ALL_TO_ALL: its blocks, as `blocks` */
   int epilogue;           /* MATMUL (CUDA target, passes/epilogue.c): how many of the nodes after it
                              (its bias add; then a GELU or a residual add; argument nodes between them not
-                             counted) its GEMM computes; 0: none */
+                             counted) its GEMM computes; 0: none; 3, 4: GELU's backward (EPI_DGELU*);
+                             5: a residual add without a bias (EPI_RESIDUAL, passes.h) */
   bool fused_bwd;         /* CROSS_ENTROPY and its CROSS_ENTROPY_BWD (CUDA target, passes/fuse_ce.c): the forward's
                              kernel computes both (fuse_ce_partner pairs them) */
   bool normres;           /* LAYERNORM_BWD / RMSNORM_BWD and the ADD of its dx to the residual gradient's carry right

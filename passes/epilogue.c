@@ -14,6 +14,14 @@
  * the rest of that group stays one group if it still may run as one kernel (it reads what was
  * absorbed from memory now: memplan_clobbers), else runs node by node.
  *
+ * Without a bias (Llama), the add right after the matmul
+ *   r = x + y or y + x     (x: y's shape and dtype, not in host memory; y read by nothing else)
+ * gets EPI_RESIDUAL (5): the GEMM stores r with x as its C (beta 1: D = AB + C, cuBLASLt's epilogue
+ * DEFAULT, no bias pointer), r meeting neither A nor B and x only as its very bytes. x may be an
+ * earlier GEMM's output: the backward's dX = dG Wg^T + dU Wu^T is the later GEMM accumulating onto
+ * the earlier one's result. passes/epilogue_hoist.c has moved such an add up to just after its
+ * matmul where a node (a weight gradient's GEMM) lay between.
+ *
  * Backward: a MATMUL whose output only dh = gelu_bwd(pre, y) reads gets 3 (cuBLASLt's DGELU: the
  * GEMM stores dh, reading pre as its aux), or 4 when the REDUCE_SUM of dh to [n] follows it (the
  * bias gradient: DGELU_BGRAD, rt_cu_matmul_dgelu). passes/fuse.c has moved those nodes up to just
@@ -76,13 +84,14 @@ static int reader(const Graph *g, int i, const Value *v) {
 
 int epilogue_nodes(const Graph *g, int i, int at[2]) {
   int e = g->nodes[i]->a.epilogue;
-  if (e >= EPI_DGELU) { /* GELU's backward, later; then its bias gradient */
+  if (epi_dgelu(e)) { /* GELU's backward, later; then its bias gradient */
     at[0] = reader(g, i, g->nodes[i]->out[0]);
     if (e == EPI_DGELU_BGRAD) at[1] = next_op(g, at[0]);
     return e - EPI_DGELU + 1;
   }
-  for (int k = 0, p = i; k < e; k++) at[k] = p = next_op(g, p);
-  return e;
+  int count = e == EPI_RESIDUAL ? 1 : e; /* the residual add alone, or the bias add and what follows it */
+  for (int k = 0, p = i; k < count; k++) at[k] = p = next_op(g, p);
+  return count;
 }
 
 static int position(const Graph *g, const Node *n) {
@@ -96,7 +105,7 @@ int epilogue_gemm(const Graph *g, int i) {
   if (n->op == OP_REDUCE_SUM) gb = n->in[0]->def;
   if (gb->op != OP_GELU_BWD || gb->graph != g) return -1;
   const Node *mm = gb->in[1]->def;
-  if (mm->op != OP_MATMUL || mm->graph != g || mm->a.epilogue < EPI_DGELU) return -1;
+  if (mm->op != OP_MATMUL || mm->graph != g || !epi_dgelu(mm->a.epilogue)) return -1;
   int p = position(g, mm), at[2], e = epilogue_nodes(g, p, at);
   for (int k = 0; k < e; k++)
     if (at[k] == i) return p;
@@ -111,7 +120,7 @@ int epilogue_owner(const Graph *g, int i) {
   for (int j = i - 1, ops = 0; j >= 0 && ops < 2; j--) { /* the matmul is one or two computing nodes back */
     const Node *mm = g->nodes[j];
     if (enters(mm)) continue;
-    if (mm->op == OP_MATMUL && mm->a.epilogue > 0 && mm->a.epilogue < EPI_DGELU) {
+    if (mm->op == OP_MATMUL && mm->a.epilogue > 0 && !epi_dgelu(mm->a.epilogue)) {
       int at[2], e = epilogue_nodes(g, j, at);
       for (int k = 0; k < e; k++)
         if (at[k] == i) return j;
@@ -151,23 +160,40 @@ static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
   return EPI_DGELU_BGRAD;
 }
 
+bool epilogue_gemm_form(const Node *mm) {
+  if (mm->op != OP_MATMUL || mm->nin != 2) return false; /* (an accumulating GEMM, passes/gacc.c: none) */
+  const Value *y = mm->out[0], *A = mm->in[0], *B = mm->in[1];
+  if (B->shape.rank != 2 || (A->shape.rank > 2 && mm->a.ta) || A->dtype != B->dtype) return false; /* not one GEMM */
+  if (y->dtype != DT_F32 && y->dtype != DT_BF16) return false;
+  return y->shape.dim[y->shape.rank - 1] % EPI_LD_MULTIPLE == 0 && !y->host;
+}
+
+/* r = x + y (the add right after the matmul of y, no bias) as its GEMM's epilogue, x as cuBLASLt's C
+ * (beta 1): EPI_RESIDUAL or 0. x has y's type; with `placed`, r meets neither operand of the GEMM
+ * and x only as its very bytes (updated index for index). */
+static int residual_of(const Node *mm, const Value *x, const Value *r, bool placed) {
+  const Value *y = mm->out[0];
+  if (!same_type(x, y) || !same_type(r, y) || x->host || r->host) return 0;
+  if (placed && (placed_meets(r, mm->in[0]) || placed_meets(r, mm->in[1]) || memplan_clobbers(r, x))) return 0;
+  return EPI_RESIDUAL;
+}
+
 /* How many nodes after the matmul at i its GEMM computes: 0, 1 or 2 (their positions: at), or
  * GELU's backward (dgelu_of). Without `placed`, as far as the ops, types and stages allow. */
 static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], bool placed) {
   const Node *mm = g->nodes[i];
-  if (mm->op != OP_MATMUL || mm->nin != 2) return 0; /* (an accumulating GEMM, passes/gacc.c: none) */
-  const Value *y = mm->out[0], *A = mm->in[0], *B = mm->in[1];
-  int ra = A->shape.rank;
-  if (B->shape.rank != 2 || (ra > 2 && mm->a.ta) || A->dtype != B->dtype) return 0; /* not one GEMM */
-  if (y->dtype != DT_F32 && y->dtype != DT_BF16) return 0;
+  if (!epilogue_gemm_form(mm)) return 0;
+  const Value *y = mm->out[0];
   int64_t n = y->shape.dim[y->shape.rank - 1];
-  if (n % EPI_LD_MULTIPLE || y->host || !read_once(g, uses, y)) return 0;
+  if (!read_once(g, uses, y)) return 0;
   if ((at[0] = next_op(g, i)) >= g->nnodes) return 0;
   const Node *add = g->nodes[at[0]];
   if (add->op != OP_ADD) return dgelu_of(g, i, at, placed);
   if (ir_node_stages(add) != ir_node_stages(mm) || add->in[0] == add->in[1]) return 0;
   const Value *bias = add->in[0] == y ? add->in[1] : add->in[1] == y ? add->in[0] : NULL, *h = add->out[0];
-  if (!bias || bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host) return 0;
+  if (!bias) return 0;
+  if (bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host)
+    return residual_of(mm, bias, h, placed); /* no bias: y's residual, or nothing */
   if (!same_type(h, y) || (placed && !free_to_store(mm, bias, h))) return 0;
   if ((at[1] = next_op(g, at[0])) >= g->nnodes) return 1;
   const Node *e = g->nodes[at[1]];
@@ -182,7 +208,7 @@ static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], boo
 
 int epilogue_reach(const Graph *g, const PtrMap *uses, int i, int at[2]) {
   int e = epilogue_of(g, uses, i, at, false);
-  return e >= EPI_DGELU ? e - EPI_DGELU + 1 : e;
+  return epi_dgelu(e) ? e - EPI_DGELU + 1 : e == EPI_RESIDUAL ? 1 : e;
 }
 
 /* Nodes [from, end) of one former group, the e absorbed ones (at) gone: one group still, or none. */
@@ -205,10 +231,10 @@ static void epilogue_graph(Graph *g, const PtrMap *uses) {
     int at[2];
     n->a.epilogue = epilogue_of(g, uses, i, at, true);
     if (!n->a.epilogue) continue;
-    int e = epilogue_nodes(g, i, at), last = n->a.epilogue >= EPI_DGELU ? at[0] : at[e - 1], old = g->nodes[last]->group;
+    int e = epilogue_nodes(g, i, at), last = epi_dgelu(n->a.epilogue) ? at[0] : at[e - 1], old = g->nodes[last]->group;
     for (int k = 0; k < e; k++) g->nodes[at[k]]->group = 0;
-    if (old && last + 1 < g->nnodes && g->nodes[last + 1]->group == old) regroup(g, last + 1, at, n->a.epilogue >= EPI_DGELU ? 1 : e);
-    if (n->a.epilogue < EPI_DGELU) i = last; /* GELU's backward lies later: the nodes between are visited */
+    if (old && last + 1 < g->nnodes && g->nodes[last + 1]->group == old) regroup(g, last + 1, at, epi_dgelu(n->a.epilogue) ? 1 : e);
+    if (!epi_dgelu(n->a.epilogue)) i = last; /* GELU's backward lies later: the nodes between are visited */
   }
 }
 

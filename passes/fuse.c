@@ -21,7 +21,9 @@
  * after that matmul (with the REDUCE_SUM of its result that follows it: the bias gradient), over
  * the nodes between (the weight gradient's GEMM), so that the memory plan places its result as
  * written there and passes/epilogue.c can make it the GEMM's DGELU epilogue. Only over nodes of
- * the same stage that are no collectives and own no region; the inputs must exist by then.
+ * the same stage that are no collectives and own no region; the inputs must exist by then. Then it
+ * moves each add of a GEMM's output and a value of its type up to just after that matmul in the
+ * same way (passes/epilogue_hoist.c: epilogue.c's residual epilogue without a bias).
  */
 #include <string.h>
 
@@ -146,6 +148,7 @@ bool pass_fuse(Module *m) {
   int next_id = 0;
   if (m->target == TARGET_CUDA) {
     hoist_gelu_bwd(m->graph);
+    epilogue_hoist_adds(m->graph); /* residual adds up to their GEMM (passes/epilogue_hoist.c) */
     ir_mark_folded_casts(m->graph); /* (before grouping: none of them joins a group) */
   }
   fuse_graph(m->graph, &next_id);

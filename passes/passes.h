@@ -47,8 +47,17 @@ bool pass_verify(Module *m);    /* every rank's collectives match its group peer
  * them: the bias add, then a GELU or a residual add; argument nodes may lie between); returns how many. */
 int epilogue_nodes(const Graph *g, int i, int at[2]);
 /* Attrs.epilogue beyond 1 (bias) and 2 (+ GELU or residual): GELU's backward of the matmul's output,
- * a later node (and the bias gradient, the REDUCE_SUM right after it). */
-enum { EPI_DGELU = 3, EPI_DGELU_BGRAD = 4 };
+ * a later node (and the bias gradient, the REDUCE_SUM right after it); EPI_RESIDUAL: the add right
+ * after it, r = x + y with no bias (x, y's type, the GEMM's C: D = AB + C). */
+enum { EPI_DGELU = 3, EPI_DGELU_BGRAD = 4, EPI_RESIDUAL = 5 };
+static inline bool epi_dgelu(int e) { return e == EPI_DGELU || e == EPI_DGELU_BGRAD; }
+/* Whether the matmul mm is one GEMM whose result an epilogue may take (f32 or bf16, the last dim a
+ * multiple of 8, in device memory); what follows it and where values lie decide the rest. */
+bool epilogue_gemm_form(const Node *mm);
+/* CUDA target, before the fusion groups (passes/fuse.c's pre-step): moves each add of a matmul's
+ * output (read by it alone) and a value of its type up to just after that matmul, over the nodes
+ * between, where legal (passes/epilogue_hoist.c), so that the GEMM may take it (EPI_RESIDUAL). */
+void epilogue_hoist_adds(Graph *g);
 /* The position of the matmul whose GEMM computes the node at i of g as a later epilogue node
  * (GELU's backward, its bias gradient), or -1. */
 int epilogue_gemm(const Graph *g, int i);

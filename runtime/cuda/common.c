@@ -28,7 +28,7 @@ RtCuDev *rt_cu_dev(RtCtx *ctx) {
 const char *rt_cu_epi_name(const RtCuEpi *ep) {
   if (!ep) return "none";
   if (ep->dgelu) return ep->dbias ? "DGELU_BGRAD" : "DGELU";
-  return ep->aux ? "GELU_AUX_BIAS" : ep->c ? "BIAS_RESIDUAL" : "BIAS";
+  return ep->aux ? "GELU_AUX_BIAS" : !ep->c ? "BIAS" : ep->bias ? "BIAS_RESIDUAL" : "RESIDUAL";
 }
 
 void rt_cu_error(const char *fmt, ...) {

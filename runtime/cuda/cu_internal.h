@@ -25,7 +25,7 @@
 
 enum { RT_CU_D2D, RT_CU_H2D_ASYNC, RT_CU_H2D, RT_CU_D2H }; /* copy kinds */
 
-/* A GEMM epilogue (rt_cu_matmul_ep): t = acc + bias[col]; aux != NULL: aux = t, y = gelu(t);
+/* A GEMM epilogue (rt_cu_matmul_ep): t = acc + bias[col] (bias NULL: t = acc, with c); aux != NULL: aux = t, y = gelu(t);
  * else c != NULL: y = c + t (c may be y); else y = t. With dgelu (rt_cu_matmul_dgelu): y =
  * gelu'(aux) * acc, aux read (the pre-activation), and dbias (unless NULL) = y's column sums.
  * Bias, c, aux and dbias have y's dtype. */
@@ -127,8 +127,8 @@ int rt_cu_write_atomic(const char *path, const void *data, size_t len);
 int rt_cu_header_count(void);
 const char *rt_cu_header_name(int i);
 const char *rt_cu_header_source(int i);
-/* The cuBLASLt epilogue ep asks for: "BIAS", "BIAS_RESIDUAL" (BIAS with C, beta 1), "GELU_AUX_BIAS",
- * "DGELU" or "DGELU_BGRAD" ("none" for NULL). */
+/* The cuBLASLt epilogue ep asks for: "BIAS", "BIAS_RESIDUAL" (BIAS with C, beta 1), "RESIDUAL" (no
+ * bias: DEFAULT with C, beta 1), "GELU_AUX_BIAS", "DGELU" or "DGELU_BGRAD" ("none" for NULL). */
 const char *rt_cu_epi_name(const RtCuEpi *ep);
 /* printf-style message to stderr prefixed "error: ". */
 void rt_cu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -212,7 +212,8 @@ void rt_cu_tune_check_line(char *out, size_t n, const char *against, int checked
 
 /* ---- gemm_tune.c (both backends) ---- */
 
-enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_CU_EK_DGELU_BGRAD }; /* epilogue kinds */
+enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_CU_EK_DGELU_BGRAD,
+       RT_CU_EK_RESIDUAL }; /* epilogue kinds (RESIDUAL: C, beta 1, no bias; last: recorded choices keep their numbers) */
 /* What a GEMM's algorithm depends on: the shape after folding (a shared B with A not transposed:
  * one GEMM over batch * m rows), the layout, the dtypes, the pointers' common alignment (bytes,
  * at most 256) and the epilogue kind (RT_CU_EK_*; BIAS with a residual is BIAS). */

@@ -72,7 +72,8 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
                   int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
 
 /* One GEMM with a cuBLASLt epilogue (passes/epilogue.c): with acc = op(A)[m, k] op(B)[k, n] in
- * fp32 and t = acc + bias[j] (bias: [n]), per element
+ * fp32 and t = acc + bias[j] (bias: [n]; NULL: t = acc, only with c: the residual alone, cuBLASLt's
+ * epilogue DEFAULT with C and beta 1), per element
  *   aux != NULL: aux[i, j] = t and y[i, j] = gelu(t) (tanh form; aux is the pre-activation the
  *                GELU backward reads);
  *   c != NULL:   y[i, j] = c[i, j] + t (a residual; c may be y itself);

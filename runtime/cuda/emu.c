@@ -303,13 +303,14 @@ static void emu_epilogue(EmuBe *e, const float *acc, void *y, int dt, int64_t m,
     }
     return;
   }
-  in_mem(e, ep->bias, n * es, "matmul bias");
+  if (ep->bias) in_mem(e, ep->bias, n * es, "matmul bias");
   if (ep->c) in_mem(e, ep->c, m * n * es, "matmul residual");
   if (ep->aux) in_mem(e, ep->aux, m * n * es, "matmul aux");
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
       int64_t q = i * n + j;
-      float t = rnd(dt, rnd(dt, acc[q]) + ld_el(ep->bias, dt, j));
+      float t = rnd(dt, acc[q]); /* the matmul's output, then the bias add's */
+      if (ep->bias) t = rnd(dt, t + ld_el(ep->bias, dt, j));
       if (ep->aux) {
         const float c0 = 0.7978845608028654f; /* sqrt(2/pi) */
         st_el(ep->aux, dt, q, t);
@@ -328,7 +329,7 @@ static bool emu_no_algorithm(const RtCuEpi *ep) {
   const char *v = getenv("SHARDRT_EMU_NO_EPILOGUE");
   if (!ep || !v || !*v) return false;
   if (strcmp(v, "all") == 0) return true;
-  static const char *const known[] = {"BIAS", "BIAS_RESIDUAL", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"};
+  static const char *const known[] = {"BIAS", "BIAS_RESIDUAL", "RESIDUAL", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"};
   const char *name = rt_cu_epi_name(ep);
   bool hit = false;
   for (const char *p = v; *p;) {
@@ -338,7 +339,7 @@ static bool emu_no_algorithm(const RtCuEpi *ep) {
     for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok = ok || (strlen(known[i]) == l && !strncmp(p, known[i], l));
     if (!ok)
       rt_fatal(1, "SHARDRT_EMU_NO_EPILOGUE=%s: '%.*s' is no epilogue (all, or a comma-separated list of BIAS, "
-               "BIAS_RESIDUAL, GELU_AUX_BIAS, DGELU, DGELU_BGRAD)", v, (int)l, p);
+               "BIAS_RESIDUAL, RESIDUAL, GELU_AUX_BIAS, DGELU, DGELU_BGRAD)", v, (int)l, p);
     hit = hit || (l == strlen(name) && !strncmp(p, name, l));
     p += l + (q != NULL);
   }

@@ -15,7 +15,8 @@
  * residual in place 1.08x its one-rounding bound that way); split-K adds its parts up in fp32.
  *
  * Epilogues (rt_cu_matmul_ep): our bias over y's columns is cuBLASLt's bias over its rows (M = n).
- * BIAS: D = AB + bias; with a residual, beta 1 and C = the residual (D = AB + C + bias);
+ * BIAS: D = AB + bias; with a residual, beta 1 and C = the residual (D = AB + C + bias); RESIDUAL (no
+ * bias): the epilogue DEFAULT, beta 1 and C = the residual (D = AB + C), no bias pointer;
  * GELU_AUX_BIAS: aux = AB + bias (the pre-activation, leading dimension n), D = gelu(aux). The bias
  * and aux pointers are set on the plan's descriptor at each call. DGELU (rt_cu_matmul_dgelu): D = AB * gelu'(aux)
  * (aux read: the pre-activation); DGELU_BGRAD also writes the column sums of our D (cuBLASLt's bias
@@ -179,7 +180,7 @@ static Plan *plan_for(RtCuGemm *g, const RtCuGemmKey *key) {
   cublasOperation_t opa = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-  if (key->epi) {
+  if (key->epi && key->epi != RT_CU_EK_RESIDUAL) { /* (RESIDUAL: DEFAULT, the descriptor's own, C at the call) */
     static const cublasLtEpilogue_t kinds[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
                                                CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
                                                CUBLASLT_EPILOGUE_DGELU_BGRAD};

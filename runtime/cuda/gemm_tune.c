@@ -36,7 +36,7 @@ RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b
   return (RtCuGemmKey){.batch = batch, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .bb = b_batched, .ab_dt = ab_dt,
                        .y_dt = y_dt, .align = (int)(bits & -bits),
                        .epi = !ep ? RT_CU_EK_NONE : ep->dgelu ? (ep->dbias ? RT_CU_EK_DGELU_BGRAD : RT_CU_EK_DGELU)
-                              : ep->aux ? RT_CU_EK_GELU_AUX_BIAS : RT_CU_EK_BIAS};
+                              : ep->aux ? RT_CU_EK_GELU_AUX_BIAS : ep->bias ? RT_CU_EK_BIAS : RT_CU_EK_RESIDUAL};
 }
 
 int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y) {
@@ -45,7 +45,7 @@ int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y) {
 }
 
 void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n) {
-  static const char *const epi[] = {"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD"};
+  static const char *const epi[] = {"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD", "RESIDUAL"};
   snprintf(out, n, "batch %lld m %lld n %lld k %lld ta %d tb %d %s -> %s align %d epilogue %s", (long long)key->batch,
            (long long)key->m, (long long)key->n, (long long)key->k, key->ta, key->tb,
            key->ab_dt == RT_BF16 ? "bf16" : "f32", key->y_dt == RT_BF16 ? "bf16" : "f32", key->align, epi[key->epi]);

@@ -87,9 +87,9 @@ int rt_cu_matmul_ep(RtCtx *ctx, const char *where, void *y, int y_dt, const void
   if ((ab_dt != RT_F32 && ab_dt != RT_BF16) || (y_dt != RT_F32 && y_dt != RT_BF16))
     rt_fatal(1, "rt_cu_matmul_ep: dtypes %d x %d -> %d: only f32 and bf16 are supported", ab_dt, ab_dt, y_dt);
   size_t ys = y_dt == RT_BF16 ? 2 : 4, es = ab_dt == RT_BF16 ? 2 : 4;
-  if (!bias || (uintptr_t)y % ys || (uintptr_t)a % es || (uintptr_t)b % es || (uintptr_t)bias % ys ||
+  if ((!bias && (!c || aux)) || (uintptr_t)y % ys || (uintptr_t)a % es || (uintptr_t)b % es || (uintptr_t)bias % ys ||
       (uintptr_t)c % ys || (uintptr_t)aux % ys)
-    rt_fatal(1, "rt_cu_matmul_ep: no bias, or a pointer not aligned to its element (y %p, a %p, b %p, bias %p, c %p, "
+    rt_fatal(1, "rt_cu_matmul_ep: neither a bias nor a residual alone, or a pointer not aligned to its element (y %p, a %p, b %p, bias %p, c %p, "
              "aux %p)", y, a, b, bias, c, aux);
   if (aux && c) rt_fatal(1, "rt_cu_matmul_ep: GELU (aux) and a residual (c) together are not supported");
   if (m <= 0 || n <= 0 || k <= 0) rt_fatal(1, "rt_cu_matmul_ep: empty GEMM %lld x %lld x %lld", (long long)m, (long long)n, (long long)k);

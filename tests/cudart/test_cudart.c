@@ -190,11 +190,14 @@ static void matmul_case(RtCtx *ctx, char *M, int ab_dt, int y_dt, int64_t batch,
  * rt_cu_matmul_dgelu: 4 GELU's backward with c as the pre-activation, 5 the same with the bias gradient
  * in the GEMM (SHARDRT_GEMM_BGRAD=fused: DGELU_BGRAD, into aux; its tolerance: the sum of the
  * elements'), 6 the bias gradient asked with the default policy (split: y as mode 4, RT_CU_EP_NO_BGRAD
- * returned and aux not written).
+ * returned and aux not written); 7 and 8: modes 2 and 3 without a bias (the residual alone: cuBLASLt's
+ * DEFAULT epilogue with C, beta 1; bias NULL).
  * Tolerance: matmul_case's on t = AB + bias (plus |bias|, |c|), GELU's slope (<= 1.13) on it, bf16's
  * half ulp on each output and on the two values the unfused nodes round before it (AB, t: the
  * emulated device computes as they do), 1e-6 relative for f32 GELU's tanhf. */
 static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, int64_t k, int ta, int tb, int mode) {
+  const int nobias = mode >= 7; /* as 2 / 3, no bias */
+  if (nobias) mode -= 5;
   size_t es = dt == RT_BF16 ? 2 : 4;
   int64_t na = m * k, nb = k * n, ny = m * n, nv = na + nb + n + ny; /* a, b, bias, c: one random vector */
   float *v = malloc((size_t)nv * 4);
@@ -203,6 +206,8 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
     v[i] = frand();
     if (es == 2) v[i] = bf2f(((uint16_t *)h)[i] = f2bf(v[i])); else ((float *)h)[i] = v[i];
   }
+  if (nobias)
+    for (int64_t j = 0; j < n; j++) v[na + nb + j] = 0; /* the reference's bias: none (the device gets NULL) */
   const float *a = v, *b = v + na, *bias = b + nb, *c = bias + n;
   char *da = M + 4096, *db = da + na * (int64_t)es, *dbias = db + nb * (int64_t)es, *dc = dbias + n * (int64_t)es;
   char *dy = mode == 3 ? dc : dc + ny * (int64_t)es, *daux = dy + ny * (int64_t)es;
@@ -217,7 +222,8 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
   if (mode >= 4)
     ran = rt_cu_matmul_dgelu(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dc, mode >= 5 ? daux : NULL);
   else
-    ran = rt_cu_matmul_ep(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, dbias, mode >= 2 ? dc : NULL, mode == 1 ? daux : NULL);
+    ran = rt_cu_matmul_ep(ctx, "matmul_ep_case", dy, dt, da, db, dt, m, n, k, ta, tb, nobias ? NULL : dbias, mode >= 2 ? dc : NULL,
+                          mode == 1 ? daux : NULL);
   unsetenv("SHARDRT_GEMM_BGRAD");
   CHECK(ran == (mode == 6 ? RT_CU_EP_NO_BGRAD : RT_CU_EP_ALL), "matmul_ep mode %d: returned %d: the device has no algorithm for the epilogue", mode, ran);
   rt_cuda_device.download(ctx, hy, dy, ny * (int64_t)es);
@@ -273,8 +279,9 @@ static void matmul_ep_case(RtCtx *ctx, char *M, int dt, int64_t m, int64_t n, in
   }
   printf("matmul_ep %-4s %3lld x %3lld x %3lld ta %d tb %d %s: worst error %.3f of the tolerance\n",
          dt == RT_BF16 ? "bf16" : "f32", (long long)m, (long long)n, (long long)k, ta, tb,
-         (const char *[]){"bias", "bias+gelu (aux)", "bias+residual", "bias+residual in place", "dgelu", "dgelu+bgrad",
-                          "dgelu, bgrad left"}[mode],
+         nobias ? (mode == 2 ? "residual, no bias" : "residual in place, no bias")
+                : (const char *[]){"bias", "bias+gelu (aux)", "bias+residual", "bias+residual in place", "dgelu",
+                                   "dgelu+bgrad", "dgelu, bgrad left"}[mode],
          worst);
   free(v), free(h), free(hy), free(haux);
 }
@@ -380,6 +387,8 @@ static int test_device(const char *which) {
           matmul_case(&ctx, M, ab, ab, 2, 9, 7, 5, 1, 1, 1, 2.0f, -1.0f);     /* bf16/f32 y with beta */
           for (int mode = 0; mode < 4; mode++) /* the epilogues; n a multiple of 8 (passes/epilogue.c) */
             matmul_ep_case(&ctx, M, ab, 37, 24, 40, mode & 1, mode >> 1, mode);
+          matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 7); /* the residual without a bias (Llama's dX sums) */
+          matmul_ep_case(&ctx, M, ab, 37, 24, 40, 1, 0, 8); /* the same in place */
           matmul_ep_case(&ctx, M, ab, 64, 48, 64, 0, 0, 1); /* GPT-2's fc: gelu over a wider k */
           matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 4);  /* its backward: dy W^T */
           matmul_ep_case(&ctx, M, ab, 37, 24, 40, 0, 1, 5);
@@ -401,12 +410,13 @@ static int test_device(const char *which) {
         if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", rec_dir);
       }
       if (strcmp(which, "emu") == 0) { /* no algorithm for an epilogue (SHARDRT_EMU_NO_EPILOGUE): 0, nothing written */
-        setenv("SHARDRT_EMU_NO_EPILOGUE", "BIAS_RESIDUAL,DGELU_BGRAD,DGELU", 1);
+        setenv("SHARDRT_EMU_NO_EPILOGUE", "BIAS_RESIDUAL,RESIDUAL,DGELU_BGRAD,DGELU", 1);
         float ones[256], back[64];
         for (int i = 0; i < 256; i++) ones[i] = 1.0f;
         char *y = M + 8192, *a = y + 256, *b = a + 256, *bias = b + 256; /* 64 floats each */
         rt_cuda_device.upload(&ctx, y, ones, sizeof ones);
         CHECK(!rt_cu_matmul_ep(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, bias, a, NULL) &&
+                  !rt_cu_matmul_ep(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, NULL, a, NULL) &&
                   !rt_cu_matmul_dgelu(&ctx, "fallback", y, RT_F32, a, b, RT_F32, 8, 8, 8, 0, 0, a, bias),
               "an epilogue GEMM ran though the device has no algorithm for it");
         rt_cuda_device.download(&ctx, back, y, sizeof back);

@@ -12,6 +12,10 @@
 #     heuristic finds none, so every such GEMM runs as the plain GEMM and the unfused kernels
 #     (rt_cu_matmul_ep's fallback), with one note per GEMM;
 #   - SHARDRT_EMU_NO_EPILOGUE=BIAS,BIAS_RESIDUAL,GELU_AUX_BIAS: only the forward's fall back.
+# And a Llama-shaped model in bf16 (no biases: the residual adds without a bias, RESIDUAL, in 4 GEMMs
+# of a layer: the forward's second residual, the backward's three dX sums, the later dX GEMM
+# accumulating onto the earlier one's result), fused against SHARDRT_EMU_NO_EPILOGUE=RESIDUAL (one
+# note per GEMM's source line: 3): byte-identical losses and checkpoints.
 # The emulated epilogues compute what the nodes they replace compute, rounding included, so the
 # forward fallback and the whole fallback must give byte-identical losses and checkpoints to fused.
 # With DGELU_BGRAD (bgrad), the MLP's first bias gradient is summed in another order (the emulated
@@ -28,8 +32,8 @@ st_close=$(abspath "$2")
 corpus 30000
 "$shardc" build models/tiny.model -D seq=16 -D micro_batch=4 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   -o "$t/tb" >"$t/build.out" 2>&1 || { cat "$t/build.out"; exit 1; }
-run() { # name, SHARDRT_EMU_NO_EPILOGUE, SHARDRT_GEMM_BGRAD, SHARDRT_GEMM_AUTOTUNE
-  SHARDRT_DEVICE=emu SHARDRT_EMU_NO_EPILOGUE="$2" SHARDRT_GEMM_BGRAD="${3:-}" SHARDRT_GEMM_AUTOTUNE="${4:-}" "$t/tb" --data "$t/data.txt" --steps 2 --eval-every 0 --val-batches 1 \
+run() { # name, SHARDRT_EMU_NO_EPILOGUE, SHARDRT_GEMM_BGRAD, SHARDRT_GEMM_AUTOTUNE (the trainer: $bin, else tiny's)
+  SHARDRT_DEVICE=emu SHARDRT_EMU_NO_EPILOGUE="$2" SHARDRT_GEMM_BGRAD="${3:-}" SHARDRT_GEMM_AUTOTUNE="${4:-}" "${bin:-$t/tb}" --data "$t/data.txt" --steps 2 --eval-every 0 --val-batches 1 \
     --log "$t/$1.jsonl" --save-to "$t/ck_$1" --ckpt-format logical >"$t/$1.out" 2>&1 || { cat "$t/$1.out"; fail "$1"; }
 }
 run fused ""
@@ -49,11 +53,12 @@ for want in "all:BIAS:1" "all:BIAS_RESIDUAL:2" "all:GELU_AUX_BIAS:1" "all:DGELU_
   set -- "${f[@]}"
   [ "$(notes "$1" "$2")" = "$3" ] || { grep note "$t/$1.out" || true; fail "$1: $(notes "$1" "$2") notes for $2, want $3 (once per GEMM)"; }
 done
-same() { # run, what: byte-identical losses and checkpoints to fused
-  [ "$(losses "$t/fused.jsonl")" = "$(losses "$t/$1.jsonl")" ] || {
-    paste <(losses "$t/fused.jsonl") <(losses "$t/$1.jsonl"); fail "$2: losses differ"; }
+same() { # run, what[, the reference run: fused]: byte-identical losses and checkpoints
+  local ref=${3:-fused}
+  [ "$(losses "$t/$ref.jsonl")" = "$(losses "$t/$1.jsonl")" ] || {
+    paste <(losses "$t/$ref.jsonl") <(losses "$t/$1.jsonl"); fail "$2: losses differ"; }
   for f in model.safetensors optimizer.safetensors; do
-    cmp -s "$t/ck_fused/step_00000002/$f" "$t/ck_$1/step_00000002/$f" || fail "$2: $f differs"
+    cmp -s "$t/ck_$ref/step_00000002/$f" "$t/ck_$1/step_00000002/$f" || fail "$2: $f differs"
   done
 }
 same fwd "forward fallback"
@@ -74,4 +79,13 @@ if SHARDRT_DEVICE=emu SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU "$t/tb" --data "$t/data.
   cat "$t/bad.out"; fail "SHARDRT_EMU_NO_EPILOGUE=BIAS,GELU was not refused"
 fi
 grep "^gemm autotune" "$t/tuned.out"
-echo "cuda epilogue fallback (emulated device, tiny bf16, 5 epilogue GEMMs): the forward's unfused, all unfused and the autotuned byte-identical to fused (DGELU + the column reduction); DGELU_BGRAD within tolerance"
+"$shardc" build models/llama3-8b.model -D vocab=256 -D seq=16 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 \
+  -D micro_batch=2 -D batch=2 -D tp=1 -D sp=off --world 1 --target cuda -o "$t/llama" >"$t/build_llama.out" 2>&1 || {
+  cat "$t/build_llama.out"; exit 1; }
+bin=$t/llama run llama ""
+bin=$t/llama run llama_unfused RESIDUAL
+[ "$(grep -c '^note: .*no algorithm' "$t/llama.out" || true)" = 0 ] || fail "the llama run fell back"
+# one note per source line (the GEMM's `where`): swiglu's line 86 holds the forward's w_down and the backward's w_gate dX
+[ "$(notes llama_unfused RESIDUAL)" = 3 ] || { grep note "$t/llama_unfused.out" || true; fail "llama: $(notes llama_unfused RESIDUAL) notes for RESIDUAL, want 3 (once per source line)"; }
+same llama_unfused "llama: the residual epilogues' fallback" llama
+echo "cuda epilogue fallback (emulated device, tiny bf16, 5 epilogue GEMMs): the forward's unfused, all unfused and the autotuned byte-identical to fused (DGELU + the column reduction); DGELU_BGRAD within tolerance; Llama-shaped bf16: its 4 residual GEMMs without a bias byte-identical unfused"

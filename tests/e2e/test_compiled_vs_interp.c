@@ -365,6 +365,9 @@ int main(int argc, char **argv) {
              (Variant){TARGET_CUDA, true, false});
     run_case("Llama-shaped, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false,
              (Variant){TARGET_CUDA, true, false});
+    /* f32 too: its GEMMs take the residual adds without a bias (passes/epilogue.c, EPI_RESIDUAL) as in bf16 */
+    run_case("Llama-shaped, CUDA target (emulated), f32", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false,
+             (Variant){TARGET_CUDA, false, false});
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else fprintf(stderr, "CUDA trainers (emulated) match the interpreter\n");
     return failures != 0;

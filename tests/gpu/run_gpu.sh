@@ -4,7 +4,7 @@
 # shardc). Runs:
 #   1. the runtime on the device: launches, shared memory, copies, cuBLASLt GEMMs (f32 exact, bf16
 #      with fp32 accumulation, ta/tb, batched, shared B, odd element-aligned pointers) and their
-#      epilogues (bias, bias + GELU, bias + residual, GELU's backward with the bias gradient:
+#      epilogues (bias, bias + GELU, bias + residual, the residual without a bias, GELU's backward with the bias gradient:
 #      passes/epilogue.c) against naive references (test_cudart gpu), and a device program trained through rt_train_main against the
 #      CPU one within 1e-5 (test_cudart train with SHARDRT_DEVICE=cuda)
 #   2. every kernel family against its CPU reference on the device, then the kernel timings

@@ -16,7 +16,8 @@
  * none of A, B and the bias, a GELU's output not its pre-activation, and the absorbed nodes are in
  * no fusion group; the MLP's GELU backward (moved by passes/fuse.c to just after the GEMM of its
  * gradient) and its bias gradient are that GEMM's DGELU_BGRAD epilogue, what it writes early meeting
- * nothing written in between; Llama (no biases) has none. The cross-entropy's forward and backward are paired
+ * nothing written in between; Llama (no biases) takes its residual adds without a bias (EPI_RESIDUAL), what
+ * the GEMM stores meeting neither operand and its C only as its very bytes. The cross-entropy's forward and backward are paired
  * (passes/fuse_ce.c) in each model: the gradient's bytes meet neither the targets, the loss nor dloss,
  * and the logits only as their very tensor; dloss is defined before the forward.
  */
@@ -104,7 +105,7 @@ static int check_epilogues(const Graph *g, const char *label) {
     count++;
     int at[2], e = epilogue_nodes(g, i, at);
     CHECK(mm->op == OP_MATMUL && e >= 1 && e <= 2, "%s: %s with epilogue %d", label, ir_ops[mm->op].name, e);
-    if (mm->a.epilogue >= EPI_DGELU) { /* GELU's backward (+ its bias gradient), later */
+    if (epi_dgelu(mm->a.epilogue)) { /* GELU's backward (+ its bias gradient), later */
       const Node *gb = g->nodes[at[0]];
       CHECK(gb->op == OP_GELU_BWD && gb->in[1] == mm->out[0] && gb->group == 0, "%s: DGELU without its gelu_bwd", label);
       for (int k = 0; k < e; k++) {
@@ -122,6 +123,14 @@ static int check_epilogues(const Graph *g, const char *label) {
     const Node *add = g->nodes[at[0]];
     CHECK(add->op == OP_ADD && (add->in[0] == mm->out[0] || add->in[1] == mm->out[0]), "%s: the epilogue's first node is no bias add", label);
     const Value *bias = add->in[0] == mm->out[0] ? add->in[1] : add->in[0];
+    if (mm->a.epilogue == EPI_RESIDUAL) { /* r = x + y, no bias: x the GEMM's C, r stored over x or apart */
+      const Value *r = add->out[0];
+      CHECK(e == 1 && ir_shape_eq(&bias->shape, &mm->out[0]->shape) && ir_count_uses_deep(g, mm->out[0]) == 1 && add->group == 0,
+            "%s: a residual epilogue's add is no x + y of y's shape read once, out of fusion groups", label);
+      CHECK(!meets(r, mm->in[0]) && !meets(r, mm->in[1]) && !overlaps(r, bias),
+            "%s: the residual GEMM stores %%%d over what it reads", label, r->id);
+      continue;
+    }
     CHECK(bias->shape.rank == 1 && ir_count_uses_deep(g, mm->out[0]) == 1, "%s: bias rank %d, matmul output read %d times", label,
            bias->shape.rank, ir_count_uses_deep(g, mm->out[0]));
     for (int k = 0; k < e; k++) {
@@ -256,7 +265,10 @@ int main(void) {
   /* tp: the column-parallel GEMMs' (qkv: bias; fc: bias + GELU; its backward: DGELU_BGRAD); the
    * row-parallel ones' sums are reduced before the bias. Vocab-parallel: the CE_* parts, no fused CE */
   model("tiny tp=2 sp bf16", tiny, tp, 4, 2, 3, 0);
-  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 0, 1);
+  /* Llama (no biases): the residual adds without a bias (EPI_RESIDUAL) — the forward's second (the
+   * first's matmul output is kept for the backward's recompute, read twice), the backward's three adds
+   * of two dX GEMMs */
+  model("llama3-8b", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 1, 4, 1);
   if (failures) fprintf(stderr, "test_fuse: %d failures\n", failures);
   else printf("test_fuse: ok\n");
   return failures ? 1 : 0;
