@@ -100,13 +100,16 @@ const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx
 /* ---- norms over the last dim d of [rows, d]; w, b: [d] ---- */
 const char *cuk_layernorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, const char *b, DType wdt,
                           int64_t rows, int64_t d, double eps);
-const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
-                              const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps);
+const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *res, const char *dw, const char *db, const char *x,
+                              DType xdt, const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps);
 const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const char *w, DType wdt, int64_t rows,
                         int64_t d, double eps);
-const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *x, DType xdt, const char *w, DType wdt,
-                            const char *dy, int64_t rows, int64_t d, double eps);
-/* dx, dw, db take the dtypes of x, w, w; dy that of x. */
+const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *res, const char *dw, const char *x, DType xdt,
+                            const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps);
+/* dx, dw, db take the dtypes of x, w, w; dy that of x. res: NULL, or the residual gradient's carry (x's dtype and
+ * shape) the kernel adds to dx as it stores it, with the bits of dx stored and then added (passes/fuse_normres.c,
+ * shardk_norm.cuh with_res); dx may be res's very
+ * tensor, but meets none of x, w, dy. */
 
 /* ---- rotary embedding, x/y [B, S, H*hd] ---- */
 const char *cuk_rope(CuK *k, const char *y, const char *x, DType dt, int64_t B, int64_t S, int64_t H, int64_t hd,

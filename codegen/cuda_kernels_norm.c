@@ -2,7 +2,8 @@
  * (runtime/cuda/kernels/shardk_norm.cuh; codegen/cuda_kernels.h). bf16 rows of D a multiple of 256: a warp per
  * row in 16-byte vectors; the backward (D up to 2048) by warps streaming their rows, its weight gradients from
  * per-block partials summed by a second launch (column sums). Other shapes: a block per row, the partials' column
- * sums a second launch too. Deterministic throughout: fixed orders, no float atomics. */
+ * sums a second launch too. Deterministic throughout: fixed orders, no float atomics. Every backward form may add the
+ * residual gradient's carry to dx as it stores it (res, parameter p5: passes/fuse_normres.c). */
 #include "cuda_kernels_int.h"
 
 static const char *norm_fwd(CuK *k, const char *fn, const char *y, const char *x, DType xdt, const char *w,
@@ -46,6 +47,11 @@ const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const c
   return norm_fwd(k, "rmsnorm", y, x, xdt, w, NULL, wdt, rows, d, eps);
 }
 
+/* The backward kernels' res argument: the carry the kernel adds to dx (its parameter p5), or none. */
+static const char *res_arg(CuK *k, const char *res, DType dt) {
+  return res ? arena_printf(k->a, "(const %s *)p5", ck_ctype(dt)) : "nullptr";
+}
+
 /* The warps a row of the backward by norm_bwd_ring: 1 for D a multiple of 256 up to 1024, 2 for D a multiple of 512
  * up to 2048 (Llama's 2048: one warp's 64 columns a lane would need 255 registers and spill, ptxas -v for sm_90; two
  * warps of 32: 122 registers RMSNorm, 128 LayerNorm, no spills); 0: not by the ring. */
@@ -57,7 +63,7 @@ static int ring_h(int64_t d) { return d % 256 == 0 && d <= 1024 ? 1 : d % 512 ==
  * 2 halves a warp), dw / db by a colsum launch of the blocks' partials (on the H100 of 2026-11-27 faster than their
  * sums over the blocks inside the first launch, by arrival counters: docs/performance.md). Bytes at RMSNorm [8192, 2048] (Llama 509M): x, dy read and dx written, 100.7 MB = the floor (23.7 us at
  * the H200's 4,247 GB/s); the partials 256 x 8 KiB = 2.1 MB written and read back in L2 (2 % over). */
-static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x,
+static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *res, const char *dw, const char *db, const char *x,
                                  const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
   const int W = 8, H = ring_h(d), X = H > 1 ? 16 * W : 0; /* X: the row sums' exchange (H > 1) */
   const int S = (int)imax(2, imin(4, (99 * 1024 - 4 * d - X) / (W * 4 * d / H)));
@@ -67,15 +73,15 @@ static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw,
   const int64_t smem = 4 * d + (int64_t)W * S * 4 * d / H + X;
   ck_need_ws(k, P * m * 4);
   const char *wt = ck_ctype(wdt);
-  Args g = {.np = 5, .p = {dx, ck_ws_at(k, 0), x, w, dy}};
+  Args g = {.np = res ? 6 : 5, .p = {dx, ck_ws_at(k, 0), x, w, dy, res}};
   k->minb = 2; /* two blocks an SM: 128 registers a thread */
   const char *l1 = ck_simple_smem(
       k, &g, P, 1, 1, 32 * W, 1, smem,
       arena_printf(k->a,
-                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d%s>((sk::bf16 *)p0, (float *)p1, "
+                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d%s>((sk::bf16 *)p0, %s, (float *)p1, "
                    "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
-                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, H > 1 ? ", 2" : "", wt,
-                   ck_fl(k, eps)));
+                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, H > 1 ? ", 2" : "",
+                   res_arg(k, res, DT_BF16), wt, ck_fl(k, eps)));
   k->minb = 0;
   if (!ln) return ck_cat(k, l1, ck_colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0));
   Args g3 = {.np = 3, .p = {dw, db, ck_ws_at(k, 0)}}; /* dw (blockIdx.z 0) and db (1) in one launch */
@@ -85,31 +91,32 @@ static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *dw,
   return ck_cat(k, l1, ck_end(k, id, &g3, cdiv(d / 4, 8), 1, 2, 8, 32, 1));
 }
 
-static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
+static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *res, const char *dw, const char *db, const char *x, DType xdt,
                             const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
   /* every variant: the ring (CUK_VAR_MAIN's block per row and layernorm_bwd_vec lost to it on the H100, issue 17) */
   if (xdt == DT_BF16 && (wdt == DT_BF16 || wdt == DT_F32) && ring_h(d))
-    return norm_bwd_ring(k, ln, dx, dw, db, x, w, wdt, dy, rows, d, eps);
+    return norm_bwd_ring(k, ln, dx, res, dw, db, x, w, wdt, dy, rows, d, eps);
   int nt = ck_row_threads(d);
   int nper = (int)cdiv(d, nt);
   int64_t P = imax(1, imin(rows, 256));
   int64_t m = ln ? 2 * d : d;
   ck_need_ws(k, P * m * 4);
   const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
-  Args g = {.np = 5, .p = {dx, ck_ws_at(k, 0), x, w, dy}};
+  Args g = {.np = res ? 6 : 5, .p = {dx, ck_ws_at(k, 0), x, w, dy, res}};
+  const char *rs = res_arg(k, res, xdt);
   const char *l1 = ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
                        ? ck_simple(k, &g, P, 1, 1, 256, 1,
                                 arena_printf(k->a,
-                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, (float *)p1, "
+                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, %s, (float *)p1, "
                                              "(const %s *)p2, (const %s *)p3, (const %s *)p4, %s);",
-                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, xt, wt, xt, ck_fl(k, eps)))
+                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, rs, xt, wt, xt, ck_fl(k, eps)))
                        : ck_simple(
       k, &g, P, 1, 1, nt, 1,
       arena_printf(k->a,
-                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (float *)p1, (const %s *)p2, (const %s *)p3, "
+                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, %s, (float *)p1, (const %s *)p2, (const %s *)p3, "
                    "(const %s *)p4, %s);",
                    ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P, xt,
-                   xt, wt, xt, ck_fl(k, eps)));
+                   rs, xt, wt, xt, ck_fl(k, eps)));
   /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
   Args g2 = {.np = 2, .p = {dw, ck_ws_at(k, 0)}};
   const char *l2 = NULL;
@@ -140,12 +147,12 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *dw, cons
   return ck_cat(k, l1, l2);
 }
 
-const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *dw, const char *db, const char *x, DType xdt,
-                              const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
-  return norm_bwd(k, 1, dx, dw, db, x, xdt, w, wdt, dy, rows, d, eps);
+const char *cuk_layernorm_bwd(CuK *k, const char *dx, const char *res, const char *dw, const char *db, const char *x,
+                              DType xdt, const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
+  return norm_bwd(k, 1, dx, res, dw, db, x, xdt, w, wdt, dy, rows, d, eps);
 }
 
-const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *dw, const char *x, DType xdt, const char *w, DType wdt,
-                            const char *dy, int64_t rows, int64_t d, double eps) {
-  return norm_bwd(k, 0, dx, dw, NULL, x, xdt, w, wdt, dy, rows, d, eps);
+const char *cuk_rmsnorm_bwd(CuK *k, const char *dx, const char *res, const char *dw, const char *x, DType xdt,
+                            const char *w, DType wdt, const char *dy, int64_t rows, int64_t d, double eps) {
+  return norm_bwd(k, 0, dx, res, dw, NULL, x, xdt, w, wdt, dy, rows, d, eps);
 }

@@ -180,6 +180,13 @@ static int emit_matmul_ep(Cg *c, Node *mm) {
   return at[e - 1] - c->pos + 1;
 }
 
+/* The add of the residual gradient's carry that the norm's backward n (at c->pos) computes (passes/fuse_normres.c:
+ * its kernel stores dx + carry in the add's output), or NULL. */
+static const Node *normres_add(const Cg *c, const Node *n) {
+  int p = fuse_normres_partner(n->graph, c->pos);
+  return p >= 0 && cg_runs(c, n->graph, p) ? n->graph->nodes[p] : NULL;
+}
+
 /* A node that is not elementwise. */
 /* AdamW or SGD update n in place; copy: where the same kernel also stores the updated parameter's bf16
  * copy (its persistent copy, passes/wshadow.c), NULL: nowhere. */
@@ -293,14 +300,20 @@ static void emit_node(Cg *c, Node *n) {
   case OP_RMSNORM:
     return stmt(c, cuk_rmsnorm(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, cg_ptr(c, n->in[1]), n->in[1]->dtype, rows_of(x),
                                last_dim(x), a->eps));
-  case OP_LAYERNORM_BWD:
-    return stmt(c, cuk_layernorm_bwd(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, n->out[2]), cg_ptr(c, x),
-                                     x->dtype, cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->in[2]), rows_of(x),
-                                     last_dim(x), a->eps));
-  case OP_RMSNORM_BWD:
-    return stmt(c, cuk_rmsnorm_bwd(k, cg_ptr(c, n->out[0]), cg_ptr(c, n->out[1]), cg_ptr(c, x), x->dtype,
-                                   cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->in[2]), rows_of(x), last_dim(x),
-                                   a->eps));
+  case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: { /* dx, or the sum of dx and the carry into the add's output */
+    const Node *ra = normres_add(c, n);
+    const char *dx = cg_ptr(c, ra ? ra->out[0] : n->out[0]), *res = NULL;
+    if (ra) {
+      res = cg_ptr(c, ra->in[ra->in[0] == n->out[0] ? 1 : 0]);
+      cg_line(c, "/* the norm's backward + the residual gradient's add below, in one kernel (fuse_normres) */");
+    }
+    if (n->op == OP_RMSNORM_BWD)
+      return stmt(c, cuk_rmsnorm_bwd(k, dx, res, cg_ptr(c, n->out[1]), cg_ptr(c, x), x->dtype, cg_ptr(c, n->in[1]),
+                                     n->in[1]->dtype, cg_ptr(c, n->in[2]), rows_of(x), last_dim(x), a->eps));
+    return stmt(c, cuk_layernorm_bwd(k, dx, res, cg_ptr(c, n->out[1]), cg_ptr(c, n->out[2]), cg_ptr(c, x), x->dtype,
+                                     cg_ptr(c, n->in[1]), n->in[1]->dtype, cg_ptr(c, n->in[2]), rows_of(x), last_dim(x),
+                                     a->eps));
+  }
   case OP_ROPE: {
     const Shape *s = &x->shape;
     return stmt(c, cuk_rope(k, cg_ptr(c, y), cg_ptr(c, x), x->dtype, s->dim[0], s->dim[1], a->heads,
@@ -450,6 +463,13 @@ static int cuda_node(Cg *c, Node *n) {
       emit_update(c, n, cg_ptr(c, cc->out[0]));
       cg_line(c, "/* (the cast: its bf16 copy, stored by the update above) */");
       return 2;
+    }
+  }
+  if (n->op == OP_ADD && n->a.normres) { /* passes/fuse_normres.c: done by the norm's backward before it? */
+    int nb = fuse_normres_partner(n->graph, c->pos);
+    if (nb >= 0 && cg_runs(c, n->graph, nb)) {
+      cg_line(c, "/* computed by the norm's backward above */");
+      return 1;
     }
   }
   if (cg_elementwise(n)) return emit_run(c, n);

@@ -194,6 +194,9 @@ typedef struct {
                              5: a residual add without a bias (EPI_RESIDUAL, passes.h) */
   bool fused_bwd;         /* CROSS_ENTROPY and its CROSS_ENTROPY_BWD (CUDA target, passes/fuse_ce.c): the forward's
                              kernel computes both (fuse_ce_partner pairs them) */
+  bool normres;           /* LAYERNORM_BWD / RMSNORM_BWD and the ADD of its dx to the residual gradient's carry right
+                             after it (CUDA target, passes/fuse_normres.c): the norm's backward kernel stores the sum
+                             in the add's output, dx is never written, the add emits nothing */
   bool sumsq_fused;       /* SUMSQ and the CONCAT its reshape to [1] feeds (CUDA target, passes/fuse_sumsq.c): the
                              concat's kernel computes its members' sums of squares straight into its elements */
 } Attrs;

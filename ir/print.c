@@ -161,7 +161,10 @@ static void put_attrs(Buf *b, const Node *n) {
     bprintf(b, "  ta=%d tb=%d", a->ta, a->tb);
     if (a->epilogue) bprintf(b, " epilogue=%d", a->epilogue); /* CUDA target (passes/epilogue.c) */
     break;
-  case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD: bprintf(b, "  eps=%g", a->eps); break;
+  case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD:
+    bprintf(b, "  eps=%g%s", a->eps, a->normres ? " normres" : ""); /* CUDA: passes/fuse_normres.c */
+    break;
+  case OP_ADD: if (a->normres) bprintf(b, "  normres"); break;
   case OP_ROPE: case OP_ROPE_AT:
     bprintf(b, "  heads=%d theta=%g start=%lld%s", a->heads, a->theta, (long long)a->start, a->inverse ? " inverse" : "");
     break;

@@ -353,9 +353,9 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
   case OP_MATMUL:
     ok = attr_bool(r, al, "ta", &a->ta) && attr_bool(r, al, "tb", &a->tb) && attr_int(r, al, "epilogue", &a->epilogue, 0, 5);
     break;
-  case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD:
-    ok = attr_f64(r, al, "eps", &a->eps);
-    break;
+  case OP_LAYERNORM: case OP_RMSNORM: ok = attr_f64(r, al, "eps", &a->eps); break;
+  case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: ok = attr_f64(r, al, "eps", &a->eps) && attr_flag(al, "normres", &a->normres); break;
+  case OP_ADD: ok = attr_flag(al, "normres", &a->normres); break;
   case OP_ROPE: case OP_ROPE_AT:
     ok = attr_int(r, al, "heads", &a->heads, 1, 1 << 20) && attr_f64(r, al, "theta", &a->theta) &&
          attr_i64(r, al, "start", &a->start, 0, BIG) && attr_flag(al, "inverse", &a->inverse);

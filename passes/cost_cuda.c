@@ -1,10 +1,11 @@
 /* passes/cost_cuda.c — the cost model's kernels of the CUDA target (see cost.h, cost_cuda_kernels): what
  * codegen/target_cuda.c launches for a node once the passes that fuse have run, asked of those passes
- * (passes/epilogue.c's epilogue_owner and epilogue_nodes, passes/fuse_ce.c's fuse_ce_partner) and of
+ * (passes/epilogue.c's epilogue_owner and epilogue_nodes, passes/fuse_ce.c's fuse_ce_partner, passes/fuse_normres.c's
+ * fuse_normres_partner) and of
  * ir_attn_flash, not decided again here. */
 #include "cost.h"
 
-#include "passes.h" /* epilogue_owner, epilogue_nodes, fuse_ce_partner */
+#include "passes.h" /* epilogue_owner, epilogue_nodes, fuse_ce_partner, fuse_normres_partner */
 
 static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
@@ -13,7 +14,8 @@ static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) *
  * attn_bwd), three off it; the fused cross-entropy's three (the gradient's scale, the rows, the mean:
  * cuda_kernels_ce.c); the embedding gradient's two (the buckets, the rows: cuda_kernels.c
  * cuk_embed_bwd); the norms' backward two (the rows with the blocks' dw / db partials, their column sums:
- * cuda_kernels_norm.c). A GEMM's *extra: what its epilogue reads besides the product (the bias, the
+ * cuda_kernels_norm.c), its *extra the residual gradient's carry where it computes the add after it
+ * (passes/fuse_normres.c fuse_normres_partner; that add then 0). A GEMM's *extra: what its epilogue reads besides the product (the bias, the
  * residual, GELU's pre-activation) and stores instead of it (the last absorbed node's value, and a
  * GELU's pre-activation: GELU_AUX_BIAS); the fused cross-entropy's: its gradient. */
 int cost_cuda_kernels(const Node *n, int pos, double *extra) {
@@ -52,7 +54,12 @@ int cost_cuda_kernels(const Node *n, int pos, double *extra) {
     return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
   if (n->op == OP_ATTN_BLOCK_BWD) return 3;
   if (n->op == OP_EMBED_BWD) return 2;
-  if (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD) return 2; /* the rows, then dw / db's column sums */
+  if (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD) { /* the rows, then dw / db's column sums */
+    int p = fuse_normres_partner(g, pos); /* with the add after it: its carry read too (passes/fuse_normres.c) */
+    if (p >= 0) *extra = value_bytes(g->nodes[p]->in[g->nodes[p]->in[0] == n->out[0] ? 1 : 0]);
+    return 2;
+  }
+  if (n->op == OP_ADD && fuse_normres_partner(g, pos) >= 0) return 0; /* computed by the norm's backward */
   return 1;
 }
 

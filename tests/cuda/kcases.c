@@ -306,6 +306,17 @@ static void cases_embed(KC *c) {
 
 /* ---- norms ----------------------------------------------------------------------------------------------- */
 
+/* Whether got[i] is dx[i] + cr[i] (dx as stored by the backward without the carry) in f32, rounded to dt, bit for bit:
+ * the two nodes the fused backward replaces (passes/fuse_normres.c). */
+static bool same_sum(const float *got, const float *dx, const float *cr, int64_t n, DType dt) {
+  for (int64_t i = 0; i < n; i++) {
+    float s = dx[i] + cr[i];
+    if (dt == DT_BF16) s = bf(s);
+    if (memcmp(&s, &got[i], 4) != 0) return false;
+  }
+  return true;
+}
+
 static void cases_norms(KC *c) {
   struct {
     int64_t rows, d;
@@ -338,15 +349,32 @@ static void cases_norms(KC *c) {
     kt_put(c, tb, b);
     kt_put(c, tdy, dy);
     run(c, cuk_layernorm(c->k, P(c, ty), P(c, tx), xdt, P(c, tw), P(c, tb), wdt, rows, d, eps));
-    const char *lb = cuk_layernorm_bwd(c->k, P(c, tdx), P(c, tdw), P(c, tdb), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy),
+    const char *lb = cuk_layernorm_bwd(c->k, P(c, tdx), NULL, P(c, tdw), P(c, tdb), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy),
                                        rows, d, eps);
     run(c, lb);
     run(c, cuk_rmsnorm(c->k, P(c, ty2), P(c, tx), xdt, P(c, tw), wdt, rows, d, eps));
-    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx2), P(c, tdw2), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d, eps));
+    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx2), NULL, P(c, tdw2), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d, eps));
     /* determinism: the layernorm backward again into other buffers */
-    run(c, cuk_layernorm_bwd(c->k, P(c, tdx3), P(c, tdw3), P(c, tdb3), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows,
+    run(c, cuk_layernorm_bwd(c->k, P(c, tdx3), NULL, P(c, tdw3), P(c, tdb3), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows,
                              d, eps));
-    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx4), P(c, tdw4), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d, eps));
+    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx4), NULL, P(c, tdw4), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d, eps));
+    /* with the residual gradient's carry (passes/fuse_normres.c): dx + carry into another buffer (tdx5, tdx7), and
+       in place over the carry (tdx6, tdx8 hold it before) */
+    float *cr = fvec(c, n, 1.5f);
+    round_to(xdt, cr, n);
+    KT tcr = kt_new(c, xdt, n), tdx5 = kt_new(c, xdt, n), tdx6 = kt_new(c, xdt, n), tdx7 = kt_new(c, xdt, n),
+       tdx8 = kt_new(c, xdt, n), tdw5 = kt_new(c, wdt, d), tdb5 = kt_new(c, wdt, d), tdw7 = kt_new(c, wdt, d);
+    kt_put(c, tcr, cr);
+    kt_put(c, tdx6, cr);
+    kt_put(c, tdx8, cr);
+    run(c, cuk_layernorm_bwd(c->k, P(c, tdx5), P(c, tcr), P(c, tdw5), P(c, tdb5), P(c, tx), xdt, P(c, tw), wdt,
+                             P(c, tdy), rows, d, eps));
+    run(c, cuk_layernorm_bwd(c->k, P(c, tdx6), P(c, tdx6), P(c, tdw5), P(c, tdb5), P(c, tx), xdt, P(c, tw), wdt,
+                             P(c, tdy), rows, d, eps));
+    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx7), P(c, tcr), P(c, tdw7), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d,
+                           eps));
+    run(c, cuk_rmsnorm_bwd(c->k, P(c, tdx8), P(c, tdx8), P(c, tdw7), P(c, tx), xdt, P(c, tw), wdt, P(c, tdy), rows, d,
+                           eps));
     if (!c->be) continue;
     float *ry = arena_alloc(c->a, (size_t)n * 4), *rdx = arena_alloc(c->a, (size_t)n * 4),
           *rdw = arena_alloc(c->a, (size_t)d * 4), *rdb = arena_alloc(c->a, (size_t)d * 4);
@@ -363,11 +391,26 @@ static void cases_norms(KC *c) {
            memcmp(kt_get(c, tdw), kt_get(c, tdw3), (size_t)d * 4) == 0 &&
                memcmp(kt_get(c, tdb), kt_get(c, tdb3), (size_t)d * 4) == 0 &&
                memcmp(kt_get(c, tdx), kt_get(c, tdx3), (size_t)n * 4) == 0);
+    expect(c, arena_printf(c->a, "layernorm_bwd dx + carry: the bits of dx stored, then added %s", tag),
+           same_sum(kt_get(c, tdx5), kt_get(c, tdx), cr, n, xdt));
+    for (int64_t i = 0; i < n; i++) rdx[i] += cr[i];
+    cmp(c, arena_printf(c->a, "layernorm_bwd dx + carry %s", tag), kt_get(c, tdx5), rdx, n, rt, at * 2);
+    expect(c, arena_printf(c->a, "layernorm_bwd dx + carry in place, same bits; dw, db unchanged %s", tag),
+           memcmp(kt_get(c, tdx5), kt_get(c, tdx6), (size_t)n * 4) == 0 &&
+               memcmp(kt_get(c, tdw5), kt_get(c, tdw), (size_t)d * 4) == 0 &&
+               memcmp(kt_get(c, tdb5), kt_get(c, tdb), (size_t)d * 4) == 0);
     rt_rmsnorm_fwd_ref(rows, d, eps, x, w, ry, NULL);
     cmp(c, arena_printf(c->a, "rmsnorm %s", tag), kt_get(c, ty2), ry, n, rt, at);
     rt_rmsnorm_bwd_ref(rows, d, eps, x, w, dy, rdx, rdw, 0.0f);
     cmp(c, arena_printf(c->a, "rmsnorm_bwd dx %s", tag), kt_get(c, tdx2), rdx, n, rt, at * 2);
     cmp(c, arena_printf(c->a, "rmsnorm_bwd dw %s", tag), kt_get(c, tdw2), rdw, d, rt, at * sqrt((double)rows));
+    expect(c, arena_printf(c->a, "rmsnorm_bwd dx + carry: the bits of dx stored, then added %s", tag),
+           same_sum(kt_get(c, tdx7), kt_get(c, tdx2), cr, n, xdt));
+    for (int64_t i = 0; i < n; i++) rdx[i] += cr[i];
+    cmp(c, arena_printf(c->a, "rmsnorm_bwd dx + carry %s", tag), kt_get(c, tdx7), rdx, n, rt, at * 2);
+    expect(c, arena_printf(c->a, "rmsnorm_bwd dx + carry in place, same bits; dw unchanged %s", tag),
+           memcmp(kt_get(c, tdx7), kt_get(c, tdx8), (size_t)n * 4) == 0 &&
+               memcmp(kt_get(c, tdw7), kt_get(c, tdw2), (size_t)d * 4) == 0);
     expect(c, arena_printf(c->a, "rmsnorm_bwd deterministic %s", tag),
            memcmp(kt_get(c, tdw2), kt_get(c, tdw4), (size_t)d * 4) == 0 &&
                memcmp(kt_get(c, tdx2), kt_get(c, tdx4), (size_t)n * 4) == 0);

@@ -233,10 +233,10 @@ static void perf(void) {
   p[np++] = (Perf){"layernorm bf16 [8192, 768]",
                    cuk_layernorm(k, y, x, DT_BF16, w, bb, DT_F32, N, C, 1e-5), 2 * nC * 2, 0};
   p[np++] = (Perf){"layernorm_bwd bf16 [8192, 768]",
-                   cuk_layernorm_bwd(k, z, dw, db, x, DT_BF16, w, DT_F32, y, N, C, 1e-5), 3 * nC * 2, 0};
+                   cuk_layernorm_bwd(k, z, NULL, dw, db, x, DT_BF16, w, DT_F32, y, N, C, 1e-5), 3 * nC * 2, 0};
   p[np++] = (Perf){"rmsnorm bf16 [8192, 768]", cuk_rmsnorm(k, y, x, DT_BF16, w, DT_F32, N, C, 1e-5), 2 * nC * 2, 0};
   p[np++] = (Perf){"rmsnorm_bwd bf16 [8192, 768]",
-                   cuk_rmsnorm_bwd(k, z, dw, x, DT_BF16, w, DT_F32, y, N, C, 1e-5), 3 * nC * 2, 0};
+                   cuk_rmsnorm_bwd(k, z, NULL, dw, x, DT_BF16, w, DT_F32, y, N, C, 1e-5), 3 * nC * 2, 0};
   p[np++] = (Perf){"rope bf16 [8, 1024, 12*64]", cuk_rope(k, y, x, DT_BF16, B, T, H, hd, 10000.0, 0, 0), 2 * nC * 2, 0};
   p[np++] = (Perf){"transpose bf16 [8192, 768]", cuk_transpose(k, y, x, DT_BF16, 1, N, C), 2 * nC * 2, 0};
   Shape xs = ir_shape(2, (int64_t[]){N, C}), ys = ir_shape(1, (int64_t[]){C});
@@ -263,7 +263,7 @@ static void perf(void) {
     p[np++] = (Perf){"layernorm bf16 [16384, 768]", cuk_layernorm(k, y2, x2, DT_BF16, w, bb, DT_F32, N2, C, 1e-5),
                      2.0 * N2 * C * 2, 0};
     p[np++] = (Perf){"layernorm_bwd bf16 [16384, 768]",
-                     cuk_layernorm_bwd(k, z2, dw, db, x2, DT_BF16, w, DT_F32, y2, N2, C, 1e-5), 3.0 * N2 * C * 2, 0};
+                     cuk_layernorm_bwd(k, z2, NULL, dw, db, x2, DT_BF16, w, DT_F32, y2, N2, C, 1e-5), 3.0 * N2 * C * 2, 0};
     p[np++] = (Perf){"embed_bwd bf16 16384 ids V 50304", cuk_embed_bwd(k, dtab, DT_BF16, ids2, x2, DT_BF16, N2, C, V, "0"),
                      (double)N2 * C * 2 + (double)V * C * 2, 0};
     p[np++] = (Perf){"cross_entropy fused in place bf16 [16384, 50304]",
@@ -327,12 +327,13 @@ static const char *kernel_attrs(Arena *a, const char *stmt) {
 /* Each case's statement in every variant (cuk_set_variant; each checked by the cases above, cuda_kernels_emu too),
  * timed in 5 interleaved rounds (case by case, variant after variant); the median round per variant. */
 static void bytes_sweep(void) {
-  enum { NC = 12, ROUNDS = 5 };
+  enum { NC = 14, ROUNDS = 5 };
   Arena a;
   arena_init(&a);
   CuK *k = cuk_new(&a);
   const int64_t B = 8, T = 1024, C = 768, N = B * T, N2 = 2 * N, L = 2048;
   const char *x = pb(&a, (size_t)N2 * 4 * C * 2), *y = pb(&a, (size_t)N2 * 4 * C * 2), *z = pb(&a, (size_t)N2 * 4 * C * 2);
+  const char *cr = pb(&a, (size_t)N2 * 4 * C * 2); /* the residual gradient's carry (passes/fuse_normres.c) */
   const char *w = pb(&a, (size_t)4 * C * 4), *bb = pb(&a, (size_t)4 * C * 4), *dw = pb(&a, (size_t)4 * C * 4),
              *db = pb(&a, (size_t)4 * C * 4);
   struct {
@@ -346,13 +347,18 @@ static void bytes_sweep(void) {
     int i = 0;
     cuk_set_variant(k, v);
 #define BCASE(nm, by, st) (c[i].name = (nm), c[i].bytes = (by), c[i++].stmt[v] = (st))
-    BCASE("layernorm_bwd bf16 [8192, 768]", 3.0 * N * C * 2, cuk_layernorm_bwd(k, z, dw, db, x, DT_BF16, w, DT_F32, y, N, C, 1e-5));
+    BCASE("layernorm_bwd bf16 [8192, 768]", 3.0 * N * C * 2, cuk_layernorm_bwd(k, z, NULL, dw, db, x, DT_BF16, w, DT_F32, y, N, C, 1e-5));
     BCASE("layernorm_bwd bf16 [16384, 768]", 3.0 * N2 * C * 2,
-          cuk_layernorm_bwd(k, z, dw, db, x, DT_BF16, w, DT_F32, y, N2, C, 1e-5));
+          cuk_layernorm_bwd(k, z, NULL, dw, db, x, DT_BF16, w, DT_F32, y, N2, C, 1e-5));
     BCASE("rmsnorm bf16 [8192, 768]", 2.0 * N * C * 2, cuk_rmsnorm(k, y, x, DT_BF16, w, DT_F32, N, C, 1e-5));
-    BCASE("rmsnorm_bwd bf16 [8192, 768]", 3.0 * N * C * 2, cuk_rmsnorm_bwd(k, z, dw, x, DT_BF16, w, DT_F32, y, N, C, 1e-5));
+    BCASE("rmsnorm_bwd bf16 [8192, 768]", 3.0 * N * C * 2, cuk_rmsnorm_bwd(k, z, NULL, dw, x, DT_BF16, w, DT_F32, y, N, C, 1e-5));
     BCASE("rmsnorm bf16 [8192, 2048]", 2.0 * N * L * 2, cuk_rmsnorm(k, y, x, DT_BF16, w, DT_F32, N, L, 1e-5));
-    BCASE("rmsnorm_bwd bf16 [8192, 2048]", 3.0 * N * L * 2, cuk_rmsnorm_bwd(k, z, dw, x, DT_BF16, w, DT_F32, y, N, L, 1e-5));
+    BCASE("rmsnorm_bwd bf16 [8192, 2048]", 3.0 * N * L * 2, cuk_rmsnorm_bwd(k, z, NULL, dw, x, DT_BF16, w, DT_F32, y, N, L, 1e-5));
+    /* with the carry (the shapes of the Llama 509M and GPT-2 124M steps): the carry read too */
+    BCASE("rmsnorm_bwd + carry bf16 [8192, 2048]", 4.0 * N * L * 2,
+          cuk_rmsnorm_bwd(k, z, cr, dw, x, DT_BF16, w, DT_F32, y, N, L, 1e-5));
+    BCASE("layernorm_bwd + carry bf16 [16384, 768]", 4.0 * N2 * C * 2,
+          cuk_layernorm_bwd(k, z, cr, dw, db, x, DT_BF16, w, DT_F32, y, N2, C, 1e-5));
     BCASE("rope bf16 [8, 1024, 12*64]", 2.0 * N * C * 2, cuk_rope(k, y, x, DT_BF16, B, T, 12, 64, 10000.0, 0, 0));
     BCASE("rope bf16 [8, 1024, 16*128]", 2.0 * N * L * 2, cuk_rope(k, y, x, DT_BF16, B, T, 16, 128, 500000.0, 0, 0));
     BCASE("reduce_to bf16 [8192, 768] -> [768]", 1.0 * N * C * 2, cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &xs));

@@ -52,6 +52,8 @@
  * with none; in both Llama programs every silu is in a fusion group of 2 or more nodes and every
  * silu_bwd in one of 3 or more (SwiGLU's elementwise parts as one kernel over the GEMMs between them:
  * passes/fuse_order.c), so those kernels are what the interpreter is matched against.
+ * On the CUDA target each case's layers' norms' backward add the residual gradient's carry in their kernel
+ * (passes/fuse_normres.c; checked to be so: the same bits as the two nodes, cuda_kernels_emu).
  */
 #include <errno.h>
 #include <math.h>
@@ -187,6 +189,18 @@ static int llvm_kernels_in(const char *exe) {
   return n;
 }
 
+/* The norms' backward in g (and its bodies) that add the residual gradient's carry in their kernel (Attrs.normres,
+ * passes/fuse_normres.c). */
+static int normres_count(const Graph *g) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) k += normres_count(n->body);
+    k += n->a.normres && (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD);
+  }
+  return k;
+}
+
 static void run_case(const char *label, const char *model, const FeDefine *defs0, int ndefs0, bool bytes, Variant var) {
   FeDefine defs[32];
   int ndefs = 0;
@@ -217,6 +231,11 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
   if (var.swiglu) {
     int seen = 0, bad = swiglu_unfused(m->graph, &seen);
     CHECK(seen >= 2 && bad == 0, "%s: %d of %d silu / silu_bwd nodes outside their SwiGLU fusion group", label, bad, seen);
+  }
+  if (var.target == TARGET_CUDA) { /* the layers' norms' backward add the residual gradient themselves */
+    int nr = normres_count(m->graph);
+    CHECK(nr >= 2, "%s: %d norms' backward with the residual gradient's add (fuse_normres), 2 expected", label, nr);
+    fprintf(stderr, "  %d norms' backward add the residual gradient (fuse_normres)\n", nr);
   }
   char exe[512], data[512], cmd[2048];
   snprintf(exe, sizeof exe, "%s/train", dir);

@@ -122,9 +122,10 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:66 */
       rt_cu_matmul(ctx, (M + 4313728 + i1 * 32768), RT_BF16, ((M + 3658368) + i1 * 65536), (M + 3003008), RT_BF16, 1, 64, 256, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2806400)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627840 + i1 * 128)}, &(char *){(M + 4628096 + i1 * 128)}, &(char *){(WS + 256)}});
+      /* the norm's backward + the residual gradient's add below, in one kernel (fuse_normres) */
+      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){((M + 3789440) + i1 * 65536)}, &(char *){((M + 590336) + i1 * 128)}, &(char *){(M + 2740864)}, &(char *){c1_0}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627840 + i1 * 128)}, &(char *){(M + 4628096 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){c1_0}, &(char *){(M + 2806400)}, &(char *){(M + 4379264)}});
+      /* computed by the norm's backward above */
       /* models/std/transformer.model:58 */
       rt_cu_launch(ctx, 25, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4627584 + i1 * 128)}, &(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:55 */
@@ -137,10 +138,10 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:53 */
-      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{28, 1, 128, "1x4x64/0", 12288}, {29, 1, 128, "1x4x32/0", 6144}, {30, 1, 256, "1x8x64/0", 12288}, {31, 1, 128, "2x4x16/0", 3072}, {32, 2, 64, "1x2x64/0", 12288}, {33, 1, 256, "1x8x32/0", 6144}, {34, 1, 128, "1x4x16/0", 3072}, {35, 1, 128, "1x4x128/0", 24576}, {36, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{37, 1, 128, "1x4x64/0", 13312}, {38, 1, 128, "1x4x32/3", 6656}, {39, 1, 256, "1x8x64/0", 13312}, {40, 1, 256, "1x8x32/0", 6656}, {41, 2, 64, "1x2x64/0", 13312}, {42, 1, 128, "2x4x16/0", 3328}, {43, 2, 64, "1x2x32/0", 6656}, {44, 1, 128, "1x4x128/0s", 32768}, {45, 1, 256, "1x8x128/0s", 38912}, {46, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
+      rt_cu_launch_tuned(ctx, "flash_bwd_q S 64 H 4 KV 4 hd 16 causal B 8", 9, (const RtCuTileCand[]){{29, 1, 128, "1x4x64/0", 12288}, {30, 1, 128, "1x4x32/0", 6144}, {31, 1, 256, "1x8x64/0", 12288}, {32, 1, 128, "2x4x16/0", 3072}, {33, 2, 64, "1x2x64/0", 12288}, {34, 1, 256, "1x8x32/0", 6144}, {35, 1, 128, "1x4x16/0", 3072}, {36, 1, 128, "1x4x128/0", 24576}, {37, 1, 256, "1x8x128/0", 24576}}, 4, 8, 8, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 3920512) + i1 * 65536)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 8192LL, 196352LL, 196352LL, 196352LL, 65536LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_F32, 16LL, 0, 0}}); rt_cu_launch_tuned(ctx, "flash_bwd_kv S 64 H 4 KV 4 hd 16 causal B 8", 10, (const RtCuTileCand[]){{38, 1, 128, "1x4x64/0", 13312}, {39, 1, 128, "1x4x32/3", 6656}, {40, 1, 256, "1x8x64/0", 13312}, {41, 1, 256, "1x8x32/0", 6656}, {42, 2, 64, "1x2x64/0", 13312}, {43, 1, 128, "2x4x16/0", 3328}, {44, 2, 64, "1x2x32/0", 6656}, {45, 1, 128, "1x4x128/0s", 32768}, {46, 1, 256, "1x8x128/0s", 38912}, {47, 1, 128, "2x4x32/0s", 18944}}, 4, 8, 8, (void *[]){&(char *){(M + 2740992)}, &(char *){(M + 2741120)}, &(char *){(((M + 3265152) + i1 * 196608) + 0)}, &(char *){(((M + 3265152) + i1 * 196608) + 128)}, &(char *){(((M + 3265152) + i1 * 196608) + 256)}, &(char *){((M + 4592256) + i1 * 8192)}, &(char *){(WS + 256)}, &(char *){(M + 2937472)}}, (const long long[]){196352LL, 196352LL, 196352LL, 196352LL, 196352LL, 8192LL, 8192LL, 65536LL}, 2, (const RtCuTuneOut[]){{RT_BF16, 96LL, 1, 1}, {RT_BF16, 96LL, 1, 1}});
       /* models/std/transformer.model:32 */
       /* models/std/transformer.model:30 */
-      rt_cu_launch(ctx, 47, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
+      rt_cu_launch(ctx, 48, 1, 8, 1, 32, 8, 1, 0, (void *[]){&(char *){(M + 4626048 + i1 * 384)}, &(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){(WS + 8448)}, &(char *){(WS + 64)}});
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 2937472), RT_BF16, (M + 2740864), ((M + 523776) + i1 * 24576), RT_BF16, 1, 512, 64, 192, 0, 1, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:27 */
@@ -148,9 +149,10 @@ static void step(char *M, RtCtx *ctx) {
       /* models/std/transformer.model:27 */
       rt_cu_matmul(ctx, (M + 4510336 + i1 * 24576), RT_BF16, ((M + 4051584) + i1 * 65536), (M + 2740864), RT_BF16, 1, 64, 192, 512, 1, 0, 0, 1.0f, 0.0f);
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 23, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 2740864)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 2937472)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627072 + i1 * 128)}, &(char *){(M + 4627328 + i1 * 128)}, &(char *){(WS + 256)}});
+      /* the norm's backward + the residual gradient's add below, in one kernel (fuse_normres) */
+      rt_cu_launch(ctx, 28, 256, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(WS + 256)}, &(char *){((M + 4182656) + i1 * 65536)}, &(char *){((M + 523264) + i1 * 128)}, &(char *){(M + 2937472)}, &(char *){(M + 4379264)}}); rt_cu_launch(ctx, 24, 2, 1, 2, 8, 32, 1, 0, (void *[]){&(char *){(M + 4627072 + i1 * 128)}, &(char *){(M + 4627328 + i1 * 128)}, &(char *){(WS + 256)}});
       /* models/std/transformer.model:11 */
-      rt_cu_launch(ctx, 16, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4379264)}, &(char *){(M + 2740864)}, &(char *){(M + 4379264)}});
+      /* computed by the norm's backward above */
       c1_0 = (M + 4379264);
     }
   }
@@ -179,15 +181,15 @@ static void step(char *M, RtCtx *ctx) {
   /* models/std/transformer.model:9 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 48, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 4379264)}});
+  rt_cu_launch(ctx, 49, 64, 1, 1, 8, 32, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 50, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4626816)}, &(long long){0}}); rt_cu_launch(ctx, 49, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1725056)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1692288)}});
+  rt_cu_launch(ctx, 51, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 4626816)}, &(long long){0}}); rt_cu_launch(ctx, 50, 1, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1725056)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 1692288)}});
   /* models/tiny.model:12 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 52, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 51, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4379264)}});
+  rt_cu_launch(ctx, 53, 1, 1, 1, 1024, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(WS + 320)}, &(char *){(M + 1688064)}, &(long long){0}}); rt_cu_launch(ctx, 52, 4, 1, 1, 32, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 320)}, &(char *){(WS + 256)}, &(char *){(M + 4379264)}});
   /* models/tiny.model:14 */
-  rt_cu_launch(ctx, 53, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 1692288)}, &(char *){(M + 4559488)}});
+  rt_cu_launch(ctx, 54, 8, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4559488)}, &(char *){(M + 1692288)}, &(char *){(M + 4559488)}});
   /* models/tiny.model:11 */
   /* (the cast to f32: its readers widen its source themselves) */
   /* models/tiny.model:26 */
@@ -240,12 +242,12 @@ static void step(char *M, RtCtx *ctx) {
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* 16 sums of squares in one kernel, into the concat's elements */
-  rt_cu_launch(ctx, 54, 39, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693312)}, &(char *){(WS + 256)}, &(char *){(WS + 64)}, &(char *){(M + 4559488)}, &(char *){(M + 1725056)}, &(char *){(M + 4627072)}, &(char *){(M + 4627328)}, &(char *){(M + 4510336)}, &(char *){(M + 4626048)}, &(char *){(M + 4608640)}, &(char *){(M + 4627584)}, &(char *){(M + 4627840)}, &(char *){(M + 4628096)}, &(char *){(M + 4313728)}, &(char *){(M + 4625024)}, &(char *){(M + 4444800)}, &(char *){(M + 4628352)}, &(char *){(M + 4628608)}, &(char *){(M + 4628736)}});
+  rt_cu_launch(ctx, 55, 39, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1693312)}, &(char *){(WS + 256)}, &(char *){(WS + 64)}, &(char *){(M + 4559488)}, &(char *){(M + 1725056)}, &(char *){(M + 4627072)}, &(char *){(M + 4627328)}, &(char *){(M + 4510336)}, &(char *){(M + 4626048)}, &(char *){(M + 4608640)}, &(char *){(M + 4627584)}, &(char *){(M + 4627840)}, &(char *){(M + 4628096)}, &(char *){(M + 4313728)}, &(char *){(M + 4625024)}, &(char *){(M + 4444800)}, &(char *){(M + 4628352)}, &(char *){(M + 4628608)}, &(char *){(M + 4628736)}});
   /* models/tiny.model:26 */
-  rt_cu_launch(ctx, 55, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1693312)}}); rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
+  rt_cu_launch(ctx, 56, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 1693312)}}); rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(WS + 256)}});
   /* models/tiny.model:26 */
   /* 6 elementwise ops in one kernel */
-  rt_cu_launch(ctx, 57, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 1692352)}, &(char *){(M + 1692416)}});
+  rt_cu_launch(ctx, 58, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 1692288)}, &(char *){(M + 1692352)}, &(char *){(M + 1692416)}});
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
   /* models/tiny.model:26 */
@@ -254,52 +256,52 @@ static void step(char *M, RtCtx *ctx) {
   rt_cu_copy_block(ctx, (M + 1692288), 3, 1, (M + 1692416), 1, 0, 1, 1, 1, 4);
   rt_cu_copy_block(ctx, (M + 1692288), 3, 2, (M + 1692224), 1, 0, 1, 1, 1, 4);
   /* models/tiny.model:11 */
-  rt_cu_launch(ctx, 58, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4559488)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
+  rt_cu_launch(ctx, 59, 64, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 0)}, &(char *){(M + 4559488)}, &(char *){(M + 723456)}, &(char *){(M + 788992)}, &(char *){(M + 1692288)}, &(char *){(M + 482304)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/tiny.model:12 */
-  rt_cu_launch(ctx, 59, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1725056)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 1692288)}, &(char *){(M + 515072)}});
+  rt_cu_launch(ctx, 60, 16, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 65536)}, &(char *){(M + 1725056)}, &(char *){(M + 854528)}, &(char *){(M + 870912)}, &(char *){(M + 1692288)}, &(char *){(M + 515072)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4627072)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 81920)}, &(char *){(M + 4627072)}, &(char *){(M + 887296)}, &(char *){(M + 887808)}, &(char *){(M + 1692288)}, &(char *){(M + 523264)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4627328)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82432)}, &(char *){(M + 4627328)}, &(char *){(M + 888320)}, &(char *){(M + 888832)}, &(char *){(M + 1692288)}, &(char *){(M + 523520)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:26 */
-  rt_cu_launch(ctx, 61, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4510336)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
+  rt_cu_launch(ctx, 62, 96, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 82944)}, &(char *){(M + 4510336)}, &(char *){(M + 889344)}, &(char *){(M + 987648)}, &(char *){(M + 1692288)}, &(char *){(M + 523776)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:29 */
-  rt_cu_launch(ctx, 62, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4626048)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
+  rt_cu_launch(ctx, 63, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 181248)}, &(char *){(M + 4626048)}, &(char *){(M + 1085952)}, &(char *){(M + 1087488)}, &(char *){(M + 1692288)}, &(char *){(M + 572928)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:54 */
-  rt_cu_launch(ctx, 63, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4608640)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
+  rt_cu_launch(ctx, 64, 32, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 182784)}, &(char *){(M + 4608640)}, &(char *){(M + 1089024)}, &(char *){(M + 1121792)}, &(char *){(M + 1692288)}, &(char *){(M + 573696)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:57 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4627584)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 215552)}, &(char *){(M + 4627584)}, &(char *){(M + 1154560)}, &(char *){(M + 1155072)}, &(char *){(M + 1692288)}, &(char *){(M + 590080)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4627840)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216064)}, &(char *){(M + 4627840)}, &(char *){(M + 1155584)}, &(char *){(M + 1156096)}, &(char *){(M + 1692288)}, &(char *){(M + 590336)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4628096)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 216576)}, &(char *){(M + 4628096)}, &(char *){(M + 1156608)}, &(char *){(M + 1157120)}, &(char *){(M + 1692288)}, &(char *){(M + 590592)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:65 */
-  rt_cu_launch(ctx, 64, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4313728)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
+  rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 217088)}, &(char *){(M + 4313728)}, &(char *){(M + 1157632)}, &(char *){(M + 1288704)}, &(char *){(M + 1692288)}, &(char *){(M + 590848)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:68 */
-  rt_cu_launch(ctx, 65, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4625024)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
+  rt_cu_launch(ctx, 66, 2, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 348160)}, &(char *){(M + 4625024)}, &(char *){(M + 1419776)}, &(char *){(M + 1421824)}, &(char *){(M + 1692288)}, &(char *){(M + 656384)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:72 */
-  rt_cu_launch(ctx, 64, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4444800)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
+  rt_cu_launch(ctx, 65, 128, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 350208)}, &(char *){(M + 4444800)}, &(char *){(M + 1423872)}, &(char *){(M + 1554944)}, &(char *){(M + 1692288)}, &(char *){(M + 657408)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:75 */
-  rt_cu_launch(ctx, 60, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4628352)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
+  rt_cu_launch(ctx, 61, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481280)}, &(char *){(M + 4628352)}, &(char *){(M + 1686016)}, &(char *){(M + 1686528)}, &(char *){(M + 1692288)}, &(char *){(M + 722944)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:9 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4628608)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 481792)}, &(char *){(M + 4628608)}, &(char *){(M + 1687040)}, &(char *){(M + 1687296)}, &(char *){(M + 1692288)}, &(char *){(M + 723200)}});
   /* (the cast: its bf16 copy, stored by the update above) */
   /* models/std/transformer.model:10 */
-  rt_cu_launch(ctx, 66, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4628736)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
+  rt_cu_launch(ctx, 67, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 482048)}, &(char *){(M + 4628736)}, &(char *){(M + 1687552)}, &(char *){(M + 1687808)}, &(char *){(M + 1692288)}, &(char *){(M + 723328)}});
   /* (the cast: its bf16 copy, stored by the update above) */
 }
 
@@ -364,7 +366,7 @@ static void eval(char *M, RtCtx *ctx) {
   /* models/tiny.model:19 */
   rt_cu_matmul(ctx, (M + 2740864), RT_BF16, (M + 4379264), (M + 482304), RT_BF16, 1, 512, 256, 64, 0, 1, 0, 1.0f, 0.0f);
   /* models/tiny.model:19 */
-  rt_cu_launch(ctx, 67, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
+  rt_cu_launch(ctx, 68, 512, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(WS + 256)}, &(char *){(M + 2740864)}, &(char *){(M + 1690112)}, &(char *){WS}}); rt_cu_launch(ctx, 22, 1, 1, 1, 256, 1, 1, 0, (void *[]){&(char *){(M + 4628864)}, &(char *){(WS + 256)}, &(char *){(M + 1690112)}});
 }
 
 static void logits(char *M, RtCtx *ctx) {
@@ -640,7 +642,7 @@ static const char cuda_source[] =
   "SK_EMU_ENTRY(k22, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k23(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
-  "  sk::layernorm_bwd_warp<sk::bf16, sk::bf16, 512LL, 64LL, 256>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
+  "  sk::layernorm_bwd_warp<sk::bf16, sk::bf16, 512LL, 64LL, 256>((sk::bf16 *)p0, nullptr, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
   "}\012"
   "SK_EMU_ENTRY(k23, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
@@ -688,166 +690,171 @@ static const char cuda_source[] =
   "}\012"
   "SK_EMU_ENTRY(k27, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k28(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k28(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::layernorm_bwd_warp<sk::bf16, sk::bf16, 512LL, 64LL, 256>((sk::bf16 *)p0, (const sk::bf16 *)p5, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, 1.000000000e-05f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k29(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
   "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
-  "SK_EMU_ENTRY(k28, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k29(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
-  "}\012"
   "SK_EMU_ENTRY(k29, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k30(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k30(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k30, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k31(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k31(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k31, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k32(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k32(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k32, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k33(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k33(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k33, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k34(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k34(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k34, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(128) k35(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 16, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k35, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k36(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 4, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k36, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k37(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_q<64LL, 4, 4, 16, true, 128, 1, 8, false>((sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 64LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k37, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
-  "\012"
-  "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128, 3) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k38(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k38, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128, 3) k39(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k39, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k40(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k40, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k41(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 8, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k41, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k42(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 64, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k42, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(64) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k43(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 16, 2, 4, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k43, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(64) k44(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 1, 2, false>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k44, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k45(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k45, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
   "#ifdef SK_ATTN_TUNE\012"
-  "extern \"C\" __global__ void __launch_bounds__(128) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
-  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k46(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 128, 1, 8, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
   "}\012"
   "SK_EMU_ENTRY(k46, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
   "#endif\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k47(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
+  "#ifdef SK_ATTN_TUNE\012"
+  "extern \"C\" __global__ void __launch_bounds__(128) k47(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7) {\012"
+  "  sk::flash_bwd_kv<64LL, 4, 4, 16, true, 32, 2, 4, true>((sk::bf16 *)p0, (sk::bf16 *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const float *)p5, (const float *)p6, (const sk::bf16 *)p7, 192LL, 192LL, 192LL, 192LL, 192LL, 64LL);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *)))\012"
+  "#endif\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1, char *p2, char *p3, char *p4) {\012"
   "  sk::colsum_tree<sk::bf16, sk::bf16, 512LL, 192LL, 192LL, 8, 8, 16>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f, (float *)p2, (float *)p3, (int *)p4);\012"
   "}\012"
-  "SK_EMU_ENTRY(k47, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
+  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k48(char *p0, char *p1) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k49(char *p0, char *p1) {\012"
   "  sk::colsum<sk::bf16, sk::bf16, 8LL, 4096LL, 4096LL, 1, 32>((sk::bf16 *)p0, (const sk::bf16 *)p1, 1.000000000e+00f);\012"
   "}\012"
-  "SK_EMU_ENTRY(k48, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k49(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k50(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 64LL, 64LL, 64LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k49, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k50(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k51(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<64LL, 64LL, 64, 1>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k50, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(32) k51(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(32) k52(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::embed_bwd_rows<sk::bf16, sk::bf16, 512LL, 64LL, 256LL, 64, 32, 2048>((sk::bf16 *)p0, (int *)p1, (const int *)p2, (const sk::bf16 *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k51, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(1024) k52(char *p0, char *p1, char *p2, long long l0) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(1024) k53(char *p0, char *p1, char *p2, long long l0) {\012"
   "  sk::embed_bucket<512LL, 256LL, 64, 4>((int *)p0, (int *)p1, (const int *)p2, l0);\012"
   "}\012"
-  "SK_EMU_ENTRY(k52, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
+  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, long long)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k53(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1, char *p2) {\012"
   "  if (((0 | (unsigned long long)p0 | (unsigned long long)p1 | (unsigned long long)p2) & 15) == 0) {\012"
   "    for (long long v = (long long)blockIdx.x * 256 + threadIdx.x; v < 2048LL; v += (long long)gridDim.x * 256) {\012"
   "      float xv0[8];\012"
@@ -873,9 +880,9 @@ static const char cuda_source[] =
   "    sk::st((sk::bf16 *)p2 + i, t0);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k53, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
+  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k54(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7, char *p8, char *p9, char *p10, char *p11, char *p12, char *p13, char *p14, char *p15, char *p16, char *p17, char *p18) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5, char *p6, char *p7, char *p8, char *p9, char *p10, char *p11, char *p12, char *p13, char *p14, char *p15, char *p16, char *p17, char *p18) {\012"
   "  __shared__ float red[64];\012"
   "  const int b = (int)blockIdx.x;\012"
   "  if (b < 4) sk::sumsq_multi_part<sk::bf16, 16384LL, 4, 256>((float *)p0 + 0, (float *)p1 + 0, (int *)p2 + 0, (const sk::bf16 *)p3, b - 0, red);\012"
@@ -895,19 +902,19 @@ static const char cuda_source[] =
   "  else if (b < 38) sk::sumsq_multi_part<sk::bf16, 64LL, 1, 256>((float *)p0 + 14, (float *)p1 + 37, (int *)p2 + 14, (const sk::bf16 *)p17, b - 37, red);\012"
   "  else if (b < 39) sk::sumsq_multi_part<sk::bf16, 64LL, 1, 256>((float *)p0 + 15, (float *)p1 + 38, (int *)p2 + 15, (const sk::bf16 *)p18, b - 38, red);\012"
   "}\012"
-  "SK_EMU_ENTRY(k54, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *), SK_ARG(8, char *), SK_ARG(9, char *), SK_ARG(10, char *), SK_ARG(11, char *), SK_ARG(12, char *), SK_ARG(13, char *), SK_ARG(14, char *), SK_ARG(15, char *), SK_ARG(16, char *), SK_ARG(17, char *), SK_ARG(18, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k55(char *p0, char *p1) {\012"
-  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "SK_EMU_ENTRY(k55, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *), SK_ARG(6, char *), SK_ARG(7, char *), SK_ARG(8, char *), SK_ARG(9, char *), SK_ARG(10, char *), SK_ARG(11, char *), SK_ARG(12, char *), SK_ARG(13, char *), SK_ARG(14, char *), SK_ARG(15, char *), SK_ARG(16, char *), SK_ARG(17, char *), SK_ARG(18, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k56(char *p0, char *p1) {\012"
-  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "  sk::reduce_parts<float, 16LL, 1, 256, false>((float *)p0, (const float *)p1);\012"
   "}\012"
   "SK_EMU_ENTRY(k56, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1, char *p2) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k57(char *p0, char *p1) {\012"
+  "  sk::reduce_final<1, 256>((float *)p0, (const float *)p1, 1.000000000e+00f);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1, char *p2) {\012"
   "  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < 1LL; i += (long long)gridDim.x * 256) {\012"
   "    float x0 = sk::ld((const float *)p0 + (i));\012"
   "    float t0 = sqrtf(x0);\012"
@@ -920,59 +927,59 @@ static const char cuda_source[] =
   "    sk::st((float *)p2 + i, t5);\012"
   "  }\012"
   "}\012"
-  "SK_EMU_ENTRY(k57, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
-  "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k58(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 16384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
-  "}\012"
-  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "SK_EMU_ENTRY(k58, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k59(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 4096LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 16384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k59, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k60(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 128LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 4096LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k60, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k61(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 24576LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 128LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k61, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k62(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 24576LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k62, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k63(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 8192LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 384LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k63, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k64(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 32768LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 8192LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k64, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k65(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 512LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 32768LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k65, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
   "extern \"C\" __global__ void __launch_bounds__(256) k66(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
-  "  sk::adamw<sk::bf16, 64LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f, (sk::bf16 *)p5);\012"
+  "  sk::adamw<sk::bf16, 512LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 1.000000000e-01f, (sk::bf16 *)p5);\012"
   "}\012"
   "SK_EMU_ENTRY(k66, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
   "\012"
-  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1, char *p2, char *p3) {\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k67(char *p0, char *p1, char *p2, char *p3, char *p4, char *p5) {\012"
+  "  sk::adamw<sk::bf16, 64LL>((float *)p0, (const sk::bf16 *)p1, (float *)p2, (float *)p3, (const float *)p4, 9.000000000e-01f, 9.500000000e-01f, 1.000000000e-08f, 0.000000000e+00f, (sk::bf16 *)p5);\012"
+  "}\012"
+  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *), SK_ARG(4, char *), SK_ARG(5, char *)))\012"
+  "\012"
+  "extern \"C\" __global__ void __launch_bounds__(256) k68(char *p0, char *p1, char *p2, char *p3) {\012"
   "  sk::ce_rows<sk::bf16, 256LL, 0LL, 256>((float *)p0, (const sk::bf16 *)p1, (const int *)p2, (int *)p3);\012"
   "}\012"
-  "SK_EMU_ENTRY(k67, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
+  "SK_EMU_ENTRY(k68, (SK_ARG(0, char *), SK_ARG(1, char *), SK_ARG(2, char *), SK_ARG(3, char *)))\012"
   ;
-static const RtCudaCode cuda_code = {cuda_source, 68};
+static const RtCudaCode cuda_code = {cuda_source, 69};
 
 static int64_t workspace_bytes(void) {
   int64_t n = 0, k;
