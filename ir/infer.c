@@ -403,10 +403,6 @@ static bool infer_coll(Node *n) {
   }
 }
 
-static bool same_type(const Value *a, const Value *b) {
-  return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape);
-}
-
 static bool infer_call(Node *n) {
   Graph *b = n->body;
   if (!b) die("call: no body");
@@ -416,7 +412,7 @@ static bool infer_call(Node *n) {
     return false;
   }
   for (int i = 0; i < n->nin; i++)
-    if (!same_type(in(n, i), b->args[i]->out[0])) {
+    if (!ir_same_type(in(n, i), b->args[i]->out[0])) {
       error_at(n->loc, "call %s: argument %d is %s%s, the layer expects %s%s", nm, i, ir_dtype_name(in(n, i)->dtype),
                shp(&in(n, i)->shape), ir_dtype_name(b->args[i]->out[0]->dtype), shp(&b->args[i]->out[0]->shape));
       return false;
@@ -461,7 +457,7 @@ static bool infer_repeat(Node *n) {
     }
   }
   for (int i = 0; i < nc; i++)
-    if (!same_type(b->results[i], in(n, i))) {
+    if (!ir_same_type(b->results[i], in(n, i))) {
       error_at(n->loc, "repeat %s: carried value %d enters as %s%s but the body yields %s%s", nm, i,
                ir_dtype_name(in(n, i)->dtype), shp(&in(n, i)->shape), ir_dtype_name(b->results[i]->dtype),
                shp(&b->results[i]->shape));

@@ -35,6 +35,22 @@ bool ir_shape_eq(const Shape *a, const Shape *b) {
   return true;
 }
 
+bool ir_is_result(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nresults; i++)
+    if (g->results[i] == v) return true;
+  return false;
+}
+
+bool ir_same_type(const Value *a, const Value *b) { return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape); }
+
+bool ir_enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }
+
+int ir_next_computing(const Graph *g, int i) {
+  int j = i + 1;
+  while (j < g->nnodes && ir_enters(g->nodes[j])) j++;
+  return j;
+}
+
 Shape ir_shape(int rank, const int64_t *dims) {
   Shape s;
   memset(&s, 0, sizeof s);

@@ -298,6 +298,10 @@ const Value *ir_unfold_cast(const Value *v);
  * cast of an updated f32 master shard, gathered into the whole copy), or NULL. */
 Value *ir_copy_gathered(const Graph *g, const Value *v);
 void ir_add_result(Graph *g, Value *v, const char *name);
+bool ir_is_result(const Graph *g, const Value *v); /* v is one of g's results */
+bool ir_same_type(const Value *a, const Value *b); /* one dtype, one shape (dims) */
+bool ir_enters(const Node *n);                    /* ARG, PARAM, STATE, INPUT: a value entering its graph, no code */
+int ir_next_computing(const Graph *g, int i);     /* the first node after i that is no ir_enters (g->nnodes: none) */
 /* Replaces every use of `from` with `to` in g (and in nested bodies' captures of g). */
 void ir_replace_uses(Graph *g, Value *from, Value *to);
 /* ir_replace_uses for n pairs in one walk of g: from[i] -> to[i] (the froms distinct, no to another pair's from; a pair from == to is none). */

@@ -43,35 +43,17 @@
 
 enum { EPI_LD_MULTIPLE = 8 }; /* cuBLASLt's bias / aux leading dimension */
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
-}
-
 /* v is read by one node, and is no result of its graph (uses: ir_use_counts of the module's graph;
  * v is defined in g, so its count is g's and its bodies'). */
 static bool read_once(const Graph *g, const PtrMap *uses, const Value *v) {
   intptr_t c = 0;
   ptrmap_get(uses, v, &c);
-  return !is_result(g, v) && c == 1;
+  return !ir_is_result(g, v) && c == 1;
 }
 
 /* The GEMM may store w while reading the matmul's operands and the bias. */
 static bool free_to_store(const Node *mm, const Value *bias, const Value *w) {
   return !w->host && !placed_meets(w, mm->in[0]) && !placed_meets(w, mm->in[1]) && !placed_meets(w, bias);
-}
-
-static bool same_type(const Value *a, const Value *b) { return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape); }
-
-/* A node that computes nothing: a value entering the graph (emit.c emits nothing for it). */
-static bool enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }
-
-/* The position of the first node after i that computes something (g->nnodes: none). */
-static int next_op(const Graph *g, int i) {
-  int j = i + 1;
-  while (j < g->nnodes && enters(g->nodes[j])) j++;
-  return j;
 }
 
 /* The position of the node after i that reads v (g->nnodes: none). */
@@ -86,11 +68,11 @@ int epilogue_nodes(const Graph *g, int i, int at[2]) {
   int e = g->nodes[i]->a.epilogue;
   if (epi_dgelu(e)) { /* GELU's backward, later; then its bias gradient */
     at[0] = reader(g, i, g->nodes[i]->out[0]);
-    if (e == EPI_DGELU_BGRAD) at[1] = next_op(g, at[0]);
+    if (e == EPI_DGELU_BGRAD) at[1] = ir_next_computing(g, at[0]);
     return e - EPI_DGELU + 1;
   }
   int count = e == EPI_RESIDUAL ? 1 : e; /* the residual add alone, or the bias add and what follows it */
-  for (int k = 0, p = i; k < count; k++) at[k] = p = next_op(g, p);
+  for (int k = 0, p = i; k < count; k++) at[k] = p = ir_next_computing(g, p);
   return count;
 }
 
@@ -119,7 +101,7 @@ int epilogue_owner(const Graph *g, int i) {
   if (n->op != OP_ADD && n->op != OP_GELU) return -1;
   for (int j = i - 1, ops = 0; j >= 0 && ops < 2; j--) { /* the matmul is one or two computing nodes back */
     const Node *mm = g->nodes[j];
-    if (enters(mm)) continue;
+    if (ir_enters(mm)) continue;
     if (mm->op == OP_MATMUL && mm->a.epilogue > 0 && !epi_dgelu(mm->a.epilogue)) {
       int at[2], e = epilogue_nodes(g, j, at);
       for (int k = 0; k < e; k++)
@@ -143,10 +125,10 @@ static int dgelu_of(const Graph *g, int i, int at[2], bool placed) {
   if (gb->op != OP_GELU_BWD || gb->in[1] != y || gb->in[0] == y || ir_node_stages(gb) != ir_node_stages(mm)) return 0;
   if (gb->group && g->nodes[j - 1]->group == gb->group) return 0; /* inside a fusion group */
   const Value *pre = gb->in[0], *dh = gb->out[0];
-  if (!same_type(pre, y) || !same_type(dh, y) || pre->host || dh->host) return 0;
+  if (!ir_same_type(pre, y) || !ir_same_type(dh, y) || pre->host || dh->host) return 0;
   if (placed && (!free_to_store(mm, pre, dh) || !placed_write_early(g, dh, i, NULL))) return 0;
   at[0] = j;
-  int r = next_op(g, j);
+  int r = ir_next_computing(g, j);
   if (r >= g->nnodes) return EPI_DGELU;
   const Node *rs = g->nodes[r];
   const Value *db = rs->out[0];
@@ -173,7 +155,7 @@ bool epilogue_gemm_form(const Node *mm) {
  * and x only as its very bytes (updated index for index). */
 static int residual_of(const Node *mm, const Value *x, const Value *r, bool placed) {
   const Value *y = mm->out[0];
-  if (!same_type(x, y) || !same_type(r, y) || x->host || r->host) return 0;
+  if (!ir_same_type(x, y) || !ir_same_type(r, y) || x->host || r->host) return 0;
   if (placed && (placed_meets(r, mm->in[0]) || placed_meets(r, mm->in[1]) || memplan_clobbers(r, x))) return 0;
   return EPI_RESIDUAL;
 }
@@ -186,7 +168,7 @@ static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], boo
   const Value *y = mm->out[0];
   int64_t n = y->shape.dim[y->shape.rank - 1];
   if (!read_once(g, uses, y)) return 0;
-  if ((at[0] = next_op(g, i)) >= g->nnodes) return 0;
+  if ((at[0] = ir_next_computing(g, i)) >= g->nnodes) return 0;
   const Node *add = g->nodes[at[0]];
   if (add->op != OP_ADD) return dgelu_of(g, i, at, placed);
   if (ir_node_stages(add) != ir_node_stages(mm) || add->in[0] == add->in[1]) return 0;
@@ -194,14 +176,14 @@ static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], boo
   if (!bias) return 0;
   if (bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host)
     return residual_of(mm, bias, h, placed); /* no bias: y's residual, or nothing */
-  if (!same_type(h, y) || (placed && !free_to_store(mm, bias, h))) return 0;
-  if ((at[1] = next_op(g, at[0])) >= g->nnodes) return 1;
+  if (!ir_same_type(h, y) || (placed && !free_to_store(mm, bias, h))) return 0;
+  if ((at[1] = ir_next_computing(g, at[0])) >= g->nnodes) return 1;
   const Node *e = g->nodes[at[1]];
-  if (ir_node_stages(e) != ir_node_stages(mm) || !same_type(e->out[0], h) || (placed && !free_to_store(mm, bias, e->out[0]))) return 1;
+  if (ir_node_stages(e) != ir_node_stages(mm) || !ir_same_type(e->out[0], h) || (placed && !free_to_store(mm, bias, e->out[0]))) return 1;
   if (e->op == OP_GELU && e->in[0] == h && !(placed && placed_meets(e->out[0], h))) return 2;
   if (e->op == OP_ADD && e->in[0] != e->in[1] && (e->in[0] == h || e->in[1] == h) && read_once(g, uses, h)) {
     const Value *x = e->in[0] == h ? e->in[1] : e->in[0];
-    if (same_type(x, h) && !x->host && !(placed && memplan_clobbers(e->out[0], x))) return 2;
+    if (ir_same_type(x, h) && !x->host && !(placed && memplan_clobbers(e->out[0], x))) return 2;
   }
   return 1;
 }

@@ -17,16 +17,6 @@
  */
 #include "passes.h"
 
-static bool same_type(const Value *a, const Value *b) { return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape); }
-
-static bool enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }
-
-static bool is_result(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
-}
-
 /* The position of v's definition in g at or before `before` (-1: none, e.g. defined outside g). */
 static int def_pos(const Graph *g, const Value *v, int before) {
   for (int q = before; q >= 0; q--)
@@ -50,7 +40,7 @@ static bool passable(const Node *n, uint64_t stages) {
 static bool hoist(Graph *g, int j) {
   Node *a = g->nodes[j];
   if (a->op != OP_ADD || a->nin != 2 || a->in[0] == a->in[1] || a->out[0]->host) return false;
-  if (!same_type(a->in[0], a->out[0]) || !same_type(a->in[1], a->out[0])) return false;
+  if (!ir_same_type(a->in[0], a->out[0]) || !ir_same_type(a->in[1], a->out[0])) return false;
   int p[2] = {def_pos(g, a->in[0], j - 1), def_pos(g, a->in[1], j - 1)}, o = -1;
   for (int k = 0; k < 2; k++) /* y: the later matmul's output */
     if (p[k] >= 0 && g->nodes[p[k]]->op == OP_MATMUL && (o < 0 || p[k] > p[o])) o = k;
@@ -59,14 +49,14 @@ static bool hoist(Graph *g, int j) {
   const Node *mm = g->nodes[i];
   const Value *y = a->in[o], *x = a->in[1 - o];
   uint64_t st = ir_node_stages(a);
-  if (!epilogue_gemm_form(mm) || ir_node_stages(mm) != st || x->host || is_result(g, y) || ir_count_uses_deep(g, y) != 1)
+  if (!epilogue_gemm_form(mm) || ir_node_stages(mm) != st || x->host || ir_is_result(g, y) || ir_count_uses_deep(g, y) != 1)
     return false;
-  if (px > i && !enters(g->nodes[px])) return false; /* x is computed after the matmul */
+  if (px > i && !ir_enters(g->nodes[px])) return false; /* x is computed after the matmul */
   int next = i + 1;
-  while (next < j && enters(g->nodes[next])) next++;
+  while (next < j && ir_enters(g->nodes[next])) next++;
   if (next == j) return false; /* already the GEMM's next node */
   for (int q = i + 1; q < j; q++)
-    if (!enters(g->nodes[q]) && !passable(g->nodes[q], st)) return false;
+    if (!ir_enters(g->nodes[q]) && !passable(g->nodes[q], st)) return false;
   int at = i + 1;
   if (px > i) move_up(g, px, at++);
   move_up(g, j, at);

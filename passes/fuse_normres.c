@@ -29,24 +29,6 @@
 
 static bool is_norm_bwd(const Node *n) { return n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD; }
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
-}
-
-static bool same_type(const Value *a, const Value *b) { return a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape); }
-
-/* A node that computes nothing: a value entering the graph (emit.c emits nothing for it). */
-static bool enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }
-
-/* The position of the first node after i that computes something, or g->nnodes. */
-static int next_computing(const Graph *g, int i) {
-  int j = i + 1;
-  while (j < g->nnodes && enters(g->nodes[j])) j++;
-  return j;
-}
-
 /* The carry the add at j adds to the norm's backward n's dx (the add's other operand), or NULL. */
 static const Value *carry_of(const Node *n, const Node *add) {
   const Value *dx = n->out[0];
@@ -58,11 +40,11 @@ int fuse_normres_partner(const Graph *g, int i) {
   const Node *n = g->nodes[i];
   if (!n->a.normres) return -1;
   if (is_norm_bwd(n)) {
-    int j = next_computing(g, i);
+    int j = ir_next_computing(g, i);
     return j < g->nnodes && g->nodes[j]->a.normres && carry_of(n, g->nodes[j]) ? j : -1;
   }
   int j = i - 1; /* the add: its norm's backward is the computing node before it */
-  while (j >= 0 && enters(g->nodes[j])) j--;
+  while (j >= 0 && ir_enters(g->nodes[j])) j--;
   return j >= 0 && is_norm_bwd(g->nodes[j]) && g->nodes[j]->a.normres && carry_of(g->nodes[j], n) ? j : -1;
 }
 
@@ -73,8 +55,8 @@ static bool fusable(const Graph *g, const PtrMap *uses, int i, int j) {
   if (!carry || ir_node_stages(add) != ir_node_stages(n) || epilogue_owner(g, j) >= 0) return false; /* (a GEMM's) */
   intptr_t c = 0;
   ptrmap_get(uses, dx, &c);
-  if (c != 1 || is_result(g, dx)) return false;
-  if (!same_type(carry, dx) || !same_type(r, dx) || dx->host || carry->host || r->host) return false;
+  if (c != 1 || ir_is_result(g, dx)) return false;
+  if (!ir_same_type(carry, dx) || !ir_same_type(r, dx) || dx->host || carry->host || r->host) return false;
   if (dx->dtype != DT_BF16 && dx->dtype != DT_F32) return false;
   if (add->group && ((j > 0 && g->nodes[j - 1]->group == add->group) ||
                      (j + 1 < g->nnodes && g->nodes[j + 1]->group == add->group)))
@@ -111,7 +93,7 @@ static void normres_graph(Graph *g, const PtrMap *uses) {
     Node *n = g->nodes[i];
     if (n->body) normres_graph(n->body, uses);
     if (!is_norm_bwd(n)) continue;
-    int j = reader(g, i, n->out[0]), at = next_computing(g, i);
+    int j = reader(g, i, n->out[0]), at = ir_next_computing(g, i);
     if (j >= g->nnodes || !fusable(g, uses, i, j) || (j > at && !movable(g, i, j))) continue;
     Node *add = g->nodes[j];
     for (int q = j; q > at; q--) g->nodes[q] = g->nodes[q - 1]; /* (the f32 casts of dw, db: ZeRO, offload) */

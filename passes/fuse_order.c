@@ -40,8 +40,6 @@ typedef struct {
   bool counted; /* last is built (when first needed) */
 } Order;
 
-static bool enters(const Node *n) { return n->op == OP_ARG || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT; }
-
 /* What passes/fuse.c may put in a group (elementwise, one device output, no folded cast). */
 static bool ew(const Node *n) {
   if (n->nout != 1 || n->out[0]->host || ir_cast_folded(n)) return false;
@@ -63,14 +61,7 @@ static bool reads(const Node *n, const Value *v) {
 
 /* The position of the computing node before position i of g, or -1. */
 static int prev_op(const Graph *g, int i) {
-  while (--i >= 0 && enters(g->nodes[i])) {
-  }
-  return i;
-}
-
-/* The next computing node after position i of g (g->nnodes: none). */
-static int next_op(const Graph *g, int i) {
-  while (++i < g->nnodes && enters(g->nodes[i])) {
+  while (--i >= 0 && ir_enters(g->nodes[i])) {
   }
   return i;
 }
@@ -124,7 +115,7 @@ static int64_t dying_inputs(Order *o, const Node *n) {
   for (int k = 0; k < n->nin; k++) {
     const Value *v = n->in[k];
     intptr_t last = 0;
-    bool dies = v->def->graph == o->g && !enters(v->def) && !v->host && ptrmap_get(&o->last, v, &last) &&
+    bool dies = v->def->graph == o->g && !ir_enters(v->def) && !v->host && ptrmap_get(&o->last, v, &last) &&
                 last == (intptr_t)n;
     for (int j = 0; j < k && dies; j++) dies = n->in[j] != v; /* counted once */
     if (dies) sum += bytes(v);
@@ -155,14 +146,14 @@ static bool hoist(Order *o, int j) {
   int i = -1; /* the position of the last input's computing node */
   for (int k = 0; k < c->nin; k++) {
     const Node *d = c->in[k]->def;
-    if (d->graph != g || enters(d)) continue;
+    if (d->graph != g || ir_enters(d)) continue;
     int at = j - 1;
     while (at >= 0 && j - at <= FUSE_ORDER_SPAN && g->nodes[at] != d) at--;
     if (at >= 0 && j - at <= FUSE_ORDER_SPAN && at > i) i = at; /* (one further back is not the last) */
   }
   if (i < 0) return false;
   const Node *p = g->nodes[i];
-  int nx = next_op(g, i); /* c's successor there */
+  int nx = ir_next_computing(g, i); /* c's successor there */
   bool before = compat(p, c) && !pinned(g, i), after = nx < j && compat(g->nodes[nx], c) && !pinned(g, nx);
   if ((!before && !after) || (nx < j && pinned(g, nx))) return false;
   if (p->op == OP_MATMUL && (c->op == OP_ADD || c->op == OP_GELU || c->op == OP_GELU_BWD) && reads(c, p->out[0]))
@@ -170,9 +161,9 @@ static bool hoist(Order *o, int j) {
   bool between = false; /* a node between that ends a group */
   for (int q = i + 1; q < j; q++) {
     const Node *n = g->nodes[q];
-    if (enters(n) && n->op != OP_ARG && reads(c, n->out[0])) return false;
-    if (!enters(n) && !passable(n, c)) return false;
-    between |= !enters(n) && !compat(n, c);
+    if (ir_enters(n) && n->op != OP_ARG && reads(c, n->out[0])) return false;
+    if (!ir_enters(n) && !passable(n, c)) return false;
+    between |= !ir_enters(n) && !compat(n, c);
   }
   if (!between || bytes(c->out[0]) > dying_inputs(o, c)) return false;
   for (int q = i + 1; q < j; q++) /* the ARGs c reads, before p (which stays next to c) */
@@ -195,8 +186,8 @@ static bool sink(Order *o, int i) {
   bool between = false; /* a node between that ends a group */
   for (; j < g->nnodes && j - i <= FUSE_ORDER_SPAN && !reads(g->nodes[j], p->out[0]); j++) {
     const Node *q = g->nodes[j];
-    if (!enters(q) && !passable(q, p)) return false; /* (a region: it might read p in its body) */
-    between |= !enters(q) && !compat(q, p);
+    if (!ir_enters(q) && !passable(q, p)) return false; /* (a region: it might read p in its body) */
+    between |= !ir_enters(q) && !compat(q, p);
   }
   if (j == g->nnodes || j - i > FUSE_ORDER_SPAN || !compat(p, g->nodes[j]) || pinned(g, j)) return false;
   if (!between || dying_inputs(o, p) > bytes(p->out[0])) return false;
@@ -214,8 +205,8 @@ static void close_gaps(Order *o) {
   Graph *g = o->g;
   for (int k = 1; k < g->nnodes; k++) {
     if (g->nodes[k]->op != OP_ARG) continue;
-    int a = k - 1, b = next_op(g, k);
-    while (a >= 0 && enters(g->nodes[a])) a--;
+    int a = k - 1, b = ir_next_computing(g, k);
+    while (a >= 0 && ir_enters(g->nodes[a])) a--;
     if (a < 0 || b == g->nnodes || !compat(g->nodes[a], g->nodes[b])) continue;
     int s = a;
     while (s > 0 && a - s < FUSE_ORDER_SPAN && compat(g->nodes[s - 1], g->nodes[a])) s--;

@@ -24,12 +24,6 @@
 #include "passes.h"
 #include "placed.h"
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r] == v) return true;
-  return false;
-}
-
 /* Whether n is the one reader of v: the only read of v in g and the bodies below it. */
 static bool only_reader(const Graph *g, const Value *v, const Node *n) {
   int reads = 0;
@@ -58,7 +52,7 @@ static Node *member(const Graph *g, const Node *cat, int c, const Value *p) {
   if (r->op != OP_RESHAPE || r->graph != g || p->shape.rank != 1 || p->shape.dim[0] != 1) return NULL;
   if (s->op != OP_SUMSQ || s->graph != g || s->out[0]->dtype != DT_F32 || s->out[0]->host || p->host) return NULL;
   if (ir_node_stages(s) != ir_node_stages(cat) || ir_node_stages(r) != ir_node_stages(cat)) return NULL;
-  if (is_result(g, s->out[0]) || is_result(g, p) || !only_reader(g, s->out[0], r) || !only_reader(g, p, cat)) return NULL;
+  if (ir_is_result(g, s->out[0]) || ir_is_result(g, p) || !only_reader(g, s->out[0], r) || !only_reader(g, p, cat)) return NULL;
   const Value *x = ir_unfold_cast(s->in[0]);
   int64_t lo, hi;
   if ((x->dtype != DT_F32 && x->dtype != DT_BF16) || x->host || !memplan_span(x, &lo, &hi)) return NULL;

@@ -30,12 +30,6 @@
 #include "passes.h"
 #include "placed.h"
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
-}
-
 static int result_index(const Graph *g, const Value *v) {
   int k = -1;
   for (int i = 0; i < g->nresults; i++)
@@ -47,7 +41,7 @@ static int result_index(const Graph *g, const Value *v) {
 }
 
 /* v is read by exactly one node and is no result of its graph. */
-static bool read_once(const Graph *g, const Value *v) { return !is_result(g, v) && ir_count_uses_deep(g, v) == 1; }
+static bool read_once(const Graph *g, const Value *v) { return !ir_is_result(g, v) && ir_count_uses_deep(g, v) == 1; }
 
 static int position(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)

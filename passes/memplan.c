@@ -143,12 +143,6 @@ static int readers(const Graph *g, const Value *v) {
   return k;
 }
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r] == v) return true;
-  return false;
-}
-
 bool memplan_is_view(const Node *n) {
   return n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) || ir_slice_is_view(n) ||
          memplan_col_slice(n);
@@ -197,7 +191,7 @@ static bool carry_chain(const Node *rep, int k, Value **mids, int max, int *n) {
     if (d->graph != body || d->op != OP_ADD || d->in[0] == d->in[1] || value_bytes(v) != value_bytes(a)) return false;
     int at = d->in[1] == a ? 1 : 0, pos = position(body, d);
     Value *x = d->in[at], *t = d->in[1 - at];
-    if (live_from(body, pos + 1, x) || is_result(body, x) || (t->def->op == OP_MATMUL && readers(body, x) > 1))
+    if (live_from(body, pos + 1, x) || ir_is_result(body, x) || (t->def->op == OP_MATMUL && readers(body, x) > 1))
       return false;
     if (x == a) return true;
     if (*n == max || x->def->graph != body || is_view(x->def) || x->host || value_bytes(x) != value_bytes(a)) return false;
@@ -210,7 +204,7 @@ enum { CARRY_CHAIN_MAX = 8 };
 static bool carry_in_place(const Node *rep, int k) {
   const Graph *body = rep->body;
   Value *y = body->results[k], *a = body->args[k]->out[0];
-  if (y->def->graph != body || is_result(body, a)) return false;
+  if (y->def->graph != body || ir_is_result(body, a)) return false;
   if (y->def->op == OP_REPEAT) { /* a loop's stacked output made in place on arg k (passes/sums.c) */
     int q = memplan_xs_in_place(y->def, y->idx);
     if (q < 0 || y->def->in[q] != a || readers(body, y) != 0 || readers(body, a) != 1) return false;
@@ -269,7 +263,7 @@ int memplan_xs_in_place(const Node *rep, int k) {
   if (a->def->op != OP_ARG || a->def->graph != body || a->def->a.next || !ir_shape_eq(&a->shape, &v->shape)) return -1;
   int q = a->def->a.index;
   if (q < rep->a.ncarry || q >= rep->a.ncarry + rep->a.nxs) return -1;
-  if (readers(body, a) != 1 || is_result(body, a) || readers(body, rep->in[q]) != 0) return -1;
+  if (readers(body, a) != 1 || ir_is_result(body, a) || readers(body, rep->in[q]) != 0) return -1;
   for (int j = 0; j < rep->nin; j++)
     if (j != q && rep->in[j] == rep->in[q]) return -1;
   return value_bytes(a) == value_bytes(body->results[k]) ? q : -1;
@@ -314,7 +308,7 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
      * (passes/peel.c's (g_l + sum_l) / k: the layer's gradient written into its slice) */
     for (Value *v = y, *x; (x = chain_in(v)) != NULL; v = x) {
       if (x->def->graph != body || x->def->op == OP_ARG || is_view(x->def) || x->offset == -2 ||
-          value_bytes(x) != value_bytes(y) || readers(body, x) != 1 || is_result(body, x))
+          value_bytes(x) != value_bytes(y) || readers(body, x) != 1 || ir_is_result(body, x))
         break;
       x->offset = -2;
     }

@@ -26,12 +26,6 @@
 
 #define MEMPLAN_LD_ALIGN 8 /* elements */
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int r = 0; r < g->nresults; r++)
-    if (g->results[r] == v) return true;
-  return false;
-}
-
 /* Whether a nested body of g (at any depth) reads v. */
 static bool captured(const Graph *g, const Value *v) {
   for (int i = 0; i < g->nnodes; i++) {
@@ -61,7 +55,7 @@ bool memplan_col_slice(const Node *n) {
   int ax = x->shape.rank - 1;
   if (ax < 1 || n->a.axis != ax || x->dtype != y->dtype || !slice_source(x, g) || x->ld) return false;
   if (n->a.start % MEMPLAN_LD_ALIGN || x->shape.dim[ax] % MEMPLAN_LD_ALIGN) return false;
-  if (is_result(g, y) || captured(g, y)) return false;
+  if (ir_is_result(g, y) || captured(g, y)) return false;
   int readers = 0;
   for (int i = 0; i < g->nnodes; i++)
     for (int k = 0; k < g->nodes[i]->nin; k++)
@@ -78,14 +72,14 @@ bool memplan_col_concat(const Node *n) {
   const Graph *g = n->graph;
   int ax = y->shape.rank - 1;
   if (ax < 1 || n->a.axis != ax || y->shape.dim[ax] % MEMPLAN_LD_ALIGN || !placed_here(y, g)) return false;
-  if (is_result(g, y)) return false; /* a loop's stacked y lives in the loop's output, placed outside */
+  if (ir_is_result(g, y)) return false; /* a loop's stacked y lives in the loop's output, placed outside */
   int64_t at = 0;
   for (int i = 0; i < n->nin; i++) {
     const Value *x = n->in[i];
     const Node *d = x->def;
     if (d->graph != g || x->dtype != y->dtype || !ir_writes_row_stride(d, x->idx) || x->host) return false;
     if (at % MEMPLAN_LD_ALIGN || ir_node_stages(d) != ir_node_stages(n)) return false;
-    if (is_result(g, x) || captured(g, x)) return false;
+    if (ir_is_result(g, x) || captured(g, x)) return false;
     int reads = 0; /* the concat's one read, nothing else's */
     for (int j = 0; j < g->nnodes; j++)
       for (int k = 0; k < g->nodes[j]->nin; k++) reads += g->nodes[j]->in[k] == x;

@@ -44,12 +44,6 @@ bool zero_master_wanted(const Module *m) {
   return false;
 }
 
-static bool is_result(const Graph *g, const Value *v) {
-  for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == v) return true;
-  return false;
-}
-
 /* The cast of u's updated parameter into its persistent bf16 copy (result "next:bf16:<param>"). */
 static Node *copy_cast(const Graph *g, const Node *u) {
   for (int i = 0; i < g->nnodes; i++) {
@@ -62,7 +56,7 @@ static Node *copy_cast(const Graph *g, const Node *u) {
 
 bool zero_master_split(Graph *g, Node *u, int d, ZeroGroup z, int64_t *saved) {
   Value *p = u->in[0];
-  if (p->def->op != OP_PARAM || p->dtype != DT_F32 || is_result(g, p) || ir_count_uses_deep(g, p) != 1) return false;
+  if (p->def->op != OP_PARAM || p->dtype != DT_F32 || ir_is_result(g, p) || ir_count_uses_deep(g, p) != 1) return false;
   if (!copy_cast(g, u) || ir_count_uses_deep(g, u->out[0]) != 1) return false;
   Value whole = *p;
   zero_split_type(p, &whole, d, z); /* the master shard: memplan allots 1/deg */
