@@ -17,6 +17,7 @@
 #include "frontend.h"
 #include "memplan.h"
 #include "mesh.h"
+#include "passes.h"
 #include "pipeline.h"
 #include "pipe_sched.h"
 #include "plan_compare.h"
@@ -46,6 +47,8 @@ static void usage(FILE *f, const char *models) {
           "  --cpu-kernels c|llvm  the CPU target's elementwise runs (fusion groups), norms and AdamW: kernels\n"
           "                        built by LLVM for this machine's CPU (default where LLVM can) or the\n"
           "                        runtime's C kernels\n"
+          "  --no-fuse LIST        CUDA target: turn fusions off to time each one's effect (comma list of\n"
+          "                        residual, swiglu, normres, epilogue, groups, ce, sumsq; all)\n"
           "  --emit-c DIR          keep the generated C source in DIR (with plan: write it, compile nothing)\n"
           "  --no-outline          write every pipeline instruction out in the trainer's C (the same program,\n"
           "                        as large as the schedule), not its recurring ones once each\n"
@@ -373,6 +376,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   Target target = TARGET_CPU;
   CgOptions cg = {0};
   int cpu_kernels = -1; /* --cpu-kernels: 0 c, 1 llvm, -1 not given */
+  unsigned no_fuse = 0; /* --no-fuse: Module.no_fuse (passes/fuse_off.c) */
   const char *import_dirs[16];
   int nimport = 0;
   FeDefine defines[128];
@@ -405,6 +409,8 @@ static int compile(int argc, char **argv, Diag *diag) {
       if (strcmp(k, "llvm") == 0) cpu_kernels = 1;
       else if (strcmp(k, "c") == 0) cpu_kernels = 0;
       else error_plain("--cpu-kernels %s: expected c or llvm", k);
+    } else if (strcmp(a, "--no-fuse") == 0 && i + 1 < argc) {
+      if (!fuse_off_parse(argv[++i], &no_fuse)) break;
     } else if (strcmp(a, "--search") == 0) {
       search = true;
     } else if (strcmp(a, "--pick") == 0) {
@@ -486,13 +492,13 @@ static int compile(int argc, char **argv, Diag *diag) {
       po.verify = false;
     } else if (a[0] == '-') {
       /* the options above (those taking a value match only when one follows) */
-      static const char *const known[] = {"-o", "--target", "--cpu-kernels", "--top", "--compile-limit", "--confirm",
+      static const char *const known[] = {"-o", "--target", "--cpu-kernels", "--no-fuse", "--top", "--compile-limit", "--confirm",
                                           "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
                                           "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c",
                                           "--cc", "--cflags", "--topology", "--world", "--max-errors", "-I",
                                           "--dump-ir", "--search", "--pick", "--cost", "--no-outline", "--time-passes",
                                           "--no-verify", "--ir", "--help"};
-      enum { NVALUED = 22 }; /* known's first, which take a value */
+      enum { NVALUED = 23 }; /* known's first, which take a value */
       bool needs = false;
       for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, known[k]);
       if (needs) {
@@ -527,6 +533,10 @@ static int compile(int argc, char **argv, Diag *diag) {
   }
   if (cg.llvm_kernels && target != TARGET_CPU) {
     error_plain("--cpu-kernels llvm: the LLVM kernels are the CPU target's; leave it out with --target cuda");
+    return 1;
+  }
+  if (no_fuse && target != TARGET_CUDA) {
+    error_plain("--no-fuse turns off the CUDA target's fusions: use it with --target cuda");
     return 1;
   }
   if (ir && (!dump || strcmp(dump, "final") != 0 || search || compare)) {
@@ -569,6 +579,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   Module *m = fe_compile(&arena, input, &fo);
   if (!m || diag_errors()) return 1;
   m->target = target;
+  m->no_fuse = no_fuse;
   if (psvg.compare && !compare) {
     error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
     return 1;
@@ -586,13 +597,13 @@ static int compile(int argc, char **argv, Diag *diag) {
                                 "--emit-c or --sbatch");
       return 1;
     }
-    Replan rc = {&arena, input, &fo, target};
+    Replan rc = {&arena, input, &fo, target, no_fuse};
     int rc_ = run_compare(&rc, compare, profile, storage_Bps > 0 ? storage_Bps : 10e9, &psvg);
     arena_free(&arena);
     return rc_;
   }
   if (search) po.dump = NULL; /* the file's own plan is the search's base: not printed */
-  Replan rp = {&arena, input, &fo, target};
+  Replan rp = {&arena, input, &fo, target, no_fuse};
   if (!search) replan_inputs(&rp, &arena, NULL, 0, m);
   else replan_weight_copy(&rp, &arena, NULL, 0, m); /* the base's bf16 copies as its build would keep them */
   if (!pipeline_run(m, &po)) return 1;
@@ -644,6 +655,7 @@ static int compile(int argc, char **argv, Diag *diag) {
     m = fe_compile(&arena, input, &fo);
     if (!m || diag_errors()) return 1;
     m->target = target;
+  m->no_fuse = no_fuse;
     replan_inputs(&rp, &arena, NULL, 0, m);
     if (!pipeline_run(m, &po)) return 1;
     if (dump && strcmp(dump, "final") == 0) { /* plan --pick: the table, the choice and its prediction */

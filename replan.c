@@ -60,6 +60,7 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   diag_leave(outer);
   if (ok) {
     m->target = r->target;
+    m->no_fuse = r->no_fuse;
     if (in) {
       m->plan.sched_times = in->sched_times;
       m->plan.stage_fixed = in->stage_fixed;

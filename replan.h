@@ -19,6 +19,7 @@ typedef struct {
   const char *input;    /* the .model path */
   const FeOptions *fo;  /* the command line's front-end options (its --profile among them) */
   Target target;
+  unsigned no_fuse;     /* --no-fuse (Module.no_fuse) */
 } Replan;
 
 /* The source compiled again with the overrides kv[0..n) ("key=value") into arena a, its plan's

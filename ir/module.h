@@ -147,6 +147,19 @@ typedef struct {
 /* ---- module --------------------------------------------------------------- */
 typedef enum { TARGET_CPU, TARGET_CUDA } Target;
 
+/* The CUDA target's fusions that `shardc --no-fuse` turns off one by one (Module.no_fuse, a bit each;
+ * names and parsing: passes/fuse_off.c; each pass asks fuse_on, passes/passes.h). */
+typedef enum {
+  FUSE_RESIDUAL, /* a GEMM's residual add without a bias (passes/epilogue.c EPI_RESIDUAL, epilogue_hoist.c) */
+  FUSE_SWIGLU,   /* elementwise nodes moved over GEMMs (passes/fuse_order.c), silu recomputed (recompute.c) */
+  FUSE_NORMRES,  /* the norms' backward adds the residual gradient (passes/fuse_normres.c) */
+  FUSE_EPILOGUE, /* every GEMM epilogue (passes/epilogue.c, GELU's backward hoisted by fuse.c) */
+  FUSE_GROUPS,   /* elementwise fusion groups (passes/fuse.c) */
+  FUSE_CE,       /* the cross-entropy's forward and backward in one kernel (passes/fuse_ce.c) */
+  FUSE_SUMSQ,    /* the clip's sums of squares in one kernel (passes/fuse_sumsq.c) */
+  FUSE_COUNT
+} FuseKind;
+
 /* The batch, decided once with the mesh (ir_mesh_resolve) and read everywhere after. */
 typedef struct {
   int64_t micro;  /* sequences per rank per micro-step: the recipe's micro_batch (the tokens' dim 0 on each rank) */
@@ -159,6 +172,7 @@ typedef struct {
   Arena *arena;
   const char *name;   /* model name */
   Target target;      /* what the trainer runs on (shardc --target); passes may depend on it (precision) */
+  unsigned no_fuse;   /* shardc --no-fuse: bit k set, FuseKind k turned off (CUDA target) */
   Graph *graph;       /* the top graph */
   const char **syms;  /* symbolic dim names: "batch", "seq", ... */
   int nsyms;

@@ -478,6 +478,7 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   if (s->m->target == TARGET_CUDA && launch) {
     kernels = cost_cuda_kernels(n, s->at, &extra);
     if (!kernels) return; /* computed in another node's kernel */
+    if (kernels < 0) kernels = 0; /* copies, no kernel: its bytes' time only */
   }
   if (s->m->target == TARGET_CUDA && n->group > 0 && n->op != OP_MATMUL) {
     if (!s->counted) cost_cuda_group_uses(s->m, &s->uses);

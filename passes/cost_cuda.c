@@ -12,7 +12,7 @@ static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) *
 /* 0 for a node a GEMM's epilogue computes (epilogue_owner) and for the fused cross-entropy's backward;
  * the attention backward's two kernels on the flash path (dQ, then dK/dV: codegen/cuda_kernels_attn.c
  * attn_bwd), three off it; the fused cross-entropy's three (the gradient's scale, the rows, the mean:
- * cuda_kernels_ce.c); the embedding gradient's two (the buckets, the rows: cuda_kernels.c
+ * cuda_kernels_ce.c), the unfused one's two each way, a reduction to one number's two; the embedding gradient's two (the buckets, the rows: cuda_kernels.c
  * cuk_embed_bwd); the norms' backward two (the rows with the blocks' dw / db partials, their column sums:
  * cuda_kernels_norm.c), its *extra the residual gradient's carry where it computes the add after it
  * (passes/fuse_normres.c fuse_normres_partner; that add then 0). A GEMM's *extra: what its epilogue reads besides the product (the bias, the
@@ -50,6 +50,13 @@ int cost_cuda_kernels(const Node *n, int pos, double *extra) {
       return 3;
     }
   }
+  /* unfused (shardc --no-fuse ce): each two (the rows, then the mean / the gradient's scale, then the rows) */
+  if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) return 2;
+  /* a reduction to one number: the blocks' parts, then their sum (cuda_kernels.c reduce; a clip's sum of squares
+   * outside passes/fuse_sumsq.c's kernel: shardc --no-fuse sumsq) */
+  if (n->op == OP_SUM || n->op == OP_MEAN || n->op == OP_SUMSQ) return 2;
+  if (n->op == OP_CONCAT) /* the pieces' copies (no kernel), passes/fuse_sumsq.c's pieces in one kernel */
+    return n->a.sumsq_fused ? 1 : -1;
   if (n->op == OP_SDPA_BWD) /* (a block of ring attention has positions: never the flash kernels) */
     return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
   if (n->op == OP_ATTN_BLOCK_BWD) return 3;

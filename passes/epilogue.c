@@ -34,6 +34,8 @@
  * its bytes to a value the GEMM stores.
  *
  * The other targets ignore it (the pass marks nothing for them): the CPU target runs the nodes.
+ * `shardc --no-fuse epilogue` marks nothing either, `--no-fuse residual` no EPI_RESIDUAL (the memory
+ * plan's epilogue_reach still keeps the operands alive as for them: a little memory, no time).
  */
 #include "diag.h"
 #include "ir.h"
@@ -162,7 +164,7 @@ static int residual_of(const Node *mm, const Value *x, const Value *r, bool plac
 
 /* How many nodes after the matmul at i its GEMM computes: 0, 1 or 2 (their positions: at), or
  * GELU's backward (dgelu_of). Without `placed`, as far as the ops, types and stages allow. */
-static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], bool placed) {
+static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], bool placed, bool residual) {
   const Node *mm = g->nodes[i];
   if (!epilogue_gemm_form(mm)) return 0;
   const Value *y = mm->out[0];
@@ -175,7 +177,7 @@ static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], boo
   const Value *bias = add->in[0] == y ? add->in[1] : add->in[1] == y ? add->in[0] : NULL, *h = add->out[0];
   if (!bias) return 0;
   if (bias->shape.rank != 1 || bias->shape.dim[0] != n || bias->dtype != y->dtype || bias->host)
-    return residual_of(mm, bias, h, placed); /* no bias: y's residual, or nothing */
+    return residual ? residual_of(mm, bias, h, placed) : 0; /* no bias: y's residual, or nothing */
   if (!ir_same_type(h, y) || (placed && !free_to_store(mm, bias, h))) return 0;
   if ((at[1] = ir_next_computing(g, at[0])) >= g->nnodes) return 1;
   const Node *e = g->nodes[at[1]];
@@ -189,7 +191,7 @@ static int epilogue_of(const Graph *g, const PtrMap *uses, int i, int at[2], boo
 }
 
 int epilogue_reach(const Graph *g, const PtrMap *uses, int i, int at[2]) {
-  int e = epilogue_of(g, uses, i, at, false);
+  int e = epilogue_of(g, uses, i, at, false, true); /* (the memory plan's: --no-fuse or not) */
   return epi_dgelu(e) ? e - EPI_DGELU + 1 : e == EPI_RESIDUAL ? 1 : e;
 }
 
@@ -206,12 +208,12 @@ static void regroup(Graph *g, int from, const int *at, int e) {
     for (int k = from; k < end; k++) g->nodes[k]->group = 0;
 }
 
-static void epilogue_graph(Graph *g, const PtrMap *uses) {
+static void epilogue_graph(Graph *g, const PtrMap *uses, bool residual) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->body) epilogue_graph(n->body, uses);
+    if (n->body) epilogue_graph(n->body, uses, residual);
     int at[2];
-    n->a.epilogue = epilogue_of(g, uses, i, at, true);
+    n->a.epilogue = epilogue_of(g, uses, i, at, true, residual);
     if (!n->a.epilogue) continue;
     int e = epilogue_nodes(g, i, at), last = epi_dgelu(n->a.epilogue) ? at[0] : at[e - 1], old = g->nodes[last]->group;
     for (int k = 0; k < e; k++) g->nodes[at[k]]->group = 0;
@@ -222,10 +224,10 @@ static void epilogue_graph(Graph *g, const PtrMap *uses) {
 
 bool pass_epilogue(Module *m) {
   if (m->target == TARGET_CUDA && !m->memplan) die("epilogue: the memory plan has not run");
-  if (m->target != TARGET_CUDA) return true;
+  if (m->target != TARGET_CUDA || !fuse_on(m, FUSE_EPILOGUE)) return true; /* (shardc --no-fuse epilogue) */
   PtrMap uses = {0}; /* the pass changes no node's inputs: counted once */
   ir_use_counts(m->graph, &uses);
-  epilogue_graph(m->graph, &uses);
+  epilogue_graph(m->graph, &uses, fuse_on(m, FUSE_RESIDUAL));
   ptrmap_free(&uses);
   return true;
 }

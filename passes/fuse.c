@@ -146,12 +146,15 @@ static void hoist_gelu_bwd(Graph *g) {
 
 bool pass_fuse(Module *m) {
   int next_id = 0;
-  if (m->target == TARGET_CUDA) {
-    hoist_gelu_bwd(m->graph);
-    epilogue_hoist_adds(m->graph); /* residual adds up to their GEMM (passes/epilogue_hoist.c) */
-    ir_mark_folded_casts(m->graph); /* (before grouping: none of them joins a group) */
-    fuse_order(m->graph);           /* elementwise nodes next to those they feed, over GEMMs (passes/fuse_order.c) */
+  if (m->target == TARGET_CUDA) { /* (each as shardc --no-fuse leaves it: passes/fuse_off.c) */
+    bool epi = fuse_on(m, FUSE_EPILOGUE);
+    if (epi) hoist_gelu_bwd(m->graph);
+    if (epi && fuse_on(m, FUSE_RESIDUAL))
+      epilogue_hoist_adds(m->graph); /* residual adds up to their GEMM (passes/epilogue_hoist.c) */
+    ir_mark_folded_casts(m->graph);  /* (before grouping: none of them joins a group) */
+    if (fuse_on(m, FUSE_SWIGLU))
+      fuse_order(m->graph); /* elementwise nodes next to those they feed, over GEMMs (passes/fuse_order.c) */
   }
-  fuse_graph(m->graph, &next_id);
+  if (m->target != TARGET_CUDA || fuse_on(m, FUSE_GROUPS)) fuse_graph(m->graph, &next_id);
   return true;
 }

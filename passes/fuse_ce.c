@@ -78,6 +78,7 @@ static void fuse_ce_graph(Graph *g) {
 
 bool pass_fuse_ce(Module *m) {
   if (!m->memplan) die("fuse_ce: the memory plan has not run");
+  if (!fuse_on(m, FUSE_CE)) return true; /* shardc --no-fuse ce (CUDA target) */
   fuse_ce_graph(m->graph);
   return true;
 }

@@ -98,7 +98,7 @@ bool fuse_sumsq_member(const Node *n) {
 
 bool pass_fuse_sumsq(Module *m) {
   clear_graph(m->graph);
-  if (m->target != TARGET_CUDA) return true;
+  if (m->target != TARGET_CUDA || !fuse_on(m, FUSE_SUMSQ)) return true;
   if (!m->memplan) die("fuse_sumsq: the memory plan has not run");
   fuse_graph(m->graph);
   return true;

@@ -35,6 +35,11 @@ bool pass_recompute(Module *m); /* plan recompute full|selective: backward loops
 bool pass_zero(Module *m);      /* ZeRO (plan `zero N`): optimizer state, gradients, parameters sharded over dp */
 bool pass_owners(Module *m);    /* pipeline: nodes only one stage needs predicated on it (passes/pipe_owners.c) */
 bool pass_fuse(Module *m);      /* groups consecutive elementwise nodes over one shape (Node.group) */
+/* shardc --no-fuse (passes/fuse_off.c): whether fusion k is on for m (every one is, but those turned off). */
+static inline bool fuse_on(const Module *m, FuseKind k) { return !(m->no_fuse >> k & 1u); }
+/* The comma list of names (residual, swiglu, normres, epilogue, groups, ce, sumsq, all) into *bits;
+ * false after reporting an unknown name, with the valid ones. */
+bool fuse_off_parse(const char *list, unsigned *bits);
 /* (passes/fuse_order.c, CUDA target, before the grouping) elementwise nodes of g and its bodies moved next to
  * the elementwise nodes they feed or read, over the GEMMs between, where the stages, the kernels and memory allow */
 void fuse_order(Graph *g);

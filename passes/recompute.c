@@ -497,6 +497,6 @@ static void recompute_graph(RecomputeKind kind, bool cuda, Graph *g) {
 
 bool pass_recompute(Module *m) {
   /* none: the column slices only (and fused_unary's, on the CUDA target) */
-  recompute_graph(m->plan.recompute, m->target == TARGET_CUDA, m->graph);
+  recompute_graph(m->plan.recompute, m->target == TARGET_CUDA && fuse_on(m, FUSE_SWIGLU), m->graph);
   return true;
 }
