@@ -18,12 +18,14 @@
 #     nvcc train_gpt2.o -lcublas -lcublasLt -o train_gpt2cu
 # tests/gpu/pack.sh builds the two shardc trainers and packs them (.gpu/bin, with LLMC=path/to/train_gpt2cu
 # llm.c's too) with their libraries for the GPU machine: source .gpu/env.sh && bench/gpu_compare.sh .gpu/bin
-#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,perlayer,llama,llmc,torch,torchllama]
+# `llamanofuse`: the Llama trainer built with `--no-fuse residual,swiglu,normres` (llama509_cuda_nofuse, tests/gpu/pack.sh),
+# right after `llama`: the three fusions' effect on the same GPU (docs/cuda.md "--no-fuse")
+#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,perlayer,llama,llamanofuse,llmc,torch,torchllama]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${1:?usage: bench/gpu_compare.sh BIN [steps] [parts]}" && pwd)
 steps=${2:-30}
-parts=${3:-shardc,perlayer,llama,llmc,torch,torchllama}
+parts=${3:-shardc,perlayer,llama,llamanofuse,llmc,torch,torchllama}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -51,6 +53,8 @@ case ",$parts," in *,perlayer,*) [ -x "$bin/gpt2_cuda_perlayer" ] &&
   shardc_run "shardc gpt2-124m B=16 T=1024 per-layer casts" "$bin/gpt2_cuda_perlayer" "$t/gpt2.bin" 16384 ;; esac
 case ",$parts," in *,llama,*) [ -x "$bin/llama509_cuda" ] &&
   shardc_run "shardc llama-509m B=8 T=1024" "$bin/llama509_cuda" "$t/llama.bin" 8192 ;; esac
+case ",$parts," in *,llamanofuse,*) [ -x "$bin/llama509_cuda_nofuse" ] &&
+  shardc_run "shardc llama-509m B=8 T=1024 --no-fuse residual,swiglu,normres" "$bin/llama509_cuda_nofuse" "$t/llama.bin" 8192 ;; esac
 case ",$parts," in *,perlayer,*) [ -x "$bin/llama509_cuda_perlayer" ] &&
   shardc_run "shardc llama-509m B=8 T=1024 per-layer casts" "$bin/llama509_cuda_perlayer" "$t/llama.bin" 8192 ;; esac
 case ",$parts," in *,llmc,*) if [ -x "$bin/train_gpt2cu" ]; then

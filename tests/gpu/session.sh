@@ -11,7 +11,7 @@
 #           GPT-2's first 2 steps with every attention candidate offered, else without the wgmma
 #           tiles (SHARDRT_ATTN_WGMMA=0), else without autotuning, the rest run under what started
 #   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
-#           509M Llama shape
+#           509M Llama shape (shardc's also built with --no-fuse residual,swiglu,normres: llamanofuse)
 #   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
 #           (the candidates checked against the default, then timed, at the first call: the summaries
 #           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
@@ -124,7 +124,7 @@ case $settings in
   *"SHARDRT_ATTN_AUTOTUNE=0"*) export SHARDRT_ATTN_WGMMA=0 SHARDRT_ATTN_AUTOTUNE=0 ;;
   *"SHARDRT_ATTN_WGMMA=0"*) export SHARDRT_ATTN_WGMMA=0 ;;
 esac
-part peers 120 240 bench/gpu_compare.sh "$bin" 20 shardc,llama,llmc,torch,torchllama
+part peers 120 270 bench/gpu_compare.sh "$bin" 20 shardc,llama,llamanofuse,llmc,torch,torchllama
 grep -E "median" "$out/peers.log" >> "$sum"
 part tune 60 200 tune
 grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
