@@ -2,8 +2,13 @@
 # tests/comm/shm_leak.sh NP CMD... — runs a job whose rank 0 exits 1 (a user error) while the
 # others wait in a collective (test_comm usererr), then checks that no rank left its libfabric shm
 # region (/dev/shm/shardrt-<pid>-*) behind: the one that exited, and the ones mpirun then ended.
+# Only regions made since the job started count: a region an earlier job's kill -9 left (nothing can
+# remove it) may carry the pid a rank of this job reuses.
 np=$1; shift
 pidfile=$(mktemp -u)
+since=$(mktemp)
+trap 'rm -f "$since"' EXIT
+sleep 0.01 # (the regions' times are after the marker's)
 export SHARDRT_TEST_PIDFILE=$pidfile
 timeout 60 "$@" >/dev/null 2>&1
 rc=$?
@@ -17,7 +22,7 @@ for r in $(seq 0 $((np - 1))); do
   # leaves counts once it is gone (up to 10 s)
   w=0
   while kill -0 "$pid" 2>/dev/null && [ $w -lt 100 ]; do sleep 0.1; w=$((w + 1)); done
-  left=$(ls /dev/shm 2>/dev/null | grep "^shardrt-$pid-")
+  left=$(find /dev/shm -maxdepth 1 -name "shardrt-$pid-*" -newer "$since" 2>/dev/null)
   if [ -n "$left" ]; then echo "shm_leak.sh: FAIL: rank $r (pid $pid) left $left"; status=1; fi
   rm -f "$pidfile.$r"
 done
