@@ -17,5 +17,5 @@ ctest --output-on-failure -j 2 "$@" 2>&1 | tee Testing/ctest.log || rc=$?
 # "  3/181 Test  #14: name ......   Passed   12.34 sec" -> "  12.34 s  name  (Passed)"
 echo "The 10 slowest tests:"
 sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .*]*(.+[^ ]) +([0-9.]+) sec$/\3 \1 \2/p' Testing/ctest.log |
-  sort -rn | head -10 | awk '{printf "  %8.2f s  %s  (%s)\n", $1, $2, $3}'
+  sort -rn | awk 'NR <= 10 {printf "  %8.2f s  %s  (%s)\n", $1, $2, $3}' # (awk reads it all: head would leave sort a SIGPIPE, 141 under pipefail)
 exit "$rc"
