@@ -28,3 +28,12 @@ Module *tb_compile_on(Arena *a, const char *path, const FeDefine *defs, int ndef
     if (strcmp(names[i], skip) != 0 && !pipeline_run_pass(m, names[i], &po)) return NULL;
   return m;
 }
+
+Module *tb_compile_model(Arena *a, const char *path, const FeDefine *defs, int ndefs, int world, Target target) {
+  FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
+  Module *m = fe_compile(a, path, &o);
+  if (!m) return NULL;
+  m->target = target;
+  PipelineOptions po = {.verify = true};
+  return pipeline_run(m, &po) ? m : NULL;
+}

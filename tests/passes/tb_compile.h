@@ -15,4 +15,8 @@ Module *tb_compile(Arena *a, const char *path, const FeDefine *defs, int ndefs, 
 Module *tb_compile_on(Arena *a, const char *path, const FeDefine *defs, int ndefs, const char *prec, Target target,
                       const char *skip, int world);
 
+/* path as written (its own topology, batch and precision) with defs, on `world` ranks, for target, through the
+ * whole pipeline (verified); NULL when it does not compile or a pass fails. */
+Module *tb_compile_model(Arena *a, const char *path, const FeDefine *defs, int ndefs, int world, Target target);
+
 #endif

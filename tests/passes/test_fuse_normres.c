@@ -21,6 +21,7 @@
 #include "frontend.h"
 #include "passes.h"
 #include "pipeline.h"
+#include "tb_compile.h"
 #include "tb.h"
 
 static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
@@ -121,13 +122,9 @@ static void built_graphs(void) {
 static void model(const char *label, const char *file, const FeDefine *defs, int ndefs, int world, int want) {
   Arena a;
   arena_init(&a);
-  FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
-  Module *m = fe_compile(&a, file, &o);
-  CHECK(m, "%s: does not compile", label);
+  Module *m = tb_compile_model(&a, file, defs, ndefs, world, TARGET_CUDA);
+  CHECK(m, "%s: does not compile, or a pass failed", label);
   if (!m) return;
-  m->target = TARGET_CUDA;
-  PipelineOptions po = {.verify = true};
-  CHECK(pipeline_run(m, &po), "%s: the pipeline failed", label);
   int n = check_pairs(m->graph, label);
   CHECK(n == want, "%s: %d norms' backward add the residual gradient, want %d", label, n, want);
   printf("%s: %d norms' backward add the residual gradient\n", label, n);

@@ -21,6 +21,7 @@
 #include "memplan.h"
 #include "passes.h"
 #include "pipeline.h"
+#include "tb_compile.h"
 #include "tb.h"
 
 static int failures; /* CHECK (tests/check.h, through tb.h) counts here */
@@ -113,13 +114,9 @@ static Count plan(const char *label, const char *file, const FeDefine *defs, int
   Count k = {0};
   Arena a;
   arena_init(&a);
-  FeOptions o = {.defines = defs, .ndefines = ndefs, .world = world};
-  Module *m = fe_compile(&a, file, &o);
-  CHECK(m, "%s: does not compile", label);
+  Module *m = tb_compile_model(&a, file, defs, ndefs, world, target);
+  CHECK(m, "%s: does not compile, or a pass failed", label);
   if (!m) return k;
-  m->target = target;
-  PipelineOptions po = {.verify = true};
-  CHECK(pipeline_run(m, &po), "%s: the pipeline failed", label);
   check_graph(m->graph, label, &k);
   count_marked(m->graph, &k);
   CHECK(k.marked == k.members, "%s: %d SUMSQs marked, %d found at their concats", label, k.marked, k.members);
