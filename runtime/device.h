@@ -48,6 +48,10 @@ struct RtDevice {
   double (*peak_flops)(RtCtx *ctx);
   /* Frees the allocation and everything open made; ctx->kernels = NULL. */
   void (*close)(RtCtx *ctx);
+  /* Compiles p's kernels for arch ("sm_90a", "sm_80": a cubin; "compute_90": PTX) into the kernel cache
+   * without opening a device (NVRTC alone: a machine without a GPU fills a cache that GPU machines then
+   * read: SHARDRT_CUBIN_CACHE). Returns 0, or -1 after printing "error: ...". */
+  int (*compile)(const RtProgram *p, const char *arch);
 };
 
 /* The device of every CUDA trainer (runtime/cuda/device.c, in libshardrt_cuda): a generated

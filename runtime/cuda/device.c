@@ -512,6 +512,40 @@ static void dev_close(RtCtx *ctx) {
   ctx->kernels = NULL;
 }
 
+/* --compile-kernels ARCH: the kernels into the cache, with the attention's tile candidates as a run on a GPU
+ * would build them (SHARDRT_ATTN_AUTOTUNE as there: 0 builds the compiled defaults alone) */
+static int dev_compile(const RtProgram *p, const char *arch) {
+  int nk = p->cuda ? p->cuda->nkernels : 0;
+  if (strncmp(arch, "sm_", 3) != 0 && strncmp(arch, "compute_", 8) != 0) {
+    rt_cu_error("--compile-kernels %s: expected an architecture as NVRTC names it: sm_90a, sm_80 (a cubin) or "
+                "compute_90 (PTX)",
+                arch);
+    return -1;
+  }
+  char *dir = rt_cu_cache_dir();
+  if (!dir) {
+    rt_cu_error("--compile-kernels: no kernel cache directory (set SHARDRT_CUBIN_CACHE or HOME)");
+    return -1;
+  }
+  if (nk == 0) {
+    printf("kernels: none in this program\n");
+    free(dir);
+    return 0;
+  }
+  double t0 = now_s();
+  size_t len = 0;
+  int from_cache = 0;
+  char *img = rt_cu_nvrtc_build(p->cuda, arch, &len, &from_cache);
+  if (img)
+    printf("kernels: %d for %s%s, %.1f MiB, %s %.1f s, in %s\n", nk, arch,
+           rt_cu_attn_tune_on(0) ? " with the attention's tile candidates" : "", (double)len / (1 << 20),
+           from_cache ? "already in the cache:" : "compiled by NVRTC in", now_s() - t0, dir);
+  int rc = img ? 0 : -1;
+  free(dir);
+  free(img);
+  return rc;
+}
+
 const RtDevice rt_cuda_device = {.name = "cuda",
                                  .open = dev_open,
                                  .upload = dev_upload,
@@ -524,4 +558,5 @@ const RtDevice rt_cuda_device = {.name = "cuda",
                                  .unpin = dev_unpin,
                                  .describe = dev_describe,
                                  .peak_flops = dev_peak,
-                                 .close = dev_close};
+                                 .close = dev_close,
+                                 .compile = dev_compile};

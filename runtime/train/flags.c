@@ -139,6 +139,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "on_nonfinite)"},
       {"max-skips", 4, &o->max_skips, &max_skips_set, "N",
        "with skip: stop after N consecutive skipped steps (default: the recipe's max_skips)"},
+      {"compile-kernels", 0, &o->compile_kernels, NULL, "ARCH",
+       "GPU programs: compile the kernels for ARCH (sm_90a, sm_80; compute_90: PTX) into the kernel cache and exit, "
+       "no GPU needed (fill SHARDRT_CUBIN_CACHE here, carry it to the GPU machines)"},
       {"ckpt-format", 0, &o->ckpt_format, NULL, "sharded|logical",
        "checkpoints of a multi-rank run: each rank writes its blocks (sharded, the default), or rank 0 gathers and "
        "writes whole tensors (logical; one process: always)"},

@@ -395,6 +395,12 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (rt_opts_parse(argc, argv, p, &r->o)) return 0;
   RtOpts *o = &r->o;
+  if (o->compile_kernels) { /* no rank, no data, no device: NVRTC into the kernel cache */
+    if (!p->device || !p->device->compile)
+      rt_user_error("--compile-kernels %s: this trainer runs on the CPU: it has no GPU kernels to compile",
+                    o->compile_kernels);
+    return p->device->compile(p, o->compile_kernels) ? 1 : 0;
+  }
 
   run_init(r, &argc, &argv);
   if (o->save_to) rt_ckpt_check_dir(o->save_to); /* a bad --save-to fails now, not after the training */

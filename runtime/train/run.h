@@ -49,6 +49,7 @@ typedef struct {
   int ckpt_every_set;      /* --ckpt-every given */
   int threads_set;         /* --threads given */
   const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
+  const char *compile_kernels; /* --compile-kernels ARCH: the device kernels into the cache, then exit */
   const char *ckpt_format; /* --ckpt-format: "sharded" or "logical" (NULL: sharded under several ranks) */
   const char *on_nonfinite; /* --on-nonfinite: "stop" or "skip" (default: the recipe's) */
   int skip;                /* 1: a step with non-finite gradients is skipped (flags.c decides it) */
