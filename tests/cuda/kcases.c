@@ -187,9 +187,9 @@ static void cases_movement(KC *c) {
     for (int64_t i = 0; i < n; i++) ref[i] = (float)(5 + i);
     cmp(c, "iota", got, ref, n, 0, 0);
   }
-  for (int bfv = 0; bfv < 2; bfv++) { /* transpose */
-    DType dt = bfv ? DT_BF16 : DT_F32;
-    int64_t B = 3, R = 37, C = 70;
+  for (int tc = 0; tc < 6; tc++) { /* transpose; 72 x 136 and 8 x 64: 64 x 64 vector tiles with tails, one in part */
+    DType dt = tc & 1 ? DT_BF16 : DT_F32;
+    int64_t B = tc < 2 ? 3 : 2, R = tc < 2 ? 37 : tc < 4 ? 72 : 8, C = tc < 2 ? 70 : tc < 4 ? 136 : 64;
     float *x = fvec(c, B * R * C, 1.0f);
     round_to(dt, x, B * R * C);
     KT tx = kt_new(c, dt, B * R * C), ty = kt_new(c, dt, B * R * C);
@@ -199,7 +199,8 @@ static void cases_movement(KC *c) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t r = 0; r < R; r++)
         for (int64_t q = 0; q < C; q++) ref[(b * C + q) * R + r] = x[(b * R + r) * C + q];
-    cmp(c, arena_printf(c->a, "transpose %s", dn(dt)), got, ref, B * R * C, 0, 0);
+    cmp(c, arena_printf(c->a, "transpose [%lld, %lld, %lld] %s", (long long)B, (long long)R, (long long)C, dn(dt)), got,
+        ref, B * R * C, 0, 0);
   }
   /* reduce_to: x [a, b, d] down to several shapes */
   struct {
@@ -208,7 +209,9 @@ static void cases_movement(KC *c) {
   } rc[] = {{3, 1, {6, 33, 40}, {40}},       {3, 3, {6, 33, 40}, {6, 1, 40}}, {3, 2, {6, 33, 40}, {33, 1}},
             {2, 1, {3000, 20}, {20}},        {2, 0, {50, 21}, {0}},           {3, 3, {5, 7, 9}, {5, 7, 9}},
             /* column sums in one launch (colsum_tree): one group of chunks; 2 column tiles of 3 groups each */
-            {2, 1, {1000, 48}, {48}},        {2, 1, {2200, 264}, {264}}};
+            {2, 1, {1000, 48}, {48}},        {2, 1, {2200, 264}, {264}},
+            /* more rows a chunk than a thread's loads at once (one-pass: 128 chunks of 157 rows) */
+            {2, 1, {20000, 16}, {16}}};
   for (size_t t = 0; t < sizeof rc / sizeof rc[0]; t++)
     for (int bfv = 0; bfv < 2; bfv++) {
       DType dt = bfv ? DT_BF16 : DT_F32;
@@ -219,8 +222,12 @@ static void cases_movement(KC *c) {
       KT tx = kt_new(c, dt, nx), ty = kt_new(c, DT_F32, ny);
       kt_put(c, tx, x);
       run(c, cuk_reduce_to(c->k, P(c, ty), DT_F32, &ys, P(c, tx), dt, &xs));
+      KT ty2 = kt_new(c, DT_F32, ny); /* again: the same bits */
+      run(c, cuk_reduce_to(c->k, P(c, ty2), DT_F32, &ys, P(c, tx), dt, &xs));
       if (!c->be) continue;
       float *got = kt_get(c, ty);
+      expect(c, arena_printf(c->a, "reduce_to case %d %s deterministic", (int)t, dn(dt)),
+             memcmp(got, kt_get(c, ty2), (size_t)ny * 4) == 0);
       double *acc = calloc((size_t)ny, sizeof(double));
       float *ref = arena_alloc(c->a, (size_t)ny * 4);
       for (int64_t i = 0; i < nx; i++) {
@@ -245,10 +252,12 @@ static void cases_movement(KC *c) {
 
 static void cases_embed(KC *c) {
   /* d 100: embed_bwd scanning the ids; d a multiple of 8: by buckets (sorted in shared memory; n 3000 with most
-   * ids on 3 rows: a bucket past the shared-memory sort's 2048 keys, sorted in device memory) */
+   * ids on 3 rows: a bucket past the shared-memory sort's 2048 keys, sorted in device memory). One-pass
+   * (embed_bwd_own): n 3000 puts 2400 hits in one block, past its 1504 in shared memory (the warps' scans of the
+   * ids); n 9001 two chunks of ids, the last id alone (scalar loads), 32 blocks of 32 rows. */
   struct {
     int64_t n, d, V;
-  } ec[] = {{300, 100, 97}, {300, 96, 97}, {3000, 16, 150}};
+  } ec[] = {{300, 100, 97}, {300, 96, 97}, {3000, 16, 150}, {9001, 8, 1000}};
   for (size_t t = 0; t < sizeof ec / sizeof ec[0]; t++) {
     for (int bfv = 0; bfv < 2; bfv++) {
       DType dt = bfv ? DT_BF16 : DT_F32;
@@ -290,6 +299,14 @@ static void cases_embed(KC *c) {
         cmp(c, arena_printf(c->a, "embed_bwd %s", tag), dtab, rdt, V * d, tol(dt), bfv ? 1e-2 : 1e-5);
         expect(c, arena_printf(c->a, "embed_bwd deterministic %s", tag),
                memcmp(dtab, kt_get(c, tdt2), (size_t)(V * d) * 4) == 0);
+        if (c->variant == CUK_VAR_ONE) { /* the sums in the same order as the default's: the same bits */
+          KT tdt3 = kt_new(c, dt, V * d);
+          cuk_set_variant(c->k, CUK_VAR_DEFAULT);
+          run(c, cuk_embed_bwd(c->k, P(c, tdt3), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
+          cuk_set_variant(c->k, CUK_VAR_ONE);
+          expect(c, arena_printf(c->a, "embed_bwd %s: the default's bits", tag),
+                 memcmp(dtab, kt_get(c, tdt3), (size_t)(V * d) * 4) == 0);
+        }
         expect(c, arena_printf(c->a, "embed %s: no error flag", tag), dev_flag(c) == 0);
       }
     }
@@ -719,11 +736,14 @@ static void all_cases(KC *c) {
   for (int v = 0; v < CUK_NVARIANTS && bytes_variants; v++) { /* the bytes-bound kernels' other variants (cuk_set_variant) */
     if (v == CUK_VAR_DEFAULT) continue;
     cuk_set_variant(c->k, v);
+    c->variant = v;
     group(c, arena_printf(c->a, "variant %s: movement", cuk_variant_names[v]), cases_movement);
+    group(c, arena_printf(c->a, "variant %s: embed", cuk_variant_names[v]), cases_embed);
     group(c, arena_printf(c->a, "variant %s: norms", cuk_variant_names[v]), cases_norms);
     group(c, arena_printf(c->a, "variant %s: rope", cuk_variant_names[v]), cases_rope);
   }
   cuk_set_variant(c->k, CUK_VAR_DEFAULT);
+  c->variant = CUK_VAR_DEFAULT;
 }
 
 const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels) {

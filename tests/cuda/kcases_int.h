@@ -27,6 +27,7 @@ struct KC {
   int64_t ws_bytes;
   int fails, checks;
   uint64_t rng;
+  int variant;             /* the bytes-bound kernels' variant being checked (cuk_set_variant) */
   struct timespec t0;      /* pass 1's start (progress lines) */
 };
 

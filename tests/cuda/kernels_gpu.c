@@ -4,7 +4,8 @@
  * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/run_gpu.sh; exits non-zero when a
  * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only | --compile ARCH [DIR]]; SHARDK_ATTN_SWEEP=1 adds the attention
  * tile sweep (flash_sweep.h), SHARDK_ATTN_SWEEP=only runs the sweep alone; SHARDK_BYTES_SWEEP=1 (or only) the same
- * for the bytes-bound kernels' variants (cuk_set_variant: norms, rope, reduce_to, each variant checked by the cases). */
+ * for the bytes-bound kernels' variants (cuk_set_variant: norms, rope, reduce_to, embed, embed_bwd, transpose, each variant
+ * checked by the cases). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,12 +328,19 @@ static const char *kernel_attrs(Arena *a, const char *stmt) {
 /* Each case's statement in every variant (cuk_set_variant; each checked by the cases above, cuda_kernels_emu too),
  * timed in 5 interleaved rounds (case by case, variant after variant); the median round per variant. */
 static void bytes_sweep(void) {
-  enum { NC = 14, ROUNDS = 5 };
+  enum { NC = 18, ROUNDS = 5 };
   Arena a;
   arena_init(&a);
   CuK *k = cuk_new(&a);
-  const int64_t B = 8, T = 1024, C = 768, N = B * T, N2 = 2 * N, L = 2048;
+  const int64_t B = 8, T = 1024, C = 768, N = B * T, N2 = 2 * N, L = 2048, V = 50304, Vr = 50257;
   const char *x = pb(&a, (size_t)N2 * 4 * C * 2), *y = pb(&a, (size_t)N2 * 4 * C * 2), *z = pb(&a, (size_t)N2 * 4 * C * 2);
+  const char *ids = pb(&a, (size_t)N2 * 4), *tab = pb(&a, (size_t)V * C * 2), *dtab = pb(&a, (size_t)V * C * 2);
+  { /* GPT-2's vocabulary, the perf table's ids: every row hit at most once */
+    int32_t *h = malloc((size_t)N2 * 4);
+    for (int64_t i = 0; i < N2; i++) h[i] = (int32_t)((i * 7919) % Vr);
+    g_h2d(pbuf[atoi(ids + 1)], h, (size_t)N2 * 4);
+    free(h);
+  }
   const char *cr = pb(&a, (size_t)N2 * 4 * C * 2); /* the residual gradient's carry (passes/fuse_normres.c) */
   const char *w = pb(&a, (size_t)4 * C * 4), *bb = pb(&a, (size_t)4 * C * 4), *dw = pb(&a, (size_t)4 * C * 4),
              *db = pb(&a, (size_t)4 * C * 4);
@@ -364,6 +372,13 @@ static void bytes_sweep(void) {
     BCASE("reduce_to bf16 [8192, 768] -> [768]", 1.0 * N * C * 2, cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &xs));
     BCASE("reduce_to bf16 [16384, 768] -> [768]", 1.0 * N2 * C * 2, cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &x2s));
     BCASE("reduce_to bf16 [16384, 3072] -> [3072]", 4.0 * N2 * C * 2, cuk_reduce_to(k, dw, DT_F32, &y3s, x, DT_BF16, &x3s));
+    /* the embedding and the transpose (one-pass: shardk_bytes.cuh): dy read once and the table written; rows moved */
+    BCASE("embed_bwd bf16 8192 ids V 50304", 1.0 * N * C * 2 + 1.0 * V * C * 2,
+          cuk_embed_bwd(k, dtab, DT_BF16, ids, x, DT_BF16, N, C, V, "0"));
+    BCASE("embed_bwd bf16 16384 ids V 50304", 1.0 * N2 * C * 2 + 1.0 * V * C * 2,
+          cuk_embed_bwd(k, dtab, DT_BF16, ids, x, DT_BF16, N2, C, V, "0"));
+    BCASE("embed bf16 8192 x 768", 2.0 * N * C * 2, cuk_embed(k, y, DT_BF16, tab, DT_BF16, ids, N, C, V, "0"));
+    BCASE("transpose bf16 [8192, 768]", 2.0 * N * C * 2, cuk_transpose(k, y, x, DT_BF16, 1, N, C));
     BCASE("layernorm bf16 [8192, 768] (the same in all)", 2.0 * N * C * 2,
           cuk_layernorm(k, y, x, DT_BF16, w, bb, DT_F32, N, C, 1e-5));
 #undef BCASE
