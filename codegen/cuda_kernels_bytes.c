@@ -23,12 +23,15 @@ const char *ck_colsum_flat(CuK *k, const char *y, DType ydt, const char *x, DTyp
   const int u = (int)imin(16, cdiv(ch, ry));
   ck_need_ws(k, tiles * P * m * 4);
   Args g = {.np = 4, .p = {y, x, ck_ws_at(k, 0), ck_counters(k, (int)tiles)}};
-  return ck_simple(k, &g, tiles, P, 1, cx, ry,
+  k->minb = 2; /* 2 blocks an SM: at most 128 registers (the partials' 12 rows of loads at once) */
+  const char *s = ck_simple(k, &g, tiles, P, 1, cx, ry,
                    arena_printf(k->a,
                                 "sk::colsum_flat<%s, %s, %lldLL, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, (const %s *)p1, %s, "
                                 "(float *)p2, (int *)p3);",
                                 ck_ctype(ydt), ck_ctype(xdt), (long long)rows, (long long)cols, (long long)ld, (int)P, ry,
                                 u, ck_ctype(ydt), ck_ctype(xdt), ck_fl(k, scale)));
+  k->minb = 0;
+  return s;
 }
 
 /* embedding forward, d a multiple of 8: a warp per row, 16 rows a block */

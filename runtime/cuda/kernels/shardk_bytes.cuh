@@ -48,7 +48,7 @@ __device__ __forceinline__ void ldcg4(float *v, const float *p) {
  * ... of chunk p (CH = ceil(R / P) rows) for the VW columns of vector tx, U rows' 16-byte loads issued before the
  * first add (the whole chunk when CH <= U RY), then the RY slices in ty order, into part[(tile P + p) M + e] (M = CX
  * VW); the last block of the tile to arrive (one counter a tile) sums the P partials: thread (tx, ty) the partials
- * ty, ty + RY, ... of its VW columns (8 rows' loads in flight), then the slices in ty order. Two L2 round trips after
+ * ty, ty + RY, ... of its VW columns (all their loads in flight, up to P 96), then the slices in ty order. Two L2 round trips after
  * the bytes (colsum_tree: four, with a second level of arrivals); fixed orders: the same bits every run. */
 template <class TY, class T, i64 R, i64 C, i64 LD, int P, int RY, int U>
 __device__ void colsum_flat(TY *y, const T *x, float scale, float *part, int *cnt) {
@@ -93,15 +93,16 @@ __device__ void colsum_flat(TY *y, const T *x, float scale, float *part, int *cn
   float a2[VW];
 #pragma unroll
   for (int k = 0; k < VW; k++) a2[k] = 0.0f;
-  for (int p0 = ty; p0 < P; p0 += RY * 8) {
-    float v[8][VW];
+  constexpr int TB = (P + RY - 1) / RY < 12 ? (P + RY - 1) / RY : 12; /* the partials' loads at once: all, to 96 chunks */
+  for (int p0 = ty; p0 < P; p0 += RY * TB) {
+    float v[TB][VW];
 #pragma unroll
-    for (int u = 0; u < 8; u++)
+    for (int u = 0; u < TB; u++)
       if (p0 + u * RY < P)
 #pragma unroll
         for (int k = 0; k < VW; k += 4) ldcg4(&v[u][k], tp + (i64)(p0 + u * RY) * M + k);
 #pragma unroll
-    for (int u = 0; u < 8; u++)
+    for (int u = 0; u < TB; u++)
       if (p0 + u * RY < P)
 #pragma unroll
         for (int k = 0; k < VW; k++) a2[k] += v[u][k];
