@@ -14,7 +14,8 @@ void kc_cases_embed(KC *c) {
   /* d 100: embed_bwd scanning the ids; d a multiple of 8: by buckets (sorted in shared memory; n 3000 with most
    * ids on 3 rows: a bucket past the shared-memory sort's 2048 keys, sorted in device memory). One-pass
    * (embed_bwd_own): n 3000 puts 2400 hits in one block, past its 1504 in shared memory (the warps' scans of the
-   * ids); n 9001 two chunks of ids, the last id alone (scalar loads), 32 blocks of 32 rows. */
+   * ids); n 9001 (ids spread: about 9 a row, 45 sharded) two chunks of ids, the last id alone (scalar loads), 32
+   * blocks of 32 rows. */
   struct {
     int64_t n, d, V;
   } ec[] = {{300, 100, 97}, {300, 96, 97}, {3000, 16, 150}, {9001, 8, 1000}};
@@ -28,7 +29,7 @@ void kc_cases_embed(KC *c) {
         round_to(dt, dy, n * d);
         int32_t *idx = arena_alloc(c->a, (size_t)n * 4);
         for (int64_t i = 0; i < n; i++)
-          idx[i] = (int32_t)(n > 1000 && i % 5 ? row0 + 3 + i % 3 : (i * 7919 + i / 3) % Vall);
+          idx[i] = (int32_t)(n > 1000 && n < 5000 && i % 5 ? row0 + 3 + i % 3 : (i * 7919 + i / 3) % Vall);
         idx[5] = idx[6] = idx[200] = (int32_t)(row0 + 3); /* a repeated row */
         KT tt = kt_new(c, dt, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, dt, n * d), tdy = kt_new(c, dt, n * d),
            tdt = kt_new(c, dt, V * d);
