@@ -59,14 +59,13 @@ const char *ck_transpose_vec(CuK *k, const char *y, const char *x, DType dt, int
 }
 
 /* embedding backward, d a multiple of 8: a block per R table rows (about 400 blocks: 3 an SM of an H100, every block
- * resident at once; at least 32 rows), its hits kept in shared memory up to CAP = half the ids (at most 4096; a block
- * past it takes the slow path). V 50304: 393 blocks of 128 rows. */
+ * resident at once; 32 to 256 rows), its hits kept in shared memory up to CAP = half the ids (at most 8192; 4096 past
+ * 65536 ids, whose indices take 32 bits; a block past it takes the slow path). V 50304: 393 blocks of 128 rows. */
 const char *ck_embed_bwd_own(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
                              int64_t n, int64_t d, int64_t V, const char *row0) {
   if (d % 8 || (tdt != DT_BF16 && tdt != DT_F32) || (dydt != DT_BF16 && dydt != DT_F32)) return NULL;
   const int64_t R = imin(256, imax(32, cdiv(cdiv(V, 400), 32) * 32));
-  const int64_t cap = imin(4096, imax(32, cdiv(n / 2, 32) * 32));
-  if (R * n >= (1LL << 31)) return NULL;
+  const int64_t cap = imin(n <= 65536 ? 8192 : 4096, imax(32, cdiv(n / 2, 32) * 32)); /* 5 (9) bytes a hit: 41 KB */
   Args g = {.np = 3, .nl = 1, .p = {dtable, idx, dy}, .l = {row0}};
   k->minb = 3; /* 3 blocks an SM (every block of V 50304 resident at once): ptxas -v sm_90a 54 registers, 0 spilled
                 * (left to itself, 48 and 4 bytes spilled at 16384 ids) */

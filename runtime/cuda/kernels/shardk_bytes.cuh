@@ -48,8 +48,9 @@ __device__ __forceinline__ void ldcg4(float *v, const float *p) {
  * ... of chunk p (CH = ceil(R / P) rows) for the VW columns of vector tx, U rows' 16-byte loads issued before the
  * first add (the whole chunk when CH <= U RY), then the RY slices in ty order, into part[(tile P + p) M + e] (M = CX
  * VW); the last block of the tile to arrive (one counter a tile) sums the P partials: thread (tx, ty) the partials
- * ty, ty + RY, ... of its VW columns (all their loads in flight, up to P 96), then the slices in ty order. Two L2 round trips after
- * the bytes (colsum_tree: four, with a second level of arrivals); fixed orders: the same bits every run. */
+ * ty, ty + RY, ... of its VW columns (all their loads in flight, up to P 96), then the slices in ty order. Two L2
+ * round trips after the bytes (colsum_tree: four, with a second level of arrivals); fixed orders: the same bits every
+ * run. */
 template <class TY, class T, i64 R, i64 C, i64 LD, int P, int RY, int U>
 __device__ void colsum_flat(TY *y, const T *x, float scale, float *part, int *cnt) {
   constexpr int VW = 16 / (int)sizeof(T), CX = 256 / RY, M = CX * VW;
@@ -226,20 +227,32 @@ __device__ void transpose_vec(T *y, const T *x) {
  * of the reference's order; zeros for rows no id hits). D a multiple of 8; block 256 (8 warps), grid ceil(V / R); block
  * b owns table rows [R b, R b + R):
  *  1. it reads all N ids (32 a thread, consecutive, in 16-byte loads issued together where idx is 16-byte aligned)
- *     and keeps its hits, key rr N + i (rr: the row in the block), in list[] in increasing i (a block scan of the
- *     threads' hit counts), counting each row's hits (shared-memory integer atomics: exact counts);
- *  2. warp 0 scans the counts into the rows' segments and places the keys into them in list order (__match_any_sync
- *     over 32 keys at a time, a cursor a row): stable, so a segment holds its row's ids in increasing i;
+ *     and keeps its hits in shared memory in increasing i (a block scan of the threads' hit counts): i (16 bits where
+ *     N <= 65536) and rr, its row in the block (8 bits); each row's hits counted (shared integer atomics: exact);
+ *  2. warp 0 scans the counts into the rows' segments and places the hits' i into them in list order
+ *     (__match_any_sync over 32 hits at a time, a cursor a row): stable, so a segment holds its row's ids in order;
  *  3. warp w writes rows w, w + 8, ...: each the sum of its segment's dy rows in order (up to 4 vectors of 8 columns a
  *     lane, each hit's loads issued together), stored in 16-byte vectors.
  * A block with more than CAP hits (possible only when N > CAP) sums each row by a warp scanning all N ids (ballots, in
- * increasing i): the same bits, slower. R N < 2^31. */
+ * increasing i): the same bits, slower. R <= 256. */
+template <bool SHORT>
+struct hit_index {
+  typedef int t;
+};
+template <>
+struct hit_index<true> {
+  typedef unsigned short t;
+};
 template <class TT, class TD, i64 N, i64 D, i64 V, int R, int CAP>
 __device__ void embed_bwd_own(TT *dtable, const int *idx, const TD *dy, i64 row0) {
   constexpr int NT = 256, W = NT / 32, IPT = 32, CH = NT * IPT, NV = (int)(D / 8), VPL = (NV + 31) / 32,
                 U = VPL < 4 ? VPL : 4, PER = (R + 31) / 32;
   static_assert(IPT == 32, "embed_bwd_own: a thread's hits in a word");
-  __shared__ int list[CAP], grp[CAP], cnt[R], seg[R + 1], wsum[W];
+  static_assert(R <= 256, "embed_bwd_own: a row in the block in a byte");
+  typedef typename hit_index<N <= 65536>::t IX; /* 5 bytes a hit in shared memory (N > 65536: 9) */
+  __shared__ IX list_i[CAP], grp[CAP];
+  __shared__ unsigned char list_r[CAP];
+  __shared__ int cnt[R], seg[R + 1], wsum[W];
   const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
   const i64 lo = (i64)blockIdx.x * R;
   const int nr = (int)(V - lo < R ? V - lo : R);
@@ -282,7 +295,7 @@ __device__ void embed_bwd_own(TT *dtable, const int *idx, const TD *dy, i64 row0
     }
     for (unsigned m = hm; m; m &= m - 1u, off++) { /* in increasing i */
       const int q = __ffs((int)m) - 1, r = (int)((i64)idx[i0 + q] - row0 - lo);
-      if (off < CAP) list[off] = r * (int)N + (int)(i0 + q);
+      if (off < CAP) list_i[off] = (IX)(i0 + q), list_r[off] = (unsigned char)r;
       atomicAdd(&cnt[r], 1);
     }
     tot += all;
@@ -311,10 +324,10 @@ __device__ void embed_bwd_own(TT *dtable, const int *idx, const TD *dy, i64 row0
     if (lane == 31) seg[R] = s;
     __syncwarp();
     for (int e0 = 0; e0 < tot; e0 += 32) {
-      const int e = e0 + lane, key = e < tot ? list[e] : 0, r = e < tot ? key / (int)N : -1 - lane;
+      const int e = e0 + lane, r = e < tot ? (int)list_r[e] : -1 - lane;
       const unsigned peers = __match_any_sync(0xffffffffu, r);
       const int rank = __popc(peers & ((1u << lane) - 1u)), n = __popc(peers);
-      if (e < tot) grp[cnt[r] + rank] = key % (int)N;
+      if (e < tot) grp[cnt[r] + rank] = list_i[e];
       __syncwarp();
       if (e < tot && rank == n - 1) cnt[r] += n;
       __syncwarp();
@@ -343,7 +356,7 @@ __device__ void embed_bwd_own(TT *dtable, const int *idx, const TD *dy, i64 row0
       };
       if (!over) {
 #pragma unroll 1
-        for (int q = s; q < e; q++) add(grp[q]);
+        for (int q = s; q < e; q++) add((i64)grp[q]);
       } else {
         for (i64 b0 = 0; b0 < N; b0 += 32) {
           const i64 i = b0 + lane;
