@@ -176,7 +176,7 @@ const char *ck_counters(CuK *k, int n) {
   return arena_printf(k->a, "(WS + %d)", CUK_WS_COUNTERS);
 }
 
-const char *const cuk_variant_names[CUK_NVARIANTS] = {"default", "main"};
+const char *const cuk_variant_names[CUK_NVARIANTS] = {"default", "main", "one-pass"};
 void cuk_set_variant(CuK *k, int v) {
   if (v < 0 || v >= CUK_NVARIANTS) die("cuda_kernels: variant %d", v);
   k->variant = v;
@@ -333,6 +333,8 @@ const char *cuk_transpose(CuK *k, const char *y, const char *x, DType dt, int64_
   Args g = {.np = 2, .p = {y, x}};
   const char *t = ck_ctype(dt);
   if (cdiv(rows, 32) > 65535) die("cuda_kernels: transpose of %lld rows", (long long)rows);
+  const char *one = k->variant == CUK_VAR_ONE ? ck_transpose_vec(k, y, x, dt, batch, rows, cols) : NULL;
+  if (one) return one;
   return ck_simple(k, &g, cdiv(cols, 32), cdiv(rows, 32), imin(batch, 65535), 32, 8,
                 arena_printf(k->a, "sk::transpose<%s, %lldLL, %lldLL, %lldLL>((%s *)p0, (const %s *)p1);", t,
                              (long long)batch, (long long)rows, (long long)cols, t, t));
@@ -387,6 +389,8 @@ static const char *colsum_sum(CuK *k, const char *y, DType ydt, const char *x, D
   int vw = xdt == DT_BF16 ? 8 : 4;
   int64_t P = imax(1, imin(cdiv(rows, 64), cdiv(131072, cdiv(cols / vw, 32) * 256)));
   if (P == 1) return ck_colsum_launch(k, y, ydt, x, xdt, rows, cols, ld, 1, scale);
+  const char *one = k->variant == CUK_VAR_ONE ? ck_colsum_flat(k, y, ydt, x, xdt, rows, cols, ld, scale) : NULL;
+  if (one) return one;
   const int G = 16, ry = 8, cx = 256 / ry;
   const int64_t tiles = cdiv(cols / vw, cx), m = (int64_t)cx * vw, ng = cdiv(P, G);
   const int nc = (int)(P <= G ? 1 : ng + 1);
@@ -478,6 +482,8 @@ const char *cuk_reduce_to(CuK *k, const char *y, DType ydt, const Shape *ys, con
 const char *cuk_embed(CuK *k, const char *y, DType ydt, const char *table, DType tdt, const char *idx, int64_t n,
                       int64_t d, int64_t V, const char *row0) {
   int check = strcmp(row0, "0") == 0;
+  const char *one = k->variant == CUK_VAR_ONE ? ck_embed_vec(k, y, ydt, table, tdt, idx, n, d, V, row0) : NULL;
+  if (one) return one;
   Args g = {.np = 4, .nl = 1, .p = {y, table, idx, "WS"}, .l = {row0}};
   int nt = (int)imin(256, imax(32, cdiv(d, 32) * 32));
   return ck_simple(k, &g, n, 1, 1, nt, 1,
@@ -490,6 +496,8 @@ const char *cuk_embed(CuK *k, const char *y, DType ydt, const char *table, DType
 
 const char *cuk_embed_bwd(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
                           int64_t n, int64_t d, int64_t V, const char *row0) {
+  const char *one = k->variant == CUK_VAR_ONE ? ck_embed_bwd_own(k, dtable, tdt, idx, dy, dydt, n, d, V, row0) : NULL;
+  if (one) return one;
   int64_t Rb = imax(64, cdiv(V, 4096)), NB = cdiv(V, Rb);
   if (d % 8 == 0 && (tdt == DT_BF16 || tdt == DT_F32) && (dydt == DT_BF16 || dydt == DT_F32) && Rb * n < (1LL << 31)) {
     /* by buckets of Rb rows (shardk.cuh embed_bucket, embed_bwd_rows): the bucket starts at 0, the keys after */

@@ -48,8 +48,11 @@ int64_t cuk_workspace(const CuK *k);
  * CUK_VAR_MAIN the kernels before the one-launch rewrite (issue 17: reduce_to's colsum in two launches; RMSNorm's
  * forward by blocks; rope a thread per angle). The norms' backward is one form in both: the ring with a colsum launch
  * for dw / db (CUK_VAR_TWO_LAUNCH, its dw / db in a second launch, beat the in-kernel tree and CUK_VAR_MAIN's block per
- * row / layernorm_bwd_vec at every shape on the H100 of 2026-11-27; both losers deleted). */
-enum { CUK_VAR_DEFAULT, CUK_VAR_MAIN, CUK_NVARIANTS };
+ * row / layernorm_bwd_vec at every shape on the H100 of 2026-11-27; both losers deleted).
+ * CUK_VAR_ONE: the kernels still below 60 % there, rebuilt (codegen/cuda_kernels_bytes.c, built and checked, not yet
+ * timed): the embedding backward in one launch without a sort, column sums with one level of arrivals, the embedding
+ * forward and the transpose in 16-byte vectors; every other kernel as the default. */
+enum { CUK_VAR_DEFAULT, CUK_VAR_MAIN, CUK_VAR_ONE, CUK_NVARIANTS };
 extern const char *const cuk_variant_names[CUK_NVARIANTS];
 /* The variant of the kernels k emits from now on. */
 void cuk_set_variant(CuK *k, int v);

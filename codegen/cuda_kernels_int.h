@@ -73,6 +73,14 @@ const char *ck_colsum_call(CuK *k, DType ydt, DType xdt, int64_t rows, int64_t c
                            double scale, const char *yarg, const char *xarg);
 const char *ck_colsum_launch(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows, int64_t cols,
                              int64_t ld, int64_t P, double scale);
+/* the CUK_VAR_ONE forms (codegen/cuda_kernels_bytes.c): a launch statement, or NULL where the shape does not suit */
+const char *ck_colsum_flat(CuK *k, const char *y, DType ydt, const char *x, DType xdt, int64_t rows, int64_t cols,
+                           int64_t ld, double scale);
+const char *ck_embed_vec(CuK *k, const char *y, DType ydt, const char *table, DType tdt, const char *idx, int64_t n,
+                         int64_t d, int64_t V, const char *row0);
+const char *ck_transpose_vec(CuK *k, const char *y, const char *x, DType dt, int64_t batch, int64_t rows, int64_t cols);
+const char *ck_embed_bwd_own(CuK *k, const char *dtable, DType tdt, const char *idx, const char *dy, DType dydt,
+                             int64_t n, int64_t d, int64_t V, const char *row0);
 /* grid of a grid-stride loop over n elements with 256 threads */
 int64_t ck_stride_grid(int64_t n);
 /* threads of a row kernel over d columns: a multiple of 32 with about 4 columns each */

@@ -187,9 +187,9 @@ static void cases_movement(KC *c) {
     for (int64_t i = 0; i < n; i++) ref[i] = (float)(5 + i);
     cmp(c, "iota", got, ref, n, 0, 0);
   }
-  for (int bfv = 0; bfv < 2; bfv++) { /* transpose */
-    DType dt = bfv ? DT_BF16 : DT_F32;
-    int64_t B = 3, R = 37, C = 70;
+  for (int tc = 0; tc < 6; tc++) { /* transpose; 72 x 136 and 8 x 64: 64 x 64 vector tiles with tails, one in part */
+    DType dt = tc & 1 ? DT_BF16 : DT_F32;
+    int64_t B = tc < 2 ? 3 : 2, R = tc < 2 ? 37 : tc < 4 ? 72 : 8, C = tc < 2 ? 70 : tc < 4 ? 136 : 64;
     float *x = fvec(c, B * R * C, 1.0f);
     round_to(dt, x, B * R * C);
     KT tx = kt_new(c, dt, B * R * C), ty = kt_new(c, dt, B * R * C);
@@ -199,7 +199,23 @@ static void cases_movement(KC *c) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t r = 0; r < R; r++)
         for (int64_t q = 0; q < C; q++) ref[(b * C + q) * R + r] = x[(b * R + r) * C + q];
-    cmp(c, arena_printf(c->a, "transpose %s", dn(dt)), got, ref, B * R * C, 0, 0);
+    cmp(c, arena_printf(c->a, "transpose [%lld, %lld, %lld] %s", (long long)B, (long long)R, (long long)C, dn(dt)), got,
+        ref, B * R * C, 0, 0);
+  }
+  { /* x and y one element past 16-byte alignment: transpose_vec's element-by-element path */
+    int64_t R = 72, C = 136, n = R * C;
+    float *x = fvec(c, n + 1, 1.0f);
+    round_to(DT_BF16, x, n + 1);
+    KT tx = kt_new(c, DT_BF16, n + 1), ty = kt_new(c, DT_BF16, n + 1);
+    kt_put(c, tx, x);
+    run(c, cuk_transpose(c->k, arena_printf(c->a, "(b%d + 2)", ty.id), arena_printf(c->a, "(b%d + 2)", tx.id), DT_BF16, 1,
+                         R, C));
+    if (c->be) {
+      float *ref = arena_alloc(c->a, (size_t)n * 4);
+      for (int64_t r = 0; r < R; r++)
+        for (int64_t q = 0; q < C; q++) ref[q * R + r] = x[1 + r * C + q];
+      cmp(c, "transpose bf16 misaligned", kt_get(c, ty) + 1, ref, n, 0, 0);
+    }
   }
   /* reduce_to: x [a, b, d] down to several shapes */
   struct {
@@ -208,7 +224,9 @@ static void cases_movement(KC *c) {
   } rc[] = {{3, 1, {6, 33, 40}, {40}},       {3, 3, {6, 33, 40}, {6, 1, 40}}, {3, 2, {6, 33, 40}, {33, 1}},
             {2, 1, {3000, 20}, {20}},        {2, 0, {50, 21}, {0}},           {3, 3, {5, 7, 9}, {5, 7, 9}},
             /* column sums in one launch (colsum_tree): one group of chunks; 2 column tiles of 3 groups each */
-            {2, 1, {1000, 48}, {48}},        {2, 1, {2200, 264}, {264}}};
+            {2, 1, {1000, 48}, {48}},        {2, 1, {2200, 264}, {264}},
+            /* more rows a chunk than a thread's loads at once (one-pass: 128 chunks of 157 rows) */
+            {2, 1, {20000, 16}, {16}}};
   for (size_t t = 0; t < sizeof rc / sizeof rc[0]; t++)
     for (int bfv = 0; bfv < 2; bfv++) {
       DType dt = bfv ? DT_BF16 : DT_F32;
@@ -219,8 +237,12 @@ static void cases_movement(KC *c) {
       KT tx = kt_new(c, dt, nx), ty = kt_new(c, DT_F32, ny);
       kt_put(c, tx, x);
       run(c, cuk_reduce_to(c->k, P(c, ty), DT_F32, &ys, P(c, tx), dt, &xs));
+      KT ty2 = kt_new(c, DT_F32, ny); /* again: the same bits */
+      run(c, cuk_reduce_to(c->k, P(c, ty2), DT_F32, &ys, P(c, tx), dt, &xs));
       if (!c->be) continue;
       float *got = kt_get(c, ty);
+      expect(c, arena_printf(c->a, "reduce_to case %d %s deterministic", (int)t, dn(dt)),
+             memcmp(got, kt_get(c, ty2), (size_t)ny * 4) == 0);
       double *acc = calloc((size_t)ny, sizeof(double));
       float *ref = arena_alloc(c->a, (size_t)ny * 4);
       for (int64_t i = 0; i < nx; i++) {
@@ -239,69 +261,6 @@ static void cases_movement(KC *c) {
       free(acc);
       cmp(c, arena_printf(c->a, "reduce_to case %d %s", (int)t, dn(dt)), got, ref, ny, 1e-5, 1e-5 * (double)(nx / ny));
     }
-}
-
-/* ---- embeddings ---------------------------------------------------------------------------------------- */
-
-static void cases_embed(KC *c) {
-  /* d 100: embed_bwd scanning the ids; d a multiple of 8: by buckets (sorted in shared memory; n 3000 with most
-   * ids on 3 rows: a bucket past the shared-memory sort's 2048 keys, sorted in device memory) */
-  struct {
-    int64_t n, d, V;
-  } ec[] = {{300, 100, 97}, {300, 96, 97}, {3000, 16, 150}};
-  for (size_t t = 0; t < sizeof ec / sizeof ec[0]; t++) {
-    for (int bfv = 0; bfv < 2; bfv++) {
-      DType dt = bfv ? DT_BF16 : DT_F32;
-      for (int sharded = 0; sharded < 2; sharded++) {
-        int64_t n = ec[t].n, d = ec[t].d, V = ec[t].V, row0 = sharded ? 40 : 0, Vall = sharded ? 200 : V;
-        float *table = fvec(c, V * d, 1.0f), *dy = fvec(c, n * d, 1.0f);
-        round_to(dt, table, V * d);
-        round_to(dt, dy, n * d);
-        int32_t *idx = arena_alloc(c->a, (size_t)n * 4);
-        for (int64_t i = 0; i < n; i++)
-          idx[i] = (int32_t)(n > 1000 && i % 5 ? row0 + 3 + i % 3 : (i * 7919 + i / 3) % Vall);
-        idx[5] = idx[6] = idx[200] = (int32_t)(row0 + 3); /* a repeated row */
-        KT tt = kt_new(c, dt, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, dt, n * d), tdy = kt_new(c, dt, n * d),
-           tdt = kt_new(c, dt, V * d);
-        kt_put(c, tt, table);
-        kt_put_i32(c, ti, idx);
-        kt_put(c, tdy, dy);
-        const char *r0 = sharded ? "40" : "0";
-        run(c, cuk_embed(c->k, P(c, ty), dt, P(c, tt), dt, P(c, ti), n, d, V, r0));
-        run(c, cuk_embed_bwd(c->k, P(c, tdt), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
-        KT tdt2 = kt_new(c, dt, V * d); /* determinism: again into another buffer */
-        run(c, cuk_embed_bwd(c->k, P(c, tdt2), dt, P(c, ti), P(c, tdy), dt, n, d, V, r0));
-        if (!c->be) continue;
-        float *y = kt_get(c, ty), *dtab = kt_get(c, tdt);
-        float *ry = arena_alloc(c->a, (size_t)(n * d) * 4), *rdt = arena_alloc(c->a, (size_t)(V * d) * 4);
-        double *acc = calloc((size_t)(V * d), sizeof(double));
-        for (int64_t i = 0; i < n; i++) {
-          int64_t r = idx[i] - row0;
-          for (int64_t j = 0; j < d; j++) {
-            ry[i * d + j] = r >= 0 && r < V ? table[r * d + j] : 0.0f;
-            if (r >= 0 && r < V) acc[r * d + j] += dy[i * d + j];
-          }
-        }
-        for (int64_t i = 0; i < V * d; i++) rdt[i] = (float)acc[i];
-        free(acc);
-        const char *tag =
-            arena_printf(c->a, "n %lld d %lld %s%s", (long long)n, (long long)d, dn(dt), sharded ? " sharded" : "");
-        cmp(c, arena_printf(c->a, "embed %s", tag), y, ry, n * d, 0, 0);
-        cmp(c, arena_printf(c->a, "embed_bwd %s", tag), dtab, rdt, V * d, tol(dt), bfv ? 1e-2 : 1e-5);
-        expect(c, arena_printf(c->a, "embed_bwd deterministic %s", tag),
-               memcmp(dtab, kt_get(c, tdt2), (size_t)(V * d) * 4) == 0);
-        expect(c, arena_printf(c->a, "embed %s: no error flag", tag), dev_flag(c) == 0);
-      }
-    }
-  }
-  { /* an id out of range raises the flag */
-    int64_t n = 4, d = 8, V = 10;
-    KT tt = kt_new(c, DT_F32, V * d), ti = kt_new(c, DT_I32, n), ty = kt_new(c, DT_F32, n * d);
-    int32_t idx[4] = {1, 2, 10, 3};
-    kt_put_i32(c, ti, idx);
-    run(c, cuk_embed(c->k, P(c, ty), DT_F32, P(c, tt), DT_F32, P(c, ti), n, d, V, "0"));
-    expect(c, "embed: an id >= V sets the error flag", dev_flag(c) == CUK_ERR_EMBED_ID);
-  }
 }
 
 /* ---- norms ----------------------------------------------------------------------------------------------- */
@@ -709,7 +668,7 @@ static void group(KC *c, const char *name, void (*cases)(KC *)) {
 static void all_cases(KC *c) {
   group(c, "elementwise", cases_elementwise);
   group(c, "movement", cases_movement);
-  group(c, "embed", cases_embed);
+  group(c, "embed", kc_cases_embed);
   group(c, "norms", cases_norms);
   group(c, "rope", cases_rope);
   group(c, "cross-entropy", cases_ce);
@@ -719,11 +678,14 @@ static void all_cases(KC *c) {
   for (int v = 0; v < CUK_NVARIANTS && bytes_variants; v++) { /* the bytes-bound kernels' other variants (cuk_set_variant) */
     if (v == CUK_VAR_DEFAULT) continue;
     cuk_set_variant(c->k, v);
+    c->variant = v;
     group(c, arena_printf(c->a, "variant %s: movement", cuk_variant_names[v]), cases_movement);
+    group(c, arena_printf(c->a, "variant %s: embed", cuk_variant_names[v]), kc_cases_embed);
     group(c, arena_printf(c->a, "variant %s: norms", cuk_variant_names[v]), cases_norms);
     group(c, arena_printf(c->a, "variant %s: rope", cuk_variant_names[v]), cases_rope);
   }
   cuk_set_variant(c->k, CUK_VAR_DEFAULT);
+  c->variant = CUK_VAR_DEFAULT;
 }
 
 const char *kc_emit_all(Arena *a, int64_t *workspace, int *nkernels) {

@@ -27,6 +27,7 @@ struct KC {
   int64_t ws_bytes;
   int fails, checks;
   uint64_t rng;
+  int variant;             /* the bytes-bound kernels' variant being checked (cuk_set_variant) */
   struct timespec t0;      /* pass 1's start (progress lines) */
 };
 
@@ -200,6 +201,7 @@ static inline double tol(DType dt) { return dt == DT_BF16 ? 1e-2 : 1e-5; }
 static inline const char *dn(DType dt) { return dt == DT_BF16 ? "bf16" : "f32"; }
 
 /* the attention's and ring attention's cases (kcases_attn.c) */
+void kc_cases_embed(KC *c);
 void kc_cases_attention(KC *c);
 void kc_cases_ring(KC *c);
 

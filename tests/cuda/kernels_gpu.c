@@ -4,7 +4,8 @@
  * (attention: FLOPs, reported as TFLOP/s). Run by tests/gpu/run_gpu.sh; exits non-zero when a
  * check fails. Usage: cuda_kernels_gpu [--no-perf | --perf-only | --compile ARCH [DIR]]; SHARDK_ATTN_SWEEP=1 adds the attention
  * tile sweep (flash_sweep.h), SHARDK_ATTN_SWEEP=only runs the sweep alone; SHARDK_BYTES_SWEEP=1 (or only) the same
- * for the bytes-bound kernels' variants (cuk_set_variant: norms, rope, reduce_to, each variant checked by the cases). */
+ * for the bytes-bound kernels' variants (cuk_set_variant: norms, rope, reduce_to, embed, embed_bwd, transpose, each variant
+ * checked by the cases). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,50 +103,74 @@ static const char *pb(Arena *a, size_t bytes) {
   return arena_printf(a, "b%d", npbuf++);
 }
 
-static void run_stmt(const char *stmt, char *ws) {
+/* A statement's launches, parsed and resolved (functions, arguments) once: stmt_us times the launches alone, not the
+ * host's parsing and cuModuleGetFunction (a few us a launch: more than a small kernel of the bytes sweep). */
+typedef struct {
+  CukLaunch L;
+  CUfunction f;
+  void *ptrs[CUKL_MAX_ARGS], *args[CUKL_MAX_ARGS];
+  long long ints[CUKL_MAX_ARGS];
+} Prepared;
+
+static int prepare(const char *stmt, char *ws, Prepared *P, int max) {
   static CukLaunch L[40]; /* (the perf table's 16 sums of squares a kernel each: 32 launches) */
-  int n = cukl_parse(stmt, L, 40);
+  int n = cukl_parse(stmt, L, max < 40 ? max : 40);
   if (n <= 0) {
     fprintf(stderr, "cannot parse %s\n", stmt);
     exit(1);
   }
   for (int i = 0; i < n; i++) {
-    void *ptrs[CUKL_MAX_ARGS], *args[CUKL_MAX_ARGS];
-    long long ints[CUKL_MAX_ARGS];
+    Prepared *q = &P[i];
+    q->L = L[i];
     for (int j = 0; j < L[i].nargs; j++) {
       int id;
       long long off;
       const char *e = L[i].expr[j];
       if (L[i].is_int[j]) {
-        ints[j] = strtoll(e, NULL, 10);
-        args[j] = &ints[j];
+        q->ints[j] = strtoll(e, NULL, 10);
+        q->args[j] = &q->ints[j];
         continue;
       }
-      if (sscanf(e, "(b%d + %lld)", &id, &off) == 2) ptrs[j] = (char *)pbuf[id] + off;
-      else if (sscanf(e, "b%d", &id) == 1) ptrs[j] = pbuf[id];
-      else if (strcmp(e, "WS") == 0) ptrs[j] = ws;
-      else if (sscanf(e, "(WS + %lld)", &off) == 1) ptrs[j] = ws + off;
+      if (sscanf(e, "(b%d + %lld)", &id, &off) == 2) q->ptrs[j] = (char *)pbuf[id] + off;
+      else if (sscanf(e, "b%d", &id) == 1) q->ptrs[j] = pbuf[id];
+      else if (strcmp(e, "WS") == 0) q->ptrs[j] = ws;
+      else if (sscanf(e, "(WS + %lld)", &off) == 1) q->ptrs[j] = ws + off;
       else {
         fprintf(stderr, "cannot resolve %s\n", e);
         exit(1);
       }
-      args[j] = &ptrs[j];
+      q->args[j] = &q->ptrs[j];
     }
-    CU_CHECK(cuLaunchKernel(fn_smem(L[i].kernel, L[i].smem), L[i].grid[0], L[i].grid[1], L[i].grid[2], L[i].block[0], L[i].block[1],
-                            L[i].block[2], L[i].smem, NULL, args, NULL));
+    q->f = fn_smem(L[i].kernel, L[i].smem);
+  }
+  return n;
+}
+
+static void launch_prepared(Prepared *P, int n) {
+  for (int i = 0; i < n; i++) {
+    const CukLaunch *L = &P[i].L;
+    CU_CHECK(cuLaunchKernel(P[i].f, L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2], L->smem,
+                            NULL, P[i].args, NULL));
   }
 }
 
-/* microseconds per run of a statement: one warm-up, then 10 runs between two events */
+static void run_stmt(const char *stmt, char *ws) {
+  static Prepared P[40];
+  launch_prepared(P, prepare(stmt, ws, P, 40));
+}
+
+/* microseconds per run of a statement: one warm-up, then 10 runs between two events (its launches prepared once) */
 static double stmt_us(const char *stmt, char *ws) {
   CUevent e0, e1;
   CU_CHECK(cuEventCreate(&e0, 0));
   CU_CHECK(cuEventCreate(&e1, 0));
-  run_stmt(stmt, ws);
+  static Prepared P[40];
+  const int n = prepare(stmt, ws, P, 40);
+  launch_prepared(P, n);
   CU_CHECK(cuCtxSynchronize());
   int reps = 10;
   CU_CHECK(cuEventRecord(e0, NULL));
-  for (int r = 0; r < reps; r++) run_stmt(stmt, ws);
+  for (int r = 0; r < reps; r++) launch_prepared(P, n);
   CU_CHECK(cuEventRecord(e1, NULL));
   CU_CHECK(cuEventSynchronize(e1));
   float ms;
@@ -327,12 +352,19 @@ static const char *kernel_attrs(Arena *a, const char *stmt) {
 /* Each case's statement in every variant (cuk_set_variant; each checked by the cases above, cuda_kernels_emu too),
  * timed in 5 interleaved rounds (case by case, variant after variant); the median round per variant. */
 static void bytes_sweep(void) {
-  enum { NC = 14, ROUNDS = 5 };
+  enum { NC = 18, ROUNDS = 5 };
   Arena a;
   arena_init(&a);
   CuK *k = cuk_new(&a);
-  const int64_t B = 8, T = 1024, C = 768, N = B * T, N2 = 2 * N, L = 2048;
+  const int64_t B = 8, T = 1024, C = 768, N = B * T, N2 = 2 * N, L = 2048, V = 50304, Vr = 50257;
   const char *x = pb(&a, (size_t)N2 * 4 * C * 2), *y = pb(&a, (size_t)N2 * 4 * C * 2), *z = pb(&a, (size_t)N2 * 4 * C * 2);
+  const char *ids = pb(&a, (size_t)N2 * 4), *tab = pb(&a, (size_t)V * C * 2), *dtab = pb(&a, (size_t)V * C * 2);
+  { /* GPT-2's vocabulary, the perf table's ids: every row hit at most once */
+    int32_t *h = malloc((size_t)N2 * 4);
+    for (int64_t i = 0; i < N2; i++) h[i] = (int32_t)((i * 7919) % Vr);
+    g_h2d(pbuf[atoi(ids + 1)], h, (size_t)N2 * 4);
+    free(h);
+  }
   const char *cr = pb(&a, (size_t)N2 * 4 * C * 2); /* the residual gradient's carry (passes/fuse_normres.c) */
   const char *w = pb(&a, (size_t)4 * C * 4), *bb = pb(&a, (size_t)4 * C * 4), *dw = pb(&a, (size_t)4 * C * 4),
              *db = pb(&a, (size_t)4 * C * 4);
@@ -364,6 +396,13 @@ static void bytes_sweep(void) {
     BCASE("reduce_to bf16 [8192, 768] -> [768]", 1.0 * N * C * 2, cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &xs));
     BCASE("reduce_to bf16 [16384, 768] -> [768]", 1.0 * N2 * C * 2, cuk_reduce_to(k, dw, DT_F32, &ys, x, DT_BF16, &x2s));
     BCASE("reduce_to bf16 [16384, 3072] -> [3072]", 4.0 * N2 * C * 2, cuk_reduce_to(k, dw, DT_F32, &y3s, x, DT_BF16, &x3s));
+    /* the embedding and the transpose (one-pass: shardk_bytes.cuh): dy read once and the table written; rows moved */
+    BCASE("embed_bwd bf16 8192 ids V 50304", 1.0 * N * C * 2 + 1.0 * V * C * 2,
+          cuk_embed_bwd(k, dtab, DT_BF16, ids, x, DT_BF16, N, C, V, "0"));
+    BCASE("embed_bwd bf16 16384 ids V 50304", 1.0 * N2 * C * 2 + 1.0 * V * C * 2,
+          cuk_embed_bwd(k, dtab, DT_BF16, ids, x, DT_BF16, N2, C, V, "0"));
+    BCASE("embed bf16 8192 x 768", 2.0 * N * C * 2, cuk_embed(k, y, DT_BF16, tab, DT_BF16, ids, N, C, V, "0"));
+    BCASE("transpose bf16 [8192, 768]", 2.0 * N * C * 2, cuk_transpose(k, y, x, DT_BF16, 1, N, C));
     BCASE("layernorm bf16 [8192, 768] (the same in all)", 2.0 * N * C * 2,
           cuk_layernorm(k, y, x, DT_BF16, w, bb, DT_F32, N, C, 1e-5));
 #undef BCASE

@@ -781,6 +781,7 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
 } // namespace sk
 
 #include "shardk_norm.cuh"
+#include "shardk_bytes.cuh"
 #include "shardk_ce.cuh"
 #include "shardk_attn.cuh"
 #include "shardk_flash.cuh"

@@ -518,6 +518,20 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
   for (int i = 0; i < n; i++) r |= (unsigned)(slot[base + i] != 0) << i;
   return r;
 }
+/* the live lanes whose v equals this lane's (CUDA's __match_any_sync, sm_70+) */
+template <class T>
+inline unsigned __match_any_sync(unsigned mask, T v) {
+  (void)mask;
+  static_assert(sizeof(T) <= 8, "sk_emu: match of a type wider than 8 bytes");
+  uint64_t *slot = sk_emu::collective_slots(), bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  slot[sk_emu::me().linear] = bits;
+  __syncwarp();
+  unsigned r = 0;
+  int n = sk_emu::warp_size_live(), base = sk_emu::warp_base();
+  for (int i = 0; i < n; i++) r |= (unsigned)(slot[base + i] == bits) << i;
+  return r;
+}
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 inline int __all_sync(unsigned mask, int pred) {
   int n = sk_emu::warp_size_live();
