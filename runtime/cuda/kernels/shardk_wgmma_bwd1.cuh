@@ -174,15 +174,17 @@ __device__ __forceinline__ void wg1_store_ds(unsigned char *dst, const u32 (&sa)
   }
 }
 
-/* dQ_part = dS K over the warpgroup's 64 keys: dsa its dS^T tile, ka its K (k-steps of 16 keys: 2048 bytes of
- * both; K's 64-column atoms 64 rows x 128 bytes apart: LBO) */
-template <int HD>
-__device__ __forceinline__ void wg1_dq(float (&dqa)[HD / 8][4], u32 dsa, u32 ka) {
+/* 64 columns of dQ_part = dS K over the warpgroup's 64 keys, issued, committed and waited for: dsa its dS^T tile,
+ * ka the 64 columns' atom of its K tile (k-steps of 16 keys: 2048 bytes of both) */
+__device__ __forceinline__ void wg1_dq(float (&dqa)[8][4], u32 dsa, u32 ka) {
+  wg_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; kk++)
-    wgmma_ss_tt<HD>(flat<HD>(dqa), wg_desc(dsa + (u32)kk * 2048, 64 * 128), wg_desc(ka + (u32)kk * 2048, 64 * 128),
+    wgmma_ss_tt<64>(flat<64>(dqa), wg_desc(dsa + (u32)kk * 2048, 64 * 128), wg_desc(ka + (u32)kk * 2048, 64 * 128),
                     kk > 0);
   wg_commit();
+  wg_wait<0>();
+  wg_regs<32>(flat<64>(dqa));
 }
 
 /* this warp's rows of the warpgroup's dQ_part (queries rq, rq + 8 of head row pointers acc, d) into the
@@ -245,7 +247,7 @@ __device__ void flash_bwd1_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, const
   const int qstart = CAUSAL ? kb0 / BQ * BQ : 0;
   const int nqt = (S - qstart + BQ - 1) / BQ, ntiles = G * nqt;
   auto issue = [&](int i) {
-    const int h = kvh * G + i / nqt, buf = i & 1, qt0 = qstart + (i % nqt) * BQ;
+    const int h = kvh * G + i / nqt, buf = i & 1, qt0 = qstart + (nqt - 1 - i % nqt) * BQ;
     sw_tile_async<BQ, HD, NT>(qs + buf * TB, q + b * S * ldq + (i64)h * HD, ldq, qt0, S);
     sw_tile_async<BQ, HD, NT>(os + buf * TB, dout + b * S * lddo + (i64)h * HD, lddo, qt0, S);
     const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
@@ -264,7 +266,7 @@ __device__ void flash_bwd1_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, const
     for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.0f;
   const u32 ka = smem_u32(ks + wg * RB), va = smem_u32(vs + wg * RB), dsa = smem_u32(dss + wg * 8192);
   for (int it = 0; it < ntiles; it++) {
-    const int buf = it & 1, h = kvh * G + it / nqt, qt0 = qstart + (it % nqt) * BQ;
+    const int buf = it & 1, h = kvh * G + it / nqt, qt0 = qstart + (nqt - 1 - it % nqt) * BQ; /* the last tile first */
     wg_tiles_ready();
     if (it + 1 < ntiles) issue(it + 1);
     const bool act = r0 < S && (!CAUSAL || qt0 + BQ - 1 >= r0); /* else no key of this warpgroup sees the tile */
@@ -278,15 +280,10 @@ __device__ void flash_bwd1_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, const
       wg1_store_ds(dss + wg * 8192, sa);
     }
     wg_tiles_ready(); /* dS^T stored (and fenced for the async proxy) before the products read it */
-    float dqa[HD / 8][4]; /* this tile's dQ_part (the first product overwrites it: scale_d 0) */
+    float dqa[8][4]; /* 64 columns of this tile's dQ_part (the first k-step overwrites it: scale_d 0) */
 #pragma unroll
-    for (int i = 0; i < HD / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
-    if (act) {
-      wg_fence();
-      wg1_dq<HD>(dqa, dsa, ka);
-      wg_wait<0>();
-      wg_regs<HD / 2>(flat<HD>(dqa));
-    }
+    for (int i = 0; i < 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
+    if (act) wg1_dq(dqa, dsa, ka); /* the first 64 columns before the turn; at hd 128 the others in it */
     /* the ordered add (the header comment): contributors of this tile, this block's turn */
     const int nc = CAUSAL ? (NKB < (qt0 + BQ - 1) / BKV + 1 ? NKB : (qt0 + BQ - 1) / BKV + 1) : NKB;
     int lastwg = 0; /* this block's last warpgroup with keys for the tile */
@@ -302,9 +299,15 @@ __device__ void flash_bwd1_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, const
     bf16 *const dqrow = dq + b * S * lddq + (i64)h * HD;
     for (int x = 0; x < NWG; x++) {
       if (x > 0) __syncthreads(); /* warpgroup x - 1's adds before x's */
-      if (wg == x && act)
-        wg1_add<HD>(accrow, dqrow, (i64)H * HD, lddq, dqa, qt0 + 16 * w + g, S, kb == 0 && x == 0,
-                    kb == nc - 1 && x == lastwg, scale);
+      if (wg == x && act) {
+        const bool first = kb == 0 && x == 0, last = kb == nc - 1 && x == lastwg;
+        wg1_add<64>(accrow, dqrow, (i64)H * HD, lddq, dqa, qt0 + 16 * w + g, S, first, last, scale);
+#pragma unroll
+        for (int hh = 1; hh < HD / 64; hh++) { /* 64 columns at a time: 32 accumulators, not 64, beside dK and dV's */
+          wg1_dq(dqa, dsa, ka + (u32)hh * 64 * 128);
+          wg1_add<64>(accrow + 64 * hh, dqrow + 64 * hh, (i64)H * HD, lddq, dqa, qt0 + 16 * w + g, S, first, last, scale);
+        }
+      }
     }
     __threadfence();
     __syncthreads();
