@@ -17,7 +17,10 @@
  * first) and records it. An output that overlaps an input the kernel reads goes to scratch during the
  * checking and timing runs; the others are written again by the real launch after them (the kernels
  * write every element of their outputs). The forward, dK/dV and dQ kernels are keys of their own, each
- * picks its tiles independently.
+ * picks its tiles independently. The backward at hd 64 / 128 also has a pair key ("flash_bwd ...",
+ * rt_cu_launch_tuned_or) whose candidates are two launches each (`pre`, then the kernel): the two kernels'
+ * compiled defaults, and the backward in one kernel (shardk_wgmma_bwd1.cuh, after D's kernel), checked on
+ * dq, dk and dv; its choice 0 hands back to the two kernels' own keys.
  *
  * The record: <cache>/attn-tune-<hash of the backend's tune_id (GPU name, NVRTC and CUDA runtime
  * versions)>.txt, a line per key (with several ranks, per key and rank: ranks time on their own and
