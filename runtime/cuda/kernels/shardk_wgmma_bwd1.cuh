@@ -34,8 +34,9 @@
  * (kv head, b) with a smaller key block: smaller linear indices, dispatched before it. So the unfinished
  * block of the smallest linear index is resident (every block below it is finished, none waits ahead of
  * it for a slot) and everything it waits for has finished: it progresses, and by induction every block
- * does; a waiting block holds its SM slot but never one a block it depends on needs. Within a block the
- * warpgroups' turns are barriers of the whole block (every thread reaches each, active or not).
+ * does; a waiting block holds its SM slot but never one a block it depends on needs (and a wait of seconds
+ * traps: wait_count). Within a block the warpgroups' turns are barriers of the whole block (every thread
+ * reaches each, active or not).
  * On the emulator (sk_emu.h) blocks run one after another in that linear order, so a wait finds its
  * count already there, or never will: sk_emu::wait_count reports that as a deadlock and stops.
  *
@@ -52,15 +53,18 @@ namespace sk {
 #define SK_WG_BWD1_SMEM(HD, NWG) (1024 + 4 * 64 * (NWG) * (HD) + 2 * (4 * 64 * (HD)) + 8192 * (NWG) + 2 * 8 * 64)
 
 /* one thread's wait until *p holds want (acquire: the writes before the release that stored it are seen by
- * this thread, and by the block after its next barrier) */
+ * this thread, and by the block after its next barrier). On the GPU a wait of 2^25 loads (each an L2 round
+ * trip and a short sleep: seconds, where a legitimate wait is the adds of the blocks before, micro- to
+ * milliseconds) traps: a launch error instead of a hang, should the progress argument above ever fail. */
 __device__ __forceinline__ void wait_count(const int *p, int want) {
 #ifdef SK_EMU
   sk_emu::wait_count(p, want);
 #else
   int v;
-  for (;;) {
+  for (int n = 0;; n++) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     if (v == want) break;
+    if (n == 1 << 25) __trap();
     __nanosleep(40);
   }
 #endif
@@ -98,6 +102,15 @@ __device__ void flash_bwd1_pre(float *Dd, int *cnt, const bf16 *o, const bf16 *d
 }
 
 #if SK_HAVE_WGMMA
+
+/* The block's shared-memory stores (generic proxy) made visible to the async proxy that wgmma reads through,
+ * then a barrier: as wg_tiles_ready, without waiting for the cp.async copies in flight (the next tile's) */
+__device__ __forceinline__ void wg_stores_ready() {
+#ifndef SK_EMU
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+  __syncthreads();
+}
 
 /* d (m64nN f32) op= A B, A (64 x 16) and B (N x 16) both MN-major from shared memory (scale_d 0: d = A B) */
 template <int N>
@@ -279,7 +292,7 @@ __device__ void flash_bwd1_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, const
       else wg1_kv_tile<false, CAUSAL, S, HD, BQ>(dka, dva, sa, ka, va, qa, oa, lt, dt, qt0, r0, c2);
       wg1_store_ds(dss + wg * 8192, sa);
     }
-    wg_tiles_ready(); /* dS^T stored (and fenced for the async proxy) before the products read it */
+    wg_stores_ready(); /* dS^T stored (and fenced for the async proxy) before the products read it */
     float dqa[8][4]; /* 64 columns of this tile's dQ_part (the first k-step overwrites it: scale_d 0) */
 #pragma unroll
     for (int i = 0; i < 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
