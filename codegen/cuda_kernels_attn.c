@@ -293,7 +293,10 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
                                      Lddo);
     const int wg = hd == 64 || hd == 128; /* on Hopper's wgmma where set (shardk_wgmma_bwd.cuh) */
     CuWgBwdTile f[4]; /* the one-kernel form: set (cuk_set_flash_wg_bwd1), or the pair key's candidates */
-    const int nf = !wg ? 0 : k->wgf ? 1 : k->attn_tune && !k->flash && !k->wgq && !k->wgkv ? cuk_wg_bwd1_variants(hd, f, 4) : 0;
+    const int nf = !wg ? 0
+                   : k->wgf ? 1
+                   : k->attn_tune && !k->flash && !k->wgq && !k->wgkv ? cuk_wg_bwd1_variants(hd, f, 4)
+                                                                      : 0;
     const char *acc = NULL, *cnt = NULL;
     if (nf) bwd_ws(k, B, S, H, hd, 1, &D, &acc, &cnt);
     Args gu = {.np = 12, .p = {dq, dk, dv, q, kk, v, o, lse, dout, D, acc, cnt}};
@@ -319,8 +322,8 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
                            flash_outs(k, 1, S, H, KV, hd, Lddk != kw, Lddv != kw), kvlds);
     if (!nf) return ck_cat(k, lq, lkv);
     /* The pair key "flash_bwd": candidate 0 the two kernels' compiled defaults (on the unified pointers), the
-     * others the one-kernel form in each tile, D's kernel before it (RtCuTileCand.pre). Its choice 0 runs the
-     * two kernels' own keys (lq, lkv: each tuned on its own); another, the one-kernel form. */
+     * others the one-kernel form in each tile, D's kernel before it (rt_cu_launch_tuned_or's pre). Its choice 0
+     * runs the two kernels' own keys (lq, lkv: each tuned on its own); another, the one-kernel form. */
     CuFlashCfg c0 = flash_cfg(k, hd);
     k->guard = 1;
     flash_one(k, &gu, "flash_bwd_q", 2, &c0.q, S, H, KV, hd, causal, H, B, arena_printf(k->a, "%s%s", BWD_U_Q, qlds));
