@@ -7,9 +7,13 @@
  * lse and D tiles of BQ = 64 queries of every head of the GQA group streamed through two buffers) also
  * make dQ. Per query tile, each warpgroup, after dV += P^T dO and dK += dS^T Q (wg_kv_tile's order):
  *   its dS^T (the bf16 A fragments of dK's product) stored to its own 64 x 64 tile of shared memory,
- *   dQ_part = dS K: 4 wgmma m64nHDk16, A = that tile MN-major (transpose flag: the tile's rows are keys,
- *   its columns queries, as V's tile is B of P V) and B = its K tile MN-major, both by descriptors;
+ *   dQ_part = dS K, 64 columns at a time (4 wgmma m64n64k16 each: 32 accumulators beside dK's and dV's),
+ *   A = that tile MN-major (transpose flag: the tile's rows are keys, its columns queries, as V's tile is
+ *   B of P V) and B = its K tile's 64-column atom MN-major, both by descriptors;
  *   dQ_part added into an f32 accumulator in global memory ([B, S, H, HD], the workspace).
+ * The query tiles are visited last first: every block of a head starts at the last tile, so the blocks'
+ * turns at a tile (below) follow one another by about an add's time, and in the causal case block kb,
+ * with nqt - kb tiles, starts kb turns late and ends with the others.
  * 5 products a query tile and key block (S^T, dP^T, dV, dK, dQ) where the two kernels take 7.
  *
  * Determinism: the adds into the accumulator of a query tile (b, h, qt) happen in a fixed order, by key
