@@ -49,6 +49,7 @@ void cuk_set_flash_wg_bwd(CuK *k, const CuWgBwdTile *kv, const CuWgBwdTile *q) {
   k->wgkv = wgb_copy(k, kv);
   k->wgq = wgb_copy(k, q);
 }
+void cuk_set_flash_wg_bwd1(CuK *k, const CuWgBwdTile *t) { k->wgf = wgb_copy(k, t); }
 void cuk_set_attn_tune(CuK *k, int on) { k->attn_tune = on; }
 int cuk_count(const CuK *k) { return k->n; }
 int64_t cuk_workspace(const CuK *k) { return k->ws; }

@@ -182,6 +182,20 @@ typedef struct {
 int cuk_wg_bwd_variants(int which, int64_t hd, CuWgBwdTile *v, int max);
 int64_t cuk_wg_bwd_smem(int which, int64_t hd, const CuWgBwdTile *t);
 void cuk_set_flash_wg_bwd(CuK *k, const CuWgBwdTile *kv, const CuWgBwdTile *q);
+/* The attention backward in one kernel on wgmma (runtime/cuda/kernels/shardk_wgmma_bwd1.cuh; bf16, hd 64 or
+ * 128; sm_90a only): flash_bwd_kv_wg's blocks of nwg warpgroups (bt 64 queries a streamed tile) also add dQ
+ * into an f32 accumulator in the workspace, in a fixed order, after a small kernel of D = rowsum(dO o O).
+ * cuk_wg_bwd1_variants: its candidates (codegen/cuda_wgmma_cfg.c), with the autotuning the "wgf<bt>x<nwg>"
+ * candidates of the backward's pair key "flash_bwd" (beside the two kernels, cuda_kernels_attn.c);
+ * cuk_wg_bwd1_smem: their dynamic shared memory; cuk_set_flash_wg_bwd1: every attention backward k emits
+ * from now on that can take it runs it (NULL: the two kernels). */
+int cuk_wg_bwd1_variants(int64_t hd, CuWgBwdTile *v, int max);
+int64_t cuk_wg_bwd1_smem(int64_t hd, const CuWgBwdTile *t);
+void cuk_set_flash_wg_bwd1(CuK *k, const CuWgBwdTile *t);
+/* Its workspace after D's B H S floats: the f32 dQ accumulator [B, S, H, hd] at WS + *acc and *ncnt int
+ * counters at WS + *cnt (0 between calls: the last contributor of each sets it back); returns the bytes
+ * of scratch (after the flags) the backward needs with it. */
+int64_t cuk_bwd1_ws(int64_t B, int64_t S, int64_t H, int64_t hd, int64_t *acc, int64_t *cnt, int64_t *ncnt);
 /* on: with cuk_flash_cfg's tiles (no cuk_set_flash_cfg), each tensor-core attention kernel is also
  * emitted in the other tiles of cuk_flash_variants (each inside `#ifdef SK_ATTN_TUNE`: compiled only
  * when the runtime autotunes them) and launched by rt_cu_launch_tuned (runtime/cuda/cuda_ops.h), which

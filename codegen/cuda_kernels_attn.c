@@ -83,6 +83,55 @@ static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *
                         cuk_wg_bwd_smem(which, hd, t), call);
 }
 
+/* The backward's unified pointers (the pair key's candidates and the one-kernel form take them all): p0 dq,
+ * p1 dk, p2 dv, p3 q, p4 k, p5 v, p6 o, p7 lse, p8 dout, p9 D, p10 the f32 dQ accumulator, p11 its counters
+ * (the last three in the workspace: bwd_ws); the two kernels' arguments in those terms. */
+#define BWD_U_Q                                                                                                    \
+  "(sk::bf16 *)p0, (float *)p9, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, "                \
+  "(const sk::bf16 *)p6, (const float *)p7, (const sk::bf16 *)p8"
+#define BWD_U_KV                                                                                                   \
+  "(sk::bf16 *)p1, (sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, "             \
+  "(const float *)p7, (const float *)p9, (const sk::bf16 *)p8"
+
+/* The one-kernel backward (shardk_wgmma_bwd1.cuh) in tiles t on g's unified pointers: D and the counters
+ * zeroed (flash_bwd1_pre, grid (S / 64, H, B)), then flash_bwd1_wg (grid (S / 64 nwg, KV, B)); *pre: the first
+ * one's kernel (k->last the second's). lds: dq, dk, dv, q, k, v, dout's row strides (", ldA, ..."). */
+static const char *wgf_one(CuK *k, const Args *g, const CuWgBwdTile *t, int64_t S, int64_t H, int64_t KV, int64_t hd,
+                           int causal, int64_t B, const char *lds, long long ldo, long long lddo, int *pre) {
+  const char *l1 = ck_simple(k, g, cdiv(S, 64), H, B, 256, 1,
+                             arena_printf(k->a,
+                                          "sk::flash_bwd1_pre<%lldLL, %lld, %lld>((float *)p9, (int *)p11, (const "
+                                          "sk::bf16 *)p6, (const sk::bf16 *)p8, %lldLL, %lldLL);",
+                                          (long long)S, (long long)H, (long long)hd, ldo, lddo));
+  *pre = k->last;
+  const char *l2 = ck_simple_smem(
+      k, g, cdiv(S, 64 * t->nwg), KV, B, 128 * t->nwg, 1, cuk_wg_bwd1_smem(hd, t),
+      arena_printf(k->a,
+                   "sk::flash_bwd1_wg<%lldLL, %lld, %lld, %lld, %s, %d>((sk::bf16 *)p0, (sk::bf16 *)p1, (sk::bf16 *)p2, "
+                   "(const sk::bf16 *)p3, (const sk::bf16 *)p4, (const sk::bf16 *)p5, (const float *)p7, (const float "
+                   "*)p9, (const sk::bf16 *)p8, (float *)p10, (int *)p11%s);",
+                   (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? "true" : "false", t->nwg, lds));
+  return ck_cat(k, l1, l2);
+}
+
+int64_t cuk_bwd1_ws(int64_t B, int64_t S, int64_t H, int64_t hd, int64_t *acc, int64_t *cnt, int64_t *ncnt) {
+  const int64_t a = (B * H * S * 4 + 255) / 256 * 256, c = a + B * S * H * hd * 4;
+  if (acc) *acc = CUK_WS_FLAGS + a;
+  if (cnt) *cnt = CUK_WS_FLAGS + c;
+  if (ncnt) *ncnt = B * H * cdiv(S, 64);
+  return c + B * H * cdiv(S, 64) * 4;
+}
+
+/* The workspace of the backward: D (B H S floats) at 0, then (the one-kernel form, fused) cuk_bwd1_ws's; the
+ * pointers into d, acc, cnt. */
+static void bwd_ws(CuK *k, int64_t B, int64_t S, int64_t H, int64_t hd, int fused, const char **d, const char **acc,
+                   const char **cnt) {
+  int64_t a, c;
+  const int64_t end = cuk_bwd1_ws(B, S, H, hd, &a, &c, NULL);
+  ck_need_ws(k, fused ? end : B * H * S * 4);
+  *d = ck_ws_at(k, 0), *acc = ck_ws_at(k, a - CUK_WS_FLAGS), *cnt = ck_ws_at(k, c - CUK_WS_FLAGS);
+}
+
 /* The kernel `which` (0 forward, 1 dK/dV, 2 dQ) of the attention: in flash_cfg's tiles, or with
  * cuk_set_attn_tune the candidates of cuk_flash_variants (those with distinct tiles for this kernel; the
  * first compiled always, the others under SK_ATTN_TUNE) launched by rt_cu_launch_tuned. bytes[i]: the
@@ -233,8 +282,8 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   const long long Ldq = ld.q, Ldk = ld.k, Ldv = ld.v, Ldo = ld.o, Lddo = ld.dout, Lddq = ld.dq, Lddk = ld.dk, Lddv = ld.dv;
   int tpr = attn_tpr(hd), bq = 256 / tpr > 64 ? 64 : 256 / tpr, bk = hd <= 128 ? 32 : 16;
   const char *t = ck_ctype(dt), *cz = causal ? "true" : "false";
-  ck_need_ws(k, B * H * S * 4);
-  const char *D = ck_ws_at(k, 0);
+  const char *D, *unused_acc, *unused_cnt;
+  bwd_ws(k, B, S, H, hd, 0, &D, &unused_acc, &unused_cnt);
   if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
     int64_t n = B * S, qw = H * hd, kw = KV * hd, nl = B * H * S * 4;
     Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};
@@ -243,6 +292,18 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
     const char *kvlds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddk, Lddv, Ldq, Ldk, Ldv,
                                      Lddo);
     const int wg = hd == 64 || hd == 128; /* on Hopper's wgmma where set (shardk_wgmma_bwd.cuh) */
+    CuWgBwdTile f[4]; /* the one-kernel form: set (cuk_set_flash_wg_bwd1), or the pair key's candidates */
+    const int nf = !wg ? 0
+                   : k->wgf ? 1
+                   : k->attn_tune && !k->flash && !k->wgq && !k->wgkv ? cuk_wg_bwd1_variants(hd, f, 4)
+                                                                      : 0;
+    const char *acc = NULL, *cnt = NULL;
+    if (nf) bwd_ws(k, B, S, H, hd, 1, &D, &acc, &cnt);
+    Args gu = {.np = 12, .p = {dq, dk, dv, q, kk, v, o, lse, dout, D, acc, cnt}};
+    const char *flds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddq, Lddk, Lddv,
+                                    Ldq, Ldk, Ldv, Lddo);
+    int pre;
+    if (k->wgf) return wgf_one(k, &gu, k->wgf, S, H, KV, hd, causal, B, flds, Ldo, Lddo, &pre);
     const char *lq =
         wg && k->wgq
             ? wgb_one(k, &gq, 2, k->wgq, S, H, KV, hd, causal, B, qlds)
@@ -259,7 +320,50 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
                                              span(n, kw, Ldk, dt), span(n, kw, Ldv, dt), nl, nl, span(n, qw, Lddo, dt)},
                            arena_printf(k->a, "%s%s", FLASH_KV_ARGS, kvlds),
                            flash_outs(k, 1, S, H, KV, hd, Lddk != kw, Lddv != kw), kvlds);
-    return ck_cat(k, lq, lkv);
+    if (!nf) return ck_cat(k, lq, lkv);
+    /* The pair key "flash_bwd": candidate 0 the two kernels' compiled defaults (on the unified pointers), the
+     * others the one-kernel form in each tile, D's kernel before it (rt_cu_launch_tuned_or's pre). Its choice 0
+     * runs the two kernels' own keys (lq, lkv: each tuned on its own); another, the one-kernel form. */
+    CuFlashCfg c0 = flash_cfg(k, hd);
+    k->guard = 1;
+    flash_one(k, &gu, "flash_bwd_q", 2, &c0.q, S, H, KV, hd, causal, H, B, arena_printf(k->a, "%s%s", BWD_U_Q, qlds));
+    const int qid = k->last;
+    flash_one(k, &gu, "flash_bwd_kv", 1, &c0.kv, S, H, KV, hd, causal, KV, B,
+              arena_printf(k->a, "%s%s", BWD_U_KV, kvlds));
+    const char *cands = arena_printf(k->a, "{%d, %lld, %d, \"two\", %lld}", k->last,
+                                     (long long)cdiv(S, 16 * c0.kv.mt * c0.kv.w), 32 * c0.kv.w,
+                                     (long long)cuk_flash_smem(1, hd, &c0.kv));
+    const char *pres = arena_printf(k->a, "{%d, %lld, %d, \"two\", %lld}", qid, (long long)cdiv(S, 16 * c0.q.mt * c0.q.w),
+                                    32 * c0.q.w, (long long)cuk_flash_smem(2, hd, &c0.q));
+    for (int i = 0; i < nf; i++) {
+      wgf_one(k, &gu, &f[i], S, H, KV, hd, causal, B, flds, Ldo, Lddo, &pre);
+      const char *name = arena_printf(k->a, "wgf%dx%d", f[i].bt, f[i].nwg);
+      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"%s\", %lld}", cands, k->last, (long long)cdiv(S, 64 * f[i].nwg),
+                           128 * f[i].nwg, name, (long long)cuk_wg_bwd1_smem(hd, &f[i]));
+      pres = arena_printf(k->a, "%s, {%d, %lld, 256, \"%s\", 0}", pres, pre, (long long)cdiv(S, 64), name);
+    }
+    k->guard = 0;
+    const int64_t bytes[12] = {span(n, qw, Lddq, dt), span(n, kw, Lddk, dt), span(n, kw, Lddv, dt), span(n, qw, Ldq, dt),
+                               span(n, kw, Ldk, dt),  span(n, kw, Ldv, dt),  span(n, qw, Ldo, dt),  nl,
+                               span(n, qw, Lddo, dt), nl,                    n * qw * 4,            B * H * cdiv(S, 64) * 4};
+    const char *ptrs = "", *sizes = "";
+    for (int i = 0; i < 12; i++) {
+      ptrs = arena_printf(k->a, "%s%s&(char *){%s}", ptrs, i ? ", " : "", gu.p[i]);
+      sizes = arena_printf(k->a, "%s%s%lldLL", sizes, i ? ", " : "", (long long)bytes[i]);
+    }
+    long long tq[2], tkv[2];
+    int rq[2], rkv[2];
+    cuk_flash_check(2, S, H, KV, hd, tq, rq);
+    cuk_flash_check(1, S, H, KV, hd, tkv, rkv);
+    const char *outs = arena_printf(k->a, "{RT_BF16, %lldLL, %d, %d}, {RT_BF16, %lldLL, %d, %d}, {RT_BF16, %lldLL, %d, %d}",
+                                    tq[0], rq[0], Lddq != qw, tkv[0], rkv[0], Lddk != kw, tkv[1], rkv[1], Lddv != kw);
+    return arena_printf(k->a,
+                        "if (!rt_cu_launch_tuned_or(ctx, \"flash_bwd S %lld H %lld KV %lld hd %lld%s B %lld\", %d, "
+                        "(const RtCuTileCand[]){%s}, (const RtCuTileCand[]){%s}, %lld, %lld, %lld, 12, (void *[]){%s}, "
+                        "(const long long[]){%s}, 3, (const RtCuTuneOut[]){%s})) { %s }",
+                        (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", (long long)B,
+                        1 + nf, cands, pres, (long long)H, (long long)KV, (long long)B, ptrs, sizes, outs,
+                        ck_cat(k, lq, lkv));
   }
   Args g1 = {.np = 3, .p = {D, o, dout}};
   const char *l1 = ck_simple(k, &g1, cdiv(S, bq), H, B, bq * tpr, 1,

@@ -22,6 +22,7 @@ struct CuK {
   const CuFlashCfg *flash; /* tensor-core attention tiles (NULL: cuk_flash_cfg) */
   const CuWgTile *wg;      /* the wgmma forward's tiles (cuk_set_flash_wg; NULL: off) */
   const CuWgBwdTile *wgkv, *wgq; /* the wgmma backward's tiles (cuk_set_flash_wg_bwd; NULL: off) */
+  const CuWgBwdTile *wgf;        /* the one-kernel wgmma backward's tiles (cuk_set_flash_wg_bwd1; NULL: off) */
   int minb;                /* the next kernel's minimum blocks per SM (__launch_bounds__), 0: none */
   int variant;             /* CUK_VAR_*: the bytes-bound kernels' variant */
   int attn_tune;           /* cuk_set_attn_tune: the tensor-core attentions' other tile candidates too */

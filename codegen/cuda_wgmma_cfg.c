@@ -49,3 +49,21 @@ int64_t cuk_wg_bwd_smem(int which, int64_t hd, const CuWgBwdTile *t) {
   if (which == 1) return 1024 + 256 * t->nwg * hd + (t->pipe ? 3 : 2) * (4 * t->bt * hd + 8 * t->bt);
   return 1024 + 256 * t->nwg * hd + (t->pipe ? 10 : 8) * t->bt * hd;
 }
+
+/* The backward in one kernel (shardk_wgmma_bwd1.cuh), {64, nwg, 0}: K and V of 64 nwg keys, two Q and two dO
+ * tiles of 64 queries, a 64 x 64 bf16 dS^T tile a warpgroup, two lse and two D tiles (SK_WG_BWD1_SMEM):
+ * hd 64: 82 and 58 KiB; hd 128: 146 and 106 KiB. Registers (ptxas -v, sm_90a): docs/performance.md. */
+static const CuWgBwdTile F64[] = {{64, 2, 0}, {64, 1, 0}};
+static const CuWgBwdTile F128[] = {{64, 2, 0}, {64, 1, 0}};
+
+int cuk_wg_bwd1_variants(int64_t hd, CuWgBwdTile *v, int max) {
+  if (hd != 64 && hd != 128) return 0;
+  const CuWgBwdTile *c = hd == 64 ? F64 : F128;
+  int n = 2 < max ? 2 : max;
+  for (int i = 0; i < n; i++) v[i] = c[i];
+  return n;
+}
+
+int64_t cuk_wg_bwd1_smem(int64_t hd, const CuWgBwdTile *t) {
+  return 1024 + 256 * t->nwg * hd + 2 * 256 * hd + 8192 * t->nwg + 1024;
+}

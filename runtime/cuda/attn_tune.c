@@ -17,7 +17,10 @@
  * first) and records it. An output that overlaps an input the kernel reads goes to scratch during the
  * checking and timing runs; the others are written again by the real launch after them (the kernels
  * write every element of their outputs). The forward, dK/dV and dQ kernels are keys of their own, each
- * picks its tiles independently.
+ * picks its tiles independently. The backward at hd 64 / 128 also has a pair key ("flash_bwd ...",
+ * rt_cu_launch_tuned_or) whose candidates are two launches each (`pre`, then the kernel): the two kernels'
+ * compiled defaults, and the backward in one kernel (shardk_wgmma_bwd1.cuh, after D's kernel), checked on
+ * dq, dk and dv; its choice 0 hands back to the two kernels' own keys.
  *
  * The record: <cache>/attn-tune-<hash of the backend's tune_id (GPU name, NVRTC and CUDA runtime
  * versions)>.txt, a line per key (with several ranks, per key and rank: ranks time on their own and
@@ -106,8 +109,8 @@ void rt_cu_attn_tune_close(RtCuDev *d) {
 /* One timing run of a candidate (rt_cu_tune_fastest); < 0 (not run) for a candidate the check refused. */
 typedef struct {
   RtCuDev *d;
-  const RtCuTileCand *cand;
-  unsigned gy, gz;
+  const RtCuTileCand *cand, *pre; /* pre: NULL, or each candidate's first launch (rt_cu_launch_tuned_or) */
+  unsigned gy, gz, pre_gy;
   void **args;
   const char *ok; /* [ncand] */
 } Trial;
@@ -115,8 +118,15 @@ typedef struct {
 static double trial_time(void *arg, int c) {
   Trial *tr = arg;
   if (!tr->ok[c]) return -1;
-  const unsigned grid[3] = {(unsigned)tr->cand[c].gx, tr->gy, tr->gz}, block[3] = {tr->cand[c].bx, 1, 1};
-  return tr->d->ops->time_launch(tr->d->be, tr->cand[c].k, grid, block, tr->cand[c].smem, tr->args);
+  const RtCuTileCand *k = &tr->cand[c], *p = tr->pre ? &tr->pre[c] : NULL;
+  double pre = 0;
+  if (p) { /* its first launch: timed on its own, the two times added */
+    const unsigned pgrid[3] = {(unsigned)p->gx, tr->pre_gy, tr->gz}, pblock[3] = {p->bx, 1, 1};
+    if ((pre = tr->d->ops->time_launch(tr->d->be, p->k, pgrid, pblock, p->smem, tr->args)) < 0) return -1;
+  }
+  const unsigned grid[3] = {(unsigned)k->gx, tr->gy, tr->gz}, block[3] = {k->bx, 1, 1};
+  const double t = tr->d->ops->time_launch(tr->d->be, k->k, grid, block, k->smem, tr->args);
+  return t < 0 ? t : pre + t;
 }
 
 /* The record key of candidate c's refusal: "<key> refused <tiles>" (and the rank suffix). */
@@ -170,7 +180,8 @@ static void check(RtCtx *ctx, AttnTune *t, Trial *tr, const char *key, int ncand
 /* Checks and times the candidates on the call's operands (outputs overlapping an input to scratch); the
  * index of the fastest that agrees with the default, or -1 when the scratch could not be had (the
  * default then). */
-static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand, const RtCuTileCand *cand, unsigned gy,
+static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand, const RtCuTileCand *cand,
+                const RtCuTileCand *pre, unsigned pre_gy, unsigned gy,
                 unsigned gz, int nargs, void **args, const long long *bytes, int nout, const RtCuTuneOut *outs) {
   char *addr[ARGS_MAX], *scratch[ARGS_MAX] = {0}, *ok = malloc((size_t)ncand);
   void *targs[ARGS_MAX];
@@ -193,7 +204,7 @@ static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand,
     snprintf(log, sizeof log, "attn autotune: %s", key);
     double t0 = rt_cu_tune_clock(), first_t, best_t;
     memset(ok, 1, (size_t)ncand);
-    Trial tr = {d, cand, gy, gz, targs, ok};
+    Trial tr = {d, cand, pre, gy, gz, pre_gy, targs, ok};
     check(ctx, t, &tr, key, ncand, addr, bytes, nout, outs, ok);
     best = rt_cu_tune_fastest(ncand, trial_time, &tr, v && *v && strcmp(v, "0") ? log : NULL, &first_t, &best_t,
                               &st.timed);
@@ -210,6 +221,7 @@ static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand,
 
 /* The candidate key launches in this run: decided at its first launch. */
 static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand, const RtCuTileCand *cand,
+                  const RtCuTileCand *pre, unsigned pre_gy,
                   unsigned gy, unsigned gz, int nargs, void **args, const long long *bytes, int nout,
                   const RtCuTuneOut *outs) {
   for (int i = 0; i < t->nseen; i++)
@@ -223,7 +235,7 @@ static int choose(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncan
   if (c < 0 && d->ops->capturing && d->ops->capturing(d->be)) {
     c = 0, how = "the compiled default (first met inside a graph capture: not timed)";
   } else if (c < 0) {
-    c = tune(ctx, d, t, key, ncand, cand, gy, gz, nargs, args, bytes, nout, outs);
+    c = tune(ctx, d, t, key, ncand, cand, pre, pre_gy, gy, gz, nargs, args, bytes, nout, outs);
     if (c < 0) {
       c = 0, how = "the compiled default (no scratch for the timing runs)";
     } else {
@@ -264,17 +276,41 @@ int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *o
   return m;
 }
 
-void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
-                        int nargs, void **args, const long long *bytes, int nout, const RtCuTuneOut *outs) {
+/* The candidate key launches (rt_cu_launch_tuned); or (pre given): 0 when that is the default, launching
+ * nothing (rt_cu_launch_tuned_or) */
+static int launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, const RtCuTileCand *pre,
+                        long long pre_gy, long long gy, long long gz, int nargs, void **args, const long long *bytes,
+                        int nout, const RtCuTuneOut *outs) {
   RtCuDev *d = rt_cu_dev(ctx);
-  if (ncand < 1 || nargs > ARGS_MAX || nout > nargs)
+  if (ncand < 1 || ncand > 64 || nargs > ARGS_MAX || nout > nargs)
     rt_fatal(1, "rt_cu_launch_tuned(%s): %d candidates, %d arguments (%d written)", key, ncand, nargs, nout);
   AttnTune *t = state(d);
-  RtCuTileCand avail[64];
+  RtCuTileCand avail[64], pavail[64];
   int n = rt_cu_tile_avail(cand, ncand, d->ops->wgmma && d->ops->wgmma(d->be), avail, 64);
-  if (n != ncand) cand = avail, ncand = n;
-  int c = t->on ? choose(ctx, d, t, key, ncand, cand, (unsigned)gy, (unsigned)gz, nargs, args, bytes, nout, outs) : 0;
+  if (n != ncand) {
+    for (int i = 0, m = 0; pre && i < ncand; i++) /* the first launches of the candidates kept */
+      if (m < n && !strcmp(cand[i].tiles, avail[m].tiles)) pavail[m++] = pre[i];
+    cand = avail, ncand = n, pre = pre ? pavail : NULL;
+  }
+  if (pre && ncand == 1) return 0; /* nothing to choose from: the caller's default */
+  int c = t->on ? choose(ctx, d, t, key, ncand, cand, pre, (unsigned)pre_gy, (unsigned)gy, (unsigned)gz, nargs, args,
+                         bytes, nout, outs)
+                : 0;
+  if (pre && c == 0) return 0;
+  if (pre) rt_cu_launch(ctx, pre[c].k, (unsigned)pre[c].gx, (unsigned)pre_gy, (unsigned)gz, pre[c].bx, 1, 1, pre[c].smem, args);
   rt_cu_launch(ctx, cand[c].k, (unsigned)cand[c].gx, (unsigned)gy, (unsigned)gz, cand[c].bx, 1, 1, cand[c].smem, args);
+  return 1;
+}
+
+void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
+                        int nargs, void **args, const long long *bytes, int nout, const RtCuTuneOut *outs) {
+  launch_tuned(ctx, key, ncand, cand, NULL, 0, gy, gz, nargs, args, bytes, nout, outs);
+}
+
+int rt_cu_launch_tuned_or(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, const RtCuTileCand *pre,
+                          long long pre_gy, long long gy, long long gz, int nargs, void **args, const long long *bytes,
+                          int nout, const RtCuTuneOut *outs) {
+  return launch_tuned(ctx, key, ncand, cand, pre, pre_gy, gy, gz, nargs, args, bytes, nout, outs);
 }
 
 void rt_cu_attn_tune_report(const RtCtx *ctx) {

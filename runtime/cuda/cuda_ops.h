@@ -63,6 +63,16 @@ typedef struct {
 } RtCuTuneOut;
 void rt_cu_launch_tuned(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, long long gy, long long gz,
                         int nargs, void **args, const long long *bytes, int nout, const RtCuTuneOut *outs);
+/* As rt_cu_launch_tuned, with candidates of two launches, where the caller runs its own form of the default
+ * (the backward's pair key "flash_bwd", codegen/cuda_kernels_attn.c: candidate 0 the two kernels' compiled
+ * defaults, while the caller launches the two kernels' own tuned keys; the others the one-kernel form):
+ * candidate i is kernel pre[i].k with grid (pre[i].gx, pre_gy, gz) and block (pre[i].bx, 1, 1), then cand[i]
+ * as above, on the same arguments. Returns 0 when the default is chosen (or is the only candidate the
+ * device runs), launching nothing; else 1, the chosen candidate launched. The check and the timing run
+ * candidate 0 as given (its two launches' times added). */
+int rt_cu_launch_tuned_or(RtCtx *ctx, const char *key, int ncand, const RtCuTileCand *cand, const RtCuTileCand *pre,
+                          long long pre_gy, long long gy, long long gz, int nargs, void **args, const long long *bytes,
+                          int nout, const RtCuTuneOut *outs);
 
 /* y[batch][m, n] = alpha * op(A)[m, k] op(B)[k, n] + beta * y, all row-major (the IR's MATMUL):
  * A is [batch, m, k] ([batch, k, m] when ta), B is [batch?, k, n] ([.., n, k] when tb), with

@@ -113,13 +113,19 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
    * the first row's forward */
   CuWgBwdTile bk[NV], bq[NV];
   int nbk = h->wgmma ? cuk_wg_bwd_variants(1, hd, bk, NV) : 0, nbq = h->wgmma ? cuk_wg_bwd_variants(2, hd, bq, NV) : 0;
-  int nwb = nbk > nbq ? nbk : nbq, nr = nv + nw + nwb;
+  int nwb = nbk > nbq ? nbk : nbq;
+  /* ... then the backward in one kernel (shardk_wgmma_bwd1.cuh) in each of its tiles, with the first row's forward:
+   * its two launches are D's (flash_bwd1_pre, in the dQ columns) and the fused kernel (the dK/dV columns, its
+   * TFLOP/s of the whole backward's 5 units) */
+  CuWgBwdTile bf[NV];
+  int nf = h->wgmma ? cuk_wg_bwd1_variants(hd, bf, NV) : 0, nr = nv + nw + nwb + nf;
   const char *cf[3 * NV], *cb[3 * NV], *tf[3 * NV], *tb[3 * NV];
   for (int i = 0; i < nr; i++) {
     cuk_set_flash_cfg(k, &v[i < nv ? i : 0]);
     cuk_set_flash_wg(k, i < nv || i >= nv + nw ? NULL : &wt[i - nv]);
     int j = i - nv - nw;
-    cuk_set_flash_wg_bwd(k, j >= 0 ? &bk[j % nbk] : NULL, j >= 0 ? &bq[j % nbq] : NULL);
+    cuk_set_flash_wg_bwd(k, j >= 0 && j < nwb ? &bk[j % nbk] : NULL, j >= 0 && j < nwb ? &bq[j % nbq] : NULL);
+    cuk_set_flash_wg_bwd1(k, j >= nwb ? &bf[j - nwb] : NULL);
     cf[i] = cuk_sdpa(k, cn[4], cn[8], cn[0], cn[1], cn[2], DT_BF16, cB, T, H, KV, hd, 1, NULL);
     cb[i] = cuk_sdpa_bwd(k, cn[5], cn[6], cn[7], cn[0], cn[1], cn[2], cn[4], cn[8], cn[3], DT_BF16, cB, T, H, KV, hd, 1, NULL);
     tf[i] = cuk_sdpa(k, tn[4], tn[8], tn[0], tn[1], tn[2], DT_BF16, B, T, H, KV, hd, 1, NULL);
@@ -127,6 +133,7 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
   }
   cuk_set_flash_wg(k, NULL);
   cuk_set_flash_wg_bwd(k, NULL, NULL);
+  cuk_set_flash_wg_bwd1(k, NULL);
   char *ws = h->alloc((size_t)cuk_workspace(k));
   h->load(cuk_source(k));
   uint64_t st = 4242;
@@ -175,26 +182,31 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     h->attrs(kernel_of(tf[i]), &rf, &lf);
     h->attrs(nb == 2 ? kernel_of(bl[1]) : -1, &rk, &lk);
     h->attrs(nb == 2 ? kernel_of(bl[0]) : -1, &rq, &lq);
-    const int j = i - nv - nw;
+    const int j = i - nv - nw, fu = j >= nwb; /* fu: the one-kernel backward */
     const char *fl = i < nv || j >= 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->fwd.mt, c->fwd.w, c->fwd.bt,
                                                      c->fwd.minb, c->fwd.rs ? "s" : "")
                                       : arena_printf(&a, "wg(%d,%d%s)", wt[i - nv].bk, wt[i - nv].nwg,
                                                      wt[i - nv].pipe ? ",p" : "");
-    const char *kl = j < 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb,
-                                          c->kv.rs ? "s" : "")
-                           : arena_printf(&a, "wg(%d,%d%s)", bk[j % nbk].bt, bk[j % nbk].nwg, bk[j % nbk].pipe ? ",p" : "");
+    const char *kl = j < 0   ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb,
+                                            c->kv.rs ? "s" : "")
+                     : fu    ? arena_printf(&a, "wgf(%d,%d)", bf[j - nwb].bt, bf[j - nwb].nwg)
+                             : arena_printf(&a, "wg(%d,%d%s)", bk[j % nbk].bt, bk[j % nbk].nwg, bk[j % nbk].pipe ? ",p" : "");
     const char *ql = j < 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->q.mt, c->q.w, c->q.bt, c->q.minb, c->q.rs ? "s" : "")
+                     : fu  ? "D"
                            : arena_printf(&a, "wg(%d,%d%s)", bq[j % nbq].bt, bq[j % nbq].nwg, bq[j % nbq].pipe ? ",p" : "");
     printf("%-3d %-12s %3d/%-3d %7.1f %6.1f  %-12s %3d/%-3d %7.1f %6.1f  %-12s %3d/%-3d "
            "%7.1f %6.1f %9.1f %8.1f %8.1f %s\n",
-           i, fl, rf, lf, uf, fa / (uf * 1e-6) / 1e12, kl, rk, lk, ukv, 2 * fa / (ukv * 1e-6) / 1e12, ql, rq, lq, uq,
-           1.5 * fa / (uq * 1e-6) / 1e12, ub, 2.5 * fa / (ub * 1e-6) / 1e12,
+           i, fl, rf, lf, uf, fa / (uf * 1e-6) / 1e12, kl, rk, lk, ukv, (fu ? 2.5 : 2) * fa / (ukv * 1e-6) / 1e12, ql, rq,
+           lq, uq, fu ? 0.0 : 1.5 * fa / (uq * 1e-6) / 1e12, ub, 2.5 * fa / (ub * 1e-6) / 1e12,
            3.5 * fa / ((uf + ub) * 1e-6) / 1e12, ok ? "ok" : "FAIL");
     fflush(stdout);
   }
-  printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c%s%s)\n",
+  printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c%s%s%s)\n",
          nw ? "; wg(keys a tile, warpgroups): the forward on wgmma, codegen/cuda_wgmma_cfg.c, with line 0's backward" : "",
-         nwb ? "; dK/dV and dQ wg(streamed rows a tile, warpgroups): the backward on wgmma, with line 0's forward" : "");
+         nwb ? "; dK/dV and dQ wg(streamed rows a tile, warpgroups): the backward on wgmma, with line 0's forward" : "",
+         nf ? "; wgf(streamed rows, warpgroups): the backward in one kernel (its TFLOP/s: the whole backward's), D its "
+              "first launch"
+            : "");
   free(q), free(kk), free(vv), free(dout), free(ro), free(rl), free(rdq), free(rdk), free(rdv), free(rob);
   h->free(ws);
   arena_free(&a);

@@ -113,6 +113,21 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
              memcmp(kt_get(c, tdv), kt_get(c, tdv2), (size_t)nk * 4) == 0);
 }
 
+/* The one-kernel backward's counters (shardk_wgmma_bwd1.cuh) after a case: all back at 0, else a contributor
+ * miscounted (or one never came). */
+static void bwd1_counters_zero(KC *c, int64_t B, int64_t S, int64_t H, int64_t hd, const char *what) {
+  if (!c->be) return;
+  int64_t at, n;
+  cuk_bwd1_ws(B, S, H, hd, NULL, &at, &n);
+  int32_t *h = malloc((size_t)n * 4);
+  c->be->d2h(h, c->ws + at, (size_t)n * 4);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) bad += h[i] != 0;
+  expect(c, arena_printf(c->a, "%s: its %lld counters back at 0 (%lld not)", what, (long long)n, (long long)bad),
+         bad == 0);
+  free(h);
+}
+
 /* columns [c0, c0 + w) of the rows of x (row stride ld) as a contiguous [rows, w] */
 static float *cols_of(KC *c, const float *x, int64_t rows, int64_t ld, int64_t c0, int64_t w) {
   float *r = arena_alloc(c->a, (size_t)(rows * w) * 4 + 4);
@@ -214,6 +229,16 @@ static void attn_strided_cases(KC *c, int variants, int wgmma) {
                                      b->bt, b->nwg, b->pipe ? "p" : ""), 0);
       cuk_set_flash_wg_bwd(c->k, NULL, NULL);
     }
+    CuWgBwdTile f[4]; /* the one-kernel backward: one of its tiles a case, by turns */
+    int nf = nw ? cuk_wg_bwd1_variants(fc[t].hd, f, 4) : 0;
+    if (nf) {
+      const CuWgBwdTile *a = &f[t % (size_t)nf];
+      const char *name = arena_printf(c->a, " wgmma bwd1 %dx%d", a->bt, a->nwg);
+      cuk_set_flash_wg_bwd1(c->k, a);
+      attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16, name, 0);
+      bwd1_counters_zero(c, fc[t].B, fc[t].S, fc[t].H, fc[t].hd, name);
+      cuk_set_flash_wg_bwd1(c->k, NULL);
+    }
   }
 }
 
@@ -272,6 +297,19 @@ void kc_cases_attention(KC *c) {
                              b->pipe ? "p" : ""),
                 nv > 1 ? &io : NULL, 0);
       cuk_set_flash_wg_bwd(c->k, NULL, NULL);
+    }
+    /* the backward in one kernel (shardk_wgmma_bwd1.cuh), each of its tiles, the forward the default's: twice
+     * the same bits, against the reference and the default's outputs, its counters back at 0 */
+    CuWgBwdTile f[4];
+    int nf = nw ? cuk_wg_bwd1_variants(ac[t].hd, f, 4) : 0;
+    for (int i = 0; i < nf; i++) {
+      c->rng = rng;
+      const char *name = arena_printf(c->a, " wgmma bwd1 %dx%d", f[i].bt, f[i].nwg);
+      cuk_set_flash_wg_bwd1(c->k, &f[i]);
+      attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL, name,
+                nv > 1 ? &io : NULL, 0);
+      bwd1_counters_zero(c, ac[t].B, ac[t].S, ac[t].H, ac[t].hd, name);
+      cuk_set_flash_wg_bwd1(c->k, NULL);
     }
   }
   attn_strided_cases(c, flash_variants, wgmma_on);

@@ -148,9 +148,19 @@ static int wgmma_check(const char *nvdisasm) {
     }
   }
   cuk_set_flash_wg_bwd(k, NULL, NULL);
+  for (int i = 0; i < 2; i++) { /* the backward in one kernel (shardk_wgmma_bwd1.cuh): each tile */
+    CuWgBwdTile f[4];
+    int nf = cuk_wg_bwd1_variants(hds[i], f, 4);
+    for (int j = 0; j < nf; j++) {
+      cuk_set_flash_wg_bwd1(k, &f[j]);
+      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1, NULL);
+      cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 2, 1000, 16, 8, hds[i], 0, NULL);
+    }
+  }
+  cuk_set_flash_wg_bwd1(k, NULL);
   int fails = 0;
   /* autotuned: the forward's candidates end with the wgmma tiles ("wg<bk>x<nwg>", their dynamic shared
-   * memory), the backward's have none */
+   * memory), the backward kernels' too, and the backward's pair key holds the one-kernel form's */
   cuk_set_attn_tune(k, 1);
   const char *fw = cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1, NULL);
   const char *bw = cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1, NULL);
@@ -176,6 +186,18 @@ static int wgmma_check(const char *nvdisasm) {
         printf("FAIL wgmma: the tuned %s has no candidate %s: %s\n", which == 1 ? "dK/dV" : "dQ", want, bw), fails++;
     }
   }
+  { /* the backward's pair key: the one-kernel form's tiles after the two kernels' defaults ("two") */
+    CuWgBwdTile f[4];
+    int nf = cuk_wg_bwd1_variants(64, f, 4);
+    const char *at = strstr(bw, "rt_cu_launch_tuned_or(ctx, \"flash_bwd S "), *end = at ? strstr(at, "})") : NULL;
+    if (!at || !strstr(at, "\"two\"")) printf("FAIL wgmma: the tuned backward has no pair key: %s\n", bw), fails++;
+    for (int j = 0; at && j < nf; j++) {
+      char want[64];
+      snprintf(want, sizeof want, "\"wgf%dx%d\", %lld}", f[j].bt, f[j].nwg, (long long)cuk_wg_bwd1_smem(64, &f[j]));
+      const char *hit = strstr(at, want);
+      if (!hit || hit > end) printf("FAIL wgmma: the pair key has no candidate %s: %s\n", want, at), fails++;
+    }
+  }
   const char *src = cuk_source(k);
   const char *archs[] = {"sm_90a", "sm_80", "sm_90"};
   WgJob jobs[3];
@@ -194,10 +216,13 @@ static int wgmma_check(const char *nvdisasm) {
     int warn = log && (strstr(log, "arning") != NULL || strstr(log, "erformance") != NULL), spill = 0;
     if (i == 0 && log) /* ptxas -v: "Used N registers ..." and "N bytes spill stores, N bytes spill loads" a kernel */
       for (const char *l = log; (l = strstr(l, "Compiling entry function")) != NULL; l++) {
-        const char *f = strstr(l, "spill stores"), *u = strstr(l, "Used ");
+        const char *f = strstr(l, "bytes stack frame"), *u = strstr(l, "Used ");
         if (!f || !u) continue;
+        /* the number before "bytes stack frame" (ptxas prefixes the line: "ptxas         .     96 bytes stack
+         * frame, ..." in NVRTC 13.0, whose prefix a scan from the line's start took for no number: no spill seen) */
         const char *ls = f;
-        while (ls > l && ls[-1] != '\n') ls--;
+        while (ls > l && ls[-1] == ' ') ls--;
+        while (ls > l && ls[-1] >= '0' && ls[-1] <= '9') ls--;
         int stack = 0, st = 0, ld = 0;
         if (sscanf(ls, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &stack, &st, &ld) == 3)
           spill += st + ld > 0;

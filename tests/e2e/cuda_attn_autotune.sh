@@ -19,7 +19,9 @@
 #     runs fewer), the record has its "refused" line, the losses are plain's within 1e-4; tuned
 #     again with only that line left: skipped without a run ("1 skipped"), no warning;
 #   - S 64 (the candidates' key tiles stream differently, so they sum in other orders): every checked
-#     candidate agrees (no false refusal; measured within 0.24 of their tolerance);
+#     candidate agrees (no false refusal; measured within 0.24 of their tolerance), the backward's pair key
+#     "flash_bwd" with the one-kernel form's candidates ("wgf...") among them; the record edited to name
+#     wgf64x2: the trainer runs the one-kernel backward, its loss within 1e-4 of the tuned run's;
 # (the emulated device's default, autotuning off, is cudart_attn's);
 #   - SHARDRT_ATTN_AUTOTUNE=yes is refused;
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
@@ -99,7 +101,7 @@ grep -q "candidates checked against the compiled default in .* s (a run and a co
   -o "$t/t64" >"$t/build64.out" 2>&1 || { cat "$t/build64.out"; exit 1; }
 mkdir -p "$t/c64"
 SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
-  >"$t/s64.out" 2>&1 || { cat "$t/s64.out"; echo "FAIL: S 64"; exit 1; }
+  --log "$t/s64.jsonl" >"$t/s64.out" 2>&1 || { cat "$t/s64.out"; echo "FAIL: S 64"; exit 1; }
 "$shardc" plan models/tiny.model -D seq=64 -D d=256 -D micro_batch=1 -D dp=1 -D precision=bf16 --world 1 --target cuda \
   --emit-c "$t/src64" >/dev/null 2>&1
 n64=$(count src64)
@@ -107,8 +109,29 @@ n64=$(count src64)
 for kn in flash_fwd flash_bwd_q flash_bwd_kv; do # each with its wgmma candidates (codegen/cuda_wgmma_cfg.c)
   launches src64 | grep "\"$kn S 64 " | grep -q '"wg[0-9]*x[0-9]p*", [0-9]*}' || { launches src64; fail "S 64: $kn has no wgmma candidate"; }
 done
-grep -q "^attn autotune: 3 attention kernels tuned in .* ($((3 * n64)) timed runs), .* $((n64 - 3)) candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
+# the backward's pair key (codegen/cuda_kernels_attn.c): the two kernels' defaults ("two") and the one-kernel form
+# in each of its tiles ("wgf<bt>x<nwg>", shardk_wgmma_bwd1.cuh), checked like the others; the two kernels' own
+# keys are tuned only where it keeps "two" (else they never run)
+grep -ho 'rt_cu_launch_tuned_or(ctx, "flash_bwd S 64 [^;]*' "$t"/src64/*.c | grep '"two", [0-9]*}' | grep -q '"wgf64x2", [0-9]*}' ||
+  { grep -h flash_bwd "$t"/src64/*.c; fail "S 64: no pair key with the one-kernel backward's candidates"; }
+tl=$(grep '^attn autotune: flash_[a-z_]* S 64 .*, the fastest$' "$t/s64.out")
+want="flash_bwd flash_fwd "
+grep -q '^attn autotune: flash_bwd S 64 .*(candidate 0 of' <<<"$tl" && want="flash_bwd flash_bwd_kv flash_bwd_q flash_fwd "
+[ "$(sed -E 's/^attn autotune: (flash_[a-z_]*) .*/\1/' <<<"$tl" | sort | tr '\n' ' ')" = "$want" ] ||
+  { cat "$t/s64.out"; fail "S 64: the keys tuned are not $want"; }
+nk64=$(wc -l <<<"$tl")
+nc64=$(sed -E 's/.*\(candidate [0-9]* of ([0-9]*),.*/\1/' <<<"$tl" | awk '{ s += $1 } END { print s }')
+grep -q "^attn autotune: $nk64 attention kernels tuned in .* ($((3 * nc64)) timed runs), .* $((nc64 - nk64)) candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
   { cat "$t/s64.out"; echo "FAIL: S 64: a correct candidate refused (or not all checked)"; exit 1; }
+# the one-kernel backward in the trainer: the record edited to name wgf64x2 for the pair key, taken (the two
+# kernels' keys then never run), the loss that of the run above within 1e-4 relative
+rec64=$(ls "$t"/c64/attn-tune-*.txt)
+sed -i -E 's/^(flash_bwd S 64 [^\t]*)\t.*$/\1\twgf64x2/' "$rec64"
+SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
+  --log "$t/f64.jsonl" >"$t/f64.out" 2>&1 || { cat "$t/f64.out"; fail "S 64 with wgf64x2"; }
+grep -q '^attn autotune: flash_bwd S 64 .*: tiles wgf64x2 (candidate 1 of 3, default two), as recorded by an earlier run$' "$t/f64.out" &&
+  ! grep -q '^attn autotune: flash_bwd_[qk]' "$t/f64.out" || { cat "$rec64" "$t/f64.out"; fail "S 64: the recorded wgf64x2 not taken"; }
+close s64 f64 "the one-kernel backward against the pair key's own choice"
 if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_EMU_WRONG_ATTN=8: want the tiles" "$t/bad.out"; then
   cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_WRONG_ATTN=8 was not refused"; exit 1

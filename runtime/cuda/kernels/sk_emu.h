@@ -351,6 +351,22 @@ inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
   b.dyn_bytes = 0;
 }
 
+/* A thread's wait until *p holds want, another block's count (shardk_wgmma_bwd1.cuh's ordered sums): a
+ * launch's blocks run one after another on this host thread in linear block order, so the count is there
+ * already, or the block that would set it comes later and cannot run while this one waits: a deadlock
+ * (on the GPU too, where a block waiting on a later one hangs when that one finds no SM), reported here
+ * instead of a hang. */
+inline void wait_count(const int *p, int want) {
+  const int v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  if (v == want) return;
+  Block &b = fblk();
+  fprintf(stderr,
+          "sk_emu: deadlock: block (%u,%u,%u) waits for a count of %d that holds %d, and no block before it in the "
+          "launch's order sets it\n",
+          b.block_idx.x, b.block_idx.y, b.block_idx.z, want, v);
+  abort();
+}
+
 inline int lane() { return me().linear & 31; }
 inline int warp_base() { return me().linear & ~31; }
 inline int warp_size_live() {
