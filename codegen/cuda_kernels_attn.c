@@ -73,12 +73,12 @@ static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, i
  * (S / 64 nwg, KV or H, B); lds: the operands' row strides in the kernel's order (", ldA, ..."; dK/dV: dk, dv,
  * q, k, v, dout; dQ: dq, q, k, v, o, dout), as the mma.sync kernels take them */
 static const char *wgb_one(CuK *k, const Args *g, int which, const CuWgBwdTile *t, int64_t S, int64_t H, int64_t KV,
-                           int64_t hd, int causal, int64_t B, const char *lds) {
+                           int64_t hd, int causal, int64_t B, const char *lds, const char *args) {
   const char *tmpl = arena_printf(k->a, "<%lldLL, %lld, %lld, %lld, %s, %d, %d%s>", (long long)S, (long long)H,
                                   (long long)KV, (long long)hd, causal ? "true" : "false", t->bt, t->nwg,
                                   t->pipe ? ", true" : "");
   const char *call = arena_printf(k->a, "sk::%s%s(%s%s);", which == 1 ? "flash_bwd_kv_wg" : "flash_bwd_q_wg", tmpl,
-                                  which == 1 ? FLASH_KV_ARGS : FLASH_Q_ARGS, lds);
+                                  args ? args : which == 1 ? FLASH_KV_ARGS : FLASH_Q_ARGS, lds);
   return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), which == 1 ? KV : H, B, 128 * t->nwg, 1,
                         cuk_wg_bwd_smem(which, hd, t), call);
 }
@@ -170,7 +170,7 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
   for (int i = 0; i < nw; i++) {
     k->guard = 1;
     if (which == 0) wg_one(k, g, &w[i], S, H, KV, hd, causal, gz, wlds);
-    else wgb_one(k, g, which, &wb[i], S, H, KV, hd, causal, gz, wlds);
+    else wgb_one(k, g, which, &wb[i], S, H, KV, hd, causal, gz, wlds, NULL);
     k->guard = 0;
     if (which == 0)
       cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
@@ -306,7 +306,7 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
     if (k->wgf) return wgf_one(k, &gu, k->wgf, S, H, KV, hd, causal, B, flds, Ldo, Lddo, &pre);
     const char *lq =
         wg && k->wgq
-            ? wgb_one(k, &gq, 2, k->wgq, S, H, KV, hd, causal, B, qlds)
+            ? wgb_one(k, &gq, 2, k->wgq, S, H, KV, hd, causal, B, qlds, NULL)
             : flash_kernel(k, &gq, "flash_bwd_q", 2, S, H, KV, hd, causal, H, B,
                            (const int64_t[]){span(n, qw, Lddq, dt), nl, span(n, qw, Ldq, dt), span(n, kw, Ldk, dt),
                                              span(n, kw, Ldv, dt), span(n, qw, Ldo, dt), nl, span(n, qw, Lddo, dt)},
@@ -314,7 +314,7 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
                            qlds);
     const char *lkv =
         wg && k->wgkv
-            ? wgb_one(k, &gkv, 1, k->wgkv, S, H, KV, hd, causal, B, kvlds)
+            ? wgb_one(k, &gkv, 1, k->wgkv, S, H, KV, hd, causal, B, kvlds, NULL)
             : flash_kernel(k, &gkv, "flash_bwd_kv", 1, S, H, KV, hd, causal, KV, B,
                            (const int64_t[]){span(n, kw, Lddk, dt), span(n, kw, Lddv, dt), span(n, qw, Ldq, dt),
                                              span(n, kw, Ldk, dt), span(n, kw, Ldv, dt), nl, nl, span(n, qw, Lddo, dt)},
@@ -335,6 +335,24 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
                                      (long long)cuk_flash_smem(1, hd, &c0.kv));
     const char *pres = arena_printf(k->a, "{%d, %lld, %d, \"two\", %lld}", qid, (long long)cdiv(S, 16 * c0.q.mt * c0.q.w),
                                     32 * c0.q.w, (long long)cuk_flash_smem(2, hd, &c0.q));
+    /* the two kernels on wgmma too, the i-th dQ tile before the i-th dK/dV tile (the shorter list's again; the
+     * pairs the sweep times): the one-kernel form must beat the fastest two-kernel pair, not the mma.sync
+     * defaults (the two keys tune their kernels apart only when the pair key keeps "two") */
+    CuWgBwdTile pk[8], pq[8];
+    const int npk = cuk_wg_bwd_variants(1, hd, pk, 8), npq = cuk_wg_bwd_variants(2, hd, pq, 8),
+              npair = npk > npq ? npk : npq;
+    for (int i = 0; i < npair; i++) {
+      const CuWgBwdTile *tq = &pq[i % npq], *tk = &pk[i % npk];
+      wgb_one(k, &gu, 2, tq, S, H, KV, hd, causal, B, qlds, BWD_U_Q);
+      const int qk = k->last;
+      wgb_one(k, &gu, 1, tk, S, H, KV, hd, causal, B, kvlds, BWD_U_KV);
+      const char *name = arena_printf(k->a, "wgq%dx%d%s+kv%dx%d%s", tq->bt, tq->nwg, tq->pipe ? "p" : "", tk->bt,
+                                      tk->nwg, tk->pipe ? "p" : "");
+      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"%s\", %lld}", cands, k->last, (long long)cdiv(S, 64 * tk->nwg),
+                           128 * tk->nwg, name, (long long)cuk_wg_bwd_smem(1, hd, tk));
+      pres = arena_printf(k->a, "%s, {%d, %lld, %d, \"%s\", %lld}", pres, qk, (long long)cdiv(S, 64 * tq->nwg),
+                          128 * tq->nwg, name, (long long)cuk_wg_bwd_smem(2, hd, tq));
+    }
     for (int i = 0; i < nf; i++) {
       wgf_one(k, &gu, &f[i], S, H, KV, hd, causal, B, flds, Ldo, Lddo, &pre);
       const char *name = arena_printf(k->a, "wgf%dx%d", f[i].bt, f[i].nwg);
@@ -362,7 +380,7 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
                         "(const RtCuTileCand[]){%s}, (const RtCuTileCand[]){%s}, %lld, %lld, %lld, 12, (void *[]){%s}, "
                         "(const long long[]){%s}, 3, (const RtCuTuneOut[]){%s})) { %s }",
                         (long long)S, (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "", (long long)B,
-                        1 + nf, cands, pres, (long long)H, (long long)KV, (long long)B, ptrs, sizes, outs,
+                        1 + npair + nf, cands, pres, (long long)H, (long long)KV, (long long)B, ptrs, sizes, outs,
                         ck_cat(k, lq, lkv));
   }
   Args g1 = {.np = 3, .p = {D, o, dout}};

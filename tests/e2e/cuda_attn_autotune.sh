@@ -20,8 +20,9 @@
 #     again with only that line left: skipped without a run ("1 skipped"), no warning;
 #   - S 64 (the candidates' key tiles stream differently, so they sum in other orders): every checked
 #     candidate agrees (no false refusal; measured within 0.24 of their tolerance), the backward's pair key
-#     "flash_bwd" with the one-kernel form's candidates ("wgf...") among them; the record edited to name
-#     wgf64x2: the trainer runs the one-kernel backward, its loss within 1e-4 of the tuned run's;
+#     "flash_bwd" with the one-kernel form's candidates ("wgf...") and the wgmma two-kernel pairs ("wgq...+kv...")
+#     among them; the record edited to name wgf64x2, then wgq64x2+kv64x1: the trainer runs the one-kernel
+#     backward, then that pair, each loss within 1e-4 of the tuned run's;
 # (the emulated device's default, autotuning off, is cudart_attn's);
 #   - SHARDRT_ATTN_AUTOTUNE=yes is refused;
 #   - two ranks (dp 2, mpirun): a record line per kernel and rank, taken by a second run (same loss).
@@ -114,6 +115,10 @@ done
 # keys are tuned only where it keeps "two" (else they never run)
 grep -ho 'rt_cu_launch_tuned_or(ctx, "flash_bwd S 64 [^;]*' "$t"/src64/*.c | grep '"two", [0-9]*}' | grep -q '"wgf64x2", [0-9]*}' ||
   { grep -h flash_bwd "$t"/src64/*.c; fail "S 64: no pair key with the one-kernel backward's candidates"; }
+# ... and the two kernels on wgmma, the i-th dQ tile with the i-th dK/dV tile ("wgq<bt>x<nwg>+kv<bt>x<nwg>"), so
+# that the one-kernel form is timed against the fastest two-kernel pair, not only the mma.sync defaults
+npair=$(grep -ho 'rt_cu_launch_tuned_or(ctx, "flash_bwd S 64 [^;]*' "$t"/src64/*.c | head -1 | grep -o '"wgq[0-9]*x[0-9]p*+kv[0-9]*x[0-9]p*", [0-9]*}' | wc -l)
+[ "$npair" -eq 10 ] || { grep -h flash_bwd "$t"/src64/*.c; fail "S 64: $npair wgmma pairs' names in the pair key (want 5 in the candidates and 5 in the first launches)"; }
 tl=$(grep '^attn autotune: flash_[a-z_]* S 64 .*, the fastest$' "$t/s64.out")
 want="flash_bwd flash_fwd "
 grep -q '^attn autotune: flash_bwd S 64 .*(candidate 0 of' <<<"$tl" && want="flash_bwd flash_bwd_kv flash_bwd_q flash_fwd "
@@ -129,9 +134,16 @@ rec64=$(ls "$t"/c64/attn-tune-*.txt)
 sed -i -E 's/^(flash_bwd S 64 [^\t]*)\t.*$/\1\twgf64x2/' "$rec64"
 SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
   --log "$t/f64.jsonl" >"$t/f64.out" 2>&1 || { cat "$t/f64.out"; fail "S 64 with wgf64x2"; }
-grep -q '^attn autotune: flash_bwd S 64 .*: tiles wgf64x2 (candidate 1 of 3, default two), as recorded by an earlier run$' "$t/f64.out" &&
+grep -q '^attn autotune: flash_bwd S 64 .*: tiles wgf64x2 (candidate 6 of 8, default two), as recorded by an earlier run$' "$t/f64.out" &&
   ! grep -q '^attn autotune: flash_bwd_[qk]' "$t/f64.out" || { cat "$rec64" "$t/f64.out"; fail "S 64: the recorded wgf64x2 not taken"; }
 close s64 f64 "the one-kernel backward against the pair key's own choice"
+# a wgmma pair recorded: its two kernels run (dQ, then dK/dV), the keys of the two kernels apart never
+sed -i -E 's/^(flash_bwd S 64 [^\t]*)\t.*$/\1\twgq64x2+kv64x1/' "$rec64"
+SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
+  --log "$t/p64.jsonl" >"$t/p64.out" 2>&1 || { cat "$t/p64.out"; fail "S 64 with wgq64x2+kv64x1"; }
+grep -q '^attn autotune: flash_bwd S 64 .*: tiles wgq64x2+kv64x1 (candidate 2 of 8, default two), as recorded by an earlier run$' "$t/p64.out" &&
+  ! grep -q '^attn autotune: flash_bwd_[qk]' "$t/p64.out" || { cat "$rec64" "$t/p64.out"; fail "S 64: the recorded wgmma pair not taken"; }
+close s64 p64 "the wgmma pair against the pair key's own choice"
 if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_EMU_WRONG_ATTN=8: want the tiles" "$t/bad.out"; then
   cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_WRONG_ATTN=8 was not refused"; exit 1
