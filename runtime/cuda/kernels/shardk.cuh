@@ -786,5 +786,6 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
 #include "shardk_flash.cuh"
 #include "shardk_wgmma.cuh"
 #include "shardk_wgmma_bwd.cuh"
+#include "shardk_wgmma_ws.cuh"
 
 #endif
