@@ -13,8 +13,9 @@
  *
  * Copies (cp.async as the producer of shardk_wgmma_ws.cuh issues them, sk::ws_cp16): the source is read at
  * issue, the destination's 16 bytes become 0xff (bf16 NaNs) at once and take the data only when the thread's
- * wait for the copy's group (ws_cp_wait) completes it, so a reader that does not wait for the producer's
- * signal reads NaNs, as on the GPU it may read anything. A block that ends with copies not waited for is
+ * wait for the copy's group (cp_async_wait) completes it, after letting the block's other threads run up to
+ * their next switch point, so that a reader that does not wait for the producer's signal (or a signal given
+ * before the wait) reads NaNs, as on the GPU it may read anything. A block that ends with copies not waited for is
  * reported. (sk::cp16, the other kernels' copy, lands at once.)
  *
  * setmaxnreg (moving registers between warpgroups) is a no-op here.
@@ -140,10 +141,16 @@ inline void cp_async_commit() {
     if (c.group < 0) c.group = s.groups[t];
   s.groups[t]++;
 }
-/* cp.async.wait_group n: every committed group but the n most recent lands */
+/* cp.async.wait_group n: every committed group but the n most recent lands; a switch point before (the
+ * copies take their time: the block's other threads run first, up to their next switch point, so that a
+ * reader that does not wait for the producer's signal runs before the data is there) */
 inline void cp_async_wait(int n) {
   WsState &s = ws_blk();
   const int t = me().linear;
+  bool any = false;
+  for (const WsCopy &c : s.copies[t]) any |= c.group >= 0 && c.group < s.groups[t] - n;
+  static const int rounds = getenv("SK_EMU_COPY_ROUNDS") ? atoi(getenv("SK_EMU_COPY_ROUNDS")) : 2;
+  for (int r = 0; any && r < rounds; r++) yield(ST_RUN);
   std::vector<WsCopy> &v = s.copies[t], keep;
   for (const WsCopy &c : v) {
     if (c.group >= 0 && c.group < s.groups[t] - n) memcpy(c.dst, c.data, 16);
