@@ -107,6 +107,9 @@ n64=$(count src64)
 for kn in flash_fwd flash_bwd_q flash_bwd_kv; do # each with its wgmma candidates (codegen/cuda_wgmma_cfg.c)
   launches src64 | grep "\"$kn S 64 " | grep -q '"wg[0-9]*x[0-9]p*", [0-9]*}' || { launches src64; fail "S 64: $kn has no wgmma candidate"; }
 done
+# ... and the forward its warp-specialized ones (shardk_wgmma_ws.cuh: tiles ws<bk>x<consumers>x<stages>, 384 threads)
+launches src64 | grep '"flash_fwd S 64 ' | grep -q ', 384, "ws[0-9]*x2x[0-9]", [0-9]*}' ||
+  { launches src64; fail "S 64: flash_fwd has no warp-specialized candidate"; }
 grep -q "^attn autotune: 3 attention kernels tuned in .* ($((3 * n64)) timed runs), .* $((n64 - 3)) candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
   { cat "$t/s64.out"; echo "FAIL: S 64: a correct candidate refused (or not all checked)"; exit 1; }
 if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
