@@ -21,7 +21,8 @@
  *    softmax runs while the other's products hold the tensor cores. Every consumer takes a turn for every
  *    tile (with no products where causality skips it) and one for the last P V, so the turns pair up.
  *  - setmaxnreg (REG > 0): the producer gives registers back (24 a thread), the consumers take REG; off
- *    (0) in the candidates while the consumers fit the launch's share (ptxas -v: docs/performance.md).
+ *    (0) in the candidates: the consumers fit the launch's share (168 of 384 threads), and with it on
+ *    ptxas (13.0) still allocates that share for the whole kernel (docs/performance.md).
  * Named barriers (bar.sync / bar.arrive id, threads): 1 .. NC the turns (256 threads: the waiter and the
  * previous consumer), then FULL and EMPTY of each stage (the whole block: producer and consumers).
  *
