@@ -164,9 +164,15 @@ void cuk_set_flash_cfg(CuK *k, const CuFlashCfg *c);
 typedef struct {
   int bk, nwg;
   int pipe; /* 1: FlashAttention-3's order inside a warpgroup (tile j's S and softmax under tile j - 1's P V) */
+  int ws;   /* > 0: warp-specialized (shardk_wgmma_ws.cuh flash_fwd_ws): a producer warpgroup more, nwg consumer
+             * warpgroups in ping-pong (the pipelined order each), a ring of ws stages of K and V */
 } CuWgTile;
 int cuk_wg_variants(int64_t hd, CuWgTile *v, int max);
 int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t);
+/* its threads a block (128 a warpgroup, the producer's too), and its name in the autotuning's candidates and
+ * reports: "wg<bk>x<nwg>" ("p" after it: pipelined) or "ws<bk>x<nwg>x<stages>" */
+int cuk_wg_threads(const CuWgTile *t);
+const char *cuk_wg_tag(const CuWgTile *t, char *buf, size_t n);
 void cuk_set_flash_wg(CuK *k, const CuWgTile *t);
 /* The attention backward on wgmma (runtime/cuda/kernels/shardk_wgmma_bwd.cuh; bf16, hd 64 or 128; sm_90a
  * only): kernel `which` (1 dK/dV, 2 dQ) with nwg warpgroups of 64 rows a block (keys in dK/dV, queries in

@@ -50,10 +50,18 @@ static const char *flash_one(CuK *k, const Args *g, const char *name, int which,
   return l;
 }
 
-/* the attention forward on wgmma (shardk_wgmma.cuh) in tiles t: grid (S / 64 nwg, H, B) */
+/* the attention forward on wgmma (shardk_wgmma.cuh; warp-specialized: shardk_wgmma_ws.cuh) in tiles t: grid
+ * (S / 64 nwg, H, B) */
 static const char *wg_one(CuK *k, const Args *g, const CuWgTile *t, int64_t S, int64_t H, int64_t KV, int64_t hd,
                           int causal, int64_t B, const char *lds) {
-  return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), H, B, 128 * t->nwg, 1, cuk_wg_smem(hd, t),
+  if (t->ws)
+    return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), H, B, cuk_wg_threads(t), 1, cuk_wg_smem(hd, t),
+                          arena_printf(k->a,
+                                       "sk::flash_fwd_ws<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d>((sk::bf16 *)p0, "
+                                       "(float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4%s);",
+                                       (long long)S, (long long)H, (long long)KV, (long long)hd,
+                                       causal ? "true" : "false", t->bk, t->nwg, t->ws, lds));
+  return ck_simple_smem(k, g, cdiv(S, 64 * t->nwg), H, B, cuk_wg_threads(t), 1, cuk_wg_smem(hd, t),
                         arena_printf(k->a,
                                      "sk::flash_fwd_wg<%lldLL, %lld, %lld, %lld, %s, %d, %d, %s>((sk::bf16 *)p0, "
                                      "(float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, (const sk::bf16 *)p4%s);",
@@ -163,19 +171,19 @@ static const char *flash_kernel(CuK *k, const Args *g, const char *name, int whi
                          (long long)cuk_flash_smem(which, hd, &c));
   }
   /* also the wgmma tiles (offered by the runtime on sm_90a only: RtCuOps.wgmma; tiles "wg...") */
-  CuWgTile w[8];
+  CuWgTile w[16];
   CuWgBwdTile wb[8];
   int tuned = k->attn_tune && !k->flash;
-  int nw = !tuned ? 0 : which == 0 ? cuk_wg_variants(hd, w, 8) : cuk_wg_bwd_variants(which, hd, wb, 8);
+  int nw = !tuned ? 0 : which == 0 ? cuk_wg_variants(hd, w, 16) : cuk_wg_bwd_variants(which, hd, wb, 8);
   for (int i = 0; i < nw; i++) {
     k->guard = 1;
     if (which == 0) wg_one(k, g, &w[i], S, H, KV, hd, causal, gz, wlds);
     else wgb_one(k, g, which, &wb[i], S, H, KV, hd, causal, gz, wlds, NULL);
     k->guard = 0;
+    char tag[32];
     if (which == 0)
-      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
-                           (long long)cdiv(S, 64 * w[i].nwg), 128 * w[i].nwg, w[i].bk, w[i].nwg, w[i].pipe ? "p" : "",
-                           (long long)cuk_wg_smem(hd, &w[i]));
+      cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"%s\", %lld}", cands, k->last, (long long)cdiv(S, 64 * w[i].nwg),
+                           cuk_wg_threads(&w[i]), cuk_wg_tag(&w[i], tag, sizeof tag), (long long)cuk_wg_smem(hd, &w[i]));
     else
       cands = arena_printf(k->a, "%s, {%d, %lld, %d, \"wg%dx%d%s\", %lld}", cands, k->last,
                            (long long)cdiv(S, 64 * wb[i].nwg), 128 * wb[i].nwg, wb[i].bt, wb[i].nwg,

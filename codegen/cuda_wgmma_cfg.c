@@ -7,11 +7,21 @@
  * V in three buffers), 128 NWG hd + 8 BK hd (10 BK hd) bytes and 1024 of alignment (SK_WG_FWD_SMEM; in the
  * lists' order, {BK, NWG, pipelined}): hd 64: 81, 49, 41, 73, 97, 57 and 89 KiB; hd 128: 99, 148, 81,
  * 113 and 97 KiB (under the 227 KiB of an sm_90 block). Registers (ptxas -v, sm_90a):
- * docs/performance.md. The order is a guess until the sweep has timed them. */
+ * docs/performance.md. The order is a guess until the sweep has timed them.
+ *
+ * The warp-specialized forward (shardk_wgmma_ws.cuh, {BK, consumers, 0, stages}; last: candidates, never the
+ * default, until a GPU has timed them): Q of 64 per consumer and the ring's stages of K and V (SK_WS_FWD_SMEM:
+ * 128 nwg hd + 4 stages BK hd, and 1024): hd 64: 113 and 81 KiB; hd 128: 129 and 161 KiB. At least three
+ * stages: a stage is refilled only after the next tile's products (its V is read by the P V issued with the
+ * next tile's S), so with two the producer's copy of tile j + 1 would start only when tile j is done. */
+#include <stdio.h>
+
 #include "cuda_kernels.h"
 
-static const CuWgTile W64[] = {{128, 2, 0}, {64, 2, 0}, {64, 1, 0}, {128, 1, 0}, {128, 2, 1}, {64, 2, 1}, {128, 1, 1}};
-static const CuWgTile W128[] = {{64, 2, 0}, {128, 1, 0}, {64, 1, 0}, {64, 2, 1}, {64, 1, 1}};
+static const CuWgTile W64[] = {{128, 2, 0, 0}, {64, 2, 0, 0},  {64, 1, 0, 0},  {128, 1, 0, 0}, {128, 2, 1, 0},
+                               {64, 2, 1, 0},  {128, 1, 1, 0}, {128, 2, 0, 3}, {64, 2, 0, 4}};
+static const CuWgTile W128[] = {{64, 2, 0, 0}, {128, 1, 0, 0}, {64, 1, 0, 0}, {64, 2, 1, 0},
+                                {64, 1, 1, 0}, {64, 2, 0, 3},  {64, 2, 0, 4}};
 
 int cuk_wg_variants(int64_t hd, CuWgTile *v, int max) {
   if (hd != 64 && hd != 128) return 0;
@@ -22,7 +32,18 @@ int cuk_wg_variants(int64_t hd, CuWgTile *v, int max) {
   return n;
 }
 
-int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t) { return 1024 + 128 * t->nwg * hd + (t->pipe ? 10 : 8) * t->bk * hd; }
+int64_t cuk_wg_smem(int64_t hd, const CuWgTile *t) {
+  if (t->ws) return 1024 + 128 * t->nwg * hd + 4 * t->ws * t->bk * hd; /* SK_WS_FWD_SMEM */
+  return 1024 + 128 * t->nwg * hd + (t->pipe ? 10 : 8) * t->bk * hd;
+}
+
+int cuk_wg_threads(const CuWgTile *t) { return 128 * (t->nwg + (t->ws > 0)); }
+
+const char *cuk_wg_tag(const CuWgTile *t, char *buf, size_t n) {
+  if (t->ws) snprintf(buf, n, "ws%dx%dx%d", t->bk, t->nwg, t->ws);
+  else snprintf(buf, n, "wg%dx%d%s", t->bk, t->nwg, t->pipe ? "p" : "");
+  return buf;
+}
 
 /* The backward (shardk_wgmma_bwd.cuh), {bt, nwg, pipelined}: dK/dV (which 1) holds K and V of 64 nwg keys
  * and streams Q and dO tiles of bt queries with their lse and D (SK_WG_KV_SMEM: 256 nwg hd + (4 bt hd + 8 bt)

@@ -272,7 +272,8 @@ int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *o
   int m = 0;
   wgmma = wgmma && wgmma_allowed();
   for (int i = 0; i < n && m < max; i++)
-    if (wgmma || strncmp(cand[i].tiles, "wg", 2) != 0) out[m++] = cand[i];
+    if (wgmma || (strncmp(cand[i].tiles, "wg", 2) != 0 && strncmp(cand[i].tiles, "ws", 2) != 0)) /* ws: warp-specialized */
+      out[m++] = cand[i];
   return m;
 }
 

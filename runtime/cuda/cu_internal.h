@@ -73,7 +73,7 @@ typedef struct {
   double (*peak)(void *be);
   void (*close)(void *be);
   /* 1: the program's kernels run Hopper's wgmma (built for sm_90a; the emulator models it), so the
-   * attention's wgmma candidates (tiles "wg...", codegen/cuda_wgmma_cfg.c) may be timed and launched;
+   * attention's wgmma candidates (tiles "wg..." and "ws...", codegen/cuda_wgmma_cfg.c) may be timed and launched;
    * NULL or 0: they are not offered (elsewhere they are built as a trap) */
   int (*wgmma)(void *be);
 } RtCuOps;

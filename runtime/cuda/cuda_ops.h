@@ -46,7 +46,7 @@ typedef struct {
   const char *tiles;
   unsigned smem; /* bytes of dynamic shared memory */
 } RtCuTileCand;
-/* The candidates the device runs (attn_tune.c): all, less the attention's wgmma ones (tiles "wg...",
+/* The candidates the device runs (attn_tune.c): all, less the attention's wgmma ones (tiles "wg..." and "ws...",
  * built for sm_90a only) unless wgmma (RtCuOps.wgmma) and SHARDRT_ATTN_WGMMA is not 0; at most max,
  * into out. Returns how many. */
 int rt_cu_tile_avail(const RtCuTileCand *cand, int n, int wgmma, RtCuTileCand *out, int max);

@@ -185,6 +185,8 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     const int j = i - nv - nw, fu = j >= nwb; /* fu: the one-kernel backward */
     const char *fl = i < nv || j >= 0 ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->fwd.mt, c->fwd.w, c->fwd.bt,
                                                      c->fwd.minb, c->fwd.rs ? "s" : "")
+                                      : wt[i - nv].ws ? arena_printf(&a, "ws(%d,%d,%d)", wt[i - nv].bk, wt[i - nv].nwg,
+                                                                     wt[i - nv].ws)
                                       : arena_printf(&a, "wg(%d,%d%s)", wt[i - nv].bk, wt[i - nv].nwg,
                                                      wt[i - nv].pipe ? ",p" : "");
     const char *kl = j < 0   ? arena_printf(&a, "(%d,%d,%3d,%d%s)", c->kv.mt, c->kv.w, c->kv.bt, c->kv.minb,
@@ -202,7 +204,9 @@ static int sweep_shape(const SweepHost *h, int64_t hd, int64_t B, int64_t H, int
     fflush(stdout);
   }
   printf("(the first line is what the compiler emits: codegen/cuda_flash_cfg.c%s%s%s)\n",
-         nw ? "; wg(keys a tile, warpgroups): the forward on wgmma, codegen/cuda_wgmma_cfg.c, with line 0's backward" : "",
+         nw ? "; wg(keys a tile, warpgroups): the forward on wgmma, codegen/cuda_wgmma_cfg.c, with line 0's backward; "
+              "ws(keys a tile, consumer warpgroups, stages): the same warp-specialized (shardk_wgmma_ws.cuh)"
+            : "",
          nwb ? "; dK/dV and dQ wg(streamed rows a tile, warpgroups): the backward on wgmma, with line 0's forward" : "",
          nf ? "; wgf(streamed rows, warpgroups): the backward in one kernel (its TFLOP/s: the whole backward's), D its "
               "first launch"

@@ -40,6 +40,12 @@ static void tune_agree(KC *c, const char *what, const float *def, const float *g
   free(d), free(g);
 }
 
+/* Where set, attn_case's forward outputs are another tile's on the same inputs: the first case to run fills
+ * it, the next ones must give the same bits (a warp-specialized forward tile against the pipelined flash_fwd_wg
+ * tile of its bk and nwg: the same products in the same order, on the emulator whose wgmma sums k in order). */
+static AttnOut *fwd_same;
+static const char *fwd_same_of;
+
 /* One attention case: forward, backward twice (the same bits), against the CPU references; tensor-core
  * tiles cfg (NULL: the compiler's choice). io (NULL: none): cfg NULL fills it with the outputs; else the
  * outputs are checked against it (AttnOut). fwd_only: the forward alone (a forward tile candidate whose
@@ -100,6 +106,10 @@ static void attn_case(KC *c, int64_t B, int64_t S, int64_t H, int64_t KV, int64_
   double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
   cmp(c, arena_printf(c->a, "sdpa o %s", tag), go, ro, nq, rt, at);
   cmp(c, arena_printf(c->a, "sdpa lse %s", tag), kt_get(c, tl), rl, nl, 1e-5, dt == DT_BF16 ? 1e-3 : 1e-5);
+  if (fwd_same && !fwd_same->o) fwd_same->o = go, fwd_same->l = kt_get(c, tl);
+  else if (fwd_same)
+    expect(c, arena_printf(c->a, "sdpa o and lse %s: the same bits as %s", tag, fwd_same_of),
+           !memcmp(go, fwd_same->o, (size_t)nq * 4) && !memcmp(kt_get(c, tl), fwd_same->l, (size_t)nl * 4));
   if (fwd_only) return;
   /* the backward from the device's own o (as the trainer runs it), in the reference's precision */
   float *gl = kt_get(c, tl);
@@ -211,12 +221,14 @@ static void attn_strided_cases(KC *c, int variants, int wgmma) {
                         arena_printf(c->a, " tiles %d", i), 0);
       cuk_set_flash_cfg(c->k, NULL);
     }
-    CuWgTile w[8];
-    int nw = variants && wgmma ? cuk_wg_variants(fc[t].hd, w, 8) : 0;
+    CuWgTile w[16];
+    int nw = variants && wgmma ? cuk_wg_variants(fc[t].hd, w, 16) : 0;
     for (int i = 0; i < nw; i++) {
+      char tag[32];
+      if (w[i].ws && i != nw - 1) continue; /* warp-specialized: one tile is enough here (its cost on the emulator) */
       cuk_set_flash_wg(c->k, &w[i]);
       attn_case_strided(c, fc[t].B, fc[t].S, fc[t].H, fc[t].KV, fc[t].hd, fc[t].causal, DT_BF16,
-                        arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""), 1);
+                        arena_printf(c->a, " wgmma %s", cuk_wg_tag(&w[i], tag, sizeof tag)), 1);
       cuk_set_flash_wg(c->k, NULL);
     }
     CuWgBwdTile wkv[8], wq[8]; /* the backward on wgmma: each dK/dV tile with a dQ tile, as kc_cases_attention */
@@ -272,17 +284,24 @@ void kc_cases_attention(KC *c) {
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, &v[i],
                 arena_printf(c->a, " tiles %d", i), &io, 0);
     }
-    CuWgTile w[8]; /* the forward on Hopper's wgmma (shardk_wgmma.cuh), each of its tiles, on the default's inputs */
-    int nw = ac[t].dt == DT_BF16 && flash_variants && wgmma_on ? cuk_wg_variants(ac[t].hd, w, 8) : 0;
+    /* the forward on Hopper's wgmma (shardk_wgmma.cuh, shardk_wgmma_ws.cuh), each of its tiles, on the default's
+     * inputs; a warp-specialized tile also against the pipelined tile of its bk and nwg (the same bits) */
+    CuWgTile w[16];
+    AttnOut same[16] = {{0}};
+    int nw = ac[t].dt == DT_BF16 && flash_variants && wgmma_on ? cuk_wg_variants(ac[t].hd, w, 16) : 0;
     for (int i = 0; i < nw; i++) {
+      char tag[32], of[32];
+      for (int j = 0; j < nw; j++)
+        if (w[j].pipe && !w[j].ws && w[j].bk == w[i].bk && w[j].nwg == w[i].nwg && (j == i || (w[i].ws && j < i)))
+          fwd_same = &same[j], fwd_same_of = cuk_wg_tag(&w[j], of, sizeof of);
       c->rng = rng;
       cuk_set_flash_wg(c->k, &w[i]);
       /* the forward alone (its backward is the default's); with the default's outputs at hand (nv > 1), the
        * autotuning's check too */
       attn_case(c, ac[t].B, ac[t].S, ac[t].H, ac[t].KV, ac[t].hd, ac[t].causal, ac[t].dt, nv > 1 ? &v[0] : NULL,
-                arena_printf(c->a, " wgmma bk %d nwg %d%s", w[i].bk, w[i].nwg, w[i].pipe ? " pipelined" : ""),
-                nv > 1 ? &io : NULL, 1);
+                arena_printf(c->a, " wgmma %s", cuk_wg_tag(&w[i], tag, sizeof tag)), nv > 1 ? &io : NULL, 1);
       cuk_set_flash_wg(c->k, NULL);
+      fwd_same = NULL;
     }
     /* the backward on wgmma (shardk_wgmma_bwd.cuh): each dK/dV tile with a dQ tile (the i-th of each list,
      * the shorter one's tiles again), the forward the default's */

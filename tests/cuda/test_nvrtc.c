@@ -129,8 +129,8 @@ static int wgmma_check(const char *nvdisasm) {
   CuK *k = cuk_new(&a);
   int64_t hds[] = {64, 128};
   for (int i = 0; i < 2; i++) {
-    CuWgTile w[8];
-    int nw = cuk_wg_variants(hds[i], w, 8);
+    CuWgTile w[16];
+    int nw = cuk_wg_variants(hds[i], w, 16);
     for (int j = 0; j < nw; j++) {
       cuk_set_flash_wg(k, &w[j]);
       cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, hds[i], 1, NULL);
@@ -165,11 +165,11 @@ static int wgmma_check(const char *nvdisasm) {
   const char *fw = cuk_sdpa(k, "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1, NULL);
   const char *bw = cuk_sdpa_bwd(k, "p", "p", "p", "p", "p", "p", "p", "p", "p", DT_BF16, 8, 1024, 12, 12, 64, 1, NULL);
   cuk_set_attn_tune(k, 0);
-  CuWgTile w0[8];
-  int nw0 = cuk_wg_variants(64, w0, 8);
+  CuWgTile w0[16];
+  int nw0 = cuk_wg_variants(64, w0, 16);
   for (int j = 0; j < nw0; j++) {
-    char want[64];
-    snprintf(want, sizeof want, "\"wg%dx%d%s\", %lld}", w0[j].bk, w0[j].nwg, w0[j].pipe ? "p" : "",
+    char want[64], tag[32];
+    snprintf(want, sizeof want, "%d, \"%s\", %lld}", cuk_wg_threads(&w0[j]), cuk_wg_tag(&w0[j], tag, sizeof tag),
              (long long)cuk_wg_smem(64, &w0[j]));
     if (!strstr(fw, want)) printf("FAIL wgmma: the tuned forward has no candidate %s: %s\n", want, fw), fails++;
   }

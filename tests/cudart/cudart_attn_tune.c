@@ -171,15 +171,19 @@ static void agree_case(void) {
 }
 
 int test_attn_tune(const char *which) {
-  { /* the wgmma candidates ("wg..." tiles) are offered only where the device runs them (RtCuOps.wgmma) */
-    const RtCuTileCand c[] = {{0, 1, 128, "2x4x64/0", 0}, {1, 1, 256, "wg128x2", 82944}, {2, 1, 128, "1x4x64/0", 0}};
+  { /* the wgmma candidates ("wg..." tiles, and "ws...": warp-specialized) are offered only where the device
+     * runs them (RtCuOps.wgmma) */
+    const RtCuTileCand c[] = {{0, 1, 128, "2x4x64/0", 0},
+                              {1, 1, 256, "wg128x2", 82944},
+                              {2, 1, 128, "1x4x64/0", 0},
+                              {3, 1, 384, "ws128x2x3", 115712}};
     RtCuTileCand out[4];
-    int n0 = rt_cu_tile_avail(c, 3, 0, out, 4), n1;
+    int n0 = rt_cu_tile_avail(c, 4, 0, out, 4), n1;
     CHECK(n0 == 2 && out[0].k == 0 && out[1].k == 2, "without wgmma: %d candidates (want k0 and k2)", n0);
-    n1 = rt_cu_tile_avail(c, 3, 1, out, 4);
-    CHECK(n1 == 3 && out[1].k == 1 && out[1].smem == 82944, "with wgmma: %d candidates (want all 3)", n1);
+    n1 = rt_cu_tile_avail(c, 4, 1, out, 4);
+    CHECK(n1 == 4 && out[1].k == 1 && out[1].smem == 82944 && out[3].k == 3, "with wgmma: %d candidates (want all 4)", n1);
     setenv("SHARDRT_ATTN_WGMMA", "0", 1); /* the fallback should a wgmma kernel fault on a GPU */
-    n1 = rt_cu_tile_avail(c, 3, 1, out, 4);
+    n1 = rt_cu_tile_avail(c, 4, 1, out, 4);
     CHECK(n1 == 2 && out[0].k == 0 && out[1].k == 2, "SHARDRT_ATTN_WGMMA=0: %d candidates (want k0 and k2)", n1);
     unsetenv("SHARDRT_ATTN_WGMMA");
   }

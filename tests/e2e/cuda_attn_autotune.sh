@@ -110,6 +110,9 @@ n64=$(count src64)
 for kn in flash_fwd flash_bwd_q flash_bwd_kv; do # each with its wgmma candidates (codegen/cuda_wgmma_cfg.c)
   launches src64 | grep "\"$kn S 64 " | grep -q '"wg[0-9]*x[0-9]p*", [0-9]*}' || { launches src64; fail "S 64: $kn has no wgmma candidate"; }
 done
+# ... and the forward its warp-specialized ones (shardk_wgmma_ws.cuh: tiles ws<bk>x<consumers>x<stages>, 384 threads)
+launches src64 | grep '"flash_fwd S 64 ' | grep -q ', 384, "ws[0-9]*x2x[0-9]", [0-9]*}' ||
+  { launches src64; fail "S 64: flash_fwd has no warp-specialized candidate"; }
 # the backward's pair key (codegen/cuda_kernels_attn.c): the two kernels' defaults ("two") and the one-kernel form
 # in each of its tiles ("wgf<bt>x<nwg>", shardk_wgmma_bwd1.cuh), checked like the others; the two kernels' own
 # keys are tuned only where it keeps "two" (else they never run)

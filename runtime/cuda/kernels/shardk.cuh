@@ -788,5 +788,6 @@ __device__ void sgd(float *p, const TG *g, float *m, const float *hyper, float m
 #include "shardk_wgmma.cuh"
 #include "shardk_wgmma_bwd.cuh"
 #include "shardk_wgmma_bwd1.cuh"
+#include "shardk_wgmma_ws.cuh"
 
 #endif

@@ -224,6 +224,10 @@ inline void resume(Block &b, int t) {
 }
 #endif
 
+/* named barriers (sk_emu_ws.h): the deadlock error's detail, the check after a block */
+inline void named_bar_report(Block &b);
+inline void named_bar_end(Block &b);
+
 inline void syncthreads() { yield(ST_BLOCK_BAR); }
 inline void syncwarp() { yield(ST_WARP_BAR); }
 
@@ -290,9 +294,12 @@ inline void run_block(int nthreads) {
         released = 1;
       }
     }
+    /* a fiber another released during the round (a named barrier's phase completing: sk_emu_ws.h) */
+    for (int t = 0; t < nthreads && !released; t++) released = b.fibers[(size_t)t].state == ST_RUN;
     if (!released) {
       fprintf(stderr, "sk_emu: deadlock (threads wait at different barriers) in block (%u,%u,%u)\n",
               b.block_idx.x, b.block_idx.y, b.block_idx.z);
+      named_bar_report(b);
       abort();
     }
   }
@@ -339,6 +346,7 @@ inline void launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
       for (unsigned x = 0; x < gx; x++) {
         b.block_idx = {x, y, z};
         run_block(nthreads);
+        named_bar_end(b);
         for (int i = 0; i < SMEM_GUARD; i++)
           if (win[(size_t)smem + (size_t)i] != SMEM_GUARD_BYTE) {
             fprintf(stderr, "sk_emu: block (%u,%u,%u) wrote past the %u bytes of dynamic shared memory of its launch\n",
@@ -611,6 +619,7 @@ inline void *dyn_smem(unsigned need) {
 } // namespace sk_emu
 
 #include "sk_emu_wgmma.h"
+#include "sk_emu_ws.h"
 
 /* kN_emu: the launcher entry of kernel name; callargs is the parenthesised argument list of
  * the call, written with SK_ARG(i, type). */
