@@ -12,13 +12,15 @@
 #           tiles (SHARDRT_ATTN_WGMMA=0), else without autotuning, the rest run under what started
 #   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
 #           509M Llama shape (shardc's also built with --no-fuse residual,swiglu,normres: llamanofuse)
+#   sweep   cuda_kernels_gpu's attention tile sweep (mma.sync tiles in dynamic shared memory, the
+#           wgmma forward's and backward's on sm_90a, the warp-specialized forward, the one-kernel
+#           backward) and the bytes-bound kernels' variants side by side (one-pass): the new kernels'
+#           first timings, so it runs before tune
 #   tune    GPT-2 124M B16 T1024: the compiled attention tiles (SHARDRT_ATTN_AUTOTUNE=0), tuned
 #           (the candidates checked against the default, then timed, at the first call: the summaries
 #           give the check's cost and margin, a refusal its warning), tuned again from the record (a resumed run),
 #           the same with the weights' bf16 copies cast per layer (weight_copy per_layer: the persistent copies' gain),
 #           and the cuBLASLt choices: SHARDRT_GEMM_AUTOTUNE=0 with and without SHARDRT_GEMM_BGRAD=fused
-#   sweep   cuda_kernels_gpu's attention tile sweep (mma.sync tiles in dynamic shared memory, the
-#           wgmma forward's and backward's on sm_90a) and the bytes-bound kernels' variants side by side
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
 #           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
@@ -126,9 +128,9 @@ case $settings in
 esac
 part peers 120 270 bench/gpu_compare.sh "$bin" 20 shardc,llama,llamanofuse,llmc,torch,torchllama
 grep -E "median" "$out/peers.log" >> "$sum"
+part sweep 60 200 sweep
 part tune 60 200 tune
 grep -E "^(gpt2 |attn autotune: [0-9]|gemm autotune: [0-9]|warning: (attn|gemm) autotune)" "$out/tune.log" >> "$sum"
-part sweep 40 150 sweep
 part offload 60 90 tests/gpu/run_offload.sh "$bin" 12 2
 grep -E "median|over the rounds" "$out/offload.log" >> "$sum"
 part ncu 50 90 ncu_step
