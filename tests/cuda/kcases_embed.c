@@ -25,6 +25,11 @@ void kc_cases_embed(KC *c) {
       for (int sharded = 0; sharded < 2; sharded++) {
         int64_t n = ec[t].n, d = ec[t].d, V = ec[t].V, row0 = sharded ? 40 : 0, Vall = sharded ? 200 : V;
         float *table = fvec(c, V * d, 1.0f), *dy = fvec(c, n * d, 1.0f);
+        if (n > 1000 && n < 5000) /* 800 hits a row: dy in multiples of 1/256, so that every partial sum is exact
+                                     in f32 (|sum| <= 800: 18 bits) and any order gives the double reference's
+                                     value; the rounding of a long sum would otherwise decide the check (it
+                                     failed at 1.5e-5 against 1.3e-5 on one draw of the data) */
+          for (int64_t i = 0; i < n * d; i++) dy[i] = (float)((int)(dy[i] * 256.0f)) / 256.0f;
         round_to(dt, table, V * d);
         round_to(dt, dy, n * d);
         int32_t *idx = arena_alloc(c->a, (size_t)n * 4);

@@ -14,7 +14,7 @@
 #include "kcases.h"
 #include "ref.h"
 
-#define KC_MAX_BUFS 4096
+#define KC_MAX_BUFS 8192
 
 struct KC {
   const KBackend *be; /* NULL in pass 0 */
