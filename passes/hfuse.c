@@ -44,14 +44,115 @@ static bool one_gemm(const Node *n) {
   return !a->host && !b->host && !n->out[0]->host && a->dtype == b->dtype;
 }
 
-static bool siblings(const Node *p, const Node *q) {
+/* Where v lives in iteration i of its graph's loop: base + i * step bytes from the rank's base, as codegen
+ * binds it (codegen/emit.c emit_repeat: a stacked input's row i; cg.c cg_ptr); false where that is not
+ * such a line (a carry, a view's column, ZeRO-3's next row, host memory, a row of an outer loop). */
+static bool addr(const Value *v, int64_t *base, int64_t *step) {
+  const Node *d = v->def;
+  if (d->op == OP_ARG) {
+    const Node *r = d->graph->owner;
+    int k = d->a.index;
+    if (!r || r->op != OP_REPEAT || k < r->a.ncarry || k >= r->nin || d->a.next) return false;
+    if (!addr(r->in[k], base, step) || *step) return false; /* an outer loop's row: not this loop's line */
+    if (k < r->a.ncarry + r->a.nxs) *step = ir_numel(&v->shape) * ir_dtype_size(v->dtype); /* row i */
+    return true;
+  }
+  if (v->offset == IR_OFFSET_VIEW) return !v->ld && d->nin > 0 && addr(d->in[0], base, step);
+  if (v->offset < 0 || v->host || v->last_in) return false;
+  *base = v->offset;
+  *step = v->stride;
+  return true;
+}
+
+/* Whether the second operand's and the output's distances (pair q minus p) point the same way, nonzero,
+ * in every iteration: one strided batch (rt_cu_matmul_pair; the runtime runs two GEMMs otherwise). */
+static bool one_direction(const Node *p, const Node *q) {
+  int64_t b0, s0, b1, s1, y0, t0, y1, t1;
+  if (!addr(p->in[1], &b0, &s0) || !addr(q->in[1], &b1, &s1) || !addr(p->out[0], &y0, &t0) ||
+      !addr(q->out[0], &y1, &t1))
+    return false;
+  const Node *r = p->graph->owner;
+  int64_t last = r && r->op == OP_REPEAT ? r->a.count - 1 : 0;
+  for (int e = 0; e < 2; e++) {
+    int64_t i = e ? last : 0, db = b1 - b0 + i * (s1 - s0), dy = y1 - y0 + i * (t1 - t0);
+    if (!db || !dy || (db > 0) != (dy > 0)) return false;
+  }
+  return true;
+}
+
+/* Whether p and q have the form of a sibling pair (before any placement). */
+static bool sibling_form(const Node *p, const Node *q) {
   const Value *b0 = p->in[1], *b1 = q->in[1], *y0 = p->out[0], *y1 = q->out[0];
   if (!one_gemm(p) || !one_gemm(q) || p->in[0] != q->in[0] || b0 == b1) return false;
   if (p->a.ta != q->a.ta || p->a.tb != q->a.tb || b0->dtype != b1->dtype || !same_shape(&b0->shape, &b1->shape)) return false;
   if (y0->dtype != y1->dtype || !same_shape(&y0->shape, &y1->shape)) return false;
-  if (ir_node_stages(p) != ir_node_stages(q) || p->instr != q->instr) return false;
+  return ir_node_stages(p) == ir_node_stages(q) && p->instr == q->instr;
+}
+
+/* The top graph's persistent weight v reads (a PARAM, or its bf16 copy: STATE "bf16:<param>", passes/wshadow.c),
+ * through the arguments of the regions around it (a loop's row of it, or the whole); NULL if v is not one. */
+static const Value *weight_copy(const Value *v) {
+  while (v->def->op == OP_ARG) {
+    const Node *r = v->def->graph->owner;
+    int k = v->def->a.index;
+    if (!r || r->op != OP_REPEAT || k < r->a.ncarry || k >= r->nin || v->def->a.next) return NULL;
+    v = r->in[k];
+  }
+  const Node *d = v->def;
+  bool weight = d->op == OP_PARAM || (d->op == OP_STATE && ir_copy_source(d->a.name));
+  return weight && !d->graph->parent && !ir_node_stages(d) && !v->host && v->offset >= 0 ? v : NULL;
+}
+
+/* Every value of g (and its bodies) whose bytes lie inside [o0, o0 + bytes) moves to the same place in
+ * [o1, o1 + bytes), and the other way round. */
+static void exchange(Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) exchange(n->body, o0, o1, bytes);
+    for (int k = 0; k < n->nout; k++) {
+      Value *v = n->out[k];
+      int64_t b = ir_numel(&v->shape) * ir_dtype_size(v->dtype);
+      if (v->host || v->stride || v->offset < 0) continue;
+      if (v->offset >= o0 && v->offset + b <= o0 + bytes) v->offset += o1 - o0;
+      else if (v->offset >= o1 && v->offset + b <= o1 + bytes) v->offset += o0 - o1;
+    }
+  }
+}
+
+static void order_pair(Graph *top, const Node *p, const Node *q) {
+  const Value *c0 = weight_copy(p->in[1]), *c1 = weight_copy(q->in[1]);
+  int64_t y0, t0, y1, t1, b0, s0, b1, s1;
+  if (!c0 || !c1 || c0 == c1 || !addr(p->out[0], &y0, &t0) || !addr(q->out[0], &y1, &t1) ||
+      !addr(p->in[1], &b0, &s0) || !addr(q->in[1], &b1, &s1) || s0 != s1)
+    return;
+  int64_t bytes = ir_numel(&c0->shape) * ir_dtype_size(c0->dtype);
+  if (bytes != ir_numel(&c1->shape) * ir_dtype_size(c1->dtype)) return;
+  const Node *r = p->graph->owner;
+  int64_t last = r && r->op == OP_REPEAT ? r->a.count - 1 : 0, dy0 = y1 - y0, dyl = y1 - y0 + last * (t1 - t0);
+  if (!dy0 || !dyl || (dy0 > 0) != (dyl > 0) || (dy0 > 0) == (b1 > b0)) return; /* no one way, or already it */
+  /* the copies and what the plan put in them (the update's cast written there, ZeRO's gathered shards) */
+  exchange(top, c0->offset, c1->offset, bytes);
+}
+
+static void order_graph(Graph *top, Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) order_graph(top, n->body);
+    if (i + 1 < g->nnodes && sibling_form(n, g->nodes[i + 1])) order_pair(top, n, g->nodes[i + 1]);
+  }
+}
+
+void hfuse_order_copies(Module *m) {
+  if (m->target != TARGET_CUDA || !fuse_on(m, FUSE_HFUSE)) return;
+  order_graph(m->graph, m->graph);
+}
+
+static bool siblings(const Node *p, const Node *q) {
+  const Value *b0 = p->in[1], *b1 = q->in[1], *y0 = p->out[0], *y1 = q->out[0];
+  if (!sibling_form(p, q)) return false;
   /* y1 is written with y0, before q's place: it must meet nothing p reads or writes, nor y0 b1 */
-  return !placed_meets(y1, p->in[0]) && !placed_meets(y1, b0) && !placed_meets(y1, y0) && !placed_meets(y0, b1);
+  if (placed_meets(y1, p->in[0]) || placed_meets(y1, b0) || placed_meets(y1, y0) || placed_meets(y0, b1)) return false;
+  return one_direction(p, q);
 }
 
 int hfuse_leader(const Graph *g, int i) {

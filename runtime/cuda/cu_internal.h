@@ -45,7 +45,7 @@ typedef struct {
                                         not NULL and the backend has no algorithm for that epilogue
                                         (nothing done: the caller runs the plain GEMM and the nodes) */
   /* rt_cu_matmul_pair as one strided-batched GEMM: y0 + i sy = op(A) op(b0 + i sb) for i = 0, 1 (strides in
-   * elements, both > 0), A shared (stride 0). NULL (the emulated device): the caller runs two GEMMs. */
+   * elements, both > 0), A shared (stride 0); the emulated device runs the batch's two entries one by one. */
   void (*matmul_pair)(void *be, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
                       int64_t k, int ta, int tb, int64_t sb, int64_t sy);
   void (*copy)(void *be, void *dst, const void *src, int64_t bytes, int kind); /* RT_CU_* */

@@ -73,8 +73,8 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
 
 /* Two sibling GEMMs that share A (passes/hfuse.c): y0 = op(A) op(b0) and y1 = op(A) op(b1), each [m, n]
  * from [m, k] (no batch), as one strided-batched cuBLASLt GEMM (B's and y's strides: the pointers'
- * distances, A's 0) where both distances point the same way; otherwise, and on the emulated device,
- * as two GEMMs (the same numbers: each y is the GEMM's own). */
+ * distances, A's 0) where both distances point the same way (the pass checks that the plan makes them
+ * so); otherwise as two GEMMs (the same numbers: each y is the GEMM's own). */
 void rt_cu_matmul_pair(RtCtx *ctx, void *y0, void *y1, int y_dt, const void *a, const void *b0, const void *b1, int ab_dt,
                        int64_t m, int64_t n, int64_t k, int ta, int tb);
 

@@ -53,7 +53,7 @@ void rt_cu_matmul_pair(RtCtx *ctx, void *y0, void *y1, int y_dt, const void *a, 
     else d->ops->matmul_pair(d->be, y1, y_dt, a, b1, ab_dt, m, n, k, ta, tb, -db / (ptrdiff_t)es, -dy / (ptrdiff_t)ys);
     return;
   }
-  /* the emulated device, or strides one batched GEMM cannot take (opposite directions): two GEMMs */
+  /* strides one batched GEMM cannot take (opposite directions: passes/hfuse.c pairs none such): two GEMMs */
   rt_cu_matmul(ctx, y0, y_dt, a, b0, ab_dt, 1, m, n, k, ta, tb, 0, 1.0f, 0.0f);
   rt_cu_matmul(ctx, y1, y_dt, a, b1, ab_dt, 1, m, n, k, ta, tb, 0, 1.0f, 0.0f);
 }
