@@ -38,7 +38,7 @@ static bool same_shape(const Shape *a, const Shape *b) {
 }
 
 static bool one_gemm(const Node *n) {
-  if (n->op != OP_MATMUL || n->nin != 2 || n->a.epilogue || n->a.hfuse || n->group) return false;
+  if (n->op != OP_MATMUL || n->nin != 2 || n->a.epilogue || n->group) return false;
   const Value *a = n->in[0], *b = n->in[1];
   if (b->shape.rank != 2 || (n->a.ta && a->shape.rank != 2) || a->shape.rank < 2) return false;
   return !a->host && !b->host && !n->out[0]->host && a->dtype == b->dtype;
@@ -164,7 +164,8 @@ static void hfuse_graph(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n->body) hfuse_graph(n->body);
-    if (i + 1 < g->nnodes && siblings(n, g->nodes[i + 1])) {
+    if (n->a.hfuse) continue; /* (the IR read back after this pass: tests/passes/ir_roundtrip.sh) */
+    if (i + 1 < g->nnodes && !g->nodes[i + 1]->a.hfuse && siblings(n, g->nodes[i + 1])) {
       n->a.hfuse = 1;
       g->nodes[i + 1]->a.hfuse = 2;
       i++;
