@@ -488,11 +488,11 @@ static int cuda_node(Cg *c, Node *n) {
     if (k) return k;
   }
   if (n->op == OP_MATMUL && n->a.hfuse) { /* passes/hfuse.c: siblings, one batched GEMM where both run */
-    if (n->a.hfuse == 2 && cg_runs(c, n->graph, c->pos - 1)) {
+    if (hfuse_leader(n->graph, c->pos) >= 0 && cg_runs(c, n->graph, c->pos - 1)) {
       cg_line(c, "/* computed by the sibling GEMM above (hfuse) */");
       return 1;
     }
-    if (n->a.hfuse == 1 && c->pos + 1 < n->graph->nnodes && cg_runs(c, n->graph, c->pos + 1)) {
+    if (n->a.hfuse == 1 && hfuse_leader(n->graph, c->pos + 1) == c->pos && cg_runs(c, n->graph, c->pos + 1)) {
       emit_matmul_pair(c, n, n->graph->nodes[c->pos + 1]);
       return 1;
     }

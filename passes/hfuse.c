@@ -25,9 +25,12 @@
  * runtime runs two GEMMs: the same numbers). The query's GEMMs only, q = x @ w_q, stay apart (its width
  * differs from k's and v's: no uniform batch). `shardc --no-fuse hfuse` turns it off.
  */
+#include <stdlib.h>
+
 #include "diag.h"
 #include "memplan.h"
 #include "passes.h"
+#include "memplan_views.h"
 #include "placed.h"
 
 static bool same_shape(const Shape *a, const Shape *b) {
@@ -80,10 +83,22 @@ static bool one_direction(const Node *p, const Node *q) {
   return true;
 }
 
-/* Whether p and q have the form of a sibling pair (before any placement). */
+/* v's bytes as another value's: through reshapes the plan made views (no copy). */
+static const Value *bytes_of(const Value *v) {
+  while (v->def->op == OP_RESHAPE && memplan_is_view(v->def)) v = v->def->in[0];
+  return v;
+}
+
+/* Whether p's and q's A are the same bytes read the same way (one value, or views of one of one shape). */
+static bool same_a(const Node *p, const Node *q) {
+  const Value *a = p->in[0], *b = q->in[0];
+  return a == b || (a->dtype == b->dtype && same_shape(&a->shape, &b->shape) && bytes_of(a) == bytes_of(b));
+}
+
+/* Whether p and q have the form of a sibling pair. */
 static bool sibling_form(const Node *p, const Node *q) {
   const Value *b0 = p->in[1], *b1 = q->in[1], *y0 = p->out[0], *y1 = q->out[0];
-  if (!one_gemm(p) || !one_gemm(q) || p->in[0] != q->in[0] || b0 == b1) return false;
+  if (!one_gemm(p) || !one_gemm(q) || !same_a(p, q) || b0 == b1) return false;
   if (p->a.ta != q->a.ta || p->a.tb != q->a.tb || b0->dtype != b1->dtype || !same_shape(&b0->shape, &b1->shape)) return false;
   if (y0->dtype != y1->dtype || !same_shape(&y0->shape, &y1->shape)) return false;
   return ir_node_stages(p) == ir_node_stages(q) && p->instr == q->instr;
@@ -160,15 +175,70 @@ int hfuse_leader(const Graph *g, int i) {
   return g->nodes[i - 1]->a.hfuse == 1 ? i - 1 : -1;
 }
 
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1; /* (another graph's, or an argument) */
+}
+
+/* Whether q (at j, after p at i) may move to just after p, the views it reads that lie between to just before p:
+ * each input defined before p's place, or such a reshape view (no code) whose input is; its output written that
+ * early meeting nothing the nodes between use (placed_write_early: no region between either). */
+static bool may_rise(const Graph *g, int i, int j) {
+  const Node *q = g->nodes[j];
+  for (int k = 0; k < q->nin; k++) {
+    const Node *d = q->in[k]->def;
+    int at = d->graph == g ? position(g, d) : -1;
+    if (at < i) continue;
+    if (at > j || d->op != OP_RESHAPE || !memplan_is_view(d) || d->group) return false;
+    int src = d->in[0]->def->graph == g ? position(g, d->in[0]->def) : -1;
+    if (src >= i) return false;
+  }
+  for (int k = i + 1; k < j; k++)
+    if (ir_node_stages(g->nodes[k]) != ir_node_stages(q) || g->nodes[k]->instr != q->instr) return false;
+  return placed_write_early(g, q->out[0], i, NULL);
+}
+
+/* Moves the views between i and j that q (at j) reads to just before i, and q to just after i; returns p's new place. */
+static int rise(Graph *g, int i, int j) {
+  Node *p = g->nodes[i], *q = g->nodes[j];
+  Node **moved = calloc((size_t)(j - i), sizeof *moved), **rest = calloc((size_t)(j - i), sizeof *rest);
+  if (!moved || !rest) die("hfuse: out of memory");
+  int nm = 0, nr = 0;
+  for (int k = i + 1; k < j; k++) {
+    Node *x = g->nodes[k];
+    bool view = false;
+    for (int a = 0; a < q->nin; a++) view |= q->in[a]->def == x;
+    if (view) moved[nm++] = x;
+    else rest[nr++] = x;
+  }
+  int at = i;
+  for (int k = 0; k < nm; k++) g->nodes[at++] = moved[k];
+  int pp = at;
+  g->nodes[at++] = p;
+  g->nodes[at++] = q;
+  for (int k = 0; k < nr; k++) g->nodes[at++] = rest[k];
+  free(moved);
+  free(rest);
+  return pp;
+}
+
+enum { RISE_MAX = 24 }; /* nodes a sibling may rise over (a layer's backward: its dX GEMMs, their adds, views) */
+
 static void hfuse_graph(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n->body) hfuse_graph(n->body);
     if (n->a.hfuse) continue; /* (the IR read back after this pass: tests/passes/ir_roundtrip.sh) */
-    if (i + 1 < g->nnodes && !g->nodes[i + 1]->a.hfuse && siblings(n, g->nodes[i + 1])) {
+    if (!one_gemm(n)) continue;
+    for (int j = i + 1; j < g->nnodes && j <= i + RISE_MAX && !g->nodes[j]->body; j++) {
+      Node *q = g->nodes[j];
+      if (q->a.hfuse || !siblings(n, q) || (j > i + 1 && !may_rise(g, i, j))) continue;
+      if (j > i + 1) i = rise(g, i, j);
       n->a.hfuse = 1;
-      g->nodes[i + 1]->a.hfuse = 2;
-      i++;
+      q->a.hfuse = 2;
+      i++; /* (past q) */
+      break;
     }
   }
 }

@@ -1,16 +1,17 @@
 /* tests/passes/test_hfuse.c — sibling GEMMs as one batched launch (passes/hfuse.c).
  *
  * A built graph (CUDA target, one rank): two matmuls of one A with weights of one shape, side by side, pair
- * (hfuse 1 and 2, hfuse_leader finds the first); the same with a node between, or with weights of two
- * widths, or a matmul reading another A, do not; the CPU target and `--no-fuse hfuse` mark nothing. In every
- * pair the weights' and the outputs' distances point the same way (the memory plan exchanged the two
- * weights where the outputs lay the other way round: hfuse_order_copies), and the persistent values still
- * never overlap.
+ * (hfuse 1 and 2, hfuse_leader finds the first); so do two with an unrelated node between (the second rises
+ * over it); not one whose weight is made between the two, nor weights of two widths, nor a matmul reading
+ * another A; the CPU target and `--no-fuse hfuse` mark nothing. In every pair the weights' and the outputs'
+ * distances point the same way (the memory plan exchanged the two weights where the outputs lay the other
+ * way round: hfuse_order_copies), and the persistent values still never overlap.
  * Real models through the whole pipeline: the Llama shape pairs its k / v and gate / up projections in the
- * forward (2 pairs per layer body, the query's wider GEMM alone, nothing in the backward), in bf16 (the
- * weights' bf16 copies) and f32 (the parameters), under tp 2 as well; GPT-2's one QKV GEMM has no sibling.
- * Every marked pair is checked: adjacent, one A, weights and outputs of one shape, outputs meeting neither
- * A nor the other's weight nor each other.
+ * forward loop (2 pairs, the query's wider GEMM alone), in bf16 (the weights' bf16 copies) and f32 (the
+ * parameters), under tp 2 as well; in the backward loop only weight gradients (X^T dY of one X) pair, where
+ * the plan put their gradients and outputs one way round; GPT-2's one QKV GEMM has no sibling. Every marked
+ * pair is checked: adjacent, one A (the same bytes), weights and outputs of one shape, outputs meeting
+ * neither A nor the other's weight nor each other.
  */
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "diag.h"
 #include "frontend.h"
 #include "memplan.h"
+#include "memplan_views.h"
 #include "passes.h"
 #include "pipeline.h"
 #include "tb.h"
@@ -32,8 +34,15 @@ static bool meets(const Value *a, const Value *b) {
 
 static bool same_shape(const Value *a, const Value *b) { return ir_shape_eq(&a->shape, &b->shape) && a->dtype == b->dtype; }
 
-/* Checks every pair in g (and its bodies); counts the pairs, and the marks that are not in one. */
+static const Value *bytes_of(const Value *v) {
+  while (v->def->op == OP_RESHAPE && memplan_is_view(v->def)) v = v->def->in[0];
+  return v;
+}
+
+/* Checks every pair in g (and its bodies); counts the pairs (pairs[1]: in a reverse loop, the backward), and the
+ * marks that are not in one. */
 static void check_pairs(const Graph *g, const char *label, int *pairs, int *stray) {
+  bool bwd = g->owner && g->owner->op == OP_REPEAT && g->owner->a.reverse;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->body) check_pairs(n->body, label, pairs, stray);
@@ -47,8 +56,11 @@ static void check_pairs(const Graph *g, const char *label, int *pairs, int *stra
       continue;
     }
     const Node *q = g->nodes[i + 1];
-    ++*pairs;
-    CHECK(q->op == OP_MATMUL && q->in[0] == n->in[0] && q->nin == 2 && n->nin == 2, "%s: a pair not of one A", label);
+    ++pairs[bwd];
+    CHECK(q->op == OP_MATMUL && bytes_of(q->in[0]) == bytes_of(n->in[0]) && same_shape(q->in[0], n->in[0]) &&
+              q->nin == 2 && n->nin == 2,
+          "%s: a pair not of one A", label);
+    CHECK(!bwd || (n->a.ta && !n->a.tb), "%s: a backward pair that is no weight gradient (X^T dY)", label);
     CHECK(same_shape(n->in[1], q->in[1]) && same_shape(n->out[0], q->out[0]) && n->in[1] != q->in[1],
           "%s: a pair's weights or outputs of two shapes", label);
     CHECK(!n->a.epilogue && !q->a.epilogue && n->a.ta == q->a.ta && n->a.tb == q->a.tb, "%s: a pair with an epilogue",
@@ -78,13 +90,13 @@ static int plan(const char *label, const char *file, const FeDefine *defs, int n
   Module *m = tb_compile_model(&a, file, defs, ndefs, world, target);
   CHECK(m, "%s: does not compile, or a pass failed", label);
   if (!m) return -1;
-  int pairs = 0, stray = 0;
-  check_pairs(m->graph, label, &pairs, &stray);
+  int pairs[2] = {0, 0}, stray = 0;
+  check_pairs(m->graph, label, pairs, &stray);
   check_persistent(m->graph, label);
   CHECK(stray == 0, "%s: %d matmuls marked outside a pair", label, stray);
-  printf("%s: %d sibling pairs\n", label, pairs);
+  printf("%s: %d sibling pairs in the forward, %d in the backward\n", label, pairs[0], pairs[1]);
   arena_free(&a);
-  return pairs;
+  return pairs[0];
 }
 
 /* The built graph: returns how many matmuls are marked; checks the pair where one is expected. */
@@ -97,15 +109,17 @@ static int built(Target target, unsigned no_fuse, bool expect_pair) {
   Graph *g = m->graph;
   Shape xs = tb_shape(2, 8, 16), ws = tb_shape(2, 16, 32), narrow = tb_shape(2, 16, 24);
   Value *x = tb_input(g, "x", DT_F32, xs), *x2 = tb_input(g, "x2", DT_F32, xs);
-  Value *w[6];
-  for (int i = 0; i < 6; i++) w[i] = tb_param(g, arena_printf(&a, "w%d", i), DT_F32, i == 5 ? narrow : ws, INIT_ZEROS, 0, 0);
+  Value *w[7];
+  for (int i = 0; i < 7; i++) w[i] = tb_param(g, arena_printf(&a, "w%d", i), DT_F32, i == 5 ? narrow : ws, INIT_ZEROS, 0, 0);
   Value *y0 = tb_op2(g, OP_MATMUL, x, w[0], NULL), *y1 = tb_op2(g, OP_MATMUL, x, w[1], NULL); /* a pair */
   Value *z0 = tb_op2(g, OP_MATMUL, x, w[2], NULL), *t = tb_op1(g, OP_TANH, x, NULL);
-  Value *z1 = tb_op2(g, OP_MATMUL, x, w[3], NULL);   /* not next to z0 (the tanh between) */
-  Value *z2 = tb_op2(g, OP_MATMUL, x, w[5], NULL);   /* next to z1, but 24 wide */
-  Value *z3 = tb_op2(g, OP_MATMUL, x2, w[4], NULL);  /* next to z2, another A */
-  Value *outs[] = {y0, y1, z0, t, z1, z2, z3};
-  for (int i = 0; i < 7; i++) ir_add_result(g, outs[i], arena_printf(&a, "r%d", i));
+  Value *z1 = tb_op2(g, OP_MATMUL, x, w[3], NULL); /* a pair with z0: rises over the tanh */
+  Value *v0 = tb_op2(g, OP_MATMUL, x, w[6], NULL), *e = tb_op1(g, OP_TANH, w[4], NULL);
+  Value *v1 = tb_op2(g, OP_MATMUL, x, e, NULL);    /* its weight made between: stays */
+  Value *z2 = tb_op2(g, OP_MATMUL, x, w[5], NULL); /* 24 wide */
+  Value *z3 = tb_op2(g, OP_MATMUL, x2, w[4], NULL); /* another A */
+  Value *outs[] = {y0, y1, z0, t, z1, v0, v1, z2, z3};
+  for (int i = 0; i < 9; i++) ir_add_result(g, outs[i], arena_printf(&a, "r%d", i));
   CHECK(pass_memplan(m), "built: pass_memplan failed");
   CHECK(pass_hfuse(m), "built: pass_hfuse failed");
   int marked = 0;
@@ -114,12 +128,19 @@ static int built(Target target, unsigned no_fuse, bool expect_pair) {
   if (expect_pair) {
     CHECK(y0->def->a.hfuse == 1 && y1->def->a.hfuse == 2 && hfuse_leader(g, p1) == p0 && hfuse_leader(g, p0) < 0,
           "built: the two matmuls side by side are no pair (%d, %d)", y0->def->a.hfuse, y1->def->a.hfuse);
-    CHECK(marked == 2, "built: %d matmuls marked, the pair's 2 expected", marked);
+    int q0 = tb_pos_of(g, z0->def), q1 = tb_pos_of(g, z1->def);
+    CHECK(z0->def->a.hfuse == 1 && z1->def->a.hfuse == 2 && q1 == q0 + 1 && tb_pos_of(g, t->def) > q1,
+          "built: the matmul after the tanh did not rise to its sibling (%d at %d, %d at %d)", z0->def->a.hfuse, q0,
+          z1->def->a.hfuse, q1);
+    CHECK(!v0->def->a.hfuse && !v1->def->a.hfuse && !z2->def->a.hfuse && !z3->def->a.hfuse,
+          "built: a matmul whose weight is made between, of another width or another A is marked");
+    CHECK(marked == 4, "built: %d matmuls marked, the two pairs' 4 expected", marked);
     int64_t db = w[1]->offset - w[0]->offset, dy = y1->offset - y0->offset;
     CHECK(db && dy && (db > 0) == (dy > 0), "built: the weights' distance %lld and the outputs' %lld point two ways",
           (long long)db, (long long)dy);
-    int pairs = 0, stray = 0;
-    check_pairs(g, "built", &pairs, &stray);
+    int pairs[2] = {0, 0}, stray = 0;
+    check_pairs(g, "built", pairs, &stray);
+    CHECK(pairs[0] == 2 && stray == 0, "built: %d pairs, %d stray marks", pairs[0], stray);
     check_persistent(g, "built");
   }
   arena_free(&a);
@@ -143,7 +164,7 @@ int main(void) {
   one[12].value = "bf16";
   one[13].value = "selective";
   n = plan("llama bf16 selective recompute", llama, one, 14, 1, TARGET_CUDA);
-  CHECK(n >= 2, "llama bf16, selective recompute: %d pairs, 2 or more expected", n);
+  CHECK(n == 2, "llama bf16, selective recompute: %d pairs, k / v and gate / up expected", n);
   FeDefine tp[] = {{"tp", "2"}, {"dp", "1"}, {"sp", "on"}, {"layers", "2"}, {"seq", "64"}, {"micro_batch", "1"},
                    {"batch", "1"}, {"d", "256"}, {"heads", "4"}, {"kv_heads", "2"}, {"ffn", "512"}, {"vocab", "512"},
                    {"precision", "bf16"}};
