@@ -1,36 +1,45 @@
 /* passes/hfuse.c — the `hfuse` pass (CUDA target): sibling GEMMs, one launch.
  *
  * Llama's layer reads one activation with several weights: k = x @ w_k and v = x @ w_v (both [d, kv]),
- * and SwiGLU's g = x @ w_gate and u = x @ w_up (both [d, ffn]). Two such matmuls right after each
- * other (the same A value, no accumulator, no epilogue, weights of one shape that are not batched, the
- * same transposes, outputs of one shape and dtype) become one strided-batched GEMM: the first gets
- * Attrs.hfuse 1 and launches both (rt_cu_matmul_pair: batch 2, A's stride 0, B's and y's strides the
- * distances between the two weights' and the two outputs' bytes, which the memory plan fixed), the
- * second gets 2 and emits nothing. The batch's tiles fill the GPU as one GEMM of twice the width: one
- * launch and one last-wave tail instead of two (the cost model's 16.4 us per GEMM, passes/cost.c).
+ * SwiGLU's g = x @ w_gate and u = x @ w_up (both [d, ffn]), and the backward's weight gradients
+ * X^T dY read one X. Two such matmuls (the same A bytes: one value, or reshape views of one; no
+ * accumulator, no epilogue, a B of rank 2, the same transposes, weights and outputs of one shape and
+ * dtype) become one strided-batched GEMM: the first gets Attrs.hfuse 1 and launches both
+ * (rt_cu_matmul_pair: batch 2, A's stride 0, B's and y's strides the distances between the two
+ * weights' and the two outputs' bytes, which the memory plan fixed), the second, right after it, gets
+ * 2 and emits nothing. The batch's tiles fill the GPU as one GEMM of twice the width: one launch and
+ * one last-wave tail instead of two (the cost model's 16.4 us per GEMM, passes/cost.c).
  *
  * The weights and outputs stay where the plan put them: no concatenated copy, no column views, no
- * change to the update, the checkpoint or any other target. So the pass declines only where the two
- * GEMMs could not run as one at the first one's place:
- *   - a node between them (they must be adjacent: fuse_order's schedule already puts SwiGLU's and the
- *     attention's siblings side by side), or either one in a fusion group, another pipeline stage or
- *     instruction;
- *   - a batched B or a transposed A over batch dims (the GEMM is not one [m, k] x [k, n]);
- *   - a value in host memory (plan offload's optimizer step);
- *   - bytes that meet: the second output is written with the first, so it must meet neither A, nor the
- *     first weight, nor the first output, and the first output must not meet the second weight.
+ * change to the update, the checkpoint or any other target. The second GEMM, when not right after the
+ * first (the backward's weight gradients lie around the input gradient's GEMMs), rises to just after
+ * it, with the reshape views it reads moved to just before the first. The pass declines (the GEMMs run
+ * as they are) where:
+ *   - the second cannot rise: an input made between (not a view), a region, another stage or
+ *     instruction between, or a node between that reads or writes its output's bytes (it is written
+ *     earlier now: placed_write_early); at most RISE_MAX nodes apart;
+ *   - either one is in a fusion group, or has a value in host memory (plan offload's optimizer step);
+ *   - a batched B, or a transposed A over batch dims (not one [m, k] x [k, n]);
+ *   - bytes meet: the second output is written with the first, so it must meet neither A, nor the
+ *     first weight, nor the first output, and the first output not the second weight;
+ *   - the two distances do not point the same way in every iteration of the loop (a batch stride is
+ *     never negative; rt_cu_matmul_pair would run two GEMMs): the addresses read as codegen binds
+ *     them (addr). For weights that are persistent (parameters, their bf16 copies) the memory plan has
+ *     made them agree (hfuse_order_copies, called at its end, exchanges two same-sized weights' places);
+ *     transient operands (the backward's gradients) pair where the packing happened to lay them out
+ *     one way round.
  * Nothing here depends on ZeRO, tp or the weight copy: the weights are whatever the GEMMs read (the
- * persistent bf16 copies, a layer's own cast, ZeRO-3's gathered rows, a tp shard), and the strides are
- * the pointers' distances at run time (where they point opposite ways, or on the emulated device, the
- * runtime runs two GEMMs: the same numbers). The query's GEMMs only, q = x @ w_q, stay apart (its width
- * differs from k's and v's: no uniform batch). `shardc --no-fuse hfuse` turns it off.
+ * persistent bf16 copies, a layer's own cast, ZeRO-3's gathered rows, a tp shard). The query's GEMM,
+ * q = x @ w_q, stays apart (its width differs from k's and v's: no uniform batch), and so do the
+ * backward's input gradients (a batch cannot sum its entries: docs/performance.md, "Sibling GEMMs as
+ * one"). `shardc --no-fuse hfuse` turns it off.
  */
 #include <stdlib.h>
 
 #include "diag.h"
 #include "memplan.h"
-#include "passes.h"
 #include "memplan_views.h"
+#include "passes.h"
 #include "placed.h"
 
 static bool same_shape(const Shape *a, const Shape *b) {
