@@ -127,6 +127,25 @@ static const Value *weight_copy(const Value *v) {
   return weight && !d->graph->parent && !ir_node_stages(d) && !v->host && v->offset >= 0 ? v : NULL;
 }
 
+/* Where value v's bytes (over its loop's iterations: memplan_span) lie against [o, o + bytes): 0 apart, 1 inside,
+ * -1 across its edge. */
+static int against(const Value *v, int64_t o, int64_t bytes) {
+  int64_t lo, hi;
+  if (v->host || !memplan_span(v, &lo, &hi) || hi <= o || lo >= o + bytes) return 0;
+  return lo >= o && hi <= o + bytes ? 1 : -1;
+}
+
+/* Whether no value of g (and its bodies) lies across an edge of [o0, o0 + bytes) or [o1, o1 + bytes). */
+static bool whole(const Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body && !whole(n->body, o0, o1, bytes)) return false;
+    for (int k = 0; k < n->nout; k++)
+      if (against(n->out[k], o0, bytes) < 0 || against(n->out[k], o1, bytes) < 0) return false;
+  }
+  return true;
+}
+
 /* Every value of g (and its bodies) whose bytes lie inside [o0, o0 + bytes) moves to the same place in
  * [o1, o1 + bytes), and the other way round. */
 static void exchange(Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
@@ -135,10 +154,8 @@ static void exchange(Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
     if (n->body) exchange(n->body, o0, o1, bytes);
     for (int k = 0; k < n->nout; k++) {
       Value *v = n->out[k];
-      int64_t b = ir_numel(&v->shape) * ir_dtype_size(v->dtype);
-      if (v->host || v->stride || v->offset < 0) continue;
-      if (v->offset >= o0 && v->offset + b <= o0 + bytes) v->offset += o1 - o0;
-      else if (v->offset >= o1 && v->offset + b <= o1 + bytes) v->offset += o0 - o1;
+      if (against(v, o0, bytes) > 0) v->offset += o1 - o0;
+      else if (against(v, o1, bytes) > 0) v->offset += o0 - o1;
     }
   }
 }
@@ -154,8 +171,9 @@ static void order_pair(Graph *top, const Node *p, const Node *q) {
   const Node *r = p->graph->owner;
   int64_t last = r && r->op == OP_REPEAT ? r->a.count - 1 : 0, dy0 = y1 - y0, dyl = y1 - y0 + last * (t1 - t0);
   if (!dy0 || !dyl || (dy0 > 0) != (dyl > 0) || (dy0 > 0) == (b1 > b0)) return; /* no one way, or already it */
-  /* the copies and what the plan put in them (the update's cast written there, ZeRO's gathered shards) */
-  exchange(top, c0->offset, c1->offset, bytes);
+  /* the copies and what the plan put in them (the update's cast written there, ZeRO's gathered shards), unless
+   * something lies across an edge (then the pass finds the pair two ways round, and leaves it) */
+  if (whole(top, c0->offset, c1->offset, bytes)) exchange(top, c0->offset, c1->offset, bytes);
 }
 
 static void order_graph(Graph *top, Graph *g) {
