@@ -49,11 +49,12 @@ void rt_cu_matmul_pair(RtCtx *ctx, void *y0, void *y1, int y_dt, const void *a, 
       (db > 0) == (dy > 0) && db != 0 && dy != 0 && (uintptr_t)y0 % ys == 0 && (uintptr_t)y1 % ys == 0 &&
       (uintptr_t)a % es == 0 && (uintptr_t)b0 % es == 0 && (uintptr_t)b1 % es == 0 &&
       (ab_dt == RT_F32 || ab_dt == RT_BF16) && (y_dt == RT_F32 || y_dt == RT_BF16)) {
-    if (db > 0) d->ops->matmul_pair(d->be, y0, y_dt, a, b0, ab_dt, m, n, k, ta, tb, db / (ptrdiff_t)es, dy / (ptrdiff_t)ys);
-    else d->ops->matmul_pair(d->be, y1, y_dt, a, b1, ab_dt, m, n, k, ta, tb, -db / (ptrdiff_t)es, -dy / (ptrdiff_t)ys);
-    return;
+    int none = db > 0 ? d->ops->matmul_pair(d->be, y0, y_dt, a, b0, ab_dt, m, n, k, ta, tb, db / (ptrdiff_t)es, dy / (ptrdiff_t)ys)
+                      : d->ops->matmul_pair(d->be, y1, y_dt, a, b1, ab_dt, m, n, k, ta, tb, -db / (ptrdiff_t)es, -dy / (ptrdiff_t)ys);
+    if (!none) return;
   }
-  /* strides one batched GEMM cannot take (opposite directions: passes/hfuse.c pairs none such): two GEMMs */
+  /* strides one batched GEMM cannot take (opposite directions: passes/hfuse.c pairs none such), or no algorithm for
+   * the batch (cuBLASLt's heuristic found none): two GEMMs */
   rt_cu_matmul(ctx, y0, y_dt, a, b0, ab_dt, 1, m, n, k, ta, tb, 0, 1.0f, 0.0f);
   rt_cu_matmul(ctx, y1, y_dt, a, b1, ab_dt, 1, m, n, k, ta, tb, 0, 1.0f, 0.0f);
 }
@@ -402,10 +403,10 @@ void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx
   CU_CHECK(cudaGraphLaunch(c->graph, c->stream));
 }
 
-void rt_cu_cuda_matmul_pair(void *be, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
-                            int64_t k, int ta, int tb, int64_t sb, int64_t sy) {
+int rt_cu_cuda_matmul_pair(void *be, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
+                           int64_t k, int ta, int tb, int64_t sb, int64_t sy) {
   CudaBe *c = be;
-  rt_cu_gemm_run_pair(c->gemm, y0, y_dt, a, b0, ab_dt, m, n, k, ta, tb, sb, sy);
+  return rt_cu_gemm_run_pair(c->gemm, y0, y_dt, a, b0, ab_dt, m, n, k, ta, tb, sb, sy);
 }
 
 int rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
