@@ -48,7 +48,7 @@ static void usage(FILE *f, const char *models) {
           "                        built by LLVM for this machine's CPU (default where LLVM can) or the\n"
           "                        runtime's C kernels\n"
           "  --no-fuse LIST        CUDA target: turn fusions off to time each one's effect (comma list of\n"
-          "                        residual, swiglu, normres, epilogue, groups, ce, sumsq; all)\n"
+          "                        residual, swiglu, normres, epilogue, groups, ce, sumsq, hfuse; all)\n"
           "  --emit-c DIR          keep the generated C source in DIR (with plan: write it, compile nothing)\n"
           "  --no-outline          write every pipeline instruction out in the trainer's C (the same program,\n"
           "                        as large as the schedule), not its recurring ones once each\n"

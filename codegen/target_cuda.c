@@ -429,6 +429,16 @@ static int host_update_copy(Cg *c, Node *u) {
   return 2;
 }
 
+/* Sibling GEMMs p and q (passes/hfuse.c: one A, two weights of one shape, outputs of one shape) as one launch. */
+static void emit_matmul_pair(Cg *c, Node *p, Node *q) {
+  GemmDims d = gemm_dims(p);
+  if (d.batch != 1) die("hfuse: a sibling pair with batch %" PRId64, d.batch);
+  Value *x = p->in[0];
+  cg_line(c, "rt_cu_matmul_pair(ctx, %s, %s, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %d);",
+          cg_ptr(c, p->out[0]), cg_ptr(c, q->out[0]), cg_dtype_lit(p->out[0]->dtype), cg_ptr(c, x), cg_ptr(c, p->in[1]),
+          cg_ptr(c, q->in[1]), cg_dtype_lit(x->dtype), d.m, d.n, d.k, p->a.ta, p->a.tb);
+}
+
 static int cuda_node(Cg *c, Node *n) {
   Value *y = n->nout ? n->out[0] : NULL, *x = n->nin ? n->in[0] : NULL;
   /* plan offload: the optimizer step in host memory runs the CPU target's (threaded) kernels */
@@ -476,6 +486,16 @@ static int cuda_node(Cg *c, Node *n) {
   if (n->op == OP_MATMUL && n->a.epilogue) {
     int k = emit_matmul_ep(c, n);
     if (k) return k;
+  }
+  if (n->op == OP_MATMUL && n->a.hfuse) { /* passes/hfuse.c: siblings, one batched GEMM where both run */
+    if (hfuse_leader(n->graph, c->pos) >= 0 && cg_runs(c, n->graph, c->pos - 1)) {
+      cg_line(c, "/* computed by the sibling GEMM above (hfuse) */");
+      return 1;
+    }
+    if (n->a.hfuse == 1 && hfuse_leader(n->graph, c->pos + 1) == c->pos && cg_runs(c, n->graph, c->pos + 1)) {
+      emit_matmul_pair(c, n, n->graph->nodes[c->pos + 1]);
+      return 1;
+    }
   }
   emit_node(c, n);
   return 1;

@@ -197,6 +197,9 @@ typedef struct {
   bool normres;           /* LAYERNORM_BWD / RMSNORM_BWD and the ADD of its dx to the residual gradient's carry right
                              after it (CUDA target, passes/fuse_normres.c): the norm's backward kernel stores the sum
                              in the add's output, dx is never written, the add emits nothing */
+  int hfuse;              /* MATMUL (CUDA target, passes/hfuse.c): 1: its GEMM and the sibling's right after it
+                             (the same A, B and y of one shape) run as one batched GEMM launch; 2: that sibling,
+                             which emits nothing; 0: neither */
   bool sumsq_fused;       /* SUMSQ and the CONCAT its reshape to [1] feeds (CUDA target, passes/fuse_sumsq.c): the
                              concat's kernel computes its members' sums of squares straight into its elements */
 } Attrs;

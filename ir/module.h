@@ -157,6 +157,7 @@ typedef enum {
   FUSE_GROUPS,   /* elementwise fusion groups (passes/fuse.c) */
   FUSE_CE,       /* the cross-entropy's forward and backward in one kernel (passes/fuse_ce.c) */
   FUSE_SUMSQ,    /* the clip's sums of squares in one kernel (passes/fuse_sumsq.c) */
+  FUSE_HFUSE,    /* sibling GEMMs (one A, two weights) as one batched launch (passes/hfuse.c) */
   FUSE_COUNT
 } FuseKind;
 

@@ -160,6 +160,7 @@ static void put_attrs(Buf *b, const Node *n) {
   case OP_MATMUL:
     bprintf(b, "  ta=%d tb=%d", a->ta, a->tb);
     if (a->epilogue) bprintf(b, " epilogue=%d", a->epilogue); /* CUDA target (passes/epilogue.c) */
+    if (a->hfuse) bprintf(b, " hfuse=%d", a->hfuse);          /* CUDA target (passes/hfuse.c) */
     break;
   case OP_LAYERNORM: case OP_LAYERNORM_BWD: case OP_RMSNORM: case OP_RMSNORM_BWD:
     bprintf(b, "  eps=%g%s", a->eps, a->normres ? " normres" : ""); /* CUDA: passes/fuse_normres.c */

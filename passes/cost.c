@@ -189,8 +189,10 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
       for (int j = 0; j < 2; j++)
         if (cold_operand(n->in[j]) || (n->in[j]->def->op == OP_RESHAPE && cold_operand(n->in[j]->def->in[0])))
           cold += value_bytes(n->in[j]) / d->gemm_cold_bytes_per_s;
-    /* rate gemm_flops x fl / (fl + half); the epilogue's own bytes after the main loop, not hidden by it */
-    return fmax((fl + d->gemm_half_flops) / d->gemm_flops, mem) + cold + extra / d->bytes_per_s;
+    /* rate gemm_flops x fl / (fl + half); the epilogue's own bytes after the main loop, not hidden by it. The
+     * second of a sibling pair (passes/hfuse.c) is the batched launch's second half: no fixed time of its own */
+    double half = m->target == TARGET_CUDA && n->a.hfuse == 2 ? 0 : d->gemm_half_flops;
+    return fmax((fl + half) / d->gemm_flops, mem) + cold + extra / d->bytes_per_s;
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
     double scores, fl = attn_flops(n, &scores) * (n->a.causal ? 0.5 : 1.0), rate = d->attn_flops;
@@ -478,7 +480,7 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   if (s->m->target == TARGET_CUDA && launch) {
     kernels = cost_cuda_kernels(n, s->at, &extra);
     if (!kernels) return; /* computed in another node's kernel */
-    if (kernels < 0) kernels = 0; /* copies, no kernel: its bytes' time only */
+    if (kernels < 0) kernels = 0; /* copies, no kernel: its bytes' time only (a sibling GEMM: its FLOPs) */
   }
   if (s->m->target == TARGET_CUDA && n->group > 0 && n->op != OP_MATMUL) {
     if (!s->counted) cost_cuda_group_uses(s->m, &s->uses);

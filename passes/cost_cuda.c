@@ -5,7 +5,7 @@
  * ir_attn_flash, not decided again here. */
 #include "cost.h"
 
-#include "passes.h" /* epilogue_owner, epilogue_nodes, fuse_ce_partner, fuse_normres_partner */
+#include "passes.h" /* epilogue_owner, epilogue_nodes, fuse_ce_partner, fuse_normres_partner, hfuse_leader */
 
 static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
 
@@ -42,6 +42,8 @@ int cost_cuda_kernels(const Node *n, int pos, double *extra) {
     }
     return 1;
   }
+  if (n->op == OP_MATMUL && hfuse_leader(g, pos) >= 0) /* in its sibling's batched launch: its FLOPs, no launch */
+    return -1;
   if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
     int b = fuse_ce_partner(g, pos);
     if (b >= 0 && n->op == OP_CROSS_ENTROPY_BWD) return 0;

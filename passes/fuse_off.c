@@ -10,6 +10,7 @@
 static const char *const fuse_names[FUSE_COUNT] = {
     [FUSE_RESIDUAL] = "residual", [FUSE_SWIGLU] = "swiglu", [FUSE_NORMRES] = "normres", [FUSE_EPILOGUE] = "epilogue",
     [FUSE_GROUPS] = "groups",     [FUSE_CE] = "ce",         [FUSE_SUMSQ] = "sumsq",
+    [FUSE_HFUSE] = "hfuse",
 };
 
 bool fuse_off_parse(const char *list, unsigned *bits) {

@@ -725,6 +725,7 @@ bool pass_memplan(Module *m) {
   int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA);
   arena_free(&tmp);
   place_stacked(g);
+  hfuse_order_copies(m); /* (CUDA: two sibling GEMMs' weight copies in the order of their outputs) */
   memplan_cut_groups(g);
   for (int i = 0; i < MEM_COUNT; i++) mp->by_class[i] += by_class[i];
   mp->peak = off + peak;

@@ -49,6 +49,7 @@ bool pass_gacc(Module *m);     /* gradient accumulation fusion: a weight-gradien
 bool pass_epilogue(Module *m); /* CUDA target: a matmul's bias add, and a GELU or residual add after it, into its GEMM */
 bool pass_fuse_ce(Module *m);  /* CUDA target: a cross-entropy's forward and backward in one kernel (Attrs.fused_bwd) */
 bool pass_fuse_normres(Module *m); /* CUDA target: the add of the residual gradient in the norm's backward kernel (Attrs.normres) */
+bool pass_hfuse(Module *m);     /* CUDA target: sibling GEMMs (one A, two weights) as one batched launch (Attrs.hfuse) */
 bool pass_fuse_sumsq(Module *m); /* CUDA target: the clip's sums of squares in the kernel of the concat they feed (Attrs.sumsq_fused) */
 bool pass_verify(Module *m);    /* every rank's collectives match its group peers' (dies on a mismatch: a compiler bug) */
 /* The positions in g of the nodes the matmul at i computes in its GEMM's epilogue (Attrs.epilogue of
@@ -84,6 +85,13 @@ int fuse_ce_partner(const Graph *g, int i);
 /* passes/fuse_normres.c: the position in g of the add the norm's backward at i computes, or of the norm's backward
  * that computes the add at i (both Attrs.normres); -1 for any other node. */
 int fuse_normres_partner(const Graph *g, int i);
+/* passes/hfuse.c: the position of the matmul whose batched GEMM computes the matmul at i (Attrs.hfuse 2: the
+ * node right before it, hfuse 1); -1 for any other node. */
+int hfuse_leader(const Graph *g, int i);
+/* passes/hfuse.c, called by the memory plan once it has placed everything (CUDA target): of two sibling GEMMs
+ * whose weights are persistent (parameters or their bf16 copies) of one size, their places exchanged where the outputs lie the
+ * other way round, so that one strided batch takes the pair (the pass checks it again after). */
+void hfuse_order_copies(Module *m);
 /* passes/fuse_sumsq.c: the SUMSQ whose sum of squares the concat's kernel computes as its piece i, or NULL
  * (the piece is then copied as in any concat). */
 const Node *fuse_sumsq_piece(const Node *cat, int i);

@@ -40,6 +40,7 @@ static const Pass passes[] = {
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */
     {"gacc", pass_gacc},            /* a weight-gradient GEMM accumulates into the running sum: add(sum, dW) gone */
     {"epilogue", pass_epilogue},    /* a matmul's bias add (+ GELU / residual) into its GEMM (CUDA target) */
+    {"hfuse", pass_hfuse},          /* sibling GEMMs reading one activation: one batched launch (CUDA target) */
     {"fuse_normres", pass_fuse_normres}, /* the residual gradient's add in the norm's backward kernel (CUDA target) */
     {"fuse_ce", pass_fuse_ce},      /* a cross-entropy's forward and backward in one kernel */
     {"fuse_sumsq", pass_fuse_sumsq}, /* the clip's sums of squares in one kernel, into the concat (CUDA target) */

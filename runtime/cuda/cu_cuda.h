@@ -62,6 +62,8 @@ void rt_cu_cuda_host_wait(void *be, int slot);
 void rt_cu_cuda_device_wait(void *be, int slot);
 void rt_cu_cuda_copies_close(CudaBe *c); /* the copy stream and the slots' events, after a sync */
 void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx *ctx);
+int rt_cu_cuda_matmul_pair(void *be, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
+                           int64_t k, int ta, int tb, int64_t sb, int64_t sy);
 int rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                        int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep);
 

@@ -44,6 +44,11 @@ typedef struct {
                  const RtCuEpi *ep); /* ep: NULL, or batch 1, alpha 1, beta 0. Returns 0; 1 when ep is
                                         not NULL and the backend has no algorithm for that epilogue
                                         (nothing done: the caller runs the plain GEMM and the nodes) */
+  /* rt_cu_matmul_pair as one strided-batched GEMM: y0 + i sy = op(A) op(b0 + i sb) for i = 0, 1 (strides in
+   * elements, both > 0), A shared (stride 0); the emulated device runs the batch's two entries one by one. Returns
+   * 0; 1 (nothing done: the caller runs two GEMMs) when the backend has no algorithm for that batch. */
+  int (*matmul_pair)(void *be, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
+                      int64_t k, int ta, int tb, int64_t sb, int64_t sy);
   void (*copy)(void *be, void *dst, const void *src, int64_t bytes, int kind); /* RT_CU_* */
   void (*zero)(void *be, void *dst, int64_t bytes);
   /* height rows of width bytes, rows dpitch / spitch bytes apart */
@@ -220,6 +225,7 @@ enum { RT_CU_EK_NONE, RT_CU_EK_BIAS, RT_CU_EK_GELU_AUX_BIAS, RT_CU_EK_DGELU, RT_
 typedef struct {
   int64_t batch, m, n, k;
   int ta, tb, bb, ab_dt, y_dt, align, epi;
+  int64_t sb, sy; /* a sibling pair (rt_cu_matmul_pair): B's and y's batch strides in elements, A shared; 0: not one */
 } RtCuGemmKey;
 RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                            int64_t n, int64_t k, int ta, int tb, int b_batched, const RtCuEpi *ep);
@@ -293,6 +299,10 @@ void rt_cu_gemm_free(RtCuGemm *g);
 /* 0; 1 (nothing done) when cuBLASLt has no algorithm for ep's epilogue; fatal for a plain GEMM. */
 int rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                     int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta, const RtCuEpi *ep);
+/* A sibling pair as one strided-batched GEMM (RtCuOps.matmul_pair): no autotuning, the heuristic's first. 0; 1
+ * (nothing done: the caller runs two GEMMs) when cuBLASLt has no algorithm for that batch. */
+int rt_cu_gemm_run_pair(RtCuGemm *g, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
+                         int64_t k, int ta, int tb, int64_t sb, int64_t sy);
 /* Dense bf16 FLOP/s of an n^3 GEMM (bf16 in, fp32 accumulation, bf16 out), best of reps after
  * a warm-up; 0 when the buffers cannot be allocated. */
 double rt_cu_gemm_peak(RtCuGemm *g, int64_t n, int reps);

@@ -81,6 +81,13 @@ int rt_cu_launch_tuned_or(RtCtx *ctx, const char *key, int ncand, const RtCuTile
 void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,
                   int64_t n, int64_t k, int ta, int tb, int b_batched, float alpha, float beta);
 
+/* Two sibling GEMMs that share A (passes/hfuse.c): y0 = op(A) op(b0) and y1 = op(A) op(b1), each [m, n]
+ * from [m, k] (no batch), as one strided-batched cuBLASLt GEMM (B's and y's strides: the pointers'
+ * distances, A's 0) where both distances point the same way (the pass checks that the plan makes them
+ * so); otherwise as two GEMMs (the same numbers: each y is the GEMM's own). */
+void rt_cu_matmul_pair(RtCtx *ctx, void *y0, void *y1, int y_dt, const void *a, const void *b0, const void *b1, int ab_dt,
+                       int64_t m, int64_t n, int64_t k, int ta, int tb);
+
 /* One GEMM with a cuBLASLt epilogue (passes/epilogue.c): with acc = op(A)[m, k] op(B)[k, n] in
  * fp32 and t = acc + bias[j] (bias: [n]; NULL: t = acc, only with c: the residual alone, cuBLASLt's
  * epilogue DEFAULT with C and beta 1), per element

@@ -346,6 +346,7 @@ static int cuda_wgmma(void *be) { return !strcmp(((CudaBe *)be)->arch, "sm_90a")
 static const RtCuOps cuda_ops = {.name = "cuda",
                                  .launch = rt_cu_cuda_launch,
                                  .matmul = rt_cu_cuda_matmul,
+                                 .matmul_pair = rt_cu_cuda_matmul_pair,
                                  .copy = rt_cu_cuda_copy,
                                  .zero = rt_cu_cuda_zero,
                                  .copy2d = rt_cu_cuda_copy2d,

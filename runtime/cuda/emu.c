@@ -502,6 +502,19 @@ static int emu_matmul(void *be, void *y, int y_dt, const void *a, const void *b,
   return 0;
 }
 
+/* The strided pair (rt_cu_matmul_pair) as the GPU's batch reads it: entry i at y0 + i sy and b0 + i sb
+ * (elements), A shared; each entry the one GEMM it would be alone (the same numbers). */
+static int emu_matmul_pair(void *be, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
+                           int64_t k, int ta, int tb, int64_t sb, int64_t sy) {
+  int64_t es = ab_dt == RT_BF16 ? 2 : 4, ys = y_dt == RT_BF16 ? 2 : 4;
+  if (sb <= 0 || sy <= 0) rt_fatal(1, "emu: a GEMM pair's strides %lld and %lld: both must be positive", (long long)sb,
+                                   (long long)sy);
+  for (int64_t i = 0; i < 2; i++)
+    emu_matmul(be, (char *)y0 + i * sy * ys, y_dt, a, (const char *)b0 + i * sb * es, ab_dt, 1, m, n, k, ta, tb, 0, 1.0f,
+               0.0f, NULL);
+  return 0;
+}
+
 static void emu_copy(void *be, void *dst, const void *src, int64_t bytes, int kind) {
   EmuBe *e = be;
   if (kind != RT_CU_D2H) in_mem(e, dst, bytes, "copy destination");
@@ -627,6 +640,7 @@ static int emu_wgmma(void *be) { /* sk_emu_wgmma.h */
 static const RtCuOps emu_ops = {.name = "emu",
                                 .launch = emu_launch,
                                 .matmul = emu_matmul,
+                                .matmul_pair = emu_matmul_pair,
                                 .copy = emu_copy,
                                 .zero = emu_zero,
                                 .copy2d = emu_copy2d,

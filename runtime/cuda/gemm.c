@@ -195,9 +195,10 @@ static Plan *plan_for(RtCuGemm *g, const RtCuGemmKey *key) {
     }
   }
   int64_t m = key->m, n = key->n, k = key->k;
-  p->la = layout(key->ab_dt, key->tb ? k : n, key->tb ? n : k, key->batch, key->bb ? k * n : 0);
-  p->lb = layout(key->ab_dt, key->ta ? m : k, key->ta ? k : m, key->batch, m * k);
-  p->lc = layout(key->y_dt, n, m, key->batch, m * n);
+  int pair = key->sb || key->sy; /* rt_cu_gemm_run_pair: B and y at their strides, A shared */
+  p->la = layout(key->ab_dt, key->tb ? k : n, key->tb ? n : k, key->batch, pair ? key->sb : key->bb ? k * n : 0);
+  p->lb = layout(key->ab_dt, key->ta ? m : k, key->ta ? k : m, key->batch, pair ? 0 : m * k);
+  p->lc = layout(key->y_dt, n, m, key->batch, pair ? key->sy : m * n);
   cublasLtMatmulPreference_t pref;
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t ws = GEMM_WORKSPACE;
@@ -215,8 +216,8 @@ static Plan *plan_for(RtCuGemm *g, const RtCuGemmKey *key) {
   int got = 0, want = g->tune > 1 ? g->tune : 1;
   cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want, res, &got);
   LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  if ((rc == CUBLAS_STATUS_SUCCESS || rc == CUBLAS_STATUS_NOT_SUPPORTED) && got == 0 && key->epi) {
-    p->none = 1; /* the caller falls back to the plain GEMM and the unfused kernels */
+  if ((rc == CUBLAS_STATUS_SUCCESS || rc == CUBLAS_STATUS_NOT_SUPPORTED) && got == 0 && (key->epi || pair)) {
+    p->none = 1; /* the caller falls back to the plain GEMM and the unfused kernels (a pair: two GEMMs) */
     g->nplans++;
     return p;
   }
@@ -352,6 +353,26 @@ int rt_cu_gemm_run(RtCuGemm *g, void *y, int y_dt, const void *a, const void *b,
   }
   if (p->ncand > 1) tune(g, p, y, a, b, c, alpha, beta, ep);
   LT_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, c, p->lc, y, p->lc, &p->algo, g->ws,
+                          GEMM_WORKSPACE, g->stream));
+  return 0;
+}
+
+int rt_cu_gemm_run_pair(RtCuGemm *g, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
+                        int64_t k, int ta, int tb, int64_t sb, int64_t sy) {
+  size_t ys = y_dt == RT_BF16 ? 2 : 4, es = ab_dt == RT_BF16 ? 2 : 4;
+  uintptr_t bits = (uintptr_t)y0 | (uintptr_t)a | (uintptr_t)b0 | (uintptr_t)(sb * (int64_t)es) |
+                   (uintptr_t)(sy * (int64_t)ys) | 256;
+  RtCuGemmKey key = {.batch = 2, .m = m, .n = n, .k = k, .ta = ta, .tb = tb, .bb = 1, .ab_dt = ab_dt, .y_dt = y_dt,
+                     .align = (int)(bits & -bits), .epi = RT_CU_EK_NONE, .sb = sb, .sy = sy};
+  Plan *p = plan_for(g, &key);
+  if (p->none) return 1;
+  if (p->cand) { /* not timed: the heuristic's first (the pair's records would need the strides in their key) */
+    free(p->cand);
+    p->cand = NULL;
+    p->ncand = 0;
+  }
+  float alpha = 1.0f, beta = 0.0f;
+  LT_CHECK(cublasLtMatmul(g->lt, p->op, &alpha, b0, p->la, a, p->lb, &beta, y0, p->lc, y0, p->lc, &p->algo, g->ws,
                           GEMM_WORKSPACE, g->stream));
   return 0;
 }

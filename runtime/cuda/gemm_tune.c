@@ -41,7 +41,7 @@ RtCuGemmKey rt_cu_gemm_key(const void *y, int y_dt, const void *a, const void *b
 
 int rt_cu_gemm_key_eq(const RtCuGemmKey *x, const RtCuGemmKey *y) {
   return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->ta == y->ta && x->tb == y->tb &&
-         x->bb == y->bb && x->ab_dt == y->ab_dt && x->y_dt == y->y_dt && x->align == y->align && x->epi == y->epi;
+         x->bb == y->bb && x->ab_dt == y->ab_dt && x->y_dt == y->y_dt && x->align == y->align && x->epi == y->epi && x->sb == y->sb && x->sy == y->sy;
 }
 
 void rt_cu_gemm_key_str(const RtCuGemmKey *key, char *out, size_t n) {

@@ -1,5 +1,6 @@
 /* runtime/cuda/ops.c — rt_cu_* (cuda_ops.h): dispatch to the rank's device backend, and the CUDA
  * backend's launches, copies and fills on its compute stream. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,25 @@ void rt_cu_matmul(RtCtx *ctx, void *y, int y_dt, const void *a, const void *b, i
     return;
   }
   (void)d->ops->matmul(d->be, y, y_dt, a, b, ab_dt, batch, m, n, k, ta, tb, b_batched, alpha, beta, NULL);
+}
+
+void rt_cu_matmul_pair(RtCtx *ctx, void *y0, void *y1, int y_dt, const void *a, const void *b0, const void *b1, int ab_dt,
+                       int64_t m, int64_t n, int64_t k, int ta, int tb) {
+  RtCuDev *d = rt_cu_dev(ctx);
+  size_t ys = y_dt == RT_BF16 ? 2 : 4, es = ab_dt == RT_BF16 ? 2 : 4;
+  ptrdiff_t db = (const char *)b1 - (const char *)b0, dy = (char *)y1 - (char *)y0;
+  if (d->ops->matmul_pair && m > 0 && n > 0 && k > 0 && db % (ptrdiff_t)es == 0 && dy % (ptrdiff_t)ys == 0 &&
+      (db > 0) == (dy > 0) && db != 0 && dy != 0 && (uintptr_t)y0 % ys == 0 && (uintptr_t)y1 % ys == 0 &&
+      (uintptr_t)a % es == 0 && (uintptr_t)b0 % es == 0 && (uintptr_t)b1 % es == 0 &&
+      (ab_dt == RT_F32 || ab_dt == RT_BF16) && (y_dt == RT_F32 || y_dt == RT_BF16)) {
+    int none = db > 0 ? d->ops->matmul_pair(d->be, y0, y_dt, a, b0, ab_dt, m, n, k, ta, tb, db / (ptrdiff_t)es, dy / (ptrdiff_t)ys)
+                      : d->ops->matmul_pair(d->be, y1, y_dt, a, b1, ab_dt, m, n, k, ta, tb, -db / (ptrdiff_t)es, -dy / (ptrdiff_t)ys);
+    if (!none) return;
+  }
+  /* strides one batched GEMM cannot take (opposite directions: passes/hfuse.c pairs none such), or no algorithm for
+   * the batch (cuBLASLt's heuristic found none): two GEMMs */
+  rt_cu_matmul(ctx, y0, y_dt, a, b0, ab_dt, 1, m, n, k, ta, tb, 0, 1.0f, 0.0f);
+  rt_cu_matmul(ctx, y1, y_dt, a, b1, ab_dt, 1, m, n, k, ta, tb, 0, 1.0f, 0.0f);
 }
 
 /* An epilogue GEMM through the backend: 1 when it ran; 0 when the backend has no algorithm for the
@@ -381,6 +401,12 @@ void rt_cu_cuda_replay(void *be, void (*fn)(char *M, RtCtx *ctx), char *M, RtCtx
     }
   }
   CU_CHECK(cudaGraphLaunch(c->graph, c->stream));
+}
+
+int rt_cu_cuda_matmul_pair(void *be, void *y0, int y_dt, const void *a, const void *b0, int ab_dt, int64_t m, int64_t n,
+                           int64_t k, int ta, int tb, int64_t sb, int64_t sy) {
+  CudaBe *c = be;
+  return rt_cu_gemm_run_pair(c->gemm, y0, y_dt, a, b0, ab_dt, m, n, k, ta, tb, sb, sy);
 }
 
 int rt_cu_cuda_matmul(void *be, void *y, int y_dt, const void *a, const void *b, int ab_dt, int64_t batch, int64_t m,

@@ -201,6 +201,17 @@ static int normres_count(const Graph *g) {
   return k;
 }
 
+/* The sibling GEMM pairs in g (and its bodies) that run as one batched launch (Attrs.hfuse 1, passes/hfuse.c). */
+static int hfuse_count(const Graph *g) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) k += hfuse_count(n->body);
+    k += n->op == OP_MATMUL && n->a.hfuse == 1;
+  }
+  return k;
+}
+
 static void run_case(const char *label, const char *model, const FeDefine *defs0, int ndefs0, bool bytes, Variant var) {
   FeDefine defs[32];
   int ndefs = 0;
@@ -236,6 +247,9 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
     int nr = normres_count(m->graph);
     CHECK(nr >= 2, "%s: %d norms' backward with the residual gradient's add (fuse_normres), 2 expected", label, nr);
     fprintf(stderr, "  %d norms' backward add the residual gradient (fuse_normres)\n", nr);
+    int hf = hfuse_count(m->graph); /* Llama's k / v and gate / up projections: one launch each (GPT: none) */
+    CHECK(!var.swiglu || hf >= 2, "%s: %d sibling GEMM pairs (hfuse), 2 expected", label, hf);
+    fprintf(stderr, "  %d sibling GEMM pairs as one launch (hfuse)\n", hf);
   }
   char exe[512], data[512], cmd[2048];
   snprintf(exe, sizeof exe, "%s/train", dir);

@@ -11,7 +11,7 @@
 #    differences are masked: nodes the optimizer adds take the recipe's location, which the
 #    header does not print (the reader gives them the header line's: comments are compared
 #    without locations for that pass), and memplan's run prints the memory summary (`#` lines).
-#    The passes after memplan that read its placement (gacc, epilogue, fuse_normres, fuse_ce, fuse_sumsq), which the IR text does
+#    The passes after memplan that read its placement (gacc, epilogue, hfuse, fuse_normres, fuse_ce, fuse_sumsq), which the IR text does
 #    not carry, are replayed with memplan run again first.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -71,7 +71,7 @@ for c in "${cases[@]}"; do
     if [ -n "$prev" ]; then
       cat "$t/$name.header" "$t/$name.after.$prev" >"$t/in.ir"
       placed=()
-      [[ "$p" = gacc || "$p" = epilogue || "$p" = fuse_normres || "$p" = fuse_ce || "$p" = fuse_sumsq ]] && placed=(--pass memplan)
+      [[ "$p" = gacc || "$p" = epilogue || "$p" = hfuse || "$p" = fuse_normres || "$p" = fuse_ce || "$p" = fuse_sumsq ]] && placed=(--pass memplan)
       if ! "$opt" "$t/in.ir" "${placed[@]}" --pass "$p" --graph-only "${replay_flags[@]}" 2>"$t/err" | grep -v '^#' >"$t/got"; then
         echo "replay FAILED: $name: pass $p on the IR after $prev"
         cat "$t/err"

@@ -6,7 +6,8 @@ tests/report/gpu_cost.sh to hold the cost model's kernel calls to.
     cuda_launches.py FILE.c
 
 Counted: each rt_cu_launch and rt_cu_launch_tuned (one kernel each), each GEMM (rt_cu_matmul,
-rt_cu_matmul_ep, rt_cu_matmul_dgelu: one cuBLASLt call; a split-K reduction the library may add at run
+rt_cu_matmul_ep, rt_cu_matmul_dgelu, and rt_cu_matmul_pair, two sibling GEMMs as one strided batch
+(passes/hfuse.c): one cuBLASLt call; a split-K reduction the library may add at run
 time is not the program's). A `for (int64_t iN = A; iN < B; iN++)` or `(iN = A; iN >= 0; iN--)` block
 multiplies what it holds by its count; the path the runtime takes by default is followed: a GEMM's
 epilogue taken (the block run when rt_cu_matmul_ep or rt_cu_matmul_dgelu refuses, and the
@@ -20,7 +21,7 @@ import sys
 FOR_UP = re.compile(r"for \(int64_t (i\d+) = (-?\d+); \1 < (-?\d+); \1\+\+\) \{$")
 FOR_DOWN = re.compile(r"for \(int64_t (i\d+) = (-?\d+); \1 >= 0; \1--\) \{$")
 SKIP = ("if (!rt_cu_matmul_ep(", "if (!rt_cu_matmul_dgelu(", "if (ep == RT_CU_EP_NONE) {")
-KERNEL = re.compile(r"\brt_cu_(launch|launch_tuned|matmul|matmul_ep|matmul_dgelu)\(")
+KERNEL = re.compile(r"\brt_cu_(launch|launch_tuned|matmul|matmul_ep|matmul_dgelu|matmul_pair)\(")
 
 
 def count(path):

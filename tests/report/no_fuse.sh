@@ -56,7 +56,7 @@ for m in llama gpt2; do
   set -- $base
   [ "$1" = "$3" ] || bad "$m: the model counts $1 kernel calls, the program launches $3"
   if [ $m = llama ]; then
-    for l in residual swiglu normres epilogue groups ce sumsq residual,swiglu,normres all; do check $m $l "$1" "$2"; done
+    for l in residual swiglu normres epilogue groups ce sumsq hfuse residual,swiglu,normres all; do check $m $l "$1" "$2"; done
   else
     for l in epilogue normres ce sumsq; do check $m $l "$1" "$2"; done
   fi
@@ -67,14 +67,14 @@ for l in residual swiglu normres; do
   [ "${calls_llama_residual_swiglu_normres:-0}" -gt "${!v:-0}" ] ||
     bad "llama: residual,swiglu,normres off ${calls_llama_residual_swiglu_normres:-?} calls, not above $l off alone (${!v:-?})"
 done
-for l in residual swiglu normres epilogue groups ce sumsq; do
+for l in residual swiglu normres epilogue groups ce sumsq hfuse; do
   v=calls_llama_$l
   [ "${calls_llama_all:-0}" -ge "${!v:-1}" ] || bad "llama: all off ${calls_llama_all:-?} calls, below $l off alone (${!v:-?})"
 done
 
 # refused: an unknown name (with the valid ones), the CPU target, no list
 out=$("$shardc" plan "${llama[@]}" --no-fuse residual,bogus 2>&1) && bad "--no-fuse residual,bogus accepted"
-grep -q "no fusion named 'bogus' (valid: residual, swiglu, normres, epilogue, groups, ce, sumsq, all)" <<<"$out" ||
+grep -q "no fusion named 'bogus' (valid: residual, swiglu, normres, epilogue, groups, ce, sumsq, hfuse, all)" <<<"$out" ||
   bad "--no-fuse residual,bogus: '$out'"
 out=$("$shardc" plan models/gpt2-124m.model --no-fuse ce 2>&1) && bad "--no-fuse on the CPU target accepted"
 grep -q "use it with --target cuda" <<<"$out" || bad "--no-fuse on the CPU target: '$out'"

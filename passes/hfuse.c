@@ -1,0 +1,279 @@
+/* passes/hfuse.c — the `hfuse` pass (CUDA target): sibling GEMMs, one launch.
+ *
+ * Llama's layer reads one activation with several weights: k = x @ w_k and v = x @ w_v (both [d, kv]),
+ * SwiGLU's g = x @ w_gate and u = x @ w_up (both [d, ffn]), and the backward's weight gradients
+ * X^T dY read one X. Two such matmuls (the same A bytes: one value, or reshape views of one; no
+ * accumulator, no epilogue, a B of rank 2, the same transposes, weights and outputs of one shape and
+ * dtype) become one strided-batched GEMM: the first gets Attrs.hfuse 1 and launches both
+ * (rt_cu_matmul_pair: batch 2, A's stride 0, B's and y's strides the distances between the two
+ * weights' and the two outputs' bytes, which the memory plan fixed), the second, right after it, gets
+ * 2 and emits nothing. The batch's tiles fill the GPU as one GEMM of twice the width: one launch and
+ * one last-wave tail instead of two (the cost model's 16.4 us per GEMM, passes/cost.c).
+ *
+ * The weights and outputs stay where the plan put them: no concatenated copy, no column views, no
+ * change to the update, the checkpoint or any other target. The second GEMM, when not right after the
+ * first (the backward's weight gradients lie around the input gradient's GEMMs), rises to just after
+ * it, with the reshape views it reads moved to just before the first. The pass declines (the GEMMs run
+ * as they are) where:
+ *   - the second cannot rise: an input made between (not a view), a region, another stage or
+ *     instruction between, or a node between that reads or writes its output's bytes (it is written
+ *     earlier now: placed_write_early); at most RISE_MAX nodes apart;
+ *   - either one is in a fusion group, or has a value in host memory (plan offload's optimizer step);
+ *   - a batched B, or a transposed A over batch dims (not one [m, k] x [k, n]);
+ *   - bytes meet: the second output is written with the first, so it must meet neither A, nor the
+ *     first weight, nor the first output, and the first output not the second weight;
+ *   - the two distances do not point the same way in every iteration of the loop (a batch stride is
+ *     never negative; rt_cu_matmul_pair would run two GEMMs): the addresses read as codegen binds
+ *     them (addr). For weights that are persistent (parameters, their bf16 copies) the memory plan has
+ *     made them agree (hfuse_order_copies, called at its end, exchanges two same-sized weights' places);
+ *     transient operands (the backward's gradients) pair where the packing happened to lay them out
+ *     one way round.
+ * Nothing here depends on ZeRO, tp or the weight copy: the weights are whatever the GEMMs read (the
+ * persistent bf16 copies, a layer's own cast, ZeRO-3's gathered rows, a tp shard). The query's GEMM,
+ * q = x @ w_q, stays apart (its width differs from k's and v's: no uniform batch), and so do the
+ * backward's input gradients (a batch cannot sum its entries: docs/performance.md, "Sibling GEMMs as
+ * one"). `shardc --no-fuse hfuse` turns it off.
+ */
+#include <stdlib.h>
+
+#include "diag.h"
+#include "memplan.h"
+#include "memplan_views.h"
+#include "passes.h"
+#include "placed.h"
+
+static bool same_shape(const Shape *a, const Shape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i] != b->dim[i]) return false;
+  return true;
+}
+
+static bool one_gemm(const Node *n) {
+  if (n->op != OP_MATMUL || n->nin != 2 || n->a.epilogue || n->group) return false;
+  const Value *a = n->in[0], *b = n->in[1];
+  if (b->shape.rank != 2 || (n->a.ta && a->shape.rank != 2) || a->shape.rank < 2) return false;
+  return !a->host && !b->host && !n->out[0]->host && a->dtype == b->dtype;
+}
+
+/* Where v lives in iteration i of its graph's loop: base + i * step bytes from the rank's base, as codegen
+ * binds it (codegen/emit.c emit_repeat: a stacked input's row i; cg.c cg_ptr); false where that is not
+ * such a line (a carry, a view's column, ZeRO-3's next row, host memory, a row of an outer loop). */
+static bool addr(const Value *v, int64_t *base, int64_t *step) {
+  const Node *d = v->def;
+  if (d->op == OP_ARG) {
+    const Node *r = d->graph->owner;
+    int k = d->a.index;
+    if (!r || r->op != OP_REPEAT || k < r->a.ncarry || k >= r->nin || d->a.next) return false;
+    if (!addr(r->in[k], base, step) || *step) return false; /* an outer loop's row: not this loop's line */
+    if (k < r->a.ncarry + r->a.nxs) *step = ir_numel(&v->shape) * ir_dtype_size(v->dtype); /* row i */
+    return true;
+  }
+  if (v->offset == IR_OFFSET_VIEW) return !v->ld && d->nin > 0 && addr(d->in[0], base, step);
+  if (v->offset < 0 || v->host || v->last_in) return false;
+  *base = v->offset;
+  *step = v->stride;
+  return true;
+}
+
+/* Whether the second operand's and the output's distances (pair q minus p) point the same way, nonzero,
+ * in every iteration: one strided batch (rt_cu_matmul_pair; the runtime runs two GEMMs otherwise). */
+static bool one_direction(const Node *p, const Node *q) {
+  int64_t b0, s0, b1, s1, y0, t0, y1, t1;
+  if (!addr(p->in[1], &b0, &s0) || !addr(q->in[1], &b1, &s1) || !addr(p->out[0], &y0, &t0) ||
+      !addr(q->out[0], &y1, &t1))
+    return false;
+  const Node *r = p->graph->owner;
+  int64_t last = r && r->op == OP_REPEAT ? r->a.count - 1 : 0;
+  for (int e = 0; e < 2; e++) {
+    int64_t i = e ? last : 0, db = b1 - b0 + i * (s1 - s0), dy = y1 - y0 + i * (t1 - t0);
+    if (!db || !dy || (db > 0) != (dy > 0)) return false;
+  }
+  return true;
+}
+
+/* v's bytes as another value's: through reshapes the plan made views (no copy). */
+static const Value *bytes_of(const Value *v) {
+  while (v->def->op == OP_RESHAPE && memplan_is_view(v->def)) v = v->def->in[0];
+  return v;
+}
+
+/* Whether p's and q's A are the same bytes read the same way (one value, or views of one of one shape). */
+static bool same_a(const Node *p, const Node *q) {
+  const Value *a = p->in[0], *b = q->in[0];
+  return a == b || (a->dtype == b->dtype && same_shape(&a->shape, &b->shape) && bytes_of(a) == bytes_of(b));
+}
+
+/* Whether p and q have the form of a sibling pair. */
+static bool sibling_form(const Node *p, const Node *q) {
+  const Value *b0 = p->in[1], *b1 = q->in[1], *y0 = p->out[0], *y1 = q->out[0];
+  if (!one_gemm(p) || !one_gemm(q) || !same_a(p, q) || b0 == b1) return false;
+  if (p->a.ta != q->a.ta || p->a.tb != q->a.tb || b0->dtype != b1->dtype || !same_shape(&b0->shape, &b1->shape)) return false;
+  if (y0->dtype != y1->dtype || !same_shape(&y0->shape, &y1->shape)) return false;
+  return ir_node_stages(p) == ir_node_stages(q) && p->instr == q->instr;
+}
+
+/* The top graph's persistent weight v reads (a PARAM, or its bf16 copy: STATE "bf16:<param>", passes/wshadow.c),
+ * through the arguments of the regions around it (a loop's row of it, or the whole); NULL if v is not one. */
+static const Value *weight_copy(const Value *v) {
+  while (v->def->op == OP_ARG) {
+    const Node *r = v->def->graph->owner;
+    int k = v->def->a.index;
+    if (!r || r->op != OP_REPEAT || k < r->a.ncarry || k >= r->nin || v->def->a.next) return NULL;
+    v = r->in[k];
+  }
+  const Node *d = v->def;
+  bool weight = d->op == OP_PARAM || (d->op == OP_STATE && ir_copy_source(d->a.name));
+  return weight && !d->graph->parent && !ir_node_stages(d) && !v->host && v->offset >= 0 ? v : NULL;
+}
+
+/* Where value v's bytes (over its loop's iterations: memplan_span) lie against [o, o + bytes): 0 apart, 1 inside,
+ * -1 across its edge. */
+static int against(const Value *v, int64_t o, int64_t bytes) {
+  int64_t lo, hi;
+  if (v->host || !memplan_span(v, &lo, &hi) || hi <= o || lo >= o + bytes) return 0;
+  return lo >= o && hi <= o + bytes ? 1 : -1;
+}
+
+/* Whether no value of g (and its bodies) lies across an edge of [o0, o0 + bytes) or [o1, o1 + bytes). */
+static bool whole(const Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body && !whole(n->body, o0, o1, bytes)) return false;
+    for (int k = 0; k < n->nout; k++)
+      if (against(n->out[k], o0, bytes) < 0 || against(n->out[k], o1, bytes) < 0) return false;
+  }
+  return true;
+}
+
+/* Every value of g (and its bodies) whose bytes lie inside [o0, o0 + bytes) moves to the same place in
+ * [o1, o1 + bytes), and the other way round. */
+static void exchange(Graph *g, int64_t o0, int64_t o1, int64_t bytes) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) exchange(n->body, o0, o1, bytes);
+    for (int k = 0; k < n->nout; k++) {
+      Value *v = n->out[k];
+      if (against(v, o0, bytes) > 0) v->offset += o1 - o0;
+      else if (against(v, o1, bytes) > 0) v->offset += o0 - o1;
+    }
+  }
+}
+
+static void order_pair(Graph *top, const Node *p, const Node *q) {
+  const Value *c0 = weight_copy(p->in[1]), *c1 = weight_copy(q->in[1]);
+  int64_t y0, t0, y1, t1, b0, s0, b1, s1;
+  if (!c0 || !c1 || c0 == c1 || !addr(p->out[0], &y0, &t0) || !addr(q->out[0], &y1, &t1) ||
+      !addr(p->in[1], &b0, &s0) || !addr(q->in[1], &b1, &s1) || s0 != s1)
+    return;
+  int64_t bytes = ir_numel(&c0->shape) * ir_dtype_size(c0->dtype);
+  if (bytes != ir_numel(&c1->shape) * ir_dtype_size(c1->dtype)) return;
+  const Node *r = p->graph->owner;
+  int64_t last = r && r->op == OP_REPEAT ? r->a.count - 1 : 0, dy0 = y1 - y0, dyl = y1 - y0 + last * (t1 - t0);
+  if (!dy0 || !dyl || (dy0 > 0) != (dyl > 0) || (dy0 > 0) == (b1 > b0)) return; /* no one way, or already it */
+  /* the copies and what the plan put in them (the update's cast written there, ZeRO's gathered shards), unless
+   * something lies across an edge (then the pass finds the pair two ways round, and leaves it) */
+  if (whole(top, c0->offset, c1->offset, bytes)) exchange(top, c0->offset, c1->offset, bytes);
+}
+
+static void order_graph(Graph *top, Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) order_graph(top, n->body);
+    if (i + 1 < g->nnodes && sibling_form(n, g->nodes[i + 1])) order_pair(top, n, g->nodes[i + 1]);
+  }
+}
+
+void hfuse_order_copies(Module *m) {
+  if (m->target != TARGET_CUDA || !fuse_on(m, FUSE_HFUSE)) return;
+  order_graph(m->graph, m->graph);
+}
+
+static bool siblings(const Node *p, const Node *q) {
+  const Value *b0 = p->in[1], *b1 = q->in[1], *y0 = p->out[0], *y1 = q->out[0];
+  if (!sibling_form(p, q)) return false;
+  /* y1 is written with y0, before q's place: it must meet nothing p reads or writes, nor y0 b1 */
+  if (placed_meets(y1, p->in[0]) || placed_meets(y1, b0) || placed_meets(y1, y0) || placed_meets(y0, b1)) return false;
+  return one_direction(p, q);
+}
+
+int hfuse_leader(const Graph *g, int i) {
+  if (i <= 0 || i >= g->nnodes || g->nodes[i]->a.hfuse != 2) return -1;
+  return g->nodes[i - 1]->a.hfuse == 1 ? i - 1 : -1;
+}
+
+static int position(const Graph *g, const Node *n) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1; /* (another graph's, or an argument) */
+}
+
+/* Whether q (at j, after p at i) may move to just after p, the views it reads that lie between to just before p:
+ * each input defined before p's place, or such a reshape view (no code) whose input is; its output written that
+ * early meeting nothing the nodes between use (placed_write_early: no region between either). */
+static bool may_rise(const Graph *g, int i, int j) {
+  const Node *q = g->nodes[j];
+  for (int k = 0; k < q->nin; k++) {
+    const Node *d = q->in[k]->def;
+    int at = d->graph == g ? position(g, d) : -1;
+    if (at < i) continue;
+    if (at > j || d->op != OP_RESHAPE || !memplan_is_view(d) || d->group) return false;
+    int src = d->in[0]->def->graph == g ? position(g, d->in[0]->def) : -1;
+    if (src >= i) return false;
+  }
+  for (int k = i + 1; k < j; k++)
+    if (ir_node_stages(g->nodes[k]) != ir_node_stages(q) || g->nodes[k]->instr != q->instr) return false;
+  return placed_write_early(g, q->out[0], i, NULL);
+}
+
+/* Moves the views between i and j that q (at j) reads to just before i, and q to just after i; returns p's new place. */
+static int rise(Graph *g, int i, int j) {
+  Node *p = g->nodes[i], *q = g->nodes[j];
+  Node **moved = calloc((size_t)(j - i), sizeof *moved), **rest = calloc((size_t)(j - i), sizeof *rest);
+  if (!moved || !rest) die("hfuse: out of memory");
+  int nm = 0, nr = 0;
+  for (int k = i + 1; k < j; k++) {
+    Node *x = g->nodes[k];
+    bool view = false;
+    for (int a = 0; a < q->nin; a++) view |= q->in[a]->def == x;
+    if (view) moved[nm++] = x;
+    else rest[nr++] = x;
+  }
+  int at = i;
+  for (int k = 0; k < nm; k++) g->nodes[at++] = moved[k];
+  int pp = at;
+  g->nodes[at++] = p;
+  g->nodes[at++] = q;
+  for (int k = 0; k < nr; k++) g->nodes[at++] = rest[k];
+  free(moved);
+  free(rest);
+  return pp;
+}
+
+enum { RISE_MAX = 24 }; /* nodes a sibling may rise over (a layer's backward: its dX GEMMs, their adds, views) */
+
+static void hfuse_graph(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->body) hfuse_graph(n->body);
+    if (n->a.hfuse) continue; /* (the IR read back after this pass: tests/passes/ir_roundtrip.sh) */
+    if (!one_gemm(n)) continue;
+    for (int j = i + 1; j < g->nnodes && j <= i + RISE_MAX && !g->nodes[j]->body; j++) {
+      Node *q = g->nodes[j];
+      if (q->a.hfuse || !siblings(n, q) || (j > i + 1 && !may_rise(g, i, j))) continue;
+      if (j > i + 1) i = rise(g, i, j);
+      n->a.hfuse = 1;
+      q->a.hfuse = 2;
+      i++; /* (past q) */
+      break;
+    }
+  }
+}
+
+bool pass_hfuse(Module *m) {
+  if (m->target != TARGET_CUDA) return true;
+  if (!m->memplan) die("hfuse: the memory plan has not run");
+  if (!fuse_on(m, FUSE_HFUSE)) return true; /* shardc --no-fuse hfuse */
+  hfuse_graph(m->graph);
+  return true;
+}
