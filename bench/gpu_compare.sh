@@ -19,13 +19,14 @@
 # tests/gpu/pack.sh builds the two shardc trainers and packs them (.gpu/bin, with LLMC=path/to/train_gpt2cu
 # llm.c's too) with their libraries for the GPU machine: source .gpu/env.sh && bench/gpu_compare.sh .gpu/bin
 # `llamanofuse`: the Llama trainer built with `--no-fuse residual,swiglu,normres` (llama509_cuda_nofuse, tests/gpu/pack.sh),
-# right after `llama`: the three fusions' effect on the same GPU (docs/cuda.md "--no-fuse")
-#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,perlayer,llama,llamanofuse,llmc,torch,torchllama]
+# right after `llama`: the three fusions' effect on the same GPU (docs/cuda.md "--no-fuse"); `llamanohfuse`: built
+# with `--no-fuse hfuse` (llama509_cuda_nohfuse): the sibling GEMMs' batched launches' effect (passes/hfuse.c)
+#   bench/gpu_compare.sh BIN [steps=30] [parts=shardc,perlayer,llama,llamanofuse,llamanohfuse,llmc,torch,torchllama]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${1:?usage: bench/gpu_compare.sh BIN [steps] [parts]}" && pwd)
 steps=${2:-30}
-parts=${3:-shardc,perlayer,llama,llamanofuse,llmc,torch,torchllama}
+parts=${3:-shardc,perlayer,llama,llamanofuse,llamanohfuse,llmc,torch,torchllama}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -55,6 +56,8 @@ case ",$parts," in *,llama,*) [ -x "$bin/llama509_cuda" ] &&
   shardc_run "shardc llama-509m B=8 T=1024" "$bin/llama509_cuda" "$t/llama.bin" 8192 ;; esac
 case ",$parts," in *,llamanofuse,*) [ -x "$bin/llama509_cuda_nofuse" ] &&
   shardc_run "shardc llama-509m B=8 T=1024 --no-fuse residual,swiglu,normres" "$bin/llama509_cuda_nofuse" "$t/llama.bin" 8192 ;; esac
+case ",$parts," in *,llamanohfuse,*) [ -x "$bin/llama509_cuda_nohfuse" ] &&
+  shardc_run "shardc llama-509m B=8 T=1024 --no-fuse hfuse" "$bin/llama509_cuda_nohfuse" "$t/llama.bin" 8192 ;; esac
 case ",$parts," in *,perlayer,*) [ -x "$bin/llama509_cuda_perlayer" ] &&
   shardc_run "shardc llama-509m B=8 T=1024 per-layer casts" "$bin/llama509_cuda_perlayer" "$t/llama.bin" 8192 ;; esac
 case ",$parts," in *,llmc,*) if [ -x "$bin/train_gpt2cu" ]; then

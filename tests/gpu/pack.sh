@@ -4,7 +4,8 @@
 # by git; carry it to the GPU machine with the tree):
 #   test_cudart, cuda_kernels_gpu (from the build), tiny (CPU and CUDA), GPT-2 124M (B 16, T 1024)
 #   and the Llama-shaped 509M trainers (Llama also with `--no-fuse residual,swiglu,normres`: llama509_cuda_nofuse,
-#   the three fusions' effect side by side, bench/gpu_compare.sh llamanofuse), GPT-2 124M with `zero 1 offload` (tests/gpu/run_offload.sh; with
+#   the three fusions' effect side by side, bench/gpu_compare.sh llamanofuse; and with `--no-fuse hfuse`:
+#   llama509_cuda_nohfuse, the sibling GEMMs' batched launches, llamanohfuse), GPT-2 124M with `zero 1 offload` (tests/gpu/run_offload.sh; with
 #   BASE_SHARDC=path/to/an/older/shardc also that shardc's build of it, gpt2_off_base: e.g. the
 #   synchronous copies before the overlap), and llm.c's train_gpt2cu when LLMC=path/to/train_gpt2cu is set;
 #   then their kernels compiled for sm_90a by NVRTC here (`--compile-kernels`, cuda_kernels_gpu --compile: about
@@ -34,6 +35,9 @@ s="$build/shardc"
 "$s" build models/llama3-8b.model --world 1 --target cuda -D vocab=32000 -D layers=8 -D d=2048 -D heads=16 \
   -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 -D recompute=none -D tp=1 -D sp=off \
   --no-fuse residual,swiglu,normres -o "$t/llama509_cuda_nofuse" >/dev/null
+"$s" build models/llama3-8b.model --world 1 --target cuda -D vocab=32000 -D layers=8 -D d=2048 -D heads=16 \
+  -D kv_heads=8 -D ffn=5632 -D seq=1024 -D micro_batch=8 -D batch=8 -D zero=0 -D recompute=none -D tp=1 -D sp=off \
+  --no-fuse hfuse -o "$t/llama509_cuda_nohfuse" >/dev/null
 off=(models/gpt2-124m.model --world 1 --target cuda -D micro_batch=16 -D batch=16 -D seq=1024 -D zero=1 -D offload=on)
 "$s" build "${off[@]}" -o "$t/gpt2_off" >/dev/null
 extra=()
@@ -48,7 +52,8 @@ fi
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib
 bins=("$build/tests/cudart/test_cudart" "$build/tests/cuda/cuda_kernels_gpu" "$t/tiny_cpu" "$t/tiny_cuda" "$t/gpt2_cuda"
-      "$t/llama509_cuda" "$t/gpt2_cuda_perlayer" "$t/llama509_cuda_perlayer" "$t/llama509_cuda_nofuse" "$t/gpt2_off"
+      "$t/llama509_cuda" "$t/gpt2_cuda_perlayer" "$t/llama509_cuda_perlayer" "$t/llama509_cuda_nofuse" "$t/llama509_cuda_nohfuse"
+      "$t/gpt2_off"
       "${extra[@]}")
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "pack.sh: $b is not an executable" >&2; exit 1; }
@@ -77,7 +82,8 @@ precompile() { # precompile LABEL CMD...: one program's kernels into .gpu/cubin;
 if [ "${CUBINS:-1}" != 0 ]; then
   mkdir -p .gpu/cubin
   cache=$(cd .gpu/cubin && pwd)
-  for b in tiny_cuda gpt2_cuda llama509_cuda gpt2_cuda_perlayer llama509_cuda_perlayer llama509_cuda_nofuse gpt2_off; do
+  for b in tiny_cuda gpt2_cuda llama509_cuda gpt2_cuda_perlayer llama509_cuda_perlayer llama509_cuda_nofuse \
+    llama509_cuda_nohfuse gpt2_off; do
     precompile "$b" "$t/$b" --compile-kernels sm_90a
   done
   precompile "gpt2_cuda (no candidates)" env SHARDRT_ATTN_AUTOTUNE=0 "$t/gpt2_cuda" --compile-kernels sm_90a

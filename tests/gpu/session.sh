@@ -11,7 +11,8 @@
 #           GPT-2's first 2 steps with every attention candidate offered, else without the wgmma
 #           tiles (SHARDRT_ATTN_WGMMA=0), else without autotuning, the rest run under what started
 #   peers   bench/gpu_compare.sh: shardc, llm.c, PyTorch eager and torch.compile on GPT-2 and the
-#           509M Llama shape (shardc's also built with --no-fuse residual,swiglu,normres: llamanofuse)
+#           509M Llama shape (shardc's also built with --no-fuse residual,swiglu,normres: llamanofuse, and with
+#           --no-fuse hfuse: llamanohfuse)
 #   sweep   cuda_kernels_gpu's attention tile sweep (mma.sync tiles in dynamic shared memory, the
 #           wgmma forward's and backward's on sm_90a, the warp-specialized forward, the one-kernel
 #           backward) and the bytes-bound kernels' variants side by side (one-pass): the new kernels'
@@ -126,7 +127,7 @@ case $settings in
   *"SHARDRT_ATTN_AUTOTUNE=0"*) export SHARDRT_ATTN_WGMMA=0 SHARDRT_ATTN_AUTOTUNE=0 ;;
   *"SHARDRT_ATTN_WGMMA=0"*) export SHARDRT_ATTN_WGMMA=0 ;;
 esac
-part peers 120 270 bench/gpu_compare.sh "$bin" 20 shardc,llama,llamanofuse,llmc,torch,torchllama
+part peers 120 300 bench/gpu_compare.sh "$bin" 20 shardc,llama,llamanofuse,llamanohfuse,llmc,torch,torchllama
 grep -E "median" "$out/peers.log" >> "$sum"
 part sweep 60 200 sweep
 part tune 60 200 tune
