@@ -87,13 +87,21 @@ static int sass_check(const char *nvdisasm, const char *src, const char *img, si
     return 1;
   }
   free(text);
-  int fails = 0, tc = 0;
+  int fails = 0, tc = 0, skipped = 0;
   for (const char *at = strstr(src, tmpl); at; at = strstr(at + 1, tmpl)) {
     const char *h = NULL;
     for (const char *q = strstr(src, "__global__ void"); q && q < at; q = strstr(q + 1, "__global__ void")) h = q;
     int k = -1;
     const char *name = h ? strstr(h, ") k") : NULL;
     if (!name || sscanf(name, ") k%d(", &k) != 1 || k < 0 || k >= 4096) continue;
+    /* a candidate compiled only for the autotuning (`#ifdef SK_ATTN_TUNE` before its `extern "C"`; this compile
+     * leaves it out): not in the cubin. The pair key's are such: the same templates on the backward's unified
+     * pointers as kernels checked here. */
+    const char *g = h - 40 > src ? h - 40 : src;
+    if (memmem(g, (size_t)(h - g), "#ifdef SK_ATTN_TUNE", 19)) {
+      skipped++;
+      continue;
+    }
     tc++;
     if (hmma[k] == 0) {
       printf("FAIL sass: k%d (%.40s...) has no %s instruction in the %s cubin\n", k, at, insn, arch);
@@ -101,7 +109,10 @@ static int sass_check(const char *nvdisasm, const char *src, const char *img, si
     }
   }
   if (tc == 0) printf("FAIL sass: no tensor-core attention kernel among the cases\n"), fails++;
-  if (!fails) printf("ok   sass: the %d tensor-core attention kernels (%s) hold %s instructions (%s, nvdisasm)\n", tc, tmpl, insn, arch);
+  if (!fails)
+    printf("ok   sass: the %d tensor-core attention kernels (%s) hold %s instructions (%s, nvdisasm; %d compiled only under "
+           "SK_ATTN_TUNE left out)\n",
+           tc, tmpl, insn, arch, skipped);
   return fails;
 }
 

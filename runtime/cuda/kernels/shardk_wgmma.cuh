@@ -296,6 +296,23 @@ __device__ __forceinline__ void wg_fwd_tile_pipe(float (&acc)[HD / 8][4], float 
   c_to_a<BK>(pa, s);
 }
 
+/* A warpgroup's last step of the forward: O = acc / l stored (rows r0 .. r0 + 63 of query head h, batch b: this
+ * warp's 16), lse = m ln 2 + log l (the max m in base 2) */
+template <int S, int H, int HD>
+__device__ __forceinline__ void wg_fwd_finish(bf16 *o, float *lse, i64 ldo, const float (&acc)[HD / 8][4],
+                                              const float (&m)[2], const float (&l)[2], i64 b, int h, int r0) {
+  const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = ((int)threadIdx.x >> 5) & 3;
+  const float ln2 = 0.6931471805599453f;
+  float *lb = lse + ((i64)b * H + h) * S;
+  float l0 = quad_sum(l[0]), l1 = quad_sum(l[1]);
+  const int rm = r0 + 16 * w;
+  store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc, 1.0f / l0, 1.0f / l1);
+  if (t == 0) {
+    if (rm + g < S) lb[rm + g] = m[0] * ln2 + logf(l0);
+    if (rm + g + 8 < S) lb[rm + g + 8] = m[1] * ln2 + logf(l1);
+  }
+}
+
 #endif /* SK_HAVE_WGMMA */
 
 /* Forward: grid (ceil(S / (64 NWG)), H, B), block 128 NWG, SK_WG_FWD_SMEM(HD, BK, NWG, PIPE) bytes of
@@ -315,8 +332,7 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
   unsigned char *qs = base, *ks = base + NWG * QB, *vs = ks + 2 * KB;
   /* the warpgroup by a shuffle from lane 0: ptxas then knows it (and every branch on it) uniform in the
    * warp, so no wgmma sits on a path it takes for divergent */
-  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0), lane = (int)threadIdx.x & 31;
-  const int w = ((int)threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
   FlashBlock fb = flash_block(CAUSAL);
   i64 b = fb.b;
   int h = fb.h, kvh = h / (H / KV);
@@ -369,15 +385,7 @@ __device__ void flash_fwd_wg(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
     wg_wait<0>();
     wg_regs<HD / 2>(flat<HD>(acc));
   }
-  const float ln2 = 0.6931471805599453f;
-  float *lb = lse + ((i64)b * H + h) * S;
-  float l0 = quad_sum(l[0]), l1 = quad_sum(l[1]);
-  const int rm = r0 + 16 * w;
-  store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc, 1.0f / l0, 1.0f / l1);
-  if (t == 0) {
-    if (rm + g < S) lb[rm + g] = m[0] * ln2 + logf(l0);
-    if (rm + g + 8 < S) lb[rm + g + 8] = m[1] * ln2 + logf(l1);
-  }
+  wg_fwd_finish<S, H, HD>(o, lse, ldo, acc, m, l, b, h, r0);
 #else
   (void)o, (void)lse, (void)q, (void)k, (void)v, (void)ldo, (void)ldq, (void)ldk, (void)ldv;
   __trap(); /* not built for this architecture: the runtime offers it on sm_90a only */

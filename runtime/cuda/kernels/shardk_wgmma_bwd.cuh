@@ -231,6 +231,36 @@ __device__ __forceinline__ void wg_kv_flush(float (&dka)[HD / 8][4], float (&dva
   wg_regs<HD / 2>(flat<HD>(dka));
 }
 
+/* The dK/dV kernels' copies (flash_bwd_kv_wg, flash_bwd1_wg). wg_kv_rows starts this block's NWG x 64 keys of K
+ * and V (kv head kvh, batch b, from kb0) into ks / vs, uncommitted (they go with the first streamed tile);
+ * wg_kv_stream starts query tile qt0 of head h: Q and dO into buffer buf's swizzled tiles (BQ x HD each), its
+ * lse and D into ls / dsm (BQ floats a buffer), and commits. */
+template <int S, int HD, int NWG, int NT>
+__device__ __forceinline__ void wg_kv_rows(unsigned char *ks, unsigned char *vs, const bf16 *k, const bf16 *v, i64 ldk,
+                                           i64 ldv, i64 b, int kvh, int kb0) {
+  constexpr int RB = 64 * HD * 2;
+  const bf16 *ksrc = k + b * S * ldk + (i64)kvh * HD, *vsrc = v + b * S * ldv + (i64)kvh * HD;
+  for (int x = 0; x < NWG; x++) {
+    sw_tile_async<64, HD, NT>(ks + x * RB, ksrc, ldk, kb0 + 64 * x, S);
+    sw_tile_async<64, HD, NT>(vs + x * RB, vsrc, ldv, kb0 + 64 * x, S);
+  }
+}
+template <int S, int H, int HD, int BQ, int NT>
+__device__ __forceinline__ void wg_kv_stream(unsigned char *qs, unsigned char *os, float *ls, float *dsm, int buf,
+                                             const bf16 *q, const bf16 *dout, const float *lse, const float *Dd,
+                                             i64 ldq, i64 lddo, i64 b, int h, int qt0) {
+  constexpr int TB = BQ * HD * 2;
+  sw_tile_async<BQ, HD, NT>(qs + buf * TB, q + b * S * ldq + (i64)h * HD, ldq, qt0, S);
+  sw_tile_async<BQ, HD, NT>(os + buf * TB, dout + b * S * lddo + (i64)h * HD, lddo, qt0, S);
+  const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
+  for (int j = (int)threadIdx.x; j < BQ; j += NT) {
+    const bool ok = qt0 + j < S;
+    cp4(&ls[buf * BQ + j], lb + (ok ? qt0 + j : 0), ok);
+    cp4(&dsm[buf * BQ + j], db + (ok ? qt0 + j : 0), ok);
+  }
+  cp_commit();
+}
+
 #endif /* SK_HAVE_WGMMA */
 
 /* dK and dV: grid (ceil(S / (64 NWG)), KV, B), block 128 NWG, SK_WG_KV_SMEM(HD, BQ, NWG, PIPE) bytes of
@@ -255,25 +285,13 @@ __device__ void flash_bwd_kv_wg(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k
   FlashBlock fb = flash_block(false);
   const i64 b = fb.b;
   const int kvh = fb.h, kb0 = fb.t * BKV, r0 = kb0 + 64 * wg;
-  const bf16 *ksrc = k + b * S * ldk + (i64)kvh * HD, *vsrc = v + b * S * ldv + (i64)kvh * HD;
-  for (int x = 0; x < NWG; x++) { /* committed with the first Q and dO tiles */
-    sw_tile_async<64, HD, NT>(ks + x * RB, ksrc, ldk, kb0 + 64 * x, S);
-    sw_tile_async<64, HD, NT>(vs + x * RB, vsrc, ldv, kb0 + 64 * x, S);
-  }
+  wg_kv_rows<S, HD, NWG, NT>(ks, vs, k, v, ldk, ldv, b, kvh, kb0); /* committed with the first Q and dO tiles */
   const int qstart = CAUSAL ? kb0 / BQ * BQ : 0;
   const int nqt = (S - qstart + BQ - 1) / BQ, ntiles = G * nqt;
   /* tile i: head kvh G + i / nqt, queries from qstart + (i % nqt) BQ */
   auto issue = [&](int i) {
-    const int h = kvh * G + i / nqt, buf = i % NB, qt0 = qstart + (i % nqt) * BQ;
-    sw_tile_async<BQ, HD, NT>(qs + buf * TB, q + b * S * ldq + (i64)h * HD, ldq, qt0, S);
-    sw_tile_async<BQ, HD, NT>(os + buf * TB, dout + b * S * lddo + (i64)h * HD, lddo, qt0, S);
-    const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
-    for (int j = (int)threadIdx.x; j < BQ; j += NT) {
-      const bool ok = qt0 + j < S;
-      cp4(&ls[buf * BQ + j], lb + (ok ? qt0 + j : 0), ok);
-      cp4(&dsm[buf * BQ + j], db + (ok ? qt0 + j : 0), ok);
-    }
-    cp_commit();
+    wg_kv_stream<S, H, HD, BQ, NT>(qs, os, ls, dsm, i % NB, q, dout, lse, Dd, ldq, lddo, b, kvh * G + i / nqt,
+                                   qstart + (i % nqt) * BQ);
   };
   issue(0);
   float dka[HD / 8][4], dva[HD / 8][4];

@@ -256,24 +256,12 @@ __device__ void flash_bwd1_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, const
   FlashBlock fb = flash_block(false); /* the key block: the slowest index of the linear block order */
   const i64 b = fb.b;
   const int kvh = fb.h, kb = fb.t, kb0 = kb * BKV, r0 = kb0 + 64 * wg;
-  const bf16 *ksrc = k + b * S * ldk + (i64)kvh * HD, *vsrc = v + b * S * ldv + (i64)kvh * HD;
-  for (int x = 0; x < NWG; x++) {
-    sw_tile_async<64, HD, NT>(ks + x * RB, ksrc, ldk, kb0 + 64 * x, S);
-    sw_tile_async<64, HD, NT>(vs + x * RB, vsrc, ldv, kb0 + 64 * x, S);
-  }
+  wg_kv_rows<S, HD, NWG, NT>(ks, vs, k, v, ldk, ldv, b, kvh, kb0);
   const int qstart = CAUSAL ? kb0 / BQ * BQ : 0;
   const int nqt = (S - qstart + BQ - 1) / BQ, ntiles = G * nqt;
-  auto issue = [&](int i) {
-    const int h = kvh * G + i / nqt, buf = i & 1, qt0 = qstart + (nqt - 1 - i % nqt) * BQ;
-    sw_tile_async<BQ, HD, NT>(qs + buf * TB, q + b * S * ldq + (i64)h * HD, ldq, qt0, S);
-    sw_tile_async<BQ, HD, NT>(os + buf * TB, dout + b * S * lddo + (i64)h * HD, lddo, qt0, S);
-    const float *lb = lse + ((i64)b * H + h) * S, *db = Dd + ((i64)b * H + h) * S;
-    for (int j = (int)threadIdx.x; j < BQ; j += NT) {
-      const bool ok = qt0 + j < S;
-      cp4(&ls[buf * BQ + j], lb + (ok ? qt0 + j : 0), ok);
-      cp4(&dsm[buf * BQ + j], db + (ok ? qt0 + j : 0), ok);
-    }
-    cp_commit();
+  auto issue = [&](int i) { /* the last query tile first */
+    wg_kv_stream<S, H, HD, BQ, NT>(qs, os, ls, dsm, i & 1, q, dout, lse, Dd, ldq, lddo, b, kvh * G + i / nqt,
+                                   qstart + (nqt - 1 - i % nqt) * BQ);
   };
   issue(0);
   float dka[HD / 8][4], dva[HD / 8][4];

@@ -116,7 +116,7 @@ __device__ void flash_fwd_ws(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
   unsigned char *base = (unsigned char *)dyn_smem(SK_WS_FWD_SMEM(HD, BK, NC, ST));
   base += (1024u - (smem_u32(base) & 1023u)) & 1023u;
   unsigned char *qs = base, *kv = base + NC * QB; /* stage s: K at kv + 2 s KB, V after it */
-  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0), lane = (int)threadIdx.x & 31;
+  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
   FlashBlock fb = flash_block(CAUSAL);
   const i64 b = fb.b;
   const int h = fb.h, kvh = h / (H / KV), q0 = fb.t * BQ;
@@ -143,7 +143,7 @@ __device__ void flash_fwd_ws(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
     return;
   }
   if (REG) setmaxnreg<REG, true>();
-  const int c = wg - 1, w = ((int)threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3, r0 = q0 + 64 * c;
+  const int c = wg - 1, r0 = q0 + 64 * c;
   float acc[HD / 8][4], m[2] = {ninf(), ninf()}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < HD / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
@@ -198,15 +198,7 @@ __device__ void flash_fwd_ws(bf16 *o, float *lse, const bf16 *q, const bf16 *k, 
     /* tile it - 1's stage: its S and P V done (every consumer arrives, the producer waits if it refills) */
     if (it >= 1 && it - 1 + ST < ntiles) nbar_arrive(EMPTY + sp, NT);
   }
-  const float ln2 = 0.6931471805599453f;
-  float *lb = lse + ((i64)b * H + h) * S;
-  float l0 = quad_sum(l[0]), l1 = quad_sum(l[1]);
-  const int rm = r0 + 16 * w;
-  store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc, 1.0f / l0, 1.0f / l1);
-  if (t == 0) {
-    if (rm + g < S) lb[rm + g] = m[0] * ln2 + logf(l0);
-    if (rm + g + 8 < S) lb[rm + g + 8] = m[1] * ln2 + logf(l1);
-  }
+  wg_fwd_finish<S, H, HD>(o, lse, ldo, acc, m, l, b, h, r0);
 #else
   (void)o, (void)lse, (void)q, (void)k, (void)v, (void)ldo, (void)ldq, (void)ldk, (void)ldv;
   __trap(); /* not built for this architecture: the runtime offers it on sm_90a only */
