@@ -74,13 +74,14 @@ __device__ __forceinline__ float wg_prob_q(float sv, const float (&la)[2], int n
 
 /* One query tile of dK / dV for one warpgroup (keys r0 .. r0 + 63; this warp's 16 from r0 + 16 w): ka, va
  * its K and V, qa, oa the tile's Q and dO (shared addresses); ls, ds the tile's lse (natural log) and D;
- * qt0 its first query. */
+ * qt0 its first query. dS^T's bf16 A fragments are left in sa (the one-kernel backward's dQ product reads them). */
 template <bool MASK, bool CAUSAL, int S, int HD, int BQ>
-__device__ __forceinline__ void wg_kv_tile(float (&dka)[HD / 8][4], float (&dva)[HD / 8][4], u32 ka, u32 va, u32 qa,
-                                           u32 oa, const float *ls, const float *ds, int qt0, int r0, float c2) {
+__device__ __forceinline__ void wg_kv_tile(float (&dka)[HD / 8][4], float (&dva)[HD / 8][4], u32 (&sa)[BQ / 16][4],
+                                           u32 ka, u32 va, u32 qa, u32 oa, const float *ls, const float *ds, int qt0,
+                                           int r0, float c2) {
   const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = ((int)threadIdx.x >> 5) & 3;
   float s[BQ / 8][4], dp[BQ / 8][4]; /* S^T and dP^T: rows keys, columns queries */
-  u32 pa[BQ / 16][4], sa[BQ / 16][4];
+  u32 pa[BQ / 16][4];
   wg_fence();
   wg_scores<HD, BQ>(s, ka, qa);
   wg_scores<HD, BQ>(dp, va, oa);
@@ -320,8 +321,8 @@ __device__ void flash_bwd_kv_wg(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k
                                                     c2);
         have = true;
       } else {
-        if (mask) wg_kv_tile<true, CAUSAL, S, HD, BQ>(dka, dva, ka, va, qa, oa, lt, dt, qt0, r0, c2);
-        else wg_kv_tile<false, CAUSAL, S, HD, BQ>(dka, dva, ka, va, qa, oa, lt, dt, qt0, r0, c2);
+        if (mask) wg_kv_tile<true, CAUSAL, S, HD, BQ>(dka, dva, sa, ka, va, qa, oa, lt, dt, qt0, r0, c2);
+        else wg_kv_tile<false, CAUSAL, S, HD, BQ>(dka, dva, sa, ka, va, qa, oa, lt, dt, qt0, r0, c2);
       }
     } else if (PIPE && have) { /* the warpgroup's last tile was the previous one: its products now */
       wg_kv_flush<HD, BQ>(dka, dva, pa, sa, smem_u32(qs + pb * TB), smem_u32(os + pb * TB));

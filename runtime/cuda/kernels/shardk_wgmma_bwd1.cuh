@@ -141,43 +141,6 @@ __device__ __forceinline__ void wgmma_ss_tt<128>(float (&d)[64], unsigned long l
 }
 #endif
 
-/* One query tile of dK / dV for one warpgroup, as wg_kv_tile, leaving dS^T's bf16 A fragments in sa. */
-template <bool MASK, bool CAUSAL, int S, int HD, int BQ>
-__device__ __forceinline__ void wg1_kv_tile(float (&dka)[HD / 8][4], float (&dva)[HD / 8][4], u32 (&sa)[BQ / 16][4],
-                                            u32 ka, u32 va, u32 qa, u32 oa, const float *ls, const float *ds, int qt0,
-                                            int r0, float c2) {
-  const int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = ((int)threadIdx.x >> 5) & 3;
-  float s[BQ / 8][4], dp[BQ / 8][4];
-  u32 pa[BQ / 16][4];
-  wg_fence();
-  wg_scores<HD, BQ>(s, ka, qa);
-  wg_scores<HD, BQ>(dp, va, oa);
-  wg_wait<1>();
-  wg_regs<BQ / 2>(flat<BQ>(s));
-  const int rk = r0 + 16 * w + g;
-#pragma unroll
-  for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) s[nt][e] = wg_prob_kv<MASK, CAUSAL, S>(s[nt][e], ls, nt, e, rk, qt0, t, c2);
-  c_to_a<BQ>(pa, s);
-  wg_fence();
-  wg_pv<HD, BQ>(dva, pa, oa); /* dV += P^T dO */
-  wg_wait<1>();
-  wg_regs<BQ / 2>(flat<BQ>(dp));
-#pragma unroll
-  for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) dp[nt][e] = s[nt][e] * (dp[nt][e] - ds[nt * 8 + 2 * t + (e & 1)]);
-  c_to_a<BQ>(sa, dp);
-  wg_fence();
-  wg_pv<HD, BQ>(dka, sa, qa); /* dK += dS^T Q */
-  wg_wait<0>();
-  wg_regs_a<BQ / 16>(pa);
-  wg_regs_a<BQ / 16>(sa);
-  wg_regs<HD / 2>(flat<HD>(dva));
-  wg_regs<HD / 2>(flat<HD>(dka));
-}
-
 /* this warp's 16 rows of the warpgroup's dS^T (sa: A fragments, rows keys 16 w + g and + 8, 64 query columns)
  * into its 64 x 64 tile at dst (the 128-byte swizzle, sw_off<64>) */
 __device__ __forceinline__ void wg1_store_ds(unsigned char *dst, const u32 (&sa)[4][4]) {
@@ -280,8 +243,8 @@ __device__ void flash_bwd1_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, const
       const float *lt = ls + buf * BQ, *dt = dsm + buf * BQ;
       const bool mask = qt0 + BQ > S || r0 + 64 > S || (CAUSAL && qt0 < r0 + 63);
       u32 sa[BQ / 16][4];
-      if (mask) wg1_kv_tile<true, CAUSAL, S, HD, BQ>(dka, dva, sa, ka, va, qa, oa, lt, dt, qt0, r0, c2);
-      else wg1_kv_tile<false, CAUSAL, S, HD, BQ>(dka, dva, sa, ka, va, qa, oa, lt, dt, qt0, r0, c2);
+      if (mask) wg_kv_tile<true, CAUSAL, S, HD, BQ>(dka, dva, sa, ka, va, qa, oa, lt, dt, qt0, r0, c2);
+      else wg_kv_tile<false, CAUSAL, S, HD, BQ>(dka, dva, sa, ka, va, qa, oa, lt, dt, qt0, r0, c2);
       wg1_store_ds(dss + wg * 8192, sa);
     }
     wg_stores_ready(); /* dS^T stored (and fenced for the async proxy) before the products read it */
