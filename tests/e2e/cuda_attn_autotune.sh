@@ -131,22 +131,20 @@ nk64=$(wc -l <<<"$tl")
 nc64=$(sed -E 's/.*\(candidate [0-9]* of ([0-9]*),.*/\1/' <<<"$tl" | awk '{ s += $1 } END { print s }')
 grep -q "^attn autotune: $nk64 attention kernels tuned in .* ($((3 * nc64)) timed runs), .* $((nc64 - nk64)) candidates checked against the compiled default in .* 0 refused" "$t/s64.out" ||
   { cat "$t/s64.out"; echo "FAIL: S 64: a correct candidate refused (or not all checked)"; exit 1; }
-# the one-kernel backward in the trainer: the record edited to name wgf64x2 for the pair key, taken (the two
-# kernels' keys then never run), the loss that of the run above within 1e-4 relative
+# the pair key's record edited to name other tiles, taken (the two kernels' keys then never run), the loss that
+# of the run above within 1e-4 relative: the one-kernel backward, then a wgmma pair (dQ, then dK/dV)
 rec64=$(ls "$t"/c64/attn-tune-*.txt)
-sed -i -E 's/^(flash_bwd S 64 [^\t]*)\t.*$/\1\twgf64x2/' "$rec64"
-SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
-  --log "$t/f64.jsonl" >"$t/f64.out" 2>&1 || { cat "$t/f64.out"; fail "S 64 with wgf64x2"; }
-grep -q '^attn autotune: flash_bwd S 64 .*: tiles wgf64x2 (candidate 6 of 8, default two), as recorded by an earlier run$' "$t/f64.out" &&
-  ! grep -q '^attn autotune: flash_bwd_[qk]' "$t/f64.out" || { cat "$rec64" "$t/f64.out"; fail "S 64: the recorded wgf64x2 not taken"; }
-close s64 f64 "the one-kernel backward against the pair key's own choice"
-# a wgmma pair recorded: its two kernels run (dQ, then dK/dV), the keys of the two kernels apart never
-sed -i -E 's/^(flash_bwd S 64 [^\t]*)\t.*$/\1\twgq64x2+kv64x1/' "$rec64"
-SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 --val-batches 1 \
-  --log "$t/p64.jsonl" >"$t/p64.out" 2>&1 || { cat "$t/p64.out"; fail "S 64 with wgq64x2+kv64x1"; }
-grep -q '^attn autotune: flash_bwd S 64 .*: tiles wgq64x2+kv64x1 (candidate 2 of 8, default two), as recorded by an earlier run$' "$t/p64.out" &&
-  ! grep -q '^attn autotune: flash_bwd_[qk]' "$t/p64.out" || { cat "$rec64" "$t/p64.out"; fail "S 64: the recorded wgmma pair not taken"; }
-close s64 p64 "the wgmma pair against the pair key's own choice"
+recorded() { # LOG TILES CANDIDATE WHAT
+  sed -i -E "s/^(flash_bwd S 64 [^\t]*)\t.*$/\1\t$2/" "$rec64"
+  SHARDRT_CUBIN_CACHE="$t/c64" SHARDRT_ATTN_AUTOTUNE=1 "$t/t64" --data "$t/data.txt" --steps 1 --eval-every 0 \
+    --val-batches 1 --log "$t/$1.jsonl" >"$t/$1.out" 2>&1 || { cat "$t/$1.out"; fail "S 64 with $2"; }
+  grep -q "^attn autotune: flash_bwd S 64 .*: tiles $2 (candidate $3 of 8, default two), as recorded by an earlier run$" \
+    "$t/$1.out" && ! grep -q '^attn autotune: flash_bwd_[qk]' "$t/$1.out" ||
+    { cat "$rec64" "$t/$1.out"; fail "S 64: the recorded $2 not taken"; }
+  close s64 "$1" "$4 against the pair key's own choice"
+}
+recorded f64 wgf64x2 6 "the one-kernel backward"
+recorded p64 'wgq64x2+kv64x1' 2 "the wgmma pair"
 if SHARDRT_EMU_WRONG_ATTN=8 "$t/tb" --data "$t/data.txt" --steps 1 --eval-every 0 >"$t/bad.out" 2>&1 ||
   ! grep -q "SHARDRT_EMU_WRONG_ATTN=8: want the tiles" "$t/bad.out"; then
   cat "$t/bad.out"; echo "FAIL: SHARDRT_EMU_WRONG_ATTN=8 was not refused"; exit 1
