@@ -26,8 +26,11 @@
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
 #           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
 #   ncullama the same for the Llama-shaped 509M trainer
+#   sdpa    the attention's peers: PyTorch's scaled_dot_product_attention on each backend (FlashAttention-2,
+#           cuDNN, memory-efficient; FlashAttention-3 when installed) at the sweep's shapes, fwd / bwd / fwd+bwd
+#           TFLOP/s counted as the sweep counts them (bench/peers/sdpa_torch.py): issue 17's 300 beside the field's
 # Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
-# PARTS=sweep,offload,ncu,ncullama (a comma list) runs only those (the probe always): the parts a first call's
+# PARTS=sweep,offload,ncu,ncullama,sdpa (a comma list) runs only those (the probe always): the parts a first call's
 # budget left out, run by a second call on the same warm machine (its cubin cache is kept there).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -138,5 +141,7 @@ part ncu 50 90 ncu_step
 head -12 "$out/ncu.log" >> "$sum" 2>/dev/null
 part ncullama 50 90 ncu_step llama509_cuda
 head -12 "$out/ncullama.log" >> "$sum" 2>/dev/null
+part sdpa 30 90 python3 bench/peers/sdpa_torch.py
+grep -E "^[a-z0-9]+:|TFLOP|refused|FAILED|not installed" "$out/sdpa.log" >> "$sum" 2>/dev/null
 echo "== $(($(date +%s) - start)) s in all" >> "$sum"
 cat "$sum"
