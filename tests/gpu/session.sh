@@ -31,7 +31,9 @@
 #           TFLOP/s counted as the sweep counts them (bench/peers/sdpa_torch.py): issue 17's 300 beside the field's
 # Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
 # PARTS=sweep,offload,ncu,ncullama,sdpa (a comma list) runs only those (the probe always): the parts a first call's
-# budget left out, run by a second call on the same warm machine (its cubin cache is kept there).
+# budget left out, run by a second call on the same warm machine (its cubin cache is kept there). PARTS=rest runs
+# every part no earlier call on this machine started (each part's name is written to $SHARDRT_CUBIN_CACHE/session-started
+# as it starts; a part skipped for time is not), so a second call needs no list of what the first one reached.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-.gpu/out}}
@@ -40,6 +42,8 @@ bin=$(cd .gpu/bin && pwd) || { echo "session.sh: no .gpu/bin (tests/gpu/pack.sh)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export SHARDRT_CUBIN_CACHE=${SHARDRT_CUBIN_CACHE:-/tmp/shardc-cubin}
+mkdir -p "$SHARDRT_CUBIN_CACHE"
+started=$SHARDRT_CUBIN_CACHE/session-started # the parts started on this machine (PARTS=rest)
 start=$(date +%s)
 left() { echo $((budget - ($(date +%s) - start))); }
 sum="$out/summary.txt"
@@ -53,7 +57,11 @@ python3 bench/gpt2_tokens.py "$t/llama.bin" 800000 --vocab 32000 --repeat 4096 >
 part() {
   local name=$1 min=$2 max=$3 l
   shift 3
-  case ",${PARTS:-$name}," in *",$name,"*) ;; *) echo "== $name: not in PARTS" >> "$sum"; return ;; esac
+  if [ "${PARTS:-}" = rest ]; then
+    if grep -qx "$name" "$started" 2>/dev/null; then echo "== $name: started by an earlier call" >> "$sum"; return; fi
+  else
+    case ",${PARTS:-$name}," in *",$name,"*) ;; *) echo "== $name: not in PARTS" >> "$sum"; return ;; esac
+  fi
   l=$(left)
   if [ "$l" -lt "$min" ]; then
     echo "== $name: skipped ($l s left, needs $min)" | tee -a "$sum"
@@ -61,6 +69,7 @@ part() {
   fi
   [ "$l" -lt "$max" ] && max=$l
   local t0=$(date +%s)
+  echo "$name" >> "$started"
   echo "== $name (limit $max s)" | tee -a "$sum"
   timeout -k 5 "$max" bash -c '"$@"' _ "$@" > "$out/$name.log" 2>&1 # (bash: the parts below are functions)
   local rc=$?
