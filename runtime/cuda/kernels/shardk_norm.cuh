@@ -9,6 +9,23 @@
 namespace sk {
 
 /* ---- norms: one block per row (forward), NT threads, thread t owns columns t + NT*k ---------- */
+
+/* A LayerNorm row's mean and 1 / sqrt(variance + eps), from its elements in the block's registers (xv[k]: column
+ * t + NT*k, 0 past D; s: this thread's sum of them), by two block sums: the forward and the backward alike. */
+template <i64 D, int NT, int NPER>
+__device__ __forceinline__ void ln_row_stats(const float (&xv)[NPER], float s, float *red, float eps, float &mean,
+                                             float &rstd) {
+  mean = block_sum<NT>(s, red) * (1.0f / (float)D);
+  float q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NPER; k++) {
+    i64 c = threadIdx.x + (i64)NT * k;
+    float dv = xv[k] - mean;
+    q += c < D ? dv * dv : 0.0f;
+  }
+  rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+}
+
 template <class TX, class TW, i64 D, int NT, int NPER>
 __device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float eps) {
   __shared__ float red[64];
@@ -21,14 +38,8 @@ __device__ void layernorm(TX *y, const TX *x, const TW *w, const TW *b, float ep
     xv[k] = c < D ? ld(xr + c) : 0.0f;
     s += xv[k];
   }
-  float mean = block_sum<NT>(s, red) * (1.0f / (float)D), q = 0.0f;
-#pragma unroll
-  for (int k = 0; k < NPER; k++) {
-    i64 c = threadIdx.x + (i64)NT * k;
-    float dv = xv[k] - mean;
-    q += c < D ? dv * dv : 0.0f;
-  }
-  float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+  float mean, rstd;
+  ln_row_stats<D, NT, NPER>(xv, s, red, eps, mean, rstd);
 #pragma unroll
   for (int k = 0; k < NPER; k++) {
     i64 c = threadIdx.x + (i64)NT * k;
@@ -128,14 +139,8 @@ __device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, c
       gv[k] = c < D ? ld(dy + row * D + c) : 0.0f;
       s += xv[k];
     }
-    float mean = block_sum<NT>(s, red) * (1.0f / (float)D), q = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NPER; k++) {
-      i64 c = threadIdx.x + (i64)NT * k;
-      float dv = xv[k] - mean;
-      q += c < D ? dv * dv : 0.0f;
-    }
-    float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps);
+    float mean, rstd;
+    ln_row_stats<D, NT, NPER>(xv, s, red, eps, mean, rstd);
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int k = 0; k < NPER; k++) {
