@@ -216,7 +216,8 @@ bool pass_shard(Module *m) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_PARAM || g->nodes[i]->op == OP_STATE || g->nodes[i]->op == OP_CAST)
       shard_decide_repl(&s, g->nodes[i]->out[0]);
-  check_shapes(g);
+  bool ok = s.ok && diag_errors() == 0;
+  if (ok) check_shapes(g); /* after a user error (a sequence cp does not split) the local shapes were never made */
   ptrmap_free(&s.info);
   ptrmap_free(&s.memo);
   ptrmap_free(&s.subst);
@@ -224,6 +225,6 @@ bool pass_shard(Module *m) {
   ptrmap_free(&s.embed);
   ptrmap_free(&s.attn_repl);
   ptrmap_free(&s.cp_pos);
-  return s.ok && diag_errors() == 0;
+  return ok;
 }
 

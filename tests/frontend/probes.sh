@@ -92,4 +92,7 @@ if "$shardc" plan "$tiny" 2>&1 >/dev/null | grep -q 'never read'; then
 else
   echo "ok   unread_tiny"
 fi
+# 10. A sequence cp does not split (63 tokens, cp 2) was reported, then the shard pass aborted
+#     (internal compiler error) checking the local shapes it had not made.
+expect cp_odd_seq 1 'error: the sequence (63 tokens of input `tokens`) does not split into 2 x cp = 4 chunks' 4000 -- plan "$tiny" --world 2 -D cp=2 -D seq=63
 exit $status
