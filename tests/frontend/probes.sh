@@ -95,4 +95,8 @@ fi
 # 10. A sequence cp does not split (63 tokens, cp 2) was reported, then the shard pass aborted
 #     (internal compiler error) checking the local shapes it had not made.
 expect cp_odd_seq 1 'error: the sequence (63 tokens of input `tokens`) does not split into 2 x cp = 4 chunks' 4000 -- plan "$tiny" --world 2 -D cp=2 -D seq=63
+# 11. sp on with a sequence tp does not split: sp was dropped without a word (all-reduces instead of
+#     reduce-scatters), and under cp x tp (68 tokens: 17 per zigzag chunk) the IR was invalid (abort).
+expect sp_odd_seq 1 'error: sp on splits the sequence (63 tokens of input `tokens`) over tp 2: it does not divide them' 4000 -- plan "$tiny" --world 2 -D tp=2 -D sp=on -D seq=63
+expect sp_cp_seq 1 'inside each of the 2 x cp = 4 chunks: it does not divide them' 4000 -- plan "$tiny" --world 4 -D cp=2 -D tp=2 -D sp=on -D seq=68
 exit $status
