@@ -582,9 +582,25 @@ static const char *const recipe_keys[] = {
     "momentum", "lr_schedule", "warmup", "min_lr",   "grad_clip", "precision",   "master",    "steps", "data",
     "val",    "checkpoint",  "ckpt_every", "ckpt_dir", "ckpt_keep", "seed",     "on_nonfinite", "max_skips", NULL};
 
+/* `master f32` (the master weights' type, after `precision` or alone): f32 is what every pass and
+ * kernel keeps; `master bf16` was accepted and never read, so it is refused. */
+static void master_weights(Cur *c) {
+  static const char *const names[] = {"bf16", "f32"};
+  Word *w = peek(c);
+  int i = get_choice(c, "master", names, 2);
+  if (i == 0) {
+    error_at(w->loc, "`master bf16`: bf16 master weights are not implemented in shardc (the optimizer keeps f32 "
+             "master weights, also under precision bf16)");
+    note("write `master f32`, or leave `master` out");
+  }
+}
+
 static void recipe_key(Cur *c, Word *k, void *ctx) {
   Recipe *r = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
+  static const char *const flat[RECIPE_FLAT_COUNT] = {"beta1", "beta2", "eps", "momentum", "min_lr"};
+  for (int i = 0; i < RECIPE_FLAT_COUNT; i++)
+    if (strcmp(key, flat[i]) == 0) r->flat_set[i] = true, r->flat_loc[i] = k->loc;
   if (strcmp(key, "batch") == 0) {
     r->batch_loc = k->loc; /* ir/mesh.c: batch = micro_batch x dp x accumulation, checked there */
     get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
@@ -652,26 +668,30 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
     if (i < 0) return;
     r->lr_schedule = (LrScheduleKind)i;
     if (w->kind != W_CALL) return;
-    double warm = (double)r->warmup;
-    CallArg ca[] = {{"warmup", &warm, {0}}, {"min", &r->min_lr, {0}}};
+    double warm = (double)r->warmup, min = NAN;
+    CallArg ca[] = {{"warmup", &warm, {0}}, {"min", &min, {0}}};
     call_args(c, w, ca, 2);
     if (warm < 0 || warm != floor(warm) || warm > 1e15) error_at(w->loc, "`warmup:` must be a whole number of steps");
     else r->warmup = (int64_t)warm;
+    if (!isnan(min) && i == LR_CONSTANT) { /* was: kept and never read */
+      error_at(w->loc, "`constant` keeps lr after the warmup: it takes no `min:`");
+      note("write linear(...) or cosine(...) to decay to min, or leave `min:` out");
+    } else if (!isnan(min)) {
+      r->min_lr = min;
+    }
   } else if (strcmp(key, "precision") == 0 || strcmp(key, "master") == 0) {
     static const char *const names[] = {"bf16", "f32"};
-    int i = get_choice(c, key, names, 2);
-    if (i < 0) return;
     if (strcmp(key, "master") == 0) {
-      r->master_f32 = i == 1;
+      master_weights(c);
       return;
     }
+    int i = get_choice(c, key, names, 2);
+    if (i < 0) return;
     r->precision = i == 0 ? PREC_BF16 : PREC_F32;
     r->precision_loc = k->loc; /* passes/precision.c's note on the CPU target */
-    r->master_f32 = true;
     if (is_ident(peek(c), "master")) {
       c->i++;
-      int j = get_choice(c, "master", names, 2);
-      if (j >= 0) r->master_f32 = j == 1;
+      master_weights(c);
     }
   } else if (strcmp(key, "data") == 0) {
     if (get_string(c, key, &r->data) && is_ident(peek(c), "val")) {

@@ -99,4 +99,15 @@ expect cp_odd_seq 1 'error: the sequence (63 tokens of input `tokens`) does not 
 #     reduce-scatters), and under cp x tp (68 tokens: 17 per zigzag chunk) the IR was invalid (abort).
 expect sp_odd_seq 1 'error: sp on splits the sequence (63 tokens of input `tokens`) over tp 2: it does not divide them' 4000 -- plan "$tiny" --world 2 -D tp=2 -D sp=on -D seq=63
 expect sp_cp_seq 1 'inside each of the 2 x cp = 4 chunks: it does not divide them' 4000 -- plan "$tiny" --world 4 -D cp=2 -D tp=2 -D sp=on -D seq=68
+# 12. Recipe values no pass reads, or that make the update wrong, were accepted: eps and momentum
+#     negative, min_lr negative (the last steps ran at a negative lr) or above lr, momentum under
+#     adamw, beta1 under sgd, min_lr under a constant schedule.
+expect eps_negative 1 'error: train: `eps` must not be negative, got -1' 2000 -- plan "$tiny" --world 1 -D eps=-1
+expect min_lr_negative 1 'error: train: `min_lr` must not be negative, got -0.1' 2000 -- plan "$tiny" --world 1 -D min_lr=-0.1
+expect momentum_negative 1 'error: train: `momentum` must not be negative' 2000 -- plan "$tiny" --world 1 -D optimizer=sgd -D momentum=-1
+expect min_lr_above 1 'error: train: `min_lr` 0.01 is above `lr` 0.001: the cosine schedule' 2000 -- plan "$tiny" --world 1 -D min_lr=0.01
+expect momentum_adamw 1 'optimizer adamw does not read it' 2000 -- plan "$tiny" --world 1 -D momentum=0.9
+expect beta1_sgd 1 'optimizer sgd does not read it' 2000 -- plan "$tiny" --world 1 -D optimizer=sgd -D beta1=0.5
+sed 's/^  lr_schedule cosine(.*$/  lr_schedule constant\n  min_lr 1e-5/' "$tiny" >"$tmp/minlr.model"
+expect min_lr_constant 1 'minlr.model:32:3: error: `min_lr` is where a linear or cosine schedule decays to: lr_schedule constant does not read it' 2000 -- plan "$tmp/minlr.model" -I "$(dirname "$tiny")" --world 1
 exit $status
