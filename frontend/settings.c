@@ -166,7 +166,7 @@ static bool get_quantity(Cur *c, const char *key, QCat cat, double *out) {
   Word *w = peek(c);
   double v;
   const char *unit = NULL;
-  SrcLoc uloc = here(c);
+  SrcLoc uloc = here(c), vloc = here(c);
   if (w && w->kind == W_IDENT && w->s[0] >= '0' && w->s[0] <= '9') { /* 40GiB written without a blank */
     char *end;
     v = strtod(w->s, &end);
@@ -202,6 +202,10 @@ static bool get_quantity(Cur *c, const char *key, QCat cat, double *out) {
     }
     c->i++;
     rate = true;
+  }
+  if (!(v > 0)) { /* a size, rate or time: 0 or less was read as "not given" (the cost model's default) */
+    error_at(vloc, "`%s` must be positive, got %g%s%s%s", key, v, unit ? " " : "", unit ? unit : "", rate ? "/s" : "");
+    return false;
   }
   if (!unit) {
     if (cat == Q_BYTES) { /* a plain number of bytes */
@@ -265,8 +269,8 @@ static void finish_line(Cur *c) {
 /* Walks every line of a block, calling fn on each key in turn. */
 typedef void (*KeyFn)(Cur *c, Word *key, void *ctx);
 
-/* block: the block's name when each key may be set once in it (parallel, train; a second
- * `micro_batch` silently replaced the first), NULL when keys repeat (a node's devices). */
+/* block: the block's name, where each key may be set once (a second `micro_batch`, or a device's
+ * second `memory`, silently replaced the first). */
 static void walk(Fe *fe, const PtrVec *lines, KeyFn fn, void *ctx, const char *block) {
   enum { SEEN_MAX = 64 };
   const Word *seen[SEEN_MAX]; /* the keys set so far without an error */
@@ -284,8 +288,9 @@ static void walk(Fe *fe, const PtrVec *lines, KeyFn fn, void *ctx, const char *b
         if (strcmp(seen[i]->s, k->s) == 0) first = seen[i];
       if (first) {
         error_at(k->loc, "`%s` is set twice in `%s`", k->s, block);
-        note("the first is at %s:%d:%d; keep one (-D %s=... overrides the file's)", first->loc.file, first->loc.line,
-             first->loc.col, k->s);
+        bool defines = strcmp(block, "parallel") == 0 || strcmp(block, "train") == 0; /* -D reaches these */
+        note("the first is at %s:%d:%d; keep one%s%s%s", first->loc.file, first->loc.line, first->loc.col,
+             defines ? " (-D " : "", defines ? k->s : "", defines ? "=... overrides the file's)" : "");
         break;
       }
       fn(&c, k, ctx);
@@ -354,7 +359,7 @@ static void node_key(Cur *c, Word *k, void *ctx) {
     }
     t->devices_per_node = (int)count;
     const PtrVec *b = take_block(c, k->s);
-    if (b) walk(c->fe, b, dev_key, t, NULL);
+    if (b) walk(c->fe, b, dev_key, t, "device");
   } else if (is_ident(k, "link")) {
     get_link(c, "link", &t->intra);
   } else if (is_ident(k, "host")) {
@@ -377,7 +382,7 @@ static void topo_key(Cur *c, Word *k, void *ctx) {
     get_int32(c, "nodes", 1, 1 << 20, &t->nodes);
   } else if (is_ident(k, "node")) {
     const PtrVec *b = take_block(c, "node");
-    if (b) walk(c->fe, b, node_key, t, NULL);
+    if (b) walk(c->fe, b, node_key, t, "node");
   } else if (is_ident(k, "network")) {
     get_link(c, "network", &t->inter);
   } else {
@@ -392,7 +397,7 @@ void fe_topology(Fe *fe, const Decl *d) {
   t->nodes = 1;
   t->loc = d->loc;
   int before = diag_errors();
-  walk(fe, &d->body, topo_key, t, NULL);
+  walk(fe, &d->body, topo_key, t, "topology");
   if (diag_errors() != before) return;
   if (t->devices_per_node == 0) {
     error_at(d->loc, "topology `%s` names no devices: add `gpu NAME x N { ... }` or `cpu x N { ... }` to its `node` block",
