@@ -110,4 +110,10 @@ expect momentum_adamw 1 'optimizer adamw does not read it' 2000 -- plan "$tiny" 
 expect beta1_sgd 1 'optimizer sgd does not read it' 2000 -- plan "$tiny" --world 1 -D optimizer=sgd -D beta1=0.5
 sed 's/^  lr_schedule cosine(.*$/  lr_schedule constant\n  min_lr 1e-5/' "$tiny" >"$tmp/minlr.model"
 expect min_lr_constant 1 'minlr.model:32:3: error: `min_lr` is where a linear or cosine schedule decays to: lr_schedule constant does not read it' 2000 -- plan "$tmp/minlr.model" -I "$(dirname "$tiny")" --world 1
+# 13. An option of a mesh axis of degree 1 applies to nothing: said (as zero's at dp 1), not kept
+#     without a word (sp at tp 1, cp_mode at cp 1, a pipeline schedule at pp 1).
+sed 's/^  dp auto$/  dp auto\n  schedule zb/' "$tiny" >"$tmp/sched.model"
+expect sched_pp1 0 'sched.model:24:3: note: schedule zb: the plan has one pipeline stage (pp 1): no pipeline to schedule' 2000 -- plan "$tmp/sched.model" -I "$(dirname "$tiny")" --world 1
+expect sp_tp1 0 'note: sp on: sequence parallelism splits the sequence over tp, and the plan has tp 1' 2000 -- plan "$tiny" --world 1 -D sp=on
+expect cp_mode_cp1 0 'shardc: note: cp_mode all2all: the plan has cp 1: no context parallelism to run' 2000 -- plan "$tiny" --world 2 -D tp=2 -D cp_mode=all2all
 exit $status
