@@ -116,4 +116,12 @@ sed 's/^  dp auto$/  dp auto\n  schedule zb/' "$tiny" >"$tmp/sched.model"
 expect sched_pp1 0 'sched.model:24:3: note: schedule zb: the plan has one pipeline stage (pp 1): no pipeline to schedule' 2000 -- plan "$tmp/sched.model" -I "$(dirname "$tiny")" --world 1
 expect sp_tp1 0 'note: sp on: sequence parallelism splits the sequence over tp, and the plan has tp 1' 2000 -- plan "$tiny" --world 1 -D sp=on
 expect cp_mode_cp1 0 'shardc: note: cp_mode all2all: the plan has cp 1: no context parallelism to run' 2000 -- plan "$tiny" --world 2 -D tp=2 -D cp_mode=all2all
+# 14. shardc options kept without a word: --top / --confirm / --budget / --compile-limit without
+#     --search, "3abc" read as 3 seconds, --cpu-kernels c with --target cuda, -v with nothing compiled,
+#     a 16th -I dropped.
+expect search_flag_alone 1 'error: --top tunes the plan search: use it with --search or --pick' 2000 -- plan "$tiny" --world 1 --top 3
+expect budget_trailing 1 "error: --budget needs seconds in (0, 1e+09\], got '3abc'" 2000 -- plan "$tiny" --world 1 --search --budget 3abc
+expect cpu_kernels_cuda 1 'error: --cpu-kernels c: the CPU target' 2000 -- plan "$tiny" --world 1 --target cuda --cpu-kernels c
+expect verbose_plan 1 "error: -v (the C compiler's command) compiles the trainer" 2000 -- plan "$tiny" --world 1 -v
+expect import_dirs 1 'error: -I 16: at most 15 import directories' 2000 -- plan "$tiny" --world 1 $(for i in $(seq 16); do echo -I $i; done)
 exit $status
