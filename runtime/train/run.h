@@ -47,6 +47,7 @@ typedef struct {
   int data_set, val_set;   /* given on the command line */
   int save_set;            /* --save-to given on the command line */
   int ckpt_every_set;      /* --ckpt-every given */
+  int keep_set, temperature_set; /* --keep, --temperature given */
   int threads_set;         /* --threads given */
   const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
   const char *compile_kernels; /* --compile-kernels ARCH: the device kernels into the cache, then exit */
