@@ -612,7 +612,15 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
   }
   else if (strcmp(key, "micro_batch") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
   else if (strcmp(key, "seq") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->seq);
-  else if (strcmp(key, "steps") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->steps);
+  else if (strcmp(key, "steps") == 0) {
+    if (peek(c) && peek(c)->kind == W_NUM && peek(c)->num == 0) { /* (was accepted: the trainer ran 1 step) */
+      error_at(peek(c)->loc, "`steps` is the schedule's length, at least 1, got 0");
+      note("a run that trains no step is the trainer's: --steps 0");
+      c->i++;
+    } else {
+      get_int(c, key, 1, (int64_t)1 << 50, &r->steps);
+    }
+  }
   else if (strcmp(key, "warmup") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->warmup);
   else if (strcmp(key, "ckpt_every") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->ckpt_every);
   else if (strcmp(key, "ckpt_keep") == 0) get_int32(c, key, 1, 1 << 20, &r->ckpt_keep);
