@@ -124,4 +124,7 @@ expect budget_trailing 1 "error: --budget needs seconds in (0, 1e+09\], got '3ab
 expect cpu_kernels_cuda 1 'error: --cpu-kernels c: the CPU target' 2000 -- plan "$tiny" --world 1 --target cuda --cpu-kernels c
 expect verbose_plan 1 "error: -v (the C compiler's command) compiles the trainer" 2000 -- plan "$tiny" --world 1 -v
 expect import_dirs 1 'error: -I 16: at most 15 import directories' 2000 -- plan "$tiny" --world 1 $(for i in $(seq 16); do echo -I $i; done)
+# 15. zero 1 under sgd without momentum shards nothing (no optimizer state) and adds the parameters'
+#     all-gathers: said.
+expect zero1_sgd 0 'note: zero 1: sgd without momentum keeps no optimizer state, so nothing is sharded' 2000 -- plan "$tiny" --world 2 -D optimizer=sgd -D zero=1
 exit $status
