@@ -498,6 +498,20 @@ static void stage_layers(Cur *c, Plan *p) {
   }
 }
 
+/* `interleave N` and `schedule interleaved(v: N)` set one number: the file writes it once (the
+ * second silently replaced the first); -D overrides it. */
+static bool interleave_twice(Plan *p, SrcLoc at) {
+  if (!at.file) return false;
+  if (p->interleave_loc.file) {
+    error_at(at, "the virtual stages per rank are set twice, by `interleave N` and `interleaved(v: N)`");
+    note("the first is at %s:%d:%d; keep `schedule interleaved(v: N)`", p->interleave_loc.file, p->interleave_loc.line,
+         p->interleave_loc.col);
+    return true;
+  }
+  p->interleave_loc = at;
+  return false;
+}
+
 static void plan_key(Cur *c, Word *k, void *ctx) {
   Plan *p = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
@@ -528,7 +542,10 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
     get_bool(c, key, &p->offload);
   }
   else if (strcmp(key, "microbatches") == 0) get_int32(c, key, 1, 1 << 20, &p->microbatches);
-  else if (strcmp(key, "interleave") == 0) get_int32(c, key, 1, 1 << 10, &p->interleave);
+  else if (strcmp(key, "interleave") == 0) {
+    if (interleave_twice(p, k->loc)) return;
+    get_int32(c, key, 1, 1 << 10, &p->interleave);
+  }
   else if (strcmp(key, "schedule") == 0) {
     static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
     static const PipeSchedule ss[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB};
@@ -540,6 +557,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
       double v = p->interleave > 1 ? p->interleave : 2;
       CallArg ca[] = {{"v", &v, {0}}};
       if (ss[i] != SCHED_INTERLEAVED && w->args.n) error_at(w->loc, "`%s` takes no arguments", w->s);
+      if (w->args.n && interleave_twice(p, w->loc)) return;
       call_args(c, w, ca, 1);
       if (v < 1 || v > 1024 || v != floor(v)) error_at(w->loc, "`v:` must be an integer between 1 and 1024");
       else p->interleave = (int)v;
