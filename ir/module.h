@@ -78,7 +78,6 @@ typedef struct {
   int microbatches;
   PipeSchedule schedule;
   int interleave;     /* virtual stages per rank for SCHED_INTERLEAVED */
-  SrcLoc interleave_loc; /* where the file wrote it (`interleave N` or `interleaved(v: N)`; file NULL: not, or -D) */
   RecomputeKind recompute;
   CpMode cp_mode;     /* with cp > 1 (ring: the default) */
   WeightCopy weight_copy; /* as written (auto: the default); passes/wshadow.c decides, Module.wcopy says what */
