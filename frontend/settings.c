@@ -272,7 +272,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "bucket") == 0) {
     double b;
     if (sw_get_quantity(c, key, Q_BYTES, &b)) {
-      if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1 PB");
+      if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1000 TB");
       else p->bucket_bytes = (int64_t)b;
     }
   } else if (strcmp(key, "cp_mode") == 0) {
