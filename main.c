@@ -597,6 +597,11 @@ static int compile(int argc, char **argv, Diag *diag) {
     error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
     return 1;
   }
+  if (search && !pick && (build || out || cg.emit_dir)) { /* (was: the table printed, nothing built, exit 0) */
+    error_plain("--search ranks the plans and builds none: add --pick to build the fastest, or %s",
+                out ? "leave out -o" : cg.emit_dir ? "leave out --emit-c" : "run `shardc plan`");
+    return 1;
+  }
   if (search && !pick && (storage_Bps > 0 || psvg.mesh || psvg.memory || sbatch)) {
     error_plain("--storage, --mesh-svg, --memory-svg and --sbatch concern one plan: add --pick (the fastest) or leave out "
                 "--search");

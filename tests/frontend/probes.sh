@@ -129,4 +129,6 @@ expect import_dirs 1 'error: -I 16: at most 15 import directories' 2000 -- plan 
 expect zero1_sgd 0 'note: zero 1: sgd without momentum keeps no optimizer state, so nothing is sharded' 2000 -- plan "$tiny" --world 2 -D optimizer=sgd -D zero=1
 # 16. bucket's range offered `1 PB`, a unit the language does not have.
 expect bucket_range 1 'error: `bucket` must be between 1 B and 1000 TB' 2000 -- plan "$tiny" --world 1 -D bucket=2000TB
+# 17. build --search -o T printed the ranking and built nothing, exit 0.
+expect search_build 1 'error: --search ranks the plans and builds none: add --pick to build the fastest, or leave out -o' 2000 -- build "$tiny" --search -o "$tmp/never"
 exit $status
