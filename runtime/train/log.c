@@ -109,6 +109,9 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
     fprintf(stderr, "warning: %s shapes the sampling after training, which --sample N asks for: this run samples "
                     "nothing\n",
             o->prompt ? "--prompt" : "--temperature");
+  if (!r->multi && o->ckpt_format && !strcmp(o->ckpt_format, "sharded"))
+    fprintf(stderr, "warning: --ckpt-format sharded: one process writes whole tensors (the logical format, which "
+                    "any layout resumes)\n");
   if (r->ctx.rank == 0 && o->dump_to && !o->dump_steps)
     fprintf(stderr, "warning: --dump-to %s writes nothing: --dump-steps N dumps the first N steps' tensors there\n",
             o->dump_to);

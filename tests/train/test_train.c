@@ -291,13 +291,14 @@ static void test_errors(void) {
     free_result(&rc);
   }
   { /* the same for --keep without a directory, --temperature / --prompt without --sample, --dump-to
-       without --dump-steps (each was ignored without a word) */
+       without --dump-steps, --ckpt-format sharded on one process (each was ignored without a word) */
     Result rc = run_trainer("--data", good, "--steps", "1", "--save-to", "", "--keep", "2", "--temperature", "0.5",
-                            "--dump-to", "nodump", NULL);
+                            "--dump-to", "nodump", "--ckpt-format", "sharded", NULL);
     expect_ok(&rc, "idle flags");
     CHECK(strstr(rc.err, "warning: --keep 2 keeps nothing: no checkpoint directory") &&
               strstr(rc.err, "warning: --temperature shapes the sampling after training, which --sample N asks for") &&
-              strstr(rc.err, "warning: --dump-to nodump writes nothing: --dump-steps N"),
+              strstr(rc.err, "warning: --dump-to nodump writes nothing: --dump-steps N") &&
+              strstr(rc.err, "warning: --ckpt-format sharded: one process writes whole tensors"),
           "idle flags:\n%s", rc.err);
     free_result(&rc);
   }
