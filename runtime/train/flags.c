@@ -108,7 +108,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "validation data (default: the last 10% of the last training file)"},
       {"steps", 1, &o->steps, &o->steps_set, "N",
        "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
-      {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
+      {"stop-at", 1, &o->stop_at, &o->stop_at_set, "N", "stop after step N (the schedule still spans --steps)"},
       {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
       {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks x accumulation steps (fixed at compile time)"},
       {"init-from", 0, &o->init_from, NULL, "FILE",

@@ -302,6 +302,12 @@ static void test_errors(void) {
           "idle flags:\n%s", rc.err);
     free_result(&rc);
   }
+  { /* --stop-at 0: no step, as --steps 0 (0 was read as not given: the whole schedule trained) */
+    Result rc = run_trainer("--data", good, "--steps", "2", "--stop-at", "0", NULL);
+    expect_ok(&rc, "--stop-at 0");
+    CHECK(strstr(rc.out, "nothing to train: at step 0 of 0") != NULL, "--stop-at 0:\n%s", rc.out);
+    free_result(&rc);
+  }
   /* a prompt is bytes: on a token model (this one's vocabulary is not bytes) it was left unread */
   EXPECT_ERROR(rt_xstrdup("--prompt: a prompt is read as bytes, which this model's tokens are not (vocabulary 64); "
                           "leave it out to sample from the data's start"),
