@@ -365,6 +365,14 @@ static long parse_count(const char *s, const char *flag, long lo, long hi) {
   return v;
 }
 
+/* Seconds in (0, max]: the whole argument a number ("3abc" was read as 3 by atof). */
+static double parse_seconds(const char *s, const char *flag, double max) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end || !(v > 0 && v <= max)) error_plain("%s needs seconds in (0, %g], got '%s'", flag, max, s);
+  return v;
+}
+
 static int compile(int argc, char **argv, Diag *diag) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL, *sbatch = NULL;
   const char *compare = NULL; /* --compare SPEC */
@@ -373,6 +381,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   bool build = false, cost = false, search = false, pick = false;
   bool ir = false, dump_ir = false; /* --ir; --dump-ir (final): the program's IR with the plan */
   SearchOptions so = {.top = 10};
+  const char *search_flag = NULL; /* the last of --top, --confirm, --budget, --compile-limit: --search's */
   Target target = TARGET_CPU;
   CgOptions cg = {0};
   int cpu_kernels = -1; /* --cpu-kernels: 0 c, 1 llvm, -1 not given */
@@ -416,16 +425,13 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--pick") == 0) {
       search = pick = true;
     } else if (strcmp(a, "--top") == 0 && i + 1 < argc) {
-      so.top = (int)parse_count(argv[++i], "--top", 1, 1000);
+      so.top = (int)parse_count(argv[++i], search_flag = a, 1, 1000);
     } else if (strcmp(a, "--compile-limit") == 0 && i + 1 < argc) {
-      so.compile_limit_s = atof(argv[++i]);
-      if (!(so.compile_limit_s > 0 && so.compile_limit_s <= 3600))
-        error_plain("--compile-limit needs seconds in (0, 3600], got '%s'", argv[i]);
+      so.compile_limit_s = parse_seconds(argv[++i], search_flag = a, 3600);
     } else if (strcmp(a, "--confirm") == 0 && i + 1 < argc) {
-      so.confirm = (int)parse_count(argv[++i], "--confirm", 1, 100000);
+      so.confirm = (int)parse_count(argv[++i], search_flag = a, 1, 100000);
     } else if (strcmp(a, "--budget") == 0 && i + 1 < argc) {
-      so.budget_s = atof(argv[++i]);
-      if (!(so.budget_s > 0)) error_plain("--budget needs a positive number of seconds, got '%s'", argv[i]);
+      so.budget_s = parse_seconds(argv[++i], search_flag = a, 1e9);
     } else if (strcmp(a, "--cost") == 0) {
       cost = true;
     } else if (strcmp(a, "--profile") == 0 && i + 1 < argc) {
@@ -478,7 +484,9 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--max-errors") == 0 && i + 1 < argc) {
       diag->max_errors = (int)parse_count(argv[++i], "--max-errors", 0, 1 << 30);
     } else if (strcmp(a, "-I") == 0 && i + 1 < argc) {
-      if (nimport < 15) import_dirs[nimport++] = argv[++i];
+      if (nimport == 15) error_plain("-I %s: at most 15 import directories", argv[i + 1]); /* (was: dropped) */
+      else import_dirs[nimport++] = argv[i + 1];
+      i++;
     } else if (strcmp(a, "--dump-ir") == 0) {
       dump = "final";
       dump_ir = true;
@@ -520,21 +528,26 @@ static int compile(int argc, char **argv, Diag *diag) {
     return 1;
   }
   if (diag_errors()) return 1;
-  if (cpu_kernels < 0) cpu_kernels = target == TARGET_CPU && cg_default_llvm_kernels();
-  cg.llvm_kernels = cpu_kernels == 1;
+
   if (cg.no_outline && !build && !out && !cg.emit_dir) {
     error_plain("--no-outline shapes the trainer's C: use it with `shardc build`, -o FILE or --emit-c DIR");
     return 1;
   }
-  if ((cg.cc || cg.cflags) && !build && !out) {
+  if ((cg.cc || cg.cflags || cg.verbose) && !build && !out) {
     error_plain("%s compiles the trainer: use it with `shardc build` or -o FILE (plan --emit-c writes the C only)",
-                cg.cc ? "--cc" : "--cflags");
+                cg.cc ? "--cc" : cg.cflags ? "--cflags" : "-v (the C compiler's command)");
     return 1;
   }
-  if (cg.llvm_kernels && target != TARGET_CPU) {
-    error_plain("--cpu-kernels llvm: the LLVM kernels are the CPU target's; leave it out with --target cuda");
+  if (cpu_kernels >= 0 && target != TARGET_CPU) { /* (--cpu-kernels c was kept without a word) */
+    error_plain("--cpu-kernels %s: the CPU target's kernels; leave it out with --target cuda", cpu_kernels ? "llvm" : "c");
     return 1;
   }
+  if (search_flag && !search) {
+    error_plain("%s tunes the plan search: use it with --search or --pick", search_flag);
+    return 1;
+  }
+  if (cpu_kernels < 0) cpu_kernels = target == TARGET_CPU && cg_default_llvm_kernels();
+  cg.llvm_kernels = cpu_kernels == 1;
   if (no_fuse && target != TARGET_CUDA) {
     error_plain("--no-fuse turns off the CUDA target's fusions: use it with --target cuda");
     return 1;
@@ -582,6 +595,11 @@ static int compile(int argc, char **argv, Diag *diag) {
   m->no_fuse = no_fuse;
   if (psvg.compare && !compare) {
     error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
+    return 1;
+  }
+  if (search && !pick && (build || out || cg.emit_dir)) { /* (was: the table printed, nothing built, exit 0) */
+    error_plain("--search ranks the plans and builds none: add --pick to build the fastest, or %s",
+                out ? "leave out -o" : cg.emit_dir ? "leave out --emit-c" : "run `shardc plan`");
     return 1;
   }
   if (search && !pick && (storage_Bps > 0 || psvg.mesh || psvg.memory || sbatch)) {

@@ -16,6 +16,13 @@ typedef struct {
   PtrVec consts;     /* top-level S_CONST Stmt* */
   Decl *model, *topology, *parallel, *train;
   PtrVec const_names; /* const char*: model constants, for -D hints */
+  /* settings.c: fields of the parallel and train blocks that two keys set (`lr` and `adamw(lr: ..)`,
+   * `ckpt_every` and `checkpoint every`, ...), and where the file set each (fe_set_once) */
+  struct {
+    const char *field;
+    SrcLoc at;
+  } set[32];
+  int nset;
 } Fe;
 
 /* settings.c */

@@ -391,6 +391,10 @@ static bool eval_init(Lower *L, Scope *s, const Expr *e, Attrs *at) {
     error_at(b.loc[1], "`std` must not be negative, got %g", at->init_b);
     return false;
   }
+  if (k == 3 && at->init_b < at->init_a) { /* (was accepted: values drawn from (high, low]) */
+    error_at(b.loc[1], "`high` %g is below `low` %g", at->init_b, at->init_a);
+    return false;
+  }
   return true;
 }
 

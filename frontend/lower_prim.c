@@ -163,6 +163,10 @@ Val fe_call_prim(Lower *L, Scope *s, const Prim *p, const Expr *call, Val *argv)
       if (!(in[i] = fe_need_tensor(L, &b.v[i], arena_printf(L->a, "`%s`", p->params[i]), b.loc[i]))) return fe_none_val;
     at.eps = 1e-5;
     if (b.given[nt] && !fe_need_num(L, &b.v[nt], "`eps`", b.loc[nt], &at.eps)) return fe_none_val;
+    if (at.eps < 0) { /* (was accepted: var + eps below 0, a NaN the first step) */
+      error_at(b.loc[nt], "`eps` must not be negative, got %g", at.eps);
+      return fe_none_val;
+    }
     return fe_tensor_val(fe_emit(L, s, p->op, nt, in, &at, loc));
   }
   case P_ROPE: {
@@ -172,6 +176,10 @@ Val fe_call_prim(Lower *L, Scope *s, const Prim *p, const Expr *call, Val *argv)
     at.heads = (int)h;
     at.theta = 10000;
     if (b.given[2] && !fe_need_num(L, &b.v[2], "`theta`", b.loc[2], &at.theta)) return fe_none_val;
+    if (!(at.theta > 0)) { /* (was accepted: theta^(-2i/hd) of 0 or less is no rotation) */
+      error_at(b.loc[2], "`theta` must be positive, got %g", at.theta);
+      return fe_none_val;
+    }
     if (b.given[3] && !fe_need_int(L, &b.v[3], "`start`", b.loc[3], 0, MAX_DIM, &start)) return fe_none_val;
     at.start = start;
     return fe_tensor_val(fe_emit1(L, s, OP_ROPE, x, &at, loc));

@@ -11,290 +11,7 @@
 #include "diag.h"
 #include "fe.h"
 #include "plan_options.h"
-
-/* ---- words ------------------------------------------------------------------ */
-typedef struct {
-  Fe *fe;
-  const PtrVec *w;
-  int i;
-  SrcLoc end;        /* where to point when a value is missing */
-  const Setting *st; /* the line (for its block); NULL for -D */
-  bool block_used;
-} Cur;
-
-static Word *peek(Cur *c) { return c->i < c->w->n ? (Word *)c->w->v[c->i] : NULL; }
-static Word *peek2(Cur *c) { return c->i + 1 < c->w->n ? (Word *)c->w->v[c->i + 1] : NULL; }
-static SrcLoc here(Cur *c) {
-  Word *w = peek(c);
-  return w ? w->loc : c->end;
-}
-
-static bool is_ident(const Word *w, const char *s) { return w && w->kind == W_IDENT && strcmp(w->s, s) == 0; }
-
-static const char *describe(Fe *fe, const Word *w) {
-  if (!w) return "end of line";
-  switch (w->kind) {
-  case W_NUM: return arena_printf(fe->a, "`%g`", w->num);
-  case W_IDENT: return arena_printf(fe->a, "`%s`", w->s);
-  case W_STR: return arena_printf(fe->a, "\"%s\"", w->s);
-  case W_CALL: return arena_printf(fe->a, "`%s(...)`", w->s);
-  case W_SLASH: return "`/`";
-  }
-  return "?";
-}
-
-static void expected(Cur *c, const char *key, const char *what) {
-  error_at(here(c), "`%s` needs %s, got %s", key, what, describe(c->fe, peek(c)));
-}
-
-static bool get_num(Cur *c, const char *key, double *out) {
-  Word *w = peek(c);
-  if (!w || w->kind != W_NUM || !isfinite(w->num)) {
-    expected(c, key, "a number");
-    return false;
-  }
-  c->i++;
-  *out = w->num;
-  return true;
-}
-
-static bool get_int(Cur *c, const char *key, int64_t lo, int64_t hi, int64_t *out) {
-  Word *w = peek(c);
-  if (!w || w->kind != W_NUM || w->num != floor(w->num)) {
-    expected(c, key, "an integer");
-    return false;
-  }
-  if (!(w->num >= (double)lo && w->num <= (double)hi)) {
-    error_at(w->loc, "`%s` must be between %lld and %lld, got %g", key, (long long)lo, (long long)hi, w->num);
-    c->i++;
-    return false;
-  }
-  c->i++;
-  *out = (int64_t)w->num;
-  return true;
-}
-
-static bool get_int32(Cur *c, const char *key, int lo, int hi, int *out) {
-  int64_t v;
-  if (!get_int(c, key, lo, hi, &v)) return false;
-  *out = (int)v;
-  return true;
-}
-
-static bool get_string(Cur *c, const char *key, const char **out) {
-  Word *w = peek(c);
-  if (!w || (w->kind != W_STR && w->kind != W_IDENT)) {
-    expected(c, key, "a string");
-    return false;
-  }
-  c->i++;
-  *out = w->s;
-  return true;
-}
-
-static bool get_bool(Cur *c, const char *key, bool *out) {
-  Word *w = peek(c);
-  if (w && w->kind == W_NUM && (w->num == 0 || w->num == 1)) {
-    c->i++;
-    *out = w->num == 1;
-    return true;
-  }
-  static const char *const yes[] = {"on", "true", "yes"}, *const no[] = {"off", "false", "no"};
-  for (int i = 0; w && w->kind == W_IDENT && i < 3; i++) {
-    if (strcmp(w->s, yes[i]) == 0 || strcmp(w->s, no[i]) == 0) {
-      c->i++;
-      *out = strcmp(w->s, yes[i]) == 0;
-      return true;
-    }
-  }
-  expected(c, key, "on or off");
-  return false;
-}
-
-/* One of names[] (an identifier or a call of that name); returns its index or -1. */
-static int get_choice(Cur *c, const char *key, const char *const *names, int n) {
-  Word *w = peek(c);
-  if (w && (w->kind == W_IDENT || w->kind == W_CALL)) {
-    for (int i = 0; i < n; i++)
-      if (strcmp(w->s, names[i]) == 0) {
-        c->i++;
-        return i;
-      }
-    const char *what = "one of";
-    for (int i = 0; i < n; i++) what = arena_printf(c->fe->a, "%s%s %s", what, i ? (i == n - 1 ? " or" : ",") : "", names[i]);
-    expected(c, key, what);
-    const char *hint = diag_nearest(w->s, names, n);
-    if (hint) note("did you mean `%s`?", hint);
-    return -1;
-  }
-  const char *what = "one of";
-  for (int i = 0; i < n; i++) what = arena_printf(c->fe->a, "%s%s %s", what, i ? (i == n - 1 ? " or" : ",") : "", names[i]);
-  expected(c, key, what);
-  return -1;
-}
-
-/* ---- quantities ---------------------------------------------------------------- */
-typedef enum { Q_BYTES, Q_RATE, Q_FLOPS, Q_TIME } QCat;
-
-static const struct {
-  const char *name;
-  QCat cat; /* Q_BYTES units also make rates with "/s"; bit units only make rates */
-  double f;
-  bool bits;
-} units[] = {
-    {"B", Q_BYTES, 1, false},         {"KB", Q_BYTES, 1e3, false},     {"MB", Q_BYTES, 1e6, false},
-    {"GB", Q_BYTES, 1e9, false},      {"TB", Q_BYTES, 1e12, false},    {"KiB", Q_BYTES, 1024.0, false},
-    {"MiB", Q_BYTES, 1048576.0, false}, {"GiB", Q_BYTES, 1073741824.0, false},
-    {"TiB", Q_BYTES, 1099511627776.0, false}, {"bit", Q_BYTES, 0.125, true}, {"Kbit", Q_BYTES, 125.0, true},
-    {"Mbit", Q_BYTES, 125e3, true},   {"Gbit", Q_BYTES, 125e6, true},  {"Tbit", Q_BYTES, 125e9, true},
-    {"FLOPS", Q_FLOPS, 1, false},     {"GFLOPS", Q_FLOPS, 1e9, false}, {"TFLOPS", Q_FLOPS, 1e12, false},
-    {"PFLOPS", Q_FLOPS, 1e15, false}, {"s", Q_TIME, 1, false},         {"ms", Q_TIME, 1e-3, false},
-    {"us", Q_TIME, 1e-6, false},      {"ns", Q_TIME, 1e-9, false},
-};
-#define NUNITS ((int)(sizeof units / sizeof units[0]))
-
-static const char *const qexample[] = {"a size (e.g. `40 GiB`)", "a bandwidth (e.g. `600 GB/s`)",
-                                       "a compute rate (e.g. `312 TFLOPS`)", "a time (e.g. `2 us`)"};
-
-static int find_unit(const char *s) {
-  for (int i = 0; i < NUNITS; i++)
-    if (strcmp(units[i].name, s) == 0) return i;
-  return -1;
-}
-
-static bool get_quantity(Cur *c, const char *key, QCat cat, double *out) {
-  Word *w = peek(c);
-  double v;
-  const char *unit = NULL;
-  SrcLoc uloc = here(c);
-  if (w && w->kind == W_IDENT && w->s[0] >= '0' && w->s[0] <= '9') { /* 40GiB written without a blank */
-    char *end;
-    v = strtod(w->s, &end);
-    unit = end;
-    c->i++;
-  } else if (w && w->kind == W_NUM && isfinite(w->num)) {
-    v = w->num;
-    c->i++;
-    Word *u = peek(c);
-    if (u && u->kind == W_IDENT && find_unit(u->s) < 0) { /* a misspelt unit, or the next key */
-      const char *names[NUNITS];
-      for (int i = 0; i < NUNITS; i++) names[i] = units[i].name;
-      if (diag_nearest(u->s, names, NUNITS) && (cat != Q_BYTES || strlen(u->s) > 1)) {
-        unit = u->s;
-        uloc = u->loc;
-        c->i++;
-      }
-    } else if (u && u->kind == W_IDENT) {
-      unit = u->s;
-      uloc = u->loc;
-      c->i++;
-    }
-  } else {
-    expected(c, key, qexample[cat]);
-    return false;
-  }
-  bool rate = false;
-  if (unit && peek(c) && peek(c)->kind == W_SLASH) {
-    c->i++;
-    if (!is_ident(peek(c), "s")) {
-      error_at(here(c), "`%s`: expected `s` after `%s/`", key, unit);
-      return false;
-    }
-    c->i++;
-    rate = true;
-  }
-  if (!unit) {
-    if (cat == Q_BYTES) { /* a plain number of bytes */
-      *out = v;
-      return true;
-    }
-    error_at(uloc, "`%s` needs a unit: %s", key, qexample[cat]);
-    return false;
-  }
-  int u = find_unit(unit);
-  if (u < 0) {
-    const char *names[NUNITS];
-    for (int i = 0; i < NUNITS; i++) names[i] = units[i].name;
-    error_at(uloc, "unknown unit `%s`", unit);
-    const char *hint = diag_nearest(unit, names, NUNITS);
-    if (hint) note("did you mean `%s`?", hint);
-    return false;
-  }
-  QCat got = rate ? Q_RATE : units[u].cat;
-  if (rate && units[u].cat != Q_BYTES) got = Q_TIME; /* nonsense like TFLOPS/s: reported below */
-  if (!rate && units[u].bits) got = Q_RATE; /* Gbit alone: reported below */
-  if (got != cat || (rate && units[u].cat != Q_BYTES) || (!rate && units[u].bits)) {
-    error_at(uloc, "`%s` needs %s, got `%s%s`", key, qexample[cat], unit, rate ? "/s" : "");
-    return false;
-  }
-  *out = v * units[u].f;
-  return true;
-}
-
-/* Reports an unknown key with a hint from keys[]. */
-static void unknown_key(Cur *c, const Word *w, const char *block, const char *const *keys) {
-  if (w->kind != W_IDENT && w->kind != W_CALL) {
-    error_at(w->loc, "expected a %s setting, got %s", block, describe(c->fe, w));
-    return;
-  }
-  int n = 0;
-  while (keys[n]) n++;
-  error_at(w->loc, "unknown %s setting `%s`", block, w->s);
-  const char *hint = diag_nearest(w->s, keys, n);
-  if (hint) note("did you mean `%s`?", hint);
-}
-
-/* The block that ends the line, for keys that take one. */
-static const PtrVec *take_block(Cur *c, const char *key) {
-  if (!c->st || !c->st->has_block) {
-    error_at(c->end, "`%s` needs a { ... } block", key);
-    return NULL;
-  }
-  if (c->i != c->w->n) {
-    error_at(here(c), "unexpected %s before the block of `%s`", describe(c->fe, peek(c)), key);
-    c->i = c->w->n;
-  }
-  c->block_used = true;
-  return &c->st->block;
-}
-
-static void finish_line(Cur *c) {
-  if (c->st && c->st->has_block && !c->block_used) error_at(c->st->block_loc, "unexpected block");
-}
-
-/* Walks every line of a block, calling fn on each key in turn. */
-typedef void (*KeyFn)(Cur *c, Word *key, void *ctx);
-
-/* block: the block's name when each key may be set once in it (parallel, train; a second
- * `micro_batch` silently replaced the first), NULL when keys repeat (a node's devices). */
-static void walk(Fe *fe, const PtrVec *lines, KeyFn fn, void *ctx, const char *block) {
-  enum { SEEN_MAX = 64 };
-  const Word *seen[SEEN_MAX]; /* the keys set so far without an error */
-  int nseen = 0;
-  for (int l = 0; l < lines->n; l++) {
-    const Setting *st = lines->v[l];
-    Cur c = {fe, &st->words, 0, st->loc, st, false};
-    while (c.i < c.w->n) {
-      Word *k = peek(&c);
-      c.end = k->loc;
-      c.i++;
-      int before = diag_errors();
-      const Word *first = NULL;
-      for (int i = 0; block && k->kind == W_IDENT && i < nseen && !first; i++)
-        if (strcmp(seen[i]->s, k->s) == 0) first = seen[i];
-      if (first) {
-        error_at(k->loc, "`%s` is set twice in `%s`", k->s, block);
-        note("the first is at %s:%d:%d; keep one (-D %s=... overrides the file's)", first->loc.file, first->loc.line,
-             first->loc.col, k->s);
-        break;
-      }
-      fn(&c, k, ctx);
-      if (diag_errors() != before) break; /* the rest of the line is unreliable */
-      if (block && k->kind == W_IDENT && nseen < SEEN_MAX) seen[nseen++] = k;
-    }
-    finish_line(&c);
-  }
-}
+#include "settings_words.h"
 
 /* ---- topology ------------------------------------------------------------------ */
 static const char *const topo_keys[] = {"nodes", "node", "network", NULL};
@@ -305,83 +22,83 @@ static void get_link(Cur *c, const char *key, Link *l) {
   static const char *const kinds[] = {"nvlink", "pcie", "efa", "infiniband", "ethernet", "shm", "ib", "eth"};
   static const LinkKind kk[] = {LINK_NVLINK, LINK_PCIE, LINK_EFA, LINK_IB, LINK_ETH, LINK_SHM, LINK_IB, LINK_ETH};
   l->loc = c->end;
-  int k = get_choice(c, key, kinds, 8);
+  int k = sw_get_choice(c, key, kinds, 8);
   if (k < 0) return;
   l->kind = kk[k];
   l->count = 1;
-  Word *n = peek(c), *x = peek2(c);
-  if (n && n->kind == W_NUM && is_ident(x, "x")) {
-    if (!get_int32(c, key, 1, 1 << 20, &l->count)) return;
+  Word *n = sw_peek(c), *x = sw_peek2(c);
+  if (n && n->kind == W_NUM && sw_is_ident(x, "x")) {
+    if (!sw_get_int32(c, key, 1, 1 << 20, &l->count)) return;
     c->i++;
   }
-  if (!get_quantity(c, key, Q_RATE, &l->bytes_per_s)) return;
-  if (is_ident(peek(c), "latency")) {
+  if (!sw_get_quantity(c, key, Q_RATE, &l->bytes_per_s)) return;
+  if (sw_is_ident(sw_peek(c), "latency")) {
     c->i++;
-    get_quantity(c, "latency", Q_TIME, &l->latency_s);
+    sw_get_quantity(c, "latency", Q_TIME, &l->latency_s);
   }
 }
 
 static void dev_key(Cur *c, Word *k, void *ctx) {
   Topology *t = ctx;
-  if (is_ident(k, "memory")) get_quantity(c, "memory", Q_BYTES, &t->device_memory);
-  else if (is_ident(k, "bf16")) get_quantity(c, "bf16", Q_FLOPS, &t->peak_flops_bf16);
-  else if (is_ident(k, "f32")) get_quantity(c, "f32", Q_FLOPS, &t->peak_flops_f32);
-  else if (is_ident(k, "hbm")) get_quantity(c, "hbm", Q_RATE, &t->hbm_bytes_per_s);
-  else unknown_key(c, k, "device", dev_keys);
+  if (sw_is_ident(k, "memory")) sw_get_quantity(c, "memory", Q_BYTES, &t->device_memory);
+  else if (sw_is_ident(k, "bf16")) sw_get_quantity(c, "bf16", Q_FLOPS, &t->peak_flops_bf16);
+  else if (sw_is_ident(k, "f32")) sw_get_quantity(c, "f32", Q_FLOPS, &t->peak_flops_f32);
+  else if (sw_is_ident(k, "hbm")) sw_get_quantity(c, "hbm", Q_RATE, &t->hbm_bytes_per_s);
+  else sw_unknown_key(c, k, "device", dev_keys);
 }
 
 static void node_key(Cur *c, Word *k, void *ctx) {
   Topology *t = ctx;
-  if (is_ident(k, "gpu") || is_ident(k, "cpu")) {
+  if (sw_is_ident(k, "gpu") || sw_is_ident(k, "cpu")) {
     if (t->devices_per_node) {
       error_at(k->loc, "a node has one kind of device; `%s` given twice", k->s);
       return;
     }
-    t->cpu_only = is_ident(k, "cpu");
+    t->cpu_only = sw_is_ident(k, "cpu");
     t->device = t->cpu_only ? "cpu" : NULL;
-    Word *n = peek(c);
-    if (n && n->kind == W_IDENT && !is_ident(n, "x")) {
+    Word *n = sw_peek(c);
+    if (n && n->kind == W_IDENT && !sw_is_ident(n, "x")) {
       t->device = n->s;
       c->i++;
     } else if (!t->cpu_only) {
-      expected(c, "gpu", "a device name (e.g. `a100_40g`)");
+      sw_expected(c, "gpu", "a device name (e.g. `a100_40g`)");
       return;
     }
     int64_t count = 1;
-    if (is_ident(peek(c), "x")) {
+    if (sw_is_ident(sw_peek(c), "x")) {
       c->i++;
-      if (!get_int(c, k->s, 1, 1 << 20, &count)) return;
+      if (!sw_get_int(c, k->s, 1, 1 << 20, &count)) return;
     }
     t->devices_per_node = (int)count;
-    const PtrVec *b = take_block(c, k->s);
-    if (b) walk(c->fe, b, dev_key, t, NULL);
-  } else if (is_ident(k, "link")) {
+    const PtrVec *b = sw_take_block(c, k->s);
+    if (b) sw_walk(c->fe, b, dev_key, t, "device");
+  } else if (sw_is_ident(k, "link")) {
     get_link(c, "link", &t->intra);
-  } else if (is_ident(k, "host")) {
-    if (!is_ident(peek(c), "memory")) {
-      expected(c, "host", "`memory`");
+  } else if (sw_is_ident(k, "host")) {
+    if (!sw_is_ident(sw_peek(c), "memory")) {
+      sw_expected(c, "host", "`memory`");
       return;
     }
     c->i++;
-    get_quantity(c, "host memory", Q_BYTES, &t->host_memory);
-  } else if (is_ident(k, "pcie")) {
-    get_quantity(c, "pcie", Q_RATE, &t->pcie_bytes_per_s);
+    sw_get_quantity(c, "host memory", Q_BYTES, &t->host_memory);
+  } else if (sw_is_ident(k, "pcie")) {
+    sw_get_quantity(c, "pcie", Q_RATE, &t->pcie_bytes_per_s);
   } else {
-    unknown_key(c, k, "node", node_keys);
+    sw_unknown_key(c, k, "node", node_keys);
   }
 }
 
 static void topo_key(Cur *c, Word *k, void *ctx) {
   Topology *t = ctx;
-  if (is_ident(k, "nodes")) {
-    get_int32(c, "nodes", 1, 1 << 20, &t->nodes);
-  } else if (is_ident(k, "node")) {
-    const PtrVec *b = take_block(c, "node");
-    if (b) walk(c->fe, b, node_key, t, NULL);
-  } else if (is_ident(k, "network")) {
+  if (sw_is_ident(k, "nodes")) {
+    sw_get_int32(c, "nodes", 1, 1 << 20, &t->nodes);
+  } else if (sw_is_ident(k, "node")) {
+    const PtrVec *b = sw_take_block(c, "node");
+    if (b) sw_walk(c->fe, b, node_key, t, "node");
+  } else if (sw_is_ident(k, "network")) {
     get_link(c, "network", &t->inter);
   } else {
-    unknown_key(c, k, "topology", topo_keys);
+    sw_unknown_key(c, k, "topology", topo_keys);
   }
 }
 
@@ -392,7 +109,7 @@ void fe_topology(Fe *fe, const Decl *d) {
   t->nodes = 1;
   t->loc = d->loc;
   int before = diag_errors();
-  walk(fe, &d->body, topo_key, t, NULL);
+  sw_walk(fe, &d->body, topo_key, t, "topology");
   if (diag_errors() != before) return;
   if (t->devices_per_node == 0) {
     error_at(d->loc, "topology `%s` names no devices: add `gpu NAME x N { ... }` or `cpu x N { ... }` to its `node` block",
@@ -425,6 +142,7 @@ typedef struct {
   const char *name;
   double *out;   /* NULL: a pair, written to out2[0..1] */
   double *out2[2];
+  const char *field[2]; /* the field(s) it sets, as the flat key (set_twice); NULL: name */
 } CallArg;
 
 static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
@@ -445,6 +163,8 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
       if (hint) note("did you mean `%s`?", hint);
       continue;
     }
+    const char *f0 = cas[k].field[0] ? cas[k].field[0] : arg->name;
+    if (sw_set_twice(c, f0, arg->loc) || (cas[k].field[1] && sw_set_twice(c, cas[k].field[1], arg->loc))) continue;
     const Expr *e = arg->value;
     if (cas[k].out) {
       if (!expr_num(e, cas[k].out)) error_at(e->loc, "`%s:` needs a number", arg->name);
@@ -459,7 +179,7 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
  * against pp and the sum against the layer loop); `pp N layers(balanced)`: the stage pass splits them
  * by the cost model's time and memory per layer (passes/pipe_balance.c). */
 static void stage_layers(Cur *c, Plan *p) {
-  Word *w = peek(c);
+  Word *w = sw_peek(c);
   c->i++;
   p->stage_layers_loc = w->loc;
   p->nstage_layers = 0;
@@ -498,42 +218,46 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   const char *key = k->kind == W_IDENT ? k->s : "";
   PlanOpt opt = ir_plan_opt_of_key(key);
   if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = k->loc; /* ir/plan_options.c refuses what no pass implements, here */
-  if (strcmp(key, "tp") == 0) get_int32(c, key, 1, 1 << 16, &p->tp);
+  if (strcmp(key, "tp") == 0) sw_get_int32(c, key, 1, 1 << 16, &p->tp);
   else if (strcmp(key, "pp") == 0) {
-    if (get_int32(c, key, 1, 1 << 16, &p->pp) && peek(c) && peek(c)->kind == W_CALL && strcmp(peek(c)->s, "layers") == 0)
+    if (sw_get_int32(c, key, 1, 1 << 16, &p->pp) && sw_peek(c) && sw_peek(c)->kind == W_CALL && strcmp(sw_peek(c)->s, "layers") == 0)
       stage_layers(c, p);
   }
-  else if (strcmp(key, "cp") == 0) get_int32(c, key, 1, 1 << 16, &p->cp);
+  else if (strcmp(key, "cp") == 0) sw_get_int32(c, key, 1, 1 << 16, &p->cp);
   else if (strcmp(key, "dp") == 0) {
-    if (is_ident(peek(c), "auto")) {
+    if (sw_is_ident(sw_peek(c), "auto")) {
       c->i++;
       p->dp = 0;
     } else {
-      get_int32(c, key, 1, 1 << 20, &p->dp);
+      sw_get_int32(c, key, 1, 1 << 20, &p->dp);
     }
-  } else if (strcmp(key, "sp") == 0) get_bool(c, key, &p->sp);
+  } else if (strcmp(key, "sp") == 0) sw_get_bool(c, key, &p->sp);
   else if (strcmp(key, "zero") == 0) {
-    if (get_int32(c, key, 0, 3, &p->zero) && is_ident(peek(c), "offload")) {
-      p->opt_loc[PLAN_OPT_OFFLOAD] = peek(c)->loc;
+    if (sw_get_int32(c, key, 0, 3, &p->zero) && sw_is_ident(sw_peek(c), "offload")) {
+      if (sw_set_twice(c, "offload", sw_peek(c)->loc)) return;
+      p->opt_loc[PLAN_OPT_OFFLOAD] = sw_peek(c)->loc;
       c->i++;
       p->offload = true;
     }
   } else if (strcmp(key, "offload") == 0) {
+    if (sw_set_twice(c, "offload", k->loc)) return;
     p->opt_loc[PLAN_OPT_OFFLOAD] = k->loc;
-    get_bool(c, key, &p->offload);
+    sw_get_bool(c, key, &p->offload);
   }
-  else if (strcmp(key, "microbatches") == 0) get_int32(c, key, 1, 1 << 20, &p->microbatches);
-  else if (strcmp(key, "interleave") == 0) get_int32(c, key, 1, 1 << 10, &p->interleave);
+  else if (strcmp(key, "microbatches") == 0) sw_get_int32(c, key, 1, 1 << 20, &p->microbatches);
+  else if (strcmp(key, "interleave") == 0) {
+    if (!sw_set_twice(c, "interleave", k->loc)) sw_get_int32(c, key, 1, 1 << 10, &p->interleave);
+  }
   else if (strcmp(key, "schedule") == 0) {
     static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
     static const PipeSchedule ss[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB};
-    Word *w = peek(c);
-    int i = get_choice(c, key, names, 4);
+    Word *w = sw_peek(c);
+    int i = sw_get_choice(c, key, names, 4);
     if (i < 0) return;
     p->schedule = ss[i];
     if (w->kind == W_CALL) {
       double v = p->interleave > 1 ? p->interleave : 2;
-      CallArg ca[] = {{"v", &v, {0}}};
+      CallArg ca[] = {{"v", &v, {0}, {"interleave"}}};
       if (ss[i] != SCHED_INTERLEAVED && w->args.n) error_at(w->loc, "`%s` takes no arguments", w->s);
       call_args(c, w, ca, 1);
       if (v < 1 || v > 1024 || v != floor(v)) error_at(w->loc, "`v:` must be an integer between 1 and 1024");
@@ -543,28 +267,28 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
     }
   } else if (strcmp(key, "recompute") == 0) {
     static const char *const names[] = {"none", "full", "selective"};
-    int i = get_choice(c, key, names, 3);
+    int i = sw_get_choice(c, key, names, 3);
     if (i >= 0) p->recompute = (RecomputeKind)i;
   } else if (strcmp(key, "bucket") == 0) {
     double b;
-    if (get_quantity(c, key, Q_BYTES, &b)) {
-      if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1 PB");
+    if (sw_get_quantity(c, key, Q_BYTES, &b)) {
+      if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1000 TB");
       else p->bucket_bytes = (int64_t)b;
     }
   } else if (strcmp(key, "cp_mode") == 0) {
-    int i = get_choice(c, key, ir_cp_mode_names, 2);
+    int i = sw_get_choice(c, key, ir_cp_mode_names, 2);
     if (i >= 0) p->cp_mode = (CpMode)i;
   } else if (strcmp(key, "weight_copy") == 0) {
-    int i = get_choice(c, key, ir_weight_copy_names, 3);
+    int i = sw_get_choice(c, key, ir_weight_copy_names, 3);
     if (i >= 0) p->weight_copy = (WeightCopy)i;
-  } else if (strcmp(key, "cross_node_tp") == 0) get_bool(c, key, &p->allow_cross_node_tp);
-  else unknown_key(c, k, "parallel", plan_keys);
+  } else if (strcmp(key, "cross_node_tp") == 0) sw_get_bool(c, key, &p->allow_cross_node_tp);
+  else sw_unknown_key(c, k, "parallel", plan_keys);
 }
 
 void fe_plan(Fe *fe, const Decl *d) {
   fe->m->plan.loc = d->loc;
   fe->m->has_plan = true;
-  walk(fe, &d->body, plan_key, &fe->m->plan, "parallel");
+  sw_walk(fe, &d->body, plan_key, &fe->m->plan, "parallel");
 }
 
 /* ZeRO's settings, checked once the plan and the -D overrides are in (passes/zero.c applies them). */
@@ -582,38 +306,70 @@ static const char *const recipe_keys[] = {
     "momentum", "lr_schedule", "warmup", "min_lr",   "grad_clip", "precision",   "master",    "steps", "data",
     "val",    "checkpoint",  "ckpt_every", "ckpt_dir", "ckpt_keep", "seed",     "on_nonfinite", "max_skips", NULL};
 
+/* `master f32` (the master weights' type, after `precision` or alone): f32 is what every pass and
+ * kernel keeps; `master bf16` was accepted and never read, so it is refused. */
+static void master_weights(Cur *c) {
+  static const char *const names[] = {"bf16", "f32"};
+  Word *w = sw_peek(c);
+  int i = sw_get_choice(c, "master", names, 2);
+  if (i == 0) {
+    error_at(w->loc, "`master bf16`: bf16 master weights are not implemented in shardc (the optimizer keeps f32 "
+             "master weights, also under precision bf16)");
+    note("write `master f32`, or leave `master` out");
+  }
+}
+
 static void recipe_key(Cur *c, Word *k, void *ctx) {
   Recipe *r = ctx;
   const char *key = k->kind == W_IDENT ? k->s : "";
+  static const char *const flat[RECIPE_FLAT_COUNT] = {"beta1", "beta2", "eps", "momentum", "min_lr"};
+  for (int i = 0; i < RECIPE_FLAT_COUNT; i++)
+    if (strcmp(key, flat[i]) == 0) r->flat_set[i] = true, r->flat_loc[i] = k->loc;
+  static const char *const aliased[] = {"lr",         "beta1",      "beta2",     "eps", "weight_decay", "momentum",
+                                        "warmup",     "min_lr",     "max_skips", "val", "ckpt_every",   "ckpt_dir",
+                                        "ckpt_keep"}; /* fields a call or a clause sets too */
+  for (size_t i = 0; i < sizeof aliased / sizeof aliased[0]; i++)
+    if (strcmp(key, aliased[i]) == 0 && sw_set_twice(c, aliased[i], k->loc)) {
+      c->i = c->w->n;
+      return;
+    }
   if (strcmp(key, "batch") == 0) {
     r->batch_loc = k->loc; /* ir/mesh.c: batch = micro_batch x dp x accumulation, checked there */
-    get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
+    sw_get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
   }
-  else if (strcmp(key, "micro_batch") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
-  else if (strcmp(key, "seq") == 0) get_int(c, key, 1, (int64_t)1 << 30, &r->seq);
-  else if (strcmp(key, "steps") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->steps);
-  else if (strcmp(key, "warmup") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->warmup);
-  else if (strcmp(key, "ckpt_every") == 0) get_int(c, key, 0, (int64_t)1 << 50, &r->ckpt_every);
-  else if (strcmp(key, "ckpt_keep") == 0) get_int32(c, key, 1, 1 << 20, &r->ckpt_keep);
-  else if (strcmp(key, "ckpt_dir") == 0) get_string(c, key, &r->ckpt_dir);
+  else if (strcmp(key, "micro_batch") == 0) sw_get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
+  else if (strcmp(key, "seq") == 0) sw_get_int(c, key, 1, (int64_t)1 << 30, &r->seq);
+  else if (strcmp(key, "steps") == 0) {
+    if (sw_peek(c) && sw_peek(c)->kind == W_NUM && sw_peek(c)->num == 0) { /* (was accepted: the trainer ran 1 step) */
+      error_at(sw_peek(c)->loc, "`steps` is the schedule's length, at least 1, got 0");
+      note("a run that trains no step is the trainer's: --steps 0");
+      c->i++;
+    } else {
+      sw_get_int(c, key, 1, (int64_t)1 << 50, &r->steps);
+    }
+  }
+  else if (strcmp(key, "warmup") == 0) sw_get_int(c, key, 0, (int64_t)1 << 50, &r->warmup);
+  else if (strcmp(key, "ckpt_every") == 0) sw_get_int(c, key, 0, (int64_t)1 << 50, &r->ckpt_every);
+  else if (strcmp(key, "ckpt_keep") == 0) sw_get_int32(c, key, 1, 1 << 20, &r->ckpt_keep);
+  else if (strcmp(key, "ckpt_dir") == 0) sw_get_string(c, key, &r->ckpt_dir);
   else if (strcmp(key, "seed") == 0) {
     int64_t s;
-    if (get_int(c, key, 0, (int64_t)1 << 53, &s)) r->seed = (uint64_t)s;
-  } else if (strcmp(key, "lr") == 0) get_num(c, key, &r->lr);
-  else if (strcmp(key, "beta1") == 0) get_num(c, key, &r->beta1);
-  else if (strcmp(key, "beta2") == 0) get_num(c, key, &r->beta2);
-  else if (strcmp(key, "eps") == 0) get_num(c, key, &r->eps);
-  else if (strcmp(key, "weight_decay") == 0) get_num(c, key, &r->weight_decay);
-  else if (strcmp(key, "momentum") == 0) get_num(c, key, &r->momentum);
-  else if (strcmp(key, "min_lr") == 0) get_num(c, key, &r->min_lr);
-  else if (strcmp(key, "grad_clip") == 0) get_num(c, key, &r->grad_clip);
+    if (sw_get_int(c, key, 0, (int64_t)1 << 53, &s)) r->seed = (uint64_t)s;
+  } else if (strcmp(key, "lr") == 0) sw_get_num(c, key, &r->lr);
+  else if (strcmp(key, "beta1") == 0) sw_get_num(c, key, &r->beta1);
+  else if (strcmp(key, "beta2") == 0) sw_get_num(c, key, &r->beta2);
+  else if (strcmp(key, "eps") == 0) sw_get_num(c, key, &r->eps);
+  else if (strcmp(key, "weight_decay") == 0) sw_get_num(c, key, &r->weight_decay);
+  else if (strcmp(key, "momentum") == 0) sw_get_num(c, key, &r->momentum);
+  else if (strcmp(key, "min_lr") == 0) sw_get_num(c, key, &r->min_lr);
+  else if (strcmp(key, "grad_clip") == 0) sw_get_num(c, key, &r->grad_clip);
   else if (strcmp(key, "max_skips") == 0) {
     r->max_skips_loc = k->loc; /* passes/optimizer.c refuses it without `on_nonfinite skip` */
-    r->max_skips_set = get_int(c, key, 1, (int64_t)1 << 40, &r->max_skips);
+    r->max_skips_set = sw_get_int(c, key, 1, (int64_t)1 << 40, &r->max_skips);
   } else if (strcmp(key, "on_nonfinite") == 0) {
     static const char *const names[] = {"stop", "skip"};
-    Word *w = peek(c);
-    int i = get_choice(c, key, names, 2);
+    Word *w = sw_peek(c);
+    int i = sw_get_choice(c, key, names, 2);
     if (i < 0) return;
     r->on_nonfinite = i == 0 ? NONFINITE_STOP : NONFINITE_SKIP;
     if (w->kind != W_CALL) return;
@@ -622,7 +378,7 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
       return;
     }
     double max = NAN;
-    CallArg ca[] = {{"max", &max, {0}}};
+    CallArg ca[] = {{"max", &max, {0}, {"max_skips"}}};
     call_args(c, w, ca, 1);
     if (isnan(max)) return;
     if (max < 1 || max != floor(max) || max > 1e12)
@@ -630,71 +386,80 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
     else r->max_skips = (int64_t)max, r->max_skips_loc = w->loc, r->max_skips_set = true;
   } else if (strcmp(key, "optimizer") == 0) {
     static const char *const names[] = {"adamw", "sgd"};
-    Word *w = peek(c);
-    int i = get_choice(c, key, names, 2);
+    Word *w = sw_peek(c);
+    int i = sw_get_choice(c, key, names, 2);
     if (i < 0) return;
     r->optimizer = i == 0 ? OPT_ADAMW : OPT_SGD;
     if (w->kind != W_CALL) return;
     if (i == 0) {
-      CallArg ca[] = {{"lr", &r->lr, {0}},
-                      {"betas", NULL, {&r->beta1, &r->beta2}},
-                      {"eps", &r->eps, {0}},
-                      {"weight_decay", &r->weight_decay, {0}}};
+      CallArg ca[] = {{"lr", &r->lr, {0}, {0}},
+                      {"betas", NULL, {&r->beta1, &r->beta2}, {"beta1", "beta2"}},
+                      {"eps", &r->eps, {0}, {0}},
+                      {"weight_decay", &r->weight_decay, {0}, {0}}};
       call_args(c, w, ca, 4);
     } else {
-      CallArg ca[] = {{"lr", &r->lr, {0}}, {"momentum", &r->momentum, {0}}, {"weight_decay", &r->weight_decay, {0}}};
+      CallArg ca[] = {{"lr", &r->lr, {0}, {0}}, {"momentum", &r->momentum, {0}, {0}},
+                      {"weight_decay", &r->weight_decay, {0}, {0}}};
       call_args(c, w, ca, 3);
     }
   } else if (strcmp(key, "lr_schedule") == 0) {
     static const char *const names[] = {"constant", "linear", "cosine"};
-    Word *w = peek(c);
-    int i = get_choice(c, key, names, 3);
+    Word *w = sw_peek(c);
+    int i = sw_get_choice(c, key, names, 3);
     if (i < 0) return;
     r->lr_schedule = (LrScheduleKind)i;
     if (w->kind != W_CALL) return;
-    double warm = (double)r->warmup;
-    CallArg ca[] = {{"warmup", &warm, {0}}, {"min", &r->min_lr, {0}}};
+    double warm = (double)r->warmup, min = NAN;
+    CallArg ca[] = {{"warmup", &warm, {0}, {0}}, {"min", &min, {0}, {"min_lr"}}};
     call_args(c, w, ca, 2);
     if (warm < 0 || warm != floor(warm) || warm > 1e15) error_at(w->loc, "`warmup:` must be a whole number of steps");
     else r->warmup = (int64_t)warm;
+    if (!isnan(min) && i == LR_CONSTANT) { /* was: kept and never read */
+      error_at(w->loc, "`constant` keeps lr after the warmup: it takes no `min:`");
+      note("write linear(...) or cosine(...) to decay to min, or leave `min:` out");
+    } else if (!isnan(min)) {
+      r->min_lr = min;
+    }
   } else if (strcmp(key, "precision") == 0 || strcmp(key, "master") == 0) {
     static const char *const names[] = {"bf16", "f32"};
-    int i = get_choice(c, key, names, 2);
-    if (i < 0) return;
     if (strcmp(key, "master") == 0) {
-      r->master_f32 = i == 1;
+      master_weights(c);
       return;
     }
+    int i = sw_get_choice(c, key, names, 2);
+    if (i < 0) return;
     r->precision = i == 0 ? PREC_BF16 : PREC_F32;
     r->precision_loc = k->loc; /* passes/precision.c's note on the CPU target */
-    r->master_f32 = true;
-    if (is_ident(peek(c), "master")) {
+    if (sw_is_ident(sw_peek(c), "master")) {
       c->i++;
-      int j = get_choice(c, "master", names, 2);
-      if (j >= 0) r->master_f32 = j == 1;
+      master_weights(c);
     }
   } else if (strcmp(key, "data") == 0) {
-    if (get_string(c, key, &r->data) && is_ident(peek(c), "val")) {
+    if (sw_get_string(c, key, &r->data) && sw_is_ident(sw_peek(c), "val")) {
+      if (sw_set_twice(c, "val", sw_peek(c)->loc)) return;
       c->i++;
-      get_string(c, "val", &r->val);
+      sw_get_string(c, "val", &r->val);
     }
-  } else if (strcmp(key, "val") == 0) get_string(c, key, &r->val);
+  } else if (strcmp(key, "val") == 0) sw_get_string(c, key, &r->val);
   else if (strcmp(key, "checkpoint") == 0) {
     bool any = false;
     for (;;) {
-      if (is_ident(peek(c), "every")) {
+      if (sw_is_ident(sw_peek(c), "every")) {
+        if (sw_set_twice(c, "ckpt_every", sw_peek(c)->loc)) return;
         c->i++;
-        if (!get_int(c, "checkpoint every", 1, (int64_t)1 << 50, &r->ckpt_every)) return;
-      } else if (is_ident(peek(c), "to")) {
+        if (!sw_get_int(c, "checkpoint every", 1, (int64_t)1 << 50, &r->ckpt_every)) return;
+      } else if (sw_is_ident(sw_peek(c), "to")) {
+        if (sw_set_twice(c, "ckpt_dir", sw_peek(c)->loc)) return;
         c->i++;
-        if (!get_string(c, "checkpoint to", &r->ckpt_dir)) return;
-      } else if (is_ident(peek(c), "keep")) {
+        if (!sw_get_string(c, "checkpoint to", &r->ckpt_dir)) return;
+      } else if (sw_is_ident(sw_peek(c), "keep")) {
+        if (sw_set_twice(c, "ckpt_keep", sw_peek(c)->loc)) return;
         c->i++;
-        if (!get_int32(c, "checkpoint keep", 1, 1 << 20, &r->ckpt_keep)) return;
+        if (!sw_get_int32(c, "checkpoint keep", 1, 1 << 20, &r->ckpt_keep)) return;
       } else {
         /* a misspelt clause read as the next train setting said `unknown train setting `kep``, no hint */
         static const char *const clauses[] = {"every", "to", "keep"};
-        const Word *w = peek(c);
+        const Word *w = sw_peek(c);
         bool setting = false;
         for (int i = 0; w && w->kind == W_IDENT && recipe_keys[i] && !setting; i++)
           setting = !strcmp(w->s, recipe_keys[i]);
@@ -709,14 +474,14 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
       }
       any = true;
     }
-    if (!any) expected(c, "checkpoint", "`every N`, `to \"dir\"` or `keep K`");
-  } else unknown_key(c, k, "train", recipe_keys);
+    if (!any) sw_expected(c, "checkpoint", "`every N`, `to \"dir\"` or `keep K`");
+  } else sw_unknown_key(c, k, "train", recipe_keys);
 }
 
 void fe_recipe(Fe *fe, const Decl *d) {
   fe->m->recipe.loc = d->loc;
   fe->m->has_recipe = true;
-  walk(fe, &d->body, recipe_key, &fe->m->recipe, "train");
+  sw_walk(fe, &d->body, recipe_key, &fe->m->recipe, "train");
 }
 
 /* ---- -D overrides ------------------------------------------------------------------------ */

@@ -30,7 +30,6 @@ void ir_recipe_defaults(Recipe *r) {
   r->weight_decay = 0.0;
   r->lr_schedule = LR_CONSTANT;
   r->precision = PREC_F32;
-  r->master_f32 = true;
   r->steps = 100;
   r->ckpt_keep = 1;
   r->seed = 1337;

@@ -117,6 +117,9 @@ typedef enum { PREC_F32, PREC_BF16 } Precision;
 /* A step whose gradients hold NaN / Inf: stop the run there, or skip its optimizer update. */
 typedef enum { NONFINITE_STOP, NONFINITE_SKIP } NonfiniteAction;
 
+/* Flat recipe keys that one optimizer or schedule reads (Recipe.flat_set). */
+typedef enum { RECIPE_BETA1, RECIPE_BETA2, RECIPE_EPS, RECIPE_MOMENTUM, RECIPE_MIN_LR, RECIPE_FLAT_COUNT } RecipeFlatKey;
+
 typedef struct {
   int64_t batch;       /* sequences per optimizer step, global, as written (0: not given); see Module.batch */
   int64_t micro_batch; /* sequences per rank per micro-step, as written; see Module.batch */
@@ -129,7 +132,6 @@ typedef struct {
   double grad_clip;    /* 0: off */
   Precision precision; /* compute dtype */
   SrcLoc precision_loc; /* where `precision` was written (file NULL: the default, or -D) */
-  bool master_f32;
   int64_t steps;
   const char *data, *val; /* paths or globs */
   int64_t ckpt_every;
@@ -142,6 +144,11 @@ typedef struct {
   SrcLoc max_skips_loc; /* where (file NULL: by -D) */
   SrcLoc loc;
   SrcLoc batch_loc;    /* where `batch` was written (file NULL: not written, or -D) */
+  /* the flat keys beta1 beta2 eps (AdamW's), momentum (SGD's), min_lr (a decay's) written, in the
+   * file or by -D (loc file NULL), and where; an optimizer's or schedule's call arguments go with
+   * the call. passes/optimizer.c refuses one the recipe's optimizer or schedule does not read. */
+  bool flat_set[RECIPE_FLAT_COUNT];
+  SrcLoc flat_loc[RECIPE_FLAT_COUNT];
 } Recipe;
 
 /* ---- module --------------------------------------------------------------- */

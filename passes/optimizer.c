@@ -124,10 +124,42 @@ bool pass_optimizer(Module *m) {
     error_at(L, "adamw: betas must lie in [0, 1), got (%g, %g)", r.beta1, r.beta2);
     return false;
   }
-  const char *neg = r.lr < 0 ? "lr" : r.grad_clip < 0 ? "grad_clip" : r.weight_decay < 0 ? "weight_decay" : NULL;
-  if (neg) { /* which one, and its value: it may come from -D (L is the train block then) */
-    error_at(L, "train: `%s` must not be negative, got %g", neg,
-             neg[0] == 'l' ? r.lr : neg[0] == 'g' ? r.grad_clip : r.weight_decay);
+  const struct {
+    const char *key;
+    double v;
+  } nonneg[] = {{"lr", r.lr},           {"grad_clip", r.grad_clip}, {"weight_decay", r.weight_decay},
+                {"eps", r.eps},         {"momentum", r.momentum},   {"min_lr", r.min_lr}};
+  for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
+    if (nonneg[i].v < 0) { /* which one, and its value: it may come from -D (L is the train block then) */
+      error_at(L, "train: `%s` must not be negative, got %g", nonneg[i].key, nonneg[i].v);
+      return false;
+    }
+  if (r.lr_schedule != LR_CONSTANT && r.min_lr > r.lr) {
+    error_at(r.flat_loc[RECIPE_MIN_LR].file ? r.flat_loc[RECIPE_MIN_LR] : L,
+             "train: `min_lr` %g is above `lr` %g: the %s schedule decays from lr to min_lr", r.min_lr, r.lr,
+             r.lr_schedule == LR_LINEAR ? "linear" : "cosine");
+    note("write a min_lr of at most lr (0 decays to zero)");
+    return false;
+  }
+  /* a flat key the recipe's optimizer or schedule does not read (was: kept, never read) */
+  static const char *const flat[RECIPE_FLAT_COUNT] = {"beta1", "beta2", "eps", "momentum", "min_lr"};
+  for (int i = 0; i < RECIPE_FLAT_COUNT; i++) {
+    bool unread = i == RECIPE_MIN_LR    ? r.lr_schedule == LR_CONSTANT
+                  : i == RECIPE_MOMENTUM ? r.optimizer != OPT_SGD
+                                         : r.optimizer != OPT_ADAMW;
+    if (!r.flat_set[i] || !unread) continue;
+    SrcLoc at = r.flat_loc[i].file ? r.flat_loc[i] : L;
+    if (i == RECIPE_MIN_LR) {
+      error_at(at, "`min_lr` is where a linear or cosine schedule decays to: lr_schedule constant does not read it");
+      note("write lr_schedule cosine (or linear), or leave `min_lr` out");
+    } else {
+      const char *own = i == RECIPE_MOMENTUM ? "sgd" : "adamw";
+      error_at(at, "`%s` is %s's: optimizer %s does not read it", flat[i], own, own[0] == 's' ? "adamw" : "sgd");
+      if (i == RECIPE_MOMENTUM)
+        note("AdamW's momentum is beta1 (`adamw(betas: (0.9, 0.95))`); leave `momentum` out, or write optimizer sgd");
+      else
+        note("leave `%s` out, or write optimizer adamw", flat[i]);
+    }
     return false;
   }
   if (r.max_skips_set && r.on_nonfinite != NONFINITE_SKIP) {

@@ -43,6 +43,7 @@
  */
 #include <string.h>
 
+#include "plan_options.h"
 #include "shard_internal.h"
 
 static void rewrite_graph(Sh *s, Graph *g);
@@ -202,6 +203,12 @@ bool pass_shard(Module *m) {
   s.ok = true;
   for (int a = 0; a < RT_AX_COUNT; a++) s.deg[a] = m->mesh->dim[a];
   s.sp = m->plan.sp && s.deg[RT_AX_TP] > 1;
+  /* an option of an axis of degree 1 applies to nothing: said, as zero's at dp 1 (was: kept without a word) */
+  if (m->plan.sp && !s.sp)
+    note_at(m->plan.loc, "sp on: sequence parallelism splits the sequence over tp, and the plan has tp 1: nothing to "
+            "split");
+  if (m->plan.cp_mode != CP_RING && s.deg[RT_AX_CP] < 2)
+    note_at(m->plan.opt_loc[PLAN_OPT_CP_MODE], "cp_mode %s: the plan has cp 1: no context parallelism to run", ir_cp_mode_names[m->plan.cp_mode]);
   bool any = false;
   for (int a = 0; a < RT_AX_COUNT; a++) any |= s.deg[a] > 1;
   if (!any) return true; /* one rank: the program is the graph */
@@ -216,7 +223,8 @@ bool pass_shard(Module *m) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_PARAM || g->nodes[i]->op == OP_STATE || g->nodes[i]->op == OP_CAST)
       shard_decide_repl(&s, g->nodes[i]->out[0]);
-  check_shapes(g);
+  bool ok = s.ok && diag_errors() == 0;
+  if (ok) check_shapes(g); /* after a user error (a sequence cp does not split) the local shapes were never made */
   ptrmap_free(&s.info);
   ptrmap_free(&s.memo);
   ptrmap_free(&s.subst);
@@ -224,6 +232,6 @@ bool pass_shard(Module *m) {
   ptrmap_free(&s.embed);
   ptrmap_free(&s.attn_repl);
   ptrmap_free(&s.cp_pos);
-  return s.ok && diag_errors() == 0;
+  return ok;
 }
 

@@ -464,6 +464,17 @@ void shard_rule_source(Sh *s, Node *n) {
         }
       }
       shard_cp_seed(s, n, &h);
+      int cp = s->deg[RT_AX_CP]; /* sp splits the sequence over tp (each cp rank's zigzag chunks under cp) */
+      if (s->sp && v->shape.rank >= 2 && (cp < 2 || h.split[1] == RT_AX_CP)) { /* (cp's own error said it) */
+        int q = s->deg[RT_AX_TP] * (cp > 1 ? 2 * cp : 1);
+        if (v->shape.dim[1] % q != 0) { /* (was: sp dropped without a word, or an invalid IR under cp) */
+          error_at(n->loc, "sp on splits the sequence (%lld tokens of input `%s`) over tp %d%s: it does not divide them",
+                   (long long)v->shape.dim[1], n->a.name ? n->a.name : "?", s->deg[RT_AX_TP],
+                   cp > 1 ? arena_printf(s->a, " inside each of the 2 x cp = %d chunks", 2 * cp) : "");
+          note("pick a sequence length that %d divides, or sp off", q);
+          s->ok = false;
+        }
+      }
       shard_set_out(s, n, 0, h);
       return;
     }

@@ -35,6 +35,7 @@
 #include "diag.h"
 #include "passes.h"
 #include "pipe_sched.h"
+#include "plan_options.h"
 #include "ptrmap.h"
 
 static SrcLoc at_opt(const Module *m, PlanOpt o) {
@@ -160,7 +161,14 @@ bool pass_stage(Module *m) {
     note("write pp 2 or more, or leave `layers(..)` out");
     return false;
   }
-  if (pp <= 1) return true;
+  if (pp <= 1) {
+    if (m->plan.schedule != SCHED_1F1B) { /* said, as zero's at dp 1 (was: kept without a word) */
+      char have[64];
+      ir_plan_opt_format(&m->plan, PLAN_OPT_SCHEDULE, have, sizeof have);
+      note_at(m->plan.opt_loc[PLAN_OPT_SCHEDULE], "%s: the plan has one pipeline stage (pp 1): no pipeline to schedule", have);
+    }
+    return true;
+  }
   /* (cp: the shard pass made each layer's ring, or all-to-alls, over cp; a stage's cp ranks share
    * its pp coordinate, so every instruction's ring runs among its own stage's ranks) */
   if (m->plan.schedule == SCHED_1F1B && m->batch.accum < pp) { /* its warm-up needs pp micro-batches in flight */

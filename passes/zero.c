@@ -693,6 +693,10 @@ bool pass_zero(Module *m) {
     if (off) zero_offload(m->graph, false);
     return true;
   }
+  if (stage == 1 && m->has_recipe && m->recipe.optimizer == OPT_SGD && m->recipe.momentum == 0) /* (was: not a word) */
+    note_at(m->plan.opt_loc[PLAN_OPT_ZERO], "zero 1: sgd without momentum keeps no optimizer state, so nothing is "
+            "sharded; the update is split over the group and the parameters all-gathered after it (more traffic, no "
+            "memory saved): zero 0, or zero 2 / 3 to shard the gradients / parameters");
   Graph *g = m->graph;
   int n = g->nnodes;
   Node **updates = ARENA_ARRAY(g->arena, Node *, n + 1);

@@ -108,7 +108,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "validation data (default: the last 10% of the last training file)"},
       {"steps", 1, &o->steps, &o->steps_set, "N",
        "steps of the schedule (the lr decays to min_lr at N); 0: no training"},
-      {"stop-at", 1, &o->stop_at, NULL, "N", "stop after step N (the schedule still spans --steps)"},
+      {"stop-at", 1, &o->stop_at, &o->stop_at_set, "N", "stop after step N (the schedule still spans --steps)"},
       {"seed", 2, &o->seed, &o->seed_set, "N", "seed of the initialisation and the data order"},
       {"batch", 4, &o->batch, NULL, "N", "global batch in sequences: micro-batch x data-parallel ranks x accumulation steps (fixed at compile time)"},
       {"init-from", 0, &o->init_from, NULL, "FILE",
@@ -117,7 +117,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "write checkpoints DIR/step_N at the end (and every --ckpt-every); with --steps 0: the initial weights; '': "
        "none"},
       {"ckpt-every", 1, &o->ckpt_every, &o->ckpt_every_set, "N", "also checkpoint every N steps (0: only at the end)"},
-      {"keep", 1, &o->keep, NULL, "K", "keep the newest K checkpoints (0: all)"},
+      {"keep", 1, &o->keep, &o->keep_set, "K", "keep the newest K checkpoints (0: all)"},
       {"resume", 0, &o->resume, NULL, "DIR|auto",
        "continue from the newest checkpoint in DIR (weights, optimizer, step, data); auto: from --save-to's "
        "newest, or start fresh when it has none (restarts)"},
@@ -125,7 +125,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       {"eval-every", 1, &o->eval_every, NULL, "N", "validation loss every N steps (0: only at the end)"},
       {"val-batches", 4, &o->val_batches, NULL, "N", "batches per validation (default 20)"},
       {"sample", 1, &o->sample, NULL, "N", "generate N tokens after training"},
-      {"temperature", 3, &o->temperature, NULL, "X", "sampling temperature; 0: greedy (default 0.8)"},
+      {"temperature", 3, &o->temperature, &o->temperature_set, "X", "sampling temperature; 0: greedy (default 0.8)"},
       {"prompt", 0, &o->prompt, NULL, "TEXT", "sampling prompt (byte-level models; default: the data's start)"},
       {"threads", 4, &o->threads, &o->threads_set, "N",
        "compute threads per rank (default: the online CPUs / the ranks on this host)"},
@@ -186,6 +186,10 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
    * conversion (--resume CK --stop-at ITS_STEP --save-to OUT), needs no corpus */
   if (o->data && !*o->data) o->data = NULL;
   if (o->val && !*o->val) o->val = NULL;
+  if (o->prompt && o->sample > 0 && !p->byte_level) /* (was: sampled from the data's start, the prompt unread) */
+    rt_user_error("--prompt: a prompt is read as bytes, which this model's tokens are not (vocabulary %lld); leave it "
+                  "out to sample from the data's start",
+                  (long long)p->vocab);
   if (o->ckpt_format && strcmp(o->ckpt_format, "sharded") != 0 && strcmp(o->ckpt_format, "logical") != 0)
     rt_user_error("--ckpt-format: '%s' is neither sharded nor logical", o->ckpt_format);
   if (o->on_nonfinite) {

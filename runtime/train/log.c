@@ -96,10 +96,25 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
     r->peak = rt_measure_peak_flops(r->ctx.threads, 0.04); /* best of 4 runs of 10 ms: within 2 % of 0.1 s's */
   }
 
-  if (r->ctx.rank == 0 && o->ckpt_every_set && o->ckpt_every > 0 && !o->save_to) /* a shared flag set may say so */
+  /* flags that do nothing in this run: a warning (a script's shared flag set may say so), not silence */
+  if (r->ctx.rank == 0 && o->ckpt_every_set && o->ckpt_every > 0 && !o->save_to)
     fprintf(stderr, "warning: --ckpt-every %lld writes nothing: no checkpoint directory (the recipe names none, or "
                     "--save-to '' turned it off)\n",
             (long long)o->ckpt_every);
+  if (r->ctx.rank == 0 && o->keep_set && !o->save_to)
+    fprintf(stderr, "warning: --keep %lld keeps nothing: no checkpoint directory (the recipe names none, or --save-to '' "
+                    "turned it off)\n",
+            (long long)o->keep);
+  if (r->ctx.rank == 0 && !o->sample && (o->prompt || o->temperature_set))
+    fprintf(stderr, "warning: %s shapes the sampling after training, which --sample N asks for: this run samples "
+                    "nothing\n",
+            o->prompt ? "--prompt" : "--temperature");
+  if (!r->multi && o->ckpt_format && !strcmp(o->ckpt_format, "sharded"))
+    fprintf(stderr, "warning: --ckpt-format sharded: one process writes whole tensors (the logical format, which "
+                    "any layout resumes)\n");
+  if (r->ctx.rank == 0 && o->dump_to && !o->dump_steps)
+    fprintf(stderr, "warning: --dump-to %s writes nothing: --dump-steps N dumps the first N steps' tensors there\n",
+            o->dump_to);
   if (r->ctx.rank == 0) {
     printf("model %s (%s): %.2fM parameters, vocabulary %lld%s, batch %lld x %lld tokens", p->model ? p->model : "?",
            p->source ? p->source : "?", (double)p->nparams / 1e6, (long long)p->vocab, p->byte_level ? " (bytes)" : "",

@@ -412,7 +412,7 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
   weights_init(r);
   rt_run_snapshot_prepare(r);
   RtLoop loop = {.first = r->st.step + 1, .saved_at = -1, .last_val = NAN};
-  loop.stop = o->stop_at && o->stop_at < o->steps ? o->stop_at : o->steps;
+  loop.stop = o->stop_at_set && o->stop_at < o->steps ? o->stop_at : o->steps; /* (--stop-at 0 trained them all) */
   data_init(r, r->st.step < loop.stop);
   rt_log_init(r, &loop);
 

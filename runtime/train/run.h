@@ -33,7 +33,8 @@ typedef struct {
   const char *dump_to;     /* --dump-to directory for --dump-steps */
   int64_t dump_steps;      /* write every tensor after each of the first N steps */
   int64_t steps;           /* schedule length */
-  int64_t stop_at;         /* last step this run executes (0: steps) */
+  int64_t stop_at;         /* last step this run executes (stop_at_set; else steps) */
+  int stop_at_set;         /* --stop-at given (0: no step, as --steps 0) */
   int64_t batch;           /* global batch, sequences (0: compiled) */
   int64_t eval_every;      /* steps (0: only at the end) */
   int64_t val_batches;     /* batches per validation */
@@ -47,6 +48,7 @@ typedef struct {
   int data_set, val_set;   /* given on the command line */
   int save_set;            /* --save-to given on the command line */
   int ckpt_every_set;      /* --ckpt-every given */
+  int keep_set, temperature_set; /* --keep, --temperature given */
   int threads_set;         /* --threads given */
   const char *trace;       /* --trace file (Chrome trace JSON), NULL: none */
   const char *compile_kernels; /* --compile-kernels ARCH: the device kernels into the cache, then exit */

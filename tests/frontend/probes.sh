@@ -92,4 +92,43 @@ if "$shardc" plan "$tiny" 2>&1 >/dev/null | grep -q 'never read'; then
 else
   echo "ok   unread_tiny"
 fi
+# 10. A sequence cp does not split (63 tokens, cp 2) was reported, then the shard pass aborted
+#     (internal compiler error) checking the local shapes it had not made.
+expect cp_odd_seq 1 'error: the sequence (63 tokens of input `tokens`) does not split into 2 x cp = 4 chunks' 4000 -- plan "$tiny" --world 2 -D cp=2 -D seq=63
+# 11. sp on with a sequence tp does not split: sp was dropped without a word (all-reduces instead of
+#     reduce-scatters), and under cp x tp (68 tokens: 17 per zigzag chunk) the IR was invalid (abort).
+expect sp_odd_seq 1 'error: sp on splits the sequence (63 tokens of input `tokens`) over tp 2: it does not divide them' 4000 -- plan "$tiny" --world 2 -D tp=2 -D sp=on -D seq=63
+expect sp_cp_seq 1 'inside each of the 2 x cp = 4 chunks: it does not divide them' 4000 -- plan "$tiny" --world 4 -D cp=2 -D tp=2 -D sp=on -D seq=68
+# 12. Recipe values no pass reads, or that make the update wrong, were accepted: eps and momentum
+#     negative, min_lr negative (the last steps ran at a negative lr) or above lr, momentum under
+#     adamw, beta1 under sgd, min_lr under a constant schedule.
+expect eps_negative 1 'error: train: `eps` must not be negative, got -1' 2000 -- plan "$tiny" --world 1 -D eps=-1
+expect min_lr_negative 1 'error: train: `min_lr` must not be negative, got -0.1' 2000 -- plan "$tiny" --world 1 -D min_lr=-0.1
+expect momentum_negative 1 'error: train: `momentum` must not be negative' 2000 -- plan "$tiny" --world 1 -D optimizer=sgd -D momentum=-1
+expect min_lr_above 1 'error: train: `min_lr` 0.01 is above `lr` 0.001: the cosine schedule' 2000 -- plan "$tiny" --world 1 -D min_lr=0.01
+expect momentum_adamw 1 'optimizer adamw does not read it' 2000 -- plan "$tiny" --world 1 -D momentum=0.9
+expect beta1_sgd 1 'optimizer sgd does not read it' 2000 -- plan "$tiny" --world 1 -D optimizer=sgd -D beta1=0.5
+sed 's/^  lr_schedule cosine(.*$/  lr_schedule constant\n  min_lr 1e-5/' "$tiny" >"$tmp/minlr.model"
+expect min_lr_constant 1 'minlr.model:32:3: error: `min_lr` is where a linear or cosine schedule decays to: lr_schedule constant does not read it' 2000 -- plan "$tmp/minlr.model" -I "$(dirname "$tiny")" --world 1
+# 13. An option of a mesh axis of degree 1 applies to nothing: said (as zero's at dp 1), not kept
+#     without a word (sp at tp 1, cp_mode at cp 1, a pipeline schedule at pp 1).
+sed 's/^  dp auto$/  dp auto\n  schedule zb/' "$tiny" >"$tmp/sched.model"
+expect sched_pp1 0 'sched.model:24:3: note: schedule zb: the plan has one pipeline stage (pp 1): no pipeline to schedule' 2000 -- plan "$tmp/sched.model" -I "$(dirname "$tiny")" --world 1
+expect sp_tp1 0 'note: sp on: sequence parallelism splits the sequence over tp, and the plan has tp 1' 2000 -- plan "$tiny" --world 1 -D sp=on
+expect cp_mode_cp1 0 'shardc: note: cp_mode all2all: the plan has cp 1: no context parallelism to run' 2000 -- plan "$tiny" --world 2 -D tp=2 -D cp_mode=all2all
+# 14. shardc options kept without a word: --top / --confirm / --budget / --compile-limit without
+#     --search, "3abc" read as 3 seconds, --cpu-kernels c with --target cuda, -v with nothing compiled,
+#     a 16th -I dropped.
+expect search_flag_alone 1 'error: --top tunes the plan search: use it with --search or --pick' 2000 -- plan "$tiny" --world 1 --top 3
+expect budget_trailing 1 "error: --budget needs seconds in (0, 1e+09\], got '3abc'" 2000 -- plan "$tiny" --world 1 --search --budget 3abc
+expect cpu_kernels_cuda 1 'error: --cpu-kernels c: the CPU target' 2000 -- plan "$tiny" --world 1 --target cuda --cpu-kernels c
+expect verbose_plan 1 "error: -v (the C compiler's command) compiles the trainer" 2000 -- plan "$tiny" --world 1 -v
+expect import_dirs 1 'error: -I 16: at most 15 import directories' 2000 -- plan "$tiny" --world 1 $(for i in $(seq 16); do echo -I $i; done)
+# 15. zero 1 under sgd without momentum shards nothing (no optimizer state) and adds the parameters'
+#     all-gathers: said.
+expect zero1_sgd 0 'note: zero 1: sgd without momentum keeps no optimizer state, so nothing is sharded' 2000 -- plan "$tiny" --world 2 -D optimizer=sgd -D zero=1
+# 16. bucket's range offered `1 PB`, a unit the language does not have.
+expect bucket_range 1 'error: `bucket` must be between 1 B and 1000 TB' 2000 -- plan "$tiny" --world 1 -D bucket=2000TB
+# 17. build --search -o T printed the ranking and built nothing, exit 0.
+expect search_build 1 'error: --search ranks the plans and builds none: add --pick to build the fastest, or leave out -o' 2000 -- build "$tiny" --search -o "$tmp/never"
 exit $status

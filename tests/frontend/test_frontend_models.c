@@ -91,7 +91,7 @@ static void test_models(void) {
           "GPT-2 optimizer");
     CHECK(m->recipe.lr_schedule == LR_COSINE && m->recipe.warmup == 700 && close_to(m->recipe.min_lr, 6e-5),
           "GPT-2 lr schedule");
-    CHECK(m->recipe.precision == PREC_BF16 && m->recipe.master_f32, "GPT-2 precision");
+    CHECK(m->recipe.precision == PREC_BF16, "GPT-2 precision");
     CHECK(m->recipe.ckpt_every == 1000 && m->recipe.ckpt_keep == 3 && strcmp(m->recipe.ckpt_dir, "ckpt/gpt2-124m") == 0,
           "GPT-2 checkpoint");
     CHECK(m->recipe.data && strstr(m->recipe.data, "fineweb_train") && m->recipe.val, "GPT-2 data");

@@ -290,6 +290,28 @@ static void test_errors(void) {
           "--ckpt-every without a directory:\n%s", rc.err);
     free_result(&rc);
   }
+  { /* the same for --keep without a directory, --temperature / --prompt without --sample, --dump-to
+       without --dump-steps, --ckpt-format sharded on one process (each was ignored without a word) */
+    Result rc = run_trainer("--data", good, "--steps", "1", "--save-to", "", "--keep", "2", "--temperature", "0.5",
+                            "--dump-to", "nodump", "--ckpt-format", "sharded", NULL);
+    expect_ok(&rc, "idle flags");
+    CHECK(strstr(rc.err, "warning: --keep 2 keeps nothing: no checkpoint directory") &&
+              strstr(rc.err, "warning: --temperature shapes the sampling after training, which --sample N asks for") &&
+              strstr(rc.err, "warning: --dump-to nodump writes nothing: --dump-steps N") &&
+              strstr(rc.err, "warning: --ckpt-format sharded: one process writes whole tensors"),
+          "idle flags:\n%s", rc.err);
+    free_result(&rc);
+  }
+  { /* --stop-at 0: no step, as --steps 0 (0 was read as not given: the whole schedule trained) */
+    Result rc = run_trainer("--data", good, "--steps", "2", "--stop-at", "0", NULL);
+    expect_ok(&rc, "--stop-at 0");
+    CHECK(strstr(rc.out, "nothing to train: at step 0 of 0") != NULL, "--stop-at 0:\n%s", rc.out);
+    free_result(&rc);
+  }
+  /* a prompt is bytes: on a token model (this one's vocabulary is not bytes) it was left unread */
+  EXPECT_ERROR(rt_xstrdup("--prompt: a prompt is read as bytes, which this model's tokens are not (vocabulary 64); "
+                          "leave it out to sample from the data's start"),
+               "--data", good, "--sample", "3", "--prompt", "ab", NULL);
   /* the recipe's data, relative to where the trainer runs: the error says where the path came from */
   prog.recipe.data = "/nonexistent/recipe.bin";
   EXPECT_ERROR(rt_xstrdup("data (the model's train block; --data overrides): cannot open '/nonexistent/recipe.bin': No "
