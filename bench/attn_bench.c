@@ -3,7 +3,7 @@
  * register-blocked"). FLOPs: forward 4 B H S T hd, halved for causal (QK^T and PV); backward 2.5x
  * the forward (S recomputed, dP, dV, dK, dQ), as bench/calibrate.c counts them.
  *
- *   bench_attn [threads] [reps]     (defaults: 2 threads, 5 reps; reports the best run)
+ *   bench_attn [threads] [reps] [shape]   (defaults: 2 threads, 5 reps, every shape; the best run)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,7 @@ static float *buf(int64_t n, float scale, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-  int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 5;
+  int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 5, only = argc > 3 ? atoi(argv[3]) : -1;
   if (threads < 1) threads = 1;
   if (reps < 1) reps = 1;
   const struct {
@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
     rt_set_threads(th);
     printf("sgemm 1024^3, %d thread%s: %.1f GFLOP/s\n", th, th > 1 ? "s" : "", rt_measure_sgemm_flops(th, 1024) * 1e-9);
     for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++) {
+      if (only >= 0 && (size_t)only != i) continue;
       int64_t B = shp[i].B, S = shp[i].S, H = shp[i].H, KV = shp[i].KV, hd = shp[i].hd;
       int64_t nq = B * S * H * hd, nk = B * S * KV * hd;
       float *q = buf(nq, 2, 1), *k = buf(nk, 2, 2), *v = buf(nk, 1, 3), *dout = buf(nq, 1, 4), *o = buf(nq, 0, 5);

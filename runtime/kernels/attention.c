@@ -112,56 +112,75 @@ static void attn_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
   check_hd(hd);
   const RtAttnLd ld = resolve_ld(ld0, H, KV, hd);
   const int64_t grp = H / KV, ldq = ld.q, ldk = ld.k, ldv = ld.v, ldo = ld.o, hdp = rt_attn_vpad(hd);
+  const int direct = hd == hdp; /* whole vectors: P V reads V's rows in place, else from a padded copy */
   const float scale = 1.0f / sqrtf((float)hd);
   const int64_t nqb = (S + NB - 1) / NB;
 #pragma omp parallel
   {
-    /* kt: the key block transposed; vb: the value block; oacc: the rows' unnormalised o; p: scores,
-     * then probabilities; mrow, lrow: running max and sum */
-    float *kt = attn_ws(hd * NB + 2 * NB * hdp + NB * NB + 2 * NB);
-    float *vb = kt + hd * NB, *oacc = vb + NB * hdp, *p = oacc + NB * hdp, *mrow = p + NB * NB, *lrow = mrow + NB;
-    int64_t nts[NB];
+    /* qt: the query block transposed; st: scores, then probabilities, key-major (S^T); vb: the value
+     * block padded; oacc: the rows' unnormalised o; per row: running max, sum, visible keys */
+    float *qt = attn_ws(hd * NB + NB * NB + 2 * NB * hdp + 5 * NB);
+    float *st = qt + hd * NB, *vb = st + NB * NB, *oacc = vb + NB * hdp, *mrow = oacc + NB * hdp, *lrow = mrow + NB,
+          *bm = lrow + NB, *corr = bm + NB, *lsum = corr + NB;
+    int32_t nts[NB];
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int64_t b = 0; b < B; b++)
       for (int64_t h = 0; h < H; h++)
         for (int64_t qb = 0; qb < nqb; qb++) {
-          const int64_t kh = h / grp, s0 = qb * NB, n = S - s0 < NB ? S - s0 : NB;
-          const float *qbase = q + (b * S + s0) * ldq + h * hd;
+          const int64_t kh = h / grp, s0 = qb * NB, n = S - s0 < NB ? S - s0 : NB, nqp = rt_attn_vpad(n);
           const float *kbase = k + b * T * ldk + kh * hd, *vbase = v + b * T * ldv + kh * hd;
-          for (int64_t r = 0; r < n; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
+          transpose_block(q + (b * S + s0) * ldq + h * hd, ldq, n, hd, qt);
+          for (int64_t r = 0; r < NB; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
           memset(oacc, 0, (size_t)(n * hdp) * sizeof(float));
           const int64_t tmax = key_end(causal, T, qpos, kpos, s0 + n - 1); /* keys any row sees */
           for (int64_t t0 = 0; t0 < tmax; t0 += NB) {
             const int64_t ntb = tmax - t0 < NB ? tmax - t0 : NB;
             int64_t r0 = n; /* rows r0.. see a key of the block (key_end grows with s) */
-            for (int64_t r = n - 1; r >= 0; r--) {
-              int64_t nt = key_end(causal, T, qpos, kpos, s0 + r) - t0;
-              nts[r] = nt < 0 ? 0 : nt > ntb ? ntb : nt;
+            for (int64_t r = NB - 1; r >= 0; r--) {
+              int64_t nt = r < n ? key_end(causal, T, qpos, kpos, s0 + r) - t0 : 0;
+              nts[r] = (int32_t)(nt < 0 ? 0 : nt > ntb ? ntb : nt);
               if (nts[r] > 0) r0 = r;
             }
             if (r0 == n) continue;
-            transpose_block(kbase + t0 * ldk, ldk, ntb, hd, kt);
-            pad_rows(vbase + t0 * ldv, ldv, ntb, hd, hdp, vb);
-            rt_attn_gemm(n - r0, rt_attn_vpad(ntb), hd, qbase + r0 * ldq, ldq, 1, kt, NB, p + r0 * NB, NB, 0);
-            for (int64_t r = r0; r < n; r++) { /* the online softmax, one row at a time */
-              float *pr = p + r * NB, *orow = oacc + r * hdp;
-              const int64_t nt = nts[r];
-              float bm = -INFINITY;
-              for (int64_t j = 0; j < nt; j++) bm = pr[j] > bm ? pr[j] : bm;
-              const float mo = mrow[r], mn = nt > 0 && bm * scale > mo ? bm * scale : mo;
-              const float corr = nt > 0 ? rt_fexp(mo - mn) : 1.0f; /* mo = -inf on the first block: ~0 x zeros */
-              float l = 0.0f;
-#pragma omp simd reduction(+ : l)
-              for (int64_t j = 0; j < rt_attn_vpad(ntb); j++) {
-                float e = j < nt ? rt_fexp(pr[j] * scale - mn) : 0.0f;
-                pr[j] = e;
-                l += e;
+            const int64_t c0 = r0 / RT_ATTN_VW * RT_ATTN_VW; /* the columns (rows of q) computed */
+            const float *vblk = vbase + t0 * ldv;
+            if (!direct) pad_rows(vblk, ldv, ntb, hd, hdp, vb);
+            /* S^T = K Q^T, keys as rows: the softmax below runs along the vector, over query rows */
+            rt_attn_gemm(ntb, nqp - c0, hd, kbase + t0 * ldk, ldk, 1, qt + c0, NB, st + c0, NB, 0);
+            for (int64_t r = c0; r < nqp; r++) bm[r] = -INFINITY, lsum[r] = 0.0f;
+            for (int64_t j = 0; j < ntb; j++) {
+              const float *sj = st + j * NB;
+#pragma omp simd
+              for (int64_t r = c0; r < nqp; r++) {
+                float x = (int32_t)j < nts[r] ? sj[r] : -INFINITY;
+                bm[r] = x > bm[r] ? x : bm[r];
               }
-              lrow[r] = lrow[r] * corr + l;
-              mrow[r] = mn;
-              for (int64_t d = 0; d < hdp; d++) orow[d] *= corr;
             }
-            rt_attn_gemm(n - r0, hdp, ntb, p + r0 * NB, NB, 1, vb, hdp, oacc + r0 * hdp, hdp, 1); /* O += P V */
+#pragma omp simd
+            for (int64_t r = c0; r < nqp; r++) { /* the online softmax's new max; mrow -inf first: corr ~0 x 0 */
+              float mn = nts[r] > 0 && bm[r] * scale > mrow[r] ? bm[r] * scale : mrow[r];
+              corr[r] = nts[r] > 0 ? rt_fexp(mrow[r] - mn) : 1.0f;
+              mrow[r] = mn;
+            }
+            for (int64_t j = 0; j < ntb; j++) {
+              float *sj = st + j * NB;
+#pragma omp simd
+              for (int64_t r = c0; r < nqp; r++) {
+                float e = rt_fexp(sj[r] * scale - mrow[r]);
+                e = (int32_t)j < nts[r] ? e : 0.0f;
+                sj[r] = e;
+                lsum[r] += e;
+              }
+            }
+            for (int64_t r = r0; r < n; r++) {
+              lrow[r] = lrow[r] * corr[r] + lsum[r];
+              float *orow = oacc + r * hdp;
+              const float c = corr[r];
+              for (int64_t d = 0; d < hdp; d++) orow[d] *= c;
+            }
+            /* O += P V: P(r, j) = st[j NB + r] */
+            rt_attn_gemm(n - r0, hdp, ntb, st + r0, 1, NB, direct ? vblk : vb, direct ? ldv : hdp, oacc + r0 * hdp,
+                         hdp, 1);
           }
           for (int64_t r = 0; r < n; r++) {
             const float l = lrow[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
@@ -170,7 +189,7 @@ static void attn_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
             lse[(b * H + h) * S + s0 + r] = l > 0.0f ? mrow[r] + logf(l) : -INFINITY;
           }
         }
-    free(kt);
+    free(qt);
   }
 }
 
