@@ -228,6 +228,7 @@ static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
   const RtAttnLd ld = resolve_ld(ld0, H, KV, hd);
   const int64_t grp = H / KV, ldq = ld.q, ldk = ld.k, ldv = ld.v, ldo = ld.o, lddo = ld.dout, lddq = ld.dq,
                 lddk = ld.dk, lddv = ld.dv, hdp = rt_attn_vpad(hd);
+  const int direct = hd == hdp; /* whole vectors: the products read q, dO, K rows in place, else padded copies */
   const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel
   {
@@ -248,7 +249,7 @@ static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
           const int64_t ntb = T - t0 < NB ? T - t0 : NB, nvb = rt_attn_vpad(ntb);
           transpose_block(kbase + t0 * ldk, ldk, ntb, hd, kt);
           transpose_block(vbase + t0 * ldv, ldv, ntb, hd, vt);
-          pad_rows(kbase + t0 * ldk, ldk, ntb, hd, hdp, kb);
+          if (!direct) pad_rows(kbase + t0 * ldk, ldk, ntb, hd, hdp, kb);
           memset(dkb, 0, (size_t)(2 * NB * hdp) * sizeof(float)); /* dkb and dvb */
           const int64_t sfirst = first_row(causal, S, T, qpos, kpos, t0);
           for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
@@ -258,13 +259,19 @@ static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
                 const int64_t s = sb + r, nt = key_end(causal, T, qpos, kpos, s) - t0;
                 nts[r] = nt < 0 ? 0 : nt > ntb ? ntb : nt;
                 const float *dor = dout + (b * S + s) * lddo + h * hd;
-                pad_rows(q + (b * S + s) * ldq + h * hd, 0, 1, hd, hdp, qp + r * hdp);
-                pad_rows(dor, 0, 1, hd, hdp, dop + r * hdp);
+                if (!direct) {
+                  pad_rows(q + (b * S + s) * ldq + h * hd, 0, 1, hd, hdp, qp + r * hdp);
+                  pad_rows(dor, 0, 1, hd, hdp, dop + r * hdp);
+                }
                 Di[r] = dot(dor, o + (b * S + s) * ldo + h * hd, hd);
                 Lr[r] = lse[(b * H + h) * S + s];
               }
-              rt_attn_gemm(n, nvb, hd, qp, hdp, 1, kt, NB, p, NB, 0);  /* S = Q K^T */
-              rt_attn_gemm(n, nvb, hd, dop, hdp, 1, vt, NB, ds, NB, 0); /* dP = dO V^T */
+              const float *qr = direct ? q + (b * S + sb) * ldq + h * hd : qp,
+                          *dor = direct ? dout + (b * S + sb) * lddo + h * hd : dop,
+                          *kr = direct ? kbase + t0 * ldk : kb;
+              const int64_t lq = direct ? ldq : hdp, ldo_ = direct ? lddo : hdp, lk = direct ? ldk : hdp;
+              rt_attn_gemm(n, nvb, hd, qr, lq, 1, kt, NB, p, NB, 0);     /* S = Q K^T */
+              rt_attn_gemm(n, nvb, hd, dor, ldo_, 1, vt, NB, ds, NB, 0); /* dP = dO V^T */
               for (int64_t r = 0; r < n; r++) {
                 float *pr = p + r * NB, *dsr = ds + r * NB;
                 const int64_t nt = nts[r];
@@ -276,9 +283,9 @@ static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
                   dsr[j] = pj * (dsr[j] - D) * scale; /* dS, scaled for dq and dk */
                 }
               }
-              rt_attn_gemm(ntb, hdp, n, p, 1, NB, dop, hdp, dvb, hdp, 1); /* dV += P^T dO */
-              rt_attn_gemm(ntb, hdp, n, ds, 1, NB, qp, hdp, dkb, hdp, 1); /* dK += dS^T Q */
-              rt_attn_gemm(n, hdp, ntb, ds, NB, 1, kb, hdp, dqt, hdp, 0); /* this block's dQ = dS K */
+              rt_attn_gemm(ntb, hdp, n, p, 1, NB, dor, ldo_, dvb, hdp, 1); /* dV += P^T dO */
+              rt_attn_gemm(ntb, hdp, n, ds, 1, NB, qr, lq, dkb, hdp, 1);   /* dK += dS^T Q */
+              rt_attn_gemm(n, hdp, ntb, ds, NB, 1, kr, lk, dqt, hdp, 0);   /* this block's dQ = dS K */
               for (int64_t r = 0; r < n; r++) {
                 float *dqr = dq + (b * S + sb + r) * lddq + h * hd;
                 for (int64_t d = 0; d < hd; d++) dqr[d] += dqt[r * hdp + d];

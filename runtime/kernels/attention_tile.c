@@ -38,11 +38,11 @@ typedef float vf __attribute__((vector_size(RT_ATTN_VW * 4), aligned(4), may_ali
 /* An empty asm that claims to change x in a vector register: GCC then loads B's row once per k
  * instead of folding the load into each of the MR FMAs (MR + 1 loads per k: a 4 x 2 tile ran
  * 60 GFLOP/s, load-bound, on the Zen 3; with the row pinned, 90). "v": any of AVX-512's 32. */
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(__x86_64__) && defined(__AVX512F__) && VW <= 16
 #define PIN(x) __asm__("" : "+v"(x))
-#elif defined(__x86_64__)
+#elif defined(__x86_64__) && (VW <= 4 || (VW <= 8 && defined(__AVX__)))
 #define PIN(x) __asm__("" : "+x"(x))
-#else
+#else /* other ISAs, or a width forced past the registers' (-DRT_ATTN_VW: the tests) */
 #define PIN(x) ((void)0)
 #endif
 

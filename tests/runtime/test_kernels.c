@@ -544,6 +544,48 @@ static void attn_case(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, in
   free(dq), free(dk), free(dv), free(dqr), free(dkr), free(dvr);
 }
 
+/* The strided entry points (rt_sdpa_*_ld: q, k, v read out of a fused [B, S, (H + 2 KV) hd] qkv, dq,
+ * dk, dv written into a dqkv of the same layout, o and dout at a wider stride) against the
+ * contiguous ones: the same sums in the same order, so the same bits; dqkv's gaps untouched. */
+static void attn_ld_case(int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd) {
+  const int64_t W = (H + 2 * KV) * hd, nq = B * S * H * hd, nk = B * S * KV * hd, nl = B * H * S, ldo = H * hd + 3;
+  float *qkv = fbuf(B * S * W, -2, 2), *dob = fbuf(B * S * ldo, -1, 1), *q = fbuf(nq, 0, 0), *k = fbuf(nk, 0, 0),
+        *v = fbuf(nk, 0, 0), *dout = fbuf(nq, 0, 0);
+  for (int64_t t = 0; t < B * S; t++) {
+    memcpy(q + t * H * hd, qkv + t * W, (size_t)(H * hd) * 4);
+    memcpy(k + t * KV * hd, qkv + t * W + H * hd, (size_t)(KV * hd) * 4);
+    memcpy(v + t * KV * hd, qkv + t * W + (H + KV) * hd, (size_t)(KV * hd) * 4);
+    memcpy(dout + t * H * hd, dob + t * ldo, (size_t)(H * hd) * 4);
+  }
+  float *o = fbuf(nq, 0, 0), *lse = fbuf(nl, 0, 0), *os = fbuf(B * S * ldo, 7, 7), *lses = fbuf(nl, 0, 0);
+  float *dq = fbuf(nq, 0, 0), *dk = fbuf(nk, 0, 0), *dv = fbuf(nk, 0, 0), *dqkv = fbuf(B * S * W, 7, 7);
+  const RtAttnLd ld = {.q = W, .k = W, .v = W, .o = ldo, .dout = ldo, .dq = W, .dk = W, .dv = W};
+  rt_sdpa_fwd(B, S, S, H, KV, hd, 1, q, k, v, o, lse);
+  rt_sdpa_fwd_ld(B, S, S, H, KV, hd, 1, qkv, qkv + H * hd, qkv + (H + KV) * hd, os, lses, &ld);
+  rt_sdpa_bwd(B, S, S, H, KV, hd, 1, q, k, v, o, lse, dout, dq, dk, dv);
+  rt_sdpa_bwd_ld(B, S, S, H, KV, hd, 1, qkv, qkv + H * hd, qkv + (H + KV) * hd, os, lses, dob, dqkv,
+                 dqkv + H * hd, dqkv + (H + KV) * hd, &ld);
+  int64_t bad = 0;
+  for (int64_t t = 0; t < B * S; t++) {
+    bad += memcmp(o + t * H * hd, os + t * ldo, (size_t)(H * hd) * 4) != 0 || os[t * ldo + H * hd] != 7.0f;
+    bad += memcmp(dq + t * H * hd, dqkv + t * W, (size_t)(H * hd) * 4) != 0;
+    bad += memcmp(dk + t * KV * hd, dqkv + t * W + H * hd, (size_t)(KV * hd) * 4) != 0;
+    bad += memcmp(dv + t * KV * hd, dqkv + t * W + (H + KV) * hd, (size_t)(KV * hd) * 4) != 0;
+  }
+  bad += memcmp(lse, lses, (size_t)nl * 4) != 0;
+  char name[96];
+  snprintf(name, sizeof name, "sdpa _ld B%lld S%lld H%lld KV%lld hd%lld", (long long)B, (long long)S, (long long)H,
+           (long long)KV, (long long)hd);
+  if (bad) {
+    g_fail = 1;
+    printf("FAIL %-34s %lld rows differ from the contiguous call\n", name, (long long)bad);
+  } else {
+    printf("ok   %-34s bitwise equal to the contiguous call\n", name);
+  }
+  free(qkv), free(dob), free(q), free(k), free(v), free(dout), free(o), free(lse), free(os), free(lses);
+  free(dq), free(dk), free(dv), free(dqkv);
+}
+
 static void test_attn(void) {
   attn_case(2, 133, 133, 6, 2, 40, 1); /* S not a multiple of the block, GQA 3:1 */
   attn_case(2, 133, 133, 6, 2, 40, 0);
@@ -551,6 +593,10 @@ static void test_attn(void) {
   attn_case(1, 37, 150, 4, 1, 16, 1);  /* S < T, multi-query */
   attn_case(1, 37, 150, 4, 1, 16, 0);
   attn_case(3, 1, 1, 2, 2, 8, 1);      /* one token */
+  attn_case(1, 100, 70, 2, 1, 12, 1);  /* S > T; hd not a whole number of vectors (padded blocks) */
+  attn_case(1, 45, 45, 3, 3, 20, 0);   /* hd 20: one and a half AVX2 vectors */
+  attn_ld_case(2, 70, 4, 2, 16);       /* strided operands, whole vectors (read in place) */
+  attn_ld_case(1, 33, 2, 1, 12);       /* strided operands, padded copies */
 
   /* the backward reference against FD of the forward reference: loss = <o, r> */
   AttnCtx c = {1, 9, 9, 4, 2, 6, 1, NULL, NULL, NULL, NULL, NULL, NULL};
