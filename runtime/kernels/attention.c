@@ -233,18 +233,21 @@ static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
 #pragma omp parallel
   {
     /* kt, vt: the key / value block transposed; kb: the key block; dkb, dvb: its gradients; qp, dop:
-     * a block of query / output-gradient rows; dqt: their dq from this key block; p, ds: P and dS */
-    float *kt = attn_ws(2 * hd * NB + 6 * NB * hdp + 2 * NB * NB + 2 * NB);
+     * a block of query / output-gradient rows; dqt: their dq from this key block; p, ds: P and dS;
+     * Dall: D = dO . o of the group's rows (FlashAttention-2's D_i, once per task) */
+    float *kt = attn_ws(2 * hd * NB + 6 * NB * hdp + 2 * NB * NB + grp * S);
     float *vt = kt + hd * NB, *kb = vt + hd * NB, *dkb = kb + NB * hdp, *dvb = dkb + NB * hdp, *qp = dvb + NB * hdp,
-          *dop = qp + NB * hdp, *dqt = dop + NB * hdp, *p = dqt + NB * hdp, *ds = p + NB * NB, *Di = ds + NB * NB,
-          *Lr = Di + NB;
+          *dop = qp + NB * hdp, *dqt = dop + NB * hdp, *p = dqt + NB * hdp, *ds = p + NB * NB, *Dall = ds + NB * NB;
     int64_t nts[NB];
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int64_t b = 0; b < B; b++)
       for (int64_t kh = 0; kh < KV; kh++) {
         const float *kbase = k + b * T * ldk + kh * hd, *vbase = v + b * T * ldv + kh * hd;
         for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
-          for (int64_t s = 0; s < S; s++) memset(dq + (b * S + s) * lddq + h * hd, 0, (size_t)hd * sizeof(float));
+          for (int64_t s = 0; s < S; s++) {
+            memset(dq + (b * S + s) * lddq + h * hd, 0, (size_t)hd * sizeof(float));
+            Dall[(h - kh * grp) * S + s] = dot(dout + (b * S + s) * lddo + h * hd, o + (b * S + s) * ldo + h * hd, hd);
+          }
         for (int64_t t0 = 0; t0 < T; t0 += NB) {
           const int64_t ntb = T - t0 < NB ? T - t0 : NB, nvb = rt_attn_vpad(ntb);
           transpose_block(kbase + t0 * ldk, ldk, ntb, hd, kt);
@@ -263,8 +266,6 @@ static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
                   pad_rows(q + (b * S + s) * ldq + h * hd, 0, 1, hd, hdp, qp + r * hdp);
                   pad_rows(dor, 0, 1, hd, hdp, dop + r * hdp);
                 }
-                Di[r] = dot(dor, o + (b * S + s) * ldo + h * hd, hd);
-                Lr[r] = lse[(b * H + h) * S + s];
               }
               const float *qr = direct ? q + (b * S + sb) * ldq + h * hd : qp,
                           *dor = direct ? dout + (b * S + sb) * lddo + h * hd : dop,
@@ -275,7 +276,7 @@ static void attn_bwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int
               for (int64_t r = 0; r < n; r++) {
                 float *pr = p + r * NB, *dsr = ds + r * NB;
                 const int64_t nt = nts[r];
-                const float L = Lr[r], D = Di[r];
+                const float L = lse[(b * H + h) * S + sb + r], D = Dall[(h - kh * grp) * S + sb + r];
 #pragma omp simd
                 for (int64_t j = 0; j < nvb; j++) {
                   float e = rt_fexp(pr[j] * scale - L), pj = j < nt ? e : 0.0f;
