@@ -1,13 +1,22 @@
 /* runtime/kernels/attention.c — causal / full scaled dot-product attention with grouped-query
- * heads, forward (o, lse) and backward (dq, dk, dv), memory-efficient.
+ * heads, forward (o, lse) and backward (dq, dk, dv), memory-efficient: FlashAttention-2's tiling on
+ * the CPU, blocks of RT_ATTN_BLOCK (64) query rows against blocks of 64 keys, every product of two
+ * blocks a register-blocked micro-kernel (rt_attn_gemm, attention_tile.c: a tile of C in vector
+ * registers over the whole sum, the vector width chosen at compile time).
  *
- * Forward: one query row at a time against key blocks of RT_ATTN_BLOCK, with the online softmax
- * (running max m, running sum l, accumulator rescaled by e^(m_old - m_new)); a thread holds one
- * block of scores and one hd-long accumulator. Backward (FlashAttention-2's equations, recomputing
- * P = exp(s - lse) from the saved lse, D_i = do_i . o_i):
- *   dv_j += P_ij do_i;  dP_ij = do_i . v_j;  dS_ij = P_ij (dP_ij - D_i);
- *   dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
- * Parallel over (batch, kv head) so each dk/dv/dq row has one owner. */
+ * Forward, a task per (batch, head, query block): the query block transposed once (Q^T); per key
+ * block S^T = K Q^T (keys as rows, read in place), then the online softmax along the vector, over
+ * query rows (running max m, running sum l, accumulator rescaled by e^(m_old - m_new)), then
+ * O += P V into the block's [64, hd] accumulator; o = O / l, lse = m + log l at the end.
+ * Backward (FlashAttention-2's equations, recomputing P = exp(s - lse) from the saved lse,
+ * D_i = do_i . o_i), a task per (batch, kv head), its key blocks in turn, against every query block
+ * of its heads that sees them:
+ *   S = Q K^T, dP = dO V^T (from the key / value block transposed); dS = P (dP - D) scale;
+ *   dV_blk += P^T dO;  dK_blk += dS^T Q (held for the key block, written once);  dq += dS K.
+ * Each dk/dv/dq row has one owner (dq: the task of its kv head), and every sum runs in an order
+ * fixed by the shapes: the same bits for any thread count. Causal: the rows and keys that no
+ * position sees are skipped by block; within a block, P and dS are zeroed past a row's last key.
+ * Operands whose head dim is not a whole number of vectors are copied into padded blocks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
