@@ -146,8 +146,8 @@ void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64
  * each block product register-blocked (attention.c, attention_tile.c), so a thread holds a
  * 64 x 64 block of scores, never the T x T matrix. No caller workspace: each thread of the
  * parallel region allocates its blocks once (forward about (3 hd + 64) x 64 floats, backward
- * (8 hd + 128) x 64 + S H / KV: 64 KiB and 160 KiB at hd 64). o must not alias q, k, v. hd <= RT_ATTN_MAX_HD
- * (larger aborts with a message). */
+ * (8 hd + 128) x 64 + S H / KV: 64 KiB and 160 KiB at hd 64). o must not alias q, k, v.
+ * hd <= RT_ATTN_MAX_HD (larger aborts with a message). */
 #define RT_ATTN_BLOCK 64
 #define RT_ATTN_MAX_HD 256
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
