@@ -82,7 +82,10 @@ typedef void (*MkFn)(int acc, int64_t K, const float *a, int64_t lda, int64_t ak
 #define MK_DEF(mr, nr)                                                                                          \
   static void mk_##mr##_##nr(int acc, int64_t K, const float *a, int64_t lda, int64_t ak, const float *b,        \
                              int64_t ldb, float *c, int64_t ldc) {                                              \
-    mk(mr, nr, acc, K, a, lda, ak, b, ldb, c, ldc);                                                             \
+    if (lda == 1) /* A transposed (P^T, dS^T as A(i, k) = x[k NB + i]): the broadcasts at fixed offsets */    \
+      mk(mr, nr, acc, K, a, 1, ak, b, ldb, c, ldc);                                                             \
+    else                                                                                                        \
+      mk(mr, nr, acc, K, a, lda, ak, b, ldb, c, ldc);                                                           \
   }
 #define MK_ROW(mr) MK_DEF(mr, 1) MK_DEF(mr, 2) MK_DEF(mr, 3) MK_DEF(mr, 4)
 MK_ROW(1)
