@@ -36,8 +36,9 @@ static inline float dot(const float *a, const float *b, int64_t n) {
   return s;
 }
 
-/* xt[d * NB + j] = x[j * ld + d] for j < nt, 0 up to the next whole vector: a key (value) block
- * transposed, the B operand of S = Q K^T (dP = dO V^T) with the keys along the vector. */
+/* xt[d * NB + j] = x[j * ld + d] for j < nt, 0 up to the next whole vector: a block of rows
+ * transposed, the B operand of a product with the rows along the vector: Q^T of the forward's
+ * S^T = K Q^T, K^T and V^T of the backward's S = Q K^T and dP = dO V^T. */
 static void transpose_block(const float *x, int64_t ld, int64_t nt, int64_t hd, float *xt) {
   for (int64_t j = 0; j < nt; j++)
     for (int64_t d = 0; d < hd; d++) xt[d * NB + j] = x[j * ld + d];
@@ -66,7 +67,7 @@ static float *attn_ws(int64_t nfloats) {
 }
 
 static void check_hd(int64_t hd) {
-  if (hd > RT_ATTN_MAX_HD) { /* guards the stack buffers; larger heads need a larger RT_ATTN_MAX_HD */
+  if (hd > RT_ATTN_MAX_HD) { /* kernels.h's limit (the blocks are sized by hd, on the heap) */
     fprintf(stderr, "shardrt: attention head dim %lld > RT_ATTN_MAX_HD (%d)\n", (long long)hd, RT_ATTN_MAX_HD);
     abort();
   }
