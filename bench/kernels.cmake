@@ -51,3 +51,9 @@ shardc_warnings(bench_gemm_bf16)
 add_executable(bench_gacc_kernels ${CMAKE_CURRENT_SOURCE_DIR}/gacc_kernels.c)
 target_link_libraries(bench_gacc_kernels PRIVATE shardrt)
 shardc_warnings(bench_gacc_kernels)
+
+# The CPU attention at a few shapes, 1..N threads, with sgemm for scale (docs/performance.md, "CPU
+# attention, register-blocked"): bench_attn [threads] [reps]
+add_executable(bench_attn ${CMAKE_CURRENT_SOURCE_DIR}/attn_bench.c)
+target_link_libraries(bench_attn PRIVATE shardrt)
+shardc_warnings(bench_attn)

@@ -141,11 +141,13 @@ void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64
 /* Scaled dot-product attention, grouped-query: q [B, S, H*hd], k, v [B, T, KV*hd] (H % KV == 0;
  * query head h uses kv head h / (H / KV)), scale 1/sqrt(hd); causal: query s sees keys t <= s.
  * o [B, S, H*hd] = softmax(q k^T * scale + mask) v per head; lse [B, H, S] = log-sum-exp of each
- * scaled score row (-inf for a row that sees no key; its o row is 0). Flash-style: keys in
- * blocks of RT_ATTN_BLOCK with an online softmax, so a thread holds one block of scores of one
- * query row, never the T x T matrix; no workspace (a thread keeps a transposed key block, and in
- * the backward a value block, of RT_ATTN_MAX_HD x RT_ATTN_BLOCK floats = 64 KiB on its stack).
- * o must not alias q, k, v. hd <= RT_ATTN_MAX_HD (larger aborts with a message). */
+ * scaled score row (-inf for a row that sees no key; its o row is 0). FlashAttention-2's tiling:
+ * blocks of RT_ATTN_BLOCK query rows against blocks of RT_ATTN_BLOCK keys with an online softmax,
+ * each block product register-blocked (attention.c, attention_tile.c), so a thread holds a
+ * 64 x 64 block of scores, never the T x T matrix. No caller workspace: each thread of the
+ * parallel region allocates its blocks once (forward about (3 hd + 64) x 64 floats, backward
+ * (8 hd + 128) x 64 + S H / KV: 64 KiB and 160 KiB at hd 64). o must not alias q, k, v.
+ * hd <= RT_ATTN_MAX_HD (larger aborts with a message). */
 #define RT_ATTN_BLOCK 64
 #define RT_ATTN_MAX_HD 256
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,

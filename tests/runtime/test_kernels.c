@@ -4,153 +4,14 @@
  * differences of the forward reference (accumulated in double); results independent of the
  * thread count (bitwise, 1 vs 2 threads) where the header promises it.
  *
- *   test_kernels [group]   groups: gemm ew act embed norm rope attn xent optim bf16 misc (default: all)
+ *   test_kernels [group]   groups: gemm ew act embed norm rope xent optim bf16 misc (default: all)
+ * (The attention's cases: test_attn.c.)
  * Exits non-zero on the first failing group after printing every mismatch summary.
  */
-#include <float.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "kernels/kernels.h"
 #include "kernels/ref.h"
 
-static int g_fail = 0;
-
-/* ---- helpers --------------------------------------------------------------------------------- */
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static double urand(void) { /* [0, 1) */
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) * 0x1p-53;
-}
-static float *fbuf(int64_t n, double lo, double hi) {
-  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(2);
-  }
-  for (int64_t i = 0; i < n; i++) p[i] = (float)(lo + (hi - lo) * urand());
-  return p;
-}
-static float *fcopy(const float *x, int64_t n) {
-  float *p = fbuf(n, 0, 0);
-  memcpy(p, x, (size_t)n * sizeof(float));
-  return p;
-}
-static void *wsbuf(size_t bytes) {
-  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!p) exit(2);
-  return p;
-}
-
-/* Elements outside |got - want| <= atol + rtol * |want|; the worst one (by error / limit) in *wi. */
-static int64_t count_bad(const float *got, const float *want, int64_t n, double atol, double rtol, int64_t *wi) {
-  double worst = 0;
-  int64_t bad = 0;
-  *wi = -1;
-  for (int64_t i = 0; i < n; i++) {
-    double e = fabs((double)got[i] - (double)want[i]), lim = atol + rtol * fabs((double)want[i]);
-    if (!(e <= lim)) {
-      bad++;
-      if (*wi < 0 || e / lim > worst) {
-        worst = e / lim;
-        *wi = i;
-      }
-    }
-  }
-  return bad;
-}
-
-/* |got - want| <= atol + rtol * |want| for every element. */
-static void check(const char *what, const float *got, const float *want, int64_t n, double atol, double rtol) {
-  int64_t wi, bad = count_bad(got, want, n, atol, rtol, &wi);
-  if (bad) {
-    g_fail = 1;
-    printf("FAIL %-34s %lld/%lld outside atol %.1e rtol %.1e; worst [%lld] got %.9g want %.9g\n", what,
-           (long long)bad, (long long)n, atol, rtol, (long long)wi, got[wi], want[wi]);
-  } else {
-    printf("ok   %-34s n=%lld (atol %.1e, rtol %.1e)\n", what, (long long)n, atol, rtol);
-  }
-}
-
-/* The power of a check: got perturbed by a relative `rel` (got * (1 + rel)) must fail it. A
- * tolerance that lets such an error through cannot catch a real bug. */
-static void check_power(const char *what, const float *got, const float *want, int64_t n, double atol, double rtol,
-                        double rel) {
-  float *bent = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-  if (!bent) exit(2);
-  for (int64_t i = 0; i < n; i++) bent[i] = (float)((double)got[i] * (1.0 + rel));
-  int64_t wi, bad = count_bad(bent, want, n, atol, rtol, &wi);
-  if (!bad) {
-    g_fail = 1;
-    printf("FAIL %-34s a relative error of %.0e passes atol %.1e rtol %.1e\n", what, rel, atol, rtol);
-  } else {
-    printf("ok   %-34s a relative error of %.0e fails %lld/%lld\n", what, rel, (long long)bad, (long long)n);
-  }
-  free(bent);
-}
-
-/* Scaled check for gradients: |got - want| <= tol * max(1e-3, max |want|). */
-static void check_scaled(const char *what, const float *got, const float *want, int64_t n, double tol) {
-  double mx = 1e-3;
-  for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)want[i]));
-  check(what, got, want, n, tol * mx, 0.0);
-}
-
-static void check_bits(const char *what, const void *a, const void *b, size_t bytes) {
-  if (memcmp(a, b, bytes)) {
-    g_fail = 1;
-    printf("FAIL %-34s differs bitwise between 1 and 2 threads\n", what);
-  } else {
-    printf("ok   %-34s bitwise equal with 1 and 2 threads\n", what);
-  }
-}
-
-static void check_scalar(const char *what, double got, double want, double atol, double rtol) {
-  float g = (float)got, w = (float)want;
-  if (!(fabs(got - want) <= atol + rtol * fabs(want))) {
-    g_fail = 1;
-    printf("FAIL %-34s got %.9g want %.9g (atol %.1e rtol %.1e)\n", what, got, want, atol, rtol);
-  } else {
-    (void)g;
-    (void)w;
-    printf("ok   %-34s %.9g (atol %.1e, rtol %.1e)\n", what, got, atol, rtol);
-  }
-}
-
-/* Finite differences: for a scalar function f of a float array, central differences at `npts`
- * random entries, compared with the analytic gradient g. L is evaluated in double. */
-typedef double (*LossFn)(void *ctx);
-static void check_fd(const char *what, LossFn f, void *ctx, float *x, int64_t n, const float *g, int npts,
-                     double h, double tol) {
-  float *num = fbuf(npts, 0, 0), *ana = fbuf(npts, 0, 0);
-  double mx = 1e-3;
-  for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)g[i]));
-  for (int p = 0; p < npts; p++) {
-    int64_t i = (int64_t)(urand() * (double)n);
-    float x0 = x[i];
-    x[i] = (float)(x0 + h);
-    double xp = x[i], lp = f(ctx);
-    x[i] = (float)(x0 - h);
-    double xm = x[i], lm = f(ctx);
-    x[i] = x0;
-    num[p] = (float)((lp - lm) / (xp - xm));
-    ana[p] = g[i];
-  }
-  check(what, ana, num, npts, tol * mx, 0.0);
-  free(num);
-  free(ana);
-}
-
-static double dotd(const float *a, const float *b, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-  return s;
-}
+#include "kcheck.h"
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 
@@ -446,126 +307,6 @@ static void test_rope(void) {
   free(x), free(y), free(yr), free(r), free(z), free(ws), free(xc);
 }
 
-/* ---- attention ------------------------------------------------------------------------------- */
-
-typedef struct {
-  int64_t B, S, T, H, KV, hd;
-  int causal;
-  float *q, *k, *v, *o, *lse, *r;
-} AttnCtx;
-
-static double attn_loss(void *p) {
-  AttnCtx *c = p;
-  rt_sdpa_fwd_ref(c->B, c->S, c->T, c->H, c->KV, c->hd, c->causal, c->q, c->k, c->v, c->o, c->lse);
-  return dotd(c->o, c->r, c->B * c->S * c->H * c->hd);
-}
-
-/* The scale of rounding in the sdpa backward: for each gradient, the largest over its elements of
- * the sum of |terms| that enter it (in double, from the reference's P = exp(s - lse)):
- *   dv_t = sum_s P_st dO_s                          -> sum_s P_st |dO_s|
- *   dq_s = scale sum_t P_st (dO_s.v_t - dO_s.o_s) k_t -> scale sum_t P_st (|dO_s|.|v_t| + |dO_s|.|o_s|) |k_t|
- *   dk_t = scale sum_s P_st (dO_s.v_t - dO_s.o_s) q_s -> likewise with |q_s|
- * A float kernel's error is a small multiple of eps times these, whatever the gradient's own size:
- * with one key (T = 1) the exact dq and dk are zero while the kernel returns rounding noise, and a
- * tolerance scaled by the (zero) gradient would collapse. */
-static void sdpa_bwd_mag(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
-                         const float *q, const float *k, const float *v, const float *o, const float *lse,
-                         const float *dout, double mag[3] /* dq, dk, dv */) {
-  int64_t qC = H * hd, kC = KV * hd, nq = B * S * qC, nk = B * T * kC;
-  double scale = 1.0 / sqrt((double)hd);
-  double *mq = calloc((size_t)nq, sizeof(double)), *mk = calloc((size_t)nk, sizeof(double)),
-         *mv = calloc((size_t)nk, sizeof(double));
-  if (!mq || !mk || !mv) exit(2);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t s = 0; s < S; s++) {
-        int64_t qi = (b * S + s) * qC + h * hd, tend = causal ? (s + 1 < T ? s + 1 : T) : T;
-        double Dabs = 0.0;
-        for (int64_t d = 0; d < hd; d++) Dabs += fabs((double)dout[qi + d] * o[qi + d]);
-        for (int64_t t = 0; t < tend; t++) {
-          int64_t ki = (b * T + t) * kC + h / (H / KV) * hd;
-          double sc = 0.0, dPabs = 0.0;
-          for (int64_t d = 0; d < hd; d++) {
-            sc += (double)q[qi + d] * k[ki + d];
-            dPabs += fabs((double)dout[qi + d] * v[ki + d]);
-          }
-          double P = exp(sc * scale - lse[(b * H + h) * S + s]), dS = P * (dPabs + Dabs) * scale;
-          for (int64_t d = 0; d < hd; d++) {
-            mv[ki + d] += P * fabs((double)dout[qi + d]);
-            mq[qi + d] += dS * fabs((double)k[ki + d]);
-            mk[ki + d] += dS * fabs((double)q[qi + d]);
-          }
-        }
-      }
-  mag[0] = mag[1] = mag[2] = 0.0;
-  for (int64_t i = 0; i < nq; i++) mag[0] = fmax(mag[0], mq[i]);
-  for (int64_t i = 0; i < nk; i++) mag[1] = fmax(mag[1], mk[i]), mag[2] = fmax(mag[2], mv[i]);
-  free(mq), free(mk), free(mv);
-}
-
-static void attn_case(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal) {
-  char tag[96], name[160];
-  snprintf(tag, sizeof tag, "B%lld S%lld T%lld H%lld KV%lld hd%lld%s", (long long)B, (long long)S, (long long)T,
-           (long long)H, (long long)KV, (long long)hd, causal ? " causal" : "");
-  int64_t nq = B * S * H * hd, nk = B * T * KV * hd, nl = B * H * S;
-  float *q = fbuf(nq, -2, 2), *k = fbuf(nk, -2, 2), *v = fbuf(nk, -1, 1), *dout = fbuf(nq, -1, 1);
-  float *o = fbuf(nq, 0, 0), *orf = fbuf(nq, 0, 0), *lse = fbuf(nl, 0, 0), *lser = fbuf(nl, 0, 0);
-  rt_sdpa_fwd(B, S, T, H, KV, hd, causal, q, k, v, o, lse);
-  rt_sdpa_fwd_ref(B, S, T, H, KV, hd, causal, q, k, v, orf, lser);
-  snprintf(name, sizeof name, "sdpa o   %s", tag);
-  check(name, o, orf, nq, 1e-5, 1e-4);
-  snprintf(name, sizeof name, "sdpa lse %s", tag);
-  check(name, lse, lser, nl, 1e-5, 1e-5);
-  float *dq = fbuf(nq, 9, 9), *dk = fbuf(nk, 9, 9), *dv = fbuf(nk, 9, 9);
-  float *dqr = fbuf(nq, 0, 0), *dkr = fbuf(nk, 0, 0), *dvr = fbuf(nk, 0, 0);
-  rt_sdpa_bwd(B, S, T, H, KV, hd, causal, q, k, v, orf, lser, dout, dq, dk, dv);
-  rt_sdpa_bwd_ref(B, S, T, H, KV, hd, causal, q, k, v, orf, lser, dout, dqr, dkr, dvr);
-  /* |got - want| <= max(2e-5 max|want|, 4 eps mag): relative to the gradient's size, with a floor
-   * at the rounding the inputs allow (sdpa_bwd_mag), so that a gradient that is zero by
-   * construction (one key: dq = dk = 0) is not held to zero. Where the gradient is not zero by
-   * construction (T > 1, or dv), the limit must also reject the kernel's result bent by 1e-3. */
-  double mag[3];
-  sdpa_bwd_mag(B, S, T, H, KV, hd, causal, q, k, v, orf, lser, dout, mag);
-  const float *got[3] = {dq, dk, dv}, *want[3] = {dqr, dkr, dvr};
-  const char *gname[3] = {"dq", "dk", "dv"};
-  for (int g = 0; g < 3; g++) {
-    int64_t n = g ? nk : nq;
-    double mx = 0.0;
-    for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)want[g][i]));
-    double atol = fmax(2e-5 * mx, 4.0 * FLT_EPSILON * mag[g]);
-    snprintf(name, sizeof name, "sdpa %s  %s", gname[g], tag);
-    check(name, got[g], want[g], n, atol, 0.0);
-    if (T > 1 || g == 2) {
-      snprintf(name, sizeof name, "sdpa %s  %s bent", gname[g], tag);
-      check_power(name, got[g], want[g], n, atol, 0.0, 1e-3);
-    }
-  }
-  free(q), free(k), free(v), free(dout), free(o), free(orf), free(lse), free(lser);
-  free(dq), free(dk), free(dv), free(dqr), free(dkr), free(dvr);
-}
-
-static void test_attn(void) {
-  attn_case(2, 133, 133, 6, 2, 40, 1); /* S not a multiple of the block, GQA 3:1 */
-  attn_case(2, 133, 133, 6, 2, 40, 0);
-  attn_case(1, 70, 70, 4, 4, 64, 1);   /* MHA */
-  attn_case(1, 37, 150, 4, 1, 16, 1);  /* S < T, multi-query */
-  attn_case(1, 37, 150, 4, 1, 16, 0);
-  attn_case(3, 1, 1, 2, 2, 8, 1);      /* one token */
-
-  /* the backward reference against FD of the forward reference: loss = <o, r> */
-  AttnCtx c = {1, 9, 9, 4, 2, 6, 1, NULL, NULL, NULL, NULL, NULL, NULL};
-  int64_t nq = 9 * 4 * 6, nk = 9 * 2 * 6;
-  c.q = fbuf(nq, -1, 1), c.k = fbuf(nk, -1, 1), c.v = fbuf(nk, -1, 1), c.o = fbuf(nq, 0, 0);
-  c.lse = fbuf(36, 0, 0), c.r = fbuf(nq, -1, 1);
-  float *dq = fbuf(nq, 0, 0), *dk = fbuf(nk, 0, 0), *dv = fbuf(nk, 0, 0);
-  attn_loss(&c);
-  rt_sdpa_bwd_ref(1, 9, 9, 4, 2, 6, 1, c.q, c.k, c.v, c.o, c.lse, c.r, dq, dk, dv);
-  check_fd("sdpa bwd ref dq vs FD", attn_loss, &c, c.q, nq, dq, 80, 1e-3, 2e-3);
-  check_fd("sdpa bwd ref dk vs FD", attn_loss, &c, c.k, nk, dk, 80, 1e-3, 2e-3);
-  check_fd("sdpa bwd ref dv vs FD", attn_loss, &c, c.v, nk, dv, 80, 1e-3, 2e-3);
-  free(c.q), free(c.k), free(c.v), free(c.o), free(c.lse), free(c.r), free(dq), free(dk), free(dv);
-}
-
 /* ---- cross-entropy --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -764,7 +505,7 @@ int main(int argc, char **argv) {
     const char *name;
     void (*fn)(void);
   } groups[] = {{"gemm", test_gemm}, {"ew", test_ew},     {"act", test_act},     {"embed", test_embed},
-                {"norm", test_norm}, {"rope", test_rope}, {"attn", test_attn},   {"xent", test_xent},
+                {"norm", test_norm}, {"rope", test_rope}, {"xent", test_xent},
                 {"optim", test_optim}, {"bf16", test_bf16}, {"misc", test_misc}};
   const char *only = argc > 1 ? argv[1] : NULL;
   int ran = 0;

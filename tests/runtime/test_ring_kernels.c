@@ -154,6 +154,7 @@ int main(void) {
   ring_case(2, 136, 6, 2, 40, 0, 2);
   ring_case(1, 256, 4, 4, 32, 1, 4); /* MHA */
   ring_case(1, 256, 4, 1, 16, 0, 4);
+  ring_case(1, 200, 2, 1, 12, 1, 2); /* hd 12: the kernels' padded blocks at zigzag positions */
   if (fails) {
     printf("%d check(s) failed\n", fails);
     return 1;
