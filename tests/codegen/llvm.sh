@@ -47,7 +47,7 @@ refused() { # refused MESSAGE SHARDC-ARGS...
   grep -q -- "$want" "$t/refused.out" || { cat "$t/refused.out"; echo "FAIL: $*: no '$want'"; exit 1; }
 }
 refused "expected c or llvm" --cpu-kernels fast
-refused "the LLVM kernels are the CPU target's" --cpu-kernels llvm --target cuda
+refused "--cpu-kernels llvm: the CPU target's kernels" --cpu-kernels llvm --target cuda
 
 tiny=(models/tiny.model -D seq=32 -D micro_batch=8 -D dp=1 -D tp=1)
 gpt2=(models/gpt2-124m.model -D vocab_size=256 -D seq=32 -D d=64 -D heads=4 -D layers=2 -D batch=8 -D micro_batch=8
