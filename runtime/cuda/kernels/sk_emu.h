@@ -152,6 +152,15 @@ __attribute__((always_inline)) inline Fiber &me() {
 /* Continues where jb was set (by __builtin_setjmp in another function, as the builtins require). */
 [[noreturn]] __attribute__((noinline)) inline void jump(void **jb) { __builtin_longjmp(jb, 1); }
 
+/* Where thread t's fiber starts below its stack's top: the stacks are STACK_BYTES-aligned, so their tops (the
+ * frames every switch touches) would share one set of the caches (a 4 KiB period in L1, 64 KiB in L2) and
+ * evict each other in a block of more threads than the caches have ways; t's top moves down by a distinct
+ * multiple of 64 bytes below 64 KiB (17 t mod 1024 lines: distinct for the 1024 threads of a block). */
+#ifndef SK_EMU_STACK_COLOR /* -DSK_EMU_STACK_COLOR=0 (SHARDRT_EMU_CXX="c++ -DSK_EMU_STACK_COLOR=0"): every top at the top, to compare */
+#define SK_EMU_STACK_COLOR 1
+#endif
+inline uintptr_t stack_color(int t) { return SK_EMU_STACK_COLOR ? (uintptr_t)((17 * t) % 1024) * 64u : 0; }
+
 [[noreturn]] inline void to_next(Block &b, int from);
 [[noreturn]] inline void fiber_main() {
   Block &b = fblk();
@@ -181,7 +190,7 @@ __attribute__((always_inline)) inline Fiber &me() {
     b.cur = t;
     if (f.started) jump(f.jb);
     f.started = 1;
-    start_on(b.stacks[(size_t)t] + STACK_BYTES);
+    start_on(b.stacks[(size_t)t] + STACK_BYTES - stack_color(t));
   }
   jump(b.sched_jb);
 }
