@@ -175,12 +175,11 @@ inline void wgmma_complete(const WgOp &o) {
   for (int i = 0; i < o.n / 8; i++) {
     for (int j = 0; j < 2; j++)
       for (int k = 0; k < 16; k++) bcol[j][k] = wgmma_smem_bf16(b, wgmma_elem_addr(bd, 8 * i + 2 * t + j, k, o.tb));
-    for (int v = 0; v < 4; v++) {
-      const int h = v >> 1, j = v & 1;
-      float acc = o.scale_d ? o.d[4 * i + v] : 0.0f;
-      acc = fma16(a[h], bcol[j], 1, acc);
-      o.d[4 * i + v] = acc;
-    }
+    const float *ar[4] = {a[0], a[0], a[1], a[1]}, *bc[4] = {bcol[0], bcol[1], bcol[0], bcol[1]}; /* v: h = v >> 1, j = v & 1 */
+    float acc[4];
+    for (int v = 0; v < 4; v++) acc[v] = o.scale_d ? o.d[4 * i + v] : 0.0f;
+    fma16x4(ar, bc, 1, acc);
+    for (int v = 0; v < 4; v++) o.d[4 * i + v] = acc[v];
   }
 }
 
