@@ -2,9 +2,15 @@
  * bf16) compiles with NVRTC to cubin for sm_80 and sm_90 (a cubin is NVRTC's PTX put through ptxas:
  * the PTX that a driver of a newer GPU would compile, compute_XX, comes out of the same front end, so
  * compiling it again proved nothing more), with the kernel headers given in memory; every kernel is in
- * each cubin (its section .text.kN). Any error fails; so does any warning in the log. The two
- * compilations run on two threads. Given nvdisasm, the sm_90 cubin's attention kernels must hold
- * tensor-core (HMMA) instructions: a CUDA-core fallback cannot pass for the fast path. */
+ * each cubin (its section .text.kN). Any error fails; so does any warning in the log. Given nvdisasm,
+ * the sm_90 cubin's attention kernels must hold tensor-core (HMMA) instructions: a CUDA-core fallback
+ * cannot pass for the fast path.
+ *
+ * The sm_80 builds use NVRTC's --Ofast-compile=max: the same front end (under __CUDA_ARCH__ 800) and
+ * sm_80's ptxas, every kernel in the image, with the NVVM optimizer at its least (8 s instead of 71 on a
+ * 2.45 GHz Zen 3, of which NVVM's optimizer was 52 s: the same optimizer runs at full on these kernels in
+ * the sm_90 builds, whose SASS is what the checks read). Every compilation of this test (these two, the
+ * wgmma check's three) is a job of one queue that two threads take, the longest first. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,45 +21,61 @@
 #include "kcases.h"
 #include "nvrtc_util.h"
 
+/* One NVRTC compilation: a job of the queue (run_jobs) */
 typedef struct {
   const char *src;  /* the program */
-  const char *arch; /* compute_XX or sm_XX */
-  int nk;           /* kernels in src */
-  int ok;           /* result */
-  char msg[256];    /* one line of result */
-  char *log;        /* NVRTC's log */
-  int keep;         /* keep the image (img, bytes) */
-  char *img;
+  const char *arch; /* sm_XX */
+  const char *opt;  /* one more NVRTC option, or NULL */
+  int rc;           /* cudak_nvrtc_opt's */
+  char *img, *log;  /* the image and NVRTC's log (malloc'd) */
   size_t bytes;
+  double s;         /* wall seconds */
 } Job;
 
-static void *compile(void *arg) {
-  Job *j = arg;
-  char *img = NULL;
-  size_t bytes = 0;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  int rc = cudak_nvrtc(j->src, j->arch, &img, &bytes, &j->log);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  if (rc != 0 || (j->log && strstr(j->log, "warning"))) {
-    snprintf(j->msg, sizeof j->msg, "FAIL %s%s", j->arch, rc ? "" : " (warnings)");
-  } else {
-    int missing = 0;
-    for (int k = 0; k < j->nk; k++) { /* every kernel is in the image: PTX's entry, a cubin's section */
-      char name[32];
-      int n = snprintf(name, sizeof name, j->arch[0] == 'c' ? ".entry k%d(" : ".text.k%d", k);
-      missing += memmem(img, bytes, name, (size_t)n + (j->arch[0] != 'c')) == NULL; /* the section name's NUL too */
-    }
-    if (missing) snprintf(j->msg, sizeof j->msg, "FAIL %s: %d kernels missing from the image", j->arch, missing);
-    else {
-      snprintf(j->msg, sizeof j->msg, "ok   %s: %zu bytes in %.1f s", j->arch, bytes, s);
-      j->ok = 1;
-    }
+static Job *queue;
+static int queued, taken;
+static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&qlock);
+    int i = taken < queued ? taken++ : -1;
+    pthread_mutex_unlock(&qlock);
+    if (i < 0) return NULL;
+    Job *j = &queue[i];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    j->rc = cudak_nvrtc_opt(j->src, j->arch, j->opt, &j->img, &j->bytes, &j->log);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    j->s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   }
-  if (j->keep && j->ok) j->img = img, j->bytes = bytes;
-  else free(img);
-  return NULL;
+}
+
+/* Runs the n jobs on two threads (this one and another), in their order. */
+static void run_jobs(Job *jobs, int n) {
+  queue = jobs, queued = n, taken = 0;
+  pthread_t t;
+  int threaded = pthread_create(&t, NULL, worker, NULL) == 0;
+  worker(NULL);
+  if (threaded) pthread_join(t, NULL);
+}
+
+/* The default kernels' job: no error, no warning, every kernel in the image. Returns 1 on failure. */
+static int check_cases(const Job *j, int nk) {
+  int fail = j->rc != 0 || (j->log && strstr(j->log, "warning"));
+  if (fail) printf("FAIL %s%s\n%s\n", j->arch, j->rc ? "" : " (warnings)", j->log ? j->log : "");
+  else {
+    int missing = 0;
+    for (int k = 0; k < nk; k++) { /* every kernel is in the image: its section (the name's NUL too) */
+      char name[32];
+      int n = snprintf(name, sizeof name, ".text.k%d", k);
+      missing += memmem(j->img, j->bytes, name, (size_t)n + 1) == NULL;
+    }
+    if (missing) printf("FAIL %s: %d kernels missing from the image\n", j->arch, missing), fail = 1;
+    else printf("ok   %s%s%s: %zu bytes in %.1f s\n", j->arch, j->opt ? " " : "", j->opt ? j->opt : "", j->bytes, j->s);
+  }
+  return fail;
 }
 
 /* The kernels whose source calls a tensor-core template (sk::flash_*) must hold HMMA instructions in
@@ -116,28 +138,13 @@ static int sass_check(const char *nvdisasm, const char *src, const char *img, si
   return fails;
 }
 
-/* one NVRTC compilation of the wgmma check, run on a thread */
-typedef struct {
-  const char *src, *arch, *opt;
-  int rc;
-  char *img, *log;
-  size_t bytes;
-} WgJob;
-static void *wg_compile(void *arg) {
-  WgJob *j = arg;
-  j->rc = cudak_nvrtc_opt(j->src, j->arch, j->opt, &j->img, &j->bytes, &j->log);
-  return NULL;
-}
-
 /* The attention forward and backward on wgmma (shardk_wgmma.cuh, shardk_wgmma_bwd.cuh) in each of their tiles,
  * hd 64 and 128, causal or not, with GQA: compiles with no warning for sm_90a (ptxas -v: its registers and spills, printed; no spill
- * allowed) and, as a trap, for sm_80 and sm_90 (sm_90a on a thread beside them); with nvdisasm, each sm_90a kernel
- * holds HGMMA.
- * Returns the number of failures. */
-static int wgmma_check(const char *nvdisasm) {
-  Arena a;
-  arena_init(&a);
-  CuK *k = cuk_new(&a);
+ * allowed) and, as a trap, for sm_80 and sm_90 (wgmma_results); with nvdisasm, each sm_90a kernel holds HGMMA.
+ * wgmma_program returns the program (its kernels in *nk) after checking the autotuned launches' candidates
+ * (failures added to *fails). */
+static const char *wgmma_program(Arena *a, int *nk, int *fails) {
+  CuK *k = cuk_new(a);
   int64_t hds[] = {64, 128};
   for (int i = 0; i < 2; i++) {
     CuWgTile w[16];
@@ -169,7 +176,6 @@ static int wgmma_check(const char *nvdisasm) {
     }
   }
   cuk_set_flash_wg_bwd1(k, NULL);
-  int fails = 0;
   /* autotuned: the forward's candidates end with the wgmma tiles ("wg<bk>x<nwg>", their dynamic shared
    * memory), the backward kernels' too, and the backward's pair key holds the one-kernel form's */
   cuk_set_attn_tune(k, 1);
@@ -182,7 +188,7 @@ static int wgmma_check(const char *nvdisasm) {
     char want[64], tag[32];
     snprintf(want, sizeof want, "%d, \"%s\", %lld}", cuk_wg_threads(&w0[j]), cuk_wg_tag(&w0[j], tag, sizeof tag),
              (long long)cuk_wg_smem(64, &w0[j]));
-    if (!strstr(fw, want)) printf("FAIL wgmma: the tuned forward has no candidate %s: %s\n", want, fw), fails++;
+    if (!strstr(fw, want)) printf("FAIL wgmma: the tuned forward has no candidate %s: %s\n", want, fw), (*fails)++;
   }
   for (int which = 1; which <= 2; which++) { /* the backward's: each kernel's wgmma tiles */
     CuWgBwdTile b[8];
@@ -194,33 +200,37 @@ static int wgmma_check(const char *nvdisasm) {
       const char *at = strstr(bw, which == 1 ? "\"flash_bwd_kv " : "\"flash_bwd_q "), *end = at ? strstr(at, "});") : NULL;
       const char *hit = at ? strstr(at, want) : NULL;
       if (!hit || hit > end)
-        printf("FAIL wgmma: the tuned %s has no candidate %s: %s\n", which == 1 ? "dK/dV" : "dQ", want, bw), fails++;
+        printf("FAIL wgmma: the tuned %s has no candidate %s: %s\n", which == 1 ? "dK/dV" : "dQ", want, bw), (*fails)++;
     }
   }
   { /* the backward's pair key: the one-kernel form's tiles after the two kernels' defaults ("two") */
     CuWgBwdTile f[4];
     int nf = cuk_wg_bwd1_variants(64, f, 4);
     const char *at = strstr(bw, "rt_cu_launch_tuned_or(ctx, \"flash_bwd S "), *end = at ? strstr(at, "})") : NULL;
-    if (!at || !strstr(at, "\"two\"")) printf("FAIL wgmma: the tuned backward has no pair key: %s\n", bw), fails++;
+    if (!at || !strstr(at, "\"two\"")) printf("FAIL wgmma: the tuned backward has no pair key: %s\n", bw), (*fails)++;
     for (int j = 0; at && j < nf; j++) {
       char want[64];
       snprintf(want, sizeof want, "\"wgf%dx%d\", %lld}", f[j].bt, f[j].nwg, (long long)cuk_wg_bwd1_smem(64, &f[j]));
       const char *hit = strstr(at, want);
-      if (!hit || hit > end) printf("FAIL wgmma: the pair key has no candidate %s: %s\n", want, at), fails++;
+      if (!hit || hit > end) printf("FAIL wgmma: the pair key has no candidate %s: %s\n", want, at), (*fails)++;
     }
   }
-  const char *src = cuk_source(k);
-  const char *archs[] = {"sm_90a", "sm_80", "sm_90"};
-  WgJob jobs[3];
-  for (int i = 0; i < 3; i++) jobs[i] = (WgJob){.src = src, .arch = archs[i], .opt = i == 0 ? "--ptxas-options=-v" : NULL};
-  pthread_t t; /* sm_90a (the largest) on a thread, the two traps here */
-  int threaded = pthread_create(&t, NULL, wg_compile, &jobs[0]) == 0;
-  if (!threaded) wg_compile(&jobs[0]);
-  wg_compile(&jobs[1]);
-  wg_compile(&jobs[2]);
-  if (threaded) pthread_join(t, NULL);
+  *nk = cuk_count(k);
+  return cuk_source(k);
+}
+
+/* the wgmma program's three jobs (sm_90a with ptxas -v first: the longest) */
+static void wgmma_jobs(Job jobs[3], const char *src) {
+  jobs[0] = (Job){.src = src, .arch = "sm_90a", .opt = "--ptxas-options=-v"};
+  jobs[1] = (Job){.src = src, .arch = "sm_80", .opt = "--Ofast-compile=max"};
+  jobs[2] = (Job){.src = src, .arch = "sm_90"};
+}
+
+/* The wgmma jobs' checks; returns the number of failures. */
+static int wgmma_results(const Job jobs[3], const char *src, int nk, const char *nvdisasm) {
+  int fails = 0;
   for (int i = 0; i < 3; i++) {
-    char *img = jobs[i].img, *log = jobs[i].log;
+    const char *img = jobs[i].img, *log = jobs[i].log, *arch = jobs[i].arch;
     size_t bytes = jobs[i].bytes;
     int rc = jobs[i].rc;
     /* warnings, and ptxas' advice that it serialized the wgmma (accumulators it could not keep in place) */
@@ -240,56 +250,50 @@ static int wgmma_check(const char *nvdisasm) {
         printf("     %.*s: %.*s, %d + %d bytes spilled\n", (int)strcspn(l, "\n"), l, (int)strcspn(u, "\n"), u, st, ld);
       }
     if (rc != 0 || warn || spill) {
-      printf("FAIL wgmma %s: %s\n%s\n", archs[i], rc ? "does not compile" : warn ? "warnings" : "spills", log ? log : "");
+      printf("FAIL wgmma %s: %s\n%s\n", arch, rc ? "does not compile" : warn ? "warnings" : "spills", log ? log : "");
       fails++;
     } else {
-      printf("ok   wgmma %s: %d kernels, %zu bytes\n", archs[i], cuk_count(k), bytes);
+      printf("ok   wgmma %s%s%s: %d kernels, %zu bytes in %.1f s\n", arch, jobs[i].opt && i ? " " : "",
+             jobs[i].opt && i ? jobs[i].opt : "", nk, bytes, jobs[i].s);
       if (i == 0 && nvdisasm) fails += sass_check(nvdisasm, src, img, bytes, "_wg<", "HGMMA", "sm_90a");
     }
-    free(img);
-    free(log);
   }
-  arena_free(&a);
   return fails;
 }
 
-/* test_cuda_nvrtc [NVDISASM [wgmma]]: with nvdisasm, the tensor-core check of the sm_90 cubin too; with
- * "wgmma", only the wgmma kernels' checks (a quicker look at their registers) */
+/* test_cuda_nvrtc [NVDISASM [wgmma]]: with nvdisasm, the tensor-core checks of the sm_90 and sm_90a cubins
+ * too; with "wgmma", only the wgmma kernels' checks (a quicker look at their registers) */
 int main(int argc, char **argv) {
-  if (argc > 2 && !strcmp(argv[2], "wgmma")) return wgmma_check(argv[1]) ? 1 : 0;
+  const char *nvdisasm = argc > 1 ? argv[1] : NULL;
+  int only_wgmma = argc > 2 && !strcmp(argv[2], "wgmma");
   Arena a;
   arena_init(&a);
   int64_t ws;
-  int nk;
-  kc_flash_variants(0); /* the attention tiles the compiler emits (the others: cuda_kernels_emu, the GPU sweep) */
-  kc_bytes_variants(0);  /* the same for the bytes-bound kernels */
-  const char *src = kc_emit_all(&a, &ws, &nk);
-  printf("%d kernels, %zu bytes of source\n", nk, strlen(src));
-  Job jobs[2] = {{.arch = "sm_80"}, {.arch = "sm_90"}};
-  for (int i = 0; i < 2; i++) {
-    jobs[i].src = src;
-    jobs[i].nk = nk;
+  int nk = 0, nwg, fails = 0;
+  const char *src = NULL, *wsrc = wgmma_program(&a, &nwg, &fails);
+  Job jobs[5];
+  wgmma_jobs(jobs, wsrc); /* the longest first: sm_90a's wgmma (ptxas -v), then sm_90's cases */
+  int n = 3;
+  if (!only_wgmma) {
+    kc_flash_variants(0); /* the attention tiles the compiler emits (the others: cuda_kernels_emu, the GPU sweep) */
+    kc_bytes_variants(0); /* the same for the bytes-bound kernels */
+    src = kc_emit_all(&a, &ws, &nk);
+    printf("%d kernels, %zu bytes of source\n", nk, strlen(src));
+    jobs[3] = jobs[1], jobs[4] = jobs[2]; /* the wgmma traps last (seconds each) */
+    jobs[1] = (Job){.src = src, .arch = "sm_90"};
+    jobs[2] = (Job){.src = src, .arch = "sm_80", .opt = "--Ofast-compile=max"};
+    n = 5;
   }
-  jobs[1].keep = argc > 1;
-  int fails = 0;
-  pthread_t t; /* sm_80 on a thread, sm_90 here */
-  int threaded = pthread_create(&t, NULL, compile, &jobs[0]) == 0;
-  if (!threaded) compile(&jobs[0]);
-  compile(&jobs[1]);
-  if (threaded) pthread_join(t, NULL);
-  for (int i = 0; i < 2; i++) {
-    printf("%s\n", jobs[i].msg);
-    if (!jobs[i].ok) {
-      fails++;
-      printf("%s\n", jobs[i].log ? jobs[i].log : "");
-    }
-    free(jobs[i].log);
+  run_jobs(jobs, n);
+  if (!only_wgmma) {
+    fails += check_cases(&jobs[2], nk);
+    int bad90 = check_cases(&jobs[1], nk);
+    fails += bad90;
+    if (nvdisasm && !bad90) fails += sass_check(nvdisasm, src, jobs[1].img, jobs[1].bytes, "sk::flash_", "HMMA", "sm_90");
   }
-  if (argc > 1) {
-    if (jobs[1].img) fails += sass_check(argv[1], src, jobs[1].img, jobs[1].bytes, "sk::flash_", "HMMA", "sm_90");
-    free(jobs[1].img);
-  }
-  fails += wgmma_check(argc > 1 ? argv[1] : NULL);
+  Job wg[3] = {jobs[0], only_wgmma ? jobs[1] : jobs[3], only_wgmma ? jobs[2] : jobs[4]};
+  fails += wgmma_results(wg, wsrc, nwg, nvdisasm);
+  for (int i = 0; i < n; i++) free(jobs[i].img), free(jobs[i].log);
   arena_free(&a);
   return fails ? 1 : 0;
 }

@@ -152,6 +152,15 @@ __attribute__((always_inline)) inline Fiber &me() {
 /* Continues where jb was set (by __builtin_setjmp in another function, as the builtins require). */
 [[noreturn]] __attribute__((noinline)) inline void jump(void **jb) { __builtin_longjmp(jb, 1); }
 
+/* Where thread t's fiber starts below its stack's top: the stacks are STACK_BYTES-aligned, so their tops (the
+ * frames every switch touches) would share one set of the caches (a 4 KiB period in L1, 64 KiB in L2) and
+ * evict each other in a block of more threads than the caches have ways; t's top moves down by a distinct
+ * multiple of 64 bytes below 64 KiB (17 t mod 1024 lines: distinct for the 1024 threads of a block). */
+#ifndef SK_EMU_STACK_COLOR /* -DSK_EMU_STACK_COLOR=0 (SHARDRT_EMU_CXX="c++ -DSK_EMU_STACK_COLOR=0"): every top at the top, to compare */
+#define SK_EMU_STACK_COLOR 1
+#endif
+inline uintptr_t stack_color(int t) { return SK_EMU_STACK_COLOR ? (uintptr_t)((17 * t) % 1024) * 64u : 0; }
+
 [[noreturn]] inline void to_next(Block &b, int from);
 [[noreturn]] inline void fiber_main() {
   Block &b = fblk();
@@ -181,7 +190,7 @@ __attribute__((always_inline)) inline Fiber &me() {
     b.cur = t;
     if (f.started) jump(f.jb);
     f.started = 1;
-    start_on(b.stacks[(size_t)t] + STACK_BYTES);
+    start_on(b.stacks[(size_t)t] + STACK_BYTES - stack_color(t));
   }
   jump(b.sched_jb);
 }
@@ -424,25 +433,36 @@ inline float bf16_lo(uint32_t w, int hi) {
  * the next call's barrier before every lane has finished reading). */
 inline unsigned next_parity() { return fblk().parity[me().linear]++ & 1u; }
 
-/* acc + a[0] b[0] + ... + a[15] b[15 bs], one fmaf at a time in k order: with the host's FMA instruction
- * where it has one (x86-64: checked at run time; the same correctly rounded results as libm's fmaf,
- * without a call per product), else fmaf */
+/* acc[i] + a[i][0] b[i][0] + ... + a[i][15] b[i][15 bs] for i < 4, each sum one fmaf at a time in k order: with
+ * the host's FMA instruction where it has one (x86-64: checked at run time; the same correctly rounded results
+ * as libm's fmaf, without a call per product), else fmaf. The four sums go side by side, their latencies
+ * overlapped (one chain of 16 dependent FMAs at a time was a quarter of the attention cases' time). */
 inline float fma16_lib(const float *a, const float *b, int bs, float acc) {
   for (int k = 0; k < 16; k++) acc = fmaf(a[k], b[k * bs], acc);
   return acc;
 }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("fma"))) inline float fma16_hw(const float *a, const float *b, int bs, float acc) {
-  for (int k = 0; k < 16; k++) acc = __builtin_fmaf(a[k], b[k * bs], acc);
-  return acc;
+__attribute__((target("fma"))) inline void fma16x4_hw(const float *const a[4], const float *const b[4], int bs,
+                                                      float acc[4]) {
+  float s0 = acc[0], s1 = acc[1], s2 = acc[2], s3 = acc[3];
+  for (int k = 0; k < 16; k++) {
+    s0 = __builtin_fmaf(a[0][k], b[0][k * bs], s0);
+    s1 = __builtin_fmaf(a[1][k], b[1][k * bs], s1);
+    s2 = __builtin_fmaf(a[2][k], b[2][k * bs], s2);
+    s3 = __builtin_fmaf(a[3][k], b[3][k * bs], s3);
+  }
+  acc[0] = s0, acc[1] = s1, acc[2] = s2, acc[3] = s3;
 }
-inline float fma16(const float *a, const float *b, int bs, float acc) {
-  return __builtin_cpu_supports("fma") ? fma16_hw(a, b, bs, acc) : fma16_lib(a, b, bs, acc);
+inline void fma16x4(const float *const a[4], const float *const b[4], int bs, float acc[4]) {
+  if (__builtin_cpu_supports("fma")) fma16x4_hw(a, b, bs, acc);
+  else
+    for (int i = 0; i < 4; i++) acc[i] = fma16_lib(a[i], b[i], bs, acc[i]);
 }
 #else
-inline float fma16(const float *a, const float *b, int bs, float acc) { return fma16_lib(a, b, bs, acc); }
+inline void fma16x4(const float *const a[4], const float *const b[4], int bs, float acc[4]) {
+  for (int i = 0; i < 4; i++) acc[i] = fma16_lib(a[i], b[i], bs, acc[i]);
+}
 #endif
-
 
 inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   Block &bk = fblk();
@@ -463,10 +483,12 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
       for (int c = 0; c < 8; c++) w.b[kk][c] = bf16_lo(fr[base + c * 4 + (kk % 8) / 2][4 + (kk >= 8)], kk & 1);
     w.block = bk.blocks_run, w.call = call;
   }
+  const float *ar[4], *bc[4];
   for (int o = 0; o < 4; o++) {
     int r = g + (o >= 2 ? 8 : 0), c = 2 * t + (o & 1);
-    d[o] = fma16(w.a[r], &w.b[0][c], 8, d[o]);
+    ar[o] = w.a[r], bc[o] = &w.b[0][c];
   }
+  fma16x4(ar, bc, 8, d);
 }
 
 /* ldmatrix.sync.m8n8.x4(.trans).b16 as one warp: lanes 8i..8i+7 give the row addresses of 8 x 8

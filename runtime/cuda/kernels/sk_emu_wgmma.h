@@ -55,17 +55,30 @@ inline uint32_t smem_addr(const void *p) {
   return (uint32_t)(c - b.dyn_smem);
 }
 
-/* the swizzled shared-window byte address of element (mn, k) of the operand desc describes; mn_major:
- * the transpose flag (1: MN-major) */
-inline uint32_t wgmma_elem_addr(uint64_t desc, int mn, int k, int mn_major) {
-  const uint32_t start = (uint32_t)(desc & 0x3fffu) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fffu) << 4,
-                 sbo = (uint32_t)((desc >> 32) & 0x3fffu) << 4;
-  const int base = (int)((desc >> 49) & 7u), mode = (int)(desc >> 62);
+/* A matrix descriptor's fields (the layout above), decoded once per operand of a wgmma */
+struct WgDesc {
+  uint32_t start, lbo, sbo;
+  int mode, bits, W;
+};
+inline WgDesc wgmma_desc(uint64_t desc) {
+  WgDesc d;
+  d.start = (uint32_t)(desc & 0x3fffu) << 4, d.lbo = (uint32_t)((desc >> 16) & 0x3fffu) << 4,
+  d.sbo = (uint32_t)((desc >> 32) & 0x3fffu) << 4;
+  const int base = (int)((desc >> 49) & 7u);
+  d.mode = (int)(desc >> 62);
   if (base != 0) {
     fprintf(stderr, "sk_emu: wgmma descriptor with a matrix base offset (%d): not modelled\n", base);
     abort();
   }
-  const int bits = mode == 1 ? 3 : mode == 2 ? 2 : mode == 3 ? 1 : 0, W = 16 << bits;
+  d.bits = d.mode == 1 ? 3 : d.mode == 2 ? 2 : d.mode == 3 ? 1 : 0, d.W = 16 << d.bits;
+  return d;
+}
+
+/* the swizzled shared-window byte address of element (mn, k) of the operand d describes; mn_major: the
+ * transpose flag (1: MN-major) */
+__attribute__((always_inline)) inline uint32_t wgmma_elem_addr(const WgDesc &d, int mn, int k, int mn_major) {
+  const int mode = d.mode, bits = d.bits, W = d.W;
+  const uint32_t lbo = d.lbo, sbo = d.sbo;
   uint32_t off;
   if (!mn_major)
     off = (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * (uint32_t)W + (uint32_t)(k / 8) * (mode ? 16u : lbo) +
@@ -77,12 +90,15 @@ inline uint32_t wgmma_elem_addr(uint64_t desc, int mn, int k, int mn_major) {
     off = (uint32_t)(ch % cw) * 16u + (uint32_t)(ch / cw) * lbo + (uint32_t)(k % 8) * (uint32_t)W +
           (uint32_t)(k / 8) * sbo + (uint32_t)(mn % 8) * 2u;
   }
-  const uint32_t a = start + off;
+  const uint32_t a = d.start + off;
   return a ^ (((a >> 7) & ((1u << bits) - 1u)) << 4);
 }
+inline uint32_t wgmma_elem_addr(uint64_t desc, int mn, int k, int mn_major) {
+  return wgmma_elem_addr(wgmma_desc(desc), mn, k, mn_major);
+}
 
-inline float wgmma_smem_bf16(uint32_t addr) {
-  Block &b = fblk();
+/* the bf16 at shared-window address addr of b's dynamic shared memory, widened */
+__attribute__((always_inline)) inline float wgmma_smem_bf16(const Block &b, uint32_t addr) {
   if ((size_t)addr + 2 > b.dyn_bytes || (addr & 1u)) {
     fprintf(stderr, "sk_emu: wgmma operand at shared address %u outside the %u bytes of dynamic shared memory\n",
             addr, b.dyn_bytes);
@@ -146,23 +162,24 @@ inline void wgmma_commit() {
 }
 
 inline void wgmma_complete(const WgOp &o) {
+  const Block &b = fblk();
   const int l = lane(), g = l >> 2, t = l & 3, w = (me().linear >> 5) & 3;
+  const WgDesc ad = o.a_reg ? WgDesc{} : wgmma_desc(o.adesc), bd = wgmma_desc(o.bdesc);
   float a[2][16], bcol[2][16]; /* this thread's two rows of A, and the two columns of B of a column tile */
   for (int h = 0; h < 2; h++) {
     const int row = 16 * w + g + 8 * h;
     for (int k = 0; k < 16; k++)
       a[h][k] = o.a_reg ? bf16_lo(o.slab[g * 4 + (k % 8) / 2][h + 2 * (k >= 8)], k & 1)
-                        : wgmma_smem_bf16(wgmma_elem_addr(o.adesc, row, k, o.ta));
+                        : wgmma_smem_bf16(b, wgmma_elem_addr(ad, row, k, o.ta));
   }
   for (int i = 0; i < o.n / 8; i++) {
     for (int j = 0; j < 2; j++)
-      for (int k = 0; k < 16; k++) bcol[j][k] = wgmma_smem_bf16(wgmma_elem_addr(o.bdesc, 8 * i + 2 * t + j, k, o.tb));
-    for (int v = 0; v < 4; v++) {
-      const int h = v >> 1, j = v & 1;
-      float acc = o.scale_d ? o.d[4 * i + v] : 0.0f;
-      acc = fma16(a[h], bcol[j], 1, acc);
-      o.d[4 * i + v] = acc;
-    }
+      for (int k = 0; k < 16; k++) bcol[j][k] = wgmma_smem_bf16(b, wgmma_elem_addr(bd, 8 * i + 2 * t + j, k, o.tb));
+    const float *ar[4] = {a[0], a[0], a[1], a[1]}, *bc[4] = {bcol[0], bcol[1], bcol[0], bcol[1]}; /* v: h = v >> 1, j = v & 1 */
+    float acc[4];
+    for (int v = 0; v < 4; v++) acc[v] = o.scale_d ? o.d[4 * i + v] : 0.0f;
+    fma16x4(ar, bc, 1, acc);
+    for (int v = 0; v < 4; v++) o.d[4 * i + v] = acc[v];
   }
 }
 
