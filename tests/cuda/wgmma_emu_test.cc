@@ -20,14 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int fails, checks;
-static void expect(bool ok, const char *what) {
-  checks++;
-  if (!ok) {
-    fails++;
-    printf("FAIL %s\n", what);
-  }
-}
+#include "emu_expect.h"
 
 static uint64_t desc(uint32_t start, uint32_t lbo, uint32_t sbo, int mode) {
   return (uint64_t)((start >> 4) & 0x3fff) | (uint64_t)((lbo >> 4) & 0x3fff) << 16 |
@@ -282,6 +275,5 @@ int main() {
     waitpid(p, &st, 0);
     expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the same wgmma with a fence and one descriptor runs");
   }
-  printf("%s: %d of %d wgmma model checks\n", fails ? "FAIL" : "ok", checks - fails, checks);
-  return fails != 0;
+  return expect_done("wgmma model checks");
 }

@@ -19,14 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int fails, checks;
-static void expect(bool ok, const char *what) {
-  checks++;
-  if (!ok) {
-    fails++;
-    printf("FAIL %s\n", what);
-  }
-}
+#include "emu_expect.h"
 
 /* 1. rounds of values through a ring of two 16-byte stages; prod_hi: the producer is warpgroup 1 */
 static void handoff(bool prod_hi) {
@@ -130,6 +123,5 @@ int main() {
   });
   refused("refused: barrier 0", "outside 1 .. 15", 64, []() { sk_emu::named_bar(0, 64, true); });
   refused("refused: a count not a multiple of 32", "multiple of 32", 64, []() { sk_emu::named_bar(1, 48, true); });
-  printf("%s: %d of %d named barrier / copy model checks\n", fails ? "FAIL" : "ok", checks - fails, checks);
-  return fails != 0;
+  return expect_done("named barrier / copy model checks");
 }
