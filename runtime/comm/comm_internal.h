@@ -388,5 +388,8 @@ void rt_watchdog_stop(RtComm *c);
 
 /* fabric.c: removes a dead peer's shm region (kill -9 leaves it in /dev/shm) */
 void rt_fabric_forget_peer(RtComm *c, int rank);
+/* Removes the /dev/shm regions of processes killed before they could (no owner lock, pid gone, older
+ * than a minute); returns how many. Each process runs it once, before it makes its own region. */
+int rt_fabric_sweep_shm(void);
 
 #endif

@@ -1,8 +1,12 @@
 /* runtime/comm/fabric.c — the libfabric endpoints: provider choice per peer (one
  * endpoint for peers on this node, one for peers on other nodes), address exchange,
  * registered staging slabs, posting and completion polling. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,11 +104,58 @@ void rt_fabric_forget_peer(RtComm *c, int rank) {
   if (c->peers[rank].shm_name[0]) shm_unlink(c->peers[rank].shm_name);
 }
 
+/* A region's owner holds a shared flock on it for its whole life (the kernel drops it however the
+ * process ends, kill -9 and the OOM killer included), so a region nobody holds a lock on, whose
+ * process is gone and which is older than REGION_GRACE_NS, was left by a killed process: each process
+ * removes such regions before it makes its own (16 MiB each; a job killed -9 on 8 ranks left 128 MiB
+ * of /dev/shm that only a reboot freed). Both tests are needed: the lock keeps the regions of live
+ * processes that another pid namespace hides, the pid the regions of runtimes that took no lock. */
+#define SHM_PREFIX "shardrt-"
+enum { REGION_GRACE_S = 60 };
+static int own_shm_lock[RT_NFAB] = {-1, -1}; /* (open for the process's life: closing it drops the lock) */
+
+static void hold_own_region(int slot) {
+  int fd = open(own_shm_path[slot], O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return; /* (the provider named it otherwise: nothing to hold, nothing swept) */
+  if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    close(fd);
+    return;
+  }
+  own_shm_lock[slot] = fd;
+}
+
+/* Removes the regions killed processes left in /dev/shm; returns how many. */
+int rt_fabric_sweep_shm(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  int removed = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    int pid, slot, end = 0;
+    unsigned long long made;
+    if (strncmp(e->d_name, SHM_PREFIX, strlen(SHM_PREFIX)) != 0) continue;
+    if (sscanf(e->d_name + strlen(SHM_PREFIX), "%d-%llx-%d%n", &pid, &made, &slot, &end) != 3 ||
+        e->d_name[strlen(SHM_PREFIX) + (size_t)end] != 0 || pid <= 0)
+      continue;
+    if ((long long)now.tv_sec - (long long)(made / 1000000000ull) < REGION_GRACE_S) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue; /* its process lives (or is another user's) */
+    int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
+    close(fd);
+  }
+  closedir(d);
+  return removed;
+}
+
 static void name_shm_endpoint(RtFabric *f, int slot) {
+  static int swept;
+  if (!swept++) rt_fabric_sweep_shm();
   char name[64];
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  snprintf(name, sizeof name, "shardrt-%d-%llx-%d", (int)getpid(),
+  snprintf(name, sizeof name, SHM_PREFIX "%d-%llx-%d", (int)getpid(),
            (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, slot);
   FI_CHECK(fi_setname(&f->ep->fid, name, strlen(name) + 1));
   snprintf(own_shm_path[slot], sizeof own_shm_path[slot], "/dev/shm/%s", name);
@@ -133,6 +184,7 @@ static void open_fabric(RtComm *c, RtFabric *f, struct fi_info *info) {
   FI_CHECK(fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV));
   FI_CHECK(fi_ep_bind(f->ep, &f->av->fid, 0));
   FI_CHECK(fi_enable(f->ep));
+  if (strcmp(f->provider, "shm") == 0) hold_own_region((int)(f - c->fab));
 }
 
 /* Each rank names its provider for a fabric slot (or "" when it has none there); the
