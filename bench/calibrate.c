@@ -10,11 +10,15 @@
  *                    in the caches and once after 128 MiB were written (what a backward finds when it
  *                    reads the forward's saved activations): operand bytes over the extra time, the
  *                    medians of 31 rounds (0 when there is none);
- *   attention_flops  rt_sdpa_fwd, causal, B 8 x S 64 x 4 heads x 16 (tiny's): counted as the
- *                    model counts it (4 B S T C, half of it causal);
- *   attention_bwd_ratio  rt_sdpa_bwd at that shape, its FLOPs counted as the model counts them (2.5
- *                    forwards'): its rate over the forward's, as its efficiency is not the forward's
- *                    (1.65-1.75x the forward's time on an AVX2 EPYC, not 2.5x);
+ *   attention_flops, attention_score_flops  rt_sdpa_fwd, causal, at seq 512 and 4 heads of 16 (tiny at
+ *                    seq 512, B 4) and of 128 (B 2): the time per score element the kernel computes
+ *                    (rt_attn_scores: the diagonal's blocks whole) is a line in the head dim, (4 hd + a) /
+ *                    rate; the two shapes give the rate (attention_flops) and a, the online softmax's
+ *                    work per score in FLOPs at that rate (attention_score_flops; at hd 16 it outweighs
+ *                    the 64 FLOPs of the products: tiny's 13-25 GFLOP/s against hd 128's 45-60);
+ *   attention_bwd_ratio, attention_bwd_score_flops  rt_sdpa_bwd at the same two shapes, (10 hd + b) /
+ *                    rate_b (2.5 forwards' FLOPs, and b per score: P and dS again): rate_b over the
+ *                    forward's, and b;
  *   time_spread, time_spread_block  how much an instruction-sized block of work varies on this machine
  *                    as it is (its own jitter, its co-runners): 61 blocks (the first dropped) of 4 x (4
  *                    GEMMs 128 x 512 x 128 and a causal attention 1 x 128 x 4 heads x 32, a Llama-shaped
@@ -239,13 +243,27 @@ int main(int argc, char **argv) {
   double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
   double cold = cold_rate();
   double block, spread = spread_rate(&block);
-  Attn at = {8, 64, 4, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-  int64_t qn = at.B * at.S * at.H * at.hd;
-  at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
-  double attn = 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd) / time_call(run_attn, &at);
-  at.dout = randv(qn), at.dq = randv(qn), at.dk = randv(qn), at.dv = randv(qn);
-  run_attn(&at); /* o and lse of these q, k, v: the backward's inputs */
-  double attn_bwd = 2.5 * 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd) / time_call(run_attn_bwd, &at);
+  /* attention: seconds per computed score element at two head dims, a line in hd (see the top) */
+  static const int64_t ashape[2][4] = {{4, 512, 4, 16}, {2, 512, 4, 128}}; /* B S H hd */
+  double yf[2], yb[2], arate[2][2];
+  for (int i = 0; i < 2; i++) {
+    Attn at = {ashape[i][0], ashape[i][1], ashape[i][2], ashape[i][3], NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    int64_t qn = at.B * at.S * at.H * at.hd;
+    at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
+    at.dout = randv(qn), at.dq = randv(qn), at.dk = randv(qn), at.dv = randv(qn);
+    double sc = (double)(at.B * at.H) * rt_attn_scores(at.S, at.S, 1);
+    yf[i] = time_call(run_attn, &at) / sc; /* (run_attn first: o and lse of these q, k, v, the backward's inputs) */
+    yb[i] = time_call(run_attn_bwd, &at) / sc;
+    double fl = 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd); /* as bench_attn counts it */
+    arate[i][0] = fl / (yf[i] * sc), arate[i][1] = 2.5 * fl / (yb[i] * sc);
+    free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse), free(at.dout), free(at.dq), free(at.dk), free(at.dv);
+  }
+  double dh = (double)(ashape[1][3] - ashape[0][3]), sf = (yf[1] - yf[0]) / dh, sb = (yb[1] - yb[0]) / dh;
+  /* a slope at or below 0 (noise): the larger head dim's rate, nothing per score */
+  double attn = sf > 0 ? 4.0 / sf : 4.0 * (double)ashape[1][3] / yf[1];
+  double attn_score = sf > 0 ? fmax(0, yf[0] - sf * (double)ashape[0][3]) * attn : 0;
+  double attn_bwd = sb > 0 ? 10.0 / sb : 10.0 * (double)ashape[1][3] / yb[1];
+  double attn_bwd_score = sb > 0 ? fmax(0, yb[0] - sb * (double)ashape[0][3]) * attn_bwd : 0;
 
   Add big = {64 * 1024, NULL, NULL, NULL}, small = {16, NULL, NULL, NULL};
   big.a = randv(big.n), big.b = randv(big.n), big.y = randv(big.n);
@@ -281,9 +299,13 @@ int main(int argc, char **argv) {
                                        (long long)shapes[i][2], fx[i] / ty[i]);
   fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM of this many FLOPs runs at half the rate\n", half);
   fprintf(f, "gemm_cold_bytes  %.4g   # bytes/s of a GEMM operand read from memory, on top (0: none seen)\n", cold);
-  fprintf(f, "attention_flops  %.4g\n", attn);
-  fprintf(f, "attention_bwd_ratio  %.4g   # the backward's rate over the forward's (its FLOPs counted 2.5 forwards'): %.4g\n",
-          attn_bwd / attn, attn_bwd);
+  fprintf(f, "attention_flops  %.4g   # causal, seq 512, 4 heads; measured (GFLOP/s, S^2 / 2 counted): hd %lld %.3g, hd %lld %.3g\n",
+          attn, (long long)ashape[0][3], arate[0][0] * 1e-9, (long long)ashape[1][3], arate[1][0] * 1e-9);
+  fprintf(f, "attention_score_flops  %.4g   # the forward's work per computed score beyond 4 hd FLOPs\n", attn_score);
+  fprintf(f, "attention_bwd_ratio  %.4g   # the backward's rate over the forward's (its FLOPs 2.5 forwards'): %.4g; "
+             "measured hd %lld %.3g, hd %lld %.3g\n",
+          attn_bwd / attn, attn_bwd, (long long)ashape[0][3], arate[0][1] * 1e-9, (long long)ashape[1][3], arate[1][1] * 1e-9);
+  fprintf(f, "attention_bwd_score_flops  %.4g   # the backward's work per computed score beyond 10 hd FLOPs\n", attn_bwd_score);
   fprintf(f, "time_spread      %.4g   # robust coefficient of variation of a block's wall time\n", spread);
   fprintf(f, "time_spread_block  %.4g   # s, that block's median\n", block);
   fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
@@ -296,11 +318,11 @@ int main(int argc, char **argv) {
     perror(argv[1]);
     return 1;
   }
-  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s "
-         "(backward %.2f), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s, spread %.3f over %.3g ms -> %s\n",
-         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_bwd * 1e-9, bw * 1e-9, overhead * 1e6, host * 1e-9, spread,
-         block * 1e3, argv[1]);
-  free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse), free(at.dout), free(at.dq), free(at.dk), free(at.dv);
+  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s + %.3g "
+         "FLOPs a score (backward %.2f + %.3g), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s, spread %.3f "
+         "over %.3g ms -> %s\n",
+         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_score, attn_bwd * 1e-9, attn_bwd_score, bw * 1e-9,
+         overhead * 1e6, host * 1e-9, spread, block * 1e3, argv[1]);
   free(big.a), free(big.b), free(big.y);
   return 0;
 }
