@@ -6,9 +6,11 @@
 # minus one of 2), not wall-clock: this machine is shared by many jobs (load 10-20 on 2 cores), so
 # a step's wall time is mostly waiting for a core; a rank waiting in a collective spins, so its
 # CPU time is the step's on an idle machine. Results: docs/performance.md ("Cost model").
-# BEFORE=DIR: another build's shardc and bench_calibrate (e.g. the commit before a cost-model
-# change) predict too, calibrated by its own bench_calibrate right after this one's, printed beside
-# (one measurement, two predictions).
+# BEFORE=DIR: another build's shardc (e.g. the commit before a cost-model change) predicts too,
+# printed beside (one measurement, two predictions), from this profile with its attention_* lines
+# replaced by those of that build's bench_calibrate, run right after this one's (so that only the
+# attention's model and calibration differ, not the GEMMs' run-to-run noise).
+# The attention-heavy plans run STEPS / 4 (tiny at seq 512) and STEPS / 8 (Llama-shaped) steps.
 #   [BEFORE=DIR] bench/cost_validate.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -22,8 +24,9 @@ echo "# $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), $step
 "$build/bench/bench_calibrate" "$tmp/cpu.profile" 1
 cat "$tmp/cpu.profile"
 if [ -n "$before" ]; then
-  "$before/bench/bench_calibrate" "$tmp/before.profile" 1
-  cat "$tmp/before.profile"
+  "$before/bench/bench_calibrate" "$tmp/before.cal" 1
+  { grep -v '^attention_' "$tmp/cpu.profile"; grep '^attention_' "$tmp/before.cal"; } >"$tmp/before.profile"
+  grep '^attention_' "$tmp/before.profile"
 fi
 head -c 200000 /dev/urandom | base64 >"$tmp/corpus.txt"
 secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
@@ -56,8 +59,9 @@ run() { # model world -D...
   }
   local c0 c1 meas
   c0=$(cpu 2)
-  c1=$(cpu $((steps + 2)))
-  meas=$(awk -v a="$c0" -v b="$c1" -v s="$steps" -v w="$world" 'BEGIN { print (b - a) / s / w }')
+  local n=${RUN_STEPS:-$steps} # (RUN_STEPS=N run ...: a plan's own count, for a slow one)
+  c1=$(cpu $((n + 2)))
+  meas=$(awk -v a="$c0" -v b="$c1" -v s="$n" -v w="$world" 'BEGIN { print (b - a) / s / w }')
   awk -v b="$pb" -v p="$pred" -v m="$meas" -v n="$(basename "$model" .model) x$world $*" \
     'BEGIN { if (b != "") printf "%-44s %9.2f ms %+7.1f%% ", n, b * 1e3, 100 * (b - m) / m; else printf "%-44s ", n
       printf "%9.2f ms %9.2f ms %+7.1f%%\n", p * 1e3, m * 1e3, 100 * (p - m) / m }'
@@ -70,6 +74,6 @@ run models/tiny.model 2 -D tp=2 -D dp=1 -D sp=on
 run models/tiny.model 4
 run models/tiny.model 4 -D tp=2 -D dp=2
 # attention a large share: tiny at seq 512 (hd 16), a Llama-shaped model at seq 1024 (hd 64, grouped kv)
-run models/tiny.model 1 -D seq=512 -D micro_batch=4
-run models/llama3-8b.model 1 -D vocab=256 -D seq=1024 -D d=256 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=512 \
+RUN_STEPS=$(((steps + 3) / 4)) run models/tiny.model 1 -D seq=512 -D micro_batch=4
+RUN_STEPS=$(((steps + 7) / 8)) run models/llama3-8b.model 1 -D vocab=256 -D seq=1024 -D d=256 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=512 \
   -D sp=off -D zero=0 -D recompute=none -D precision=f32 -D batch=2 -D micro_batch=2 -D dp=1 -D tp=1
