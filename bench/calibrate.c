@@ -11,14 +11,17 @@
  *                    reads the forward's saved activations): operand bytes over the extra time, the
  *                    medians of 31 rounds (0 when there is none);
  *   attention_flops, attention_score_flops  rt_sdpa_fwd, causal, at seq 512 and 4 heads of 16 (tiny at
- *                    seq 512, B 4) and of 128 (B 2): the time per score element the kernel computes
+ *                    seq 512, B 4), 64 and 128 (B 2): the time per score element the kernel computes
  *                    (rt_attn_scores: the diagonal's blocks whole) is a line in the head dim, (4 hd + a) /
- *                    rate; the two shapes give the rate (attention_flops) and a, the online softmax's
- *                    work per score in FLOPs at that rate (attention_score_flops; at hd 16 it outweighs
- *                    the 64 FLOPs of the products: tiny's 13-25 GFLOP/s against hd 128's 45-60);
- *   attention_bwd_ratio, attention_bwd_score_flops  rt_sdpa_bwd at the same two shapes, (10 hd + b) /
- *                    rate_b (2.5 forwards' FLOPs, and b per score: P and dS again): rate_b over the
- *                    forward's, and b;
+ *                    rate; a least-squares line through the three (weighted by relative error) gives the
+ *                    rate (attention_flops) and a, the online softmax's work per score in FLOPs at that
+ *                    rate (attention_score_flops; at hd 16 it outweighs the 64 FLOPs of the products:
+ *                    tiny's 13-33 GFLOP/s against hd 128's 45-60); the shapes timed in turn, 5 rounds
+ *                    of at least 20 ms each, the best round (two shapes timed 5 rounds each, one after
+ *                    the other, gave a per-score work of 1 to 100 between runs);
+ *   attention_bwd_ratio, attention_bwd_score_flops  rt_sdpa_bwd at the same shapes, in the same rounds,
+ *                    (10 hd + b) / rate_b (2.5 forwards' FLOPs, and b per score: P and dS again): rate_b
+ *                    over the forward's, and b;
  *   time_spread, time_spread_block  how much an instruction-sized block of work varies on this machine
  *                    as it is (its own jitter, its co-runners): 61 blocks (the first dropped) of 4 x (4
  *                    GEMMs 128 x 512 x 128 and a causal attention 1 x 128 x 4 heads x 32, a Llama-shaped
@@ -138,6 +141,36 @@ static void run_adamw(void *a) {
 }
 
 static float *randv(int64_t n);
+
+/* Seconds per call of the forward and the backward of each of n attentions: 5 rounds, each timing every
+ * call in turn for at least 20 ms (so that a burst of the machine's other work lands on one round, not
+ * on one shape), the best round of each. */
+static void attn_times(Attn *a, int n, double *tf, double *tb) {
+  for (int i = 0; i < 2 * n; i++) (i < n ? tf : tb)[i % n] = 1e30;
+  for (int r = 0; r < 5; r++)
+    for (int i = 0; i < 2 * n; i++) {
+      Fn f = i < n ? run_attn : run_attn_bwd;
+      double *best = i < n ? &tf[i] : &tb[i - n];
+      int calls = 0;
+      double t0 = now(), t;
+      do {
+        f(&a[i % n]);
+        calls++;
+      } while ((t = now() - t0) < 0.02);
+      if (t / calls < *best) *best = t / calls;
+    }
+}
+
+/* y = c + s x by least squares, each point weighted by 1 / y^2 (its relative error) */
+static void fit_line(const double *x, const double *y, int n, double *s, double *c) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < n; i++) {
+    double w = 1 / (y[i] * y[i]);
+    sw += w, sx += w * x[i], sy += w * y[i], sxx += w * x[i] * x[i], sxy += w * x[i] * y[i];
+  }
+  *s = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  *c = (sy - *s * sx) / sw;
+}
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -243,27 +276,36 @@ int main(int argc, char **argv) {
   double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
   double cold = cold_rate();
   double block, spread = spread_rate(&block);
-  /* attention: seconds per computed score element at two head dims, a line in hd (see the top) */
-  static const int64_t ashape[2][4] = {{4, 512, 4, 16}, {2, 512, 4, 128}}; /* B S H hd */
-  double yf[2], yb[2], arate[2][2];
-  for (int i = 0; i < 2; i++) {
-    Attn at = {ashape[i][0], ashape[i][1], ashape[i][2], ashape[i][3], NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    int64_t qn = at.B * at.S * at.H * at.hd;
-    at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
-    at.dout = randv(qn), at.dq = randv(qn), at.dk = randv(qn), at.dv = randv(qn);
-    double sc = (double)(at.B * at.H) * rt_attn_scores(at.S, at.S, 1);
-    yf[i] = time_call(run_attn, &at) / sc; /* (run_attn first: o and lse of these q, k, v, the backward's inputs) */
-    yb[i] = time_call(run_attn_bwd, &at) / sc;
-    double fl = 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd); /* as bench_attn counts it */
-    arate[i][0] = fl / (yf[i] * sc), arate[i][1] = 2.5 * fl / (yb[i] * sc);
-    free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse), free(at.dout), free(at.dq), free(at.dk), free(at.dv);
+  /* attention: seconds per computed score element at three head dims, a line in hd (see the top) */
+  enum { NA = 3 };
+  static const int64_t ashape[NA][4] = {{4, 512, 4, 16}, {2, 512, 4, 64}, {2, 512, 4, 128}}; /* B S H hd */
+  Attn at[NA];
+  double sc[NA], yf[NA], yb[NA], arate[NA][2];
+  for (int i = 0; i < NA; i++) {
+    at[i] = (Attn){ashape[i][0], ashape[i][1], ashape[i][2], ashape[i][3], NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    int64_t qn = at[i].B * at[i].S * at[i].H * at[i].hd;
+    at[i].q = randv(qn), at[i].k = randv(qn), at[i].v = randv(qn), at[i].o = randv(qn);
+    at[i].lse = randv(at[i].B * at[i].H * at[i].S);
+    at[i].dout = randv(qn), at[i].dq = randv(qn), at[i].dk = randv(qn), at[i].dv = randv(qn);
+    sc[i] = (double)(at[i].B * at[i].H) * rt_attn_scores(at[i].S, at[i].S, 1);
+    run_attn(&at[i]); /* o and lse of these q, k, v: the backward's inputs */
   }
-  double dh = (double)(ashape[1][3] - ashape[0][3]), sf = (yf[1] - yf[0]) / dh, sb = (yb[1] - yb[0]) / dh;
-  /* a slope at or below 0 (noise): the larger head dim's rate, nothing per score */
-  double attn = sf > 0 ? 4.0 / sf : 4.0 * (double)ashape[1][3] / yf[1];
-  double attn_score = sf > 0 ? fmax(0, yf[0] - sf * (double)ashape[0][3]) * attn : 0;
-  double attn_bwd = sb > 0 ? 10.0 / sb : 10.0 * (double)ashape[1][3] / yb[1];
-  double attn_bwd_score = sb > 0 ? fmax(0, yb[0] - sb * (double)ashape[0][3]) * attn_bwd : 0;
+  attn_times(at, NA, yf, yb);
+  double hx[NA];
+  for (int i = 0; i < NA; i++) {
+    hx[i] = (double)ashape[i][3];
+    double fl = 0.5 * 4.0 * (double)(at[i].B * at[i].S * at[i].S * at[i].H * at[i].hd); /* as bench_attn counts it */
+    arate[i][0] = fl / yf[i], arate[i][1] = 2.5 * fl / yb[i];
+    yf[i] /= sc[i], yb[i] /= sc[i];
+    free(at[i].q), free(at[i].k), free(at[i].v), free(at[i].o), free(at[i].lse);
+    free(at[i].dout), free(at[i].dq), free(at[i].dk), free(at[i].dv);
+  }
+  double sf, cf, sb, cb;
+  fit_line(hx, yf, NA, &sf, &cf);
+  fit_line(hx, yb, NA, &sb, &cb);
+  /* a slope at or below 0 (noise): the largest head dim's rate, nothing per score */
+  double attn = sf > 0 ? 4.0 / sf : 4.0 * hx[NA - 1] / yf[NA - 1], attn_score = sf > 0 ? fmax(0, cf) * attn : 0;
+  double attn_bwd = sb > 0 ? 10.0 / sb : 10.0 * hx[NA - 1] / yb[NA - 1], attn_bwd_score = sb > 0 ? fmax(0, cb) * attn_bwd : 0;
 
   Add big = {64 * 1024, NULL, NULL, NULL}, small = {16, NULL, NULL, NULL};
   big.a = randv(big.n), big.b = randv(big.n), big.y = randv(big.n);
@@ -299,12 +341,13 @@ int main(int argc, char **argv) {
                                        (long long)shapes[i][2], fx[i] / ty[i]);
   fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM of this many FLOPs runs at half the rate\n", half);
   fprintf(f, "gemm_cold_bytes  %.4g   # bytes/s of a GEMM operand read from memory, on top (0: none seen)\n", cold);
-  fprintf(f, "attention_flops  %.4g   # causal, seq 512, 4 heads; measured (GFLOP/s, S^2 / 2 counted): hd %lld %.3g, hd %lld %.3g\n",
-          attn, (long long)ashape[0][3], arate[0][0] * 1e-9, (long long)ashape[1][3], arate[1][0] * 1e-9);
-  fprintf(f, "attention_score_flops  %.4g   # the forward's work per computed score beyond 4 hd FLOPs\n", attn_score);
-  fprintf(f, "attention_bwd_ratio  %.4g   # the backward's rate over the forward's (its FLOPs 2.5 forwards'): %.4g; "
-             "measured hd %lld %.3g, hd %lld %.3g\n",
-          attn_bwd / attn, attn_bwd, (long long)ashape[0][3], arate[0][1] * 1e-9, (long long)ashape[1][3], arate[1][1] * 1e-9);
+  fprintf(f, "attention_flops  %.4g   # causal, seq 512, 4 heads; measured (GFLOP/s, S^2 / 2 counted):", attn);
+  for (int i = 0; i < NA; i++) fprintf(f, " hd %lld %.3g", (long long)ashape[i][3], arate[i][0] * 1e-9);
+  fprintf(f, "\nattention_score_flops  %.4g   # the forward's work per computed score beyond 4 hd FLOPs\n", attn_score);
+  fprintf(f, "attention_bwd_ratio  %.4g   # the backward's rate over the forward's (its FLOPs 2.5 forwards'): %.4g; measured:",
+          attn_bwd / attn, attn_bwd);
+  for (int i = 0; i < NA; i++) fprintf(f, " hd %lld %.3g", (long long)ashape[i][3], arate[i][1] * 1e-9);
+  fprintf(f, "\n");
   fprintf(f, "attention_bwd_score_flops  %.4g   # the backward's work per computed score beyond 10 hd FLOPs\n", attn_bwd_score);
   fprintf(f, "time_spread      %.4g   # robust coefficient of variation of a block's wall time\n", spread);
   fprintf(f, "time_spread_block  %.4g   # s, that block's median\n", block);
