@@ -10,11 +10,18 @@
  *                    in the caches and once after 128 MiB were written (what a backward finds when it
  *                    reads the forward's saved activations): operand bytes over the extra time, the
  *                    medians of 31 rounds (0 when there is none);
- *   attention_flops  rt_sdpa_fwd, causal, B 8 x S 64 x 4 heads x 16 (tiny's): counted as the
- *                    model counts it (4 B S T C, half of it causal);
- *   attention_bwd_ratio  rt_sdpa_bwd at that shape, its FLOPs counted as the model counts them (2.5
- *                    forwards'): its rate over the forward's, as its efficiency is not the forward's
- *                    (1.65-1.75x the forward's time on an AVX2 EPYC, not 2.5x);
+ *   attention_flops, attention_score_flops  rt_sdpa_fwd, causal, at seq 512 and 4 heads of 16 (tiny at
+ *                    seq 512, B 4), 64 and 128 (B 2): the time per score element the kernel computes
+ *                    (rt_attn_scores: the diagonal's blocks whole) is a line in the head dim, (4 hd + a) /
+ *                    rate; a least-squares line through the three (weighted by relative error) gives the
+ *                    rate (attention_flops) and a, the online softmax's work per score in FLOPs at that
+ *                    rate (attention_score_flops; at hd 16 it outweighs the 64 FLOPs of the products:
+ *                    tiny's 13-33 GFLOP/s against hd 128's 45-60); the shapes timed in turn, 5 rounds
+ *                    of at least 20 ms each, the best round (two shapes timed 5 rounds each, one after
+ *                    the other, gave a per-score work of 1 to 100 between runs);
+ *   attention_bwd_ratio, attention_bwd_score_flops  rt_sdpa_bwd at the same shapes, in the same rounds,
+ *                    (10 hd + b) / rate_b (2.5 forwards' FLOPs, and b per score: P and dS again): rate_b
+ *                    over the forward's, and b;
  *   time_spread, time_spread_block  how much an instruction-sized block of work varies on this machine
  *                    as it is (its own jitter, its co-runners): 61 blocks (the first dropped) of 4 x (4
  *                    GEMMs 128 x 512 x 128 and a causal attention 1 x 128 x 4 heads x 32, a Llama-shaped
@@ -134,6 +141,36 @@ static void run_adamw(void *a) {
 }
 
 static float *randv(int64_t n);
+
+/* Seconds per call of the forward and the backward of each of n attentions: 5 rounds, each timing every
+ * call in turn for at least 20 ms (so that a burst of the machine's other work lands on one round, not
+ * on one shape), the best round of each. */
+static void attn_times(Attn *a, int n, double *tf, double *tb) {
+  for (int i = 0; i < 2 * n; i++) (i < n ? tf : tb)[i % n] = 1e30;
+  for (int r = 0; r < 5; r++)
+    for (int i = 0; i < 2 * n; i++) {
+      Fn f = i < n ? run_attn : run_attn_bwd;
+      double *best = i < n ? &tf[i] : &tb[i - n];
+      int calls = 0;
+      double t0 = now(), t;
+      do {
+        f(&a[i % n]);
+        calls++;
+      } while ((t = now() - t0) < 0.02);
+      if (t / calls < *best) *best = t / calls;
+    }
+}
+
+/* y = c + s x by least squares, each point weighted by 1 / y^2 (its relative error) */
+static void fit_line(const double *x, const double *y, int n, double *s, double *c) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < n; i++) {
+    double w = 1 / (y[i] * y[i]);
+    sw += w, sx += w * x[i], sy += w * y[i], sxx += w * x[i] * x[i], sxy += w * x[i] * y[i];
+  }
+  *s = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  *c = (sy - *s * sx) / sw;
+}
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -239,13 +276,36 @@ int main(int argc, char **argv) {
   double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
   double cold = cold_rate();
   double block, spread = spread_rate(&block);
-  Attn at = {8, 64, 4, 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-  int64_t qn = at.B * at.S * at.H * at.hd;
-  at.q = randv(qn), at.k = randv(qn), at.v = randv(qn), at.o = randv(qn), at.lse = randv(at.B * at.H * at.S);
-  double attn = 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd) / time_call(run_attn, &at);
-  at.dout = randv(qn), at.dq = randv(qn), at.dk = randv(qn), at.dv = randv(qn);
-  run_attn(&at); /* o and lse of these q, k, v: the backward's inputs */
-  double attn_bwd = 2.5 * 0.5 * 4.0 * (double)(at.B * at.S * at.S * at.H * at.hd) / time_call(run_attn_bwd, &at);
+  /* attention: seconds per computed score element at three head dims, a line in hd (see the top) */
+  enum { NA = 3 };
+  static const int64_t ashape[NA][4] = {{4, 512, 4, 16}, {2, 512, 4, 64}, {2, 512, 4, 128}}; /* B S H hd */
+  Attn at[NA];
+  double sc[NA], yf[NA], yb[NA], arate[NA][2];
+  for (int i = 0; i < NA; i++) {
+    at[i] = (Attn){ashape[i][0], ashape[i][1], ashape[i][2], ashape[i][3], NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    int64_t qn = at[i].B * at[i].S * at[i].H * at[i].hd;
+    at[i].q = randv(qn), at[i].k = randv(qn), at[i].v = randv(qn), at[i].o = randv(qn);
+    at[i].lse = randv(at[i].B * at[i].H * at[i].S);
+    at[i].dout = randv(qn), at[i].dq = randv(qn), at[i].dk = randv(qn), at[i].dv = randv(qn);
+    sc[i] = (double)(at[i].B * at[i].H) * rt_attn_scores(at[i].S, at[i].S, 1);
+    run_attn(&at[i]); /* o and lse of these q, k, v: the backward's inputs */
+  }
+  attn_times(at, NA, yf, yb);
+  double hx[NA];
+  for (int i = 0; i < NA; i++) {
+    hx[i] = (double)ashape[i][3];
+    double fl = 0.5 * 4.0 * (double)(at[i].B * at[i].S * at[i].S * at[i].H * at[i].hd); /* as bench_attn counts it */
+    arate[i][0] = fl / yf[i], arate[i][1] = 2.5 * fl / yb[i];
+    yf[i] /= sc[i], yb[i] /= sc[i];
+    free(at[i].q), free(at[i].k), free(at[i].v), free(at[i].o), free(at[i].lse);
+    free(at[i].dout), free(at[i].dq), free(at[i].dk), free(at[i].dv);
+  }
+  double sf, cf, sb, cb;
+  fit_line(hx, yf, NA, &sf, &cf);
+  fit_line(hx, yb, NA, &sb, &cb);
+  /* a slope at or below 0 (noise): the largest head dim's rate, nothing per score */
+  double attn = sf > 0 ? 4.0 / sf : 4.0 * hx[NA - 1] / yf[NA - 1], attn_score = sf > 0 ? fmax(0, cf) * attn : 0;
+  double attn_bwd = sb > 0 ? 10.0 / sb : 10.0 * hx[NA - 1] / yb[NA - 1], attn_bwd_score = sb > 0 ? fmax(0, cb) * attn_bwd : 0;
 
   Add big = {64 * 1024, NULL, NULL, NULL}, small = {16, NULL, NULL, NULL};
   big.a = randv(big.n), big.b = randv(big.n), big.y = randv(big.n);
@@ -281,9 +341,14 @@ int main(int argc, char **argv) {
                                        (long long)shapes[i][2], fx[i] / ty[i]);
   fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM of this many FLOPs runs at half the rate\n", half);
   fprintf(f, "gemm_cold_bytes  %.4g   # bytes/s of a GEMM operand read from memory, on top (0: none seen)\n", cold);
-  fprintf(f, "attention_flops  %.4g\n", attn);
-  fprintf(f, "attention_bwd_ratio  %.4g   # the backward's rate over the forward's (its FLOPs counted 2.5 forwards'): %.4g\n",
+  fprintf(f, "attention_flops  %.4g   # causal, seq 512, 4 heads; measured (GFLOP/s, S^2 / 2 counted):", attn);
+  for (int i = 0; i < NA; i++) fprintf(f, " hd %lld %.3g", (long long)ashape[i][3], arate[i][0] * 1e-9);
+  fprintf(f, "\nattention_score_flops  %.4g   # the forward's work per computed score beyond 4 hd FLOPs\n", attn_score);
+  fprintf(f, "attention_bwd_ratio  %.4g   # the backward's rate over the forward's (its FLOPs 2.5 forwards'): %.4g; measured:",
           attn_bwd / attn, attn_bwd);
+  for (int i = 0; i < NA; i++) fprintf(f, " hd %lld %.3g", (long long)ashape[i][3], arate[i][1] * 1e-9);
+  fprintf(f, "\n");
+  fprintf(f, "attention_bwd_score_flops  %.4g   # the backward's work per computed score beyond 10 hd FLOPs\n", attn_bwd_score);
   fprintf(f, "time_spread      %.4g   # robust coefficient of variation of a block's wall time\n", spread);
   fprintf(f, "time_spread_block  %.4g   # s, that block's median\n", block);
   fprintf(f, "bandwidth        %.4g   # bytes/s read + written, rt_add over 64 Ki floats\n", bw);
@@ -296,11 +361,11 @@ int main(int argc, char **argv) {
     perror(argv[1]);
     return 1;
   }
-  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s "
-         "(backward %.2f), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s, spread %.3f over %.3g ms -> %s\n",
-         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_bwd * 1e-9, bw * 1e-9, overhead * 1e6, host * 1e-9, spread,
-         block * 1e3, argv[1]);
-  free(at.q), free(at.k), free(at.v), free(at.o), free(at.lse), free(at.dout), free(at.dq), free(at.dk), free(at.dv);
+  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s + %.3g "
+         "FLOPs a score (backward %.2f + %.3g), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s, spread %.3f "
+         "over %.3g ms -> %s\n",
+         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_score, attn_bwd * 1e-9, attn_bwd_score, bw * 1e-9,
+         overhead * 1e6, host * 1e-9, spread, block * 1e3, argv[1]);
   free(big.a), free(big.b), free(big.y);
   return 0;
 }

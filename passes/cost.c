@@ -8,6 +8,7 @@
 
 #include "commreport.h"
 #include "diag.h"
+#include "kernels/kernels.h" /* rt_attn_scores: the CPU attention's blocks */
 #include "memplan.h"
 #include "memplan_views.h"
 #include "mesh.h"
@@ -29,15 +30,22 @@
  * their softmax) at 0.332 of it on its 2.5 x the forward's FLOPs plus, per score element kept, the work
  * of 544 FLOPs at that rate (the softmax's exp and dS elementwise, head-dim-free: what makes hd 64's
  * backward 177 TFLOP/s and hd 128's 231, fitted to the two); a kernel of the replayed CUDA graph costs
- * 2.85 us beside its run (the step's 30.6 ms less its kernels' 29.6, over 351 launches). */
+ * 2.85 us beside its run (the step's 30.6 ms less its kernels' 29.6, over 351 launches).
+ * The CPU's attention (runtime/kernels/attention.c, register-blocked 64 x 64 blocks; one thread of
+ * this AVX2 EPYC, whose topology says 116 GFLOP/s; 2026-11-27, docs/performance.md "The CPU cost
+ * model's attention"): per score element it computes (rt_attn_scores: causal, the diagonal's
+ * blocks whole) 4 hd FLOPs plus 62 FLOPs of online softmax at 65 GFLOP/s, 0.56 of the peak (0.8 of
+ * sgemm 1024^3 in the same runs); its backward 10 hd plus 70 at the same rate: fitted to 9 shapes,
+ * hd 16 to 128, seq 64 to 1024 (tiny's 13.8 GFLOP/s to hd 64's 53; each within 22 %). */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
   double gemm, gemm_fixed_s, attn, bw, overhead_s, overlap;
+  double attn_score_flops; /* the forward's work per score element beyond its 4 hd FLOPs (its softmax) */
   double attn_bwd_ratio, attn_bwd_score_flops; /* the backward's rate / the forward's; its work per score element */
   double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
 } eff[2] = {
-    [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0.332 / 0.235, 544, {0}},
-    [KIND_CPU] = {0.60, 0, 0.25, 0.70, 1e-6, 0.0, 1, 0, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
+    [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0, 0.332 / 0.235, 544, {0}},
+    [KIND_CPU] = {0.60, 0, 0.56, 0.70, 1e-6, 0.0, 62, 1, 70, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
 };
 
 void cost_device_defaults(const Module *m, CostDevice *d) {
@@ -61,6 +69,7 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
   d->gemm_flops = eff[k].gemm * peak;
   d->gemm_half_flops = eff[k].gemm_fixed_s * d->gemm_flops; /* each GEMM's fixed time, as FLOPs at its rate */
   d->attn_flops = eff[k].attn * peak;
+  d->attn_score_flops = eff[k].attn_score_flops;
   d->attn_bwd_ratio = eff[k].attn_bwd_ratio;
   d->attn_bwd_score_flops = eff[k].attn_bwd_score_flops;
   d->bytes_per_s = eff[k].bw * hbm;
@@ -101,13 +110,15 @@ double cost_copy_time(const CostDevice *d, double bytes) {
 
 double cost_host_time(const CostDevice *d, double bytes) { return bytes / d->host_bytes_per_s; }
 
-/* Attention FLOPs of q[B, S, H hd] over k[B, T, .]: QK^T and AV, 2 x 2 B S T H hd; *scores: the score
- * elements, B S T H. */
-static double attn_flops(const Node *n, double *scores) {
+/* Attention FLOPs of q[B, S, H hd] over k[B, T, .]: QK^T and AV, 2 x 2 per score element and head
+ * dim; *scores: the score elements computed, B H S T, causal half of it, or on the CPU target what
+ * its blocked kernels compute (rt_attn_scores: the diagonal's blocks whole). */
+static double attn_flops(const Module *m, const Node *n, double *scores) {
   const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
-  double bst = (double)q->dim[0] * (double)q->dim[1] * (double)k->dim[1];
-  *scores = bst * (n->a.heads > 0 ? n->a.heads : 1);
-  return 4.0 * bst * (double)q->dim[2];
+  double heads = n->a.heads > 0 ? n->a.heads : 1, bh = (double)q->dim[0] * heads;
+  if (m->target == TARGET_CPU) *scores = bh * rt_attn_scores(q->dim[1], k->dim[1], n->a.causal);
+  else *scores = bh * (double)q->dim[1] * (double)k->dim[1] * (n->a.causal ? 0.5 : 1.0);
+  return 4.0 * *scores * (double)q->dim[2] / heads;
 }
 
 /* The CPU target's elementwise loop of node n and its element count (runtime/ops/ops.c's choice of
@@ -195,11 +206,12 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
     return fmax((fl + half) / d->gemm_flops, mem) + cold + extra / d->bytes_per_s;
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
-    double scores, fl = attn_flops(n, &scores) * (n->a.causal ? 0.5 : 1.0), rate = d->attn_flops;
-    scores *= n->a.causal ? 0.5 : 1.0;
+    double scores, fl = attn_flops(m, n, &scores), rate = d->attn_flops;
     if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) { /* scores again, dV, dP, dQ, dK; the softmax's again */
       fl = 2.5 * fl + scores * d->attn_bwd_score_flops;
       rate *= d->attn_bwd_ratio > 0 ? d->attn_bwd_ratio : 1;
+    } else {
+      fl += scores * d->attn_score_flops; /* the online softmax: its exp, max and sum per score */
     }
     *kind = T_ATTN;
     return fmax(fl / rate, mem);

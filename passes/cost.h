@@ -64,6 +64,8 @@ typedef struct {
                                    to W: out of the caches by then) costs its bytes at this rate on top; 0: not
                                    modelled (the defaults: calibrate measures it) */
   double attn_flops;   /* FLOP/s per rank for attention (sdpa, attn_block; their backwards at attn_bwd_ratio x) */
+  double attn_score_flops; /* the forward's work per score element (its online softmax) beyond its FLOPs, in FLOPs
+                              at its rate (0: none) */
   double attn_bwd_ratio; /* the backward's rate over the forward's (1: the same) */
   double attn_bwd_score_flops; /* the backward's work per score element (its softmax again) beyond its FLOPs, in
                                   FLOPs at its rate (0: none) */

@@ -23,6 +23,7 @@ static const ProfileKey keys[] = {
     {"gemm_half_flops", F(gemm_half_flops), "FLOPs of a GEMM that runs at half gemm_flops"},
     {"gemm_cold_bytes", F(gemm_cold_bytes_per_s), "bytes/s of a GEMM operand out of the caches (a saved activation), on top"},
     {"attention_flops", F(attn_flops), "FLOP/s per rank, attention"},
+    {"attention_score_flops", F(attn_score_flops), "attention's forward: its work per score element, in FLOPs at its rate"},
     {"attention_bwd_ratio", F(attn_bwd_ratio), "attention's backward rate over its forward's"},
     {"attention_bwd_score_flops", F(attn_bwd_score_flops), "attention's backward: its work per score element, in FLOPs at its rate"},
     {"bandwidth", F(bytes_per_s), "bytes/s read + written by bandwidth-bound kernels"},
@@ -115,7 +116,8 @@ bool cost_profile_read(const char *path, CostDevice *d) {
         while (isspace((unsigned char)*num_end)) num_end++;
         bool frac = strcmp(k, "overlap") == 0, flag = strcmp(k, "offload_sync") == 0;
         static const char *const may_be_zero[] = {"kernel_overhead", "gemm_half_flops", "gemm_cold_bytes", "host_link_latency",
-                                                   "attention_bwd_ratio", "attention_bwd_score_flops", "time_spread"};
+                                                   "attention_score_flops", "attention_bwd_ratio", "attention_bwd_score_flops",
+                                                   "time_spread"};
         bool zero_ok = frac || flag || strncmp(k, "elem_", 5) == 0;
         for (size_t z = 0; z < sizeof may_be_zero / sizeof *may_be_zero; z++) zero_ok |= strcmp(k, may_be_zero[z]) == 0;
         if (v == num_end || *num_end || errno || !(x >= 0) || (frac && x > 1) || (flag && x != 0 && x != 1) ||

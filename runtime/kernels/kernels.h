@@ -150,6 +150,19 @@ void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64
  * hd <= RT_ATTN_MAX_HD (larger aborts with a message). */
 #define RT_ATTN_BLOCK 64
 #define RT_ATTN_MAX_HD 256
+/* The score elements per (batch, head) these kernels compute for S queries against T keys (row
+ * indices as positions): S T, or causal, each block of query rows against every key up to its
+ * last row's, the diagonal's blocks whole (masked after): 64^2 n (n + 1) / 2 for S = T = 64 n,
+ * not S^2 / 2. The CPU cost model's count (passes/cost.c) and bench_calibrate's. */
+static inline double rt_attn_scores(int64_t S, int64_t T, int causal) {
+  if (!causal) return (double)S * (double)T;
+  double n = 0;
+  for (int64_t s0 = 0; s0 < S; s0 += RT_ATTN_BLOCK) {
+    int64_t rows = S - s0 < RT_ATTN_BLOCK ? S - s0 : RT_ATTN_BLOCK, keys = s0 + rows < T ? s0 + rows : T;
+    n += (double)rows * (double)keys;
+  }
+  return n;
+}
 void rt_sdpa_fwd(int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal, const float *q,
                  const float *k, const float *v, float *o, float *lse);
 /* Backward from (q, k, v, o, lse, do) -> dq [B, S, H*hd], dk, dv [B, T, KV*hd] (written, not

@@ -87,7 +87,21 @@ awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { d1 = b - a; d2 = c - a
   bad "gemm_cold_bytes 0 / 1e9 / 2e9: GEMM $c0 / $c1 / $c2 s, want +1.835 ms and +0.9175 ms"
 # attention_bwd_ratio: the backward's rate over the forward's (its FLOPs counted 2.5 forwards'): at 1 (0: 1),
 # attention takes 1 + 2.5 forward-times; with the backward 2.5 times faster, 1 + 1: 3.5 / 2 = 1.75 times less
-for b in 0 2.5; do printf 'gemm_flops 1e12\nbandwidth 1e12\nattention_flops 1e9\nattention_bwd_ratio %s\n' "$b" >"$tmp/ab$b.profile"; done
+# (nothing per score element, forward or backward, so that the FLOPs alone count)
+for b in 0 2.5; do
+  printf 'gemm_flops 1e12\nbandwidth 1e12\nattention_flops 1e9\nattention_score_flops 0\nattention_bwd_score_flops 0\nattention_bwd_ratio %s\n' \
+    "$b" >"$tmp/ab$b.profile"
+done
+# attention_score_flops: the forward's work per score element beyond its 4 hd FLOPs, at its rate: tiny's hd 16
+# (64 FLOPs a score) with 64 more takes twice the forward's time; the backward's unchanged
+for a in 0 64; do
+  printf 'gemm_flops 1e12\nbandwidth 1e12\nattention_flops 1e9\nattention_score_flops %s\nattention_bwd_score_flops 0\n' \
+    "$a" >"$tmp/as$a.profile"
+done
+s0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/as0.profile" 2>&1 | attn)
+s1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/as64.profile" 2>&1 | attn)
+awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a > 0 && b / a > 1.282 && b / a < 1.290) }' ||
+  bad "attention_score_flops 0 -> 64: attention $s0 s -> $s1 s, want 1 + 1 / 3.5 = 1.2857 times more"
 a0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab0.profile" 2>&1 | attn)
 a1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/ab2.5.profile" 2>&1 | attn)
 awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b > 0 && a / b > 1.74 && a / b < 1.76) }' ||
