@@ -64,6 +64,16 @@ void diag_add_source(const char *file, const char *text) {
   d->sources[i].line_at = t;
 }
 
+bool diag_loc_is_cmdline(SrcLoc loc) { return loc.file && strcmp(loc.file, DIAG_CMDLINE) == 0; }
+
+SrcLoc diag_blame(const SrcLoc *locs, int n, SrcLoc fallback) {
+  SrcLoc at = fallback;
+  bool cmd = false;
+  for (int i = 0; i < n; i++)
+    if (diag_loc_is_cmdline(locs[i]) && (!cmd || locs[i].line > at.line)) at = locs[i], cmd = true;
+  return at;
+}
+
 /* The start of line `line` of a source, or NULL. Diagnostics mostly come in source order, so the
  * search goes on from the last line found (the whole file is not rescanned for every error). */
 static const char *line_start(DiagSource *s, int line) {

@@ -43,6 +43,13 @@ bool diag_limit_reached(void);
 /* Registers a source text (copied) so diagnostics can quote its lines; a second text of the same
  * file name replaces the first. */
 void diag_add_source(const char *file, const char *text);
+/* The file name of the command line's definitions (-D KEY=VALUE), one a line in their order, as a
+ * source (frontend/settings.c registers it): an error a -D value causes points at that value. */
+#define DIAG_CMDLINE "<command line>"
+bool diag_loc_is_cmdline(SrcLoc loc);
+/* Where an error about several settings points: the -D among locs given last (the command line's
+ * word on them), else fallback (where the file wrote them). */
+SrcLoc diag_blame(const SrcLoc *locs, int n, SrcLoc fallback);
 void error_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void warning_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A one-line note at a location (`file:line:col: note: ...`, no source line): information, not a problem. */

@@ -107,7 +107,10 @@ typedef struct {
   double stage_cap;
   SrcLoc stage_layers_loc;
   SrcLoc loc;
-  SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */
+  /* where each option of PlanOpt, and each degree (dp pp cp tp, by RT_AX_*), was written: in the file,
+   * or by -D (file DIAG_CMDLINE, the definition's value); file NULL: the default */
+  SrcLoc opt_loc[PLAN_OPT_COUNT];
+  SrcLoc degree_loc[RT_AX_COUNT];
 } Plan;
 
 /* ---- training recipe --------------------------------------------------------- */
@@ -131,7 +134,7 @@ typedef struct {
   double min_lr;
   double grad_clip;    /* 0: off */
   Precision precision; /* compute dtype */
-  SrcLoc precision_loc; /* where `precision` was written (file NULL: the default, or -D) */
+  SrcLoc precision_loc; /* where `precision` was written (file NULL: the default; DIAG_CMDLINE: -D) */
   int64_t steps;
   const char *data, *val; /* paths or globs */
   int64_t ckpt_every;
@@ -141,9 +144,10 @@ typedef struct {
   NonfiniteAction on_nonfinite; /* passes/optimizer.c gates the update; the trainer counts the skips */
   int64_t max_skips;   /* skip: consecutive skipped steps after which the run stops (default 5) */
   bool max_skips_set;  /* written (in the file or by -D) */
-  SrcLoc max_skips_loc; /* where (file NULL: by -D) */
+  SrcLoc max_skips_loc; /* where */
   SrcLoc loc;
-  SrcLoc batch_loc;    /* where `batch` was written (file NULL: not written, or -D) */
+  SrcLoc batch_loc;    /* where `batch` was written (file NULL: not written; DIAG_CMDLINE: by -D) */
+  SrcLoc micro_batch_loc; /* where `micro_batch` was written (file NULL: the default) */
   /* the flat keys beta1 beta2 eps (AdamW's), momentum (SGD's), min_lr (a decay's) written, in the
    * file or by -D (loc file NULL), and where; an optimizer's or schedule's call arguments go with
    * the call. passes/optimizer.c refuses one the recipe's optimizer or schedule does not read. */

@@ -72,9 +72,9 @@ if [ -z "$ps" ] || [ -z "$pw" ] || [ "$ps" != $((pw / 8 + pw / 2)) ] || [ "$sv" 
   echo "FAIL: GPT-2 zero 1 split masters: parameters $ps B (whole $pw), saved ${sv:-none} B, all-gather $ags MiB (whole $agw)"; status=1
 fi
 expect_stdout=1 expect 0 "weight_copy per_layer (the plan)" -- plan "${g3[@]}" -D tp=32 -D weight_copy=per_layer
-expect 1 "error: -D weight_copy=persistent: the weights' bf16 copy is made under \`precision bf16\` on the CUDA target" \
+expect 1 "<command line>:1:13: error: \`weight_copy persistent\`: the weights' bf16 copy is made under \`precision bf16\` on the CUDA target" \
   -- plan models/tiny.model --world 1 --target cuda -D weight_copy=persistent
-expect 1 "error: -D weight_copy=persistent: zero 3 splits the parameters over dp" \
+expect 1 "<command line>:3:13: error: \`weight_copy persistent\`: zero 3 splits the parameters over dp" \
   -- plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D zero=3 -D weight_copy=persistent
 expect 1 "error: \`weight_copy\` needs one of auto, persistent or per_layer, got \`always\`" \
   -- plan models/tiny.model --world 1 -D weight_copy=always
