@@ -474,9 +474,15 @@ static int compile(int argc, char **argv, Diag *diag) {
         break;
       }
       const char *eq = strchr(kv, '=');
-      defines[ndefines].key = eq ? arena_strndup(&arena, kv, (size_t)(eq - kv)) : kv;
-      defines[ndefines].value = eq ? eq + 1 : "1";
-      ndefines++;
+      FeDefine d = {eq ? arena_strndup(&arena, kv, (size_t)(eq - kv)) : kv, eq ? eq + 1 : "1"};
+      bool twice = false; /* (the second replaced the first without a word) */
+      for (int k = 0; k < ndefines && !twice; k++)
+        if (strcmp(defines[k].key, d.key) == 0 && strcmp(defines[k].value, d.value) != 0) {
+          error_plain("-D %s=%s: `%s` is given twice (first -D %s=%s); give it once", d.key, d.value, d.key,
+                      defines[k].key, defines[k].value);
+          twice = true;
+        }
+      defines[ndefines++] = d;
     } else if (strcmp(a, "--topology") == 0 && i + 1 < argc) {
       topology = argv[++i];
     } else if (strcmp(a, "--world") == 0 && i + 1 < argc) {

@@ -131,4 +131,14 @@ expect zero1_sgd 0 'note: zero 1: sgd without momentum keeps no optimizer state,
 expect bucket_range 1 'error: `bucket` must be between 1 B and 1000 TB' 2000 -- plan "$tiny" --world 1 -D bucket=2000TB
 # 17. build --search -o T printed the ranking and built nothing, exit 0.
 expect search_build 1 'error: --search ranks the plans and builds none: add --pick to build the fastest, or leave out -o' 2000 -- build "$tiny" --search -o "$tmp/never"
+# 18. A -D value that a check after parsing refuses was reported at the model's block
+#     (tiny.model:22:1, `parallel {`): the definition is quoted, the caret under its value; an error
+#     in the model's files that a -D may have caused ends with a note naming the definitions.
+expect define_loc 1 '<command line>:1:4: error: tp 3 x pp 1 x cp 1 = 3 ranks per replica does not divide the topology of 2 ranks' 2000 -- plan "$tiny" -D tp=3
+expect define_quote 1 '^    1 | tp=3$' 2000 -- plan "$tiny" -D tp=3
+expect define_caret 1 '^      |    \^$' 2000 -- plan "$tiny" -D tp=3
+expect define_const_note 1 'shardc: note: the model was compiled with -D heads=3 -D zero=1 (the command line' 2000 -- plan "$tiny" -D heads=3 -D zero=1
+# 19. -D given twice with two values: the second replaced the first without a word.
+expect define_twice 1 'error: -D tp=4: `tp` is given twice (first -D tp=2); give it once' 2000 -- plan "$tiny" -D tp=2 -D tp=4
+expect define_twice_same 0 'note: sp on: sequence parallelism' 2000 -- plan "$tiny" --world 1 -D sp=on -D sp=on
 exit $status
