@@ -475,12 +475,13 @@ static int compile(int argc, char **argv, Diag *diag) {
       }
       const char *eq = strchr(kv, '=');
       FeDefine d = {eq ? arena_strndup(&arena, kv, (size_t)(eq - kv)) : kv, eq ? eq + 1 : "1"};
-      bool twice = false; /* (the second replaced the first without a word) */
-      for (int k = 0; k < ndefines && !twice; k++)
-        if (strcmp(defines[k].key, d.key) == 0 && strcmp(defines[k].value, d.value) != 0) {
-          error_plain("-D %s=%s: `%s` is given twice (first -D %s=%s); give it once", d.key, d.value, d.key,
-                      defines[k].key, defines[k].value);
-          twice = true;
+      /* the last wins (a script's shared -D then its own): said, not silent as it was */
+      for (int k = ndefines - 1; k >= 0; k--)
+        if (strcmp(defines[k].key, d.key) == 0) {
+          if (strcmp(defines[k].value, d.value) != 0)
+            note_at((SrcLoc){0}, "-D %s=%s replaces the earlier -D %s=%s", d.key, d.value, defines[k].key,
+                    defines[k].value);
+          break;
         }
       defines[ndefines++] = d;
     } else if (strcmp(a, "--topology") == 0 && i + 1 < argc) {

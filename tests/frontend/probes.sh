@@ -138,7 +138,8 @@ expect define_loc 1 '<command line>:1:4: error: tp 3 x pp 1 x cp 1 = 3 ranks per
 expect define_quote 1 '^    1 | tp=3$' 2000 -- plan "$tiny" -D tp=3
 expect define_caret 1 '^      |    \^$' 2000 -- plan "$tiny" -D tp=3
 expect define_const_note 1 'shardc: note: the model was compiled with -D heads=3 -D zero=1 (the command line' 2000 -- plan "$tiny" -D heads=3 -D zero=1
-# 19. -D given twice with two values: the second replaced the first without a word.
-expect define_twice 1 'error: -D tp=4: `tp` is given twice (first -D tp=2); give it once' 2000 -- plan "$tiny" -D tp=2 -D tp=4
+# 19. -D given twice with two values: the second replaced the first without a word (the last
+#     still wins: a script's shared definitions, then its own).
+expect define_twice 0 'shardc: note: -D tp=1 replaces the earlier -D tp=2' 2000 -- plan "$tiny" -D tp=2 -D tp=1
 expect define_twice_same 0 'note: sp on: sequence parallelism' 2000 -- plan "$tiny" --world 1 -D sp=on -D sp=on
 exit $status
