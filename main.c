@@ -600,6 +600,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (!m || diag_errors()) return 1;
   m->target = target;
   m->no_fuse = no_fuse;
+  fit_note_target(m); /* a GPU trainer planned on a topology without a GPU: said, once */
   if (psvg.compare && !compare) {
     error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
     return 1;
