@@ -112,6 +112,15 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
   if (!r->multi && o->ckpt_format && !strcmp(o->ckpt_format, "sharded"))
     fprintf(stderr, "warning: --ckpt-format sharded: one process writes whole tensors (the logical format, which "
                     "any layout resumes)\n");
+  if (r->ctx.rank == 0 && !r->has_val && (o->val_batches_set || o->eval_every))
+    fprintf(stderr, "warning: %s %lld validates nothing: this run has no validation data (%s)\n",
+            o->eval_every ? "--eval-every" : "--val-batches", (long long)(o->eval_every ? o->eval_every : o->val_batches),
+            p->eval ? "no --val, and --data held none out" : "the program has no eval function");
+  if (r->ctx.rank == 0 && r->has_val && o->val_batches_set && rt_run_val_held(r) < o->val_batches) /* (was silent) */
+    fprintf(stderr, "note: --val-batches %lld: the validation data holds %lld batch%s of %lld sequences (%lld sequences); "
+                    "each validation reads %s\n",
+            (long long)o->val_batches, (long long)rt_run_val_held(r), rt_run_val_held(r) == 1 ? "" : "es",
+            (long long)gbatch, (long long)r->val.nwin, rt_run_val_held(r) == 1 ? "that one" : "those");
   if (r->ctx.rank == 0 && o->dump_to && !o->dump_steps)
     fprintf(stderr, "warning: --dump-to %s writes nothing: --dump-steps N dumps the first N steps' tensors there\n",
             o->dump_to);

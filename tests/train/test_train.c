@@ -302,6 +302,30 @@ static void test_errors(void) {
           "idle flags:\n%s", rc.err);
     free_result(&rc);
   }
+  { /* --val-batches above the validation data's batches was capped without a word: a note with the numbers
+       (good.bin's held-out tail: 6 sequences of 8+1 -> 2 batches of 4, the second completed from the start) */
+    Result rc = run_trainer("--data", good, "--steps", "1", "--val-batches", "50", NULL);
+    expect_ok(&rc, "--val-batches 50");
+    CHECK(strstr(rc.err, "note: --val-batches 50: the validation data holds 2 batches of 4 sequences (6 sequences); "
+                         "each validation reads those\n") != NULL,
+          "--val-batches above the data's:\n%s", rc.err);
+    free_result(&rc);
+    rc = run_trainer("--data", good, "--steps", "1", "--val-batches", "2", NULL); /* exactly what it holds: nothing to say */
+    expect_ok(&rc, "--val-batches 2");
+    CHECK(strstr(rc.err, "--val-batches") == NULL, "--val-batches 2 said:\n%s", rc.err);
+    free_result(&rc);
+  }
+  { /* --eval-every / --val-batches with nothing to validate: a warning, as the other idle flags */
+    void (*eval)(char *, RtCtx *) = prog.eval;
+    prog.eval = NULL;
+    Result rc = run_trainer("--data", good, "--steps", "1", "--eval-every", "1", NULL);
+    expect_ok(&rc, "--eval-every without an eval function");
+    CHECK(strstr(rc.err, "warning: --eval-every 1 validates nothing: this run has no validation data (the program has "
+                         "no eval function)") != NULL,
+          "--eval-every without validation:\n%s", rc.err);
+    free_result(&rc);
+    prog.eval = eval;
+  }
   { /* --stop-at 0: no step, as --steps 0 (0 was read as not given: the whole schedule trained) */
     Result rc = run_trainer("--data", good, "--steps", "2", "--stop-at", "0", NULL);
     expect_ok(&rc, "--stop-at 0");
