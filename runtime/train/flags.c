@@ -148,6 +148,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "writes whole tensors (logical; one process: always)"},
   };
   int nflags = (int)(sizeof flags / sizeof flags[0]);
+  const char *given[sizeof flags / sizeof flags[0]] = {0}; /* each flag's value as given, for a second one */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -180,6 +181,12 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       v = argv[++i];
     }
     parse_value(fl, v);
+    const char **prev = &given[fl - flags]; /* the last wins (a script's shared flags, then its own): said */
+    size_t tl = strlen(o->twice); /* (printed by rank 0: log.c) */
+    if (*prev && strcmp(*prev, v) != 0 && tl < sizeof o->twice)
+      snprintf(o->twice + tl, sizeof o->twice - tl, "warning: --%s given twice ('%.64s', then '%.64s'): the last is used\n",
+               fl->name, *prev, v);
+    *prev = v;
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
   if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
@@ -187,6 +194,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
    * conversion (--resume CK --stop-at ITS_STEP --save-to OUT), needs no corpus */
   if (o->data && !*o->data) o->data = NULL;
   if (o->val && !*o->val) o->val = NULL;
+  if (o->prompt && !*o->prompt && o->sample > 0) /* (sampled the logits before the window: no position to read) */
+    rt_user_error("--prompt '': sampling continues a prompt of at least one byte; leave --prompt out to start from the "
+                  "data");
   if (o->prompt && o->sample > 0 && !p->byte_level) /* (was: sampled from the data's start, the prompt unread) */
     rt_user_error("--prompt: a prompt is read as bytes, which this model's tokens are not (vocabulary %lld); leave it "
                   "out to sample from the data's start",

@@ -97,6 +97,7 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
   }
 
   /* flags that do nothing in this run: a warning (a script's shared flag set may say so), not silence */
+  if (r->ctx.rank == 0) fputs(o->twice, stderr); /* and a flag given twice: the first value is not used */
   if (r->ctx.rank == 0 && o->ckpt_every_set && o->ckpt_every > 0 && !o->save_to)
     fprintf(stderr, "warning: --ckpt-every %lld writes nothing: no checkpoint directory (the recipe names none, or "
                     "--save-to '' turned it off)\n",

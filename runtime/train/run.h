@@ -57,6 +57,7 @@ typedef struct {
   const char *on_nonfinite; /* --on-nonfinite: "stop" or "skip" (default: the recipe's) */
   int skip;                /* 1: a step with non-finite gradients is skipped (flags.c decides it) */
   int64_t max_skips;       /* --max-skips: consecutive skipped steps after which the run stops */
+  char twice[1024];        /* the warnings of flags given twice with two values (rank 0 prints them) */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;

@@ -326,6 +326,18 @@ static void test_errors(void) {
     free_result(&rc);
     prog.eval = eval;
   }
+  { /* a flag given twice with two values: the last is used, as before, and now said (was silent) */
+    Result rc = run_trainer("--data", good, "--steps", "1", "--seed", "3", "--steps", "2", "--seed", "3", NULL);
+    expect_ok(&rc, "--steps twice");
+    CHECK(strstr(rc.err, "warning: --steps given twice ('1', then '2'): the last is used\n") != NULL &&
+              strstr(rc.err, "--seed given twice") == NULL && strstr(rc.out, "steps 1..2 of 2") != NULL,
+          "--steps twice:\nstdout:\n%s\nstderr:\n%s", rc.out, rc.err);
+    free_result(&rc);
+  }
+  /* an empty prompt: the sampler read the logits of the position before the window */
+  EXPECT_ERROR(rt_xstrdup("--prompt '': sampling continues a prompt of at least one byte; leave --prompt out to start "
+                          "from the data"),
+               "--data", good, "--sample", "3", "--prompt", "", NULL);
   { /* --stop-at 0: no step, as --steps 0 (0 was read as not given: the whole schedule trained) */
     Result rc = run_trainer("--data", good, "--steps", "2", "--stop-at", "0", NULL);
     expect_ok(&rc, "--stop-at 0");
