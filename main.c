@@ -1,6 +1,7 @@
 /* main.c — the shardc command line: .model → front end → passes → (codegen). */
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -373,9 +374,25 @@ static double parse_seconds(const char *s, const char *flag, double max) {
   return v;
 }
 
+/* The options compile() reads (those taking a value first: they match only when one follows). */
+static const char *const options[] = {"-o", "--target", "--cpu-kernels", "--no-fuse", "--top", "--compile-limit",
+                                      "--confirm", "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
+                                      "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c", "--cc",
+                                      "--cflags", "--topology", "--world", "--max-errors", "-I", "--dump-ir", "--search",
+                                      "--pick", "--cost", "--no-outline", "--time-passes", "--no-verify", "--ir", "--help"};
+enum { NVALUED = 23 }; /* options' first, which take a value */
+
+/* A value option given again (or two --dump-ir=...): the last wins, as a -D does, and a note says so
+ * (the first was dropped without a word). -I adds a directory each time. */
+static void note_again(const char **given, const char *opt, const char *value) {
+  if (*given && strcmp(*given, value) != 0) note_at((SrcLoc){0}, "%s %s replaces the earlier %s %s", opt, value, opt, *given);
+  *given = value;
+}
+
 static int compile(int argc, char **argv, Diag *diag) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL, *sbatch = NULL;
   const char *compare = NULL; /* --compare SPEC */
+  const char *command = NULL; /* plan or build, as given */
   double storage_Bps = 0;     /* --storage GB/s (0: no storage report; --compare's default 10 GB/s) */
   SvgPaths psvg = {0};
   bool build = false, cost = false, search = false, pick = false;
@@ -397,14 +414,27 @@ static int compile(int argc, char **argv, Diag *diag) {
   Home home; /* installed: <prefix>/share/shardc/models (--help names it), not the build tree's */
   find_home(&home);
 
+  const char *given[NVALUED] = {0}, *dump_given = NULL; /* note_again */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    for (int k = 0; k < NVALUED && i + 1 < argc; k++)
+      if (strcmp(a, options[k]) == 0 && strcmp(a, "-I") != 0) note_again(&given[k], a, argv[i + 1]);
+    if (strncmp(a, "--dump-ir", 9) == 0 && (!a[9] || a[9] == '=')) {
+      if (dump_given && strcmp(dump_given, a) != 0) note_at((SrcLoc){0}, "%s replaces the earlier %s", a, dump_given);
+      dump_given = a;
+    }
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout, home.models);
       return 0;
+    } else if ((strcmp(a, "plan") == 0 || strcmp(a, "build") == 0) && !input && command) {
+      /* (`shardc plan build F` built a trainer: the second word read as the command) */
+      error_plain("`%s` after `%s`: one command (plan or build), then the .model file", a, command);
+      break;
     } else if (strcmp(a, "plan") == 0 && !input) {
+      command = a;
       dump = dump ? dump : "final";
     } else if (strcmp(a, "build") == 0 && !input) {
+      command = a;
       build = true;
     } else if (strcmp(a, "-o") == 0 && i + 1 < argc) {
       out = argv[++i];
@@ -448,7 +478,8 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--storage") == 0 && i + 1 < argc) {
       char *end;
       storage_Bps = strtod(argv[++i], &end) * 1e9;
-      if (*end || !(storage_Bps > 0)) error_plain("--storage needs a positive bandwidth in GB/s, got '%s'", argv[i]);
+      if (*end || !(storage_Bps > 0) || !isfinite(storage_Bps)) /* (1e400 was read as infinite) */
+        error_plain("--storage needs a positive bandwidth in GB/s, got '%s'", argv[i]);
     } else if (strcmp(a, "--sbatch") == 0 && i + 1 < argc) {
       sbatch = argv[++i];
     } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
@@ -507,19 +538,12 @@ static int compile(int argc, char **argv, Diag *diag) {
       po.verify = false;
     } else if (a[0] == '-') {
       /* the options above (those taking a value match only when one follows) */
-      static const char *const known[] = {"-o", "--target", "--cpu-kernels", "--no-fuse", "--top", "--compile-limit", "--confirm",
-                                          "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
-                                          "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c",
-                                          "--cc", "--cflags", "--topology", "--world", "--max-errors", "-I",
-                                          "--dump-ir", "--search", "--pick", "--cost", "--no-outline", "--time-passes",
-                                          "--no-verify", "--ir", "--help"};
-      enum { NVALUED = 23 }; /* known's first, which take a value */
       bool needs = false;
-      for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, known[k]);
+      for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, options[k]);
       if (needs) {
         error_plain("%s needs a value (see shardc --help)", a);
       } else {
-        const char *hint = diag_nearest(a, known, (int)(sizeof known / sizeof known[0]));
+        const char *hint = diag_nearest(a, options, (int)(sizeof options / sizeof options[0]));
         error_plain("unknown option '%s'%s%s%s (see shardc --help)", a, hint ? ": did you mean '" : "", hint ? hint : "",
                     hint ? "'?" : "");
       }

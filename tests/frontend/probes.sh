@@ -142,4 +142,10 @@ expect define_const_note 1 'shardc: note: the model was compiled with -D heads=3
 #     still wins: a script's shared definitions, then its own).
 expect define_twice 0 'shardc: note: -D tp=1 replaces the earlier -D tp=2' 2000 -- plan "$tiny" -D tp=2 -D tp=1
 expect define_twice_same 0 'note: sp on: sequence parallelism' 2000 -- plan "$tiny" --world 1 -D sp=on -D sp=on
+# 20. shardc options: a value option given twice kept the last without a word (now a note, the last
+#     still wins), `plan build F` built a trainer, --storage 1e400 was an infinite bandwidth.
+expect world_twice 0 'shardc: note: --world 2 replaces the earlier --world 1' 2000 -- plan "$tiny" --world 1 --world 2
+expect dump_twice 0 'shardc: note: --dump-ir=mesh replaces the earlier --dump-ir$' 2000 -- plan "$tiny" --world 1 --dump-ir --dump-ir=mesh
+expect plan_build 1 'error: `build` after `plan`: one command (plan or build), then the .model file' 2000 -- plan build "$tiny" --world 1
+expect storage_inf 1 "error: --storage needs a positive bandwidth in GB/s, got '1e400'" 2000 -- plan "$tiny" --world 1 --storage 1e400
 exit $status
