@@ -138,6 +138,12 @@ static bool expr_num(const Expr *e, double *out) {
   return false;
 }
 
+/* Where a recipe number (RecipeNum, by its key) was set; nothing for another field. */
+static void recipe_num_at(Recipe *r, const char *field, SrcLoc at) {
+  for (int i = 0; field && i < RNUM_COUNT; i++)
+    if (strcmp(field, ir_recipe_num_names[i]) == 0) r->num_loc[i] = at;
+}
+
 typedef struct {
   const char *name;
   double *out;   /* NULL: a pair, written to out2[0..1] */
@@ -172,6 +178,9 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
                !expr_num(e->items.v[1], cas[k].out2[1])) {
       error_at(e->loc, "`%s:` needs a pair of numbers, e.g. (0.9, 0.95)", arg->name);
     }
+    for (int f = 0; f < 2; f++) /* a recipe number: the optimizer's checks point at the argument (a pair's own) */
+      recipe_num_at(&c->fe->m->recipe, f ? cas[k].field[1] : f0,
+                    e->kind == E_TUPLE && e->items.n == 2 ? ((const Expr *)e->items.v[f])->loc : e->loc);
   }
 }
 
@@ -330,6 +339,7 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
   static const char *const flat[RECIPE_FLAT_COUNT] = {"beta1", "beta2", "eps", "momentum", "min_lr"};
   for (int i = 0; i < RECIPE_FLAT_COUNT; i++)
     if (strcmp(key, flat[i]) == 0) r->flat_set[i] = true, r->flat_loc[i] = k->loc;
+  recipe_num_at(r, key, k->loc);
   static const char *const aliased[] = {"lr",         "beta1",      "beta2",     "eps", "weight_decay", "momentum",
                                         "warmup",     "min_lr",     "max_skips", "val", "ckpt_every",   "ckpt_dir",
                                         "ckpt_keep"}; /* fields a call or a clause sets too */

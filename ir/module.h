@@ -120,6 +120,12 @@ typedef enum { PREC_F32, PREC_BF16 } Precision;
 /* A step whose gradients hold NaN / Inf: stop the run there, or skip its optimizer update. */
 typedef enum { NONFINITE_STOP, NONFINITE_SKIP } NonfiniteAction;
 
+/* The recipe's numbers that passes/optimizer.c checks (Recipe.num_loc): names in ir_recipe_num_names. */
+typedef enum {
+  RNUM_LR, RNUM_GRAD_CLIP, RNUM_WEIGHT_DECAY, RNUM_EPS, RNUM_MOMENTUM, RNUM_MIN_LR, RNUM_BETA1, RNUM_BETA2, RNUM_COUNT
+} RecipeNum;
+extern const char *const ir_recipe_num_names[RNUM_COUNT];
+
 /* Flat recipe keys that one optimizer or schedule reads (Recipe.flat_set). */
 typedef enum { RECIPE_BETA1, RECIPE_BETA2, RECIPE_EPS, RECIPE_MOMENTUM, RECIPE_MIN_LR, RECIPE_FLAT_COUNT } RecipeFlatKey;
 
@@ -153,6 +159,9 @@ typedef struct {
    * the call. passes/optimizer.c refuses one the recipe's optimizer or schedule does not read. */
   bool flat_set[RECIPE_FLAT_COUNT];
   SrcLoc flat_loc[RECIPE_FLAT_COUNT];
+  /* where each RecipeNum was last set: its key, a call's argument (`adamw(lr: ..)`) or a -D value
+   * (file NULL: the default); the optimizer's checks point there */
+  SrcLoc num_loc[RNUM_COUNT];
 } Recipe;
 
 /* ---- module --------------------------------------------------------------- */

@@ -148,4 +148,10 @@ expect world_twice 0 'shardc: note: --world 2 replaces the earlier --world 1' 20
 expect dump_twice 0 'shardc: note: --dump-ir=mesh replaces the earlier --dump-ir$' 2000 -- plan "$tiny" --world 1 --dump-ir --dump-ir=mesh
 expect plan_build 1 'error: `build` after `plan`: one command (plan or build), then the .model file' 2000 -- plan build "$tiny" --world 1
 expect storage_inf 1 "error: --storage needs a positive bandwidth in GB/s, got '1e400'" 2000 -- plan "$tiny" --world 1 --storage 1e400
+# 21. The optimizer's checks of the recipe's numbers pointed at `train {`: now at the number, in the
+#     file (a call's argument, a pair's own item) or on the command line.
+sed 's/adamw(lr: 1e-3, betas: (0.9, 0.95)/adamw(lr: 1e-3, betas: (0.9, 1.5)/' "$tiny" >"$tmp/betas.model"
+expect betas_loc 1 'betas.model:30:42: error: adamw: betas must lie in \[0, 1), got (0.9, 1.5)' 2000 -- plan "$tmp/betas.model" -I "$(dirname "$tiny")" --world 1
+expect lr_neg_loc 1 '<command line>:1:4: error: train: `lr` must not be negative, got -1' 2000 -- plan "$tiny" --world 1 -D lr=-1
+expect min_lr_lr_loc 1 '<command line>:1:4: error: train: `min_lr` 0.0001 is above `lr` 0' 2000 -- plan "$tiny" --world 1 -D lr=0
 exit $status
