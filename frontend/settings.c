@@ -283,6 +283,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
     int i = sw_get_choice(c, key, names, 3);
     if (i >= 0) p->recompute = (RecomputeKind)i;
   } else if (strcmp(key, "bucket") == 0) {
+    p->bucket_loc = k->loc; /* passes/grad_buckets.c's note at dp 1, cp 1 */
     double b;
     if (sw_get_quantity(c, key, Q_BYTES, &b)) {
       if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1000 TB");

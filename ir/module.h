@@ -89,6 +89,7 @@ typedef struct {
   double wcopy_fit_cap;
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
+  SrcLoc bucket_loc;    /* where `bucket` was written (file NULL: the default) */
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them); nstage_layers 0: none written, every stage gets L / pp */
   int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
