@@ -181,6 +181,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       v = argv[++i];
     }
     parse_value(fl, v);
+    size_t ol = strlen(o->others); /* the flags besides --compile-kernels, which then do nothing */
+    if (strcmp(fl->name, "compile-kernels") != 0 && !given[fl - flags] && ol + strlen(fl->name) + 5 < sizeof o->others)
+      snprintf(o->others + ol, sizeof o->others - ol, "%s--%s", ol ? ", " : "", fl->name);
     const char **prev = &given[fl - flags]; /* the last wins (a script's shared flags, then its own): said */
     size_t tl = strlen(o->twice); /* (printed by rank 0: log.c) */
     if (*prev && strcmp(*prev, v) != 0 && tl < sizeof o->twice)

@@ -122,6 +122,11 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
                     "each validation reads %s\n",
             (long long)o->val_batches, (long long)rt_run_val_held(r), rt_run_val_held(r) == 1 ? "" : "es",
             (long long)gbatch, (long long)r->val.nwin, rt_run_val_held(r) == 1 ? "that one" : "those");
+  const char *sel = getenv("SHARDRT_DEVICE"); /* read by a GPU trainer's device only */
+  if (r->ctx.rank == 0 && !p->device && sel && *sel)
+    fprintf(stderr, "warning: SHARDRT_DEVICE=%s selects a GPU trainer's device; this trainer runs on the CPU (built "
+                    "without --target cuda)\n",
+            sel);
   if (r->ctx.rank == 0 && o->dump_to && !o->dump_steps)
     fprintf(stderr, "warning: --dump-to %s writes nothing: --dump-steps N dumps the first N steps' tensors there\n",
             o->dump_to);

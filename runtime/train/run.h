@@ -58,6 +58,7 @@ typedef struct {
   int skip;                /* 1: a step with non-finite gradients is skipped (flags.c decides it) */
   int64_t max_skips;       /* --max-skips: consecutive skipped steps after which the run stops */
   char twice[1024];        /* the warnings of flags given twice with two values (rank 0 prints them) */
+  char others[512];        /* the flags given besides --compile-kernels ("--steps, --data"), for its warning */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;

@@ -326,6 +326,16 @@ static void test_errors(void) {
     free_result(&rc);
     prog.eval = eval;
   }
+  { /* SHARDRT_DEVICE on a CPU trainer selects nothing: said (was silent) */
+    setenv("SHARDRT_DEVICE", "emu", 1);
+    Result rc = run_trainer("--data", good, "--steps", "1", NULL);
+    unsetenv("SHARDRT_DEVICE");
+    expect_ok(&rc, "SHARDRT_DEVICE on a CPU trainer");
+    CHECK(strstr(rc.err, "warning: SHARDRT_DEVICE=emu selects a GPU trainer's device; this trainer runs on the CPU") !=
+              NULL,
+          "SHARDRT_DEVICE on a CPU trainer:\n%s", rc.err);
+    free_result(&rc);
+  }
   { /* a flag given twice with two values: the last is used, as before, and now said (was silent) */
     Result rc = run_trainer("--data", good, "--steps", "1", "--seed", "3", "--steps", "2", "--seed", "3", NULL);
     expect_ok(&rc, "--steps twice");
