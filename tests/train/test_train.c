@@ -326,6 +326,10 @@ static void test_errors(void) {
     free_result(&rc);
     prog.eval = eval;
   }
+  setenv("SHARDRT_FAULT_NAN", "3:w:1abc", 1); /* (the rank's trailing characters were ignored) */
+  EXPECT_ERROR(rt_xstrdup("SHARDRT_FAULT_NAN='3:w:1abc': expected STEP:TENSOR[:RANK]"), "--data", good, "--steps", "3",
+               NULL);
+  unsetenv("SHARDRT_FAULT_NAN");
   { /* SHARDRT_DEVICE on a CPU trainer selects nothing: said (was silent) */
     setenv("SHARDRT_DEVICE", "emu", 1);
     Result rc = run_trainer("--data", good, "--steps", "1", NULL);
