@@ -94,7 +94,8 @@ static void usage(FILE *f, const char *models) {
           "  --dump-ir=mesh        print each rank's coordinates, node, device and groups\n"
           "  --time-passes         print each pass's time\n"
           "  --no-verify           skip the IR verifier between passes\n"
-          "  -h, --help            this text\n");
+          "  -h, --help            this text\n"
+          "An option that takes a value, or a -D key, given twice: the last is used, and a note says so.\n");
 }
 
 /* Whether the source resolves its mesh and batch (the front end only) with these options, silently. */
@@ -639,6 +640,15 @@ static int compile(int argc, char **argv, Diag *diag) {
                 "--search");
     return 1;
   }
+  /* what shapes one plan's printout or compile: --compare and --search (without --pick) print a table of
+   * quiet compiles, where these did nothing without a word */
+  const char *one_plan = svg ? "--schedule-svg" : dump_given ? dump_given : !compare ? NULL /* (search: the base's) */
+                         : po.time ? "--time-passes" : !po.verify ? "--no-verify" : NULL;
+  if (one_plan && (compare || (search && !pick))) {
+    error_plain("%s concerns the plan shardc compiles and prints; %s prints a table of quiet compiles: leave it out%s",
+                one_plan, compare ? "--compare" : "--search", compare ? "" : " (or add --pick: the fastest plan)");
+    return 1;
+  }
   if (compare) { /* the file's own plan is not printed: the variants are */
     if (search || psvg.mesh || build || out || cg.emit_dir || sbatch) {
       error_plain(search     ? "--compare and --search: one at a time"
@@ -760,6 +770,8 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (piped) cost_pipe_free(&cpipe);
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
   if (!fit_check(m, replan_total, &rp)) return 1;
+  if (cg.no_outline && !m->pipe) /* (it shapes a pipeline's instructions alone: kept without a word) */
+    note_at((SrcLoc){0}, "--no-outline: the plan has no pipeline (pp 1): the trainer's C is the same without it");
   if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */
     cg.source_path = input;
     if (!cg_emit_file(m, cg.emit_dir, &cg)) return 1;

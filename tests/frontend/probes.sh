@@ -155,4 +155,11 @@ sed 's/adamw(lr: 1e-3, betas: (0.9, 0.95)/adamw(lr: 1e-3, betas: (0.9, 1.5)/' "$
 expect betas_loc 1 'betas.model:30:42: error: adamw: betas must lie in \[0, 1), got (0.9, 1.5)' 2000 -- plan "$tmp/betas.model" -I "$(dirname "$tiny")" --world 1
 expect lr_neg_loc 1 '<command line>:1:4: error: train: `lr` must not be negative, got -1' 2000 -- plan "$tiny" --world 1 -D lr=-1
 expect min_lr_lr_loc 1 '<command line>:1:4: error: train: `min_lr` 0.0001 is above `lr` 0' 2000 -- plan "$tiny" --world 1 -D lr=0
+# 22. --compare (and --search without --pick) print a table of quiet compiles: --schedule-svg, --dump-ir=...,
+#     --time-passes and --no-verify (compare) did nothing there without a word; --no-outline on a plan
+#     without a pipeline changes nothing.
+expect compare_svg 1 'error: --schedule-svg concerns the plan shardc compiles and prints; --compare prints a table of quiet compiles: leave it out' 2000 -- plan "$tiny" --world 2 --compare zero=0,1 --schedule-svg "$tmp/s.svg"
+expect search_dump 1 'error: --dump-ir=mesh concerns the plan shardc compiles and prints; --search prints a table of quiet compiles: leave it out (or add --pick: the fastest plan)' 2000 -- plan "$tiny" --world 2 --search --dump-ir=mesh
+expect compare_time 1 'error: --time-passes concerns the plan' 2000 -- plan "$tiny" --world 2 --compare zero=0,1 --time-passes
+expect no_outline_pp1 0 'shardc: note: --no-outline: the plan has no pipeline (pp 1)' 2000 -- plan "$tiny" --world 1 --no-outline --emit-c "$tmp/nooutline"
 exit $status
