@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -525,6 +526,9 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "-I") == 0 && i + 1 < argc) {
       if (nimport == 15) error_plain("-I %s: at most 15 import directories", argv[i + 1]); /* (was: dropped) */
       else import_dirs[nimport++] = argv[i + 1];
+      struct stat st; /* (a mistyped one was searched without a word) */
+      if (stat(argv[i + 1], &st) != 0 || !S_ISDIR(st.st_mode))
+        note_at((SrcLoc){0}, "-I %s: no such directory: nothing is imported from it", argv[i + 1]);
       i++;
     } else if (strcmp(a, "--dump-ir") == 0) {
       dump = "final";

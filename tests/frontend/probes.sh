@@ -162,4 +162,5 @@ expect compare_svg 1 'error: --schedule-svg concerns the plan shardc compiles an
 expect search_dump 1 'error: --dump-ir=mesh concerns the plan shardc compiles and prints; --search prints a table of quiet compiles: leave it out (or add --pick: the fastest plan)' 2000 -- plan "$tiny" --world 2 --search --dump-ir=mesh
 expect compare_time 1 'error: --time-passes concerns the plan' 2000 -- plan "$tiny" --world 2 --compare zero=0,1 --time-passes
 expect no_outline_pp1 0 'shardc: note: --no-outline: the plan has no pipeline (pp 1)' 2000 -- plan "$tiny" --world 1 --no-outline --emit-c "$tmp/nooutline"
+expect import_dir_missing 0 "shardc: note: -I $tmp/nowhere: no such directory: nothing is imported from it" 2000 -- plan "$tiny" --world 1 -I "$tmp/nowhere"
 exit $status
