@@ -43,7 +43,8 @@ uint64_t rt_env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi) {
   if (!v || !*v) return dflt;
   char *end;
   errno = 0;
-  unsigned long long x = strtoull(v, &end, 0);
+  bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X'); /* (base 0 read "010" as octal 8) */
+  unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
   int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
   if (sh) end++;
   bool ok = !errno && end != v && !*end && *v != '-' && *v != '+' && x <= (UINT64_MAX >> sh);
