@@ -1,11 +1,13 @@
 /* main.c — the shardc command line: .model → front end → passes → (codegen). */
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,7 +95,8 @@ static void usage(FILE *f, const char *models) {
           "  --dump-ir=mesh        print each rank's coordinates, node, device and groups\n"
           "  --time-passes         print each pass's time\n"
           "  --no-verify           skip the IR verifier between passes\n"
-          "  -h, --help            this text\n");
+          "  -h, --help            this text\n"
+          "An option that takes a value, or a -D key, given twice: the last is used, and a note says so.\n");
 }
 
 /* Whether the source resolves its mesh and batch (the front end only) with these options, silently. */
@@ -373,9 +376,25 @@ static double parse_seconds(const char *s, const char *flag, double max) {
   return v;
 }
 
+/* The options compile() reads (those taking a value first: they match only when one follows). */
+static const char *const options[] = {"-o", "--target", "--cpu-kernels", "--no-fuse", "--top", "--compile-limit",
+                                      "--confirm", "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
+                                      "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c", "--cc",
+                                      "--cflags", "--topology", "--world", "--max-errors", "-I", "--dump-ir", "--search",
+                                      "--pick", "--cost", "--no-outline", "--time-passes", "--no-verify", "--ir", "--help"};
+enum { NVALUED = 23 }; /* options' first, which take a value */
+
+/* A value option given again (or two --dump-ir=...): the last wins, as a -D does, and a note says so
+ * (the first was dropped without a word). -I adds a directory each time. */
+static void note_again(const char **given, const char *opt, const char *value) {
+  if (*given && strcmp(*given, value) != 0) note_at((SrcLoc){0}, "%s %s replaces the earlier %s %s", opt, value, opt, *given);
+  *given = value;
+}
+
 static int compile(int argc, char **argv, Diag *diag) {
   const char *input = NULL, *topology = NULL, *dump = NULL, *out = NULL, *svg = NULL, *profile = NULL, *sbatch = NULL;
   const char *compare = NULL; /* --compare SPEC */
+  const char *command = NULL; /* plan or build, as given */
   double storage_Bps = 0;     /* --storage GB/s (0: no storage report; --compare's default 10 GB/s) */
   SvgPaths psvg = {0};
   bool build = false, cost = false, search = false, pick = false;
@@ -397,14 +416,27 @@ static int compile(int argc, char **argv, Diag *diag) {
   Home home; /* installed: <prefix>/share/shardc/models (--help names it), not the build tree's */
   find_home(&home);
 
+  const char *given[NVALUED] = {0}, *dump_given = NULL; /* note_again */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    for (int k = 0; k < NVALUED && i + 1 < argc; k++)
+      if (strcmp(a, options[k]) == 0 && strcmp(a, "-I") != 0) note_again(&given[k], a, argv[i + 1]);
+    if (strncmp(a, "--dump-ir", 9) == 0 && (!a[9] || a[9] == '=')) {
+      if (dump_given && strcmp(dump_given, a) != 0) note_at((SrcLoc){0}, "%s replaces the earlier %s", a, dump_given);
+      dump_given = a;
+    }
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout, home.models);
       return 0;
+    } else if ((strcmp(a, "plan") == 0 || strcmp(a, "build") == 0) && !input && command) {
+      /* (`shardc plan build F` built a trainer: the second word read as the command) */
+      error_plain("`%s` after `%s`: one command (plan or build), then the .model file", a, command);
+      break;
     } else if (strcmp(a, "plan") == 0 && !input) {
+      command = a;
       dump = dump ? dump : "final";
     } else if (strcmp(a, "build") == 0 && !input) {
+      command = a;
       build = true;
     } else if (strcmp(a, "-o") == 0 && i + 1 < argc) {
       out = argv[++i];
@@ -448,7 +480,8 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "--storage") == 0 && i + 1 < argc) {
       char *end;
       storage_Bps = strtod(argv[++i], &end) * 1e9;
-      if (*end || !(storage_Bps > 0)) error_plain("--storage needs a positive bandwidth in GB/s, got '%s'", argv[i]);
+      if (*end || !(storage_Bps > 0) || !isfinite(storage_Bps)) /* (1e400 was read as infinite) */
+        error_plain("--storage needs a positive bandwidth in GB/s, got '%s'", argv[i]);
     } else if (strcmp(a, "--sbatch") == 0 && i + 1 < argc) {
       sbatch = argv[++i];
     } else if (strcmp(a, "--schedule-svg") == 0 && i + 1 < argc) {
@@ -474,9 +507,16 @@ static int compile(int argc, char **argv, Diag *diag) {
         break;
       }
       const char *eq = strchr(kv, '=');
-      defines[ndefines].key = eq ? arena_strndup(&arena, kv, (size_t)(eq - kv)) : kv;
-      defines[ndefines].value = eq ? eq + 1 : "1";
-      ndefines++;
+      FeDefine d = {eq ? arena_strndup(&arena, kv, (size_t)(eq - kv)) : kv, eq ? eq + 1 : "1"};
+      /* the last wins (a script's shared -D then its own): said, not silent as it was */
+      for (int k = ndefines - 1; k >= 0; k--)
+        if (strcmp(defines[k].key, d.key) == 0) {
+          if (strcmp(defines[k].value, d.value) != 0)
+            note_at((SrcLoc){0}, "-D %s=%s replaces the earlier -D %s=%s", d.key, d.value, defines[k].key,
+                    defines[k].value);
+          break;
+        }
+      defines[ndefines++] = d;
     } else if (strcmp(a, "--topology") == 0 && i + 1 < argc) {
       topology = argv[++i];
     } else if (strcmp(a, "--world") == 0 && i + 1 < argc) {
@@ -486,6 +526,9 @@ static int compile(int argc, char **argv, Diag *diag) {
     } else if (strcmp(a, "-I") == 0 && i + 1 < argc) {
       if (nimport == 15) error_plain("-I %s: at most 15 import directories", argv[i + 1]); /* (was: dropped) */
       else import_dirs[nimport++] = argv[i + 1];
+      struct stat st; /* (a mistyped one was searched without a word) */
+      if (stat(argv[i + 1], &st) != 0 || !S_ISDIR(st.st_mode))
+        note_at((SrcLoc){0}, "-I %s: no such directory: nothing is imported from it", argv[i + 1]);
       i++;
     } else if (strcmp(a, "--dump-ir") == 0) {
       dump = "final";
@@ -500,19 +543,12 @@ static int compile(int argc, char **argv, Diag *diag) {
       po.verify = false;
     } else if (a[0] == '-') {
       /* the options above (those taking a value match only when one follows) */
-      static const char *const known[] = {"-o", "--target", "--cpu-kernels", "--no-fuse", "--top", "--compile-limit", "--confirm",
-                                          "--budget", "--profile", "--compare", "--mesh-svg", "--memory-svg",
-                                          "--compare-svg", "--storage", "--sbatch", "--schedule-svg", "--emit-c",
-                                          "--cc", "--cflags", "--topology", "--world", "--max-errors", "-I",
-                                          "--dump-ir", "--search", "--pick", "--cost", "--no-outline", "--time-passes",
-                                          "--no-verify", "--ir", "--help"};
-      enum { NVALUED = 23 }; /* known's first, which take a value */
       bool needs = false;
-      for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, known[k]);
+      for (int k = 0; k < NVALUED && !needs; k++) needs = !strcmp(a, options[k]);
       if (needs) {
         error_plain("%s needs a value (see shardc --help)", a);
       } else {
-        const char *hint = diag_nearest(a, known, (int)(sizeof known / sizeof known[0]));
+        const char *hint = diag_nearest(a, options, (int)(sizeof options / sizeof options[0]));
         error_plain("unknown option '%s'%s%s%s (see shardc --help)", a, hint ? ": did you mean '" : "", hint ? hint : "",
                     hint ? "'?" : "");
       }
@@ -593,6 +629,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (!m || diag_errors()) return 1;
   m->target = target;
   m->no_fuse = no_fuse;
+  fit_note_target(m); /* a GPU trainer planned on a topology without a GPU: said, once */
   if (psvg.compare && !compare) {
     error_plain("--compare-svg draws --compare's table: give --compare SPEC too");
     return 1;
@@ -605,6 +642,15 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (search && !pick && (storage_Bps > 0 || psvg.mesh || psvg.memory || sbatch)) {
     error_plain("--storage, --mesh-svg, --memory-svg and --sbatch concern one plan: add --pick (the fastest) or leave out "
                 "--search");
+    return 1;
+  }
+  /* what shapes one plan's printout or compile: --compare and --search (without --pick) print a table of
+   * quiet compiles, where these did nothing without a word */
+  const char *one_plan = svg ? "--schedule-svg" : dump_given ? dump_given : !compare ? NULL /* (search: the base's) */
+                         : po.time ? "--time-passes" : !po.verify ? "--no-verify" : NULL;
+  if (one_plan && (compare || (search && !pick))) {
+    error_plain("%s concerns the plan shardc compiles and prints; %s prints a table of quiet compiles: leave it out%s",
+                one_plan, compare ? "--compare" : "--search", compare ? "" : " (or add --pick: the fastest plan)");
     return 1;
   }
   if (compare) { /* the file's own plan is not printed: the variants are */
@@ -728,6 +774,8 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (piped) cost_pipe_free(&cpipe);
   fflush(stdout); /* the plan first: a user wants to read it, fit or not */
   if (!fit_check(m, replan_total, &rp)) return 1;
+  if (cg.no_outline && !m->pipe) /* (it shapes a pipeline's instructions alone: kept without a word) */
+    note_at((SrcLoc){0}, "--no-outline: the plan has no pipeline (pp 1): the trainer's C is the same without it");
   if (!build && !out && cg.emit_dir) { /* plan --emit-c: the source only */
     cg.source_path = input;
     if (!cg_emit_file(m, cg.emit_dir, &cg)) return 1;

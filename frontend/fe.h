@@ -29,6 +29,10 @@ typedef struct {
 void fe_topology(Fe *fe, const Decl *d);
 void fe_plan(Fe *fe, const Decl *d);
 void fe_recipe(Fe *fe, const Decl *d);
+/* Registers the -D definitions as the source DIAG_CMDLINE (before anything reports on them). */
+void fe_define_source(Fe *fe);
+/* Where -D number i is on that source: its value (at_value) or its key. */
+SrcLoc fe_define_loc(const Fe *fe, int i, bool at_value);
 /* Applies -D overrides of plan and recipe fields; marks the ones it used. */
 void fe_apply_defines(Fe *fe);
 void fe_check_plan(Fe *fe); /* ZeRO's settings: offload needs zero >= 1 */

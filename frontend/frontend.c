@@ -243,6 +243,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   m->syms[0] = "batch";
   m->syms[1] = "seq";
   fe.m = m;
+  fe_define_source(&fe);
 
   Loader ld;
   memset(&ld, 0, sizeof ld);
@@ -256,9 +257,7 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
   fe_apply_defines(&fe);
   ir_plan_check_applied(&m->plan); /* an option no pass applies is refused, at its field */
   fe_check_plan(&fe);
-  if (m->recipe.batch && m->recipe.micro_batch > m->recipe.batch)
-    error_at(m->recipe.loc, "micro_batch (%lld) is larger than batch (%lld)", (long long)m->recipe.micro_batch,
-             (long long)m->recipe.batch);
+  /* (micro_batch above batch: ir/mesh.c, resolve_batch — batch is not a multiple of micro_batch x dp) */
 
   if (!fe.model) {
     if (diag_errors() == errors0) error_plain("no model block in \"%s\"", shown);
@@ -270,7 +269,8 @@ static Module *compile(Arena *a, const char *shown, const char *canon, const cha
 
   for (int i = 0; i < o->ndefines; i++) {
     if (fe.define_used[i]) continue;
-    error_plain("-D %s: no plan or train field or model constant has this name", o->defines[i].key);
+    error_at(fe_define_loc(&fe, i, false), "-D %s: no plan or train field or model constant has this name",
+             o->defines[i].key);
     PtrVec cands = {0};
     fe_push_setting_keys(&fe, &cands);
     for (int j = 0; j < fe.const_names.n; j++) vec_push(a, &cands, fe.const_names.v[j]);

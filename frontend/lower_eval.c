@@ -454,7 +454,8 @@ static void lower_const(Lower *L, Scope *s, const Stmt *st) {
           v = fe_num_val(x, x == floor(x));
           if (o.kind == V_NUM && o.is_int && !v.is_int) v.is_int = false;
         } else {
-          error_plain("-D %s=%s: the constant `%s` needs a number", fd->key, fd->value, name);
+          error_at(fe_define_loc(L->fe, d, true), "-D %s=%s: the constant `%s` needs a number", fd->key, fd->value,
+                   name);
           v = fe_none_val;
         }
       }

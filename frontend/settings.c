@@ -138,6 +138,12 @@ static bool expr_num(const Expr *e, double *out) {
   return false;
 }
 
+/* Where a recipe number (RecipeNum, by its key) was set; nothing for another field. */
+static void recipe_num_at(Recipe *r, const char *field, SrcLoc at) {
+  for (int i = 0; field && i < RNUM_COUNT; i++)
+    if (strcmp(field, ir_recipe_num_names[i]) == 0) r->num_loc[i] = at;
+}
+
 typedef struct {
   const char *name;
   double *out;   /* NULL: a pair, written to out2[0..1] */
@@ -172,6 +178,9 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
                !expr_num(e->items.v[1], cas[k].out2[1])) {
       error_at(e->loc, "`%s:` needs a pair of numbers, e.g. (0.9, 0.95)", arg->name);
     }
+    for (int f = 0; f < 2; f++) /* a recipe number: the optimizer's checks point at the argument (a pair's own) */
+      recipe_num_at(&c->fe->m->recipe, f ? cas[k].field[1] : f0,
+                    e->kind == E_TUPLE && e->items.n == 2 ? ((const Expr *)e->items.v[f])->loc : e->loc);
   }
 }
 
@@ -218,6 +227,10 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   const char *key = k->kind == W_IDENT ? k->s : "";
   PlanOpt opt = ir_plan_opt_of_key(key);
   if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = k->loc; /* ir/plan_options.c refuses what no pass implements, here */
+  static const char *const degrees[RT_AX_COUNT] = {[RT_AX_DP] = "dp", [RT_AX_PP] = "pp", [RT_AX_CP] = "cp",
+                                                   [RT_AX_TP] = "tp"}; /* ir/mesh.c's errors point there */
+  for (int ax = 0; ax < RT_AX_COUNT; ax++)
+    if (strcmp(key, degrees[ax]) == 0) p->degree_loc[ax] = k->loc;
   if (strcmp(key, "tp") == 0) sw_get_int32(c, key, 1, 1 << 16, &p->tp);
   else if (strcmp(key, "pp") == 0) {
     if (sw_get_int32(c, key, 1, 1 << 16, &p->pp) && sw_peek(c) && sw_peek(c)->kind == W_CALL && strcmp(sw_peek(c)->s, "layers") == 0)
@@ -270,6 +283,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
     int i = sw_get_choice(c, key, names, 3);
     if (i >= 0) p->recompute = (RecomputeKind)i;
   } else if (strcmp(key, "bucket") == 0) {
+    p->bucket_loc = k->loc; /* passes/grad_buckets.c's note at dp 1, cp 1 */
     double b;
     if (sw_get_quantity(c, key, Q_BYTES, &b)) {
       if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1000 TB");
@@ -295,7 +309,8 @@ void fe_plan(Fe *fe, const Decl *d) {
 void fe_check_plan(Fe *fe) {
   const Plan *p = &fe->m->plan;
   if (p->offload && p->zero == 0)
-    error_at(p->opt_loc[PLAN_OPT_OFFLOAD].file ? p->opt_loc[PLAN_OPT_OFFLOAD] : p->loc,
+    error_at(diag_blame((SrcLoc[]){p->opt_loc[PLAN_OPT_OFFLOAD], p->opt_loc[PLAN_OPT_ZERO]}, 2,
+                        p->opt_loc[PLAN_OPT_OFFLOAD].file ? p->opt_loc[PLAN_OPT_OFFLOAD] : p->loc),
              "`offload` moves ZeRO's sharded optimizer state to the host: it needs zero 1, 2 or 3 (the plan has "
              "zero 0)");
 }
@@ -325,6 +340,7 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
   static const char *const flat[RECIPE_FLAT_COUNT] = {"beta1", "beta2", "eps", "momentum", "min_lr"};
   for (int i = 0; i < RECIPE_FLAT_COUNT; i++)
     if (strcmp(key, flat[i]) == 0) r->flat_set[i] = true, r->flat_loc[i] = k->loc;
+  recipe_num_at(r, key, k->loc);
   static const char *const aliased[] = {"lr",         "beta1",      "beta2",     "eps", "weight_decay", "momentum",
                                         "warmup",     "min_lr",     "max_skips", "val", "ckpt_every",   "ckpt_dir",
                                         "ckpt_keep"}; /* fields a call or a clause sets too */
@@ -337,7 +353,10 @@ static void recipe_key(Cur *c, Word *k, void *ctx) {
     r->batch_loc = k->loc; /* ir/mesh.c: batch = micro_batch x dp x accumulation, checked there */
     sw_get_int(c, key, 1, (int64_t)1 << 40, &r->batch);
   }
-  else if (strcmp(key, "micro_batch") == 0) sw_get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
+  else if (strcmp(key, "micro_batch") == 0) {
+    r->micro_batch_loc = k->loc;
+    sw_get_int(c, key, 1, (int64_t)1 << 30, &r->micro_batch);
+  }
   else if (strcmp(key, "seq") == 0) sw_get_int(c, key, 1, (int64_t)1 << 30, &r->seq);
   else if (strcmp(key, "steps") == 0) {
     if (sw_peek(c) && sw_peek(c)->kind == W_NUM && sw_peek(c)->num == 0) { /* (was accepted: the trainer ran 1 step) */
@@ -500,15 +519,35 @@ static bool in_keys(const char *k, const char *const *keys) {
   return false;
 }
 
+/* The command line's definitions as a source, `key=value` one a line in their order (DIAG_CMDLINE),
+ * so that an error a -D value causes — here or in a later check of the field it set (the mesh, the
+ * passes) — quotes it with a caret under the value. */
+void fe_define_source(Fe *fe) {
+  int n = fe->opt->ndefines;
+  if (n == 0) return;
+  size_t len = 1;
+  for (int i = 0; i < n; i++) len += strlen(fe->opt->defines[i].key) + strlen(fe->opt->defines[i].value) + 2;
+  char *text = arena_alloc(fe->a, len), *p = text;
+  for (int i = 0; i < n; i++) p += sprintf(p, "%s=%s\n", fe->opt->defines[i].key, fe->opt->defines[i].value);
+  diag_add_source(DIAG_CMDLINE, text);
+}
+
+SrcLoc fe_define_loc(const Fe *fe, int i, bool at_value) {
+  int col = at_value ? (int)strlen(fe->opt->defines[i].key) + 2 : 1;
+  return (SrcLoc){DIAG_CMDLINE, i + 1, col};
+}
+
 void fe_apply_defines(Fe *fe) {
   for (int i = 0; i < fe->opt->ndefines; i++) {
     const FeDefine *d = &fe->opt->defines[i];
     bool plan = in_keys(d->key, plan_keys), recipe = in_keys(d->key, recipe_keys);
     if (!plan && !recipe) continue;
     fe->define_used[i] = true;
-    SrcLoc none = {0};
-    Word key = {W_IDENT, none, 0, false, d->key, {0}};
-    Word val = {W_IDENT, none, 0, false, d->value, {0}};
+    /* the key's place is its value's: a field set by -D points there (opt_loc, batch_loc, ...) */
+    SrcLoc at = fe_define_loc(fe, i, true), end = at;
+    end.col += (int)strlen(d->value);
+    Word key = {W_IDENT, at, 0, false, d->key, {0}};
+    Word val = {W_IDENT, at, 0, false, d->value, {0}};
     double v;
     if (fe_parse_number(d->value, &v)) {
       val.kind = W_NUM;
@@ -518,7 +557,7 @@ void fe_apply_defines(Fe *fe) {
     PtrVec words = {0};
     vec_push(fe->a, &words, &key);
     vec_push(fe->a, &words, &val);
-    Cur c = {fe, &words, 1, none, NULL, false};
+    Cur c = {fe, &words, 1, end, NULL, false};
     int before = diag_errors();
     if (plan) {
       plan_key(&c, &key, &fe->m->plan);
@@ -527,8 +566,7 @@ void fe_apply_defines(Fe *fe) {
       recipe_key(&c, &key, &fe->m->recipe);
       fe->m->has_recipe = true;
     }
-    if (diag_errors() != before) note("in -D %s=%s", d->key, d->value);
-    else if (c.i < words.n) error_plain("-D %s=%s: unexpected value", d->key, d->value);
+    if (diag_errors() == before && c.i < words.n) error_at(at, "-D %s=%s: unexpected value", d->key, d->value);
   }
 }
 

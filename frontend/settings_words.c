@@ -252,11 +252,11 @@ static void finish_line(Cur *c) {
 
 /* A field that two keys set (`lr` and `adamw(lr: ..)`, `ckpt_every` and `checkpoint every`,
  * `interleave` and `interleaved(v: ..)`, `offload` and `zero N offload`, ...) is set once in the
- * file, by either (the second silently replaced the first); -D (no file) overrides it. True, after
+ * file, by either (the second silently replaced the first); -D (DIAG_CMDLINE) overrides it. True, after
  * the error, when the file set it before. */
 bool sw_set_twice(Cur *c, const char *field, SrcLoc at) {
   Fe *fe = c->fe;
-  if (!at.file) return false;
+  if (!at.file || diag_loc_is_cmdline(at)) return false; /* -D overrides the file's */
   for (int i = 0; i < fe->nset; i++)
     if (strcmp(fe->set[i].field, field) == 0) {
       const SrcLoc *f = &fe->set[i].at;

@@ -35,10 +35,23 @@ Diag *diag_enter(Diag *d) {
 void diag_leave(Diag *previous) { entered = previous; }
 
 void diag_finish(Diag *d) {
-  if (d->max_errors <= 0 || d->nerrors <= d->max_errors) return;
-  int hidden = d->nerrors - d->max_errors;
-  fprintf(d->out ? d->out : stderr, "shardc: error: %d more error%s not shown (the first %d are above)\n", hidden,
-          hidden == 1 ? "" : "s", d->max_errors);
+  FILE *f = d->out ? d->out : stderr;
+  if (d->max_errors > 0 && d->nerrors > d->max_errors) {
+    int hidden = d->nerrors - d->max_errors;
+    fprintf(f, "shardc: error: %d more error%s not shown (the first %d are above)\n", hidden, hidden == 1 ? "" : "s",
+            d->max_errors);
+  }
+  const DiagSource *cmd = NULL;
+  for (int i = 0; i < d->nsources; i++)
+    if (strcmp(d->sources[i].file, DIAG_CMDLINE) == 0) cmd = &d->sources[i];
+  if (!cmd || !cmd->text[0] || d->nerrors_in_files == 0) return;
+  fputs("shardc: note: the model was compiled with", f);
+  for (const char *p = cmd->text; *p;) {
+    size_t n = strcspn(p, "\n");
+    fprintf(f, " -D %.*s", (int)n, p);
+    p += n + (p[n] == '\n');
+  }
+  fputs(" (the command line's definitions override the file's values)\n", f);
 }
 
 bool diag_limit_reached(void) {
@@ -62,6 +75,16 @@ void diag_add_source(const char *file, const char *text) {
   d->sources[i].text = t;
   d->sources[i].line = 1;
   d->sources[i].line_at = t;
+}
+
+bool diag_loc_is_cmdline(SrcLoc loc) { return loc.file && strcmp(loc.file, DIAG_CMDLINE) == 0; }
+
+SrcLoc diag_blame(const SrcLoc *locs, int n, SrcLoc fallback) {
+  SrcLoc at = fallback;
+  bool cmd = false;
+  for (int i = 0; i < n; i++)
+    if (diag_loc_is_cmdline(locs[i]) && (!cmd || locs[i].line > at.line)) at = locs[i], cmd = true;
+  return at;
 }
 
 /* The start of line `line` of a source, or NULL. Diagnostics mostly come in source order, so the
@@ -140,6 +163,7 @@ static void vreport(SrcLoc loc, const char *kind, const char *fmt, va_list ap) {
 }
 
 void error_at(SrcLoc loc, const char *fmt, ...) {
+  if (loc.file && !diag_loc_is_cmdline(loc)) cur()->nerrors_in_files++;
   cur()->last_hidden = !shown(true);
   if (cur()->last_hidden) return;
   va_list ap;

@@ -25,6 +25,7 @@ typedef struct Diag {
   int max_errors;       /* errors printed before the rest are only counted (0: no limit) */
   int nerrors, nwarnings;
   bool last_hidden;     /* the last error or warning was past the limit: its notes are not shown */
+  int nerrors_in_files; /* errors located in a source file (not the command line, not nowhere) */
   int nsources;
   DiagSource sources[DIAG_MAX_SOURCES];
 } Diag;
@@ -35,7 +36,9 @@ void diag_free(Diag *d); /* the copies of the sources; d is empty after it */
 /* Makes d the calling thread's diagnostics until diag_leave(previous); returns the previous one. */
 Diag *diag_enter(Diag *d);
 void diag_leave(Diag *previous);
-/* The errors counted past max_errors, as one line ("N more errors not shown"); nothing if none. */
+/* The errors counted past max_errors, as one line ("N more errors not shown"); nothing if none. And
+ * when errors were located in the model's files while -D definitions changed it (DIAG_CMDLINE), a
+ * note naming them: the file's line is quoted, the value that broke it may be the command line's. */
 void diag_finish(Diag *d);
 /* True once max_errors errors are printed: a parser may stop recovering (the rest would not show). */
 bool diag_limit_reached(void);
@@ -43,6 +46,13 @@ bool diag_limit_reached(void);
 /* Registers a source text (copied) so diagnostics can quote its lines; a second text of the same
  * file name replaces the first. */
 void diag_add_source(const char *file, const char *text);
+/* The file name of the command line's definitions (-D KEY=VALUE), one a line in their order, as a
+ * source (frontend/settings.c registers it): an error a -D value causes points at that value. */
+#define DIAG_CMDLINE "<command line>"
+bool diag_loc_is_cmdline(SrcLoc loc);
+/* Where an error about several settings points: the -D among locs given last (the command line's
+ * word on them), else fallback (where the file wrote them). */
+SrcLoc diag_blame(const SrcLoc *locs, int n, SrcLoc fallback);
 void error_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void warning_at(SrcLoc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A one-line note at a location (`file:line:col: note: ...`, no source line): information, not a problem. */

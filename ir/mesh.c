@@ -33,15 +33,16 @@ static bool resolve_batch(Module *m, int dp) {
   int64_t accum = 1;
   if (r->batch > 0) {
     if (r->batch % per_step != 0) {
-      if (r->batch_loc.file)
-        error_at(r->batch_loc, "batch %lld is not a multiple of micro_batch %lld x dp %d = %lld", (long long)r->batch,
-                 (long long)r->micro_batch, dp, (long long)per_step);
+      SrcLoc why[] = {r->batch_loc, r->micro_batch_loc, m->plan.degree_loc[RT_AX_DP]};
+      error_at(diag_blame(why, 3, r->batch_loc), "batch %lld is not a multiple of micro_batch %lld x dp %d = %lld",
+               (long long)r->batch, (long long)r->micro_batch, dp, (long long)per_step);
+      int64_t below = r->batch / per_step * per_step, above = below + per_step;
+      if (below > 0)
+        note("batch is the global batch, micro_batch x dp x gradient accumulation steps: write batch %lld or %lld",
+             (long long)below, (long long)above);
       else
-        error_plain("-D batch=%lld is not a multiple of micro_batch %lld x dp %d = %lld", (long long)r->batch,
-                    (long long)r->micro_batch, dp, (long long)per_step);
-      note("batch is the global batch, micro_batch x dp x gradient accumulation steps: write batch %lld or %lld",
-           (long long)(r->batch / per_step > 0 ? r->batch / per_step * per_step : per_step),
-           (long long)((r->batch / per_step + 1) * per_step));
+        note("batch is the global batch, micro_batch x dp x gradient accumulation steps: write batch %lld",
+             (long long)above);
       return false;
     }
     accum = r->batch / per_step;
@@ -51,17 +52,15 @@ static bool resolve_batch(Module *m, int dp) {
   const Plan *p = &m->plan;
   if (p->microbatches > 1 && r->batch <= 0) accum = p->microbatches;
   else if (p->microbatches > 1 && p->microbatches != accum) {
-    SrcLoc at = p->opt_loc[PLAN_OPT_MICROBATCHES].file ? p->opt_loc[PLAN_OPT_MICROBATCHES] : p->loc;
-    error_at(at, "microbatches %d but batch %lld is %lld micro-batches of micro_batch %lld x dp %d", p->microbatches,
+    SrcLoc why[] = {p->opt_loc[PLAN_OPT_MICROBATCHES], r->batch_loc, r->micro_batch_loc, p->degree_loc[RT_AX_DP]};
+    error_at(diag_blame(why, 4, p->opt_loc[PLAN_OPT_MICROBATCHES].file ? p->opt_loc[PLAN_OPT_MICROBATCHES] : p->loc), "microbatches %d but batch %lld is %lld micro-batches of micro_batch %lld x dp %d", p->microbatches,
              (long long)r->batch, (long long)accum, (long long)r->micro_batch, dp);
     note("write microbatches %lld, or leave out batch (it is then micro_batch x dp x microbatches)", (long long)accum);
     return false;
   }
   if (p->interleave > 1 && p->schedule != SCHED_INTERLEAVED) {
-    if (p->opt_loc[PLAN_OPT_SCHEDULE].file)
-      error_at(p->opt_loc[PLAN_OPT_SCHEDULE], "`interleave %d` needs `schedule interleaved`", p->interleave);
-    else
-      error_plain("-D interleave=%d needs -D schedule=interleaved", p->interleave);
+    /* (interleave sets the schedule's option: opt_loc is where it was written, in the file or by -D) */
+    error_at(p->opt_loc[PLAN_OPT_SCHEDULE], "`interleave %d` needs `schedule interleaved`", p->interleave);
     note("write schedule interleaved(v: N), or leave out interleave");
     return false;
   }
@@ -74,7 +73,7 @@ static bool resolve_batch(Module *m, int dp) {
 bool ir_mesh_resolve(Module *m, int world) {
   if (m->mesh) die("mesh: resolved twice");
   const Plan *p = &m->plan;
-  SrcLoc loc = p->loc;
+  SrcLoc loc = diag_blame(p->degree_loc, RT_AX_COUNT, p->loc); /* the degrees' errors: at a -D that set one, or the block */
   /* the frontend checks every degree (tp, pp, cp >= 1; dp >= 1 or 0 for auto) and the topology's sizes */
   if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->dp < 0) die("mesh: plan degrees unchecked");
   int dpn = 1, nodes = 1;
@@ -120,7 +119,8 @@ bool ir_mesh_resolve(Module *m, int world) {
   if (!rt_mesh_init(mm, dp, pp, cp, tp, dpn)) die("mesh: bad degrees");
   if (!rt_mesh_group_in_node(mm, RT_MESH_TP) && !p->allow_cross_node_tp) {
     int alt = gcd(tp, dpn);
-    error_at(loc, "tp %d does not fit in a node of %d devices: its groups would straddle nodes", tp, dpn);
+    error_at(diag_blame(&p->degree_loc[RT_AX_TP], 1, p->loc),
+             "tp %d does not fit in a node of %d devices: its groups would straddle nodes", tp, dpn);
     if (m->has_topology)
       note("tensor parallelism all-reduces activations in every layer, forward and backward; it needs the "
            "intra-node link (%s, %.0f GB/s), not the network between nodes (%s, %d x %.0f GB/s)",

@@ -18,6 +18,9 @@ void ir_plan_defaults(Plan *p) {
   p->bucket_bytes = 25 << 20;
 }
 
+const char *const ir_recipe_num_names[RNUM_COUNT] = {"lr",  "grad_clip", "weight_decay", "eps",
+                                                     "momentum", "min_lr", "beta1", "beta2"};
+
 void ir_recipe_defaults(Recipe *r) {
   memset(r, 0, sizeof *r);
   r->batch = 0; /* not given */

@@ -89,6 +89,7 @@ typedef struct {
   double wcopy_fit_cap;
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
+  SrcLoc bucket_loc;    /* where `bucket` was written (file NULL: the default) */
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them); nstage_layers 0: none written, every stage gets L / pp */
   int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
@@ -107,7 +108,10 @@ typedef struct {
   double stage_cap;
   SrcLoc stage_layers_loc;
   SrcLoc loc;
-  SrcLoc opt_loc[PLAN_OPT_COUNT]; /* where each option of PlanOpt was written (file NULL: default or -D) */
+  /* where each option of PlanOpt, and each degree (dp pp cp tp, by RT_AX_*), was written: in the file,
+   * or by -D (file DIAG_CMDLINE, the definition's value); file NULL: the default */
+  SrcLoc opt_loc[PLAN_OPT_COUNT];
+  SrcLoc degree_loc[RT_AX_COUNT];
 } Plan;
 
 /* ---- training recipe --------------------------------------------------------- */
@@ -116,6 +120,12 @@ typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE } LrScheduleKind;
 typedef enum { PREC_F32, PREC_BF16 } Precision;
 /* A step whose gradients hold NaN / Inf: stop the run there, or skip its optimizer update. */
 typedef enum { NONFINITE_STOP, NONFINITE_SKIP } NonfiniteAction;
+
+/* The recipe's numbers that passes/optimizer.c checks (Recipe.num_loc): names in ir_recipe_num_names. */
+typedef enum {
+  RNUM_LR, RNUM_GRAD_CLIP, RNUM_WEIGHT_DECAY, RNUM_EPS, RNUM_MOMENTUM, RNUM_MIN_LR, RNUM_BETA1, RNUM_BETA2, RNUM_COUNT
+} RecipeNum;
+extern const char *const ir_recipe_num_names[RNUM_COUNT];
 
 /* Flat recipe keys that one optimizer or schedule reads (Recipe.flat_set). */
 typedef enum { RECIPE_BETA1, RECIPE_BETA2, RECIPE_EPS, RECIPE_MOMENTUM, RECIPE_MIN_LR, RECIPE_FLAT_COUNT } RecipeFlatKey;
@@ -131,7 +141,7 @@ typedef struct {
   double min_lr;
   double grad_clip;    /* 0: off */
   Precision precision; /* compute dtype */
-  SrcLoc precision_loc; /* where `precision` was written (file NULL: the default, or -D) */
+  SrcLoc precision_loc; /* where `precision` was written (file NULL: the default; DIAG_CMDLINE: -D) */
   int64_t steps;
   const char *data, *val; /* paths or globs */
   int64_t ckpt_every;
@@ -141,14 +151,18 @@ typedef struct {
   NonfiniteAction on_nonfinite; /* passes/optimizer.c gates the update; the trainer counts the skips */
   int64_t max_skips;   /* skip: consecutive skipped steps after which the run stops (default 5) */
   bool max_skips_set;  /* written (in the file or by -D) */
-  SrcLoc max_skips_loc; /* where (file NULL: by -D) */
+  SrcLoc max_skips_loc; /* where */
   SrcLoc loc;
-  SrcLoc batch_loc;    /* where `batch` was written (file NULL: not written, or -D) */
+  SrcLoc batch_loc;    /* where `batch` was written (file NULL: not written; DIAG_CMDLINE: by -D) */
+  SrcLoc micro_batch_loc; /* where `micro_batch` was written (file NULL: the default) */
   /* the flat keys beta1 beta2 eps (AdamW's), momentum (SGD's), min_lr (a decay's) written, in the
    * file or by -D (loc file NULL), and where; an optimizer's or schedule's call arguments go with
    * the call. passes/optimizer.c refuses one the recipe's optimizer or schedule does not read. */
   bool flat_set[RECIPE_FLAT_COUNT];
   SrcLoc flat_loc[RECIPE_FLAT_COUNT];
+  /* where each RecipeNum was last set: its key, a call's argument (`adamw(lr: ..)`) or a -D value
+   * (file NULL: the default); the optimizer's checks point there */
+  SrcLoc num_loc[RNUM_COUNT];
 } Recipe;
 
 /* ---- module --------------------------------------------------------------- */

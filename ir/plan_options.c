@@ -82,13 +82,8 @@ bool ir_plan_check_applied(const Plan *p) {
     char have[64];
     ir_plan_opt_format(p, (PlanOpt)o, have, sizeof have);
     const char *sp = strchr(rows[o].instead, ' ');
-    if (p->opt_loc[o].file)
-      error_at(p->opt_loc[o], "`%s`: %s is not implemented in shardc yet", have, rows[o].what);
-    else {
-      char *eq = strchr(have, ' ');
-      if (eq) *eq = '=';
-      error_plain("-D %s: %s is not implemented in shardc yet", have, rows[o].what);
-    }
+    /* (where it was written: in the file, or a -D's value, DIAG_CMDLINE) */
+    error_at(p->opt_loc[o], "`%s`: %s is not implemented in shardc yet", have, rows[o].what);
     note("write `%s` (or -D %.*s=%s) until it is; shardc refuses a plan option it would ignore", rows[o].instead,
          (int)(sp - rows[o].instead), rows[o].instead, sp + 1);
     ok = false;

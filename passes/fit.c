@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cost.h"
 #include "diag.h"
 #include "memplan.h"
 #include "plan_options.h"
@@ -146,6 +147,23 @@ bool fit_plan_fits(const Module *m, double *total, double *capacity) {
   if (capacity) *capacity = dev;
   if (!host_fits(m)) return false;
   return !p || dev <= 0 || !m->mesh || (double)p->total <= dev;
+}
+
+void fit_note_target(const Module *m) {
+  const Topology *t = &m->topo;
+  if (m->target != TARGET_CUDA || !m->has_topology || !t->cpu_only) return;
+  CostDevice dev; /* the cost model's figures, as it takes them */
+  cost_device_defaults(m, &dev);
+  bool gib = t->device_memory >= (1 << 30);
+  note_at(t->loc,
+          "topology `%s` has no GPU (`cpu x %d`): this --target cuda plan's fit check and cost model use its CPU's "
+          "figures (%.3g %s of memory and %.3g GFLOPS per rank); the trainer allocates on the GPU it finds at start and "
+          "checks the plan against that GPU's free memory there (SHARDRT_DEVICE=emu: host memory, or "
+          "SHARDRT_EMU_MEMORY)",
+          t->name, t->devices_per_node, t->device_memory / (gib ? 1 << 30 : 1 << 20), gib ? "GiB" : "MiB",
+          dev.peak_flops / 1e9);
+  note("to plan for a GPU, give its topology: --topology models/topo/h200-x1.topo (one H200), p4d-x1.topo (8 A100s), "
+       "... (models/topo/)");
 }
 
 bool fit_check(const Module *m, FitReplan replan, void *ctx) {

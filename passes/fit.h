@@ -25,4 +25,9 @@ bool fit_plan_fits(const Module *m, double *total, double *capacity);
  * total it plans to. Returns false when it reported that error. */
 bool fit_check(const Module *m, FitReplan replan, void *ctx);
 
+/* A --target cuda plan on a topology without a GPU (`cpu x N`): a note at the topology that the fit
+ * check and the cost model use its CPU's figures (memplan_capacity, cost_device_defaults), what the
+ * trainer checks at start instead, and a GPU topology to plan against. Nothing otherwise. */
+void fit_note_target(const Module *m);
+
 #endif

@@ -192,7 +192,12 @@ static void bucket_graph(Graph *g, int64_t bucket_bytes) {
 
 bool pass_grad_buckets(Module *m) {
   /* the gradients' group: dp (dp x cp), or cp alone at dp 1 */
-  if (!m->mesh || (m->mesh->dim[RT_AX_DP] <= 1 && m->mesh->dim[RT_AX_CP] <= 1)) return true;
+  if (!m->mesh || (m->mesh->dim[RT_AX_DP] <= 1 && m->mesh->dim[RT_AX_CP] <= 1)) {
+    if (m->mesh && m->plan.bucket_loc.file) /* (was kept without a word, as zero's and sp's were) */
+      note_at(m->plan.bucket_loc, "bucket %lld B: the plan has dp 1 and cp 1: no gradient all-reduce to bucket",
+              (long long)m->plan.bucket_bytes);
+    return true;
+  }
   Graph *g = m->graph;
   while (hoist_one(g)) {
   }

@@ -120,22 +120,23 @@ bool pass_optimizer(Module *m) {
     params[np] = n;
     grads[np++] = gr;
   }
+  /* each number's error at the place it was set (its key, a call's argument, a -D value), else the block */
+#define AT(k) (r.num_loc[k].file ? r.num_loc[k] : L)
   if (r.optimizer == OPT_ADAMW && (r.beta1 < 0 || r.beta1 >= 1 || r.beta2 < 0 || r.beta2 >= 1)) {
-    error_at(L, "adamw: betas must lie in [0, 1), got (%g, %g)", r.beta1, r.beta2);
+    error_at(r.beta1 < 0 || r.beta1 >= 1 ? AT(RNUM_BETA1) : AT(RNUM_BETA2), "adamw: betas must lie in [0, 1), got (%g, %g)",
+             r.beta1, r.beta2);
     return false;
   }
-  const struct {
-    const char *key;
-    double v;
-  } nonneg[] = {{"lr", r.lr},           {"grad_clip", r.grad_clip}, {"weight_decay", r.weight_decay},
-                {"eps", r.eps},         {"momentum", r.momentum},   {"min_lr", r.min_lr}};
-  for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
-    if (nonneg[i].v < 0) { /* which one, and its value: it may come from -D (L is the train block then) */
-      error_at(L, "train: `%s` must not be negative, got %g", nonneg[i].key, nonneg[i].v);
+  const double nonneg[RNUM_COUNT] = {[RNUM_LR] = r.lr,        [RNUM_GRAD_CLIP] = r.grad_clip,
+                                     [RNUM_WEIGHT_DECAY] = r.weight_decay, [RNUM_EPS] = r.eps,
+                                     [RNUM_MOMENTUM] = r.momentum, [RNUM_MIN_LR] = r.min_lr};
+  for (int i = 0; i < RNUM_BETA1; i++) /* (the betas: above) */
+    if (nonneg[i] < 0) {
+      error_at(AT(i), "train: `%s` must not be negative, got %g", ir_recipe_num_names[i], nonneg[i]);
       return false;
     }
   if (r.lr_schedule != LR_CONSTANT && r.min_lr > r.lr) {
-    error_at(r.flat_loc[RECIPE_MIN_LR].file ? r.flat_loc[RECIPE_MIN_LR] : L,
+    error_at(diag_blame((SrcLoc[]){r.num_loc[RNUM_MIN_LR], r.num_loc[RNUM_LR]}, 2, AT(RNUM_MIN_LR)),
              "train: `min_lr` %g is above `lr` %g: the %s schedule decays from lr to min_lr", r.min_lr, r.lr,
              r.lr_schedule == LR_LINEAR ? "linear" : "cosine");
     note("write a min_lr of at most lr (0 decays to zero)");
@@ -162,6 +163,7 @@ bool pass_optimizer(Module *m) {
     }
     return false;
   }
+#undef AT
   if (r.max_skips_set && r.on_nonfinite != NONFINITE_SKIP) {
     error_at(r.max_skips_loc.file ? r.max_skips_loc : L,
              "`max_skips` bounds the steps skipped by `on_nonfinite skip`, but this recipe stops at a non-finite "

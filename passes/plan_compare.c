@@ -28,7 +28,11 @@ bool plan_compare_parse(const char *spec, const char *input, CompareCol *cols, i
   for (int i = 0; i < nitems; i++) {
     char *eq = strchr(items[i], '=');
     if (!eq) {
-      if (nfile == COMPARE_MAX) break;
+      if (nfile == COMPARE_MAX) { /* (the rest were dropped without a word) */
+        error_plain("--compare: '%s': at most %d plans side by side (the command line's file and %d more)", items[i],
+                    COMPARE_MAX, COMPARE_MAX - 1);
+        return false;
+      }
       snprintf(file_store[nfile], sizeof file_store[0], "%.255s", items[i]);
       files[nfile] = file_store[nfile];
       nfile++;
@@ -39,6 +43,12 @@ bool plan_compare_parse(const char *spec, const char *input, CompareCol *cols, i
       return false;
     }
     snprintf(knob[nknob], COMPARE_KV_LEN, "%.*s", (int)(eq - items[i]), items[i]);
+    for (int k = 0; k < nknob; k++)
+      if (strcmp(knob[k], knob[nknob]) == 0) { /* (each variant took the last value without a word) */
+        error_plain("--compare: '%s' is given twice in '%s': list its values once (%s=V1,V2,...)", knob[nknob], spec,
+                    knob[nknob]);
+        return false;
+      }
     for (char *v = eq + 1; *v;) {
       size_t l = strcspn(v, ",");
       if (!l || nval[nknob] == COMPARE_MAX || strlen(knob[nknob]) + l + 2 > COMPARE_KV_LEN) {

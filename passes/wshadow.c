@@ -90,8 +90,7 @@ static void make_persistent(Graph *g, Node *c) {
 static bool refuse(const Module *m, const char *why) {
   SrcLoc at = m->plan.opt_loc[PLAN_OPT_WEIGHT_COPY];
   const char *v = m->plan.weight_copy == WCOPY_PERSISTENT ? "persistent" : "per_layer";
-  if (at.file) error_at(at, "`weight_copy %s`: %s", v, why);
-  else error_plain("-D weight_copy=%s: %s", v, why);
+  error_at(at, "`weight_copy %s`: %s", v, why); /* (in the file, or a -D's value: DIAG_CMDLINE) */
   note("leave `weight_copy` out (auto) to let shardc choose");
   return false;
 }

@@ -1,8 +1,12 @@
 /* runtime/base.c — the clock and rt_fatal (see base.h). */
 #include "base.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,7 +27,8 @@ _Noreturn void rt_fatal(int code, const char *fmt, ...) {
   va_end(ap);
   /* One write, so lines from several ranks do not interleave. */
   char line[1200];
-  int n = snprintf(line, sizeof line, "shardrt: rank %d: %s\n", rt_log_rank, msg);
+  int n = rt_log_rank >= 0 ? snprintf(line, sizeof line, "shardrt: rank %d: %s\n", rt_log_rank, msg)
+                            : snprintf(line, sizeof line, "shardrt: %s\n", msg); /* (no rank yet, or one process) */
   if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
   ssize_t w = write(STDERR_FILENO, line, (size_t)n);
   (void)w;
@@ -31,4 +36,39 @@ _Noreturn void rt_fatal(int code, const char *fmt, ...) {
   rt_fatal_hook = NULL; /* once, even if the hook itself fails */
   if (hook) hook();
   _exit(code);
+}
+
+uint64_t rt_env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  errno = 0;
+  bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X'); /* (base 0 read "010" as octal 8) */
+  unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
+  int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (sh) end++;
+  bool ok = !errno && end != v && !*end && *v != '-' && *v != '+' && x <= (UINT64_MAX >> sh);
+  uint64_t val = ok ? (uint64_t)x << sh : 0;
+  if (!ok || val < lo || val > hi)
+    rt_fatal(1, "%s='%s': expected a whole number from %llu to %llu (decimal or 0x hex; K, M, G: KiB, MiB, GiB)", name,
+             v, (unsigned long long)lo, (unsigned long long)hi);
+  return val;
+}
+
+double rt_env_num(const char *name, double dflt, double lo, double hi) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi)
+    rt_fatal(1, "%s='%s': expected a number from %g to %g", name, v, lo, hi);
+  return x;
+}
+
+bool rt_env_switch(const char *name, bool dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) return v[0] == '1';
+  rt_fatal(1, "%s='%s': expected 0 (off) or 1 (on)", name, v);
 }

@@ -5,15 +5,29 @@
 #ifndef SHARDRT_BASE_H
 #define SHARDRT_BASE_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 double rt_now(void); /* seconds, monotonic (CLOCK_MONOTONIC): one clock for the runtime */
 
 /* The rank that runtime error messages name (-1 before rt_boot_init, which sets it). */
 extern int rt_log_rank;
 
-/* Prints "shardrt: rank R: <message>" on stderr and ends the process with status code
+/* Prints "shardrt: rank R: <message>" ("shardrt: <message>" before a rank is known) on stderr and ends the process with status code
  * (without MPI_Finalize: the launcher then ends the other ranks). */
 _Noreturn void rt_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Called by rt_fatal before the process ends (the comm removes its shared-memory regions). */
 extern void (*rt_fatal_hook)(void);
+
+/* Settings from the environment, read strictly: a value that did not parse was taken as the
+ * default, or by its leading digits ("12abc" as 12, "-1" as 2^64 - 1, "no" as on), without a word.
+ * Unset or empty: dflt. Otherwise the whole value must parse, or the process ends (status 1) with an
+ * error naming the variable, its value and what it takes. */
+/* A whole number in [lo, hi]: decimal or 0x hex, with an optional K, M or G suffix (KiB, MiB, GiB). */
+uint64_t rt_env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi);
+/* A number in [lo, hi] (60, 0.5, 2e3). */
+double rt_env_num(const char *name, double dflt, double lo, double hi);
+/* A switch: 0 (off) or 1 (on). */
+bool rt_env_switch(const char *name, bool dflt);
 
 #endif

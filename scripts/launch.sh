@@ -27,6 +27,8 @@
 #       build/shardc, else shardc on PATH).
 #   --elastic M:TRAINER_M   runs TRAINER_M, a trainer built beforehand for M ranks, instead.
 # Without a launcher (--np 1 and --launcher ""), TRAINER runs as one process.
+# The launcher's own flags are checked before anything starts: --np a positive integer, --delay
+# seconds, --model and --shardc only with --elastic M (status 2 otherwise).
 set -uo pipefail
 np=1
 max=3
@@ -35,6 +37,7 @@ launcher="mpirun"
 elastic=""
 model=""
 shardc=${SHARDC:-}
+shardc_given=""
 usage_text() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -47,13 +50,21 @@ while [ $# -gt 0 ]; do
     --launcher) launcher=$2; shift 2 ;;
     --elastic) elastic=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
-    --shardc) shardc=$2; shift 2 ;;
+    --shardc) shardc=$2; shardc_given=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "launch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [ $# -ge 1 ] || { echo "usage: scripts/launch.sh [--np N] [--max-restarts K] [--delay S] [--launcher CMD] [--elastic M[:TRAINER_M]] [--model 'FILE.model [OPTIONS]'] [--shardc PATH] -- TRAINER [FLAGS...]" >&2; exit 2; }
 case $max in ''|*[!0-9]*) echo "launch.sh: --max-restarts '$max' is not a non-negative integer" >&2; exit 2 ;; esac
+# (a bad --np reached mpirun; a bad --delay failed only at the first restart's sleep)
+case $np in ''|*[!0-9]*|0|00*) echo "launch.sh: --np '$np' is not a positive integer" >&2; exit 2 ;; esac
+case $delay in ''|.|*[!0-9.]*|*.*.*) echo "launch.sh: --delay '$delay' is not a number of seconds (2, 0.5)" >&2; exit 2 ;; esac
+# --model and --shardc re-plan for --elastic M: without it they did nothing, without a word
+if [ -n "$model" ] && [ -z "$elastic" ]; then echo "launch.sh: --model is for --elastic M (a re-plan for M ranks): give --elastic M, or leave --model out" >&2; exit 2; fi
+if [ -n "$shardc_given" ] && { [ -z "$elastic" ] || [ "${elastic%%:*}" != "$elastic" ]; }; then
+  echo "launch.sh: --shardc re-plans for --elastic M (with --model): leave it out${elastic:+ with --elastic $elastic, whose trainer is built}" >&2; exit 2
+fi
 trainer=$1
 shift
 for a in "$@"; do

@@ -8,14 +8,6 @@
 
 #include "comm_internal.h"
 
-static double env_double(const char *name, double dflt) {
-  const char *s = getenv(name);
-  if (!s || !*s) return dflt;
-  char *end;
-  double v = strtod(s, &end);
-  return *end || v <= 0 ? dflt : v;
-}
-
 /* For the watchdog: the world ranks q waits for, from the algorithm that runs it. */
 static int req_waiting(const RtReq *q, int *peers, bool *first, int max) {
   if (q->g->backend) return 0;
@@ -30,17 +22,18 @@ RtComm *rt_comm_init(const RtBoot *boot, const RtCommOptions *opt) {
   c->world = boot->world;
   RtCommOptions o = {0};
   if (opt) o = *opt;
-  c->timeout_s = o.timeout_s > 0 ? o.timeout_s : env_double("SHARDRT_TIMEOUT", 60.0);
-  c->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : (size_t)env_double("SHARDRT_CHUNK_BYTES", 1 << 20);
+  /* (the environment's values, read strictly: runtime/base.h) */
+  c->timeout_s = o.timeout_s > 0 ? o.timeout_s : rt_env_num("SHARDRT_TIMEOUT", 60.0, 1e-3, 1e9);
+  c->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : (size_t)rt_env_u64("SHARDRT_CHUNK_BYTES", 1 << 20, 64, (uint64_t)1 << 40);
   c->chunk_bytes = (c->chunk_bytes + 63) & ~(size_t)63;
-  c->window = o.window > 0 ? o.window : (int)env_double("SHARDRT_WINDOW", 4);
+  c->window = o.window > 0 ? o.window : (int)rt_env_u64("SHARDRT_WINDOW", 4, 1, 1 << 20);
   rt_hier_init(c);
   /* Empty polls before yielding: with a core per local rank, spin long (a yield hands the
    * core to unrelated load for a time slice, which cost 2-5x on a busy machine); with more
    * local ranks than cores, yield soon (a peer that is not scheduled cannot send). */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int local = boot->local_world > 0 ? boot->local_world : 1;
-  c->spin = (int)env_double("SHARDRT_SPIN", ncpu > 0 && local <= ncpu ? 20000 : 100);
+  c->spin = (int)rt_env_u64("SHARDRT_SPIN", ncpu > 0 && local <= ncpu ? 20000 : 100, 1, 1 << 30);
   if (pthread_mutex_init(&c->lock, NULL) != 0) rt_fatal(RT_EXIT_COMM, "pthread_mutex_init failed");
 
   c->peers = calloc((size_t)c->world, sizeof *c->peers);

@@ -449,16 +449,11 @@ static volatile uint64_t probe_word = 0x5348415244525421ull; /* "SHARDRT!" */
 uint64_t rt_direct_probe_addr(void) { return (uint64_t)(uintptr_t)&probe_word; }
 
 void rt_direct_init(RtComm *c) {
-  const char *e = getenv("SHARDRT_DIRECT");
-  bool want = !(e && strcmp(e, "0") == 0);
-  const char *m = getenv("SHARDRT_DIRECT_MIN");
-  c->direct_min = m && *m ? (size_t)strtoull(m, NULL, 0) : (size_t)64 << 10;
-  const char *ch = getenv("SHARDRT_DIRECT_CHUNK");
-  c->direct_chunk = ch && *ch ? (size_t)strtoull(ch, NULL, 0) : (size_t)256 << 10;
+  bool want = rt_env_switch("SHARDRT_DIRECT", true); /* (read strictly: runtime/base.h) */
+  c->direct_min = (size_t)rt_env_u64("SHARDRT_DIRECT_MIN", (size_t)64 << 10, 0, SIZE_MAX);
+  c->direct_chunk = (size_t)rt_env_u64("SHARDRT_DIRECT_CHUNK", (size_t)256 << 10, 1, (uint64_t)1 << 40);
   c->direct_chunk = (c->direct_chunk + 63) & ~(size_t)63;
-  if (c->direct_chunk < 64) c->direct_chunk = 64;
-  const char *pu = getenv("SHARDRT_DIRECT_PUSH");
-  c->direct_push = !(pu && strcmp(pu, "0") == 0);
+  c->direct_push = rt_env_switch("SHARDRT_DIRECT_PUSH", true);
   /* Every local peer's probe word must read back; every rank must agree. */
   int ok = want;
   for (int r = 0; ok && r < c->world; r++) {

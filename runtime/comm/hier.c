@@ -60,14 +60,11 @@ struct RtHier {
   bool waiting;       /* the part of `stage` waits for its turn to start (node2_g) */
 };
 
-static size_t env_size(const char *name, size_t dflt) {
-  const char *s = getenv(name);
-  return s && *s ? (size_t)strtoull(s, NULL, 0) : dflt;
-}
+/* A size from the environment, strictly (runtime/base.h); 0 is a value (it turns a path off). */
+static size_t env_size(const char *name, size_t dflt) { return (size_t)rt_env_u64(name, dflt, 0, SIZE_MAX); }
 
 void rt_hier_init(RtComm *c) {
-  const char *hier = getenv("SHARDRT_HIER");
-  c->hier = !(hier && strcmp(hier, "0") == 0);
+  c->hier = rt_env_switch("SHARDRT_HIER", true);
   /* (defaults from two simulated nodes on 2 cores, docs/performance.md: from 4 MiB the ring over
    * every member reduce-scattered faster, from 16 MiB it all-gathered faster; rt_comm_autotune
    * measures them where every rank has its core) */
@@ -78,8 +75,8 @@ void rt_hier_init(RtComm *c) {
   size_t rail = env_size("SHARDRT_RAIL_MIN", (size_t)64 << 10);
   c->rail_min[H_AR] = env_size("SHARDRT_RAIL_AR_MIN", rail);
   c->rail_min[H_RS] = env_size("SHARDRT_RAIL_RS_MIN", rail);
-  c->rail_min[H_AG] = env_size("SHARDRT_RAIL_AG_MIN", getenv("SHARDRT_RAIL_MIN") ? rail : (size_t)1 << 20);
-  /* (0 turns it off: a plain strtoull, not a "positive or default" reader) */
+  c->rail_min[H_AG] = env_size("SHARDRT_RAIL_AG_MIN", getenv("SHARDRT_RAIL_MIN") && *getenv("SHARDRT_RAIL_MIN") ? rail : (size_t)1 << 20);
+  /* (0 turns it off) */
   c->gather_max = env_size("SHARDRT_GATHER_MAX", 16384);
 }
 

@@ -117,30 +117,24 @@ static RtMboxDst *mb_dst(char *m, uint64_t k) { return (RtMboxDst *)(m + 128 + 6
 /* ---- start-up -------------------------------------------------------------------- */
 
 void rt_mbox_init(RtComm *c) {
-  const char *e = getenv("SHARDRT_MBOX");
-  bool want = !(e && strcmp(e, "0") == 0);
-  const char *cap = getenv("SHARDRT_MBOX_BYTES");
-  c->mbox_cap = cap && *cap ? (size_t)strtoull(cap, NULL, 0) : (size_t)4 << 20;
+  /* (the environment's values, read strictly: runtime/base.h) */
+  bool want = rt_env_switch("SHARDRT_MBOX", true);
+  c->mbox_cap = (size_t)rt_env_u64("SHARDRT_MBOX_BYTES", (size_t)4 << 20, 64, (uint64_t)1 << 40);
   c->mbox_cap = (c->mbox_cap + 63) & ~(size_t)63;
-  const char *mx = getenv("SHARDRT_MBOX_MAX");
-  c->mbox_max = mx && *mx ? (size_t)strtoull(mx, NULL, 0) : (size_t)64 << 10;
+  c->mbox_max = (size_t)rt_env_u64("SHARDRT_MBOX_MAX", (size_t)64 << 10, 0, SIZE_MAX);
   if (c->mbox_max > c->mbox_cap) c->mbox_max = c->mbox_cap;
-  const char *st = getenv("SHARDRT_MBOX_STREAM");
-  c->mbox_stream = !(st && strcmp(st, "0") == 0);
-  const char *sc = getenv("SHARDRT_STREAM_CHUNK"), *sr = getenv("SHARDRT_STREAM_RING"), *sm = getenv("SHARDRT_STREAM_MIN");
+  c->mbox_stream = rt_env_switch("SHARDRT_MBOX_STREAM", true);
   /* (chunks off by default: under time-sharing they were 0.4-0.6x of pushing at 1-4 MiB in some
    * runs, 1.2x in others; docs/performance.md) */
-  c->stream_min = sm && *sm ? (size_t)strtoull(sm, NULL, 0) : (size_t)8 << 20;
-  const char *sx = getenv("SHARDRT_STREAM_MAX");
-  c->stream_max = sx && *sx ? (size_t)strtoull(sx, NULL, 0) : (size_t)8 << 20;
-  const char *ag = getenv("SHARDRT_MBOX_AG_MAX");
+  c->stream_min = (size_t)rt_env_u64("SHARDRT_STREAM_MIN", (size_t)8 << 20, 0, SIZE_MAX);
+  c->stream_max = (size_t)rt_env_u64("SHARDRT_STREAM_MAX", (size_t)8 << 20, 0, SIZE_MAX);
   /* (more local ranks than cores: pushing waits on each peer in turn, which is worse than the single
    * round when they time-share: 64 KiB at 4 ranks on 2 cores 28 us against 11) */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   bool crowded = ncpu > 0 && c->boot.local_world > ncpu;
-  c->mbox_ag_max = ag && *ag ? (size_t)strtoull(ag, NULL, 0) : crowded ? SIZE_MAX : (size_t)32 << 10;
-  rt_comm_tune(c, "stream_chunk", sc && *sc ? (size_t)strtoull(sc, NULL, 0) : (size_t)128 << 10);
-  rt_comm_tune(c, "stream_ring", sr && *sr ? (size_t)strtoull(sr, NULL, 0) : c->mbox_cap);
+  c->mbox_ag_max = (size_t)rt_env_u64("SHARDRT_MBOX_AG_MAX", crowded ? SIZE_MAX : (size_t)32 << 10, 0, SIZE_MAX);
+  rt_comm_tune(c, "stream_chunk", (size_t)rt_env_u64("SHARDRT_STREAM_CHUNK", (size_t)128 << 10, 0, SIZE_MAX));
+  rt_comm_tune(c, "stream_ring", (size_t)rt_env_u64("SHARDRT_STREAM_RING", c->mbox_cap, 0, SIZE_MAX));
   RtRegion mine = {.fd = -1};
   if (want) {
     c->mbox_dir = rt_shmem_region(c, sizeof(struct RtMboxDir), &mine);

@@ -28,8 +28,7 @@
 #include "comm_internal.h"
 
 void rt_shmem_init(RtComm *c) {
-  const char *e = getenv("SHARDRT_SHMEM");
-  c->shmem_ok = !(e && strcmp(e, "0") == 0);
+  c->shmem_ok = rt_env_switch("SHARDRT_SHMEM", true);
   c->next_region = 1;
 }
 

@@ -22,8 +22,7 @@
 #include "comm_internal.h"
 
 static bool show_tune(void) {
-  const char *show = getenv("SHARDRT_TUNE_SHOW");
-  return show && *show && strcmp(show, "0") != 0;
+  return rt_env_switch("SHARDRT_TUNE_SHOW", false);
 }
 
 #define TUNE_SIZES 5     /* 4 KiB .. 1 MiB */
@@ -135,8 +134,7 @@ size_t rt_comm_autotune(RtComm *c, bool mapped) {
   /* more local ranks than cores: a collective's time is the scheduler's, nothing to learn
    * (SHARDRT_TUNE_FORCE=1 measures anyway: for tests) */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  const char *force = getenv("SHARDRT_TUNE_FORCE");
-  if (ncpu > 0 && c->boot.local_world > ncpu && !(force && strcmp(force, "1") == 0)) return c->mbox_max;
+  if (ncpu > 0 && c->boot.local_world > ncpu && !rt_env_switch("SHARDRT_TUNE_FORCE", false)) return c->mbox_max;
   for (int r = 0; r < c->world; r++)
     if (strcmp(c->peers[r].node, c->peers[c->rank].node) != 0) {
       tune_nodes(c);

@@ -199,14 +199,14 @@ static int tune(RtCtx *ctx, RtCuDev *d, AttnTune *t, const char *key, int ncand,
   }
   int best = -1;
   if (good) {
-    const char *v = getenv("SHARDRT_ATTN_AUTOTUNE_LOG");
+    bool show = rt_env_switch("SHARDRT_ATTN_AUTOTUNE_LOG", false); /* (read strictly: runtime/base.h) */
     char log[300];
     snprintf(log, sizeof log, "attn autotune: %s", key);
     double t0 = rt_cu_tune_clock(), first_t, best_t;
     memset(ok, 1, (size_t)ncand);
     Trial tr = {d, cand, pre, gy, gz, pre_gy, targs, ok};
     check(ctx, t, &tr, key, ncand, addr, bytes, nout, outs, ok);
-    best = rt_cu_tune_fastest(ncand, trial_time, &tr, v && *v && strcmp(v, "0") ? log : NULL, &first_t, &best_t,
+    best = rt_cu_tune_fastest(ncand, trial_time, &tr, show ? log : NULL, &first_t, &best_t,
                               &st.timed);
     st.tuned++;
     st.moved += best != 0;

@@ -408,9 +408,8 @@ int rt_cu_open_cuda(const RtProgram *p, RtCtx *ctx, int64_t bytes, char **mem, R
   c->gemm = rt_cu_gemm_new(c->stream, ctx->rank, ctx->world);
   /* one rank: the step as a CUDA graph (SHARDRT_CUDA_GRAPHS=0 turns it off; several ranks interleave
    * the step with host collectives and checks, which a graph cannot hold) */
-  const char *gr = getenv("SHARDRT_CUDA_GRAPHS");
   /* (a program with an optimizer step on the host, plan offload, is not one graph either) */
-  c->graphs = ctx->world == 1 && p->host_bytes == 0 && !(gr && !strcmp(gr, "0"));
+  c->graphs = ctx->world == 1 && p->host_bytes == 0 && rt_env_switch("SHARDRT_CUDA_GRAPHS", true);
   *mem = c->base;
   dev->ops = &cuda_ops;
   dev->be = c;

@@ -112,9 +112,8 @@ int rt_cu_tune_fastest(int ncand, RtCuTuneTime time, void *arg, const char *log,
 
 int rt_cu_tune_pick(int ncand, RtCuTuneTime time, void *arg, const RtCuGemmKey *key) {
   double t0 = rt_cu_tune_clock(), best_t = -1, first_t = -1;
-  const char *v = getenv("SHARDRT_GEMM_AUTOTUNE_LOG");
   char desc[280] = "gemm autotune: ";
-  if (v && *v && strcmp(v, "0") != 0) rt_cu_gemm_key_str(key, desc + strlen(desc), sizeof desc - strlen(desc));
+  if (rt_env_switch("SHARDRT_GEMM_AUTOTUNE_LOG", false)) rt_cu_gemm_key_str(key, desc + strlen(desc), sizeof desc - strlen(desc));
   else desc[0] = 0;
   int best = rt_cu_tune_fastest(ncand, time, arg, desc[0] ? desc : NULL, &first_t, &best_t, &st.timed);
   st.shapes++;

@@ -180,8 +180,7 @@ void rt_cu_put(RtCtx *ctx, void *dst, const void *host_src, int64_t bytes) {
 static int offload_sync(void) {
   static int v = -1;
   if (v < 0) {
-    const char *e = getenv("SHARDRT_OFFLOAD_SYNC");
-    v = e && *e && strcmp(e, "0") != 0;
+    v = rt_env_switch("SHARDRT_OFFLOAD_SYNC", false);
   }
   return v;
 }
@@ -237,7 +236,7 @@ void rt_cu_cuda_launch(void *be, int k, const unsigned grid[3], const unsigned b
                 "failed: %s (%s)",
              k, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, cudaGetErrorName(rc),
              cudaGetErrorString(rc));
-  if (getenv("SHARDRT_CUDA_SYNC")) { /* debugging: find the kernel that faults */
+  if (rt_env_switch("SHARDRT_CUDA_SYNC", false)) { /* debugging: find the kernel that faults (=0 turned it on) */
     rc = cudaStreamSynchronize(c->stream);
     if (rc != cudaSuccess) rt_fatal(1, "CUDA: kernel k%d failed: %s (%s)", k, cudaGetErrorName(rc), cudaGetErrorString(rc));
   }

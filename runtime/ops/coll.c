@@ -174,8 +174,7 @@ static void print_stats(void) {
 
 /* SHARDRT_COLL_STATS=1 (coll.h): print runs at exit. */
 static void stats_at_exit(void (*print)(void)) {
-  const char *st = getenv("SHARDRT_COLL_STATS");
-  if (st && strcmp(st, "1") == 0 && atexit(print) != 0) {
+  if (rt_env_switch("SHARDRT_COLL_STATS", false) && atexit(print) != 0) {
     fprintf(stderr, "shardrt: atexit failed\n");
     exit(1);
   }

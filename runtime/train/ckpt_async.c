@@ -96,8 +96,7 @@ static void start(RtRun *r, const RtProgram *p, char *snapshot, RtShardSave *sha
 }
 
 int rt_ckpt_sync(void) {
-  const char *e = getenv("SHARDRT_CKPT_SYNC");
-  return e && !strcmp(e, "1");
+  return rt_env_switch("SHARDRT_CKPT_SYNC", false);
 }
 
 void rt_run_save_async(RtRun *r, const RtProgram *p, char *snapshot) { start(r, p, snapshot, NULL); }

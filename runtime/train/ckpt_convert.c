@@ -525,14 +525,20 @@ int rt_ckpt_tool(int argc, char **argv) {
     fprintf(stderr, "error: shardc ckpt: unknown command '%s'\n", argv[0]);
     return tool_usage(stderr);
   }
-  const char *pos[2] = {NULL, NULL}, *format = "single";
+  const char *pos[2] = {NULL, NULL}, *format = "single", *given = NULL;
   int np = 0;
   for (int i = 1; i < argc; i++) {
+    const char *f = NULL;
     if (!strcmp(argv[i], "--format")) {
       if (i + 1 >= argc) rt_user_error("shardc ckpt convert: --format needs single or sharded");
-      format = argv[++i];
+      f = argv[++i];
     } else if (!strncmp(argv[i], "--format=", 9)) {
-      format = argv[i] + 9;
+      f = argv[i] + 9;
+    }
+    if (f) { /* (a second one replaced the first without a word) */
+      if (given && strcmp(given, f) != 0)
+        rt_user_error("shardc ckpt convert: --format given twice ('%s', then '%s'); give it once", given, f);
+      format = given = f;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       rt_user_error("shardc ckpt convert: unknown option '%s'", argv[i]);
     } else if (np < 2) {

@@ -309,8 +309,7 @@ static void write_index(const RtShardSave *j, const char *meta) {
 
 /* Rank 0: every rank's file is in tmp (SHARDRT_CKPT_WAIT seconds at most, default 600). */
 static void wait_for_ranks(const RtShardSave *j) {
-  const char *env = getenv("SHARDRT_CKPT_WAIT");
-  double limit = env && atof(env) > 0 ? atof(env) : 600, t0 = rt_now();
+  double limit = rt_env_num("SHARDRT_CKPT_WAIT", 600, 1e-3, 1e9), t0 = rt_now();
   for (int r = 0; r < j->world; r++) {
     char *file = rank_file(r), *path = rt_xprintf("%s/%s", j->tmp, file);
     struct stat sb;

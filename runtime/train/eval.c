@@ -8,12 +8,16 @@
 #include "../rng.h"
 #include "run.h"
 
+int64_t rt_run_val_held(const RtRun *r) {
+  int64_t nb = (r->val.nwin + r->gbatch - 1) / r->gbatch;
+  return nb < 1 ? 1 : nb;
+}
+
 double rt_run_evaluate(RtRun *r) {
   const RtProgram *p = r->p;
   int64_t per = r->gbatch;
-  int64_t nb = (r->val.nwin + per - 1) / per;
-  if (nb > r->o.val_batches) nb = r->o.val_batches;
-  if (nb < 1) nb = 1;
+  int64_t nb = rt_run_val_held(r);
+  if (nb > r->o.val_batches) nb = r->o.val_batches; /* (log.c says so when --val-batches asked for more) */
   double sum = 0;
   int64_t saved = r->ctx.step;
   r->ctx.step = 0;

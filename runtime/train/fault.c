@@ -31,8 +31,9 @@ static void parse(RtRun *r) {
   if (!v || !*v) return;
   char name[256];
   long long step;
-  int rank = -1, n = 0;
-  if (sscanf(v, "%lld:%255[^:]%n", &step, name, &n) < 2 || step < 1 || (v[n] && sscanf(v + n, ":%d", &rank) != 1))
+  int rank = -1, n = 0, m = 0;
+  if (sscanf(v, "%lld:%255[^:]%n", &step, name, &n) < 2 || step < 1 ||
+      (v[n] && (sscanf(v + n, ":%d%n", &rank, &m) != 1 || v[n + m])) || rank < -1) /* ("3:wte:1abc" read rank 1) */
     rt_user_error("SHARDRT_FAULT_NAN='%s': expected STEP:TENSOR[:RANK]", v);
   const RtTensor *t = rt_find_tensor(r->p, name);
   if (!t || t->kind != RT_T_PARAM || t->dtype != RT_F32 || rt_tensor_numel(t) < 1)

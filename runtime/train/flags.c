@@ -123,7 +123,8 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "newest, or start fresh when it has none (restarts)"},
       {"log", 0, &o->log, NULL, "FILE.jsonl", "one JSON object per step (and per validation)"},
       {"eval-every", 1, &o->eval_every, NULL, "N", "validation loss every N steps (0: only at the end)"},
-      {"val-batches", 4, &o->val_batches, NULL, "N", "batches per validation (default 20)"},
+      {"val-batches", 4, &o->val_batches, &o->val_batches_set, "N",
+       "batches per validation (default 20; at most the validation data's)"},
       {"sample", 1, &o->sample, NULL, "N", "generate N tokens after training"},
       {"temperature", 3, &o->temperature, &o->temperature_set, "X", "sampling temperature; 0: greedy (default 0.8)"},
       {"prompt", 0, &o->prompt, NULL, "TEXT", "sampling prompt (byte-level models; default: the data's start)"},
@@ -147,6 +148,7 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
        "writes whole tensors (logical; one process: always)"},
   };
   int nflags = (int)(sizeof flags / sizeof flags[0]);
+  const char *given[sizeof flags / sizeof flags[0]] = {0}; /* each flag's value as given, for a second one */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -179,6 +181,15 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
       v = argv[++i];
     }
     parse_value(fl, v);
+    size_t ol = strlen(o->others); /* the flags besides --compile-kernels, which then do nothing */
+    if (strcmp(fl->name, "compile-kernels") != 0 && !given[fl - flags] && ol + strlen(fl->name) + 5 < sizeof o->others)
+      snprintf(o->others + ol, sizeof o->others - ol, "%s--%s", ol ? ", " : "", fl->name);
+    const char **prev = &given[fl - flags]; /* the last wins (a script's shared flags, then its own): said */
+    size_t tl = strlen(o->twice); /* (printed by rank 0: log.c) */
+    if (*prev && strcmp(*prev, v) != 0 && tl < sizeof o->twice)
+      snprintf(o->twice + tl, sizeof o->twice - tl, "warning: --%s given twice ('%.64s', then '%.64s'): the last is used\n",
+               fl->name, *prev, v);
+    *prev = v;
   }
   if (o->data_set && !o->val_set) o->val = NULL; /* the recipe's val goes with the recipe's data */
   if (o->save_to && !*o->save_to) o->save_to = NULL; /* --save-to '': no checkpoints (not even the recipe's) */
@@ -186,6 +197,9 @@ int rt_opts_parse(int argc, char **argv, const RtProgram *p, RtOpts *o) {
    * conversion (--resume CK --stop-at ITS_STEP --save-to OUT), needs no corpus */
   if (o->data && !*o->data) o->data = NULL;
   if (o->val && !*o->val) o->val = NULL;
+  if (o->prompt && !*o->prompt && o->sample > 0) /* (sampled the logits before the window: no position to read) */
+    rt_user_error("--prompt '': sampling continues a prompt of at least one byte; leave --prompt out to start from the "
+                  "data");
   if (o->prompt && o->sample > 0 && !p->byte_level) /* (was: sampled from the data's start, the prompt unread) */
     rt_user_error("--prompt: a prompt is read as bytes, which this model's tokens are not (vocabulary %lld); leave it "
                   "out to sample from the data's start",

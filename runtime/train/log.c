@@ -97,6 +97,7 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
   }
 
   /* flags that do nothing in this run: a warning (a script's shared flag set may say so), not silence */
+  if (r->ctx.rank == 0) fputs(o->twice, stderr); /* and a flag given twice: the first value is not used */
   if (r->ctx.rank == 0 && o->ckpt_every_set && o->ckpt_every > 0 && !o->save_to)
     fprintf(stderr, "warning: --ckpt-every %lld writes nothing: no checkpoint directory (the recipe names none, or "
                     "--save-to '' turned it off)\n",
@@ -112,6 +113,20 @@ void rt_log_init(RtRun *r, const RtLoop *loop) {
   if (!r->multi && o->ckpt_format && !strcmp(o->ckpt_format, "sharded"))
     fprintf(stderr, "warning: --ckpt-format sharded: one process writes whole tensors (the logical format, which "
                     "any layout resumes)\n");
+  if (r->ctx.rank == 0 && !r->has_val && (o->val_batches_set || o->eval_every))
+    fprintf(stderr, "warning: %s %lld validates nothing: this run has no validation data (%s)\n",
+            o->eval_every ? "--eval-every" : "--val-batches", (long long)(o->eval_every ? o->eval_every : o->val_batches),
+            p->eval ? "no --val, and --data held none out" : "the program has no eval function");
+  if (r->ctx.rank == 0 && r->has_val && o->val_batches_set && rt_run_val_held(r) < o->val_batches) /* (was silent) */
+    fprintf(stderr, "note: --val-batches %lld: the validation data holds %lld batch%s of %lld sequences (%lld sequences); "
+                    "each validation reads %s\n",
+            (long long)o->val_batches, (long long)rt_run_val_held(r), rt_run_val_held(r) == 1 ? "" : "es",
+            (long long)gbatch, (long long)r->val.nwin, rt_run_val_held(r) == 1 ? "that one" : "those");
+  const char *sel = getenv("SHARDRT_DEVICE"); /* read by a GPU trainer's device only */
+  if (r->ctx.rank == 0 && !p->device && sel && *sel)
+    fprintf(stderr, "warning: SHARDRT_DEVICE=%s selects a GPU trainer's device; this trainer runs on the CPU (built "
+                    "without --target cuda)\n",
+            sel);
   if (r->ctx.rank == 0 && o->dump_to && !o->dump_steps)
     fprintf(stderr, "warning: --dump-to %s writes nothing: --dump-steps N dumps the first N steps' tensors there\n",
             o->dump_to);

@@ -399,6 +399,9 @@ int rt_train_main(int argc, char **argv, const RtProgram *p) {
     if (!p->device || !p->device->compile)
       rt_user_error("--compile-kernels %s: this trainer runs on the CPU: it has no GPU kernels to compile",
                     o->compile_kernels);
+    if (*o->others) /* (they were dropped without a word) */
+      fprintf(stderr, "warning: --compile-kernels compiles the kernels and exits: %s do%s nothing\n", o->others,
+              strchr(o->others, ',') ? "" : "es");
     return p->device->compile(p, o->compile_kernels) ? 1 : 0;
   }
 

@@ -37,7 +37,8 @@ typedef struct {
   int stop_at_set;         /* --stop-at given (0: no step, as --steps 0) */
   int64_t batch;           /* global batch, sequences (0: compiled) */
   int64_t eval_every;      /* steps (0: only at the end) */
-  int64_t val_batches;     /* batches per validation */
+  int64_t val_batches;     /* batches per validation (at most the validation data's: rt_run_val_held) */
+  int val_batches_set;     /* --val-batches given */
   int64_t sample;          /* tokens to generate */
   int64_t ckpt_every;      /* steps (0: only at the end) */
   int64_t keep;            /* checkpoints kept (0: all) */
@@ -56,6 +57,8 @@ typedef struct {
   const char *on_nonfinite; /* --on-nonfinite: "stop" or "skip" (default: the recipe's) */
   int skip;                /* 1: a step with non-finite gradients is skipped (flags.c decides it) */
   int64_t max_skips;       /* --max-skips: consecutive skipped steps after which the run stops */
+  char twice[1024];        /* the warnings of flags given twice with two values (rank 0 prints them) */
+  char others[512];        /* the flags given besides --compile-kernels ("--steps, --data"), for its warning */
 } RtOpts;
 
 typedef struct RtCkptWriter RtCkptWriter;
@@ -189,6 +192,9 @@ void rt_run_load(RtRun *r, const char *path, int full, RtTrainState *st);
 void rt_run_dump(RtRun *r, const char *path);
 
 /* ---- eval.c ---- */
+/* The batches of the validation data (global batch each, the last one completed from its start, at
+ * least 1): a validation reads min(this, --val-batches). */
+int64_t rt_run_val_held(const RtRun *r);
 /* The mean validation loss over --val-batches batches (every rank takes part). */
 double rt_run_evaluate(RtRun *r);
 /* --sample: generates o.sample tokens; rank 0 prints them. */

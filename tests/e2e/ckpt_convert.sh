@@ -87,6 +87,7 @@ bad already "already a single file" "$shardc" ckpt convert "$single" "$t/out"
 bad already-sharded "already a sharded checkpoint" "$shardc" ckpt convert "$t/sh" "$t/out" --format sharded
 bad format "--format 'hf' is neither single nor sharded" "$shardc" ckpt convert "$t/sh" "$t/out" --format hf
 bad option "unknown option '--fast'" "$shardc" ckpt convert "$t/sh" "$t/out" --fast
+bad format-twice "--format given twice \('sharded', then 'single'\); give it once" "$shardc" ckpt convert "$t/sh" "$t/out" --format sharded --format=single
 bad nothing "holds no checkpoint|cannot open" "$shardc" ckpt convert "$t/nothing" "$t/out"
 # every truncation of index.json at a stride, and byte flips at a stride of positions: an error
 # (status 1) or, where the damage left a valid checkpoint, a conversion; never a signal

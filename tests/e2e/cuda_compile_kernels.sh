@@ -38,6 +38,10 @@ big=$(stat -c %s "${cubins[0]}")
 compile again "$t/tc" --compile-kernels sm_90a || { cat "$t/again.err"; fail "second --compile-kernels"; }
 grep -q "already in the cache" "$t/again.out" || { cat "$t/again.out"; fail "the second compile did not hit the cache"; }
 [ "$(files '*' | wc -l)" -eq 1 ] || fail "the second compile wrote a file"
+# the other flags of a run do nothing here: said (they were dropped without a word)
+compile others "$t/tc" --steps 3 --compile-kernels sm_90a --data nowhere.bin || { cat "$t/others.err"; fail "--compile-kernels with --steps"; }
+grep -q "^warning: --compile-kernels compiles the kernels and exits: --steps, --data do nothing$" "$t/others.err" ||
+  { cat "$t/others.err"; fail "no warning for the flags --compile-kernels drops"; }
 
 compile notune env SHARDRT_ATTN_AUTOTUNE=0 "$t/tc" --compile-kernels sm_90a || { cat "$t/notune.err"; fail "without candidates"; }
 grep -qE "^kernels: [0-9]+ for sm_90a, .* compiled by NVRTC" "$t/notune.out" || { cat "$t/notune.out"; fail "no-candidates line"; }

@@ -92,6 +92,14 @@ echo "elastic re-plan for 4 ranks: $(grep -o 'Compiled for 4 rank.*' "$t/F.out")
 rc=0
 bash scripts/launch.sh --np 2 --elastic 1 -- "$t/dp2" --save-to "$t/T" >"$t/T.out" 2>&1 || rc=$?
 [ $rc = 2 ] && grep -q "give --model" "$t/T.out" || { cat "$t/T.out"; fail "--elastic M without --model (status $rc)"; }
+# the launcher's own flags: checked before anything starts (a bad --np reached mpirun, a bad --delay
+# failed at the first restart's sleep, --model / --shardc without --elastic M did nothing)
+for c in "--np abc|--np 'abc' is not a positive integer" "--delay 1s|--delay '1s' is not a number of seconds" \
+  "--model m.model|--model is for --elastic M" "--shardc $shardc|--shardc re-plans for --elastic M"; do
+  rc=0
+  bash scripts/launch.sh ${c%%|*} -- "$t/dp2" --save-to "$t/T" >"$t/T.out" 2>&1 || rc=$?
+  [ $rc = 2 ] && grep -qF -- "launch.sh: ${c#*|}" "$t/T.out" || { cat "$t/T.out"; fail "launch.sh ${c%%|*} (status $rc)"; }
+done
 rc=0
 EXPECT_RC=1 killed H --elastic "1:$t/half"
 grep -q "was written with batch 8 x 32 tokens, this run has 4 x 32" "$t/H.out" && grep -q "not restarting" "$t/H.out" ||

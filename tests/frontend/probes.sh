@@ -115,7 +115,8 @@ expect min_lr_constant 1 'minlr.model:32:3: error: `min_lr` is where a linear or
 sed 's/^  dp auto$/  dp auto\n  schedule zb/' "$tiny" >"$tmp/sched.model"
 expect sched_pp1 0 'sched.model:24:3: note: schedule zb: the plan has one pipeline stage (pp 1): no pipeline to schedule' 2000 -- plan "$tmp/sched.model" -I "$(dirname "$tiny")" --world 1
 expect sp_tp1 0 'note: sp on: sequence parallelism splits the sequence over tp, and the plan has tp 1' 2000 -- plan "$tiny" --world 1 -D sp=on
-expect cp_mode_cp1 0 'shardc: note: cp_mode all2all: the plan has cp 1: no context parallelism to run' 2000 -- plan "$tiny" --world 2 -D tp=2 -D cp_mode=all2all
+expect cp_mode_cp1 0 '<command line>:2:9: note: cp_mode all2all: the plan has cp 1: no context parallelism to run' 2000 -- plan "$tiny" --world 2 -D tp=2 -D cp_mode=all2all
+expect bucket_dp1 0 '<command line>:1:8: note: bucket 1000000 B: the plan has dp 1 and cp 1: no gradient all-reduce to bucket' 2000 -- plan "$tiny" --world 1 -D bucket=1MB
 # 14. shardc options kept without a word: --top / --confirm / --budget / --compile-limit without
 #     --search, "3abc" read as 3 seconds, --cpu-kernels c with --target cuda, -v with nothing compiled,
 #     a 16th -I dropped.
@@ -131,4 +132,35 @@ expect zero1_sgd 0 'note: zero 1: sgd without momentum keeps no optimizer state,
 expect bucket_range 1 'error: `bucket` must be between 1 B and 1000 TB' 2000 -- plan "$tiny" --world 1 -D bucket=2000TB
 # 17. build --search -o T printed the ranking and built nothing, exit 0.
 expect search_build 1 'error: --search ranks the plans and builds none: add --pick to build the fastest, or leave out -o' 2000 -- build "$tiny" --search -o "$tmp/never"
+# 18. A -D value that a check after parsing refuses was reported at the model's block
+#     (tiny.model:22:1, `parallel {`): the definition is quoted, the caret under its value; an error
+#     in the model's files that a -D may have caused ends with a note naming the definitions.
+expect define_loc 1 '<command line>:1:4: error: tp 3 x pp 1 x cp 1 = 3 ranks per replica does not divide the topology of 2 ranks' 2000 -- plan "$tiny" -D tp=3
+expect define_quote 1 '^    1 | tp=3$' 2000 -- plan "$tiny" -D tp=3
+expect define_caret 1 '^      |    \^$' 2000 -- plan "$tiny" -D tp=3
+expect define_const_note 1 'shardc: note: the model was compiled with -D heads=3 -D zero=1 (the command line' 2000 -- plan "$tiny" -D heads=3 -D zero=1
+# 19. -D given twice with two values: the second replaced the first without a word (the last
+#     still wins: a script's shared definitions, then its own).
+expect define_twice 0 'shardc: note: -D tp=1 replaces the earlier -D tp=2' 2000 -- plan "$tiny" -D tp=2 -D tp=1
+expect define_twice_same 0 'note: sp on: sequence parallelism' 2000 -- plan "$tiny" --world 1 -D sp=on -D sp=on
+# 20. shardc options: a value option given twice kept the last without a word (now a note, the last
+#     still wins), `plan build F` built a trainer, --storage 1e400 was an infinite bandwidth.
+expect world_twice 0 'shardc: note: --world 2 replaces the earlier --world 1' 2000 -- plan "$tiny" --world 1 --world 2
+expect dump_twice 0 'shardc: note: --dump-ir=mesh replaces the earlier --dump-ir$' 2000 -- plan "$tiny" --world 1 --dump-ir --dump-ir=mesh
+expect plan_build 1 'error: `build` after `plan`: one command (plan or build), then the .model file' 2000 -- plan build "$tiny" --world 1
+expect storage_inf 1 "error: --storage needs a positive bandwidth in GB/s, got '1e400'" 2000 -- plan "$tiny" --world 1 --storage 1e400
+# 21. The optimizer's checks of the recipe's numbers pointed at `train {`: now at the number, in the
+#     file (a call's argument, a pair's own item) or on the command line.
+sed 's/adamw(lr: 1e-3, betas: (0.9, 0.95)/adamw(lr: 1e-3, betas: (0.9, 1.5)/' "$tiny" >"$tmp/betas.model"
+expect betas_loc 1 'betas.model:30:42: error: adamw: betas must lie in \[0, 1), got (0.9, 1.5)' 2000 -- plan "$tmp/betas.model" -I "$(dirname "$tiny")" --world 1
+expect lr_neg_loc 1 '<command line>:1:4: error: train: `lr` must not be negative, got -1' 2000 -- plan "$tiny" --world 1 -D lr=-1
+expect min_lr_lr_loc 1 '<command line>:1:4: error: train: `min_lr` 0.0001 is above `lr` 0' 2000 -- plan "$tiny" --world 1 -D lr=0
+# 22. --compare (and --search without --pick) print a table of quiet compiles: --schedule-svg, --dump-ir=...,
+#     --time-passes and --no-verify (compare) did nothing there without a word; --no-outline on a plan
+#     without a pipeline changes nothing.
+expect compare_svg 1 'error: --schedule-svg concerns the plan shardc compiles and prints; --compare prints a table of quiet compiles: leave it out' 2000 -- plan "$tiny" --world 2 --compare zero=0,1 --schedule-svg "$tmp/s.svg"
+expect search_dump 1 'error: --dump-ir=mesh concerns the plan shardc compiles and prints; --search prints a table of quiet compiles: leave it out (or add --pick: the fastest plan)' 2000 -- plan "$tiny" --world 2 --search --dump-ir=mesh
+expect compare_time 1 'error: --time-passes concerns the plan' 2000 -- plan "$tiny" --world 2 --compare zero=0,1 --time-passes
+expect no_outline_pp1 0 'shardc: note: --no-outline: the plan has no pipeline (pp 1)' 2000 -- plan "$tiny" --world 1 --no-outline --emit-c "$tmp/nooutline"
+expect import_dir_missing 0 "shardc: note: -I $tmp/nowhere: no such directory: nothing is imported from it" 2000 -- plan "$tiny" --world 1 -I "$tmp/nowhere"
 exit $status

@@ -72,11 +72,19 @@ if [ -z "$ps" ] || [ -z "$pw" ] || [ "$ps" != $((pw / 8 + pw / 2)) ] || [ "$sv" 
   echo "FAIL: GPT-2 zero 1 split masters: parameters $ps B (whole $pw), saved ${sv:-none} B, all-gather $ags MiB (whole $agw)"; status=1
 fi
 expect_stdout=1 expect 0 "weight_copy per_layer (the plan)" -- plan "${g3[@]}" -D tp=32 -D weight_copy=per_layer
-expect 1 "error: -D weight_copy=persistent: the weights' bf16 copy is made under \`precision bf16\` on the CUDA target" \
+expect 1 "<command line>:1:13: error: \`weight_copy persistent\`: the weights' bf16 copy is made under \`precision bf16\` on the CUDA target" \
   -- plan models/tiny.model --world 1 --target cuda -D weight_copy=persistent
-expect 1 "error: -D weight_copy=persistent: zero 3 splits the parameters over dp" \
+expect 1 "<command line>:3:13: error: \`weight_copy persistent\`: zero 3 splits the parameters over dp" \
   -- plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D zero=3 -D weight_copy=persistent
 expect 1 "error: \`weight_copy\` needs one of auto, persistent or per_layer, got \`always\`" \
   -- plan models/tiny.model --world 1 -D weight_copy=always
+# --target cuda on a topology without a GPU: planned against the CPU's figures, which is said (it was
+# silent); a GPU topology says nothing of it
+expect 0 "models/topo/cpu.topo:2:1: note: topology \`cpu\` has no GPU (\`cpu x 2\`): this --target cuda plan's fit check and cost model use its CPU's figures (8 GiB of memory and 116 GFLOPS per rank)" \
+  "note: to plan for a GPU, give its topology: --topology models/topo/h200-x1.topo" -- plan models/tiny.model --world 1 --target cuda
+if "$shardc" plan models/tiny.model --target cuda --topology models/topo/h200-x1.topo 2>&1 >/dev/null | grep -q "has no GPU" ||
+  "$shardc" plan models/tiny.model --world 1 2>&1 >/dev/null | grep -q "has no GPU"; then
+  echo "FAIL: the no-GPU note on a GPU topology or the CPU target"; status=1
+fi
 [ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy decided and refused"
 exit $status

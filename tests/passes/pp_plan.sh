@@ -113,7 +113,7 @@ done
 rm -f "$svg"
 expect_shardc 1 "error: --schedule-svg /dev/null: the plan has no pipeline (pp 1): nothing to draw" \
   -- plan "${tiny[@]}" --world 1 --schedule-svg /dev/null
-expect_shardc 1 "error: -D interleave=2 needs -D schedule=interleaved" -- plan "${tiny[@]}" -D pp=2 -D interleave=2 --world 2
+expect_shardc 1 '<command line>:6:12: error: `interleave 2` needs `schedule interleaved`' -- plan "${tiny[@]}" -D pp=2 -D interleave=2 --world 2
 expect_shardc 1 "error: the interleaved schedule cuts the 4 layers of \`repeat blocks\` in pp x v = 8 chunks: it does not divide them" \
   -- plan "${tiny[@]}" -D pp=4 -D schedule=interleaved --world 4
 expect_shardc 1 "error: the interleaved schedule runs micro-batches in groups of pp = 2: this plan has 3 micro-batches" \

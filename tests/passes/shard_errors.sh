@@ -7,8 +7,9 @@ source "$(dirname "$0")/../lib.sh"
 set +e # every case runs: $status collects the failures
 shardc=$(abspath "$1")
 status=0
-expect_shardc 1 "models/tiny.model:22:1: error: the plan uses dp 3 x tp 1 x pp 1 x cp 1 = 3 ranks but the launched world has 4" \
-  "note: use \`dp auto\` (dp 4) or -D dp=4" -- plan models/tiny.model -D dp=3 --world 4
+# a degree the command line set: the error quotes that -D, the caret under its value (it pointed at `parallel {`)
+expect_shardc 1 "<command line>:1:4: error: the plan uses dp 3 x tp 1 x pp 1 x cp 1 = 3 ranks but the launched world has 4" \
+  "    1 | dp=3" "note: use \`dp auto\` (dp 4) or -D dp=4" -- plan models/tiny.model -D dp=3 --world 4
 expect_shardc 1 "error: tp 16 does not fit in a node of 8 devices" "note: use tp 8 with pp 2" "-D cross_node_tp=on" \
   -- plan models/gpt2-124m.model -D tp=16 --topology models/topo/p4d-x4.topo
 expect_shardc 1 "models/tiny.model:14:7: error: the vocabulary (256) is not divisible by tp 3" "   14 |   x = embed(wte" \

@@ -125,6 +125,11 @@ read -r r n <<<"$("$shardc" plan "${gpt[@]}" -D tp=8 -D dp=4 2>&1 | net)"
 # 4. bad input
 err=$("$shardc" plan models/tiny.model --compare "zero=" 2>&1) && bad "an empty value was accepted"
 echo "$err" | grep -q "error: --compare: 'zero=' has no values" || bad "empty value: $err"
+# a knob given twice (each variant took the last value) and files past the 16th (dropped): refused
+err=$("$shardc" plan models/tiny.model --compare "zero=0 zero=1" 2>&1) && bad "a knob given twice was accepted"
+echo "$err" | grep -qF "error: --compare: 'zero' is given twice in 'zero=0 zero=1': list its values once" || bad "knob twice: $err"
+err=$("$shardc" plan models/tiny.model --compare "$(printf 'f%d.model ' $(seq 16))" 2>&1) && bad "17 plans were accepted"
+echo "$err" | grep -qF "error: --compare: 'f16.model': at most 16 plans side by side" || bad "17 plans: $err"
 err=$("$shardc" plan models/tiny.model --compare "zero=0,1 b.model" 2>&1) && bad "knobs and files were accepted"
 echo "$err" | grep -q "either knobs" || bad "knobs and files: $err"
 err=$("$shardc" plan models/tiny.model --storage 0 2>&1) && bad "--storage 0 was accepted"

@@ -248,7 +248,7 @@ mb=$(echo "$pk" | sed -n 's/.*-D micro_batch=\([0-9]*\).*/\1/p') dp=$(echo "$pk"
   bad "plan -D batch=8 --world 4 --pick: '$pk' does not keep the global batch of 8"
 out=$("$shardc" plan models/tiny.model -D batch=8 -D micro_batch=8 --world 4 --pick 2>&1) &&
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick was not refused"
-echo "$out" | grep -q "error: -D batch=8 is not a multiple of micro_batch 8 x dp 4 = 32" ||
+echo "$out" | grep -q "<command line>:2:13: error: batch 8 is not a multiple of micro_batch 8 x dp 4 = 32" ||
   bad "plan -D batch=8 -D micro_batch=8 --world 4 --pick: not the batch error: $out"
 
 # 4c. sp together with cp (passes/plan_search.c enumerates sp at every cp): tiny on 4 CPU ranks, cp 2 x

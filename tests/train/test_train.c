@@ -302,6 +302,56 @@ static void test_errors(void) {
           "idle flags:\n%s", rc.err);
     free_result(&rc);
   }
+  { /* --val-batches above the validation data's batches was capped without a word: a note with the numbers
+       (good.bin's held-out tail: 6 sequences of 8+1 -> 2 batches of 4, the second completed from the start) */
+    Result rc = run_trainer("--data", good, "--steps", "1", "--val-batches", "50", NULL);
+    expect_ok(&rc, "--val-batches 50");
+    CHECK(strstr(rc.err, "note: --val-batches 50: the validation data holds 2 batches of 4 sequences (6 sequences); "
+                         "each validation reads those\n") != NULL,
+          "--val-batches above the data's:\n%s", rc.err);
+    free_result(&rc);
+    rc = run_trainer("--data", good, "--steps", "1", "--val-batches", "2", NULL); /* exactly what it holds: nothing to say */
+    expect_ok(&rc, "--val-batches 2");
+    CHECK(strstr(rc.err, "--val-batches") == NULL, "--val-batches 2 said:\n%s", rc.err);
+    free_result(&rc);
+  }
+  { /* --eval-every / --val-batches with nothing to validate: a warning, as the other idle flags */
+    void (*eval)(char *, RtCtx *) = prog.eval;
+    prog.eval = NULL;
+    Result rc = run_trainer("--data", good, "--steps", "1", "--eval-every", "1", NULL);
+    expect_ok(&rc, "--eval-every without an eval function");
+    CHECK(strstr(rc.err, "warning: --eval-every 1 validates nothing: this run has no validation data (the program has "
+                         "no eval function)") != NULL,
+          "--eval-every without validation:\n%s", rc.err);
+    free_result(&rc);
+    prog.eval = eval;
+  }
+  setenv("SHARDRT_FAULT_NAN", "3:w:1abc", 1); /* (the rank's trailing characters were ignored) */
+  EXPECT_ERROR(rt_xstrdup("SHARDRT_FAULT_NAN='3:w:1abc': expected STEP:TENSOR[:RANK]"), "--data", good, "--steps", "3",
+               NULL);
+  unsetenv("SHARDRT_FAULT_NAN");
+  { /* SHARDRT_DEVICE on a CPU trainer selects nothing: said (was silent) */
+    setenv("SHARDRT_DEVICE", "emu", 1);
+    Result rc = run_trainer("--data", good, "--steps", "1", NULL);
+    unsetenv("SHARDRT_DEVICE");
+    expect_ok(&rc, "SHARDRT_DEVICE on a CPU trainer");
+    CHECK(strstr(rc.err, "warning: SHARDRT_DEVICE=emu selects a GPU trainer's device; this trainer runs on the CPU") !=
+              NULL,
+          "SHARDRT_DEVICE on a CPU trainer:\n%s", rc.err);
+    free_result(&rc);
+  }
+  { /* a flag given twice with two values: the last is used, as before, and now said (was silent) */
+    Result rc = run_trainer("--data", good, "--steps", "1", "--seed", "3", "--steps", "2", "--seed", "3", NULL);
+    expect_ok(&rc, "--steps twice");
+    CHECK(strstr(rc.err, "warning: --steps given twice ('1', then '2'): the last is used\n") != NULL &&
+              strstr(rc.err, "--seed given twice") == NULL && strstr(rc.out, "steps 1..2 of 2") != NULL,
+          "--steps twice:\nstdout:\n%s\nstderr:\n%s", rc.out, rc.err);
+    free_result(&rc);
+  }
+  /* an empty prompt: the sampler read the logits of the position before the window */
+  EXPECT_ERROR(rt_xstrdup("--prompt '': sampling continues a prompt of at least one byte; leave --prompt out to start "
+                          "from the data"),
+               "--data", good, "--sample", "3", "--prompt", "", NULL);
   { /* --stop-at 0: no step, as --steps 0 (0 was read as not given: the whole schedule trained) */
     Result rc = run_trainer("--data", good, "--steps", "2", "--stop-at", "0", NULL);
     expect_ok(&rc, "--stop-at 0");
