@@ -671,6 +671,7 @@ static int compile(int argc, char **argv, Diag *diag) {
   if (!search) replan_inputs(&rp, &arena, NULL, 0, m);
   else replan_weight_copy(&rp, &arena, NULL, 0, m); /* the base's bf16 copies as its build would keep them */
   if (!pipeline_run(m, &po)) return 1;
+  if (!search) replan_fuse_noop_notes(&rp, &arena, m);
   CostDevice dev;
   if (storage_Bps > 0) cost = true; /* the storage report needs the predicted step */
   bool timeline = m->pipe && ((dump && strcmp(dump, "final") == 0) || svg); /* the pipeline section or its picture */

@@ -12,6 +12,7 @@
 #include "pipe_sched.h"
 #include "passes.h"
 #include "pipeline.h"
+#include "print.h"
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
 static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
@@ -218,3 +219,51 @@ int64_t replan_total(void *ctx, const char *const *kv, int n) {
   return m && m->memplan ? m->memplan->total : -1;
 }
 
+/* m's final IR as text (malloc'd; NULL on failure). */
+static char *final_ir(const Module *m) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return NULL;
+  ir_print_graph(f, m->graph);
+  fclose(f);
+  return buf;
+}
+
+/* Whether m's program is the one compiled with the fusion bits `on_bits` turned back on: the same final
+ * graph, and the same kernel launches and compute time in the cost model. */
+static bool same_with_on(Replan *r, Arena *a, const Module *m, unsigned on_bits) {
+  Replan on = *r;
+  on.no_fuse &= ~on_bits;
+  FILE *sink = fopen("/dev/null", "w");
+  if (!sink) return false;
+  Module *other = replan_compile(&on, a, NULL, 0, sink);
+  fclose(sink);
+  if (!other) return false;
+  char *x = final_ir(m), *y = final_ir(other);
+  bool same = x && y && strcmp(x, y) == 0;
+  if (same) { /* (the printed graph does not show every fusion's marks: the elementwise groups') */
+    CostDevice d;
+    CostReport cm, co;
+    cost_device_defaults(m, &d);
+    cost_estimate(m, &d, &cm);
+    cost_estimate(other, &d, &co);
+    same = cm.kernels == co.kernels && cm.compute_s == co.compute_s;
+  }
+  free(x);
+  free(y);
+  return same;
+}
+
+void replan_fuse_noop_notes(Replan *r, Arena *a, const Module *m) {
+  unsigned all = (1u << FUSE_COUNT) - 1;
+  if (!r->no_fuse || r->target != TARGET_CUDA) return;
+  if ((r->no_fuse & all) == all) {
+    if (same_with_on(r, a, m, all)) note_at((SrcLoc){0}, "--no-fuse all: this plan has no fusion to turn off (its program is the same with them on)");
+    return;
+  }
+  for (int k = 0; k < FUSE_COUNT; k++)
+    if (r->no_fuse >> k & 1u && same_with_on(r, a, m, 1u << k))
+      note_at((SrcLoc){0}, "--no-fuse %s: this plan has no %s fusion to turn off (its program is the same with it on)", fuse_off_name((FuseKind)k),
+           fuse_off_name((FuseKind)k));
+}

@@ -41,4 +41,8 @@ void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Modul
  * not compile. ctx: a Replan. */
 int64_t replan_total(void *ctx, const char *const *kv, int n);
 
+/* `--no-fuse` kinds that change nothing in m (a compile with the kind on gives the same final IR):
+ * a note for each one named, or one note when `all` turned off nothing. A compile per kind named. */
+void replan_fuse_noop_notes(Replan *r, Arena *a, const Module *m);
+
 #endif

@@ -37,3 +37,5 @@ bool fuse_off_parse(const char *list, unsigned *bits) {
     p += len + 1;
   }
 }
+
+const char *fuse_off_name(FuseKind k) { return k >= 0 && k < FUSE_COUNT ? fuse_names[k] : "?"; }

@@ -40,6 +40,7 @@ static inline bool fuse_on(const Module *m, FuseKind k) { return !(m->no_fuse >>
 /* The comma list of names (residual, swiglu, normres, epilogue, groups, ce, sumsq, all) into *bits;
  * false after reporting an unknown name, with the valid ones. */
 bool fuse_off_parse(const char *list, unsigned *bits);
+const char *fuse_off_name(FuseKind k); /* --no-fuse's word for k */
 /* (passes/fuse_order.c, CUDA target, before the grouping) elementwise nodes of g and its bodies moved next to
  * the elementwise nodes they feed or read, over the GEMMs between, where the stages, the kernels and memory allow */
 void fuse_order(Graph *g);

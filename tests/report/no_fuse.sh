@@ -44,6 +44,7 @@ check() { # MODEL LIST BASE_CALLS BASE_STEP: calls above the base's, the step no
   [ "$5" -gt "$3" ] || bad "$1 --no-fuse $2: $5 kernel calls, not above the fused program's $3"
   awk -v s="$6" -v b="$4" 'BEGIN { exit !(s >= b) }' || bad "$1 --no-fuse $2: step $6 s below the fused $4 s"
   [ "$5" = "$7" ] || bad "$1 --no-fuse $2: the model counts $5 kernel calls, the program launches $7"
+  grep -q "this plan has no .* to turn off" "$tmp/$1-$2.txt" && bad "$1 --no-fuse $2: said to change nothing: $(grep -m1 'to turn off' "$tmp/$1-$2.txt")"
   eval "calls_${1}_${2//,/_}=$5"
 }
 
@@ -82,3 +83,10 @@ out=$("$shardc" plan "${llama[@]}" --no-fuse 2>&1) && bad "--no-fuse without a l
 grep -q -- "--no-fuse needs a value" <<<"$out" || bad "--no-fuse without a list: '$out'"
 out=$("$shardc" plan "${llama[@]}" --no-fuse residual, 2>&1) && bad "--no-fuse 'residual,' accepted"
 exit $fail
+# a fusion the plan has none of (GPT-2: biases, so no bias-less residual epilogue; no SwiGLU; no sibling
+# GEMMs) is said to change nothing (replan.c: the program compiled with it on is the same), each by name
+out=$("$shardc" plan "${gpt2[@]}" --no-fuse residual,swiglu,ce,hfuse 2>&1 >/dev/null) || bad "gpt2 --no-fuse residual,swiglu,ce,hfuse failed: '$out'"
+for l in residual swiglu hfuse; do
+  grep -q "^shardc: note: --no-fuse $l: this plan has no $l fusion to turn off" <<<"$out" || bad "gpt2 --no-fuse $l: no note that it changes nothing: '$out'"
+done
+grep -q -- "--no-fuse ce: this plan has no" <<<"$out" && bad "gpt2 --no-fuse ce: said to change nothing, though the cross-entropy fuses: '$out'"
