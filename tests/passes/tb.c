@@ -376,7 +376,7 @@ void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
   lr.data[0] = 1e-2;
   st.data[0] = step;
   interp_set_input(it, -1, "lr", &lr);
-  interp_set_input(it, -1, "step", &st);
+  if (interp_has_source(it, "step")) interp_set_input(it, -1, "step", &st); /* (AdamW's bias correction; SGD has none) */
   tensor_free(&lr);
   tensor_free(&st);
 }
