@@ -130,7 +130,7 @@ static bool errors_located(const char *text, char *first, size_t cap, char *bad,
 
 static bool comparable(const PlanSample *s, const Module *m) {
   if (m->mesh->world > MAX_COMPARED_RANKS) return false;
-  return !s->bf16 || (m->mesh->dim[RT_AX_TP] == 1 && m->mesh->dim[RT_AX_CP] == 1);
+  return !s->bf16 || (m->mesh->dim[RT_AX_TP] == 1);
 }
 
 static int input_rank(const Graph *g, const char *name) {

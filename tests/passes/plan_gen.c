@@ -2,7 +2,7 @@
  *
  * A sample is a model of the standard library's layers (models/std/transformer.model): 1-4 layers,
  * layernorm or rmsnorm, gelu / relu / silu MLP or SwiGLU, multi-head or grouped-query attention
- * (kv heads dividing the heads), rotary and/or learned positions, causal or not, biases or not, a
+ * (kv heads dividing the heads), head dims 2-8 (odd ones too), rotary and/or learned positions, causal or not, biases or not, a
  * tied or untied head, heads x head dim = d; and a plan: dp, tp, cp, pp in {1, 2, 4} (at most 16
  * ranks), sp, cp_mode, a pipeline schedule (interleaved: 2 chunks per stage) and its micro-batches,
  * accumulation, ZeRO 0-3, offload, recompute, bucket, f32 or bf16, the CPU or the CUDA target, and
@@ -29,7 +29,7 @@ static uint64_t next(Rng *r) { /* splitmix64 */
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-static int below(Rng *r, int n) { return (int)(next(r) % (uint64_t)n); }
+static int below(Rng *r, int n) { return n > 0 ? (int)(next(r) % (uint64_t)n) : 0; }
 static bool chance(Rng *r, int percent) { return below(r, 100) < percent; }
 static int pick(Rng *r, const int *v, int n) { return v[below(r, n)]; }
 
@@ -93,9 +93,9 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   int bad = chance(&r, 25) ? 1 + below(&r, 14) : 0;
 
   /* ---- the model ---- */
-  static const int heads_v[] = {1, 2, 2, 4, 4, 4, 8}, hd_v[] = {2, 4, 4, 8}, seq_v[] = {4, 8, 8, 12, 16, 16},
+  static const int heads_v[] = {1, 2, 2, 4, 4, 4, 8}, hd_v[] = {2, 3, 4, 4, 6, 8}, seq_v[] = {4, 8, 8, 12, 16, 16},
                    vocab_v[] = {16, 32, 48, 64, 100, 128};
-  int layers = 1 + below(&r, 4), heads = pick(&r, heads_v, 7), hd = pick(&r, hd_v, 4);
+  int layers = 1 + below(&r, 4), heads = pick(&r, heads_v, 7), hd = pick(&r, hd_v, 6);
   int d = heads * hd;
   if (d < 8) hd *= 2, d *= 2;
   int kv = heads;
@@ -108,7 +108,7 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   bool causal = chance(&r, 85), bias = chance(&r, 50), tied = chance(&r, 50);
   /* no biases with separate Q, K, V projections (kv heads < heads): b_k's gradient is zero (a constant
    * added to every key leaves the softmax as it was), round-off only, which no relative bound compares */
-  if (kv != heads) bias = false;
+  if (kv != heads || bad == 10) bias = false; /* (bad 10: -D heads makes them differ) */
   int mlp = below(&r, 4); /* gelu, relu, silu, swiglu */
   static const char *const acts[] = {"gelu", "relu", "silu"};
   const char *norm = rms ? "rmsnorm" : "layernorm";
@@ -120,7 +120,11 @@ void plan_gen(PlanSample *s, uint64_t seed) {
     dp = pick(&r, deg, 6), tp = pick(&r, deg, 6), cp = pick(&r, deg, 6), pp = pick(&r, deg, 6);
     if (cp > 1 && chance(&r, 50)) cp = 1; /* cp constrains seq: fewer */
   } while (dp * tp * cp * pp > (chance(&r, 90) ? 8 : 16));
-  if (layers % pp && bad != 3) layers = pp * (1 + below(&r, 2)) > 4 ? pp : pp * (1 + below(&r, 2)); /* even stages */
+  if (chance(&r, 3)) dp *= 8; /* a large mesh: compiled, not interpreted (fuzz_plans compares 16 ranks at most) */
+  /* pipeline stages of their own layer counts (`pp N layers(a, b, ..)`), or balanced by the cost model */
+  int uneven = pp > 1 && chance(&r, 25) ? (chance(&r, 25) ? 2 : 1) : 0;
+  if (uneven && layers < pp && bad != 3) layers = pp + below(&r, 5 - pp);
+  if (layers % pp && bad != 3 && !uneven) layers = pp * (1 + below(&r, 2)) > 4 ? pp : pp * (1 + below(&r, 2)); /* even stages */
   if (bad == 3 && pp > 1) layers = pp - 1, mistake(s, "pp over the layers");
   if (cp > 1 && seq % (2 * cp) != 0 && bad != 4) seq = 4 * cp;
   if (bad == 4 && cp > 1) seq = 2 * cp + 2, mistake(s, "a sequence 2 x cp does not divide");
@@ -182,11 +186,24 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   put(&rb, "  precision %s\n  steps 10\n  seed 1337\n", bf16 ? "bf16" : "f32");
 
   put(&b, "parallel {\n");
-  if (chance(&r, 15) && bad != 7) put(&b, "  dp auto\n");
+  if (chance(&r, 15) && bad != 7) chance(&r, 50) ? put(&b, "  dp auto\n") : def(s, PLAN, "dp", "auto");
   else knob(s, &r, &b, "dp", "%d", dp);
   knob(s, &r, &b, "tp", "%d", tp);
   if (cp > 1 || chance(&r, 30)) knob(s, &r, &b, "cp", "%d", cp);
-  if (pp > 1 || chance(&r, 30)) knob(s, &r, &b, "pp", "%d", pp);
+  if (uneven == 1) { /* a random split, each stage a layer at least */
+    int left = layers;
+    put(&b, "  pp %d layers(", pp);
+    for (int k = 0; k < pp; k++) {
+      int n = k == pp - 1 ? left : 1 + below(&r, left - (pp - 1 - k));
+      put(&b, "%s%d", k ? ", " : "", n);
+      left -= n;
+    }
+    put(&b, ")\n");
+  } else if (uneven == 2) {
+    put(&b, "  pp %d layers(balanced)\n", pp);
+  } else if (pp > 1 || chance(&r, 30)) {
+    knob(s, &r, &b, "pp", "%d", pp);
+  }
   if (sp || chance(&r, 20)) knob(s, &r, &b, "sp", "%s", sp ? "on" : "off");
   if (a2a) knob(s, &r, &b, "cp_mode", "all2all");
   if (pp > 1 || chance(&r, 10)) {
@@ -195,8 +212,9 @@ void plan_gen(PlanSample *s, uint64_t seed) {
     else knob(s, &r, &b, "schedule", "%s", scheds[sched]);
   }
   if (bad == 6) knob(s, &r, &b, "interleave", "2"), mistake(s, "interleave without schedule interleaved");
-  if (zero || chance(&r, 20)) knob(s, &r, &b, "zero", "%d", zero);
-  if (offload) knob(s, &r, &b, "offload", "on");
+  if (offload && chance(&r, 30)) put(&b, "  zero %d offload\n", zero);
+  else if (offload) knob(s, &r, &b, "offload", "on"), knob(s, &r, &b, "zero", "%d", zero);
+  else if (zero || chance(&r, 20)) knob(s, &r, &b, "zero", "%d", zero);
   if (strcmp(rc, "none") != 0 || chance(&r, 10)) knob(s, &r, &b, "recompute", "%s", rc);
   if (chance(&r, 10)) knob(s, &r, &b, "bucket", "%d", 16 << below(&r, 12));
   if (cross && (topo || chance(&r, 30))) knob(s, &r, &b, "cross_node_tp", "on");
