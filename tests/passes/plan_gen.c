@@ -2,11 +2,13 @@
  *
  * A sample is a model of the standard library's layers (models/std/transformer.model): 1-4 layers,
  * layernorm or rmsnorm, gelu / relu / silu MLP or SwiGLU, multi-head or grouped-query attention
- * (kv heads dividing the heads), head dims 2-8 (odd ones too), rotary and/or learned positions, causal or not, biases or not, a
- * tied or untied head, heads x head dim = d; and a plan: dp, tp, cp, pp in {1, 2, 4} (at most 16
- * ranks), sp, cp_mode, a pipeline schedule (interleaved: 2 chunks per stage) and its micro-batches,
- * accumulation, ZeRO 0-3, offload, recompute, bucket, f32 or bf16, the CPU or the CUDA target, and
- * the optimizer (AdamW, SGD), clipping and the non-finite policy. Each knob lands either in the
+ * (kv heads dividing the heads), head dims 2-8 (odd ones too), rotary and/or learned positions,
+ * causal or not, biases or not, a tied or untied head, a final norm or none, a second (MLP) layer
+ * loop or none, heads x head dim = d; and a plan: dp, tp, cp, pp in {1, 2, 4} (at most 16 ranks; 3%
+ * with dp 8x), sp, cp_mode, a pipeline schedule (interleaved: 2 chunks per stage), its
+ * micro-batches and stage layer counts (`layers(a, b)`, `layers(balanced)`), accumulation, ZeRO 0-3,
+ * offload, recompute, bucket, weight_copy, f32 or bf16, the CPU or the CUDA target, and the
+ * optimizer (AdamW, SGD), clipping and the non-finite policy. Each knob lands either in the
  * source (the `parallel` or `train` block) or in a -D override, as a user would write it. About one
  * sample in four gets a deliberate mistake (a world the plan does not use, a batch micro_batch x dp
  * does not divide, kv heads that do not divide the heads, a sequence cp does not split, pp over the
@@ -170,7 +172,14 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   if (mlp == 3) put(&b, "    x = x + swiglu(%s(x), hidden: ffn)\n  }\n", norm);
   else put(&b, "    x = x + mlp(%s(x), hidden: ffn, act: %s, bias: %s)\n  }\n", norm, acts[mlp], bias ? "true" : "false");
   if (!tied) put(&b, "  param output : [d, vocab]  init normal(0, 0.02)\n");
-  put(&b, "  loss = cross_entropy(%s(x) @ %s, targets)\n}\n\n", norm, tied ? "transpose(wte)" : "output");
+  /* (drawn from a stream of their own, so that the samples drawn before they existed stay as they were) */
+  Rng x = {seed * 0x9e3779b97f4a7c15ull + 7};
+  if (chance(&x, 10)) /* a second layer loop, MLP only */
+    put(&b, "  repeat 2 {\n    x = x + mlp(%s(x), hidden: ffn, act: relu, bias: %s)\n  }\n", norm, bias ? "true" : "false");
+  bool final_norm = !chance(&x, 12);
+  put(&b, "  loss = cross_entropy(%s%sx%s @ %s, targets)\n}\n\n", final_norm ? norm : "", final_norm ? "(" : "",
+      final_norm ? ")" : "", tied ? "transpose(wte)" : "output");
+  bool by_microbatches = pp > 1 && M > 1 && chance(&x, 30); /* no batch: micro_batch x dp x microbatches */
   char *model_end = b.p;
 
   /* the recipe both programs share (the batch apart) */
@@ -218,7 +227,8 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   if (strcmp(rc, "none") != 0 || chance(&r, 10)) knob(s, &r, &b, "recompute", "%s", rc);
   if (chance(&r, 10)) knob(s, &r, &b, "bucket", "%d", 16 << below(&r, 12));
   if (cross && (topo || chance(&r, 30))) knob(s, &r, &b, "cross_node_tp", "on");
-  if (M > 1 && pp > 1 && chance(&r, 30)) knob(s, &r, &b, "microbatches", "%d", bad == 8 ? M + 1 : M);
+  if ((M > 1 && pp > 1 && chance(&r, 30)) || by_microbatches)
+    knob(s, &r, &b, "microbatches", "%d", bad == 8 ? M + 1 : M);
   if (bad == 8 && pp > 1 && M > 1) mistake(s, "microbatches that the batch does not make");
   if (bf16 && s->target == TARGET_CUDA && chance(&r, 20))
     knob(s, &r, &b, "weight_copy", "%s", chance(&r, 50) ? "per_layer" : "persistent");
@@ -226,7 +236,7 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   int64_t batch = bad == 9 ? B + 1 : B;
   if (bad == 9 && mb * dp > 1) mistake(s, "a batch that micro_batch x dp does not divide");
   knob(s, &r, &b, "micro_batch", "%d", mb);
-  if (M > 1 || chance(&r, 60)) knob(s, &r, &b, "batch", "%lld", (long long)batch);
+  if ((M > 1 || chance(&r, 60)) && !by_microbatches) knob(s, &r, &b, "batch", "%lld", (long long)batch);
   put(&b, "%s}\n", recipe);
 
   /* model constants overridden on the command line, in both programs */
