@@ -34,10 +34,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "codegen.h"
+#include "cost.h"
 #include "diag.h"
 #include "frontend.h"
 #include "interp.h"
+#include "memplan.h"
+#include "pipe_sched.h"
 #include "pipeline.h"
+#include "print.h"
 #include "plan_gen.h"
 #include "tb.h"
 
@@ -129,6 +134,41 @@ static bool errors_located(const char *text, char *first, size_t cap, char *bad,
   return ok;
 }
 
+/* What `shardc plan` prints and `shardc build` emits, of the compiled m: the IR, the pipeline's
+ * timeline, the memory plan, the cost model's report, the trainer's C (thrown away). False when the
+ * emission refused m without an error at a location, or when printing reported errors. */
+static bool reports_and_code(const Module *m, char *line, size_t cap) {
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return true;
+  Captured c;
+  capture_begin(&c);
+  ir_print_module(null, m, true);
+  CostDevice dev;
+  cost_device_defaults(m, &dev);
+  CostPipe cp;
+  bool piped = m->pipe && cost_pipe(m, &dev, &cp);
+  pipe_print(null, m, piped ? &cp : NULL, dev.source);
+  if (piped) cost_pipe_free(&cp);
+  memplan_print(null, m);
+  CostReport cr;
+  cost_estimate(m, &dev, &cr);
+  cost_print(null, m, &dev, &cr);
+  CgOptions o = {.source_path = "fz.model"};
+  bool emitted = cg_emit_c(null, m, &o);
+  capture_end(&c);
+  fclose(null);
+  char first[96], bad[256];
+  bool located = errors_located(c.text ? c.text : "", first, sizeof first, bad, sizeof bad);
+  bool ok = emitted ? c.d.nerrors == 0 : c.d.nerrors > 0 && located;
+  if (!ok) {
+    fprintf(stderr, "%s", c.text ? c.text : "");
+    snprintf(line, cap, "%s", emitted ? "the reports or the emitted C reported errors" :
+             c.d.nerrors ? "codegen refused it without a location" : "codegen refused it without an error");
+  }
+  capture_free(&c);
+  return ok;
+}
+
 static bool comparable(const Module *m) { return m->mesh->world <= MAX_COMPARED_RANKS; }
 
 static int input_rank(const Graph *g, const char *name) {
@@ -166,6 +206,10 @@ static int run_sample(const PlanSample *s, char *line, size_t cap) {
     return out;
   }
   capture_free(&c);
+  if (!reports_and_code(m, line, cap)) {
+    arena_free(&a);
+    return OUT_FAILED;
+  }
   if (!comparable(m)) {
     snprintf(line, cap, "compiled (%d ranks: not compared)", m->mesh->world);
     arena_free(&a);
