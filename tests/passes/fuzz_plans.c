@@ -260,9 +260,9 @@ static int run_sample(const PlanSample *s, char *line, size_t cap) {
 
 /* ---- the parent: one child per sample ---- */
 
-enum { TOP = 16 };
+enum { TOP = 24 };
 typedef struct {
-  char msg[96];
+  char msg[112];
   int n;
 } Reason;
 
@@ -282,7 +282,7 @@ static void count_reason(Counts *c, const char *msg) {
       return;
     }
   if (c->nreasons < 64) {
-    snprintf(c->reasons[c->nreasons].msg, sizeof c->reasons[0].msg, "%s", msg);
+    snprintf(c->reasons[c->nreasons].msg, sizeof c->reasons[0].msg, "%.100s", msg);
     c->reasons[c->nreasons++].n = 1;
   }
 }
@@ -346,7 +346,9 @@ static void fuzz_one(uint64_t seed, Counts *c) {
   if (out == OUT_REJECTED) {
     c->rejected++;
     c->rejected_meant_valid += s.meant_valid;
-    count_reason(c, line);
+    char tagged[128];
+    snprintf(tagged, sizeof tagged, "%s%.100s", s.meant_valid ? "" : "(mistake) ", line);
+    count_reason(c, tagged);
   } else if (out == OUT_COMPILED) {
     c->compiled++;
   } else if (out == OUT_EQUAL) {
@@ -402,7 +404,7 @@ int main(int argc, char **argv) {
     fuzz_one(seed, &c);
   double dt = now() - t0;
   qsort(c.reasons, (size_t)c.nreasons, sizeof c.reasons[0], by_count);
-  fprintf(stderr, "\nthe commonest rejections:\n");
+  fprintf(stderr, "\nthe commonest rejections (of samples with a deliberate mistake, marked, and without):\n");
   for (int i = 0; i < c.nreasons && i < TOP; i++) fprintf(stderr, "  %4d  %s\n", c.reasons[i].n, c.reasons[i].msg);
   double pct = c.samples ? 100.0 / c.samples : 0;
   fprintf(stderr,

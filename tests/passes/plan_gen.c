@@ -104,6 +104,9 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   if (heads > 1 && chance(&r, 40)) kv = heads >> (1 + below(&r, heads >= 4 ? 2 : 1)); /* GQA */
   int seq = pick(&r, seq_v, 6), vocab = pick(&r, vocab_v, 6);
   int ffn = chance(&r, 50) ? 4 * d : chance(&r, 50) ? 2 * d : d + 8;
+  Rng y = {seed * 0xd1b54a32d192ed03ull + 11}; /* (a stream of its own: the samples before stay) */
+  if (chance(&y, 12)) vocab += 2;              /* a vocabulary tp 4 does not divide */
+  if (chance(&y, 8)) ffn = 3 * heads + 3;      /* a hidden size tp 2 does not divide either */
   if (bad == 1) kv = heads > 2 ? heads - 1 : 3, mistake(s, "kv_heads does not divide heads");
   if (bad == 2) d = heads * hd + 1, mistake(s, "heads do not divide d");
   bool rms = chance(&r, 50), rotary = chance(&r, 40), learned = !rotary || chance(&r, 30);
