@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Fuzzes for longer than the test suite does (its fuzz_* tests: a few thousand inputs from a fresh
 # corpus, the same everywhere; this: as long as asked, the corpus kept between runs).
-# usage: scripts/fuzz.sh [SECONDS (default 600)] [JOBS (default 1)] [frontend|ir|trainer|plans (default frontend)]
+# usage: scripts/fuzz.sh [SECONDS (default 600)] [JOBS (default 1)] [frontend|ir|trainer|plans (default frontend)] [FROM]
 #   frontend  the .model front end (tests/fuzz/fuzz_frontend.c), seeded from models/ and tests/fuzz/seeds/
 #   ir        the textual IR reader (tests/fuzz/fuzz_ir_read.c), seeded from the golden plans and the
 #             IR-file pass tests
 #   trainer   the trainer's flags and checkpoint loaders (tests/fuzz/fuzz_trainer.c), seeded by itself
 #   plans     the plan space (tests/passes/fuzz_plans.c): seeded models and plans through every pass, each refused
-#             with located errors or equal to one rank in the interpreter; not libFuzzer: seeds from 1000000 on
-#             (past the test suite's), as many as SECONDS allow, JOBS processes each on its own seed range.
+#             with located errors or equal to one rank in the interpreter; not libFuzzer: seeds from FROM
+#             (default 1000000: past the test suite's) on, as many as SECONDS allow, JOBS processes each on its
+#             own seed range (FROM + job x 10^8).
 #             Built with ASan and UBSan (SHARDC_SANITIZE) in build-fuzz-plans/, logs there: fuzz_plans.JOB.log
 # Builds the fuzzer with clang (libFuzzer + ASan + UBSan) in build-fuzz/; the corpus is build-fuzz/corpus
 # (frontend), corpus_ir or corpus_trainer; crashes land in build-fuzz/.
@@ -31,8 +32,9 @@ if [ "$target" = plans ]; then
   ninja -C "$build" fuzz_plans
   export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   pids=()
-  for j in $(seq 0 $((jobs - 1))); do # job j: seeds 1000000 + j x 10^8 on
-    "$build/tests/passes/fuzz_plans" --from $((1000000 + j * 100000000)) --seconds "$secs" >"$build/fuzz_plans.$j.log" 2>&1 &
+  from="${4:-1000000}"
+  for j in $(seq 0 $((jobs - 1))); do # job j: seeds FROM + j x 10^8 on
+    "$build/tests/passes/fuzz_plans" --from $((from + j * 100000000)) --seconds "$secs" >"$build/fuzz_plans.$j.log" 2>&1 &
     pids+=($!)
   done
   rc=0
