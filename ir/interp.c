@@ -272,6 +272,8 @@ void interp_free(Interp *it) {
   free(it);
 }
 
+bool interp_has_source(const Interp *it, const char *name) { return find_source(it, name, NULL) != NULL; }
+
 void interp_set_input(Interp *it, int rank, const char *name, const Tensor *t) {
   Source *s = find_source(it, name, NULL);
   if (!s) die("interp_set_input: no source named '%s'", name);

@@ -36,6 +36,10 @@ int interp_coord(const Interp *it, int rank, MeshAxis ax);
 
 /* Sets an INPUT by name on one rank (copied). rank -1: every rank. */
 void interp_set_input(Interp *it, int rank, const char *name, const Tensor *t);
+/* x rounded to dt, as a CAST to dt rounds it. */
+double interp_round(DType dt, double x);
+/* Whether the graph has an INPUT, PARAM or STATE named name (SGD's programs have no `step` input). */
+bool interp_has_source(const Interp *it, const char *name);
 /* Runs one step. Returns false (with a message on stderr) on a runtime error such
  * as an out-of-range token id. */
 bool interp_step(Interp *it);

@@ -59,7 +59,6 @@ bool interp_on_stage(const Interp *it, const Node *n, int rank);
 /* One rank's value of a non-collective, non-region node: y from inputs x. */
 bool interp_eval_local(Interp *it, const Node *n, int rank, Tensor *const *x, Tensor *y);
 Tensor interp_slice_of(const Tensor *x, int axis, int64_t start, int64_t len);
-double interp_round(DType dt, double x); /* x rounded to dt, as a CAST to dt rounds it */
 /* ---- interp_attn.c ---- */
 /* One rank's value of rope, rope_at, sdpa(_bwd), attn_block(_bwd), attn_combine. */
 void interp_eval_attn(const Node *n, Tensor *const *x, Tensor *y);

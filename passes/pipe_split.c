@@ -37,6 +37,31 @@ static void mark(const Graph *g, const Value *v, bool *on) {
   for (int j = 0; j < d->nin; j++) mark(g, d->in[j], on);
 }
 
+/* A send has no output: nothing reached from the results marks it. Each send goes with its receive
+ * (the next recv of the same axis and tag, from the opposite offset: shard_cp.c's ring hops), into
+ * the loop of that receive's readers, with what it sends; repeated until nothing more is marked
+ * (a send's data may come from another hop). Without it the split dropped every ring hop of the
+ * backward loop (cp ring x zb: a recv with no send on the peer rank). */
+static void mark_sends(const Graph *g, bool *on) {
+  for (bool more = true; more;) {
+    more = false;
+    for (int i = 0; i < g->nnodes; i++) {
+      const Node *s = g->nodes[i];
+      if (s->op != OP_SEND || on[i]) continue;
+      for (int k = i + 1; k < g->nnodes; k++) {
+        const Node *r = g->nodes[k];
+        if (r->op != OP_RECV || r->a.mesh_axis != s->a.mesh_axis || r->a.tag != s->a.tag || r->a.start != -s->a.start)
+          continue;
+        if (on[k]) {
+          on[i] = more = true;
+          mark(g, s->in[0], on);
+        }
+        break;
+      }
+    }
+  }
+}
+
 static Node *clone(Graph *dst, const Node *d, PtrMap *memo) {
   Value **in = ARENA_ARRAY(dst->arena, Value *, d->nin + 1);
   for (int j = 0; j < d->nin; j++) {
@@ -65,6 +90,8 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
   if (!bset || !wset) die("out of memory");
   for (int c = 0; c < nc; c++) mark(g, g->results[c], bset);
   for (int r = nc; r < g->nresults; r++) mark(g, g->results[r], wset);
+  mark_sends(g, bset);
+  mark_sends(g, wset);
   for (int i = 0; i < n; i++) wset[i] = wset[i] && !bset[i];
   /* the hand-off: what W reads that B makes, or the carry argument */
   Value **h = ARENA_ARRAY(outer->arena, Value *, 1);

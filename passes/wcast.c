@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "zero.h"
 
 /* Whether every use of v in g is a stacked input (xs, row by row: no `next`) of a repeat of g. */
 static bool read_as_rows(const Graph *g, const Value *v) {
@@ -80,9 +81,9 @@ bool pass_wcast(Module *m) {
    * purpose (its activations are f32: the memory is the 2 B per parameter of the copy) */
   if (m->target != TARGET_CUDA) return true;
   if (m->mesh && m->mesh->dim[RT_AX_PP] > 1) return true; /* (the pipeline's stages: left as they are) */
-  /* ZeRO-3 keeps the bf16 copy split over dp and gathers it per layer (passes/zero.c: the gather
+  /* ZeRO-3 keeps the bf16 copy split over its group and gathers it per layer (passes/zero.c: the gather
    * moves past the cast, half the bytes of the f32 shard): already a layer at a time */
-  if (m->plan.zero >= 3 && m->mesh && m->mesh->dim[RT_AX_DP] > 1) return true;
+  if (zero_splits_params(m)) return true;
   wcast_graph(m->graph);
   return true;
 }

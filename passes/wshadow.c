@@ -33,6 +33,7 @@
 
 #include "diag.h"
 #include "passes.h"
+#include "zero.h"
 
 static bool bf16_weights(const Module *m) {
   return m->target == TARGET_CUDA && m->has_recipe && m->recipe.precision == PREC_BF16;
@@ -97,7 +98,7 @@ static bool refuse(const Module *m, const char *why) {
 
 bool wshadow_may_persist(const Module *m) {
   const MeshMap *mm = m->mesh;
-  return bf16_weights(m) && !(mm && mm->dim[RT_AX_PP] > 1) && !(m->plan.zero >= 3 && mm && mm->dim[RT_AX_DP] > 1);
+  return bf16_weights(m) && !(mm && mm->dim[RT_AX_PP] > 1) && !zero_splits_params(m);
 }
 
 static double mib(double b) { return b / (1 << 20); }
@@ -122,9 +123,9 @@ bool pass_wshadow(Module *m) {
     m->wcopy.why = "pipeline stages: each stage casts its weights at the top of the step";
     return true;
   }
-  if (!wshadow_may_persist(m)) { /* ZeRO-3 over dp */
+  if (!wshadow_may_persist(m)) { /* ZeRO-3 over its group (dp, dp x cp, cp alone at dp 1) */
     if (want == WCOPY_PERSISTENT)
-      return refuse(m, "zero 3 splits the parameters over dp and gathers each layer's bf16 rows where it is read");
+      return refuse(m, "zero 3 splits the parameters over dp (cp at dp 1) and gathers each layer's bf16 rows where it is read");
     m->wcopy.why = "zero 3: each layer's bf16 rows gathered (from a split copy) where they are read";
     return true;
   }

@@ -678,13 +678,19 @@ static void group_loop_scatters(Graph *g, int64_t cap, bool body, ZeroGroup z) {
   if (has) zero_group_scatters(g, cap, z);
 }
 
-bool pass_zero(Module *m) {
-  int stage = m->plan.zero;
-  int dp = m->mesh ? m->mesh->dim[RT_AX_DP] : 1, cp = m->mesh ? m->mesh->dim[RT_AX_CP] : 1;
+ZeroGroup zero_group(const MeshMap *mm) {
+  int dp = mm ? mm->dim[RT_AX_DP] : 1, cp = mm ? mm->dim[RT_AX_CP] : 1;
   /* the group: dp, under cp the dp x cp group (its members' shards in rank order), cp alone at dp 1 */
   bool dpcp = dp > 1 && cp > 1;
-  ZeroGroup z = {dp * cp, dp > 1 ? (int8_t)RT_AX_DP : (int8_t)RT_AX_CP, dpcp ? (uint8_t)(1u << RT_AX_CP) : 0,
-                 dpcp ? (int8_t)RT_AX_CP : -1};
+  return (ZeroGroup){dp * cp, dp > 1 ? (int8_t)RT_AX_DP : (int8_t)RT_AX_CP, dpcp ? (uint8_t)(1u << RT_AX_CP) : 0,
+                     dpcp ? (int8_t)RT_AX_CP : -1};
+}
+
+bool zero_splits_params(const Module *m) { return m->plan.zero >= 3 && zero_group(m->mesh).deg > 1; }
+
+bool pass_zero(Module *m) {
+  int stage = m->plan.zero;
+  ZeroGroup z = zero_group(m->mesh);
   bool off = m->plan.offload && m->target != TARGET_CPU && stage >= 1; /* (CPU: a note, passes/optimizer.c) */
   if (stage <= 0 || z.deg <= 1) {
     if (stage > 0 && !off) /* (with offload the stage applies: the whole state moves to the host) */

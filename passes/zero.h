@@ -11,13 +11,20 @@
  * dp 1); with: its collectives' Attrs.mesh_with (1 << RT_AX_CP under dp x cp, else 0); inner: the
  * axis a shard is split over again after dp (Sharding.inner: RT_AX_CP under dp x cp, else -1), so
  * that rank (dp_i, cp_i) holds block dp_i x cp + cp_i, its index in the group. Decided once, in
- * pass_zero. */
+ * zero_group. */
 typedef struct {
   int deg;
   int8_t axis;
   uint8_t with;
   int8_t inner;
 } ZeroGroup;
+
+/* The group of the mesh mm (NULL: one rank). */
+ZeroGroup zero_group(const MeshMap *mm);
+/* Whether ZeRO-3 stores m's parameters split: stage 3 over a group of more than one rank (dp, dp x cp, or
+ * cp alone at dp 1). The passes before pass_zero that treat ZeRO-3's parameters apart (wshadow: no
+ * persistent bf16 copy; wcast: no per-layer casts) ask it here, so that they agree with pass_zero. */
+bool zero_splits_params(const Module *m);
 
 /* to: from's type with dim d split over the group (z.deg ways: over dp, then over z.inner). */
 void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z);

@@ -316,6 +316,29 @@ int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const
   return failures;
 }
 
+/* The copy `name` (next:bf16:<param>) in it is the bf16 rounding of next:<param>, element by element: 0, else 1 (printed). */
+static int copy_rounds(const Interp *it, const char *name, const char *what, int step, const char *whose) {
+  char pname[256];
+  snprintf(pname, sizeof pname, "next:%s", ir_copy_source(name + 5));
+  Tensor c, p;
+  if (!interp_get_logical(it, name, &c, NULL)) return 0;
+  if (!interp_get_logical(it, pname, &p, NULL)) {
+    tensor_free(&c);
+    fprintf(stderr, "FAIL %s step %d: %s program has '%s' but no '%s'\n", what, step, whose, name, pname);
+    return 1;
+  }
+  int64_t n = ir_numel(&c.shape), bad = -1;
+  if (!ir_shape_eq(&c.shape, &p.shape)) bad = 0;
+  for (int64_t i = 0; i < n && bad < 0; i++)
+    if (c.data[i] != interp_round(DT_BF16, p.data[i])) bad = i;
+  if (bad >= 0)
+    fprintf(stderr, "FAIL %s step %d: %s program's '%s'[%lld] = %.9g is not the bf16 rounding of '%s' (%.9g)\n", what,
+            step, whose, name, (long long)bad, n ? c.data[bad] : 0.0, pname, n ? p.data[bad] : 0.0);
+  tensor_free(&c);
+  tensor_free(&p);
+  return bad >= 0;
+}
+
 int tb_compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const char *what, int step, double tol,
                     bool spread) {
   int failures = 0;
@@ -329,13 +352,23 @@ int tb_compare_runs(const Graph *ref, const Interp *ri, const Interp *pi, const 
     double sp = 0;
     if (!interp_get_logical(ri, name, &a, NULL)) continue;
     /* a weight's persistent bf16 copy (passes/wshadow.c) is the cast of its next parameter, compared
-     * above: a plan that keeps none (pp, ZeRO-3, per-layer casts) has nothing to compare it with */
+     * within tol itself: a plan that keeps none (pp, ZeRO-3, per-layer casts) has nothing to compare it
+     * with; one that keeps it must hold that parameter's rounding exactly, in each program (compared
+     * with the other program's copy within tol, an element whose two parameters lie on either side of
+     * a bf16 rounding boundary would differ by a bf16 step, 2^-8 of it) */
     bool copy = !strncmp(name, "next:", 5) && ir_copy_source(name + 5);
     if (copy && !interp_get_logical(pi, name, &b, NULL)) {
       tensor_free(&a);
       continue;
     }
-    if (copy) tensor_free(&b);
+    if (copy) {
+      tensor_free(&a);
+      tensor_free(&b);
+      int bad = copy_rounds(ri, name, what, step, "the single rank") + copy_rounds(pi, name, what, step, "partitioned");
+      failures += bad;
+      checked += !bad;
+      continue;
+    }
     if (!interp_get_logical(pi, name, &b, spread ? &sp : NULL)) {
       fprintf(stderr, "FAIL %s step %d: partitioned program has no result '%s'\n", what, step, name);
       failures++;
@@ -376,7 +409,7 @@ void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step) {
   lr.data[0] = 1e-2;
   st.data[0] = step;
   interp_set_input(it, -1, "lr", &lr);
-  interp_set_input(it, -1, "step", &st);
+  if (interp_has_source(it, "step")) interp_set_input(it, -1, "step", &st); /* (AdamW's bias correction; SGD has none) */
   tensor_free(&lr);
   tensor_free(&st);
 }

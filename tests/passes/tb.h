@@ -59,7 +59,7 @@ Interp *tb_resumed(const Module *m, const Interp *from, int *missing);
 int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, int64_t m,
                    const char *label, const char *what, double tol, bool replicas);
 
-/* Sets a training step's inputs on every rank: tokens, targets, lr = 1e-2, step. */
+/* Sets a training step's inputs on every rank: tokens, targets, lr = 1e-2, step (where the program has one). */
 void tb_feed_step(Interp *it, const Tensor *tok, const Tensor *tgt, int step);
 /* max |ref - t| / max |ref| (the absolute difference when ref is 0); infinity when shapes differ. */
 double tb_rel_err(const Tensor *ref, const Tensor *t);

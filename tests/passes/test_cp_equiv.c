@@ -415,9 +415,10 @@ int main(void) {
   /* pp x cp: each stage's layers run the ring (or the all-to-alls) among the stage's cp ranks */
   const CpPlan pipe[] = {{1, 1, 2, false, 0, 2, 2, "gpipe", false}, {1, 1, 2, false, 0, 2, 2, "1f1b", false},
                          {2, 1, 2, false, 2, 2, 2, "1f1b", false},  {1, 1, 2, true, 0, 2, 2, "zb", false},
-                         {1, 1, 2, false, 0, 2, 2, "interleaved", false}, {2, 1, 2, false, 3, 2, 2, "gpipe", false}};
+                         {1, 1, 2, false, 0, 2, 2, "interleaved", false}, {2, 1, 2, false, 3, 2, 2, "gpipe", false},
+                         {1, 1, 2, false, 0, 2, 2, "zb", false}}; /* ring x zb: fuzz_plans seeds 10, 21 */
   const FeDefine tiny4[] = {{"seq", "16"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}};
-  run_model("tiny GPT, pp", SHARDC_MODELS_DIR "/tiny.model", tiny4, 4, 4, 16, 256, pipe, 6);
+  run_model("tiny GPT, pp", SHARDC_MODELS_DIR "/tiny.model", tiny4, 4, 4, 16, 256, pipe, 7);
   const CpPlan lpipe[] = {{1, 2, 2, false, 0, 2, 4, "1f1b", false}, {1, 1, 2, true, 0, 2, 2, "interleaved", false}};
   const FeDefine llama4[] = {{"vocab", "128"}, {"seq", "16"},     {"d", "32"},  {"heads", "4"},
                              {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "48"}};
