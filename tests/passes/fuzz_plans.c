@@ -91,9 +91,12 @@ static Module *compile(Arena *a, const char *src, const FeDefine *defs, int ndef
   return pipeline_run(m, &po) ? m : NULL;
 }
 
-static bool starts_located(const char *line) { /* `file:line:col: error:` */
+static bool starts_located(const char *line) { /* `file:line:col: error:` (a -D's file: `<command line>`) */
+  static const char cmdline[] = "<command line>";
   const char *p = line;
-  while (*p && *p != ':' && !isspace((unsigned char)*p)) p++;
+  if (!strncmp(p, cmdline, sizeof cmdline - 1)) p += sizeof cmdline - 1;
+  else
+    while (*p && *p != ':' && !isspace((unsigned char)*p)) p++;
   if (p == line || *p != ':') return false;
   for (int k = 0; k < 2; k++) {
     if (!isdigit((unsigned char)*++p)) return false;

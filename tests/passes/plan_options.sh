@@ -80,7 +80,7 @@ expect 1 "<command line>:3:13: error: \`weight_copy persistent\`: zero 3 splits 
 # in fuse, the copy's cast reading the updated shard; fuzz_plans seed 884)
 expect_stdout=1 expect 0 "kept, they would hold this: zero 3: each layer's bf16 rows gathered" \
   -- plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D dp=1 -D cp=2 -D zero=3
-expect 1 "error: -D weight_copy=persistent: zero 3 splits the parameters over dp (cp at dp 1)" \
+expect 1 "<command line>:5:13: error: \`weight_copy persistent\`: zero 3 splits the parameters over dp (cp at dp 1)" \
   -- plan models/tiny.model --world 2 --target cuda -D precision=bf16 -D dp=1 -D cp=2 -D zero=3 -D weight_copy=persistent
 expect 1 "error: \`weight_copy\` needs one of auto, persistent or per_layer, got \`always\`" \
   -- plan models/tiny.model --world 1 -D weight_copy=always
