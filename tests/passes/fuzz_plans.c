@@ -14,7 +14,9 @@
  *     state must agree within 1e-10 in f32, replicas included, a bf16 weight copy the rounding of
  *     its parameter (tb_equiv_steps). In bf16 the bound is test_pp_equiv's 2^-12 (the ranks round
  *     per micro-batch, sequence chunk or tp partial sum what one rank rounds once), each step from
- *     the same state (equiv_bf16).
+ *     the same state (tb_equiv_steps_resumed: run on, a parameter on a bf16 rounding boundary makes
+ *     the two programs' copies a step apart and the next gradients differ by bf16's own error; seed
+ *     1002560, dp 2 x cp 4: 2.4e-6 after step 1, 7.9e-4 after step 2, its f32 program 7.8e-15).
  * Anything else is a failure, printed with its reproducer (the seed, the source, the -D overrides).
  * The counts (rejected / compiled / proven equal) and the commonest rejections are printed at the
  * end; --min-equal PCT fails a run whose share of proven samples is below PCT (the generator must
@@ -174,41 +176,6 @@ static bool reports_and_code(const Module *m, char *line, size_t cap) {
 
 static bool comparable(const Module *m) { return m->mesh->world <= MAX_COMPARED_RANKS; }
 
-/* bf16: two steps as tb_equiv_steps, each from the same state: the second step's partitioned program
- * resumed from the single rank's parameters and optimizer state after the first. Run on, the two
- * programs' f32 parameters (within 2^-12 after step 1) may round to bf16 copies a step apart where one
- * lies on a rounding boundary, and the second step's gradients then differ by bf16's own error
- * (seed 1002560, dp 2 x cp 4: 2.4e-6 after step 1, 7.9e-4 after step 2; its f32 program 7.8e-15). */
-static int equiv_bf16(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
-                      const Tensor *ptgt, const char *what) {
-  int failures = 0;
-  Interp *ri = interp_new(ref->graph, NULL, 7), *pi = interp_new(pm->graph, pm->mesh, 7);
-  for (int step = 1; step <= 2; step++) {
-    if (step == 2) {
-      int missing = 0;
-      interp_free(pi);
-      pi = tb_resumed(pm, ri, &missing);
-      if (missing) {
-        fprintf(stderr, "FAIL %s: %d parameters or states of the partitioned program not in the single rank's\n", what,
-                missing);
-        failures++;
-        break;
-      }
-    }
-    tb_feed_step(ri, tok, tgt, step);
-    tb_feed_step(pi, ptok, ptgt, step);
-    if (!interp_step(ri) || !interp_step(pi)) {
-      fprintf(stderr, "FAIL %s: interpreter error at step %d\n", what, step);
-      failures++;
-      break;
-    }
-    failures += tb_compare_runs(ref->graph, ri, pi, what, step, TOL_BF16, true);
-  }
-  interp_free(ri);
-  interp_free(pi);
-  return failures;
-}
-
 static int input_rank(const Graph *g, const char *name) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_INPUT && g->nodes[i]->a.name && !strcmp(g->nodes[i]->a.name, name))
@@ -283,7 +250,7 @@ static int run_sample(const PlanSample *s, char *line, size_t cap) {
     snprintf(what, sizeof what, "seed %llu: dp %d x tp %d x cp %d x pp %d, %lld micro-steps%s",
              (unsigned long long)s->seed, m->mesh->dim[RT_AX_DP], m->mesh->dim[RT_AX_TP], m->mesh->dim[RT_AX_CP], m->mesh->dim[RT_AX_PP], (long long)M,
              s->bf16 ? ", bf16" : "");
-    int f = s->bf16 ? equiv_bf16(ref, m, &tok, &tgt, &ptok, &ptgt, what)
+    int f = s->bf16 ? tb_equiv_steps_resumed(ref, m, &tok, &tgt, &ptok, &ptgt, "fuzz_plans", what, TOL_BF16, true)
                     : tb_equiv_steps(ref, m, &tok, &tgt, &ptok, &ptgt, "fuzz_plans", what, TOL, true);
     tensor_free(&tok);
     tensor_free(&tgt);

@@ -296,12 +296,26 @@ int tb_equiv_micro(const Module *ref, const Module *pm, const Tensor *tok, const
   return tb_equiv_steps(ref, pm, tok, tgt, &mtok, &mtgt, label, what, tol, replicas);
 }
 
-int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
-                   const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas) {
+/* tb_equiv_steps' two steps; with `resume`, pm's second step starts from the single rank's state after the
+ * first (tb_resumed). */
+static int equiv_two_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
+                           const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas,
+                           bool resume) {
   int failures = 0;
   Interp *ri = interp_new(ref->graph, NULL, 7);
   Interp *pi = interp_new(pm->graph, pm->mesh, 7);
   for (int step = 1; step <= 2; step++) {
+    if (resume && step == 2) {
+      int missing = 0;
+      interp_free(pi);
+      pi = tb_resumed(pm, ri, &missing);
+      if (missing) {
+        fprintf(stderr, "FAIL %s %s: %d parameters or states of the partitioned program not in the single rank's\n",
+                label, what, missing);
+        failures++;
+        break;
+      }
+    }
     tb_feed_step(ri, tok, tgt, step);
     tb_feed_step(pi, ptok, ptgt, step);
     if (!interp_step(ri) || !interp_step(pi)) {
@@ -314,6 +328,17 @@ int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const
   interp_free(ri);
   interp_free(pi);
   return failures;
+}
+
+int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt, const Tensor *ptok,
+                   const Tensor *ptgt, const char *label, const char *what, double tol, bool replicas) {
+  return equiv_two_steps(ref, pm, tok, tgt, ptok, ptgt, label, what, tol, replicas, false);
+}
+
+int tb_equiv_steps_resumed(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt,
+                           const Tensor *ptok, const Tensor *ptgt, const char *label, const char *what, double tol,
+                           bool replicas) {
+  return equiv_two_steps(ref, pm, tok, tgt, ptok, ptgt, label, what, tol, replicas, true);
 }
 
 /* The copy `name` (next:bf16:<param>) in it is the bf16 rounding of next:<param>, element by element: 0, else 1 (printed). */

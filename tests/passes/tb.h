@@ -53,6 +53,11 @@ int tb_equiv_steps(const Module *ref, const Module *pm, const Tensor *tok, const
  * (derived again from the parameters, as a resumed trainer does): a resume. *missing (if non-NULL):
  * how many of m's parameters and states `from` lacks (left at m's initialization). */
 Interp *tb_resumed(const Module *m, const Interp *from, int *missing);
+/* tb_equiv_steps with pm's second step started from the single rank's state after the first (tb_resumed):
+ * each step compared from the same state (bf16, where run-on copies may round a step apart). */
+int tb_equiv_steps_resumed(const Module *ref, const Module *pm, const Tensor *tok, const Tensor *tgt,
+                           const Tensor *ptok, const Tensor *ptgt, const char *label, const char *what, double tol,
+                           bool replicas);
 
 /* tb_equiv_steps with pm's inputs the same batch split into m micro-steps: tok / tgt [B, S] viewed as
  * [m, B / m, S] (the accumulation and pipeline programs' inputs). */
