@@ -40,8 +40,13 @@ static int result_index(const Graph *g, const Value *v) {
   return k;
 }
 
-/* v is read by exactly one node and is no result of its graph. */
-static bool read_once(const Graph *g, const Value *v) { return !ir_is_result(g, v) && ir_count_uses_deep(g, v) == 1; }
+/* v is read by exactly one node of g or of a body below it (uses: ir_use_counts of g, made once a
+ * graph: a walk of g for each candidate was quadratic in an unrolled schedule) and is no result of g. */
+static bool read_once(const Graph *g, const PtrMap *uses, const Value *v) {
+  intptr_t c = 0;
+  ptrmap_get(uses, v, &c);
+  return !ir_is_result(g, v) && c == 1;
+}
 
 static int position(const Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
@@ -86,7 +91,7 @@ static void regroup(Graph *g, int id) {
 }
 
 /* add = s + t, t the matmul's output (or its cast to f32): the matmul accumulates into s. */
-static bool fuse(const Module *m, Graph *g, Node *add) {
+static bool fuse(const Module *m, Graph *g, const PtrMap *uses, Node *add) {
   if (add->op != OP_ADD || add->nin != 2 || add->in[0] == add->in[1]) return false;
   Value *w = add->out[0];
   for (int j = 0; j < 2; j++) {
@@ -101,7 +106,7 @@ static bool fuse(const Module *m, Graph *g, Node *add) {
     if (cast && ir_node_stages(cast) != ir_node_stages(add)) continue;
     if (s->dtype != w->dtype || !ir_shape_eq(&s->shape, &w->shape) || !ir_shape_eq(&mm->out[0]->shape, &w->shape)) continue;
     if (!gemm_accumulates(m, mm, w->dtype) || mm->in[0] == s || mm->in[1] == s) continue;
-    if ((cast && !read_once(g, t)) || !read_once(g, mm->out[0]) || !read_once(g, s)) continue;
+    if ((cast && !read_once(g, uses, t)) || !read_once(g, uses, mm->out[0]) || !read_once(g, uses, s)) continue;
     int at = position(g, mm);
     if (!in_place(g, s, w, at)) continue;
     int sa = position(g, s->def);
@@ -116,6 +121,8 @@ static bool fuse(const Module *m, Graph *g, Node *add) {
     mm->in = in;
     mm->nin = 3;
     mm->out[0] = w; /* the add's output, placed in the sum's bytes, is the GEMM's now */
+    /* (the counts stay exact for every value still in g: s is read by the matmul instead of the
+     * add; t and the matmul's former output are read no more, with their readers gone) */
     w->def = mm;
     w->idx = 0;
     int groups[2] = {add->group, cast ? cast->group : 0};
@@ -136,8 +143,11 @@ static int gacc_graph(const Module *m, Graph *g, PtrMap *seen) {
   ptrmap_put(seen, g, 1);
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->body) fused += gacc_graph(m, g->nodes[i]->body, seen);
+  PtrMap uses = {0};
+  ir_use_counts(g, &uses);
   for (int i = g->nnodes - 1; i >= 0; i--) /* (a fused add leaves; the nodes before it stay where they are) */
-    if (i < g->nnodes && fuse(m, g, g->nodes[i])) fused++;
+    if (i < g->nnodes && fuse(m, g, &uses, g->nodes[i])) fused++;
+  ptrmap_free(&uses);
   return fused;
 }
 
