@@ -292,11 +292,6 @@ static bool progress(RtComm *c) {
 static void rt_progress(RtComm *c) { progress(c); }
 
 bool rt_test(RtReq *q) {
-  if (q->subs) {
-    bool all = true;
-    for (int i = 0; i < q->nsubs; i++) all = rt_test(q->subs[i]) && all;
-    return all;
-  }
   if (q->g->backend) {
     if (!q->done && q->g->backend->test(q)) {
       q->done = true;
@@ -309,15 +304,13 @@ bool rt_test(RtReq *q) {
 }
 
 void rt_req_free(RtReq *q) {
-  free(q->subs); /* (bufs and bufstart live in q's allocation) */
+  /* (bufs and bufstart live in q's allocation) */
   rt_hier_free(q);
   free(q);
 }
 
 void rt_wait(RtReq *q) {
-  if (q->subs) {
-    for (int i = 0; i < q->nsubs; i++) rt_wait(q->subs[i]);
-  } else if (q->g->backend) {
+  if (q->g->backend) {
     while (!rt_test(q)) sched_yield();
     if (q->g->backend->finish) q->g->backend->finish(q);
   } else {
@@ -374,20 +367,7 @@ RtReq *rt_all_reduce_v_start(RtGroup *g, void *const *bufs, const size_t *counts
       rt_fatal(RT_EXIT_COMM, "all_reduce_v on group %s: buffer %d is NULL with %zu elements", g->name, i, counts[i]);
     total += counts[i];
   }
-  if (g->backend) {
-    /* A backend (NCCL) gets one all-reduce per non-empty member, on one stream. */
-    RtReq *q = calloc(1, sizeof *q);
-    int k = 0;
-    if (!q || !(q->subs = malloc((size_t)(n > 0 ? n : 1) * sizeof *q->subs))) rt_fatal(RT_EXIT_COMM, "out of memory");
-    q->c = g->c;
-    q->g = g;
-    q->op = RT_OP_ALL_REDUCE;
-    for (int i = 0; i < n; i++)
-      if (counts[i]) q->subs[k++] = rt_all_reduce_start(g, bufs[i], bufs[i], counts[i], dt, op);
-    q->nsubs = k;
-    if (k == 0) q->subs[q->nsubs++] = rt_barrier_start(g); /* keep every member's sequence in step */
-    return q;
-  }
+  /* (a backend (NCCL) takes the members as one request too: nccl_comm.c issues them as one group) */
   return rt_req_start(arv_new(g, bufs, counts, n, total, dt, op));
 }
 

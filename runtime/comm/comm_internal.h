@@ -143,9 +143,6 @@ struct RtReq {
   /* one host, direct reads of the peers' buffers (direct.c) instead of the ring */
   bool direct;
   struct RtDirect *dx; /* its state, NULL for the ring */
-  /* all_reduce_v on a backend group: one request per member */
-  RtReq **subs;        /* [nsubs], else NULL */
-  int nsubs;
   /* one node, small: a single round through the members' mailboxes (mbox.c) */
   bool mbox;
   uint64_t mbox_k;     /* the group's mailbox collective number */

@@ -59,7 +59,20 @@ static bool nccl_start(RtReq *q) {
   char *recv = q->recv;
   switch (q->op) {
   case RT_OP_ALL_REDUCE:
-    if (q->count) NCCL_CHECK(ncclAllReduce(send, recv, q->count, dt, nccl_op(q->redop), ng->comm, ng->stream));
+    if (q->nbufs > 0) { /* a bucket (rt_all_reduce_v): its members in place, one group, so one launch */
+      if (q->count == 0) { /* (no member has elements: a barrier keeps every member's sequence in step) */
+        NCCL_CHECK(ncclAllReduce(ng->scratch, ng->scratch, 1, ncclFloat32, ncclSum, ng->comm, ng->stream));
+        break;
+      }
+      NCCL_CHECK(ncclGroupStart());
+      for (int i = 0; i < q->nbufs; i++) {
+        size_t len = q->bufstart[i + 1] - q->bufstart[i];
+        if (len) NCCL_CHECK(ncclAllReduce(q->bufs[i], q->bufs[i], len, dt, nccl_op(q->redop), ng->comm, ng->stream));
+      }
+      NCCL_CHECK(ncclGroupEnd());
+    } else if (q->count) {
+      NCCL_CHECK(ncclAllReduce(send, recv, q->count, dt, nccl_op(q->redop), ng->comm, ng->stream));
+    }
     break;
   case RT_OP_REDUCE_SCATTER:
     if (q->count == 0) break;
@@ -194,11 +207,6 @@ void rt_nccl_set_compute_stream(RtGroup *g, void *stream) {
 }
 
 bool rt_nccl_then(RtReq *q, void *stream) {
-  if (q->subs) { /* a bucket (rt_all_reduce_v_start): one request per member */
-    bool all = q->nsubs > 0;
-    for (int i = 0; i < q->nsubs; i++) all = rt_nccl_then(q->subs[i], stream) && all;
-    return all;
-  }
   if (!q->g || q->g->backend != &nccl_backend) return false;
   NcclReq *r = q->gpu;
   if (r) CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, r->done, 0));

@@ -27,8 +27,8 @@ bool rt_group_use_nccl(RtComm *c, RtGroup *g);
 /* The stream whose queued work the group's operations wait for (default: the legacy
  * default stream). A cudaStream_t. */
 void rt_nccl_set_compute_stream(RtGroup *g, void *stream);
-/* Makes stream (a cudaStream_t) wait on device for q to finish (every part of a bucket
- * all-reduce); q stays valid. Returns false, doing nothing, when q is not an NCCL operation. */
+/* Makes stream (a cudaStream_t) wait on device for q to finish (a bucket all-reduce,
+ * rt_all_reduce_v_start, is one request: its members in one NCCL group); q stays valid. Returns false, doing nothing, when q is not an NCCL operation. */
 bool rt_nccl_then(RtReq *q, void *stream);
 /* Point-to-point exchange over g (an NCCL group) on device memory: for i < n, send[i] goes to
  * member to[i] and recv[i] comes from member from[i], bytes[i] each, all in one NCCL group call (so a

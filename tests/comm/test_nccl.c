@@ -56,6 +56,28 @@ int main(int argc, char **argv) {
       fails++;
     }
   }
+  { /* a bucket (rt_all_reduce_v): three members, one empty, as one request in one NCCL group; a
+     * second stream waits for it on the device (rt_nccl_then) and copies the last member out */
+    CK(cudaMemcpy(d0, h, n * 4, cudaMemcpyHostToDevice));
+    void *bufs[3] = {d0, d0 + n / 3, d0 + n / 3};
+    size_t counts[3] = {n / 3, 0, n - n / 3};
+    RtReq *q = rt_all_reduce_v_start(g, bufs, counts, 3, RT_F32, RT_SUM);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (!rt_nccl_then(q, s)) {
+      fprintf(stderr, "test_nccl: the bucket all-reduce is not an NCCL request\n");
+      fails++;
+    }
+    CK(cudaMemcpyAsync(d1, d0, n * 4, cudaMemcpyDeviceToDevice, s));
+    CK(cudaStreamSynchronize(s));
+    rt_wait(q);
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemcpy(back, d1, n * 4, cudaMemcpyDeviceToHost));
+    if (memcmp(back, h, n * 4) != 0) {
+      fprintf(stderr, "test_nccl: bucket all-reduce: result differs from the input\n");
+      fails++;
+    }
+  }
   rt_barrier(g);
   CK(cudaFree(d0));
   CK(cudaFree(d1));
