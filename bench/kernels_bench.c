@@ -145,6 +145,8 @@ int main(int argc, char **argv) {
         rt_xent_fwd_bwd(BT, Vp, V, logits, tok, 1.0f, logits, ws));
   BENCH("embed fwd 256 tokens (wte + wpe)", 2, 0, 2.0 * BT * C * 4, rt_embed_fwd(BT, Vp, C, wte, tok, y));
   BENCH("embed bwd 256 tokens (accumulate)", 2, 0, 3.0 * BT * C * 4, rt_embed_bwd(BT, Vp, C, tok, dy, 1, dwte));
+  BENCH("rope 4x64, 12 heads hd 64 (Llama's q, k; x0)", 0, 0, 2 * act, /* (not in GPT-2: outside the step's sum) */
+        rt_rope(B, T, H, hd, 10000.0, 0, 0, x, y, (char *)ws + rt_norm_workspace_bytes(BT, C) + rt_xent_workspace_bytes(BT)));
   BENCH("sumsq of all grads (124M)", 1, 0, 4.0 * nparams, rt_sumsq(nparams, g));
   BENCH("AdamW over 124M params", 1, 0, 7.0 * 4 * nparams,
         rt_adamw(nparams, p, g, m, vv, 1e-4f, 1.0f, 1, 0.9f, 0.95f, 1e-8f, 0.0f));

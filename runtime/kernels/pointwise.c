@@ -1,5 +1,5 @@
 /* runtime/kernels/pointwise.c — elementwise ops, reductions, activations, embedding, norms,
- * RoPE, optimizers and bf16 conversion. Plain loops written for the vectoriser; OpenMP over rows
+ * optimizers and bf16 conversion (RoPE: rope.c). Plain loops written for the vectoriser; OpenMP over rows
  * or fixed chunks. */
 #include <math.h>
 #include <string.h>
@@ -282,40 +282,6 @@ void rt_rmsnorm_fwd(int64_t rows, int64_t D, float eps, const float *x, const fl
 void rt_rmsnorm_bwd(int64_t rows, int64_t D, float eps, const float *x, const float *w, const float *dy,
                     float *dx, float *dw, float beta, void *ws) {
   norm_bwd(rows, D, eps, 1, x, w, dy, dx, dw, NULL, beta, ws);
-}
-
-/* ---- RoPE ------------------------------------------------------------------------------------ */
-
-size_t rt_rope_workspace_bytes(int64_t S, int64_t hd) { return (size_t)(S * hd) * sizeof(float) + 64; }
-
-void rt_rope(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t start, int inverse,
-             const float *x, float *y, void *ws) {
-  rt_rope_at(B, S, H, hd, theta, start, inverse, NULL, x, y, ws);
-}
-
-void rt_rope_at(int64_t B, int64_t S, int64_t H, int64_t hd, double theta, int64_t start, int inverse,
-                const int32_t *pos, const float *x, float *y, void *ws) {
-  int64_t half = hd / 2, C = H * hd;
-  float *cs = (float *)ws, *sn = cs + S * half; /* [S, half] each, from double angles */
-  for (int64_t s = 0; s < S; s++)
-    for (int64_t i = 0; i < half; i++) {
-      double ang = (double)((pos ? pos[s] : s) + start) * pow(theta, -2.0 * (double)i / (double)hd);
-      cs[s * half + i] = (float)cos(ang);
-      sn[s * half + i] = (float)(inverse ? -sin(ang) : sin(ang));
-    }
-#pragma omp parallel for schedule(static) if (B * S * C > PAR_MIN)
-  for (int64_t bs = 0; bs < B * S; bs++) {
-    const float *c = cs + (bs % S) * half, *si = sn + (bs % S) * half;
-    for (int64_t h = 0; h < H; h++) {
-      const float *xp = x + bs * C + h * hd;
-      float *yp = y + bs * C + h * hd;
-      for (int64_t i = 0; i < half; i++) {
-        float x1 = xp[i], x2 = xp[i + half];
-        yp[i] = x1 * c[i] - x2 * si[i];
-        yp[i + half] = x2 * c[i] + x1 * si[i];
-      }
-    }
-  }
 }
 
 /* ---- optimizers ------------------------------------------------------------------------------ */

@@ -304,6 +304,21 @@ static void test_rope(void) {
   check_scalar("rope adjoint = inverse", dotd(yr, r, n), dotd(x, z, n), 1e-5, 1e-5);
   rt_rope_ref(B, S, H, hd, 10000.0, 5, 1, yr, z);
   check("rope inverse(rope(x)) = x", z, x, n, 1e-6, 1e-5);
+  /* the tables a process keeps (rope.c: 16) and, past them, the per-call table in ws: 40 distinct
+   * (start, theta) pairs, each twice, against the reference; the kept and the per-call table give
+   * the same bits (the 41st call, a kept table, against the rows a table made in ws shifts to) */
+  for (int k = 0; k < 80; k++) {
+    int64_t st = k % 40;
+    double th = k % 40 < 20 ? 10000.0 : 500000.0;
+    rt_rope(B, S, H, hd, th, st, k & 1, x, y, ws);
+    rt_rope_ref(B, S, H, hd, th, st, k & 1, x, yr);
+    check("rope, many tables", y, yr, n, 1e-6, 1e-5);
+  }
+  int32_t pos[37];
+  for (int s = 0; s < S; s++) pos[s] = s;
+  rt_rope(B, S, H, hd, 10000.0, 5, 0, x, y, ws);    /* the kept table (made first above) */
+  rt_rope_at(B, S, H, hd, 10000.0, 5, 0, pos, x, yr, ws); /* the same rows, a table made in ws */
+  check("rope kept = rope_at's table", y, yr, n, 0, 0);
   free(x), free(y), free(yr), free(r), free(z), free(ws), free(xc);
 }
 
