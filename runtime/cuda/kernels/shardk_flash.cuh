@@ -325,50 +325,46 @@ struct FlashKeys {
   }
 };
 
-/* A warp's 16 MT rows from r0 (queries of the forward and dQ, POS): each lane's rows' key prefixes (lim[mt][0]
- * row g, [1] row g + 8; 0 past S), the keys the warp's first row sees (lo: a tile below it needs no mask) and
- * any of its rows sees (hi: a tile from it on is skipped); without POS what the whole sequence's index
- * arithmetic gives (lim unused). */
+/* A warp's 16 MT rows from r0 (queries of the forward and dQ) in a ring block (POS): each lane's rows' key
+ * prefixes (lim[mt][0] row g, [1] row g + 8; 0 past S), the keys the warp's first row sees (lo: a tile below it
+ * needs no mask) and any of its rows sees (hi: a tile from it on is skipped). Without POS nothing: the kernels
+ * keep the whole sequence's index arithmetic. */
 template <int S, int T, bool CAUSAL, bool POS, int MT>
 struct RowKeys {
-  int lim[MT][2], lo, hi;
+  int lim[MT][2], lo = 0, hi = 0;
   __device__ __forceinline__ RowKeys(const FlashKeys<S, T, CAUSAL, POS> &fk, int r0) {
-    const int g = ((int)threadIdx.x & 31) >> 2, last = r0 + 16 * MT - 1;
-    if (!POS) {
-      lo = fk.keys(r0), hi = CAUSAL ? last + 1 : S;
-      return;
+    if constexpr (POS) {
+      const int g = ((int)threadIdx.x & 31) >> 2, last = r0 + 16 * MT - 1;
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          int r = r0 + 16 * mt + g + 8 * i;
+          lim[mt][i] = r < S ? fk.keys(r) : 0;
+        }
+      lo = r0 < S ? fk.keys(r0) : 0, hi = r0 < S ? fk.keys(last < S ? last : S - 1) : 0;
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        int r = r0 + 16 * mt + g + 8 * i;
-        lim[mt][i] = r < S ? fk.keys(r) : 0;
-      }
-    lo = r0 < S ? fk.keys(r0) : 0, hi = r0 < S ? fk.keys(last < S ? last : S - 1) : 0;
   }
 };
 
-/* A warp's 16 MT keys from r0 (dK/dV, POS): each lane's keys' first queries (qf[mt][0] row g, [1] row g + 8;
- * S past T), the first query that sees the warp's first key (lo: a tile of queries before it is skipped) and
- * its last (hi: a tile from it on needs no causal mask); without POS the whole sequence's (qf unused). */
+/* A warp's 16 MT keys from r0 (dK/dV) in a ring block (POS): each lane's keys' first queries (qf[mt][0] row g,
+ * [1] row g + 8; S past T), the first query that sees the warp's first key (lo: a tile of queries before it is
+ * skipped) and its last (hi: a tile from it on needs no causal mask). Without POS nothing (RowKeys). */
 template <int S, int T, bool CAUSAL, bool POS, int MT>
 struct KeyQueries {
-  int qf[MT][2], lo, hi;
+  int qf[MT][2], lo = 0, hi = 0;
   __device__ __forceinline__ KeyQueries(const FlashKeys<S, T, CAUSAL, POS> &fk, int r0) {
-    const int g = ((int)threadIdx.x & 31) >> 2, last = r0 + 16 * MT - 1;
-    if (!POS) {
-      lo = fk.first(r0), hi = CAUSAL ? last : 0;
-      return;
+    if constexpr (POS) {
+      const int g = ((int)threadIdx.x & 31) >> 2, last = r0 + 16 * MT - 1;
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          int j = r0 + 16 * mt + g + 8 * i;
+          qf[mt][i] = j < T ? fk.first(j) : S;
+        }
+      lo = r0 < T ? fk.first(r0) : S, hi = r0 < T ? fk.first(last < T ? last : T - 1) : S;
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        int j = r0 + 16 * mt + g + 8 * i;
-        qf[mt][i] = j < T ? fk.first(j) : S;
-      }
-    lo = r0 < T ? fk.first(r0) : S, hi = r0 < T ? fk.first(last < T ? last : T - 1) : S;
   }
 };
 
@@ -453,16 +449,17 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = ninf(), l[mt][0] = l[mt][1] = 0.0f;
   const bf16 *kb = k + b * T * ldk + (i64)kvh * HD, *vb = v + b * T * ldv + (i64)kvh * HD;
   const FlashKeys<S, T, CAUSAL, POS> fk{qpos, kpos};
-  const RowKeys<S, T, CAUSAL, POS, MT> rk(fk, r0); /* this warp's rows' keys */
-  const int kend = CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T; /* the keys any row of the block sees */
+  const int kend = !POS ? (CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S) /* the keys any row of the block sees */
+                        : CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T;
   const int ntiles = (kend + BK - 1) / BK;
-  if (ntiles > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
+  if (!POS || ntiles > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
+  const RowKeys<S, T, CAUSAL, POS, MT> rk(fk, r0); /* POS: this warp's rows' keys (under the first copy) */
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
     if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, T);
-    if (!CAUSAL || k0 < rk.hi) { /* else every key of the tile is past this warp's rows */
-      if (k0 + BK > rk.lo) /* keys past the end, or past some row's */
+    if (!CAUSAL || (POS ? k0 < rk.hi : k0 <= r0 + 16 * MT - 1)) { /* else every key of the tile is past this warp's rows */
+      if (POS ? k0 + BK > rk.lo : k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0)) /* keys past the end or some row's */
         fwd_tile<true, CAUSAL, POS, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2, rk.lim);
       else
         fwd_tile<false, CAUSAL, POS, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2, rk.lim);
@@ -474,12 +471,19 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   for (int mt = 0; mt < MT; mt++) {
     float l0 = quad_sum(l[mt][0]), l1 = quad_sum(l[mt][1]);
     int rm = r0 + 16 * mt;
-    /* POS: a row that sees no key of the block (l 0) gets o 0 and lse -inf (m stayed -inf) */
-    const float i0 = POS && l0 == 0.0f ? 0.0f : 1.0f / l0, i1 = POS && l1 == 0.0f ? 0.0f : 1.0f / l1;
-    store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], i0, i1);
+    if constexpr (POS) { /* a row that sees no key of the block (l 0) gets o 0 and lse -inf (m stayed -inf) */
+      store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], l0 == 0.0f ? 0.0f : 1.0f / l0,
+                     l1 == 0.0f ? 0.0f : 1.0f / l1);
+      if (t == 0) {
+        if (rm + g < S) lb[rm + g] = l0 == 0.0f ? ninf() : m[mt][0] * ln2 + logf(l0);
+        if (rm + g + 8 < S) lb[rm + g + 8] = l1 == 0.0f ? ninf() : m[mt][1] * ln2 + logf(l1);
+      }
+      continue;
+    }
+    store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], 1.0f / l0, 1.0f / l1);
     if (t == 0) {
-      if (rm + g < S) lb[rm + g] = POS && l0 == 0.0f ? ninf() : m[mt][0] * ln2 + logf(l0);
-      if (rm + g + 8 < S) lb[rm + g + 8] = POS && l1 == 0.0f ? ninf() : m[mt][1] * ln2 + logf(l1);
+      if (rm + g < S) lb[rm + g] = m[mt][0] * ln2 + logf(l0);
+      if (rm + g + 8 < S) lb[rm + g + 8] = m[mt][1] * ln2 + logf(l1);
     }
   }
 }
@@ -558,10 +562,9 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   int kb0 = fb.t * BKV, r0 = kb0 + 16 * MT * w;
   const bf16 *ksrc = k + b * T * ldk + (i64)kvh * HD, *vsrc = v + b * T * ldv + (i64)kvh * HD;
   const FlashKeys<S, T, CAUSAL, POS> fk{qpos, kpos};
-  const KeyQueries<S, T, CAUSAL, POS, MT> kq(fk, r0); /* this warp's keys' queries */
   const int qstart = CAUSAL ? fk.first(kb0) / BQT * BQT : 0; /* the first query tile any key of the block sees */
   const int nqt = (S - qstart + BQT - 1) / BQT, ntiles = G * nqt;
-  if (RS && ntiles > 0) { /* committed with the first Q and dO tiles */
+  if (RS && (!POS || ntiles > 0)) { /* committed with the first Q and dO tiles */
     tile_async<BKV, HD, NT>(rsm, ksrc, ldk, kb0, T);
     tile_async<BKV, HD, NT>(rsm + BKV * LD, vsrc, ldv, kb0, T);
   }
@@ -585,14 +588,15 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
     }
     cp_commit();
   };
-  if (ntiles > 0) issue(0);
+  if (!POS || ntiles > 0) issue(0);
+  const KeyQueries<S, T, CAUSAL, POS, MT> kq(fk, r0); /* POS: this warp's keys' queries (under the first copy) */
   for (int it = 0; it < ntiles; it++) {
     const int buf = it & 1, cur = buf * TL, cl = buf * BQT;
     const int qt0 = qstart + (it % nqt) * BQT;
     tiles_ready();
     if (it + 1 < ntiles) issue(it + 1);
-    if (!CAUSAL || qt0 + BQT > kq.lo) { /* else every query of the tile is before this warp's keys */
-      if (qt0 + BQT > S || r0 + 16 * MT > T || qt0 < kq.hi)
+    if (!CAUSAL || (POS ? qt0 + BQT > kq.lo : qt0 + BQT - 1 >= r0)) { /* else every query of the tile is before this warp's keys */
+      if (qt0 + BQT > S || r0 + 16 * MT > T || (CAUSAL && (POS ? qt0 < kq.hi : qt0 < r0 + 16 * MT - 1)))
         kv_tile<true, CAUSAL, POS, S, T, HD, BQT, MT, LD>(dka, dva, ka, va, qs + cur, dos + cur, ls + cl, ds + cl, qt0,
                                                           r0, c2, kq.qf);
       else
@@ -676,14 +680,14 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   const bf16 *qsrc = q + b * S * ldq + (i64)h * HD, *osrc = dout + b * S * lddo + (i64)h * HD;
   const bf16 *const kb = k + b * T * ldk + (i64)kvh * HD, *const vb = v + b * T * ldv + (i64)kvh * HD;
   const FlashKeys<S, T, CAUSAL, POS> fk{qpos, kpos};
-  const RowKeys<S, T, CAUSAL, POS, MT> rk(fk, r0); /* this warp's rows' keys */
-  const int kend = CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T; /* the keys any row of the block sees */
-  const int ntiles = (kend + BK - 1) / BK;
-  if (RS && ntiles > 0) { /* committed with the first K and V tiles */
+  /* POS: the keys any row of the block sees (none: no tile copied) */
+  const int kpos_end = POS && CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T;
+  if (RS && (!POS || kpos_end > 0)) { /* committed with the first K and V tiles */
     tile_async<BQ, HD, NT>(rsm, qsrc, ldq, q0, S);
     tile_async<BQ, HD, NT>(rsm + BQ * LD, osrc, lddo, q0, S);
   }
-  if (ntiles > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
+  if (!POS || kpos_end > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
+  const RowKeys<S, T, CAUSAL, POS, MT> rk(fk, r0); /* POS: this warp's rows' keys (under the first copy) */
   ARows<RS, MT, HD, LD> qa, oa;
   qa.init(qsrc, ldq, r0, S, rsm + (r0 - q0) * LD);
   oa.init(osrc, lddo, r0, S, rsm + (BQ + r0 - q0) * LD);
@@ -710,12 +714,14 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   }
   float acc[MT][HD / 8][4];
   zero_acc<MT, HD>(acc);
+  const int kend = POS ? kpos_end : CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
+  const int ntiles = (kend + BK - 1) / BK;
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
     if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, T);
-    if (!CAUSAL || k0 < rk.hi) { /* else every key of the tile is past this warp's rows */
-      if (k0 + BK > rk.lo || r0 + 16 * MT > S)
+    if (!CAUSAL || (POS ? k0 < rk.hi : k0 <= r0 + 16 * MT - 1)) { /* else every key of the tile is past this warp's rows */
+      if (POS ? k0 + BK > rk.lo || r0 + 16 * MT > S : k0 + BK > S || r0 + 16 * MT > S || (CAUSAL && k0 + BK - 1 > r0))
         q_tile<true, CAUSAL, POS, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2, rk.lim);
       else
         q_tile<false, CAUSAL, POS, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2, rk.lim);
