@@ -681,12 +681,12 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   const bf16 *const kb = k + b * T * ldk + (i64)kvh * HD, *const vb = v + b * T * ldv + (i64)kvh * HD;
   const FlashKeys<S, T, CAUSAL, POS> fk{qpos, kpos};
   /* POS: the keys any row of the block sees (none: no tile copied) */
-  const int kpos_end = POS && CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T;
-  if (RS && (!POS || kpos_end > 0)) { /* committed with the first K and V tiles */
+  const int kseen = POS && CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T;
+  if (RS && (!POS || kseen > 0)) { /* committed with the first K and V tiles */
     tile_async<BQ, HD, NT>(rsm, qsrc, ldq, q0, S);
     tile_async<BQ, HD, NT>(rsm + BQ * LD, osrc, lddo, q0, S);
   }
-  if (!POS || kpos_end > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
+  if (!POS || kseen > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
   const RowKeys<S, T, CAUSAL, POS, MT> rk(fk, r0); /* POS: this warp's rows' keys (under the first copy) */
   ARows<RS, MT, HD, LD> qa, oa;
   qa.init(qsrc, ldq, r0, S, rsm + (r0 - q0) * LD);
@@ -714,7 +714,7 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   }
   float acc[MT][HD / 8][4];
   zero_acc<MT, HD>(acc);
-  const int kend = POS ? kpos_end : CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
+  const int kend = POS ? kseen : CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (kend + BK - 1) / BK;
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
