@@ -215,9 +215,10 @@ void cuk_flash_check(int which, int64_t S, int64_t H, int64_t KV, int64_t hd, lo
 /* Ring attention's pieces (context parallelism, ops.def ATTN_BLOCK, ATTN_BLOCK_BWD, ATTN_COMBINE):
  * q over a block of T keys (k/v [B, T, KV*hd]) whose rows' global positions are qpos int32 [S] and
  * kpos int32 [T] (causal: key j visible to query i when kpos[j] <= qpos[i]); a row that sees no key
- * gets o 0, lse -inf; the backward takes the whole attention's o and lse. On the CUDA-core kernels
- * (shardk_attn.cuh) in f32 and bf16. The combine merges two (o, lse) by log-sum-exp (o may alias
- * o1 or o2, lse lse1 or lse2). */
+ * gets o 0, lse -inf; the backward takes the whole attention's o and lse. On the kernels the whole
+ * sequence's attention would take (ir_attn_flash): the tensor-core ones of shardk_flash.cuh at positions
+ * (the compiled tiles, never wgmma) in bf16 at their head dims, else the CUDA-core ones (shardk_attn.cuh).
+ * The combine merges two (o, lse) by log-sum-exp (o may alias o1 or o2, lse lse1 or lse2). */
 typedef struct {
   int64_t T;              /* keys */
   const char *qpos, *kpos; /* device addresses of the positions */

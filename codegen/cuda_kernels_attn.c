@@ -1,6 +1,7 @@
 /* codegen/cuda_kernels_attn.c — the attention kernels' emitters (codegen/cuda_kernels.h): the
  * tensor-core kernels of runtime/cuda/kernels/shardk_flash.cuh in the tiles of cuda_flash_cfg.c, the
- * CUDA-core ones of shardk_attn.cuh, the ring blocks and their merge (cp). */
+ * CUDA-core ones of shardk_attn.cuh, the ring blocks (on either, as the whole sequence's attention) and their
+ * merge (cp). */
 #include "cuda_kernels_int.h"
 
 #include <stdio.h>
@@ -23,7 +24,8 @@ static void attn_check(int64_t H, int64_t KV, int64_t hd) {
 }
 
 /* Tensor-core attention (shardk_flash.cuh): bf16 with a head dim a multiple of 16 up to 128, tiles by
- * flash_cfg. Other cases run the CUDA-core kernels of shardk_attn.cuh. */
+ * flash_cfg; the whole sequence's and ring attention's blocks alike (ir_attn_flash decides, for the cost model
+ * too). Other cases run the CUDA-core kernels of shardk_attn.cuh. */
 static int attn_flash(DType dt, int64_t hd) { return ir_attn_flash(dt, hd); }
 
 /* The operands' row strides (CuAttnLd; 0: contiguous), resolved: H hd for q, o, dout, dq; KV hd for the rest. */
@@ -37,17 +39,24 @@ static CuAttnLd attn_ld(const CuAttnLd *ld, int64_t H, int64_t KV, int64_t hd) {
 /* the bytes an operand of rows rows of w elements at row stride ld spans */
 static int64_t span(int64_t rows, int64_t w, int64_t ld, DType dt) { return ((rows - 1) * ld + w) * ir_dtype_size(dt); }
 static CuFlashCfg flash_cfg(const CuK *k, int64_t hd) { return k->flash ? *k->flash : cuk_flash_cfg(hd); }
-/* a tensor-core attention kernel `which`: sk::name<S, H, KV, hd, causal, c's tiles>(args), c's rows a block,
- * with c's minimum blocks per SM and its dynamic shared memory */
-static const char *flash_one(CuK *k, const Args *g, const char *name, int which, const CuFlashTile *c, int64_t S,
-                             int64_t H, int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
+/* a tensor-core attention kernel `which`: sk::name<S, H, KV, hd, causal, c's tiles, tail>(args) over `rows`
+ * rows (queries; dK/dV: keys), c's rows a block, with c's minimum blocks per SM and its dynamic shared memory */
+static const char *flash_launch(CuK *k, const Args *g, const char *name, int which, const CuFlashTile *c, int64_t S,
+                                int64_t rows, int64_t H, int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz,
+                                const char *tail, const char *args) {
   k->minb = c->minb;
-  const char *l = ck_simple_smem(k, g, cdiv(S, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1, cuk_flash_smem(which, hd, c),
-                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d, %s>(%s);", name,
+  const char *l = ck_simple_smem(k, g, cdiv(rows, 16 * c->mt * c->w), gy, gz, 32 * c->w, 1, cuk_flash_smem(which, hd, c),
+                         arena_printf(k->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, %d, %d, %d, %s%s>(%s);", name,
                                       (long long)S, (long long)H, (long long)KV, (long long)hd,
-                                      causal ? "true" : "false", c->bt, c->mt, c->w, c->rs ? "true" : "false", args));
+                                      causal ? "true" : "false", c->bt, c->mt, c->w, c->rs ? "true" : "false", tail,
+                                      args));
   k->minb = 0;
   return l;
+}
+/* ... over the whole sequence (S queries and keys) */
+static const char *flash_one(CuK *k, const Args *g, const char *name, int which, const CuFlashTile *c, int64_t S,
+                             int64_t H, int64_t KV, int64_t hd, int causal, int64_t gy, int64_t gz, const char *args) {
+  return flash_launch(k, g, name, which, c, S, S, H, KV, hd, causal, gy, gz, "", args);
 }
 
 /* the attention forward on wgmma (shardk_wgmma.cuh; warp-specialized: shardk_wgmma_ws.cuh) in tiles t: grid
@@ -227,8 +236,8 @@ static const char *flash_outs(CuK *k, int which, int64_t S, int64_t H, int64_t K
 }
 
 /* The keys of an attention (CuAttnKeys): all S of the sequence (qpos NULL), or a ring attention
- * block's T keys with the rows' global positions (on the CUDA-core kernels only). Its extra
- * template argument, and its kernel arguments appended to g. */
+ * block's T keys with the rows' global positions. Its extra template argument (the CUDA-core kernels'),
+ * and its kernel arguments appended to g (every kernel's). */
 static const char *keys_tmpl(CuK *k, const CuAttnKeys *ks) {
   return ks->qpos ? arena_printf(k->a, ", %lldLL", (long long)ks->T) : "";
 }
@@ -239,6 +248,18 @@ static const char *keys_args(CuK *k, const CuAttnKeys *ks, Args *g) {
   return arena_printf(k->a, ", (const int *)p%d, (const int *)p%d", g->np - 2, g->np - 1);
 }
 
+/* A ring block's tensor-core kernel `which` (0 forward, 1 dK/dV, 2 dQ: shardk_flash.cuh with POS, T keys at
+ * ks's positions) in the compiled tiles (flash_cfg: the whole sequence's; not autotuned, and never the wgmma
+ * kernels); args: the pointer casts and row strides, the positions appended here. */
+static const char *flash_ring(CuK *k, Args *g, const char *name, int which, int64_t S, const CuAttnKeys *ks,
+                               int64_t H, int64_t KV, int64_t hd, int causal, int64_t gy, int64_t B, const char *args) {
+  const CuFlashCfg c = flash_cfg(k, hd);
+  const CuFlashTile *t = which == 0 ? &c.fwd : which == 1 ? &c.kv : &c.q;
+  const char *pa = keys_args(k, ks, g);
+  return flash_launch(k, g, name, which, t, S, which == 1 ? ks->T : S, H, KV, hd, causal, gy, B,
+                      arena_printf(k->a, ", true, %lldLL", (long long)ks->T), arena_printf(k->a, "%s%s", args, pa));
+}
+
 static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *q, const char *kk, const char *v,
                             DType dt, int64_t B, int64_t S, const CuAttnKeys *ks, int64_t H, int64_t KV, int64_t hd,
                             int causal, const CuAttnLd *ld0) {
@@ -246,6 +267,10 @@ static const char *attn_fwd(CuK *k, const char *o, const char *lse, const char *
   CuAttnLd ld = attn_ld(ld0, H, KV, hd);
   const char *lds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL", (long long)ld.o, (long long)ld.q,
                                  (long long)ld.k, (long long)ld.v);
+  if (attn_flash(dt, hd) && ks->qpos) /* a ring block (context parallelism) */
+    return flash_ring(k, &(Args){.np = 5, .p = {o, lse, q, kk, v}}, "flash_fwd", 0, S, ks, H, KV, hd, causal, H, B,
+                       arena_printf(k->a, "(sk::bf16 *)p0, (float *)p1, (const sk::bf16 *)p2, (const sk::bf16 *)p3, "
+                                          "(const sk::bf16 *)p4%s", lds));
   if (k->wg && attn_flash(dt, hd) && !ks->qpos && (hd == 64 || hd == 128)) /* Hopper's wgmma (shardk_wgmma.cuh) */
     return wg_one(k, &(Args){.np = 5, .p = {o, lse, q, kk, v}}, k->wg, S, H, KV, hd, causal, B, lds);
   if (attn_flash(dt, hd) && !ks->qpos) {
@@ -292,6 +317,16 @@ static const char *attn_bwd(CuK *k, const char *dq, const char *dk, const char *
   const char *t = ck_ctype(dt), *cz = causal ? "true" : "false";
   const char *D, *unused_acc, *unused_cnt;
   bwd_ws(k, B, S, H, hd, 0, &D, &unused_acc, &unused_cnt);
+  if (attn_flash(dt, hd) && ks->qpos) { /* a ring block: dQ first (it stores D = rowsum(dO o O)), then dK/dV */
+    const char *qlds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddq, Ldq, Ldk, Ldv, Ldo, Lddo);
+    const char *kvlds = arena_printf(k->a, ", %lldLL, %lldLL, %lldLL, %lldLL, %lldLL, %lldLL", Lddk, Lddv, Ldq, Ldk, Ldv,
+                                     Lddo);
+    const char *lq = flash_ring(k, &(Args){.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}}, "flash_bwd_q", 2, S, ks, H,
+                                 KV, hd, causal, H, B, arena_printf(k->a, "%s%s", FLASH_Q_ARGS, qlds));
+    const char *lkv = flash_ring(k, &(Args){.np = 8, .p = {dk, dv, q, kk, v, lse, D, dout}}, "flash_bwd_kv", 1, S, ks,
+                                  H, KV, hd, causal, KV, B, arena_printf(k->a, "%s%s", FLASH_KV_ARGS, kvlds));
+    return ck_cat(k, lq, lkv);
+  }
   if (attn_flash(dt, hd) && !ks->qpos) { /* dQ first: it stores D = rowsum(dO o O), which dK/dV reads */
     int64_t n = B * S, qw = H * hd, kw = KV * hd, nl = B * H * S * 4;
     Args gq = {.np = 8, .p = {dq, D, q, kk, v, o, lse, dout}};

@@ -281,9 +281,9 @@ bool ir_update_casts_copy(const Graph *g, int i);
  * passes/zero_offload.c: the bf16 copy it uploads), which the update's own pass stores
  * (codegen/target_cuda.c, rt_adamw_f32_copy; passes/cost.c charges its write only). */
 bool ir_host_update_casts_copy(const Graph *g, int i);
-/* Whether the CUDA target's attention over dtype dt and head dim hd runs on its flash kernels
- * (codegen/cuda_kernels_attn.c; with no positions, as sdpa has: the backward then in two kernels, dQ
- * and dK/dV, else three; passes/cost.c counts them). */
+/* Whether the CUDA target's attention over dtype dt and head dim hd runs on its tensor-core (flash)
+ * kernels, sdpa and ring attention's blocks (attn_block, attn_block_bwd) alike (codegen/cuda_kernels_attn.c:
+ * the backward then in two kernels, dQ and dK/dV, else three on CUDA cores; passes/cost_cuda.c counts them). */
 bool ir_attn_flash(DType dt, int64_t hd);
 /* Marks (Node.cast_folded) each cast of g's top level that widens a bf16 gradient to f32 only for
  * readers that read bf16 as well and widen it themselves, exactly: a sum of squares (the clip's) and

@@ -11,7 +11,7 @@ static double value_bytes(const Value *v) { return (double)ir_numel(&v->shape) *
 
 /* 0 for a node a GEMM's epilogue computes (epilogue_owner) and for the fused cross-entropy's backward;
  * the attention backward's two kernels on the flash path (dQ, then dK/dV: codegen/cuda_kernels_attn.c
- * attn_bwd), three off it; the fused cross-entropy's three (the gradient's scale, the rows, the mean:
+ * attn_bwd; sdpa's and ring attention's blocks alike), three off it; the fused cross-entropy's three (the gradient's scale, the rows, the mean:
  * cuda_kernels_ce.c), the unfused one's two each way, a reduction to one number's two; the embedding gradient's two (the buckets, the rows: cuda_kernels.c
  * cuk_embed_bwd); the norms' backward two (the rows with the blocks' dw / db partials, their column sums:
  * cuda_kernels_norm.c), its *extra the residual gradient's carry where it computes the add after it
@@ -59,9 +59,8 @@ int cost_cuda_kernels(const Node *n, int pos, double *extra) {
   if (n->op == OP_SUM || n->op == OP_MEAN || n->op == OP_SUMSQ) return 2;
   if (n->op == OP_CONCAT) /* the pieces' copies (no kernel), passes/fuse_sumsq.c's pieces in one kernel */
     return n->a.sumsq_fused ? 1 : -1;
-  if (n->op == OP_SDPA_BWD) /* (a block of ring attention has positions: never the flash kernels) */
+  if (n->op == OP_SDPA_BWD || n->op == OP_ATTN_BLOCK_BWD) /* a ring block's on the same kernels as sdpa's */
     return ir_attn_flash(n->in[0]->dtype, n->in[0]->shape.dim[2] / (n->a.heads > 0 ? n->a.heads : 1)) ? 2 : 3;
-  if (n->op == OP_ATTN_BLOCK_BWD) return 3;
   if (n->op == OP_EMBED_BWD) return 2;
   if (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD) { /* the rows, then dw / db's column sums */
     int p = fuse_normres_partner(g, pos); /* with the add after it: its carry read too (passes/fuse_normres.c) */

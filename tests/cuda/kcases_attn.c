@@ -7,6 +7,7 @@
 
 #include "cu_internal.h" /* rt_cu_tune_agree: the autotuning's check (runtime/cuda/tune_check.c) */
 #include "dtype.h"
+#include "kernels.h" /* rt_attn_block_fwd / bwd: the CPU kernels of ring attention's blocks */
 
 /* ---- attention ------------------------------------------------------------------------------------------------ */
 
@@ -336,6 +337,8 @@ void kc_cases_attention(KC *c) {
 
 /* ---- ring attention's pieces (context parallelism) ------------------------------------------------------------- */
 
+static void block_cases(KC *c);
+
 /* rows [B, n, C] of x [B, N, C] in the zigzag chunks `ch` (two of four chunks of N / 4 rows) <-> a
  * contiguous [B, N / 2, C]; to_part: x -> part, else part -> x */
 static void zz_rows(float *x, float *part, int64_t B, int64_t N, int64_t C, const int *ch, int to_part) {
@@ -425,5 +428,162 @@ void kc_cases_ring(KC *c) {
       cmp(c, arena_printf(c->a, "ring dv block %d %s", i, tag), kt_get(c, tdv[i]), kp, sk, rt, at * 4);
     }
   }
+  block_cases(c);
 }
 
+
+/* ---- ring attention's blocks on their own ---------------------------------------------------------------------- */
+
+/* Whether the source emitted so far holds sk::<name><S, H, KV, hd, causal, ...> ending in ", true, T>": the block on
+ * the tensor-core kernels at positions (shardk_flash.cuh's POS). */
+static int emitted_pos(KC *c, const char *name, int64_t S, int64_t H, int64_t KV, int64_t hd, int causal, int64_t T) {
+  const char *src = cuk_source(c->k), *head = arena_printf(c->a, "sk::%s<%lldLL, %lld, %lld, %lld, %s, ", name,
+                                                           (long long)S, (long long)H, (long long)KV, (long long)hd,
+                                                           causal ? "true" : "false"),
+             *tail = arena_printf(c->a, ", true, %lldLL>(", (long long)T);
+  for (const char *at = strstr(src, head); at; at = strstr(at + 1, head)) {
+    const char *end = strchr(at, ';'), *t = strstr(at, tail);
+    if (end && t && t < end) return 1;
+  }
+  return 0;
+}
+
+/* lse against its reference: the rows the reference gives -inf (no key seen) exactly -inf, the others by cmp */
+static void cmp_lse(KC *c, const char *what, float *got, float *ref, int64_t n, double atol) {
+  int64_t bad = 0, none = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (isinf(ref[i]) && ref[i] < 0) {
+      none++;
+      bad += !(isinf(got[i]) && got[i] < 0);
+      got[i] = ref[i] = 0;
+    }
+  expect(c, arena_printf(c->a, "%s: the %lld rows that see no key at -inf (%lld not)", what, (long long)none, (long long)bad),
+         bad == 0);
+  cmp(c, what, got, ref, n, 1e-5, atol);
+}
+
+/* whether the rows r of x [B, R, C] (R rows a batch) with zero[r] set are all exactly 0 */
+static int rows_zero(const float *x, int64_t B, int64_t R, int64_t C, const char *zero) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t j = 0; zero[r] && j < C; j++)
+        if (x[(b * R + r) * C + j] != 0.0f) return 0;
+  return 1;
+}
+
+/* One ring block (attn_block, attn_block_bwd) of S queries at positions qp over T keys at kp (increasing), against
+ * the CPU kernels (rt_attn_block_fwd / bwd) on the same values: the forward, then the backward from a whole
+ * attention's o and lse (random o; lse = log(e^lse_block + e^x), x in [-1, 1]: what the other blocks add) run twice
+ * (the same bits). Rows that see no key: o and dq exactly 0, lse -inf; keys no row sees: dk and dv exactly 0. bf16
+ * with a tensor-core head dim must be emitted on the tensor-core kernels (ir_attn_flash), else the CUDA-core ones. */
+static void block_case(KC *c, const char *name, int64_t B, int64_t S, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                       int causal, DType dt, const int32_t *qp, const int32_t *kp, const char *cname) {
+  int64_t nq = B * S * H * hd, nk = B * T * KV * hd, nl = B * H * S;
+  float *q = fvec(c, nq, 1.0f), *k = fvec(c, nk, 1.0f), *v = fvec(c, nk, 1.0f), *dout = fvec(c, nq, 1.0f),
+        *og = fvec(c, nq, 1.0f), *x = fvec(c, nl, 1.0f);
+  round_to(dt, q, nq), round_to(dt, k, nk), round_to(dt, v, nk), round_to(dt, dout, nq), round_to(dt, og, nq);
+  KT tq = kt_new(c, dt, nq), tk = kt_new(c, dt, nk), tv = kt_new(c, dt, nk), tqp = kt_new(c, DT_I32, S),
+     tkp = kt_new(c, DT_I32, T), to = kt_new(c, dt, nq), tl = kt_new(c, DT_F32, nl), tog = kt_new(c, dt, nq),
+     tlg = kt_new(c, DT_F32, nl), tdo = kt_new(c, dt, nq), tdq[2], tdk[2], tdv[2];
+  for (int i = 0; i < 2; i++) tdq[i] = kt_new(c, dt, nq), tdk[i] = kt_new(c, dt, nk), tdv[i] = kt_new(c, dt, nk);
+  kt_put(c, tq, q), kt_put(c, tk, k), kt_put(c, tv, v), kt_put(c, tdo, dout), kt_put(c, tog, og);
+  kt_put_i32(c, tqp, qp), kt_put_i32(c, tkp, kp);
+  CuAttnKeys ks = {T, P(c, tqp), P(c, tkp)};
+  run(c, cuk_attn_block(c->k, P(c, to), P(c, tl), P(c, tq), P(c, tk), P(c, tv), dt, B, S, &ks, H, KV, hd, causal));
+  float *ro = fvec(c, nq, 0), *rl = fvec(c, nl, 0);
+  rt_attn_block_fwd(B, S, T, H, KV, hd, causal, q, k, v, qp, kp, ro, rl);
+  float *lg = fvec(c, nl, 0); /* the whole attention's lse, on the host: the device's backward reads it */
+  for (int64_t i = 0; i < nl; i++) {
+    double a = rl[i], m = a > x[i] ? a : x[i];
+    lg[i] = (float)(m + log(exp(a - m) + exp(x[i] - m)));
+  }
+  kt_put(c, tlg, lg);
+  for (int i = 0; i < 2; i++)
+    run(c, cuk_attn_block_bwd(c->k, P(c, tdq[i]), P(c, tdk[i]), P(c, tdv[i]), P(c, tq), P(c, tk), P(c, tv), P(c, tog),
+                              P(c, tlg), P(c, tdo), dt, B, S, &ks, H, KV, hd, causal));
+  if (!c->be) return;
+  const char *tag = arena_printf(c->a, "%s B %lld S %lld T %lld H %lld KV %lld hd %lld%s %s%s", name, (long long)B,
+                                 (long long)S, (long long)T, (long long)H, (long long)KV, (long long)hd,
+                                 causal ? " causal" : "", dn(dt), cname);
+  const int tc = ir_attn_flash(dt, hd);
+  expect(c, arena_printf(c->a, "attn_block %s: on the %s kernels", tag, tc ? "tensor-core" : "CUDA-core"),
+         tc ? emitted_pos(c, "flash_fwd", S, H, KV, hd, causal, T) && emitted_pos(c, "flash_bwd_q", S, H, KV, hd, causal, T) &&
+                  emitted_pos(c, "flash_bwd_kv", S, H, KV, hd, causal, T)
+            : !!strstr(cuk_source(c->k), arena_printf(c->a, "sk::sdpa_fwd<%s, %lldLL, %lld, %lld, %lld,", dt == DT_F32 ? "float" : "sk::bf16",
+                                                      (long long)S, (long long)H, (long long)KV, (long long)hd)));
+  char *qnone = arena_alloc(c->a, (size_t)S + 1), *knone = arena_alloc(c->a, (size_t)T + 1);
+  int64_t nqn = 0, nkn = 0;
+  for (int64_t i = 0; i < S; i++) nqn += qnone[i] = causal && kp[0] > qp[i];
+  for (int64_t j = 0; j < T; j++) nkn += knone[j] = causal && qp[S - 1] < kp[j];
+  double rt = tol(dt), at = dt == DT_BF16 ? 1e-2 : 1e-5;
+  float *go = kt_get(c, to);
+  cmp(c, arena_printf(c->a, "attn_block o %s", tag), go, ro, nq, rt, at);
+  expect(c, arena_printf(c->a, "attn_block o %s: the %lld rows that see no key exactly 0", tag, (long long)nqn),
+         rows_zero(go, B, S, H * hd, qnone));
+  cmp_lse(c, arena_printf(c->a, "attn_block lse %s", tag), kt_get(c, tl), rl, nl, dt == DT_BF16 ? 1e-3 : 1e-5);
+  float *rdq = fvec(c, nq, 0), *rdk = fvec(c, nk, 0), *rdv = fvec(c, nk, 0);
+  rt_attn_block_bwd(B, S, T, H, KV, hd, causal, q, k, v, og, lg, dout, qp, kp, rdq, rdk, rdv);
+  float *dq = kt_get(c, tdq[0]), *dk = kt_get(c, tdk[0]), *dv = kt_get(c, tdv[0]);
+  cmp(c, arena_printf(c->a, "attn_block_bwd dq %s", tag), dq, rdq, nq, rt, at * 4);
+  cmp(c, arena_printf(c->a, "attn_block_bwd dk %s", tag), dk, rdk, nk, rt, at * 4);
+  cmp(c, arena_printf(c->a, "attn_block_bwd dv %s", tag), dv, rdv, nk, rt, at * 4);
+  expect(c, arena_printf(c->a, "attn_block_bwd %s: dq 0 on the %lld rows that see no key, dk and dv on the %lld keys no row sees",
+                         tag, (long long)nqn, (long long)nkn),
+         rows_zero(dq, B, S, H * hd, qnone) && rows_zero(dk, B, T, KV * hd, knone) && rows_zero(dv, B, T, KV * hd, knone));
+  expect(c, arena_printf(c->a, "attn_block_bwd deterministic %s", tag),
+         !memcmp(dq, kt_get(c, tdq[1]), (size_t)nq * 4) && !memcmp(dk, kt_get(c, tdk[1]), (size_t)nk * 4) &&
+             !memcmp(dv, kt_get(c, tdv[1]), (size_t)nk * 4));
+}
+
+/* the positions of zigzag rank r of cp over n = 2 chunks of n / 2 tokens: chunks r and 2 cp - 1 - r */
+static int32_t *zz_pos(KC *c, int64_t n, int cp, int r) {
+  int32_t *p = arena_alloc(c->a, (size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(i < n / 2 ? r * (n / 2) + i : (2 * cp - 1 - r) * (n / 2) + i - n / 2);
+  return p;
+}
+/* n positions a i + b */
+static int32_t *lin_pos(KC *c, int64_t n, int a, int b) {
+  int32_t *p = arena_alloc(c->a, (size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(a * i + b);
+  return p;
+}
+
+/* Ring blocks of every kind a zigzag split makes, and others: a diagonal block (a rank's own keys), a rank's
+ * queries over a later rank's keys (half of its rows see no key, the others every key) and over an earlier
+ * rank's (half of the keys seen by no row), blocks fully masked and fully visible, S != T at odd lengths with
+ * positions interleaved (partial tiles everywhere, rows that see nothing), without the causal mask, several
+ * blocks of rows and keys (cp 4, B 2); GQA; bf16 at head dims 32, 64, 128 (the tensor-core kernels, each case of
+ * the first head dim in every tile candidate of cuk_flash_variants too) and f32 (the CUDA-core kernels). */
+static void block_cases(KC *c) {
+  const struct {
+    const char *name;
+    int64_t B, S, T, H, KV, hd;
+    int causal;
+    DType dt;
+    int32_t *qp, *kp;
+    int variants;
+  } bc[] = {
+      {"diagonal", 1, 48, 48, 4, 2, 64, 1, DT_BF16, zz_pos(c, 48, 2, 0), zz_pos(c, 48, 2, 0), 1},
+      {"rank 0 over rank 1", 1, 48, 48, 4, 2, 64, 1, DT_BF16, zz_pos(c, 48, 2, 0), zz_pos(c, 48, 2, 1), 1},
+      {"rank 1 over rank 0", 1, 48, 48, 4, 2, 64, 1, DT_BF16, zz_pos(c, 48, 2, 1), zz_pos(c, 48, 2, 0), 1},
+      {"fully masked", 1, 33, 40, 2, 1, 32, 1, DT_BF16, lin_pos(c, 33, 1, 0), lin_pos(c, 40, 1, 1000), 0},
+      {"fully visible", 1, 40, 33, 2, 1, 32, 1, DT_BF16, lin_pos(c, 40, 1, 1000), lin_pos(c, 33, 1, 0), 0},
+      {"interleaved", 1, 37, 53, 2, 1, 128, 1, DT_BF16, lin_pos(c, 37, 3, 0), lin_pos(c, 53, 2, 5), 1},
+      {"not causal", 1, 45, 70, 2, 2, 128, 0, DT_BF16, lin_pos(c, 45, 1, 0), lin_pos(c, 70, 1, 100), 0},
+      {"cp 4 rank 1 over rank 2", 2, 140, 140, 4, 1, 64, 1, DT_BF16, zz_pos(c, 140, 4, 1), zz_pos(c, 140, 4, 2), 0},
+      {"cp 4 rank 3 over rank 0", 1, 150, 150, 2, 1, 64, 1, DT_BF16, zz_pos(c, 150, 4, 3), zz_pos(c, 150, 4, 0), 0},
+      {"interleaved", 1, 37, 53, 4, 2, 32, 1, DT_F32, lin_pos(c, 37, 3, 0), lin_pos(c, 53, 2, 5), 0},
+  };
+  for (size_t t = 0; t < sizeof bc / sizeof bc[0]; t++) {
+    CuFlashCfg v[16];
+    int nv = bc[t].variants && flash_variants ? cuk_flash_variants(bc[t].hd, v, 16) : 0;
+    block_case(c, bc[t].name, bc[t].B, bc[t].S, bc[t].T, bc[t].H, bc[t].KV, bc[t].hd, bc[t].causal, bc[t].dt, bc[t].qp,
+               bc[t].kp, "");
+    for (int i = 1; i < nv; i++) {
+      cuk_set_flash_cfg(c->k, &v[i]);
+      block_case(c, bc[t].name, bc[t].B, bc[t].S, bc[t].T, bc[t].H, bc[t].KV, bc[t].hd, bc[t].causal, bc[t].dt, bc[t].qp,
+                 bc[t].kp, arena_printf(c->a, " tiles %d", i));
+      cuk_set_flash_cfg(c->k, NULL);
+    }
+  }
+}

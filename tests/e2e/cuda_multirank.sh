@@ -170,10 +170,14 @@ esac
 case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, and the ring's kernels on the device
   want=shift_start; [ "$what" = cp2a2a ] && want=all_to_all
   nc=$(cat "$t"/src/*.c | grep -c "rt_coll_$want(ctx" || true)
-  nb=$(cat "$t"/src/*.c | grep -c "sk::sdpa_fwd<.*(const int \*)p" || true) # attention blocks at positions
+  nb=$(cat "$t"/src/*.c | grep -c "sk::\(sdpa_fwd\|flash_fwd\)<.*(const int \*)p" || true) # attention blocks at positions
+  ntc=$(cat "$t"/src/*.c | grep -c "sk::flash_fwd<.*(const int \*)p" || true) # ... of them on the tensor cores
   nm=$(cat "$t"/src/*.c | grep -c "sk::attn_combine<" || true)                # their merges
   [ "$nc" -gt 0 ] && { [ "$what" = cp2a2a ] || { [ "$nb" -gt 0 ] && [ "$nm" -gt 0 ]; }; } ||
     fail "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels"
+  # bf16 at head dim 16 (ir_attn_flash): the blocks on the tensor-core kernels; f32 on the CUDA-core ones
+  case $what in *bf16) [ "$ntc" -eq "$nb" ] ;; *) [ "$ntc" -eq 0 ] ;; esac ||
+    fail "$what: $ntc of the $nb ring attention block kernels on the tensor cores"
   if [ "$what" = cp2tp2sp ]; then # sp: the tp blocks' outputs reduce-scattered within each cp rank's sequence
     nr=$(cat "$t"/src/*.c | grep -c "rt_coll_reduce_scatter[a-z_]*(ctx, RT_AX_TP" || true)
     [ "$nr" -gt 0 ] || fail "$what: no reduce-scatter over tp"
@@ -193,7 +197,7 @@ case $what in cp2*) # context parallelism: ring hops (shifts) or all-to-alls, an
       fail "$what: $nr reduce-scatters and $na all-gathers over dp x cp, $nx collectives over dp or cp alone"
     echo "$what: $nr reduce-scatters and $na all-gathers over the dp x cp group, none over dp or cp alone"
   fi
-  echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels, $nm merge kernels" ;;
+  echo "$what: $nc rt_coll_$want calls, $nb ring attention block kernels ($ntc on the tensor cores), $nm merge kernels" ;;
 esac
 case $what in *off*) # offload: the update runs on the host, between copies (not the device's AdamW; under bf16 storing the copy it uploads)
   nh=$(cat "$t"/src/*.c | grep -c "rt_cu_to_host_start(ctx" || true); na=$(cat "$t"/src/*.c | grep -cE "rt_adamw_f32(_copy)?\(" || true)

@@ -11,10 +11,11 @@
  * blocks (looping over every query head of the group), dQ by query blocks, D = rowsum(dO o O)
  * first. Loops are uniform across each block so the shuffles see full warps.
  *
- * Ring attention's blocks (context parallelism, ops.def ATTN_BLOCK / ATTN_BLOCK_BWD) use the same
- * kernels with TK keys (k/v [B, TK, KV*HD]) and the rows' global positions qpos [S], kpos [TK]
- * (nullptr: the row indices): causal masks kpos[j] <= qpos[i]; a row that sees no key gets o 0
- * and lse -inf; the backward takes the whole attention's o and lse (every block combined).
+ * Ring attention's blocks (context parallelism, ops.def ATTN_BLOCK / ATTN_BLOCK_BWD) where the
+ * tensor-core kernels do not take them (f32, other head dims: shardk_flash.cuh's POS has the same
+ * contract) use the same kernels with TK keys (k/v [B, TK, KV*HD]) and the rows' global positions
+ * qpos [S], kpos [TK] (nullptr: the row indices): causal masks kpos[j] <= qpos[i]; a row that sees no
+ * key gets o 0 and lse -inf; the backward takes the whole attention's o and lse (every block combined).
  */
 #ifndef SHARDK_ATTN_CUH
 #define SHARDK_ATTN_CUH

@@ -40,6 +40,15 @@
  * computes D = rowsum(dO o O) of its rows and stores it, then dK and dV by key blocks (looping over
  * every query head of the group and every query tile; recomputing P and dP: 7 products instead of
  * 5, the price of determinism).
+ *
+ * Ring attention's blocks (context parallelism, ops.def ATTN_BLOCK / ATTN_BLOCK_BWD; POS true): the same
+ * three kernels over a block of T keys (k/v [B, T, KV*HD], T may differ from S) with the rows' global
+ * positions qpos [S] and kpos [T], increasing (a zigzag chunk pair is: passes/shard_cp.c, and the CPU
+ * kernels assume it too), the contract of shardk_attn.cuh's CUDA-core block kernels: causal masks
+ * kpos[j] <= qpos[i], so a query sees a prefix of the keys and a key is seen by a suffix of the queries
+ * (FlashKeys: their lengths by binary search over the positions, once a kernel per row); the tiles past a
+ * block's (and a warp's) prefix are skipped whole, the masks only on the tiles a prefix ends in; a row that
+ * sees no key gets o 0 and lse -inf; the backward takes the whole attention's o and lse (D from them).
  */
 #ifndef SHARDK_FLASH_CUH
 #define SHARDK_FLASH_CUH
@@ -280,11 +289,91 @@ __device__ __forceinline__ FlashBlock flash_block(bool rev) {
   return r;
 }
 
+/* Which keys a query sees. The whole sequence (POS false, T == S): causally query r sees keys [0, r]. A ring
+ * block (POS): T keys at global positions kp, the S queries at qp, both increasing, so that causally query r
+ * sees the keys [0, keys(r)) (those at or before its position) and key j is seen by the queries
+ * [first(j), S); without CAUSAL every query sees every key. Binary searches over the positions (L1/L2
+ * reads, a few per row and kernel). */
+template <int S, int T, bool CAUSAL, bool POS>
+struct FlashKeys {
+  const int *qp, *kp;
+  /* the keys query r (< S) sees: [0, keys(r)) */
+  __device__ __forceinline__ int keys(int r) const {
+    if (!CAUSAL) return T;
+    if (!POS) return r + 1 < S ? r + 1 : S;
+    const int x = qp[r];
+    int lo = 0, n = T; /* the first key past x */
+    while (n > 0) {
+      int h = n >> 1;
+      if (kp[lo + h] <= x) lo += h + 1, n -= h + 1;
+      else n = h;
+    }
+    return lo;
+  }
+  /* the queries that see key j (< T): [first(j), S) */
+  __device__ __forceinline__ int first(int j) const {
+    if (!CAUSAL) return 0;
+    if (!POS) return j;
+    const int x = kp[j];
+    int lo = 0, n = S; /* the first query at or past x */
+    while (n > 0) {
+      int h = n >> 1;
+      if (qp[lo + h] < x) lo += h + 1, n -= h + 1;
+      else n = h;
+    }
+    return lo;
+  }
+};
+
+/* A warp's 16 MT rows from r0 (queries of the forward and dQ) in a ring block (POS): each lane's rows' key
+ * prefixes (lim[mt][0] row g, [1] row g + 8; 0 past S), the keys the warp's first row sees (lo: a tile below it
+ * needs no mask) and any of its rows sees (hi: a tile from it on is skipped). Without POS nothing: the kernels
+ * keep the whole sequence's index arithmetic. */
+template <int S, int T, bool CAUSAL, bool POS, int MT>
+struct RowKeys {
+  int lim[MT][2], lo = 0, hi = 0;
+  __device__ __forceinline__ RowKeys(const FlashKeys<S, T, CAUSAL, POS> &fk, int r0) {
+    if constexpr (POS) {
+      const int g = ((int)threadIdx.x & 31) >> 2, last = r0 + 16 * MT - 1;
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          int r = r0 + 16 * mt + g + 8 * i;
+          lim[mt][i] = r < S ? fk.keys(r) : 0;
+        }
+      lo = r0 < S ? fk.keys(r0) : 0, hi = r0 < S ? fk.keys(last < S ? last : S - 1) : 0;
+    }
+  }
+};
+
+/* A warp's 16 MT keys from r0 (dK/dV) in a ring block (POS): each lane's keys' first queries (qf[mt][0] row g,
+ * [1] row g + 8; S past T), the first query that sees the warp's first key (lo: a tile of queries before it is
+ * skipped) and its last (hi: a tile from it on needs no causal mask). Without POS nothing (RowKeys). */
+template <int S, int T, bool CAUSAL, bool POS, int MT>
+struct KeyQueries {
+  int qf[MT][2], lo = 0, hi = 0;
+  __device__ __forceinline__ KeyQueries(const FlashKeys<S, T, CAUSAL, POS> &fk, int r0) {
+    if constexpr (POS) {
+      const int g = ((int)threadIdx.x & 31) >> 2, last = r0 + 16 * MT - 1;
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          int j = r0 + 16 * mt + g + 8 * i;
+          qf[mt][i] = j < T ? fk.first(j) : S;
+        }
+      lo = r0 < T ? fk.first(r0) : S, hi = r0 < T ? fk.first(last < T ? last : T - 1) : S;
+    }
+  }
+};
+
 /* One key tile of the forward for one warp: scores, online softmax (masked when MASK: keys at or past
- * S, and causal keys past the row), acc += P V. */
-template <bool MASK, bool CAUSAL, int S, int HD, int BK, int MT, int LD, class QA>
+ * S, and causal keys past the row; POS: the keys past each row's prefix, lim), acc += P V. */
+template <bool MASK, bool CAUSAL, bool POS, int S, int HD, int BK, int MT, int LD, class QA>
 __device__ __forceinline__ void fwd_tile(float (&acc)[MT][HD / 8][4], float (&m)[MT][2], float (&l)[MT][2],
-                                         const QA &qa, const bf16 *ks, const bf16 *vs, int k0, int r0, float c2) {
+                                         const QA &qa, const bf16 *ks, const bf16 *vs, int k0, int r0, float c2,
+                                         const int (&lim)[MT][2]) {
   int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float s[MT][BK / 8][4];
   zero_acc<MT, BK>(s);
@@ -298,7 +387,7 @@ __device__ __forceinline__ void fwd_tile(float (&acc)[MT][HD / 8][4], float (&m)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           int key = k0 + nt * 8 + 2 * t + (e & 1), row = r0 + 16 * mt + g + (e >= 2 ? 8 : 0);
-          if (key >= S || (CAUSAL && key > row)) s[mt][nt][e] = ninf();
+          if (POS ? key >= lim[mt][e >> 1] : key >= S || (CAUSAL && key > row)) s[mt][nt][e] = ninf();
         }
     }
     float x0 = fmx(s[mt][0][0], s[mt][0][1]), x1 = fmx(s[mt][0][2], s[mt][0][3]);
@@ -329,11 +418,13 @@ __device__ __forceinline__ void fwd_tile(float (&acc)[MT][HD / 8][4], float (&m)
 
 /* Forward: grid (ceil(S / BQ), H, B) with BQ = 16 MT W, block 32 W; each warp 16 MT query rows (RS: in
  * shared memory); K and V tiles of BK keys double-buffered (the next tile's copy runs under this tile's
- * products). Dynamic shared memory: SK_FLASH_SMEM_FWD. */
-template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS>
+ * products). Dynamic shared memory: SK_FLASH_SMEM_FWD. POS: a ring block of T_ keys at positions kpos, the
+ * queries at qpos (FlashKeys). */
+template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS, bool POS = false, i64 T_ = S_>
 __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, i64 ldo, i64 ldq, i64 ldk,
-                          i64 ldv) {
-  constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, LD = HD + 8, TL = BK * LD;
+                          i64 ldv, const int *qpos = nullptr, const int *kpos = nullptr) {
+  constexpr int S = (int)S_, T = (int)T_, BQ = 16 * MT * W, NT = 32 * W, LD = HD + 8, TL = BK * LD;
+  static_assert(POS || T == S, "flash_fwd: keys other than the queries' need their positions");
   constexpr unsigned SMEM = SK_FLASH_SMEM_FWD(BK, HD, MT, W, RS ? 1 : 0);
   static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_fwd: tiles over the shared memory of a block");
   bf16 *const sm = (bf16 *)dyn_smem(SMEM); /* K [2], V [2], (RS) Q's rows */
@@ -356,19 +447,22 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   zero_acc<MT, HD>(acc);
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = ninf(), l[mt][0] = l[mt][1] = 0.0f;
-  const bf16 *kb = k + b * S * ldk + (i64)kvh * HD, *vb = v + b * S * ldv + (i64)kvh * HD;
-  const int kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
+  const bf16 *kb = k + b * T * ldk + (i64)kvh * HD, *vb = v + b * T * ldv + (i64)kvh * HD;
+  const FlashKeys<S, T, CAUSAL, POS> fk{qpos, kpos};
+  const int kend = !POS ? (CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S) /* the keys any row of the block sees */
+                        : CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T;
   const int ntiles = (kend + BK - 1) / BK;
-  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, S);
+  if (!POS || ntiles > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
+  const RowKeys<S, T, CAUSAL, POS, MT> rk(fk, r0); /* POS: this warp's rows' keys (under the first copy) */
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
-    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, S);
-    if (!CAUSAL || k0 <= r0 + 16 * MT - 1) { /* else every key of the tile is past this warp's rows */
-      if (k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0))
-        fwd_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2);
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, T);
+    if (!CAUSAL || (POS ? k0 < rk.hi : k0 <= r0 + 16 * MT - 1)) { /* else every key of the tile is past this warp's rows */
+      if (POS ? k0 + BK > rk.lo : k0 + BK > S || (CAUSAL && k0 + BK - 1 > r0)) /* keys past the end or some row's */
+        fwd_tile<true, CAUSAL, POS, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2, rk.lim);
       else
-        fwd_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2);
+        fwd_tile<false, CAUSAL, POS, S, HD, BK, MT, LD>(acc, m, l, qa, ks + cur, vs + cur, k0, r0, c2, rk.lim);
     }
   }
   const float ln2 = 0.6931471805599453f;
@@ -377,6 +471,15 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
   for (int mt = 0; mt < MT; mt++) {
     float l0 = quad_sum(l[mt][0]), l1 = quad_sum(l[mt][1]);
     int rm = r0 + 16 * mt;
+    if constexpr (POS) { /* a row that sees no key of the block (l 0) gets o 0 and lse -inf (m stayed -inf) */
+      store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], l0 == 0.0f ? 0.0f : 1.0f / l0,
+                     l1 == 0.0f ? 0.0f : 1.0f / l1);
+      if (t == 0) {
+        if (rm + g < S) lb[rm + g] = l0 == 0.0f ? ninf() : m[mt][0] * ln2 + logf(l0);
+        if (rm + g + 8 < S) lb[rm + g + 8] = l1 == 0.0f ? ninf() : m[mt][1] * ln2 + logf(l1);
+      }
+      continue;
+    }
     store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], 1.0f / l0, 1.0f / l1);
     if (t == 0) {
       if (rm + g < S) lb[rm + g] = m[mt][0] * ln2 + logf(l0);
@@ -386,31 +489,30 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
 }
 
 /* The probabilities and dS of a 16 x N block of scores s (fp32 C fragments, raw dot products) for
- * dot products dp: p = exp2(s c2 - lse2) (0 where masked when MASK), ds = p (dp - D). query(nt, e) /
- * key(nt, e) give the query and key of element e of column tile nt; lse2 and D by query. */
-template <int N, bool MASK, bool CAUSAL, int S, class QOF, class KOF, class LSE, class DD>
-__device__ __forceinline__ void p_and_ds(float (&s)[N / 8][4], float (&dp)[N / 8][4], float c2, QOF query, KOF key,
-                                         LSE lse2, DD dd) {
+ * dot products dp: p = exp2(s c2 - lse2) (0 where masked(nt, e) when MASK), ds = p (dp - D), for element e
+ * of column tile nt; lse2 and D by query. */
+template <int N, bool MASK, class OUT, class LSE, class DD>
+__device__ __forceinline__ void p_and_ds(float (&s)[N / 8][4], float (&dp)[N / 8][4], float c2, OUT masked, LSE lse2,
+                                         DD dd) {
 #pragma unroll
   for (int nt = 0; nt < N / 8; nt++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       float p = ex2(fmaf(s[nt][e], c2, -lse2(nt, e)));
-      if (MASK) {
-        int qi = query(nt, e), kj = key(nt, e);
-        if (qi >= S || kj >= S || (CAUSAL && kj > qi)) p = 0.0f;
-      }
+      if (MASK && masked(nt, e)) p = 0.0f;
       s[nt][e] = p;
       dp[nt][e] = p * (dp[nt][e] - dd(nt, e));
     }
 }
 
 /* One query tile of dK / dV for one warp (16 MT keys from r0): S^T and dP^T, then P and dS, then
- * dV += P^T dO and dK += dS^T Q; lse (natural log) and D of the tile's queries in shared memory. */
-template <bool MASK, bool CAUSAL, int S, int HD, int BQT, int MT, int LD, class KA>
+ * dV += P^T dO and dK += dS^T Q; lse (natural log) and D of the tile's queries in shared memory. The masks
+ * (MASK): queries at or past S, keys at or past T; causal queries before the key (POS: before the first query
+ * that sees each of this lane's keys, qf[mt][0] row g, [1] row g + 8). */
+template <bool MASK, bool CAUSAL, bool POS, int S, int T, int HD, int BQT, int MT, int LD, class KA>
 __device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva)[MT][HD / 8][4], const KA &ka,
                                         const KA &va, const bf16 *qs, const bf16 *dos, const float *ls, const float *ds, int qt0,
-                                        int r0, float c2) {
+                                        int r0, float c2, const int (&qf)[MT][2]) {
   int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const float log2e = 1.4426950408889634f; /* ls holds the natural-log lse */
   float s[MT][BQT / 8][4], dp[MT][BQT / 8][4]; /* S^T and dP^T: rows are keys, columns queries */
@@ -422,9 +524,12 @@ __device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
     int rm = r0 + 16 * mt;
-    p_and_ds<BQT, MASK, CAUSAL, S>(
-        s[mt], dp[mt], c2, [&](int nt, int e) { return qt0 + nt * 8 + 2 * t + (e & 1); },
-        [&](int, int e) { return rm + g + (e >= 2 ? 8 : 0); },
+    p_and_ds<BQT, MASK>(
+        s[mt], dp[mt], c2,
+        [&](int nt, int e) {
+          int qi = qt0 + nt * 8 + 2 * t + (e & 1), kj = rm + g + (e >= 2 ? 8 : 0);
+          return POS ? qi >= S || qi < qf[mt][e >> 1] : qi >= S || kj >= T || (CAUSAL && kj > qi);
+        },
         [&](int nt, int e) { return ls[nt * 8 + 2 * t + (e & 1)] * log2e; },
         [&](int nt, int e) { return ds[nt * 8 + 2 * t + (e & 1)]; });
     c_to_a<BQT>(pa[mt], s[mt]);
@@ -434,14 +539,15 @@ __device__ __forceinline__ void kv_tile(float (&dka)[MT][HD / 8][4], float (&dva
   mma_smem<MT, HD, BQT / 16, LD, true>(dka, sa, qs);
 }
 
-/* dK and dV: grid (ceil(S / BKV), KV, B) with BKV = 16 MT W, block 32 W, each warp 16 MT keys (RS: K and V
+/* dK and dV: grid (ceil(T / BKV), KV, B) with BKV = 16 MT W, block 32 W, each warp 16 MT keys (RS: K and V
  * in shared memory); Q and dO tiles of BQT queries of every head of the group, double-buffered. Dynamic
- * shared memory: SK_FLASH_SMEM_KV. */
-template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BQT, int MT, int W, bool RS>
+ * shared memory: SK_FLASH_SMEM_KV. POS: a ring block's (flash_fwd); keys no query sees get dk, dv 0. */
+template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BQT, int MT, int W, bool RS, bool POS = false, i64 T_ = S_>
 __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
                              const float *Dd, const bf16 *dout, i64 lddk, i64 lddv, i64 ldq, i64 ldk, i64 ldv,
-                             i64 lddo) {
-  constexpr int S = (int)S_, BKV = 16 * MT * W, NT = 32 * W, G = H / KV, LD = HD + 8, TL = BQT * LD;
+                             i64 lddo, const int *qpos = nullptr, const int *kpos = nullptr) {
+  constexpr int S = (int)S_, T = (int)T_, BKV = 16 * MT * W, NT = 32 * W, G = H / KV, LD = HD + 8, TL = BQT * LD;
+  static_assert(POS || T == S, "flash_bwd_kv: keys other than the queries' need their positions");
   constexpr unsigned SMEM = SK_FLASH_SMEM_KV(BQT, HD, MT, W, RS ? 1 : 0);
   static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_bwd_kv: tiles over the shared memory of a block");
   bf16 *const sm = (bf16 *)dyn_smem(SMEM); /* Q [2], dO [2], lse [2], D [2], (RS) K's and V's rows */
@@ -454,19 +560,20 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
   i64 b = fb.b;
   int kvh = fb.h;
   int kb0 = fb.t * BKV, r0 = kb0 + 16 * MT * w;
-  const bf16 *ksrc = k + b * S * ldk + (i64)kvh * HD, *vsrc = v + b * S * ldv + (i64)kvh * HD;
-  if (RS) { /* committed with the first Q and dO tiles */
-    tile_async<BKV, HD, NT>(rsm, ksrc, ldk, kb0, S);
-    tile_async<BKV, HD, NT>(rsm + BKV * LD, vsrc, ldv, kb0, S);
+  const bf16 *ksrc = k + b * T * ldk + (i64)kvh * HD, *vsrc = v + b * T * ldv + (i64)kvh * HD;
+  const FlashKeys<S, T, CAUSAL, POS> fk{qpos, kpos};
+  const int qstart = CAUSAL ? fk.first(kb0) / BQT * BQT : 0; /* the first query tile any key of the block sees */
+  const int nqt = (S - qstart + BQT - 1) / BQT, ntiles = G * nqt;
+  if (RS && (!POS || ntiles > 0)) { /* committed with the first Q and dO tiles */
+    tile_async<BKV, HD, NT>(rsm, ksrc, ldk, kb0, T);
+    tile_async<BKV, HD, NT>(rsm + BKV * LD, vsrc, ldv, kb0, T);
   }
   ARows<RS, MT, HD, LD> ka, va;
-  ka.init(ksrc, ldk, r0, S, rsm + (r0 - kb0) * LD);
-  va.init(vsrc, ldv, r0, S, rsm + (BKV + r0 - kb0) * LD);
+  ka.init(ksrc, ldk, r0, T, rsm + (r0 - kb0) * LD);
+  va.init(vsrc, ldv, r0, T, rsm + (BKV + r0 - kb0) * LD);
   float dka[MT][HD / 8][4], dva[MT][HD / 8][4];
   zero_acc<MT, HD>(dka);
   zero_acc<MT, HD>(dva);
-  const int qstart = CAUSAL ? kb0 / BQT * BQT : 0;
-  const int nqt = (S - qstart + BQT - 1) / BQT, ntiles = G * nqt;
   /* tile i: head kvh * G + i / nqt, queries from qstart + (i % nqt) * BQT */
   auto issue = [&](int i) {
     int h = kvh * G + i / nqt, buf = i & 1;
@@ -481,32 +588,36 @@ __device__ void flash_bwd_kv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, c
     }
     cp_commit();
   };
-  issue(0);
+  if (!POS || ntiles > 0) issue(0);
+  const KeyQueries<S, T, CAUSAL, POS, MT> kq(fk, r0); /* POS: this warp's keys' queries (under the first copy) */
   for (int it = 0; it < ntiles; it++) {
     const int buf = it & 1, cur = buf * TL, cl = buf * BQT;
     const int qt0 = qstart + (it % nqt) * BQT;
     tiles_ready();
     if (it + 1 < ntiles) issue(it + 1);
-    if (!CAUSAL || qt0 + BQT - 1 >= r0) { /* else every query of the tile is before this warp's keys */
-      if (qt0 + BQT > S || r0 + 16 * MT > S || (CAUSAL && qt0 < r0 + 16 * MT - 1))
-        kv_tile<true, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs + cur, dos + cur, ls + cl, ds + cl, qt0, r0, c2);
+    if (!CAUSAL || (POS ? qt0 + BQT > kq.lo : qt0 + BQT - 1 >= r0)) { /* else every query of the tile is before this warp's keys */
+      if (qt0 + BQT > S || r0 + 16 * MT > T || (CAUSAL && (POS ? qt0 < kq.hi : qt0 < r0 + 16 * MT - 1)))
+        kv_tile<true, CAUSAL, POS, S, T, HD, BQT, MT, LD>(dka, dva, ka, va, qs + cur, dos + cur, ls + cl, ds + cl, qt0,
+                                                          r0, c2, kq.qf);
       else
-        kv_tile<false, CAUSAL, S, HD, BQT, MT, LD>(dka, dva, ka, va, qs + cur, dos + cur, ls + cl, ds + cl, qt0, r0, c2);
+        kv_tile<false, CAUSAL, POS, S, T, HD, BQT, MT, LD>(dka, dva, ka, va, qs + cur, dos + cur, ls + cl, ds + cl, qt0,
+                                                           r0, c2, kq.qf);
     }
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
-    store_rows<HD>(dk + b * S * lddk + (i64)kvh * HD, lddk, r0 + 16 * mt, S, dka[mt], scale, scale);
-    store_rows<HD>(dv + b * S * lddv + (i64)kvh * HD, lddv, r0 + 16 * mt, S, dva[mt], 1.0f, 1.0f);
+    store_rows<HD>(dk + b * T * lddk + (i64)kvh * HD, lddk, r0 + 16 * mt, T, dka[mt], scale, scale);
+    store_rows<HD>(dv + b * T * lddv + (i64)kvh * HD, lddv, r0 + 16 * mt, T, dva[mt], 1.0f, 1.0f);
   }
 }
 
-/* One key tile of dQ for one warp (16 MT queries from r0): S and dP, P and dS, acc += dS K. */
-template <bool MASK, bool CAUSAL, int S, int HD, int BK, int MT, int LD, class QA>
+/* One key tile of dQ for one warp (16 MT queries from r0): S and dP, P and dS, acc += dS K. The masks as the
+ * forward's (fwd_tile). */
+template <bool MASK, bool CAUSAL, bool POS, int S, int HD, int BK, int MT, int LD, class QA>
 __device__ __forceinline__ void q_tile(float (&acc)[MT][HD / 8][4], const QA &qa, const QA &oa,
                                        const float (&la)[MT][2], const float (&da)[MT][2], const bf16 *ks,
-                                       const bf16 *vs, int k0, int r0, float c2) {
+                                       const bf16 *vs, int k0, int r0, float c2, const int (&lim)[MT][2]) {
   int lane = (int)threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float s[MT][BK / 8][4], dp[MT][BK / 8][4];
   zero_acc<MT, BK>(s);
@@ -517,10 +628,13 @@ __device__ __forceinline__ void q_tile(float (&acc)[MT][HD / 8][4], const QA &qa
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
     int rm = r0 + 16 * mt;
-    p_and_ds<BK, MASK, CAUSAL, S>(
-        s[mt], dp[mt], c2, [&](int, int e) { return rm + g + (e >= 2 ? 8 : 0); },
-        [&](int nt, int e) { return k0 + nt * 8 + 2 * t + (e & 1); }, [&](int, int e) { return la[mt][e >= 2]; },
-        [&](int, int e) { return da[mt][e >= 2]; });
+    p_and_ds<BK, MASK>(
+        s[mt], dp[mt], c2,
+        [&](int nt, int e) {
+          int qi = rm + g + (e >= 2 ? 8 : 0), kj = k0 + nt * 8 + 2 * t + (e & 1);
+          return POS ? kj >= lim[mt][e >> 1] : qi >= S || kj >= S || (CAUSAL && kj > qi);
+        },
+        [&](int, int e) { return la[mt][e >= 2]; }, [&](int, int e) { return da[mt][e >= 2]; });
     c_to_a<BK>(sa[mt], dp[mt]);
   }
   mma_smem<MT, HD, BK / 16, LD, true>(acc, sa, ks);
@@ -545,12 +659,14 @@ __device__ __forceinline__ void frag_dot(float &d0, float &d1, const u32 (&x)[HD
 
 /* dQ: grid (ceil(S / BQ), H, B) with BQ = 16 MT W, block 32 W, each warp 16 MT queries (RS: Q and dO in
  * shared memory); K and V tiles of BK keys, double-buffered. It runs first: D = rowsum(dO o O) of its rows,
- * which it stores in Dd for flash_bwd_kv. Dynamic shared memory: SK_FLASH_SMEM_Q. */
-template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS>
+ * which it stores in Dd for flash_bwd_kv. Dynamic shared memory: SK_FLASH_SMEM_Q. POS: a ring block's
+ * (flash_fwd), o and lse the whole attention's; rows that see no key of the block get dq 0 (D all the same). */
+template <i64 S_, int H, int KV, int HD, bool CAUSAL, int BK, int MT, int W, bool RS, bool POS = false, i64 T_ = S_>
 __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *o,
                             const float *lse, const bf16 *dout, i64 lddq, i64 ldq, i64 ldk, i64 ldv, i64 ldo,
-                            i64 lddo) {
-  constexpr int S = (int)S_, BQ = 16 * MT * W, NT = 32 * W, KC = HD / 16, LD = HD + 8, TL = BK * LD;
+                            i64 lddo, const int *qpos = nullptr, const int *kpos = nullptr) {
+  constexpr int S = (int)S_, T = (int)T_, BQ = 16 * MT * W, NT = 32 * W, KC = HD / 16, LD = HD + 8, TL = BK * LD;
+  static_assert(POS || T == S, "flash_bwd_q: keys other than the queries' need their positions");
   constexpr unsigned SMEM = SK_FLASH_SMEM_Q(BK, HD, MT, W, RS ? 1 : 0);
   static_assert(SMEM <= SK_FLASH_SMEM_MAX, "flash_bwd_q: tiles over the shared memory of a block");
   bf16 *const sm = (bf16 *)dyn_smem(SMEM); /* K [2], V [2], (RS) Q's and dO's rows */
@@ -562,12 +678,16 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   int h = fb.h, kvh = h / (H / KV);
   int q0 = fb.t * BQ, r0 = q0 + 16 * MT * w;
   const bf16 *qsrc = q + b * S * ldq + (i64)h * HD, *osrc = dout + b * S * lddo + (i64)h * HD;
-  const bf16 *const kb = k + b * S * ldk + (i64)kvh * HD, *const vb = v + b * S * ldv + (i64)kvh * HD;
-  if (RS) { /* committed with the first K and V tiles */
+  const bf16 *const kb = k + b * T * ldk + (i64)kvh * HD, *const vb = v + b * T * ldv + (i64)kvh * HD;
+  const FlashKeys<S, T, CAUSAL, POS> fk{qpos, kpos};
+  /* POS: the keys any row of the block sees (none: no tile copied) */
+  const int kseen = POS && CAUSAL ? fk.keys(q0 + BQ < S ? q0 + BQ - 1 : S - 1) : T;
+  if (RS && (!POS || kseen > 0)) { /* committed with the first K and V tiles */
     tile_async<BQ, HD, NT>(rsm, qsrc, ldq, q0, S);
     tile_async<BQ, HD, NT>(rsm + BQ * LD, osrc, lddo, q0, S);
   }
-  kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, S);
+  if (!POS || kseen > 0) kv_tiles_async<BK, HD, NT>(ks, vs, kb, vb, ldk, ldv, 0, T);
+  const RowKeys<S, T, CAUSAL, POS, MT> rk(fk, r0); /* POS: this warp's rows' keys (under the first copy) */
   ARows<RS, MT, HD, LD> qa, oa;
   qa.init(qsrc, ldq, r0, S, rsm + (r0 - q0) * LD);
   oa.init(osrc, lddo, r0, S, rsm + (BQ + r0 - q0) * LD);
@@ -594,17 +714,17 @@ __device__ void flash_bwd_q(bf16 *dq, float *Dd, const bf16 *q, const bf16 *k, c
   }
   float acc[MT][HD / 8][4];
   zero_acc<MT, HD>(acc);
-  const int kend = CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
+  const int kend = POS ? kseen : CAUSAL ? (q0 + BQ < S ? q0 + BQ : S) : S;
   const int ntiles = (kend + BK - 1) / BK;
   for (int it = 0; it < ntiles; it++) {
     const int k0 = it * BK, cur = (it & 1) * TL, nxt = TL - cur;
     tiles_ready();
-    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, S);
-    if (!CAUSAL || k0 <= r0 + 16 * MT - 1) {
-      if (k0 + BK > S || r0 + 16 * MT > S || (CAUSAL && k0 + BK - 1 > r0))
-        q_tile<true, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2);
+    if (it + 1 < ntiles) kv_tiles_async<BK, HD, NT>(ks + nxt, vs + nxt, kb, vb, ldk, ldv, k0 + BK, T);
+    if (!CAUSAL || (POS ? k0 < rk.hi : k0 <= r0 + 16 * MT - 1)) { /* else every key of the tile is past this warp's rows */
+      if (POS ? k0 + BK > rk.lo || r0 + 16 * MT > S : k0 + BK > S || r0 + 16 * MT > S || (CAUSAL && k0 + BK - 1 > r0))
+        q_tile<true, CAUSAL, POS, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2, rk.lim);
       else
-        q_tile<false, CAUSAL, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2);
+        q_tile<false, CAUSAL, POS, S, HD, BK, MT, LD>(acc, qa, oa, la, da, ks + cur, vs + cur, k0, r0, c2, rk.lim);
     }
   }
   const float scale = (float)(1.0 / sqrt((double)HD));
