@@ -11,8 +11,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cost.h"
 #include "frontend.h"
 #include "module.h"
+#include "plan_compare.h"
+#include "plan_search.h"
 
 typedef struct {
   Arena *arena;
@@ -44,5 +47,24 @@ int64_t replan_total(void *ctx, const char *const *kv, int n);
 /* `--no-fuse` kinds that change nothing in m (a compile with the kind on gives the same final IR):
  * a note for each one named, or one note when `all` turned off nothing. A compile per kind named. */
 void replan_fuse_noop_notes(Replan *r, Arena *a, const Module *m);
+
+/* ---- many plans (replan_many.c) ---- */
+
+/* The plan search's evaluation of candidates (PlanEvalFn, passes/plan_search.h): each compiled
+ * (replan_compile, ctx a Replan) and measured in a child process, the result sent back through a
+ * pipe; a compile over limit_s of CPU time is stopped and the candidate refused. */
+void replan_search_eval(void *ctx, const CostDevice *dev, PlanJob *jobs, int njobs, double limit_s);
+
+/* --mesh-svg, --memory-svg, --compare-svg: the pictures' paths (NULL: none). */
+typedef struct {
+  const char *mesh, *memory, *compare;
+} ReplanSvg;
+
+/* One picture (passes/plan_svg.c; flag names which) written to path; false after an error. */
+bool replan_write_svg(const char *path, const char *flag, const Module *m, const CompareCol *cols, int n);
+
+/* `plan --compare SPEC` (passes/plan_compare.c): each variant compiled, measured with the device
+ * figures of its own topology (and the profile), printed side by side; the exit code. */
+int replan_compare(Replan *r, const char *spec, const char *profile, double storage_Bps, const ReplanSvg *svg);
 
 #endif
