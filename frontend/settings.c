@@ -185,7 +185,7 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
 }
 
 /* `pp N layers(a, b, ..)`: each stage's layer count, in stage order (passes/stage.c checks the count
- * against pp and the sum against the layer loop); `pp N layers(balanced)`: the stage pass splits them
+ * against pp, or pp x v virtual stages with interleaving, and the sum against the layer loop); `pp N layers(balanced)`: the stage pass splits them
  * by the cost model's time and memory per layer (passes/pipe_balance.c). */
 static void stage_layers(Cur *c, Plan *p) {
   Word *w = sw_peek(c);
@@ -218,6 +218,7 @@ static void stage_layers(Cur *c, Plan *p) {
                "`layers(..)`: stage %d needs a whole number of layers, at least 1 (an empty stage holds nothing)", a);
       return;
     }
+    p->stage_layer_loc[p->nstage_layers] = arg->value->loc;
     p->stage_layers[p->nstage_layers++] = (int)v;
   }
 }

@@ -111,27 +111,25 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
   return y;
 }
 
-/* Uneven stages: stage st's rows [0, rows[st]) of a stacked layer value padded to the largest
- * count (a parameter, its bf16 cast), made once per step on that stage only. */
-static Value *own_rows(Pp *p, int st, Value *x) {
+/* Uneven stages: virtual stage vs's rows [0, rows[vs]) of a stacked layer value (interleaved: its
+ * chunk's) padded to the largest count (a parameter, its bf16 cast), made once per step on its stage only. */
+static Value *own_rows(Pp *p, int vs, Value *x) {
   intptr_t got;
-  if (ptrmap_get(&p->own[st], x, &got)) return (Value *)got;
+  if (ptrmap_get(&p->own[vs], x, &got)) return (Value *)got;
   Attrs sa = {0};
   sa.axis = 0;
-  sa.len = p->rows[st];
+  sa.len = p->rows[vs];
   Shape sh = x->shape;
-  sh.dim[0] = p->rows[st];
+  sh.dim[0] = p->rows[vs];
   Value *y = ir_emit(p->g, OP_SLICE, 1, &x, x->dtype, sh, &sa, x->def->loc);
-  y->def->stage = st + 1;
+  y->def->stage = vs % p->pp + 1;
   y->sharding = x->sharding;
-  ptrmap_put(&p->own[st], x, (intptr_t)y);
+  ptrmap_put(&p->own[vs], x, (intptr_t)y);
   return y;
 }
 
-/* Uneven stages: stage st's stacked layer value y (its own rows) padded with zero rows to the
- * largest count, where a value of every stage's layout is wanted (stage_select, the sums). */
-static Value *pad_rows(Pp *p, int st, Value *y) {
-  if (!p->rows || y->shape.dim[0] == p->per) return y;
+Value *pipe_pad_rows(Pp *p, int st, Value *y) {
+  if (!p->rows || y->shape.dim[0] >= p->per) return y; /* (a chunk of the largest count, or a whole stack) */
   Attrs pa = {0};
   pa.axis = 0;
   pa.len = p->per;
@@ -154,26 +152,26 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
     bool xs = j >= d->a.ncarry && j < d->a.ncarry + d->a.nxs;
     /* a stage's whole stack of layers (a parameter, or its bf16 cast on every stage): the chunk's rows */
     if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->per * p->v) in[j] = chunk_of(p, vs / p->pp, in[j]);
-    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
+    int64_t own = pipe_vs_layers(p, vs);
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per && in[j]->shape.dim[0] != own)
       die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
-    int64_t own = pipe_stage_layers(p, vs % p->pp);
     if (loop && xs && p->rows && in[j]->shape.dim[0] != own) {
       if (in[j]->shape.dim[0] != p->per) die("pipe: the layer loop's stacked input %d has %lld rows", j, (long long)in[j]->shape.dim[0]);
-      in[j] = own_rows(p, vs % p->pp, in[j]);
+      in[j] = own_rows(p, vs, in[j]);
     }
   }
   Node *c = ir_clone_node(p->g, d, in, sm);
   c->stage = vs % p->pp + 1;
-  if (loop && p->rows) { /* uneven stages: the stage's own layers */
-    c->a.count = pipe_stage_layers(p, vs % p->pp);
-    for (int k = c->a.ncarry; k < c->nout; k++) c->out[k]->shape.dim[0] = c->a.count;
-  }
   if (loop && p->v > 1) {
     c->a.count = p->per;
     for (int k = c->a.ncarry; k < c->nout; k++) {
       c->out[k]->shape.dim[0] = p->per;
       c->out[k]->sharding.blocks[0] = 0;
     }
+  }
+  if (loop && p->rows) { /* uneven stages: the virtual stage's own layers */
+    c->a.count = pipe_vs_layers(p, vs);
+    for (int k = c->a.ncarry; k < c->nout; k++) c->out[k]->shape.dim[0] = c->a.count;
   }
   /* a region's body may read outer body values: lookups made them, now point its reads there */
   if (c->body)
@@ -258,13 +256,13 @@ static Value *loop_part(Pp *p, int st, int mb, Value *u, SrcLoc loc) {
   for (int ch = 0; ch < p->v; ch++) {
     if (st >= 0) {
       if (!ptrmap_get(pipe_smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
-      chunk[ch] = carry ? (Value *)got : pad_rows(p, st, (Value *)got);
+      chunk[ch] = carry ? (Value *)got : pipe_pad_rows(p, st, (Value *)got);
       continue;
     }
     Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
     for (int s = 0; s < p->pp; s++) {
       if (!ptrmap_get(pipe_smap(p, ch * p->pp + s, mb), u, &got)) die("pipe: a loop's value of stage %d missing", s);
-      each[s] = carry ? (Value *)got : pad_rows(p, s, (Value *)got);
+      each[s] = carry ? (Value *)got : pipe_pad_rows(p, s, (Value *)got);
     }
     chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, loc);
     chunk[ch]->sharding = each[0]->sharding;
@@ -413,7 +411,7 @@ bool pass_pipe(Module *m) {
   pipe_plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
   p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
-  p.own = calloc((size_t)pp, sizeof(PtrMap));
+  p.own = calloc((size_t)(pp * p.v), sizeof(PtrMap));
   if (!p.own) die("out of memory");
   p.shared = calloc((size_t)p.M, sizeof(PtrMap));
   int nc = p.A->a.ncarry;
@@ -454,7 +452,7 @@ bool pass_pipe(Module *m) {
   for (int c = 0; c < nc; c++) /* each stage's sum of its parts: its own */
     if (p.local[c]) {
       Value **each = &p.ssum[c * pp];
-      for (int st = 0; st < pp && p.fold[c]; st++) each[st] = pad_rows(&p, st, pipe_fold_sum(&p, c, st));
+      for (int st = 0; st < pp && p.fold[c]; st++) each[st] = pipe_pad_rows(&p, st, pipe_fold_sum(&p, c, st));
       p.sum[c] = ir_emit(g, OP_STAGE_SELECT, pp, each, each[0]->dtype, each[0]->shape, NULL, p.A->loc);
       p.sum[c]->sharding = each[0]->sharding;
     }
@@ -501,7 +499,7 @@ bool pass_pipe(Module *m) {
   for (int k = 0; k < p.nowned; k++) pipe_own(g, p.owned[k], p.owned_set[k]);
   for (int i = 0; i < pp * p.v * p.M; i++) ptrmap_free(&p.map[i]);
   for (int i = 0; i < p.v; i++) ptrmap_free(&p.chunks[i]);
-  for (int i = 0; i < pp; i++) ptrmap_free(&p.own[i]);
+  for (int i = 0; i < pp * p.v; i++) ptrmap_free(&p.own[i]);
   free(p.own);
   free(p.chunks);
   for (int i = 0; i < p.M; i++) ptrmap_free(&p.shared[i]);

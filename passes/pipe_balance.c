@@ -209,7 +209,7 @@ static int64_t layer_bytes(const Pp *p) {
   return total;
 }
 
-PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
+PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int v) {
   Pp p = {.m = m, .g = m->graph, .body = A->body, .A = A, .F = F, .B = B, .pp = pp, .M = (int)A->a.count, .v = 1,
           .per = F->a.count};
   if (!pipe_classify(&p)) {
@@ -225,7 +225,8 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
   PipeBalance *b = ARENA_NEW(m->arena, PipeBalance);
   double L = (double)F->a.count;
   const Node *loop = F;
-  b->pp = pp;
+  int nv = pp * v; /* the stages balanced: the virtual stages (interleaved), chunk c of stage s at c pp + s */
+  b->pp = nv;
   b->layers = F->a.count;
   b->layer_f = cost_nodes_time(m, &d, &loop, 1) / L;
   loop = B;
@@ -238,18 +239,23 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
   b->first_act = pipe_kept_bytes(&p, C_FIRST, NULL);
   b->last_act = pipe_kept_bytes(&p, C_LAST, NULL);
   b->layer_bytes = layer_bytes(&p);
-  b->inflight = ARENA_ARRAY(m->arena, int, pp);
-  { /* the micro-batches in flight per stage on the lists the pipe pass makes (zb: with the plan's times) */
-    PipeSched s = pipe_sched_make_timed(m->plan.schedule, pp, p.M, 1, m->plan.sched_times);
-    pipe_sched_inflight(&s, b->inflight);
+  b->inflight = ARENA_ARRAY(m->arena, int, nv);
+  { /* the micro-batches in flight per stage on the lists the pipe pass makes (zb: with the plan's times);
+     * interleaved: a stage's forwards in flight (of any chunk) shared among its chunks, rounded up */
+    PipeSched s = pipe_sched_make_timed(m->plan.schedule, pp, p.M, v, m->plan.sched_times);
+    int *inf = calloc((size_t)pp, sizeof(int));
+    if (!inf) die("out of memory");
+    pipe_sched_inflight(&s, inf);
+    for (int k = 0; k < nv; k++) b->inflight[k] = (inf[k % pp] + v - 1) / v;
+    free(inf);
     pipe_sched_free(&s);
   }
   snprintf(b->source, sizeof b->source, "%s", d.source);
-  b->split = ARENA_ARRAY(m->arena, int64_t, pp);
-  b->by_time = ARENA_ARRAY(m->arena, int64_t, pp);
+  b->split = ARENA_ARRAY(m->arena, int64_t, nv);
+  b->by_time = ARENA_ARRAY(m->arena, int64_t, nv);
   if (!split_by_time(b, b->by_time)) b->split = b->by_time = NULL;
   if (b->split) {
-    b->fixed = m->plan.stage_fixed;
+    b->fixed = v == 1 ? m->plan.stage_fixed : NULL; /* (the calibration is per stage: not with interleaving) */
     b->cap = m->plan.stage_cap;
     pipe_balance_split(b, b->split);
     b->fits = pipe_balance_fits(b, b->split);
