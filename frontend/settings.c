@@ -207,7 +207,7 @@ static void stage_layers(Cur *c, Plan *p) {
     return;
   }
   if (w->args.n < 1 || w->args.n > PLAN_MAX_STAGE_LAYERS) {
-    error_at(w->loc, "`layers(..)` needs a layer count per stage, between 1 and %d of them", PLAN_MAX_STAGE_LAYERS);
+    error_at(w->loc, "`layers(..)` needs a layer count per stage (interleaved: or per virtual stage), between 1 and %d of them", PLAN_MAX_STAGE_LAYERS);
     return;
   }
   for (int a = 0; a < w->args.n; a++) {

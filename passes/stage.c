@@ -142,6 +142,7 @@ static bool stage_override(const Module *m, const Node *F, int64_t L, int pp, in
                "= %d counts or pp x v = %d", p->nstage_layers, pp, v, pp, pp * v);
       note("%d counts: each stage's layers, split over its %d chunks; %d: each virtual stage's, chunk c of stage s "
            "at c x %d + s", pp, v, pp * v, pp);
+      note_at(at_opt(m, PLAN_OPT_SCHEDULE), "the interleaved schedule's %d chunks per stage", v);
     } else {
       error_at(p->stage_layers_loc, "`layers(..)` gives %d stages, the plan has pp %d", p->nstage_layers, pp);
       note("write one layer count per stage");
@@ -166,6 +167,7 @@ static bool stage_override(const Module *m, const Node *F, int64_t L, int pp, in
                "`layers(..)`: stage %d holds %d layers, fewer than its %d chunks of the interleaved schedule (a chunk "
                "needs at least 1)", st, n, v);
       note("give every stage at least %d layers, or write each virtual stage's count (pp x v = %d of them)", v, pp * v);
+      note_at(at_opt(m, PLAN_OPT_SCHEDULE), "the interleaved schedule's %d chunks per stage", v);
       return false;
     }
     stage_chunk_rule(n, v, part);
