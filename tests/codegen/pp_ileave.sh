@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The interleaved schedule with virtual stages of unequal layer counts (passes/stage.c, passes/pipe.c)
+# compiled and run under mpirun against the single-rank binary (label mpi): the tiny GPT with 6 layers,
+# pp 2 with 2 chunks per stage, `pp 2 layers(1, 2, 2, 1)` (virtual stage k = c pp + s: stage 0 holds
+# layers 0 and 3-4, stage 1 layers 1-2 and 5; Megatron's fewer layers beside the embedding and the
+# head), 4 micro-batches of 2, gives the single rank's loss curve over 20 AdamW steps within 1e-5
+# relative (lib.sh's tolerance, justified in layouts.sh); its step-10 checkpoint (sharded: each rank
+# writes its chunks' rows, without the padding) resumes on one rank with the uninterrupted step-11 loss.
+set -euo pipefail
+shardc=$(realpath "$1")
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/codegen/lib.sh
+source tests/codegen/lib.sh
+m=(-D seq=64 -D layers=6 -D batch=8)
+sed "s/^  dp auto\$/  dp auto\n  pp 2 layers(1, 2, 2, 1)/" models/tiny.model >"$t/il.model"
+"$shardc" build models/tiny.model "${m[@]}" -D micro_batch=8 --world 1 -o "$t/one" 2>/dev/null
+plan=$("$shardc" plan "$t/il.model" "${m[@]}" -D micro_batch=2 -D dp=1 -D schedule=interleaved --world 2 2>/dev/null)
+grep -q "^#   0     0-0,3-4      embedding" <<<"$plan" && grep -q "^#   1     1-2,5-5      head, loss" <<<"$plan" ||
+  { echo "FAIL: the plan's virtual stages are not [1, 2, 2, 1]"; grep "^#   [01] " <<<"$plan"; exit 1; }
+"$shardc" build "$t/il.model" "${m[@]}" -D micro_batch=2 -D dp=1 -D schedule=interleaved --world 2 -o "$t/pp2il" 2>/dev/null
+"$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
+"${mpi[@]}" -np 2 "$t/pp2il" "${run[@]}" --log "$t/pp2il.jsonl" >/dev/null
+compare "tiny pp2 interleaved [1,2,2,1]" "$t/pp2il.jsonl" "$t/one.jsonl"
+resume_on_one "pp2 interleaved layers(1, 2, 2, 1)" 2 "$t/pp2il" "$t/pp2il.jsonl" "$t/one"
+echo "interleaved uneven stages: ok"
