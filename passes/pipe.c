@@ -31,7 +31,8 @@
  * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated. Uneven stages
  * (passes/stage.c's S(pp)@0/stages, padded to the largest count): stage s's loops run its own
  * count over a view of its stacks' leading rows (own_rows), its layer gradients padded back with
- * zero rows for the stage_select (pad_rows). A parameter outside the layers that every layer reads has
+ * zero rows for the stage_select (pipe_pad_rows); interleaved, each virtual stage its own count over its
+ * chunk's leading rows, each chunk padded back before the chunks are concatenated. A parameter outside the layers that every layer reads has
  * its gradient summed over the layers as a second carry of the backward loop: each stage's B carries its
  * own part, merged like a layer gradient (stage_select; interleaved: the chunks' parts added) into a
  * running sum that the all-reduce over pp completes (zb refuses it: its split keeps one carry).

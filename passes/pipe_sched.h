@@ -162,7 +162,8 @@ typedef struct PipePlan {
 double pipe_plan_instr_flops(const PipePlan *p, int st, int c, char op);
 
 /* The layers' time and memory by stage (passes/pipe_balance.c, made by the stage pass before it
- * splits the layers, for every pipelined plan but the interleaved): what `pp N layers(balanced)`
+ * splits the layers, for every pipelined plan but the interleaved, and for an interleaved one's
+ * `layers(balanced)`: by virtual stage): what `pp N layers(balanced)`
  * splits by, and what the plan prints the balanced split with. Seconds are one rank's per
  * micro-batch by the cost model (passes/cost.h: kernels and blocking collectives) on the device of
  * `--profile` or else the topology's figures; bytes one rank's. */

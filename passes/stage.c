@@ -11,7 +11,9 @@
  *     loops are split over pp on their leading dim (`S(pp)@0`), so stage s holds layers
  *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers
  *     (interleaved, v chunks: `S(pp)@0/vB`, the v blocks of L/(pp v) layers ir_block_index gives
- *     stage s: chunks c pp + s, c < v);
+ *     stage s: chunks c pp + s, c < v; uneven virtual stages: `S(pp)@0/stages`, each stage's v chunks
+ *     padded to the largest virtual stage's count, the mesh's stage_rows per virtual stage and
+ *     stage_chunks v);
  *   - the clip's sums of squares over a split gradient are partial over pp: one all-reduce
  *     completes them (as for ZeRO-2 over dp);
  *   - the embedding (what the forward loop's carried input is made of) is the first stage's,
@@ -21,8 +23,9 @@
  *   - the split: even, as written (`pp N layers(a, b, ..)`), or `pp N layers(balanced)`: the one
  *     passes/pipe_balance.c balances by the cost model's time and memory per layer, computed here for
  *     every plan but the interleaved (Module.pipe_balance: the plan prints it, as a suggestion unless
- *     applied).
- * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B
+ *     applied), and with interleaving for `layers(balanced)`, over the pp v virtual stages.
+ * Errors: pp (interleaved: pp v) not dividing the layers (without `layers(..)`), counts of another
+ * number than pp (or pp v), not adding up, a stage of fewer layers than its chunks, 1F1B
  * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
  * parallelism needs nothing here: its ring's sends and receives (or all-to-alls) are over cp, whose
  * groups lie inside one stage. ZeRO-3
