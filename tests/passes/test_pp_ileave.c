@@ -3,7 +3,7 @@
  * single rank.
  *
  * The layer counts are written per stage (pp counts, each split over its V chunks, the earlier chunks
- * taking one more: [2, 3] at pp 2, V 2 is virtual stages [1, 1, 1, 2]... ordered k = c pp + s) or per
+ * taking one more: [2, 3] at pp 2, V 2 is virtual stages [1, 2, 1, 1], ordered k = c pp + s) or per
  * virtual stage (pp x V counts, Megatron's fewer layers on the first and the last: [1, 2, 2, 1]), or
  * `layers(balanced)` over the pp V virtual stages. For the tiny GPT (tied embedding) and a Llama-shaped
  * model: the single-rank program with batch B in one micro-step, and the pipelined programs (pp 2 and
@@ -11,14 +11,17 @@
  * grad norm, every gradient, parameter and optimizer state within 1e-10 relative, replicas identical;
  * in bf16 (the CUDA target) within 2^-12. The program's shape: each virtual stage's forward loops run
  * its own count, its stacks' rows read through views (no copy), the stacks split `S(pp)@0/stages` with
- * the mesh's rows per virtual stage; the transfers M per neighbour of each virtual stage. And the
- * layout (runtime/mesh.c, rt_stage_index): every logical row on exactly one rank's local row.
+ * the mesh's rows per virtual stage; the transfers M per neighbour of each virtual stage; the blocks to
+ * scale (each chunk's F by FLOPs one layer's FLOPs per layer apart, and by the cost model the chunk of
+ * more layers the longer). And the layout (runtime/mesh.c, rt_stage_index): every logical row on
+ * exactly one rank's local row.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "diag.h"
 #include "frontend.h"
 #include "interp.h"
@@ -109,6 +112,41 @@ static void check_shape(const Module *m, int pp, int v, int64_t M, const char *w
            moved, split);
   expect(views && !moved && split > 0, msg);
   expect(m->mesh->stage_chunks == v, "the mesh's stage_chunks is the plan's v");
+  /* the blocks to scale: by FLOPs (the plan's bubble, --schedule-svg without a device) each F of a stage
+   * differs from its other chunk's by one layer's FLOPs per layer more; by the cost model (the plan's
+   * timeline) a chunk of more layers than the stage's other, on a stage holding neither the embedding
+   * nor the head (or the embedding's stage's second chunk against its first), takes longer */
+  const PipePlan *pl = m->pipe;
+  for (int st = 0; st < pp; st++)
+    for (int c = 1; c < v; c++) {
+      double dn = (double)(pl->stage[st].chunk_layers[c] - pl->stage[st].chunk_layers[0]);
+      double d = pipe_plan_instr_flops(pl, st, c, 'F') - pipe_plan_instr_flops(pl, st, 0, 'F');
+      snprintf(msg, sizeof msg, "%s: stage %d's F of chunk %d against chunk 0: %.6g FLOPs, want %.6g", what, st, c, d,
+               dn * pl->layer_fwd);
+      expect(fabs(d - dn * pl->layer_fwd) <= 1e-9 * pl->layer_fwd, msg);
+    }
+  CostDevice dev;
+  CostPipe cp;
+  cost_device_defaults(m, &dev);
+  if (!cost_pipe(m, &dev, &cp)) {
+    expect(false, "the cost model plays the pipeline");
+    return;
+  }
+  int checked = 0;
+  for (int st = 0; st < pp - 1; st++) { /* (the last stage's last chunk holds the head) */
+    const int64_t *cl = pl->stage[st].chunk_layers;
+    if (cl[0] == cl[1] || (st == 0 && cl[1] < cl[0])) continue;
+    double f[2] = {0, 0};
+    for (int k = 0; k < cp.sched.len[st]; k++) /* micro-batch 1's F of each chunk (0's holds the step's casts) */
+      if (cp.sched.list[st][k].op == 'F' && cp.sched.list[st][k].mb == 1) f[cp.sched.list[st][k].chunk] = cp.t.dur[st][k];
+    bool more = cl[1] > cl[0];
+    snprintf(msg, sizeof msg, "%s: stage %d's F of %lld and %lld layers: %.3g and %.3g s (cost model)", what, st,
+             (long long)cl[0], (long long)cl[1], f[0], f[1]);
+    expect(more ? f[1] > f[0] : f[0] > f[1], msg);
+    checked++;
+  }
+  fprintf(stderr, "  %s: %d stages' chunk times checked by the cost model\n", what, checked);
+  cost_pipe_free(&cp);
 }
 
 typedef struct {
