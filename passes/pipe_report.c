@@ -110,6 +110,28 @@ static void print_memory_choice(FILE *f, const PipePlan *p, const PipeBalance *b
 static void print_balanced(FILE *f, const Module *m) {
   const PipePlan *p = m->pipe;
   const PipeBalance *b = m->pipe_balance;
+  if (p->v > 1 && b && b->split && !m->plan.stage_balanced) { /* interleaved: suggested where it is faster */
+    char t1[32], t2[32];
+    int64_t *cur = calloc((size_t)b->pp, sizeof *cur);
+    if (!cur) die("out of memory");
+    double slow = 0, slow_cur = 0;
+    for (int k = 0; k < b->pp; k++) {
+      cur[k] = p->stage[k % p->pp].chunk_layers[k / p->pp];
+      slow = fmax(slow, pipe_balance_stage_s(b, k, b->split[k]));
+      slow_cur = fmax(slow_cur, pipe_balance_stage_s(b, k, cur[k]));
+    }
+    if (slow < slow_cur * (1 - 1e-9)) {
+      fprintf(f, "#   balanced by time over the virtual stages: layers ");
+      print_split(f, b->split, b->pp);
+      fprintf(f, " (chunk c of stage s at c x %d + s): the slowest virtual stage %s per micro-batch (this plan's ", p->pp,
+              cost_human_time(t1, sizeof t1, slow));
+      print_split(f, cur, b->pp);
+      fprintf(f, ": %s); a suggestion: write `pp %d layers(balanced)` to apply it\n", cost_human_time(t2, sizeof t2, slow_cur),
+              p->pp);
+    }
+    free(cur);
+    return;
+  }
   if (p->v > 1 && b && b->split && m->plan.stage_balanced) { /* interleaved: over the virtual stages, applied */
     char t1[32];
     fprintf(f, "#   layers(balanced): ");

@@ -23,7 +23,7 @@
  *   - the split: even, as written (`pp N layers(a, b, ..)`), or `pp N layers(balanced)`: the one
  *     passes/pipe_balance.c balances by the cost model's time and memory per layer, computed here for
  *     every plan but the interleaved (Module.pipe_balance: the plan prints it, as a suggestion unless
- *     applied), and with interleaving for `layers(balanced)`, over the pp v virtual stages.
+ *     applied; with interleaving over the pp v virtual stages).
  * Errors: pp (interleaved: pp v) not dividing the layers (without `layers(..)`), counts of another
  * number than pp (or pp v), not adding up, a stage of fewer layers than its chunks, 1F1B
  * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
@@ -234,8 +234,8 @@ bool pass_stage(Module *m) {
     ncounts = nv;
   }
   /* the layers' time and memory per (virtual) stage, and the split balanced by them (applied by
-   * `layers(balanced)`, else printed as a suggestion; interleaved: made for `layers(balanced)` only) */
-  if ((v == 1 || m->plan.stage_balanced) && !(m->pipe_balance = pipe_balance_make(m, A, F, B, pp, v))) return false;
+   * `layers(balanced)`, else printed as a suggestion) */
+  if (!(m->pipe_balance = pipe_balance_make(m, A, F, B, pp, v))) return false;
   if (m->plan.stage_balanced) {
     if (!m->pipe_balance->split) {
       error_at(m->plan.stage_layers_loc, "`layers(balanced)`: pp %d%s has more %sstages than the %lld layers of `repeat %s`",

@@ -206,6 +206,13 @@ override "layers(balanced)"
 expect_shardc 0 "#   layers(balanced): [1, 2, 3, 2], by the cost model's time" \
   "#   layers(balanced) against the device's memory (18.00 MiB): by time alone [2, 2, 2, 2], whose memory plan needs 20.07 MiB on stage 0 (over the device's); [1, 2, 3, 2] is the fastest split whose every stage fits by that plan's figures" \
   "cpu memory: fits (" -- plan "${o[0]}" "${m8[@]}"
+# an interleaved plan gets the balanced split over its virtual stages as a suggestion where it is faster
+# (Llama-3-8B at tp 8 x pp 4, V 2: its 128k-word head on the last virtual stage), none where it is not
+expect_shardc 0 "#   balanced by time over the virtual stages: layers [4, 4, 4, 4, 4, 4, 5, 3] (chunk c of stage s at c x 4 + s)" \
+  "(this plan's [4, 4, 4, 4, 4, 4, 4, 4]: " "a suggestion: write \`pp 4 layers(balanced)\` to apply it" \
+  -- plan models/llama3-8b.model -D pp=4 -D batch=64 -D schedule=interleaved --world 32
+"$shardc" plan "${tiny[@]}" -D pp=2 -D schedule=interleaved --world 2 2>&1 | grep -q "balanced by time over the virtual stages" &&
+  { echo "FAIL: tiny pp 2 interleaved over 4 layers suggests a split (only [1, 1, 1, 1] exists)"; status=1; }
 # with interleaving, balanced over the pp x v virtual stages: the embedding's and the head's take one layer
 override "layers(balanced)"
 expect_shardc 0 "#   layers(balanced): [1, 2, 2, 1] per virtual stage (chunk c of stage s at c x 2 + s)" \
