@@ -7,7 +7,7 @@
  * virtual stage (pp x V counts, Megatron's fewer layers on the first and the last: [1, 2, 2, 1]), or
  * `layers(balanced)` over the pp V virtual stages. For the tiny GPT (tied embedding) and a Llama-shaped
  * model: the single-rank program with batch B in one micro-step, and the pipelined programs (pp 2 and
- * 4, V 2, x dp 2 and x tp 2) interpreted in fp64 for two AdamW steps (with clipping): the loss, the
+ * 4, V 2, x dp 2 and x tp 2; tiny with ZeRO-3 and with full recompute, Llama with ZeRO-2) interpreted in fp64 for two AdamW steps (with clipping): the loss, the
  * grad norm, every gradient, parameter and optimizer state within 1e-10 relative, replicas identical;
  * in bf16 (the CUDA target) within 2^-12. The program's shape: each virtual stage's forward loops run
  * its own count, its stacks' rows read through views (no copy), the stacks split `S(pp)@0/stages` with
@@ -244,6 +244,15 @@ int main(void) {
                             {"kv_heads", "2"}, {"layers", "6"}, {"ffn", "48"}};
   static const Plan8 pl[] = {{2, 1, 1, 2, 4, {1, 2, 2, 1}}, {2, 2, 1, 2, 2, {2, 4}}};
   run("Llama shaped, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128, pl, 2);
+  /* with ZeRO-3 (each stage's chunks stored split over dp, gathered in its loops), ZeRO-2 and full recompute */
+  const FeDefine tz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"zero", "3"}};
+  const FeDefine trc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"recompute", "full"}};
+  const FeDefine lz2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                          {"kv_heads", "2"}, {"layers", "6"}, {"ffn", "48"}, {"zero", "2"}};
+  static const Plan8 pz[] = {{2, 2, 1, 2, 4, {1, 2, 2, 1}}}, pr[] = {{2, 1, 1, 4, 2, {2, 4}}};
+  run("tiny, zero 3, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, pz, 1);
+  run("tiny, recompute full, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", trc, 5, 8, 8, 256, pr, 1);
+  run("Llama shaped, zero 2, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, pz, 1);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"precision", "bf16"}};
   static const Plan8 pb[] = {{2, 1, 1, 4, 4, {1, 2, 2, 1}}};
   run("tiny, bf16 (CUDA target), 6 layers", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256, pb, 1);
