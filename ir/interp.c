@@ -108,7 +108,7 @@ static int64_t logical_index(const Shape *local, const BlockMap *bm, int64_t i) 
     int64_t c = rem % local->dim[d];
     rem /= local->dim[d];
     if (bm->deg[d] > 1 && bm->blocks[d] == RT_BLOCKS_STAGES) {
-      c = rt_stage_index(bm->rows, bm->deg[d], bm->chunks, local->dim[d], bm->coord[d], c);
+      c = rt_stage_index(bm->rows, bm->deg[d], bm->chunks, bm->coord[d], c);
       if (c < 0) return -1;
     } else if (bm->deg[d] > 1 || bm->ideg[d] > 1)
       c = ir_sharded_index(local->dim[d], bm->blocks[d], bm->deg[d], bm->coord[d], bm->ideg[d], bm->icoord[d], c);

@@ -101,10 +101,10 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
   if (ptrmap_get(&p->chunks[c], x, &got)) return (Value *)got;
   Attrs sa = {0};
   sa.axis = 0;
-  sa.start = c * p->per;
-  sa.len = p->per;
+  sa.start = pipe_chunk_start(p, c);
+  sa.len = pipe_chunk_rows(p, c);
   Shape sh = x->shape;
-  sh.dim[0] = p->per;
+  sh.dim[0] = sa.len;
   Value *y = ir_emit(p->g, OP_SLICE, 1, &x, x->dtype, sh, &sa, x->def->loc);
   y->sharding = x->sharding;
   y->sharding.blocks[0] = 0; /* a chunk holds one contiguous block of the local rows */
@@ -113,7 +113,7 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
 }
 
 /* Uneven stages: virtual stage vs's rows [0, rows[vs]) of a stacked layer value (interleaved: its
- * chunk's) padded to the largest count (a parameter, its bf16 cast), made once per step on its stage only. */
+ * chunk's) padded to its chunk's rows (a parameter, its bf16 cast), made once per step on its stage only. */
 static Value *own_rows(Pp *p, int vs, Value *x) {
   intptr_t got;
   if (ptrmap_get(&p->own[vs], x, &got)) return (Value *)got;
@@ -129,13 +129,14 @@ static Value *own_rows(Pp *p, int vs, Value *x) {
   return y;
 }
 
-Value *pipe_pad_rows(Pp *p, int st, Value *y) {
-  if (!p->rows || y->shape.dim[0] >= p->per) return y; /* (a chunk of the largest count, or a whole stack) */
+Value *pipe_pad_rows(Pp *p, int vs, Value *y) {
+  int64_t to = pipe_chunk_rows(p, vs / p->pp), st = vs % p->pp;
+  if (!p->rows || y->shape.dim[0] >= to) return y; /* (a chunk of its chunks' largest count, or a whole stack) */
   Attrs pa = {0};
   pa.axis = 0;
-  pa.len = p->per;
+  pa.len = to;
   Shape sh = y->shape;
-  sh.dim[0] = p->per;
+  sh.dim[0] = to;
   Value *z = ir_emit(p->g, OP_PAD, 1, &y, y->dtype, sh, &pa, y->def->loc);
   z->def->stage = st + 1;
   z->sharding = y->sharding;
@@ -152,21 +153,21 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
     in[j] = lookup(p, sm, mb, d->in[j]);
     bool xs = j >= d->a.ncarry && j < d->a.ncarry + d->a.nxs;
     /* a stage's whole stack of layers (a parameter, or its bf16 cast on every stage): the chunk's rows */
-    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->per * p->v) in[j] = chunk_of(p, vs / p->pp, in[j]);
-    int64_t own = pipe_vs_layers(p, vs);
-    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per && in[j]->shape.dim[0] != own)
-      die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
+    int64_t own = pipe_vs_layers(p, vs), rows = pipe_chunk_rows(p, vs / p->pp);
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->stack_rows) in[j] = chunk_of(p, vs / p->pp, in[j]);
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != rows && in[j]->shape.dim[0] != own)
+      die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)rows);
     if (loop && xs && p->rows && in[j]->shape.dim[0] != own) {
-      if (in[j]->shape.dim[0] != p->per) die("pipe: the layer loop's stacked input %d has %lld rows", j, (long long)in[j]->shape.dim[0]);
+      if (in[j]->shape.dim[0] != rows) die("pipe: the layer loop's stacked input %d has %lld rows", j, (long long)in[j]->shape.dim[0]);
       in[j] = own_rows(p, vs, in[j]);
     }
   }
   Node *c = ir_clone_node(p->g, d, in, sm);
   c->stage = vs % p->pp + 1;
   if (loop && p->v > 1) {
-    c->a.count = p->per;
+    c->a.count = pipe_chunk_rows(p, vs / p->pp);
     for (int k = c->a.ncarry; k < c->nout; k++) {
-      c->out[k]->shape.dim[0] = p->per;
+      c->out[k]->shape.dim[0] = c->a.count;
       c->out[k]->sharding.blocks[0] = 0;
     }
   }
@@ -257,13 +258,13 @@ static Value *loop_part(Pp *p, int st, int mb, Value *u, SrcLoc loc) {
   for (int ch = 0; ch < p->v; ch++) {
     if (st >= 0) {
       if (!ptrmap_get(pipe_smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
-      chunk[ch] = carry ? (Value *)got : pipe_pad_rows(p, st, (Value *)got);
+      chunk[ch] = carry ? (Value *)got : pipe_pad_rows(p, ch * p->pp + st, (Value *)got);
       continue;
     }
     Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
     for (int s = 0; s < p->pp; s++) {
       if (!ptrmap_get(pipe_smap(p, ch * p->pp + s, mb), u, &got)) die("pipe: a loop's value of stage %d missing", s);
-      each[s] = carry ? (Value *)got : pipe_pad_rows(p, s, (Value *)got);
+      each[s] = carry ? (Value *)got : pipe_pad_rows(p, ch * p->pp + s, (Value *)got);
     }
     chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, loc);
     chunk[ch]->sharding = each[0]->sharding;
@@ -378,7 +379,8 @@ bool pass_pipe(Module *m) {
   }
   PipeSchedule kind = m->plan.schedule;
   p.v = kind == SCHED_INTERLEAVED ? m->plan.interleave : 1;
-  p.per = p.F->a.count / p.v;
+  p.stack_rows = p.F->a.count;
+  p.per = p.F->a.count / p.v; /* (uneven interleaved: see pipe_chunk_rows) */
   p.rows = m->mesh->stage_rows[0] ? m->mesh->stage_rows : NULL;
   if ((int64_t)PIPE_TAG + 2 * (int64_t)p.M * pp * p.v > 0xffff) { /* the runtime's tags are 16 bits */
     error_at(m->plan.opt_loc[PLAN_OPT_MICROBATCHES].file ? m->plan.opt_loc[PLAN_OPT_MICROBATCHES] : m->plan.loc,

@@ -46,7 +46,8 @@ typedef struct {
   PtrMap *shared; /* [M]: body value -> its clone read by every stage (inputs, ALL, merges) */
   PtrMap *chunks; /* [v]: stacked layer value from outside -> its chunk's rows */
   int v;          /* chunks per stage (interleaved), else 1 */
-  int64_t per;    /* layers per chunk: L / (pp v); uneven stages: the largest (virtual) stage's count */
+  int64_t per;    /* layers per chunk: L / (pp v); uneven stages without interleaving: the largest stage's count */
+  int64_t stack_rows; /* a layer stack's local rows (the layer loops' count after the stage pass) */
   const int *rows; /* uneven stages (`pp N layers(..)`, RT_BLOCKS_STAGES): each virtual stage's layers
                       (without interleaving each stage's); NULL: even */
   PtrMap *own;    /* uneven stages [pp v]: stacked layer value (a chunk's) -> its virtual stage's rows (padding dropped) */
@@ -79,9 +80,18 @@ static inline int64_t pipe_stage_layers(const Pp *p, int st) {
   for (int c = 0; c < p->v; c++) n += pipe_vs_layers(p, c * p->pp + st);
   return n;
 }
-/* Uneven stages: stage st's stacked layer value y (a chunk's own rows) padded with zero rows to the largest
- * count, where a value of every stage's layout is wanted (stage_select, the sums); else y (passes/pipe.c). */
-Value *pipe_pad_rows(Pp *p, int st, Value *y);
+/* The local rows of chunk c of a layer stack (uneven stages: padded to the largest count of the chunks c,
+ * runtime/mesh.h) and the first of them. */
+static inline int64_t pipe_chunk_rows(const Pp *p, int c) {
+  return p->rows && p->v > 1 ? rt_stage_chunk_rows(p->rows, p->pp, c) : p->per;
+}
+static inline int64_t pipe_chunk_start(const Pp *p, int c) {
+  return p->rows && p->v > 1 ? rt_stage_chunk_start(p->rows, p->pp, c) : c * p->per;
+}
+/* Uneven stages: virtual stage vs's stacked layer value y (its own rows) padded with zero rows to its
+ * chunk's rows, on its stage, where a value of every stage's layout is wanted (stage_select, the sums); else
+ * y (passes/pipe.c). */
+Value *pipe_pad_rows(Pp *p, int vs, Value *y);
 
 /* passes/pipe_class.c */
 int pipe_pos_in(const Graph *g, const Node *n);

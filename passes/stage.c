@@ -12,7 +12,7 @@
  *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers
  *     (interleaved, v chunks: `S(pp)@0/vB`, the v blocks of L/(pp v) layers ir_block_index gives
  *     stage s: chunks c pp + s, c < v; uneven virtual stages: `S(pp)@0/stages`, each stage's v chunks
- *     padded to the largest virtual stage's count, the mesh's stage_rows per virtual stage and
+ *     c padded to the largest count of the stages' chunks c, the mesh's stage_rows per virtual stage and
  *     stage_chunks v);
  *   - the clip's sums of squares over a split gradient are partial over pp: one all-reduce
  *     completes them (as for ZeRO-2 over dp);
@@ -129,7 +129,7 @@ static void propagate(St *s, Node *n, Value ***partial, int *np, int *capp, Aren
  * v chunks as evenly as possible, the earlier chunks taking one more where v does not divide it:
  * stage_chunk_rule) or pp v (each virtual stage's, in that order). An even split is what the pass
  * does anyway; an uneven one is applied (RT_BLOCKS_STAGES: each chunk of the layer stacks padded to
- * the largest virtual stage's count). */
+ * the largest count of the stages' chunks c). */
 static void stage_chunk_rule(int n, int v, int *out) {
   for (int c = 0; c < v; c++) out[c] = n / v + (c < n % v ? 1 : 0);
 }
@@ -268,8 +268,10 @@ bool pass_stage(Module *m) {
          (long long)L, pp, pp);
     return false;
   }
-  /* the stacks' local rows: L / pp; uneven, every stage's v chunks each padded to the largest count */
-  St s = {.L = L, .per = uneven ? most * v : L / pp, .blocks = uneven ? RT_BLOCKS_STAGES : v > 1 ? v : 0};
+  /* the stacks' local rows: L / pp; uneven, every stage's v chunks, chunk c padded to the largest count of
+   * the chunks c (runtime/mesh.h) */
+  St s = {.L = L, .per = !uneven ? L / pp : v > 1 ? rt_stage_local_rows(counts, pp, v) : most,
+          .blocks = uneven ? RT_BLOCKS_STAGES : v > 1 ? v : 0};
   if (uneven) { /* the layout of the stacks' dim 0 (runtime/mesh.h): the interpreter, codegen and the runtime read it */
     for (int k = 0; k < nv; k++) m->mesh->stage_rows[k] = counts[k];
     m->mesh->stage_chunks = v > 1 ? v : 0;

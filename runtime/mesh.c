@@ -95,10 +95,27 @@ int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask) {
   return rt_mesh_group_index(m, rank, ~mask & RT_MESH_ALL);
 }
 
-int64_t rt_stage_index(const int *rows, int degree, int chunks, int64_t n_local, int c, int64_t l) {
-  int64_t per = chunks > 1 ? n_local / chunks : n_local;
-  int j = chunks > 1 ? (int)(l / per) : 0, k = j * degree + c;
-  int64_t r = chunks > 1 ? l % per : l;
+int64_t rt_stage_chunk_rows(const int *rows, int degree, int j) {
+  int64_t most = 0;
+  for (int s = 0; s < degree; s++) most = rows[j * degree + s] > most ? rows[j * degree + s] : most;
+  return most;
+}
+
+int64_t rt_stage_chunk_start(const int *rows, int degree, int j) {
+  int64_t at = 0;
+  for (int i = 0; i < j; i++) at += rt_stage_chunk_rows(rows, degree, i);
+  return at;
+}
+
+int64_t rt_stage_local_rows(const int *rows, int degree, int chunks) {
+  return rt_stage_chunk_start(rows, degree, chunks > 1 ? chunks : 1);
+}
+
+int64_t rt_stage_index(const int *rows, int degree, int chunks, int c, int64_t l) {
+  int j = 0;
+  int64_t r = l;
+  for (int64_t m; j < chunks - 1 && r >= (m = rt_stage_chunk_rows(rows, degree, j)); j++) r -= m; /* its chunk */
+  int k = j * degree + c;
   if (r >= rows[k]) return -1;
   int64_t at = 0;
   for (int s = 0; s < k; s++) at += rows[s];

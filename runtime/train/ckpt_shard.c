@@ -73,8 +73,9 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
       out[k].len[d] = per[d];
       if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: the stage's (chunk's) rows, no padding */
         int deg = rt_program_degree(p, a);
+        out[k].lstart[d] = rt_stage_chunk_start(p->stage_rows, deg, s);
         out[k].len[d] = p->stage_rows[s * deg + coord[a]];
-        out[k].start[d] = rt_stage_index(p->stage_rows, deg, p->stage_chunks, t->dims[d], coord[a], s * per[d]);
+        out[k].start[d] = rt_stage_index(p->stage_rows, deg, p->stage_chunks, coord[a], out[k].lstart[d]);
         continue;
       }
       out[k].start[d] = rt_tensor_dim_index(p, t, d, coord, s * per[d]); /* (an inner split: blocks <= 1, one segment) */

@@ -80,7 +80,7 @@ int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int
     i /= t->dims[d];
     int a = rt_tensor_dim_axis(p, t, d);
     if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: padding rows are no element */
-      l = rt_stage_index(p->stage_rows, rt_program_degree(p, a), p->stage_chunks, t->dims[d], coord[a], l);
+      l = rt_stage_index(p->stage_rows, rt_program_degree(p, a), p->stage_chunks, coord[a], l);
       if (l < 0) return -1;
       li += l * mul;
       mul *= rt_stage_logical(p->stage_rows, rt_program_degree(p, a), p->stage_chunks);
