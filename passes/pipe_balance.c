@@ -43,9 +43,24 @@ static int64_t most_within(const PipeBalance *b, int st, double T) {
 }
 
 /* The peak over the stages of their memory with n[s] layers on stage s (with b->fixed: each stage's
- * planned bytes by the calibrated model). */
+ * planned bytes by the calibrated model). Interleaved (b->chunks > 1, the n per virtual stage): each
+ * stage's chunks summed, the activations each holds in flight and the layer stacks of chunk c padded to
+ * the largest count of the chunks c (the stage pass's layout). */
 static int64_t peak_bytes(const PipeBalance *b, const int64_t *n) {
   int64_t most = 0, peak = 0;
+  if (b->chunks > 1) {
+    int pp = b->pp / b->chunks;
+    for (int s = 0; s < pp; s++) {
+      int64_t x = 0;
+      for (int c = 0; c < b->chunks; c++) {
+        int64_t m = 0; /* chunk c's rows */
+        for (int o = 0; o < pp; o++) m = n[c * pp + o] > m ? n[c * pp + o] : m;
+        x += pipe_balance_stage_bytes(b, c * pp + s, n[c * pp + s], m);
+      }
+      peak = x > peak ? x : peak;
+    }
+    return peak;
+  }
   for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
   for (int s = 0; s < b->pp; s++) {
     int64_t x = pipe_balance_stage_bytes(b, s, n[s], most) + (b->fixed ? b->fixed[s] : 0);
@@ -54,14 +69,28 @@ static int64_t peak_bytes(const PipeBalance *b, const int64_t *n) {
   return peak;
 }
 
+/* Interleaved: the seconds per micro-batch of the stage running virtual stage k, all its chunks. */
+static double rank_s(const PipeBalance *b, const int64_t *n, int k) {
+  int pp = b->pp / b->chunks;
+  double t = 0;
+  for (int c = 0; c < b->chunks; c++) t += pipe_balance_stage_s(b, c * pp + k % pp, n[c * pp + k % pp]);
+  return t;
+}
+
 /* From the most counts n (summing to total), one layer at a time off the stage where that leaves
- * the lowest peak, ties off the slower stage, down to the layers. */
+ * the lowest peak, ties off the slower stage, down to the layers. Interleaved: off the slowest stage
+ * (all its chunks: what bounds a rank's steady state), then as above among its chunks. */
 static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
   for (; total > b->layers; total--) {
     int w = -1;
     int64_t wpeak = 0;
     for (int q = 0; q < b->pp; q++) {
       if (n[q] <= 1) continue;
+      double rq = b->chunks > 1 ? rank_s(b, n, q) : 0, rw = b->chunks > 1 && w >= 0 ? rank_s(b, n, w) : 0;
+      if (w >= 0 && rq != rw) {
+        if (rq > rw) w = q, n[q]--, wpeak = peak_bytes(b, n), n[q]++;
+        continue;
+      }
       n[q]--;
       int64_t peak = peak_bytes(b, n);
       n[q]++;
@@ -227,6 +256,7 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int
   const Node *loop = F;
   int nv = pp * v; /* the stages balanced: the virtual stages (interleaved), chunk c of stage s at c pp + s */
   b->pp = nv;
+  b->chunks = v;
   b->layers = F->a.count;
   b->layer_f = cost_nodes_time(m, &d, &loop, 1) / L;
   loop = B;

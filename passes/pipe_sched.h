@@ -168,7 +168,8 @@ double pipe_plan_instr_flops(const PipePlan *p, int st, int c, char op);
  * micro-batch by the cost model (passes/cost.h: kernels and blocking collectives) on the device of
  * `--profile` or else the topology's figures; bytes one rank's. */
 typedef struct PipeBalance {
-  int pp;
+  int pp;                    /* the stages balanced (interleaved: the pp x chunks virtual stages) */
+  int chunks;                /* interleaved: the chunks per stage (memory sums a stage's chunks); else 0 or 1 */
   int64_t layers;
   double layer_f, layer_b;   /* one layer's forward; its backward (input and weight gradients) */
   double all_f;              /* what every stage runs per micro-batch besides its layers */
@@ -209,7 +210,8 @@ bool pipe_balance_fits(const PipeBalance *b, const int64_t *n);
 /* The stage pass's (passes/stage.c): the figures of m's micro-step region A, with its layer loops F and
  * B not yet split, over pp stages, and the balanced split. Interleaved (v chunks per stage), over the pp v
  * virtual stages (PipeBalance.pp is pp v; k = c pp + s: the embedding on virtual stage 0, the head on the
- * last; each stage's forwards in flight shared among its chunks), without the device's memory
+ * last; each stage's forwards in flight shared among its chunks; memory: each stage's chunks summed,
+ * chunk c's stacks padded to the largest chunk c), without the device's memory
  * (Plan.stage_fixed: per stage). NULL after an error (reported). */
 PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int v);
 

@@ -242,8 +242,25 @@ static void check_layout(void) {
          "[1, 1, 3, 1]: 4 local rows, rank 0 rows 0 | 2, 3, 4, rank 1 rows 1 | 5 and 2 padding rows");
 }
 
+/* The interleaved balance worked out by hand: pp 2 x 2 chunks over 5 layers of 1 + 2 s, the embedding
+ * 1 s on virtual stage 0, the head 3 s on virtual stage 3. The least slowest virtual stage is 6 s: at most
+ * [1, 2, 2, 1] layers, one too many; off the slowest stage's chunks (stage 1: virtual stages 1 and 3, 6 + 6
+ * s against stage 0's 4 + 6), though stage 0's memory (its 4 micro-batches in flight a chunk) is the peak:
+ * [1, 1, 2, 1]. */
+static void check_balance(void) {
+  int infl[4] = {4, 1, 4, 1};
+  PipeBalance b = {.pp = 4, .chunks = 2, .layers = 5, .layer_f = 1, .layer_b = 2, .first_f = 0.5, .first_b = 0.5,
+                   .last_f = 3, .layer_act = 10, .layer_bytes = 1, .inflight = infl};
+  int64_t n[4] = {0};
+  expect(pipe_balance_split(&b, n) && n[0] == 1 && n[1] == 1 && n[2] == 2 && n[3] == 1,
+         "interleaved balance: [1, 1, 2, 1], the layer off the slowest stage's chunks");
+  fprintf(stderr, "interleaved balance by hand: [%lld, %lld, %lld, %lld]\n", (long long)n[0], (long long)n[1],
+          (long long)n[2], (long long)n[3]);
+}
+
 int main(void) {
   check_layout();
+  check_balance();
   /* tiny: 5 layers ([2, 3]: per stage), 6 ([1, 2, 2, 1]: per virtual stage), 10 at pp 4 */
   const FeDefine tiny5[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "5"}};
   const FeDefine tiny6[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}};
