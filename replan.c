@@ -174,7 +174,9 @@ static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n,
  * (Plan.stage_fixed) and the device's memory (stage_cap) for the caller's compile. Nothing without
  * `layers(balanced)`, a device memory, or when that compile fails (the caller's own reports why). */
 static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
-  if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2) return;
+  if (!m->plan.stage_balanced || m->plan.stage_fixed || !m->mesh || m->mesh->dim[RT_AX_PP] < 2 ||
+      m->plan.schedule == SCHED_INTERLEAVED) /* (its balance is by virtual stage: no calibration) */
+    return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
   PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0};

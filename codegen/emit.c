@@ -761,8 +761,10 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
             mesh->dim[RT_AX_PP], mesh->dim[RT_AX_CP], mesh->dim[RT_AX_TP]);
   if (multi && mesh && mesh->stage_rows[0]) { /* uneven pipeline stages (RT_BLOCKS_STAGES) */
     fprintf(f, "  .stage_rows = (const int[]){");
-    for (int s = 0; s < mesh->dim[RT_AX_PP]; s++) fprintf(f, "%s%d", s ? ", " : "", mesh->stage_rows[s]);
+    int nrows = mesh->dim[RT_AX_PP] * (mesh->stage_chunks > 1 ? mesh->stage_chunks : 1);
+    for (int s = 0; s < nrows; s++) fprintf(f, "%s%d", s ? ", " : "", mesh->stage_rows[s]);
     fprintf(f, "},\n");
+    if (mesh->stage_chunks > 1) fprintf(f, "  .stage_chunks = %d,\n", mesh->stage_chunks);
   }
   fprintf(f, "  .batch = %" PRId64 ",\n  .seq = %" PRId64 ",\n", tokens->shape.dim[0], tokens->shape.dim[1]);
   fprintf(f, "  .global_batch = %" PRId64 ",\n  .micro_batch = %" PRId64 ",\n  .accum = %" PRId64 ",\n", m->batch.global,

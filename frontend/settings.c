@@ -185,7 +185,7 @@ static void call_args(Cur *c, const Word *w, CallArg *cas, int n) {
 }
 
 /* `pp N layers(a, b, ..)`: each stage's layer count, in stage order (passes/stage.c checks the count
- * against pp and the sum against the layer loop); `pp N layers(balanced)`: the stage pass splits them
+ * against pp, or pp x v virtual stages with interleaving, and the sum against the layer loop); `pp N layers(balanced)`: the stage pass splits them
  * by the cost model's time and memory per layer (passes/pipe_balance.c). */
 static void stage_layers(Cur *c, Plan *p) {
   Word *w = sw_peek(c);
@@ -207,7 +207,7 @@ static void stage_layers(Cur *c, Plan *p) {
     return;
   }
   if (w->args.n < 1 || w->args.n > PLAN_MAX_STAGE_LAYERS) {
-    error_at(w->loc, "`layers(..)` needs a layer count per stage, between 1 and %d of them", PLAN_MAX_STAGE_LAYERS);
+    error_at(w->loc, "`layers(..)` needs a layer count per stage (interleaved: or per virtual stage), between 1 and %d of them", PLAN_MAX_STAGE_LAYERS);
     return;
   }
   for (int a = 0; a < w->args.n; a++) {
@@ -218,6 +218,7 @@ static void stage_layers(Cur *c, Plan *p) {
                "`layers(..)`: stage %d needs a whole number of layers, at least 1 (an empty stage holds nothing)", a);
       return;
     }
+    p->stage_layer_loc[p->nstage_layers] = arg->value->loc;
     p->stage_layers[p->nstage_layers++] = (int)v;
   }
 }

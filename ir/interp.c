@@ -65,6 +65,7 @@ typedef struct {
   Shape logical;
   int deg[IR_MAX_RANK], coord[IR_MAX_RANK], blocks[IR_MAX_RANK];
   const int *rows; /* uneven pipeline stages (RT_BLOCKS_STAGES): the mesh's stage_rows */
+  int chunks;      /* ... and its stage_chunks */
   int ideg[IR_MAX_RANK], icoord[IR_MAX_RANK]; /* the inner split (Sharding.inner; 1: none) */
 } BlockMap;
 
@@ -73,6 +74,7 @@ static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
   bool split = false;
   bm->logical = v->shape;
   bm->rows = it->mesh.stage_rows;
+  bm->chunks = it->mesh.stage_chunks;
   for (int d = 0; d < v->shape.rank; d++) {
     int a = v->sharding.split[d];
     bm->deg[d] = 1;
@@ -81,7 +83,7 @@ static bool block_of(const Interp *it, const Value *v, int r, BlockMap *bm) {
     if (a >= 0 && a < RT_AX_COUNT && it->mesh.dim[a] > 1) {
       bm->deg[d] = it->mesh.dim[a];
       bm->coord[d] = interp_coord(it, r, (MeshAxis)a);
-      bm->logical.dim[d] = bm->blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(bm->rows, bm->deg[d])
+      bm->logical.dim[d] = bm->blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(bm->rows, bm->deg[d], bm->chunks)
                                                              : v->shape.dim[d] * it->mesh.dim[a];
       split = true;
     }
@@ -106,7 +108,7 @@ static int64_t logical_index(const Shape *local, const BlockMap *bm, int64_t i) 
     int64_t c = rem % local->dim[d];
     rem /= local->dim[d];
     if (bm->deg[d] > 1 && bm->blocks[d] == RT_BLOCKS_STAGES) {
-      c = rt_stage_index(bm->rows, bm->coord[d], c);
+      c = rt_stage_index(bm->rows, bm->deg[d], bm->chunks, bm->coord[d], c);
       if (c < 0) return -1;
     } else if (bm->deg[d] > 1 || bm->ideg[d] > 1)
       c = ir_sharded_index(local->dim[d], bm->blocks[d], bm->deg[d], bm->coord[d], bm->ideg[d], bm->icoord[d], c);

@@ -91,8 +91,10 @@ typedef struct {
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   SrcLoc bucket_loc;    /* where `bucket` was written (file NULL: the default) */
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
-   * them); nstage_layers 0: none written, every stage gets L / pp */
+   * them; with `schedule interleaved(v: V)` pp counts, each stage's, or pp x V, each virtual stage's);
+   * nstage_layers 0: none written, every stage gets L / pp */
   int stage_layers[PLAN_MAX_STAGE_LAYERS], nstage_layers;
+  SrcLoc stage_layer_loc[PLAN_MAX_STAGE_LAYERS]; /* where each count was written */
   /* zb: the times its lists are made with, per stage: F, B, W of stage s at [s], [pp + s], [2 pp + s]
    * (passes/pipe_sched.c, pipe_sched_make_timed); NULL: equal times. The driver sets the cost
    * model's (replan.c, zb_times: two small compiles' instruction times), tests their own */

@@ -31,7 +31,8 @@
  * offset -(pp - 1), and a layer gradient is its chunks' stage_selects concatenated. Uneven stages
  * (passes/stage.c's S(pp)@0/stages, padded to the largest count): stage s's loops run its own
  * count over a view of its stacks' leading rows (own_rows), its layer gradients padded back with
- * zero rows for the stage_select (pad_rows). A parameter outside the layers that every layer reads has
+ * zero rows for the stage_select (pipe_pad_rows); interleaved, each virtual stage its own count over its
+ * chunk's leading rows, each chunk padded back before the chunks are concatenated. A parameter outside the layers that every layer reads has
  * its gradient summed over the layers as a second carry of the backward loop: each stage's B carries its
  * own part, merged like a layer gradient (stage_select; interleaved: the chunks' parts added) into a
  * running sum that the all-reduce over pp completes (zb refuses it: its split keeps one carry).
@@ -100,10 +101,10 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
   if (ptrmap_get(&p->chunks[c], x, &got)) return (Value *)got;
   Attrs sa = {0};
   sa.axis = 0;
-  sa.start = c * p->per;
-  sa.len = p->per;
+  sa.start = pipe_chunk_start(p, c);
+  sa.len = pipe_chunk_rows(p, c);
   Shape sh = x->shape;
-  sh.dim[0] = p->per;
+  sh.dim[0] = sa.len;
   Value *y = ir_emit(p->g, OP_SLICE, 1, &x, x->dtype, sh, &sa, x->def->loc);
   y->sharding = x->sharding;
   y->sharding.blocks[0] = 0; /* a chunk holds one contiguous block of the local rows */
@@ -111,32 +112,31 @@ static Value *chunk_of(Pp *p, int c, Value *x) {
   return y;
 }
 
-/* Uneven stages: stage st's rows [0, rows[st]) of a stacked layer value padded to the largest
- * count (a parameter, its bf16 cast), made once per step on that stage only. */
-static Value *own_rows(Pp *p, int st, Value *x) {
+/* Uneven stages: virtual stage vs's rows [0, rows[vs]) of a stacked layer value (interleaved: its
+ * chunk's) padded to its chunk's rows (a parameter, its bf16 cast), made once per step on its stage only. */
+static Value *own_rows(Pp *p, int vs, Value *x) {
   intptr_t got;
-  if (ptrmap_get(&p->own[st], x, &got)) return (Value *)got;
+  if (ptrmap_get(&p->own[vs], x, &got)) return (Value *)got;
   Attrs sa = {0};
   sa.axis = 0;
-  sa.len = p->rows[st];
+  sa.len = p->rows[vs];
   Shape sh = x->shape;
-  sh.dim[0] = p->rows[st];
+  sh.dim[0] = p->rows[vs];
   Value *y = ir_emit(p->g, OP_SLICE, 1, &x, x->dtype, sh, &sa, x->def->loc);
-  y->def->stage = st + 1;
+  y->def->stage = vs % p->pp + 1;
   y->sharding = x->sharding;
-  ptrmap_put(&p->own[st], x, (intptr_t)y);
+  ptrmap_put(&p->own[vs], x, (intptr_t)y);
   return y;
 }
 
-/* Uneven stages: stage st's stacked layer value y (its own rows) padded with zero rows to the
- * largest count, where a value of every stage's layout is wanted (stage_select, the sums). */
-static Value *pad_rows(Pp *p, int st, Value *y) {
-  if (!p->rows || y->shape.dim[0] == p->per) return y;
+Value *pipe_pad_rows(Pp *p, int vs, Value *y) {
+  int64_t to = pipe_chunk_rows(p, vs / p->pp), st = vs % p->pp;
+  if (!p->rows || y->shape.dim[0] >= to) return y; /* (a chunk of its chunks' largest count, or a whole stack) */
   Attrs pa = {0};
   pa.axis = 0;
-  pa.len = p->per;
+  pa.len = to;
   Shape sh = y->shape;
-  sh.dim[0] = p->per;
+  sh.dim[0] = to;
   Value *z = ir_emit(p->g, OP_PAD, 1, &y, y->dtype, sh, &pa, y->def->loc);
   z->def->stage = st + 1;
   z->sharding = y->sharding;
@@ -153,27 +153,27 @@ static Value *run_node(Pp *p, int vs, int mb, Node *d) {
     in[j] = lookup(p, sm, mb, d->in[j]);
     bool xs = j >= d->a.ncarry && j < d->a.ncarry + d->a.nxs;
     /* a stage's whole stack of layers (a parameter, or its bf16 cast on every stage): the chunk's rows */
-    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->per * p->v) in[j] = chunk_of(p, vs / p->pp, in[j]);
-    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != p->per)
-      die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)p->per);
-    int64_t own = pipe_stage_layers(p, vs % p->pp);
+    int64_t own = pipe_vs_layers(p, vs), rows = pipe_chunk_rows(p, vs / p->pp);
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] == p->stack_rows) in[j] = chunk_of(p, vs / p->pp, in[j]);
+    if (loop && xs && p->v > 1 && in[j]->shape.dim[0] != rows && in[j]->shape.dim[0] != own)
+      die("pipe: the layer loop's stacked input %d is not a chunk of %lld layers", j, (long long)rows);
     if (loop && xs && p->rows && in[j]->shape.dim[0] != own) {
-      if (in[j]->shape.dim[0] != p->per) die("pipe: the layer loop's stacked input %d has %lld rows", j, (long long)in[j]->shape.dim[0]);
-      in[j] = own_rows(p, vs % p->pp, in[j]);
+      if (in[j]->shape.dim[0] != rows) die("pipe: the layer loop's stacked input %d has %lld rows", j, (long long)in[j]->shape.dim[0]);
+      in[j] = own_rows(p, vs, in[j]);
     }
   }
   Node *c = ir_clone_node(p->g, d, in, sm);
   c->stage = vs % p->pp + 1;
-  if (loop && p->rows) { /* uneven stages: the stage's own layers */
-    c->a.count = pipe_stage_layers(p, vs % p->pp);
-    for (int k = c->a.ncarry; k < c->nout; k++) c->out[k]->shape.dim[0] = c->a.count;
-  }
   if (loop && p->v > 1) {
-    c->a.count = p->per;
+    c->a.count = pipe_chunk_rows(p, vs / p->pp);
     for (int k = c->a.ncarry; k < c->nout; k++) {
-      c->out[k]->shape.dim[0] = p->per;
+      c->out[k]->shape.dim[0] = c->a.count;
       c->out[k]->sharding.blocks[0] = 0;
     }
+  }
+  if (loop && p->rows) { /* uneven stages: the virtual stage's own layers */
+    c->a.count = pipe_vs_layers(p, vs);
+    for (int k = c->a.ncarry; k < c->nout; k++) c->out[k]->shape.dim[0] = c->a.count;
   }
   /* a region's body may read outer body values: lookups made them, now point its reads there */
   if (c->body)
@@ -258,13 +258,13 @@ static Value *loop_part(Pp *p, int st, int mb, Value *u, SrcLoc loc) {
   for (int ch = 0; ch < p->v; ch++) {
     if (st >= 0) {
       if (!ptrmap_get(pipe_smap(p, ch * p->pp + st, mb), u, &got)) die("pipe: a loop's value of stage %d missing", st);
-      chunk[ch] = carry ? (Value *)got : pad_rows(p, st, (Value *)got);
+      chunk[ch] = carry ? (Value *)got : pipe_pad_rows(p, ch * p->pp + st, (Value *)got);
       continue;
     }
     Value **each = ARENA_ARRAY(p->g->arena, Value *, p->pp);
     for (int s = 0; s < p->pp; s++) {
       if (!ptrmap_get(pipe_smap(p, ch * p->pp + s, mb), u, &got)) die("pipe: a loop's value of stage %d missing", s);
-      each[s] = carry ? (Value *)got : pad_rows(p, s, (Value *)got);
+      each[s] = carry ? (Value *)got : pipe_pad_rows(p, ch * p->pp + s, (Value *)got);
     }
     chunk[ch] = ir_emit(p->g, OP_STAGE_SELECT, p->pp, each, each[0]->dtype, each[0]->shape, NULL, loc);
     chunk[ch]->sharding = each[0]->sharding;
@@ -379,7 +379,8 @@ bool pass_pipe(Module *m) {
   }
   PipeSchedule kind = m->plan.schedule;
   p.v = kind == SCHED_INTERLEAVED ? m->plan.interleave : 1;
-  p.per = p.F->a.count / p.v;
+  p.stack_rows = p.F->a.count;
+  p.per = p.F->a.count / p.v; /* (uneven interleaved: see pipe_chunk_rows) */
   p.rows = m->mesh->stage_rows[0] ? m->mesh->stage_rows : NULL;
   if ((int64_t)PIPE_TAG + 2 * (int64_t)p.M * pp * p.v > 0xffff) { /* the runtime's tags are 16 bits */
     error_at(m->plan.opt_loc[PLAN_OPT_MICROBATCHES].file ? m->plan.opt_loc[PLAN_OPT_MICROBATCHES] : m->plan.loc,
@@ -413,7 +414,7 @@ bool pass_pipe(Module *m) {
   pipe_plan_report(&p, &s);
   p.map = calloc((size_t)(pp * p.v * p.M), sizeof(PtrMap));
   p.chunks = calloc((size_t)p.v, sizeof(PtrMap));
-  p.own = calloc((size_t)pp, sizeof(PtrMap));
+  p.own = calloc((size_t)(pp * p.v), sizeof(PtrMap));
   if (!p.own) die("out of memory");
   p.shared = calloc((size_t)p.M, sizeof(PtrMap));
   int nc = p.A->a.ncarry;
@@ -454,7 +455,7 @@ bool pass_pipe(Module *m) {
   for (int c = 0; c < nc; c++) /* each stage's sum of its parts: its own */
     if (p.local[c]) {
       Value **each = &p.ssum[c * pp];
-      for (int st = 0; st < pp && p.fold[c]; st++) each[st] = pad_rows(&p, st, pipe_fold_sum(&p, c, st));
+      for (int st = 0; st < pp && p.fold[c]; st++) each[st] = pipe_pad_rows(&p, st, pipe_fold_sum(&p, c, st));
       p.sum[c] = ir_emit(g, OP_STAGE_SELECT, pp, each, each[0]->dtype, each[0]->shape, NULL, p.A->loc);
       p.sum[c]->sharding = each[0]->sharding;
     }
@@ -501,7 +502,7 @@ bool pass_pipe(Module *m) {
   for (int k = 0; k < p.nowned; k++) pipe_own(g, p.owned[k], p.owned_set[k]);
   for (int i = 0; i < pp * p.v * p.M; i++) ptrmap_free(&p.map[i]);
   for (int i = 0; i < p.v; i++) ptrmap_free(&p.chunks[i]);
-  for (int i = 0; i < pp; i++) ptrmap_free(&p.own[i]);
+  for (int i = 0; i < pp * p.v; i++) ptrmap_free(&p.own[i]);
   free(p.own);
   free(p.chunks);
   for (int i = 0; i < p.M; i++) ptrmap_free(&p.shared[i]);

@@ -43,9 +43,24 @@ static int64_t most_within(const PipeBalance *b, int st, double T) {
 }
 
 /* The peak over the stages of their memory with n[s] layers on stage s (with b->fixed: each stage's
- * planned bytes by the calibrated model). */
+ * planned bytes by the calibrated model). Interleaved (b->chunks > 1, the n per virtual stage): each
+ * stage's chunks summed, the activations each holds in flight and the layer stacks of chunk c padded to
+ * the largest count of the chunks c (the stage pass's layout). */
 static int64_t peak_bytes(const PipeBalance *b, const int64_t *n) {
   int64_t most = 0, peak = 0;
+  if (b->chunks > 1) {
+    int pp = b->pp / b->chunks;
+    for (int s = 0; s < pp; s++) {
+      int64_t x = 0;
+      for (int c = 0; c < b->chunks; c++) {
+        int64_t m = 0; /* chunk c's rows */
+        for (int o = 0; o < pp; o++) m = n[c * pp + o] > m ? n[c * pp + o] : m;
+        x += pipe_balance_stage_bytes(b, c * pp + s, n[c * pp + s], m);
+      }
+      peak = x > peak ? x : peak;
+    }
+    return peak;
+  }
   for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
   for (int s = 0; s < b->pp; s++) {
     int64_t x = pipe_balance_stage_bytes(b, s, n[s], most) + (b->fixed ? b->fixed[s] : 0);
@@ -54,14 +69,28 @@ static int64_t peak_bytes(const PipeBalance *b, const int64_t *n) {
   return peak;
 }
 
+/* Interleaved: the seconds per micro-batch of the stage running virtual stage k, all its chunks. */
+static double rank_s(const PipeBalance *b, const int64_t *n, int k) {
+  int pp = b->pp / b->chunks;
+  double t = 0;
+  for (int c = 0; c < b->chunks; c++) t += pipe_balance_stage_s(b, c * pp + k % pp, n[c * pp + k % pp]);
+  return t;
+}
+
 /* From the most counts n (summing to total), one layer at a time off the stage where that leaves
- * the lowest peak, ties off the slower stage, down to the layers. */
+ * the lowest peak, ties off the slower stage, down to the layers. Interleaved: off the slowest stage
+ * (all its chunks: what bounds a rank's steady state), then as above among its chunks. */
 static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
   for (; total > b->layers; total--) {
     int w = -1;
     int64_t wpeak = 0;
     for (int q = 0; q < b->pp; q++) {
       if (n[q] <= 1) continue;
+      double rq = b->chunks > 1 ? rank_s(b, n, q) : 0, rw = b->chunks > 1 && w >= 0 ? rank_s(b, n, w) : 0;
+      if (w >= 0 && rq != rw) {
+        if (rq > rw) w = q, n[q]--, wpeak = peak_bytes(b, n), n[q]++;
+        continue;
+      }
       n[q]--;
       int64_t peak = peak_bytes(b, n);
       n[q]++;
@@ -209,7 +238,7 @@ static int64_t layer_bytes(const Pp *p) {
   return total;
 }
 
-PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
+PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int v) {
   Pp p = {.m = m, .g = m->graph, .body = A->body, .A = A, .F = F, .B = B, .pp = pp, .M = (int)A->a.count, .v = 1,
           .per = F->a.count};
   if (!pipe_classify(&p)) {
@@ -225,7 +254,9 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
   PipeBalance *b = ARENA_NEW(m->arena, PipeBalance);
   double L = (double)F->a.count;
   const Node *loop = F;
-  b->pp = pp;
+  int nv = pp * v; /* the stages balanced: the virtual stages (interleaved), chunk c of stage s at c pp + s */
+  b->pp = nv;
+  b->chunks = v;
   b->layers = F->a.count;
   b->layer_f = cost_nodes_time(m, &d, &loop, 1) / L;
   loop = B;
@@ -238,18 +269,23 @@ PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp) {
   b->first_act = pipe_kept_bytes(&p, C_FIRST, NULL);
   b->last_act = pipe_kept_bytes(&p, C_LAST, NULL);
   b->layer_bytes = layer_bytes(&p);
-  b->inflight = ARENA_ARRAY(m->arena, int, pp);
-  { /* the micro-batches in flight per stage on the lists the pipe pass makes (zb: with the plan's times) */
-    PipeSched s = pipe_sched_make_timed(m->plan.schedule, pp, p.M, 1, m->plan.sched_times);
-    pipe_sched_inflight(&s, b->inflight);
+  b->inflight = ARENA_ARRAY(m->arena, int, nv);
+  { /* the micro-batches in flight per stage on the lists the pipe pass makes (zb: with the plan's times);
+     * interleaved: a stage's forwards in flight (of any chunk) shared among its chunks, rounded up */
+    PipeSched s = pipe_sched_make_timed(m->plan.schedule, pp, p.M, v, m->plan.sched_times);
+    int *inf = calloc((size_t)pp, sizeof(int));
+    if (!inf) die("out of memory");
+    pipe_sched_inflight(&s, inf);
+    for (int k = 0; k < nv; k++) b->inflight[k] = (inf[k % pp] + v - 1) / v;
+    free(inf);
     pipe_sched_free(&s);
   }
   snprintf(b->source, sizeof b->source, "%s", d.source);
-  b->split = ARENA_ARRAY(m->arena, int64_t, pp);
-  b->by_time = ARENA_ARRAY(m->arena, int64_t, pp);
+  b->split = ARENA_ARRAY(m->arena, int64_t, nv);
+  b->by_time = ARENA_ARRAY(m->arena, int64_t, nv);
   if (!split_by_time(b, b->by_time)) b->split = b->by_time = NULL;
   if (b->split) {
-    b->fixed = m->plan.stage_fixed;
+    b->fixed = v == 1 ? m->plan.stage_fixed : NULL; /* (the calibration is per stage: not with interleaving) */
     b->cap = m->plan.stage_cap;
     pipe_balance_split(b, b->split);
     b->fits = pipe_balance_fits(b, b->split);

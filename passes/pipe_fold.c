@@ -98,6 +98,9 @@ Value *pipe_fold_sum(Pp *p, int c, int st) {
   for (int ch = 0; ch < p->v; ch++)
     if (!chunk[ch]) die("pipe: stage %d made no sum of carry %d", st, c);
   if (p->v == 1) return chunk[0];
+  Value **padded = ARENA_ARRAY(p->g->arena, Value *, p->v); /* (uneven chunks: each to the largest count) */
+  for (int ch = 0; ch < p->v; ch++) padded[ch] = pipe_pad_rows(p, ch * p->pp + st, chunk[ch]);
+  chunk = padded;
   const Value *like = p->body->results[c]; /* the stage's chunks, in its local row order */
   Attrs ca = {0};
   ca.axis = 0;

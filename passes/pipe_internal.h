@@ -46,9 +46,11 @@ typedef struct {
   PtrMap *shared; /* [M]: body value -> its clone read by every stage (inputs, ALL, merges) */
   PtrMap *chunks; /* [v]: stacked layer value from outside -> its chunk's rows */
   int v;          /* chunks per stage (interleaved), else 1 */
-  int64_t per;    /* layers per chunk: L / (pp v); uneven stages: the largest stage's count */
-  const int *rows; /* uneven stages (`pp N layers(..)`, RT_BLOCKS_STAGES): each stage's layers; NULL: even */
-  PtrMap *own;    /* uneven stages [pp]: stacked layer value -> its stage's rows (padding dropped) */
+  int64_t per;    /* layers per chunk: L / (pp v); uneven stages without interleaving: the largest stage's count */
+  int64_t stack_rows; /* a layer stack's local rows (the layer loops' count after the stage pass) */
+  const int *rows; /* uneven stages (`pp N layers(..)`, RT_BLOCKS_STAGES): each virtual stage's layers
+                      (without interleaving each stage's); NULL: even */
+  PtrMap *own;    /* uneven stages [pp v]: stacked layer value (a chunk's) -> its virtual stage's rows (padding dropped) */
   Value **sum;    /* [ncarry]: the running sums */
   uint64_t *owner; /* [ncarry]: a sum held on one stage (its bit: the gradient of a parameter only it reads), 0: every stage's */
   Node **owned;    /* [nowned]: the updates of the parameters held on some stages (owned_params) */
@@ -70,8 +72,26 @@ typedef struct {
 /* The stage map of virtual stage vs (chunk vs / pp of stage vs % pp) for micro-batch mb: body value -> its clone. */
 static inline PtrMap *pipe_smap(Pp *p, int vs, int mb) { return &p->map[vs * p->M + mb]; }
 
-/* The layers stage st runs (uneven stages: its own count; else every stage's). */
-static inline int64_t pipe_stage_layers(const Pp *p, int st) { return p->rows ? p->rows[st] : p->per; }
+/* The layers virtual stage vs runs (chunk vs / pp of stage vs % pp; uneven stages: its own count; else
+ * every one's), and stage st over all its chunks. */
+static inline int64_t pipe_vs_layers(const Pp *p, int vs) { return p->rows ? p->rows[vs] : p->per; }
+static inline int64_t pipe_stage_layers(const Pp *p, int st) {
+  int64_t n = 0;
+  for (int c = 0; c < p->v; c++) n += pipe_vs_layers(p, c * p->pp + st);
+  return n;
+}
+/* The local rows of chunk c of a layer stack (uneven stages: padded to the largest count of the chunks c,
+ * runtime/mesh.h) and the first of them. */
+static inline int64_t pipe_chunk_rows(const Pp *p, int c) {
+  return p->rows && p->v > 1 ? rt_stage_chunk_rows(p->rows, p->pp, c) : p->per;
+}
+static inline int64_t pipe_chunk_start(const Pp *p, int c) {
+  return p->rows && p->v > 1 ? rt_stage_chunk_start(p->rows, p->pp, c) : c * p->per;
+}
+/* Uneven stages: virtual stage vs's stacked layer value y (its own rows) padded with zero rows to its
+ * chunk's rows, on its stage, where a value of every stage's layout is wanted (stage_select, the sums); else
+ * y (passes/pipe.c). */
+Value *pipe_pad_rows(Pp *p, int vs, Value *y);
 
 /* passes/pipe_class.c */
 int pipe_pos_in(const Graph *g, const Node *n);

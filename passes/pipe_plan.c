@@ -99,6 +99,16 @@ static void unused_params(const Pp *p, PipePlan *pl) {
   free(on);
 }
 
+double pipe_plan_instr_flops(const PipePlan *p, int st, int c, char op) {
+  const PipeStage *x = &p->stage[st];
+  double mean = 0; /* the stage's mean chunk's layers */
+  for (int k = 0; k < x->nchunks; k++) mean += (double)x->chunk_layers[k];
+  double dn = (double)x->chunk_layers[c] - mean / x->nchunks, w = x->wgt_flops + p->layer_wgt * dn;
+  if (op == 'W') return w > 0 ? w : 0;
+  double t = op == 'F' ? x->fwd_flops + p->layer_fwd * dn : x->bwd_flops - x->wgt_flops + p->layer_bwd * dn;
+  return t > 0 ? t : 1;
+}
+
 void pipe_plan_report(Pp *p, const PipeSched *s) {
   Module *m = p->m;
   PipePlan *pl = ARENA_NEW(m->arena, PipePlan);
@@ -108,13 +118,11 @@ void pipe_plan_report(Pp *p, const PipeSched *s) {
   pl->times = m->plan.sched_times;
   pl->loop = p->F->a.name;
   pl->layers = 0;
-  for (int st = 0; st < p->pp; st++) pl->layers += pipe_stage_layers(p, st) * p->v;
+  for (int st = 0; st < p->pp; st++) pl->layers += pipe_stage_layers(p, st);
   pl->v = p->v;
   pl->stage = ARENA_ARRAY(m->arena, PipeStage, p->pp);
-  double *tf = calloc((size_t)p->pp, sizeof(double)), *tb = calloc((size_t)p->pp, sizeof(double));
-  double *tw = calloc((size_t)p->pp, sizeof(double));
   int *infl = calloc((size_t)p->pp, sizeof(int));
-  if (!tf || !tb || !tw || !infl) die("out of memory");
+  if (!infl) die("out of memory");
   int64_t params = 0; /* every stage's; and each stage's own (owner_of) */
   int64_t *own = calloc((size_t)p->pp, sizeof(int64_t));
   if (!own) die("out of memory");
@@ -134,10 +142,16 @@ void pipe_plan_report(Pp *p, const PipeSched *s) {
   for (int st = 0; st < p->pp; st++) {
     PipeStage *x = &pl->stage[st];
     bool first = st == 0, last = st == p->pp - 1;
-    double n = (double)pipe_stage_layers(p, st) * p->v; /* the stage's layers (all its chunks) */
-    x->first_layer = 0;
-    for (int o = 0; o < st; o++) x->first_layer += p->rows ? p->rows[o] : p->per;
-    x->nlayers = pipe_stage_layers(p, st);
+    double n = (double)pipe_stage_layers(p, st); /* the stage's layers (all its chunks) */
+    int64_t *cf = ARENA_ARRAY(m->arena, int64_t, p->v), *cl = ARENA_ARRAY(m->arena, int64_t, p->v);
+    for (int c = 0; c < p->v; c++) { /* virtual stage c pp + st: after every earlier one's layers */
+      cl[c] = pipe_vs_layers(p, c * p->pp + st);
+      for (int o = 0; o < c * p->pp + st; o++) cf[c] += pipe_vs_layers(p, o);
+    }
+    x->chunk_first = cf;
+    x->chunk_layers = cl;
+    x->first_layer = cf[0];
+    x->nlayers = p->v > 1 && p->rows ? (int64_t)n : cl[0];
     x->nchunks = p->v;
     x->embedding = first;
     x->head = last;
@@ -152,17 +166,20 @@ void pipe_plan_report(Pp *p, const PipeSched *s) {
     x->bwd_flops /= p->v;
     x->wgt_flops /= p->v;
     x->act_bytes /= p->v;
-    tf[st] = x->fwd_flops > 0 ? x->fwd_flops : 1;
-    tb[st] = x->bwd_flops - x->wgt_flops > 0 ? x->bwd_flops - x->wgt_flops : 1;
-    tw[st] = x->wgt_flops;
   }
   unused_params(p, pl);
-  pipe_sched_timeline(s, tf, tb, p->W ? tw : NULL, &pl->bubble, infl, NULL);
+  { /* the schedule played with each instruction's FLOPs, transfers free (pipe_sched_timeline's, per chunk) */
+    PipeTimes t = pipe_times_new(s, false);
+    for (int st = 0; st < p->pp; st++)
+      for (int k = 0; k < s->len[st]; k++)
+        t.dur[st][k] = p->W || s->list[st][k].op != 'W'
+                         ? pipe_plan_instr_flops(pl, st, s->list[st][k].chunk, s->list[st][k].op) : 0;
+    pipe_sched_play(s, &t, &pl->bubble, NULL, NULL);
+    pipe_sched_inflight(s, infl);
+    pipe_times_free(s, &t);
+  }
   for (int st = 0; st < p->pp; st++) pl->stage[st].inflight = infl[st];
   m->pipe = pl;
   free(own);
-  free(tf);
-  free(tb);
-  free(tw);
   free(infl);
 }

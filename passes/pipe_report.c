@@ -110,6 +110,39 @@ static void print_memory_choice(FILE *f, const PipePlan *p, const PipeBalance *b
 static void print_balanced(FILE *f, const Module *m) {
   const PipePlan *p = m->pipe;
   const PipeBalance *b = m->pipe_balance;
+  if (p->v > 1 && b && b->split && !m->plan.stage_balanced) { /* interleaved: suggested where it is faster */
+    char t1[32], t2[32];
+    int64_t *cur = calloc((size_t)b->pp, sizeof *cur);
+    if (!cur) die("out of memory");
+    double slow = 0, slow_cur = 0;
+    for (int k = 0; k < b->pp; k++) {
+      cur[k] = p->stage[k % p->pp].chunk_layers[k / p->pp];
+      slow = fmax(slow, pipe_balance_stage_s(b, k, b->split[k]));
+      slow_cur = fmax(slow_cur, pipe_balance_stage_s(b, k, cur[k]));
+    }
+    if (slow < slow_cur * (1 - 1e-9)) {
+      fprintf(f, "#   balanced by time over the virtual stages: layers ");
+      print_split(f, b->split, b->pp);
+      fprintf(f, " (chunk c of stage s at c x %d + s): the slowest virtual stage %s per micro-batch (this plan's ", p->pp,
+              cost_human_time(t1, sizeof t1, slow));
+      print_split(f, cur, b->pp);
+      fprintf(f, ": %s); a suggestion: write `pp %d layers(balanced)` to apply it\n", cost_human_time(t2, sizeof t2, slow_cur),
+              p->pp);
+    }
+    free(cur);
+    return;
+  }
+  if (p->v > 1 && b && b->split && m->plan.stage_balanced) { /* interleaved: over the virtual stages, applied */
+    char t1[32];
+    fprintf(f, "#   layers(balanced): ");
+    print_split(f, b->split, b->pp);
+    fprintf(f, " per virtual stage (chunk c of stage s at c x %d + s), by the cost model's time (device: %s): per "
+               "virtual stage, its forward and backward per micro-batch:", p->pp, b->source);
+    for (int k = 0; k < b->pp; k++)
+      fprintf(f, "%s %d: %s", k ? ";" : "", k, cost_human_time(t1, sizeof t1, pipe_balance_stage_s(b, k, b->split[k])));
+    fprintf(f, "\n");
+    return;
+  }
   if (p->v > 1 || !b || !b->split) return;
   int64_t *cur = calloc((size_t)p->pp, sizeof *cur);
   if (!cur) die("out of memory");
@@ -203,9 +236,9 @@ void pipe_print(FILE *f, const Module *m, const CostPipe *cp, const char *source
     const PipeStage *x = &p->stage[s];
     char layers[48] = "", holds[32];
     for (int c = 0, k = 0; c < x->nchunks && k < (int)sizeof layers - 12; c++) {
-      int64_t a = x->first_layer + (int64_t)c * p->pp * x->nlayers;
+      int64_t a = x->chunk_first[c];
       k += snprintf(layers + k, sizeof layers - (size_t)k, "%s%lld-%lld", c ? "," : "", (long long)a,
-                    (long long)(a + x->nlayers - 1));
+                    (long long)(a + x->chunk_layers[c] - 1));
     }
     snprintf(holds, sizeof holds, "%s%s%s", x->embedding ? "embedding" : "", x->embedding && x->head ? "+" : "",
              x->head ? "head, loss" : x->embedding ? "" : "-");
@@ -267,12 +300,7 @@ bool pipe_svg(FILE *f, const Module *m, const CostPipe *cp, const char *source) 
     start = calloc((size_t)p->pp, sizeof(double *));
     if (!start) die("out of memory");
     for (int st = 0; st < p->pp; st++) {
-      const PipeStage *x = &p->stage[st];
-      double tw = x->wgt_flops, tb = x->bwd_flops - tw > 0 ? x->bwd_flops - tw : 1;
-      for (int k = 0; k < own.len[st]; k++) {
-        char op = own.list[st][k].op;
-        t.dur[st][k] = op == 'F' ? (x->fwd_flops > 0 ? x->fwd_flops : 1) : op == 'B' ? tb : tw;
-      }
+      for (int k = 0; k < own.len[st]; k++) t.dur[st][k] = pipe_plan_instr_flops(p, st, own.list[st][k].chunk, own.list[st][k].op);
       if (!(start[st] = calloc((size_t)own.len[st] + 1, sizeof(double)))) die("out of memory");
     }
     span = pipe_sched_play(&own, &t, &bubble, start, NULL);

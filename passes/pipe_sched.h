@@ -125,8 +125,10 @@ const char *pipe_sched_name(PipeSchedule k); /* "gpipe", "1f1b", ... */
  * (its tp share), per micro-batch; bytes are one rank's. */
 typedef struct {
   int64_t first_layer, nlayers; /* the layers [first_layer, first_layer + nlayers) of the model's loop, and
-                                   with nchunks > 1 (interleaved) also those + c pp nlayers, c < nchunks */
+                                   with nchunks > 1 (interleaved) also those + c pp nlayers, c < nchunks
+                                   (uneven chunks: nlayers is the stage's total; see chunk_*) */
   int nchunks;
+  const int64_t *chunk_first, *chunk_layers; /* [nchunks]: chunk c's layers [chunk_first[c], + chunk_layers[c]) */
   bool embedding, head;         /* holds the embedding (first stage) / the head and loss (last) */
   double fwd_flops, bwd_flops;  /* its F and B instructions (interleaved: of one chunk; zb: B and W) */
   double wgt_flops;             /* zb: the W part of bwd_flops */
@@ -153,13 +155,21 @@ typedef struct PipePlan {
   int norder;
 } PipePlan;
 
+/* The FLOP-proportional time of stage st's instruction op ('F', 'B' or 'W') on chunk c: the stage's
+ * figure (fwd_flops, bwd_flops less wgt_flops, wgt_flops: one chunk's, the embedding and head spread over
+ * the chunks) with the chunk's own layers in place of the mean chunk's (uneven chunks); at least 1
+ * (F, B). What PipePlan.bubble and --schedule-svg without a device play (passes/pipe_plan.c). */
+double pipe_plan_instr_flops(const PipePlan *p, int st, int c, char op);
+
 /* The layers' time and memory by stage (passes/pipe_balance.c, made by the stage pass before it
- * splits the layers, for every pipelined plan but the interleaved): what `pp N layers(balanced)`
+ * splits the layers, for every pipelined plan but the interleaved, and for an interleaved one's
+ * `layers(balanced)`: by virtual stage): what `pp N layers(balanced)`
  * splits by, and what the plan prints the balanced split with. Seconds are one rank's per
  * micro-batch by the cost model (passes/cost.h: kernels and blocking collectives) on the device of
  * `--profile` or else the topology's figures; bytes one rank's. */
 typedef struct PipeBalance {
-  int pp;
+  int pp;                    /* the stages balanced (interleaved: the pp x chunks virtual stages) */
+  int chunks;                /* interleaved: the chunks per stage (memory sums a stage's chunks); else 0 or 1 */
   int64_t layers;
   double layer_f, layer_b;   /* one layer's forward; its backward (input and weight gradients) */
   double all_f;              /* what every stage runs per micro-batch besides its layers */
@@ -198,8 +208,12 @@ const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a);
 /* Whether every stage of split n fits b->cap by the calibrated model (true without b->fixed). */
 bool pipe_balance_fits(const PipeBalance *b, const int64_t *n);
 /* The stage pass's (passes/stage.c): the figures of m's micro-step region A, with its layer loops F and
- * B not yet split, over pp stages, and the balanced split. NULL after an error (reported). */
-PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp);
+ * B not yet split, over pp stages, and the balanced split. Interleaved (v chunks per stage), over the pp v
+ * virtual stages (PipeBalance.pp is pp v; k = c pp + s: the embedding on virtual stage 0, the head on the
+ * last; each stage's forwards in flight shared among its chunks; memory: each stage's chunks summed,
+ * chunk c's stacks padded to the largest chunk c), without the device's memory
+ * (Plan.stage_fixed: per stage). NULL after an error (reported). */
+PipeBalance *pipe_balance_make(Module *m, Node *A, Node *F, Node *B, int pp, int v);
 
 /* The stages, the schedule and its bubble (passes/pipe_report.c). Nothing without pp. With cp (the
  * cost model's timeline, passes/cost.h; source: the device's), each stage's instruction and transfer

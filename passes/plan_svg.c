@@ -36,7 +36,7 @@ static const char *const axis_hue[RT_AX_COUNT] = {"210", "30", "280", "120"}; /*
 
 void plan_svg_mesh(FILE *f, const Module *m) {
   const MeshMap *mm = m->mesh;
-  MeshMap one = {{1, 1, 1, 1}, 1, 1, 1, {0}};
+  MeshMap one = {{1, 1, 1, 1}, 1, 1, 1, {0}, 0};
   if (!mm) mm = &one;
   int axes[RT_AX_COUNT], na = 0;
   for (int a = 0; a < RT_AX_COUNT; a++)

@@ -11,7 +11,9 @@
  *     loops are split over pp on their leading dim (`S(pp)@0`), so stage s holds layers
  *     [s L/pp, (s+1) L/pp) — the same SPMD program on every stage, each on its own layers
  *     (interleaved, v chunks: `S(pp)@0/vB`, the v blocks of L/(pp v) layers ir_block_index gives
- *     stage s: chunks c pp + s, c < v);
+ *     stage s: chunks c pp + s, c < v; uneven virtual stages: `S(pp)@0/stages`, each stage's v chunks
+ *     c padded to the largest count of the stages' chunks c, the mesh's stage_rows per virtual stage and
+ *     stage_chunks v);
  *   - the clip's sums of squares over a split gradient are partial over pp: one all-reduce
  *     completes them (as for ZeRO-2 over dp);
  *   - the embedding (what the forward loop's carried input is made of) is the first stage's,
@@ -21,8 +23,9 @@
  *   - the split: even, as written (`pp N layers(a, b, ..)`), or `pp N layers(balanced)`: the one
  *     passes/pipe_balance.c balances by the cost model's time and memory per layer, computed here for
  *     every plan but the interleaved (Module.pipe_balance: the plan prints it, as a suggestion unless
- *     applied).
- * Errors: pp not dividing the layers (without `layers(..)`), uneven stages with interleaved, 1F1B
+ *     applied; with interleaving over the pp v virtual stages).
+ * Errors: pp (interleaved: pp v) not dividing the layers (without `layers(..)`), counts of another
+ * number than pp (or pp v), not adding up, a stage of fewer layers than its chunks, 1F1B
  * with fewer micro-batches than stages, a micro-step without exactly one layer loop pair. Context
  * parallelism needs nothing here: its ring's sends and receives (or all-to-alls) are over cp, whose
  * groups lie inside one stage. ZeRO-3
@@ -120,21 +123,33 @@ static void propagate(St *s, Node *n, Value ***partial, int *np, int *capp, Aren
     if (!is_split(s, n->out[k]) && stacked(s, n->out[k]) && n->out[k]->shape.rank == rank) split(s, n->out[k]);
 }
 
-/* The plan's `pp N layers(a, b, ..)`: one count per stage, covering the layer loop's L layers. An
- * even split is what the pass does anyway; an uneven one is applied (RT_BLOCKS_STAGES: each stage's
- * block of the layer stacks padded to the largest count), except with the interleaved schedule. */
-static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
+/* The plan's `pp N layers(a, b, ..)`: one count per stage, covering the layer loop's L layers, into
+ * vc[pp v], the layers of each virtual stage k = c pp + s (chunk c of stage s; without interleaving,
+ * v = 1, stage s). With `schedule interleaved(v: V)` the counts are pp (each stage's, split over its
+ * v chunks as evenly as possible, the earlier chunks taking one more where v does not divide it:
+ * stage_chunk_rule) or pp v (each virtual stage's, in that order). An even split is what the pass
+ * does anyway; an uneven one is applied (RT_BLOCKS_STAGES: each chunk of the layer stacks padded to
+ * the largest count of the stages' chunks c). */
+static void stage_chunk_rule(int n, int v, int *out) {
+  for (int c = 0; c < v; c++) out[c] = n / v + (c < n % v ? 1 : 0);
+}
+
+static bool stage_override(const Module *m, const Node *F, int64_t L, int pp, int v, int *vc) {
   const Plan *p = &m->plan;
   const char *name = F->a.name ? F->a.name : "?";
   int64_t sum = 0;
-  bool even = true;
-  for (int s = 0; s < p->nstage_layers; s++) {
-    sum += p->stage_layers[s];
-    even &= p->stage_layers[s] == p->stage_layers[0];
-  }
-  if (p->nstage_layers != pp) {
-    error_at(p->stage_layers_loc, "`layers(..)` gives %d stages, the plan has pp %d", p->nstage_layers, pp);
-    note("write one layer count per stage");
+  for (int s = 0; s < p->nstage_layers; s++) sum += p->stage_layers[s];
+  if (p->nstage_layers != pp && (v == 1 || p->nstage_layers != pp * v)) {
+    if (v > 1) {
+      error_at(p->stage_layers_loc, "`layers(..)` gives %d counts, the plan has pp %d stages of %d chunks: write pp "
+               "= %d counts or pp x v = %d", p->nstage_layers, pp, v, pp, pp * v);
+      note("%d counts: each stage's layers, split over its %d chunks; %d: each virtual stage's, chunk c of stage s "
+           "at c x %d + s", pp, v, pp * v, pp);
+      note_at(at_opt(m, PLAN_OPT_SCHEDULE), "the interleaved schedule's %d chunks per stage", v);
+    } else {
+      error_at(p->stage_layers_loc, "`layers(..)` gives %d stages, the plan has pp %d", p->nstage_layers, pp);
+      note("write one layer count per stage");
+    }
     return false;
   }
   if (sum != L) {
@@ -144,18 +159,32 @@ static bool stage_override(const Module *m, const Node *F, int64_t L, int pp) {
     note("the counts must add up to %lld", (long long)L);
     return false;
   }
-  if (!even && m->plan.schedule == SCHED_INTERLEAVED) {
-    error_at(p->stage_layers_loc, "stages of unequal layer counts do not combine with the interleaved schedule (its "
-             "chunks are equal blocks of every stage's layers)");
-    note("write schedule 1f1b, gpipe or zb, or equal counts");
-    return false;
+  if (p->nstage_layers == pp * v) { /* each virtual stage's (v = 1: each stage's) */
+    for (int k = 0; k < pp * v; k++) vc[k] = p->stage_layers[k];
+    return true;
+  }
+  for (int st = 0; st < pp; st++) { /* each stage's, over its chunks */
+    int n = p->stage_layers[st], part[PLAN_MAX_STAGE_LAYERS];
+    if (n < v) {
+      error_at(p->stage_layer_loc[st].file ? p->stage_layer_loc[st] : p->stage_layers_loc,
+               "`layers(..)`: stage %d holds %d layers, fewer than its %d chunks of the interleaved schedule (a chunk "
+               "needs at least 1)", st, n, v);
+      note("give every stage at least %d layers, or write each virtual stage's count (pp x v = %d of them)", v, pp * v);
+      note_at(at_opt(m, PLAN_OPT_SCHEDULE), "the interleaved schedule's %d chunks per stage", v);
+      return false;
+    }
+    stage_chunk_rule(n, v, part);
+    for (int c = 0; c < v; c++) vc[c * pp + st] = part[c];
   }
   return true;
 }
 
 bool pass_stage(Module *m) {
   int pp = m->mesh ? m->mesh->dim[RT_AX_PP] : 1;
-  if (m->mesh) memset(m->mesh->stage_rows, 0, sizeof m->mesh->stage_rows); /* even unless `layers(..)` says not */
+  if (m->mesh) { /* even unless `layers(..)` says not */
+    memset(m->mesh->stage_rows, 0, sizeof m->mesh->stage_rows);
+    m->mesh->stage_chunks = 0;
+  }
   if (pp <= 1 && (m->plan.nstage_layers || m->plan.stage_balanced)) {
     error_at(m->plan.stage_layers_loc, "`layers(..)` splits the layers over pipeline stages: pp 1 has one stage");
     note("write pp 2 or more, or leave `layers(..)` out");
@@ -186,14 +215,7 @@ bool pass_stage(Module *m) {
     return false;
   }
   int64_t L = F->a.count;
-  int v = m->plan.schedule == SCHED_INTERLEAVED ? m->plan.interleave : 1;
-  if (v > 1 && L % ((int64_t)pp * v) != 0) {
-    error_at(at_opt(m, PLAN_OPT_SCHEDULE),
-             "the interleaved schedule cuts the %lld layers of `repeat %s` in pp x v = %d chunks: it does not divide them",
-             (long long)L, F->a.name ? F->a.name : "?", pp * v);
-    note("pick pp x v dividing %lld, or schedule 1f1b", (long long)L);
-    return false;
-  }
+  int v = m->plan.schedule == SCHED_INTERLEAVED ? m->plan.interleave : 1, nv = pp * v;
   if (v > 1 && m->batch.accum % pp != 0) {
     error_at(at_opt(m, PLAN_OPT_MICROBATCHES),
              "the interleaved schedule runs micro-batches in groups of pp = %d: this plan has %lld micro-batches", pp,
@@ -201,38 +223,43 @@ bool pass_stage(Module *m) {
     note("write a multiple of %d micro-batches, or schedule 1f1b", pp);
     return false;
   }
-  if (m->plan.nstage_layers && !stage_override(m, F, L, pp)) return false;
-  if (m->plan.stage_balanced && v > 1) {
-    error_at(m->plan.stage_layers_loc, "`layers(balanced)` splits the layers unevenly, which the interleaved schedule "
-             "does not do (its chunks are equal blocks of every stage's layers)");
-    note("write schedule 1f1b, gpipe or zb, or leave `layers(balanced)` out");
+  if ((m->plan.nstage_layers || m->plan.stage_balanced) && nv > RT_MAX_STAGES) {
+    error_at(m->plan.stage_layers_loc, "`layers(..)`: uneven stages are at most %d %sstages, this plan has %d",
+             RT_MAX_STAGES, v > 1 ? "virtual " : "", nv);
     return false;
   }
-  /* the layers' time and memory per stage, and the split balanced by them (applied by `layers(balanced)`,
-   * else printed as a suggestion) */
-  if (v == 1 && !(m->pipe_balance = pipe_balance_make(m, A, F, B, pp))) return false;
-  int counts[PLAN_MAX_STAGE_LAYERS] = {0}, ncounts = m->plan.nstage_layers;
-  for (int st = 0; st < ncounts; st++) counts[st] = m->plan.stage_layers[st];
+  int counts[RT_MAX_STAGES] = {0}, ncounts = 0; /* the layers of each virtual stage (v = 1: stage) */
+  if (m->plan.nstage_layers) {
+    if (!stage_override(m, F, L, pp, v, counts)) return false;
+    ncounts = nv;
+  }
+  /* the layers' time and memory per (virtual) stage, and the split balanced by them (applied by
+   * `layers(balanced)`, else printed as a suggestion) */
+  if (!(m->pipe_balance = pipe_balance_make(m, A, F, B, pp, v))) return false;
   if (m->plan.stage_balanced) {
-    if (pp > PLAN_MAX_STAGE_LAYERS) {
-      error_at(m->plan.stage_layers_loc, "`layers(balanced)`: stages of unequal layer counts are at most %d, this plan "
-               "has pp %d", PLAN_MAX_STAGE_LAYERS, pp);
-      return false;
-    }
     if (!m->pipe_balance->split) {
-      error_at(m->plan.stage_layers_loc, "`layers(balanced)`: pp %d has more stages than the %lld layers of `repeat %s`",
-               pp, (long long)L, F->a.name ? F->a.name : "?");
-      note("every stage needs at least one layer: pick pp of at most %lld", (long long)L);
+      error_at(m->plan.stage_layers_loc, "`layers(balanced)`: pp %d%s has more %sstages than the %lld layers of `repeat %s`",
+               pp, v > 1 ? " x v" : "", v > 1 ? "virtual " : "", (long long)L, F->a.name ? F->a.name : "?");
+      note("every %sstage needs at least one layer: pick pp%s of at most %lld", v > 1 ? "virtual " : "", v > 1 ? " x v" : "",
+           (long long)L);
       return false;
     }
-    ncounts = pp;
-    for (int st = 0; st < pp; st++) counts[st] = (int)m->pipe_balance->split[st];
+    ncounts = nv;
+    for (int k = 0; k < nv; k++) counts[k] = (int)m->pipe_balance->split[k];
   }
   bool uneven = false;
   int64_t most = 0;
-  for (int st = 0; st < ncounts; st++) {
-    uneven |= counts[st] != counts[0];
-    if (counts[st] > most) most = counts[st];
+  for (int k = 0; k < ncounts; k++) {
+    uneven |= counts[k] != counts[0];
+    if (counts[k] > most) most = counts[k];
+  }
+  if (!uneven && v > 1 && L % ((int64_t)nv) != 0) {
+    error_at(at_opt(m, PLAN_OPT_SCHEDULE),
+             "the interleaved schedule cuts the %lld layers of `repeat %s` in pp x v = %d chunks: it does not divide them",
+             (long long)L, F->a.name ? F->a.name : "?", nv);
+    note("pick pp x v dividing %lld, write the layers of each stage or chunk, `pp %d layers(..)`, or `pp %d "
+         "layers(balanced)`", (long long)L, pp, pp);
+    return false;
   }
   if (!uneven && L % pp != 0) {
     error_at(at_opt(m, PLAN_OPT_PP), "pp %d does not divide the %lld layers of `repeat %s` (%s:%d)", pp, (long long)L,
@@ -241,9 +268,14 @@ bool pass_stage(Module *m) {
          (long long)L, pp, pp);
     return false;
   }
-  St s = {.L = L, .per = uneven ? most : L / pp, .blocks = uneven ? RT_BLOCKS_STAGES : v > 1 ? v : 0};
-  if (uneven) /* the layout of the stacks' dim 0 (runtime/mesh.h): the interpreter, codegen and the runtime read it */
-    for (int st = 0; st < pp; st++) m->mesh->stage_rows[st] = counts[st];
+  /* the stacks' local rows: L / pp; uneven, every stage's v chunks, chunk c padded to the largest count of
+   * the chunks c (runtime/mesh.h) */
+  St s = {.L = L, .per = !uneven ? L / pp : v > 1 ? rt_stage_local_rows(counts, pp, v) : most,
+          .blocks = uneven ? RT_BLOCKS_STAGES : v > 1 ? v : 0};
+  if (uneven) { /* the layout of the stacks' dim 0 (runtime/mesh.h): the interpreter, codegen and the runtime read it */
+    for (int k = 0; k < nv; k++) m->mesh->stage_rows[k] = counts[k];
+    m->mesh->stage_chunks = v > 1 ? v : 0;
+  }
   F->a.count = B->a.count = s.per;
   Node *loops[2] = {F, B};
   for (int l = 0; l < 2; l++) {

@@ -10,6 +10,7 @@ static const int nest[RT_AX_COUNT] = {RT_AX_PP, RT_AX_DP, RT_AX_CP, RT_AX_TP};
 bool rt_mesh_init(MeshMap *m, int dp, int pp, int cp, int tp, int devices_per_node) {
   if (dp < 1 || pp < 1 || cp < 1 || tp < 1 || devices_per_node < 1) return false;
   memset(m->stage_rows, 0, sizeof m->stage_rows);
+  m->stage_chunks = 0;
   m->dim[RT_AX_DP] = dp;
   m->dim[RT_AX_PP] = pp;
   m->dim[RT_AX_CP] = cp;
@@ -94,16 +95,36 @@ int rt_mesh_group_color(const MeshMap *m, int rank, unsigned mask) {
   return rt_mesh_group_index(m, rank, ~mask & RT_MESH_ALL);
 }
 
-int64_t rt_stage_index(const int *rows, int c, int64_t l) {
-  if (l >= rows[c]) return -1;
-  int64_t at = 0;
-  for (int s = 0; s < c; s++) at += rows[s];
-  return at + l;
+int64_t rt_stage_chunk_rows(const int *rows, int degree, int j) {
+  int64_t most = 0;
+  for (int s = 0; s < degree; s++) most = rows[j * degree + s] > most ? rows[j * degree + s] : most;
+  return most;
 }
 
-int64_t rt_stage_logical(const int *rows, int degree) {
+int64_t rt_stage_chunk_start(const int *rows, int degree, int j) {
+  int64_t at = 0;
+  for (int i = 0; i < j; i++) at += rt_stage_chunk_rows(rows, degree, i);
+  return at;
+}
+
+int64_t rt_stage_local_rows(const int *rows, int degree, int chunks) {
+  return rt_stage_chunk_start(rows, degree, chunks > 1 ? chunks : 1);
+}
+
+int64_t rt_stage_index(const int *rows, int degree, int chunks, int c, int64_t l) {
+  int j = 0;
+  int64_t r = l;
+  for (int64_t m; j < chunks - 1 && r >= (m = rt_stage_chunk_rows(rows, degree, j)); j++) r -= m; /* its chunk */
+  int k = j * degree + c;
+  if (r >= rows[k]) return -1;
+  int64_t at = 0;
+  for (int s = 0; s < k; s++) at += rows[s];
+  return at + r;
+}
+
+int64_t rt_stage_logical(const int *rows, int degree, int chunks) {
   int64_t n = 0;
-  for (int s = 0; s < degree; s++) n += rows[s];
+  for (int s = 0; s < degree * (chunks > 1 ? chunks : 1); s++) n += rows[s];
   return n;
 }
 

@@ -36,8 +36,9 @@ typedef struct MeshMap {
   int world;            /* ranks: the product of dim[] */
   int devices_per_node; /* ranks per node (>= 1) */
   int nodes;            /* ceil(world / devices_per_node) */
-  int stage_rows[RT_MAX_STAGES]; /* uneven pipeline stages: the layers of stage s (passes/stage.c), for the dims
-                                    split RT_BLOCKS_STAGES; all 0: none */
+  int stage_rows[RT_MAX_STAGES]; /* uneven pipeline stages: the layers of virtual stage k (passes/stage.c; without
+                                    interleaving stage k), for the dims split RT_BLOCKS_STAGES; all 0: none */
+  int stage_chunks;              /* ... the chunks per stage (interleaved uneven stages: v; else 0 or 1) */
 } MeshMap;
 
 /* Fills m; returns false (m untouched) when a degree or devices_per_node is < 1. */
@@ -84,11 +85,19 @@ int64_t rt_sharded_index(int64_t n_local, int blocks, int degree, int c, int ide
 #define RT_BLOCKS_ZIGZAG 255
 /* blocks == RT_BLOCKS_STAGES: pipeline stages of unequal layer counts (`pp N layers(a, b, ..)`): the
  * rank with pp coordinate c holds rows[c] layers from logical row rows[0] + .. + rows[c-1] on, each
- * rank's block padded to the largest count (n_local): local rows past rows[c] hold nothing
- * (rt_stage_index: -1). The logical dim is the sum of the counts (rt_stage_logical). */
+ * rank's block padded to the largest count: local rows past rows[c] hold nothing (rt_stage_index:
+ * -1). The logical dim is the sum of the counts (rt_stage_logical). Interleaved (chunks > 1): rows
+ * has degree x chunks counts, one per virtual stage k = j degree + c (chunk j of the rank with
+ * coordinate c), each virtual stage's layers from the sum of the earlier ones' on; the rank's block
+ * is its chunks in order, chunk j padded to the largest count of the chunks j of all ranks
+ * (rt_stage_chunk_rows: its local rows from rt_stage_chunk_start on). chunks 0 or 1: one. */
 #define RT_BLOCKS_STAGES 254
-int64_t rt_stage_index(const int *rows, int c, int64_t l);
-int64_t rt_stage_logical(const int *rows, int degree);
+int64_t rt_stage_index(const int *rows, int degree, int chunks, int c, int64_t l);
+int64_t rt_stage_logical(const int *rows, int degree, int chunks);
+int64_t rt_stage_chunk_rows(const int *rows, int degree, int j);
+int64_t rt_stage_chunk_start(const int *rows, int degree, int j);
+/* The local rows of a stack: the chunks' padded rows summed. */
+int64_t rt_stage_local_rows(const int *rows, int degree, int chunks);
 /* How many equal local blocks a `blocks` value cuts a dim in (zigzag: 2; 0 or 1: 1). */
 int rt_blocks_count(int blocks);
 

@@ -115,7 +115,8 @@ typedef struct {
   const RtDevice *device;   /* NULL: a CPU program, mem is host memory; else mem lives on this device (--target cuda) */
   const RtCudaCode *cuda;   /* a device program's kernels; NULL for a CPU program */
   const int *stage_rows;    /* uneven pipeline stages: the layers of each pp stage (the dims split RT_BLOCKS_STAGES,
-                               runtime/mesh.h); NULL: none */
+                               runtime/mesh.h; interleaved: of each virtual stage); NULL: none */
+  int stage_chunks;         /* ... interleaved: the chunks per stage (the mesh's stage_chunks); 0: one */
 } RtProgram;
 
 /* The host allocation of a device program with host_bytes (zeroed, pinned on a GPU); NULL without. */

@@ -57,6 +57,7 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
   for (int d = 0; d < t->rank; d++) {
     int a = rt_tensor_dim_axis(p, t, d);
     nseg[d] = a >= 0 ? rt_blocks_count(t->shard.blocks[d]) : 1;
+    if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES && p->stage_chunks > 1) nseg[d] = p->stage_chunks; /* its chunks */
     per[d] = t->dims[d] / nseg[d];
     n *= nseg[d];
   }
@@ -70,9 +71,11 @@ static int local_rects(const RtProgram *p, const RtTensor *t, const int coord[RT
       int a = rt_tensor_dim_axis(p, t, d);
       out[k].lstart[d] = s * per[d];
       out[k].len[d] = per[d];
-      if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: the stage's rows, no padding */
-        out[k].len[d] = p->stage_rows[coord[a]];
-        out[k].start[d] = rt_stage_index(p->stage_rows, coord[a], 0);
+      if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: the stage's (chunk's) rows, no padding */
+        int deg = rt_program_degree(p, a);
+        out[k].lstart[d] = rt_stage_chunk_start(p->stage_rows, deg, s);
+        out[k].len[d] = p->stage_rows[s * deg + coord[a]];
+        out[k].start[d] = rt_stage_index(p->stage_rows, deg, p->stage_chunks, coord[a], out[k].lstart[d]);
         continue;
       }
       out[k].start[d] = rt_tensor_dim_index(p, t, d, coord, s * per[d]); /* (an inner split: blocks <= 1, one segment) */

@@ -52,7 +52,7 @@ int64_t rt_tensor_logical_dims(const RtProgram *p, const RtTensor *t, int64_t *d
   int64_t n = 1;
   for (int d = 0; d < t->rank; d++) {
     int a = rt_tensor_dim_axis(p, t, d);
-    dims[d] = a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(p->stage_rows, rt_program_degree(p, a))
+    dims[d] = a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES ? rt_stage_logical(p->stage_rows, rt_program_degree(p, a), p->stage_chunks)
                                                                 : t->dims[d] * dim_degree(p, t, d);
     n *= dims[d];
   }
@@ -80,10 +80,10 @@ int64_t rt_tensor_logical_index(const RtProgram *p, const RtTensor *t, const int
     i /= t->dims[d];
     int a = rt_tensor_dim_axis(p, t, d);
     if (a >= 0 && t->shard.blocks[d] == RT_BLOCKS_STAGES) { /* uneven pipeline stages: padding rows are no element */
-      l = rt_stage_index(p->stage_rows, coord[a], l);
+      l = rt_stage_index(p->stage_rows, rt_program_degree(p, a), p->stage_chunks, coord[a], l);
       if (l < 0) return -1;
       li += l * mul;
-      mul *= rt_stage_logical(p->stage_rows, rt_program_degree(p, a));
+      mul *= rt_stage_logical(p->stage_rows, rt_program_degree(p, a), p->stage_chunks);
       continue;
     }
     li += rt_tensor_dim_index(p, t, d, coord, l) * mul;

@@ -58,6 +58,9 @@
 # pp2uneven: stages of unequal layer counts (3 layers, `pp 2 layers(1, 2)`: each stage's stacks
 # padded to 2 layers, its loops over its own rows), f32, the logical checkpoints gathered past the
 # padding.
+# pp2ileave: the interleaved schedule with uneven virtual stages (6 layers, 2 chunks per stage,
+# `pp 2 layers(1, 2, 2, 1)`: stage 0 runs layers 0 and 3-4, stage 1 layers 1-2 and 5, each chunk of the
+# stacks padded to 2 layers), f32, the logical checkpoints gathered past each chunk's padding.
 # cp2, cp2a2a, cp2bf16: context parallelism (cp=2) of a Llama-shaped model (RoPE at the zigzag
 # chunks' positions, GQA 4 heads / 2 kv heads, 64 tokens): the ring's K/V hops as device exchanges
 # (NCCL's grouped send / recv on a GPU, started before the block they overlap), its attention blocks
@@ -128,6 +131,8 @@ case $what in
   pp4) m=(models/tiny.model -D seq=32 -D layers=4) plan=(-D micro_batch=2 -D dp=1 -D pp=4 -D microbatches=4) np=4 ;;
   pp2uneven) sed "s/^  dp auto\$/  dp auto\n  pp 2 layers(1, 2)/" models/tiny.model >"$t/uneven.model"
     m=("$t/uneven.model" -D seq=32 -D layers=3) plan=(-D micro_batch=4 -D dp=1 -D microbatches=2) ;;
+  pp2ileave) sed "s/^  dp auto\$/  dp auto\n  pp 2 layers(1, 2, 2, 1)/" models/tiny.model >"$t/ileave.model"
+    m=("$t/ileave.model" -D seq=32 -D layers=6) plan=(-D micro_batch=4 -D dp=1 -D microbatches=2 -D schedule=interleaved) ;;
   cp2*) m=(models/llama3-8b.model -D vocab=256 -D seq=64 -D d=64 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=96 -D sp=off
           -D zero=0 -D recompute=none -D precision=f32)
     plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=1 -D cp=2)
@@ -142,7 +147,7 @@ case $what in
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"

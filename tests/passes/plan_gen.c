@@ -6,7 +6,8 @@
  * causal or not, biases or not, a tied or untied head, a final norm or none, a second (MLP) layer
  * loop or none, heads x head dim = d; and a plan: dp, tp, cp, pp in {1, 2, 4} (at most 16 ranks; 3%
  * with dp 8x), sp, cp_mode, a pipeline schedule (interleaved: 2 chunks per stage), its
- * micro-batches and stage layer counts (`layers(a, b)`, `layers(balanced)`), accumulation, ZeRO 0-3,
+ * micro-batches and stage layer counts (`layers(a, b)`, `layers(balanced)`; with interleaving uneven virtual
+ * stages: pp or pp x 2 counts, or balanced, over 2 pp + 1 or 2 layers), accumulation, ZeRO 0-3,
  * offload, recompute, bucket, weight_copy, f32 or bf16, the CPU or the CUDA target, and the
  * optimizer (AdamW, SGD), clipping and the non-finite policy. Each knob lands either in the
  * source (the `parallel` or `train` block) or in a -D override, as a user would write it. About one
@@ -148,6 +149,23 @@ void plan_gen(PlanSample *s, uint64_t seed) {
     if (layers * 2 <= 4 && layers % pp == 0 && bad != 6) layers *= 2;
     if (layers % (2 * pp) || M % pp) sched = 3;
   }
+  /* the interleaved schedule with virtual stages of unequal layer counts (a stream of its own, so that the
+   * samples drawn before stay): 2 pp + 1 or + 2 layers (no even split of pp x 2 chunks), written as pp
+   * counts (each stage's, at least 2: split over its chunks), pp x 2 (each virtual stage's) or balanced;
+   * one in ten of them with a count list of neither length (a mistake) */
+  Rng u = {seed * 0xbf58476d1ce4e5b9ull + 13};
+  int ileave = 0; /* 1: pp counts, 2: pp x 2, 3: `layers(balanced)` */
+  bool ileave_bad = false;
+  if (pp > 1 && bad != 3 && bad != 6 && chance(&u, 30)) {
+    ileave = 1 + below(&u, 3);
+    ileave_bad = ileave < 3 && chance(&u, 10);
+    sched = 2;
+    uneven = 0;
+    layers = 2 * pp + 1 + below(&u, 2);
+    if (M % pp) M = pp;
+    B = (int64_t)mb * dp * M;
+    if (B > 16) mb = 1, B = (int64_t)dp * M;
+  }
   bool sp = tp > 1 && chance(&r, 40);
   int zero = chance(&r, 50) ? 0 : 1 + below(&r, 3);
   bool offload = zero > 0 && chance(&r, 25);
@@ -202,7 +220,17 @@ void plan_gen(PlanSample *s, uint64_t seed) {
   else knob(s, &r, &b, "dp", "%d", dp);
   knob(s, &r, &b, "tp", "%d", tp);
   if (cp > 1 || chance(&r, 30)) knob(s, &r, &b, "cp", "%d", cp);
-  if (uneven == 1) { /* a random split, each stage a layer at least */
+  if (ileave == 1 || ileave == 2) { /* each stage's (at least its 2 chunks) or each virtual stage's (at least 1) */
+    int n = ileave == 1 ? pp : 2 * pp, least = ileave == 1 ? 2 : 1, c[10], left = layers - n * least;
+    for (int k = 0; k < n; k++) c[k] = least;
+    while (left-- > 0) c[below(&u, n)]++;
+    if (ileave_bad) n += 1, c[n - 1] = 1, mistake(s, "layers(..) of neither pp nor pp x v counts");
+    put(&b, "  pp %d layers(", pp);
+    for (int k = 0; k < n; k++) put(&b, "%s%d", k ? ", " : "", c[k]);
+    put(&b, ")\n");
+  } else if (ileave == 3) {
+    put(&b, "  pp %d layers(balanced)\n", pp);
+  } else if (uneven == 1) { /* a random split, each stage a layer at least */
     int left = layers;
     put(&b, "  pp %d layers(", pp);
     for (int k = 0; k < pp; k++) {

@@ -5,12 +5,12 @@
 # (the cost model's timeline: each stage's instruction times, the transfers from their bytes over the
 # link's latency and bandwidth, which a profile sets; the SVG drawn with them),
 # and the split balanced by the cost model's time and memory where it beats the plan's (a suggestion,
-# applied by `pp N layers(balanced)`: printed per stage, refused with interleaved or more stages than layers;
+# applied by `pp N layers(balanced)`: printed per stage (interleaved: per virtual stage), refused with more stages than layers;
 # against the device's memory: the fastest split that fits where the split by time does not, and why);
 # the planned peak per rank falls with pp and is lower under 1F1B than GPipe;
 # bad plans are errors naming the constraint (exit 1): pp not dividing the layers, a stage override
-# `pp N layers(..)` not covering the layers, with another count of stages or an empty stage (an
-# uneven one: refused, not implemented), 1F1B with
+# `pp N layers(..)` not covering the layers, with another count of stages or an empty stage (interleaved:
+# pp or pp x v counts, a stage with fewer layers than chunks), 1F1B with
 # fewer micro-batches than stages, microbatches disagreeing with batch, interleave without the
 # interleaved schedule, interleaved chunks not dividing the layers or micro-batches not
 # in groups of pp, and the CUDA target (at build); recompute, zero 1 and zero 3 apply
@@ -151,8 +151,36 @@ expect_shardc 0 "#   0     0-0          embedding          1.468e+07    2.936e+0
   "balanced by time and memory: layers [2, 2]: the slowest stage " " per micro-batch (this plan's: " \
   "to apply it (every stage then holds 2 layers' parameters, gradients and optimizer states, -0.76 MiB)" \
   -- plan "${o[@]}" --world 2 --ir
-expect_shardc 1 "t.model:24:8: error: stages of unequal layer counts do not combine with the interleaved schedule" \
-  "note: write schedule 1f1b, gpipe or zb, or equal counts" -- plan "${o[@]}" -D schedule=interleaved --world 2
+# with the interleaved schedule (2 chunks per stage) a stage's count is split over its chunks: stage 0's
+# 1 layer cannot make 2 chunks (an error at the count)
+expect_shardc 1 "t.model:24:15: error: \`layers(..)\`: stage 0 holds 1 layers, fewer than its 2 chunks of the interleaved schedule" \
+  "note: give every stage at least 2 layers, or write each virtual stage's count (pp x v = 4 of them)" \
+  -- plan "${o[@]}" -D schedule=interleaved --world 2
+# interleaved, uneven virtual stages: 6 layers as pp x v = 4 counts (chunk c of stage s: virtual stage
+# c pp + s), Megatron's fewer on the first and last; or as each stage's (3, 3: chunks 2 + 1); the
+# stacks S(pp)@0/stages, each stage's 2 chunks padded to the largest count (2 x 2 rows); the SVG one
+# block per instruction (2 x 2 chunks x 4 micro-batches x F, B = 32, and the lanes and the page: 35)
+o6=("$ov/t.model" -D layers=6 "${tiny[@]:3}" -D schedule=interleaved)
+override "layers(1, 2, 2, 1)"
+expect_shardc 0 "# pipeline: 2 stages over the 6 layers of \`repeat blocks\`, schedule interleaved (2 chunks per stage)" \
+  "#   0     0-0,3-4      embedding" "#   1     1-2,5-5      head, loss" \
+  "f32[4, 64, 192]{S(pp)@0/stages} = param  \"blocks.attention.w_qkv\"" \
+  -- plan "${o6[@]}" --world 2 --ir --schedule-svg "$ov/il.svg"
+n=$(grep -c "<rect" "$ov/il.svg"); [ "$n" = 35 ] || { echo "FAIL: the interleaved uneven SVG has $n rects, want 35"; status=1; }
+override "layers(3, 3)"
+expect_shardc 0 "#   0     0-1,4-4      embedding" "#   1     2-3,5-5      head, loss" -- plan "${o6[@]}" --world 2
+override "layers(1, 2, 2)"
+expect_shardc 1 "t.model:24:8: error: \`layers(..)\` gives 3 counts, the plan has pp 2 stages of 2 chunks: write pp = 2 counts or pp x v = 4" \
+  -- plan "${o6[@]}" --world 2
+override "layers(1, 2, 2, 2)"
+expect_shardc 1 "t.model:24:8: error: \`layers(..)\` holds more layers than there are: its stages hold 7 layers, \`repeat blocks\` has 6" \
+  -- plan "${o6[@]}" --world 2
+override "layers(1, 2, 0, 1)"
+expect_shardc 1 "t.model:24:21: error: \`layers(..)\`: stage 2 needs a whole number of layers, at least 1" \
+  -- plan "${o6[@]}" --world 2
+# without layers(..), pp x v not dividing the layers stays an error, pointing at layers(..)
+expect_shardc 1 "error: the interleaved schedule cuts the 6 layers of \`repeat blocks\` in pp x v = 4 chunks: it does not divide them" \
+  "write the layers of each stage or chunk" -- plan models/tiny.model -D layers=6 "${tiny[@]:3}" -D pp=2 -D schedule=interleaved --world 2
 # pp 3 over 4 layers (refused without `layers(..)`, above): applied with it
 override "layers(1, 2, 1)"
 expect_shardc 0 "# pipeline: 3 stages over the 4 layers" "#   1     1-2          -" "#   2     3-3          head, loss" \
@@ -178,8 +206,19 @@ override "layers(balanced)"
 expect_shardc 0 "#   layers(balanced): [1, 2, 3, 2], by the cost model's time" \
   "#   layers(balanced) against the device's memory (18.00 MiB): by time alone [2, 2, 2, 2], whose memory plan needs 20.07 MiB on stage 0 (over the device's); [1, 2, 3, 2] is the fastest split whose every stage fits by that plan's figures" \
   "cpu memory: fits (" -- plan "${o[0]}" "${m8[@]}"
-expect_shardc 1 "t.model:24:8: error: \`layers(balanced)\` splits the layers unevenly, which the interleaved schedule does not do" \
-  -- plan "${o[@]}" -D schedule=interleaved --world 2
+# an interleaved plan gets the balanced split over its virtual stages as a suggestion where it is faster
+# (Llama-3-8B at tp 8 x pp 4, V 2: its 128k-word head on the last virtual stage), none where it is not
+expect_shardc 0 "#   balanced by time over the virtual stages: layers [4, 4, 4, 4, 4, 4, 5, 3] (chunk c of stage s at c x 4 + s)" \
+  "(this plan's [4, 4, 4, 4, 4, 4, 4, 4]: " "a suggestion: write \`pp 4 layers(balanced)\` to apply it" \
+  -- plan models/llama3-8b.model -D pp=4 -D batch=64 -D schedule=interleaved --world 32
+"$shardc" plan "${tiny[@]}" -D pp=2 -D schedule=interleaved --world 2 2>&1 | grep -q "balanced by time over the virtual stages" &&
+  { echo "FAIL: tiny pp 2 interleaved over 4 layers suggests a split (only [1, 1, 1, 1] exists)"; status=1; }
+# with interleaving, balanced over the pp x v virtual stages: the embedding's and the head's take one layer
+override "layers(balanced)"
+expect_shardc 0 "#   layers(balanced): [1, 2, 2, 1] per virtual stage (chunk c of stage s at c x 2 + s)" \
+  "#   0     0-0,3-4      embedding" -- plan "${o6[@]}" --world 2
+expect_shardc 1 "t.model:24:8: error: \`layers(balanced)\`: pp 4 x v has more virtual stages than the 4 layers" \
+  -- plan "${o[@]}" -D pp=4 -D schedule=interleaved --world 4
 expect_shardc 1 "t.model:24:8: error: \`layers(balanced)\`: pp 5 has more stages than the 4 layers of \`repeat blocks\`" \
   -- plan "${o[@]}" -D pp=5 -D schedule=gpipe --world 5
 expect_shardc 1 "t.model:24:8: error: \`layers(..)\` splits the layers over pipeline stages: pp 1 has one stage" -- plan "${o[@]}" -D pp=1 --world 1

@@ -1,0 +1,297 @@
+/* tests/passes/test_pp_ileave.c — the interleaved schedule with virtual stages of unequal layer counts
+ * (`pp N layers(..)` with `schedule interleaved(v: V)`: passes/stage.c, passes/pipe.c) against the
+ * single rank.
+ *
+ * The layer counts are written per stage (pp counts, each split over its V chunks, the earlier chunks
+ * taking one more: [2, 3] at pp 2, V 2 is virtual stages [1, 2, 1, 1], ordered k = c pp + s) or per
+ * virtual stage (pp x V counts, Megatron's fewer layers on the first and the last: [1, 2, 2, 1]), or
+ * `layers(balanced)` over the pp V virtual stages. For the tiny GPT (tied embedding) and a Llama-shaped
+ * model: the single-rank program with batch B in one micro-step, and the pipelined programs (pp 2 and
+ * 4, V 2, x dp 2 and x tp 2; tiny with ZeRO-3 and with full recompute, Llama with ZeRO-2) interpreted in fp64 for two AdamW steps (with clipping): the loss, the
+ * grad norm, every gradient, parameter and optimizer state within 1e-10 relative, replicas identical;
+ * in bf16 (the CUDA target) within 2^-12. The program's shape: each virtual stage's forward loops run
+ * its own count, its stacks' rows read through views (no copy), the stacks split `S(pp)@0/stages` with
+ * the mesh's rows per virtual stage; the transfers M per neighbour of each virtual stage; the blocks to
+ * scale (each chunk's F by FLOPs one layer's FLOPs per layer apart, and by the cost model the chunk of
+ * more layers the longer). And the layout (runtime/mesh.c, rt_stage_index): every logical row on
+ * exactly one rank's local row.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "diag.h"
+#include "frontend.h"
+#include "interp.h"
+#include "pipe_sched.h"
+#include "pipeline.h"
+#include "tb.h"
+
+#define TOL 1e-10
+#define TOL_BF16 (1.0 / 4096)
+
+static int failures;
+
+static void expect(bool ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "FAIL: %s\n", what);
+    failures++;
+  }
+}
+
+/* nlayers counts (0: `layers(balanced)`) for a plan of pp x dp x tp, interleaved with v chunks. */
+static Module *compile_plan(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
+                            int tp, int v, int64_t micro, int64_t batch, const int *layers, int nlayers) {
+  FeDefine d[24];
+  int n = 0;
+  char spp[16], sdp[16], stp[16], smb[24], sb[24], sv[16];
+  d[n++] = (FeDefine){"zero", "0"};
+  d[n++] = (FeDefine){"recompute", "none"};
+  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
+  snprintf(spp, sizeof spp, "%d", pp);
+  snprintf(sdp, sizeof sdp, "%d", dp);
+  snprintf(stp, sizeof stp, "%d", tp);
+  snprintf(smb, sizeof smb, "%lld", (long long)micro);
+  snprintf(sb, sizeof sb, "%lld", (long long)batch);
+  snprintf(sv, sizeof sv, "%d", v);
+  d[n++] = (FeDefine){"pp", spp};
+  d[n++] = (FeDefine){"dp", sdp};
+  d[n++] = (FeDefine){"tp", stp};
+  d[n++] = (FeDefine){"micro_batch", smb};
+  d[n++] = (FeDefine){"batch", sb};
+  d[n++] = (FeDefine){"schedule", pp > 1 ? "interleaved" : "1f1b"};
+  if (pp > 1) d[n++] = (FeDefine){"interleave", sv};
+  d[n++] = (FeDefine){"cross_node_tp", "on"};
+  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp};
+  Module *m = fe_compile(a, path, &o);
+  if (!m) return NULL;
+  m->target = target;
+  if (layers && nlayers == 0) m->plan.stage_balanced = true;
+  m->plan.nstage_layers = layers ? nlayers : 0; /* (the frontend's parse is pp_plan.sh's and the frontend cases') */
+  for (int s = 0; layers && s < nlayers; s++) m->plan.stage_layers[s] = layers[s];
+  PipelineOptions po = {.verify = true};
+  if (!pipeline_run(m, &po)) return NULL;
+  return m;
+}
+
+/* The program's shape (see the file's header); rows: the mesh's counts per virtual stage. */
+static void check_shape(const Module *m, int pp, int v, int64_t M, const char *what) {
+  const Graph *g = m->graph;
+  const int *rows = m->mesh->stage_rows;
+  char msg[256];
+  int sends[8] = {0}, recvs[8] = {0}, loops = 0, bad = 0, views = 0, moved = 0, split = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if ((n->op == OP_SEND || n->op == OP_RECV) && n->a.mesh_axis == RT_AX_PP && n->stage > 0 && n->stage <= 8)
+      (n->op == OP_SEND ? sends : recvs)[n->stage - 1]++;
+    if (n->op == OP_PARAM && n->out[0]->sharding.split[0] == RT_AX_PP)
+      split += n->out[0]->sharding.blocks[0] == RT_BLOCKS_STAGES;
+    if (ir_slice_is_view(n)) {
+      views++;
+      moved += n->out[0]->offset != n->in[0]->offset;
+    }
+    if (n->op != OP_REPEAT || n->a.reverse || n->stage < 1 || !n->instr) continue;
+    loops++;
+    int vs = m->pipe->order[n->instr - 1].chunk * pp + n->stage - 1; /* its virtual stage */
+    bad += n->a.count != rows[vs];
+  }
+  int tied = 0; /* a parameter held on two stages (the tied embedding): its gradient's exchange, one each way */
+  for (int i = 0; i < g->nnodes; i++) tied += g->nodes[i]->op == OP_PARAM && g->nodes[i]->stageset;
+  for (int s = 0; s < pp; s++) {
+    int want = (int)M * ((v - (s == pp - 1)) + (v - (s == 0))) + ((s == 0 || s == pp - 1) ? tied : 0);
+    snprintf(msg, sizeof msg, "%s: stage %d sends %d and receives %d transfers, want %d each", what, s, sends[s],
+             recvs[s], want);
+    expect(sends[s] == want && recvs[s] == want, msg);
+  }
+  snprintf(msg, sizeof msg, "%s: %d forward loops (want %d), %d not of their virtual stage's count", what, loops,
+           pp * v * (int)M, bad);
+  expect(loops == pp * v * (int)M && !bad, msg);
+  snprintf(msg, sizeof msg, "%s: %d row slices, %d of them copied; %d layer params split S(pp)@0/stages", what, views,
+           moved, split);
+  expect(views && !moved && split > 0, msg);
+  expect(m->mesh->stage_chunks == v, "the mesh's stage_chunks is the plan's v");
+  int64_t local = rt_stage_local_rows(rows, pp, v), bad_rows = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_PARAM && g->nodes[i]->out[0]->sharding.blocks[0] == RT_BLOCKS_STAGES)
+      bad_rows += g->nodes[i]->out[0]->shape.dim[0] != local;
+  snprintf(msg, sizeof msg, "%s: %lld layer params whose stacks are not the chunks' padded %lld rows", what,
+           (long long)bad_rows, (long long)local);
+  expect(!bad_rows, msg);
+  /* the blocks to scale: by FLOPs (the plan's bubble, --schedule-svg without a device) each F of a stage
+   * differs from its other chunk's by one layer's FLOPs per layer more; by the cost model (the plan's
+   * timeline) a chunk of more layers than the stage's other, on a stage holding neither the embedding
+   * nor the head (or the embedding's stage's second chunk against its first), takes longer */
+  const PipePlan *pl = m->pipe;
+  for (int st = 0; st < pp; st++)
+    for (int c = 1; c < v; c++) {
+      double dn = (double)(pl->stage[st].chunk_layers[c] - pl->stage[st].chunk_layers[0]);
+      double d = pipe_plan_instr_flops(pl, st, c, 'F') - pipe_plan_instr_flops(pl, st, 0, 'F');
+      snprintf(msg, sizeof msg, "%s: stage %d's F of chunk %d against chunk 0: %.6g FLOPs, want %.6g", what, st, c, d,
+               dn * pl->layer_fwd);
+      expect(fabs(d - dn * pl->layer_fwd) <= 1e-9 * pl->layer_fwd, msg);
+    }
+  CostDevice dev;
+  CostPipe cp;
+  cost_device_defaults(m, &dev);
+  if (!cost_pipe(m, &dev, &cp)) {
+    expect(false, "the cost model plays the pipeline");
+    return;
+  }
+  int checked = 0;
+  for (int st = 0; st < pp - 1; st++) { /* (the last stage's last chunk holds the head) */
+    const int64_t *cl = pl->stage[st].chunk_layers;
+    if (cl[0] == cl[1] || (st == 0 && cl[1] < cl[0])) continue;
+    double f[2] = {0, 0};
+    for (int k = 0; k < cp.sched.len[st]; k++) /* micro-batch 1's F of each chunk (0's holds the step's casts) */
+      if (cp.sched.list[st][k].op == 'F' && cp.sched.list[st][k].mb == 1) f[cp.sched.list[st][k].chunk] = cp.t.dur[st][k];
+    bool more = cl[1] > cl[0];
+    snprintf(msg, sizeof msg, "%s: stage %d's F of %lld and %lld layers: %.3g and %.3g s (cost model)", what, st,
+             (long long)cl[0], (long long)cl[1], f[0], f[1]);
+    expect(more ? f[1] > f[0] : f[0] > f[1], msg);
+    checked++;
+  }
+  fprintf(stderr, "  %s: %d stages' chunk times checked by the cost model\n", what, checked);
+  cost_pipe_free(&cp);
+}
+
+typedef struct {
+  int pp, dp, tp, M, n, layers[8]; /* n counts (0: balanced) */
+} Plan8;
+
+static void run(const char *label, Target target, double tol, const char *path, const FeDefine *defs, int ndefs,
+                int64_t B, int64_t S, int64_t V, const Plan8 *plans, int nplans) {
+  fprintf(stderr, "%s, interleaved uneven stages\n", label);
+  Arena ra;
+  arena_init(&ra);
+  Module *ref = compile_plan(&ra, target, path, defs, ndefs, 1, 1, 1, 1, B, B, NULL, 0);
+  if (!ref) {
+    fprintf(stderr, "FAIL %s: the single-rank program does not compile\n", label);
+    failures++;
+    return;
+  }
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V);
+  Tensor tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  for (int p = 0; p < nplans; p++) {
+    const Plan8 *x = &plans[p];
+    int v = 2;
+    Arena pa;
+    arena_init(&pa);
+    static const int balanced[1];
+    Module *pm = compile_plan(&pa, target, path, defs, ndefs, x->pp, x->dp, x->tp, v, B / (x->M * x->dp), B,
+                              x->n ? x->layers : balanced, x->n);
+    char what[160];
+    int w = snprintf(what, sizeof what, "pp %d x dp %d x tp %d, interleaved v %d, %d micro-batches, layers(%s", x->pp,
+                     x->dp, x->tp, v, x->M, x->n ? "" : "balanced");
+    for (int s = 0; s < x->n; s++) w += snprintf(what + w, sizeof what - (size_t)w, "%s%d", s ? ", " : "", x->layers[s]);
+    if (pm) {
+      w += snprintf(what + w, sizeof what - (size_t)w, ") = virtual stages [");
+      for (int k = 0; k < x->pp * v; k++)
+        w += snprintf(what + w, sizeof what - (size_t)w, "%s%d", k ? ", " : "", pm->mesh->stage_rows[k]);
+      snprintf(what + w, sizeof what - (size_t)w, "]");
+    } else {
+      snprintf(what + w, sizeof what - (size_t)w, ")");
+    }
+    if (!pm) {
+      fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
+      failures++;
+      arena_free(&pa);
+      continue;
+    }
+    if (!x->n) { /* balanced: the stage pass's split of the pp v virtual stages, applied */
+      bool same = pm->pipe_balance && pm->pipe_balance->split && pm->pipe_balance->pp == x->pp * v;
+      for (int k = 0; same && k < x->pp * v; k++) same = pm->pipe_balance->split[k] == pm->mesh->stage_rows[k];
+      expect(same, "layers(balanced) with interleaving: the balance's virtual stages applied");
+    }
+    check_shape(pm, x->pp, v, x->M, what);
+    failures += tb_equiv_micro(ref, pm, &tok, &tgt, x->M, label, what, tol, true);
+    arena_free(&pa);
+  }
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  arena_free(&ra);
+}
+
+/* runtime/mesh.c's layout: with pp 2, 2 chunks, virtual stages [1, 2, 2, 1] (6 rows, padded to 2 per chunk):
+ * every logical row held once, the padding rows none; and the chunk rule of a stage count ([2, 3]: stage 1's
+ * 3 layers as 2 + 1). */
+static void check_layout(void) {
+  const int rows[4] = {1, 2, 2, 1};
+  int seen[6] = {0}, pads = 0;
+  for (int c = 0; c < 2; c++)
+    for (int64_t l = 0; l < 4; l++) {
+      int64_t g = rt_stage_index(rows, 2, 2, c, l);
+      if (g < 0) pads++;
+      else if (g < 6) seen[g]++;
+    }
+  bool once = pads == 2 && rt_stage_logical(rows, 2, 2) == 6;
+  for (int i = 0; i < 6; i++) once &= seen[i] == 1;
+  expect(once, "the interleaved uneven layout holds every logical row once");
+  /* rank 0: chunk 0 (virtual stage 0: row 0) then chunk 1 (virtual stage 2: rows 3, 4) */
+  expect(rt_stage_index(rows, 2, 2, 0, 0) == 0 && rt_stage_index(rows, 2, 2, 0, 1) == -1 &&
+             rt_stage_index(rows, 2, 2, 0, 2) == 3 && rt_stage_index(rows, 2, 2, 0, 3) == 4 &&
+             rt_stage_index(rows, 2, 2, 1, 0) == 1 && rt_stage_index(rows, 2, 2, 1, 3) == -1,
+         "rank 0 holds rows 0 | 3, 4; rank 1 rows 1, 2 | 5");
+  /* each chunk padded to its own chunks' largest count: [1, 1, 3, 1] holds 1 + 3 rows per rank, not 2 x 3 */
+  const int r2[4] = {1, 1, 3, 1};
+  expect(rt_stage_local_rows(r2, 2, 2) == 4 && rt_stage_chunk_start(r2, 2, 1) == 1 && rt_stage_index(r2, 2, 2, 0, 0) == 0 &&
+             rt_stage_index(r2, 2, 2, 0, 1) == 2 && rt_stage_index(r2, 2, 2, 0, 3) == 4 &&
+             rt_stage_index(r2, 2, 2, 1, 0) == 1 && rt_stage_index(r2, 2, 2, 1, 1) == 5 &&
+             rt_stage_index(r2, 2, 2, 1, 2) == -1,
+         "[1, 1, 3, 1]: 4 local rows, rank 0 rows 0 | 2, 3, 4, rank 1 rows 1 | 5 and 2 padding rows");
+}
+
+/* The interleaved balance worked out by hand: pp 2 x 2 chunks over 5 layers of 1 + 2 s, the embedding
+ * 1 s on virtual stage 0, the head 3 s on virtual stage 3. The least slowest virtual stage is 6 s: at most
+ * [1, 2, 2, 1] layers, one too many; off the slowest stage's chunks (stage 1: virtual stages 1 and 3, 6 + 6
+ * s against stage 0's 4 + 6), though stage 0's memory (its 4 micro-batches in flight a chunk) is the peak:
+ * [1, 1, 2, 1]. */
+static void check_balance(void) {
+  int infl[4] = {4, 1, 4, 1};
+  PipeBalance b = {.pp = 4, .chunks = 2, .layers = 5, .layer_f = 1, .layer_b = 2, .first_f = 0.5, .first_b = 0.5,
+                   .last_f = 3, .layer_act = 10, .layer_bytes = 1, .inflight = infl};
+  int64_t n[4] = {0};
+  expect(pipe_balance_split(&b, n) && n[0] == 1 && n[1] == 1 && n[2] == 2 && n[3] == 1,
+         "interleaved balance: [1, 1, 2, 1], the layer off the slowest stage's chunks");
+  fprintf(stderr, "interleaved balance by hand: [%lld, %lld, %lld, %lld]\n", (long long)n[0], (long long)n[1],
+          (long long)n[2], (long long)n[3]);
+}
+
+int main(void) {
+  check_layout();
+  check_balance();
+  /* tiny: 5 layers ([2, 3]: per stage), 6 ([1, 2, 2, 1]: per virtual stage), 10 at pp 4 */
+  const FeDefine tiny5[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "5"}};
+  const FeDefine tiny6[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}};
+  const FeDefine tiny10[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "10"}};
+  static const Plan8 p5[] = {{2, 1, 1, 2, 2, {2, 3}}, {2, 1, 2, 4, 2, {3, 2}}, {2, 1, 1, 2, 0, {0}}};
+  static const Plan8 p6[] = {{2, 1, 1, 4, 4, {1, 2, 2, 1}}, {2, 2, 1, 2, 4, {1, 2, 2, 1}}, {2, 1, 2, 2, 4, {2, 1, 1, 2}},
+                             {2, 1, 1, 2, 4, {1, 1, 3, 1}}};
+  static const Plan8 p10[] = {{4, 1, 1, 4, 8, {1, 1, 2, 1, 1, 2, 1, 1}}, {4, 1, 1, 4, 4, {2, 3, 3, 2}}};
+  run("tiny, 5 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny5, 4, 8, 8, 256, p5, 3);
+  run("tiny, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny6, 4, 8, 8, 256, p6, 4);
+  run("tiny, 10 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny10, 4, 8, 8, 256, p10, 2);
+  const FeDefine llama[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                            {"kv_heads", "2"}, {"layers", "6"}, {"ffn", "48"}};
+  static const Plan8 pl[] = {{2, 1, 1, 2, 4, {1, 2, 2, 1}}, {2, 2, 1, 2, 2, {2, 4}}};
+  run("Llama shaped, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128, pl, 2);
+  /* with ZeRO-3 (each stage's chunks stored split over dp, gathered in its loops), ZeRO-2 and full recompute */
+  const FeDefine tz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"zero", "3"}};
+  const FeDefine trc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"recompute", "full"}};
+  const FeDefine lz2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                          {"kv_heads", "2"}, {"layers", "6"}, {"ffn", "48"}, {"zero", "2"}};
+  static const Plan8 pz[] = {{2, 2, 1, 2, 4, {1, 2, 2, 1}}}, pr[] = {{2, 1, 1, 4, 2, {2, 4}}};
+  run("tiny, zero 3, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, pz, 1);
+  run("tiny, recompute full, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", trc, 5, 8, 8, 256, pr, 1);
+  run("Llama shaped, zero 2, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, pz, 1);
+  const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"precision", "bf16"}};
+  static const Plan8 pb[] = {{2, 1, 1, 4, 4, {1, 2, 2, 1}}};
+  run("tiny, bf16 (CUDA target), 6 layers", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256, pb, 1);
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  fprintf(stderr, "the interleaved schedule with uneven virtual stages equals the single rank\n");
+  return 0;
+}
