@@ -294,45 +294,72 @@ static void p2p_index_free(P2pIndex *x) {
   free(x->k);
 }
 
+/* The first transfer of run j of class ca that finds no match in class cb, its index in the run
+ * (run->n when all match; 0 for cb < 0: no peer). The k-th transfer meets the k-th of the
+ * opposite direction, axis and offset at the peer, of the same size, dtype and tag. */
+static int p2p_first_bad(const VerifyCollSeq *seqs, const P2pIndex *idx, int ca, int j, int cb) {
+  const P2pRun *run = &idx[ca].run[j];
+  if (cb < 0) return 0;
+  const P2pRun *o = p2p_run(&idx[cb], run->op == OP_SEND ? OP_RECV : OP_SEND, run->axis, -run->start);
+  for (int k = 0; k < run->n; k++) {
+    if (!o || k >= o->n) return k;
+    const VerifyColl *c = &seqs[ca].e[run->at[k]], *d = &seqs[cb].e[o->at[k]];
+    if (d->numel != c->numel || d->dtype != c->dtype || d->tag != c->tag) return k;
+  }
+  return run->n;
+}
+
 /* Every send of rank r meets, in order, a receive at its peer from r of the same size, dtype
- * and tag; and every receive meets a send. Per rank: p2p is rare, and stage-specific. */
+ * and tag; and every receive meets a send. A rank's peer along a run (direction, axis, offset)
+ * is one rank, so what a rank's run finds depends only on (its class, the run, the peer's
+ * class): each such triple is walked once (memo), each rank costs a peer lookup per run. The
+ * message names the first failing rank and, within it, the first failing transfer in order. */
 static bool check_p2p(const MeshMap *mm, const VerifyCollSeq *seqs, int nclasses, const int *cls, Msg *m) {
   P2pIndex *idx = calloc((size_t)nclasses, sizeof *idx);
-  if (!idx) die("verify: out of memory");
-  for (int c = 0; c < nclasses; c++) p2p_index(&seqs[c], &idx[c]);
+  int **memo = calloc((size_t)nclasses, sizeof *memo); /* [class][run * (nclasses + 1) + peer class + 1]: -1 unknown */
+  if (!idx || !memo) die("verify: out of memory");
+  for (int c = 0; c < nclasses; c++) {
+    p2p_index(&seqs[c], &idx[c]);
+    memo[c] = malloc(sizeof **memo * ((size_t)idx[c].nrun * (size_t)(nclasses + 1) + 1));
+    if (!memo[c]) die("verify: out of memory");
+    for (size_t i = 0; i < (size_t)idx[c].nrun * (size_t)(nclasses + 1); i++) memo[c][i] = -1;
+  }
   bool ok = true;
   for (int r = 0; r < mm->world && ok; r++) {
-    const VerifyCollSeq *s = &seqs[cls[r]];
-    for (int i = 0; i < s->n; i++) {
-      const VerifyColl *c = &s->e[i];
-      if (c->op != OP_SEND && c->op != OP_RECV) continue;
-      int k = idx[cls[r]].k[i]; /* this entry's index among r's same-direction transfers with that peer */
-      int p = peer_of(mm, r, c->mesh_axis, c->start);
-      const VerifyColl *d = NULL;
-      if (p >= 0) {
-        const P2pRun *run = p2p_run(&idx[cls[p]], c->op == OP_SEND ? OP_RECV : OP_SEND, c->mesh_axis, -c->start);
-        if (run && k < run->n) d = &seqs[cls[p]].e[run->at[k]];
-      }
-      if (p >= 0 && d && d->numel == c->numel && d->dtype == c->dtype && d->tag == c->tag) continue;
-      mprintf(m, "point-to-point transfers do not match: ");
-      put_rank(m, mm, r);
-      mprintf(m, " issues ");
-      put_entry(m, c);
-      mprintf(m, " (its #%d with that peer)", k);
-      if (p < 0) {
-        mprintf(m, ", but no rank lies at that offset along %s", rt_mesh_axis_name(c->mesh_axis));
-      } else {
-        mprintf(m, ", ");
-        put_rank(m, mm, p);
-        mprintf(m, " issues ");
-        put_entry(m, d);
-      }
-      ok = false;
-      break;
+    int ca = cls[r], bad = -1, p = -1; /* bad: position in r's sequence of its first failing transfer */
+    for (int j = 0; j < idx[ca].nrun; j++) {
+      const P2pRun *run = &idx[ca].run[j];
+      int q = peer_of(mm, r, run->axis, run->start), cb = q >= 0 ? cls[q] : -1;
+      int *k = &memo[ca][(size_t)j * (size_t)(nclasses + 1) + (size_t)(cb + 1)];
+      if (*k < 0) *k = p2p_first_bad(seqs, idx, ca, j, cb);
+      if (*k < run->n && (bad < 0 || run->at[*k] < bad)) bad = run->at[*k], p = q;
     }
+    if (bad < 0) continue;
+    const VerifyColl *c = &seqs[ca].e[bad];
+    int k = idx[ca].k[bad]; /* this entry's index among r's same-direction transfers with that peer */
+    const VerifyColl *d = NULL;
+    if (p >= 0) {
+      const P2pRun *run = p2p_run(&idx[cls[p]], c->op == OP_SEND ? OP_RECV : OP_SEND, c->mesh_axis, -c->start);
+      if (run && k < run->n) d = &seqs[cls[p]].e[run->at[k]];
+    }
+    mprintf(m, "point-to-point transfers do not match: ");
+    put_rank(m, mm, r);
+    mprintf(m, " issues ");
+    put_entry(m, c);
+    mprintf(m, " (its #%d with that peer)", k);
+    if (p < 0) {
+      mprintf(m, ", but no rank lies at that offset along %s", rt_mesh_axis_name(c->mesh_axis));
+    } else {
+      mprintf(m, ", ");
+      put_rank(m, mm, p);
+      mprintf(m, " issues ");
+      put_entry(m, d);
+    }
+    ok = false;
   }
-  for (int c = 0; c < nclasses; c++) p2p_index_free(&idx[c]);
+  for (int c = 0; c < nclasses; c++) p2p_index_free(&idx[c]), free(memo[c]);
   free(idx);
+  free(memo);
   return ok;
 }
 

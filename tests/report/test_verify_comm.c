@@ -122,6 +122,22 @@ static Graph *prog_recv(Arena *ar, int tag, int rows) {
   return g;
 }
 
+/* A cp ring's K/V passing: recv from cp - 1, send to cp + 1, alternating, three of each; the
+ * tags of the sends and receives given (a rank whose tags differ is a class of its own). */
+static Graph *prog_ring(Arena *ar, const int *send_tags, const int *recv_tags) {
+  Graph *g = ir_graph_new(ar, NULL);
+  Value *x = tb_input(g, "x", DT_F32, tb_shape(2, 4, 8));
+  for (int i = 0; i < 3; i++) {
+    Attrs ra = {.mesh_axis = RT_AX_CP, .start = -1, .tag = recv_tags[i]};
+    Value *y = tb_shaped(g, OP_RECV, 0, NULL, DT_F32, tb_shape(2, 4, 8), &ra);
+    Attrs sa = {.mesh_axis = RT_AX_CP, .start = 1, .tag = send_tags[i]};
+    tb_node(g, OP_SEND, 1, &x, 0, &sa);
+    x = y;
+  }
+  ir_add_result(g, x, "x");
+  return g;
+}
+
 int main(void) {
   Arena ar;
   arena_init(&ar);
@@ -232,6 +248,36 @@ int main(void) {
     int cls[2] = {1, 0}; /* stages swapped: the first receives from before the pipeline */
     const char *n[] = {"rank 0", "no rank lies at that offset", NULL};
     check("receive from before the first stage", &m2, p, 2, cls, false, n);
+  }
+
+  fprintf(stderr, "cp 4 ring (point to point, modulo the degree):\n");
+  MeshMap mr; /* ranks 0..3 = cp 0..3; rank r receives from r - 1 and sends to r + 1 (mod 4) */
+  if (!rt_mesh_init(&mr, 1, 1, 4, 1, 4)) die("mesh");
+  {
+    static const int t[] = {1, 1, 1};
+    const Graph *p[] = {prog_ring(&ar, t, t)};
+    int cls[4] = {0};
+    check("one SPMD ring", &mr, p, 1, cls, true, NULL);
+  }
+  {
+    /* ranks 1 and 3 receive a 9 as their #1 and send a 9 as their #2: rank 0's receives from
+     * rank 3 fail at #2 (its 5th transfer), its sends to rank 1 at #1 (its 4th): the first in
+     * rank 0's order is the send, though its receives come first in the sequence */
+    static const int t[] = {1, 1, 1}, s1[] = {1, 1, 9}, r1[] = {1, 9, 1};
+    const Graph *p[] = {prog_ring(&ar, t, t), prog_ring(&ar, s1, r1)};
+    int cls[4] = {0, 1, 0, 1};
+    const char *n[] = {"rank 0 (dp 0, pp 0, cp 0, tp 0) issues send over cp", "offset +1 tag 1", "(its #1 with that peer)",
+                       "rank 1 (dp 0, pp 0, cp 1, tp 0) issues recv over cp", "offset -1 tag 9", NULL};
+    check("ring: the first failing transfer in order", &mr, p, 2, cls, false, n);
+  }
+  {
+    /* only rank 2 differs (sends a 9 as its #0): rank 1 is consistent with rank 2's receives, so
+     * the first failing rank is 2 itself, its #0 send to rank 3 */
+    static const int t[] = {1, 1, 1}, s2[] = {9, 1, 1};
+    const Graph *p[] = {prog_ring(&ar, t, t), prog_ring(&ar, s2, t)};
+    int cls[4] = {0, 0, 1, 0};
+    const char *n[] = {"rank 2 (dp 0, pp 0, cp 2, tp 0) issues send", "tag 9", "(its #0 with that peer)", "rank 3 (", NULL};
+    check("ring: one rank sends another tag", &mr, p, 2, cls, false, n);
   }
 
   fprintf(stderr, "dp 128 x tp 8 = 1024 ranks:\n");
