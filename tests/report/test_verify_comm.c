@@ -138,6 +138,23 @@ static Graph *prog_ring(Arena *ar, const int *send_tags, const int *recv_tags) {
   return g;
 }
 
+/* repeat `count` { recv from cp - 1; send to cp + 1 } (the ring's hops in a loop), then an
+ * all_reduce over cp */
+static Graph *prog_ring_loop(Arena *ar, int64_t count, int tag) {
+  Graph *g = ir_graph_new(ar, NULL);
+  Value *x = tb_input(g, "x", DT_F32, tb_shape(2, 4, 8));
+  Graph *body = ir_graph_new(ar, g);
+  Node *arg = ir_add_arg(body, DT_F32, tb_shape(2, 4, 8), "h");
+  Attrs ra = {.mesh_axis = RT_AX_CP, .start = -1, .tag = tag};
+  Value *y = tb_shaped(body, OP_RECV, 0, NULL, DT_F32, tb_shape(2, 4, 8), &ra);
+  Attrs sa = {.mesh_axis = RT_AX_CP, .start = 1, .tag = tag};
+  tb_node(body, OP_SEND, 1, &arg->out[0], 0, &sa);
+  ir_add_result(body, y, NULL);
+  Node *rep = tb_repeat(g, body, 1, &x, count, 1, 0, "hops");
+  ir_add_result(g, all_reduce(g, rep->out[0], RT_AX_CP, RED_SUM), "y");
+  return g;
+}
+
 int main(void) {
   Arena ar;
   arena_init(&ar);
@@ -278,6 +295,28 @@ int main(void) {
     int cls[4] = {0, 0, 1, 0};
     const char *n[] = {"rank 2 (dp 0, pp 0, cp 2, tp 0) issues send", "tag 9", "(its #0 with that peer)", "rank 3 (", NULL};
     check("ring: one rank sends another tag", &mr, p, 2, cls, false, n);
+  }
+
+  {
+    const Graph *p[] = {prog_ring_loop(&ar, 5, 1)};
+    int cls[4] = {0};
+    check("ring in a loop of 5", &mr, p, 1, cls, true, NULL);
+  }
+  {
+    /* rank 2 runs 4 hops: rank 1's 5th send (iteration 4) meets nothing at rank 2 */
+    const Graph *p[] = {prog_ring_loop(&ar, 5, 1), prog_ring_loop(&ar, 4, 1)};
+    int cls[4] = {0, 0, 1, 0};
+    const char *n[] = {"rank 1 (dp 0, pp 0, cp 1, tp 0) issues send", "in hops, iteration 4", "(its #4 with that peer)",
+                       "rank 2 (", "issues nothing", NULL};
+    check("ring loop: one rank runs a hop less", &mr, p, 2, cls, false, n);
+  }
+  {
+    /* the same loop, another tag on rank 3: rank 0's first receive, from rank 3, fails (iteration 0) */
+    const Graph *p[] = {prog_ring_loop(&ar, 5, 1), prog_ring_loop(&ar, 5, 2)};
+    int cls[4] = {0, 0, 0, 1};
+    const char *n[] = {"rank 0 (dp 0, pp 0, cp 0, tp 0) issues recv", "iteration 0", "(its #0 with that peer)",
+                       "rank 3 (dp 0, pp 0, cp 3, tp 0) issues send", "tag 2", NULL};
+    check("ring loop: one rank's tag", &mr, p, 2, cls, false, n);
   }
 
   fprintf(stderr, "dp 128 x tp 8 = 1024 ranks:\n");
