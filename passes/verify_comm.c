@@ -117,7 +117,7 @@ void verify_seq_free(VerifyCollSeq *seq) {
  * (one iteration: its nested repeats expanded) and read `count` times, the iteration of its own
  * entries set as they are read; the collectives between repeats as pieces of one iteration. An
  * accumulation loop of 512 micro-steps over a cp ring's hops is a few thousand entries, not
- * millions (Llama-3-8B cp 32: 8.4 M entries, 740 MB, before). */
+ * millions (Llama-3-8B cp 32: 8.4 M entries, 670 MB, before). */
 typedef struct {
   int at, len;       /* its entries: store.e[at .. at + len) */
   int64_t count;     /* iterations (>= 1) */
