@@ -394,10 +394,51 @@ typedef struct {
   VerifyColl c, d;
 } P2pFind;
 
+/* Transfers of run r in one iteration of piece p. */
+static int piece_run_count(const Lazy *L, const Piece *p, const P2pRun *r) {
+  int n = 0;
+  for (int i = 0; i < p->len; i++) n += in_run(&L->store.e[p->at + i], r);
+  return n;
+}
+
+/* p2p_find over the pieces' bodies instead of their iterations, where that is the same check:
+ * when a's run and b's opposite run come in pieces of as many transfers per iteration and as many
+ * iterations, piece for piece, the k-th transfers meet in the same iteration at the same place
+ * in it, and a piece's iterations repeat its entries unchanged (but for the iteration number, no
+ * part of the check): its first iteration decides it, and a mismatch there is the first. The
+ * accumulation loop's ring hops are one piece in both. Returns false where the pieces do not line
+ * up (then p2p_find walks every transfer). */
+static bool p2p_find_pieces(const Lazy *a, const P2pRun *run, const Lazy *b, const P2pRun *o, P2pFind *f) {
+  int64_t k = 0;
+  for (int pa = 0, pb = 0;; pa++, pb++) {
+    int ca = 0, cb = 0;
+    while (pa < a->np && !(ca = piece_run_count(a, &a->p[pa], run))) pa++;
+    if (pa == a->np) return true; /* every transfer of the run met its match */
+    while (pb < b->np && !(cb = piece_run_count(b, &b->p[pb], o))) pb++;
+    const Piece *A = &a->p[pa], *B = pb < b->np ? &b->p[pb] : NULL;
+    if (B && (ca != cb || A->count != B->count)) return false;
+    for (int j = 0, ia = -1, ib = -1; j < ca; j++) {
+      while (!in_run(&a->store.e[A->at + ++ia], run)) {}
+      if (B)
+        while (!in_run(&b->store.e[B->at + ++ib], o)) {}
+      const VerifyColl *c = &a->store.e[A->at + ia], *d = B ? &b->store.e[B->at + ib] : NULL;
+      if (d && d->numel == c->numel && d->dtype == c->dtype && d->tag == c->tag) continue;
+      f->k = k + j;
+      f->pos = A->first + ia;
+      f->c = piece_entry(a, A, ia);
+      if ((f->has_d = d != NULL)) f->d = piece_entry(b, B, ib);
+      return true;
+    }
+    k += (int64_t)ca * A->count;
+  }
+}
+
 static void p2p_find(const Lazy *a, const P2pRun *run, const Lazy *b, P2pFind *f) {
   P2pRun o = {run->op == OP_SEND ? OP_RECV : OP_SEND, run->axis, -run->start};
-  Cursor i = cursor(a), j = b ? cursor(b) : (Cursor){0};
   *f = (P2pFind){.known = true, .pos = -1};
+  if (b && p2p_find_pieces(a, run, b, &o, f)) return;
+  *f = (P2pFind){.known = true, .pos = -1};
+  Cursor i = cursor(a), j = b ? cursor(b) : (Cursor){0};
   for (f->k = 0;; f->k++, cursor_next(&i)) {
     while (!cursor_end(&i) && !in_run(cursor_peek(&i), run)) cursor_next(&i);
     if (cursor_end(&i)) return;
