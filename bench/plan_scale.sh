@@ -32,6 +32,7 @@ configs=(
   "llama8b-pp32-int4-L128|$L -D pp=32 -D layers=128 -D schedule=interleaved -D interleave=4 --world 4096 -D batch=1024"
   "llama8b-pp16-zb-w1024|$L -D pp=16 -D schedule=zb --world 1024 -D batch=512"
   "llama8b-pp4-cp16-w512|$L -D pp=4 -D cp=16 --world 512 -D batch=256"
+  "llama8b-pp16-cp8-w16384|$L -D pp=16 -D cp=8 --world 16384 -D batch=1024"
   "gpt3-w1024|$G --world 1024"
   "gpt3-pp16-w16384|$G -D pp=16 --world 16384 -D batch=4096"
   "gpt3-pp16-z3-w8192|$G -D pp=16 -D zero=3 --world 8192 -D batch=1536"
