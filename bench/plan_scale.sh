@@ -3,8 +3,10 @@
 # the dimensions a user grows — world (up to 16384 ranks), layers, pp with interleaved and zb
 # schedules, cp (ring and all2all), micro-batches (up to 1024), ZeRO-3, GPT-3 175B — one run per
 # configuration. Prints each one's wall seconds, peak resident MiB and its three slowest passes
-# (--time-passes; the planner's own time is what the passes leave). With BASE (another shardc,
-# e.g. main's) its seconds and MiB beside. A run past LIMIT seconds is cut and printed as >LIMIT.
+# (--time-passes; ir_verify: the IR verifier after every pass, together; the reports' and the
+# planner's time is what they leave). With BASE (another shardc, e.g. main's) its seconds and MiB
+# beside (a BASE from before 2026-11-27 prints no ir_verify line). A run past LIMIT seconds is cut
+# and printed as >LIMIT.
 #   bench/plan_scale.sh [SHARDC] [BASE] [LIMIT] [FILTER]
 # FILTER: a regular expression; only the configurations whose name matches run.
 # --search / --pick compile candidates within a CPU budget (--budget, 8 s): their seconds are the
@@ -51,7 +53,8 @@ run() { # shardc, arguments: prints "seconds MiB top-passes" of one plan
   local rc=$?
   t1=$(date +%s.%N)
   kb=$(tail -1 "$f" 2>/dev/null)
-  top=$(grep -E '^shardc: pass ' "$e" | awk '{ t[$3] += $4 } END { for (p in t) printf "%.0f %s\n", t[p], p }' |
+  top=$(grep -E '^shardc: (pass |ir_verify )' "$e" | sed 's/^shardc: pass /shardc: /' |
+    awk '{ t[$2] += $3 } END { for (p in t) printf "%.0f %s\n", t[p], p }' |
     sort -rn | head -3 | awk '{ printf "%s%s %.2fs", (NR > 1 ? ", " : ""), $2, $1 / 1000 }')
   if ((rc == 124)); then
     echo ">$limit - -"
