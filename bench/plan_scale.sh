@@ -66,7 +66,7 @@ run() { # shardc, arguments: prints "seconds MiB top-passes" of one plan
   rm -f "$f" "$e"
 }
 echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg), limit ${limit} s"
-printf '%-26s %8s %9s %9s %9s  %s\n' configuration "plan s" "peak MiB" "base s" "base MiB" "top passes (summed over the candidates under --search)"
+printf '%-26s %8s %9s %9s %9s  %s\n' configuration "plan s" "peak MiB" "base s" "base MiB" "top items (--time-passes; --search: the command line's compile only)"
 for c in "${configs[@]}"; do
   name=${c%%|*}
   [[ $name =~ $filter ]] || continue
