@@ -60,12 +60,15 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool run_one(Module *m, int i, const PipelineOptions *o) {
+/* run_one's seconds in the IR verifier, for --time-passes */
+static bool run_one(Module *m, int i, const PipelineOptions *o, double *verify_s) {
   double t0 = now();
   bool ok = passes[i].run(m) && diag_errors() == 0;
   if (o->time) fprintf(stderr, "shardc: pass %-10s %8.3f ms\n", passes[i].name, 1e3 * (now() - t0));
   if (!ok) return false;
+  t0 = now();
   if (o->verify && !ir_verify(m->graph, passes[i].name)) die("IR invalid after pass %s", passes[i].name);
+  *verify_s += now() - t0;
   if (o->dump_after && (strcmp(o->dump_after, passes[i].name) == 0 || strcmp(o->dump_after, "all") == 0)) {
     fprintf(o->dump, "# ---- after %s ----\n", passes[i].name);
     ir_print_graph(o->dump, m->graph);
@@ -75,8 +78,11 @@ static bool run_one(Module *m, int i, const PipelineOptions *o) {
 
 bool pipeline_run(Module *m, const PipelineOptions *o) {
   if (!m->mesh) die("pipeline: the mesh is not resolved (ir_mesh_resolve runs before lowering)");
+  double verify_s = 0;
   for (int i = 0; i < NPASSES; i++)
-    if (!run_one(m, i, o)) return false;
+    if (!run_one(m, i, o, &verify_s)) return false;
+  if (o->time && o->verify)
+    fprintf(stderr, "shardc: ir_verify       %8.3f ms (the IR verifier after every pass; --no-verify skips it)\n", 1e3 * verify_s);
   return true;
 }
 
@@ -84,7 +90,7 @@ bool pipeline_run(Module *m, const PipelineOptions *o) {
 bool pipeline_run_pass(Module *m, const char *name, const PipelineOptions *o) {
   if (!m->mesh) die("pipeline: the mesh is not resolved (ir_mesh_resolve runs before a pass)");
   for (int i = 0; i < NPASSES; i++)
-    if (strcmp(passes[i].name, name) == 0) return run_one(m, i, o);
+    if (strcmp(passes[i].name, name) == 0) return run_one(m, i, o, &(double){0});
   error_plain("no pass named '%s'", name);
   return false;
 }

@@ -122,6 +122,39 @@ static Graph *prog_recv(Arena *ar, int tag, int rows) {
   return g;
 }
 
+/* A cp ring's K/V passing: recv from cp - 1, send to cp + 1, alternating, three of each; the
+ * tags of the sends and receives given (a rank whose tags differ is a class of its own). */
+static Graph *prog_ring(Arena *ar, const int *send_tags, const int *recv_tags) {
+  Graph *g = ir_graph_new(ar, NULL);
+  Value *x = tb_input(g, "x", DT_F32, tb_shape(2, 4, 8));
+  for (int i = 0; i < 3; i++) {
+    Attrs ra = {.mesh_axis = RT_AX_CP, .start = -1, .tag = recv_tags[i]};
+    Value *y = tb_shaped(g, OP_RECV, 0, NULL, DT_F32, tb_shape(2, 4, 8), &ra);
+    Attrs sa = {.mesh_axis = RT_AX_CP, .start = 1, .tag = send_tags[i]};
+    tb_node(g, OP_SEND, 1, &x, 0, &sa);
+    x = y;
+  }
+  ir_add_result(g, x, "x");
+  return g;
+}
+
+/* repeat `count` { recv from cp - 1; send to cp + 1 } (the ring's hops in a loop), then an
+ * all_reduce over cp */
+static Graph *prog_ring_loop(Arena *ar, int64_t count, int tag) {
+  Graph *g = ir_graph_new(ar, NULL);
+  Value *x = tb_input(g, "x", DT_F32, tb_shape(2, 4, 8));
+  Graph *body = ir_graph_new(ar, g);
+  Node *arg = ir_add_arg(body, DT_F32, tb_shape(2, 4, 8), "h");
+  Attrs ra = {.mesh_axis = RT_AX_CP, .start = -1, .tag = tag};
+  Value *y = tb_shaped(body, OP_RECV, 0, NULL, DT_F32, tb_shape(2, 4, 8), &ra);
+  Attrs sa = {.mesh_axis = RT_AX_CP, .start = 1, .tag = tag};
+  tb_node(body, OP_SEND, 1, &arg->out[0], 0, &sa);
+  ir_add_result(body, y, NULL);
+  Node *rep = tb_repeat(g, body, 1, &x, count, 1, 0, "hops");
+  ir_add_result(g, all_reduce(g, rep->out[0], RT_AX_CP, RED_SUM), "y");
+  return g;
+}
+
 int main(void) {
   Arena ar;
   arena_init(&ar);
@@ -232,6 +265,58 @@ int main(void) {
     int cls[2] = {1, 0}; /* stages swapped: the first receives from before the pipeline */
     const char *n[] = {"rank 0", "no rank lies at that offset", NULL};
     check("receive from before the first stage", &m2, p, 2, cls, false, n);
+  }
+
+  fprintf(stderr, "cp 4 ring (point to point, modulo the degree):\n");
+  MeshMap mr; /* ranks 0..3 = cp 0..3; rank r receives from r - 1 and sends to r + 1 (mod 4) */
+  if (!rt_mesh_init(&mr, 1, 1, 4, 1, 4)) die("mesh");
+  {
+    static const int t[] = {1, 1, 1};
+    const Graph *p[] = {prog_ring(&ar, t, t)};
+    int cls[4] = {0};
+    check("one SPMD ring", &mr, p, 1, cls, true, NULL);
+  }
+  {
+    /* ranks 1 and 3 receive a 9 as their #1 and send a 9 as their #2: rank 0's receives from
+     * rank 3 fail at #2 (its 5th transfer), its sends to rank 1 at #1 (its 4th): the first in
+     * rank 0's order is the send, though its receives come first in the sequence */
+    static const int t[] = {1, 1, 1}, s1[] = {1, 1, 9}, r1[] = {1, 9, 1};
+    const Graph *p[] = {prog_ring(&ar, t, t), prog_ring(&ar, s1, r1)};
+    int cls[4] = {0, 1, 0, 1};
+    const char *n[] = {"rank 0 (dp 0, pp 0, cp 0, tp 0) issues send over cp", "offset +1 tag 1", "(its #1 with that peer)",
+                       "rank 1 (dp 0, pp 0, cp 1, tp 0) issues recv over cp", "offset -1 tag 9", NULL};
+    check("ring: the first failing transfer in order", &mr, p, 2, cls, false, n);
+  }
+  {
+    /* only rank 2 differs (sends a 9 as its #0): rank 1 is consistent with rank 2's receives, so
+     * the first failing rank is 2 itself, its #0 send to rank 3 */
+    static const int t[] = {1, 1, 1}, s2[] = {9, 1, 1};
+    const Graph *p[] = {prog_ring(&ar, t, t), prog_ring(&ar, s2, t)};
+    int cls[4] = {0, 0, 1, 0};
+    const char *n[] = {"rank 2 (dp 0, pp 0, cp 2, tp 0) issues send", "tag 9", "(its #0 with that peer)", "rank 3 (", NULL};
+    check("ring: one rank sends another tag", &mr, p, 2, cls, false, n);
+  }
+
+  {
+    const Graph *p[] = {prog_ring_loop(&ar, 5, 1)};
+    int cls[4] = {0};
+    check("ring in a loop of 5", &mr, p, 1, cls, true, NULL);
+  }
+  {
+    /* rank 2 runs 4 hops: rank 1's 5th send (iteration 4) meets nothing at rank 2 */
+    const Graph *p[] = {prog_ring_loop(&ar, 5, 1), prog_ring_loop(&ar, 4, 1)};
+    int cls[4] = {0, 0, 1, 0};
+    const char *n[] = {"rank 1 (dp 0, pp 0, cp 1, tp 0) issues send", "in hops, iteration 4", "(its #4 with that peer)",
+                       "rank 2 (", "issues nothing", NULL};
+    check("ring loop: one rank runs a hop less", &mr, p, 2, cls, false, n);
+  }
+  {
+    /* the same loop, another tag on rank 3: rank 0's first receive, from rank 3, fails (iteration 0) */
+    const Graph *p[] = {prog_ring_loop(&ar, 5, 1), prog_ring_loop(&ar, 5, 2)};
+    int cls[4] = {0, 0, 0, 1};
+    const char *n[] = {"rank 0 (dp 0, pp 0, cp 0, tp 0) issues recv", "iteration 0", "(its #0 with that peer)",
+                       "rank 3 (dp 0, pp 0, cp 3, tp 0) issues send", "tag 2", NULL};
+    check("ring loop: one rank's tag", &mr, p, 2, cls, false, n);
   }
 
   fprintf(stderr, "dp 128 x tp 8 = 1024 ranks:\n");
