@@ -19,4 +19,23 @@ Module *tb_compile_on(Arena *a, const char *path, const FeDefine *defs, int ndef
  * whole pipeline (verified); NULL when it does not compile or a pass fails. */
 Module *tb_compile_model(Arena *a, const char *path, const FeDefine *defs, int ndefs, int world, Target target);
 
+/* A pipelined plan for the pp tests: pp x dp x tp ranks, micro-batches of `micro` to a batch of
+ * `batch`, `schedule` sched (with interleaved: `interleave` v), zero 0 and recompute none unless
+ * defs say otherwise, tp allowed across nodes; the stages' layers as written (`layers(..)`: nlayers
+ * counts) or balanced; the driver's inputs (zb's list times, the balance's memory calibration) as
+ * given. NULL when it does not compile or a pass fails (verified). */
+typedef struct {
+  int pp, dp, tp, v; /* v: interleave's chunks (0: no interleave given) */
+  const char *sched;
+  int64_t micro, batch;
+  const int *layers; /* [nlayers] (the frontend's parse is pp_plan.sh's and the frontend cases') */
+  int nlayers;
+  bool balanced;     /* `layers(balanced)` */
+  const char *import_dir; /* (a model importing the standard library from there; NULL: none) */
+  const double *sched_times;    /* Plan.sched_times */
+  const int64_t *stage_fixed;   /* Plan.stage_fixed, stage_cap */
+  double stage_cap;
+} TbPp;
+Module *tb_compile_pp(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, const TbPp *p);
+
 #endif

@@ -41,6 +41,7 @@
 #include "interp.h"
 #include "memplan.h"
 #include "pipe_sched.h"
+#include "tb_compile.h"
 #include "pipeline.h"
 #include "tb.h"
 
@@ -87,41 +88,11 @@ static void check_least_bottleneck(const PipeBalance *b, const char *what) {
 
 static Module *compile_stages(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
                               int tp, const char *sched, int64_t micro, int64_t batch, const int *layers) {
-  FeDefine d[24];
-  int n = 0;
-  char spp[16], sdp[16], stp[16], smb[24], sb[24];
-  d[n++] = (FeDefine){"zero", "0"}; /* the models' own plans: overridden by defs */
-  d[n++] = (FeDefine){"recompute", "none"};
-  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
-  snprintf(spp, sizeof spp, "%d", pp);
-  snprintf(sdp, sizeof sdp, "%d", dp);
-  snprintf(stp, sizeof stp, "%d", tp);
-  snprintf(smb, sizeof smb, "%lld", (long long)micro);
-  snprintf(sb, sizeof sb, "%lld", (long long)batch);
-  d[n++] = (FeDefine){"pp", spp};
-  d[n++] = (FeDefine){"dp", sdp};
-  d[n++] = (FeDefine){"tp", stp};
-  d[n++] = (FeDefine){"micro_batch", smb};
-  d[n++] = (FeDefine){"batch", sb};
-  d[n++] = (FeDefine){"schedule", sched};
-  d[n++] = (FeDefine){"cross_node_tp", "on"};
-  const char *dirs[] = {SHARDC_MODELS_DIR}; /* (pp_shared.model imports the standard library from there) */
-  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp, .import_dirs = dirs, .nimport_dirs = 1};
-  Module *m = fe_compile(a, path, &o);
-  if (!m) return NULL;
-  m->target = target;
-  m->plan.sched_times = sched_times;
-  m->plan.stage_fixed = stage_fixed;
-  m->plan.stage_cap = stage_cap;
-  if (layers == BALANCED) { /* the plan's `pp N layers(balanced)` */
-    m->plan.stage_balanced = true;
-  } else if (layers) { /* the plan's `pp N layers(..)` (the frontend's parse is pp_plan.sh's) */
-    m->plan.nstage_layers = pp;
-    for (int s = 0; s < pp; s++) m->plan.stage_layers[s] = layers[s];
-  }
-  PipelineOptions po = {.verify = true};
-  if (!pipeline_run(m, &po)) return NULL;
-  return m;
+  TbPp p = {.pp = pp, .dp = dp, .tp = tp, .sched = sched, .micro = micro, .batch = batch,
+            .layers = layers == BALANCED ? NULL : layers, .nlayers = layers && layers != BALANCED ? pp : 0,
+            .balanced = layers == BALANCED, .import_dir = SHARDC_MODELS_DIR, /* (pp_shared.model imports from there) */
+            .sched_times = sched_times, .stage_fixed = stage_fixed, .stage_cap = stage_cap};
+  return tb_compile_pp(a, target, path, defs, ndefs, &p);
 }
 
 static Module *compile(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,

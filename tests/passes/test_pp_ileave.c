@@ -26,6 +26,7 @@
 #include "frontend.h"
 #include "interp.h"
 #include "pipe_sched.h"
+#include "tb_compile.h"
 #include "pipeline.h"
 #include "tb.h"
 
@@ -44,36 +45,10 @@ static void expect(bool ok, const char *what) {
 /* nlayers counts (0: `layers(balanced)`) for a plan of pp x dp x tp, interleaved with v chunks. */
 static Module *compile_plan(Arena *a, Target target, const char *path, const FeDefine *defs, int ndefs, int pp, int dp,
                             int tp, int v, int64_t micro, int64_t batch, const int *layers, int nlayers) {
-  FeDefine d[24];
-  int n = 0;
-  char spp[16], sdp[16], stp[16], smb[24], sb[24], sv[16];
-  d[n++] = (FeDefine){"zero", "0"};
-  d[n++] = (FeDefine){"recompute", "none"};
-  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
-  snprintf(spp, sizeof spp, "%d", pp);
-  snprintf(sdp, sizeof sdp, "%d", dp);
-  snprintf(stp, sizeof stp, "%d", tp);
-  snprintf(smb, sizeof smb, "%lld", (long long)micro);
-  snprintf(sb, sizeof sb, "%lld", (long long)batch);
-  snprintf(sv, sizeof sv, "%d", v);
-  d[n++] = (FeDefine){"pp", spp};
-  d[n++] = (FeDefine){"dp", sdp};
-  d[n++] = (FeDefine){"tp", stp};
-  d[n++] = (FeDefine){"micro_batch", smb};
-  d[n++] = (FeDefine){"batch", sb};
-  d[n++] = (FeDefine){"schedule", pp > 1 ? "interleaved" : "1f1b"};
-  if (pp > 1) d[n++] = (FeDefine){"interleave", sv};
-  d[n++] = (FeDefine){"cross_node_tp", "on"};
-  FeOptions o = {.defines = d, .ndefines = n, .world = pp * dp * tp};
-  Module *m = fe_compile(a, path, &o);
-  if (!m) return NULL;
-  m->target = target;
-  if (layers && nlayers == 0) m->plan.stage_balanced = true;
-  m->plan.nstage_layers = layers ? nlayers : 0; /* (the frontend's parse is pp_plan.sh's and the frontend cases') */
-  for (int s = 0; layers && s < nlayers; s++) m->plan.stage_layers[s] = layers[s];
-  PipelineOptions po = {.verify = true};
-  if (!pipeline_run(m, &po)) return NULL;
-  return m;
+  TbPp p = {.pp = pp, .dp = dp, .tp = tp, .v = pp > 1 ? v : 0, .sched = pp > 1 ? "interleaved" : "1f1b",
+            .micro = micro, .batch = batch, .layers = layers && nlayers ? layers : NULL, .nlayers = nlayers,
+            .balanced = layers && nlayers == 0};
+  return tb_compile_pp(a, target, path, defs, ndefs, &p);
 }
 
 /* The program's shape (see the file's header); rows: the mesh's counts per virtual stage. */
