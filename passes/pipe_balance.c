@@ -182,6 +182,31 @@ bool pipe_balance_split(const PipeBalance *b, int64_t *n) {
   return true;
 }
 
+void pipe_balance_figures(const PipeBalance *b, const int64_t *n, double *slow, int64_t *peak) {
+  int64_t most = 0;
+  *slow = 0;
+  *peak = 0;
+  for (int st = 0; st < b->pp; st++) most = n[st] > most ? n[st] : most;
+  for (int st = 0; st < b->pp; st++) {
+    double t = pipe_balance_stage_s(b, st, n[st]);
+    int64_t x = pipe_balance_stage_bytes(b, st, n[st], most);
+    *slow = t > *slow ? t : *slow;
+    *peak = x > *peak ? x : *peak;
+  }
+}
+
+bool pipe_balance_better(const PipeBalance *b, const int64_t *cur) {
+  if (!b->split) return false;
+  double slow, slow_cur;
+  int64_t peak, peak_cur;
+  pipe_balance_figures(b, b->split, &slow, &peak);
+  pipe_balance_figures(b, cur, &slow_cur, &peak_cur);
+  if (b->chunks > 1) return slow < slow_cur * (1 - 1e-9); /* interleaved: by time alone */
+  bool same = true;
+  for (int st = 0; st < b->pp; st++) same &= cur[st] == b->split[st];
+  return !same && (slow < slow_cur || (slow <= slow_cur && peak < peak_cur));
+}
+
 bool pipe_balance_fits(const PipeBalance *b, const int64_t *n) {
   if (!b->fixed || !(b->cap > 0)) return true;
   int64_t most = 0;

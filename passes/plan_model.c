@@ -79,6 +79,7 @@ static void pareto_add(PpProfile *p, PpLoad x) {
  * play and the memory profile). GPT-3 on p4de-x128: 1/8 of F rounded its transfers of 0.066 F to
  * 0.125 (its pp 32 zb step 23.8 s, compiled 22.4 s). */
 static double pp_round(double x) {
+  if (x < 0) return -pp_round(-x); /* (an uneven split's first or last stage: less than a middle one) */
   if (!(x > 1.0 / 1024)) return 0;
   int ex;
   double m = frexp(x, &ex); /* [0.5, 1) */
@@ -98,6 +99,7 @@ static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double 
   for (int i = 0; i < PK_MERGE; i++) k[i] = pp_lkey(key[i]);
   for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = k[PK_B], t[2 * pp + st] = k[PK_W];
   t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL];
+  for (int i = 0; i < 3 * pp; i++) t[i] = fmax(t[i], 1.0 / 16); /* (an uneven split's lighter stages) */
   PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
   free(t);
   return s;
@@ -119,7 +121,7 @@ static double play_lists(const PipeSched *s, const PipeStep *order, const double
       if (in.op == 'F' && vs == 0) d += key[PK_F0];
       if (in.op == 'B' && vs == 0) d += key[PK_B0];
       if (in.op == 'F' && vs == nvs - 1) d += key[PK_FL];
-      pt.dur[st][k] = d;
+      pt.dur[st][k] = fmax(d, 1.0 / 64);
       if ((in.op == 'F' && vs > 0) || (in.op == 'B' && vs < nvs - 1)) pt.lat[st][k] = key[PK_LAT], pt.recv[st][k] = key[PK_RECV];
       if (k + 1 < s->len[st] && in.op == last_op && in.chunk == 0) pt.pre[st][k + 1] += key[PK_MERGE];
     }
@@ -314,7 +316,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   if (!mm || !base->memplan) return;
   PlanCand c = {.tp = mm->dim[RT_AX_TP], .pp = mm->dim[RT_AX_PP], .cp = mm->dim[RT_AX_CP], .dp = mm->dim[RT_AX_DP],
                 .zero = base->plan.zero, .mb = (int)base->batch.micro, .accum = base->batch.accum, .sp = base->plan.sp,
-                .rec = base->plan.recompute, .sched = base->plan.schedule,
+                .rec = base->plan.recompute, .sched = base->plan.schedule, .bal = base->plan.stage_balanced,
                 .v = base->plan.interleave > 1 ? base->plan.interleave : 1};
   CostReport r;
   cost_estimate(base, dev, &r);
@@ -366,19 +368,29 @@ static double ring_s(double bytes, double factor, int n, double bw, double lat) 
   return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
 }
 
-void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
-                         PlanEstimate *e) {
+/* c's estimate with n[k] layers on (virtual) stage k (NULL: even). */
+static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
+                     PlanEstimate *e) {
   memset(e, 0, sizeof *e);
   int r = (int)c->rec;
   int dpn = base->mesh && base->mesh->devices_per_node > 0 ? base->mesh->devices_per_node : 1;
   double tp = c->tp, pp = c->pp, L = pm->layers, d = pm->d, cb = pm->cb;
-  double lst = L / pp;                            /* layers per stage */
+  double lst = L / pp;                            /* layers per stage (uneven: the slowest's, for time) */
+  double rows = lst;                              /* layer rows per stage held (uneven: padded to the largest) */
+  int nv = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
+  double lmaxc = 0;                               /* uneven: the largest (virtual) stage's layers */
+  if (n) {
+    int cnt[RT_MAX_STAGES];
+    for (int k = 0; k < nv; k++) lmaxc = fmax(lmaxc, (double)n[k]), cnt[k] = (int)n[k];
+    lst = lmaxc * nv / c->pp;
+    rows = nv > c->pp ? (double)rt_stage_local_rows(cnt, c->pp, nv / c->pp) : lmaxc;
+  }
   double tok = (double)c->mb * pm->seq / c->cp;   /* tokens per micro-step per rank (before tp) */
   double accum = (double)c->accum;
   /* ---- memory ---- */
   double p_layer = pm->pl_split / tp + pm->pl_rep;   /* one layer's f32 parameters on a rank */
   double p_other = pm->po_split / tp + pm->po_rep;   /* outside the layers: held on every stage */
-  double p_rank = p_layer * lst + p_other;
+  double p_rank = p_layer * rows + p_other;
   double zg = plan_zero_group(c);                 /* ZeRO's group: dp, under cp dp x cp (passes/zero.c) */
   double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   bool persistent;
@@ -455,6 +467,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp);
     double tw = g1 + wb * cb + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
+    double per = lst / cv; /* a chunk's layers */
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
     double merge = sm * pm->vocab / tp * d * (cb + 8) + 4 * ko; /* the head's and the embedding's gradients */
@@ -465,6 +478,13 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
       double raw[PP_KEYS] = {[PK_B] = tb, [PK_W] = tw, [PK_F0] = sm * 2 * unit + 2 * ko, [PK_B0] = emb, [PK_FL] = headf,
                              [PK_MERGE] = merge, [PK_LAT] = pl->latency_s,
                              [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
+      e->bal_f = tf / per, e->bal_b = (tb + tw) / per;
+      e->bal_f0 = raw[PK_F0], e->bal_b0 = raw[PK_B0], e->bal_fl = raw[PK_FL];
+      if (n) { /* the first and the last stage hold their own layers, the others the slowest's */
+        raw[PK_F0] += ((double)n[0] - lmaxc) * tf / per;
+        raw[PK_B0] += ((double)n[0] - lmaxc) * tb / per;
+        raw[PK_FL] += ((double)n[nv - 1] - lmaxc) * tf / per;
+      }
       for (int i = 0; i < PP_KEYS; i++) key[i] = pp_round(raw[i] / tf);
     }
     e->zb_b = key[PK_B], e->zb_w = key[PK_W];
@@ -491,7 +511,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
       if (x > most) most = x;
     }
     /* the stage's layer weights in the compute precision, cast once per step (ZeRO-3: gathered) */
-    double wcopy = cb < 4 && c->zero < 3 ? p_layer * lst * cb / 4 : 0;
+    double wcopy = cb < 4 && c->zero < 3 ? p_layer * rows * cb / 4 : 0;
     e->cls[MEM_ACT] = most + copies + gather + wcopy;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
@@ -499,6 +519,11 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast;
   }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
+  if (c->pp > 1) { /* the balance's memory figures (plan_model_balance) */
+    e->bal_act = per_layer;
+    e->bal_head = head;
+    e->bal_bytes = p_layer * (e->cls[MEM_PARAM] + e->cls[MEM_GRAD] + e->cls[MEM_OPTIM]) / p_rank;
+  }
   e->largest = MEM_PARAM;
   for (int k = 0; k < MEM_COUNT; k++) {
     e->total += e->cls[k];
@@ -548,4 +573,36 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     return;
   }
   e->step_s = (e->compute_s + e->exposed_s) / (1 - e->bubble) + e->offload_s;
+}
+
+bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, int64_t *n, bool *better) {
+  int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
+  if (better) *better = false;
+  if (pp <= 1 || nv > RT_MAX_STAGES || pm->layers < nv || !(e->bal_f > 0)) return false;
+  const PpProfile *pr; /* the micro-batches in flight per stage on the schedule's lists (interleaved: shared
+                        * among a stage's chunks), as pipe_balance_make has them */
+  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, &pr);
+  int inf[RT_MAX_STAGES] = {0}, infv[RT_MAX_STAGES];
+  pipe_sched_inflight(&pr->s, inf);
+  for (int k = 0; k < nv; k++) infv[k] = (inf[k % pp] + v - 1) / v;
+  PipeBalance b = {.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = e->bal_f, .layer_b = e->bal_b,
+                   .first_f = e->bal_f0, .first_b = e->bal_b0, .last_f = e->bal_fl, .layer_act = (int64_t)e->bal_act,
+                   .last_act = (int64_t)e->bal_head, .layer_bytes = (int64_t)e->bal_bytes, .inflight = infv, .split = n};
+  if (!pipe_balance_split(&b, n)) return false;
+  if (better && pm->layers % nv == 0) {
+    int64_t even[RT_MAX_STAGES];
+    for (int k = 0; k < nv; k++) even[k] = pm->layers / nv;
+    *better = pipe_balance_better(&b, even);
+  }
+  return true;
+}
+
+void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
+                         PlanEstimate *e) {
+  estimate(pm, base, dev, c, NULL, e);
+  int64_t n[RT_MAX_STAGES];
+  if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
+  estimate(pm, base, dev, c, n, e);
+  e->nsplit = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
+  for (int k = 0; k < e->nsplit; k++) e->split[k] = (short)n[k];
 }

@@ -22,7 +22,7 @@
 #include "module.h"
 #include "plan_model.h"
 
-enum { SEARCH_KV = 10, SEARCH_KV_LEN = 40 };
+enum { SEARCH_KV = 12, SEARCH_KV_LEN = 40 };
 
 /* Evaluates candidates: the driver compiles the source with each one's extra overrides ("key=value"),
  * silently, and fills it with plan_cand_measure (or status CAND_INVALID and err). The driver runs
@@ -56,6 +56,7 @@ struct PlanCand {
   int tp, pp, cp, dp, zero, mb, v; /* v: interleaved chunks */
   int64_t accum;                   /* micro-steps (pipeline micro-batches) per step */
   bool sp;
+  bool bal;                        /* pp N layers(balanced) (`-D pp_layers=balanced`); else even stages */
   RecomputeKind rec;
   PipeSchedule sched;
   double est_s;                    /* the analytic step (ana.step_s) that orders the search */
@@ -70,6 +71,8 @@ struct PlanCand {
   CostReport cost;
   char err[160];                   /* CAND_INVALID: the compiler's first error */
   bool timed_out;                  /* CAND_INVALID: its compile ran out of time */
+  int nstages;                     /* compiled, uneven stages: the (virtual) stages of stage_rows; else 0 */
+  short stage_rows[64];            /* their layers as compiled (MeshMap.stage_rows) */
 };
 
 /* Knobs the user pinned with -D: the search keeps the file's (resolved) value for them. */
@@ -91,7 +94,8 @@ typedef struct {
   int *rank;        /* indices of the fitting ones, fastest first */
   int nranked;
   int compiled, nofit, invalid, dominated, unseen, slow, bound;
-  int indivisible;       /* candidates dropped since pp (x interleaved chunks) does not divide the layers */
+  int indivisible;       /* candidates dropped since pp (x interleaved chunks) exceeds the layers (or RT_MAX_STAGES uneven) */
+  int balanced;          /* candidates with layers(balanced): their stages do not divide the layers, or the split beats even */
   int ana_fit, ana_over; /* candidates the analytic model fits / puts over the capacity (not compiled) */
   int closest;           /* with no analytic fit: the candidate whose analytic memory is nearest the capacity (-1) */
   double analytic_s;     /* seconds the analytic model took over every candidate */
