@@ -274,7 +274,13 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   int best = 0;
   for (int k = 1; k < nc; k++)
     if (votes[k] > votes[best]) best = k;
-  pm->layers = nc ? (int)cand[best] : 1;
+  double rows = nc ? cand[best] : 1; /* the stacks' logical rows: the layers, padded under uneven stages */
+  pm->layers = (int)rows;
+  if (base->mesh && base->mesh->stage_rows[0]) { /* uneven stages (passes/stage.c): the layers are their sum */
+    int nv = base->mesh->dim[RT_AX_PP] * (base->mesh->stage_chunks > 1 ? base->mesh->stage_chunks : 1);
+    pm->layers = 0;
+    for (int k = 0; k < nv && k < RT_MAX_STAGES; k++) pm->layers += base->mesh->stage_rows[k];
+  }
   bool tp_known = base->mesh && base->mesh->dim[RT_AX_TP] > 1;
   double pbytes = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -286,11 +292,11 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     double b = numel * 4; /* the master copy: f32 */
     pbytes += numel * ir_dtype_size(v->dtype);
     pm->ntensors++;
-    bool layer = v->shape.rank >= 2 && logical_dim(base, v, 0) == pm->layers;
+    bool layer = v->shape.rank >= 2 && logical_dim(base, v, 0) == rows;
     if (layer) {
       bool tp = tp_known ? split_by_tp(v) : v->shape.rank >= 3;
-      if (v->shape.rank >= 3) pm->pl_mat += numel / pm->layers, pm->nl_mat++;
-      *(tp ? &pm->pl_split : &pm->pl_rep) += b / pm->layers;
+      if (v->shape.rank >= 3) pm->pl_mat += numel / rows, pm->nl_mat++;
+      *(tp ? &pm->pl_split : &pm->pl_rep) += b / rows;
     } else {
       double d0 = logical_dim(base, v, 0), dl = logical_dim(base, v, v->shape.rank - 1);
       if (v->shape.rank == 1 && !pm->d) pm->d = dl;
@@ -499,11 +505,26 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     e->pp_span_s = play->span * tf;
     e->pp_busy_s = play->busy * tf;
     double A = per_layer * lst / c->v;          /* a chunk's activations of one micro-batch */
+    double ulay = 1;                            /* uneven: the layers in flight over the largest stage's */
+    if (n) { /* uneven: the most loaded stage's activations in flight are the largest stage's of the
+              * balance's (inflight x its layers, as pipe_balance_stage_bytes), spread over its loads */
+      int inf[RT_MAX_STAGES] = {0}, v = nv / c->pp, most_inf = 0;
+      double most_act = 0;
+      pipe_sched_inflight(&pr->s, inf);
+      for (int st = 0; st < c->pp; st++) {
+        double lay = 0;
+        for (int k = 0; k < v; k++) lay += (double)n[k * c->pp + st];
+        most_act = fmax(most_act, inf[st] * lay / v);
+        most_inf = inf[st] > most_inf ? inf[st] : most_inf;
+      }
+      if (most_inf > 0) ulay = most_act / most_inf / (lst / c->v);
+    }
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
     /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
      * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
      * none's 16) */
-    double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst;
+    double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst * ulay;
+    A *= ulay;
     double most = 0;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];

@@ -284,7 +284,12 @@ static void pattern_learn(Pattern *pt, int *n, const PlanCand *c) {
  * that split them (passes/storage.c's checkpoint counts the same values). */
 static double logical_bytes(const Module *m, OpKind op) {
   const Graph *g = m->graph;
-  double sum = 0;
+  double sum = 0, rows = 0, layers = 0; /* uneven stages: the stacks' logical rows (padded) and the layers */
+  if (m->mesh && m->mesh->stage_rows[0]) {
+    int pp = m->mesh->dim[RT_AX_PP], ch = m->mesh->stage_chunks > 1 ? m->mesh->stage_chunks : 1, cnt[RT_MAX_STAGES];
+    for (int k = 0; k < pp * ch && k < RT_MAX_STAGES; k++) layers += cnt[k] = m->mesh->stage_rows[k];
+    rows = (double)rt_stage_local_rows(cnt, pp, ch) * pp;
+  }
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     /* (a weight's persistent bf16 copy, passes/wshadow.c, is no optimizer state: the model counts the
@@ -293,6 +298,8 @@ static double logical_bytes(const Module *m, OpKind op) {
     const Value *v = n->out[0];
     double b = (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
     for (int d = 0; d < v->shape.rank; d++) b *= ir_dim_degree(&v->sharding, d, m->mesh);
+    if (rows > 0 && v->shape.rank >= 2 && (double)v->shape.dim[0] * ir_dim_degree(&v->sharding, 0, m->mesh) == rows)
+      b *= layers / rows; /* (a layer stack: its padding is no parameter) */
     sum += b;
   }
   return sum;
