@@ -49,6 +49,7 @@ struct PpProfile {
   PipeSched s;            /* the lists */
   PipeStep *order;        /* pipe_sched_check's order of them */
   PpLoad *load;
+  int *inflight;          /* [pp]: the most micro-batches in flight per stage (pipe_sched_inflight) */
   PpPlay *plays;          /* the lists played with the times met */
   struct PpProfile *next;
 };
@@ -189,6 +190,8 @@ static void pp_loads(PpProfile *p, const double *key) {
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
+  if (!(p->inflight = calloc((size_t)pp, sizeof(int)))) die("plan model: out of memory");
+  pipe_sched_inflight(&s, p->inflight);
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
   free(a), free(left), free(hm), free(bw);
@@ -198,10 +201,10 @@ static void pp_loads(PpProfile *p, const double *key) {
  * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with), and their play
  * with the stage times key (kept by key). */
 static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
-                                const PpProfile **prof) {
+                                const double *list_key, const PpProfile **prof, bool play) {
   double lkey[PP_KEYS] = {0};
   if (kind == SCHED_ZB)
-    for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(key[i]);
+    for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(list_key[i]);
   PpProfile *p = pm->profiles;
   while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey))) p = p->next;
   if (!p) {
@@ -212,6 +215,7 @@ static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M,
     pp_loads(p, lkey);
   }
   *prof = p;
+  if (!play) return NULL; /* (the lists alone) */
   for (PpPlay *q = p->plays; q; q = q->next)
     if (!memcmp(q->key, key, sizeof q->key)) return q;
   PpPlay *q = calloc(1, sizeof *q);
@@ -231,6 +235,7 @@ void plan_model_free(PlanModel *pm) {
     pipe_sched_free(&p->s);
     free(p->order);
     free(p->load);
+    free(p->inflight);
     free(p);
   }
   pm->profiles = NULL;
@@ -436,6 +441,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
   /* ---- the pipeline's instructions (pp_key) ---- */
   double key[PP_KEYS] = {0}, tf = 0, opt_s = 0;
+  double lkey0[PP_KEYS] = {0}; /* zb's lists are made with every stage the slowest's (uneven: not its own
+                                * first and last stages; the analytic lists are shared with the even
+                                * stages': making them is the model's cost) */
   if (c->pp > 1) {
     /* a chunk's layers (lst / v of them) per micro-batch, their parts: the GEMMs a third each (dX in B,
      * dW in B, zb: in W; full recompute's forward again in B); attention's forward in F, its backward
@@ -486,6 +494,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                              [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
       e->bal_f = tf / per, e->bal_b = (tb + tw) / per;
       e->bal_f0 = raw[PK_F0], e->bal_b0 = raw[PK_B0], e->bal_fl = raw[PK_FL];
+      for (int i = 0; i < PP_KEYS; i++) lkey0[i] = pp_round(raw[i] / tf);
       if (n) { /* the first and the last stage hold their own layers, the others the slowest's */
         raw[PK_F0] += ((double)n[0] - lmaxc) * tf / per;
         raw[PK_B0] += ((double)n[0] - lmaxc) * tb / per;
@@ -495,12 +504,17 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     }
     e->zb_b = key[PK_B], e->zb_w = key[PK_W];
     memcpy(e->pp_key, key, sizeof key);
+    /* the balance's memory figures (plan_model_balance) */
+    e->bal_act = per_layer;
+    e->bal_head = head;
+    e->bal_bytes = p_layer * (e->cls[MEM_PARAM] + e->cls[MEM_GRAD] + e->cls[MEM_OPTIM]) / p_rank;
+    if (c->bal && !n) return; /* (the figures the split is made from: no more) */
     /* after the last instruction: the optimizer's update (its bytes and calls) */
     opt_s = off ? 0 : sm * (p_rank / zd1) * (1 + pm->state_ratio) * 3 + ko * pm->ntensors * KERN_OPT_PER_TENSOR / pp;
   }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
     const PpProfile *pr;
-    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, &pr);
+    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, lkey0, &pr, true);
     e->bubble = play->bubble; /* the lists played with the stages' times */
     e->pp_span_s = play->span * tf;
     e->pp_busy_s = play->busy * tf;
@@ -508,9 +522,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double ulay = 1;                            /* uneven: the layers in flight over the largest stage's */
     if (n) { /* uneven: the most loaded stage's activations in flight are the largest stage's of the
               * balance's (inflight x its layers, as pipe_balance_stage_bytes), spread over its loads */
-      int inf[RT_MAX_STAGES] = {0}, v = nv / c->pp, most_inf = 0;
+      int *inf = pr->inflight, v = nv / c->pp, most_inf = 0;
       double most_act = 0;
-      pipe_sched_inflight(&pr->s, inf);
       for (int st = 0; st < c->pp; st++) {
         double lay = 0;
         for (int k = 0; k < v; k++) lay += (double)n[k * c->pp + st];
@@ -540,11 +553,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast;
   }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
-  if (c->pp > 1) { /* the balance's memory figures (plan_model_balance) */
-    e->bal_act = per_layer;
-    e->bal_head = head;
-    e->bal_bytes = p_layer * (e->cls[MEM_PARAM] + e->cls[MEM_GRAD] + e->cls[MEM_OPTIM]) / p_rank;
-  }
+
   e->largest = MEM_PARAM;
   for (int k = 0; k < MEM_COUNT; k++) {
     e->total += e->cls[k];
@@ -602,10 +611,9 @@ bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e,
   if (pp <= 1 || nv > RT_MAX_STAGES || pm->layers < nv || !(e->bal_f > 0)) return false;
   const PpProfile *pr; /* the micro-batches in flight per stage on the schedule's lists (interleaved: shared
                         * among a stage's chunks), as pipe_balance_make has them */
-  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, &pr);
-  int inf[RT_MAX_STAGES] = {0}, infv[RT_MAX_STAGES];
-  pipe_sched_inflight(&pr->s, inf);
-  for (int k = 0; k < nv; k++) infv[k] = (inf[k % pp] + v - 1) / v;
+  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
+  int infv[RT_MAX_STAGES];
+  for (int k = 0; k < nv; k++) infv[k] = (pr->inflight[k % pp] + v - 1) / v;
   PipeBalance b = {.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = e->bal_f, .layer_b = e->bal_b,
                    .first_f = e->bal_f0, .first_b = e->bal_b0, .last_f = e->bal_fl, .layer_act = (int64_t)e->bal_act,
                    .last_act = (int64_t)e->bal_head, .layer_bytes = (int64_t)e->bal_bytes, .inflight = infv, .split = n};
