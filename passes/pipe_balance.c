@@ -16,6 +16,7 @@
  *      largest count; ties: off the slower stage), down to the layers.
  * `pp N layers(balanced)` applies it (passes/stage.c); otherwise the plan prints it where it beats
  * the plan's split (passes/pipe_report.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,12 @@ int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_
 /* The most layers stage st runs within T (0: not even one). */
 static int64_t most_within(const PipeBalance *b, int st, double T) {
   int64_t k = 0;
+  double per = b->layer_f + b->layer_b, base = pipe_balance_stage_s(b, st, 0);
+  if (per > 0 && T >= base) { /* (linear in the layers: from below its quotient, then exact by the rule below) */
+    double q = floor((T - base) / per) - 1;
+    k = q < 0 ? 0 : q > (double)b->layers ? b->layers : (int64_t)q;
+  }
+  while (k > 0 && pipe_balance_stage_s(b, st, k) > T) k--;
   while (k < b->layers && pipe_balance_stage_s(b, st, k + 1) <= T) k++;
   return k;
 }
@@ -153,17 +160,26 @@ static bool split_by_time(const PipeBalance *b, int64_t *n) {
   int64_t L = b->layers;
   double best = -1;
   if (L < pp) return false;
-  for (int st = 0; st < pp; st++)
+  /* (the stages between the first and the last have the same figures: one of them stands for all) */
+  for (int st = 0; st < pp; st++) {
+    if (st > 1 && st < pp - 1) continue;
     for (int64_t k = 1; k <= L - pp + 1; k++) {
       double T = pipe_balance_stage_s(b, st, k);
       if (best >= 0 && T >= best) continue;
       int64_t sum = 0;
       for (int q = 0; q < pp && sum >= 0; q++) {
+        if (q > 1 && q < pp - 1) { /* as stage 1 */
+          int64_t most = most_within(b, 1, T);
+          sum = most ? sum + most * (pp - 2 - 1) : -1;
+          q = pp - 2;
+          continue;
+        }
         int64_t most = most_within(b, q, T);
         sum = most ? sum + most : -1;
       }
       if (sum >= L) best = T;
     }
+  }
   if (best < 0) return false;
   int64_t total = 0;
   for (int q = 0; q < pp; q++) total += n[q] = most_within(b, q, best);
