@@ -87,10 +87,37 @@ static double rank_s(const PipeBalance *b, const int64_t *n, int k) {
 /* From the most counts n (summing to total), one layer at a time off the stage where that leaves
  * the lowest peak, ties off the slower stage, down to the layers. Interleaved: off the slowest stage
  * (all its chunks: what bounds a rank's steady state), then as above among its chunks. */
+/* Without chunks: peak_bytes of n with one layer off stage q, from each stage's bytes x at the most
+ * count `most` (held by cnt stages) and the largest two of them (at i1, then x2): only taking the
+ * last layer of the one largest stage changes the padding (then: peak_bytes itself). */
+static int64_t peak_without(const PipeBalance *b, int64_t *n, int q, const int64_t *x, int64_t most, int cnt, int i1,
+                            int64_t x2) {
+  if (n[q] == most && cnt == 1) {
+    n[q]--;
+    int64_t p = peak_bytes(b, n);
+    n[q]++;
+    return p;
+  }
+  int64_t rest = q == i1 ? x2 : x[i1];
+  int64_t xq = pipe_balance_stage_bytes(b, q, n[q] - 1, most) + (b->fixed ? b->fixed[q] : 0);
+  return xq > rest ? xq : rest;
+}
+
 static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
+  int64_t *x = b->chunks > 1 ? NULL : malloc((size_t)b->pp * sizeof *x);
+  if (b->chunks <= 1 && !x) die("out of memory");
   for (; total > b->layers; total--) {
-    int w = -1;
-    int64_t wpeak = 0;
+    int w = -1, cnt = 0, i1 = 0;
+    int64_t wpeak = 0, most = 0, x2 = INT64_MIN;
+    if (x) { /* each stage's bytes now, the largest two */
+      for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
+      for (int s = 0; s < b->pp; s++) {
+        cnt += n[s] == most;
+        x[s] = pipe_balance_stage_bytes(b, s, n[s], most) + (b->fixed ? b->fixed[s] : 0);
+        if (x[s] > x[i1] || s == 0) x2 = s == 0 ? INT64_MIN : x[i1], i1 = s;
+        else if (x[s] > x2) x2 = x[s];
+      }
+    }
     for (int q = 0; q < b->pp; q++) {
       if (n[q] <= 1) continue;
       double rq = b->chunks > 1 ? rank_s(b, n, q) : 0, rw = b->chunks > 1 && w >= 0 ? rank_s(b, n, w) : 0;
@@ -98,9 +125,13 @@ static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
         if (rq > rw) w = q, n[q]--, wpeak = peak_bytes(b, n), n[q]++;
         continue;
       }
-      n[q]--;
-      int64_t peak = peak_bytes(b, n);
-      n[q]++;
+      int64_t peak;
+      if (x) peak = peak_without(b, n, q, x, most, cnt, i1, x2);
+      else {
+        n[q]--;
+        peak = peak_bytes(b, n);
+        n[q]++;
+      }
       if (w < 0 || peak < wpeak ||
           (peak == wpeak && pipe_balance_stage_s(b, q, n[q]) > pipe_balance_stage_s(b, w, n[w]))) {
         w = q;
@@ -109,6 +140,7 @@ static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
     }
     n[w]--;
   }
+  free(x);
 }
 
 /* With the device's memory: the most layers each stage runs within T whose every stage fits cap with

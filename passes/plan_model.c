@@ -228,6 +228,19 @@ static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M,
   return q;
 }
 
+/* A split made (plan_model_balance), kept by its figures: the times over a layer's forward and
+ * backward, the memory over a layer's activations, each rounded as the stage times are (pp_round), and
+ * the lists (their micro-batches in flight). */
+enum { SPLIT_BUCKETS = 4096, SPLIT_FIG = 7 };
+typedef struct PpSplit {
+  const PpProfile *lists;
+  int nv;
+  double fig[SPLIT_FIG];
+  bool ok, better;
+  int64_t n[RT_MAX_STAGES];
+  struct PpSplit *next;
+} PpSplit;
+
 void plan_model_free(PlanModel *pm) {
   for (PpProfile *p = pm->profiles, *n; p; p = n) {
     n = p->next;
@@ -239,6 +252,11 @@ void plan_model_free(PlanModel *pm) {
     free(p);
   }
   pm->profiles = NULL;
+  if (pm->splits)
+    for (int i = 0; i < SPLIT_BUCKETS; i++)
+      for (PpSplit *q = pm->splits[i], *nx; q; q = nx) nx = q->next, free(q);
+  free(pm->splits);
+  pm->splits = NULL;
 }
 
 /* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
@@ -608,21 +626,40 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
 bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, int64_t *n, bool *better) {
   int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
   if (better) *better = false;
-  if (pp <= 1 || nv > RT_MAX_STAGES || pm->layers < nv || !(e->bal_f > 0)) return false;
+  double u = e->bal_f + e->bal_b;
+  if (pp <= 1 || nv > RT_MAX_STAGES || pm->layers < nv || !(e->bal_f > 0) || !(e->bal_act > 0)) return false;
   const PpProfile *pr; /* the micro-batches in flight per stage on the schedule's lists (interleaved: shared
                         * among a stage's chunks), as pipe_balance_make has them */
   pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
-  int infv[RT_MAX_STAGES];
-  for (int k = 0; k < nv; k++) infv[k] = (pr->inflight[k % pp] + v - 1) / v;
-  PipeBalance b = {.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = e->bal_f, .layer_b = e->bal_b,
-                   .first_f = e->bal_f0, .first_b = e->bal_b0, .last_f = e->bal_fl, .layer_act = (int64_t)e->bal_act,
-                   .last_act = (int64_t)e->bal_head, .layer_bytes = (int64_t)e->bal_bytes, .inflight = infv, .split = n};
-  if (!pipe_balance_split(&b, n)) return false;
-  if (better && pm->layers % nv == 0) {
-    int64_t even[RT_MAX_STAGES];
-    for (int k = 0; k < nv; k++) even[k] = pm->layers / nv;
-    *better = pipe_balance_better(&b, even);
+  double fig[SPLIT_FIG] = {pp_round(e->bal_f / u), pp_round(e->bal_f0 / u), pp_round(e->bal_b0 / u), pp_round(e->bal_fl / u),
+                           pp_round(e->bal_head / e->bal_act), pp_round(e->bal_bytes / e->bal_act), (double)nv};
+  uint64_t h = (uint64_t)(uintptr_t)pr * 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < SPLIT_FIG; i++) h = (h ^ (uint64_t)(fig[i] * 1048576.0)) * 0x100000001B3ull;
+  if (!pm->splits && !(pm->splits = calloc(SPLIT_BUCKETS, sizeof *pm->splits))) die("plan model: out of memory");
+  PpSplit **slot = &pm->splits[h % SPLIT_BUCKETS], *q = *slot;
+  while (q && !(q->lists == pr && q->nv == nv && !memcmp(q->fig, fig, sizeof fig))) q = q->next;
+  if (!q) {
+    if (!(q = calloc(1, sizeof *q))) die("plan model: out of memory");
+    *q = (PpSplit){.lists = pr, .nv = nv, .next = *slot};
+    memcpy(q->fig, fig, sizeof fig);
+    *slot = q;
+    int infv[RT_MAX_STAGES];
+    for (int k = 0; k < nv; k++) infv[k] = (pr->inflight[k % pp] + v - 1) / v;
+    /* (the rounded figures: seconds in units of a layer's F + B, bytes of 2^20 per layer's activations) */
+    PipeBalance b = {.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = fig[0], .layer_b = 1 - fig[0],
+                     .first_f = fig[1], .first_b = fig[2], .last_f = fig[3], .layer_act = 1 << 20,
+                     .last_act = (int64_t)(fig[4] * (1 << 20)), .layer_bytes = (int64_t)(fig[5] * (1 << 20)),
+                     .inflight = infv, .split = q->n};
+    q->ok = pipe_balance_split(&b, q->n);
+    if (q->ok && pm->layers % nv == 0) {
+      int64_t even[RT_MAX_STAGES];
+      for (int k = 0; k < nv; k++) even[k] = pm->layers / nv;
+      q->better = pipe_balance_better(&b, even);
+    }
   }
+  if (!q->ok) return false;
+  memcpy(n, q->n, (size_t)nv * sizeof *n);
+  if (better) *better = q->better;
   return true;
 }
 

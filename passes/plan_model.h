@@ -47,6 +47,7 @@ typedef struct {
                                         read + written by the host per byte of its shard (CostReport) */
   double off_copies[2];       /* ... and its copies per step (device -> host, host -> device), all stages' */
   PpProfile *profiles;        /* the schedules' loads met so far, by schedule, pp, micro-batches, chunks */
+  struct PpSplit **splits;    /* the balanced splits made so far, by their (rounded) figures (plan_model_balance) */
 } PlanModel;
 
 /* A pipelined candidate's stage times, over a middle stage's F of one chunk (rounded to 1/8): its B
