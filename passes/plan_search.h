@@ -2,7 +2,9 @@
  * an analytic model and confirmed by the compiler (docs/planner.md).
  *
  * Candidates: dp x tp x pp x cp (their product the world) x sp x zero x recompute x micro-batch
- * (x schedule with pp), the global batch kept. Every candidate goes through the analytic model
+ * (x schedule with pp), the global batch kept; with pp, `layers(balanced)` stages where pp (x chunks)
+ * does not divide the layers, and beside the even ones where the balanced split beats them
+ * (pipe_balance_better, on the analytic figures: plan_model_balance). Every candidate goes through the analytic model
  * (passes/plan_model.c: memory per rank by class, step time), which orders them: those it fits,
  * fastest first. The top few are then compiled in full by the driver (the same source plus -D
  * overrides, on a fresh arena, a child process each): their memory is the memory plan's, judged by
