@@ -345,9 +345,9 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   /* every candidate through the analytic model: its memory and step, no compile */
   plan_model_init(&r->model, base, dev);
   /* candidates whose stages (pp x interleaved chunks) do not divide the layers: `layers(balanced)`
-   * (passes/pipe_balance.c); dropped: fewer than two layers a stage (or uneven stages over
-   * RT_MAX_STAGES: GPT-3's pp 64 on 96 layers, its schedules played at hundreds of micro-batches, took
-   * the analytic ranking from 2 to 9 CPU s), interleaved ones whose micro-batches are not a multiple of
+   * (passes/pipe_balance.c); dropped: more stages than layers, or uneven ones over SEARCH_UNEVEN_MAX
+   * (GPT-3's pp 64 on 96 layers, its schedules played at hundreds of micro-batches, took the analytic
+   * ranking from 2 to 9 CPU s), interleaved ones whose micro-batches are not a multiple of
    * pp (the schedule goes in groups of pp) */
   int kept = 0;
   for (int i = 0; i < l.n; i++) {
@@ -355,7 +355,7 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
     int nv = c.pp * (c.sched == SCHED_INTERLEAVED ? c.v : 1);
     if (c.sched == SCHED_INTERLEAVED && c.accum % c.pp) continue;
     if (c.pp > 1 && r->model.layers % nv) {
-      if (2 * nv > r->model.layers || nv > RT_MAX_STAGES) continue;
+      if (nv > r->model.layers || nv > SEARCH_UNEVEN_MAX) continue;
       c.bal = true;
     }
     l.v[kept++] = c;

@@ -25,6 +25,9 @@
 #include "plan_model.h"
 
 enum { SEARCH_KV = 12, SEARCH_KV_LEN = 40 };
+/* The most (virtual) stages of an uneven (`layers(balanced)`) candidate: more are not searched (their
+ * schedules' plays are the analytic model's cost; the compiler takes up to RT_MAX_STAGES). */
+enum { SEARCH_UNEVEN_MAX = 32 };
 
 /* Evaluates candidates: the driver compiles the source with each one's extra overrides ("key=value"),
  * silently, and fills it with plan_cand_measure (or status CAND_INVALID and err). The driver runs

@@ -86,7 +86,7 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
           (long long)ir_tokens_per_step(base));
   fprintf(f, "# device: %s\n", r->dev.source);
   fprintf(f, "# %d candidates (%d of them with `layers(balanced)` stages, `bal`: where pp (x chunks) does not divide the "
-             "layers, or the balanced split beats the even one; %d more dropped: uneven with fewer than two layers a stage, or "
+             "layers, or the balanced split beats the even one; %d more dropped: more stages than layers, uneven over 32, or "
              "interleaved micro-batches not a multiple of pp) ranked by the analytic model in "
              "%.2f s (passes/plan_model.c): %d fit, %d over the memory (not compiled; %d of those since their "
              "parameters and optimizer state alone exceed it)\n",
