@@ -123,7 +123,7 @@ void fe_topology(Fe *fe, const Decl *d) {
 /* ---- parallel plan ------------------------------------------------------------------ */
 static const char *const plan_keys[] = {"tp", "pp", "cp", "dp", "sp", "zero", "offload", "microbatches", "schedule",
                                         "interleave", "recompute", "bucket", "cross_node_tp", "cp_mode",
-                                        "weight_copy", NULL};
+                                        "weight_copy", "pp_layers", NULL};
 
 /* Named numeric arguments of a settings call, e.g. adamw(lr: 6e-4, betas: (0.9, 0.95)). */
 static bool expr_num(const Expr *e, double *out) {
@@ -296,6 +296,15 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
   } else if (strcmp(key, "weight_copy") == 0) {
     int i = sw_get_choice(c, key, ir_weight_copy_names, 3);
     if (i >= 0) p->weight_copy = (WeightCopy)i;
+  } else if (strcmp(key, "pp_layers") == 0) { /* `pp N layers(balanced)` as one key (`-D pp_layers=balanced`, what
+                                                * the plan search's confirmations pass); even: no `layers(..)` */
+    static const char *const names[] = {"even", "balanced"};
+    SrcLoc at = sw_peek(c) ? sw_peek(c)->loc : k->loc;
+    int i = sw_get_choice(c, key, names, 2);
+    if (i < 0) return;
+    p->stage_layers_loc = at;
+    p->nstage_layers = 0;
+    p->stage_balanced = i == 1;
   } else if (strcmp(key, "cross_node_tp") == 0) sw_get_bool(c, key, &p->allow_cross_node_tp);
   else sw_unknown_key(c, k, "parallel", plan_keys);
 }

@@ -16,6 +16,7 @@
  *      largest count; ties: off the slower stage), down to the layers.
  * `pp N layers(balanced)` applies it (passes/stage.c); otherwise the plan prints it where it beats
  * the plan's split (passes/pipe_report.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,12 @@ int64_t pipe_balance_stage_bytes(const PipeBalance *b, int st, int64_t n, int64_
 /* The most layers stage st runs within T (0: not even one). */
 static int64_t most_within(const PipeBalance *b, int st, double T) {
   int64_t k = 0;
+  double per = b->layer_f + b->layer_b, base = pipe_balance_stage_s(b, st, 0);
+  if (per > 0 && T >= base) { /* (linear in the layers: from below its quotient, then exact by the rule below) */
+    double q = floor((T - base) / per) - 1;
+    k = q < 0 ? 0 : q > (double)b->layers ? b->layers : (int64_t)q;
+  }
+  while (k > 0 && pipe_balance_stage_s(b, st, k) > T) k--;
   while (k < b->layers && pipe_balance_stage_s(b, st, k + 1) <= T) k++;
   return k;
 }
@@ -80,10 +87,37 @@ static double rank_s(const PipeBalance *b, const int64_t *n, int k) {
 /* From the most counts n (summing to total), one layer at a time off the stage where that leaves
  * the lowest peak, ties off the slower stage, down to the layers. Interleaved: off the slowest stage
  * (all its chunks: what bounds a rank's steady state), then as above among its chunks. */
+/* Without chunks: peak_bytes of n with one layer off stage q, from each stage's bytes x at the most
+ * count `most` (held by cnt stages) and the largest two of them (at i1, then x2): only taking the
+ * last layer of the one largest stage changes the padding (then: peak_bytes itself). */
+static int64_t peak_without(const PipeBalance *b, int64_t *n, int q, const int64_t *x, int64_t most, int cnt, int i1,
+                            int64_t x2) {
+  if (n[q] == most && cnt == 1) {
+    n[q]--;
+    int64_t p = peak_bytes(b, n);
+    n[q]++;
+    return p;
+  }
+  int64_t rest = q == i1 ? x2 : x[i1];
+  int64_t xq = pipe_balance_stage_bytes(b, q, n[q] - 1, most) + (b->fixed ? b->fixed[q] : 0);
+  return xq > rest ? xq : rest;
+}
+
 static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
+  int64_t *x = b->chunks > 1 ? NULL : malloc((size_t)b->pp * sizeof *x);
+  if (b->chunks <= 1 && !x) die("out of memory");
   for (; total > b->layers; total--) {
-    int w = -1;
-    int64_t wpeak = 0;
+    int w = -1, cnt = 0, i1 = 0;
+    int64_t wpeak = 0, most = 0, x2 = INT64_MIN;
+    if (x) { /* each stage's bytes now, the largest two */
+      for (int s = 0; s < b->pp; s++) most = n[s] > most ? n[s] : most;
+      for (int s = 0; s < b->pp; s++) {
+        cnt += n[s] == most;
+        x[s] = pipe_balance_stage_bytes(b, s, n[s], most) + (b->fixed ? b->fixed[s] : 0);
+        if (x[s] > x[i1] || s == 0) x2 = s == 0 ? INT64_MIN : x[i1], i1 = s;
+        else if (x[s] > x2) x2 = x[s];
+      }
+    }
     for (int q = 0; q < b->pp; q++) {
       if (n[q] <= 1) continue;
       double rq = b->chunks > 1 ? rank_s(b, n, q) : 0, rw = b->chunks > 1 && w >= 0 ? rank_s(b, n, w) : 0;
@@ -91,9 +125,13 @@ static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
         if (rq > rw) w = q, n[q]--, wpeak = peak_bytes(b, n), n[q]++;
         continue;
       }
-      n[q]--;
-      int64_t peak = peak_bytes(b, n);
-      n[q]++;
+      int64_t peak;
+      if (x) peak = peak_without(b, n, q, x, most, cnt, i1, x2);
+      else {
+        n[q]--;
+        peak = peak_bytes(b, n);
+        n[q]++;
+      }
       if (w < 0 || peak < wpeak ||
           (peak == wpeak && pipe_balance_stage_s(b, q, n[q]) > pipe_balance_stage_s(b, w, n[w]))) {
         w = q;
@@ -102,6 +140,7 @@ static void layers_off(const PipeBalance *b, int64_t *n, int64_t total) {
     }
     n[w]--;
   }
+  free(x);
 }
 
 /* With the device's memory: the most layers each stage runs within T whose every stage fits cap with
@@ -153,17 +192,26 @@ static bool split_by_time(const PipeBalance *b, int64_t *n) {
   int64_t L = b->layers;
   double best = -1;
   if (L < pp) return false;
-  for (int st = 0; st < pp; st++)
+  /* (the stages between the first and the last have the same figures: one of them stands for all) */
+  for (int st = 0; st < pp; st++) {
+    if (st > 1 && st < pp - 1) continue;
     for (int64_t k = 1; k <= L - pp + 1; k++) {
       double T = pipe_balance_stage_s(b, st, k);
       if (best >= 0 && T >= best) continue;
       int64_t sum = 0;
       for (int q = 0; q < pp && sum >= 0; q++) {
+        if (q > 1 && q < pp - 1) { /* as stage 1 */
+          int64_t most = most_within(b, 1, T);
+          sum = most ? sum + most * (pp - 2 - 1) : -1;
+          q = pp - 2;
+          continue;
+        }
         int64_t most = most_within(b, q, T);
         sum = most ? sum + most : -1;
       }
       if (sum >= L) best = T;
     }
+  }
   if (best < 0) return false;
   int64_t total = 0;
   for (int q = 0; q < pp; q++) total += n[q] = most_within(b, q, best);
@@ -180,6 +228,31 @@ bool pipe_balance_split(const PipeBalance *b, int64_t *n) {
     free(f);
   }
   return true;
+}
+
+void pipe_balance_figures(const PipeBalance *b, const int64_t *n, double *slow, int64_t *peak) {
+  int64_t most = 0;
+  *slow = 0;
+  *peak = 0;
+  for (int st = 0; st < b->pp; st++) most = n[st] > most ? n[st] : most;
+  for (int st = 0; st < b->pp; st++) {
+    double t = pipe_balance_stage_s(b, st, n[st]);
+    int64_t x = pipe_balance_stage_bytes(b, st, n[st], most);
+    *slow = t > *slow ? t : *slow;
+    *peak = x > *peak ? x : *peak;
+  }
+}
+
+bool pipe_balance_better(const PipeBalance *b, const int64_t *cur) {
+  if (!b->split) return false;
+  double slow, slow_cur;
+  int64_t peak, peak_cur;
+  pipe_balance_figures(b, b->split, &slow, &peak);
+  pipe_balance_figures(b, cur, &slow_cur, &peak_cur);
+  if (b->chunks > 1) return slow < slow_cur * (1 - 1e-9); /* interleaved: by time alone */
+  bool same = true;
+  for (int st = 0; st < b->pp; st++) same &= cur[st] == b->split[st];
+  return !same && (slow < slow_cur || (slow <= slow_cur && peak < peak_cur));
 }
 
 bool pipe_balance_fits(const PipeBalance *b, const int64_t *n) {

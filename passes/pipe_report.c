@@ -40,21 +40,6 @@ static double bubble_of(const PipePlan *p, const PipeBalance *b, const int64_t *
   return bubble;
 }
 
-/* The slowest stage's seconds and the largest stage memory that depends on the split (activations in
- * flight, the layer stacks padded to the largest count) with n[s] layers on stage s. */
-static void split_figures(const PipeBalance *b, const int64_t *n, double *slow, int64_t *peak) {
-  int64_t most = 0;
-  *slow = 0;
-  *peak = 0;
-  for (int st = 0; st < b->pp; st++) most = n[st] > most ? n[st] : most;
-  for (int st = 0; st < b->pp; st++) {
-    double t = pipe_balance_stage_s(b, st, n[st]);
-    int64_t x = pipe_balance_stage_bytes(b, st, n[st], most);
-    *slow = t > *slow ? t : *slow;
-    *peak = x > *peak ? x : *peak;
-  }
-}
-
 /* Stage bytes of split n by the calibrated model (b->fixed): the largest and its stage. */
 static int64_t fixed_peak(const PipeBalance *b, const int64_t *n, int *at) {
   int64_t most = 0, peak = -1;
@@ -114,13 +99,12 @@ static void print_balanced(FILE *f, const Module *m) {
     char t1[32], t2[32];
     int64_t *cur = calloc((size_t)b->pp, sizeof *cur);
     if (!cur) die("out of memory");
-    double slow = 0, slow_cur = 0;
-    for (int k = 0; k < b->pp; k++) {
-      cur[k] = p->stage[k % p->pp].chunk_layers[k / p->pp];
-      slow = fmax(slow, pipe_balance_stage_s(b, k, b->split[k]));
-      slow_cur = fmax(slow_cur, pipe_balance_stage_s(b, k, cur[k]));
-    }
-    if (slow < slow_cur * (1 - 1e-9)) {
+    double slow, slow_cur;
+    int64_t peak, peak_cur;
+    for (int k = 0; k < b->pp; k++) cur[k] = p->stage[k % p->pp].chunk_layers[k / p->pp];
+    pipe_balance_figures(b, b->split, &slow, &peak);
+    pipe_balance_figures(b, cur, &slow_cur, &peak_cur);
+    if (pipe_balance_better(b, cur)) {
       fprintf(f, "#   balanced by time over the virtual stages: layers ");
       print_split(f, b->split, b->pp);
       fprintf(f, " (chunk c of stage s at c x %d + s): the slowest virtual stage %s per micro-batch (this plan's ", p->pp,
@@ -146,17 +130,16 @@ static void print_balanced(FILE *f, const Module *m) {
   if (p->v > 1 || !b || !b->split) return;
   int64_t *cur = calloc((size_t)p->pp, sizeof *cur);
   if (!cur) die("out of memory");
-  bool even = true, same = true;
+  bool even = true;
   for (int st = 0; st < p->pp; st++) {
     cur[st] = p->stage[st].nlayers;
     even &= cur[st] == cur[0];
-    same &= cur[st] == b->split[st];
   }
   double slow, slow_cur;
   int64_t peak, peak_cur, most = 0;
   char t1[32], t2[32];
-  split_figures(b, b->split, &slow, &peak);
-  split_figures(b, cur, &slow_cur, &peak_cur);
+  pipe_balance_figures(b, b->split, &slow, &peak);
+  pipe_balance_figures(b, cur, &slow_cur, &peak_cur);
   for (int st = 0; st < p->pp; st++) most = b->split[st] > most ? b->split[st] : most;
   if (m->plan.stage_balanced) {
     fprintf(f, "#   layers(balanced): [");
@@ -168,7 +151,7 @@ static void print_balanced(FILE *f, const Module *m) {
               mib(pipe_balance_stage_bytes(b, st, b->split[st], most)));
     fprintf(f, "; bubble %.1f%%\n", 100.0 * bubble_of(p, b, b->split));
     if (b->fixed) print_memory_choice(f, p, b);
-  } else if (!same && (slow < slow_cur || (slow <= slow_cur && peak < peak_cur))) {
+  } else if (pipe_balance_better(b, cur)) {
     const char *what = even ? "even" : "this plan's";
     int64_t most_cur = 0;
     for (int st = 0; st < p->pp; st++) most_cur = cur[st] > most_cur ? cur[st] : most_cur;

@@ -205,6 +205,14 @@ bool pipe_balance_split(const PipeBalance *b, int64_t *n);
  * layers): Plan.stage_fixed for a compile with stage_cap = cap. NULL: nothing to weigh (not
  * `layers(balanced)`, no capacity, the plan fits and a later stage is the largest). */
 const int64_t *pipe_balance_calibrate(const Module *m0, double cap, Arena *a);
+/* The slowest stage's seconds and the largest stage memory that depends on the split (activations in
+ * flight, the layer stacks padded to the largest count) with n[s] layers on (virtual) stage s. */
+void pipe_balance_figures(const PipeBalance *b, const int64_t *n, double *slow, int64_t *peak);
+/* Whether b's balanced split (b->split) beats the split cur (even, or as written): a faster slowest
+ * stage, or as fast with less memory; interleaved, a faster slowest virtual stage. What the plan prints
+ * the balanced split as a suggestion on (passes/pipe_report.c) and the plan search adds a balanced
+ * candidate beside an even one on (passes/plan_search.c): one decision. */
+bool pipe_balance_better(const PipeBalance *b, const int64_t *cur);
 /* Whether every stage of split n fits b->cap by the calibrated model (true without b->fixed). */
 bool pipe_balance_fits(const PipeBalance *b, const int64_t *n);
 /* The stage pass's (passes/stage.c): the figures of m's micro-step region A, with its layer loops F and

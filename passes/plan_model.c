@@ -49,6 +49,7 @@ struct PpProfile {
   PipeSched s;            /* the lists */
   PipeStep *order;        /* pipe_sched_check's order of them */
   PpLoad *load;
+  int *inflight;          /* [pp]: the most micro-batches in flight per stage (pipe_sched_inflight) */
   PpPlay *plays;          /* the lists played with the times met */
   struct PpProfile *next;
 };
@@ -79,6 +80,7 @@ static void pareto_add(PpProfile *p, PpLoad x) {
  * play and the memory profile). GPT-3 on p4de-x128: 1/8 of F rounded its transfers of 0.066 F to
  * 0.125 (its pp 32 zb step 23.8 s, compiled 22.4 s). */
 static double pp_round(double x) {
+  if (x < 0) return -pp_round(-x); /* (an uneven split's first or last stage: less than a middle one) */
   if (!(x > 1.0 / 1024)) return 0;
   int ex;
   double m = frexp(x, &ex); /* [0.5, 1) */
@@ -98,6 +100,7 @@ static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double 
   for (int i = 0; i < PK_MERGE; i++) k[i] = pp_lkey(key[i]);
   for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = k[PK_B], t[2 * pp + st] = k[PK_W];
   t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL];
+  for (int i = 0; i < 3 * pp; i++) t[i] = fmax(t[i], 1.0 / 16); /* (an uneven split's lighter stages) */
   PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
   free(t);
   return s;
@@ -119,7 +122,7 @@ static double play_lists(const PipeSched *s, const PipeStep *order, const double
       if (in.op == 'F' && vs == 0) d += key[PK_F0];
       if (in.op == 'B' && vs == 0) d += key[PK_B0];
       if (in.op == 'F' && vs == nvs - 1) d += key[PK_FL];
-      pt.dur[st][k] = d;
+      pt.dur[st][k] = fmax(d, 1.0 / 64);
       if ((in.op == 'F' && vs > 0) || (in.op == 'B' && vs < nvs - 1)) pt.lat[st][k] = key[PK_LAT], pt.recv[st][k] = key[PK_RECV];
       if (k + 1 < s->len[st] && in.op == last_op && in.chunk == 0) pt.pre[st][k + 1] += key[PK_MERGE];
     }
@@ -187,6 +190,8 @@ static void pp_loads(PpProfile *p, const double *key) {
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
+  if (!(p->inflight = calloc((size_t)pp, sizeof(int)))) die("plan model: out of memory");
+  pipe_sched_inflight(&s, p->inflight);
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
   else free(order);
   free(a), free(left), free(hm), free(bw);
@@ -196,10 +201,10 @@ static void pp_loads(PpProfile *p, const double *key) {
  * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with), and their play
  * with the stage times key (kept by key). */
 static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
-                                const PpProfile **prof) {
+                                const double *list_key, const PpProfile **prof, bool play) {
   double lkey[PP_KEYS] = {0};
   if (kind == SCHED_ZB)
-    for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(key[i]);
+    for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(list_key[i]);
   PpProfile *p = pm->profiles;
   while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey))) p = p->next;
   if (!p) {
@@ -210,6 +215,7 @@ static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M,
     pp_loads(p, lkey);
   }
   *prof = p;
+  if (!play) return NULL; /* (the lists alone) */
   for (PpPlay *q = p->plays; q; q = q->next)
     if (!memcmp(q->key, key, sizeof q->key)) return q;
   PpPlay *q = calloc(1, sizeof *q);
@@ -222,6 +228,19 @@ static const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M,
   return q;
 }
 
+/* A split made (plan_model_balance), kept by its figures: the times over a layer's forward and
+ * backward, the memory over a layer's activations, each rounded as the stage times are (pp_round), and
+ * the lists (their micro-batches in flight). */
+enum { SPLIT_BUCKETS = 4096, SPLIT_FIG = 7 };
+typedef struct PpSplit {
+  const PpProfile *lists;
+  int nv;
+  double fig[SPLIT_FIG];
+  bool ok, better;
+  int64_t n[RT_MAX_STAGES];
+  struct PpSplit *next;
+} PpSplit;
+
 void plan_model_free(PlanModel *pm) {
   for (PpProfile *p = pm->profiles, *n; p; p = n) {
     n = p->next;
@@ -229,9 +248,15 @@ void plan_model_free(PlanModel *pm) {
     pipe_sched_free(&p->s);
     free(p->order);
     free(p->load);
+    free(p->inflight);
     free(p);
   }
   pm->profiles = NULL;
+  if (pm->splits)
+    for (int i = 0; i < SPLIT_BUCKETS; i++)
+      for (PpSplit *q = pm->splits[i], *nx; q; q = nx) nx = q->next, free(q);
+  free(pm->splits);
+  pm->splits = NULL;
 }
 
 /* Bandwidth-bound bytes per token per layer (units of hidden x dtype bytes) and kernels per layer per
@@ -272,7 +297,13 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   int best = 0;
   for (int k = 1; k < nc; k++)
     if (votes[k] > votes[best]) best = k;
-  pm->layers = nc ? (int)cand[best] : 1;
+  double rows = nc ? cand[best] : 1; /* the stacks' logical rows: the layers, padded under uneven stages */
+  pm->layers = (int)rows;
+  if (base->mesh && base->mesh->stage_rows[0]) { /* uneven stages (passes/stage.c): the layers are their sum */
+    int nv = base->mesh->dim[RT_AX_PP] * (base->mesh->stage_chunks > 1 ? base->mesh->stage_chunks : 1);
+    pm->layers = 0;
+    for (int k = 0; k < nv && k < RT_MAX_STAGES; k++) pm->layers += base->mesh->stage_rows[k];
+  }
   bool tp_known = base->mesh && base->mesh->dim[RT_AX_TP] > 1;
   double pbytes = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -284,11 +315,11 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     double b = numel * 4; /* the master copy: f32 */
     pbytes += numel * ir_dtype_size(v->dtype);
     pm->ntensors++;
-    bool layer = v->shape.rank >= 2 && logical_dim(base, v, 0) == pm->layers;
+    bool layer = v->shape.rank >= 2 && logical_dim(base, v, 0) == rows;
     if (layer) {
       bool tp = tp_known ? split_by_tp(v) : v->shape.rank >= 3;
-      if (v->shape.rank >= 3) pm->pl_mat += numel / pm->layers, pm->nl_mat++;
-      *(tp ? &pm->pl_split : &pm->pl_rep) += b / pm->layers;
+      if (v->shape.rank >= 3) pm->pl_mat += numel / rows, pm->nl_mat++;
+      *(tp ? &pm->pl_split : &pm->pl_rep) += b / rows;
     } else {
       double d0 = logical_dim(base, v, 0), dl = logical_dim(base, v, v->shape.rank - 1);
       if (v->shape.rank == 1 && !pm->d) pm->d = dl;
@@ -314,7 +345,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   if (!mm || !base->memplan) return;
   PlanCand c = {.tp = mm->dim[RT_AX_TP], .pp = mm->dim[RT_AX_PP], .cp = mm->dim[RT_AX_CP], .dp = mm->dim[RT_AX_DP],
                 .zero = base->plan.zero, .mb = (int)base->batch.micro, .accum = base->batch.accum, .sp = base->plan.sp,
-                .rec = base->plan.recompute, .sched = base->plan.schedule,
+                .rec = base->plan.recompute, .sched = base->plan.schedule, .bal = base->plan.stage_balanced,
                 .v = base->plan.interleave > 1 ? base->plan.interleave : 1};
   CostReport r;
   cost_estimate(base, dev, &r);
@@ -366,19 +397,29 @@ static double ring_s(double bytes, double factor, int n, double bw, double lat) 
   return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
 }
 
-void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
-                         PlanEstimate *e) {
+/* c's estimate with n[k] layers on (virtual) stage k (NULL: even). */
+static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
+                     PlanEstimate *e) {
   memset(e, 0, sizeof *e);
   int r = (int)c->rec;
   int dpn = base->mesh && base->mesh->devices_per_node > 0 ? base->mesh->devices_per_node : 1;
   double tp = c->tp, pp = c->pp, L = pm->layers, d = pm->d, cb = pm->cb;
-  double lst = L / pp;                            /* layers per stage */
+  double lst = L / pp;                            /* layers per stage (uneven: the slowest's, for time) */
+  double rows = lst;                              /* layer rows per stage held (uneven: padded to the largest) */
+  int nv = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
+  double lmaxc = 0;                               /* uneven: the largest (virtual) stage's layers */
+  if (n) {
+    int cnt[RT_MAX_STAGES];
+    for (int k = 0; k < nv; k++) lmaxc = fmax(lmaxc, (double)n[k]), cnt[k] = (int)n[k];
+    lst = lmaxc * nv / c->pp;
+    rows = nv > c->pp ? (double)rt_stage_local_rows(cnt, c->pp, nv / c->pp) : lmaxc;
+  }
   double tok = (double)c->mb * pm->seq / c->cp;   /* tokens per micro-step per rank (before tp) */
   double accum = (double)c->accum;
   /* ---- memory ---- */
   double p_layer = pm->pl_split / tp + pm->pl_rep;   /* one layer's f32 parameters on a rank */
   double p_other = pm->po_split / tp + pm->po_rep;   /* outside the layers: held on every stage */
-  double p_rank = p_layer * lst + p_other;
+  double p_rank = p_layer * rows + p_other;
   double zg = plan_zero_group(c);                 /* ZeRO's group: dp, under cp dp x cp (passes/zero.c) */
   double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   bool persistent;
@@ -418,6 +459,9 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
   /* ---- the pipeline's instructions (pp_key) ---- */
   double key[PP_KEYS] = {0}, tf = 0, opt_s = 0;
+  double lkey0[PP_KEYS] = {0}; /* zb's lists are made with every stage the slowest's (uneven: not its own
+                                * first and last stages; the analytic lists are shared with the even
+                                * stages': making them is the model's cost) */
   if (c->pp > 1) {
     /* a chunk's layers (lst / v of them) per micro-batch, their parts: the GEMMs a third each (dX in B,
      * dW in B, zb: in W; full recompute's forward again in B); attention's forward in F, its backward
@@ -455,6 +499,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     double p_mat = fmin(p_layer, pm->pl_mat * 4 / tp);
     double tw = g1 + wb * cb + sm * (p_layer - p_mat) * lst / cv * 2 - ko * lst / cv * pm->nl_mat;
     if (c->sched != SCHED_ZB) tb += tw, tw = 0;
+    double per = lst / cv; /* a chunk's layers */
     double emb = sm * (2 * unit + pm->vocab / tp * d * cb) + 4 * ko;
     double headf = sg * tok / tp * 6 * pm->vocab * d + sm * tok * pm->vocab / tp * 16 + ko * KERN_HEAD + 2 * ring * cv / lst;
     double merge = sm * pm->vocab / tp * d * (cb + 8) + 4 * ko; /* the head's and the embedding's gradients */
@@ -465,25 +510,52 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
       double raw[PP_KEYS] = {[PK_B] = tb, [PK_W] = tw, [PK_F0] = sm * 2 * unit + 2 * ko, [PK_B0] = emb, [PK_FL] = headf,
                              [PK_MERGE] = merge, [PK_LAT] = pl->latency_s,
                              [PK_RECV] = pl->bytes_per_s > 0 ? unit / (c->sp ? tp : 1) * share / pl->bytes_per_s : 0};
+      e->bal_f = tf / per, e->bal_b = (tb + tw) / per;
+      e->bal_f0 = raw[PK_F0], e->bal_b0 = raw[PK_B0], e->bal_fl = raw[PK_FL];
+      for (int i = 0; i < PP_KEYS; i++) lkey0[i] = pp_round(raw[i] / tf);
+      if (n) { /* the first and the last stage hold their own layers, the others the slowest's */
+        raw[PK_F0] += ((double)n[0] - lmaxc) * tf / per;
+        raw[PK_B0] += ((double)n[0] - lmaxc) * tb / per;
+        raw[PK_FL] += ((double)n[nv - 1] - lmaxc) * tf / per;
+      }
       for (int i = 0; i < PP_KEYS; i++) key[i] = pp_round(raw[i] / tf);
     }
     e->zb_b = key[PK_B], e->zb_w = key[PK_W];
     memcpy(e->pp_key, key, sizeof key);
+    /* the balance's memory figures (plan_model_balance) */
+    e->bal_act = per_layer;
+    e->bal_head = head;
+    e->bal_bytes = p_layer * (e->cls[MEM_PARAM] + e->cls[MEM_GRAD] + e->cls[MEM_OPTIM]) / p_rank;
+    if (c->bal && !n) return; /* (the figures the split is made from: no more) */
     /* after the last instruction: the optimizer's update (its bytes and calls) */
     opt_s = off ? 0 : sm * (p_rank / zd1) * (1 + pm->state_ratio) * 3 + ko * pm->ntensors * KERN_OPT_PER_TENSOR / pp;
   }
   if (c->pp > 1) { /* the schedule's in-flight loads (pp_profile) at their heaviest */
     const PpProfile *pr;
-    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, &pr);
+    const PpPlay *play = pp_profile(pm, c->sched, c->pp, (int)c->accum, c->v, key, lkey0, &pr, true);
     e->bubble = play->bubble; /* the lists played with the stages' times */
     e->pp_span_s = play->span * tf;
     e->pp_busy_s = play->busy * tf;
     double A = per_layer * lst / c->v;          /* a chunk's activations of one micro-batch */
+    double ulay = 1;                            /* uneven: the layers in flight over the largest stage's */
+    if (n) { /* uneven: the most loaded stage's activations in flight are the largest stage's of the
+              * balance's (inflight x its layers, as pipe_balance_stage_bytes), spread over its loads */
+      int *inf = pr->inflight, v = nv / c->pp, most_inf = 0;
+      double most_act = 0;
+      for (int st = 0; st < c->pp; st++) {
+        double lay = 0;
+        for (int k = 0; k < v; k++) lay += (double)n[k * c->pp + st];
+        most_act = fmax(most_act, inf[st] * lay / v);
+        most_inf = inf[st] > most_inf ? inf[st] : most_inf;
+      }
+      if (most_inf > 0) ulay = most_act / most_inf / (lst / c->v);
+    }
     double H = pm->vocab / tp * d * cb;         /* the head's (embedding's) gradient of one */
     /* zb: what B keeps for W besides the activations, the layers' output gradients (~25 hidden
      * states per token and layer, split like the activations: GPT-3 at pp 16, 1.56 x recompute
      * none's 16) */
-    double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst;
+    double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst * ulay;
+    A *= ulay;
     double most = 0;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
@@ -491,7 +563,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
       if (x > most) most = x;
     }
     /* the stage's layer weights in the compute precision, cast once per step (ZeRO-3: gathered) */
-    double wcopy = cb < 4 && c->zero < 3 ? p_layer * lst * cb / 4 : 0;
+    double wcopy = cb < 4 && c->zero < 3 ? p_layer * rows * cb / 4 : 0;
     e->cls[MEM_ACT] = most + copies + gather + wcopy;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
@@ -499,6 +571,7 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     e->cls[MEM_ACT] = per_layer * lst + head + copies + gather + wcast;
   }
   e->cls[MEM_INPUT] = 2.0 * 4 * tok * (c->pp > 1 ? accum : 1);
+
   e->largest = MEM_PARAM;
   for (int k = 0; k < MEM_COUNT; k++) {
     e->total += e->cls[k];
@@ -548,4 +621,54 @@ void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *de
     return;
   }
   e->step_s = (e->compute_s + e->exposed_s) / (1 - e->bubble) + e->offload_s;
+}
+
+bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e, int64_t *n, bool *better) {
+  int pp = c->pp, v = c->sched == SCHED_INTERLEAVED ? c->v : 1, nv = pp * v;
+  if (better) *better = false;
+  double u = e->bal_f + e->bal_b;
+  if (pp <= 1 || nv > RT_MAX_STAGES || pm->layers < nv || !(e->bal_f > 0) || !(e->bal_act > 0)) return false;
+  const PpProfile *pr; /* the micro-batches in flight per stage on the schedule's lists (interleaved: shared
+                        * among a stage's chunks), as pipe_balance_make has them */
+  pp_profile(pm, c->sched, pp, (int)c->accum, v, e->pp_key, e->pp_key, &pr, false);
+  double fig[SPLIT_FIG] = {pp_round(e->bal_f / u), pp_round(e->bal_f0 / u), pp_round(e->bal_b0 / u), pp_round(e->bal_fl / u),
+                           pp_round(e->bal_head / e->bal_act), pp_round(e->bal_bytes / e->bal_act), (double)nv};
+  uint64_t h = (uint64_t)(uintptr_t)pr * 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < SPLIT_FIG; i++) h = (h ^ (uint64_t)(fig[i] * 1048576.0)) * 0x100000001B3ull;
+  if (!pm->splits && !(pm->splits = calloc(SPLIT_BUCKETS, sizeof *pm->splits))) die("plan model: out of memory");
+  PpSplit **slot = &pm->splits[h % SPLIT_BUCKETS], *q = *slot;
+  while (q && !(q->lists == pr && q->nv == nv && !memcmp(q->fig, fig, sizeof fig))) q = q->next;
+  if (!q) {
+    if (!(q = calloc(1, sizeof *q))) die("plan model: out of memory");
+    *q = (PpSplit){.lists = pr, .nv = nv, .next = *slot};
+    memcpy(q->fig, fig, sizeof fig);
+    *slot = q;
+    int infv[RT_MAX_STAGES];
+    for (int k = 0; k < nv; k++) infv[k] = (pr->inflight[k % pp] + v - 1) / v;
+    /* (the rounded figures: seconds in units of a layer's F + B, bytes of 2^20 per layer's activations) */
+    PipeBalance b = {.pp = nv, .chunks = v, .layers = pm->layers, .layer_f = fig[0], .layer_b = 1 - fig[0],
+                     .first_f = fig[1], .first_b = fig[2], .last_f = fig[3], .layer_act = 1 << 20,
+                     .last_act = (int64_t)(fig[4] * (1 << 20)), .layer_bytes = (int64_t)(fig[5] * (1 << 20)),
+                     .inflight = infv, .split = q->n};
+    q->ok = pipe_balance_split(&b, q->n);
+    if (q->ok && pm->layers % nv == 0) {
+      int64_t even[RT_MAX_STAGES];
+      for (int k = 0; k < nv; k++) even[k] = pm->layers / nv;
+      q->better = pipe_balance_better(&b, even);
+    }
+  }
+  if (!q->ok) return false;
+  memcpy(n, q->n, (size_t)nv * sizeof *n);
+  if (better) *better = q->better;
+  return true;
+}
+
+void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
+                         PlanEstimate *e) {
+  estimate(pm, base, dev, c, NULL, e);
+  int64_t n[RT_MAX_STAGES];
+  if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
+  estimate(pm, base, dev, c, n, e);
+  e->nsplit = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
+  for (int k = 0; k < e->nsplit; k++) e->split[k] = (short)n[k];
 }

@@ -47,6 +47,7 @@ typedef struct {
                                         read + written by the host per byte of its shard (CostReport) */
   double off_copies[2];       /* ... and its copies per step (device -> host, host -> device), all stages' */
   PpProfile *profiles;        /* the schedules' loads met so far, by schedule, pp, micro-batches, chunks */
+  struct PpSplit **splits;    /* the balanced splits made so far, by their (rounded) figures (plan_model_balance) */
 } PlanModel;
 
 /* A pipelined candidate's stage times, over a middle stage's F of one chunk (rounded to 1/8): its B
@@ -68,6 +69,13 @@ typedef struct {
   double zb_b, zb_w;     /* pp: the B and W times over F its lists are made and played with (rounded; W: zb) */
   double pp_key[PP_KEYS]; /* pp: the stage times (above) the schedule is played with */
   double pp_span_s, pp_busy_s; /* pp: the played makespan; the last stage's instructions and work between */
+  /* pp: what the stage pass's balance (passes/pipe_balance.c) splits the layers by, per rank: one layer's
+   * forward and backward seconds per micro-batch, the embedding's forward and backward, the head's and
+   * loss's; one layer's activations kept per micro-batch, the head's; one layer's parameters, gradients
+   * and optimizer states */
+  double bal_f, bal_b, bal_f0, bal_b0, bal_fl, bal_act, bal_head, bal_bytes;
+  int nsplit;            /* layers(balanced) (PlanCand.bal): the (virtual) stages of split; else 0 */
+  short split[64];       /* their layers (RT_MAX_STAGES) */
 } PlanEstimate;
 
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
@@ -87,7 +95,16 @@ double plan_param_share(const Module *base, const struct PlanCand *c, double cb,
  * beside it, n tensors in turn (the last one's upload after its update); sync (offload_sync): every
  * copy and the update in turn. The analytic form of passes/cost.c's timeline. */
 double plan_offload_time(double compute_s, double d2h_s, double host_s, double h2d_s, int n, bool sync);
-/* Candidate c's analytic memory and time. */
+/* Candidate c's split balanced by the stage pass's rule (pipe_balance_split) with the analytic figures
+ * of e (c's estimate, its stages even) into n[pp x chunks]; *better (may be NULL): where the stages
+ * divide the layers, whether that split beats the even one as the plan's suggestion has it
+ * (pipe_balance_better). False: no split (more stages than layers, or than RT_MAX_STAGES). */
+bool plan_model_balance(PlanModel *pm, const struct PlanCand *c, const PlanEstimate *e, int64_t *n, bool *better);
+/* Candidate c's analytic memory and time; c->bal: with the layers split by plan_model_balance, the
+ * slowest (virtual) stage's layers on every stage but the first's and the last's own (their F and the
+ * first's B: the last's B is a full stage's), the activations in flight of the largest stage's (chunk's)
+ * layers, and every stage's parameters, gradients and optimizer state padded to the largest stage
+ * (interleaved: chunk c to the largest chunk c), as the compiled program holds them (passes/stage.c). */
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c,
                          PlanEstimate *e);
 void plan_model_free(PlanModel *pm);

@@ -50,13 +50,15 @@ int plan_cand_overrides(const Module *base, const PlanCand *c, char kv[SEARCH_KV
   snprintf(kv[n++], SEARCH_KV_LEN, "micro_batch=%d", c->mb);
   snprintf(kv[n++], SEARCH_KV_LEN, "batch=%lld", (long long)base->batch.global);
   if (c->pp > 1) snprintf(kv[n++], SEARCH_KV_LEN, "schedule=%s", sched_names[c->sched]);
+  /* always: a file's own `pp N layers(..)` is not the candidate's (at pp 1, an error) */
+  snprintf(kv[n++], SEARCH_KV_LEN, "pp_layers=%s", c->bal ? "balanced" : "even");
   return n;
 }
 
 void plan_cand_label(const PlanCand *c, char *buf, size_t cap) {
   static const char *const rec_short[] = {"none", "full", "sel"};
   int k = snprintf(buf, cap, "dp %d tp %d%s", c->dp, c->tp, c->sp ? "+sp" : "");
-  if (c->pp > 1) k += snprintf(buf + k, cap > (size_t)k ? cap - (size_t)k : 0, " pp %d %s", c->pp,
+  if (c->pp > 1) k += snprintf(buf + k, cap > (size_t)k ? cap - (size_t)k : 0, " pp %d%s %s", c->pp, c->bal ? " bal" : "",
                                c->sched == SCHED_INTERLEAVED ? "int2" : sched_names[c->sched]);
   if (c->cp > 1) k += snprintf(buf + k, cap > (size_t)k ? cap - (size_t)k : 0, " cp %d", c->cp);
   snprintf(buf + k, cap > (size_t)k ? cap - (size_t)k : 0, " z%d rc %s mb %d", c->zero, rec_short[c->rec], c->mb);
@@ -146,13 +148,17 @@ static int by_estimate(const void *pa, const void *pb) {
  * no more ZeRO, no more recompute, no smaller micro-batch. */
 static bool dominated_by(const PlanCand *c, const PlanCand *d) {
   return d->status == CAND_NOFIT && c->tp == d->tp && c->pp == d->pp && c->cp == d->cp && c->sp == d->sp &&
-         c->sched == d->sched && c->zero <= d->zero && rec_lean(c->rec) >= rec_lean(d->rec) && c->mb >= d->mb;
+         c->sched == d->sched && c->bal == d->bal && c->zero <= d->zero && rec_lean(c->rec) >= rec_lean(d->rec) && c->mb >= d->mb;
 }
 
 void plan_cand_measure(const Module *m, const CostDevice *dev, PlanCand *c) {
   bool fits = fit_plan_fits(m, &c->mem_total, &c->capacity);
   memcpy(c->by_class, m->memplan->by_class, sizeof c->by_class);
   c->largest = memplan_largest_class(m->memplan);
+  c->nstages = 0;
+  int nv = m->mesh ? m->mesh->dim[RT_AX_PP] * (m->mesh->stage_chunks > 1 ? m->mesh->stage_chunks : 1) : 0;
+  if (m->mesh && m->mesh->stage_rows[0] && nv <= (int)(sizeof c->stage_rows / sizeof c->stage_rows[0]))
+    for (int k = 0; k < nv; k++) c->stage_rows[c->nstages++] = (short)m->mesh->stage_rows[k];
   cost_estimate(m, dev, &c->cost);
   c->status = fits ? CAND_FITS : CAND_NOFIT;
 }
@@ -196,7 +202,7 @@ static void sort_ranked(int *idx, int n, const PlanCand *v) {
  * limit (an unrolled schedule or ring of many micro-steps) does the same at once for its pp, cp and
  * sp degrees at as many micro-steps or more (fewer, from a larger micro-batch, compile faster), and
  * a second one at any count; three timeouts count as one message like any other. */
-enum { REFUSALS = 3, PATTERNS = 64, NKNOB = 9 };
+enum { REFUSALS = 3, PATTERNS = 64, NKNOB = 10 };
 typedef struct {
   char msg[160];   /* numbers-free; "" for a timeout */
   bool pp1, cp1;   /* pp > 1, cp > 1 */
@@ -206,7 +212,7 @@ typedef struct {
 } Pattern;
 
 static void knobs(const PlanCand *c, int *k) {
-  int v[NKNOB] = {c->tp, c->pp, c->cp, c->dp, c->sp, c->zero, (int)c->rec, c->mb, (int)c->sched};
+  int v[NKNOB] = {c->tp, c->pp, c->cp, c->dp, c->sp, c->zero, (int)c->rec, c->mb, (int)c->sched, c->bal};
   memcpy(k, v, sizeof v);
 }
 
@@ -278,7 +284,12 @@ static void pattern_learn(Pattern *pt, int *n, const PlanCand *c) {
  * that split them (passes/storage.c's checkpoint counts the same values). */
 static double logical_bytes(const Module *m, OpKind op) {
   const Graph *g = m->graph;
-  double sum = 0;
+  double sum = 0, rows = 0, layers = 0; /* uneven stages: the stacks' logical rows (padded) and the layers */
+  if (m->mesh && m->mesh->stage_rows[0]) {
+    int pp = m->mesh->dim[RT_AX_PP], ch = m->mesh->stage_chunks > 1 ? m->mesh->stage_chunks : 1, cnt[RT_MAX_STAGES];
+    for (int k = 0; k < pp * ch && k < RT_MAX_STAGES; k++) layers += cnt[k] = m->mesh->stage_rows[k];
+    rows = (double)rt_stage_local_rows(cnt, pp, ch) * pp;
+  }
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     /* (a weight's persistent bf16 copy, passes/wshadow.c, is no optimizer state: the model counts the
@@ -287,6 +298,8 @@ static double logical_bytes(const Module *m, OpKind op) {
     const Value *v = n->out[0];
     double b = (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype);
     for (int d = 0; d < v->shape.rank; d++) b *= ir_dim_degree(&v->sharding, d, m->mesh);
+    if (rows > 0 && v->shape.rank >= 2 && (double)v->shape.dim[0] * ir_dim_degree(&v->sharding, 0, m->mesh) == rows)
+      b *= layers / rows; /* (a layer stack: its padding is no parameter) */
     sum += b;
   }
   return sum;
@@ -331,18 +344,44 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
   r->capacity = memplan_capacity(base, what, sizeof what);
   /* every candidate through the analytic model: its memory and step, no compile */
   plan_model_init(&r->model, base, dev);
-  /* dropped: candidates whose stages (pp x interleaved chunks) do not divide the layers, or interleaved
-   * ones whose micro-batches are not a multiple of pp (the schedule goes in groups of pp) */
+  /* candidates whose stages (pp x interleaved chunks) do not divide the layers: `layers(balanced)`
+   * (passes/pipe_balance.c); dropped: more stages than layers, or uneven ones over SEARCH_UNEVEN_MAX
+   * (GPT-3's pp 64 on 96 layers, its schedules played at hundreds of micro-batches, took the analytic
+   * ranking from 2 to 9 CPU s), interleaved ones whose micro-batches are not a multiple of
+   * pp (the schedule goes in groups of pp) */
   int kept = 0;
-  for (int i = 0; i < l.n; i++)
-    if (r->model.layers % (l.v[i].pp * (l.v[i].sched == SCHED_INTERLEAVED ? l.v[i].v : 1)) == 0 &&
-        !(l.v[i].sched == SCHED_INTERLEAVED && l.v[i].accum % l.v[i].pp))
-      l.v[kept++] = l.v[i];
-  r->indivisible = l.n - kept;
-  l.n = r->n = kept;
   for (int i = 0; i < l.n; i++) {
+    PlanCand c = l.v[i];
+    int nv = c.pp * (c.sched == SCHED_INTERLEAVED ? c.v : 1);
+    if (c.sched == SCHED_INTERLEAVED && c.accum % c.pp) continue;
+    if (c.pp > 1 && r->model.layers % nv) {
+      if (nv > r->model.layers || nv > SEARCH_UNEVEN_MAX) continue;
+      c.bal = true;
+    }
+    l.v[kept++] = c;
+  }
+  r->indivisible = l.n - kept;
+  l.n = kept;
+  /* where the stages divide the layers, the balanced split too where it beats the even one (the plan's
+   * suggestion, pipe_balance_better, on the analytic figures: plan_model_balance) */
+  int n0 = l.n;
+  for (int i = 0; i < n0; i++) {
     PlanCand *c = &l.v[i];
     plan_model_estimate(&r->model, base, dev, c, &c->ana);
+    int64_t split[RT_MAX_STAGES];
+    bool better;
+    if (c->pp > 1 && !c->bal && plan_model_balance(&r->model, c, &c->ana, split, &better) && better) {
+      PlanCand b = *c;
+      b.bal = true;
+      push(&l, &b); /* (may move l.v) */
+    }
+  }
+  for (int i = 0; i < l.n; i++) r->balanced += l.v[i].bal;
+  r->cand = l.v;
+  r->n = l.n;
+  for (int i = 0; i < l.n; i++) {
+    PlanCand *c = &l.v[i];
+    if (i >= n0) plan_model_estimate(&r->model, base, dev, c, &c->ana);
     c->est_s = c->ana.step_s;
     c->ana_fits = r->capacity <= 0 || c->ana.total * ana_frag(c) <= r->capacity;
     r->ana_fit += c->ana_fits;

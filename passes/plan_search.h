@@ -2,7 +2,9 @@
  * an analytic model and confirmed by the compiler (docs/planner.md).
  *
  * Candidates: dp x tp x pp x cp (their product the world) x sp x zero x recompute x micro-batch
- * (x schedule with pp), the global batch kept. Every candidate goes through the analytic model
+ * (x schedule with pp), the global batch kept; with pp, `layers(balanced)` stages where pp (x chunks)
+ * does not divide the layers, and beside the even ones where the balanced split beats them
+ * (pipe_balance_better, on the analytic figures: plan_model_balance). Every candidate goes through the analytic model
  * (passes/plan_model.c: memory per rank by class, step time), which orders them: those it fits,
  * fastest first. The top few are then compiled in full by the driver (the same source plus -D
  * overrides, on a fresh arena, a child process each): their memory is the memory plan's, judged by
@@ -22,7 +24,10 @@
 #include "module.h"
 #include "plan_model.h"
 
-enum { SEARCH_KV = 10, SEARCH_KV_LEN = 40 };
+enum { SEARCH_KV = 12, SEARCH_KV_LEN = 40 };
+/* The most (virtual) stages of an uneven (`layers(balanced)`) candidate: more are not searched (their
+ * schedules' plays are the analytic model's cost; the compiler takes up to RT_MAX_STAGES). */
+enum { SEARCH_UNEVEN_MAX = 32 };
 
 /* Evaluates candidates: the driver compiles the source with each one's extra overrides ("key=value"),
  * silently, and fills it with plan_cand_measure (or status CAND_INVALID and err). The driver runs
@@ -56,6 +61,7 @@ struct PlanCand {
   int tp, pp, cp, dp, zero, mb, v; /* v: interleaved chunks */
   int64_t accum;                   /* micro-steps (pipeline micro-batches) per step */
   bool sp;
+  bool bal;                        /* pp N layers(balanced) (`-D pp_layers=balanced`); else even stages */
   RecomputeKind rec;
   PipeSchedule sched;
   double est_s;                    /* the analytic step (ana.step_s) that orders the search */
@@ -70,6 +76,8 @@ struct PlanCand {
   CostReport cost;
   char err[160];                   /* CAND_INVALID: the compiler's first error */
   bool timed_out;                  /* CAND_INVALID: its compile ran out of time */
+  int nstages;                     /* compiled, uneven stages: the (virtual) stages of stage_rows; else 0 */
+  short stage_rows[64];            /* their layers as compiled (MeshMap.stage_rows) */
 };
 
 /* Knobs the user pinned with -D: the search keeps the file's (resolved) value for them. */
@@ -91,7 +99,8 @@ typedef struct {
   int *rank;        /* indices of the fitting ones, fastest first */
   int nranked;
   int compiled, nofit, invalid, dominated, unseen, slow, bound;
-  int indivisible;       /* candidates dropped since pp (x interleaved chunks) does not divide the layers */
+  int indivisible;       /* candidates dropped since pp (x interleaved chunks) exceeds the layers (or RT_MAX_STAGES uneven) */
+  int balanced;          /* candidates with layers(balanced): their stages do not divide the layers, or the split beats even */
   int ana_fit, ana_over; /* candidates the analytic model fits / puts over the capacity (not compiled) */
   int closest;           /* with no analytic fit: the candidate whose analytic memory is nearest the capacity (-1) */
   double analytic_s;     /* seconds the analytic model took over every candidate */

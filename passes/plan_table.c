@@ -85,10 +85,12 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
           mm->world, mm->nodes, mm->nodes == 1 ? "" : "s", mm->devices_per_node, (long long)base->batch.global,
           (long long)ir_tokens_per_step(base));
   fprintf(f, "# device: %s\n", r->dev.source);
-  fprintf(f, "# %d candidates (%d more whose pipeline stages do not divide the layers) ranked by the analytic model in "
+  fprintf(f, "# %d candidates (%d of them with `layers(balanced)` stages, `bal`: where pp (x chunks) does not divide the "
+             "layers, or the balanced split beats the even one; %d more dropped: more stages than layers, uneven over 32, or "
+             "interleaved micro-batches not a multiple of pp) ranked by the analytic model in "
              "%.2f s (passes/plan_model.c): %d fit, %d over the memory (not compiled; %d of those since their "
              "parameters and optimizer state alone exceed it)\n",
-          r->n, r->indivisible, r->analytic_s, r->ana_fit, r->ana_over + r->bound, r->bound);
+          r->n, r->balanced, r->indivisible, r->analytic_s, r->ana_fit, r->ana_over + r->bound, r->bound);
   fprintf(f, "# %d compiled to confirm in %.2f s (%.2f CPU s, the compiles' included): %d fit, %d do not fit, %d refused by the compiler; %d dropped unseen "
              "(dominated in memory by a compiled one that does not fit); %d not compiled since the compiler refused three "
              "like them with one message (or one of their degrees took over its time limit); %d not compiled (%s)\n",
@@ -123,6 +125,15 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
               cost_human_time(b, sizeof b, p->cost.step_s), p->cost.tokens_per_s, 100 * p->cost.mfu, mem,
               cost_human_time(c, sizeof c, p->cost.compute_s), cost_human_time(d, sizeof d, p->cost.exposed_comm_s),
               100 * p->cost.bubble, w);
+    }
+    for (int i = 0; i < r->nranked && i < top; i++) { /* the best `bal` row's split, and how to write it */
+      const PlanCand *p = &r->cand[r->rank[i]];
+      if (!p->bal) continue;
+      fprintf(f, "# row %d's stages: `pp %d layers(balanced)` (-D pp=%d -D pp_layers=balanced) compiled to layers [", i + 1,
+              p->pp, p->pp);
+      for (int k = 0; k < p->nstages; k++) fprintf(f, "%s%d", k ? ", " : "", p->stage_rows[k]);
+      fprintf(f, "]%s\n", p->nstages > p->pp ? " per virtual stage (chunk c of stage s at c x pp + s)" : "");
+      break;
     }
   }
   /* what did not make it: the best-estimated candidate that does not fit, and the first refusal */

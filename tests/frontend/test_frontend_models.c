@@ -128,8 +128,8 @@ static void test_models(void) {
 
 static void test_topologies(void) {
   static const char *const topos[] = {"p4d-x1.topo", "p4d-x4.topo", "p5.topo", "dgx-h100-superpod.topo", "t4x4.topo",
-                                      "cpu.topo"};
-  for (int i = 0; i < 6; i++) {
+                                      "cpu.topo", "dgx-h100-x256.topo"};
+  for (int i = 0; i < 7; i++) {
     Arena a;
     arena_init(&a);
     Module *m = compile(&a, "tiny.model", NULL, 0, topos[i]);
@@ -153,6 +153,9 @@ static void test_topologies(void) {
         CHECK(close_to(t->host_memory, 1152.0 * 1073741824.0) && close_to(t->pcie_bytes_per_s, 32e9), "p4d-x4 host");
       }
       if (i == 5) CHECK(t->cpu_only && strcmp(t->device, "cpu") == 0 && t->intra.kind == LINK_SHM, "cpu.topo");
+      if (i == 6)
+        CHECK(t->nodes == 256 && t->devices_per_node == 8 && strcmp(t->device, "h100_80g") == 0 && t->inter.kind == LINK_IB,
+              "dgx-h100-x256: 256 nodes of 8 H100s on InfiniBand");
     }
     arena_free(&a);
   }
@@ -181,6 +184,19 @@ static void test_defines(void) {
       if (m->graph->nodes[i]->op == OP_INPUT) tok = m->graph->nodes[i]->out[0];
     CHECK(tok && tok->shape.dim[0] == 2 * 4, "-D micro_batch binds batch (x dp 4 = 8 / tp 2)");
   }
+  /* -D pp_layers: `pp N layers(balanced)` as one key (the plan search's confirmations), or even stages
+   * in place of the file's `layers(..)` (llama3-405b.model: pp 16 layers(balanced)) */
+  m = compile(&a, "llama3-405b.model", NULL, 0, NULL);
+  CHECK(m && m->plan.pp == 16 && m->plan.tp == 8 && m->plan.stage_balanced && m->plan.zero == 1 &&
+            ir_param_count(m) == 405853388800LL,
+        "llama3-405b: tp 8, pp 16 layers(balanced), zero 1, 405,853,388,800 parameters (%lld)", m ? (long long)ir_param_count(m) : 0LL);
+  FeDefine even[] = {{"pp", "2"}, {"pp_layers", "even"}}, bal[] = {{"pp", "2"}, {"pp_layers", "balanced"}};
+  m = compile(&a, "llama3-405b.model", even, 2, NULL);
+  CHECK(m && m->plan.pp == 2 && !m->plan.stage_balanced && m->plan.nstage_layers == 0, "-D pp_layers=even clears layers(balanced)");
+  m = compile(&a, "tiny.model", bal, 2, NULL);
+  CHECK(m && m->plan.pp == 2 && m->plan.stage_balanced && m->plan.stage_layers_loc.file &&
+            diag_loc_is_cmdline(m->plan.stage_layers_loc) && m->plan.stage_layers_loc.line == 2,
+        "-D pp_layers=balanced sets layers(balanced), located at its value");
   arena_free(&a);
 }
 

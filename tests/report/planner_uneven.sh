@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tests/report/planner_uneven.sh — the plan search with uneven pipeline stages (docs/planner.md, "Candidates"):
+#  a. tiny with 5 layers on 4 CPU ranks, pp 4 pinned (no pp but 1 divides 5): every candidate is
+#     `pp 4 bal` (`layers(balanced)`), the ranked rows are compiled ones, the table names row 1's split
+#     (5 layers over 4 stages) and how to write it; `shardc plan` by hand with row 1's knobs as -D
+#     (-D pp=4 -D pp_layers=balanced ...) compiles that split and predicts row 1's step;
+#  b. models/llama3-405b.model (126 layers: among powers of two only pp 1 and 2 divide them) on its
+#     2048 H100s: the search ranks pp 16 candidates, balanced (`pp 16 bal`), and the file's own plan
+#     (tp 8, pp 16 layers(balanced)) plans and fits.
+# Usage: tests/report/planner_uneven.sh SHARDC
+set -uo pipefail
+shardc=${1:?usage: planner_uneven.sh SHARDC}
+source "$(dirname "$0")/lib.sh"
+step() { sed -n 's/^#   step  *\([0-9.e+]* [mu]*s\) .*/\1/p' | secs; }
+
+# a. tiny, 5 layers, pp 4
+tiny=(models/tiny.model -D layers=5 --world 4 -D batch=32)
+out=$("$shardc" plan "${tiny[@]}" -D pp=4 -D pp_layers=balanced --search --top 4 2>&1) || bad "tiny search failed: $out"
+rows=$(echo "$out" | sed -n '/^#  #  plan  *step/,/^# row /p' | grep '^# *[0-9]')
+[ "$(echo "$rows" | grep -c .)" -ge 2 ] || bad "tiny: fewer than 2 ranked rows: $out"
+echo "$rows" | grep -v -q ' pp 4 bal ' && bad "tiny: a ranked row without balanced stages: $rows"
+echo "$out" | grep -q '^# [0-9]* candidates ([0-9]* of them with `layers(balanced)`' || bad "tiny: no count of balanced candidates"
+split=$(echo "$out" | sed -n 's/^# row 1.s stages: `pp 4 layers(balanced)` (-D pp=4 -D pp_layers=balanced) compiled to layers \[\(.*\)\]$/\1/p')
+[ -n "$split" ] || bad "tiny: the table does not give row 1's split: $out"
+echo "$split" | awk -F', ' '{ s = 0; for (i = 1; i <= NF; i++) { if ($i < 1) exit 1; s += $i } exit !(NF == 4 && s == 5) }' ||
+  bad "tiny: row 1's split [$split] is not 5 layers over 4 stages"
+# row 1 by hand: "dp 1 tp 1 pp 4 bal zb z0 rc none mb 2" -> -D's
+row1=$(echo "$rows" | head -1)
+lab=$(echo "$row1" | sed 's/^# *1  *//; s/  .*//')
+dflags=$(echo "$lab" | awk '{ for (i = 1; i < NF; i++) {
+  if ($i == "dp") printf "-D dp=%s ", $(i + 1)
+  if ($i == "tp") { v = $(i + 1); sp = sub(/\+sp$/, "", v); printf "-D tp=%s -D sp=%s ", v, sp ? "on" : "off" }
+  if ($i == "pp") { printf "-D pp=%s ", $(i + 1); s = $(i + 2) == "bal" ? $(i + 3) : $(i + 2)
+                    printf "-D schedule=%s ", s == "int2" ? "interleaved" : s }
+  if ($i == "bal") printf "-D pp_layers=balanced "
+  if ($i ~ /^z[0-3]$/) printf "-D zero=%s ", substr($i, 2)
+  if ($i == "rc") printf "-D recompute=%s ", $(i + 1) == "sel" ? "selective" : $(i + 1)
+  if ($i == "mb") printf "-D micro_batch=%s ", $(i + 1) } }')
+want=$(echo "$row1" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^(ms|s|us)$/) { print $(i - 1), $i; exit } }' | secs)
+# shellcheck disable=SC2086
+hand=$("$shardc" plan "${tiny[@]}" $dflags --cost 2>&1) || bad "tiny by hand ($dflags) failed: $hand"
+got=$(echo "$hand" | step)
+[ -n "$want" ] && [ -n "$got" ] || bad "tiny: no step in row 1 ($row1) or by hand"
+awk -v a="$want" -v b="$got" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < 0.005) }' ||
+  bad "tiny: by hand ($dflags) predicts $got s, row 1 $want s (want within 0.5%: the row's figure to 3 digits)"
+echo "$hand" | grep -q "^#   layers(balanced): \[$split\]" || bad "tiny: by hand the stages are not row 1's [$split]"
+
+# b. Llama-3-405B: its own plan fits; the search ranks pp 16 with balanced stages
+own=$("$shardc" plan models/llama3-405b.model --target cuda 2>&1) || bad "llama3-405b: plan failed: $(echo "$own" | grep error)"
+echo "$own" | grep -q '^  plan: dp 16 tp 8 pp 16 cp 1 sp on zero 1' || bad "llama3-405b: not the tp 8, pp 16, dp 16 plan"
+echo "$own" | grep -q '^#   layers(balanced): \[7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7\]' ||
+  bad "llama3-405b: not the balanced split with lighter first and last stages: $(echo "$own" | grep 'layers(balanced)')"
+echo "$own" | grep -q '^#   capacity .*h100_80g memory: fits' || bad "llama3-405b: its plan does not fit"
+out=$("$shardc" plan models/llama3-405b.model --target cuda --search --budget 1 2>&1)
+echo "$out" | grep -q '^# *[0-9]* .* pp 16 bal ' || bad "llama3-405b: no pp 16 balanced candidate in the search's table: $out"
+echo "$out" | grep -q '^# [0-9]* candidates ([1-9][0-9]* of them with `layers(balanced)`' ||
+  bad "llama3-405b: no balanced candidates counted"
+exit $fail
