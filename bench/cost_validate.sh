@@ -7,15 +7,18 @@
 # a step's wall time is mostly waiting for a core; a rank waiting in a collective spins, so its
 # CPU time is the step's on an idle machine. Results: docs/performance.md ("Cost model").
 # BEFORE=DIR: another build's shardc (e.g. the commit before a cost-model change) predicts too,
-# printed beside (one measurement, two predictions), from this profile with its attention_* lines
-# replaced by those of that build's bench_calibrate, run right after this one's (so that only the
-# attention's model and calibration differ, not the GEMMs' run-to-run noise).
-# The attention-heavy plans run STEPS / 4 (tiny at seq 512) and STEPS / 8 (Llama-shaped) steps.
-#   [BEFORE=DIR] bench/cost_validate.sh [BUILD_DIR] [STEPS]
+# printed beside (one measurement, two predictions), from this profile with its lines matching
+# BEFORE_KEYS (an extended regex, default '^attention_') replaced by those of that build's
+# bench_calibrate, run right after this one's (so that only the changed terms' model and calibration
+# differ, not the rest's run-to-run noise); keys that build does not know must match BEFORE_KEYS.
+# The attention-heavy plans run STEPS / 4 (tiny at seq 512, and tiny at GPT-2's vocabulary: its
+# cross-entropy) and STEPS / 8 (Llama-shaped) steps.
+#   [BEFORE=DIR [BEFORE_KEYS=REGEX]] bench/cost_validate.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 steps=${2:-30}
 before=${BEFORE:+$(cd "$BEFORE" && pwd)}
+keys=${BEFORE_KEYS:-^attention_}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -25,8 +28,8 @@ echo "# $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), $step
 cat "$tmp/cpu.profile"
 if [ -n "$before" ]; then
   "$before/bench/bench_calibrate" "$tmp/before.cal" 1
-  { grep -v '^attention_' "$tmp/cpu.profile"; grep '^attention_' "$tmp/before.cal"; } >"$tmp/before.profile"
-  grep '^attention_' "$tmp/before.profile"
+  { grep -Ev "$keys" "$tmp/cpu.profile"; grep -E "$keys" "$tmp/before.cal"; } >"$tmp/before.profile"
+  grep -E "$keys" "$tmp/before.profile"
 fi
 head -c 200000 /dev/urandom | base64 >"$tmp/corpus.txt"
 secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
@@ -77,3 +80,5 @@ run models/tiny.model 4 -D tp=2 -D dp=2
 RUN_STEPS=$(((steps + 3) / 4)) run models/tiny.model 1 -D seq=512 -D micro_batch=4
 RUN_STEPS=$(((steps + 7) / 8)) run models/llama3-8b.model 1 -D vocab=256 -D seq=1024 -D d=256 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=512 \
   -D sp=off -D zero=0 -D recompute=none -D precision=f32 -D batch=2 -D micro_batch=2 -D dp=1 -D tp=1
+# the cross-entropy a large share: tiny at GPT-2's vocabulary (50257 logits a token)
+RUN_STEPS=$(((steps + 3) / 4)) run models/tiny.model 1 -D vocab=50257 -D micro_batch=4
