@@ -36,7 +36,13 @@
  * model's attention"): per score element it computes (rt_attn_scores: causal, the diagonal's
  * blocks whole) 4 hd FLOPs plus 62 FLOPs of online softmax at 65 GFLOP/s, 0.56 of the peak (0.8 of
  * sgemm 1024^3 in the same runs); its backward 10 hd plus 70 at the same rate: fitted to 9 shapes,
- * hd 16 to 128, seq 64 to 1024 (tiny's 13.8 GFLOP/s to hd 64's 53; each within 22 %). */
+ * hd 16 to 128, seq 64 to 1024 (tiny's 13.8 GFLOP/s to hd 64's 53; each within 22 %).
+ * The CPU's GEMMs (OpenBLAS sgemm, one thread; 2026-11-27, docs/performance.md "The CPU cost model's GEMMs
+ * and cross-entropy"): 0.73 of the peak (85 GFLOP/s) plus 0.34 ns per output element (its pass over C,
+ * sgemm_beta, and the stores: k 64 pays it on 128 FLOPs) and 0.19 ns per operand element (the packing),
+ * bench_calibrate's fit to 13 shapes (two runs: 79 and 91 GFLOP/s, 0.28 and 0.40 ns, 0.19 and 0.18 ns, each
+ * shape within 11 %); the cross-entropy (its forward and backward in one pass per row, the C and the LLVM
+ * kernel alike) 1.7 ns a logit: two exps and a max per logit, GPT-2's 50257 in the trainers (1.67 / 1.72). */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
   double gemm, gemm_fixed_s, attn, bw, overhead_s, overlap;
@@ -46,8 +52,8 @@ static const struct {
   double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
 } eff[2] = {
     [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0, 0, 0, 0.332 / 0.235, 544, {0}},
-    [KIND_CPU] = {0.60, 0, 0.56, 0.70, 1e-6, 0.0, 0, 0, 62, 1, 70,
-                  {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9, 0}},
+    [KIND_CPU] = {0.73, 0, 0.56, 0.70, 1e-6, 0.0, 0.34e-9, 0.19e-9, 62, 1, 70,
+                  {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9, 1.7e-9}},
 };
 
 void cost_device_defaults(const Module *m, CostDevice *d) {
