@@ -4,8 +4,11 @@
  *   bench_calibrate PROFILE [threads]     (threads: per rank, default 1, as the trainers run)
  *
  * What it measures, each the best of 5 rounds of at least 50 ms of CPU time (per thread):
- *   gemm_flops, gemm_half_flops   rt_matmul at trainer-sized GEMMs (k 64 ones of small models up
- *                    to GPT-2's 1024 x 3072 x 768): a least-squares line t = (f + half) / rate;
+ *   gemm_flops, gemm_half_flops, gemm_out_s, gemm_in_s  rt_matmul at 13 trainer-sized GEMMs (k 64 ones of
+ *                    small models, M 2048 ones of tiny at seq 512 and a Llama-shaped d 256 with their backward's
+ *                    transposed operands, up to GPT-2's 1024 x 3072 x 768): a least-squares fit, each shape
+ *                    weighted by 1 / t^2, of t = f / rate + fixed + out x (m n) + in x (m k + k n) (fixed as
+ *                    gemm_half_flops = fixed x rate; a coefficient the fit puts below 0 is dropped, 0);
  *   gemm_cold_bytes  the weight-gradient GEMMs (x^T dy at tiny's layer shapes) once with their operands
  *                    in the caches and once after 128 MiB were written (what a backward finds when it
  *                    reads the forward's saved activations): operand bytes over the extra time, the
@@ -34,6 +37,8 @@
  *   host_bandwidth   rt_adamw over 16 Mi parameters (7 x 4 B each read or written): plan offload's update on
  *                    the host (a CUDA plan's profile takes this line from a run on the GPU machine's host,
  *                    its threads those of the trainer's host, e.g. its cores);
+ *   elem_xent_s      rt_xent_fwd_bwd (the cross-entropy, forward and backward in one pass) over 64 rows of
+ *                    GPT-2's 50257 logits: seconds per logit (the forward alone beside it, in a comment);
  *   elem_*_s         the C elementwise kernels the CPU trainers call (runtime/ops/ops.c), seconds
  *                    per element over 128 Ki floats: rt_binary_f32 flat, through broadcast indices
  *                    ([8,64,256] + [8,1,256]), rt_reduce_to_f32 through indices ([512,256] -> [512,1]),
