@@ -16,8 +16,8 @@ trap 'rm -rf "$tmp"' EXIT
 classes() {
   perf report -i "$1" --no-children --sort dso,sym --stdio -F period,dso,sym 2>/dev/null | grep -v '^#' | awk '
     NF >= 3 { s = $NF; d = $2
-      c = s ~ /^mk_|^attn_(fwd|bwd)|^rt_attn/ ? "attention" : d ~ /openblas/ ? "GEMM" : s == "fma_avx2" ? "start-up" :
-          s ~ /^rt_xent|^rt_ce_/ ? "cross-entropy" : "other"
+      c = s ~ /^mk_|^attn_(fwd|bwd)|^rt_attn/ ? "attention" : d ~ /openblas/ ? "GEMM" : s == "fma_avx2" ? "start-up" : "other"
+      if (s ~ /^rt_xent|^rt_ce_/) c = "cross-entropy"
       sum[c] += $1 }
     END { for (c in sum) print c, sum[c] }'
 }

@@ -37,16 +37,14 @@
  * blocks whole) 4 hd FLOPs plus 62 FLOPs of online softmax at 65 GFLOP/s, 0.56 of the peak (0.8 of
  * sgemm 1024^3 in the same runs); its backward 10 hd plus 70 at the same rate: fitted to 9 shapes,
  * hd 16 to 128, seq 64 to 1024 (tiny's 13.8 GFLOP/s to hd 64's 53; each within 22 %).
- * The CPU's GEMMs (OpenBLAS sgemm, one thread; 2026-11-27, docs/performance.md "The CPU cost model's GEMMs
- * and cross-entropy"): 0.73 of the peak (85 GFLOP/s) plus 0.34 ns per output element (its pass over C,
- * sgemm_beta, and the stores: k 64 pays it on 128 FLOPs) and 0.19 ns per operand element (the packing),
- * bench_calibrate's fit to 13 shapes (two runs: 79 and 91 GFLOP/s, 0.28 and 0.40 ns, 0.19 and 0.18 ns, each
- * shape within 11 %); the cross-entropy (its forward and backward in one pass per row, the C and the LLVM
- * kernel alike) 1.7 ns a logit: two exps and a max per logit, GPT-2's 50257 in the trainers (1.67 / 1.72). */
+ * The CPU's GEMMs (OpenBLAS, one thread; docs/performance.md "The CPU cost model's GEMMs and cross-entropy"):
+ * 0.73 of the peak plus 0.34 ns an output element (C's pass, sgemm_beta) and 0.19 ns an operand element
+ * (packing), bench_calibrate's fits to 13 shapes; the cross-entropy (forward and backward in one pass, C and
+ * LLVM kernels alike) 1.7 ns a logit at GPT-2's 50257 in the trainers. */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
   double gemm, gemm_fixed_s, attn, bw, overhead_s, overlap;
-  double gemm_out_s, gemm_in_s; /* a GEMM's seconds per output and per operand element on top of its FLOPs */
+  double gemm_out_s, gemm_in_s; /* a GEMM's seconds per output and operand element on top of its FLOPs */
   double attn_score_flops; /* the forward's work per score element beyond its 4 hd FLOPs (its softmax) */
   double attn_bwd_ratio, attn_bwd_score_flops; /* the backward's rate / the forward's; its work per score element */
   double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
