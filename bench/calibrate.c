@@ -4,9 +4,10 @@
  *   bench_calibrate PROFILE [threads]     (threads: per rank, default 1, as the trainers run)
  *
  * What it measures, each the best of 5 rounds of at least 50 ms of CPU time (per thread):
- *   gemm_flops, gemm_half_flops, gemm_out_s, gemm_in_s  rt_matmul at 13 trainer-sized GEMMs (k 64 ones of
+ *   gemm_flops, gemm_half_flops, gemm_out_s, gemm_in_s  rt_matmul at 16 trainer-sized GEMMs (k 64 ones of
  *                    small models, M 2048 ones of tiny at seq 512 and a Llama-shaped d 256 with their backward's
- *                    transposed operands, up to GPT-2's 1024 x 3072 x 768): a least-squares fit, each shape
+ *                    transposed operands, GPT-2's 1024 x 3072 x 768 and its LM head's three at 4 x 64 tokens),
+ *                    timed in turn over 5 rounds of at least 20 ms each: a least-squares fit, each shape
  *                    weighted by 1 / t^2, of t = f / rate + fixed + out x (m n) + in x (m k + k n) (fixed as
  *                    gemm_half_flops = fixed x rate; a coefficient the fit puts below 0 is dropped, 0);
  *   gemm_cold_bytes  the weight-gradient GEMMs (x^T dy at tiny's layer shapes) once with their operands
@@ -161,6 +162,22 @@ static void run_adamw(void *a) {
 }
 
 static float *randv(int64_t n);
+
+/* Seconds per call of each of n calls f(arg + i size): 5 rounds, each timing every one in turn for at least 20 ms,
+ * the best round of each (the attention's way, below). */
+static void in_turn(Fn f, void *arg, size_t size, int n, double *t) {
+  for (int i = 0; i < n; i++) t[i] = 1e30;
+  for (int r = 0; r < 5; r++)
+    for (int i = 0; i < n; i++) {
+      int calls = 0;
+      double t0 = now(), dt;
+      do {
+        f((char *)arg + i * size);
+        calls++;
+      } while ((dt = now() - t0) < 0.02);
+      if (dt / calls < t[i]) t[i] = dt / calls;
+    }
+}
 
 /* Seconds per call of the forward and the backward of each of n attentions: 5 rounds, each timing every
  * call in turn for at least 20 ms (so that a burst of the machine's other work lands on one round, not
@@ -318,23 +335,27 @@ int main(int argc, char **argv) {
   /* GEMM time: t = f / rate + fixed + out x (m n) + in x (m k + k n), least squares over trainer-sized shapes,
    * each point weighted 1 / t^2 (its relative error: unweighted, the largest shape's noise set the small
    * terms), with the small models' own: M 2048 (seq 512 x 4) at k 64 and 256, their backward's dX (B^T)
-   * and dW (A^T, k 2048). One rate alone put tiny's and a Llama-shaped model's GEMMs 19-23 % under what
+   * and dW (A^T, k 2048), and GPT-2's LM head at 4 x 64 tokens (its 51 MB of logits out of the caches: the
+   * logits, dx and dwte). One rate alone put tiny's and a Llama-shaped model's GEMMs 19-23 % under what
    * they take in the trainers: OpenBLAS's pass over C (sgemm_beta) and its packing do not shrink with k. */
   static const int64_t shapes[][5] = {
       {512, 192, 64, 0, 0},   {512, 64, 64, 0, 0},     {512, 256, 64, 0, 0},     {512, 64, 256, 0, 0},
       {512, 256, 256, 0, 0},  {1024, 768, 768, 0, 0},  {1024, 3072, 768, 0, 0},  {2048, 256, 64, 0, 0},
       {2048, 64, 256, 0, 0},  {2048, 768, 256, 0, 0},  {2048, 64, 192, 0, 1},    {64, 192, 2048, 1, 0},
-      {256, 768, 2048, 1, 0}}; /* m n k ta tb */
+      {256, 768, 2048, 1, 0}, {256, 50257, 64, 0, 1}, {256, 64, 50257, 0, 0}, {50257, 64, 256, 1, 0}}; /* m n k ta tb */
   enum { NS = sizeof shapes / sizeof shapes[0], NT = 4 };
   double fx[NS], ty[NS], X[NS][NT];
+  Gemm gs[NS];
   for (int i = 0; i < NS; i++) {
-    Gemm g = {shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], (int)shapes[i][4], NULL, NULL, NULL};
-    g.a = randv(g.m * g.k), g.b = randv(g.k * g.n), g.c = randv(g.m * g.n);
-    fx[i] = 2.0 * (double)(g.m * g.n * g.k);
-    ty[i] = time_call(run_gemm, &g);
-    free(g.a), free(g.b), free(g.c);
-    X[i][0] = fx[i], X[i][1] = 1, X[i][2] = (double)(g.m * g.n), X[i][3] = (double)(g.k * (g.m + g.n));
+    Gemm *g = &gs[i];
+    *g = (Gemm){shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], (int)shapes[i][4], NULL, NULL, NULL};
+    g->a = randv(g->m * g->k), g->b = randv(g->k * g->n), g->c = randv(g->m * g->n);
+    fx[i] = 2.0 * (double)(g->m * g->n * g->k);
+    X[i][0] = fx[i], X[i][1] = 1, X[i][2] = (double)(g->m * g->n), X[i][3] = (double)(g->k * (g->m + g->n));
+    run_gemm(g); /* warm up */
   }
+  in_turn(run_gemm, gs, sizeof *gs, NS, ty); /* the shapes in turn (a burst of the machine's other work: one round) */
+  for (int i = 0; i < NS; i++) free(gs[i].a), free(gs[i].b), free(gs[i].c);
   double gc[NT];
   fit_nonneg(NS, NT, X, ty, gc);
   double gemm = gc[0] > 0 ? 1.0 / gc[0] : fx[NS - 1] / ty[NS - 1], half = gc[1] * gemm, gout = gc[2], gin = gc[3];
