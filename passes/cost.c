@@ -38,8 +38,8 @@
  * sgemm 1024^3 in the same runs); its backward 10 hd plus 70 at the same rate: fitted to 9 shapes,
  * hd 16 to 128, seq 64 to 1024 (tiny's 13.8 GFLOP/s to hd 64's 53; each within 22 %).
  * The CPU's GEMMs (OpenBLAS, one thread; docs/performance.md "The CPU cost model's GEMMs and cross-entropy"):
- * 0.73 of the peak plus 0.34 ns an output element (C's pass, sgemm_beta) and 0.19 ns an operand element
- * (packing), bench_calibrate's fits to 13 shapes; the cross-entropy (forward and backward in one pass, C and
+ * 0.60 of the peak (as before: the trainers' large GEMMs) plus 0.34 ns an output element (C's pass, sgemm_beta)
+ * and 0.19 ns an operand element (packing), bench_calibrate's fits; the cross-entropy (forward and backward in one pass, C and
  * LLVM kernels alike) 1.7 ns a logit at GPT-2's 50257 in the trainers. */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
@@ -50,7 +50,7 @@ static const struct {
   double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
 } eff[2] = {
     [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0, 0, 0, 0.332 / 0.235, 544, {0}},
-    [KIND_CPU] = {0.73, 0, 0.56, 0.70, 1e-6, 0.0, 0.34e-9, 0.19e-9, 62, 1, 70,
+    [KIND_CPU] = {0.60, 0, 0.56, 0.70, 1e-6, 0.0, 0.34e-9, 0.19e-9, 62, 1, 70,
                   {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9, 1.7e-9}},
 };
 
