@@ -4,8 +4,12 @@
  *   bench_calibrate PROFILE [threads]     (threads: per rank, default 1, as the trainers run)
  *
  * What it measures, each the best of 5 rounds of at least 50 ms of CPU time (per thread):
- *   gemm_flops, gemm_half_flops   rt_matmul at trainer-sized GEMMs (k 64 ones of small models up
- *                    to GPT-2's 1024 x 3072 x 768): a least-squares line t = (f + half) / rate;
+ *   gemm_flops, gemm_half_flops, gemm_out_s, gemm_in_s  rt_matmul at 16 trainer-sized GEMMs (k 64 ones of
+ *                    small models, M 2048 ones of tiny at seq 512 and a Llama-shaped d 256 with their backward's
+ *                    transposed operands, GPT-2's 1024 x 3072 x 768 and its LM head's three at 4 x 64 tokens),
+ *                    timed in turn over 5 rounds of at least 20 ms each: a least-squares fit, each shape
+ *                    weighted by 1 / t^2, of t = f / rate + fixed + out x (m n) + in x (m k + k n) (fixed as
+ *                    gemm_half_flops = fixed x rate; a coefficient the fit puts below 0 is dropped, 0);
  *   gemm_cold_bytes  the weight-gradient GEMMs (x^T dy at tiny's layer shapes) once with their operands
  *                    in the caches and once after 128 MiB were written (what a backward finds when it
  *                    reads the forward's saved activations): operand bytes over the extra time, the
@@ -34,6 +38,8 @@
  *   host_bandwidth   rt_adamw over 16 Mi parameters (7 x 4 B each read or written): plan offload's update on
  *                    the host (a CUDA plan's profile takes this line from a run on the GPU machine's host,
  *                    its threads those of the trainer's host, e.g. its cores);
+ *   elem_xent_s      rt_xent_fwd_bwd (the cross-entropy, forward and backward in one pass) over 64 rows of
+ *                    GPT-2's 50257 logits: seconds per logit (the forward alone beside it, in a comment);
  *   elem_*_s         the C elementwise kernels the CPU trainers call (runtime/ops/ops.c), seconds
  *                    per element over 128 Ki floats: rt_binary_f32 flat, through broadcast indices
  *                    ([8,64,256] + [8,1,256]), rt_reduce_to_f32 through indices ([512,256] -> [512,1]),
@@ -44,6 +50,7 @@
  * asynchronous collectives between kernels).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,11 +89,12 @@ static double time_call(Fn f, void *arg) {
 
 typedef struct {
   int64_t m, n, k;
+  int ta, tb;
   float *a, *b, *c;
 } Gemm;
 static void run_gemm(void *p) {
   Gemm *g = p;
-  rt_matmul(1, 1, g->m, g->n, g->k, 0, 0, g->a, g->b, 0.0f, g->c);
+  rt_matmul(1, 1, g->m, g->n, g->k, g->ta, g->tb, g->a, g->b, 0.0f, g->c);
 }
 
 typedef struct {
@@ -129,6 +137,19 @@ static void run_elem(void *p) {
   }
 }
 
+/* the cross-entropy: rows of GPT-2's vocabulary, its forward and backward in one pass (what both CPU code
+ * generators emit for the fused pair) or the forward alone (d NULL) */
+typedef struct {
+  int64_t N, V;
+  float *x, *d;
+  int32_t *t;
+  void *ws;
+} Xent;
+static void run_xent(void *p) {
+  Xent *e = p;
+  rt_xent_fwd_bwd(e->N, e->V, e->V, e->x, e->t, 1.0f, e->d, e->ws);
+}
+
 /* plan offload's host update (passes/zero_offload.c: rt_adamw_f32 on the host's threads): rt_adamw over
  * 16 Mi parameters, 64 MiB a stream (out of the caches, as GPT-2's 124M are) */
 typedef struct {
@@ -141,6 +162,22 @@ static void run_adamw(void *a) {
 }
 
 static float *randv(int64_t n);
+
+/* Seconds per call of each of n calls f(arg + i size): 5 rounds, each timing every one in turn for at least 20 ms,
+ * the best round of each (the attention's way, below). */
+static void in_turn(Fn f, void *arg, size_t size, int n, double *t) {
+  for (int i = 0; i < n; i++) t[i] = 1e30;
+  for (int r = 0; r < 5; r++)
+    for (int i = 0; i < n; i++) {
+      int calls = 0;
+      double t0 = now(), dt;
+      do {
+        f((char *)arg + i * size);
+        calls++;
+      } while ((dt = now() - t0) < 0.02);
+      if (dt / calls < t[i]) t[i] = dt / calls;
+    }
+}
 
 /* Seconds per call of the forward and the backward of each of n attentions: 5 rounds, each timing every
  * call in turn for at least 20 ms (so that a burst of the machine's other work lands on one round, not
@@ -171,6 +208,46 @@ static void fit_line(const double *x, const double *y, int n, double *s, double 
   *s = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
   *c = (sy - *s * sx) / sw;
 }
+/* y = X c by least squares over n points of p terms, each point weighted by 1 / y^2, every c >= 0: a term
+ * whose coefficient comes out negative (noise, or nothing of it on this machine) is dropped and the rest
+ * fitted again. */
+static void fit_nonneg(int n, int p, double X[][4], const double *y, double *c) {
+  bool on[4] = {true, true, true, true};
+  for (int round = 0; round < p; round++) {
+    double A[4][5] = {{0}};
+    for (int i = 0; i < n; i++) {
+      double w = 1 / (y[i] * y[i]);
+      for (int r = 0; r < p; r++)
+        for (int q = 0; q <= p; q++) A[r][q] += w * X[i][r] * (q < p ? X[i][q] : y[i]);
+    }
+    for (int r = 0; r < p; r++) /* a dropped term: c = 0 */
+      if (!on[r]) {
+        for (int q = 0; q <= p; q++) A[r][q] = q == r;
+        for (int q = 0; q < p; q++)
+          if (q != r) A[q][r] = 0;
+      }
+    for (int r = 0; r < p; r++) { /* Gauss-Jordan with partial pivoting */
+      int b = r;
+      for (int q = r + 1; q < p; q++)
+        if (fabs(A[q][r]) > fabs(A[b][r])) b = q;
+      for (int q = 0; q <= p; q++) {
+        double t = A[r][q];
+        A[r][q] = A[b][q], A[b][q] = t;
+      }
+      for (int q = 0; q < p; q++)
+        if (q != r && A[r][r] != 0) {
+          double f = A[q][r] / A[r][r];
+          for (int e = r; e <= p; e++) A[q][e] -= f * A[r][e];
+        }
+    }
+    bool neg = false;
+    for (int r = 0; r < p; r++) {
+      c[r] = on[r] && A[r][r] != 0 ? A[r][p] / A[r][r] : 0;
+      if (c[r] < 0) on[r] = false, neg = true, c[r] = 0;
+    }
+    if (!neg) return;
+  }
+}
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -186,7 +263,7 @@ static double cold_rate(void) {
   if (!flush) return 0;
   double extra = 0, bytes = 0;
   for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-    Gemm g = {ws[i][0], ws[i][1], ws[i][2], NULL, NULL, NULL};
+    Gemm g = {ws[i][0], ws[i][1], ws[i][2], 1, 0, NULL, NULL, NULL};
     g.a = randv(g.k * g.m), g.b = randv(g.k * g.n), g.c = randv(g.m * g.n);
     double hot[R], cold[R];
     for (int r = 0; r < R; r++) {
@@ -255,25 +332,33 @@ int main(int argc, char **argv) {
   rt_set_threads(threads);
   nthreads = threads;
 
-  /* GEMM time against FLOPs is a line, t = (f + half) / rate: least squares over trainer-sized
-   * shapes (small models' k = 64 ones up to GPT-2's), each point weighted 1 / t^2 (its relative
-   * error: unweighted, a 1 % change in the largest shape's 60 ms moved the intercept by 5e6-1e7
-   * FLOPs, the small shapes' whole time, and half came out 0 to 1.8e7 between runs) */
-  static const int64_t shapes[][3] = {{512, 192, 64}, {512, 64, 64},   {512, 256, 64},  {512, 64, 256},
-                                      {512, 256, 256}, {1024, 768, 768}, {1024, 3072, 768}};
-  enum { NS = sizeof shapes / sizeof shapes[0] };
-  double fx[NS], ty[NS], sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  /* GEMM time: t = f / rate + fixed + out x (m n) + in x (m k + k n), least squares over trainer-sized shapes,
+   * each point weighted 1 / t^2 (its relative error: unweighted, the largest shape's noise set the small
+   * terms), with the small models' own: M 2048 (seq 512 x 4) at k 64 and 256, their backward's dX (B^T)
+   * and dW (A^T, k 2048), and GPT-2's LM head at 4 x 64 tokens (its 51 MB of logits out of the caches: the
+   * logits, dx and dwte). One rate alone put tiny's and a Llama-shaped model's GEMMs 19-23 % under what
+   * they take in the trainers: OpenBLAS's pass over C (sgemm_beta) and its packing do not shrink with k. */
+  static const int64_t shapes[][5] = {
+      {512, 192, 64, 0, 0},   {512, 64, 64, 0, 0},     {512, 256, 64, 0, 0},     {512, 64, 256, 0, 0},
+      {512, 256, 256, 0, 0},  {1024, 768, 768, 0, 0},  {1024, 3072, 768, 0, 0},  {2048, 256, 64, 0, 0},
+      {2048, 64, 256, 0, 0},  {2048, 768, 256, 0, 0},  {2048, 64, 192, 0, 1},    {64, 192, 2048, 1, 0},
+      {256, 768, 2048, 1, 0}, {256, 50257, 64, 0, 1}, {256, 64, 50257, 0, 0}, {50257, 64, 256, 1, 0}}; /* m n k ta tb */
+  enum { NS = sizeof shapes / sizeof shapes[0], NT = 4 };
+  double fx[NS], ty[NS], X[NS][NT];
+  Gemm gs[NS];
   for (int i = 0; i < NS; i++) {
-    Gemm g = {shapes[i][0], shapes[i][1], shapes[i][2], NULL, NULL, NULL};
-    g.a = randv(g.m * g.k), g.b = randv(g.k * g.n), g.c = randv(g.m * g.n);
-    fx[i] = 2.0 * (double)(g.m * g.n * g.k);
-    ty[i] = time_call(run_gemm, &g);
-    free(g.a), free(g.b), free(g.c);
-    double w = 1 / (ty[i] * ty[i]);
-    sw += w, sx += w * fx[i], sy += w * ty[i], sxx += w * fx[i] * fx[i], sxy += w * fx[i] * ty[i];
+    Gemm *g = &gs[i];
+    *g = (Gemm){shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], (int)shapes[i][4], NULL, NULL, NULL};
+    g->a = randv(g->m * g->k), g->b = randv(g->k * g->n), g->c = randv(g->m * g->n);
+    fx[i] = 2.0 * (double)(g->m * g->n * g->k);
+    X[i][0] = fx[i], X[i][1] = 1, X[i][2] = (double)(g->m * g->n), X[i][3] = (double)(g->k * (g->m + g->n));
+    run_gemm(g); /* warm up */
   }
-  double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx), icpt = (sy - slope * sx) / sw;
-  double gemm = 1.0 / slope, half = icpt > 0 ? icpt * gemm : 0;
+  in_turn(run_gemm, gs, sizeof *gs, NS, ty); /* the shapes in turn (a burst of the machine's other work: one round) */
+  for (int i = 0; i < NS; i++) free(gs[i].a), free(gs[i].b), free(gs[i].c);
+  double gc[NT];
+  fit_nonneg(NS, NT, X, ty, gc);
+  double gemm = gc[0] > 0 ? 1.0 / gc[0] : fx[NS - 1] / ty[NS - 1], half = gc[1] * gemm, gout = gc[2], gin = gc[3];
   double cold = cold_rate();
   double block, spread = spread_rate(&block);
   /* attention: seconds per computed score element at three head dims, a line in hd (see the top) */
@@ -328,6 +413,21 @@ int main(int argc, char **argv) {
   for (el.which = 0; el.which < 5; el.which++) elem[el.which] = time_call(run_elem, &el) / ELEM_N;
   free(el.x), free(el.b), free(el.y);
 
+  Xent xe = {64, 50257, NULL, NULL, NULL, NULL};
+  xe.x = randv(xe.N * xe.V), xe.d = randv(xe.N * xe.V), xe.t = malloc((size_t)xe.N * sizeof *xe.t);
+  xe.ws = malloc(rt_xent_workspace_bytes(xe.N));
+  if (!xe.t || !xe.ws) {
+    fprintf(stderr, "calibrate: out of memory\n");
+    return 1;
+  }
+  for (int64_t i = 0; i < xe.N * xe.V; i++) xe.x[i] *= 8.0f; /* logits of a few units */
+  for (int64_t r = 0; r < xe.N; r++) xe.t[r] = (int32_t)((r * 7919) % xe.V);
+  double xent = time_call(run_xent, &xe) / (double)(xe.N * xe.V);
+  float *keep = xe.d;
+  xe.d = NULL;
+  double xent_fwd = time_call(run_xent, &xe) / (double)(xe.N * xe.V);
+  free(xe.x), free(keep), free(xe.t), free(xe.ws);
+
   FILE *f = fopen(argv[1], "w");
   if (!f) {
     perror(argv[1]);
@@ -339,7 +439,12 @@ int main(int argc, char **argv) {
   fprintf(f, "gemm_flops       %.4g   # GEMM FLOP/s, large; measured:", gemm);
   for (int i = 0; i < NS; i++) fprintf(f, " %lldx%lldx%lld %.3g", (long long)shapes[i][0], (long long)shapes[i][1],
                                        (long long)shapes[i][2], fx[i] / ty[i]);
-  fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM of this many FLOPs runs at half the rate\n", half);
+  fprintf(f, "\ngemm_half_flops  %.4g   # a GEMM's fixed time, as FLOPs at that rate\n", half);
+  fprintf(f, "gemm_out_s       %.4g   # s per output element on top (C's pass)\n", gout);
+  fprintf(f, "gemm_in_s        %.4g   # s per operand element on top (packing); the fit's error per shape (%%):", gin);
+  for (int i = 0; i < NS; i++)
+    fprintf(f, " %+.0f", 100 * ((X[i][0] * gc[0] + gc[1] + X[i][2] * gc[2] + X[i][3] * gc[3]) / ty[i] - 1));
+  fprintf(f, "\n");
   fprintf(f, "gemm_cold_bytes  %.4g   # bytes/s of a GEMM operand read from memory, on top (0: none seen)\n", cold);
   fprintf(f, "attention_flops  %.4g   # causal, seq 512, 4 heads; measured (GFLOP/s, S^2 / 2 counted):", attn);
   for (int i = 0; i < NA; i++) fprintf(f, " hd %lld %.3g", (long long)ashape[i][3], arate[i][0] * 1e-9);
@@ -357,14 +462,17 @@ int main(int argc, char **argv) {
   fprintf(f, "host_bandwidth   %.4g   # bytes/s read + written, rt_adamw over 16 Mi parameters (plan offload's host update)\n", host);
   static const char *const ek[] = {"elem_flat_s   ", "elem_indexed_s", "elem_reduce_s ", "elem_tanh_s   ", "elem_exp_s    "};
   for (int i = 0; i < 5; i++) fprintf(f, "%s   %.4g   # s per element, runtime/ops/ops.c\n", ek[i], elem[i]);
+  fprintf(f, "elem_xent_s      %.4g   # s per logit, cross-entropy forward + backward, 64 x 50257 (forward alone %.3g)\n",
+          xent, xent_fwd);
   if (fclose(f) != 0) {
     perror(argv[1]);
     return 1;
   }
-  printf("gemm %.2f GFLOP/s (half at %.3g FLOP; operands from memory %.2f GB/s on top), attention %.2f GFLOP/s + %.3g "
+  printf("gemm %.2f GFLOP/s (half at %.3g FLOP, %.3g ns an output and %.3g ns an operand element; operands from memory "
+         "%.2f GB/s on top), cross-entropy %.3g ns a logit, attention %.2f GFLOP/s + %.3g "
          "FLOPs a score (backward %.2f + %.3g), bandwidth %.2f GB/s, overhead %.2f us, host AdamW %.2f GB/s, spread %.3f "
          "over %.3g ms -> %s\n",
-         gemm * 1e-9, half, cold * 1e-9, attn * 1e-9, attn_score, attn_bwd * 1e-9, attn_bwd_score, bw * 1e-9,
+         gemm * 1e-9, half, gout * 1e9, gin * 1e9, cold * 1e-9, xent * 1e9, attn * 1e-9, attn_score, attn_bwd * 1e-9, attn_bwd_score, bw * 1e-9,
          overhead * 1e6, host * 1e-9, spread, block * 1e3, argv[1]);
   free(big.a), free(big.b), free(big.y);
   return 0;

@@ -7,15 +7,18 @@
 # a step's wall time is mostly waiting for a core; a rank waiting in a collective spins, so its
 # CPU time is the step's on an idle machine. Results: docs/performance.md ("Cost model").
 # BEFORE=DIR: another build's shardc (e.g. the commit before a cost-model change) predicts too,
-# printed beside (one measurement, two predictions), from this profile with its attention_* lines
-# replaced by those of that build's bench_calibrate, run right after this one's (so that only the
-# attention's model and calibration differ, not the GEMMs' run-to-run noise).
-# The attention-heavy plans run STEPS / 4 (tiny at seq 512) and STEPS / 8 (Llama-shaped) steps.
-#   [BEFORE=DIR] bench/cost_validate.sh [BUILD_DIR] [STEPS]
+# printed beside (one measurement, two predictions), from this profile with its lines matching
+# BEFORE_KEYS (an extended regex, default '^attention_') replaced by those of that build's
+# bench_calibrate, run right after this one's (so that only the changed terms' model and calibration
+# differ, not the rest's run-to-run noise); keys that build does not know must match BEFORE_KEYS.
+# The attention-heavy plans run STEPS / 4 (tiny at seq 512, and tiny at GPT-2's vocabulary: its
+# cross-entropy) and STEPS / 8 (Llama-shaped) steps.
+#   [BEFORE=DIR [BEFORE_KEYS=REGEX]] bench/cost_validate.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 steps=${2:-30}
 before=${BEFORE:+$(cd "$BEFORE" && pwd)}
+keys=${BEFORE_KEYS:-^attention_}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -25,10 +28,14 @@ echo "# $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), $step
 cat "$tmp/cpu.profile"
 if [ -n "$before" ]; then
   "$before/bench/bench_calibrate" "$tmp/before.cal" 1
-  { grep -v '^attention_' "$tmp/cpu.profile"; grep '^attention_' "$tmp/before.cal"; } >"$tmp/before.profile"
-  grep '^attention_' "$tmp/before.profile"
+  { grep -Ev "$keys" "$tmp/cpu.profile"; grep -E "$keys" "$tmp/before.cal"; } >"$tmp/before.profile"
+  grep -E "$keys" "$tmp/before.profile"
 fi
 head -c 200000 /dev/urandom | base64 >"$tmp/corpus.txt"
+python3 -c "
+import struct, random
+n = 200000; h = [0] * 256; h[0], h[1], h[2] = 20240520, 1, n; random.seed(1)
+open('$tmp/tok.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % n, *[random.randrange(50257) for _ in range(n)]))"
 secs() { awk '{ v = $1; u = $2; print v * (u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1) }'; }
 if [ -n "$before" ]; then
   printf '%-44s %12s %8s %12s %12s %8s\n' plan before error predicted measured error
@@ -53,13 +60,13 @@ run() { # model world -D...
   # CPU seconds of every rank (user + system, through mpirun), a 2-step run subtracted: the
   # start-up, the final evaluation and checkpoint cancel; per rank and step
   cpu() {
-    (cd "$tmp" && /usr/bin/time -f "%U %S" -o "$tmp/cpu" $launch "$tmp/t" --data "$tmp/corpus.txt" --threads 1 \
+    (cd "$tmp" && /usr/bin/time -f "%U %S" -o "$tmp/cpu" $launch "$tmp/t" --data "${DATA:-$tmp/corpus.txt}" --threads 1 \
       --steps "$1" >/dev/null 2>&1)
     awk '{ print $1 + $2 }' "$tmp/cpu"
   }
   local c0 c1 meas
   c0=$(cpu 2)
-  local n=${RUN_STEPS:-$steps} # (RUN_STEPS=N run ...: a plan's own count, for a slow one)
+  local n=${RUN_STEPS:-$steps} # (RUN_STEPS=N run ...: a plan's own count, for a slow one; DATA=FILE: its data)
   c1=$(cpu $((n + 2)))
   meas=$(awk -v a="$c0" -v b="$c1" -v s="$n" -v w="$world" 'BEGIN { print (b - a) / s / w }')
   awk -v b="$pb" -v p="$pred" -v m="$meas" -v n="$(basename "$model" .model) x$world $*" \
@@ -77,3 +84,6 @@ run models/tiny.model 4 -D tp=2 -D dp=2
 RUN_STEPS=$(((steps + 3) / 4)) run models/tiny.model 1 -D seq=512 -D micro_batch=4
 RUN_STEPS=$(((steps + 7) / 8)) run models/llama3-8b.model 1 -D vocab=256 -D seq=1024 -D d=256 -D heads=4 -D kv_heads=2 -D layers=2 -D ffn=512 \
   -D sp=off -D zero=0 -D recompute=none -D precision=f32 -D batch=2 -D micro_batch=2 -D dp=1 -D tp=1
+# the cross-entropy a large share: tiny at GPT-2's vocabulary (50257 logits a token)
+# (its tokens: an llm.c shard of random GPT-2 ids)
+DATA=$tmp/tok.bin RUN_STEPS=$(((steps + 3) / 4)) run models/tiny.model 1 -D vocab=50257 -D micro_batch=4

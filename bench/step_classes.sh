@@ -3,7 +3,9 @@
 # cpu-clock samples at a fixed 0.25 ms period of a 2-step run and of an N+2-step one, one thread,
 # the difference per step (start-up, the final evaluation and checkpoint cancel), summed by symbol:
 # attention (the attention kernels: attn_fwd / attn_bwd, their micro-kernels mk_*, rt_attn_*),
-# GEMM (OpenBLAS), start-up (rt_measure_peak_flops' fma loop), other (the rest). To set against
+# GEMM (OpenBLAS), cross-entropy (the C kernels rt_xent_* / rt_ce_*: a `--cpu-kernels c` trainer's; the
+# LLVM row kernel of the default trainers is a shardc_llkN among other), start-up (rt_measure_peak_flops'
+# fma loop), other (the rest). To set against
 # `shardc plan --cost --profile` (docs/performance.md "The CPU cost model's attention").
 #   bench/step_classes.sh TRAINER DATA N [trainer flags]
 set -euo pipefail
@@ -15,6 +17,7 @@ classes() {
   perf report -i "$1" --no-children --sort dso,sym --stdio -F period,dso,sym 2>/dev/null | grep -v '^#' | awk '
     NF >= 3 { s = $NF; d = $2
       c = s ~ /^mk_|^attn_(fwd|bwd)|^rt_attn/ ? "attention" : d ~ /openblas/ ? "GEMM" : s == "fma_avx2" ? "start-up" : "other"
+      if (s ~ /^rt_xent|^rt_ce_/) c = "cross-entropy"
       sum[c] += $1 }
     END { for (c in sum) print c, sum[c] }'
 }

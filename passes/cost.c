@@ -36,16 +36,22 @@
  * model's attention"): per score element it computes (rt_attn_scores: causal, the diagonal's
  * blocks whole) 4 hd FLOPs plus 62 FLOPs of online softmax at 65 GFLOP/s, 0.56 of the peak (0.8 of
  * sgemm 1024^3 in the same runs); its backward 10 hd plus 70 at the same rate: fitted to 9 shapes,
- * hd 16 to 128, seq 64 to 1024 (tiny's 13.8 GFLOP/s to hd 64's 53; each within 22 %). */
+ * hd 16 to 128, seq 64 to 1024 (tiny's 13.8 GFLOP/s to hd 64's 53; each within 22 %).
+ * The CPU's GEMMs (OpenBLAS, one thread; docs/performance.md "The CPU cost model's GEMMs and cross-entropy"):
+ * 0.60 of the peak (as before: the trainers' large GEMMs) plus 0.34 ns an output element (C's pass, sgemm_beta)
+ * and 0.19 ns an operand element (packing), bench_calibrate's fits; the cross-entropy (forward and backward in one pass, C and
+ * LLVM kernels alike) 1.7 ns a logit at GPT-2's 50257 in the trainers. */
 enum { KIND_GPU, KIND_CPU };
 static const struct {
   double gemm, gemm_fixed_s, attn, bw, overhead_s, overlap;
+  double gemm_out_s, gemm_in_s; /* a GEMM's seconds per output and operand element on top of its FLOPs */
   double attn_score_flops; /* the forward's work per score element beyond its 4 hd FLOPs (its softmax) */
   double attn_bwd_ratio, attn_bwd_score_flops; /* the backward's rate / the forward's; its work per score element */
   double elem_s[COST_EL_COUNT]; /* the C kernels' loops (bench_calibrate on one AMD EPYC core, 2026-11) */
 } eff[2] = {
-    [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0, 0.332 / 0.235, 544, {0}},
-    [KIND_CPU] = {0.60, 0, 0.56, 0.70, 1e-6, 0.0, 62, 1, 70, {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9}},
+    [KIND_GPU] = {0.86, 16.4e-6, 0.235, 0.80, 2.85e-6, 1.0, 0, 0, 0, 0.332 / 0.235, 544, {0}},
+    [KIND_CPU] = {0.60, 0, 0.56, 0.70, 1e-6, 0.0, 0.34e-9, 0.19e-9, 62, 1, 70,
+                  {1.1e-9, 5e-9, 10e-9, 12e-9, 3.5e-9, 1.7e-9}},
 };
 
 void cost_device_defaults(const Module *m, CostDevice *d) {
@@ -68,6 +74,8 @@ void cost_device_defaults(const Module *m, CostDevice *d) {
   d->peak_flops = peak;
   d->gemm_flops = eff[k].gemm * peak;
   d->gemm_half_flops = eff[k].gemm_fixed_s * d->gemm_flops; /* each GEMM's fixed time, as FLOPs at its rate */
+  d->gemm_out_s = eff[k].gemm_out_s;
+  d->gemm_in_s = eff[k].gemm_in_s;
   d->attn_flops = eff[k].attn * peak;
   d->attn_score_flops = eff[k].attn_score_flops;
   d->attn_bwd_ratio = eff[k].attn_bwd_ratio;
@@ -137,6 +145,9 @@ static int cpu_elem(const Node *n, double *count) {
   case OP_TANH: case OP_GELU: return COST_EL_TANH;
   case OP_EXP: case OP_LOG: case OP_SIGMOID: case OP_SILU: return COST_EL_EXP;
   case OP_BROADCAST_TO: return COST_EL_INDEXED;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: /* per logit (a fused pair: the forward's, below) */
+    *count = (double)ir_numel(&n->in[0]->shape);
+    return COST_EL_XENT;
   case OP_REDUCE_SUM: {
     const Shape *x = &n->in[0]->shape;
     int64_t nx = ir_numel(x);
@@ -150,6 +161,18 @@ static int cpu_elem(const Node *n, double *count) {
 }
 
 typedef enum { T_FREE, T_GEMM, T_ATTN, T_MEM } TimeKind;
+
+/* The backward a cross-entropy's kernel computes with it (passes/fuse_ce.c: both CPU code generators emit
+ * the pair as one pass over the logits, the backward nothing); NULL when it runs alone. */
+static const Node *ce_partner(const Node *n) {
+  const Graph *g = n->graph;
+  for (int i = 0; g && n->a.fused_bwd && i < g->nnodes; i++)
+    if (g->nodes[i] == n) {
+      int j = fuse_ce_partner(g, i);
+      return j >= 0 ? g->nodes[j] : NULL;
+    }
+  return NULL;
+}
 
 /* Whether a GEMM operand v is read from another loop's stack: the row of a stacked input of the
  * loop v's body belongs to, made by a loop (a saved activation of the forward, or what a
@@ -179,6 +202,10 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
   if (m->target == TARGET_CUDA && fuse_sumsq_member(n)) return 0; /* in the concat's kernel (passes/fuse_sumsq.c) */
   double bytes = n->op == OP_MATMUL ? 0 : extra; /* (a GEMM's epilogue: after its main loop, below) */
+  const Node *ce = m->target == TARGET_CPU && (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD)
+                       ? ce_partner(n) : NULL;
+  if (ce && n->op == OP_CROSS_ENTROPY_BWD) return 0; /* in the forward's pass */
+  if (ce) bytes += value_bytes(ce->out[0]);          /* ... which writes the gradient */
   for (int j = 0; j < n->nin && m->target == TARGET_CUDA; j++) { /* ... which reads the members' gradients */
     const Node *s = fuse_sumsq_piece(n, j);
     if (s) bytes += value_bytes(ir_unfold_cast(s->in[0]));
@@ -203,7 +230,10 @@ static double op_time(const Module *m, const CostDevice *d, const Node *n, bool 
     /* rate gemm_flops x fl / (fl + half); the epilogue's own bytes after the main loop, not hidden by it. The
      * second of a sibling pair (passes/hfuse.c) is the batched launch's second half: no fixed time of its own */
     double half = m->target == TARGET_CUDA && n->a.hfuse == 2 ? 0 : d->gemm_half_flops;
-    return fmax((fl + half) / d->gemm_flops, mem) + cold + extra / d->bytes_per_s;
+    /* and per element: C's pass (beta, the stores) and the packing of A and B, beside the FLOPs (small k) */
+    double elems = d->gemm_out_s * (double)ir_numel(&n->out[0]->shape) +
+                   d->gemm_in_s * (double)(ir_numel(&n->in[0]->shape) + ir_numel(&n->in[1]->shape));
+    return fmax((fl + half) / d->gemm_flops + elems, mem) + cold + extra / d->bytes_per_s;
   }
   case OP_SDPA: case OP_ATTN_BLOCK: case OP_SDPA_BWD: case OP_ATTN_BLOCK_BWD: {
     double scores, fl = attn_flops(m, n, &scores), rate = d->attn_flops;

@@ -53,13 +53,17 @@ typedef struct {
 /* The CPU target's C elementwise kernels (runtime/ops/ops.c) by loop, where the loop's arithmetic,
  * not memory, bounds the time: scalar flat or bias loops, loops that compute each element's
  * broadcast index (division per dim), reductions through such indices, libm tanhf (tanh, gelu)
- * and expf / logf (exp, log, sigmoid, silu). */
-typedef enum { COST_EL_FLAT, COST_EL_INDEXED, COST_EL_REDUCE, COST_EL_TANH, COST_EL_EXP, COST_EL_COUNT } CostElem;
+ * and expf / logf (exp, log, sigmoid, silu); the cross-entropy's row kernel per logit (its forward and backward
+ * in one pass, runtime/kernels/xent.c or the LLVM row kernel: max, exp-sum, and exp again for the gradient). */
+typedef enum { COST_EL_FLAT, COST_EL_INDEXED, COST_EL_REDUCE, COST_EL_TANH, COST_EL_EXP, COST_EL_XENT, COST_EL_COUNT } CostElem;
 
 typedef struct {
   char source[160];    /* where the figures come from: "topology p4d_x128 defaults", "profile FILE" */
   double gemm_flops;   /* FLOP/s per rank for large GEMMs at the plan's compute precision */
   double gemm_half_flops; /* a GEMM of this many FLOPs runs at half gemm_flops (rate f / (f + half)); 0: flat */
+  double gemm_out_s;   /* seconds per output element on top of the FLOPs (the BLAS's pass over C: its beta scaling,
+                          the micro-kernel's stores; what makes a small-k GEMM slow); 0: none */
+  double gemm_in_s;    /* seconds per operand element on top (the BLAS packing A and B); 0: none */
   double gemm_cold_bytes_per_s; /* a GEMM operand read from another loop's stack (a saved activation, B's hand-off
                                    to W: out of the caches by then) costs its bytes at this rate on top; 0: not
                                    modelled (the defaults: calibrate measures it) */

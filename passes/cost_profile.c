@@ -21,6 +21,8 @@ typedef struct {
 static const ProfileKey keys[] = {
     {"gemm_flops", F(gemm_flops), "FLOP/s per rank, large GEMMs"},
     {"gemm_half_flops", F(gemm_half_flops), "FLOPs of a GEMM that runs at half gemm_flops"},
+    {"gemm_out_s", F(gemm_out_s), "seconds per GEMM output element on top of its FLOPs (C's beta pass, the stores)"},
+    {"gemm_in_s", F(gemm_in_s), "seconds per GEMM operand element on top of its FLOPs (packing)"},
     {"gemm_cold_bytes", F(gemm_cold_bytes_per_s), "bytes/s of a GEMM operand out of the caches (a saved activation), on top"},
     {"attention_flops", F(attn_flops), "FLOP/s per rank, attention"},
     {"attention_score_flops", F(attn_score_flops), "attention's forward: its work per score element, in FLOPs at its rate"},
@@ -39,6 +41,7 @@ static const ProfileKey keys[] = {
     {"elem_reduce_s", F(elem_s[COST_EL_REDUCE]), "seconds per input element, CPU reductions through computed indices"},
     {"elem_tanh_s", F(elem_s[COST_EL_TANH]), "seconds per element, CPU tanh and gelu (libm tanhf)"},
     {"elem_exp_s", F(elem_s[COST_EL_EXP]), "seconds per element, CPU exp, log, sigmoid, silu (libm)"},
+    {"elem_xent_s", F(elem_s[COST_EL_XENT]), "seconds per logit, CPU cross-entropy (forward and backward in one pass)"},
     {"host_link_bandwidth", F(host_link.bytes_per_s), "bytes/s per direction between host and device (PCIe), plan offload's copies"},
     {"host_link_latency", F(host_link.latency_s), "seconds per host <-> device copy"},
     {"host_bandwidth", F(host_bytes_per_s), "bytes/s read + written by the host's kernels (plan offload's update)"},
@@ -48,6 +51,12 @@ static const ProfileKey keys[] = {
 };
 #undef F
 enum { NKEYS = sizeof keys / sizeof keys[0] };
+
+static int key_index(const char *k) {
+  for (int i = 0; i < NKEYS; i++)
+    if (strcmp(keys[i].key, k) == 0) return i;
+  return 0; /* (every caller names a key of the table) */
+}
 
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -76,7 +85,7 @@ bool cost_profile_read(const char *path, CostDevice *d) {
   /* the text must outlive diagnostics that quote it: it is kept (one small file per run) */
   diag_add_source(path, text);
   CostDevice out = *d;
-  bool ok = true;
+  bool ok = true, seen[NKEYS] = {false};
   int line = 1;
   for (char *p = text; *p;) {
     char *end = strchr(p, '\n');
@@ -115,7 +124,8 @@ bool cost_profile_read(const char *path, CostDevice *d) {
         double x = strtod(v, &num_end);
         while (isspace((unsigned char)*num_end)) num_end++;
         bool frac = strcmp(k, "overlap") == 0, flag = strcmp(k, "offload_sync") == 0;
-        static const char *const may_be_zero[] = {"kernel_overhead", "gemm_half_flops", "gemm_cold_bytes", "host_link_latency",
+        static const char *const may_be_zero[] = {"kernel_overhead", "gemm_half_flops", "gemm_out_s", "gemm_in_s",
+                                                   "gemm_cold_bytes", "host_link_latency",
                                                    "attention_score_flops", "attention_bwd_ratio", "attention_bwd_score_flops",
                                                    "time_spread"};
         bool zero_ok = frac || flag || strncmp(k, "elem_", 5) == 0;
@@ -128,6 +138,7 @@ bool cost_profile_read(const char *path, CostDevice *d) {
           ok = false;
         } else {
           *(double *)((char *)&out + pk->off) = x;
+          seen[pk - keys] = true;
         }
       }
     }
@@ -136,6 +147,10 @@ bool cost_profile_read(const char *path, CostDevice *d) {
     line++;
   }
   if (!ok) return false;
+  /* A GEMM rate measured without the per-element terms (a profile from before them) was fitted with their time
+   * in it: the defaults' terms on top would count it twice, so they are 0 (the flat rate, as it was measured). */
+  if (seen[key_index("gemm_flops")] && !seen[key_index("gemm_out_s")]) out.gemm_out_s = 0;
+  if (seen[key_index("gemm_flops")] && !seen[key_index("gemm_in_s")]) out.gemm_in_s = 0;
   if (strncmp(out.source, "profile ", 8) != 0) snprintf(out.source, sizeof out.source, "profile %s", path);
   *d = out;
   return true;

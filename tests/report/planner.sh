@@ -4,7 +4,9 @@
 #     p4d node, CUDA target: each at most 0.6 x the one before) and the tp collectives appear;
 #  2. a profile file replaces the device's figures: GEMM time scales with 1 / gemm_flops exactly,
 #     the CPU's gelu loop with elem_tanh_s (262,144 elements per step on tiny), the weight-gradient
-#     GEMMs' saved operands with gemm_cold_bytes (1,835,008 bytes per step on tiny);
+#     GEMMs' saved operands with gemm_cold_bytes (1,835,008 bytes per step on tiny), its GEMMs' outputs and
+#     operands with gemm_out_s / gemm_in_s (1,327,104 and 2,654,208; a profile with gemm_flops alone: none),
+#     the cross-entropy with elem_xent_s (131,072 logits);
 #     a bad key or value is an error at file:line:col;
 #  3. the search on tiny with a 6 MiB device drops every plan that does not fit (some do not) and
 #     ranks the rest fastest first
@@ -71,6 +73,35 @@ b1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t1.profile" 2>&1
 b2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/t2.profile" 2>&1 | bwb)
 awk -v a="$b1" -v b="$b2" 'BEGIN { d = b - a; exit !(d > 0.2611 && d < 0.2632) }' ||
   bad "elem_tanh_s 1e-6 -> 2e-6: bandwidth-bound $b1 s -> $b2 s, want +0.262144 s (262,144 gelu elements)"
+# gemm_out_s, gemm_in_s: a GEMM's time per output and per operand element on top of its FLOPs. tiny's step
+# (512 tokens, d 64, ffn 256, vocab 256, 2 layers) by hand: per layer the forward's qkv / o / fc / proj
+# write 512 x (192 + 64 + 256 + 64) = 294,912 elements, the backward's dX 512 x (64 + 64 + 64 + 256) =
+# 229,376 and dW 64 x 192 + 64 x 64 + 64 x 256 + 256 x 64 = 49,152; the head 512 x 256 (logits), 512 x 64
+# (dx) and 256 x 64 (dwte): 1,327,104 outputs. Operands: per layer forward 278,528 (x 512 x 64 thrice and
+# the fc's 512 x 256, the weights), dX 344,064 (dY and W), dW 524,288 (x and dY), the head 49,152 + 147,456
+# + 163,840: 2,654,208. At 1 us each (GEMM FLOPs nearly free; printed to 3 digits: +-5 ms)
+for e in "gemm_out_s 1e-6" "gemm_in_s 1e-6" "gemm_out_s 0"; do
+  printf 'gemm_flops 1e12\nbandwidth 1e12\n%s\n' "$e" >"$tmp/ge${e% *}${e#* }.profile"
+done
+g0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/gegemm_out_s0.profile" 2>&1 | gemm)
+go=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/gegemm_out_s1e-6.profile" 2>&1 | gemm)
+gi=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/gegemm_in_s1e-6.profile" 2>&1 | gemm)
+awk -v a="$g0" -v o="$go" -v i="$gi" 'BEGIN { d1 = o - a; d2 = i - a
+  exit !(d1 > 1.322 && d1 < 1.333 && d2 > 2.649 && d2 < 2.660) }' ||
+  bad "gemm_out_s / gemm_in_s 1 us: GEMM $g0 s -> $go / $gi s, want +1.327 s (1,327,104 outputs) and +2.654 s (2,654,208 operand elements)"
+# a profile from before the per-element terms (gemm_flops without them) was fitted with their time in its
+# rate: it keeps a flat rate (the defaults' terms are not added), the same as naming them 0
+printf 'gemm_flops 1e12\nbandwidth 1e12\n' >"$tmp/old.profile"
+gold=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/old.profile" 2>&1 | gemm)
+[ -n "$gold" ] && [ "$gold" = "$g0" ] || bad "a profile with gemm_flops alone: GEMM $gold s, want the terms' 0 ($g0 s)"
+# elem_xent_s: the cross-entropy per logit, its forward and backward one pass (passes/fuse_ce.c): tiny's
+# 512 x 256 = 131,072 logits a step, 131.072 ms more per us (the backward node adds nothing)
+printf 'gemm_flops 1e12\nbandwidth 1e12\nelem_xent_s 1e-6\n' >"$tmp/x1.profile"
+printf 'gemm_flops 1e12\nbandwidth 1e12\nelem_xent_s 2e-6\n' >"$tmp/x2.profile"
+x1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/x1.profile" 2>&1 | bwb)
+x2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/x2.profile" 2>&1 | bwb)
+awk -v a="$x1" -v b="$x2" 'BEGIN { d = b - a; exit !(d > 0.1305 && d < 0.1317) }' ||
+  bad "elem_xent_s 1e-6 -> 2e-6: bandwidth-bound $x1 s -> $x2 s, want +0.131072 s (131,072 logits)"
 # gemm_cold_bytes: a weight-gradient GEMM's saved operand (the forward loop's stack, read by the backward
 # loop) costs its bytes at that rate on top: tiny's backward reads per layer the saved inputs of w_qkv,
 # w_o, w_fc (64 wide) and w_proj (256 wide) over 512 tokens, 2 layers: 1,835,008 bytes a step, so
