@@ -1,0 +1,20 @@
+/* passes/cost_op.h — inside the cost model (passes/cost.c, cost_op.c): one node's time. */
+#ifndef SHARDC_COST_OP_H
+#define SHARDC_COST_OP_H
+
+#include <stdbool.h>
+
+#include "cost.h"
+
+/* Which rate bounds a node's time. */
+typedef enum { T_FREE, T_GEMM, T_ATTN, T_MEM } TimeKind;
+
+static inline double cost_value_bytes(const Value *v) { return (double)ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* Seconds of one non-collective leaf node n of m on device d; *kind says which rate bounds it. extra:
+ * bytes the node moves beyond its inputs and outputs. in_update: n is the cast of an updated parameter
+ * into its persistent bf16 copy, which the CUDA update's own kernel stores (ir_update_casts_copy): it
+ * reads nothing (the update's registers). */
+double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in_update, double extra, TimeKind *kind);
+
+#endif
