@@ -68,7 +68,8 @@ static void print_analytic(FILE *f, const SearchResult *r, int top) {
               gib(a, sizeof a, p->ana.total), gib(b, sizeof b, peak), mr, cost_human_time(c, sizeof c, p->ana.step_s),
               cost_human_time(d, sizeof d, p->cost.step_s), tr, p->status == CAND_FITS ? "fits" : "does not fit",
               p->status == CAND_NOFIT ? ", largest: " : "", p->status == CAND_NOFIT ? memplan_class_labels[p->largest] : "",
-              p->near ? " (~: over the capacity by the model, confirmed by compiling)" : "");
+              !p->near ? "" : p->status == CAND_FITS ? " (~: over the capacity by the model, confirmed by compiling)"
+                                                     : " (~: over the capacity by the model, compiled to check)");
     } else {
       fprintf(f, "# %2d  %-38s %10s %10s %6s %9s %9s %6s  %s%s\n", i + 1, lab, gib(a, sizeof a, p->ana.total), "-", "-",
               cost_human_time(c, sizeof c, p->ana.step_s), "-", "-",
