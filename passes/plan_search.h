@@ -67,6 +67,8 @@ struct PlanCand {
   double est_s;                    /* the analytic step (ana.step_s) that orders the search */
   PlanEstimate ana;                /* the analytic model's memory and time (passes/plan_model.c) */
   bool ana_fits;                   /* its analytic memory fits the capacity */
+  bool near;                       /* over the capacity by the model, within its error band (ANA_MEM_TOL), and
+                                    * faster by it than the best it fits: confirmed by compiling, in step order */
   double bound;                    /* bytes per rank its parameters and optimizer state need at least */
   double bound_pshare;             /* of which the parameters' device share (plan_param_share), 1: the f32 masters */
   CandStatus status;
@@ -102,6 +104,7 @@ typedef struct {
   int indivisible;       /* candidates dropped since pp (x interleaved chunks) exceeds the layers (or RT_MAX_STAGES uneven) */
   int balanced;          /* candidates with layers(balanced): their stages do not divide the layers, or the split beats even */
   int ana_fit, ana_over; /* candidates the analytic model fits / puts over the capacity (not compiled) */
+  int near;              /* candidates just over it by the model and faster than its best fit (PlanCand.near) */
   int closest;           /* with no analytic fit: the candidate whose analytic memory is nearest the capacity (-1) */
   double analytic_s;     /* seconds the analytic model took over every candidate */
   double cpu_seconds;    /* CPU seconds of the whole search, its compiles included */

@@ -56,7 +56,7 @@ static void print_analytic(FILE *f, const SearchResult *r, int top) {
     const PlanCand *p = &r->cand[i];
     bool compiled = p->status == CAND_FITS || p->status == CAND_NOFIT || p->status == CAND_INVALID;
     afit += p->ana_fits;
-    if (!compiled && !(p->ana_fits && afit <= top)) continue;
+    if (!compiled && !(p->ana_fits && afit <= top) && !(p->near && shown < top)) continue;
     shown++;
     plan_cand_label(p, lab, sizeof lab);
     if (p->status == CAND_FITS || p->status == CAND_NOFIT) {
@@ -64,15 +64,18 @@ static void print_analytic(FILE *f, const SearchResult *r, int top) {
       for (int k = 0; k < MEM_COUNT; k++) peak += (double)p->by_class[k];
       double mr = peak > 0 ? p->ana.total / peak : 0, tr = p->cost.step_s > 0 ? p->ana.step_s / p->cost.step_s : 0;
       bool off = mr < 0.85 || mr > 1.15 || tr < 0.7 || tr > 1.3 || p->ana_fits != (p->status == CAND_FITS);
-      fprintf(f, "# %2d%s %-38s %10s %10s %6.2f %9s %9s %6.2f  %s%s%s\n", i + 1, off ? "!" : " ", lab,
+      fprintf(f, "# %2d%s %-38s %10s %10s %6.2f %9s %9s %6.2f  %s%s%s%s\n", i + 1, off ? "!" : " ", lab,
               gib(a, sizeof a, p->ana.total), gib(b, sizeof b, peak), mr, cost_human_time(c, sizeof c, p->ana.step_s),
               cost_human_time(d, sizeof d, p->cost.step_s), tr, p->status == CAND_FITS ? "fits" : "does not fit",
-              p->status == CAND_NOFIT ? ", largest: " : "", p->status == CAND_NOFIT ? memplan_class_labels[p->largest] : "");
+              p->status == CAND_NOFIT ? ", largest: " : "", p->status == CAND_NOFIT ? memplan_class_labels[p->largest] : "",
+              !p->near ? "" : p->status == CAND_FITS ? " (~: over the capacity by the model, confirmed by compiling)"
+                                                     : " (~: over the capacity by the model, compiled to check)");
     } else {
-      fprintf(f, "# %2d  %-38s %10s %10s %6s %9s %9s %6s  %s\n", i + 1, lab, gib(a, sizeof a, p->ana.total), "-", "-",
+      fprintf(f, "# %2d  %-38s %10s %10s %6s %9s %9s %6s  %s%s\n", i + 1, lab, gib(a, sizeof a, p->ana.total), "-", "-",
               cost_human_time(c, sizeof c, p->ana.step_s), "-", "-",
               p->status == CAND_INVALID ? (p->timed_out ? "refused: compile over its time limit" : "refused by the compiler")
-                                        : "not compiled");
+                                        : "not compiled",
+              p->near ? " (~: over the capacity by the model)" : "");
     }
   }
 }
@@ -89,8 +92,9 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
              "layers, or the balanced split beats the even one; %d more dropped: more stages than layers, uneven over 32, or "
              "interleaved micro-batches not a multiple of pp) ranked by the analytic model in "
              "%.2f s (passes/plan_model.c): %d fit, %d over the memory (not compiled; %d of those since their "
-             "parameters and optimizer state alone exceed it)\n",
-          r->n, r->balanced, r->indivisible, r->analytic_s, r->ana_fit, r->ana_over + r->bound, r->bound);
+             "parameters and optimizer state alone exceed it), %d just over it and faster than its best fit "
+             "(~: compiled to confirm, in step order)\n",
+          r->n, r->balanced, r->indivisible, r->analytic_s, r->ana_fit, r->ana_over + r->bound, r->bound, r->near);
   fprintf(f, "# %d compiled to confirm in %.2f s (%.2f CPU s, the compiles' included): %d fit, %d do not fit, %d refused by the compiler; %d dropped unseen "
              "(dominated in memory by a compiled one that does not fit); %d not compiled since the compiler refused three "
              "like them with one message (or one of their degrees took over its time limit); %d not compiled (%s)\n",
@@ -114,6 +118,11 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
     fprintf(f, "# %2s  %-38s %9s %11s %6s  %-22s %9s %9s %7s  %s\n", "#", "plan", "step", "tokens/s", "MFU",
             "memory/rank (largest)", "compute", "exposed", "bubble", "why");
     const PlanCand *best = &r->cand[r->rank[0]];
+    for (int i = 0; i < r->nranked && i < top; i++)
+      if (r->cand[r->rank[i]].near) {
+        fprintf(f, "# (~: over the capacity by the analytic model, within its error band, and fits as compiled)\n");
+        break;
+      }
     for (int i = 0; i < r->nranked && i < top; i++) {
       const PlanCand *p = &r->cand[r->rank[i]];
       char mem[40], w[128];
@@ -121,10 +130,10 @@ void plan_search_print(FILE *f, const Module *base, const SearchResult *r, int t
       snprintf(mem, sizeof mem, "%s (%s %.0f%%)", gib(a, sizeof a, p->mem_total), memplan_class_names[p->largest],
                p->mem_total > 0 ? 100.0 * (double)p->by_class[p->largest] / p->mem_total : 0);
       why(p, best, w, sizeof w);
-      fprintf(f, "# %2d  %-38s %9s %11.4g %5.1f%%  %-22s %9s %9s %6.1f%%  %s\n", i + 1, lab,
+      fprintf(f, "# %2d  %-38s %9s %11.4g %5.1f%%  %-22s %9s %9s %6.1f%%  %s%s\n", i + 1, lab,
               cost_human_time(b, sizeof b, p->cost.step_s), p->cost.tokens_per_s, 100 * p->cost.mfu, mem,
               cost_human_time(c, sizeof c, p->cost.compute_s), cost_human_time(d, sizeof d, p->cost.exposed_comm_s),
-              100 * p->cost.bubble, w);
+              100 * p->cost.bubble, w, p->near ? " ~" : "");
     }
     for (int i = 0; i < r->nranked && i < top; i++) { /* the best `bal` row's split, and how to write it */
       const PlanCand *p = &r->cand[r->rank[i]];

@@ -7,6 +7,9 @@
 #  b. models/llama3-405b.model (126 layers: among powers of two only pp 1 and 2 divide them) on its
 #     2048 H100s: the search ranks pp 16 candidates, balanced (`pp 16 bal`), and the file's own plan
 #     (tp 8, pp 16 layers(balanced)) plans and fits.
+#  c. near the capacity (docs/planner.md, "Confirmation"): the same tiny on 12.5 MiB CPU ranks, where the
+#     analytic model puts `pp 4 bal zb z0 rc none mb 2` over the capacity (its zb memory is high) and
+#     faster than its best fit: it is confirmed by compiling (marked `~`), fits as compiled and is row 1.
 # Usage: tests/report/planner_uneven.sh SHARDC
 set -uo pipefail
 shardc=${1:?usage: planner_uneven.sh SHARDC}
@@ -44,6 +47,24 @@ got=$(echo "$hand" | step)
 awk -v a="$want" -v b="$got" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d < 0.005) }' ||
   bad "tiny: by hand ($dflags) predicts $got s, row 1 $want s (want within 0.5%: the row's figure to 3 digits)"
 echo "$hand" | grep -q "^#   layers(balanced): \[$split\]" || bad "tiny: by hand the stages are not row 1's [$split]"
+
+# c. a candidate just over the capacity by the model, faster than its best fit: compiled, fits, ranked
+sed 's/memory 8 GiB/memory 12.5 MiB/; s/topology cpu/topology cpu_near/' models/topo/cpu.topo >"$tmp/near.topo"
+out=$("$shardc" plan "${tiny[@]}" -D pp=4 -D pp_layers=balanced --topology "$tmp/near.topo" --search --top 4 2>&1) ||
+  bad "tiny on 12.5 MiB: the search failed: $out"
+echo "$out" | grep -q ' [1-9][0-9]* just over it and faster than its best fit' || bad "tiny on 12.5 MiB: no candidate just over: $out"
+near=$(echo "$out" | sed '/^# analytic ranking vs compiled/,$d' | grep -E '^# +[0-9]+  dp .* ~$' | head -1)
+[ -n "$near" ] || bad "tiny on 12.5 MiB: no ranked row marked ~ (over by the model, fits compiled): $out"
+echo "$near" | grep -qE '^# +1  dp ' || bad "tiny on 12.5 MiB: the ~ row is not the fastest: $near"
+lab=$(echo "$near" | sed 's/^# *[0-9]*  *//; s/  .*//')
+echo "$near" | awk '{ for (i = 1; i <= NF; i++) if ($i == "MiB") { exit !($(i - 1) <= 12.5) } exit 1 }' ||
+  bad "tiny on 12.5 MiB: the ~ row's compiled memory is not within 12.5 MiB: $near"
+arow=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -F " $lab " | head -1)
+echo "$arow" | grep -q 'fits (~: over the capacity by the model, confirmed by compiling)$' ||
+  bad "tiny on 12.5 MiB: the analytic row of $lab is not a confirmed ~: $arow"
+# over by the model: its analytic memory x 1.10 (the fit check's allowance under pp) above 12.5 MiB
+echo "$arow" | awk '{ for (i = 1; i <= NF; i++) if ($i == "MiB") { exit !($(i - 1) * 1.10 > 12.5) } exit 1 }' ||
+  bad "tiny on 12.5 MiB: $lab is not over the capacity by the model: $arow"
 
 # b. Llama-3-405B: its own plan fits; the search ranks pp 16 with balanced stages
 own=$("$shardc" plan models/llama3-405b.model --target cuda 2>&1) || bad "llama3-405b: plan failed: $(echo "$own" | grep error)"
