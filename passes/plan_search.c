@@ -330,6 +330,7 @@ static double memory_bound(const Module *base, const SearchResult *r, PlanCand *
  * the model to 15 % of the compiled plans of GPT-2 and tiny, and the analytic rows mark a ratio
  * past it with `!`. */
 #define ANA_MEM_TOL 0.15
+#define FIRST_COMPILE_S 60.0 /* CPU seconds the analytic best's compile may take under the default budget */
 /* the memory plan's allocation over its peak: a few percent, 2-17 % under pp (GPT-3 at pp 8 and 16:
  * every rank's values and each stage's own packed into one allocation), ~10 % typical */
 static double ana_frag(const PlanCand *c) { return c->pp > 1 ? 1.10 : 1.05; }
@@ -480,6 +481,12 @@ void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void 
      * analytic best, first, gets most (an unrolled pp 32 schedule of GPT-3 takes a few CPU seconds) */
     double left = budget - (cpu_s() - c0);
     double limit = o && o->compile_limit_s > 0 ? o->compile_limit_s : left / nb > 1 ? left / nb : 1;
+    /* with the default budget, the analytic best (compiled first, alone) may run to its end (up to
+     * FIRST_COMPILE_S): a search that names no plan because that compile outgrew what the analytic
+     * ranking left of 8 s (GPT-3's pp 16 schedule, 6-8 CPU s on a loaded machine) helps no one; a
+     * budget given with --budget is kept to */
+    if (r->compiled == 0 && !(o && (o->budget_s > 0 || o->compile_limit_s > 0)) && limit < FIRST_COMPILE_S)
+      limit = FIRST_COMPILE_S;
     evaluate(base, dev, eval, ctx, l.v, batch, nb, limit);
     for (int k = 0; k < nb; k++) {
       PlanCand *c = &l.v[batch[k]];
