@@ -408,9 +408,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double rows = lst;                              /* layer rows per stage held (uneven: padded to the largest) */
   int nv = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
   double lmaxc = 0;                               /* uneven: the largest (virtual) stage's layers */
+  bool uneven = false;                            /* the split's counts differ (the stacks padded) */
   if (n) {
     int cnt[RT_MAX_STAGES];
-    for (int k = 0; k < nv; k++) lmaxc = fmax(lmaxc, (double)n[k]), cnt[k] = (int)n[k];
+    for (int k = 0; k < nv; k++) lmaxc = fmax(lmaxc, (double)n[k]), cnt[k] = (int)n[k], uneven |= n[k] != n[0];
     lst = lmaxc * nv / c->pp;
     rows = nv > c->pp ? (double)rt_stage_local_rows(cnt, c->pp, nv / c->pp) : lmaxc;
   }
@@ -562,9 +563,16 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       double x = l->a * A + l->b * S + l->h * H + l->last * head;
       if (x > most) most = x;
     }
-    /* the stage's layer weights in the compute precision, cast once per step (ZeRO-3: gathered) */
-    double wcopy = cb < 4 && c->zero < 3 ? p_layer * rows * cb / 4 : 0;
-    e->cls[MEM_ACT] = most + copies + gather + wcopy;
+    /* the stage's layer weights in the compute precision, cast once per step; ZeRO-3 gathers them a
+     * layer at a time only on even 1F1B / GPipe / zb stages: interleaved chunks and uneven (padded)
+     * stacks hold the whole stage's bf16 copy (Llama-3-405B pp 4 bal 1f1b cp 4 z3: 97.6 GiB of
+     * `.bf16` copies at the peak; GPT-3 pp 16 int2 z3: the chunks' bf16 slices, 2.6 GiB) */
+    bool whole = c->zero < 3 || c->sched == SCHED_INTERLEAVED || uneven;
+    double wcopy = cb < 4 && whole ? p_layer * rows * cb / 4 : 0;
+    /* interleaved uneven stages under ZeRO-2/3: each chunk's f32 layer gradients whole until the
+     * step's end, not reduce-scattered a layer at a time (405B pp 2 bal int2 cp 2 z3: 191.5 GiB) */
+    double gwhole = uneven && c->sched == SCHED_INTERLEAVED && c->zero >= 2 ? p_layer * rows : 0;
+    e->cls[MEM_ACT] = most + copies + gather + wcopy + gwhole;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
     double wcast = cb < 4 && !persistent && c->zero < 3 && base->target == TARGET_CUDA ? p_layer * cb / 4 : 0;
