@@ -415,6 +415,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     lst = lmaxc * nv / c->pp;
     rows = nv > c->pp ? (double)rt_stage_local_rows(cnt, c->pp, nv / c->pp) : lmaxc;
   }
+  /* interleaved uneven stages under ZeRO-2/3 keep each chunk's f32 layer gradients whole until the
+   * step's end (not reduce-scattered a layer at a time): one reduce-scatter and one gather a step */
+  bool grads_whole = c->pp > 1 && uneven && c->sched == SCHED_INTERLEAVED && c->zero >= 2;
   double tok = (double)c->mb * pm->seq / c->cp;   /* tokens per micro-step per rank (before tp) */
   double accum = (double)c->accum;
   /* ---- memory ---- */
@@ -450,8 +453,16 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                           tok * pm->vocab / tp * 4 * 4) +
                  (off ? 0 : e->shard * (1 + pm->state_ratio) * 3); /* (offload: the update is the host's) */
   e->mem_s = pm->k_mem * bytes / dev->bytes_per_s;
-  if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the whole
-                    * sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
+  double cp_merge = 0; /* the CUDA target's ring merges per layer and micro-batch (s) */
+  if (c->cp > 1 && base->target == TARGET_CUDA) {
+    /* the ring's blocks run on the flash kernels (passes/cost_cuda.c), their scores never leave them:
+     * what is bandwidth-bound is the merge of each block's output into the running one, a [tok, d / tp]
+     * per ring step, cp forward and cp - 1 backward, ~120 bytes per element (Llama-3-405B pp 2 1f1b z3,
+     * the compiled bandwidth-bound time over cp 1's: tp 4 cp 2 +2.2 s, tp 2 cp 4 +5.4 s; both 120 B) */
+    cp_merge = (2 * c->cp - 1) * tok * d / tp * 120 / dev->bytes_per_s;
+    e->mem_s += accum * lst * cp_merge;
+  } else if (c->cp > 1) { /* ring attention merges score blocks elementwise: every local query against the
+                           * whole sequence, per head (d / 64), ~20 exp-loop elements each (tiny, cp 2: 4 x the time) */
     double el = accum * lst * tok / tp * pm->seq * (d / 64) * 20;
     e->mem_s += dev->elem_s[COST_EL_EXP] > 0 ? el * dev->elem_s[COST_EL_EXP] : el * 4 / dev->bytes_per_s;
   }
@@ -490,9 +501,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       const CostLink *l = &dev->link[cp_in ? 0 : 1];
       cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
     }
-    tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr;
+    double cpm = cp_merge * lst / cv / (2 * c->cp - 1); /* a chunk's ring merges: cp in F, cp - 1 in B */
+    tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr + c->cp * cpm;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
-                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr;
+                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
      * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
@@ -569,9 +581,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * `.bf16` copies at the peak; GPT-3 pp 16 int2 z3: the chunks' bf16 slices, 2.6 GiB) */
     bool whole = c->zero < 3 || c->sched == SCHED_INTERLEAVED || uneven;
     double wcopy = cb < 4 && whole ? p_layer * rows * cb / 4 : 0;
-    /* interleaved uneven stages under ZeRO-2/3: each chunk's f32 layer gradients whole until the
-     * step's end, not reduce-scattered a layer at a time (405B pp 2 bal int2 cp 2 z3: 191.5 GiB) */
-    double gwhole = uneven && c->sched == SCHED_INTERLEAVED && c->zero >= 2 ? p_layer * rows : 0;
+    /* grads_whole: the stage's f32 layer gradients (405B pp 2 bal int2 cp 2 z3: 191.5 GiB at the peak) */
+    double gwhole = grads_whole ? p_layer * rows : 0;
     e->cls[MEM_ACT] = most + copies + gather + wcopy + gwhole;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
@@ -606,10 +617,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     /* ZeRO-2/3 reduce-scatter every micro-step's gradient inside its backward (passes/zero_sums.c),
      * then gather the updated parameters (ZeRO-3: twice per micro-step, in the compute precision) */
     double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? accum + 1 : accum * (1 + 2 * cb / 4);
+    if (grads_whole) factor = 2; /* (405B pp 2 bal int2 cp 2 z3 compiled: 252 GiB scattered, 237 gathered a step) */
     e->dp_s = ring_s(p_rank, factor, n, bw, lat);
   }
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
+  if (grads_whole) hide = 0; /* (the step's scatter and gather follow its last backward: tiny int2 cp 2 z3 compiled, all exposed) */
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
   /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */
   if (off) {

@@ -6,7 +6,11 @@
 #     (-D pp=4 -D pp_layers=balanced ...) compiles that split and predicts row 1's step;
 #  b. models/llama3-405b.model (126 layers: among powers of two only pp 1 and 2 divide them) on its
 #     2048 H100s: the search ranks pp 16 candidates, balanced (`pp 16 bal`), and the file's own plan
-#     (tp 8, pp 16 layers(balanced)) plans and fits.
+#     (tp 8, pp 16 layers(balanced)) plans and fits (in the first 40 rows: ZeRO-3 on uneven stages holds
+#     the stage's bf16 weights whole, so the pp 16 bal z3 rows rank below the pp 1 ones);
+#  d. cp x pp (docs/planner.md, "Llama-3-405B"): tiny on 8 CUDA ranks, `dp 2 pp 2 bal int2 cp 2 z3`:
+#     the analytic memory within the model's 15 % of the compiled (uneven interleaved stages under
+#     ZeRO-3 hold the stage's bf16 weights and f32 layer gradients whole; the model had 0.72 of it).
 #  c. near the capacity (docs/planner.md, "Confirmation"): the same tiny on 12.5 MiB CPU ranks, where the
 #     analytic model puts `pp 4 bal zb z0 rc none mb 2` over the capacity (its zb memory is high) and
 #     faster than its best fit: it is confirmed by compiling (marked `~`), fits as compiled and is row 1.
@@ -72,8 +76,18 @@ echo "$own" | grep -q '^  plan: dp 16 tp 8 pp 16 cp 1 sp on zero 1' || bad "llam
 echo "$own" | grep -q '^#   layers(balanced): \[7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7\]' ||
   bad "llama3-405b: not the balanced split with lighter first and last stages: $(echo "$own" | grep 'layers(balanced)')"
 echo "$own" | grep -q '^#   capacity .*h100_80g memory: fits' || bad "llama3-405b: its plan does not fit"
-out=$("$shardc" plan models/llama3-405b.model --target cuda --search --budget 1 2>&1)
+out=$("$shardc" plan models/llama3-405b.model --target cuda --search --budget 1 --top 40 2>&1)
 echo "$out" | grep -q '^# *[0-9]* .* pp 16 bal ' || bad "llama3-405b: no pp 16 balanced candidate in the search's table: $out"
 echo "$out" | grep -q '^# [0-9]* candidates ([1-9][0-9]* of them with `layers(balanced)`' ||
   bad "llama3-405b: no balanced candidates counted"
+# d. cp x pp: the analytic memory of an interleaved uneven ZeRO-3 plan against its compiled memory
+out=$("$shardc" plan models/tiny.model --target cuda -D layers=5 --world 8 -D batch=32 --search -D dp=2 -D tp=1 -D sp=off \
+  -D pp=2 -D pp_layers=balanced -D schedule=interleaved -D cp=2 -D zero=3 -D recompute=selective -D micro_batch=1 \
+  --confirm 1 --top 1 2>&1) || bad "tiny cp x pp: the search failed: $out"
+arow=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -E '^# +1.? +dp 2 tp 1 pp 2 bal int2 cp 2 z3 ' | head -1)
+[ -n "$arow" ] || bad "tiny cp x pp: no analytic row for dp 2 pp 2 bal int2 cp 2 z3: $out"
+echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "MiB") m[++n] = $(i - 1)
+  exit !(n == 2 && m[2] > 0 && m[1] / m[2] > 0.85 && m[1] / m[2] < 1.15) }' ||
+  bad "tiny cp x pp: analytic memory not within 15 % of the compiled: $arow"
+
 exit $fail
