@@ -80,12 +80,13 @@ awk -v a="$b1" -v b="$b2" 'BEGIN { d = b - a; exit !(d > 0.2611 && d < 0.2632) }
 # (dx) and 256 x 64 (dwte): 1,327,104 outputs. Operands: per layer forward 278,528 (x 512 x 64 thrice and
 # the fc's 512 x 256, the weights), dX 344,064 (dY and W), dW 524,288 (x and dY), the head 49,152 + 147,456
 # + 163,840: 2,654,208. At 1 us each (GEMM FLOPs nearly free; printed to 3 digits: +-5 ms)
-for e in "gemm_out_s 1e-6" "gemm_in_s 1e-6" "gemm_out_s 0"; do
-  printf 'gemm_flops 1e12\nbandwidth 1e12\n%s\n' "$e" >"$tmp/ge${e% *}${e#* }.profile"
-done
-g0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/gegemm_out_s0.profile" 2>&1 | gemm)
-go=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/gegemm_out_s1e-6.profile" 2>&1 | gemm)
-gi=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/gegemm_in_s1e-6.profile" 2>&1 | gemm)
+fast() { # tiny's figure $2 (gemm, bwb) under fast GEMMs and bandwidth plus the profile line $1
+  printf 'gemm_flops 1e12\nbandwidth 1e12\n%s\n' "$1" >"$tmp/fast.profile"
+  "$shardc" plan models/tiny.model --world 1 --profile "$tmp/fast.profile" 2>&1 | "$2"
+}
+g0=$(fast "gemm_out_s 0" gemm)
+go=$(fast "gemm_out_s 1e-6" gemm)
+gi=$(fast "gemm_in_s 1e-6" gemm)
 awk -v a="$g0" -v o="$go" -v i="$gi" 'BEGIN { d1 = o - a; d2 = i - a
   exit !(d1 > 1.322 && d1 < 1.333 && d2 > 2.649 && d2 < 2.660) }' ||
   bad "gemm_out_s / gemm_in_s 1 us: GEMM $g0 s -> $go / $gi s, want +1.327 s (1,327,104 outputs) and +2.654 s (2,654,208 operand elements)"
@@ -96,10 +97,8 @@ gold=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/old.profile" 2
 [ -n "$gold" ] && [ "$gold" = "$g0" ] || bad "a profile with gemm_flops alone: GEMM $gold s, want the terms' 0 ($g0 s)"
 # elem_xent_s: the cross-entropy per logit, its forward and backward one pass (passes/fuse_ce.c): tiny's
 # 512 x 256 = 131,072 logits a step, 131.072 ms more per us (the backward node adds nothing)
-printf 'gemm_flops 1e12\nbandwidth 1e12\nelem_xent_s 1e-6\n' >"$tmp/x1.profile"
-printf 'gemm_flops 1e12\nbandwidth 1e12\nelem_xent_s 2e-6\n' >"$tmp/x2.profile"
-x1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/x1.profile" 2>&1 | bwb)
-x2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/x2.profile" 2>&1 | bwb)
+x1=$(fast "elem_xent_s 1e-6" bwb)
+x2=$(fast "elem_xent_s 2e-6" bwb)
 awk -v a="$x1" -v b="$x2" 'BEGIN { d = b - a; exit !(d > 0.1305 && d < 0.1317) }' ||
   bad "elem_xent_s 1e-6 -> 2e-6: bandwidth-bound $x1 s -> $x2 s, want +0.131072 s (131,072 logits)"
 # gemm_cold_bytes: a weight-gradient GEMM's saved operand (the forward loop's stack, read by the backward
@@ -107,12 +106,9 @@ awk -v a="$x1" -v b="$x2" 'BEGIN { d = b - a; exit !(d > 0.1305 && d < 0.1317) }
 # w_o, w_fc (64 wide) and w_proj (256 wide) over 512 tokens, 2 layers: 1,835,008 bytes a step, so
 # 1.835 ms more at 1 GB/s and half of it at 2 GB/s (GEMMs and bandwidth fast, so the rest is 352 us:
 # printed to 3 digits)
-for c in 0 1e9 2e9; do
-  printf 'gemm_flops 1e12\nbandwidth 1e12\ngemm_cold_bytes %s\n' "$c" >"$tmp/cold$c.profile"
-done
-c0=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold0.profile" 2>&1 | gemm)
-c1=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold1e9.profile" 2>&1 | gemm)
-c2=$("$shardc" plan models/tiny.model --world 1 --profile "$tmp/cold2e9.profile" 2>&1 | gemm)
+c0=$(fast "gemm_cold_bytes 0" gemm)
+c1=$(fast "gemm_cold_bytes 1e9" gemm)
+c2=$(fast "gemm_cold_bytes 2e9" gemm)
 awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { d1 = b - a; d2 = c - a
   exit !(d1 > 1.829e-3 && d1 < 1.841e-3 && d2 > 0.9125e-3 && d2 < 0.9235e-3) }' ||
   bad "gemm_cold_bytes 0 / 1e9 / 2e9: GEMM $c0 / $c1 / $c2 s, want +1.835 ms and +0.9175 ms"
