@@ -426,6 +426,15 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         zero_split_type(y, &wy, d, z);
         gather_uses(g, y, &wy, u, d, z);
         break;
+      } else if (n->op == OP_SLICE && n->a.axis != d && readers_can_gather(g, n->out[0], u, d) &&
+                 !is_result_of(g, n->out[0])) {
+        /* the gather moves past a slice along another dim (a pipeline stage's rows of the stack:
+         * an interleaved chunk's, an uneven stage's count): the slice of the shard is the shard of
+         * the slice, so the rows stay split and their loops gather them a layer at a time */
+        Value *y = n->out[0], wy = *y;
+        zero_split_type(y, &wy, d, z);
+        gather_uses(g, y, &wy, u, d, z);
+        break;
       } else { /* this reader's own gather, right before it */
         Value *whole_p = zero_gather_new(g, p, whole, d, z, n->loc);
         ir_move_last(g, i++);
