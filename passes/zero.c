@@ -47,7 +47,10 @@
  * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen); a layer loop gathers
  * one layer ahead (prefetch_layer: the loop carries the gathered layer, each iteration starts the
  * next layer's gather at its front). Under bf16 compute a gather moves past the parameter's bf16
- * cast: the cast of the shard is kept split and each of its readers gathers the bf16 copy.
+ * cast: the cast of the shard is kept split and each of its readers gathers the bf16 copy. It
+ * moves past a slice along another dim the same way: a pipeline stage's rows of the stack (an
+ * uneven stage's count, an interleaved chunk's rows, then its virtual stage's) are slices of the
+ * shard, so those loops too gather a layer at a time with the prefetch, not the whole stack.
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the

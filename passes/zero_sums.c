@@ -408,7 +408,7 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
  * Each stage's running sum of a layer gradient made by its loops: R_i reads the sum so far (R_{i-1}'s
  * stacked output, read once) as its stacked argument "sum" and yields sum_l + g_l; R_1 yields g_l.
  * Interleaved, each chunk its own chain (concatenated along the layers); uneven stages, each its own
- * rows (padded). As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
+ * rows (padded); both, each chunk padded to the stage's largest, then concatenated. As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
  * body, and the chain sums the shards. */
 
 /* v ends such a chain: its loops' outputs, last first, appended to *out (*n of cap). */
