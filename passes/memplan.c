@@ -350,6 +350,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
    * their own; the concat's starts at its first producer */
   bool *slotted = ARENA_ARRAY(tmp, bool, nv + 1), *colcat = ARENA_ARRAY(tmp, bool, g->nnodes + 1);
   int *made = ARENA_ARRAY(tmp, int, nv + 1); /* the position defining each value */
+  bool *kept = ARENA_ARRAY(tmp, bool, nv + 1); /* a view of persistent memory (of a view of it ...) */
   for (int i = 0; i < g->nnodes; i++)
     for (int k = 0; k < g->nodes[i]->nout; k++) made[g->nodes[i]->out[k]->id] = i;
   for (int i = 0; i < g->nnodes; i++)
@@ -396,8 +397,9 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
         view[i] = true;
         continue;
       }
-      if (d->graph == g && (d->op == OP_PARAM || d->op == OP_STATE || d->op == OP_INPUT)) {
-        view[i] = true; /* persistent memory: always there */
+      if (d->graph == g && (d->op == OP_PARAM || d->op == OP_STATE || d->op == OP_INPUT || kept[in->id])) {
+        view[i] = true; /* persistent memory: always there (a stage's rows of a stack, and a row of those) */
+        kept[n->out[0]->id] = true;
         continue;
       }
       if (in->offset == -2 && memplan_col_slice(n)) { /* a column view of a stacked y: placed with it */

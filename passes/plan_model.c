@@ -415,9 +415,10 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     lst = lmaxc * nv / c->pp;
     rows = nv > c->pp ? (double)rt_stage_local_rows(cnt, c->pp, nv / c->pp) : lmaxc;
   }
-  /* interleaved uneven stages under ZeRO-2/3 keep each chunk's f32 layer gradients whole until the
-   * step's end (not reduce-scattered a layer at a time): one reduce-scatter and one gather a step */
-  bool grads_whole = c->pp > 1 && uneven && c->sched == SCHED_INTERLEAVED && c->zero >= 2;
+  /* whether a stage keeps its f32 layer gradients whole until the step's end under ZeRO-2/3: no
+   * longer on any stage, interleaved uneven chunks included (passes/zero_sums.c, scatter_folded:
+   * each backward loop reduce-scatters its layer's gradient, the chunks' sums are the shards) */
+  bool grads_whole = false;
   double tok = (double)c->mb * pm->seq / c->cp;   /* tokens per micro-step per rank (before tp) */
   double accum = (double)c->accum;
   /* ---- memory ---- */
@@ -576,14 +577,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       if (x > most) most = x;
     }
     /* the stage's layer weights in the compute precision, cast once per step; ZeRO-3 gathers them a
-     * layer at a time only on even 1F1B / GPipe / zb stages: interleaved chunks and uneven (padded)
-     * stacks hold the whole stage's bf16 copy (Llama-3-405B pp 4 bal 1f1b cp 4 z3: 97.6 GiB of
-     * `.bf16` copies at the peak; GPT-3 pp 16 int2 z3: the chunks' bf16 slices, 2.6 GiB) */
-    bool whole = c->zero < 3 || c->sched == SCHED_INTERLEAVED || uneven;
+     * layer at a time on every stage (even, uneven and interleaved: passes/zero.c moves the gathers
+     * past the chunks' and stages' row slices), so it holds no whole copy */
+    bool whole = c->zero < 3;
     double wcopy = cb < 4 && whole ? p_layer * rows * cb / 4 : 0;
-    /* grads_whole: the stage's f32 layer gradients (405B pp 2 bal int2 cp 2 z3: 191.5 GiB at the peak) */
-    double gwhole = grads_whole ? p_layer * rows : 0;
-    e->cls[MEM_ACT] = most + copies + gather + wcopy + gwhole;
+    e->cls[MEM_ACT] = most + copies + gather + wcopy;
   } else {
     /* without the persistent copies under bf16 (zero < 3): one layer's weights cast at a time (passes/wcast.c) */
     double wcast = cb < 4 && !persistent && c->zero < 3 && base->target == TARGET_CUDA ? p_layer * cb / 4 : 0;

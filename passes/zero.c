@@ -47,7 +47,10 @@
  * ZeRO-2), as does one a repeat carries. The gathers are asynchronous (codegen); a layer loop gathers
  * one layer ahead (prefetch_layer: the loop carries the gathered layer, each iteration starts the
  * next layer's gather at its front). Under bf16 compute a gather moves past the parameter's bf16
- * cast: the cast of the shard is kept split and each of its readers gathers the bf16 copy.
+ * cast: the cast of the shard is kept split and each of its readers gathers the bf16 copy. It
+ * moves past a slice along another dim the same way: a pipeline stage's rows of the stack (an
+ * uneven stage's count, an interleaved chunk's rows, then its virtual stage's) are slices of the
+ * shard, so those loops too gather a layer at a time with the prefetch, not the whole stack.
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the
@@ -422,6 +425,15 @@ static void gather_uses(Graph *g, Value *p, const Value *whole, const Node *u, i
         /* the gather moves past a cast (bf16 compute: the loops read the parameter's bf16 copy):
          * the cast of the shard is the shard of the cast, so the copy is kept split and each of
          * its readers gathers it (per layer in the loops, in bf16: half the bytes) */
+        Value *y = n->out[0], wy = *y;
+        zero_split_type(y, &wy, d, z);
+        gather_uses(g, y, &wy, u, d, z);
+        break;
+      } else if (n->op == OP_SLICE && n->a.axis != d && readers_can_gather(g, n->out[0], u, d) &&
+                 !is_result_of(g, n->out[0])) {
+        /* the gather moves past a slice along another dim (a pipeline stage's rows of the stack:
+         * an interleaved chunk's, an uneven stage's count): the slice of the shard is the shard of
+         * the slice, so the rows stay split and their loops gather them a layer at a time */
         Value *y = n->out[0], wy = *y;
         zero_split_type(y, &wy, d, z);
         gather_uses(g, y, &wy, u, d, z);

@@ -408,7 +408,7 @@ static bool scatter_chain(Graph *g, Node *const *ends, int nends, int d, ZeroGro
  * Each stage's running sum of a layer gradient made by its loops: R_i reads the sum so far (R_{i-1}'s
  * stacked output, read once) as its stacked argument "sum" and yields sum_l + g_l; R_1 yields g_l.
  * Interleaved, each chunk its own chain (concatenated along the layers); uneven stages, each its own
- * rows (padded). As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
+ * rows (padded); both, each chunk padded to the stage's largest, then concatenated. As the region's loop does (region_sum's R1), each loop reduce-scatters g_l in its
  * body, and the chain sums the shards. */
 
 /* v ends such a chain: its loops' outputs, last first, appended to *out (*n of cap). */
@@ -428,24 +428,33 @@ static bool folded_chain(const PtrMap *uses, Value *v, Value **out, int *n, int 
   }
 }
 
-/* sel (stage_select) of each stage's folded chains, under a pad or a concat along the layers:
+/* v (a stage's sum) is its folded chains under pads and concats along the layers (an uneven stage's
+ * rows padded; interleaved, its chunks concatenated, each chunk padded to the stage's largest):
+ * the chains' loops appended to chain (*n of cap), the pads and concats to wrap (*nw of cap), each
+ * wrapper after what it wraps. */
+static bool folded_parts(const PtrMap *uses, Value *v, Value **chain, int *n, Value **wrap, int *nw, int cap) {
+  Node *c = v->def;
+  bool pad = c->op == OP_PAD && c->a.axis == 0 && read_once(uses, v);
+  bool cat = c->op == OP_CONCAT && c->a.axis == 0 && read_once(uses, v);
+  if (!pad && !cat) return folded_chain(uses, v, chain, n, cap);
+  if (*nw == cap) return false;
+  for (int k = 0; k < (cat ? c->nin : 1); k++)
+    if (!folded_parts(uses, c->in[k], chain, n, wrap, nw, cap)) return false;
+  wrap[(*nw)++] = v;
+  return true;
+}
+
+/* sel (stage_select) of each stage's folded chains, under pads and concats along the layers:
  * all found before anything changes (else false, nothing changed), then each loop scatters. */
 static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
   if (d < 1) return false;
   PtrMap uses = {0};
   ir_use_counts(g, &uses);
-  int cap = g->nnodes, n = 0, nw = 0; /* (the loops: fewer than g's nodes) */
+  int cap = g->nnodes, n = 0, nw = 0; /* (the loops, the pads and concats: fewer than g's nodes) */
   Value **chain = ARENA_ARRAY(g->arena, Value *, cap + 1);
-  Value **wrap = ARENA_ARRAY(g->arena, Value *, 2 * sel->nin + 1); /* the pads and concats */
+  Value **wrap = ARENA_ARRAY(g->arena, Value *, cap + 1);
   bool ok = true;
-  for (int s = 0; s < sel->nin && ok; s++) {
-    Value *v = sel->in[s];
-    if (v->def->op == OP_PAD && v->def->a.axis == 0 && read_once(&uses, v)) wrap[nw++] = v, v = v->def->in[0];
-    Node *c = v->def;
-    bool cat = c->op == OP_CONCAT && c->a.axis == 0 && read_once(&uses, v);
-    if (cat) wrap[nw++] = v;
-    for (int k = 0; k < (cat ? c->nin : 1) && ok; k++) ok = folded_chain(&uses, cat ? c->in[k] : v, chain, &n, cap);
-  }
+  for (int s = 0; s < sel->nin && ok; s++) ok = folded_parts(&uses, sel->in[s], chain, &n, wrap, &nw, cap);
   ptrmap_free(&uses);
   if (!ok) return false;
   for (int k = 0; k < n; k++) {
@@ -462,7 +471,7 @@ static bool scatter_folded(Graph *g, Node *sel, int d, ZeroGroup z) {
     retype(y, d - 1, z);
     retype(v, d, z);
   }
-  for (int k = nw - 1; k >= 0; k--) retype(wrap[k], d, z);
+  for (int k = 0; k < nw; k++) retype(wrap[k], d, z);
   return true;
 }
 

@@ -4,7 +4,7 @@
 # pp 2 with 2 chunks per stage, `pp 2 layers(1, 1, 3, 1)` (virtual stage k = c pp + s: stage 0 holds
 # layers 0 and 2-4, stage 1 layers 1 and 5; fewer layers beside the embedding and the head; each
 # stage's stacks 1 + 3 rows, chunk c padded to the largest chunk c), 4 micro-batches of 2, gives the single rank's loss curve over 20 AdamW steps within 1e-5
-# relative (lib.sh's tolerance, justified in layouts.sh); its step-10 checkpoint (sharded: each rank
+# relative (lib.sh's tolerance, justified in layouts.sh), and so does pp 2 x dp 2 under zero 3; its step-10 checkpoint (sharded: each rank
 # writes its chunks' rows, without the padding) resumes on one rank with the uninterrupted step-11 loss,
 # and the one rank's resumes under it.
 set -euo pipefail
@@ -22,6 +22,11 @@ grep -q "^#   0     0-0,2-4      embedding" <<<"$plan" && grep -q "^#   1     1-
 "$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
 "${mpi[@]}" -np 2 "$t/pp2il" "${run[@]}" --log "$t/pp2il.jsonl" >/dev/null
 compare "tiny pp2 interleaved [1,1,3,1]" "$t/pp2il.jsonl" "$t/one.jsonl"
+# ZeRO-3 over dp 2 on those stages (4 ranks: each stage's chunks stored split over dp, gathered a layer
+# at a time in the loops, each layer's gradient reduce-scattered in its backward loop): the same curve
+"$shardc" build "$t/il.model" "${m[@]}" -D micro_batch=2 -D dp=2 -D zero=3 -D schedule=interleaved --world 4 -o "$t/pp2ilz3" 2>/dev/null
+"${mpi[@]}" -np 4 "$t/pp2ilz3" "${run[@]}" --log "$t/pp2ilz3.jsonl" >/dev/null
+compare "tiny pp2 x dp2 interleaved [1,1,3,1] zero 3" "$t/pp2ilz3.jsonl" "$t/one.jsonl"
 resume_on_one "pp2 interleaved layers(1, 1, 3, 1)" 2 "$t/pp2il" "$t/pp2il.jsonl" "$t/one"
 # and the other way: the one rank's step-10 checkpoint resumed by the interleaved trainer (loaded into each
 # stage's chunks past their padding) gives the one rank's uninterrupted step-11 loss

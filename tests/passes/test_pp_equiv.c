@@ -42,6 +42,7 @@
 #include "memplan.h"
 #include "pipe_sched.h"
 #include "tb_compile.h"
+#include "tb_zero.h"
 #include "pipeline.h"
 #include "tb.h"
 
@@ -284,6 +285,7 @@ static void run_uneven(const char *label, Target target, double tol, const char 
       }
       if (bal) check_least_bottleneck(pm->pipe_balance, what);
       check_shape(pm, pp, 1, q == 2, M, what);
+      failures += tb_check_zero_pp(pm, M, what); /* a stage's rows of the padded stacks, gathered a layer at a time */
       /* each stage's loops run its own layers: one forward loop per stage and micro-batch, of its count */
       int bad = 0, loops = 0;
       for (int i = 0; i < pm->graph->nnodes; i++) {

@@ -7,7 +7,8 @@
  * virtual stage (pp x V counts, Megatron's fewer layers on the first and the last: [1, 2, 2, 1]), or
  * `layers(balanced)` over the pp V virtual stages. For the tiny GPT (tied embedding) and a Llama-shaped
  * model: the single-rank program with batch B in one micro-step, and the pipelined programs (pp 2 and
- * 4, V 2, x dp 2 and x tp 2; tiny with ZeRO-3 and with full recompute, Llama with ZeRO-2) interpreted in fp64 for two AdamW steps (with clipping): the loss, the
+ * 4, V 2, x dp 2 and x tp 2; tiny with ZeRO-3 (f32, and bf16 on the CUDA target) and with full recompute, Llama
+ * with ZeRO-2 and ZeRO-3) interpreted in fp64 for two AdamW steps (with clipping): the loss, the
  * grad norm, every gradient, parameter and optimizer state within 1e-10 relative, replicas identical;
  * in bf16 (the CUDA target) within 2^-12. The program's shape: each virtual stage's forward loops run
  * its own count, its stacks' rows read through views (no copy), the stacks split `S(pp)@0/stages` with
@@ -27,6 +28,7 @@
 #include "interp.h"
 #include "pipe_sched.h"
 #include "tb_compile.h"
+#include "tb_zero.h"
 #include "pipeline.h"
 #include "tb.h"
 
@@ -180,6 +182,7 @@ static void run(const char *label, Target target, double tol, const char *path, 
       expect(same, "layers(balanced) with interleaving: the balance's virtual stages applied");
     }
     check_shape(pm, x->pp, v, x->M, what);
+    failures += tb_check_zero_pp(pm, x->M, what);
     failures += tb_equiv_micro(ref, pm, &tok, &tgt, x->M, label, what, tol, true);
     arena_free(&pa);
   }
@@ -256,13 +259,20 @@ int main(void) {
   const FeDefine trc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"recompute", "full"}};
   const FeDefine lz2[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                           {"kv_heads", "2"}, {"layers", "6"}, {"ffn", "48"}, {"zero", "2"}};
-  static const Plan8 pz[] = {{2, 2, 1, 2, 4, {1, 2, 2, 1}}}, pr[] = {{2, 1, 1, 4, 2, {2, 4}}};
-  run("tiny, zero 3, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, pz, 1);
+  const FeDefine lz3[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                          {"kv_heads", "2"}, {"layers", "6"}, {"ffn", "48"}, {"zero", "3"}};
+  /* (ZeRO: dp 2, per virtual stage, per stage ([2, 4]: chunks [1, 2 | 1, 2]) and balanced) */
+  static const Plan8 pz[] = {{2, 2, 1, 2, 4, {1, 2, 2, 1}}, {2, 2, 1, 2, 2, {2, 4}}, {2, 2, 1, 2, 0, {0}}},
+                     pr[] = {{2, 1, 1, 4, 2, {2, 4}}};
+  run("tiny, zero 3, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, pz, 3);
   run("tiny, recompute full, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", trc, 5, 8, 8, 256, pr, 1);
-  run("Llama shaped, zero 2, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, pz, 1);
+  run("Llama shaped, zero 2, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, pz, 3);
+  run("Llama shaped, zero 3, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz3, 9, 8, 8, 128, pz, 3);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"precision", "bf16"}};
   static const Plan8 pb[] = {{2, 1, 1, 4, 4, {1, 2, 2, 1}}};
   run("tiny, bf16 (CUDA target), 6 layers", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256, pb, 1);
+  const FeDefine tbz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"precision", "bf16"}, {"zero", "3"}};
+  run("tiny, bf16 (CUDA target), zero 3, 6 layers", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbz3, 6, 8, 8, 256, pz, 1);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

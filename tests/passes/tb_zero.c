@@ -1,0 +1,108 @@
+/* tests/passes/tb_zero.c — ZeRO-2/3's shape under pipeline parallelism, for the pp tests (test_pp_equiv's
+ * uneven stages, test_pp_ileave's interleaved ones): see tb_zero.h. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tb.h"
+#include "tb_zero.h"
+
+static void expect(bool ok, const char *what, int *failures) {
+  if (!ok) {
+    fprintf(stderr, "FAIL: %s\n", what);
+    (*failures)++;
+  }
+}
+
+/* Whether a node of g or of a body nested in it reads v. */
+static bool reads_deep(const Graph *g, const Value *v) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v) return true;
+    if (n->body && reads_deep(n->body, v)) return true;
+  }
+  return false;
+}
+
+static bool stacked_over_pp(const Value *v) { return v->shape.rank > 0 && v->sharding.split[0] == RT_AX_PP; }
+
+/* dp reduce-scatters inside the bodies of g's loops. */
+static int dp_scatters_in_loops(const Graph *g, bool top) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    c += !top && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) c += dp_scatters_in_loops(n->body, false);
+  }
+  return c;
+}
+
+static int stack_gathers(const Graph *g) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    OpKind from = n->nin ? n->in[0]->def->op : OP_COUNT; /* (not ZeRO-1/2's gather of the updated parameter) */
+    bool gather = n->op == OP_ALL_GATHER && from != OP_ADAMW_UPDATE && from != OP_SGD_UPDATE;
+    c += (gather || n->op == OP_REDUCE_SCATTER) && n->a.mesh_axis == RT_AX_DP && stacked_over_pp(n->out[0]);
+    if (n->body) c += stack_gathers(n->body);
+  }
+  return c;
+}
+
+/* (Before the gathers moved past the stages' and chunks' row slices, passes/zero.c, an interleaved
+ * or uneven stage gathered each chunk's or stage's stack once and held it the whole step, and
+ * interleaved uneven stages reduce-scattered their whole stacks' gradients after the last backward:
+ * tiny [1, 2, 2, 1] at d 32, 327,680 B gathered at once, 6.4 layers'.) */
+int tb_check_zero_pp(const Module *m, int64_t M, const char *what) {
+  const Graph *g = m->graph;
+  char msg[320];
+  int dp = m->mesh->dim[RT_AX_DP];
+  int failures = 0;
+  if (m->plan.zero < 2 || dp < 2) return 0;
+  int rs = dp_scatters_in_loops(g, true), whole = stack_gathers(g);
+  snprintf(msg, sizeof msg, "%s, zero %d: %d dp reduce-scatters in the backward loops (want >= %lld), %d gathers or scatters of a stage's whole stack (want 0)",
+           what, m->plan.zero, rs, (long long)M, whole);
+  expect(rs >= M && !whole, msg, &failures);
+  if (m->plan.zero < 3) return failures;
+  int64_t layer = 0, embed = 0; /* one layer's weights whole (f32), the largest other parameter's */
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_PARAM) continue;
+    const Value *p = n->out[0];
+    int64_t b = ir_numel(&p->shape) * 4;
+    for (int d = 0; d < p->shape.rank; d++) b *= p->sharding.split[d] == RT_AX_DP ? dp : 1;
+    if (stacked_over_pp(p)) layer += b / p->shape.dim[0];
+    else if (b > embed) embed = b;
+  }
+  int n = g->nnodes, *end = calloc((size_t)n + 1, sizeof(int));
+  bool *held = calloc((size_t)n + 1, sizeof(bool));
+  for (int i = 0; i < n; i++) { /* the gathered values and what is made of them, each to its last reader */
+    const Node *x = g->nodes[i];
+    bool from = x->op == OP_ALL_GATHER && x->a.mesh_axis == RT_AX_DP;
+    if ((x->op == OP_SLICE || x->op == OP_RESHAPE || x->op == OP_CAST) && x->in[0]->def->graph == g)
+      for (int k = 0; k < i; k++) from |= held[k] && g->nodes[k] == x->in[0]->def;
+    if (!from || ir_is_result(g, x->out[0])) continue;
+    held[i] = true;
+    end[i] = i;
+    for (int k = i + 1; k < n; k++) {
+      const Node *r = g->nodes[k];
+      bool reads = r->body && reads_deep(r->body, x->out[0]);
+      for (int j = 0; j < r->nin; j++) reads |= r->in[j] == x->out[0];
+      if (reads) end[i] = k;
+    }
+  }
+  int64_t most = 0;
+  for (int t = 0; t < n; t++) {
+    int64_t live = 0;
+    for (int i = 0; i <= t; i++) live += held[i] && end[i] >= t ? ir_numel(&g->nodes[i]->out[0]->shape) * ir_dtype_size(g->nodes[i]->out[0]->dtype) : 0;
+    if (live > most) most = live;
+  }
+  free(end);
+  free(held);
+  snprintf(msg, sizeof msg, "%s, zero 3: %lld B of gathered parameters live at once at the top level, want at most 2 layers' %lld B + the embedding's %lld B",
+           what, (long long)most, (long long)(2 * layer), (long long)embed);
+  expect(most > 0 && most <= 2 * layer + embed, msg, &failures);
+  fprintf(stderr, "  %s: %d dp scatters in the loops; gathered at once %lld B (a layer: %lld B)\n", what, rs, (long long)most, (long long)layer);
+  return failures;
+}
+

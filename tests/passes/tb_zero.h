@@ -1,0 +1,16 @@
+/* tests/passes/tb_zero.h — ZeRO-2/3 under pipeline parallelism, checked on a compiled plan. */
+#ifndef SHARDC_TESTS_TB_ZERO_H
+#define SHARDC_TESTS_TB_ZERO_H
+
+#include "module.h"
+
+/* m (pp > 1, M micro-batches) under zero >= 2 and dp > 1, as on even stages (passes/zero.c,
+ * passes/zero_sums.c): every backward loop reduce-scatters its layer's gradient over dp (at least M of
+ * them), no reduce-scatter or gather before the update of a stage's whole stack (split over pp); under
+ * zero 3 the top level's gathered parameters (an all-gather's output and the slices, reshapes and
+ * casts of it, each to its last reader) live at once at most two layers' f32 weights and the largest
+ * other parameter's (the embedding). Prints a FAIL line per broken check; returns their count (0 for
+ * any other plan). */
+int tb_check_zero_pp(const Module *m, int64_t M, const char *what);
+
+#endif
