@@ -261,6 +261,7 @@ static void add_cell(CommCell *c, int64_t mult, int64_t bytes, double factor) {
 }
 
 static void count_node(const Module *m, const Node *n, int64_t mult, bool in_repeat, int region, CommVolumes *v) {
+  if (v->stage >= 0 && !ir_runs_on(n, v->stage)) return; /* another pipeline stage's (its ranks run it, not these) */
   if (n->body) {
     bool rep = n->op == OP_REPEAT;
     for (int i = 0; i < n->body->nnodes; i++)
@@ -291,8 +292,11 @@ static void count_node(const Module *m, const Node *n, int64_t mult, bool in_rep
   v->side_time_s[side] += t;
 }
 
-void ir_comm_volumes(const Module *m, CommVolumes *v) {
+/* The volumes of the ranks of pipeline stage `stage` (-1: every node, no pipeline). */
+static void volumes_of(const Module *m, int stage, CommVolumes *v) {
   memset(v, 0, sizeof *v);
+  v->stage = stage;
+  v->nstages = 1;
   const MeshMap *mm = m->mesh;
   int *mem = mm ? malloc((size_t)mm->world * sizeof *mem) : NULL;
   if (mm && !mem) die("commreport: out of memory");
@@ -325,6 +329,24 @@ void ir_comm_volumes(const Module *m, CommVolumes *v) {
     free(inner);
   }
   free(region);
+}
+
+/* Under pp each rank runs one stage's nodes (Node.stage): a rank's volumes are its stage's, and the
+ * report's are the busiest stage's (the most time on the links, or without a topology the most bus
+ * traffic). Summing every stage's nodes counted a pipeline's layer collectives pp times. */
+void ir_comm_volumes(const Module *m, CommVolumes *v) {
+  int pp = m->pipe && m->mesh ? m->mesh->dim[RT_AX_PP] : 1; /* (the stages: the pp ranks) */
+  volumes_of(m, pp > 1 ? 0 : -1, v);
+  if (pp <= 1) return;
+  CommVolumes *w = malloc(sizeof *w);
+  if (!w) die("commreport: out of memory");
+  for (int st = 1; st < pp; st++) {
+    volumes_of(m, st, w);
+    double tw = w->side_time_s[0] + w->side_time_s[1], tv = v->side_time_s[0] + v->side_time_s[1];
+    if (tw > tv || (tw == tv && w->total_bus_bytes > v->total_bus_bytes)) *v = *w;
+  }
+  free(w);
+  v->nstages = pp;
 }
 
 /* ---- printing -------------------------------------------------------------------- */
@@ -365,6 +387,9 @@ void ir_print_comm(FILE *f, const Module *m) {
             (long long)m->batch.accum);
   else
     fprintf(f, "# communication per rank, per step (one step = one micro-batch through the graph)\n");
+  if (v.nstages > 1)
+    fprintf(f, "#   pipeline: a rank runs its stage's collectives; these are stage %d's, the busiest of %d\n", v.stage,
+            v.nstages);
   if (v.total_count == 0) {
     fprintf(f, "#   none\n");
     return;
