@@ -18,6 +18,8 @@
  *     receive depends on its send (the pipeline's, paired by axis and tag);
  *     a repeat region belongs to one region as a whole, and its collectives count `count`
  *     times.
+ *   pipeline stages: a rank runs the nodes of its stage (Node.stage, stageset) and those of every
+ *     stage; the volumes are one stage's ranks', the busiest stage's (CommVolumes.stage).
  */
 #ifndef SHARDC_COMMREPORT_H
 #define SHARDC_COMMREPORT_H
