@@ -260,17 +260,9 @@ static void add_cell(CommCell *c, int64_t mult, int64_t bytes, double factor) {
   c->bus_bytes += (double)mult * (double)bytes * factor;
 }
 
-static void count_node(const Module *m, const Node *n, int64_t mult, bool in_repeat, int region, CommVolumes *v) {
-  if (n->body) {
-    bool rep = n->op == OP_REPEAT;
-    for (int i = 0; i < n->body->nnodes; i++)
-      count_node(m, n->body->nodes[i], rep ? mult * n->a.count : mult, in_repeat || rep, region, v);
-    return;
-  }
-  int k = comm_kind(n->op);
-  if (k < 0) return;
+/* One collective's volumes into v. */
+static void count_coll(const Module *m, const Node *n, int k, int64_t mult, bool in_repeat, int region, CommVolumes *v) {
   int ax = ir_comm_row(n);
-  if (ax < 0 || ax >= IR_COMM_ROWS) die("commreport: collective %s over mesh axis %d", ir_ops[n->op].name, ax);
   int64_t bytes = ir_comm_node_bytes(n);
   double f = ir_comm_bus_factor(n->op, v->group_size[ax]);
   add_cell(&v->cell[ax][region][k], mult, bytes, f);
@@ -291,8 +283,33 @@ static void count_node(const Module *m, const Node *n, int64_t mult, bool in_rep
   v->side_time_s[side] += t;
 }
 
-void ir_comm_volumes(const Module *m, CommVolumes *v) {
+/* n's collectives (at any depth) into vs[st] for each of the nst stages that runs them: `stages`, the
+ * enclosing nodes' stage mask (IR_EVERY_STAGE: every one; without pp nst is 1 and every node counts). */
+static void count_node(const Module *m, const Node *n, int64_t mult, bool in_repeat, int region, uint64_t stages,
+                       CommVolumes *vs, int nst) {
+  uint64_t own = ir_node_stages(n);
+  if (nst > 1 && own) stages &= own; /* another pipeline stage's nodes: its ranks run them, not these */
+  if (!stages) return;
+  if (n->body) {
+    bool rep = n->op == OP_REPEAT;
+    for (int i = 0; i < n->body->nnodes; i++)
+      count_node(m, n->body->nodes[i], rep ? mult * n->a.count : mult, in_repeat || rep, region, stages, vs, nst);
+    return;
+  }
+  int k = comm_kind(n->op);
+  if (k < 0) return;
+  int ax = ir_comm_row(n);
+  if (ax < 0 || ax >= IR_COMM_ROWS) die("commreport: collective %s over mesh axis %d", ir_ops[n->op].name, ax);
+  for (int st = 0; st < nst; st++)
+    if (nst == 1 || (st < 64 && (stages >> st & 1))) count_coll(m, n, k, mult, in_repeat, region, &vs[st]);
+}
+
+/* The volumes of the ranks of each of nst pipeline stages (vs[nst]; nst 1: no pipeline, every node). */
+static void volumes_of(const Module *m, CommVolumes *vs, int nst) {
+  CommVolumes *v = &vs[0];
   memset(v, 0, sizeof *v);
+  v->stage = nst > 1 ? 0 : -1;
+  v->nstages = nst;
   const MeshMap *mm = m->mesh;
   int *mem = mm ? malloc((size_t)mm->world * sizeof *mem) : NULL;
   if (mm && !mem) die("commreport: out of memory");
@@ -308,23 +325,47 @@ void ir_comm_volumes(const Module *m, CommVolumes *v) {
     v->link[a] = !m->has_topology ? LINK_NONE : v->across_nodes[a] ? m->topo.inter.kind : m->topo.intra.kind;
   }
   free(mem);
+  v->side_link[0] = m->has_topology ? m->topo.intra.kind : LINK_NONE;
+  v->side_link[1] = m->has_topology ? m->topo.inter.kind : LINK_NONE;
+  for (int st = 1; st < nst; st++) {
+    vs[st] = *v; /* the groups and links, no volumes yet */
+    vs[st].stage = st;
+  }
   const Graph *g = m->graph;
   int *region = malloc(((size_t)g->nnodes + 1) * sizeof *region);
   if (!region) die("commreport: out of memory");
   classify(g, region);
-  v->side_link[0] = m->has_topology ? m->topo.intra.kind : LINK_NONE;
-  v->side_link[1] = m->has_topology ? m->topo.inter.kind : LINK_NONE;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     int *inner = classify_accum(g, n);
     if (!inner) {
-      count_node(m, n, 1, false, region[i], v);
+      count_node(m, n, 1, false, region[i], IR_EVERY_STAGE, vs, nst);
       continue;
     }
-    for (int j = 0; j < n->body->nnodes; j++) count_node(m, n->body->nodes[j], n->a.count, false, inner[j], v);
+    for (int j = 0; j < n->body->nnodes; j++)
+      count_node(m, n->body->nodes[j], n->a.count, false, inner[j], IR_EVERY_STAGE, vs, nst);
     free(inner);
   }
   free(region);
+}
+
+/* Under pp each rank runs one stage's nodes (Node.stage, stageset): a rank's volumes are its stage's,
+ * and the report's are the busiest stage's (the most time on the links, or without a topology the
+ * most bus traffic). Summing every stage's nodes counted a pipeline's layer collectives pp times. */
+void ir_comm_volumes(const Module *m, CommVolumes *v) {
+  int nst = m->pipe && m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 1; /* (the pp ranks) */
+  if (nst > 64) die("commreport: %d pipeline stages (Node.stageset holds 64)", nst);
+  CommVolumes *vs = malloc((size_t)nst * sizeof *vs);
+  if (!vs) die("commreport: out of memory");
+  volumes_of(m, vs, nst);
+  int best = 0;
+  for (int st = 1; st < nst; st++) {
+    const CommVolumes *w = &vs[st], *b = &vs[best];
+    double tw = w->side_time_s[0] + w->side_time_s[1], tb = b->side_time_s[0] + b->side_time_s[1];
+    if (tw > tb || (tw == tb && w->total_bus_bytes > b->total_bus_bytes)) best = st;
+  }
+  *v = vs[best];
+  free(vs);
 }
 
 /* ---- printing -------------------------------------------------------------------- */
@@ -365,6 +406,9 @@ void ir_print_comm(FILE *f, const Module *m) {
             (long long)m->batch.accum);
   else
     fprintf(f, "# communication per rank, per step (one step = one micro-batch through the graph)\n");
+  if (v.nstages > 1)
+    fprintf(f, "#   pipeline: a rank runs its stage's collectives; these are stage %d's, the busiest of %d\n", v.stage,
+            v.nstages);
   if (v.total_count == 0) {
     fprintf(f, "#   none\n");
     return;

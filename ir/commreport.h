@@ -18,6 +18,8 @@
  *     receive depends on its send (the pipeline's, paired by axis and tag);
  *     a repeat region belongs to one region as a whole, and its collectives count `count`
  *     times.
+ *   pipeline stages: a rank runs the nodes of its stage (Node.stage, stageset) and those of every
+ *     stage; the volumes are one stage's ranks', the busiest stage's (CommVolumes.stage).
  */
 #ifndef SHARDC_COMMREPORT_H
 #define SHARDC_COMMREPORT_H
@@ -52,6 +54,8 @@ typedef struct {
   double side_time_s[2];                        /* estimated seconds per step on each (0: unknown) */
   int64_t total_count;                          /* every collective per step */
   double total_bus_bytes;                       /* per rank per step */
+  int stage;   /* under pp: the stage whose ranks these are (the busiest, ir_comm_volumes); -1: no pipeline */
+  int nstages; /* pipeline stages (1: none) */
 } CommVolumes;
 
 /* Bytes of one collective node (see above); 0 for a non-collective. */
@@ -74,7 +78,7 @@ unsigned ir_comm_row_mask(int row);
 const char *ir_comm_row_name(int row);
 /* "tp x8, 96.0 MiB" for a collective node (m may be NULL: no group size); "" otherwise. */
 void ir_comm_note(char *buf, size_t size, const Module *m, const Node *n);
-/* The per-step volumes of m's graph. */
+/* The per-step volumes of m's graph, per rank: under pp, of the busiest stage's ranks (CommVolumes.stage). */
 void ir_comm_volumes(const Module *m, CommVolumes *out);
 /* "# rank class ..." header: which ranks the one SPMD program serves. */
 void ir_print_rank_classes(FILE *f, const Module *m);

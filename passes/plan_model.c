@@ -397,6 +397,22 @@ static double ring_s(double bytes, double factor, int n, double bw, double lat) 
   return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
 }
 
+/* ZeRO-3's dp (dp x cp) traffic a step: per micro-step one f32 reduce-scatter and two gathers in the
+ * compute precision of the stage's parameters (p_rank bytes, f32), as ring bandwidth; and each
+ * collective's n - 1 latency steps: the layer loops gather each split layer tensor on its own, forward
+ * and backward (pm->nl_mat of them a layer), and reduce-scatter a layer's gradients in buckets (at most
+ * one a tensor). Counted as one ring's latency per micro-step, the latency was 0.08 s where Llama-3-405B
+ * pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms a collective) runs 21,440 collectives a step: 55 s. */
+static double zero3_coll_s(const PlanModel *pm, const Module *base, const PlanCand *c, double p_rank, double p_layer,
+                           double lst, int n, double bw, double lat) {
+  if (n <= 1 || bw <= 0) return 0;
+  double accum = (double)c->accum, cb = pm->cb;
+  double bucket = base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
+  double scatters = fmax(1, fmin(pm->nl_mat, ceil(p_layer / bucket))); /* a layer's buckets (passes/grad_buckets.c) */
+  double colls = accum * lst * (2 * pm->nl_mat + scatters);
+  return accum * (1 + 2 * cb / 4) * p_rank * (n - 1) / n / bw + colls * (n - 1) * lat;
+}
+
 /* c's estimate with n[k] layers on (virtual) stage k (NULL: even). */
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
                      PlanEstimate *e) {
@@ -408,17 +424,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double rows = lst;                              /* layer rows per stage held (uneven: padded to the largest) */
   int nv = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
   double lmaxc = 0;                               /* uneven: the largest (virtual) stage's layers */
-  bool uneven = false;                            /* the split's counts differ (the stacks padded) */
   if (n) {
     int cnt[RT_MAX_STAGES];
-    for (int k = 0; k < nv; k++) lmaxc = fmax(lmaxc, (double)n[k]), cnt[k] = (int)n[k], uneven |= n[k] != n[0];
+    for (int k = 0; k < nv; k++) lmaxc = fmax(lmaxc, (double)n[k]), cnt[k] = (int)n[k];
     lst = lmaxc * nv / c->pp;
     rows = nv > c->pp ? (double)rt_stage_local_rows(cnt, c->pp, nv / c->pp) : lmaxc;
   }
-  /* whether a stage keeps its f32 layer gradients whole until the step's end under ZeRO-2/3: no
-   * longer on any stage, interleaved uneven chunks included (passes/zero_sums.c, scatter_folded:
-   * each backward loop reduce-scatters its layer's gradient, the chunks' sums are the shards) */
-  bool grads_whole = false;
   double tok = (double)c->mb * pm->seq / c->cp;   /* tokens per micro-step per rank (before tp) */
   double accum = (double)c->accum;
   /* ---- memory ---- */
@@ -615,12 +626,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     /* ZeRO-2/3 reduce-scatter every micro-step's gradient inside its backward (passes/zero_sums.c),
      * then gather the updated parameters (ZeRO-3: twice per micro-step, in the compute precision) */
     double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? accum + 1 : accum * (1 + 2 * cb / 4);
-    if (grads_whole) factor = 2; /* (405B pp 2 bal int2 cp 2 z3 compiled: 252 GiB scattered, 237 gathered a step) */
     e->dp_s = ring_s(p_rank, factor, n, bw, lat);
+    if (c->zero >= 3) e->dp_s = zero3_coll_s(pm, base, c, p_rank, p_layer, lst, n, bw, lat);
   }
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
-  if (grads_whole) hide = 0; /* (the step's scatter and gather follow its last backward: tiny int2 cp 2 z3 compiled, all exposed) */
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
   /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */
   if (off) {

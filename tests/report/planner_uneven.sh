@@ -16,6 +16,8 @@
 #  c. near the capacity (docs/planner.md, "Confirmation"): the same tiny on 12.5 MiB CPU ranks, where the
 #     analytic model puts `pp 4 bal zb z0 rc none mb 2` over the capacity (its zb memory is high) and
 #     faster than its best fit: it is confirmed by compiling (marked `~`), fits as compiled and is row 1.
+#  e. ZeRO-3 under pp: Llama-3-405B `dp 128 tp 2+sp pp 2 1f1b cp 4 z3`'s analytic step within 15 % of its
+#     compiled one (each gather and scatter pays its ring's latency: 512 ranks, 2.6 ms a collective).
 # Usage: tests/report/planner_uneven.sh SHARDC
 set -uo pipefail
 shardc=${1:?usage: planner_uneven.sh SHARDC}
@@ -100,5 +102,17 @@ r_even=$(ratio 4 "dp 2 tp 1 pp 2 1f1b cp 2 z3" -D schedule=1f1b)
 echo "tiny cp x pp: analytic / compiled memory, pp 2 bal int2 cp 2 z3 $r_bal, pp 2 1f1b cp 2 z3 $r_even"
 awk -v a="$r_bal" -v b="$r_even" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= 0.05) }' ||
   bad "tiny cp x pp: the interleaved uneven ZeRO-3 plan's analytic / compiled memory $r_bal is not within 0.05 of the even plan's $r_even"
+
+# e. ZeRO-3 under pp, each collective's ring latency (docs/planner.md, "Llama-3-405B"): the layer loops gather
+#    each split tensor on its own and over 512 ranks a collective's 511 latency steps cost 2.6 ms; the model
+#    counted one ring's latency a micro-step (analytic 66.0 s a step, compiled 126 s: ratio 0.52)
+out=$("$shardc" plan models/llama3-405b.model --target cuda --search -D dp=128 -D tp=2 -D sp=on -D pp=2 \
+  -D pp_layers=balanced -D schedule=1f1b -D cp=4 -D zero=3 -D recompute=selective -D micro_batch=1 --confirm 1 --top 1 2>&1) ||
+  bad "llama3-405b pp 2 cp 4 z3: the search failed: $out"
+arow=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -E '^# +1.? +dp 128 tp 2\+sp pp 2 1f1b cp 4 z3 ' | head -1)
+[ -n "$arow" ] || bad "llama3-405b pp 2 cp 4 z3: no analytic row: $out"
+echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "s") t[++n] = $(i - 1)
+  exit !(n == 2 && t[2] > 0 && t[1] / t[2] > 0.85 && t[1] / t[2] < 1.15) }' ||
+  bad "llama3-405b pp 2 cp 4 z3: analytic step not within 15 % of the compiled: $arow"
 
 exit $fail

@@ -253,7 +253,9 @@ static void cp_only(const char *label, const FeDefine *defs, int ndefs, int cp, 
 
 /* pp 2 (dp 1, tp 1), M micro-batches of b sequences: per micro-batch one activation b s h x 4 bytes
  * forward (stage 0 to 1) and its gradient backward, each a send and a recv (bytes at both, bus
- * traffic at the send); a receive belongs to its send's region, so none is the optimizer's. */
+ * traffic at the send); a receive belongs to its send's region, so none is the optimizer's. A rank
+ * runs one stage's side of each: the volumes are a stage's (stage 0: it sends forward, receives
+ * backward; stage 1 the other way), not the two stages' summed. */
 static void pp_only(const char *label, const FeDefine *defs, int ndefs, int64_t M, int64_t b, int64_t s, int64_t h) {
   FeDefine d[MAXDEF];
   int n = 0;
@@ -281,16 +283,82 @@ static void pp_only(const char *label, const FeDefine *defs, int ndefs, int64_t 
   char w[160];
   for (int r = CR_FORWARD; r <= CR_BACKWARD; r++) {
     const CommCell *c = cell(&v, RT_AX_PP, r, CK_SEND_RECV);
-    snprintf(w, sizeof w, "%s pp 2 x %lld: %s send/recv = a send and a recv per micro-batch", label, (long long)M,
+    snprintf(w, sizeof w, "%s pp 2 x %lld: %s send/recv = a send or a recv per micro-batch", label, (long long)M,
              ir_comm_region_names[r]);
-    eq(w, (double)c->count, 2.0 * (double)M);
-    eq(w, (double)c->bytes, 2.0 * (double)M * bsh);
-    eq(w, c->bus_bytes, (double)M * bsh);
+    eq(w, (double)c->count, (double)M);
+    eq(w, (double)c->bytes, (double)M * bsh);
+    /* the stage's sends: forward on stage 0, backward on stage 1 */
+    eq(w, c->bus_bytes, (r == CR_FORWARD) == (v.stage == 0) ? (double)M * bsh : 0);
   }
+  snprintf(w, sizeof w, "%s pp 2 x %lld: one stage's volumes", label, (long long)M);
+  eq(w, v.nstages, 2);
+  eq(w, v.stage >= 0 && v.stage < 2, 1);
   snprintf(w, sizeof w, "%s pp 2 x %lld: no optimizer send/recv", label, (long long)M);
   eq(w, (double)cell(&v, RT_AX_PP, CR_OPTIMIZER, CK_SEND_RECV)->count, 0);
   fprintf(stderr, "  %-28s pp 2 x %lld: forward and backward %lld send/recv of %.0f B each\n", label, (long long)M,
           (long long)cell(&v, RT_AX_PP, CR_FORWARD, CK_SEND_RECV)->count, bsh);
+  arena_free(&a);
+}
+
+/* ZeRO-3 under pp 2 (dp 2, CUDA target, bf16 compute), M micro-batches: a rank runs one stage's layer
+ * loops, which per micro-batch gather each layer's bf16 weights once forward and once backward (the
+ * cast of the shard is the shard of the cast, passes/zero.c) and reduce-scatter its f32 gradient once
+ * (passes/zero_sums.c). Inside the loops, per step: 2 M x the stage's split layer weights in bf16
+ * gathered, M x its layer parameters in f32 scattered. (The report counted both stages' loops: twice
+ * that, read as f32 gathers and two scatters a micro-step.) */
+static void zero3_pp(const char *label, const FeDefine *defs, int ndefs, int64_t M) {
+  FeDefine d[MAXDEF];
+  int n = 0;
+  char sm[16], sb[16];
+  for (int i = 0; i < ndefs; i++) d[n++] = defs[i];
+  snprintf(sm, sizeof sm, "%lld", (long long)M);
+  snprintf(sb, sizeof sb, "%lld", (long long)(2 * M));
+  d[n++] = (FeDefine){"pp", "2"};
+  d[n++] = (FeDefine){"dp", "2"};
+  d[n++] = (FeDefine){"microbatches", sm};
+  d[n++] = (FeDefine){"micro_batch", "1"};
+  d[n++] = (FeDefine){"batch", sb};
+  d[n++] = (FeDefine){"zero", "3"};
+  d[n++] = (FeDefine){"schedule", "1f1b"};
+  FeOptions o = {.defines = d, .ndefines = n, .world = 4};
+  Arena a;
+  arena_init(&a);
+  Module *m = fe_compile(&a, SHARDC_MODELS_DIR "/gpt2-124m.model", &o);
+  if (!m) die("the model does not compile");
+  m->target = TARGET_CUDA;
+  PipelineOptions po = {.verify = true};
+  if (!pipeline_run(m, &po)) die("the pipeline failed");
+  CommVolumes v;
+  ir_comm_volumes(m, &v);
+  /* the stage's stacked layer parameters (S(pp) rows): all f32 gradients scattered; the ones stored
+   * split over dp (ZeRO-3's, over its persistence threshold) gathered in bf16 */
+  double f32 = 0, bf16 = 0;
+  const Graph *g = m->graph;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Value *p = g->nodes[i]->out[0];
+    if (g->nodes[i]->op != OP_PARAM || p->shape.rank < 2 || p->sharding.split[0] != RT_AX_PP) continue;
+    bool split = false;
+    for (int k = 1; k < p->shape.rank; k++) split |= p->sharding.split[k] == RT_AX_DP;
+    double whole = (double)ir_numel(&p->shape) * (split ? 2 : 1); /* the stage's rows, both dp shards */
+    f32 += whole * 4;
+    bf16 += split ? whole * 2 : 0;
+  }
+  char w[160];
+  snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: one stage's volumes", label, (long long)M);
+  eq(w, v.nstages, 2);
+  snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: the layer loops' gathers = 2 M x the stage's bf16 weights", label,
+           (long long)M);
+  eq(w, (double)(rep(&v, RT_AX_DP, CR_FORWARD, CK_ALL_GATHER)->bytes + rep(&v, RT_AX_DP, CR_BACKWARD, CK_ALL_GATHER)->bytes),
+     2.0 * (double)M * bf16);
+  snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: the layer loops' scatters = M x the stage's f32 parameters", label,
+           (long long)M);
+  eq(w, (double)(rep(&v, RT_AX_DP, CR_FORWARD, CK_REDUCE_SCATTER)->bytes +
+                 rep(&v, RT_AX_DP, CR_BACKWARD, CK_REDUCE_SCATTER)->bytes),
+     (double)M * f32);
+  snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: split weights found", label, (long long)M);
+  eq(w, bf16 > 0, 1);
+  fprintf(stderr, "  %-28s pp 2 dp 2 z3 x %lld: per step %.0f B gathered (bf16), %.0f B scattered (f32) in the loops\n",
+          label, (long long)M, 2.0 * (double)M * bf16, (double)M * f32);
   arena_free(&a);
 }
 
@@ -345,6 +413,8 @@ int main(void) {
     cp_only("small", small, 5, cp, true, 2, 8, 32, 4, 2);
   }
   pp_only("small", small, 5, 4, 2, 8, 32);
+  const FeDefine small4[] = {{"vocab_size", "200"}, {"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}};
+  zero3_pp("small, 4 layers", small4, 5, 4);
   link_classes();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
