@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commreport.h"
 #include "diag.h"
 #include "frontend.h"
 #include "interp.h"
@@ -73,6 +74,23 @@ static int count_colls(const Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     c += (ir_ops[g->nodes[i]->op].flags & F_COLL) != 0;
     if (g->nodes[i]->body) c += count_colls(g->nodes[i]->body);
+  }
+  return c;
+}
+
+/* A blocking collective in a loop body reading an asynchronous gradient sum's result (a norm gain's tp
+ * sum after its dp sum, under sp): each iteration would wait for the network's queue
+ * (passes/grad_buckets.c keeps such a pair after the loop). */
+static int waits_in_loops(const Graph *g) {
+  int c = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) c += waits_in_loops(n->body);
+    if (!g->parent || !(ir_ops[n->op].flags & F_COLL) || ir_comm_async(n)) continue;
+    for (int j = 0; j < n->nin; j++) {
+      const Node *src = n->in[j]->def;
+      c += src->graph == g && (ir_ops[src->op].flags & F_COLL) && ir_comm_async(src);
+    }
   }
   return c;
 }
@@ -240,6 +258,12 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
         int ncoll = count_colls(pm->graph);
         if (ncoll == 0) {
           fprintf(stderr, "FAIL %s %s: no collectives\n", label, what);
+          failures++;
+        }
+        int waits = waits_in_loops(pm->graph);
+        if (waits) {
+          fprintf(stderr, "FAIL %s %s: %d blocking collectives in loops wait for an asynchronous gradient sum\n", label,
+                  what, waits);
           failures++;
         }
         failures += tb_equiv_steps(ref, pm, &tok, &tgt, &tok, &tgt, label, what, TOL, true);
