@@ -9,7 +9,8 @@
  *   1. hoist: an all-reduce whose input is a stacked output of a repeat (a layer's
  *      gradient, yielded by the backward loop) and that nothing else reads moves into
  *      the loop body, right after the gradient is computed — layer l's gradients are
- *      reduced while layer l-1's backward runs;
+ *      reduced while layer l-1's backward runs (not one a blocking collective then reads:
+ *      waited_in_loop);
  *   2. bucket: in every graph, all-reduces over the same group and reduction are
  *      merged, in the order their inputs become ready, into variadic all-reduces of at
  *      most plan.bucket_bytes (`bucket` in the plan, 25 MiB by default), each placed
