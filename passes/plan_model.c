@@ -35,6 +35,7 @@ static const double act_rep_units[3] = {4.0, 1.0, 4.0};
 typedef struct {
   int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
   int last;              /* the last stage's (it holds the logits) */
+  int first;             /* the first stage's (it holds the embedding tables) */
 } PpLoad;
 typedef struct PpPlay {
   double key[PP_KEYS];    /* the stage times the lists were played with, over a middle stage's F (pp_key) */
@@ -57,12 +58,12 @@ struct PpProfile {
 static void pareto_add(PpProfile *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last) return;
+    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last && y->first >= x.first) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last))
+    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last && x.first >= y->first))
       p->load[k++] = *y;
   }
   p->n = k;
@@ -186,7 +187,7 @@ static void pp_loads(PpProfile *p, const double *key) {
         a[st]--, bw[st]--;
       }
       left[in.mb]--;
-      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], h, q == pp - 1});
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], h, q == pp - 1, q == 0});
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
@@ -276,6 +277,44 @@ static bool split_by_tp(const Value *v) {
   return false;
 }
 
+/* The parameter v is, through casts, gathers, transposes and loop arguments, or NULL. */
+static const Node *param_of(const Value *v) {
+  for (int k = 0; k < 16 && v; k++) {
+    const Node *n = v->def;
+    if (n->op == OP_PARAM) return n;
+    if (n->op == OP_ARG && n->graph->owner && n->a.index < n->graph->owner->nin) v = n->graph->owner->in[n->a.index];
+    else if (n->op == OP_CAST || n->op == OP_ALL_GATHER || n->op == OP_TRANSPOSE || n->op == OP_RESHAPE) v = n->in[0];
+    else return NULL;
+  }
+  return NULL;
+}
+
+/* Which end of a pipeline reads each parameter outside the layers (pp: passes/pipe_owners.c holds it,
+ * and its optimizer state, on that stage only): an embedding's lookup the first stage's (bit 0), any
+ * other computing reader the last stage's (bit 1); its update, sums of squares and the copies,
+ * gathers and slices of it are neither. */
+static void param_ends(const Graph *g, PtrMap *ends) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) param_ends(n->body, ends);
+    switch (n->op) {
+    case OP_CAST: case OP_ALL_GATHER: case OP_TRANSPOSE: case OP_RESHAPE: case OP_SHARD_SLICE: case OP_SGD_UPDATE:
+    case OP_ADAMW_UPDATE: case OP_SUMSQ: case OP_TO_HOST: case OP_TO_DEVICE: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER:
+    case OP_REPEAT: case OP_CALL: case OP_SEND: case OP_STAGE_SELECT:
+      continue;
+    default:
+      break;
+    }
+    for (int j = 0; j < n->nin; j++) {
+      const Node *p = param_of(n->in[j]);
+      if (!p) continue;
+      intptr_t bits = 0;
+      ptrmap_get(ends, p, &bits);
+      ptrmap_put(ends, p, bits | (n->op == OP_EMBED && j == 0 ? 1 : 2));
+    }
+  }
+}
+
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
   const Graph *g = base->graph;
@@ -306,6 +345,8 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   }
   bool tp_known = base->mesh && base->mesh->dim[RT_AX_TP] > 1;
   double pbytes = 0;
+  PtrMap ends = {0};
+  param_ends(g, &ends);
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op != OP_PARAM) continue;
@@ -327,8 +368,13 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
       if (v->shape.rank == 2 && !pm->d) pm->d = dl;
       bool tp = tp_known ? split_by_tp(v) : v->shape.rank == 2 && d0 != pm->seq;
       *(tp ? &pm->po_split : &pm->po_rep) += b;
+      intptr_t bits = 0;
+      ptrmap_get(&ends, n, &bits);
+      for (int e = 0; e < 2; e++)
+        if (!bits || bits & (1 << e)) *(tp ? &pm->pe_split[e] : &pm->pe_rep[e]) += b; /* (unread: both) */
     }
   }
+  ptrmap_free(&ends);
   double sbytes = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
@@ -581,11 +627,26 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * none's 16) */
     double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst * ulay;
     A *= ulay;
-    double most = 0;
+    /* the parameters outside the layers and their optimizer state: on their end stage alone
+     * (passes/pipe_owners.c; their gradients' sums are every rank's), so the peak's stage's (Llama-3-405B
+     * pp 16 z1: the embedding's and the head's 2 x 0.98 GiB f32 on every stage was 2.2 GiB over the
+     * compiled 78.2 GiB, with their Adam moments) */
+    double per_p = p_rank > 0 ? e->cls[MEM_PARAM] / p_rank : 0, per_o = p_rank > 0 ? e->cls[MEM_OPTIM] / p_rank : 0;
+    double pend[2], most = 0, cv4 = cb < 4 ? cb / 4 : 0; /* (cv4: their compute-precision copies, as `copies`) */
+    for (int k = 0; k < 2; k++) pend[k] = pm->pe_split[k] / tp + pm->pe_rep[k];
+    const PpLoad *peak = NULL;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
-      double x = l->a * A + l->b * S + l->h * H + l->last * head;
-      if (x > most) most = x;
+      double x = l->a * A + l->b * S + l->h * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
+      if (x > most || !peak) most = x, peak = l;
+    }
+    if (peak) {
+      double held = p_layer * rows + peak->first * pend[0] + peak->last * pend[1];
+      most -= (peak->first * pend[0] + peak->last * pend[1]) * (per_p + per_o);
+      copies = (peak->first * pend[0] + peak->last * pend[1]) * cv4; /* its end's copies alone (in `most`: moved) */
+      most -= copies;
+      e->cls[MEM_PARAM] = held * per_p;
+      e->cls[MEM_OPTIM] = held * per_o;
     }
     /* the stage's layer weights in the compute precision, cast once per step; ZeRO-3 gathers them a
      * layer at a time on every stage (even, uneven and interleaved: passes/zero.c moves the gathers

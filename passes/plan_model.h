@@ -38,6 +38,8 @@ typedef struct {
   double cb;                  /* bytes per element at the compute precision */
   double pl_split, pl_rep;    /* f32 bytes of one layer's parameters split by tp / not */
   double po_split, po_rep;    /* the same outside the layers (embeddings, final norm) */
+  double pe_split[2], pe_rep[2]; /* of those, what pp's first stage holds [0] (the embedding tables) and
+                                    its last [1] (the head, the final norm; a tied embedding: both) */
   double pl_mat;              /* one layer's matrix parameters (elements): 6 x FLOPs per token */
   int nl_mat;                 /* one layer's matrix parameters (tensors): GEMMs that accumulate their gradients */
   double state_ratio;         /* optimizer state bytes per parameter byte */

@@ -325,8 +325,8 @@ static double memory_bound(const Module *base, const SearchResult *r, PlanCand *
  * model predicts faster than its best fit is confirmed by compiling (PlanCand.near), since the compiled
  * plan may fit. 15 %: the analytic memory has been seen 0.93-1.10 of the compiled peak (GPT-3 175B at
  * pp 8-32 1.03-1.07, tiny's uneven stages 0.93-0.97, Llama-3-405B 1.04-1.10: docs/planner.md) and
- * ana_frag's 1.10 against the measured 1.02-1.17 adds up to ~5 % more either way (Meta's 405B plan:
- * 81.5 GiB x 1.10 is 1.12 x the 80 GiB, compiled 78.2 GiB and fits); tests/report/planner.sh holds
+ * ana_frag's 1.10 against the measured 1.00-1.17 adds up to ~5 % more either way (Meta's 405B plan:
+ * 79.9 GiB x 1.10 is 1.10 x the 80 GiB, compiled 78.2 GiB (x 1.0002) and fits); tests/report/planner.sh holds
  * the model to 15 % of the compiled plans of GPT-2 and tiny, and the analytic rows mark a ratio
  * past it with `!`. */
 #define ANA_MEM_TOL 0.15

@@ -87,9 +87,46 @@ Value *loop_sum_in(Graph *g, Value *sum, Value *grad, const Node *cast, SrcLoc l
   return grad;
 }
 
+/* The node reading v, when v is read by one node of g and is no result; else NULL. */
+static Node *sole_reader(Graph *g, const Value *v) {
+  if (!read_once(g, v)) return NULL;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++)
+      if (g->nodes[i]->in[j] == v) return g->nodes[i];
+  return NULL; /* (read in a nested body) */
+}
+
+/* Without accumulation (one micro-step, no pp): the backward loop's stacked bf16 layer gradients
+ * are cast to f32 after it, and the gradient's sum over the ranks (dp, cp: the shard pass's
+ * all-reduce) reads that cast, not the loop's output, so passes/grad_buckets.c cannot move it into
+ * the loop, nor passes/zero.c make it a reduce-scatter there: the whole bf16 stack and its f32 copy
+ * live at once, unreduced (Llama-3-405B dp 1024 tp 2 z3 rc full: 790 GiB at the peak, where ZeRO-2/3
+ * keeps 1/dp of one). Here such a cast (of a stacked output read by it alone, read by a sum
+ * all-reduce alone) moves into the loop, per layer, as under accumulation (loop_sum_in with no sum):
+ * the loop yields f32, and the reduction follows the gradient into the loop. The same casts of the
+ * same values. (A cast read by the update alone stays: codegen widens its source where it is read.) */
+static void casts_into_loops(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *cast = g->nodes[i];
+    if (cast->op != OP_CAST || !ir_dtype_is_float(cast->out[0]->dtype)) continue;
+    const Node *r = sole_reader(g, cast->out[0]);
+    if (!r || r->op != OP_ALL_REDUCE || r->a.reduce != RED_SUM) continue;
+    Value *grad = cast->in[0];
+    if (grad->def->op != OP_REPEAT || grad->def->graph != g || !read_once(g, grad)) continue;
+    if (!loop_sum_in(g, NULL, grad, cast, cast->loc, NULL)) continue;
+    ir_replace_uses(g, cast->out[0], grad);
+    ir_drop_node(g, cast);
+    i--;
+  }
+}
+
 bool pass_sums(Module *m) {
   Graph *g = m->graph;
-  if (m->batch.accum <= 1 || (m->mesh && m->mesh->dim[RT_AX_PP] > 1)) return true; /* (pp: the schedule's) */
+  if (m->mesh && m->mesh->dim[RT_AX_PP] > 1) return true; /* (pp: the schedule's) */
+  if (m->batch.accum <= 1) {
+    casts_into_loops(g);
+    return true;
+  }
   Node *r = NULL;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i]->op == OP_REPEAT && g->nodes[i]->a.name && strcmp(g->nodes[i]->a.name, "accum") == 0)
