@@ -16,8 +16,8 @@
  *      most plan.bucket_bytes (`bucket` in the plan, 25 MiB by default), each placed
  *      right after its last input is computed and before its first output is read.
  *
- * ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) are not this pass: they
- * are still to come (a plan asking for them compiles without them, with a warning).
+ * ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) are passes/zero.c and
+ * zero_sums.c, after this one: they turn these sums into reduce-scatters where they shard.
  */
 #include <stdlib.h>
 #include <string.h>
