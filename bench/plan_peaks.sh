@@ -3,7 +3,8 @@
 # the CPU and the CUDA target, and pipelined variants) and the configurations of
 # bench/plan_scale.sh (not --search / --pick: their plan depends on a CPU budget), each rank
 # class's planned peak and total (`#   peak` and `#   total` of `shardc plan`, bytes) under BASE
-# and NEW, and whether NEW's plan output is byte-identical. A row where NEW's peak or total is
+# and NEW, and whether NEW's plan output is byte-identical (a plan refused, by both or one: its
+# exit codes and NEW's first error). A row where NEW's peak or total is
 # above BASE's is marked HIGHER and the script exits 1.
 #   bench/plan_peaks.sh BASE NEW [FILTER]
 set -uo pipefail
@@ -35,7 +36,7 @@ for c in "${configs[@]}"; do
   fb=$(figures "$b") fn=$(figures "$n")
   same=differs
   cmp -s "$b" "$n" && same=identical
-  ((rb != 0 || rn != 0)) && same="rc $rb/$rn"
+  ((rb != 0 || rn != 0)) && same="$same (exit $rb / $rn: $(grep -m1 -o 'error: .*' <(timeout 300 "$new" plan "${args[@]}" 2>&1 >/dev/null) | cut -c8-50))"
   mark=
   paste <(tr ',' '\n' <<<"$fb") <(tr ',' '\n' <<<"$fn") | awk '$2 > $1 { bad = 1 } END { exit !bad }' && mark=" HIGHER" && rc=1
   printf '%-34s %-40s %-40s %s%s\n' "$name" "${fb:--}" "${fn:--}" "$same" "$mark"
