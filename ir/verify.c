@@ -29,6 +29,15 @@
 typedef struct {
   const Graph *g;
   int *pos; /* [g->next_node_id]: id -> position, -1: none */
+  /* The values checked so far to be outputs of the nodes listed here, by value id: the value and
+   * its node's position (an input found here needs no second look at its defining node, long out
+   * of the cache in an unrolled pipeline's program; one not found is checked as it always was). */
+  const Value **seen; /* [g->next_value_id], NULL: none yet */
+  int *seen_at;       /* [g->next_value_id] */
+  int nseen;
+  int owner_at; /* g->owner's position in the graph below (-1: none, or no position) */
+  bool chain;   /* g and the graphs below are each the body of a node of the one below it */
+  int cap_pos, cap_seen, cap_seen_at; /* the arrays' room, kept for the next graph at this depth */
 } Scope;
 
 typedef struct {
@@ -54,17 +63,31 @@ static void report(Verifier *vf, const Node *n, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
+static void *grow(void *p, int *cap, int need, size_t elem) {
+  if (need <= *cap) return p;
+  *cap = need > 2 * *cap ? need : 2 * *cap;
+  p = realloc(p, (size_t)*cap * elem);
+  if (!p) die("out of memory verifying the IR");
+  return p;
+}
+
+static int position(const Verifier *vf, const Node *n);
+
 /* Enters g: its nodes' positions by id, checked to be listed once each under ids of their own. */
 static void push_graph(Verifier *vf, const Graph *g) {
   if (vf->depth == vf->cap) {
-    vf->cap = vf->cap ? 2 * vf->cap : 8;
-    vf->scope = realloc(vf->scope, (size_t)vf->cap * sizeof *vf->scope);
-    if (!vf->scope) die("out of memory verifying the IR");
+    int old = vf->cap;
+    vf->scope = grow(vf->scope, &vf->cap, vf->cap + 1, sizeof *vf->scope);
+    memset(vf->scope + old, 0, (size_t)(vf->cap - old) * sizeof *vf->scope);
   }
+  Scope *sc = &vf->scope[vf->depth];
   int ids = g->next_node_id > 0 ? g->next_node_id : 1;
-  int *pos = malloc((size_t)ids * sizeof *pos);
-  if (!pos) die("out of memory verifying the IR");
+  int *pos = sc->pos = grow(sc->pos, &sc->cap_pos, ids, sizeof *pos);
   memset(pos, 0xff, (size_t)ids * sizeof *pos);
+  sc->nseen = g->next_value_id > 0 ? g->next_value_id : 0;
+  sc->seen = grow(sc->seen, &sc->cap_seen, sc->nseen, sizeof *sc->seen);
+  sc->seen_at = grow(sc->seen_at, &sc->cap_seen_at, sc->nseen, sizeof *sc->seen_at);
+  if (sc->nseen) memset(sc->seen, 0, (size_t)sc->nseen * sizeof *sc->seen);
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (!n) {
@@ -81,10 +104,39 @@ static void push_graph(Verifier *vf, const Graph *g) {
              old, i);
     else pos[n->id] = i;
   }
-  vf->scope[vf->depth++] = (Scope){g, pos};
+  const Scope *below = vf->depth ? &vf->scope[vf->depth - 1] : NULL;
+  sc->g = g;
+  sc->chain = below ? below->chain && g->parent == below->g && g->owner : !g->parent;
+  sc->owner_at = below && g->owner ? position(vf, g->owner) : -1;
+  vf->depth++;
 }
 
-static void pop_graph(Verifier *vf) { free(vf->scope[--vf->depth].pos); }
+static void pop_graph(Verifier *vf) { vf->depth--; }
+
+/* Records output j of n, the node at position i of the top graph, as checked (in_scope_seen). */
+static void saw_output(Verifier *vf, const Node *n, int i, int j) {
+  Scope *sc = &vf->scope[vf->depth - 1];
+  const Value *v = n->out[j];
+  if (v && v->def == n && v->idx == j && n->graph == sc->g && n->id >= 0 && n->id < sc->g->next_node_id &&
+      sc->pos[n->id] == i && v->id >= 0 && v->id < sc->nseen) {
+    sc->seen[v->id] = v;
+    sc->seen_at[v->id] = i;
+  }
+}
+
+/* Whether v, read at position `at` of the top graph, is a checked output (saw_output) of a node
+ * before it there or before the region holding the use in a graph around it: then what in_scope and
+ * the defining-node checks before it would find, found without them. False: not known so (they
+ * decide, as they always did). */
+static bool in_scope_seen(const Verifier *vf, const Value *v, int at) {
+  for (int d = vf->depth - 1; d >= 0; d--) {
+    const Scope *sc = &vf->scope[d];
+    if (!sc->chain) return false;
+    if (v->id >= 0 && v->id < sc->nseen && sc->seen[v->id] == v) return sc->seen_at[v->id] < at;
+    if ((at = sc->owner_at) < 0) return false;
+  }
+  return false;
+}
 
 /* n's position in its graph, a graph on the scope stack, or -1. */
 static int position(const Verifier *vf, const Node *n) {
@@ -111,7 +163,33 @@ static bool in_scope(Verifier *vf, const Value *v, const Graph *g, int at) {
   return false;
 }
 
+/* Whether check_value finds nothing wrong with v, decided in one walk of its dims (a mesh axis met
+ * twice: a bit set twice): most values are well formed, and their check is then this one. Where it
+ * says no, check_value's full walk names each problem. */
+static bool value_ok(const Value *v) {
+  if (v->dtype < 0 || v->dtype >= DT_COUNT || v->shape.rank < 0 || v->shape.rank > IR_MAX_RANK ||
+      v->sharding.partial >> RT_AX_COUNT)
+    return false;
+  unsigned axes = 0; /* the mesh axes splitting a dim so far */
+  for (int d = 0; d < IR_MAX_RANK; d++) {
+    int s = v->sharding.split[d], in = v->sharding.inner[d], bl = v->sharding.blocks[d];
+    if (d < v->shape.rank && v->shape.dim[d] < 0) return false;
+    if (s == -1) {
+      if (in != -1 || bl > 1) return false;
+      continue;
+    }
+    if (s < -1 || s >= RT_AX_COUNT || d >= v->shape.rank || (axes >> s & 1)) return false;
+    axes |= 1u << s;
+    if (bl > 1 && v->shape.dim[d] % rt_blocks_count(bl) != 0) return false;
+    if (in == -1) continue;
+    if (in < -1 || in >= RT_AX_COUNT || in == s || (axes >> in & 1)) return false;
+    axes |= 1u << in;
+  }
+  return true;
+}
+
 static void check_value(Verifier *vf, const Node *n, const Value *v) {
+  if (value_ok(v)) return;
   if (v->dtype < 0 || v->dtype >= DT_COUNT) report(vf, n, "output %d has bad dtype %d", v->idx, (int)v->dtype);
   if (v->shape.rank < 0 || v->shape.rank > IR_MAX_RANK) {
     report(vf, n, "output %d has bad rank %d", v->idx, v->shape.rank);
@@ -228,6 +306,7 @@ static void verify_graph(Verifier *vf, const Graph *g) {
         report(vf, n, "input %d is NULL", j);
         continue;
       }
+      if (in_scope_seen(vf, v, i)) continue;
       if (!v->def || v->idx < 0 || v->idx >= v->def->nout || v->def->out[v->idx] != v)
         report(vf, n, "input %d (%%%d) is not an output of its defining node", j, v->id);
       else if (!in_scope(vf, v, g, i))
@@ -242,6 +321,7 @@ static void verify_graph(Verifier *vf, const Graph *g) {
       }
       if (v->def != n || v->idx != j) report(vf, n, "output %d does not point back at its node", j);
       check_value(vf, n, v);
+      saw_output(vf, n, i, j);
     }
     check_spaces(vf, n);
     if ((oi->flags & F_REGION) != 0) {
@@ -269,19 +349,27 @@ static void verify_graph(Verifier *vf, const Graph *g) {
   pop_graph(vf);
 }
 
+static bool is_source(const Node *n) { return n && (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) && n->a.name; }
+
+/* No two sources (PARAM, STATE, INPUT) of g share a name: each reported against the first one of
+ * that name, found in a table of the names so far (open addressing over their hashes). */
 static void check_names(Verifier *vf, const Graph *g) {
+  int k = 0, cap = 16;
+  for (int i = 0; i < g->nnodes; i++) k += is_source(g->nodes[i]);
+  while (cap < 2 * k) cap *= 2;
+  const Node **slot = calloc((size_t)cap, sizeof *slot);
+  if (!slot) die("out of memory verifying the IR");
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (!n || !(n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) || !n->a.name) continue;
-    for (int j = 0; j < i; j++) {
-      const Node *m = g->nodes[j];
-      if (m && (m->op == OP_PARAM || m->op == OP_STATE || m->op == OP_INPUT) && m->a.name &&
-          strcmp(m->a.name, n->a.name) == 0) {
-        report(vf, n, "name \"%s\" already used by %s #%d", n->a.name, ir_ops[m->op].name, m->id);
-        break;
-      }
-    }
+    if (!is_source(n)) continue;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *c = n->a.name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    int at = (int)(h & (uint64_t)(cap - 1));
+    while (slot[at] && strcmp(slot[at]->a.name, n->a.name) != 0) at = (at + 1) & (cap - 1);
+    if (slot[at]) report(vf, n, "name \"%s\" already used by %s #%d", n->a.name, ir_ops[slot[at]->op].name, slot[at]->id);
+    else slot[at] = n;
   }
+  free(slot);
 }
 
 bool ir_verify(const Graph *g, const char *after_pass) {
@@ -291,6 +379,11 @@ bool ir_verify(const Graph *g, const char *after_pass) {
   if (vf.errors > MAX_REPORTS)
     fprintf(stderr, "shardc: IR verification after %s: %d more problems\n", after_pass ? after_pass : "?",
             vf.errors - MAX_REPORTS);
+  for (int d = 0; d < vf.cap; d++) {
+    free(vf.scope[d].pos);
+    free(vf.scope[d].seen);
+    free(vf.scope[d].seen_at);
+  }
   free(vf.scope);
   return vf.errors == 0;
 }

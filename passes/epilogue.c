@@ -223,8 +223,8 @@ static void epilogue_graph(Graph *g, const PtrMap *uses, bool residual) {
 }
 
 bool pass_epilogue(Module *m) {
-  if (m->target == TARGET_CUDA && !m->memplan) die("epilogue: the memory plan has not run");
-  if (m->target != TARGET_CUDA || !fuse_on(m, FUSE_EPILOGUE)) return true; /* (shardc --no-fuse epilogue) */
+  if (pass_cuda_fusions_apply(m) && !m->memplan) die("epilogue: the memory plan has not run");
+  if (!pass_cuda_fusions_apply(m) || !fuse_on(m, FUSE_EPILOGUE)) return true; /* (shardc --no-fuse epilogue) */
   PtrMap uses = {0}; /* the pass changes no node's inputs: counted once */
   ir_use_counts(m->graph, &uses);
   epilogue_graph(m->graph, &uses, fuse_on(m, FUSE_RESIDUAL));

@@ -105,8 +105,8 @@ static void normres_graph(Graph *g, const PtrMap *uses) {
 }
 
 bool pass_fuse_normres(Module *m) {
-  if (m->target == TARGET_CUDA && !m->memplan) die("fuse_normres: the memory plan has not run");
-  if (m->target != TARGET_CUDA || !fuse_on(m, FUSE_NORMRES)) return true;
+  if (pass_cuda_fusions_apply(m) && !m->memplan) die("fuse_normres: the memory plan has not run");
+  if (!pass_cuda_fusions_apply(m) || !fuse_on(m, FUSE_NORMRES)) return true;
   PtrMap uses = {0}; /* the pass changes no node's inputs: counted once */
   ir_use_counts(m->graph, &uses);
   normres_graph(m->graph, &uses);

@@ -271,7 +271,7 @@ static void hfuse_graph(Graph *g) {
 }
 
 bool pass_hfuse(Module *m) {
-  if (m->target != TARGET_CUDA) return true;
+  if (!pass_cuda_fusions_apply(m)) return true;
   if (!m->memplan) die("hfuse: the memory plan has not run");
   if (!fuse_on(m, FUSE_HFUSE)) return true; /* shardc --no-fuse hfuse */
   hfuse_graph(m->graph);

@@ -12,6 +12,8 @@ typedef struct {
   int i;        /* the last key: the interval's index */
 } PackKey;
 
+static int int_cmp(const void *x, const void *y) { return (*(const int *)x > *(const int *)y) - (*(const int *)x < *(const int *)y); }
+
 static int pack_key_cmp(const void *x, const void *y) {
   const PackKey *p = x, *q = y;
   if (p->a != q->a) return p->a < q->a ? -1 : 1;
@@ -19,113 +21,142 @@ static int pack_key_cmp(const void *x, const void *y) {
   return (p->i > q->i) - (p->i < q->i);
 }
 
-/* The placed intervals, found by lifetime: those alive at a position (a segment tree over the
- * positions, each interval in the O(log) nodes that cover its lifetime) and those starting at a
- * position, one such index per pipeline stage (values of two different stages never meet on a
- * rank: a stage's value looks only at its stage's and every rank's) and, under pp, one of them all
- * (an every-rank value meets every stage's: one walk of its lifetime, not one per stage).
- * An unrolled pipeline schedule makes tens of thousands of intervals, each meeting a few dozen
- * (a few hundred over 16 stages): pack's cost follows the meetings, not the pairs. */
-/* A conflict's bytes: [a, b). */
+/* The placed intervals, found by lifetime: a segment tree over the positions per pipeline stage
+ * (values of two different stages never meet on a rank: a stage's value looks only at its stage's
+ * and every rank's; an every-rank value at every stage's), each node holding the bytes of placed
+ * intervals as a union of disjoint blocks, not interval by interval: `own`, the spans of the
+ * intervals whose lifetime covers the node's positions whole (the node is one of the O(log) that
+ * cover it), and `sub`, the spans of every interval meeting the node's positions stored in its
+ * subtree (so also every one on the paths from its start and end leaves to the root: those meet
+ * the node's positions, so holding them there is true and harmless). The intervals meeting a
+ * lifetime [s, e] are exactly those in `sub` of the nodes that cover [s, e] and in `own` of the
+ * nodes on the paths from leaves s and e to the root: O(log) unions, whose blocks pack merges.
+ * A packed plan's unions hold few blocks (a node's placed bytes are mostly one solid run: its holes),
+ * where an unrolled pipeline schedule's lifetime meets a stage's whole live set (1,300 values at
+ * pp 32 x 4 chunks, 128 micro-batches): pack's cost follows the unions' blocks, not the meetings. */
 typedef struct {
   int64_t a, b;
-} Span;
+} Blk;
 
-/* The placed intervals' bytes, kept in the index itself (placed, an interval's bytes no longer
- * move): a lookup reads them in a row instead of gathering the intervals. Each list's length is
- * counted before any interval is placed (`cap`), so its array is allocated once, whole, at its
- * first span: no list grows (GPT-3's pp 32 plan: 3.1 M spans in 0.8 M lists, 49 MB, where growing
- * by doubling held 137 MB of capacity and left as much again behind in the arena). */
 typedef struct {
-  Span *s;
+  Blk *b; /* disjoint, neither meeting nor touching, ascending */
   int n, cap;
-} SpanList;
+} Union;
 
-static void spanlist_add(SpanList *l, Span x, bool count, Arena *a) {
-  if (count) {
-    l->cap++;
+/* The unions' arrays, from the arena by capacity class (4 << c blocks), a grown list's old array
+ * reused by the next list of its class. */
+typedef struct {
+  Arena *a;
+  Blk *free[32];
+} Pool;
+
+static Blk *pool_get(Pool *p, int c) {
+  Blk *b = p->free[c];
+  if (!b) return ARENA_ARRAY(p->a, Blk, (size_t)4 << c);
+  memcpy(&p->free[c], b, sizeof(Blk *));
+  return b;
+}
+
+static void pool_put(Pool *p, Blk *b, int c) {
+  memcpy(b, &p->free[c], sizeof(Blk *));
+  p->free[c] = b;
+}
+
+/* u with [a, b) in it: the blocks it meets or touches merged into one. */
+static void union_add(Pool *pool, Union *u, int64_t a, int64_t b) {
+  int lo = 0, hi = u->n; /* the first block ending at or after a */
+  while (lo < hi) {
+    int m = (lo + hi) / 2;
+    if (u->b[m].b < a) lo = m + 1;
+    else hi = m;
+  }
+  int j = lo; /* blocks [lo, j) meet or touch [a, b) */
+  while (j < u->n && u->b[j].a <= b) j++;
+  if (j > lo) {
+    if (u->b[lo].a < a) a = u->b[lo].a;
+    if (u->b[j - 1].b > b) b = u->b[j - 1].b;
+    u->b[lo] = (Blk){a, b};
+    memmove(u->b + lo + 1, u->b + j, (size_t)(u->n - j) * sizeof *u->b);
+    u->n -= j - lo - 1;
     return;
   }
-  if (!l->s) l->s = ARENA_ARRAY(a, Span, l->cap);
-  l->s[l->n++] = x;
+  if (u->n == u->cap) {
+    int c = u->cap ? __builtin_ctz((unsigned)u->cap >> 2) + 1 : 0;
+    Blk *nb = pool_get(pool, c);
+    if (u->n) {
+      memcpy(nb, u->b, (size_t)u->n * sizeof *nb);
+      pool_put(pool, u->b, c - 1);
+    }
+    u->b = nb;
+    u->cap = 4 << c;
+  }
+  memmove(u->b + lo + 1, u->b + lo, (size_t)(u->n - lo) * sizeof *u->b);
+  u->b[lo] = (Blk){a, b};
+  u->n++;
 }
 
 typedef struct {
-  SpanList *alive;  /* [2 * leaves]: tree node -> the intervals covering its positions */
-  SpanList *starts; /* [npos]: position -> the intervals starting there */
-  uint64_t *some; /* [npos / 64 + 1]: bit p: starts[p] is not empty (a long lifetime skips the rest) */
+  Union *own; /* [2 * leaves]: node -> the spans of the intervals covering its positions whole */
+  Union *sub; /* [2 * leaves]: node -> the spans of the intervals meeting its positions, stored below it */
 } Placed;
 
-static Placed placed_new(Arena *a, int leaves, int npos) {
-  uint64_t *some = ARENA_ARRAY(a, uint64_t, npos / 64 + 1);
-  memset(some, 0, (size_t)(npos / 64 + 1) * sizeof *some);
-  return (Placed){ARENA_ARRAY(a, SpanList, 2 * leaves), ARENA_ARRAY(a, SpanList, npos), some};
-}
-
-/* The first position in [p, end] where an interval starts, or end + 1. */
-static int next_start(const Placed *pl, int p, int end) {
-  while (p <= end) {
-    uint64_t w = pl->some[p >> 6] >> (p & 63);
-    if (w) return p + __builtin_ctzll(w) <= end ? p + __builtin_ctzll(w) : end + 1;
-    p = (p | 63) + 1;
+/* Places [a, b) as the bytes of an interval alive over positions [start, end]. */
+static void placed_add(Pool *pool, Placed *t, int leaves, int start, int end, int64_t a, int64_t b) {
+  for (int l = start + leaves, r = end + leaves + 1; l < r; l >>= 1, r >>= 1) {
+    if (l & 1) {
+      union_add(pool, &t->own[l], a, b);
+      union_add(pool, &t->sub[l++], a, b);
+    }
+    if (r & 1) {
+      union_add(pool, &t->own[--r], a, b);
+      union_add(pool, &t->sub[r], a, b);
+    }
   }
-  return end + 1;
+  int p = (start + leaves) >> 1, q = (end + leaves) >> 1;
+  for (; p != q; p >>= 1, q >>= 1) {
+    union_add(pool, &t->sub[p], a, b);
+    union_add(pool, &t->sub[q], a, b);
+  }
+  for (; p >= 1; p >>= 1) union_add(pool, &t->sub[p], a, b);
 }
 
-/* First fit over the conflicts: *off (0 on entry) becomes the lowest offset from which `bytes`
- * overlap none of them — the first gap in their union, met by walking them in start order (the
- * gap depends only on the starts' order, not on the order of equal starts). Sorted lazily: a
- * quicksort on the middle's start (insertion sort below a few dozen) that walks each part as soon
- * as it is in order and leaves the parts above the gap unsorted. Returns true once the gap is
- * found (the walk stops there). */
-static bool first_fit(Span *s, int n, int64_t bytes, int64_t *off) {
-  while (n > 24) { /* the part above the pivot: a loop, not a call */
-    int64_t p = s[n / 2].a;
-    int i = 0, j = n - 1;
-    while (i <= j) {
-      while (s[i].a < p) i++;
-      while (s[j].a > p) j--;
-      if (i <= j) {
-        Span t = s[i];
-        s[i++] = s[j];
-        s[j--] = t;
+/* Appends to out (at k) the non-empty unions whose blocks are the bytes of the placed intervals
+ * alive at some position of [start, end]; returns the new count. */
+static int placed_meeting(const Placed *t, int leaves, int start, int end, const Union **out, int k) {
+  for (int l = start + leaves, r = end + leaves + 1; l < r; l >>= 1, r >>= 1) {
+    if (l & 1 && t->sub[l++].n) out[k++] = &t->sub[l - 1];
+    if (r & 1 && t->sub[--r].n) out[k++] = &t->sub[r];
+  }
+  int p = (start + leaves) >> 1, q = (end + leaves) >> 1;
+  for (; p != q; p >>= 1, q >>= 1) {
+    if (t->own[p].n) out[k++] = &t->own[p];
+    if (t->own[q].n) out[k++] = &t->own[q];
+  }
+  for (; p >= 1; p >>= 1)
+    if (t->own[p].n) out[k++] = &t->own[p];
+  return k;
+}
+
+/* First fit: the lowest offset from which `bytes` meet no block of the k unions (0, or a block's
+ * end: the first gap in their union, the same offset whatever the unions' split). Each union is
+ * read once, a cursor per union moving up with the offset (cur: room for k). */
+static int64_t first_fit(const Union **u, int k, int *cur, int64_t bytes) {
+  int64_t off = 0;
+  for (int i = 0; i < k; i++) cur[i] = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int i = 0; i < k; i++) {
+      const Union *x = u[i];
+      int c = cur[i];
+      while (c < x->n && x->b[c].b <= off) c++;
+      cur[i] = c;
+      if (c < x->n && x->b[c].a < off + bytes) {
+        off = x->b[c].b;
+        moved = true;
       }
     }
-    /* [0, j]: starts <= p, [j + 1, i): starts == p, [i, n): starts >= p */
-    if (first_fit(s, j + 1, bytes, off)) return true;
-    if (first_fit(s + j + 1, i - j - 1, bytes, off)) return true;
-    s += i, n -= i;
   }
-  for (int i = 1; i < n; i++) {
-    Span t = s[i];
-    int j = i;
-    for (; j > 0 && s[j - 1].a > t.a; j--) s[j] = s[j - 1];
-    s[j] = t;
-  }
-  for (int i = 0; i < n; i++) {
-    if (*off + bytes <= s[i].a) return true;
-    if (s[i].b > *off) *off = s[i].b;
-  }
-  return false;
-}
-
-/* Drops repeated spans (the gap pack finds depends only on the set): an open-addressing table over
- * (a, b) of cap slots (a power of two over 2 n, zeroed; left zeroed; used: room for n), for the long lists only.
- * Returns the count left, in their first order. */
-static int dedup_spans(Span *s, int n, int *slot, int cap, int *used) {
-  if (n < 64) return n;
-  int k = 0;
-  for (int i = 0; i < n; i++) {
-    uint64_t h = ((uint64_t)s[i].a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)s[i].b * 0xC2B2AE3D27D4EB4Full);
-    int at = (int)((h ^ (h >> 29)) & (uint64_t)(cap - 1));
-    while (slot[at] && !(s[slot[at] - 1].a == s[i].a && s[slot[at] - 1].b == s[i].b)) at = (at + 1) & (cap - 1);
-    if (slot[at]) continue;
-    s[k] = s[i];
-    used[k] = at;
-    slot[at] = ++k;
-  }
-  for (int i = 0; i < k; i++) slot[used[i]] = 0; /* left zeroed for the next list */
-  return k;
+  return off;
 }
 
 /* The largest stage (Node.stage numbering: 1 + the pp coordinate) an interval is one of. */
@@ -144,20 +175,38 @@ static bool on_stage(const Interval *x, int s) {
   return x->stage == s || (!x->stage && x->set >> (s - 1) & 1);
 }
 
-/* x's bytes `mine` into the lists of the indexes it is in (its stage's: a set, each of its stages';
- * or every rank's; then, under pp, all), or (count) one more for each of those lists. */
-static void index_interval(Placed *by_stage, Placed *all, int nst, int leaves, const Interval *x, Span mine, bool count,
-                           Arena *a) {
-  for (int s = 0; s <= nst + (nst ? 1 : 0); s++) {
-    if (s <= nst && !on_stage(x, s)) continue;
-    Placed *pl = s <= nst ? &by_stage[s] : all;
-    for (int l = x->start + leaves, r = x->end + leaves + 1; l < r; l >>= 1, r >>= 1) {
-      if (l & 1) spanlist_add(&pl->alive[l++], mine, count, a);
-      if (r & 1) spanlist_add(&pl->alive[--r], mine, count, a);
-    }
-    spanlist_add(&pl->starts[x->start], mine, count, a);
-    if (!count) pl->some[x->start >> 6] |= 1ull << (x->start & 63);
+/* Greedy placement: largest first, lowest offset that does not overlap a placed
+ * interval whose lifetime intersects. Returns the arena size. */
+/* The positions index s tells apart: the starts of the intervals it holds or is asked about (its
+ * stage's and every rank's; index 0: all), ascending, once each. Two lifetimes meet when the later
+ * start is at most the earlier end, so a start stands for itself (its rank here) and an end for
+ * the last of these starts at or before it: the meetings are the positions' (a stage's index has
+ * its own intervals' few thousand positions, not the program's hundred thousand). */
+typedef struct {
+  int *at, n;
+} Coords;
+
+static Coords coords_new(const Interval *iv, int n, int s, Arena *a) {
+  Coords c = {ARENA_ARRAY(a, int, n + 1), 0};
+  for (int i = 0; i < n; i++)
+    if (!s || on_stage(&iv[i], s) || on_stage(&iv[i], 0)) c.at[c.n++] = iv[i].start;
+  qsort(c.at, (size_t)c.n, sizeof *c.at, int_cmp);
+  int k = 0;
+  for (int i = 0; i < c.n; i++)
+    if (!k || c.at[k - 1] != c.at[i]) c.at[k++] = c.at[i];
+  c.n = k;
+  return c;
+}
+
+/* The rank of the last position of c at or before p (-1: none). */
+static int coords_at(const Coords *c, int p) {
+  int lo = 0, hi = c->n;
+  while (lo < hi) {
+    int m = (lo + hi) / 2;
+    if (c->at[m] <= p) lo = m + 1;
+    else hi = m;
   }
+  return lo - 1;
 }
 
 /* Greedy placement: largest first, lowest offset that does not overlap a placed
@@ -165,50 +214,39 @@ static void index_interval(Placed *by_stage, Placed *all, int nst, int leaves, c
 int64_t memplan_pack(Interval *iv, int n, Arena *a) {
   /* by size desc, then start asc, then index: deterministic */
   PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
-  int npos = 1, nst = max_stage(iv, n);
-  for (int i = 0; i < n; i++) {
-    order[i] = (PackKey){-iv[i].bytes, iv[i].start, i};
-    if (iv[i].end + 1 > npos) npos = iv[i].end + 1;
-  }
+  int nst = max_stage(iv, n);
+  for (int i = 0; i < n; i++) order[i] = (PackKey){-iv[i].bytes, iv[i].start, i};
   qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
-  int leaves = 1;
-  while (leaves < npos) leaves *= 2;
   Placed *by_stage = ARENA_ARRAY(a, Placed, nst + 1); /* [0]: every rank's; [s]: stage s's */
-  for (int s = 0; s <= nst; s++) by_stage[s] = placed_new(a, leaves, npos);
-  /* under pp also every placed interval in one index, which an every-rank value meets whole */
-  Placed all = nst ? placed_new(a, leaves, npos) : by_stage[0];
+  Coords *pos = ARENA_ARRAY(a, Coords, nst + 1);
+  int *leaves = ARENA_ARRAY(a, int, nst + 1), per = 8; /* per: unions one index gives a lifetime, at most */
+  for (int s = 0; s <= nst; s++) {
+    pos[s] = coords_new(iv, n, s, a);
+    int depth = 1;
+    for (leaves[s] = 1; leaves[s] < pos[s].n; leaves[s] *= 2) depth++;
+    if (4 * depth + 4 > per) per = 4 * depth + 4;
+    by_stage[s] = (Placed){ARENA_ARRAY(a, Union, 2 * leaves[s]), ARENA_ARRAY(a, Union, 2 * leaves[s])};
+  }
+  Pool pool = {a, {0}};
+  const Union **meet = ARENA_ARRAY(a, const Union *, (size_t)per * (size_t)(nst + 1));
+  int *cur = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1));
   int64_t size = 0;
-  Span *cspan = ARENA_ARRAY(a, Span, n + 1); /* the conflicts' bytes */
-  int dcap = 128;
-  while (dcap < 2 * n) dcap *= 2;
-  int *dslot = ARENA_ARRAY(a, int, dcap), *dused = ARENA_ARRAY(a, int, n + 1); /* dedup_spans's table */
-  memset(dslot, 0, (size_t)dcap * sizeof *dslot);
-  for (int i = 0; i < n; i++) index_interval(by_stage, &all, nst, leaves, &iv[i], (Span){0, 0}, true, a);
   for (int oi = 0; oi < n; oi++) {
-    int xi = order[oi].i;
-    Interval *x = &iv[xi];
-    int nconf = 0;
-    /* the placed intervals alive at x's start, then those starting within x's lifetime, of the
-     * stages x meets: every rank's and its own (an every-rank value: all) */
-    for (int s = 0; s <= nst; s++) {
-      bool every = !x->stage && !x->set; /* an every-rank value meets all at once */
-      if (every ? s != 0 : s && !on_stage(x, s)) continue;
-      const Placed *pl = !every || !nst ? &by_stage[s] : &all;
-      for (int t = x->start + leaves; t >= 1; t >>= 1)
-        for (int k = 0; k < pl->alive[t].n; k++) cspan[nconf++] = pl->alive[t].s[k];
-      for (int p = next_start(pl, x->start + 1, x->end); p <= x->end; p = next_start(pl, p + 1, x->end))
-        for (int k = 0; k < pl->starts[p].n; k++) cspan[nconf++] = pl->starts[p].s[k];
-    }
-    /* conflicts by offset, then the first gap that fits (the same span met again, as every stage's
-     * copy of a value at one offset is, changes no gap: kept once) */
-    int lcap = 128; /* a table for this list's size: a small one stays in cache */
-    while (lcap < 2 * nconf && lcap < dcap) lcap *= 2;
-    nconf = dedup_spans(cspan, nconf, dslot, lcap, dused);
-    int64_t off = 0;
-    first_fit(cspan, nconf, x->bytes, &off);
+    Interval *x = &iv[order[oi].i];
+    /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
+     * (an every-rank value: all) */
+    bool every = on_stage(x, 0);
+    int k = 0;
+    for (int s = 0; s <= nst; s++)
+      if (every || !s || on_stage(x, s))
+        k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
+    int64_t off = first_fit(meet, k, cur, x->bytes);
     x->offset = off;
     if (off + x->bytes > size) size = off + x->bytes;
-    index_interval(by_stage, &all, nst, leaves, x, (Span){off, off + x->bytes}, false, a);
+    for (int s = 0; s <= nst; s++)
+      if (on_stage(x, s))
+        placed_add(&pool, &by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), off,
+                   off + x->bytes);
   }
   return size;
 }

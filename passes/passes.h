@@ -47,6 +47,10 @@ void fuse_order(Graph *g);
 bool pass_memplan(Module *m);   /* places every value at an offset in one allocation per rank; cuts fusion
                                    groups where a member would overwrite bytes its group still reads */
 bool pass_gacc(Module *m);     /* gradient accumulation fusion: a weight-gradient GEMM accumulates into the running sum (beta 1) */
+/* Whether the CUDA target's kernel fusions below (epilogue, fuse_normres, hfuse) apply to m: on any
+ * other target they change nothing, and the pipeline neither runs them nor verifies the IR after
+ * them (passes/pipeline.c); each pass returns at once where this is false. */
+static inline bool pass_cuda_fusions_apply(const Module *m) { return m->target == TARGET_CUDA; }
 bool pass_epilogue(Module *m); /* CUDA target: a matmul's bias add, and a GELU or residual add after it, into its GEMM */
 bool pass_fuse_ce(Module *m);  /* CUDA target: a cross-entropy's forward and backward in one kernel (Attrs.fused_bwd) */
 bool pass_fuse_normres(Module *m); /* CUDA target: the add of the residual gradient in the norm's backward kernel (Attrs.normres) */

@@ -60,15 +60,33 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* run_one's seconds in the IR verifier, for --time-passes */
+/* Whether pass i may change m: the CUDA target's kernel fusions change nothing on another target
+ * (pass_cuda_fusions_apply), so there they are neither run nor followed by the verifier (the IR is
+ * the one the last verification saw). */
+static bool pass_applies(const Module *m, int i) {
+  bool (*run)(Module *) = passes[i].run;
+  if (run == pass_epilogue || run == pass_hfuse || run == pass_fuse_normres) return pass_cuda_fusions_apply(m);
+  return true;
+}
+
+/* Pass i over m, then the verifier (its seconds added to *verify_s, for --time-passes) and the
+ * dump --dump-ir=after:PASS asks for. */
 static bool run_one(Module *m, int i, const PipelineOptions *o, double *verify_s) {
-  double t0 = now();
-  bool ok = passes[i].run(m) && diag_errors() == 0;
-  if (o->time) fprintf(stderr, "shardc: pass %-10s %8.3f ms\n", passes[i].name, 1e3 * (now() - t0));
-  if (!ok) return false;
-  t0 = now();
-  if (o->verify && !ir_verify(m->graph, passes[i].name)) die("IR invalid after pass %s", passes[i].name);
-  *verify_s += now() - t0;
+  if (!pass_applies(m, i)) { /* unchanged: the IR the last verification saw */
+    if (o->time) fprintf(stderr, "shardc: pass %-10s    0.000 ms (not for this target: not run, not verified)\n", passes[i].name);
+  } else {
+    double t0 = now();
+    bool ok = passes[i].run(m) && diag_errors() == 0;
+    double t1 = now();
+    if (ok && o->verify && !ir_verify(m->graph, passes[i].name)) die("IR invalid after pass %s", passes[i].name);
+    double t2 = now();
+    if (o->time && ok && o->verify)
+      fprintf(stderr, "shardc: pass %-10s %8.3f ms (ir_verify after it %.3f ms)\n", passes[i].name, 1e3 * (t1 - t0),
+              1e3 * (t2 - t1));
+    else if (o->time) fprintf(stderr, "shardc: pass %-10s %8.3f ms\n", passes[i].name, 1e3 * (t1 - t0));
+    if (!ok) return false;
+    *verify_s += t2 - t1;
+  }
   if (o->dump_after && (strcmp(o->dump_after, passes[i].name) == 0 || strcmp(o->dump_after, "all") == 0)) {
     fprintf(o->dump, "# ---- after %s ----\n", passes[i].name);
     ir_print_graph(o->dump, m->graph);

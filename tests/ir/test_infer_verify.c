@@ -187,11 +187,82 @@ static void test_verify(Arena *A) {
   CHECK(!ir_verify(g, "arg index"));
 }
 
+/* A CALL of one argument in g, its body returning neg(arg), appended to g. */
+static Node *t_call(Arena *A, Graph *g, Value *a) {
+  Node *call = ir_node_new(g, OP_CALL, 1, &a, 1, NOLOC);
+  call->a.name = "f";
+  Graph *body = ir_graph_new(A, g);
+  body->owner = call;
+  call->body = body;
+  Value *x = ir_add_arg(body, DT_F32, S(1, 4), "x")->out[0];
+  ir_add_result(body, t_op1(body, OP_NEG, x, NULL), NULL);
+  CHECK(ir_infer(call));
+  return call;
+}
+
+/* What the verifier finds through its table of checked outputs (ir/verify.c in_scope_seen) and its
+ * one-walk value check (value_ok), each way a read can be out of scope and a sharding wrong: each
+ * must still fail, and the reads in scope pass. */
+static void test_verify_scopes(Arena *A) {
+  Graph *g = ir_graph_new(A, NULL);
+  Value *a = t_input(g, "a", DT_F32, S(1, 4));
+  Node *c1 = t_call(A, g, a), *c2 = t_call(A, g, a);
+  Value *late = t_op1(g, OP_EXP, c2->out[0], NULL); /* after both regions */
+  ir_add_result(g, late, "y");
+  Value *e = t_op1(c2->body, OP_EXP, a, NULL); /* a capture of a, defined before the region: fine */
+  CHECK(ir_verify(g, "capture"));
+  Node *en = e->def;
+  en->in[0] = c1->body->results[0]; /* a value of the sibling body */
+  CHECK(!ir_verify(g, "sibling body"));
+  en->in[0] = late; /* an outer value defined after the region */
+  CHECK(!ir_verify(g, "outer value after the region"));
+  en->in[0] = c2->out[0]; /* the region's own output */
+  CHECK(!ir_verify(g, "the owner's output"));
+  en->in[0] = c1->out[0]; /* an earlier region's output: fine */
+  CHECK(ir_verify(g, "earlier region"));
+  /* a region inside the body reading the top graph's input (two levels out): fine */
+  Node *inner = t_call(A, c2->body, e);
+  Value *deep = t_op1(inner->body, OP_EXP, a, NULL);
+  CHECK(ir_verify(g, "nested capture"));
+  deep->def->in[0] = late; /* two levels out, after the outer region */
+  CHECK(!ir_verify(g, "nested, after the region"));
+  deep->def->in[0] = a;
+  /* a value whose node is no longer listed: its node dropped from the graph */
+  Value *gone = t_op1(g, OP_EXP, a, NULL);
+  g->nnodes--;
+  en->in[0] = gone;
+  CHECK(!ir_verify(g, "dropped node"));
+  en->in[0] = a;
+  CHECK(ir_verify(g, "fine again"));
+
+  /* shardings: a mesh axis splitting two dims; an inner split over its outer axis; blocks that do
+   * not divide the dim; then a well-formed inner split (cp outer, tp inner) */
+  Value *v = t_input(g, "w", DT_F32, S(2, 4, 8));
+  CHECK(ir_verify(g, "a rank-2 input"));
+  v->sharding.split[0] = RT_AX_TP;
+  v->sharding.split[1] = RT_AX_TP;
+  CHECK(!ir_verify(g, "one axis, two dims"));
+  v->sharding.split[1] = -1;
+  v->sharding.inner[0] = RT_AX_TP;
+  CHECK(!ir_verify(g, "inner over the outer axis"));
+  v->sharding.inner[0] = -1;
+  v->sharding.blocks[1] = 3;
+  v->sharding.split[1] = RT_AX_DP;
+  CHECK(!ir_verify(g, "blocks not dividing"));
+  v->sharding.blocks[1] = 0;
+  v->sharding.split[1] = RT_AX_CP;
+  v->sharding.inner[1] = RT_AX_TP;
+  CHECK(!ir_verify(g, "inner axis used by another dim"));
+  v->sharding.split[0] = -1;
+  CHECK(ir_verify(g, "cp with tp inside"));
+}
+
 int main(void) {
   Arena A;
   arena_init(&A);
   test_infer_errors(&A);
   test_verify(&A);
+  test_verify_scopes(&A);
   arena_free(&A);
   return t_done("test_infer_verify");
 }

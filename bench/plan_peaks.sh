@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The memory plan's figures, two shardc side by side: for each model in models/ (its own plan,
+# the CPU and the CUDA target, and pipelined variants) and the configurations of
+# bench/plan_scale.sh (not --search / --pick: their plan depends on a CPU budget), each rank
+# class's planned peak and total (`#   peak` and `#   total` of `shardc plan`, bytes) under BASE
+# and NEW, and whether NEW's plan output is byte-identical (a plan refused, by both or one: its
+# exit codes and NEW's first error). A row where NEW's peak or total is
+# above BASE's is marked HIGHER and the script exits 1.
+#   bench/plan_peaks.sh BASE NEW [FILTER]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+base=$1
+new=$2
+filter=${3:-.}
+configs=()
+for m in models/*.model; do
+  n=$(basename "$m" .model)
+  configs+=("$n|$m" "$n-cuda|$m --target cuda" "$n-pp2-1f1b|$m -D pp=2 --world 16 -D micro_batch=1 -D batch=64"
+    "$n-pp4-int2|$m -D pp=4 -D schedule=interleaved -D interleave=2 --world 32 -D micro_batch=1 -D batch=64"
+    "$n-pp4-zb-z1|$m -D pp=4 -D schedule=zb -D zero=1 --world 32 -D micro_batch=1 -D batch=64")
+done
+while IFS= read -r line; do configs+=("$line"); done < <(sed -n 's/^  "\([^"]*|[^"]*\)"$/\1/p' bench/plan_scale.sh |
+  grep -v -e '--search' -e '--pick' | sed 's/\$L/models\/llama3-8b.model/; s/\$G/models\/gpt3-175b.model/; s/\$P/models\/topo\/p4d-x128.topo/')
+figures() { grep -E '^#   (peak|total) +[0-9]+ B' "$1" | awk '{ printf "%s%s", (NR > 1 ? "," : ""), $3 }'; }
+rc=0
+printf '%-34s %-40s %-40s %s\n' configuration "base peak,total (per class)" "new peak,total" "output"
+for c in "${configs[@]}"; do
+  name=${c%%|*}
+  [[ $name =~ $filter ]] || continue
+  read -r -a args <<<"${c#*|}"
+  b=$(mktemp) n=$(mktemp)
+  timeout 300 "$base" plan "${args[@]}" >"$b" 2>/dev/null
+  rb=$?
+  timeout 300 "$new" plan "${args[@]}" >"$n" 2>/dev/null
+  rn=$?
+  fb=$(figures "$b") fn=$(figures "$n")
+  same=differs
+  cmp -s "$b" "$n" && same=identical
+  ((rb != 0 || rn != 0)) && same="$same (exit $rb / $rn: $(grep -m1 -o 'error: .*' <(timeout 300 "$new" plan "${args[@]}" 2>&1 >/dev/null) | cut -c8-50))"
+  mark=
+  paste <(tr ',' '\n' <<<"$fb") <(tr ',' '\n' <<<"$fn") | awk '$2 > $1 { bad = 1 } END { exit !bad }' && mark=" HIGHER" && rc=1
+  printf '%-34s %-40s %-40s %s%s\n' "$name" "${fb:--}" "${fn:--}" "$same" "$mark"
+  rm -f "$b" "$n"
+done
+exit $rc
