@@ -88,6 +88,24 @@ static void check_shape(const Module *m, int pp, int v, int64_t M, const char *w
   snprintf(msg, sizeof msg, "%s: %d row slices, %d of them copied; %d layer params split S(pp)@0/stages", what, views,
            moved, split);
   expect(views && !moved && split > 0, msg);
+  /* each chunk's rows of the stage's stacked layer values (passes/pipe.c chunk_of, past row 0 from the
+   * second chunk on): row views at the chunk's first row (passes/memplan_views.c), no bytes of their own
+   * (main: a copy of the stage's whole weights under ZeRO 0-2) */
+  int chunks = 0, copied = 0;
+  int64_t copy_bytes = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    const Value *x = n->in[0], *y = n->out[0];
+    if (n->op != OP_SLICE || n->a.axis != 0 || n->stage || x->sharding.split[0] != RT_AX_PP) continue;
+    chunks++;
+    if (y->offset != x->offset + n->a.start * (tb_bytes_of(x) / x->shape.dim[0])) {
+      copied++;
+      copy_bytes += tb_bytes_of(y);
+    }
+  }
+  snprintf(msg, sizeof msg, "%s: %d chunk slices of the stacked layer values, %d of them copies (%lld B)", what,
+           chunks, copied, (long long)copy_bytes);
+  expect(chunks > 0 && !copied, msg);
   expect(m->mesh->stage_chunks == v, "the mesh's stage_chunks is the plan's v");
   int64_t local = rt_stage_local_rows(rows, pp, v), bad_rows = 0;
   for (int i = 0; i < g->nnodes; i++)
