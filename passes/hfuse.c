@@ -69,7 +69,11 @@ static bool addr(const Value *v, int64_t *base, int64_t *step) {
     if (k < r->a.ncarry + r->a.nxs) *step = ir_numel(&v->shape) * ir_dtype_size(v->dtype); /* row i */
     return true;
   }
-  if (v->offset == IR_OFFSET_VIEW) return !v->ld && d->nin > 0 && addr(d->in[0], base, step);
+  if (v->offset == IR_OFFSET_VIEW) { /* (a row view: its first row past its input's) */
+    if (v->ld || d->nin == 0 || !addr(d->in[0], base, step)) return false;
+    *base += memplan_view_at(d);
+    return true;
+  }
   if (v->offset < 0 || v->host || v->last_in) return false;
   *base = v->offset;
   *step = v->stride;

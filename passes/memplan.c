@@ -145,7 +145,7 @@ static int readers(const Graph *g, const Value *v) {
 
 bool memplan_is_view(const Node *n) {
   return n->op == OP_RESHAPE || (n->op == OP_CAST && n->in[0]->dtype == n->out[0]->dtype) || ir_slice_is_view(n) ||
-         memplan_col_slice(n);
+         memplan_row_slice(n) || memplan_col_slice(n);
 }
 #define is_view memplan_is_view
 
@@ -334,6 +334,17 @@ static void keep_epilogue_reads(const Graph *g, const int *slot, Interval *iv) {
   ptrmap_free(&uses);
 }
 
+/* Whether x is a view sharing its source's interval (slot) from past the interval's first byte (a row view
+ * of rows after the first, of a view ...): what is written where x stands is not at the interval's start. */
+static bool past_first_byte(const Graph *g, const Value *x, const int *slot) {
+  for (; x->def->graph == g && memplan_is_view(x->def); x = x->def->in[0]) {
+    const Value *in = x->def->in[0];
+    if (in->def->graph != g || slot[in->id] != slot[x->id]) return false;
+    if (memplan_view_at(x->def)) return true;
+  }
+  return false;
+}
+
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
                           int64_t by_class[MEM_COUNT], bool epi) {
   Intervals p = {.a = tmp};
@@ -389,7 +400,10 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       }
       continue;
     }
-    if ((is_view(n) || (epi && ir_cast_folded(n))) && n->out[0]->offset != -2) { /* (a folded cast: its source's place) */
+    /* (a stage's row slice that other stages read: a copy, which they zero-fill; not the source's rows) */
+    bool off_stage = memplan_row_slice(n) && !ir_slice_is_view(n) && ir_node_stages(n) &&
+                     (rmask[n->out[0]->id] & ~ir_node_stages(n));
+    if ((is_view(n) || (epi && ir_cast_folded(n))) && n->out[0]->offset != -2 && !off_stage) { /* (a folded cast: its source's place) */
       Value *in = n->in[0];
       Node *d = in->def;
       if (d->graph == g && slot[in->id]) { /* share the input's interval */
@@ -544,7 +558,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       int sx = slot[x->id] - 1, sy = slot[y->id] - 1;
       while (root[sx] != sx) sx = root[sx];
       if (sx == sy || p.iv[sx].end != i || !p.iv[sx].v || !p.iv[sy].v || p.iv[sy].v != y ||
-          value_bytes(x) != value_bytes(y))
+          value_bytes(x) != value_bytes(y) || past_first_byte(g, x, slot))
         continue;
       bool twice = false; /* the same buffer as another input of this node: no */
       for (int j = 0; j < n->nin; j++)
@@ -614,7 +628,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     if (view[i]) {
       Value *in = n->in[0], *out = n->out[0];
       bool col = memplan_col_slice(n);
-      out->offset = in->offset + (col ? memplan_col_at(n, 0) : 0);
+      out->offset = in->offset + memplan_view_at(n); /* (a row view: at its first row) */
       out->stride = 0;
       out->ld = col ? in->shape.dim[in->shape.rank - 1] : 0;
       out->mclass = in->mclass;

@@ -17,7 +17,15 @@
  * graph returns; ring attention's blocks (cp), the Ulysses all-to-all and rope take no stride, so their
  * slices stay copies.
  * Column offsets and row strides are multiples of MEMPLAN_LD_ALIGN elements (16-byte rows in bf16, what
- * the tensor-core attention's cp.async copies need). The decision is this file's; memplan.c places what
+ * the tensor-core attention's cp.async copies need).
+ *
+ * Row views: a slice along dim 0 of a contiguous row-major value (an interleaved pipeline chunk's rows
+ * of a stage's stacked parameter, passes/pipe.c's chunk_of; an uneven stage's own rows; a micro-batch's
+ * rows of the stacked input) is the source's bytes from its first row on: no bytes of its own, its
+ * offset the source's plus start x the row's bytes (memplan_view_at). Not of a column view or a
+ * stride-writing producer's output (rows at another value's stride), nor of host memory; memplan.c keeps
+ * a copy where a pipeline stage's slice is read off its stage (codegen zero-fills it there), and codegen
+ * copies exactly where the plan did not place the slice at that offset. The decision is this file's; memplan.c places what
  * it decides; a view never changes a result (the interpreter ignores the plan).
  */
 #include "memplan_views.h"
@@ -87,6 +95,24 @@ bool memplan_col_concat(const Node *n) {
     at += x->shape.dim[ax];
   }
   return true;
+}
+
+bool memplan_row_slice(const Node *n) {
+  if (n->op != OP_SLICE || n->a.axis != 0) return false;
+  const Value *x = n->in[0], *y = n->out[0];
+  if (x->dtype != y->dtype || x->host || y->host || x->shape.rank < 1) return false;
+  const Node *d = x->def;
+  if (memplan_col_slice(d) || ir_writes_row_stride(d, x->idx)) return false; /* rows at another value's stride */
+  return true;
+}
+
+int64_t memplan_view_at(const Node *n) {
+  if (memplan_col_slice(n)) return memplan_col_at(n, 0);
+  if (!memplan_row_slice(n)) return 0;
+  const Value *x = n->in[0];
+  int64_t row = ir_dtype_size(x->dtype);
+  for (int d = 1; d < x->shape.rank; d++) row *= x->shape.dim[d];
+  return n->a.start * row;
 }
 
 int64_t memplan_col_at(const Node *n, int i) {

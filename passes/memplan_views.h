@@ -14,7 +14,12 @@ bool memplan_col_concat(const Node *n);
 /* The byte offset of a column view from its tensor's: slice n's own, or concat n's input i. */
 int64_t memplan_col_at(const Node *n, int i);
 
-/* A view that shares its input's memory (a reshape, a cast to its own dtype, a pipeline stage's leading rows,
+/* Whether slice n takes whole rows (dim 0) of a contiguous value: a row view of it unless memplan.c keeps a copy. */
+bool memplan_row_slice(const Node *n);
+/* The byte offset of view n from its input's: a column view's first column, a row view's first row; 0 else. */
+int64_t memplan_view_at(const Node *n);
+
+/* A view that shares its input's memory (a reshape, a cast to its own dtype, a slice's rows,
  * a column view): no bytes of its own, no copy. */
 bool memplan_is_view(const Node *n);
 /* Cuts the fusion groups where the placement would make their one kernel race (memplan_groups.c). */

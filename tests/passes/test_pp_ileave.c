@@ -8,10 +8,11 @@
  * `layers(balanced)` over the pp V virtual stages. For the tiny GPT (tied embedding) and a Llama-shaped
  * model: the single-rank program with batch B in one micro-step, and the pipelined programs (pp 2 and
  * 4, V 2, x dp 2 and x tp 2; tiny with ZeRO-3 (f32, and bf16 on the CUDA target) and with full recompute, Llama
- * with ZeRO-2 and ZeRO-3) interpreted in fp64 for two AdamW steps (with clipping): the loss, the
+ * with ZeRO-1, ZeRO-2 and ZeRO-3) interpreted in fp64 for two AdamW steps (with clipping): the loss, the
  * grad norm, every gradient, parameter and optimizer state within 1e-10 relative, replicas identical;
  * in bf16 (the CUDA target) within 2^-12. The program's shape: each virtual stage's forward loops run
- * its own count, its stacks' rows read through views (no copy), the stacks split `S(pp)@0/stages` with
+ * its own count, its stacks' rows read through views (no copy: a stage's own rows, each chunk's rows at
+ * its first row), the stacks split `S(pp)@0/stages` with
  * the mesh's rows per virtual stage; the transfers M per neighbour of each virtual stage; the blocks to
  * scale (each chunk's F by FLOPs one layer's FLOPs per layer apart, and by the cost model the chunk of
  * more layers the longer). And the layout (runtime/mesh.c, rt_stage_index): every logical row on
@@ -88,6 +89,24 @@ static void check_shape(const Module *m, int pp, int v, int64_t M, const char *w
   snprintf(msg, sizeof msg, "%s: %d row slices, %d of them copied; %d layer params split S(pp)@0/stages", what, views,
            moved, split);
   expect(views && !moved && split > 0, msg);
+  /* each chunk's rows of the stage's stacked layer values (passes/pipe.c chunk_of, past row 0 from the
+   * second chunk on): row views at the chunk's first row (passes/memplan_views.c), no bytes of their own
+   * (main: a copy of the stage's whole weights under ZeRO 0-2) */
+  int chunks = 0, copied = 0;
+  int64_t copy_bytes = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    const Value *x = n->in[0], *y = n->out[0];
+    if (n->op != OP_SLICE || n->a.axis != 0 || n->stage || x->sharding.split[0] != RT_AX_PP) continue;
+    chunks++;
+    if (y->offset != x->offset + n->a.start * (tb_bytes_of(x) / x->shape.dim[0])) {
+      copied++;
+      copy_bytes += tb_bytes_of(y);
+    }
+  }
+  snprintf(msg, sizeof msg, "%s: %d chunk slices of the stacked layer values, %d of them copies (%lld B)", what,
+           chunks, copied, (long long)copy_bytes);
+  expect(chunks > 0 && !copied, msg);
   expect(m->mesh->stage_chunks == v, "the mesh's stage_chunks is the plan's v");
   int64_t local = rt_stage_local_rows(rows, pp, v), bad_rows = 0;
   for (int i = 0; i < g->nnodes; i++)
@@ -266,6 +285,10 @@ int main(void) {
                      pr[] = {{2, 1, 1, 4, 2, {2, 4}}};
   run("tiny, zero 3, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, pz, 3);
   run("tiny, recompute full, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", trc, 5, 8, 8, 256, pr, 1);
+  /* ZeRO-1: the chunks' rows of the whole stored f32 stacks are views (check_shape; main: copies of the stage's weights) */
+  const FeDefine lz1[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
+                          {"kv_heads", "2"}, {"layers", "6"}, {"ffn", "48"}, {"zero", "1"}};
+  run("Llama shaped, zero 1, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz1, 9, 8, 8, 128, pz, 1);
   run("Llama shaped, zero 2, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, pz, 3);
   run("Llama shaped, zero 3, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz3, 9, 8, 8, 128, pz, 3);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"precision", "bf16"}};
