@@ -95,6 +95,8 @@ const char *ck_fl(CuK *k, double v) { return arena_printf(k->a, "%.9ef", v); }
 /* Starts kernel N: its signature; the body follows (ending with end_kernel). Parameters are
  * named p0.. and l0... Returns N. */
 int ck_begin(CuK *k, const Args *g, int nt) {
+  if (g->np < 0 || g->np > CUK_MAX_PTR_ARGS || g->nl < 0 || g->nl > CUK_MAX_INT_ARGS)
+    die("cuda_kernels: a kernel of %d pointer and %d int64 arguments", g->np, g->nl);
   int id = k->n++;
   k->kstart = k->len;
   if (k->guard) ck_out(k, "\n#ifdef SK_ATTN_TUNE");
@@ -247,7 +249,9 @@ static const char *ew_ops(CuK *k, const CuEwChain *c, const char *indent) {
 const char *cuk_elementwise(CuK *k, const CuEwChain *c) {
   const Shape *s = &c->shape;
   int64_t n = ir_numel(s);
-  if (c->nin + c->nout > 16) die("cuda_kernels: elementwise chain with %d inputs and outputs", c->nin + c->nout);
+  /* every chain CuEwChain holds is emitted: one pointer argument per input and output (CUK_MAX_PTR_ARGS) */
+  if (c->nin < 0 || c->nin > CUK_MAX_EW || c->nops < 1 || c->nops > CUK_MAX_EW || c->nout < 1 || c->nout > CUK_MAX_EW)
+    die("cuda_kernels: elementwise chain with %d inputs, %d ops, %d outputs", c->nin, c->nops, c->nout);
   for (int i = 0; i < c->nout; i++)
     if (c->out_op[i] < 0 || c->out_op[i] >= c->nops) die("cuda_kernels: output %d stores op %d", i, c->out_op[i]);
   Args g = {0};

@@ -259,6 +259,14 @@ const char *cuk_sumsq(CuK *k, const char *y, const char *x, DType xdt, int64_t n
  * squares of in[i].x (n elements of xdt, f32 or bf16, widened to f32), each the bits cuk_sumsq writes (the same
  * chunks and orders); one launch per CUK_SUMSQ_MULTI tensors (the arrival counters: one a tensor). */
 #define CUK_SUMSQ_MULTI 32
+/* The most arguments a kernel of these emitters takes, all its launches passing the pointers first, then the int64s:
+ * pointers, an elementwise chain's inputs and outputs (CUK_MAX_EW each) or cuk_sumsq_multi's y, parts, counters and
+ * CUK_SUMSQ_MULTI tensors; int64s, 4. CUDA takes a kernel's parameters in a 4 KiB constant bank (every architecture
+ * and toolkit; 32 KiB from Volta with CUDA 12.1): 544 bytes of it; the emulator (sk_emu.h) has no limit. */
+#define CUK_MAX_PTR_ARGS (2 * CUK_MAX_EW > 3 + CUK_SUMSQ_MULTI ? 2 * CUK_MAX_EW : 3 + CUK_SUMSQ_MULTI)
+#define CUK_MAX_INT_ARGS 4
+#define CUK_MAX_ARGS (CUK_MAX_PTR_ARGS + CUK_MAX_INT_ARGS)
+_Static_assert(CUK_MAX_ARGS * 8 <= 4096, "a kernel's parameters fit CUDA's 4 KiB");
 typedef struct {
   const char *x; /* device address */
   DType xdt;

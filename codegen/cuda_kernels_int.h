@@ -31,11 +31,11 @@ struct CuK {
   char *guarded;           /* [capbodies]: kernel i is a guarded candidate (never reused by an unguarded one) */
 };
 
-/* Kernel arguments: the pointers first (char *), then the int64 host values (long long). */
+/* Kernel arguments: the pointers first (char *), then the int64 host values (long long); at most CUK_MAX_*_ARGS. */
 typedef struct {
   int np, nl;
-  const char *p[40]; /* host C expressions of device addresses (cuk_sumsq_multi: 3 + CUK_SUMSQ_MULTI) */
-  const char *l[4];  /* host C int64 expressions */
+  const char *p[CUK_MAX_PTR_ARGS]; /* host C expressions of device addresses */
+  const char *l[CUK_MAX_INT_ARGS]; /* host C int64 expressions */
 } Args;
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

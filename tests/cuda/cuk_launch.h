@@ -4,7 +4,9 @@
 #ifndef TESTS_CUK_LAUNCH_H
 #define TESTS_CUK_LAUNCH_H
 
-#define CUKL_MAX_ARGS 40 /* cuk_sumsq_multi: 3 + CUK_SUMSQ_MULTI pointers */
+#include "cuda_kernels.h" /* CUK_MAX_ARGS */
+
+#define CUKL_MAX_ARGS CUK_MAX_ARGS
 
 typedef struct {
   int kernel;                       /* N of kN */

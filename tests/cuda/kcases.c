@@ -173,6 +173,33 @@ static void cases_elementwise(KC *c) {
       case_chain(c, arena_printf(c->a, "ew unary vectorized %s", dn(dt)), &u8, hin8, tin8, bfv ? 2e-2 : 1e-5,
                  bfv ? 2e-2 : 1e-5);
     }
+    /* the widest chain a CuEwChain holds (CUK_MAX_EW inputs, ops and outputs: 64 pointer arguments), as the
+     * fusion groups of passes/fuse.c can be (FUSE_MAX_*), vectorized (no broadcast, 8 | n) and with every
+     * third input broadcast ([C] rows); before 2026-11-27 over 16 inputs and outputs was an internal error */
+    for (int bc = 0; bc < 2; bc++) {
+      enum { W = CUK_MAX_EW };
+      int64_t Rw = bc ? R : 6, Cw = bc ? C : 48;
+      CuEwChain w = {.nin = W, .nops = W, .nout = W};
+      w.shape = ir_shape(2, (int64_t[]){Rw, Cw});
+      float *hw[W];
+      KT tw[W];
+      for (int i = 0; i < W; i++) {
+        int row = bc && i % 3 == 2;
+        int64_t ni = row ? Cw : Rw * Cw;
+        hw[i] = fvec(c, ni, 1.0f);
+        round_to(dt, hw[i], ni);
+        tw[i] = kt_new(c, dt, ni);
+        kt_put(c, tw[i], hw[i]);
+        w.in[i] = (CuEwIn){.dt = dt, .shape = row ? ir_shape(1, (int64_t[]){Cw}) : w.shape};
+      }
+      static const OpKind kinds[4] = {OP_ADD, OP_MUL, OP_SUB, OP_MAXIMUM};
+      for (int j = 0; j < W; j++) { /* tJ = t(J-1) op xJ (t0: x0 + x(W-1)); each op stored, in reverse order */
+        w.ops[j] = (CuEwOp){kinds[j % 4], {j ? j - 1 : -W, -1 - j}, 0, j % 5 == 4 ? DT_F32 : dt};
+        w.out_op[j] = W - 1 - j;
+      }
+      case_chain(c, arena_printf(c->a, "ew widest%s %s", bc ? " broadcast" : " vectorized", dn(dt)), &w, hw, tw,
+                 tol(dt), bfv ? 1e-2 : 1e-5);
+    }
   }
 }
 

@@ -49,7 +49,8 @@
  *                   may differ by more than 1e-3 lr + 1e-7
  *   loss, 10 steps: |rel| <= u / 4 (seen 1.5e-4)
  * The CUDA cases: tiny in f32 and bf16, the Llama shape in bf16 with the model's selective recompute and
- * with none; in both Llama programs every silu is in a fusion group of 2 or more nodes and every
+ * with none, and tests/e2e/ewwide.model in f32 (12 learned affine maps: fusion groups of up to 19 nodes, one
+ * kernel of 39 pointer arguments); in both Llama programs every silu is in a fusion group of 2 or more nodes and every
  * silu_bwd in one of 3 or more (SwiGLU's elementwise parts as one kernel over the GEMMs between them:
  * passes/fuse_order.c), so those kernels are what the interpreter is matched against.
  * On the CUDA target each case's layers' norms' backward add the residual gradient's carry in their kernel
@@ -155,6 +156,7 @@ typedef struct {
   bool bf16;
   bool llvm; /* the CPU target's kernels built by LLVM (--cpu-kernels llvm), not the C ones */
   bool swiglu; /* CUDA: SwiGLU's elementwise parts fused over the GEMMs between (passes/fuse_order.c), checked */
+  int wide;    /* CUDA, a model without norms (no fuse_normres check): a fusion group of this many members or more */
 } Variant;
 
 /* The members of n's fusion group in its graph (1 when in none). */
@@ -162,6 +164,16 @@ static int group_size(const Node *n) {
   int k = 0;
   for (int i = 0; i < n->graph->nnodes && n->group; i++) k += n->graph->nodes[i]->group == n->group;
   return n->group ? k : 1;
+}
+
+/* The members of g's largest fusion group (its own nodes; 1: none) */
+static int widest_group(const Graph *g) {
+  int w = 1;
+  for (int i = 0; i < g->nnodes; i++) {
+    int k = group_size(g->nodes[i]);
+    if (k > w) w = k;
+  }
+  return w;
 }
 
 /* How many SILU nodes of g (and its bodies) are in no group of 2 or more, and SILU_BWD nodes in none of 3
@@ -243,7 +255,11 @@ static void run_case(const char *label, const char *model, const FeDefine *defs0
     int seen = 0, bad = swiglu_unfused(m->graph, &seen);
     CHECK(seen >= 2 && bad == 0, "%s: %d of %d silu / silu_bwd nodes outside their SwiGLU fusion group", label, bad, seen);
   }
-  if (var.target == TARGET_CUDA) { /* the layers' norms' backward add the residual gradient themselves */
+  if (var.wide) {
+    int w = widest_group(m->graph);
+    CHECK(w >= var.wide, "%s: the largest fusion group has %d members, %d expected", label, w, var.wide);
+    fprintf(stderr, "  the largest fusion group: %d members\n", w);
+  } else if (var.target == TARGET_CUDA) { /* the layers' norms' backward add the residual gradient themselves */
     int nr = normres_count(m->graph);
     CHECK(nr >= 2, "%s: %d norms' backward with the residual gradient's add (fuse_normres), 2 expected", label, nr);
     fprintf(stderr, "  %d norms' backward add the residual gradient (fuse_normres)\n", nr);
@@ -398,26 +414,29 @@ int main(int argc, char **argv) {
                              {"layers", "1"},  {"ffn", "96"}, {"micro_batch", "2"}, {"batch", "2"},  {"tp", "1"},
                              {"sp", "off"}};
     run_case("Llama-shaped at d 2048, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", wide, 11,
-             false, (Variant){TARGET_CUDA, true, false, false});
+             false, (Variant){TARGET_CUDA, true, false, false, 0});
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     return failures != 0;
   }
   if (argc > 1 && strcmp(argv[1], "cuda") == 0) { /* the CUDA target on the emulated device */
     run_case("tiny, CUDA target (emulated), f32", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true,
-             (Variant){TARGET_CUDA, false, false, false});
+             (Variant){TARGET_CUDA, false, false, false, 0});
     run_case("tiny, CUDA target (emulated), bf16 mixed precision", SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true,
-             (Variant){TARGET_CUDA, true, false, false});
+             (Variant){TARGET_CUDA, true, false, false, 0});
     /* SwiGLU's silu and mul one kernel over the up projection's GEMM, the backward's mul, silu_bwd and mul
      * one (with selective recompute's silu and mul: the model's default; without: recompute none) */
     run_case("Llama-shaped, CUDA target (emulated), bf16", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false,
-             (Variant){TARGET_CUDA, true, false, true});
+             (Variant){TARGET_CUDA, true, false, true, 0});
     /* f32 too: its GEMMs take the residual adds without a bias (passes/epilogue.c, EPI_RESIDUAL) as in bf16;
      * without recompute (silu(g) recomputed in the backward's group all the same: passes/recompute.c) */
     FeDefine whole[16];
     for (int i = 0; i < 11; i++) whole[i] = llama[i];
     whole[11] = (FeDefine){"recompute", "none"};
     run_case("Llama-shaped, CUDA target (emulated), f32, recompute none", SHARDC_MODELS_DIR "/llama3-8b.model", whole,
-             12, false, (Variant){TARGET_CUDA, false, false, true});
+             12, false, (Variant){TARGET_CUDA, false, false, true, 0});
+    /* fusion groups at their widest: kernels of up to 39 pointer arguments (tests/e2e/ewwide.model) */
+    run_case("12 affine maps, CUDA target (emulated), f32", SHARDC_E2E_DIR "/ewwide.model", NULL, 0, false,
+             (Variant){TARGET_CUDA, false, false, false, 17});
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else fprintf(stderr, "CUDA trainers (emulated) match the interpreter\n");
     return failures != 0;
@@ -427,14 +446,14 @@ int main(int argc, char **argv) {
   const char *kernels = llvm ? ", LLVM kernels" : "";
   char label[200];
   snprintf(label, sizeof label, "tiny byte-level GPT%s", kernels);
-  run_case(label, SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true, (Variant){TARGET_CPU, false, llvm, false});
+  run_case(label, SHARDC_MODELS_DIR "/tiny.model", tiny, 2, true, (Variant){TARGET_CPU, false, llvm, false, 0});
   const FeDefine gpt2[] = {{"vocab_size", "1000"}, {"seq", "32"}, {"d", "64"},         {"heads", "4"},
                            {"layers", "2"},        {"micro_batch", "2"}, {"batch", "2"}};
   snprintf(label, sizeof label, "GPT-2 shaped (padded vocab 1000 -> 1024, tied head)%s", kernels);
-  run_case(label, SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 7, false, (Variant){TARGET_CPU, false, llvm, false});
+  run_case(label, SHARDC_MODELS_DIR "/gpt2-124m.model", gpt2, 7, false, (Variant){TARGET_CPU, false, llvm, false, 0});
   snprintf(label, sizeof label, "Llama-shaped (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head)%s",
            kernels);
-  run_case(label, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false, (Variant){TARGET_CPU, false, llvm, false});
+  run_case(label, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 11, false, (Variant){TARGET_CPU, false, llvm, false, 0});
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
