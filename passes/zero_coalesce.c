@@ -18,11 +18,13 @@
  *
  * The gather sits where the run's last gather was, the unpacking right before the first reader of
  * any of the run's gathered values (a prefetch's: at the end of the iteration, where its wait was),
- * so the overlap stays. Whether a run pays is zero_coalesce_pays (the collectives' latency saved
- * against the pack and unpack copies' bytes), the same function plan_model.c asks; a run is also
+ * so the overlap stays. Whether a run pays is zero_coalesce_pays (the collectives' latency saved, at
+ * most what the graph's collectives add to its time beyond its computation, against the pack and unpack
+ * copies' bytes), the same function plan_model.c asks; a run is also
  * capped by the plan's bucket (`bucket`, plan.bucket_bytes) on the packed shard bytes a rank sends.
  * Plan `coalesce on` coalesces every run within the cap, `off` none; `auto` (the default) asks the
  * cost model. Only the interpreter's and codegen's existing ops are used. */
+#include <math.h>
 #include <string.h>
 
 #include "cost.h"
@@ -30,9 +32,10 @@
 #include "passes.h"
 #include "zero.h"
 
-bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s) {
+bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s,
+                        double exposed_s) {
   if (k < 2 || group < 2) return false;
-  double saved = (double)(k - 1) * ((double)(group - 1) * lat_s + overhead_s);
+  double saved = fmin((double)(k - 1) * ((double)(group - 1) * lat_s + overhead_s), exposed_s);
   double cost = 2 * copy_bytes / (bytes_per_s > 0 ? bytes_per_s : 1e9) + (double)(k + 1) * overhead_s;
   return saved > cost;
 }
@@ -192,9 +195,23 @@ typedef struct {
   int done;
 } Ctx;
 
-static bool pays(const Ctx *c, Node *const *run, int k) {
+/* The time g's collectives add to its computation (cost model: g simulated with them, asynchronous ones
+ * overlapped, against its other nodes alone): what coalescing can save at most. At the top level the
+ * gathers it takes block (a layer loop's first layer's): all of their time. */
+static double exposed_s(const Ctx *c, const Graph *g) {
+  if (!g->owner) return INFINITY;
+  const Node **comp = ARENA_ARRAY(g->arena, const Node *, g->nnodes + 1);
+  int nc = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!(ir_ops[g->nodes[i]->op].flags & F_COLL)) comp[nc++] = g->nodes[i];
+  double all = cost_nodes_time(c->m, &c->dev, (const Node *const *)g->nodes, g->nnodes);
+  return fmax(0, all - cost_nodes_time(c->m, &c->dev, comp, nc));
+}
+
+static bool pays(const Ctx *c, const Graph *g, Node *const *run, int k) {
   if (c->m->plan.coalesce == COALESCE_ON) return k > 1;
-  return zero_coalesce_pays(k, c->z.deg, c->lat_s, c->dev.op_overhead_s, copy_bytes(run, k), c->dev.bytes_per_s);
+  return zero_coalesce_pays(k, c->z.deg, c->lat_s, c->dev.op_overhead_s, copy_bytes(run, k), c->dev.bytes_per_s,
+                            exposed_s(c, g));
 }
 
 static void coalesce_graph(Ctx *c, Graph *g) {
@@ -218,7 +235,7 @@ static void coalesce_graph(Ctx *c, Graph *g) {
       }
       if (!passable(n)) break;
     }
-    if (k > 1 && pays(c, run, k)) {
+    if (k > 1 && pays(c, g, run, k)) {
       c->done++;
       Value *G = coalesce(g, run, pos, k);
       while (g->nodes[i] != G->def) i++; /* on after the new gather */
