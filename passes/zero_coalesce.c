@@ -27,7 +27,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "commreport.h"
 #include "cost.h"
+#include "cost_op.h"
 #include "diag.h"
 #include "passes.h"
 #include "zero.h"
@@ -190,22 +192,42 @@ typedef struct {
   const Module *m;
   ZeroGroup z;
   CostDevice dev;
-  double lat_s;
+  double lat_s, link_bytes_per_s; /* the group's link */
   int64_t cap;
   int done;
 } Ctx;
 
-/* The time g's collectives add to its computation (cost model: g simulated with them, asynchronous ones
- * overlapped, against its other nodes alone): what coalescing can save at most. At the top level the
- * gathers it takes block (a layer loop's first layer's): all of their time. */
+/* g's computation (each node by the cost model, blocking collectives included; a nested loop's count
+ * times its body's) and, in *comm, its collectives over the ZeRO group (asynchronous: latency and
+ * bytes over the group's link). */
+static double body_time(const Ctx *c, const Graph *g, double *comm) {
+  double t = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) {
+      double inner = 0, k = n->op == OP_REPEAT ? (double)n->a.count : 1;
+      t += k * body_time(c, n->body, &inner);
+      *comm += k * inner;
+      continue;
+    }
+    if ((ir_ops[n->op].flags & F_COLL) && n->a.mesh_axis == c->z.axis && n->a.mesh_with == c->z.with) {
+      *comm += ir_comm_ring_steps(n->op, c->z.deg) * c->lat_s +
+               (double)ir_comm_node_bytes(n) * ir_comm_bus_factor(n->op, c->z.deg) / c->link_bytes_per_s;
+      continue;
+    }
+    TimeKind kind;
+    t += cost_op_time(c->m, &c->dev, n, false, 0, &kind);
+  }
+  return t;
+}
+
+/* The time g's collectives over the group take beyond its computation (a layer loop's body: they
+ * overlap it), what coalescing can save at most. At the top level the gathers it takes block (a
+ * layer loop's first layer's): all of their time. */
 static double exposed_s(const Ctx *c, const Graph *g) {
   if (!g->owner) return INFINITY;
-  const Node **comp = ARENA_ARRAY(g->arena, const Node *, g->nnodes + 1);
-  int nc = 0;
-  for (int i = 0; i < g->nnodes; i++)
-    if (!(ir_ops[g->nodes[i]->op].flags & F_COLL)) comp[nc++] = g->nodes[i];
-  double all = cost_nodes_time(c->m, &c->dev, (const Node *const *)g->nodes, g->nnodes);
-  return fmax(0, all - cost_nodes_time(c->m, &c->dev, comp, nc));
+  double comm = 0, t = body_time(c, g, &comm);
+  return fmax(0, comm - t);
 }
 
 static bool pays(const Ctx *c, const Graph *g, Node *const *run, int k) {
@@ -252,7 +274,9 @@ bool pass_zero_coalesce(Module *m) {
   cost_device_defaults(m, &c.dev);
   /* the group's ring steps cross nodes when its ranks (tp inside each) outgrow a node (as plan_model.c) */
   int dpn = m->mesh->devices_per_node > 0 ? m->mesh->devices_per_node : 1;
-  c.lat_s = c.dev.link[(int64_t)m->mesh->dim[RT_AX_TP] * c.z.deg <= dpn ? 0 : 1].latency_s;
+  const CostLink *l = &c.dev.link[(int64_t)m->mesh->dim[RT_AX_TP] * c.z.deg <= dpn ? 0 : 1];
+  c.lat_s = l->latency_s;
+  c.link_bytes_per_s = l->bytes_per_s > 0 ? l->bytes_per_s : 1e9;
   c.cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
   coalesce_graph(&c, m->graph);
   return true;
