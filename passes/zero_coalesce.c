@@ -63,8 +63,10 @@ static double copy_bytes(Node *const *run, int k) {
 
 /* A ZeRO-3 gather this pass may take: over the ZeRO group, one block, reading a stored shard (not
  * the update's output: ZeRO-1/2's rebuilt parameters, written into the parameter's storage). */
-static bool eligible(const Graph *g, const Node *n, ZeroGroup z) {
+static bool eligible(const Graph *g, const Node *n, ZeroGroup z, Target target) {
   if (n->op != OP_ALL_GATHER || n->a.mesh_axis != z.axis || n->a.mesh_with != z.with || n->a.blocks > 1) return false;
+  /* (the CPU target transposes f32 only: runtime's rt_transpose_f32; its bf16 GEMMs' copies stay apart) */
+  if (target == TARGET_CPU && n->in[0]->dtype != DT_F32 && outer_of(n->in[0], n->a.axis) > 1) return false;
   OpKind d = n->in[0]->def->op;
   if (d == OP_ADAMW_UPDATE || d == OP_SGD_UPDATE || d == OP_CAST) {
     if (d != OP_CAST) return false;
@@ -197,7 +199,7 @@ typedef struct {
   int done;
 } Ctx;
 
-/* g's computation (each node by the cost model, blocking collectives included; a nested loop's count
+/* g's computation (each node by the cost model; a nested loop's count
  * times its body's) and, in *comm, its collectives over the ZeRO group (asynchronous: latency and
  * bytes over the group's link). */
 static double body_time(const Ctx *c, const Graph *g, double *comm) {
@@ -210,9 +212,10 @@ static double body_time(const Ctx *c, const Graph *g, double *comm) {
       *comm += k * inner;
       continue;
     }
-    if ((ir_ops[n->op].flags & F_COLL) && n->a.mesh_axis == c->z.axis && n->a.mesh_with == c->z.with) {
-      *comm += ir_comm_ring_steps(n->op, c->z.deg) * c->lat_s +
-               (double)ir_comm_node_bytes(n) * ir_comm_bus_factor(n->op, c->z.deg) / c->link_bytes_per_s;
+    if ((ir_ops[n->op].flags & F_COLL) || n->nout == 0) { /* (other groups' collectives, sends: not compute) */
+      if (n->a.mesh_axis == c->z.axis && n->a.mesh_with == c->z.with && n->op != OP_SEND && n->op != OP_RECV)
+        *comm += ir_comm_ring_steps(n->op, c->z.deg) * c->lat_s +
+                 (double)ir_comm_node_bytes(n) * ir_comm_bus_factor(n->op, c->z.deg) / c->link_bytes_per_s;
       continue;
     }
     TimeKind kind;
@@ -242,13 +245,13 @@ static void coalesce_graph(Ctx *c, Graph *g) {
   Node **run = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
   int *pos = ARENA_ARRAY(g->arena, int, g->nnodes + 1);
   for (int i = 0; i < g->nnodes; i++) {
-    if (!eligible(g, g->nodes[i], c->z)) continue;
+    if (!eligible(g, g->nodes[i], c->z, c->m->target)) continue;
     int k = 0;
     int64_t bytes = 0;
     for (int j = i; j < g->nnodes; j++) {
       Node *n = g->nodes[j];
       if (k && reads_any(n, run, k)) break;
-      if (eligible(g, n, c->z) && (k == 0 || same_run(run[0], n))) {
+      if (eligible(g, n, c->z, c->m->target) && (k == 0 || same_run(run[0], n))) {
         int64_t b = vbytes(n->in[0]);
         if (k && bytes + b > c->cap) break;
         bytes += b;
