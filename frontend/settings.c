@@ -123,7 +123,7 @@ void fe_topology(Fe *fe, const Decl *d) {
 /* ---- parallel plan ------------------------------------------------------------------ */
 static const char *const plan_keys[] = {"tp", "pp", "cp", "dp", "sp", "zero", "offload", "microbatches", "schedule",
                                         "interleave", "recompute", "bucket", "cross_node_tp", "cp_mode",
-                                        "weight_copy", "pp_layers", NULL};
+                                        "weight_copy", "pp_layers", "coalesce", NULL};
 
 /* Named numeric arguments of a settings call, e.g. adamw(lr: 6e-4, betas: (0.9, 0.95)). */
 static bool expr_num(const Expr *e, double *out) {
@@ -290,6 +290,10 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
       if (b < 1 || b > 1e15) error_at(k->loc, "`bucket` must be between 1 B and 1000 TB");
       else p->bucket_bytes = (int64_t)b;
     }
+  } else if (strcmp(key, "coalesce") == 0) { /* passes/zero_coalesce.c */
+    static const char *const names[] = {"auto", "on", "off"};
+    int i = sw_get_choice(c, key, names, 3);
+    if (i >= 0) p->coalesce = i;
   } else if (strcmp(key, "cp_mode") == 0) {
     int i = sw_get_choice(c, key, ir_cp_mode_names, 2);
     if (i >= 0) p->cp_mode = (CpMode)i;

@@ -65,7 +65,9 @@ bool ir_comm_async(const Node *n) {
   /* the gradient-reduction group: dp (with cp: dp x cp), or cp alone at dp 1 (its gradients'
    * all-reduces and ZeRO's scatters and gathers over cp, passes/shard_cp.c) */
   if (n->a.mesh_axis != RT_AX_DP && !(n->a.mesh_axis == RT_AX_CP && !n->a.mesh_with)) return false;
-  if (n->op == OP_ALL_GATHER) return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG;
+  /* (a concat: ZeRO-3's coalesced shards, passes/zero_coalesce.c; memplan keeps it live until the wait) */
+  if (n->op == OP_ALL_GATHER)
+    return n->in[0]->def->op == OP_PARAM || n->in[0]->def->op == OP_ARG || n->in[0]->def->op == OP_CONCAT;
   return n->op == OP_ALL_REDUCE || n->op == OP_REDUCE_SCATTER;
 }
 

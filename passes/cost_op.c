@@ -193,7 +193,9 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
   bool grouped = m->target == TARGET_CUDA && n->group > 0; /* one kernel: intermediates stay in registers */
   for (int j = 0; j < n->nin; j++)
     if (!in_update && !(grouped && n->in[j]->def && n->in[j]->def->group == n->group))
-      bytes += cost_value_bytes(m->target == TARGET_CUDA ? ir_unfold_cast(n->in[j]) : n->in[j]);
+      /* (a slice reads only the part it copies: e.g. ZeRO-3's coalesced gather unpacked, passes/zero_coalesce.c) */
+      bytes += n->op == OP_SLICE ? cost_value_bytes(n->out[0])
+                                 : cost_value_bytes(m->target == TARGET_CUDA ? ir_unfold_cast(n->in[j]) : n->in[j]);
   for (int j = 0; j < n->nout; j++) bytes += cost_value_bytes(n->out[j]);
   double mem = bytes / d->bytes_per_s;
   switch (n->op) {

@@ -486,7 +486,8 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
      * sends until it is waited, before the first reader of what it receives */
     bool shift = n->op == OP_SEND && !n->stage && i + 1 < g->nnodes && g->nodes[i + 1]->op == OP_RECV;
     if (shift) n = g->nodes[i + 1];
-    else if (n->op != OP_REDUCE_SCATTER || !ir_comm_async(n)) continue; /* (async gathers read parameters) */
+    else if ((n->op != OP_REDUCE_SCATTER && !(n->op == OP_ALL_GATHER && n->in[0]->def->op == OP_CONCAT)) || !ir_comm_async(n))
+      continue; /* (async gathers read parameters, or a coalesced gather its packed shards) */
     Value *x = shift ? g->nodes[i]->in[0] : n->in[0];
     if (x->def->graph != g || !slot[x->id]) continue;
     int w = g->nnodes;

@@ -9,6 +9,7 @@
 #include "mesh.h"
 
 #include "plan_search.h"
+#include "zero.h"
 
 /* Activations a layer keeps per token for its backward, in units of hidden x the compute dtype's
  * bytes, as the memory plan has them (GPT-2 124M, bf16, one rank, 1-4 layers: none 16.0, selective
@@ -445,18 +446,36 @@ static double ring_s(double bytes, double factor, int n, double bw, double lat) 
 
 /* ZeRO-3's dp (dp x cp) traffic a step: per micro-step one f32 reduce-scatter and two gathers in the
  * compute precision of the stage's parameters (p_rank bytes, f32), as ring bandwidth; and each
- * collective's n - 1 latency steps: the layer loops gather each split layer tensor on its own, forward
- * and backward (pm->nl_mat of them a layer), and reduce-scatter a layer's gradients in buckets (at most
- * one a tensor). Counted as one ring's latency per micro-step, the latency was 0.08 s where Llama-3-405B
- * pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms a collective) runs 21,440 collectives a step: 55 s. */
-static double zero3_coll_s(const PlanModel *pm, const Module *base, const PlanCand *c, double p_rank, double p_layer,
-                           double lst, int n, double bw, double lat) {
+ * collective's n - 1 latency steps: the layer loops gather a layer's split tensors (pm->nl_mat of them)
+ * forward and backward, in one collective where passes/zero_coalesce.c coalesces them (its
+ * zero_coalesce_pays, asked here with the layer's copies: the packed shards and the unpacked whole,
+ * half of it transposed; the latency it saves at most the collectives' time not hidden behind `hide`
+ * of compute, spread over the step's gather points; within the plan's bucket on the packed shard bytes;
+ * *copy_s: their seconds a step, compute's), else one a tensor; and
+ * reduce-scatter a layer's gradients in buckets (at most one a tensor). Counted as one ring's latency
+ * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
+ * a collective) ran 21,440 collectives a step: 55 s. */
+static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
+                           double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
+                           double *copy_s) {
+  *copy_s = 0;
   if (n <= 1 || bw <= 0) return 0;
   double accum = (double)c->accum, cb = pm->cb;
   double bucket = base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
   double scatters = fmax(1, fmin(pm->nl_mat, ceil(p_layer / bucket))); /* a layer's buckets (passes/grad_buckets.c) */
-  double colls = accum * lst * (2 * pm->nl_mat + scatters);
-  return accum * (1 + 2 * cb / 4) * p_rank * (n - 1) / n / bw + colls * (n - 1) * lat;
+  double whole = p_layer * cb / 4, shards = whole / n, copies = shards + 2 * whole;
+  double bytes_s = accum * (1 + 2 * cb / 4) * p_rank * (n - 1) / n / bw, points = accum * lst * 2;
+  double each = pm->nl_mat; /* a layer's gathers, forward and backward */
+  double one = bytes_s + points * (each + scatters / 2) * (n - 1) * lat; /* (each tensor on its own) */
+  int k = (int)pm->nl_mat;
+  bool coalesce = base->plan.coalesce == COALESCE_ON ||
+                  (base->plan.coalesce == COALESCE_AUTO &&
+                   zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, fmax(0, one - hide) / points));
+  if (coalesce && k > 1) {
+    each = fmax(1, fmin(pm->nl_mat, ceil(shards / bucket)));
+    *copy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s); /* (compute's) */
+  }
+  return bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
 }
 
 /* c's estimate with n[k] layers on (virtual) stage k (NULL: even). */
@@ -679,6 +698,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     e->tp_s += accum * lst * 3 * (c->cp - 1) * (2 * unit / tp / bw + l->latency_s);
   }
   /* dp / ZeRO: the f32 gradient of a rank's parameters, over the dp x cp group under cp */
+  double copy_s = 0; /* ZeRO-3's coalesced gathers' pack and unpack copies (zero3_coll_s) */
   if (c->dp > 1) {
     int n = c->dp * c->cp;
     bool dp_in = (double)c->tp * n <= dpn;
@@ -688,11 +708,15 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * then gather the updated parameters (ZeRO-3: twice per micro-step, in the compute precision) */
     double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? accum + 1 : accum * (1 + 2 * cb / 4);
     e->dp_s = ring_s(p_rank, factor, n, bw, lat);
-    if (c->zero >= 3) e->dp_s = zero3_coll_s(pm, base, c, p_rank, p_layer, lst, n, bw, lat);
+    if (c->zero >= 3)
+      e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s);
   }
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
+  /* (the copies wait for their gather and the next waits for them: compiled, they hide no collective) */
+  e->mem_s += copy_s;
+  e->compute_s += copy_s;
   /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */
   if (off) {
     double down = pm->off_copies[0] / pp, up = pm->off_copies[1] / pp; /* copies per stage */

@@ -50,7 +50,8 @@
  * cast: the cast of the shard is kept split and each of its readers gathers the bf16 copy. It
  * moves past a slice along another dim the same way: a pipeline stage's rows of the stack (an
  * uneven stage's count, an interleaved chunk's rows, then its virtual stage's) are slices of the
- * shard, so those loops too gather a layer at a time with the prefetch, not the whole stack.
+ * shard, so those loops too gather a layer at a time with the prefetch, not the whole stack. The gathers
+ * issued at one point (a layer's, the prefetch's) become one all-gather where it pays: passes/zero_coalesce.c.
  *
  * Traffic per rank and step, P parameter bytes: plain dp all-reduces 2 P (dp-1)/dp; ZeRO-1 adds
  * the parameter all-gather, P (dp-1)/dp; ZeRO-2 reduce-scatters P (dp-1)/dp instead of the

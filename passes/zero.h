@@ -61,6 +61,13 @@ bool zero_master_split(Graph *g, Node *u, int d, ZeroGroup z, int64_t *saved);
  * all-gather of that bf16 shard writes the whole copy (result "next:bf16:<param>"). */
 void zero_master_gather_copy(Graph *g, Node *u, int d, ZeroGroup z);
 
+/* passes/zero_coalesce.c's decision, which plan_model.c asks too: whether k collectives over a group of
+ * `group` ranks (lat_s per ring step, overhead_s per call) are worth one, their pack and unpack copies
+ * moving copy_bytes (read and written, at bytes_per_s); the latency saved is at most exposed_s (the
+ * communication time not hidden behind computation where they are issued). */
+bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s,
+                        double exposed_s);
+
 /* Groups the group's reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
 void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z);
 

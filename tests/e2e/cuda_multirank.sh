@@ -117,6 +117,8 @@ case $what in
   zero2bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero1tp2bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=1 -D precision=bf16) np=4 tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero3bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  zero3c) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=3 -D coalesce=on) np=4 ;;
+  zero3cbf16) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=3 -D coalesce=on -D precision=bf16) np=4 tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero1off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 -D offload=on) ;;
   zero2off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D offload=on) ;;
   zero3off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 -D offload=on) ;;
@@ -147,7 +149,7 @@ case $what in
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"
@@ -162,9 +164,16 @@ ncoll=$(cat "$t"/src/*.c | grep -c "rt_coll_[a-z_]*(ctx" || true)
 echo "$what: the CUDA program makes $ncoll collective calls ($(cat "$t"/src/*.c | grep -o "rt_coll_[a-z_]*(ctx" |
   sort | uniq -c | awk '{printf "%s%s x%d", (NR > 1 ? ", " : ""), substr($2, 9, length($2) - 12), $1}'))"
 case $what in zero3*) # ZeRO-3: each layer's parameters gathered one layer ahead (an `arg next` in the loops)
-  nn=$("$shardc" plan "${m[@]}" "${plan[@]}" --world 2 --target cuda --dump-ir 2>/dev/null | grep -c "= arg [0-9]* next" || true)
+  nn=$("$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --dump-ir 2>/dev/null | grep -c "= arg [0-9]* next" || true)
   [ "$nn" -gt 0 ] || fail "$what: no layer parameter gathered one layer ahead"
   echo "$what: $nn layer parameters gathered one layer ahead" ;;
+esac
+case $what in zero3c*) # a layer's gathers coalesced into one (passes/zero_coalesce.c): one a layer loop
+  ir=$("$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --dump-ir 2>/dev/null)
+  ng=$(grep -c '^    .*all_gather(.*over=dp' <<<"$ir" || true)
+  nl=$(grep -c '^  .*= repeat ' <<<"$ir" || true)
+  [ "$ng" -ge 1 ] && [ "$ng" -le "$nl" ] || fail "$what: $ng dp all-gathers in the $nl layer loops, want one a loop"
+  echo "$what: $ng dp all-gathers in the $nl layer loops (coalesced)" ;;
 esac
 case $what in zero1bf16|zero2bf16|zero1tp2bf16|cp2dp2z1bf16) # the f32 masters split, the bf16 copies gathered (passes/zero_master.c)
   nb=$(cat "$t"/src/*.c | grep -c "rt_coll_all_gather[a-z_]*(ctx, .*RT_BF16" || true)

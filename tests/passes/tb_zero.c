@@ -49,6 +49,30 @@ static int stack_gathers(const Graph *g) {
   return c;
 }
 
+/* The most dp all-gathers in one layer loop's body (0: no split tensor, every one under ZeRO-3's persistence threshold) (its own level) of g's loops. */
+static int most_gathers_in_a_loop(const Graph *g, bool top) {
+  int most = 0, here = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    here += !top && n->op == OP_ALL_GATHER && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) {
+      int b = most_gathers_in_a_loop(n->body, false);
+      if (b > most) most = b;
+    }
+  }
+  return here > most ? here : most;
+}
+
+int tb_check_zero_coalesced(const Module *m, const char *what) {
+  int failures = 0;
+  if (m->plan.zero < 3 || m->plan.coalesce != COALESCE_ON || m->mesh->dim[RT_AX_DP] < 2) return 0;
+  char msg[320];
+  int most = most_gathers_in_a_loop(m->graph, true);
+  snprintf(msg, sizeof msg, "%s, zero 3, coalesce on: %d dp all-gathers in one layer loop's body, want 1 at most", what, most);
+  expect(most <= 1, msg, &failures);
+  return failures;
+}
+
 /* (Before the gathers moved past the stages' and chunks' row slices, passes/zero.c, an interleaved
  * or uneven stage gathered each chunk's or stage's stack once and held it the whole step, and
  * interleaved uneven stages reduce-scattered their whole stacks' gradients after the last backward:
@@ -64,6 +88,7 @@ int tb_check_zero_pp(const Module *m, int64_t M, const char *what) {
            what, m->plan.zero, rs, (long long)M, whole);
   expect(rs >= M && !whole, msg, &failures);
   if (m->plan.zero < 3) return failures;
+  failures += tb_check_zero_coalesced(m, what);
   int64_t layer = 0, embed = 0; /* one layer's weights whole (f32), the largest other parameter's */
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];

@@ -212,6 +212,9 @@ int main(void) {
   const FeDefine llama_z3[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "32"},  {"heads", "4"}, {"precision", "f32"},
                                {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "48"}, {"zero", "3"}};
   run_model("Llama shaped, zero 3", SHARDC_MODELS_DIR "/llama3-8b.model", llama_z3, 9, 16, 8, 128, 8);
+  /* ... its gathers issued at one point coalesced (passes/zero_coalesce.c) */
+  const FeDefine tiny_z3c[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "3"}, {"coalesce", "on"}};
+  run_model("tiny, zero 3, coalesce on", SHARDC_MODELS_DIR "/tiny.model", tiny_z3c, 6, 16, 8, 256, 8);
   /* recompute inside the micro-step region */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"recompute", "full"}};
   run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256, 5);

@@ -212,6 +212,7 @@ static void run_model(const char *label, Target target, double tol, const char *
         continue;
       }
       check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
+      failures += tb_check_zero_coalesced(pm, what);
       if (pm->plan.zero >= 2 && dp > 1 && dp_scatters_in_loops(pm->graph, true) < M) {
         fprintf(stderr, "FAIL %s %s: zero %d reduce-scatters %d gradients over dp inside the backward loops, want one per micro-batch at least\n",
                 label, what, pm->plan.zero, dp_scatters_in_loops(pm->graph, true));
@@ -689,6 +690,13 @@ int main(void) {
   /* ZeRO-3: each stage's parameters stored split over its dp group, gathered in every instruction */
   const FeDefine tz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "3"}};
   run_model("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256);
+  /* ZeRO-3 with a layer's gathers coalesced into one (passes/zero_coalesce.c; tb_check_zero_pp counts them) */
+  const FeDefine tz3c[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"zero", "3"}, {"coalesce", "on"}};
+  /* (d 64: at tp 2 the layer's tensors are over ZeRO-3's persistence threshold, so split; the row-split
+   * ones (wo, the down projection) are split over dp along their second dim: transposed when unpacked) */
+  const FeDefine lz3c[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "64"},  {"heads", "4"}, {"precision", "f32"},
+                           {"kv_heads", "2"}, {"layers", "4"}, {"ffn", "96"}, {"zero", "3"}, {"coalesce", "on"}};
+  run_model("Llama shaped, zero 3, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz3c, 10, 8, 8, 128);
   run_uneven("tiny", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256, true);
   { /* zb's lists made with the stages' times (W half of F and B: other lists than equal times') */
     static const double half[3 * 4] = {1, 1, 1, 1, 1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5};
@@ -700,6 +708,8 @@ int main(void) {
   run_memory_split("tiny, 8 layers", SHARDC_MODELS_DIR "/tiny.model", tiny8, 4, 64, 8, 256);
   run_uneven("Llama shaped", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", llama, 8, 8, 8, 128, false);
   run_uneven("tiny, zero 3", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3, 5, 8, 8, 256, true);
+  run_uneven("tiny, zero 3, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3c, 6, 8, 8, 256, false);
+  run_uneven("Llama shaped, zero 3, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz3c, 10, 8, 8, 128, false);
   run_uneven("Llama shaped, zero 2", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, false);
   run_uneven("tiny, recompute full", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256, false);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};

@@ -296,6 +296,13 @@ int main(void) {
   run("tiny, bf16 (CUDA target), 6 layers", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256, pb, 1);
   const FeDefine tbz3[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"precision", "bf16"}, {"zero", "3"}};
   run("tiny, bf16 (CUDA target), zero 3, 6 layers", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbz3, 6, 8, 8, 256, pz, 1);
+  /* ZeRO-3 with a layer's gathers coalesced (passes/zero_coalesce.c: one all-gather a loop, tb_check_zero_pp) */
+  const FeDefine tz3c[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"zero", "3"}, {"coalesce", "on"}};
+  run("tiny, zero 3, coalesce on, 6 layers", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3c, 6, 8, 8, 256, pz, 3);
+  const FeDefine tbz3c[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "6"}, {"precision", "bf16"}, {"zero", "3"},
+                            {"coalesce", "on"}};
+  run("tiny, bf16 (CUDA target), zero 3, coalesce on, 6 layers", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbz3c, 7,
+      8, 8, 256, pz, 1);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

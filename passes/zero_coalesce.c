@@ -1,0 +1,286 @@
+/* passes/zero_coalesce.c — the `zcoal` pass: ZeRO-3's all-gathers issued at one point coalesced into
+ * one collective (what FSDP2 does for a layer's parameters).
+ *
+ * passes/zero.c gathers each split parameter on its own: a layer loop's body gathers every split
+ * tensor of the next layer at its front (the prefetch), the loop's first layer is gathered before
+ * it, one tensor at a time. Over a ring of n ranks each collective pays n - 1 latency steps
+ * (Llama-3-405B over dp 128 x cp 4: 2.6 ms each, 7 a layer forward and 7 backward). This pass takes
+ * each run of such gathers over the same group issued at one point of a graph (consecutive, only
+ * slices, reshapes, casts and arguments between them, none of them reading another's output) and
+ * rewrites it as
+ *
+ *     f_i = reshape(x_i) [1, n_i]                  each shard flattened (no copy)
+ *     p   = concat(f_1, .., f_k) along 1 [1, N]     the rank's shards packed (a copy of 1/deg)
+ *     G   = all_gather(p) along 0 [deg, N]          one collective (asynchronous, as the ones it replaces)
+ *     w_i = slice(G, 1, o_i, n_i) [deg, n_i] -> the whole (a reshape when the shard dim is the
+ *           first of the parameter's; else the rank dim moved in front of the shard dim: two
+ *           transposes of the last two dims)
+ *
+ * The gather sits where the run's last gather was, the unpacking right before the first reader of
+ * any of the run's gathered values (a prefetch's: at the end of the iteration, where its wait was),
+ * so the overlap stays. Whether a run pays is zero_coalesce_pays (the collectives' latency saved, at
+ * most what the graph's collectives add to its time beyond its computation, against the pack and unpack
+ * copies' bytes), the same function plan_model.c asks; a run is also
+ * capped by the plan's bucket (`bucket`, plan.bucket_bytes) on the packed shard bytes a rank sends.
+ * Plan `coalesce on` coalesces every run within the cap, `off` none; `auto` (the default) asks the
+ * cost model. Only the interpreter's and codegen's existing ops are used. */
+#include <math.h>
+#include <string.h>
+
+#include "commreport.h"
+#include "cost.h"
+#include "cost_op.h"
+#include "diag.h"
+#include "passes.h"
+#include "zero.h"
+
+bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s,
+                        double exposed_s) {
+  if (k < 2 || group < 2) return false;
+  double saved = fmin((double)(k - 1) * ((double)(group - 1) * lat_s + overhead_s), exposed_s);
+  double cost = 2 * copy_bytes / (bytes_per_s > 0 ? bytes_per_s : 1e9) + (double)(k + 1) * overhead_s;
+  return saved > cost;
+}
+
+static int64_t vbytes(const Value *v) { return ir_numel(&v->shape) * ir_dtype_size(v->dtype); }
+
+/* Elements of x's dims before d. */
+static int64_t outer_of(const Value *x, int d) {
+  int64_t a = 1;
+  for (int i = 0; i < d; i++) a *= x->shape.dim[i];
+  return a;
+}
+
+/* Bytes the run's copies move: the packed shards, the unpacked wholes (twice more where transposed). */
+static double copy_bytes(Node *const *run, int k) {
+  double b = 0;
+  for (int i = 0; i < k; i++) {
+    const Node *n = run[i];
+    b += (double)vbytes(n->in[0]) + (double)vbytes(n->out[0]) * (outer_of(n->in[0], n->a.axis) > 1 ? 3 : 1);
+  }
+  return b;
+}
+
+/* A ZeRO-3 gather this pass may take: over the ZeRO group, one block, reading a stored shard (not
+ * the update's output: ZeRO-1/2's rebuilt parameters, written into the parameter's storage). */
+static bool eligible(const Graph *g, const Node *n, ZeroGroup z, Target target) {
+  if (n->op != OP_ALL_GATHER || n->a.mesh_axis != z.axis || n->a.mesh_with != z.with || n->a.blocks > 1) return false;
+  /* (the CPU target transposes f32 only: runtime's rt_transpose_f32; its bf16 GEMMs' copies stay apart) */
+  if (target == TARGET_CPU && n->in[0]->dtype != DT_F32 && outer_of(n->in[0], n->a.axis) > 1) return false;
+  OpKind d = n->in[0]->def->op;
+  if (d == OP_ADAMW_UPDATE || d == OP_SGD_UPDATE || d == OP_CAST) {
+    if (d != OP_CAST) return false;
+    OpKind d2 = n->in[0]->def->in[0]->def->op;
+    if (d2 == OP_ADAMW_UPDATE || d2 == OP_SGD_UPDATE) return false;
+  }
+  if (d == OP_CONCAT || n->out[0]->sharding.partial) return false; /* (a coalesced one) */
+  if (!g->owner) /* the top: a result is a rebuilt parameter ("next:X") */
+    for (int i = 0; i < g->nresults; i++)
+      if (g->results[i] == n->out[0]) return false;
+  return true;
+}
+
+static bool same_run(const Node *a, const Node *b) {
+  return a->a.mesh_axis == b->a.mesh_axis && a->a.mesh_with == b->a.mesh_with && a->in[0]->dtype == b->in[0]->dtype &&
+         a->stage == b->stage && a->stageset == b->stageset;
+}
+
+/* Nodes a run may pass over: the preparation of its shards. */
+static bool passable(const Node *n) {
+  return n->op == OP_SLICE || n->op == OP_RESHAPE || n->op == OP_CAST || n->op == OP_ARG;
+}
+
+static bool reads_any(const Node *n, Node *const *run, int k) {
+  for (int j = 0; j < n->nin; j++)
+    for (int r = 0; r < k; r++)
+      if (n->in[j] == run[r]->out[0]) return true;
+  if (n->body)
+    for (int i = 0; i < n->body->nnodes; i++)
+      if (reads_any(n->body->nodes[i], run, k)) return true;
+  return false;
+}
+
+static void replace_deep(Graph *g, Value *from, Value *to) {
+  ir_replace_uses(g, from, to);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) replace_deep(g->nodes[i]->body, from, to);
+}
+
+typedef struct {
+  const Node *like; /* stage predicate and location */
+  Node **made;
+  int nmade;
+} Emit;
+
+static Value *emit(Graph *g, Emit *e, OpKind op, int nin, Value *const *in, Shape s, const Attrs *a) {
+  Value *v = ir_emit(g, op, nin, in, in[0]->dtype, s, a, e->like->loc);
+  v->def->stage = e->like->stage;
+  v->def->stageset = e->like->stageset;
+  e->made[e->nmade++] = v->def;
+  return v;
+}
+
+static Shape shape2(int64_t a, int64_t b) { return (Shape){.rank = 2, .dim = {a, b}}; }
+static Shape shape3(int64_t a, int64_t b, int64_t c) { return (Shape){.rank = 3, .dim = {a, b, c}}; }
+
+/* Rewrites the run (positions pos[0..k) of g) as one gather, which it returns. */
+static Value *coalesce(Graph *g, Node **run, const int *pos, int k) {
+  int n0 = g->nnodes, last = pos[k - 1];
+  int first_reader = n0;
+  for (int i = last + 1; i < n0 && first_reader == n0; i++)
+    if (reads_any(g->nodes[i], run, k)) first_reader = i;
+  Node **orig = ARENA_ARRAY(g->arena, Node *, n0);
+  memcpy(orig, g->nodes, sizeof(Node *) * (size_t)n0);
+  Emit pk = {run[0], ARENA_ARRAY(g->arena, Node *, k + 2), 0}, un = {run[0], ARENA_ARRAY(g->arena, Node *, 6 * k), 0};
+  int deg = (int)(run[0]->out[0]->shape.dim[run[0]->a.axis] / run[0]->in[0]->shape.dim[run[0]->a.axis]);
+  Value **flat = ARENA_ARRAY(g->arena, Value *, k);
+  int64_t N = 0;
+  Sharding sh = ir_replicated();
+  sh.split[0] = run[0]->in[0]->sharding.split[run[0]->a.axis];
+  sh.inner[0] = run[0]->in[0]->sharding.inner[run[0]->a.axis];
+  for (int i = 0; i < k; i++) {
+    int64_t ni = ir_numel(&run[i]->in[0]->shape);
+    flat[i] = emit(g, &pk, OP_RESHAPE, 1, &run[i]->in[0], shape2(1, ni), NULL);
+    flat[i]->sharding = sh;
+    N += ni;
+  }
+  Attrs ca = {0};
+  ca.axis = 1;
+  Value *packed = emit(g, &pk, OP_CONCAT, k, flat, shape2(1, N), &ca);
+  packed->sharding = sh;
+  Attrs ga = run[0]->a;
+  ga.axis = 0;
+  ga.blocks = 0;
+  Value *G = emit(g, &pk, OP_ALL_GATHER, 1, &packed, shape2(deg, N), &ga);
+  G->name = "zero3.coalesced";
+  int64_t off = 0;
+  for (int i = 0; i < k; i++) {
+    Value *x = run[i]->in[0], *whole = run[i]->out[0];
+    int64_t ni = ir_numel(&x->shape), a = outer_of(x, run[i]->a.axis), r = ni / a;
+    Attrs sa = {0};
+    sa.axis = 1, sa.start = off, sa.len = ni;
+    off += ni;
+    Value *v = emit(g, &un, OP_SLICE, 1, &G, shape2(deg, ni), &sa);
+    if (a > 1) { /* [deg, a, r] -> [a, deg, r]: [deg, a r]^T = [a, r, deg], then each [r, deg]^T */
+      v = emit(g, &un, OP_TRANSPOSE, 1, &v, shape2(ni, deg), NULL);
+      v = emit(g, &un, OP_RESHAPE, 1, &v, shape3(a, r, deg), NULL);
+      v = emit(g, &un, OP_TRANSPOSE, 1, &v, shape3(a, deg, r), NULL);
+    }
+    v = emit(g, &un, OP_RESHAPE, 1, &v, whole->shape, NULL);
+    v->sharding = whole->sharding;
+    v->name = whole->name;
+    replace_deep(g, whole, v);
+  }
+  /* the new order: the pack and the gather where the run's last gather was, the unpacking before
+   * the first reader (else at the end), the run's gathers gone */
+  int at = 0;
+  for (int i = 0; i < n0; i++) {
+    bool member = false;
+    for (int r = 0; r < k; r++) member |= orig[i] == run[r];
+    if (i == first_reader)
+      for (int j = 0; j < un.nmade; j++) g->nodes[at++] = un.made[j];
+    if (i == last)
+      for (int j = 0; j < pk.nmade; j++) g->nodes[at++] = pk.made[j];
+    if (!member) g->nodes[at++] = orig[i];
+  }
+  if (first_reader == n0)
+    for (int j = 0; j < un.nmade; j++) g->nodes[at++] = un.made[j];
+  if (at != g->nnodes - k) die("zcoal: %d nodes placed of %d", at, g->nnodes - k);
+  g->nnodes = at;
+  return G;
+}
+
+typedef struct {
+  const Module *m;
+  ZeroGroup z;
+  CostDevice dev;
+  double lat_s, link_bytes_per_s; /* the group's link */
+  int64_t cap;
+  int done;
+} Ctx;
+
+/* g's computation (each node by the cost model; a nested loop's count
+ * times its body's) and, in *comm, its collectives over the ZeRO group (asynchronous: latency and
+ * bytes over the group's link). */
+static double body_time(const Ctx *c, const Graph *g, double *comm) {
+  double t = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body) {
+      double inner = 0, k = n->op == OP_REPEAT ? (double)n->a.count : 1;
+      t += k * body_time(c, n->body, &inner);
+      *comm += k * inner;
+      continue;
+    }
+    if ((ir_ops[n->op].flags & F_COLL) || n->nout == 0) { /* (other groups' collectives, sends: not compute) */
+      if (n->a.mesh_axis == c->z.axis && n->a.mesh_with == c->z.with && n->op != OP_SEND && n->op != OP_RECV)
+        *comm += ir_comm_ring_steps(n->op, c->z.deg) * c->lat_s +
+                 (double)ir_comm_node_bytes(n) * ir_comm_bus_factor(n->op, c->z.deg) / c->link_bytes_per_s;
+      continue;
+    }
+    TimeKind kind;
+    t += cost_op_time(c->m, &c->dev, n, false, 0, &kind);
+  }
+  return t;
+}
+
+/* The time g's collectives over the group take beyond its computation (a layer loop's body: they
+ * overlap it), what coalescing can save at most. At the top level the gathers it takes block (a
+ * layer loop's first layer's): all of their time. */
+static double exposed_s(const Ctx *c, const Graph *g) {
+  if (!g->owner) return INFINITY;
+  double comm = 0, t = body_time(c, g, &comm);
+  return fmax(0, comm - t);
+}
+
+static bool pays(const Ctx *c, const Graph *g, Node *const *run, int k) {
+  if (c->m->plan.coalesce == COALESCE_ON) return k > 1;
+  return zero_coalesce_pays(k, c->z.deg, c->lat_s, c->dev.op_overhead_s, copy_bytes(run, k), c->dev.bytes_per_s,
+                            exposed_s(c, g));
+}
+
+static void coalesce_graph(Ctx *c, Graph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) coalesce_graph(c, g->nodes[i]->body);
+  Node **run = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int *pos = ARENA_ARRAY(g->arena, int, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    if (!eligible(g, g->nodes[i], c->z, c->m->target)) continue;
+    int k = 0;
+    int64_t bytes = 0;
+    for (int j = i; j < g->nnodes; j++) {
+      Node *n = g->nodes[j];
+      if (k && reads_any(n, run, k)) break;
+      if (eligible(g, n, c->z, c->m->target) && (k == 0 || same_run(run[0], n))) {
+        int64_t b = vbytes(n->in[0]);
+        if (k && bytes + b > c->cap) break;
+        bytes += b;
+        run[k] = n, pos[k++] = j;
+        continue;
+      }
+      if (!passable(n)) break;
+    }
+    if (k > 1 && pays(c, g, run, k)) {
+      c->done++;
+      Value *G = coalesce(g, run, pos, k);
+      while (g->nodes[i] != G->def) i++; /* on after the new gather */
+    } else {
+      i = pos[k - 1];
+    }
+  }
+}
+
+bool pass_zero_coalesce(Module *m) {
+  if (m->plan.zero < 3 || m->plan.coalesce == COALESCE_OFF) return true;
+  Ctx c = {.m = m, .z = zero_group(m->mesh)};
+  if (c.z.deg <= 1) return true;
+  cost_device_defaults(m, &c.dev);
+  /* the group's ring steps cross nodes when its ranks (tp inside each) outgrow a node (as plan_model.c) */
+  int dpn = m->mesh->devices_per_node > 0 ? m->mesh->devices_per_node : 1;
+  const CostLink *l = &c.dev.link[(int64_t)m->mesh->dim[RT_AX_TP] * c.z.deg <= dpn ? 0 : 1];
+  c.lat_s = l->latency_s;
+  c.link_bytes_per_s = l->bytes_per_s > 0 ? l->bytes_per_s : 1e9;
+  c.cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
+  coalesce_graph(&c, m->graph);
+  return true;
+}
