@@ -8,11 +8,12 @@
 #     2048 H100s: the search ranks pp 16 candidates, balanced (`pp 16 bal`), and the file's own plan
 #     (tp 8, pp 16 layers(balanced)) plans and fits (in the first 40 rows);
 #  d. cp x pp (docs/planner.md, "Llama-3-405B"): tiny on 8 CUDA ranks, `dp 2 pp 2 bal int2 cp 2 z3`:
-#     the model's analytic / compiled memory within 0.05 of the even `pp 2 1f1b cp 2 z3`'s (4 layers):
-#     ZeRO-3 gathers a layer at a time and reduce-scatters each layer's gradient in its loop on uneven
-#     interleaved stages as on even ones, and the model counts both alike (0.83 and 0.83; when those
-#     stages held the stage's bf16 weights and f32 layer gradients whole, the model had 0.72 of them
-#     before it counted them and 0.93 after, against the even plan's 0.83).
+#     the model's analytic / compiled memory within the planner's 15 % (ANA_MEM_TOL), as the confirmation
+#     judges it: ZeRO-3 gathers a layer at a time and reduce-scatters each layer's gradient in its loop on
+#     uneven interleaved stages (tests/passes/tb_zero.c asserts the program's side), the chunks' rows are
+#     views (not copies), and the model counts both (0.86-0.88 now; 0.72 when the stages held the whole
+#     bf16 weights and f32 gradients and the model did not count them). The even `pp 2 1f1b cp 2 z3` is
+#     printed beside it (0.81-0.83: its coalesced gathers' packed buffers the model does not count).
 #  c. near the capacity (docs/planner.md, "Confirmation"): the same tiny on 12.5 MiB CPU ranks, where the
 #     analytic model puts `pp 4 bal zb z0 rc none mb 2` over the capacity (its zb memory is high) and
 #     faster than its best fit: it is confirmed by compiling (marked `~`), fits as compiled and is row 1.
@@ -100,8 +101,8 @@ ratio() { # $1: the layers, $2: the row's label, the rest: -D knobs; prints anal
 r_bal=$(ratio 5 "dp 2 tp 1 pp 2 bal int2 cp 2 z3" -D pp_layers=balanced -D schedule=interleaved)
 r_even=$(ratio 4 "dp 2 tp 1 pp 2 1f1b cp 2 z3" -D schedule=1f1b)
 echo "tiny cp x pp: analytic / compiled memory, pp 2 bal int2 cp 2 z3 $r_bal, pp 2 1f1b cp 2 z3 $r_even"
-awk -v a="$r_bal" -v b="$r_even" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= 0.05) }' ||
-  bad "tiny cp x pp: the interleaved uneven ZeRO-3 plan's analytic / compiled memory $r_bal is not within 0.05 of the even plan's $r_even"
+awk -v a="$r_bal" 'BEGIN { exit !(a >= 0.85 && a <= 1.15) }' ||
+  bad "tiny cp x pp: the interleaved uneven ZeRO-3 plan's analytic / compiled memory $r_bal is not within 15 % (ANA_MEM_TOL)"
 
 # e. ZeRO-3 under pp, each collective's ring latency (docs/planner.md, "Llama-3-405B"): the layer loops gather
 #    each split tensor on its own and over 512 ranks a collective's 511 latency steps cost 2.6 ms; the model
