@@ -39,8 +39,30 @@ Interval *memplan_add_interval(Intervals *p, Value *v, int64_t bytes, int start,
 /* Plan `offload`: the top graph's host values in the host allocation (memplan_host.c). */
 void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);
 
-/* Assigns every interval an offset from the transient base; returns the arena's size. */
+/* Assigns every interval an offset from the transient base; returns the arena's size: the
+ * smallest of the greedy packings in the orders below (the first smallest; the first order alone
+ * where its arena is memplan_pack_floor). */
 int64_t memplan_pack(Interval *iv, int n, Arena *a);
+
+/* The orders memplan_pack places intervals in (ties: then the index); a plan's fragmentation is
+ * its arena over the peak (memplan_pack_floor), and which order leaves the least depends on the
+ * plan (Llama-3-405B pp 2 interleaved: start order, or size classes then start; docs/performance.md
+ * "Memory plan fragmentation"). */
+enum {
+  PACK_LARGEST_FIRST, /* by size, descending, then start: the plain greedy (tried first) */
+  PACK_START,         /* by start, then the largest */
+  PACK_CLASS2_START,  /* by power-of-two size class, descending, then start */
+  PACK_CLASS4_START,  /* by power-of-four size class, descending, then start */
+  PACK_AREA,          /* by size x lifetime, descending, then start */
+  PACK_END_BEST_FIT,  /* by end, descending (the step backwards), each at its best-fit gap */
+  PACK_ORDERS
+};
+/* One greedy packing: intervals in order `how`, each at the lowest offset free of the placed ones
+ * it meets on a rank (PACK_END_BEST_FIT: the free gap that leaves the least over); sets every
+ * offset, returns the arena's size. */
+int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a);
+/* The peak of live bytes on one rank over the intervals' lifetimes: no packing's arena is smaller. */
+int64_t memplan_pack_floor(const Interval *iv, int n, Arena *a);
 
 /* The peak bytes live over positions 0..npos (per pipeline stage: every rank's values plus the
  * stage's own), its bytes by class added to by_class; per_stage (NULL, or room for nstages): each
