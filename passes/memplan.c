@@ -570,7 +570,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   for (int i = 0; i < p.n; i++)
     if (p.iv[i].bytes > 0) p.iv[k++] = p.iv[i];
   p.n = k;
-  int64_t size = memplan_pack(p.iv, p.n, tmp);
+  int64_t size = memplan_pack_memo(p.iv, p.n, mp->pack_memo, tmp);
   int64_t cls[MEM_COUNT] = {0};
   bool top = !g->parent && mp->stage_peak; /* the step: each pipeline stage's peak too */
   int64_t pk = memplan_peak(p.iv, p.n, g->nnodes, cls, tmp, top ? mp->stage_peak : NULL, top ? mp->nstages : 0);
@@ -724,7 +724,9 @@ bool pass_memplan(Module *m) {
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
   mp->nstages = m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 0;
   mp->stage_peak = mp->nstages ? ARENA_ARRAY(m->arena, int64_t, mp->nstages) : NULL;
+  mp->pack_memo = memplan_pack_memo_new(&tmp);
   int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA);
+  mp->pack_memo = NULL;
   arena_free(&tmp);
   place_stacked(g);
   hfuse_order_copies(m); /* (CUDA: two sibling GEMMs' weight copies in the order of their outputs) */

@@ -322,6 +322,61 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
   return size < 0 ? 0 : size;
 }
 
+/* A set of intervals packed before: what the packing reads of each (bytes, lifetime, stage, set),
+ * the offsets it gave and its arena. A pipeline schedule's region bodies repeat (one per
+ * micro-batch and chunk: 16,384 at pp 32 x 4 chunks, 1024 micro-batches), each the same set. */
+typedef struct MemoSet {
+  struct MemoSet *next;
+  uint64_t hash;
+  int n;
+  int64_t *key; /* [5 n] */
+  int64_t *off; /* [n] */
+  int64_t size;
+} MemoSet;
+
+enum { MEMO_BUCKETS = 1024 };
+struct PackMemo {
+  Arena *a;
+  MemoSet *bucket[MEMO_BUCKETS];
+};
+
+PackMemo *memplan_pack_memo_new(Arena *a) {
+  PackMemo *m = ARENA_NEW(a, PackMemo);
+  m->a = a;
+  return m;
+}
+
+static void memo_key(const Interval *iv, int n, int64_t *key) {
+  for (int i = 0; i < n; i++) {
+    int64_t *k = key + 5 * (size_t)i;
+    k[0] = iv[i].bytes, k[1] = iv[i].start, k[2] = iv[i].end, k[3] = iv[i].stage, k[4] = (int64_t)iv[i].set;
+  }
+}
+
+int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a) {
+  if (!memo) return memplan_pack(iv, n, a);
+  int64_t *key = ARENA_ARRAY(a, int64_t, 5 * (size_t)n + 1);
+  memo_key(iv, n, key);
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)n; /* FNV-1a over the key's words */
+  for (size_t i = 0; i < 5 * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+  MemoSet **b = &memo->bucket[h % MEMO_BUCKETS];
+  for (MemoSet *e = *b; e; e = e->next)
+    if (e->hash == h && e->n == n && !memcmp(e->key, key, 5 * (size_t)n * sizeof *key)) {
+      for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
+      return e->size;
+    }
+  MemoSet *e = ARENA_NEW(memo->a, MemoSet);
+  e->hash = h, e->n = n;
+  e->key = ARENA_ARRAY(memo->a, int64_t, 5 * (size_t)n + 1);
+  memcpy(e->key, key, 5 * (size_t)n * sizeof *key);
+  e->size = memplan_pack(iv, n, a);
+  e->off = ARENA_ARRAY(memo->a, int64_t, n + 1);
+  for (int i = 0; i < n; i++) e->off[i] = iv[i].offset;
+  e->next = *b;
+  *b = e;
+  return e->size;
+}
+
 /* The peak over positions and, under pipeline parallelism, over stages (a rank holds every
  * rank's values and its own stage's): bytes live per position from each stage's differences (+ at
  * an interval's start, - after its end), O(intervals + stages x positions). */

@@ -44,6 +44,14 @@ void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);
  * where its arena is memplan_pack_floor). */
 int64_t memplan_pack(Interval *iv, int n, Arena *a);
 
+/* The packings of one memory plan by interval set: a set packed before (the same bytes, lifetimes
+ * and stages, in the same order: a region body repeated per micro-batch) gets the same offsets
+ * without packing again. From arena a, which must outlive its use. */
+typedef struct PackMemo PackMemo;
+PackMemo *memplan_pack_memo_new(Arena *a);
+/* memplan_pack through memo (NULL: none). */
+int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a);
+
 /* The orders memplan_pack places intervals in (ties: then the index); a plan's fragmentation is
  * its arena over the peak (memplan_pack_floor), and which order leaves the least depends on the
  * plan (Llama-3-405B pp 2 interleaved: start order, or size classes then start; docs/performance.md

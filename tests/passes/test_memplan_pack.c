@@ -6,7 +6,8 @@
  * ones — must get exactly the reference's offsets and arena size from memplan_pack_order's
  * PACK_LARGEST_FIRST; every other order and memplan_pack itself must leave no two intervals that
  * meet on a rank sharing bytes, within an arena at least the peak (memplan_pack_floor) and holding
- * every interval; memplan_pack's arena at most the reference's. A small set where largest first
+ * every interval; memplan_pack's arena at most the reference's; memplan_pack_memo's offsets, packed
+ * or found, memplan_pack's. A small set where largest first
  * leaves a gap must pack to its peak.
  */
 #include <stdio.h>
@@ -118,6 +119,20 @@ static void one(int n, int npos, int nst, int round) {
         }
     }
   }
+  /* through a memo: the first packing, then the same set again (its offsets cleared): memplan_pack's */
+  PackMemo *memo = memplan_pack_memo_new(&ar);
+  int64_t m1 = memplan_pack_memo(b, n, memo, &ar);
+  memcpy(a, b, (size_t)n * sizeof *a);
+  for (int i = 0; i < n; i++) b[i].offset = -1;
+  int64_t m2 = memplan_pack_memo(b, n, memo, &ar);
+  CHECK(m1 == m2 && m1 == memplan_pack(a, n, &ar), "round %d: memo arenas %lld, %lld", round, (long long)m1,
+        (long long)m2);
+  for (int i = 0; i < n && bad < 3; i++)
+    if (b[i].offset != a[i].offset) {
+      bad++;
+      CHECK(false, "round %d: interval %d from the memo at %lld, packed at %lld", round, i, (long long)b[i].offset,
+            (long long)a[i].offset);
+    }
   arena_free(&ar);
   free(a);
   free(b);
