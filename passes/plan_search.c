@@ -335,7 +335,8 @@ static double memory_bound(const Module *base, const SearchResult *r, PlanCand *
  * measured by bench/plan_peaks.sh over its 44 plans (docs/performance.md "Memory plan
  * fragmentation"): at most 1.004 without pp, under pp (every rank's values and each stage's own
  * packed into one allocation) 1.000-1.03 but for Llama-3-405B's pp 2 interleaved ZeRO-3 plans, 1.042
- * and 1.066 (1.15 and 1.12 with largest first alone, when this was 1.10 / 1.05) */
+ * and 1.066 (1.15 and 1.12 with largest first alone, when this was 1.10 / 1.05), and GPT-2 124M's
+ * pp 4 zb z1, 1.116 by every order (a 2.6 GiB plan: no capacity decided by it); the compile confirms */
 static double ana_frag(const PlanCand *c) { return c->pp > 1 ? 1.07 : 1.01; }
 
 void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, const SearchOptions *o,
