@@ -307,31 +307,46 @@ int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
 }
 
 /* The packing orders tried, in turn, the first smallest arena kept: largest first (the plain
- * greedy), then the others; no more once an arena is down to the peak (no order does better). */
-int64_t memplan_pack(Interval *iv, int n, Arena *a) {
-  int64_t *best = ARENA_ARRAY(a, int64_t, n + 1), size = -1;
+ * greedy), then the others; no more once an arena is down to the peak (no order does better).
+ * Where a block's plain size differs, largest first over the plain sizes too (each block then in
+ * a place at least its size). */
+int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain) {
+  int64_t *best = ARENA_ARRAY(a, int64_t, n + 1), size = -1, plain_size = -1;
+  bool differs = false;
+  for (int i = 0; i < n; i++) differs = differs || (iv[i].plain && iv[i].plain != iv[i].bytes);
+  if (differs) {
+    Interval *big = ARENA_ARRAY(a, Interval, n + 1);
+    for (int i = 0; i < n; i++) {
+      big[i] = iv[i];
+      if (big[i].plain) big[i].bytes = big[i].plain;
+    }
+    size = plain_size = memplan_pack_order(big, n, PACK_LARGEST_FIRST, a);
+    for (int i = 0; i < n; i++) best[i] = big[i].offset;
+  }
   int64_t floor = memplan_pack_floor(iv, n, a);
   for (int how = 0; how < PACK_ORDERS && size != floor; how++) {
     int64_t got = memplan_pack_order(iv, n, how, a);
+    if (plain_size < 0) plain_size = got; /* (how 0: largest first, the blocks their plain sizes) */
     if (size < 0 || got < size) {
       size = got;
       for (int i = 0; i < n; i++) best[i] = iv[i].offset;
     }
   }
   for (int i = 0; i < n; i++) iv[i].offset = best[i];
+  if (plain) *plain = plain_size < 0 ? 0 : plain_size;
   return size < 0 ? 0 : size;
 }
 
-/* A set of intervals packed before: what the packing reads of each (bytes, lifetime, stage, set),
+/* A set of intervals packed before: what the packing reads of each (bytes, lifetime, stage, set, plain),
  * the offsets it gave and its arena. A pipeline schedule's region bodies repeat (one per
  * micro-batch and chunk: 16,384 at pp 32 x 4 chunks, 1024 micro-batches), each the same set. */
 typedef struct MemoSet {
   struct MemoSet *next;
   uint64_t hash;
   int n;
-  int64_t *key; /* [5 n] */
+  int64_t *key; /* [6 n] */
   int64_t *off; /* [n] */
-  int64_t size;
+  int64_t size, plain;
 } MemoSet;
 
 enum { MEMO_BUCKETS = 1024 };
@@ -348,32 +363,35 @@ PackMemo *memplan_pack_memo_new(Arena *a) {
 
 static void memo_key(const Interval *iv, int n, int64_t *key) {
   for (int i = 0; i < n; i++) {
-    int64_t *k = key + 5 * (size_t)i;
+    int64_t *k = key + 6 * (size_t)i;
     k[0] = iv[i].bytes, k[1] = iv[i].start, k[2] = iv[i].end, k[3] = iv[i].stage, k[4] = (int64_t)iv[i].set;
+    k[5] = iv[i].plain;
   }
 }
 
-int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a) {
-  if (!memo) return memplan_pack(iv, n, a);
-  int64_t *key = ARENA_ARRAY(a, int64_t, 5 * (size_t)n + 1);
+int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain) {
+  if (!memo) return memplan_pack(iv, n, a, plain);
+  int64_t *key = ARENA_ARRAY(a, int64_t, 6 * (size_t)n + 1);
   memo_key(iv, n, key);
   uint64_t h = 1469598103934665603ull ^ (uint64_t)n; /* FNV-1a over the key's words */
-  for (size_t i = 0; i < 5 * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+  for (size_t i = 0; i < 6 * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
   MemoSet **b = &memo->bucket[h % MEMO_BUCKETS];
   for (MemoSet *e = *b; e; e = e->next)
-    if (e->hash == h && e->n == n && !memcmp(e->key, key, 5 * (size_t)n * sizeof *key)) {
+    if (e->hash == h && e->n == n && !memcmp(e->key, key, 6 * (size_t)n * sizeof *key)) {
       for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
+      if (plain) *plain = e->plain;
       return e->size;
     }
   MemoSet *e = ARENA_NEW(memo->a, MemoSet);
   e->hash = h, e->n = n;
-  e->key = ARENA_ARRAY(memo->a, int64_t, 5 * (size_t)n + 1);
-  memcpy(e->key, key, 5 * (size_t)n * sizeof *key);
-  e->size = memplan_pack(iv, n, a);
+  e->key = ARENA_ARRAY(memo->a, int64_t, 6 * (size_t)n + 1);
+  memcpy(e->key, key, 6 * (size_t)n * sizeof *key);
+  e->size = memplan_pack(iv, n, a, &e->plain);
   e->off = ARENA_ARRAY(memo->a, int64_t, n + 1);
   for (int i = 0; i < n; i++) e->off[i] = iv[i].offset;
   e->next = *b;
   *b = e;
+  if (plain) *plain = e->plain;
   return e->size;
 }
 

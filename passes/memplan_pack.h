@@ -18,6 +18,7 @@ typedef struct {
                      packing buffers live at the body's peak); the rest are mclass's */
   uint64_t set;   /* with stage 0: the stages whose ranks alone touch it, bit s for stage s (a parameter held on
                      the first and the last stage, passes/pipe_owners.c); 0: every rank */
+  int64_t plain;  /* a region block: its body's arena by largest first alone at every level (>= bytes); 0: bytes */
 } Interval;
 
 /* A growing list of intervals (in an arena). */
@@ -41,8 +42,10 @@ void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);
 
 /* Assigns every interval an offset from the transient base; returns the arena's size: the
  * smallest of the greedy packings in the orders below (the first smallest; the first order alone
- * where its arena is memplan_pack_floor). */
-int64_t memplan_pack(Interval *iv, int n, Arena *a);
+ * where its arena is memplan_pack_floor), and of largest first over the blocks' plain sizes, so
+ * never over what largest first alone at every level gives, which *plain (NULL: not wanted) gets:
+ * a body's block is smaller or the same, and a smaller block may pack worse by one greedy. */
+int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain);
 
 /* The packings of one memory plan by interval set: a set packed before (the same bytes, lifetimes
  * and stages, in the same order: a region body repeated per micro-batch) gets the same offsets
@@ -50,7 +53,7 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a);
 typedef struct PackMemo PackMemo;
 PackMemo *memplan_pack_memo_new(Arena *a);
 /* memplan_pack through memo (NULL: none). */
-int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a);
+int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain);
 
 /* The orders memplan_pack places intervals in (ties: then the index); a plan's fragmentation is
  * its arena over the peak (memplan_pack_floor), and which order leaves the least depends on the

@@ -6,8 +6,9 @@
  * ones — must get exactly the reference's offsets and arena size from memplan_pack_order's
  * PACK_LARGEST_FIRST; every other order and memplan_pack itself must leave no two intervals that
  * meet on a rank sharing bytes, within an arena at least the peak (memplan_pack_floor) and holding
- * every interval; memplan_pack's arena at most the reference's; memplan_pack_memo's offsets, packed
- * or found, memplan_pack's. A small set where largest first
+ * every interval; memplan_pack's arena at most the reference's and at most largest first's over
+ * the blocks' plain sizes (some intervals get one), which it reports; memplan_pack_memo's offsets,
+ * packed or found, memplan_pack's. A small set where largest first
  * leaves a gap must pack to its peak.
  */
 #include <stdio.h>
@@ -81,6 +82,7 @@ static void one(int n, int npos, int nst, int round) {
     int kind = nst ? rnd(10) : 0;
     if (kind >= 2) x->stage = 1 + rnd(nst);                 /* a stage's value */
     else if (kind == 1) x->set = (1ull << rnd(nst)) | 1ull; /* a value of stage 1 and another */
+    if (!rnd(8)) x->plain = x->bytes + 64 * (1 + rnd(8)); /* a region block packed smaller than plain */
   }
   memcpy(b, a, (size_t)n * sizeof *a);
   int64_t want = reference(a, n);
@@ -98,12 +100,25 @@ static void one(int n, int npos, int nst, int round) {
     }
   int64_t floor = memplan_pack_floor(b, n, &ar);
   for (int how = 0; how <= PACK_ORDERS; how++) { /* PACK_ORDERS: memplan_pack */
-    int64_t size = how < PACK_ORDERS ? memplan_pack_order(b, n, how, &ar) : memplan_pack(b, n, &ar);
+    int64_t size = how < PACK_ORDERS ? memplan_pack_order(b, n, how, &ar) : memplan_pack(b, n, &ar, NULL);
     CHECK(size >= floor, "round %d, order %d: arena %lld under the peak %lld", round, how, (long long)size,
           (long long)floor);
-    if (how == PACK_ORDERS)
+    if (how == PACK_ORDERS) {
       CHECK(size <= want, "round %d: memplan_pack's arena %lld over largest first's %lld", round, (long long)size,
             (long long)want);
+      /* and at most largest first over the plain sizes, which it reports */
+      Interval *c = calloc((size_t)n, sizeof *c);
+      memcpy(c, b, (size_t)n * sizeof *c);
+      for (int i = 0; i < n; i++)
+        if (c[i].plain) c[i].bytes = c[i].plain;
+      int64_t plain = -1, want_plain = memplan_pack_order(c, n, PACK_LARGEST_FIRST, &ar);
+      memcpy(c, b, (size_t)n * sizeof *c);
+      int64_t again = memplan_pack(c, n, &ar, &plain);
+      CHECK(again == size && size <= want_plain && plain == want_plain,
+            "round %d: memplan_pack's arena %lld (again %lld), plain %lld, largest first over the plain sizes %lld", round,
+            (long long)size, (long long)again, (long long)plain, (long long)want_plain);
+      free(c);
+    }
     bad = 0;
     for (int i = 0; i < n && bad < 3; i++) {
       if (b[i].offset < 0 || b[i].offset + b[i].bytes > size) {
@@ -121,11 +136,11 @@ static void one(int n, int npos, int nst, int round) {
   }
   /* through a memo: the first packing, then the same set again (its offsets cleared): memplan_pack's */
   PackMemo *memo = memplan_pack_memo_new(&ar);
-  int64_t m1 = memplan_pack_memo(b, n, memo, &ar);
+  int64_t m1 = memplan_pack_memo(b, n, memo, &ar, NULL);
   memcpy(a, b, (size_t)n * sizeof *a);
   for (int i = 0; i < n; i++) b[i].offset = -1;
-  int64_t m2 = memplan_pack_memo(b, n, memo, &ar);
-  CHECK(m1 == m2 && m1 == memplan_pack(a, n, &ar), "round %d: memo arenas %lld, %lld", round, (long long)m1,
+  int64_t m2 = memplan_pack_memo(b, n, memo, &ar, NULL);
+  CHECK(m1 == m2 && m1 == memplan_pack(a, n, &ar, NULL), "round %d: memo arenas %lld, %lld", round, (long long)m1,
         (long long)m2);
   for (int i = 0; i < n && bad < 3; i++)
     if (b[i].offset != a[i].offset) {
@@ -152,7 +167,7 @@ static void gap(void) {
   arena_init(&ar);
   int64_t floor = memplan_pack_floor(iv, n, &ar);
   int64_t plain = memplan_pack_order(iv, n, PACK_LARGEST_FIRST, &ar);
-  int64_t got = memplan_pack(iv, n, &ar);
+  int64_t got = memplan_pack(iv, n, &ar, NULL);
   arena_free(&ar);
   CHECK(plain > floor, "the gap set: largest first's arena %lld is its peak %lld already", (long long)plain,
         (long long)floor);
