@@ -5,7 +5,8 @@
 # class's planned peak and total (`#   peak` and `#   total` of `shardc plan`, bytes) under BASE
 # and NEW, and whether NEW's plan output is byte-identical (a plan refused, by both or one: its
 # exit codes and NEW's first error). A row where NEW's peak or total is
-# above BASE's is marked HIGHER and the script exits 1.
+# above BASE's is marked HIGHER and the script exits 1. The last column: NEW's total over its peak
+# (the packing's fragmentation; the largest rank class's figures).
 #   bench/plan_peaks.sh BASE NEW [FILTER]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,11 +20,17 @@ for m in models/*.model; do
     "$n-pp4-int2|$m -D pp=4 -D schedule=interleaved -D interleave=2 --world 32 -D micro_batch=1 -D batch=64"
     "$n-pp4-zb-z1|$m -D pp=4 -D schedule=zb -D zero=1 --world 32 -D micro_batch=1 -D batch=64")
 done
+# the Llama-3-405B plans of docs/planner.md whose fit the packing's fragmentation decides (pp 2
+# interleaved, ZeRO-3, 2048 H100) and Meta's own (tp 8 pp 16)
+z3="--target cuda -D sp=on -D pp=2 -D pp_layers=balanced -D schedule=interleaved -D zero=3 -D recompute=selective -D micro_batch=1"
+configs+=("405b-tp4-pp2-int2-cp2-z3|models/llama3-405b.model -D dp=128 -D tp=4 -D cp=2 $z3"
+  "405b-tp2-pp2-int2-cp4-z3|models/llama3-405b.model -D dp=128 -D tp=2 -D cp=4 $z3"
+  "405b-meta-tp8-pp16|models/llama3-405b.model --target cuda -D tp=8 -D pp=16 -D cp=1 -D zero=1 -D recompute=selective -D micro_batch=1 -D schedule=1f1b -D sp=on")
 while IFS= read -r line; do configs+=("$line"); done < <(sed -n 's/^  "\([^"]*|[^"]*\)"$/\1/p' bench/plan_scale.sh |
   grep -v -e '--search' -e '--pick' | sed 's/\$L/models\/llama3-8b.model/; s/\$G/models\/gpt3-175b.model/; s/\$P/models\/topo\/p4d-x128.topo/')
 figures() { grep -E '^#   (peak|total) +[0-9]+ B' "$1" | awk '{ printf "%s%s", (NR > 1 ? "," : ""), $3 }'; }
 rc=0
-printf '%-34s %-40s %-40s %s\n' configuration "base peak,total (per class)" "new peak,total" "output"
+printf '%-34s %-40s %-40s %-6s %s\n' configuration "base peak,total (per class)" "new peak,total" "frag" "output"
 for c in "${configs[@]}"; do
   name=${c%%|*}
   [[ $name =~ $filter ]] || continue
@@ -39,7 +46,8 @@ for c in "${configs[@]}"; do
   ((rb != 0 || rn != 0)) && same="$same (exit $rb / $rn: $(grep -m1 -o 'error: .*' <(timeout 300 "$new" plan "${args[@]}" 2>&1 >/dev/null) | cut -c8-50))"
   mark=
   paste <(tr ',' '\n' <<<"$fb") <(tr ',' '\n' <<<"$fn") | awk '$2 > $1 { bad = 1 } END { exit !bad }' && mark=" HIGHER" && rc=1
-  printf '%-34s %-40s %-40s %s%s\n' "$name" "${fb:--}" "${fn:--}" "$same" "$mark"
+  frag=$(tr ',' '\n' <<<"$fn" | paste - - | awk '$1 > p { p = $1; t = $2 } END { if (p) printf "%.3f", t / p; else printf "-" }')
+  printf '%-34s %-40s %-40s %-6s %s%s\n' "$name" "${fb:--}" "${fn:--}" "$frag" "$same" "$mark"
   rm -f "$b" "$n"
 done
 exit $rc

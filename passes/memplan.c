@@ -131,7 +131,7 @@ static void shift_body(Graph *body, int64_t shift) {
 /* Plans one graph's transient values; returns its arena size, sets offsets relative to
  * `base`. For a body, `stacked` marks results that are stacked ys (placed outside). */
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
-                          int64_t by_class[MEM_COUNT], bool epi);
+                          int64_t by_class[MEM_COUNT], bool epi, int64_t *plain);
 
 /* How many inputs of nodes of g (nested bodies included) are v. */
 static int readers(const Graph *g, const Value *v) {
@@ -287,7 +287,7 @@ int memplan_carry_in_stack(const Node *rep, int k) {
 }
 
 static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64_t *peak,
-                       int64_t by_class[MEM_COUNT], bool epi) {
+                       int64_t by_class[MEM_COUNT], bool epi, int64_t *plain) {
   Graph *body = rep->body;
   /* stacked ys: body result ncarry+k lives in outer output ncarry+k, slice per iteration */
   int ncarry = rep->op == OP_REPEAT ? rep->a.ncarry : 0;
@@ -313,7 +313,7 @@ static void place_body(Node *rep, Arena *tmp, MemPlan *mp, int64_t *bytes, int64
       x->offset = -2;
     }
   }
-  *bytes = plan_graph(body, 0, mp, tmp, peak, by_class, epi);
+  *bytes = plan_graph(body, 0, mp, tmp, peak, by_class, epi, plain);
 }
 
 /* CUDA target: what a matmul and the nodes its GEMM epilogue may absorb read from outside them
@@ -346,7 +346,7 @@ static bool past_first_byte(const Graph *g, const Value *x, const int *slot) {
 }
 
 static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64_t *peak_out,
-                          int64_t by_class[MEM_COUNT], bool epi) {
+                          int64_t by_class[MEM_COUNT], bool epi, int64_t *plain) {
   Intervals p = {.a = tmp};
   /* fresh dense value numbers for this graph: slot[id] = 1 + interval index, 0 = none */
   int nv = 0;
@@ -376,10 +376,11 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     }
     if (n->body) {
       mark_captures(n->body, g, i, slot, p.iv);
-      int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0;
-      place_body(n, tmp, mp, &bytes, &ipeak, icls, epi);
+      int64_t ipeak = 0, icls[MEM_COUNT] = {0}, bytes = 0, bplain = 0;
+      place_body(n, tmp, mp, &bytes, &ipeak, icls, epi, &bplain);
       if (bytes > 0) { /* the body's block: activations, but for its packing buffers at its peak */
         Interval *it = add_interval(&p, NULL, bytes, i, MEM_ACT);
+        it->plain = bplain != bytes ? memplan_align(bplain) : 0; /* (memplan_pack) */
         it->stage = n->stage;
         it->comm = icls[MEM_COMM];
       }
@@ -585,7 +586,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   for (int i = 0; i < p.n; i++)
     if (p.iv[i].bytes > 0) p.iv[k++] = p.iv[i];
   p.n = k;
-  int64_t size = memplan_pack(p.iv, p.n, tmp);
+  int64_t size = memplan_pack_memo(p.iv, p.n, mp->pack_memo, tmp, plain);
   int64_t cls[MEM_COUNT] = {0};
   bool top = !g->parent && mp->stage_peak; /* the step: each pipeline stage's peak too */
   int64_t pk = memplan_peak(p.iv, p.n, g->nnodes, cls, tmp, top ? mp->stage_peak : NULL, top ? mp->nstages : 0);
@@ -739,7 +740,9 @@ bool pass_memplan(Module *m) {
   int64_t peak = 0, by_class[MEM_COUNT] = {0};
   mp->nstages = m->mesh && m->mesh->dim[RT_AX_PP] > 1 ? m->mesh->dim[RT_AX_PP] : 0;
   mp->stage_peak = mp->nstages ? ARENA_ARRAY(m->arena, int64_t, mp->nstages) : NULL;
-  int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA);
+  mp->pack_memo = memplan_pack_memo_new(&tmp);
+  int64_t transient = plan_graph(g, off, mp, &tmp, &peak, by_class, m->target == TARGET_CUDA, NULL);
+  mp->pack_memo = NULL;
   arena_free(&tmp);
   place_stacked(g);
   hfuse_order_copies(m); /* (CUDA: two sibling GEMMs' weight copies in the order of their outputs) */

@@ -34,6 +34,7 @@ typedef struct MemPlan {
   int64_t host_params;              /* of host_state: the f32 master weights (bf16 copies on the device) */
   int nstages;                      /* pipeline parallelism: pp (0 without) */
   int64_t *stage_peak;              /* [nstages]: each stage's peak (peak is the largest); NULL without pp */
+  struct PackMemo *pack_memo;       /* during pass_memplan: its packings by interval set (memplan_pack.c); NULL after */
 } MemPlan;
 
 enum { MEMPLAN_ALIGN = 64 };

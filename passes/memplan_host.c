@@ -50,7 +50,7 @@ void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp) {
               }
       }
   }
-  int64_t size = memplan_pack(p.iv, p.n, tmp);
+  int64_t size = memplan_pack(p.iv, p.n, tmp, NULL);
   for (int i = 0; i < p.n; i++) {
     p.iv[i].v->offset = off + p.iv[i].offset;
     p.iv[i].v->mclass = MEM_ACT;

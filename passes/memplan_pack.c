@@ -159,6 +159,37 @@ static int64_t first_fit(const Union **u, int k, int *cur, int64_t bytes) {
   return off;
 }
 
+/* Best fit: of the gaps in the k unions' blocks that hold `bytes` (below `size`, the arena so far;
+ * the space above the last block counts as a gap up to size), the offset of the one with the least
+ * room left over, the lowest on a tie; with none below size, first fit's. */
+static int64_t best_fit(const Union **u, int k, int *cur, int64_t bytes, int64_t size) {
+  int64_t off = 0, pick = -1, slack = 0;
+  for (int i = 0; i < k; i++) cur[i] = 0;
+  for (;;) {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int i = 0; i < k; i++) {
+        const Union *x = u[i];
+        int c = cur[i];
+        while (c < x->n && x->b[c].b <= off) c++;
+        cur[i] = c;
+        if (c < x->n && x->b[c].a < off + bytes) {
+          off = x->b[c].b;
+          moved = true;
+        }
+      }
+    }
+    int64_t end = -1, next = 0; /* the gap's end: the next block's start; next: that block's end */
+    for (int i = 0; i < k; i++)
+      if (cur[i] < u[i]->n && (end < 0 || u[i]->b[cur[i]].a < end)) end = u[i]->b[cur[i]].a, next = u[i]->b[cur[i]].b;
+    if (end < 0) end = size;
+    if (off + bytes <= end && (pick < 0 || end - off - bytes < slack)) pick = off, slack = end - off - bytes;
+    if (end >= size || next >= size) break;
+    off = next;
+  }
+  return pick >= 0 ? pick : off;
+}
+
 /* The largest stage (Node.stage numbering: 1 + the pp coordinate) an interval is one of. */
 static int max_stage(const Interval *iv, int n) {
   int nst = 0;
@@ -175,8 +206,6 @@ static bool on_stage(const Interval *x, int s) {
   return x->stage == s || (!x->stage && x->set >> (s - 1) & 1);
 }
 
-/* Greedy placement: largest first, lowest offset that does not overlap a placed
- * interval whose lifetime intersects. Returns the arena size. */
 /* The positions index s tells apart: the starts of the intervals it holds or is asked about (its
  * stage's and every rank's; index 0: all), ascending, once each. Two lifetimes meet when the later
  * start is at most the earlier end, so a start stands for itself (its rank here) and an end for
@@ -209,14 +238,16 @@ static int coords_at(const Coords *c, int p) {
   return lo - 1;
 }
 
-/* Greedy placement: largest first, lowest offset that does not overlap a placed
- * interval whose lifetime intersects. Returns the arena size. */
-int64_t memplan_pack(Interval *iv, int n, Arena *a) {
-  /* by size desc, then start asc, then index: deterministic */
-  PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
+#define PACK_LOCAL_ARENA 4096 /* intervals past which a try's index has an arena of its own */
+
+/* Greedy placement in the order given: each interval at the lowest offset (best: the best-fit gap's,
+ * best_fit) that does not overlap a placed interval whose lifetime meets its own on a rank; offsets
+ * into off_by (by index). Returns the arena size. */
+static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bool best, int64_t *off_by, Arena *caller) {
+  Arena local; /* (a large set's index freed after each try; a small one's from the caller's arena) */
+  arena_init(&local);
+  Arena *a = n > PACK_LOCAL_ARENA ? &local : caller;
   int nst = max_stage(iv, n);
-  for (int i = 0; i < n; i++) order[i] = (PackKey){-iv[i].bytes, iv[i].start, i};
-  qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
   Placed *by_stage = ARENA_ARRAY(a, Placed, nst + 1); /* [0]: every rank's; [s]: stage s's */
   Coords *pos = ARENA_ARRAY(a, Coords, nst + 1);
   int *leaves = ARENA_ARRAY(a, int, nst + 1), per = 8; /* per: unions one index gives a lifetime, at most */
@@ -232,7 +263,7 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
   int *cur = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1));
   int64_t size = 0;
   for (int oi = 0; oi < n; oi++) {
-    Interval *x = &iv[order[oi].i];
+    const Interval *x = &iv[order[oi].i];
     /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
      * (an every-rank value: all) */
     bool every = on_stage(x, 0);
@@ -240,15 +271,128 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a) {
     for (int s = 0; s <= nst; s++)
       if (every || !s || on_stage(x, s))
         k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
-    int64_t off = first_fit(meet, k, cur, x->bytes);
-    x->offset = off;
+    int64_t off = best ? best_fit(meet, k, cur, x->bytes, size) : first_fit(meet, k, cur, x->bytes);
+    off_by[order[oi].i] = off;
     if (off + x->bytes > size) size = off + x->bytes;
     for (int s = 0; s <= nst; s++)
       if (on_stage(x, s))
         placed_add(&pool, &by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), off,
                    off + x->bytes);
   }
+  arena_free(&local);
   return size;
+}
+
+/* The sort keys of packing order `how` (the PACK_ enum) for interval x (then its index). */
+static PackKey pack_key(const Interval *x, int i, int how) {
+  int64_t len = (int64_t)x->end - x->start + 1, log2 = 63 - __builtin_clzll((uint64_t)x->bytes | 1);
+  switch (how) {
+  case PACK_START: return (PackKey){x->start, -x->bytes, i};
+  case PACK_CLASS2_START: return (PackKey){-log2, x->start, i};
+  case PACK_CLASS4_START: return (PackKey){-(log2 / 2), x->start, i};
+  case PACK_AREA: return (PackKey){-(x->bytes / MEMPLAN_ALIGN) * len, x->start, i};
+  case PACK_END_BEST_FIT: return (PackKey){-(int64_t)x->end, -x->bytes, i};
+  default: return (PackKey){-x->bytes, x->start, i}; /* PACK_LARGEST_FIRST */
+  }
+}
+
+int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
+  PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
+  int64_t *off = ARENA_ARRAY(a, int64_t, n + 1);
+  for (int i = 0; i < n; i++) order[i] = pack_key(&iv[i], i, how);
+  qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
+  int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, off, a);
+  for (int i = 0; i < n; i++) iv[i].offset = off[i];
+  return size;
+}
+
+/* The packing orders tried, in turn, the first smallest arena kept: largest first (the plain
+ * greedy), then the others; no more once an arena is down to the peak (no order does better).
+ * Where a block's plain size differs, largest first over the plain sizes too (each block then in
+ * a place at least its size). */
+int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain) {
+  int64_t *best = ARENA_ARRAY(a, int64_t, n + 1), size = -1, plain_size = -1;
+  bool differs = false;
+  for (int i = 0; i < n; i++) differs = differs || (iv[i].plain && iv[i].plain != iv[i].bytes);
+  if (differs) {
+    Interval *big = ARENA_ARRAY(a, Interval, n + 1);
+    for (int i = 0; i < n; i++) {
+      big[i] = iv[i];
+      if (big[i].plain) big[i].bytes = big[i].plain;
+    }
+    size = plain_size = memplan_pack_order(big, n, PACK_LARGEST_FIRST, a);
+    for (int i = 0; i < n; i++) best[i] = big[i].offset;
+  }
+  int64_t floor = memplan_pack_floor(iv, n, a);
+  for (int how = 0; how < PACK_ORDERS && size != floor; how++) {
+    int64_t got = memplan_pack_order(iv, n, how, a);
+    if (plain_size < 0) plain_size = got; /* (how 0: largest first, the blocks their plain sizes) */
+    if (size < 0 || got < size) {
+      size = got;
+      for (int i = 0; i < n; i++) best[i] = iv[i].offset;
+    }
+  }
+  for (int i = 0; i < n; i++) iv[i].offset = best[i];
+  if (plain) *plain = plain_size < 0 ? 0 : plain_size;
+  return size < 0 ? 0 : size;
+}
+
+/* A set of intervals packed before: what the packing reads of each (bytes, lifetime, stage, set, plain),
+ * the offsets it gave and its arena. A pipeline schedule's region bodies repeat (one per
+ * micro-batch and chunk: 16,384 at pp 32 x 4 chunks, 1024 micro-batches), each the same set. */
+typedef struct MemoSet {
+  struct MemoSet *next;
+  uint64_t hash;
+  int n;
+  int64_t *key; /* [6 n] */
+  int64_t *off; /* [n] */
+  int64_t size, plain;
+} MemoSet;
+
+enum { MEMO_BUCKETS = 1024 };
+struct PackMemo {
+  Arena *a;
+  MemoSet *bucket[MEMO_BUCKETS];
+};
+
+PackMemo *memplan_pack_memo_new(Arena *a) {
+  PackMemo *m = ARENA_NEW(a, PackMemo);
+  m->a = a;
+  return m;
+}
+
+static void memo_key(const Interval *iv, int n, int64_t *key) {
+  for (int i = 0; i < n; i++) {
+    int64_t *k = key + 6 * (size_t)i;
+    k[0] = iv[i].bytes, k[1] = iv[i].start, k[2] = iv[i].end, k[3] = iv[i].stage, k[4] = (int64_t)iv[i].set;
+    k[5] = iv[i].plain;
+  }
+}
+
+int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain) {
+  if (!memo) return memplan_pack(iv, n, a, plain);
+  int64_t *key = ARENA_ARRAY(a, int64_t, 6 * (size_t)n + 1);
+  memo_key(iv, n, key);
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)n; /* FNV-1a over the key's words */
+  for (size_t i = 0; i < 6 * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+  MemoSet **b = &memo->bucket[h % MEMO_BUCKETS];
+  for (MemoSet *e = *b; e; e = e->next)
+    if (e->hash == h && e->n == n && !memcmp(e->key, key, 6 * (size_t)n * sizeof *key)) {
+      for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
+      if (plain) *plain = e->plain;
+      return e->size;
+    }
+  MemoSet *e = ARENA_NEW(memo->a, MemoSet);
+  e->hash = h, e->n = n;
+  e->key = ARENA_ARRAY(memo->a, int64_t, 6 * (size_t)n + 1);
+  memcpy(e->key, key, 6 * (size_t)n * sizeof *key);
+  e->size = memplan_pack(iv, n, a, &e->plain);
+  e->off = ARENA_ARRAY(memo->a, int64_t, n + 1);
+  for (int i = 0; i < n; i++) e->off[i] = iv[i].offset;
+  e->next = *b;
+  *b = e;
+  if (plain) *plain = e->plain;
+  return e->size;
 }
 
 /* The peak over positions and, under pipeline parallelism, over stages (a rank holds every
@@ -290,6 +434,18 @@ int64_t memplan_peak(const Interval *iv, int n, int npos, int64_t by_class[MEM_C
       by_class[MEM_COMM] += iv[i].comm;
     }
   return top < 0 ? 0 : top;
+}
+
+int64_t memplan_pack_floor(const Interval *iv, int n, Arena *caller) {
+  int npos = 0;
+  for (int i = 0; i < n; i++)
+    if (iv[i].end > npos) npos = iv[i].end;
+  Arena local;
+  arena_init(&local);
+  int64_t cls[MEM_COUNT] = {0};
+  int64_t pk = memplan_peak(iv, n, npos, cls, n > PACK_LOCAL_ARENA ? &local : caller, NULL, 0);
+  arena_free(&local);
+  return pk;
 }
 
 int64_t memplan_align(int64_t x) { return (x + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }

@@ -18,6 +18,7 @@ typedef struct {
                      packing buffers live at the body's peak); the rest are mclass's */
   uint64_t set;   /* with stage 0: the stages whose ranks alone touch it, bit s for stage s (a parameter held on
                      the first and the last stage, passes/pipe_owners.c); 0: every rank */
+  int64_t plain;  /* a region block: its body's arena by largest first alone at every level (>= bytes); 0: bytes */
 } Interval;
 
 /* A growing list of intervals (in an arena). */
@@ -39,8 +40,40 @@ Interval *memplan_add_interval(Intervals *p, Value *v, int64_t bytes, int start,
 /* Plan `offload`: the top graph's host values in the host allocation (memplan_host.c). */
 void memplan_place_host(Graph *g, MemPlan *mp, Arena *tmp);
 
-/* Assigns every interval an offset from the transient base; returns the arena's size. */
-int64_t memplan_pack(Interval *iv, int n, Arena *a);
+/* Assigns every interval an offset from the transient base; returns the arena's size: the
+ * smallest of the greedy packings in the orders below (the first smallest; the first order alone
+ * where its arena is memplan_pack_floor), and of largest first over the blocks' plain sizes, so
+ * never over what largest first alone at every level gives, which *plain (NULL: not wanted) gets:
+ * a body's block is smaller or the same, and a smaller block may pack worse by one greedy. */
+int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain);
+
+/* The packings of one memory plan by interval set: a set packed before (the same bytes, lifetimes
+ * and stages, in the same order: a region body repeated per micro-batch) gets the same offsets
+ * without packing again. From arena a, which must outlive its use. */
+typedef struct PackMemo PackMemo;
+PackMemo *memplan_pack_memo_new(Arena *a);
+/* memplan_pack through memo (NULL: none). */
+int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain);
+
+/* The orders memplan_pack places intervals in (ties: then the index); a plan's fragmentation is
+ * its arena over the peak (memplan_pack_floor), and which order leaves the least depends on the
+ * plan (Llama-3-405B pp 2 interleaved: start order, or size classes then start; docs/performance.md
+ * "Memory plan fragmentation"). */
+enum {
+  PACK_LARGEST_FIRST, /* by size, descending, then start: the plain greedy (tried first) */
+  PACK_START,         /* by start, then the largest */
+  PACK_CLASS2_START,  /* by power-of-two size class, descending, then start */
+  PACK_CLASS4_START,  /* by power-of-four size class, descending, then start */
+  PACK_AREA,          /* by size x lifetime, descending, then start */
+  PACK_END_BEST_FIT,  /* by end, descending (the step backwards), each at its best-fit gap */
+  PACK_ORDERS
+};
+/* One greedy packing: intervals in order `how`, each at the lowest offset free of the placed ones
+ * it meets on a rank (PACK_END_BEST_FIT: the free gap that leaves the least over); sets every
+ * offset, returns the arena's size. */
+int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a);
+/* The peak of live bytes on one rank over the intervals' lifetimes: no packing's arena is smaller. */
+int64_t memplan_pack_floor(const Interval *iv, int n, Arena *a);
 
 /* The peak bytes live over positions 0..npos (per pipeline stage: every rank's values plus the
  * stage's own), its bytes by class added to by_class; per_stage (NULL, or room for nstages): each

@@ -47,17 +47,17 @@ if "$shardc" plan models/tiny.model --world 2 -D zero=2 2>&1 >/dev/null | grep -
 fi
 # weight_copy (passes/wshadow.c), decided by the driver against the device's memory: GPT-3 175B at tp 32 and
 # tp 16 (ZeRO 1 over dp 32 / 16) fits with the persistent bf16 copies and keeps them, its f32 masters split
-# (passes/zero_master.c: at tp 16 39,135 MiB saved, 74,032 MiB per rank, where the whole masters with the
-# per-layer casts needed 92,369); at tp 16 under zero 0 (no split masters) the plan with them (191,438 MiB)
-# does not fit the H100's 80 GiB and the per-layer casts are kept (170,640 MiB: the fit check then refuses
+# (passes/zero_master.c: at tp 16 39,135 MiB saved, 74,014 MiB per rank, where the whole masters with the
+# per-layer casts needed 92,369); at tp 16 under zero 0 (no split masters) the plan with them (191,420 MiB)
+# does not fit the H100's 80 GiB and the per-layer casts are kept (170,617 MiB: the fit check then refuses
 # it, exit 1, with the report printed first); by hand, either; refused where it cannot apply
 g3=(models/gpt3-175b.model --target cuda -D cross_node_tp=on)
 expect_stdout=1 expect 0 "#   bf16 weights          10975322112 B     10466.88 MiB  persistent copies (in params)" "it fits: 41084.9 MiB" \
   "#   f32 masters           19206813696 B     18317.04 MiB  saved" -- plan "${g3[@]}" -D tp=32
-expect_stdout=1 expect 0 "it fits: 74032.1 MiB" "#   f32 masters           41036451840 B     39135.41 MiB  saved" -- plan "${g3[@]}" -D tp=16
-expect_stdout=1 expect 1 "cast where read (per layer in the loops)" "the plan with the persistent copy (20872.2 MiB) needs 191438.3 MiB per rank, over the device's 81920.0 MiB" \
-  "the plan does not fit: 170,640 MiB per rank" -- plan "${g3[@]}" -D tp=16 -D zero=0
-expect_stdout=1 expect 1 "weight_copy persistent (the plan)" "the plan does not fit: 191,438 MiB per rank" \
+expect_stdout=1 expect 0 "it fits: 74014.1 MiB" "#   f32 masters           41036451840 B     39135.41 MiB  saved" -- plan "${g3[@]}" -D tp=16
+expect_stdout=1 expect 1 "cast where read (per layer in the loops)" "the plan with the persistent copy (20872.2 MiB) needs 191420.4 MiB per rank, over the device's 81920.0 MiB" \
+  "the plan does not fit: 170,617 MiB per rank" -- plan "${g3[@]}" -D tp=16 -D zero=0
+expect_stdout=1 expect 1 "weight_copy persistent (the plan)" "the plan does not fit: 191,420 MiB per rank" \
   -- plan "${g3[@]}" -D tp=16 -D zero=0 -D weight_copy=persistent
 # ZeRO 1 with the persistent copies (passes/zero_master.c): GPT-2 124M at dp 8 stores its f32 masters split
 # (parameters: 4 B x P / 8 + the 2 B x P copies, against 4 B x P whole with per-layer casts; the saving

@@ -196,15 +196,15 @@ expect_shardc 0 "# pipeline: 3 stages over the 4 layers" "#   0     0-0         
 a=$("$shardc" plan "${o[@]}" --world 2 2>&1 | grep -A6 "^# pipeline"); b=$("$shardc" plan "${tiny[@]}" -D pp=2 --world 2 2>&1 | grep -A6 "^# pipeline")
 [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: pp 2 layers(balanced) is not the even plan:"; echo "$a"; status=1; }
 # `layers(balanced)` against the device's memory: tiny, 8 layers, pp 4, 8 micro-batches of 8 on 4 CPUs
-# of 18 MiB: the even split (by time) needs 20.06 MiB on stage 0 (its peak 19.31 MiB, packed with
-# 0.75 MiB of fragmentation) and is refused; layers(balanced) takes the fastest split whose every
-# stage fits by that plan's figures, [1, 2, 3, 2], says why, and fits (16.41 MiB at most, on stage 1); the interpreter proves that split (test_pp_equiv, run_memory_split)
+# of 18 MiB: the even split (by time) needs 19.25 MiB on stage 0 (its peak: memplan_pack leaves no
+# fragmentation; 20.07 with largest first alone) and is refused; layers(balanced) takes the fastest split whose every
+# stage fits by that plan's figures, [1, 2, 3, 2], says why, and fits (15.76 MiB at most, on stage 1); the interpreter proves that split (test_pp_equiv, run_memory_split)
 sed 's/cpu x 2 { memory [^ ]* [^ ]*/cpu x 4 { memory 18 MiB/' models/topo/cpu.topo >"$ov/cpu18.topo"
 m8=(-D layers=8 -D micro_batch=8 -D batch=64 -D dp=1 -D pp=4 --world 4 --topology "$ov/cpu18.topo")
-expect_shardc 1 "error: the plan does not fit: 20.1 MiB per rank, over the cpu memory of 18.0 MiB" -- plan models/tiny.model "${m8[@]}"
+expect_shardc 1 "error: the plan does not fit: 19.2 MiB per rank, over the cpu memory of 18.0 MiB" -- plan models/tiny.model "${m8[@]}"
 override "layers(balanced)"
 expect_shardc 0 "#   layers(balanced): [1, 2, 3, 2], by the cost model's time" \
-  "#   layers(balanced) against the device's memory (18.00 MiB): by time alone [2, 2, 2, 2], whose memory plan needs 20.06 MiB on stage 0 (over the device's); [1, 2, 3, 2] is the fastest split whose every stage fits by that plan's figures" \
+  "#   layers(balanced) against the device's memory (18.00 MiB): by time alone [2, 2, 2, 2], whose memory plan needs 19.25 MiB on stage 0 (over the device's); [1, 2, 3, 2] is the fastest split whose every stage fits by that plan's figures" \
   "cpu memory: fits (" -- plan "${o[0]}" "${m8[@]}"
 # an interleaved plan gets the balanced split over its virtual stages as a suggestion where it is faster
 # (Llama-3-8B at tp 8 x pp 4, V 2: its 128k-word head on the last virtual stage), none where it is not
