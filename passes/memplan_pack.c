@@ -137,12 +137,9 @@ static int placed_meeting(const Placed *t, int leaves, int start, int end, const
   return k;
 }
 
-/* First fit: the lowest offset from which `bytes` meet no block of the k unions (0, or a block's
- * end: the first gap in their union, the same offset whatever the unions' split). Each union is
- * read once, a cursor per union moving up with the offset (cur: room for k). */
-static int64_t first_fit(const Union **u, int k, int *cur, int64_t bytes) {
-  int64_t off = 0;
-  for (int i = 0; i < k; i++) cur[i] = 0;
+/* From offset off up, the lowest offset at which `bytes` meet no block of the k unions, each
+ * union's cursor cur[i] (its first block not below off) moving up with it. */
+static int64_t fit_from(const Union **u, int k, int *cur, int64_t off, int64_t bytes) {
   for (bool moved = true; moved;) {
     moved = false;
     for (int i = 0; i < k; i++) {
@@ -159,6 +156,14 @@ static int64_t first_fit(const Union **u, int k, int *cur, int64_t bytes) {
   return off;
 }
 
+/* First fit: the lowest offset from which `bytes` meet no block of the k unions (0, or a block's
+ * end: the first gap in their union, the same offset whatever the unions' split). Each union is
+ * read once, a cursor per union moving up with the offset (cur: room for k). */
+static int64_t first_fit(const Union **u, int k, int *cur, int64_t bytes) {
+  for (int i = 0; i < k; i++) cur[i] = 0;
+  return fit_from(u, k, cur, 0, bytes);
+}
+
 /* Best fit: of the gaps in the k unions' blocks that hold `bytes` (below `size`, the arena so far;
  * the space above the last block counts as a gap up to size), the offset of the one with the least
  * room left over, the lowest on a tie; with none below size, first fit's. */
@@ -166,19 +171,7 @@ static int64_t best_fit(const Union **u, int k, int *cur, int64_t bytes, int64_t
   int64_t off = 0, pick = -1, slack = 0;
   for (int i = 0; i < k; i++) cur[i] = 0;
   for (;;) {
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int i = 0; i < k; i++) {
-        const Union *x = u[i];
-        int c = cur[i];
-        while (c < x->n && x->b[c].b <= off) c++;
-        cur[i] = c;
-        if (c < x->n && x->b[c].a < off + bytes) {
-          off = x->b[c].b;
-          moved = true;
-        }
-      }
-    }
+    off = fit_from(u, k, cur, off, bytes);
     int64_t end = -1, next = 0; /* the gap's end: the next block's start; next: that block's end */
     for (int i = 0; i < k; i++)
       if (cur[i] < u[i]->n && (end < 0 || u[i]->b[cur[i]].a < end)) end = u[i]->b[cur[i]].a, next = u[i]->b[cur[i]].b;
