@@ -561,13 +561,15 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
   /* ZeRO-3's collectives (hidden behind the compute above), and where passes/zero_coalesce.c coalesces
    * them, its copies' seconds (each gather point's, in the pipeline's F and B below) and the gathered
-   * flat buffer (Llama-3-405B pp 2 cp 4: +2.2 GiB compiled, the model's `gather` without it) */
+   * flat buffer: under pp the stages' peak is in the steady state, a layer loop's, beside it (Llama-3-405B
+   * pp 2 cp 4: +2.2 GiB compiled); at pp 1 the peak (the last layer's activations) is not (dp 1024 tp 2
+   * rc full mb 1: +3 MiB with `coalesce on`) */
   double copy_s = 0, flat = 0;
   if (c->dp > 1 && c->zero >= 3) {
     double bw, lat;
     int n = dp_link(c, dev, dpn, &bw, &lat);
     e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &flat);
-    gather += flat;
+    if (c->pp > 1) gather += flat;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
   /* ---- the pipeline's instructions (pp_key) ---- */
