@@ -444,6 +444,17 @@ static double ring_s(double bytes, double factor, int n, double bw, double lat) 
   return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
 }
 
+/* The dp (dp x cp) group's ring: its ranks, its bandwidth and latency (across nodes when its ranks,
+ * tp inside each, outgrow a node: the node's network shared by its ranks of the group). */
+static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw, double *lat) {
+  int n = c->dp * c->cp;
+  bool dp_in = (double)c->tp * n <= dpn;
+  double members = dp_in ? n : (c->tp >= dpn ? 1 : dpn / c->tp);
+  *bw = dp_in ? dev->link[0].bytes_per_s : dev->link[1].bytes_per_s * members / dpn;
+  *lat = dp_in ? dev->link[0].latency_s : dev->link[1].latency_s;
+  return n;
+}
+
 /* ZeRO-3's dp (dp x cp) traffic a step: per micro-step one f32 reduce-scatter and two gathers in the
  * compute precision of the stage's parameters (p_rank bytes, f32), as ring bandwidth; and each
  * collective's n - 1 latency steps: the layer loops gather a layer's split tensors (pm->nl_mat of them)
@@ -451,14 +462,15 @@ static double ring_s(double bytes, double factor, int n, double bw, double lat) 
  * zero_coalesce_pays, asked here with the layer's copies: the packed shards and the unpacked whole,
  * half of it transposed; the latency it saves at most the collectives' time not hidden behind `hide`
  * of compute, spread over the step's gather points; within the plan's bucket on the packed shard bytes;
- * *copy_s: their seconds a step, compute's), else one a tensor; and
+ * *copy_s: their seconds a step, compute's; *flat: the bytes the gathered [group, N] holds beside
+ * the unpacked layers, the layer's whole), else one a tensor; and
  * reduce-scatter a layer's gradients in buckets (at most one a tensor). Counted as one ring's latency
  * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
  * a collective) ran 21,440 collectives a step: 55 s. */
 static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                            double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
-                           double *copy_s) {
-  *copy_s = 0;
+                           double *copy_s, double *flat) {
+  *copy_s = 0, *flat = 0;
   if (n <= 1 || bw <= 0) return 0;
   double accum = (double)c->accum, cb = pm->cb;
   double bucket = base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
@@ -474,6 +486,7 @@ static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDe
   if (coalesce && k > 1) {
     each = fmax(1, fmin(pm->nl_mat, ceil(shards / bucket)));
     *copy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s); /* (compute's) */
+    *flat = whole;
   }
   return bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
 }
@@ -546,6 +559,19 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double kernels = accum * (lst * kern_layer[r] + KERN_HEAD) + (off ? 0 : pm->ntensors * KERN_OPT_PER_TENSOR / pp);
   e->kern_s = pm->k_kern * kernels * dev->op_overhead_s;
   e->compute_s = e->gemm_s + e->attn_s + e->mem_s + e->kern_s;
+  /* ZeRO-3's collectives (hidden behind the compute above), and where passes/zero_coalesce.c coalesces
+   * them, its copies' seconds (each gather point's, in the pipeline's F and B below) and the gathered
+   * flat buffer: under pp the stages' peak is in the steady state, a layer loop's, beside it (Llama-3-405B
+   * pp 2 cp 4: +2.2 GiB compiled); at pp 1 the peak (the last layer's activations) is not (dp 1024 tp 2
+   * rc full mb 1: +3 MiB with `coalesce on`) */
+  double copy_s = 0, flat = 0;
+  if (c->dp > 1 && c->zero >= 3) {
+    double bw, lat;
+    int n = dp_link(c, dev, dpn, &bw, &lat);
+    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &flat);
+    if (c->pp > 1) gather += flat;
+  }
+  double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
   /* ---- the pipeline's instructions (pp_key) ---- */
   double key[PP_KEYS] = {0}, tf = 0, opt_s = 0;
   double lkey0[PP_KEYS] = {0}; /* zb's lists are made with every stage the slowest's (uneven: not its own
@@ -579,9 +605,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
       cpr = lst / cv * (c->cp - 1) * (2 * unit / tp / (cp_in ? l->bytes_per_s : l->bytes_per_s / dpn) + l->latency_s);
     }
     double cpm = cp_merge * lst / cv / (2 * c->cp - 1); /* a chunk's ring merges: cp in F, cp - 1 in B */
-    tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr + c->cp * cpm;
+    tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
-                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm;
+                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm + copy_pt * lst / cv;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
      * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
@@ -698,23 +724,19 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     e->tp_s += accum * lst * 3 * (c->cp - 1) * (2 * unit / tp / bw + l->latency_s);
   }
   /* dp / ZeRO: the f32 gradient of a rank's parameters, over the dp x cp group under cp */
-  double copy_s = 0; /* ZeRO-3's coalesced gathers' pack and unpack copies (zero3_coll_s) */
-  if (c->dp > 1) {
-    int n = c->dp * c->cp;
-    bool dp_in = (double)c->tp * n <= dpn;
-    double members = dp_in ? n : (c->tp >= dpn ? 1 : dpn / c->tp);
-    double bw = dp_in ? in->bytes_per_s : net->bytes_per_s * members / dpn, lat = dp_in ? in->latency_s : net->latency_s;
-    /* ZeRO-2/3 reduce-scatter every micro-step's gradient inside its backward (passes/zero_sums.c),
-     * then gather the updated parameters (ZeRO-3: twice per micro-step, in the compute precision) */
-    double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : c->zero == 2 ? accum + 1 : accum * (1 + 2 * cb / 4);
+  if (c->dp > 1 && c->zero < 3) {
+    double bw, lat;
+    int n = dp_link(c, dev, dpn, &bw, &lat);
+    /* ZeRO-2 reduce-scatters every micro-step's gradient inside its backward (passes/zero_sums.c),
+     * then gathers the updated parameters (ZeRO-3: zero3_coll_s above) */
+    double factor = c->zero == 0 ? 2 : c->zero == 1 ? 3 : accum + 1;
     e->dp_s = ring_s(p_rank, factor, n, bw, lat);
-    if (c->zero >= 3)
-      e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s);
   }
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
   e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
-  /* (the copies wait for their gather and the next waits for them: compiled, they hide no collective) */
+  /* (the copies wait for their gather and the next waits for them: compiled, they hide no collective;
+   * under pp they are in the stages' F and B above, so in the span) */
   e->mem_s += copy_s;
   e->compute_s += copy_s;
   /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */

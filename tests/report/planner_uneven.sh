@@ -11,14 +11,15 @@
 #     the model's analytic / compiled memory within the planner's 15 % (ANA_MEM_TOL), as the confirmation
 #     judges it: ZeRO-3 gathers a layer at a time and reduce-scatters each layer's gradient in its loop on
 #     uneven interleaved stages (tests/passes/tb_zero.c asserts the program's side), the chunks' rows are
-#     views (not copies), and the model counts both (0.86-0.88 now; 0.72 when the stages held the whole
-#     bf16 weights and f32 gradients and the model did not count them). The even `pp 2 1f1b cp 2 z3` is
-#     printed beside it (0.81-0.83: its coalesced gathers' packed buffers the model does not count).
+#     views (not copies), and the model counts both (0.96 now, 0.87 before the model counted the coalesced
+#     gathers' flat buffer; 0.72 when the stages held the whole bf16 weights and f32 gradients and the model
+#     did not count them). The even `pp 2 1f1b cp 2 z3` is printed beside it (0.89; 0.78 before).
 #  c. near the capacity (docs/planner.md, "Confirmation"): the same tiny on 12.5 MiB CPU ranks, where the
 #     analytic model puts `pp 4 bal zb z0 rc none mb 2` over the capacity (its zb memory is high) and
 #     faster than its best fit: it is confirmed by compiling (marked `~`), fits as compiled and is row 1.
-#  e. ZeRO-3 under pp: Llama-3-405B `dp 128 tp 2+sp pp 2 1f1b cp 4 z3`'s analytic step within 15 % of its
-#     compiled one (each gather and scatter pays its ring's latency: 512 ranks, 2.6 ms a collective).
+#  e. ZeRO-3 under pp: Llama-3-405B `dp 128 tp 2+sp pp 2 1f1b cp 4 z3`'s analytic step within 10 % of its
+#     compiled one (each gather and scatter pays its ring's latency: 512 ranks, 2.6 ms a collective; the
+#     coalesced gathers' copies), its memory within 7 % (the coalesced gathers' flat buffer).
 # Usage: tests/report/planner_uneven.sh SHARDC
 set -uo pipefail
 shardc=${1:?usage: planner_uneven.sh SHARDC}
@@ -113,7 +114,13 @@ out=$("$shardc" plan models/llama3-405b.model --target cuda --search -D dp=128 -
 arow=$(echo "$out" | sed -n '/^# analytic ranking vs compiled/,$p' | grep -E '^# +1.? +dp 128 tp 2\+sp pp 2 1f1b cp 4 z3 ' | head -1)
 [ -n "$arow" ] || bad "llama3-405b pp 2 cp 4 z3: no analytic row: $out"
 echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "s") t[++n] = $(i - 1)
-  exit !(n == 2 && t[2] > 0 && t[1] / t[2] > 0.85 && t[1] / t[2] < 1.15) }' ||
-  bad "llama3-405b pp 2 cp 4 z3: analytic step not within 15 % of the compiled: $arow"
+  exit !(n == 2 && t[2] > 0 && t[1] / t[2] > 0.90 && t[1] / t[2] < 1.10) }' ||
+  bad "llama3-405b pp 2 cp 4 z3: analytic step not within 10 % of the compiled: $arow"
+#    and with its gathers coalesced (passes/zero_coalesce.c), the copies in the stages' F and B and the
+#    gathered flat buffer in the memory (plan_model.c's zero3_coll_s): step 0.85 and memory 0.91 without
+#    them, 0.94 and 0.96 with them
+echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] = $(i - 1)
+  exit !(n == 2 && m[2] > 0 && m[1] / m[2] > 0.93 && m[1] / m[2] < 1.07) }' ||
+  bad "llama3-405b pp 2 cp 4 z3: analytic memory not within 7 % of the compiled: $arow"
 
 exit $fail
