@@ -1,0 +1,210 @@
+/* passes/plan_model_pp.c — the plan model's pipeline schedules: the lists the pipe pass makes,
+ * played with a candidate's stage times (its bubble and span), and their loads in flight. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "plan_model_int.h"
+
+/* ---- the pipeline's memory in flight, from the schedule the compiler unrolls ----------------
+ * passes/pipe.c runs the schedule's instructions in pipe_sched_check's order; each stage's
+ * backward loops (zb: W's) add its layer gradients of micro-batch i to its running sums layer by
+ * layer (passes/pipe_fold.c: no stage gradient held between instructions), and every rank merges
+ * the rest of i (the head's and the embedding's gradients) once every stage has run its
+ * instructions of i. Until then a stage holds, per micro-batch (chunk): the activations its forward
+ * kept for its backward (F .. B; zb: .. W), and every rank the head's and the embedding's gradient
+ * ([vocab / tp, d]: from the last stage's F, the first stage's B, .. the merge), under zb what B
+ * keeps for W. A profile is the Pareto set of (activation chunks, B's awaiting W, head/embedding
+ * gradients) over every stage and position: a candidate's peak is the most of their weighted sums
+ * (GPT-3 at pp 16, 1f1b: the last stage held 7 micro-batches' layer gradients when the stages
+ * merged together, 1 when each merged its own, none inside its loops). */
+/* (the types: plan_model_int.h) */
+
+static void pareto_add(PpProfile *p, PpLoad x) {
+  for (int i = 0; i < p->n; i++) {
+    const PpLoad *y = &p->load[i];
+    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last && y->first >= x.first) return;
+  }
+  int k = 0;
+  for (int i = 0; i < p->n; i++) {
+    const PpLoad *y = &p->load[i];
+    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last && x.first >= y->first))
+      p->load[k++] = *y;
+  }
+  p->n = k;
+  if (p->n == p->cap) {
+    p->cap = p->cap ? 2 * p->cap : 16;
+    p->load = realloc(p->load, (size_t)p->cap * sizeof *p->load);
+    if (!p->load) die("plan model: out of memory");
+  }
+  p->load[p->n++] = x;
+}
+
+/* The stage times a schedule is played with, over a middle stage's F of one chunk, each rounded to
+ * 4 significant bits (within 1/16 of itself; under 1/1024 of F: none): the profiles met are kept, and
+ * looked up, by them (candidates that share pp, micro-batches, chunks and these share the lists, the
+ * play and the memory profile). GPT-3 on p4de-x128: 1/8 of F rounded its transfers of 0.066 F to
+ * 0.125 (its pp 32 zb step 23.8 s, compiled 22.4 s). */
+double pp_round(double x) {
+  if (x < 0) return -pp_round(-x); /* (an uneven split's first or last stage: less than a middle one) */
+  if (!(x > 1.0 / 1024)) return 0;
+  int ex;
+  double m = frexp(x, &ex); /* [0.5, 1) */
+  return ldexp(floor(m * 16 + 0.5) / 16, ex);
+}
+
+/* zb's lists are made with its stage times to 1/8 of F (the list maker is the profiles' cost: GPT-3's
+ * analytic ranking on p4de-x128 took 1.6 CPU s with them to 4 significant bits, 1.0 so). */
+static double pp_lkey(double x) { return floor(x * 8 + 0.5) / 8; }
+
+/* The lists as the pipe pass makes them: zb's with the stage times of key (per stage F, B, W; the
+ * first's F and B with the embedding, the last's F with the head), the others' without times. */
+static PipeSched pp_lists(PipeSchedule kind, int pp, int M, int v, const double *key) {
+  if (kind != SCHED_ZB) return pipe_sched_make(kind, pp, M, v);
+  double *t = calloc(3 * (size_t)pp + 1, sizeof *t), k[PK_MERGE];
+  if (!t) die("plan model: out of memory");
+  for (int i = 0; i < PK_MERGE; i++) k[i] = pp_lkey(key[i]);
+  for (int st = 0; st < pp; st++) t[st] = 1, t[pp + st] = k[PK_B], t[2 * pp + st] = k[PK_W];
+  t[0] += k[PK_F0], t[pp] += k[PK_B0], t[pp - 1] += k[PK_FL];
+  for (int i = 0; i < 3 * pp; i++) t[i] = fmax(t[i], 1.0 / 16); /* (an uneven split's lighter stages) */
+  PipeSched s = pipe_sched_make_timed(kind, pp, M, v, t);
+  free(t);
+  return s;
+}
+
+/* Lists s (checked: order) played with key's times: each instruction its stage's F, B or W (a chunk's;
+ * the first virtual stage's F and B with the embedding, the last's F with the head), the merge of a
+ * micro-batch before the stage's instruction after its last one of it (chunk 0's B; zb: W), each
+ * receive's latency and copy. */
+static double play_lists(const PipeSched *s, const PipeStep *order, const double *key, double *busy_last, double *bubble) {
+  int pp = s->pp, nvs = pp * s->v;
+  PipeTimes pt = pipe_times_new(s, true);
+  char last_op = s->kind == SCHED_ZB ? 'W' : 'B';
+  for (int st = 0; st < pp; st++)
+    for (int k = 0; k < s->len[st]; k++) {
+      PipeInstr in = s->list[st][k];
+      int vs = in.chunk * pp + st;
+      double d = in.op == 'F' ? 1 : in.op == 'B' ? key[PK_B] : key[PK_W];
+      if (in.op == 'F' && vs == 0) d += key[PK_F0];
+      if (in.op == 'B' && vs == 0) d += key[PK_B0];
+      if (in.op == 'F' && vs == nvs - 1) d += key[PK_FL];
+      pt.dur[st][k] = fmax(d, 1.0 / 64);
+      if ((in.op == 'F' && vs > 0) || (in.op == 'B' && vs < nvs - 1)) pt.lat[st][k] = key[PK_LAT], pt.recv[st][k] = key[PK_RECV];
+      if (k + 1 < s->len[st] && in.op == last_op && in.chunk == 0) pt.pre[st][k + 1] += key[PK_MERGE];
+    }
+  double b = 0, span = pipe_sched_play_order(s, order, &pt, &b, NULL, NULL);
+  if (busy_last) {
+    *busy_last = 0;
+    for (int k = 0; k < s->len[pp - 1]; k++) *busy_last += pt.dur[pp - 1][k] + pt.pre[pp - 1][k];
+  }
+  if (bubble) *bubble = b;
+  pipe_times_free(s, &pt);
+  return span;
+}
+
+double plan_pp_play(PipeSchedule kind, int pp, int M, int v, const double *key, PipeSched *lists, double *busy_last,
+                    double *bubble) {
+  PipeSched s = pp_lists(kind, pp, M, v, key);
+  int total = 0;
+  for (int st = 0; st < pp; st++) total += s.len[st];
+  PipeStep *order = calloc((size_t)total + 1, sizeof *order);
+  char msg[256];
+  if (!order) die("plan model: out of memory");
+  if (!pipe_sched_check(&s, 1, order, msg, sizeof msg)) die("plan model: %s", msg);
+  double span = play_lists(&s, order, key, busy_last, bubble);
+  free(order);
+  if (lists) *lists = s;
+  else pipe_sched_free(&s);
+  return span;
+}
+
+/* p's lists (made with key's times under zb), their order and their loads in flight. */
+static void pp_loads(PpProfile *p, const double *key) {
+  PipeSchedule kind = p->kind;
+  int pp = p->pp, M = p->M;
+  p->s = pp_lists(kind, pp, M, p->v, key);
+  PipeSched s = p->s;
+  int total = 0;
+  for (int st = 0; st < pp; st++) total += s.len[st];
+  PipeStep *order = calloc((size_t)total + 1, sizeof *order);
+  int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
+  int *bw = calloc((size_t)pp, sizeof(int));
+  char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
+  char msg[256];
+  if (!order || !a || !left || !hm || !bw) die("plan model: out of memory");
+  bool zb = kind == SCHED_ZB;
+  if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
+    int last = pp * s.v - 1, h = 0, done = 0;
+    for (int i = 0; i < M; i++) left[i] = (zb ? 3 : 2) * pp * s.v;
+    for (int k = 0; k < total; k++) {
+      int st = order[k].stage;
+      PipeInstr in = s.list[st][order[k].step];
+      int vs = in.chunk * pp + st;
+      bool all = false; /* every stage's load changed */
+      if (in.op == 'F') {
+        a[st]++;
+        if (vs == last) h++, hm[in.mb]++, all = true;
+      } else if (in.op == 'B') {
+        if (!zb) a[st]--;
+        else bw[st]++;
+        if (vs == 0) h++, hm[in.mb]++, all = true;
+      } else {
+        a[st]--, bw[st]--;
+      }
+      left[in.mb]--;
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], h, q == pp - 1, q == 0});
+      while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
+    }
+  }
+  if (!(p->inflight = calloc((size_t)pp, sizeof(int)))) die("plan model: out of memory");
+  pipe_sched_inflight(&s, p->inflight);
+  if (p->n) p->order = order; /* else lists that do not check: no play, no loads */
+  else free(order);
+  free(a), free(left), free(hm), free(bw);
+}
+
+/* The lists of a schedule as the pipe pass makes them (pp_lists), their loads in flight (kept by
+ * schedule, pp, micro-batches, chunks and, zb, the times its lists were made with), and their play
+ * with the stage times key (kept by key). */
+const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
+                                const double *list_key, const PpProfile **prof, bool play) {
+  double lkey[PP_KEYS] = {0};
+  if (kind == SCHED_ZB)
+    for (int i = 0; i < PK_MERGE; i++) lkey[i] = pp_lkey(list_key[i]);
+  PpProfile *p = pm->profiles;
+  while (p && !(p->kind == kind && p->pp == pp && p->M == M && p->v == v && !memcmp(p->lkey, lkey, sizeof lkey))) p = p->next;
+  if (!p) {
+    if (!(p = calloc(1, sizeof *p))) die("plan model: out of memory");
+    *p = (PpProfile){.kind = kind, .pp = pp, .M = M, .v = v, .next = pm->profiles};
+    memcpy(p->lkey, lkey, sizeof lkey);
+    pm->profiles = p;
+    pp_loads(p, lkey);
+  }
+  *prof = p;
+  if (!play) return NULL; /* (the lists alone) */
+  for (PpPlay *q = p->plays; q; q = q->next)
+    if (!memcmp(q->key, key, sizeof q->key)) return q;
+  PpPlay *q = calloc(1, sizeof *q);
+  if (!q) die("plan model: out of memory");
+  memcpy(q->key, key, sizeof q->key);
+  q->next = p->plays;
+  p->plays = q;
+  if (p->order) q->span = play_lists(&p->s, p->order, key, &q->busy, &q->bubble);
+  else q->span = q->busy = (double)M * v * pp * (1 + key[PK_B] + key[PK_W]), q->bubble = 1 - 1.0 / pp; /* one stage at a time */
+  return q;
+}
+
+/* Frees the schedules' profiles met so far (plan_model_free). */
+void pp_profiles_free(PlanModel *pm) {
+  for (PpProfile *p = pm->profiles, *n; p; p = n) {
+    n = p->next;
+    for (PpPlay *q = p->plays, *nq; q; q = nq) nq = q->next, free(q);
+    pipe_sched_free(&p->s);
+    free(p->order);
+    free(p->load);
+    free(p->inflight);
+    free(p);
+  }
+  pm->profiles = NULL;
+}
