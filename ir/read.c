@@ -385,6 +385,7 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     int with = -1; /* `with=AXIS`: the group spans that axis too (ir.h mesh_with: ZeRO over dp x cp) */
     ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_axis(r, al, "with", &with) &&
          attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) && attr_blocks(r, al, "blocks", &a->blocks);
+    if (ok && n->op == OP_ALL_GATHER) ok = attr_flag(al, "skiplast", &a->skiplast);
     if (ok && with >= 0) a->mesh_with = (uint8_t)(1u << with);
     break;
   }
