@@ -33,6 +33,8 @@ typedef struct {
   bool shift;     /* a ring shift's (rt_coll_shift_wait) */
   const Node *on; /* a collective some pipeline stages run (Node.stage, Node.stageset): waited on those only; NULL: every rank */
   int upload;     /* > 0: not a collective's but plan offload's upload of copy slot upload - 1 (the device waits) */
+  const char *cond; /* non-NULL: waited only where this C condition holds (an all_gather `skiplast`: not started on
+                       its loop's last iteration) */
 } Wait;
 
 /* Plan offload's copies (passes/offload_sched.c says where each goes; codegen/emit.c emits them). */

@@ -158,9 +158,12 @@ static bool stacked_in_place(const Node *r, int k, const Value *y) {
  * the outer buffer (memplan keeps it live from the repeat on), so the wait moves after the loop,
  * before the first outer reader of those stacked values. A reader inside a fusion group moves the
  * wait before the group. */
+static const char *skip_cond(Cg *c, const Node *n);
+
 static void add_wait(Cg *c, const Node *n, int at, int tag) {
   const Graph *g = n->graph;
-  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV, ir_node_stages(n) ? n : NULL, 0};
+  Wait w = {tag, g, first_reader(g, at, n->out, n->nout), n->op == OP_RECV, ir_node_stages(n) ? n : NULL, 0,
+            skip_cond(c, n)};
   const Node *r = g->owner;
   bool dead = false; /* an output nothing reads: memplan frees it at once, so wait at once */
   for (int o = 0; o < n->nout; o++) {
@@ -197,6 +200,14 @@ static void add_wait(Cg *c, const Node *n, int at, int tag) {
   c->waits[c->nwaits++] = w;
 }
 
+/* The C condition under which an all_gather `skiplast` runs: its loop's index not on the last
+ * iteration; NULL for every other node. */
+static const char *skip_cond(Cg *c, const Node *n) {
+  const Node *r = n->graph->owner;
+  if (!n->a.skiplast || !r || r->op != OP_REPEAT) return NULL;
+  return arena_printf(c->a, "i%d != %" PRId64, cg_depth_of(n->graph), r->a.reverse ? (int64_t)0 : r->a.count - 1);
+}
+
 static const char *stage_cond(Cg *c, const Node *n);
 
 /* Emits the waits due before node pos of g (pos == g->nnodes: at its end); a collective some
@@ -211,9 +222,12 @@ static void emit_waits(Cg *c, const Graph *g, int pos) {
     }
     if (w.on) cg_line(c, "if (%s)", stage_cond(c, w.on));
     if (w.on) c->indent++;
+    if (w.cond) cg_line(c, "if (%s)", w.cond);
+    if (w.cond) c->indent++;
     if (w.upload) c->t->offload(c, CG_DEVICE_WAIT, NULL, NULL, 0, w.upload - 1);
     else if (w.shift) cg_line(c, "rt_coll_shift_wait(ctx, %d); /* ring shift #%d done before what reads it */", w.tag, w.tag);
     else cg_line(c, "rt_coll_wait(ctx, %d); /* all-reduce #%d done before what reads it */", w.tag, w.tag);
+    if (w.cond) c->indent--;
     if (w.on) c->indent--;
   }
   c->nwaits = k;
@@ -322,9 +336,13 @@ static void emit_collective(Cg *c, const Node *n) {
     const char *call = gather ? (tag >= 0 ? "all_gather_start" : "all_gather")
                               : tag >= 0 ? "reduce_scatter_start" : "reduce_scatter";
     const char *tagarg = tag >= 0 ? arena_printf(c->a, "%d, ", tag) : "";
+    const char *skip = skip_cond(c, n);
+    if (skip) cg_line(c, "if (%s) /* not on the loop's last iteration: nothing reads it there */", skip);
+    if (skip) c->indent++;
     cg_line(c, "rt_coll_%s(ctx, %s, %s%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s); /* along dim %d */",
          call, group_lit(c, a), tagarg, cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks,
          cg_dtype_lit(y->dtype), ws, a->axis);
+    if (skip) c->indent--;
     if (tag >= 0) add_wait(c, n, c->pos, tag);
     return;
   }

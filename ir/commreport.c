@@ -298,6 +298,8 @@ static void count_node(const Module *m, const Node *n, int64_t mult, bool in_rep
       count_node(m, n->body->nodes[i], rep ? mult * n->a.count : mult, in_repeat || rep, region, stages, vs, nst);
     return;
   }
+  const Node *r = n->graph->owner; /* an all_gather `skiplast`: every iteration of its loop but the last */
+  if (n->a.skiplast && r && r->op == OP_REPEAT && r->a.count > 0) mult = mult / r->a.count * (r->a.count - 1);
   int k = comm_kind(n->op);
   if (k < 0) return;
   int ax = ir_comm_row(n);

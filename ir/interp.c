@@ -46,6 +46,7 @@ struct Env {
   Env *parent;        /* enclosing graph's env (captures) */
   Tensor **vals;      /* [g->nnodes] -> Tensor[nout * nranks], NULL until computed */
   Tensor *const *args; /* [g->nargs] -> Tensor[nranks] (borrowed), region bodies */
+  bool last;          /* a repeat's body on its last iteration (an all_gather `skiplast` is not run) */
 };
 
 int interp_nranks(const Interp *it) { return it->nranks; }
@@ -354,7 +355,7 @@ bool interp_get_logical(const Interp *it, const char *name, Tensor *out, double 
 /* ---- environments ---------------------------------------------------------- */
 
 static Env env_new(const Graph *g, Env *parent, Tensor *const *args) {
-  Env e = {g, parent, interp_xcalloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(Tensor *)), args};
+  Env e = {g, parent, interp_xcalloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(Tensor *)), args, false};
   return e;
 }
 
@@ -386,8 +387,9 @@ static Tensor *lookup(const Interp *it, const Env *e, const Value *v) {
 static bool eval_graph(Interp *it, Env *e);
 
 /* Runs body once with args (Tensor[nranks] each); results copied into res[i][r]. */
-static bool run_body(Interp *it, const Graph *body, Env *parent, Tensor *const *args, Tensor **res) {
+static bool run_body(Interp *it, const Graph *body, Env *parent, Tensor *const *args, Tensor **res, bool last) {
   Env e = env_new(body, parent, args);
+  e.last = last;
   bool ok = eval_graph(it, &e);
   for (int i = 0; ok && i < body->nresults; i++) {
     Tensor *v = lookup(it, &e, body->results[i]);
@@ -417,7 +419,7 @@ static bool eval_region(Interp *it, const Node *n, Env *e, Tensor *const *ins, T
   int R = it->nranks;
   if (n->op == OP_CALL) {
     Tensor **res = tensor_table(b->nresults, R);
-    bool ok = run_body(it, b, e, ins, res);
+    bool ok = run_body(it, b, e, ins, res, false);
     for (int i = 0; ok && i < n->nout; i++)
       for (int r = 0; r < R; r++) {
         out[i * R + r] = res[i][r];
@@ -456,7 +458,7 @@ static bool eval_region(Interp *it, const Node *n, Env *e, Tensor *const *ins, T
         }
         xsl[i][r] = s;
       }
-    if (!ok || !(ok = run_body(it, b, e, args, res))) break;
+    if (!ok || !(ok = run_body(it, b, e, args, res, step == count - 1))) break;
     for (int i = 0; i < nc; i++)
       for (int r = 0; r < R; r++) {
         tensor_free(&carry[i][r]);
@@ -510,6 +512,9 @@ static bool eval_node(Interp *it, Env *e, const Node *n, Tensor *out) {
   else if (ir_ops[n->op].flags & F_REGION) ok = eval_region(it, n, e, ins, out);
   else if (n->op == OP_SEND) interp_eval_send(it, n, ins[0]);
   else if (n->op == OP_RECV) ok = interp_eval_recv(it, n, out);
+  else if (n->a.skiplast && e->last) /* not issued: nothing reads it on the last iteration */
+    for (int k = 0; k < n->nout; k++)
+      for (int r = 0; r < R; r++) out[k * R + r] = tensor_new(n->out[k]->dtype, n->out[k]->shape);
   else if (ir_ops[n->op].flags & F_COLL)
     for (int k = 0; ok && k < n->nin; k++) ok = interp_eval_coll(it, n, k, ins[k], out + (size_t)k * (size_t)it->nranks);
   else {

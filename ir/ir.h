@@ -184,6 +184,9 @@ typedef struct {
   bool reverse;           /* REPEAT: iterate count-1 .. 0 */
   bool next;              /* ARG of a REPEAT's stacked input: iteration i reads row i+1 (reverse: i-1), modulo
                              count, not row i (ZeRO-3's gather of the next layer, passes/zero.c) */
+  bool skiplast;          /* ALL_GATHER in a REPEAT's body: not issued on the loop's last iteration, whose
+                             output nothing reads then (ZeRO-3's prefetch of the next layer, passes/zero.c:
+                             a loop of L layers gathers L - 1 rows; its output is zeros there) */
   bool sharded;           /* EMBED/EMBED_BWD/CE_*: the vocab dim is split over mesh_axis (this rank holds block coord) */
   int blocks;             /* ALL_GATHER/REDUCE_SCATTER/SHARD_SLICE/ALL_TO_ALL: the axis is this many blocks, each split (0: 1) */
   int split_axis;         /* ALL_TO_ALL: the tensor axis scattered (>= 0) */

@@ -202,6 +202,7 @@ static void put_attrs(Buf *b, const Node *n) {
     print_with(b, a->mesh_with);
     bprintf(b, " axis=%d", a->axis);
     print_blocks(b, a->blocks);
+    if (a->skiplast) bprintf(b, " skiplast");
     break;
   case OP_BROADCAST: bprintf(b, "  over=%s root=%lld", axis_name(a->mesh_axis), (long long)a->start); break;
   case OP_ALL_TO_ALL:

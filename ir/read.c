@@ -385,6 +385,13 @@ static bool apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     int with = -1; /* `with=AXIS`: the group spans that axis too (ir.h mesh_with: ZeRO over dp x cp) */
     ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_axis(r, al, "with", &with) &&
          attr_int(r, al, "axis", &a->axis, 0, IR_MAX_RANK - 1) && attr_blocks(r, al, "blocks", &a->blocks);
+    if (ok && n->op == OP_ALL_GATHER) {
+      const Node *o = n->graph->owner;
+      for (int i = 0; i < al->n; i++)
+        if (strcmp(al->a[i].key, "skiplast") == 0 && !al->a[i].val && (!o || o->op != OP_REPEAT))
+          return rd_fail(r, al->a[i].at, "skiplast outside a repeat's body (it skips the loop's last iteration)");
+      ok = attr_flag(al, "skiplast", &a->skiplast);
+    }
     if (ok && with >= 0) a->mesh_with = (uint8_t)(1u << with);
     break;
   }

@@ -339,6 +339,8 @@ static void verify_graph(Verifier *vf, const Graph *g) {
       if (n->a.mesh_axis < 0 || n->a.mesh_axis >= RT_AX_COUNT) report(vf, n, "names mesh axis %d", n->a.mesh_axis);
     if ((n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) && !n->a.name)
       report(vf, n, "source without a name");
+    if (n->a.skiplast && (n->op != OP_ALL_GATHER || !g->owner || g->owner->op != OP_REPEAT))
+      report(vf, n, "skiplast on a node that is not an all_gather in a repeat's body");
   }
   for (int i = 0; i < g->nresults; i++) {
     const Value *r = g->results[i];

@@ -267,6 +267,9 @@ static void sim_node(Sim *s, const Node *n, Clock *c, bool launch) {
   if (ir_ops[n->op].flags & F_COLL) {
     int side;
     double dt = coll_time(s, n, &side);
+    const Node *loop = n->graph->owner; /* an all_gather `skiplast` runs on count - 1 of its loop's iterations */
+    if (n->a.skiplast && loop && loop->op == OP_REPEAT && loop->a.count > 0)
+      dt *= (double)(loop->a.count - 1) / (double)loop->a.count;
     s->r->comm_s[side] += s->mult * dt;
     if (pipe_p2p(n)) { /* the sender copies and goes on; the wire and the receiver's copy: the timeline's */
       s->r->comm_async_s += s->mult * dt;

@@ -311,8 +311,9 @@ static void insert_at(void **arr, int n, int at, void *x) {
  * layer's row of p is gathered (the carry's initial value); each iteration computes with the
  * carried layer and starts, at its front, the gather of the next layer's row (x becomes an
  * `arg next`: row i+1, reverse i-1), which it yields as the next carry; codegen waits for it at the
- * end of the iteration, so it is in flight while the whole layer computes. The last iteration
- * gathers the first layer again (modulo count: one gather of L wasted, unused). Two layers'
+ * end of the iteration, so it is in flight while the whole layer computes. The last iteration's
+ * gather (the first row again, modulo count) would be unread: it is `skiplast`, not issued there
+ * (interpreter, codegen, cost, traffic report), so a loop of L layers gathers L rows. Two layers'
  * gathered parameters are live at once: the carry and the next one. Returns the nodes inserted
  * into g before n (3), or 0 when the body does not read x. */
 static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, ZeroGroup z) {
@@ -367,6 +368,7 @@ static int prefetch_layer(Graph *g, Node *n, int j, const Value *whole, int dl, 
   memmove(&b->nodes[1], &b->nodes[0], sizeof(Node *) * (size_t)pa);
   b->nodes[0] = an;
   Value *wn = zero_gather_new(b, x, whole, dl, z, loc);
+  wn->def->a.skiplast = true; /* the last iteration's gather would be the first row again, unread */
   int at = 0;
   while (at < b->nnodes - 1 && b->nodes[at]->op == OP_ARG) at++;
   ir_move_last(b, at);

@@ -82,7 +82,7 @@ static bool eligible(const Graph *g, const Node *n, ZeroGroup z, Target target) 
 
 static bool same_run(const Node *a, const Node *b) {
   return a->a.mesh_axis == b->a.mesh_axis && a->a.mesh_with == b->a.mesh_with && a->in[0]->dtype == b->in[0]->dtype &&
-         a->stage == b->stage && a->stageset == b->stageset;
+         a->stage == b->stage && a->stageset == b->stageset && a->a.skiplast == b->a.skiplast;
 }
 
 /* Nodes a run may pass over: the preparation of its shards. */

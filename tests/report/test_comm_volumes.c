@@ -304,8 +304,11 @@ static void pp_only(const char *label, const FeDefine *defs, int ndefs, int64_t 
  * loops, which per micro-batch gather each layer's bf16 weights once forward and once backward (the
  * cast of the shard is the shard of the cast, passes/zero.c) and reduce-scatter its f32 gradient once
  * (passes/zero_sums.c). Inside the loops, per step: 2 M x the stage's split layer weights in bf16
- * gathered, M x its layer parameters in f32 scattered. (The report counted both stages' loops: twice
- * that, read as f32 gathers and two scatters a micro-step.) */
+ * gathered, less the first row of each loop (gathered before it: the prefetch, passes/zero.c; a loop of
+ * L rows gathers L, its last iteration gathers nothing — it gathered L + 1, its last iteration the
+ * first row again, until the gather became `skiplast`), M x its layer parameters in f32 scattered.
+ * (The report counted both stages' loops: twice that, read as f32 gathers and two scatters a
+ * micro-step.) */
 static void zero3_pp(const char *label, const FeDefine *defs, int ndefs, int64_t M) {
   FeDefine d[MAXDEF];
   int n = 0;
@@ -332,7 +335,7 @@ static void zero3_pp(const char *label, const FeDefine *defs, int ndefs, int64_t
   ir_comm_volumes(m, &v);
   /* the stage's stacked layer parameters (S(pp) rows): all f32 gradients scattered; the ones stored
    * split over dp (ZeRO-3's, over its persistence threshold) gathered in bf16 */
-  double f32 = 0, bf16 = 0;
+  double f32 = 0, bf16 = 0, lst = 0; /* lst: a stage's layer rows */
   const Graph *g = m->graph;
   for (int i = 0; i < g->nnodes; i++) {
     const Value *p = g->nodes[i]->out[0];
@@ -340,16 +343,19 @@ static void zero3_pp(const char *label, const FeDefine *defs, int ndefs, int64_t
     bool split = false;
     for (int k = 1; k < p->shape.rank; k++) split |= p->sharding.split[k] == RT_AX_DP;
     double whole = (double)ir_numel(&p->shape) * (split ? 2 : 1); /* the stage's rows, both dp shards */
+    lst = (double)p->shape.dim[0];
     f32 += whole * 4;
     bf16 += split ? whole * 2 : 0;
   }
   char w[160];
   snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: one stage's volumes", label, (long long)M);
   eq(w, v.nstages, 2);
-  snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: the layer loops' gathers = 2 M x the stage's bf16 weights", label,
-           (long long)M);
+  snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: the layer loops' gathers = 2 M x the stage's bf16 weights but the first rows",
+           label, (long long)M);
   eq(w, (double)(rep(&v, RT_AX_DP, CR_FORWARD, CK_ALL_GATHER)->bytes + rep(&v, RT_AX_DP, CR_BACKWARD, CK_ALL_GATHER)->bytes),
-     2.0 * (double)M * bf16);
+     2.0 * (double)M * bf16 * (lst - 1) / lst);
+  snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: a stage of 2 layer rows", label, (long long)M);
+  eq(w, lst, 2);
   snprintf(w, sizeof w, "%s pp 2 dp 2 z3 x %lld: the layer loops' scatters = M x the stage's f32 parameters", label,
            (long long)M);
   eq(w, (double)(rep(&v, RT_AX_DP, CR_FORWARD, CK_REDUCE_SCATTER)->bytes +
