@@ -27,12 +27,12 @@ static bool reads_deep(const Graph *g, const Value *v) {
 static bool stacked_over_pp(const Value *v) { return v->shape.rank > 0 && v->sharding.split[0] == RT_AX_PP; }
 
 /* dp reduce-scatters inside the bodies of g's loops. */
-static int dp_scatters_in_loops(const Graph *g, bool top) {
+static int scatters_in_loops(const Graph *g, bool top) {
   int c = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     c += !top && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP;
-    if (n->body) c += dp_scatters_in_loops(n->body, false);
+    if (n->body) c += scatters_in_loops(n->body, false);
   }
   return c;
 }
@@ -77,13 +77,15 @@ int tb_check_zero_coalesced(const Module *m, const char *what) {
  * or uneven stage gathered each chunk's or stage's stack once and held it the whole step, and
  * interleaved uneven stages reduce-scattered their whole stacks' gradients after the last backward:
  * tiny [1, 2, 2, 1] at d 32, 327,680 B gathered at once, 6.4 layers'.) */
+int tb_dp_scatters_in_loops(const Graph *g) { return scatters_in_loops(g, true); }
+
 int tb_check_zero_pp(const Module *m, int64_t M, const char *what) {
   const Graph *g = m->graph;
   char msg[320];
   int dp = m->mesh->dim[RT_AX_DP];
   int failures = 0;
   if (m->plan.zero < 2 || dp < 2) return 0;
-  int rs = dp_scatters_in_loops(g, true), whole = stack_gathers(g);
+  int rs = tb_dp_scatters_in_loops(g), whole = stack_gathers(g);
   snprintf(msg, sizeof msg, "%s, zero %d: %d dp reduce-scatters in the backward loops (want >= %lld), %d gathers or scatters of a stage's whole stack (want 0)",
            what, m->plan.zero, rs, (long long)M, whole);
   expect(rs >= M && !whole, msg, &failures);

@@ -12,6 +12,9 @@
  * other parameter's (the embedding). Prints a FAIL line per broken check; returns their count (0 for
  * any other plan). */
 int tb_check_zero_pp(const Module *m, int64_t M, const char *what);
+/* The dp reduce-scatters inside the bodies of g's loops (ZeRO-2/3: each micro-batch's layer gradients
+ * reduce-scattered in its backward loop), the top level's not counted. */
+int tb_dp_scatters_in_loops(const Graph *g);
 /* m under zero 3 with `coalesce on` (passes/zero_coalesce.c), dp > 1: each layer loop's body gathers its
  * layer's split parameters in one dp all-gather at most (before: one per split tensor). Returns FAIL lines. */
 int tb_check_zero_coalesced(const Module *m, const char *what);

@@ -161,18 +161,6 @@ static void check_shape(const Module *m, int pp, int v, bool zb, int64_t M, cons
   free(recvs);
 }
 
-/* dp reduce-scatters inside the bodies of g's loops (ZeRO-2/3 under pp: each micro-batch's layer
- * gradients reduce-scattered in its backward loop, the schedule's sums the shards: passes/zero_sums.c). */
-static int dp_scatters_in_loops(const Graph *g, bool top) {
-  int c = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    c += !top && n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP;
-    if (n->body) c += dp_scatters_in_loops(n->body, false);
-  }
-  return c;
-}
-
 static void run_model(const char *label, Target target, double tol, const char *path, const FeDefine *defs,
                       int ndefs, int64_t B, int64_t S, int64_t V) {
   fprintf(stderr, "%s\n", label);
@@ -213,9 +201,9 @@ static void run_model(const char *label, Target target, double tol, const char *
       }
       check_shape(pm, pp, q == 2 ? 2 : 1, q == 3, M, what);
       failures += tb_check_zero_coalesced(pm, what);
-      if (pm->plan.zero >= 2 && dp > 1 && dp_scatters_in_loops(pm->graph, true) < M) {
+      if (pm->plan.zero >= 2 && dp > 1 && tb_dp_scatters_in_loops(pm->graph) < M) {
         fprintf(stderr, "FAIL %s %s: zero %d reduce-scatters %d gradients over dp inside the backward loops, want one per micro-batch at least\n",
-                label, what, pm->plan.zero, dp_scatters_in_loops(pm->graph, true));
+                label, what, pm->plan.zero, tb_dp_scatters_in_loops(pm->graph));
         failures++;
       }
       failures += tb_equiv_micro(ref, pm, &tok, &tgt, M, label, what, tol, true);
