@@ -127,6 +127,19 @@ static Graph *valid_graph(Arena *A, Node **mid) {
   return g;
 }
 
+/* A CALL of one argument in g, its body returning neg(arg), appended to g. */
+static Node *t_call(Arena *A, Graph *g, Value *a) {
+  Node *call = ir_node_new(g, OP_CALL, 1, &a, 1, NOLOC);
+  call->a.name = "f";
+  Graph *body = ir_graph_new(A, g);
+  body->owner = call;
+  call->body = body;
+  Value *x = ir_add_arg(body, DT_F32, S(1, 4), "x")->out[0];
+  ir_add_result(body, t_op1(body, OP_NEG, x, NULL), NULL);
+  CHECK(ir_infer(call));
+  return call;
+}
+
 static void test_verify(Arena *A) {
   fprintf(stderr, "(expected verifier messages follow)\n");
   Node *mid;
@@ -167,15 +180,9 @@ static void test_verify(Arena *A) {
   /* a region value used outside its body; an ARG with a wrong index */
   g = ir_graph_new(A, NULL);
   Value *a = t_input(g, "a", DT_F32, S(1, 4));
-  Node *call = ir_node_new(g, OP_CALL, 1, &a, 1, NOLOC);
-  call->a.name = "f";
-  Graph *body = ir_graph_new(A, g);
-  body->owner = call;
-  call->body = body;
-  Value *x = ir_add_arg(body, DT_F32, S(1, 4), "x")->out[0];
-  Value *inner = t_op1(body, OP_NEG, x, NULL);
-  ir_add_result(body, inner, NULL);
-  CHECK(ir_infer(call));
+  Node *call = t_call(A, g, a);
+  Graph *body = call->body;
+  Value *inner = body->results[0];
   ir_add_result(g, call->out[0], "y");
   CHECK(ir_verify(g, "ok region"));
   Value *leak = t_op1(g, OP_EXP, inner, NULL);
@@ -185,19 +192,6 @@ static void test_verify(Arena *A) {
   CHECK(ir_verify(g, "ok again"));
   body->args[0]->a.index = 3;
   CHECK(!ir_verify(g, "arg index"));
-}
-
-/* A CALL of one argument in g, its body returning neg(arg), appended to g. */
-static Node *t_call(Arena *A, Graph *g, Value *a) {
-  Node *call = ir_node_new(g, OP_CALL, 1, &a, 1, NOLOC);
-  call->a.name = "f";
-  Graph *body = ir_graph_new(A, g);
-  body->owner = call;
-  call->body = body;
-  Value *x = ir_add_arg(body, DT_F32, S(1, 4), "x")->out[0];
-  ir_add_result(body, t_op1(body, OP_NEG, x, NULL), NULL);
-  CHECK(ir_infer(call));
-  return call;
 }
 
 /* What the verifier finds through its table of checked outputs (ir/verify.c in_scope_seen) and its
