@@ -25,11 +25,12 @@
 #   offload tests/gpu/run_offload.sh: zero 1 offload, overlapped against synchronous copies
 #   ncu     per-kernel times of GPT-2's third step (ncu, when present), summed by kernel name
 #           (tests/gpu/ncu_sum.py; the two CSVs kept in OUT)
-#   ncullama the same for the Llama-shaped 509M trainer
 #   sdpa    the attention's peers: PyTorch's scaled_dot_product_attention on each backend (FlashAttention-2,
 #           cuDNN, memory-efficient; FlashAttention-3 when installed) at the sweep's shapes, fwd / bwd / fwd+bwd
 #           TFLOP/s counted as the sweep counts them (bench/peers/sdpa_torch.py): issue 17's 300 beside the field's
-# Each part's output is in OUT/PART.log; OUT/summary.txt has the lines that go to docs/performance.md.
+#   ncullama the same for the Llama-shaped 509M trainer
+# Each part's output (PART.log, ncu's CSVs) goes back in OUT/logs.tar.gz (the device tool returns at most 8 files);
+# OUT/summary.txt has the lines that go to docs/performance.md.
 # PARTS=sweep,offload,ncu,ncullama,sdpa (a comma list) runs only those (the probe always): the parts a first call's
 # budget left out, run by a second call on the same warm machine (its cubin cache is kept there). PARTS=rest runs
 # every part no earlier call on this machine started (each part's name is written to $SHARDRT_CUBIN_CACHE/session-started
@@ -148,9 +149,13 @@ part offload 60 90 tests/gpu/run_offload.sh "$bin" 12 2
 grep -E "median|over the rounds" "$out/offload.log" >> "$sum"
 part ncu 50 90 ncu_step
 head -12 "$out/ncu.log" >> "$sum" 2>/dev/null
-part ncullama 50 90 ncu_step llama509_cuda
-head -12 "$out/ncullama.log" >> "$sum" 2>/dev/null
 part sdpa 30 90 python3 bench/peers/sdpa_torch.py
 grep -E "^[a-z0-9]+:|TFLOP|refused|FAILED|not installed" "$out/sdpa.log" >> "$sum" 2>/dev/null
+part ncullama 50 120 ncu_step llama509_cuda
+head -12 "$out/ncullama.log" >> "$sum" 2>/dev/null
 echo "== $(($(date +%s) - start)) s in all" >> "$sum"
+# The device tool brings back at most 8 files from OUT (session 26 lost sweep.log, peers.log and tune.log to that):
+# every part's log and CSV go back in one archive beside summary.txt
+(cd "$out" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz -printf '%P\n' | sort > "$t/logs" &&
+  tar -czf logs.tar.gz -T "$t/logs" && xargs rm -f < "$t/logs") && echo "logs: $out/logs.tar.gz" >> "$sum"
 cat "$sum"

@@ -475,15 +475,15 @@ __device__ void flash_fwd(bf16 *o, float *lse, const bf16 *q, const bf16 *k, con
       store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], l0 == 0.0f ? 0.0f : 1.0f / l0,
                      l1 == 0.0f ? 0.0f : 1.0f / l1);
       if (t == 0) {
-        if (rm + g < S) lb[rm + g] = l0 == 0.0f ? ninf() : m[mt][0] * ln2 + logf(l0);
-        if (rm + g + 8 < S) lb[rm + g + 8] = l1 == 0.0f ? ninf() : m[mt][1] * ln2 + logf(l1);
+        if (rm + g < S) lb[rm + g] = l0 == 0.0f ? ninf() : fmaf(m[mt][0], ln2, logf(l0));
+        if (rm + g + 8 < S) lb[rm + g + 8] = l1 == 0.0f ? ninf() : fmaf(m[mt][1], ln2, logf(l1));
       }
       continue;
     }
     store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc[mt], 1.0f / l0, 1.0f / l1);
     if (t == 0) {
-      if (rm + g < S) lb[rm + g] = m[mt][0] * ln2 + logf(l0);
-      if (rm + g + 8 < S) lb[rm + g + 8] = m[mt][1] * ln2 + logf(l1);
+      if (rm + g < S) lb[rm + g] = fmaf(m[mt][0], ln2, logf(l0));
+      if (rm + g + 8 < S) lb[rm + g + 8] = fmaf(m[mt][1], ln2, logf(l1));
     }
   }
 }

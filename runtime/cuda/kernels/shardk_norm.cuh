@@ -112,9 +112,10 @@ __device__ __forceinline__ float as_dt(float v, const bf16 *) { return rbf(v); }
  * the add after the norm's backward done by its kernel): dx rounded to its dtype, then the sum in f32, stored
  * rounded: the bits of the two nodes it replaces (the norm's dx stored, then the add), so a program keeps its
  * numbers with the fusion or without. res may be dx's very tensor, each element read by the thread that then stores
- * it. */
+ * it. The add is __fadd_rn: a plain + lets NVRTC contract f32 dx's last product and the add into one FMA (dx never
+ * rounded: on the H100 every f32 case differed from the two nodes' bits, session 26), which __fadd_rn never is. */
 template <class T> __device__ __forceinline__ float with_res(float v, const T *res, i64 i) {
-  return res ? as_dt(v, res) + ld(res + i) : v;
+  return res ? __fadd_rn(as_dt(v, res), ld(res + i)) : v;
 }
 
 /* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx (+ res: with_res), and its partial

@@ -234,7 +234,10 @@ __device__ __forceinline__ void wg_softmax(float (&s)[BK / 8][4], float (&m)[2],
   if (MASK) u0 = n0 == ninf() ? 0.0f : n0, u1 = n1 == ninf() ? 0.0f : n1; /* a row masked so far */
   f[0] = ex2(m[0] - u0), f[1] = ex2(m[1] - u1);
   m[0] = n0, m[1] = n1;
-  l[0] *= f[0], l[1] *= f[1];
+  /* rounded before the tile's sums add in (__fmul_rn): a plain *= leaves NVRTC to contract it with the first add
+   * into an FMA or not by the code around it, and the kernels that share this softmax (flash_fwd_wg, flash_fwd_ws)
+   * promise the same bits (the lse's fmaf in wg_fwd_finish: where that choice did differ, session 26) */
+  l[0] = __fmul_rn(l[0], f[0]), l[1] = __fmul_rn(l[1], f[1]);
 #pragma unroll
   for (int nt = 0; nt < BK / 8; nt++) {
     s[nt][0] = ex2(fmaf(s[nt][0], c2, -u0)), s[nt][1] = ex2(fmaf(s[nt][1], c2, -u0));
@@ -297,7 +300,9 @@ __device__ __forceinline__ void wg_fwd_tile_pipe(float (&acc)[HD / 8][4], float 
 }
 
 /* A warpgroup's last step of the forward: O = acc / l stored (rows r0 .. r0 + 63 of query head h, batch b: this
- * warp's 16), lse = m ln 2 + log l (the max m in base 2) */
+ * warp's 16), lse = m ln 2 + log l (the max m in base 2) as one fmaf: a plain m * ln2 + logf(l) was an FMA in
+ * flash_fwd_ws and a multiply and an add in flash_fwd_wg on the H100 (session 26: NVRTC's choice, by the code
+ * around it), so their lse differed in the last bit */
 template <int S, int H, int HD>
 __device__ __forceinline__ void wg_fwd_finish(bf16 *o, float *lse, i64 ldo, const float (&acc)[HD / 8][4],
                                               const float (&m)[2], const float (&l)[2], i64 b, int h, int r0) {
@@ -308,8 +313,8 @@ __device__ __forceinline__ void wg_fwd_finish(bf16 *o, float *lse, i64 ldo, cons
   const int rm = r0 + 16 * w;
   store_rows<HD>(o + b * S * ldo + (i64)h * HD, ldo, rm, S, acc, 1.0f / l0, 1.0f / l1);
   if (t == 0) {
-    if (rm + g < S) lb[rm + g] = m[0] * ln2 + logf(l0);
-    if (rm + g + 8 < S) lb[rm + g + 8] = m[1] * ln2 + logf(l1);
+    if (rm + g < S) lb[rm + g] = fmaf(m[0], ln2, logf(l0));
+    if (rm + g + 8 < S) lb[rm + g + 8] = fmaf(m[1], ln2, logf(l1));
   }
 }
 

@@ -608,6 +608,9 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+/* the rounded add and multiply the device never contracts into an FMA (the emulator's -O1 for x86-64 has none) */
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __int_as_float(int x) {
   float f;
   memcpy(&f, &x, 4);
