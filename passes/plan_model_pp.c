@@ -21,15 +21,17 @@
  * merged together, 1 when each merged its own, none inside its loops). */
 /* (the types: plan_model_int.h) */
 
+/* (The first and the last stage's loads are kept apart from the middle ones': theirs are priced with
+ * their own layers and end parameters, which may be less than a middle stage's.) */
 static void pareto_add(PpProfile *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last && y->first >= x.first) return;
+    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last == x.last && y->first == x.first) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last && x.first >= y->first))
+    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last == y->last && x.first == y->first))
       p->load[k++] = *y;
   }
   p->n = k;
