@@ -596,18 +596,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * none's 16) */
     double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst * ulay;
     A *= ulay;
-    /* uneven stages without chunks: a load of the first or the last stage is that stage's own layers', a
-     * middle one's the largest middle stage's (spread over every stage, the most loaded one's layers put
-     * the first stage's 16 micro-batches in flight at 8 layers, where it has 7: Llama-3-405B pp 16's
-     * [7, 8, ..., 8, 7], its embedding's 1.6 GiB on top, 1.02 x the compiled 78.2 GiB, whose peak is
-     * stage 1's) */
-    double Ae[3] = {A, A, A}, Se[3] = {S, S, S}; /* a middle, the first and the last stage's per micro-batch */
-    if (n && nv == c->pp) {
-      double lmid = 0;
-      for (int k = 1; k < c->pp - 1; k++) lmid = fmax(lmid, (double)n[k]);
-      double lay[3] = {lmid, (double)n[0], (double)n[c->pp - 1]};
-      for (int k = 0; k < 3; k++) Ae[k] = A / (lst * ulay) * lay[k], Se[k] = S / (lst * ulay) * lay[k];
-    }
+    /* uneven stages without chunks: each stage's loads in flight priced with its own layers (spread over
+     * every stage, the most loaded one's layers put the first stage's 16 micro-batches in flight at 8
+     * layers, where it has 7: Llama-3-405B pp 16's [7, 8, ..., 8, 7], its embedding's 1.6 GiB on top,
+     * 1.02 x the compiled 78.2 GiB, whose peak is stage 1's) */
+    bool own = n && nv == c->pp && lst * ulay > 0;
+    double perA = own ? A / (lst * ulay) : 0, perS = own ? S / (lst * ulay) : 0; /* (a layer's, of one micro-batch) */
     /* the parameters outside the layers and their optimizer state: on their end stage alone
      * (passes/pipe_owners.c; their gradients' sums are every rank's), so the peak's stage's (Llama-3-405B
      * pp 16 z1: the embedding's and the head's 2 x 0.98 GiB f32 on every stage was 2.2 GiB over the
@@ -618,8 +612,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     const PpLoad *peak = NULL;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
-      int w = l->first ? 1 : l->last ? 2 : 0;
-      double x = l->a * Ae[w] + l->b * Se[w] + l->h * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
+      double As = own ? perA * (double)n[l->stage] : A, Ss = own ? perS * (double)n[l->stage] : S;
+      double x = l->a * As + l->b * Ss + l->h * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
       if (x > most || !peak) most = x, peak = l;
     }
     if (peak) {

@@ -10,6 +10,7 @@ typedef struct {
   int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
   int last;              /* the last stage's (it holds the logits) */
   int first;             /* the first stage's (it holds the embedding tables) */
+  int stage;             /* the stage's (uneven stages: priced with its own layers) */
 } PpLoad;
 typedef struct PpPlay {
   double key[PP_KEYS];    /* the stage times the lists were played with, over a middle stage's F (pp_key) */

@@ -21,17 +21,16 @@
  * merged together, 1 when each merged its own, none inside its loops). */
 /* (the types: plan_model_int.h) */
 
-/* (The first and the last stage's loads are kept apart from the middle ones': theirs are priced with
- * their own layers and end parameters, which may be less than a middle stage's.) */
+/* (Each stage's loads are kept apart: under uneven stages each is priced with its own layers.) */
 static void pareto_add(PpProfile *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last == x.last && y->first == x.first) return;
+    if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->stage == x.stage) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
     const PpLoad *y = &p->load[i];
-    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last == y->last && x.first == y->first))
+    if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.stage == y->stage))
       p->load[k++] = *y;
   }
   p->n = k;
@@ -155,7 +154,7 @@ static void pp_loads(PpProfile *p, const double *key) {
         a[st]--, bw[st]--;
       }
       left[in.mb]--;
-      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], h, q == pp - 1, q == 0});
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], h, q == pp - 1, q == 0, q});
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
