@@ -20,7 +20,7 @@ typedef struct PpPlay {
 } PpPlay;
 struct PpProfile {
   PipeSchedule kind;
-  int pp, M, v, n, cap;
+  int pp, M, v, n;       /* n: loads (each stage's Pareto set, in stage order) */
   double lkey[PP_KEYS];   /* zb: the stage times its lists were made with (key[0 .. PK_MERGE) to 1/8 of F); else 0 */
   PipeSched s;            /* the lists */
   PipeStep *order;        /* pipe_sched_check's order of them */
