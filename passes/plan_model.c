@@ -99,12 +99,19 @@ static void param_ends(const Graph *g, PtrMap *ends) {
   }
 }
 
-/* The stacked layer parameter v is (param_of, and through a stage's or a chunk's rows), or NULL. */
-static const Node *layer_param_of(const Value *v) {
+/* The stacked layer parameter v is (param_of, and through a stage's or a chunk's rows, the coalesced
+ * gathers' unpacking, a persistent bf16 copy: its parameter, a PARAM of top), or NULL. */
+static const Node *layer_param_of(const Graph *top, const Value *v) {
   int64_t at = -1; /* a slice's start, where a concat's member is looked for (passes/zero_coalesce.c's unpacking) */
   for (int k = 0; k < 32 && v; k++) {
     const Node *n = v->def;
     if (n->op == OP_PARAM) return n;
+    const char *src = n->op == OP_STATE ? ir_copy_source(n->a.name) : NULL;
+    if (src) {
+      for (int i = 0; i < top->nnodes; i++)
+        if (top->nodes[i]->op == OP_PARAM && top->nodes[i]->a.name && !strcmp(top->nodes[i]->a.name, src)) return top->nodes[i];
+      return NULL;
+    }
     if (n->op == OP_SLICE && at < 0) at = n->a.start;
     if (n->op == OP_CONCAT) {
       int64_t off = 0;
@@ -150,7 +157,7 @@ static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double r
         bool moves = x->op == OP_REPEAT || x->op == OP_CALL || x->op == OP_RESHAPE || x->op == OP_CONCAT || x->op == OP_SLICE ||
                      x->op == OP_CAST || x->op == OP_TRANSPOSE || (ir_ops[x->op].flags & F_COLL);
         for (int j = 0; j < x->nin && !moves; j++) {
-          const Node *p = layer_param_of(x->in[j]);
+          const Node *p = layer_param_of(m->graph, x->in[j]);
           if (!p || p->out[0]->shape.rank < 2 || logical_dim(m, p->out[0], 0) != rows) continue;
           int k = 0;
           while (k < pm->nlt && seen[k] != p) k++;
