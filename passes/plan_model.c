@@ -316,6 +316,11 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
   return n;
 }
 
+/* The plan's bucket bytes (`bucket`; 25 MiB by default, as passes/zero.c and passes/grad_buckets.c take it). */
+static double bucket_bytes(const Module *base) {
+  return base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
+}
+
 /* One layer's ZeRO-2/3 gradient reduce-scatters in a backward layer loop (passes/zero_sums.c), over n
  * ranks (bw, lat): in the order the backward makes the gradients (pm->lt reversed), the matrices' and the
  * norms' gains' (under sp with tp > 1 those are partial over tp too and summed after the loop,
@@ -363,7 +368,7 @@ static bool layer_scatters(const PlanModel *pm, const PlanCand *c, double cap, i
  * of compute, spread over the step's gather points; within the plan's bucket on the packed shard bytes;
  * *copy_s: their seconds a step, compute's; *flat: the bytes the gathered [group, N] holds beside
  * the unpacked layers, the layer's whole), else one a tensor; and
- * reduce-scatter a layer's gradients in buckets (at most one a tensor). Counted as one ring's latency
+ * reduce-scatter a layer's gradients in runs (layer_scatters). Counted as one ring's latency
  * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
  * a collective) ran 21,440 collectives a step: 55 s. */
 static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
@@ -372,7 +377,7 @@ static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDe
   *copy_s = 0, *flat = 0, *gather_pt = 0;
   if (n <= 1 || bw <= 0) return 0;
   double accum = (double)c->accum, cb = pm->cb;
-  double bucket = base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
+  double bucket = bucket_bytes(base);
   double scatters, s_all, s_packed, s_end; /* a layer's runs (layer_scatters; without the tensors, buckets) */
   if (!layer_scatters(pm, c, bucket, n, bw, lat, 0, 0, 0, 0, &scatters, &s_all, &s_packed, &s_end))
     scatters = fmax(1, fmin(pm->nl_mat, ceil(p_layer / bucket)));
@@ -488,7 +493,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   if (c->pp == 1 && c->zero >= 2 && c->dp * c->cp > 1 && pm->nlt) {
     double bw, lat, cnt, s_all, s_packed, s_end;
     int n = dp_link(c, dev, dpn, &bw, &lat);
-    double bucket = base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
+    double bucket = bucket_bytes(base);
     bool full = c->rec == RECOMPUTE_FULL;
     /* a layer's compute a micro-step: its GEMMs, attention, elementwise bytes and kernels; the backward's
      * part (full recompute: the forward again in it), with its blocking tp collectives */
