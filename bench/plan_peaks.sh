@@ -6,7 +6,9 @@
 # and NEW, and whether NEW's plan output is byte-identical (a plan refused, by both or one: its
 # exit codes and NEW's first error). A row where NEW's peak or total is
 # above BASE's is marked HIGHER and the script exits 1. The last column: NEW's total over its peak
-# (the packing's fragmentation; the largest rank class's figures).
+# (the packing's fragmentation; the largest rank class's figures), then NEW's plan's pp; at the end that
+# ratio's count, mean, median and largest over the plans without pp and under pp (the figures
+# passes/plan_search.c's ana_frag takes). BASE and NEW the same file: each plan is planned once.
 #   bench/plan_peaks.sh BASE NEW [FILTER]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,16 +32,22 @@ while IFS= read -r line; do configs+=("$line"); done < <(sed -n 's/^  "\([^"]*|[
   grep -v -e '--search' -e '--pick' | sed 's/\$L/models\/llama3-8b.model/; s/\$G/models\/gpt3-175b.model/; s/\$P/models\/topo\/p4d-x128.topo/')
 figures() { grep -E '^#   (peak|total) +[0-9]+ B' "$1" | awk '{ printf "%s%s", (NR > 1 ? "," : ""), $3 }'; }
 rc=0
-printf '%-34s %-40s %-40s %-6s %s\n' configuration "base peak,total (per class)" "new peak,total" "frag" "output"
+fr=()
+printf '%-34s %-40s %-40s %-6s %-4s %s\n' configuration "base peak,total (per class)" "new peak,total" "frag" "pp" "output"
 for c in "${configs[@]}"; do
   name=${c%%|*}
   [[ $name =~ $filter ]] || continue
   read -r -a args <<<"${c#*|}"
   b=$(mktemp) n=$(mktemp)
-  timeout 300 "$base" plan "${args[@]}" >"$b" 2>/dev/null
-  rb=$?
   timeout 300 "$new" plan "${args[@]}" >"$n" 2>/dev/null
   rn=$?
+  if [ "$base" -ef "$new" ]; then
+    cp "$n" "$b"
+    rb=$rn
+  else
+    timeout 300 "$base" plan "${args[@]}" >"$b" 2>/dev/null
+    rb=$?
+  fi
   fb=$(figures "$b") fn=$(figures "$n")
   same=differs
   cmp -s "$b" "$n" && same=identical
@@ -47,7 +55,15 @@ for c in "${configs[@]}"; do
   mark=
   paste <(tr ',' '\n' <<<"$fb") <(tr ',' '\n' <<<"$fn") | awk '$2 > $1 { bad = 1 } END { exit !bad }' && mark=" HIGHER" && rc=1
   frag=$(tr ',' '\n' <<<"$fn" | paste - - | awk '$1 > p { p = $1; t = $2 } END { if (p) printf "%.3f", t / p; else printf "-" }')
-  printf '%-34s %-40s %-40s %-6s %s%s\n' "$name" "${fb:--}" "${fn:--}" "$frag" "$same" "$mark"
+  pp=$(sed -n 's/^  plan: .* pp \([0-9]*\) .*/\1/p' "$n" | head -1)
+  printf '%-34s %-40s %-40s %-6s %-4s %s%s\n' "$name" "${fb:--}" "${fn:--}" "$frag" "pp ${pp:--}" "$same" "$mark"
+  [ "$frag" != - ] && [ -n "$pp" ] && fr+=("$((pp > 1)) $frag")
   rm -f "$b" "$n"
+done
+# the fragmentation by class: without pp, under pp
+for k in 0 1; do
+  printf '%s\n' "${fr[@]}" | awk -v k=$k '$1 == k { print $2 }' | sort -n | awk -v k=$k '{ v[++n] = $1; s += $1 } END {
+    if (!n) exit; m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    printf "fragmentation (total / peak) %s: %d plans, mean %.4f, median %.4f, largest %.4f\n", k ? "under pp" : "without pp", n, s / n, m, v[n] }'
 done
 exit $rc

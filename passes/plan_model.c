@@ -99,6 +99,83 @@ static void param_ends(const Graph *g, PtrMap *ends) {
   }
 }
 
+/* The stacked layer parameter v is (param_of, and through a stage's or a chunk's rows, the coalesced
+ * gathers' unpacking, a persistent bf16 copy: its parameter, a PARAM of top), or NULL. */
+static const Node *layer_param_of(const Graph *top, const Value *v) {
+  int64_t at = -1; /* a slice's start, where a concat's member is looked for (passes/zero_coalesce.c's unpacking) */
+  for (int k = 0; k < 32 && v; k++) {
+    const Node *n = v->def;
+    if (n->op == OP_PARAM) return n;
+    const char *src = n->op == OP_STATE ? ir_copy_source(n->a.name) : NULL;
+    if (src) {
+      for (int i = 0; i < top->nnodes; i++)
+        if (top->nodes[i]->op == OP_PARAM && top->nodes[i]->a.name && !strcmp(top->nodes[i]->a.name, src)) return top->nodes[i];
+      return NULL;
+    }
+    if (n->op == OP_SLICE && at < 0) at = n->a.start;
+    if (n->op == OP_CONCAT) {
+      int64_t off = 0;
+      const Value *w = NULL;
+      for (int j = 0; j < n->nin && !w; j++) {
+        int64_t len = n->in[j]->shape.dim[n->a.axis];
+        if (at >= off && at < off + len) w = n->in[j];
+        off += len;
+      }
+      v = w, at = -1;
+      continue;
+    }
+    if (n->op == OP_ARG && n->graph->owner && n->a.index < n->graph->owner->nin) v = n->graph->owner->in[n->a.index];
+    else if (n->op == OP_CAST || n->op == OP_ALL_GATHER || n->op == OP_TRANSPOSE || n->op == OP_RESHAPE ||
+             n->op == OP_SLICE || n->op == OP_SHARD_SLICE || n->op == OP_STAGE_SELECT)
+      v = n->in[0];
+    else return NULL;
+  }
+  return NULL;
+}
+
+/* The first forward layer loop under g (a repeat whose body reads the stacked layer parameters, of
+ * `rows` rows, and makes no gradient): its layer parameters in the order of their first computing
+ * reader (pm->lt), and which precede its first attention. */
+static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double rows) {
+  bool tp_known = m->mesh && m->mesh->dim[RT_AX_TP] > 1;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n->body) continue;
+    bool bwd = false; /* (a backward loop: the gradients' order, not the forward's) */
+    for (int q = 0; n->op == OP_REPEAT && q < n->body->nnodes; q++) {
+      OpKind o = n->body->nodes[q]->op;
+      bwd |= o == OP_SDPA_BWD || o == OP_ATTN_BLOCK_BWD || o == OP_RMSNORM_BWD || o == OP_LAYERNORM_BWD || o == OP_GELU_BWD ||
+             o == OP_SILU_BWD;
+    }
+    if (n->op == OP_REPEAT && !bwd) {
+      const Node *seen[PLAN_LAYER_TENSORS];
+      bool attn = false;
+      pm->nlt = 0;
+      for (int q = 0; q < n->body->nnodes; q++) {
+        const Node *x = n->body->nodes[q];
+        attn |= x->op == OP_SDPA || x->op == OP_ATTN_BLOCK;
+        bool moves = x->op == OP_REPEAT || x->op == OP_CALL || x->op == OP_RESHAPE || x->op == OP_CONCAT || x->op == OP_SLICE ||
+                     x->op == OP_CAST || x->op == OP_TRANSPOSE || (ir_ops[x->op].flags & F_COLL);
+        for (int j = 0; j < x->nin && !moves; j++) {
+          const Node *p = layer_param_of(m->graph, x->in[j]);
+          if (!p || p->out[0]->shape.rank < 2 || logical_dim(m, p->out[0], 0) != rows) continue;
+          int k = 0;
+          while (k < pm->nlt && seen[k] != p) k++;
+          if (k < pm->nlt || pm->nlt == PLAN_LAYER_TENSORS) continue;
+          double numel = 1;
+          for (int d = 1; d < p->out[0]->shape.rank; d++) numel *= logical_dim(m, p->out[0], d);
+          seen[pm->nlt] = p;
+          pm->lt[pm->nlt++] = (PlanLayerTensor){numel, tp_known ? split_by_tp(p->out[0]) : p->out[0]->shape.rank >= 3,
+                                                p->out[0]->shape.rank >= 3, !attn};
+        }
+      }
+      if (pm->nlt > 0) return true;
+    }
+    if (layer_order(pm, m, n->body, rows)) return true;
+  }
+  return false;
+}
+
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
   const Graph *g = base->graph;
@@ -159,6 +236,7 @@ void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
     }
   }
   ptrmap_free(&ends);
+  if (!layer_order(pm, base, g, rows)) pm->nlt = 0;
   double sbytes = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
@@ -238,6 +316,49 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
   return n;
 }
 
+/* The plan's bucket bytes (`bucket`; 25 MiB by default, as passes/zero.c and passes/grad_buckets.c take it). */
+static double bucket_bytes(const Module *base) {
+  return base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
+}
+
+/* One layer's ZeRO-2/3 gradient reduce-scatters in a backward layer loop (passes/zero_sums.c), over n
+ * ranks (bw, lat): in the order the backward makes the gradients (pm->lt reversed), the matrices' and the
+ * norms' gains' (under sp with tp > 1 those are partial over tp too and summed after the loop,
+ * passes/grad_buckets.c), packed into runs by zero_run_takes on their f32 bytes. *count: the
+ * collectives; *all: their time; *packed: the time through the last run of two or more (its shards are
+ * slices of the packed one taken at the iteration's end, passes/zero.c's pack_scatters: the iteration
+ * waits for it and for every scatter queued before it); *end: when the channel, free at `front`, ends
+ * them issued each where its run's last gradient is made: after `rec` (the recomputed forward), the
+ * iteration's other work spread by the matrices' elements (a gradient made halfway through its
+ * GEMMs), the attention's backward (`ab`) before the gradients of what the forward reads before its
+ * attention; `b` the iteration's compute. False: no tensor list (pm->nlt 0). */
+static bool layer_scatters(const PlanModel *pm, const PlanCand *c, double cap, int n, double bw, double lat, double front,
+                           double rec, double ab, double b, double *count, double *all, double *packed, double *end) {
+  *count = *all = *packed = 0, *end = front;
+  if (!pm->nlt) return false;
+  double run = 0, mats = 0, done = 0, ready = 0, g = fmax(0, b - rec - ab);
+  int in = 0;
+  for (int k = 0; k < pm->nlt; k++) mats += pm->lt[k].mat ? pm->lt[k].numel : 0;
+  for (int k = pm->nlt - 1; k >= -1; k--) {
+    bool member = k >= 0 && (pm->lt[k].mat || !(c->sp && c->tp > 1));
+    double by = member ? pm->lt[k].numel * 4 / (pm->lt[k].split ? c->tp : 1) : 0;
+    if (in > 0 && (k < 0 || (member && !zero_run_takes(in, (int64_t)run, (int64_t)by, (int64_t)cap)))) {
+      double t = ring_s(run, 1, n, bw, lat);
+      *all += t;
+      *count += 1;
+      *end = fmax(*end, ready) + t;
+      if (in > 1) *packed = *all;
+      in = 0, run = 0;
+    }
+    if (k < 0) break;
+    double share = pm->lt[k].mat && mats > 0 ? pm->lt[k].numel / mats : 0;
+    ready = rec + g * (done + share / 2) + (pm->lt[k].early ? ab : 0);
+    done += share;
+    if (member) in++, run += by;
+  }
+  return true;
+}
+
 /* ZeRO-3's dp (dp x cp) traffic a step: per micro-step one f32 reduce-scatter and two gathers in the
  * compute precision of the stage's parameters (p_rank bytes, f32), as ring bandwidth; and each
  * collective's n - 1 latency steps: the layer loops gather a layer's split tensors (pm->nl_mat of them)
@@ -247,17 +368,19 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
  * of compute, spread over the step's gather points; within the plan's bucket on the packed shard bytes;
  * *copy_s: their seconds a step, compute's; *flat: the bytes the gathered [group, N] holds beside
  * the unpacked layers, the layer's whole), else one a tensor; and
- * reduce-scatter a layer's gradients in buckets (at most one a tensor). Counted as one ring's latency
+ * reduce-scatter a layer's gradients in runs (layer_scatters). Counted as one ring's latency
  * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
  * a collective) ran 21,440 collectives a step: 55 s. */
 static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                            double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
-                           double *copy_s, double *flat) {
-  *copy_s = 0, *flat = 0;
+                           double *copy_s, double *flat, double *gather_pt) {
+  *copy_s = 0, *flat = 0, *gather_pt = 0;
   if (n <= 1 || bw <= 0) return 0;
   double accum = (double)c->accum, cb = pm->cb;
-  double bucket = base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
-  double scatters = fmax(1, fmin(pm->nl_mat, ceil(p_layer / bucket))); /* a layer's buckets (passes/grad_buckets.c) */
+  double bucket = bucket_bytes(base);
+  double scatters, s_all, s_packed, s_end; /* a layer's runs (layer_scatters; without the tensors, buckets) */
+  if (!layer_scatters(pm, c, bucket, n, bw, lat, 0, 0, 0, 0, &scatters, &s_all, &s_packed, &s_end))
+    scatters = fmax(1, fmin(pm->nl_mat, ceil(p_layer / bucket)));
   double whole = p_layer * cb / 4, shards = whole / n, copies = shards + 2 * whole;
   double bytes_s = accum * (1 + 2 * cb / 4) * p_rank * (n - 1) / n / bw, points = accum * lst * 2;
   double each = pm->nl_mat; /* a layer's gathers, forward and backward */
@@ -271,6 +394,7 @@ static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDe
     *copy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s); /* (compute's) */
     *flat = whole;
   }
+  *gather_pt = whole * (n - 1) / n / bw + each * (n - 1) * lat;
   return bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
 }
 
@@ -347,12 +471,41 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * flat buffer: under pp the stages' peak is in the steady state, a layer loop's, beside it (Llama-3-405B
    * pp 2 cp 4: +2.2 GiB compiled); at pp 1 the peak (the last layer's activations) is not (dp 1024 tp 2
    * rc full mb 1: +3 MiB with `coalesce on`) */
-  double copy_s = 0, flat = 0;
+  double copy_s = 0, flat = 0, gather_pt = 0;
   if (c->dp > 1 && c->zero >= 3) {
     double bw, lat;
     int n = dp_link(c, dev, dpn, &bw, &lat);
-    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &flat);
+    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &flat,
+                           &gather_pt);
     if (c->pp > 1) gather += flat;
+  }
+  /* the backward layer loop's iterations wait for their gradients' reduce-scatters (ZeRO-2/3, no pp):
+   * under accumulation at their end, where the running sums add the shards (passes/zero_sums.c: each
+   * scatter right after its gradient, the first after the recomputed forward and the first gradient's
+   * GEMMs), at one micro-step for the packed runs through the last one (their slices at the end; the
+   * scatters there follow the f32 casts at the end: the others are waited after the loop); an
+   * iteration also no shorter than its gathers (the next layer's, at its front) and scatters on the
+   * channel. Llama-3-405B dp 256 tp 8+sp z3 rc full mb 8: 35 ms an iteration (the packed w_k and w_v
+   * after the MLP's and w_o's scatters), 4.4 s a step that the step's whole traffic against its whole
+   * compute hid; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9 scatters of 5.1 ms latency each queued
+   * past the compute) */
+  double stall = 0;
+  if (c->pp == 1 && c->zero >= 2 && c->dp * c->cp > 1 && pm->nlt) {
+    double bw, lat, cnt, s_all, s_packed, s_end;
+    int n = dp_link(c, dev, dpn, &bw, &lat);
+    double bucket = bucket_bytes(base);
+    bool full = c->rec == RECOMPUTE_FULL;
+    /* a layer's compute a micro-step: its GEMMs, attention, elementwise bytes and kernels; the backward's
+     * part (full recompute: the forward again in it), with its blocking tp collectives */
+    double lay = (pm->k_gemm * gemm_layers * rec_gemm / grate + e->attn_s +
+                  pm->k_mem * accum * lst * unit * mem_units[r] / sp_div / dev->bytes_per_s +
+                  pm->k_kern * accum * lst * kern_layer[r] * dev->op_overhead_s) / (accum * lst);
+    double fwd = lay / (full ? 4 : 3), ntp = full ? 6 : 4;
+    double b = lay - fwd + (ntp - 2) * ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s);
+    double ab = e->attn_s / (accum * lst) * 2.5 / (c->rec == RECOMPUTE_NONE ? 3.5 : 4.5);
+    layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, &cnt, &s_all, &s_packed, &s_end);
+    double t = c->accum > 1 ? fmax(b, s_end) : fmax(b + s_packed, gather_pt + s_all);
+    stall = (t - b) * lst * accum;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
   /* ---- the pipeline's instructions (pp_key) ---- */
@@ -455,6 +608,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
      * none's 16) */
     double S = unit * (c->sp || tp == 1 ? 25 / tp : 25 / tp + 4 * (1 - 1 / tp)) * lst * ulay;
     A *= ulay;
+    /* uneven stages without chunks: each stage's loads in flight priced with its own layers (spread over
+     * every stage, the most loaded one's layers put the first stage's 16 micro-batches in flight at 8
+     * layers, where it has 7: Llama-3-405B pp 16's [7, 8, ..., 8, 7], its embedding's 1.6 GiB on top,
+     * 1.02 x the compiled 78.2 GiB, whose peak is stage 1's) */
+    bool own = n && nv == c->pp && lst * ulay > 0;
+    double perA = own ? A / (lst * ulay) : 0, perS = own ? S / (lst * ulay) : 0; /* (a layer's, of one micro-batch) */
     /* the parameters outside the layers and their optimizer state: on their end stage alone
      * (passes/pipe_owners.c; their gradients' sums are every rank's), so the peak's stage's (Llama-3-405B
      * pp 16 z1: the embedding's and the head's 2 x 0.98 GiB f32 on every stage was 2.2 GiB over the
@@ -465,7 +624,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     const PpLoad *peak = NULL;
     for (int i = 0; i < pr->n; i++) {
       const PpLoad *l = &pr->load[i];
-      double x = l->a * A + l->b * S + l->h * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
+      double As = own ? perA * (double)n[l->stage] : A, Ss = own ? perS * (double)n[l->stage] : S;
+      double x = l->a * As + l->b * Ss + l->h * H + l->last * head + (l->first * pend[0] + l->last * pend[1]) * (per_p + per_o + cv4);
       if (x > most || !peak) most = x, peak = l;
     }
     if (peak) {
@@ -517,7 +677,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   }
   /* overlapped: the last micro-step's backward (ZeRO-2: every backward; ZeRO-3: the whole step) */
   double hide = dev->overlap * (c->zero >= 3 ? e->compute_s : c->zero == 2 ? e->compute_s * 2 / 3 : e->compute_s / accum * 2 / 3);
-  e->exposed_s = e->tp_s + (e->dp_s > hide ? e->dp_s - hide : 0);
+  e->exposed_s = e->tp_s + fmax(stall, e->dp_s > hide ? e->dp_s - hide : 0);
   /* (the copies wait for their gather and the next waits for them: compiled, they hide no collective;
    * under pp they are in the stages' F and B above, so in the span) */
   e->mem_s += copy_s;

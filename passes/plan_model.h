@@ -32,6 +32,11 @@
 struct PlanCand;
 typedef struct PpProfile PpProfile; /* a pipeline schedule's loads in flight (plan_model.c) */
 
+enum { PLAN_LAYER_TENSORS = 32 };
+typedef struct {
+  double numel;               /* elements a layer */
+  bool split, mat, early;     /* split by tp; a matrix; read before the layer's attention */
+} PlanLayerTensor;
 typedef struct {
   int layers;
   double seq, d, vocab;       /* tokens per sequence, hidden size, vocabulary (padded) */
@@ -42,6 +47,11 @@ typedef struct {
                                     its last [1] (the head, the final norm; a tied embedding: both) */
   double pl_mat;              /* one layer's matrix parameters (elements): 6 x FLOPs per token */
   int nl_mat;                 /* one layer's matrix parameters (tensors): GEMMs that accumulate their gradients */
+  /* one layer's parameters in the order its forward first reads them (the backward makes their gradients
+   * in the reverse order, and ZeRO-2/3 reduce-scatters them so): elements, split by tp, a matrix (else a
+   * norm's gain), read before the layer's attention; nlt 0: not found in the base (no timing by them) */
+  int nlt;
+  PlanLayerTensor lt[PLAN_LAYER_TENSORS];
   double state_ratio;         /* optimizer state bytes per parameter byte */
   int ntensors;               /* parameter tensors (optimizer kernels) */
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */

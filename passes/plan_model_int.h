@@ -10,6 +10,7 @@ typedef struct {
   int a, b, h; /* b (zb): backwards whose weight gradients (W) have not run */
   int last;              /* the last stage's (it holds the logits) */
   int first;             /* the first stage's (it holds the embedding tables) */
+  int stage;             /* the stage's (uneven stages: priced with its own layers) */
 } PpLoad;
 typedef struct PpPlay {
   double key[PP_KEYS];    /* the stage times the lists were played with, over a middle stage's F (pp_key) */
@@ -19,7 +20,7 @@ typedef struct PpPlay {
 } PpPlay;
 struct PpProfile {
   PipeSchedule kind;
-  int pp, M, v, n, cap;
+  int pp, M, v, n;       /* n: loads (each stage's Pareto set, in stage order) */
   double lkey[PP_KEYS];   /* zb: the stage times its lists were made with (key[0 .. PK_MERGE) to 1/8 of F); else 0 */
   PipeSched s;            /* the lists */
   PipeStep *order;        /* pipe_sched_check's order of them */

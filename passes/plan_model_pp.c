@@ -21,24 +21,31 @@
  * merged together, 1 when each merged its own, none inside its loops). */
 /* (the types: plan_model_int.h) */
 
-static void pareto_add(PpProfile *p, PpLoad x) {
+/* A stage's Pareto set of loads (each stage's kept apart: under uneven stages each is priced with its
+ * own layers). */
+typedef struct {
+  PpLoad *v;
+  int n, cap;
+} LoadSet;
+
+static void pareto_add(LoadSet *p, PpLoad x) {
   for (int i = 0; i < p->n; i++) {
-    const PpLoad *y = &p->load[i];
+    const PpLoad *y = &p->v[i];
     if (y->a >= x.a && y->b >= x.b && y->h >= x.h && y->last >= x.last && y->first >= x.first) return;
   }
   int k = 0;
   for (int i = 0; i < p->n; i++) {
-    const PpLoad *y = &p->load[i];
+    const PpLoad *y = &p->v[i];
     if (!(x.a >= y->a && x.b >= y->b && x.h >= y->h && x.last >= y->last && x.first >= y->first))
-      p->load[k++] = *y;
+      p->v[k++] = *y;
   }
   p->n = k;
   if (p->n == p->cap) {
     p->cap = p->cap ? 2 * p->cap : 16;
-    p->load = realloc(p->load, (size_t)p->cap * sizeof *p->load);
-    if (!p->load) die("plan model: out of memory");
+    p->v = realloc(p->v, (size_t)p->cap * sizeof *p->v);
+    if (!p->v) die("plan model: out of memory");
   }
-  p->load[p->n++] = x;
+  p->v[p->n++] = x;
 }
 
 /* The stage times a schedule is played with, over a middle stage's F of one chunk, each rounded to
@@ -131,8 +138,9 @@ static void pp_loads(PpProfile *p, const double *key) {
   int *a = calloc((size_t)pp, sizeof(int)), *left = calloc((size_t)M, sizeof(int));
   int *bw = calloc((size_t)pp, sizeof(int));
   char *hm = calloc((size_t)M, 1); /* head / embedding gradients of micro-batch i held */
+  LoadSet *set = calloc((size_t)pp, sizeof *set);
   char msg[256];
-  if (!order || !a || !left || !hm || !bw) die("plan model: out of memory");
+  if (!order || !a || !left || !hm || !bw || !set) die("plan model: out of memory");
   bool zb = kind == SCHED_ZB;
   if (pipe_sched_check(&s, 1, order, msg, sizeof msg)) {
     int last = pp * s.v - 1, h = 0, done = 0;
@@ -153,10 +161,18 @@ static void pp_loads(PpProfile *p, const double *key) {
         a[st]--, bw[st]--;
       }
       left[in.mb]--;
-      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(p, (PpLoad){a[q], bw[q], h, q == pp - 1, q == 0});
+      for (int q = all ? 0 : st; q <= (all ? pp - 1 : st); q++) pareto_add(&set[q], (PpLoad){a[q], bw[q], h, q == pp - 1, q == 0, q});
       while (done < M && left[done] == 0) h -= hm[done++]; /* the head's and embedding's gradients merged */
     }
   }
+  for (int q = 0; q < pp; q++) p->n += set[q].n;
+  if (p->n && !(p->load = malloc((size_t)p->n * sizeof *p->load))) die("plan model: out of memory");
+  for (int q = 0, k = 0; q < pp; q++) {
+    if (set[q].n) memcpy(p->load + k, set[q].v, (size_t)set[q].n * sizeof *p->load);
+    k += set[q].n;
+    free(set[q].v);
+  }
+  free(set);
   if (!(p->inflight = calloc((size_t)pp, sizeof(int)))) die("plan model: out of memory");
   pipe_sched_inflight(&s, p->inflight);
   if (p->n) p->order = order; /* else lists that do not check: no play, no loads */

@@ -666,7 +666,7 @@ static void bucket_scatters(Graph *g, ZeroGroup z, int64_t cap) {
     while (j < g->nnodes && packable(g->nodes[j], z) && g->nodes[j]->in[0]->dtype == dt &&
            g->nodes[j]->out[0]->sharding.partial == part) {
       int64_t b = ir_numel(&g->nodes[j]->in[0]->shape) * ir_dtype_size(dt);
-      if (j > i && bytes + b > cap) break;
+      if (!zero_run_takes(j - i, bytes, b, cap)) break;
       bytes += b;
       j++;
     }

@@ -68,6 +68,13 @@ void zero_master_gather_copy(Graph *g, Node *u, int d, ZeroGroup z);
 bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s,
                         double exposed_s);
 
+/* Whether a run of reduce-scatters (n of them so far, run_bytes) takes the next one, of `bytes`, into the
+ * one collective it is packed into: its first, or within cap. The one rule of zero_group_scatters and
+ * zero.c's bucket_scatters, which plan_model.c's timing of a layer's scatters follows too. */
+static inline bool zero_run_takes(int n, int64_t run_bytes, int64_t bytes, int64_t cap) {
+  return n == 0 || run_bytes + bytes <= cap;
+}
+
 /* Groups the group's reduce-scatters of body b into runs of up to cap bytes, each where its last is ready. */
 void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z);
 

@@ -520,7 +520,7 @@ void zero_group_scatters(Graph *b, int64_t cap, ZeroGroup z) {
                   x->in[0]->def->graph == b;
     int64_t sz = member ? ir_numel(&x->in[0]->shape) * ir_dtype_size(x->in[0]->dtype) : 0;
     bool dtype_ok = !member || n == 0 || run[0]->in[0]->dtype == x->in[0]->dtype;
-    if (n > 0 && (!x || (member && (bytes + sz > cap || !dtype_ok)))) {
+    if (n > 0 && (!x || (member && (!zero_run_takes(n, bytes, sz, cap) || !dtype_ok)))) {
       /* close the run: its members move to the last one's place (each after its input) */
       int last = pos_in(b, run[n - 1]), w = 0;
       Node **keep = ARENA_ARRAY(b->arena, Node *, b->nnodes + 1);
