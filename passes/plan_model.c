@@ -281,7 +281,7 @@ static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDe
   double left = bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
   bool rs = base->plan.coalesce == COALESCE_ON ||
             (base->plan.coalesce == COALESCE_AUTO &&
-             zero_coalesce_pays(ks, n, lat, dev->op_overhead_s, rs_copies, dev->bytes_per_s, fmax(0, left - hide) / (points / 2)));
+             zero_coalesce_pays(ks, n, lat, dev->op_overhead_s, rs_copies, dev->bytes_per_s, fmax(0, left - hide) / points));
   if (rs && ks > 1) {
     scatters = fmax(1, fmin(scatters, ceil(p_layer / n / bucket)));
     *bcopy_s = points / 2 * (2 * rs_copies / dev->bytes_per_s + (ks + 1) * dev->op_overhead_s); /* (compute's, in B) */

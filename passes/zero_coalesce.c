@@ -23,7 +23,19 @@
  * copies' bytes), the same function plan_model.c asks; a run is also
  * capped by the plan's bucket (`bucket`, plan.bucket_bytes) on the packed shard bytes a rank sends.
  * Plan `coalesce on` coalesces every run within the cap, `off` none; `auto` (the default) asks the
- * cost model. Only the interpreter's and codegen's existing ops are used. */
+ * cost model. Only the interpreter's and codegen's existing ops are used.
+ *
+ * The gradients' reduce-scatters the same way (coalesce_scatters, below): passes/zero.c scatters each
+ * layer gradient of a backward loop's body right after it is made (over the group along its shard
+ * dim; the ones along the first dim packed into buckets of `bucket` whole bytes: a 405B layer at tp 2
+ * is 7 of them). A run of them in one body (any nodes between, but no loop nor transfer, and none
+ * fed by a member's shard) becomes one reduce-scatter of the gradients packed rank-major ([group, N],
+ * rank c's shard of every gradient in its row c: a gradient split along a later dim transposed into
+ * it, a bucket's pieces taken as they are) where the run's last one was, each shard a slice of the
+ * [1, N] result (a bucket's slices reading it directly). The same function decides (the copies: the
+ * pack, three times where transposed, and the shards), the same cap on the shard bytes. The scatter
+ * then starts when the layer's last gradient is ready, not as each is: where the body's computation
+ * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md). */
 #include <math.h>
 #include <string.h>
 
