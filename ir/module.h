@@ -90,8 +90,8 @@ typedef struct {
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   SrcLoc bucket_loc;    /* where `bucket` was written (file NULL: the default) */
-  /* `coalesce auto | on | off`: ZeRO-3's gathers issued at one point as one collective
-   * (passes/zero_coalesce.c; auto: where the cost model says it pays) */
+  /* `coalesce auto | on | off`: ZeRO-3's gathers issued at one point, and a loop body's gradient
+   * reduce-scatters, each as one collective (passes/zero_coalesce.c; auto: where the cost model says it pays) */
   enum { COALESCE_AUTO, COALESCE_ON, COALESCE_OFF } coalesce;
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them; with `schedule interleaved(v: V)` pp counts, each stage's, or pp x V, each virtual stage's);

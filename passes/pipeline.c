@@ -35,7 +35,7 @@ static const Pass passes[] = {
     {"buckets", pass_grad_buckets}, /* dp gradient all-reduces overlapped with backward, bucketed */
     {"recompute", pass_recompute},  /* activations of repeat blocks recomputed in backward (plan recompute) */
     {"zero", pass_zero},            /* ZeRO 1/2/3: optimizer state, gradients, parameters sharded over dp */
-    {"zcoal", pass_zero_coalesce}, /* ZeRO-3: a layer's gathers (issued at one point) as one all-gather, where it pays */
+    {"zcoal", pass_zero_coalesce}, /* ZeRO-3: a layer's gathers (issued at one point) as one all-gather, its gradients' scatters as one, where it pays */
     {"owners", pass_owners},        /* pipeline: what one stage alone needs (its own parameters' updates) on that stage */
     {"fuse", pass_fuse},            /* elementwise chains grouped, for every target */
     {"memplan", pass_memplan},      /* every value at a fixed offset per rank */

@@ -368,13 +368,15 @@ static bool layer_scatters(const PlanModel *pm, const PlanCand *c, double cap, i
  * of compute, spread over the step's gather points; within the plan's bucket on the packed shard bytes;
  * *copy_s: their seconds a step, compute's; *flat: the bytes the gathered [group, N] holds beside
  * the unpacked layers, the layer's whole), else one a tensor; and
- * reduce-scatter a layer's gradients in runs (layer_scatters). Counted as one ring's latency
+ * reduce-scatter a layer's gradients in runs (layer_scatters), in one where the same pass and
+ * function coalesce those too (*bcopy_s: their copies' seconds, the backward's; the packed f32
+ * gradient added to *flat). Counted as one ring's latency
  * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
  * a collective) ran 21,440 collectives a step: 55 s. */
 static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                            double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
-                           double *copy_s, double *flat, double *gather_pt) {
-  *copy_s = 0, *flat = 0, *gather_pt = 0;
+                           double *copy_s, double *bcopy_s, double *flat, double *gather_pt) {
+  *copy_s = 0, *bcopy_s = 0, *flat = 0, *gather_pt = 0;
   if (n <= 1 || bw <= 0) return 0;
   double accum = (double)c->accum, cb = pm->cb;
   double bucket = bucket_bytes(base);
@@ -395,6 +397,20 @@ static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDe
     *flat = whole;
   }
   *gather_pt = whole * (n - 1) / n / bw + each * (n - 1) * lat;
+  /* the backward loops' scatters (points / 2 of them) coalesced the same way (the same function, with
+   * what the gathers left exposed): the f32 gradient packed, half of it transposed, the shards unpacked;
+   * within the bucket on the shard bytes; the packed [group, N] beside the layer's gradients */
+  int ks = (int)scatters;
+  double rs_copies = p_layer / n + 2 * p_layer;
+  double left = bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
+  bool rs = base->plan.coalesce == COALESCE_ON ||
+            (base->plan.coalesce == COALESCE_AUTO &&
+             zero_coalesce_pays(ks, n, lat, dev->op_overhead_s, rs_copies, dev->bytes_per_s, fmax(0, left - hide) / points));
+  if (rs && ks > 1) {
+    scatters = fmax(1, fmin(scatters, ceil(p_layer / n / bucket)));
+    *bcopy_s = points / 2 * (2 * rs_copies / dev->bytes_per_s + (ks + 1) * dev->op_overhead_s); /* (compute's, in B) */
+    *flat += p_layer;
+  }
   return bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
 }
 
@@ -471,12 +487,12 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * flat buffer: under pp the stages' peak is in the steady state, a layer loop's, beside it (Llama-3-405B
    * pp 2 cp 4: +2.2 GiB compiled); at pp 1 the peak (the last layer's activations) is not (dp 1024 tp 2
    * rc full mb 1: +3 MiB with `coalesce on`) */
-  double copy_s = 0, flat = 0, gather_pt = 0;
+  double copy_s = 0, bcopy_s = 0, flat = 0, gather_pt = 0;
   if (c->dp > 1 && c->zero >= 3) {
     double bw, lat;
     int n = dp_link(c, dev, dpn, &bw, &lat);
-    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &flat,
-                           &gather_pt);
+    e->dp_s = zero3_coll_s(pm, base, dev, c, p_rank, p_layer, lst, n, bw, lat, dev->overlap * e->compute_s, &copy_s, &bcopy_s,
+                           &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
   }
   /* the backward layer loop's iterations wait for their gradients' reduce-scatters (ZeRO-2/3, no pp):
@@ -508,6 +524,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     stall = (t - b) * lst * accum;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
+  double bcopy_pt = bcopy_s / (accum * lst);   /* a scatter point's: a layer's in B */
   /* ---- the pipeline's instructions (pp_key) ---- */
   double key[PP_KEYS] = {0}, tf = 0, opt_s = 0;
   double lkey0[PP_KEYS] = {0}; /* zb's lists are made with every stage the slowest's (uneven: not its own
@@ -543,7 +560,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double cpm = cp_merge * lst / cv / (2 * c->cp - 1); /* a chunk's ring merges: cp in F, cp - 1 in B */
     tf = g1 + a1 / 3 + el0 / 2 + wb * cb + kern / 2 + 2 * ring + cpr + c->cp * cpm + copy_pt * lst / cv;
     double tb = g1 + g1 * 3 * (rec_gemm - 1) + a1 * 2 / 3 + sa * (attn_f - attn_once) / accum / cv + el0 / 2 +
-                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm + copy_pt * lst / cv;
+                (elr - el0) + wb * cb + kern / 2 + (ntp - 2) * ring + 2 * cpr + (c->cp - 1) * cpm + (copy_pt + bcopy_pt) * lst / cv;
     /* the chunk's layer gradients added to the stage's sums inside the loop making them (W under zb,
      * else B: passes/pipe_fold.c), a layer at a time: a matrix's by its weight-gradient GEMM, which
      * accumulates into the sum (passes/gacc.c: the sum's bytes in the GEMM's, one add kernel fewer),
@@ -680,8 +697,8 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   e->exposed_s = e->tp_s + fmax(stall, e->dp_s > hide ? e->dp_s - hide : 0);
   /* (the copies wait for their gather and the next waits for them: compiled, they hide no collective;
    * under pp they are in the stages' F and B above, so in the span) */
-  e->mem_s += copy_s;
-  e->compute_s += copy_s;
+  e->mem_s += copy_s + bcopy_s;
+  e->compute_s += copy_s + bcopy_s;
   /* ---- plan offload: the base's compiled copies and host work per byte of the shard, this shard's ---- */
   if (off) {
     double down = pm->off_copies[0] / pp, up = pm->off_copies[1] / pp; /* copies per stage */

@@ -23,7 +23,19 @@
  * copies' bytes), the same function plan_model.c asks; a run is also
  * capped by the plan's bucket (`bucket`, plan.bucket_bytes) on the packed shard bytes a rank sends.
  * Plan `coalesce on` coalesces every run within the cap, `off` none; `auto` (the default) asks the
- * cost model. Only the interpreter's and codegen's existing ops are used. */
+ * cost model. Only the interpreter's and codegen's existing ops are used.
+ *
+ * The gradients' reduce-scatters the same way (coalesce_scatters, below): passes/zero.c scatters each
+ * layer gradient of a backward loop's body right after it is made (over the group along its shard
+ * dim; the ones along the first dim packed into buckets of `bucket` whole bytes: a 405B layer at tp 2
+ * is 7 of them). A run of them in one body (any nodes between, but no loop nor transfer, and none
+ * fed by a member's shard) becomes one reduce-scatter of the gradients packed rank-major ([group, N],
+ * rank c's shard of every gradient in its row c: a gradient split along a later dim transposed into
+ * it, a bucket's pieces taken as they are) where the run's last one was, each shard a slice of the
+ * [1, N] result (a bucket's slices reading it directly). The same function decides (the copies: the
+ * pack, three times where transposed, and the shards), the same cap on the shard bytes. The scatter
+ * then starts when the layer's last gradient is ready, not as each is: where the body's computation
+ * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md). */
 #include <math.h>
 #include <string.h>
 
@@ -32,6 +44,7 @@
 #include "cost_op.h"
 #include "diag.h"
 #include "passes.h"
+#include "ptrmap.h"
 #include "zero.h"
 
 bool zero_coalesce_pays(int k, int group, double lat_s, double overhead_s, double copy_bytes, double bytes_per_s,
@@ -270,6 +283,237 @@ static void coalesce_graph(Ctx *c, Graph *g) {
   }
 }
 
+/* ---- the gradients' reduce-scatters ---- */
+
+/* A ZeRO reduce-scatter of a gradient made in body g this pass may take: over the group, one block
+ * (passes/zero.c's scatter_at, zero_sums.c's, and zero.c's pack_scatters' buckets: of a concat). */
+static bool rs_eligible(const Graph *g, const Node *n, ZeroGroup z, Target target) {
+  if (n->op != OP_REDUCE_SCATTER || n->a.mesh_axis != z.axis || n->a.mesh_with != z.with || n->a.blocks > 1) return false;
+  const Value *x = n->in[0];
+  if (x->def->graph != g || !ir_dtype_is_float(x->dtype) || x->shape.dim[n->a.axis] % z.deg != 0) return false;
+  /* (the CPU target transposes f32 only: a bf16 gradient split along a later dim stays on its own) */
+  return !(target == TARGET_CPU && x->dtype != DT_F32 && outer_of(x, n->a.axis) > 1);
+}
+
+static bool rs_same_run(const Node *a, const Node *b) {
+  return a->in[0]->dtype == b->in[0]->dtype && a->in[0]->sharding.partial == b->in[0]->sharding.partial &&
+         a->stage == b->stage && a->stageset == b->stageset;
+}
+
+/* pack_scatters' bucket (a reduce-scatter along 0 of a [deg, N] concat along 1 read by it alone): its
+ * pieces are already [deg, n_j] rank-major, taken as they are. */
+static const Node *rs_packed(const Graph *g, const Node *n, int deg) {
+  const Value *x = n->in[0];
+  if (n->a.axis != 0 || x->def->op != OP_CONCAT || x->def->a.axis != 1 || x->shape.rank != 2 || x->shape.dim[0] != deg ||
+      ir_count_uses_deep(g, x) != 1 || ir_is_result(g, x))
+    return NULL;
+  return x->def;
+}
+
+/* Whether every reader of v in g is a slice along 1 (pack_scatters' unpacking), none in a nested body
+ * nor a result: those slices may read the coalesced row directly. */
+static bool read_by_row_slices(const Graph *g, const Value *v) {
+  if (ir_is_result(g, v)) return false;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->body && ir_count_uses_deep(n->body, v)) return false;
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v && !(n->op == OP_SLICE && n->a.axis == 1 && v->shape.rank == 2)) return false;
+  }
+  return true;
+}
+
+/* Bytes the coalesced scatter's copies move: the pack (each gradient once, three times where
+ * transposed) and the unpacked shards. */
+static double rs_copy_bytes(const Graph *g, Node *const *run, int k, int deg) {
+  double b = 0;
+  for (int i = 0; i < k; i++) {
+    const Node *n = run[i];
+    b += (double)vbytes(n->in[0]) * (outer_of(n->in[0], n->a.axis) > 1 ? 3 : 1);
+    if (!(rs_packed(g, n, deg) && read_by_row_slices(g, n->out[0]))) b += (double)vbytes(n->out[0]);
+  }
+  return b;
+}
+
+static bool reads_marked(const Node *n, const PtrMap *marked) {
+  for (int j = 0; j < n->nin; j++)
+    if (ptrmap_get(marked, n->in[j], NULL)) return true;
+  if (n->body)
+    for (int i = 0; i < n->body->nnodes; i++)
+      if (reads_marked(n->body->nodes[i], marked)) return true;
+  return false;
+}
+
+static void mark_outputs(const Node *n, PtrMap *marked) {
+  for (int j = 0; j < n->nout; j++) ptrmap_put(marked, n->out[j], 1);
+}
+
+/* Rewrites the run (positions pos[0..k) of g; `after`: what reads a member's shard, directly or not,
+ * between the first and the last) as one reduce-scatter, which it returns:
+ *
+ *     q_i = reshape(x_i) [deg, n_i / deg]        split along the first dim: rank c's part is row c
+ *     q_i = the rank dim moved to the front      split along a later dim: [A, deg, r] -> [deg, A r]
+ *           (x_i as [A, deg, r], transposed [A, r, deg], as [A r, deg], transposed)
+ *     p   = concat(q_1, .., q_k) along 1 [deg, N]   (a bucket's pieces as they are)
+ *     R   = reduce_scatter(p) along 0 [1, N]      rank c: its shard of every gradient, in order
+ *     s_i = reshape(slice(R, 1, o_i, n_i / deg))  each gradient's shard (a bucket's slices read R)
+ *
+ * The scatter sits where the run's last was, after what the members' gradients need; what reads a
+ * shard (the `after` nodes) behind it, the unpacking right before the first of them. */
+static Value *coalesce_rs(Graph *g, Node **run, const int *pos, int k, int deg, const PtrMap *after) {
+  int n0 = g->nnodes, first = pos[0], last = pos[k - 1];
+  Node **orig = ARENA_ARRAY(g->arena, Node *, n0);
+  memcpy(orig, g->nodes, sizeof(Node *) * (size_t)n0);
+  const Node *like = run[k - 1];
+  int npieces = 0;
+  for (int i = 0; i < k; i++) {
+    const Node *c = rs_packed(g, run[i], deg);
+    npieces += c ? c->nin : 1;
+  }
+  Emit pk = {like, ARENA_ARRAY(g->arena, Node *, 5 * npieces + 2), 0}, un = {like, ARENA_ARRAY(g->arena, Node *, 2 * k), 0};
+  Node **drop = ARENA_ARRAY(g->arena, Node *, k);
+  int ndrop = 0;
+  Value **pieces = ARENA_ARRAY(g->arena, Value *, npieces);
+  Sharding flat = ir_replicated();
+  flat.partial = run[0]->in[0]->sharding.partial;
+  int np = 0;
+  int64_t N = 0, *off = ARENA_ARRAY(g->arena, int64_t, k);
+  for (int i = 0; i < k; i++) {
+    Node *c = (Node *)rs_packed(g, run[i], deg);
+    Value *x = run[i]->in[0];
+    off[i] = N;
+    N += ir_numel(&x->shape) / deg;
+    if (c) {
+      for (int j = 0; j < c->nin; j++) pieces[np++] = c->in[j];
+      drop[ndrop++] = c;
+      continue;
+    }
+    int64_t ni = ir_numel(&x->shape), a = outer_of(x, run[i]->a.axis), r = ni / a / deg;
+    Value *v = x;
+    if (a > 1) { /* [A, deg, r] -> [deg, A r]: [A, r, deg] as [A r, deg], transposed */
+      v = emit(g, &pk, OP_RESHAPE, 1, &v, shape3(a, deg, r), NULL);
+      v->sharding = flat;
+      v = emit(g, &pk, OP_TRANSPOSE, 1, &v, shape3(a, r, deg), NULL);
+      v->sharding = flat;
+      v = emit(g, &pk, OP_RESHAPE, 1, &v, shape2(a * r, deg), NULL);
+      v->sharding = flat;
+      v = emit(g, &pk, OP_TRANSPOSE, 1, &v, shape2(deg, a * r), NULL);
+    } else {
+      v = emit(g, &pk, OP_RESHAPE, 1, &v, shape2(deg, r), NULL);
+    }
+    v->sharding = flat;
+    pieces[np++] = v;
+  }
+  Attrs ca = {0};
+  ca.axis = 1;
+  Value *packed = emit(g, &pk, OP_CONCAT, np, pieces, shape2(deg, N), &ca);
+  packed->sharding = flat;
+  Attrs ra = {0};
+  ra.mesh_axis = like->a.mesh_axis;
+  ra.mesh_with = like->a.mesh_with;
+  ra.axis = 0;
+  Value *R = emit(g, &pk, OP_REDUCE_SCATTER, 1, &packed, shape2(1, N), &ra);
+  Sharding mine = flat;
+  mine.split[0] = like->out[0]->sharding.split[like->a.axis];
+  mine.inner[0] = like->out[0]->sharding.inner[like->a.axis];
+  mine.partial = like->out[0]->sharding.partial;
+  R->sharding = mine;
+  R->name = "zero.coalesced_grads";
+  for (int i = 0; i < k; i++) {
+    Value *y = run[i]->out[0];
+    int64_t len = ir_numel(&run[i]->in[0]->shape) / deg;
+    if (rs_packed(g, run[i], deg) && read_by_row_slices(g, y)) { /* its slices read R */
+      for (int q = 0; q < n0; q++)
+        if (orig[q]->nin == 1 && orig[q]->in[0] == y) orig[q]->in[0] = R, orig[q]->a.start += off[i];
+      continue;
+    }
+    Attrs sa = {0};
+    sa.axis = 1, sa.start = off[i], sa.len = len;
+    Value *v = emit(g, &un, OP_SLICE, 1, &R, shape2(1, len), &sa);
+    v->sharding = mine;
+    if (!ir_shape_eq(&v->shape, &y->shape)) v = emit(g, &un, OP_RESHAPE, 1, &v, y->shape, NULL);
+    v->sharding = y->sharding;
+    v->name = y->name;
+    replace_deep(g, y, v);
+  }
+  /* the new order: up to the last member, what the shards do not feed; the pack and the scatter;
+   * then what they feed and the rest, the unpacking right before the first that reads a shard */
+  Node **later = ARENA_ARRAY(g->arena, Node *, n0 + un.nmade);
+  int at = 0, nl = 0;
+  for (int i = 0; i < n0; i++) {
+    Node *n = orig[i];
+    bool skip = false;
+    for (int r = 0; r < k; r++) skip |= n == run[r];
+    for (int r = 0; r < ndrop; r++) skip |= n == drop[r];
+    if (!skip && i > first && i < last && ptrmap_get(after, n, NULL)) later[nl++] = n;
+    else if (!skip && i <= last) g->nodes[at++] = n;
+    if (i == last)
+      for (int j = 0; j < pk.nmade; j++) g->nodes[at++] = pk.made[j];
+    if (i > last) later[nl++] = n;
+  }
+  bool unpacked = false;
+  for (int i = 0; i < nl; i++) {
+    if (!unpacked && reads_any(later[i], un.made, un.nmade)) {
+      for (int j = 0; j < un.nmade; j++) g->nodes[at++] = un.made[j];
+      unpacked = true;
+    }
+    g->nodes[at++] = later[i];
+  }
+  if (!unpacked)
+    for (int j = 0; j < un.nmade; j++) g->nodes[at++] = un.made[j];
+  if (at != g->nnodes - k - ndrop) die("zcoal: %d nodes placed of %d", at, g->nnodes - k - ndrop);
+  g->nnodes = at;
+  return R;
+}
+
+static bool rs_pays(const Ctx *c, const Graph *g, Node *const *run, int k) {
+  if (c->m->plan.coalesce == COALESCE_ON) return k > 1;
+  return zero_coalesce_pays(k, c->z.deg, c->lat_s, c->dev.op_overhead_s, rs_copy_bytes(g, run, k, c->z.deg),
+                            c->dev.bytes_per_s, exposed_s(c, g));
+}
+
+/* A loop body's reduce-scatters of its gradients (the backward loops': a layer's), in runs: from one,
+ * every later one of the same kind that no member's shard feeds, up to the plan's bucket on the shard
+ * bytes a rank keeps (as the gathers' cap); each run that pays becomes one collective. */
+static void coalesce_scatters(Ctx *c, Graph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) coalesce_scatters(c, g->nodes[i]->body);
+  if (!g->owner) return; /* (a loop body's, where they overlap the next layers' backward) */
+  Node **run = ARENA_ARRAY(g->arena, Node *, g->nnodes + 1);
+  int *pos = ARENA_ARRAY(g->arena, int, g->nnodes + 1);
+  for (int i = 0; i < g->nnodes; i++) {
+    if (!rs_eligible(g, g->nodes[i], c->z, c->m->target)) continue;
+    PtrMap after = {0}; /* what a member's shard feeds (values, and those nodes between the members) */
+    int k = 0;
+    int64_t bytes = 0;
+    for (int j = i; j < g->nnodes; j++) {
+      Node *n = g->nodes[j];
+      if (n->body || n->op == OP_SEND || n->op == OP_RECV) break; /* (no scatter waits past a loop or a transfer) */
+      bool fed = k && reads_marked(n, &after);
+      if (!fed && rs_eligible(g, n, c->z, c->m->target) && (k == 0 || rs_same_run(run[0], n))) {
+        int64_t b = vbytes(n->out[0]);
+        if (k && bytes + b > c->cap) break;
+        bytes += b;
+        run[k] = n, pos[k++] = j;
+        mark_outputs(n, &after);
+        continue;
+      }
+      if (fed) {
+        mark_outputs(n, &after);
+        ptrmap_put(&after, n, 1);
+      }
+    }
+    if (k > 1 && rs_pays(c, g, run, k)) {
+      c->done++;
+      Value *R = coalesce_rs(g, run, pos, k, c->z.deg, &after);
+      while (g->nodes[i] != R->def) i++; /* on after the new scatter */
+    } else {
+      i = pos[k - 1];
+    }
+    ptrmap_free(&after);
+  }
+}
+
 bool pass_zero_coalesce(Module *m) {
   if (m->plan.zero < 3 || m->plan.coalesce == COALESCE_OFF) return true;
   Ctx c = {.m = m, .z = zero_group(m->mesh)};
@@ -282,5 +526,6 @@ bool pass_zero_coalesce(Module *m) {
   c.link_bytes_per_s = l->bytes_per_s > 0 ? l->bytes_per_s : 1e9;
   c.cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
   coalesce_graph(&c, m->graph);
+  coalesce_scatters(&c, m->graph);
   return true;
 }

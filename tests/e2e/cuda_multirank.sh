@@ -173,7 +173,11 @@ case $what in zero3c*) # a layer's gathers coalesced into one (passes/zero_coale
   ng=$(grep -c '^    .*all_gather(.*over=dp' <<<"$ir" || true)
   nl=$(grep -c '^  .*= repeat ' <<<"$ir" || true)
   [ "$ng" -ge 1 ] && [ "$ng" -le "$nl" ] || fail "$what: $ng dp all-gathers in the $nl layer loops, want one a loop"
-  echo "$what: $ng dp all-gathers in the $nl layer loops (coalesced)" ;;
+  echo "$what: $ng dp all-gathers in the $nl layer loops (coalesced)"
+  # and the backward loop's gradient reduce-scatters into one (the row-split ones transposed into it)
+  nr=$(grep -c '^    .*reduce_scatter(.*over=dp' <<<"$ir" || true)
+  [ "$nr" -eq 1 ] || fail "$what: $nr dp reduce-scatters in the backward loop, want one"
+  echo "$what: $nr dp reduce-scatter in the backward loop (coalesced)" ;;
 esac
 case $what in zero1bf16|zero2bf16|zero1tp2bf16|cp2dp2z1bf16) # the f32 masters split, the bf16 copies gathered (passes/zero_master.c)
   nb=$(cat "$t"/src/*.c | grep -c "rt_coll_all_gather[a-z_]*(ctx, .*RT_BF16" || true)

@@ -63,12 +63,33 @@ static int most_gathers_in_a_loop(const Graph *g, bool top) {
   return here > most ? here : most;
 }
 
+/* The most dp reduce-scatters in one innermost loop body (a layer's backward: no loop nested in it) of g. */
+static int most_scatters_in_a_loop(const Graph *g, bool top) {
+  int most = 0, here = 0;
+  bool inner = !top;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    here += n->op == OP_REDUCE_SCATTER && n->a.mesh_axis == RT_AX_DP;
+    if (n->body) {
+      inner = false;
+      int b = most_scatters_in_a_loop(n->body, false);
+      if (b > most) most = b;
+    }
+  }
+  return inner && here > most ? here : most;
+}
+
+int tb_dp_most_scatters_in_a_loop(const Graph *g) { return most_scatters_in_a_loop(g, true); }
+
 int tb_check_zero_coalesced(const Module *m, const char *what) {
   int failures = 0;
   if (m->plan.zero < 3 || m->plan.coalesce != COALESCE_ON || m->mesh->dim[RT_AX_DP] < 2) return 0;
   char msg[320];
   int most = most_gathers_in_a_loop(m->graph, true);
   snprintf(msg, sizeof msg, "%s, zero 3, coalesce on: %d dp all-gathers in one layer loop's body, want 1 at most", what, most);
+  expect(most <= 1, msg, &failures);
+  most = most_scatters_in_a_loop(m->graph, true);
+  snprintf(msg, sizeof msg, "%s, zero 3, coalesce on: %d dp reduce-scatters in one layer loop's body, want 1 at most", what, most);
   expect(most <= 1, msg, &failures);
   return failures;
 }

@@ -365,6 +365,72 @@ static void zero3_exact(const char *label, const char *path, const FeDefine *def
   arena_free(&a3);
 }
 
+/* The most dp reduce-scatters in one loop body of g. */
+static int most_scatters_in_a_loop(const Graph *g) {
+  int most = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (!n->body) continue;
+    int here = 0;
+    for (int k = 0; k < n->body->nnodes; k++)
+      here += n->body->nodes[k]->op == OP_REDUCE_SCATTER && n->body->nodes[k]->a.mesh_axis == RT_AX_DP;
+    int b = most_scatters_in_a_loop(n->body);
+    most = here > most ? here : most;
+    most = b > most ? b : most;
+  }
+  return most;
+}
+
+/* ZeRO-3 with `coalesce on` (passes/zero_coalesce.c: a layer's gathers one all-gather, its
+ * gradients' reduce-scatters one, packed rank-major, the gradients split along a later dim transposed)
+ * against `coalesce off` (a collective a tensor or bucket) on the same ranks: the copies are exact and
+ * each element's sum over the ranks is the same, so every result is bit-identical (tolerance 0); the
+ * backward loop reduce-scatters once with `on`, more than once with `off`. */
+static void coalesce_exact(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
+                           int64_t V, int dp, int tp, int mode) {
+  Arena a0, a1;
+  arena_init(&a0);
+  arena_init(&a1);
+  char what[96];
+  snprintf(what, sizeof what, "%s dp %d x tp %d%s zero 3, coalesce on = off", label, dp, tp, mode == CUDA_BF16 ? " bf16" : "");
+  FeDefine d[MAXDEF];
+  for (int i = 0; i < ndefs; i++) d[i] = defs[i];
+  d[ndefs] = (FeDefine){"coalesce", "off"};
+  Module *off = compile(&a0, path, d, ndefs + 1, dp, tp, false, B, 3, mode);
+  d[ndefs] = (FeDefine){"coalesce", "on"};
+  Module *on = compile(&a1, path, d, ndefs + 1, dp, tp, false, B, 3, mode);
+  if (!off || !on) {
+    fprintf(stderr, "FAIL %s: does not compile\n", what);
+    failures++;
+  } else {
+    int n_off = most_scatters_in_a_loop(off->graph), n_on = most_scatters_in_a_loop(on->graph);
+    fprintf(stderr, "  %s: %d dp reduce-scatters in a backward loop's body (off: %d)\n", what, n_on, n_off);
+    if (n_on != 1 || n_off < 2) {
+      fprintf(stderr, "FAIL %s: %d dp reduce-scatters in a loop body with coalesce on (want 1), %d off (want > 1)\n", what,
+              n_on, n_off);
+      failures++;
+    }
+    Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+    Interp *i0 = interp_new(off->graph, off->mesh, 7), *i1 = interp_new(on->graph, on->mesh, 7);
+    for (int step = 1; step <= 2; step++) {
+      tb_feed_step(i0, &tok, &tgt, step);
+      tb_feed_step(i1, &tok, &tgt, step);
+      if (!interp_step(i0) || !interp_step(i1)) {
+        fprintf(stderr, "FAIL %s: interpreter error at step %d\n", what, step);
+        failures++;
+        break;
+      }
+      failures += tb_compare_runs(off->graph, i0, i1, what, step, 0.0, false);
+    }
+    interp_free(i0);
+    interp_free(i1);
+    tensor_free(&tok);
+    tensor_free(&tgt);
+  }
+  arena_free(&a0);
+  arena_free(&a1);
+}
+
 int main(void) {
   const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
   run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 4, 0, false);
@@ -397,6 +463,13 @@ int main(void) {
   /* bf16 compute: the gathers move past the bf16 casts (each layer's bf16 copy gathered) */
   zero3_exact("tiny", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, 1, CUDA_BF16, 0.0);
   zero3_exact("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 4, 1, CUDA_BF16, 0.0);
+  /* coalesced (d 64: at tp 2 the layer's tensors are over ZeRO-3's persistence threshold, so split; the
+   * row-split ones along their second dim, so transposed when packed and unpacked) */
+  const FeDefine llama64[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "64"},  {"heads", "4"},
+                              {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "96"}};
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, CPU_F32);
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 4, 2, CPU_F32);
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, CUDA_BF16);
   /* offload: the update of every parameter in host memory (CUDA target), the same arithmetic */
   run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, 1, true);
   run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, 2, true);
