@@ -291,8 +291,7 @@ static void plan_key(Cur *c, Word *k, void *ctx) {
       else p->bucket_bytes = (int64_t)b;
     }
   } else if (strcmp(key, "coalesce") == 0) { /* passes/zero_coalesce.c */
-    static const char *const names[] = {"auto", "on", "off"};
-    int i = sw_get_choice(c, key, names, 3);
+    int i = sw_get_choice(c, key, ir_coalesce_names, 3);
     if (i >= 0) p->coalesce = i;
   } else if (strcmp(key, "cp_mode") == 0) {
     int i = sw_get_choice(c, key, ir_cp_mode_names, 2);

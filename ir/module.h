@@ -65,6 +65,7 @@ typedef enum {
   PLAN_OPT_SCHEDULE,     /* `schedule gpipe | 1f1b | interleaved | zb`: the pipeline schedule */
   PLAN_OPT_CP_MODE,      /* `cp_mode ring | all2all`: how context parallelism runs attention */
   PLAN_OPT_WEIGHT_COPY,  /* `weight_copy auto | persistent | per_layer`: the bf16 copy of the weights */
+  PLAN_OPT_COALESCE,     /* `coalesce auto | on | off`: ZeRO-3's gathers and scatters joined (passes/zero_coalesce.c) */
   PLAN_OPT_COUNT
 } PlanOpt;
 

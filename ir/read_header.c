@@ -82,7 +82,8 @@ static bool parse_topology(Reader *r) {
 
 static bool parse_plan(Reader *r) {
   static const char *const keys[] = {"dp", "tp", "pp", "cp", "sp", "zero", "offload", "microbatches",
-                                     "schedule", "recompute", "bucket_bytes", "cross_node_tp", "cp_mode"};
+                                     "schedule", "recompute", "bucket_bytes", "cross_node_tp", "cp_mode",
+                                     "weight_copy", "coalesce"};
   static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb"};
   static const char *const recs[] = {"none", "full", "selective"};
   Plan *p = &r->m->plan;
@@ -91,7 +92,7 @@ static bool parse_plan(Reader *r) {
     int k, v;
     rd_ws(r);
     const char *at = r->p;
-    if (!rd_choice(r, &k, keys, 13, "a plan field")) return false;
+    if (!rd_choice(r, &k, keys, 15, "a plan field")) return false;
     PlanOpt opt = ir_plan_opt_of_key(keys[k]);
     if (opt < PLAN_OPT_COUNT) p->opt_loc[opt] = rd_loc(r, at); /* refused below unless applied */
     bool ok = true;
@@ -146,6 +147,14 @@ static bool parse_plan(Reader *r) {
     case 12:
       ok = rd_choice(r, &v, ir_cp_mode_names, 2, "ring or all2all");
       p->cp_mode = (CpMode)v;
+      break;
+    case 13:
+      ok = rd_choice(r, &v, ir_weight_copy_names, 3, "auto, persistent or per_layer");
+      p->weight_copy = (WeightCopy)v;
+      break;
+    case 14:
+      ok = rd_choice(r, &v, ir_coalesce_names, 3, "auto, on or off");
+      p->coalesce = v;
       break;
     }
     if (!ok) return false;

@@ -44,6 +44,7 @@
 #include "cost_op.h"
 #include "diag.h"
 #include "passes.h"
+#include "plan_options.h"
 #include "ptrmap.h"
 #include "zero.h"
 
@@ -515,9 +516,13 @@ static void coalesce_scatters(Ctx *c, Graph *g) {
 }
 
 bool pass_zero_coalesce(Module *m) {
-  if (m->plan.zero < 3 || m->plan.coalesce == COALESCE_OFF) return true;
   Ctx c = {.m = m, .z = zero_group(m->mesh)};
-  if (c.z.deg <= 1) return true;
+  SrcLoc at = m->plan.opt_loc[PLAN_OPT_COALESCE];
+  if (at.file && (m->plan.zero < 3 || c.z.deg <= 1)) /* written, and nothing for it to join: said, not ignored */
+    note_at(at, "coalesce %s: it joins ZeRO-3's parameter gathers and gradient reduce-scatters; this plan has %s: nothing to "
+            "coalesce", ir_coalesce_names[m->plan.coalesce],
+            m->plan.zero < 3 ? "no ZeRO-3" : "a data-parallel group of one rank");
+  if (m->plan.zero < 3 || m->plan.coalesce == COALESCE_OFF || c.z.deg <= 1) return true;
   cost_device_defaults(m, &c.dev);
   /* the group's ring steps cross nodes when its ranks (tp inside each) outgrow a node (as plan_model.c) */
   int dpn = m->mesh->devices_per_node > 0 ? m->mesh->devices_per_node : 1;
