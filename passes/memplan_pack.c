@@ -183,6 +183,28 @@ static int64_t best_fit(const Union **u, int k, int *cur, int64_t bytes, int64_t
   return pick >= 0 ? pick : off;
 }
 
+/* A group's first fit (Interval.with): the lowest offset of its leader at which each member, delta bytes
+ * above it, meets no block of the unions it meets (union q: member um[q]'s), each cursor moving up with it. */
+static int64_t fit_group(const Interval *iv, const Union **u, const int *um, int k, int *cur) {
+  int64_t off = 0;
+  for (int i = 0; i < k; i++) cur[i] = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int i = 0; i < k; i++) {
+      const Union *x = u[i];
+      int64_t d = iv[um[i]].with ? iv[um[i]].delta : 0, at = off + d;
+      int c = cur[i];
+      while (c < x->n && x->b[c].b <= at) c++;
+      cur[i] = c;
+      if (c < x->n && x->b[c].a < at + iv[um[i]].bytes) {
+        off = x->b[c].b - d;
+        moved = true;
+      }
+    }
+  }
+  return off;
+}
+
 /* The largest stage (Node.stage numbering: 1 + the pp coordinate) an interval is one of. */
 static int max_stage(const Interval *iv, int n) {
   int nst = 0;
@@ -252,25 +274,48 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
     by_stage[s] = (Placed){ARENA_ARRAY(a, Union, 2 * leaves[s]), ARENA_ARRAY(a, Union, 2 * leaves[s])};
   }
   Pool pool = {a, {0}};
-  const Union **meet = ARENA_ARRAY(a, const Union *, (size_t)per * (size_t)(nst + 1));
-  int *cur = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1));
+  /* groups (Interval.with): each leader's members, placed with it at its offset */
+  int *next = ARENA_ARRAY(a, int, n + 1), *first = ARENA_ARRAY(a, int, n + 1), gmax = 1;
+  for (int i = 0; i < n; i++) first[i] = -1;
+  for (int i = n - 1; i >= 0; i--)
+    if (iv[i].with) next[i] = first[iv[i].with - 1], first[iv[i].with - 1] = i;
+  for (int i = 0; i < n; i++) {
+    int m = 1;
+    for (int j = first[i]; j >= 0; j = next[j]) m++;
+    if (m > gmax) gmax = m;
+  }
+  const Union **meet = ARENA_ARRAY(a, const Union *, (size_t)per * (size_t)(nst + 1) * (size_t)gmax);
+  int *cur = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1) * (size_t)gmax);
+  int *um = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1) * (size_t)gmax); /* a group's: the member a union meets */
   int64_t size = 0;
   for (int oi = 0; oi < n; oi++) {
-    const Interval *x = &iv[order[oi].i];
-    /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
-     * (an every-rank value: all) */
-    bool every = on_stage(x, 0);
-    int k = 0;
-    for (int s = 0; s <= nst; s++)
-      if (every || !s || on_stage(x, s))
-        k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
-    int64_t off = best ? best_fit(meet, k, cur, x->bytes, size) : first_fit(meet, k, cur, x->bytes);
-    off_by[order[oi].i] = off;
-    if (off + x->bytes > size) size = off + x->bytes;
-    for (int s = 0; s <= nst; s++)
-      if (on_stage(x, s))
-        placed_add(&pool, &by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), off,
-                   off + x->bytes);
+    int lead = order[oi].i, k = 0;
+    if (iv[lead].with) continue; /* (with its leader) */
+    for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) {
+      /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
+       * (an every-rank value: all) */
+      const Interval *x = &iv[m];
+      bool every = on_stage(x, 0);
+      int k0 = k;
+      for (int s = 0; s <= nst; s++)
+        if (every || !s || on_stage(x, s))
+          k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
+      for (int q = k0; q < k; q++) um[q] = m;
+    }
+    const Interval *x = &iv[lead];
+    int64_t off = first[lead] >= 0 ? fit_group(iv, meet, um, k, cur)
+                  : best            ? best_fit(meet, k, cur, x->bytes, size)
+                                    : first_fit(meet, k, cur, x->bytes);
+    for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) {
+      const Interval *y = &iv[m];
+      int64_t at = off + (m == lead ? 0 : y->delta);
+      off_by[m] = at;
+      if (at + y->bytes > size) size = at + y->bytes;
+      for (int s = 0; s <= nst; s++)
+        if (on_stage(y, s))
+          placed_add(&pool, &by_stage[s], leaves[s], coords_at(&pos[s], y->start), coords_at(&pos[s], y->end), at,
+                     at + y->bytes);
+    }
   }
   arena_free(&local);
   return size;
@@ -337,12 +382,12 @@ typedef struct MemoSet {
   struct MemoSet *next;
   uint64_t hash;
   int n;
-  int64_t *key; /* [6 n] */
+  int64_t *key; /* [MEMO_KEY n] */
   int64_t *off; /* [n] */
   int64_t size, plain;
 } MemoSet;
 
-enum { MEMO_BUCKETS = 1024 };
+enum { MEMO_BUCKETS = 1024, MEMO_KEY = 7 };
 struct PackMemo {
   Arena *a;
   MemoSet *bucket[MEMO_BUCKETS];
@@ -356,29 +401,29 @@ PackMemo *memplan_pack_memo_new(Arena *a) {
 
 static void memo_key(const Interval *iv, int n, int64_t *key) {
   for (int i = 0; i < n; i++) {
-    int64_t *k = key + 6 * (size_t)i;
-    k[0] = iv[i].bytes, k[1] = iv[i].start, k[2] = iv[i].end, k[3] = iv[i].stage, k[4] = (int64_t)iv[i].set;
-    k[5] = iv[i].plain;
+    int64_t *k = key + MEMO_KEY * (size_t)i;
+    k[0] = iv[i].bytes, k[1] = iv[i].start, k[2] = iv[i].end, k[3] = iv[i].stage + 256 * (int64_t)iv[i].with, k[4] = (int64_t)iv[i].set;
+    k[5] = iv[i].plain, k[6] = iv[i].delta;
   }
 }
 
 int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain) {
   if (!memo) return memplan_pack(iv, n, a, plain);
-  int64_t *key = ARENA_ARRAY(a, int64_t, 6 * (size_t)n + 1);
+  int64_t *key = ARENA_ARRAY(a, int64_t, MEMO_KEY * (size_t)n + 1);
   memo_key(iv, n, key);
   uint64_t h = 1469598103934665603ull ^ (uint64_t)n; /* FNV-1a over the key's words */
-  for (size_t i = 0; i < 6 * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+  for (size_t i = 0; i < MEMO_KEY * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
   MemoSet **b = &memo->bucket[h % MEMO_BUCKETS];
   for (MemoSet *e = *b; e; e = e->next)
-    if (e->hash == h && e->n == n && !memcmp(e->key, key, 6 * (size_t)n * sizeof *key)) {
+    if (e->hash == h && e->n == n && !memcmp(e->key, key, MEMO_KEY * (size_t)n * sizeof *key)) {
       for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
       if (plain) *plain = e->plain;
       return e->size;
     }
   MemoSet *e = ARENA_NEW(memo->a, MemoSet);
   e->hash = h, e->n = n;
-  e->key = ARENA_ARRAY(memo->a, int64_t, 6 * (size_t)n + 1);
-  memcpy(e->key, key, 6 * (size_t)n * sizeof *key);
+  e->key = ARENA_ARRAY(memo->a, int64_t, MEMO_KEY * (size_t)n + 1);
+  memcpy(e->key, key, MEMO_KEY * (size_t)n * sizeof *key);
   e->size = memplan_pack(iv, n, a, &e->plain);
   e->off = ARENA_ARRAY(memo->a, int64_t, n + 1);
   for (int i = 0; i < n; i++) e->off[i] = iv[i].offset;

@@ -19,6 +19,10 @@ typedef struct {
   uint64_t set;   /* with stage 0: the stages whose ranks alone touch it, bit s for stage s (a parameter held on
                      the first and the last stage, passes/pipe_owners.c); 0: every rank */
   int64_t plain;  /* a region block: its body's arena by largest first alone at every level (>= bytes); 0: bytes */
+  int with;       /* 1 + the index of the interval it is placed with, delta bytes above its offset (its group's
+                     leader, memplan_views.c's rows in place: a concat's output and its inputs in their rows, a
+                     stage_select's and each stage's input); 0: its own place */
+  int64_t delta;
 } Interval;
 
 /* A growing list of intervals (in an arena). */

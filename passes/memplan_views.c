@@ -27,6 +27,17 @@
  * a copy where a pipeline stage's slice is read off its stage (codegen zero-fills it there), and codegen
  * copies exactly where the plan did not place the slice at that offset. The decision is this file's; memplan.c places what
  * it decides; a view never changes a result (the interpreter ignores the plan).
+ *
+ * Rows in place: a concat along dim 0 (an interleaved stage's chunks of a layer gradient, passes/pipe.c's
+ * loop_part and pipe_fold_sum), a pad along dim 0 (an uneven chunk's rows padded with zeros, pipe_pad_rows)
+ * and a stage_select (each stage's own value, on every rank) whose inputs are each made in g, read by it
+ * alone and dead there have their inputs placed in their rows of its output (a stage_select: each stage's
+ * input at its output's first byte; only stage j writes input j): the output's interval starts at its
+ * inputs' first and takes theirs, with the in-place chains in them (the running sums of the backward loops,
+ * passes/pipe_fold.c: one buffer through the micro-batches), so the chunks' sums are summed in their rows
+ * of the stage's gradient from their first micro-batch on and codegen copies nothing (a pad zeroes the
+ * rows around its input). memplan_rows_node decides the form, memplan_rows_merge (after memplan.c's
+ * in-place aliases) the intervals, memplan_rows_place the offsets.
  */
 #include "memplan_views.h"
 
@@ -121,4 +132,93 @@ int64_t memplan_col_at(const Node *n, int i) {
   if (n->op == OP_SLICE) return n->a.start * ir_dtype_size(n->out[0]->dtype);
   for (int j = 0; j < i; j++) at += n->in[j]->shape.dim[ax];
   return at * ir_dtype_size(n->out[0]->dtype);
+}
+
+/* The row offset (bytes) of dim-0 rows from a value's first byte. */
+static int64_t row_bytes(const Value *y, int64_t rows) {
+  int64_t b = rows * ir_dtype_size(y->dtype);
+  for (int d = 1; d < y->shape.rank; d++) b *= y->shape.dim[d];
+  return b;
+}
+
+int64_t memplan_rows_at(const Node *n, int i) {
+  if (n->op == OP_STAGE_SELECT) return 0;
+  if (n->op == OP_PAD) return row_bytes(n->out[0], n->a.start);
+  int64_t rows = 0;
+  for (int j = 0; j < i; j++) rows += n->in[j]->shape.dim[0];
+  return row_bytes(n->out[0], rows);
+}
+
+bool memplan_row_placed(const Node *n, int i) {
+  const Value *y = n->out[0], *x = n->in[i];
+  if (n->op != OP_STAGE_SELECT && ((n->op != OP_CONCAT && n->op != OP_PAD) || n->a.axis != 0)) return false;
+  return x->offset >= 0 && y->offset >= 0 && !x->stride && !y->stride && !x->last_in && !y->last_in && !x->host &&
+         !y->host && !x->ld && !y->ld && x->offset == y->offset + memplan_rows_at(n, i);
+}
+
+bool memplan_rows_node(const Node *n) {
+  bool cat = n->op == OP_CONCAT && n->a.axis == 0, pad = n->op == OP_PAD && n->a.axis == 0 && n->nin == 1;
+  if (!cat && !pad && n->op != OP_STAGE_SELECT) return false;
+  const Value *y = n->out[0];
+  const Graph *g = n->graph;
+  if (g->parent || y->host || y->shape.rank < 1 || !placed_here(y, g) || ir_is_result(g, y) || y->ld) return false;
+  for (int i = 0; i < n->nin; i++) {
+    const Value *x = n->in[i];
+    if (!placed_here(x, g) || x->dtype != y->dtype || x->ld || memplan_is_view(x->def) || memplan_rows_at(n, i) % 16) return false;
+    if (ir_is_result(g, x) || captured(g, x) || ir_writes_row_stride(x->def, x->idx)) return false;
+    if (n->op == OP_STAGE_SELECT && ir_node_stages(x->def) != 1ull << i) return false; /* only stage i writes it */
+    int reads = 0; /* the node's one read, nothing else's */
+    for (int j = 0; j < g->nnodes; j++)
+      for (int k = 0; k < g->nodes[j]->nin; k++) reads += g->nodes[j]->in[k] == x;
+    if (reads != 1) return false;
+  }
+  return true;
+}
+
+static int root_of(const int *root, int s) {
+  while (root[s] != s) s = root[s];
+  return s;
+}
+
+/* Interval t placed with leader at delta bytes from it; t's own members (a concat's chunks in a stage_select's
+ * group) move with it. */
+static void join(Interval *iv, int niv, bool *lead, int t, int leader, int64_t delta) {
+  if (lead[t])
+    for (int i = 0; i < niv; i++)
+      if (iv[i].with == t + 1) iv[i].with = leader + 1, iv[i].delta += delta;
+  lead[t] = false;
+  lead[leader] = true;
+  iv[t].with = leader + 1;
+  iv[t].delta = delta;
+}
+
+void memplan_rows_group(const Graph *g, Interval *iv, int niv, const int *root, const int *slot, Arena *tmp) {
+  bool *lead = ARENA_ARRAY(tmp, bool, niv + 1); /* a group's leader (Interval.with) */
+  int *sx = NULL, cap = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *c = g->nodes[i];
+    if (!memplan_rows_node(c) || !slot[c->out[0]->id]) continue;
+    bool sel = c->op == OP_STAGE_SELECT, pad = c->op == OP_PAD;
+    int sy = root_of(root, slot[c->out[0]->id] - 1);
+    /* the output lives from past the node (its inputs until it; a pad writes its zeros there): its own interval */
+    bool ok = iv[sy].v && iv[sy].bytes > 0 && !iv[sy].node && !iv[sy].with && !lead[sy] && iv[sy].start == i &&
+              iv[sy].end > i;
+    if (c->nin > cap) sx = ARENA_ARRAY(tmp, int, (cap = c->nin) + 1);
+    for (int k = 0; k < c->nin && ok; k++) {
+      const Value *x = c->in[k];
+      if (!slot[x->id]) {
+        ok = false;
+        break;
+      }
+      sx[k] = root_of(root, slot[x->id] - 1);
+      const Interval *t = &iv[sx[k]];
+      /* one value's interval (with its in-place chain), dead here; a stage_select's input k: stage k's alone */
+      ok = sx[k] != sy && t->v && !t->node && t->end == i && t->bytes == memplan_align(memplan_bytes(x)) && !t->with &&
+           (!sel || ((t->stage == k + 1 || (!t->stage && t->set == 1ull << k)) && t->bytes == iv[sy].bytes));
+      for (int j = 0; j < k && ok; j++) ok = sx[j] != sx[k];
+    }
+    if (!ok) continue;
+    if (!pad) iv[sy].start = i + 1;
+    for (int k = 0; k < c->nin; k++) join(iv, niv, lead, sx[k], sy, memplan_rows_at(c, k));
+  }
 }
