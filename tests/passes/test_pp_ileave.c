@@ -16,7 +16,9 @@
  * the mesh's rows per virtual stage; the transfers M per neighbour of each virtual stage; the blocks to
  * scale (each chunk's F by FLOPs one layer's FLOPs per layer apart, and by the cost model the chunk of
  * more layers the longer). And the layout (runtime/mesh.c, rt_stage_index): every logical row on
- * exactly one rank's local row.
+ * exactly one rank's local row. The gradient side (check_grad_rows): each chunk's running sum in its rows of
+ * its stage's stacked sum and each stage's sum where the stage_select's output is (passes/memplan_views.c,
+ * rows in place): no concat, pad or select copies (main: every one, 335-660 KB a plan).
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +54,62 @@ static Module *compile_plan(Arena *a, Target target, const char *path, const FeD
             .micro = micro, .batch = batch, .layers = layers && nlayers ? layers : NULL, .nlayers = nlayers,
             .balanced = layers && nlayers == 0};
   return tb_compile_pp(a, target, path, defs, ndefs, &p);
+}
+
+/* Whether v (a stage's stacked gradient sum) is in place: a concat's (axis 0) inputs each at its rows of the
+ * output's bytes, a pad's (axis 0) at its first row, down to the chunks' loops (their running sums); the
+ * bytes of the copies it still makes added to *copy. */
+static bool rows_in_place(const Value *y, int64_t *copy) {
+  const Node *n = y->def;
+  if ((n->op != OP_CONCAT && n->op != OP_PAD) || n->a.axis != 0) return true;
+  int64_t row = tb_bytes_of(y) / y->shape.dim[0], at = n->op == OP_PAD ? n->a.start : 0;
+  bool ok = true;
+  for (int k = 0; k < n->nin; k++) {
+    const Value *x = n->in[k];
+    if (x->offset != y->offset + at * row) {
+      ok = false;
+      *copy += tb_bytes_of(x);
+    }
+    ok &= rows_in_place(x, copy);
+    at += x->shape.dim[0];
+  }
+  return ok;
+}
+
+/* The gradient side: each stage's sum of a stacked layer gradient is its chunks' running sums concatenated
+ * along the layers (uneven: each padded), and the stage_select of the stages' sums gives each rank its own
+ * (passes/pipe_fold.c). The memory plan places them in place (passes/memplan_views.c, rows in place): every
+ * chunk's sum in its rows of its stage's sum, each stage's sum where the select's output is, so the
+ * concats, pads and the select copy nothing (main: a copy of the stage's stacked f32 gradient, one
+ * parameter at a time, beside its chunks' sums, and another by the select). */
+static void check_grad_rows(const Graph *g, const char *what) {
+  int sels = 0, copied = 0;
+  int64_t copy = 0;
+  char msg[256];
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_STAGE_SELECT) continue;
+    bool stacked = true;
+    for (int k = 0; k < n->nin; k++) {
+      const Node *d = n->in[k]->def;
+      stacked &= (d->op == OP_CONCAT || d->op == OP_PAD) && d->a.axis == 0;
+    }
+    if (!stacked) continue;
+    sels++;
+    bool ok = true;
+    for (int k = 0; k < n->nin; k++) {
+      if (n->in[k]->offset != n->out[0]->offset) {
+        ok = false;
+        copy += tb_bytes_of(n->in[k]);
+      }
+      ok &= rows_in_place(n->in[k], &copy);
+    }
+    copied += !ok;
+  }
+  snprintf(msg, sizeof msg, "%s: %d stage sums of stacked layer gradients selected, %d of them copied (%lld B)", what,
+           sels, copied, (long long)copy);
+  expect(sels > 0 && !copied, msg);
+  if (sels && !copied) fprintf(stderr, "  %s: %d stacked gradient sums in place\n", what, sels);
 }
 
 /* The program's shape (see the file's header); rows: the mesh's counts per virtual stage. */
@@ -107,6 +165,7 @@ static void check_shape(const Module *m, int pp, int v, int64_t M, const char *w
   snprintf(msg, sizeof msg, "%s: %d chunk slices of the stacked layer values, %d of them copies (%lld B)", what,
            chunks, copied, (long long)copy_bytes);
   expect(chunks > 0 && !copied, msg);
+  check_grad_rows(g, what);
   expect(m->mesh->stage_chunks == v, "the mesh's stage_chunks is the plan's v");
   int64_t local = rt_stage_local_rows(rows, pp, v), bad_rows = 0;
   for (int i = 0; i < g->nnodes; i++)
