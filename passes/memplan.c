@@ -583,12 +583,12 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
   Value **alias_x = ARENA_ARRAY(tmp, Value *, nalias + 1); /* the value heading each target interval */
   for (int a = 0; a < nalias; a++) alias_x[a] = p.iv[alias_to[a]].v;
   /* compact out aliased entries */
-  int k = 0, *moved = ARENA_ARRAY(tmp, int, p.n + 1); /* (Interval.with: its leader's new index) */
+  int k = 0, *moved = ARENA_ARRAY(tmp, int, p.n + 1); /* (Interval.up: its node's output's new index) */
   for (int i = 0; i < p.n; i++)
     if (p.iv[i].bytes > 0) moved[i] = k, p.iv[k++] = p.iv[i];
   p.n = k;
   for (int i = 0; i < p.n; i++)
-    if (p.iv[i].with) p.iv[i].with = moved[p.iv[i].with - 1] + 1;
+    if (p.iv[i].up) p.iv[i].up = moved[p.iv[i].up - 1] + 1;
   int64_t size = memplan_pack_memo(p.iv, p.n, mp->pack_memo, tmp, plain);
   int64_t cls[MEM_COUNT] = {0};
   bool top = !g->parent && mp->stage_peak; /* the step: each pipeline stage's peak too */

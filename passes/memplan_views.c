@@ -156,7 +156,7 @@ bool memplan_row_placed(const Node *n, int i) {
          !y->host && !x->ld && !y->ld && x->offset == y->offset + memplan_rows_at(n, i);
 }
 
-bool memplan_rows_node(const Node *n) {
+bool memplan_rows_node(const Node *n, const PtrMap *uses) {
   bool cat = n->op == OP_CONCAT && n->a.axis == 0, pad = n->op == OP_PAD && n->a.axis == 0 && n->nin == 1;
   if (!cat && !pad && n->op != OP_STAGE_SELECT) return false;
   const Value *y = n->out[0];
@@ -164,13 +164,11 @@ bool memplan_rows_node(const Node *n) {
   if (g->parent || y->host || y->shape.rank < 1 || !placed_here(y, g) || ir_is_result(g, y) || y->ld) return false;
   for (int i = 0; i < n->nin; i++) {
     const Value *x = n->in[i];
-    if (!placed_here(x, g) || x->dtype != y->dtype || x->ld || memplan_is_view(x->def) || memplan_rows_at(n, i) % 16) return false;
-    if (ir_is_result(g, x) || captured(g, x) || ir_writes_row_stride(x->def, x->idx)) return false;
+    intptr_t reads = 0; /* the node's one read, nothing else's (no capture either) */
+    ptrmap_get(uses, x, &reads);
+    if (reads != 1 || !placed_here(x, g) || x->dtype != y->dtype || x->ld || memplan_is_view(x->def)) return false;
+    if (memplan_rows_at(n, i) % 16 || ir_is_result(g, x) || ir_writes_row_stride(x->def, x->idx)) return false;
     if (n->op == OP_STAGE_SELECT && ir_node_stages(x->def) != 1ull << i) return false; /* only stage i writes it */
-    int reads = 0; /* the node's one read, nothing else's */
-    for (int j = 0; j < g->nnodes; j++)
-      for (int k = 0; k < g->nodes[j]->nin; k++) reads += g->nodes[j]->in[k] == x;
-    if (reads != 1) return false;
   }
   return true;
 }
@@ -180,28 +178,19 @@ static int root_of(const int *root, int s) {
   return s;
 }
 
-/* Interval t placed with leader at delta bytes from it; t's own members (a concat's chunks in a stage_select's
- * group) move with it. */
-static void join(Interval *iv, int niv, bool *lead, int t, int leader, int64_t delta) {
-  if (lead[t])
-    for (int i = 0; i < niv; i++)
-      if (iv[i].with == t + 1) iv[i].with = leader + 1, iv[i].delta += delta;
-  lead[t] = false;
-  lead[leader] = true;
-  iv[t].with = leader + 1;
-  iv[t].delta = delta;
-}
-
 void memplan_rows_group(const Graph *g, Interval *iv, int niv, const int *root, const int *slot, Arena *tmp) {
-  bool *lead = ARENA_ARRAY(tmp, bool, niv + 1); /* a group's leader (Interval.with) */
+  if (g->parent) return; /* (the step's top graph: a pipeline's stage sums) */
+  bool *lead = ARENA_ARRAY(tmp, bool, niv + 1); /* a node's output others are written into (Interval.up) */
   int *sx = NULL, cap = 0;
+  PtrMap uses = {0}; /* the readers of g's values (in g and the bodies in it), counted once */
+  ir_use_counts(g, &uses);
   for (int i = 0; i < g->nnodes; i++) {
     const Node *c = g->nodes[i];
-    if (!memplan_rows_node(c) || !slot[c->out[0]->id]) continue;
+    if (c->nout < 1 || !memplan_rows_node(c, &uses) || !slot[c->out[0]->id]) continue;
     bool sel = c->op == OP_STAGE_SELECT, pad = c->op == OP_PAD;
     int sy = root_of(root, slot[c->out[0]->id] - 1);
     /* the output lives from past the node (its inputs until it; a pad writes its zeros there): its own interval */
-    bool ok = iv[sy].v && iv[sy].bytes > 0 && !iv[sy].node && !iv[sy].with && !lead[sy] && iv[sy].start == i &&
+    bool ok = iv[sy].v && iv[sy].bytes > 0 && !iv[sy].node && !iv[sy].up && !lead[sy] && iv[sy].start == i &&
               iv[sy].end > i;
     if (c->nin > cap) sx = ARENA_ARRAY(tmp, int, (cap = c->nin) + 1);
     for (int k = 0; k < c->nin && ok; k++) {
@@ -213,12 +202,17 @@ void memplan_rows_group(const Graph *g, Interval *iv, int niv, const int *root, 
       sx[k] = root_of(root, slot[x->id] - 1);
       const Interval *t = &iv[sx[k]];
       /* one value's interval (with its in-place chain), dead here; a stage_select's input k: stage k's alone */
-      ok = sx[k] != sy && t->v && !t->node && t->end == i && t->bytes == memplan_align(memplan_bytes(x)) && !t->with &&
+      ok = sx[k] != sy && t->v && !t->node && t->end == i && t->bytes == memplan_align(memplan_bytes(x)) && !t->up &&
            (!sel || ((t->stage == k + 1 || (!t->stage && t->set == 1ull << k)) && t->bytes == iv[sy].bytes));
       for (int j = 0; j < k && ok; j++) ok = sx[j] != sx[k];
     }
     if (!ok) continue;
-    if (!pad) iv[sy].start = i + 1;
-    for (int k = 0; k < c->nin; k++) join(iv, niv, lead, sx[k], sy, memplan_rows_at(c, k));
+    if (!pad) iv[sy].apart = i + 1, iv[sy].start = i + 1; /* (apart: from the node, which copies) */
+    lead[sy] = true;
+    for (int k = 0; k < c->nin; k++) {
+      Interval *t = &iv[sx[k]];
+      t->up = sy + 1, t->updelta = memplan_rows_at(c, k), t->upsel = sel;
+    }
   }
+  ptrmap_free(&uses);
 }

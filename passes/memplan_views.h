@@ -7,6 +7,7 @@
 
 #include "ir.h"
 #include "memplan_pack.h"
+#include "ptrmap.h"
 
 /* Whether slice n is a column view of its input (no copy: its readers take the row stride). */
 bool memplan_col_slice(const Node *n);
@@ -22,7 +23,7 @@ int64_t memplan_view_at(const Node *n);
 
 /* Rows in place (memplan_views.c): whether n (a concat or pad along dim 0, a stage_select) may have its
  * inputs written into its rows; the byte offset of input i there. */
-bool memplan_rows_node(const Node *n);
+bool memplan_rows_node(const Node *n, const PtrMap *uses /* ir_use_counts of n's graph */);
 int64_t memplan_rows_at(const Node *n, int i);
 /* Whether the plan placed input i of n in its rows of n's output (its producer wrote it there: no copy). */
 bool memplan_row_placed(const Node *n, int i);
