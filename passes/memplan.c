@@ -18,6 +18,8 @@
  * plan, class communication, live at its node: the runtime packs there, not in a hidden workspace.
  * Column views (memplan_views.c): a last-axis slice its readers take at a row stride shares its
  * source's bytes (Value.ld), and a concat of stride-writing outputs has them written into its columns.
+ * Rows in place (memplan_views.c): a concat or pad along dim 0 and a stage_select may have their inputs
+ * written into their rows of the output (an interleaved stage's chunks' gradient sums), where memplan_pack takes the link.
  * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
  * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
  * one kernel race (memplan_groups.c, at the end).

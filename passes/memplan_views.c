@@ -30,14 +30,16 @@
  *
  * Rows in place: a concat along dim 0 (an interleaved stage's chunks of a layer gradient, passes/pipe.c's
  * loop_part and pipe_fold_sum), a pad along dim 0 (an uneven chunk's rows padded with zeros, pipe_pad_rows)
- * and a stage_select (each stage's own value, on every rank) whose inputs are each made in g, read by it
- * alone and dead there have their inputs placed in their rows of its output (a stage_select: each stage's
- * input at its output's first byte; only stage j writes input j): the output's interval starts at its
- * inputs' first and takes theirs, with the in-place chains in them (the running sums of the backward loops,
- * passes/pipe_fold.c: one buffer through the micro-batches), so the chunks' sums are summed in their rows
- * of the stage's gradient from their first micro-batch on and codegen copies nothing (a pad zeroes the
- * rows around its input). memplan_rows_node decides the form, memplan_rows_merge (after memplan.c's
- * in-place aliases) the intervals, memplan_rows_place the offsets.
+ * and a stage_select (each stage's own value, on every rank) in the step's graph whose inputs are each made
+ * there, read by it alone and dead there may have their inputs placed in their rows of its output (a
+ * stage_select: each stage's input at its output's first byte; only stage j writes input j), with the
+ * in-place chains in them (the running sums of the backward loops, passes/pipe_fold.c: one buffer through
+ * the micro-batches), so the chunks' sums are summed in their rows of the stage's gradient from their first
+ * micro-batch on; the output then lives from past the node. memplan_rows_node decides the form;
+ * memplan_rows_group (after memplan.c's in-place aliases) links each input's interval to the output's
+ * (Interval.up); memplan_pack decides which links it takes (a coupled placement can pack worse: it keeps the
+ * most links within 1 / MEMPLAN_LINK_SLACK of the least arena); codegen copies exactly where an input is not
+ * at its rows (memplan_row_placed; a pad zeroes the rows around an input in place).
  */
 #include "memplan_views.h"
 
