@@ -124,6 +124,7 @@ void cg_block_copies(Cg *c, const Node *n, const char *copy) {
       bool in_slot = ax == y->shape.rank - 1 && in->ld && in->ld == y->shape.dim[ax] && in->offset == y->offset + at * es && in->stride == y->stride;
       /* or a sum of squares the CUDA target's kernel writes there (passes/fuse_sumsq.c) */
       bool written = c->m->target == TARGET_CUDA && fuse_sumsq_piece(n, i);
+      if (ax == 0 && memplan_row_placed(n, i)) written = true; /* or in its rows (memplan_views.c, rows in place) */
       if (!in_slot && !written) block_copy(c, copy, y, y->shape.dim[ax], at, in, len, 0, outer, len, inner, es);
       at += len;
     }
@@ -140,6 +141,10 @@ void cg_block_copies(Cg *c, const Node *n, const char *copy) {
   int es = ir_dtype_size(x->dtype);
   if (n->op == OP_SLICE) {
     block_copy(c, copy, y, a->len, 0, x, rows, a->start, outer, a->len, inner, es);
+  } else if (ax == 0 && memplan_row_placed(n, 0)) { /* OP_PAD, x in place (memplan_views.c): the rows around it */
+    int64_t before = memplan_rows_at(n, 0), after = before + cg_bytes(x);
+    if (before) c->t->zero(c, cg_ptr(c, y), before);
+    if (after < cg_bytes(y)) c->t->zero(c, arena_printf(c->a, "(%s + %" PRId64 ")", cg_ptr(c, y), after), cg_bytes(y) - after);
   } else { /* OP_PAD: zeros around x's rows */
     c->t->zero(c, cg_ptr(c, y), cg_bytes(y));
     block_copy(c, copy, y, a->len, a->start, x, rows, 0, outer, rows, inner, es);

@@ -18,6 +18,7 @@
 #include "commreport.h"
 #include "diag.h"
 #include "memplan.h"
+#include "memplan_views.h" /* memplan_row_placed */
 #include "mesh.h" /* ir/mesh.h: MeshMap, RT_AX_* */
 #include "offload_sched.h"
 #include "outline.h"
@@ -334,8 +335,12 @@ static int emit_node_any(Cg *c, Node *n) {
   case OP_SEND: case OP_RECV: emit_p2p(c, n); return 1;
   case OP_STAGE_SELECT: { /* this stage's input */
     int64_t bytes = ir_numel(&n->out[0]->shape) * ir_dtype_size(n->out[0]->dtype);
+    int moved = 0;
+    for (int s = 0; s < n->nin; s++) moved += !memplan_row_placed(n, s);
+    if (!moved) return 1; /* every stage's input made in its output's place */
     cg_line(c, "switch (rt_ctx_coord(ctx, RT_AX_PP)) {");
     for (int s = 0; s < n->nin; s++) {
+      if (memplan_row_placed(n, s)) continue; /* the stage's input made in place (memplan_views.c, rows in place) */
       cg_line(c, "case %d:", s);
       c->indent++;
       c->t->copy(c, cg_ptr(c, n->out[0]), cg_ptr(c, n->in[s]), bytes, false);

@@ -180,6 +180,11 @@ double cost_op_time(const Module *m, const CostDevice *d, const Node *n, bool in
   if (m->target == TARGET_CUDA && ir_cast_folded(n)) return 0; /* its readers widen its source */
   if (memplan_col_slice(n) || memplan_col_concat(n)) return 0; /* column views (memplan_views.c): no copy */
   if (n->op == OP_STAGE_SELECT) return 0; /* picks a buffer */
+  if (n->op == OP_CONCAT && n->a.axis == 0) { /* rows in place (memplan_views.c): its inputs made in its rows */
+    bool placed = true;
+    for (int j = 0; j < n->nin && placed; j++) placed = memplan_row_placed(n, j);
+    if (placed) return 0;
+  }
   if (m->target == TARGET_CUDA && fuse_sumsq_member(n)) return 0; /* in the concat's kernel (passes/fuse_sumsq.c) */
   double bytes = n->op == OP_MATMUL ? 0 : extra; /* (a GEMM's epilogue: after its main loop, below) */
   const Node *ce = m->target == TARGET_CPU && (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD)

@@ -18,6 +18,8 @@
  * plan, class communication, live at its node: the runtime packs there, not in a hidden workspace.
  * Column views (memplan_views.c): a last-axis slice its readers take at a row stride shares its
  * source's bytes (Value.ld), and a concat of stride-writing outputs has them written into its columns.
+ * Rows in place (memplan_views.c): a concat or pad along dim 0 and a stage_select may have their inputs
+ * written into their rows of the output (an interleaved stage's chunks' gradient sums), where memplan_pack takes the link.
  * CUDA: a GEMM's reads live through its epilogue's nodes (keep_epilogue_reads). Fusion groups
  * (passes/fuse.c) do not change the placement: a group is cut where the placement would make its
  * one kernel race (memplan_groups.c, at the end).
@@ -579,13 +581,16 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
       alias_to[nalias++] = sx;
     }
   }
+  memplan_rows_group(g, p.iv, p.n, root, slot, tmp); /* rows in place (memplan_views.c): inputs in their node's rows */
   Value **alias_x = ARENA_ARRAY(tmp, Value *, nalias + 1); /* the value heading each target interval */
   for (int a = 0; a < nalias; a++) alias_x[a] = p.iv[alias_to[a]].v;
   /* compact out aliased entries */
-  int k = 0;
+  int k = 0, *moved = ARENA_ARRAY(tmp, int, p.n + 1); /* (Interval.up: its node's output's new index) */
   for (int i = 0; i < p.n; i++)
-    if (p.iv[i].bytes > 0) p.iv[k++] = p.iv[i];
+    if (p.iv[i].bytes > 0) moved[i] = k, p.iv[k++] = p.iv[i];
   p.n = k;
+  for (int i = 0; i < p.n; i++)
+    if (p.iv[i].up) p.iv[i].up = moved[p.iv[i].up - 1] + 1;
   int64_t size = memplan_pack_memo(p.iv, p.n, mp->pack_memo, tmp, plain);
   int64_t cls[MEM_COUNT] = {0};
   bool top = !g->parent && mp->stage_peak; /* the step: each pipeline stage's peak too */

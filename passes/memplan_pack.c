@@ -183,6 +183,28 @@ static int64_t best_fit(const Union **u, int k, int *cur, int64_t bytes, int64_t
   return pick >= 0 ? pick : off;
 }
 
+/* A group's first fit (Interval.with): the lowest offset of its leader at which each member, delta bytes
+ * above it, meets no block of the unions it meets (union q: member um[q]'s), each cursor moving up with it. */
+static int64_t fit_group(const Interval *iv, const Union **u, const int *um, int k, int *cur) {
+  int64_t off = 0;
+  for (int i = 0; i < k; i++) cur[i] = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int i = 0; i < k; i++) {
+      const Union *x = u[i];
+      int64_t d = iv[um[i]].with ? iv[um[i]].delta : 0, at = off + d;
+      int c = cur[i];
+      while (c < x->n && x->b[c].b <= at) c++;
+      cur[i] = c;
+      if (c < x->n && x->b[c].a < at + iv[um[i]].bytes) {
+        off = x->b[c].b - d;
+        moved = true;
+      }
+    }
+  }
+  return off;
+}
+
 /* The largest stage (Node.stage numbering: 1 + the pp coordinate) an interval is one of. */
 static int max_stage(const Interval *iv, int n) {
   int nst = 0;
@@ -252,25 +274,50 @@ static int64_t pack_in_order(const Interval *iv, int n, const PackKey *order, bo
     by_stage[s] = (Placed){ARENA_ARRAY(a, Union, 2 * leaves[s]), ARENA_ARRAY(a, Union, 2 * leaves[s])};
   }
   Pool pool = {a, {0}};
-  const Union **meet = ARENA_ARRAY(a, const Union *, (size_t)per * (size_t)(nst + 1));
-  int *cur = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1));
+  /* groups (Interval.with): each leader's members, placed with it at its offset */
+  int *next = ARENA_ARRAY(a, int, n + 1), *first = ARENA_ARRAY(a, int, n + 1), gmax = 1;
+  for (int i = 0; i < n; i++) first[i] = -1;
+  for (int i = n - 1; i >= 0; i--)
+    if (iv[i].with) next[i] = first[iv[i].with - 1], first[iv[i].with - 1] = i;
+  for (int i = 0; i < n; i++) {
+    int m = 1;
+    for (int j = first[i]; j >= 0; j = next[j]) m++;
+    if (m > gmax) gmax = m;
+  }
+  const Union **meet = ARENA_ARRAY(a, const Union *, (size_t)per * (size_t)(nst + 1) * (size_t)gmax);
+  int *cur = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1) * (size_t)gmax);
+  int *um = ARENA_ARRAY(a, int, (size_t)per * (size_t)(nst + 1) * (size_t)gmax); /* a group's: the member a union meets */
   int64_t size = 0;
   for (int oi = 0; oi < n; oi++) {
-    const Interval *x = &iv[order[oi].i];
-    /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
-     * (an every-rank value: all) */
-    bool every = on_stage(x, 0);
-    int k = 0;
-    for (int s = 0; s <= nst; s++)
-      if (every || !s || on_stage(x, s))
-        k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
-    int64_t off = best ? best_fit(meet, k, cur, x->bytes, size) : first_fit(meet, k, cur, x->bytes);
-    off_by[order[oi].i] = off;
-    if (off + x->bytes > size) size = off + x->bytes;
-    for (int s = 0; s <= nst; s++)
-      if (on_stage(x, s))
-        placed_add(&pool, &by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), off,
-                   off + x->bytes);
+    int lead = order[oi].i, k = 0;
+    if (iv[lead].with) continue; /* (with its leader) */
+    for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) {
+      /* the placed intervals meeting x's lifetime, of the stages x meets: every rank's and its own
+       * (an every-rank value: all) */
+      const Interval *x = &iv[m];
+      bool every = on_stage(x, 0);
+      int k0 = k;
+      for (int s = 0; s <= nst; s++)
+        if (every || !s || on_stage(x, s))
+          k = placed_meeting(&by_stage[s], leaves[s], coords_at(&pos[s], x->start), coords_at(&pos[s], x->end), meet, k);
+      for (int q = k0; q < k; q++) um[q] = m;
+    }
+    const Interval *x = &iv[lead];
+    bool flat = true; /* a group of one place (a stage_select's): as one interval */
+    for (int m = first[lead]; m >= 0 && flat; m = next[m]) flat = !iv[m].delta && iv[m].bytes <= x->bytes;
+    int64_t off = !flat ? fit_group(iv, meet, um, k, cur)
+                  : best            ? best_fit(meet, k, cur, x->bytes, size)
+                                    : first_fit(meet, k, cur, x->bytes);
+    for (int m = lead; m >= 0; m = m == lead ? first[lead] : next[m]) {
+      const Interval *y = &iv[m];
+      int64_t at = off + (m == lead ? 0 : y->delta);
+      off_by[m] = at;
+      if (at + y->bytes > size) size = at + y->bytes;
+      for (int s = 0; s <= nst; s++)
+        if (on_stage(y, s))
+          placed_add(&pool, &by_stage[s], leaves[s], coords_at(&pos[s], y->start), coords_at(&pos[s], y->end), at,
+                     at + y->bytes);
+    }
   }
   arena_free(&local);
   return size;
@@ -292,7 +339,18 @@ static PackKey pack_key(const Interval *x, int i, int how) {
 int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
   PackKey *order = ARENA_ARRAY(a, PackKey, n + 1);
   int64_t *off = ARENA_ARRAY(a, int64_t, n + 1);
-  for (int i = 0; i < n; i++) order[i] = pack_key(&iv[i], i, how);
+  Interval *span = NULL; /* a group's leader ordered by the group's lifetime (Interval.with), its members by theirs */
+  for (int i = 0; i < n; i++)
+    if (iv[i].with) {
+      if (!span) {
+        span = ARENA_ARRAY(a, Interval, n + 1);
+        memcpy(span, iv, sizeof *iv * (size_t)n);
+      }
+      Interval *l = &span[iv[i].with - 1];
+      if (iv[i].start < l->start) l->start = iv[i].start;
+      if (iv[i].end > l->end) l->end = iv[i].end;
+    }
+  for (int i = 0; i < n; i++) order[i] = pack_key(span ? &span[i] : &iv[i], i, how);
   qsort(order, (size_t)n, sizeof *order, pack_key_cmp);
   int64_t size = pack_in_order(iv, n, order, how == PACK_END_BEST_FIT, off, a);
   for (int i = 0; i < n; i++) iv[i].offset = off[i];
@@ -303,7 +361,7 @@ int64_t memplan_pack_order(Interval *iv, int n, int how, Arena *a) {
  * greedy), then the others; no more once an arena is down to the peak (no order does better).
  * Where a block's plain size differs, largest first over the plain sizes too (each block then in
  * a place at least its size). */
-int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain) {
+static int64_t pack_orders(Interval *iv, int n, Arena *a, int64_t *plain, int64_t *floor_out) {
   int64_t *best = ARENA_ARRAY(a, int64_t, n + 1), size = -1, plain_size = -1;
   bool differs = false;
   for (int i = 0; i < n; i++) differs = differs || (iv[i].plain && iv[i].plain != iv[i].bytes);
@@ -317,6 +375,7 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain) {
     for (int i = 0; i < n; i++) best[i] = big[i].offset;
   }
   int64_t floor = memplan_pack_floor(iv, n, a);
+  if (floor_out) *floor_out = floor;
   for (int how = 0; how < PACK_ORDERS && size != floor; how++) {
     int64_t got = memplan_pack_order(iv, n, how, a);
     if (plain_size < 0) plain_size = got; /* (how 0: largest first, the blocks their plain sizes) */
@@ -330,6 +389,68 @@ int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain) {
   return size < 0 ? 0 : size;
 }
 
+/* Rows in place (memplan_views.c): an interval written into a node's output has a link to that output's
+ * (Interval.up), of one of two kinds: a concat's or pad's rows, or a stage_select's place. A packing takes
+ * the links of some kinds: each interval then with the one its taken links lead to (Interval.with, .delta),
+ * a node's output whose links are taken live from past it, else from it (Interval.apart: it copies). */
+enum { LINK_ROWS = 1, LINK_SELECT = 2 };
+
+static bool linked(const Interval *x, int kinds) { return x->up && (kinds & (x->upsel ? LINK_SELECT : LINK_ROWS)); }
+
+static void take_links(Interval *iv, int n, int kinds, const int *start, Arena *a) {
+  bool *parent = ARENA_ARRAY(a, bool, n + 1);
+  for (int i = 0; i < n; i++)
+    if (linked(&iv[i], kinds)) parent[iv[i].up - 1] = true;
+  for (int i = 0; i < n; i++) {
+    int w = i;
+    int64_t d = 0;
+    for (; linked(&iv[w], kinds); w = iv[w].up - 1) d += iv[w].updelta;
+    iv[i].with = w != i ? w + 1 : 0;
+    iv[i].delta = w != i ? d : 0;
+    if (iv[i].apart) iv[i].start = parent[i] ? start[i] : iv[i].apart - 1;
+  }
+}
+
+/* The links' kinds a packing tries, in turn: every copy in place, then the concats' and pads' rows alone,
+ * the selects' alone, none (a placement in place can pack worse than the copies where the step's peak is
+ * elsewhere: Llama-3-405B pp 2 int2 z3 packs 3.5 % smaller with the rows alone); no more once one is down to
+ * the first's floor. The first within 1 / MEMPLAN_LINK_SLACK of the least arena is kept. */
+static const int link_tries[] = {LINK_ROWS | LINK_SELECT, LINK_ROWS, LINK_SELECT, 0};
+
+static int64_t pack_links(Interval *iv, int n, Arena *a, int64_t *plain, int *kinds) {
+  bool links = false;
+  for (int i = 0; i < n && !links; i++) links = iv[i].up;
+  *kinds = 0;
+  if (!links) return pack_orders(iv, n, a, plain, NULL);
+  enum { TRIES = sizeof link_tries / sizeof *link_tries };
+  int *start = ARENA_ARRAY(a, int, n + 1);
+  int64_t *off[TRIES], got[TRIES], pl[TRIES], floor0 = 0, least = -1;
+  for (int i = 0; i < n; i++) start[i] = iv[i].start;
+  for (int t = 0; t < TRIES; t++) {
+    int64_t fl;
+    take_links(iv, n, link_tries[t], start, a);
+    got[t] = pack_orders(iv, n, a, &pl[t], &fl);
+    off[t] = ARENA_ARRAY(a, int64_t, n + 1);
+    for (int i = 0; i < n; i++) off[t][i] = iv[i].offset;
+    if (least < 0 || got[t] < least) least = got[t];
+    if (!t) floor0 = fl; /* (every link taken: the lowest floor of all) */
+    if (got[t] == floor0) break;
+  }
+  /* the most links within MEMPLAN_LINK_SLACK of the least arena: the copies they save cost a little packing */
+  int pick = 0;
+  while (got[pick] > least + least / MEMPLAN_LINK_SLACK) pick++;
+  *kinds = link_tries[pick];
+  take_links(iv, n, *kinds, start, a);
+  for (int i = 0; i < n; i++) iv[i].offset = off[pick][i];
+  if (plain) *plain = pl[pick];
+  return got[pick];
+}
+
+int64_t memplan_pack(Interval *iv, int n, Arena *a, int64_t *plain) {
+  int kinds;
+  return pack_links(iv, n, a, plain, &kinds);
+}
+
 /* A set of intervals packed before: what the packing reads of each (bytes, lifetime, stage, set, plain),
  * the offsets it gave and its arena. A pipeline schedule's region bodies repeat (one per
  * micro-batch and chunk: 16,384 at pp 32 x 4 chunks, 1024 micro-batches), each the same set. */
@@ -337,12 +458,13 @@ typedef struct MemoSet {
   struct MemoSet *next;
   uint64_t hash;
   int n;
-  int64_t *key; /* [6 n] */
+  int64_t *key; /* [MEMO_KEY n] */
   int64_t *off; /* [n] */
   int64_t size, plain;
+  int kinds; /* the links taken (pack_links) */
 } MemoSet;
 
-enum { MEMO_BUCKETS = 1024 };
+enum { MEMO_BUCKETS = 1024, MEMO_KEY = 9 };
 struct PackMemo {
   Arena *a;
   MemoSet *bucket[MEMO_BUCKETS];
@@ -356,30 +478,33 @@ PackMemo *memplan_pack_memo_new(Arena *a) {
 
 static void memo_key(const Interval *iv, int n, int64_t *key) {
   for (int i = 0; i < n; i++) {
-    int64_t *k = key + 6 * (size_t)i;
+    int64_t *k = key + MEMO_KEY * (size_t)i;
     k[0] = iv[i].bytes, k[1] = iv[i].start, k[2] = iv[i].end, k[3] = iv[i].stage, k[4] = (int64_t)iv[i].set;
-    k[5] = iv[i].plain;
+    k[5] = iv[i].plain, k[6] = iv[i].updelta, k[7] = iv[i].apart, k[8] = 2 * (int64_t)iv[i].up + iv[i].upsel;
   }
 }
 
 int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t *plain) {
   if (!memo) return memplan_pack(iv, n, a, plain);
-  int64_t *key = ARENA_ARRAY(a, int64_t, 6 * (size_t)n + 1);
+  int64_t *key = ARENA_ARRAY(a, int64_t, MEMO_KEY * (size_t)n + 1);
   memo_key(iv, n, key);
   uint64_t h = 1469598103934665603ull ^ (uint64_t)n; /* FNV-1a over the key's words */
-  for (size_t i = 0; i < 6 * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+  for (size_t i = 0; i < MEMO_KEY * (size_t)n; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
   MemoSet **b = &memo->bucket[h % MEMO_BUCKETS];
   for (MemoSet *e = *b; e; e = e->next)
-    if (e->hash == h && e->n == n && !memcmp(e->key, key, 6 * (size_t)n * sizeof *key)) {
+    if (e->hash == h && e->n == n && !memcmp(e->key, key, MEMO_KEY * (size_t)n * sizeof *key)) {
+      int *start = ARENA_ARRAY(a, int, n + 1); /* (the links the packing took) */
+      for (int i = 0; i < n; i++) start[i] = iv[i].start;
+      take_links(iv, n, e->kinds, start, a);
       for (int i = 0; i < n; i++) iv[i].offset = e->off[i];
       if (plain) *plain = e->plain;
       return e->size;
     }
   MemoSet *e = ARENA_NEW(memo->a, MemoSet);
   e->hash = h, e->n = n;
-  e->key = ARENA_ARRAY(memo->a, int64_t, 6 * (size_t)n + 1);
-  memcpy(e->key, key, 6 * (size_t)n * sizeof *key);
-  e->size = memplan_pack(iv, n, a, &e->plain);
+  e->key = ARENA_ARRAY(memo->a, int64_t, MEMO_KEY * (size_t)n + 1);
+  memcpy(e->key, key, MEMO_KEY * (size_t)n * sizeof *key);
+  e->size = pack_links(iv, n, a, &e->plain, &e->kinds);
   e->off = ARENA_ARRAY(memo->a, int64_t, n + 1);
   for (int i = 0; i < n; i++) e->off[i] = iv[i].offset;
   e->next = *b;

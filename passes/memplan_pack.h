@@ -19,6 +19,16 @@ typedef struct {
   uint64_t set;   /* with stage 0: the stages whose ranks alone touch it, bit s for stage s (a parameter held on
                      the first and the last stage, passes/pipe_owners.c); 0: every rank */
   int64_t plain;  /* a region block: its body's arena by largest first alone at every level (>= bytes); 0: bytes */
+  /* rows in place (memplan_views.c): up, 1 + the index of the interval it is written into (a node's output),
+   * updelta bytes above its offset, upsel whether that node is a stage_select (else a concat's or pad's rows);
+   * apart, where it is such a node's output, 1 + its start where the node copies (the links not taken; its
+   * start: past the node). memplan_pack decides which links it takes (with, delta: the leader it is placed
+   * with, delta bytes above its offset; 0: its own place). */
+  int up, apart;
+  bool upsel;
+  int64_t updelta;
+  int with;
+  int64_t delta;
 } Interval;
 
 /* A growing list of intervals (in an arena). */
@@ -59,6 +69,9 @@ int64_t memplan_pack_memo(Interval *iv, int n, PackMemo *memo, Arena *a, int64_t
  * its arena over the peak (memplan_pack_floor), and which order leaves the least depends on the
  * plan (Llama-3-405B pp 2 interleaved: start order, or size classes then start; docs/performance.md
  * "Memory plan fragmentation"). */
+/* memplan_pack keeps the most copies in place (Interval.up) whose arena is within 1 / this of the least. */
+enum { MEMPLAN_LINK_SLACK = 256 };
+
 enum {
   PACK_LARGEST_FIRST, /* by size, descending, then start: the plain greedy (tried first) */
   PACK_START,         /* by start, then the largest */

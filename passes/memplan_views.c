@@ -27,6 +27,19 @@
  * a copy where a pipeline stage's slice is read off its stage (codegen zero-fills it there), and codegen
  * copies exactly where the plan did not place the slice at that offset. The decision is this file's; memplan.c places what
  * it decides; a view never changes a result (the interpreter ignores the plan).
+ *
+ * Rows in place: a concat along dim 0 (an interleaved stage's chunks of a layer gradient, passes/pipe.c's
+ * loop_part and pipe_fold_sum), a pad along dim 0 (an uneven chunk's rows padded with zeros, pipe_pad_rows)
+ * and a stage_select (each stage's own value, on every rank) in the step's graph whose inputs are each made
+ * there, read by it alone and dead there may have their inputs placed in their rows of its output (a
+ * stage_select: each stage's input at its output's first byte; only stage j writes input j), with the
+ * in-place chains in them (the running sums of the backward loops, passes/pipe_fold.c: one buffer through
+ * the micro-batches), so the chunks' sums are summed in their rows of the stage's gradient from their first
+ * micro-batch on; the output then lives from past the node. memplan_rows_node decides the form;
+ * memplan_rows_group (after memplan.c's in-place aliases) links each input's interval to the output's
+ * (Interval.up); memplan_pack decides which links it takes (a coupled placement can pack worse: it keeps the
+ * most links within 1 / MEMPLAN_LINK_SLACK of the least arena); codegen copies exactly where an input is not
+ * at its rows (memplan_row_placed; a pad zeroes the rows around an input in place).
  */
 #include "memplan_views.h"
 
@@ -121,4 +134,87 @@ int64_t memplan_col_at(const Node *n, int i) {
   if (n->op == OP_SLICE) return n->a.start * ir_dtype_size(n->out[0]->dtype);
   for (int j = 0; j < i; j++) at += n->in[j]->shape.dim[ax];
   return at * ir_dtype_size(n->out[0]->dtype);
+}
+
+/* The row offset (bytes) of dim-0 rows from a value's first byte. */
+static int64_t row_bytes(const Value *y, int64_t rows) {
+  int64_t b = rows * ir_dtype_size(y->dtype);
+  for (int d = 1; d < y->shape.rank; d++) b *= y->shape.dim[d];
+  return b;
+}
+
+int64_t memplan_rows_at(const Node *n, int i) {
+  if (n->op == OP_STAGE_SELECT) return 0;
+  if (n->op == OP_PAD) return row_bytes(n->out[0], n->a.start);
+  int64_t rows = 0;
+  for (int j = 0; j < i; j++) rows += n->in[j]->shape.dim[0];
+  return row_bytes(n->out[0], rows);
+}
+
+bool memplan_row_placed(const Node *n, int i) {
+  const Value *y = n->out[0], *x = n->in[i];
+  if (n->op != OP_STAGE_SELECT && ((n->op != OP_CONCAT && n->op != OP_PAD) || n->a.axis != 0)) return false;
+  return x->offset >= 0 && y->offset >= 0 && !x->stride && !y->stride && !x->last_in && !y->last_in && !x->host &&
+         !y->host && !x->ld && !y->ld && x->offset == y->offset + memplan_rows_at(n, i);
+}
+
+bool memplan_rows_node(const Node *n, const PtrMap *uses) {
+  bool cat = n->op == OP_CONCAT && n->a.axis == 0, pad = n->op == OP_PAD && n->a.axis == 0 && n->nin == 1;
+  if (!cat && !pad && n->op != OP_STAGE_SELECT) return false;
+  const Value *y = n->out[0];
+  const Graph *g = n->graph;
+  if (g->parent || y->host || y->shape.rank < 1 || !placed_here(y, g) || ir_is_result(g, y) || y->ld) return false;
+  for (int i = 0; i < n->nin; i++) {
+    const Value *x = n->in[i];
+    intptr_t reads = 0; /* the node's one read, nothing else's (no capture either) */
+    ptrmap_get(uses, x, &reads);
+    if (reads != 1 || !placed_here(x, g) || x->dtype != y->dtype || x->ld || memplan_is_view(x->def)) return false;
+    if (memplan_rows_at(n, i) % 16 || ir_is_result(g, x) || ir_writes_row_stride(x->def, x->idx)) return false;
+    if (n->op == OP_STAGE_SELECT && ir_node_stages(x->def) != 1ull << i) return false; /* only stage i writes it */
+  }
+  return true;
+}
+
+static int root_of(const int *root, int s) {
+  while (root[s] != s) s = root[s];
+  return s;
+}
+
+void memplan_rows_group(const Graph *g, Interval *iv, int niv, const int *root, const int *slot, Arena *tmp) {
+  if (g->parent) return; /* (the step's top graph: a pipeline's stage sums) */
+  bool *lead = ARENA_ARRAY(tmp, bool, niv + 1); /* a node's output others are written into (Interval.up) */
+  int *sx = NULL, cap = 0;
+  PtrMap uses = {0}; /* the readers of g's values (in g and the bodies in it), counted once */
+  ir_use_counts(g, &uses);
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *c = g->nodes[i];
+    if (c->nout < 1 || !memplan_rows_node(c, &uses) || !slot[c->out[0]->id]) continue;
+    bool sel = c->op == OP_STAGE_SELECT, pad = c->op == OP_PAD;
+    int sy = root_of(root, slot[c->out[0]->id] - 1);
+    /* the output lives from past the node (its inputs until it; a pad writes its zeros there): its own interval */
+    bool ok = iv[sy].v && iv[sy].bytes > 0 && !iv[sy].node && !iv[sy].up && !lead[sy] && iv[sy].start == i &&
+              iv[sy].end > i;
+    if (c->nin > cap) sx = ARENA_ARRAY(tmp, int, (cap = c->nin) + 1);
+    for (int k = 0; k < c->nin && ok; k++) {
+      const Value *x = c->in[k];
+      if (!slot[x->id]) {
+        ok = false;
+        break;
+      }
+      sx[k] = root_of(root, slot[x->id] - 1);
+      const Interval *t = &iv[sx[k]];
+      /* one value's interval (with its in-place chain), dead here; a stage_select's input k: stage k's alone */
+      ok = sx[k] != sy && t->v && !t->node && t->end == i && t->bytes == memplan_align(memplan_bytes(x)) && !t->up &&
+           (!sel || ((t->stage == k + 1 || (!t->stage && t->set == 1ull << k)) && t->bytes == iv[sy].bytes));
+      for (int j = 0; j < k && ok; j++) ok = sx[j] != sx[k];
+    }
+    if (!ok) continue;
+    if (!pad) iv[sy].apart = i + 1, iv[sy].start = i + 1; /* (apart: from the node, which copies) */
+    lead[sy] = true;
+    for (int k = 0; k < c->nin; k++) {
+      Interval *t = &iv[sx[k]];
+      t->up = sy + 1, t->updelta = memplan_rows_at(c, k), t->upsel = sel;
+    }
+  }
+  ptrmap_free(&uses);
 }

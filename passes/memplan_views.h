@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "memplan_pack.h"
+#include "ptrmap.h"
 
 /* Whether slice n is a column view of its input (no copy: its readers take the row stride). */
 bool memplan_col_slice(const Node *n);
@@ -18,6 +20,17 @@ int64_t memplan_col_at(const Node *n, int i);
 bool memplan_row_slice(const Node *n);
 /* The byte offset of view n from its input's: a column view's first column, a row view's first row; 0 else. */
 int64_t memplan_view_at(const Node *n);
+
+/* Rows in place (memplan_views.c): whether n (a concat or pad along dim 0, a stage_select) may have its
+ * inputs written into its rows; the byte offset of input i there. */
+bool memplan_rows_node(const Node *n, const PtrMap *uses /* ir_use_counts of n's graph */);
+int64_t memplan_rows_at(const Node *n, int i);
+/* Whether the plan placed input i of n in its rows of n's output (its producer wrote it there: no copy). */
+bool memplan_row_placed(const Node *n, int i);
+/* After the in-place aliases (root: interval -> the one merged into, slot: value id -> 1 + interval): each
+ * rows-in-place node's inputs' intervals placed with its output's (Interval.with, .delta: memplan_pack's
+ * groups), the output's from past the node (a pad's: from it, which writes the rows around its input). */
+void memplan_rows_group(const Graph *g, Interval *iv, int niv, const int *root, const int *slot, Arena *tmp);
 
 /* A view that shares its input's memory (a reshape, a cast to its own dtype, a slice's rows,
  * a column view): no bytes of its own, no copy. */

@@ -9,7 +9,8 @@
  * every interval; memplan_pack's arena at most the reference's and at most largest first's over
  * the blocks' plain sizes (some intervals get one), which it reports; memplan_pack_memo's offsets,
  * packed or found, memplan_pack's. A small set where largest first
- * leaves a gap must pack to its peak.
+ * leaves a gap must pack to its peak. Sets with rows in place (Interval.up, `links`): the links memplan_pack
+ * takes hold (members at their leader's offset plus their delta), no other bytes shared.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +176,92 @@ static void gap(void) {
         (long long)plain);
 }
 
+/* Rows in place (Interval.up: memplan_views.c's links): random sets with nodes at position p whose output
+ * [p + 1, e] (a pad's: [p, e]) takes its inputs, each ending at p, at their rows (a concat: one after the other,
+ * the stage's; a select: each stage's input at 0), nested (a concat's output a select's input). memplan_pack
+ * must place every member of a link it takes at its leader plus its delta, share no bytes between two
+ * intervals that meet on a rank but within one group, and pack within 1 / MEMPLAN_LINK_SLACK of the same set
+ * with no link (each output from its node on). */
+static void links(int round) {
+  enum { N = 400 };
+  Interval *a = calloc(N, sizeof *a), *c = calloc(N, sizeof *c);
+  int n = 0, npos = 200, nst = 2;
+  static const int64_t sizes[] = {64, 128, 192, 256, 640, 1024, 4096};
+  for (int node = 0; node < 12 && n + 8 < N; node++) {
+    int p = 20 + rnd(150), kind = rnd(3); /* 0: a concat, 1: a pad, 2: a select of two stages' concats */
+    int64_t row = sizes[rnd(7)];
+    if (kind == 2) {
+      int sel = n++;
+      a[sel] = (Interval){.bytes = 2 * row, .start = p + 1, .end = p + 1 + rnd(20), .apart = p + 1};
+      for (int s = 0; s < nst; s++) {
+        int cat = n++, q = p - 1 - rnd(5);
+        a[cat] = (Interval){.bytes = 2 * row, .start = q + 1, .end = p, .stage = s + 1, .apart = q + 1, .up = sel + 1,
+                            .upsel = true};
+        for (int k = 0; k < 2; k++) {
+          int x = n++;
+          a[x] = (Interval){.bytes = row, .start = rnd(q), .end = q, .stage = s + 1, .up = cat + 1, .updelta = k * row};
+        }
+      }
+      continue;
+    }
+    int y = n++, k = kind ? 1 : 2 + rnd(2);
+    a[y] = (Interval){.bytes = (kind ? k + 1 : k) * row, .start = kind ? p : p + 1, .end = p + 1 + rnd(30),
+                      .apart = kind ? 0 : p + 1};
+    for (int j = 0; j < k; j++) {
+      int x = n++;
+      a[x] = (Interval){.bytes = row, .start = rnd(p + 1), .end = p, .up = y + 1, .updelta = j * row};
+    }
+  }
+  for (int i = n; i < N; i++) { /* the rest of the step */
+    Interval *x = &a[i];
+    x->bytes = sizes[rnd(7)];
+    x->start = rnd(npos);
+    x->end = x->start + (rnd(4) ? rnd(8) : rnd(npos));
+    if (x->end >= npos) x->end = npos - 1;
+    if (rnd(2)) x->stage = 1 + rnd(nst);
+  }
+  Arena ar;
+  arena_init(&ar);
+  memcpy(c, a, N * sizeof *a);
+  for (int i = 0; i < N; i++) { /* no link: each output from its node on */
+    if (c[i].apart) c[i].start = c[i].apart - 1;
+    c[i].up = 0, c[i].apart = 0;
+  }
+  int64_t apart = memplan_pack(c, N, &ar, NULL), size = memplan_pack(a, N, &ar, NULL), taken = 0;
+  CHECK(size <= apart + apart / MEMPLAN_LINK_SLACK, "links round %d: arena %lld, %lld with no link", round,
+        (long long)size, (long long)apart);
+  int bad = 0;
+  for (int i = 0; i < N && bad < 3; i++) {
+    int li = a[i].with ? a[i].with - 1 : i;
+    if (a[i].with) {
+      taken++;
+      if (a[i].offset != a[li].offset + a[i].delta) {
+        bad++;
+        CHECK(false, "links round %d: interval %d at %lld, its leader %d at %lld + %lld", round, i,
+              (long long)a[i].offset, li, (long long)a[li].offset, (long long)a[i].delta);
+      }
+    }
+    if (a[i].offset < 0 || a[i].offset + a[i].bytes > size) {
+      bad++;
+      CHECK(false, "links round %d: interval %d outside the arena", round, i);
+    }
+    for (int j = 0; j < i; j++) {
+      int lj = a[j].with ? a[j].with - 1 : j;
+      if (li == lj) continue; /* (one group: in place) */
+      if (meet(&a[i], &a[j]) && a[i].offset < a[j].offset + a[j].bytes && a[j].offset < a[i].offset + a[i].bytes) {
+        bad++;
+        CHECK(false, "links round %d: intervals %d and %d meet and share bytes", round, i, j);
+        break;
+      }
+    }
+  }
+  if (!round) printf("links: %lld of the first set's members in place, arena %lld (no link: %lld)\n", (long long)taken,
+                     (long long)size, (long long)apart);
+  arena_free(&ar);
+  free(a);
+  free(c);
+}
+
 int main(void) {
   int round = 0;
   gap();
@@ -183,6 +270,7 @@ int main(void) {
   for (int r = 0; r < 60; r++) one(100 + rnd(400), 20 + rnd(300), 1 + rnd(8), round++); /* stages */
   one(1, 1, 0, round++);
   one(2000, 1000, 4, round++);
+  for (int r = 0; r < 40; r++) links(r);
   if (failures) {
     fprintf(stderr, "test_memplan_pack: %d check(s) failed\n", failures);
     return 1;

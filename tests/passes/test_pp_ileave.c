@@ -16,7 +16,9 @@
  * the mesh's rows per virtual stage; the transfers M per neighbour of each virtual stage; the blocks to
  * scale (each chunk's F by FLOPs one layer's FLOPs per layer apart, and by the cost model the chunk of
  * more layers the longer). And the layout (runtime/mesh.c, rt_stage_index): every logical row on
- * exactly one rank's local row.
+ * exactly one rank's local row. The gradient side (check_grad_rows): each chunk's running sum in its rows of
+ * its stage's stacked sum and each stage's sum where the stage_select's output is (passes/memplan_views.c,
+ * rows in place): no concat, pad or select copies (main: every one, 335-660 KB a plan).
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +29,7 @@
 #include "diag.h"
 #include "frontend.h"
 #include "interp.h"
+#include "memplan.h"
 #include "pipe_sched.h"
 #include "tb_compile.h"
 #include "tb_zero.h"
@@ -52,6 +55,80 @@ static Module *compile_plan(Arena *a, Target target, const char *path, const FeD
             .micro = micro, .batch = batch, .layers = layers && nlayers ? layers : NULL, .nlayers = nlayers,
             .balanced = layers && nlayers == 0};
   return tb_compile_pp(a, target, path, defs, ndefs, &p);
+}
+
+/* Whether v (a stage's stacked gradient sum) is in place: a concat's (axis 0) inputs each at its rows of the
+ * output's bytes, a pad's (axis 0) at its first row, down to the chunks' loops (their running sums); the
+ * bytes of the copies it still makes added to *copy. */
+static bool rows_in_place(const Value *y, int64_t *copy) {
+  const Node *n = y->def;
+  if ((n->op != OP_CONCAT && n->op != OP_PAD) || n->a.axis != 0) return true;
+  int64_t row = tb_bytes_of(y) / y->shape.dim[0], at = n->op == OP_PAD ? n->a.start : 0;
+  bool ok = true;
+  for (int k = 0; k < n->nin; k++) {
+    const Value *x = n->in[k];
+    if (x->offset != y->offset + at * row) {
+      ok = false;
+      *copy += tb_bytes_of(x);
+    }
+    ok &= rows_in_place(x, copy);
+    at += x->shape.dim[0];
+  }
+  return ok;
+}
+
+/* The gradient side: each stage's sum of a stacked layer gradient is its chunks' running sums concatenated
+ * along the layers (uneven: each padded), and the stage_select of the stages' sums gives each rank its own
+ * (passes/pipe_fold.c). The memory plan places them in place (passes/memplan_views.c, rows in place): every
+ * chunk's sum in its rows of its stage's sum, each stage's sum where the select's output is, so the
+ * concats, pads and the select copy nothing (main: a copy of the stage's stacked f32 gradient, one
+ * parameter at a time, beside its chunks' sums, and another by the select). */
+static void check_grad_rows(const Graph *g, const char *what, bool strict) {
+  int sels = 0, copied = 0;
+  int64_t copy = 0;
+  char msg[256];
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_STAGE_SELECT) continue;
+    bool stacked = true;
+    for (int k = 0; k < n->nin; k++) {
+      const Node *d = n->in[k]->def;
+      stacked &= (d->op == OP_CONCAT || d->op == OP_PAD) && d->a.axis == 0;
+    }
+    if (!stacked) continue;
+    sels++;
+    bool ok = true;
+    for (int k = 0; k < n->nin; k++) {
+      if (n->in[k]->offset != n->out[0]->offset) {
+        ok = false;
+        copy += tb_bytes_of(n->in[k]);
+      }
+      ok &= rows_in_place(n->in[k], &copy);
+    }
+    copied += !ok;
+  }
+  snprintf(msg, sizeof msg, "%s: %d stage sums of stacked layer gradients selected, %d of them copied (%lld B)", what,
+           sels, copied, (long long)copy);
+  expect(sels > 0 && (!strict || !copied), msg);
+  fprintf(stderr, "  %s: %d of %d stacked gradient sums in place%s\n", what, sels - copied, sels,
+          copied ? " (the memory plan's copies pack smaller: memplan_pack's links)" : "");
+}
+
+/* A plan whose step peaks where the stages' sums are selected (wide layers, few tokens: the gradients
+ * outweigh the activations): with the copies, each stage's sum of a stacked gradient beside its chunks'
+ * sums, then beside the select's output: here every one in place (main: the 12 selects and 24 concats
+ * copied; `shardc plan` of the same shape, docs/performance.md: peak 53.24 -> 52.79 MiB). */
+static void check_sums_in_place(void) {
+  const FeDefine defs[] = {{"seq", "8"}, {"d", "256"}, {"heads", "4"}, {"layers", "8"}, {"zero", "0"}};
+  Arena a;
+  arena_init(&a);
+  Module *m = compile_plan(&a, TARGET_CPU, SHARDC_MODELS_DIR "/tiny.model", defs, 5, 2, 2, 1, 2, 1, 8, NULL, 0);
+  expect(m != NULL, "tiny d 256 pp 2 x dp 2 interleaved compiles");
+  if (m) {
+    check_grad_rows(m->graph, "tiny d 256, pp 2 x dp 2, interleaved v 2, 4 micro-batches", true);
+    fprintf(stderr, "  tiny d 256 pp 2 int2: planned peak %lld B\n", (long long)m->memplan->peak);
+  }
+  arena_free(&a);
 }
 
 /* The program's shape (see the file's header); rows: the mesh's counts per virtual stage. */
@@ -107,6 +184,7 @@ static void check_shape(const Module *m, int pp, int v, int64_t M, const char *w
   snprintf(msg, sizeof msg, "%s: %d chunk slices of the stacked layer values, %d of them copies (%lld B)", what,
            chunks, copied, (long long)copy_bytes);
   expect(chunks > 0 && !copied, msg);
+  check_grad_rows(g, what, false);
   expect(m->mesh->stage_chunks == v, "the mesh's stage_chunks is the plan's v");
   int64_t local = rt_stage_local_rows(rows, pp, v), bad_rows = 0;
   for (int i = 0; i < g->nnodes; i++)
@@ -256,6 +334,7 @@ static void check_balance(void) {
 }
 
 int main(void) {
+  check_sums_in_place();
   check_layout();
   check_balance();
   /* tiny: 5 layers ([2, 3]: per stage), 6 ([1, 2, 2, 1]: per virtual stage), 10 at pp 4 */
