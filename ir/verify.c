@@ -1,4 +1,5 @@
-/* ir/verify.c — the structural verifier run after every pass (ir_verify in ir/ir.h).
+/* ir/verify.c — the structural verifier run after every pass (ir_verify in ir/ir.h; after most
+ * passes ir_verify_changed: the same checks on the graphs the pass changed, ir/verify_memo.c).
  *
  * Checks, for the graph and every nested region body:
  *   - each node belongs to the graph that lists it; outputs point back at it (def, idx);

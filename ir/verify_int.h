@@ -44,7 +44,7 @@ IrVerifyMemo *vmemo_hash(const Graph *g, VMemoList *list, uint64_t round, unsign
  * returns and records (subdirty) whether any of them is dirty. */
 bool vmemo_scan(const Graph *g, VMemoList *list, uint64_t round, unsigned flags);
 /* What the verifier reads of a value another graph defines, as one hash: its links to its node,
- * id, dtype, shape and memory space. */
+ * dtype, shape and memory space (v non-NULL). */
 uint64_t vmemo_sig(const Value *v);
 /* Records a read of v (defined outside g) in g's memo. */
 void vmemo_add_ext(const Graph *g, const Value *v);

@@ -50,8 +50,12 @@ static uint64_t value_hash(const Value *v) {
 }
 
 uint64_t vmemo_sig(const Value *v) {
-  uint64_t h = value_hash(v);
-  if (v && v->def) {
+  uint64_t h = 0xcbf29ce484222325ull; /* what a reader's checks read of v: no id (messages only) */
+  MIX(h, ptr(v));
+  MIX(h, ptr(v->def) ^ (uint64_t)(uint32_t)v->idx * 0x9e3779b97f4a7c15ull);
+  MIX(h, (uint64_t)(uint32_t)v->dtype << 32 | (uint64_t)v->host << 16 | (uint16_t)v->shape.rank);
+  for (int d = 0; d < IR_MAX_RANK; d++) MIX(h, (uint64_t)v->shape.dim[d]);
+  if (v->def) {
     MIX(h, (uint32_t)v->def->nout);
     if (v->idx >= 0 && v->idx < v->def->nout && v->def->out) MIX(h, ptr(v->def->out[v->idx]));
   }
