@@ -105,8 +105,8 @@ static bool run_one(Module *m, int i, const PipelineOptions *o, double *verify_s
     if (ok && o->verify && !ir_verify_changed(m->graph, passes[i].name, flags)) die("IR invalid after pass %s", passes[i].name);
     double t2 = now();
     if (o->time && ok && o->verify)
-      fprintf(stderr, "shardc: pass %-10s %8.3f ms (%s after it %.3f ms)\n", passes[i].name, 1e3 * (t1 - t0),
-              full ? "ir_verify, every graph" : "ir_verify, the graphs it changed", 1e3 * (t2 - t1));
+      fprintf(stderr, "shardc: pass %-10s %8.3f ms (ir_verify after it %.3f ms: %s)\n", passes[i].name, 1e3 * (t1 - t0),
+              1e3 * (t2 - t1), full ? "every graph" : "the graphs it changed");
     else if (o->time) fprintf(stderr, "shardc: pass %-10s %8.3f ms\n", passes[i].name, 1e3 * (t1 - t0));
     if (!ok) return false;
     *verify_s += t2 - t1;

@@ -33,8 +33,7 @@ static Prog build(Arena *A) {
   p.late = t_op1(p.g, OP_EXP, p.c2->out[0], NULL);
   ir_add_result(p.g, p.late, "y");
   p.cap = t_op1(p.c2->body, OP_EXP, p.a, NULL);
-  ir_add_result(p.c2->body, p.cap, NULL);
-  p.c2->nout = 1; /* (the call yields its first result only: add the output the second needs) */
+  ir_add_result(p.c2->body, p.cap, NULL); /* c2's body yields it too: c2 gets the output for it */
   Node *c = p.c2;
   Value **out = ARENA_ARRAY(A, Value *, 2);
   out[0] = c->out[0];
@@ -45,6 +44,7 @@ static Prog build(Arena *A) {
   c->out = out;
   c->nout = 2;
   CHECK(ir_infer(c));
+  CHECK(ir_verify(p.g, "the program"));
   return p;
 }
 
