@@ -39,7 +39,7 @@ static uint64_t value_hash(const Value *v) {
   uint64_t w[3] = {0};
   memcpy(w, &v->sharding, sizeof v->sharding < sizeof w ? sizeof v->sharding : sizeof w);
   const int64_t *dim = v->shape.dim;
-  MIX(h, ptr(v->def) ^ ((uint64_t)(uint32_t)v->idx << 32 | (uint32_t)v->id) * 0x9e3779b97f4a7c15ull);
+  MIX(h, ptr(v->def) ^ (uint64_t)(uint32_t)v->idx * 0x9e3779b97f4a7c15ull); /* not v->id: a name, not checked */
   MIX(h, (uint64_t)(uint32_t)v->dtype << 32 | (uint64_t)v->host << 16 | (uint16_t)v->shape.rank);
   MIX(h, (uint64_t)dim[0] ^ (uint64_t)dim[1] * 0x9e3779b97f4a7c15ull);
   MIX(h, (uint64_t)dim[2] ^ (uint64_t)dim[3] * 0x9e3779b97f4a7c15ull);
@@ -133,8 +133,8 @@ IrVerifyMemo *vmemo_hash(const Graph *cg, VMemoList *list, uint64_t round, unsig
   MIX(h, ptr(g->nodes) ^ ptr(g->args) * 0x9e3779b97f4a7c15ull);
   MIX(h, ptr(g->results));
   MIX(h, (uint64_t)(uint32_t)g->nnodes << 32 | (uint32_t)g->nargs);
-  MIX(h, (uint64_t)(uint32_t)g->nresults << 32 | (uint32_t)g->next_node_id);
-  MIX(h, (uint32_t)g->next_value_id);
+  MIX(h, (uint64_t)(uint32_t)g->nresults << 32 | (uint32_t)g->next_node_id); /* (not next_value_id: value
+                                                                                numbers are names, not checked) */
   m->cur = h;
   m->dirty = h != m->hash || (flags & IR_VERIFY_ALL);
   m->untouched = false;
