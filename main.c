@@ -89,7 +89,9 @@ static void usage(FILE *f, const char *models) {
           "  --dump-ir=dot         print the final graph for Graphviz\n"
           "  --dump-ir=mesh        print each rank's coordinates, node, device and groups\n"
           "  --time-passes         print each pass's time (and the IR verifier's, all passes together)\n"
-          "  --no-verify           skip the IR verifier between passes\n"
+          "  --no-verify           skip the IR verifier between passes (by default it checks the graphs\n"
+          "                        each pass changed, then the whole IR after the last; SHARDC_VERIFY=full:\n"
+          "                        the whole IR after every pass)\n"
           "  -h, --help            this text\n"
           "An option that takes a value, or a -D key, given twice: the last is used, and a note says so.\n");
 }

@@ -482,6 +482,7 @@ static bool infer_repeat(Node *n) {
 }
 
 bool ir_infer(Node *n) {
+  if (n->graph) ir_touch(n->graph); /* it (re)types n's outputs */
   unsigned fl = ir_ops[n->op].flags;
   if (fl & F_EW) return infer_ew(n);
   switch (n->op) {

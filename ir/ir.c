@@ -154,6 +154,7 @@ Node *ir_node_new(Graph *g, OpKind op, int nin, Value *const *in, int nout, SrcL
   n->graph = g;
   arena_grow(g->arena, (void **)&g->nodes, &g->capnodes, g->nnodes + 1, sizeof(Node *));
   g->nodes[g->nnodes++] = n;
+  ir_touch(g);
   return n;
 }
 
@@ -185,16 +186,19 @@ void ir_add_result(Graph *g, Value *v, const char *name) {
   g->results[g->nresults] = v;
   g->result_names[g->nresults] = name;
   g->nresults++;
+  ir_touch(g);
 }
 
 void ir_replace_uses(Graph *g, Value *from, Value *to) {
+  bool changed = false;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++)
-      if (n->in[j] == from) n->in[j] = to;
+      if (n->in[j] == from) n->in[j] = to, changed = true;
   }
   for (int i = 0; i < g->nresults; i++)
-    if (g->results[i] == from) g->results[i] = to;
+    if (g->results[i] == from) g->results[i] = to, changed = true;
+  if (changed) ir_touch(g);
 }
 
 void ir_replace_uses_many(Graph *g, int n, Value *const *from, Value *const *to) {
@@ -208,14 +212,16 @@ void ir_replace_uses_many(Graph *g, int n, Value *const *from, Value *const *to)
   for (int i = 0; i < n; i++)
     if (from[i] != to[i] && ptrmap_get(&map, to[i], NULL)) die("ir_replace_uses_many: a replacement is itself replaced");
   intptr_t t;
+  bool changed = false;
   for (int i = 0; i < g->nnodes; i++) {
     Node *x = g->nodes[i];
     for (int j = 0; j < x->nin; j++)
-      if (ptrmap_get(&map, x->in[j], &t)) x->in[j] = (Value *)t;
+      if (ptrmap_get(&map, x->in[j], &t)) x->in[j] = (Value *)t, changed = true;
   }
   for (int i = 0; i < g->nresults; i++)
-    if (ptrmap_get(&map, g->results[i], &t)) g->results[i] = (Value *)t;
+    if (ptrmap_get(&map, g->results[i], &t)) g->results[i] = (Value *)t, changed = true;
   ptrmap_free(&map);
+  if (changed) ir_touch(g);
 }
 
 int ir_count_uses(const Graph *g, const Value *v) {
@@ -271,6 +277,7 @@ void ir_topo_sort(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) topo_visit(g, g->nodes[i], &state, out, &k);
   memcpy(g->nodes, out, sizeof(Node *) * (size_t)k);
   ptrmap_free(&state);
+  ir_touch(g);
 }
 
 void ir_move_last(Graph *g, int pos) {
@@ -279,6 +286,7 @@ void ir_move_last(Graph *g, int pos) {
   Node *n = g->nodes[last];
   memmove(&g->nodes[pos + 1], &g->nodes[pos], sizeof(Node *) * (size_t)(last - pos));
   g->nodes[pos] = n;
+  ir_touch(g);
 }
 
 void ir_drop_node(Graph *g, const Node *n) {
@@ -286,6 +294,7 @@ void ir_drop_node(Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i] != n) g->nodes[k++] = g->nodes[i];
   g->nnodes = k;
+  ir_touch(g);
 }
 
 void ir_remove_dead(Graph *g) {
@@ -311,6 +320,7 @@ void ir_remove_dead(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) g->nodes[i]->id = i;
   g->next_node_id = g->nnodes;
   arena_free(&tmp);
+  ir_touch(g);
 }
 
 static void reader_stages_in(const Graph *g, const Graph *in, uint64_t stages, uint64_t *rmask) {

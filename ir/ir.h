@@ -246,7 +246,16 @@ struct Graph {
   Graph *parent; /* enclosing graph for region bodies, else NULL */
   Node *owner;   /* the REPEAT/CALL node owning this body, else NULL */
   int next_value_id, next_node_id;
+  uint64_t version; /* bumped by every change of what the verifier checks here (ir_touch) */
+  struct IrVerifyMemo *vmemo; /* what ir_verify_changed last found valid here (ir/verify_memo.c); NULL: none */
 };
+
+/* Records a change of g: of its node list, argument or result lists, or of one of its nodes' op,
+ * inputs, outputs, attributes, or outputs' types, shardings or memory spaces. The functions below
+ * that change a graph call it; a pass that writes such a field itself calls it on the graph holding
+ * the node (once per graph it changed is enough). The verifier after each pass checks only the
+ * graphs that changed (ir_verify_changed); SHARDC_VERIFY=audit finds a change made without it. */
+static inline void ir_touch(Graph *g) { g->version++; }
 
 /* ---- building ---------------------------------------------------------- */
 Graph *ir_graph_new(Arena *a, Graph *parent);
@@ -353,5 +362,16 @@ void ir_use_counts(const Graph *g, PtrMap *counts);
  * signatures, shardings against the mesh. Returns false and prints what is wrong
  * (naming `after_pass`) on failure. A failure is a compiler bug. */
 bool ir_verify(const Graph *g, const char *after_pass);
+/* The same verdict as ir_verify, checking again only the graphs (the top one, region bodies) that
+ * changed since its last call on g that passed: each graph's memo (ir/verify_memo.c) holds its
+ * version (ir_touch) and the shape of its lists then; a graph where either moved is verified in
+ * full, one where neither did is not, but what it reads from the graphs around it (a captured value
+ * and its type) is checked again where those changed. flags: IR_VERIFY_ALL: every graph verified
+ * (after a change not recorded by ir_touch), the memos renewed; IR_VERIFY_AUDIT: each graph's
+ * contents hashed as well, and a graph whose contents changed with no ir_touch is an error (a
+ * change the verification would not have seen). On a failure it runs ir_verify, whose messages
+ * are the report (naming `after_pass`). */
+enum { IR_VERIFY_ALL = 1, IR_VERIFY_AUDIT = 2 };
+bool ir_verify_changed(Graph *g, const char *after_pass, unsigned flags);
 
 #endif

@@ -1,5 +1,5 @@
-/* ir/read_impl.h — the IR reader's state and token helpers (ir/read_lex.c), shared by ir/read.c (the graph)
- * and ir/read_header.c (the module header). Private to the reader: include ir/read.h. */
+/* ir/read_impl.h — the IR reader's state and token helpers (ir/read_lex.c), shared by ir/read.c (the graph),
+ * ir/read_attrs.c (a node line's types, values and attributes) and ir/read_header.c (the module header). Private to the reader: include ir/read.h. */
 #ifndef SHARDC_READ_IMPL_H
 #define SHARDC_READ_IMPL_H
 
@@ -44,6 +44,31 @@ bool rd_choice(Reader *r, int *out, const char *const *names, int n, const char 
 bool rd_axis(Reader *r, int *out);
 bool rd_end_line(Reader *r, SrcLoc *loc); /* optional `# ...; file:line:col`, then the newline */
 void rd_skip_line(Reader *r);
+
+/* ---- a node line's pieces (read_attrs.c) ---- */
+#define MAX_ATTRS 16 /* attributes on one node */
+
+typedef struct {
+  const char *key; /* "name" for a string, "scalar" for a bare number, else the word */
+  const char *val; /* where the value starts in the text (NULL: a bare flag) */
+  const char *at;  /* where the attribute starts (for errors) */
+  const char *str; /* a string's contents */
+  bool used;       /* taken by the op */
+} RdAttr;
+
+typedef struct {
+  RdAttr a[MAX_ATTRS];
+  int n;
+} AttrList;
+
+bool rd_type(Reader *r, Value *v);                       /* `dtype[dims]{sharding}` (and `@host`) into v */
+bool rd_num(Reader *r, int64_t *n);                      /* `%N`: a printed value number */
+bool rd_use(Reader *r, Graph *g, Value **out);           /* `%N` of a value defined before, in scope */
+bool rd_define(Reader *r, const char *at, int64_t n, Value *v); /* number n names v from here on */
+bool rd_attrs(Reader *r, AttrList *al, char stop);       /* a node's attributes, up to stop */
+RdAttr *rd_take(AttrList *al, const char *key);          /* the attribute key (marked used), or NULL */
+/* The attributes al onto n (its op's, each checked; one left unused is an error). */
+bool rd_apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at);
 
 /* The rest of a `topology`, `plan` or `recipe` line whose keyword starts at `at` (read_header.c). */
 bool rd_header_line(Reader *r, const char *at);

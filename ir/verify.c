@@ -1,4 +1,5 @@
-/* ir/verify.c — the structural verifier run after every pass (ir_verify in ir/ir.h).
+/* ir/verify.c — the structural verifier run after every pass (ir_verify in ir/ir.h; after most
+ * passes ir_verify_changed: the same checks on the graphs the pass changed, ir/verify_memo.c).
  *
  * Checks, for the graph and every nested region body:
  *   - each node belongs to the graph that lists it; outputs point back at it (def, idx);
@@ -20,6 +21,7 @@
 
 #include "diag.h"
 #include "ir.h"
+#include "verify_int.h"
 
 #define MAX_REPORTS 20
 
@@ -45,13 +47,17 @@ typedef struct {
   int depth, cap;
   const char *pass;  /* for messages */
   int errors;        /* problems found */
+  VMemoList *memos;  /* ir_verify_changed: the memos hashed (unchanged graphs' nodes skipped), nothing printed */
+  uint64_t round;    /* ir_verify_changed: this verification's vmemo_round */
+  unsigned flags;    /* ir_verify_changed: IR_VERIFY_ALL, IR_VERIFY_AUDIT */
+  int dirty_above;   /* ir_verify_changed: graphs on the scope stack verified in full (changed) */
 } Verifier;
 
 static void report(Verifier *vf, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static void report(Verifier *vf, const Node *n, const char *fmt, ...) {
   vf->errors++;
-  if (vf->errors > MAX_REPORTS) return;
+  if (vf->errors > MAX_REPORTS || vf->memos) return; /* changed: ir_verify prints the report */
   fprintf(stderr, "shardc: IR verification failed after %s: ", vf->pass ? vf->pass : "?");
   if (n)
     fprintf(stderr, "node #%d (%s%s): ", n->id, ir_ops[n->op].name,
@@ -286,8 +292,61 @@ static void check_region(Verifier *vf, const Graph *g, const Node *n) {
   }
 }
 
+/* ir_verify_changed: whether v, a value another graph defines that g read when last verified, is
+ * still what that verification saw (vmemo_sig) and in scope there. */
+static void check_ext(Verifier *vf, const VExt *e, const Graph *g) {
+  const Value *v = e->v;
+  if (!v->def || v->idx < 0 || v->idx >= v->def->nout || !v->def->out || v->def->out[v->idx] != v ||
+      vmemo_sig(v) != e->sig || !in_scope(vf, v, g, g->nnodes))
+    report(vf, NULL, "a value read across a region's boundary changed");
+}
+
+static void verify_nodes(Verifier *vf, const Graph *g);
+
+/* ir_verify_changed: the bodies under `root`, all unchanged (root's subtree), under a graph that
+ * changed: what they read from outside the subtree checked again (in scope from root). */
+static void check_ext_tree(Verifier *vf, const Graph *root, const Graph *b) {
+  const IrVerifyMemo *m = b->vmemo;
+  for (int i = 0; i < m->next; i++) {
+    const Value *v = m->ext[i].v;
+    const Graph *s = v->def ? v->def->graph : NULL;
+    while (s && s != root) s = s->parent;
+    if (!s) check_ext(vf, &m->ext[i], root); /* defined outside the subtree */
+  }
+  for (int k = 0; k < m->nkids; k++) check_ext_tree(vf, root, m->kids[k]->body);
+}
+
+/* ir_verify_changed hashes each graph as it enters it (vmemo_hash): a changed graph's nodes are
+ * verified in full, while in the cache, and its bodies as they come; an unchanged one's nodes are
+ * not, and its bodies are hashed first (vmemo_scan): an unchanged subtree is left, but its reads
+ * of values defined around it are checked again where a graph around it changed; a changed body
+ * is verified with its region's signature. */
 static void verify_graph(Verifier *vf, const Graph *g) {
+  IrVerifyMemo *m = vf->memos ? vmemo_hash(g, vf->memos, vf->round, vf->flags) : NULL;
+  if (m && !m->dirty && !vmemo_scan(g, vf->memos, vf->round, vf->flags)) {
+    if (vf->dirty_above) check_ext_tree(vf, g, g);
+    return;
+  }
   push_graph(vf, g);
+  if (m && !m->dirty) {
+    if (vf->dirty_above)
+      for (int i = 0; i < m->next; i++) check_ext(vf, &m->ext[i], g);
+    for (int k = 0; k < m->nkids; k++) {
+      const Graph *b = m->kids[k]->body;
+      if (b->vmemo->subdirty) check_region(vf, g, m->kids[k]);
+      else if (vf->dirty_above) check_ext_tree(vf, b, b);
+    }
+  } else {
+    if (m) m->next = 0, vf->dirty_above++;
+    verify_nodes(vf, g);
+    if (m) vf->dirty_above--;
+  }
+  pop_graph(vf);
+}
+
+/* Every check of g's own nodes and results (g on top of the scope stack). */
+static void verify_nodes(Verifier *vf, const Graph *g) {
+  bool memo = vf->memos != NULL;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (!n) continue;
@@ -306,6 +365,9 @@ static void verify_graph(Verifier *vf, const Graph *g) {
         report(vf, n, "input %d is NULL", j);
         continue;
       }
+      const Scope *top = &vf->scope[vf->depth - 1]; /* (a body's scope may move the array) */
+      if (memo && !(v->id >= 0 && v->id < top->nseen && top->seen[v->id] == v) && v->def && v->def->graph != g)
+        vmemo_add_ext(g, v); /* defined in another graph: checked again when that one changes */
       if (in_scope_seen(vf, v, i)) continue;
       if (!v->def || v->idx < 0 || v->idx >= v->def->nout || v->def->out[v->idx] != v)
         report(vf, n, "input %d (%%%d) is not an output of its defining node", j, v->id);
@@ -347,8 +409,9 @@ static void verify_graph(Verifier *vf, const Graph *g) {
     if (!r) report(vf, g->owner, "result %d is NULL", i);
     else if (!in_scope(vf, r, g, g->nnodes))
       report(vf, g->owner, "result %d (%%%d) is not defined in scope", i, r->id);
+    else if (memo && r->def->graph != g)
+      vmemo_add_ext(g, r);
   }
-  pop_graph(vf);
 }
 
 static bool is_source(const Node *n) { return n && (n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_INPUT) && n->a.name; }
@@ -374,6 +437,38 @@ static void check_names(Verifier *vf, const Graph *g) {
   free(slot);
 }
 
+static void free_verifier(Verifier *vf) {
+  for (int d = 0; d < vf->cap; d++) {
+    free(vf->scope[d].pos);
+    free(vf->scope[d].seen);
+    free(vf->scope[d].seen_at);
+  }
+  free(vf->scope);
+}
+
+bool ir_verify_changed(Graph *g, const char *after_pass, unsigned flags) {
+  VMemoList list = {0};
+  Verifier vf = {.pass = after_pass, .memos = &list, .round = vmemo_round(), .flags = flags};
+  verify_graph(&vf, g);
+  if (!g->parent && g->vmemo->dirty) check_names(&vf, g);
+  free_verifier(&vf);
+  bool ok = vf.errors == 0 || ir_verify(g, after_pass); /* the report; a read across a region's
+                                                            boundary that changed may still be valid */
+  for (int i = 0; i < list.n; i++)
+    if (list.m[i]->untouched) { /* a pass's write the verification after it would not have seen */
+      const Node *o = list.m[i]->graph->owner;
+      char what[160] = "the top graph";
+      if (o)
+        snprintf(what, sizeof what, "the body of %s #%d%s%s", ir_ops[o->op].name, o->id, o->a.name ? " " : "",
+                 o->a.name ? o->a.name : "");
+      fprintf(stderr, "shardc: IR verification (audit) after %s: %s changed without ir_touch\n",
+              after_pass ? after_pass : "?", what);
+      ok = false;
+    }
+  vmemo_finish(&list, ok && vf.errors == 0, flags);
+  return ok;
+}
+
 bool ir_verify(const Graph *g, const char *after_pass) {
   Verifier vf = {.pass = after_pass};
   verify_graph(&vf, g);
@@ -381,11 +476,6 @@ bool ir_verify(const Graph *g, const char *after_pass) {
   if (vf.errors > MAX_REPORTS)
     fprintf(stderr, "shardc: IR verification after %s: %d more problems\n", after_pass ? after_pass : "?",
             vf.errors - MAX_REPORTS);
-  for (int d = 0; d < vf.cap; d++) {
-    free(vf.scope[d].pos);
-    free(vf.scope[d].seen);
-    free(vf.scope[d].seen_at);
-  }
-  free(vf.scope);
+  free_verifier(&vf);
   return vf.errors == 0;
 }

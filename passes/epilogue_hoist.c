@@ -29,6 +29,7 @@ static void move_up(Graph *g, int j, int to) {
   Node *n = g->nodes[j];
   for (int q = j; q > to; q--) g->nodes[q] = g->nodes[q - 1];
   g->nodes[to] = n;
+  ir_touch(g);
 }
 
 /* Whether the add may be moved over n. */

@@ -110,6 +110,7 @@ static void move_up(Graph *g, int j, int to) {
   Node *n = g->nodes[j];
   for (int q = j; q > to; q--) g->nodes[q] = g->nodes[q - 1];
   g->nodes[to] = n;
+  ir_touch(g);
 }
 
 /* The position of n in g at or after from (-1: none). */

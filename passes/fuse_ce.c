@@ -63,6 +63,7 @@ static bool try_fuse(Graph *g, int f) {
     Node *cn = g->nodes[p];
     for (int q = p; q > f; q--) g->nodes[q] = g->nodes[q - 1];
     g->nodes[f] = cn;
+    ir_touch(g);
   }
   fw->a.fused_bwd = bw->a.fused_bwd = true;
   return true;

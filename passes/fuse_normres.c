@@ -98,6 +98,7 @@ static void normres_graph(Graph *g, const PtrMap *uses) {
     Node *add = g->nodes[j];
     for (int q = j; q > at; q--) g->nodes[q] = g->nodes[q - 1]; /* (the f32 casts of dw, db: ZeRO, offload) */
     g->nodes[at] = add;
+    ir_touch(g);
     n->a.normres = add->a.normres = true;
     add->group = 0;
     i = at;

@@ -132,6 +132,7 @@ static void move(Order *o, int from, int to) {
   else
     for (int q = from; q < to; q++) g->nodes[q] = g->nodes[q + 1];
   g->nodes[to] = n;
+  ir_touch(g);
 }
 
 static bool may_move(const Graph *g, int i) {

@@ -120,6 +120,7 @@ static bool fuse(const Module *m, Graph *g, const PtrMap *uses, Node *add) {
     in[2] = s;
     mm->in = in;
     mm->nin = 3;
+    ir_touch(g);
     mm->out[0] = w; /* the add's output, placed in the sum's bytes, is the GEMM's now */
     /* (the counts stay exact for every value still in g: s is read by the matmul instead of the
      * add; t and the matmul's former output are read no more, with their readers gone) */

@@ -59,6 +59,7 @@ static void remove_node(Graph *g, const Node *n) {
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i] != n) g->nodes[k++] = g->nodes[i];
   g->nnodes = k;
+  ir_touch(g);
 }
 
 /* Whether n (a gradient's sum over the ranks) runs asynchronously and a blocking collective reads its

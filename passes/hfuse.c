@@ -249,6 +249,7 @@ static int rise(Graph *g, int i, int j) {
   g->nodes[at++] = p;
   g->nodes[at++] = q;
   for (int k = 0; k < nr; k++) g->nodes[at++] = rest[k];
+  ir_touch(g);
   free(moved);
   free(rest);
   return pp;

@@ -351,7 +351,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
                           int64_t by_class[MEM_COUNT], bool epi, int64_t *plain) {
   Intervals p = {.a = tmp};
   /* fresh dense value numbers for this graph: slot[id] = 1 + interval index, 0 = none */
-  int nv = 0;
+  int nv = 0; /* (value numbers are names, which the verifier does not check: no ir_touch) */
   for (int i = 0; i < g->nnodes; i++)
     for (int k = 0; k < g->nodes[i]->nout; k++) g->nodes[i]->out[k]->id = nv++;
   g->next_value_id = nv;

@@ -63,6 +63,7 @@ void offload_order(Graph *g, Node **updates, int n) {
       updates[j] = updates[j - 1], updates[j - 1] = u;
     }
   free(key);
+  ir_touch(g);
   for (int i = 0; i < n; i++) { /* each to the end, in that order (its copy's cast after it) */
     ir_drop_node(g, updates[i]);
     g->nodes[g->nnodes++] = updates[i];

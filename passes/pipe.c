@@ -434,6 +434,7 @@ bool pass_pipe(Module *m) {
   int nafter = 0;
   for (int i = ia + 1; i < nn; i++) after[nafter++] = g->nodes[i];
   g->nnodes = ia;
+  ir_touch(g);
   int done = 0; /* micro-batches merged, in order */
   m->pipe->norder = total;
   m->pipe->order = ARENA_ARRAY(m->arena, PipeInstr, total + 1);

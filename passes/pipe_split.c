@@ -218,6 +218,7 @@ bool pipe_split_backward(Graph *outer, Node *R, Node **rb, Node **rw) {
   for (int i = outer->nnodes; i > pos + 1; i--) outer->nodes[i] = outer->nodes[i - 1];
   outer->nodes[pos + 1] = W;
   outer->nnodes++;
+  ir_touch(outer);
   *rb = B;
   *rw = W;
   return true;

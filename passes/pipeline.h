@@ -11,6 +11,9 @@ typedef struct {
   FILE *dump;             /* where dumps go */
   bool verify;            /* run ir_verify after every pass */
   bool time;              /* print each pass's time to stderr */
+  /* Tests only: called after each pass that ran, before the verifier after it (a pass that breaks the
+   * IR, which the verification must catch: tests/passes/test_verify_hook.c); NULL: none. */
+  void (*after_pass)(Module *m, const char *pass);
 } PipelineOptions;
 
 /* Runs every pass on m. Returns false when a pass reported user errors. */

@@ -83,6 +83,8 @@ static Node *insert_arg(Node *rep, int pos, Value *x, const Value *like) {
   memcpy(in + pos + 1, rep->in + pos, sizeof(Value *) * (size_t)(rep->nin - pos));
   rep->in = in;
   rep->nin++;
+  ir_touch(b);
+  ir_touch(rep->graph);
   return a;
 }
 
@@ -101,6 +103,8 @@ static void remove_arg(Node *rep, int pos) {
   b->nargs--;
   for (int i = pos; i + 1 < rep->nin; i++) rep->in[i] = rep->in[i + 1];
   rep->nin--;
+  ir_touch(b);
+  ir_touch(rep->graph);
 }
 
 /* Adds a stacked output to F yielding its body value v every iteration. */
@@ -130,6 +134,7 @@ static Value *add_stacked(Node *F, Value *v) {
   out[F->nout] = o;
   F->out = out;
   F->nout++;
+  ir_touch(g);
   ir_add_result(F->body, v, NULL);
   return o;
 }
@@ -145,6 +150,8 @@ static void remove_output(Node *F, int k) {
   }
   F->nout--;
   b->nresults--;
+  ir_touch(b);
+  ir_touch(F->graph);
 }
 
 /* Reads of v by nodes of g and its nested bodies, plus g's results. */
@@ -179,6 +186,7 @@ static void add_use(PtrMap *c, const Value *v, intptr_t d) {
 }
 
 static void replace_deep(Graph *g, const Value *from, Value *to) {
+  ir_touch(g);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     for (int j = 0; j < n->nin; j++)
@@ -423,6 +431,7 @@ static void recompute_pair(RecomputeKind kind, bool cuda, Node *F, Node *B, PtrM
   Node **nodes = ARENA_ARRAY(bb->arena, Node *, n0 + 1);
   memcpy(nodes, bb->nodes, sizeof(Node *) * (size_t)n0);
   bb->nnodes = 0;
+  ir_touch(bb);
   for (int i = 0; i < n0; i++)
     if (nodes[i]->op == OP_ARG) bb->nodes[bb->nnodes++] = nodes[i];
   for (int i = 0; i < n0; i++) {

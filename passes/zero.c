@@ -134,11 +134,13 @@ void zero_drop_member(Graph *g, Node *ar, int k) {
     ar->out[j]->idx = j;
   }
   ar->nin--, ar->nout--;
+  ir_touch(g);
   if (ar->nin > 0) return;
   int k2 = 0;
   for (int i = 0; i < g->nnodes; i++)
     if (g->nodes[i] != ar) g->nodes[k2++] = g->nodes[i];
   g->nnodes = k2;
+  ir_touch(g);
 }
 
 /* rs = reduce_scatter(x) over the group along d (ar: its all-reduce over the same group), typed as
