@@ -276,10 +276,13 @@ void ir_comm_group_place(const Module *m, int row, bool *across, int *members) {
   free(mem);
 }
 
-double ir_comm_link_share(const Module *m, bool across, int members) {
-  if (!across || !m->mesh || members <= 0) return 1;
-  return (double)m->mesh->devices_per_node / members;
+double ir_comm_link_share(int devices_per_node, bool across, int members) {
+  if (!across || devices_per_node <= 0 || members <= 0) return 1;
+  return (double)devices_per_node / members;
 }
+
+/* m's devices per node (0: no mesh). */
+static int per_node(const Module *m) { return m->mesh ? m->mesh->devices_per_node : 0; }
 
 /* One collective's volumes into v. */
 static void count_coll(const Module *m, const Node *n, int k, int64_t mult, bool in_repeat, int region, CommVolumes *v) {
@@ -296,7 +299,7 @@ static void count_coll(const Module *m, const Node *n, int k, int64_t mult, bool
   if (v->link[ax] == LINK_NONE || !m->has_topology) return;
   const Link *l = v->across_nodes[ax] ? &m->topo.inter : &m->topo.intra;
   double bw = (l->count > 1 ? l->count : 1) * l->bytes_per_s;
-  double share = ir_comm_link_share(m, v->across_nodes[ax], v->members_per_node[ax]);
+  double share = ir_comm_link_share(per_node(m), v->across_nodes[ax], v->members_per_node[ax]);
   double t = (double)mult * (double)ir_comm_ring_steps(n->op, v->group_size[ax]) * l->latency_s;
   if (bw > 0) t += (double)mult * (double)bytes * f * share / bw;
   v->side_time_s[side] += t;

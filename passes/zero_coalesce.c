@@ -534,7 +534,7 @@ bool pass_zero_coalesce(Module *m) {
   ir_comm_group_place(m, row, &across, &members);
   const CostLink *l = &c.dev.link[across ? 1 : 0];
   c.lat_s = l->latency_s;
-  c.link_bytes_per_s = (l->bytes_per_s > 0 ? l->bytes_per_s : 1e9) / ir_comm_link_share(m, across, members);
+  c.link_bytes_per_s = (l->bytes_per_s > 0 ? l->bytes_per_s : 1e9) / ir_comm_link_share(m->mesh->devices_per_node, across, members);
   c.cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
   coalesce_graph(&c, m->graph);
   coalesce_scatters(&c, m->graph);
