@@ -215,7 +215,7 @@ typedef struct {
 
 /* g's computation (each node by the cost model; a nested loop's count
  * times its body's) and, in *comm, its collectives over the ZeRO group (asynchronous: latency and
- * bytes over the group's link). */
+ * bytes over a ring's share of the group's link, as passes/cost.c times them). */
 static double body_time(const Ctx *c, const Graph *g, double *comm) {
   double t = 0;
   for (int i = 0; i < g->nnodes; i++) {
