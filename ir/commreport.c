@@ -262,6 +262,28 @@ static void add_cell(CommCell *c, int64_t mult, int64_t bytes, double factor) {
   c->bus_bytes += (double)mult * (double)bytes * factor;
 }
 
+void ir_comm_group_place(const Module *m, int row, bool *across, int *members) {
+  const MeshMap *mm = m->mesh;
+  *across = false;
+  *members = ir_comm_group_size(m, row);
+  if (!mm) return;
+  int *mem = malloc((size_t)mm->world * sizeof *mem);
+  if (!mem) die("commreport: out of memory");
+  *across = !rt_mesh_group_in_node(mm, ir_comm_row_mask(row));
+  int k = rt_mesh_group(mm, 0, ir_comm_row_mask(row), mem), on_first = 0;
+  for (int i = 0; i < k; i++) on_first += rt_mesh_node(mm, mem[i]) == rt_mesh_node(mm, mem[0]);
+  *members = on_first;
+  free(mem);
+}
+
+double ir_comm_link_share(int devices_per_node, bool across, int members) {
+  if (!across || devices_per_node <= 0 || members <= 0) return 1;
+  return (double)devices_per_node / members;
+}
+
+/* m's devices per node (0: no mesh). */
+static int per_node(const Module *m) { return m->mesh ? m->mesh->devices_per_node : 0; }
+
 /* One collective's volumes into v. */
 static void count_coll(const Module *m, const Node *n, int k, int64_t mult, bool in_repeat, int region, CommVolumes *v) {
   int ax = ir_comm_row(n);
@@ -277,9 +299,7 @@ static void count_coll(const Module *m, const Node *n, int k, int64_t mult, bool
   if (v->link[ax] == LINK_NONE || !m->has_topology) return;
   const Link *l = v->across_nodes[ax] ? &m->topo.inter : &m->topo.intra;
   double bw = (l->count > 1 ? l->count : 1) * l->bytes_per_s;
-  double share = 1;
-  if (v->across_nodes[ax] && m->mesh && v->members_per_node[ax] > 0) /* the node's rings share its network */
-    share = (double)m->mesh->devices_per_node / v->members_per_node[ax];
+  double share = ir_comm_link_share(per_node(m), v->across_nodes[ax], v->members_per_node[ax]);
   double t = (double)mult * (double)ir_comm_ring_steps(n->op, v->group_size[ax]) * l->latency_s;
   if (bw > 0) t += (double)mult * (double)bytes * f * share / bw;
   v->side_time_s[side] += t;
@@ -314,21 +334,11 @@ static void volumes_of(const Module *m, CommVolumes *vs, int nst) {
   memset(v, 0, sizeof *v);
   v->stage = nst > 1 ? 0 : -1;
   v->nstages = nst;
-  const MeshMap *mm = m->mesh;
-  int *mem = mm ? malloc((size_t)mm->world * sizeof *mem) : NULL;
-  if (mm && !mem) die("commreport: out of memory");
   for (int a = 0; a < IR_COMM_ROWS; a++) {
     v->group_size[a] = ir_comm_group_size(m, a);
-    v->members_per_node[a] = v->group_size[a];
-    if (mm) {
-      v->across_nodes[a] = !rt_mesh_group_in_node(mm, ir_comm_row_mask(a));
-      int k = rt_mesh_group(mm, 0, ir_comm_row_mask(a), mem), on_first = 0;
-      for (int i = 0; i < k; i++) on_first += rt_mesh_node(mm, mem[i]) == rt_mesh_node(mm, mem[0]);
-      v->members_per_node[a] = on_first;
-    }
+    ir_comm_group_place(m, a, &v->across_nodes[a], &v->members_per_node[a]);
     v->link[a] = !m->has_topology ? LINK_NONE : v->across_nodes[a] ? m->topo.inter.kind : m->topo.intra.kind;
   }
-  free(mem);
   v->side_link[0] = m->has_topology ? m->topo.intra.kind : LINK_NONE;
   v->side_link[1] = m->has_topology ? m->topo.inter.kind : LINK_NONE;
   for (int st = 1; st < nst; st++) {

@@ -71,6 +71,14 @@ int ir_comm_ring_steps(OpKind op, int n);
 bool ir_comm_async(const Node *n);
 /* Ranks in a group over mesh axis `axis`: the mesh's degree, else the plan's (1 unknown). */
 int ir_comm_group_size(const Module *m, int axis);
+/* Where the groups of row `row` (below) sit on m's mesh: whether some group spans nodes
+ * (*across) and its ranks on one node (*members; the group size without a mesh). */
+void ir_comm_group_place(const Module *m, int row, bool *across, int *members);
+/* The part of a link one ring of a group gets, as a factor on its bus time: across nodes the node's
+ * network is shared by its devices_per_node / members rings (one per group with ranks on it: `members`
+ * of each group on a node), 1 inside a node. Every timing of a collective (the traffic report,
+ * passes/cost.c, passes/zero_coalesce.c, plan_model.c's dp link) asks it. */
+double ir_comm_link_share(int devices_per_node, bool across, int members);
 /* The group a collective runs over (CommVolumes' rows): its mesh axis, or IR_COMM_DPCP; its axis
  * mask; its name ("dp", "dp*cp"). */
 int ir_comm_row(const Node *n);

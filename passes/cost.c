@@ -103,8 +103,7 @@ static const CostLink *link_of(const Sim *s, const Node *n, int *side, double *s
   int gs = s->v.group_size[ax];
   if (gs <= 1) return NULL;
   *side = s->v.across_nodes[ax];
-  if (*side && s->m->mesh && s->v.members_per_node[ax] > 0)
-    *share = (double)s->m->mesh->devices_per_node / s->v.members_per_node[ax];
+  *share = ir_comm_link_share(s->m->mesh ? s->m->mesh->devices_per_node : 0, s->v.across_nodes[ax], s->v.members_per_node[ax]);
   return &s->d->link[*side];
 }
 

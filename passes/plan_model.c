@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commreport.h"
 #include "diag.h"
 #include "mesh.h"
 
@@ -311,7 +312,7 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
   int n = c->dp * c->cp;
   bool dp_in = (double)c->tp * n <= dpn;
   double members = dp_in ? n : (c->tp >= dpn ? 1 : dpn / c->tp);
-  *bw = dp_in ? dev->link[0].bytes_per_s : dev->link[1].bytes_per_s * members / dpn;
+  *bw = dp_in ? dev->link[0].bytes_per_s : dev->link[1].bytes_per_s / ir_comm_link_share(dpn, true, (int)members);
   *lat = dp_in ? dev->link[0].latency_s : dev->link[1].latency_s;
   return n;
 }

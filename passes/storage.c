@@ -18,14 +18,14 @@ void storage_traffic(const Module *m, const CostDevice *d, TrafficReport *t) {
   t->busiest = -1;
   /* across nodes, a node's network carries one ring edge per group of the axis with members on the
    * node (a group's members on a node are consecutive in its ring): devices_per_node / members per
-   * node rings, each a rank's bus bytes (passes/cost.c's share) */
+   * node rings, each a rank's bus bytes (ir_comm_link_share, passes/cost.c's share) */
   double net = 0;
   for (int a = 0; a < RT_AX_COUNT; a++) {
     if (!v.across_nodes[a] || v.members_per_node[a] <= 0) continue;
     double axis = 0;
     for (int r = 0; r < CR_COUNT; r++)
       for (int k = 0; k < CK_COUNT; k++) axis += v.cell[a][r][k].bus_bytes;
-    net += axis * per_node / v.members_per_node[a];
+    net += axis * ir_comm_link_share(per_node, true, v.members_per_node[a]);
   }
   for (int side = 0; side < 2; side++) {
     t->rank_bytes[side] = v.side_bus_bytes[side];

@@ -30,6 +30,13 @@
 #  e. ZeRO-3 under pp: Llama-3-405B `dp 128 tp 2+sp pp 2 1f1b cp 4 z3`'s analytic step within 10 % of its
 #     compiled one (each gather and scatter pays its ring's latency: 512 ranks, 2.6 ms a collective; the
 #     coalesced gathers' copies), its memory within 7 % (the coalesced gathers' flat buffer).
+#  g. ZeRO-3's coalesced gradient reduce-scatters decided by the ring's share of the node's network
+#     (docs/planner.md, "The coalescing decision and the node's network"): Llama-3-405B `dp 128 tp 4+sp pp 2
+#     1f1b cp 2 z3` (a compile of 0.3 s): `coalesce auto` coalesces the backward body's scatters where
+#     the copies pay (4804 dp*cp reduce-scatters a step; 7072 apart, 1969 with `on`) and its compiled step
+#     is below both `on`'s and `off`'s (83.5 s; on 84.4, off 96.9). The pass that gave each ring the node's
+#     whole network saw the body's collectives (22 ms) hidden under its compute (25 ms) and kept them
+#     apart: 7072, 85.8 s.
 # Usage: tests/report/planner_uneven.sh SHARDC
 set -uo pipefail
 shardc=${1:?usage: planner_uneven.sh SHARDC}
@@ -154,5 +161,20 @@ echo "$arow" | awk '{ n = 0; for (i = 1; i <= NF; i++) if ($i == "GiB") m[++n] =
   exit !(n == 2 && m[2] > 0 && m[1] / m[2] > 0.98 && m[1] / m[2] < 1.02) }' ||
   bad "llama3-405b Meta's plan: analytic memory not within 2 % of the compiled: $arow"
 echo "$arow" | grep -qE '^# +1  dp .* fits$' || bad "llama3-405b Meta's plan: not a fit by the model (marked, or another verdict): $arow"
+
+# g. the coalescing decision with the ring's share of the node's network
+z3tp4=(models/llama3-405b.model --target cuda -D dp=128 -D tp=4 -D sp=on -D pp=2 -D pp_layers=even -D schedule=1f1b -D cp=2
+  -D zero=3 -D recompute=selective -D micro_batch=1 --cost)
+declare -A rs st
+for co in off auto on; do
+  out=$("$shardc" plan "${z3tp4[@]}" -D coalesce="$co" 2>&1) || { bad "llama3-405b tp 4 cp 2 z3 coalesce $co: failed: $out"; continue; }
+  rs[$co]=$(echo "$out" | awk '/^#   dp\*cp /{ f = 1 } f && / backward +reduce_scatter /{ print $(NF - 4); exit }')
+  st[$co]=$(echo "$out" | step)
+done
+echo "llama3-405b dp 128 tp 4+sp pp 2 1f1b cp 2 z3: backward dp*cp reduce-scatters off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]}, step ${st[off]}/${st[auto]}/${st[on]} s"
+[ -n "${rs[auto]}" ] && [ -n "${rs[on]}" ] && [ "${rs[auto]}" -lt "${rs[off]:-0}" ] && [ "${rs[on]}" -le "${rs[auto]}" ] ||
+  bad "llama3-405b tp 4 cp 2 z3: coalesce auto does not coalesce the backward's reduce-scatters (off/auto/on ${rs[off]}/${rs[auto]}/${rs[on]})"
+awk -v a="${st[auto]}" -v n="${st[on]}" -v f="${st[off]}" 'BEGIN { exit !(a > 0 && a <= n && a < f) }' ||
+  bad "llama3-405b tp 4 cp 2 z3: coalesce auto's step ${st[auto]} s is not the fastest (on ${st[on]}, off ${st[off]})"
 
 exit $fail
