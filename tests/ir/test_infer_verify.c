@@ -127,19 +127,6 @@ static Graph *valid_graph(Arena *A, Node **mid) {
   return g;
 }
 
-/* A CALL of one argument in g, its body returning neg(arg), appended to g. */
-static Node *t_call(Arena *A, Graph *g, Value *a) {
-  Node *call = ir_node_new(g, OP_CALL, 1, &a, 1, NOLOC);
-  call->a.name = "f";
-  Graph *body = ir_graph_new(A, g);
-  body->owner = call;
-  call->body = body;
-  Value *x = ir_add_arg(body, DT_F32, S(1, 4), "x")->out[0];
-  ir_add_result(body, t_op1(body, OP_NEG, x, NULL), NULL);
-  CHECK(ir_infer(call));
-  return call;
-}
-
 static void test_verify(Arena *A) {
   fprintf(stderr, "(expected verifier messages follow)\n");
   Node *mid;

@@ -76,6 +76,18 @@ static T_UNUSED Value *t_op2(Graph *g, OpKind op, Value *x, Value *y, const Attr
   Value *in[2] = {x, y};
   return t_node(g, op, 2, in, 1, a)->out[0];
 }
+/* A CALL of one argument in g, its body returning neg(arg), appended to g. */
+static T_UNUSED Node *t_call(Arena *A, Graph *g, Value *a) {
+  Node *call = ir_node_new(g, OP_CALL, 1, &a, 1, NOLOC);
+  call->a.name = "f";
+  Graph *body = ir_graph_new(A, g);
+  body->owner = call;
+  call->body = body;
+  Value *x = ir_add_arg(body, DT_F32, S(1, 4), "x")->out[0];
+  ir_add_result(body, t_op1(body, OP_NEG, x, NULL), NULL);
+  CHECK(ir_infer(call));
+  return call;
+}
 
 static T_UNUSED Tensor t_tensor(DType dt, Shape s, const double *v) {
   Tensor t = tensor_new(dt, s);
