@@ -25,6 +25,10 @@ ZeroGroup zero_group(const MeshMap *mm);
  * cp alone at dp 1). The passes before pass_zero that treat ZeRO-3's parameters apart (wshadow: no
  * persistent bf16 copy; wcast: no per-layer casts) ask it here, so that they agree with pass_zero. */
 bool zero_splits_params(const Module *m);
+/* Whether a plan's backward layer loops leave their gradient reduce-scatters unwaited at the iteration's
+ * end (passes/zero_defer.c: their readers moved after the loop): ZeRO >= 2 over a group of more than one
+ * rank, no pipeline. passes/plan_model.c's stall model asks it too. */
+bool zero_defers_scatters(const Plan *p, const MeshMap *mm);
 
 /* to: from's type with dim d split over the group (z.deg ways: over dp, then over z.inner). */
 void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z);
