@@ -9,8 +9,8 @@
  * scatter (and every collective queued before it on the channel) at its end: a 405B layer's 35 ms
  * (docs/planner.md, "The backward loops' waits and Meta's plan").
  *
- * Those readers are row-local and linear: row i of the loop's stacked outputs is a slice / reshape /
- * add of row i of the scatter's result and row i of stacked inputs. This pass yields the scatter's
+ * Those readers are row-local: row i of the loop's stacked outputs is a slice / reshape / add / scale
+ * (the last micro-step's mean) / cast of row i of the scatter's result and row i of stacked inputs. This pass yields the scatter's
  * result itself as a new stacked output of the loop (written in place into its row: nothing reads it
  * in the body) and applies the same slices, reshapes and adds once after the loop, to the whole stacks
  * (a slice along axis a of a row is one along a + 1 of the stack). The iteration no longer reads what
@@ -35,9 +35,11 @@ bool zero_defers_scatters(const Plan *p, const MeshMap *mm) {
   return p->zero >= 2 && zero_group(mm).deg > 1 && mm->dim[RT_AX_PP] <= 1;
 }
 
-/* The ops this pass lifts out of a body onto the stacks: row-local, and the same op on a stack. */
+/* The ops this pass lifts out of a body onto the stacks: row-local, and the same op (a slice one axis
+ * later) on a stack. */
 static bool liftable(const Node *n) {
-  return (n->op == OP_SLICE && n->nin == 1) || n->op == OP_RESHAPE || (n->op == OP_ADD && n->nin == 2);
+  return (n->op == OP_SLICE && n->nin == 1) || n->op == OP_RESHAPE || (n->op == OP_ADD && n->nin == 2) ||
+         n->op == OP_SCALE || n->op == OP_CAST;
 }
 
 /* Whether a node of g or of a body nested in it reads a value in set. */
