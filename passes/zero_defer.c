@@ -31,9 +31,7 @@
 #include "ptrmap.h"
 #include "zero.h"
 
-bool zero_defers_scatters(const Plan *p, const MeshMap *mm) {
-  return p->zero >= 2 && zero_group(mm).deg > 1 && mm->dim[RT_AX_PP] <= 1;
-}
+bool zero_defers_scatters(int zero, int group, int pp) { return zero >= 2 && group > 1 && pp <= 1; }
 
 /* The ops this pass lifts out of a body onto the stacks: row-local, and the same op (a slice one axis
  * later) on a stack. */
@@ -195,7 +193,7 @@ static void defer_graph(Graph *g) {
 }
 
 bool pass_zero_defer(Module *m) {
-  if (!m->mesh || !zero_defers_scatters(&m->plan, m->mesh)) return true;
+  if (!m->mesh || !zero_defers_scatters(m->plan.zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])) return true;
   defer_graph(m->graph);
   return true;
 }
