@@ -35,13 +35,25 @@ bool memplan_defers_wait(const Node *n) {
   return stacked;
 }
 
+/* Whether deferred scatter n's input has bytes of its own in the body and its result is written in place
+ * into its row of the loop's stacked output (nothing copies it there at the iteration's end). */
+static bool placed(const Node *n) {
+  const Value *x = n->in[0], *y = n->out[0];
+  if (x->offset < 0 || x->stride || x->host || x->last_in) return false;
+  const Graph *b = n->graph;
+  const Node *r = b->owner;
+  for (int k = r->a.ncarry; k < b->nresults; k++)
+    if (b->results[k] == y && (y->offset != r->out[k]->offset || y->stride != vbytes(y))) return false;
+  return true;
+}
+
 /* Sets defer_wait of the deferred scatters of g's loop bodies (nested too), once every offset is final. */
 void memplan_defer_waits(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n->body) memplan_defer_waits(n->body);
     n->defer_wait = NULL;
-    if (!memplan_defers_wait(n)) continue;
+    if (!memplan_defers_wait(n) || !placed(n)) continue; /* (else waited at the iteration's end, codegen/emit.c) */
     const Value *x = n->in[0];
     int64_t lo = x->offset, hi = lo + vbytes(x);
     int at = i; /* the first node writing x's bytes: at the latest x's producer */
