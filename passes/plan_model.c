@@ -441,11 +441,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   bool persistent;
   e->cls[MEM_PARAM] = p_rank * plan_param_share(base, c, pm->cb, &persistent);
-  /* ZeRO-2/3: one layer unreduced; where the backward loop's scatters are waited in the next iteration
-   * (zero_defers_scatters) their f32 inputs live through the whole body, beside the next layer's
-   * (passes/memplan_defer.c; Llama-3-405B dp 1024 tp 2 z3 rc full mb 1: +3.9 GiB compiled) */
-  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0) +
-                     (zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) ? p_layer : 0);
+  /* ZeRO-2/3: one layer unreduced (not yet counted: where the backward loop's scatters are waited in the
+   * next iteration, zero_defers_scatters, their f32 inputs live through the whole body, passes/memplan_defer.c:
+   * Llama-3-405B dp 1024 tp 2 z3 rc full mb 1 +3.9 GiB compiled; one more p_layer here moved GPT-3's
+   * closest plan on a 4 GiB device to a pp 4 one whose compile takes over a minute, tests/report/planner.sh) */
+  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
   double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : act_units[r];
