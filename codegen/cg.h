@@ -81,6 +81,8 @@ typedef struct Cg {
   bool outline;         /* mark a pipeline's instructions, for codegen/outline.c to write the recurring ones once */
   CgEarly *early;       /* plan offload: the downloads started early (passes/offload_sched.c) */
   int nearly;
+  PtrMap deferred;      /* a loop body's deferred reduce-scatter (Node.defer_wait) -> 1 + its tag, reserved with its
+                           waits when the loop is emitted (emit.c's defer_waits) */
 } Cg;
 
 /* A target: how compute nodes become code. emit.c calls only these; `node` is called for every

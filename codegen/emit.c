@@ -39,6 +39,29 @@ static void copy_bytes(Cg *c, const char *dst, const char *src, int64_t bytes, b
 
 static void emit_graph(Cg *c, Graph *g, const bool *need);
 
+static int position_of(const Graph *g, const Node *n);
+static int before_group(const Graph *g, int pos);
+
+/* Loop n's deferred reduce-scatters (Node.defer_wait, passes/memplan_defer.c): each one's tag reserved
+ * (emit_collective starts it under that tag) and its waits registered before the body is emitted: in
+ * the body before defer_wait, but on the loop's first iteration (nothing in flight yet), and the last
+ * iteration's right after the loop. */
+static void defer_waits(Cg *c, const Node *n) {
+  const Graph *b = n->body, *G = n->graph;
+  for (int i = 0; i < b->nnodes; i++) {
+    const Node *s = b->nodes[i];
+    if (!s->defer_wait) continue;
+    int tag = c->next_tag++;
+    ptrmap_put(&c->deferred, s, tag + 1);
+    const char *first = arena_printf(c->a, "i%d != %" PRId64, cg_depth_of(b), n->a.reverse ? n->a.count - 1 : (int64_t)0);
+    Wait in = {tag, b, before_group(b, position_of(b, s->defer_wait)), false, NULL, 0, first};
+    Wait after = {tag, G, before_group(G, position_of(G, n) + 1), false, NULL, 0, NULL};
+    arena_grow(c->a, (void **)&c->waits, &c->capwaits, c->nwaits + 2, sizeof(Wait));
+    c->waits[c->nwaits++] = in;
+    c->waits[c->nwaits++] = after;
+  }
+}
+
 static void emit_repeat(Cg *c, Node *n) {
   Graph *b = n->body;
   int d = cg_depth_of(b);
@@ -66,6 +89,7 @@ static void emit_repeat(Cg *c, Node *n) {
   else
     cg_line(c, "for (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {", d, d, n->a.count, d);
   c->indent++;
+  defer_waits(c, n);
   emit_graph(c, b, NULL);
   for (int r = nc; r < b->nresults; r++) { /* ys not planned in place are copied into their slice */
     Value *y = b->results[r];
@@ -191,13 +215,17 @@ void add_wait(Cg *c, const Node *n, int at, int tag) {
       w.pos = first_reader(G, position_of(G, r), outer, nouter);
     }
   }
-  /* a reader inside a fusion group may run in a kernel that starts at the group's first node:
-   * wait before the group (a target that runs node by node waits a few nodes early) */
-  while (w.pos > 0 && w.pos < w.g->nnodes && w.g->nodes[w.pos]->group &&
-         w.g->nodes[w.pos - 1]->group == w.g->nodes[w.pos]->group)
-    w.pos--;
+  w.pos = before_group(w.g, w.pos);
   arena_grow(c->a, (void **)&c->waits, &c->capwaits, c->nwaits + 1, sizeof(Wait));
   c->waits[c->nwaits++] = w;
+}
+
+/* Position pos of g, or where the fusion group holding it starts: a reader inside a group may run in a
+ * kernel that starts at the group's first node, so a wait goes before the group (a target that runs node
+ * by node waits a few nodes early). */
+static int before_group(const Graph *g, int pos) {
+  while (pos > 0 && pos < g->nnodes && g->nodes[pos]->group && g->nodes[pos - 1]->group == g->nodes[pos]->group) pos--;
+  return pos;
 }
 
 /* The C condition under which an all_gather `skiplast` runs: its loop's index not on the last
@@ -638,6 +666,7 @@ bool cg_emit_c(FILE *f, const Module *m, const CgOptions *o) {
   bool ok = c.ok;
   ptrmap_free(&c.uses);
   ptrmap_free(&c.results);
+  ptrmap_free(&c.deferred);
   arena_free(&a);
   return ok;
 }

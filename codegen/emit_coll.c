@@ -112,7 +112,9 @@ void emit_collective(Cg *c, const Node *n) {
     cg_axis_split(&(gather ? x : y)->shape, a->axis, &outer, &nl, &inner);
     /* a dp reduce-scatter (ZeRO-2's gradient shards) or all-gather (ZeRO's parameters) runs
      * asynchronously like a dp all-reduce: waited before its first reader */
-    int tag = ir_comm_async(n) ? c->next_tag++ : -1;
+    intptr_t reserved = 0; /* a deferred scatter's: its waits registered with its loop (emit.c's defer_waits) */
+    ptrmap_get(&c->deferred, n, &reserved);
+    int tag = reserved ? (int)reserved - 1 : ir_comm_async(n) ? c->next_tag++ : -1;
     const char *call = gather ? (tag >= 0 ? "all_gather_start" : "all_gather")
                               : tag >= 0 ? "reduce_scatter_start" : "reduce_scatter";
     const char *tagarg = tag >= 0 ? arena_printf(c->a, "%d, ", tag) : "";
@@ -123,7 +125,7 @@ void emit_collective(Cg *c, const Node *n) {
          call, group_lit(c, a), tagarg, cg_ptr(c, y), cg_ptr(c, x), outer, nl, inner, a->blocks,
          cg_dtype_lit(y->dtype), ws, a->axis);
     if (skip) c->indent--;
-    if (tag >= 0) add_wait(c, n, c->pos, tag);
+    if (tag >= 0 && !reserved) add_wait(c, n, c->pos, tag);
     return;
   }
   case OP_BROADCAST:

@@ -232,6 +232,12 @@ struct Node {
    * gather's, scatter's or all-to-all's packing buffer, memplan_scratch_bytes): scratch_bytes at
    * offset scratch_at (in a REPEAT body, the same place every iteration); 0 bytes: none. */
   int64_t scratch_at, scratch_bytes;
+  /* Set by passes/memplan.c (memplan_defers_wait): an asynchronous reduce-scatter in a loop's body whose
+   * iteration does not read its result (passes/zero_defer.c) is waited in the next iteration before the
+   * body's node defer_wait (the first that writes its input's bytes, which stay live through the whole
+   * body), the last iteration's right after the loop; codegen/emit.c and passes/cost.c read it. NULL: not
+   * deferred (waited at its first reader, else at the iteration's end). */
+  const Node *defer_wait;
 };
 
 struct Graph {

@@ -354,7 +354,22 @@ static void sim_graph(Sim *s, const Graph *g, Clock *c) {
   bool known = s->top_stages && g == s->m->graph && s->stage >= 0 && s->stage < 64; /* the top level's masks found once */
   uint64_t bit = known ? 1ull << s->stage : 0;
   if (offload) issue_downloads(s, c, -1, 0);
+  /* a body's deferred reduce-scatters (Node.defer_wait, passes/memplan_defer.c): the previous iteration's
+   * waited before the node that writes the scatter's input again (codegen/emit.c: before its fusion group) */
+  enum { DEFERS = 16 };
+  const Node *dn[DEFERS];
+  int dpos[DEFERS], nd = 0;
+  for (int i = 0; g->parent && i < g->nnodes && nd < DEFERS; i++) {
+    const Node *w = g->nodes[i]->defer_wait;
+    if (!w) continue;
+    int p = 0;
+    while (p < g->nnodes && g->nodes[p] != w) p++;
+    while (p > 0 && p < g->nnodes && g->nodes[p]->group && g->nodes[p - 1]->group == g->nodes[p]->group) p--;
+    dn[nd] = g->nodes[i], dpos[nd++] = p;
+  }
   for (int i = 0; i < g->nnodes; i++) {
+    for (int k = 0; k < nd; k++)
+      if (dpos[k] == i) wait_for(s, dn[k]->out[0], c);
     if (known && s->top_stages[i] && !(s->top_stages[i] & bit) && !(s->top_zero[i] > 0)) continue;
     const Node *n = g->nodes[i];
     if (!runs_here(s, n)) {

@@ -16,6 +16,8 @@
  * body result add(arg, x) is written into the output (gradient accumulation's running sums).
  * A collective that packs its members' chunks (memplan_scratch_bytes) gets a scratch buffer of the
  * plan, class communication, live at its node: the runtime packs there, not in a hidden workspace.
+ * A loop body's reduce-scatter its iteration does not read stays live through the body and is waited in the
+ * next iteration (memplan_defer.c).
  * Column views (memplan_views.c): a last-axis slice its readers take at a row stride shares its
  * source's bytes (Value.ld), and a concat of stride-writing outputs has them written into its columns.
  * Rows in place (memplan_views.c): a concat or pad along dim 0 and a stage_select may have their inputs
@@ -497,6 +499,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     for (int j = i + 1; j < g->nnodes && w == g->nnodes; j++)
       for (int q = 0; q < g->nodes[j]->nin; q++)
         if (g->nodes[j]->in[q] == n->out[0]) w = j;
+    if (!shift && memplan_defers_wait(n)) p.iv[slot[x->id] - 1].start = 0; /* waited in the next iteration */
     if (p.iv[slot[x->id] - 1].end < w) p.iv[slot[x->id] - 1].end = w;
   }
   /* a value written into a source's bytes: the source's offset, once placed (a source held on one
@@ -750,6 +753,7 @@ bool pass_memplan(Module *m) {
   mp->pack_memo = NULL;
   arena_free(&tmp);
   place_stacked(g);
+  memplan_defer_waits(g);
   hfuse_order_copies(m); /* (CUDA: two sibling GEMMs' weight copies in the order of their outputs) */
   memplan_cut_groups(g);
   for (int i = 0; i < MEM_COUNT; i++) mp->by_class[i] += by_class[i];

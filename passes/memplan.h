@@ -70,6 +70,12 @@ bool memplan_clobbers(const Value *w, const Value *x);
  * scatter's packing buffer where its members' chunks are not contiguous, an all-to-all's send and
  * receive buffers (runtime/mesh.h rt_pack_bytes: the runtime's rule); 0 for every other node. */
 int64_t memplan_scratch_bytes(const Node *n);
+/* Whether n is an asynchronous reduce-scatter of a loop's body whose iteration does not read its result
+ * (a stacked output only: passes/zero_defer.c): its input lives through the whole body and it is waited in
+ * the next iteration (Node.defer_wait, set by memplan_defer_waits once the plan is final;
+ * passes/memplan_defer.c). */
+bool memplan_defers_wait(const Node *n);
+void memplan_defer_waits(Graph *g);
 
 /* The class with the most bytes at the peak. */
 MemClass memplan_largest_class(const MemPlan *p);

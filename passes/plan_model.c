@@ -442,7 +442,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   bool persistent;
   e->cls[MEM_PARAM] = p_rank * plan_param_share(base, c, pm->cb, &persistent);
-  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0); /* ZeRO-2/3: one layer unreduced */
+  /* ZeRO-2/3: one layer unreduced (not yet counted: where the backward loop's scatters are waited in the
+   * next iteration, zero_defers_scatters, their f32 inputs live through the whole body, passes/memplan_defer.c:
+   * Llama-3-405B dp 1024 tp 2 z3 rc full mb 1 +3.9 GiB compiled; one more p_layer here moved GPT-3's
+   * closest plan on a 4 GiB device to a pp 4 one whose compile takes over a minute, tests/report/planner.sh) */
+  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
   double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : act_units[r];
@@ -496,18 +500,19 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
                            &flat, &gather_pt);
     if (c->pp > 1) gather += flat;
   }
-  /* the backward layer loop's iterations wait for their gradients' reduce-scatters (ZeRO-2/3, no pp):
-   * under accumulation at their end, where the running sums add the shards (passes/zero_sums.c: each
-   * scatter right after its gradient, the first after the recomputed forward and the first gradient's
-   * GEMMs), at one micro-step for the packed runs through the last one (their slices at the end; the
-   * scatters there follow the f32 casts at the end: the others are waited after the loop); an
-   * iteration also no shorter than its gathers (the next layer's, at its front) and scatters on the
-   * channel. Llama-3-405B dp 256 tp 8+sp z3 rc full mb 8: 35 ms an iteration (the packed w_k and w_v
-   * after the MLP's and w_o's scatters), 4.4 s a step that the step's whole traffic against its whole
-   * compute hid; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9 scatters of 5.1 ms latency each queued
-   * past the compute) */
+  /* the backward layer loop's iterations and their gradients' reduce-scatters (ZeRO-2/3, no pp:
+   * zero_defers_scatters, the decision passes/zero_defer.c takes): an iteration no longer reads what it
+   * scatters (the unpacking slices and, under accumulation, the running sums' adds run after the loop),
+   * and each scatter is waited in the next iteration where its packed gradient is written again
+   * (passes/memplan_defer.c), about that iteration's end; so an iteration is no shorter than the channel's
+   * work a layer (the next layer's gathers at its front, its scatters: throughput), nor than its scatters'
+   * end, issued each where its gradient is made (`layer_scatters`), less the next iteration. Before
+   * (each iteration waited at its end for its packed runs through the last, under accumulation for the
+   * channel's end): Llama-3-405B dp 256 tp 8+sp z3 rc full mb 8: 35 ms an iteration (the packed w_k and
+   * w_v after the MLP's and w_o's scatters), 4.4 s a step; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9
+   * scatters of 5.1 ms latency each queued past the compute) */
   double stall = 0;
-  if (c->pp == 1 && c->zero >= 2 && c->dp * c->cp > 1 && pm->nlt) {
+  if (zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) && pm->nlt) {
     double bw, lat, cnt, s_all, s_packed, s_end;
     int n = dp_link(c, dev, dpn, &bw, &lat);
     double bucket = bucket_bytes(base);
@@ -521,7 +526,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double b = lay - fwd + (ntp - 2) * ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s);
     double ab = e->attn_s / (accum * lst) * 2.5 / (c->rec == RECOMPUTE_NONE ? 3.5 : 4.5);
     layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, &cnt, &s_all, &s_packed, &s_end);
-    double t = c->accum > 1 ? fmax(b, s_end) : fmax(b + s_packed, gather_pt + s_all);
+    double t = fmax(b, fmax(gather_pt + s_all, s_end - b));
     stall = (t - b) * lst * accum;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */

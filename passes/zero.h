@@ -25,6 +25,11 @@ ZeroGroup zero_group(const MeshMap *mm);
  * cp alone at dp 1). The passes before pass_zero that treat ZeRO-3's parameters apart (wshadow: no
  * persistent bf16 copy; wcast: no per-layer casts) ask it here, so that they agree with pass_zero. */
 bool zero_splits_params(const Module *m);
+/* Whether a plan's backward layer loops leave their gradient reduce-scatters unwaited at the iteration's
+ * end (passes/zero_defer.c: their readers moved after the loop, each waited in the next iteration):
+ * ZeRO `zero` >= 2 over a group (dp x cp) of more than one rank, no pipeline (pp stages). passes/plan_model.c's
+ * stall model asks it too. */
+bool zero_defers_scatters(int zero, int group, int pp);
 
 /* to: from's type with dim d split over the group (z.deg ways: over dp, then over z.inner). */
 void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "commreport.h"
 #include "tb.h"
 #include "tb_zero.h"
 
@@ -154,3 +155,31 @@ int tb_check_zero_pp(const Module *m, int64_t M, const char *what) {
   return failures;
 }
 
+
+/* Counts g's layer loop bodies' async dp reduce-scatters (nested too): *n, and of them *read those read in
+ * their own iteration, *unplaced those without a wait placed in the next (Node.defer_wait). */
+static void body_scatters(const Graph *g, bool top, int *n, int *read, int *unplaced) {
+  bool layers = !top; /* a layer loop's body: no loop inside (an accumulation region's holds the backward's) */
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->body) layers = false, body_scatters(g->nodes[i]->body, false, n, read, unplaced);
+  for (int i = 0; i < g->nnodes && layers; i++) {
+    const Node *x = g->nodes[i];
+    if (x->op != OP_REDUCE_SCATTER || !ir_comm_async(x)) continue;
+    (*n)++;
+    *read += reads_deep(g, x->out[0]);
+    *unplaced += !x->defer_wait;
+  }
+}
+
+int tb_check_scatters_deferred(const Module *m, const char *what) {
+  int failures = 0;
+  if (m->plan.zero < 2 || m->mesh->dim[RT_AX_DP] * m->mesh->dim[RT_AX_CP] < 2 || m->mesh->dim[RT_AX_PP] > 1) return 0;
+  int n = 0, read = 0, unplaced = 0;
+  body_scatters(m->graph, true, &n, &read, &unplaced);
+  if (!m->memplan) unplaced = 0;
+  char msg[320];
+  snprintf(msg, sizeof msg, "%s, zero %d: %d reduce-scatters in backward loops, %d read in their own iteration, %d without "
+           "their wait in the next (want 0, 0)", what, m->plan.zero, n, read, unplaced);
+  expect(!read && !unplaced, msg, &failures);
+  return failures;
+}

@@ -27,6 +27,7 @@
 #include "interp.h"
 #include "pipeline.h"
 #include "tb.h"
+#include "tb_zero.h"
 
 #define TOL 1e-10
 
@@ -187,6 +188,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
         failures++;
       }
       check_shape(pm, k, dp, what);
+      failures += tb_check_scatters_deferred(pm, what); /* (passes/zero_defer.c) */
       /* the same rows: micro-step i holds rows i B/k .. (i+1) B/k - 1 */
       failures += tb_equiv_micro(ref, pm, &tok, &tgt, k, label, what, TOL, false);
       arena_free(&pa);

@@ -24,6 +24,7 @@
 #include "interp.h"
 #include "pipeline.h"
 #include "tb.h"
+#include "tb_zero.h"
 
 #define TOL 1e-10
 #define MAXDEF 24
@@ -219,6 +220,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
             }
           }
         }
+        if (zero) failures += tb_check_scatters_deferred(pm, what); /* (passes/zero_defer.c) */
         if (zero) {
           int split = 0, whole = 0, gathers = 0, params = 0;
           count_zero(pm->graph, &split, &whole, &gathers, &params);
