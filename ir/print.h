@@ -30,9 +30,11 @@ void ir_print_graph_syms(FILE *f, const Graph *g, const Module *m);
 /* Graphviz: one node per op, REPEAT/CALL bodies as clusters. */
 void ir_print_dot(FILE *f, const Module *m);
 
+/* A value's logical shape: its local dims times the degree of the mesh axis splitting each. */
+Shape ir_logical_shape(const Module *m, const Value *v);
 /* Trainable parameters, logical (unsharded) count: every PARAM, times the counts of enclosing repeats. */
 int64_t ir_param_count(const Module *m);
-/* Model FLOPs per token: matmuls 2*m*n*k, attention QK^T and AV (4*S*T*hd per head, unmasked count)
+/* Model FLOPs per token (ir/flops.c): matmuls 2*m*n*k, attention QK^T and AV (4*S*T*hd per head, unmasked count)
  * in the forward graph (the nodes the loss depends on); training = 3 x forward. */
 double ir_flops_per_token(const Module *m, bool training);
 /* Tokens one optimizer step trains on, over every rank (the targets of the loss's cross-entropies). */
