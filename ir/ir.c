@@ -372,6 +372,28 @@ Shape ir_stacked_shape(Shape s, int64_t k) {
   return s;
 }
 
+/* A new output of loop r (a REPEAT): body value v, a new result of its body (last), stacked by the count; its
+ * sharding v's shifted past the new dim, unplaced (offset -1). */
+Value *ir_repeat_add_stacked(Node *r, Value *v) {
+  Graph *g = r->graph;
+  Value **out = ARENA_ARRAY(g->arena, Value *, r->nout + 1);
+  memcpy(out, r->out, sizeof(Value *) * (size_t)r->nout);
+  Value *o = ARENA_NEW(g->arena, Value);
+  o->def = r;
+  o->idx = r->nout;
+  o->id = g->next_value_id++;
+  o->dtype = v->dtype;
+  o->shape = ir_stacked_shape(v->shape, r->a.count);
+  o->sharding = ir_sharding_shift(v->sharding, 1);
+  o->offset = -1;
+  out[r->nout] = o;
+  r->out = out;
+  r->nout++;
+  ir_add_result(r->body, v, NULL);
+  ir_touch(g);
+  return o;
+}
+
 /* Row `row` of a stacked x [k, ...]: a slice reshaped to `like` (the body argument it stands for). */
 Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc) {
   Attrs sa = {0};

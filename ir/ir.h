@@ -272,6 +272,8 @@ Node *ir_node_new(Graph *g, OpKind op, int nin, Value *const *in, int nout, SrcL
 Value *ir_emit(Graph *g, OpKind op, int nin, Value *const *in, DType dt, Shape shape,
                const Attrs *attrs, SrcLoc loc);
 /* Row `row` of a stacked x [k, ...] appended to g: a slice reshaped to like's type and sharding. */
+/* A new output of loop r stacking its body value v every iteration (v a new body result, last) */
+Value *ir_repeat_add_stacked(Node *r, Value *v);
 Value *ir_stacked_row(Graph *g, Value *x, int64_t row, const Value *like, SrcLoc loc);
 /* Whether slice node n is a view of its input (the same bytes from the same start, no copy: the
  * memory plan gives it its input's offset, codegen copies only if it moved): a pipeline stage's

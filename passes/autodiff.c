@@ -216,32 +216,6 @@ static Value *new_barg(Ctx *c, BArgKind kind, Value *src, const Value *like, int
   return a->out[0];
 }
 
-/* Adds an output to REPEAT n yielding body value v stacked by the count. */
-static Value *add_stacked_output(Node *n, Value *v) {
-  Graph *g = n->graph;
-  if (v->shape.rank + 1 > IR_MAX_RANK) die("autodiff: residual rank too large");
-  Value **out = ARENA_ARRAY(g->arena, Value *, n->nout + 1);
-  memcpy(out, n->out, sizeof(Value *) * (size_t)n->nout);
-  Value *o = ARENA_NEW(g->arena, Value);
-  o->def = n;
-  o->idx = n->nout;
-  o->id = g->next_value_id++;
-  o->dtype = v->dtype;
-  o->shape = v->shape;
-  o->shape.rank++;
-  for (int d = o->shape.rank - 1; d > 0; d--) {
-    o->shape.dim[d] = o->shape.dim[d - 1];
-    o->shape.sym[d] = o->shape.sym[d - 1];
-  }
-  o->shape.dim[0] = n->a.count;
-  o->shape.sym[0] = -1;
-  o->sharding = ir_replicated();
-  out[n->nout] = o;
-  n->out = out;
-  n->nout++;
-  ir_add_result(n->body, v, NULL);
-  return o;
-}
 
 /* A per-iteration forward value the backward body reads: stacked by the forward scan. */
 static Value *residual(Ctx *c, Value *v) {
@@ -250,7 +224,7 @@ static Value *residual(Ctx *c, Value *v) {
   Value *stacked = NULL;
   for (int k = rep->a.ncarry; k < body->nresults && !stacked; k++)
     if (body->results[k] == v) stacked = rep->out[k];
-  if (!stacked) stacked = add_stacked_output(rep, v);
+  if (!stacked) stacked = ir_repeat_add_stacked(rep, v);
   return new_barg(c, BA_XS, stacked, v, -1);
 }
 

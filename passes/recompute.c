@@ -107,37 +107,6 @@ static void remove_arg(Node *rep, int pos) {
   ir_touch(rep->graph);
 }
 
-/* Adds a stacked output to F yielding its body value v every iteration. */
-static Value *add_stacked(Node *F, Value *v) {
-  Graph *g = F->graph;
-  if (v->shape.rank + 1 > IR_MAX_RANK) die("recompute: residual rank too large");
-  Value **out = ARENA_ARRAY(g->arena, Value *, F->nout + 1);
-  memcpy(out, F->out, sizeof(Value *) * (size_t)F->nout);
-  Value *o = ARENA_NEW(g->arena, Value);
-  o->def = F;
-  o->idx = F->nout;
-  o->id = g->next_value_id++;
-  o->dtype = v->dtype;
-  o->shape.rank = v->shape.rank + 1;
-  o->shape.dim[0] = F->a.count;
-  o->shape.sym[0] = -1;
-  o->sharding = ir_replicated();
-  o->sharding.partial = v->sharding.partial;
-  for (int d = 0; d < v->shape.rank; d++) {
-    o->shape.dim[d + 1] = v->shape.dim[d];
-    o->shape.sym[d + 1] = v->shape.sym[d];
-    o->sharding.split[d + 1] = v->sharding.split[d];
-    o->sharding.blocks[d + 1] = v->sharding.blocks[d];
-    o->sharding.inner[d + 1] = v->sharding.inner[d];
-  }
-  o->offset = -1;
-  out[F->nout] = o;
-  F->out = out;
-  F->nout++;
-  ir_touch(g);
-  ir_add_result(F->body, v, NULL);
-  return o;
-}
 
 /* Removes stacked output k of F (read by nothing) and its body result. */
 static void remove_output(Node *F, int k) {
@@ -291,7 +260,7 @@ static Value *residual(Rc *r, Value *v) {
       intptr_t rv;
       if (a && !ptrmap_get(&r->recomp, a, &rv)) return a;
     }
-  Value *o = add_stacked(F, v);
+  Value *o = ir_repeat_add_stacked(F, v);
   Node *a = insert_arg(B, nc + nx, o, v);
   add_use(r->outer, o, 1);
   B->a.nxs++;

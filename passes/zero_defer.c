@@ -63,26 +63,6 @@ static int position(const Graph *g, const Node *n) {
   die("zdefer: node not in its graph");
 }
 
-/* Adds an output to loop r stacking body value v (a new result of its body, last). */
-static Value *stack_output(Node *r, Value *v) {
-  Graph *g = r->graph;
-  Value **out = ARENA_ARRAY(g->arena, Value *, r->nout + 1);
-  memcpy(out, r->out, sizeof(Value *) * (size_t)r->nout);
-  Value *o = ARENA_NEW(g->arena, Value);
-  o->def = r;
-  o->idx = r->nout;
-  o->id = g->next_value_id++;
-  o->dtype = v->dtype;
-  o->shape = ir_stacked_shape(v->shape, r->a.count);
-  o->sharding = ir_sharding_shift(v->sharding, 1);
-  o->offset = -1;
-  out[r->nout] = o;
-  r->out = out;
-  r->nout++;
-  ir_add_result(r->body, v, NULL);
-  ir_touch(g);
-  return o;
-}
 
 /* The stacked value standing for body value v after loop r: mapped, or a stacked input's. */
 static Value *outer_of(const Node *r, const PtrMap *map, Value *v) {
@@ -146,7 +126,7 @@ static bool defer_one(Node *r, Node *s) {
   }
   /* the scatter's result stacked; its readers applied to the stacks after the loop */
   PtrMap map = {0}; /* body value -> its stack after the loop */
-  ptrmap_put(&map, s->out[0], (intptr_t)stack_output(r, s->out[0]));
+  ptrmap_put(&map, s->out[0], (intptr_t)ir_repeat_add_stacked(r, s->out[0]));
   int pos = position(g, r) + 1;
   for (int i = 0; i < nl; i++) {
     Node *n = lift[i];
