@@ -80,18 +80,6 @@ static int dp_reductions_in_loops(const Graph *g, bool top) {
   return c;
 }
 
-/* dp reduce-scatters inside g's bodies (not g's own). */
-static int dp_scatters_in_loops(const Graph *g) {
-  int c = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if (!n->body) continue;
-    for (int j = 0; j < n->body->nnodes; j++)
-      c += n->body->nodes[j]->op == OP_REDUCE_SCATTER && n->body->nodes[j]->a.mesh_axis == RT_AX_DP;
-    c += dp_scatters_in_loops(n->body);
-  }
-  return c;
-}
 
 /* The program's shape: one top-level `repeat accum xk`, tokens [k, ..], dp all-reduces only after it;
  * under zero 3, parameters stored split over dp and gathered inside the region. */
@@ -106,7 +94,7 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
       nacc++, pos = i, gathers = dp_gathers(n->body);
       /* ZeRO-2/3 (passes/zero_sums.c): the layers' running sums are dp shards, each micro-step's
        * layer gradients reduce-scattered inside the region's backward loop */
-      region_scatters = dp_scatters_in_loops(n->body);
+      region_scatters = tb_dp_scatters_in_loops(n->body);
       for (int c = 0; c < n->a.ncarry; c++)
         for (int d = 0; d < n->out[c]->shape.rank; d++) shard_sums += n->out[c]->sharding.split[d] == RT_AX_DP;
       /* memplan: each running sum is one buffer (its zeros, the sum of every micro-step, the output) */

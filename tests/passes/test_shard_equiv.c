@@ -292,16 +292,28 @@ static int scatters_after_loops(const Graph *g) {
   return c;
 }
 
-/* reduce_scatters in the bodies of g's loops. */
-static int scatters_in_loops(const Graph *g) {
-  int c = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if (!n->body) continue;
-    for (int k = 0; k < n->body->nnodes; k++) c += n->body->nodes[k]->op == OP_REDUCE_SCATTER;
-    c += scatters_in_loops(n->body);
+
+/* Two steps of programs a and b (the same ranks) on one random batch, compared after each within tol
+ * (tb_compare_runs); an interpreter error is a failure. Returns the failures. */
+static int run_pair(const Module *a, const Module *b, int64_t B, int64_t S, int64_t V, const char *what, double tol) {
+  int fails = 0;
+  Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+  Interp *ia = interp_new(a->graph, a->mesh, 7), *ib = interp_new(b->graph, b->mesh, 7);
+  for (int step = 1; step <= 2; step++) {
+    tb_feed_step(ia, &tok, &tgt, step);
+    tb_feed_step(ib, &tok, &tgt, step);
+    if (!interp_step(ia) || !interp_step(ib)) {
+      fprintf(stderr, "FAIL %s: interpreter error at step %d\n", what, step);
+      fails++;
+      break;
+    }
+    fails += tb_compare_runs(a->graph, ia, ib, what, step, tol, false);
   }
-  return c;
+  interp_free(ia);
+  interp_free(ib);
+  tensor_free(&tok);
+  tensor_free(&tgt);
+  return fails;
 }
 
 /* ZeRO-2/3 at one micro-step (no accumulation), bf16 compute: the backward loop's layer gradients are
@@ -309,7 +321,7 @@ static int scatters_in_loops(const Graph *g) {
  * passes/sums.c), not after the loop, where the whole model's unreduced f32 gradient (and its bf16
  * stack) would live at once (Llama-3-405B dp 1024 tp 2 z3 rc full: 790 GiB). */
 static void check_scatters_in_loop(const Module *m, const char *what, int zero) {
-  int after = scatters_after_loops(m->graph), in = scatters_in_loops(m->graph);
+  int after = scatters_after_loops(m->graph), in = tb_dp_scatters_in_loops(m->graph);
   if (after || !in) {
     fprintf(stderr, "FAIL %s (zero %d): %d layer gradients reduce-scattered after their loop, %d scatters in loops\n",
             what, zero, after, in);
@@ -341,47 +353,17 @@ static void zero3_exact(const char *label, const char *path, const FeDefine *def
       for (int k = 0; r->body && k < r->body->nargs; k++) next += r->body->args[k]->a.next;
     }
     if (mode == CUDA_BF16) check_scatters_in_loop(z2, what, 2), check_scatters_in_loop(z3, what, 3);
-    Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-    Interp *i2 = interp_new(z2->graph, z2->mesh, 7), *i3 = interp_new(z3->graph, z3->mesh, 7);
-    for (int step = 1; step <= 2; step++) {
-      tb_feed_step(i2, &tok, &tgt, step);
-      tb_feed_step(i3, &tok, &tgt, step);
-      if (!interp_step(i2) || !interp_step(i3)) {
-        fprintf(stderr, "FAIL %s: interpreter error at step %d\n", what, step);
-        failures++;
-        break;
-      }
-      failures += tb_compare_runs(z2->graph, i2, i3, what, step, tol, false);
-    }
+    failures += run_pair(z2, z3, B, S, V, what, tol);
     fprintf(stderr, "  %s: %d layer parameters gathered one layer ahead\n", what, next);
     if (next == 0) {
       fprintf(stderr, "FAIL %s: no layer parameter is prefetched\n", what);
       failures++;
     }
-    interp_free(i2);
-    interp_free(i3);
-    tensor_free(&tok);
-    tensor_free(&tgt);
   }
   arena_free(&a2);
   arena_free(&a3);
 }
 
-/* The most dp reduce-scatters in one loop body of g. */
-static int most_scatters_in_a_loop(const Graph *g) {
-  int most = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    const Node *n = g->nodes[i];
-    if (!n->body) continue;
-    int here = 0;
-    for (int k = 0; k < n->body->nnodes; k++)
-      here += n->body->nodes[k]->op == OP_REDUCE_SCATTER && n->body->nodes[k]->a.mesh_axis == RT_AX_DP;
-    int b = most_scatters_in_a_loop(n->body);
-    most = here > most ? here : most;
-    most = b > most ? b : most;
-  }
-  return most;
-}
 
 /* ZeRO-3 with `coalesce on` (passes/zero_coalesce.c: a layer's gathers one all-gather, its
  * gradients' reduce-scatters one, packed rank-major, the gradients split along a later dim transposed)
@@ -405,29 +387,14 @@ static void coalesce_exact(const char *label, const char *path, const FeDefine *
     fprintf(stderr, "FAIL %s: does not compile\n", what);
     failures++;
   } else {
-    int n_off = most_scatters_in_a_loop(off->graph), n_on = most_scatters_in_a_loop(on->graph);
+    int n_off = tb_dp_most_scatters_in_a_loop(off->graph), n_on = tb_dp_most_scatters_in_a_loop(on->graph);
     fprintf(stderr, "  %s: %d dp reduce-scatters in a backward loop's body (off: %d)\n", what, n_on, n_off);
     if (n_on != 1 || n_off < 2) {
       fprintf(stderr, "FAIL %s: %d dp reduce-scatters in a loop body with coalesce on (want 1), %d off (want > 1)\n", what,
               n_on, n_off);
       failures++;
     }
-    Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
-    Interp *i0 = interp_new(off->graph, off->mesh, 7), *i1 = interp_new(on->graph, on->mesh, 7);
-    for (int step = 1; step <= 2; step++) {
-      tb_feed_step(i0, &tok, &tgt, step);
-      tb_feed_step(i1, &tok, &tgt, step);
-      if (!interp_step(i0) || !interp_step(i1)) {
-        fprintf(stderr, "FAIL %s: interpreter error at step %d\n", what, step);
-        failures++;
-        break;
-      }
-      failures += tb_compare_runs(off->graph, i0, i1, what, step, 0.0, false);
-    }
-    interp_free(i0);
-    interp_free(i1);
-    tensor_free(&tok);
-    tensor_free(&tgt);
+    failures += run_pair(off, on, B, S, V, what, 0.0);
   }
   arena_free(&a0);
   arena_free(&a1);
