@@ -1,4 +1,4 @@
-/* runtime/train/fault.c — the trainer's fault hook for tests: a transient NaN.
+/* runtime/train/fault.c — the trainer's fault hooks for tests: a transient NaN, a lost rank.
  *
  * SHARDRT_FAULT_NAN=STEP:TENSOR[:RANK] sets element 0 of parameter TENSOR (this rank's block of
  * it; on every rank, or only on RANK) to NaN just before step STEP runs, and every rank puts its
@@ -8,8 +8,16 @@
  * update all-gathers the poisoned shard into the other replicas' copies; replicas hold the same
  * value, so each puts back its own.) With `on_nonfinite skip` the update did nothing, so the
  * parameters after the step equal those before it; with `stop` the run stops there.
- * Nothing happens without the variable; a malformed one is an error.
+ *
+ * SHARDRT_FAULT_KILL=STEP[:RANK] kills rank RANK (every rank without it) with SIGKILL once step
+ * STEP is logged and its checkpoint, if it has one, started: a lost process or node, at a step
+ * that does not depend on how fast the machine is (tests/e2e/restart.sh killed a rank from outside
+ * once its log showed the step; a fast machine finished all 20 steps before the kill came). Only
+ * in a run that started from step 1: the launcher's restart resumes from a checkpoint, and must
+ * not be killed again at the same step.
+ * Nothing happens without the variables; a malformed one is an error.
  */
+#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,17 +31,33 @@ static struct {
   int rank; /* -1: every rank */
   const RtTensor *t;
   float saved;
+  int64_t kill_step; /* 0: none */
+  int kill_rank;     /* -1: every rank */
 } F;
+
+/* An optional ":RANK" ending v (RANK -1 when absent): 0, or -1 for anything else ("1abc" was read as 1). */
+static int rank_tail(const char *v, int *rank) {
+  int m = 0;
+  *rank = -1;
+  return !*v || (sscanf(v, ":%d%n", rank, &m) == 1 && !v[m] && *rank >= -1) ? 0 : -1;
+}
 
 static void parse(RtRun *r) {
   F.parsed = 1;
+  const char *k = getenv("SHARDRT_FAULT_KILL");
+  if (k && *k) {
+    long long st;
+    int n = 0;
+    if (sscanf(k, "%lld%n", &st, &n) != 1 || st < 1 || rank_tail(k + n, &F.kill_rank))
+      rt_user_error("SHARDRT_FAULT_KILL='%s': expected STEP[:RANK]", k);
+    F.kill_step = st;
+  }
   const char *v = getenv("SHARDRT_FAULT_NAN");
   if (!v || !*v) return;
   char name[256];
   long long step;
-  int rank = -1, n = 0, m = 0;
-  if (sscanf(v, "%lld:%255[^:]%n", &step, name, &n) < 2 || step < 1 ||
-      (v[n] && (sscanf(v + n, ":%d%n", &rank, &m) != 1 || v[n + m])) || rank < -1) /* ("3:wte:1abc" read rank 1) */
+  int rank, n = 0;
+  if (sscanf(v, "%lld:%255[^:]%n", &step, name, &n) < 2 || step < 1 || rank_tail(v + n, &rank))
     rt_user_error("SHARDRT_FAULT_NAN='%s': expected STEP:TENSOR[:RANK]", v);
   const RtTensor *t = rt_find_tensor(r->p, name);
   if (!t || t->kind != RT_T_PARAM || t->dtype != RT_F32 || rt_tensor_numel(t) < 1)
@@ -74,4 +98,12 @@ void rt_fault_after_step(RtRun *r) {
     rt_run_to_dev(r, F.t);
   }
   rt_run_derive_copies(r, F.t);
+}
+
+void rt_fault_after_log(RtRun *r, int64_t s, int64_t first) {
+  if (!F.parsed) parse(r);
+  if (!F.kill_step || s != F.kill_step || first != 1 || (F.kill_rank >= 0 && F.kill_rank != r->ctx.rank)) return;
+  fprintf(stderr, "rank %d: SHARDRT_FAULT_KILL: killed (SIGKILL) after step %lld\n", r->ctx.rank, (long long)s);
+  fflush(NULL);
+  raise(SIGKILL);
 }

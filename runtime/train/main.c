@@ -384,6 +384,7 @@ static void train_loop(RtRun *r, RtLoop *loop) {
     if (r->has_val && o->eval_every && s % o->eval_every == 0)
       rt_log_eval(r, s, loop->last_val = rt_run_evaluate(r));
     if (o->ckpt_every && s % o->ckpt_every == 0 && s != stop) rt_run_save(r), loop->saved_at = s;
+    rt_fault_after_log(r, s, first);
   }
   loop->t_total = rt_now() - t_start;
 }

@@ -137,9 +137,11 @@ char *rt_run_hptr(const RtRun *r, const RtTensor *t);
 /* Host copy -> device, and back (a CPU program: nothing to do). */
 void rt_run_to_dev(RtRun *r, const RtTensor *t);
 void rt_run_from_dev(RtRun *r, const RtTensor *t);
-/* fault.c: SHARDRT_FAULT_NAN's transient NaN around step s (tests). */
+/* fault.c: SHARDRT_FAULT_NAN's transient NaN around step s, SHARDRT_FAULT_KILL's lost rank after
+ * step s of a run whose first step was `first` (tests). */
 void rt_fault_before_step(RtRun *r, int64_t s);
 void rt_fault_after_step(RtRun *r);
+void rt_fault_after_log(RtRun *r, int64_t s, int64_t first);
 /* Every tensor of the kinds (bits 1 << RT_T_*). */
 void rt_run_kinds_to_dev(RtRun *r, int kinds);
 /* The persistent bf16 copies (RT_T_COPY) of parameter `param` (NULL: of every parameter) cast from

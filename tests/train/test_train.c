@@ -330,6 +330,11 @@ static void test_errors(void) {
   EXPECT_ERROR(rt_xstrdup("SHARDRT_FAULT_NAN='3:w:1abc': expected STEP:TENSOR[:RANK]"), "--data", good, "--steps", "3",
                NULL);
   unsetenv("SHARDRT_FAULT_NAN");
+  setenv("SHARDRT_FAULT_KILL", "3:-2", 1);
+  EXPECT_ERROR(rt_xstrdup("SHARDRT_FAULT_KILL='3:-2': expected STEP[:RANK]"), "--data", good, "--steps", "3", NULL);
+  setenv("SHARDRT_FAULT_KILL", "0", 1);
+  EXPECT_ERROR(rt_xstrdup("SHARDRT_FAULT_KILL='0': expected STEP[:RANK]"), "--data", good, "--steps", "3", NULL);
+  unsetenv("SHARDRT_FAULT_KILL");
   { /* SHARDRT_DEVICE on a CPU trainer selects nothing: said (was silent) */
     setenv("SHARDRT_DEVICE", "emu", 1);
     Result rc = run_trainer("--data", good, "--steps", "1", NULL);
