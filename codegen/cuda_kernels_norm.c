@@ -47,7 +47,9 @@ const char *cuk_rmsnorm(CuK *k, const char *y, const char *x, DType xdt, const c
   return norm_fwd(k, "rmsnorm", y, x, xdt, w, NULL, wdt, rows, d, eps);
 }
 
-/* The backward kernels' res argument: the carry the kernel adds to dx (its parameter p5), or none. */
+/* The backward kernels' carry the kernel adds to dx, or none: their last template argument (RES, shardk_norm.cuh
+ * with_res), then their res argument (parameter p5, or nullptr). */
+static const char *res_flag(const char *res) { return res ? "true" : "false"; }
 static const char *res_arg(CuK *k, const char *res, DType dt) {
   return res ? arena_printf(k->a, "(const %s *)p5", ck_ctype(dt)) : "nullptr";
 }
@@ -78,9 +80,9 @@ static const char *norm_bwd_ring(CuK *k, int ln, const char *dx, const char *res
   const char *l1 = ck_simple_smem(
       k, &g, P, 1, 1, 32 * W, 1, smem,
       arena_printf(k->a,
-                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d%s>((sk::bf16 *)p0, %s, (float *)p1, "
+                   "sk::norm_bwd_ring<%s, %s, %lldLL, %lldLL, %d, %d, %d, %d, %s>((sk::bf16 *)p0, %s, (float *)p1, "
                    "(const sk::bf16 *)p2, (const %s *)p3, (const sk::bf16 *)p4, %s);",
-                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, H > 1 ? ", 2" : "",
+                   ln ? "true" : "false", wt, (long long)rows, (long long)d, (int)P, W, S, H, res_flag(res),
                    res_arg(k, res, DT_BF16), wt, ck_fl(k, eps)));
   k->minb = 0;
   if (!ln) return ck_cat(k, l1, ck_colsum_launch(k, dw, wdt, ck_ws_at(k, 0), DT_F32, P, d, d, 1, 1.0));
@@ -107,16 +109,17 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *res, con
   const char *l1 = ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
                        ? ck_simple(k, &g, P, 1, 1, 256, 1,
                                 arena_printf(k->a,
-                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d>((%s *)p0, %s, (float *)p1, "
+                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d, %s>((%s *)p0, %s, (float *)p1, "
                                              "(const %s *)p2, (const %s *)p3, (const %s *)p4, %s);",
-                                             xt, wt, (long long)rows, (long long)d, (int)P, xt, rs, xt, wt, xt, ck_fl(k, eps)))
+                                             xt, wt, (long long)rows, (long long)d, (int)P, res_flag(res), xt, rs, xt, wt,
+                                             xt, ck_fl(k, eps)))
                        : ck_simple(
       k, &g, P, 1, 1, nt, 1,
       arena_printf(k->a,
-                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d>((%s *)p0, %s, (float *)p1, (const %s *)p2, (const %s *)p3, "
-                   "(const %s *)p4, %s);",
-                   ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P, xt,
-                   rs, xt, wt, xt, ck_fl(k, eps)));
+                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d, %s>((%s *)p0, %s, (float *)p1, (const %s *)p2, "
+                   "(const %s *)p3, (const %s *)p4, %s);",
+                   ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P,
+                   res_flag(res), xt, rs, xt, wt, xt, ck_fl(k, eps)));
   /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
   Args g2 = {.np = 2, .p = {dw, ck_ws_at(k, 0)}};
   const char *l2 = NULL;

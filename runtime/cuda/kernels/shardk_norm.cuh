@@ -108,19 +108,30 @@ __device__ void rmsnorm(TX *y, const TX *x, const TW *w, float eps) {
 __device__ __forceinline__ float as_dt(float v, const float *) { return v; }
 __device__ __forceinline__ float as_dt(float v, const bf16 *) { return rbf(v); }
 
-/* The backward's dx at element i, plus the residual gradient's carry res[i] where res is given (passes/fuse_normres.c:
- * the add after the norm's backward done by its kernel): dx rounded to its dtype, then the sum in f32, stored
- * rounded: the bits of the two nodes it replaces (the norm's dx stored, then the add), so a program keeps its
+/* The backward's dx (v) plus the residual gradient's carry at res where RES (passes/fuse_normres.c: the add after the
+ * norm's backward done by its kernel; res unused, nullptr, without): dx rounded to its dtype, then the sum in f32,
+ * stored rounded: the bits of the two nodes it replaces (the norm's dx stored, then the add), so a program keeps its
  * numbers with the fusion or without. res may be dx's very tensor, each element read by the thread that then stores
  * it. The add is __fadd_rn: a plain + lets NVRTC contract f32 dx's last product and the add into one FMA (dx never
- * rounded: on the H100 every f32 case differed from the two nodes' bits, session 26), which __fadd_rn never is. */
-template <class T> __device__ __forceinline__ float with_res(float v, const T *res, i64 i) {
-  return res ? __fadd_rn(as_dt(v, res), ld(res + i)) : v;
+ * rounded: on the H100 every f32 case differed from the two nodes' bits, session 26), which __fadd_rn never is.
+ * Every backward form's carry is this one rule, at compile time (RES a template flag: no branch, one body). */
+template <bool RES, class T> __device__ __forceinline__ float with_res(float v, const T *res, i64 i) {
+  if constexpr (RES) return __fadd_rn(as_dt(v, res), ld(res + i));
+  else return v;
+}
+/* ... for norm_bwd_ring's 8 bf16 columns o at res + i (one 16-byte load) */
+template <bool RES> __device__ __forceinline__ void with_res8(float (&o)[8], const bf16 *res, i64 i) {
+  if constexpr (RES) {
+    float rv[8];
+    ld8(rv, res + i);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = __fadd_rn(as_dt(o[i], res), rv[i]);
+  }
 }
 
-/* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx (+ res: with_res), and its partial
+/* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx (+ res where RES: with_res), and its partial
  * weight gradients part[p, 0:D] (dw) and part[p, D:2D] (db) — summed by sum_parts. */
-template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
+template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P, bool RES>
 __device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   __shared__ float red[64];
   float wv[NPER], dwa[NPER], dba[NPER];
@@ -158,7 +169,7 @@ __device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, c
 #pragma unroll
     for (int k = 0; k < NPER; k++) {
       i64 c = threadIdx.x + (i64)NT * k;
-      if (c < D) st(dx + row * D + c, with_res(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + c));
+      if (c < D) st(dx + row * D + c, with_res<RES>(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + c));
     }
   }
 #pragma unroll
@@ -175,7 +186,7 @@ __device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, c
  * lane + 32 k, so a row's three sums are warp shuffles without block barriers; 8 warps per block, grid P.
  * Each block's dw / db partials (summed over its rows in row order, then over its warps in warp order)
  * go to part[blockIdx.x] as with layernorm_bwd; dx + res as with_res says. */
-template <class TX, class TW, i64 ROWS, i64 D, int P>
+template <class TX, class TW, i64 ROWS, i64 D, int P, bool RES>
 __device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   constexpr int E = (int)(D / 32), W = 8;
   __shared__ float red[2 * D];
@@ -205,7 +216,7 @@ __device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX 
     s2 = warp_sum(s2) * (1.0f / (float)D);
 #pragma unroll
     for (int k = 0; k < E; k++)
-      st(dx + row * D + lane + 32 * k, with_res(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + lane + 32 * k));
+      st(dx + row * D + lane + 32 * k, with_res<RES>(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + lane + 32 * k));
   }
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
   for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
@@ -234,9 +245,9 @@ __device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX 
  * dx and the sums (with H 2 each row sum is the two warps' sums added through shared memory after a __syncthreads:
  * every warp of the block goes through the same iterations, a pair past the last row only passing the barriers); the
  * lane's dw / db sums (its 8 J columns) in registers. Then the block's warps' sums in warp order: the block's row
- * of part, for the emitter's column sum (the second launch). res (or nullptr): the residual gradient's carry, its 8
- * columns of a row loaded (16 bytes) just before they are stored with dx added (with_res's rule): 4 ROWS D 2 bytes. */
-template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int H = 1>
+ * of part, for the emitter's column sum (the second launch). RES: the residual gradient's carry res, its 8 columns
+ * of a row loaded (16 bytes) just before they are stored with dx added (with_res8): 4 ROWS D 2 bytes. */
+template <bool LN, class TW, i64 ROWS, i64 D, int P, int W, int S, int H, bool RES>
 __device__ void norm_bwd_ring(bf16 *dx, const bf16 *res, float *part, const bf16 *x, const TW *w, const bf16 *dy, float eps) {
   constexpr i64 DH = D / H; /* a warp's columns of a row */
   constexpr int J = (int)(DH / 256), WR = W / H;
@@ -353,12 +364,7 @@ __device__ void norm_bwd_ring(bf16 *dx, const bf16 *res, float *part, const bf16
           const float xh = (xv[i] - mean) * rstd;
           o[i] = LN ? rstd * (gv[i] * wv[i] - s1 - xh * s2) : rstd * (gv[i] * wv[i] - xh * s2);
         }
-        if (res) { /* the residual gradient's carry, these 8 columns read before they are stored (res may be dx) */
-          float rv[8];
-          ld8(rv, res + r * D + col + 8 * (lane + 32 * j));
-#pragma unroll
-          for (int i = 0; i < 8; i++) o[i] = rbf(o[i]) + rv[i]; /* (with_res's rule) */
-        }
+        with_res8<RES>(o, res, r * D + col + 8 * (lane + 32 * j)); /* read before stored (res may be dx) */
         *(u32x4 *)(dx + r * D + col + 8 * (lane + 32 * j)) =
             u32x4{pack2(o[0], o[1]), pack2(o[2], o[3]), pack2(o[4], o[5]), pack2(o[6], o[7])};
       }
@@ -384,7 +390,7 @@ __device__ void norm_bwd_ring(bf16 *dx, const bf16 *res, float *part, const bf16
   }
 }
 
-template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P>
+template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P, bool RES>
 __device__ void rmsnorm_bwd(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   __shared__ float red[64];
   float wv[NPER], dwa[NPER];
@@ -415,7 +421,7 @@ __device__ void rmsnorm_bwd(TX *dx, const TX *res, float *part, const TX *x, con
 #pragma unroll
     for (int k = 0; k < NPER; k++) {
       i64 c = threadIdx.x + (i64)NT * k;
-      if (c < D) st(dx + row * D + c, with_res(rstd * (gv[k] * wv[k] - xv[k] * s2), res, row * D + c));
+      if (c < D) st(dx + row * D + c, with_res<RES>(rstd * (gv[k] * wv[k] - xv[k] * s2), res, row * D + c));
     }
   }
 #pragma unroll
