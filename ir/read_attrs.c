@@ -208,16 +208,23 @@ RdAttr *rd_take(AttrList *al, const char *key) {
   return NULL;
 }
 
-/* Parses an attribute's value with the reader positioned on it; it must use all of it. */
+/* An attribute's value parsed with the reader positioned on it (val_take ... val_end); it must use all of it. */
 typedef struct {
   Reader *r;
-  const char *save;
+  const char *save; /* where the reader was: val_end puts it back */
+  RdAttr *a;        /* the attribute, NULL where absent */
+  bool ok;          /* false where the attribute has no value (reported) */
 } ValScope;
 
-static bool val_begin(Reader *r, RdAttr *a, ValScope *vs) {
-  vs->r = r;
-  vs->save = r->p;
-  if (!a->val) return rd_fail(r, a->at, "attribute '%s' needs a value (%s=...)", a->key, a->key);
+/* Takes attribute key of al and puts the reader on its value: true, then the caller parses it and closes with
+ * val_end; false where there is nothing to parse, vs->ok saying whether that is well (no such attribute) or an error
+ * (one without a value: reported). So a reader of one attribute is
+ * `val_take(r, al, key, &vs) ? val_end(&vs, parse(r, ...)) : vs.ok`. */
+static bool val_take(Reader *r, AttrList *al, const char *key, ValScope *vs) {
+  RdAttr *a = rd_take(al, key);
+  *vs = (ValScope){.r = r, .save = r->p, .a = a, .ok = true};
+  if (!a) return false;
+  if (!a->val) return vs->ok = rd_fail(r, a->at, "attribute '%s' needs a value (%s=...)", a->key, a->key);
   r->p = a->val;
   return true;
 }
@@ -231,11 +238,8 @@ static bool val_end(ValScope *vs, bool ok) {
 }
 
 static bool attr_i64(Reader *r, AttrList *al, const char *key, int64_t *out, int64_t lo, int64_t hi) {
-  RdAttr *a = rd_take(al, key);
   ValScope vs;
-  if (!a) return true;
-  if (!val_begin(r, a, &vs)) return false;
-  return val_end(&vs, rd_i64(r, out, lo, hi, key));
+  return val_take(r, al, key, &vs) ? val_end(&vs, rd_i64(r, out, lo, hi, key)) : vs.ok;
 }
 
 static bool attr_int(Reader *r, AttrList *al, const char *key, int *out, int lo, int hi) {
@@ -246,11 +250,8 @@ static bool attr_int(Reader *r, AttrList *al, const char *key, int *out, int lo,
 }
 
 static bool attr_blocks(Reader *r, AttrList *al, const char *key, int *out) {
-  RdAttr *a = rd_take(al, key);
   ValScope vs;
-  if (!a) return true;
-  if (!val_begin(r, a, &vs)) return false;
-  return val_end(&vs, rd_blocks(r, out));
+  return val_take(r, al, key, &vs) ? val_end(&vs, rd_blocks(r, out)) : vs.ok;
 }
 
 static bool attr_bool(Reader *r, AttrList *al, const char *key, bool *out) {
@@ -261,19 +262,13 @@ static bool attr_bool(Reader *r, AttrList *al, const char *key, bool *out) {
 }
 
 static bool attr_f64(Reader *r, AttrList *al, const char *key, double *out) {
-  RdAttr *a = rd_take(al, key);
   ValScope vs;
-  if (!a) return true;
-  if (!val_begin(r, a, &vs)) return false;
-  return val_end(&vs, rd_f64(r, out, key));
+  return val_take(r, al, key, &vs) ? val_end(&vs, rd_f64(r, out, key)) : vs.ok;
 }
 
 static bool attr_axis(Reader *r, AttrList *al, const char *key, int *out) {
-  RdAttr *a = rd_take(al, key);
   ValScope vs;
-  if (!a) return true;
-  if (!val_begin(r, a, &vs)) return false;
-  return val_end(&vs, rd_axis(r, out));
+  return val_take(r, al, key, &vs) ? val_end(&vs, rd_axis(r, out)) : vs.ok;
 }
 
 static bool attr_flag(AttrList *al, const char *key, bool *out) {
@@ -286,10 +281,8 @@ static bool attr_flag(AttrList *al, const char *key, bool *out) {
 /* init=zeros|ones|normal(a, b)|uniform(a, b)|const(a) */
 static bool attr_init(Reader *r, AttrList *al, Attrs *at) {
   static const char *const inits[] = {"zeros", "ones", "normal", "uniform", "const"};
-  RdAttr *a = rd_take(al, "init");
   ValScope vs;
-  if (!a) return true;
-  if (!val_begin(r, a, &vs)) return false;
+  if (!val_take(r, al, "init", &vs)) return vs.ok;
   int k;
   bool ok = rd_choice(r, &k, inits, 5, "an init (zeros, ones, normal, uniform, const)");
   if (ok) at->init = (InitKind)k;
@@ -316,9 +309,8 @@ bool rd_apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     break;
   }
   case OP_CONST: case OP_SCALE: case OP_ADD_SCALAR: {
-    RdAttr *s = rd_take(al, "scalar");
     ValScope vs;
-    if (s) ok = val_begin(r, s, &vs) && val_end(&vs, rd_f64(r, &a->scalar, "a number"));
+    ok = val_take(r, al, "scalar", &vs) ? val_end(&vs, rd_f64(r, &a->scalar, "a number")) : vs.ok;
     break;
   }
   case OP_IOTA: ok = attr_i64(r, al, "start", &a->start, -BIG, BIG); break;
@@ -388,10 +380,9 @@ bool rd_apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
     int with = -1; /* `with=AXIS`: the group spans that axis too (ir.h mesh_with) */
     ok = attr_axis(r, al, "over", &a->mesh_axis) && attr_axis(r, al, "with", &with);
     if (ok && with >= 0) a->mesh_with = (uint8_t)(1u << with);
-    RdAttr *x = rd_take(al, "reduce");
     ValScope vs;
     int k = 0;
-    if (ok && x) ok = val_begin(r, x, &vs) && val_end(&vs, rd_choice(r, &k, reds, 3, "sum, avg or max"));
+    if (ok) ok = val_take(r, al, "reduce", &vs) ? val_end(&vs, rd_choice(r, &k, reds, 3, "sum, avg or max")) : vs.ok;
     a->reduce = (ReduceOp)k;
     break;
   }
@@ -406,12 +397,11 @@ bool rd_apply_attrs(Reader *r, Node *n, AttrList *al, const char *op_at) {
          attr_int(r, al, "tag", &a->tag, -(1 << 30), 1 << 30);
     break;
   case OP_CAST: {
-    RdAttr *x = rd_take(al, "to");
     ValScope vs;
     DType dt = n->out[0]->dtype;
-    if (x && !(val_begin(r, x, &vs) && val_end(&vs, parse_dtype(r, &dt)))) return false;
+    if (!(val_take(r, al, "to", &vs) ? val_end(&vs, parse_dtype(r, &dt)) : vs.ok)) return false;
     if (dt != n->out[0]->dtype)
-      return rd_fail(r, x->val, "cast to=%s but its value is %s", ir_dtype_name(dt), ir_dtype_name(n->out[0]->dtype));
+      return rd_fail(r, vs.a->val, "cast to=%s but its value is %s", ir_dtype_name(dt), ir_dtype_name(n->out[0]->dtype));
     break;
   }
   default: break;
