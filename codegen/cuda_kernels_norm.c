@@ -105,21 +105,18 @@ static const char *norm_bwd(CuK *k, int ln, const char *dx, const char *res, con
   ck_need_ws(k, P * m * 4);
   const char *xt = ck_ctype(xdt), *wt = ck_ctype(wdt);
   Args g = {.np = res ? 6 : 5, .p = {dx, ck_ws_at(k, 0), x, w, dy, res}};
-  const char *rs = res_arg(k, res, xdt);
-  const char *l1 = ln && d % 32 == 0 && d <= 1024 /* a warp per row (shardk.cuh layernorm_bwd_warp) */
-                       ? ck_simple(k, &g, P, 1, 1, 256, 1,
-                                arena_printf(k->a,
-                                             "sk::layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d, %s>((%s *)p0, %s, (float *)p1, "
-                                             "(const %s *)p2, (const %s *)p3, (const %s *)p4, %s);",
-                                             xt, wt, (long long)rows, (long long)d, (int)P, res_flag(res), xt, rs, xt, wt,
-                                             xt, ck_fl(k, eps)))
-                       : ck_simple(
-      k, &g, P, 1, 1, nt, 1,
-      arena_printf(k->a,
-                   "sk::%s<%s, %s, %lldLL, %lldLL, %d, %d, %d, %s>((%s *)p0, %s, (float *)p1, (const %s *)p2, "
-                   "(const %s *)p3, (const %s *)p4, %s);",
-                   ln ? "layernorm_bwd" : "rmsnorm_bwd", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P,
-                   res_flag(res), xt, rs, xt, wt, xt, ck_fl(k, eps)));
+  /* a warp per row (shardk_norm.cuh layernorm_bwd_warp), else a block per row (norm_bwd_block): the template up to
+   * its carry flag */
+  const bool warp = ln && d % 32 == 0 && d <= 1024;
+  const char *t = warp ? arena_printf(k->a, "layernorm_bwd_warp<%s, %s, %lldLL, %lldLL, %d", xt, wt, (long long)rows,
+                                      (long long)d, (int)P)
+                       : arena_printf(k->a, "norm_bwd_block<%s, %s, %s, %lldLL, %lldLL, %d, %d, %d",
+                                      ln ? "true" : "false", xt, wt, (long long)rows, (long long)d, nt, nper, (int)P);
+  const char *l1 = ck_simple(k, &g, P, 1, 1, warp ? 256 : nt, 1,
+                             arena_printf(k->a,
+                                          "sk::%s, %s>((%s *)p0, %s, (float *)p1, (const %s *)p2, (const %s *)p3, "
+                                          "(const %s *)p4, %s);",
+                                          t, res_flag(res), xt, res_arg(k, res, xdt), xt, wt, xt, ck_fl(k, eps)));
   /* stage 2: column sums of the parts; dw and db are the two halves of a [P, 2d] part array */
   Args g2 = {.np = 2, .p = {dw, ck_ws_at(k, 0)}};
   const char *l2 = NULL;

@@ -129,10 +129,12 @@ template <bool RES> __device__ __forceinline__ void with_res8(float (&o)[8], con
   }
 }
 
-/* Backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx (+ res where RES: with_res), and its partial
- * weight gradients part[p, 0:D] (dw) and part[p, D:2D] (db) — summed by sum_parts. */
-template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P, bool RES>
-__device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+/* LayerNorm (LN) or RMSNorm backward, first stage: grid P blocks, block p does rows p, p + P, ...: dx (+ res where
+ * RES: with_res), and its partial weight gradients part[p, 0:D] (dw) and, LN, part[p, D:2D] (db) — summed by the
+ * emitter's second launch (colsum or sum_parts). */
+template <bool LN, class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P, bool RES>
+__device__ void norm_bwd_block(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
+  constexpr i64 M = LN ? 2 * D : D;
   __shared__ float red[64];
   float wv[NPER], dwa[NPER], dba[NPER];
 #pragma unroll
@@ -149,35 +151,43 @@ __device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, c
       i64 c = threadIdx.x + (i64)NT * k;
       xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
       gv[k] = c < D ? ld(dy + row * D + c) : 0.0f;
-      s += xv[k];
+      s += LN ? xv[k] : xv[k] * xv[k];
     }
-    float mean, rstd;
-    ln_row_stats<D, NT, NPER>(xv, s, red, eps, mean, rstd);
+    float mean = 0.0f, rstd;
+    if constexpr (LN) ln_row_stats<D, NT, NPER>(xv, s, red, eps, mean, rstd);
+    else rstd = 1.0f / sqrtf(block_sum<NT>(s, red) * (1.0f / (float)D) + eps);
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int k = 0; k < NPER; k++) {
-      float xh = (xv[k] - mean) * rstd, g = gv[k] * wv[k];
+      float xh = (LN ? xv[k] - mean : xv[k]) * rstd, g = gv[k] * wv[k];
       s1 += g;
       s2 += g * xh;
       dwa[k] += gv[k] * xh;
       dba[k] += gv[k];
       xv[k] = xh;
     }
-    block_sum2<NT>(s1, s2, red);
-    s1 *= 1.0f / (float)D;
-    s2 *= 1.0f / (float)D;
+    if constexpr (LN) {
+      block_sum2<NT>(s1, s2, red);
+      s1 *= 1.0f / (float)D;
+      s2 *= 1.0f / (float)D;
+    } else {
+      s2 = block_sum<NT>(s2, red) * (1.0f / (float)D);
+    }
 #pragma unroll
     for (int k = 0; k < NPER; k++) {
       i64 c = threadIdx.x + (i64)NT * k;
-      if (c < D) st(dx + row * D + c, with_res<RES>(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + c));
+      if (c < D)
+        st(dx + row * D + c,
+           with_res<RES>(LN ? rstd * (gv[k] * wv[k] - s1 - xv[k] * s2) : rstd * (gv[k] * wv[k] - xv[k] * s2), res,
+                         row * D + c));
     }
   }
 #pragma unroll
   for (int k = 0; k < NPER; k++) {
     i64 c = threadIdx.x + (i64)NT * k;
     if (c < D) {
-      part[(i64)blockIdx.x * 2 * D + c] = dwa[k];
-      part[(i64)blockIdx.x * 2 * D + D + c] = dba[k];
+      part[(i64)blockIdx.x * M + c] = dwa[k];
+      if constexpr (LN) part[(i64)blockIdx.x * M + D + c] = dba[k];
     }
   }
 }
@@ -185,7 +195,7 @@ __device__ void layernorm_bwd(TX *dx, const TX *res, float *part, const TX *x, c
 /* LayerNorm backward for rows of D <= 1024 (a multiple of 32): one warp per row, lane holding columns
  * lane + 32 k, so a row's three sums are warp shuffles without block barriers; 8 warps per block, grid P.
  * Each block's dw / db partials (summed over its rows in row order, then over its warps in warp order)
- * go to part[blockIdx.x] as with layernorm_bwd; dx + res as with_res says. */
+ * go to part[blockIdx.x] as with norm_bwd_block; dx + res as with_res says. */
 template <class TX, class TW, i64 ROWS, i64 D, int P, bool RES>
 __device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
   constexpr int E = (int)(D / 32), W = 8;
@@ -216,7 +226,8 @@ __device__ void layernorm_bwd_warp(TX *dx, const TX *res, float *part, const TX 
     s2 = warp_sum(s2) * (1.0f / (float)D);
 #pragma unroll
     for (int k = 0; k < E; k++)
-      st(dx + row * D + lane + 32 * k, with_res<RES>(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + lane + 32 * k));
+      st(dx + row * D + lane + 32 * k,
+         with_res<RES>(rstd * (gv[k] * wv[k] - s1 - xv[k] * s2), res, row * D + lane + 32 * k));
   }
   for (int i = (int)threadIdx.x; i < 2 * (int)D; i += 32 * W) red[i] = 0.0f;
   for (int v = 0; v < W; v++) { /* warps in order: the same sum every run */
@@ -387,47 +398,6 @@ __device__ void norm_bwd_ring(bf16 *dx, const bf16 *res, float *part, const bf16
 #pragma unroll
     for (int v = 0; v < WR; v++) s += ((const float *)((bf16 *)(wsm + D) + (i64)(v * H + hc) * S * 2 * DH))[lc];
     mine[c] = s;
-  }
-}
-
-template <class TX, class TW, i64 ROWS, i64 D, int NT, int NPER, int P, bool RES>
-__device__ void rmsnorm_bwd(TX *dx, const TX *res, float *part, const TX *x, const TW *w, const TX *dy, float eps) {
-  __shared__ float red[64];
-  float wv[NPER], dwa[NPER];
-#pragma unroll
-  for (int k = 0; k < NPER; k++) {
-    i64 c = threadIdx.x + (i64)NT * k;
-    wv[k] = c < D ? ld(w + c) : 0.0f;
-    dwa[k] = 0.0f;
-  }
-  for (i64 row = blockIdx.x; row < ROWS; row += P) {
-    float xv[NPER], gv[NPER], q = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NPER; k++) {
-      i64 c = threadIdx.x + (i64)NT * k;
-      xv[k] = c < D ? ld(x + row * D + c) : 0.0f;
-      gv[k] = c < D ? ld(dy + row * D + c) : 0.0f;
-      q += xv[k] * xv[k];
-    }
-    float rstd = 1.0f / sqrtf(block_sum<NT>(q, red) * (1.0f / (float)D) + eps), s2 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < NPER; k++) {
-      float xh = xv[k] * rstd;
-      s2 += gv[k] * wv[k] * xh;
-      dwa[k] += gv[k] * xh;
-      xv[k] = xh;
-    }
-    s2 = block_sum<NT>(s2, red) * (1.0f / (float)D);
-#pragma unroll
-    for (int k = 0; k < NPER; k++) {
-      i64 c = threadIdx.x + (i64)NT * k;
-      if (c < D) st(dx + row * D + c, with_res<RES>(rstd * (gv[k] * wv[k] - xv[k] * s2), res, row * D + c));
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < NPER; k++) {
-    i64 c = threadIdx.x + (i64)NT * k;
-    if (c < D) part[(i64)blockIdx.x * D + c] = dwa[k];
   }
 }
 
