@@ -119,11 +119,11 @@ template <bool RES, class T> __device__ __forceinline__ float with_res(float v, 
   if constexpr (RES) return __fadd_rn(as_dt(v, res), ld(res + i));
   else return v;
 }
-/* ... for norm_bwd_ring's 8 bf16 columns o at res + i (one 16-byte load) */
-template <bool RES> __device__ __forceinline__ void with_res8(float (&o)[8], const bf16 *res, i64 i) {
+/* ... for norm_bwd_ring's 8 bf16 columns o at res + at (one 16-byte load) */
+template <bool RES> __device__ __forceinline__ void with_res8(float (&o)[8], const bf16 *res, i64 at) {
   if constexpr (RES) {
     float rv[8];
-    ld8(rv, res + i);
+    ld8(rv, res + at);
 #pragma unroll
     for (int i = 0; i < 8; i++) o[i] = __fadd_rn(as_dt(o[i], res), rv[i]);
   }
