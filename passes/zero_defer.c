@@ -35,6 +35,7 @@
 
 #include "commreport.h"
 #include "diag.h"
+#include "memplan.h"
 #include "passes.h"
 #include "plan_options.h"
 #include "ptrmap.h"
@@ -172,19 +173,22 @@ static bool defer_one(Node *r, Node *s) {
   return true;
 }
 
-/* Defers g's loops' scatters (nested too); *most: the largest f32 bytes one body's deferred inputs hold. */
+/* Defers g's loops' scatters (nested too); *most: the largest f32 bytes one body's deferred inputs hold (with
+ * the scatters whose results the body yields as they are, unread: passes/memplan_defer.c defers those too). */
 static void defer_graph(Graph *g, int64_t *most) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *r = g->nodes[i];
     if (!r->body) continue;
     defer_graph(r->body, most);
     if (r->op != OP_REPEAT) continue;
-    int64_t held = 0;
     for (int j = 0; j < r->body->nnodes; j++) {
       Node *s = r->body->nodes[j];
-      const Value *x = s->in[0];
-      if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s) && defer_one(r, s))
-        held += ir_numel(&x->shape) * ir_dtype_size(x->dtype);
+      if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, s);
+    }
+    int64_t held = 0; /* every scatter of the body its iteration no longer reads (those yielded as they are too) */
+    for (int j = 0; j < r->body->nnodes; j++) {
+      const Node *s = r->body->nodes[j];
+      if (memplan_defers_wait(s)) held += ir_numel(&s->in[0]->shape) * ir_dtype_size(s->in[0]->dtype);
     }
     if (held > *most) *most = held;
   }
