@@ -37,6 +37,7 @@
 #include "memplan_views.h"
 #include "offload_sched.h"
 #include "passes.h"
+#include "zero.h"
 
 const char *const memplan_class_names[MEM_COUNT] = {"params", "optimizer", "inputs", "grads",
                                                     "activations", "workspace", "comm"};
@@ -721,7 +722,7 @@ static void reset_offsets(Graph *g) {
 
 bool pass_memplan(Module *m) {
   MemPlan *mp = ARENA_NEW(m->arena, MemPlan);
-  mp->defer_waits = m->defer.taken; /* (passes/zero_defer.c: `defer_waits off`, or auto where they do not fit: none) */
+  mp->defer_waits = zero_defers_plan(m); /* (passes/zero_defer.c: `defer_waits off`, or auto where they do not fit: none) */
   Graph *g = m->graph;
   reset_offsets(g);
   /* persistent: params, then optimizer state, then inputs, in node order */

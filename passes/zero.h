@@ -35,6 +35,9 @@ bool zero_defers_scatters(int zero, int group, int pp);
  * measured) over the device's `cap` (<= 0: unknown)). The one rule of passes/zero_defer.c (the driver's
  * compile's figures, Plan.defer_fit_*) and plan_model.c (its own memory with them, against the capacity). */
 bool zero_defer_taken(int want, double total, double cap);
+/* Module m's plan with both: whether its backward loops' scatter waits are deferred (the pass's and the
+ * memory plan's question, passes/memplan.c: from the plan alone, so that a pass run on IR read back agrees). */
+bool zero_defers_plan(const Module *m);
 
 /* to: from's type with dim d split over the group (z.deg ways: over dp, then over z.inner). */
 void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z);

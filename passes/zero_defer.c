@@ -196,6 +196,12 @@ static void defer_graph(Graph *g, int64_t *most) {
 
 static double mib(double b) { return b / (1 << 20); }
 
+bool zero_defers_plan(const Module *m) {
+  const Plan *p = &m->plan;
+  return m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP]) &&
+         zero_defer_taken(p->defer_waits, (double)p->defer_fit_total, p->defer_fit_cap);
+}
+
 bool pass_zero_defer(Module *m) {
   memset(&m->defer, 0, sizeof m->defer);
   const Plan *p = &m->plan;
@@ -214,7 +220,7 @@ bool pass_zero_defer(Module *m) {
     return true;
   }
   bool unfit = p->defer_fit_total > 0 && p->defer_fit_cap > 0 && p->defer_fit_total > p->defer_fit_cap;
-  m->defer.taken = zero_defer_taken(want, (double)p->defer_fit_total, p->defer_fit_cap);
+  m->defer.taken = zero_defers_plan(m);
   if (want != DEFER_AUTO) m->defer.why = want == DEFER_ON ? "defer_waits on (the plan)" : "defer_waits off (the plan)";
   else if (unfit)
     m->defer.why = arena_printf(m->arena, "the plan with them needs %.1f MiB per rank, over the device's %.1f MiB",
