@@ -96,7 +96,7 @@ fi
 # defer_waits (passes/zero_defer.c, replan.c): tiny zero 2 over dp 2 defers its backward loop's reduce-scatter
 # waits, their f32 inputs (199,936 B) held through the body: 6,891,200 B per rank with them, 6,691,264 without.
 # On a 6.5 MiB (6,815,744 B) device `auto` waits them in their own iteration, says why, and fits; `on` there
-# does not fit (the fit check's error); on 8 GiB auto takes them and says it fits. `on` / `off` where the plan
+# does not fit (the fit check's error, which offers -D defer_waits=off); on 8 GiB auto takes them and says it fits. `on` / `off` where the plan
 # has no such scatters (no ZeRO-2/3, pp stages, a group of one rank) is an error at the option, in the file
 # (file:line:col, caret) or a -D's value, never ignored; a bad word is refused.
 tmp=$(mktemp -d)
@@ -106,7 +106,7 @@ dw="the backward loops' reduce-scatters waited"
 expect_stdout=1 expect 0 "deferred waits                  0 B         0.00 MiB  $dw in their own iteration: the plan with them needs 6.6 MiB per rank, over the device's 6.5 MiB" \
   "#   total                     6691264 B         6.38 MiB" "6.50 MiB  cpu memory: fits" -- plan models/tiny.model --world 2 -D zero=2 --topology "$tmp/dm.topo"
 expect_stdout=1 expect 1 "deferred waits             199936 B         0.19 MiB  $dw in the next iteration, their f32 inputs held through the body: defer_waits on (the plan)" \
-  "error: the plan does not fit: 6.6 MiB per rank, over the cpu memory of 6.5 MiB" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=on --topology "$tmp/dm.topo"
+  "error: the plan does not fit: 6.6 MiB per rank, over the cpu memory of 6.5 MiB" "note:   -D defer_waits=off: 6.4 MiB per rank, fits" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=on --topology "$tmp/dm.topo"
 expect_stdout=1 expect 0 "deferred waits             199936 B         0.19 MiB  $dw in the next iteration, their f32 inputs held through the body: it fits: 6.6 MiB per rank planned with them, of the device's 8192.0 MiB" \
   -- plan models/tiny.model --world 2 -D zero=2
 expect_stdout=1 expect 0 "$dw in their own iteration: defer_waits off (the plan)" -- plan models/tiny.model --world 2 -D zero=3 -D defer_waits=off
