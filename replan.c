@@ -13,25 +13,32 @@
 #include "passes.h"
 #include "pipeline.h"
 #include "print.h"
+#include "zero.h"
 
 static const double *zb_times(Replan *r, Arena *a, const char *const *kv, int n, const Module *m);
 static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 
 /* What the driver decides for a plan from a first compile of it (Plan.sched_times, zb's list times;
  * Plan.stage_fixed / stage_cap, `layers(balanced)` against the device's memory; Plan.wcopy_fit_*,
- * the plan with the weights' persistent bf16 copies against it). */
+ * the plan with the weights' persistent bf16 copies against it; Plan.defer_fit_*, the plan with the
+ * deferred scatter waits against it). as_is: compiled with the auto choices these figures leave, not
+ * planned again where that does not fit (the measuring compiles of replan_weight_copy, replan_defer_waits). */
 typedef struct {
   const double *sched_times;
   const int64_t *stage_fixed;
   double stage_cap;
   int64_t wcopy_fit_total;
   double wcopy_fit_cap;
+  int64_t defer_fit_total;
+  double defer_fit_cap;
+  bool as_is;
 } PlanInputs;
 
 void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
   m->plan.sched_times = zb_times(r, a, kv, n, m);
   stage_memory(r, a, kv, n, m);
   replan_weight_copy(r, a, kv, n, m);
+  replan_defer_waits(r, a, kv, n, m);
 }
 
 /* Compiles the source again with n extra overrides into arena a, its diagnostics written to
@@ -68,6 +75,8 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
       m->plan.stage_cap = in->stage_cap;
       m->plan.wcopy_fit_total = in->wcopy_fit_total;
       m->plan.wcopy_fit_cap = in->wcopy_fit_cap;
+      m->plan.defer_fit_total = in->defer_fit_total;
+      m->plan.defer_fit_cap = in->defer_fit_cap;
     } else { /* their own quiet compiles, outside this one's diag (the copies' fit: below, from this one) */
       m->plan.sched_times = zb_times(r, a, kv, n, m);
       stage_memory(r, a, kv, n, m);
@@ -85,7 +94,18 @@ static Module *compile_as(Replan *r, Arena *a, const char *const *kv, int n, FIL
   double total = 0, cap = 0;
   if (ok && !in && m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent && !fit_plan_fits(m, &total, &cap) &&
       cap > 0) {
-    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, (int64_t)total, cap};
+    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, (int64_t)total, cap, 0, 0, false};
+    return compile_as(r, a, kv, n, diag, &again);
+  }
+  /* `defer_waits auto` (passes/zero_defer.c): planned with the deferred waits, which this plan does not
+   * fit: planned again with them waited in their own iteration (after the copies' choice above: the
+   * same order as replan_inputs's figures for the command line's plan) */
+  if (ok && !(in && (in->as_is || in->defer_fit_total)) && m->plan.defer_waits == DEFER_AUTO && m->defer.taken &&
+      !fit_plan_fits(m, &total, &cap) && cap > 0) {
+    PlanInputs again = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, m->plan.wcopy_fit_total,
+                        m->plan.wcopy_fit_cap, (int64_t)total, cap, false};
+    if (!in && m->plan.weight_copy == WCOPY_AUTO && m->wcopy.persistent && !again.wcopy_fit_total)
+      again.wcopy_fit_total = (int64_t)total, again.wcopy_fit_cap = cap; /* (it fits as replan_weight_copy measures it) */
     return compile_as(r, a, kv, n, diag, &again);
   }
   return ok ? m : NULL;
@@ -179,7 +199,7 @@ static void stage_memory(Replan *r, Arena *a, const char *const *kv, int n, Modu
     return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0};
+  PlanInputs in = {m->plan.sched_times, NULL, 0, 0, 0, 0, 0, false};
   Module *m0 = compile_as(r, a, kv, n, null, &in);
   fclose(null);
   double cap = m0 ? memplan_capacity(m0, NULL, 0) : 0;
@@ -201,8 +221,9 @@ void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Modul
     return;
   FILE *null = fopen("/dev/null", "w");
   if (!null) return;
-  PlanInputs in = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0};
-  Module *m0 = compile_as(r, a, kv, n, null, &in); /* auto without the figures: the persistent copies */
+  PlanInputs in = {m->plan.sched_times, m->plan.stage_fixed, m->plan.stage_cap, 0, 0, 0, 0, true};
+  Module *m0 = compile_as(r, a, kv, n, null, &in); /* auto without the figures: the persistent copies (and the
+                                                     * deferred waits, as compile_as's first compile) */
   fclose(null);
   double total = 0, cap = 0;
   if (!m0 || !m0->memplan || !m0->wcopy.persistent) return;
@@ -210,6 +231,29 @@ void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Modul
   if (cap <= 0) return;
   m->plan.wcopy_fit_total = (int64_t)total;
   m->plan.wcopy_fit_cap = cap;
+}
+
+/* `defer_waits auto` (passes/zero_defer.c): a quiet compile of the plan with the deferred scatter waits (the
+ * copies' choice already made, replan_weight_copy); its planned total and the device's memory (fit_plan_fits)
+ * in Plan.defer_fit_*, so that the caller's compile waits them in their own iteration where that plan does
+ * not fit. Nothing where the plan has no such waits (zero_defers_scatters), without a device memory, or
+ * when that compile fails (the caller's own compile reports why). */
+void replan_defer_waits(Replan *r, Arena *a, const char *const *kv, int n, Module *m) {
+  const Plan *p = &m->plan;
+  if (p->defer_waits != DEFER_AUTO || p->defer_fit_total || p->zero < 2 || p->pp > 1 || memplan_capacity(m, NULL, 0) <= 0 ||
+      (m->mesh && !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])))
+    return;
+  FILE *null = fopen("/dev/null", "w");
+  if (!null) return;
+  PlanInputs in = {p->sched_times, p->stage_fixed, p->stage_cap, p->wcopy_fit_total, p->wcopy_fit_cap, 0, 0, true};
+  Module *m0 = compile_as(r, a, kv, n, null, &in); /* auto without the figures: the deferred waits */
+  fclose(null);
+  double total = 0, cap = 0;
+  if (!m0 || !m0->memplan || !m0->defer.taken) return;
+  fit_plan_fits(m0, &total, &cap);
+  if (cap <= 0) return;
+  m->plan.defer_fit_total = (int64_t)total;
+  m->plan.defer_fit_cap = cap;
 }
 
 int64_t replan_total(void *ctx, const char *const *kv, int n) {

@@ -40,6 +40,11 @@ void replan_inputs(Replan *r, Arena *a, const char *const *kv, int n, Module *m)
  * memory into m->plan (wcopy_fit_*), so that m's own compile keeps per-layer casts where the plan with
  * the copies does not fit. Nothing without a device memory. */
 void replan_weight_copy(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
+/* `defer_waits auto` (passes/zero_defer.c), part of replan_inputs after replan_weight_copy: a quiet compile
+ * of m's plan with the backward loops' scatter waits deferred; its planned total and the device's memory
+ * into m->plan (defer_fit_*), so that m's own compile waits them in their iteration where the plan with
+ * them does not fit. Nothing where the plan defers none, or without a device memory. */
+void replan_defer_waits(Replan *r, Arena *a, const char *const *kv, int n, Module *m);
 /* The fit check's re-plan (FitReplan): the memory plan's total with the overrides, -1 when it does
  * not compile. ctx: a Replan. */
 int64_t replan_total(void *ctx, const char *const *kv, int n);

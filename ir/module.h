@@ -66,6 +66,7 @@ typedef enum {
   PLAN_OPT_CP_MODE,      /* `cp_mode ring | all2all`: how context parallelism runs attention */
   PLAN_OPT_WEIGHT_COPY,  /* `weight_copy auto | persistent | per_layer`: the bf16 copy of the weights */
   PLAN_OPT_COALESCE,     /* `coalesce auto | on | off`: ZeRO-3's gathers and scatters joined (passes/zero_coalesce.c) */
+  PLAN_OPT_DEFER_WAITS,  /* `defer_waits auto | on | off`: ZeRO-2/3's scatter waits deferred (passes/zero_defer.c) */
   PLAN_OPT_COUNT
 } PlanOpt;
 
@@ -94,6 +95,14 @@ typedef struct {
   /* `coalesce auto | on | off`: ZeRO-3's gathers issued at one point, and a loop body's gradient
    * reduce-scatters, each as one collective (passes/zero_coalesce.c; auto: where the cost model says it pays) */
   enum { COALESCE_AUTO, COALESCE_ON, COALESCE_OFF } coalesce;
+  /* `defer_waits auto | on | off`: a backward layer loop's gradient reduce-scatters waited in the next
+   * iteration (passes/zero_defer.c; their f32 inputs then live through the loop's body). auto: where the
+   * plan with them fits the device: the driver's compile of it (replan.c, replan_defer_waits, or the
+   * first of compile_as's) measures its planned total per rank and the device's memory into
+   * defer_fit_total / defer_fit_cap (0: not measured); zero_defer_taken decides from them */
+  enum { DEFER_AUTO, DEFER_ON, DEFER_OFF } defer_waits;
+  int64_t defer_fit_total;
+  double defer_fit_cap;
   /* `pp N layers(a, b, ..)`: the layers of each stage as written (passes/stage.c checks and applies
    * them; with `schedule interleaved(v: V)` pp counts, each stage's, or pp x V, each virtual stage's);
    * nstage_layers 0: none written, every stage gets L / pp */
@@ -225,6 +234,14 @@ typedef struct {
      * gathering the bf16 copies instead (0: none) */
     int64_t master_saved;
   } wcopy;
+  /* passes/zero_defer.c's decision: whether the backward loops' scatter waits are deferred, the f32
+   * bytes their inputs hold through a loop body (the largest loop's), and why (NULL: the plan has no
+   * such scatters: zero_defers_scatters false) */
+  struct {
+    bool taken;
+    int64_t bytes;
+    const char *why;
+  } defer;
   const char *cost_profile; /* `--profile FILE`: the device figures the passes' cost model reads (NULL: the
                                topology's, passes/cost.c's cost_device_defaults) */
 } Module;

@@ -30,6 +30,7 @@ extern const char *const ir_cp_mode_names[2];
 /* The spellings of WeightCopy, in its order: "auto", "persistent", "per_layer". */
 extern const char *const ir_weight_copy_names[3];
 extern const char *const ir_coalesce_names[3];    /* `coalesce`'s words, Plan.coalesce's order */
+extern const char *const ir_defer_waits_names[3]; /* `defer_waits`'s words, Plan.defer_waits's order */
 
 /* Reports an error at each option the plan asks for that the compiler does not apply, with what
  * to write instead. Returns false when it reported one. */

@@ -477,6 +477,7 @@ void ir_print_module_header(FILE *f, const Module *m) {
     if (p->cp_mode != CP_RING) fprintf(f, " cp_mode %s", ir_cp_mode_names[p->cp_mode]); /* (ring: not printed) */
     if (p->weight_copy != WCOPY_AUTO) fprintf(f, " weight_copy %s", ir_weight_copy_names[p->weight_copy]); /* (auto: not) */
     if (p->coalesce != COALESCE_AUTO) fprintf(f, " coalesce %s", ir_coalesce_names[p->coalesce]);            /* (auto: not) */
+    if (p->defer_waits != DEFER_AUTO) fprintf(f, " defer_waits %s", ir_defer_waits_names[p->defer_waits]);  /* (auto: not) */
     fprintf(f, "\n");
   }
   if (m->has_recipe) {

@@ -102,6 +102,16 @@ static bool knob_offload(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int
   return true;
 }
 
+/* The backward loops' deferred scatter waits (passes/zero_defer.c), where the plan took them without
+ * the driver's measure (`defer_waits on`: `auto` waits them in their iteration where they do not fit). */
+static bool knob_defer(const Module *m, int arg, char kv[KNOB_KV][KV_LEN], int *n, char *label, size_t cap) {
+  (void)arg;
+  if (!m->defer.taken) return false;
+  snprintf(kv[(*n)++], KV_LEN, "defer_waits=off");
+  snprintf(label, cap, "-D defer_waits=off");
+  return true;
+}
+
 /* The knobs, in the order they are offered: add a row when a pass gives the plan a new way down. */
 static const Knob knobs[] = {
     {knob_zero, 1, PLAN_OPT_ZERO},          {knob_zero, 2, PLAN_OPT_ZERO},
@@ -111,7 +121,7 @@ static const Knob knobs[] = {
     {knob_tp, 2, PLAN_OPT_COUNT},           {knob_tp, 4, PLAN_OPT_COUNT},
     {knob_tp, 8, PLAN_OPT_COUNT},           {knob_pp, 2, PLAN_OPT_PP},
     {knob_pp, 4, PLAN_OPT_PP},              {knob_micro, 2, PLAN_OPT_COUNT},
-    {knob_micro, 4, PLAN_OPT_COUNT},
+    {knob_micro, 4, PLAN_OPT_COUNT},        {knob_defer, 0, PLAN_OPT_DEFER_WAITS},
 };
 
 static void mib(char *buf, size_t cap, double bytes) {

@@ -37,6 +37,7 @@
 #include "memplan_views.h"
 #include "offload_sched.h"
 #include "passes.h"
+#include "zero.h"
 
 const char *const memplan_class_names[MEM_COUNT] = {"params", "optimizer", "inputs", "grads",
                                                     "activations", "workspace", "comm"};
@@ -499,7 +500,7 @@ static int64_t plan_graph(Graph *g, int64_t base, MemPlan *mp, Arena *tmp, int64
     for (int j = i + 1; j < g->nnodes && w == g->nnodes; j++)
       for (int q = 0; q < g->nodes[j]->nin; q++)
         if (g->nodes[j]->in[q] == n->out[0]) w = j;
-    if (!shift && memplan_defers_wait(n)) p.iv[slot[x->id] - 1].start = 0; /* waited in the next iteration */
+    if (!shift && mp->defer_waits && memplan_defers_wait(n)) p.iv[slot[x->id] - 1].start = 0; /* waited in the next iteration */
     if (p.iv[slot[x->id] - 1].end < w) p.iv[slot[x->id] - 1].end = w;
   }
   /* a value written into a source's bytes: the source's offset, once placed (a source held on one
@@ -721,6 +722,7 @@ static void reset_offsets(Graph *g) {
 
 bool pass_memplan(Module *m) {
   MemPlan *mp = ARENA_NEW(m->arena, MemPlan);
+  mp->defer_waits = zero_defers_plan(m); /* (passes/zero_defer.c: `defer_waits off`, or auto where they do not fit: none) */
   Graph *g = m->graph;
   reset_offsets(g);
   /* persistent: params, then optimizer state, then inputs, in node order */
@@ -753,7 +755,7 @@ bool pass_memplan(Module *m) {
   mp->pack_memo = NULL;
   arena_free(&tmp);
   place_stacked(g);
-  memplan_defer_waits(g);
+  memplan_defer_waits(g, mp->defer_waits);
   hfuse_order_copies(m); /* (CUDA: two sibling GEMMs' weight copies in the order of their outputs) */
   memplan_cut_groups(g);
   for (int i = 0; i < MEM_COUNT; i++) mp->by_class[i] += by_class[i];

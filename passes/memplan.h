@@ -33,6 +33,8 @@ typedef struct MemPlan {
   int64_t host_state;               /* of which the persistent state (the rest: the update's copies) */
   int64_t host_params;              /* of host_state: the f32 master weights (bf16 copies on the device) */
   int nstages;                      /* pipeline parallelism: pp (0 without) */
+  bool defer_waits;                 /* zero_defers_plan (Module.defer.taken): a body's unread scatters waited in
+                                       the next iteration (memplan_defers_wait); else each in its own */
   int64_t *stage_peak;              /* [nstages]: each stage's peak (peak is the largest); NULL without pp */
   struct PackMemo *pack_memo;       /* during pass_memplan: its packings by interval set (memplan_pack.c); NULL after */
 } MemPlan;
@@ -73,9 +75,11 @@ int64_t memplan_scratch_bytes(const Node *n);
 /* Whether n is an asynchronous reduce-scatter of a loop's body whose iteration does not read its result
  * (a stacked output only: passes/zero_defer.c): its input lives through the whole body and it is waited in
  * the next iteration (Node.defer_wait, set by memplan_defer_waits once the plan is final;
- * passes/memplan_defer.c). */
+ * passes/memplan_defer.c). Only where the plan takes them (MemPlan.defer_waits, zero_defers_plan:
+ * passes/zero_defer.c's decision, `defer_waits`). */
 bool memplan_defers_wait(const Node *n);
-void memplan_defer_waits(Graph *g);
+/* Sets (on) or clears (not on) Node.defer_wait of g's loop bodies' scatters. */
+void memplan_defer_waits(Graph *g, bool on);
 
 /* The class with the most bytes at the peak. */
 MemClass memplan_largest_class(const MemPlan *p);

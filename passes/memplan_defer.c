@@ -47,13 +47,14 @@ static bool placed(const Node *n) {
   return true;
 }
 
-/* Sets defer_wait of the deferred scatters of g's loop bodies (nested too), once every offset is final. */
-void memplan_defer_waits(Graph *g) {
+/* Sets defer_wait of the deferred scatters of g's loop bodies (nested too), once every offset is final;
+ * not on: none (each waited at its iteration's end). */
+void memplan_defer_waits(Graph *g, bool on) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
-    if (n->body) memplan_defer_waits(n->body);
+    if (n->body) memplan_defer_waits(n->body, on);
     n->defer_wait = NULL;
-    if (!memplan_defers_wait(n) || !placed(n)) continue; /* (else waited at the iteration's end, codegen/emit.c) */
+    if (!on || !memplan_defers_wait(n) || !placed(n)) continue; /* (else waited at the iteration's end, codegen/emit.c) */
     const Value *x = n->in[0];
     int64_t lo = x->offset, hi = lo + vbytes(x);
     int at = i; /* the first node writing x's bytes: at the latest x's producer */

@@ -53,6 +53,13 @@ void memplan_print(FILE *f, const Module *m) {
     fprintf(f, "#   %-16s %16lld B %12.2f MiB  saved: the f32 master weights stored split over the ZeRO group, the bf16 "
             "copies gathered (in parameters: 4 B x P / group)\n", "f32 masters", (long long)m->wcopy.master_saved,
             (double)m->wcopy.master_saved / (1 << 20));
+  if (m->defer.why) /* passes/zero_defer.c's decision */
+    fprintf(f, "#   %-16s %16lld B %12.2f MiB  %s: %s\n", "deferred waits", (long long)m->defer.bytes,
+            (double)m->defer.bytes / (1 << 20),
+            m->defer.taken ? "the backward loops' reduce-scatters waited in the next iteration, their f32 inputs held "
+                             "through the body"
+                           : "the backward loops' reduce-scatters waited in their own iteration",
+            m->defer.why);
   if (p->host_total > 0) { /* plan offload */
     fprintf(f, "# host memory per rank (offload: the optimizer step on the CPU, pinned)\n");
     if (p->host_params > 0) row(f, "parameters", p->host_params, "the f32 master weights of this rank's shard (the device: their bf16 copies)");

@@ -179,6 +179,7 @@ static bool layer_order(PlanModel *pm, const Module *m, const Graph *g, double r
 
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev) {
   memset(pm, 0, sizeof *pm);
+  pm->capacity = memplan_capacity(base, NULL, 0);
   const Graph *g = base->graph;
   /* the layer count: the most common logical dim 0 of the parameters of rank >= 2 (the stacked
    * layers' parameters outnumber the embeddings) */
@@ -416,9 +417,12 @@ static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDe
 }
 
 /* c's estimate with n[k] layers on (virtual) stage k (NULL: even). */
+/* defer: whether the backward loops' scatter waits are deferred (zero_defers_scatters and zero_defer_taken,
+ * plan_model_estimate's decision): their f32 inputs held through the body, the stall of the deferred waits. */
 static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c, const int64_t *n,
-                     PlanEstimate *e) {
+                     bool defer, PlanEstimate *e) {
   memset(e, 0, sizeof *e);
+  e->defer = defer;
   int r = (int)c->rec;
   int dpn = base->mesh && base->mesh->devices_per_node > 0 ? base->mesh->devices_per_node : 1;
   double tp = c->tp, pp = c->pp, L = pm->layers, d = pm->d, cb = pm->cb;
@@ -442,11 +446,13 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
   double zd2 = c->zero >= 2 ? zg : 1, zd1 = c->zero >= 1 ? zg : 1;
   bool persistent;
   e->cls[MEM_PARAM] = p_rank * plan_param_share(base, c, pm->cb, &persistent);
-  /* ZeRO-2/3: one layer unreduced (not yet counted: where the backward loop's scatters are waited in the
-   * next iteration, zero_defers_scatters, their f32 inputs live through the whole body, passes/memplan_defer.c:
-   * Llama-3-405B dp 1024 tp 2 z3 rc full mb 1 +3.9 GiB compiled; one more p_layer here moved GPT-3's
-   * closest plan on a 4 GiB device to a pp 4 one whose compile takes over a minute, tests/report/planner.sh) */
-  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0);
+  /* ZeRO-2/3: one layer unreduced; where the backward loop's scatters are waited in the next iteration
+   * (`defer`: zero_defers_scatters and zero_defer_taken, plan_model_estimate) their f32 inputs live through
+   * the whole body beside the next layer's, passes/memplan_defer.c: one layer more (Llama-3-405B dp 1024 tp 2
+   * z3 rc full mb 1 +3.9 GiB compiled; `defer_waits auto` drops them where the plan does not fit with them,
+   * so a plan that fits no device keeps the smaller figure: GPT-3's closest plan on a 4 GiB device,
+   * tests/report/planner.sh, stays a pp 1 one) */
+  e->cls[MEM_GRAD] = p_rank / zd2 + (c->zero >= 2 ? p_layer : 0) + (defer ? p_layer : 0);
   e->cls[MEM_OPTIM] = base->plan.offload ? 0 : p_rank * pm->state_ratio / zd1; /* (offload: the host's) */
   double unit = tok * d * cb;                                    /* one hidden state of the micro-batch */
   double au = c->pp > 1 && c->rec == RECOMPUTE_FULL ? ACT_FULL_PP : act_units[r];
@@ -512,7 +518,7 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * w_v after the MLP's and w_o's scatters), 4.4 s a step; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9
    * scatters of 5.1 ms latency each queued past the compute) */
   double stall = 0;
-  if (zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) && pm->nlt) {
+  if (zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) && pm->nlt) { /* (waited in the iteration where not `defer`) */
     double bw, lat, cnt, s_all, s_packed, s_end;
     int n = dp_link(c, dev, dpn, &bw, &lat);
     double bucket = bucket_bytes(base);
@@ -526,7 +532,11 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double b = lay - fwd + (ntp - 2) * ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s);
     double ab = e->attn_s / (accum * lst) * 2.5 / (c->rec == RECOMPUTE_NONE ? 3.5 : 4.5);
     layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, &cnt, &s_all, &s_packed, &s_end);
-    double t = fmax(b, fmax(gather_pt + s_all, s_end - b));
+    /* not deferred (`defer_waits off`, or auto where the plan does not fit with them): each iteration waits
+     * at its end, under accumulation for the channel's end (the running sums' adds), else for its packed
+     * runs through the last one (the code before passes/zero_defer.c: 35 ms an iteration above) */
+    double t = defer ? fmax(b, fmax(gather_pt + s_all, s_end - b))
+               : c->accum > 1 ? fmax(b, s_end) : fmax(b + s_packed, gather_pt + s_all);
     stall = (t - b) * lst * accum;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
@@ -765,12 +775,21 @@ bool plan_model_balance(PlanModel *pm, const PlanCand *c, const PlanEstimate *e,
   return true;
 }
 
+double plan_ana_frag(int pp) { return pp > 1 ? 1.011 : 1.0025; }
+
 void plan_model_estimate(PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
                          PlanEstimate *e) {
-  estimate(pm, base, dev, c, NULL, e);
+  /* the deferred scatter waits as the compile decides them (passes/zero_defer.c): `defer_waits` as the base
+   * has it (the file's or -D's), auto against the device's memory with this model's figure for the plan with
+   * them, as the search holds it to the capacity (plan_ana_frag) */
+  int want = base->plan.defer_waits;
+  bool may = zero_defers_scatters(c->zero, c->dp * c->cp, c->pp);
+  estimate(pm, base, dev, c, NULL, may && zero_defer_taken(want, 0, 0), e);
+  if (e->defer && !zero_defer_taken(want, e->total * plan_ana_frag(c->pp), pm->capacity))
+    estimate(pm, base, dev, c, NULL, false, e);
   int64_t n[RT_MAX_STAGES];
   if (!c->bal || !plan_model_balance(pm, c, e, n, NULL)) return;
-  estimate(pm, base, dev, c, n, e);
+  estimate(pm, base, dev, c, n, e->defer, e);
   e->nsplit = c->pp * (c->sched == SCHED_INTERLEAVED ? c->v : 1);
   for (int k = 0; k < e->nsplit; k++) e->split[k] = (short)n[k];
 }

@@ -53,6 +53,8 @@ typedef struct {
   int nlt;
   PlanLayerTensor lt[PLAN_LAYER_TENSORS];
   double state_ratio;         /* optimizer state bytes per parameter byte */
+  double capacity;            /* the device's bytes per rank (memplan_capacity of the base; <= 0: unknown):
+                                 `defer_waits auto`'s decision (plan_model_estimate) */
   int ntensors;               /* parameter tensors (optimizer kernels) */
   double k_gemm, k_attn, k_mem, k_kern; /* calibration: compiled / analytic at the base plan */
   double off_d2h, off_h2d, off_host; /* plan offload: the base plan's compiled bytes downloaded, uploaded and
@@ -86,10 +88,16 @@ typedef struct {
    * loss's; one layer's activations kept per micro-batch, the head's; one layer's parameters, gradients
    * and optimizer states */
   double bal_f, bal_b, bal_f0, bal_b0, bal_fl, bal_act, bal_head, bal_bytes;
+  bool defer;            /* the backward loops' scatter waits deferred (ZeRO-2/3, pp 1: zero_defers_scatters;
+                            `defer_waits`: zero_defer_taken, auto with this estimate's memory against the capacity) */
   int nsplit;            /* layers(balanced) (PlanCand.bal): the (virtual) stages of split; else 0 */
   short split[64];       /* their layers (RT_MAX_STAGES) */
 } PlanEstimate;
 
+/* The memory plan's allocation over its peak that the analytic memory is taken to (passes/plan_search.c's
+ * fit by the model, and `defer_waits auto`'s here): 1.0025 without pp, 1.011 under it (docs/planner.md,
+ * "The fragmentation allowance"). */
+double plan_ana_frag(int pp);
 /* Reads the sizes from base and calibrates the time against base's compiled cost model. */
 void plan_model_init(PlanModel *pm, const Module *base, const CostDevice *dev);
 /* How many ranks ZeRO shards c's optimizer state (and gradients, parameters) over: dp, and under

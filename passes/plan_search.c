@@ -339,7 +339,7 @@ static double memory_bound(const Module *base, const SearchResult *r, PlanCand *
  * largest: the expected allocation of a plan whose peak the model gives (Meta's 405B plan: 78.3 GiB by
  * the model, compiled 78.2 at 1.000 x its peak, fits; x 1.07, the largest but GPT-2's, it was over the
  * 80 GiB); the plans past it are the error band's (ANA_MEM_TOL), and the compile confirms. */
-static double ana_frag(const PlanCand *c) { return c->pp > 1 ? 1.011 : 1.0025; }
+static double ana_frag(const PlanCand *c) { return plan_ana_frag(c->pp); }
 
 void plan_search(const Module *base, const CostDevice *dev, PlanEval eval, void *ctx, const SearchOptions *o,
                  SearchResult *r) {

@@ -30,6 +30,14 @@ bool zero_splits_params(const Module *m);
  * ZeRO `zero` >= 2 over a group (dp x cp) of more than one rank, no pipeline (pp stages). passes/plan_model.c's
  * stall model asks it too. */
 bool zero_defers_scatters(int zero, int group, int pp);
+/* Where zero_defers_scatters holds, whether the plan defers them: plan `defer_waits` `want` (Plan.defer_waits:
+ * DEFER_ON yes, DEFER_OFF no; DEFER_AUTO unless the plan with them needs `total` bytes per rank (0: not
+ * measured) over the device's `cap` (<= 0: unknown)). The one rule of passes/zero_defer.c (the driver's
+ * compile's figures, Plan.defer_fit_*) and plan_model.c (its own memory with them, against the capacity). */
+bool zero_defer_taken(int want, double total, double cap);
+/* Module m's plan with both: whether its backward loops' scatter waits are deferred (the pass's and the
+ * memory plan's question, passes/memplan.c: from the plan alone, so that a pass run on IR read back agrees). */
+bool zero_defers_plan(const Module *m);
 
 /* to: from's type with dim d split over the group (z.deg ways: over dp, then over z.inner). */
 void zero_split_type(Value *to, const Value *from, int d, ZeroGroup z);

@@ -21,17 +21,31 @@
  * too): ZeRO >= 2 over a group of more than one rank, no pipeline (the stages' instructions hold the
  * loops there). A scatter whose body readers are anything else (a loop, a capture, a carry) stays.
  * Cost: the stacked result ([count, 1, N] f32, the loop's gradient shards: what the unpacked ys hold
- * too) is live from the loop to the unpacking after it; the unpacking is one copy of it.
+ * too) is live from the loop to the unpacking after it; the unpacking is one copy of it; and the
+ * scatters' f32 inputs (the layer's whole gradient over tp) live through the whole body
+ * (passes/memplan_defer.c): Llama-3-405B dp 1024 tp 2 z3 rc full mb 1 +3.9 GiB.
+ *
+ * Whether a plan that may defer does: plan `defer_waits` (zero_defer_taken, the one rule, which
+ * plan_model.c's memory and stall model asks too). `auto` (the default) defers unless the driver's compile
+ * of the plan with the deferred waits did not fit the device (Plan.defer_fit_total, replan.c), like
+ * `weight_copy auto`; `on` / `off` by hand, refused (an error at the option) where the plan has no
+ * such scatters. Module.defer says which was taken and why (the plan's memory report prints it).
  */
 #include <string.h>
 
 #include "commreport.h"
 #include "diag.h"
+#include "memplan.h"
 #include "passes.h"
+#include "plan_options.h"
 #include "ptrmap.h"
 #include "zero.h"
 
 bool zero_defers_scatters(int zero, int group, int pp) { return zero >= 2 && group > 1 && pp <= 1; }
+
+bool zero_defer_taken(int want, double total, double cap) {
+  return want == DEFER_ON || (want == DEFER_AUTO && !(total > 0 && cap > 0 && total > cap));
+}
 
 /* The ops this pass lifts out of a body onto the stacks: row-local, and the same op (a slice one axis
  * later) on a stack. */
@@ -159,21 +173,62 @@ static bool defer_one(Node *r, Node *s) {
   return true;
 }
 
-static void defer_graph(Graph *g) {
+/* Defers g's loops' scatters (nested too); *most: the largest f32 bytes one body's deferred inputs hold (with
+ * the scatters whose results the body yields as they are, unread: passes/memplan_defer.c defers those too). */
+static void defer_graph(Graph *g, int64_t *most) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *r = g->nodes[i];
     if (!r->body) continue;
-    defer_graph(r->body);
+    defer_graph(r->body, most);
     if (r->op != OP_REPEAT) continue;
     for (int j = 0; j < r->body->nnodes; j++) {
       Node *s = r->body->nodes[j];
       if (s->op == OP_REDUCE_SCATTER && ir_comm_async(s)) defer_one(r, s);
     }
+    int64_t held = 0; /* every scatter of the body its iteration no longer reads (those yielded as they are too) */
+    for (int j = 0; j < r->body->nnodes; j++) {
+      const Node *s = r->body->nodes[j];
+      if (memplan_defers_wait(s)) held += ir_numel(&s->in[0]->shape) * ir_dtype_size(s->in[0]->dtype);
+    }
+    if (held > *most) *most = held;
   }
 }
 
+static double mib(double b) { return b / (1 << 20); }
+
+bool zero_defers_plan(const Module *m) {
+  const Plan *p = &m->plan;
+  return m->mesh && zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP]) &&
+         zero_defer_taken(p->defer_waits, (double)p->defer_fit_total, p->defer_fit_cap);
+}
+
 bool pass_zero_defer(Module *m) {
-  if (!m->mesh || !zero_defers_scatters(m->plan.zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])) return true;
-  defer_graph(m->graph);
+  memset(&m->defer, 0, sizeof m->defer);
+  const Plan *p = &m->plan;
+  int want = p->defer_waits;
+  if (!m->mesh || !zero_defers_scatters(p->zero, zero_group(m->mesh).deg, m->mesh->dim[RT_AX_PP])) {
+    if (want != DEFER_AUTO) { /* written, and nothing to defer: refused, not ignored */
+      const char *has = !m->mesh || p->zero < 2 ? "no ZeRO-2/3 (its gradients are not reduce-scattered in the loops)"
+                        : m->mesh->dim[RT_AX_PP] > 1 ? "pipeline stages (their instructions hold the loops)"
+                                                     : "a ZeRO group of one rank (nothing to scatter)";
+      error_at(p->opt_loc[PLAN_OPT_DEFER_WAITS],
+               "`defer_waits %s`: it defers the backward layer loops' ZeRO-2/3 gradient reduce-scatter waits to the next "
+               "iteration; this plan has %s", ir_defer_waits_names[want], has);
+      note("leave `defer_waits` out (auto) to let shardc choose");
+      return false;
+    }
+    return true;
+  }
+  bool unfit = p->defer_fit_total > 0 && p->defer_fit_cap > 0 && p->defer_fit_total > p->defer_fit_cap;
+  m->defer.taken = zero_defers_plan(m);
+  if (want != DEFER_AUTO) m->defer.why = want == DEFER_ON ? "defer_waits on (the plan)" : "defer_waits off (the plan)";
+  else if (unfit)
+    m->defer.why = arena_printf(m->arena, "the plan with them needs %.1f MiB per rank, over the device's %.1f MiB",
+                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
+  else if (p->defer_fit_total > 0)
+    m->defer.why = arena_printf(m->arena, "it fits: %.1f MiB per rank planned with them, of the device's %.1f MiB",
+                                mib((double)p->defer_fit_total), mib(p->defer_fit_cap));
+  else m->defer.why = "auto (no device memory to check it against)";
+  if (m->defer.taken) defer_graph(m->graph, &m->defer.bytes);
   return true;
 }

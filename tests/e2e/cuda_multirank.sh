@@ -113,6 +113,7 @@ case $what in
   zero1) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1) ;;
   zero2) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2) ;;
   zero3) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3) ;;
+  zero3acc_nodefer) plan=(-D micro_batch=2 -D dp=2 -D tp=1 -D zero=3 -D batch=8 -D defer_waits=off) ;; # (waits in the iteration)
   zero1bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero2bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero1tp2bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=1 -D precision=bf16) np=4 tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
@@ -149,7 +150,7 @@ case $what in
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero3acc_nodefer|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"

@@ -4,7 +4,8 @@
 # no-op with a note on the CPU target, applied on the CUDA target (the optimizer state leaves the
 # device plan for the host one: the device total drops by exactly that state), and an error
 # without a ZeRO stage; `weight_copy` decided against the device's memory, chosen by hand, refused where
-# it cannot apply. Usage: plan_options.sh SHARDC
+# it cannot apply; `defer_waits` likewise (the deferred scatter waits taken off where only the plan
+# without them fits). Usage: plan_options.sh SHARDC
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 set +e # every case runs: $status collects the failures
@@ -92,5 +93,30 @@ if "$shardc" plan models/tiny.model --target cuda --topology models/topo/h200-x1
   "$shardc" plan models/tiny.model --world 1 2>&1 >/dev/null | grep -q "has no GPU"; then
   echo "FAIL: the no-GPU note on a GPU topology or the CPU target"; status=1
 fi
-[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy decided and refused"
+# defer_waits (passes/zero_defer.c, replan.c): tiny zero 2 over dp 2 defers its backward loop's reduce-scatter
+# waits, their f32 inputs (199,936 B) held through the body: 6,891,200 B per rank with them, 6,691,264 without.
+# On a 6.5 MiB (6,815,744 B) device `auto` waits them in their own iteration, says why, and fits; `on` there
+# does not fit (the fit check's error, which offers -D defer_waits=off); on 8 GiB auto takes them and says it fits. `on` / `off` where the plan
+# has no such scatters (no ZeRO-2/3, pp stages, a group of one rank) is an error at the option, in the file
+# (file:line:col, caret) or a -D's value, never ignored; a bad word is refused.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+sed 's/memory 8 GiB/memory 6.5 MiB/; s/topology cpu/topology cpu_6m5/' models/topo/cpu.topo >"$tmp/dm.topo"
+dw="the backward loops' reduce-scatters waited"
+expect_stdout=1 expect 0 "deferred waits                  0 B         0.00 MiB  $dw in their own iteration: the plan with them needs 6.6 MiB per rank, over the device's 6.5 MiB" \
+  "#   total                     6691264 B         6.38 MiB" "6.50 MiB  cpu memory: fits" -- plan models/tiny.model --world 2 -D zero=2 --topology "$tmp/dm.topo"
+expect_stdout=1 expect 1 "deferred waits             199936 B         0.19 MiB  $dw in the next iteration, their f32 inputs held through the body: defer_waits on (the plan)" \
+  "error: the plan does not fit: 6.6 MiB per rank, over the cpu memory of 6.5 MiB" "note:   -D defer_waits=off: 6.4 MiB per rank, fits" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=on --topology "$tmp/dm.topo"
+expect_stdout=1 expect 0 "deferred waits             199936 B         0.19 MiB  $dw in the next iteration, their f32 inputs held through the body: it fits: 6.6 MiB per rank planned with them, of the device's 8192.0 MiB" \
+  -- plan models/tiny.model --world 2 -D zero=2
+expect_stdout=1 expect 0 "$dw in their own iteration: defer_waits off (the plan)" -- plan models/tiny.model --world 2 -D zero=3 -D defer_waits=off
+dwhat="it defers the backward layer loops' ZeRO-2/3 gradient reduce-scatter waits to the next iteration; this plan has"
+expect 1 "<command line>:2:13: error: \`defer_waits on\`: $dwhat no ZeRO-2/3" "note: leave \`defer_waits\` out (auto) to let shardc choose" \
+  -- plan models/tiny.model --world 2 -D zero=1 -D defer_waits=on
+expect 1 "error: \`defer_waits off\`: $dwhat a ZeRO group of one rank" -- plan models/tiny.model --world 1 -D zero=3 -D defer_waits=off
+expect 1 "error: \`defer_waits on\`: $dwhat pipeline stages" -- plan models/tiny.model --world 2 -D zero=3 -D pp=2 -D microbatches=2 -D defer_waits=on
+sed 's/^  dp auto$/  dp auto\n  zero 1\n  defer_waits on/' models/tiny.model >"$tmp/dw.model"
+expect 1 "$tmp/dw.model:25:3: error: \`defer_waits on\`: $dwhat no ZeRO-2/3" "   25 |   defer_waits on" "      |   ^" -- plan "$tmp/dw.model" --world 2
+expect 1 "error: \`defer_waits\` needs one of auto, on or off, got \`always\`" -- plan models/tiny.model --world 2 -D zero=2 -D defer_waits=always
+[ $status = 0 ] && echo "plan options: recompute applied, offload noted on CPU and applied on CUDA, bad kinds refused, zero over one rank noted, weight_copy and defer_waits decided and refused"
 exit $status

@@ -141,12 +141,14 @@ static void check_shape(const Module *m, int64_t k, int dp, const char *what) {
 }
 
 /* nplans: the first 5 plans (dp 1-2), or all 8 (also dp 4 and dp 2 x tp 2 sp: ZeRO, B 16) */
-static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
-                      int64_t V, int nplans) {
+/* nzero: the last nzero of defs are written only where the plan shards over dp (dp > 1): options a plan of one
+ * rank refuses (`defer_waits`); the big-batch reference and the dp 1 plans go without them. */
+static void run_model_dp(const char *label, const char *path, const FeDefine *defs, int ndefs, int nzero, int64_t B,
+                         int64_t S, int64_t V, int nplans) {
   fprintf(stderr, "%s\n", label);
   Arena ra;
   arena_init(&ra);
-  Module *ref = compile(&ra, path, defs, ndefs, 1, 1, false, B, B);
+  Module *ref = compile(&ra, path, defs, ndefs - nzero, 1, 1, false, B, B);
   if (!ref) {
     fprintf(stderr, "FAIL %s: the big-batch program does not compile\n", label);
     failures++;
@@ -163,7 +165,7 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
       snprintf(what, sizeof what, "accum %lld x dp %d x tp %d%s", (long long)k, dp, tp, sp ? " sp" : "");
       Arena pa;
       arena_init(&pa);
-      Module *pm = compile(&pa, path, defs, ndefs, dp, tp, sp, B / (k * dp), B);
+      Module *pm = compile(&pa, path, defs, dp > 1 ? ndefs : ndefs - nzero, dp, tp, sp, B / (k * dp), B);
       if (!pm) {
         fprintf(stderr, "FAIL %s %s: does not compile\n", label, what);
         failures++;
@@ -186,6 +188,11 @@ static void run_model(const char *label, const char *path, const FeDefine *defs,
   arena_free(&ra);
 }
 
+static void run_model(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
+                      int64_t V, int nplans) {
+  run_model_dp(label, path, defs, ndefs, 0, B, S, V, nplans);
+}
+
 int main(void) {
   const FeDefine tiny[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}};
   run_model("tiny byte-level GPT (vocab 256, tied head)", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 8, 8, 256, 5);
@@ -205,6 +212,9 @@ int main(void) {
   /* ... its gathers issued at one point coalesced (passes/zero_coalesce.c) */
   const FeDefine tiny_z3c[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "3"}, {"coalesce", "on"}};
   run_model("tiny, zero 3, coalesce on", SHARDC_MODELS_DIR "/tiny.model", tiny_z3c, 6, 16, 8, 256, 8);
+  /* ... its scatters waited in their own iteration (`defer_waits off`: the running sums' adds in the body) */
+  const FeDefine tiny_z3nd[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "3"}, {"defer_waits", "off"}};
+  run_model_dp("tiny, zero 3, defer_waits off", SHARDC_MODELS_DIR "/tiny.model", tiny_z3nd, 6, 1, 16, 8, 256, 8);
   /* recompute inside the micro-step region */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"recompute", "full"}};
   run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256, 5);
