@@ -37,6 +37,7 @@
  * then starts when the layer's last gradient is ready, not as each is: where the body's computation
  * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "commreport.h"
@@ -518,11 +519,14 @@ static void coalesce_scatters(Ctx *c, Graph *g) {
 bool pass_zero_coalesce(Module *m) {
   Ctx c = {.m = m, .z = zero_group(m->mesh)};
   SrcLoc at = m->plan.opt_loc[PLAN_OPT_COALESCE];
-  if (at.file && (m->plan.zero < 3 || c.z.deg <= 1)) /* written, and nothing for it to join: said, not ignored */
-    note_at(at, "coalesce %s: it joins ZeRO-3's parameter gathers and gradient reduce-scatters; this plan has %s: nothing to "
-            "coalesce", ir_coalesce_names[m->plan.coalesce],
-            m->plan.zero < 3 ? "no ZeRO-3" : "a data-parallel group of one rank");
-  if (m->plan.zero < 3 || m->plan.coalesce == COALESCE_OFF || c.z.deg <= 1) return true;
+  if (at.file && (m->plan.zero < 2 || c.z.deg <= 1)) { /* written, and nothing for it to join: said, not ignored */
+    char has[64];
+    if (m->plan.zero < 2) snprintf(has, sizeof has, "zero %d, no sharded gradient", m->plan.zero);
+    else snprintf(has, sizeof has, "a data-parallel group of one rank");
+    note_at(at, "coalesce %s: it joins ZeRO-3's parameter gathers and ZeRO-2/3's gradient reduce-scatters; this plan has %s: "
+            "nothing to coalesce", ir_coalesce_names[m->plan.coalesce], has);
+  }
+  if (m->plan.zero < 2 || m->plan.coalesce == COALESCE_OFF || c.z.deg <= 1) return true;
   cost_device_defaults(m, &c.dev);
   /* the group's link as passes/cost.c times it: across nodes when a group spans them, each of the node's
    * rings with its share of the node's network (the 405B tp 4 cp 2 z3 plans: a quarter of it; counted
@@ -536,7 +540,7 @@ bool pass_zero_coalesce(Module *m) {
   c.lat_s = l->latency_s;
   c.link_bytes_per_s = (l->bytes_per_s > 0 ? l->bytes_per_s : 1e9) / ir_comm_link_share(m->mesh->devices_per_node, across, members);
   c.cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
-  coalesce_graph(&c, m->graph);
+  if (m->plan.zero >= 3) coalesce_graph(&c, m->graph); /* (ZeRO-2 keeps its parameters whole: no gathers in the loops) */
   coalesce_scatters(&c, m->graph);
   return true;
 }
