@@ -1,5 +1,6 @@
 /* passes/zero_coalesce.c — the `zcoal` pass: ZeRO-3's all-gathers issued at one point coalesced into
- * one collective (what FSDP2 does for a layer's parameters).
+ * one collective (what FSDP2 does for a layer's parameters), and ZeRO-2/3's gradient reduce-scatters of
+ * a backward loop's body the same way.
  *
  * passes/zero.c gathers each split parameter on its own: a layer loop's body gathers every split
  * tensor of the next layer at its front (the prefetch), the loop's first layer is gathered before
@@ -25,7 +26,8 @@
  * Plan `coalesce on` coalesces every run within the cap, `off` none; `auto` (the default) asks the
  * cost model. Only the interpreter's and codegen's existing ops are used.
  *
- * The gradients' reduce-scatters the same way (coalesce_scatters, below): passes/zero.c scatters each
+ * The gradients' reduce-scatters the same way (coalesce_scatters, below), under ZeRO-2 as under ZeRO-3
+ * (ZeRO-2 keeps its parameters whole: no gathers in its loops, its scatters alone): passes/zero.c scatters each
  * layer gradient of a backward loop's body right after it is made (over the group along its shard
  * dim; the ones along the first dim packed into buckets of `bucket` whole bytes: a 405B layer at tp 2
  * is 7 of them). A run of them in one body (any nodes between, but no loop nor transfer, and none
@@ -35,7 +37,9 @@
  * [1, N] result (a bucket's slices reading it directly). The same function decides (the copies: the
  * pack, three times where transposed, and the shards), the same cap on the shard bytes. The scatter
  * then starts when the layer's last gradient is ready, not as each is: where the body's computation
- * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md). */
+ * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md).
+ * plan_model.c times ZeRO-2's the same way (plan_model_zero.c's scatters_coalesce). Written where it joins
+ * nothing (zero 0 or 1, a data-parallel group of one rank), a note says so. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
