@@ -115,8 +115,8 @@ int tb_check_zero_pp(const Module *m, int64_t M, const char *what) {
   snprintf(msg, sizeof msg, "%s, zero %d: %d dp reduce-scatters in the backward loops (want >= %lld), %d gathers or scatters of a stage's whole stack (want 0)",
            what, m->plan.zero, rs, (long long)M, whole);
   expect(rs >= M && !whole, msg, &failures);
+  failures += tb_check_zero_coalesced(m, what); /* (coalesce on: ZeRO-2's scatters, ZeRO-3's gathers too) */
   if (m->plan.zero < 3) return failures;
-  failures += tb_check_zero_coalesced(m, what);
   int64_t layer = 0, embed = 0; /* one layer's weights whole (f32), the largest other parameter's */
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
