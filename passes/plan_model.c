@@ -406,13 +406,9 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
    * (each iteration waited at its end for its packed runs through the last, under accumulation for the
    * channel's end): Llama-3-405B dp 256 tp 8+sp z3 rc full mb 8: 35 ms an iteration (the packed w_k and
    * w_v after the MLP's and w_o's scatters), 4.4 s a step; dp 1024 tp 2 mb 1 (2 micro-steps): 25 ms (9
-   * scatters of 5.1 ms latency each queued past the compute). ZeRO-2's scatters coalesced as ZeRO-3's
-   * (scatters_coalesce, the pass's decision) with the pass's exposure, a backward body's scatters beyond
-   * its compute; their copies in B, no packed buffer counted (compiled, Llama-3-405B dp 16 tp 8+sp pp 16
-   * z2 and 8B dp 256 tp 2+sp pp 4 z2 `coalesce on`: peak -0.25 GiB and +0) */
+   * scatters of 5.1 ms latency each queued past the compute) */
   double stall = 0;
-  bool defer = zero_defers_scatters(c->zero, c->dp * c->cp, c->pp), z2 = c->zero == 2 && c->dp * c->cp > 1;
-  if ((defer || z2) && pm->nlt) {
+  if (zero_defers_scatters(c->zero, c->dp * c->cp, c->pp) && pm->nlt) {
     double bw, lat, cnt, s_all, s_packed, s_end;
     int n = dp_link(c, dev, dpn, &bw, &lat);
     double bucket = bucket_bytes(base);
@@ -425,16 +421,17 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double fwd = lay / (full ? 4 : 3), ntp = full ? 6 : 4;
     double b = lay - fwd + (ntp - 2) * ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s);
     double ab = e->attn_s / (accum * lst) * 2.5 / (c->rec == RECOMPUTE_NONE ? 3.5 : 4.5);
-    bool coal = false;
-    if (z2) {
-      layer_scatters(pm, c, bucket, n, bw, lat, 0, full ? fwd : 0, ab, b, false, &cnt, &s_all, &s_packed, &s_end);
-      coal = scatters_coalesce(base, dev, (int)cnt, n, lat, p_layer, fmax(0, s_all - (lay - fwd)), accum * lst, &bcopy_s);
-    }
-    if (defer) {
-      layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, coal, &cnt, &s_all, &s_packed, &s_end);
-      double t = fmax(b, fmax(gather_pt + s_all, s_end - b));
-      stall = (t - b) * lst * accum;
-    }
+    /* ZeRO-2's scatters coalesced as ZeRO-3's (scatters_coalesce: the pass's decision) with the pass's
+     * exposure, a backward body's scatters beyond its compute: the copies in B, the runs coalesced (issued
+     * with their last gradient); no packed buffer (compiled, Llama-3-405B dp 16 tp 8+sp pp 16 z2 and 8B dp
+     * 256 tp 2+sp pp 4 z2 `coalesce on`: peak -0.25 GiB, +0). Under pp, where this model has no scatter
+     * latency (its ZeRO-2 dp term is the step's ring), neither its saving nor its copies */
+    bool coal = c->zero == 2 &&
+                layer_scatters(pm, c, bucket, n, bw, lat, 0, full ? fwd : 0, ab, b, false, &cnt, &s_all, &s_packed, &s_end) &&
+                scatters_coalesce(base, dev, (int)cnt, n, lat, p_layer, fmax(0, s_all - (lay - fwd)), accum * lst, &bcopy_s);
+    layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, coal, &cnt, &s_all, &s_packed, &s_end);
+    double t = fmax(b, fmax(gather_pt + s_all, s_end - b));
+    stall = (t - b) * lst * accum;
   }
   double copy_pt = copy_s / (accum * lst * 2); /* a gather point's copies: a layer's in F, in B */
   double bcopy_pt = bcopy_s / (accum * lst);   /* a scatter point's: a layer's in B */
