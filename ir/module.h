@@ -65,7 +65,7 @@ typedef enum {
   PLAN_OPT_SCHEDULE,     /* `schedule gpipe | 1f1b | interleaved | zb`: the pipeline schedule */
   PLAN_OPT_CP_MODE,      /* `cp_mode ring | all2all`: how context parallelism runs attention */
   PLAN_OPT_WEIGHT_COPY,  /* `weight_copy auto | persistent | per_layer`: the bf16 copy of the weights */
-  PLAN_OPT_COALESCE,     /* `coalesce auto | on | off`: ZeRO-3's gathers and scatters joined (passes/zero_coalesce.c) */
+  PLAN_OPT_COALESCE,     /* `coalesce auto | on | off`: ZeRO-3's gathers, ZeRO-2/3's scatters joined (passes/zero_coalesce.c) */
   PLAN_OPT_DEFER_WAITS,  /* `defer_waits auto | on | off`: ZeRO-2/3's scatter waits deferred (passes/zero_defer.c) */
   PLAN_OPT_COUNT
 } PlanOpt;
@@ -92,7 +92,7 @@ typedef struct {
   bool allow_cross_node_tp;
   int64_t bucket_bytes; /* data-parallel gradient bucket size */
   SrcLoc bucket_loc;    /* where `bucket` was written (file NULL: the default) */
-  /* `coalesce auto | on | off`: ZeRO-3's gathers issued at one point, and a loop body's gradient
+  /* `coalesce auto | on | off`: ZeRO-3's gathers issued at one point, and (ZeRO-2/3) a loop body's gradient
    * reduce-scatters, each as one collective (passes/zero_coalesce.c; auto: where the cost model says it pays) */
   enum { COALESCE_AUTO, COALESCE_ON, COALESCE_OFF } coalesce;
   /* `defer_waits auto | on | off`: a backward layer loop's gradient reduce-scatters waited in the next

@@ -24,7 +24,7 @@ static const OptRow rows[PLAN_OPT_COUNT] = {
     [PLAN_OPT_SCHEDULE] = {"schedule", true, "a pipeline schedule", "schedule 1f1b"},
     [PLAN_OPT_CP_MODE] = {"cp_mode", true, "all-to-all (Ulysses) context parallelism", "cp_mode ring"},
     [PLAN_OPT_WEIGHT_COPY] = {"weight_copy", true, "the weights' bf16 copy chosen by hand", "weight_copy auto"},
-    [PLAN_OPT_COALESCE] = {"coalesce", true, "ZeRO-3's collectives coalesced by hand", "coalesce auto"},
+    [PLAN_OPT_COALESCE] = {"coalesce", true, "ZeRO-2/3's collectives coalesced by hand", "coalesce auto"},
     [PLAN_OPT_DEFER_WAITS] = {"defer_waits", true, "ZeRO-2/3's scatter waits deferred by hand", "defer_waits auto"},
 };
 

@@ -39,7 +39,7 @@ static const Pass passes[] = {
     {"buckets", pass_grad_buckets, true}, /* dp gradient all-reduces overlapped with backward, bucketed */
     {"recompute", pass_recompute, true},  /* activations of repeat blocks recomputed in backward (plan recompute) */
     {"zero", pass_zero, true},            /* ZeRO 1/2/3: optimizer state, gradients, parameters sharded over dp */
-    {"zcoal", pass_zero_coalesce, true}, /* ZeRO-3: a layer's gathers (issued at one point) as one all-gather, its gradients' scatters as one, where it pays */
+    {"zcoal", pass_zero_coalesce, true}, /* ZeRO-3: a layer's gathers (issued at one point) as one all-gather; ZeRO-2/3: its gradients' scatters as one, where it pays */
     {"zdefer", pass_zero_defer, true},    /* ZeRO-2/3: a backward loop's scatter results unpacked after the loop, not waited in its iteration */
     {"owners", pass_owners, true},        /* pipeline: what one stage alone needs (its own parameters' updates) on that stage */
     {"fuse", pass_fuse, true},            /* elementwise chains grouped, for every target */

@@ -301,12 +301,6 @@ double plan_param_share(const Module *base, const PlanCand *c, double cb, bool *
   return *persistent ? copies : 1;
 }
 
-/* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
-static double ring_s(double bytes, double factor, int n, double bw, double lat) {
-  if (n <= 1 || bw <= 0) return 0;
-  return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
-}
-
 /* The dp (dp x cp) group's ring: its ranks, its bandwidth and latency (across nodes when its ranks,
  * tp inside each, outgrow a node: the node's network shared by its ranks of the group). */
 static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw, double *lat) {
@@ -316,104 +310,6 @@ static int dp_link(const PlanCand *c, const CostDevice *dev, int dpn, double *bw
   *bw = dp_in ? dev->link[0].bytes_per_s : dev->link[1].bytes_per_s / ir_comm_link_share(dpn, true, (int)members);
   *lat = dp_in ? dev->link[0].latency_s : dev->link[1].latency_s;
   return n;
-}
-
-/* The plan's bucket bytes (`bucket`; 25 MiB by default, as passes/zero.c and passes/grad_buckets.c take it). */
-static double bucket_bytes(const Module *base) {
-  return base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
-}
-
-/* One layer's ZeRO-2/3 gradient reduce-scatters in a backward layer loop (passes/zero_sums.c), over n
- * ranks (bw, lat): in the order the backward makes the gradients (pm->lt reversed), the matrices' and the
- * norms' gains' (under sp with tp > 1 those are partial over tp too and summed after the loop,
- * passes/grad_buckets.c), packed into runs by zero_run_takes on their f32 bytes. *count: the
- * collectives; *all: their time; *packed: the time through the last run of two or more (its shards are
- * slices of the packed one taken at the iteration's end, passes/zero.c's pack_scatters: the iteration
- * waits for it and for every scatter queued before it); *end: when the channel, free at `front`, ends
- * them issued each where its run's last gradient is made: after `rec` (the recomputed forward), the
- * iteration's other work spread by the matrices' elements (a gradient made halfway through its
- * GEMMs), the attention's backward (`ab`) before the gradients of what the forward reads before its
- * attention; `b` the iteration's compute. False: no tensor list (pm->nlt 0). */
-static bool layer_scatters(const PlanModel *pm, const PlanCand *c, double cap, int n, double bw, double lat, double front,
-                           double rec, double ab, double b, double *count, double *all, double *packed, double *end) {
-  *count = *all = *packed = 0, *end = front;
-  if (!pm->nlt) return false;
-  double run = 0, mats = 0, done = 0, ready = 0, g = fmax(0, b - rec - ab);
-  int in = 0;
-  for (int k = 0; k < pm->nlt; k++) mats += pm->lt[k].mat ? pm->lt[k].numel : 0;
-  for (int k = pm->nlt - 1; k >= -1; k--) {
-    bool member = k >= 0 && (pm->lt[k].mat || !(c->sp && c->tp > 1));
-    double by = member ? pm->lt[k].numel * 4 / (pm->lt[k].split ? c->tp : 1) : 0;
-    if (in > 0 && (k < 0 || (member && !zero_run_takes(in, (int64_t)run, (int64_t)by, (int64_t)cap)))) {
-      double t = ring_s(run, 1, n, bw, lat);
-      *all += t;
-      *count += 1;
-      *end = fmax(*end, ready) + t;
-      if (in > 1) *packed = *all;
-      in = 0, run = 0;
-    }
-    if (k < 0) break;
-    double share = pm->lt[k].mat && mats > 0 ? pm->lt[k].numel / mats : 0;
-    ready = rec + g * (done + share / 2) + (pm->lt[k].early ? ab : 0);
-    done += share;
-    if (member) in++, run += by;
-  }
-  return true;
-}
-
-/* ZeRO-3's dp (dp x cp) traffic a step: per micro-step one f32 reduce-scatter and two gathers in the
- * compute precision of the stage's parameters (p_rank bytes, f32), as ring bandwidth; and each
- * collective's n - 1 latency steps: the layer loops gather a layer's split tensors (pm->nl_mat of them)
- * forward and backward, in one collective where passes/zero_coalesce.c coalesces them (its
- * zero_coalesce_pays, asked here with the layer's copies: the packed shards and the unpacked whole,
- * half of it transposed; the latency it saves at most the collectives' time not hidden behind `hide`
- * of compute, spread over the step's gather points; within the plan's bucket on the packed shard bytes;
- * *copy_s: their seconds a step, compute's; *flat: the bytes the gathered [group, N] holds beside
- * the unpacked layers, the layer's whole), else one a tensor; and
- * reduce-scatter a layer's gradients in runs (layer_scatters), in one where the same pass and
- * function coalesce those too (*bcopy_s: their copies' seconds, the backward's; the packed f32
- * gradient added to *flat). Counted as one ring's latency
- * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
- * a collective) ran 21,440 collectives a step: 55 s. */
-static double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
-                           double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
-                           double *copy_s, double *bcopy_s, double *flat, double *gather_pt) {
-  *copy_s = 0, *bcopy_s = 0, *flat = 0, *gather_pt = 0;
-  if (n <= 1 || bw <= 0) return 0;
-  double accum = (double)c->accum, cb = pm->cb;
-  double bucket = bucket_bytes(base);
-  double scatters, s_all, s_packed, s_end; /* a layer's runs (layer_scatters; without the tensors, buckets) */
-  if (!layer_scatters(pm, c, bucket, n, bw, lat, 0, 0, 0, 0, &scatters, &s_all, &s_packed, &s_end))
-    scatters = fmax(1, fmin(pm->nl_mat, ceil(p_layer / bucket)));
-  double whole = p_layer * cb / 4, shards = whole / n, copies = shards + 2 * whole;
-  double bytes_s = accum * (1 + 2 * cb / 4) * p_rank * (n - 1) / n / bw, points = accum * lst * 2;
-  double each = pm->nl_mat; /* a layer's gathers, forward and backward */
-  double one = bytes_s + points * (each + scatters / 2) * (n - 1) * lat; /* (each tensor on its own) */
-  int k = (int)pm->nl_mat;
-  bool coalesce = base->plan.coalesce == COALESCE_ON ||
-                  (base->plan.coalesce == COALESCE_AUTO &&
-                   zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, fmax(0, one - hide) / points));
-  if (coalesce && k > 1) {
-    each = fmax(1, fmin(pm->nl_mat, ceil(shards / bucket)));
-    *copy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s); /* (compute's) */
-    *flat = whole;
-  }
-  *gather_pt = whole * (n - 1) / n / bw + each * (n - 1) * lat;
-  /* the backward loops' scatters (points / 2 of them) coalesced the same way (the same function, with
-   * what the gathers left exposed): the f32 gradient packed, half of it transposed, the shards unpacked;
-   * within the bucket on the shard bytes; the packed [group, N] beside the layer's gradients */
-  int ks = (int)scatters;
-  double rs_copies = p_layer / n + 2 * p_layer;
-  double left = bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
-  bool rs = base->plan.coalesce == COALESCE_ON ||
-            (base->plan.coalesce == COALESCE_AUTO &&
-             zero_coalesce_pays(ks, n, lat, dev->op_overhead_s, rs_copies, dev->bytes_per_s, fmax(0, left - hide) / points));
-  if (rs && ks > 1) {
-    scatters = fmax(1, fmin(scatters, ceil(p_layer / n / bucket)));
-    *bcopy_s = points / 2 * (2 * rs_copies / dev->bytes_per_s + (ks + 1) * dev->op_overhead_s); /* (compute's, in B) */
-    *flat += p_layer;
-  }
-  return bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
 }
 
 /* c's estimate with n[k] layers on (virtual) stage k (NULL: even). */
@@ -531,7 +427,15 @@ static void estimate(PlanModel *pm, const Module *base, const CostDevice *dev, c
     double fwd = lay / (full ? 4 : 3), ntp = full ? 6 : 4;
     double b = lay - fwd + (ntp - 2) * ring_s(unit, 2, c->tp, dev->link[0].bytes_per_s, dev->link[0].latency_s);
     double ab = e->attn_s / (accum * lst) * 2.5 / (c->rec == RECOMPUTE_NONE ? 3.5 : 4.5);
-    layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, &cnt, &s_all, &s_packed, &s_end);
+    /* ZeRO-2's scatters coalesced as ZeRO-3's (scatters_coalesce: the pass's decision) with the pass's
+     * exposure, a backward body's scatters beyond its compute: the copies in B, the runs coalesced (issued
+     * with their last gradient); no packed buffer (compiled, Llama-3-405B dp 16 tp 8+sp pp 16 z2 and 8B dp
+     * 256 tp 2+sp pp 4 z2 `coalesce on`: peak -0.25 GiB, +0). Under pp, where this model has no scatter
+     * latency (its ZeRO-2 dp term is the step's ring), neither its saving nor its copies */
+    bool coal = c->zero == 2 &&
+                layer_scatters(pm, c, bucket, n, bw, lat, 0, full ? fwd : 0, ab, b, false, &cnt, &s_all, &s_packed, &s_end) &&
+                scatters_coalesce(base, dev, (int)cnt, n, lat, p_layer, fmax(0, s_all - (lay - fwd)), accum * lst, &bcopy_s);
+    layer_scatters(pm, c, bucket, n, bw, lat, gather_pt, full ? fwd : 0, ab, b, coal, &cnt, &s_all, &s_packed, &s_end);
     /* not deferred (`defer_waits off`, or auto where the plan does not fit with them): each iteration waits
      * at its end, under accumulation for the channel's end (the running sums' adds), else for its packed
      * runs through the last one (the code before passes/zero_defer.c: 35 ms an iteration above) */

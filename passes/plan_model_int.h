@@ -1,5 +1,5 @@
-/* passes/plan_model_int.h — what plan_model.c and plan_model_pp.c (the pipeline schedules' profiles)
- * share; not for other passes. */
+/* passes/plan_model_int.h — what plan_model.c, plan_model_pp.c (the pipeline schedules' profiles) and
+ * plan_model_zero.c (ZeRO's dp collectives) share; not for other passes. */
 #pragma once
 
 #include "plan_model.h"
@@ -37,3 +37,27 @@ double pp_round(double x);
 const PpPlay *pp_profile(PlanModel *pm, PipeSchedule kind, int pp, int M, int v, const double *key,
                          const double *list_key, const PpProfile **prof, bool play);
 void pp_profiles_free(PlanModel *pm);
+
+/* A ring collective of `bytes` over n ranks moving `factor` x bytes x (n-1)/n: bandwidth and latency. */
+static inline double ring_s(double bytes, double factor, int n, double bw, double lat) {
+  if (n <= 1 || bw <= 0) return 0;
+  return factor * bytes * (n - 1) / n / bw + factor * (n - 1) * lat;
+}
+
+/* The plan's bucket bytes (`bucket`; 25 MiB by default, as passes/zero.c and passes/grad_buckets.c take it). */
+static inline double bucket_bytes(const Module *base) {
+  return base->plan.bucket_bytes > 0 ? (double)base->plan.bucket_bytes : (double)(25 << 20);
+}
+
+/* plan_model_zero.c: one layer's ZeRO-2/3 gradient reduce-scatters in a backward layer loop, timed on
+ * the dp channel (`coal`: coalesced, passes/zero_coalesce.c); false without a tensor list. */
+bool layer_scatters(const PlanModel *pm, const struct PlanCand *c, double cap, int n, double bw, double lat, double front,
+                    double rec, double ab, double b, bool coal, double *count, double *all, double *packed, double *end);
+/* Whether passes/zero_coalesce.c coalesces a backward body's k scatters of a layer (its decision,
+ * zero_coalesce_pays); *bcopy_s: the copies' seconds in `points` bodies. */
+bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, double lat, double p_layer,
+                       double exposed, double points, double *bcopy_s);
+/* ZeRO-3's dp (dp x cp) collectives' seconds a step (and their copies, flat buffer, a gather point's time). */
+double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const struct PlanCand *c, double p_rank,
+                    double p_layer, double lst, int n, double bw, double lat, double hide, double *copy_s,
+                    double *bcopy_s, double *flat, double *gather_pt);

@@ -1,5 +1,6 @@
 /* passes/zero_coalesce.c — the `zcoal` pass: ZeRO-3's all-gathers issued at one point coalesced into
- * one collective (what FSDP2 does for a layer's parameters).
+ * one collective (what FSDP2 does for a layer's parameters), and ZeRO-2/3's gradient reduce-scatters of
+ * a backward loop's body the same way.
  *
  * passes/zero.c gathers each split parameter on its own: a layer loop's body gathers every split
  * tensor of the next layer at its front (the prefetch), the loop's first layer is gathered before
@@ -25,7 +26,8 @@
  * Plan `coalesce on` coalesces every run within the cap, `off` none; `auto` (the default) asks the
  * cost model. Only the interpreter's and codegen's existing ops are used.
  *
- * The gradients' reduce-scatters the same way (coalesce_scatters, below): passes/zero.c scatters each
+ * The gradients' reduce-scatters the same way (coalesce_scatters, below), under ZeRO-2 as under ZeRO-3
+ * (ZeRO-2 keeps its parameters whole: no gathers in its loops, its scatters alone): passes/zero.c scatters each
  * layer gradient of a backward loop's body right after it is made (over the group along its shard
  * dim; the ones along the first dim packed into buckets of `bucket` whole bytes: a 405B layer at tp 2
  * is 7 of them). A run of them in one body (any nodes between, but no loop nor transfer, and none
@@ -35,8 +37,11 @@
  * [1, N] result (a bucket's slices reading it directly). The same function decides (the copies: the
  * pack, three times where transposed, and the shards), the same cap on the shard bytes. The scatter
  * then starts when the layer's last gradient is ready, not as each is: where the body's computation
- * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md). */
+ * hides its collectives (exposure 0) it does not pay, and `on` costs the overlap (docs/planner.md).
+ * plan_model.c times ZeRO-2's the same way (plan_model_zero.c's scatters_coalesce). Written where it joins
+ * nothing (zero 0 or 1, a data-parallel group of one rank), a note says so. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "commreport.h"
@@ -518,11 +523,14 @@ static void coalesce_scatters(Ctx *c, Graph *g) {
 bool pass_zero_coalesce(Module *m) {
   Ctx c = {.m = m, .z = zero_group(m->mesh)};
   SrcLoc at = m->plan.opt_loc[PLAN_OPT_COALESCE];
-  if (at.file && (m->plan.zero < 3 || c.z.deg <= 1)) /* written, and nothing for it to join: said, not ignored */
-    note_at(at, "coalesce %s: it joins ZeRO-3's parameter gathers and gradient reduce-scatters; this plan has %s: nothing to "
-            "coalesce", ir_coalesce_names[m->plan.coalesce],
-            m->plan.zero < 3 ? "no ZeRO-3" : "a data-parallel group of one rank");
-  if (m->plan.zero < 3 || m->plan.coalesce == COALESCE_OFF || c.z.deg <= 1) return true;
+  if (at.file && (m->plan.zero < 2 || c.z.deg <= 1)) { /* written, and nothing for it to join: said, not ignored */
+    char has[64];
+    if (m->plan.zero < 2) snprintf(has, sizeof has, "zero %d, no sharded gradient", m->plan.zero);
+    else snprintf(has, sizeof has, "a data-parallel group of one rank");
+    note_at(at, "coalesce %s: it joins ZeRO-3's parameter gathers and ZeRO-2/3's gradient reduce-scatters; this plan has %s: "
+            "nothing to coalesce", ir_coalesce_names[m->plan.coalesce], has);
+  }
+  if (m->plan.zero < 2 || m->plan.coalesce == COALESCE_OFF || c.z.deg <= 1) return true;
   cost_device_defaults(m, &c.dev);
   /* the group's link as passes/cost.c times it: across nodes when a group spans them, each of the node's
    * rings with its share of the node's network (the 405B tp 4 cp 2 z3 plans: a quarter of it; counted
@@ -536,7 +544,7 @@ bool pass_zero_coalesce(Module *m) {
   c.lat_s = l->latency_s;
   c.link_bytes_per_s = (l->bytes_per_s > 0 ? l->bytes_per_s : 1e9) / ir_comm_link_share(m->mesh->devices_per_node, across, members);
   c.cap = m->plan.bucket_bytes > 0 ? m->plan.bucket_bytes : (int64_t)25 << 20;
-  coalesce_graph(&c, m->graph);
+  if (m->plan.zero >= 3) coalesce_graph(&c, m->graph); /* (ZeRO-2 keeps its parameters whole: no gathers in the loops) */
   coalesce_scatters(&c, m->graph);
   return true;
 }

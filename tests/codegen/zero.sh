@@ -2,7 +2,8 @@
 # ZeRO (passes/zero.c) under mpirun: the compiled multi-rank trainer equals the single-rank one
 # (labels mpi, e2e).
 #
-#   zero.sh SHARDC   the tiny GPT (seq 32) under zero 1 with dp=2 and dp=2 x tp=2: 20 AdamW steps
+#   zero.sh SHARDC   the tiny GPT (seq 32) under zero 1, 2 and 3 with dp=2 and dp=2 x tp=2 (and zero 2 / 3
+#                    with `coalesce on`, passes/zero_coalesce.c): 20 AdamW steps
 #                    give the single-rank loss curve (1e-5 relative per step, the tolerance of
 #                    layouts.sh, which justifies it); checkpoints stay logical: a zero-1 dp=2
 #                    checkpoint at step 10 resumes under zero 0 (dp=2) and on one rank, and a
@@ -29,6 +30,8 @@ m=(models/tiny.model -D seq=32)
 # and a layer's gradients' reduce-scatters into one (at dp 2 x tp 2 the row-split ones transposed when
 # packed; the model says no there: `on`)
 "$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=2 -D zero=3 -D coalesce=on --world 4 -o "$t/z3cdp2tp2"
+# ZeRO-2's the same way (its parameters whole: the scatters alone)
+"$shardc" build "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=2 -D zero=2 -D coalesce=on --world 4 -o "$t/z2cdp2tp2"
 # the program is a ZeRO one: the optimizer state is split over dp and the parameters gathered
 "$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 --world 2 --dump-ir >"$t/z1.ir" 2>&1
 grep -q 'state  "adam_m:wte"' "$t/z1.ir" && grep 'state  "adam_m:wte"' "$t/z1.ir" | grep -q 'S(dp)' ||
@@ -60,16 +63,18 @@ nloops=$(grep -c '^  .*= repeat ' "$t/z3c.ir" || true)
 [ "$nc" -ge 1 ] && [ "$nc" -le "$nloops" ] ||
   { echo "FAIL: zero 3 coalesce on: $nc all-gathers inside the $nloops layer loops, want one a loop"; exit 1; }
 echo "zero 3 dp2 coalesce on: (before: $nl) $nc all-gathers inside the $nloops layer loops"
-for c in off on; do
-  "$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=2 -D zero=3 -D coalesce=$c --world 4 --dump-ir >"$t/z3rs$c.ir" 2>&1
+for z in 3 2; do
+  for c in off on; do
+    "$shardc" plan "${m[@]}" -D micro_batch=4 -D dp=2 -D tp=2 -D zero=$z -D coalesce=$c --world 4 --dump-ir >"$t/z${z}rs$c.ir" 2>&1
+  done
+  rs_off=$(grep -c '^    .*reduce_scatter(.*over=dp' "$t/z${z}rsoff.ir" || true)
+  rs_on=$(grep -c '^    .*reduce_scatter(.*over=dp' "$t/z${z}rson.ir" || true)
+  [ "$rs_on" -eq 1 ] && [ "$rs_off" -gt 1 ] ||
+    { echo "FAIL: zero $z dp2 tp2: $rs_on dp reduce-scatters in the backward loop with coalesce on (want 1), $rs_off off (want > 1)"; exit 1; }
+  echo "zero $z dp2 tp2 coalesce on: $rs_on dp reduce-scatter in the backward loop (off: $rs_off)"
 done
-rs_off=$(grep -c '^    .*reduce_scatter(.*over=dp' "$t/z3rsoff.ir" || true)
-rs_on=$(grep -c '^    .*reduce_scatter(.*over=dp' "$t/z3rson.ir" || true)
-[ "$rs_on" -eq 1 ] && [ "$rs_off" -gt 1 ] ||
-  { echo "FAIL: zero 3 dp2 tp2: $rs_on dp reduce-scatters in the backward loop with coalesce on (want 1), $rs_off off (want > 1)"; exit 1; }
-echo "zero 3 dp2 tp2 coalesce on: $rs_on dp reduce-scatter in the backward loop (off: $rs_off)"
 "$t/one" "${run[@]}" --threads 2 --log "$t/one.jsonl" >/dev/null
-for c in z1dp2:2 z1dp2tp2:4 z2dp2:2 z2dp2tp2:4 z3dp2:2 z3dp2tp2:4 z3cdp2:2 z3cdp2tp2:4; do
+for c in z1dp2:2 z1dp2tp2:4 z2dp2:2 z2dp2tp2:4 z2cdp2tp2:4 z3dp2:2 z3dp2tp2:4 z3cdp2:2 z3cdp2tp2:4; do
   n=${c%%:*}
   "${mpi[@]}" -np "${c#*:}" "$t/$n" "${run[@]}" --log "$t/$n.jsonl" >/dev/null
   compare "$n" "$t/$n.jsonl" "$t/one.jsonl"

@@ -120,6 +120,7 @@ case $what in
   zero3bf16) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 -D precision=bf16) tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero3c) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=3 -D coalesce=on) np=4 ;;
   zero3cbf16) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=3 -D coalesce=on -D precision=bf16) np=4 tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
+  zero2cbf16) plan=(-D micro_batch=4 -D dp=2 -D tp=2 -D zero=2 -D coalesce=on -D precision=bf16) np=4 tol_loss=0.0009765625 tol_model=3e-4 tol_opt=l2:0.015625 ;;
   zero1off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=1 -D offload=on) ;;
   zero2off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=2 -D offload=on) ;;
   zero3off) plan=(-D micro_batch=4 -D dp=2 -D tp=1 -D zero=3 -D offload=on) ;;
@@ -150,7 +151,7 @@ case $what in
       cp2tp2sp) m=("${m[@]/sp=off/sp=on}") plan=(-D batch=2 -D micro_batch=2 -D dp=1 -D tp=2 -D cp=2) np=4 ;;
       *) echo "unknown case $what" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero3acc_nodefer|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
+  *) echo "usage: cuda_multirank.sh SHARDC ST_CLOSE dp2|zero1|zero2|zero3|zero1bf16|zero2bf16|zero1tp2bf16|zero3bf16|zero3c|zero3cbf16|zero2cbf16|zero3acc_nodefer|zero1off|zero2off|zero3off|zero2offbf16|tp2|tp2sp|bf16|accum|accumbf16|pp2|pp2bf16|pp4|pp2uneven|pp2ileave|cp2|cp2a2a|cp2bf16|cp2dp2|cp2dp2z1bf16|cp2dp2z3|cp2pp2|cp2tp2sp|nogpu" >&2; exit 2 ;;
 esac
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" -o "$t/cpu" 2>/dev/null
 "$shardc" build "${m[@]}" "${plan[@]}" --world "$np" --target cuda -o "$t/cuda"
@@ -177,6 +178,11 @@ case $what in zero3c*) # a layer's gathers coalesced into one (passes/zero_coale
   echo "$what: $ng dp all-gathers in the $nl layer loops (coalesced)"
   # and the backward loop's gradient reduce-scatters into one (the row-split ones transposed into it)
   nr=$(grep -c '^    .*reduce_scatter(.*over=dp' <<<"$ir" || true)
+  [ "$nr" -eq 1 ] || fail "$what: $nr dp reduce-scatters in the backward loop, want one"
+  echo "$what: $nr dp reduce-scatter in the backward loop (coalesced)" ;;
+esac
+case $what in zero2c*) # ZeRO-2: the backward loop's gradient reduce-scatters coalesced into one (its parameters whole)
+  nr=$("$shardc" plan "${m[@]}" "${plan[@]}" --world "$np" --target cuda --dump-ir 2>/dev/null | grep -c '^    .*reduce_scatter(.*over=dp' || true)
   [ "$nr" -eq 1 ] || fail "$what: $nr dp reduce-scatters in the backward loop, want one"
   echo "$what: $nr dp reduce-scatter in the backward loop (coalesced)" ;;
 esac

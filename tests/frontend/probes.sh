@@ -116,8 +116,9 @@ sed 's/^  dp auto$/  dp auto\n  schedule zb/' "$tiny" >"$tmp/sched.model"
 expect sched_pp1 0 'sched.model:24:3: note: schedule zb: the plan has one pipeline stage (pp 1): no pipeline to schedule' 2000 -- plan "$tmp/sched.model" -I "$(dirname "$tiny")" --world 1
 expect sp_tp1 0 'note: sp on: sequence parallelism splits the sequence over tp, and the plan has tp 1' 2000 -- plan "$tiny" --world 1 -D sp=on
 expect cp_mode_cp1 0 '<command line>:2:9: note: cp_mode all2all: the plan has cp 1: no context parallelism to run' 2000 -- plan "$tiny" --world 2 -D tp=2 -D cp_mode=all2all
-expect coalesce_zero1 0 '<command line>:2:10: note: coalesce on: it joins ZeRO-3'"'"'s parameter gathers and gradient reduce-scatters; this plan has no ZeRO-3: nothing to coalesce' 2000 -- plan "$tiny" --world 2 -D zero=1 -D coalesce=on
-expect coalesce_dp1 0 'note: coalesce off: it joins ZeRO-3'"'"'s parameter gathers and gradient reduce-scatters; this plan has a data-parallel group of one rank' 2000 -- plan "$tiny" --world 1 -D zero=3 -D coalesce=off
+expect coalesce_zero1 0 '<command line>:2:10: note: coalesce on: it joins ZeRO-3'"'"'s parameter gathers and ZeRO-2/3'"'"'s gradient reduce-scatters; this plan has zero 1, no sharded gradient: nothing to coalesce' 2000 -- plan "$tiny" --world 2 -D zero=1 -D coalesce=on
+expect coalesce_dp1 0 'note: coalesce off: it joins ZeRO-3'"'"'s parameter gathers and ZeRO-2/3'"'"'s gradient reduce-scatters; this plan has a data-parallel group of one rank' 2000 -- plan "$tiny" --world 1 -D zero=3 -D coalesce=off
+expect coalesce_zero2dp1 0 'note: coalesce on: it joins ZeRO-3'"'"'s parameter gathers and ZeRO-2/3'"'"'s gradient reduce-scatters; this plan has a data-parallel group of one rank' 2000 -- plan "$tiny" --world 1 -D zero=2 -D coalesce=on
 expect bucket_dp1 0 '<command line>:1:8: note: bucket 1000000 B: the plan has dp 1 and cp 1: no gradient all-reduce to bucket' 2000 -- plan "$tiny" --world 1 -D bucket=1MB
 # 14. shardc options kept without a word: --top / --confirm / --budget / --compile-limit without
 #     --search, "3abc" read as 3 seconds, --cpu-kernels c with --target cuda, -v with nothing compiled,

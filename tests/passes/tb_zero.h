@@ -17,10 +17,10 @@ int tb_check_zero_pp(const Module *m, int64_t M, const char *what);
 int tb_dp_scatters_in_loops(const Graph *g);
 /* The most dp reduce-scatters in one innermost loop body of g (a layer's backward). */
 int tb_dp_most_scatters_in_a_loop(const Graph *g);
-/* m under zero 3 with `coalesce on` (passes/zero_coalesce.c), dp > 1: each layer loop's body gathers its
- * layer's split parameters in one dp all-gather at most (before: one per split tensor), and
+/* m under zero 2 or 3 with `coalesce on` (passes/zero_coalesce.c), dp > 1: each layer loop's body
  * reduce-scatters its layer's gradients in one at most (before: one per bucket, and one per gradient
- * split along a later dim). Returns FAIL lines. */
+ * split along a later dim) and, under zero 3, gathers its layer's split parameters in one dp
+ * all-gather at most (before: one per split tensor). Returns FAIL lines. */
 int tb_check_zero_coalesced(const Module *m, const char *what);
 
 /* m without pp under zero >= 2, dp > 1 (passes/zero_defer.c): no backward loop iteration reads what

@@ -179,6 +179,10 @@ static void run_model_dp(const char *label, const char *path, const FeDefine *de
       }
       check_shape(pm, k, dp, what);
       failures += tb_check_scatters_deferred(pm, what); /* (passes/zero_defer.c) */
+      /* ZeRO-2, coalesce on: one dp scatter a backward layer loop's body (passes/zero_coalesce.c; not asked
+       * of ZeRO-3 here, where the micro-step loop's own body gathers the embedding per use besides a first
+       * layer's coalesced gather: 5 all-gathers in that loop's body, counted by the helper as a layer's) */
+      if (pm->plan.zero == 2) failures += tb_check_zero_coalesced(pm, what);
       /* the same rows: micro-step i holds rows i B/k .. (i+1) B/k - 1 */
       failures += tb_equiv_micro(ref, pm, &tok, &tgt, k, label, what, TOL, false);
       arena_free(&pa);
@@ -215,6 +219,10 @@ int main(void) {
   /* ... its scatters waited in their own iteration (`defer_waits off`: the running sums' adds in the body) */
   const FeDefine tiny_z3nd[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "3"}, {"defer_waits", "off"}};
   run_model_dp("tiny, zero 3, defer_waits off", SHARDC_MODELS_DIR "/tiny.model", tiny_z3nd, 6, 1, 16, 8, 256, 8);
+  /* ... ZeRO-2's: a layer's scatters one (at tp 2 three before, the row-split ones transposed), the shards
+   * added to the running sums after the loop (passes/zero_defer.c) */
+  const FeDefine tiny_z2c[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"zero", "2"}, {"coalesce", "on"}};
+  run_model("tiny, zero 2, coalesce on", SHARDC_MODELS_DIR "/tiny.model", tiny_z2c, 6, 16, 8, 256, 8);
   /* recompute inside the micro-step region */
   const FeDefine tiny_rc[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "2"}, {"recompute", "full"}};
   run_model("tiny, recompute full", SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256, 5);

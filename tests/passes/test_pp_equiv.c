@@ -699,6 +699,11 @@ int main(void) {
   run_uneven("tiny, zero 3, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tz3c, 6, 8, 8, 256, false);
   run_uneven("Llama shaped, zero 3, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz3c, 10, 8, 8, 128, false);
   run_uneven("Llama shaped, zero 2", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2, 9, 8, 8, 128, false);
+  /* ZeRO-2 with a layer's gradient scatters coalesced (d 64, a 64 KiB bucket: 3 a backward body apart at
+   * dp 2, one coalesced; tb_check_zero_pp asks tb_check_zero_coalesced) */
+  const FeDefine lz2c[] = {{"vocab", "128"}, {"seq", "8"}, {"d", "64"}, {"heads", "4"}, {"precision", "f32"}, {"kv_heads", "2"},
+                           {"layers", "4"},  {"ffn", "96"}, {"zero", "2"}, {"coalesce", "on"}, {"bucket", "64KiB"}};
+  run_uneven("Llama shaped, zero 2, coalesce on", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/llama3-8b.model", lz2c, 11, 8, 8, 128, false);
   run_uneven("tiny, recompute full", TARGET_CPU, TOL, SHARDC_MODELS_DIR "/tiny.model", tiny_rc, 5, 8, 8, 256, false);
   const FeDefine tbf[] = {{"seq", "8"}, {"d", "32"}, {"heads", "4"}, {"layers", "4"}, {"precision", "bf16"}};
   run_model("tiny, bf16 (CUDA target)", TARGET_CUDA, TOL_BF16, SHARDC_MODELS_DIR "/tiny.model", tbf, 5, 8, 8, 256);

@@ -366,24 +366,29 @@ static void zero3_exact(const char *label, const char *path, const FeDefine *def
 
 
 /* ZeRO-3 with `coalesce on` (passes/zero_coalesce.c: a layer's gathers one all-gather, its
- * gradients' reduce-scatters one, packed rank-major, the gradients split along a later dim transposed)
- * against `coalesce off` (a collective a tensor or bucket) on the same ranks: the copies are exact and
- * each element's sum over the ranks is the same, so every result is bit-identical (tolerance 0); the
- * backward loop reduce-scatters once with `on`, more than once with `off`. */
+ * gradients' reduce-scatters one, packed rank-major, the gradients split along a later dim transposed;
+ * ZeRO-2: the gradients' reduce-scatters alone, its parameters whole) against `coalesce off` (a
+ * collective a tensor or bucket) on the same ranks: the copies are exact and each element's sum over
+ * the ranks is the same, so every result is bit-identical (tolerance 0); the backward loop
+ * reduce-scatters once with `on`, more than once with `off`. In f32 `on` is also compared with the
+ * single-rank program (TOL, as run_model). */
 static void coalesce_exact(const char *label, const char *path, const FeDefine *defs, int ndefs, int64_t B, int64_t S,
-                           int64_t V, int dp, int tp, int mode) {
-  Arena a0, a1;
+                           int64_t V, int dp, int tp, int zero, int mode) {
+  Arena a0, a1, ar;
   arena_init(&a0);
   arena_init(&a1);
-  char what[96];
-  snprintf(what, sizeof what, "%s dp %d x tp %d%s zero 3, coalesce on = off", label, dp, tp, mode == CUDA_BF16 ? " bf16" : "");
+  arena_init(&ar);
+  char what[128];
+  snprintf(what, sizeof what, "%s dp %d x tp %d%s zero %d, coalesce on = off", label, dp, tp, mode == CUDA_BF16 ? " bf16" : "",
+           zero);
   FeDefine d[MAXDEF];
   for (int i = 0; i < ndefs; i++) d[i] = defs[i];
   d[ndefs] = (FeDefine){"coalesce", "off"};
-  Module *off = compile(&a0, path, d, ndefs + 1, dp, tp, false, B, 3, mode);
+  Module *off = compile(&a0, path, d, ndefs + 1, dp, tp, false, B, zero, mode);
   d[ndefs] = (FeDefine){"coalesce", "on"};
-  Module *on = compile(&a1, path, d, ndefs + 1, dp, tp, false, B, 3, mode);
-  if (!off || !on) {
+  Module *on = compile(&a1, path, d, ndefs + 1, dp, tp, false, B, zero, mode);
+  Module *ref = mode == CPU_F32 ? compile(&ar, path, defs, ndefs, 1, 1, false, B, 0, CPU_F32) : NULL;
+  if (!off || !on || (mode == CPU_F32 && !ref)) {
     fprintf(stderr, "FAIL %s: does not compile\n", what);
     failures++;
   } else {
@@ -394,10 +399,20 @@ static void coalesce_exact(const char *label, const char *path, const FeDefine *
               n_on, n_off);
       failures++;
     }
+    failures += tb_check_scatters_deferred(on, what); /* (passes/zero_defer.c takes the coalesced one too) */
     failures += run_pair(off, on, B, S, V, what, 0.0);
+    if (ref) {
+      Tensor tok = tb_randint(tb_shape(2, (int)B, (int)S), 101, 0, V), tgt = tb_randint(tb_shape(2, (int)B, (int)S), 102, 0, V);
+      char w1[160];
+      snprintf(w1, sizeof w1, "dp %d x tp %d zero %d coalesce on = one rank", dp, tp, zero);
+      failures += tb_equiv_steps(ref, on, &tok, &tgt, &tok, &tgt, label, w1, TOL, true);
+      tensor_free(&tok);
+      tensor_free(&tgt);
+    }
   }
   arena_free(&a0);
   arena_free(&a1);
+  arena_free(&ar);
 }
 
 int main(void) {
@@ -436,9 +451,17 @@ int main(void) {
    * row-split ones along their second dim, so transposed when packed and unpacked) */
   const FeDefine llama64[] = {{"vocab", "128"}, {"seq", "8"},      {"d", "64"},  {"heads", "4"},
                               {"kv_heads", "2"}, {"layers", "2"}, {"ffn", "96"}};
-  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, CPU_F32);
-  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 4, 2, CPU_F32);
-  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, CUDA_BF16);
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, 3, CPU_F32);
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 4, 2, 3, CPU_F32);
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, 3, CUDA_BF16);
+  /* ZeRO-2: the gradients' scatters alone (dp 2 x tp 2: 3 a layer, the row-split ones transposed; dp 2 x
+   * tp 1: one 25 MiB bucket a layer, so a 64 KiB bucket, 3 a layer, each shard within the cap) */
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, 2, CPU_F32);
+  coalesce_exact("Llama shaped, d 64", SHARDC_MODELS_DIR "/llama3-8b.model", llama64, 7, 4, 8, 128, 2, 2, 2, CUDA_BF16);
+  const FeDefine llama64b[] = {{"vocab", "128"}, {"seq", "8"}, {"d", "64"},  {"heads", "4"}, {"kv_heads", "2"},
+                               {"layers", "2"},  {"ffn", "96"}, {"bucket", "64KiB"}};
+  coalesce_exact("Llama shaped, d 64, bucket 64KiB", SHARDC_MODELS_DIR "/llama3-8b.model", llama64b, 8, 4, 8, 128, 2, 1, 2,
+                 CPU_F32);
   /* offload: the update of every parameter in host memory (CUDA target), the same arithmetic */
   run_model("tiny byte-level GPT", SHARDC_MODELS_DIR "/tiny.model", tiny, 4, 4, 8, 256, 2, 1, true);
   run_model("Llama shaped", SHARDC_MODELS_DIR "/llama3-8b.model", llama, 7, 4, 8, 128, 2, 2, true);

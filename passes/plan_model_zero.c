@@ -1,0 +1,126 @@
+/* passes/plan_model_zero.c — the plan model's ZeRO-2/3 dp collectives (see plan_model.c's estimate):
+ * a layer's gradient reduce-scatters on the dp channel, whether passes/zero_coalesce.c coalesces them
+ * (its decision, zero_coalesce_pays), and ZeRO-3's gathers and scatters a step. */
+#include <math.h>
+
+#include "plan_model_int.h"
+#include "plan_search.h"
+#include "zero.h"
+
+/* A scatter of `bytes` (of `members` gradients) issued at `ready` on the channel (layer_scatters' figures). */
+static void issue(double bytes, int members, double ready, int n, double bw, double lat, double *count, double *all,
+                  double *packed, double *end) {
+  double t = ring_s(bytes, 1, n, bw, lat);
+  *all += t;
+  *count += 1;
+  *end = fmax(*end, ready) + t;
+  if (members > 1) *packed = *all;
+}
+
+/* One layer's ZeRO-2/3 gradient reduce-scatters in a backward layer loop (passes/zero_sums.c), over n
+ * ranks (bw, lat): in the order the backward makes the gradients (pm->lt reversed), the matrices' and the
+ * norms' gains' (under sp with tp > 1 those are partial over tp too and summed after the loop,
+ * passes/grad_buckets.c), packed into runs by zero_run_takes on their f32 bytes. *count: the
+ * collectives; *all: their time; *packed: the time through the last run of two or more (its shards are
+ * slices of the packed one taken at the iteration's end, passes/zero.c's pack_scatters: the iteration
+ * waits for it and for every scatter queued before it); *end: when the channel, free at `front`, ends
+ * them issued each where its run's last gradient is made: after `rec` (the recomputed forward), the
+ * iteration's other work spread by the matrices' elements (a gradient made halfway through its
+ * GEMMs), the attention's backward (`ab`) before the gradients of what the forward reads before its
+ * attention; `b` the iteration's compute. `coal`: passes/zero_coalesce.c coalesces the body's runs, each
+ * coalesced one (up to `cap` on the shard bytes) issued with its last run. False: no tensor list (pm->nlt 0). */
+bool layer_scatters(const PlanModel *pm, const PlanCand *c, double cap, int n, double bw, double lat, double front,
+                    double rec, double ab, double b, bool coal, double *count, double *all, double *packed,
+                    double *end) {
+  *count = *all = *packed = 0, *end = front;
+  if (!pm->nlt) return false;
+  double run = 0, mats = 0, done = 0, ready = 0, g = fmax(0, b - rec - ab), grp = 0, gready = 0;
+  int in = 0, gin = 0;
+  for (int k = 0; k < pm->nlt; k++) mats += pm->lt[k].mat ? pm->lt[k].numel : 0;
+  for (int k = pm->nlt - 1; k >= -1; k--) {
+    bool member = k >= 0 && (pm->lt[k].mat || !(c->sp && c->tp > 1));
+    double by = member ? pm->lt[k].numel * 4 / (pm->lt[k].split ? c->tp : 1) : 0;
+    if (in > 0 && (k < 0 || (member && !zero_run_takes(in, (int64_t)run, (int64_t)by, (int64_t)cap)))) {
+      if (!coal) issue(run, in, ready, n, bw, lat, count, all, packed, end);
+      else { /* (the coalesced runs: up to cap on the shard bytes, issued with their last, zero_coalesce.c) */
+        if (gin > 0 && (grp + run) / n > cap) issue(grp, gin, gready, n, bw, lat, count, all, packed, end), grp = 0, gin = 0;
+        grp += run, gin += in, gready = ready;
+      }
+      in = 0, run = 0;
+    }
+    if (k < 0) {
+      if (gin > 0) issue(grp, gin, gready, n, bw, lat, count, all, packed, end);
+      break;
+    }
+    double share = pm->lt[k].mat && mats > 0 ? pm->lt[k].numel / mats : 0;
+    ready = rec + g * (done + share / 2) + (pm->lt[k].early ? ab : 0);
+    done += share;
+    if (member) in++, run += by;
+  }
+  return true;
+}
+
+/* Whether passes/zero_coalesce.c coalesces the backward loops' k gradient reduce-scatters of a layer
+ * (ZeRO-2/3; its coalesce_scatters): `coalesce on`, or under `auto` zero_coalesce_pays (the one decision)
+ * with the copies (the f32 layer gradient p_layer packed, half of it transposed, and its shards over n)
+ * and `exposed` (the latency saved at most, a body's); *bcopy_s: the copies' seconds in `points` bodies
+ * a step (compute's, the backward's). */
+bool scatters_coalesce(const Module *base, const CostDevice *dev, int k, int n, double lat, double p_layer,
+                       double exposed, double points, double *bcopy_s) {
+  double copies = p_layer / n + 2 * p_layer;
+  bool on = base->plan.coalesce == COALESCE_ON ||
+            (base->plan.coalesce == COALESCE_AUTO &&
+             zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, exposed));
+  if (!on || k < 2) return false;
+  *bcopy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s);
+  return true;
+}
+
+/* ZeRO-3's dp (dp x cp) traffic a step: per micro-step one f32 reduce-scatter and two gathers in the
+ * compute precision of the stage's parameters (p_rank bytes, f32), as ring bandwidth; and each
+ * collective's n - 1 latency steps: the layer loops gather a layer's split tensors (pm->nl_mat of them)
+ * forward and backward, in one collective where passes/zero_coalesce.c coalesces them (its
+ * zero_coalesce_pays, asked here with the layer's copies: the packed shards and the unpacked whole,
+ * half of it transposed; the latency it saves at most the collectives' time not hidden behind `hide`
+ * of compute, spread over the step's gather points; within the plan's bucket on the packed shard bytes;
+ * *copy_s: their seconds a step, compute's; *flat: the bytes the gathered [group, N] holds beside
+ * the unpacked layers, the layer's whole), else one a tensor; and
+ * reduce-scatter a layer's gradients in runs (layer_scatters), in one where the same pass and
+ * function coalesce those too (*bcopy_s: their copies' seconds, the backward's; the packed f32
+ * gradient added to *flat). Counted as one ring's latency
+ * per micro-step, the latency was 0.08 s where Llama-3-405B pp 2 1f1b cp 4 (a ring of 512 ranks, 2.6 ms
+ * a collective) ran 21,440 collectives a step: 55 s. */
+double zero3_coll_s(const PlanModel *pm, const Module *base, const CostDevice *dev, const PlanCand *c,
+                    double p_rank, double p_layer, double lst, int n, double bw, double lat, double hide,
+                    double *copy_s, double *bcopy_s, double *flat, double *gather_pt) {
+  *copy_s = 0, *bcopy_s = 0, *flat = 0, *gather_pt = 0;
+  if (n <= 1 || bw <= 0) return 0;
+  double accum = (double)c->accum, cb = pm->cb;
+  double bucket = bucket_bytes(base);
+  double scatters, s_all, s_packed, s_end; /* a layer's runs (layer_scatters; without the tensors, buckets) */
+  if (!layer_scatters(pm, c, bucket, n, bw, lat, 0, 0, 0, 0, false, &scatters, &s_all, &s_packed, &s_end))
+    scatters = fmax(1, fmin(pm->nl_mat, ceil(p_layer / bucket)));
+  double whole = p_layer * cb / 4, shards = whole / n, copies = shards + 2 * whole;
+  double bytes_s = accum * (1 + 2 * cb / 4) * p_rank * (n - 1) / n / bw, points = accum * lst * 2;
+  double each = pm->nl_mat; /* a layer's gathers, forward and backward */
+  double one = bytes_s + points * (each + scatters / 2) * (n - 1) * lat; /* (each tensor on its own) */
+  int k = (int)pm->nl_mat;
+  bool coalesce = base->plan.coalesce == COALESCE_ON ||
+                  (base->plan.coalesce == COALESCE_AUTO &&
+                   zero_coalesce_pays(k, n, lat, dev->op_overhead_s, copies, dev->bytes_per_s, fmax(0, one - hide) / points));
+  if (coalesce && k > 1) {
+    each = fmax(1, fmin(pm->nl_mat, ceil(shards / bucket)));
+    *copy_s = points * (2 * copies / dev->bytes_per_s + (k + 1) * dev->op_overhead_s); /* (compute's) */
+    *flat = whole;
+  }
+  *gather_pt = whole * (n - 1) / n / bw + each * (n - 1) * lat;
+  /* the backward loops' scatters (points / 2 of them) coalesced the same way (the same function, with
+   * what the gathers left exposed): the f32 gradient packed, half of it transposed, the shards unpacked;
+   * within the bucket on the shard bytes; the packed [group, N] beside the layer's gradients */
+  double left = bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
+  if (scatters_coalesce(base, dev, (int)scatters, n, lat, p_layer, fmax(0, left - hide) / points, points / 2, bcopy_s)) {
+    scatters = fmax(1, fmin(scatters, ceil(p_layer / n / bucket)));
+    *flat += p_layer;
+  }
+  return bytes_s + points * (each + scatters / 2) * (n - 1) * lat;
+}
