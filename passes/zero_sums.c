@@ -214,6 +214,8 @@ static void shard_region_sum(const RegionSum *o, int d, ZeroGroup z) {
   retype(br->args[o->c]->out[0], d, z);
   retype(o->acc->in[o->c], d, z);
   retype(o->acc->out[o->c], d, z);
+  ir_touch(br); /* (its carry's types: under a layer loop, no node of br's own is new) */
+  ir_touch(o->acc->graph);
 }
 
 /* y = all_reduce(x) over the group, yielded by or read in gg, x = scale(s2) (the mean) or s2,
