@@ -19,6 +19,7 @@ typedef struct {
   char *file, *text; /* the Diag's own copies (a compilation's arena may die before its messages) */
   int line;          /* line_at: the start of line `line` of text, for quoting in order in O(distance) */
   const char *line_at;
+  long line_len; /* that line's length, -1 until measured (once: many errors on one long line) */
 } DiagSource;
 typedef struct Diag {
   FILE *out;            /* NULL: stderr */
